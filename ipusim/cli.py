@@ -1,0 +1,125 @@
+"""Command line interface: ``ipusim <command> ...`` (also ``python -m ipusim``).
+
+Each command is added by one ``_register_<name>(subparsers)`` function that creates its
+sub-parser and sets ``handler`` to a function ``(args) -> int``; a new command is one
+more such function listed in :data:`_REGISTRARS`. Errors of the simulator
+(:class:`~ipusim.errors.IpusimError`) are printed to stderr without a traceback and
+give exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from ipusim.config import (
+    config_hash,
+    config_to_yaml,
+    list_presets,
+    load_config,
+    preset_path,
+)
+from ipusim.errors import ConfigError, IpusimError
+
+__all__ = ["build_parser", "main"]
+
+_Subparsers = Any  # argparse's _SubParsersAction is private
+
+
+# ipusim config ----------------------------------------------------------------------------
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    """``["tile.clock_hz=1.85 GHz", "num_ipus=2"]`` -> dotted overrides (YAML values)."""
+    overrides: dict[str, Any] = {}
+    problems = []
+    for item in items:
+        path, sep, text = item.partition("=")
+        if not sep or not path.strip():
+            problems.append(
+                f"--set: found {item!r}; expected PATH=VALUE, e.g. sync.min_sync_delay_cycles=0"
+            )
+            continue
+        try:
+            overrides[path.strip()] = yaml.safe_load(text) if text.strip() else text
+        except yaml.YAMLError:
+            overrides[path.strip()] = text
+    if problems:
+        raise ConfigError(problems, header="invalid command line overrides")
+    return overrides
+
+
+def _config_show(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, overrides=_parse_set(args.set or []))
+    sys.stdout.write(config_to_yaml(cfg))
+    sys.stdout.write(f"hash: {config_hash(cfg)}\n")
+    return 0
+
+
+def _config_list(args: argparse.Namespace) -> int:
+    names = list_presets()
+    width = max((len(n) for n in names), default=0)
+    for name in names:
+        cfg = load_config(name)
+        print(f"{name:<{width}}  {cfg.description}")
+    if args.verbose:
+        for name in names:
+            print(f"{name}: {preset_path(name)}")
+    return 0
+
+
+def _register_config(subparsers: _Subparsers) -> None:
+    parser = subparsers.add_parser("config", help="show and list machine configs")
+    commands = parser.add_subparsers(dest="config_command", metavar="{show,list}")
+    commands.required = True
+
+    show = commands.add_parser("show", help="print a resolved config as YAML, followed by its hash")
+    show.add_argument("config", metavar="NAME|PATH", help="preset name or YAML file")
+    show.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        help="override a field by dotted path, e.g. --set tile.clock_hz='1.85 GHz' (repeatable)",
+    )
+    show.set_defaults(handler=_config_show)
+
+    listing = commands.add_parser("list", help="list the preset configs")
+    listing.add_argument("-v", "--verbose", action="store_true", help="also show file paths")
+    listing.set_defaults(handler=_config_list)
+
+
+# Assembly ---------------------------------------------------------------------------------
+_REGISTRARS: list[Callable[[_Subparsers], None]] = [_register_config]
+"""One function per top-level command; each adds its sub-parser and ``handler``."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ipusim`` argument parser with every registered command."""
+    parser = argparse.ArgumentParser(
+        prog="ipusim", description="Cycle-approximate simulator of the Graphcore IPU."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for register in _REGISTRARS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    0 on success, 2 for a usage error or an :class:`~ipusim.errors.IpusimError` (its
+    message goes to stderr, without a traceback).
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse reports usage errors (and --help) this way
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        return int(args.handler(args))
+    except IpusimError as exc:
+        print(f"ipusim: error: {exc}", file=sys.stderr)
+        return 2

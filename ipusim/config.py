@@ -1,0 +1,676 @@
+"""Machine configuration: frozen pydantic models, one per hardware component, and their loader.
+
+Every field carries its unit in its name; YAML files may write quantities with units
+("624 KiB", "1.33 GHz", "64 GB/s", "2 us", see :mod:`ipusim.units`). Presets live as
+YAML in ``configs/`` (``ipusim/configs`` in an installed wheel); a file may
+``extends: <preset or path>`` another and override some of its fields.
+
+:func:`load_config` turns a preset name, a YAML path or a mapping into a
+:class:`MachineConfig`; every problem of a bad config is reported at once in one
+:class:`~ipusim.errors.ConfigError`, one line per problem naming the file, the dotted
+field path, the value found and what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ipusim.errors import ConfigError
+from ipusim.units import Bytes, BytesPerSecond, Hertz, Seconds
+
+__all__ = [
+    "ExchangeConfig",
+    "HostConfig",
+    "LinksConfig",
+    "MachineConfig",
+    "MemoryConfig",
+    "SimConfig",
+    "SyncConfig",
+    "TileConfig",
+    "config_hash",
+    "config_to_yaml",
+    "list_presets",
+    "load_config",
+    "preset_path",
+    "with_overrides",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TileConfig(_Section):
+    """Tile processor: count, clock and the barrel-scheduled worker contexts."""
+
+    tiles_per_ipu: int = Field(ge=1, le=65536, description="Tiles on one IPU.")
+    clock_hz: Hertz = Field(gt=0, description="Tile clock frequency in Hz.")
+    worker_contexts: int = Field(
+        default=6, ge=1, le=64, description="Worker contexts (barrel slots)."
+    )
+    supervisor_overhead_cycles: int = Field(
+        default=11, ge=0, description="Basic supervisor overhead of a multi-vertex (tile cycles)."
+    )
+    vertex_launch_cycles: int = Field(
+        default=0,
+        ge=0,
+        description="Refinement: extra cycles per vertex launch (thread cycles for worker "
+        "vertices, tile cycles for multi-vertices). 0 reproduces the IPU Model.",
+    )
+    peak_flops_per_cycle_fp32: int = Field(ge=1, description="Peak fp32 flop per cycle per tile.")
+    peak_flops_per_cycle_fp16: int = Field(ge=1, description="Peak fp16 flop per cycle per tile.")
+    columns: int = Field(
+        default=16, ge=1, description="Physical layout: tiles are numbered column by column."
+    )
+
+
+class MemoryConfig(_Section):
+    """Tile memory: the interleaved and non-interleaved regions and their banks."""
+
+    tile_memory_bytes: Bytes = Field(ge=1, description="Memory per tile in bytes.")
+    non_interleaved_bytes: Bytes = Field(
+        ge=0, description="Non-interleaved region (code and data)."
+    )
+    interleaved_bytes: Bytes = Field(ge=0, description="Interleaved region (data only).")
+    bank_bytes: Bytes = Field(ge=1, description="Memory element (bank) size in bytes.")
+    alignment_bytes: Bytes = Field(default=8, ge=1, description="Minimum alignment of data.")
+    load_bytes_per_cycle: int = Field(default=16, ge=1, description="Peak load bandwidth per tile.")
+    store_bytes_per_cycle: int = Field(
+        default=8, ge=1, description="Peak store bandwidth per tile."
+    )
+
+
+class ExchangeConfig(_Section):
+    """On-chip (internal) exchange fabric."""
+
+    bytes_per_cycle: float = Field(gt=0, description="Exchange bytes per cycle per tile.")
+    fixed_latency_cycles: int = Field(default=0, ge=0, description="Fixed cycles per exchange.")
+    cycles_per_hop: float = Field(
+        default=0.0,
+        ge=0,
+        description="Extra cycles per unit of layout distance to the farthest peer.",
+    )
+    tiles_per_shared_bus: int = Field(default=1, ge=1, le=2, description="Tiles sharing a bus.")
+
+
+class SyncConfig(_Section):
+    """Sync controller and its per-tile delays."""
+
+    min_sync_delay_cycles: int = Field(
+        default=0, ge=0, description="Minimum sync delay of any tile."
+    )
+    relative_delay: Literal["auto", "none"] = Field(
+        default="auto", description="'auto': delay grows with distance to the controller."
+    )
+    max_relative_delay_cycles: int = Field(
+        default=0, ge=0, description="Delay of the farthest tile."
+    )
+    controller_tile: int = Field(default=0, ge=0, description="Tile nearest the sync controller.")
+    global_sync_cycles: int | None = Field(
+        default=None, ge=0, description="Extra cycles of an external sync; None: derived."
+    )
+    global_sync_ns_per_hop: float = Field(
+        default=15.0, ge=0, description="Used when global_sync_cycles is None."
+    )
+    host_sync_cycles: int = Field(default=0, ge=0, description="Extra cycles of a host sync.")
+
+
+class HostConfig(_Section):
+    """Host link (PCIe or RoCE) shared by the IPUs of a machine."""
+
+    bandwidth_bytes_per_s: BytesPerSecond = Field(
+        gt=0, description="Host link bandwidth, one direction."
+    )
+    latency_s: Seconds = Field(default=0.0, ge=0, description="Latency of one host transfer.")
+    max_copy_bytes: Bytes = Field(ge=1, description="Largest single stream copy.")
+    quantum_cycles: int = Field(
+        default=1024, ge=1, description="Simulation quantum for sharing the link between transfers."
+    )
+
+
+class LinksConfig(_Section):
+    """IPU-Links between the IPUs of a machine."""
+
+    bandwidth_bytes_per_s: BytesPerSecond = Field(
+        gt=0, description="Bandwidth of one link, one direction."
+    )
+    links_between_neighbours: int = Field(default=1, ge=1, description="Parallel links per hop.")
+    topology: Literal["ring", "line", "full"] = Field(default="ring")
+    hop_latency_cycles: int = Field(default=0, ge=0, description="Latency per hop.")
+
+
+class SimConfig(_Section):
+    """Simulation settings that do not change results."""
+
+    granularity: Literal["ipu", "tile"] = Field(
+        default="ipu", description="'tile': every tile is its own SimPy process (same trace)."
+    )
+    seed: int = Field(default=0, ge=0)
+
+
+class MachineConfig(_Section):
+    """A whole machine: IPUs, their tiles and the links between them."""
+
+    name: str = "custom"
+    description: str = ""
+    arch: Literal["ipu1", "ipu2", "ipu21", "custom"] = "custom"
+    num_ipus: int = Field(default=1, ge=1, le=1024)
+    tile: TileConfig
+    memory: MemoryConfig
+    exchange: ExchangeConfig
+    sync: SyncConfig = SyncConfig()
+    host: HostConfig
+    links: LinksConfig
+    sim: SimConfig = SimConfig()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> MachineConfig:
+        problems = [
+            message
+            for message in (
+                _memory_regions_problem(self.memory),
+                _controller_tile_problem(self.tile, self.sync),
+            )
+            if message is not None
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # Derived quantities -------------------------------------------------------------
+    @property
+    def num_tiles(self) -> int:
+        """Tiles over all IPUs."""
+        return self.num_ipus * self.tile.tiles_per_ipu
+
+    @property
+    def host_bytes_per_cycle(self) -> float:
+        """Host link bandwidth in bytes per tile clock cycle."""
+        return self.host.bandwidth_bytes_per_s / self.tile.clock_hz
+
+    @property
+    def host_latency_cycles(self) -> int:
+        """Host transfer latency in tile clock cycles."""
+        return math.ceil(self.host.latency_s * self.tile.clock_hz)
+
+    @property
+    def link_bytes_per_cycle(self) -> float:
+        """Bandwidth of one IPU-Link hop (all parallel links) in bytes per cycle."""
+        return (
+            self.links.bandwidth_bytes_per_s
+            * self.links.links_between_neighbours
+            / self.tile.clock_hz
+        )
+
+    @property
+    def global_sync_cycles(self) -> int:
+        """Extra cycles of an external sync: the config value or the hop formula."""
+        if self.sync.global_sync_cycles is not None:
+            return self.sync.global_sync_cycles
+        hops = 1 + (self.num_ipus // 2) // 2
+        ns = self.sync.global_sync_ns_per_hop * 1e-9
+        return math.ceil(round(ns * self.tile.clock_hz * hops * 2, 9))
+
+
+# Cross checks between sections ---------------------------------------------------------
+def _memory_regions_problem(mem: MemoryConfig) -> str | None:
+    """Why the two memory regions do not fill the tile memory exactly, or ``None``."""
+    total = mem.non_interleaved_bytes + mem.interleaved_bytes
+    if total == mem.tile_memory_bytes:
+        return None
+    return (
+        f"memory regions do not add up: non_interleaved_bytes ({mem.non_interleaved_bytes}) "
+        f"+ interleaved_bytes ({mem.interleaved_bytes}) = {total}, but tile_memory_bytes is "
+        f"{mem.tile_memory_bytes}; expected the two regions to add up to the tile memory"
+    )
+
+
+def _controller_tile_problem(tile: TileConfig, sync: SyncConfig) -> str | None:
+    """Why the sync controller tile is off the chip, or ``None``."""
+    if sync.controller_tile < tile.tiles_per_ipu:
+        return None
+    return (
+        f"found {sync.controller_tile}; expected a tile below tile.tiles_per_ipu "
+        f"({tile.tiles_per_ipu}), i.e. 0..{tile.tiles_per_ipu - 1}"
+    )
+
+
+# Presets --------------------------------------------------------------------------------
+_YAML_SUFFIXES = (".yaml", ".yml")
+_MAPPING_LABEL = "<mapping>"
+_OVERRIDES_LABEL = "<overrides>"
+_HASH_EXCLUDED = ("name", "description")
+
+
+def _preset_dirs() -> list[Path]:
+    """Directories holding preset YAML files, most preferred first.
+
+    An installed wheel carries the presets as ``ipusim/configs``; a source checkout
+    (or an editable install) has them in ``configs/`` next to the package directory.
+    The checkout's directory is used only beside ``pyproject.toml``, so that an unrelated
+    ``configs/`` next to an installed package (in site-packages) is never read.
+    """
+    package_dir = Path(__file__).resolve().parent
+    dirs = [package_dir / "configs"]
+    if (package_dir.parent / "pyproject.toml").is_file():
+        dirs.append(package_dir.parent / "configs")
+    return [d for d in dirs if d.is_dir()]
+
+
+def list_presets() -> list[str]:
+    """Names of the preset machine configs (``mk1``, ``mk2``, ...), sorted."""
+    names = {path.stem for directory in _preset_dirs() for path in directory.glob("*.yaml")}
+    return sorted(names)
+
+
+def preset_path(name: str) -> Path:
+    """Path of the YAML file of preset ``name``.
+
+    Raises
+    ------
+    ConfigError
+        ``name`` is not a preset; the message lists the presets.
+    """
+    if name and "/" not in name and os.sep not in name:
+        for directory in _preset_dirs():
+            path = directory / f"{name}.yaml"
+            if path.is_file():
+                return path
+    raise ConfigError([_unknown_preset(name, "preset")])
+
+
+def _unknown_preset(name: object, where: str) -> str:
+    presets = ", ".join(list_presets()) or "(none found)"
+    return (
+        f"{where}: unknown preset {name!r}; expected one of: {presets} "
+        f"(or a path to a YAML file ending in .yaml)"
+    )
+
+
+# Reading and merging ----------------------------------------------------------------------
+_Layer = tuple[str, dict[str, Any]]
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith(_YAML_SUFFIXES) or "/" in text or os.sep in text
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """Short ``repr`` of a value for an error line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _read_yaml(path: Path, label: str) -> dict[str, Any]:
+    """Parse one YAML config file into a dict, or raise a one-problem ConfigError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            [
+                f"{label}: file not found; expected a YAML machine config or a preset name "
+                f"({', '.join(list_presets())})"
+            ]
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{label}: cannot read the file ({exc})"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([_yaml_problem(label, exc)]) from None
+    if not isinstance(data, dict):
+        found = "an empty file" if data is None else f"{_show(data)} ({type(data).__name__})"
+        raise ConfigError(
+            [
+                f"{label}: top level: found {found}; expected a mapping of config sections "
+                f"(name, tile, memory, exchange, sync, host, links, ...)"
+            ]
+        )
+    return data
+
+
+def _yaml_problem(label: str, exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    detail = f"{context}, {problem}" if context else problem
+    return (
+        f"{label}: {where}: YAML syntax error: {detail}; expected valid YAML "
+        f"(check indentation, a ':' after each key and closed quotes/brackets)"
+    )
+
+
+def _extends_target(value: Any, base_dir: Path, label: str) -> tuple[Path, str]:
+    """Resolve an ``extends`` value to a file path and a label for messages."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(
+            [
+                f"{label}: extends: found {_show(value)}; expected a preset name "
+                f"({', '.join(list_presets())}) or a path to a YAML file"
+            ]
+        )
+    if _looks_like_path(value):
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            path = Path(os.path.normpath(base_dir / path))
+        if not path.is_file():
+            raise ConfigError(
+                [
+                    f"{label}: extends: found {value!r}, but {path} is not a file; expected a "
+                    f"preset name or a path relative to the extending file"
+                ]
+            )
+        return path, str(path)
+    try:
+        path = preset_path(value)
+    except ConfigError:
+        raise ConfigError([_unknown_preset(value, f"{label}: extends")]) from None
+    return path, str(path)
+
+
+def _resolve_layers(
+    data: dict[str, Any], label: str, base_dir: Path, chain: list[tuple[Path, str]]
+) -> list[_Layer]:
+    """Follow the ``extends`` chain of ``data``; layers come back base first."""
+    data = dict(data)
+    if "extends" not in data:
+        return [(label, data)]
+    parent_path, parent_label = _extends_target(data.pop("extends"), base_dir, label)
+    resolved = parent_path.resolve()
+    for seen_path, _ in chain:
+        if seen_path == resolved:
+            names = [lbl for _, lbl in chain] + [parent_label]
+            raise ConfigError(
+                [
+                    f"{label}: extends: cycle {' -> '.join(names)}; expected a chain of "
+                    f"'extends' that ends in a file without 'extends'"
+                ]
+            )
+    parent = _read_yaml(parent_path, parent_label)
+    chain = [*chain, (resolved, parent_label)]
+    return [*_resolve_layers(parent, parent_label, parent_path.parent, chain), (label, data)]
+
+
+def _layers_from_source(source: str | os.PathLike[str] | Mapping[str, Any]) -> list[_Layer]:
+    if isinstance(source, Mapping):
+        data = copy.deepcopy(dict(source))
+        return _resolve_layers(data, _MAPPING_LABEL, Path.cwd(), [])
+    if isinstance(source, str) and not _looks_like_path(source):
+        if source in list_presets():
+            path = preset_path(source)
+        elif Path(source).is_file():
+            path = Path(source)
+        else:
+            raise ConfigError([_unknown_preset(source, "config")])
+    elif isinstance(source, str | os.PathLike):
+        path = Path(source)
+    else:
+        raise ConfigError(
+            [
+                f"config: found {_show(source)} ({type(source).__name__}); expected a preset "
+                f"name, a path to a YAML file or a mapping"
+            ]
+        )
+    label = str(path)
+    data = _read_yaml(path, label)
+    return _resolve_layers(data, label, path.parent, [(path.resolve(), label)])
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive merge: mappings merge key by key, anything else in ``over`` wins."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# The schema, for suggestions and dotted paths ---------------------------------------------
+def _section_model(path: tuple[str, ...]) -> type[BaseModel] | None:
+    """The pydantic model found at ``path`` below MachineConfig, or ``None``."""
+    model: type[BaseModel] = MachineConfig
+    for part in path:
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        annotation = field.annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _all_leaf_paths() -> list[str]:
+    """Every dotted field path of MachineConfig (``tile.clock_hz``, ``num_ipus``, ...)."""
+    out: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, f"{prefix}{name}.")
+            else:
+                out.append(f"{prefix}{name}")
+
+    walk(MachineConfig, "")
+    return out
+
+
+def _suggest(path: tuple[str, ...], top_extra: tuple[str, ...] = ()) -> str:
+    """A 'did you mean' hint for an unknown key at ``path`` (closest valid key)."""
+    parent = path[:-1]
+    model = _section_model(parent)
+    siblings = list(model.model_fields) if model is not None else []
+    if not parent:
+        siblings += list(top_extra)
+    match = difflib.get_close_matches(path[-1], siblings, n=1, cutoff=0.6)
+    if match:
+        return f"did you mean '{'.'.join((*parent, match[0]))}'?"
+    leaves = _all_leaf_paths()
+    same_name = [leaf for leaf in leaves if leaf.rsplit(".", 1)[-1] == path[-1]]
+    match = same_name[:1] or difflib.get_close_matches(".".join(path), leaves, n=1, cutoff=0.6)
+    if match:
+        return f"did you mean '{match[0]}'?"
+    where = f"'{'.'.join(parent)}'" if parent else "the top level"
+    return f"valid keys of {where}: {', '.join(siblings)}"
+
+
+def _field_description(path: tuple[str, ...]) -> str:
+    model = _section_model(path[:-1])
+    if model is None or not path:
+        return ""
+    field = model.model_fields.get(path[-1])
+    if field is None:
+        return ""
+    return field.description or ""
+
+
+# Validation with readable problems ----------------------------------------------------------
+_MISSING = object()
+
+
+def _origin(layers: list[_Layer], path: tuple[str, ...]) -> str:
+    """Label of the most derived layer that sets ``path`` (or a parent of it)."""
+    for label, data in reversed(layers):
+        node: Any = data
+        for part in path:
+            if not isinstance(node, Mapping):
+                break
+            if part not in node:
+                node = _MISSING
+                break
+            node = node[part]
+        if node is not _MISSING:
+            return label
+    return layers[-1][0]
+
+
+def _problem_line(layers: list[_Layer], error: Mapping[str, Any]) -> str:
+    path = tuple(str(part) for part in error["loc"])
+    dotted = ".".join(path) or "top level"
+    label = _origin(layers, path)
+    kind = error["type"]
+    value = error.get("input")
+    description = _field_description(path)
+    hint = f" ({dotted}: {description})" if description else ""
+    if kind == "extra_forbidden":
+        return (
+            f"{label}: {dotted}: unknown key (found with value {_show(value)}); "
+            f"{_suggest(path, ('extends',))}"
+        )
+    if kind == "missing":
+        return f"{label}: {dotted}: missing required field; expected a value{hint}"
+    message = str(error["msg"])
+    if kind == "value_error":
+        message = message.removeprefix("Value error, ")
+        return f"{label}: {dotted}: {message}{hint}"
+    message = message[:1].lower() + message[1:]
+    return f"{label}: {dotted}: found {_show(value)}; {message}{hint}"
+
+
+def _cross_check_lines(layers: list[_Layer], data: Mapping[str, Any]) -> list[str]:
+    """Cross-section problems, for every section that is valid on its own."""
+
+    def section(name: str, model: type[BaseModel]) -> Any:
+        raw = data.get(name, {})
+        try:
+            return model.model_validate(raw)
+        except ValidationError:
+            return None
+
+    lines = []
+    memory = section("memory", MemoryConfig)
+    if memory is not None and (msg := _memory_regions_problem(memory)) is not None:
+        lines.append(f"{_origin(layers, ('memory',))}: memory: {msg}")
+    tile, sync = section("tile", TileConfig), section("sync", SyncConfig)
+    if tile is not None and sync is not None:
+        msg = _controller_tile_problem(tile, sync)
+        if msg is not None:
+            path = ("sync", "controller_tile")
+            lines.append(f"{_origin(layers, path)}: sync.controller_tile: {msg}")
+    return lines
+
+
+def _validate(layers: list[_Layer], problems: list[str] | None = None) -> MachineConfig:
+    """Merge ``layers`` (base first) and validate; ``problems`` found earlier are added."""
+    problems = list(problems or [])
+    data: dict[str, Any] = {}
+    for _, layer in layers:
+        data = _merge(data, layer)
+    try:
+        cfg = MachineConfig.model_validate(data)
+    except ValidationError as exc:
+        found = [_problem_line(layers, err) for err in exc.errors() if err["loc"]]
+        found += _cross_check_lines(layers, data)
+        if not found:  # pragma: no cover - every root-level error is a cross check
+            found = [f"{layers[-1][0]}: {err['msg']}" for err in exc.errors()]
+        problems += found
+    else:
+        if not problems:
+            return cfg
+    source = next((label for label, _ in reversed(layers) if label != _OVERRIDES_LABEL), "")
+    raise ConfigError(problems, header=f"invalid machine config {source}".rstrip())
+
+
+def _overrides_layer(overrides: Mapping[str, Any]) -> tuple[_Layer, list[str]]:
+    """A layer from dotted-path overrides, and one problem per unknown path."""
+    leaves = set(_all_leaf_paths())
+    problems = []
+    nested: dict[str, Any] = {}
+    for key, value in overrides.items():
+        path = tuple(str(key).split("."))
+        if ".".join(path) not in leaves and _section_model(path) is None:
+            problems.append(
+                f"{_OVERRIDES_LABEL}: {key}: unknown config path (found with value "
+                f"{_show(value)}); {_suggest(path)}"
+            )
+            continue
+        for part in reversed(path):
+            value = {part: value}
+        nested = _merge(nested, value)
+    return (_OVERRIDES_LABEL, nested), problems
+
+
+# Public API ---------------------------------------------------------------------------------
+def load_config(
+    source: str | os.PathLike[str] | Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+) -> MachineConfig:
+    """Load and validate a machine config.
+
+    Parameters
+    ----------
+    source
+        A preset name (``"mk2"``, see :func:`list_presets`), a path to a YAML file, or a
+        mapping with the same content. ``extends: <preset or path>`` (a path relative to
+        the extending file, or to the working directory for a mapping) merges the file
+        over its base recursively, the extending file winning; chains are allowed.
+    overrides
+        Dotted paths and values, applied after ``extends``:
+        ``{"sync.min_sync_delay_cycles": 0, "num_ipus": 2}``.
+
+    Returns
+    -------
+    MachineConfig
+        The frozen, validated config.
+
+    Raises
+    ------
+    ConfigError
+        Every problem found, one line each naming the file (or ``<mapping>``), the
+        field path, the value found and what was expected.
+    """
+    layers = _layers_from_source(source)
+    problems: list[str] = []
+    if overrides:
+        layer, problems = _overrides_layer(overrides)
+        layers.append(layer)
+    return _validate(layers, problems)
+
+
+def with_overrides(cfg: MachineConfig, overrides: Mapping[str, Any]) -> MachineConfig:
+    """A copy of ``cfg`` with dotted-path ``overrides`` applied and everything re-validated.
+
+    Raises
+    ------
+    ConfigError
+        An override path is unknown (the message names the closest valid path) or a
+        value is invalid.
+    """
+    base = cfg.model_dump(mode="python")
+    layers: list[_Layer] = [(f"<config {cfg.name!r}>", base)]
+    layer, problems = _overrides_layer(overrides)
+    layers.append(layer)
+    return _validate(layers, problems)
+
+
+def config_hash(cfg: MachineConfig) -> str:
+    """Content hash of a config: 16 hex digits of the SHA-256 of its canonical JSON.
+
+    ``name`` and ``description`` are left out: they label a machine but change no
+    simulated number, so two configs with the same values share a hash.
+    """
+    values = cfg.model_dump(mode="json", exclude=set(_HASH_EXCLUDED))
+    canonical = json.dumps(values, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def config_to_yaml(cfg: MachineConfig) -> str:
+    """The resolved config as YAML (base units, model field order); loads back equal."""
+    return yaml.safe_dump(
+        cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True, width=100
+    )

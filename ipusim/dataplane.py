@@ -1,0 +1,77 @@
+"""The data-plane protocol: how a caller gives a machine program its values.
+
+The machine models time only. Whoever lowered the program (``poplar_api.Engine``, a
+test, a script) supplies the functional side through this protocol: it applies the
+effect of each step when the step runs, answers the predicates of control flow and
+serves host streams (stream copies are steps with effects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from ipusim.errors import IpusimError
+
+
+@runtime_checkable
+class DataPlane(Protocol):
+    """Functional side of a run.
+
+    Effects are applied once per executed step, in program order; predicates are
+    asked once per control decision, after every earlier effect was applied.
+    """
+
+    def apply(self, effect: int) -> None:
+        """Apply functional effect ``effect`` (run a compute set, move data, ...)."""
+
+    def predicate(self, predicate: int) -> int:
+        """Value of predicate ``predicate`` now (non-zero is true; Switch uses the value)."""
+
+
+class NoDataPlane:
+    """A data plane for timing-only runs: effects do nothing, predicates are an error."""
+
+    def apply(self, effect: int) -> None:  # noqa: D102 - protocol method
+        return None
+
+    def predicate(self, predicate: int) -> int:  # noqa: D102 - protocol method
+        raise IpusimError(
+            f"the program asks predicate {predicate} but the run has no data plane; "
+            "hint: pass data_plane= (for example ScriptedDataPlane) to Machine.run"
+        )
+
+
+class ScriptedDataPlane:
+    """A data plane that answers predicates from scripted sequences.
+
+    Parameters
+    ----------
+    answers
+        For each predicate id, the values to return on successive asks.
+
+    Attributes
+    ----------
+    applied
+        Effect ids in the order they were applied.
+    """
+
+    def __init__(self, answers: Mapping[int, Sequence[int]] | None = None) -> None:
+        self._answers = {k: list(v) for k, v in (answers or {}).items()}
+        self._pos = dict.fromkeys(self._answers, 0)
+        self.applied: list[int] = []
+
+    def apply(self, effect: int) -> None:  # noqa: D102 - protocol method
+        self.applied.append(effect)
+
+    def predicate(self, predicate: int) -> int:  # noqa: D102 - protocol method
+        values = self._answers.get(predicate)
+        if values is None or self._pos[predicate] >= len(values):
+            asked = self._pos.get(predicate, 0) + 1
+            raise IpusimError(
+                f"scripted data plane has no answer for predicate {predicate} "
+                f"(ask number {asked}); hint: add more values for it"
+            )
+        value = values[self._pos[predicate]]
+        self._pos[predicate] += 1
+        return int(value)

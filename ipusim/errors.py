@@ -1,0 +1,54 @@
+"""Errors raised by the simulator.
+
+Every error names the thing at fault (config path, tile, step, stream), the value
+found, what was required and, where possible, a hint. Each subclasses
+:class:`IpusimError` and the matching built-in exception so callers can catch either.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class IpusimError(Exception):
+    """Base class of every error raised by :mod:`ipusim`."""
+
+
+class ConfigError(IpusimError, ValueError):
+    """A machine config is invalid; ``problems`` lists every problem found.
+
+    Parameters
+    ----------
+    problems
+        One human-readable line per problem, each naming file, field path, value
+        and what was expected.
+    """
+
+    def __init__(self, problems: list[str], header: str = "invalid machine config") -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{header} ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class IRValidationError(IpusimError, ValueError):
+    """A machine program is malformed (tile out of range, inconsistent arrays, ...).
+
+    ``problems`` lists every problem found, each naming the step and the field.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid machine program ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class HostLinkError(IpusimError, ValueError):
+    """A host transfer breaks a host-link rule (for example the per-copy size limit)."""
+
+
+class SimulationTimeout(IpusimError, TimeoutError):
+    """The run went past ``max_cycles``; ``trace`` holds what was measured until then."""
+
+    def __init__(self, message: str, trace: Any = None) -> None:
+        super().__init__(message)
+        self.trace = trace

@@ -1,0 +1,239 @@
+"""On-chip (internal) exchange: per-tile time of one statically scheduled exchange.
+
+The exchange is compiled ahead of time, so there is no arbitration: a tile is busy for
+as long as it takes to push out what it sends or take in what it receives, whichever
+is more, plus a fixed latency and a latency that grows with the layout distance to its
+farthest peer::
+
+    cycles = ceil(max(bytes_sent, bytes_received) / exchange.bytes_per_cycle)
+             + exchange.fixed_latency_cycles
+             + ceil(exchange.cycles_per_hop * max_distance)
+
+A broadcast (several transfers sharing one message id) costs the sender once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipusim.config import MachineConfig
+from ipusim.errors import IRValidationError
+from ipusim.tile.layout import tile_distance
+
+__all__ = ["ExchangeCost", "ceil_ratio", "internal_exchange_cost"]
+
+_MAX_LISTED = 5
+
+
+def ceil_ratio(numerator: np.ndarray, denominator: float) -> np.ndarray:
+    """``ceil(numerator / denominator)`` as int64, robust to float round-off.
+
+    The quotient is rounded to 9 decimals before the ceiling so that, for example,
+    ``79.80000000000001`` and ``25.000000000000004`` do not gain a cycle (the same
+    convention as the config's derived cycle counts).
+    """
+    q = np.asarray(numerator, dtype=np.float64) / float(denominator)
+    return np.ceil(np.round(q, 9)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class ExchangeCost:
+    """Per-tile cost of one internal exchange.
+
+    Attributes
+    ----------
+    cycles
+        int64[num_tiles]: exchange cycles of each tile (0 without traffic).
+    bytes_sent
+        int64[num_tiles]: bytes sent; a broadcast is counted once at the sender.
+    bytes_received
+        int64[num_tiles]: bytes received.
+    messages_sent
+        int64[num_tiles]: distinct messages sent.
+    max_distance
+        int64[num_tiles]: layout distance to the farthest peer (0 if none).
+    """
+
+    cycles: np.ndarray
+    bytes_sent: np.ndarray
+    bytes_received: np.ndarray
+    messages_sent: np.ndarray
+    max_distance: np.ndarray
+
+
+def _as_1d(name: str, values: object, problems: list[str]) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        problems.append(f"exchange: '{name}' must be 1-D, got shape {arr.shape}")
+    elif arr.size and not np.issubdtype(arr.dtype, np.integer):
+        problems.append(f"exchange: '{name}' must be integers, got dtype {arr.dtype}")
+    return arr
+
+
+def _list_indices(indices: np.ndarray) -> str:
+    shown = ", ".join(str(int(i)) for i in indices[:_MAX_LISTED])
+    more = f" and {indices.size - _MAX_LISTED} more" if indices.size > _MAX_LISTED else ""
+    return shown + more
+
+
+def validate_transfers(
+    cfg: MachineConfig,
+    src_tile: object,
+    dst_tile: object,
+    num_bytes: object,
+    what: str = "exchange",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check parallel transfer arrays and return them as int64.
+
+    Raises
+    ------
+    IRValidationError
+        Listing every problem: shapes, dtypes, tiles outside the machine, negative
+        byte counts.
+    """
+    problems: list[str] = []
+    src = _as_1d("src_tile", src_tile, problems)
+    dst = _as_1d("dst_tile", dst_tile, problems)
+    nbytes = _as_1d("num_bytes", num_bytes, problems)
+    if problems:
+        raise IRValidationError(problems)
+    if not src.shape == dst.shape == nbytes.shape:
+        raise IRValidationError(
+            [
+                f"{what}: transfer arrays differ in length (src_tile {src.shape[0]}, "
+                f"dst_tile {dst.shape[0]}, num_bytes {nbytes.shape[0]}); one entry per "
+                "transfer is required"
+            ]
+        )
+    src = src.astype(np.int64, copy=False)
+    dst = dst.astype(np.int64, copy=False)
+    nbytes = nbytes.astype(np.int64, copy=False)
+    for name, arr in (("src_tile", src), ("dst_tile", dst)):
+        bad = np.flatnonzero((arr < 0) | (arr >= cfg.num_tiles))
+        if bad.size:
+            k = int(bad[0])
+            problems.append(
+                f"{what}: transfer {k} has {name} {int(arr[k])}, outside the machine's "
+                f"tiles [0, {cfg.num_tiles}) (transfers {_list_indices(bad)})"
+            )
+    bad = np.flatnonzero(nbytes < 0)
+    if bad.size:
+        k = int(bad[0])
+        problems.append(
+            f"{what}: transfer {k} has num_bytes {int(nbytes[k])}; byte counts must be >= 0 "
+            f"(transfers {_list_indices(bad)})"
+        )
+    if problems:
+        raise IRValidationError(problems)
+    return src, dst, nbytes
+
+
+def internal_exchange_cost(
+    cfg: MachineConfig,
+    src_tile: np.ndarray,
+    dst_tile: np.ndarray,
+    num_bytes: np.ndarray,
+    message: np.ndarray,
+) -> ExchangeCost:
+    """Per-tile cost of one internal exchange given as parallel transfer arrays.
+
+    Parameters
+    ----------
+    cfg
+        Machine config (``exchange`` section and the tile layout).
+    src_tile, dst_tile
+        int[num_transfers]: global tile ids (tile ``t`` is on IPU
+        ``t // tiles_per_ipu``). Source and destination must be on the same IPU.
+    num_bytes
+        int[num_transfers]: bytes of each transfer.
+    message
+        int[num_transfers]: message id. Transfers sharing an id form a broadcast: they
+        must have the same source and the same size, and the sender pays once.
+
+    Returns
+    -------
+    ExchangeCost
+        Per-tile cycles, bytes, distinct messages and farthest distance. A tile that
+        takes part in any transfer (as source or destination) pays the fixed latency;
+        tiles without any transfer get 0 cycles.
+
+    Raises
+    ------
+    IRValidationError
+        If the arrays are inconsistent, a tile id is outside the machine, a transfer
+        crosses IPUs, or the transfers of one message disagree on source or size.
+    """
+    src, dst, nbytes = validate_transfers(cfg, src_tile, dst_tile, num_bytes)
+    problems: list[str] = []
+    msg = _as_1d("message", message, problems)
+    if not problems and msg.shape != src.shape:
+        problems.append(
+            f"exchange: 'message' has {msg.shape[0]} entries but there are "
+            f"{src.shape[0]} transfers; one message id per transfer is required"
+        )
+    if problems:
+        raise IRValidationError(problems)
+    msg = msg.astype(np.int64, copy=False)
+
+    tiles_per_ipu = cfg.tile.tiles_per_ipu
+    cross = np.flatnonzero(src // tiles_per_ipu != dst // tiles_per_ipu)
+    if cross.size:
+        problems.extend(
+            f"exchange: transfer {int(k)} goes from tile {int(src[k])} (IPU "
+            f"{int(src[k]) // tiles_per_ipu}) to tile {int(dst[k])} (IPU "
+            f"{int(dst[k]) // tiles_per_ipu}); an internal exchange stays on one IPU, "
+            "use a GlobalExchange for inter-IPU transfers"
+            for k in cross[:_MAX_LISTED]
+        )
+        if cross.size > _MAX_LISTED:
+            problems.append(f"exchange: {cross.size - _MAX_LISTED} more inter-IPU transfers")
+        raise IRValidationError(problems)
+
+    _, first, inverse = np.unique(msg, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    head = first[inverse]
+    mismatch = np.flatnonzero((src != src[head]) | (nbytes != nbytes[head]))
+    if mismatch.size:
+        k = int(mismatch[0])
+        h = int(head[k])
+        raise IRValidationError(
+            [
+                f"exchange: transfer {k} (message {int(msg[k])}) has source tile "
+                f"{int(src[k])} and {int(nbytes[k])} bytes, but transfer {h} of the same "
+                f"message has source tile {int(src[h])} and {int(nbytes[h])} bytes; the "
+                "transfers of one broadcast message share source and size "
+                f"(mismatching transfers {_list_indices(mismatch)})"
+            ]
+        )
+
+    n = cfg.num_tiles
+    bytes_sent = np.zeros(n, dtype=np.int64)
+    np.add.at(bytes_sent, src[first], nbytes[first])
+    messages_sent = np.bincount(src[first], minlength=n).astype(np.int64)
+    bytes_received = np.zeros(n, dtype=np.int64)
+    np.add.at(bytes_received, dst, nbytes)
+
+    distance = tile_distance(cfg.tile, src % tiles_per_ipu, dst % tiles_per_ipu)
+    max_distance = np.zeros(n, dtype=np.int64)
+    np.maximum.at(max_distance, src, distance)
+    np.maximum.at(max_distance, dst, distance)
+
+    active = np.zeros(n, dtype=bool)
+    active[src] = True
+    active[dst] = True
+    ex = cfg.exchange
+    cycles = (
+        ceil_ratio(np.maximum(bytes_sent, bytes_received), ex.bytes_per_cycle)
+        + ex.fixed_latency_cycles
+        + ceil_ratio(ex.cycles_per_hop * max_distance, 1.0)
+    )
+    cycles = np.where(active, cycles, 0).astype(np.int64)
+    return ExchangeCost(
+        cycles=cycles,
+        bytes_sent=bytes_sent,
+        bytes_received=bytes_received,
+        messages_sent=messages_sent,
+        max_distance=max_distance,
+    )

@@ -1,0 +1,440 @@
+"""Machine program IR: the contract between lowering and the machine.
+
+A machine program is a tree of control nodes whose leaves are steps. Control flow is
+global: every tile group follows the same path, and predicates are answered by the
+data plane. Per-vertex and per-transfer data are numpy arrays, never objects, so that
+timing can be computed for a whole IPU at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import ClassVar, Union
+
+import numpy as np
+
+from ipusim.errors import IRValidationError
+
+
+class SyncKind(str, Enum):
+    """Scope of a sync: one IPU, all IPUs, or all IPUs plus the host."""
+
+    INTERNAL = "internal"
+    EXTERNAL = "external"
+    HOST = "host"
+
+
+class Direction(str, Enum):
+    """Direction of a host or Streaming Memory transfer."""
+
+    HOST_TO_DEVICE = "host_to_device"
+    DEVICE_TO_HOST = "device_to_host"
+
+
+def _array(values: object, dtype: type) -> np.ndarray:
+    arr = np.array(values, dtype=dtype).reshape(-1)
+    arr.flags.writeable = False
+    return arr
+
+
+# --------------------------------------------------------------------------- steps
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Step:
+    """A leaf of the program tree.
+
+    Parameters
+    ----------
+    name
+        Debug name, shown in traces and profiles (for example the compute set name).
+    effect
+        Id of the functional effect the data plane applies when the step runs, or None.
+    program_id
+        Id of the user-level program the step was lowered from (for profiles), -1 if none.
+    """
+
+    kind: ClassVar[str] = "step"
+    phase: ClassVar[str] = ""
+    name: str
+    effect: int | None = None
+    program_id: int = -1
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Compute(Step):
+    """One compute set: per vertex its tile, estimate, kind and type.
+
+    ``vertex_cycles`` are thread cycles for worker vertices and tile cycles for
+    multi-vertices (``vertex_multi`` True). ``vertex_type`` indexes
+    ``vertex_type_names``.
+    """
+
+    kind: ClassVar[str] = "compute"
+    phase: ClassVar[str] = "compute"
+    vertex_tile: np.ndarray
+    vertex_cycles: np.ndarray
+    vertex_multi: np.ndarray | None = None
+    vertex_type: np.ndarray | None = None
+    vertex_type_names: tuple[str, ...] = ("Vertex",)
+
+    def __post_init__(self) -> None:
+        tile = _array(self.vertex_tile, np.int64)
+        object.__setattr__(self, "vertex_tile", tile)
+        object.__setattr__(self, "vertex_cycles", _array(self.vertex_cycles, np.int64))
+        multi = np.zeros(tile.size, bool) if self.vertex_multi is None else self.vertex_multi
+        object.__setattr__(self, "vertex_multi", _array(multi, np.bool_))
+        vtype = np.zeros(tile.size, np.int64) if self.vertex_type is None else self.vertex_type
+        object.__setattr__(self, "vertex_type", _array(vtype, np.int64))
+        object.__setattr__(self, "vertex_type_names", tuple(self.vertex_type_names))
+
+    @property
+    def num_vertices(self) -> int:
+        """Number of vertices in the compute set."""
+        return int(self.vertex_tile.size)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Exchange(Step):
+    """An internal (on-chip) exchange as explicit transfers.
+
+    Transfer ``k`` moves ``num_bytes[k]`` from ``src_tile[k]`` to ``dst_tile[k]``.
+    Transfers sharing a ``message`` id are one broadcast, counted once at the sender.
+    When ``message`` is None every transfer is its own message.
+    """
+
+    kind: ClassVar[str] = "exchange"
+    phase: ClassVar[str] = "internal_exchange"
+    src_tile: np.ndarray
+    dst_tile: np.ndarray
+    num_bytes: np.ndarray
+    message: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        src = _array(self.src_tile, np.int64)
+        object.__setattr__(self, "src_tile", src)
+        object.__setattr__(self, "dst_tile", _array(self.dst_tile, np.int64))
+        object.__setattr__(self, "num_bytes", _array(self.num_bytes, np.int64))
+        msg = np.arange(src.size) if self.message is None else self.message
+        object.__setattr__(self, "message", _array(msg, np.int64))
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Sync(Step):
+    """A sync: internal (one IPU), external (all IPUs) or host."""
+
+    kind: ClassVar[str] = "sync"
+    phase: ClassVar[str] = "sync"
+    sync_kind: SyncKind = SyncKind.INTERNAL
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sync_kind", SyncKind(self.sync_kind))
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class StreamCopy(Step):
+    """A host data-stream transfer: bytes per tile, in one direction."""
+
+    kind: ClassVar[str] = "stream_copy"
+    phase: ClassVar[str] = "host_exchange"
+    direction: Direction
+    tile: np.ndarray
+    num_bytes: np.ndarray
+    stream: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direction", Direction(self.direction))
+        object.__setattr__(self, "tile", _array(self.tile, np.int64))
+        object.__setattr__(self, "num_bytes", _array(self.num_bytes, np.int64))
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class RemoteBufferCopy(StreamCopy):
+    """A transfer between tiles and a remote buffer in Streaming Memory.
+
+    Modelled over the host link, as Streaming Memory sits behind it.
+    """
+
+    kind: ClassVar[str] = "remote_buffer_copy"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class GlobalExchange(Step):
+    """Inter-IPU transfers over IPU-Links (tile ids are global)."""
+
+    kind: ClassVar[str] = "global_exchange"
+    phase: ClassVar[str] = "global_exchange"
+    src_tile: np.ndarray
+    dst_tile: np.ndarray
+    num_bytes: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "src_tile", _array(self.src_tile, np.int64))
+        object.__setattr__(self, "dst_tile", _array(self.dst_tile, np.int64))
+        object.__setattr__(self, "num_bytes", _array(self.num_bytes, np.int64))
+
+
+# ------------------------------------------------------------------- control nodes
+@dataclass(frozen=True, eq=False)
+class Sequence:
+    """Run the children in order."""
+
+    body: tuple[Node, ...] = ()
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "body", tuple(self.body))
+
+
+@dataclass(frozen=True, eq=False)
+class Repeat:
+    """Run ``body`` ``count`` times."""
+
+    count: int
+    body: Node
+
+
+@dataclass(frozen=True, eq=False)
+class RepeatWhile:
+    """Run ``condition``, test ``predicate``; run ``body`` and loop while it equals
+    ``while_true``."""
+
+    condition: Node
+    predicate: int
+    body: Node
+    while_true: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class If:
+    """Run ``then`` when the predicate is non-zero, else ``else_``."""
+
+    predicate: int
+    then: Node
+    else_: Node = field(default_factory=Sequence)
+
+
+@dataclass(frozen=True, eq=False)
+class Switch:
+    """Run the case whose value equals the control value, else ``default``."""
+
+    control: int
+    cases: tuple[tuple[int, Node], ...]
+    default: Node = field(default_factory=Sequence)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cases", tuple((int(v), n) for v, n in self.cases))
+
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """Run function ``function`` of the program."""
+
+    function: int
+
+
+Node = Union[Step, Sequence, Repeat, RepeatWhile, If, Switch, Call]  # noqa: UP007
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A machine program: entry points (run by index) and callable functions."""
+
+    entries: tuple[Node, ...]
+    functions: tuple[Node, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", tuple(self.entries))
+        object.__setattr__(self, "functions", tuple(self.functions))
+
+
+def as_program(program: Program | Node) -> Program:
+    """Wrap a bare node as a single-entry program."""
+    return program if isinstance(program, Program) else Program(entries=(program,))
+
+
+# ---------------------------------------------------------------------- traversal
+def iter_steps(program: Program) -> list[Step]:
+    """Every distinct step object reachable from the program, in tree order."""
+    seen: dict[int, Step] = {}
+
+    def walk(node: Node) -> None:
+        if isinstance(node, Step):
+            seen.setdefault(id(node), node)
+        elif isinstance(node, Sequence):
+            for child in node.body:
+                walk(child)
+        elif isinstance(node, Repeat):
+            walk(node.body)
+        elif isinstance(node, RepeatWhile):
+            walk(node.condition)
+            walk(node.body)
+        elif isinstance(node, If):
+            walk(node.then)
+            walk(node.else_)
+        elif isinstance(node, Switch):
+            for _, case in node.cases:
+                walk(case)
+            walk(node.default)
+
+    for root in (*program.entries, *program.functions):
+        walk(root)
+    return list(seen.values())
+
+
+# --------------------------------------------------------------------- validation
+def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int) -> Program:
+    """Check a program against a machine size; raise with every problem found.
+
+    Raises
+    ------
+    IRValidationError
+        Listing each problem with the step's name, the field, the value and what
+        was required.
+    """
+    program = as_program(program)
+    problems: list[str] = []
+
+    def where(step: Step, fld: str) -> str:
+        return f"{step.kind} step '{step.name}' field '{fld}'"
+
+    def check_tiles(step: Step, fld: str, arr: np.ndarray) -> None:
+        bad = np.flatnonzero((arr < 0) | (arr >= num_tiles))
+        if bad.size:
+            problems.append(
+                f"{where(step, fld)}: tile {int(arr[bad[0]])} at index {int(bad[0])} is out of "
+                f"range [0, {num_tiles}) ({bad.size} bad entr{'y' if bad.size == 1 else 'ies'}); "
+                f"hint: the machine has {num_tiles} tiles"
+            )
+
+    def check_nonneg(step: Step, fld: str, arr: np.ndarray) -> None:
+        bad = np.flatnonzero(arr < 0)
+        if bad.size:
+            problems.append(
+                f"{where(step, fld)}: value {int(arr[bad[0]])} at index {int(bad[0])} is "
+                f"negative; required >= 0"
+            )
+
+    def check_lengths(step: Step, names: tuple[str, ...]) -> bool:
+        sizes = {n: getattr(step, n).size for n in names}
+        if len(set(sizes.values())) > 1:
+            desc = ", ".join(f"{n}={s}" for n, s in sizes.items())
+            problems.append(
+                f"{step.kind} step '{step.name}': array lengths differ ({desc}); "
+                "required one entry per vertex/transfer in each"
+            )
+            return False
+        return True
+
+    for step in iter_steps(program):
+        if isinstance(step, Compute):
+            fields = ("vertex_tile", "vertex_cycles", "vertex_multi", "vertex_type")
+            if check_lengths(step, fields):
+                check_tiles(step, "vertex_tile", step.vertex_tile)
+                check_nonneg(step, "vertex_cycles", step.vertex_cycles)
+                nt = len(step.vertex_type_names)
+                bad = np.flatnonzero((step.vertex_type < 0) | (step.vertex_type >= nt))
+                if bad.size:
+                    problems.append(
+                        f"{where(step, 'vertex_type')}: type index {int(step.vertex_type[bad[0]])}"
+                        f" is out of range [0, {nt}) of vertex_type_names"
+                    )
+        elif isinstance(step, Exchange | GlobalExchange):
+            names = ("src_tile", "dst_tile", "num_bytes")
+            if isinstance(step, Exchange):
+                names = (*names, "message")
+            if check_lengths(step, names):
+                check_tiles(step, "src_tile", step.src_tile)
+                check_tiles(step, "dst_tile", step.dst_tile)
+                check_nonneg(step, "num_bytes", step.num_bytes)
+                ok = (step.src_tile >= 0) & (step.src_tile < num_tiles)
+                ok &= (step.dst_tile >= 0) & (step.dst_tile < num_tiles)
+                same = step.src_tile // tiles_per_ipu == step.dst_tile // tiles_per_ipu
+                bad = np.flatnonzero(ok & (~same if isinstance(step, Exchange) else same))
+                if bad.size:
+                    k = int(bad[0])
+                    s, d = int(step.src_tile[k]), int(step.dst_tile[k])
+                    if isinstance(step, Exchange):
+                        msg = "crosses IPUs; hint: use a GlobalExchange step"
+                    else:
+                        msg = "stays on one IPU; hint: use an Exchange step"
+                    problems.append(f"{where(step, 'dst_tile')}: transfer {k} ({s}->{d}) {msg}")
+        elif isinstance(step, StreamCopy):
+            if check_lengths(step, ("tile", "num_bytes")):
+                check_tiles(step, "tile", step.tile)
+                check_nonneg(step, "num_bytes", step.num_bytes)
+
+    def check_node(node: Node, path: str) -> None:
+        if isinstance(node, Step):
+            return
+        if isinstance(node, Sequence):
+            for i, child in enumerate(node.body):
+                check_node(child, f"{path}/{i}")
+        elif isinstance(node, Repeat):
+            if not isinstance(node.count, int | np.integer) or node.count < 0:
+                problems.append(f"Repeat at {path}: count {node.count!r} must be an int >= 0")
+            check_node(node.body, f"{path}/body")
+        elif isinstance(node, RepeatWhile):
+            check_node(node.condition, f"{path}/condition")
+            check_node(node.body, f"{path}/body")
+        elif isinstance(node, If):
+            check_node(node.then, f"{path}/then")
+            check_node(node.else_, f"{path}/else")
+        elif isinstance(node, Switch):
+            values = [v for v, _ in node.cases]
+            if len(set(values)) != len(values):
+                problems.append(f"Switch at {path}: duplicate case values {sorted(values)}")
+            for v, case in node.cases:
+                check_node(case, f"{path}/case {v}")
+            check_node(node.default, f"{path}/default")
+        elif isinstance(node, Call):
+            if not 0 <= node.function < len(program.functions):
+                problems.append(
+                    f"Call at {path}: function {node.function} does not exist "
+                    f"(the program has {len(program.functions)} function(s))"
+                )
+        else:
+            problems.append(f"{path}: {type(node).__name__} is not an IR node")
+
+    for i, entry in enumerate(program.entries):
+        check_node(entry, f"entry {i}")
+    for i, fn in enumerate(program.functions):
+        check_node(fn, f"function {i}")
+    _check_call_cycles(program, problems)
+    if problems:
+        raise IRValidationError(problems)
+    return program
+
+
+def _check_call_cycles(program: Program, problems: list[str]) -> None:
+    """Functions may not call themselves, directly or not (no recursion on the IPU)."""
+
+    def calls(node: Node) -> set[int]:
+        if isinstance(node, Call):
+            return {node.function}
+        if isinstance(node, Sequence):
+            return set().union(*(calls(c) for c in node.body)) if node.body else set()
+        if isinstance(node, Repeat):
+            return calls(node.body)
+        if isinstance(node, RepeatWhile):
+            return calls(node.condition) | calls(node.body)
+        if isinstance(node, If):
+            return calls(node.then) | calls(node.else_)
+        if isinstance(node, Switch):
+            out = calls(node.default)
+            for _, c in node.cases:
+                out |= calls(c)
+            return out
+        return set()
+
+    graph = {i: calls(fn) for i, fn in enumerate(program.functions)}
+    for start in graph:
+        stack, seen = list(graph[start]), set()
+        while stack:
+            f = stack.pop()
+            if f == start:
+                problems.append(f"function {start} calls itself (recursion is not supported)")
+                break
+            if f in seen or f not in graph:
+                continue
+            seen.add(f)
+            stack.extend(graph[f])

@@ -1,0 +1,385 @@
+"""The machine: SimPy tile groups executing a machine program.
+
+A *tile group* is a set of tiles that runs the control program between syncs: one
+group per IPU by default (``sim.granularity: ipu``) or one per tile
+(``sim.granularity: tile``); both give the identical trace. Each group is a SimPy
+process. Per-tile state (the local clock of every tile) is one numpy array; within a
+step every tile's cost is computed for the whole machine at once and cached, so a
+group only slices it. SimPy orders the groups in time and models the collectives
+(syncs, stream copies, global exchanges) and the contention for the shared host link.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any
+
+import numpy as np
+import simpy
+
+from ipusim import ir
+from ipusim.config import MachineConfig, config_hash, load_config
+from ipusim.dataplane import DataPlane, NoDataPlane
+from ipusim.errors import IpusimError, SimulationTimeout
+from ipusim.exchange.internal import internal_exchange_cost
+from ipusim.exchange.links import global_exchange_cost
+from ipusim.host.link import HostLink, check_copy_size
+from ipusim.sync.controller import sync_delays, sync_extra_cycles
+from ipusim.tile.compute import compute_cost
+from ipusim.trace import StepRecord, Trace
+
+
+@dataclass
+class _Group:
+    """Tiles ``lo:hi`` (global ids) of IPU ``ipu``, run by one SimPy process."""
+
+    index: int
+    ipu: int
+    lo: int
+    hi: int
+
+
+@dataclass
+class _Barrier:
+    event: simpy.Event
+    expected: int
+    arrived: int = 0
+
+
+@dataclass
+class _Decision:
+    value: int
+    pending: int
+
+
+class Machine:
+    """A modelled IPU machine that runs machine programs.
+
+    Parameters
+    ----------
+    config
+        A :class:`~ipusim.config.MachineConfig`, a preset name or a YAML path.
+    """
+
+    def __init__(self, config: MachineConfig | str | PathLike[str]) -> None:
+        self.config = config if isinstance(config, MachineConfig) else load_config(config)
+        self.config_hash = config_hash(self.config)
+        self._delays = sync_delays(self.config)
+
+    @property
+    def num_tiles(self) -> int:
+        """Tiles over all IPUs."""
+        return self.config.num_tiles
+
+    def run(
+        self,
+        program: ir.Program | ir.Node,
+        data_plane: DataPlane | None = None,
+        max_cycles: int | None = None,
+        entry: int = 0,
+    ) -> Trace:
+        """Run entry ``entry`` of ``program`` and return its trace.
+
+        Parameters
+        ----------
+        program
+            A machine program or a bare node.
+        data_plane
+            Applies functional effects and answers predicates; None for timing only.
+        max_cycles
+            Stop with :class:`~ipusim.errors.SimulationTimeout` (carrying the partial
+            trace) when any tile's clock passes this.
+        entry
+            Index of the entry program to run.
+
+        Raises
+        ------
+        IRValidationError
+            The program does not fit this machine.
+        HostLinkError
+            A stream copy is larger than the per-copy limit.
+        SimulationTimeout
+            ``max_cycles`` was exceeded.
+        """
+        cfg = self.config
+        program = ir.validate_program(program, cfg.num_tiles, cfg.tile.tiles_per_ipu)
+        if not 0 <= entry < len(program.entries):
+            raise IpusimError(
+                f"entry {entry} does not exist: the program has {len(program.entries)} "
+                f"entr{'y' if len(program.entries) == 1 else 'ies'}"
+            )
+        for step in ir.iter_steps(program):
+            if isinstance(step, ir.StreamCopy):
+                per_ipu = np.bincount(
+                    step.tile // cfg.tile.tiles_per_ipu, step.num_bytes, minlength=cfg.num_ipus
+                )
+                check_copy_size(cfg, int(per_ipu.max(initial=0)), f"{step.kind} '{step.name}'")
+        run = _Run(self, program, data_plane or NoDataPlane(), max_cycles)
+        return run.execute(program.entries[entry])
+
+
+class _Run:
+    """State of one run: clocks, records, barriers, cached step costs."""
+
+    def __init__(
+        self, machine: Machine, program: ir.Program, data_plane: DataPlane, max_cycles: int | None
+    ) -> None:
+        cfg = machine.config
+        self.machine = machine
+        self.cfg = cfg
+        self.program = program
+        self.data_plane = data_plane
+        self.max_cycles = max_cycles
+        self.env = simpy.Environment()
+        self.host_link = HostLink(self.env, cfg)
+        self.clock = np.zeros(cfg.num_tiles, np.int64)
+        self.delays = machine._delays
+        tpi = cfg.tile.tiles_per_ipu
+        if cfg.sim.granularity == "tile":
+            self.groups = [_Group(t, t // tpi, t, t + 1) for t in range(cfg.num_tiles)]
+        else:
+            self.groups = [_Group(i, i, i * tpi, (i + 1) * tpi) for i in range(cfg.num_ipus)]
+        self.groups_per_ipu = len(self.groups) // cfg.num_ipus
+        self.step_count = [0] * len(self.groups)
+        self.decision_count = [0] * len(self.groups)
+        self.records: dict[int, StepRecord] = {}
+        self.decisions: dict[int, _Decision] = {}
+        self.barriers: dict[tuple[int, int], _Barrier] = {}
+        self.costs: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ driver
+    def execute(self, root: ir.Node) -> Trace:
+        start = time.perf_counter()
+        procs = [self.env.process(self._group_main(g, root)) for g in self.groups]
+        error: BaseException | None = None
+        try:
+            self.env.run(simpy.AllOf(self.env, procs))
+        except SimulationTimeout as exc:
+            error = exc
+        trace = Trace(
+            config_name=self.cfg.name,
+            config_hash=self.machine.config_hash,
+            clock_hz=self.cfg.tile.clock_hz,
+            num_tiles=self.cfg.num_tiles,
+            tiles_per_ipu=self.cfg.tile.tiles_per_ipu,
+            records=[self.records[k] for k in sorted(self.records)],
+            tile_end_cycles=self.clock.copy(),
+            host_seconds=time.perf_counter() - start,
+            complete=error is None,
+        )
+        if error is not None:
+            raise SimulationTimeout(str(error), trace) from None
+        return trace
+
+    def _group_main(self, g: _Group, root: ir.Node) -> Generator[simpy.Event, Any, None]:
+        yield from self._exec(g, root)
+
+    # --------------------------------------------------------------- control
+    def _exec(self, g: _Group, node: ir.Node) -> Generator[simpy.Event, Any, None]:
+        if isinstance(node, ir.Step):
+            yield from self._step(g, node)
+        elif isinstance(node, ir.Sequence):
+            for child in node.body:
+                yield from self._exec(g, child)
+        elif isinstance(node, ir.Repeat):
+            for _ in range(int(node.count)):
+                yield from self._exec(g, node.body)
+        elif isinstance(node, ir.RepeatWhile):
+            while True:
+                yield from self._exec(g, node.condition)
+                if bool(self._decide(g, node.predicate)) != node.while_true:
+                    break
+                yield from self._exec(g, node.body)
+        elif isinstance(node, ir.If):
+            branch = node.then if self._decide(g, node.predicate) else node.else_
+            yield from self._exec(g, branch)
+        elif isinstance(node, ir.Switch):
+            value = self._decide(g, node.control)
+            branch = next((n for v, n in node.cases if v == value), node.default)
+            yield from self._exec(g, branch)
+        elif isinstance(node, ir.Call):
+            yield from self._exec(g, self.program.functions[node.function])
+
+    def _decide(self, g: _Group, predicate: int) -> int:
+        """Predicate value for this group's next decision; asked once for all groups."""
+        n = self.decision_count[g.index]
+        self.decision_count[g.index] = n + 1
+        decision = self.decisions.get(n)
+        if decision is None:
+            value = int(self.data_plane.predicate(predicate))
+            decision = self.decisions[n] = _Decision(value, len(self.groups))
+        decision.pending -= 1
+        if decision.pending == 0:
+            del self.decisions[n]
+        return decision.value
+
+    # ------------------------------------------------------------------ steps
+    def _step(self, g: _Group, step: ir.Step) -> Generator[simpy.Event, Any, None]:
+        n = self.step_count[g.index]
+        self.step_count[g.index] = n + 1
+        rec = self.records.get(n)
+        if rec is None:
+            rec = self._new_record(n, step)
+            if step.effect is not None:
+                self.data_plane.apply(step.effect)
+        if isinstance(step, ir.Compute | ir.Exchange):
+            cycles = rec.tile_cycles[g.lo : g.hi]
+            start = self.clock[g.lo : g.hi]
+            self._span(rec, start, start + cycles)
+            self.clock[g.lo : g.hi] += cycles
+        elif isinstance(step, ir.Sync):
+            yield from self._sync(g, n, rec, step)
+        elif isinstance(step, ir.StreamCopy):
+            yield from self._stream_copy(g, n, rec, step)
+        elif isinstance(step, ir.GlobalExchange):
+            yield from self._global_exchange(g, n, rec, step)
+        end = int(self.clock[g.lo : g.hi].max())
+        if self.max_cycles is not None and end > self.max_cycles:
+            raise SimulationTimeout(
+                f"the run passed max_cycles={self.max_cycles:,}: tile clock reached "
+                f"{end:,} in {step.kind} step '{step.name}' (step {n}); hint: raise "
+                "max_cycles or check for a loop that never ends"
+            )
+        if end > self.env.now:
+            yield self.env.timeout(end - self.env.now)
+
+    def _new_record(self, n: int, step: ir.Step) -> StepRecord:
+        active = None
+        details = None
+        if isinstance(step, ir.Compute):
+            cost = self._cost(step)
+            tile_cycles, active, details = cost.tile_cycles, cost.active_cycles, cost
+        elif isinstance(step, ir.Exchange):
+            cost = self._cost(step)
+            tile_cycles, details = cost.cycles, cost
+        else:
+            tile_cycles = np.zeros(self.cfg.num_tiles, np.int64)
+        rec = StepRecord(
+            index=n,
+            kind=step.kind,
+            phase=step.phase,
+            name=step.name,
+            program_id=step.program_id,
+            first_cycle=np.iinfo(np.int64).max,
+            last_cycle=0,
+            tile_cycles=tile_cycles,
+            active_cycles=active,
+            step=step,
+            details=details,
+        )
+        self.records[n] = rec
+        return rec
+
+    def _cost(self, step: ir.Step) -> Any:
+        cost = self.costs.get(id(step))
+        if cost is None:
+            cfg = self.cfg
+            if isinstance(step, ir.Compute):
+                cost = compute_cost(
+                    cfg.tile, cfg.num_tiles, step.vertex_tile, step.vertex_cycles, step.vertex_multi
+                )
+            elif isinstance(step, ir.Exchange):
+                cost = internal_exchange_cost(
+                    cfg, step.src_tile, step.dst_tile, step.num_bytes, step.message
+                )
+            elif isinstance(step, ir.GlobalExchange):
+                cost = global_exchange_cost(cfg, step.src_tile, step.dst_tile, step.num_bytes)
+            self.costs[id(step)] = cost
+        return cost
+
+    @staticmethod
+    def _span(rec: StepRecord, start: np.ndarray, end: np.ndarray) -> None:
+        if start.size:
+            rec.first_cycle = min(rec.first_cycle, int(start.min()))
+            rec.last_cycle = max(rec.last_cycle, int(end.max()))
+
+    # ------------------------------------------------------------- collectives
+    def _collective(
+        self,
+        g: _Group,
+        key: tuple[int, int],
+        expected: int,
+        finish: Callable[[], Generator[simpy.Event, Any, None]],
+    ) -> Generator[simpy.Event, Any, None]:
+        """Wait until ``expected`` groups arrived; the last one runs ``finish``.
+
+        Groups arrive in simulated-time order (each has yielded to its latest tile's
+        clock), so when the last one arrives ``env.now`` is the latest clock in scope.
+        """
+        barrier = self.barriers.get(key)
+        if barrier is None:
+            barrier = self.barriers[key] = _Barrier(self.env.event(), expected)
+        barrier.arrived += 1
+        if barrier.arrived < barrier.expected:
+            yield barrier.event
+            return
+        del self.barriers[key]
+        yield from finish()
+        barrier.event.succeed()
+
+    def _scope(self, g: _Group, ipu_only: bool) -> tuple[int, int, int, int]:
+        """(key part, expected groups, lo, hi) of an IPU-wide or machine-wide scope."""
+        if ipu_only:
+            tpi = self.cfg.tile.tiles_per_ipu
+            return g.ipu, self.groups_per_ipu, g.ipu * tpi, (g.ipu + 1) * tpi
+        return -1, len(self.groups), 0, self.cfg.num_tiles
+
+    def _settle(self, rec: StepRecord, lo: int, hi: int, end: np.ndarray | int) -> None:
+        """Move tiles ``lo:hi`` to ``end``, charging the difference to the record."""
+        start = self.clock[lo:hi]
+        end = np.broadcast_to(np.asarray(end, np.int64), start.shape)
+        rec.tile_cycles[lo:hi] = end - start
+        self._span(rec, start, end)
+        self.clock[lo:hi] = end
+
+    def _sync(
+        self, g: _Group, n: int, rec: StepRecord, step: ir.Sync
+    ) -> Generator[simpy.Event, Any, None]:
+        kind = step.sync_kind
+        part, expected, lo, hi = self._scope(g, kind == ir.SyncKind.INTERNAL)
+
+        def finish() -> Generator[simpy.Event, Any, None]:
+            release = int(self.clock[lo:hi].max()) + sync_extra_cycles(self.cfg, kind.value)
+            self._settle(rec, lo, hi, release + self.delays[lo:hi])
+            yield from ()
+
+        yield from self._collective(g, (n, part), expected, finish)
+
+    def _stream_copy(
+        self, g: _Group, n: int, rec: StepRecord, step: ir.StreamCopy
+    ) -> Generator[simpy.Event, Any, None]:
+        part, expected, lo, hi = self._scope(g, True)
+        mine = (step.tile >= lo) & (step.tile < hi)
+        if not mine.any():
+            return
+        tile_bytes = step.num_bytes[mine]
+        total = int(tile_bytes.sum())
+        # a tile moves at most exchange.bytes_per_cycle to or from the host per cycle
+        floor = int(np.ceil(tile_bytes.max() / self.cfg.exchange.bytes_per_cycle))
+
+        def finish() -> Generator[simpy.Event, Any, None]:
+            begin = int(self.clock[lo:hi].max())
+            yield from self.host_link.transfer(total)
+            end = max(int(np.ceil(self.env.now)), begin + floor)
+            self._settle(rec, lo, hi, end)
+
+        yield from self._collective(g, (n, part), expected, finish)
+
+    def _global_exchange(
+        self, g: _Group, n: int, rec: StepRecord, step: ir.GlobalExchange
+    ) -> Generator[simpy.Event, Any, None]:
+        part, expected, lo, hi = self._scope(g, False)
+        cost = self._cost(step)
+        rec.details = cost
+
+        def finish() -> Generator[simpy.Event, Any, None]:
+            self._settle(rec, lo, hi, int(self.clock[lo:hi].max()) + cost.cycles)
+            yield from ()
+
+        yield from self._collective(g, (n, part), expected, finish)
+
+
+__all__ = ["Machine"]

@@ -1,0 +1,156 @@
+"""The trace of a run: one record per executed step, totals per phase.
+
+Per-tile arrays are int64 over every tile of the machine (global tile ids). The same
+config, program and data plane always give an identical trace (``fingerprint``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Phases whose per-tile cycles are summed into the trace totals.
+PHASES = ("compute", "internal_exchange", "global_exchange", "host_exchange", "sync")
+
+
+@dataclass
+class StepRecord:
+    """One executed step.
+
+    Attributes
+    ----------
+    index
+        Position of the step in execution order.
+    kind, phase
+        The IR step kind (``compute``, ``exchange``, ...) and the phase it counts in.
+    name, program_id
+        Debug name and user-level program id carried by the IR step.
+    first_cycle, last_cycle
+        Earliest start and latest end over all tiles (``last_cycle`` exclusive).
+    tile_cycles
+        Cycles each tile spent in the step (waiting included for collective steps).
+    active_cycles
+        For compute steps, Σ of vertex estimates per tile; None otherwise.
+    """
+
+    index: int
+    kind: str
+    phase: str
+    name: str
+    program_id: int
+    first_cycle: int
+    last_cycle: int
+    tile_cycles: np.ndarray
+    active_cycles: np.ndarray | None = None
+    step: object = field(default=None, repr=False, compare=False)
+    details: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def cycles(self) -> int:
+        """Duration of the step: ``last_cycle - first_cycle``."""
+        return self.last_cycle - self.first_cycle
+
+
+@dataclass
+class Trace:
+    """Result of :meth:`ipusim.machine.Machine.run`.
+
+    Attributes
+    ----------
+    records
+        Executed steps in order.
+    tile_end_cycles
+        Final clock of every tile; ``total_cycles`` is their maximum.
+    host_seconds
+        Wall-clock seconds the simulation took (not part of the fingerprint).
+    complete
+        False when the run stopped early (timeout or error); the records are what
+        was measured until then.
+    """
+
+    config_name: str
+    config_hash: str
+    clock_hz: float
+    num_tiles: int
+    tiles_per_ipu: int
+    records: list[StepRecord]
+    tile_end_cycles: np.ndarray
+    host_seconds: float = 0.0
+    complete: bool = True
+
+    @property
+    def total_cycles(self) -> int:
+        """Cycles from the start of the run until the last tile finished."""
+        return int(self.tile_end_cycles.max(initial=0))
+
+    @property
+    def simulated_seconds(self) -> float:
+        """``total_cycles`` at the tile clock."""
+        return self.total_cycles / self.clock_hz
+
+    @property
+    def cycles_per_host_second(self) -> float:
+        """Simulated cycles per second of host time (0 when not measured)."""
+        return self.total_cycles / self.host_seconds if self.host_seconds > 0 else 0.0
+
+    def phase_tile_cycles(self, phase: str) -> np.ndarray:
+        """Per-tile cycles spent in ``phase`` over the whole run."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
+        out = np.zeros(self.num_tiles, np.int64)
+        for rec in self.records:
+            if rec.phase == phase:
+                out += rec.tile_cycles
+        return out
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Cycles per phase summed over tiles.
+
+        ``compute`` includes idle threads (tile cycles); ``compute_active`` excludes
+        them (Σ vertex estimates).
+        """
+        out = dict.fromkeys(("compute", "compute_active", *PHASES[1:]), 0)
+        for rec in self.records:
+            out[rec.phase] += int(rec.tile_cycles.sum())
+            if rec.active_cycles is not None:
+                out["compute_active"] += int(rec.active_cycles.sum())
+        return out
+
+    def fingerprint(self) -> str:
+        """A hash of everything simulated (not host time): equal traces, equal hashes."""
+        h = hashlib.sha256()
+        h.update(f"{self.config_hash}|{self.num_tiles}|{self.complete}".encode())
+        for r in self.records:
+            h.update(
+                f"{r.index}|{r.kind}|{r.phase}|{r.name}|{r.program_id}|"
+                f"{r.first_cycle}|{r.last_cycle}".encode()
+            )
+            h.update(np.ascontiguousarray(r.tile_cycles, np.int64).tobytes())
+            if r.active_cycles is not None:
+                h.update(np.ascontiguousarray(r.active_cycles, np.int64).tobytes())
+        h.update(np.ascontiguousarray(self.tile_end_cycles, np.int64).tobytes())
+        return h.hexdigest()
+
+    def summary(self) -> str:
+        """A short text summary: totals per phase and simulation speed."""
+        t = self.totals
+        lines = [
+            f"Machine: {self.config_name} ({self.num_tiles} tiles, "
+            f"{self.clock_hz / 1e9:.3g} GHz), config hash {self.config_hash}",
+            f"Total cycles:                                 {self.total_cycles:,} "
+            f"({self.simulated_seconds * 1e6:.2f} us)",
+            f"Total compute cycles (including idle threads): {t['compute']:,}",
+            f"Total compute cycles (excluding idle threads): {t['compute_active']:,}",
+            f"Total IPU exchange cycles:                     {t['internal_exchange']:,}",
+            f"Total global exchange cycles:                  {t['global_exchange']:,}",
+            f"Total host exchange cycles:                    {t['host_exchange']:,}",
+            f"Total sync cycles:                             {t['sync']:,}",
+            f"Steps executed: {len(self.records):,}; host time {self.host_seconds:.3f} s; "
+            f"{self.cycles_per_host_second:,.0f} simulated cycles per host second",
+        ]
+        if not self.complete:
+            lines.append("(incomplete run: the records end where the run stopped)")
+        return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""A Poplar-like Python API whose graphs run on the ipusim machine model."""

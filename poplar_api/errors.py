@@ -1,0 +1,45 @@
+"""Errors raised by the Poplar-like layer.
+
+Each names the tensor, vertex, field, program or stream at fault, the value found,
+what was required and a hint, and subclasses :class:`PoplarError` and the matching
+built-in exception.
+"""
+
+from __future__ import annotations
+
+
+class PoplarError(Exception):
+    """Base class of every error raised by :mod:`poplar_api`."""
+
+
+class TensorError(PoplarError, ValueError):
+    """A tensor operation got an out-of-range index or incompatible shape."""
+
+
+class TensorIndexError(PoplarError, IndexError):
+    """A tensor index is outside the tensor."""
+
+
+class TypeMismatchError(PoplarError, TypeError):
+    """Element types do not match where they must."""
+
+
+class GraphError(PoplarError, ValueError):
+    """A graph construction call is invalid (unknown vertex type, field, ...)."""
+
+
+class CodeletError(PoplarError, ValueError):
+    """A codelet (vertex class) is declared wrongly or its kernel failed to compile."""
+
+
+class GraphValidationError(PoplarError, ValueError):
+    """A graph or program cannot be compiled; ``problems`` lists every problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"graph cannot be compiled ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class EngineError(PoplarError, RuntimeError):
+    """An Engine call is used wrongly (unknown handle, not loaded, bad buffer)."""

@@ -1,0 +1,499 @@
+"""The Graph: variables, constants, tile mappings, compute sets, vertices, streams.
+
+Elements live in one id space per element type: each variable gets a contiguous id
+range there, and a :class:`~poplar_api.tensor.Tensor` is an array of those ids. The
+tile of every element is held in a per-type array, so mapping and lowering are numpy
+operations over whole tensors. A virtual graph is a view over a tile range of its
+parent: what it adds appears in the parent, with its tiles shifted.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from poplar_api.codelet import VertexType, collect_codelets, vertex_type
+from poplar_api.device import Device, Target
+from poplar_api.errors import GraphError, TensorError, TypeMismatchError
+from poplar_api.program import Program
+from poplar_api.tensor import Interval, Tensor
+from poplar_api.types import Type
+
+UNMAPPED = -1
+
+
+@dataclass
+class Variable:
+    """A variable or constant: a contiguous id range of one element type."""
+
+    id: int
+    type: Type
+    base: int
+    size: int
+    shape: tuple[int, ...]
+    name: str
+    constant: bool = False
+
+
+class _Space:
+    """The element ids of one type: tile of each element and the owning variable."""
+
+    def __init__(self) -> None:
+        self.tile = np.zeros(0, np.int32)
+        self.size = 0
+        self.var_bases: list[int] = []
+        self.var_ids: list[int] = []
+
+    def allocate(self, n: int, var_id: int) -> int:
+        base = self.size
+        self.size += n
+        if self.size > self.tile.size:
+            grown = np.full(max(self.size, 2 * self.tile.size, 1024), UNMAPPED, np.int32)
+            grown[: self.tile.size] = self.tile
+            self.tile = grown
+        self.var_bases.append(base)
+        self.var_ids.append(var_id)
+        return base
+
+    def variables_of(self, ids: np.ndarray) -> np.ndarray:
+        """Variable id owning each element id."""
+        pos = np.searchsorted(np.asarray(self.var_bases), ids, side="right") - 1
+        return np.asarray(self.var_ids, np.int64)[pos]
+
+
+@dataclass
+class ComputeSet:
+    """A set of vertices that run in parallel (one BSP compute phase)."""
+
+    id: int
+    name: str
+    vertices: list[int] = field(default_factory=list)
+
+    def getId(self) -> int:
+        return self.id
+
+
+@dataclass
+class VertexInstance:
+    """One vertex: its type, compute set, tile, connections and estimate."""
+
+    id: int
+    vtype: VertexType
+    cs: int
+    tile: int = UNMAPPED
+    perf_estimate: int | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    list_sizes: dict[str, int] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"vertex {self.id} ({self.vtype.name})"
+
+
+class FieldRef:
+    """``v["field"]`` or ``v["field"][i]``: a field (or one vector of a VectorList)."""
+
+    def __init__(self, vertex: VertexRef, name: str, index: int | None = None) -> None:
+        self.vertex = vertex
+        self.name = name
+        self.index = index
+
+    def __getitem__(self, i: int) -> FieldRef:
+        if self.index is not None:
+            raise GraphError(f"{self.vertex!r} field '{self.name}'[{self.index}] cannot be indexed")
+        return FieldRef(self.vertex, self.name, int(i))
+
+    def __repr__(self) -> str:
+        idx = "" if self.index is None else f"[{self.index}]"
+        return f"{self.vertex!r}['{self.name}']{idx}"
+
+
+class VertexRef:
+    """Handle of a vertex returned by :meth:`Graph.addVertex`."""
+
+    def __init__(self, graph: Graph, vid: int) -> None:
+        self.graph = graph
+        self.id = vid
+
+    def __getitem__(self, name: str) -> FieldRef:
+        inst = self.graph._state.vertices[self.id]
+        inst.vtype.field(name)  # raises with the list of fields when unknown
+        return FieldRef(self, name)
+
+    def __repr__(self) -> str:
+        inst = self.graph._state.vertices[self.id]
+        return f"vertex {self.id} ({inst.vtype.name})"
+
+
+@dataclass(frozen=True)
+class DataStream:
+    """A host↔device FIFO made by ``addHostToDeviceFIFO`` / ``addDeviceToHostFIFO``."""
+
+    handle: str
+    elementType: Type
+    numElements: int
+    toDevice: bool
+
+    def numElementsTotal(self) -> int:
+        return self.numElements
+
+
+@dataclass(frozen=True)
+class Function:
+    """A program made callable by ``graph.addFunction``."""
+
+    index: int
+    program: Program
+
+
+class _GraphState:
+    """Everything a graph and its virtual graphs share."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.spaces: dict[Type, _Space] = {}
+        self.variables: list[Variable] = []
+        self.initial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # var id -> (ids, values)
+        self.initial_parts: list[tuple[Type, np.ndarray, np.ndarray]] = []
+        self.codelets: dict[str, VertexType] = {}
+        self.compute_sets: list[ComputeSet] = []
+        self.vertices: list[VertexInstance] = []
+        self.host_writes: dict[str, Tensor] = {}
+        self.host_reads: dict[str, Tensor] = {}
+        self.streams: dict[str, DataStream] = {}
+        self.functions: list[Function] = []
+
+    def space(self, t: Type) -> _Space:
+        sp = self.spaces.get(t)
+        if sp is None:
+            sp = self.spaces[t] = _Space()
+        return sp
+
+
+def _shape_of(shape: Any, what: str) -> tuple[int, ...]:
+    if isinstance(shape, int | np.integer):
+        shape = [shape]
+    try:
+        dims = tuple(int(d) for d in shape)
+    except TypeError:
+        raise GraphError(f"{what}: shape {shape!r} must be a list of ints") from None
+    if any(d < 0 for d in dims):
+        raise GraphError(f"{what}: shape {list(dims)} has a negative dimension")
+    return dims
+
+
+class Graph:
+    """A Poplar-like graph for a target.
+
+    Parameters
+    ----------
+    target
+        A :class:`~poplar_api.device.Target` or a :class:`~poplar_api.device.Device`.
+    """
+
+    def __init__(self, target: Target | Device) -> None:
+        if isinstance(target, Device):
+            target = target.getTarget()
+        if not isinstance(target, Target):
+            raise GraphError(
+                f"Graph: expected a Target or Device, got {type(target).__name__}; hint: "
+                "Graph(IPUModel('ipu2').createDevice().getTarget())"
+            )
+        self._state = _GraphState(target)
+        self._tile_lo = 0
+        self._num_tiles = target.getNumTiles()
+        self._parent: Graph | None = None
+
+    # ------------------------------------------------------------------ target
+    def getTarget(self) -> Target:
+        """The target; a virtual graph reports its own tile count."""
+        if self._parent is None:
+            return self._state.target
+        return _VirtualTarget(self._state.target, self._num_tiles)
+
+    def createVirtualGraph(self, lowerTile: int, upperTile: int) -> Graph:
+        """A graph over tiles ``[lowerTile, upperTile)`` of this one, sharing its state."""
+        if not 0 <= lowerTile < upperTile <= self._num_tiles:
+            raise GraphError(
+                f"createVirtualGraph: tile range [{lowerTile}, {upperTile}) is not inside "
+                f"[0, {self._num_tiles}) of this graph"
+            )
+        sub = object.__new__(Graph)
+        sub._state = self._state
+        sub._tile_lo = self._tile_lo + lowerTile
+        sub._num_tiles = upperTile - lowerTile
+        sub._parent = self
+        return sub
+
+    def _root_tile(self, tile: Any, what: str) -> int:
+        if isinstance(tile, bool) or not isinstance(tile, int | np.integer):
+            raise GraphError(f"{what}: tile {tile!r} must be an int")
+        if not 0 <= int(tile) < self._num_tiles:
+            raise GraphError(
+                f"{what}: tile {int(tile)} is out of range [0, {self._num_tiles}) of this "
+                "graph; hint: the target has getNumTiles() tiles"
+            )
+        return int(tile) + self._tile_lo
+
+    def _check_tensor(self, t: Any, what: str) -> Tensor:
+        if not isinstance(t, Tensor):
+            raise GraphError(f"{what}: expected a Tensor, got {type(t).__name__}")
+        if t.graph is not self._state:
+            raise GraphError(f"{what}: tensor '{t.name}' belongs to another graph")
+        return t
+
+    # --------------------------------------------------------------- variables
+    def _add(self, type_: Type, shape: Any, name: str, constant: bool) -> Tensor:
+        if not isinstance(type_, Type):
+            raise TypeMismatchError(
+                f"tensor '{name}': element type {type_!r} is not a poplar_api Type (FLOAT, ...)"
+            )
+        dims = _shape_of(shape, f"tensor '{name}'")
+        n = int(np.prod(dims, dtype=np.int64))
+        vid = len(self._state.variables)
+        base = self._state.space(type_).allocate(n, vid)
+        var = Variable(vid, type_, base, n, dims, name or f"var{vid}", constant)
+        self._state.variables.append(var)
+        index = np.arange(base, base + n, dtype=np.int64).reshape(dims)
+        return Tensor(self._state, type_, index, var.name)
+
+    def addVariable(self, type_: Type, shape: Any, debugName: str = "") -> Tensor:
+        """A new variable of ``shape``; it must be mapped to tiles before compiling."""
+        return self._add(type_, shape, debugName, False)
+
+    def addConstant(self, type_: Type, shape: Any, values: Any, debugName: str = "") -> Tensor:
+        """A constant with ``values`` (one value is repeated over the whole shape)."""
+        t = self._add(type_, shape, debugName, True)
+        self.setInitialValue(t, values)
+        return t
+
+    def setInitialValue(self, t: Tensor, values: Any) -> None:
+        """Value of ``t``'s elements when the engine is loaded."""
+        t = self._check_tensor(t, "setInitialValue")
+        arr = np.asarray(values)
+        if arr.size == 1:
+            arr = np.broadcast_to(arr.reshape(()), t.shape())
+        if arr.size != t.numElements():
+            raise TensorError(
+                f"setInitialValue: tensor '{t.name}' has {t.numElements()} elements "
+                f"(shape {t.shape()}) but {arr.size} values were given"
+            )
+        vals = np.asarray(arr, dtype=t.elementType().numpy).reshape(-1).copy()
+        self._state.initial_parts.append((t.elementType(), t.flat_index().copy(), vals))
+
+    def setTileMapping(self, target: Tensor | VertexRef, tile: int) -> None:
+        """Map every element of a tensor, or a vertex, to ``tile``."""
+        if isinstance(target, VertexRef):
+            inst = self._state.vertices[target.id]
+            inst.tile = self._root_tile(tile, f"setTileMapping of {inst.describe()}")
+            return
+        t = self._check_tensor(target, "setTileMapping")
+        root = self._root_tile(tile, f"setTileMapping of tensor '{t.name}'")
+        self._state.space(t.elementType()).tile[t.flat_index()] = root
+
+    def getTileMapping(self, t: Tensor, throwOnUnmapped: bool = True) -> list[list[Interval]]:
+        """For each tile of this graph, the intervals of ``t``'s flat elements on it."""
+        t = self._check_tensor(t, "getTileMapping")
+        tiles = self._state.space(t.elementType()).tile[t.flat_index()].astype(np.int64)
+        if throwOnUnmapped and (tiles == UNMAPPED).any():
+            first = int(np.flatnonzero(tiles == UNMAPPED)[0])
+            raise GraphError(
+                f"getTileMapping: element {first} of tensor '{t.name}' is not mapped to a tile"
+            )
+        out: list[list[Interval]] = [[] for _ in range(self._num_tiles)]
+        if tiles.size == 0:
+            return out
+        cuts = np.flatnonzero(np.diff(tiles)) + 1
+        starts = np.concatenate(([0], cuts))
+        ends = np.concatenate((cuts, [tiles.size]))
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            local = int(tiles[s]) - self._tile_lo
+            if 0 <= local < self._num_tiles:
+                out[local].append(Interval(s, e))
+        return out
+
+    # --------------------------------------------------------------- codelets
+    def addCodelets(self, codelets: Any) -> None:
+        """Register vertex classes: a class, a list of classes or a module."""
+        for cls in collect_codelets(codelets):
+            vt = vertex_type(cls)
+            known = self._state.codelets.get(vt.name)
+            if known is not None and known.cls is not cls:
+                raise GraphError(
+                    f"addCodelets: a different vertex type named '{vt.name}' is already "
+                    "registered; hint: give one of them a distinct typeName"
+                )
+            self._state.codelets[vt.name] = vt
+
+    def _vertex_type(self, type_: Any) -> VertexType:
+        if isinstance(type_, type):
+            self.addCodelets(type_)
+            return vertex_type(type_)
+        vt = self._state.codelets.get(str(type_))
+        if vt is None:
+            names = sorted(self._state.codelets)
+            close = difflib.get_close_matches(str(type_), names, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "add it with graph.addCodelets"
+            raise GraphError(
+                f"addVertex: unknown vertex type '{type_}' (registered: {names or 'none'}); {hint}"
+            )
+        return vt
+
+    # ------------------------------------------------------- compute & vertices
+    def addComputeSet(self, debugName: str = "") -> ComputeSet:
+        """A new, empty compute set."""
+        cid = len(self._state.compute_sets)
+        cs = ComputeSet(cid, debugName or f"cs{cid}")
+        self._state.compute_sets.append(cs)
+        return cs
+
+    def addVertex(
+        self, cs: ComputeSet, vertexType: Any, connections: Mapping[str, Any] | None = None
+    ) -> VertexRef:
+        """Add a vertex of ``vertexType`` (name or class) to ``cs``, with connections."""
+        if not isinstance(cs, ComputeSet) or self._state.compute_sets[cs.id] is not cs:
+            raise GraphError(f"addVertex: {cs!r} is not a compute set of this graph")
+        vt = self._vertex_type(vertexType)
+        vid = len(self._state.vertices)
+        self._state.vertices.append(VertexInstance(vid, vt, cs.id))
+        cs.vertices.append(vid)
+        ref = VertexRef(self, vid)
+        for name, value in (connections or {}).items():
+            self.connect(ref[name], value)
+        return ref
+
+    def connect(self, fieldRef: FieldRef, value: Any) -> None:
+        """Connect a tensor (or, for a VectorList field, a list of tensors) to a field."""
+        if not isinstance(fieldRef, FieldRef):
+            raise GraphError(f"connect: expected v['field'], got {type(fieldRef).__name__}")
+        inst = self._state.vertices[fieldRef.vertex.id]
+        spec = inst.vtype.field(fieldRef.name)
+        where = f"{inst.describe()} field '{spec.name}'"
+        if fieldRef.index is not None:
+            if spec.kind != "vectorlist":
+                raise GraphError(f"{where}: only VectorList fields take [i]")
+            size = inst.list_sizes.get(spec.name)
+            if size is None or not 0 <= fieldRef.index < size:
+                raise GraphError(
+                    f"{where}[{fieldRef.index}]: index out of range (field size "
+                    f"{size if size is not None else 'not set'}); hint: call setFieldSize first"
+                )
+            t = self._check_tensor(value, where)
+            spec.check([t.numElements()], t.elementType(), where)
+            slots = inst.fields.setdefault(spec.name, [None] * size)
+            slots[fieldRef.index] = t
+            return
+        if spec.kind == "vectorlist":
+            if isinstance(value, Tensor):
+                value = [value]
+            tensors = [self._check_tensor(v, where) for v in value]
+            for t in tensors:
+                spec.check([t.numElements()], t.elementType(), where)
+            inst.fields[spec.name] = tensors
+            inst.list_sizes[spec.name] = len(tensors)
+            return
+        t = self._check_tensor(value, where)
+        spec.check(t.numElements(), t.elementType(), where)
+        inst.fields[spec.name] = t
+
+    def setFieldSize(self, fieldRef: FieldRef, size: int) -> None:
+        """Number of vectors of a VectorList field, before connecting ``v[f][i]``."""
+        inst = self._state.vertices[fieldRef.vertex.id]
+        spec = inst.vtype.field(fieldRef.name)
+        if spec.kind != "vectorlist":
+            raise GraphError(
+                f"{inst.describe()} field '{spec.name}': setFieldSize applies to VectorList "
+                f"fields; this one is {spec.describe()}"
+            )
+        inst.list_sizes[spec.name] = int(size)
+        inst.fields[spec.name] = [None] * int(size)
+
+    def setPerfEstimate(self, v: VertexRef, cycles: int) -> None:
+        """The vertex's cycle estimate (thread cycles; tile cycles for a MultiVertex)."""
+        inst = self._state.vertices[v.id]
+        if isinstance(cycles, bool) or not isinstance(cycles, int | np.integer) or cycles < 0:
+            raise GraphError(f"setPerfEstimate of {inst.describe()}: {cycles!r} must be an int >= 0")
+        inst.perf_estimate = int(cycles)
+
+    # ------------------------------------------------------------ host access
+    def _new_handle(self, handle: str, what: str) -> None:
+        st = self._state
+        if handle in st.host_writes or handle in st.host_reads or handle in st.streams:
+            raise GraphError(f"{what}: handle '{handle}' is already used")
+
+    def createHostWrite(self, handle: str, t: Tensor) -> None:
+        """Let the host write ``t`` with ``engine.writeTensor(handle, ...)``."""
+        self._check_tensor(t, f"createHostWrite('{handle}')")
+        if handle in self._state.host_writes:
+            raise GraphError(f"createHostWrite: handle '{handle}' is already used")
+        self._state.host_writes[handle] = t
+
+    def createHostRead(self, handle: str, t: Tensor) -> None:
+        """Let the host read ``t`` with ``engine.readTensor(handle, ...)``."""
+        self._check_tensor(t, f"createHostRead('{handle}')")
+        if handle in self._state.host_reads:
+            raise GraphError(f"createHostRead: handle '{handle}' is already used")
+        self._state.host_reads[handle] = t
+
+    def _fifo(self, handle: str, type_: Type, n: int, to_device: bool) -> DataStream:
+        self._new_handle(handle, "addHostToDeviceFIFO" if to_device else "addDeviceToHostFIFO")
+        if not isinstance(type_, Type):
+            raise TypeMismatchError(f"stream '{handle}': {type_!r} is not a poplar_api Type")
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+            raise GraphError(f"stream '{handle}': numElements {n!r} must be an int >= 0")
+        s = DataStream(handle, type_, int(n), to_device)
+        self._state.streams[handle] = s
+        return s
+
+    def addHostToDeviceFIFO(self, handle: str, elementType: Type, numElements: int) -> DataStream:
+        """A stream the host fills; ``Copy(stream, tensor)`` reads from it."""
+        return self._fifo(handle, elementType, numElements, True)
+
+    def addDeviceToHostFIFO(self, handle: str, elementType: Type, numElements: int) -> DataStream:
+        """A stream the device fills; ``Copy(tensor, stream)`` writes to it."""
+        return self._fifo(handle, elementType, numElements, False)
+
+    def addFunction(self, program: Program) -> Function:
+        """Make ``program`` callable with ``program.Call``; it is compiled once."""
+        if not isinstance(program, Program):
+            raise GraphError(f"addFunction: expected a program, got {type(program).__name__}")
+        fn = Function(len(self._state.functions), program)
+        self._state.functions.append(fn)
+        return fn
+
+    # ------------------------------------------------------------------ queries
+    def getNumVertices(self) -> int:
+        return len(self._state.vertices)
+
+    def getNumComputeSets(self) -> int:
+        return len(self._state.compute_sets)
+
+    def getVariables(self) -> list[Variable]:
+        return list(self._state.variables)
+
+    def __repr__(self) -> str:
+        st = self._state
+        return (
+            f"Graph({self._num_tiles} tiles from {self._tile_lo}, {len(st.variables)} variables, "
+            f"{len(st.compute_sets)} compute sets, {len(st.vertices)} vertices)"
+        )
+
+
+class _VirtualTarget(Target):
+    """The target seen by a virtual graph: the parent's with fewer tiles."""
+
+    def __init__(self, parent: Target, numTiles: int) -> None:
+        super().__init__(parent.config, parent.targetType)
+        self._num = numTiles
+
+    def getNumTiles(self) -> int:
+        return self._num
+
+    def getTilesPerIPU(self) -> int:
+        return min(self._num, super().getTilesPerIPU())
+
+
+__all__ = ["ComputeSet", "DataStream", "FieldRef", "Function", "Graph", "VertexRef"]

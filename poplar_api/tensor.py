@@ -1,0 +1,805 @@
+"""Tensor views: Poplar's ``poplar::Tensor`` as an index map over graph elements.
+
+A :class:`Tensor` holds no data. It is the triple *(graph, element type, index
+array)*: the index array is an ``int64`` ndarray with the tensor's shape whose entries
+are element ids in the graph's element space of that type (the graph gives every
+variable a contiguous id range per element type). Every view operation (slice,
+reshape, dimShuffle, broadcast, ...) transforms the index array with numpy, so views of
+views stay numpy views where numpy can express them; only the index metadata is ever
+copied (for example by :func:`concat`), never device data.
+
+Method names and argument names follow Poplar's C++ API (camelCase). Dimensions are
+non-negative as in Poplar; ``t[i]`` indexing additionally follows Python (negative
+integers, slices with steps, tuples). Errors raise at the call and name the tensor,
+the argument, the value found and the valid range:
+
+* :class:`~poplar_api.errors.TensorIndexError` (an ``IndexError``) for positions and
+  dimensions outside the tensor;
+* :class:`~poplar_api.errors.TensorError` (a ``ValueError``) for incompatible shapes,
+  bad permutations and bad counts;
+* :class:`~poplar_api.errors.TypeMismatchError` (a ``TypeError``) for wrong argument
+  kinds and mixed element types.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import operator
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from poplar_api.errors import TensorError, TensorIndexError, TypeMismatchError
+from poplar_api.types import Type
+
+__all__ = ["Interval", "Tensor", "UpsampleMethod", "append", "concat"]
+
+#: Derived debug names longer than this are shortened to ``root.(...)<last op>``.
+MAX_NAME_LENGTH = 80
+
+
+class UpsampleMethod(enum.Enum):
+    """How :meth:`Tensor.upsample` fills the new positions (Poplar has only REPEAT)."""
+
+    REPEAT = "REPEAT"
+
+
+def _as_int(value: Any, what: str, context: str) -> int:
+    """Return ``value`` as a Python int, rejecting bools, floats and other kinds."""
+    if isinstance(value, bool | np.bool_):
+        raise TypeMismatchError(f"{context}: {what} must be an integer, got bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeMismatchError(
+            f"{context}: {what} must be an integer, got {type(value).__name__} {value!r}"
+        ) from None
+
+
+def _as_int_list(values: Any, what: str, context: str) -> list[int]:
+    """Return a sequence of integers as a list, with the errors of :func:`_as_int`."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise TypeMismatchError(
+            f"{context}: {what} must be a sequence of integers, "
+            f"got {type(values).__name__} {values!r}"
+        )
+    return [_as_int(v, f"{what}[{i}]", context) for i, v in enumerate(values)]
+
+
+def _fmt_shape(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+
+
+class Interval:
+    """A half-open range ``[begin, end)`` of positions, as ``poplar::Interval``.
+
+    Parameters
+    ----------
+    begin, end
+        Integers with ``0 <= begin <= end``.
+    """
+
+    __slots__ = ("_begin", "_end")
+
+    def __init__(self, begin: int, end: int) -> None:
+        b = _as_int(begin, "begin", "Interval")
+        e = _as_int(end, "end", "Interval")
+        if not 0 <= b <= e:
+            raise TensorError(f"Interval({b}, {e}) is invalid: require 0 <= begin <= end")
+        self._begin = b
+        self._end = e
+
+    def begin(self) -> int:
+        """First position in the interval."""
+        return self._begin
+
+    def end(self) -> int:
+        """One past the last position in the interval."""
+        return self._end
+
+    def size(self) -> int:
+        """Number of positions, ``end - begin``."""
+        return self._end - self._begin
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Interval):
+            return NotImplemented
+        return self._begin == other._begin and self._end == other._end
+
+    def __hash__(self) -> int:
+        return hash((Interval, self._begin, self._end))
+
+    def __repr__(self) -> str:
+        return f"Interval({self._begin}, {self._end})"
+
+
+class Tensor:
+    """A view of graph elements with a shape, as ``poplar::Tensor``.
+
+    Parameters
+    ----------
+    graph
+        The graph owning the elements. Opaque here; only its identity matters
+        (tensors of different graphs cannot be concatenated).
+    element_type
+        The element type; ids in ``index`` live in the graph's id space of this type.
+    index
+        Integer array of non-negative element ids with the tensor's shape. It is
+        converted to ``int64`` (without copying when it already is) and exposed
+        read-only; the caller's array object itself is not modified.
+    name
+        Debug name. Views derive theirs from it, e.g. ``"v3.slice([1,1],[2,4])"``.
+
+    Notes
+    -----
+    ``Tensor.index`` is the index array (the contract the Graph and Engine build on),
+    so Poplar's ``Tensor::index({i, j})`` is spelled ``t[i, j]`` (or ``t[i][j]``) here.
+    ``len(t)`` is ``t.dim(0)``; iteration yields ``t[0], t[1], ...``; ``bool(t)`` is
+    always True (a tensor reference is valid even when it has no elements).
+    """
+
+    __slots__ = ("_flat", "_graph", "_index", "_name", "_root", "_type")
+
+    def __init__(self, graph: object, element_type: Type, index: np.ndarray, name: str) -> None:
+        if not isinstance(name, str):
+            raise TypeMismatchError(
+                f"Tensor name must be a str, got {type(name).__name__} {name!r}"
+            )
+        if not isinstance(element_type, Type):
+            raise TypeMismatchError(
+                f"tensor '{name}': element_type must be a poplar_api.types.Type such as "
+                f"FLOAT, got {type(element_type).__name__} {element_type!r}"
+            )
+        arr = np.asarray(index)
+        if arr.dtype.kind not in "iu":
+            raise TypeMismatchError(
+                f"tensor '{name}': index must be an integer array of element ids, "
+                f"got dtype {arr.dtype}"
+            )
+        if arr.size and int(arr.min()) < 0:
+            raise TensorError(f"tensor '{name}': element ids must be >= 0, found {int(arr.min())}")
+        arr = arr.astype(np.int64, copy=False).view()
+        arr.flags.writeable = False
+        self._graph = graph
+        self._type = element_type
+        self._index = arr
+        self._name = name
+        self._root = name
+        self._flat: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ internals
+    @classmethod
+    def _new(
+        cls, graph: object, element_type: Type, index: np.ndarray, name: str, root: str
+    ) -> Tensor:
+        """Build a tensor from an already valid int64 index array (no checks)."""
+        t = object.__new__(cls)
+        if index.flags.writeable:
+            index = index.view()
+            index.flags.writeable = False
+        t._graph = graph
+        t._type = element_type
+        t._index = index
+        t._name = name if len(name) <= MAX_NAME_LENGTH else f"{root}.(...)"
+        t._root = root
+        t._flat = None
+        return t
+
+    def _derive(self, index: np.ndarray, op: str) -> Tensor:
+        """A view of this tensor with index array ``index``, named ``name + op``."""
+        name = self._name + op
+        if len(name) > MAX_NAME_LENGTH:
+            name = f"{self._root}.(...){op}"
+        return Tensor._new(self._graph, self._type, index, name, self._root)
+
+    def _describe(self) -> str:
+        return f"tensor '{self._name}' (shape {_fmt_shape(self._index.shape)}, {self._type.name})"
+
+    def _check_dim(
+        self, dimension: Any, what: str = "dimension", *, allow_end: bool = False
+    ) -> int:
+        """Validate a dimension number; ``allow_end`` also accepts ``rank``."""
+        d = _as_int(dimension, what, self._describe())
+        limit = self.rank() + (1 if allow_end else 0)
+        if not 0 <= d < limit:
+            if limit == 0:
+                raise TensorIndexError(
+                    f"{self._describe()}: {what} {d} is invalid because the tensor has rank 0 "
+                    f"(no dimensions). Hint: expand([0]) gives it a dimension"
+                )
+            raise TensorIndexError(
+                f"{self._describe()}: {what} {d} is out of range; valid range is 0..{limit - 1}"
+            )
+        return d
+
+    # ------------------------------------------------------------ contract API
+    @property
+    def graph(self) -> object:
+        """The graph whose elements this tensor references."""
+        return self._graph
+
+    @property
+    def index(self) -> np.ndarray:
+        """Read-only int64 array of element ids, with the tensor's shape."""
+        return self._index
+
+    @property
+    def name(self) -> str:
+        """Debug name (derived for views, e.g. ``"v3.slice([1,1],[2,4])"``)."""
+        return self._name
+
+    def flat_index(self) -> np.ndarray:
+        """Element ids in row-major order as a read-only 1-D int64 array (cached)."""
+        if self._flat is None:
+            flat = self._index.reshape(-1)
+            if flat.flags.writeable:
+                flat.flags.writeable = False
+            self._flat = flat
+        return self._flat
+
+    # ------------------------------------------------------------- shape queries
+    def shape(self) -> list[int]:
+        """The dimensions of the tensor."""
+        return list(self._index.shape)
+
+    def rank(self) -> int:
+        """The number of dimensions."""
+        return self._index.ndim
+
+    def numElements(self) -> int:
+        """The number of elements (the product of the dimensions)."""
+        return int(self._index.size)
+
+    def elementType(self) -> Type:
+        """The element type."""
+        return self._type
+
+    def dim(self, i: int) -> int:
+        """The size of dimension ``i``."""
+        return int(self._index.shape[self._check_dim(i)])
+
+    def valid(self) -> bool:
+        """Always True: every constructed Tensor refers to graph elements."""
+        return True
+
+    # --------------------------------------------------------------- slicing
+    def slice(
+        self,
+        begin: int | Sequence[int] | Interval,
+        end: int | Sequence[int] | None = None,
+        dimension: int = 0,
+    ) -> Tensor:
+        """Return the sub-tensor in a range of positions.
+
+        Three forms, as in Poplar:
+
+        * ``slice(begin, end, dimension=0)``: positions ``[begin, end)`` of one
+          dimension, ``0 <= begin <= end <= dim(dimension)``;
+        * ``slice(begins, ends)``: one range per dimension (lists of length ``rank``),
+          e.g. ``v3.slice([1, 1], [2, 4])``;
+        * ``slice(Interval(begin, end), dimension=0)``.
+
+        The rank is unchanged; an empty range gives a dimension of size 0.
+        """
+        if isinstance(begin, Interval):
+            if end is not None:
+                if dimension != 0:
+                    raise TypeMismatchError(
+                        f"{self._describe()}: slice(Interval, ...) takes one dimension, "
+                        f"got both {end!r} and dimension={dimension!r}"
+                    )
+                dimension = end  # slice(Interval(b, e), dim) passed positionally
+            return self._slice_one(begin.begin(), begin.end(), dimension)
+        if isinstance(begin, Sequence | np.ndarray) and not isinstance(begin, str):
+            return self._slice_multi(begin, end, dimension)
+        if end is None:
+            raise TypeMismatchError(
+                f"{self._describe()}: slice({begin!r}) needs an end position, "
+                "e.g. slice(begin, end, dimension) or slice(Interval(begin, end))"
+            )
+        return self._slice_one(begin, end, dimension)
+
+    def _slice_one(self, begin: Any, end: Any, dimension: Any) -> Tensor:
+        ctx = self._describe()
+        d = self._check_dim(dimension)
+        b = _as_int(begin, "slice begin", ctx)
+        e = _as_int(end, "slice end", ctx)
+        size = self._index.shape[d]
+        if not 0 <= b <= e <= size:
+            raise TensorIndexError(
+                f"{ctx}: slice [{b}, {e}) of dimension {d} is out of range; "
+                f"require 0 <= begin <= end <= {size}"
+            )
+        key = (slice(None),) * d + (slice(b, e),)
+        op = f".slice({b},{e})" if d == 0 else f".slice({b},{e},{d})"
+        return self._derive(self._index[key], op)
+
+    def _slice_multi(self, begins: Any, ends: Any, dimension: Any) -> Tensor:
+        ctx = self._describe()
+        if dimension != 0:
+            raise TypeMismatchError(
+                f"{ctx}: slice(begins, ends) slices every dimension and takes no "
+                f"dimension argument, got dimension={dimension!r}"
+            )
+        bs = _as_int_list(begins, "begins", ctx)
+        es = _as_int_list(ends, "ends", ctx)
+        if len(bs) != self.rank() or len(es) != self.rank():
+            raise TensorError(
+                f"{ctx}: slice(begins={bs}, ends={es}) needs one begin and one end per "
+                f"dimension ({self.rank()} each)"
+            )
+        for d, (b, e, size) in enumerate(zip(bs, es, self._index.shape, strict=True)):
+            if not 0 <= b <= e <= size:
+                raise TensorIndexError(
+                    f"{ctx}: slice(begins={bs}, ends={es}): range [{b}, {e}) of dimension "
+                    f"{d} is out of range; require 0 <= begin <= end <= {size}"
+                )
+        key = tuple(slice(b, e) for b, e in zip(bs, es, strict=True))
+        return self._derive(self._index[key], f".slice({_fmt_shape(bs)},{_fmt_shape(es)})")
+
+    def slices(
+        self, intervals: Sequence[Interval | tuple[int, int] | int], dimension: int = 0
+    ) -> list[Tensor]:
+        """Return one slice per interval along ``dimension``.
+
+        Each item may be an :class:`Interval`, a ``(begin, end)`` pair or a single
+        position ``i`` (meaning ``[i, i + 1)``, as Poplar's ``slices(indices)``).
+        """
+        ctx = self._describe()
+        if isinstance(intervals, str) or not isinstance(intervals, Sequence):
+            raise TypeMismatchError(
+                f"{ctx}: slices() needs a sequence of Interval, (begin, end) pairs or "
+                f"positions, got {type(intervals).__name__}"
+            )
+        out = []
+        for item in intervals:
+            if isinstance(item, Interval):
+                out.append(self._slice_one(item.begin(), item.end(), dimension))
+            elif isinstance(item, tuple) and len(item) == 2:
+                out.append(self._slice_one(item[0], item[1], dimension))
+            else:
+                i = _as_int(item, "slices position", ctx)
+                out.append(self._slice_one(i, i + 1, dimension))
+        return out
+
+    # -------------------------------------------------------------- indexing
+    def __getitem__(self, key: Any) -> Tensor:
+        """Index like Python/numpy basic indexing.
+
+        An integer selects one position of dimension 0 and drops that dimension
+        (Poplar's ``operator[]``); negative integers count from the end. Slices
+        (with steps), ``...``, ``None`` (a new dimension of size 1) and tuples of
+        these are accepted. Lists and arrays (gathers) are not: a Tensor is a view.
+        """
+        ctx = self._describe()
+        items = key if isinstance(key, tuple) else (key,)
+        norm: list[Any] = []
+        consumed = 0
+        ellipses = 0
+        for item in items:
+            if item is Ellipsis:
+                ellipses += 1
+                norm.append(item)
+            elif item is None:
+                norm.append(item)
+            elif isinstance(item, slice):
+                parts = [
+                    None if p is None else _as_int(p, "slice bound", ctx)
+                    for p in (item.start, item.stop, item.step)
+                ]
+                if parts[2] == 0:
+                    raise TensorError(f"{ctx}: index {key!r} has a slice step of 0")
+                norm.append(slice(*parts))
+                consumed += 1
+            elif isinstance(item, bool | np.bool_) or not hasattr(item, "__index__"):
+                raise TypeMismatchError(
+                    f"{ctx}: index {key!r} contains {type(item).__name__} {item!r}; "
+                    "use integers, slices, ... or None. Hint: a Tensor is a view and has "
+                    "no gather; concat() slices to combine positions"
+                )
+            else:
+                norm.append(operator.index(item))
+                consumed += 1
+        if ellipses > 1:
+            raise TensorIndexError(f"{ctx}: index {key!r} has more than one '...'")
+        rank = self.rank()
+        if consumed > rank:
+            raise TensorIndexError(
+                f"{ctx}: index {key!r} indexes {consumed} dimensions but the tensor has rank {rank}"
+            )
+        d = 0
+        for item in norm:
+            if item is Ellipsis:
+                d += rank - consumed
+            elif isinstance(item, slice):
+                d += 1
+            elif isinstance(item, int):
+                size = self._index.shape[d]
+                if not -size <= item < size:
+                    valid = f"valid range is {-size}..{size - 1}" if size else "it has size 0"
+                    raise TensorIndexError(
+                        f"{ctx}: index {item} of dimension {d} is out of range; {valid}"
+                    )
+                d += 1
+        full = tuple(norm) if ellipses else (*norm, Ellipsis)
+        return self._derive(self._index[full], "[" + ",".join(map(_fmt_key, norm)) + "]")
+
+    def __len__(self) -> int:
+        if self.rank() == 0:
+            raise TensorError(f"{self._describe()}: len() of a rank-0 tensor is undefined")
+        return int(self._index.shape[0])
+
+    def __iter__(self) -> Iterator[Tensor]:
+        """Yield ``self[0], self[1], ...`` along dimension 0."""
+        n = len(self)
+        for i in range(n):
+            yield self[i]
+
+    def __bool__(self) -> bool:
+        return True
+
+    # ------------------------------------------------------------- reshaping
+    def reshape(self, shape: Sequence[int]) -> Tensor:
+        """Return the same elements, row-major, with a new shape of equal size."""
+        ctx = self._describe()
+        new = _as_int_list(shape, "shape", ctx)
+        if any(s < 0 for s in new):
+            raise TensorError(f"{ctx}: reshape to {_fmt_shape(new)}: dimensions must be >= 0")
+        if math.prod(new) != self.numElements():
+            raise TensorError(
+                f"{ctx}: cannot reshape {self.numElements()} elements to {_fmt_shape(new)} "
+                f"({math.prod(new)} elements); the element counts must match"
+            )
+        return self._derive(self._index.reshape(new), f".reshape({_fmt_shape(new)})")
+
+    def reshapePartial(self, beginIndex: int, endIndex: int, newDims: Sequence[int]) -> Tensor:
+        """Replace dimensions ``[beginIndex, endIndex)`` by ``newDims`` (same size)."""
+        ctx = self._describe()
+        b = self._check_dim(beginIndex, "beginIndex", allow_end=True)
+        e = self._check_dim(endIndex, "endIndex", allow_end=True)
+        if b > e:
+            raise TensorIndexError(
+                f"{ctx}: reshapePartial needs beginIndex <= endIndex, got {b} > {e}"
+            )
+        dims = _as_int_list(newDims, "newDims", ctx)
+        old = self.shape()
+        if any(s < 0 for s in dims) or math.prod(dims) != math.prod(old[b:e]):
+            raise TensorError(
+                f"{ctx}: reshapePartial({b}, {e}, {_fmt_shape(dims)}): dimensions "
+                f"{_fmt_shape(old[b:e])} hold {math.prod(old[b:e])} elements per position, "
+                f"newDims must hold the same and be >= 0"
+            )
+        new = old[:b] + dims + old[e:]
+        return self._derive(
+            self._index.reshape(new), f".reshapePartial({b},{e},{_fmt_shape(dims)})"
+        )
+
+    def flatten(self, dimBegin: int | None = None, dimEnd: int | None = None) -> Tensor:
+        """Flatten to 1-D, or merge dimensions ``[dimBegin, dimEnd)`` into one."""
+        if dimBegin is None and dimEnd is None:
+            return self._derive(self._index.reshape(-1), ".flatten()")
+        ctx = self._describe()
+        if dimBegin is None or dimEnd is None:
+            raise TypeMismatchError(
+                f"{ctx}: flatten() takes no arguments or both dimBegin and dimEnd"
+            )
+        b = self._check_dim(dimBegin, "dimBegin", allow_end=True)
+        e = self._check_dim(dimEnd, "dimEnd", allow_end=True)
+        if b >= e:
+            raise TensorIndexError(
+                f"{ctx}: flatten({b}, {e}) needs dimBegin < dimEnd <= rank ({self.rank()})"
+            )
+        old = self.shape()
+        new = [*old[:b], math.prod(old[b:e]), *old[e:]]
+        return self._derive(self._index.reshape(new), f".flatten({b},{e})")
+
+    def expand(self, indices: Sequence[int]) -> Tensor:
+        """Insert singleton dimensions.
+
+        Each entry of ``indices`` is a position ``0..rank`` in this tensor's
+        dimensions before which a size-1 dimension is inserted; repeat an index to
+        insert several there. E.g. shape ``[2,3]`` with ``expand([0, 2])`` gives
+        ``[1,2,3,1]``.
+        """
+        ctx = self._describe()
+        idx = [
+            self._check_dim(i, "expand index", allow_end=True)
+            for i in _as_int_list(indices, "indices", ctx)
+        ]
+        old = self.shape()
+        new: list[int] = []
+        for pos in range(len(old) + 1):
+            new.extend([1] * idx.count(pos))
+            if pos < len(old):
+                new.append(old[pos])
+        return self._derive(self._index.reshape(new), f".expand({_fmt_shape(idx)})")
+
+    def squeeze(self, indices: Sequence[int]) -> Tensor:
+        """Remove the size-1 dimensions numbered ``indices`` (distinct, each of size 1)."""
+        ctx = self._describe()
+        idx = [self._check_dim(i, "squeeze index") for i in _as_int_list(indices, "indices", ctx)]
+        if len(set(idx)) != len(idx):
+            raise TensorError(f"{ctx}: squeeze({idx}) names a dimension twice")
+        old = self.shape()
+        for i in idx:
+            if old[i] != 1:
+                raise TensorError(
+                    f"{ctx}: squeeze({idx}): dimension {i} has size {old[i]}, only size-1 "
+                    "dimensions can be squeezed"
+                )
+        new = [s for i, s in enumerate(old) if i not in idx]
+        return self._derive(self._index.reshape(new), f".squeeze({_fmt_shape(idx)})")
+
+    # ---------------------------------------------------- dimension reordering
+    def transpose(self) -> Tensor:
+        """Swap the two dimensions of a rank-2 tensor."""
+        if self.rank() != 2:
+            raise TensorError(
+                f"{self._describe()}: transpose() needs a rank-2 tensor, this one has rank "
+                f"{self.rank()}. Hint: use dimShuffle(permutation) for other ranks"
+            )
+        return self._derive(self._index.T, ".transpose()")
+
+    def dimShuffle(self, permutation: Sequence[int]) -> Tensor:
+        """Reorder dimensions: dimension ``i`` of the result is ``permutation[i]`` of this.
+
+        Element ``[a][b][c]`` moves to ``[c][a][b]`` under permutation ``[2, 0, 1]``.
+        """
+        ctx = self._describe()
+        perm = _as_int_list(permutation, "permutation", ctx)
+        if sorted(perm) != list(range(self.rank())):
+            raise TensorError(
+                f"{ctx}: dimShuffle({perm}) is not a permutation of 0..{self.rank() - 1}; "
+                f"it must list each dimension exactly once"
+            )
+        return self._derive(np.transpose(self._index, perm), f".dimShuffle({_fmt_shape(perm)})")
+
+    def dimShufflePartial(self, source: Sequence[int], destination: Sequence[int]) -> Tensor:
+        """Move dimensions ``source[i]`` to positions ``destination[i]``.
+
+        The other dimensions keep their relative order.
+        """
+        ctx = self._describe()
+        src = [self._check_dim(s, "source dimension") for s in _as_int_list(source, "source", ctx)]
+        dst = [
+            self._check_dim(s, "destination dimension")
+            for s in _as_int_list(destination, "destination", ctx)
+        ]
+        if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
+            raise TensorError(
+                f"{ctx}: dimShufflePartial({src}, {dst}) needs equally long lists of "
+                "distinct dimensions"
+            )
+        return self._derive(
+            np.moveaxis(self._index, src, dst),
+            f".dimShufflePartial({_fmt_shape(src)},{_fmt_shape(dst)})",
+        )
+
+    def dimRoll(self, dimIdx: int, newIdx: int = 0) -> Tensor:
+        """Move dimension ``dimIdx`` to position ``newIdx``; the others keep their order."""
+        src = self._check_dim(dimIdx, "dimIdx")
+        dst = self._check_dim(newIdx, "newIdx")
+        return self._derive(np.moveaxis(self._index, src, dst), f".dimRoll({src},{dst})")
+
+    def reverse(self, dimension: int) -> Tensor:
+        """Reverse the order of positions along ``dimension``."""
+        d = self._check_dim(dimension)
+        return self._derive(np.flip(self._index, d), f".reverse({d})")
+
+    # ------------------------------------------------------ sampling, repeating
+    def subSample(self, stride: int, dimension: int) -> Tensor:
+        """Keep every ``stride``-th position (0, stride, 2*stride, ...) of ``dimension``."""
+        ctx = self._describe()
+        s = _as_int(stride, "stride", ctx)
+        d = self._check_dim(dimension)
+        if s < 1:
+            raise TensorError(f"{ctx}: subSample stride must be >= 1, got {s}")
+        key = (slice(None),) * d + (slice(None, None, s),)
+        return self._derive(self._index[key], f".subSample({s},{d})")
+
+    def broadcast(self, N: int, dim: int) -> Tensor:
+        """Repeat the whole tensor ``N`` times along ``dim`` (Poplar's broadcast).
+
+        The copies are laid end to end, like ``numpy.tile``: ``[a, b].broadcast(2, 0)``
+        is ``[a, b, a, b]``; on a size-1 dimension this is the usual broadcast. Use
+        :meth:`upsample` to repeat each position instead. ``N = 0`` gives an empty
+        dimension. All copies alias the same elements.
+        """
+        ctx = self._describe()
+        n = _as_int(N, "N", ctx)
+        d = self._check_dim(dim, "dim")
+        if n < 0:
+            raise TensorError(f"{ctx}: broadcast count N must be >= 0, got {n}")
+        old = self.shape()
+        spread = np.broadcast_to(np.expand_dims(self._index, d), [*old[:d], n, *old[d:]])
+        new = [*old[:d], n * old[d], *old[d + 1 :]]
+        return self._derive(spread.reshape(new), f".broadcast({n},{d})")
+
+    def upsample(
+        self, scale: int, dimension: int, method: UpsampleMethod = UpsampleMethod.REPEAT
+    ) -> Tensor:
+        """Repeat each position of ``dimension`` ``scale`` times (``numpy.repeat``).
+
+        ``[[1,2,3]]`` upsampled by 2 in dimension 1 is ``[[1,1,2,2,3,3]]``; scale 0
+        gives an empty dimension and scale 1 is the identity.
+        """
+        ctx = self._describe()
+        s = _as_int(scale, "scale", ctx)
+        d = self._check_dim(dimension)
+        if method is not UpsampleMethod.REPEAT:
+            raise TypeMismatchError(
+                f"{ctx}: upsample method must be UpsampleMethod.REPEAT, got {method!r}"
+            )
+        if s < 0:
+            raise TensorError(f"{ctx}: upsample scale must be >= 0, got {s}")
+        old = self.shape()
+        spread = np.broadcast_to(
+            np.expand_dims(self._index, d + 1), [*old[: d + 1], s, *old[d + 1 :]]
+        )
+        new = [*old[:d], old[d] * s, *old[d + 1 :]]
+        return self._derive(spread.reshape(new), f".upsample({s},{d})")
+
+    # --------------------------------------------------------------- queries
+    def isContiguous(self) -> bool:
+        """True if the element ids, row-major, are consecutive and increasing.
+
+        Tensors with fewer than two elements are contiguous.
+        """
+        flat = self.flat_index()
+        if flat.size < 2:
+            return True
+        return bool(np.all(np.diff(flat) == 1))
+
+    def containsAliases(self) -> bool:
+        """True if some element appears more than once (e.g. after broadcast)."""
+        flat = self.flat_index()
+        return bool(np.unique(flat).size != flat.size)
+
+    def intersectsWith(self, other: Tensor) -> bool:
+        """True if this tensor and ``other`` share at least one element."""
+        if not isinstance(other, Tensor):
+            raise TypeMismatchError(
+                f"{self._describe()}: intersectsWith needs a Tensor, got {type(other).__name__}"
+            )
+        if other._graph is not self._graph or other._type != self._type:
+            return False
+        return bool(np.isin(self.flat_index(), other.flat_index()).any())
+
+    # ------------------------------------------------------- python protocol
+    def __eq__(self, other: object) -> bool:
+        """Poplar's equality: same graph, type and shape, and the same elements."""
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return (
+            other._graph is self._graph
+            and other._type == self._type
+            and other._index.shape == self._index.shape
+            and bool(np.array_equal(other._index, self._index))
+        )
+
+    def __hash__(self) -> int:
+        return hash((id(self._graph), self._type, self._index.shape))
+
+    def __repr__(self) -> str:
+        return f"Tensor('{self._name}', {self._type!r}, shape={self.shape()})"
+
+
+def _fmt_key(item: Any) -> str:
+    """Compact text of one normalised ``__getitem__`` key item, for debug names."""
+    if item is Ellipsis:
+        return "..."
+    if item is None:
+        return "None"
+    if isinstance(item, slice):
+        text = ("" if item.start is None else str(item.start)) + ":"
+        text += "" if item.stop is None else str(item.stop)
+        if item.step is not None:
+            text += f":{item.step}"
+        return text
+    return str(item)
+
+
+def _clip_name(name: str) -> str:
+    """Shorten a derived name to at most MAX_NAME_LENGTH characters."""
+    if len(name) <= MAX_NAME_LENGTH:
+        return name
+    return name[: MAX_NAME_LENGTH - 4] + "...)"
+
+
+def _short_names(tensors: Sequence[Tensor]) -> str:
+    names = [t.name for t in tensors[:3]]
+    if len(tensors) > 3:
+        names.append(f"+{len(tensors) - 3} more")
+    return ",".join(names)
+
+
+def concat(
+    first: Tensor | Sequence[Tensor],
+    second: Tensor | int | None = None,
+    dimension: int = 0,
+) -> Tensor:
+    """Join tensors end to end along ``dimension``.
+
+    ``concat([a, b, c], dimension)``, ``concat([a, b, c])`` or ``concat(a, b, dimension)``,
+    as Poplar's two overloads. All tensors must belong to the same graph (identity),
+    have the same element type and rank, and agree in every dimension but
+    ``dimension``. The result aliases the inputs' elements.
+    """
+    if isinstance(first, Tensor):
+        if not isinstance(second, Tensor):
+            raise TypeMismatchError(
+                f"concat({first.name!r}, ...): the second argument must be a Tensor, got "
+                f"{type(second).__name__} {second!r}. Hint: concat([tensors], dimension)"
+            )
+        tensors: list[Any] = [first, second]
+    else:
+        if isinstance(first, str) or not isinstance(first, Sequence):
+            raise TypeMismatchError(
+                f"concat() needs a Tensor or a sequence of Tensors, got {type(first).__name__}"
+            )
+        tensors = list(first)
+        if second is not None:
+            if isinstance(second, Tensor) or dimension != 0:
+                raise TypeMismatchError(
+                    "concat(tensors, dimension): give the dimension once, as an integer"
+                )
+            dimension = second
+    if not tensors:
+        raise TensorError("concat() needs at least one tensor, got an empty sequence")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeMismatchError(
+                f"concat(): item {i} must be a Tensor, got {type(t).__name__} {t!r}"
+            )
+    head = tensors[0]
+    d = head._check_dim(dimension)
+    for i, t in enumerate(tensors[1:], start=1):
+        if t.graph is not head.graph:
+            raise TensorError(
+                f"concat(): {t._describe()} (item {i}) belongs to graph {t.graph!r} but "
+                f"{head._describe()} belongs to graph {head.graph!r}; tensors of "
+                "different graphs cannot be joined"
+            )
+        if t.elementType() != head.elementType():
+            raise TypeMismatchError(
+                f"concat(): {t._describe()} (item {i}) has element type "
+                f"{t.elementType().name} but {head._describe()} has "
+                f"{head.elementType().name}; all must match"
+            )
+        other_dims_match = t.rank() == head.rank() and all(
+            a == b for k, (a, b) in enumerate(zip(t.shape(), head.shape(), strict=True)) if k != d
+        )
+        if not other_dims_match:
+            raise TensorError(
+                f"concat() along dimension {d}: {t._describe()} (item {i}) does not match "
+                f"{head._describe()}; ranks and all dimensions except {d} must be equal"
+            )
+    if len(tensors) == 1:
+        return head
+    index = np.concatenate([t.index for t in tensors], axis=d)
+    suffix = "" if d == 0 else f";{d}"
+    name = _clip_name(f"concat({_short_names(tensors)}{suffix})")
+    return Tensor._new(head.graph, head.elementType(), index, name, name)
+
+
+def append(first: Tensor, second: Tensor, dimension: int = 0) -> Tensor:
+    """Append ``second`` as one more position of ``first`` along ``dimension``.
+
+    ``second`` has rank ``first.rank() - 1`` and matches ``first`` in the other
+    dimensions; the result is ``concat(first, second.expand([dimension]), dimension)``.
+    """
+    for what, t in (("first", first), ("second", second)):
+        if not isinstance(t, Tensor):
+            raise TypeMismatchError(f"append(): {what} must be a Tensor, got {type(t).__name__}")
+    d = first._check_dim(dimension)
+    if second.rank() != first.rank() - 1:
+        raise TensorError(
+            f"append() along dimension {d}: {second._describe()} must have rank "
+            f"{first.rank() - 1}, one less than {first._describe()}"
+        )
+    joined = concat([first, second.expand([d])], d)
+    suffix = "" if d == 0 else f";{d}"
+    name = _clip_name(f"append({first.name},{second.name}{suffix})")
+    return Tensor._new(joined.graph, joined.elementType(), joined.index, name, name)

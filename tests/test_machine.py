@@ -1,0 +1,260 @@
+"""Machine runs checked against hand-computed timelines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ipusim import ir
+from ipusim.config import load_config
+from ipusim.dataplane import ScriptedDataPlane
+from ipusim.errors import HostLinkError, IpusimError, IRValidationError, SimulationTimeout
+from ipusim.machine import Machine
+
+# The tiny machine with round numbers, so every expectation below can be worked by
+# hand: 8 tiles in 2 columns of 4 (tile i at column i//4, row i%4), sync controller at
+# tile 0, so the layout distance of tile i to it is [0,1,2,3,1,2,3,4][i].
+ROUND = {
+    "tile.clock_hz": 1e9,
+    "tile.columns": 2,
+    "tile.vertex_launch_cycles": 0,
+    "sync.min_sync_delay_cycles": 3,
+    "sync.max_relative_delay_cycles": 8,
+    "sync.relative_delay": "auto",
+    "sync.controller_tile": 0,
+    "sync.global_sync_cycles": 600,
+    "sync.host_sync_cycles": 40,
+    "exchange.bytes_per_cycle": 4,
+    "exchange.fixed_latency_cycles": 2,
+    "exchange.cycles_per_hop": 0.5,
+    "host.bandwidth_bytes_per_s": 8e9,  # 8 bytes per cycle at 1 GHz
+    "host.latency_s": 100e-9,  # 100 cycles
+}
+# relative delay = round(8 * d / 4) = 2d; delay = 3 + 2d
+DELAYS = np.array([3, 5, 7, 9, 5, 7, 9, 11])
+
+
+def tiny(**extra):
+    return load_config("tiny", overrides={**ROUND, **extra})
+
+
+def superstep_program():
+    compute = ir.Compute(
+        name="cs",
+        # tile 0: seven worker vertices of 10 -> contexts [20,10,10,10,10,10] -> 6*20
+        # tile 1: one worker vertex of 30 -> 6*30; tile 5: a multi-vertex of 50 tile cycles
+        vertex_tile=[0] * 7 + [1, 5],
+        vertex_cycles=[10] * 7 + [30, 50],
+        vertex_multi=[False] * 8 + [True],
+    )
+    sync = ir.Sync(name="sync", sync_kind="internal")
+    exchange = ir.Exchange(name="ex", src_tile=[0], dst_tile=[7], num_bytes=[100])
+    return ir.Sequence([compute, sync, exchange])
+
+
+@pytest.mark.parametrize("granularity", ["ipu", "tile"])
+def test_superstep_by_hand(granularity):
+    trace = Machine(tiny(**{"sim.granularity": granularity})).run(superstep_program())
+    comp, sync, ex = trace.records
+    expected_compute = np.array([120, 180, 0, 0, 0, 50, 0, 0])
+    np.testing.assert_array_equal(comp.tile_cycles, expected_compute)
+    np.testing.assert_array_equal(comp.active_cycles, [70, 30, 0, 0, 0, 50, 0, 0])
+    assert (comp.first_cycle, comp.last_cycle) == (0, 180)
+    # the last tile arrives at 180; tile i leaves at 180 + delay[i]
+    exits = 180 + DELAYS
+    np.testing.assert_array_equal(sync.tile_cycles, exits - expected_compute)
+    assert (sync.first_cycle, sync.last_cycle) == (0, 191)
+    # 100 bytes at 4 B/cycle = 25, + fixed 2, + ceil(0.5 * distance(0,7)=4) = 2 -> 29
+    np.testing.assert_array_equal(ex.tile_cycles, [29, 0, 0, 0, 0, 0, 0, 29])
+    assert (ex.first_cycle, ex.last_cycle) == (183, 191 + 29)
+    assert trace.total_cycles == 220
+    totals = trace.totals
+    assert totals["compute"] == 350
+    assert totals["compute_active"] == 150
+    assert totals["sync"] == int((exits - expected_compute).sum()) == 1146
+    assert totals["internal_exchange"] == 58
+    assert totals["host_exchange"] == totals["global_exchange"] == 0
+    assert trace.simulated_seconds == pytest.approx(220e-9)
+
+
+def test_sync_without_relative_delay():
+    cfg = tiny(**{"sync.relative_delay": "none"})
+    prog = ir.Sequence(
+        [
+            ir.Compute(name="cs", vertex_tile=[2], vertex_cycles=[5]),  # tile 2: 30 cycles
+            ir.Sync(name="s"),
+        ]
+    )
+    trace = Machine(cfg).run(prog)
+    # every tile leaves at 30 + 3 (min delay only)
+    np.testing.assert_array_equal(trace.records[1].tile_cycles, [33, 33, 3, 33, 33, 33, 33, 33])
+    assert trace.total_cycles == 33
+
+
+def test_external_and_host_sync_two_ipus():
+    cfg = tiny(num_ipus=2)
+    prog = ir.Sequence(
+        [
+            ir.Compute(name="cs", vertex_tile=[9], vertex_multi=[True], vertex_cycles=[100]),
+            ir.Sync(name="ext", sync_kind="external"),
+            ir.Sync(name="host", sync_kind="host"),
+        ]
+    )
+    trace = Machine(cfg).run(prog)
+    delays16 = np.tile(DELAYS, 2)
+    # external: release at max(100) + 600, tile i leaves at 700 + delay
+    ext_exit = 700 + delays16
+    arrival = np.zeros(16, np.int64)
+    arrival[9] = 100
+    np.testing.assert_array_equal(trace.records[1].tile_cycles, ext_exit - arrival)
+    # host: the last tile arrives at 700 + 11, + 40 host sync cycles, + delay
+    host_exit = 711 + 40 + delays16
+    np.testing.assert_array_equal(trace.records[2].tile_cycles, host_exit - ext_exit)
+    assert trace.total_cycles == 711 + 40 + 11
+
+
+def test_internal_sync_is_per_ipu():
+    cfg = tiny(num_ipus=2)
+    prog = ir.Sequence(
+        [ir.Compute(name="cs", vertex_tile=[9], vertex_cycles=[50]), ir.Sync(name="s")]
+    )
+    trace = Machine(cfg).run(prog)
+    end = trace.tile_end_cycles
+    np.testing.assert_array_equal(end[:8], DELAYS)  # IPU 0 never waited for IPU 1
+    np.testing.assert_array_equal(end[8:], 300 + DELAYS)  # 6 * 50 on tile 9
+
+
+def _copy(name, tiles, nbytes):
+    return ir.StreamCopy(name=name, direction="host_to_device", tile=tiles, num_bytes=nbytes)
+
+
+def test_stream_copy_alone():
+    # 800 bytes over 4 tiles of IPU 0: link busy 800/8 = 100 cycles after 100 latency;
+    # per tile 200 B / 4 B per cycle = 50 cycles, below the link time
+    trace = Machine(tiny()).run(_copy("in", [0, 1, 2, 3], [200] * 4))
+    np.testing.assert_array_equal(trace.records[0].tile_cycles, [200] * 8)
+    assert trace.totals["host_exchange"] == 8 * 200
+
+
+@pytest.mark.parametrize("granularity", ["ipu", "tile"])
+def test_host_link_shared_by_two_ipus(granularity):
+    cfg = tiny(num_ipus=2, **{"sim.granularity": granularity})
+    # IPU 0: 800 bytes (100 link cycles), IPU 1: 1600 bytes (200 link cycles), together.
+    # After the 100-cycle latency both share the link: IPU 0 is done after 2*100 more
+    # (t=300); IPU 1 then has 100 left alone -> t=400.
+    step = _copy("in", [0, 1, 2, 3, 8, 9, 10, 11], [200] * 4 + [400] * 4)
+    trace = Machine(cfg).run(step)
+    np.testing.assert_array_equal(trace.tile_end_cycles, [300] * 8 + [400] * 8)
+
+
+def test_stream_copy_tile_bandwidth_floor():
+    # all 800 bytes to one tile: 800 / 4 B per cycle = 200 cycles > 100 + 100 link
+    trace = Machine(tiny()).run(_copy("in", [5], [800]))
+    assert trace.total_cycles == 200
+
+
+def test_stream_copy_over_limit_is_an_error():
+    cfg = tiny(**{"host.max_copy_bytes": 1000})
+    with pytest.raises(HostLinkError, match="big-in"):
+        Machine(cfg).run(_copy("big-in", [0, 1], [600, 600]))
+
+
+def test_global_exchange_two_ipus():
+    cfg = tiny(
+        num_ipus=2,
+        **{
+            "links.bandwidth_bytes_per_s": 2e9,  # 2 bytes per cycle
+            "links.links_between_neighbours": 1,
+            "links.hop_latency_cycles": 10,
+        },
+    )
+    step = ir.GlobalExchange(name="g", src_tile=[0], dst_tile=[8], num_bytes=[100])
+    trace = Machine(cfg).run(step)
+    # 100 bytes over one hop at 2 B/cycle = 50 (the tiles' 4 B/cycle is faster), + 10
+    np.testing.assert_array_equal(trace.tile_end_cycles, [60] * 16)
+    assert trace.totals["global_exchange"] == 16 * 60
+
+
+def test_control_flow_and_effects():
+    a = ir.Compute(name="a", effect=1, vertex_tile=[0], vertex_cycles=[1])
+    b = ir.Compute(name="b", effect=2, vertex_tile=[0], vertex_cycles=[2])
+    c = ir.Compute(name="c", effect=3, vertex_tile=[0], vertex_cycles=[3])
+    prog = ir.Sequence(
+        [
+            ir.Repeat(2, a),
+            ir.If(7, b, c),
+            ir.RepeatWhile(condition=a, predicate=8, body=b),
+            ir.Switch(9, [(0, a), (5, c)], default=b),
+        ]
+    )
+    for granularity in ("ipu", "tile"):
+        dp = ScriptedDataPlane({7: [0], 8: [1, 1, 0], 9: [5]})
+        trace = Machine(tiny(**{"sim.granularity": granularity})).run(prog, data_plane=dp)
+        # a a | else c | (a, true, b) (a, true, b) (a, false) | case 5: c
+        assert dp.applied == [1, 1, 3, 1, 2, 1, 2, 1, 3]
+        assert [r.name for r in trace.records] == ["a", "a", "c", "a", "b", "a", "b", "a", "c"]
+        # one tile, one context: 6 x estimate each
+        assert trace.total_cycles == 6 * (1 + 1 + 3 + 1 + 2 + 1 + 2 + 1 + 3)
+
+
+def test_call_and_entries():
+    f = ir.Compute(name="f", vertex_tile=[1], vertex_cycles=[4])
+    prog = ir.Program(entries=(ir.Call(0), ir.Sequence([ir.Call(0), ir.Call(0)])), functions=(f,))
+    m = Machine(tiny())
+    assert m.run(prog, entry=0).total_cycles == 24
+    assert m.run(prog, entry=1).total_cycles == 48
+    with pytest.raises(IpusimError, match="entry 2"):
+        m.run(prog, entry=2)
+
+
+def test_timeout_keeps_partial_trace():
+    step = ir.Compute(name="slow", vertex_tile=[0], vertex_cycles=[100])  # 600 cycles
+    with pytest.raises(SimulationTimeout, match="max_cycles=1,000") as info:
+        Machine(tiny()).run(ir.Repeat(5, step), max_cycles=1000)
+    partial = info.value.trace
+    assert not partial.complete
+    assert [r.name for r in partial.records] == ["slow", "slow"]  # 1200 > 1000 at step 2
+    assert partial.total_cycles == 1200
+    assert isinstance(info.value, TimeoutError)
+
+
+def test_predicate_without_data_plane_is_clear():
+    with pytest.raises(IpusimError, match="predicate 4"):
+        Machine(tiny()).run(ir.If(4, ir.Sequence()))
+
+
+def test_deterministic():
+    m = Machine(tiny(num_ipus=2))
+    prog = ir.Sequence([superstep_program(), _copy("in", [0, 9], [64, 64]), ir.Sync(name="x")])
+    assert m.run(prog).fingerprint() == m.run(prog).fingerprint()
+
+
+# ------------------------------------------------------------------ validation
+def test_ir_validation_lists_every_problem():
+    bad = ir.Sequence(
+        [
+            ir.Compute(name="cs1", vertex_tile=[0, 99], vertex_cycles=[1, 2]),
+            ir.Compute(name="cs2", vertex_tile=[0, 1], vertex_cycles=[1]),
+            ir.Compute(name="cs3", vertex_tile=[0], vertex_cycles=[-5]),
+            ir.Exchange(name="ex1", src_tile=[0], dst_tile=[9], num_bytes=[4]),
+            ir.Repeat(-1, ir.Sequence()),
+            ir.Call(3),
+        ]
+    )
+    with pytest.raises(IRValidationError) as info:
+        Machine(tiny(num_ipus=2)).run(bad)
+    text = str(info.value)
+    assert len(info.value.problems) == 6
+    assert "'cs1'" in text and "tile 99" in text and "[0, 16)" in text
+    assert "'cs2'" in text and "vertex_tile=2" in text and "vertex_cycles=1" in text
+    assert "'cs3'" in text and "-5" in text
+    assert "'ex1'" in text and "0->9" in text and "GlobalExchange" in text
+    assert "count -1" in text
+    assert "function 3" in text
+    assert isinstance(info.value, ValueError)
+
+
+def test_recursive_function_rejected():
+    prog = ir.Program(entries=(ir.Call(0),), functions=(ir.Call(1), ir.Sequence([ir.Call(0)])))
+    with pytest.raises(IRValidationError, match="recursion"):
+        Machine(tiny()).run(prog)
