@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m ipusim demo
+	$(PY) examples/tutorials/tut7.py --device model-ipu2 10000 1000
 
 test: $(STAMP)
 	$(PY) -m pytest -m "not slow" -n 2 -q

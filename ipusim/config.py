@@ -134,9 +134,6 @@ class HostConfig(_Section):
     )
     latency_s: Seconds = Field(default=0.0, ge=0, description="Latency of one host transfer.")
     max_copy_bytes: Bytes = Field(ge=1, description="Largest single stream copy.")
-    quantum_cycles: int = Field(
-        default=1024, ge=1, description="Simulation quantum for sharing the link between transfers."
-    )
 
 
 class LinksConfig(_Section):

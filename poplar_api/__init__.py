@@ -1,1 +1,32 @@
-"""A Poplar-like Python API whose graphs run on the ipusim machine model."""
+"""A Poplar-like Python API whose graphs run on the ipusim machine model.
+
+Names follow Poplar's C++ API (``Graph.addVariable``, ``setTileMapping``,
+``Engine.run``, ...), so programs port with little change.
+"""
+
+from poplar_api import program
+from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
+from poplar_api.device import Device, IPUModel, SyncDelayType, Target, TargetType
+from poplar_api.engine import Engine
+from poplar_api.graph import ComputeSet, DataStream, Function, Graph, VertexRef
+from poplar_api.tensor import Interval, Tensor, append, concat
+from poplar_api.types import (
+    BOOL,
+    CHAR,
+    FLOAT,
+    HALF,
+    INT,
+    SHORT,
+    UNSIGNED_CHAR,
+    UNSIGNED_INT,
+    UNSIGNED_SHORT,
+    Type,
+)
+
+__all__ = [
+    "BOOL", "CHAR", "FLOAT", "HALF", "INT", "SHORT", "UNSIGNED_CHAR", "UNSIGNED_INT",
+    "UNSIGNED_SHORT", "ComputeSet", "DataStream", "Device", "Engine", "Function", "Graph",
+    "IPUModel", "InOut", "Input", "Interval", "MultiVertex", "Output", "SyncDelayType",
+    "Target", "TargetType", "Tensor", "Type", "Vector", "VectorList", "Vertex", "append",
+    "concat", "program",
+]

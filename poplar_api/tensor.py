@@ -128,7 +128,8 @@ class Tensor:
     index
         Integer array of non-negative element ids with the tensor's shape. It is
         converted to ``int64`` (without copying when it already is) and exposed
-        read-only; the caller's array object itself is not modified.
+        read-only; the caller's array object keeps its flags but must not be
+        modified afterwards, since the tensor may share its memory.
     name
         Debug name. Views derive theirs from it, e.g. ``"v3.slice([1,1],[2,4])"``.
 

@@ -31,7 +31,7 @@ BASE_CONFIG: dict[str, Any] = {
     },
     "exchange": {"bytes_per_cycle": 4.0},
     "sync": {"relative_delay": "none"},
-    "host": {"bandwidth_bytes_per_s": 4e9, "max_copy_bytes": 1 << 20, "quantum_cycles": 100},
+    "host": {"bandwidth_bytes_per_s": 4e9, "max_copy_bytes": 1 << 20},
     "links": {"bandwidth_bytes_per_s": 8e9, "topology": "ring"},
 }
 

@@ -8,6 +8,7 @@ implementation (take/concatenate/tile/repeat/explicit permutations).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -118,7 +119,7 @@ def op_flatten(data, t, ref):
     b = data.draw(st.integers(0, ref.ndim - 1))
     e = data.draw(st.integers(b + 1, ref.ndim))
     shape = ref.shape
-    merged = shape[:b] + (math.prod(shape[b:e]),) + shape[e:]
+    merged = (*shape[:b], math.prod(shape[b:e]), *shape[e:])
     return t.flatten(b, e), ref.reshape(merged)
 
 
@@ -264,7 +265,7 @@ def check_matches(t: Tensor, expected: np.ndarray) -> None:
     assert not t.flat_index().flags.writeable
     flat = expected.reshape(-1)
     assert t.containsAliases() == (np.unique(flat).size != flat.size)
-    consecutive = flat.size < 2 or all(b == a + 1 for a, b in zip(flat[:-1], flat[1:], strict=True))
+    consecutive = flat.size < 2 or all(b == a + 1 for a, b in itertools.pairwise(flat))
     assert t.isContiguous() == consecutive
 
 

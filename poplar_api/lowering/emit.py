@@ -1,0 +1,329 @@
+"""Lowering of the program tree to the machine's IR.
+
+* ``Execute``: remote vertex inputs become a sync and an exchange before the compute
+  set, remote outputs a sync and an exchange after it.
+* ``Copy`` between tensors: elements already on their destination tile are copied by
+  an on-tile copy vertex per tile, the rest by an exchange.
+* ``Copy`` from or to a stream, and ``PrintTensor``: a host sync and a stream copy.
+* Control flow becomes IR control nodes; predicates are read from device memory
+  after an internal sync.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ipusim import ir
+from poplar_api import program as P
+from poplar_api.graph import DataStream
+from poplar_api.lowering import validate
+from poplar_api.lowering.computeset import build_table, field_sizes, make_runner, traffic
+from poplar_api.lowering.context import Lowered
+from poplar_api.lowering.exchange import Traffic, plan_exchange
+from poplar_api.printing import format_tensor
+from poplar_api.tensor import Tensor
+
+#: Fixed thread cycles of an on-tile copy vertex (estimate: set-up of a memcpy loop);
+#: the copy then moves ``memory.store_bytes_per_cycle`` bytes per cycle.
+COPY_VERTEX_FIXED_CYCLES = 13
+
+
+class HostIO:
+    """What the host side of effects needs: stream buffers, callbacks and stdout."""
+
+    def pull(self, stream: DataStream) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def push(self, stream: DataStream, values: np.ndarray) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def print(self, text: str) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Emitter:
+    """Lowers programs of one graph; problems are collected, not raised."""
+
+    def __init__(self, state, target, lowered: Lowered, host: HostIO) -> None:
+        self.state = state
+        self.cfg = target.config
+        self.num_tiles = target.getNumTiles()
+        self.lowered = lowered
+        self.host = host
+        self.problems: list[str] = []
+        self.tables: dict[int, Any] = {}
+        self.cs_nodes: dict[int, ir.Node] = {}
+        self.functions: dict[int, ir.Node] = {}
+        self.copy_vertex_type: tuple[str, ...] = ("Copy",)
+
+    # ----------------------------------------------------------------- helpers
+    def _tensor(self, t: Any, what: str) -> Tensor | None:
+        if not isinstance(t, Tensor) or t.graph is not self.state:
+            self.problems.append(f"{what}: expected a tensor of this graph, got {t!r}")
+            return None
+        return t
+
+    def _tiles(self, t: Tensor) -> np.ndarray:
+        return self.state.spaces[t.elementType()].tile[t.flat_index()].astype(np.int64)
+
+    def _predicate(self, t: Any, what: str, integral: bool = False) -> int | None:
+        t = self._tensor(t, what)
+        if t is None:
+            return None
+        if t.numElements() != 1:
+            self.problems.append(
+                f"{what}: predicate tensor '{t.name}' has {t.numElements()} elements (shape "
+                f"{t.shape()}); it must be a scalar"
+            )
+            return None
+        if integral and t.elementType().is_floating:
+            self.problems.append(f"{what}: control tensor '{t.name}' must be of an integral type")
+            return None
+        storage, typ, ids = self.lowered.storage, t.elementType(), t.flat_index()
+        return self.lowered.predicate(lambda: int(storage.read(typ, ids)[0]))
+
+    def _sync(self, pid: int, kind: str = "internal", name: str = "Sync") -> ir.Sync:
+        return ir.Sync(name=name, program_id=pid, sync_kind=kind)
+
+    # ----------------------------------------------------------------- dispatch
+    def lower(self, prog: P.Program) -> ir.Node:
+        """IR of one program (problems are appended to ``self.problems``)."""
+        method: Callable[[Any], ir.Node] | None = getattr(self, f"_{type(prog).__name__}", None)
+        if method is None:
+            for base in type(prog).__mro__[1:]:
+                method = getattr(self, f"_{base.__name__}", None)
+                if method is not None:
+                    break
+        if method is None or not isinstance(prog, P.Program):
+            self.problems.append(f"{prog!r} is not a program this engine can run")
+            return ir.Sequence()
+        return method(prog)
+
+    def _Sequence(self, prog: P.Sequence) -> ir.Node:
+        return ir.Sequence([self.lower(p) for p in prog.programs], name=prog.debugName)
+
+    def _Repeat(self, prog: P.Repeat) -> ir.Node:
+        return ir.Repeat(prog.count, self.lower(prog.body))
+
+    def _RepeatWhileTrue(self, prog: P.RepeatWhileTrue) -> ir.Node:
+        pred = self._predicate(prog.predicate, type(prog).__name__)
+        cond = ir.Sequence([self.lower(prog.cond), self._sync(prog.id)])
+        return ir.RepeatWhile(cond, -1 if pred is None else pred, self.lower(prog.body), prog.whileTrue)
+
+    def _If(self, prog: P.If) -> ir.Node:
+        pred = self._predicate(prog.predicate, "If")
+        node = ir.If(-1 if pred is None else pred, self.lower(prog.trueBody), self.lower(prog.falseBody))
+        return ir.Sequence([self._sync(prog.id), node])
+
+    def _Switch(self, prog: P.Switch) -> ir.Node:
+        ctl = self._predicate(prog.control, "Switch", integral=True)
+        cases = [(v, self.lower(b)) for v, b in prog.cases]
+        node = ir.Switch(-1 if ctl is None else ctl, cases, self.lower(prog.defaultCaseBody))
+        return ir.Sequence([self._sync(prog.id), node])
+
+    def _Sync(self, prog: P.Sync) -> ir.Node:
+        kind = {"internal": "internal", "external": "external", "global": "host"}
+        return self._sync(prog.id, kind[prog.syncType.value], prog.debugName or "sync")
+
+    def _Call(self, prog: P.Call) -> ir.Node:
+        fn = prog.function
+        if fn.index not in self.functions:
+            self.functions[fn.index] = ir.Sequence()  # placeholder while lowering
+            self.functions[fn.index] = self.lower(fn.program)
+        return ir.Call(fn.index)
+
+    def _WriteUndef(self, prog: P.WriteUndef) -> ir.Node:
+        self._tensor(prog.tensor, "WriteUndef")
+        return ir.Sequence(name="WriteUndef")
+
+    def function_nodes(self) -> tuple[ir.Node, ...]:
+        """Lowered functions, indexed as ``graph.addFunction`` numbered them."""
+        n = len(self.state.functions)
+        return tuple(self.functions.get(i, ir.Sequence()) for i in range(n))
+
+    # ------------------------------------------------------------------ execute
+    def _Execute(self, prog: P.Execute) -> ir.Node:
+        cs = prog.computeSet
+        if cs.id in self.cs_nodes:
+            return self.cs_nodes[cs.id]
+        problems = validate.check_vertices(self.state, cs, self.num_tiles)
+        table = build_table(self.state, cs)
+        problems += validate.check_conflicts(self.state, table)
+        self.problems += problems
+        if problems:
+            return ir.Sequence()
+        verts = [self.state.vertices[v] for v in cs.vertices]
+        target = self.state.target
+        cycles = np.fromiter(
+            (
+                v.perf_estimate if v.perf_estimate is not None
+                else v.vtype.estimate(field_sizes(v), target)
+                for v in verts
+            ),
+            np.int64,
+            len(verts),
+        )
+        names = list(dict.fromkeys(v.vtype.name for v in verts))
+        type_index = {n: i for i, n in enumerate(names)}
+        runner = make_runner(table, self.lowered.storage, self.cfg.tile.worker_contexts)
+        nodes: list[ir.Node] = []
+        ex_in = plan_exchange(
+            traffic(table, self.state, reads=True), f"{cs.name}/ExchangeIn", prog.id, self.num_tiles
+        )
+        if ex_in is not None:
+            nodes += [self._sync(prog.id, name=f"{cs.name}/Sync"), ex_in]
+        nodes.append(
+            ir.Compute(
+                name=cs.name,
+                effect=self.lowered.effect(runner),
+                program_id=prog.id,
+                vertex_tile=table.tiles,
+                vertex_cycles=cycles,
+                vertex_multi=np.fromiter((v.vtype.is_multi for v in verts), bool, len(verts)),
+                vertex_type=np.fromiter((type_index[v.vtype.name] for v in verts), np.int64, len(verts)),
+                vertex_type_names=tuple(names),
+            )
+        )
+        ex_out = plan_exchange(
+            traffic(table, self.state, reads=False), f"{cs.name}/ExchangeOut", prog.id, self.num_tiles
+        )
+        if ex_out is not None:
+            nodes += [self._sync(prog.id, name=f"{cs.name}/SyncOut"), ex_out]
+        node = ir.Sequence(nodes, name=cs.name)
+        self.cs_nodes[cs.id] = node
+        return node
+
+    # --------------------------------------------------------------------- copy
+    def _Copy(self, prog: P.Copy) -> ir.Node:
+        src, dst = prog.src, prog.dst
+        if isinstance(src, DataStream) and isinstance(dst, Tensor):
+            return self._stream_copy(prog, src, dst, to_device=True)
+        if isinstance(src, Tensor) and isinstance(dst, DataStream):
+            return self._stream_copy(prog, dst, src, to_device=False)
+        s = self._tensor(src, f"Copy #{prog.id} source")
+        d = self._tensor(dst, f"Copy #{prog.id} destination")
+        if s is None or d is None:
+            return ir.Sequence()
+        if s.elementType() != d.elementType():
+            self.problems.append(
+                f"Copy from '{s.name}' ({s.elementType()}) to '{d.name}' ({d.elementType()}): "
+                "element types differ; hint: cast with popops"
+            )
+            return ir.Sequence()
+        if s.numElements() != d.numElements():
+            self.problems.append(
+                f"Copy from '{s.name}' (shape {s.shape()}, {s.numElements()} elements) to "
+                f"'{d.name}' (shape {d.shape()}, {d.numElements()} elements): sizes differ"
+            )
+            return ir.Sequence()
+        return self._device_copy(prog, s, d)
+
+    def _device_copy(self, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
+        typ = s.elementType()
+        s_ids, d_ids = s.flat_index(), d.flat_index()
+        s_tile, d_tile = self._tiles(s), self._tiles(d)
+        storage = self.lowered.storage
+
+        def copy() -> None:
+            storage.write(typ, d_ids, storage.read(typ, s_ids))
+
+        name = prog.debugName or f"Copy {s.name} -> {d.name}"
+        nodes: list[ir.Node] = []
+        local = s_tile == d_tile
+        if local.any():
+            nbytes = np.bincount(d_tile[local], minlength=self.num_tiles) * typ.size
+            tiles = np.flatnonzero(nbytes)
+            per_cycle = self.cfg.memory.store_bytes_per_cycle
+            cycles = COPY_VERTEX_FIXED_CYCLES + -(-nbytes[tiles] // per_cycle)
+            nodes.append(
+                ir.Compute(
+                    name=f"{name}/OnTileCopy",
+                    program_id=prog.id,
+                    vertex_tile=tiles,
+                    vertex_cycles=cycles,
+                    vertex_type_names=self.copy_vertex_type,
+                )
+            )
+        remote = plan_exchange(
+            [Traffic(typ.size, 0, s_ids[~local], s_tile[~local], d_tile[~local])],
+            f"{name}/Exchange",
+            prog.id,
+            self.num_tiles,
+        )
+        if remote is not None:
+            nodes += [self._sync(prog.id, name=f"{name}/Sync"), remote]
+        if not nodes:  # nothing to copy
+            return ir.Sequence()
+        last = nodes[-1]
+        nodes[-1] = _with_effect(last, self.lowered.effect(copy))
+        return ir.Sequence(nodes, name=name)
+
+    def _stream_copy(self, prog: P.Program, stream: DataStream, t: Tensor, to_device: bool) -> ir.Node:
+        if t.graph is not self.state or self.state.streams.get(stream.handle) is not stream:
+            self.problems.append(f"Copy with stream '{stream.handle}': not a stream of this graph")
+            return ir.Sequence()
+        if stream.toDevice != to_device:
+            way = "host-to-device" if stream.toDevice else "device-to-host"
+            self.problems.append(
+                f"Copy with stream '{stream.handle}': it is a {way} FIFO and cannot be used "
+                f"{'as a source' if to_device else 'as a destination'} here"
+            )
+            return ir.Sequence()
+        if stream.elementType != t.elementType() or stream.numElements != t.numElements():
+            self.problems.append(
+                f"Copy between stream '{stream.handle}' ({stream.elementType}, "
+                f"{stream.numElements} elements) and tensor '{t.name}' ({t.elementType()}, "
+                f"{t.numElements()} elements): type and size must match"
+            )
+            return ir.Sequence()
+        storage, host, typ, ids = self.lowered.storage, self.host, t.elementType(), t.flat_index()
+
+        if to_device:
+            def effect() -> None:
+                storage.write(typ, ids, host.pull(stream))
+        else:
+            def effect() -> None:
+                host.push(stream, storage.read(typ, ids))
+
+        return self._host_transfer(prog, t, stream.handle, to_device, self.lowered.effect(effect))
+
+    def _host_transfer(self, prog: P.Program, t: Tensor, label: str, to_device: bool, effect: int) -> ir.Node:
+        nbytes = np.bincount(self._tiles(t), minlength=self.num_tiles) * t.elementType().size
+        tiles = np.flatnonzero(nbytes)
+        step = ir.StreamCopy(
+            name=label,
+            effect=effect,
+            program_id=prog.id,
+            direction="host_to_device" if to_device else "device_to_host",
+            tile=tiles,
+            num_bytes=nbytes[tiles],
+            stream=label,
+        )
+        return ir.Sequence([self._sync(prog.id, "host", f"{label}/HostSync"), step], name=label)
+
+    def _PrintTensor(self, prog: P.PrintTensor) -> ir.Node:
+        t = self._tensor(prog.tensor, "PrintTensor")
+        if t is None:
+            return ir.Sequence()
+        title = prog.title if prog.title is not None else t.name
+        storage, host, typ, ids, shape = self.lowered.storage, self.host, t.elementType(), t.flat_index(), t.shape()
+
+        def effect() -> None:
+            host.print(format_tensor(title, storage.read(typ, ids).reshape(shape), typ))
+
+        return self._host_transfer(prog, t, f"PrintTensor {title}", False, self.lowered.effect(effect))
+
+
+def _with_effect(step: ir.Step, effect: int) -> ir.Step:
+    """A copy of ``step`` carrying ``effect``."""
+    import dataclasses
+
+    return dataclasses.replace(step, effect=effect)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return math.ceil(a / b)
