@@ -153,7 +153,6 @@ class SimConfig(_Section):
     granularity: Literal["ipu", "tile"] = Field(
         default="ipu", description="'tile': every tile is its own SimPy process (same trace)."
     )
-    seed: int = Field(default=0, ge=0)
 
 
 class MachineConfig(_Section):

@@ -32,10 +32,10 @@ class DataPlane(Protocol):
 class NoDataPlane:
     """A data plane for timing-only runs: effects do nothing, predicates are an error."""
 
-    def apply(self, effect: int) -> None:  # noqa: D102 - protocol method
+    def apply(self, effect: int) -> None:
         return None
 
-    def predicate(self, predicate: int) -> int:  # noqa: D102 - protocol method
+    def predicate(self, predicate: int) -> int:
         raise IpusimError(
             f"the program asks predicate {predicate} but the run has no data plane; "
             "hint: pass data_plane= (for example ScriptedDataPlane) to Machine.run"
@@ -61,10 +61,10 @@ class ScriptedDataPlane:
         self._pos = dict.fromkeys(self._answers, 0)
         self.applied: list[int] = []
 
-    def apply(self, effect: int) -> None:  # noqa: D102 - protocol method
+    def apply(self, effect: int) -> None:
         self.applied.append(effect)
 
-    def predicate(self, predicate: int) -> int:  # noqa: D102 - protocol method
+    def predicate(self, predicate: int) -> int:
         values = self._answers.get(predicate)
         if values is None or self._pos[predicate] >= len(values):
             asked = self._pos.get(predicate, 0) + 1

@@ -358,10 +358,9 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
                     else:
                         msg = "stays on one IPU; hint: use an Exchange step"
                     problems.append(f"{where(step, 'dst_tile')}: transfer {k} ({s}->{d}) {msg}")
-        elif isinstance(step, StreamCopy):
-            if check_lengths(step, ("tile", "num_bytes")):
-                check_tiles(step, "tile", step.tile)
-                check_nonneg(step, "num_bytes", step.num_bytes)
+        elif isinstance(step, StreamCopy) and check_lengths(step, ("tile", "num_bytes")):
+            check_tiles(step, "tile", step.tile)
+            check_nonneg(step, "num_bytes", step.num_bytes)
 
     def check_node(node: Node, path: str) -> None:
         if isinstance(node, Step):

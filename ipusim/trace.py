@@ -120,9 +120,13 @@ class Trace:
         return out
 
     def fingerprint(self) -> str:
-        """A hash of everything simulated (not host time): equal traces, equal hashes."""
+        """A hash of everything simulated: equal traces, equal hashes.
+
+        Host time and the config hash are left out, so runs that differ only in
+        simulation settings (``sim.granularity``) must fingerprint the same.
+        """
         h = hashlib.sha256()
-        h.update(f"{self.config_hash}|{self.num_tiles}|{self.complete}".encode())
+        h.update(f"{self.num_tiles}|{self.clock_hz}|{self.complete}".encode())
         for r in self.records:
             h.update(
                 f"{r.index}|{r.kind}|{r.phase}|{r.name}|{r.program_id}|"

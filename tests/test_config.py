@@ -384,10 +384,10 @@ def test_cross_checks_run_even_when_other_sections_are_bad():
 
 
 def test_problem_lines_name_the_file_that_set_the_value(tmp_path):
-    base = write(tmp_path / "base.yaml", "extends: tiny\nsim: {seed: -1}\n")
+    base = write(tmp_path / "base.yaml", "extends: tiny\nexchange: {fixed_latency_cycles: -1}\n")
     child = write(tmp_path / "child.yaml", "extends: base.yaml\nnum_ipus: 0\n")
     problems = problems_of(child)
-    assert any(p.startswith(f"{base}: sim.seed") for p in problems)
+    assert any(p.startswith(f"{base}: exchange.fixed_latency_cycles") for p in problems)
     assert any(p.startswith(f"{child}: num_ipus") for p in problems)
 
 

@@ -42,7 +42,9 @@ def random_step(rng: np.random.Generator, cfg, k: int) -> ir.Step:
         nt = int(rng.integers(0, 30))
         src = rng.integers(0, n, nt)
         dst = (src // tpi) * tpi + rng.integers(0, tpi, nt)
-        return ir.Exchange(name=f"ex{k}", src_tile=src, dst_tile=dst, num_bytes=rng.integers(0, 900, nt))
+        return ir.Exchange(
+            name=f"ex{k}", src_tile=src, dst_tile=dst, num_bytes=rng.integers(0, 900, nt)
+        )
     if choice == 2:
         kind = ["internal", "external", "host"][int(rng.integers(0, 3))]
         return ir.Sync(name=f"sync{k}", sync_kind=kind)
@@ -58,7 +60,9 @@ def random_step(rng: np.random.Generator, cfg, k: int) -> ir.Step:
     nt = int(rng.integers(1, 10))
     src = rng.integers(0, n, nt)
     dst = (src + tpi * rng.integers(1, cfg.num_ipus, nt)) % n
-    return ir.GlobalExchange(name=f"g{k}", src_tile=src, dst_tile=dst, num_bytes=rng.integers(1, 4000, nt))
+    return ir.GlobalExchange(
+        name=f"g{k}", src_tile=src, dst_tile=dst, num_bytes=rng.integers(1, 4000, nt)
+    )
 
 
 def random_program(seed: int, cfg) -> ir.Node:
@@ -113,7 +117,7 @@ def test_tile_granularity_matches_ipu_on_tiny(seed):
 MK1 = load_config("mk1")
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_tile_granularity_matches_ipu_on_full_mk1(seed):
     run_both(MK1, seed)

@@ -221,6 +221,18 @@ def test_tut7_cost_model_rejects_a_single_column():
         tut7.choose_split(1, 1, 100, 6, 4)
 
 
+def test_tut7_relative_error_check():
+    tut7 = tutorial("tut7")
+    result = np.array([0.0, 0.5, 100.001, 100.0], np.float32)
+    expected = np.array([0.0, 0.0, 100.0, 100.0])
+    errors = tut7.relative_errors(result, expected)
+    assert errors[0] == 0  # 0 where 0 was expected
+    assert errors[1] == np.inf  # any difference from an expected 0
+    # float32(100.001) is 100.00099945068359375: relative error ~1.0e-5 from 100
+    assert errors[2] == pytest.approx((float(np.float32(100.001)) - 100) / 100, rel=1e-12)
+    assert errors[3] == 0
+
+
 # --------------------------------------------------------------------------- tut7 scripts
 
 
@@ -246,7 +258,7 @@ def test_tut7_script_small_sizes(device, rows, cols, split, total, worst):
     assert any("Total cycles" in line for line in lines[4:]), "no profile summary printed"
 
 
-@pytest.mark.slow
+# about 8 s each: under the 60 s that would make them slow
 @pytest.mark.parametrize(
     ("device", "line"),
     [

@@ -9,8 +9,8 @@ streaming at once each see half the link.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from collections.abc import Generator
+from fractions import Fraction
 
 import simpy
 

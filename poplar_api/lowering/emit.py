@@ -59,8 +59,14 @@ class Emitter:
         self.cs_nodes: dict[int, ir.Node] = {}
         self.functions: dict[int, ir.Node] = {}
         self.copy_vertex_type: tuple[str, ...] = ("Copy",)
+        self.program_ids: dict[int, int] = {}
+        self.programs: list[P.Program] = []  # keeps lowered programs alive (ids stay unique)
 
     # ----------------------------------------------------------------- helpers
+    def _pid(self, prog: P.Program) -> int:
+        """Program id for profiles: numbered in lowering order, so deterministic."""
+        return self.program_ids.setdefault(id(prog), len(self.program_ids))
+
     def _tensor(self, t: Any, what: str) -> Tensor | None:
         if not isinstance(t, Tensor) or t.graph is not self.state:
             self.problems.append(f"{what}: expected a tensor of this graph, got {t!r}")
@@ -101,6 +107,7 @@ class Emitter:
         if method is None or not isinstance(prog, P.Program):
             self.problems.append(f"{prog!r} is not a program this engine can run")
             return ir.Sequence()
+        self.programs.append(prog)
         return method(prog)
 
     def _Sequence(self, prog: P.Sequence) -> ir.Node:
@@ -111,23 +118,23 @@ class Emitter:
 
     def _RepeatWhileTrue(self, prog: P.RepeatWhileTrue) -> ir.Node:
         pred = self._predicate(prog.predicate, type(prog).__name__)
-        cond = ir.Sequence([self.lower(prog.cond), self._sync(prog.id)])
+        cond = ir.Sequence([self.lower(prog.cond), self._sync(self._pid(prog))])
         return ir.RepeatWhile(cond, -1 if pred is None else pred, self.lower(prog.body), prog.whileTrue)
 
     def _If(self, prog: P.If) -> ir.Node:
         pred = self._predicate(prog.predicate, "If")
         node = ir.If(-1 if pred is None else pred, self.lower(prog.trueBody), self.lower(prog.falseBody))
-        return ir.Sequence([self._sync(prog.id), node])
+        return ir.Sequence([self._sync(self._pid(prog)), node])
 
     def _Switch(self, prog: P.Switch) -> ir.Node:
         ctl = self._predicate(prog.control, "Switch", integral=True)
         cases = [(v, self.lower(b)) for v, b in prog.cases]
         node = ir.Switch(-1 if ctl is None else ctl, cases, self.lower(prog.defaultCaseBody))
-        return ir.Sequence([self._sync(prog.id), node])
+        return ir.Sequence([self._sync(self._pid(prog)), node])
 
     def _Sync(self, prog: P.Sync) -> ir.Node:
         kind = {"internal": "internal", "external": "external", "global": "host"}
-        return self._sync(prog.id, kind[prog.syncType.value], prog.debugName or "sync")
+        return self._sync(self._pid(prog), kind[prog.syncType.value], prog.debugName or "sync")
 
     def _Call(self, prog: P.Call) -> ir.Node:
         fn = prog.function
@@ -172,15 +179,15 @@ class Emitter:
         runner = make_runner(table, self.lowered.storage, self.cfg.tile.worker_contexts)
         nodes: list[ir.Node] = []
         ex_in = plan_exchange(
-            traffic(table, self.state, reads=True), f"{cs.name}/ExchangeIn", prog.id, self.num_tiles
+            traffic(table, self.state, reads=True), f"{cs.name}/ExchangeIn", self._pid(prog), self.num_tiles
         )
         if ex_in is not None:
-            nodes += [self._sync(prog.id, name=f"{cs.name}/Sync"), ex_in]
+            nodes += [self._sync(self._pid(prog), name=f"{cs.name}/Sync"), ex_in]
         nodes.append(
             ir.Compute(
                 name=cs.name,
                 effect=self.lowered.effect(runner),
-                program_id=prog.id,
+                program_id=self._pid(prog),
                 vertex_tile=table.tiles,
                 vertex_cycles=cycles,
                 vertex_multi=np.fromiter((v.vtype.is_multi for v in verts), bool, len(verts)),
@@ -189,10 +196,10 @@ class Emitter:
             )
         )
         ex_out = plan_exchange(
-            traffic(table, self.state, reads=False), f"{cs.name}/ExchangeOut", prog.id, self.num_tiles
+            traffic(table, self.state, reads=False), f"{cs.name}/ExchangeOut", self._pid(prog), self.num_tiles
         )
         if ex_out is not None:
-            nodes += [self._sync(prog.id, name=f"{cs.name}/SyncOut"), ex_out]
+            nodes += [self._sync(self._pid(prog), name=f"{cs.name}/SyncOut"), ex_out]
         node = ir.Sequence(nodes, name=cs.name)
         self.cs_nodes[cs.id] = node
         return node
@@ -204,8 +211,8 @@ class Emitter:
             return self._stream_copy(prog, src, dst, to_device=True)
         if isinstance(src, Tensor) and isinstance(dst, DataStream):
             return self._stream_copy(prog, dst, src, to_device=False)
-        s = self._tensor(src, f"Copy #{prog.id} source")
-        d = self._tensor(dst, f"Copy #{prog.id} destination")
+        s = self._tensor(src, f"Copy #{self._pid(prog)} source")
+        d = self._tensor(dst, f"Copy #{self._pid(prog)} destination")
         if s is None or d is None:
             return ir.Sequence()
         if s.elementType() != d.elementType():
@@ -242,7 +249,7 @@ class Emitter:
             nodes.append(
                 ir.Compute(
                     name=f"{name}/OnTileCopy",
-                    program_id=prog.id,
+                    program_id=self._pid(prog),
                     vertex_tile=tiles,
                     vertex_cycles=cycles,
                     vertex_type_names=self.copy_vertex_type,
@@ -251,11 +258,11 @@ class Emitter:
         remote = plan_exchange(
             [Traffic(typ.size, 0, s_ids[~local], s_tile[~local], d_tile[~local])],
             f"{name}/Exchange",
-            prog.id,
+            self._pid(prog),
             self.num_tiles,
         )
         if remote is not None:
-            nodes += [self._sync(prog.id, name=f"{name}/Sync"), remote]
+            nodes += [self._sync(self._pid(prog), name=f"{name}/Sync"), remote]
         if not nodes:  # nothing to copy
             return ir.Sequence()
         last = nodes[-1]
@@ -297,13 +304,13 @@ class Emitter:
         step = ir.StreamCopy(
             name=label,
             effect=effect,
-            program_id=prog.id,
+            program_id=self._pid(prog),
             direction="host_to_device" if to_device else "device_to_host",
             tile=tiles,
             num_bytes=nbytes[tiles],
             stream=label,
         )
-        return ir.Sequence([self._sync(prog.id, "host", f"{label}/HostSync"), step], name=label)
+        return ir.Sequence([self._sync(self._pid(prog), "host", f"{label}/HostSync"), step], name=label)
 
     def _PrintTensor(self, prog: P.PrintTensor) -> ir.Node:
         t = self._tensor(prog.tensor, "PrintTensor")
