@@ -90,8 +90,30 @@ def _register_config(subparsers: _Subparsers) -> None:
     listing.set_defaults(handler=_config_list)
 
 
+# ipusim report ----------------------------------------------------------------------------
+def _report(args: argparse.Namespace) -> int:
+    from ipusim.report import run_report  # lazy: plotting loads matplotlib
+
+    run_report(args.profile_dir, out=args.out, plots=not args.no_plots)
+    return 0
+
+
+def _register_report(subparsers: _Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="print a profile directory (autoReport) and plot its steps",
+        description="Print summary.txt of a profile directory written by the engine's "
+        "autoReport option and write steps.png (cycles per step, from execution.json) and "
+        "memory.png (from profile.json) next to it.",
+    )
+    parser.add_argument("profile_dir", metavar="PROFILE_DIR", help="the profile directory")
+    parser.add_argument("--out", metavar="DIR", help="write the plots here (default PROFILE_DIR)")
+    parser.add_argument("--no-plots", action="store_true", help="print only, write no plots")
+    parser.set_defaults(handler=_report)
+
+
 # Assembly ---------------------------------------------------------------------------------
-_REGISTRARS: list[Callable[[_Subparsers], None]] = [_register_config]
+_REGISTRARS: list[Callable[[_Subparsers], None]] = [_register_config, _register_report]
 """One function per top-level command; each adds its sub-parser and ``handler``."""
 
 

@@ -104,7 +104,9 @@ class VertexType:
     fields
         Field specs in declaration order (the kernel's argument order).
     kernel
-        The Numba dispatcher of ``compute``.
+        The Numba dispatcher of ``compute``; None when the class defines
+        ``computeBatch`` instead (a vectorised implementation run once for every
+        vertex of the type, used by library vertices).
     """
 
     name: str
@@ -216,7 +218,13 @@ def vertex_type(cls: type) -> VertexType:
         raise CodeletError(f"vertex class {cls.__name__!r}: typeName must be a non-empty str")
     fields = _collect_fields(cls)
     is_multi = issubclass(cls, MultiVertex)
-    kernel = _kernel_of(cls, fields, is_multi)
+    batch = inspect.getattr_static(cls, "computeBatch", None)
+    if batch is not None and not isinstance(batch, classmethod):
+        raise CodeletError(
+            f"vertex class {cls.__name__!r}: computeBatch must be a classmethod taking "
+            f"(cls, batches, num_vertices, num_workers)"
+        )
+    kernel = None if batch is not None else _kernel_of(cls, fields, is_multi)
     _check_estimator(cls)
     vtype = VertexType(name=name, cls=cls, is_multi=is_multi, fields=fields, kernel=kernel)
     _VERTEX_TYPES[cls] = vtype
@@ -568,6 +576,11 @@ def execute(
     args = _driver_args(vtype, batches, int(num_vertices))
     ok = np.ones(int(num_vertices), dtype=np.bool_)
     if num_vertices == 0:
+        return ok
+    if vtype.kernel is None:
+        result = vtype.cls.computeBatch(dict(batches), int(num_vertices), int(num_workers))
+        if result is not None:
+            ok &= np.asarray(result, dtype=np.bool_).reshape(-1)
         return ok
     driver = _driver(vtype)
     try:

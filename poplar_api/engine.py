@@ -159,6 +159,7 @@ class Engine:
             raise EngineError(f"Engine: expected a Graph, got {type(graph).__name__}")
         self._graph = graph
         self.options = engine_options(options)
+        _check_options(self.options)
         progs = [programs] if isinstance(programs, Program) else list(programs)
         if not progs:
             raise EngineError("Engine: no programs given")
@@ -220,6 +221,7 @@ class Engine:
             raise
         self._trace = trace
         self._traces.append(trace)
+        self._auto_report()
 
     def getTrace(self) -> Trace | None:
         """The trace of the last run on an IPU Model (None before a run or on a CPU)."""
@@ -295,6 +297,31 @@ class Engine:
         from poplar_api.summary import print_summary
 
         print_summary(self, stream or sys.stdout, options or {})
+
+    # ---------------------------------------------------------------- profiles
+    def getGraphProfile(self) -> dict[str, Any]:
+        """The graph profile (plain JSON types); see :mod:`poplar_api.profiling`."""
+        from poplar_api.profiling import graph_profile
+
+        return graph_profile(self)
+
+    def getExecutionProfile(self) -> dict[str, Any]:
+        """The execution profile of the runs since the last reset (plain JSON types)."""
+        from ipusim.profile.execution import execution_profile
+
+        return execution_profile(self._traces, self.ir_program, self.options)
+
+    def _auto_report(self) -> None:
+        """Write the ``autoReport.*`` files the options ask for (after each run)."""
+        from poplar_api.profiling import write_auto_report
+
+        write_auto_report(self)
+
+
+def _check_options(options: Mapping[str, str]) -> None:
+    from poplar_api.profiling import check_engine_options
+
+    check_engine_options(options)
 
 
 __all__ = ["Engine"]

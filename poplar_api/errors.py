@@ -43,3 +43,16 @@ class GraphValidationError(PoplarError, ValueError):
 
 class EngineError(PoplarError, RuntimeError):
     """An Engine call is used wrongly (unknown handle, not loaded, bad buffer)."""
+
+
+class OutOfMemoryError(PoplarError, MemoryError):
+    """The graph does not fit in tile memory.
+
+    ``report`` holds the memory report (per-tile use against capacity) so nothing is
+    lost; compile with the engine option ``debug.allowOutOfMemory`` to get the engine
+    and every profile anyway.
+    """
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import Enum
+from numbers import Integral
 from typing import Any
 
 from poplar_api.errors import GraphError
@@ -89,9 +90,9 @@ class Repeat(Program):
 
     def __init__(self, count: int, body: Program, debugName: str = "") -> None:
         super().__init__(debugName)
-        if not isinstance(count, int) or count < 0:
+        if isinstance(count, bool) or not isinstance(count, Integral) or count < 0:
             raise GraphError(f"Repeat: count {count!r} must be an int >= 0")
-        self.count = count
+        self.count = int(count)
         self.body = _check_program(body, "Repeat body")
 
     def children(self) -> list[Program]:

@@ -1,9 +1,19 @@
-"""``printProfileSummary``: the Target, Graph and Execution sections of a run.
+"""``printProfileSummary``: the text summary of a graph profile and an execution profile.
 
-Totals are summed over every run since the engine was made (or
-``resetExecutionProfile``), as Poplar does. Balances: tile balance is the compute
-cycles of all tiles over (tiles × compute-step durations); thread balance is compute
-excluding idle threads over compute including them.
+Sections, in the layout of the Poplar guide: Target, Graph, Memory Usage (from the
+graph profile's ``memory``; a one-line note when the engine has no memory report)
+and Execution (from the execution profile: every run since the engine was made or
+``resetExecutionProfile``).
+
+Execution totals are the execution profile's ``simulation.tileCycles``, summed over
+tiles. Balances:
+
+* tile balance = Σ compute cycles of all tiles / (tiles * Σ longest tile's cycles of
+  each compute step): 1 when every tile computes for the whole of every compute set;
+* thread balance = compute cycles excluding idle threads / including them.
+
+Options (strings): ``showExecutionSteps`` ("true") lists every step;
+``showVarStorage`` ("true") lists the bytes live at each program point.
 """
 
 from __future__ import annotations
@@ -13,77 +23,223 @@ from typing import IO, Any
 
 import numpy as np
 
-from ipusim import ir
+#: Buckets of the per-tile memory histogram (between 0 and the tile's capacity).
+HISTOGRAM_BUCKETS = 8
+#: Width in characters of the longest histogram bar.
+HISTOGRAM_WIDTH = 40
 
 
 def _truthy(value: Any) -> bool:
     return str(value).lower() in ("true", "1", "yes", "on")
 
 
-def print_summary(engine: Any, out: IO[str], options: Mapping[str, Any]) -> None:
-    """Write the summary of ``engine``'s runs to ``out``."""
-    state = engine._state
-    target = state.target
-    cfg = target.config
-    w = out.write
+def _bytes(n: float) -> str:
+    """Bytes with a binary unit: ``1,234 B``, ``12.3 KiB``, ``4.5 MiB``."""
+    if abs(n) < 1024:
+        return f"{int(n):,} B"
+    if abs(n) < 1024**2:
+        return f"{n / 1024:,.1f} KiB"
+    return f"{n / 1024**2:,.2f} MiB"
+
+
+def _target(w: Any, gp: Mapping[str, Any]) -> None:
+    t = gp["target"]
     w("Target:\n")
-    w(f"  Number of IPUs:         {cfg.num_ipus:,}\n")
-    w(f"  Tiles per IPU:          {cfg.tile.tiles_per_ipu:,}\n")
-    w(f"  Total Tiles:            {cfg.num_tiles:,}\n")
-    w(f"  Memory Per-Tile:        {cfg.memory.tile_memory_bytes / 1024:,.1f} KB\n")
-    w(f"  Total Memory:           {cfg.memory.tile_memory_bytes * cfg.num_tiles / 2**20:,.1f} MB\n")
-    w(f"  Clock Speed (approx):   {cfg.tile.clock_hz / 1e6:,.1f} MHz\n")
-    w(f"  Machine config:         {cfg.name} (hash {engine._machine.config_hash if engine._machine else '-'})\n")
-    n_edges = sum(
-        (len(v) if isinstance(v, list) else 1) for inst in state.vertices for v in inst.fields.values()
-    )
+    w(f"  Type:                   {t['type']} ({t['configName']})\n")
+    w(f"  Number of IPUs:         {t['numIPUs']:,}\n")
+    w(f"  Tiles per IPU:          {t['tilesPerIPU']:,}\n")
+    w(f"  Total Tiles:            {t['numTiles']:,}\n")
+    w(f"  Memory Per-Tile:        {_bytes(t['bytesPerTile'])}\n")
+    w(f"  Total Memory:           {_bytes(t['totalMemory'])}\n")
+    w(f"  Clock Speed (approx):   {t['clockFrequency'] / 1e6:,.1f} MHz\n")
+
+
+def _graph(w: Any, gp: Mapping[str, Any]) -> None:
+    g = gp["graph"]
     w("Graph:\n")
-    w(f"  Number of vertices:     {len(state.vertices):,}\n")
-    w(f"  Number of edges:        {n_edges:,}\n")
-    w(f"  Number of variables:    {len(state.variables):,}\n")
-    w(f"  Number of compute sets: {len(state.compute_sets):,}\n")
-    traces = engine.getTraces()
+    w(f"  Number of vertices:     {g['numVertices']:,}\n")
+    w(f"  Number of edges:        {g['numEdges']:,}\n")
+    w(f"  Number of variables:    {g['numVars']:,}\n")
+    w(f"  Number of compute sets: {g['numComputeSets']:,}\n")
+
+
+def _histogram(w: Any, need: np.ndarray, capacity: int) -> None:
+    """Tiles per bucket of memory use (including gaps), as text bars."""
+    edges = np.linspace(0, capacity, HISTOGRAM_BUCKETS + 1)
+    inside = need[need <= capacity]
+    counts = np.histogram(inside, bins=edges)[0] if capacity else np.zeros(HISTOGRAM_BUCKETS)
+    over = int((need > capacity).sum())
+    rows = [
+        (f"{_bytes(lo)} - {_bytes(hi)}", int(c))
+        for lo, hi, c in zip(edges[:-1], edges[1:], counts, strict=True)
+    ]
+    rows.append((f"> {_bytes(capacity)} (out of memory)", over))
+    peak = max(c for _, c in rows) or 1
+    width = max(len(label) for label, _ in rows)
+    w("  Tiles by memory use (including gaps):\n")
+    for label, c in rows:
+        bar = "#" * (max(1, round(HISTOGRAM_WIDTH * c / peak)) if c else 0)
+        w(f"    {label:<{width}} {c:>6,} {bar}\n")
+
+
+def _memory(w: Any, gp: Mapping[str, Any], show_liveness: bool) -> None:
+    mem = gp.get("memory")
+    w("Memory Usage:\n")
+    if mem is None:
+        w("  (no memory report: this engine was compiled without the memory model)\n")
+        return
+    by_tile = {k: np.asarray(v, np.int64) for k, v in mem["byTile"].items()}
+    w("  Total for all IPUs:\n")
+    w(f"    Including gaps:       {int(by_tile['totalIncludingGaps'].sum()):,} B\n")
+    w(f"    Excluding gaps:       {int(by_tile['total'].sum()):,} B\n")
+    w("  By memory region (excluding gaps / including gaps):\n")
+    for label, key in (
+        ("Interleaved", "interleaved"),
+        ("Non-interleaved", "nonInterleaved"),
+        ("Overflowed", "overflowed"),
+    ):
+        excl = int(by_tile[key].sum())
+        incl = int(by_tile[f"{key}IncludingGaps"].sum())
+        w(f"    {label + ':':<22}{excl:,} B / {incl:,} B\n")
+    w("  Vertex and graph data by category:\n")
+    cats = sorted(
+        ((k, int(np.asarray(v, np.int64).sum())) for k, v in mem["byCategory"].items()),
+        key=lambda kv: -kv[1],
+    )
+    width = max((len(k) for k, _ in cats), default=0)
+    for name, total in cats:
+        w(f"    {name + ':':<{width + 1}} {total:>14,} B\n")
+    if mem["byVertexType"]:
+        w("  Vertex data by type:\n")
+        types = sorted(mem["byVertexType"].items(), key=lambda kv: -kv[1])
+        width = max(len(k) for k, _ in types)
+        for name, total in types:
+            w(f"    {name + ':':<{width + 1}} {int(total):>14,} B\n")
+    need = by_tile["totalIncludingGaps"]
+    capacity = int(mem["capacity"]["total"])
+    _histogram(w, need, capacity)
+    if need.size:
+        worst = int(np.argmax(need))
+        w(
+            f"  Maximum tile: tile {worst} uses {int(need[worst]):,} of {capacity:,} B "
+            f"({need[worst] / capacity:.1%})\n"
+        )
+    oom = mem["tilesOutOfMemory"]
+    shown = ", ".join(str(t) for t in oom[:10]) + (", ..." if len(oom) > 10 else "")
+    w(f"  Tiles out of memory: {len(oom):,}{' (' + shown + ')' if oom else ''}\n")
+    if show_liveness:
+        w("  Variable storage by program point (bytes, all tiles):\n")
+        w(f"    {'#':>5}  {'not always live':>16}  {'always live':>14}  program point\n")
+        for i, p in enumerate(mem["liveness"]):
+            w(f"    {i:>5}  {p['notAlwaysLive']:>16,}  {p['alwaysLive']:>14,}  {p['name']}\n")
+
+
+def cycles_by_vertex_type(
+    gp: Mapping[str, Any], ep: Mapping[str, Any]
+) -> dict[str, tuple[int, int]]:
+    """``name -> (cycles, instances)``: Σ of the vertex estimates of every executed
+    compute set, and the vertices of that type in the graph's compute sets."""
+    names = gp["vertexTypes"]["names"]
+    cs = gp["computeSets"]
+    per_cs = np.asarray(cs["cycleEstimates"]["activeCyclesByVertexType"], np.int64)
+    per_cs = per_cs.reshape(len(cs["names"]), len(names))
+    progs = gp["programs"]
+    runs = [
+        progs[s["program"]]["computeSet"]
+        for s in ep["simulation"]["steps"]
+        if s["type"] == "OnTileExecute" and 0 <= s["program"] < len(progs)
+    ]
+    cycles = per_cs[runs].sum(axis=0) if runs else np.zeros(len(names), np.int64)
+    counts = np.asarray(cs["vertexCountsByType"], np.int64).reshape(len(cs["names"]), len(names))
+    instances = counts.sum(axis=0)
+    return {n: (int(c), int(i)) for n, c, i in zip(names, cycles, instances, strict=True)}
+
+
+def totals(ep: Mapping[str, Any], num_tiles: int) -> dict[str, float]:
+    """Execution totals: cycles per phase and the tile and thread balances."""
+    sim = ep["simulation"]
+    tc = sim["tileCycles"]
+    compute_steps = [s for s in sim["steps"] if s["type"] == "OnTileExecute"]
+    span = sum(s["maxTileCycles"] for s in compute_steps)
+    busy = sum(s["cyclesAllTiles"] for s in compute_steps)
+    return {
+        "cycles": sim["cycles"],
+        "compute": tc["compute"],
+        "activeCompute": tc["activeCompute"],
+        "doExchange": tc["doExchange"],
+        "globalExchange": tc["globalExchange"],
+        "streamCopy": tc["streamCopy"],
+        "sync": tc["sync"],
+        "tileBalance": busy / (num_tiles * span) if span else 0.0,
+        "threadBalance": tc["activeCompute"] / tc["compute"] if tc["compute"] else 0.0,
+    }
+
+
+def _execution(w: Any, gp: Mapping[str, Any], ep: Mapping[str, Any] | None, steps: bool) -> None:
     w("Execution:\n")
-    if not traces:
+    if ep is None or not ep["runs"]:
         w("  (no run on an IPU Model device yet)\n")
         return
-    total = sum(t.total_cycles for t in traces)
-    clock = cfg.tile.clock_hz
-    keys = ("compute", "compute_active", "internal_exchange", "global_exchange", "host_exchange", "sync")
-    sums = {k: sum(t.totals[k] for t in traces) for k in keys}
-    compute_span = sum(r.cycles for t in traces for r in t.records if r.kind == "compute")
-    tile_bal = sums["compute"] / (cfg.num_tiles * compute_span) if compute_span else 0.0
-    thread_bal = sums["compute_active"] / sums["compute"] if sums["compute"] else 0.0
-    w(f"  Total cycles:                                  {total:,} (approx {total / clock * 1e6:,.1f} microseconds)\n")
-    w(f"  Total compute cycles (including idle threads): {sums['compute']:,}\n")
-    w(f"  Total compute cycles (excluding idle threads): {sums['compute_active']:,}\n")
-    w(f"  Total IPU exchange cycles:                     {sums['internal_exchange']:,}\n")
-    w(f"  Total global exchange cycles:                  {sums['global_exchange']:,}\n")
-    w(f"  Total host exchange cycles:                    {sums['host_exchange']:,}\n")
-    w(f"  Total sync cycles:                             {sums['sync']:,}\n")
-    w(f"  Total tile balance:                            {tile_bal:.1%}\n")
-    w(f"  Total thread balance:                          {thread_bal:.1%}\n")
-    by_type: dict[str, int] = {}
-    for t in traces:
-        for r in t.records:
-            step = r.step
-            if isinstance(step, ir.Compute) and step.num_vertices:
-                sums_t = np.bincount(step.vertex_type, weights=step.vertex_cycles, minlength=len(step.vertex_type_names))
-                for name, c in zip(step.vertex_type_names, sums_t, strict=True):
-                    by_type[name] = by_type.get(name, 0) + int(c)
-    instances: dict[str, int] = {}
-    for inst in state.vertices:
-        instances[inst.vtype.name] = instances.get(inst.vtype.name, 0) + 1
+    t = totals(ep, gp["target"]["numTiles"])
+    us = t["cycles"] / gp["target"]["clockFrequency"] * 1e6
+    rows = [
+        ("Total cycles", f"{t['cycles']:,} (approx. {us:,.1f} microseconds)"),
+        ("Total compute cycles (including idle threads)", f"{t['compute']:,}"),
+        ("Total compute cycles (excluding idle threads)", f"{t['activeCompute']:,}"),
+        ("Total IPU exchange cycles", f"{t['doExchange']:,}"),
+        ("Total global exchange cycles", f"{t['globalExchange']:,}"),
+        ("Total host exchange cycles", f"{t['streamCopy']:,}"),
+        ("Total sync cycles", f"{t['sync']:,}"),
+        ("Total tile balance", f"{t['tileBalance']:.1%}"),
+        ("Total thread balance", f"{t['threadBalance']:.1%}"),
+    ]
+    for label, value in rows:
+        w(f"  {label + ':':<48}{value}\n")
     w("  Cycles by vertex type:\n")
-    width = max((len(n) for n in by_type), default=0)
-    for name, c in sorted(by_type.items(), key=lambda kv: -kv[1]):
-        count = instances.get(name)
-        inst_text = f"({count:,} instances)" if count is not None else "(internal)"
-        w(f"    {name:<{width}} {inst_text:>20}: {c:,}\n")
-    w(f"  Host time: {sum(t.host_seconds for t in traces):.3f} s; "
-      f"{total / max(sum(t.host_seconds for t in traces), 1e-12):,.0f} simulated cycles per host second\n")
-    if _truthy(options.get("showExecutionSteps", "false")):
+    by_type = sorted(cycles_by_vertex_type(gp, ep).items(), key=lambda kv: (-kv[1][0], kv[0]))
+    width = max((len(n) for n, _ in by_type), default=0)
+    for name, (cycles, count) in by_type:
+        w(f"    {name:<{width}} {f'({count:,} instances)':>22}: {cycles:,}\n")
+    sim = ep["simulation"]
+    host = sim.get("hostSeconds", 0.0)
+    rate = f"{t['cycles'] / host:,.0f}" if host > 0 else "-"
+    w(
+        f"  Runs: {len(ep['runs'])}; host time {host:.3f} s; "
+        f"{rate} simulated cycles per host second\n"
+    )
+    if steps:
         w("  Steps:\n")
-        for t in traces:
-            for r in t.records:
-                w(f"    {r.index:>5}  {r.kind:<16} {r.name:<40} cycles {r.first_cycle:,}-{r.last_cycle:,} ({r.cycles:,})\n")
+        w(
+            f"    {'#':>5}  {'type':<14} {'from':>12} {'to':>12} {'cycles':>10} "
+            f"{'tiles':>6} {'tile bal':>8} {'thread/data bal':>15}  name\n"
+        )
+        for i, s in enumerate(sim["steps"]):
+            other = s.get("threadBalance", s.get("dataBalance"))
+            other_text = f"{other:.1%}" if other is not None else "-"
+            w(
+                f"    {i:>5}  {s['type']:<14} {s['cyclesFrom']:>12,} {s['cyclesTo']:>12,} "
+                f"{s['cycles']:>10,} {s['activeTiles']:>6,} {s['tileBalance']:>8.1%} "
+                f"{other_text:>15}  {s['name']}\n"
+            )
+
+
+def render_summary(
+    out: IO[str],
+    graph_profile: Mapping[str, Any],
+    execution_profile: Mapping[str, Any] | None,
+    options: Mapping[str, Any],
+) -> None:
+    """Write the summary of the two profiles to ``out``."""
+    w = out.write
+    _target(w, graph_profile)
+    _graph(w, graph_profile)
+    _memory(w, graph_profile, _truthy(options.get("showVarStorage", "false")))
+    _execution(
+        w, graph_profile, execution_profile, _truthy(options.get("showExecutionSteps", "false"))
+    )
+
+
+def print_summary(engine: Any, out: IO[str], options: Mapping[str, Any]) -> None:
+    """Write the summary of ``engine``'s graph and runs to ``out``."""
+    ep = engine.getExecutionProfile() if engine.getTraces() else None
+    render_summary(out, engine.getGraphProfile(), ep, options)

@@ -763,3 +763,39 @@ def test_collect_codelets_from_classes_lists_and_modules():
 def test_collect_codelets_errors(obj):
     with pytest.raises(CodeletError, match="hint"):
         collect_codelets(obj)
+
+
+# ------------------------------------------------------- vectorised library vertices
+from poplar_api.fields import FieldBatch as _FB  # noqa: E402
+
+
+class _ScaleByTwoBatch(Vertex):
+    """A library-style vertex: one numpy call for every vertex of the type."""
+
+    src = Input(Vector(FLOAT))
+    dst = Output(Vector(FLOAT))
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        batches["dst"].data[:] = 2 * batches["src"].data
+
+
+def test_compute_batch_runs_without_numba():
+    vt = vertex_type(_ScaleByTwoBatch)
+    assert vt.kernel is None
+    src = _FB.pack([[1.0, 2.0], [3.0]], np.float32)
+    dst = _FB.pack([[0.0, 0.0], [0.0]], np.float32)
+    ok = execute(vt, {"src": src, "dst": dst}, 2)
+    np.testing.assert_array_equal(dst.data, [2.0, 4.0, 6.0])
+    assert ok.tolist() == [True, True]
+
+
+def test_compute_batch_must_be_a_classmethod():
+    class Bad(Vertex):
+        x = Input(FLOAT)
+
+        def computeBatch(self, batches, n, w):  # not a classmethod
+            pass
+
+    with pytest.raises(CodeletError, match="computeBatch must be a classmethod"):
+        vertex_type(Bad)

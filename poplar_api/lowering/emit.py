@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ipusim import ir
-from poplar_api import program as P
+from poplar_api import program as P  # noqa: N812 - short alias for program classes
 from poplar_api.graph import DataStream
 from poplar_api.lowering import validate
 from poplar_api.lowering.computeset import build_table, field_sizes, make_runner, traffic
@@ -61,6 +61,8 @@ class Emitter:
         self.copy_vertex_type: tuple[str, ...] = ("Copy",)
         self.program_ids: dict[int, int] = {}
         self.programs: list[P.Program] = []  # keeps lowered programs alive (ids stay unique)
+        #: id(IR node) -> (element type, element ids) its steps read or write (liveness)
+        self.touches: dict[int, list[tuple[Any, np.ndarray]]] = {}
 
     # ----------------------------------------------------------------- helpers
     def _pid(self, prog: P.Program) -> int:
@@ -87,13 +89,29 @@ class Emitter:
             )
             return None
         if integral and t.elementType().is_floating:
-            self.problems.append(f"{what}: control tensor '{t.name}' must be of an integral type")
+            self.problems.append(
+                f"{what}: control tensor '{t.name}' has element type {t.elementType()}; it "
+                "must be of an integral type (INT, UNSIGNED_INT, ...); hint: cast it with popops"
+            )
             return None
         storage, typ, ids = self.lowered.storage, t.elementType(), t.flat_index()
-        return self.lowered.predicate(lambda: int(storage.read(typ, ids)[0]))
+        if integral:  # Switch: the value itself selects the case
+            return self.lowered.predicate(lambda: int(storage.read(typ, ids)[0]))
+        # If / RepeatWhile: any non-zero value is true (int() would turn 0.5 into false)
+        return self.lowered.predicate(lambda: int(storage.read(typ, ids)[0] != 0))
 
     def _sync(self, pid: int, kind: str = "internal", name: str = "Sync") -> ir.Sync:
         return ir.Sync(name=name, program_id=pid, sync_kind=kind)
+
+    def _touch(self, node: Any, *tensors: Any) -> Any:
+        """Record that ``node``'s steps access ``tensors`` (for memory liveness)."""
+        parts = [
+            (t.elementType(), t.flat_index())
+            for t in tensors
+            if isinstance(t, Tensor) and t.graph is self.state
+        ]
+        self.touches.setdefault(id(node), []).extend(parts)
+        return node
 
     # ----------------------------------------------------------------- dispatch
     def lower(self, prog: P.Program) -> ir.Node:
@@ -118,19 +136,24 @@ class Emitter:
 
     def _RepeatWhileTrue(self, prog: P.RepeatWhileTrue) -> ir.Node:
         pred = self._predicate(prog.predicate, type(prog).__name__)
-        cond = ir.Sequence([self.lower(prog.cond), self._sync(self._pid(prog))])
-        return ir.RepeatWhile(cond, -1 if pred is None else pred, self.lower(prog.body), prog.whileTrue)
+        sync = self._touch(self._sync(self._pid(prog)), prog.predicate)
+        cond = ir.Sequence([self.lower(prog.cond), sync])
+        return ir.RepeatWhile(
+            cond, -1 if pred is None else pred, self.lower(prog.body), prog.whileTrue
+        )
 
     def _If(self, prog: P.If) -> ir.Node:
         pred = self._predicate(prog.predicate, "If")
-        node = ir.If(-1 if pred is None else pred, self.lower(prog.trueBody), self.lower(prog.falseBody))
-        return ir.Sequence([self._sync(self._pid(prog)), node])
+        node = ir.If(
+            -1 if pred is None else pred, self.lower(prog.trueBody), self.lower(prog.falseBody)
+        )
+        return ir.Sequence([self._touch(self._sync(self._pid(prog)), prog.predicate), node])
 
     def _Switch(self, prog: P.Switch) -> ir.Node:
         ctl = self._predicate(prog.control, "Switch", integral=True)
         cases = [(v, self.lower(b)) for v, b in prog.cases]
         node = ir.Switch(-1 if ctl is None else ctl, cases, self.lower(prog.defaultCaseBody))
-        return ir.Sequence([self._sync(self._pid(prog)), node])
+        return ir.Sequence([self._touch(self._sync(self._pid(prog)), prog.control), node])
 
     def _Sync(self, prog: P.Sync) -> ir.Node:
         kind = {"internal": "internal", "external": "external", "global": "host"}
@@ -167,7 +190,8 @@ class Emitter:
         target = self.state.target
         cycles = np.fromiter(
             (
-                v.perf_estimate if v.perf_estimate is not None
+                v.perf_estimate
+                if v.perf_estimate is not None
                 else v.vtype.estimate(field_sizes(v), target)
                 for v in verts
             ),
@@ -179,7 +203,10 @@ class Emitter:
         runner = make_runner(table, self.lowered.storage, self.cfg.tile.worker_contexts)
         nodes: list[ir.Node] = []
         ex_in = plan_exchange(
-            traffic(table, self.state, reads=True), f"{cs.name}/ExchangeIn", self._pid(prog), self.num_tiles
+            traffic(table, self.state, reads=True),
+            f"{cs.name}/ExchangeIn",
+            self._pid(prog),
+            self.num_tiles,
         )
         if ex_in is not None:
             nodes += [self._sync(self._pid(prog), name=f"{cs.name}/Sync"), ex_in]
@@ -191,16 +218,22 @@ class Emitter:
                 vertex_tile=table.tiles,
                 vertex_cycles=cycles,
                 vertex_multi=np.fromiter((v.vtype.is_multi for v in verts), bool, len(verts)),
-                vertex_type=np.fromiter((type_index[v.vtype.name] for v in verts), np.int64, len(verts)),
+                vertex_type=np.fromiter(
+                    (type_index[v.vtype.name] for v in verts), np.int64, len(verts)
+                ),
                 vertex_type_names=tuple(names),
             )
         )
         ex_out = plan_exchange(
-            traffic(table, self.state, reads=False), f"{cs.name}/ExchangeOut", self._pid(prog), self.num_tiles
+            traffic(table, self.state, reads=False),
+            f"{cs.name}/ExchangeOut",
+            self._pid(prog),
+            self.num_tiles,
         )
         if ex_out is not None:
             nodes += [self._sync(self._pid(prog), name=f"{cs.name}/SyncOut"), ex_out]
         node = ir.Sequence(nodes, name=cs.name)
+        self.touches[id(node)] = [(ft.type, ft.ids) for g in table.groups for ft in g.fields]
         self.cs_nodes[cs.id] = node
         return node
 
@@ -267,9 +300,11 @@ class Emitter:
             return ir.Sequence()
         last = nodes[-1]
         nodes[-1] = _with_effect(last, self.lowered.effect(copy))
-        return ir.Sequence(nodes, name=name)
+        return self._touch(ir.Sequence(nodes, name=name), s, d)
 
-    def _stream_copy(self, prog: P.Program, stream: DataStream, t: Tensor, to_device: bool) -> ir.Node:
+    def _stream_copy(
+        self, prog: P.Program, stream: DataStream, t: Tensor, to_device: bool
+    ) -> ir.Node:
         if t.graph is not self.state or self.state.streams.get(stream.handle) is not stream:
             self.problems.append(f"Copy with stream '{stream.handle}': not a stream of this graph")
             return ir.Sequence()
@@ -290,15 +325,19 @@ class Emitter:
         storage, host, typ, ids = self.lowered.storage, self.host, t.elementType(), t.flat_index()
 
         if to_device:
+
             def effect() -> None:
                 storage.write(typ, ids, host.pull(stream))
         else:
+
             def effect() -> None:
                 host.push(stream, storage.read(typ, ids))
 
         return self._host_transfer(prog, t, stream.handle, to_device, self.lowered.effect(effect))
 
-    def _host_transfer(self, prog: P.Program, t: Tensor, label: str, to_device: bool, effect: int) -> ir.Node:
+    def _host_transfer(
+        self, prog: P.Program, t: Tensor, label: str, to_device: bool, effect: int
+    ) -> ir.Node:
         nbytes = np.bincount(self._tiles(t), minlength=self.num_tiles) * t.elementType().size
         tiles = np.flatnonzero(nbytes)
         step = ir.StreamCopy(
@@ -310,19 +349,30 @@ class Emitter:
             num_bytes=nbytes[tiles],
             stream=label,
         )
-        return ir.Sequence([self._sync(self._pid(prog), "host", f"{label}/HostSync"), step], name=label)
+        node = ir.Sequence(
+            [self._sync(self._pid(prog), "host", f"{label}/HostSync"), step], name=label
+        )
+        return self._touch(node, t)
 
     def _PrintTensor(self, prog: P.PrintTensor) -> ir.Node:
         t = self._tensor(prog.tensor, "PrintTensor")
         if t is None:
             return ir.Sequence()
         title = prog.title if prog.title is not None else t.name
-        storage, host, typ, ids, shape = self.lowered.storage, self.host, t.elementType(), t.flat_index(), t.shape()
+        storage, host, typ, ids, shape = (
+            self.lowered.storage,
+            self.host,
+            t.elementType(),
+            t.flat_index(),
+            t.shape(),
+        )
 
         def effect() -> None:
             host.print(format_tensor(title, storage.read(typ, ids).reshape(shape), typ))
 
-        return self._host_transfer(prog, t, f"PrintTensor {title}", False, self.lowered.effect(effect))
+        return self._host_transfer(
+            prog, t, f"PrintTensor {title}", False, self.lowered.effect(effect)
+        )
 
 
 def _with_effect(step: ir.Step, effect: int) -> ir.Step:

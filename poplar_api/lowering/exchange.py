@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from ipusim import ir
 
@@ -42,12 +43,11 @@ def plan_exchange(traffic: list[Traffic], name: str, program_id: int, num_tiles:
         if not remote.any():
             continue
         ids, src, dst = t.ids[remote], t.src_tile[remote], t.dst_tile[remote]
-        # one transfer per (element, receiving tile)
-        key = ids * num_tiles + dst
-        _, first = np.unique(key, return_index=True)
+        # one transfer per (element, receiving tile); hashing keeps this O(n)
+        first = ~pd.Index(ids * num_tiles + dst).duplicated(keep="first")
         ids, src, dst = ids[first], src[first], dst[first]
         # one message per element, broadcast to all its receivers
-        uniq, msg = np.unique(ids, return_inverse=True)
+        msg, uniq = pd.factorize(ids, sort=True)
         srcs.append(src)
         dsts.append(dst)
         sizes.append(np.full(ids.size, t.type_size, np.int64))

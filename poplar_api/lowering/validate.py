@@ -21,8 +21,8 @@ def check_variables(state, num_tiles: int) -> list[str]:
     for var in state.variables:
         tiles = state.spaces[var.type].tile[var.base : var.base + var.size]
         unmapped = np.flatnonzero(tiles == UNMAPPED)
+        kind = "constant" if var.constant else "variable"
         if unmapped.size:
-            kind = "constant" if var.constant else "variable"
             problems.append(
                 f"{kind} '{var.name}' (shape {list(var.shape)}): {unmapped.size} of {var.size} "
                 f"element(s) are not mapped to a tile (first: element {int(unmapped[0])}); "
@@ -31,7 +31,7 @@ def check_variables(state, num_tiles: int) -> list[str]:
         beyond = np.flatnonzero(tiles >= num_tiles)
         if beyond.size:
             problems.append(
-                f"variable '{var.name}': element {int(beyond[0])} is mapped to tile "
+                f"{kind} '{var.name}': element {int(beyond[0])} is mapped to tile "
                 f"{int(tiles[beyond[0]])}, out of range [0, {num_tiles}) of the device"
             )
     return problems
@@ -94,9 +94,9 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
                 f"{element_name(state, t, int(s_ids[k]))} ({clash.size} such element(s)); "
                 "hint: each element may have one writer per compute set"
             )
-        writer = np.full(state.spaces[t].size, -1, np.int64)
+        writer = np.full(state.spaces[t].size, -1, np.int32)
         writer[w_ids] = w_vtx
-        field_of = np.full(state.spaces[t].size, -1, np.int64)
+        field_of = np.full(state.spaces[t].size, -1, np.int32)
         field_of[w_ids] = w_field
         for ids, vtx, fname in reads:
             hit = writer[ids]

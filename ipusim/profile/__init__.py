@@ -1,0 +1,1 @@
+"""Views of simulated runs: execution profile, timeline and tables built from traces."""

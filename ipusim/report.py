@@ -1,0 +1,262 @@
+"""``ipusim report PROFILE_DIR``: show and plot a profile directory.
+
+A profile directory is what the engine's ``autoReport`` option writes:
+
+``summary.txt``
+    The profile summary text; printed as is.
+``execution.json``
+    The execution profile (Poplar layout): ``simulation.steps`` is a list of
+    ``{type, name, cyclesFrom, cyclesTo, ...}``. Its cycles per step are plotted to
+    ``steps.png`` and, when there is no ``summary.txt``, its totals are printed.
+``profile.json``
+    The graph profile; when it holds ``memory.byTile.total`` and
+    ``target.bytesPerTile`` the memory per tile is plotted to ``memory.png``.
+``timeline.json``
+    A Chrome trace-event timeline; listed (open it in https://ui.perfetto.dev).
+
+With ``profiler.format=cbor`` the two profiles are ``execution.cbor`` and
+``profile.cbor`` instead; they are read the same way.
+
+Plots go to the profile directory or to ``out``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from os import PathLike
+from pathlib import Path
+from typing import Any, TextIO
+
+from ipusim.profile.timeline import TraceViewError
+
+__all__ = ["EXPECTED_FILES", "ReportError", "load_execution_steps", "run_report"]
+
+#: Files of a profile directory the report reads (at least one must be present).
+EXPECTED_FILES = (
+    "summary.txt",
+    "execution.json",
+    "profile.json",
+    "timeline.json",
+    "execution.cbor",
+    "profile.cbor",
+)
+
+
+class ReportError(TraceViewError):
+    """A profile directory is missing, empty or holds a malformed file."""
+
+
+def _expected() -> str:
+    return ", ".join(EXPECTED_FILES)
+
+
+def _load_profile(path: Path) -> Any:
+    if path.suffix == ".cbor":
+        import cbor2
+
+        try:
+            with path.open("rb") as f:
+                return cbor2.load(f)
+        except (cbor2.CBORDecodeError, EOFError, ValueError) as exc:
+            raise ReportError(f"{path}: not valid CBOR ({exc})") from None
+    try:
+        with path.open(encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ReportError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            "hint: the file may be truncated or written in CBOR (profiler.format=cbor)"
+        ) from None
+    except UnicodeDecodeError:
+        raise ReportError(
+            f"{path}: not UTF-8 text; hint: a CBOR profile (profiler.format=cbor) cannot be "
+            "read by the report, write JSON instead"
+        ) from None
+
+
+def load_execution_steps(path: str | PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Read an execution profile and check the fields the report uses.
+
+    Returns
+    -------
+    tuple
+        ``(simulation, steps)``: the ``simulation`` object and its ``steps`` list.
+
+    Raises
+    ------
+    ReportError
+        The file is not JSON, or ``simulation.steps`` is missing or a step lacks
+        ``type``/``name`` (strings) or ``cyclesFrom``/``cyclesTo`` (integers,
+        ``cyclesTo >= cyclesFrom``); the message names the step and field.
+    """
+    path = Path(path)
+    data = _load_profile(path)
+    sim = data.get("simulation") if isinstance(data, dict) else None
+    steps = sim.get("steps") if isinstance(sim, dict) else None
+    if not isinstance(steps, list):
+        raise ReportError(
+            f"{path}: field 'simulation.steps' is missing or not a list; required an "
+            "execution profile with simulation.steps = [{type, name, cyclesFrom, cyclesTo}]"
+        )
+    for i, step in enumerate(steps):
+        where = f"{path}: simulation.steps[{i}]"
+        if not isinstance(step, dict):
+            raise ReportError(f"{where}: found {type(step).__name__}; required an object")
+        for key in ("type", "name"):
+            if not isinstance(step.get(key), str):
+                raise ReportError(
+                    f"{where} field '{key}': found {step.get(key)!r}; required a string"
+                )
+        for key in ("cyclesFrom", "cyclesTo"):
+            value = step.get(key)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ReportError(f"{where} field '{key}': found {value!r}; required an integer")
+        if step["cyclesTo"] < step["cyclesFrom"]:
+            raise ReportError(
+                f"{where}: cyclesTo {step['cyclesTo']} < cyclesFrom {step['cyclesFrom']}; "
+                "required cyclesTo >= cyclesFrom"
+            )
+    return sim, steps
+
+
+def _execution_totals(sim: dict[str, Any], steps: list[dict[str, Any]]) -> list[str]:
+    by_type: dict[str, list[int]] = {}
+    for step in steps:
+        entry = by_type.setdefault(step["type"], [0, 0])
+        entry[0] += 1
+        entry[1] += step["cyclesTo"] - step["cyclesFrom"]
+    total = sim.get("cycles", sum(v[1] for v in by_type.values()))
+    lines = [f"Execution profile: {len(steps):,} steps, {total:,} cycles"]
+    width = max((len(t) for t in by_type), default=0)
+    lines += [
+        f"  {kind:<{width}}  {count:>8,} steps  {cycles:>14,} cycles"
+        for kind, (count, cycles) in sorted(by_type.items(), key=lambda kv: -kv[1][1])
+    ]
+    tile_cycles = sim.get("tileCycles")
+    if isinstance(tile_cycles, dict):
+        lines.append(
+            "  tile cycles (sum over tiles): "
+            + ", ".join(f"{k} {v:,}" for k, v in tile_cycles.items() if isinstance(v, int))
+        )
+    return lines
+
+
+def _memory_plot(profile_path: Path, out: Path, stream: TextIO) -> Path | None:
+    from ipusim.plot import memory_per_tile_histogram
+
+    data = _load_profile(profile_path)
+    memory = data.get("memory") if isinstance(data, dict) else None
+    by_tile = memory.get("byTile") if isinstance(memory, dict) else None
+    total = by_tile.get("total") if isinstance(by_tile, dict) else None
+    target = data.get("target") if isinstance(data, dict) else None
+    capacity = target.get("bytesPerTile") if isinstance(target, dict) else None
+    if not isinstance(total, list) or not total or not isinstance(capacity, int | float):
+        print(
+            f"{profile_path.name}: no memory.byTile.total and target.bytesPerTile; "
+            "memory.png not written",
+            file=stream,
+        )
+        return None
+    path = out / "memory.png"
+    memory_per_tile_histogram(total, capacity, path=path)
+    return path
+
+
+def _profile_file(directory: Path, stem: str) -> Path | None:
+    """``<stem>.json``, else ``<stem>.cbor``, else None."""
+    for suffix in (".json", ".cbor"):
+        if (directory / f"{stem}{suffix}").is_file():
+            return directory / f"{stem}{suffix}"
+    return None
+
+
+def run_report(
+    directory: str | PathLike[str],
+    out: str | PathLike[str] | None = None,
+    stream: TextIO | None = None,
+    plots: bool = True,
+) -> list[Path]:
+    """Print the summary of a profile directory and write its plots.
+
+    Parameters
+    ----------
+    directory
+        The profile directory (see the module docstring for its files).
+    out
+        Where the plots go (created if missing); default ``directory``.
+    stream
+        Where the text goes; default standard output.
+    plots
+        False to print only.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files written.
+
+    Raises
+    ------
+    ReportError
+        ``directory`` does not exist, is not a directory, holds none of
+        :data:`EXPECTED_FILES`, or holds a malformed profile.
+    """
+    stream = sys.stdout if stream is None else stream
+    directory = Path(directory)
+    hint = "hint: run with engine option autoReport.all=true (autoReport.directory sets where)"
+    if not directory.exists():
+        raise ReportError(
+            f"profile directory '{directory}' does not exist; expected a directory holding "
+            f"any of {_expected()}; {hint}"
+        )
+    if not directory.is_dir():
+        raise ReportError(
+            f"'{directory}' is not a directory; expected a profile directory holding any of "
+            f"{_expected()}"
+        )
+    present = [name for name in EXPECTED_FILES if (directory / name).is_file()]
+    if not present:
+        raise ReportError(
+            f"profile directory '{directory}' holds none of the expected files "
+            f"({_expected()}); {hint}"
+        )
+    out_dir = directory if out is None else Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ReportError(f"--out '{out_dir}' is a file; required a directory for the plots")
+    written: list[Path] = []
+    print(f"Profile directory {directory}: {', '.join(present)}", file=stream)
+    summary = directory / "summary.txt"
+    if summary.is_file():
+        text = summary.read_text(encoding="utf-8", errors="replace")
+        stream.write(text if text.endswith("\n") else text + "\n")
+    execution = _profile_file(directory, "execution")
+    if execution is not None:
+        sim, steps = load_execution_steps(execution)
+        if not summary.is_file():
+            print("\n".join(_execution_totals(sim, steps)), file=stream)
+        if plots and steps:
+            from ipusim.plot import step_cycles_bars
+
+            out_dir.mkdir(parents=True, exist_ok=True)
+            path = out_dir / "steps.png"
+            step_cycles_bars(
+                [s["type"] for s in steps],
+                [s["cyclesTo"] - s["cyclesFrom"] for s in steps],
+                path=path,
+                title=f"Cycles per step ({len(steps):,} steps)",
+            )
+            written.append(path)
+    profile = _profile_file(directory, "profile")
+    if plots and profile is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = _memory_plot(profile, out_dir, stream)
+        if path is not None:
+            written.append(path)
+    if (directory / "timeline.json").is_file():
+        print(
+            f"Timeline: {directory / 'timeline.json'} (open in https://ui.perfetto.dev)",
+            file=stream,
+        )
+    for path in written:
+        print(f"wrote {path}", file=stream)
+    return written

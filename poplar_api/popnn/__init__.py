@@ -1,0 +1,24 @@
+"""popnn: neural-network functions (non-linearities, softmax, losses, accuracy).
+
+Functions keep Poplibs' names and argument order; each adds compute sets of its own
+vertices (:mod:`poplar_api.popnn.vertices`) to the ``prog`` sequence it is given.
+"""
+
+from poplar_api.popnn.loss import MASKED_LABEL_CODE, LossType, calcAccuracy, calcLoss
+from poplar_api.popnn.nonlinearity import (
+    NonLinearityType,
+    nonLinearity,
+    nonLinearityInPlace,
+    nonLinearityInputGradient,
+)
+
+__all__ = [
+    "MASKED_LABEL_CODE",
+    "LossType",
+    "NonLinearityType",
+    "calcAccuracy",
+    "calcLoss",
+    "nonLinearity",
+    "nonLinearityInPlace",
+    "nonLinearityInputGradient",
+]

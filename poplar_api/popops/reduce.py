@@ -1,0 +1,580 @@
+"""popops reductions: ``reduce`` and ``reduceWithOutput`` with a tile-aware plan.
+
+The plan follows Poplibs' two-stage scheme:
+
+* **Stage 1** runs on the tiles where the input lives. For every output element, the
+  input elements it reduces are grouped by tile; each (output, tile) group becomes
+  one partial, computed by a ``Reduce`` worker vertex on that tile. The groups of a
+  tile are split over at most ``W`` vertices (one per worker context), balanced by
+  element count.
+* **Stage 2** exchanges the partials of every output that has inputs on more than one
+  tile to the output's tile, where a final ``Reduce`` vertex combines them.
+
+An output whose inputs all sit on one tile is finished in stage 1 (scale and update
+applied there); when every output is like that, the reduction is a single compute set.
+HALF inputs use FLOAT partials, as Poplibs does. A new output (``reduce``) maps an
+output with a single source tile to that tile and the others linearly over the tiles
+that hold input; ``reduceWithOutput`` keeps the mapping given.
+
+Vertex cycle estimates follow the Poplibs formulas (:mod:`.reduce_estimators`): the
+``SCALAR_OUTPUT_SINGLE_INPUT`` specialisation for one output from one partial,
+``ALL_REGIONS_CONTINUOUS`` when every output of a vertex has the same number of
+partials, the generic ``Reduce`` formula otherwise (and for LOGICAL_AND/OR).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from poplar_api import program as _program
+from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
+from poplar_api.errors import GraphError, TensorIndexError, TypeMismatchError
+from poplar_api.graph import Graph
+from poplar_api.popops import reduce_estimators as est
+from poplar_api.tensor import Tensor
+from poplar_api.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Type
+
+__all__ = ["Operation", "ReduceParams", "reduce", "reduceWithOutput"]
+
+
+class Operation(enum.Enum):
+    """Reduction operation (``popops::Operation``)."""
+
+    ADD = "ADD"
+    MUL = "MUL"
+    MAX = "MAX"
+    MIN = "MIN"
+    SQUARE_ADD = "SQUARE_ADD"
+    LOGICAL_AND = "LOGICAL_AND"
+    LOGICAL_OR = "LOGICAL_OR"
+
+
+_ARITHMETIC_TYPES = (FLOAT, HALF, INT, UNSIGNED_INT)
+_LOGICAL_OPS = (Operation.LOGICAL_AND, Operation.LOGICAL_OR)
+_SCALABLE_OPS = (Operation.ADD, Operation.SQUARE_ADD)
+
+
+class ReduceParams:
+    """What a reduction computes: ``out (+)= scale * reduce_op(in)``.
+
+    Parameters
+    ----------
+    op
+        The :class:`Operation`.
+    update
+        Add the result to the existing output values instead of overwriting them
+        (ADD and SQUARE_ADD only, as in Poplibs).
+    scale
+        Multiplies the result (ADD and SQUARE_ADD only, floating-point outputs).
+    """
+
+    def __init__(self, op: Operation = Operation.ADD, update: bool = False, scale: float = 1.0):
+        if not isinstance(op, Operation):
+            raise GraphError(
+                f"ReduceParams: op {op!r} is not a popops Operation; hint: use "
+                f"Operation.ADD, MUL, MAX, MIN, SQUARE_ADD, LOGICAL_AND or LOGICAL_OR"
+            )
+        if not isinstance(update, bool | np.bool_):
+            raise GraphError(
+                f"ReduceParams: update must be True or False, got {update!r}; hint: pass "
+                f"the scale by keyword, ReduceParams(op, scale={update!r})"
+            )
+        if isinstance(scale, bool) or not isinstance(scale, int | float | np.number):
+            raise GraphError(f"ReduceParams: scale must be a number, got {scale!r}")
+        if (bool(update) or float(scale) != 1.0) and op not in _SCALABLE_OPS:
+            raise GraphError(
+                f"ReduceParams: update={update} scale={scale} with {op.name}; update and "
+                f"scale are only supported with ADD and SQUARE_ADD"
+            )
+        self.op = op
+        self.update = bool(update)
+        self.scale = float(scale)
+
+    def __repr__(self) -> str:
+        return f"ReduceParams({self.op.name}, update={self.update}, scale={self.scale})"
+
+
+# --------------------------------------------------------------------------- vertices
+
+_SPECIALISATIONS = ("DEFAULT", "SCALAR_OUTPUT_SINGLE_INPUT", "ALL_REGIONS_CONTINUOUS")
+
+
+def _identity(op: Operation, dtype: np.dtype) -> Any:
+    """Value of a reduction over no elements."""
+    if op in (Operation.ADD, Operation.SQUARE_ADD):
+        return 0
+    if op is Operation.MUL:
+        return 1
+    if op is Operation.LOGICAL_AND:
+        return True
+    if op is Operation.LOGICAL_OR:
+        return False
+    big = np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).max
+    small = -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
+    return small if op is Operation.MAX else big
+
+
+_UFUNCS = {
+    Operation.ADD: np.add,
+    Operation.SQUARE_ADD: np.add,
+    Operation.MUL: np.multiply,
+    Operation.MAX: np.maximum,
+    Operation.MIN: np.minimum,
+    Operation.LOGICAL_AND: np.logical_and,
+    Operation.LOGICAL_OR: np.logical_or,
+}
+
+
+def segment_reduce(op: Operation, data: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Reduce ``data[bounds[j]:bounds[j+1]]`` for every ``j`` with ``op`` (vectorised).
+
+    SQUARE_ADD squares the elements first; empty segments give the identity.
+    """
+    values = data * data if op is Operation.SQUARE_ADD else data
+    lengths = np.diff(bounds)
+    result = np.full(lengths.size, _identity(op, data.dtype), dtype=data.dtype)
+    nonempty = lengths > 0
+    if nonempty.any():
+        result[nonempty] = _UFUNCS[op].reduceat(values, bounds[:-1][nonempty])
+    return result
+
+
+class _ReduceBase(Vertex):
+    """Shared kernel and estimator of the generated ``Reduce`` vertex classes."""
+
+    op: Operation = Operation.ADD
+    # (partials type, output type); a tuple, because a Type class attribute would be
+    # taken for a field declaration.
+    types: tuple[Type, Type] = (FLOAT, FLOAT)
+    update: bool = False
+    scaled: bool = False
+    specialisation: str = "DEFAULT"
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        partials = batches["partials"]
+        out = batches["out"]
+        bounds = partials.inner_offsets
+        if bounds.size - 1 != out.data.size:
+            raise GraphError(
+                f"vertex type {cls.typeName}: {bounds.size - 1} partial vectors for "
+                f"{out.data.size} outputs; each output needs exactly one partial vector"
+            )
+        result = segment_reduce(cls.op, partials.data, bounds)
+        if cls.scaled:
+            per_vertex = np.diff(out.offsets)
+            k = batches["k"].data
+            result = result * np.repeat(k, per_vertex).astype(result.dtype, copy=False)
+        if cls.update:
+            out.data[:] = out.data + result
+        else:
+            out.data[:] = result
+
+    @classmethod
+    def getCycleEstimate(cls, sizes, target) -> int:
+        lengths = [int(n) for n in sizes["partials"]]
+        partials_type, out_type = cls.types
+        p_size = partials_type.size
+        floating = partials_type.is_floating
+        dpw = est.data_path_elems(p_size)
+        acc_vw = est.acc_vector_width(p_size, floating)
+        if cls.op in _LOGICAL_OPS:
+            conv = int(partials_type != out_type)
+            return est.generic_reduce_non_vectorised(lengths, conv=conv)
+        if cls.specialisation == "SCALAR_OUTPUT_SINGLE_INPUT":
+            return est.scalar_output_single_input(
+                lengths[0], op_vw=acc_vw, dpw=dpw, out_is_float=out_type == FLOAT
+            )
+        if cls.specialisation == "ALL_REGIONS_CONTINUOUS":
+            return est.all_regions_continuous(
+                len(lengths), lengths[0], acc_vw=acc_vw, dpw=dpw, update=cls.update
+            )
+        accumulator = floating and cls.op in _SCALABLE_OPS
+        out_vw = target.getVectorWidth(out_type)
+        return est.generic_reduce(
+            lengths,
+            op_vw=acc_vw,
+            dpw=dpw,
+            out_vw=out_vw,
+            accumulator=accumulator,
+            update=cls.update,
+        )
+
+
+_VERTEX_CLASSES: dict[tuple, type] = {}
+
+
+def reduce_vertex(
+    op: Operation,
+    partials_type: Type,
+    out_type: Type,
+    update: bool,
+    scaled: bool,
+    specialisation: str,
+) -> type:
+    """The (cached) ``Reduce`` vertex class for one combination of template parameters.
+
+    Fields: ``partials`` (VectorList, one vector per output), ``out`` (Vector; InOut when
+    updating) and, when scaled, ``k`` (the FLOAT scale).
+    """
+    key = (op, partials_type, out_type, update, scaled, specialisation)
+    cls = _VERTEX_CLASSES.get(key)
+    if cls is not None:
+        return cls
+    kind = "ScaledReduce" if scaled else "Reduce"
+    name = (
+        f"popops::{kind}<popops::Reduce{op.name.title().replace('_', '')},"
+        f"{partials_type.name},{out_type.name},{str(update).lower()},"
+        f"popops::ReductionSpecialisation::{specialisation}>"
+    )
+    namespace: dict[str, Any] = {
+        "typeName": name,
+        "op": op,
+        "types": (partials_type, out_type),
+        "update": update,
+        "scaled": scaled,
+        "specialisation": specialisation,
+        "partials": Input(VectorList(partials_type)),
+        "out": (InOut if update else Output)(Vector(out_type)),
+        "__module__": __name__,
+    }
+    if scaled:
+        namespace["k"] = Input(FLOAT)
+    cls = type(f"Reduce_{len(_VERTEX_CLASSES)}", (_ReduceBase,), namespace)
+    _VERTEX_CLASSES[key] = cls
+    return cls
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def _check_args(graph: Any, t: Any, dims: Any, params: Any, prog: Any) -> tuple:
+    if not isinstance(graph, Graph):
+        raise GraphError(f"reduce: graph must be a poplar_api Graph, got {type(graph).__name__}")
+    if not isinstance(t, Tensor) or t.graph is not graph._state:
+        raise GraphError(
+            f"reduce: input must be a Tensor of this graph, got {type(t).__name__} {t!r}"
+        )
+    if isinstance(params, Operation):
+        params = ReduceParams(params)
+    if not isinstance(params, ReduceParams):
+        raise GraphError(f"reduce: params must be ReduceParams or an Operation, got {params!r}")
+    if not isinstance(prog, _program.Sequence):
+        raise GraphError(
+            f"reduce: prog must be a program.Sequence to add the compute sets to, got "
+            f"{type(prog).__name__}"
+        )
+    if isinstance(dims, int | np.integer):
+        dims = [dims]
+    try:
+        dim_list = [int(d) for d in dims]
+    except TypeError:
+        raise GraphError(f"reduce: dims {dims!r} must be a list of ints") from None
+    rank = t.rank()
+    for d in dim_list:
+        if not 0 <= d < rank:
+            raise TensorIndexError(
+                f"reduce of tensor '{t.name}' (shape {t.shape()}): dimension {d} is out of "
+                f"range; valid dimensions are 0..{rank - 1}"
+            )
+    if len(set(dim_list)) != len(dim_list):
+        raise GraphError(f"reduce of tensor '{t.name}': dims {dim_list} repeat a dimension")
+    in_type = t.elementType()
+    logical = params.op in _LOGICAL_OPS
+    allowed = (BOOL,) if logical else _ARITHMETIC_TYPES
+    if in_type not in allowed:
+        names = ", ".join(a.name for a in allowed)
+        raise TypeMismatchError(
+            f"reduce of tensor '{t.name}': {params.op.name} does not support element type "
+            f"{in_type.name}; supported: {names}; hint: cast the tensor first"
+        )
+    if params.scale != 1.0 and not in_type.is_floating:
+        raise TypeMismatchError(
+            f"reduce of tensor '{t.name}': scale {params.scale} needs a float or half "
+            f"tensor, got {in_type.name}"
+        )
+    return params, dim_list
+
+
+def _split_chunks(sizes: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """Split items with element counts ``sizes`` into <= ``parts`` contiguous chunks."""
+    n = sizes.size
+    if n <= parts:
+        return [(i, i + 1) for i in range(n)]
+    cum = np.cumsum(sizes)
+    total = int(cum[-1])
+    if total == 0:
+        bounds = np.linspace(0, n, parts + 1).astype(np.int64)
+    else:
+        targets = total * np.arange(1, parts) / parts
+        cuts = np.searchsorted(cum, targets, side="left") + 1
+        bounds = np.concatenate(([0], np.clip(cuts, 1, n - 1), [n]))
+    bounds = np.unique(bounds)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
+class _Builder:
+    """Adds one stage's vertices: items are (tile, partial ids, output id)."""
+
+    def __init__(self, graph: Graph, name: str) -> None:
+        self.graph = graph
+        self.state = graph._state
+        self.cs = graph.addComputeSet(name)
+        self.workers = graph.getTarget().getNumWorkerContexts()
+        self.scale_constants: dict[int, Tensor] = {}
+        self.count = 0
+
+    def _scale_on(self, tiles: np.ndarray, scale: float) -> dict[int, Tensor]:
+        const = self.graph.addConstant(FLOAT, [tiles.size], scale, f"{self.cs.name}/scale")
+        self.state.space(FLOAT).tile[const.flat_index()] = tiles
+        return {int(tile): const[i] for i, tile in enumerate(tiles.tolist())}
+
+    def add(
+        self,
+        *,
+        op: Operation,
+        partials_type: Type,
+        out_type: Type,
+        update: bool,
+        scale: float,
+        tiles: np.ndarray,
+        partial_ids: list[np.ndarray],
+        out_ids: np.ndarray,
+    ) -> None:
+        if tiles.size == 0:
+            return
+        scaled = scale != 1.0
+        order = np.argsort(tiles, kind="stable")
+        tiles_sorted = tiles[order]
+        uniq, starts = np.unique(tiles_sorted, return_index=True)
+        ends = np.append(starts[1:], tiles_sorted.size)
+        consts = self._scale_on(uniq, scale) if scaled else {}
+        lengths_all = np.fromiter((a.size for a in partial_ids), np.int64, len(partial_ids))
+        for tile, s, e in zip(uniq.tolist(), starts.tolist(), ends.tolist(), strict=True):
+            items = order[s:e]
+            for a, b in _split_chunks(lengths_all[items], self.workers):
+                chunk = items[a:b]
+                lengths = lengths_all[chunk]
+                if op in _LOGICAL_OPS:
+                    spec = "DEFAULT"
+                elif chunk.size == 1:
+                    spec = "SCALAR_OUTPUT_SINGLE_INPUT"
+                elif (lengths == lengths[0]).all():
+                    spec = "ALL_REGIONS_CONTINUOUS"
+                else:
+                    spec = "DEFAULT"
+                vclass = reduce_vertex(op, partials_type, out_type, update, scaled, spec)
+                partials = [
+                    Tensor(self.state, partials_type, partial_ids[i], "reduce/partials")
+                    for i in chunk.tolist()
+                ]
+                out = Tensor(self.state, out_type, out_ids[chunk], "reduce/out")
+                conns: dict[str, Any] = {"partials": partials, "out": out}
+                if scaled:
+                    conns["k"] = consts[tile]
+                v = self.graph.addVertex(self.cs, vclass, conns)
+                self.state.vertices[v.id].tile = tile
+                self.count += 1
+
+
+def _plan(
+    graph: Graph,
+    t: Tensor,
+    dims: list[int],
+    params: ReduceParams,
+    prog: _program.Sequence,
+    debugName: str,
+    out: Tensor | None,
+) -> Tensor:
+    state = graph._state
+    in_type = t.elementType()
+    rank = t.rank()
+    kept = [d for d in range(rank) if d not in dims]
+    out_shape = [t.dim(d) for d in kept]
+    n_out = int(np.prod(out_shape, dtype=np.int64))
+    n_red = int(np.prod([t.dim(d) for d in dims], dtype=np.int64))
+    ids = np.transpose(t.index, kept + dims).reshape(n_out, n_red)
+    space = state.space(in_type)
+    tiles = space.tile[ids].astype(np.int64)
+    if (tiles < 0).any():
+        bad = np.argwhere(tiles < 0)[0]
+        raise GraphError(
+            f"reduce{'/' + debugName if debugName else ''}: input tensor '{t.name}' has "
+            f"unmapped elements (first at output {int(bad[0])}, reduced position "
+            f"{int(bad[1])}); hint: map the input with graph.setTileMapping first"
+        )
+    name = debugName or "reduce"
+    num_tiles = state.target.getNumTiles()
+    if out is not None:
+        if not isinstance(out, Tensor) or out.graph is not state:
+            raise GraphError(f"reduceWithOutput: out must be a Tensor of this graph, got {out!r}")
+        if out.elementType() != in_type:
+            raise TypeMismatchError(
+                f"reduceWithOutput: output '{out.name}' is {out.elementType().name} but the "
+                f"input '{t.name}' is {in_type.name}; they must match"
+            )
+        if out.shape() != out_shape:
+            raise GraphError(
+                f"reduceWithOutput: output '{out.name}' has shape {out.shape()} but reducing "
+                f"'{t.name}' (shape {t.shape()}) over dims {dims} gives shape {out_shape}"
+            )
+        out_ids = out.flat_index()
+        out_tiles = space.tile[out_ids].astype(np.int64)
+        if (out_tiles < 0).any():
+            raise GraphError(
+                f"reduceWithOutput: output '{out.name}' has unmapped elements (first: "
+                f"{int(np.flatnonzero(out_tiles < 0)[0])}); hint: map it or use reduce()"
+            )
+    else:
+        out = graph.addVariable(in_type, out_shape, f"{name}/out")
+        out_ids = out.flat_index()
+        out_tiles = None
+    if n_out == 0:
+        return out
+
+    # Group the input elements by (output, tile); groups keep input order inside.
+    o_idx = np.repeat(np.arange(n_out, dtype=np.int64), n_red)
+    key = o_idx * num_tiles + tiles.reshape(-1)
+    order = np.argsort(key, kind="stable")
+    ids_sorted = ids.reshape(-1)[order]
+    uniq, first, counts = np.unique(key[order], return_index=True, return_counts=True)
+    g_out = uniq // num_tiles
+    g_tile = uniq % num_tiles
+    per_out = np.bincount(g_out, minlength=n_out)
+
+    if out_tiles is None:
+        input_tiles = np.unique(g_tile) if g_tile.size else np.array([graph._tile_lo])
+        linear = input_tiles[(np.arange(n_out) * input_tiles.size) // n_out]
+        out_tiles = linear.astype(np.int64)
+        single_g = per_out[g_out] == 1
+        out_tiles[g_out[single_g]] = g_tile[single_g]
+        space.tile[out_ids] = out_tiles
+
+    part_type = FLOAT if in_type == HALF else in_type
+    stage1 = _Builder(graph, f"{name}/Reduce/Stage1")
+    if n_red == 0:
+        empty = np.zeros(0, np.int64)
+        stage1.add(
+            op=params.op,
+            partials_type=in_type,
+            out_type=in_type,
+            update=params.update,
+            scale=params.scale,
+            tiles=out_tiles,
+            partial_ids=[empty] * n_out,
+            out_ids=out_ids,
+        )
+        prog.add(_program.Execute(stage1.cs))
+        return out
+
+    group_ids = np.split(ids_sorted, first[1:])
+    single = per_out[g_out] == 1
+    final_idx = np.flatnonzero(single)
+    multi_idx = np.flatnonzero(~single)
+    stage1.add(
+        op=params.op,
+        partials_type=in_type,
+        out_type=in_type,
+        update=params.update,
+        scale=params.scale,
+        tiles=g_tile[final_idx],
+        partial_ids=[group_ids[i] for i in final_idx.tolist()],
+        out_ids=out_ids[g_out[final_idx]],
+    )
+    if multi_idx.size:
+        partials = graph.addVariable(part_type, [multi_idx.size], f"{name}/partials")
+        p_ids = partials.flat_index()
+        state.space(part_type).tile[p_ids] = g_tile[multi_idx]
+        stage1.add(
+            op=params.op,
+            partials_type=in_type,
+            out_type=part_type,
+            update=False,
+            scale=1.0,
+            tiles=g_tile[multi_idx],
+            partial_ids=[group_ids[i] for i in multi_idx.tolist()],
+            out_ids=p_ids,
+        )
+    prog.add(_program.Execute(stage1.cs))
+    if multi_idx.size:
+        multi_outs, starts = np.unique(g_out[multi_idx], return_index=True)
+        bounds = np.append(starts, multi_idx.size)
+        stage2 = _Builder(graph, f"{name}/Reduce/Stage2")
+        op2 = Operation.ADD if params.op is Operation.SQUARE_ADD else params.op
+        stage2.add(
+            op=op2,
+            partials_type=part_type,
+            out_type=in_type,
+            update=params.update,
+            scale=params.scale,
+            tiles=out_tiles[multi_outs],
+            partial_ids=[p_ids[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
+            out_ids=out_ids[multi_outs],
+        )
+        prog.add(_program.Execute(stage2.cs))
+    return out
+
+
+def reduce(
+    graph: Graph,
+    t: Tensor,
+    dims: Sequence[int],
+    params: ReduceParams | Operation,
+    prog: _program.Sequence,
+    debugName: str = "",
+) -> Tensor:
+    """Reduce ``t`` over ``dims``; return a new tensor with the remaining dimensions.
+
+    Parameters
+    ----------
+    graph
+        The graph to add the vertices and the output to.
+    t
+        Input tensor (FLOAT, HALF, INT, UNSIGNED_INT; BOOL for the logical ops).
+    dims
+        Dimensions to reduce (distinct, each in ``0..rank-1``); the others remain, in order.
+    params
+        :class:`ReduceParams` or an :class:`Operation`.
+    prog
+        Sequence the compute sets are added to.
+    debugName
+        Prefix of the compute-set and variable names.
+
+    Raises
+    ------
+    TensorIndexError
+        A dimension is out of range.
+    TypeMismatchError
+        The element type is not supported by the operation.
+    GraphError
+        Repeated dimensions, unmapped input, bad params or program.
+    """
+    params, dim_list = _check_args(graph, t, dims, params, prog)
+    if params.update:
+        raise GraphError(
+            "reduce: update=True needs an existing output to add to; hint: use "
+            "reduceWithOutput(graph, t, out, dims, params, prog)"
+        )
+    return _plan(graph, t, dim_list, params, prog, debugName, None)
+
+
+def reduceWithOutput(
+    graph: Graph,
+    t: Tensor,
+    out: Tensor,
+    dims: Sequence[int],
+    params: ReduceParams | Operation,
+    prog: _program.Sequence,
+    debugName: str = "",
+) -> None:
+    """As :func:`reduce`, writing (or with ``update``, adding) into the mapped tensor ``out``.
+
+    ``out`` must have the element type of ``t`` and the shape of the remaining
+    dimensions; its tile mapping decides where stage 2 runs.
+    """
+    params, dim_list = _check_args(graph, t, dims, params, prog)
+    _plan(graph, t, dim_list, params, prog, debugName, out)

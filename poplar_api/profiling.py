@@ -1,0 +1,421 @@
+"""Profiles of a compiled graph and its runs, with Poplar's names.
+
+* :func:`graph_profile` builds what ``Engine.getGraphProfile()`` returns: the static
+  picture of the compiled graph (target, graph sizes, vertex types, compute sets and
+  their cycle estimates, exchanges, the program tree, memory). Everything is a plain
+  JSON type; per-tile arrays are lists of ints over every tile of the machine.
+* :func:`serializeToJSON` and :func:`serializeToCBOR` write a profile as Poplar's
+  functions of the same names do.
+* :func:`printProfileSummary` prints the summary of a graph profile and an execution
+  profile (the same text as ``Engine.printProfileSummary``).
+* :func:`check_engine_options` validates engine options against
+  :data:`ENGINE_OPTIONS`, and :func:`write_auto_report` writes the ``autoReport.*``
+  files after a run.
+
+Program ids: ``programs`` lists every node of the lowered machine program once, in
+the order of :func:`ipusim.profile.execution.program_table`; the execution profile's
+steps refer to the same indices.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import cbor2
+import numpy as np
+
+from ipusim import ir
+from ipusim.config import MachineConfig
+from ipusim.exchange.internal import internal_exchange_cost
+from ipusim.exchange.links import global_exchange_cost
+from ipusim.host.link import transfer_cycles
+from ipusim.profile.execution import ProgramTable, program_table, step_type
+from ipusim.sync.controller import relative_sync_delays
+from ipusim.tile.compute import compute_cost
+from poplar_api.errors import EngineError
+
+__all__ = [
+    "ENGINE_OPTIONS",
+    "check_engine_options",
+    "graph_profile",
+    "printProfileSummary",
+    "serializeToCBOR",
+    "serializeToJSON",
+    "write_auto_report",
+]
+
+_BOOL = ("true", "false")
+
+#: Every engine option the engine knows: name -> (allowed values or None for any
+#: string, default, what it does). The one place the known set is kept.
+ENGINE_OPTIONS: dict[str, tuple[tuple[str, ...] | None, str, str]] = {
+    "autoReport.all": (_BOOL, "false", "write every profile file after each run"),
+    "autoReport.directory": (None, "./profiles", "directory of the autoReport files"),
+    "autoReport.outputGraphProfile": (_BOOL, "false", "write the graph profile"),
+    "autoReport.outputExecutionProfile": (_BOOL, "false", "write the execution profile"),
+    "debug.allowOutOfMemory": (_BOOL, "false", "compile even if a tile overflows"),
+    "debug.instrument": (_BOOL, "false", "accepted; the IPU Model always has cycles"),
+    "profiler.format": (("json", "cbor"), "json", "format of the autoReport profiles"),
+}
+
+
+def check_engine_options(options: Mapping[str, str]) -> None:
+    """Raise if an option is unknown or has a value it cannot take.
+
+    Raises
+    ------
+    EngineError
+        Naming the option, the value found and the known options or allowed values.
+    """
+    problems: list[str] = []
+    for name, value in options.items():
+        known = ENGINE_OPTIONS.get(name)
+        if known is None:
+            listed = ", ".join(sorted(ENGINE_OPTIONS))
+            problems.append(f"unknown engine option {name!r} (value {value!r}); known: {listed}")
+            continue
+        allowed = known[0]
+        if allowed is not None and str(value).lower() not in allowed:
+            problems.append(
+                f"engine option {name!r} has value {value!r}; allowed: {', '.join(allowed)}"
+            )
+    if problems:
+        raise EngineError(
+            "bad engine options (from the Engine's options or POPLAR_ENGINE_OPTIONS):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+def option(options: Mapping[str, str], name: str) -> str:
+    """Value of engine option ``name``, or its default (lower-cased for enumerations)."""
+    allowed, default, _ = ENGINE_OPTIONS[name]
+    value = str(options.get(name, default))
+    return value.lower() if allowed is not None else value
+
+
+def _ints(values: Any) -> list[int]:
+    return np.asarray(values, np.int64).reshape(-1).tolist()
+
+
+def _config(engine: Any) -> MachineConfig:
+    """The device's config once loaded (its sync settings may differ), else the graph's."""
+    device = getattr(engine, "_device", None)
+    if device is not None:
+        return device.getTarget().config
+    return engine._state.target.config
+
+
+def _target(engine: Any, cfg: MachineConfig) -> dict[str, Any]:
+    device = getattr(engine, "_device", None)
+    target = device.getTarget() if device is not None else engine._state.target
+    per_tile = cfg.memory.tile_memory_bytes
+    return {
+        "type": target.getTargetType().value,
+        "configName": cfg.name,
+        "bytesPerIPU": per_tile * cfg.tile.tiles_per_ipu,
+        "bytesPerTile": per_tile,
+        "clockFrequency": float(cfg.tile.clock_hz),
+        "numIPUs": cfg.num_ipus,
+        "tilesPerIPU": cfg.tile.tiles_per_ipu,
+        "numTiles": cfg.num_tiles,
+        "numWorkerContexts": cfg.tile.worker_contexts,
+        "totalMemory": per_tile * cfg.num_tiles,
+        "relativeSyncDelayByTile": _ints(relative_sync_delays(cfg)),
+        "minSyncDelay": int(cfg.sync.min_sync_delay_cycles),
+    }
+
+
+def _graph(state: Any) -> dict[str, int]:
+    edges = sum(
+        len(v) if isinstance(v, list) else 1
+        for inst in state.vertices
+        for v in inst.fields.values()
+    )
+    return {
+        "numComputeSets": len(state.compute_sets),
+        "numEdges": edges,
+        "numVars": len(state.variables),
+        "numVertices": len(state.vertices),
+    }
+
+
+def _compute_sets(
+    cfg: MachineConfig, steps: list[ir.Compute], type_names: list[str]
+) -> dict[str, Any]:
+    index = {n: i for i, n in enumerate(type_names)}
+    out: dict[str, list[Any]] = {
+        "names": [],
+        "vertexCounts": [],
+        "vertexTypes": [],
+        "vertexCountsByType": [],
+    }
+    est: dict[str, list[Any]] = {
+        "activeCyclesByTile": [],
+        "activeCyclesByVertexType": [],
+        "cyclesByTile": [],
+    }
+    launch = cfg.tile.vertex_launch_cycles
+    for step in steps:
+        cost = compute_cost(
+            cfg.tile, cfg.num_tiles, step.vertex_tile, step.vertex_cycles, step.vertex_multi
+        )
+        glob = np.array([index[n] for n in step.vertex_type_names], np.int64)[step.vertex_type]
+        counts = np.bincount(glob, minlength=len(type_names))
+        by_type = np.zeros(len(type_names), np.int64)
+        np.add.at(by_type, glob, step.vertex_cycles + launch)
+        out["names"].append(step.name)
+        out["vertexCounts"].append(step.num_vertices)
+        out["vertexTypes"].append(_ints(np.flatnonzero(counts)))
+        out["vertexCountsByType"].append(_ints(counts))
+        est["activeCyclesByTile"].append(_ints(cost.active_cycles))
+        est["activeCyclesByVertexType"].append(_ints(by_type))
+        est["cyclesByTile"].append(_ints(cost.tile_cycles))
+    out["cycleEstimates"] = est
+    return out
+
+
+def _exchanges(cfg: MachineConfig, steps: list[ir.Exchange]) -> dict[str, Any]:
+    out: dict[str, list[Any]] = {
+        "names": [],
+        "bytesReceivedByTile": [],
+        "bytesSentByTile": [],
+        "cyclesByTile": [],
+    }
+    for step in steps:
+        cost = internal_exchange_cost(
+            cfg, step.src_tile, step.dst_tile, step.num_bytes, step.message
+        )
+        out["names"].append(step.name)
+        out["bytesReceivedByTile"].append(_ints(cost.bytes_received))
+        out["bytesSentByTile"].append(_ints(cost.bytes_sent))
+        out["cyclesByTile"].append(_ints(cost.cycles))
+    return out
+
+
+def _external_exchanges(cfg: MachineConfig, steps: list[ir.GlobalExchange]) -> dict[str, Any]:
+    out: dict[str, list[Any]] = {
+        "names": [],
+        "bytesReceivedByTile": [],
+        "bytesSentByTile": [],
+        "cycles": [],
+    }
+    for step in steps:
+        cost = global_exchange_cost(cfg, step.src_tile, step.dst_tile, step.num_bytes)
+        out["names"].append(step.name)
+        out["bytesReceivedByTile"].append(_ints(cost.bytes_received))
+        out["bytesSentByTile"].append(_ints(cost.bytes_sent))
+        out["cycles"].append(int(cost.cycles))
+    return out
+
+
+def _host_exchanges(cfg: MachineConfig, steps: list[ir.StreamCopy]) -> dict[str, Any]:
+    """Host copies; ``cycles`` is the transfer on an idle link (the run may queue)."""
+    out: dict[str, list[Any]] = {
+        "names": [],
+        "streams": [],
+        "directions": [],
+        "bytesByTile": [],
+        "cycles": [],
+    }
+    for step in steps:
+        per_tile = np.bincount(step.tile, weights=step.num_bytes, minlength=cfg.num_tiles)
+        per_tile = np.rint(per_tile).astype(np.int64)
+        out["names"].append(step.name)
+        out["streams"].append(step.stream)
+        out["directions"].append(step.direction.value)
+        out["bytesByTile"].append(_ints(per_tile))
+        out["cycles"].append(transfer_cycles(cfg, int(per_tile.sum())))
+    return out
+
+
+def _programs(table: ProgramTable, where: dict[int, int]) -> list[dict[str, Any]]:
+    """One entry per node: Poplar's type tag, name, children (indices) and details."""
+    progs: list[dict[str, Any]] = []
+    for node in table.nodes:
+        children = [table.index[id(c)] for c in table.children(node)]
+        entry: dict[str, Any] = {"type": "", "name": "", "children": children}
+        if isinstance(node, ir.Step):
+            entry["type"] = step_type(node.kind)
+            entry["name"] = node.name
+            entry["programId"] = int(node.program_id)
+            if isinstance(node, ir.Compute):
+                entry["computeSet"] = where[id(node)]
+            elif isinstance(node, ir.Sync):
+                entry["syncType"] = node.sync_kind.value.upper()
+            else:
+                entry["exchange"] = where[id(node)]
+                if isinstance(node, ir.StreamCopy):
+                    entry["direction"] = node.direction.value
+                    entry["stream"] = node.stream
+        elif isinstance(node, ir.Sequence):
+            entry.update(type="Sequence", name=node.name)
+        elif isinstance(node, ir.Repeat):
+            entry.update(type="Repeat", count=int(node.count))
+        elif isinstance(node, ir.RepeatWhile):
+            entry.update(type="RepeatWhile", whileTrue=bool(node.while_true))
+        elif isinstance(node, ir.If):
+            entry["type"] = "If"
+        elif isinstance(node, ir.Switch):
+            entry.update(type="Switch", cases=[int(v) for v, _ in node.cases])
+        elif isinstance(node, ir.Call):
+            entry.update(type="Call", function=int(node.function))
+        progs.append(entry)
+    return progs
+
+
+def _memory(report: Any) -> dict[str, Any] | None:
+    """The memory section from a ``MemoryReport`` (None when the engine has none)."""
+    if report is None:
+        return None
+    return {
+        "capacity": {k: int(v) for k, v in report.capacity.items()},
+        "byTile": {k: _ints(v) for k, v in report.by_tile.items()},
+        "byCategory": {k: _ints(v) for k, v in report.by_category.items()},
+        "byComputeSet": {k: _ints(v) for k, v in report.by_compute_set.items()},
+        "byVertexType": {k: int(v) for k, v in report.by_vertex_type.items()},
+        "liveness": [
+            {"name": str(n), "notAlwaysLive": int(a), "alwaysLive": int(b)}
+            for n, a, b in report.liveness
+        ],
+        "outOfMemory": bool(report.out_of_memory),
+        "tilesOutOfMemory": _ints(report.tiles_out_of_memory),
+    }
+
+
+def graph_profile(engine: Any) -> dict[str, Any]:
+    """The graph profile of a compiled engine (``Engine.getGraphProfile``).
+
+    Cycle estimates are those of the loaded device's config (the graph's target
+    before ``load``). ``vertexTypes.sizes`` are the bytes of each type's state and
+    code over all tiles when the engine has a memory report, else 0.
+    """
+    cfg = _config(engine)
+    table = program_table(engine.ir_program)
+    groups: dict[type, list[Any]] = {
+        ir.Compute: [],
+        ir.Exchange: [],
+        ir.GlobalExchange: [],
+        ir.StreamCopy: [],
+    }
+    where: dict[int, int] = {}
+    for node in table.nodes:
+        for kind, found in groups.items():
+            if isinstance(node, kind):
+                where[id(node)] = len(found)
+                found.append(node)
+                break
+    computes = groups[ir.Compute]
+    type_names = list(dict.fromkeys(n for s in computes for n in s.vertex_type_names))
+    memory = getattr(engine, "memory", None)
+    by_type = getattr(memory, "by_vertex_type", None) or {}
+    options = dict(getattr(engine, "options", {}))
+    return {
+        "target": _target(engine, cfg),
+        "graph": _graph(engine._state),
+        "vertexTypes": {
+            "names": type_names,
+            "sizes": [int(by_type.get(n, 0)) for n in type_names],
+        },
+        "computeSets": _compute_sets(cfg, computes, type_names),
+        "exchanges": _exchanges(cfg, groups[ir.Exchange]),
+        "externalExchanges": _external_exchanges(cfg, groups[ir.GlobalExchange]),
+        "hostExchanges": _host_exchanges(cfg, groups[ir.StreamCopy]),
+        "programs": _programs(table, where),
+        "controlPrograms": list(table.entries),
+        "functionPrograms": list(table.functions),
+        "memory": _memory(memory),
+        "engineOptions": options,
+        "debug": {"instrument": option(options, "debug.instrument") == "true"},
+    }
+
+
+# ------------------------------------------------------------------ serialisation
+def serializeToJSON(stream: IO[str], profile: Mapping[str, Any], pretty: bool = False) -> None:
+    """Write ``profile`` to the text ``stream`` as JSON (indented when ``pretty``)."""
+    json.dump(
+        profile, stream, indent=2 if pretty else None, separators=None if pretty else (",", ":")
+    )
+    if pretty:
+        stream.write("\n")
+
+
+def serializeToCBOR(stream: IO[bytes], profile: Mapping[str, Any]) -> None:
+    """Write ``profile`` to the binary ``stream`` as CBOR."""
+    cbor2.dump(profile, stream)
+
+
+def printProfileSummary(
+    stream: IO[str],
+    graphProfile: Mapping[str, Any],
+    executionProfile: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> None:
+    """Print the profile summary of two profiles (as ``Engine.printProfileSummary``)."""
+    from poplar_api.summary import render_summary
+
+    render_summary(stream, graphProfile, executionProfile, options or {})
+
+
+# --------------------------------------------------------------------- autoReport
+def write_auto_report(engine: Any) -> Path | None:
+    """Write the ``autoReport`` files of ``engine`` if its options ask for them.
+
+    ``autoReport.all`` writes ``profile.json`` (graph profile), ``execution.json``,
+    ``summary.txt`` (with the execution steps) and, when the timeline writer exists,
+    ``timeline.json``. ``autoReport.outputGraphProfile`` / ``outputExecutionProfile``
+    ask for one profile each. With ``profiler.format`` ``cbor`` the profiles are
+    ``.cbor`` files.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The directory written, or None when nothing was asked for.
+    """
+    opts = engine.options
+    every = option(opts, "autoReport.all") == "true"
+    want_graph = every or option(opts, "autoReport.outputGraphProfile") == "true"
+    want_exec = every or option(opts, "autoReport.outputExecutionProfile") == "true"
+    if not (want_graph or want_exec):
+        return None
+    directory = Path(option(opts, "autoReport.directory"))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineError(
+            f"autoReport.directory {str(directory)!r} cannot be created ({exc.strerror}); "
+            "hint: set autoReport.directory to a writable path"
+        ) from None
+    fmt = option(opts, "profiler.format")
+    gp = engine.getGraphProfile()
+    ep = engine.getExecutionProfile()
+    profiles = []
+    if want_graph:
+        profiles.append(("profile", gp))
+    if want_exec:
+        profiles.append(("execution", ep))
+    for stem, profile in profiles:
+        if fmt == "cbor":
+            with open(directory / f"{stem}.cbor", "wb") as f:
+                serializeToCBOR(f, profile)
+        else:
+            with open(directory / f"{stem}.json", "w", encoding="utf-8") as f:
+                serializeToJSON(f, profile)
+    if every:
+        with open(directory / "summary.txt", "w", encoding="utf-8") as f:
+            printProfileSummary(f, gp, ep, {"showExecutionSteps": "true"})
+        trace = engine.getTrace()
+        writer = _timeline_writer()
+        if writer is not None and trace is not None:
+            writer(trace, directory / "timeline.json")
+    return directory
+
+
+def _timeline_writer() -> Any:
+    try:
+        from ipusim.profile import timeline
+    except ImportError:
+        return None
+    return getattr(timeline, "write_timeline", None)

@@ -1,0 +1,134 @@
+"""Plots: files written, and the drawn data equal to the trace's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ipusim import ir, plot
+from ipusim.config import load_config
+from ipusim.errors import IpusimError
+from ipusim.machine import Machine
+from ipusim.profile.timeline import TraceViewError
+from ipusim.tile.layout import tile_coordinates
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config("tiny", overrides={"tile.columns": 2})
+
+
+@pytest.fixture(scope="module")
+def trace(cfg):
+    # compute on tiles 0..6 (tile 7 idle) with distinct costs, then a sync, an
+    # exchange and a second compute set
+    compute = ir.Compute(name="work", vertex_tile=np.arange(7), vertex_cycles=10 * np.arange(1, 8))
+    other = ir.Compute(name="other", vertex_tile=[3], vertex_cycles=[5])
+    program = ir.Sequence(
+        [
+            compute,
+            ir.Sync(name="sync"),
+            ir.Exchange(name="ex", src_tile=[0], dst_tile=[5], num_bytes=[64]),
+            other,
+        ]
+    )
+    return Machine(cfg).run(program)
+
+
+def test_phase_cycles_by_step(trace, tmp_path):
+    path = tmp_path / "phases.png"
+    fig = plot.phase_cycles_by_step(trace, path=path)
+    data = path.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 1000
+    ax = fig.axes[0]
+    # one filled step line per phase present, stacked: their heights add up per step
+    heights = np.zeros(len(trace.records))
+    labels = []
+    for patch in ax.patches:
+        values, edges, baseline = patch.get_data()
+        assert len(edges) == len(trace.records) + 1
+        heights += values - baseline
+        labels.append(patch.get_label())
+    assert labels == ["compute", "internal_exchange", "sync"]  # PHASES order
+    expected = [r.last_cycle - r.first_cycle for r in trace.records]
+    np.testing.assert_allclose(heights, expected)
+
+
+def test_compute_balance_heatmap_on_the_tile_layout(trace, cfg, tmp_path):
+    path = tmp_path / "heat.svg"
+    fig = plot.compute_balance_heatmap(trace, "work", path=path, columns=cfg.tile.columns)
+    assert b"<svg" in path.read_bytes()
+    grid = np.asarray(fig.axes[0].images[0].get_array())
+    # independent placement: tile i at (row, column) from ipusim.tile.layout
+    column, row = tile_coordinates(cfg.tile)
+    expected = np.zeros((row.max() + 1, column.max() + 1))
+    expected[row, column] = trace.records[0].tile_cycles
+    np.testing.assert_array_equal(grid, expected)
+
+
+def test_heatmap_default_layout_is_near_square(trace, tmp_path):
+    path = tmp_path / "heat.png"
+    fig = plot.compute_balance_heatmap(trace, 3, path=path)  # step 3 = "other"
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    grid = np.ma.filled(fig.axes[0].images[0].get_array(), np.nan)
+    # 8 tiles, ceil(sqrt(8)) = 3 columns of ceil(8/3) = 3 rows: 9 cells, one empty;
+    # only tile 3 works (column 3 // 3 = 1, row 3 % 3 = 0)
+    assert grid.shape == (3, 3)
+    assert np.isnan(grid).sum() == 1
+    assert np.nansum(grid) == grid[0, 1] == trace.records[3].tile_cycles[3]
+
+
+@pytest.mark.parametrize(
+    ("step", "needle"),
+    [("sync", "is a sync step"), ("nope", "no step named 'nope'"), (9, "step 9 does not exist")],
+)
+def test_heatmap_bad_step(trace, step, needle):
+    with pytest.raises(TraceViewError, match=needle) as info:
+        plot.compute_balance_heatmap(trace, step)
+    assert isinstance(info.value, IpusimError)
+
+
+def test_memory_histogram(tmp_path):
+    used = np.arange(8) * 1000  # 0 .. 7000 B; 6000 and 7000 exceed 5000
+    path = tmp_path / "mem.png"
+    fig = plot.memory_per_tile_histogram(used, 5000, path=path, bins=7)
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    ax = fig.axes[0]
+    counts = [p.get_height() for p in ax.patches]
+    assert len(counts) == 7 and sum(counts) == 8
+    assert "2 over capacity" in ax.get_title()
+
+
+def test_memory_histogram_bad_input():
+    with pytest.raises(TraceViewError, match="non-empty 1-D"):
+        plot.memory_per_tile_histogram(np.zeros((2, 2)), 10)
+    with pytest.raises(TraceViewError, match="capacity"):
+        plot.memory_per_tile_histogram([1, 2], 0)
+
+
+def test_draws_into_a_given_axes(trace):
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert plot.phase_cycles_by_step(trace, ax=ax) is fig
+    assert len(ax.patches) == 3
+
+
+def test_unsupported_suffix(trace, tmp_path):
+    with pytest.raises(TraceViewError, match=r"'\.txt' is not supported"):
+        plot.phase_cycles_by_step(trace, path=tmp_path / "x.txt")
+
+
+def test_importing_ipusim_loads_no_matplotlib():
+    code = (
+        "import sys, ipusim, ipusim.plot, ipusim.report, ipusim.cli, "
+        "ipusim.profile.timeline, ipusim.profile.frames; print('matplotlib' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,333 @@
+"""poplin: matMul values against numpy, the planner, the estimators and the peak bound.
+
+References are float64 numpy products. Every run also checks, from the trace, that no
+tile of a MatMul compute set did its flops faster than the target's peak allows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, HALF, INT, Engine, Graph, IPUModel
+from poplar_api import program as P
+from poplar_api import poplin
+from poplar_api.codelet import vertex_type
+from poplar_api.errors import PoplarError, TensorError, TypeMismatchError
+from poplar_api.poplin.estimators import (
+    exchange_cycles,
+    matmul_partial_cycles,
+    reduce_add_cycles,
+)
+from poplar_api.poplin.vertices import matmul_partial_vertex, reduce_add_vertex
+
+RNG = np.random.default_rng(1234)
+
+
+def tile_flops(graph: Graph, cs_name: str, num_tiles: int) -> np.ndarray:
+    """Flops per tile of the MatMulPartial vertices of compute set ``cs_name``.
+
+    A vertex multiplies [m,k] x [k,n]: |in| = mk, |weights| = kn, |out| = mn, so
+    m = sqrt(|in| |out| / |weights|) etc., and it does 2 m k n flops.
+    """
+    st = graph._state
+    cs = next(c for c in st.compute_sets if c.name == cs_name)
+    flops = np.zeros(num_tiles, np.int64)
+    for vid in cs.vertices:
+        v = st.vertices[vid]
+        a, b, c = (v.fields[f].numElements() for f in ("in", "weights", "out"))
+        m = math.isqrt(a * c // b)
+        k = math.isqrt(a * b // c)
+        n = math.isqrt(b * c // a)
+        assert (m * k, k * n, m * n) == (a, b, c)
+        flops[v.tile] += 2 * m * k * n
+    return flops
+
+
+def check_never_faster_than_peak(engine: Engine, graph: Graph, in_type) -> int:
+    """Every MatMul compute step: tile cycles x peak flops/cycle >= that tile's flops."""
+    target = graph.getTarget()
+    peak = target.getFpFlopsPerCycle(in_type)
+    checked = 0
+    for rec in engine.getTrace().records:
+        if rec.kind != "compute" or not rec.name.endswith("/MatMul"):
+            continue
+        flops = tile_flops(graph, rec.name, target.getNumTiles())
+        assert np.all(rec.tile_cycles.astype(np.int64) * peak >= flops), rec.name
+        slowest = int(np.argmax(rec.tile_cycles))
+        assert int(rec.tile_cycles[slowest]) * peak >= int(flops.max())
+        checked += 1
+    assert checked >= 1
+    return checked
+
+
+def run_product(preset, a, b, in_type=FLOAT, out_type=None, make=None, grouped=False, opts=None):
+    """Multiply host arrays ``a`` and ``b`` on a device; return (C, engine, graph).
+
+    ``make(graph, A, B)`` may replace the operands by views of other tensors; it
+    returns (A_view, B_view, [(tensor, values)] to write).
+    """
+    device = IPUModel(preset).createDevice()
+    graph = Graph(device.getTarget())
+    nt = graph.getTarget().getNumTiles()
+    if make is None:
+        A = graph.addVariable(in_type, list(a.shape), "A")
+        B = graph.addVariable(in_type, list(b.shape), "B")
+        graph.setTileMapping(A, 0)
+        graph.setTileMapping(B, nt - 1)
+        writes = [(A, a), (B, b)]
+    else:
+        A, B, writes = make(graph)
+    seq = P.Sequence()
+    fn = poplin.matMulGrouped if grouped else poplin.matMul
+    C = fn(graph, A, B, seq, "mm", opts, out_type)
+    for i, (t, _) in enumerate(writes):
+        graph.createHostWrite(f"w{i}", t)
+    graph.createHostRead("C", C)
+    engine = Engine(graph, seq)
+    engine.load(device)
+    for i, (_, vals) in enumerate(writes):
+        engine.writeTensor(f"w{i}", vals)
+    engine.run(0)
+    check_never_faster_than_peak(engine, graph, in_type)
+    return engine.readTensor("C"), engine, graph
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 5, 3), (33, 17, 65)])
+def test_float_matmul_matches_numpy(shape):
+    m, k, n = shape
+    a = RNG.uniform(0.5, 1.5, (m, k)).astype(np.float32)
+    b = RNG.uniform(0.5, 1.5, (k, n)).astype(np.float32)
+    c, _, _ = run_product("tiny", a, b)
+    assert c.shape == (m, n) and c.dtype == np.float32
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5)
+
+
+def test_half_matmul_rounds_once_to_half():
+    a = RNG.uniform(-1, 1, (33, 17)).astype(np.float16)
+    b = RNG.uniform(-1, 1, (17, 65)).astype(np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    c, _, _ = run_product("tiny", a, b, HALF)
+    assert c.dtype == np.float16
+    # float32 accumulation, one rounding to half: error <= half an ulp of the result
+    ulp = np.spacing(np.abs(ref).astype(np.float16)).astype(np.float64)
+    assert np.all(np.abs(c.astype(np.float64) - ref) <= 0.5 * ulp + 1e-6)
+
+
+def test_half_inputs_float_output_accumulate_in_float32():
+    a = RNG.uniform(0.5, 1.5, (20, 40)).astype(np.float16)
+    b = RNG.uniform(0.5, 1.5, (40, 9)).astype(np.float16)
+    c, _, _ = run_product("tiny", a, b, HALF, out_type=FLOAT)
+    assert c.dtype == np.float32
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5)
+
+
+def test_transposed_and_sliced_views_as_operands():
+    # A = X^T with X [5, 7]; B = columns 2..5 and rows 1..6 of Y [8, 9] (a strided view)
+    x = RNG.uniform(0.5, 1.5, (5, 7)).astype(np.float32)
+    y = RNG.uniform(0.5, 1.5, (8, 9)).astype(np.float32)
+
+    def make(graph):
+        X = graph.addVariable(FLOAT, [5, 7], "X")
+        Y = graph.addVariable(FLOAT, [8, 9], "Y")
+        graph.setTileMapping(X, 1)
+        graph.setTileMapping(Y, 2)
+        return X.transpose(), Y.slice([1, 2], [6, 5]), [(X, x), (Y, y)]
+
+    c, _, _ = run_product("tiny", None, None, make=make)
+    ref = x.T.astype(np.float64) @ y[1:6, 2:5].astype(np.float64)
+    np.testing.assert_allclose(c, ref, rtol=1e-5)
+
+
+def test_grouped_matmul():
+    a = RNG.uniform(0.5, 1.5, (3, 7, 5)).astype(np.float32)
+    b = RNG.uniform(0.5, 1.5, (3, 5, 4)).astype(np.float32)
+    c, _, _ = run_product("tiny", a, b, grouped=True)
+    assert c.shape == (3, 7, 4)
+    np.testing.assert_allclose(c, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=1e-5)
+
+
+def test_k_split_with_half_partials_option():
+    # force K splits with a deep K; half partials lose precision only at half level
+    a = RNG.uniform(0.5, 1.5, (4, 256)).astype(np.float16)
+    b = RNG.uniform(0.5, 1.5, (256, 4)).astype(np.float16)
+    c, _, graph = run_product("tiny", a, b, HALF, opts={"partialsType": "half"})
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=4e-3)
+
+
+@pytest.mark.parametrize("scale_as_tensor", [False, True])
+def test_matmul_acc(scale_as_tensor):
+    a = RNG.uniform(0.5, 1.5, (9, 6)).astype(np.float32)
+    b = RNG.uniform(0.5, 1.5, (6, 5)).astype(np.float32)
+    c0 = RNG.uniform(-1, 1, (9, 5)).astype(np.float32)
+    device = IPUModel("tiny").createDevice()
+    graph = Graph(device.getTarget())
+    A = graph.addVariable(FLOAT, [9, 6], "A")
+    B = graph.addVariable(FLOAT, [6, 5], "B")
+    C = graph.addVariable(FLOAT, [9, 5], "C")
+    for i, t in enumerate((A, B, C)):
+        graph.setTileMapping(t, i)
+    k = -0.5
+    if scale_as_tensor:
+        k = graph.addConstant(FLOAT, [1], [-0.5], "k")
+        graph.setTileMapping(k, 3)
+    seq = P.Sequence()
+    poplin.matMulAcc(graph, C, k, A, B, seq)
+    for name, t in (("A", A), ("B", B), ("C", C)):
+        graph.createHostWrite(name, t)
+    graph.createHostRead("Cout", C)
+    engine = Engine(graph, seq)
+    engine.load(device)
+    for name, v in (("A", a), ("B", b), ("C", c0)):
+        engine.writeTensor(name, v)
+    engine.run(0)
+    ref = c0.astype(np.float64) - 0.5 * (a.astype(np.float64) @ b.astype(np.float64))
+    np.testing.assert_allclose(engine.readTensor("Cout"), ref, rtol=1e-5, atol=1e-6)
+    check_never_faster_than_peak(engine, graph, FLOAT)
+
+
+def test_create_matmul_inputs_reduce_exchange():
+    a = RNG.uniform(0.5, 1.5, (48, 32)).astype(np.float32)
+    b = RNG.uniform(0.5, 1.5, (32, 24)).astype(np.float32)
+
+    def planned(graph):
+        A = poplin.createMatMulInputLHS(graph, FLOAT, [48, 32], [32, 24], "A")
+        B = poplin.createMatMulInputRHS(graph, FLOAT, [48, 32], [32, 24], "B")
+        return A, B, [(A, a), (B, b)]
+
+    c1, e1, _ = run_product("tiny", None, None, make=planned)
+    c2, e2, _ = run_product("tiny", a, b)  # operands on tiles 0 and 7
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c1, ref, rtol=1e-5)
+    np.testing.assert_allclose(c2, ref, rtol=1e-5)
+
+    def exchange_in(engine):
+        (rec,) = [r for r in engine.getTrace().records if r.name == "mm/MatMul/ExchangeIn"]
+        return rec.last_cycle - rec.first_cycle
+
+    assert exchange_in(e1) < exchange_in(e2)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_matmul_on_mk2(grouped):
+    shape_a, shape_b = ((2, 40, 64), (2, 64, 30)) if grouped else ((70, 64), (64, 50))
+    a = RNG.uniform(0.5, 1.5, shape_a).astype(np.float32)
+    b = RNG.uniform(0.5, 1.5, shape_b).astype(np.float32)
+    c, _, _ = run_product("mk2", a, b, grouped=grouped)
+    np.testing.assert_allclose(c, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------- planner
+def test_planner_choice_worked_by_hand():
+    # tiny: 8 tiles, 6 workers, 4 exchange bytes/cycle, FLOAT peak 32 flops/cycle so the
+    # AMP block is k_chunk 16 x n_chunk 8 (8 thread cycles per row = 128 MACs).
+    # [480,16] x [16,8]: one AMP pass whatever M is; weight load 16*8*4/16 = 32 cycles.
+    # Split M over p tiles (m = ceil(480/p), r = ceil(m/6) rows per worker,
+    # worker = 41 + 8 (r - 3)); exchange: each tile lacks (p-1)/p of B (16*8 floats):
+    #   p=8: m=60, r=10, worker 97, compute 50+19+32+6*97 = 683;
+    #        recv 128*7//8 = 112 floats = 448 B -> 448/4 = 112, +190 phase = 302; total 985
+    #   p=7: m=69, r=12, worker 113, compute 779; recv 128*6//7=109 -> 436 B -> 109+190;
+    #        total 1078
+    #   p=6: m=80, r=14, worker 129, compute 875; recv 106 -> 424 B -> 296; total 1171
+    #   p=4: m=120, r=20, worker 177, compute 1163; > 985 already
+    # Splitting N (n=8 is one AMP pass) or K (16 is one pass) only adds exchange and, for
+    # K, a reduction, so (pG, pM, pK, pN) = (1, 8, 1, 1) is the cheapest.
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    plan = poplin.getPlan(graph, (1, 480, 16, 8), FLOAT)
+    assert plan.parts == (1, 8, 1, 1)
+    assert plan.blocks == (1, 60, 16, 8)
+    assert plan.cost == {"exchange": 302, "compute": 683, "reduce": 0, "total": 985}
+    assert sorted(plan.tiles.reshape(-1).tolist()) == list(range(8))
+
+
+def test_planner_respects_memory_proportion():
+    # [8,4096] x [4096,1] FLOAT on 8 tiles of 64 KiB: the A block alone is 128 KiB, so
+    # only splits of K bring the working set under 0.6 * 64 KiB = 39,321 bytes.
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    plan = poplin.getPlan(graph, (1, 8, 4096, 1), FLOAT)
+    assert plan.memory_bytes <= 0.6 * 65536
+    assert plan.parts[2] > 1
+
+
+# -------------------------------------------------------------------- estimators
+def test_partial_matmul_estimates_follow_the_formula():
+    target = IPUModel("ipu2").createDevice().getTarget()
+    # HALF 16x16x16: k_chunk*n_chunk = 4*128/2 = 256 = 16x16, one pass, rows/worker
+    # ceil(16/6)=3 -> worker 46; load 16*16*2/16 = 32: 50 + 19 + 32 + 6*46 = 377
+    # FLOAT 7x5x3: block 16x8, one pass, rows 2 -> 40; load 32: 50+19+32+240 = 341
+    # FLOAT 33x17x65: passes ceil(17/16)*ceil(65/8) = 2*9 = 18; rows 6 -> 41+3*8 = 65;
+    #   per pass 19 + 32 + 6*65 = 441; 50 + 18*441 = 7988
+    cases = [(HALF, (16, 16, 16), 377), (FLOAT, (7, 5, 3), 341), (FLOAT, (33, 17, 65), 7988)]
+    for t, (m, k, n), want in cases:
+        vt = vertex_type(matmul_partial_vertex(t, t))
+        assert vt.estimate({"in": m * k, "weights": k * n, "out": m * n}, target) == want
+
+
+def test_reduce_add_estimates_follow_the_formula():
+    target = IPUModel("ipu2").createDevice().getTarget()
+    # FLOAT->FLOAT, 4 partials of 100: accVW 4, cpl 4/min(4,2) = 2, outer 8,
+    #   vectors 25 -> 5 per worker: (20 + (2*4 + 8)*5)*6 + 33 = 633
+    vt = vertex_type(reduce_add_vertex(FLOAT, FLOAT))
+    assert vt.estimate({"partials": [100] * 4, "out": 100}, target) == 633
+    # HALF->HALF, 3 partials of 64: accVW 8, cpl 8/min(8,4) = 2, outer 10,
+    #   vectors 8 -> 2 per worker: (20 + (6 + 10)*2)*6 + 33 = 345
+    assert reduce_add_cycles(3, 64, 2, 2, 6) == 345
+    # scaled update adds 2 per vector to the outer cost: (20 + (8 + 10)*5)*6 + 33 = 693
+    up = vertex_type(reduce_add_vertex(FLOAT, FLOAT, update=True))
+    assert up.estimate({"partials": [100] * 4, "out": 100, "scale": 1}, target) == 693
+
+
+def test_exchange_estimator():
+    assert exchange_cycles(448, 4.0) == 112  # 448*16 / 64
+    assert exchange_cycles(5, 4.0) == 2  # ceil(80 / 64)
+    assert exchange_cycles(7, 2.5) == 3  # ceil(112 / 40)
+
+
+def test_estimate_never_beats_peak():
+    for in_size, peak in ((2, 128), (4, 32), (2, 64), (4, 16)):
+        m, k, n = np.meshgrid(*(np.arange(1, 70, 3),) * 3, indexing="ij")
+        cycles = matmul_partial_cycles(m, k, n, in_size, peak, 6)
+        assert np.all(2 * m * k * n <= cycles * peak)
+
+
+def test_estimate_near_published_amp_measurement():
+    # ipu_facts: Bow fp16 [N,16] x [16,16] per tile takes about 333 + 4N tile cycles
+    for n_rows in (16, 64, 256, 1024, 2048):
+        est = matmul_partial_cycles(n_rows, 16, 16, 2, 128, 6)
+        measured = 333 + 4 * n_rows
+        assert abs(est - measured) / measured < 0.1
+
+
+# ------------------------------------------------------------------------ errors
+def _graph():
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    return graph, P.Sequence()
+
+
+def test_inner_dimension_mismatch_names_both_shapes():
+    graph, seq = _graph()
+    A = graph.addVariable(FLOAT, [7, 5], "A")
+    B = graph.addVariable(FLOAT, [4, 3], "B")
+    with pytest.raises(TensorError, match=r"inner dimensions differ.*\[7, 5\].*\[4, 3\]"):
+        poplin.matMul(graph, A, B, seq)
+
+
+def test_rank_mismatch_and_type_mismatch():
+    graph, seq = _graph()
+    A = graph.addVariable(FLOAT, [7, 5], "A")
+    B3 = graph.addVariable(FLOAT, [2, 5, 3], "B3")
+    with pytest.raises(TensorError, match="rank mismatch"):
+        poplin.matMul(graph, A, B3, seq)
+    Bh = graph.addVariable(HALF, [5, 3], "Bh")
+    with pytest.raises(TypeMismatchError, match="float.*half"):
+        poplin.matMul(graph, A, Bh, seq)
+    Ai = graph.addVariable(INT, [7, 5], "Ai")
+    Bi = graph.addVariable(INT, [5, 3], "Bi")
+    with pytest.raises(TypeMismatchError, match="FLOAT or HALF"):
+        poplin.matMul(graph, Ai, Bi, seq)
+    with pytest.raises(PoplarError, match="not recognised"):
+        poplin.matMul(graph, A, graph.addVariable(FLOAT, [5, 3]), seq, options={"bogus": 1})
+    assert issubclass(TensorError, ValueError) and issubclass(TypeMismatchError, TypeError)

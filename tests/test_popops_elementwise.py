@@ -1,0 +1,449 @@
+"""popops elementwise operations against numpy, their vertex layout and their errors.
+
+Expected values are numpy on the stored inputs; HALF results are the float32 result
+rounded to float16 (the codelet convention), integer division truncates toward zero
+as in C.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import (
+    BOOL,
+    FLOAT,
+    HALF,
+    INT,
+    UNSIGNED_INT,
+    Engine,
+    Graph,
+    IPUModel,
+    popops,
+    poputil,
+)
+from poplar_api import program as prog
+from poplar_api.errors import GraphError, TensorError, TypeMismatchError
+from poplar_api.popops import expr as pe
+
+F32 = np.float32
+
+
+class Harness:
+    """A graph on an IPU Model, host-written inputs and host-read outputs."""
+
+    def __init__(self, model: str = "tiny") -> None:
+        self.device = IPUModel(model).createDevice()
+        self.graph = Graph(self.device.getTarget())
+        self.seq = prog.Sequence()
+        self.values: dict[str, np.ndarray] = {}
+        self.reads: dict[str, object] = {}
+
+    def var(self, type_, values, name: str, tile: int | None = None):
+        values = np.asarray(values, dtype=type_.numpy)
+        t = self.graph.addVariable(type_, list(values.shape), name)
+        if tile is None:
+            poputil.mapTensorLinearly(self.graph, t)
+        else:
+            self.graph.setTileMapping(t, tile)
+        self.graph.createHostWrite(f"w-{name}", t)
+        self.values[f"w-{name}"] = values
+        return t
+
+    def read(self, t, name: str):
+        self.graph.createHostRead(f"r-{name}", t)
+        self.reads[name] = t
+        return t
+
+    def run(self) -> dict[str, np.ndarray]:
+        self.engine = Engine(self.graph, self.seq)
+        self.engine.load(self.device)
+        for handle, values in self.values.items():
+            self.engine.writeTensor(handle, values.reshape(-1))
+        self.engine.run(0)
+        out = {}
+        for name, t in self.reads.items():
+            buf = np.zeros(t.shape(), t.elementType().numpy)
+            self.engine.readTensor(f"r-{name}", buf)
+            out[name] = buf
+        return out
+
+
+def rng_values(type_, shape, positive=False, nonzero=False, seed=0):
+    """Random test values representable in ``type_``."""
+    rng = np.random.default_rng(seed)
+    if type_ in (FLOAT, HALF):
+        x = rng.uniform(0.25 if positive else -4, 4, shape)
+    elif type_ is INT:
+        x = rng.integers(1 if positive else -50, 50, shape)
+    elif type_ is UNSIGNED_INT:
+        x = rng.integers(1 if (positive or nonzero) else 0, 100, shape)
+    else:
+        x = rng.integers(0, 2, shape).astype(bool)
+    if nonzero and type_ is INT:
+        x = np.where(x == 0, 7, x)
+    return np.asarray(x).astype(type_.numpy)
+
+
+def ref(type_, fn, *arrays):
+    """numpy reference: compute in the kernel dtype (float32 for HALF), unrounded."""
+    kernel = [np.asarray(a).astype(np.float32 if type_ is HALF else a.dtype) for a in arrays]
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(*kernel))
+
+
+def stored(type_, fn, *arrays):
+    """:func:`ref` stored as ``type_`` (HALF rounds to float16)."""
+    return ref(type_, fn, *arrays).astype(type_.numpy)
+
+
+def c_div(a, b):
+    """C integer division: truncate toward zero (written independently of the library)."""
+    if a.dtype.kind == "u":
+        return a // b
+    return (np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))).astype(a.dtype)
+
+
+BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": None,  # per type below
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": np.power,
+    "eq": np.equal,
+    "neq": np.not_equal,
+    "gt": np.greater,
+    "gteq": np.greater_equal,
+    "lt": np.less,
+    "lteq": np.less_equal,
+}
+NUMERIC = [FLOAT, HALF, INT, UNSIGNED_INT]
+
+
+def _binary_cases():
+    for name in BINARY:
+        for t in NUMERIC:
+            if name == "pow" and t not in (FLOAT, HALF):
+                continue
+            yield name, t
+
+
+@pytest.mark.parametrize(("name", "type_"), list(_binary_cases()))
+def test_binary_ops_on_views_match_numpy(name, type_):
+    h = Harness()
+    a_val = rng_values(type_, (3, 5), positive=name == "pow", seed=1)
+    b_val = rng_values(type_, (5, 3), nonzero=True, seed=2)
+    if name == "pow":
+        b_val = (np.arange(15).reshape(5, 3) % 3).astype(type_.numpy)
+    a = h.var(type_, a_val, "a")
+    b = h.var(type_, b_val, "b")
+    out = h.read(getattr(popops, name)(h.graph, a, b.transpose(), h.seq), "out")
+    got = h.run()["out"]
+    bt = b_val.T
+    fn = BINARY[name]
+    if name == "div":
+        fn = c_div if type_ in (INT, UNSIGNED_INT) else np.divide
+    want = ref(type_, fn, a_val, bt)
+    is_cmp = name in ("eq", "neq", "gt", "gteq", "lt", "lteq")
+    assert out.elementType() is (BOOL if is_cmp else type_)
+    assert out.shape() == [3, 5]
+    np.testing.assert_array_equal(got, want.astype(out.elementType().numpy))
+
+
+UNARY = {
+    "neg": (np.negative, [FLOAT, HALF, INT], False),
+    "abs": (np.abs, [FLOAT, HALF, INT], False),
+    "square": (np.square, NUMERIC, False),
+    "exp": (np.exp, [FLOAT, HALF], False),
+    "log": (np.log, [FLOAT, HALF], True),
+    "sqrt": (np.sqrt, [FLOAT, HALF], True),
+    "tanh": (np.tanh, [FLOAT, HALF], False),
+    "sigmoid": (lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)), [FLOAT, HALF], False),
+    "relu": (lambda x: np.maximum(x, np.float32(0)), [FLOAT, HALF], False),
+}
+
+
+@pytest.mark.parametrize(("name", "type_"), [(n, t) for n, (_, ts, _) in UNARY.items() for t in ts])
+def test_unary_ops_on_a_sliced_3d_view_match_numpy(name, type_):
+    fn, _, positive = UNARY[name]
+    h = Harness()
+    x_val = rng_values(type_, (2, 3, 6), positive=positive, seed=3)
+    x = h.var(type_, x_val, "x")
+    view = x.slice(1, 5, 2)  # [2, 3, 4]
+    out = h.read(getattr(popops, name)(h.graph, view, h.seq), "out")
+    want = ref(type_, fn, x_val[:, :, 1:5]).astype(type_.numpy)
+    assert out.shape() == [2, 3, 4]
+    np.testing.assert_allclose(h.run()["out"], want, rtol=2e-7 if type_ is FLOAT else 0)
+
+
+def test_logical_ops_on_bool():
+    h = Harness()
+    p_val = np.array([True, True, False, False, True, False, True])
+    q_val = np.array([True, False, True, False, False, False, True])
+    p, q = h.var(BOOL, p_val, "p"), h.var(BOOL, q_val, "q")
+    h.read(popops.logicalAnd(h.graph, p, q, h.seq), "and")
+    h.read(popops.logicalOr(h.graph, p, q, h.seq), "or")
+    h.read(popops.logicalNot(h.graph, p, h.seq), "not")
+    h.read(popops.eq(h.graph, p, q, h.seq), "eq")
+    got = h.run()
+    np.testing.assert_array_equal(got["and"], p_val & q_val)
+    np.testing.assert_array_equal(got["or"], p_val | q_val)
+    np.testing.assert_array_equal(got["not"], ~p_val)
+    np.testing.assert_array_equal(got["eq"], p_val == q_val)
+
+
+@pytest.mark.parametrize("type_", [FLOAT, HALF, INT])
+def test_broadcast_row_scalar_tensor_and_number(type_):
+    h = Harness()
+    a_val = rng_values(type_, (3, 5), seed=4)
+    row_val = rng_values(type_, (5,), seed=5)
+    s_val = rng_values(type_, (1,), seed=6)
+    a, row, s = h.var(type_, a_val, "a"), h.var(type_, row_val, "row"), h.var(type_, s_val, "s")
+    h.read(popops.add(h.graph, a, row, h.seq), "row")
+    h.read(popops.sub(h.graph, a, s, h.seq), "scalar")
+    h.read(popops.mul(h.graph, a, 3, h.seq), "number")
+    h.read(popops.sub(h.graph, s, a, h.seq), "scalar_first")
+    got = h.run()
+    three = np.asarray(3, type_.numpy)
+    np.testing.assert_array_equal(got["row"], stored(type_, np.add, a_val, row_val))
+    np.testing.assert_array_equal(got["scalar"], stored(type_, np.subtract, a_val, s_val))
+    np.testing.assert_array_equal(got["number"], stored(type_, np.multiply, a_val, three))
+    np.testing.assert_array_equal(got["scalar_first"], stored(type_, np.subtract, s_val, a_val))
+    names = {h.graph._state.vertices[v].vtype.name for v in range(h.graph.getNumVertices())}
+    assert f"popops::BroadcastScalar1D<SUBTRACT,{type_.name}>" in names
+    assert f"popops::BroadcastScalar1D<MULTIPLY,{type_.name}>" in names
+
+
+def test_output_is_mapped_like_the_full_shape_input():
+    h = Harness()
+    s = h.var(FLOAT, [2.0], "s", tile=5)
+    b = h.var(FLOAT, np.arange(16), "b")
+    out = popops.sub(h.graph, s, b, h.seq)
+    assert h.graph.getTileMapping(out) == h.graph.getTileMapping(b)
+
+
+@pytest.mark.parametrize("type_", [FLOAT, HALF, INT, UNSIGNED_INT])
+def test_in_place_ops_into_a_transposed_view(type_):
+    h = Harness()
+    a_val = rng_values(type_, (4, 3), positive=True, seed=7)
+    b_val = rng_values(type_, (3, 4), positive=True, seed=8)
+    row_val = rng_values(type_, (4,), positive=True, seed=9)
+    a, b, row = h.var(type_, a_val, "a"), h.var(type_, b_val, "b"), h.var(type_, row_val, "row")
+    popops.addInPlace(h.graph, a.transpose(), b, h.seq)
+    popops.mulInPlace(h.graph, a.transpose(), row, h.seq)
+    popops.maxInPlace(h.graph, a, 5, h.seq)
+    h.read(a, "a")
+    want = stored(type_, np.add, a_val.T, b_val)
+    want = stored(type_, np.multiply, want, row_val)
+    want = stored(type_, np.maximum, want.T, np.asarray(5, type_.numpy))
+    np.testing.assert_array_equal(h.run()["a"], want)
+    names = {v.vtype.name for v in h.graph._state.vertices}
+    assert any(n.startswith("popops::BinaryOp1DInPlace<ADD,") for n in names)
+
+
+def test_unary_in_place():
+    h = Harness()
+    x_val = rng_values(FLOAT, (3, 5), seed=10)
+    x = h.var(FLOAT, x_val, "x")
+    popops.negInPlace(h.graph, x, h.seq)
+    popops.expInPlace(h.graph, x[1], h.seq)
+    h.read(x, "x")
+    want = -x_val
+    want[1] = np.exp(want[1])
+    np.testing.assert_array_equal(h.run()["x"], want)
+
+
+def test_map_expression_with_constants_and_operators():
+    h = Harness()
+    a_val, b_val = rng_values(FLOAT, (3, 5), seed=11), rng_values(FLOAT, (3, 5), seed=12)
+    c_val = rng_values(FLOAT, (5,), positive=True, seed=13)
+    a, b, c = h.var(FLOAT, a_val, "a"), h.var(FLOAT, b_val, "b"), h.var(FLOAT, c_val, "c")
+    e1 = pe.Add(pe._1, pe.Mul(pe._2, pe.Sqrt(pe._3)))
+    e2 = (pe._1 * 2.0 - pe._2) / pe._3
+    e3 = pe.Max(pe._1, pe._2) > 0.5
+    h.read(popops.map(h.graph, e1, [a, b, c], h.seq), "e1")
+    h.read(popops.map(h.graph, e2, [a, b, c], h.seq), "e2")
+    m3 = h.read(popops.map(h.graph, e3, [a, b], h.seq), "e3")
+    popops.mapInPlace(h.graph, pe.Sub(pe._2, pe.Abs(pe._1)), [a, b], h.seq)
+    h.read(a, "a")
+    got = h.run()
+    np.testing.assert_array_equal(got["e1"], a_val + b_val * np.sqrt(c_val))
+    np.testing.assert_array_equal(got["e2"], (a_val * F32(2) - b_val) / c_val)
+    assert m3.elementType() is BOOL
+    np.testing.assert_array_equal(got["e3"], np.maximum(a_val, b_val) > F32(0.5))
+    np.testing.assert_array_equal(got["a"], b_val - np.abs(a_val))
+
+
+def test_map_half_rounds_every_operation():
+    h = Harness()
+    a_val = rng_values(HALF, (7,), seed=14)
+    b_val = rng_values(HALF, (7,), seed=15)
+    a, b = h.var(HALF, a_val, "a"), h.var(HALF, b_val, "b")
+    h.read(popops.map(h.graph, pe._1 * pe._2 + pe._1, [a, b], h.seq), "m")
+    # numpy's float16 arithmetic rounds each operation's result to float16
+    np.testing.assert_array_equal(h.run()["m"], a_val * b_val + a_val)
+
+
+def test_map_of_one_operation_uses_the_binary_op_vertices():
+    h = Harness()
+    a = h.var(FLOAT, np.arange(8), "a")
+    b = h.var(FLOAT, np.arange(8), "b")
+    popops.map(h.graph, pe._1 + pe._2, [a, b], h.seq)
+    names = {v.vtype.name for v in h.graph._state.vertices}
+    assert names == {"popops::BinaryOp1D<ADD,float>"}
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "values", "want"),
+    [
+        # 70000 is beyond float16's range (max 65504) and becomes inf
+        (FLOAT, HALF, [1 / 3, 70000.0, -2.5], np.array([1 / 3, np.inf, -2.5], np.float16)),
+        (FLOAT, INT, [2.9, -2.9, 7.0], np.int32([2, -2, 7])),  # C truncation
+        (INT, FLOAT, [3, -4, 16777217], np.float32([3, -4, 16777216])),
+        (HALF, FLOAT, [0.1, 2.0, -3.0], np.float32(np.float16([0.1, 2.0, -3.0]))),
+        (BOOL, FLOAT, [True, False, True], np.float32([1, 0, 1])),
+    ],
+)
+def test_cast(src, dst, values, want):
+    h = Harness()
+    x = h.var(src, values, "x")
+    out = h.read(popops.cast(h.graph, x, dst, h.seq), "out")
+    assert out.elementType() is dst
+    np.testing.assert_array_equal(h.run()["out"], want)
+
+
+@pytest.mark.parametrize("type_", [FLOAT, HALF, INT, UNSIGNED_INT])
+def test_scaled_add_and_subtract(type_):
+    h = Harness()
+    a_val = rng_values(type_, (3, 5), positive=True, seed=16) * 10
+    b_val = rng_values(type_, (3, 5), positive=True, seed=17)
+    s_val = np.asarray([2], type_.numpy)
+    a, b, s = h.var(type_, a_val, "a"), h.var(type_, b_val, "b"), h.var(type_, s_val, "s")
+    popops.scaledAddTo(h.graph, a, b, 3, h.seq)
+    popops.scaledSubtractFrom(h.graph, a, b, s, h.seq)
+    h.read(a, "a")
+    k = np.float32 if type_ is HALF else type_.numpy.type
+    step1 = (a_val.astype(k) + k(3) * b_val.astype(k)).astype(type_.numpy)
+    want = (step1.astype(k) - k(2) * b_val.astype(k)).astype(type_.numpy)
+    np.testing.assert_array_equal(h.run()["a"], want)
+    names = {v.vtype.name for v in h.graph._state.vertices}
+    assert f"popops::ScaledAddSupervisor<{type_.name},{type_.name}>" in names
+    assert f"popops::ScaledSubtractSupervisor<{type_.name},{type_.name}>" in names
+
+
+def test_fill_and_zero_on_views():
+    h = Harness()
+    x = h.var(FLOAT, np.arange(12).reshape(3, 4), "x")
+    y = h.var(INT, np.arange(7), "y")
+    popops.fill(h.graph, x.slice([0, 1], [3, 3]), 2.5, h.seq)
+    popops.zero(h.graph, y[2].expand([0]).broadcast(3, 0), h.seq)  # aliased view
+    h.read(x, "x")
+    h.read(y, "y")
+    got = h.run()
+    want = np.arange(12, dtype=F32).reshape(3, 4)
+    want[:, 1:3] = 2.5
+    np.testing.assert_array_equal(got["x"], want)
+    np.testing.assert_array_equal(got["y"], [0, 1, 0, 3, 4, 5, 6])
+
+
+def test_on_a_full_mk2_chip():
+    h = Harness("ipu2")
+    assert h.graph.getTarget().getNumTiles() == 1472
+    a_val = rng_values(FLOAT, (5000,), seed=18)
+    b_val = rng_values(FLOAT, (5000,), seed=19)
+    a, b = h.var(FLOAT, a_val, "a"), h.var(FLOAT, b_val, "b")
+    h.read(popops.add(h.graph, a, b, h.seq), "sum")
+    h.read(popops.map(h.graph, pe.Tanh(pe._1) * pe._2, [a, b], h.seq), "map")
+    got = h.run()
+    np.testing.assert_array_equal(got["sum"], a_val + b_val)
+    np.testing.assert_array_equal(got["map"], np.tanh(a_val) * b_val)
+
+
+# ------------------------------------------------------------------- layout
+
+
+def vertices_on(graph, tile):
+    return [v.vtype.name for v in graph._state.vertices if v.tile == tile]
+
+
+def test_single_region_tile_gets_one_1d_multivertex():
+    h = Harness()
+    a = h.var(FLOAT, np.arange(10), "a", tile=3)
+    b = h.var(FLOAT, np.arange(10), "b", tile=3)
+    popops.add(h.graph, a, b, h.seq)
+    assert vertices_on(h.graph, 3) == ["popops::BinaryOp1D<ADD,float>"]
+    assert h.graph.getNumVertices() == 1
+
+
+def test_multi_region_tile_gets_balanced_2d_worker_vertices():
+    h = Harness()
+    g = h.graph
+    # 16 chunks of 3 elements alternate between tile 0 and tile 1: 8 regions per tile.
+    a = g.addVariable(FLOAT, [48], "a")
+    b = g.addVariable(FLOAT, [48], "b")
+    for k in range(16):
+        g.setTileMapping(a.slice(3 * k, 3 * k + 3), k % 2)
+        g.setTileMapping(b.slice(3 * k, 3 * k + 3), k % 2)
+    popops.add(g, a, b, h.seq)
+    on0 = [v for v in g._state.vertices if v.tile == 0]
+    # 8 equal regions over min(8, W=6) workers: region i goes to worker 6*i // 8, so
+    # workers get regions {0,1}, {2}, {3}, {4,5}, {6}, {7}: 6 vertices.
+    assert [v.vtype.name for v in on0] == ["popops::BinaryOp2D<ADD,float>"] * 6
+    assert [len(v.fields["out"]) for v in on0] == [2, 1, 1, 2, 1, 1]
+    assert all(t.numElements() == 3 for v in on0 for t in v.fields["out"])
+
+
+def test_one_tile_add_of_1000_floats_takes_1697_cycles():
+    h = Harness()
+    a = h.var(FLOAT, np.ones(1000), "a", tile=2)
+    b = h.var(FLOAT, np.ones(1000), "b", tile=2)
+    h.read(popops.add(h.graph, a, b, h.seq, "AddOneTile"), "sum")
+    got = h.run()
+    np.testing.assert_array_equal(got["sum"], np.full(1000, 2, F32))
+    records = [r for r in h.engine.getTrace().records if r.kind == "compute"]
+    assert [r.name for r in records] == ["AddOneTile"]
+    # W=6: 6 * (29 + ceil(ceil(1000/6)/2) * (1 + 2)) + 11 = 6 * (29 + 84*3) + 11
+    assert int(records[0].tile_cycles[2]) == 6 * (29 + 84 * 3) + 11 == 1697
+
+
+# ------------------------------------------------------------------- errors
+
+
+def test_shape_mismatch_names_both_tensors():
+    h = Harness()
+    a = h.var(FLOAT, np.zeros((3, 5)), "alpha")
+    b = h.var(FLOAT, np.zeros((4,)), "beta")
+    with pytest.raises(TensorError, match=r"'alpha' \[3, 5\].*'beta' \[4\]"):
+        popops.add(h.graph, a, b, h.seq)
+
+
+def test_type_mismatch_names_op_and_types():
+    h = Harness()
+    a = h.var(FLOAT, np.zeros(3), "a")
+    i = h.var(INT, np.zeros(3), "i")
+    with pytest.raises(TypeMismatchError, match=r"float, int"):
+        popops.add(h.graph, a, i, h.seq)
+    with pytest.raises(TypeMismatchError, match=r"SQRT does not support element type int"):
+        popops.sqrt(h.graph, i, h.seq)
+    with pytest.raises(TypeMismatchError, match=r"LOGICAL_AND.*float"):
+        popops.logicalAnd(h.graph, a, a, h.seq)
+
+
+def test_non_scalar_scale_is_rejected():
+    h = Harness()
+    a = h.var(FLOAT, np.zeros(3), "a")
+    s = h.var(FLOAT, np.zeros(2), "scale2")
+    with pytest.raises(TensorError, match=r"'scale2' has shape \[2\].*exactly one element"):
+        popops.scaledAddTo(h.graph, a, a, s, h.seq)
+
+
+def test_in_place_into_aliased_view_and_unmapped_input_are_rejected():
+    h = Harness()
+    a = h.var(FLOAT, np.zeros(3), "a")
+    with pytest.raises(TensorError, match=r"more than once"):
+        popops.addInPlace(h.graph, a[0].expand([0]).broadcast(3, 0), a, h.seq)
+    u = h.graph.addVariable(FLOAT, [3], "unmapped")
+    with pytest.raises(GraphError, match=r"A tensor 'unmapped' is not mapped"):
+        popops.add(h.graph, u, a, h.seq)

@@ -1,0 +1,144 @@
+"""``ipusim report PROFILE_DIR`` on profile directories written by the tests."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ipusim import ir
+from ipusim.cli import main
+from ipusim.config import load_config
+from ipusim.machine import Machine
+from ipusim.report import ReportError, load_execution_steps
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# compute 0-100, sync 100-130, compute 130-200
+EXECUTION = {
+    "profilerMode": "IPU_MODEL",
+    "simulation": {
+        "cycles": 200,
+        "tileCycles": {"compute": 900, "sync": 240},
+        "steps": [
+            {"type": "OnTileExecute", "name": "a", "cyclesFrom": 0, "cyclesTo": 100},
+            {"type": "Sync", "name": "s", "cyclesFrom": 100, "cyclesTo": 130},
+            {"type": "OnTileExecute", "name": "b", "cyclesFrom": 130, "cyclesTo": 200},
+        ],
+    },
+}
+SUMMARY = "Target:\n  Number of tiles: 8\nExecution:\n  Total cycles: 200\n"
+
+
+def write_dir(path, summary=True, execution=EXECUTION, profile=None):
+    path.mkdir(parents=True, exist_ok=True)
+    if summary:
+        (path / "summary.txt").write_text(SUMMARY)
+    if execution is not None:
+        (path / "execution.json").write_text(json.dumps(execution))
+    if profile is not None:
+        (path / "profile.json").write_text(json.dumps(profile))
+    return path
+
+
+def test_report_prints_summary_and_writes_steps_plot(tmp_path, capsys):
+    d = write_dir(tmp_path / "profiles")
+    assert main(["report", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert SUMMARY in out
+    assert f"wrote {d / 'steps.png'}" in out
+    assert (d / "steps.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_report_out_directory(tmp_path):
+    d = write_dir(tmp_path / "profiles")
+    out = tmp_path / "plots" / "new"
+    assert main(["report", str(d), "--out", str(out)]) == 0
+    assert (out / "steps.png").read_bytes().startswith(PNG_MAGIC)
+    assert not (d / "steps.png").exists()
+
+
+def test_no_plots(tmp_path):
+    d = write_dir(tmp_path / "profiles")
+    assert main(["report", str(d), "--no-plots"]) == 0
+    assert not (d / "steps.png").exists()
+
+
+def test_execution_totals_without_summary(tmp_path, capsys):
+    d = write_dir(tmp_path / "p", summary=False)
+    assert main(["report", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "3 steps, 200 cycles" in out
+    # OnTileExecute: 2 steps, 100 + 70 = 170 cycles; Sync: 1 step, 30 cycles
+    lines = [line.split() for line in out.splitlines()]
+    assert ["OnTileExecute", "2", "steps", "170", "cycles"] in lines
+    assert ["Sync", "1", "steps", "30", "cycles"] in lines
+
+
+def test_memory_plot_from_graph_profile(tmp_path):
+    profile = {"target": {"bytesPerTile": 1000}, "memory": {"byTile": {"total": [10, 900, 1200]}}}
+    d = write_dir(tmp_path / "p", execution=None, profile=profile)
+    assert main(["report", str(d)]) == 0
+    assert (d / "memory.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_missing_directory(tmp_path, capsys):
+    missing = tmp_path / "nothing"
+    assert main(["report", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "does not exist" in err
+    assert "summary.txt" in err and "execution.json" in err
+
+
+def test_directory_without_profile_files(tmp_path, capsys):
+    (tmp_path / "other.txt").write_text("x")
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path) in err and "none of the expected files" in err
+    assert "summary.txt" in err and "execution.json" in err
+
+
+def test_malformed_execution_profile(tmp_path, capsys):
+    bad = json.loads(json.dumps(EXECUTION))
+    del bad["simulation"]["steps"][1]["cyclesTo"]
+    d = write_dir(tmp_path / "p", execution=bad)
+    assert main(["report", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert "simulation.steps[1] field 'cyclesTo'" in err and "required an integer" in err
+
+
+def test_invalid_json(tmp_path):
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "execution.json").write_text('{"simulation": ')
+    with pytest.raises(ReportError, match="not valid JSON"):
+        load_execution_steps(d / "execution.json")
+
+
+def test_report_on_a_real_execution_profile(tmp_path):
+    """The execution profile of a machine run reads back with steps that tile the run."""
+    from ipusim.profile.execution import execution_profile
+
+    cfg = load_config("tiny")
+    compute = ir.Compute(name="c", vertex_tile=np.arange(8), vertex_cycles=np.arange(8) + 1)
+    trace = Machine(cfg).run(ir.Sequence([compute, ir.Sync(name="s"), compute]))
+    d = write_dir(tmp_path / "p", summary=False, execution=execution_profile([trace]))
+    sim, steps = load_execution_steps(d / "execution.json")
+    assert sim["cycles"] == trace.total_cycles
+    assert [s["name"] for s in steps] == ["c", "s", "c"]
+    assert steps[-1]["cyclesTo"] == trace.total_cycles
+    assert main(["report", str(d)]) == 0
+    assert (d / "steps.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_cbor_execution_profile(tmp_path, capsys):
+    import cbor2
+
+    d = tmp_path / "p"
+    d.mkdir()
+    with (d / "execution.cbor").open("wb") as f:
+        cbor2.dump(EXECUTION, f)
+    assert main(["report", str(d)]) == 0
+    assert "3 steps, 200 cycles" in capsys.readouterr().out
+    assert (d / "steps.png").read_bytes().startswith(PNG_MAGIC)

@@ -1,0 +1,188 @@
+"""printProfileSummary: totals equal the trace's, vertex-type cycles equal the tutorial's
+own estimates, and the Memory Usage section renders a memory report."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import re
+import sys
+from functools import cache
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, Engine, Graph, IPUModel
+from poplar_api import program as prog
+from poplar_api.profiling import printProfileSummary
+
+TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
+
+
+@cache
+def tutorial(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"summary_{name}", TUTORIALS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def summary_text(engine, **options) -> str:
+    buf = io.StringIO()
+    engine.printProfileSummary(buf, options)
+    return buf.getvalue()
+
+
+def value(text: str, label: str) -> str:
+    m = re.search(rf"^\s*{re.escape(label)}:\s+(.*)$", text, re.MULTILINE)
+    assert m, f"no line {label!r} in:\n{text}"
+    return m.group(1)
+
+
+def number(text: str, label: str) -> int:
+    return int(value(text, label).split()[0].replace(",", ""))
+
+
+def vertex_line(text: str, name: str) -> tuple[int, int]:
+    """(instances, cycles) of a "Cycles by vertex type" line."""
+    m = re.search(rf"^\s+{name}\s+\(([\d,]+) instances\): ([\d,]+)$", text, re.MULTILINE)
+    assert m, f"no vertex-type line for {name} in:\n{text}"
+    return int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
+
+
+def check_tut7_summary(device_name: str, rows: int, cols: int) -> None:
+    t7 = tutorial("tut7")
+    result = t7.run(t7.create_device(device_name), rows, cols, profile=False)
+    engine = result.engine
+    trace = engine.getTrace()
+    text = summary_text(engine)
+    totals = trace.totals
+    assert number(text, "Total cycles") == trace.total_cycles
+    us = trace.total_cycles / trace.clock_hz * 1e6
+    assert f"(approx. {us:,.1f} microseconds)" in value(text, "Total cycles")
+    assert number(text, "Total compute cycles (including idle threads)") == totals["compute"]
+    assert number(text, "Total compute cycles (excluding idle threads)") == totals["compute_active"]
+    assert number(text, "Total IPU exchange cycles") == totals["internal_exchange"]
+    assert number(text, "Total global exchange cycles") == totals["global_exchange"]
+    assert number(text, "Total host exchange cycles") == totals["host_exchange"]
+    assert number(text, "Total sync cycles") == totals["sync"]
+    compute = [r for r in trace.records if r.kind == "compute"]
+    busy = sum(int(r.tile_cycles.sum()) for r in compute)
+    span = sum(int(r.tile_cycles.max()) for r in compute)
+    tile_balance = busy / (trace.num_tiles * span)
+    assert value(text, "Total tile balance") == f"{tile_balance:.1%}"
+    thread_balance = totals["compute_active"] / totals["compute"]
+    assert value(text, "Total thread balance") == f"{thread_balance:.1%}"
+
+    # Cycles by vertex type: the tutorial's own estimates, summed by hand
+    split = result.best.split
+    segments = [(i + 1) * cols // split - i * cols // split for i in range(split)]
+    segments = [s for s in segments if s]
+    dot = rows * sum(t7.dot_product_cycles(s) for s in segments)
+    red = rows * t7.reduce_cycles(split)
+    assert vertex_line(text, "DotProductVertex") == (rows * len(segments), dot)
+    assert vertex_line(text, "ReduceVertex") == (rows, red)
+
+
+@pytest.mark.parametrize("device", ["model-ipu1", "model-ipu2"])
+def test_tut7_1000x1000_totals_equal_the_trace(device):
+    check_tut7_summary(device, 1000, 1000)
+
+
+@pytest.mark.slow
+def test_tut7_10000x1000_totals_equal_the_trace():
+    check_tut7_summary("model-ipu2", 10000, 1000)
+
+
+@pytest.fixture(scope="module")
+def small_engine():
+    t7 = tutorial("tut7")
+    return t7.run(IPUModel("tiny").createDevice(), 16, 24, profile=False).engine
+
+
+def test_sections_and_steps(small_engine):
+    text = summary_text(small_engine, showExecutionSteps="true")
+    heads = [line for line in text.splitlines() if line and not line.startswith(" ")]
+    assert heads == ["Target:", "Graph:", "Memory Usage:", "Execution:"]
+    assert number(text, "Total Tiles") == 8
+    assert number(text, "Number of vertices") == len(small_engine._state.vertices)
+    steps = text.split("  Steps:\n", 1)[1].splitlines()[1:]
+    names = [r.name for r in small_engine.getTrace().records]
+    assert len(steps) == len(names)
+    for line, name in zip(steps, names, strict=True):
+        assert line.endswith(f"  {name}")
+    assert "Steps:" not in summary_text(small_engine)
+
+
+def test_module_function_prints_the_same(small_engine):
+    buf = io.StringIO()
+    printProfileSummary(
+        buf,
+        small_engine.getGraphProfile(),
+        small_engine.getExecutionProfile(),
+        {"showExecutionSteps": "true"},
+    )
+    assert buf.getvalue() == summary_text(small_engine, showExecutionSteps="true")
+
+
+def _plain_engine():
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    v = graph.addVariable(FLOAT, [4], "v")
+    graph.setTileMapping(v, 0)
+    return Engine(graph, prog.Sequence([prog.Copy(v, v)]))
+
+
+def test_before_any_run_and_without_memory():
+    engine = _plain_engine()
+    engine.memory = None
+    text = summary_text(engine)
+    assert "(no run on an IPU Model device yet)" in text
+    assert "(no memory report" in text
+
+
+def test_memory_section_from_a_report():
+    engine = _plain_engine()
+    cap = 64 * 1024
+    need = np.array([0, 100, 8192, 9000, 20000, cap, 70000, 30000], np.int64)
+    excl = need - 8  # 8 bytes of gaps per tile
+    zeros = np.zeros(8, np.int64)
+    over = np.maximum(need - cap, 0)
+    engine.memory = SimpleNamespace(
+        num_tiles=8,
+        capacity={"nonInterleaved": 16 * 1024, "interleaved": 48 * 1024, "total": cap},
+        by_tile={
+            "total": excl,
+            "totalIncludingGaps": need,
+            "interleaved": excl,
+            "interleavedIncludingGaps": need,
+            "nonInterleaved": zeros,
+            "nonInterleavedIncludingGaps": zeros,
+            "overflowed": over,
+            "overflowedIncludingGaps": over,
+        },
+        by_category={"variable": excl - 100, "vertexCode": np.full(8, 100)},
+        by_compute_set={},
+        by_vertex_type={"DotProductVertex": 1234},
+        liveness=[("mulCS", 4000, 96), ("reduceCS", 10, 96)],
+        out_of_memory=True,
+        tiles_out_of_memory=np.array([6]),
+    )
+    text = summary_text(engine, showVarStorage="true")
+    assert number(text, "Including gaps") == int(need.sum())
+    assert number(text, "Excluding gaps") == int(need.sum()) - 8 * 8
+    assert value(text, "Overflowed") == f"{70000 - cap:,} B / {70000 - cap:,} B"
+    assert number(text, "vertexCode") == 800
+    assert number(text, "DotProductVertex") == 1234
+    # histogram: 8 buckets of 8 KiB; 65536 falls in the last (closed) one, 70000 is over
+    bars = re.findall(r"^\s+(.+?)\s+(\d+) #*$", text, re.MULTILINE)
+    counts = [int(c) for _, c in bars]
+    assert counts == [2, 2, 1, 1, 0, 0, 0, 1, 1]
+    assert "Maximum tile: tile 6 uses 70,000 of 65,536 B (106.8%)" in text
+    assert value(text, "Tiles out of memory") == "1 (6)"
+    live = text.split("program point\n", 1)[1].splitlines()
+    assert re.split(r"\s+", live[0].strip()) == ["0", "4,000", "96", "mulCS"]
+    assert re.split(r"\s+", live[1].strip()) == ["1", "10", "96", "reduceCS"]
