@@ -138,6 +138,12 @@ class Trace:
         h.update(np.ascontiguousarray(self.tile_end_cycles, np.int64).tobytes())
         return h.hexdigest()
 
+    def _repr_html_(self) -> str:
+        """Totals and the first steps as an HTML table, for notebooks."""
+        from ipusim.profile.frames import trace_html
+
+        return trace_html(self)
+
     def summary(self) -> str:
         """A short text summary: totals per phase and simulation speed."""
         t = self.totals

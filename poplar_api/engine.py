@@ -21,11 +21,12 @@ from ipusim.errors import IpusimError
 from ipusim.machine import Machine
 from ipusim.trace import Trace
 from poplar_api.device import Device
-from poplar_api.errors import EngineError, GraphValidationError
+from poplar_api.errors import EngineError, GraphValidationError, OutOfMemoryError
 from poplar_api.graph import DataStream, Graph
 from poplar_api.lowering import validate
 from poplar_api.lowering.context import Lowered, Storage
 from poplar_api.lowering.emit import Emitter, HostIO
+from poplar_api.lowering.memory import out_of_memory_message, plan_memory
 from poplar_api.program import Program
 
 
@@ -181,6 +182,10 @@ class Engine:
         self._machine: Machine | None = None
         self._trace: Trace | None = None
         self._traces: list[Trace] = []
+        self.memory = plan_memory(state, self.ir_program, emitter)
+        allow_oom = self.options.get("debug.allowOutOfMemory", "false").lower() == "true"
+        if self.memory.out_of_memory and not allow_oom:
+            raise OutOfMemoryError(out_of_memory_message(self.memory), self.memory)
 
     # -------------------------------------------------------------------- device
     def load(self, device: Device) -> None:

@@ -447,3 +447,56 @@ def test_in_place_into_aliased_view_and_unmapped_input_are_rejected():
     u = h.graph.addVariable(FLOAT, [3], "unmapped")
     with pytest.raises(GraphError, match=r"A tensor 'unmapped' is not mapped"):
         popops.add(h.graph, u, a, h.seq)
+
+
+def test_every_2d_vertex_kind_on_multi_region_tiles():
+    h = Harness()
+    g = h.graph
+    a_val = rng_values(FLOAT, (40,), positive=True, seed=20)
+    b_val = rng_values(FLOAT, (40,), positive=True, seed=21)
+    a, b = h.var(FLOAT, a_val, "a"), h.var(FLOAT, b_val, "b")
+    for t in (a, b):  # chunks of 5 alternate between tiles 0 and 1: 4 regions per tile
+        for k in range(8):
+            g.setTileMapping(t.slice(5 * k, 5 * k + 5), k % 2)
+    h.read(popops.add(g, a, b, h.seq), "add")
+    h.read(popops.mul(g, a, 2.0, h.seq), "scalar")
+    h.read(popops.sqrt(g, a, h.seq), "sqrt")
+    h.read(popops.map(g, pe._1 * pe._2 - pe._2, [a, b], h.seq), "map")
+    h.read(popops.cast(g, a, HALF, h.seq), "cast")
+    c = h.read(popops.add(g, a, b, h.seq), "scaled")
+    popops.scaledAddTo(g, c, b, 0.5, h.seq)
+    d = h.read(popops.mul(g, a, b, h.seq), "filled")
+    popops.fill(g, d, 7.0, h.seq)
+    got = h.run()
+    np.testing.assert_array_equal(got["add"], a_val + b_val)
+    np.testing.assert_array_equal(got["scalar"], a_val * F32(2))
+    np.testing.assert_array_equal(got["sqrt"], np.sqrt(a_val))
+    np.testing.assert_array_equal(got["map"], a_val * b_val - b_val)
+    np.testing.assert_array_equal(got["cast"], a_val.astype(np.float16))
+    np.testing.assert_array_equal(got["scaled"], (a_val + b_val) + F32(0.5) * b_val)
+    np.testing.assert_array_equal(got["filled"], np.full(40, 7, F32))
+    names = {v.vtype.name for v in g._state.vertices}
+    assert {
+        "popops::BinaryOp2D<ADD,float>",
+        "popops::BroadcastScalar2DData<MULTIPLY,float>",
+        "popops::UnaryOp2D<SQRT,float>",
+        "popops::Cast2D<float,half>",
+        "popops::ScaledAdd2D<float,float>",
+        "popops::Fill2d<float>",
+    } <= names
+    assert any(n.startswith("popops::map::Expr2D<") for n in names)
+
+
+def test_multi_region_compute_time_is_w_times_the_busiest_worker():
+    h = Harness()
+    g = h.graph
+    a = h.var(FLOAT, np.ones(40), "a")
+    b = h.var(FLOAT, np.ones(40), "b")
+    for t in (a, b):  # 4 regions of 5 on tile 0 (and on tile 1): one worker vertex each
+        for k in range(8):
+            g.setTileMapping(t.slice(5 * k, 5 * k + 5), k % 2)
+    popops.add(g, a, b, h.seq, "Add2D")
+    h.run()
+    record = next(r for r in h.engine.getTrace().records if r.kind == "compute")
+    # each BinaryOp2D: 5 + ceil(5/2) * 3 = 14 thread cycles, one per context; tile = 6 * 14
+    assert int(record.tile_cycles[0]) == 6 * 14

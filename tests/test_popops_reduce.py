@@ -305,3 +305,30 @@ def test_bad_params_and_outputs_are_clear_errors():
     unmapped = graph.addVariable(FLOAT, [2, 2], "u")
     with pytest.raises(PoplarError, match="unmapped elements"):
         reduce(graph, unmapped, [0], Operation.ADD, prog.Sequence())
+
+
+def test_empty_reduction_gives_the_identity_and_no_dims_is_a_scaled_copy():
+    device = _device()
+    graph = Graph(device.getTarget())
+    x = graph.addVariable(FLOAT, [3, 0], "x")
+    y = graph.addVariable(FLOAT, [2, 3], "y")
+    graph.setTileMapping(y, 6)
+    seq = prog.Sequence()
+    zeros = reduce(graph, x, [1], Operation.ADD, seq, "e-add")
+    ones = reduce(graph, x, [1], Operation.MUL, seq, "e-mul")
+    copy = reduce(graph, y, [], ReduceParams(Operation.ADD, scale=3.0), seq, "copy")
+    assert copy.shape() == [2, 3]
+    for name, t in (("zeros", zeros), ("ones", ones), ("copy", copy)):
+        graph.createHostRead(name, t)
+    graph.createHostWrite("y", y)
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    res, _ = _run(
+        graph,
+        seq,
+        device,
+        {"y": data},
+        {"zeros": ([3], np.float32), "ones": ([3], np.float32), "copy": ([2, 3], np.float32)},
+    )
+    np.testing.assert_array_equal(res["zeros"], np.zeros(3))  # sum of nothing
+    np.testing.assert_array_equal(res["ones"], np.ones(3))  # product of nothing
+    np.testing.assert_array_equal(res["copy"], 3.0 * data)

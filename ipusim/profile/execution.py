@@ -56,7 +56,9 @@ from ipusim.errors import IpusimError
 from ipusim.trace import Trace
 
 __all__ = [
+    "SCHEMA_DIR",
     "STEP_TYPES",
+    "ProfileError",
     "ProgramTable",
     "execution_profile",
     "program_table",

@@ -188,18 +188,41 @@ def _check(block: Block, num_tiles: int) -> None:
         raise MemoryPlanError(f"{where}: live {block.live!r} must be (first, last) or None")
 
 
-def _first_fit(
-    placed: list[tuple[int, int, int, int]], size: int, align: int, live: tuple[int, int], limit: int
-) -> int | None:
-    """Lowest aligned offset where ``size`` bytes overlap no block live with ``live``."""
-    lo, hi = live
-    busy = sorted((s, e) for s, e, a, b in placed if a <= hi and lo <= b)
-    addr = 0
-    for s, e in busy:
-        if addr + size <= s:
-            break
-        addr = max(addr, align_up(e, align))
-    return addr if addr + size <= limit else None
+class _Area:
+    """Blocks placed in one region of one tile: ``(start, end, live first, live last)``.
+
+    While it holds only always-live blocks aligned to the minimum alignment, first fit
+    is the aligned top (the holes below are alignment padding no such block can use),
+    so that common case skips the scan.
+    """
+
+    __slots__ = ("packed", "placed", "top")
+
+    def __init__(self) -> None:
+        self.placed: list[tuple[int, int, int, int]] = []
+        self.top = 0
+        self.packed = True
+
+    def first_fit(
+        self, size: int, align: int, live: tuple[int, int], limit: int, fast: bool
+    ) -> int | None:
+        """Lowest aligned offset where ``size`` bytes overlap no block live with ``live``."""
+        if fast and self.packed:
+            addr = align_up(self.top, align)
+        else:
+            lo, hi = live
+            busy = sorted((s, e) for s, e, a, b in self.placed if a <= hi and lo <= b)
+            addr = 0
+            for s, e in busy:
+                if addr + size <= s:
+                    break
+                addr = max(addr, align_up(e, align))
+        return addr if addr + size <= limit else None
+
+    def add(self, start: int, end: int, live: tuple[int, int], fast: bool) -> None:
+        self.placed.append((start, end, int(live[0]), int(live[1])))
+        self.top = max(self.top, end)
+        self.packed = self.packed and fast
 
 
 def allocate(spec: MemorySpec, num_tiles: int, blocks: Sequence[Block]) -> list[Placement]:
@@ -216,26 +239,26 @@ def allocate(spec: MemorySpec, num_tiles: int, blocks: Sequence[Block]) -> list[
         range(len(blocks)),
         key=lambda i: (blocks[i].live is not None, (blocks[i].live or _ALWAYS)[0], i),
     )
-    placed: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+    areas: dict[tuple[int, int], _Area] = {}
     out: list[Placement | None] = [None] * len(blocks)
     for i in order:
         b = blocks[i]
         live = _ALWAYS if b.live is None else _NEVER if b.live[1] < b.live[0] else b.live
         align = max(spec.alignment_bytes, b.element_bytes)
+        fast = b.live is None and align == spec.alignment_bytes
         where: tuple[int, int] | None = None
         for region in (*_TRY_ORDER[b.region], 2):
-            offset = _first_fit(
-                placed.get((b.tile, region), []), b.size, align, live, spec.region_bytes(region)
-            )
+            area = areas.get((b.tile, region))
+            if area is None:
+                area = areas[(b.tile, region)] = _Area()
+            offset = area.first_fit(b.size, align, live, spec.region_bytes(region), fast)
             if offset is not None:
                 where = (region, offset)
                 break
         assert where is not None  # the overflow area always fits
         region, offset = where
         if b.size:
-            placed.setdefault((b.tile, region), []).append(
-                (offset, offset + b.size, int(live[0]), int(live[1]))
-            )
+            areas[(b.tile, region)].add(offset, offset + b.size, live, fast)
         out[i] = Placement(b, _REGION_NAMES[region], offset)
     return [p for p in out if p is not None]
 

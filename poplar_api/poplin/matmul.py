@@ -13,13 +13,12 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from poplar_api import program as P
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.poplin.planner import MatMulPlan, partials_type_of, plan_matmul
 from poplar_api.poplin.vertices import MATMUL_TYPES, matmul_partial_vertex, reduce_add_vertex
+from poplar_api.program import Execute
+from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, Type
 
@@ -164,7 +163,7 @@ def _create_input(
 
 def createMatMulInputLHS(
     graph: Graph,
-    type: Type,  # noqa: A002 - Poplar's parameter name
+    type: Type,
     aShape: Sequence[int],
     bShape: Sequence[int],
     name: str = "",
@@ -180,7 +179,7 @@ def createMatMulInputLHS(
 
 def createMatMulInputRHS(
     graph: Graph,
-    type: Type,  # noqa: A002 - Poplar's parameter name
+    type: Type,
     aShape: Sequence[int],
     bShape: Sequence[int],
     name: str = "",
@@ -212,7 +211,7 @@ def _build(
     graph: Graph,
     A: Tensor,
     B: Tensor,
-    prog: P.Sequence,
+    prog: ProgramSequence,
     name: str,
     options: Mapping[str, Any] | None,
     out_type: Type,
@@ -220,7 +219,7 @@ def _build(
 ) -> Tensor:
     """Add the compute sets of ``C = A B`` (or ``C += k A B``) to ``prog``; return C."""
     in_type, (g, m, k, n) = _check_operands(graph, A, B, name)
-    if not isinstance(prog, P.Sequence):
+    if not isinstance(prog, ProgramSequence):
         raise GraphError(f"{name}: prog must be a program.Sequence, got {type(prog).__name__}")
     _check_type(out_type, f"{name}: outputType")
     opts = _options(options)
@@ -229,10 +228,7 @@ def _build(
     bg, bm, bk, bn = plan.blocks
     A3, B3 = _as3(A), _as3(B)
     two_d = A.rank() == 2
-    if acc is None:
-        C = graph.addVariable(out_type, [m, n] if two_d else [g, m, n], name)
-    else:
-        C = acc[0]
+    C = graph.addVariable(out_type, [m, n] if two_d else [g, m, n], name) if acc is None else acc[0]
     C3 = _as3(C)
     use_reduce = pk > 1 or acc is not None
     partials_type = partials_type_of(opts, in_type)
@@ -280,11 +276,11 @@ def _build(
                 if use_reduce:
                     _add_reduce(
                         graph, red_cs, red_cls, partials, out_blk, (g0, g1, i0, i1, j0, j1),
-                        tiles, None if scale is None else (lambda kk: scale(gi, i, j, kk)),
+                        tiles, scale, (gi, i, j),
                     )  # fmt: skip
-    prog.add(P.Execute(cs))
+    prog.add(Execute(cs))
     if red_cs is not None:
-        prog.add(P.Execute(red_cs))
+        prog.add(Execute(red_cs))
     return C
 
 
@@ -297,6 +293,7 @@ def _add_reduce(
     box: tuple[int, int, int, int, int, int],
     tiles: list[int],
     scale: Any,
+    key: tuple[int, int, int],
 ) -> None:
     """ReduceAdd vertices for one output block: chunk ``kk`` on ``tiles[kk]``."""
     g0, g1, i0, i1, j0, j1 = box
@@ -311,7 +308,7 @@ def _add_reduce(
             "out": flat_out.slice(lo, hi),
         }
         if scale is not None:
-            fields["scale"] = scale(kk)
+            fields["scale"] = scale(*key, kk)
         v = graph.addVertex(cs, cls, fields)
         graph.setTileMapping(v, int(tiles[kk]))
 
@@ -347,7 +344,7 @@ def matMul(
     graph: Graph,
     A: Tensor,
     B: Tensor,
-    prog: P.Sequence,
+    prog: ProgramSequence,
     debugName: str = "",
     options: Mapping[str, Any] | None = None,
     outputType: Type | None = None,
@@ -391,7 +388,7 @@ def matMulGrouped(
     graph: Graph,
     A: Tensor,
     B: Tensor,
-    prog: P.Sequence,
+    prog: ProgramSequence,
     debugName: str = "",
     options: Mapping[str, Any] | None = None,
     outputType: Type | None = None,
@@ -412,7 +409,7 @@ def matMulAcc(
     k: float | Tensor,
     A: Tensor,
     B: Tensor,
-    prog: P.Sequence,
+    prog: ProgramSequence,
     debugName: str = "",
     options: Mapping[str, Any] | None = None,
 ) -> None:

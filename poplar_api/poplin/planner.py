@@ -120,9 +120,7 @@ def cost_candidates(
     bg, bm, bk, bn = (x.reshape(-1) for x in blocks)
     used = pg * pm * pk * pn
     fit = used <= num_tiles
-    pg, pm, pk, pn, bg, bm, bk, bn, used = (
-        x[fit] for x in (pg, pm, pk, pn, bg, bm, bk, bn, used)
-    )
+    pg, pm, pk, pn, bg, bm, bk, bn, used = (x[fit] for x in (pg, pm, pk, pn, bg, bm, bk, bn, used))
     workers = target.getNumWorkerContexts()
     rate = target.getExchangeBytesPerCycle()
     isz, osz, psz = in_type.size, out_type.size, partials_type.size

@@ -4,22 +4,22 @@ The formula sheet (``poplibs_estimators.md``) gives the popops elementwise formu
 none for popnn's own vertices, so these are derived from it and stated here:
 
 * **Non-linearity (forward)**, a MultiVertex over the elements of one tile: the
-  ``UnaryOp1D`` shape ``(base + unaryLoop(iceil(N, W))) × W + 9 + 11`` (base 17,
+  ``UnaryOp1D`` shape ``(base + unaryLoop(iceil(N, W))) x W + 9 + 11`` (base 17,
   in place 55), with the popops unary op table entries for RELU
   ``{3, false, VW}``, SIGMOID (float ``{12, false, 2}``, half ``{6, false, 4}``) and
   TANH (float ``{12, false, 2}``, half ``{4, false, 4}``). GELU has no entry: it is the
   tanh approximation, i.e. TANH plus a cube, three multiplies and two adds on a
   vector, so TANH's cycles per loop + 6.
 * **Non-linearity gradient**, a MultiVertex with two inputs: the ``BinaryOp1D`` shape
-  ``W × (base + iceil(iceil(N, W), VW) × cpl) + 11`` (base float 29, half 26), cpl =
+  ``W x (base + iceil(iceil(N, W), VW) x cpl) + 11`` (base float 29, half 26), cpl =
   the vector ops of the derivative at 1 cycle each plus the 2-cycle loop overhead of
   the natural-width binary ops: RELU (compare, select) 2 + 2, SIGMOID/TANH
-  (``g·y·(1−y)``, ``g·(1−y²)``: 3 ops) 3 + 2, GELU (recomputes the tanh) TANH + 8.
+  (``g·y·(1-y)``, ``g·(1-y²)``: 3 ops) 3 + 2, GELU (recomputes the tanh) TANH + 8.
 * **Softmax of one row** (worker vertex): prologue 20 (as ``UnaryOp2D``) + one
   reciprocal (float DIVIDE, 10) + per 64-bit vector: max 3 (stable only, MAXIMUM),
   subtract 1 (stable only), EXPONENT (float 6, half 4), accumulate 1, scale 1.
 * **Softmax gradient of one row** (worker vertex): 20 + per vector: dot product
-  (multiply-accumulate 2), then ``y·(g − dot)`` (subtract, multiply: 2).
+  (multiply-accumulate 2), then ``y·(g - dot)`` (subtract, multiply: 2).
 * **Loss of one row** (worker vertex): 20 + per vector: subtract the one-hot 1, scale
   1 (cross entropy) or square-accumulate 2 (sum squared) + LOGARITHM of the label's
   probability (float 12, half 4; cross entropy only) + 5 to store the loss.
@@ -63,7 +63,7 @@ def iceil(a: int, b: int) -> int:
 
 
 def unary_loop(n: int, cycles_per_loop: int, unroll: int) -> int:
-    """popops ``unaryLoop`` for a non-natural op: ``iceil(n, unroll) × cpl``."""
+    """popops ``unaryLoop`` for a non-natural op: ``iceil(n, unroll) x cpl``."""
     return iceil(n, unroll) * cycles_per_loop
 
 

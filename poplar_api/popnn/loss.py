@@ -4,13 +4,13 @@ Following ``popnn::calcLoss``: ``modelOutputs`` is ``[batch, classes]`` (for
 CROSS_ENTROPY_LOSS the output of a softmax), ``expected`` holds one label per batch
 item. Per batch item ``b`` with one-hot label vector ``e``:
 
-* CROSS_ENTROPY_LOSS: ``loss[b] = −log(p[b, label])`` (the probability is clamped to
-  the smallest normal number of the type), ``deltas[b] = deltasScale · (p[b] − e)`` —
+* CROSS_ENTROPY_LOSS: ``loss[b] = -log(p[b, label])`` (the probability is clamped to
+  the smallest normal number of the type), ``deltas[b] = deltasScale · (p[b] - e)`` —
   the gradient of the loss with respect to the softmax *input*;
-* SUM_SQUARED_LOSS: ``deltas[b] = p[b] − e``, ``loss[b] = ½ Σ deltas[b]²``
+* SUM_SQUARED_LOSS: ``deltas[b] = p[b] - e``, ``loss[b] = ½ Σ deltas[b]²``
   (``deltasScale`` is not used, as in Poplibs).
 
-A label equal to ``MASKED_LABEL_CODE`` (``0xFFFFFFFF``, or −1 for INT labels) gives
+A label equal to ``MASKED_LABEL_CODE`` (``0xFFFFFFFF``, or -1 for INT labels) gives
 zero loss and deltas and never counts as correct; any other label outside
 ``0..classes-1`` makes the run fail with an engine error naming the vertex.
 
@@ -83,7 +83,9 @@ def _check_outputs_labels(graph: Graph, model: object, expected: object, fn: str
 def _row_tiles(graph: Graph, model: Tensor, fn: str) -> np.ndarray:
     tiles = element_tiles(graph, model, fn).reshape(model.shape())
     if model.dim(1) == 0:
-        raise GraphError(f"{fn}: modelOutputs '{model.name}' has no classes (shape {model.shape()})")
+        raise GraphError(
+            f"{fn}: modelOutputs '{model.name}' has no classes (shape {model.shape()})"
+        )
     return tiles[:, 0]
 
 

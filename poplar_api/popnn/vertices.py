@@ -211,7 +211,7 @@ class _SoftMaxGrad(Vertex):
 
 
 def softmax_grad_vertex(type_: Type) -> type:
-    """``popnn::SoftMaxGrad<type>``: ``inGrad = out · (outGrad − Σ out·outGrad)`` per row."""
+    """``popnn::SoftMaxGrad<type>``: ``inGrad = out · (outGrad - Σ out·outGrad)`` per row."""
     attrs = {
         "is_half": type_ == HALF,
         "out": Input(Vector(type_)),

@@ -25,6 +25,7 @@ partials, the generic ``Reduce`` formula otherwise (and for LOGICAL_AND/OR).
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -314,7 +315,7 @@ def _split_chunks(sizes: np.ndarray, parts: int) -> list[tuple[int, int]]:
         cuts = np.searchsorted(cum, targets, side="left") + 1
         bounds = np.concatenate(([0], np.clip(cuts, 1, n - 1), [n]))
     bounds = np.unique(bounds)
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds.tolist()) if b > a]
 
 
 class _Builder:
@@ -441,7 +442,7 @@ def _plan(
     key = o_idx * num_tiles + tiles.reshape(-1)
     order = np.argsort(key, kind="stable")
     ids_sorted = ids.reshape(-1)[order]
-    uniq, first, counts = np.unique(key[order], return_index=True, return_counts=True)
+    uniq, first = np.unique(key[order], return_index=True)
     g_out = uniq // num_tiles
     g_tile = uniq % num_tiles
     per_out = np.bincount(g_out, minlength=n_out)
@@ -512,7 +513,7 @@ def _plan(
             update=params.update,
             scale=params.scale,
             tiles=out_tiles[multi_outs],
-            partial_ids=[p_ids[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
+            partial_ids=[p_ids[a:b] for a, b in itertools.pairwise(bounds.tolist())],
             out_ids=out_ids[multi_outs],
         )
         prog.add(_program.Execute(stage2.cs))

@@ -1,0 +1,471 @@
+"""Tile memory of a compiled graph: what each tile must hold, placed with liveness.
+
+Gathers, per tile and by Poplar's profile categories, everything a compiled graph
+needs in tile memory and hands it to :func:`ipusim.tile.memory.plan`:
+
+* ``variable`` / ``constant``: each variable's elements on each tile (data region:
+  interleaved first; the interleaved region only when a vertex field declared
+  ``interleaved=True`` is connected to them on that tile).
+* ``vertexInstanceState``: per vertex a header word plus its field words (see the
+  ``*_BYTES`` constants), summed per compute set and tile; kept in the
+  non-interleaved region next to the code that walks it, so the interleaved region
+  holds only variables and buffers.
+* ``vertexCode``: once per vertex type per tile; ``controlCode``: per tile, per
+  program step run on it; ``internalExchangeCode`` / ``hostExchangeCode``: per
+  exchange or stream copy, per participating tile; ``stack``: worker and supervisor
+  stacks on every tile. Code and stacks are non-interleaved and always live.
+* ``messageBuffer``: the elements an ``Execute`` receives from (or sends to) other
+  tiles, held while that ``Execute`` runs.
+
+Liveness: the executed IR steps of every entry program, in order (entry 0 first),
+are program points; a function's steps are walked where it is called. A variable is
+live from the first to the last point that touches it, widened to the whole of any
+loop (``Repeat``, ``RepeatWhile``) it is touched in. It is *always live* when it is a
+constant, has an initial value, has a host read/write handle, or is touched by more
+than one entry program or by a function. Sizes marked ``estimate:`` are not measured
+on hardware.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ipusim import ir
+from ipusim.tile.memory import (
+    ANY,
+    INTERLEAVED,
+    NON_INTERLEAVED,
+    Block,
+    MemoryReport,
+    MemorySpec,
+    plan,
+)
+
+#: Vertex state header per vertex (estimate: one word identifying the vertex's code).
+VERTEX_HEADER_BYTES = 4
+#: Vertex state per scalar or vector field: a pointer to the data (estimate).
+FIELD_POINTER_BYTES = 4
+#: Extra vertex state of a Vector or VectorList field: its size word (estimate).
+VECTOR_SIZE_BYTES = 4
+#: Extra vertex state per inner vector of a VectorList: its descriptor (estimate).
+VECTORLIST_DESCRIPTOR_BYTES = 4
+#: Machine code of one vertex type on one tile (estimate: a small codelet's loop).
+VERTEX_CODE_BYTES = 256
+#: Control code every tile holds even with no program step (estimate: entry/exit).
+CONTROL_CODE_BASE_BYTES = 64
+#: Control code per program step run on a tile (estimate: call, sync, branch words).
+CONTROL_CODE_BYTES_PER_STEP = 16
+#: Exchange code per exchange step on each tile taking part (estimate: set-up).
+EXCHANGE_CODE_BASE_BYTES = 16
+#: Exchange code per message a tile sends or receives in a step (estimate).
+EXCHANGE_CODE_BYTES_PER_MESSAGE = 8
+#: Host exchange code per stream copy on each tile taking part (estimate).
+HOST_EXCHANGE_CODE_BYTES = 32
+#: Stack of one worker context (estimate: Poplar's default is of this order).
+WORKER_STACK_BYTES = 72
+#: Stack of the supervisor context (estimate).
+SUPERVISOR_STACK_BYTES = 128
+#: Vertex state of an on-tile copy vertex: header and two vector fields (estimate).
+COPY_VERTEX_STATE_BYTES = VERTEX_HEADER_BYTES + 2 * (FIELD_POINTER_BYTES + VECTOR_SIZE_BYTES)
+
+__all__ = [
+    "CONTROL_CODE_BASE_BYTES",
+    "CONTROL_CODE_BYTES_PER_STEP",
+    "COPY_VERTEX_STATE_BYTES",
+    "EXCHANGE_CODE_BASE_BYTES",
+    "EXCHANGE_CODE_BYTES_PER_MESSAGE",
+    "FIELD_POINTER_BYTES",
+    "HOST_EXCHANGE_CODE_BYTES",
+    "SUPERVISOR_STACK_BYTES",
+    "VECTORLIST_DESCRIPTOR_BYTES",
+    "VECTOR_SIZE_BYTES",
+    "VERTEX_CODE_BYTES",
+    "VERTEX_HEADER_BYTES",
+    "WORKER_STACK_BYTES",
+    "out_of_memory_message",
+    "plan_memory",
+    "vertex_state_bytes",
+]
+
+
+def vertex_state_bytes(inst: Any) -> int:
+    """Vertex state of one vertex instance: header plus its fields' words."""
+    total = VERTEX_HEADER_BYTES
+    for spec in inst.vtype.fields:
+        total += FIELD_POINTER_BYTES
+        if spec.kind == "vector":
+            total += VECTOR_SIZE_BYTES
+        elif spec.kind == "vectorlist":
+            inner = inst.fields.get(spec.name) or []
+            total += VECTOR_SIZE_BYTES + VECTORLIST_DESCRIPTOR_BYTES * len(inner)
+    return total
+
+
+@dataclass
+class _Walk:
+    """Program points of the IR and where lowering recorded accesses."""
+
+    steps: list[ir.Step] = field(default_factory=list)
+    #: (id of the touching node, first point, last point, entry, inside a function)
+    touched: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
+    loops: list[tuple[int, int]] = field(default_factory=list)
+    #: (first point, last point) of every Execute occurrence
+    executes: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _children(node: Any) -> Iterator[Any]:
+    if isinstance(node, ir.Sequence):
+        yield from node.body
+    elif isinstance(node, ir.Repeat):
+        yield node.body
+    elif isinstance(node, ir.RepeatWhile):
+        yield node.condition
+        yield node.body
+    elif isinstance(node, ir.If):
+        yield node.then
+        yield node.else_
+    elif isinstance(node, ir.Switch):
+        for _, case in node.cases:
+            yield case
+        yield node.default
+
+
+def _walk(program: ir.Program, touches: dict[int, Any], executes: set[int]) -> _Walk:
+    w = _Walk()
+
+    def visit(node: Any, entry: int, in_fn: bool, calls: tuple[int, ...]) -> None:
+        lo = len(w.steps)
+        if isinstance(node, ir.Step):
+            w.steps.append(node)
+        elif isinstance(node, ir.Call):
+            if node.function not in calls and 0 <= node.function < len(program.functions):
+                fn = program.functions[node.function]
+                visit(fn, entry, True, (*calls, node.function))
+        else:
+            for child in _children(node):
+                visit(child, entry, in_fn, calls)
+        hi = len(w.steps) - 1
+        if hi < lo:
+            return
+        if isinstance(node, ir.Repeat | ir.RepeatWhile):
+            w.loops.append((lo, hi))
+        if id(node) in touches:
+            w.touched.append((id(node), lo, hi, entry, in_fn))
+        if id(node) in executes:
+            w.executes.append((lo, hi))
+
+    for entry, node in enumerate(program.entries):
+        visit(node, entry, False, ())
+    return w
+
+
+def _present(values: np.ndarray, n: int) -> np.ndarray:
+    """Sorted distinct values of ``values`` (all in ``[0, n)``), without sorting them."""
+    mask = np.zeros(n, bool)
+    mask[values] = True
+    return np.flatnonzero(mask)
+
+
+def _variables_of(state: Any, parts: list[tuple[Any, np.ndarray]]) -> np.ndarray:
+    """Ids of the variables owning any of the elements in ``parts``."""
+    mask = np.zeros(len(state.variables), bool)
+    for t, ids in parts:
+        if ids.size and t in state.spaces:
+            mask[state.spaces[t].variables_of(ids)] = True
+    return np.flatnonzero(mask)
+
+
+def _liveness(state: Any, walk: _Walk, touches: dict[int, Any]) -> tuple[np.ndarray, ...]:
+    """Per variable: first and last live point, and whether it is always live."""
+    nv = len(state.variables)
+    first = np.full(nv, np.iinfo(np.int64).max, np.int64)
+    last = np.full(nv, -1, np.int64)
+    entry_of = np.full(nv, -1, np.int64)
+    always = np.zeros(nv, bool)
+    cache: dict[int, np.ndarray] = {}
+    for nid, lo, hi, entry, in_fn in walk.touched:
+        vids = cache.get(nid)
+        if vids is None:
+            vids = cache[nid] = _variables_of(state, touches[nid])
+        np.minimum.at(first, vids, lo)
+        np.maximum.at(last, vids, hi)
+        prev = entry_of[vids]
+        always[vids[(prev >= 0) & (prev != entry)]] = True
+        entry_of[vids] = entry
+        if in_fn:
+            always[vids] = True
+    used = last >= 0
+    for _ in range(2):  # loops nest or are disjoint: a second pass settles any order
+        for lo, hi in walk.loops:
+            m = used & (first <= hi) & (last >= lo)
+            first[m] = np.minimum(first[m], lo)
+            last[m] = np.maximum(last[m], hi)
+    always |= np.fromiter((v.constant for v in state.variables), bool, nv)
+    held = [(t, ids) for t, ids, _ in state.initial_parts]
+    held += [(t.elementType(), t.flat_index()) for t in state.host_writes.values()]
+    held += [(t.elementType(), t.flat_index()) for t in state.host_reads.values()]
+    always[_variables_of(state, held)] = True
+    return first, last, always
+
+
+def _interleaved_pairs(state: Any, cs_ids: list[int], num_tiles: int) -> set[tuple[int, int]]:
+    """(variable, tile) pairs connected to a field declared interleaved."""
+    keys = []
+    for cs_id in cs_ids:
+        for vid in state.compute_sets[cs_id].vertices:
+            inst = state.vertices[vid]
+            for spec in inst.vtype.fields:
+                if not spec.interleaved:
+                    continue
+                value = inst.fields.get(spec.name)
+                tensors = value if isinstance(value, list) else [value]
+                for t in tensors:
+                    if t is None or t.numElements() == 0:
+                        continue
+                    ids = t.flat_index()
+                    space = state.spaces[t.elementType()]
+                    tiles = space.tile[ids].astype(np.int64)
+                    keys.append(space.variables_of(ids) * num_tiles + tiles)
+    if not keys:
+        return set()
+    uniq = np.unique(np.concatenate(keys))
+    return {(int(k // num_tiles), int(k % num_tiles)) for k in uniq}
+
+
+def _step_tiles(step: ir.Step, num_tiles: int) -> np.ndarray:
+    """Tiles a step runs on (a sync involves every tile)."""
+    if isinstance(step, ir.Compute):
+        return _present(np.asarray(step.vertex_tile, np.int64), num_tiles)
+    if isinstance(step, ir.Exchange | ir.GlobalExchange):
+        both = np.concatenate((step.src_tile, step.dst_tile)).astype(np.int64)
+        return _present(both, num_tiles)
+    if isinstance(step, ir.StreamCopy):
+        return _present(np.asarray(step.tile, np.int64), num_tiles)
+    return np.arange(num_tiles)
+
+
+def _messages(step: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Sender tile and bytes of each distinct message of an exchange.
+
+    Every transfer of one message has the same sender and size (a broadcast), so
+    scattering them by message id is order-independent.
+    """
+    src = np.asarray(step.src_tile, np.int64)
+    nbytes = np.asarray(step.num_bytes, np.int64)
+    msg = getattr(step, "message", None)
+    if msg is None:
+        return src, nbytes
+    msg = np.asarray(msg, np.int64)
+    n = int(msg.max()) + 1 if msg.size else 0
+    present = np.zeros(n, bool)
+    sender = np.zeros(n, np.int64)
+    size = np.zeros(n, np.int64)
+    present[msg], sender[msg], size[msg] = True, src, nbytes
+    return sender[present], size[present]
+
+
+def _exchange_messages(step: Any, num_tiles: int) -> np.ndarray:
+    """Messages per tile in an exchange: distinct ones sent plus transfers received."""
+    sender, _ = _messages(step)
+    dst = np.asarray(step.dst_tile, np.int64)
+    return np.bincount(sender, minlength=num_tiles) + np.bincount(dst, minlength=num_tiles)
+
+
+def _buffer_bytes(step: Any, received: bool, num_tiles: int) -> np.ndarray:
+    """Bytes an exchange lands on each receiver, or sends from each sender (once per message)."""
+    if received:
+        dst = np.asarray(step.dst_tile, np.int64)
+        nbytes = np.asarray(step.num_bytes, np.int64)
+        return np.bincount(dst, weights=nbytes, minlength=num_tiles).astype(np.int64)
+    sender, size = _messages(step)
+    return np.bincount(sender, weights=size, minlength=num_tiles).astype(np.int64)
+
+
+def _per_tile_blocks(name: str, category: str, nbytes: np.ndarray, **kw: Any) -> list[Block]:
+    return [Block(name, category, int(t), int(nbytes[t]), **kw) for t in np.flatnonzero(nbytes)]
+
+
+def _code_blocks(walk: _Walk, cfg: Any, nt: int) -> list[Block]:
+    """Stacks, control code and exchange code of every tile (non-interleaved, always live)."""
+    nonint = {"region": NON_INTERLEAVED}
+    stack = cfg.tile.worker_contexts * WORKER_STACK_BYTES + SUPERVISOR_STACK_BYTES
+    steps_on = np.zeros(nt, np.int64)
+    ex_code = np.zeros(nt, np.int64)
+    host_code = np.zeros(nt, np.int64)
+    for step in walk.steps:
+        tiles = _step_tiles(step, nt)
+        steps_on[tiles] += 1
+        if isinstance(step, ir.Exchange | ir.GlobalExchange):
+            ex_code[tiles] += EXCHANGE_CODE_BASE_BYTES
+            ex_code += EXCHANGE_CODE_BYTES_PER_MESSAGE * _exchange_messages(step, nt)
+        elif isinstance(step, ir.StreamCopy):
+            host_code[tiles] += HOST_EXCHANGE_CODE_BYTES
+    control = CONTROL_CODE_BASE_BYTES + CONTROL_CODE_BYTES_PER_STEP * steps_on
+    return [
+        *_per_tile_blocks("stack", "stack", np.full(nt, stack, np.int64), **nonint),
+        *_per_tile_blocks("control", "controlCode", control, **nonint),
+        *_per_tile_blocks("exchange", "internalExchangeCode", ex_code, **nonint),
+        *_per_tile_blocks("host exchange", "hostExchangeCode", host_code, **nonint),
+    ]
+
+
+def _vertex_code_blocks(
+    computes: list[ir.Compute], nt: int, by_vertex_type: dict[str, int]
+) -> list[Block]:
+    """Code of each vertex type on each tile that runs one (counted in ``by_vertex_type``)."""
+    code_tiles: dict[str, set[int]] = {}
+    for step in computes:
+        vtile = np.asarray(step.vertex_tile, np.int64)
+        vt = np.asarray(step.vertex_type if step.vertex_type is not None else [], np.int64)
+        if vt.size != vtile.size:
+            vt = np.zeros(vtile.size, np.int64)
+        for k, tname in enumerate(step.vertex_type_names):
+            code_tiles.setdefault(tname, set()).update(_present(vtile[vt == k], nt).tolist())
+    blocks = []
+    for tname, tiles in code_tiles.items():
+        blocks += [
+            Block(tname, "vertexCode", t, VERTEX_CODE_BYTES, region=NON_INTERLEAVED)
+            for t in sorted(tiles)
+        ]
+        by_vertex_type[tname] = by_vertex_type.get(tname, 0) + VERTEX_CODE_BYTES * len(tiles)
+    return blocks
+
+
+def _variable_blocks(
+    state: Any, walk: _Walk, touches: dict[int, Any], cs_ids: list[int], nt: int
+) -> list[Block]:
+    """Each variable's (or constant's) elements on each tile, with its live range."""
+    first, last, always = _liveness(state, walk, touches)
+    inter = _interleaved_pairs(state, cs_ids, nt)
+    blocks = []
+    for v in state.variables:
+        tiles = state.spaces[v.type].tile[v.base : v.base + v.size].astype(np.int64)
+        counts = np.bincount(tiles[tiles >= 0], minlength=nt)
+        live = None if always[v.id] else (int(first[v.id]), int(last[v.id]))
+        if live is not None and live[1] < 0:
+            live = (0, -1)  # touched by no program: live at no point
+        category = "constant" if v.constant else "variable"
+        for t in np.flatnonzero(counts):
+            region = INTERLEAVED if (v.id, int(t)) in inter else ANY
+            nbytes = int(counts[t]) * v.type.size
+            blocks.append(Block(v.name, category, int(t), nbytes, v.type.size, region, live))
+    return blocks
+
+
+def _vertex_state_blocks(
+    state: Any,
+    emitter: Any,
+    computes: list[ir.Compute],
+    nt: int,
+    by_compute_set: dict[str, np.ndarray],
+    by_vertex_type: dict[str, int],
+) -> list[Block]:
+    """Vertex state per compute set and tile: the graph's compute sets, then the
+    on-tile copies lowering made (one copy vertex per tile)."""
+    kw = {"element_bytes": 4, "region": NON_INTERLEAVED}
+    blocks: list[Block] = []
+    in_cs: set[int] = set()
+    for cs_id, node in emitter.cs_nodes.items():
+        cs = state.compute_sets[cs_id]
+        in_cs.update(id(s) for s in node.body)
+        insts = [state.vertices[i] for i in cs.vertices]
+        sizes = np.fromiter((vertex_state_bytes(i) for i in insts), np.int64, len(insts))
+        vtile = np.fromiter((i.tile for i in insts), np.int64, len(insts))
+        per_tile = np.bincount(vtile, weights=sizes, minlength=nt).astype(np.int64)
+        by_compute_set[cs.name] = by_compute_set.get(cs.name, 0) + per_tile
+        for inst, size in zip(insts, sizes.tolist(), strict=True):
+            by_vertex_type[inst.vtype.name] = by_vertex_type.get(inst.vtype.name, 0) + size
+        blocks += _per_tile_blocks(cs.name, "vertexInstanceState", per_tile, **kw)
+    for step in computes:
+        if id(step) in in_cs:
+            continue
+        per_tile = np.bincount(step.vertex_tile, minlength=nt).astype(np.int64)
+        per_tile *= COPY_VERTEX_STATE_BYTES
+        by_compute_set[step.name] = by_compute_set.get(step.name, 0) + per_tile
+        tname = step.vertex_type_names[0]
+        by_vertex_type[tname] = by_vertex_type.get(tname, 0) + int(per_tile.sum())
+        blocks += _per_tile_blocks(step.name, "vertexInstanceState", per_tile, **kw)
+    return blocks
+
+
+def _buffer_blocks(walk: _Walk, nt: int) -> list[Block]:
+    """Exchange buffers of each Execute, live while it runs: elements received before
+    its compute step (on the receivers), elements sent after it (on the senders)."""
+    blocks: list[Block] = []
+    for lo, hi in walk.executes:
+        seen_compute = False
+        for p in range(lo, hi + 1):
+            step = walk.steps[p]
+            if isinstance(step, ir.Compute):
+                seen_compute = True
+            elif isinstance(step, ir.Exchange):
+                nbytes = _buffer_bytes(step, not seen_compute, nt)
+                blocks += _per_tile_blocks(step.name, "messageBuffer", nbytes, live=(lo, hi))
+    return blocks
+
+
+def plan_memory(state: Any, program: ir.Program, emitter: Any) -> MemoryReport:
+    """Place what the compiled ``program`` of graph ``state`` needs in tile memory.
+
+    Blocks are handed to the allocator in this order (it keeps the order among
+    blocks of equal rank): stacks, control code, exchange code, host exchange code,
+    vertex code, variables (by id), vertex state, exchange buffers.
+
+    Parameters
+    ----------
+    state
+        The graph state (variables, vertices, tile mappings, host handles).
+    program
+        The lowered IR program (entries and functions).
+    emitter
+        The :class:`~poplar_api.lowering.emit.Emitter` that lowered it (its
+        ``touches`` and ``cs_nodes``).
+    """
+    cfg = state.target.config
+    nt = state.target.getNumTiles()
+    walk = _walk(program, emitter.touches, {id(n) for n in emitter.cs_nodes.values()})
+    computes = list({id(s): s for s in walk.steps if isinstance(s, ir.Compute)}.values())
+    by_compute_set: dict[str, np.ndarray] = {}
+    by_vertex_type: dict[str, int] = {}
+    blocks = _code_blocks(walk, cfg, nt)
+    blocks += _vertex_code_blocks(computes, nt, by_vertex_type)
+    blocks += _variable_blocks(state, walk, emitter.touches, list(emitter.cs_nodes), nt)
+    blocks += _vertex_state_blocks(state, emitter, computes, nt, by_compute_set, by_vertex_type)
+    blocks += _buffer_blocks(walk, nt)
+    names = [s.name for s in walk.steps]
+    spec = MemorySpec.from_config(cfg.memory)
+    return plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB"
+
+
+def out_of_memory_message(report: MemoryReport, max_tiles: int = 5) -> str:
+    """Message of the out-of-memory error: worst tiles, their sizes and largest variables."""
+    bad = report.tiles_out_of_memory
+    cap = report.capacity
+    lines = [
+        f"graph does not fit in tile memory: {bad.size} of {report.num_tiles} tile(s) out of "
+        f"memory (capacity per tile {cap['total']} B = {_kib(cap['total'])}: "
+        f"{cap[NON_INTERLEAVED]} B non-interleaved + {cap[INTERLEAVED]} B interleaved)"
+    ]
+    for tile, need, capacity in report.worst_tiles(min(max_tiles, max(int(bad.size), 1))):
+        over = int(report.by_tile["overflowedIncludingGaps"][tile])
+        top = report.variables_on_tile(tile)[:3]
+        listed = ", ".join(f"'{n}' {b} B" for n, b in top) or "none"
+        lines.append(
+            f"  tile {tile}: needs {need} B ({_kib(need)}) including gaps, capacity "
+            f"{capacity} B ({_kib(capacity)}), {over} B did not fit; largest variables: {listed}"
+        )
+    lines.append(
+        "hint: spread large tensors over more tiles (setTileMapping, "
+        "poputil.mapTensorLinearly), or compile with the engine option "
+        "debug.allowOutOfMemory='true' to get the engine and its memory report "
+        "(engine.memory, getGraphProfile)"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,344 @@
+"""Memory placement of compiled graphs on the tiny machine, checked against hand layouts.
+
+The tiny machine: 8 tiles, 16 KiB non-interleaved + 48 KiB interleaved per tile,
+alignment 8, six worker contexts. Data goes to the interleaved region first; code,
+stacks and vertex state to the non-interleaved one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
+from poplar_api import program as prog
+from poplar_api.codelet import Input, Output, Vector, Vertex
+from poplar_api.errors import OutOfMemoryError, PoplarError
+from poplar_api.lowering import memory as mem
+
+TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
+NUM_TILES = 8
+#: Stack per tile: 6 workers and the supervisor.
+STACK = 6 * mem.WORKER_STACK_BYTES + mem.SUPERVISOR_STACK_BYTES
+
+
+class AddVecM(Vertex):
+    """``out = a + b``."""
+
+    a = Input(Vector(FLOAT))
+    b = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        batches["out"].data[:] = batches["a"].data + batches["b"].data
+
+
+class CopyM(Vertex):
+    """``dst = src``."""
+
+    src = Input(Vector(FLOAT))
+    dst = Output(Vector(FLOAT))
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        batches["dst"].data[:] = batches["src"].data
+
+
+class ScaleM(Vertex):
+    """``dst = 2 * src``; ``src`` is declared interleaved."""
+
+    src = Input(Vector(FLOAT), interleaved=True)
+    dst = Output(Vector(FLOAT))
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        batches["dst"].data[:] = 2 * batches["src"].data
+
+
+@pytest.fixture
+def graph() -> Graph:
+    return Graph(IPUModel("tiny").createDevice().getTarget())
+
+
+def variables(g: Graph, names: str, tile: int, n: int = 4, type_=FLOAT):
+    out = []
+    for name in names:
+        t = g.addVariable(type_, [n], name)
+        g.setTileMapping(t, tile)
+        out.append(t)
+    return out
+
+
+def data_at(engine: Engine, tile: int) -> dict[str, tuple[str, int]]:
+    """Region and offset of each variable or constant piece on ``tile``."""
+    return {
+        p.block.name: (p.region, p.offset)
+        for p in engine.memory.placements
+        if p.block.tile == tile and p.block.category in ("variable", "constant")
+    }
+
+
+def test_alignment_gap_half_then_float(graph):
+    (h,) = variables(graph, "h", 1, 3, HALF)  # 3 x 2 B = 6 B
+    (f,) = variables(graph, "f", 1, 2, FLOAT)  # 2 x 4 B = 8 B
+    graph.createHostRead("h", h)
+    graph.createHostRead("f", f)
+    e = Engine(graph, prog.Sequence())
+    # h at 0..6, then 2 B of gap so that f starts at 8
+    assert data_at(e, 1) == {"h": ("interleaved", 0), "f": ("interleaved", 8)}
+    assert e.memory.by_tile["interleaved"][1] == 6 + 8
+    assert e.memory.by_tile["interleavedIncludingGaps"][1] == 8 + 8
+    assert e.memory.by_category["variable"].tolist() == [0, 14, 0, 0, 0, 0, 0, 0]
+
+
+def test_disjoint_variables_share_an_address(graph):
+    a, b, c, d = variables(graph, "abcd", 0)
+    # point 0: a -> b, point 1: c -> d (on-tile copies, one step each)
+    e = Engine(graph, prog.Sequence([prog.Copy(a, b), prog.Copy(c, d)]))
+    assert data_at(e, 0) == {
+        "a": ("interleaved", 0),
+        "b": ("interleaved", 16),
+        "c": ("interleaved", 0),
+        "d": ("interleaved", 16),
+    }
+    assert e.memory.by_tile["interleaved"][0] == 32  # two 16 B ranges, each used twice
+    assert e.memory.by_category["variable"][0] == 64
+    lv = e.memory.liveness
+    assert [n for n, _, _ in lv] == ["Copy a -> b/OnTileCopy", "Copy c -> d/OnTileCopy"]
+    assert [b for _, b, _ in lv] == [32, 32]
+
+
+def test_overlapping_variables_do_not_share(graph):
+    a, b, c = variables(graph, "abc", 0)
+    # a live at 0, b at 0..1, c at 1: c may reuse a's bytes but not b's
+    e = Engine(graph, prog.Sequence([prog.Copy(a, b), prog.Copy(b, c)]))
+    assert data_at(e, 0) == {
+        "a": ("interleaved", 0),
+        "b": ("interleaved", 16),
+        "c": ("interleaved", 0),
+    }
+
+
+def test_variable_used_in_a_loop_is_live_over_the_loop(graph):
+    a, b, c, d, x, y = variables(graph, "abcdxy", 0)
+    body = prog.Sequence([prog.Copy(a, b), prog.Copy(c, d)])
+    e = Engine(graph, prog.Sequence([prog.Repeat(3, body), prog.Copy(x, y)]))
+    # a..d are all live over the whole loop (points 0..1): no sharing among them;
+    # x, y (point 2) reuse the first bytes
+    assert data_at(e, 0) == {
+        "a": ("interleaved", 0),
+        "b": ("interleaved", 16),
+        "c": ("interleaved", 32),
+        "d": ("interleaved", 48),
+        "x": ("interleaved", 0),
+        "y": ("interleaved", 16),
+    }
+
+
+def test_host_readable_variable_is_always_live(graph):
+    a, b, c, d = variables(graph, "abcd", 0)
+    graph.createHostRead("c", c)
+    e = Engine(graph, prog.Sequence([prog.Copy(a, b), prog.Copy(c, d)]))
+    # c first (always live), a and b at point 0 after it; d (point 1) reuses a's bytes
+    assert data_at(e, 0) == {
+        "c": ("interleaved", 0),
+        "a": ("interleaved", 16),
+        "b": ("interleaved", 32),
+        "d": ("interleaved", 16),
+    }
+    lv = e.memory.liveness
+    assert [b for _, b, _ in lv] == [32, 16]  # a + b, then d (c is always live)
+
+
+def test_variable_of_two_entry_programs_or_a_function_is_always_live(graph):
+    a, b, c, p, q, r, s = variables(graph, "abcpqrs", 0)
+    fn = graph.addFunction(prog.Copy(p, q))
+    e = Engine(
+        graph,
+        [prog.Copy(a, b), prog.Sequence([prog.Copy(a, c), prog.Call(fn), prog.Copy(r, s)])],
+    )
+    # always live: a (two entries), p and q (function), in variable order: a, p, q;
+    # then b (point 0) and c (point 1) share, and r, s (point 3) reuse them
+    assert data_at(e, 0) == {
+        "a": ("interleaved", 0),
+        "p": ("interleaved", 16),
+        "q": ("interleaved", 32),
+        "b": ("interleaved", 48),
+        "c": ("interleaved", 48),
+        "r": ("interleaved", 48),
+        "s": ("interleaved", 64),
+    }
+
+
+def test_interleaved_field_puts_its_data_in_the_interleaved_region(graph):
+    graph.addCodelets(ScaleM)
+    filler = graph.addVariable(FLOAT, [(48 * 1024 - 16) // 4], "filler")
+    graph.setTileMapping(filler, 2)
+    graph.createHostRead("filler", filler)  # always live: interleaved 0..49136
+    x, y = variables(graph, "xy", 2)
+    cs = graph.addComputeSet("scale")
+    v = graph.addVertex(cs, ScaleM, {"src": x, "dst": y})
+    graph.setTileMapping(v, 2)
+    graph.setPerfEstimate(v, 10)
+    e = Engine(graph, prog.Execute(cs))
+    # x must be interleaved: it takes the last 16 B there. y may go anywhere and spills
+    # to non-interleaved after the always-live code and state of tile 2:
+    # stack, control (base + 1 step), vertex code, vertex state (header + 2 vectors)
+    control = mem.CONTROL_CODE_BASE_BYTES + mem.CONTROL_CODE_BYTES_PER_STEP
+    state = mem.VERTEX_HEADER_BYTES + 2 * (mem.FIELD_POINTER_BYTES + mem.VECTOR_SIZE_BYTES)
+    end_of_state = STACK + control + mem.VERTEX_CODE_BYTES + state
+    y_offset = -(-end_of_state // 8) * 8
+    assert data_at(e, 2) == {
+        "filler": ("interleaved", 0),
+        "x": ("interleaved", 48 * 1024 - 16),
+        "y": ("nonInterleaved", y_offset),
+    }
+
+
+def test_interleaved_field_overflows_rather_than_spill(graph):
+    graph.addCodelets(ScaleM)
+    filler = graph.addVariable(FLOAT, [48 * 1024 // 4], "filler")
+    graph.setTileMapping(filler, 2)
+    graph.createHostRead("filler", filler)  # the whole interleaved region
+    x, y = variables(graph, "xy", 2)
+    cs = graph.addComputeSet("scale")
+    v = graph.addVertex(cs, ScaleM, {"src": x, "dst": y})
+    graph.setTileMapping(v, 2)
+    graph.setPerfEstimate(v, 10)
+    e = Engine(graph, prog.Execute(cs), {"debug.allowOutOfMemory": "true"})
+    assert data_at(e, 2)["x"] == ("overflowed", 0)
+    assert data_at(e, 2)["y"][0] == "nonInterleaved"
+    assert e.memory.tiles_out_of_memory.tolist() == [2]
+    assert e.memory.by_tile["overflowed"][2] == 16
+
+
+def test_category_totals_of_a_compute_set(graph):
+    graph.addCodelets(AddVecM)
+    a, b, out = variables(graph, ["a", "b", "out"], 0)
+    cs = graph.addComputeSet("add")
+    v = graph.addVertex(cs, AddVecM, {"a": a, "b": b, "out": out})
+    graph.setTileMapping(v, 0)
+    graph.setPerfEstimate(v, 10)
+    e = Engine(graph, prog.Execute(cs))
+    m = e.memory
+    zeros = np.zeros(NUM_TILES, np.int64)
+    on0 = np.eye(NUM_TILES, dtype=np.int64)[0]
+    state = mem.VERTEX_HEADER_BYTES + 3 * (mem.FIELD_POINTER_BYTES + mem.VECTOR_SIZE_BYTES)  # 28
+    expected = {
+        "stack": np.full(NUM_TILES, STACK),
+        # every tile has the base; tile 0 runs the one compute step
+        "controlCode": mem.CONTROL_CODE_BASE_BYTES + mem.CONTROL_CODE_BYTES_PER_STEP * on0,
+        "vertexCode": mem.VERTEX_CODE_BYTES * on0,
+        "vertexInstanceState": state * on0,
+        "variable": 3 * 16 * on0,
+    }
+    for category, want in expected.items():
+        assert m.by_category[category].tolist() == want.tolist(), category
+    for category in ("constant", "internalExchangeCode", "hostExchangeCode", "messageBuffer"):
+        assert m.by_category.get(category, zeros).sum() == 0, category
+    assert m.by_tile["total"].tolist() == sum(expected.values()).tolist()
+    # non-interleaved: stack, control, code, state packed (all multiples of 8 but state)
+    ni = STACK + mem.CONTROL_CODE_BASE_BYTES + mem.CONTROL_CODE_BYTES_PER_STEP
+    ni += mem.VERTEX_CODE_BYTES + state
+    assert m.by_tile["nonInterleavedIncludingGaps"][0] == ni
+    assert m.by_tile["interleavedIncludingGaps"][0] == 48
+    assert m.by_compute_set["add"].tolist() == (state * on0).tolist()
+    assert m.by_vertex_type["AddVecM"] == state + mem.VERTEX_CODE_BYTES
+    assert not m.out_of_memory
+
+
+def test_exchange_code_and_message_buffer(graph):
+    graph.addCodelets(CopyM)
+    (src,) = variables(graph, ["src"], 0)
+    (dst,) = variables(graph, ["dst"], 1)
+    cs = graph.addComputeSet("pull")
+    v = graph.addVertex(cs, CopyM, {"src": src, "dst": dst})
+    graph.setTileMapping(v, 1)
+    graph.setPerfEstimate(v, 10)
+    e = Engine(graph, prog.Execute(cs))
+    m = e.memory
+    # steps: sync (all tiles), exchange (tiles 0, 1), compute (tile 1); the exchange
+    # sends 4 one-element messages from tile 0 and lands 4 on tile 1
+    steps = np.array([2, 3, 1, 1, 1, 1, 1, 1])
+    assert (
+        m.by_category["controlCode"].tolist()
+        == (mem.CONTROL_CODE_BASE_BYTES + mem.CONTROL_CODE_BYTES_PER_STEP * steps).tolist()
+    )
+    code = mem.EXCHANGE_CODE_BASE_BYTES + 4 * mem.EXCHANGE_CODE_BYTES_PER_MESSAGE
+    assert m.by_category["internalExchangeCode"].tolist() == [code, code, 0, 0, 0, 0, 0, 0]
+    assert m.by_category["messageBuffer"].tolist() == [0, 16, 0, 0, 0, 0, 0, 0]
+    # src, dst and the buffer are live over the whole Execute: 3 x 16 B at each point
+    assert [b for _, b, _ in m.liveness] == [48, 48, 48]
+    assert [n for n, _, _ in m.liveness] == ["pull/Sync", "pull/ExchangeIn", "pull"]
+
+
+def big_graph(graph: Graph) -> None:
+    big = graph.addVariable(FLOAT, [20000], "big")  # 80000 B: more than a tile
+    graph.setTileMapping(big, 3)
+    graph.createHostWrite("big-write", big)
+    graph.createHostRead("big-read", big)
+
+
+def test_out_of_memory_error_names_tile_and_sizes(graph):
+    big_graph(graph)
+    with pytest.raises(OutOfMemoryError) as info:
+        Engine(graph, prog.Sequence())
+    err = info.value
+    assert isinstance(err, MemoryError) and isinstance(err, PoplarError)
+    # tile 3 needs its stack and control code (no steps) plus the 80000 B that overflow
+    need = STACK + mem.CONTROL_CODE_BASE_BYTES + 80000
+    text = str(err)
+    assert f"tile 3: needs {need} B ({need / 1024:.1f} KiB)" in text
+    assert "capacity 65536 B (64.0 KiB)" in text
+    assert "'big' 80000 B" in text
+    assert "allowOutOfMemory" in text and "hint" in text
+    assert err.report.tiles_out_of_memory.tolist() == [3]
+
+
+def test_allow_out_of_memory_compiles_and_runs(graph):
+    big_graph(graph)
+    e = Engine(graph, prog.Sequence(), {"debug.allowOutOfMemory": "true"})
+    m = e.memory
+    assert m.out_of_memory
+    assert m.tiles_out_of_memory.tolist() == [3]
+    assert m.by_tile["overflowed"].tolist() == [0, 0, 0, 80000, 0, 0, 0, 0]
+    assert m.worst_tiles(1) == [(3, STACK + mem.CONTROL_CODE_BASE_BYTES + 80000, 65536)]
+    assert m.variables_on_tile(3) == [("big", 80000)]
+    e.load(IPUModel("tiny").createDevice())
+    values = np.arange(20000, dtype=np.float32)
+    e.writeTensor("big-write", values)
+    e.run(0)
+    np.testing.assert_array_equal(e.readTensor("big-read"), values)
+
+
+@pytest.mark.parametrize("name", ["tut1", "tut3"])
+def test_tutorials_fit(graph, name):
+    spec = importlib.util.spec_from_file_location(f"_memory_{name}", TUTORIALS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    built = module.build(graph)
+    program = built[0] if isinstance(built, tuple) else built
+    m = Engine(graph, program).memory
+    assert not m.out_of_memory
+    assert (m.by_tile["totalIncludingGaps"] <= 65536).all()
+    # every tile holds at least its stack and base control code
+    assert (m.by_tile["total"] >= STACK + mem.CONTROL_CODE_BASE_BYTES).all()
+
+
+def test_out_of_memory_message_lists_at_most_five_worst_tiles(graph):
+    # tiles 0..5 each hold an always-live variable too big for the tile; tile 5's is
+    # the biggest, so it is listed first; only five tiles are listed
+    for tile in range(6):
+        t = graph.addVariable(FLOAT, [17000 + 1000 * tile], f"big{tile}")
+        graph.setTileMapping(t, tile)
+        graph.createHostRead(f"big{tile}", t)
+    with pytest.raises(OutOfMemoryError) as info:
+        Engine(graph, prog.Sequence(), {"debug.allowOutOfMemory": "false"})
+    lines = [ln for ln in str(info.value).splitlines() if ln.startswith("  tile ")]
+    assert [ln.split(":")[0] for ln in lines] == [f"  tile {t}" for t in (5, 4, 3, 2, 1)]
+    assert "6 of 8 tile(s) out of memory" in str(info.value)
+    assert info.value.report.tiles_out_of_memory.tolist() == [0, 1, 2, 3, 4, 5]

@@ -1,0 +1,214 @@
+"""The tile memory allocator on its own: regions, alignment, liveness sharing, overflow."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ipusim.config import load_config
+from ipusim.errors import IpusimError
+from ipusim.tile.memory import (
+    ANY,
+    INTERLEAVED,
+    NON_INTERLEAVED,
+    Block,
+    MemoryPlanError,
+    MemorySpec,
+    align_up,
+    allocate,
+    plan,
+)
+
+#: The tiny machine's tile: 16 KiB non-interleaved + 48 KiB interleaved, 16 KiB banks.
+TINY = MemorySpec(16 * 1024, 48 * 1024, 16 * 1024, 8)
+
+
+def where(placements, name):
+    """(region, offset) of the placement of the block called ``name``."""
+    (p,) = [p for p in placements if p.block.name == name]
+    return p.region, p.offset
+
+
+def test_spec_from_tiny_config():
+    spec = MemorySpec.from_config(load_config("tiny").memory)
+    assert spec == TINY
+    assert spec.capacity == {"nonInterleaved": 16384, "interleaved": 49152, "total": 65536}
+    # interleaved offset 0 is byte 16384 of the tile: bank 1; its last byte is in bank 3
+    assert spec.bank(INTERLEAVED, 0) == 1
+    assert spec.bank(INTERLEAVED, 49151) == 3
+    assert spec.bank(NON_INTERLEAVED, 16383) == 0
+
+
+def test_align_up():
+    assert [align_up(v, 8) for v in (0, 1, 6, 8, 9)] == [0, 8, 8, 8, 16]
+
+
+def test_alignment_gap_half_then_float():
+    # HALF[3] = 6 B at 0; the FLOAT block must start at a multiple of 8: 8 (2 B gap)
+    blocks = [Block("h", "variable", 0, 6, 2), Block("f", "variable", 0, 8, 4)]
+    r = plan(TINY, 2, blocks)
+    assert where(r.placements, "h") == (INTERLEAVED, 0)
+    assert where(r.placements, "f") == (INTERLEAVED, 8)
+    assert r.by_tile["interleaved"].tolist() == [6 + 8, 0]
+    assert r.by_tile["interleavedIncludingGaps"].tolist() == [8 + 8, 0]
+    assert r.by_tile["total"].tolist() == [14, 0]
+    assert r.by_tile["totalIncludingGaps"].tolist() == [16, 0]
+    assert r.by_category["variable"].tolist() == [14, 0]
+
+
+def test_alignment_to_element_size_larger_than_minimum():
+    # a 16-byte element aligns to 16, not 8: after a 4 B block it starts at 16
+    blocks = [Block("a", "variable", 0, 4, 4), Block("w", "variable", 0, 32, 16)]
+    p = allocate(TINY, 1, blocks)
+    assert where(p, "w") == (INTERLEAVED, 16)
+
+
+def test_disjoint_liveness_shares_overlapping_does_not():
+    blocks = [
+        Block("a", "variable", 0, 16, 4, live=(0, 2)),
+        Block("b", "variable", 0, 16, 4, live=(3, 5)),  # after a: same address
+        Block("c", "variable", 0, 16, 4, live=(2, 4)),  # meets a and b: after both
+    ]
+    r = plan(TINY, 1, blocks, [f"p{i}" for i in range(6)])
+    assert where(r.placements, "a") == (INTERLEAVED, 0)
+    assert where(r.placements, "b") == (INTERLEAVED, 0)
+    assert where(r.placements, "c") == (INTERLEAVED, 16)
+    # occupied bytes count the shared range once; categories count every block
+    assert r.by_tile["interleaved"].tolist() == [32]
+    assert r.by_category["variable"].tolist() == [48]
+    # live bytes per point: a on 0..2, c on 2..4, b on 3..5
+    assert [n for n, _, _ in r.liveness] == [f"p{i}" for i in range(6)]
+    assert [b for _, b, _ in r.liveness] == [16, 16, 32, 32, 32, 16]
+    assert all(a == 0 for _, _, a in r.liveness)
+
+
+def test_always_live_never_shares():
+    blocks = [
+        Block("k", "constant", 0, 16, 4),  # always live
+        Block("a", "variable", 0, 16, 4, live=(0, 0)),
+        Block("b", "variable", 0, 16, 4, live=(1, 1)),
+        Block("n", "variable", 0, 16, 4, live=(0, -1)),  # live at no point
+    ]
+    r = plan(TINY, 1, blocks, ["p0", "p1"])
+    assert where(r.placements, "k") == (INTERLEAVED, 0)
+    assert where(r.placements, "a") == (INTERLEAVED, 16)
+    assert where(r.placements, "b") == (INTERLEAVED, 16)
+    # a never-live block only avoids always-live data
+    assert where(r.placements, "n") == (INTERLEAVED, 16)
+    assert [(b, a) for _, b, a in r.liveness] == [(16, 16), (16, 16)]
+
+
+def test_always_live_placed_before_later_blocks_in_list_order():
+    # always-live blocks go first even when listed last
+    blocks = [Block("late", "variable", 0, 8, live=(0, 0)), Block("k", "constant", 0, 8)]
+    p = allocate(TINY, 1, blocks)
+    assert where(p, "k") == (INTERLEAVED, 0)
+    assert where(p, "late") == (INTERLEAVED, 8)
+
+
+def test_regions_code_data_and_spill():
+    blocks = [
+        Block("code", "vertexCode", 0, 100, region=NON_INTERLEAVED),
+        Block("big", "variable", 0, 48 * 1024 - 8, 4),  # fills interleaved but 8 B
+        Block("small", "variable", 0, 8, 4),  # fits the last 8 B of interleaved
+        Block("spill", "variable", 0, 16, 4),  # interleaved full: non-interleaved
+    ]
+    r = plan(TINY, 1, blocks)
+    assert where(r.placements, "code") == (NON_INTERLEAVED, 0)
+    assert where(r.placements, "big") == (INTERLEAVED, 0)
+    assert where(r.placements, "small") == (INTERLEAVED, 48 * 1024 - 8)
+    assert where(r.placements, "spill") == (NON_INTERLEAVED, 104)  # align_up(100, 8)
+    assert r.by_tile["nonInterleaved"].tolist() == [116]
+    assert r.by_tile["nonInterleavedIncludingGaps"].tolist() == [120]
+    assert not r.out_of_memory
+    assert r.tiles_out_of_memory.size == 0
+
+
+def test_overflow_marks_tile_out_of_memory():
+    blocks = [
+        Block("fill", "variable", 1, 48 * 1024, 4),
+        Block("must", "variable", 1, 64, 4, region=INTERLEAVED),  # no room: overflow
+        Block("huge", "variable", 2, 70000, 4),  # bigger than either region
+        Block("ok", "variable", 0, 64, 4),
+    ]
+    r = plan(TINY, 3, blocks)
+    assert where(r.placements, "must") == ("overflowed", 0)
+    assert where(r.placements, "huge") == ("overflowed", 0)
+    assert r.out_of_memory
+    assert r.tiles_out_of_memory.tolist() == [1, 2]
+    assert r.by_tile["overflowed"].tolist() == [0, 64, 70000]
+    assert r.by_tile["totalIncludingGaps"].tolist() == [64, 48 * 1024 + 64, 70000]
+    # out-of-memory tiles first, most overflow first
+    assert r.worst_tiles(5) == [(2, 70000, 65536), (1, 49216, 65536), (0, 64, 65536)]
+    assert r.worst_tiles(1) == [(2, 70000, 65536)]
+    assert r.variables_on_tile(1) == [("fill", 49152), ("must", 64)]
+
+
+def test_variables_on_tile_sums_pieces_and_skips_code():
+    blocks = [
+        Block("v", "variable", 0, 8, 4),
+        Block("v", "variable", 0, 8, 4, live=(0, 0)),
+        Block("c", "constant", 0, 12, 4),
+        Block("code", "vertexCode", 0, 400, region=NON_INTERLEAVED),
+    ]
+    assert plan(TINY, 1, blocks).variables_on_tile(0) == [("v", 16), ("c", 12)]
+
+
+def test_by_category_per_tile():
+    blocks = [Block("s", "stack", t, 560, region=NON_INTERLEAVED) for t in range(4)] + [
+        Block("x", "variable", 2, 40, 4),
+        Block("y", "variable", 2, 4, 4, live=(0, 0)),
+    ]
+    r = plan(TINY, 4, blocks, ["p"])
+    assert r.by_category["stack"].tolist() == [560] * 4
+    assert r.by_category["variable"].tolist() == [0, 0, 44, 0]
+    assert r.by_tile["total"].tolist() == [560, 560, 604, 560]
+    # y: after x at align_up(40, 8) = 40; ends at 44
+    assert r.by_tile["interleavedIncludingGaps"].tolist() == [0, 0, 44, 0]
+    assert r.liveness == [("p", 4, 4 * 560 + 40)]
+
+
+@pytest.mark.parametrize(
+    ("block", "words"),
+    [
+        (Block("v", "variable", 9, 4), "tile 9"),
+        (Block("v", "variable", 0, -1), "size -1"),
+        (Block("v", "variable", 0, 4, region="fast"), "region 'fast'"),
+        (Block("v", "variable", 0, 4, 0), "element_bytes 0"),
+    ],
+)
+def test_bad_blocks_are_named(block, words):
+    with pytest.raises(MemoryPlanError, match=words) as info:
+        allocate(TINY, 8, [block])
+    assert isinstance(info.value, IpusimError)
+    assert isinstance(info.value, ValueError)
+    assert "'v'" in str(info.value)
+
+
+def test_random_blocks_live_together_never_overlap():
+    rng = np.random.default_rng(7)
+    blocks = []
+    for i in range(300):
+        lo = int(rng.integers(0, 20))
+        live = None if rng.random() < 0.2 else (lo, lo + int(rng.integers(0, 6)))
+        region = [ANY, ANY, INTERLEAVED, NON_INTERLEAVED][int(rng.integers(0, 4))]
+        size = int(rng.integers(1, 3000))
+        elem = [1, 2, 4, 8][int(rng.integers(0, 4))]
+        blocks.append(Block(f"b{i}", "variable", int(rng.integers(0, 3)), size, elem, region, live))
+    placed = allocate(TINY, 3, blocks)
+    big = 10**9
+    for i, p in enumerate(placed):
+        b = p.block
+        assert p.offset % max(8, b.element_bytes) == 0
+        limit = {NON_INTERLEAVED: 16384, INTERLEAVED: 49152, "overflowed": big}[p.region]
+        assert p.end <= limit
+        if p.region != "overflowed":
+            assert b.region in (ANY, p.region)
+        for q in placed[i + 1 :]:
+            c = q.block
+            if c.tile != b.tile or q.region != p.region:
+                continue
+            lb, lc = b.live or (-1, big), c.live or (-1, big)
+            together = lb[0] <= lc[1] and lc[0] <= lb[1]
+            if together:
+                assert p.end <= q.offset or q.end <= p.offset, (b, c, p.offset, q.offset)
