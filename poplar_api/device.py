@@ -93,7 +93,11 @@ class Target:
     def getFpFlopsPerCycle(self, elementType: Type) -> int:
         """Peak flop per cycle per tile for FLOAT or HALF."""
         tile = self.config.tile
-        return tile.peak_flops_per_cycle_fp16 if elementType.size == 2 else tile.peak_flops_per_cycle_fp32
+        return (
+            tile.peak_flops_per_cycle_fp16
+            if elementType.size == 2
+            else tile.peak_flops_per_cycle_fp32
+        )
 
     def __repr__(self) -> str:
         return (

@@ -10,7 +10,7 @@ parent: what it adds appears in the parent, with its tiles shifted.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -415,7 +415,9 @@ class Graph:
         """The vertex's cycle estimate (thread cycles; tile cycles for a MultiVertex)."""
         inst = self._state.vertices[v.id]
         if isinstance(cycles, bool) or not isinstance(cycles, int | np.integer) or cycles < 0:
-            raise GraphError(f"setPerfEstimate of {inst.describe()}: {cycles!r} must be an int >= 0")
+            raise GraphError(
+                f"setPerfEstimate of {inst.describe()}: {cycles!r} must be an int >= 0"
+            )
         inst.perf_estimate = int(cycles)
 
     # ------------------------------------------------------------ host access

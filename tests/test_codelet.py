@@ -766,7 +766,6 @@ def test_collect_codelets_errors(obj):
 
 
 # ------------------------------------------------------- vectorised library vertices
-from poplar_api.fields import FieldBatch as _FB  # noqa: E402
 
 
 class _ScaleByTwoBatch(Vertex):
@@ -783,8 +782,8 @@ class _ScaleByTwoBatch(Vertex):
 def test_compute_batch_runs_without_numba():
     vt = vertex_type(_ScaleByTwoBatch)
     assert vt.kernel is None
-    src = _FB.pack([[1.0, 2.0], [3.0]], np.float32)
-    dst = _FB.pack([[0.0, 0.0], [0.0]], np.float32)
+    src = FieldBatch.pack([[1.0, 2.0], [3.0]], np.float32)
+    dst = FieldBatch.pack([[0.0, 0.0], [0.0]], np.float32)
     ok = execute(vt, {"src": src, "dst": dst}, 2)
     np.testing.assert_array_equal(dst.data, [2.0, 4.0, 6.0])
     assert ok.tolist() == [True, True]

@@ -154,7 +154,11 @@ def test_k_split_with_half_partials_option():
     # force K splits with a deep K; half partials lose precision only at half level
     a = RNG.uniform(0.5, 1.5, (4, 256)).astype(np.float16)
     b = RNG.uniform(0.5, 1.5, (256, 4)).astype(np.float16)
-    c, _, _ = run_product("tiny", a, b, HALF, opts={"partialsType": "half"})
+    c, _, graph = run_product("tiny", a, b, HALF, opts={"partialsType": "half"})
+    plan = poplin.getPlan(graph, (1, 4, 256, 4), HALF, None, {"partialsType": "half"})
+    assert plan.parts[2] > 1  # K is split, so partials exist
+    names = {v.vtype.name for v in graph._state.vertices}
+    assert names == {"poplin::MatMulPartial<half,half>", "poplin::ReduceAdd<half,half>"}
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=4e-3)
 

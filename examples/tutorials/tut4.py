@@ -66,6 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OutOfMemoryError as exc:
         print(f"Out of memory: {exc}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(
+            "the host's memory was exhausted while compiling the graph (the simulator "
+            "keeps per-element tables); hint: run on a host with more RAM",
+            file=sys.stderr,
+        )
+        return 2
     engine.load(device)
     engine.run(0)
     print("Program complete")

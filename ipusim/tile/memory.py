@@ -26,8 +26,9 @@ Placement rules
 * A block that fits nowhere goes to a per-tile *overflow* area with the same rules;
   its bytes are the tile's ``overflowed`` figures and the tile is out of memory.
 
-The allocator loops over blocks (a variable's piece on one tile, not its elements);
-the report is computed with numpy over all placements at once.
+The allocator loops over blocks (a variable's piece on one tile, not its elements)
+and lays out each distinct per-tile sequence of blocks once; the report is computed
+with numpy over all placements at once.
 """
 
 from __future__ import annotations
@@ -225,8 +226,38 @@ class _Area:
         self.packed = self.packed and fast
 
 
+def _live_range(block: Block) -> tuple[int, int]:
+    if block.live is None:
+        return _ALWAYS
+    return _NEVER if block.live[1] < block.live[0] else (int(block.live[0]), int(block.live[1]))
+
+
+def _allocate_tile(
+    spec: MemorySpec, items: list[tuple[int, int, str, tuple[int, int], bool]]
+) -> list[tuple[int, int]]:
+    """Place one tile's blocks, given in placement order as ``(size, align, region,
+    live range, always live)``; returns ``(region index, offset)`` for each."""
+    areas = [_Area(), _Area(), _Area()]
+    out = []
+    for size, align, wanted, live, always in items:
+        fast = always and align == spec.alignment_bytes
+        for region in (*_TRY_ORDER[wanted], 2):
+            offset = areas[region].first_fit(size, align, live, spec.region_bytes(region), fast)
+            if offset is not None:
+                break
+        assert offset is not None  # the overflow area always fits
+        if size:
+            areas[region].add(offset, offset + size, live, fast)
+        out.append((region, offset))
+    return out
+
+
 def allocate(spec: MemorySpec, num_tiles: int, blocks: Sequence[Block]) -> list[Placement]:
     """Place ``blocks`` by the module's rules; returns one placement per block, in order.
+
+    Tiles are independent, and tiles given the same sequence of blocks (sizes,
+    alignments, regions and live ranges) get the same layout, so each distinct
+    sequence is laid out once.
 
     Raises
     ------
@@ -239,27 +270,27 @@ def allocate(spec: MemorySpec, num_tiles: int, blocks: Sequence[Block]) -> list[
         range(len(blocks)),
         key=lambda i: (blocks[i].live is not None, (blocks[i].live or _ALWAYS)[0], i),
     )
-    areas: dict[tuple[int, int], _Area] = {}
-    out: list[Placement | None] = [None] * len(blocks)
+    by_tile: dict[int, list[int]] = {}
     for i in order:
-        b = blocks[i]
-        live = _ALWAYS if b.live is None else _NEVER if b.live[1] < b.live[0] else b.live
-        align = max(spec.alignment_bytes, b.element_bytes)
-        fast = b.live is None and align == spec.alignment_bytes
-        where: tuple[int, int] | None = None
-        for region in (*_TRY_ORDER[b.region], 2):
-            area = areas.get((b.tile, region))
-            if area is None:
-                area = areas[(b.tile, region)] = _Area()
-            offset = area.first_fit(b.size, align, live, spec.region_bytes(region), fast)
-            if offset is not None:
-                where = (region, offset)
-                break
-        assert where is not None  # the overflow area always fits
-        region, offset = where
-        if b.size:
-            areas[(b.tile, region)].add(offset, offset + b.size, live, fast)
-        out[i] = Placement(b, _REGION_NAMES[region], offset)
+        by_tile.setdefault(blocks[i].tile, []).append(i)
+    layouts: dict[tuple, list[tuple[int, int]]] = {}
+    out: list[Placement | None] = [None] * len(blocks)
+    for members in by_tile.values():
+        items = tuple(
+            (
+                b.size,
+                max(spec.alignment_bytes, b.element_bytes),
+                b.region,
+                _live_range(b),
+                b.live is None,
+            )
+            for b in (blocks[i] for i in members)
+        )
+        layout = layouts.get(items)
+        if layout is None:
+            layout = layouts[items] = _allocate_tile(spec, list(items))
+        for i, (region, offset) in zip(members, layout, strict=True):
+            out[i] = Placement(blocks[i], _REGION_NAMES[region], offset)
     return [p for p in out if p is not None]
 
 
@@ -273,7 +304,8 @@ class MemoryReport:
     holes count). ``by_category`` sums block sizes per tile (shared bytes count once
     per block). ``liveness`` has one entry per program point: its name, the bytes of
     blocks live there that are not always live, and the always-live bytes, summed
-    over tiles.
+    over tiles. ``tiles_out_of_memory`` are the tiles where some block fitted in
+    neither region (``overflowed > 0``); ``placements`` says where every block went.
     """
 
     num_tiles: int

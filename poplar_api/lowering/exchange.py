@@ -26,7 +26,9 @@ class Traffic:
     dst_tile: np.ndarray
 
 
-def plan_exchange(traffic: list[Traffic], name: str, program_id: int, num_tiles: int) -> ir.Exchange | None:
+def plan_exchange(
+    traffic: list[Traffic], name: str, program_id: int, num_tiles: int
+) -> ir.Exchange | None:
     """The exchange moving every remote reference, or None when all are local.
 
     Parameters
