@@ -10,6 +10,7 @@ give exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -145,3 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     except IpusimError as exc:
         print(f"ipusim: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`ipusim config show mk2 | head`)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0

@@ -33,7 +33,13 @@ class Direction(str, Enum):
 
 
 def _array(values: object, dtype: type) -> np.ndarray:
-    arr = np.array(values, dtype=dtype).reshape(-1)
+    raw = np.asarray(values)
+    if dtype is np.int64 and raw.dtype.kind == "f" and not np.array_equal(raw, np.round(raw)):
+        bad = raw.reshape(-1)[np.flatnonzero(raw.reshape(-1) != np.round(raw.reshape(-1)))[0]]
+        raise IRValidationError(
+            [f"value {float(bad)!r} is not a whole number; IR counts are integers"]
+        )
+    arr = np.array(raw, dtype=dtype).reshape(-1)
     arr.flags.writeable = False
     return arr
 
@@ -95,27 +101,63 @@ class Compute(Step):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Exchange(Step):
-    """An internal (on-chip) exchange as explicit transfers.
+    """An internal (on-chip) exchange, as explicit transfers or as per-tile totals.
 
-    Transfer ``k`` moves ``num_bytes[k]`` from ``src_tile[k]`` to ``dst_tile[k]``.
-    Transfers sharing a ``message`` id are one broadcast, counted once at the sender.
-    When ``message`` is None every transfer is its own message.
+    Transfers: transfer ``k`` moves ``num_bytes[k]`` from ``src_tile[k]`` to
+    ``dst_tile[k]``; transfers sharing a ``message`` id are one broadcast, counted once
+    at the sender (when ``message`` is None every transfer is its own message).
+
+    Totals (for large graphs, where one transfer per element would not fit in host
+    memory): ``tile`` lists the tiles taking part and, aligned with it,
+    ``bytes_sent`` (a broadcast counted once), ``bytes_received``, ``messages_sent``,
+    ``messages_received`` and ``max_distance`` (layout distance to the farthest peer).
     """
 
     kind: ClassVar[str] = "exchange"
     phase: ClassVar[str] = "internal_exchange"
-    src_tile: np.ndarray
-    dst_tile: np.ndarray
-    num_bytes: np.ndarray
+    src_tile: np.ndarray | None = None
+    dst_tile: np.ndarray | None = None
+    num_bytes: np.ndarray | None = None
     message: np.ndarray | None = None
+    tile: np.ndarray | None = None
+    bytes_sent: np.ndarray | None = None
+    bytes_received: np.ndarray | None = None
+    messages_sent: np.ndarray | None = None
+    messages_received: np.ndarray | None = None
+    max_distance: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        src = _array(self.src_tile, np.int64)
+        if self.tile is not None:
+            for name in TOTALS:
+                value = getattr(self, name)
+                object.__setattr__(self, name, _array([] if value is None else value, np.int64))
+            return
+        src = _array([] if self.src_tile is None else self.src_tile, np.int64)
         object.__setattr__(self, "src_tile", src)
-        object.__setattr__(self, "dst_tile", _array(self.dst_tile, np.int64))
-        object.__setattr__(self, "num_bytes", _array(self.num_bytes, np.int64))
+        object.__setattr__(self, "dst_tile", _array(_or_empty(self.dst_tile), np.int64))
+        object.__setattr__(self, "num_bytes", _array(_or_empty(self.num_bytes), np.int64))
         msg = np.arange(src.size) if self.message is None else self.message
         object.__setattr__(self, "message", _array(msg, np.int64))
+
+    @property
+    def is_totals(self) -> bool:
+        """Whether the exchange is given as per-tile totals."""
+        return self.tile is not None
+
+
+#: Fields of the per-tile form of an Exchange, in order.
+TOTALS = (
+    "tile",
+    "bytes_sent",
+    "bytes_received",
+    "messages_sent",
+    "messages_received",
+    "max_distance",
+)
+
+
+def _or_empty(values: object) -> object:
+    return [] if values is None else values
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -338,6 +380,13 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
                         f"{where(step, 'vertex_type')}: type index {int(step.vertex_type[bad[0]])}"
                         f" is out of range [0, {nt}) of vertex_type_names"
                     )
+        elif isinstance(step, Exchange) and step.is_totals:
+            if check_lengths(step, TOTALS):
+                check_tiles(step, "tile", step.tile)
+                for name in TOTALS[1:]:
+                    check_nonneg(step, name, getattr(step, name))
+                if np.unique(step.tile).size != step.tile.size:
+                    problems.append(f"{where(step, 'tile')}: a tile is listed more than once")
         elif isinstance(step, Exchange | GlobalExchange):
             names = ("src_tile", "dst_tile", "num_bytes")
             if isinstance(step, Exchange):

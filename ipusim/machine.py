@@ -24,10 +24,10 @@ from ipusim import ir
 from ipusim.config import MachineConfig, config_hash, load_config
 from ipusim.dataplane import DataPlane, NoDataPlane
 from ipusim.errors import IpusimError, SimulationTimeout
-from ipusim.exchange.internal import internal_exchange_cost
+from ipusim.exchange.internal import exchange_cost
 from ipusim.exchange.links import global_exchange_cost
-from ipusim.host.link import HostLink, check_copy_size
-from ipusim.sync.controller import sync_delays, sync_extra_cycles
+from ipusim.host.link import HostLink, check_copy_size, stream_copy_demand
+from ipusim.sync.controller import sync_delays, sync_extra_cycles, sync_release
 from ipusim.tile.compute import compute_cost
 from ipusim.trace import StepRecord, Trace
 
@@ -282,9 +282,7 @@ class _Run:
                     cfg.tile, cfg.num_tiles, step.vertex_tile, step.vertex_cycles, step.vertex_multi
                 )
             elif isinstance(step, ir.Exchange):
-                cost = internal_exchange_cost(
-                    cfg, step.src_tile, step.dst_tile, step.num_bytes, step.message
-                )
+                cost = exchange_cost(cfg, step)
             elif isinstance(step, ir.GlobalExchange):
                 cost = global_exchange_cost(cfg, step.src_tile, step.dst_tile, step.num_bytes)
             self.costs[id(step)] = cost
@@ -342,8 +340,8 @@ class _Run:
         part, expected, lo, hi = self._scope(g, kind == ir.SyncKind.INTERNAL)
 
         def finish() -> Generator[simpy.Event, Any, None]:
-            release = int(self.clock[lo:hi].max()) + sync_extra_cycles(self.cfg, kind.value)
-            self._settle(rec, lo, hi, release + self.delays[lo:hi])
+            extra = sync_extra_cycles(self.cfg, kind.value)
+            self._settle(rec, lo, hi, sync_release(self.clock[lo:hi], self.delays[lo:hi], extra))
             yield from ()
 
         yield from self._collective(g, (n, part), expected, finish)
@@ -352,18 +350,20 @@ class _Run:
         self, g: _Group, n: int, rec: StepRecord, step: ir.StreamCopy
     ) -> Generator[simpy.Event, Any, None]:
         part, expected, lo, hi = self._scope(g, True)
-        mine = (step.tile >= lo) & (step.tile < hi)
-        if not mine.any():
+        demand = self.costs.get(id(step))
+        if demand is None:
+            demand = self.costs[id(step)] = stream_copy_demand(self.cfg, step.tile, step.num_bytes)
+        total, floor = int(demand[0][g.ipu]), int(demand[1][g.ipu])
+        if total == 0:  # nothing for this IPU: the step takes no time here
+            now = int(self.clock[g.lo : g.hi].max())
+            self._span(rec, np.array([now]), np.array([now]))
             return
-        tile_bytes = step.num_bytes[mine]
-        total = int(tile_bytes.sum())
-        # a tile moves at most exchange.bytes_per_cycle to or from the host per cycle
-        floor = int(np.ceil(tile_bytes.max() / self.cfg.exchange.bytes_per_cycle))
 
         def finish() -> Generator[simpy.Event, Any, None]:
             begin = int(self.clock[lo:hi].max())
             yield from self.host_link.transfer(total)
-            end = max(int(np.ceil(self.env.now)), begin + floor)
+            latency = self.cfg.host_latency_cycles
+            end = max(int(np.ceil(self.env.now)), begin + latency + floor)
             self._settle(rec, lo, hi, end)
 
         yield from self._collective(g, (n, part), expected, finish)

@@ -207,6 +207,8 @@ class Engine:
         """Run program ``index``; on the IPU Model its trace is kept (``getTrace``)."""
         if self._device is None:
             raise EngineError("Engine.run: no device loaded; hint: engine.load(device) first")
+        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+            raise EngineError(f"Engine.run: program index {index!r} must be an int")
         if not 0 <= index < len(self._programs):
             raise EngineError(
                 f"Engine.run: program index {index} out of range (the engine has "
@@ -283,7 +285,9 @@ class Engine:
         if not np.shares_memory(flat, buffer):
             raise EngineError(f"connectStream('{handle}'): the buffer must be contiguous")
         if not s.toDevice and not flat.flags.writeable:
-            raise EngineError(f"connectStream('{handle}'): a device-to-host buffer must be writable")
+            raise EngineError(
+                f"connectStream('{handle}'): a device-to-host buffer must be writable"
+            )
         self._host.buffers[handle] = flat
         self._host.positions[handle] = 0
         self._host.callbacks.pop(handle, None)
@@ -297,7 +301,9 @@ class Engine:
         self._host.buffers.pop(handle, None)
 
     # --------------------------------------------------------------- reporting
-    def printProfileSummary(self, stream: IO[str] | None = None, options: Mapping[str, Any] | None = None) -> None:
+    def printProfileSummary(
+        self, stream: IO[str] | None = None, options: Mapping[str, Any] | None = None
+    ) -> None:
         """Print the profile summary of the runs so far."""
         from poplar_api.summary import print_summary
 

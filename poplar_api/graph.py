@@ -177,9 +177,12 @@ def _shape_of(shape: Any, what: str) -> tuple[int, ...]:
     if isinstance(shape, int | np.integer):
         shape = [shape]
     try:
-        dims = tuple(int(d) for d in shape)
+        items = list(shape)
     except TypeError:
         raise GraphError(f"{what}: shape {shape!r} must be a list of ints") from None
+    if any(isinstance(d, bool) or not isinstance(d, int | np.integer) for d in items):
+        raise GraphError(f"{what}: shape {items!r} must be a list of ints")
+    dims = tuple(int(d) for d in items)
     if any(d < 0 for d in dims):
         raise GraphError(f"{what}: shape {list(dims)} has a negative dimension")
     return dims
@@ -359,10 +362,14 @@ class Graph:
         vt = self._vertex_type(vertexType)
         vid = len(self._state.vertices)
         self._state.vertices.append(VertexInstance(vid, vt, cs.id))
-        cs.vertices.append(vid)
         ref = VertexRef(self, vid)
-        for name, value in (connections or {}).items():
-            self.connect(ref[name], value)
+        try:
+            for name, value in (connections or {}).items():
+                self.connect(ref[name], value)
+        except Exception:
+            self._state.vertices.pop()  # a failed call leaves no half-built vertex
+            raise
+        cs.vertices.append(vid)
         return ref
 
     def connect(self, fieldRef: FieldRef, value: Any) -> None:

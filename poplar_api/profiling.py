@@ -29,9 +29,9 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.config import MachineConfig
-from ipusim.exchange.internal import internal_exchange_cost
+from ipusim.exchange.internal import exchange_cost
 from ipusim.exchange.links import global_exchange_cost
-from ipusim.host.link import transfer_cycles
+from ipusim.host.link import stream_copy_cycles
 from ipusim.profile.execution import ProgramTable, program_table, step_type
 from ipusim.sync.controller import relative_sync_delays
 from ipusim.tile.compute import compute_cost
@@ -185,9 +185,7 @@ def _exchanges(cfg: MachineConfig, steps: list[ir.Exchange]) -> dict[str, Any]:
         "cyclesByTile": [],
     }
     for step in steps:
-        cost = internal_exchange_cost(
-            cfg, step.src_tile, step.dst_tile, step.num_bytes, step.message
-        )
+        cost = exchange_cost(cfg, step)
         out["names"].append(step.name)
         out["bytesReceivedByTile"].append(_ints(cost.bytes_received))
         out["bytesSentByTile"].append(_ints(cost.bytes_sent))
@@ -212,7 +210,7 @@ def _external_exchanges(cfg: MachineConfig, steps: list[ir.GlobalExchange]) -> d
 
 
 def _host_exchanges(cfg: MachineConfig, steps: list[ir.StreamCopy]) -> dict[str, Any]:
-    """Host copies; ``cycles`` is the transfer on an idle link (the run may queue)."""
+    """Host copies; ``cycles`` per IPU with the link to itself (a run may share it)."""
     out: dict[str, list[Any]] = {
         "names": [],
         "streams": [],
@@ -227,7 +225,7 @@ def _host_exchanges(cfg: MachineConfig, steps: list[ir.StreamCopy]) -> dict[str,
         out["streams"].append(step.stream)
         out["directions"].append(step.direction.value)
         out["bytesByTile"].append(_ints(per_tile))
-        out["cycles"].append(transfer_cycles(cfg, int(per_tile.sum())))
+        out["cycles"].append(int(stream_copy_cycles(cfg, step.tile, step.num_bytes).max(initial=0)))
     return out
 
 

@@ -338,10 +338,16 @@ def test_cross_tile_copy_exchanges():
     np.testing.assert_array_equal(got, values)
     assert records(e, "compute") == []
     [ex] = records(e, "exchange")
-    # Every one of the 6 floats goes from tile 1 to tile 5: 24 bytes.
-    assert ex.step.src_tile.tolist() == [1] * 6
-    assert ex.step.dst_tile.tolist() == [5] * 6
-    assert int(ex.step.num_bytes.sum()) == 6 * 4
+    # The 6 contiguous floats go from tile 1 to tile 5: 24 bytes in one message.
+    assert ex.step.tile.tolist() == [1, 5]
+    assert ex.step.bytes_sent.tolist() == [24, 0]
+    assert ex.step.bytes_received.tolist() == [0, 24]
+    assert ex.step.messages_sent.tolist() == [1, 0]
+    assert ex.step.messages_received.tolist() == [0, 1]
+    # tiny: 2 columns of 4 tiles; tile 1 at (0, 1), tile 5 at (1, 1): distance 1
+    assert ex.step.max_distance.tolist() == [1, 1]
+    # 24 bytes at 4 bytes per cycle on both tiles (tiny has no fixed or hop latency)
+    assert ex.tile_cycles[[1, 5]].tolist() == [6, 6]
 
 
 # ---------------------------------------------------------------------- streams

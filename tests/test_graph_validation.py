@@ -408,3 +408,26 @@ def test_load_on_device_with_fewer_tiles():
     e = Engine(g, prog.Sequence())
     with pytest.raises(EngineError, match=r"built for 1472 tiles but the device has 8"):
         e.load(IPUModel("tiny").createDevice())
+
+
+def test_failed_addVertex_leaves_no_half_built_vertex():
+    class Half(Vertex):
+        a = Input(Vector(FLOAT))
+        b = Output(FLOAT)
+
+        @staticmethod
+        def compute(a, b):
+            b[0] = a[0]
+
+    g = Graph(IPUModel("tiny").createDevice())
+    x = g.addVariable(FLOAT, [2], "x")
+    cs = g.addComputeSet("cs")
+    with pytest.raises(GraphError, match="no field 'c'"):
+        g.addVertex(cs, Half, {"a": x, "c": x[0]})
+    assert cs.vertices == [] and g.getNumVertices() == 0
+
+
+def test_shape_must_be_whole_numbers():
+    g = Graph(IPUModel("tiny").createDevice())
+    with pytest.raises(GraphError, match=r"tensor 'v': shape \[2.5\] must be a list of ints"):
+        g.addVariable(FLOAT, [2.5], "v")

@@ -148,9 +148,19 @@ def test_host_link_shared_by_two_ipus(granularity):
 
 
 def test_stream_copy_tile_bandwidth_floor():
-    # all 800 bytes to one tile: 800 / 4 B per cycle = 200 cycles > 100 + 100 link
+    # all 800 bytes to one tile: the link is done after 100 latency + 100 work, but the
+    # tile takes 4 bytes per cycle once data flows: 100 latency + 800 / 4 = 300
     trace = Machine(tiny()).run(_copy("in", [5], [800]))
-    assert trace.total_cycles == 200
+    assert trace.total_cycles == 300
+
+
+def test_empty_stream_copy_takes_no_time():
+    prog = ir.Sequence(
+        [ir.Compute(name="cs", vertex_tile=[3], vertex_cycles=[2]), _copy("none", [], [])]
+    )
+    rec = Machine(tiny()).run(prog).records[1]
+    assert rec.cycles == 0 and rec.first_cycle == rec.last_cycle == 12
+    assert int(rec.tile_cycles.sum()) == 0
 
 
 def test_stream_copy_over_limit_is_an_error():
@@ -258,3 +268,8 @@ def test_recursive_function_rejected():
     prog = ir.Program(entries=(ir.Call(0),), functions=(ir.Call(1), ir.Sequence([ir.Call(0)])))
     with pytest.raises(IRValidationError, match="recursion"):
         Machine(tiny()).run(prog)
+
+
+def test_ir_counts_must_be_whole_numbers():
+    with pytest.raises(IRValidationError, match=r"1\.5 is not a whole number"):
+        ir.Compute(name="cs", vertex_tile=[0], vertex_cycles=[1.5])

@@ -15,6 +15,7 @@ A broadcast (several transfers sharing one message id) costs the sender once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from ipusim.config import MachineConfig
 from ipusim.errors import IRValidationError
 from ipusim.tile.layout import tile_distance
 
-__all__ = ["ExchangeCost", "ceil_ratio", "internal_exchange_cost"]
+__all__ = ["ExchangeCost", "ceil_ratio", "exchange_cost", "internal_exchange_cost"]
 
 _MAX_LISTED = 5
 
@@ -54,6 +55,8 @@ class ExchangeCost:
         int64[num_tiles]: distinct messages sent.
     max_distance
         int64[num_tiles]: layout distance to the farthest peer (0 if none).
+    messages_received
+        int64[num_tiles]: messages received (one per transfer landing on the tile).
     """
 
     cycles: np.ndarray
@@ -61,6 +64,7 @@ class ExchangeCost:
     bytes_received: np.ndarray
     messages_sent: np.ndarray
     max_distance: np.ndarray
+    messages_received: np.ndarray
 
 
 def _as_1d(name: str, values: object, problems: list[str]) -> np.ndarray:
@@ -223,6 +227,22 @@ def internal_exchange_cost(
     active = np.zeros(n, dtype=bool)
     active[src] = True
     active[dst] = True
+    messages_received = np.bincount(dst, minlength=n).astype(np.int64)
+    return _cost(
+        cfg, active, bytes_sent, bytes_received, messages_sent, messages_received, max_distance
+    )
+
+
+def _cost(
+    cfg: MachineConfig,
+    active: np.ndarray,
+    bytes_sent: np.ndarray,
+    bytes_received: np.ndarray,
+    messages_sent: np.ndarray,
+    messages_received: np.ndarray,
+    max_distance: np.ndarray,
+) -> ExchangeCost:
+    """Cycles of every tile from its totals; tiles not ``active`` take 0 cycles."""
     ex = cfg.exchange
     cycles = (
         ceil_ratio(np.maximum(bytes_sent, bytes_received), ex.bytes_per_cycle)
@@ -236,4 +256,32 @@ def internal_exchange_cost(
         bytes_received=bytes_received,
         messages_sent=messages_sent,
         max_distance=max_distance,
+        messages_received=messages_received,
+    )
+
+
+def exchange_cost(cfg: MachineConfig, step: Any) -> ExchangeCost:
+    """Cost of an IR Exchange step, given as transfers or as per-tile totals."""
+    if step.tile is None:
+        return internal_exchange_cost(
+            cfg, step.src_tile, step.dst_tile, step.num_bytes, step.message
+        )
+    n = cfg.num_tiles
+    tiles = np.asarray(step.tile, np.int64)
+
+    def dense(values: np.ndarray) -> np.ndarray:
+        out = np.zeros(n, np.int64)
+        out[tiles] = values
+        return out
+
+    active = np.zeros(n, dtype=bool)
+    active[tiles] = True
+    return _cost(
+        cfg,
+        active,
+        dense(step.bytes_sent),
+        dense(step.bytes_received),
+        dense(step.messages_sent),
+        dense(step.messages_received),
+        dense(step.max_distance),
     )

@@ -12,12 +12,20 @@ import math
 from collections.abc import Generator
 from fractions import Fraction
 
+import numpy as np
 import simpy
 
 from ipusim.config import MachineConfig
 from ipusim.errors import HostLinkError
 
-__all__ = ["HostLink", "busy_cycles_of", "check_copy_size", "transfer_cycles"]
+__all__ = [
+    "HostLink",
+    "busy_cycles_of",
+    "check_copy_size",
+    "stream_copy_cycles",
+    "stream_copy_demand",
+    "transfer_cycles",
+]
 
 
 def _check_bytes(num_bytes: int, what: str) -> None:
@@ -69,6 +77,41 @@ def transfer_cycles(cfg: MachineConfig, num_bytes: int) -> int:
     if num_bytes == 0:
         return 0
     return cfg.host_latency_cycles + busy_cycles_of(cfg, num_bytes)
+
+
+def stream_copy_demand(
+    cfg: MachineConfig, tile: np.ndarray, num_bytes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes a stream copy moves over each IPU's host link, and the per-IPU floor.
+
+    The floor is the cycles the busiest tile of the IPU needs at
+    ``exchange.bytes_per_cycle``: however fast the link, a tile takes in (or gives
+    out) host data no faster than that.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(bytes, floor_cycles)``, each int64[num_ipus].
+    """
+    tpi = cfg.tile.tiles_per_ipu
+    ipu = np.asarray(tile, np.int64) // tpi
+    nbytes = np.asarray(num_bytes, np.int64)
+    total = np.bincount(ipu, weights=nbytes, minlength=cfg.num_ipus)
+    busiest = np.zeros(cfg.num_ipus, np.int64)
+    np.maximum.at(busiest, ipu, nbytes)
+    floor = np.ceil(busiest / cfg.exchange.bytes_per_cycle).astype(np.int64)
+    return np.rint(total).astype(np.int64), floor
+
+
+def stream_copy_cycles(cfg: MachineConfig, tile: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
+    """Cycles of a stream copy on each IPU with the host link to itself (no contention).
+
+    ``latency + max(link work, tile floor)`` for an IPU that moves data, else 0; the
+    machine charges the same rule, with the link shared between IPUs.
+    """
+    total, floor = stream_copy_demand(cfg, tile, num_bytes)
+    work = np.array([busy_cycles_of(cfg, int(b)) for b in total], np.int64)
+    return np.where(total > 0, cfg.host_latency_cycles + np.maximum(work, floor), 0)
 
 
 class HostLink:

@@ -16,7 +16,7 @@ from poplar_api.codelet import VertexType, execute
 from poplar_api.errors import EngineError
 from poplar_api.fields import FieldBatch, FieldSpec
 from poplar_api.lowering.context import Storage
-from poplar_api.lowering.exchange import Traffic
+from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.types import Type
 
 
@@ -28,11 +28,22 @@ class FieldTable:
     ids: np.ndarray
     offsets: np.ndarray
     inner_offsets: np.ndarray | None
-    vertex: np.ndarray  # position in the compute set of the vertex owning each element
+    positions: np.ndarray  # position in the compute set of each vertex of the group
 
     @property
     def type(self) -> Type:
         return self.spec.element_type
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """``int64[vertices + 1]``: vertex ``i`` owns ``ids[bounds[i]:bounds[i + 1]]``."""
+        if self.inner_offsets is None:
+            return self.offsets
+        return self.inner_offsets[self.offsets]
+
+    def vertex_of(self, refs: np.ndarray) -> np.ndarray:
+        """Compute-set position of the vertex owning each reference index in ``refs``."""
+        return self.positions[np.searchsorted(self.bounds, refs, side="right") - 1]
 
 
 @dataclass
@@ -77,8 +88,6 @@ def build_table(state, cs) -> ComputeSetTable:
                 inner_len = np.fromiter((a.size for a in inner), np.int64, len(inner))
                 offsets = np.concatenate(([0], np.cumsum(counts)))
                 inner_offsets = np.concatenate(([0], np.cumsum(inner_len)))
-                per_vertex_len = np.add.reduceat(inner_len, offsets[:-1]) if inner else counts * 0
-                per_vertex_len = np.where(counts > 0, per_vertex_len, 0)
                 ids = np.concatenate(inner) if inner else np.zeros(0, np.int64)
             else:
                 arrays = [_flat(verts[p].fields.get(spec.name)) for p in positions]
@@ -86,8 +95,8 @@ def build_table(state, cs) -> ComputeSetTable:
                 offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
                 inner_offsets = None
                 ids = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
-            vertex = np.repeat(np.asarray(positions, np.int64), per_vertex_len)
-            tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, vertex))
+            pos = np.asarray(positions, np.int64)
+            tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, pos))
         groups.append(TypeGroup(vtype, np.asarray(positions, np.int64), tables))
     vertex_ids = np.asarray(cs.vertices, np.int64)
     return ComputeSetTable(cs.name, vertex_ids, tiles, groups)
@@ -105,19 +114,37 @@ def field_sizes(inst) -> dict[str, int | list[int]]:
     return sizes
 
 
-def traffic(table: ComputeSetTable, state, reads: bool) -> list[Traffic]:
-    """Element references that cross tiles before (reads) or after (writes) the compute set."""
-    out = []
+def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
+    """Elements the vertices read from other tiles, added one receiving tile at a time."""
+    by_type: dict[Type, list[tuple[FieldTable, np.ndarray]]] = {}
     for group in table.groups:
         for ft in group.fields:
-            wanted = ft.spec.direction != "out" if reads else ft.spec.writes
-            if not wanted or ft.ids.size == 0:
+            if ft.spec.direction != "out" and ft.ids.size:
+                by_type.setdefault(ft.type, []).append((ft, table.tiles[ft.positions]))
+    for typ, fields in by_type.items():
+        owner_of = state.spaces[typ].tile
+        slices: dict[int, list[np.ndarray]] = {}
+        for ft, vtiles in fields:
+            bounds = ft.bounds.tolist()
+            for i, tile in enumerate(vtiles.tolist()):
+                if bounds[i + 1] > bounds[i]:
+                    slices.setdefault(tile, []).append(ft.ids[bounds[i] : bounds[i + 1]])
+        for tile in sorted(slices):
+            parts = slices.pop(tile)
+            ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            planner.add(typ, tile, ids, owner_of[ids])
+
+
+def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
+    """Elements the vertices write that live on other tiles."""
+    for group in table.groups:
+        for ft in group.fields:
+            if not ft.spec.writes or ft.ids.size == 0:
                 continue
+            lengths = np.diff(ft.bounds)
+            vtile = np.repeat(table.tiles[ft.positions], lengths)
             owner = state.spaces[ft.type].tile[ft.ids].astype(np.int64)
-            vtile = table.tiles[ft.vertex]
-            src, dst = (owner, vtile) if reads else (vtile, owner)
-            out.append(Traffic(ft.type.size, 0, ft.ids, src, dst))
-    return out
+            planner.add_grouped(ft.type, ft.ids, vtile, owner)
 
 
 def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):

@@ -21,9 +21,15 @@ from ipusim import ir
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
 from poplar_api.graph import DataStream
 from poplar_api.lowering import validate
-from poplar_api.lowering.computeset import build_table, field_sizes, make_runner, traffic
+from poplar_api.lowering.computeset import (
+    build_table,
+    field_sizes,
+    make_runner,
+    plan_reads,
+    plan_writes,
+)
 from poplar_api.lowering.context import Lowered
-from poplar_api.lowering.exchange import Traffic, plan_exchange
+from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.printing import format_tensor
 from poplar_api.tensor import Tensor
 
@@ -202,12 +208,9 @@ class Emitter:
         type_index = {n: i for i, n in enumerate(names)}
         runner = make_runner(table, self.lowered.storage, self.cfg.tile.worker_contexts)
         nodes: list[ir.Node] = []
-        ex_in = plan_exchange(
-            traffic(table, self.state, reads=True),
-            f"{cs.name}/ExchangeIn",
-            self._pid(prog),
-            self.num_tiles,
-        )
+        planner = ExchangePlanner(self.state.target, self.state)
+        plan_reads(planner, table, self.state)
+        ex_in = planner.build(f"{cs.name}/ExchangeIn", self._pid(prog))
         if ex_in is not None:
             nodes += [self._sync(self._pid(prog), name=f"{cs.name}/Sync"), ex_in]
         nodes.append(
@@ -224,12 +227,9 @@ class Emitter:
                 vertex_type_names=tuple(names),
             )
         )
-        ex_out = plan_exchange(
-            traffic(table, self.state, reads=False),
-            f"{cs.name}/ExchangeOut",
-            self._pid(prog),
-            self.num_tiles,
-        )
+        planner = ExchangePlanner(self.state.target, self.state)
+        plan_writes(planner, table, self.state)
+        ex_out = planner.build(f"{cs.name}/ExchangeOut", self._pid(prog))
         if ex_out is not None:
             nodes += [self._sync(self._pid(prog), name=f"{cs.name}/SyncOut"), ex_out]
         node = ir.Sequence(nodes, name=cs.name)
@@ -288,12 +288,9 @@ class Emitter:
                     vertex_type_names=self.copy_vertex_type,
                 )
             )
-        remote = plan_exchange(
-            [Traffic(typ.size, 0, s_ids[~local], s_tile[~local], d_tile[~local])],
-            f"{name}/Exchange",
-            self._pid(prog),
-            self.num_tiles,
-        )
+        planner = ExchangePlanner(self.state.target, self.state)
+        planner.add_grouped(typ, s_ids[~local], s_tile[~local], d_tile[~local])
+        remote = planner.build(f"{name}/Exchange", self._pid(prog))
         if remote is not None:
             nodes += [self._sync(self._pid(prog), name=f"{name}/Sync"), remote]
         if not nodes:  # nothing to copy

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ipusim import ir
+from ipusim.exchange.internal import exchange_cost
 from ipusim.tile.memory import (
     ANY,
     INTERLEAVED,
@@ -236,53 +237,31 @@ def _interleaved_pairs(state: Any, cs_ids: list[int], num_tiles: int) -> set[tup
     return {(int(k // num_tiles), int(k % num_tiles)) for k in uniq}
 
 
-def _step_tiles(step: ir.Step, num_tiles: int) -> np.ndarray:
+def _exchange_totals(cfg: Any, step: ir.Step) -> tuple[np.ndarray, ...]:
+    """(bytes sent once per message, bytes received, messages sent + received) per tile."""
+    if isinstance(step, ir.Exchange):
+        cost = exchange_cost(cfg, step)
+        return cost.bytes_sent, cost.bytes_received, cost.messages_sent + cost.messages_received
+    n = cfg.num_tiles
+    src = np.asarray(step.src_tile, np.int64)
+    dst = np.asarray(step.dst_tile, np.int64)
+    nbytes = np.asarray(step.num_bytes, np.int64)
+    sent = np.bincount(src, weights=nbytes, minlength=n).astype(np.int64)
+    received = np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
+    messages = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+    return sent, received, messages.astype(np.int64)
+
+
+def _step_tiles(cfg: Any, step: ir.Step, num_tiles: int) -> np.ndarray:
     """Tiles a step runs on (a sync involves every tile)."""
     if isinstance(step, ir.Compute):
         return _present(np.asarray(step.vertex_tile, np.int64), num_tiles)
     if isinstance(step, ir.Exchange | ir.GlobalExchange):
-        both = np.concatenate((step.src_tile, step.dst_tile)).astype(np.int64)
-        return _present(both, num_tiles)
+        sent, received, messages = _exchange_totals(cfg, step)
+        return np.flatnonzero((sent > 0) | (received > 0) | (messages > 0))
     if isinstance(step, ir.StreamCopy):
         return _present(np.asarray(step.tile, np.int64), num_tiles)
     return np.arange(num_tiles)
-
-
-def _messages(step: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Sender tile and bytes of each distinct message of an exchange.
-
-    Every transfer of one message has the same sender and size (a broadcast), so
-    scattering them by message id is order-independent.
-    """
-    src = np.asarray(step.src_tile, np.int64)
-    nbytes = np.asarray(step.num_bytes, np.int64)
-    msg = getattr(step, "message", None)
-    if msg is None:
-        return src, nbytes
-    msg = np.asarray(msg, np.int64)
-    n = int(msg.max()) + 1 if msg.size else 0
-    present = np.zeros(n, bool)
-    sender = np.zeros(n, np.int64)
-    size = np.zeros(n, np.int64)
-    present[msg], sender[msg], size[msg] = True, src, nbytes
-    return sender[present], size[present]
-
-
-def _exchange_messages(step: Any, num_tiles: int) -> np.ndarray:
-    """Messages per tile in an exchange: distinct ones sent plus transfers received."""
-    sender, _ = _messages(step)
-    dst = np.asarray(step.dst_tile, np.int64)
-    return np.bincount(sender, minlength=num_tiles) + np.bincount(dst, minlength=num_tiles)
-
-
-def _buffer_bytes(step: Any, received: bool, num_tiles: int) -> np.ndarray:
-    """Bytes an exchange lands on each receiver, or sends from each sender (once per message)."""
-    if received:
-        dst = np.asarray(step.dst_tile, np.int64)
-        nbytes = np.asarray(step.num_bytes, np.int64)
-        return np.bincount(dst, weights=nbytes, minlength=num_tiles).astype(np.int64)
-    sender, size = _messages(step)
-    return np.bincount(sender, weights=size, minlength=num_tiles).astype(np.int64)
 
 
 def _per_tile_blocks(name: str, category: str, nbytes: np.ndarray, **kw: Any) -> list[Block]:
@@ -297,11 +276,11 @@ def _code_blocks(walk: _Walk, cfg: Any, nt: int) -> list[Block]:
     ex_code = np.zeros(nt, np.int64)
     host_code = np.zeros(nt, np.int64)
     for step in walk.steps:
-        tiles = _step_tiles(step, nt)
+        tiles = _step_tiles(cfg, step, nt)
         steps_on[tiles] += 1
         if isinstance(step, ir.Exchange | ir.GlobalExchange):
             ex_code[tiles] += EXCHANGE_CODE_BASE_BYTES
-            ex_code += EXCHANGE_CODE_BYTES_PER_MESSAGE * _exchange_messages(step, nt)
+            ex_code += EXCHANGE_CODE_BYTES_PER_MESSAGE * _exchange_totals(cfg, step)[2]
         elif isinstance(step, ir.StreamCopy):
             host_code[tiles] += HOST_EXCHANGE_CODE_BYTES
     control = CONTROL_CODE_BASE_BYTES + CONTROL_CODE_BYTES_PER_STEP * steps_on
@@ -392,7 +371,7 @@ def _vertex_state_blocks(
     return blocks
 
 
-def _buffer_blocks(walk: _Walk, nt: int) -> list[Block]:
+def _buffer_blocks(walk: _Walk, cfg: Any, nt: int) -> list[Block]:
     """Exchange buffers of each Execute, live while it runs: elements received before
     its compute step (on the receivers), elements sent after it (on the senders)."""
     blocks: list[Block] = []
@@ -403,7 +382,8 @@ def _buffer_blocks(walk: _Walk, nt: int) -> list[Block]:
             if isinstance(step, ir.Compute):
                 seen_compute = True
             elif isinstance(step, ir.Exchange):
-                nbytes = _buffer_bytes(step, not seen_compute, nt)
+                sent, received, _ = _exchange_totals(cfg, step)
+                nbytes = sent if seen_compute else received
                 blocks += _per_tile_blocks(step.name, "messageBuffer", nbytes, live=(lo, hi))
     return blocks
 
@@ -435,7 +415,7 @@ def plan_memory(state: Any, program: ir.Program, emitter: Any) -> MemoryReport:
     blocks += _vertex_code_blocks(computes, nt, by_vertex_type)
     blocks += _variable_blocks(state, walk, emitter.touches, list(emitter.cs_nodes), nt)
     blocks += _vertex_state_blocks(state, emitter, computes, nt, by_compute_set, by_vertex_type)
-    blocks += _buffer_blocks(walk, nt)
+    blocks += _buffer_blocks(walk, cfg, nt)
     names = [s.name for s in walk.steps]
     spec = MemorySpec.from_config(cfg.memory)
     return plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)

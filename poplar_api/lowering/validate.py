@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from poplar_api.graph import UNMAPPED
 from poplar_api.lowering.computeset import ComputeSetTable
@@ -76,13 +77,13 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
     for group in table.groups:
         for ft in group.fields:
             entry = by_type.setdefault(ft.type, ([], []))
-            entry[1 if ft.spec.writes else 0].append((ft.ids, ft.vertex, ft.spec.name))
+            entry[1 if ft.spec.writes else 0].append(ft)
     for t, (reads, writes) in by_type.items():
         if not writes:
             continue
-        w_ids = np.concatenate([w[0] for w in writes])
-        w_vtx = np.concatenate([w[1] for w in writes])
-        w_field = np.concatenate([np.full(w[0].size, i) for i, w in enumerate(writes)])
+        w_ids = np.concatenate([w.ids for w in writes])
+        w_vtx = np.concatenate([w.vertex_of(np.arange(w.ids.size)) for w in writes])
+        w_field = np.concatenate([np.full(w.ids.size, i) for i, w in enumerate(writes)])
         order = np.argsort(w_ids, kind="stable")
         s_ids, s_vtx = w_ids[order], w_vtx[order]
         clash = np.flatnonzero((s_ids[1:] == s_ids[:-1]) & (s_vtx[1:] != s_vtx[:-1]))
@@ -94,22 +95,29 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
                 f"{element_name(state, t, int(s_ids[k]))} ({clash.size} such element(s)); "
                 "hint: each element may have one writer per compute set"
             )
-        writer = np.full(state.spaces[t].size, -1, np.int32)
-        writer[w_ids] = w_vtx
-        field_of = np.full(state.spaces[t].size, -1, np.int32)
-        field_of[w_ids] = w_field
-        for ids, vtx, fname in reads:
-            hit = writer[ids]
-            bad = np.flatnonzero((hit >= 0) & (hit != vtx))
+        written = np.zeros(state.spaces[t].size, bool)
+        written[w_ids] = True
+        writer = pd.Series(w_vtx, index=w_ids)
+        field_of = pd.Series(w_field, index=w_ids)
+        writer = writer[~writer.index.duplicated()]
+        field_of = field_of[~field_of.index.duplicated()]
+        for ft in reads:
+            refs = np.flatnonzero(written[ft.ids])
+            if refs.size == 0:
+                continue
+            ids = ft.ids[refs]
+            reader_pos = ft.vertex_of(refs)
+            writer_pos = writer.loc[ids].to_numpy()
+            bad = np.flatnonzero(writer_pos != reader_pos)
             if bad.size:
                 k = int(bad[0])
-                reader = state.vertices[int(vids[vtx[k]])]
-                other = state.vertices[int(vids[hit[k]])]
-                wfield = writes[int(field_of[ids[k]])][2]
+                reader = state.vertices[int(vids[reader_pos[k]])]
+                other = state.vertices[int(vids[writer_pos[k]])]
+                wfield = writes[int(field_of.loc[ids[k]])].spec.name
                 problems.append(
-                    f"compute set '{table.name}': {reader.describe()} field '{fname}' reads "
-                    f"{element_name(state, t, int(ids[k]))}, which {other.describe()} writes "
-                    f"through field '{wfield}' in the same compute set ({bad.size} such "
+                    f"compute set '{table.name}': {reader.describe()} field '{ft.spec.name}' "
+                    f"reads {element_name(state, t, int(ids[k]))}, which {other.describe()} "
+                    f"writes through field '{wfield}' in the same compute set ({bad.size} such "
                     "read(s)); hint: split them into two compute sets"
                 )
     return problems
