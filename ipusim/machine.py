@@ -159,13 +159,19 @@ class _Run:
             self.env.run(simpy.AllOf(self.env, procs))
         except SimulationTimeout as exc:
             error = exc
+        records = [self.records[k] for k in sorted(self.records)]
+        previous_end = 0
+        for rec in records:  # a step no tile took part in sits where the previous one ended
+            if rec.first_cycle > rec.last_cycle:
+                rec.first_cycle = rec.last_cycle = previous_end
+            previous_end = rec.last_cycle
         trace = Trace(
             config_name=self.cfg.name,
             config_hash=self.machine.config_hash,
             clock_hz=self.cfg.tile.clock_hz,
             num_tiles=self.cfg.num_tiles,
             tiles_per_ipu=self.cfg.tile.tiles_per_ipu,
-            records=[self.records[k] for k in sorted(self.records)],
+            records=records,
             tile_end_cycles=self.clock.copy(),
             host_seconds=time.perf_counter() - start,
             complete=error is None,
@@ -355,8 +361,6 @@ class _Run:
             demand = self.costs[id(step)] = stream_copy_demand(self.cfg, step.tile, step.num_bytes)
         total, floor = int(demand[0][g.ipu]), int(demand[1][g.ipu])
         if total == 0:  # nothing for this IPU: the step takes no time here
-            now = int(self.clock[g.lo : g.hi].max())
-            self._span(rec, np.array([now]), np.array([now]))
             return
 
         def finish() -> Generator[simpy.Event, Any, None]:

@@ -12,7 +12,8 @@ A profile directory is what the engine's ``autoReport`` option writes:
     The graph profile; when it holds ``memory.byTile.total`` and
     ``target.bytesPerTile`` the memory per tile is plotted to ``memory.png``.
 ``timeline.json``
-    A Chrome trace-event timeline; listed (open it in https://ui.perfetto.dev).
+    A Chrome trace-event timeline (open it in https://ui.perfetto.dev); when the
+    directory has none, one is written from the execution profile's steps.
 
 With ``profiler.format=cbor`` the two profiles are ``execution.cbor`` and
 ``profile.cbor`` instead; they are read the same way.
@@ -28,7 +29,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, TextIO
 
-from ipusim.profile.timeline import TraceViewError
+from ipusim.profile.timeline import TraceViewError, steps_timeline
 
 __all__ = ["EXPECTED_FILES", "ReportError", "load_execution_steps", "run_report"]
 
@@ -163,6 +164,16 @@ def _memory_plot(profile_path: Path, out: Path, stream: TextIO) -> Path | None:
     return path
 
 
+def _clock_hz(profile_path: Path) -> float | None:
+    """The tile clock recorded in a graph profile, or None."""
+    try:
+        target = _load_profile(profile_path).get("target", {})
+    except ReportError:
+        return None
+    clock = target.get("clockFrequency") if isinstance(target, dict) else None
+    return float(clock) if isinstance(clock, int | float) and clock > 0 else None
+
+
 def _profile_file(directory: Path, stem: str) -> Path | None:
     """``<stem>.json``, else ``<stem>.cbor``, else None."""
     for suffix in (".json", ".cbor"):
@@ -252,11 +263,17 @@ def run_report(
         path = _memory_plot(profile, out_dir, stream)
         if path is not None:
             written.append(path)
-    if (directory / "timeline.json").is_file():
-        print(
-            f"Timeline: {directory / 'timeline.json'} (open in https://ui.perfetto.dev)",
-            file=stream,
-        )
+    timeline = directory / "timeline.json"
+    if not timeline.is_file() and execution is not None and profile is not None and plots:
+        clock = _clock_hz(profile)
+        if clock:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            timeline = out_dir / "timeline.json"
+            _, steps = load_execution_steps(execution)
+            timeline.write_text(json.dumps(steps_timeline(steps, clock)), encoding="utf-8")
+            written.append(timeline)
+    if timeline.is_file():
+        print(f"Timeline: {timeline} (open in https://ui.perfetto.dev)", file=stream)
     for path in written:
         print(f"wrote {path}", file=stream)
     return written

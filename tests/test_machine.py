@@ -159,6 +159,7 @@ def test_empty_stream_copy_takes_no_time():
         [ir.Compute(name="cs", vertex_tile=[3], vertex_cycles=[2]), _copy("none", [], [])]
     )
     rec = Machine(tiny()).run(prog).records[1]
+    # no tile takes part: the record sits where the compute step (6 x 2 cycles) ended
     assert rec.cycles == 0 and rec.first_cycle == rec.last_cycle == 12
     assert int(rec.tile_cycles.sum()) == 0
 

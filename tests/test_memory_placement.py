@@ -262,13 +262,13 @@ def test_exchange_code_and_message_buffer(graph):
     e = Engine(graph, prog.Execute(cs))
     m = e.memory
     # steps: sync (all tiles), exchange (tiles 0, 1), compute (tile 1); the exchange
-    # sends 4 one-element messages from tile 0 and lands 4 on tile 1
+    # sends the 4 contiguous elements from tile 0 as one message, landing on tile 1
     steps = np.array([2, 3, 1, 1, 1, 1, 1, 1])
     assert (
         m.by_category["controlCode"].tolist()
         == (mem.CONTROL_CODE_BASE_BYTES + mem.CONTROL_CODE_BYTES_PER_STEP * steps).tolist()
     )
-    code = mem.EXCHANGE_CODE_BASE_BYTES + 4 * mem.EXCHANGE_CODE_BYTES_PER_MESSAGE
+    code = mem.EXCHANGE_CODE_BASE_BYTES + 1 * mem.EXCHANGE_CODE_BYTES_PER_MESSAGE
     assert m.by_category["internalExchangeCode"].tolist() == [code, code, 0, 0, 0, 0, 0, 0]
     assert m.by_category["messageBuffer"].tolist() == [0, 16, 0, 0, 0, 0, 0, 0]
     # src, dst and the buffer are live over the whole Execute: 3 x 16 B at each point

@@ -142,3 +142,25 @@ def test_cbor_execution_profile(tmp_path, capsys):
     assert main(["report", str(d)]) == 0
     assert "3 steps, 200 cycles" in capsys.readouterr().out
     assert (d / "steps.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_report_writes_a_steps_timeline(tmp_path):
+    profile = {"target": {"clockFrequency": 1e9}}  # 1 cycle = 1 ns = 0.001 us
+    d = write_dir(tmp_path / "p", profile=profile)
+    assert main(["report", str(d)]) == 0
+    events = json.loads((d / "timeline.json").read_text())["traceEvents"]
+    steps = [e for e in events if e["ph"] == "X"]
+    assert [(e["name"], e["cat"]) for e in steps] == [
+        ("a", "OnTileExecute"),
+        ("s", "Sync"),
+        ("b", "OnTileExecute"),
+    ]
+    # cycles 0-100, 100-130, 130-200 at 1 GHz, in microseconds
+    assert [(e["ts"], e["dur"]) for e in steps] == [(0.0, 0.1), (0.1, 0.03), (0.13, 0.07)]
+
+
+def test_report_keeps_an_existing_timeline(tmp_path):
+    d = write_dir(tmp_path / "p", profile={"target": {"clockFrequency": 1e9}})
+    (d / "timeline.json").write_text('{"traceEvents": []}')
+    assert main(["report", str(d)]) == 0
+    assert json.loads((d / "timeline.json").read_text()) == {"traceEvents": []}

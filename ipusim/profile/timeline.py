@@ -328,3 +328,33 @@ def write_timeline(
     with path.open("w", encoding="utf-8") as f:
         json.dump(data, f, separators=(",", ":"))
     return path
+
+
+def steps_timeline(steps: list[dict[str, Any]], clock_hz: float) -> dict[str, Any]:
+    """A steps-only timeline from an execution profile's ``simulation.steps``.
+
+    For a profile directory, where no trace is at hand: one complete event per step
+    (``cyclesFrom`` to ``cyclesTo``) on a single "steps" track.
+    """
+    if clock_hz <= 0:
+        raise TraceViewError(f"clock_hz is {clock_hz}; a positive tile clock is required")
+    scale = 1e6 / float(clock_hz)
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "IPU"}},
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "steps"}},
+    ]
+    for i, step in enumerate(steps):
+        start, end = int(step["cyclesFrom"]), int(step["cyclesTo"])
+        events.append(
+            {
+                "name": str(step.get("name", "")),
+                "cat": str(step.get("type", "")),
+                "ph": "X",
+                "pid": 0,
+                "tid": 0,
+                "ts": _us(start, scale),
+                "dur": _us(end - start, scale),
+                "args": {"index": i, "cycles": end - start},
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"clock_hz": clock_hz}}
