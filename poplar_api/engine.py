@@ -311,16 +311,19 @@ class Engine:
 
     # ---------------------------------------------------------------- profiles
     def getGraphProfile(self) -> dict[str, Any]:
-        """The graph profile (plain JSON types); see :mod:`poplar_api.profiling`."""
+        """The graph profile (a dict of JSON types that renders in notebooks)."""
+        from ipusim.profile.html import GraphProfile
         from poplar_api.profiling import graph_profile
 
-        return graph_profile(self)
+        return GraphProfile(graph_profile(self))
 
     def getExecutionProfile(self) -> dict[str, Any]:
-        """The execution profile of the runs since the last reset (plain JSON types)."""
+        """The execution profile of the runs since the last reset (a dict of JSON types
+        that renders in notebooks)."""
         from ipusim.profile.execution import execution_profile
+        from ipusim.profile.html import ExecutionProfile
 
-        return execution_profile(self._traces, self.ir_program, self.options)
+        return ExecutionProfile(execution_profile(self._traces, self.ir_program, self.options))
 
     def _auto_report(self) -> None:
         """Write the ``autoReport.*`` files the options ask for (after each run)."""

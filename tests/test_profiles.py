@@ -340,3 +340,14 @@ def test_no_auto_report_by_default(tmp_path, monkeypatch):
     engine.load(tiny_device())
     engine.run(0)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_profiles_render_in_notebooks(tut7_engine):
+    gp, ep = tut7_engine.getGraphProfile(), tut7_engine.getExecutionProfile()
+    assert isinstance(gp, dict) and isinstance(ep, dict)
+    page = gp._repr_html_()
+    assert "<table" in page and "mulCS" in page and "reduceCS" in page
+    page = ep._repr_html_()
+    assert f"{ep['simulation']['cycles']:,}" in page and "OnTileExecute" in page
+    # still plain JSON underneath
+    assert json.loads(json.dumps(ep)) == ep

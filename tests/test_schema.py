@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from ipusim.profile.execution import SCHEMA_DIR, ProfileError, schema
-from poplar_api import IPUModel
+from poplar_api import Engine, Graph, IPUModel
 from poplar_api.profiling import serializeToCBOR, serializeToJSON
 
 TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
@@ -37,8 +37,19 @@ def tutorial(name: str) -> ModuleType:
 def _engine(name: str):
     device = IPUModel("tiny").createDevice()
     mod = tutorial(name)
-    if name in ("tut1", "tut3"):
+    if name in ("tut1", "tut2", "tut3"):
         return mod.run(device)[1]
+    if name == "tut4":  # the tutorial's two products, scaled to the tiny machine
+        graph = Graph(device.getTarget())
+        seq, _ = mod.build(graph, {"m1": (30, 20), "m2": (20, 10), "m3": (10, 6)})
+        engine = Engine(graph, seq)
+        engine.load(device)
+        engine.run(0)
+        return engine
+    if name == "tut5":  # one batch of 300 of the bundled digits
+        sys.path.insert(0, str(TUTORIALS))
+        images, labels = tutorial("mnist").load_digits_as_mnist()
+        return mod.run(device, images[:300], labels[:300], out=lambda _line: None).engine
     if name == "tut6":
         return mod.run(device, 8, 12)[2]
     return mod.run(device, 16, 24, profile=False).engine
@@ -57,7 +68,7 @@ def validator(name: str) -> jsonschema.protocols.Validator:
     return cls(s)
 
 
-TUTS = ("tut1", "tut3", "tut6", "tut7")
+TUTS = ("tut1", "tut2", "tut3", "tut4", "tut5", "tut6", "tut7")
 
 
 def test_schemas_are_draft_2020_12_and_shipped_in_the_package():
