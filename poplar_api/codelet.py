@@ -25,6 +25,8 @@ codelets on Poplar::
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.machinery
 import inspect
 import re
 import warnings
@@ -32,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from numbers import Integral
+from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -287,11 +290,40 @@ def _kernel_of(cls: type, fields: tuple[FieldSpec, ...], is_multi: bool) -> Any:
     kernel = _KERNELS.get(py_func)
     if kernel is None:
         try:
-            kernel = numba.njit(cache=True)(py_func)
+            kernel = numba.njit(cache=_cacheable(py_func))(py_func)
         except RuntimeError:  # no cache locator: exec'd code, some REPLs
             kernel = numba.njit(py_func)
         _KERNELS[py_func] = kernel
     return kernel
+
+
+def _cacheable(py_func: Callable[..., Any]) -> bool:
+    """Whether a kernel may be cached on disk.
+
+    Numba keys its cache by source file but records the module name; a kernel
+    cached while its file was loaded under one name (a script run as ``__main__``,
+    a file loaded by path under an alias) breaks a later process that loads the same
+    file under another name. So only kernels of modules importable by their own name
+    from that same file are cached.
+    """
+    name = getattr(py_func, "__module__", None)
+    if not name or name == "__main__":
+        return False
+    try:
+        parent, _, _ = name.rpartition(".")
+        search = None
+        if parent:  # a submodule: look in its package's path
+            search = getattr(importlib.import_module(parent), "__path__", None)
+            if search is None:
+                return False
+        # the path finder ignores sys.modules, where an alias may have been put
+        spec = importlib.machinery.PathFinder.find_spec(name, search)
+        source = inspect.getsourcefile(py_func)
+    except (ImportError, ValueError, TypeError):
+        return False
+    if spec is None or spec.origin is None or source is None:
+        return False
+    return Path(spec.origin).resolve() == Path(source).resolve()
 
 
 def _check_estimator(cls: type) -> None:

@@ -798,3 +798,46 @@ def test_compute_batch_must_be_a_classmethod():
 
     with pytest.raises(CodeletError, match="computeBatch must be a classmethod"):
         vertex_type(Bad)
+
+
+def test_kernels_of_aliased_or_main_modules_are_not_cached_on_disk(tmp_path):
+    # a file loaded under an alias must not leave a disk cache that a later
+    # `python file.py` (module __main__) would load and fail on
+    import subprocess
+    import sys
+
+    src = tmp_path / "kern.py"
+    src.write_text(
+        "from poplar_api.codelet import Vertex, Input, Output, Vector, vertex_type\n"
+        "from poplar_api.types import FLOAT\n"
+        "class K(Vertex):\n"
+        "    a = Input(Vector(FLOAT))\n"
+        "    b = Output(FLOAT)\n"
+        "    @staticmethod\n"
+        "    def compute(a, b):\n"
+        "        b[0] = a[0]\n"
+        "if __name__ == '__main__':\n"
+        "    print(vertex_type(K).kernel._cache.__class__.__name__)\n"
+    )
+    load_alias = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('alias_kern', {str(src)!r})\n"
+        "m = importlib.util.module_from_spec(spec); sys.modules['alias_kern'] = m\n"
+        "spec.loader.exec_module(m)\n"
+        "from poplar_api.codelet import vertex_type\n"
+        "print(vertex_type(m.K).kernel._cache.__class__.__name__)\n"
+    )
+    alias = subprocess.run([sys.executable, "-c", load_alias], capture_output=True, text=True)
+    main = subprocess.run([sys.executable, str(src)], capture_output=True, text=True)
+    assert alias.returncode == 0, alias.stderr
+    assert main.returncode == 0, main.stderr
+    # Numba's no-op cache for both: nothing was written next to the file
+    assert alias.stdout.strip() == main.stdout.strip() == "NullCache"
+    assert not (tmp_path / "__pycache__").exists() or not any(
+        p.suffix in (".nbi", ".nbc") for p in (tmp_path / "__pycache__").iterdir()
+    )
+
+
+def test_kernels_of_importable_modules_are_cached_on_disk():
+    # this test module is importable under its own name (pytest puts tests/ on the path)
+    assert vertex_type(SumVertex).kernel._cache.__class__.__name__ == "FunctionCache"
