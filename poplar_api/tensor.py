@@ -46,7 +46,22 @@ class UpsampleMethod(enum.Enum):
     REPEAT = "REPEAT"
 
 
-def _as_int(value: Any, what: str, context: str) -> int:
+class _Described:
+    """A tensor's description for error messages, formatted only when one is raised."""
+
+    __slots__ = ("_tensor",)
+
+    def __init__(self, tensor: Tensor) -> None:
+        self._tensor = tensor
+
+    def __format__(self, spec: str) -> str:
+        return format(self._tensor._describe(), spec)
+
+    def __str__(self) -> str:
+        return self._tensor._describe()
+
+
+def _as_int(value: Any, what: str, context: Any) -> int:
     """Return ``value`` as a Python int, rejecting bools, floats and other kinds."""
     if isinstance(value, bool | np.bool_):
         raise TypeMismatchError(f"{context}: {what} must be an integer, got bool {value!r}")
@@ -58,7 +73,7 @@ def _as_int(value: Any, what: str, context: str) -> int:
         ) from None
 
 
-def _as_int_list(values: Any, what: str, context: str) -> list[int]:
+def _as_int_list(values: Any, what: str, context: Any) -> list[int]:
     """Return a sequence of integers as a list, with the errors of :func:`_as_int`."""
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
         raise TypeMismatchError(
@@ -303,7 +318,7 @@ class Tensor:
         return self._slice_one(begin, end, dimension)
 
     def _slice_one(self, begin: Any, end: Any, dimension: Any) -> Tensor:
-        ctx = self._describe()
+        ctx = _Described(self)
         d = self._check_dim(dimension)
         b = _as_int(begin, "slice begin", ctx)
         e = _as_int(end, "slice end", ctx)
@@ -318,7 +333,7 @@ class Tensor:
         return self._derive(self._index[key], op)
 
     def _slice_multi(self, begins: Any, ends: Any, dimension: Any) -> Tensor:
-        ctx = self._describe()
+        ctx = _Described(self)
         if dimension != 0:
             raise TypeMismatchError(
                 f"{ctx}: slice(begins, ends) slices every dimension and takes no "
@@ -348,7 +363,7 @@ class Tensor:
         Each item may be an :class:`Interval`, a ``(begin, end)`` pair or a single
         position ``i`` (meaning ``[i, i + 1)``, as Poplar's ``slices(indices)``).
         """
-        ctx = self._describe()
+        ctx = _Described(self)
         if isinstance(intervals, str) or not isinstance(intervals, Sequence):
             raise TypeMismatchError(
                 f"{ctx}: slices() needs a sequence of Interval, (begin, end) pairs or "
@@ -374,7 +389,7 @@ class Tensor:
         (with steps), ``...``, ``None`` (a new dimension of size 1) and tuples of
         these are accepted. Lists and arrays (gathers) are not: a Tensor is a view.
         """
-        ctx = self._describe()
+        ctx = _Described(self)
         items = key if isinstance(key, tuple) else (key,)
         norm: list[Any] = []
         consumed = 0
@@ -444,7 +459,7 @@ class Tensor:
     # ------------------------------------------------------------- reshaping
     def reshape(self, shape: Sequence[int]) -> Tensor:
         """Return the same elements, row-major, with a new shape of equal size."""
-        ctx = self._describe()
+        ctx = _Described(self)
         new = _as_int_list(shape, "shape", ctx)
         if any(s < 0 for s in new):
             raise TensorError(f"{ctx}: reshape to {_fmt_shape(new)}: dimensions must be >= 0")
@@ -457,7 +472,7 @@ class Tensor:
 
     def reshapePartial(self, beginIndex: int, endIndex: int, newDims: Sequence[int]) -> Tensor:
         """Replace dimensions ``[beginIndex, endIndex)`` by ``newDims`` (same size)."""
-        ctx = self._describe()
+        ctx = _Described(self)
         b = self._check_dim(beginIndex, "beginIndex", allow_end=True)
         e = self._check_dim(endIndex, "endIndex", allow_end=True)
         if b > e:
@@ -481,7 +496,7 @@ class Tensor:
         """Flatten to 1-D, or merge dimensions ``[dimBegin, dimEnd)`` into one."""
         if dimBegin is None and dimEnd is None:
             return self._derive(self._index.reshape(-1), ".flatten()")
-        ctx = self._describe()
+        ctx = _Described(self)
         if dimBegin is None or dimEnd is None:
             raise TypeMismatchError(
                 f"{ctx}: flatten() takes no arguments or both dimBegin and dimEnd"
@@ -504,7 +519,7 @@ class Tensor:
         insert several there. E.g. shape ``[2,3]`` with ``expand([0, 2])`` gives
         ``[1,2,3,1]``.
         """
-        ctx = self._describe()
+        ctx = _Described(self)
         idx = [
             self._check_dim(i, "expand index", allow_end=True)
             for i in _as_int_list(indices, "indices", ctx)
@@ -519,7 +534,7 @@ class Tensor:
 
     def squeeze(self, indices: Sequence[int]) -> Tensor:
         """Remove the size-1 dimensions numbered ``indices`` (distinct, each of size 1)."""
-        ctx = self._describe()
+        ctx = _Described(self)
         idx = [self._check_dim(i, "squeeze index") for i in _as_int_list(indices, "indices", ctx)]
         if len(set(idx)) != len(idx):
             raise TensorError(f"{ctx}: squeeze({idx}) names a dimension twice")
@@ -548,7 +563,7 @@ class Tensor:
 
         Element ``[a][b][c]`` moves to ``[c][a][b]`` under permutation ``[2, 0, 1]``.
         """
-        ctx = self._describe()
+        ctx = _Described(self)
         perm = _as_int_list(permutation, "permutation", ctx)
         if sorted(perm) != list(range(self.rank())):
             raise TensorError(
@@ -562,7 +577,7 @@ class Tensor:
 
         The other dimensions keep their relative order.
         """
-        ctx = self._describe()
+        ctx = _Described(self)
         src = [self._check_dim(s, "source dimension") for s in _as_int_list(source, "source", ctx)]
         dst = [
             self._check_dim(s, "destination dimension")
@@ -592,7 +607,7 @@ class Tensor:
     # ------------------------------------------------------ sampling, repeating
     def subSample(self, stride: int, dimension: int) -> Tensor:
         """Keep every ``stride``-th position (0, stride, 2*stride, ...) of ``dimension``."""
-        ctx = self._describe()
+        ctx = _Described(self)
         s = _as_int(stride, "stride", ctx)
         d = self._check_dim(dimension)
         if s < 1:
@@ -608,7 +623,7 @@ class Tensor:
         :meth:`upsample` to repeat each position instead. ``N = 0`` gives an empty
         dimension. All copies alias the same elements.
         """
-        ctx = self._describe()
+        ctx = _Described(self)
         n = _as_int(N, "N", ctx)
         d = self._check_dim(dim, "dim")
         if n < 0:
@@ -626,7 +641,7 @@ class Tensor:
         ``[[1,2,3]]`` upsampled by 2 in dimension 1 is ``[[1,1,2,2,3,3]]``; scale 0
         gives an empty dimension and scale 1 is the identity.
         """
-        ctx = self._describe()
+        ctx = _Described(self)
         s = _as_int(scale, "scale", ctx)
         d = self._check_dim(dimension)
         if method is not UpsampleMethod.REPEAT:
