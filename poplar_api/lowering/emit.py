@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -377,7 +376,3 @@ def _with_effect(step: ir.Step, effect: int) -> ir.Step:
     import dataclasses
 
     return dataclasses.replace(step, effect=effect)
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)
