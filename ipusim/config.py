@@ -30,11 +30,13 @@ from ipusim.errors import ConfigError
 from ipusim.units import Bytes, BytesPerSecond, Hertz, Seconds
 
 __all__ = [
+    "CodeConfig",
     "ExchangeConfig",
     "HostConfig",
     "LinksConfig",
     "MachineConfig",
     "MemoryConfig",
+    "RemoteConfig",
     "SimConfig",
     "SyncConfig",
     "TileConfig",
@@ -73,6 +75,10 @@ class TileConfig(_Section):
     columns: int = Field(
         default=16, ge=1, description="Physical layout: tiles are numbered column by column."
     )
+    model: str = Field(
+        default="barrel",
+        description="Compute timing component (see ipusim.timing.components('compute')).",
+    )
 
 
 class MemoryConfig(_Section):
@@ -101,7 +107,18 @@ class ExchangeConfig(_Section):
         ge=0,
         description="Extra cycles per unit of layout distance to the farthest peer.",
     )
+    cycles_per_message: float = Field(
+        default=0.0,
+        ge=0,
+        le=1e6,
+        description="Cycles a tile spends setting up each message it sends or receives "
+        "(exchange code per contiguous region).",
+    )
     tiles_per_shared_bus: int = Field(default=1, ge=1, le=2, description="Tiles sharing a bus.")
+    model: str = Field(
+        default="static",
+        description="On-chip exchange timing component (ipusim.timing.components('exchange')).",
+    )
 
 
 class SyncConfig(_Section):
@@ -124,6 +141,10 @@ class SyncConfig(_Section):
         default=15.0, ge=0, description="Used when global_sync_cycles is None."
     )
     host_sync_cycles: int = Field(default=0, ge=0, description="Extra cycles of a host sync.")
+    model: str = Field(
+        default="controller",
+        description="Sync timing component (ipusim.timing.components('sync')).",
+    )
 
 
 class HostConfig(_Section):
@@ -134,6 +155,10 @@ class HostConfig(_Section):
     )
     latency_s: Seconds = Field(default=0.0, ge=0, description="Latency of one host transfer.")
     max_copy_bytes: Bytes = Field(ge=1, description="Largest single stream copy.")
+    model: str = Field(
+        default="shared_link",
+        description="Host link timing component (ipusim.timing.components('host')).",
+    )
 
 
 class LinksConfig(_Section):
@@ -145,6 +170,68 @@ class LinksConfig(_Section):
     links_between_neighbours: int = Field(default=1, ge=1, description="Parallel links per hop.")
     topology: Literal["ring", "line", "full"] = Field(default="ring")
     hop_latency_cycles: int = Field(default=0, ge=0, description="Latency per hop.")
+    model: str = Field(
+        default="topology",
+        description="IPU-Link timing component (ipusim.timing.components('links')).",
+    )
+
+
+class RemoteConfig(_Section):
+    """Remote buffers in Streaming Memory, reached through the host link."""
+
+    model: str = Field(
+        default="host_link",
+        description="Remote-buffer timing component (ipusim.timing.components('remote')).",
+    )
+
+
+class CodeConfig(_Section):
+    """What the graph compiler puts in tile memory and the cost of the copies it inserts.
+
+    Sizes of compiled code, stacks and vertex state, and the cycles of the on-tile copy
+    vertex Poplar inserts for copies within a tile. None is published; every value is an
+    estimate (see the presets).
+    """
+
+    vertex_header_bytes: int = Field(
+        default=4, ge=0, le=1 << 20, description="Vertex state header."
+    )
+    field_pointer_bytes: int = Field(
+        default=4, ge=0, le=1 << 20, description="Vertex state per field (a pointer)."
+    )
+    vector_size_bytes: int = Field(
+        default=4, ge=0, le=1 << 20, description="Extra state of a Vector field (size word)."
+    )
+    vectorlist_descriptor_bytes: int = Field(
+        default=4, ge=0, le=1 << 20, description="State per inner vector of a VectorList."
+    )
+    vertex_code_bytes: int = Field(
+        default=256, ge=0, le=1 << 24, description="Code of one vertex type on one tile."
+    )
+    control_code_base_bytes: int = Field(
+        default=64, ge=0, le=1 << 24, description="Control code of every tile."
+    )
+    control_code_bytes_per_step: int = Field(
+        default=16, ge=0, le=1 << 20, description="Control code per program step on a tile."
+    )
+    exchange_code_base_bytes: int = Field(
+        default=16, ge=0, le=1 << 20, description="Exchange code per exchange per tile."
+    )
+    exchange_code_bytes_per_message: int = Field(
+        default=8, ge=0, le=1 << 20, description="Exchange code per message sent or received."
+    )
+    host_exchange_code_bytes: int = Field(
+        default=32, ge=0, le=1 << 20, description="Host exchange code per stream copy per tile."
+    )
+    worker_stack_bytes: int = Field(
+        default=72, ge=0, le=1 << 20, description="Stack of one worker context."
+    )
+    supervisor_stack_bytes: int = Field(
+        default=128, ge=0, le=1 << 20, description="Stack of the supervisor context."
+    )
+    copy_vertex_fixed_cycles: int = Field(
+        default=13, ge=0, le=1 << 20, description="Fixed thread cycles of an on-tile copy vertex."
+    )
 
 
 class SimConfig(_Section):
@@ -168,7 +255,13 @@ class MachineConfig(_Section):
     sync: SyncConfig = SyncConfig()
     host: HostConfig
     links: LinksConfig
+    remote: RemoteConfig = RemoteConfig()
+    code: CodeConfig = CodeConfig()
     sim: SimConfig = SimConfig()
+    provenance: dict[str, Any] | None = Field(
+        default=None,
+        description="Where the values came from (written by ipusim calibrate); no effect.",
+    )
 
     @model_validator(mode="after")
     def _cross_checks(self) -> MachineConfig:
@@ -246,7 +339,7 @@ def _controller_tile_problem(tile: TileConfig, sync: SyncConfig) -> str | None:
 _YAML_SUFFIXES = (".yaml", ".yml")
 _MAPPING_LABEL = "<mapping>"
 _OVERRIDES_LABEL = "<overrides>"
-_HASH_EXCLUDED = ("name", "description")
+_HASH_EXCLUDED = ("name", "description", "provenance")
 
 
 def _preset_dirs() -> list[Path]:

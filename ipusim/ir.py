@@ -8,6 +8,7 @@ timing can be computed for a whole IPU at once.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, Union
@@ -44,6 +45,36 @@ def _array(values: object, dtype: type) -> np.ndarray:
     return arr
 
 
+# ---------------------------------------------------------------- step vocabulary
+@dataclass(frozen=True)
+class StepKind:
+    """One kind of leaf step: its Poplar program tag, the phase its cycles count in,
+    and the timing component (and method) that costs it."""
+
+    name: str
+    tag: str
+    phase: str
+    component: str | None
+    method: str = "cost"
+
+
+#: The closed vocabulary of step kinds, keyed by ``Step.kind``.
+STEP_KINDS: dict[str, StepKind] = {
+    k.name: k
+    for k in (
+        StepKind("compute", "OnTileExecute", "compute", "compute"),
+        StepKind("exchange", "DoExchange", "internal_exchange", "exchange"),
+        StepKind("global_exchange", "GlobalExchange", "global_exchange", "links"),
+        StepKind("stream_copy", "StreamCopy", "host_exchange", "host", "demand"),
+        StepKind("remote_buffer_copy", "StreamCopy", "host_exchange", "remote", "demand"),
+        StepKind("sync", "Sync", "sync", None),
+    )
+}
+
+#: Phases a step's cycles count in, in report order.
+PHASES = ("compute", "internal_exchange", "global_exchange", "host_exchange", "sync")
+
+
 # --------------------------------------------------------------------------- steps
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Step:
@@ -60,10 +91,19 @@ class Step:
     """
 
     kind: ClassVar[str] = "step"
-    phase: ClassVar[str] = ""
     name: str
     effect: int | None = None
     program_id: int = -1
+
+    @property
+    def phase(self) -> str:
+        """The phase this step's cycles count in (from :data:`STEP_KINDS`)."""
+        return STEP_KINDS[self.kind].phase
+
+    @property
+    def tag(self) -> str:
+        """Poplar's program type tag of this step (``OnTileExecute``, ...)."""
+        return STEP_KINDS[self.kind].tag
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -76,7 +116,6 @@ class Compute(Step):
     """
 
     kind: ClassVar[str] = "compute"
-    phase: ClassVar[str] = "compute"
     vertex_tile: np.ndarray
     vertex_cycles: np.ndarray
     vertex_multi: np.ndarray | None = None
@@ -111,10 +150,12 @@ class Exchange(Step):
     memory): ``tile`` lists the tiles taking part and, aligned with it,
     ``bytes_sent`` (a broadcast counted once), ``bytes_received``, ``messages_sent``,
     ``messages_received`` and ``max_distance`` (layout distance to the farthest peer).
+
+    ``host`` marks the on-chip side of a host stream copy (data delivered to, or
+    gathered from, the tiles); its code is the copy's host exchange code.
     """
 
     kind: ClassVar[str] = "exchange"
-    phase: ClassVar[str] = "internal_exchange"
     src_tile: np.ndarray | None = None
     dst_tile: np.ndarray | None = None
     num_bytes: np.ndarray | None = None
@@ -125,6 +166,7 @@ class Exchange(Step):
     messages_sent: np.ndarray | None = None
     messages_received: np.ndarray | None = None
     max_distance: np.ndarray | None = None
+    host: bool = False
 
     def __post_init__(self) -> None:
         if self.tile is not None:
@@ -165,7 +207,6 @@ class Sync(Step):
     """A sync: internal (one IPU), external (all IPUs) or host."""
 
     kind: ClassVar[str] = "sync"
-    phase: ClassVar[str] = "sync"
     sync_kind: SyncKind = SyncKind.INTERNAL
 
     def __post_init__(self) -> None:
@@ -174,14 +215,20 @@ class Sync(Step):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class StreamCopy(Step):
-    """A host data-stream transfer: bytes per tile, in one direction."""
+    """A host data-stream transfer: bytes per tile, in one direction.
+
+    ``exchanged`` says that the on-chip side of the transfer (delivering the data to
+    its tiles, or gathering it from them) is a separate ``Exchange`` step of the
+    program; otherwise the copy itself lasts at least as long as its busiest tile
+    needs at the exchange rate.
+    """
 
     kind: ClassVar[str] = "stream_copy"
-    phase: ClassVar[str] = "host_exchange"
     direction: Direction
     tile: np.ndarray
     num_bytes: np.ndarray
     stream: str = ""
+    exchanged: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "direction", Direction(self.direction))
@@ -204,7 +251,6 @@ class GlobalExchange(Step):
     """Inter-IPU transfers over IPU-Links (tile ids are global)."""
 
     kind: ClassVar[str] = "global_exchange"
-    phase: ClassVar[str] = "global_exchange"
     src_tile: np.ndarray
     dst_tile: np.ndarray
     num_bytes: np.ndarray
@@ -295,31 +341,40 @@ def as_program(program: Program | Node) -> Program:
 
 
 # ---------------------------------------------------------------------- traversal
+def children(node: Node) -> list[Node]:
+    """The child nodes of a node, in execution-tree order (none for steps and calls).
+
+    This is the one definition of the tree's shape; every walk of the IR uses it.
+    """
+    if isinstance(node, Sequence):
+        return list(node.body)
+    if isinstance(node, Repeat):
+        return [node.body]
+    if isinstance(node, RepeatWhile):
+        return [node.condition, node.body]
+    if isinstance(node, If):
+        return [node.then, node.else_]
+    if isinstance(node, Switch):
+        return [case for _, case in node.cases] + [node.default]
+    return []
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """Every node below ``node`` (itself first), depth first, without following calls."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(children(current)))
+
+
 def iter_steps(program: Program) -> list[Step]:
     """Every distinct step object reachable from the program, in tree order."""
     seen: dict[int, Step] = {}
-
-    def walk(node: Node) -> None:
-        if isinstance(node, Step):
-            seen.setdefault(id(node), node)
-        elif isinstance(node, Sequence):
-            for child in node.body:
-                walk(child)
-        elif isinstance(node, Repeat):
-            walk(node.body)
-        elif isinstance(node, RepeatWhile):
-            walk(node.condition)
-            walk(node.body)
-        elif isinstance(node, If):
-            walk(node.then)
-            walk(node.else_)
-        elif isinstance(node, Switch):
-            for _, case in node.cases:
-                walk(case)
-            walk(node.default)
-
     for root in (*program.entries, *program.functions):
-        walk(root)
+        for node in walk(root):
+            if isinstance(node, Step):
+                seen.setdefault(id(node), node)
     return list(seen.values())
 
 
@@ -457,22 +512,7 @@ def _check_call_cycles(program: Program, problems: list[str]) -> None:
     """Functions may not call themselves, directly or not (no recursion on the IPU)."""
 
     def calls(node: Node) -> set[int]:
-        if isinstance(node, Call):
-            return {node.function}
-        if isinstance(node, Sequence):
-            return set().union(*(calls(c) for c in node.body)) if node.body else set()
-        if isinstance(node, Repeat):
-            return calls(node.body)
-        if isinstance(node, RepeatWhile):
-            return calls(node.condition) | calls(node.body)
-        if isinstance(node, If):
-            return calls(node.then) | calls(node.else_)
-        if isinstance(node, Switch):
-            out = calls(node.default)
-            for _, c in node.cases:
-                out |= calls(c)
-            return out
-        return set()
+        return {n.function for n in walk(node) if isinstance(n, Call)}
 
     graph = {i: calls(fn) for i, fn in enumerate(program.functions)}
     for start in graph:

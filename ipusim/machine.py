@@ -24,11 +24,8 @@ from ipusim import ir
 from ipusim.config import MachineConfig, config_hash, load_config
 from ipusim.dataplane import DataPlane, NoDataPlane
 from ipusim.errors import IpusimError, SimulationTimeout
-from ipusim.exchange.internal import exchange_cost
-from ipusim.exchange.links import global_exchange_cost
-from ipusim.host.link import HostLink, check_copy_size, stream_copy_demand
-from ipusim.sync.controller import sync_delays, sync_extra_cycles, sync_release
-from ipusim.tile.compute import compute_cost
+from ipusim.host.link import check_copy_size
+from ipusim.timing import TimingModel
 from ipusim.trace import StepRecord, Trace
 
 
@@ -62,12 +59,16 @@ class Machine:
     ----------
     config
         A :class:`~ipusim.config.MachineConfig`, a preset name or a YAML path.
+    timing
+        The timing model to use; by default the one the config selects.
     """
 
-    def __init__(self, config: MachineConfig | str | PathLike[str]) -> None:
+    def __init__(
+        self, config: MachineConfig | str | PathLike[str], timing: TimingModel | None = None
+    ) -> None:
         self.config = config if isinstance(config, MachineConfig) else load_config(config)
         self.config_hash = config_hash(self.config)
-        self._delays = sync_delays(self.config)
+        self.timing = timing if timing is not None else TimingModel(self.config)
 
     @property
     def num_tiles(self) -> int:
@@ -134,9 +135,11 @@ class _Run:
         self.data_plane = data_plane
         self.max_cycles = max_cycles
         self.env = simpy.Environment()
-        self.host_link = HostLink(self.env, cfg)
+        self.timing = machine.timing
+        self.host_link = self.timing.host.link(self.env)
+        self.remote_link = self.timing.remote.link(self.env) or self.host_link
         self.clock = np.zeros(cfg.num_tiles, np.int64)
-        self.delays = machine._delays
+        self.delays = self.timing.sync.delays()
         tpi = cfg.tile.tiles_per_ipu
         if cfg.sim.granularity == "tile":
             self.groups = [_Group(t, t // tpi, t, t + 1) for t in range(cfg.num_tiles)]
@@ -148,7 +151,6 @@ class _Run:
         self.records: dict[int, StepRecord] = {}
         self.decisions: dict[int, _Decision] = {}
         self.barriers: dict[tuple[int, int], _Barrier] = {}
-        self.costs: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ driver
     def execute(self, root: ir.Node) -> Trace:
@@ -255,12 +257,10 @@ class _Run:
     def _new_record(self, n: int, step: ir.Step) -> StepRecord:
         active = None
         details = None
-        if isinstance(step, ir.Compute):
-            cost = self._cost(step)
-            tile_cycles, active, details = cost.tile_cycles, cost.active_cycles, cost
-        elif isinstance(step, ir.Exchange):
-            cost = self._cost(step)
-            tile_cycles, details = cost.cycles, cost
+        tile_cycles = self.timing.tile_cycles(step)
+        if tile_cycles is not None:
+            details = self.timing.cost(step)
+            active = getattr(details, "active_cycles", None)
         else:
             tile_cycles = np.zeros(self.cfg.num_tiles, np.int64)
         rec = StepRecord(
@@ -278,21 +278,6 @@ class _Run:
         )
         self.records[n] = rec
         return rec
-
-    def _cost(self, step: ir.Step) -> Any:
-        cost = self.costs.get(id(step))
-        if cost is None:
-            cfg = self.cfg
-            if isinstance(step, ir.Compute):
-                cost = compute_cost(
-                    cfg.tile, cfg.num_tiles, step.vertex_tile, step.vertex_cycles, step.vertex_multi
-                )
-            elif isinstance(step, ir.Exchange):
-                cost = exchange_cost(cfg, step)
-            elif isinstance(step, ir.GlobalExchange):
-                cost = global_exchange_cost(cfg, step.src_tile, step.dst_tile, step.num_bytes)
-            self.costs[id(step)] = cost
-        return cost
 
     @staticmethod
     def _span(rec: StepRecord, start: np.ndarray, end: np.ndarray) -> None:
@@ -346,8 +331,8 @@ class _Run:
         part, expected, lo, hi = self._scope(g, kind == ir.SyncKind.INTERNAL)
 
         def finish() -> Generator[simpy.Event, Any, None]:
-            extra = sync_extra_cycles(self.cfg, kind.value)
-            self._settle(rec, lo, hi, sync_release(self.clock[lo:hi], self.delays[lo:hi], extra))
+            release = self.timing.sync.release(self.clock[lo:hi], self.delays[lo:hi], kind.value)
+            self._settle(rec, lo, hi, release)
             yield from ()
 
         yield from self._collective(g, (n, part), expected, finish)
@@ -356,18 +341,16 @@ class _Run:
         self, g: _Group, n: int, rec: StepRecord, step: ir.StreamCopy
     ) -> Generator[simpy.Event, Any, None]:
         part, expected, lo, hi = self._scope(g, True)
-        demand = self.costs.get(id(step))
-        if demand is None:
-            demand = self.costs[id(step)] = stream_copy_demand(self.cfg, step.tile, step.num_bytes)
-        total, floor = int(demand[0][g.ipu]), int(demand[1][g.ipu])
+        demand = self.timing.cost(step)
+        total, floor = int(demand.bytes_per_ipu[g.ipu]), int(demand.floor_cycles[g.ipu])
         if total == 0:  # nothing for this IPU: the step takes no time here
             return
+        link = self.remote_link if isinstance(step, ir.RemoteBufferCopy) else self.host_link
 
         def finish() -> Generator[simpy.Event, Any, None]:
             begin = int(self.clock[lo:hi].max())
-            yield from self.host_link.transfer(total)
-            latency = self.cfg.host_latency_cycles
-            end = max(int(np.ceil(self.env.now)), begin + latency + floor)
+            yield from link.transfer(total)
+            end = max(int(np.ceil(self.env.now)), begin + demand.latency_cycles + floor)
             self._settle(rec, lo, hi, end)
 
         yield from self._collective(g, (n, part), expected, finish)
@@ -376,7 +359,7 @@ class _Run:
         self, g: _Group, n: int, rec: StepRecord, step: ir.GlobalExchange
     ) -> Generator[simpy.Event, Any, None]:
         part, expected, lo, hi = self._scope(g, False)
-        cost = self._cost(step)
+        cost = self.timing.cost(step)
         rec.details = cost
 
         def finish() -> Generator[simpy.Event, Any, None]:

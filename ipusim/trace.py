@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: Phases whose per-tile cycles are summed into the trace totals.
-PHASES = ("compute", "internal_exchange", "global_exchange", "host_exchange", "sync")
+from ipusim.ir import PHASES
+
+__all__ = ["PHASES", "StepRecord", "Trace"]
 
 
 @dataclass

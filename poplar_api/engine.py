@@ -19,6 +19,7 @@ import numpy as np
 from ipusim import ir
 from ipusim.errors import IpusimError
 from ipusim.machine import Machine
+from ipusim.timing import TimingModel
 from ipusim.trace import Trace
 from poplar_api.device import Device
 from poplar_api.errors import EngineError, GraphValidationError, OutOfMemoryError
@@ -180,6 +181,8 @@ class Engine:
         self._programs = progs
         self._device: Device | None = None
         self._machine: Machine | None = None
+        #: The timing model of the loaded IPU Model device (None before load or on a CPU).
+        self.timing: TimingModel | None = None
         self._trace: Trace | None = None
         self._traces: list[Trace] = []
         self.memory = plan_memory(state, self.ir_program, emitter)
@@ -202,6 +205,7 @@ class Engine:
         device.attach()
         self._device = device
         self._machine = Machine(device.getTarget().config) if device.isIPUModel else None
+        self.timing = self._machine.timing if self._machine is not None else None
 
     def run(self, index: int = 0, debugName: str = "") -> None:
         """Run program ``index``; on the IPU Model its trace is kept (``getTrace``)."""

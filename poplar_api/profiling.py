@@ -29,12 +29,9 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.config import MachineConfig
-from ipusim.exchange.internal import exchange_cost
-from ipusim.exchange.links import global_exchange_cost
-from ipusim.host.link import stream_copy_cycles
 from ipusim.profile.execution import ProgramTable, program_table, step_type
 from ipusim.sync.controller import relative_sync_delays
-from ipusim.tile.compute import compute_cost
+from ipusim.timing import TimingModel
 from poplar_api.errors import EngineError
 
 __all__ = [
@@ -108,6 +105,12 @@ def _config(engine: Any) -> MachineConfig:
     return engine._state.target.config
 
 
+def _timing(engine: Any, cfg: MachineConfig) -> TimingModel:
+    """The timing model the engine's runs use (the same object), else one for ``cfg``."""
+    timing = getattr(engine, "timing", None)
+    return timing if timing is not None and timing.config is cfg else TimingModel(cfg)
+
+
 def _target(engine: Any, cfg: MachineConfig) -> dict[str, Any]:
     device = getattr(engine, "_device", None)
     target = device.getTarget() if device is not None else engine._state.target
@@ -143,7 +146,7 @@ def _graph(state: Any) -> dict[str, int]:
 
 
 def _compute_sets(
-    cfg: MachineConfig, steps: list[ir.Compute], type_names: list[str]
+    timing: TimingModel, steps: list[ir.Compute], type_names: list[str]
 ) -> dict[str, Any]:
     index = {n: i for i, n in enumerate(type_names)}
     out: dict[str, list[Any]] = {
@@ -157,11 +160,9 @@ def _compute_sets(
         "activeCyclesByVertexType": [],
         "cyclesByTile": [],
     }
-    launch = cfg.tile.vertex_launch_cycles
+    launch = timing.config.tile.vertex_launch_cycles
     for step in steps:
-        cost = compute_cost(
-            cfg.tile, cfg.num_tiles, step.vertex_tile, step.vertex_cycles, step.vertex_multi
-        )
+        cost = timing.cost(step)
         glob = np.array([index[n] for n in step.vertex_type_names], np.int64)[step.vertex_type]
         counts = np.bincount(glob, minlength=len(type_names))
         by_type = np.zeros(len(type_names), np.int64)
@@ -177,7 +178,7 @@ def _compute_sets(
     return out
 
 
-def _exchanges(cfg: MachineConfig, steps: list[ir.Exchange]) -> dict[str, Any]:
+def _exchanges(timing: TimingModel, steps: list[ir.Exchange]) -> dict[str, Any]:
     out: dict[str, list[Any]] = {
         "names": [],
         "bytesReceivedByTile": [],
@@ -185,7 +186,7 @@ def _exchanges(cfg: MachineConfig, steps: list[ir.Exchange]) -> dict[str, Any]:
         "cyclesByTile": [],
     }
     for step in steps:
-        cost = exchange_cost(cfg, step)
+        cost = timing.cost(step)
         out["names"].append(step.name)
         out["bytesReceivedByTile"].append(_ints(cost.bytes_received))
         out["bytesSentByTile"].append(_ints(cost.bytes_sent))
@@ -193,7 +194,7 @@ def _exchanges(cfg: MachineConfig, steps: list[ir.Exchange]) -> dict[str, Any]:
     return out
 
 
-def _external_exchanges(cfg: MachineConfig, steps: list[ir.GlobalExchange]) -> dict[str, Any]:
+def _external_exchanges(timing: TimingModel, steps: list[ir.GlobalExchange]) -> dict[str, Any]:
     out: dict[str, list[Any]] = {
         "names": [],
         "bytesReceivedByTile": [],
@@ -201,7 +202,7 @@ def _external_exchanges(cfg: MachineConfig, steps: list[ir.GlobalExchange]) -> d
         "cycles": [],
     }
     for step in steps:
-        cost = global_exchange_cost(cfg, step.src_tile, step.dst_tile, step.num_bytes)
+        cost = timing.cost(step)
         out["names"].append(step.name)
         out["bytesReceivedByTile"].append(_ints(cost.bytes_received))
         out["bytesSentByTile"].append(_ints(cost.bytes_sent))
@@ -209,7 +210,7 @@ def _external_exchanges(cfg: MachineConfig, steps: list[ir.GlobalExchange]) -> d
     return out
 
 
-def _host_exchanges(cfg: MachineConfig, steps: list[ir.StreamCopy]) -> dict[str, Any]:
+def _host_exchanges(timing: TimingModel, steps: list[ir.StreamCopy]) -> dict[str, Any]:
     """Host copies; ``cycles`` per IPU with the link to itself (a run may share it)."""
     out: dict[str, list[Any]] = {
         "names": [],
@@ -218,14 +219,15 @@ def _host_exchanges(cfg: MachineConfig, steps: list[ir.StreamCopy]) -> dict[str,
         "bytesByTile": [],
         "cycles": [],
     }
+    num_tiles = timing.config.num_tiles
     for step in steps:
-        per_tile = np.bincount(step.tile, weights=step.num_bytes, minlength=cfg.num_tiles)
+        per_tile = np.bincount(step.tile, weights=step.num_bytes, minlength=num_tiles)
         per_tile = np.rint(per_tile).astype(np.int64)
         out["names"].append(step.name)
         out["streams"].append(step.stream)
         out["directions"].append(step.direction.value)
         out["bytesByTile"].append(_ints(per_tile))
-        out["cycles"].append(int(stream_copy_cycles(cfg, step.tile, step.num_bytes).max(initial=0)))
+        out["cycles"].append(int(timing.stream_copy_cycles(step).max(initial=0)))
     return out
 
 
@@ -291,6 +293,7 @@ def graph_profile(engine: Any) -> dict[str, Any]:
     code over all tiles when the engine has a memory report, else 0.
     """
     cfg = _config(engine)
+    timing = _timing(engine, cfg)
     table = program_table(engine.ir_program)
     groups: dict[type, list[Any]] = {
         ir.Compute: [],
@@ -317,10 +320,10 @@ def graph_profile(engine: Any) -> dict[str, Any]:
             "names": type_names,
             "sizes": [int(by_type.get(n, 0)) for n in type_names],
         },
-        "computeSets": _compute_sets(cfg, computes, type_names),
-        "exchanges": _exchanges(cfg, groups[ir.Exchange]),
-        "externalExchanges": _external_exchanges(cfg, groups[ir.GlobalExchange]),
-        "hostExchanges": _host_exchanges(cfg, groups[ir.StreamCopy]),
+        "computeSets": _compute_sets(timing, computes, type_names),
+        "exchanges": _exchanges(timing, groups[ir.Exchange]),
+        "externalExchanges": _external_exchanges(timing, groups[ir.GlobalExchange]),
+        "hostExchanges": _host_exchanges(timing, groups[ir.StreamCopy]),
         "programs": _programs(table, where),
         "controlPrograms": list(table.entries),
         "functionPrograms": list(table.functions),

@@ -13,16 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ipusim.config import load_config
 from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.errors import OutOfMemoryError, PoplarError
-from poplar_api.lowering import memory as mem
 
 TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
 NUM_TILES = 8
 #: Stack per tile: 6 workers and the supervisor.
-STACK = 6 * mem.WORKER_STACK_BYTES + mem.SUPERVISOR_STACK_BYTES
+#: Sizes of compiled code and state: the config's ``code`` section (estimates).
+CODE = load_config("tiny").code
+STACK = 6 * CODE.worker_stack_bytes + CODE.supervisor_stack_bytes
 
 
 class AddVecM(Vertex):
@@ -188,9 +190,9 @@ def test_interleaved_field_puts_its_data_in_the_interleaved_region(graph):
     # x must be interleaved: it takes the last 16 B there. y may go anywhere and spills
     # to non-interleaved after the always-live code and state of tile 2:
     # stack, control (base + 1 step), vertex code, vertex state (header + 2 vectors)
-    control = mem.CONTROL_CODE_BASE_BYTES + mem.CONTROL_CODE_BYTES_PER_STEP
-    state = mem.VERTEX_HEADER_BYTES + 2 * (mem.FIELD_POINTER_BYTES + mem.VECTOR_SIZE_BYTES)
-    end_of_state = STACK + control + mem.VERTEX_CODE_BYTES + state
+    control = CODE.control_code_base_bytes + CODE.control_code_bytes_per_step
+    state = CODE.vertex_header_bytes + 2 * (CODE.field_pointer_bytes + CODE.vector_size_bytes)
+    end_of_state = STACK + control + CODE.vertex_code_bytes + state
     y_offset = -(-end_of_state // 8) * 8
     assert data_at(e, 2) == {
         "filler": ("interleaved", 0),
@@ -227,12 +229,12 @@ def test_category_totals_of_a_compute_set(graph):
     m = e.memory
     zeros = np.zeros(NUM_TILES, np.int64)
     on0 = np.eye(NUM_TILES, dtype=np.int64)[0]
-    state = mem.VERTEX_HEADER_BYTES + 3 * (mem.FIELD_POINTER_BYTES + mem.VECTOR_SIZE_BYTES)  # 28
+    state = CODE.vertex_header_bytes + 3 * (CODE.field_pointer_bytes + CODE.vector_size_bytes)  # 28
     expected = {
         "stack": np.full(NUM_TILES, STACK),
         # every tile has the base; tile 0 runs the one compute step
-        "controlCode": mem.CONTROL_CODE_BASE_BYTES + mem.CONTROL_CODE_BYTES_PER_STEP * on0,
-        "vertexCode": mem.VERTEX_CODE_BYTES * on0,
+        "controlCode": CODE.control_code_base_bytes + CODE.control_code_bytes_per_step * on0,
+        "vertexCode": CODE.vertex_code_bytes * on0,
         "vertexInstanceState": state * on0,
         "variable": 3 * 16 * on0,
     }
@@ -242,12 +244,12 @@ def test_category_totals_of_a_compute_set(graph):
         assert m.by_category.get(category, zeros).sum() == 0, category
     assert m.by_tile["total"].tolist() == sum(expected.values()).tolist()
     # non-interleaved: stack, control, code, state packed (all multiples of 8 but state)
-    ni = STACK + mem.CONTROL_CODE_BASE_BYTES + mem.CONTROL_CODE_BYTES_PER_STEP
-    ni += mem.VERTEX_CODE_BYTES + state
+    ni = STACK + CODE.control_code_base_bytes + CODE.control_code_bytes_per_step
+    ni += CODE.vertex_code_bytes + state
     assert m.by_tile["nonInterleavedIncludingGaps"][0] == ni
     assert m.by_tile["interleavedIncludingGaps"][0] == 48
     assert m.by_compute_set["add"].tolist() == (state * on0).tolist()
-    assert m.by_vertex_type["AddVecM"] == state + mem.VERTEX_CODE_BYTES
+    assert m.by_vertex_type["AddVecM"] == state + CODE.vertex_code_bytes
     assert not m.out_of_memory
 
 
@@ -266,9 +268,9 @@ def test_exchange_code_and_message_buffer(graph):
     steps = np.array([2, 3, 1, 1, 1, 1, 1, 1])
     assert (
         m.by_category["controlCode"].tolist()
-        == (mem.CONTROL_CODE_BASE_BYTES + mem.CONTROL_CODE_BYTES_PER_STEP * steps).tolist()
+        == (CODE.control_code_base_bytes + CODE.control_code_bytes_per_step * steps).tolist()
     )
-    code = mem.EXCHANGE_CODE_BASE_BYTES + 1 * mem.EXCHANGE_CODE_BYTES_PER_MESSAGE
+    code = CODE.exchange_code_base_bytes + 1 * CODE.exchange_code_bytes_per_message
     assert m.by_category["internalExchangeCode"].tolist() == [code, code, 0, 0, 0, 0, 0, 0]
     assert m.by_category["messageBuffer"].tolist() == [0, 16, 0, 0, 0, 0, 0, 0]
     # src, dst and the buffer are live over the whole Execute: 3 x 16 B at each point
@@ -290,7 +292,7 @@ def test_out_of_memory_error_names_tile_and_sizes(graph):
     err = info.value
     assert isinstance(err, MemoryError) and isinstance(err, PoplarError)
     # tile 3 needs its stack and control code (no steps) plus the 80000 B that overflow
-    need = STACK + mem.CONTROL_CODE_BASE_BYTES + 80000
+    need = STACK + CODE.control_code_base_bytes + 80000
     text = str(err)
     assert f"tile 3: needs {need} B ({need / 1024:.1f} KiB)" in text
     assert "capacity 65536 B (64.0 KiB)" in text
@@ -306,7 +308,7 @@ def test_allow_out_of_memory_compiles_and_runs(graph):
     assert m.out_of_memory
     assert m.tiles_out_of_memory.tolist() == [3]
     assert m.by_tile["overflowed"].tolist() == [0, 0, 0, 80000, 0, 0, 0, 0]
-    assert m.worst_tiles(1) == [(3, STACK + mem.CONTROL_CODE_BASE_BYTES + 80000, 65536)]
+    assert m.worst_tiles(1) == [(3, STACK + CODE.control_code_base_bytes + 80000, 65536)]
     assert m.variables_on_tile(3) == [("big", 80000)]
     e.load(IPUModel("tiny").createDevice())
     values = np.arange(20000, dtype=np.float32)
@@ -326,7 +328,7 @@ def test_tutorials_fit(graph, name):
     assert not m.out_of_memory
     assert (m.by_tile["totalIncludingGaps"] <= 65536).all()
     # every tile holds at least its stack and base control code
-    assert (m.by_tile["total"] >= STACK + mem.CONTROL_CODE_BASE_BYTES).all()
+    assert (m.by_tile["total"] >= STACK + CODE.control_code_base_bytes).all()
 
 
 def test_out_of_memory_message_lists_at_most_five_worst_tiles(graph):

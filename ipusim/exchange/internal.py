@@ -8,6 +8,11 @@ farthest peer::
     cycles = ceil(max(bytes_sent, bytes_received) / exchange.bytes_per_cycle)
              + exchange.fixed_latency_cycles
              + ceil(exchange.cycles_per_hop * max_distance)
+             + ceil(exchange.cycles_per_message * (messages_sent + messages_received))
+
+Data moves in both directions at once, so the bytes count as the larger of the two;
+the set-up of each message is exchange code run by the tile's one instruction stream,
+so messages sent and received add up.
 
 A broadcast (several transfers sharing one message id) costs the sender once.
 """
@@ -248,6 +253,7 @@ def _cost(
         ceil_ratio(np.maximum(bytes_sent, bytes_received), ex.bytes_per_cycle)
         + ex.fixed_latency_cycles
         + ceil_ratio(ex.cycles_per_hop * max_distance, 1.0)
+        + ceil_ratio(ex.cycles_per_message * (messages_sent + messages_received), 1.0)
     )
     cycles = np.where(active, cycles, 0).astype(np.int64)
     return ExchangeCost(

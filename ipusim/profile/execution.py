@@ -85,14 +85,7 @@ def schema(name: str) -> dict[str, Any]:
 
 
 #: Poplar's program type tag of each IR step kind.
-STEP_TYPES: dict[str, str] = {
-    "compute": "OnTileExecute",
-    "exchange": "DoExchange",
-    "global_exchange": "GlobalExchange",
-    "stream_copy": "StreamCopy",
-    "remote_buffer_copy": "StreamCopy",
-    "sync": "Sync",
-}
+STEP_TYPES: dict[str, str] = {name: kind.tag for name, kind in ir.STEP_KINDS.items()}
 
 
 class ProfileError(IpusimError, ValueError):
@@ -126,17 +119,7 @@ class ProgramTable:
 
     def children(self, node: Any) -> list[Any]:
         """Child nodes of a control node in profile order (none for a step)."""
-        if isinstance(node, ir.Sequence):
-            return list(node.body)
-        if isinstance(node, ir.Repeat):
-            return [node.body]
-        if isinstance(node, ir.RepeatWhile):
-            return [node.condition, node.body]
-        if isinstance(node, ir.If):
-            return [node.then, node.else_]
-        if isinstance(node, ir.Switch):
-            return [*(case for _, case in node.cases), node.default]
-        return []
+        return ir.children(node)
 
 
 def program_table(program: ir.Program) -> ProgramTable:

@@ -32,11 +32,6 @@ from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.printing import format_tensor
 from poplar_api.tensor import Tensor
 
-#: Fixed thread cycles of an on-tile copy vertex (estimate: set-up of a memcpy loop);
-#: the copy then moves ``memory.store_bytes_per_cycle`` bytes per cycle.
-COPY_VERTEX_FIXED_CYCLES = 13
-
-
 class HostIO:
     """What the host side of effects needs: stream buffers, callbacks and stdout."""
 
@@ -276,8 +271,10 @@ class Emitter:
         if local.any():
             nbytes = np.bincount(d_tile[local], minlength=self.num_tiles) * typ.size
             tiles = np.flatnonzero(nbytes)
+            # A copy vertex: fixed set-up (code.copy_vertex_fixed_cycles), then stores at
+            # memory.store_bytes_per_cycle.
             per_cycle = self.cfg.memory.store_bytes_per_cycle
-            cycles = COPY_VERTEX_FIXED_CYCLES + -(-nbytes[tiles] // per_cycle)
+            cycles = self.cfg.code.copy_vertex_fixed_cycles + -(-nbytes[tiles] // per_cycle)
             nodes.append(
                 ir.Compute(
                     name=f"{name}/OnTileCopy",
@@ -334,20 +331,45 @@ class Emitter:
     def _host_transfer(
         self, prog: P.Program, t: Tensor, label: str, to_device: bool, effect: int
     ) -> ir.Node:
-        nbytes = np.bincount(self._tiles(t), minlength=self.num_tiles) * t.elementType().size
+        """A host transfer as the machine runs it: a host sync, then the host link part
+        (``StreamCopy``) and the on-chip part (an ``Exchange`` delivering the data to its
+        tiles, or gathering it from them first).
+
+        The on-chip part moves each tile's bytes in messages, one per run of elements
+        that are consecutive in the stream and in the tensor's element ids.
+        """
+        element_tile = self._tiles(t)
+        nbytes = np.bincount(element_tile, minlength=self.num_tiles) * t.elementType().size
         tiles = np.flatnonzero(nbytes)
+        pid = self._pid(prog)
         step = ir.StreamCopy(
             name=label,
             effect=effect,
-            program_id=self._pid(prog),
+            program_id=pid,
             direction="host_to_device" if to_device else "device_to_host",
             tile=tiles,
             num_bytes=nbytes[tiles],
             stream=label,
+            exchanged=True,
         )
-        node = ir.Sequence(
-            [self._sync(self._pid(prog), "host", f"{label}/HostSync"), step], name=label
+        ids = t.flat_index()
+        starts = np.ones(ids.size, bool)
+        starts[1:] = (np.diff(ids) != 1) | (element_tile[1:] != element_tile[:-1])
+        messages = np.bincount(element_tile[starts], minlength=self.num_tiles)[tiles]
+        none = np.zeros(tiles.size, np.int64)
+        on_chip = ir.Exchange(
+            name=f"{label}/StreamExchange",
+            program_id=pid,
+            host=True,
+            tile=tiles,
+            bytes_sent=none if to_device else nbytes[tiles],
+            bytes_received=nbytes[tiles] if to_device else none,
+            messages_sent=none if to_device else messages,
+            messages_received=messages if to_device else none,
+            max_distance=none,
         )
+        parts = [step, on_chip] if to_device else [on_chip, step]
+        node = ir.Sequence([self._sync(pid, "host", f"{label}/HostSync"), *parts], name=label)
         return self._touch(node, t)
 
     def _PrintTensor(self, prog: P.PrintTensor) -> ir.Node:

@@ -6,8 +6,8 @@ needs in tile memory and hands it to :func:`ipusim.tile.memory.plan`:
 * ``variable`` / ``constant``: each variable's elements on each tile (data region:
   interleaved first; the interleaved region only when a vertex field declared
   ``interleaved=True`` is connected to them on that tile).
-* ``vertexInstanceState``: per vertex a header word plus its field words (see the
-  ``*_BYTES`` constants), summed per compute set and tile; kept in the
+* ``vertexInstanceState``: per vertex a header word plus its field words (sizes in
+  the config's ``code`` section), summed per compute set and tile; kept in the
   non-interleaved region next to the code that walks it, so the interleaved region
   holds only variables and buffers.
 * ``vertexCode``: once per vertex type per tile; ``controlCode``: per tile, per
@@ -22,20 +22,19 @@ are program points; a function's steps are walked where it is called. A variable
 live from the first to the last point that touches it, widened to the whole of any
 loop (``Repeat``, ``RepeatWhile``) it is touched in. It is *always live* when it is a
 constant, has an initial value, has a host read/write handle, or is touched by more
-than one entry program or by a function. Sizes marked ``estimate:`` are not measured
-on hardware.
+than one entry program or by a function. The sizes come from the config's ``code``
+section; none is measured on hardware (the presets mark them estimates).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ipusim import ir
-from ipusim.exchange.internal import exchange_cost
+from ipusim.config import CodeConfig
 from ipusim.tile.memory import (
     ANY,
     INTERLEAVED,
@@ -45,65 +44,27 @@ from ipusim.tile.memory import (
     MemorySpec,
     plan,
 )
+from ipusim.timing import TimingModel
 
-#: Vertex state header per vertex (estimate: one word identifying the vertex's code).
-VERTEX_HEADER_BYTES = 4
-#: Vertex state per scalar or vector field: a pointer to the data (estimate).
-FIELD_POINTER_BYTES = 4
-#: Extra vertex state of a Vector or VectorList field: its size word (estimate).
-VECTOR_SIZE_BYTES = 4
-#: Extra vertex state per inner vector of a VectorList: its descriptor (estimate).
-VECTORLIST_DESCRIPTOR_BYTES = 4
-#: Machine code of one vertex type on one tile (estimate: a small codelet's loop).
-VERTEX_CODE_BYTES = 256
-#: Control code every tile holds even with no program step (estimate: entry/exit).
-CONTROL_CODE_BASE_BYTES = 64
-#: Control code per program step run on a tile (estimate: call, sync, branch words).
-CONTROL_CODE_BYTES_PER_STEP = 16
-#: Exchange code per exchange step on each tile taking part (estimate: set-up).
-EXCHANGE_CODE_BASE_BYTES = 16
-#: Exchange code per message a tile sends or receives in a step (estimate).
-EXCHANGE_CODE_BYTES_PER_MESSAGE = 8
-#: Host exchange code per stream copy on each tile taking part (estimate).
-HOST_EXCHANGE_CODE_BYTES = 32
-#: Stack of one worker context (estimate: Poplar's default is of this order).
-WORKER_STACK_BYTES = 72
-#: Stack of the supervisor context (estimate).
-SUPERVISOR_STACK_BYTES = 128
-#: Vertex state of an on-tile copy vertex: header and two vector fields (estimate).
-COPY_VERTEX_STATE_BYTES = VERTEX_HEADER_BYTES + 2 * (FIELD_POINTER_BYTES + VECTOR_SIZE_BYTES)
-
-__all__ = [
-    "CONTROL_CODE_BASE_BYTES",
-    "CONTROL_CODE_BYTES_PER_STEP",
-    "COPY_VERTEX_STATE_BYTES",
-    "EXCHANGE_CODE_BASE_BYTES",
-    "EXCHANGE_CODE_BYTES_PER_MESSAGE",
-    "FIELD_POINTER_BYTES",
-    "HOST_EXCHANGE_CODE_BYTES",
-    "SUPERVISOR_STACK_BYTES",
-    "VECTORLIST_DESCRIPTOR_BYTES",
-    "VECTOR_SIZE_BYTES",
-    "VERTEX_CODE_BYTES",
-    "VERTEX_HEADER_BYTES",
-    "WORKER_STACK_BYTES",
-    "out_of_memory_message",
-    "plan_memory",
-    "vertex_state_bytes",
-]
+__all__ = ["out_of_memory_message", "plan_memory", "vertex_state_bytes"]
 
 
-def vertex_state_bytes(inst: Any) -> int:
+def vertex_state_bytes(inst: Any, code: CodeConfig) -> int:
     """Vertex state of one vertex instance: header plus its fields' words."""
-    total = VERTEX_HEADER_BYTES
+    total = code.vertex_header_bytes
     for spec in inst.vtype.fields:
-        total += FIELD_POINTER_BYTES
+        total += code.field_pointer_bytes
         if spec.kind == "vector":
-            total += VECTOR_SIZE_BYTES
+            total += code.vector_size_bytes
         elif spec.kind == "vectorlist":
             inner = inst.fields.get(spec.name) or []
-            total += VECTOR_SIZE_BYTES + VECTORLIST_DESCRIPTOR_BYTES * len(inner)
+            total += code.vector_size_bytes + code.vectorlist_descriptor_bytes * len(inner)
     return total
+
+
+def copy_vertex_state_bytes(code: CodeConfig) -> int:
+    """Vertex state of an on-tile copy vertex: header and two vector fields."""
+    return code.vertex_header_bytes + 2 * (code.field_pointer_bytes + code.vector_size_bytes)
 
 
 @dataclass
@@ -118,23 +79,6 @@ class _Walk:
     executes: list[tuple[int, int]] = field(default_factory=list)
 
 
-def _children(node: Any) -> Iterator[Any]:
-    if isinstance(node, ir.Sequence):
-        yield from node.body
-    elif isinstance(node, ir.Repeat):
-        yield node.body
-    elif isinstance(node, ir.RepeatWhile):
-        yield node.condition
-        yield node.body
-    elif isinstance(node, ir.If):
-        yield node.then
-        yield node.else_
-    elif isinstance(node, ir.Switch):
-        for _, case in node.cases:
-            yield case
-        yield node.default
-
-
 def _walk(program: ir.Program, touches: dict[int, Any], executes: set[int]) -> _Walk:
     w = _Walk()
 
@@ -147,7 +91,7 @@ def _walk(program: ir.Program, touches: dict[int, Any], executes: set[int]) -> _
                 fn = program.functions[node.function]
                 visit(fn, entry, True, (*calls, node.function))
         else:
-            for child in _children(node):
+            for child in ir.children(node):
                 visit(child, entry, in_fn, calls)
         hi = len(w.steps) - 1
         if hi < lo:
@@ -237,12 +181,12 @@ def _interleaved_pairs(state: Any, cs_ids: list[int], num_tiles: int) -> set[tup
     return {(int(k // num_tiles), int(k % num_tiles)) for k in uniq}
 
 
-def _exchange_totals(cfg: Any, step: ir.Step) -> tuple[np.ndarray, ...]:
+def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ...]:
     """(bytes sent once per message, bytes received, messages sent + received) per tile."""
     if isinstance(step, ir.Exchange):
-        cost = exchange_cost(cfg, step)
+        cost = timing.cost(step)
         return cost.bytes_sent, cost.bytes_received, cost.messages_sent + cost.messages_received
-    n = cfg.num_tiles
+    n = timing.config.num_tiles
     src = np.asarray(step.src_tile, np.int64)
     dst = np.asarray(step.dst_tile, np.int64)
     nbytes = np.asarray(step.num_bytes, np.int64)
@@ -252,12 +196,12 @@ def _exchange_totals(cfg: Any, step: ir.Step) -> tuple[np.ndarray, ...]:
     return sent, received, messages.astype(np.int64)
 
 
-def _step_tiles(cfg: Any, step: ir.Step, num_tiles: int) -> np.ndarray:
+def _step_tiles(timing: TimingModel, step: ir.Step, num_tiles: int) -> np.ndarray:
     """Tiles a step runs on (a sync involves every tile)."""
     if isinstance(step, ir.Compute):
         return _present(np.asarray(step.vertex_tile, np.int64), num_tiles)
     if isinstance(step, ir.Exchange | ir.GlobalExchange):
-        sent, received, messages = _exchange_totals(cfg, step)
+        sent, received, messages = _exchange_totals(timing, step)
         return np.flatnonzero((sent > 0) | (received > 0) | (messages > 0))
     if isinstance(step, ir.StreamCopy):
         return _present(np.asarray(step.tile, np.int64), num_tiles)
@@ -268,22 +212,26 @@ def _per_tile_blocks(name: str, category: str, nbytes: np.ndarray, **kw: Any) ->
     return [Block(name, category, int(t), int(nbytes[t]), **kw) for t in np.flatnonzero(nbytes)]
 
 
-def _code_blocks(walk: _Walk, cfg: Any, nt: int) -> list[Block]:
+def _code_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
     """Stacks, control code and exchange code of every tile (non-interleaved, always live)."""
     nonint = {"region": NON_INTERLEAVED}
-    stack = cfg.tile.worker_contexts * WORKER_STACK_BYTES + SUPERVISOR_STACK_BYTES
+    cfg = timing.config
+    code = cfg.code
+    stack = cfg.tile.worker_contexts * code.worker_stack_bytes + code.supervisor_stack_bytes
     steps_on = np.zeros(nt, np.int64)
     ex_code = np.zeros(nt, np.int64)
     host_code = np.zeros(nt, np.int64)
     for step in walk.steps:
-        tiles = _step_tiles(cfg, step, nt)
+        if isinstance(step, ir.Exchange) and step.host:
+            continue  # the on-chip side of a stream copy: its code is the copy's
+        tiles = _step_tiles(timing, step, nt)
         steps_on[tiles] += 1
         if isinstance(step, ir.Exchange | ir.GlobalExchange):
-            ex_code[tiles] += EXCHANGE_CODE_BASE_BYTES
-            ex_code += EXCHANGE_CODE_BYTES_PER_MESSAGE * _exchange_totals(cfg, step)[2]
+            ex_code[tiles] += code.exchange_code_base_bytes
+            ex_code += code.exchange_code_bytes_per_message * _exchange_totals(timing, step)[2]
         elif isinstance(step, ir.StreamCopy):
-            host_code[tiles] += HOST_EXCHANGE_CODE_BYTES
-    control = CONTROL_CODE_BASE_BYTES + CONTROL_CODE_BYTES_PER_STEP * steps_on
+            host_code[tiles] += code.host_exchange_code_bytes
+    control = code.control_code_base_bytes + code.control_code_bytes_per_step * steps_on
     return [
         *_per_tile_blocks("stack", "stack", np.full(nt, stack, np.int64), **nonint),
         *_per_tile_blocks("control", "controlCode", control, **nonint),
@@ -293,7 +241,7 @@ def _code_blocks(walk: _Walk, cfg: Any, nt: int) -> list[Block]:
 
 
 def _vertex_code_blocks(
-    computes: list[ir.Compute], nt: int, by_vertex_type: dict[str, int]
+    computes: list[ir.Compute], nt: int, by_vertex_type: dict[str, int], code: CodeConfig
 ) -> list[Block]:
     """Code of each vertex type on each tile that runs one (counted in ``by_vertex_type``)."""
     code_tiles: dict[str, set[int]] = {}
@@ -307,10 +255,10 @@ def _vertex_code_blocks(
     blocks = []
     for tname, tiles in code_tiles.items():
         blocks += [
-            Block(tname, "vertexCode", t, VERTEX_CODE_BYTES, region=NON_INTERLEAVED)
+            Block(tname, "vertexCode", t, code.vertex_code_bytes, region=NON_INTERLEAVED)
             for t in sorted(tiles)
         ]
-        by_vertex_type[tname] = by_vertex_type.get(tname, 0) + VERTEX_CODE_BYTES * len(tiles)
+        by_vertex_type[tname] = by_vertex_type.get(tname, 0) + code.vertex_code_bytes * len(tiles)
     return blocks
 
 
@@ -342,6 +290,7 @@ def _vertex_state_blocks(
     nt: int,
     by_compute_set: dict[str, np.ndarray],
     by_vertex_type: dict[str, int],
+    code: CodeConfig,
 ) -> list[Block]:
     """Vertex state per compute set and tile: the graph's compute sets, then the
     on-tile copies lowering made (one copy vertex per tile)."""
@@ -352,7 +301,7 @@ def _vertex_state_blocks(
         cs = state.compute_sets[cs_id]
         in_cs.update(id(s) for s in node.body)
         insts = [state.vertices[i] for i in cs.vertices]
-        sizes = np.fromiter((vertex_state_bytes(i) for i in insts), np.int64, len(insts))
+        sizes = np.fromiter((vertex_state_bytes(i, code) for i in insts), np.int64, len(insts))
         vtile = np.fromiter((i.tile for i in insts), np.int64, len(insts))
         per_tile = np.bincount(vtile, weights=sizes, minlength=nt).astype(np.int64)
         by_compute_set[cs.name] = by_compute_set.get(cs.name, 0) + per_tile
@@ -363,7 +312,7 @@ def _vertex_state_blocks(
         if id(step) in in_cs:
             continue
         per_tile = np.bincount(step.vertex_tile, minlength=nt).astype(np.int64)
-        per_tile *= COPY_VERTEX_STATE_BYTES
+        per_tile *= copy_vertex_state_bytes(code)
         by_compute_set[step.name] = by_compute_set.get(step.name, 0) + per_tile
         tname = step.vertex_type_names[0]
         by_vertex_type[tname] = by_vertex_type.get(tname, 0) + int(per_tile.sum())
@@ -371,7 +320,7 @@ def _vertex_state_blocks(
     return blocks
 
 
-def _buffer_blocks(walk: _Walk, cfg: Any, nt: int) -> list[Block]:
+def _buffer_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
     """Exchange buffers of each Execute, live while it runs: elements received before
     its compute step (on the receivers), elements sent after it (on the senders)."""
     blocks: list[Block] = []
@@ -382,7 +331,7 @@ def _buffer_blocks(walk: _Walk, cfg: Any, nt: int) -> list[Block]:
             if isinstance(step, ir.Compute):
                 seen_compute = True
             elif isinstance(step, ir.Exchange):
-                sent, received, _ = _exchange_totals(cfg, step)
+                sent, received, _ = _exchange_totals(timing, step)
                 nbytes = sent if seen_compute else received
                 blocks += _per_tile_blocks(step.name, "messageBuffer", nbytes, live=(lo, hi))
     return blocks
@@ -411,11 +360,14 @@ def plan_memory(state: Any, program: ir.Program, emitter: Any) -> MemoryReport:
     computes = list({id(s): s for s in walk.steps if isinstance(s, ir.Compute)}.values())
     by_compute_set: dict[str, np.ndarray] = {}
     by_vertex_type: dict[str, int] = {}
-    blocks = _code_blocks(walk, cfg, nt)
-    blocks += _vertex_code_blocks(computes, nt, by_vertex_type)
+    timing = TimingModel(cfg)
+    blocks = _code_blocks(walk, timing, nt)
+    blocks += _vertex_code_blocks(computes, nt, by_vertex_type, cfg.code)
     blocks += _variable_blocks(state, walk, emitter.touches, list(emitter.cs_nodes), nt)
-    blocks += _vertex_state_blocks(state, emitter, computes, nt, by_compute_set, by_vertex_type)
-    blocks += _buffer_blocks(walk, cfg, nt)
+    blocks += _vertex_state_blocks(
+        state, emitter, computes, nt, by_compute_set, by_vertex_type, cfg.code
+    )
+    blocks += _buffer_blocks(walk, timing, nt)
     names = [s.name for s in walk.steps]
     spec = MemorySpec.from_config(cfg.memory)
     return plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)

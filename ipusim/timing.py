@@ -1,0 +1,309 @@
+"""The timing model: the one place that says how many cycles a step takes.
+
+The machine, the graph and execution profiles, memory planning and calibration all ask
+one :class:`TimingModel`, so their numbers cannot drift apart. It is made of one
+component per hardware part, each with a single signature:
+
+============  =====================  ==============================================
+component     config key             signature
+============  =====================  ==============================================
+compute       ``tile.model``         ``cost(step: ir.Compute) -> ComputeCost``
+exchange      ``exchange.model``     ``cost(step: ir.Exchange) -> ExchangeCost``
+sync          ``sync.model``         ``delays() -> int64[num_tiles]``;
+                                     ``release(arrival, delays, kind) -> exit times``
+host          ``host.model``         ``demand(step: ir.StreamCopy) -> StreamDemand``;
+                                     ``link(env) -> shared link``
+links         ``links.model``        ``cost(step: ir.GlobalExchange) -> GlobalExchangeCost``
+remote        ``remote.model``       ``demand(step: ir.RemoteBufferCopy) -> StreamDemand``
+============  =====================  ==============================================
+
+A component is chosen by name in the config and can be replaced without touching the
+others: :func:`register_component` adds an implementation (a factory taking the
+:class:`~ipusim.config.MachineConfig`), and a config selects it, e.g.
+``exchange.model: my_exchange``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+
+from ipusim import ir
+from ipusim.config import MachineConfig
+from ipusim.errors import ConfigError
+from ipusim.exchange.internal import ExchangeCost, exchange_cost
+from ipusim.exchange.links import GlobalExchangeCost, global_exchange_cost
+from ipusim.host.link import HostLink, busy_cycles_of, stream_copy_demand
+from ipusim.sync.controller import sync_delays, sync_extra_cycles, sync_release
+from ipusim.tile.compute import ComputeCost, compute_cost
+
+__all__ = [
+    "COMPONENTS",
+    "StreamDemand",
+    "TimingModel",
+    "component_names",
+    "register_component",
+]
+
+
+# ----------------------------------------------------------------------- protocols
+class ComputeModel(Protocol):
+    def cost(self, step: ir.Compute) -> ComputeCost: ...
+
+
+class ExchangeModel(Protocol):
+    def cost(self, step: ir.Exchange) -> ExchangeCost: ...
+
+
+class SyncModel(Protocol):
+    def delays(self) -> np.ndarray: ...
+
+    def release(self, arrival: np.ndarray, delays: np.ndarray, kind: str) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class StreamDemand:
+    """What one host (or Streaming Memory) transfer asks of the link, per IPU.
+
+    Attributes
+    ----------
+    bytes_per_ipu
+        int64[num_ipus]: bytes each IPU moves over the link.
+    floor_cycles
+        int64[num_ipus]: the fewest cycles the transfer can take on that IPU whatever
+        the link's share (0 when the tiles' side is costed by a separate exchange).
+    latency_cycles
+        Latency before the data moves (transfers pipeline: it does not hold the link).
+    """
+
+    bytes_per_ipu: np.ndarray
+    floor_cycles: np.ndarray
+    latency_cycles: int
+
+
+class HostModel(Protocol):
+    def demand(self, step: ir.StreamCopy) -> StreamDemand: ...
+
+    def link(self, env: simpy.Environment) -> Any: ...
+
+    def busy_cycles(self, num_bytes: int) -> int: ...
+
+
+class LinksModel(Protocol):
+    def cost(self, step: ir.GlobalExchange) -> GlobalExchangeCost: ...
+
+
+# ------------------------------------------------------------ default components
+class BarrelCompute:
+    """Barrel-scheduled worker contexts (see :mod:`ipusim.tile.compute`)."""
+
+    def __init__(self, cfg: MachineConfig) -> None:
+        self.cfg = cfg
+
+    def cost(self, step: ir.Compute) -> ComputeCost:
+        return compute_cost(
+            self.cfg.tile, self.cfg.num_tiles, step.vertex_tile, step.vertex_cycles,
+            step.vertex_multi,
+        )  # fmt: skip
+
+
+class StaticExchange:
+    """Statically scheduled on-chip exchange (see :mod:`ipusim.exchange.internal`)."""
+
+    def __init__(self, cfg: MachineConfig) -> None:
+        self.cfg = cfg
+
+    def cost(self, step: ir.Exchange) -> ExchangeCost:
+        return exchange_cost(self.cfg, step)
+
+
+class PhaseExchange(StaticExchange):
+    """An exchange as one phase of its IPU: every tile of an IPU taking part stays in
+    the exchange until the IPU's slowest tile has finished (the exchange is compiled
+    as one static schedule), so early tiles count the wait as exchange, not as sync.
+    """
+
+    def cost(self, step: ir.Exchange) -> ExchangeCost:
+        cost = exchange_cost(self.cfg, step)
+        tpi = self.cfg.tile.tiles_per_ipu
+        per_ipu = cost.cycles.reshape(self.cfg.num_ipus, tpi).max(axis=1)
+        cycles = np.repeat(per_ipu, tpi).astype(np.int64)
+        return dataclasses.replace(cost, cycles=cycles)
+
+
+class ControllerSync:
+    """The sync controller with per-tile delays (see :mod:`ipusim.sync.controller`)."""
+
+    def __init__(self, cfg: MachineConfig) -> None:
+        self.cfg = cfg
+        self._delays = sync_delays(cfg)
+
+    def delays(self) -> np.ndarray:
+        return self._delays
+
+    def release(self, arrival: np.ndarray, delays: np.ndarray, kind: str) -> np.ndarray:
+        return sync_release(arrival, delays, sync_extra_cycles(self.cfg, kind))
+
+
+class SharedHostLink:
+    """One host link per machine, its bandwidth shared by the transfers in flight.
+
+    A stream copy's tile side (the on-chip exchange that delivers or gathers its data)
+    is a separate ``Exchange`` step in the program, so no tile floor is added here.
+    """
+
+    def __init__(self, cfg: MachineConfig) -> None:
+        self.cfg = cfg
+
+    def demand(self, step: ir.StreamCopy) -> StreamDemand:
+        total, floor = stream_copy_demand(self.cfg, step.tile, step.num_bytes)
+        if step.exchanged:
+            floor = np.zeros_like(floor)
+        return StreamDemand(total, floor, self.cfg.host_latency_cycles)
+
+    def link(self, env: simpy.Environment) -> HostLink:
+        return HostLink(env, self.cfg)
+
+    def busy_cycles(self, num_bytes: int) -> int:
+        return busy_cycles_of(self.cfg, num_bytes)
+
+
+class TopologyLinks:
+    """IPU-Links routed on the configured topology (see :mod:`ipusim.exchange.links`)."""
+
+    def __init__(self, cfg: MachineConfig) -> None:
+        self.cfg = cfg
+
+    def cost(self, step: ir.GlobalExchange) -> GlobalExchangeCost:
+        return global_exchange_cost(self.cfg, step.src_tile, step.dst_tile, step.num_bytes)
+
+
+class HostLinkRemote(SharedHostLink):
+    """Remote buffers reached over the host link (Streaming Memory sits behind it).
+
+    ``link`` returns None: remote-buffer copies share the host link's bandwidth.
+    """
+
+    def link(self, env: simpy.Environment) -> None:  # type: ignore[override]
+        return None
+
+
+# ---------------------------------------------------------------------- registry
+#: component -> (config section holding its ``model`` key, {name: factory}).
+COMPONENTS: dict[str, tuple[str, dict[str, Callable[[MachineConfig], Any]]]] = {
+    "compute": ("tile", {"barrel": BarrelCompute}),
+    "exchange": ("exchange", {"static": StaticExchange, "phase": PhaseExchange}),
+    "sync": ("sync", {"controller": ControllerSync}),
+    "host": ("host", {"shared_link": SharedHostLink}),
+    "links": ("links", {"topology": TopologyLinks}),
+    "remote": ("remote", {"host_link": HostLinkRemote}),
+}
+
+
+def register_component(
+    component: str, name: str, factory: Callable[[MachineConfig], Any]
+) -> None:
+    """Make ``factory`` selectable as ``<section>.model: <name>`` for ``component``.
+
+    Raises
+    ------
+    ConfigError
+        ``component`` is not one of :data:`COMPONENTS`.
+    """
+    if component not in COMPONENTS:
+        raise ConfigError(
+            [f"timing component {component!r} does not exist; known: {', '.join(COMPONENTS)}"]
+        )
+    COMPONENTS[component][1][name] = factory
+
+
+def component_names(component: str) -> list[str]:
+    """Names of the registered implementations of ``component``."""
+    return sorted(COMPONENTS[component][1])
+
+
+def _build(cfg: MachineConfig, component: str) -> Any:
+    section, factories = COMPONENTS[component]
+    name = getattr(cfg, section).model
+    factory = factories.get(name)
+    if factory is None:
+        close = difflib.get_close_matches(name, list(factories), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "register one with register_component"
+        raise ConfigError(
+            [
+                f"{section}.model: found {name!r}; expected one of "
+                f"{', '.join(sorted(factories))} ({hint})"
+            ],
+            header=f"invalid machine config {cfg.name}",
+        )
+    return factory(cfg)
+
+
+class TimingModel:
+    """Cycles of every kind of step on one machine config.
+
+    Parameters
+    ----------
+    config
+        The machine config; its ``<section>.model`` keys choose the components.
+    **components
+        Component objects to use instead of the configured ones (``exchange=...``).
+
+    Costs of stateless steps (compute, exchange, global exchange, stream demand) are
+    cached per step object, so a step run many times is costed once.
+    """
+
+    def __init__(self, config: MachineConfig, **components: Any) -> None:
+        unknown = sorted(set(components) - set(COMPONENTS))
+        if unknown:
+            raise ConfigError(
+                [f"TimingModel: unknown component(s) {unknown}; known: {', '.join(COMPONENTS)}"]
+            )
+        self.config = config
+        self.compute: ComputeModel = components.get("compute") or _build(config, "compute")
+        self.exchange: ExchangeModel = components.get("exchange") or _build(config, "exchange")
+        self.sync: SyncModel = components.get("sync") or _build(config, "sync")
+        self.host: HostModel = components.get("host") or _build(config, "host")
+        self.links: LinksModel = components.get("links") or _build(config, "links")
+        self.remote: HostModel = components.get("remote") or _build(config, "remote")
+        self._cache: dict[int, tuple[ir.Step, Any]] = {}
+
+    def cost(self, step: ir.Step) -> Any:
+        """The cost of ``step``: ComputeCost, ExchangeCost, GlobalExchangeCost,
+        StreamDemand, or None for a sync (whose time depends on arrival)."""
+        hit = self._cache.get(id(step))
+        if hit is not None and hit[0] is step:
+            return hit[1]
+        kind = ir.STEP_KINDS[step.kind]
+        if kind.component is None:
+            return None
+        cost = getattr(getattr(self, kind.component), kind.method)(step)
+        self._cache[id(step)] = (step, cost)
+        return cost
+
+    def tile_cycles(self, step: ir.Step) -> np.ndarray | None:
+        """Per-tile cycles of a step whose time does not depend on other steps
+        (compute, internal exchange), else None."""
+        if isinstance(step, ir.Compute):
+            return self.cost(step).tile_cycles
+        if isinstance(step, ir.Exchange):
+            return self.cost(step).cycles
+        return None
+
+    def stream_copy_cycles(self, step: ir.StreamCopy) -> np.ndarray:
+        """Cycles of a stream copy on each IPU with the link to itself (no contention):
+        ``latency + max(link work, floor)`` where the IPU moves data, else 0."""
+        demand = self.cost(step)
+        model = self.remote if isinstance(step, ir.RemoteBufferCopy) else self.host
+        work = np.array([model.busy_cycles(int(b)) for b in demand.bytes_per_ipu], np.int64)
+        return np.where(
+            demand.bytes_per_ipu > 0,
+            demand.latency_cycles + np.maximum(work, demand.floor_cycles),
+            0,
+        ).astype(np.int64)
