@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from ipusim.calibrate import register as register_calibrate
+from ipusim.compare import register as register_compare
 from ipusim.config import (
     config_hash,
     config_to_yaml,
@@ -25,6 +27,7 @@ from ipusim.config import (
     preset_path,
 )
 from ipusim.errors import ConfigError, IpusimError
+from ipusim.runner import register as register_run
 
 __all__ = ["build_parser", "main"]
 
@@ -114,7 +117,13 @@ def _register_report(subparsers: _Subparsers) -> None:
 
 
 # Assembly ---------------------------------------------------------------------------------
-_REGISTRARS: list[Callable[[_Subparsers], None]] = [_register_config, _register_report]
+_REGISTRARS: list[Callable[[_Subparsers], None]] = [
+    _register_config,
+    _register_report,
+    register_run,
+    register_calibrate,
+    register_compare,
+]
 """One function per top-level command; each adds its sub-parser and ``handler``."""
 
 

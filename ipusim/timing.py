@@ -206,9 +206,7 @@ COMPONENTS: dict[str, tuple[str, dict[str, Callable[[MachineConfig], Any]]]] = {
 }
 
 
-def register_component(
-    component: str, name: str, factory: Callable[[MachineConfig], Any]
-) -> None:
+def register_component(component: str, name: str, factory: Callable[[MachineConfig], Any]) -> None:
     """Make ``factory`` selectable as ``<section>.model: <name>`` for ``component``.
 
     Raises

@@ -16,7 +16,7 @@ from poplar_api.errors import PoplarError
 from poplar_api.types import Type
 
 #: Poplar's IPU versions and the preset that models each.
-VERSION_PRESETS = {"ipu1": "mk1", "ipu2": "mk2", "ipu21": "bow"}
+VERSION_PRESETS = {"ipu1": "mk1-ipumodel", "ipu2": "mk2-ipumodel", "ipu21": "bow-ipumodel"}
 
 
 class SyncDelayType(str, Enum):
@@ -42,6 +42,10 @@ class Target:
 
     def getTargetType(self) -> TargetType:
         return self.targetType
+
+    def getTargetArchString(self) -> str:
+        """Poplar's architecture name of the modelled IPU (``ipu1``, ``ipu2``, ``ipu21``)."""
+        return self.config.arch
 
     def getNumIPUs(self) -> int:
         return self.config.num_ipus

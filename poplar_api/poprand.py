@@ -102,7 +102,8 @@ class _RandomVertex(MultiVertex):
         workers = target.getNumWorkerContexts()
         vw = max(1, 8 // cls.types[0].size)
         per_worker = -(-int(sizes["out"]) // workers)
-        return workers * (16 + -(-per_worker // vw) * CYCLES_PER_VECTOR[cls.kind]) + 11
+        supervisor = target.config.tile.supervisor_overhead_cycles
+        return workers * (16 + -(-per_worker // vw) * CYCLES_PER_VECTOR[cls.kind]) + supervisor
 
 
 _CLASSES: dict[tuple[str, Type], type] = {}

@@ -28,7 +28,7 @@ import cbor2
 import numpy as np
 
 from ipusim import ir
-from ipusim.config import MachineConfig
+from ipusim.config import MachineConfig, config_hash
 from ipusim.profile.execution import ProgramTable, program_table, step_type
 from ipusim.sync.controller import relative_sync_delays
 from ipusim.timing import TimingModel
@@ -118,6 +118,8 @@ def _target(engine: Any, cfg: MachineConfig) -> dict[str, Any]:
     return {
         "type": target.getTargetType().value,
         "configName": cfg.name,
+        "arch": target.getTargetArchString(),
+        "configHash": config_hash(cfg),
         "bytesPerIPU": per_tile * cfg.tile.tiles_per_ipu,
         "bytesPerTile": per_tile,
         "clockFrequency": float(cfg.tile.clock_hz),

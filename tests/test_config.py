@@ -128,7 +128,10 @@ def test_every_preset_value_says_where_it_comes_from(name):
         if match is None or match.group(1) in ("name", "description", "extends"):
             continue
         comment = line.partition("#")[2]
-        assert re.search(r"estimate|ipu_facts|simulation setting|one chip", comment), line
+        assert re.search(
+            r"estimate|sources.md|simulation setting|one chip|docs/machine.md|remote buffers share",
+            comment,
+        ), line
 
 
 # Extends and overrides ---------------------------------------------------------------------

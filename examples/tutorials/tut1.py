@@ -19,6 +19,7 @@ import numpy as np
 
 from poplar_api import FLOAT, INT, Device, Engine, Graph, IPUModel
 from poplar_api import program as prog
+from poplar_api.workload import Workload
 
 #: Values of the constant ``c1`` copied into ``v1``.
 C1_VALUES = [1.0, 1.5, 2.0, 2.5]
@@ -99,6 +100,28 @@ def run(device: Device) -> tuple[np.ndarray, Engine]:
     for row in h3.reshape(4, 4):
         print(format_row(row))
     return h3, engine
+
+
+def workload(device: Device) -> Workload:
+    """The tutorial as a workload (``ipusim run examples/tutorials/tut1.py``).
+
+    Same graph and program as :func:`run`; the check reads ``v3`` back and compares it
+    with what the copies must leave there: zeros except row 1, columns 1..3 = ``c1[:3]``.
+    """
+    graph = Graph(device.getTarget())
+    seq = build(graph)
+    host_buffer = np.arange(HOST_BUFFER_ELEMENTS, dtype=np.int32)
+
+    def prepare(engine: Engine) -> None:
+        engine.writeTensor("v3-write", np.zeros(16, np.float32))
+        engine.connectStream("v4-input-stream", host_buffer)
+
+    def check(engine: Engine) -> bool:
+        expected = np.zeros((4, 4), np.float32)
+        expected[1, 1:4] = C1_VALUES[:3]
+        return bool(np.array_equal(engine.readTensor("v3-read"), expected))
+
+    return Workload(graph, seq, prepare=prepare, check=check)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

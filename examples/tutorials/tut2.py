@@ -19,6 +19,7 @@ import numpy as np
 
 from poplar_api import FLOAT, Device, Engine, Graph, IPUModel, Tensor, popops
 from poplar_api import program as prog
+from poplar_api.workload import Workload
 
 #: Values copied into the flattened ``v1``.
 C1_VALUES = [1.0, 1.5, 2.0, 2.5]
@@ -86,6 +87,23 @@ def run(device: Device) -> tuple[dict[str, np.ndarray], Engine]:
         values[name] = np.zeros((2, 2), np.float32)
         engine.readTensor(f"{name}-read", values[name])
     return values, engine
+
+
+def workload(device: Device) -> Workload:
+    """The tutorial as a workload; the check recomputes v4 = v3 + v2 and v5 = v1 + v2^T."""
+    graph = Graph(device.getTarget())
+    seq, tensors = build(graph)
+    for name in ("v1", "v2", "v3", "v4", "v5"):
+        graph.createHostRead(f"{name}-read", tensors[name])
+
+    def check(engine: Engine) -> bool:
+        v = {n: engine.readTensor(f"{n}-read") for n in ("v1", "v2", "v3", "v4", "v5")}
+        return bool(
+            np.array_equal(v["v4"], v["v3"] + v["v2"])
+            and np.array_equal(v["v5"], v["v1"] + v["v2"].T)
+        )
+
+    return Workload(graph, seq, check=check)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

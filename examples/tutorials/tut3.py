@@ -20,6 +20,7 @@ import numpy as np
 from poplar_api import FLOAT, Device, Engine, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
+from poplar_api.workload import Workload
 
 #: Values copied into ``v1`` from a constant.
 C1_VALUES = [1.0, 1.5, 2.0, 2.5]
@@ -89,6 +90,20 @@ def run(device: Device) -> tuple[np.ndarray, Engine]:
     result = np.zeros(4, np.float32)
     engine.readTensor("v2-read", result)
     return result, engine
+
+
+def workload(device: Device) -> Workload:
+    """The tutorial as a workload; the check compares v2[i] with sum(c1[i:])."""
+    graph = Graph(device.getTarget())
+    seq, v2 = build(graph)
+    graph.createHostRead("v2-read", v2)
+
+    def check(engine: Engine) -> bool:
+        c1 = np.asarray(C1_VALUES, np.float32)
+        expected = np.array([c1[i:].sum() for i in range(4)], np.float32)
+        return bool(np.array_equal(engine.readTensor("v2-read"), expected))
+
+    return Workload(graph, seq, check=check)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

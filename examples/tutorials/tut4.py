@@ -18,10 +18,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from poplar_api import FLOAT, Engine, Graph, IPUModel, Tensor
+from poplar_api import FLOAT, Device, Engine, Graph, IPUModel, Tensor
 from poplar_api import program as prog
 from poplar_api.errors import OutOfMemoryError
 from poplar_api.poplin import matMul
+from poplar_api.workload import Workload
 
 #: Shapes of m1, m2 and m3 in the normal run.
 SHAPES = {"m1": (900, 600), "m2": (600, 300), "m3": (300, 200)}
@@ -46,6 +47,18 @@ def build(graph: Graph, shapes: dict[str, tuple[int, int]]) -> tuple[prog.Sequen
     tensors["m4"] = matMul(graph, tensors["m1"], tensors["m2"], seq, "m4")
     tensors["m5"] = matMul(graph, tensors["m4"], tensors["m3"], seq, "m5")
     return seq, tensors
+
+
+def workload(device: Device, oom: bool = False) -> Workload:
+    """The tutorial as a workload: the two products m4 = m1 m2 and m5 = m4 m3.
+
+    ``oom`` builds the oversized variant (it fails to compile unless the engine option
+    ``debug.allowOutOfMemory=true`` is given). The inputs are not written, as in the
+    tutorial, so there is no value check.
+    """
+    graph = Graph(device.getTarget())
+    seq, _ = build(graph, OOM_SHAPES if oom else SHAPES)
+    return Workload(graph, seq)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -44,6 +44,7 @@ from poplar_api import (
     poputil,
 )
 from poplar_api import program as prog
+from poplar_api.workload import Workload
 
 IMAGE_SIZE = mnist.MNIST_SIDE * mnist.MNIST_SIDE
 NUM_CLASSES = 10
@@ -183,6 +184,62 @@ def run(
     engine.readTensor("W-read", final_w)
     engine.readTensor("b-read", final_b)
     return Outcome(final_w, final_b, accuracies, engine)
+
+
+def workload(
+    device: Device, batches: int = 1, eta: float = ETA, seed: int = DEFAULT_SEED
+) -> Workload:
+    """The training step as a workload: ``batches`` runs of the program on the bundled
+    digits (scikit-learn), one batch of 300 images each.
+
+    Metric ``accuracy`` is the percentage of correct predictions in the last batch;
+    the check replays the first batch's per-image SGD steps in numpy (float32) and
+    compares the count of correct predictions (within 2, for rounding near ties).
+    """
+    images, labels = mnist.load_digits_as_mnist()
+    used = int(batches) * BATCH_SIZE
+    if batches < 1 or used > len(images):
+        raise ValueError(
+            f"tut5 workload: batches={batches} needs {used} images; the bundled digits "
+            f"have {len(images)} (at most {len(images) // BATCH_SIZE} batches)"
+        )
+    inputs = np.ascontiguousarray(prepare_inputs(images[:used]))
+    label_buf = np.ascontiguousarray(labels[:used].astype(np.uint32))
+    correct = np.zeros(1, np.uint32)
+    first: list[int] = []
+    graph = Graph(device.getTarget())
+    train = build(graph, eta)
+    weights, bias = initial_parameters(seed)
+
+    def prepare(engine: Engine) -> None:
+        engine.writeTensor("W", weights)
+        engine.writeTensor("b", bias)
+        engine.connectStream("data", inputs)
+        engine.connectStream("labels", label_buf)
+        engine.connectStreamToCallback(
+            "hostNumCorrect", lambda v: (correct.__setitem__(0, v[0]), first.append(int(v[0])))
+        )
+
+    def check(engine: Engine) -> bool:
+        w, b = weights.copy(), bias.reshape(-1).copy()
+        hits = 0
+        for x, label in zip(inputs[:BATCH_SIZE], label_buf[:BATCH_SIZE], strict=True):
+            y = w @ x + b
+            p = np.exp(y - y.max())
+            p /= p.sum()
+            hits += int(np.argmax(p) == label)
+            delta = p.astype(np.float32)
+            delta[label] -= 1.0
+            b -= np.float32(eta) * delta
+            w -= np.float32(eta) * np.outer(delta, x)
+        return bool(first) and abs(first[0] - hits) <= 2
+
+    def metrics(engine: Engine, trace: object) -> dict[str, float]:
+        return {"accuracy": 100.0 * int(correct[0]) / BATCH_SIZE}
+
+    return Workload(
+        graph, train, prepare=prepare, check=check, run=(0,) * int(batches), metrics=metrics
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

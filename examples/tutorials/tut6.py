@@ -21,6 +21,7 @@ import numpy as np
 from poplar_api import FLOAT, Device, Engine, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
+from poplar_api.workload import Workload
 
 DEFAULT_ROWS = 40
 DEFAULT_COLS = 50
@@ -173,6 +174,24 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def workload(device: Device, rows: int = DEFAULT_ROWS, cols: int = DEFAULT_COLS) -> Workload:
+    """The product as a workload; the check compares with the host's in-order sums."""
+    matrix, vector = host_data(rows, cols)
+    result = np.zeros(rows, np.float32)
+    graph = Graph(device.getTarget())
+    built = build(graph, rows, cols)
+
+    def prepare(engine: Engine) -> None:
+        engine.connectStream("inputVector", vector)
+        engine.connectStream("inputMatrix", matrix.reshape(-1))
+        engine.connectStream("out", result)
+
+    def check(engine: Engine) -> bool:
+        return bool(np.array_equal(result, host_matvec_in_order(matrix, vector)))
+
+    return Workload(graph, built.program, prepare=prepare, check=check)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

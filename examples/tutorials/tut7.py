@@ -24,6 +24,7 @@ from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.device import Target
 from poplar_api.errors import GraphError
+from poplar_api.workload import Workload
 
 DEFAULT_ROWS = 10000
 DEFAULT_COLS = 1000
@@ -381,6 +382,35 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def workload(device: Device, rows: int = DEFAULT_ROWS, cols: int = DEFAULT_COLS) -> Workload:
+    """The optimised product as a workload (``ipusim run examples/tutorials/tut7.py
+    -p rows=10000 -p cols=1000``); prints the chosen split.
+
+    The device is used as given: for the tutorial's IPU Model settings add
+    ``--set sync.min_sync_delay_cycles=0 --set sync.relative_delay=none``. The check
+    accepts a relative error up to :data:`RELATIVE_TOLERANCE` against float64.
+    """
+    best, worst = choose_split_for(device.getTarget(), rows, cols)
+    print("Best split chosen:")
+    print(best.describe())
+    print(f"Worst cost seen: {worst}")
+    matrix, vector = host_data(rows, cols)
+    result = np.zeros(rows, np.float32)
+    graph = Graph(device.getTarget())
+    built = build(graph, rows, cols, best.split)
+
+    def prepare(engine: Engine) -> None:
+        engine.connectStream("inputVector", vector)
+        engine.connectStream("inputMatrix", matrix.reshape(-1))
+        engine.connectStream("out", result)
+
+    def check(engine: Engine) -> bool:
+        expected = matrix.astype(np.float64) @ vector.astype(np.float64)
+        return bool((relative_errors(result, expected) <= RELATIVE_TOLERANCE).all())
+
+    return Workload(graph, built.program, prepare=prepare, check=check)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

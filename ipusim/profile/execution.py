@@ -164,7 +164,8 @@ def _step_data(rec: Any) -> np.ndarray | None:
     """Bytes each tile takes part with in an exchange or copy record (None otherwise)."""
     details = rec.details
     if rec.kind in ("exchange", "global_exchange") and details is not None:
-        return np.asarray(details.bytes_received, np.int64)
+        # a tile takes part with what it receives, or sends (a gather to the host)
+        return np.maximum(details.bytes_received, details.bytes_sent).astype(np.int64)
     if rec.kind in ("stream_copy", "remote_buffer_copy") and rec.step is not None:
         return np.asarray(rec.step.num_bytes, np.int64)
     return None

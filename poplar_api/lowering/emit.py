@@ -32,6 +32,7 @@ from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.printing import format_tensor
 from poplar_api.tensor import Tensor
 
+
 class HostIO:
     """What the host side of effects needs: stream buffers, callbacks and stdout."""
 
@@ -271,9 +272,10 @@ class Emitter:
         if local.any():
             nbytes = np.bincount(d_tile[local], minlength=self.num_tiles) * typ.size
             tiles = np.flatnonzero(nbytes)
-            # A copy vertex: fixed set-up (code.copy_vertex_fixed_cycles), then stores at
-            # memory.store_bytes_per_cycle.
-            per_cycle = self.cfg.memory.store_bytes_per_cycle
+            # A copy vertex: fixed set-up (code.copy_vertex_fixed_cycles), then moves the
+            # data at the slower of the tile's load and store bandwidths.
+            mem = self.cfg.memory
+            per_cycle = min(mem.load_bytes_per_cycle, mem.store_bytes_per_cycle)
             cycles = self.cfg.code.copy_vertex_fixed_cycles + -(-nbytes[tiles] // per_cycle)
             nodes.append(
                 ir.Compute(

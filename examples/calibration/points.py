@@ -1,0 +1,120 @@
+"""Join the calibration CSV with the workloads' ``POINTS``: which workload, with which
+parameters and config, rebuilds each measured row.
+
+Every workload module here has ``POINTS`` (row id -> parameters), ``CONFIG`` (preset),
+optionally ``CONFIG_OVERRIDES``, ``POINT_CONFIGS`` (row -> preset) and
+``POINT_OVERRIDES`` (row -> dotted overrides), and ``TEST_CONFIG`` (preset for a quick
+run at the default parameters). ``T7.*`` ids name the two summary ``.txt`` files.
+
+Run ``python examples/calibration/points.py [CSV]`` to list the CSV rows no workload
+covers.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NamedTuple
+
+from ipusim.config import MachineConfig, load_config
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CSV = Path("/work/shared/calibration/measurements.csv")
+#: Ids backed by the summary text files rather than CSV rows.
+TXT_POINTS = {
+    "T7.ipumodel": "tut7_10000x1000_mk2_ipumodel_sdk2.txt",
+    "T7.hardware": "tut7_10000x1000_mk2_hardware.txt",
+}
+
+
+class Point(NamedTuple):
+    """One measured row and how to rebuild it."""
+
+    row: str
+    workload: str
+    params: dict[str, Any]
+
+    def config(self) -> MachineConfig:
+        """The machine config the row's workload runs on."""
+        return point_config(self.workload, self.row)
+
+
+def workload_files() -> list[Path]:
+    """The workload files of this directory (every ``*.py`` but helpers)."""
+    tools = {"points", "make_presets", "report"}
+    return sorted(
+        p for p in HERE.glob("*.py") if not p.name.startswith("_") and p.stem not in tools
+    )
+
+
+def load(path: Path) -> ModuleType:
+    """Import a workload file (once)."""
+    name = f"_calibration_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def point_config(workload: str, row: str | None = None) -> MachineConfig:
+    """Config of ``workload`` (a file path) for ``row`` (its default when None)."""
+    m = load(Path(workload))
+    preset = getattr(m, "POINT_CONFIGS", {}).get(row, m.CONFIG)
+    overrides = {
+        **getattr(m, "CONFIG_OVERRIDES", {}),
+        **getattr(m, "POINT_OVERRIDES", {}).get(row, {}),
+    }
+    return load_config(preset, overrides=overrides)
+
+
+def all_points() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Row id -> (workload file, params) over every workload's POINTS."""
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path in workload_files():
+        for row, params in load(path).POINTS.items():
+            if row in out:
+                raise ValueError(f"row {row!r} is in POINTS of both {out[row][0]} and {path}")
+            out[row] = (str(path), dict(params))
+    return out
+
+
+def csv_ids(csv_path: Path | str = DEFAULT_CSV) -> list[str]:
+    """Row ids of the calibration CSV, in file order."""
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        return [r["id"] for r in csv.DictReader(f)]
+
+
+def iter_points(csv_path: Path | str = DEFAULT_CSV) -> list[Point]:
+    """The CSV rows some workload rebuilds, in CSV order, then the T7 summaries."""
+    points = all_points()
+    rows = [r for r in csv_ids(csv_path) if r in points] + [r for r in TXT_POINTS if r in points]
+    return [Point(r, *points[r]) for r in rows]
+
+
+def uncovered(csv_path: Path | str = DEFAULT_CSV) -> list[str]:
+    """CSV row ids that no workload's POINTS covers."""
+    points = all_points()
+    return [r for r in csv_ids(csv_path) if r not in points]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print covered and uncovered counts per source, then the uncovered ids."""
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0]) if args else DEFAULT_CSV
+    missing = uncovered(path)
+    print(f"{len(iter_points(path))} points rebuilt; {len(missing)} CSV rows not covered:")
+    for row in missing:
+        print(f"  {row}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The timing model: one seam, components chosen by config, every config leaf read."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ipusim import ir
+from ipusim.config import _all_leaf_paths, load_config
+from ipusim.errors import ConfigError
+from ipusim.machine import Machine
+from ipusim.timing import COMPONENTS, StaticExchange, TimingModel, register_component
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _exchange(tile, sent, received, msent=None, mrecv=None):
+    n = len(tile)
+    return ir.Exchange(
+        name="ex",
+        tile=tile,
+        bytes_sent=sent,
+        bytes_received=received,
+        messages_sent=msent if msent is not None else [0] * n,
+        messages_received=mrecv if mrecv is not None else [0] * n,
+        max_distance=[0] * n,
+    )
+
+
+def test_every_step_kind_has_a_tag_phase_and_component():
+    kinds = {cls.kind for cls in (ir.Compute, ir.Exchange, ir.Sync, ir.StreamCopy,
+                                  ir.RemoteBufferCopy, ir.GlobalExchange)}  # fmt: skip
+    assert kinds == set(ir.STEP_KINDS)
+    for kind in ir.STEP_KINDS.values():
+        assert kind.phase in ir.PHASES
+        assert kind.component is None or kind.component in COMPONENTS
+
+
+def test_a_swapped_exchange_component_changes_only_the_exchange():
+    class Doubled(StaticExchange):
+        def cost(self, step):
+            cost = super().cost(step)
+            return dataclasses.replace(cost, cycles=2 * cost.cycles)
+
+    register_component("exchange", "doubled_for_test", Doubled)
+    base = load_config("tiny")
+    swapped = load_config("tiny", overrides={"exchange.model": "doubled_for_test"})
+    ex = _exchange([0, 1], [400, 0], [0, 400])
+    cs = ir.Compute(name="cs", vertex_tile=[0, 1, 1], vertex_cycles=[10, 20, 30])
+    program = ir.Sequence([cs, ir.Sync(name="s"), ex])
+    plain, doubled = Machine(base).run(program), Machine(swapped).run(program)
+    assert doubled.totals["internal_exchange"] == 2 * plain.totals["internal_exchange"]
+    assert doubled.totals["compute"] == plain.totals["compute"]
+    # the graph-profile path asks the same object
+    assert np.array_equal(
+        TimingModel(swapped).tile_cycles(ex), 2 * TimingModel(base).tile_cycles(ex)
+    )
+
+
+def test_a_component_object_can_be_passed_directly():
+    class Flat:
+        def cost(self, step):
+            return dataclasses.replace(StaticExchange(cfg).cost(step), cycles=np.full(8, 7))
+
+    cfg = load_config("tiny")
+    timing = TimingModel(cfg, exchange=Flat())
+    trace = Machine(cfg, timing=timing).run(_exchange([0], [8], [0]))
+    assert trace.totals["internal_exchange"] == 8 * 7
+
+
+def test_an_unknown_component_name_is_a_config_error():
+    cfg = load_config("tiny", overrides={"sync.model": "controler"})
+    with pytest.raises(ConfigError, match=r"sync.model: found 'controler'.*controller"):
+        TimingModel(cfg)
+    with pytest.raises(ConfigError, match="unknown component"):
+        TimingModel(load_config("tiny"), exchanges=object())
+
+
+def test_message_setup_cycles_add_per_message_sent_and_received():
+    cfg = load_config(
+        "tiny",
+        overrides={"exchange.cycles_per_message": 2.5, "exchange.fixed_latency_cycles": 3},
+    )
+    ex = _exchange([0, 1], [40, 8], [0, 12], msent=[3, 1], mrecv=[0, 2])
+    cycles = TimingModel(cfg).tile_cycles(ex)
+    bpc = cfg.exchange.bytes_per_cycle
+    assert cycles[0] == math.ceil(40 / bpc) + 3 + math.ceil(2.5 * 3)
+    assert cycles[1] == math.ceil(12 / bpc) + 3 + math.ceil(2.5 * 3)
+    assert cycles[2:].sum() == 0
+
+
+def test_phase_exchange_keeps_every_tile_of_the_ipu_until_the_slowest():
+    cfg = load_config("tiny", overrides={"exchange.model": "phase", "num_ipus": 2})
+    ex = _exchange([0, 1, 9], [64, 0, 0], [0, 64, 16])
+    cycles = TimingModel(cfg).tile_cycles(ex)
+    bpc = cfg.exchange.bytes_per_cycle
+    assert cycles[:8].tolist() == [math.ceil(64 / bpc)] * 8
+    assert cycles[8:].tolist() == [math.ceil(16 / bpc)] * 8
+
+
+def test_a_stream_copy_with_its_own_exchange_has_no_tile_floor():
+    cfg = load_config("tiny", overrides={"host.latency_s": 0})
+    args = dict(name="c", direction="host_to_device", tile=[0], num_bytes=[4000])
+    timing = TimingModel(cfg)
+    alone = timing.stream_copy_cycles(ir.StreamCopy(**args))[0]
+    split = timing.stream_copy_cycles(ir.StreamCopy(**args, exchanged=True))[0]
+    link = math.ceil(round(4000 / cfg.host_bytes_per_cycle, 9))
+    assert split == link
+    assert alone == max(link, math.ceil(4000 / cfg.exchange.bytes_per_cycle))
+
+
+#: Config leaves that label a machine or steer the simulation but set no number.
+_NOT_TIMING = {"name", "description", "provenance"}
+
+
+@pytest.mark.parametrize("path", _all_leaf_paths())
+def test_every_config_leaf_is_read_by_the_code(path):
+    leaf = path.rsplit(".", 1)[-1]
+    if leaf in _NOT_TIMING:
+        pytest.skip("label, not a machine value")
+    pattern = re.compile(rf"\.{leaf}\b")
+    sources = [p for d in ("ipusim", "poplar_api") for p in (ROOT / d).rglob("*.py")]
+    # attribute reads only: the declarations in config.py are ``leaf: type = Field(...)``;
+    # config.py's derived quantities (host_latency_cycles, ...) count as reads
+    readers = [p for p in sources if pattern.search(p.read_text())]
+    if leaf == "model":  # read generically: getattr(cfg, section).model in ipusim.timing
+        readers = [p for p in sources if p.name == "timing.py"]
+    assert readers, f"config field {path} is never read"

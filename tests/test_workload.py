@@ -1,0 +1,215 @@
+"""Workloads: loading errors, ``ipusim run`` and re-timing a run on another config."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ipusim import cli
+from ipusim.config import load_config, with_overrides
+from ipusim.runner import WorkloadError, run_workload
+from poplar_api.workload import load_workload, run
+
+ROOT = Path(__file__).resolve().parents[1]
+TUT3 = str(ROOT / "examples" / "tutorials" / "tut3.py")
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+GOOD = """
+from poplar_api import FLOAT, Graph
+from poplar_api import program as prog
+from poplar_api.workload import Workload
+
+def helper():
+    pass
+
+def workload(device, rows: int = 4, scale: float = 1.0):
+    graph = Graph(device.getTarget())
+    a = graph.addVariable(FLOAT, [rows], "a")
+    b = graph.addVariable(FLOAT, [rows], "b")
+    graph.setTileMapping(a, 0)
+    graph.setTileMapping(b, 1)
+    return Workload(graph, prog.Copy(a, b))
+
+def not_a_workload(device):
+    return 42
+"""
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(WorkloadError, match=r"nope\.py.*not found"):
+        load_workload(str(tmp_path / "nope.py"))
+
+
+def test_import_error_shows_file_and_original_message(tmp_path):
+    spec = write(tmp_path, "broken.py", "import numpy\nraise RuntimeError('bad\\nthing')\n")
+    with pytest.raises(WorkloadError) as info:
+        load_workload(spec)
+    msg = str(info.value)
+    assert "broken.py" in msg and "RuntimeError: bad thing" in msg and "\n" not in msg
+
+
+def test_missing_function_lists_the_callables(tmp_path):
+    spec = write(tmp_path, "wl.py", GOOD)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(spec + ":build")
+    msg = str(info.value)
+    assert "'build'" in msg and "wl.py" in msg
+    assert "helper" in msg and "not_a_workload" in msg and "workload" in msg
+
+
+def test_missing_module_is_named():
+    with pytest.raises(WorkloadError, match=r"no_such_pkg_xyz.*not found"):
+        load_workload("no_such_pkg_xyz.mod")
+
+
+def test_unknown_parameter_lists_those_taken(tmp_path):
+    spec = write(tmp_path, "wl.py", GOOD)
+    with pytest.raises(WorkloadError) as info:
+        run(spec, "tiny", {"colz": 3})
+    msg = str(info.value)
+    assert "'colz'" in msg and "rows=4" in msg and "scale=1.0" in msg
+
+
+def test_wrong_type_names_param_value_and_type(tmp_path):
+    spec = write(tmp_path, "wl.py", GOOD)
+    with pytest.raises(WorkloadError) as info:
+        run(spec, "tiny", {"rows": "many"})
+    msg = str(info.value)
+    assert "'rows'" in msg and "'many'" in msg and "int" in msg
+    # An int is a valid float.
+    assert run(spec, "tiny", {"scale": 2}).ok is None
+
+
+def test_result_that_is_not_a_workload(tmp_path):
+    spec = write(tmp_path, "wl.py", GOOD)
+    with pytest.raises(WorkloadError, match="not_a_workload returned int"):
+        run(spec + ":not_a_workload", "tiny")
+
+
+def test_errors_are_value_errors():
+    assert issubclass(WorkloadError, ValueError)
+
+
+def test_cli_run_writes_profiles(tmp_path, capsys):
+    out = tmp_path / "prof"
+    status = cli.main(["run", TUT3, "--config", "tiny", "--out", str(out)])
+    assert status == 0
+    text = capsys.readouterr().out
+    assert "Total cycles" in text and "Steps" in text
+    for name in ("profile.json", "execution.json"):
+        json.loads((out / name).read_text())
+    assert (out / "summary.txt").read_text().startswith("Target:")
+
+
+def test_cli_bad_param_is_a_clean_error(capsys):
+    status = cli.main(["run", TUT3, "--config", "tiny", "-p", "rows=3"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ipusim: error:") and "'rows'" in err and "Traceback" not in err
+
+
+def test_cli_failed_check_exits_1(tmp_path):
+    spec = write(
+        tmp_path,
+        "fails.py",
+        GOOD.replace(
+            "return Workload(graph, prog.Copy(a, b))",
+            "return Workload(graph, prog.Copy(a, b), check=lambda e: False)",
+        ),
+    )
+    assert cli.main(["run", spec, "--config", "tiny", "--out", str(tmp_path / "o")]) == 1
+
+
+def test_tut3_check_and_module_spec(tmp_path):
+    result = run_workload(TUT3, "tiny")
+    assert result.ok is True
+    assert result.trace is result.traces[-1]
+    assert set(result.host_seconds) == {"build", "compile", "run"}
+
+
+def test_retime_same_config_gives_identical_trace():
+    result = run_workload(TUT3, "tiny")
+    assert result.retime(result.config).fingerprint() == result.trace.fingerprint()
+
+
+EXCHANGE = """
+from poplar_api import FLOAT, Graph
+from poplar_api import program as prog
+from poplar_api.workload import Workload
+
+def workload(device, n: int = 1000):
+    graph = Graph(device.getTarget())
+    a = graph.addVariable(FLOAT, [n], "a")
+    b = graph.addVariable(FLOAT, [n], "b")
+    graph.setTileMapping(a, 0)
+    graph.setTileMapping(b, 1)
+    return Workload(graph, prog.Repeat(3, prog.Copy(a, b)))
+"""
+
+
+def test_retime_with_double_exchange_bandwidth(tmp_path):
+    spec = write(tmp_path, "xchg.py", EXCHANGE)
+    n = 1000
+    result = run_workload(spec, "tiny", {"n": n})
+    base = result.config
+    fast = with_overrides(base, {"exchange.bytes_per_cycle": 2 * base.exchange.bytes_per_cycle})
+    retimed = result.retime(fast)
+    slow_x, fast_x = (t.totals["internal_exchange"] for t in (result.trace, retimed))
+    # Tile 1 receives 4n bytes per copy (tile 0 sends them): ceil(4n / bpc) cycles each, 3 copies.
+    per_copy = lambda bpc: math.ceil(4 * n / bpc)  # noqa: E731
+    drop = (
+        3
+        * 2
+        * (per_copy(base.exchange.bytes_per_cycle) - per_copy(2 * base.exchange.bytes_per_cycle))
+    )
+    assert slow_x - fast_x == drop
+    # A fresh run on the fast config agrees with the re-timed one.
+    assert run_workload(spec, fast, {"n": n}).trace.fingerprint() == retimed.fingerprint()
+
+
+def test_retime_refuses_a_new_machine_shape():
+    result = run_workload(TUT3, "tiny")
+    other = load_config("tiny", overrides={"tile.tiles_per_ipu": 16})
+    with pytest.raises(WorkloadError, match=r"tile.tiles_per_ipu: 8 -> 16"):
+        result.retime(other)
+
+
+def test_retime_replays_predicates(tmp_path):
+    spec = write(
+        tmp_path,
+        "loop.py",
+        """
+import numpy as np
+from poplar_api import INT, Graph, popops
+from poplar_api import program as prog
+from poplar_api.workload import Workload
+
+def workload(device):
+    graph = Graph(device.getTarget())
+    i = graph.addVariable(INT, [1], "i")
+    graph.setTileMapping(i, 0)
+    graph.setInitialValue(i, np.array([3], np.int32))
+    body = prog.Sequence()
+    popops.subInPlace(graph, i, 1, body)
+    return Workload(graph, prog.RepeatWhileTrue(prog.Sequence(), i, body))
+""",
+    )
+    result = run_workload(spec, "tiny")
+    assert result.runs[0][1] and next(iter(result.runs[0][1].values())) == [
+        1,
+        1,
+        1,
+        0,
+    ]  # i = 3, 2, 1 true; 0 stops
+    assert result.retime(result.config).fingerprint() == result.trace.fingerprint()
+    assert np.isfinite(result.trace.total_cycles)
