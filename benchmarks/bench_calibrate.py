@@ -2,7 +2,7 @@
 
 Fits four parameters of the ``mk2`` preset (host bandwidth and latency, minimum sync
 delay, exchange bytes per cycle) to the Poplar IPU Model profile summary of tutorial 7
-(``/work/shared/calibration/tut7_10000x1000_mk2_ipumodel_sdk2.txt``) on the phases
+(``tests/data/calibration/tut7_10000x1000_mk2_ipumodel_sdk2.txt``) on the phases
 ``total``, ``internal_exchange``, ``host_exchange`` and ``sync``. The workload is built,
 compiled and run once; every trial config only re-times the lowered program. Target:
 under 2 minutes on 2 cores.
@@ -32,7 +32,7 @@ from ipusim.runner import run_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 TUT7 = str(ROOT / "examples" / "tutorials" / "tut7.py")
-MEASURED = Path("/work/shared/calibration/tut7_10000x1000_mk2_ipumodel_sdk2.txt")
+MEASURED = ROOT / "tests" / "data" / "calibration" / "tut7_10000x1000_mk2_ipumodel_sdk2.txt"
 PARAMETERS = [
     "host.bandwidth_bytes_per_s",
     "host.latency_s",

@@ -387,11 +387,15 @@ def test_cli_pair_syntax_error(capsys):
 
 
 # A full tutorial 7 calibration against the recorded IPU Model summary -------------------------
-MEASURED_T7 = Path("/work/shared/calibration/tut7_10000x1000_mk2_ipumodel_sdk2.txt")
+MEASURED_T7 = (
+    Path(__file__).resolve().parent
+    / "data"
+    / "calibration"
+    / "tut7_10000x1000_mk2_ipumodel_sdk2.txt"
+)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not MEASURED_T7.is_file(), reason="calibration data not on this machine")
 def test_tut7_calibration_improves_the_fit():
     from ipusim.measured import read_profile
 

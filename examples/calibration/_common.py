@@ -1,8 +1,8 @@
 """Helpers shared by the calibration workloads: reading steps out of a trace.
 
-The measurements of ``/work/shared/calibration`` are cycles of one step (a compute
-set, a stream copy) on one tile, or totals of a whole run; these functions pick those
-numbers out of an :class:`ipusim.trace.Trace` by step kind and debug name, so every
+The measurements of the calibration data set (``tests/data/calibration``) are cycles
+of one step (a compute set, a stream copy) on one tile, or totals of a whole run;
+these functions pick those numbers out of an :class:`ipusim.trace.Trace` by step kind and debug name, so every
 workload's ``metrics`` reads the trace the same way.
 """
 

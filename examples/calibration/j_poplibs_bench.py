@@ -95,7 +95,9 @@ def workload(
 
 def _check_table() -> None:  # pragma: no cover - a maintenance aid
     """Print POINTS rows whose sizes disagree with measurements.csv."""
-    path = Path("/work/shared/calibration/measurements.csv")
+    path = (
+        Path(__file__).resolve().parents[2] / "tests" / "data" / "calibration" / "measurements.csv"
+    )
     for r in csv.DictReader(path.open()):
         if r["id"] in POINTS and POINTS[r["id"]]["kind"] == "gemm":
             p = POINTS[r["id"]]

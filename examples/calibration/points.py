@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from ipusim.config import MachineConfig, load_config
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_CSV = Path("/work/shared/calibration/measurements.csv")
+DEFAULT_CSV = HERE.parents[1] / "tests" / "data" / "calibration" / "measurements.csv"
 #: Ids backed by the summary text files rather than CSV rows.
 TXT_POINTS = {
     "T7.ipumodel": "tut7_10000x1000_mk2_ipumodel_sdk2.txt",
