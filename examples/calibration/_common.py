@@ -2,8 +2,8 @@
 
 The measurements of the calibration data set (``tests/data/calibration``) are cycles
 of one step (a compute set, a stream copy) on one tile, or totals of a whole run;
-these functions pick those numbers out of an :class:`ipusim.trace.Trace` by step kind and debug name, so every
-workload's ``metrics`` reads the trace the same way.
+these functions pick those numbers out of an :class:`ipusim.trace.Trace` by step kind
+and debug name, so every workload's ``metrics`` reads the trace the same way.
 """
 
 from __future__ import annotations
