@@ -9,7 +9,7 @@ serves host streams (stream copies are steps with effects).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ipusim.errors import IpusimError
 
@@ -55,6 +55,16 @@ class ScriptedDataPlane:
     applied
         Effect ids in the order they were applied.
     """
+
+    @classmethod
+    def from_trace(cls, trace: Any) -> ScriptedDataPlane:
+        """The answers a run gave (its trace's ``decisions``): replaying them takes the
+        same path through the program, so a run can be re-timed on another config
+        without its values (values never depend on timing)."""
+        answers: dict[int, list[int]] = {}
+        for predicate, value in trace.decisions:
+            answers.setdefault(int(predicate), []).append(int(value))
+        return cls(answers)
 
     def __init__(self, answers: Mapping[int, Sequence[int]] | None = None) -> None:
         self._answers = {k: list(v) for k, v in (answers or {}).items()}

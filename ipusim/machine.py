@@ -119,6 +119,7 @@ class Machine:
                 )
                 check_copy_size(cfg, int(per_ipu.max(initial=0)), f"{step.kind} '{step.name}'")
         run = _Run(self, program, data_plane or NoDataPlane(), max_cycles)
+        run.entry = entry
         return run.execute(program.entries[entry])
 
 
@@ -150,6 +151,8 @@ class _Run:
         self.decision_count = [0] * len(self.groups)
         self.records: dict[int, StepRecord] = {}
         self.decisions: dict[int, _Decision] = {}
+        self.decision_log: list[tuple[int, int]] = []
+        self.entry = 0
         self.barriers: dict[tuple[int, int], _Barrier] = {}
 
     # ------------------------------------------------------------------ driver
@@ -177,6 +180,8 @@ class _Run:
             tile_end_cycles=self.clock.copy(),
             host_seconds=time.perf_counter() - start,
             complete=error is None,
+            entry=self.entry,
+            decisions=list(self.decision_log),
         )
         if error is not None:
             raise SimulationTimeout(str(error), trace) from None
@@ -219,6 +224,7 @@ class _Run:
         if decision is None:
             value = int(self.data_plane.predicate(predicate))
             decision = self.decisions[n] = _Decision(value, len(self.groups))
+            self.decision_log.append((int(predicate), value))
         decision.pending -= 1
         if decision.pending == 0:
             del self.decisions[n]

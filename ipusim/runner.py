@@ -19,7 +19,7 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,9 +86,6 @@ class RunResult:
         Wall-clock seconds spent in ``build``, ``compile`` and ``run``.
     ir_program
         The lowered machine program, so a caller can re-time it.
-    runs
-        Per program run: the entry index and the answers the data plane gave to each
-        predicate, in order (what :meth:`retime` replays).
     stdout
         What the workload printed while running quietly.
     """
@@ -105,16 +102,16 @@ class RunResult:
     ok: bool | None
     host_seconds: dict[str, float]
     ir_program: ir.Program
-    runs: list[tuple[int, dict[int, list[int]]]] = field(default_factory=list)
     stdout: str = ""
 
     def retime_all(self, config: MachineConfig | str) -> list[Trace]:
         """Run the machine program again on ``config``, timing only; one trace per run.
 
         The values are not recomputed: control flow (``RepeatWhile``, ``If``,
-        ``Switch``) follows the predicate answers recorded in the original run, which
-        is exact because values never depend on timing. Memory placement is the one
-        made at compile time, so changing memory sizes does not re-place anything.
+        ``Switch``) follows the predicate answers each trace recorded
+        (``Trace.decisions``), which is exact because values never depend on timing.
+        Memory placement is the one made at compile time, so changing memory sizes does
+        not re-place anything.
 
         Raises
         ------
@@ -143,8 +140,8 @@ class RunResult:
             )
         machine = Machine(cfg)
         return [
-            machine.run(self.ir_program, data_plane=ScriptedDataPlane(answers), entry=entry)
-            for entry, answers in self.runs
+            machine.run(self.ir_program, ScriptedDataPlane.from_trace(t), entry=t.entry)
+            for t in self.traces
         ]
 
     def retime(self, config: MachineConfig | str) -> Trace:

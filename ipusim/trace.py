@@ -69,6 +69,11 @@ class Trace:
     complete
         False when the run stopped early (timeout or error); the records are what
         was measured until then.
+    entry
+        Index of the entry program that ran.
+    decisions
+        ``(predicate, value)`` of every control decision, in order: enough to run the
+        same path again without the values (:meth:`ScriptedDataPlane.from_trace`).
     """
 
     config_name: str
@@ -80,6 +85,8 @@ class Trace:
     tile_end_cycles: np.ndarray
     host_seconds: float = 0.0
     complete: bool = True
+    entry: int = 0
+    decisions: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def total_cycles(self) -> int:

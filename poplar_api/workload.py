@@ -284,27 +284,6 @@ def check_params(fn: Callable[..., Any], params: Mapping[str, Any], spec: str) -
 
 
 # --------------------------------------------------------------------------- running
-def _record_predicates(engine: Engine) -> dict[int, list[int]]:
-    """Wrap the engine's predicates so every answer is recorded (for re-timing)."""
-    answers: dict[int, list[int]] = {}
-    predicates = engine._lowered.predicates
-    originals = getattr(engine, "_workload_predicates", None)
-    if originals is None:
-        originals = list(predicates)
-        engine._workload_predicates = originals  # type: ignore[attr-defined]
-
-    def recorder(pid: int, fn: Callable[[], int]) -> Callable[[], int]:
-        def ask() -> int:
-            value = int(fn())
-            answers.setdefault(pid, []).append(value)
-            return value
-
-        return ask
-
-    predicates[:] = [recorder(i, fn) for i, fn in enumerate(originals)]
-    return answers
-
-
 def _finite_metrics(values: Any, spec: str) -> dict[str, float]:
     if not isinstance(values, Mapping):
         raise WorkloadError(
@@ -370,12 +349,9 @@ def run(
         t0 = time.perf_counter()
         if built.prepare is not None:
             built.prepare(engine)
-        runs: list[tuple[int, dict[int, list[int]]]] = []
         for index in built.run:
-            answers = _record_predicates(engine)
             engine.run(int(index))
-            runs.append((int(index), answers))
-        if not runs:
+        if not built.run:
             raise WorkloadError(f"workload {spec!r}: Workload.run is empty; nothing was run")
         ok = None if built.check is None else bool(built.check(engine))
         traces = engine.getTraces()
@@ -397,6 +373,5 @@ def run(
         ok=ok,
         host_seconds=seconds,
         ir_program=engine.ir_program,
-        runs=runs,
         stdout=captured.getvalue(),
     )
