@@ -499,16 +499,10 @@ def _run_workload(spec: str, args: argparse.Namespace) -> MeasuredProfile:
             f"ipusim.runner, which cannot be imported ({exc}); hint: give a profile file or "
             "directory written by a run"
         ) from None
-    from ipusim.cli import _parse_set  # the CLI imports this module; import lazily
-    from ipusim.config import load_config
-
-    cfg = load_config(args.config, overrides=_parse_set(args.set or []))
-    params = runner._parse_params(args.param or [])
-    options = runner._parse_options(args.engine_option or [])
-    result = runner.run_workload(spec, cfg, params, options=options, quiet=True)
+    result = runner.run_from_arguments(spec, args)
     profile = result.measured()
     metrics = {**profile.metrics, **{k: float(v) for k, v in (result.metrics or {}).items()}}
-    return replace(profile, source=f"{spec} on {cfg.name}", metrics=metrics)
+    return replace(profile, source=f"{spec} on {result.config.name}", metrics=metrics)
 
 
 def _compare_command(args: argparse.Namespace) -> int:
@@ -604,14 +598,7 @@ def register(subparsers: Any) -> None:
         help="rows of a measurements .csv to compare, e.g. --ids 'B1.*' (comma-separated)",
     )
     group = parser.add_argument_group("workload (when RUN is file.py[:func] or module[:func])")
-    group.add_argument("--config", default="mk2", help="machine preset or YAML (default mk2)")
-    group.add_argument(
-        "--set", action="append", metavar="PATH=VALUE", help="override a config field"
-    )
-    group.add_argument(
-        "-p", "--param", action="append", metavar="KEY=VALUE", help="workload parameter"
-    )
-    group.add_argument(
-        "--engine-option", action="append", metavar="KEY=VALUE", help="engine option"
-    )
+    from ipusim.runner import add_workload_arguments
+
+    add_workload_arguments(group)
     parser.set_defaults(handler=_compare_command)

@@ -290,17 +290,46 @@ def write_profiles(result: RunResult, out: Path) -> Path:
     return out
 
 
-def _run_command(args: argparse.Namespace) -> int:
+def add_workload_arguments(parser: Any) -> None:
+    """Add the options that choose a workload's machine, parameters and engine options
+    (``--config``, ``--set``, ``-p``, ``--engine-option``) to a parser or group."""
+    parser.add_argument(
+        "--config", default="mk2", metavar="NAME|PATH", help="machine preset or YAML (mk2)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        help="override a config field by dotted path (repeatable)",
+    )
+    parser.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="workload parameter, value read as YAML, e.g. -p rows=100 (repeatable)",
+    )
+    parser.add_argument(
+        "--engine-option", action="append", metavar="K=V", help="engine option (repeatable)"
+    )
+
+
+def run_from_arguments(spec: str, args: argparse.Namespace, quiet: bool = True) -> RunResult:
+    """Run workload ``spec`` with the options of :func:`add_workload_arguments`."""
     from ipusim.cli import _parse_set  # the CLI imports this module; import lazily
 
     cfg = load_config(args.config, overrides=_parse_set(args.set or []))
-    result = run_workload(
-        args.workload,
+    return run_workload(
+        spec,
         cfg,
         _parse_params(args.param or []),
         options=_parse_options(args.engine_option or []),
-        quiet=not args.verbose,
+        quiet=quiet,
     )
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    result = run_from_arguments(args.workload, args, quiet=not args.verbose)
     out = Path(args.out) if args.out else Path("profiles") / workload_stem(args.workload)
     write_profiles(result, out)
     sys.stdout.write(result.summary)
@@ -329,27 +358,9 @@ def register(subparsers: Any) -> None:
         "and summary.txt to --out. Exit status 1 when the workload's check fails.",
     )
     parser.add_argument("workload", metavar="WORKLOAD", help="file.py[:func] or module[:func]")
-    parser.add_argument(
-        "--config", default="mk2", metavar="NAME|PATH", help="machine preset or YAML (mk2)"
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        metavar="PATH=VALUE",
-        help="override a config field by dotted path (repeatable)",
-    )
-    parser.add_argument(
-        "-p",
-        "--param",
-        action="append",
-        metavar="KEY=VALUE",
-        help="workload parameter, value read as YAML, e.g. -p rows=100 (repeatable)",
-    )
+    add_workload_arguments(parser)
     parser.add_argument(
         "--out", metavar="DIR", help="profile directory (default ./profiles/<workload stem>)"
-    )
-    parser.add_argument(
-        "--engine-option", action="append", metavar="K=V", help="engine option (repeatable)"
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="let the workload print while it runs"
