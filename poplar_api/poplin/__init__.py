@@ -6,6 +6,8 @@ M, N and K (and G) over the tiles from a cost model of compute (the AMP partial-
 vertex estimate), exchange and the reduction of K-split partials; the vertices and
 their estimators are in :mod:`poplar_api.poplin.vertices` and
 :mod:`poplar_api.poplin.estimators`. The library needs no codelets to be added.
+:mod:`poplar_api.poplin.amp` holds the Poplibs AMP vertex ``ConvPartial1x1Out`` with the
+Poplibs estimator (``add_conv_partial_1x1_out`` adds one with its worklist).
 """
 
 from poplar_api.poplin.matmul import (

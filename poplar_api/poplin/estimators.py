@@ -31,6 +31,11 @@ Because each pass takes at least ``W * ceil(m / W) * core >= m * core`` tile cyc
 and does at most ``m * k_chunk * n_chunk = m * core * peak / 2`` MACs, the estimate is
 never faster than peak: ``2 * m * n * k / cycles <= peak`` always.
 
+This is an approximation used by ``matMul``'s planner and ``MatMulPartial`` vertex; the
+supervisor constants (``AMP_SUPERVISOR_CYCLES``, ``AMP_PASS_CYCLES``) are not Poplibs'.
+The Poplibs ``ConvPartial1x1Out`` vertex with its own estimator (from source, cited
+there) is in :mod:`poplar_api.poplin.amp`.
+
 Calibration check (ipu_facts.md, Bow fp16 ``[N,16] x [16,16]`` on every tile, about
 ``333 + 4 N`` tile cycles per call): the formula gives ``101 + 6 * (34 + 4 ceil(N/6))``
 = ``305 + 4 N`` for N a multiple of 6 (N = 2048: 8513 modelled vs 8525 measured; N = 16:
