@@ -78,4 +78,20 @@ def test_iter_points_joins_csv_and_points():
     assert next(p for p in pts if p.row == "A2o.stage2.1").config().num_ipus == 2
     missing = points.uncovered(CSV)
     assert len(missing) + sum(1 for p in pts if not p.row.startswith("T7")) == len(csv_rows())
-    assert "K-v1.Cholesky.half.lower.8" in missing
+    assert "K-v1.Cholesky.half.lower.8" not in missing
+    assert all(p.row in ids for p in pts if p.row.startswith("K-"))
+
+
+def test_new_workloads_give_the_csv_metrics():
+    rows = csv_rows()
+    f = run_workload(str(CAL / "f_stream_triad.py"), "tiny", {"n": 8, "repeats": 3})
+    for row in ("F1.tflops", "F1.bw", "F1.pct"):
+        assert rows[row]["metric"] in f.metrics
+    # 8 tiles x 6 workers x 8 floats, per repeat 6 x (ceil(8 / 2) + 10) tile cycles.
+    assert f.metrics["cycles_per_repeat"] == 6 * (4 + 10)
+    n = run_workload(str(CAL / "n_host_traffic.py"), "tiny", {"tiles": 8})
+    assert rows["N1.host_to_buffer_to_tile.tile"]["metric"] in n.metrics
+    h_module = points.load(CAL / "h_gaussian_blur.py")
+    h = run_workload(str(CAL / "h_gaussian_blur.py"), "tiny", {"data_type": "half4"})
+    assert h.ok and {h_module.POINT_METRICS[r] for r in h_module.POINTS} <= set(h.metrics)
+    assert h.metrics["phase_cycles.globExchange"] == 0

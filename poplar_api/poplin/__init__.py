@@ -10,6 +10,7 @@ their estimators are in :mod:`poplar_api.poplin.vertices` and
 Poplibs estimator (``add_conv_partial_1x1_out`` adds one with its worklist).
 """
 
+from poplar_api.poplin import solvers as solvers
 from poplar_api.poplin.matmul import (
     createMatMulInputLHS,
     createMatMulInputRHS,
