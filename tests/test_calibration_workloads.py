@@ -79,7 +79,7 @@ def test_iter_points_joins_csv_and_points():
     missing = points.uncovered(CSV)
     assert len(missing) + sum(1 for p in pts if not p.row.startswith("T7")) == len(csv_rows())
     assert "K-v1.Cholesky.half.lower.8" not in missing
-    assert all(p.row in ids for p in pts if p.row.startswith("K-"))
+    assert sum(1 for p in pts if p.row.startswith("K-")) == 68  # every K row of the CSV
 
 
 def test_new_workloads_give_the_csv_metrics():
