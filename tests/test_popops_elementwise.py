@@ -212,8 +212,8 @@ def test_broadcast_row_scalar_tensor_and_number(type_):
     np.testing.assert_array_equal(got["number"], stored(type_, np.multiply, a_val, three))
     np.testing.assert_array_equal(got["scalar_first"], stored(type_, np.subtract, s_val, a_val))
     names = {h.graph._state.vertices[v].vtype.name for v in range(h.graph.getNumVertices())}
-    assert f"popops::BroadcastScalar1D<SUBTRACT,{type_.name}>" in names
-    assert f"popops::BroadcastScalar1D<MULTIPLY,{type_.name}>" in names
+    assert f"popops::BroadcastScalar1D<popops::expr::BinaryOpType::SUBTRACT,{type_.name}>" in names
+    assert f"popops::BroadcastScalar1D<popops::expr::BinaryOpType::MULTIPLY,{type_.name}>" in names
 
 
 def test_output_is_mapped_like_the_full_shape_input():
@@ -240,7 +240,9 @@ def test_in_place_ops_into_a_transposed_view(type_):
     want = stored(type_, np.maximum, want.T, np.asarray(5, type_.numpy))
     np.testing.assert_array_equal(h.run()["a"], want)
     names = {v.vtype.name for v in h.graph._state.vertices}
-    assert any(n.startswith("popops::BinaryOp1DInPlace<ADD,") for n in names)
+    assert any(
+        n.startswith("popops::BinaryOp1DInPlace<popops::expr::BinaryOpType::ADD,") for n in names
+    )
 
 
 def test_unary_in_place():
@@ -292,7 +294,7 @@ def test_map_of_one_operation_uses_the_binary_op_vertices():
     b = h.var(FLOAT, np.arange(8), "b")
     popops.map(h.graph, pe._1 + pe._2, [a, b], h.seq)
     names = {v.vtype.name for v in h.graph._state.vertices}
-    assert names == {"popops::BinaryOp1D<ADD,float>"}
+    assert names == {"popops::BinaryOp1D<popops::expr::BinaryOpType::ADD,float>"}
 
 
 @pytest.mark.parametrize(
@@ -329,8 +331,10 @@ def test_scaled_add_and_subtract(type_):
     want = (step1.astype(k) - k(2) * b_val.astype(k)).astype(type_.numpy)
     np.testing.assert_array_equal(h.run()["a"], want)
     names = {v.vtype.name for v in h.graph._state.vertices}
-    assert f"popops::ScaledAddSupervisor<{type_.name},{type_.name}>" in names
-    assert f"popops::ScaledSubtractSupervisor<{type_.name},{type_.name}>" in names
+    assert f"popops::ScaledAddSupervisor<{type_.name},{type_.name},{type_.name},false>" in names
+    assert (
+        f"popops::ScaledSubtractSupervisor<{type_.name},{type_.name},{type_.name},false>" in names
+    )
 
 
 def test_fill_and_zero_on_views():
@@ -373,7 +377,7 @@ def test_single_region_tile_gets_one_1d_multivertex():
     a = h.var(FLOAT, np.arange(10), "a", tile=3)
     b = h.var(FLOAT, np.arange(10), "b", tile=3)
     popops.add(h.graph, a, b, h.seq)
-    assert vertices_on(h.graph, 3) == ["popops::BinaryOp1D<ADD,float>"]
+    assert vertices_on(h.graph, 3) == ["popops::BinaryOp1D<popops::expr::BinaryOpType::ADD,float>"]
     assert h.graph.getNumVertices() == 1
 
 
@@ -388,11 +392,18 @@ def test_multi_region_tile_gets_balanced_2d_worker_vertices():
         g.setTileMapping(b.slice(3 * k, 3 * k + 3), k % 2)
     popops.add(g, a, b, h.seq)
     on0 = [v for v in g._state.vertices if v.tile == 0]
-    # 8 equal regions over min(8, W=6) workers: region i goes to worker 6*i // 8, so
-    # workers get regions {0,1}, {2}, {3}, {4,5}, {6}, {7}: 6 vertices.
-    assert [v.vtype.name for v in on0] == ["popops::BinaryOp2D<ADD,float>"] * 6
-    assert [len(v.fields["out"]) for v in on0] == [2, 1, 1, 2, 1, 1]
-    assert all(t.numElements() == 3 for v in on0 for t in v.fields["out"])
+    # poputil splitRegionsBetweenWorkers as binaryOpGeneral calls it: grain
+    # max(VW=2, atomic store 4) = 4, at least 2 grains per vertex. 24 elements = 6 grains;
+    # ceil(6/6) = 1 grain per vertex is raised to ceil(6 / (6 // 2)) = 2, so 3 vertices
+    # of 8 elements, regions cut where the grains fall: [3,3,2], [1,3,3,1], [2,3,3].
+    assert [v.vtype.name for v in on0] == [
+        "popops::BinaryOp2D<popops::expr::BinaryOpType::ADD,float>"
+    ] * 3
+    assert [[t.numElements() for t in v.fields["out"]] for v in on0] == [
+        [3, 3, 2],
+        [1, 3, 3, 1],
+        [2, 3, 3],
+    ]
 
 
 def test_one_tile_add_of_1000_floats_takes_1697_cycles():
@@ -477,14 +488,17 @@ def test_every_2d_vertex_kind_on_multi_region_tiles():
     np.testing.assert_array_equal(got["filled"], np.full(40, 7, F32))
     names = {v.vtype.name for v in g._state.vertices}
     assert {
-        "popops::BinaryOp2D<ADD,float>",
-        "popops::BroadcastScalar2DData<MULTIPLY,float>",
-        "popops::UnaryOp2D<SQRT,float>",
+        "popops::BinaryOp2D<popops::expr::BinaryOpType::ADD,float>",
+        # 4 regions of 5: four BroadcastScalar1D cost 4 * ((20 + 1 * (1 + 1)) * 6 + 11)
+        # = 572 < 6 * (20 + (2+28) + (6+28) + (6+28)) = 708 for the busiest 2-D worker
+        # ([2, 5, 5]), so createVertexBinaryOpBroadcastScalar picks the multi-vertices.
+        "popops::BroadcastScalar1D<popops::expr::BinaryOpType::MULTIPLY,float>",
+        "popops::UnaryOp2D<popops::expr::UnaryOpType::SQRT,float>",
         "popops::Cast2D<float,half>",
-        "popops::ScaledAdd2D<float,float>",
+        "popops::ScaledAdd2D<float,float,float,false>",
         "popops::Fill2d<float>",
     } <= names
-    assert any(n.startswith("popops::map::Expr2D<") for n in names)
+    assert any(n.startswith("popops::map::") and "_MultiVertex" not in n for n in names)
 
 
 def test_multi_region_compute_time_is_w_times_the_busiest_worker():
@@ -498,5 +512,7 @@ def test_multi_region_compute_time_is_w_times_the_busiest_worker():
     popops.add(g, a, b, h.seq, "Add2D")
     h.run()
     record = next(r for r in h.engine.getTrace().records if r.kind == "compute")
-    # each BinaryOp2D: 5 + ceil(5/2) * 3 = 14 thread cycles, one per context; tile = 6 * 14
-    assert int(record.tile_cycles[0]) == 6 * 14
+    # 20 elements = 5 grains of 4, at least 2 grains per vertex: 2 vertices, grains
+    # [0, 2) and [2, 5): rows [5, 3] and [2, 5, 5]. BinaryOp2D = 5 + Σ ceil(n/2) * (1+2):
+    # 5 + 9 + 6 = 20 and 5 + 3 + 9 + 9 = 26 thread cycles; tile = W * busiest context.
+    assert int(record.tile_cycles[0]) == 6 * (5 + 3 * 1 + 3 * 3 + 3 * 3)

@@ -62,8 +62,9 @@ def test_unary_ops():
     assert est.unary_op_1d("EXPONENT", "float", 600, W, 2) == 333 * 6 + 20
     # ABSOLUTE float {1, no unroll}: (1+4) per element; N=60 -> 10 per worker: (17+50)*6+20
     assert est.unary_op_1d("ABSOLUTE", "float", 60, W, 2) == 67 * 6 + 20
-    # in place base 55: (55 + 50) * 6 + 20
-    assert est.unary_op_1d("ABSOLUTE", "float", 60, W, 2, in_place=True) == 105 * 6 + 20
+    # in place base 55, in-place table ABSOLUTE float {1, natural width}:
+    # basicOpLoopCycles(10, 2, 1 + 4) = 5 * (10 + 1) // 2 = 27; (55 + 27) * 6 + 20
+    assert est.unary_op_1d("ABSOLUTE", "float", 60, W, 2, in_place=True) == 82 * 6 + 20
     # UnaryOp2D SQRT float {10, unroll 2}, rows [10, 3]: 20 + 5*10 + 2*10
     assert est.unary_op_2d("SQRT", "float", [10, 3], 2) == 90
 
@@ -72,8 +73,9 @@ def test_broadcast_scalar(target):
     # ADD float N=1200: per worker 200 -> ceil(200/2)=100 loops * (1 + 1): (20+200)*6 + 11
     vt = vertex_type(vx.broadcast_scalar_vertex("ADD", FLOAT, "1D"))
     assert vt.estimate({"data": 1200, "B": 1, "out": 1200}, target) == 220 * 6 + 11
-    # DIVIDE float {10, unroll 2}, overhead 4, N=12: per worker 2 -> 1 loop * 14
-    assert est.broadcast_scalar_1d("DIVIDE", "float", 12, W, 2) == (20 + 14) * 6 + 11
+    # broadcast table DIVIDE float {6, unroll 2} (no per-loop overhead when unrolled),
+    # N=12: per worker 2 -> 1 loop * 6
+    assert est.broadcast_scalar_1d("DIVIDE", "float", 12, W, 2) == (20 + 6) * 6 + 11
 
 
 def test_fill(target):
@@ -117,10 +119,10 @@ def test_scaled_add_2d():
 
 
 def test_cast_1d(target):
-    # derived worker loop 4 + 2*ceil(n/VW), VW of the wider-vector type (half: 4)
-    # N=600 -> 100 per worker: 4 + 2*25 = 54; 12 + 6 * (54 + 18)
+    # castWorkerCycles float->half: 4 floats per vector (min(2*2, 4)), 2 load cycles per
+    # vector; N=600 -> 100 per worker: 19 + 2*25 + 2 remainder checks = 71
     vt = vertex_type(vx.cast_vertex(FLOAT, HALF, "1D"))
-    assert vt.estimate({"src": 600, "dst": 600}, target) == 12 + 6 * 72
+    assert vt.estimate({"src": 600, "dst": 600}, target) == 12 + 6 * (71 + 18)
 
 
 def test_vertex_kinds_match_poplibs():

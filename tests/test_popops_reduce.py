@@ -198,7 +198,7 @@ def _stage1_record(engine, name):
 
 
 @pytest.mark.parametrize(("type_", "n"), [(FLOAT, 10), (FLOAT, 7), (HALF, 10)])
-def test_scalar_output_single_input_estimate(type_, n):
+def test_single_output_reduction_is_a_continuous_reduce(type_, n):
     device = _device()
     graph = Graph(device.getTarget())
     x = graph.addVariable(type_, [1, n], "x")
@@ -207,13 +207,31 @@ def test_scalar_output_single_input_estimate(type_, n):
     reduce(graph, x, [1], Operation.ADD, seq, "s")
     _, engine = _run(graph, seq, device, {}, {})
     rec = _stage1_record(engine, "s/Reduce/Stage1")
-    # 3 + 6 + max(loads=1, cpo=1) * (N / elemsPerLoop) + 5 + N % elemsPerLoop + 3
-    # (+5 when out is not float); elemsPerLoop = min(accVW, dpw): float min(4, 2) = 2,
-    # half partials min(8, 4) = 4.
-    per_loop = 2 if type_ == FLOAT else 4
-    expected = 3 + 6 + 1 * (n // per_loop) + 5 + n % per_loop + 3 + (0 if type_ == FLOAT else 5)
+    names = {v.vtype.name for v in graph._state.vertices}
+    assert names == {f"popops::ContinuousReduce<popops::ReduceAdd,{type_.name},{type_.name},false>"}
+    # getReductionVertexSpecialisation tries ALL_REGIONS_CONTINUOUS first, so one output
+    # is a ContinuousReduce. Its estimator is called with numOutputsM1 = 0 as numOutputs:
+    # cpo * 0 * (...) + (n odd ? 2 : 0) + 12 * 0 + 10 + 7.
+    expected = (2 if n % 2 else 0) + 10 + 7
     assert rec.active_cycles[3] == expected
     assert rec.active_cycles.sum() == expected
+
+
+@pytest.mark.parametrize(("type_", "n"), [(FLOAT, 10), (FLOAT, 7), (HALF, 10), (INT, 5)])
+def test_scalar_output_single_input_estimate(type_, n):
+    target = _device().getTarget()
+    cls = reduce_vertex(Operation.ADD, type_, type_, False, False, "SCALAR_OUTPUT_SINGLE_INPUT")
+    # getCyclesEstimateForSingleInput, ADD: opVW = accVW (half 8, float 4, int 1),
+    # dpw = 64 / (8 * size); perCycle = min(opVW, dpw); loads = opVW / perCycle;
+    # cyclesPerLoop = max(loads, 1); elemsPerLoop = perCycle * loads.
+    acc_vw = {FLOAT: 4, HALF: 8, INT: 1}[type_]
+    dpw = 8 // type_.size
+    per_cycle = min(acc_vw, dpw)
+    loads = acc_vw // per_cycle
+    per_loop, elems = max(loads, 1), per_cycle * loads
+    expected = 3 + 6 + (per_loop * n) // elems + 5 + n % elems + 3
+    expected += 0 if type_ == FLOAT else 5
+    assert cls.getCycleEstimate({"partials": [n], "out": 1}, target) == expected
 
 
 def test_all_regions_continuous_estimate_and_worker_split():
@@ -226,8 +244,10 @@ def test_all_regions_continuous_estimate_and_worker_split():
     _, engine = _run(graph, seq, device, {}, {})
     rec = _stage1_record(engine, "c/Reduce/Stage1")
     # 12 outputs on tile 0 split over 6 workers -> 6 vertices of 2 outputs x 5 partials.
-    # cpo * nOut * (nPartials // min(accVW=4, dpw=2)) + (odd ? 2 : 0) + 12 nOut + 10 + 7
-    per_vertex = 1 * 2 * (5 // 2) + 2 + 12 * 2 + 10 + 7
+    # cpo * nOut * (nPartials // min(accVW=4, dpw=2)) + (odd ? 2 : 0) + 12 nOut + 10 + 7,
+    # with nOut the field numOutputsM1 = 2 - 1 (as the source passes it).
+    n_out = 2 - 1
+    per_vertex = 1 * n_out * (5 // 2) + 2 + 12 * n_out + 10 + 7
     assert rec.active_cycles[0] == 6 * per_vertex
     # one vertex per context: the tile takes W x the busiest context.
     assert rec.tile_cycles[0] == 6 * per_vertex
@@ -235,23 +255,25 @@ def test_all_regions_continuous_estimate_and_worker_split():
 
 def test_generic_reduce_estimate_formula():
     target = _device().getTarget()
-    cls = reduce_vertex(Operation.ADD, FLOAT, FLOAT, False, False, "DEFAULT")
+    cls = reduce_vertex(Operation.ADD, FLOAT, FLOAT, False, False, "SCALAR_OUTPUT_REGIONS")
+    assert cls.typeName == (
+        "popops::Reduce<popops::ReduceAdd,float,float,false,"
+        "popops::ReductionSpecialisation::SCALAR_OUTPUT_REGIONS>"
+    )
     sizes = {"partials": [3, 5], "out": 2}
-    # Float partials: opVW = 4, dpw = 2, outVW = 2, accumulator op: acc = 1, loadOvh = 2.
-    store = (2 + 0) * min(4, 2) + 1
-    region = 16 + 6 + 2 * 2 + 2 + 1 * ((3 + 2) + store + 1) + 1 * 1 * (7 + 3)
-    per_elem = 2 + 2 + 4 // min(4, 2) + 3
-    expected = 7 + 26 + (region + 3 * per_elem) + (region + 5 * per_elem)
+    # getCyclesEstimateForReduce, outputs of one element (not padded to a vector):
+    # float ADD: opVW = 4 (2 remainder checks), dpw = 2, outVW = 2, accumulators.
+    # No vector loop (1 // 4 = 0); remainder bit 1: (3 + 1) + store(1) + (7 + 3) with
+    # store(1) = (2 + 0) * min(1, 2) + 1; per partial element 2 + 1 // min(1, 2) + 3.
+    region = 16 + 6 + 2 * 2 + 2 + (3 + 1) + (2 * 1 + 1) + (7 + 3)
+    expected = 5 + 1 + 1 + 3 + 23 + (region + 3 * 6) + (region + 5 * 6)
     assert cls.getCycleEstimate(sizes, target) == expected
 
-    upd = reduce_vertex(Operation.MAX, INT, INT, False, False, "DEFAULT")
-    # INT partials: opVW = 1 (log2 = 0), dpw = 2, outVW = 2, not an accumulator op.
-    store = 2 * min(1, 2) + 0
-    region = 16 + 6 + 0 + 2 + (3 + store + 1) + (7 + 3)
-    per_elem = 0 + 2 + 1 // 1 + 3
-    assert upd.getCycleEstimate({"partials": [4], "out": 1}, target) == 7 + 26 + region + 4 * (
-        per_elem
-    )
+    upd = reduce_vertex(Operation.MAX, INT, INT, False, False, "SCALAR_OUTPUT_REGIONS")
+    # INT MAX: opVW = VW(int) = 2 (1 remainder check), dpw = 2, not an accumulator op:
+    # remainder bit 1: 2 + store(1) = 2 * min(1, 2) + 0, plus (7 + 3); per element 2+1+3.
+    region = 16 + 6 + 2 * 1 + 2 + 2 + 2 + (7 + 3)
+    assert upd.getCycleEstimate({"partials": [4], "out": 1}, target) == 7 + 26 + region + 4 * 6
 
 
 def test_logical_reduce_estimate_formula():

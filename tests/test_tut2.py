@@ -48,7 +48,9 @@ def test_tut2_in_process_values_and_layout():
     assert graph.getTileMapping(tensors["v5"]) == graph.getTileMapping(tensors["v1"])
     # each add: one element per tile, so one 1-D multi-vertex on each of tiles 0..3
     verts = graph._state.vertices
-    assert [v.vtype.name for v in verts] == ["popops::BinaryOp1D<ADD,float>"] * 12
+    assert [v.vtype.name for v in verts] == [
+        "popops::BinaryOp1D<popops::expr::BinaryOpType::ADD,float>"
+    ] * 12
     assert sorted(v.tile for v in verts) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     values, _ = tut2.run(Device.createCPUDevice("ipu2"))
     np.testing.assert_array_equal(values["v5"], V1 + V2.T)

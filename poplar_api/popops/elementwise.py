@@ -16,19 +16,25 @@ import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import UNMAPPED, Graph
+from poplar_api.popops import estimators as est
 from poplar_api.popops import vertices as vx
 from poplar_api.popops.layout import (
+    ATOMIC_STORE_GRANULARITY,
+    RPT_COUNT_MAX,
+    UINT_MAX,
     ElemOperand,
     ScalarOperand,
-    add_vertices,
+    add_vertex,
     per_tile_constant,
-    plan_regions,
+    split_pieces,
+    split_regions,
+    tile_regions,
 )
 from poplar_api.popops.ops import BINARY_OPS, UNARY_OPS, result_type
 from poplar_api.poputil import cloneTensor
 from poplar_api.program import Execute, Sequence
 from poplar_api.tensor import Tensor
-from poplar_api.types import ALL_TYPES, FLOAT, HALF, INT, UNSIGNED_INT, Type
+from poplar_api.types import ALL_TYPES, BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Type
 
 __all__ = [
     "addCodelets",
@@ -112,13 +118,91 @@ def _elem(t: Tensor, shape: list[int], name: str) -> ElemOperand:
     return ElemOperand(t.elementType(), _broadcast_to(t, shape).flat_index(), name)
 
 
-def _execute(graph: Graph, prog: Sequence, name: str, ref: Tensor, operands, classes) -> None:
-    """Plan the regions of ``ref``, add the vertices and append the Execute."""
+#: A vertex to add: (class, pieces of output positions, one row per piece?).
+Plan = list[tuple[type, list[np.ndarray], bool]]
+
+#: ``maxDivisibleValue`` (ElementWise.cpp): the largest count the 1-D work division takes.
+_MAX_DIVISIBLE = UINT_MAX // 0xAAAB - 5
+
+
+def _execute(
+    graph: Graph,
+    prog: Sequence,
+    name: str,
+    ref: Tensor,
+    operands: dict[str, Any],
+    plan_tile: Any,
+) -> None:
+    """Add the vertices ``plan_tile(regions)`` chooses on every tile; append the Execute."""
     cs = graph.addComputeSet(name)
-    if ref.numElements():
-        workers = graph.getTarget().getNumWorkerContexts()
-        add_vertices(graph, cs, plan_regions(graph, ref, name, workers), operands, classes)
+    for tr in tile_regions(graph, ref, name):
+        for cls, pieces, rows in plan_tile(tr.regions):
+            add_vertex(graph, cs, tr.tile, cls, pieces, operands, rows)
     prog.add(Execute(cs))
+
+
+def _workers(graph: Graph) -> int:
+    return graph.getTarget().getNumWorkerContexts()
+
+
+def _grain(graph: Graph, t: Type) -> int:
+    """``max(getVectorWidth(t), getAtomicStoreGranularity())``, as ElementWise.cpp."""
+    return max(graph.getTarget().getVectorWidth(t), ATOMIC_STORE_GRANULARITY)
+
+
+def _limits(vw: int, unlimited: bool) -> tuple[int, int, int]:
+    """``MaxElements`` (repeat, division, regionSize) of ``maxVertexElementsPerRegion``.
+
+    Integer and bool-output vertices (``in != HALF && out != FLOAT``) have no limit;
+    the others are limited by the repeat counter (``rptCountMax * vw``) and the work
+    division (``vw * maxDivisibleValue``).
+    """
+    if unlimited:
+        return UINT_MAX, UINT_MAX, UINT_MAX
+    return RPT_COUNT_MAX * vw, vw * _MAX_DIVISIBLE, RPT_COUNT_MAX * vw
+
+
+def _fits_multi_vertex(total: int, limits: tuple[int, int, int], workers: int) -> bool:
+    """``validateRegionSizeForMultiVertex`` (ElementWise.cpp)."""
+    repeat, division, _ = limits
+    if total > division:
+        return False
+    return repeat == UINT_MAX or total <= repeat * workers
+
+
+def _binary_vw(op: str, in_t: Type, out_t: Type) -> int:
+    """``getBinaryOpVectorWidth`` for the types ipusim supports."""
+    if in_t in (HALF, FLOAT) and out_t == BOOL:
+        return 4
+    return {HALF: 4, FLOAT: 2}.get(in_t, 1) if in_t == out_t else 1
+
+
+def _unary_vw(op: str, t: Type) -> int:
+    """``getUnaryOpVectorWidth``: non-linearities (TANH, RELU, SIGMOID) use half the width."""
+    nonlinear = op in ("TANH", "RELU", "SIGMOID")
+    if t is HALF:
+        return 2 if nonlinear else 4
+    if t is FLOAT:
+        return 1 if nonlinear else 2
+    return 1
+
+
+def _general_plan(
+    graph: Graph, grain: int, limits: tuple[int, int, int], cls_1d: type, cls_2d: type
+) -> Any:
+    """``binaryOpGeneral`` / ``unaryOp`` per tile: one 1-D multi-vertex over a single
+    region that fits, else 2-D worker vertices from ``splitRegionsBetweenWorkers``
+    (grain, 2 grains minimum, pieces of at most ``regionSize``)."""
+    workers = _workers(graph)
+
+    def plan(regions: list[np.ndarray]) -> Plan:
+        sizes = [r.size for r in regions]
+        if len(regions) == 1 and _fits_multi_vertex(sizes[0], limits, workers):
+            return [(cls_1d, regions, False)]
+        split = split_regions(sizes, grain, workers, 2 * grain, UINT_MAX, limits[2])
+        return [(cls_2d, p, True) for p in split_pieces(regions, split)]
+
+    return plan
 
 
 def _scalar_const(graph: Graph, t: Type, value: Any, ref: Tensor, name: str) -> ScalarOperand:
@@ -176,27 +260,73 @@ def binary_op(
             )
         out = cloneTensor(graph, ref, f"{name}/out", out_t)
     dest = "in1Out" if in_place else "out"
-    scalar_b = constant or (ref is A and B.numElements() == 1 and A.numElements() > 1)
+    t = A.elementType()
+    # ElementWise.cpp binaryOp: a one-element second operand always uses the
+    # BroadcastScalar vertices; a one-element first operand does too when the op is
+    # commutative and not in place (operands swapped). Every op/type ipusim supports
+    # has a scalar-broadcast vertex (haveScalarBroadcastVertexForOp).
+    scalar_b = constant or (ref is A and B.numElements() == 1)
+    scalar_a = not scalar_b and not in_place and A.numElements() == 1 and op in _COMMUTATIVE
     operands: dict[str, Any]
-    if scalar_b:
-        b = _scalar_const(graph, b_type, B, out, f"{name}/B") if constant else _scalar_tensor(B)
-        operands = {"data": _elem(A, shape, A.name), "B": b}
+    if scalar_b or scalar_a:
+        if scalar_a:
+            data, b = B, _scalar_tensor(A)
+        else:
+            data = A
+            b = _scalar_const(graph, b_type, B, out, f"{name}/B") if constant else _scalar_tensor(B)
+        operands = {"data": _elem(data, shape, data.name), "B": b}
         if not in_place:
             operands["out"] = _elem(out, shape, out.name)
-
-        def classes(layout: str) -> type:
-            return vx.broadcast_scalar_vertex(op, A.elementType(), layout, in_place)
-
+        plan = _broadcast_scalar_plan(graph, op, t, out_t, in_place)
     else:
         operands = {dest: _elem(out, shape, out.name)} if not in_place else {}
         operands["in1Out" if in_place else "in1"] = _elem(A, shape, A.name)
         operands["in2"] = _elem(B, shape, B.name)
+        limits = _limits(_binary_vw(op, t, out_t), t != HALF and out_t != FLOAT)
+        plan = _general_plan(
+            graph,
+            _grain(graph, t),
+            limits,
+            vx.binary_vertex(op, t, "1D", in_place),
+            vx.binary_vertex(op, t, "2D", in_place),
+        )
 
-        def classes(layout: str) -> type:
-            return vx.binary_vertex(op, A.elementType(), layout, in_place)
-
-    _execute(graph, prog, name, out, operands, classes)
+    _execute(graph, prog, name, out, operands, plan)
     return None if in_place else out
+
+
+#: ``isBinaryOpCommutative`` (ElementWise.cpp), for the ops ipusim has.
+_COMMUTATIVE = frozenset(
+    {"ADD", "EQUAL", "LOGICAL_AND", "LOGICAL_OR", "MAXIMUM", "MINIMUM", "MULTIPLY", "NOT_EQUAL"}
+)
+
+
+def _broadcast_scalar_plan(graph: Graph, op: str, t: Type, out_t: Type, in_place: bool) -> Any:
+    """``createVertexBinaryOpBroadcastScalar`` per tile.
+
+    The tile's regions are split for 2-D workers as the general op does; the 1-D
+    multi-vertices (one per contiguous region) are chosen when the sum of their
+    estimates is below ``W`` times the estimate of the 2-D vertex with the most
+    regions, and the elements fit a multi-vertex.
+    """
+    target = graph.getTarget()
+    workers, vw = _workers(graph), target.getVectorWidth(t)
+    grain = _grain(graph, t)
+    limits = _limits(_binary_vw(op, t, out_t), t != HALF and out_t != FLOAT)
+    cls_1d = vx.broadcast_scalar_vertex(op, t, "1D", in_place)
+    cls_2d = vx.broadcast_scalar_vertex(op, t, "2D", in_place)
+
+    def plan(regions: list[np.ndarray]) -> Plan:
+        sizes = [int(r.size) for r in regions]
+        split = split_regions(sizes, grain, workers, 2 * grain, UINT_MAX, limits[2])
+        est_1d = sum(est.broadcast_scalar_1d(op, t.name, n, workers, vw, in_place) for n in sizes)
+        busiest = max(split, key=len)  # the first vertex with the most regions
+        est_2d = est.broadcast_scalar_2d_data(op, t.name, [n for _, _, n in busiest], vw, in_place)
+        if est_1d < est_2d * workers and _fits_multi_vertex(sum(sizes), limits, workers):
+            return [(cls_1d, [r], False) for r in regions]
+        return [(cls_2d, p, True) for p in split_pieces(regions, split)]
+
+    return plan
 
 
 # ---------------------------------------------------------------------- unary
@@ -228,7 +358,7 @@ def unary_op(
         name,
         out,
         operands,
-        lambda layout: vx.unary_vertex(op, A.elementType(), layout, in_place),
+        _unary_plan(graph, op, A.elementType(), in_place),
     )
     return None if in_place else out
 
@@ -250,7 +380,7 @@ def cast(graph: Graph, src: Tensor, dstType: Type, prog: Sequence, debugName: st
         name,
         out,
         operands,
-        lambda layout: vx.cast_vertex(src.elementType(), dstType, layout),
+        _cast_plan(graph, src.elementType(), dstType),
     )
     return out
 
@@ -291,9 +421,7 @@ def _scaled(graph, A, B, scale, prog, debugName, subtract: bool) -> None:
             f"popops.{api}: scale must be a number or a one-element Tensor, got {scale!r}"
         )
     operands = {"A": _elem(A, A.shape(), A.name), "B": _elem(B, A.shape(), B.name), "scaleB": s}
-    _execute(
-        graph, prog, name, A, operands, lambda layout: vx.scaled_add_vertex(t, layout, subtract)
-    )
+    _execute(graph, prog, name, A, operands, _scaled_plan(graph, t, subtract))
 
 
 def scaledAddTo(
@@ -336,14 +464,113 @@ def fill(graph: Graph, t: Tensor, value: Any, prog: Sequence, debugName: str = "
         "out": ElemOperand(t.elementType(), ids, t.name),
         "in": _scalar_const(graph, t.elementType(), value, ref, f"{name}/value"),
     }
-    _execute(
-        graph, prog, name, ref, operands, lambda layout: vx.fill_vertex(t.elementType(), layout)
-    )
+    _execute(graph, prog, name, ref, operands, _fill_plan(graph, t.elementType()))
 
 
 def zero(graph: Graph, t: Tensor, prog: Sequence, debugName: str = "") -> None:
     """Set every element of ``t`` to 0."""
     fill(graph, t, 0, prog, debugName or "zero")
+
+
+def _unary_plan(graph: Graph, op: str, t: Type, in_place: bool) -> Any:
+    """``unaryOp`` (ElementWise.cpp): the general plan with the unary limits.
+
+    Not modelled: the in-place non-linearities' extra limit from their ``n`` field
+    size (a codelet property, not in the Poplibs sources); they use the float/half limits.
+    """
+    unlimited = t != HALF and t != FLOAT
+    return _general_plan(
+        graph,
+        _grain(graph, t),
+        _limits(_unary_vw(op, t), unlimited),
+        vx.unary_vertex(op, t, "1D", in_place),
+        vx.unary_vertex(op, t, "2D", in_place),
+    )
+
+
+#: ``multiVertexCyclesForWorkDivision`` (Cast.cpp).
+_CAST_WORK_DIVISION = 6
+#: ``elementsPerLoop`` (Cast.cpp): the repeat limit is ``rptCountMax * 4`` elements.
+_CAST_ELEMS_PER_LOOP = 4
+
+
+def _cast_plan(graph: Graph, src: Type, dst: Type) -> Any:
+    """``castImpl`` (Cast.cpp) per tile.
+
+    A single region that fits the repeat limit gets ``Cast1DSingleWorker`` when it has
+    at most ``min(VW(src), VW(dst)) * 6`` elements, else a ``Cast1D`` multi-vertex;
+    otherwise the regions are split (grain ``max(VW(src), VW(dst))``) and each vertex
+    with one piece is a ``Cast1DSingleWorker``, with several a ``Cast2D``.
+    """
+    target = graph.getTarget()
+    workers = _workers(graph)
+    max_rpt = RPT_COUNT_MAX * _CAST_ELEMS_PER_LOOP
+    vw_src, vw_dst = target.getVectorWidth(src), target.getVectorWidth(dst)
+    grain = max(vw_src, vw_dst)
+    single = vx.cast_vertex(src, dst, "1DSingleWorker")
+    multi = vx.cast_vertex(src, dst, "1D")
+    two_d = vx.cast_vertex(src, dst, "2D")
+
+    def plan(regions: list[np.ndarray]) -> Plan:
+        sizes = [int(r.size) for r in regions]
+        n = sizes[0]
+        if len(regions) == 1 and n <= _MAX_DIVISIBLE and n <= max_rpt * workers:
+            small = n <= min(vw_src, vw_dst) * _CAST_WORK_DIVISION
+            return [(single if small else multi, regions, False)]
+        split = split_regions(sizes, grain, workers, 2 * grain, UINT_MAX, max_rpt)
+        return [
+            (single, p, False) if len(p) == 1 else (two_d, p, True)
+            for p in split_pieces(regions, split)
+        ]
+
+    return plan
+
+
+def _scaled_plan(graph: Graph, t: Type, subtract: bool) -> Any:
+    """``createVertices`` (ScaledAdd.cpp) per tile.
+
+    One supervisor over a single region of at most ``rptCountMax * VW * W`` elements
+    (the vertex's ``size`` field limit is a codelet property, not modelled); otherwise
+    2-D workers split with grain ``VW``, pieces of at most ``rptCountMax * VW``.
+    """
+    target = graph.getTarget()
+    workers, vw = _workers(graph), target.getVectorWidth(t)
+    sup = vx.scaled_add_vertex(t, "1D", subtract)
+    two_d = vx.scaled_add_vertex(t, "2D", subtract)
+
+    def plan(regions: list[np.ndarray]) -> Plan:
+        sizes = [int(r.size) for r in regions]
+        if len(regions) == 1 and sizes[0] <= RPT_COUNT_MAX * vw * workers:
+            return [(sup, regions, False)]
+        split = split_regions(sizes, vw, workers, 2 * vw, UINT_MAX, RPT_COUNT_MAX * vw)
+        return [(two_d, p, True) for p in split_pieces(regions, split)]
+
+    return plan
+
+
+def _fill_plan(graph: Graph, t: Type) -> Any:
+    """``fill`` of a compute set (Fill.cpp) per tile.
+
+    The regions are always split over the workers: grain ``VW``, at least ``2 * VW``
+    elements per vertex, at most ``rptCountMax * width`` (``width`` = 64/16 for half,
+    64/32 otherwise); a vertex with one piece is a ``Fill``, with several a ``Fill2d``.
+    """
+    target = graph.getTarget()
+    vw = target.getVectorWidth(t)
+    width = target.getDataPathWidth() // (16 if t is HALF else 32)
+    one, two_d = vx.fill_vertex(t, "1D"), vx.fill_vertex(t, "2D")
+    workers = _workers(graph)
+
+    def plan(regions: list[np.ndarray]) -> Plan:
+        split = split_regions(
+            [int(r.size) for r in regions], vw, workers, 2 * vw, RPT_COUNT_MAX * width
+        )
+        return [
+            (one, p, False) if len(p) == 1 else (two_d, p, True)
+            for p in split_pieces(regions, split)
+        ]
+
+    return plan
 
 
 def addCodelets(graph: Graph) -> None:

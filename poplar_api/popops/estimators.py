@@ -1,13 +1,20 @@
-"""Cycle estimators of the popops elementwise vertices.
+"""Cycle estimators of the popops elementwise vertices, as Poplibs publishes them.
 
-These restate the public Poplibs estimator formulas (see the project's
-``poplibs_estimators.md``) as plain functions of element counts and target values:
-``W`` worker contexts and ``VW`` elements per 64-bit vector. Multi-vertex (1-D)
-estimates are tile cycles; worker-vertex (2-D) estimates are thread cycles, as the
-IPU Model counts them.
+Source: graphcore/poplibs at commit ``7eac0f266ced5b064b3284a3cd90d491745b387c``
+(``SOURCE_COMMIT``). The per-op tables restate ``lib/popops/popopsCycleEstimators.hpp``
+(``unaryOpPerfInfo``, ``unaryOpInPlacePerfInfo``, ``binaryOpPerfInfo``,
+``binaryOpInPlacePerfInfo``, ``broadcastOpPerfInfo``, ``broadcastOpInPlacePerfInfo``)
+for the element types ipusim supports (float, half, int, unsigned int, bool); the
+formulas restate ``lib/popops/popopsCycleEstimators.cpp`` and
+``lib/popops/PerformanceEstimation.cpp``. Each function names its source function.
 
-Where the formula sheet gives no constants for an op/type pair, the table entry is
-derived from the closest documented op; every such entry says so in a comment.
+Multi-vertex (``1D``) estimates are tile cycles; worker-vertex (``2D``, ``Fill``,
+``Cast1DSingleWorker``) estimates are thread cycles, as the IPU Model counts them.
+The source's ``getForceInterleavedEstimates()`` is taken as false (its default).
+
+The one estimator that is not a Poplibs vertex estimator is :func:`map_expr`: Poplibs
+sets the generated map vertices' estimates with ``Graph::setPerfEstimate`` in
+``lib/popops/ExpressionGenerator.cpp`` (``executeCodelet``); that formula is restated.
 """
 
 from __future__ import annotations
@@ -16,23 +23,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "SOURCE_COMMIT",
     "OpPerformanceInfo",
+    "basic_op_loop_cycles",
     "binary_info",
     "binary_inner_loop",
     "binary_op_1d",
     "binary_op_1d_in_place",
     "binary_op_2d",
     "binary_op_2d_in_place",
+    "broadcast_info",
     "broadcast_scalar_1d",
-    "broadcast_scalar_2d",
+    "broadcast_scalar_2d_data",
     "cast_1d",
+    "cast_1d_single_worker",
     "cast_2d",
     "cast_worker_cycles",
     "fill",
     "fill_2d",
     "iceil",
-    "map_expr_1d",
-    "map_expr_2d",
+    "map_expr",
     "scaled_add_2d",
     "scaled_add_supervisor",
     "unary_info",
@@ -40,6 +50,12 @@ __all__ = [
     "unary_op_1d",
     "unary_op_2d",
 ]
+
+#: The poplibs commit the tables and formulas were read from.
+SOURCE_COMMIT = "7eac0f266ced5b064b3284a3cd90d491745b387c"
+
+#: ``basicOpSupervisorOverhead()`` (PerformanceEstimation.cpp), no ScaledPtr64 fields.
+SUPERVISOR_OVERHEAD = 11
 
 
 def iceil(a: int, b: int) -> int:
@@ -49,11 +65,11 @@ def iceil(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class OpPerformanceInfo:
-    """Inner-loop cost of one op: ``cycles_per_loop`` per loop of elements.
+    """Inner-loop cost of one op (``OpPerformanceInfo`` in popopsCycleEstimators.hpp).
 
-    With ``natural_vector_width`` a loop handles one vector (VW elements) and an
-    overhead is added; otherwise it handles ``loop_unroll_factor`` elements (0 = one
-    element at a time in the unary formula).
+    With ``natural_vector_width`` a loop handles one 64-bit vector and a per-loop
+    overhead is added by the caller; otherwise a loop handles ``loop_unroll_factor``
+    elements (0: one element, unary formula only) in ``cycles_per_loop``.
     """
 
     cycles_per_loop: int
@@ -62,124 +78,202 @@ class OpPerformanceInfo:
 
 
 _I = OpPerformanceInfo
+_F, _H, _S, _U, _B = "float", "half", "int", "unsigned int", "bool"
 
-#: Binary ops, keyed by (op, type name). Documented entries first.
-_BINARY: dict[tuple[str, str], OpPerformanceInfo] = {
-    ("ADD", "float"): _I(1, True),
-    ("ADD", "half"): _I(1, True),
-    ("SUBTRACT", "float"): _I(1, True),
-    ("SUBTRACT", "half"): _I(1, True),
-    ("MULTIPLY", "float"): _I(1, True),
-    ("MULTIPLY", "half"): _I(1, True),
-    ("DIVIDE", "float"): _I(10, False, 2),
-    ("DIVIDE", "half"): _I(21, False, 4),
-    ("MAXIMUM", "float"): _I(3, False, 2),
-    ("MAXIMUM", "half"): _I(4, False, 4),
-    ("MINIMUM", "float"): _I(3, False, 2),
-    ("MINIMUM", "half"): _I(4, False, 4),
-    ("POWER", "float"): _I(312, False, 1),
-    ("POWER", "half"): _I(325, False, 1),
-    ("EQUAL", "float"): _I(14, False, 4),
-    ("EQUAL", "half"): _I(9, False, 4),
+
+def _table(rows: dict[str, dict[str, tuple]]) -> dict[tuple[str, str], OpPerformanceInfo]:
+    return {(op, t): _I(*v) for op, per_type in rows.items() for t, v in per_type.items()}
+
+
+# Tables restated from popopsCycleEstimators.hpp (types ipusim supports only).
+_UNARY = _table({
+    "ABSOLUTE": {_F: (1, False), _H: (1, False), _S: (2, False)},
+    "EXPONENT": {_F: (6, False, 2), _H: (4, False, 4)},
+    "LOGARITHM": {_F: (12, False, 2), _H: (4, False, 4)},
+    "LOGICAL_NOT": {_B: (17, False)},
+    "NEGATE": {_F: (2, False, 2), _H: (2, False, 4), _S: (2, False)},
+    "SQRT": {_F: (10, False, 2), _H: (23, False, 4), _S: (110, False)},
+    "SQUARE": {_F: (2, False, 2), _H: (2, False, 4), _S: (1, True), _U: (1, True)},
+    "TANH": {_F: (12, False, 2), _H: (4, False, 4)},
+    "SIGMOID": {_F: (12, False, 2), _H: (6, False, 4)},
+    "RELU": {_F: (3, False, 2), _H: (3, False, 4)},
+})  # fmt: skip
+_UNARY_IN_PLACE = _table({
+    "ABSOLUTE": {_F: (1, True), _H: (1, True), _S: (2, False)},
+    "EXPONENT": {_F: (6, False, 2), _H: (4, False, 4)},
+    "LOGARITHM": {_F: (14, False, 2), _H: (6, False, 4)},
+    "LOGICAL_NOT": {_B: (17, True)},
+    "NEGATE": {_F: (3, False, 2), _H: (3, False, 4), _S: (2, False)},
+    "SQRT": {_F: (10, False, 2), _H: (23, False, 4), _S: (110, False)},
+    "SQUARE": {_F: (2, False, 2), _H: (2, False, 4), _S: (1, True), _U: (1, True)},
+    "TANH": {_F: (10, False, 2), _H: (2, False, 4)},
+    "SIGMOID": {_F: (10, False, 2), _H: (4, False, 4)},
+    "RELU": {_F: (2, False, 2), _H: (2, False, 4)},
+})  # fmt: skip
+_BINARY = _table({
+    "ADD": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+    "DIVIDE": {_F: (10, False, 2), _H: (21, False, 4), _S: (277, False, 1),
+               _U: (265, False, 1)},
+    "MAXIMUM": {_F: (3, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
+    "MINIMUM": {_F: (3, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
+    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (32, False, 1)},
+    "LOGICAL_AND": {_B: (5, False, 4)},
+    "LOGICAL_OR": {_B: (5, False, 4)},
+    "EQUAL": {_F: (14, False, 4), _H: (9, False, 4), _S: (22, False, 4), _U: (22, False, 4),
+              _B: (6, False, 4)},
+    "NOT_EQUAL": {_F: (20, False, 4), _H: (11, False, 4), _S: (22, False, 4),
+                  _U: (22, False, 4), _B: (5, False, 4)},
+    "GREATER_THAN": {_F: (14, False, 4), _H: (9, False, 4), _S: (22, False, 4),
+                     _U: (22, False, 4), _B: (31, False, 4)},
+    "GREATER_THAN_EQUAL": {_F: (14, False, 4), _H: (9, False, 4), _S: (26, False, 4),
+                           _U: (26, False, 4), _B: (28, False, 4)},
+    "LESS_THAN": {_F: (14, False, 4), _H: (9, False, 4), _S: (22, False, 4),
+                  _U: (22, False, 4), _B: (28, False, 4)},
+    "LESS_THAN_EQUAL": {_F: (14, False, 4), _H: (9, False, 4), _S: (26, False, 4),
+                        _U: (26, False, 4), _B: (28, False, 4)},
+})  # fmt: skip
+_BINARY_IN_PLACE = _table({
+    "ADD": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+    "DIVIDE": {_F: (10, False, 2), _H: (21, False, 4), _S: (277, False, 1),
+               _U: (264, False, 1)},
+    "MAXIMUM": {_F: (4, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
+    "MINIMUM": {_F: (4, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
+    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (34, False, 1)},
+    "LOGICAL_AND": {_B: (5, False, 4)},
+    "LOGICAL_OR": {_B: (5, False, 4)},
+    "EQUAL": {_B: (6, False, 4)},
+    "NOT_EQUAL": {_B: (5, False, 4)},
+    "GREATER_THAN": {_B: (31, False, 4)},
+    "GREATER_THAN_EQUAL": {_B: (28, False, 4)},
+    "LESS_THAN": {_B: (28, False, 4)},
+    "LESS_THAN_EQUAL": {_B: (28, False, 4)},
+})  # fmt: skip
+_BROADCAST = _table({
+    "ADD": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "DIVIDE": {_F: (6, False, 2), _H: (8, False, 2), _S: (277, False, 1),
+               _U: (260, False, 1)},
+    "MAXIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (7, False, 1)},
+    "MINIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (8, False, 1)},
+    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (23, False, 1)},
+    "LOGICAL_AND": {_B: (4, False, 4)},
+    "LOGICAL_OR": {_B: (4, False, 4)},
+    "EQUAL": {_F: (12, False, 4), _H: (8, False, 4), _S: (16, False, 4), _U: (16, False, 4),
+              _B: (14, False, 4)},
+    "NOT_EQUAL": {_F: (18, False, 4), _H: (10, False, 4), _S: (16, False, 4),
+                  _U: (16, False, 4), _B: (4, False, 4)},
+    "GREATER_THAN": {_F: (12, False, 4), _H: (8, False, 4), _S: (16, False, 4),
+                     _U: (16, False, 4), _B: (12, False, 4)},
+    "GREATER_THAN_EQUAL": {_F: (12, False, 4), _H: (8, False, 4), _S: (20, False, 4),
+                           _U: (20, False, 4), _B: (12, False, 4)},
+    "LESS_THAN": {_F: (12, False, 4), _H: (8, False, 4), _S: (16, False, 4),
+                  _U: (16, False, 4), _B: (16, False, 4)},
+    "LESS_THAN_EQUAL": {_F: (12, False, 4), _H: (8, False, 4), _S: (20, False, 4),
+                        _U: (20, False, 4), _B: (16, False, 4)},
+})  # fmt: skip
+_BROADCAST_IN_PLACE = _table({
+    "ADD": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "DIVIDE": {_F: (6, False, 2), _H: (8, False, 2), _S: (277, False, 1),
+               _U: (260, False, 1)},
+    "MAXIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (7, False, 1)},
+    "MINIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (8, False, 1)},
+    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (25, False, 1)},
+    "LOGICAL_AND": {_B: (4, False, 4)},
+    "LOGICAL_OR": {_B: (4, False, 4)},
+    "EQUAL": {_B: (5, False, 4)},
+    "NOT_EQUAL": {_B: (4, False, 4)},
+    "GREATER_THAN": {_B: (12, False, 4)},
+    "GREATER_THAN_EQUAL": {_B: (12, False, 4)},
+    "LESS_THAN": {_B: (16, False, 4)},
+    "LESS_THAN_EQUAL": {_B: (16, False, 4)},
+})  # fmt: skip
+
+_TABLES = {
+    "unaryOpPerfInfo": _UNARY,
+    "unaryOpInPlacePerfInfo": _UNARY_IN_PLACE,
+    "binaryOpPerfInfo": _BINARY,
+    "binaryOpInPlacePerfInfo": _BINARY_IN_PLACE,
+    "broadcastOpPerfInfo": _BROADCAST,
+    "broadcastOpInPlacePerfInfo": _BROADCAST_IN_PLACE,
 }
-# Derived: the other comparisons use EQUAL's numbers (same compare-and-pack loop).
-for _op in ("NOT_EQUAL", "GREATER_THAN", "GREATER_THAN_EQUAL", "LESS_THAN", "LESS_THAN_EQUAL"):
-    _BINARY[(_op, "float")] = _BINARY[("EQUAL", "float")]
-    _BINARY[(_op, "half")] = _BINARY[("EQUAL", "half")]
-
-#: Derived for 32-bit integers: no vector unit, one element per loop; ADD/SUB/MAX/MIN
-#: cost like float MAXIMUM per element (3 cycles: load, op, store), MULTIPLY one more,
-#: DIVIDE like float DIVIDE per element, comparisons like float EQUAL per element.
-_INT_BINARY = {
-    "ADD": _I(3, False, 1),
-    "SUBTRACT": _I(3, False, 1),
-    "MULTIPLY": _I(4, False, 1),
-    "DIVIDE": _I(10, False, 1),
-    "MAXIMUM": _I(3, False, 1),
-    "MINIMUM": _I(3, False, 1),
-    "EQUAL": _I(14, False, 4),
-    "NOT_EQUAL": _I(14, False, 4),
-    "GREATER_THAN": _I(14, False, 4),
-    "GREATER_THAN_EQUAL": _I(14, False, 4),
-    "LESS_THAN": _I(14, False, 4),
-    "LESS_THAN_EQUAL": _I(14, False, 4),
-}
-for _op, _info in _INT_BINARY.items():
-    _BINARY[(_op, "int")] = _info
-    _BINARY[(_op, "unsigned int")] = _info
-# Derived for bool: logical ops and (in)equality handle 4 bytes per loop like EQUAL half.
-for _op in ("LOGICAL_AND", "LOGICAL_OR", "EQUAL", "NOT_EQUAL"):
-    _BINARY[(_op, "bool")] = _I(9, False, 4)
-
-#: Unary ops, keyed by (op, type name). Documented entries first.
-_UNARY: dict[tuple[str, str], OpPerformanceInfo] = {
-    ("ABSOLUTE", "float"): _I(1, False),
-    ("ABSOLUTE", "half"): _I(1, False),
-    ("EXPONENT", "float"): _I(6, False, 2),
-    ("EXPONENT", "half"): _I(4, False, 4),
-    ("LOGARITHM", "float"): _I(12, False, 2),
-    ("LOGARITHM", "half"): _I(4, False, 4),
-    ("SQRT", "float"): _I(10, False, 2),
-    ("SQRT", "half"): _I(23, False, 4),
-    ("TANH", "float"): _I(12, False, 2),
-    ("TANH", "half"): _I(4, False, 4),
-    ("SIGMOID", "float"): _I(12, False, 2),
-    ("SIGMOID", "half"): _I(6, False, 4),
-    ("RELU", "float"): _I(3, False, 2),
-    ("RELU", "half"): _I(3, False, 4),
-    ("NEGATE", "float"): _I(2, False, 2),
-    # Derived: half NEGATE as float NEGATE with the half vector width (4 per loop).
-    ("NEGATE", "half"): _I(2, False, 4),
-    # Derived: SQUARE is one multiply per element, like NEGATE.
-    ("SQUARE", "float"): _I(2, False, 2),
-    ("SQUARE", "half"): _I(2, False, 4),
-    # Derived: integer NEGATE/ABSOLUTE/SQUARE as the float ones, one element per loop.
-    ("NEGATE", "int"): _I(2, False, 1),
-    ("ABSOLUTE", "int"): _I(1, False),
-    ("SQUARE", "int"): _I(2, False, 1),
-    ("SQUARE", "unsigned int"): _I(2, False, 1),
-    # Derived: LOGICAL_NOT on bytes like ABSOLUTE (one cheap op per element).
-    ("LOGICAL_NOT", "bool"): _I(1, False),
-}
 
 
-def binary_info(op: str, type_name: str) -> OpPerformanceInfo:
-    """Performance table entry of binary ``op`` on ``type_name``."""
-    return _BINARY[(op, type_name)]
+def _lookup(table: str, op: str, type_name: str) -> OpPerformanceInfo:
+    try:
+        return _TABLES[table][(op, type_name)]
+    except KeyError:
+        have = sorted(t for (o, t) in _TABLES[table] if o == op)
+        raise KeyError(
+            f"popops estimator: Poplibs table {table} has no entry for ({op}, {type_name}); "
+            f"entries for {op}: {', '.join(have) or 'none'}; hint: the op is not supported "
+            f"on {type_name} by this vertex"
+        ) from None
 
 
-def unary_info(op: str, type_name: str) -> OpPerformanceInfo:
-    """Performance table entry of unary ``op`` on ``type_name``."""
-    return _UNARY[(op, type_name)]
+def unary_info(op: str, type_name: str, in_place: bool = False) -> OpPerformanceInfo:
+    """``unaryOpPerfInfo`` / ``unaryOpInPlacePerfInfo`` entry of ``op`` on ``type_name``."""
+    return _lookup("unaryOpInPlacePerfInfo" if in_place else "unaryOpPerfInfo", op, type_name)
 
 
-def _is_fast_arith(op: str, type_name: str) -> bool:
-    return op in ("ADD", "SUBTRACT", "MULTIPLY") and type_name in ("float", "half")
+def binary_info(op: str, type_name: str, in_place: bool = False) -> OpPerformanceInfo:
+    """``binaryOpPerfInfo`` / ``binaryOpInPlacePerfInfo`` entry of ``op`` on ``type_name``."""
+    return _lookup("binaryOpInPlacePerfInfo" if in_place else "binaryOpPerfInfo", op, type_name)
+
+
+def broadcast_info(op: str, type_name: str, in_place: bool = False) -> OpPerformanceInfo:
+    """``broadcastOpPerfInfo`` / ``broadcastOpInPlacePerfInfo`` entry."""
+    table = "broadcastOpInPlacePerfInfo" if in_place else "broadcastOpPerfInfo"
+    return _lookup(table, op, type_name)
+
+
+def _has_external_codelet(op: str, type_name: str) -> bool:
+    """``hasExternalCodelet``: ADD/SUBTRACT/MULTIPLY on float or half."""
+    return op in ("ADD", "SUBTRACT", "MULTIPLY") and type_name in (_F, _H)
+
+
+def basic_op_loop_cycles(n: int, vector_size: int, cycles_per_vector: int) -> int:
+    """``basicOpLoopCycles``: ``cyclesPerVector * (n + size - 1) / size`` (C++ integers).
+
+    The product is taken before the division, as the source's operator order does.
+    """
+    return cycles_per_vector * (int(n) + vector_size - 1) // vector_size
 
 
 def binary_inner_loop(op: str, type_name: str, n: int, vw: int, in_place: bool = False) -> int:
-    """``binaryOpInnerLoopCycles``: cycles of the inner loop over ``n`` elements."""
-    info = binary_info(op, type_name)
+    """``internal::binaryOpInnerLoopCycles`` over ``n`` elements.
+
+    Natural-width entries add a per-loop overhead of 2 (ADD/SUBTRACT/MULTIPLY on
+    float/half) or 5 and handle ``vw`` elements per loop; the others handle
+    ``loopUnrollFactor`` elements in ``cyclesPerLoop``. ``in_place`` picks the in-place
+    table (the forced-interleaved 1-cycle overhead is not used).
+    """
+    info = binary_info(op, type_name, in_place)
     cycles = info.cycles_per_loop
     if info.natural_vector_width:
-        # Not forced-interleaved here, so in place and out of place both add 2.
-        cycles += 2 if _is_fast_arith(op, type_name) else 5
+        cycles += 2 if _has_external_codelet(op, type_name) else 5
         elems = vw
     else:
-        elems = max(info.loop_unroll_factor, 1)
+        elems = info.loop_unroll_factor
     return iceil(n, elems) * cycles
 
 
 def binary_op_1d(op: str, type_name: str, n: int, workers: int, vw: int) -> int:
-    """``BinaryOp1D`` (multi-vertex): ``W * (base + inner(iceil(N, W))) + 11``."""
-    base = 29 if type_name == "float" else 26
+    """``BinaryOp1D``: ``W * ((float ? 29 : 26) + inner(iceil(N, W))) + 11``."""
+    base = 29 if type_name == _F else 26
     return workers * (base + binary_inner_loop(op, type_name, iceil(n, workers), vw)) + 11
 
 
 def binary_op_1d_in_place(op: str, type_name: str, n: int, workers: int, vw: int) -> int:
-    """``BinaryOp1DInPlace``: ``W * (58 + inner(iceil(N, W), inPlace)) + 11``."""
+    """``getBinaryOp1DInPlaceEstimate``: ``W * (58 + inner(iceil(N, W), inPlace)) + 11``."""
     inner = binary_inner_loop(op, type_name, iceil(n, workers), vw, in_place=True)
-    return workers * (58 + inner) + 11
+    return workers * (58 + inner) + SUPERVISOR_OVERHEAD
 
 
 def binary_op_2d(op: str, type_name: str, rows: Sequence[int], vw: int) -> int:
@@ -188,97 +282,163 @@ def binary_op_2d(op: str, type_name: str, rows: Sequence[int], vw: int) -> int:
 
 
 def binary_op_2d_in_place(op: str, type_name: str, rows: Sequence[int], vw: int) -> int:
-    """``BinaryOp2DInPlace``: ``20 + Σ_rows inner(row, inPlace)``."""
+    """``BinaryOp2DInPlace`` (worker vertex): ``20 + Σ_rows inner(row, inPlace)``."""
     return 20 + sum(binary_inner_loop(op, type_name, n, vw, in_place=True) for n in rows)
 
 
-def unary_loop(op: str, type_name: str, n: int, vw: int) -> int:
-    """Unary inner loop over ``n`` elements."""
-    info = unary_info(op, type_name)
-    if info.loop_unroll_factor > 0 and not info.natural_vector_width:
+def unary_loop(op: str, type_name: str, n: int, vw: int, in_place: bool = False) -> int:
+    """``unaryOpInnerLoopCycles`` over ``n`` elements (in-place table when ``in_place``).
+
+    Unrolled entries cost ``iceil(n, unroll) * cyclesPerLoop``; the others
+    ``basicOpLoopCycles(n, natural ? vw : 1, cyclesPerLoop + 4)``.
+    """
+    info = unary_info(op, type_name, in_place)
+    if not info.natural_vector_width and info.loop_unroll_factor > 0:
         return iceil(n, info.loop_unroll_factor) * info.cycles_per_loop
     width = vw if info.natural_vector_width else 1
-    return (info.cycles_per_loop + 4) * iceil(n, width)
+    return basic_op_loop_cycles(n, width, info.cycles_per_loop + 4)
 
 
 def unary_op_1d(
     op: str, type_name: str, n: int, workers: int, vw: int, in_place: bool = False
 ) -> int:
-    """``UnaryOp1D[InPlace]``: ``(base + loop(iceil(N, W))) * W + 9 + 11``."""
-    base = 55 if in_place else (33 if op == "EXPONENT" else 17)
-    return (base + unary_loop(op, type_name, iceil(n, workers), vw)) * workers + 9 + 11
+    """``UnaryOp1D`` / ``UnaryOp1DInPlace``: ``(base + loop(iceil(N, W))) * W + 9 + 11``.
 
-
-def unary_op_2d(op: str, type_name: str, rows: Sequence[int], vw: int) -> int:
-    """``UnaryOp2D[InPlace]``: ``20 + Σ_rows loop(row)``."""
-    return 20 + sum(unary_loop(op, type_name, n, vw) for n in rows)
-
-
-def _broadcast_loop(op: str, type_name: str, n: int, vw: int) -> int:
-    # The broadcast tables are not restated in the formula sheet; the binary table is
-    # the closest documented one and is used for cycles and elements per loop.
-    info = binary_info(op, type_name)
-    elems = vw if info.natural_vector_width else max(info.loop_unroll_factor, 1)
-    overhead = 1 if _is_fast_arith(op, type_name) else 4
-    return iceil(n, elems) * (info.cycles_per_loop + overhead)
-
-
-def broadcast_scalar_1d(op: str, type_name: str, n: int, workers: int, vw: int) -> int:
-    """``BroadcastScalar1D[InPlace]``: ``(20 + loop(iceil(N, W))) * W + 11``."""
-    return (20 + _broadcast_loop(op, type_name, iceil(n, workers), vw)) * workers + 11
-
-
-def broadcast_scalar_2d(op: str, type_name: str, rows: Sequence[int], vw: int) -> int:
-    """``BroadcastScalar2DData[InPlace]`` (worker vertex).
-
-    Not in the formula sheet; derived from the 1-D per-worker cost: the 20-cycle
-    set-up once, plus per row a 5-cycle pointer unpack (as BinaryOp2D's row overhead)
-    and the same loop.
+    ``base`` is 55 in place, else 33 for EXPONENT and 17 for the other ops.
     """
-    return 20 + sum(5 + _broadcast_loop(op, type_name, n, vw) for n in rows)
+    base = 55 if in_place else (33 if op == "EXPONENT" else 17)
+    loop = unary_loop(op, type_name, iceil(n, workers), vw, in_place)
+    return (base + loop) * workers + 9 + SUPERVISOR_OVERHEAD
 
 
-def fill(type_size: int, n: int) -> int:
-    """``Fill`` of ``n`` elements of a ``type_size``-byte type (worker vertex)."""
+def unary_op_2d(
+    op: str, type_name: str, rows: Sequence[int], vw: int, in_place: bool = False
+) -> int:
+    """``UnaryOp2D`` / ``UnaryOp2DInPlace`` (worker vertices): ``20 + Σ_rows loop(row)``."""
+    return 20 + sum(unary_loop(op, type_name, n, vw, in_place) for n in rows)
+
+
+def _broadcast_loop(op: str, type_name: str, n: int, vw: int, in_place: bool) -> int:
+    """Loop cycles of the scalar-broadcast vertices over ``n`` elements.
+
+    ``overheadPerLoop`` is 1 for ADD/SUBTRACT/MULTIPLY on float/half, else 4 (in place
+    and out of place alike when the scalar is uniform); it is added to natural-width
+    entries only.
+    """
+    info = broadcast_info(op, type_name, in_place)
+    cycles = info.cycles_per_loop
+    if info.natural_vector_width:
+        cycles += 1 if _has_external_codelet(op, type_name) else 4
+        elems = vw
+    else:
+        elems = info.loop_unroll_factor
+    return iceil(n, elems) * cycles
+
+
+def broadcast_scalar_1d(
+    op: str, type_name: str, n: int, workers: int, vw: int, in_place: bool = False
+) -> int:
+    """``broadcastArithmetic1DCycleEstimate``: ``(20 + loop(iceil(N, W))) * W + 11``.
+
+    Used by ``BroadcastScalar1D`` and ``BroadcastScalar1DInPlace``.
+    """
+    loop = _broadcast_loop(op, type_name, iceil(n, workers), vw, in_place)
+    return (20 + loop) * workers + SUPERVISOR_OVERHEAD
+
+
+def broadcast_scalar_2d_data(
+    op: str, type_name: str, rows: Sequence[int], vw: int, in_place: bool = False
+) -> int:
+    """``broadcastArithmeticCycleEstimate`` (uniform scalar): ``20 + Σ_rows (loop + 28)``.
+
+    Used by ``BroadcastScalar2DData`` and ``BroadcastScalar2DDataInPlace``.
+    """
+    return 20 + sum(_broadcast_loop(op, type_name, n, vw, in_place) + 28 for n in rows)
+
+
+def fill(type_size: int, n: int, is_half: bool | None = None) -> int:
+    """``_fillCycleEstimate`` (PerformanceEstimation.cpp): one ``Fill`` worker, ``n`` elements.
+
+    64-bit ``5 + n``; 8-bit ``28 + n/4`` below 64 elements, else ``39 + n/8``; half 15
+    (n = 1), 21 (n = 2), else ``26 + n/4``; other 32-bit-or-smaller types
+    ``16 + n/2 + 6 + (n % 2 == 1) + 1`` (``width`` = 64/16 for half, 64/32 otherwise).
+    """
+    half = type_size == 2 if is_half is None else is_half
+    n = int(n)
     if type_size == 8:
         return 5 + n
     if type_size == 1:
         return 28 + n // 4 if n < 64 else 39 + n // 8
-    if type_size == 2:
-        if n == 1:
-            return 15
-        if n == 2:
-            return 21
-        return 26 + n // 4
+    if half:
+        return {1: 15, 2: 21}.get(n, 26 + n // 4)
     return 16 + n // 2 + 6 + (n % 2 == 1) + 1
 
 
 def fill_2d(type_size: int, is_half: bool, rows: Sequence[int]) -> int:
-    """``Fill2d``: ``5 + Σ fill(n_i) + (type≠half) - (2 + (type≠half)) * rows``."""
-    total = sum(fill(type_size, n) for n in rows)
+    """``getFill2DCycleEstimate``: ``5 + Σ fill + (≠half) - (2 + (≠half)) · rows``."""
+    total = sum(fill(type_size, n, is_half) for n in rows)
     if type_size == 8:
         return 5 + total - 2 * len(rows)
     not_half = 0 if is_half else 1
     return 5 + total + not_half - (2 + not_half) * len(rows)
 
 
-def cast_worker_cycles(n: int, vw: int) -> int:
-    """Cycles of one cast worker over ``n`` elements.
+def _ceil_log2(x: int) -> int:
+    return max(0, (int(x) - 1).bit_length())
 
-    Not restated in the formula sheet; derived as a pipelined loop converting one
-    vector of the wider type (``vw`` elements) every 2 cycles plus a 4-cycle tail.
+
+def cast_worker_cycles(n: int, from_name: str, to_name: str, from_size: int, to_size: int) -> int:
+    """``castWorkerCycles`` (PerformanceEstimation.cpp) for ``n`` elements.
+
+    ``unsigned char -> half`` and ``half -> char/unsigned char`` use the pipelined
+    assembly model; every other pair the load/store-bandwidth model: a float/half
+    ("aux pipeline") conversion handles ``min(2 * 8/fromSize, 8/toSize)`` elements per
+    vector, anything else one element with one extra cycle.
     """
-    return 4 + 2 * iceil(n, vw)
+    n = int(n)
+    char_to_half = from_name == "unsigned char" and to_name == _H
+    half_to_char = from_name == _H and to_name in ("unsigned char", "char")
+    if char_to_half or half_to_char:
+
+        def work(atom: int, fill_drain: int, per_loop: int, r1: int, r2: int, r3: int) -> int:
+            n_atom, rem = divmod(n, atom)
+            c = fill_drain + (n_atom - 1) * per_loop if n_atom > 0 else 0
+            return c + {0: 2, 1: r1, 2: r2, 3: r3}.get(rem, r1 * rem)
+
+        if char_to_half:
+            return 4 + work(4, 14, 9, 12, 14, 22)
+        clamp_setup = 3 if from_name == "unsigned char" else 4
+        return 4 + clamp_setup + work(4, 19, 16, 14, 21, 29)
+    from_load = 8 // from_size
+    to_store = 8 // to_size
+    aux = from_name in (_F, _H) and to_name in (_F, _H)
+    op_vw = min(from_load * 2, to_store * 1) if aux else 1
+    load = op_vw // min(op_vw, from_load)
+    store = op_vw // min(op_vw, to_store)
+    per_vector = max(load, store) + (0 if aux else 1)
+    cycles = 19 + per_vector * (n // op_vw)
+    rem = n % op_vw
+    for i in range(_ceil_log2(op_vw)):
+        cycles += 1 + (2 if rem & (1 << i) else 0)
+    return cycles
 
 
-def cast_1d(n: int, workers: int, vw: int) -> int:
-    """``Cast1D`` (multi-vertex): ``12 + W * (castWorkerCycles(iceil(N, W)) + 18)``."""
-    return 12 + workers * (cast_worker_cycles(iceil(n, workers), vw) + 18)
+def cast_1d(n: int, workers: int, worker: callable) -> int:
+    """``getCast1DCycleEstimate``: ``12 + W * (castWorkerCycles(iceil(N, W)) + 18)``.
+
+    ``worker(n)`` is :func:`cast_worker_cycles` bound to the two types.
+    """
+    return 12 + workers * (worker(iceil(n, workers)) + 18)
 
 
-def cast_2d(rows: Sequence[int], vw: int) -> int:
-    """``Cast2D`` (worker vertex), derived from Cast1D: 18 set-up, per row 6 + loop."""
-    return 18 + sum(6 + cast_worker_cycles(n, vw) for n in rows)
+def cast_1d_single_worker(n: int, worker: callable) -> int:
+    """``getCast1DSingleWorkerCycleEstimate``: ``3 + 2 + castWorkerCycles(N)``."""
+    return 3 + 2 + worker(n)
+
+
+def cast_2d(rows: Sequence[int], worker: callable) -> int:
+    """``getCast2DCycleEstimate``: ``5 + Σ_rows (11 + castWorkerCycles(row))``."""
+    return 5 + sum(11 + worker(n) for n in rows)
 
 
 def scaled_add_supervisor(
@@ -289,26 +449,29 @@ def scaled_add_supervisor(
     subtract: bool = False,
     mem_constrained: bool = False,
 ) -> int:
-    """``ScaledAddSupervisor`` / ``ScaledSubtractSupervisor`` (multi-vertex) tile cycles."""
-    if type_name in ("int", "unsigned int"):
+    """``getScaledArithmeticSupervisorCycleEstimate`` (same data/B types), tile cycles.
+
+    Used by ``ScaledAddSupervisor`` / ``ScaledSubtractSupervisor``. As the source does,
+    every worker runs ``vectorsPerWorker`` vectors (the ``remainingVectors < 0`` term on
+    an unsigned is never true) and the worker numbered ``remainingVectors`` does the tail.
+    """
+    if type_name in (_S, _U):
         rem = n % 3
         cycles = 53 + 26 * (n // 3) + (6 if rem == 0 else 6 + 26 * rem) + 8 + 6
         return cycles + (1 if subtract else 0)
     vectors, rem = divmod(n, vw)
     per_worker = vectors // workers
-    supervisor = 21 + 11 + (7 if rem == 0 else 13) + 12 + 6 + (7 if subtract else 0)
+    supervisor = 21 + SUPERVISOR_OVERHEAD + (7 if rem == 0 else 13) + 12 + 6
+    supervisor += 7 if subtract else 0
     inner = (1 if per_worker >= 16 else 2) if mem_constrained else 3
-    # As the source does: every worker runs ``per_worker`` vectors (the remainder
-    # vectors are never added); the worker numbered ``rem_vectors`` also does the tail.
     v = per_worker
     common = 15 + (6 + inner * (v - 1) if v else 0) + 2 + 1
     tail = 0
     if rem:
-        half_tail = 5 + (7 if rem >= 2 else 0) + (6 if rem == 3 else 0)
-        tail = 8 if type_name == "float" else half_tail
-    # ``rem_vectors`` < W always names a worker, so the slowest one pays the tail.
-    worst = common + 1 + tail
-    return supervisor + workers * worst
+        half_tail = 5 + ((7 + (6 if rem == 3 else 0)) if rem >= 2 else 0)
+        tail = 8 if type_name == _F else half_tail
+    # ``remainingVectors`` < W always names a worker, so the slowest one pays the tail.
+    return supervisor + workers * (common + 1 + tail)
 
 
 def scaled_add_2d(
@@ -318,14 +481,14 @@ def scaled_add_2d(
     subtract: bool = False,
     mem_constrained: bool = False,
 ) -> int:
-    """``ScaledAdd2D`` / ``ScaledSubtract2D`` (worker vertex) thread cycles."""
-    if type_name in ("int", "unsigned int"):
+    """``ScaledArithmetic2DCycleEstimate`` (ScaledAdd2D / ScaledSubtract2D), thread cycles."""
+    if type_name in (_S, _U):
         return 8 + sum(7 + 5 * n for n in rows) + 1 + (1 if subtract else 0)
     inner = 2 if mem_constrained else 3
     cycles = 9 + 1 + (2 if subtract else 0)
     for n in rows:
         vectors, rem = divmod(n, vw)
-        if type_name == "float":
+        if type_name == _F:
             tail = 7 if rem else 0
         else:
             tail = (4 if rem > 0 else 0) + (6 if rem >= 2 else 0) + (7 if rem % 2 == 1 else 0)
@@ -333,20 +496,14 @@ def scaled_add_2d(
     return cycles
 
 
-def _map_ops_loop(costs: Sequence[tuple[int, int]], n: int) -> int:
-    return sum(iceil(n, elems) * cpl for cpl, elems in costs)
+def map_expr(sizes: Sequence[int], num_fused_ops: int, vw: int, workers: int, multi: bool) -> int:
+    """Perf estimate Poplibs sets on a generated map vertex (``executeCodelet``).
 
-
-def map_expr_1d(costs: Sequence[tuple[int, int]], n: int, workers: int) -> int:
-    """A generated (fused) map multi-vertex.
-
-    Not in the formula sheet; derived from BinaryOp1D: ``W * (29 + Σ_ops loop_op) + 11``
-    where each op of the expression contributes ``iceil(n/W, elems) * cycles`` with its
-    own table entry (``costs`` = (cycles per loop, elements per loop) per op).
+    ``(multi ? 20 : 13) + Σ_inputs (n / vw + n % vw) · numFusedOps`` over the elements
+    ``n`` each input has in the vertex, rounded up to a multiple of ``W`` for the
+    multi-vertex. ``vw`` is the vector width of the first input's type.
     """
-    return workers * (29 + _map_ops_loop(costs, iceil(n, workers))) + 11
-
-
-def map_expr_2d(costs: Sequence[tuple[int, int]], rows: Sequence[int]) -> int:
-    """A generated map worker vertex, derived from BinaryOp2D: ``5 + Σ_rows loop``."""
-    return 5 + sum(_map_ops_loop(costs, n) for n in rows)
+    est = 20 if multi else 13
+    for n in sizes:
+        est += (int(n) // vw) * num_fused_ops + (int(n) % vw) * num_fused_ops
+    return iceil(est, workers) * workers if multi else est

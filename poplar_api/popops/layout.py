@@ -1,17 +1,19 @@
-"""How popops spreads elementwise work over tiles and worker contexts.
+"""How popops spreads elementwise work over tiles and worker contexts, as Poplibs does.
 
 The work follows the output (or in-place operand): on each tile, the output elements
-mapped there form contiguous element-id regions. A tile with one region gets one 1-D
-vertex (a multi-vertex for most ops); a tile with several regions gets up to ``W``
-2-D worker vertices, each a run of consecutive regions chosen so the element counts
-balance. Every other operand is connected element for element, so remote elements
-are exchanged by lowering.
+mapped there form contiguous element-id regions, sorted by element id (Poplar's
+``getSortedContiguousRegions``). Each popops function then decides, per tile, between
+one multi-vertex over a single region and worker vertices made by
+:func:`split_regions`, the restatement of ``poputil::splitRegionsBetweenWorkers``
+(``lib/poputil/Util.cpp``, ``splitRegionsAux``): the tile's elements are cut into
+grains and the grains dealt out evenly to at most ``W`` vertices, splitting regions
+where needed. Every other operand is connected element for element, so remote
+elements are exchanged by lowering.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +23,27 @@ from poplar_api.graph import UNMAPPED, ComputeSet, Graph
 from poplar_api.tensor import Tensor
 from poplar_api.types import Type
 
-__all__ = ["ElemOperand", "Regions", "ScalarOperand", "add_vertices", "plan_regions"]
+__all__ = [
+    "ATOMIC_STORE_GRANULARITY",
+    "RPT_COUNT_MAX",
+    "UINT_MAX",
+    "ElemOperand",
+    "ScalarOperand",
+    "TileRegions",
+    "add_vertex",
+    "per_tile_constant",
+    "split_pieces",
+    "split_regions",
+    "tile_regions",
+]
+
+#: ``UINT_MAX`` of the source (no limit).
+UINT_MAX = 2**32 - 1
+#: ``Target::getRptCountMax()`` on Mk2: the repeat counter is 12 bits (0x0FFF).
+RPT_COUNT_MAX = 4095
+#: ``Target::getAtomicStoreGranularity()`` on Mk2 (bytes); the source uses it as a grain
+#: size in elements, ``max(vectorWidth, atomicStoreGranularity)``, and so do we.
+ATOMIC_STORE_GRANULARITY = 4
 
 
 @dataclass(frozen=True)
@@ -43,32 +65,28 @@ class ScalarOperand:
 
 
 @dataclass(frozen=True)
-class Regions:
-    """Contiguous regions of the work, grouped into vertices.
+class TileRegions:
+    """The contiguous regions of the work on one tile.
 
     Attributes
     ----------
-    order
-        Output positions sorted by element id; region ``r`` is
-        ``order[start[r]:end[r]]``.
-    start, end, tile
-        Per region (sorted by tile): bounds into ``order`` and root tile.
-    group
-        Per region: vertex group it belongs to (consecutive regions share one).
-    single
-        Per group: True when the group is the only region of its tile (1-D vertex).
+    tile
+        Root tile id.
+    regions
+        Output positions of each contiguous region, regions in element-id order.
     """
 
-    order: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    tile: np.ndarray
-    group: np.ndarray
-    single: np.ndarray
+    tile: int
+    regions: list[np.ndarray]
+
+    @property
+    def sizes(self) -> list[int]:
+        """Elements of each region."""
+        return [int(r.size) for r in self.regions]
 
 
-def plan_regions(graph: Graph, ref: Tensor, api: str, workers: int) -> Regions:
-    """Regions of ``ref``'s elements per tile and their split into vertices.
+def tile_regions(graph: Graph, ref: Tensor, api: str) -> list[TileRegions]:
+    """Contiguous regions of ``ref``'s elements on every tile that holds some.
 
     Raises
     ------
@@ -76,6 +94,8 @@ def plan_regions(graph: Graph, ref: Tensor, api: str, workers: int) -> Regions:
         Some element of ``ref`` is not mapped to a tile.
     """
     ids = ref.flat_index()
+    if ids.size == 0:
+        return []
     tiles = graph._state.space(ref.elementType()).tile[ids].astype(np.int64)
     if (tiles == UNMAPPED).any():
         first = int(np.flatnonzero(tiles == UNMAPPED)[0])
@@ -90,62 +110,131 @@ def plan_regions(graph: Graph, ref: Tensor, api: str, workers: int) -> Regions:
     end = np.concatenate((breaks, [ids.size])).astype(np.int64)
     rtile = stile[start]
     by_tile = np.argsort(rtile, kind="stable")
-    start, end, rtile = start[by_tile], end[by_tile], rtile[by_tile]
-    size = end - start
-    # Regions per tile and each region's rank within its tile.
-    first_of_tile = np.concatenate(([True], rtile[1:] != rtile[:-1]))
-    tile_idx = np.cumsum(first_of_tile) - 1
-    tile_first = np.flatnonzero(first_of_tile)
-    regions_on_tile = np.diff(np.concatenate((tile_first, [rtile.size])))[tile_idx]
-    cum = np.cumsum(size) - size  # elements before each region (all tiles)
-    before = cum - cum[tile_first][tile_idx]  # elements before it on its tile
-    total = np.add.reduceat(size, tile_first)[tile_idx]
-    nw = np.minimum(regions_on_tile, workers)
-    worker = (before * nw) // np.maximum(total, 1)
-    worker = np.minimum(worker, nw - 1)
-    new_group = first_of_tile | np.concatenate(([True], worker[1:] != worker[:-1]))
-    group = np.cumsum(new_group) - 1
-    single = (regions_on_tile == 1)[np.flatnonzero(new_group)]
-    return Regions(order, start, end, rtile, group, single)
+    out: list[TileRegions] = []
+    current: list[np.ndarray] = []
+    current_tile = None
+    for r in by_tile.tolist():
+        t = int(rtile[r])
+        if t != current_tile and current:
+            out.append(TileRegions(current_tile, current))
+            current = []
+        current_tile = t
+        current.append(order[start[r] : end[r]])
+    if current:
+        out.append(TileRegions(current_tile, current))
+    return out
+
+
+def split_regions(
+    sizes: Sequence[int],
+    grain: int,
+    max_partitions: int,
+    min_per_partition: int,
+    max_per_partition: int = UINT_MAX,
+    max_per_region: int = UINT_MAX,
+) -> list[list[tuple[int, int, int]]]:
+    """``splitRegionsAux``: deal the grains of the regions out to vertices.
+
+    Parameters
+    ----------
+    sizes
+        Elements of each region, in order.
+    grain
+        Grain size in elements; vertices get whole grains (the last may be short).
+    max_partitions
+        At most this many vertices (the worker contexts, for ``...BetweenWorkers``).
+    min_per_partition
+        Fewer vertices when they would get fewer elements than this.
+    max_per_partition
+        At most this many elements per vertex (more vertices if needed).
+    max_per_region
+        Longest piece of a region in one vertex (rounded down to whole grains).
+
+    Returns
+    -------
+    list of list of (region index, offset, size)
+        Per vertex, the pieces of regions it handles, in order.
+    """
+    if grain < 1:
+        raise GraphError(f"split_regions: grain must be >= 1, got {grain}")
+    max_region = grain * (int(max_per_region) // grain)
+    if max_region == 0:
+        raise GraphError(
+            f"split_regions: max elements per region {max_per_region} is below one grain "
+            f"({grain}); it must be at least the grain size"
+        )
+    total = int(sum(sizes))
+    if total == 0:
+        return []
+    num_grains = -(-total // grain)
+    max_gpp = -(-num_grains // max_partitions)
+    max_gpp = min(max_gpp, int(max_per_partition) // grain)
+    if min_per_partition:
+        min_gpp = -(-int(min_per_partition) // grain)
+        max_vertices = max(1, num_grains // min_gpp)
+        max_gpp = max(max_gpp, -(-num_grains // max_vertices))
+    if max_gpp < 1:
+        raise GraphError(
+            f"split_regions: max elements per vertex {max_per_partition} is below one grain "
+            f"({grain}); it must be at least the grain size"
+        )
+    vertices = -(-num_grains // max_gpp)
+    out: list[list[tuple[int, int, int]]] = []
+    item, offset = 0, 0
+    for v in range(vertices):
+        g0 = (v * num_grains) // vertices
+        g1 = ((v + 1) * num_grains) // vertices
+        remaining = min(total, g1 * grain) - g0 * grain
+        pieces: list[tuple[int, int, int]] = []
+        while remaining > 0:
+            if offset == sizes[item]:
+                item, offset = item + 1, 0
+            take = min(remaining, max_region, int(sizes[item]) - offset)
+            pieces.append((item, offset, take))
+            offset += take
+            remaining -= take
+        out.append(pieces)
+    return out
+
+
+def split_pieces(
+    regions: list[np.ndarray], split: list[list[tuple[int, int, int]]]
+) -> list[list[np.ndarray]]:
+    """Output positions of every piece of :func:`split_regions`' result."""
+    return [[regions[r][o : o + n] for r, o, n in vertex] for vertex in split]
 
 
 def _view(graph: Graph, operand: ElemOperand, positions: np.ndarray) -> Tensor:
     return Tensor(graph._state, operand.type, operand.ids[positions], operand.name)
 
 
-def add_vertices(
+def add_vertex(
     graph: Graph,
     cs: ComputeSet,
-    regions: Regions,
+    tile: int,
+    vertex_class: type,
+    pieces: list[np.ndarray],
     operands: dict[str, ElemOperand | ScalarOperand],
-    vertex_class: Callable[[str], type],
-) -> int:
-    """Add one vertex per group of ``regions`` to ``cs``; return the number added.
+    rows: bool,
+) -> None:
+    """Add one vertex of ``vertex_class`` on root ``tile`` over ``pieces``.
 
-    ``operands`` maps field names to operands; ``vertex_class("1D" | "2D")`` gives the
-    class for a single-region tile and for a group of several regions.
+    With ``rows`` every element field gets one row per piece (a 2-D ``VectorList``
+    field); otherwise the pieces are concatenated into one vector.
     """
-    bounds = np.flatnonzero(np.concatenate(([True], regions.group[1:] != regions.group[:-1])))
-    bounds = np.concatenate((bounds, [regions.group.size])).tolist()
-    starts, ends, tiles = regions.start.tolist(), regions.end.tolist(), regions.tile.tolist()
-    lo = graph._tile_lo
-    for g, (a, b) in enumerate(itertools.pairwise(bounds)):
-        tile = tiles[a]
-        layout = "1D" if regions.single[g] else "2D"
-        pieces = [regions.order[starts[r] : ends[r]] for r in range(a, b)]
-        connections: dict[str, object] = {}
-        for field, op in operands.items():
-            if isinstance(op, ScalarOperand):
-                connections[field] = Tensor(
-                    graph._state, op.type, np.asarray([op.id_of_tile(tile)]), op.name
-                )
-            elif layout == "1D":
-                connections[field] = _view(graph, op, pieces[0])
-            else:
-                connections[field] = [_view(graph, op, p) for p in pieces]
-        vertex = graph.addVertex(cs, vertex_class(layout), connections)
-        graph.setTileMapping(vertex, tile - lo)
-    return len(bounds) - 1
+    connections: dict[str, object] = {}
+    flat = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+    for field, op in operands.items():
+        if isinstance(op, ScalarOperand):
+            connections[field] = Tensor(
+                graph._state, op.type, np.asarray([op.id_of_tile(tile)]), op.name
+            )
+        elif rows:
+            connections[field] = [_view(graph, op, p) for p in pieces]
+        else:
+            connections[field] = _view(graph, op, flat)
+    vertex = graph.addVertex(cs, vertex_class, connections)
+    graph.setTileMapping(vertex, tile - graph._tile_lo)
 
 
 def per_tile_constant(graph: Graph, t: Type, value: object, tiles: np.ndarray, name: str):

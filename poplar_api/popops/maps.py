@@ -26,6 +26,7 @@ from poplar_api.popops.elementwise import (
     unary_op,
 )
 from poplar_api.popops.expr import BinaryOp, Const, Expr, PlaceHolder, UnaryOp, as_expr
+from poplar_api.popops.layout import ATOMIC_STORE_GRANULARITY, split_pieces, split_regions
 from poplar_api.poputil import cloneTensor
 from poplar_api.program import Sequence
 from poplar_api.tensor import Tensor
@@ -76,15 +77,36 @@ def _map_impl(
     }
     if not in_place:
         operands["out"] = _elem(out, shape, out.name)
-    _execute(
-        graph,
-        prog,
-        name,
-        out,
-        operands,
-        lambda layout: vx.map_vertex(expr, types, layout, in_place),
-    )
+    _execute(graph, prog, name, out, operands, _map_plan(graph, expr, types, out_t, in_place))
     return None if in_place else out
+
+
+def _map_plan(graph: Graph, expr: Expr, types: tuple, out_t: Any, in_place: bool) -> Any:
+    """``executeCodelet`` (ExpressionGenerator.cpp) per tile.
+
+    A tile with one region gets the generated multi-vertex unless that region holds at
+    most one vector; otherwise the regions are split over the workers (grain
+    ``max(VW, atomic store granularity)``, at least two grains) and each worker vertex
+    gets its pieces concatenated. The multi-vertex exists when the output writes of one
+    vectorisation width are atomic (``outSize * vectorisationWidth >= 4`` bytes).
+    """
+    target = graph.getTarget()
+    workers = target.getNumWorkerContexts()
+    vw = target.getVectorWidth(types[0])
+    grain = max(vw, ATOMIC_STORE_GRANULARITY)
+    vect = min(min(target.getVectorWidth(t), 8 // t.size) for t in (*types, out_t))
+    has_multi = out_t.size * vect >= ATOMIC_STORE_GRANULARITY
+    worker_cls = vx.map_vertex(expr, types, False, in_place)
+    multi_cls = vx.map_vertex(expr, types, True, in_place) if has_multi else None
+
+    def plan(regions: list) -> list:
+        small = len(regions) == 1 and regions[0].size <= vw
+        if multi_cls is not None and len(regions) == 1 and not small:
+            return [(multi_cls, regions, False)]
+        split = split_regions([int(r.size) for r in regions], grain, workers, 2 * grain)
+        return [(worker_cls, p, False) for p in split_pieces(regions, split)]
+
+    return plan
 
 
 def _single_op(graph, expr: Expr, ts, prog, debugName, in_place) -> Any:

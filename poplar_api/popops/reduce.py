@@ -16,10 +16,11 @@ HALF inputs use FLOAT partials, as Poplibs does. A new output (``reduce``) maps 
 output with a single source tile to that tile and the others linearly over the tiles
 that hold input; ``reduceWithOutput`` keeps the mapping given.
 
-Vertex cycle estimates follow the Poplibs formulas (:mod:`.reduce_estimators`): the
-``SCALAR_OUTPUT_SINGLE_INPUT`` specialisation for one output from one partial,
-``ALL_REGIONS_CONTINUOUS`` when every output of a vertex has the same number of
-partials, the generic ``Reduce`` formula otherwise (and for LOGICAL_AND/OR).
+Vertex names, specialisations and cycle estimates follow Poplibs
+(``lib/popops/reduction/``, see :mod:`.reduce_estimators` and :func:`_specialisation`):
+``ContinuousReduce`` (ALL_REGIONS_CONTINUOUS) when every output of a vertex has the
+same number of partials, ``Reduce<…SCALAR_OUTPUT_SINGLE_INPUT>`` for a lone ADD output
+that is not, ``Reduce<…SCALAR_OUTPUT_REGIONS>`` otherwise (and for MUL, LOGICAL_AND/OR).
 """
 
 from __future__ import annotations
@@ -101,7 +102,23 @@ class ReduceParams:
 
 # --------------------------------------------------------------------------- vertices
 
-_SPECIALISATIONS = ("DEFAULT", "SCALAR_OUTPUT_SINGLE_INPUT", "ALL_REGIONS_CONTINUOUS")
+_SPECIALISATIONS = (
+    "DEFAULT",
+    "SCALAR_OUTPUT_REGIONS",
+    "SCALAR_OUTPUT_SINGLE_INPUT",
+    "ALL_REGIONS_CONTINUOUS",
+)
+
+#: ``getReductionVertexOpName`` (reduction/ReductionVertex.hpp).
+_VERTEX_OP_NAMES = {
+    Operation.ADD: "ReduceAdd",
+    Operation.SQUARE_ADD: "ReduceSquareAdd",
+    Operation.MUL: "ReduceMul",
+    Operation.MIN: "ReduceMin",
+    Operation.MAX: "ReduceMax",
+    Operation.LOGICAL_AND: "ReduceAnd",
+    Operation.LOGICAL_OR: "ReduceOr",
+}
 
 
 def _identity(op: Operation, dtype: np.dtype) -> Any:
@@ -177,30 +194,30 @@ class _ReduceBase(Vertex):
 
     @classmethod
     def getCycleEstimate(cls, sizes, target) -> int:
+        """The Poplibs estimator of this vertex's specialisation (reduce_estimators)."""
         lengths = [int(n) for n in sizes["partials"]]
         partials_type, out_type = cls.types
         p_size = partials_type.size
-        floating = partials_type.is_floating
         dpw = est.data_path_elems(p_size)
-        acc_vw = est.acc_vector_width(p_size, floating)
+        acc_vw = est.acc_vector_width(p_size, partials_type.is_floating)
+        accumulator = cls.op in _SCALABLE_OPS  # isAccumOp: ADD and SQUARE_ADD
+        op_vw = acc_vw if accumulator else target.getVectorWidth(partials_type)
         if cls.op in _LOGICAL_OPS:
             conv = int(partials_type != out_type)
             return est.generic_reduce_non_vectorised(lengths, conv=conv)
         if cls.specialisation == "SCALAR_OUTPUT_SINGLE_INPUT":
             return est.scalar_output_single_input(
-                lengths[0], op_vw=acc_vw, dpw=dpw, out_is_float=out_type == FLOAT
+                sum(lengths), op_vw=op_vw, dpw=dpw, out_is_float=out_type == FLOAT
             )
         if cls.specialisation == "ALL_REGIONS_CONTINUOUS":
             return est.all_regions_continuous(
                 len(lengths), lengths[0], acc_vw=acc_vw, dpw=dpw, update=cls.update
             )
-        accumulator = floating and cls.op in _SCALABLE_OPS
-        out_vw = target.getVectorWidth(out_type)
         return est.generic_reduce(
             lengths,
-            op_vw=acc_vw,
+            op_vw=op_vw,
             dpw=dpw,
-            out_vw=out_vw,
+            out_vw=target.getVectorWidth(out_type),
             accumulator=accumulator,
             update=cls.update,
         )
@@ -226,12 +243,15 @@ def reduce_vertex(
     cls = _VERTEX_CLASSES.get(key)
     if cls is not None:
         return cls
-    kind = "ScaledReduce" if scaled else "Reduce"
-    name = (
-        f"popops::{kind}<popops::Reduce{op.name.title().replace('_', '')},"
-        f"{partials_type.name},{out_type.name},{str(update).lower()},"
-        f"popops::ReductionSpecialisation::{specialisation}>"
-    )
+    # getReductionVertexName (reduction/ReductionVertex.hpp).
+    op_name = _VERTEX_OP_NAMES[op]
+    params = f"popops::{op_name},{partials_type.name},{out_type.name},{str(update).lower()}"
+    if specialisation == "ALL_REGIONS_CONTINUOUS":
+        kind = "ScaledContinuousReduce" if scaled else "ContinuousReduce"
+        name = f"popops::{kind}<{params}>"
+    else:
+        kind = "ScaledReduce" if scaled else "Reduce"
+        name = f"popops::{kind}<{params},popops::ReductionSpecialisation::{specialisation}>"
     namespace: dict[str, Any] = {
         "typeName": name,
         "op": op,
@@ -318,6 +338,28 @@ def _split_chunks(sizes: np.ndarray, parts: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in itertools.pairwise(bounds.tolist()) if b > a]
 
 
+def _specialisation(
+    op: Operation, lengths: np.ndarray, out_ids: np.ndarray, update: bool, scaled: bool
+) -> str:
+    """``getReductionVertexSpecialisation`` (reduction/ReductionConnection.cpp) for a
+    vertex whose output regions are single elements with one partial region each.
+
+    ALL_REGIONS_CONTINUOUS (ADD, SQUARE_ADD, MAX, MIN) when every output has the same
+    number of partials and the outputs are contiguous; else SCALAR_OUTPUT_SINGLE_INPUT
+    for one ADD/SQUARE_ADD output without update or scale; else SCALAR_OUTPUT_REGIONS
+    (all output regions have one element). Not modelled: the partials-alignment test
+    of ``allRegionsContinuous`` (partials are taken as cheap to gather) and the
+    STRIDED_REDUCE forms, which need outputs of more than one element.
+    """
+    continuous_ops = (Operation.ADD, Operation.SQUARE_ADD, Operation.MAX, Operation.MIN)
+    contiguous = out_ids.size <= 1 or bool((np.diff(np.sort(out_ids)) == 1).all())
+    if op in continuous_ops and (lengths == lengths[0]).all() and contiguous:
+        return "ALL_REGIONS_CONTINUOUS"
+    if op in _SCALABLE_OPS and lengths.size == 1 and not update and not scaled:
+        return "SCALAR_OUTPUT_SINGLE_INPUT"
+    return "SCALAR_OUTPUT_REGIONS"
+
+
 class _Builder:
     """Adds one stage's vertices: items are (tile, partial ids, output id)."""
 
@@ -360,14 +402,7 @@ class _Builder:
             for a, b in _split_chunks(lengths_all[items], self.workers):
                 chunk = items[a:b]
                 lengths = lengths_all[chunk]
-                if op in _LOGICAL_OPS:
-                    spec = "DEFAULT"
-                elif chunk.size == 1:
-                    spec = "SCALAR_OUTPUT_SINGLE_INPUT"
-                elif (lengths == lengths[0]).all():
-                    spec = "ALL_REGIONS_CONTINUOUS"
-                else:
-                    spec = "DEFAULT"
+                spec = _specialisation(op, lengths, out_ids[chunk], update, scaled)
                 vclass = reduce_vertex(op, partials_type, out_type, update, scaled, spec)
                 partials = [
                     Tensor(self.state, partials_type, partial_ids[i], "reduce/partials")

@@ -8,22 +8,14 @@ Notation: ``accVW`` is the accumulator vector width of the partials type (half 8
 float 4, other 1), ``dpw`` the elements of the partials type per 64-bit load
 (``64 / (8 * size)``), ``cpo`` cycles per op (1 for every operation here).
 
-Where the formula sheet leaves a term open, the choice is stated in the function:
-
-* the generic formula's "remainder terms" are 0: each output region of our vertices is
-  one element, counted as one whole (padded) output vector (``vOuter = 1``);
-* ``loadOvh`` is 2 for accumulator operations (ADD, SQUARE_ADD on float/half partials)
-  and 0 otherwise;
-* ``outVW`` in ``store`` is the output type's 64-bit vector width;
-* the non-vectorised formula's conversion term ``conv`` is 1 when the partials and
-  output types differ, else 0;
-* SCALAR_OUTPUT_SINGLE_INPUT uses one 64-bit load per loop (``loads = 1``) and no
-  interleaved memory (``interleave = 1``).
+Source: ``lib/popops/reduction/CycleEstimationFunctions.cpp`` at poplibs commit
+``7eac0f266ced5b064b3284a3cd90d491745b387c``, with ``getForceInterleavedEstimates()``
+false. ``opVW`` is ``accVW`` for ADD/SQUARE_ADD and the 64-bit vector width of the
+partials type for MAX/MIN/MUL; ``cyclesPerOp`` is 1 (LOG_ADD is not supported).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 __all__ = [
@@ -57,6 +49,10 @@ def data_path_elems(partials_size: int) -> int:
     return max(1, 64 // (8 * partials_size))
 
 
+def _ceil_log2(x: int) -> int:
+    return max(0, (int(x) - 1).bit_length())
+
+
 def generic_reduce(
     partial_sizes: Sequence[int],
     *,
@@ -65,21 +61,41 @@ def generic_reduce(
     out_vw: int,
     accumulator: bool,
     update: bool,
+    out_sizes: Sequence[int] | None = None,
 ) -> int:
-    """Generic ``Reduce`` vertex, vectorised ops, one output element per region.
+    """``getCyclesEstimateForReduce``, vectorised ops (``Reduce`` DEFAULT /
+    SCALAR_OUTPUT_REGIONS), one partial region per output region.
 
-    ``7 + 26 + Σ_r [16 + 6 + 2·log2(opVW) + 2 + vOuter·((acc ? 3+2 : 3) + store(opVW) + 1)
-    + vOuter·nPartials_r·(7+3) + vOuter·(partial_r/out_r)·(loadOvh + 2 + opVW/min(opVW, dpw)
-    + 3)]`` with ``vOuter = 1``, ``nPartials_r = 1``, ``out_r = 1`` and
-    ``store(w) = (2 + update)·min(w, outVW) + acc``.
+    ``7 + 26 + Σ_r [16 + 6 + 2·ceilLog2(opVW) + 2 + vOuter·((acc ? 3+2 : 3) + store(opVW)
+    + 1) + vOuter·(7+3) + Σ_{bits b of out_r % opVW} ((acc ? 3+1 : 2) + store(b) + (7+3))
+    + vOuter·(n_r/out_r)·(loadOvh + 2 + opVW/min(opVW, dpw) + 3)
+    + Σ_{bits b} (n_r/out_r)·(2 + b/min(b, dpw) + 3)]`` with ``vOuter = out_r / opVW``,
+    ``store(w) = (2 + update)·min(w, outVW) + acc`` and ``loadOvh = acc ? 2 : 0``.
+    Output regions are not padded: a 1-element output (the default ``out_sizes``) has
+    no vector loop and pays the 1-element remainder path.
     """
     acc = 1 if accumulator else 0
-    load_ovh = 2 if accumulator else 0
-    store = (2 + int(update)) * min(op_vw, out_vw) + acc
-    per_region = 16 + 6 + 2 * int(math.log2(op_vw)) + 2 + ((3 + 2 if acc else 3) + store + 1)
-    per_region += 1 * (7 + 3)
-    per_elem = load_ovh + 2 + op_vw // min(op_vw, dpw) + 3
-    return 7 + 26 + sum(per_region + int(n) * per_elem for n in partial_sizes)
+    outs = [1] * len(partial_sizes) if out_sizes is None else list(out_sizes)
+    checks = _ceil_log2(op_vw)
+
+    def store(width: int) -> int:
+        return (2 + int(update)) * min(width, out_vw) + acc
+
+    per_vector_load = (2 if acc else 0) + 2 + op_vw // min(op_vw, dpw)
+    cycles = 5 + 1 + 1 + 3 + 23
+    for n, out in zip(partial_sizes, outs, strict=True):
+        v_outer, remaining = divmod(int(out), op_vw)
+        cycles += 16 + 6 + 2 * checks + 2
+        cycles += v_outer * ((3 + 2 if acc else 3) + store(op_vw) + 1)
+        cycles += v_outer * 1 * (7 + 3)
+        accumulations = int(n) // int(out)
+        cycles += v_outer * accumulations * (per_vector_load + 3)
+        for i in range(checks):
+            bit = 1 << i
+            if remaining & bit:
+                cycles += (3 + 1 if acc else 2) + store(bit) + 1 * (7 + 3)
+                cycles += accumulations * (2 + bit // min(bit, dpw) + 3)
+    return cycles
 
 
 def generic_reduce_non_vectorised(partial_sizes: Sequence[int], *, conv: int) -> int:
@@ -90,27 +106,37 @@ def generic_reduce_non_vectorised(partial_sizes: Sequence[int], *, conv: int) ->
     return 7 + 24 + sum(8 + 22 + (24 + CYCLES_PER_OP + conv) * int(n) for n in partial_sizes)
 
 
-def scalar_output_single_input(n: int, *, op_vw: int, dpw: int, out_is_float: bool) -> int:
-    """``SCALAR_OUTPUT_SINGLE_INPUT``: one output from one contiguous partial of ``n``.
+def scalar_output_single_input(
+    n: int, *, op_vw: int, dpw: int, out_is_float: bool, cycles_per_op: int = CYCLES_PER_OP
+) -> int:
+    """``getCyclesEstimateForSingleInput`` (SCALAR_OUTPUT_SINGLE_INPUT).
 
-    ``3 + 6 + max(loads, cpo)·(N / elemsPerLoop) + 5 + N % elemsPerLoop + 3
-    (+5 if out ≠ float)`` with ``elemsPerLoop = min(opVW, dpw·interleave)``.
+    ``elemsPerCycle = min(opVW, dpw)``, ``loads = opVW / elemsPerCycle``,
+    ``cyclesPerLoop = max(loads, cpo)``, ``elemsPerLoop = elemsPerCycle · loads``:
+    ``3 + 6 + (cyclesPerLoop · N) / elemsPerLoop + 5 + N % elemsPerLoop + 3
+    (+5 if out ≠ float)`` (integer arithmetic as the source).
     """
-    loads = 1
-    elems = min(op_vw, dpw * 1)
-    cycles = 3 + 6 + max(loads, CYCLES_PER_OP) * (int(n) // elems) + 5 + int(n) % elems + 3
+    per_cycle = min(op_vw, dpw)
+    loads = op_vw // per_cycle
+    per_loop = max(loads, cycles_per_op)
+    elems = per_cycle * loads
+    n = int(n)
+    cycles = 3 + 6 + (per_loop * n) // elems + 5 + n % elems + 3
     return cycles + (0 if out_is_float else 5)
 
 
 def all_regions_continuous(
     num_outputs: int, num_partials: int, *, acc_vw: int, dpw: int, update: bool
 ) -> int:
-    """``ALL_REGIONS_CONTINUOUS``: ``nOut`` outputs of ``nPartials`` partials each.
+    """``getCycleEstimateReduceAllRegionsContinuous`` (``ContinuousReduce``).
 
     ``cpo·nOut·(nPartials / min(accVW, dpw)) + (nPartials odd ? 2 : 0) + 12·nOut + 10
-    (+1 update) + 7`` (integer division, as the unsigned arithmetic of the source).
+    (+1 update) + 7``. As the source's caller does, ``nOut`` is the vertex field
+    ``numOutputsM1`` (outputs minus one), so a one-output vertex costs 17 or 19 cycles
+    whatever its partials: a quirk of the published estimator, kept on purpose.
     """
-    n_out, n_p = int(num_outputs), int(num_partials)
+    n_out = int(num_outputs) - 1
+    n_p = int(num_partials)
     cycles = CYCLES_PER_OP * n_out * (n_p // min(acc_vw, dpw))
     cycles += (2 if n_p % 2 == 1 else 0) + 12 * n_out + 10 + int(update) + 7
     return cycles

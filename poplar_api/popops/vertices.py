@@ -5,9 +5,10 @@ all its vertices in a compute set. The element fields of one vertex are aligned
 (element ``i`` of ``out`` comes from element ``i`` of each input), so a whole batch is
 one array operation; scalar fields are repeated over their vertex's elements.
 
-Layouts follow Poplibs: ``1D`` classes are multi-vertices over one contiguous region
-(estimates in tile cycles), ``2D`` classes are worker vertices over a list of regions
-(estimates in thread cycles).
+Names are those Poplar profiles show (``popops::BinaryOp1D<popops::expr::BinaryOpType::
+ADD,float>``). Layouts follow Poplibs: ``1D`` classes are multi-vertices over one
+contiguous region (estimates in tile cycles), ``2D`` classes worker vertices over a list
+of regions (thread cycles); ``Fill`` and ``Cast1DSingleWorker`` are one-region workers.
 """
 
 from __future__ import annotations
@@ -94,14 +95,20 @@ def _workers_vw(target: Any, t: Type) -> tuple[int, int]:
     return target.getNumWorkerContexts(), target.getVectorWidth(t)
 
 
+def _op_name(op: str, binary: bool) -> str:
+    """The template argument Poplar profiles show for an op (``ExprOpUtil.hpp``)."""
+    kind = "BinaryOpType" if binary else "UnaryOpType"
+    return f"popops::expr::{kind}::{op}"
+
+
 @cache
 def binary_vertex(op: str, t: Type, layout: str, in_place: bool = False) -> type:
-    """``popops::BinaryOp{1D,2D}[InPlace]<op,t>``."""
+    """``popops::BinaryOp{1D,2D}[InPlace]<popops::expr::BinaryOpType::op,t>``."""
     _check_layout(layout)
     opdef = BINARY_OPS[op]
     out_t = opdef.out_type(t)
     suffix = "InPlace" if in_place else ""
-    name = f"popops::BinaryOp{layout}{suffix}<{op},{t.name}>"
+    name = f"popops::BinaryOp{layout}{suffix}<{_op_name(op, True)},{t.name}>"
     first = "in1Out" if in_place else "in1"
     fields = {
         first: (InOut if in_place else Input)(_shape(t, layout)),
@@ -127,11 +134,11 @@ def binary_vertex(op: str, t: Type, layout: str, in_place: bool = False) -> type
 
 @cache
 def unary_vertex(op: str, t: Type, layout: str, in_place: bool = False) -> type:
-    """``popops::UnaryOp{1D,2D}[InPlace]<op,t>``."""
+    """``popops::UnaryOp{1D,2D}[InPlace]<popops::expr::UnaryOpType::op,t>``."""
     _check_layout(layout)
     opdef = UNARY_OPS[op]
     suffix = "InPlace" if in_place else ""
-    name = f"popops::UnaryOp{layout}{suffix}<{op},{t.name}>"
+    name = f"popops::UnaryOp{layout}{suffix}<{_op_name(op, False)},{t.name}>"
     if in_place:
         fields = {"inOut": InOut(_shape(t, layout))}
         src = dest = "inOut"
@@ -146,7 +153,7 @@ def unary_vertex(op: str, t: Type, layout: str, in_place: bool = False) -> type:
         w, vw = _workers_vw(target, t)
         if layout == "1D":
             return est.unary_op_1d(op, t.name, _total(sizes[src]), w, vw, in_place)
-        return est.unary_op_2d(op, t.name, _rows(sizes[src]), vw)
+        return est.unary_op_2d(op, t.name, _rows(sizes[src]), vw, in_place)
 
     return _make(name, layout == "1D", fields, compute, estimate, f"Elementwise {op} of {t.name}.")
 
@@ -158,7 +165,8 @@ def broadcast_scalar_vertex(op: str, t: Type, layout: str, in_place: bool = Fals
     opdef = BINARY_OPS[op]
     out_t = opdef.out_type(t)
     kind = "1D" if layout == "1D" else "2DData"
-    name = f"popops::BroadcastScalar{kind}{'InPlace' if in_place else ''}<{op},{t.name}>"
+    suffix = "InPlace" if in_place else ""
+    name = f"popops::BroadcastScalar{kind}{suffix}<{_op_name(op, True)},{t.name}>"
     fields = {"data": (InOut if in_place else Input)(_shape(t, layout)), "B": Input(t)}
     if not in_place:
         fields["out"] = Output(_shape(out_t, layout))
@@ -171,19 +179,25 @@ def broadcast_scalar_vertex(op: str, t: Type, layout: str, in_place: bool = Fals
     def estimate(sizes: dict[str, Any], target: Any) -> int:
         w, vw = _workers_vw(target, t)
         if layout == "1D":
-            return est.broadcast_scalar_1d(op, t.name, _total(sizes["data"]), w, vw)
-        return est.broadcast_scalar_2d(op, t.name, _rows(sizes["data"]), vw)
+            return est.broadcast_scalar_1d(op, t.name, _total(sizes["data"]), w, vw, in_place)
+        return est.broadcast_scalar_2d_data(op, t.name, _rows(sizes["data"]), vw, in_place)
 
     return _make(name, layout == "1D", fields, compute, estimate, f"{op} of a vector and a scalar.")
 
 
 @cache
 def scaled_add_vertex(t: Type, layout: str, subtract: bool = False) -> type:
-    """``popops::ScaledAddSupervisor`` / ``ScaledAdd2D`` (or the Subtract forms): A += s*B."""
+    """``popops::ScaledAddSupervisor`` / ``ScaledAdd2D`` (or the Subtract forms): A += s*B.
+
+    Names as ``lib/popops/ScaledAdd.cpp`` builds them, with the scale of A's type and
+    ``addConstraints`` false (the ``optimizeForSpeed`` option's default).
+    """
     _check_layout(layout)
     verb = "ScaledSubtract" if subtract else "ScaledAdd"
     kind = "Supervisor" if layout == "1D" else "2D"
-    name = f"popops::{verb}{kind}<{t.name},{t.name}>"
+    n = t.name
+    params = f"{n},{n},false" if (subtract and layout == "2D") else f"{n},{n},{n},false"
+    name = f"popops::{verb}{kind}<{params}>"
     fields = {"A": InOut(_shape(t, layout)), "B": Input(_shape(t, layout)), "scaleB": Input(t)}
     sign = -1 if subtract else 1
 
@@ -218,7 +232,7 @@ def fill_vertex(t: Type, layout: str) -> type:
 
     def estimate(sizes: dict[str, Any], target: Any) -> int:
         if layout == "1D":
-            return est.fill(t.size, _total(sizes["out"]))
+            return est.fill(t.size, _total(sizes["out"]), t is HALF)
         return est.fill_2d(t.size, t is HALF, _rows(sizes["out"]))
 
     return _make(name, False, fields, compute, estimate, f"Sets every element to a {t.name}.")
@@ -226,62 +240,54 @@ def fill_vertex(t: Type, layout: str) -> type:
 
 @cache
 def cast_vertex(src: Type, dst: Type, layout: str) -> type:
-    """``popops::Cast1D<src,dst>`` (multi-vertex) / ``popops::Cast2D<src,dst>``."""
-    _check_layout(layout)
+    """``popops::Cast1D`` (multi-vertex), ``Cast1DSingleWorker`` or ``Cast2D`` <src,dst>.
+
+    ``layout`` is ``"1D"``, ``"1DSingleWorker"`` or ``"2D"``.
+    """
+    if layout not in ("1D", "1DSingleWorker", "2D"):
+        raise ValueError(f"cast layout must be '1D', '1DSingleWorker' or '2D', got {layout!r}")
     name = f"popops::Cast{layout}<{src.name},{dst.name}>"
-    fields = {"src": Input(_shape(src, layout)), "dst": Output(_shape(dst, layout))}
+    shape = "2D" if layout == "2D" else "1D"
+    fields = {"src": Input(_shape(src, shape)), "dst": Output(_shape(dst, shape))}
 
     def compute(b: dict[str, FieldBatch]) -> None:
         with np.errstate(all="ignore"):
             stored = b["src"].data.astype(dst.numpy)
         b["dst"].data[:] = stored.astype(dst.kernel_numpy)
 
+    def worker(n: int) -> int:
+        return est.cast_worker_cycles(n, src.name, dst.name, src.size, dst.size)
+
     def estimate(sizes: dict[str, Any], target: Any) -> int:
-        w = target.getNumWorkerContexts()
-        vw = max(target.getVectorWidth(src), target.getVectorWidth(dst))
         if layout == "1D":
-            return est.cast_1d(_total(sizes["src"]), w, vw)
-        return est.cast_2d(_rows(sizes["src"]), vw)
+            return est.cast_1d(_total(sizes["src"]), target.getNumWorkerContexts(), worker)
+        if layout == "1DSingleWorker":
+            return est.cast_1d_single_worker(_total(sizes["src"]), worker)
+        return est.cast_2d(_rows(sizes["src"]), worker)
 
     return _make(name, layout == "1D", fields, compute, estimate, f"{src.name} to {dst.name}.")
 
 
-def _op_costs(expr: Expr, t: Type, vw: int) -> list[tuple[int, int]]:
-    """(cycles, elements) per loop of each op of ``expr`` on data of type ``t``.
-
-    Ops with a table entry for ``t`` use it (natural-width ops as BinaryOp does);
-    others (casts, mixed types) are taken as a 3-cycle scalar loop, like float MAXIMUM.
-    """
-    costs = []
-    for op, binary in expr.ops():
-        try:
-            info = est.binary_info(op, t.name) if binary else est.unary_info(op, t.name)
-        except KeyError:
-            costs.append((3, 1))
-            continue
-        if info.natural_vector_width:
-            costs.append((info.cycles_per_loop + 2, vw))
-        else:
-            costs.append((info.cycles_per_loop, max(info.loop_unroll_factor, 1)))
-    return costs
+_MAP_CLASSES: dict[tuple[str, tuple[Type, ...], bool, bool], type] = {}
 
 
-_MAP_CLASSES: dict[tuple[str, tuple[Type, ...], str, bool], type] = {}
-
-
-def _map_vertex(key: str, expr: Expr, types: tuple[Type, ...], layout: str, in_place: bool):
+def _map_vertex(key: str, expr: Expr, types: tuple[Type, ...], multi: bool, in_place: bool):
     out_t = expr.result_type(list(types))
-    type_list = ",".join(t.name for t in types)
-    name = f"popops::map::Expr{layout}{'InPlace' if in_place else ''}<{key},{type_list}>"
+    # Derived name: Poplibs names a generated codelet ``popops::map::`` + the expression's
+    # own text, the in-place and all-scalar flags, one is-scalar flag per input and
+    # ``_MultiVertex``; ipusim's expression text stands in for Poplibs' ``Expr::name``.
+    flags = f"{int(in_place)}0" + "0" * len(types)
+    name = f"popops::map::{key}{flags}{'_MultiVertex' if multi else ''}"
     names = [f"in{i + 1}" for i in range(len(types))]
     if in_place:
         names[0] = "in1Out"
     fields: dict[str, Any] = {}
     for i, (n, t) in enumerate(zip(names, types, strict=True)):
-        fields[n] = (InOut if in_place and i == 0 else Input)(_shape(t, layout))
+        fields[n] = (InOut if in_place and i == 0 else Input)(Vector(t))
     if not in_place:
-        fields["out"] = Output(_shape(out_t, layout))
+        fields["out"] = Output(Vector(out_t))
     dest = names[0] if in_place else "out"
+    num_ops = len(expr.ops())
 
     def compute(b: dict[str, FieldBatch]) -> None:
         arrays = [b[n].data for n in names]
@@ -290,19 +296,16 @@ def _map_vertex(key: str, expr: Expr, types: tuple[Type, ...], layout: str, in_p
 
     def estimate(sizes: dict[str, Any], target: Any) -> int:
         w, vw = _workers_vw(target, types[0])
-        costs = _op_costs(expr, types[0], vw)
-        if layout == "1D":
-            return est.map_expr_1d(costs, _total(sizes[names[0]]), w)
-        return est.map_expr_2d(costs, _rows(sizes[names[0]]))
+        elems = [_total(sizes[n]) for n in names]
+        return est.map_expr(elems, num_ops, vw, w, multi)
 
-    return _make(name, layout == "1D", fields, compute, estimate, f"Fused map of {key}.")
+    return _make(name, multi, fields, compute, estimate, f"Fused map of {key}.")
 
 
-def map_vertex(expr: Expr, types: tuple[Type, ...], layout: str, in_place: bool = False) -> type:
-    """``popops::map::Expr{1D,2D}[InPlace]<expr,types>``: a fused expression vertex."""
-    _check_layout(layout)
-    cache_key = (expr.key(), tuple(types), layout, in_place)
+def map_vertex(expr: Expr, types: tuple[Type, ...], multi: bool, in_place: bool = False) -> type:
+    """A generated fused-expression vertex (a multi-vertex when ``multi``)."""
+    cache_key = (expr.key(), tuple(types), bool(multi), bool(in_place))
     cls = _MAP_CLASSES.get(cache_key)
     if cls is None:
-        cls = _MAP_CLASSES[cache_key] = _map_vertex(*cache_key[:1], expr, *cache_key[1:])
+        cls = _MAP_CLASSES[cache_key] = _map_vertex(cache_key[0], expr, *cache_key[1:])
     return cls
