@@ -1,7 +1,7 @@
 """Wall time of a calibration: tutorial 7 (10000 x 1000) against the recorded IPU Model summary.
 
-Fits four parameters of the ``mk2`` preset (host bandwidth and latency, minimum sync
-delay, exchange bytes per cycle) to the Poplar IPU Model profile summary of tutorial 7
+Fits four parameters of the ``mk2`` preset (host bandwidth and latency, host sync
+cycles, exchange bytes per cycle) to the Poplar IPU Model profile summary of tutorial 7
 (``tests/data/calibration/tut7_10000x1000_mk2_ipumodel_sdk2.txt``) on the phases
 ``total``, ``internal_exchange``, ``host_exchange`` and ``sync``. The workload is built,
 compiled and run once; every trial config only re-times the lowered program. Target:
@@ -36,7 +36,7 @@ MEASURED = ROOT / "tests" / "data" / "calibration" / "tut7_10000x1000_mk2_ipumod
 PARAMETERS = [
     "host.bandwidth_bytes_per_s",
     "host.latency_s",
-    "sync.min_sync_delay_cycles",
+    "sync.host_sync_cycles",
     "exchange.bytes_per_cycle",
 ]
 PHASES = ("total", "internal_exchange", "host_exchange", "sync")

@@ -521,7 +521,9 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     """Recursive merge: mappings merge key by key, anything else in ``over`` wins."""
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+        if key == "provenance":  # a record of one file's values: never mixed with a base's
+            out[key] = copy.deepcopy(value)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
             out[key] = _merge(dict(out[key]), value)
         else:
             out[key] = copy.deepcopy(value)

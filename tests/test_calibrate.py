@@ -218,7 +218,8 @@ def test_bounds_accept_units_and_default_from_schema(tiny):
             SYNC,
         ],
     )
-    assert (host.lower, host.upper, host.initial, host.integer) == (8e9, 64e9, 32e9, False)
+    start = tiny.host.bandwidth_bytes_per_s  # the preset's value is where the fit starts
+    assert (host.lower, host.upper, host.initial, host.integer) == (8e9, 64e9, start, False)
     assert (bus.lower, bus.upper, bus.initial, bus.integer) == (1, 2, 2, True)  # ge=1, le=2
     # ge=0 and no upper bound: [0, 10 x the start value 15].
     assert (sync.lower, sync.upper, sync.initial, sync.integer) == (0, 150, 15, True)
@@ -406,7 +407,7 @@ def test_tut7_calibration_improves_the_fit():
         result = calibrate(
             [pair],
             "mk2",
-            ["host.bandwidth_bytes_per_s", "host.latency_s", SYNC, BPC],
+            ["host.bandwidth_bytes_per_s", "host.latency_s", "sync.host_sync_cycles", BPC],
             phases=("total", "internal_exchange", "host_exchange", "sync"),
         )
     # The recorded total is 6,681,766 cycles; the fit must bring it within 1 %.

@@ -1,0 +1,146 @@
+"""Fit the hardware presets' host link and on-chip exchange with ``ipusim.calibrate``.
+
+Two fits, each over several measured points, in physical units (docs/calibration.md):
+
+* **host** (Mk2, M2000 at 1.33 GHz): ``host.bandwidth_bytes_per_s``, ``host.latency_s``
+  and ``sync.host_sync_cycles`` against the tutorial-7 hardware summary (its host
+  exchange and sync phases: three host copies of 40,044,000 bytes in all, three host
+  syncs), the five A6 ``StreamCopyMid`` data phases of a 4-byte copy (an IR program of
+  that one copy) and the three covered N1 tile-traffic rows (their durations as total
+  cycles of the simulated iterations).
+* **exchange** (Mk1): ``exchange.cycles_per_message`` and
+  ``exchange.fixed_latency_cycles`` against the H1 one-IPU halo exchange of ``float``
+  and ``half4`` (same messages, half the bytes), as the ``internal_exchange`` phase
+  of one blur iteration (two supersteps).
+
+Run from the repository root (prints both reports; writes nothing)::
+
+    .venv/bin/python examples/calibration/_fit_hardware.py [host|exchange]
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ipusim import ir
+from ipusim.calibrate import CalibrationResult, Pair, calibrate
+from ipusim.config import load_config
+from ipusim.measured import MeasuredProfile, read_profile
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+DATA = ROOT / "tests" / "data" / "calibration"
+N_WORKLOAD = "examples/calibration/n_host_traffic.py"
+H_WORKLOAD = "examples/calibration/h_gaussian_blur.py"
+T7_WORKLOAD = "examples/calibration/t7_matvec.py"
+#: Iterations of the simulated N1 runs (the measured runs had 100,000).
+N_ITERATIONS = 20
+#: The N1 rows the workload covers, with its direction.
+N_ROWS = {
+    "N1.host_to_buffer_to_tile.tile": "to_tile",
+    "N1.host_from_buffer_from_tile.tile": "from_tile",
+    "N1.host_to_buffer_from_tile.tile": "from_tile",
+}
+HOST_PARAMETERS = [
+    ("host.bandwidth_bytes_per_s", 1e9, 64e9),
+    ("host.latency_s", 1e-8, 1e-4),
+    ("sync.host_sync_cycles", 0, 200000),
+]
+EXCHANGE_PARAMETERS = [
+    ("exchange.cycles_per_message", 0.0, 50.0),
+    ("exchange.fixed_latency_cycles", 0, 1000),
+]
+
+
+def csv_rows() -> dict[str, dict[str, str]]:
+    with open(DATA / "measurements.csv", newline="", encoding="utf-8") as f:
+        return {r["id"]: r for r in csv.DictReader(f)}
+
+
+def row_params(row: dict[str, str]) -> dict[str, str]:
+    """The row's ``key=value;...`` parameters."""
+    return dict(p.split("=", 1) for p in row["parameters"].split(";") if "=" in p)
+
+
+def measured(source: str, phases: dict[str, float], tiles: int, clock_hz: float):
+    return MeasuredProfile(source=source, format="csv", phases=phases, num_tiles=tiles,
+                           clock_hz=clock_hz)  # fmt: skip
+
+
+def host_pairs(clock_hz: float, tiles: int) -> list[Pair]:
+    """T7 HW (host exchange, sync), A6 Mid (x5), N1 tile rows (x3)."""
+    rows = csv_rows()
+    t7 = read_profile(DATA / "tut7_10000x1000_mk2_hardware.txt")
+    keep = {k: t7.phases[k] for k in ("host_exchange", "sync")}
+    pairs = [
+        Pair(T7_WORKLOAD, {"rows": 10000, "cols": 1000},
+             measured("T7 hardware summary", keep, tiles, clock_hz), label="T7 HW")
+    ]  # fmt: skip
+    # A6: one host->device copy of 4 bytes to tile 100, on its own (the Mid data phase).
+    copy = ir.StreamCopy(name="in1", direction="host_to_device", tile=np.array([100]),
+                         num_bytes=np.array([4]), stream="in1")  # fmt: skip
+    for t in range(1, 6):
+        rid = f"A6.t{t}.Mid"
+        value = float(rows[rid]["value"])
+        pairs.append(Pair(ir.Program(entries=(ir.Sequence([copy]),)), {},
+                          measured(rid, {"total": value}, tiles, clock_hz), label=rid))  # fmt: skip
+    for rid, direction in N_ROWS.items():
+        duration = float(row_params(rows[rid])["duration_s"])
+        iterations = int(row_params(rows[rid])["iterations"])
+        total = duration * clock_hz * N_ITERATIONS / iterations
+        pairs.append(Pair(N_WORKLOAD, {"direction": direction, "iterations": N_ITERATIONS},
+                          measured(rid, {"total": total}, tiles, clock_hz), label=rid))  # fmt: skip
+    return pairs
+
+
+def fit_host() -> list[CalibrationResult]:
+    """Two steps (``calibrate`` compares the same phases in every pair): the latency
+    from the five A6 data phases, then bandwidth and host sync from the T7 hardware
+    host exchange and sync with that latency; N1 is reported with the result."""
+    base = load_config("mk2")
+    pairs = host_pairs(base.tile.clock_hz, base.num_tiles)
+    a6 = [p for p in pairs if p.label.startswith("A6")]
+    t7 = [p for p in pairs if p.label == "T7 HW"]
+    n1 = [p for p in pairs if p.label.startswith("N1")]
+    first = calibrate(a6, base, [HOST_PARAMETERS[1]], phases=("total",), extends="mk2")
+    latency = load_config("mk2", overrides=first.values_after)
+    second = calibrate(t7, latency, [HOST_PARAMETERS[0], HOST_PARAMETERS[2]],
+                       phases=("host_exchange", "sync"), extends="mk2")  # fmt: skip
+    fitted = load_config("mk2", overrides={**first.values_after, **second.values_after})
+    check = calibrate(n1, fitted, [("host.latency_s", 1e-8, 1e-4)], phases=("total",),
+                      max_evaluations=1)  # fmt: skip
+    return [first, second, check]
+
+
+def fit_exchange() -> CalibrationResult:
+    base = load_config("mk1")
+    rows = csv_rows()
+    pairs = []
+    for dt in ("float", "half4"):
+        rid = f"H1.1ipu.{dt}.exchange"
+        # One iteration = two supersteps (inToOut, outToIn), each with the same halo exchange.
+        value = 2 * float(rows[rid]["value"])
+        pairs.append(Pair(H_WORKLOAD, {"data_type": dt, "height": 1400, "width": 2000},
+                          measured(rid, {"internal_exchange": value}, base.num_tiles,
+                                   base.tile.clock_hz), label=rid))  # fmt: skip
+    return calibrate(pairs, base, EXCHANGE_PARAMETERS, phases=("internal_exchange",),
+                     extends="mk1")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    which = (argv if argv is not None else sys.argv[1:]) or ["host", "exchange"]
+    for name in which:
+        results = {"host": fit_host, "exchange": lambda: [fit_exchange()]}[name]()
+        for i, result in enumerate(results):
+            print(f"== {name} step {i + 1}")
+            print(result.report())
+            print(result.values_after)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
