@@ -409,12 +409,13 @@ class _Runs:
         self._results: dict[Any, Any] = {}
         self.build_seconds = 0.0
 
-    def retimer(self, pair: Pair) -> Callable[[MachineConfig], Trace]:
+    def retimer(self, pair: Pair) -> Callable[[MachineConfig], dict[str, float]]:
+        """A function from a trial config to the pair's simulated phases and metrics."""
         if _is_ir(pair.workload):
             from ipusim.machine import Machine
 
             program = pair.workload
-            return lambda cfg: Machine(cfg).run(program)
+            return lambda cfg: _simulated_values(Machine(cfg).run(program))
         if not isinstance(pair.workload, str):
             raise CalibrationError(
                 f"pair {pair.label}: workload {pair.workload!r} is a "
@@ -430,7 +431,13 @@ class _Runs:
                 pair.workload, self.base, dict(pair.params or {}), quiet=True
             )
             self.build_seconds += time.perf_counter() - start
-        return self._results[key].retime
+        result = self._results[key]
+
+        def values(cfg: MachineConfig) -> dict[str, float]:
+            trace = result.retime(cfg)
+            return {**_simulated_values(trace), **result.metrics_of(trace)}
+
+        return values
 
 
 def _simulated_values(trace: Trace) -> dict[str, float]:
@@ -485,8 +492,11 @@ class _Problem:
             cfg = self.config(x)
             rows = []
             for pair, retime in zip(self.pairs, self.retimers, strict=True):
-                values = _simulated_values(retime(cfg))
-                missing = [q for q in self.quantities if q not in values]
+                values = retime(cfg)
+                measured = dict(zip(self.quantities, self.measured[len(rows)], strict=True))
+                missing = [
+                    q for q in self.quantities if q not in values and math.isfinite(measured[q])
+                ]
                 if missing:
                     raise CalibrationError(
                         f"pair {pair.label}: metric {missing[0]!r} is measured but the "
@@ -505,13 +515,16 @@ class _Problem:
             sim, meas = sim[list(rows)], meas[list(rows)]
         diff = sim - meas
         res = diff / meas if self.loss == "relative" else diff
-        return np.nan_to_num(res, nan=1e6).reshape(-1)
+        # a quantity the pair did not measure does not count; a simulated NaN is an error
+        res = np.where(np.isnan(meas), 0.0, np.nan_to_num(res, nan=1e6))
+        return res.reshape(-1)
 
 
 def _measured_value(pair: Pair, quantity: str) -> float:
+    """The measured value, NaN for a metric this pair's measurement does not have."""
     prof = pair.measured
     value = prof.phases.get(quantity, prof.metrics.get(quantity))
-    return float(value)
+    return math.nan if value is None else float(value)
 
 
 def _loss(residuals: np.ndarray) -> float:
@@ -889,6 +902,8 @@ def _residual_frame(problem: _Problem, x: np.ndarray, rows: Sequence[int]) -> pd
     for r in rows:
         for q, quantity in enumerate(problem.quantities):
             m, s = problem.measured[r, q], sim[r, q]
+            if math.isnan(m):  # not measured for this pair
+                continue
             records.append(
                 {
                     "pair": problem.pairs[r].label,
@@ -957,13 +972,7 @@ def _check_inputs(
                     f"{prof.source} (it has: {', '.join(sorted(prof.phases)) or 'none'}); "
                     f"drop it from the phases or measure it"
                 )
-        for metric in metrics:
-            if metric not in prof.metrics:
-                raise CalibrationError(
-                    f"pair {pair.label}: metric {metric!r} is not in the measured profile "
-                    f"{prof.source} (it has: {', '.join(sorted(prof.metrics)) or 'none'})"
-                )
-        for quantity in [*phases, *metrics]:
+        for quantity in [*phases, *(m for m in metrics if m in prof.metrics)]:
             value = _measured_value(pair, quantity)
             if not math.isfinite(value) or (loss == "relative" and value == 0):
                 raise CalibrationError(
@@ -977,6 +986,13 @@ def _check_inputs(
                 f"pair {pair.label}: the measured profile {prof.source} has {tiles} tiles but "
                 f"the config {base.name!r} has {base.num_tiles}; use a config with the same "
                 f"tile count (--tiles {tiles}, or tile.tiles_per_ipu={tiles})"
+            )
+    for metric in metrics:  # a pair compares the metrics its measurement has
+        if not any(metric in pair.measured.metrics for pair in pairs):
+            have = sorted({m for pair in pairs for m in pair.measured.metrics})
+            raise CalibrationError(
+                f"metric {metric!r} is in none of the measured profiles (they have: "
+                f"{', '.join(have) or 'none'}); drop it or measure it"
             )
     return [*phases, *metrics]
 

@@ -67,8 +67,16 @@ class TileConfig(_Section):
     vertex_launch_cycles: int = Field(
         default=0,
         ge=0,
-        description="Refinement: extra cycles per vertex launch (thread cycles for worker "
-        "vertices, tile cycles for multi-vertices). 0 reproduces the IPU Model.",
+        le=1_000_000,
+        description="Refinement: extra thread cycles per worker-vertex launch. 0 reproduces "
+        "the IPU Model.",
+    )
+    multi_vertex_launch_cycles: int = Field(
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description="Refinement: extra tile cycles per multi-vertex (supervisor) launch. 0 "
+        "reproduces the IPU Model.",
     )
     peak_flops_per_cycle_fp32: int = Field(ge=1, description="Peak fp32 flop per cycle per tile.")
     peak_flops_per_cycle_fp16: int = Field(ge=1, description="Peak fp16 flop per cycle per tile.")

@@ -86,6 +86,8 @@ class RunResult:
         Wall-clock seconds spent in ``build``, ``compile`` and ``run``.
     ir_program
         The lowered machine program, so a caller can re-time it.
+    metric_function
+        The workload's metrics as a function of a trace (see :meth:`metrics_of`).
     stdout
         What the workload printed while running quietly.
     """
@@ -102,6 +104,7 @@ class RunResult:
     ok: bool | None
     host_seconds: dict[str, float]
     ir_program: ir.Program
+    metric_function: Callable[[Trace], Mapping[str, float]] | None = None
     stdout: str = ""
 
     def retime_all(self, config: MachineConfig | str) -> list[Trace]:
@@ -151,6 +154,14 @@ class RunResult:
         (same :meth:`~ipusim.trace.Trace.fingerprint`).
         """
         return self.retime_all(config)[-1]
+
+    def metrics_of(self, trace: Trace) -> dict[str, float]:
+        """The workload's metrics computed on ``trace`` (a re-timed run of this result);
+        empty when the workload defines none. A workload's ``metrics`` must read the
+        trace it is given, not the engine's last trace, for this to be right."""
+        if self.metric_function is None:
+            return {}
+        return {k: float(v) for k, v in self.metric_function(trace).items()}
 
     def measured(self) -> MeasuredProfile:
         """The last run's trace as a measured profile (for compare and calibrate)."""

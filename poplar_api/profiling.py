@@ -162,12 +162,15 @@ def _compute_sets(
         "activeCyclesByVertexType": [],
         "cyclesByTile": [],
     }
-    launch = timing.config.tile.vertex_launch_cycles
+    tile = timing.config.tile
     for step in steps:
         cost = timing.cost(step)
         glob = np.array([index[n] for n in step.vertex_type_names], np.int64)[step.vertex_type]
         counts = np.bincount(glob, minlength=len(type_names))
         by_type = np.zeros(len(type_names), np.int64)
+        launch = np.where(
+            step.vertex_multi, tile.multi_vertex_launch_cycles, tile.vertex_launch_cycles
+        )
         np.add.at(by_type, glob, step.vertex_cycles + launch)
         out["names"].append(step.name)
         out["vertexCounts"].append(step.num_vertices)

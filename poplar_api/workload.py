@@ -284,6 +284,19 @@ def check_params(fn: Callable[..., Any], params: Mapping[str, Any], spec: str) -
 
 
 # --------------------------------------------------------------------------- running
+def _metric_function(
+    built: Workload, engine: Engine, spec: str
+) -> Callable[[Trace], dict[str, float]]:
+    """The workload's metrics as a function of a trace (for re-timed runs)."""
+    metrics = built.metrics
+    assert metrics is not None
+
+    def of(trace: Trace) -> dict[str, float]:
+        return _finite_metrics(metrics(engine, trace), spec)
+
+    return of
+
+
 def _finite_metrics(values: Any, spec: str) -> dict[str, float]:
     if not isinstance(values, Mapping):
         raise WorkloadError(
@@ -370,6 +383,7 @@ def run(
         execution_profile=dict(engine.getExecutionProfile()),
         summary=summary.getvalue(),
         metrics=_finite_metrics(metrics, spec),
+        metric_function=None if built.metrics is None else _metric_function(built, engine, spec),
         ok=ok,
         host_seconds=seconds,
         ir_program=engine.ir_program,

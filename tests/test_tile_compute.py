@@ -80,13 +80,16 @@ def test_interleaved_tiles(make_config):
 
 
 def test_launch_cycles(make_config):
-    cfg = _tile_cfg(make_config, worker_contexts=2, vertex_launch_cycles=2)
+    cfg = _tile_cfg(
+        make_config, worker_contexts=2, vertex_launch_cycles=2, multi_vertex_launch_cycles=5
+    )
     cost = _run(cfg, 1, [0, 0, 0, 0], [10, 10, 10, 30], multi=[False, False, False, True])
-    # workers cost 10 + 2 = 12 each: [12, 12] -> [24, 12]; multi 30 + 2 = 32
+    # workers cost 10 + 2 = 12 thread cycles each: [12, 12] -> [24, 12]; the multi-vertex
+    # 30 + 5 = 35 tile cycles
     np.testing.assert_array_equal(cost.context_load, [[24, 12]])
-    np.testing.assert_array_equal(cost.tile_cycles, [2 * 24 + 32])  # 80
-    np.testing.assert_array_equal(cost.active_cycles, [3 * 12 + 32])  # 68
-    np.testing.assert_array_equal(cost.multi_cycles, [32])
+    np.testing.assert_array_equal(cost.tile_cycles, [2 * 24 + 35])  # 83
+    np.testing.assert_array_equal(cost.active_cycles, [3 * 12 + 35])  # 71
+    np.testing.assert_array_equal(cost.multi_cycles, [35])
 
 
 def test_empty_compute_set(make_config):

@@ -60,6 +60,7 @@ def _assign_vertices(
     num_tiles: int,
     num_contexts: int,
     launch: int,
+    multi_launch: int,
     vertex_tile: np.ndarray,
     vertex_cycles: np.ndarray,
     vertex_multi: np.ndarray,
@@ -71,7 +72,7 @@ def _assign_vertices(
     context = np.empty(vertex_tile.shape[0], dtype=np.int32)
     for v in range(vertex_tile.shape[0]):
         t = vertex_tile[v]
-        cost = vertex_cycles[v] + launch
+        cost = vertex_cycles[v] + (multi_launch if vertex_multi[v] else launch)
         active[t] += cost
         count[t] += 1
         if vertex_multi[v]:
@@ -145,7 +146,7 @@ def compute_cost(
     ----------
     tile_cfg
         Tile section of the machine config (``worker_contexts``,
-        ``vertex_launch_cycles``).
+        ``vertex_launch_cycles``, ``multi_vertex_launch_cycles``).
     num_tiles
         Tiles covered by the result arrays; vertex tile ids index into them.
     vertex_tile
@@ -180,6 +181,7 @@ def compute_cost(
         num_tiles,
         contexts,
         tile_cfg.vertex_launch_cycles,
+        tile_cfg.multi_vertex_launch_cycles,
         vertex_tile.astype(np.int64, copy=False),
         vertex_cycles.astype(np.int64, copy=False),
         vertex_multi.astype(np.bool_, copy=False),

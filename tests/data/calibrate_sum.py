@@ -61,4 +61,9 @@ def workload(device: Device, n: int = 64) -> Workload:
     def check(engine: Engine) -> bool:
         return bool(np.allclose(result, data.sum()))
 
-    return Workload(graph, program, prepare=prepare, check=check)
+    def metrics(engine: Engine, trace) -> dict[str, float]:
+        """``exchange_cycles``: the slowest tile's cycles in the compute set's exchange."""
+        steps = [r for r in trace.records if r.kind == "exchange" and r.name.startswith("sum")]
+        return {"exchange_cycles": float(sum(int(r.tile_cycles.max()) for r in steps))}
+
+    return Workload(graph, program, prepare=prepare, check=check, metrics=metrics)
