@@ -1,142 +1,455 @@
-"""poprand: random tensors (uniform, normal, bernoulli) and dropout.
+"""poprand: random tensors (uniform, normal, truncated normal, bernoulli), dropout, seeds.
 
-Signatures follow Poplar's ``poprand``: ``uniform(graph, seed, seedModifier, reference,
-type, minVal, maxVal, prog)`` and so on. The result has ``reference``'s shape and tile
-mapping; the values are generated on the tiles where ``reference`` lives, one
-MultiVertex per tile.
+Signatures follow Poplibs' ``poprand`` (``include/poprand/RandomGen.hpp``):
+``uniform(graph, seed, seedModifier, reference, type, minVal, maxVal, prog)`` and so on.
+The result is a clone of ``reference`` (same shape and tile mapping); on every tile that
+holds part of it one MultiVertex (``poprand::Uniform<float>``, ``poprand::Normal<half>``,
+...) generates the tile's elements, as ``lib/poprand/RandomGen.cpp`` does. Estimates are
+those of ``lib/poprand/poprandCycleEstimators.cpp`` (graphcore/poplibs @7eac0f26).
 
-Determinism: the value of the element at flat position ``p`` of ``reference`` depends
-only on ``(seed, seedModifier, p)``. Positions are cut into blocks of
-:data:`BLOCK` elements; block ``b`` draws from
-``numpy.random.Generator(Philox(SeedSequence([seed0, seed1, seedModifier, b])))``, so the
-same seed gives the same values whatever the mapping, and another modifier gives other
-values.
+Seeds, as Poplar has them
+-------------------------
+Each tile has hardware seed state (Poplar: ``getHwSeeds`` returns it as an
+``UNSIGNED_INT [numTiles, numWorkerContexts, 4]`` tensor). A generator vertex draws
+from its tile's state and advances it. With a ``seed`` tensor (2 UNSIGNED_INT
+elements), a function runs as ``RandomGen.cpp`` does: save the hardware seeds, run
+:func:`setSeed` (one ``poprand::SetSeed`` vertex per tile, seeded from ``seed``,
+``seedModifier`` and the tile id), generate, restore the saved seeds. So the same seed
+and seedModifier give the same numbers on every run, and calls with a seed leave the
+unseeded stream untouched. With ``seed=None`` the vertices use (and advance) whatever
+the state is: successive calls and successive runs give new numbers.
 
-``seed`` is either a mapped 2-element UNSIGNED_INT tensor, read at run time (changing
-its value changes the numbers), or None. With None the fixed seed ``(0, 0)`` is used:
-unlike the hardware, whose generator state advances, every run and every call with the
-same modifier then gives the same values; pass a seed tensor (or another modifier) to
-vary them.
+What ipusim's generator guarantees
+----------------------------------
+It is not the IPU's hardware generator: the values differ from a real IPU's. What holds:
+the distributions (uniform in range, normal with the mean and standard deviation,
+truncated normal within ``alpha`` standard deviations, Bernoulli with the probability
+quantised to 1/65536 as the hardware's), and determinism — the numbers are a function
+of the graph (mapping included) and the seed state only, identical on every engine and
+run that starts from the same state. The scheme, restated so a test can check it:
+
+* ``setSeed`` on tile ``t`` sets the tile's 24 state words (6 workers x 4) to
+  ``SeedSequence([seed0, seed1, seedModifier ^ 0x55555555, (t << 4) ^ 0xAAAAAAA0])
+  .generate_state(24)`` (the two modifiers are those Poplibs passes to ``SetSeed``);
+* a generator vertex over ``n`` elements makes
+  ``g = Generator(Philox(SeedSequence(state)))``, draws the tile's elements in
+  element order (``g.random(n)``; ``g.standard_normal(n)`` for normal kinds), then
+  replaces the state by ``g.integers(0, 2**32, 24)``;
+* the state at load is ``SeedSequence([0x1F2E3D4C, t]).generate_state(24)`` per tile.
+
+Poplar's ``getHwSeeds`` / ``setHwSeeds`` (``poplar/RandomSeed.hpp``) are here too,
+as on-tile copies of the state (the top-level package is not poprand's to extend).
+The state is a hidden per-tile variable of 96 bytes, added to a graph by its first
+random function; it shows in memory reports as ``poprand/hwSeeds``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from poplar_api import program as _program
-from poplar_api.codelet import Input, MultiVertex, Output, Vector
+from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles, place, view
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, Type
 
-__all__ = ["BLOCK", "bernoulli", "dropout", "normal", "reference_values", "uniform"]
+__all__ = [
+    "SEED_WORDS_PER_WORKER",
+    "bernoulli",
+    "dropout",
+    "getHwSeeds",
+    "normal",
+    "setHwSeeds",
+    "setSeed",
+    "truncatedNormal",
+    "uniform",
+]
 
-#: Elements per independently seeded block of positions.
-BLOCK = 4096
+#: Seed words per worker context in the hardware seed state (Poplar's last dimension).
+SEED_WORDS_PER_WORKER = 4
+#: Probability resolution of the hardware mask instructions (``f32v2rmask``):
+#: ``RandomGen.cpp`` sets ``prob`` to ``unsigned(p * 65536)``.
+PROB_SCALE = 65536
+#: ``seedModifierUser`` and ``seedModifierHw`` constants of ``RandomGen.cpp`` ``setSeed``.
+_USER_XOR = 0x55555555
+_HW_XOR = 0xAAAAAAA0
+#: Entropy word of the load-time state (ipusim's choice).
+_LOAD_WORD = 0x1F2E3D4C
 
-#: Cycles per 64-bit output vector (derived; the formula sheet has no poprand entry):
-#: uniform = random instruction + scale-and-shift (2); normal = the hardware's
-#: Gaussian instruction + scale-and-shift + conversion (3); bernoulli = random +
-#: compare + select (3); dropout = random + compare + multiply + select (4).
-CYCLES_PER_VECTOR = {"uniform": 2, "normal": 3, "bernoulli": 3, "dropout": 4}
+
+# ----------------------------------------------------------------------- estimators
+# graphcore/poplibs @7eac0f266ced5b064b3284a3cd90d491745b387c,
+# lib/poprand/poprandCycleEstimators.cpp. The integer divisions are C++'s, kept in
+# the source's order (``4 * (n + vw - 1) / vw`` is not ``4 * ceil(n / vw)``).
 
 
-def reference_values(
-    kind: str, seed: tuple[int, int], modifier: int, positions: np.ndarray, params: Any
-) -> np.ndarray:
-    """The float64 draws at ``positions``: uniform in [0, 1) or standard normal.
+def estimate_uniform(type_: Type, n: int, workers: int, data_path_width: int = 64) -> int:
+    """``Uniform`` estimator (float/half; int with ``scale != 0``, the non-full range).
 
-    ``kind`` is ``"normal"`` for Gaussian draws, anything else for uniform ones;
-    ``params`` is unused (kept so the signature matches the vertex's call).
+    The source's float/half "vector width" is ``dataPathWidth / 2`` (float) or
+    ``/ 4`` (half), i.e. 32 and 16 on a 64-bit path; carried over as written.
     """
-    positions = np.asarray(positions, np.int64)
-    out = np.empty(positions.size, np.float64)
-    blocks = positions // BLOCK
-    for b in np.unique(blocks).tolist():
-        words = [int(seed[0]), int(seed[1]), int(modifier) & 0xFFFFFFFF, int(b)]
-        gen = np.random.Generator(np.random.Philox(np.random.SeedSequence(words)))
-        draw = gen.standard_normal(BLOCK) if kind == "normal" else gen.random(BLOCK)
-        sel = blocks == b
-        out[sel] = draw[positions[sel] % BLOCK]
-    return out
+    cycles = 4
+    if type_ == INT:
+        return cycles + 22 * workers + 6 * (n // 2) + (n % 2) * 2
+    vw = data_path_width // (2 if type_ == FLOAT else 4)
+    cycles += 4 * (n + vw - 1) // vw
+    if type_ == FLOAT:
+        return cycles + 22 * workers + (n % vw != 0) * 4
+    return cycles + 24 * workers + (n % vw != 0) * 12
 
 
-def _transform(kind: str, draws: np.ndarray, params: np.ndarray, out_type: Type) -> np.ndarray:
-    if kind == "uniform":
-        lo, hi = float(params[0]), float(params[1])
-        if out_type == INT:
-            return np.floor(draws * (hi - lo + 1) + lo)
-        return lo + (hi - lo) * draws
-    if kind == "normal":
-        return float(params[0]) + float(params[1]) * draws
-    return (draws < float(params[0])).astype(np.float64)  # bernoulli / dropout keep mask
+def estimate_uniform_int_full_range(n: int, workers: int) -> int:
+    """``Uniform<int>`` estimator when ``scale == 0`` (the whole 32-bit range)."""
+    return 4 + 22 * workers + n // 2
+
+
+def estimate_normal(type_: Type, n: int, workers: int, data_path_width: int = 64) -> int:
+    """``Normal`` estimator."""
+    vw = data_path_width // (32 if type_ == FLOAT else 16)
+    cycles = 4 + 4 * (n + vw - 1) // vw
+    if type_ == FLOAT:
+        return cycles + 22 * workers + (n % vw != 0) * 3
+    return cycles + 24 * workers + (n % vw != 0) * 12
+
+
+def estimate_truncated_normal(
+    type_: Type, n: int, iterations: int, workers: int, data_path_width: int = 64
+) -> int:
+    """``TruncatedNormal`` estimator (``iterations`` from the vertex state)."""
+    vw = data_path_width // (32 if type_ == FLOAT else 16)
+    if type_ == FLOAT:
+        return (
+            4 + 26 * workers + (11 * iterations + 5) * (n + vw - 1) // vw
+            + (n % vw != 0) * (13 * iterations + 2)
+        )  # fmt: skip
+    return (
+        4 + 28 * workers + (12 * iterations + 5) * (n + vw - 1) // vw
+        + (n % vw != 0) * (12 * iterations + 10)
+    )  # fmt: skip
+
+
+def estimate_bernoulli(type_: Type, n: int, workers: int, data_path_width: int = 64) -> int:
+    """``Bernoulli`` estimator (the source's width: ``dataPathWidth / (half ? 4 : 2)``)."""
+    half = type_ == HALF
+    vw = data_path_width // (4 if half else 2)
+    cycles = 4 + (n + vw - 1) // vw
+    if half:
+        return cycles + 21 * workers + (n % vw != 0) * 9
+    return cycles + 23 * workers + (n % vw != 0)
+
+
+def estimate_dropout(type_: Type, n: int, workers: int, data_path_width: int = 64) -> int:
+    """``Dropout`` estimator."""
+    vw = data_path_width // (32 if type_ == FLOAT else 16)
+    return (
+        6 + 24 * workers + 2 * (n + vw - 1) // vw
+        + (n % vw != 0) * (1 if type_ == FLOAT else 9)
+    )  # fmt: skip
+
+
+def estimate_set_seed(workers: int) -> int:
+    """``SetSeed`` estimator."""
+    return 14 + 27 * workers
+
+
+def truncated_normal_iterations(alpha: float) -> int:
+    """``RandomGen.cpp`` ``truncatedNormal``: ``ceil(-4 / log10(erfc(alpha / sqrt 2)))``."""
+    return math.ceil(-4.0 / math.log10(math.erfc(alpha / math.sqrt(2.0))))
+
+
+# ------------------------------------------------------------------------- the state
+
+
+def _state_words(target: Any) -> int:
+    return target.getNumWorkerContexts() * SEED_WORDS_PER_WORKER
+
+
+def load_state(tile: int, words: int) -> np.ndarray:
+    """Seed state of root ``tile`` when the engine is loaded."""
+    return np.random.SeedSequence([_LOAD_WORD, int(tile)]).generate_state(words, np.uint32)
+
+
+def modifier_words(modifier: int, tile: int) -> tuple[int, int]:
+    """``(seedModifierUser, seedModifierHw)`` Poplibs' ``setSeed`` gives root ``tile``."""
+    return (int(modifier) ^ _USER_XOR) & 0xFFFFFFFF, ((int(tile) << 4) ^ _HW_XOR) & 0xFFFFFFFF
+
+
+def _seed_words(seed: np.ndarray, user: int, hw: int, words: int) -> np.ndarray:
+    entropy = [int(seed[0]), int(seed[1]), int(user), int(hw)]
+    return np.random.SeedSequence(entropy).generate_state(words, np.uint32)
+
+
+def set_seed_state(seed: np.ndarray, modifier: int, tile: int, words: int) -> np.ndarray:
+    """State words :func:`setSeed` gives root ``tile``."""
+    return _seed_words(seed, *modifier_words(modifier, tile), words)
+
+
+def _hw_seeds(graph: Graph) -> Tensor:
+    """The graph's hidden hardware-seed variable, ``[numTiles, W, 4]``, made on first use."""
+    state = graph._state
+    t = getattr(state, "_poprand_hw_seeds", None)
+    if t is None:
+        target = state.target
+        tiles, workers = target.getNumTiles(), target.getNumWorkerContexts()
+        words = workers * SEED_WORDS_PER_WORKER
+        t = graph.addVariable(
+            UNSIGNED_INT, [tiles, workers, SEED_WORDS_PER_WORKER], "poprand/hwSeeds"
+        )
+        state.space(UNSIGNED_INT).tile[t.flat_index()] = np.repeat(np.arange(tiles), words)
+        graph.setInitialValue(t, np.stack([load_state(i, words) for i in range(tiles)]))
+        state._poprand_hw_seeds = t
+    return t
+
+
+def _tile_state(graph: Graph, tile: int) -> Tensor:
+    return _hw_seeds(graph)[int(tile)].flatten()
+
+
+def getHwSeeds(graph: Graph, prog: _program.Sequence, debugName: str = "") -> Tensor:
+    """Poplar's ``getHwSeeds``: a copy of every tile's seed state, ``[numTiles, W, 4]``.
+
+    The copy is mapped like the state (each tile's words on the tile), so the
+    ``Copy`` added to ``prog`` needs no exchange.
+    """
+    _check_graph(graph, "getHwSeeds")
+    check_sequence(prog, "getHwSeeds")
+    state = _hw_seeds(graph)
+    saved = clone_like(graph, state, UNSIGNED_INT, debugName or "getHwSeeds/seeds", "getHwSeeds")
+    prog.add(_program.Copy(state, saved))
+    return saved
+
+
+def setHwSeeds(graph: Graph, hwSeeds: Tensor, prog: _program.Sequence, debugName: str = "") -> None:
+    """Poplar's ``setHwSeeds``: restore the state from a :func:`getHwSeeds` tensor.
+
+    Raises
+    ------
+    TypeMismatchError
+        ``hwSeeds`` is not UNSIGNED_INT of shape ``[numTiles, W, 4]``.
+    """
+    _check_graph(graph, "setHwSeeds")
+    check_sequence(prog, "setHwSeeds")
+    state = _hw_seeds(graph)
+    if not isinstance(hwSeeds, Tensor) or hwSeeds.graph is not graph._state:
+        raise GraphError(f"setHwSeeds: hwSeeds must be a Tensor of this graph, got {hwSeeds!r}")
+    if hwSeeds.elementType() != UNSIGNED_INT or hwSeeds.shape() != state.shape():
+        raise TypeMismatchError(
+            f"setHwSeeds: hwSeeds '{hwSeeds.name}' is {hwSeeds.elementType().name} "
+            f"{hwSeeds.shape()}; it must be unsigned int {state.shape()} "
+            f"(numTiles, workers, 4); hint: pass the tensor getHwSeeds returned"
+        )
+    prog.add(_program.Copy(hwSeeds, state))
+
+
+# -------------------------------------------------------------------------- vertices
+
+
+def _generator(state: np.ndarray) -> np.random.Generator:
+    """The generator a vertex makes from its tile's state words."""
+    return np.random.Generator(np.random.Philox(np.random.SeedSequence(state.tolist())))
+
+
+def _truncate(gen: np.random.Generator, x: np.ndarray, alpha: float, iterations: int):
+    """``truncNormal``: redraw out-of-range values ``iterations - 1`` more times, then
+    replace what is left by a triangular draw on ``[-alpha, alpha]``."""
+    bad = np.abs(x) > alpha
+    for _ in range(max(iterations - 1, 0)):
+        if not bad.any():
+            break
+        x[bad] = gen.standard_normal(int(bad.sum()))
+        bad = np.abs(x) > alpha
+    tri = alpha * (gen.random(x.size) - 0.5 + gen.random(x.size) - 0.5)
+    return np.where(bad, tri, x)
 
 
 class _RandomVertex(MultiVertex):
+    """One tile's generator: ``out`` from the tile's ``seeds`` state (advanced)."""
+
     kind = "uniform"
 
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
-        out = batches["out"]
-        seeds = batches["seed"].data.reshape(num_vertices, 2)
-        pos_batch = batches["positions"]
-        params = batches["params"]
+        out, seeds, params = batches["out"], batches["seeds"], batches["params"]
+        out_type = cls.types[0]
         for v in range(num_vertices):
-            header = pos_batch.data[pos_batch.offsets[v] : pos_batch.offsets[v + 1]]
-            pairs = header[1:].astype(np.int64).reshape(-1, 2)
-            positions = np.concatenate([np.arange(s, s + n) for s, n in pairs] or [[]])
-            draws = reference_values(cls.kind, tuple(seeds[v]), int(header[0]), positions, None)
-            p = params.data[params.offsets[v] : params.offsets[v + 1]]
-            values = _transform(cls.kind, draws, p, cls.types[0])
-            sl = slice(out.offsets[v], out.offsets[v + 1])
-            if cls.kind == "dropout":
-                values = np.where(values > 0, batches["in"].data[sl] * float(p[1]), 0)
-            out.data[sl] = values
+            ss = slice(seeds.offsets[v], seeds.offsets[v + 1])
+            os_ = slice(out.offsets[v], out.offsets[v + 1])
+            p = params.data[params.offsets[v] : params.offsets[v + 1]].astype(np.float64)
+            n = os_.stop - os_.start
+            gen = _generator(seeds.data[ss])
+            gaussian = cls.kind in ("normal", "truncated")
+            draws = gen.standard_normal(n) if gaussian else gen.random(n)
+            if cls.kind == "truncated":
+                draws = _truncate(gen, draws, float(p[2]), int(p[3]))
+            nxt = gen.integers(0, 2**32, ss.stop - ss.start, dtype=np.uint64)
+            seeds.data[ss] = nxt.astype(np.uint32)
+            if cls.kind == "uniform":
+                lo, hi = p[0], p[1]
+                if out_type == INT:
+                    vals = np.minimum(np.floor(draws * (hi - lo + 1)) + lo, hi)
+                else:
+                    lo_t = float(np.asarray(lo, out_type.numpy))
+                    hi_t = float(np.asarray(hi, out_type.numpy))
+                    vals = np.clip(lo + (hi - lo) * draws, lo_t, hi_t)
+            elif cls.kind in ("normal", "truncated"):
+                vals = p[0] + p[1] * draws
+            elif cls.kind == "bernoulli":
+                vals = (draws < p[0] / PROB_SCALE).astype(np.float64)
+            else:  # dropout
+                keep = draws < p[0] / PROB_SCALE
+                vals = np.where(keep, batches["in"].data[os_].astype(np.float64) * p[1], 0.0)
+            out.data[os_] = vals
 
     @classmethod
     def getCycleEstimate(cls, sizes, target) -> int:
-        workers = target.getNumWorkerContexts()
-        vw = max(1, 8 // cls.types[0].size)
-        per_worker = -(-int(sizes["out"]) // workers)
-        supervisor = target.config.tile.supervisor_overhead_cycles
-        return workers * (16 + -(-per_worker // vw) * CYCLES_PER_VECTOR[cls.kind]) + supervisor
+        n, w = int(sizes["out"]), target.getNumWorkerContexts()
+        t, dpw = cls.types[0], target.getDataPathWidth()
+        if cls.kind == "uniform":
+            return estimate_uniform(t, n, w, dpw)
+        if cls.kind == "normal":
+            return estimate_normal(t, n, w, dpw)
+        if cls.kind == "bernoulli":
+            return estimate_bernoulli(t, n, w, dpw)
+        if cls.kind == "dropout":
+            return estimate_dropout(t, n, w, dpw)
+        # truncated normal: the iterations are vertex state; _generate sets the
+        # estimate per vertex, this is the estimate at Poplibs' default alpha 2
+        return estimate_truncated_normal(t, n, truncated_normal_iterations(2.0), w, dpw)
 
 
+_NAMES = {
+    "uniform": "Uniform",
+    "normal": "Normal",
+    "truncated": "TruncatedNormal",
+    "bernoulli": "Bernoulli",
+    "dropout": "Dropout",
+}
 _CLASSES: dict[tuple[str, Type], type] = {}
 
 
 def _vertex(kind: str, type_: Type) -> type:
+    """``poprand::<Kind><type>`` (a MultiVertex, as in ``lib/poprand/codelets``)."""
     cls = _CLASSES.get((kind, type_))
     if cls is None:
         attrs: dict[str, Any] = {
-            "typeName": f"poprand::{kind.title()}Supervisor<{type_.name}>",
+            "typeName": f"poprand::{_NAMES[kind]}<{type_.name}>",
+            "__doc__": f"{_NAMES[kind]} random values of {type_.name} on one tile.",
             "__module__": __name__,
             "kind": kind,
             "types": (type_,),
-            "seed": Input(Vector(UNSIGNED_INT)),
-            "positions": Input(Vector(UNSIGNED_INT)),
+            "seeds": InOut(Vector(UNSIGNED_INT)),
             "params": Input(Vector(FLOAT)),
             "out": Output(Vector(type_)),
         }
         if kind == "dropout":
             attrs["in_"] = Input(Vector(type_))
-        cls = type(f"Random_{kind}_{type_.constant}", (_RandomVertex,), attrs)
+        cls = type(f"Poprand_{_NAMES[kind]}_{type_.constant}", (_RandomVertex,), attrs)
         _CLASSES[(kind, type_)] = cls
     return cls
 
 
-def _intervals(pos: np.ndarray) -> np.ndarray:
-    """(start, length) pairs of the runs of consecutive values in sorted ``pos``."""
-    if pos.size == 0:
-        return np.zeros(0, np.int64)
-    cuts = np.flatnonzero(np.diff(pos) != 1) + 1
-    starts = pos[np.concatenate(([0], cuts))]
-    lengths = np.diff(np.concatenate(([0], cuts, [pos.size])))
-    return np.stack([starts, lengths], axis=1).reshape(-1)
+class SetSeedVertex(MultiVertex):
+    """``poprand::SetSeed``: the tile's seed state from the master seed and modifiers.
+
+    ``modifiers`` holds the vertex state ``(seedModifierUser, seedModifierHw)``.
+    """
+
+    typeName = "poprand::SetSeed"
+    seed = Input(Vector(UNSIGNED_INT))
+    modifiers = Input(Vector(UNSIGNED_INT))
+    seeds = InOut(Vector(UNSIGNED_INT))
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        seed, mods, seeds = batches["seed"], batches["modifiers"], batches["seeds"]
+        for v in range(num_vertices):
+            s = seed.data[seed.offsets[v] : seed.offsets[v] + 2]
+            user, hw = mods.data[mods.offsets[v] : mods.offsets[v] + 2]
+            ss = slice(seeds.offsets[v], seeds.offsets[v + 1])
+            seeds.data[ss] = _seed_words(s, int(user), int(hw), ss.stop - ss.start)
+
+    @classmethod
+    def getCycleEstimate(cls, sizes, target) -> int:
+        return estimate_set_seed(target.getNumWorkerContexts())
+
+
+# ------------------------------------------------------------------------- functions
+
+
+def _check_graph(graph: object, fn: str) -> None:
+    if not isinstance(graph, Graph):
+        raise GraphError(f"{fn}: graph must be a poplar_api Graph, got {type(graph).__name__}")
+
+
+def _check_seed(graph: Graph, seed: object, fn: str) -> None:
+    """``seedTensorChecks`` (RandomGen.cpp): rank 1, 2 elements, UNSIGNED_INT; mapped."""
+    if not isinstance(seed, Tensor) or seed.graph is not graph._state:
+        raise GraphError(f"{fn}: seed must be None or a Tensor of this graph, got {seed!r}")
+    if seed.elementType() != UNSIGNED_INT or seed.shape() != [2]:
+        raise TypeMismatchError(
+            f"{fn}: seed '{seed.name}' is {seed.elementType().name} {seed.shape()}; it must "
+            f"hold 2 unsigned int elements (shape [2]); hint: "
+            f"graph.addVariable(UNSIGNED_INT, [2])"
+        )
+    element_tiles(graph, seed, f"{fn}: seed")
+
+
+def _check_modifier(modifier: object, fn: str) -> int:
+    if isinstance(modifier, bool) or not isinstance(modifier, int | np.integer):
+        raise GraphError(f"{fn}: seedModifier must be an int, got {modifier!r}")
+    if not 0 <= int(modifier) <= 0xFFFFFFFF:
+        raise GraphError(
+            f"{fn}: seedModifier {modifier} is outside the uint32 range 0..{0xFFFFFFFF}"
+        )
+    return int(modifier)
+
+
+def setSeed(
+    graph: Graph,
+    masterSeed: Tensor,
+    seedModifier: int,
+    prog: _program.Sequence,
+    debugName: str = "",
+) -> None:
+    """Seed every tile's generator from ``masterSeed`` and ``seedModifier``.
+
+    As ``RandomGen.cpp`` ``setSeed``: one ``poprand::SetSeed`` vertex on every tile of
+    the graph, with ``seedModifierUser = seedModifier ^ 0x55555555`` and
+    ``seedModifierHw = (tile << 4) ^ 0xAAAAAAA0``. Later unseeded random functions
+    draw from the new state.
+
+    Raises
+    ------
+    TypeMismatchError
+        ``masterSeed`` is not 2 UNSIGNED_INT elements.
+    GraphError
+        A bad graph, program or modifier, or an unmapped seed.
+    """
+    _check_graph(graph, "setSeed")
+    check_sequence(prog, "setSeed")
+    _check_seed(graph, masterSeed, "setSeed")
+    modifier = _check_modifier(seedModifier, "setSeed")
+    name = debugName or "setMasterSeed"
+    cs = graph.addComputeSet(name)
+    lo, count = graph._tile_lo, graph.getTarget().getNumTiles()
+    tiles = np.arange(lo, lo + count)
+    mods = np.array([modifier_words(modifier, t) for t in tiles.tolist()], np.uint32)
+    const = graph.addConstant(UNSIGNED_INT, [count, 2], mods.astype(np.uint32), f"{name}/mods")
+    graph._state.space(UNSIGNED_INT).tile[const.flat_index()] = np.repeat(tiles, 2)
+    for i, tile in enumerate(tiles.tolist()):
+        conns = {
+            "seed": masterSeed,
+            "modifiers": const[i],
+            "seeds": _tile_state(graph, tile),
+        }
+        place(graph, graph.addVertex(cs, SetSeedVertex, conns), tile)
+    prog.add(_program.Execute(cs))
 
 
 def _generate(
@@ -151,64 +464,50 @@ def _generate(
     prog: _program.Sequence,
     debugName: str,
     source: Tensor | None = None,
+    estimate: Any = None,
 ) -> Tensor:
-    if not isinstance(graph, Graph):
-        raise GraphError(f"{fn}: graph must be a poplar_api Graph, got {type(graph).__name__}")
+    _check_graph(graph, fn)
     if not isinstance(reference, Tensor) or reference.graph is not graph._state:
         raise GraphError(f"{fn}: reference must be a Tensor of this graph, got {reference!r}")
     check_sequence(prog, fn)
-    if isinstance(modifier, bool) or not isinstance(modifier, int | np.integer):
-        raise GraphError(f"{fn}: seedModifier must be an int, got {modifier!r}")
-    allowed = (FLOAT, HALF) if kind in ("normal", "dropout") else (FLOAT, HALF, INT)
-    if type_ not in allowed:
-        raise TypeMismatchError(
-            f"{fn}: type {getattr(type_, 'name', type_)} is not supported; use one of "
-            f"{', '.join(t.name for t in allowed)}"
-        )
+    modifier = _check_modifier(modifier, fn)
     if seed is not None:
-        if not isinstance(seed, Tensor) or seed.graph is not graph._state:
-            raise GraphError(f"{fn}: seed must be None or a Tensor of this graph, got {seed!r}")
-        if seed.elementType() != UNSIGNED_INT or seed.numElements() != 2:
-            raise TypeMismatchError(
-                f"{fn}: seed '{seed.name}' is {seed.elementType().name} {seed.shape()}; it "
-                f"must hold 2 unsigned int elements"
-            )
-        element_tiles(graph, seed, f"{fn}: seed")
-    name = debugName or f"poprand/{kind}"
+        _check_seed(graph, seed, fn)
+    name = debugName or fn
     out = clone_like(graph, reference, type_, f"{name}/out", fn)
     tiles = element_tiles(graph, reference, fn)
     order = np.argsort(tiles, kind="stable")
     used, starts = np.unique(tiles[order], return_index=True)
     groups = np.split(order, starts[1:])
+    if seed is not None:
+        saved = getHwSeeds(graph, prog, f"{name}/savedHwSeeds")
+        setSeed(graph, seed, modifier, prog, f"{name}/setSeed")
     state = graph._state
     param_const = graph.addConstant(
-        FLOAT, [used.size, len(params)], np.tile(np.asarray(params, np.float32), (used.size, 1))
+        FLOAT,
+        [used.size, len(params)],
+        np.tile(np.asarray(params, np.float32), (used.size, 1)),
+        f"{name}/params",
     )
     state.space(FLOAT).tile[param_const.flat_index()] = np.repeat(used, len(params))
-    headers = [np.concatenate(([modifier & 0xFFFFFFFF], _intervals(g))) for g in groups]
-    pos_const = graph.addConstant(
-        UNSIGNED_INT, [sum(h.size for h in headers)], np.concatenate(headers), f"{name}/positions"
-    )
-    lengths = [h.size for h in headers]
-    state.space(UNSIGNED_INT).tile[pos_const.flat_index()] = np.repeat(used, lengths)
-    if seed is None:
-        seed_const = graph.addConstant(UNSIGNED_INT, [used.size, 2], 0, f"{name}/seed")
-        state.space(UNSIGNED_INT).tile[seed_const.flat_index()] = np.repeat(used, 2)
     cls = _vertex(kind, type_)
-    cs = graph.addComputeSet(f"{name}/Random")
+    cs = graph.addComputeSet(name)
     out_ids = out.flat_index()
-    bounds = np.concatenate(([0], np.cumsum(lengths)))
     for i, (tile, pos) in enumerate(zip(used.tolist(), groups, strict=True)):
         conns: dict[str, Any] = {
-            "seed": seed.flatten() if seed is not None else seed_const[i],
-            "positions": pos_const.slice(int(bounds[i]), int(bounds[i + 1])),
+            "seeds": _tile_state(graph, tile),
             "params": param_const[i],
             "out": view(graph, type_, out_ids[pos], name),
         }
         if source is not None:
             conns["in"] = view(graph, type_, source.flat_index()[pos], name)
-        place(graph, graph.addVertex(cs, cls, conns), tile)
+        v = graph.addVertex(cs, cls, conns)
+        place(graph, v, tile)
+        if estimate is not None:
+            graph.setPerfEstimate(v, estimate(pos.size))
     prog.add(_program.Execute(cs))
+    if seed is not None:
+        setHwSeeds(graph, saved, prog, f"{name}/restoreHwSeeds")
     return out
 
 
@@ -223,13 +522,39 @@ def uniform(
     prog: _program.Sequence,
     debugName: str = "",
 ) -> Tensor:
-    """Uniform values in ``[minVal, maxVal)`` (INT: integers in ``[minVal, maxVal]``)."""
+    """Uniform values in ``[minVal, maxVal]`` (INT: integers ``minVal..maxVal``).
+
+    Raises
+    ------
+    TypeMismatchError
+        ``type`` is not FLOAT, HALF or INT.
+    GraphError
+        ``minVal > maxVal``; for INT a range outside int32.
+    """
+    _check_type(type, (FLOAT, HALF, INT), "uniform")
     if not float(minVal) <= float(maxVal):
         raise GraphError(f"uniform: minVal {minVal} must not exceed maxVal {maxVal}")
+    estimate = None
+    if type == INT:
+        lo, hi = math.ceil(float(minVal)), math.floor(float(maxVal))
+        if lo < -(2**31) or hi > 2**31 - 1:
+            raise GraphError(
+                f"uniform: range [{minVal}, {maxVal}] is outside int32 "
+                f"[{-(2**31)}, {2**31 - 1}]; Poplibs rejects it (range for uniform "
+                f"distribution invalid)"
+            )
+        minVal, maxVal = float(minVal), float(maxVal)
+        if maxVal - minVal + 1 == 2**32:  # source: scale == 0, the whole range
+            workers = graph.getTarget().getNumWorkerContexts()
+
+            def estimate(n: int) -> int:
+                return estimate_uniform_int_full_range(n, workers)
+
     params = [float(minVal), float(maxVal)]
     return _generate(
-        graph, "uniform", "uniform", seed, seedModifier, reference, type, params, prog, debugName
-    )
+        graph, "uniform", "uniform", seed, seedModifier, reference, type, params, prog,
+        debugName, estimate=estimate,
+    )  # fmt: skip
 
 
 def normal(
@@ -244,12 +569,49 @@ def normal(
     debugName: str = "",
 ) -> Tensor:
     """Gaussian values with ``mean`` and standard deviation ``stdDev`` (float or half)."""
+    _check_type(type, (FLOAT, HALF), "normal")
     if float(stdDev) < 0:
         raise GraphError(f"normal: stdDev {stdDev} must be >= 0")
     params = [float(mean), float(stdDev)]
     return _generate(
         graph, "normal", "normal", seed, seedModifier, reference, type, params, prog, debugName
     )
+
+
+def truncatedNormal(
+    graph: Graph,
+    seed: Tensor | None,
+    seedModifier: int,
+    reference: Tensor,
+    type: Type,
+    mean: float,
+    stdDev: float,
+    alpha: float,
+    prog: _program.Sequence,
+    debugName: str = "",
+) -> Tensor:
+    """Normal values truncated to ``mean ± alpha·stdDev`` (float or half).
+
+    As the ``TruncatedNormal`` codelet: out-of-range draws are redrawn up to
+    ``iterations`` times in all (``ceil(-4 / log10(erfc(alpha/√2)))``, so at most a
+    1e-4 chance to be left), then replaced by a triangular draw on the interval.
+    """
+    _check_type(type, (FLOAT, HALF), "truncatedNormal")
+    if float(stdDev) < 0 or not float(alpha) > 0:
+        raise GraphError(f"truncatedNormal: stdDev {stdDev} must be >= 0 and alpha {alpha} > 0")
+    iterations = truncated_normal_iterations(float(alpha))
+    target = graph.getTarget() if isinstance(graph, Graph) else None
+    workers = target.getNumWorkerContexts() if target else 6
+    dpw = target.getDataPathWidth() if target else 64
+
+    def estimate(n: int) -> int:
+        return estimate_truncated_normal(type, n, iterations, workers, dpw)
+
+    params = [float(mean), float(stdDev), float(alpha), float(iterations)]
+    return _generate(
+        graph, "truncatedNormal", "truncated", seed, seedModifier, reference, type, params,
+        prog, debugName, estimate=estimate,
+    )  # fmt: skip
 
 
 def bernoulli(
@@ -262,11 +624,13 @@ def bernoulli(
     prog: _program.Sequence,
     debugName: str = "",
 ) -> Tensor:
-    """1 with probability ``prob``, else 0."""
+    """1 with probability ``prob`` (quantised to ``floor(prob·65536)/65536``), else 0."""
+    _check_type(type, (FLOAT, HALF, INT), "bernoulli")
     if not 0.0 <= float(prob) <= 1.0:
         raise GraphError(f"bernoulli: prob {prob} must be in [0, 1]")
+    params = [float(int(float(prob) * PROB_SCALE))]
     return _generate(
-        graph, "bernoulli", "bernoulli", seed, seedModifier, reference, type, [float(prob)],
+        graph, "bernoulli", "bernoulli", seed, seedModifier, reference, type, params,
         prog, debugName,
     )  # fmt: skip
 
@@ -282,22 +646,56 @@ def dropout(
     prog: _program.Sequence,
     debugName: str = "",
 ) -> Tensor:
-    """``input x scale`` where a uniform draw is below ``keepProbability``, else 0.
+    """``input x scale`` where kept (probability ``keepProbability``), else 0.
 
-    The result has ``input``'s type and ``reference``'s mapping; ``reference`` must
-    have ``input``'s shape.
+    The result has ``input``'s type and ``reference``'s mapping. As Poplibs, a keep
+    probability that quantises to 65536/65536 drops nothing: the result is then a
+    copy of ``input`` (``poputil::duplicate``) and no random vertex runs.
+
+    Raises
+    ------
+    GraphError
+        Shapes differ, ``keepProbability`` is outside [0, 1], or a tile holds more
+        elements than the codelet's repeat count allows.
     """
+    fn = "dropout"
+    _check_graph(graph, fn)
     if not isinstance(input, Tensor) or not isinstance(reference, Tensor):
-        raise GraphError(f"dropout: input and reference must be Tensors, got {input!r}")
+        raise GraphError(f"{fn}: input and reference must be Tensors, got {input!r}")
+    _check_type(input.elementType(), (FLOAT, HALF), fn)
     if input.shape() != reference.shape():
         raise GraphError(
-            f"dropout: input '{input.name}' {input.shape()} and reference '{reference.name}' "
+            f"{fn}: input '{input.name}' {input.shape()} and reference '{reference.name}' "
             f"{reference.shape()} must have the same shape"
         )
     if not 0.0 <= float(keepProbability) <= 1.0:
-        raise GraphError(f"dropout: keepProbability {keepProbability} must be in [0, 1]")
-    params = [float(keepProbability), float(scale)]
+        raise GraphError(f"{fn}: keepProbability {keepProbability} must be in [0, 1]")
+    prob_hw = int(float(keepProbability) * PROB_SCALE)
+    if prob_hw == PROB_SCALE:
+        check_sequence(prog, fn)
+        out = clone_like(graph, input, input.elementType(), f"{debugName or fn}/out", fn)
+        prog.add(_program.Copy(input, out))
+        return out
+    target = graph.getTarget()
+    limit = 4095 * target.getNumWorkerContexts() * (2 if input.elementType() == FLOAT else 4)
+    counts = np.bincount(element_tiles(graph, reference, fn))
+    if counts.size and counts.max() > limit:
+        tile = int(np.argmax(counts))
+        raise GraphError(
+            f"{fn}: tile {tile} holds {int(counts.max())} elements of reference "
+            f"'{reference.name}'; the Dropout codelet takes at most {limit} "
+            f"(rptCountMax x workers x vector width); hint: spread reference over more tiles"
+        )
+    params = [float(prob_hw), float(scale)]
     return _generate(
-        graph, "dropout", "dropout", seed, seedModifier, reference, input.elementType(), params,
+        graph, fn, "dropout", seed, seedModifier, reference, input.elementType(), params,
         prog, debugName, source=input,
     )  # fmt: skip
+
+
+def _check_type(type_: object, allowed: tuple[Type, ...], fn: str) -> None:
+    if type_ not in allowed:
+        raise TypeMismatchError(
+            f"{fn}: type {getattr(type_, 'name', type_)} is not supported; use one of "
+            f"{', '.join(t.name for t in allowed)}"
+        )

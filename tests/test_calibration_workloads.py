@@ -74,7 +74,7 @@ def test_iter_points_joins_csv_and_points():
     assert "C2.N512" in ids and "T7.ipumodel" in ids
     p = next(p for p in pts if p.row == "J-gemm-1.ipum1")
     assert p.params == {"kind": "gemm", "m": 1000, "k": 256, "n": 10000}
-    assert p.config().name == "mk1"
+    assert p.config().name == "mk1-ipumodel"  # J is IPU Model data
     assert next(p for p in pts if p.row == "A2o.stage2.1").config().num_ipus == 2
     missing = points.uncovered(CSV)
     assert len(missing) + sum(1 for p in pts if not p.row.startswith("T7")) == len(csv_rows())

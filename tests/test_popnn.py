@@ -35,6 +35,8 @@ def np_forward(kind, x):
         return np.tanh(x)
     if kind is NL.GELU:
         return 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    if kind is NL.SWISH:
+        return x / (1 + np.exp(-x))
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
 
@@ -54,6 +56,9 @@ def np_grad(kind, x, g):
         u = SQRT_2_OVER_PI * (x + 0.044715 * x**3)
         du = SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x**2)
         return g * (0.5 * (1 + np.tanh(u)) + 0.5 * x * (1 - np.tanh(u) ** 2) * du)
+    if kind is NL.SWISH:  # d/dx of x sigmoid(x)
+        s = 1 / (1 + np.exp(-x))
+        return g * (s + x * s * (1 - s))
     y = np_forward(kind, x)
     return y * (g - (g * y).sum(axis=-1, keepdims=True))
 
@@ -109,8 +114,8 @@ def test_forward_and_gradient_match_numpy(kind, type_):
     x = h.var(type_, (5, 9), "x")
     g = h.var(type_, (5, 9), "g")
     y = nonLinearity(h.graph, kind, x, h.seq)
-    # Gradient takes the forward output (GELU: the forward input).
-    act = x if kind is NL.GELU else y
+    # Gradient takes the forward output (GELU, SWISH: the forward input).
+    act = x if kind in (NL.GELU, NL.SWISH) else y
     dx = nonLinearityInputGradient(h.graph, kind, act, g, h.seq)
     h.read("y", y)
     h.read("dx", dx)
@@ -227,7 +232,8 @@ def test_nonlinearity_estimate_is_the_unary_1d_formula():
     h.graph.setTileMapping(x, 2)
     nonLinearity(h.graph, NL.SIGMOID, x, h.seq, "sig")
     h.run()
-    rec = next(r for r in h.engine.getTrace().records if r.name == "sig/NonLinearity")
+    rec = next(r for r in h.engine.getTrace().records if r.name == "sig/Nonlinearity")
+    # SIGMOID runs popops::UnaryOp1D (NonLinearity.cpp isPopops): its estimator,
     # (17 + iceil(iceil(100, 6) = 17, unroll 2) * 12) * 6 + 9 + 11
     expected = (17 + math.ceil(17 / 2) * 12) * 6 + 9 + 11
     assert rec.active_cycles[2] == expected
@@ -299,4 +305,7 @@ def test_loss_layer_and_gradient_estimates_are_the_documented_derivations():
         20 + 3 * 3 + 5
     )
     # BinaryOp1D shape: W * (29 + iceil(iceil(100, 6) = 17, 2) * (2 + 2)) + 11
-    assert records["g/NonLinearityGrad"].active_cycles[2] == 6 * (29 + 9 * 4) + 11
+    # NonLinearityGrad1D (popnnCycleEstimators.cpp), RELU float, n = 100: 50 vectors,
+    # 9 per worker, op 3: worker 3+5+2+3+3+3+1 + (4 + 8*3 + 1) + 2+2 (no remainder)
+    worker = 3 + 5 + 2 + 3 + 3 + 3 + 1 + (4 + 8 * 3 + 1) + 2 + 2
+    assert records["g/NonLinearityGrad"].active_cycles[2] == 9 + 6 * worker

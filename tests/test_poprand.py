@@ -14,15 +14,23 @@ from poplar_api.errors import GraphError, TypeMismatchError
 SHAPE = (30, 37)
 
 
-def _philox_uniform(seed, modifier, n):
-    """Independent re-statement of the documented scheme: blocks of 4096 positions."""
-    out = np.empty(n)
-    for start in range(0, n, 4096):
-        words = [seed[0], seed[1], modifier, start // 4096]
-        gen = np.random.Generator(np.random.Philox(np.random.SeedSequence(words)))
-        block = gen.random(4096)
-        out[start : start + 4096] = block[: min(4096, n - start)]
+def _tile_draws(seed, modifier, tiles, gaussian=False):
+    """Independent restatement of the documented scheme after setSeed: per tile, the
+    state from SeedSequence([seed0, seed1, modifier ^ 0x55555555, (tile << 4) ^
+    0xAAAAAAA0]) (24 words), a Philox generator seeded with it, the tile's elements in
+    flat order."""
+    out = np.empty(tiles.size)
+    for tile in np.unique(tiles).tolist():
+        words = [seed[0], seed[1], modifier ^ 0x55555555, (tile << 4) ^ 0xAAAAAAA0]
+        state = np.random.SeedSequence(words).generate_state(24, np.uint32)
+        gen = np.random.Generator(np.random.Philox(np.random.SeedSequence(state.tolist())))
+        sel = np.flatnonzero(tiles == tile)
+        out[sel] = gen.standard_normal(sel.size) if gaussian else gen.random(sel.size)
     return out
+
+
+def _ref_tiles(graph, ref):
+    return graph._state.space(FLOAT).tile[ref.flat_index()].astype(np.int64)
 
 
 def _build(mapping_stride=3, preset="tiny"):
@@ -53,7 +61,7 @@ def _run(device, graph, seq, outs, seed=(5, 6), writes=None):
     return res, engine
 
 
-def test_uniform_is_the_documented_philox_stream_whatever_the_mapping():
+def test_uniform_is_the_documented_stream_and_follows_the_mapping():
     results = []
     for stride in (3, 5):
         device, graph, ref, seed = _build(stride)
@@ -61,14 +69,14 @@ def test_uniform_is_the_documented_philox_stream_whatever_the_mapping():
         u = poprand.uniform(graph, seed, 9, ref, FLOAT, -2.0, 3.0, seq)
         graph.createHostRead("u", u)
         res, _ = _run(device, graph, seq, {"u": (u, np.float32)})
-        results.append(res["u"])
         # generated where the reference lives: same mapping
         got = graph._state.space(FLOAT).tile[u.flat_index()]
-        want = graph._state.space(FLOAT).tile[ref.flat_index()]
-        np.testing.assert_array_equal(got, want)
-    expected = -2.0 + 5.0 * _philox_uniform((5, 6), 9, math.prod(SHAPE))
-    np.testing.assert_allclose(results[0].ravel(), expected, rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(results[0], results[1])
+        np.testing.assert_array_equal(got, _ref_tiles(graph, ref))
+        expected = -2.0 + 5.0 * _tile_draws((5, 6), 9, _ref_tiles(graph, ref))
+        np.testing.assert_allclose(res["u"].ravel(), expected, rtol=1e-6, atol=1e-6)
+        results.append(res["u"])
+    # as on the IPU, the tile takes part in the seed: another mapping, other values
+    assert not np.array_equal(results[0], results[1])
 
 
 def test_modifier_and_seed_change_the_values():
@@ -105,10 +113,6 @@ def test_normal_bernoulli_and_int_uniform_statistics():
     assert set(np.unique(res["b"]).tolist()) == {0, 1}
     assert abs(res["b"].mean() - 0.25) < 5 * math.sqrt(0.25 * 0.75 / count)
     assert set(np.unique(res["u"]).tolist()) == set(range(-3, 5))
-    # seed None is the documented fixed seed (0, 0)
-    z = np.random.Generator(np.random.Philox(np.random.SeedSequence([0, 0, 3, 0])))
-    expected = 2.0 + 0.5 * z.standard_normal(4096)[:count]
-    np.testing.assert_allclose(res["n"].ravel(), expected, rtol=2e-3, atol=2e-3)
 
 
 def test_dropout_keeps_scaled_values_with_the_uniform_mask():
@@ -121,23 +125,88 @@ def test_dropout_keeps_scaled_values_with_the_uniform_mask():
     graph.createHostRead("d", d)
     xv = np.random.default_rng(0).normal(size=SHAPE).astype(np.float32)
     res, _ = _run(device, graph, seq, {"d": (d, np.float32)}, writes={"x": xv})
-    keep = (_philox_uniform((5, 6), 11, math.prod(SHAPE)) < 0.7).reshape(SHAPE)
+    u = _tile_draws((5, 6), 11, _ref_tiles(graph, ref))
+    keep = (u < int(0.7 * 65536) / 65536).reshape(SHAPE)
     np.testing.assert_allclose(res["d"], np.where(keep, xv / 0.7, 0), rtol=1e-6)
 
 
-def test_estimate_is_the_documented_multivertex_formula():
+# Estimators typed from graphcore/poplibs @7eac0f26 lib/poprand/poprandCycleEstimators.cpp
+# (W = 6 workers, dataPathWidth = 64; C++ integer division in the source's order).
+W = 6
+
+
+def _src_uniform(t, n):
+    if t == INT:
+        return 4 + 22 * W + 6 * (n // 2) + (n % 2) * 2
+    vw = 64 // (2 if t == FLOAT else 4)  # 32 / 16, as the source writes it
+    c = 4 + 4 * (n + vw - 1) // vw
+    return c + (22 * W + (n % vw != 0) * 4 if t == FLOAT else 24 * W + (n % vw != 0) * 12)
+
+
+def _src_normal(t, n):
+    vw = 64 // (32 if t == FLOAT else 16)
+    c = 4 + 4 * (n + vw - 1) // vw
+    return c + (22 * W + (n % vw != 0) * 3 if t == FLOAT else 24 * W + (n % vw != 0) * 12)
+
+
+def _src_bernoulli(t, n):
+    vw = 64 // (4 if t == HALF else 2)
+    c = 4 + (n + vw - 1) // vw
+    return c + (21 * W + (n % vw != 0) * 9 if t == HALF else 23 * W + (n % vw != 0))
+
+
+def _src_dropout(t, n):
+    vw = 64 // (32 if t == FLOAT else 16)
+    return 6 + 24 * W + 2 * (n + vw - 1) // vw + (n % vw != 0) * (1 if t == FLOAT else 9)
+
+
+def _src_truncated(t, n, alpha):
+    it = math.ceil(-4 / math.log10(math.erfc(alpha / math.sqrt(2))))
+    vw = 64 // (32 if t == FLOAT else 16)
+    if t == FLOAT:
+        return 4 + 26 * W + (11 * it + 5) * (n + vw - 1) // vw + (n % vw != 0) * (13 * it + 2)
+    return 4 + 28 * W + (12 * it + 5) * (n + vw - 1) // vw + (n % vw != 0) * (12 * it + 10)
+
+
+CASES = (
+    [("uniform", t, n) for t in (FLOAT, HALF, INT) for n in (100, 1001)]
+    + [
+        (k, t, n)
+        for k in ("normal", "dropout", "truncated")
+        for t in (FLOAT, HALF)
+        for n in (100, 1001)
+    ]
+    + [("bernoulli", t, n) for t in (FLOAT, HALF, INT) for n in (64, 1001)]
+)
+
+
+@pytest.mark.parametrize(("kind", "type_", "n"), CASES)
+def test_estimates_are_the_poplibs_formulas(kind, type_, n):
     device = IPUModel("tiny").createDevice()
     graph = Graph(device.getTarget())
-    ref = graph.addVariable(FLOAT, [100], "ref")
+    ref = graph.addVariable(type_, [n], "ref")
     graph.setTileMapping(ref, 4)
     seq = prog.Sequence()
-    poprand.uniform(graph, None, 0, ref, FLOAT, 0.0, 1.0, seq, "rnd")
+    if kind == "uniform":
+        poprand.uniform(graph, None, 0, ref, type_, 0.0, 10.0, seq, "rnd")
+        want = _src_uniform(type_, n)
+    elif kind == "normal":
+        poprand.normal(graph, None, 0, ref, type_, 0.0, 1.0, seq, "rnd")
+        want = _src_normal(type_, n)
+    elif kind == "bernoulli":
+        poprand.bernoulli(graph, None, 0, ref, type_, 0.5, seq, "rnd")
+        want = _src_bernoulli(type_, n)
+    elif kind == "dropout":
+        poprand.dropout(graph, None, 0, ref, ref, 0.5, 2.0, seq, "rnd")
+        want = _src_dropout(type_, n)
+    else:
+        poprand.truncatedNormal(graph, None, 0, ref, type_, 0.0, 1.0, 1.5, seq, "rnd")
+        want = _src_truncated(type_, n, 1.5)
     engine = Engine(graph, seq)
     engine.load(device)
     engine.run(0)
-    rec = next(r for r in engine.getTrace().records if r.name == "rnd/Random")
-    # W * (16 + iceil(iceil(100, 6) = 17, VW 2) * 2 cycles per vector) + 11
-    assert rec.active_cycles[4] == 6 * (16 + 9 * 2) + 11
+    rec = next(r for r in engine.getTrace().records if r.name == "rnd")
+    assert rec.active_cycles[4] == want
 
 
 def test_on_mk2_values_follow_the_scheme():
@@ -146,7 +215,7 @@ def test_on_mk2_values_follow_the_scheme():
     u = poprand.uniform(graph, seed, 2, ref, FLOAT, 0.0, 1.0, seq)
     graph.createHostRead("u", u)
     res, _ = _run(device, graph, seq, {"u": (u, np.float32)})
-    expected = _philox_uniform((5, 6), 2, math.prod(SHAPE))
+    expected = _tile_draws((5, 6), 2, _ref_tiles(graph, ref))
     np.testing.assert_allclose(res["u"].ravel(), expected, rtol=1e-6)
 
 

@@ -11,6 +11,7 @@ from poplar_api.popnn.nonlinearity import (
     nonLinearityInPlace,
     nonLinearityInputGradient,
 )
+from poplar_api.popnn.onehot import encodeOneHot
 
 __all__ = [
     "MASKED_LABEL_CODE",
@@ -18,6 +19,7 @@ __all__ = [
     "NonLinearityType",
     "calcAccuracy",
     "calcLoss",
+    "encodeOneHot",
     "nonLinearity",
     "nonLinearityInPlace",
     "nonLinearityInputGradient",

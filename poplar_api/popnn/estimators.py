@@ -1,60 +1,40 @@
 """Cycle estimators of the popnn vertices.
 
-The formula sheet (``poplibs_estimators.md``) gives the popops elementwise formulas but
-none for popnn's own vertices, so these are derived from it and stated here:
+From graphcore/poplibs @7eac0f266ced5b064b3284a3cd90d491745b387c unless marked derived:
+``lib/popnn/popnnCycleEstimators.cpp`` (``nonLinearity1DCycleEstimator``,
+``NonLinearityGrad1D``, ``nonLinearity2DCycleEstimator``, ``NonLinearityGrad2D``,
+``LossSumSquaredTransform``, ``LossCrossEntropyTransform``, ``CalcAccuracy``) and
+``lib/popnn/PerformanceEstimation.hpp`` (``getNonLinearityOpCycles``,
+``getNonLinearityGradOpCycles``, ``getLossTransformCycles``); the one-hot encoder is
+``lib/popops/popopsCycleEstimators.cpp`` ``EncodeOneHot``. Formulas are restated, the
+code is ours. Unpack costs of scaled-pointer layouts are 0 (ipusim has no layouts).
 
-* **Non-linearity (forward)**, a MultiVertex over the elements of one tile: the
-  ``UnaryOp1D`` shape ``(base + unaryLoop(iceil(N, W))) x W + 9 + 11`` (base 17,
-  in place 55), with the popops unary op table entries for RELU
-  ``{3, false, VW}``, SIGMOID (float ``{12, false, 2}``, half ``{6, false, 4}``) and
-  TANH (float ``{12, false, 2}``, half ``{4, false, 4}``). GELU has no entry: it is the
-  tanh approximation, i.e. TANH plus a cube, three multiplies and two adds on a
-  vector, so TANH's cycles per loop + 6.
-* **Non-linearity gradient**, a MultiVertex with two inputs: the ``BinaryOp1D`` shape
-  ``W x (base + iceil(iceil(N, W), VW) x cpl) + 11`` (base float 29, half 26), cpl =
-  the vector ops of the derivative at 1 cycle each plus the 2-cycle loop overhead of
-  the natural-width binary ops: RELU (compare, select) 2 + 2, SIGMOID/TANH
-  (``g·y·(1-y)``, ``g·(1-y²)``: 3 ops) 3 + 2, GELU (recomputes the tanh) TANH + 8.
-* **Softmax of one row** (worker vertex): prologue 20 (as ``UnaryOp2D``) + one
-  reciprocal (float DIVIDE, 10) + per 64-bit vector: max 3 (stable only, MAXIMUM),
-  subtract 1 (stable only), EXPONENT (float 6, half 4), accumulate 1, scale 1.
-* **Softmax gradient of one row** (worker vertex): 20 + per vector: dot product
-  (multiply-accumulate 2), then ``y·(g - dot)`` (subtract, multiply: 2).
-* **Loss of one row** (worker vertex): 20 + per vector: subtract the one-hot 1, scale
-  1 (cross entropy) or square-accumulate 2 (sum squared) + LOGARITHM of the label's
-  probability (float 12, half 4; cross entropy only) + 5 to store the loss.
-* **Arg-max correctness of one row** (worker vertex): 20 + per vector: MAXIMUM 3 + 5
-  to compare with the label and store.
+Derived (no Poplibs estimator at this commit): softmax and its gradient, which Poplibs
+builds from popops reductions and elementwise ops rather than a vertex; ipusim keeps
+one worker vertex per row (:func:`softmax_row`, :func:`softmax_grad_row`).
 """
 
 from __future__ import annotations
 
 __all__ = [
     "argmax_row",
+    "calc_accuracy",
+    "encode_one_hot",
+    "grad_op_cycles",
     "iceil",
     "loss_row",
+    "loss_transform",
     "nonlinearity_1d",
+    "nonlinearity_2d",
     "nonlinearity_grad_1d",
+    "nonlinearity_grad_2d",
+    "op_cycles",
     "softmax_grad_row",
     "softmax_row",
-    "unary_loop",
 ]
 
-#: Forward cycles per loop (float, half); a loop handles one 64-bit vector (VW elements).
-FORWARD_CPL: dict[str, tuple[int, int]] = {
-    "RELU": (3, 3),
-    "SIGMOID": (12, 6),
-    "TANH": (12, 4),
-    "GELU": (12 + 6, 4 + 6),
-}
-
-#: Gradient cycles per vector (float, half).
-GRAD_CPL: dict[str, tuple[int, int]] = {
-    "RELU": (2 + 2, 2 + 2),
-    "SIGMOID": (3 + 2, 3 + 2),
-    "TANH": (3 + 2, 3 + 2),
-    "GELU": (12 + 8, 4 + 8),
-}
+#: ``basicOpSupervisorOverhead()`` (popops, no ScaledPtr64 fields).
+BASIC_OP_SUPERVISOR_OVERHEAD = 11
 
 
 def iceil(a: int, b: int) -> int:
@@ -62,42 +42,166 @@ def iceil(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
-def unary_loop(n: int, cycles_per_loop: int, unroll: int) -> int:
-    """popops ``unaryLoop`` for a non-natural op: ``iceil(n, unroll) x cpl``."""
-    return iceil(n, unroll) * cycles_per_loop
+def op_cycles(op: str, is_float: bool, is_vector: bool) -> int:
+    """``getNonLinearityOpCycles``: cycles of one forward op (scalar or vector)."""
+    if op == "RELU":
+        return 1
+    if op == "SIGMOID":
+        return (5 if is_float else 2) * (2 if is_vector else 1)
+    if op == "TANH":
+        return (5 if is_float else 1) * (2 if is_vector else 1)
+    if op == "GELU":
+        return 10 if is_float else 5
+    if op == "SWISH":
+        if is_float:
+            return 11 if is_vector else 6
+        return 5 if is_vector else 3
+    raise ValueError(f"op_cycles: unhandled non-linearity {op!r}")
 
 
-def nonlinearity_1d(op: str, n: int, *, half: bool, workers: int, in_place: bool) -> int:
-    """Tile cycles of a forward non-linearity over ``n`` elements of one tile."""
-    cpl = FORWARD_CPL[op][1 if half else 0]
-    vw = 4 if half else 2
-    base = 55 if in_place else 17
-    return (base + unary_loop(iceil(n, workers), cpl, vw)) * workers + 9 + 11
+def grad_op_cycles(op: str, is_float: bool, is_vector: bool) -> int:
+    """``getNonLinearityGradOpCycles``: cycles of one gradient op."""
+    if op in ("RELU", "SIGMOID", "TANH"):
+        return 3
+    if op == "GELU":
+        return 10 if is_float else 5
+    if op == "SWISH":
+        if is_float:
+            return 15 if is_vector else 10
+        return 9 if is_vector else 7
+    raise ValueError(f"grad_op_cycles: unhandled non-linearity {op!r}")
 
 
-def nonlinearity_grad_1d(op: str, n: int, *, half: bool, workers: int) -> int:
-    """Tile cycles of a non-linearity gradient over ``n`` elements of one tile."""
-    cpl = GRAD_CPL[op][1 if half else 0]
-    vw = 4 if half else 2
-    base = 26 if half else 29
-    return workers * (base + iceil(iceil(n, workers), vw) * cpl) + 11
+def nonlinearity_1d(op: str, n: int, *, half: bool, workers: int, vw: int, in_place: bool) -> int:
+    """``nonLinearity1DCycleEstimator`` (MultiVertex, tile cycles) over ``n`` elements."""
+    is_float = not half
+    non_in_place_swish = op == "SWISH" and in_place  # the source's flag, as written
+    vectors, rem = n // vw, n % vw
+    per_worker = (vectors + workers - 1) // workers
+    opc, vec = op_cycles(op, is_float, False), op_cycles(op, is_float, True)
+    worker = 3 + int(non_in_place_swish) + 5 + 2 + 2 + 5 + 3
+    if per_worker:
+        worker += 2 + opc + (per_worker - 1) * vec + 1 + opc
+    if is_float:
+        worker += 3 + (2 + opc if rem & 1 else 0)
+    else:
+        worker += 2 + 1 + (2 + opc if rem & 2 else 0) + 1 + (3 + opc if rem & 1 else 0)
+    return 9 + worker * workers
+
+
+def nonlinearity_grad_1d(op: str, n: int, *, half: bool, workers: int, vw: int) -> int:
+    """``NonLinearityGrad1D`` estimator (MultiVertex, tile cycles)."""
+    is_float = not half
+    vectors, rem = n // vw, n % vw
+    per_worker = (vectors + workers - 1) // workers
+    opc, vec = grad_op_cycles(op, is_float, False), grad_op_cycles(op, is_float, True)
+    worker = 3 + 5 + 2 + 3 + 3 + 3 + 1
+    if per_worker:
+        worker += 4 + (per_worker - 1) * vec + 1
+    if is_float:
+        worker += 2 + 2 + (opc + 1 if rem else 0)
+    else:
+        worker += 2 + 2 + (opc + 2 if rem & 2 else 0) + 2 + (opc + 4 if rem & 1 else 0)
+    return 9 + worker * workers
+
+
+def nonlinearity_2d(op: str, rows: list[int], *, half: bool, vw: int, in_place: bool) -> int:
+    """``nonLinearity2DCycleEstimator`` (worker vertex, thread cycles).
+
+    The source's ``isNonInPlaceSwish ? 1 : 0 + 2 + 5 + 2`` parses as
+    ``isNonInPlaceSwish ? 1 : (0 + 2 + 5 + 2)``; carried over as written.
+    """
+    is_float = not half
+    non_in_place_swish = op == "SWISH" and in_place
+    opc, vec = op_cycles(op, is_float, False), op_cycles(op, is_float, True)
+    cycles = 5 + (1 if non_in_place_swish else 0 + 2 + 5 + 2)
+    for n1 in rows:
+        vectors, rem = n1 // vw, n1 % vw
+        cycles += 4 + 1 + (0 if is_float else 2) + (2 if is_float else 3) + 2
+        if vectors:
+            cycles += 2 + opc + (vectors - 1) * vec + 1 + opc
+        if is_float:
+            cycles += 2 + (2 + opc if rem else 0)
+        else:
+            cycles += 2 + (2 + opc if rem & 2 else 0) + 2 + (3 + opc if rem & 1 else 0)
+        cycles += 1
+    return cycles
+
+
+def nonlinearity_grad_2d(op: str, rows: list[int], *, half: bool, vw: int) -> int:
+    """``NonLinearityGrad2D`` estimator (worker vertex, thread cycles)."""
+    is_float = not half
+    opc, vec = grad_op_cycles(op, is_float, False), grad_op_cycles(op, is_float, True)
+    cycles = 5 + 4 + 3 + 3 + 2
+    for n1 in rows:
+        vectors, rem = n1 // vw, n1 % vw
+        cycles += 6 + 3
+        if vectors:
+            cycles += 4 + (vectors - 1) * vec + 1
+        if is_float:
+            cycles += 2 + (1 + opc if rem else 0)
+        else:
+            cycles += 2 + (2 + opc if rem & 2 else 0) + 2 + (4 + opc if rem & 1 else 0)
+        cycles += 1
+    return cycles
+
+
+def loss_transform(size: int, *, half: bool, cross_entropy: bool) -> int:
+    """``getLossTransformCycles`` (worker vertex): ``Loss{SumSquared,CrossEntropy}Transform``."""
+    is_float = not half
+    soft = cross_entropy
+    cycles = 5 + (6 if soft else 5) + 5 + (0 if is_float else 1) + 2 + 1
+    cycles += (9 if soft else 4) * (size if is_float else size // 2)
+    if not is_float:
+        cycles += 2 + ((11 if soft else 6) if size & 1 else 0)
+    return cycles + 1
+
+
+def calc_accuracy(batch: int) -> int:
+    """``CalcAccuracy`` estimator (worker vertex) over ``batch`` labels."""
+    return 5 + 4 + 2 + 1 + 1 + batch * (2 + 1 + 1) + 1
+
+
+def encode_one_hot(num_indices: int, *, index_unsigned: bool, out_half: bool) -> int:
+    """``EncodeOneHot`` (popops): the assembly supervisor for unsigned -> half,
+    ``basicOpSupervisorOverhead() + (62 + 12) x indices``; else the C++ worker,
+    ``100 x indices``."""
+    if index_unsigned and out_half:
+        return BASIC_OP_SUPERVISOR_OVERHEAD + (62 + 12) * num_indices
+    return 100 * num_indices
+
+
+# ----------------------------------------------------------------- derived (softmax)
 
 
 def softmax_row(n: int, *, half: bool, stable: bool) -> int:
-    """Thread cycles of the softmax of one row of ``n`` elements."""
+    """Derived: thread cycles of the softmax of one row of ``n`` elements.
+
+    Prologue 20 (as popops ``UnaryOp2D``) + one reciprocal (float DIVIDE, 10) + per
+    64-bit vector: max 3 (stable only, MAXIMUM), subtract 1 (stable only), EXPONENT
+    (float 6, half 4), accumulate 1, scale 1.
+    """
     vw = 4 if half else 2
     per_vector = (3 + 1 if stable else 0) + (4 if half else 6) + 1 + 1
     return 20 + 10 + iceil(n, vw) * per_vector
 
 
 def softmax_grad_row(n: int, *, half: bool) -> int:
-    """Thread cycles of the softmax input gradient of one row."""
+    """Derived: 20 + per vector a multiply-accumulate (2) then ``y·(g - dot)`` (2)."""
     vw = 4 if half else 2
     return 20 + iceil(n, vw) * (2 + 2)
 
 
+# ------------------------------------------- derived (ipusim's loss and arg-max rows)
+
+
 def loss_row(n: int, *, half: bool, cross_entropy: bool) -> int:
-    """Thread cycles of the loss and deltas of one row of ``n`` outputs."""
+    """Derived: thread cycles of ipusim's one-row loss vertex (not Poplibs' structure).
+
+    20 + per vector: subtract the one-hot 1, scale 1 (cross entropy) or
+    square-accumulate 2 (sum squared) + LOGARITHM (float 12, half 4; cross entropy)
+    + 5 to store. Poplibs' ``LossXTransform`` estimate is :func:`loss_transform`.
+    """
     vw = 4 if half else 2
     if cross_entropy:
         return 20 + iceil(n, vw) * (1 + 1) + (4 if half else 12) + 5
@@ -105,6 +209,6 @@ def loss_row(n: int, *, half: bool, cross_entropy: bool) -> int:
 
 
 def argmax_row(n: int, *, half: bool) -> int:
-    """Thread cycles of the arg-max correctness flag of one row."""
+    """Derived: thread cycles of ipusim's one-row arg-max flag: 20 + 3 per vector + 5."""
     vw = 4 if half else 2
     return 20 + iceil(n, vw) * 3 + 5

@@ -1,9 +1,24 @@
 """popnn non-linearities: forward (out of place and in place) and input gradients.
 
-Elementwise types (RELU, SIGMOID, TANH, GELU) run one MultiVertex per tile over the
-elements the tile holds. Softmax works along the last dimension: one worker vertex per
-row, on the tile of the row's first element (the rest of the row is exchanged there).
-SOFTMAX_STABLE subtracts the row maximum before the exponential; SOFTMAX does not.
+Vertex choice as ``lib/popnn/NonLinearity.cpp`` (graphcore/poplibs @7eac0f26):
+
+* RELU, SIGMOID, TANH forward run on popops vertices (``isPopops``):
+  ``popops::UnaryOp{1D,2D}[InPlace]<popops::expr::UnaryOpType::OP,T>``;
+* GELU forward runs ``popnn::NonLinearity{1D,2D}InPlace`` (out of place: a ``Copy``
+  to the output, then the in-place vertices on it); SWISH has out-of-place vertices
+  ``popnn::NonLinearity{1D,2D}``;
+* gradients of all of them run ``popnn::NonLinearityGrad{1D,2D}``.
+
+Per tile, the elements there form sorted contiguous regions: a single region within
+the 1-D limit (``min(65535 for the n field, rptCountMax x W x VW)``; popops
+out-of-place vertices only the repeat limit) gets one 1-D MultiVertex; otherwise
+``splitRegionsBetweenWorkers`` with grain VW makes 2-D worker vertices (minimum
+``VW`` per vertex when the tile has at most ``VW x W`` elements, else ``2 VW``;
+gradients always ``2 VW``; pieces at most ``rptCountMax x VW``).
+
+Softmax (derived, see ``docs/estimators.md``) works along the last dimension: one
+worker vertex per row, on the tile of the row's first element. SOFTMAX_STABLE
+subtracts the row maximum before the exponential; SOFTMAX does not.
 """
 
 from __future__ import annotations
@@ -16,13 +31,16 @@ from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.popnn import vertices as vx
-from poplar_api.popnn.mapping import (
-    check_sequence,
-    clone_like,
-    element_tiles,
-    place,
-    tile_groups,
-    view,
+from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles, place, view
+from poplar_api.popops import vertices as popops_vx
+from poplar_api.popops.layout import (
+    RPT_COUNT_MAX,
+    UINT_MAX,
+    ElemOperand,
+    add_vertex,
+    split_pieces,
+    split_regions,
+    tile_regions,
 )
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF
@@ -42,11 +60,60 @@ class NonLinearityType(enum.Enum):
     SIGMOID = "SIGMOID"
     TANH = "TANH"
     GELU = "GELU"
+    SWISH = "SWISH"
     SOFTMAX = "SOFTMAX"
     SOFTMAX_STABLE = "SOFTMAX_STABLE"
 
 
 _SOFTMAXES = (NonLinearityType.SOFTMAX, NonLinearityType.SOFTMAX_STABLE)
+_POPOPS = ("RELU", "SIGMOID", "TANH")
+#: ``getMaxVertexFieldValue(codelet, "n")``: the codelets' ``n`` is an unsigned short.
+_MAX_N_FIELD = 0xFFFF
+
+
+def _plan(graph: Graph, ref: Tensor, cls_1d: type, cls_2d: type, limit_1d: int, grad: bool):
+    """``(tile, class, pieces, rows)`` per vertex, as ``NonLinearity.cpp`` chooses."""
+    target = graph.getTarget()
+    workers = target.getNumWorkerContexts()
+    vw = target.getVectorWidth(ref.elementType())
+    max_2d = RPT_COUNT_MAX * vw
+    out = []
+    for tr in tile_regions(graph, ref, "nonLinearity"):
+        sizes = tr.sizes
+        if len(sizes) == 1 and sizes[0] <= limit_1d:
+            out.append((tr.tile, cls_1d, tr.regions, False))
+            continue
+        total = sum(sizes)
+        min_vectors = 2 if grad or total > vw * workers else 1
+        split = split_regions(sizes, vw, workers, min_vectors * vw, UINT_MAX, max_2d)
+        out.extend((tr.tile, cls_2d, p, True) for p in split_pieces(tr.regions, split))
+    return out
+
+
+def _elementwise(graph, op: str, t: Tensor, out: Tensor | None, prog, name: str) -> None:
+    """Forward RELU/SIGMOID/TANH/GELU/SWISH over ``t`` (into ``out`` unless in place)."""
+    target = graph.getTarget()
+    typ = t.elementType()
+    rpt_1d = RPT_COUNT_MAX * target.getNumWorkerContexts() * target.getVectorWidth(typ)
+    in_place = out is None
+    if op in _POPOPS:
+        cls_1d = popops_vx.unary_vertex(op, typ, "1D", in_place)
+        cls_2d = popops_vx.unary_vertex(op, typ, "2D", in_place)
+        limit = rpt_1d if not in_place else min(_MAX_N_FIELD, rpt_1d)
+        names = ("inOut",) if in_place else ("in", "out")
+    else:
+        cls_1d = vx.nonlinearity_vertex(op, typ, "1D", in_place)
+        cls_2d = vx.nonlinearity_vertex(op, typ, "2D", in_place)
+        limit = min(_MAX_N_FIELD, rpt_1d)
+        names = ("data",) if in_place else ("data", "out")
+    tensors = (t,) if in_place else (t, out)
+    operands = {
+        f: ElemOperand(typ, x.flat_index(), x.name) for f, x in zip(names, tensors, strict=True)
+    }
+    cs = graph.addComputeSet(f"{name}/Nonlinearity")
+    for tile, cls, pieces, rows in _plan(graph, t, cls_1d, cls_2d, limit, grad=False):
+        add_vertex(graph, cs, tile, cls, pieces, operands, rows)
+    prog.add(_program.Execute(cs))
 
 
 def _check(graph: object, nl: object, t: object, prog: object, what: str) -> None:
@@ -109,15 +176,12 @@ def nonLinearity(
     if nonLinearityType in _SOFTMAXES:
         _softmax(graph, nonLinearityType, t, out, prog, name)
         return out
-    cls = vx.nonlinearity_vertex(nonLinearityType.name, t.elementType(), False)
-    cs = graph.addComputeSet(f"{name}/NonLinearity")
-    tiles = element_tiles(graph, t, "nonLinearity")
-    src, dst = t.flat_index(), out.flat_index()
-    typ = t.elementType()
-    for tile, pos in tile_groups(tiles):
-        conns = {"in": view(graph, typ, src[pos], name), "out": view(graph, typ, dst[pos], name)}
-        place(graph, graph.addVertex(cs, cls, conns), tile)
-    prog.add(_program.Execute(cs))
+    op = nonLinearityType.name
+    if op == "GELU":  # no out-of-place vertex: copy, then the in-place vertices
+        prog.add(_program.Copy(t, out))
+        _elementwise(graph, op, out, None, prog, name)
+    else:
+        _elementwise(graph, op, t, out, prog, name)
     return out
 
 
@@ -134,14 +198,7 @@ def nonLinearityInPlace(
     if nonLinearityType in _SOFTMAXES:
         _softmax(graph, nonLinearityType, t, t, prog, name)
         return
-    cls = vx.nonlinearity_vertex(nonLinearityType.name, t.elementType(), True)
-    cs = graph.addComputeSet(f"{name}/NonLinearity")
-    tiles = element_tiles(graph, t, "nonLinearityInPlace")
-    ids = t.flat_index()
-    for tile, pos in tile_groups(tiles):
-        v = graph.addVertex(cs, cls, {"data": view(graph, t.elementType(), ids[pos], name)})
-        place(graph, v, tile)
-    prog.add(_program.Execute(cs))
+    _elementwise(graph, nonLinearityType.name, t, None, prog, name)
 
 
 def nonLinearityInputGradient(
@@ -187,15 +244,19 @@ def nonLinearityInputGradient(
             }
             place(graph, graph.addVertex(cs, cls, conns), row_tiles[r])
     else:
-        cls = vx.nonlinearity_grad_vertex(nonLinearityType.name, typ)
+        op = nonLinearityType.name
+        target = graph.getTarget()
+        vw = target.getVectorWidth(typ)
+        limit = min(_MAX_N_FIELD, RPT_COUNT_MAX * target.getNumWorkerContexts() * vw)
+        cls_1d = vx.nonlinearity_grad_vertex(op, typ, "1D")
+        cls_2d = vx.nonlinearity_grad_vertex(op, typ, "2D")
+        operands = {
+            "out": ElemOperand(typ, out.flat_index(), out.name),
+            "outGrad": ElemOperand(typ, outGradient.flat_index(), outGradient.name),
+            "inGrad": ElemOperand(typ, in_grad.flat_index(), in_grad.name),
+        }
         cs = graph.addComputeSet(f"{name}/NonLinearityGrad")
-        o, g, d = out.flat_index(), outGradient.flat_index(), in_grad.flat_index()
-        for tile, pos in tile_groups(tiles):
-            conns = {
-                "out": view(graph, typ, o[pos], name),
-                "outGrad": view(graph, typ, g[pos], name),
-                "inGrad": view(graph, typ, d[pos], name),
-            }
-            place(graph, graph.addVertex(cs, cls, conns), tile)
+        for tile, cls, pieces, rows in _plan(graph, out, cls_1d, cls_2d, limit, grad=True):
+            add_vertex(graph, cs, tile, cls, pieces, operands, rows)
     prog.add(_program.Execute(cs))
     return in_grad

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, Vertex
+from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 from poplar_api.popnn import estimators as est
 from poplar_api.types import HALF, INT, Type
 
@@ -47,18 +47,23 @@ def forward(op: str, x: np.ndarray) -> np.ndarray:
         return 1 / (1 + np.exp(-x))
     if op == "TANH":
         return np.tanh(x)
+    if op == "SWISH":
+        return x / (1 + np.exp(-x))
     # GELU, tanh approximation
     return 0.5 * x * (1 + np.tanh(_GELU_C * (x + _GELU_A * x**3)))
 
 
 def gradient(op: str, act: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """Input gradient of ``op`` from the forward output (GELU: the forward input) ``act``."""
+    """Input gradient of ``op`` from the forward output (GELU, SWISH: the forward input)."""
     if op == "RELU":
         return np.where(act > 0, g, 0).astype(g.dtype)
     if op == "SIGMOID":
         return g * act * (1 - act)
     if op == "TANH":
         return g * (1 - act * act)
+    if op == "SWISH":  # from the forward input, as Poplibs' swish_derivative
+        sig = 1 / (1 + np.exp(-act))
+        return g * (sig * (1 + act * (1 - sig)))
     t = np.tanh(_GELU_C * (act + _GELU_A * act**3))
     deriv = 0.5 * (1 + t) + 0.5 * act * (1 - t * t) * _GELU_C * (1 + 3 * _GELU_A * act * act)
     return g * deriv
@@ -102,65 +107,106 @@ def _make(key: tuple, base: type, name: str, attrs: dict[str, Any]) -> type:
 # ------------------------------------------------------------------ non-linearities
 
 
-class _NonLinearity1D(MultiVertex):
-    op = "RELU"
+def _nl_rows(value: Any) -> list[int]:
+    return list(value) if isinstance(value, list) else [int(value)]
+
+
+class _NonLinearity(MultiVertex):
+    """``popnn::NonLinearity{1D,2D}[InPlace]<type, op>`` (GELU, SWISH)."""
+
+    op = "GELU"
+    layout = "1D"
+    in_place = True
 
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
-        if "data" in batches:
-            data = batches["data"].data
-            data[:] = forward(cls.op, data)
-        else:
-            batches["out"].data[:] = forward(cls.op, batches["in"].data)
+        x = batches["data"].data
+        dest = x if cls.in_place else batches["out"].data
+        dest[:] = forward(cls.op, x.astype(np.float32))
 
     @classmethod
     def getCycleEstimate(cls, sizes, target) -> int:
-        in_place = "data" in sizes
-        n = sizes["data"] if in_place else sizes["in"]
-        half = cls.is_half
-        workers = target.getNumWorkerContexts()
-        return est.nonlinearity_1d(cls.op, n, half=half, workers=workers, in_place=in_place)
+        vw = target.getVectorWidth(cls.types[0])
+        if cls.layout == "1D":
+            return est.nonlinearity_1d(
+                cls.op, int(sizes["data"]), half=cls.is_half,
+                workers=target.getNumWorkerContexts(), vw=vw, in_place=cls.in_place,
+            )  # fmt: skip
+        rows = _nl_rows(sizes["data"])
+        return est.nonlinearity_2d(cls.op, rows, half=cls.is_half, vw=vw, in_place=cls.in_place)
 
 
-def nonlinearity_vertex(op: str, type_: Type, in_place: bool) -> type:
-    """``popnn::NonLinearity1D[InPlace]<type, op>``: fields ``in``/``out`` or ``data``."""
-    kind = "NonLinearity1DInPlace" if in_place else "NonLinearity1D"
+def nonlinearity_vertex(op: str, type_: Type, layout: str, in_place: bool) -> type:
+    """``popnn::NonLinearity{layout}[InPlace]<type,popnn::NonLinearityType::op>``.
+
+    Fields as the codelets: ``data`` (InOut in place, else Input) and ``out``; ``1D``
+    is a MultiVertex over one region, ``2D`` a worker vertex over a list of regions.
+    """
+    kind = f"NonLinearity{layout}{'InPlace' if in_place else ''}"
     name = f"popnn::{kind}<{type_.name},popnn::NonLinearityType::{op}>"
+    shape = Vector(type_) if layout == "1D" else VectorList(type_)
     fields: dict[str, Any] = (
-        {"data": InOut(Vector(type_))}
-        if in_place
-        else {"in_": Input(Vector(type_)), "out": Output(Vector(type_))}
+        {"data": InOut(shape)} if in_place else {"data": Input(shape), "out": Output(shape)}
     )
-    attrs = {"op": op, "is_half": type_ == HALF, **fields}
-    return _make(("nl", op, type_, in_place), _NonLinearity1D, name, attrs)
+    attrs = {"op": op, "layout": layout, "in_place": in_place, "is_half": type_ == HALF,
+             "types": (type_,), **fields}  # fmt: skip
+    base = _NonLinearity if layout == "1D" else _NonLinearity2D
+    return _make(("nl", op, type_, layout, in_place), base, name, attrs)
 
 
-class _NonLinearityGrad1D(MultiVertex):
+class _NonLinearity2D(Vertex):
+    op = "GELU"
+    layout = "2D"
+    in_place = True
+    computeBatch = _NonLinearity.__dict__["computeBatch"]
+    getCycleEstimate = _NonLinearity.__dict__["getCycleEstimate"]
+
+
+class _NonLinearityGrad(MultiVertex):
+    """``popnn::NonLinearityGrad{1D,2D}<type, op>``: ``out``, ``outGrad`` -> ``inGrad``."""
+
     op = "RELU"
+    layout = "1D"
 
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
-        act = batches["out"].data
+        act = batches["out"].data.astype(np.float32)
         g = batches["outGrad"].data
-        batches["inGrad"].data[:] = gradient(cls.op, act, g)
+        batches["inGrad"].data[:] = gradient(cls.op, act, g.astype(np.float32))
 
     @classmethod
     def getCycleEstimate(cls, sizes, target) -> int:
-        workers = target.getNumWorkerContexts()
-        return est.nonlinearity_grad_1d(cls.op, sizes["out"], half=cls.is_half, workers=workers)
+        vw = target.getVectorWidth(cls.types[0])
+        if cls.layout == "1D":
+            return est.nonlinearity_grad_1d(
+                cls.op, int(sizes["inGrad"]), half=cls.is_half,
+                workers=target.getNumWorkerContexts(), vw=vw,
+            )  # fmt: skip
+        return est.nonlinearity_grad_2d(cls.op, _nl_rows(sizes["inGrad"]), half=cls.is_half, vw=vw)
 
 
-def nonlinearity_grad_vertex(op: str, type_: Type) -> type:
-    """``popnn::NonLinearityGrad1D<type, op>``: ``out``, ``outGrad`` -> ``inGrad``."""
-    name = f"popnn::NonLinearityGrad1D<{type_.name},popnn::NonLinearityType::{op}>"
+class _NonLinearityGrad2D(Vertex):
+    op = "RELU"
+    layout = "2D"
+    computeBatch = _NonLinearityGrad.__dict__["computeBatch"]
+    getCycleEstimate = _NonLinearityGrad.__dict__["getCycleEstimate"]
+
+
+def nonlinearity_grad_vertex(op: str, type_: Type, layout: str = "1D") -> type:
+    """``popnn::NonLinearityGrad{layout}<type,popnn::NonLinearityType::op>``."""
+    name = f"popnn::NonLinearityGrad{layout}<{type_.name},popnn::NonLinearityType::{op}>"
+    shape = Vector(type_) if layout == "1D" else VectorList(type_)
     attrs = {
         "op": op,
+        "layout": layout,
         "is_half": type_ == HALF,
-        "out": Input(Vector(type_)),
-        "outGrad": Input(Vector(type_)),
-        "inGrad": Output(Vector(type_)),
+        "types": (type_,),
+        "outGrad": Input(shape),
+        "out": Input(shape),
+        "inGrad": Output(shape),
     }
-    return _make(("nlg", op, type_), _NonLinearityGrad1D, name, attrs)
+    base = _NonLinearityGrad if layout == "1D" else _NonLinearityGrad2D
+    return _make(("nlg", op, type_, layout), base, name, attrs)
 
 
 # ------------------------------------------------------------------------ softmax

@@ -1,0 +1,173 @@
+"""One-hot encoding (``popops::encodeOneHot``, used by popnn's losses).
+
+As ``lib/popops/Encoding.cpp`` ``encodeOneHotBase`` (graphcore/poplibs @7eac0f26): a
+new ``[numIndices, classes]`` tensor is spread over tiles in blocks (grains of the
+output type's vector width; index groups over as many tiles as possible, the unused
+tile factor splitting the classes, at least 4 grains per block), zeroed with
+``popops.zero``, then one ``popops::EncodeOneHot<indexType,outType>`` vertex per block
+sets its ones, and the result is copied into ``encoded``.
+
+Out-of-range indices: as the codelet, an index outside ``0..classes-1`` (including
+``MASKED_LABEL_CODE`` = 0xFFFFFFFF, and negative INT indices, which compare as large
+unsigned values) sets nothing: its row stays all zeros. No error is raised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from poplar_api import program as _program
+from poplar_api.codelet import InOut, Input, MultiVertex, Vector, Vertex
+from poplar_api.errors import GraphError, TypeMismatchError
+from poplar_api.graph import Graph
+from poplar_api.popnn import estimators as est
+from poplar_api.popnn.mapping import check_sequence, place
+from poplar_api.popops.elementwise import zero
+from poplar_api.tensor import Tensor
+from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, Type
+
+__all__ = ["encodeOneHot", "one_hot_vertex"]
+
+_CACHE: dict[tuple[Type, Type], type] = {}
+#: ``minGrainsPerTile`` of ``encodeOneHotBase``.
+_MIN_GRAINS_PER_TILE = 4
+
+
+def _compute(cls, batches, num_vertices, num_workers):
+    idx, out, par = batches["indices"], batches["out"], batches["params"]
+    for v in range(num_vertices):
+        offset, length = (int(x) for x in par.data[par.offsets[v] : par.offsets[v] + 2])
+        ind = idx.data[idx.offsets[v] : idx.offsets[v + 1]].astype(np.int64) & 0xFFFFFFFF
+        hit = np.flatnonzero((ind >= offset) & (ind < offset + length))
+        out.data[out.offsets[v] + hit * length + (ind[hit] - offset)] = 1
+
+
+def _estimate(cls, sizes, target) -> int:
+    return est.encode_one_hot(
+        int(sizes["indices"]), index_unsigned=cls.types[0] == UNSIGNED_INT,
+        out_half=cls.types[1] == HALF,
+    )  # fmt: skip
+
+
+def one_hot_vertex(index_type: Type, out_type: Type) -> type:
+    """``popops::EncodeOneHot<indexType,outType>``.
+
+    A supervisor (MultiVertex) for unsigned int -> half, which has an assembly
+    version, else a worker vertex (``SupervisorVertexIf<hasAssembly>``). ``params``
+    holds the vertex state ``(offset, sliceLength)``.
+    """
+    cls = _CACHE.get((index_type, out_type))
+    if cls is None:
+        multi = index_type == UNSIGNED_INT and out_type == HALF
+        attrs: dict[str, Any] = {
+            "typeName": f"popops::EncodeOneHot<{index_type.name},{out_type.name}>",
+            "__doc__": "One-hot rows of a block of indices and classes.",
+            "__module__": __name__,
+            "types": (index_type, out_type),
+            "indices": Input(Vector(index_type)),
+            "params": Input(Vector(UNSIGNED_INT)),
+            "out": InOut(Vector(out_type)),
+            "computeBatch": classmethod(_compute),
+            "getCycleEstimate": classmethod(_estimate),
+        }
+        name = f"EncodeOneHot_{index_type.constant}_{out_type.constant}"
+        cls = type(name, (MultiVertex if multi else Vertex,), attrs)
+        _CACHE[(index_type, out_type)] = cls
+    return cls
+
+
+def encodeOneHot(
+    graph: Graph,
+    indices: Tensor,
+    encoded: Tensor,
+    prog: _program.Sequence,
+    debugName: str = "",
+) -> None:
+    """Write one-hot rows of ``indices`` into ``encoded`` (``[len(indices), classes]``).
+
+    Raises
+    ------
+    GraphError
+        ``encoded`` is not rank 2, ``indices`` not rank 1, or their rows differ.
+    TypeMismatchError
+        ``indices`` is not UNSIGNED_INT or INT, or ``encoded`` not float, half or int.
+    """
+    fn = "encodeOneHot"
+    if not isinstance(graph, Graph):
+        raise GraphError(f"{fn}: graph must be a poplar_api Graph, got {type(graph).__name__}")
+    check_sequence(prog, fn)
+    for what, t in (("indices", indices), ("encoded", encoded)):
+        if not isinstance(t, Tensor) or t.graph is not graph._state:
+            raise GraphError(f"{fn}: {what} must be a Tensor of this graph, got {t!r}")
+    if encoded.rank() != 2:
+        raise GraphError(
+            f"{fn}: encoded '{encoded.name}' has shape {encoded.shape()}; it must be 2-D "
+            f"[numIndices, classes]"
+        )
+    if indices.rank() != 1:
+        raise GraphError(
+            f"{fn}: indices '{indices.name}' has shape {indices.shape()}; it must be 1-D; "
+            f"hint: flatten it"
+        )
+    if encoded.dim(0) != indices.dim(0):
+        raise GraphError(
+            f"{fn}: encoded '{encoded.name}' has {encoded.dim(0)} rows but indices "
+            f"'{indices.name}' has {indices.dim(0)} elements; they must match"
+        )
+    if indices.elementType() not in (UNSIGNED_INT, INT):
+        raise TypeMismatchError(
+            f"{fn}: indices '{indices.name}' is {indices.elementType().name}; the index type "
+            f"must be unsigned int or int"
+        )
+    out_type = encoded.elementType()
+    if out_type not in (FLOAT, HALF, UNSIGNED_INT, INT):
+        raise TypeMismatchError(
+            f"{fn}: encoded '{encoded.name}' is {out_type.name}; float, half, unsigned int "
+            f"or int is required"
+        )
+    name = debugName or fn
+    target = graph.getTarget()
+    num_tiles = target.getNumTiles()
+    rows, classes = encoded.shape()
+    one_hot = graph.addVariable(out_type, [rows, classes], f"{name}/encodedOut")
+    grain = target.getVectorWidth(out_type)
+    idx_grains = -(-rows // grain)
+    idx_per_group = max(1, -(-idx_grains // num_tiles))
+    idx_groups = -(-idx_grains // idx_per_group) if rows else 0
+    batch_groups = max(num_tiles // max(idx_groups, 1), 1)
+    cls_grains = -(-classes // grain)
+    per_group = max(-(-cls_grains // batch_groups), _MIN_GRAINS_PER_TILE)
+    blocks = []
+    tile = 0
+    for group in range(idx_groups):
+        i0 = min(group * idx_per_group * grain, rows)
+        i1 = min((group + 1) * idx_per_group * grain, rows)
+        if i1 == i0:
+            continue
+        c = 0
+        while c != classes:
+            c1 = min(c + per_group * grain, classes)
+            blocks.append((tile + graph._tile_lo, i0, i1, c, c1))
+            graph.setTileMapping(one_hot.slice([i0, c], [i1, c1]), tile)
+            tile = (tile + 1) % num_tiles
+            c = c1
+    if not blocks:
+        prog.add(_program.Copy(one_hot, encoded))
+        return
+    zero(graph, one_hot, prog, f"{name}/zero")
+    params = np.array([[c0, c1 - c0] for _, _, _, c0, c1 in blocks], np.uint32)
+    const = graph.addConstant(UNSIGNED_INT, [len(blocks), 2], params, f"{name}/params")
+    graph._state.space(UNSIGNED_INT).tile[const.flat_index()] = np.repeat([b[0] for b in blocks], 2)
+    cls = one_hot_vertex(indices.elementType(), out_type)
+    cs = graph.addComputeSet(f"{name}/OneHotEncode")
+    for k, (root, i0, i1, c0, c1) in enumerate(blocks):
+        conns = {
+            "indices": indices.slice(i0, i1),
+            "params": const[k],
+            "out": one_hot.slice([i0, c0], [i1, c1]).flatten(),
+        }
+        place(graph, graph.addVertex(cs, cls, conns), root)
+    prog.add(_program.Execute(cs))
+    prog.add(_program.Copy(one_hot, encoded))
