@@ -61,9 +61,6 @@ class TileConfig(_Section):
     worker_contexts: int = Field(
         default=6, ge=1, le=64, description="Worker contexts (barrel slots)."
     )
-    supervisor_overhead_cycles: int = Field(
-        default=11, ge=0, description="Basic supervisor overhead of a multi-vertex (tile cycles)."
-    )
     vertex_launch_cycles: int = Field(
         default=0,
         ge=0,

@@ -65,7 +65,6 @@ def test_mk2_matches_facts():
     assert cfg.tile.tiles_per_ipu == 1472
     assert cfg.tile.clock_hz == pytest.approx(1.33e9, rel=1e-12)
     assert cfg.tile.worker_contexts == 6
-    assert cfg.tile.supervisor_overhead_cycles == 11
     # the regions' address ranges: 0x4C000-0x80000 and 0x80000-0xE8000
     assert cfg.memory.tile_memory_bytes == 0xE8000 - 0x4C000 == 624 * KIB
     assert cfg.memory.non_interleaved_bytes == 0x80000 - 0x4C000 == 208 * KIB
