@@ -274,6 +274,19 @@ class Sequence:
 
 
 @dataclass(frozen=True, eq=False)
+class Block(Sequence):
+    """A lightweight-profiling block: run the children in order and record, per tile,
+    the clock when the block starts and ends (``Trace.blocks``).
+
+    It is a :class:`Sequence` to every walk of the tree (memory, profiles, the CPU
+    interpreter); only the machine treats it specially. ``name`` is the block's name
+    and ``program_id`` the user-level program it came from.
+    """
+
+    program_id: int = -1
+
+
+@dataclass(frozen=True, eq=False)
 class Repeat:
     """Run ``body`` ``count`` times."""
 
@@ -320,7 +333,7 @@ class Call:
     function: int
 
 
-Node = Union[Step, Sequence, Repeat, RepeatWhile, If, Switch, Call]  # noqa: UP007
+Node = Union[Step, Sequence, Block, Repeat, RepeatWhile, If, Switch, Call]  # noqa: UP007
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,7 +26,7 @@ from ipusim.dataplane import DataPlane, NoDataPlane
 from ipusim.errors import IpusimError, SimulationTimeout
 from ipusim.host.link import check_copy_size
 from ipusim.timing import TimingModel
-from ipusim.trace import StepRecord, Trace
+from ipusim.trace import BlockRecord, StepRecord, Trace
 
 
 @dataclass
@@ -148,6 +148,8 @@ class _Run:
             self.groups = [_Group(i, i, i * tpi, (i + 1) * tpi) for i in range(cfg.num_ipus)]
         self.groups_per_ipu = len(self.groups) // cfg.num_ipus
         self.step_count = [0] * len(self.groups)
+        self.block_count = [0] * len(self.groups)
+        self.blocks: dict[int, BlockRecord] = {}
         self.decision_count = [0] * len(self.groups)
         self.records: dict[int, StepRecord] = {}
         self.decisions: dict[int, _Decision] = {}
@@ -182,6 +184,7 @@ class _Run:
             complete=error is None,
             entry=self.entry,
             decisions=list(self.decision_log),
+            blocks=[self.blocks[k] for k in sorted(self.blocks)],
         )
         if error is not None:
             raise SimulationTimeout(str(error), trace) from None
@@ -194,6 +197,8 @@ class _Run:
     def _exec(self, g: _Group, node: ir.Node) -> Generator[simpy.Event, Any, None]:
         if isinstance(node, ir.Step):
             yield from self._step(g, node)
+        elif isinstance(node, ir.Block):
+            yield from self._block(g, node)
         elif isinstance(node, ir.Sequence):
             for child in node.body:
                 yield from self._exec(g, child)
@@ -215,6 +220,30 @@ class _Run:
             yield from self._exec(g, branch)
         elif isinstance(node, ir.Call):
             yield from self._exec(g, self.program.functions[node.function])
+
+    def _block(self, g: _Group, node: ir.Block) -> Generator[simpy.Event, Any, None]:
+        """Run a block's body, recording this group's tile clocks at its start and end.
+
+        Control flow is global, so the n-th block a group enters is the n-th block of
+        every group: the groups fill in their tiles of one shared record.
+        """
+        n = self.block_count[g.index]
+        self.block_count[g.index] = n + 1
+        rec = self.blocks.get(n)
+        if rec is None:
+            nt = self.cfg.num_tiles
+            rec = self.blocks[n] = BlockRecord(
+                index=n,
+                name=node.name,
+                program_id=node.program_id,
+                cycles_from=np.zeros(nt, np.int64),
+                cycles_to=np.full(nt, -1, np.int64),
+                node=node,
+            )
+        rec.cycles_from[g.lo : g.hi] = self.clock[g.lo : g.hi]
+        for child in node.body:
+            yield from self._exec(g, child)
+        rec.cycles_to[g.lo : g.hi] = self.clock[g.lo : g.hi]
 
     def _decide(self, g: _Group, predicate: int) -> int:
         """Predicate value for this group's next decision; asked once for all groups."""

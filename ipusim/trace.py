@@ -13,7 +13,7 @@ import numpy as np
 
 from ipusim.ir import PHASES
 
-__all__ = ["PHASES", "StepRecord", "Trace"]
+__all__ = ["PHASES", "BlockRecord", "StepRecord", "Trace"]
 
 
 @dataclass
@@ -55,6 +55,34 @@ class StepRecord:
 
 
 @dataclass
+class BlockRecord:
+    """One execution of a lightweight-profiling block (an :class:`ipusim.ir.Block`).
+
+    Attributes
+    ----------
+    index
+        Position of the execution among the run's block executions (order of entry,
+        so an enclosing block comes before the blocks nested in it).
+    name, program_id
+        The block's name and the user-level program id it carries.
+    cycles_from, cycles_to
+        Per tile (global ids): the tile's clock when the block started and when it
+        ended, so ``cycles_to - cycles_from`` is the sum of the tile cycles of the
+        block's steps on that tile. ``-1`` in ``cycles_to`` when the run stopped
+        inside the block.
+    node
+        The IR node (for program numbering in profiles).
+    """
+
+    index: int
+    name: str
+    program_id: int
+    cycles_from: np.ndarray
+    cycles_to: np.ndarray
+    node: object = field(default=None, repr=False, compare=False)
+
+
+@dataclass
 class Trace:
     """Result of :meth:`ipusim.machine.Machine.run`.
 
@@ -74,6 +102,8 @@ class Trace:
     decisions
         ``(predicate, value)`` of every control decision, in order: enough to run the
         same path again without the values (:meth:`ScriptedDataPlane.from_trace`).
+    blocks
+        Every execution of a lightweight-profiling block, in order of entry.
     """
 
     config_name: str
@@ -87,6 +117,7 @@ class Trace:
     complete: bool = True
     entry: int = 0
     decisions: list[tuple[int, int]] = field(default_factory=list)
+    blocks: list[BlockRecord] = field(default_factory=list)
 
     @property
     def total_cycles(self) -> int:
@@ -143,6 +174,10 @@ class Trace:
             h.update(np.ascontiguousarray(r.tile_cycles, np.int64).tobytes())
             if r.active_cycles is not None:
                 h.update(np.ascontiguousarray(r.active_cycles, np.int64).tobytes())
+        for b in self.blocks:
+            h.update(f"block|{b.index}|{b.name}|{b.program_id}".encode())
+            h.update(np.ascontiguousarray(b.cycles_from, np.int64).tobytes())
+            h.update(np.ascontiguousarray(b.cycles_to, np.int64).tobytes())
         h.update(np.ascontiguousarray(self.tile_end_cycles, np.int64).tobytes())
         return h.hexdigest()
 

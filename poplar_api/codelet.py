@@ -1,9 +1,10 @@
 """Codelets: vertex classes, their checked descriptions and batched kernel execution.
 
-A codelet is a subclass of :class:`Vertex` (one worker thread per vertex) or
-:class:`MultiVertex` (runs on every worker of its tile) with field declarations and a
-``compute`` staticmethod that Numba compiles, the way ``addCodelets`` compiles C++
-codelets on Poplar::
+A codelet is a subclass of :class:`Vertex` (one worker thread per vertex),
+:class:`MultiVertex` (runs on every worker of its tile) or :class:`SupervisorVertex`
+(runs once in the supervisor context) with field declarations and a ``compute``
+staticmethod that Numba compiles, the way ``addCodelets`` compiles C++ codelets on
+Poplar::
 
     class SumVertex(Vertex):
         in_ = Input(Vector(FLOAT))
@@ -20,17 +21,31 @@ codelets on Poplar::
 :func:`vertex_type` checks a class once and returns its :class:`VertexType`;
 :func:`execute` runs the kernel of every vertex of a compute set from packed
 :class:`~poplar_api.fields.FieldBatch` arrays through one compiled driver loop.
+
+Vertex code is bounds-checked by default: kernels are compiled with Numba's
+``boundscheck=True``, and an index past a field raises :class:`VertexError` naming the
+vertex, the field, the index and the field's size (never a silent read of a
+neighbour's data). :func:`vertex_bounds_checks` (or the ipusim engine option
+``debug.checkVertexBounds=false``) turns the checks off for speed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
+import hashlib
 import importlib
 import importlib.machinery
+import importlib.util
 import inspect
+import os
 import re
+import sys
+import traceback
+import types
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from numbers import Integral
@@ -53,26 +68,98 @@ from poplar_api.fields import (
     Input,
     Output,
     Vector,
+    VectorLayout,
     VectorList,
+    VectorListLayout,
     is_field_like,
     resolve_field,
 )
 
 __all__ = [
+    "CodeletFileError",
     "FieldBatch",
     "FieldSpec",
     "InOut",
     "Input",
     "MultiVertex",
     "Output",
+    "SupervisorVertex",
     "Vector",
+    "VectorLayout",
     "VectorList",
+    "VectorListLayout",
     "Vertex",
+    "VertexError",
     "VertexType",
     "collect_codelets",
     "execute",
+    "load_codelet_file",
+    "numWorkers",
+    "vertex_bounds_checks",
     "vertex_type",
 ]
+
+#: Worker contexts of every IPU so far (Mk1, Mk2, Bow): ``numWorkers()`` outside a run.
+DEFAULT_NUM_WORKERS = 6
+
+_NUM_WORKERS: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "ipusim_num_workers", default=DEFAULT_NUM_WORKERS
+)
+_CHECK_BOUNDS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ipusim_check_vertex_bounds", default=True
+)
+
+
+class VertexError(CodeletError, IndexError):
+    """A vertex's ``compute`` indexed a field outside its elements.
+
+    The message names the vertex (type, id and tile when known), the field, the
+    index and the field's size. ``vertex``, ``field``, ``index`` and ``size`` hold the
+    same facts (None when they could not be found).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        vertex: int | None = None,
+        field: str | None = None,
+        index: int | None = None,
+        size: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.vertex = vertex
+        self.field = field
+        self.index = index
+        self.size = size
+
+
+class CodeletFileError(CodeletError, FileNotFoundError):
+    """A codelet file given to ``graph.addCodelets(path)`` does not exist."""
+
+
+@contextlib.contextmanager
+def vertex_bounds_checks(enabled: bool) -> Iterator[None]:
+    """Turn the bounds checks of vertex code on or off inside a ``with`` block.
+
+    The Engine enters this around every run with its option
+    ``debug.checkVertexBounds`` (an ipusim extension, default true).
+    """
+    token = _CHECK_BOUNDS.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _CHECK_BOUNDS.reset(token)
+
+
+def numWorkers() -> int:
+    """Number of worker contexts that run a :class:`MultiVertex` (Poplar's ``numWorkers()``).
+
+    Inside a MultiVertex ``compute`` (compiled by Numba) the call is replaced by the
+    worker count of the machine running it; in Python it is the count of the run in
+    progress, else :data:`DEFAULT_NUM_WORKERS`.
+    """
+    return _NUM_WORKERS.get()
 
 
 class Vertex:
@@ -86,10 +173,31 @@ class Vertex:
 
 
 class MultiVertex(Vertex):
-    """Base class of codelets run by every worker: ``compute(worker_id, num_workers, *fields)``."""
+    """Base class of codelets run by every worker of the tile, as Poplar's ``MultiVertex``.
+
+    ``compute(workerId, *fields)`` is called once per worker ``0 .. numWorkers() - 1``
+    (call ``numWorkers()`` from :mod:`poplar_api.codelet`, or ``MyVertex.numWorkers()``,
+    inside compute); ``compute(worker_id, num_workers, *fields)`` also works. A vertex
+    succeeds when every worker does. Its cycle estimate is in tile cycles and it
+    occupies every worker context of its tile (``vertex_multi`` in the IR).
+    """
+
+    @staticmethod
+    def numWorkers() -> int:
+        """Number of workers that run ``compute`` (6 on every IPU so far)."""
+        return numWorkers()
 
 
-_BASES = (Vertex, MultiVertex)
+class SupervisorVertex(Vertex):
+    """Base class of codelets run once in the supervisor context, as Poplar's ``SupervisorVertex``.
+
+    ``compute(*fields)`` runs once per vertex. Like a MultiVertex its cycle estimate is
+    in tile cycles and it occupies all worker contexts of its tile while it runs
+    (``vertex_multi`` in the IR).
+    """
+
+
+_BASES = (Vertex, MultiVertex, SupervisorVertex)
 
 
 @dataclass(frozen=True)
@@ -103,13 +211,20 @@ class VertexType:
     cls
         The codelet class.
     is_multi
-        Whether it is a :class:`MultiVertex`.
+        Whether its estimate is in tile cycles and it occupies every worker context
+        (a :class:`MultiVertex` or :class:`SupervisorVertex`; ``vertex_multi`` in the IR).
     fields
         Field specs in declaration order (the kernel's argument order).
     kernel
-        The Numba dispatcher of ``compute``; None when the class defines
-        ``computeBatch`` instead (a vectorised implementation run once for every
-        vertex of the type, used by library vertices).
+        The Numba dispatcher of ``compute`` (bounds-checked); None when the class
+        defines ``computeBatch`` instead (a vectorised implementation run once for
+        every vertex of the type, used by library vertices).
+    kind
+        ``"worker"`` (:class:`Vertex`), ``"multi"`` (:class:`MultiVertex`) or
+        ``"supervisor"`` (:class:`SupervisorVertex`).
+    passes_num_workers
+        MultiVertex only: whether ``compute`` takes ``(worker_id, num_workers, ...)``
+        rather than Poplar's ``(workerId, ...)``.
     """
 
     name: str
@@ -117,6 +232,8 @@ class VertexType:
     is_multi: bool
     fields: tuple[FieldSpec, ...]
     kernel: Any = dataclass_field(compare=False, repr=False, default=None)
+    kind: str = "worker"
+    passes_num_workers: bool = False
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -192,8 +309,9 @@ class VertexType:
 
 
 _VERTEX_TYPES: dict[type, VertexType] = {}
-_KERNELS: dict[Callable[..., Any], Any] = {}
-_DRIVERS: dict[type, Any] = {}
+_KERNELS: dict[tuple[Callable[..., Any], bool, int | None], Any] = {}
+_DRIVERS: dict[tuple[type, bool, int | None], Any] = {}
+_CODELET_FILES: dict[tuple[str, int], ModuleType] = {}
 
 
 def vertex_type(cls: type) -> VertexType:
@@ -219,17 +337,38 @@ def vertex_type(cls: type) -> VertexType:
         name = cls.__name__
     if not isinstance(name, str) or not name:
         raise CodeletError(f"vertex class {cls.__name__!r}: typeName must be a non-empty str")
+    if issubclass(cls, MultiVertex) and issubclass(cls, SupervisorVertex):
+        raise CodeletError(
+            f"vertex class {cls.__name__!r} derives from both MultiVertex and "
+            f"SupervisorVertex; hint: choose one base class"
+        )
     fields = _collect_fields(cls)
-    is_multi = issubclass(cls, MultiVertex)
+    kind = (
+        "multi"
+        if issubclass(cls, MultiVertex)
+        else "supervisor"
+        if issubclass(cls, SupervisorVertex)
+        else "worker"
+    )
     batch = inspect.getattr_static(cls, "computeBatch", None)
     if batch is not None and not isinstance(batch, classmethod):
         raise CodeletError(
             f"vertex class {cls.__name__!r}: computeBatch must be a classmethod taking "
             f"(cls, batches, num_vertices, num_workers)"
         )
-    kernel = None if batch is not None else _kernel_of(cls, fields, is_multi)
+    kernel, passes = None, False
+    if batch is None:
+        kernel, passes = _kernel_of(cls, fields, kind)
     _check_estimator(cls)
-    vtype = VertexType(name=name, cls=cls, is_multi=is_multi, fields=fields, kernel=kernel)
+    vtype = VertexType(
+        name=name,
+        cls=cls,
+        is_multi=kind != "worker",
+        fields=fields,
+        kernel=kernel,
+        kind=kind,
+        passes_num_workers=passes,
+    )
     _VERTEX_TYPES[cls] = vtype
     return vtype
 
@@ -258,10 +397,14 @@ def _collect_fields(cls: type) -> tuple[FieldSpec, ...]:
     return specs
 
 
-def _kernel_of(cls: type, fields: tuple[FieldSpec, ...], is_multi: bool) -> Any:
-    """Check ``cls.compute`` and return its Numba dispatcher."""
+def _kernel_of(cls: type, fields: tuple[FieldSpec, ...], kind: str) -> tuple[Any, bool]:
+    """Check ``cls.compute``; return its bounds-checked Numba dispatcher and, for a
+    MultiVertex, whether it takes ``num_workers`` as second parameter."""
     where = f"vertex class {cls.__name__!r}"
-    expected = (["worker_id", "num_workers"] if is_multi else []) + [f.attribute for f in fields]
+    names = [f.attribute for f in fields]
+    poplar_style = ["workerId", *names]
+    legacy = ["worker_id", "num_workers", *names]
+    expected = poplar_style if kind == "multi" else names
     wanted = f"@staticmethod\n    def compute({', '.join(expected)})"
     raw = inspect.getattr_static(cls, "compute", None)
     if raw is None:
@@ -278,22 +421,74 @@ def _kernel_of(cls: type, fields: tuple[FieldSpec, ...], is_multi: bool) -> Any:
         raise CodeletError(f"{where}: compute must be a plain function, got {py_func!r}")
     params = list(inspect.signature(py_func).parameters.values())
     plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if len(params) != len(expected) or any(p.kind not in plain for p in params):
-        kind = "MultiVertex" if is_multi else "Vertex"
+    counts = [len(expected)] + ([len(legacy)] if kind == "multi" else [])
+    if len(params) not in counts or any(p.kind not in plain for p in params):
+        label = {"multi": "MultiVertex", "supervisor": "SupervisorVertex"}.get(kind, "Vertex")
+        also = f" (or {len(legacy)}: compute({', '.join(legacy)}))" if kind == "multi" else ""
         raise CodeletError(
-            f"{where}: compute takes ({', '.join(str(p) for p in params)}) but a {kind} "
+            f"{where}: compute takes ({', '.join(str(p) for p in params)}) but a {label} "
             f"with fields {[f.name for f in fields]} needs {len(expected)} positional "
-            f"parameters; hint: define\n    {wanted}"
+            f"parameters{also}; hint: define\n    {wanted}"
         )
+    passes = kind == "multi" and len(params) == len(legacy)
     if is_dispatcher:
-        return func
-    kernel = _KERNELS.get(py_func)
-    if kernel is None:
-        try:
-            kernel = numba.njit(cache=_cacheable(py_func))(py_func)
-        except RuntimeError:  # no cache locator: exec'd code, some REPLs
-            kernel = numba.njit(py_func)
-        _KERNELS[py_func] = kernel
+        return func, passes
+    return _kernel(py_func, checked=True, num_workers=None), passes
+
+
+def _worker_globals(py_func: Callable[..., Any], num_workers: int) -> dict[str, Any] | None:
+    """Globals of ``py_func`` with ``numWorkers`` bound to ``num_workers``, or None.
+
+    Numba freezes globals at compile time, so a kernel calling ``numWorkers()`` or
+    ``SomeMultiVertex.numWorkers()`` is compiled once per worker count with those
+    names replaced by a compiled constant function (a module stand-in for a class).
+    """
+    code_names = set(py_func.__code__.co_names)
+    glob = py_func.__globals__
+    const = numba.njit(lambda: num_workers)
+    rebound: dict[str, Any] = {}
+    for name in code_names:
+        value = glob.get(name)
+        if name == "numWorkers" and callable(value):
+            rebound[name] = const
+        elif isinstance(value, type) and issubclass(value, MultiVertex):
+            shim = types.ModuleType(f"{value.__name__}<numWorkers={num_workers}>")
+            shim.numWorkers = const  # type: ignore[attr-defined]
+            rebound[name] = shim
+    if not rebound:
+        return None
+    return {**glob, **rebound}
+
+
+def _kernel(py_func: Callable[..., Any], *, checked: bool, num_workers: int | None) -> Any:
+    """The (cached) Numba dispatcher of ``py_func`` with or without bounds checks.
+
+    Numba's disk cache does not key on ``boundscheck``, so the checked kernel is
+    compiled from a copy of the function with its own qualified name (and so its own
+    cache files). Kernels whose ``numWorkers`` was bound are not cached on disk.
+    """
+    bound = _worker_globals(py_func, num_workers) if num_workers is not None else None
+    key = (py_func, checked, num_workers if bound is not None else None)
+    kernel = _KERNELS.get(key)
+    if kernel is not None:
+        return kernel
+    func = py_func
+    if checked or bound is not None:
+        func = types.FunctionType(
+            py_func.__code__,
+            bound if bound is not None else py_func.__globals__,
+            py_func.__name__,
+            py_func.__defaults__,
+            py_func.__closure__,
+        )
+        func.__qualname__ = py_func.__qualname__ + ("__boundscheck" if checked else "")
+        func.__module__ = py_func.__module__
+    cache = bound is None and _cacheable(py_func)
+    try:
+        kernel = numba.njit(cache=cache, boundscheck=checked or None)(func)
+    except RuntimeError:  # no cache locator: exec'd code, some REPLs
+        kernel = numba.njit(boundscheck=checked or None)(func)
+    _KERNELS[key] = kernel
     return kernel
 
 
@@ -343,13 +538,16 @@ def collect_codelets(obj: Any) -> list[type[Vertex]]:
     ----------
     obj
         A Vertex subclass, a module (every Vertex subclass defined in it whose name
-        does not start with ``_``; imported classes are skipped) or a list/tuple of
-        classes and modules.
+        does not start with ``_``; imported classes are skipped), the path of a Python
+        file defining codelets (str or :class:`os.PathLike`, see
+        :func:`load_codelet_file`) or a list/tuple of these.
 
     Raises
     ------
     CodeletError
-        ``obj`` (or an item) is none of these, or a module defines no codelet.
+        ``obj`` (or an item) is none of these, or a module or file defines no codelet.
+    CodeletFileError
+        A path that does not exist.
     """
     found: list[type[Vertex]] = []
     for cls in _iter_codelets(obj):
@@ -377,14 +575,106 @@ def _iter_codelets(obj: Any) -> Iterable[type[Vertex]]:
                 f"module that defines the codelets, or the classes themselves"
             )
         yield from classes
+    elif isinstance(obj, str | os.PathLike):
+        yield from _iter_codelets(load_codelet_file(obj))
     elif isinstance(obj, list | tuple):
         for item in obj:
             yield from _iter_codelets(item)
     else:
         raise CodeletError(
             f"cannot add codelets from {obj!r} ({type(obj).__name__}); hint: pass a Vertex "
-            f"subclass, a module defining Vertex subclasses, or a list of them"
+            f"subclass, a module defining Vertex subclasses, the path of a .py file "
+            f"defining them, or a list of these"
         )
+
+
+def load_codelet_file(path: str | os.PathLike[str]) -> ModuleType:
+    """Import a Python file of codelets, as ``graph.addCodelets("my_codelets.py")`` does.
+
+    Poplar's ``addCodelets(path)`` compiles a C++ (or assembly) file; here the file is
+    Python and is imported under a private module name (loading the same unchanged
+    file again returns the same module, so its classes stay the same objects).
+
+    Parameters
+    ----------
+    path
+        Path of a ``.py`` file that defines :class:`Vertex`, :class:`MultiVertex` or
+        :class:`SupervisorVertex` subclasses.
+
+    Returns
+    -------
+    types.ModuleType
+        The imported module.
+
+    Raises
+    ------
+    CodeletFileError
+        No file at ``path``.
+    CodeletError
+        The file is not Python (a C++ codelet), has a syntax error, raised while
+        being imported (the message names the file and line) or defines no codelet.
+    """
+    file = Path(os.fspath(path)).expanduser()
+    if not file.is_file():
+        where = "is a directory" if file.is_dir() else "does not exist"
+        raise CodeletFileError(
+            f"addCodelets: codelet file {str(file)!r} {where} (resolved from the current "
+            f"directory {os.getcwd()!r}); hint: pass the path of a .py file defining "
+            f"Vertex subclasses"
+        )
+    if file.suffix != ".py":
+        raise CodeletError(
+            f"addCodelets: {str(file)!r} is a {file.suffix or 'suffix-less'} file; ipusim "
+            f"runs codelets written in Python, not C++ or assembly; hint: port the codelet "
+            f"to a Vertex subclass with a compute staticmethod in a .py file"
+        )
+    resolved = file.resolve()
+    key = (str(resolved), resolved.stat().st_mtime_ns)
+    module = _CODELET_FILES.get(key)
+    if module is not None:
+        return module
+    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:10]
+    name = f"_ipusim_codelets_{re.sub(r'[^0-9A-Za-z_]', '_', resolved.stem)}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None or spec.loader is None:  # pragma: no cover - .py files always have one
+        raise CodeletError(f"addCodelets: cannot import {str(file)!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(name, None)
+        raise CodeletError(
+            f"addCodelets: syntax error in codelet file {str(file)!r} line {exc.lineno}"
+            f"{f', column {exc.offset}' if exc.offset else ''}: {exc.msg}"
+            f"{f': {exc.text.strip()!r}' if exc.text else ''}"
+        ) from None
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(resolved)]
+        line = f" line {frames[-1].lineno}" if frames else ""
+        raise CodeletError(
+            f"addCodelets: importing codelet file {str(file)!r} raised "
+            f"{type(exc).__name__} at{line or ' import'}: {exc}"
+        ) from exc
+    classes = [
+        v
+        for k, v in vars(module).items()
+        if isinstance(v, type)
+        and issubclass(v, Vertex)
+        and v not in _BASES
+        and v.__module__ == name
+        and not k.startswith("_")
+    ]
+    if not classes:
+        sys.modules.pop(name, None)
+        raise CodeletError(
+            f"addCodelets: codelet file {str(file)!r} defines no Vertex, MultiVertex or "
+            f"SupervisorVertex subclass; hint: define e.g. 'class MyVertex(Vertex):' with "
+            f"fields and a compute staticmethod (imported classes are not registered)"
+        )
+    _CODELET_FILES[key] = module
+    return module
 
 
 # --------------------------------------------------------------------------- execution
@@ -417,9 +707,13 @@ def _as_ok_typed(result):  # numba requires the same, unannotated, parameter nam
 
 
 def _driver_source(vtype: VertexType) -> str:
-    """Python source of the loop that runs ``kernel`` over all vertices."""
-    params = ["num_vertices", "num_workers", "ok"]
-    body = ["    for v in range(num_vertices):"]
+    """Python source of the loop that runs ``kernel`` over all vertices.
+
+    Before each call the loop stores the vertex (and worker) in ``where``, so that an
+    exception raised inside the kernel can be traced to the vertex that raised it.
+    """
+    params = ["num_vertices", "num_workers", "ok", "where"]
+    body = ["    for v in range(num_vertices):", "        where[0] = v"]
     for i, spec in enumerate(vtype.fields):
         if spec.kind == "vectorlist":
             params += [f"d{i}", f"o{i}", f"n{i}"]
@@ -432,11 +726,14 @@ def _driver_source(vtype: VertexType) -> str:
             params += [f"d{i}", f"o{i}"]
             body.append(f"        a{i} = d{i}[o{i}[v]:o{i}[v + 1]]")
     args = ", ".join(f"a{i}" for i in range(len(vtype.fields)))
-    if vtype.is_multi:
+    sep = ", " if args else ""
+    if vtype.kind == "multi":
+        head = "w, num_workers" if vtype.passes_num_workers else "w"
         body += [
             "        r = True",
             "        for w in range(num_workers):",
-            f"            if not _as_ok(kernel(w, num_workers{', ' if args else ''}{args})):",
+            "            where[1] = w",
+            f"            if not _as_ok(kernel({head}{sep}{args})):",
             "                r = False",
             "        ok[v] = r",
         ]
@@ -445,14 +742,31 @@ def _driver_source(vtype: VertexType) -> str:
     return f"def driver({', '.join(params)}):\n" + "\n".join(body) + "\n"
 
 
-def _driver(vtype: VertexType) -> Any:
-    driver = _DRIVERS.get(vtype.cls)
+def _uses_num_workers(vtype: VertexType) -> bool:
+    """Whether the kernel is compiled per worker count (it calls ``numWorkers()``)."""
+    kernel = vtype.kernel
+    return (
+        vtype.kind == "multi"
+        and kernel is not None
+        and _worker_globals(kernel.py_func, DEFAULT_NUM_WORKERS) is not None
+    )
+
+
+def _driver(vtype: VertexType, checked: bool, num_workers: int) -> Any:
+    """The compiled driver loop of ``vtype`` (bounds-checked kernel or not)."""
+    per_count = _uses_num_workers(vtype)
+    key = (vtype.cls, checked, num_workers if per_count else None)
+    driver = _DRIVERS.get(key)
     if driver is None:
-        namespace = {"kernel": vtype.kernel, "List": List, "_as_ok": _as_ok}
+        kernel = vtype.kernel
+        raw = inspect.getattr_static(vtype.cls, "compute").__func__
+        if not isinstance(raw, numba.core.dispatcher.Dispatcher):
+            kernel = _kernel(raw, checked=checked, num_workers=num_workers if per_count else None)
+        namespace = {"kernel": kernel, "List": List, "_as_ok": _as_ok}
         code = compile(_driver_source(vtype), f"<driver of vertex type {vtype.name}>", "exec")
         exec(code, namespace)
         driver = numba.njit(namespace["driver"])
-        _DRIVERS[vtype.cls] = driver
+        _DRIVERS[key] = driver
     return driver
 
 
@@ -571,6 +885,10 @@ def execute(
     batches: Mapping[str, FieldBatch],
     num_vertices: int,
     num_workers: int = 6,
+    *,
+    check_bounds: bool | None = None,
+    vertex_ids: np.ndarray | None = None,
+    tiles: np.ndarray | None = None,
 ) -> np.ndarray:
     """Run the kernel of every vertex, in vertex order, in place on ``batches``.
 
@@ -585,6 +903,13 @@ def execute(
         Number of vertices (``len(offsets) - 1`` of every batch).
     num_workers
         Workers per tile; a MultiVertex kernel runs once per worker id.
+    check_bounds
+        Whether indexing past a field raises :class:`VertexError` (kernels compiled
+        with Numba's ``boundscheck``). None uses the current setting of
+        :func:`vertex_bounds_checks` (on by default).
+    vertex_ids, tiles
+        Graph vertex id and tile of each of the ``num_vertices`` vertices, used only
+        to name the vertex in error messages.
 
     Returns
     -------
@@ -594,8 +919,11 @@ def execute(
 
     Raises
     ------
+    VertexError
+        With checks on: a kernel indexed a field out of bounds (names vertex, field,
+        index and size).
     CodeletError
-        The kernel does not compile or raised an exception.
+        The kernel does not compile or raised another exception.
     GraphError, TypeMismatchError
         The batches do not match the fields.
     """
@@ -609,24 +937,193 @@ def execute(
     ok = np.ones(int(num_vertices), dtype=np.bool_)
     if num_vertices == 0:
         return ok
-    if vtype.kernel is None:
-        result = vtype.cls.computeBatch(dict(batches), int(num_vertices), int(num_workers))
-        if result is not None:
-            ok &= np.asarray(result, dtype=np.bool_).reshape(-1)
+    token = _NUM_WORKERS.set(int(num_workers))
+    try:
+        if vtype.kernel is None:
+            result = vtype.cls.computeBatch(dict(batches), int(num_vertices), int(num_workers))
+            if result is not None:
+                ok &= np.asarray(result, dtype=np.bool_).reshape(-1)
+            return ok
+        checked = _CHECK_BOUNDS.get() if check_bounds is None else bool(check_bounds)
+        driver = _driver(vtype, checked, int(num_workers))
+        where = np.full(2, -1, dtype=np.int64)
+        try:
+            with warnings.catch_warnings():
+                # A kernel that cannot be cached on disk still runs; do not bother users.
+                warnings.filterwarnings(
+                    "ignore", message="Cannot cache compiled function", category=Warning
+                )
+                driver(int(num_vertices), int(num_workers), ok, where, *args)
+        except numba_errors.NumbaError as exc:
+            raise _compile_error(vtype, exc) from None
+        except IndexError as exc:
+            v, w = int(where[0]), int(where[1])
+            raise _bounds_error(
+                vtype, batches, v, w, int(num_workers), vertex_ids, tiles, exc
+            ) from None
+        except Exception as exc:
+            v = int(where[0])
+            raise CodeletError(
+                f"vertex type {vtype.name!r}: compute raised {type(exc).__name__}: {exc} "
+                f"(in {_vertex_label(vtype, v, vertex_ids, tiles)}, running {num_vertices} "
+                f"vertices)"
+            ) from exc
         return ok
-    driver = _driver(vtype)
+    finally:
+        _NUM_WORKERS.reset(token)
+
+
+# ------------------------------------------------------------------ bounds errors
+
+
+def _vertex_label(
+    vtype: VertexType, v: int, vertex_ids: np.ndarray | None, tiles: np.ndarray | None
+) -> str:
+    """``vertex 12 (type 'X', tile 3)``, or the position in the batch without ids."""
+    kind = f"type {vtype.name!r}"
+    if v < 0:
+        return f"vertex type {vtype.name!r}"
+    parts = [kind]
+    if tiles is not None and v < len(tiles):
+        parts.append(f"tile {int(tiles[v])}")
+    if vertex_ids is not None and v < len(vertex_ids):
+        return f"vertex {int(vertex_ids[v])} ({', '.join(parts)})"
+    return f"vertex #{v} of the batch ({', '.join(parts)})"
+
+
+class _OutOfBounds(Exception):
+    """Raised by :class:`_GuardedArray` in the pure-Python re-run of a failing vertex."""
+
+    def __init__(self, field: str, index: int, size: int, write: bool) -> None:
+        super().__init__(field, index, size, write)
+        self.field, self.index, self.size, self.write = field, index, size, write
+
+
+class _GuardedArray(np.ndarray):
+    """A 1-D field array that reports an out-of-bounds index with its field's name."""
+
+    field_name: str = "?"
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.field_name = getattr(obj, "field_name", "?")
+
+    def _check(self, key: Any, write: bool) -> None:
+        if isinstance(key, tuple) and len(key) == 1:
+            key = key[0]
+        if isinstance(key, Integral) and not isinstance(key, bool):
+            size = self.shape[0] if self.ndim else 0
+            if not -size <= int(key) < size:
+                raise _OutOfBounds(self.field_name, int(key), size, write)
+
+    def __getitem__(self, key: Any) -> Any:
+        self._check(key, False)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._check(key, True)
+        super().__setitem__(key, value)
+
+
+class _GuardedList(list):
+    """A vector-list field whose out-of-range vector index names the field."""
+
+    field_name: str = "?"
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, Integral) and not -len(self) <= int(key) < len(self):
+            raise _OutOfBounds(self.field_name, int(key), len(self), False)
+        return super().__getitem__(key)
+
+
+def _guard(data: np.ndarray, name: str) -> _GuardedArray:
+    arr = np.array(data, copy=True).view(_GuardedArray)
+    arr.field_name = name
+    return arr
+
+
+def _rerun_in_python(
+    vtype: VertexType, batches: Mapping[str, FieldBatch], v: int, w: int, num_workers: int
+) -> _OutOfBounds | None:
+    """Run vertex ``v`` (worker ``w``) once more in plain Python on copies of its data
+    and return the out-of-bounds access it makes (None when it makes none)."""
+    kernel = vtype.kernel
+    py_func = getattr(kernel, "py_func", None)
+    if py_func is None:
+        return None
+    bound = _worker_globals(py_func, num_workers) if vtype.kind == "multi" else None
+    if bound is not None:  # its compiled numWorkers() stand-ins run from Python too
+        py_func = types.FunctionType(
+            py_func.__code__, bound, py_func.__name__, py_func.__defaults__, py_func.__closure__
+        )
+    call: list[Any] = []
+    for spec in vtype.fields:
+        batch = batches[spec.name]
+        a, b = int(batch.offsets[v]), int(batch.offsets[v + 1])
+        if spec.kind == "vectorlist":
+            inner = batch.inner_offsets
+            items = _GuardedList(
+                _guard(batch.data[inner[j] : inner[j + 1]], f"{spec.name}[{j - a}]")
+                for j in range(a, b)
+            )
+            items.field_name = spec.name
+            call.append(items)
+        else:
+            call.append(_guard(batch.data[a:b], spec.name))
+    if vtype.kind == "multi":
+        head = [max(w, 0), num_workers] if vtype.passes_num_workers else [max(w, 0)]
+        call = head + call
     try:
         with warnings.catch_warnings():
-            # A kernel that cannot be cached on disk still runs; do not bother users.
-            warnings.filterwarnings(
-                "ignore", message="Cannot cache compiled function", category=Warning
+            warnings.simplefilter("ignore")
+            py_func(*call)
+    except _OutOfBounds as oob:
+        return oob
+    except Exception:
+        return None
+    return None
+
+
+def _bounds_error(
+    vtype: VertexType,
+    batches: Mapping[str, FieldBatch],
+    v: int,
+    w: int,
+    num_workers: int,
+    vertex_ids: np.ndarray | None,
+    tiles: np.ndarray | None,
+    exc: Exception,
+) -> VertexError:
+    """The :class:`VertexError` of an IndexError raised inside a kernel."""
+    label = _vertex_label(vtype, v, vertex_ids, tiles)
+    worker = f" worker {w}" if vtype.kind == "multi" and w >= 0 else ""
+    hint = (
+        "hint: loop up to the field's length (e.g. range(in_.shape[0])), check the "
+        "connected tensor's size, or use setFieldSize for the intended size; bounds "
+        "checks can be turned off with the ipusim engine option "
+        "debug.checkVertexBounds=false"
+    )
+    vid = None if vertex_ids is None or not 0 <= v < len(vertex_ids) else int(vertex_ids[v])
+    oob = _rerun_in_python(vtype, batches, v, w, num_workers) if v >= 0 else None
+    if oob is None:
+        sizes = {
+            spec.name: (
+                int(batches[spec.name].offsets[v + 1] - batches[spec.name].offsets[v])
+                if v >= 0
+                else -1
             )
-            driver(int(num_vertices), int(num_workers), ok, *args)
-    except numba_errors.NumbaError as exc:
-        raise _compile_error(vtype, exc) from None
-    except Exception as exc:
-        raise CodeletError(
-            f"vertex type {vtype.name!r}: compute raised {type(exc).__name__}: {exc} "
-            f"while running {num_vertices} vertices"
-        ) from exc
-    return ok
+            for spec in vtype.fields
+        }
+        return VertexError(
+            f"{label}{worker}: compute indexed a field out of bounds ({exc}); field sizes "
+            f"(elements, or vectors for a VectorList): {sizes}; {hint}",
+            vertex=vid,
+        )
+    access = "wrote" if oob.write else "read"
+    return VertexError(
+        f"{label}{worker}: compute {access} field {oob.field!r} at index {oob.index}, but "
+        f"the field has {oob.size} element(s) (valid indices 0..{oob.size - 1}); {hint}",
+        vertex=vid,
+        field=oob.field,
+        index=oob.index,
+        size=oob.size,
+    )

@@ -21,6 +21,7 @@ from ipusim.errors import IpusimError
 from ipusim.machine import Machine
 from ipusim.timing import TimingModel
 from ipusim.trace import Trace
+from poplar_api.codelet import vertex_bounds_checks
 from poplar_api.device import Device
 from poplar_api.errors import EngineError, GraphValidationError, OutOfMemoryError
 from poplar_api.graph import DataStream, Graph
@@ -78,11 +79,13 @@ class _HostStreams(HostIO):
 
 
 class _EngineDataPlane:
-    def __init__(self, lowered: Lowered) -> None:
+    def __init__(self, lowered: Lowered, check_bounds: bool = True) -> None:
         self.lowered = lowered
+        self.check_bounds = check_bounds
 
     def apply(self, effect: int) -> None:
-        self.lowered.effects[effect]()
+        with vertex_bounds_checks(self.check_bounds):
+            self.lowered.effects[effect]()
 
     def predicate(self, predicate: int) -> int:
         return self.lowered.predicates[predicate]()
@@ -171,7 +174,7 @@ class Engine:
         self._host = _HostStreams()
         self._storage = Storage(state)
         self._lowered = Lowered(self._storage)
-        emitter = Emitter(state, target, self._lowered, self._host)
+        emitter = Emitter(state, target, self._lowered, self._host, self.options)
         problems = validate.check_variables(state, target.getNumTiles())
         entries = [emitter.lower(p) for p in progs]
         problems += emitter.problems
@@ -218,7 +221,8 @@ class Engine:
                 f"Engine.run: program index {index} out of range (the engine has "
                 f"{len(self._programs)} program(s))"
             )
-        dp = _EngineDataPlane(self._lowered)
+        checks = self.options.get("debug.checkVertexBounds", "true").strip().lower() == "true"
+        dp = _EngineDataPlane(self._lowered, checks)
         if self._machine is None:
             _interpret(self.ir_program.entries[index], self.ir_program, dp)
             return
@@ -326,8 +330,25 @@ class Engine:
         that renders in notebooks)."""
         from ipusim.profile.execution import execution_profile
         from ipusim.profile.html import ExecutionProfile
+        from poplar_api.profiling import instrument_execution_profile
 
-        return ExecutionProfile(execution_profile(self._traces, self.ir_program, self.options))
+        profile = execution_profile(self._traces, self.ir_program, self.options)
+        return ExecutionProfile(instrument_execution_profile(profile, self._traces, self.options))
+
+    def getBlockRecords(self, tile: int | None = None) -> list[dict[str, Any]]:
+        """Lightweight-profiling block records of the runs since the last reset.
+
+        The ipusim stand-in for libpva's ``report.execution().blocks(tile)``: one dict
+        per execution of a profiled block (``profiler.blocks.filter``,
+        ``profiler.programs.filter``) and per tile it ran on, with ``name``,
+        ``program``, ``run``, ``execution``, ``tile``, ``cyclesFrom``, ``cyclesTo`` and
+        ``cycles``; only those of ``tile`` when given. The same list is the execution
+        profile's ``lightweightProfile.blocks``.
+        """
+        from ipusim.profile.execution import block_records, program_table
+
+        records = block_records(self._traces, program_table(self.ir_program))
+        return [r for r in records if tile is None or r["tile"] == tile]
 
     def _auto_report(self) -> None:
         """Write the ``autoReport.*`` files the options ask for (after each run)."""

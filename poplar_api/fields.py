@@ -16,6 +16,7 @@ import itertools
 import keyword
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from numbers import Integral
 from typing import Any, ClassVar, Literal
 
@@ -28,24 +29,104 @@ Direction = Literal["in", "out", "inout"]
 Kind = Literal["scalar", "vector", "vectorlist"]
 
 
+class VectorLayout(str, Enum):
+    """Poplar's ``poplar::VectorLayout``: how a vertex stores a vector field's pointer.
+
+    On an IPU the layout decides how many bytes of vertex state the field takes and
+    whether the size is stored at all (``ONE_PTR`` stores only the pointer; the
+    codelet must know the length from elsewhere). ipusim stores the layout with the
+    field; the kernel always receives a sized 1-D array, and bounds checks apply to
+    every layout.
+    """
+
+    ONE_PTR = "ONE_PTR"
+    SPAN = "SPAN"
+    SHORT_SPAN = "SHORT_SPAN"
+    SCALED_PTR32 = "SCALED_PTR32"
+    SCALED_PTR64 = "SCALED_PTR64"
+    SCALED_PTR128 = "SCALED_PTR128"
+    COMPACT_PTR = "COMPACT_PTR"
+
+
+class VectorListLayout(str, Enum):
+    """Poplar's ``poplar::VectorListLayout``: how a vertex stores a list of vectors."""
+
+    DELTAN = "DELTAN"
+    DELTANELEMENTS = "DELTANELEMENTS"
+    COMPACT_DELTAN = "COMPACT_DELTAN"
+
+
+def _check_layout(what: str, enum: type[Enum], layout: Any, align: Any) -> Any:
+    """Return ``layout`` as a member of ``enum``; raise naming the value and the choices."""
+    try:
+        member = enum(layout.value if isinstance(layout, Enum) else layout)
+    except ValueError:
+        choices = ", ".join(m.value for m in enum)
+        raise CodeletError(
+            f"{what}: layout {layout!r} is not a {enum.__name__}; allowed: {choices}; hint: "
+            f"write {enum.__name__}.{next(iter(enum)).value}"
+        ) from None
+    if isinstance(align, bool) or not isinstance(align, Integral) or align < 1:
+        raise CodeletError(f"{what}: minAlign must be a positive int (bytes), got {align!r}")
+    if align & (align - 1):
+        raise CodeletError(f"{what}: minAlign must be a power of two, got {align}")
+    return member
+
+
 @dataclass(frozen=True)
 class Vector:
-    """A one-dimensional field of ``element_type`` (any length, one tensor region)."""
+    """A one-dimensional field of ``element_type`` (any length, one tensor region).
+
+    Parameters
+    ----------
+    element_type
+        Element :class:`~poplar_api.types.Type`.
+    layout
+        A :class:`VectorLayout` (default ``SPAN``, Poplar's default), as in
+        ``Vector<float, VectorLayout::ONE_PTR, 8>``.
+    minAlign
+        Minimum alignment of the data in bytes (a power of two; default 1).
+    """
 
     element_type: Any
+    layout: Any = VectorLayout.SPAN
+    minAlign: int = 1
+
+    def __post_init__(self) -> None:
+        member = _check_layout("Vector", VectorLayout, self.layout, self.minAlign)
+        object.__setattr__(self, "layout", member)
 
     def __repr__(self) -> str:
-        return f"Vector({self.element_type!r})"
+        extra = "" if self.layout is VectorLayout.SPAN else f", VectorLayout.{self.layout.value}"
+        extra += f", minAlign={self.minAlign}" if self.minAlign != 1 else ""
+        return f"Vector({self.element_type!r}{extra})"
 
 
 @dataclass(frozen=True)
 class VectorList:
-    """A field holding a list of one-dimensional vectors of ``element_type``."""
+    """A field holding a list of one-dimensional vectors of ``element_type``.
+
+    ``layout`` is a :class:`VectorListLayout` (default ``DELTANELEMENTS``) and
+    ``minAlign`` the alignment of each vector in bytes, as in
+    ``VectorList<float, VectorListLayout::DELTAN, 8>``.
+    """
 
     element_type: Any
+    layout: Any = VectorListLayout.DELTANELEMENTS
+    minAlign: int = 1
+
+    def __post_init__(self) -> None:
+        member = _check_layout("VectorList", VectorListLayout, self.layout, self.minAlign)
+        object.__setattr__(self, "layout", member)
 
     def __repr__(self) -> str:
-        return f"VectorList({self.element_type!r})"
+        extra = (
+            ""
+            if self.layout is VectorListLayout.DELTANELEMENTS
+            else f", VectorListLayout.{self.layout.value}"
+        )
+        extra += f", minAlign={self.minAlign}" if self.minAlign != 1 else ""
+        return f"VectorList({self.element_type!r}{extra})"
 
 
 class FieldDecl:
@@ -91,7 +172,11 @@ class Output(FieldDecl):
 
 
 class InOut(FieldDecl):
-    """A field the kernel reads and writes."""
+    """A field the kernel reads and writes.
+
+    Its values live in the connected tensor, so what one run writes is what the next
+    run reads (vertex state kept across ``Engine.run`` calls, as on an IPU).
+    """
 
     direction: ClassVar[Direction] = "inout"
 
@@ -135,6 +220,11 @@ class FieldSpec:
         Memory placement hint.
     attribute
         The class attribute that declares the field.
+    layout
+        The Vector/VectorList layout name (``"SPAN"``, ``"ONE_PTR"``, ``"DELTAN"``,
+        ...); empty for scalar fields.
+    min_align
+        Minimum alignment of the field's data in bytes.
     """
 
     name: str
@@ -143,6 +233,8 @@ class FieldSpec:
     element_type: Type
     interleaved: bool = False
     attribute: str = ""
+    layout: str = ""
+    min_align: int = 1
 
     @property
     def kernel_dtype(self) -> np.dtype:
@@ -240,9 +332,11 @@ def resolve_field(class_name: str, attribute: str, decl: Any) -> FieldSpec:
             f"Input({decl!r}), Output({decl!r}) or InOut({decl!r})"
         )
     spec = decl.spec
+    layout, align = "", 1
     if isinstance(spec, Vector | VectorList):
         kind: Kind = "vector" if isinstance(spec, Vector) else "vectorlist"
         element = spec.element_type
+        layout, align = spec.layout.value, spec.minAlign
     else:
         kind, element = "scalar", spec
     if not isinstance(element, Type):
@@ -266,6 +360,8 @@ def resolve_field(class_name: str, attribute: str, decl: Any) -> FieldSpec:
         element_type=element,
         interleaved=decl.interleaved,
         attribute=attribute,
+        layout=layout,
+        min_align=align,
     )
 
 

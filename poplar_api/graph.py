@@ -319,8 +319,30 @@ class Graph:
         return out
 
     # --------------------------------------------------------------- codelets
-    def addCodelets(self, codelets: Any) -> None:
-        """Register vertex classes: a class, a list of classes or a module."""
+    def addCodelets(self, codelets: Any, compileFlags: str = "") -> None:
+        """Register vertex classes: a class, a module, a codelet file path or a list.
+
+        Parameters
+        ----------
+        codelets
+            A Vertex/MultiVertex/SupervisorVertex subclass, a module, the path of a
+            Python file (``graph.addCodelets("my_codelets.py")`` imports it and
+            registers every vertex class it defines), or a list of these.
+        compileFlags
+            Accepted for Poplar compatibility (``"-O3"``, ...) and ignored: kernels are
+            compiled by Numba.
+
+        Raises
+        ------
+        CodeletError
+            A bad codelet class, a file with a syntax error or an import error (naming
+            file and line) or with no vertex class; ``CodeletFileError`` (also a
+            ``FileNotFoundError``) for a missing file.
+        GraphError
+            Another vertex type of the same name is already registered.
+        """
+        if not isinstance(compileFlags, str):
+            raise GraphError(f"addCodelets: compileFlags must be a str, got {compileFlags!r}")
         for cls in collect_codelets(codelets):
             vt = vertex_type(cls)
             known = self._state.codelets.get(vt.name)
@@ -426,6 +448,10 @@ class Graph:
                 f"setPerfEstimate of {inst.describe()}: {cycles!r} must be an int >= 0"
             )
         inst.perf_estimate = int(cycles)
+
+    def setCycleEstimate(self, v: VertexRef, cycles: int) -> None:
+        """The SDK 1.x name of :meth:`setPerfEstimate` (same arguments and checks)."""
+        self.setPerfEstimate(v, cycles)
 
     # ------------------------------------------------------------ host access
     def _new_handle(self, handle: str, what: str) -> None:

@@ -1,34 +1,64 @@
 """Programs: the control program of a graph, as Poplar's ``poplar::program`` classes.
 
-Programs are plain descriptions; the Engine lowers them to the machine's IR.
+Programs are plain descriptions; the Engine lowers them to the machine's IR. Names,
+arguments and overloads follow Poplar's C++ API; where C++ picks an overload by
+argument type, the constructors here do the same with the Python types (a ``str``
+is the debug context, a ``bool`` a flag, a ``Tensor`` a tensor argument).
+
+What is checked where: the arguments themselves (an overload that does not exist,
+a Switch case value given twice or not an int, a Block with an empty name) raise
+:class:`~poplar_api.errors.GraphError` when the program is made. Everything about the
+tensors, compute sets, functions and streams a program uses (types, shapes, a copy
+into a constant or onto its own source, a Switch control that is not a scalar
+integral tensor, anything of another graph) is checked when the Engine compiles
+it, and every problem is listed at once in a ``GraphValidationError``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from numbers import Integral
 from typing import Any
+
+import numpy as np
 
 from poplar_api.errors import GraphError
 
 _next_id = [0]
 
+#: Poplar's ``DebugContext``: here the debug name (a ``str``).
+DebugContext = str
+
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _debug_name(value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise GraphError(
+            f"{what}: debug context {value!r} ({type(value).__name__}) must be a str (the "
+            "debug name)"
+        )
+    return value
+
 
 class Program:
     """Base class of every program; each instance gets a unique ``id``."""
 
-    def __init__(self, debugName: str = "") -> None:
+    def __init__(self, debugContext: DebugContext = "") -> None:
         self.id = _next_id[0]
         _next_id[0] += 1
-        self.debugName = debugName
+        self.debugName = _debug_name(debugContext, type(self).__name__)
 
     def children(self) -> list[Program]:
         """Programs nested in this one."""
         return []
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}#{self.id}"
+        name = f" '{self.debugName}'" if self.debugName else ""
+        return f"{type(self).__name__}#{self.id}{name}"
 
 
 def _check_program(value: Any, what: str) -> Program:
@@ -40,13 +70,36 @@ def _check_program(value: Any, what: str) -> Program:
     return value
 
 
-class Sequence(Program):
-    """Run programs one after another: ``Sequence(p1, p2)`` or ``Sequence([p1, p2])``."""
+def _tensor_type():
+    from poplar_api.tensor import Tensor
 
-    def __init__(self, *programs: Program | Iterable[Program], debugName: str = "") -> None:
-        super().__init__(debugName)
+    return Tensor
+
+
+def _stream_type():
+    from poplar_api.graph import DataStream
+
+    return DataStream
+
+
+class Sequence(Program):
+    """Run programs one after another.
+
+    ``Sequence()``, ``Sequence(p1, p2)``, ``Sequence([p1, p2])`` and, as Poplar's
+    ``Sequence({p1, p2}, debugContext)``, ``Sequence([p1, p2], "name")``.
+    """
+
+    def __init__(
+        self, *programs: Program | Iterable[Program] | str, debugContext: DebugContext = ""
+    ) -> None:
+        names = [p for p in programs if isinstance(p, str)]
+        if len(names) > 1:
+            raise GraphError(f"Sequence: more than one debug name given ({names!r})")
+        super().__init__(names[0] if names else debugContext)
         self.programs: list[Program] = []
         for p in programs:
+            if isinstance(p, str):
+                continue
             if isinstance(p, Program):
                 self.add(p)
             else:
@@ -63,10 +116,10 @@ class Sequence(Program):
 
 
 class Execute(Program):
-    """Run a compute set."""
+    """Run a compute set: ``Execute(cs, debugContext)``."""
 
-    def __init__(self, cs: Any, debugName: str = "") -> None:
-        super().__init__(debugName)
+    def __init__(self, cs: Any, debugContext: DebugContext = "") -> None:
+        super().__init__(debugContext)
         from poplar_api.graph import ComputeSet
 
         if not isinstance(cs, ComputeSet):
@@ -76,20 +129,147 @@ class Execute(Program):
         self.computeSet = cs
 
 
-class Copy(Program):
-    """Copy tensor → tensor (through views), stream → tensor or tensor → stream."""
+class Block(Program):
+    """A program scoping another, for lightweight profiling: ``Block(program, name)``.
 
-    def __init__(self, src: Any, dst: Any, dontOutline: bool = False, debugName: str = "") -> None:
-        super().__init__(debugName)
-        self.src = src
-        self.dst = dst
+    Every execution of a block whose name matches the engine option
+    ``profiler.blocks.filter`` (a regular expression that must match the whole name)
+    is recorded with the clock of each tile it ran on at its start and end; read them
+    with ``engine.getBlockRecords()`` or in the execution profile's
+    ``lightweightProfile``. A block the filter does not select runs its program
+    unchanged and records nothing, as in Poplar.
+
+    Raises
+    ------
+    GraphError
+        ``program`` is not a program, or ``debugContext`` (the block's name) is empty.
+    """
+
+    def __init__(self, program: Program, debugContext: DebugContext = "") -> None:
+        super().__init__(debugContext)
+        self.program = _check_program(program, "Block")
+        if not self.debugName.strip():
+            raise GraphError(
+                f"Block around {program!r}: the block name is {self.debugName!r}; a block "
+                "needs a non-empty name, which profiler.blocks.filter selects and the block "
+                "records carry; hint: Block(program, 'stage1')"
+            )
+
+    def children(self) -> list[Program]:
+        return [self.program]
+
+
+class Copy(Program):
+    """Copy data between tensors, or between a data stream and a tensor.
+
+    Overloads (Poplar's, picked by argument type):
+
+    * ``Copy(src: Tensor, dst: Tensor, dontOutline=False, debugContext="")``: the
+      element types and numbers of elements must match (shapes may differ: elements
+      are copied in row-major order, as in Poplar); ``dst`` may not be (part of) a
+      constant nor share elements with ``src`` (unless it is the very same view).
+      ``dontOutline`` is accepted and has no effect: the simulator never outlines
+      (shares the code of) copies.
+    * ``Copy(stream: DataStream, dst: Tensor, optimiseMemory=False, debugContext="")``
+      and ``Copy(src: Tensor, stream: DataStream, optimiseMemory=False,
+      debugContext="")``: a host-to-device stream into a tensor, a tensor into a
+      device-to-host stream; the stream's element type and size must be the tensor's.
+    * ``Copy(stream: DataStream, dst: Tensor, expectedSize: Tensor,
+      rearrangeOnHost=False, options=None, debugContext="")``: at run time only the
+      first ``expectedSize`` elements (a scalar integral tensor) are taken from the
+      stream into ``dst``'s first elements. The copy is costed for the whole of
+      ``dst`` (the transfer is planned for the largest size).
+
+    Remote buffers (``Copy(RemoteBuffer, Tensor[, offset])`` and back) are not
+    available: ``poplar_api`` has no ``addRemoteBuffer`` yet.
+    """
+
+    def __init__(self, src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        tensor, stream = _tensor_type(), _stream_type()
+        self.src, self.dst = src, dst
+        self.expectedSize: Any = None
+        self.dontOutline = False
+        self.optimiseMemory = False
+        self.rearrangeOnHost = False
+        self.options: dict[str, str] = {}
+        if isinstance(src, stream) and isinstance(dst, tensor):
+            self.kind = "stream_to_tensor"
+        elif isinstance(src, tensor) and isinstance(dst, stream):
+            self.kind = "tensor_to_stream"
+        elif isinstance(src, tensor) and isinstance(dst, tensor):
+            self.kind = "tensor_to_tensor"
+        else:
+            raise GraphError(
+                f"Copy from {_describe(src)} to {_describe(dst)}: no such copy; Copy takes "
+                "(Tensor, Tensor), (DataStream, Tensor) or (Tensor, DataStream); remote "
+                "buffers are not available in poplar_api"
+            )
+        super().__init__(self._parse(args, kwargs))
+
+    def _parse(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """Sort the optional arguments of the overload by type; returns the debug name."""
+        tensor = _tensor_type()
+        flag = {
+            "tensor_to_tensor": "dontOutline",
+            "stream_to_tensor": "optimiseMemory",
+            "tensor_to_stream": "optimiseMemory",
+        }[self.kind]
+        known = {flag, "debugContext", "expectedSize", "rearrangeOnHost", "options"}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise GraphError(
+                f"Copy ({self.kind.replace('_', ' ')}): unknown argument(s) {unknown}; known: "
+                f"{sorted(known)}"
+            )
+        debug = kwargs.get("debugContext", "")
+        flags: list[bool] = []
+        for a in args:
+            if isinstance(a, str):
+                debug = a
+            elif isinstance(a, bool | np.bool_):
+                flags.append(bool(a))
+            elif isinstance(a, tensor) and self.kind == "stream_to_tensor":
+                self.expectedSize = a
+            elif isinstance(a, Mapping):
+                self.options = {str(k): str(v) for k, v in a.items()}
+            else:
+                raise GraphError(
+                    f"Copy from {_describe(self.src)} to {_describe(self.dst)}: argument "
+                    f"{a!r} ({type(a).__name__}) fits no Copy overload; the optional arguments "
+                    f"are {flag} (bool), debugContext (str)"
+                    + (
+                        " and, from a stream, expectedSize (Tensor), rearrangeOnHost "
+                        "(bool), options (dict)"
+                        if self.kind == "stream_to_tensor"
+                        else ""
+                    )
+                )
+        if "expectedSize" in kwargs and self.kind == "stream_to_tensor":
+            self.expectedSize = kwargs["expectedSize"]
+        if self.expectedSize is not None:
+            # Poplar's size overload: (stream, dst, expectedSize, rearrangeOnHost, ...)
+            self.rearrangeOnHost = bool(kwargs.get("rearrangeOnHost", flags[0] if flags else 0))
+        else:
+            setattr(self, flag, bool(kwargs.get(flag, flags[0] if flags else False)))
+        if "options" in kwargs:
+            self.options = {str(k): str(v) for k, v in dict(kwargs["options"] or {}).items()}
+        return debug
+
+
+def _describe(value: Any) -> str:
+    tensor, stream = _tensor_type(), _stream_type()
+    if isinstance(value, tensor):
+        return f"tensor '{value.name}'"
+    if isinstance(value, stream):
+        return f"stream '{value.handle}'"
+    return f"{value!r} ({type(value).__name__})"
 
 
 class Repeat(Program):
-    """Run ``body`` ``count`` times."""
+    """Run ``body`` ``count`` times: ``Repeat(count, body, debugContext)``."""
 
-    def __init__(self, count: int, body: Program, debugName: str = "") -> None:
-        super().__init__(debugName)
+    def __init__(self, count: int, body: Program, debugContext: DebugContext = "") -> None:
+        super().__init__(debugContext)
         if isinstance(count, bool) or not isinstance(count, Integral) or count < 0:
             raise GraphError(f"Repeat: count {count!r} must be an int >= 0")
         self.count = int(count)
@@ -104,8 +284,10 @@ class RepeatWhileTrue(Program):
 
     whileTrue = True
 
-    def __init__(self, cond: Program, predicate: Any, body: Program, debugName: str = "") -> None:
-        super().__init__(debugName)
+    def __init__(
+        self, cond: Program, predicate: Any, body: Program, debugContext: DebugContext = ""
+    ) -> None:
+        super().__init__(debugContext)
         self.cond = _check_program(cond, f"{type(self).__name__} condition")
         self.predicate = predicate
         self.body = _check_program(body, f"{type(self).__name__} body")
@@ -121,16 +303,22 @@ class RepeatWhileFalse(RepeatWhileTrue):
 
 
 class If(Program):
-    """Run ``trueBody`` when the scalar ``predicate`` is non-zero, else ``falseBody``."""
+    """Run ``trueBody`` when the scalar ``predicate`` is non-zero, else ``falseBody``.
+
+    ``If(predicate, trueBody, debugContext)`` and
+    ``If(predicate, trueBody, falseBody, debugContext)``.
+    """
 
     def __init__(
         self,
         predicate: Any,
         trueBody: Program,
-        falseBody: Program | None = None,
-        debugName: str = "",
+        falseBody: Program | DebugContext | None = None,
+        debugContext: DebugContext = "",
     ) -> None:
-        super().__init__(debugName)
+        if isinstance(falseBody, str):
+            falseBody, debugContext = None, falseBody
+        super().__init__(debugContext)
         self.predicate = predicate
         self.trueBody = _check_program(trueBody, "If true body")
         self.falseBody = _check_program(falseBody or Sequence(), "If false body")
@@ -140,28 +328,107 @@ class If(Program):
 
 
 class Switch(Program):
-    """Run the case whose value equals the scalar ``control`` tensor, else the default."""
+    """Run the case whose value equals the scalar integral ``control``, else the default.
 
-    def __init__(
-        self,
-        control: Any,
-        cases: Iterable[tuple[int, Program]] = (),
-        defaultCaseBody: Program | None = None,
-        debugName: str = "",
-    ) -> None:
-        super().__init__(debugName)
+    Overloads, as Poplar's:
+
+    * ``Switch(control, debugContext="")`` and ``Switch(control, defaultCaseBody,
+      debugContext="")``, with cases added by ``.add(value, body)``;
+    * ``Switch(control, cases, debugContext="")`` and ``Switch(control, cases,
+      defaultCaseBody, debugContext="")``, where ``cases`` is a list of
+      ``(value, program)`` pairs or a ``{value: program}`` dict.
+
+    Case values are 32-bit ints, each at most once. Without a default, a value with
+    no case runs nothing. :meth:`switchWithBoundsChecking` and
+    :meth:`switchWithUnreachableDefault` make a Switch whose run stops with an
+    ``EngineError`` naming the value when no case matches.
+
+    Raises
+    ------
+    GraphError
+        A case value that is not an int, out of the int32 range or given twice, or a
+        case or default that is not a program.
+
+    A ``control`` that is not a scalar tensor of an integral type of the engine's graph
+    is reported when the Engine compiles.
+    """
+
+    def __init__(self, control: Any, *args: Any, **kwargs: Any) -> None:
+        cases: Any = kwargs.pop("cases", ())
+        default: Any = kwargs.pop("defaultCaseBody", None)
+        debug: Any = kwargs.pop("debugContext", "")
+        if kwargs:
+            raise GraphError(
+                f"Switch: unknown argument(s) {sorted(kwargs)}; known: cases, "
+                "defaultCaseBody, debugContext"
+            )
+        for a in args:
+            if isinstance(a, str):
+                debug = a
+            elif isinstance(a, Program):
+                default = a
+            elif isinstance(a, Mapping | list | tuple):
+                cases = a
+            else:
+                raise GraphError(
+                    f"Switch: argument {a!r} ({type(a).__name__}) fits no Switch overload; "
+                    "expected cases (list of (value, program) or dict), a default program or "
+                    "a debug name"
+                )
+        super().__init__(debug)
         self.control = control
         self.cases: list[tuple[int, Program]] = []
-        self.defaultCaseBody = _check_program(defaultCaseBody or Sequence(), "Switch default")
-        for value, body in cases:
+        self.defaultCaseBody = _check_program(default or Sequence(), "Switch default")
+        #: None, or "bounds"/"unreachable": no matching case stops the run with an error
+        self.noCase: str | None = None
+        for value, body in cases.items() if isinstance(cases, Mapping) else cases:
             self.add(value, body)
 
     def add(self, value: int, body: Program) -> Switch:
-        """Add a case; a value may appear once."""
-        if any(v == value for v, _ in self.cases):
-            raise GraphError(f"Switch: case value {value} is already present")
+        """Add a case; a value may appear once. Returns self so calls can be chained."""
+        if isinstance(value, bool) or not isinstance(value, Integral):
+            raise GraphError(
+                f"Switch{self._label()}: case value {value!r} ({type(value).__name__}) must "
+                "be an int"
+            )
+        if not _INT32[0] <= int(value) <= _INT32[1]:
+            raise GraphError(
+                f"Switch{self._label()}: case value {int(value)} is outside the int32 range "
+                f"[{_INT32[0]}, {_INT32[1]}]"
+            )
+        if any(v == int(value) for v, _ in self.cases):
+            raise GraphError(
+                f"Switch{self._label()}: case value {int(value)} is already present (cases: "
+                f"{[v for v, _ in self.cases]}); each value may have one case; hint: put both "
+                "programs in one Sequence"
+            )
         self.cases.append((int(value), _check_program(body, f"Switch case {value}")))
         return self
+
+    def _label(self) -> str:
+        ctl = getattr(self.control, "name", None)
+        return f" on '{ctl}'" if ctl else ""
+
+    @classmethod
+    def switchWithBoundsChecking(
+        cls,
+        control: Any,
+        cases: Iterable[tuple[int, Program]] | Mapping[int, Program],
+        debugContext: DebugContext = "",
+    ) -> Switch:
+        """A Switch whose run stops with an error when ``control`` matches no case."""
+        sw = cls(control, list(cases.items()) if isinstance(cases, Mapping) else list(cases))
+        sw.debugName = _debug_name(debugContext, "Switch")
+        sw.noCase = "bounds"
+        return sw
+
+    @classmethod
+    def switchWithUnreachableDefault(cls, control: Any, debugContext: DebugContext = "") -> Switch:
+        """A Switch (cases added with :meth:`add`) whose default must never run; the
+        simulator stops the run with an error when it would."""
+        sw = cls(control, debugContext)
+        sw.noCase = "unreachable"
+        return sw
 
     def children(self) -> list[Program]:
         return [b for _, b in self.cases] + [self.defaultCaseBody]
@@ -170,8 +437,10 @@ class Switch(Program):
 class PrintTensor(Program):
     """Print a tensor at run time: ``PrintTensor(tensor)`` or ``PrintTensor(title, tensor)``."""
 
-    def __init__(self, titleOrTensor: Any, tensor: Any = None, debugName: str = "") -> None:
-        super().__init__(debugName)
+    def __init__(
+        self, titleOrTensor: Any, tensor: Any = None, debugContext: DebugContext = ""
+    ) -> None:
+        super().__init__(debugContext)
         if tensor is None:
             self.title, self.tensor = None, titleOrTensor
         else:
@@ -189,16 +458,22 @@ class SyncType(str, Enum):
 class Sync(Program):
     """An explicit sync of the given scope."""
 
-    def __init__(self, syncType: SyncType = SyncType.INTERNAL, debugName: str = "") -> None:
-        super().__init__(debugName)
+    def __init__(
+        self, syncType: SyncType = SyncType.INTERNAL, debugContext: DebugContext = ""
+    ) -> None:
+        super().__init__(debugContext)
         self.syncType = SyncType(syncType)
 
 
 class Call(Program):
-    """Run a function made by ``graph.addFunction``."""
+    """Run a function made by ``graph.addFunction``: ``Call(function, debugContext)``.
 
-    def __init__(self, function: Any, debugName: str = "") -> None:
-        super().__init__(debugName)
+    The function's program is compiled once however often it is called (its code is
+    stored once); every call runs, and is costed, in full.
+    """
+
+    def __init__(self, function: Any, debugContext: DebugContext = "") -> None:
+        super().__init__(debugContext)
         from poplar_api.graph import Function
 
         if not isinstance(function, Function):
@@ -209,16 +484,25 @@ class Call(Program):
 
 
 class WriteUndef(Program):
-    """Mark a tensor's contents as undefined from here on (ends its liveness)."""
+    """Mark a tensor's contents as undefined from here on: ``WriteUndef(tensor)``.
 
-    def __init__(self, tensor: Any, debugName: str = "") -> None:
-        super().__init__(debugName)
+    It costs nothing at run time. For memory, it ends the live range of the variables
+    the tensor covers in full: a variable written-undef and written again later has
+    two live ranges, and other variables may use its memory in between.
+    """
+
+    def __init__(self, tensor: Any, debugContext: DebugContext = "") -> None:
+        super().__init__(debugContext)
+        if not isinstance(tensor, _tensor_type()):
+            raise GraphError(f"WriteUndef: expected a Tensor, got {type(tensor).__name__}")
         self.tensor = tensor
 
 
 __all__ = [
+    "Block",
     "Call",
     "Copy",
+    "DebugContext",
     "Execute",
     "If",
     "PrintTensor",

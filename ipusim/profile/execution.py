@@ -39,6 +39,16 @@ Balances (each in [0, 1]; 0 when no tile spent a cycle in the step)
     The bytes each tile takes part with: received for internal and global exchanges,
     the tile's share of the copy for stream copies. ``totalData`` is their sum and
     ``dataBalance`` is ``totalData / (tiles with data * max tile data)``.
+
+Lightweight profile (``lightweightProfile.blocks``)
+---------------------------------------------------
+One entry per execution of a profiled block (an :class:`ipusim.ir.Block`, made from a
+Poplar ``Block`` program or an implicit block) and per tile whose clock moved while it
+ran, as PopVision's lightweight profiling reports them: ``name``, ``program``, ``run``,
+``execution`` (the block executions of a run numbered in order of entry), ``tile``
+and ``cyclesFrom``/``cyclesTo`` (that tile's clock at the block's start and end,
+offset like the steps), ``cycles`` their difference. A block in which no tile spent a
+cycle is reported once, on tile 0 (the tile Poplar instruments by default).
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ __all__ = [
     "STEP_TYPES",
     "ProfileError",
     "ProgramTable",
+    "block_records",
     "execution_profile",
     "program_table",
     "schema",
@@ -219,6 +230,49 @@ TILE_CYCLE_PHASES = {
 }
 
 
+def block_records(
+    traces: Sequence[Trace] | Iterable[Trace], table: ProgramTable | None = None
+) -> list[dict[str, Any]]:
+    """The ``lightweightProfile.blocks`` entries of ``traces`` (runs in order).
+
+    Parameters
+    ----------
+    traces
+        Traces of the runs, oldest first; run ``k``'s cycles are offset by the total
+        cycles of runs ``0..k-1``, as the steps are.
+    table
+        Numbers the ``program`` field (the block node's index); without it the IR
+        ``program_id`` is used.
+    """
+    out: list[dict[str, Any]] = []
+    offset = 0
+    for run, trace in enumerate(traces):
+        for rec in trace.blocks:
+            if table is not None and rec.node is not None and id(rec.node) in table.index:
+                pid = table.index[id(rec.node)]
+            else:
+                pid = int(rec.program_id)
+            start, end = rec.cycles_from, rec.cycles_to
+            if (end < 0).any():
+                continue  # the run stopped inside the block
+            tiles = np.flatnonzero(end > start)
+            for tile in tiles.tolist() if tiles.size else [0]:
+                out.append(
+                    {
+                        "name": rec.name,
+                        "program": pid,
+                        "run": run,
+                        "execution": int(rec.index),
+                        "tile": int(tile),
+                        "cyclesFrom": offset + int(start[tile]),
+                        "cyclesTo": offset + int(end[tile]),
+                        "cycles": int(end[tile] - start[tile]),
+                    }
+                )
+        offset += int(trace.total_cycles)
+    return out
+
+
 def execution_profile(
     traces: Sequence[Trace] | Iterable[Trace],
     program: ir.Program | None = None,
@@ -240,8 +294,9 @@ def execution_profile(
     -------
     dict
         ``profilerMode``, ``programTrace`` (program index of every executed step),
-        ``options``, ``runs`` (``cyclesFrom``/``cyclesTo``/``steps`` of each run) and
-        ``simulation`` (``cycles``, ``tileCycles``, ``steps``, ``hostSeconds``).
+        ``options``, ``runs`` (``cyclesFrom``/``cyclesTo``/``steps`` of each run),
+        ``simulation`` (``cycles``, ``tileCycles``, ``steps``, ``hostSeconds``) and
+        ``lightweightProfile`` (``blocks``: see :func:`block_records`).
     """
     traces = list(traces)
     table = program_table(program) if program is not None else None
@@ -295,4 +350,5 @@ def execution_profile(
             "steps": steps,
             "hostSeconds": float(sum(t.host_seconds for t in traces)),
         },
+        "lightweightProfile": {"blocks": block_records(traces, table)},
     }

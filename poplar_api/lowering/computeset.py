@@ -157,7 +157,14 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
             for ft in group.fields:
                 data = storage.read(ft.type, ft.ids).astype(ft.spec.kernel_dtype)
                 batches[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
-            ok = execute(group.vtype, batches, int(group.positions.size), num_workers)
+            ok = execute(
+                group.vtype,
+                batches,
+                int(group.positions.size),
+                num_workers,
+                vertex_ids=table.vertex_ids[group.positions],
+                tiles=table.tiles[group.positions],
+            )
             if not ok.all():
                 bad = table.vertex_ids[group.positions[~ok]]
                 raise EngineError(

@@ -7,17 +7,26 @@
 * ``Copy`` from or to a stream, and ``PrintTensor``: a host sync and a stream copy.
 * Control flow becomes IR control nodes; predicates are read from device memory
   after an internal sync.
+* ``Block`` programs whose name matches the engine option ``profiler.blocks.filter``,
+  and every named program whose name matches ``profiler.programs.filter`` (implicit
+  blocks), become IR ``Block`` nodes; the machine records their per-tile cycles. Both
+  options are regular expressions that must match the whole name (``re.fullmatch``).
+  Other ``Block`` programs lower to their body alone.
+* ``WriteUndef`` lowers to no step; it is recorded for memory liveness
+  (``Emitter.undefs``). ``Call`` lowers a function's program once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from ipusim import ir
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
+from poplar_api.errors import EngineError
 from poplar_api.graph import DataStream
 from poplar_api.lowering import validate
 from poplar_api.lowering.computeset import (
@@ -31,6 +40,25 @@ from poplar_api.lowering.context import Lowered
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.printing import format_tensor
 from poplar_api.tensor import Tensor
+
+
+def _filter(options: Mapping[str, str], name: str) -> re.Pattern[str] | None:
+    """The compiled regular expression of option ``name`` (None when empty or unset).
+
+    The Engine validates its options first; the error here only guards an Emitter
+    made without an Engine.
+    """
+    value = str(options.get(name, "") or "")
+    if not value:
+        return None
+    try:
+        return re.compile(value)
+    except re.error as exc:
+        raise EngineError(
+            f"engine option {name!r}: value {value!r} is not a valid regular expression "
+            f"({exc}); hint: the filter must match whole block or program names, e.g. "
+            "'stage.*' or 'op1|op2'"
+        ) from None
 
 
 class HostIO:
@@ -49,7 +77,14 @@ class HostIO:
 class Emitter:
     """Lowers programs of one graph; problems are collected, not raised."""
 
-    def __init__(self, state, target, lowered: Lowered, host: HostIO) -> None:
+    def __init__(
+        self,
+        state,
+        target,
+        lowered: Lowered,
+        host: HostIO,
+        options: Mapping[str, str] | None = None,
+    ) -> None:
         self.state = state
         self.cfg = target.config
         self.num_tiles = target.getNumTiles()
@@ -64,6 +99,11 @@ class Emitter:
         self.programs: list[P.Program] = []  # keeps lowered programs alive (ids stay unique)
         #: id(IR node) -> (element type, element ids) its steps read or write (liveness)
         self.touches: dict[int, list[tuple[Any, np.ndarray]]] = {}
+        #: id(IR node of a WriteUndef) -> (element type, element ids) it makes undefined
+        self.undefs: dict[int, list[tuple[Any, np.ndarray]]] = {}
+        options = options or {}
+        self.blocks_filter = _filter(options, "profiler.blocks.filter")
+        self.programs_filter = _filter(options, "profiler.programs.filter")
 
     # ----------------------------------------------------------------- helpers
     def _pid(self, prog: P.Program) -> int:
@@ -79,7 +119,9 @@ class Emitter:
     def _tiles(self, t: Tensor) -> np.ndarray:
         return self.state.spaces[t.elementType()].tile[t.flat_index()].astype(np.int64)
 
-    def _predicate(self, t: Any, what: str, integral: bool = False) -> int | None:
+    def _predicate(
+        self, t: Any, what: str, integral: bool = False, cases: tuple[int, ...] | None = None
+    ) -> int | None:
         t = self._tensor(t, what)
         if t is None:
             return None
@@ -96,6 +138,20 @@ class Emitter:
             )
             return None
         storage, typ, ids = self.lowered.storage, t.elementType(), t.flat_index()
+        if cases is not None:  # a Switch that must match a case
+            name = t.name
+
+            def checked() -> int:
+                value = int(storage.read(typ, ids)[0])
+                if value not in cases:
+                    raise EngineError(
+                        f"{what}: control tensor '{name}' has value {value}, which matches "
+                        f"no case (cases: {list(cases)}); this Switch has no default to run; "
+                        "hint: keep the control within the case values"
+                    )
+                return value
+
+            return self.lowered.predicate(checked)
         if integral:  # Switch: the value itself selects the case
             return self.lowered.predicate(lambda: int(storage.read(typ, ids)[0]))
         # If / RepeatWhile: any non-zero value is true (int() would turn 0.5 into false)
@@ -127,7 +183,21 @@ class Emitter:
             self.problems.append(f"{prog!r} is not a program this engine can run")
             return ir.Sequence()
         self.programs.append(prog)
-        return method(prog)
+        node = method(prog)
+        name = _program_name(prog)
+        implicit = self.programs_filter
+        # profiler.programs.filter: a named program it matches runs in an implicit Block
+        wrap = implicit is not None and name and not isinstance(prog, P.Block)
+        if wrap and implicit.fullmatch(name):
+            node = ir.Block((node,), name=name, program_id=self._pid(prog))
+        return node
+
+    def _Block(self, prog: P.Block) -> ir.Node:
+        body = self.lower(prog.program)
+        selected = self.blocks_filter
+        if selected is None or not selected.fullmatch(prog.debugName):
+            return body  # an unselected Block is its program alone, as in Poplar
+        return ir.Block((body,), name=prog.debugName, program_id=self._pid(prog))
 
     def _Sequence(self, prog: P.Sequence) -> ir.Node:
         return ir.Sequence([self.lower(p) for p in prog.programs], name=prog.debugName)
@@ -151,7 +221,9 @@ class Emitter:
         return ir.Sequence([self._touch(self._sync(self._pid(prog)), prog.predicate), node])
 
     def _Switch(self, prog: P.Switch) -> ir.Node:
-        ctl = self._predicate(prog.control, "Switch", integral=True)
+        what = "Switch" + (f" '{prog.debugName}'" if prog.debugName else "")
+        strict = tuple(v for v, _ in prog.cases) if prog.noCase else None
+        ctl = self._predicate(prog.control, what, integral=True, cases=strict)
         cases = [(v, self.lower(b)) for v, b in prog.cases]
         node = ir.Switch(-1 if ctl is None else ctl, cases, self.lower(prog.defaultCaseBody))
         return ir.Sequence([self._touch(self._sync(self._pid(prog)), prog.control), node])
@@ -162,14 +234,24 @@ class Emitter:
 
     def _Call(self, prog: P.Call) -> ir.Node:
         fn = prog.function
+        funcs = self.state.functions
+        if not (0 <= fn.index < len(funcs) and funcs[fn.index] is fn):
+            self.problems.append(
+                f"Call #{self._pid(prog)}: function {fn.index} (of {fn.program!r}) was made by "
+                "another graph's addFunction; hint: call graph.addFunction on the engine's graph"
+            )
+            return ir.Sequence()
         if fn.index not in self.functions:
             self.functions[fn.index] = ir.Sequence()  # placeholder while lowering
             self.functions[fn.index] = self.lower(fn.program)
         return ir.Call(fn.index)
 
     def _WriteUndef(self, prog: P.WriteUndef) -> ir.Node:
-        self._tensor(prog.tensor, "WriteUndef")
-        return ir.Sequence(name="WriteUndef")
+        t = self._tensor(prog.tensor, "WriteUndef")
+        node = ir.Sequence(name=prog.debugName or "WriteUndef")
+        if t is not None:
+            self.undefs[id(node)] = [(t.elementType(), t.flat_index())]
+        return node
 
     def function_nodes(self) -> tuple[ir.Node, ...]:
         """Lowered functions, indexed as ``graph.addFunction`` numbered them."""
@@ -179,6 +261,13 @@ class Emitter:
     # ------------------------------------------------------------------ execute
     def _Execute(self, prog: P.Execute) -> ir.Node:
         cs = prog.computeSet
+        sets = self.state.compute_sets
+        if not (0 <= cs.id < len(sets) and sets[cs.id] is cs):
+            self.problems.append(
+                f"Execute #{self._pid(prog)}: compute set '{cs.name}' belongs to another "
+                "graph; hint: make it with the engine's graph.addComputeSet"
+            )
+            return ir.Sequence()
         if cs.id in self.cs_nodes:
             return self.cs_nodes[cs.id]
         problems = validate.check_vertices(self.state, cs, self.num_tiles)
@@ -243,19 +332,51 @@ class Emitter:
         d = self._tensor(dst, f"Copy #{self._pid(prog)} destination")
         if s is None or d is None:
             return ir.Sequence()
+        where = f"Copy from '{s.name}' to '{d.name}'"
+        problems = []
         if s.elementType() != d.elementType():
-            self.problems.append(
-                f"Copy from '{s.name}' ({s.elementType()}) to '{d.name}' ({d.elementType()}): "
-                "element types differ; hint: cast with popops"
+            problems.append(
+                f"{where}: element types differ (source {s.elementType()}, destination "
+                f"{d.elementType()}); they must be equal; hint: cast with popops.cast"
             )
-            return ir.Sequence()
         if s.numElements() != d.numElements():
-            self.problems.append(
-                f"Copy from '{s.name}' (shape {s.shape()}, {s.numElements()} elements) to "
-                f"'{d.name}' (shape {d.shape()}, {d.numElements()} elements): sizes differ"
+            # Poplar copies in row-major order between any shapes of equal size (its
+            # first tutorial copies a [3] slice into a [1, 3] one)
+            problems.append(
+                f"{where}: sizes differ (source shape {s.shape()} with {s.numElements()} "
+                f"elements, destination shape {d.shape()} with {d.numElements()} elements); "
+                "they must have the same number of elements; hint: slice or reshape one"
             )
+        const = self._constant_of(d)
+        if const is not None:
+            problems.append(
+                f"{where}: the destination is (part of) constant '{const}'; constants cannot "
+                "be written; hint: copy into a variable (graph.addVariable)"
+            )
+        if not problems and s.elementType() == d.elementType():
+            s_ids, d_ids = s.flat_index(), d.flat_index()
+            if not np.array_equal(s_ids, d_ids):  # copying a view onto itself is allowed
+                common = np.intersect1d(s_ids, d_ids)
+                if common.size:
+                    problems.append(
+                        f"{where}: source and destination overlap ({common.size} of "
+                        f"{d.numElements()} element(s) are in both); they must be disjoint "
+                        "(or the same view); hint: copy through a temporary variable"
+                    )
+        if problems:
+            self.problems += problems
             return ir.Sequence()
         return self._device_copy(prog, s, d)
+
+    def _constant_of(self, t: Tensor) -> str | None:
+        """Name of a constant that ``t`` has elements of, or None."""
+        space = self.state.spaces.get(t.elementType())
+        if space is None or t.numElements() == 0:
+            return None
+        for vid in np.unique(space.variables_of(t.flat_index())).tolist():
+            if self.state.variables[vid].constant:
+                return self.state.variables[vid].name
+        return None
 
     def _device_copy(self, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
         typ = s.elementType()
@@ -317,9 +438,33 @@ class Emitter:
                 f"{t.numElements()} elements): type and size must match"
             )
             return ir.Sequence()
+        const = self._constant_of(t) if to_device else None
+        if const is not None:
+            self.problems.append(
+                f"Copy from stream '{stream.handle}' into tensor '{t.name}': the destination "
+                f"is (part of) constant '{const}'; constants cannot be written; hint: copy "
+                "into a variable"
+            )
+            return ir.Sequence()
         storage, host, typ, ids = self.lowered.storage, self.host, t.elementType(), t.flat_index()
+        size = getattr(prog, "expectedSize", None)
+        if to_device and size is not None:
+            what = f"Copy from stream '{stream.handle}' into '{t.name}': expectedSize"
+            n_of = self._predicate(size, what, integral=True)
+            if n_of is None:
+                return ir.Sequence()
+            predicates, limit = self.lowered.predicates, t.numElements()
+            size_name = size.name
 
-        if to_device:
+            def effect() -> None:
+                n = predicates[n_of]()
+                if not 0 <= n <= limit:
+                    raise EngineError(
+                        f"{what}: tensor '{size_name}' holds {n}; it must be in [0, {limit}] "
+                        f"(the size of '{t.name}')"
+                    )
+                storage.write(typ, ids[:n], host.pull(stream)[:n])
+        elif to_device:
 
             def effect() -> None:
                 storage.write(typ, ids, host.pull(stream))
@@ -393,6 +538,16 @@ class Emitter:
         return self._host_transfer(
             prog, t, f"PrintTensor {title}", False, self.lowered.effect(effect)
         )
+
+
+def _program_name(prog: P.Program) -> str:
+    """The name ``profiler.programs.filter`` matches: the debug name, or for an
+    ``Execute`` without one the compute set's name."""
+    if prog.debugName:
+        return prog.debugName
+    if isinstance(prog, P.Execute):
+        return prog.computeSet.name
+    return ""
 
 
 def _with_effect(step: ir.Step, effect: int) -> ir.Step:

@@ -22,8 +22,16 @@ are program points; a function's steps are walked where it is called. A variable
 live from the first to the last point that touches it, widened to the whole of any
 loop (``Repeat``, ``RepeatWhile``) it is touched in. It is *always live* when it is a
 constant, has an initial value, has a host read/write handle, or is touched by more
-than one entry program or by a function. The sizes come from the config's ``code``
-section; none is measured on hardware (the presets mark them estimates).
+than one entry program or by a function. A ``WriteUndef`` covering all of a
+variable's elements (outside a function) ends its live range there: the next access
+starts a new one, so the variable has one block per live range and other variables
+may use its memory in between (``by_category`` still counts its bytes once). A range
+in a loop is widened to the whole loop unless a ``WriteUndef`` of the variable in the
+loop precedes the range (then its value does not carry over to the next iteration).
+
+Code is stored once: a function's steps count in the control and exchange code at
+its first call only, however often it is called. The sizes come from the config's
+``code`` section; none is measured on hardware (the presets mark them estimates).
 """
 
 from __future__ import annotations
@@ -77,10 +85,22 @@ class _Walk:
     loops: list[tuple[int, int]] = field(default_factory=list)
     #: (first point, last point) of every Execute occurrence
     executes: list[tuple[int, int]] = field(default_factory=list)
+    #: (id of a WriteUndef node, position, entry, inside a function): the undef sits
+    #: just before program point ``position``
+    undefs: list[tuple[int, int, int, bool]] = field(default_factory=list)
+    #: points of the second and later calls of a function (their code is stored once)
+    repeated: set[int] = field(default_factory=set)
 
 
-def _walk(program: ir.Program, touches: dict[int, Any], executes: set[int]) -> _Walk:
+def _walk(
+    program: ir.Program,
+    touches: dict[int, Any],
+    executes: set[int],
+    undefs: dict[int, Any] | None = None,
+) -> _Walk:
     w = _Walk()
+    undefs = undefs or {}
+    called: set[int] = set()
 
     def visit(node: Any, entry: int, in_fn: bool, calls: tuple[int, ...]) -> None:
         lo = len(w.steps)
@@ -89,11 +109,17 @@ def _walk(program: ir.Program, touches: dict[int, Any], executes: set[int]) -> _
         elif isinstance(node, ir.Call):
             if node.function not in calls and 0 <= node.function < len(program.functions):
                 fn = program.functions[node.function]
+                again = node.function in called
+                called.add(node.function)
                 visit(fn, entry, True, (*calls, node.function))
+                if again:
+                    w.repeated.update(range(lo, len(w.steps)))
         else:
             for child in ir.children(node):
                 visit(child, entry, in_fn, calls)
         hi = len(w.steps) - 1
+        if id(node) in undefs:
+            w.undefs.append((id(node), lo, entry, in_fn))
         if hi < lo:
             return
         if isinstance(node, ir.Repeat | ir.RepeatWhile):
@@ -155,6 +181,62 @@ def _liveness(state: Any, walk: _Walk, touches: dict[int, Any]) -> tuple[np.ndar
     held += [(t.elementType(), t.flat_index()) for t in state.host_reads.values()]
     always[_variables_of(state, held)] = True
     return first, last, always
+
+
+def _undef_ranges(
+    state: Any, walk: _Walk, touches: dict[int, Any], undefs: dict[int, Any], always: np.ndarray
+) -> dict[int, list[tuple[int, int]]]:
+    """Live ranges of the variables a ``WriteUndef`` covers in full (and that are not
+    always live): variable id -> inclusive ``(first, last)`` ranges, in order."""
+    cut: dict[int, list[int]] = {}  # variable -> positions of its undefs
+    for nid, pos, _entry, in_fn in walk.undefs:
+        if in_fn:
+            continue  # a function's undef: the variable is always live anyway
+        for t, ids in undefs[nid]:
+            if t not in state.spaces or ids.size == 0:
+                continue
+            uniq = np.unique(ids)
+            vids, counts = np.unique(state.spaces[t].variables_of(uniq), return_counts=True)
+            for vid, n in zip(vids.tolist(), counts.tolist(), strict=True):
+                if n == state.variables[vid].size and not always[vid]:
+                    cut.setdefault(vid, []).append(pos)
+    if not cut:
+        return {}
+    spans: dict[int, list[tuple[int, int]]] = {vid: [] for vid in cut}
+    wanted = np.fromiter(cut, np.int64, len(cut))
+    cache: dict[int, np.ndarray] = {}
+    for nid, lo, hi, _entry, _in_fn in walk.touched:
+        vids = cache.get(nid)
+        if vids is None:
+            vids = cache[nid] = _variables_of(state, touches[nid])
+        for vid in np.intersect1d(vids, wanted).tolist():
+            spans[vid].append((lo, hi))
+    out: dict[int, list[tuple[int, int]]] = {}
+    for vid, touched in spans.items():
+        marks = sorted(cut[vid])
+        ranges: list[list[int]] = []
+        for lo, hi in sorted(touched):
+            if ranges and not any(ranges[-1][1] < u <= lo for u in marks):
+                ranges[-1][1] = max(ranges[-1][1], hi)
+            else:
+                ranges.append([lo, hi])
+        for _ in range(2):  # loops nest or are disjoint, as in _liveness
+            for loop_lo, loop_hi in walk.loops:
+                for r in ranges:
+                    inside = r[0] <= loop_hi and r[1] >= loop_lo
+                    fresh = any(loop_lo <= u <= max(r[0], loop_lo) for u in marks)
+                    if inside and not fresh:
+                        r[0], r[1] = min(r[0], loop_lo), max(r[1], loop_hi)
+            ranges.sort()
+            merged: list[list[int]] = []
+            for r in ranges:
+                if merged and r[0] <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], r[1])
+                else:
+                    merged.append(list(r))
+            ranges = merged
+        out[vid] = [(a, b) for a, b in ranges]
+    return out
 
 
 def _interleaved_pairs(state: Any, cs_ids: list[int], num_tiles: int) -> set[tuple[int, int]]:
@@ -221,7 +303,9 @@ def _code_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
     steps_on = np.zeros(nt, np.int64)
     ex_code = np.zeros(nt, np.int64)
     host_code = np.zeros(nt, np.int64)
-    for step in walk.steps:
+    for point, step in enumerate(walk.steps):
+        if point in walk.repeated:
+            continue  # a function called again: its code is already stored
         if isinstance(step, ir.Exchange) and step.host:
             continue  # the on-chip side of a stream copy: its code is the copy's
         tiles = _step_tiles(timing, step, nt)
@@ -263,10 +347,19 @@ def _vertex_code_blocks(
 
 
 def _variable_blocks(
-    state: Any, walk: _Walk, touches: dict[int, Any], cs_ids: list[int], nt: int
+    state: Any,
+    walk: _Walk,
+    touches: dict[int, Any],
+    cs_ids: list[int],
+    nt: int,
+    undefs: dict[int, Any] | None = None,
+    extra: list[Block] | None = None,
 ) -> list[Block]:
-    """Each variable's (or constant's) elements on each tile, with its live range."""
+    """Each variable's (or constant's) elements on each tile, with its live range: one
+    block per live range when ``WriteUndef`` splits it (the second and later ones are
+    also appended to ``extra``, so that the report counts the variable once)."""
     first, last, always = _liveness(state, walk, touches)
+    split = _undef_ranges(state, walk, touches, undefs or {}, always)
     inter = _interleaved_pairs(state, cs_ids, nt)
     blocks = []
     for v in state.variables:
@@ -275,11 +368,16 @@ def _variable_blocks(
         live = None if always[v.id] else (int(first[v.id]), int(last[v.id]))
         if live is not None and live[1] < 0:
             live = (0, -1)  # touched by no program: live at no point
+        ranges: list[tuple[int, int] | None] = list(split.get(v.id) or [live])
         category = "constant" if v.constant else "variable"
         for t in np.flatnonzero(counts):
             region = INTERLEAVED if (v.id, int(t)) in inter else ANY
             nbytes = int(counts[t]) * v.type.size
-            blocks.append(Block(v.name, category, int(t), nbytes, v.type.size, region, live))
+            for k, rng in enumerate(ranges):
+                block = Block(v.name, category, int(t), nbytes, v.type.size, region, rng)
+                blocks.append(block)
+                if k and extra is not None:
+                    extra.append(block)
     return blocks
 
 
@@ -356,21 +454,28 @@ def plan_memory(state: Any, program: ir.Program, emitter: Any) -> MemoryReport:
     """
     cfg = state.target.config
     nt = state.target.getNumTiles()
-    walk = _walk(program, emitter.touches, {id(n) for n in emitter.cs_nodes.values()})
+    undefs = getattr(emitter, "undefs", {})
+    walk = _walk(program, emitter.touches, {id(n) for n in emitter.cs_nodes.values()}, undefs)
     computes = list({id(s): s for s in walk.steps if isinstance(s, ir.Compute)}.values())
     by_compute_set: dict[str, np.ndarray] = {}
     by_vertex_type: dict[str, int] = {}
     timing = TimingModel(cfg)
     blocks = _code_blocks(walk, timing, nt)
     blocks += _vertex_code_blocks(computes, nt, by_vertex_type, cfg.code)
-    blocks += _variable_blocks(state, walk, emitter.touches, list(emitter.cs_nodes), nt)
+    extra: list[Block] = []
+    blocks += _variable_blocks(
+        state, walk, emitter.touches, list(emitter.cs_nodes), nt, undefs, extra
+    )
     blocks += _vertex_state_blocks(
         state, emitter, computes, nt, by_compute_set, by_vertex_type, cfg.code
     )
     blocks += _buffer_blocks(walk, timing, nt)
     names = [s.name for s in walk.steps]
     spec = MemorySpec.from_config(cfg.memory)
-    return plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)
+    report = plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)
+    for block in extra:  # a variable's later live ranges: its bytes count once
+        report.by_category[block.category][block.tile] -= block.size
+    return report
 
 
 def _kib(n: int) -> str:
