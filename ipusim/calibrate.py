@@ -252,8 +252,11 @@ def _default_bounds(schema: _Schema, initial: float) -> tuple[float, float]:
         lower = schema.lower + (magnitude / 1000 if not schema.integer else 1.0)
     else:
         lower = schema.lower
-    if schema.upper is None:
-        upper = max(initial * DEFAULT_SPAN, lower + magnitude) if initial > 0 else lower + magnitude
+    # the schema's upper bound is a physical limit (often far beyond any plausible value):
+    # search up to DEFAULT_SPAN times the start value unless the schema is tighter
+    heuristic = max(initial * DEFAULT_SPAN, lower + magnitude) if initial > 0 else lower + magnitude
+    if schema.upper is None or schema.upper > heuristic:
+        upper = heuristic
     elif schema.upper_open:
         upper = schema.upper - (magnitude / 1000 if not schema.integer else 1.0)
     else:

@@ -24,6 +24,7 @@ from ipusim.config import (
     config_to_yaml,
     list_presets,
     load_config,
+    load_yaml_text,
     preset_path,
 )
 from ipusim.errors import ConfigError, IpusimError
@@ -47,9 +48,13 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
             )
             continue
         try:
-            overrides[path.strip()] = yaml.safe_load(text) if text.strip() else text
-        except yaml.YAMLError:
-            overrides[path.strip()] = text
+            value = load_yaml_text(text, f"--set {path.strip()}") if text.strip() else text
+        except yaml.YAMLError:  # not YAML: the text itself (e.g. a quantity such as 1:2)
+            value = text
+        except ConfigError as exc:  # duplicate keys, an alias bomb, ...
+            problems += exc.problems
+            continue
+        overrides[path.strip()] = value
     if problems:
         raise ConfigError(problems, header="invalid command line overrides")
     return overrides

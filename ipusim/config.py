@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ipusim.errors import ConfigError
 from ipusim.units import Bytes, BytesPerSecond, Hertz, Seconds
@@ -44,20 +52,85 @@ __all__ = [
     "config_to_yaml",
     "list_presets",
     "load_config",
+    "load_yaml_text",
     "preset_path",
     "with_overrides",
 ]
 
 
+# Physical bounds ---------------------------------------------------------------------------
+# Every numeric field has an upper bound (and a lower one where zero or tiny values would
+# break the arithmetic), chosen far outside any real machine so that no plausible config
+# is refused, yet close enough that the derived integers (cycles from seconds, bytes over
+# bandwidths) stay far inside int64 (2^63 ~ 9.2e18). The reasoning is in each field's
+# description, which every error message about the field repeats.
+
+#: Fixed cycle counts (latencies, delays): 2^40 cycles is about 18 minutes at 1 GHz,
+#: beyond any latency of a real machine; 2^23 steps of it still fit in int64.
+MAX_CYCLES = 1 << 40
+#: Tile clock: no clocked logic runs at 100 GHz (IPUs run at 1.3-1.85 GHz); at least 1 MHz.
+MAX_CLOCK_HZ = 100e9
+MIN_CLOCK_HZ = 1e6
+#: Latencies: one transfer never takes a second; 1 s x 100 GHz = 1e11 cycles.
+MAX_SECONDS = 1.0
+#: Bandwidths: 1 PB/s is 1000x the fastest chip-to-chip link; 1 MB/s is slower than
+#: any host or IPU link ever built (PCIe 1.0 x1 moves 250 MB/s).
+MAX_BYTES_PER_S = 1e15
+MIN_BYTES_PER_S = 1e6
+#: Tile memory: a tile addresses its memory with 32-bit pointers, so at most 4 GiB.
+MAX_TILE_MEMORY_BYTES = 1 << 32
+#: One host copy or buffer: 1 TiB, more than the host memory of any IPU server.
+MAX_COPY_BYTES = 1 << 40
+#: Tiles over all IPUs: 2^21 (a 1024-IPU Mk2 pod has 1,507,328); beyond it the
+#: per-tile arrays of one step alone would take gigabytes.
+MAX_TOTAL_TILES = 1 << 21
+#: Longest host copy or whole-IPU link transfer a config may imply, in cycles: it keeps
+#: every sum of transfer cycles of a run inside int64.
+MAX_TRANSFER_CYCLES = 1 << 48
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """Refuse ``true``/``yes``/``on`` where a number is expected.
+
+        Python's ``bool`` is an ``int`` and YAML 1.1 reads ``yes``, ``no``, ``on``,
+        ``off``, ``true`` and ``false`` as booleans, so without this check
+        ``tiles_per_ipu: yes`` would silently become 1 tile.
+        """
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if _is_numeric(annotation):
+                raise ValueError(
+                    f"found {value!r} (a boolean); expected a number; hint: YAML reads "
+                    f"yes/no/on/off/true/false as booleans, write the number instead"
+                )
+        return value
+
+
+def _is_numeric(annotation: Any) -> bool:
+    """Whether a field annotation is ``int``, ``float`` or an optional one of them."""
+    if annotation in (int, float):
+        return True
+    args = getattr(annotation, "__args__", ())
+    return bool(args) and all(a in (int, float, type(None)) for a in args)
 
 
 class TileConfig(_Section):
     """Tile processor: count, clock and the barrel-scheduled worker contexts."""
 
-    tiles_per_ipu: int = Field(ge=1, le=65536, description="Tiles on one IPU.")
-    clock_hz: Hertz = Field(gt=0, description="Tile clock frequency in Hz.")
+    tiles_per_ipu: int = Field(
+        ge=1, le=65536, description="Tiles on one IPU; 1..65536 (Mk2 has 1472)."
+    )
+    clock_hz: Hertz = Field(
+        ge=MIN_CLOCK_HZ,
+        le=MAX_CLOCK_HZ,
+        description="Tile clock frequency in Hz; 1 MHz..100 GHz (no clocked logic runs "
+        "faster; IPUs run at 1.3-1.85 GHz).",
+    )
     worker_contexts: int = Field(
         default=6, ge=1, le=64, description="Worker contexts (barrel slots)."
     )
@@ -75,10 +148,18 @@ class TileConfig(_Section):
         description="Refinement: extra tile cycles per multi-vertex (supervisor) launch. 0 "
         "reproduces the IPU Model.",
     )
-    peak_flops_per_cycle_fp32: int = Field(ge=1, description="Peak fp32 flop per cycle per tile.")
-    peak_flops_per_cycle_fp16: int = Field(ge=1, description="Peak fp16 flop per cycle per tile.")
+    peak_flops_per_cycle_fp32: int = Field(
+        ge=1, le=1 << 16, description="Peak fp32 flop per cycle per tile; at most 65536."
+    )
+    peak_flops_per_cycle_fp16: int = Field(
+        ge=1, le=1 << 16, description="Peak fp16 flop per cycle per tile; at most 65536."
+    )
     columns: int = Field(
-        default=16, ge=1, description="Physical layout: tiles are numbered column by column."
+        default=16,
+        ge=1,
+        le=65536,
+        description="Physical layout: tiles are numbered column by column; at most "
+        "tiles_per_ipu (the last column may be partly filled).",
     )
     model: str = Field(
         default="barrel",
@@ -89,35 +170,76 @@ class TileConfig(_Section):
 class MemoryConfig(_Section):
     """Tile memory: the interleaved and non-interleaved regions and their banks."""
 
-    tile_memory_bytes: Bytes = Field(ge=1, description="Memory per tile in bytes.")
+    tile_memory_bytes: Bytes = Field(
+        ge=1,
+        le=MAX_TILE_MEMORY_BYTES,
+        description="Memory per tile in bytes; at most 4 GiB (32-bit tile addresses).",
+    )
     non_interleaved_bytes: Bytes = Field(
-        ge=0, description="Non-interleaved region (code and data)."
+        ge=0,
+        le=MAX_TILE_MEMORY_BYTES,
+        description="Non-interleaved region (code and data); a multiple of bank_bytes.",
     )
-    interleaved_bytes: Bytes = Field(ge=0, description="Interleaved region (data only).")
-    bank_bytes: Bytes = Field(ge=1, description="Memory element (bank) size in bytes.")
-    alignment_bytes: Bytes = Field(default=8, ge=1, description="Minimum alignment of data.")
-    load_bytes_per_cycle: int = Field(default=16, ge=1, description="Peak load bandwidth per tile.")
+    interleaved_bytes: Bytes = Field(
+        ge=0,
+        le=MAX_TILE_MEMORY_BYTES,
+        description="Interleaved region (data only); a multiple of bank_bytes.",
+    )
+    bank_bytes: Bytes = Field(
+        ge=1,
+        le=MAX_TILE_MEMORY_BYTES,
+        description="Memory element (bank) size in bytes; divides both regions.",
+    )
+    alignment_bytes: Bytes = Field(
+        default=8,
+        ge=1,
+        le=1 << 16,
+        description="Minimum alignment of data; a power of two, at most 64 KiB.",
+    )
+    load_bytes_per_cycle: int = Field(
+        default=16, ge=1, le=1024, description="Peak load bandwidth per tile; at most 1 KiB."
+    )
     store_bytes_per_cycle: int = Field(
-        default=8, ge=1, description="Peak store bandwidth per tile."
+        default=8, ge=1, le=1024, description="Peak store bandwidth per tile; at most 1 KiB."
     )
+
+    @field_validator("alignment_bytes")
+    @classmethod
+    def _alignment_power_of_two(cls, value: int) -> int:
+        """Alignments are powers of two: addresses are aligned by clearing low bits."""
+        if value & (value - 1):
+            below = 1 << (value.bit_length() - 1)
+            raise ValueError(
+                f"found {value}; expected a power of two (1, 2, 4, 8, ...), e.g. {below} "
+                f"or {below * 2}"
+            )
+        return value
 
 
 class ExchangeConfig(_Section):
     """On-chip (internal) exchange fabric."""
 
-    bytes_per_cycle: float = Field(gt=0, description="Exchange bytes per cycle per tile.")
-    fixed_latency_cycles: int = Field(default=0, ge=0, description="Fixed cycles per exchange.")
+    bytes_per_cycle: float = Field(
+        gt=0,
+        le=1024,
+        description="Exchange bytes per cycle per tile; at most 1024 (a tile's exchange "
+        "port moves a few words per cycle); a whole tile memory must move in 2^48 cycles.",
+    )
+    fixed_latency_cycles: int = Field(
+        default=0, ge=0, le=MAX_CYCLES, description="Fixed cycles per exchange; at most 2^40."
+    )
     cycles_per_hop: float = Field(
         default=0.0,
         ge=0,
-        description="Extra cycles per unit of layout distance to the farthest peer.",
+        le=1e6,
+        description="Extra cycles per unit of layout distance to the farthest peer; at most 1e6.",
     )
     cycles_per_message: float = Field(
         default=0.0,
         ge=0,
         le=1e6,
         description="Cycles a tile spends setting up each message it sends or receives "
-        "(exchange code per contiguous region).",
+        "(exchange code per contiguous region); at most 1e6.",
     )
     tiles_per_shared_bus: int = Field(default=1, ge=1, le=2, description="Tiles sharing a bus.")
     model: str = Field(
@@ -130,22 +252,36 @@ class SyncConfig(_Section):
     """Sync controller and its per-tile delays."""
 
     min_sync_delay_cycles: int = Field(
-        default=0, ge=0, description="Minimum sync delay of any tile."
+        default=0, ge=0, le=MAX_CYCLES, description="Minimum sync delay of any tile; at most 2^40."
     )
     relative_delay: Literal["auto", "none"] = Field(
         default="auto", description="'auto': delay grows with distance to the controller."
     )
     max_relative_delay_cycles: int = Field(
-        default=0, ge=0, description="Delay of the farthest tile."
+        default=0, ge=0, le=MAX_CYCLES, description="Delay of the farthest tile; at most 2^40."
     )
-    controller_tile: int = Field(default=0, ge=0, description="Tile nearest the sync controller.")
+    controller_tile: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Tile nearest the sync controller; below tile.tiles_per_ipu.",
+    )
     global_sync_cycles: int | None = Field(
-        default=None, ge=0, description="Extra cycles of an external sync; None: derived."
+        default=None,
+        ge=0,
+        le=MAX_CYCLES,
+        description="Extra cycles of an external sync; None: derived; at most 2^40.",
     )
     global_sync_ns_per_hop: float = Field(
-        default=15.0, ge=0, description="Used when global_sync_cycles is None."
+        default=15.0,
+        ge=0,
+        le=1e9,
+        description="Used when global_sync_cycles is None; at most 1e9 ns (a latency "
+        "is under 1 s).",
     )
-    host_sync_cycles: int = Field(default=0, ge=0, description="Extra cycles of a host sync.")
+    host_sync_cycles: int = Field(
+        default=0, ge=0, le=MAX_CYCLES, description="Extra cycles of a host sync; at most 2^40."
+    )
     model: str = Field(
         default="controller",
         description="Sync timing component (ipusim.timing.components('sync')).",
@@ -156,10 +292,20 @@ class HostConfig(_Section):
     """Host link (PCIe or RoCE) shared by the IPUs of a machine."""
 
     bandwidth_bytes_per_s: BytesPerSecond = Field(
-        gt=0, description="Host link bandwidth, one direction."
+        ge=MIN_BYTES_PER_S,
+        le=MAX_BYTES_PER_S,
+        description="Host link bandwidth, one direction; 1 MB/s..1 PB/s (no host link is "
+        "slower than PCIe 1.0 x1 or 1000x faster than PCIe 5).",
     )
-    latency_s: Seconds = Field(default=0.0, ge=0, description="Latency of one host transfer.")
-    max_copy_bytes: Bytes = Field(ge=1, description="Largest single stream copy.")
+    latency_s: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="Latency of one host transfer; at most 1 s (1e11 cycles at 100 GHz).",
+    )
+    max_copy_bytes: Bytes = Field(
+        ge=1, le=MAX_COPY_BYTES, description="Largest single stream copy; at most 1 TiB."
+    )
     model: str = Field(
         default="shared_link",
         description="Host link timing component (ipusim.timing.components('host')).",
@@ -170,11 +316,20 @@ class LinksConfig(_Section):
     """IPU-Links between the IPUs of a machine."""
 
     bandwidth_bytes_per_s: BytesPerSecond = Field(
-        gt=0, description="Bandwidth of one link, one direction."
+        ge=MIN_BYTES_PER_S,
+        le=MAX_BYTES_PER_S,
+        description="Bandwidth of one link, one direction; 1 MB/s..1 PB/s.",
     )
-    links_between_neighbours: int = Field(default=1, ge=1, description="Parallel links per hop.")
+    links_between_neighbours: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Parallel links per hop; at most 64 (an IPU has 10 links).",
+    )
     topology: Literal["ring", "line", "full"] = Field(default="ring")
-    hop_latency_cycles: int = Field(default=0, ge=0, description="Latency per hop.")
+    hop_latency_cycles: int = Field(
+        default=0, ge=0, le=MAX_CYCLES, description="Latency per hop; at most 2^40."
+    )
     model: str = Field(
         default="topology",
         description="IPU-Link timing component (ipusim.timing.components('links')).",
@@ -184,6 +339,19 @@ class LinksConfig(_Section):
 class RemoteConfig(_Section):
     """Remote buffers in Streaming Memory, reached through the host link."""
 
+    bandwidth_bytes_per_s: BytesPerSecond = Field(
+        default=15.75e9,
+        gt=0,
+        le=1e13,
+        description="Streaming Memory bandwidth of one IPU, one direction "
+        "(remote.model: streaming_memory).",
+    )
+    latency_s: Seconds = Field(
+        default=1e-6,
+        ge=0,
+        le=1.0,
+        description="Latency of one Streaming Memory transfer (remote.model: streaming_memory).",
+    )
     model: str = Field(
         default="host_link",
         description="Remote-buffer timing component (ipusim.timing.components('remote')).",
@@ -253,7 +421,12 @@ class MachineConfig(_Section):
     name: str = "custom"
     description: str = ""
     arch: Literal["ipu1", "ipu2", "ipu21", "custom"] = "custom"
-    num_ipus: int = Field(default=1, ge=1, le=1024)
+    num_ipus: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="IPUs of the machine; 1..1024 (the largest IPU-POD has 1024).",
+    )
     tile: TileConfig
     memory: MemoryConfig
     exchange: ExchangeConfig
@@ -270,16 +443,11 @@ class MachineConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> MachineConfig:
-        problems = [
-            message
-            for message in (
-                _memory_regions_problem(self.memory),
-                _controller_tile_problem(self.tile, self.sync),
-            )
-            if message is not None
-        ]
+        problems = _cross_problems(
+            self.num_ipus, self.tile, self.memory, self.exchange, self.sync, self.host, self.links
+        )
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("; ".join(f"{'.'.join(path)}: {msg}" for path, msg in problems))
         return self
 
     # Derived quantities -------------------------------------------------------------
@@ -338,6 +506,139 @@ def _controller_tile_problem(tile: TileConfig, sync: SyncConfig) -> str | None:
         f"found {sync.controller_tile}; expected a tile below tile.tiles_per_ipu "
         f"({tile.tiles_per_ipu}), i.e. 0..{tile.tiles_per_ipu - 1}"
     )
+
+
+def _banks_problem(mem: MemoryConfig) -> str | None:
+    """Why the memory regions are not made of whole banks, or ``None``.
+
+    Memory is placed bank by bank; a region that is not a whole number of banks (or a
+    bank larger than a region) has no meaning on the chip.
+    """
+    bad = [
+        f"{name} ({size}) is not a multiple of it"
+        for name, size in (
+            ("memory.non_interleaved_bytes", mem.non_interleaved_bytes),
+            ("memory.interleaved_bytes", mem.interleaved_bytes),
+        )
+        if size % mem.bank_bytes
+    ]
+    if not bad:
+        return None
+    return (
+        f"found memory.bank_bytes = {mem.bank_bytes}, but {' and '.join(bad)}; expected "
+        f"both regions to be whole numbers of banks; hint: a bank is 16 KiB on Mk1/Mk2"
+    )
+
+
+def _columns_problem(tile: TileConfig) -> str | None:
+    """Why the tile layout has empty columns, or ``None``."""
+    if tile.columns <= tile.tiles_per_ipu:
+        return None
+    return (
+        f"found tile.columns = {tile.columns} with tile.tiles_per_ipu = {tile.tiles_per_ipu}; "
+        f"expected at most {tile.tiles_per_ipu} columns (a column holds at least one tile)"
+    )
+
+
+def _total_tiles_problem(num_ipus: int, tile: TileConfig) -> str | None:
+    """Why the machine has more tiles than can be simulated, or ``None``."""
+    total = num_ipus * tile.tiles_per_ipu
+    if total <= MAX_TOTAL_TILES:
+        return None
+    return (
+        f"found num_ipus = {num_ipus} x tile.tiles_per_ipu = {tile.tiles_per_ipu} = {total:,} "
+        f"tiles; expected at most {MAX_TOTAL_TILES:,} tiles over all IPUs (a 1024-IPU Mk2 "
+        f"pod has 1,507,328)"
+    )
+
+
+def _transfer_problems(
+    tile: TileConfig,
+    memory: MemoryConfig | None,
+    exchange: ExchangeConfig | None,
+    host: HostConfig | None,
+    links: LinksConfig | None,
+) -> list[tuple[tuple[str, ...], str]]:
+    """Transfers whose cycle counts would leave int64 headroom (field path, message).
+
+    Exchanging a whole tile memory, the longest host copy (``host.max_copy_bytes`` at
+    the host bandwidth) and moving a whole IPU's memory over one IPU-Link hop must each
+    take at most :data:`MAX_TRANSFER_CYCLES`, so that the sums of a run stay inside int64.
+    """
+    out: list[tuple[tuple[str, ...], str]] = []
+    if memory is not None and exchange is not None:
+        cycles = memory.tile_memory_bytes / exchange.bytes_per_cycle
+        if cycles > MAX_TRANSFER_CYCLES:
+            out.append(
+                (
+                    ("exchange", "bytes_per_cycle"),
+                    f"found exchange.bytes_per_cycle = {exchange.bytes_per_cycle:g}: "
+                    f"exchanging memory.tile_memory_bytes = {memory.tile_memory_bytes} would "
+                    f"take {cycles:.3g} cycles; expected at most 2^48 cycles",
+                )
+            )
+    if host is not None:
+        cycles = host.max_copy_bytes / host.bandwidth_bytes_per_s * tile.clock_hz
+        if cycles > MAX_TRANSFER_CYCLES:
+            out.append(
+                (
+                    ("host", "bandwidth_bytes_per_s"),
+                    f"found host.max_copy_bytes = {host.max_copy_bytes} at "
+                    f"host.bandwidth_bytes_per_s = {host.bandwidth_bytes_per_s:g} and "
+                    f"tile.clock_hz = {tile.clock_hz:g}: one copy would take {cycles:.3g} "
+                    f"cycles; expected at most 2^48 cycles; hint: lower max_copy_bytes or "
+                    f"raise the bandwidth",
+                )
+            )
+    if memory is not None and links is not None:
+        ipu_bytes = memory.tile_memory_bytes * tile.tiles_per_ipu
+        per_cycle = links.bandwidth_bytes_per_s * links.links_between_neighbours
+        cycles = ipu_bytes / per_cycle * tile.clock_hz
+        if cycles > MAX_TRANSFER_CYCLES:
+            out.append(
+                (
+                    ("links", "bandwidth_bytes_per_s"),
+                    f"found links.bandwidth_bytes_per_s = {links.bandwidth_bytes_per_s:g}: "
+                    f"moving one IPU's memory ({ipu_bytes:,} bytes = tile.tiles_per_ipu x "
+                    f"memory.tile_memory_bytes) over a hop would take {cycles:.3g} cycles at "
+                    f"tile.clock_hz = {tile.clock_hz:g}; expected at most 2^48 cycles",
+                )
+            )
+    return out
+
+
+def _cross_problems(
+    num_ipus: int | None,
+    tile: TileConfig | None,
+    memory: MemoryConfig | None,
+    exchange: ExchangeConfig | None,
+    sync: SyncConfig | None,
+    host: HostConfig | None,
+    links: LinksConfig | None,
+) -> list[tuple[tuple[str, ...], str]]:
+    """Every problem between fields of the sections given (None: invalid on its own).
+
+    Returns ``(field path, message)`` pairs; each message names both fields and values.
+    """
+    out: list[tuple[tuple[str, ...], str]] = []
+
+    def add(path: tuple[str, ...], message: str | None) -> None:
+        if message is not None:
+            out.append((path, message))
+
+    if memory is not None:
+        regions = _memory_regions_problem(memory)
+        add(("memory",), regions)
+        if regions is None:  # one memory-layout problem at a time: the sum first
+            add(("memory", "bank_bytes"), _banks_problem(memory))
+    if tile is not None:
+        add(("tile", "columns"), _columns_problem(tile))
+        if num_ipus is not None:
+            add(("num_ipus",), _total_tiles_problem(num_ipus, tile))
+        if sync is not None:
+            add(("sync", "controller_tile"), _controller_tile_problem(tile, sync))
+        out += _transfer_problems(tile, memory, exchange, host, links)
+    return out
 
 
 # Presets --------------------------------------------------------------------------------
@@ -406,6 +707,147 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: Most nodes a YAML config may expand to, counting every alias as a copy of its anchor.
+#: A preset has a few hundred; a "billion laughs" alias bomb has 10^9.
+MAX_YAML_NODES = 100_000
+#: Deepest nesting of mappings and lists in a YAML config (a preset nests 4 deep).
+MAX_YAML_DEPTH = 64
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _YamlInputError(Exception):
+    """A YAML document that parses but is refused (duplicate key, alias bomb, ...)."""
+
+    def __init__(self, where: yaml.Mark | None, message: str) -> None:
+        super().__init__(message)
+        self.where = where
+        self.message = message
+
+
+def _mark_text(mark: yaml.Mark | None) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"
+
+
+def _check_nodes(root: yaml.Node) -> None:
+    """Refuse duplicate keys, recursive aliases, deep nesting and alias bombs.
+
+    Runs on the composed node graph, before any Python object is built: an alias is
+    one shared node there, so the expanded size of the document (every alias counted as
+    a full copy, memoised per node) is found in time linear in the file, and a bomb is
+    refused without ever being expanded.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def walk(node: yaml.Node, path: str, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise _YamlInputError(
+                node.start_mark,
+                f"{path or 'top level'}: an alias refers to a node that contains it "
+                f"(a recursive structure); expected a tree of mappings, lists and values",
+            )
+        if depth > MAX_YAML_DEPTH:
+            raise _YamlInputError(
+                node.start_mark,
+                f"{path or 'top level'}: nested more than {MAX_YAML_DEPTH} levels deep; "
+                f"expected a machine config (a few levels of sections)",
+            )
+        active.add(key)
+        size = 1
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Mark] = {}
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
+                    name = (key_node.tag, key_node.value)
+                    if name in seen:
+                        where = f"{path}." if path else ""
+                        raise _YamlInputError(
+                            key_node.start_mark,
+                            f"duplicate key '{where}{key_node.value}' (first at "
+                            f"{_mark_text(seen[name])}); expected each key once per mapping "
+                            f"(YAML would silently keep the last value); hint: delete or "
+                            f"merge one of them",
+                        )
+                    seen[name] = key_node.start_mark
+                child = f"{path}.{key_node.value}" if path else str(key_node.value)
+                if not isinstance(key_node, yaml.ScalarNode):
+                    child = f"{path}.<key>" if path else "<key>"
+                size += walk(key_node, child, depth + 1) + walk(value_node, child, depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                size += walk(item, f"{path}[{index}]", depth + 1)
+        if size > MAX_YAML_NODES:
+            raise _YamlInputError(
+                node.start_mark,
+                f"{path or 'top level'}: the document expands to more than "
+                f"{MAX_YAML_NODES:,} values (aliases counted as copies: an alias bomb?); "
+                f"expected a machine config (a preset has a few hundred values)",
+            )
+        active.discard(key)
+        sizes[key] = size
+        return size
+
+    walk(root, "", 0)
+
+
+def load_yaml_text(text: str, label: str) -> Any:
+    """Parse YAML ``text`` like :func:`yaml.safe_load`, refusing what a config never holds.
+
+    PyYAML silently keeps the last of two equal keys and expands aliases without limit;
+    a config with either is almost certainly a mistake (or an attack), so both are
+    refused, as are recursive aliases and nesting deeper than :data:`MAX_YAML_DEPTH`.
+
+    Parameters
+    ----------
+    text
+        The YAML document.
+    label
+        The file (or ``--set`` item) named in messages.
+
+    Returns
+    -------
+    Any
+        The parsed document (``None`` for an empty one).
+
+    Raises
+    ------
+    yaml.YAMLError
+        A YAML syntax error.
+    ConfigError
+        A duplicate key, an alias bomb, a recursive alias, too deep nesting or a number
+        too long to read; the message names ``label``, the line and the key path.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise ConfigError(
+                [
+                    f"{label}: nested too deeply to read; expected a machine config (a few "
+                    f"levels of sections)"
+                ]
+            ) from None
+        if node is None:
+            return None
+        try:
+            _check_nodes(node)
+        except _YamlInputError as exc:
+            raise ConfigError([f"{label}: {_mark_text(exc.where)}: {exc.message}"]) from None
+        try:
+            return loader.construct_document(node)
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            raise ConfigError(
+                [f"{label}: a value cannot be read ({exc}); expected a number of usual size"]
+            ) from None
+    finally:
+        loader.dispose()
+
+
 def _read_yaml(path: Path, label: str) -> dict[str, Any]:
     """Parse one YAML config file into a dict, or raise a one-problem ConfigError."""
     try:
@@ -420,7 +862,7 @@ def _read_yaml(path: Path, label: str) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{label}: cannot read the file ({exc})"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text, label)
     except yaml.YAMLError as exc:
         raise ConfigError([_yaml_problem(label, exc)]) from None
     if not isinstance(data, dict):
@@ -648,17 +1090,19 @@ def _cross_check_lines(layers: list[_Layer], data: Mapping[str, Any]) -> list[st
         except ValidationError:
             return None
 
-    lines = []
-    memory = section("memory", MemoryConfig)
-    if memory is not None and (msg := _memory_regions_problem(memory)) is not None:
-        lines.append(f"{_origin(layers, ('memory',))}: memory: {msg}")
-    tile, sync = section("tile", TileConfig), section("sync", SyncConfig)
-    if tile is not None and sync is not None:
-        msg = _controller_tile_problem(tile, sync)
-        if msg is not None:
-            path = ("sync", "controller_tile")
-            lines.append(f"{_origin(layers, path)}: sync.controller_tile: {msg}")
-    return lines
+    num_ipus = data.get("num_ipus", 1)
+    if isinstance(num_ipus, bool) or not isinstance(num_ipus, int) or num_ipus < 1:
+        num_ipus = None
+    problems = _cross_problems(
+        num_ipus,
+        section("tile", TileConfig),
+        section("memory", MemoryConfig),
+        section("exchange", ExchangeConfig),
+        section("sync", SyncConfig),
+        section("host", HostConfig),
+        section("links", LinksConfig),
+    )
+    return [f"{_origin(layers, path)}: {'.'.join(path)}: {msg}" for path, msg in problems]
 
 
 def _validate(layers: list[_Layer], problems: list[str] | None = None) -> MachineConfig:

@@ -221,6 +221,14 @@ class StreamCopy(Step):
     its tiles, or gathering it from them) is a separate ``Exchange`` step of the
     program; otherwise the copy itself lasts at least as long as its busiest tile
     needs at the exchange rate.
+
+    ``prefetch`` (host-to-device copies only) lets the host send the data of the
+    stream's next copy ahead of time: when this copy ends, the transfer of the next
+    copy of ``stream`` starts in the background over the host link, and that copy
+    waits only for what remains of it (docs/machine.md, "Prefetch"). Whether the host
+    had that data ready is the data plane's answer to ``prefetch_predicate`` (asked
+    after this step's effect; non-zero: ready); without a predicate it is assumed
+    ready.
     """
 
     kind: ClassVar[str] = "stream_copy"
@@ -229,6 +237,8 @@ class StreamCopy(Step):
     num_bytes: np.ndarray
     stream: str = ""
     exchanged: bool = False
+    prefetch: bool = False
+    prefetch_predicate: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "direction", Direction(self.direction))
@@ -240,7 +250,9 @@ class StreamCopy(Step):
 class RemoteBufferCopy(StreamCopy):
     """A transfer between tiles and a remote buffer in Streaming Memory.
 
-    Modelled over the host link, as Streaming Memory sits behind it.
+    ``stream`` names the remote buffer. Costed by the ``remote`` timing component:
+    Streaming Memory's own link per IPU (``streaming_memory``), or the host link
+    (``host_link``). Never prefetched.
     """
 
     kind: ClassVar[str] = "remote_buffer_copy"
@@ -478,6 +490,15 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
         elif isinstance(step, StreamCopy) and check_lengths(step, ("tile", "num_bytes")):
             check_tiles(step, "tile", step.tile)
             check_nonneg(step, "num_bytes", step.num_bytes)
+            prefetchable = step.direction is Direction.HOST_TO_DEVICE and not isinstance(
+                step, RemoteBufferCopy
+            )
+            if step.prefetch and not prefetchable:
+                problems.append(
+                    f"{where(step, 'prefetch')}: True on a {step.kind} step of direction "
+                    f"{step.direction.value}; only host-to-device stream copies are "
+                    "prefetched; hint: set prefetch=False"
+                )
 
     def check_node(node: Node, path: str) -> None:
         if isinstance(node, Step):

@@ -52,6 +52,14 @@ class _Decision:
     pending: int
 
 
+@dataclass
+class _Prefetch:
+    """A background host-link transfer of a stream's next copy to one IPU."""
+
+    num_bytes: int
+    done: simpy.Process
+
+
 class Machine:
     """A modelled IPU machine that runs machine programs.
 
@@ -156,6 +164,8 @@ class _Run:
         self.decision_log: list[tuple[int, int]] = []
         self.entry = 0
         self.barriers: dict[tuple[int, int], _Barrier] = {}
+        #: (stream, ipu) -> the prefetched transfer its next host-to-device copy uses
+        self.prefetched: dict[tuple[str, int], _Prefetch] = {}
 
     # ------------------------------------------------------------------ driver
     def execute(self, root: ir.Node) -> Trace:
@@ -375,20 +385,54 @@ class _Run:
     def _stream_copy(
         self, g: _Group, n: int, rec: StepRecord, step: ir.StreamCopy
     ) -> Generator[simpy.Event, Any, None]:
+        """A stream (or remote-buffer) copy: a collective of the IPU's tiles.
+
+        Prefetch (``step.prefetch``): when the copy ends and the host had the data of
+        the stream's next copy ready (the data plane's answer to the step's prefetch
+        predicate, asked by every group in the same order), that data starts moving
+        over the link in the background at once (with lower priority than the copies
+        the tiles wait for). The next copy of the same stream on this IPU, if it moves
+        as many bytes, waits only for what is left of that transfer (no new latency);
+        otherwise it transfers its data itself.
+        """
         part, expected, lo, hi = self._scope(g, True)
         demand = self.timing.cost(step)
+        next_ready = step.prefetch
+        if step.prefetch and step.prefetch_predicate is not None:
+            next_ready = bool(self._decide(g, step.prefetch_predicate))
         total, floor = int(demand.bytes_per_ipu[g.ipu]), int(demand.floor_cycles[g.ipu])
         if total == 0:  # nothing for this IPU: the step takes no time here
             return
-        link = self.remote_link if isinstance(step, ir.RemoteBufferCopy) else self.host_link
+        remote = isinstance(step, ir.RemoteBufferCopy)
+        link = self.remote_link if remote else self.host_link
+        ipu = g.ipu
 
         def finish() -> Generator[simpy.Event, Any, None]:
             begin = int(self.clock[lo:hi].max())
-            yield from link.transfer(total)
-            end = max(int(np.ceil(self.env.now)), begin + demand.latency_cycles + floor)
+            ahead = self.prefetched.pop((step.stream, ipu), None) if step.prefetch else None
+            if ahead is not None and ahead.num_bytes == total:
+                yield ahead.done  # the transfer started at the previous copy's end
+                end = max(int(np.ceil(self.env.now)), begin + floor)
+                rec.details = _prefetched_ipus(rec.details, ipu)
+            else:
+                yield from link.transfer(total, ipu=ipu)
+                end = max(int(np.ceil(self.env.now)), begin + demand.latency_cycles + floor)
             self._settle(rec, lo, hi, end)
+            if next_ready:
+                self.prefetched[(step.stream, ipu)] = _Prefetch(
+                    total, self.env.process(self._transfer_at(link, end, total, ipu))
+                )
 
         yield from self._collective(g, (n, part), expected, finish)
+
+    def _transfer_at(
+        self, link: Any, start: int, num_bytes: int, ipu: int
+    ) -> Generator[simpy.Event, Any, None]:
+        """A background transfer of ``num_bytes`` over ``link`` from cycle ``start``: it
+        uses the link only while no copy the tiles wait for is in flight."""
+        if start > self.env.now:
+            yield self.env.timeout(start - self.env.now)
+        yield from link.transfer(num_bytes, ipu=ipu, background=True)
 
     def _global_exchange(
         self, g: _Group, n: int, rec: StepRecord, step: ir.GlobalExchange
@@ -402,6 +446,12 @@ class _Run:
             yield from ()
 
         yield from self._collective(g, (n, part), expected, finish)
+
+
+def _prefetched_ipus(details: object, ipu: int) -> dict[str, list[int]]:
+    """A stream copy record's details: the IPUs whose data had been prefetched."""
+    ipus = list(details.get("prefetched_ipus", [])) if isinstance(details, dict) else []
+    return {"prefetched_ipus": sorted({*ipus, ipu})}
 
 
 __all__ = ["Machine"]

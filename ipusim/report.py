@@ -18,12 +18,15 @@ A profile directory is what the engine's ``autoReport`` option writes:
 With ``profiler.format=cbor`` the two profiles are ``execution.cbor`` and
 ``profile.cbor`` instead; they are read the same way.
 
-Plots go to the profile directory or to ``out``.
+Plots go to the profile directory or to ``out``; they need matplotlib, the ``plot``
+extra (``pip install 'ipusim[plot]'``). Every problem (a missing directory or extra, a
+malformed file or field) is a :class:`ReportError` naming it, never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from os import PathLike
 from pathlib import Path
@@ -52,6 +55,27 @@ def _expected() -> str:
     return ", ".join(EXPECTED_FILES)
 
 
+#: The extra that installs what plotting needs.
+PLOT_EXTRA_HINT = "pip install 'ipusim[plot]'"
+
+
+def require_matplotlib() -> None:
+    """Raise a :class:`ReportError` naming the ``plot`` extra if matplotlib is missing.
+
+    Checked before anything is printed or written, so that a report either does all
+    it was asked or nothing.
+    """
+    try:
+        import matplotlib
+        import matplotlib.figure  # noqa: F401
+    except ImportError as exc:
+        raise ReportError(
+            f"plots need matplotlib, which cannot be imported ({exc}); hint: install the "
+            f"plot extra with `{PLOT_EXTRA_HINT}`, or run `ipusim report --no-plots` to "
+            "print the summary only"
+        ) from None
+
+
 def _load_profile(path: Path) -> Any:
     if path.suffix == ".cbor":
         import cbor2
@@ -59,11 +83,19 @@ def _load_profile(path: Path) -> Any:
         try:
             with path.open("rb") as f:
                 return cbor2.load(f)
-        except (cbor2.CBORDecodeError, EOFError, ValueError) as exc:
+        except (cbor2.CBORDecodeError, EOFError, ValueError, RecursionError) as exc:
             raise ReportError(f"{path}: not valid CBOR ({exc})") from None
+        except OSError as exc:
+            raise ReportError(f"{path}: cannot read the file ({exc})") from None
     try:
         with path.open(encoding="utf-8") as f:
             return json.load(f)
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read the file ({exc})") from None
+    except RecursionError:
+        raise ReportError(
+            f"{path}: nested too deeply to read; expected a profile written by ipusim"
+        ) from None
     except json.JSONDecodeError as exc:
         raise ReportError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
@@ -74,6 +106,8 @@ def _load_profile(path: Path) -> Any:
             f"{path}: not UTF-8 text; hint: a CBOR profile (profiler.format=cbor) cannot be "
             "read by the report, write JSON instead"
         ) from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ReportError(f"{path}: a value cannot be read ({exc})") from None
 
 
 def load_execution_steps(path: str | PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -118,6 +152,11 @@ def load_execution_steps(path: str | PathLike[str]) -> tuple[dict[str, Any], lis
                 f"{where}: cyclesTo {step['cyclesTo']} < cyclesFrom {step['cyclesFrom']}; "
                 "required cyclesTo >= cyclesFrom"
             )
+    cycles = sim.get("cycles", 0)
+    if not isinstance(cycles, int) or isinstance(cycles, bool) or cycles < 0:
+        raise ReportError(
+            f"{path}: field 'simulation.cycles': found {cycles!r}; required a non-negative integer"
+        )
     return sim, steps
 
 
@@ -152,26 +191,53 @@ def _memory_plot(profile_path: Path, out: Path, stream: TextIO) -> Path | None:
     total = by_tile.get("total") if isinstance(by_tile, dict) else None
     target = data.get("target") if isinstance(data, dict) else None
     capacity = target.get("bytesPerTile") if isinstance(target, dict) else None
-    if not isinstance(total, list) or not total or not isinstance(capacity, int | float):
+    if total is None or capacity is None:
         print(
             f"{profile_path.name}: no memory.byTile.total and target.bytesPerTile; "
             "memory.png not written",
             file=stream,
         )
         return None
+    if not _is_number(capacity) or not capacity > 0:
+        raise ReportError(
+            f"{profile_path}: field 'target.bytesPerTile': found {capacity!r}; required a "
+            "positive number"
+        )
+    if not isinstance(total, list) or not total:
+        raise ReportError(
+            f"{profile_path}: field 'memory.byTile.total': found {_brief(total)}; required a "
+            "non-empty list of bytes per tile"
+        )
+    for tile, used in enumerate(total):
+        if not _is_number(used) or not used >= 0:
+            raise ReportError(
+                f"{profile_path}: field 'memory.byTile.total[{tile}]': found {_brief(used)}; "
+                "required a non-negative number of bytes"
+            )
     path = out / "memory.png"
     memory_per_tile_histogram(total, capacity, path=path)
     return path
 
 
+def _is_number(value: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _brief(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _clock_hz(profile_path: Path) -> float | None:
     """The tile clock recorded in a graph profile, or None."""
     try:
-        target = _load_profile(profile_path).get("target", {})
+        data = _load_profile(profile_path)
     except ReportError:
         return None
+    target = data.get("target", {}) if isinstance(data, dict) else None
     clock = target.get("clockFrequency") if isinstance(target, dict) else None
-    return float(clock) if isinstance(clock, int | float) and clock > 0 else None
+    return float(clock) if _is_number(clock) and clock > 0 else None
 
 
 def _profile_file(directory: Path, stem: str) -> Path | None:
@@ -210,7 +276,9 @@ def run_report(
     ------
     ReportError
         ``directory`` does not exist, is not a directory, holds none of
-        :data:`EXPECTED_FILES`, or holds a malformed profile.
+        :data:`EXPECTED_FILES`, or holds a malformed profile; plots are asked for but
+        matplotlib is missing (the message names the ``plot`` extra); a file cannot be
+        read or written.
     """
     stream = sys.stdout if stream is None else stream
     directory = Path(directory)
@@ -234,6 +302,22 @@ def run_report(
     out_dir = directory if out is None else Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ReportError(f"--out '{out_dir}' is a file; required a directory for the plots")
+    if plots:
+        require_matplotlib()
+    try:
+        return _report(directory, out_dir, present, stream, plots)
+    except OSError as exc:  # unreadable summary, unwritable output directory, ...
+        where = f" '{exc.filename}'" if exc.filename else ""
+        raise ReportError(
+            f"cannot read or write{where} ({exc.strerror or exc}); hint: check the "
+            "permissions of the profile directory and of --out"
+        ) from None
+
+
+def _report(
+    directory: Path, out_dir: Path, present: list[str], stream: TextIO, plots: bool
+) -> list[Path]:
+    """The body of :func:`run_report`, once the directory is checked."""
     written: list[Path] = []
     print(f"Profile directory {directory}: {', '.join(present)}", file=stream)
     summary = directory / "summary.txt"

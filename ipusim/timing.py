@@ -14,7 +14,8 @@ sync          ``sync.model``         ``delays() -> int64[num_tiles]``;
 host          ``host.model``         ``demand(step: ir.StreamCopy) -> StreamDemand``;
                                      ``link(env) -> shared link``
 links         ``links.model``        ``cost(step: ir.GlobalExchange) -> GlobalExchangeCost``
-remote        ``remote.model``       ``demand(step: ir.RemoteBufferCopy) -> StreamDemand``
+remote        ``remote.model``       ``demand(step: ir.RemoteBufferCopy) -> StreamDemand``;
+                                     ``link(env) -> links`` (None: the host link)
 ============  =====================  ==============================================
 
 A component is chosen by name in the config and can be replaced without touching the
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,7 +41,13 @@ from ipusim.config import MachineConfig
 from ipusim.errors import ConfigError
 from ipusim.exchange.internal import ExchangeCost, exchange_cost
 from ipusim.exchange.links import GlobalExchangeCost, global_exchange_cost
-from ipusim.host.link import HostLink, busy_cycles_of, stream_copy_demand
+from ipusim.host.link import (
+    HostLink,
+    StreamingMemoryLinks,
+    busy_cycles_at,
+    busy_cycles_of,
+    stream_copy_demand,
+)
 from ipusim.sync.controller import sync_delays, sync_extra_cycles, sync_release
 from ipusim.tile.compute import ComputeCost, compute_cost
 
@@ -185,13 +193,44 @@ class TopologyLinks:
 
 
 class HostLinkRemote(SharedHostLink):
-    """Remote buffers reached over the host link (Streaming Memory sits behind it).
+    """Remote buffers reached over the host link (remote buffers in host memory, as on
+    Mk1, which has no Streaming Memory).
 
-    ``link`` returns None: remote-buffer copies share the host link's bandwidth.
+    ``link`` returns None: remote-buffer copies share the host link's bandwidth and
+    latency.
     """
 
     def link(self, env: simpy.Environment) -> None:  # type: ignore[override]
         return None
+
+
+class StreamingMemory:
+    """Remote buffers in Streaming Memory: one link per IPU with the ``remote``
+    section's bandwidth and latency, not shared with the host link.
+
+    On an IPU-M2000 Streaming Memory is DDR on the IPU-Gateway, which each IPU reaches
+    over its own link; host traffic enters the gateway through a separate NIC, so a
+    remote-buffer copy neither waits for nor slows down host transfers in this model
+    (the gateway-to-IPU hop that both cross on hardware is not shared here; see
+    docs/machine.md). A copy's tile side is its separate on-chip ``Exchange`` step.
+    """
+
+    def __init__(self, cfg: MachineConfig) -> None:
+        self.cfg = cfg
+        self.bytes_per_cycle = cfg.remote.bandwidth_bytes_per_s / cfg.tile.clock_hz
+        self.latency_cycles = math.ceil(round(cfg.remote.latency_s * cfg.tile.clock_hz, 9))
+
+    def demand(self, step: ir.StreamCopy) -> StreamDemand:
+        total, floor = stream_copy_demand(self.cfg, step.tile, step.num_bytes)
+        if step.exchanged:
+            floor = np.zeros_like(floor)
+        return StreamDemand(total, floor, self.latency_cycles)
+
+    def link(self, env: simpy.Environment) -> StreamingMemoryLinks:
+        return StreamingMemoryLinks(env, self.cfg)
+
+    def busy_cycles(self, num_bytes: int) -> int:
+        return busy_cycles_at(self.bytes_per_cycle, num_bytes)
 
 
 # ---------------------------------------------------------------------- registry
@@ -202,7 +241,7 @@ COMPONENTS: dict[str, tuple[str, dict[str, Callable[[MachineConfig], Any]]]] = {
     "sync": ("sync", {"controller": ControllerSync}),
     "host": ("host", {"shared_link": SharedHostLink}),
     "links": ("links", {"topology": TopologyLinks}),
-    "remote": ("remote", {"host_link": HostLinkRemote}),
+    "remote": ("remote", {"host_link": HostLinkRemote, "streaming_memory": StreamingMemory}),
 }
 
 

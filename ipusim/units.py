@@ -89,7 +89,13 @@ _KIND_NAMES: dict[str, str] = {
     "hertz": "a frequency",
     "seconds": "a time",
 }
-_NUMBER = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*)$")
+_NUMBER = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?)\s*(.*)$")
+#: Largest magnitude of a quantity in its base unit (about the largest float). Far
+#: beyond every physical bound of the config (those are checked by the fields), it keeps
+#: the exact arithmetic cheap and every value convertible to a float.
+MAX_MAGNITUDE = 10**308
+#: Longest run of digits read in a number; more digits carry no meaning for a config.
+_MAX_DIGITS = 100
 
 
 def accepted_units(kind: Kind) -> list[str]:
@@ -153,28 +159,45 @@ def parse_quantity(value: Any, kind: Kind) -> Fraction:
             f"number or a string with a unit; {_accepted_text(kind)}"
         )
     if isinstance(value, int):
-        return Fraction(value)
+        return _in_range(Fraction(value), value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise UnitError(f"found {value!r}; expected a finite number")
-        return Fraction(value)
+        return _in_range(Fraction(value), value)
     match = _NUMBER.match(value.strip())
     if match is None:
         raise UnitError(
             f"cannot read {value!r} as {_KIND_NAMES[kind]}: expected a number followed by "
             f"a unit; {_accepted_text(kind)}"
         )
-    number, unit = match.group(1), match.group(2)
-    magnitude = Fraction(number)
-    if not unit:
-        return magnitude
-    factor = _UNITS[kind].get(unit)
-    if factor is None:
+    number, exponent, unit = match.group(1), match.group(2), match.group(3)
+    if len(number) > _MAX_DIGITS or (exponent is not None and abs(int(exponent)) > 400):
         raise UnitError(
-            f"cannot read {value!r} as {_KIND_NAMES[kind]}: {_diagnose(unit, kind)}; "
-            f"{_accepted_text(kind)}"
+            f"cannot read {_short(value)} as {_KIND_NAMES[kind]}: the number is out of range; "
+            f"expected a magnitude below 1e308 written in at most {_MAX_DIGITS} characters"
         )
-    return magnitude * factor
+    magnitude = Fraction(number)
+    if unit:
+        factor = _UNITS[kind].get(unit)
+        if factor is None:
+            raise UnitError(
+                f"cannot read {value!r} as {_KIND_NAMES[kind]}: {_diagnose(unit, kind)}; "
+                f"{_accepted_text(kind)}"
+            )
+        magnitude *= factor
+    return _in_range(magnitude, value)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _in_range(amount: Fraction, value: Any) -> Fraction:
+    """``amount``, or a UnitError if its magnitude is beyond :data:`MAX_MAGNITUDE`."""
+    if abs(amount) > MAX_MAGNITUDE:
+        raise UnitError(f"found {_short(value)}; expected a magnitude below 1e308")
+    return amount
 
 
 def parse_bytes(value: Any) -> int:

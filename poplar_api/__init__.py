@@ -6,9 +6,20 @@ Names follow Poplar's C++ API (``Graph.addVariable``, ``setTileMapping``,
 
 from poplar_api import program
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
-from poplar_api.device import Device, IPUModel, SyncDelayType, Target, TargetType
+from poplar_api.device import (
+    Device,
+    DeviceError,
+    DeviceManager,
+    IPUModel,
+    SyncDelayType,
+    Target,
+    TargetType,
+)
 from poplar_api.engine import Engine
+from poplar_api.executable import Executable, ExecutableError, compileGraph
 from poplar_api.graph import ComputeSet, DataStream, Function, Graph, VertexRef
+from poplar_api.remote import RemoteBuffer
+from poplar_api.streams import LegacyStreamCallback, StreamCallback
 from poplar_api.tensor import Interval, Tensor, append, concat
 from poplar_api.types import (
     BOOL,
@@ -36,15 +47,22 @@ __all__ = [
     "ComputeSet",
     "DataStream",
     "Device",
+    "DeviceError",
+    "DeviceManager",
     "Engine",
+    "Executable",
+    "ExecutableError",
     "Function",
     "Graph",
     "IPUModel",
     "InOut",
     "Input",
     "Interval",
+    "LegacyStreamCallback",
     "MultiVertex",
     "Output",
+    "RemoteBuffer",
+    "StreamCallback",
     "SyncDelayType",
     "Target",
     "TargetType",
@@ -55,6 +73,7 @@ __all__ = [
     "Vertex",
     "VertexRef",
     "append",
+    "compileGraph",
     "concat",
     "program",
 ]

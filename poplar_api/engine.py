@@ -11,71 +11,32 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import numpy as np
 
 from ipusim import ir
-from ipusim.errors import IpusimError
+from ipusim.errors import IpusimError, SimulationTimeout
 from ipusim.machine import Machine
 from ipusim.timing import TimingModel
 from ipusim.trace import Trace
 from poplar_api.codelet import vertex_bounds_checks
 from poplar_api.device import Device
 from poplar_api.errors import EngineError, GraphValidationError, OutOfMemoryError
+from poplar_api.executable import Executable
 from poplar_api.graph import DataStream, Graph
 from poplar_api.lowering import validate
 from poplar_api.lowering.context import Lowered, Storage
-from poplar_api.lowering.emit import Emitter, HostIO
+from poplar_api.lowering.emit import Emitter
 from poplar_api.lowering.memory import out_of_memory_message, plan_memory
 from poplar_api.program import Program
-
-
-class _HostStreams(HostIO):
-    """Host ends of the data streams: circular buffers or callbacks, and stdout."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[str, np.ndarray] = {}
-        self.positions: dict[str, int] = {}
-        self.callbacks: dict[str, Callable[[np.ndarray], Any]] = {}
-
-    def _unconnected(self, stream: DataStream) -> EngineError:
-        return EngineError(
-            f"stream '{stream.handle}' is not connected; hint: engine.connectStream"
-            f"('{stream.handle}', buffer) or connectStreamToCallback before engine.run"
-        )
-
-    def pull(self, stream: DataStream) -> np.ndarray:
-        n = stream.numElements
-        cb = self.callbacks.get(stream.handle)
-        if cb is not None:
-            out = np.zeros(n, stream.elementType.numpy)
-            cb(out)
-            return out
-        buf = self.buffers.get(stream.handle)
-        if buf is None:
-            raise self._unconnected(stream)
-        pos = self.positions[stream.handle]
-        idx = (pos + np.arange(n)) % buf.size
-        self.positions[stream.handle] = (pos + n) % buf.size
-        return buf[idx]
-
-    def push(self, stream: DataStream, values: np.ndarray) -> None:
-        cb = self.callbacks.get(stream.handle)
-        if cb is not None:
-            cb(values.copy())
-            return
-        buf = self.buffers.get(stream.handle)
-        if buf is None:
-            raise self._unconnected(stream)
-        n = values.size
-        pos = self.positions[stream.handle]
-        buf[(pos + np.arange(n)) % buf.size] = values
-        self.positions[stream.handle] = (pos + n) % buf.size
-
-    def print(self, text: str) -> None:
-        sys.stdout.write(text + "\n")
+from poplar_api.streams import (
+    HostStreams,
+    as_stream_callback,
+    connect_callback_args,
+    prefetch_option,
+)
 
 
 class _EngineDataPlane:
@@ -142,9 +103,12 @@ class Engine:
     Parameters
     ----------
     graph
-        The graph (its target decides the tile count).
+        The graph (its target decides the tile count), or an
+        :class:`~poplar_api.executable.Executable` from ``compileGraph`` or
+        ``Executable.deserialize``: ``Engine(executable, options)`` runs it exactly as
+        ``Engine(graph, programs)`` would, without compiling again.
     programs
-        One program or a list; ``run(i)`` runs the i-th.
+        One program or a list; ``run(i)`` runs the i-th (not given with an executable).
     options
         Engine options (strings), merged over ``POPLAR_ENGINE_OPTIONS``.
 
@@ -156,10 +120,22 @@ class Engine:
 
     def __init__(
         self,
-        graph: Graph,
-        programs: Program | Sequence[Program],
+        graph: Graph | Executable,
+        programs: Program | Sequence[Program] | Mapping[str, Any] | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> None:
+        if isinstance(graph, Executable):  # Engine(executable, options): compiled already
+            if options is None and isinstance(programs, Mapping):
+                programs, options = None, programs
+            if programs is not None:
+                raise EngineError(
+                    "Engine(executable, ...): the programs were fixed by compileGraph; "
+                    "hint: Engine(executable, options)"
+                )
+            graph._open(self, options)
+            return
+        if programs is None:
+            raise EngineError("Engine: no programs given; hint: Engine(graph, programs)")
         if not isinstance(graph, Graph):
             raise EngineError(f"Engine: expected a Graph, got {type(graph).__name__}")
         self._graph = graph
@@ -171,7 +147,7 @@ class Engine:
         state = graph._state
         target = state.target
         self._state = state
-        self._host = _HostStreams()
+        self._host = HostStreams(prefetch_option(self.options))
         self._storage = Storage(state)
         self._lowered = Lowered(self._storage)
         emitter = Emitter(state, target, self._lowered, self._host, self.options)
@@ -205,13 +181,28 @@ class Engine:
                 f"Engine.load: the graph was built for {want} tiles but the device has {have}; "
                 "hint: build the graph with the device's target"
             )
-        device.attach()
+        if not device.attached and not device.attach():
+            raise EngineError(
+                f"Engine.load: device {device.getId()} cannot be attached: another device holds "
+                "its IPUs; hint: detach that device, or load onto one that device.attach() took"
+            )
         self._device = device
-        self._machine = Machine(device.getTarget().config) if device.isIPUModel else None
+        self._machine = Machine(device.getTarget().config) if device.isTimed else None
         self.timing = self._machine.timing if self._machine is not None else None
 
     def run(self, index: int = 0, debugName: str = "") -> None:
-        """Run program ``index``; on the IPU Model its trace is kept (``getTrace``)."""
+        """Run program ``index``; on the IPU Model its trace is kept (``getTrace``).
+
+        When the run ends (or stops on an error), stream callbacks holding prefetched
+        data that no copy used are told so (``invalidatePrefetched``).
+        """
+        try:
+            self._run_program(index, debugName)
+        finally:
+            self._host.end_run()
+
+    def _run_program(self, index: int = 0, debugName: str = "") -> None:
+        """Run program ``index`` (the body of :meth:`run`)."""
         if self._device is None:
             raise EngineError("Engine.run: no device loaded; hint: engine.load(device) first")
         if isinstance(index, bool) or not isinstance(index, int | np.integer):
@@ -226,13 +217,26 @@ class Engine:
         if self._machine is None:
             _interpret(self.ir_program.entries[index], self.ir_program, dp)
             return
+        max_cycles = _max_cycles(self.options)
         try:
-            trace = self._machine.run(self.ir_program, data_plane=dp, entry=index)
+            trace = self._machine.run(
+                self.ir_program, data_plane=dp, entry=index, max_cycles=max_cycles
+            )
         except IpusimError as exc:
             partial = getattr(exc, "trace", None)
             if partial is not None:
                 self._trace = partial
                 self._traces.append(partial)
+            if isinstance(exc, SimulationTimeout):
+                raise SimulationTimeout(
+                    f"Engine.run: program {index} passed the cycle limit debug.maxCycles="
+                    f"{max_cycles:,} and was stopped ({str(exc).split('; hint:')[0]}); the "
+                    "partial profile is kept: "
+                    "engine.getTrace(), engine.getExecutionProfile(); hint: raise "
+                    "debug.maxCycles, or check for a RepeatWhileTrue/RepeatWhileFalse whose "
+                    "condition never changes",
+                    partial,
+                ) from None
             raise
         self._trace = trace
         self._traces.append(trace)
@@ -262,12 +266,7 @@ class Engine:
     def writeTensor(self, handle: str, buffer: Any) -> None:
         """Write host data into the tensor of a ``createHostWrite`` handle."""
         t = self._handle(self._state.host_writes, handle, "writeTensor")
-        data = np.asarray(buffer).reshape(-1)
-        if data.size != t.numElements():
-            raise EngineError(
-                f"writeTensor('{handle}'): buffer has {data.size} elements, tensor '{t.name}' "
-                f"has {t.numElements()}"
-            )
+        data = host_values(buffer, t, f"writeTensor('{handle}')")
         self._storage.write(t.elementType(), t.flat_index(), data)
 
     def readTensor(self, handle: str, buffer: np.ndarray | None = None) -> np.ndarray:
@@ -276,19 +275,13 @@ class Engine:
         values = self._storage.read(t.elementType(), t.flat_index())
         if buffer is None:
             return values.reshape(t.shape())
-        if buffer.size != values.size:
-            raise EngineError(
-                f"readTensor('{handle}'): buffer has {buffer.size} elements, tensor '{t.name}' "
-                f"has {values.size}"
-            )
-        buffer.reshape(-1)[...] = values.astype(buffer.dtype, copy=False)
+        fill_host_buffer(buffer, values, t, f"readTensor('{handle}')")
         return buffer
 
     def connectStream(self, handle: str, buffer: np.ndarray) -> None:
         """Use ``buffer`` as the stream's circular buffer (read or written in place)."""
         s = self._handle(self._state.streams, handle, "connectStream")
-        if not isinstance(buffer, np.ndarray) or buffer.size == 0:
-            raise EngineError(f"connectStream('{handle}'): needs a non-empty numpy array")
+        check_stream_buffer(buffer, s)
         flat = buffer.reshape(-1)
         if not np.shares_memory(flat, buffer):
             raise EngineError(f"connectStream('{handle}'): the buffer must be contiguous")
@@ -296,17 +289,42 @@ class Engine:
             raise EngineError(
                 f"connectStream('{handle}'): a device-to-host buffer must be writable"
             )
-        self._host.buffers[handle] = flat
-        self._host.positions[handle] = 0
-        self._host.callbacks.pop(handle, None)
+        self._host.connect_buffer(handle, flat)
 
-    def connectStreamToCallback(self, handle: str, callback: Callable[[np.ndarray], Any]) -> None:
-        """Call ``callback(array)`` for each transfer: fill it (to device) or read it."""
+    def connectStreamToCallback(self, handle: str, *args: Any) -> None:
+        """Serve a stream with a callback: ``connectStreamToCallback(handle, callback)``
+        or, as Poplar's replicated form, ``connectStreamToCallback(handle, index,
+        callback)`` (one replica: ``index`` must be 0).
+
+        ``callback`` is a function ``f(buffer)`` that fills ``buffer`` (host-to-device)
+        or reads it (device-to-host), or an object with Poplar's stream callback
+        protocol (``prefetch``, ``fetch``, ``complete``, ``invalidatePrefetched``); the
+        order of the calls is in :mod:`poplar_api.streams`.
+        """
         self._handle(self._state.streams, handle, "connectStreamToCallback")
-        if not callable(callback):
-            raise EngineError(f"connectStreamToCallback('{handle}'): callback is not callable")
-        self._host.callbacks[handle] = callback
-        self._host.buffers.pop(handle, None)
+        what = f"connectStreamToCallback('{handle}')"
+        callback = connect_callback_args(args, what)
+        self._host.connect_callback(handle, as_stream_callback(callback, what))
+
+    # ----------------------------------------------------------- remote buffers
+    def copyToRemoteBuffer(
+        self, srcBuffer: Any, dstHandle: str, repeatIndex: int, replicationIndex: int = 0
+    ) -> None:
+        """Write row ``repeatIndex`` of remote buffer ``dstHandle`` from the host."""
+        from poplar_api.remote import copy_to_remote
+
+        copy_to_remote(self._state, self._host, srcBuffer, dstHandle, repeatIndex, replicationIndex)
+
+    def copyFromRemoteBuffer(
+        self, srcHandle: str, dstBuffer: Any, repeatIndex: int, replicationIndex: int = 0
+    ) -> np.ndarray:
+        """Read row ``repeatIndex`` of remote buffer ``srcHandle`` into ``dstBuffer`` (a
+        numpy array of ``numElements`` elements, filled in place and returned)."""
+        from poplar_api.remote import copy_from_remote
+
+        return copy_from_remote(
+            self._state, self._host, srcHandle, dstBuffer, repeatIndex, replicationIndex
+        )
 
     # --------------------------------------------------------------- reporting
     def printProfileSummary(
@@ -355,6 +373,156 @@ class Engine:
         from poplar_api.profiling import write_auto_report
 
         write_auto_report(self)
+
+
+def _max_cycles(options: Mapping[str, str]) -> int | None:
+    """The ``debug.maxCycles`` engine option: a cycle count, or None for ``unlimited``."""
+    value = options.get("debug.maxCycles", "unlimited").strip().lower()
+    return None if value == "unlimited" else int(value)
+
+
+def host_values(buffer: Any, t: Any, what: str) -> np.ndarray:
+    """The values of a host buffer for tensor ``t``, flattened, in ``t``'s dtype.
+
+    Any numeric buffer (a list, a non-contiguous view, another dtype) of the right
+    size is accepted and copied; values are converted only when they fit the tensor's
+    element type.
+
+    Raises
+    ------
+    EngineError
+        A non-numeric buffer, a size other than the tensor's, or a value that does not
+        fit the element type (out of range, NaN or a fraction for an integer type, not
+        0 or 1 for BOOL, a finite value that overflows FLOAT or HALF); the message
+        names the tensor, the value and its position.
+    """
+    arr = np.asarray(buffer)
+    typ = t.elementType()
+    if arr.dtype.kind not in "biuf":
+        raise EngineError(
+            f"{what}: buffer of dtype {arr.dtype} cannot be written to tensor '{t.name}' "
+            f"({typ}); hint: pass numbers, e.g. a numpy array of dtype {typ.numpy}"
+        )
+    if arr.size != t.numElements():
+        raise EngineError(
+            f"{what}: buffer has {arr.size} elements (shape {list(arr.shape)}), tensor "
+            f"'{t.name}' has {t.numElements()} (shape {t.shape()}); they must be equal"
+        )
+    flat = arr.reshape(-1)  # a copy when the buffer is a non-contiguous view
+    return fit_values(flat, typ, f"{what}: tensor '{t.name}'")
+
+
+def fit_values(values: np.ndarray, typ: Any, what: str) -> np.ndarray:
+    """``values`` converted to ``typ``'s dtype, or an error naming the first misfit."""
+    target = typ.numpy
+    if values.dtype == target:
+        return values
+    bad: np.ndarray
+    reason = ""
+    if target.kind == "b":
+        bad = (values != 0) & (values != 1)
+        reason = "is not 0 or 1"
+    elif target.kind in "iu":
+        info = np.iinfo(target)
+        if values.dtype.kind == "f":
+            finite = np.isfinite(values)
+            bad = ~finite | (values != np.trunc(np.where(finite, values, 0)))
+            if bad.any():
+                reason = "is not an integer"
+            else:
+                bad = (values < info.min) | (values > info.max)
+                reason = f"is outside the range {info.min}..{info.max}"
+        else:
+            as_obj = values.astype(object) if values.dtype == np.uint64 else values
+            bad = (as_obj < info.min) | (as_obj > info.max)
+            reason = f"is outside the range {info.min}..{info.max}"
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            converted = values.astype(target)
+        bad = np.isfinite(values) & ~np.isfinite(converted)
+        reason = f"overflows {typ} (largest {np.finfo(target).max})"
+    bad = np.asarray(bad, bool)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise EngineError(
+            f"{what} has element type {typ}: value {values[k].item()!r} at element {k} "
+            f"{reason} ({int(bad.sum())} such value(s)); hint: convert or clip the values "
+            f"on the host first"
+        )
+    with np.errstate(over="ignore", invalid="ignore"):
+        return values.astype(target)
+
+
+def fill_host_buffer(buffer: Any, values: np.ndarray, t: Any, what: str) -> None:
+    """Copy tensor values into a caller's buffer in place (any layout, a safe dtype).
+
+    Raises
+    ------
+    EngineError
+        ``buffer`` is not a writable numpy array, its size differs from the tensor's,
+        or its dtype cannot hold every value of the tensor's type (``np.can_cast``
+        ``safe``: float32 into float64 is fine, float32 into int32 is not).
+    """
+    if not isinstance(buffer, np.ndarray):
+        raise EngineError(
+            f"{what}: buffer must be a numpy array, got {type(buffer).__name__}; hint: "
+            "omit it to get a new array"
+        )
+    if not buffer.flags.writeable:
+        raise EngineError(f"{what}: buffer is read-only; hint: pass a writable array")
+    if buffer.size != values.size:
+        raise EngineError(
+            f"{what}: buffer has {buffer.size} elements (shape {list(buffer.shape)}), tensor "
+            f"'{t.name}' has {values.size} (shape {t.shape()}); they must be equal"
+        )
+    if not np.can_cast(values.dtype, buffer.dtype, "safe"):
+        raise EngineError(
+            f"{what}: buffer dtype {buffer.dtype} cannot hold the values of tensor "
+            f"'{t.name}' ({t.elementType()}, dtype {values.dtype}) without loss; hint: "
+            f"use a buffer of dtype {values.dtype}"
+        )
+    buffer[...] = values.reshape(buffer.shape)  # fills views with any strides in place
+
+
+def check_stream_buffer(buffer: Any, stream: DataStream) -> None:
+    """A stream's host buffer: a non-empty C-contiguous numpy array of its dtype.
+
+    The buffer is read or written in place at every transfer, as Poplar does with the
+    memory it is given, so it is never converted or copied: a dtype other than the
+    stream's or a non-contiguous view would leave the caller's array unfilled.
+
+    Raises
+    ------
+    EngineError
+        Naming the stream, what was found and what is required.
+    """
+    what = f"connectStream('{stream.handle}')"
+    want = stream.elementType.numpy
+    if not isinstance(buffer, np.ndarray) or buffer.size == 0:
+        raise EngineError(
+            f"{what}: needs a non-empty numpy array of dtype {want}, got "
+            f"{type(buffer).__name__}{' of size 0' if isinstance(buffer, np.ndarray) else ''}"
+        )
+    if buffer.dtype != want:
+        raise EngineError(
+            f"{what}: buffer has dtype {buffer.dtype}, the stream carries "
+            f"{stream.elementType} (dtype {want}); they must match because the buffer is "
+            f"used in place; hint: np.asarray(buffer, dtype=np.{want.name})"
+            + (" and read the converted array" if not stream.toDevice else "")
+        )
+    if not buffer.flags.c_contiguous:
+        raise EngineError(
+            f"{what}: buffer is a non-contiguous view (shape {list(buffer.shape)}, strides "
+            f"{list(buffer.strides)}); it is used in place, so it must be C-contiguous; "
+            "hint: np.ascontiguousarray(buffer)"
+            + (" and read the new array" if not stream.toDevice else "")
+        )
+    if buffer.size < stream.numElements:
+        raise EngineError(
+            f"{what}: buffer has {buffer.size} elements, fewer than the stream's "
+            f"{stream.numElements} per transfer; hint: at least {stream.numElements} "
+            "(a multiple is read or written round-robin)"
+        )
 
 
 def _check_options(options: Mapping[str, str]) -> None:

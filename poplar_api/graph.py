@@ -4,7 +4,9 @@ Elements live in one id space per element type: each variable gets a contiguous 
 range there, and a :class:`~poplar_api.tensor.Tensor` is an array of those ids. The
 tile of every element is held in a per-type array, so mapping and lowering are numpy
 operations over whole tensors. A virtual graph is a view over a tile range of its
-parent: what it adds appears in the parent, with its tiles shifted.
+parent: what it adds appears in the parent, with its tiles shifted. A virtual graph
+over a tile list (``createVirtualGraph([3, 7, 1])``) maps its tile ``i`` to the
+parent's tile ``tiles[i]``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,22 @@ class _Space:
         self.var_bases.append(base)
         self.var_ids.append(var_id)
         return base
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled state (executable files): the tile of each element, run-length coded
+        (mappings come in long runs), without the spare capacity of the array."""
+        tiles = self.tile[: self.size]
+        starts = np.flatnonzero(np.diff(tiles)) + 1 if tiles.size else np.zeros(0, np.int64)
+        starts = np.concatenate(([0], starts)) if tiles.size else starts
+        lengths = np.diff(np.concatenate((starts, [tiles.size])))
+        state = dict(self.__dict__)
+        state["tile"] = (tiles[starts].astype(np.int32), lengths.astype(np.int64))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        values, lengths = state.pop("tile")
+        self.__dict__.update(state)
+        self.tile = np.repeat(values, lengths).astype(np.int32)
 
     def variables_of(self, ids: np.ndarray) -> np.ndarray:
         """Variable id owning each element id."""
@@ -206,9 +224,39 @@ class Graph:
                 "Graph(IPUModel('ipu2').createDevice().getTarget())"
             )
         self._state = _GraphState(target)
-        self._tile_lo = 0
         self._num_tiles = target.getNumTiles()
+        self._tiles = np.arange(self._num_tiles, dtype=np.int64)  # root tile of each tile
         self._parent: Graph | None = None
+
+    @classmethod
+    def _from_state(cls, state: _GraphState) -> Graph:
+        """The top-level graph of ``state`` (a graph rebuilt from an executable file)."""
+        g = object.__new__(cls)
+        g._state = state
+        g._num_tiles = state.target.getNumTiles()
+        g._tiles = np.arange(g._num_tiles, dtype=np.int64)
+        g._parent = None
+        return g
+
+    @property
+    def _tile_lo(self) -> int:
+        """First root tile of a graph over a contiguous tile range (used by libraries).
+
+        Raises
+        ------
+        GraphError
+            The graph is a virtual graph over a tile list that is not an ascending
+            contiguous range; library functions that need the range cannot use it.
+        """
+        tiles = self._tiles
+        if tiles.size and not np.array_equal(tiles, np.arange(tiles[0], tiles[0] + tiles.size)):
+            shown = tiles[:8].tolist()
+            raise GraphError(
+                f"virtual graph over tiles {shown}{'...' if tiles.size > 8 else ''} is not a "
+                "contiguous tile range; this library function needs one; hint: make the "
+                "virtual graph with createVirtualGraph(lowerTile, upperTile)"
+            )
+        return int(tiles[0]) if tiles.size else 0
 
     # ------------------------------------------------------------------ target
     def getTarget(self) -> Target:
@@ -217,19 +265,67 @@ class Graph:
             return self._state.target
         return _VirtualTarget(self._state.target, self._num_tiles)
 
-    def createVirtualGraph(self, lowerTile: int, upperTile: int) -> Graph:
-        """A graph over tiles ``[lowerTile, upperTile)`` of this one, sharing its state."""
-        if not 0 <= lowerTile < upperTile <= self._num_tiles:
-            raise GraphError(
-                f"createVirtualGraph: tile range [{lowerTile}, {upperTile}) is not inside "
-                f"[0, {self._num_tiles}) of this graph"
-            )
+    def createVirtualGraph(self, lowerTile: int | Any, upperTile: int | None = None) -> Graph:
+        """A graph over some tiles of this one, sharing its state.
+
+        ``createVirtualGraph(lowerTile, upperTile)`` takes the tiles
+        ``[lowerTile, upperTile)``; ``createVirtualGraph(tiles)`` takes a list of
+        distinct tiles of this graph, its tile ``i`` being ``tiles[i]`` here.
+
+        Raises
+        ------
+        GraphError
+            A range outside this graph, or a list that is empty, repeats a tile, has a
+            tile outside this graph or a non-int.
+        """
+        if upperTile is None and not isinstance(lowerTile, int | np.integer):
+            tiles = self._tile_list(lowerTile)
+        else:
+            lo, hi = lowerTile, upperTile
+            for name, v in (("lowerTile", lo), ("upperTile", hi)):
+                if isinstance(v, bool) or not isinstance(v, int | np.integer):
+                    raise GraphError(f"createVirtualGraph: {name} {v!r} must be an int")
+            if not 0 <= lo < hi <= self._num_tiles:
+                raise GraphError(
+                    f"createVirtualGraph: tile range [{lo}, {hi}) is not inside "
+                    f"[0, {self._num_tiles}) of this graph"
+                )
+            tiles = np.arange(int(lo), int(hi), dtype=np.int64)
         sub = object.__new__(Graph)
         sub._state = self._state
-        sub._tile_lo = self._tile_lo + lowerTile
-        sub._num_tiles = upperTile - lowerTile
+        sub._tiles = self._tiles[tiles]
+        sub._num_tiles = int(tiles.size)
         sub._parent = self
         return sub
+
+    def _tile_list(self, tiles: Any) -> np.ndarray:
+        """A checked list of distinct tiles of this graph, as an int64 array."""
+        if isinstance(tiles, str | bytes) or not hasattr(tiles, "__len__"):
+            raise GraphError(
+                f"createVirtualGraph: expected (lowerTile, upperTile) or a list of tiles, got "
+                f"{type(tiles).__name__} {tiles!r}"
+            )
+        items = list(tiles)
+        if not items:
+            raise GraphError("createVirtualGraph: the tile list is empty; give at least one tile")
+        for i, v in enumerate(items):
+            if isinstance(v, bool) or not isinstance(v, int | np.integer):
+                raise GraphError(f"createVirtualGraph: tiles[{i}] = {v!r} must be an int")
+            if not 0 <= int(v) < self._num_tiles:
+                raise GraphError(
+                    f"createVirtualGraph: tiles[{i}] = {int(v)} is out of range "
+                    f"[0, {self._num_tiles}) of this graph"
+                )
+        arr = np.asarray(items, dtype=np.int64)
+        uniq, counts = np.unique(arr, return_counts=True)
+        if (counts > 1).any():
+            dup = int(uniq[counts > 1][0])
+            where = np.flatnonzero(arr == dup)[:2].tolist()
+            raise GraphError(
+                f"createVirtualGraph: tile {dup} is listed twice (tiles[{where[0]}] and "
+                f"tiles[{where[1]}]); each tile may appear once"
+            )
+        return arr
 
     def _root_tile(self, tile: Any, what: str) -> int:
         if isinstance(tile, bool) or not isinstance(tile, int | np.integer):
@@ -239,7 +335,18 @@ class Graph:
                 f"{what}: tile {int(tile)} is out of range [0, {self._num_tiles}) of this "
                 "graph; hint: the target has getNumTiles() tiles"
             )
-        return int(tile) + self._tile_lo
+        return int(self._tiles[int(tile)])
+
+    def _check_vertex(self, v: Any, what: str) -> VertexInstance:
+        """The vertex of a handle, which must come from this graph (or a virtual one)."""
+        if not isinstance(v, VertexRef):
+            raise GraphError(f"{what}: expected a vertex (graph.addVertex), got {type(v).__name__}")
+        if v.graph._state is not self._state:
+            raise GraphError(
+                f"{what}: vertex {v.id} belongs to another graph; hint: use the vertices this "
+                "graph's addVertex returned"
+            )
+        return self._state.vertices[v.id]
 
     def _check_tensor(self, t: Any, what: str) -> Tensor:
         if not isinstance(t, Tensor):
@@ -287,15 +394,97 @@ class Graph:
         vals = np.asarray(arr, dtype=t.elementType().numpy).reshape(-1).copy()
         self._state.initial_parts.append((t.elementType(), t.flat_index().copy(), vals))
 
-    def setTileMapping(self, target: Tensor | VertexRef, tile: int) -> None:
-        """Map every element of a tensor, or a vertex, to ``tile``."""
+    def setTileMapping(self, target: Tensor | VertexRef, mapping: Any) -> None:
+        """Map a vertex or every element of a tensor to one tile, or a tensor by a mapping.
+
+        Parameters
+        ----------
+        target
+            A tensor or a vertex.
+        mapping
+            A tile, or for a tensor a whole mapping as :meth:`getTileMapping` returns
+            it (Poplar's ``TileToTensorMapping``): entry ``i`` lists the intervals
+            (``Interval`` or ``(begin, end)``) of the tensor's flattened elements on
+            tile ``i``. Together the intervals must cover every element exactly once.
+
+        Raises
+        ------
+        GraphError
+            A tile outside this graph, a mapping with more entries than tiles, an
+            interval outside the tensor, overlapping intervals or elements left out
+            (each names the tensor, the tile and the interval).
+        """
         if isinstance(target, VertexRef):
-            inst = self._state.vertices[target.id]
-            inst.tile = self._root_tile(tile, f"setTileMapping of {inst.describe()}")
+            inst = self._check_vertex(target, "setTileMapping")
+            inst.tile = self._root_tile(mapping, f"setTileMapping of {inst.describe()}")
             return
         t = self._check_tensor(target, "setTileMapping")
-        root = self._root_tile(tile, f"setTileMapping of tensor '{t.name}'")
-        self._state.space(t.elementType()).tile[t.flat_index()] = root
+        if isinstance(mapping, int | np.integer) and not isinstance(mapping, bool):
+            root = self._root_tile(mapping, f"setTileMapping of tensor '{t.name}'")
+            self._state.space(t.elementType()).tile[t.flat_index()] = root
+            return
+        tiles = self._mapping_tiles(t, mapping)
+        self._state.space(t.elementType()).tile[t.flat_index()] = tiles
+
+    def _mapping_tiles(self, t: Tensor, mapping: Any) -> np.ndarray:
+        """Root tile of each flat element of ``t`` under a whole tile mapping (checked)."""
+        what = f"setTileMapping of tensor '{t.name}' ({t.numElements()} elements)"
+        if isinstance(mapping, str | bytes) or not hasattr(mapping, "__len__"):
+            raise GraphError(
+                f"{what}: mapping {mapping!r} must be a tile or a list of per-tile lists of "
+                "intervals (as getTileMapping returns)"
+            )
+        if len(mapping) > self._num_tiles:
+            raise GraphError(
+                f"{what}: the mapping has {len(mapping)} entries but this graph has "
+                f"{self._num_tiles} tiles; hint: one list of intervals per tile"
+            )
+        begins: list[int] = []
+        ends: list[int] = []
+        owners: list[int] = []
+        n = t.numElements()
+        for tile, intervals in enumerate(mapping):
+            if isinstance(intervals, Interval) or not hasattr(intervals, "__iter__"):
+                raise GraphError(
+                    f"{what}: entry {tile} must be a list of intervals, got {intervals!r}"
+                )
+            for iv in intervals:
+                b, e = _interval_bounds(iv, f"{what}: tile {tile}")
+                if not 0 <= b <= e <= n:
+                    raise GraphError(
+                        f"{what}: tile {tile} interval [{b}, {e}) is outside the tensor's "
+                        f"elements [0, {n})"
+                    )
+                if e > b:
+                    begins.append(b)
+                    ends.append(e)
+                    owners.append(tile)
+        b_arr = np.asarray(begins, np.int64)
+        e_arr = np.asarray(ends, np.int64)
+        o_arr = np.asarray(owners, np.int64)
+        order = np.argsort(b_arr, kind="stable")
+        b_arr, e_arr, o_arr = b_arr[order], e_arr[order], o_arr[order]
+        clash = np.flatnonzero(b_arr[1:] < e_arr[:-1])
+        if clash.size:
+            k = int(clash[0])
+            raise GraphError(
+                f"{what}: interval [{b_arr[k + 1]}, {e_arr[k + 1]}) on tile {o_arr[k + 1]} "
+                f"overlaps [{b_arr[k]}, {e_arr[k]}) on tile {o_arr[k]}; each element must be "
+                "mapped exactly once"
+            )
+        covered = int((e_arr - b_arr).sum())
+        if covered != n:
+            # intervals are disjoint and sorted: the first gap is where coverage breaks
+            starts = np.concatenate(([0], e_arr))
+            stops = np.concatenate((b_arr, [n]))
+            gap = int(np.flatnonzero(stops > starts)[0])
+            raise GraphError(
+                f"{what}: the mapping covers {covered} of {n} elements; elements "
+                f"[{starts[gap]}, {stops[gap]}) are on no tile; hint: every element must be "
+                "in exactly one interval"
+            )
+        tiles = np.repeat(self._tiles[o_arr], e_arr - b_arr).astype(np.int32)
+        return tiles
 
     def getTileMapping(self, t: Tensor, throwOnUnmapped: bool = True) -> list[list[Interval]]:
         """For each tile of this graph, the intervals of ``t``'s flat elements on it."""
@@ -309,12 +498,15 @@ class Graph:
         out: list[list[Interval]] = [[] for _ in range(self._num_tiles)]
         if tiles.size == 0:
             return out
+        local_of = np.full(max(int(self._tiles.max()), int(tiles.max()), 0) + 1, -1, np.int64)
+        local_of[self._tiles] = np.arange(self._num_tiles)
         cuts = np.flatnonzero(np.diff(tiles)) + 1
         starts = np.concatenate(([0], cuts))
         ends = np.concatenate((cuts, [tiles.size]))
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-            local = int(tiles[s]) - self._tile_lo
-            if 0 <= local < self._num_tiles:
+            root = int(tiles[s])
+            local = int(local_of[root]) if root >= 0 else -1
+            if local >= 0:
                 out[local].append(Interval(s, e))
         return out
 
@@ -379,8 +571,12 @@ class Graph:
         self, cs: ComputeSet, vertexType: Any, connections: Mapping[str, Any] | None = None
     ) -> VertexRef:
         """Add a vertex of ``vertexType`` (name or class) to ``cs``, with connections."""
-        if not isinstance(cs, ComputeSet) or self._state.compute_sets[cs.id] is not cs:
-            raise GraphError(f"addVertex: {cs!r} is not a compute set of this graph")
+        sets = self._state.compute_sets
+        if not isinstance(cs, ComputeSet) or not (0 <= cs.id < len(sets) and sets[cs.id] is cs):
+            raise GraphError(
+                f"addVertex: {cs!r} is not a compute set of this graph (another graph made it); "
+                "hint: use the compute sets this graph's addComputeSet returned"
+            )
         vt = self._vertex_type(vertexType)
         vid = len(self._state.vertices)
         self._state.vertices.append(VertexInstance(vid, vt, cs.id))
@@ -398,7 +594,7 @@ class Graph:
         """Connect a tensor (or, for a VectorList field, a list of tensors) to a field."""
         if not isinstance(fieldRef, FieldRef):
             raise GraphError(f"connect: expected v['field'], got {type(fieldRef).__name__}")
-        inst = self._state.vertices[fieldRef.vertex.id]
+        inst = self._check_vertex(fieldRef.vertex, f"connect of field '{fieldRef.name}'")
         spec = inst.vtype.field(fieldRef.name)
         where = f"{inst.describe()} field '{spec.name}'"
         if fieldRef.index is not None:
@@ -430,7 +626,9 @@ class Graph:
 
     def setFieldSize(self, fieldRef: FieldRef, size: int) -> None:
         """Number of vectors of a VectorList field, before connecting ``v[f][i]``."""
-        inst = self._state.vertices[fieldRef.vertex.id]
+        if not isinstance(fieldRef, FieldRef):
+            raise GraphError(f"setFieldSize: expected v['field'], got {type(fieldRef).__name__}")
+        inst = self._check_vertex(fieldRef.vertex, f"setFieldSize of field '{fieldRef.name}'")
         spec = inst.vtype.field(fieldRef.name)
         if spec.kind != "vectorlist":
             raise GraphError(
@@ -442,7 +640,7 @@ class Graph:
 
     def setPerfEstimate(self, v: VertexRef, cycles: int) -> None:
         """The vertex's cycle estimate (thread cycles; tile cycles for a MultiVertex)."""
-        inst = self._state.vertices[v.id]
+        inst = self._check_vertex(v, "setPerfEstimate")
         if isinstance(cycles, bool) or not isinstance(cycles, int | np.integer) or cycles < 0:
             raise GraphError(
                 f"setPerfEstimate of {inst.describe()}: {cycles!r} must be an int >= 0"
@@ -491,6 +689,24 @@ class Graph:
         """A stream the device fills; ``Copy(tensor, stream)`` writes to it."""
         return self._fifo(handle, elementType, numElements, False)
 
+    def addRemoteBuffer(
+        self,
+        handle: str,
+        elementType: Type,
+        numElements: int,
+        repeats: int = 1,
+        rearrangeOnHost: bool = False,
+        optimiseMemory: bool = False,
+    ) -> Any:
+        """A remote buffer of ``repeats`` rows of ``numElements`` elements in Streaming
+        Memory (see :mod:`poplar_api.remote`)."""
+        from poplar_api.remote import add_remote_buffer
+
+        return add_remote_buffer(
+            self._state, handle, elementType, numElements, repeats, rearrangeOnHost,
+            optimiseMemory,
+        )  # fmt: skip
+
     def addFunction(self, program: Program) -> Function:
         """Make ``program`` callable with ``program.Call``; it is compiled once."""
         if not isinstance(program, Program):
@@ -511,10 +727,29 @@ class Graph:
 
     def __repr__(self) -> str:
         st = self._state
+        first = int(self._tiles[0]) if self._tiles.size else 0
         return (
-            f"Graph({self._num_tiles} tiles from {self._tile_lo}, {len(st.variables)} variables, "
+            f"Graph({self._num_tiles} tiles from {first}, {len(st.variables)} variables, "
             f"{len(st.compute_sets)} compute sets, {len(st.vertices)} vertices)"
         )
+
+
+def _interval_bounds(iv: Any, what: str) -> tuple[int, int]:
+    """``(begin, end)`` of an Interval or a pair of ints."""
+    if isinstance(iv, Interval):
+        return iv.begin(), iv.end()
+    try:
+        b, e = iv
+    except (TypeError, ValueError):
+        raise GraphError(
+            f"{what}: {iv!r} is not an interval; hint: Interval(begin, end) or (begin, end)"
+        ) from None
+    for v in (b, e):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise GraphError(f"{what}: interval {iv!r} must hold two ints (begin, end)")
+    if e < b:
+        raise GraphError(f"{what}: interval [{b}, {e}) ends before it begins")
+    return int(b), int(e)
 
 
 class _VirtualTarget(Target):

@@ -104,7 +104,8 @@ def _s(default: str, doc: str, honoured: bool = False, kind: str = "str") -> Eng
 #: Every engine option the engine accepts: name -> :class:`EngineOption`. Names are
 #: those that Graphcore's published programs and documentation pass to ``Engine`` or
 #: in ``POPLAR_ENGINE_OPTIONS`` (sources in docs/poplar_api.md), plus the ipusim
-#: extension ``debug.checkVertexBounds``. The one place the known set is kept.
+#: extensions ``debug.checkVertexBounds`` and ``debug.maxCycles``. The one place the
+#: known set is kept.
 ENGINE_OPTIONS: dict[str, EngineOption] = {
     # ---- autoReport: profile files written after each run
     "autoReport.all": _b("false", "write every profile file after each run", True),
@@ -131,11 +132,21 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "debug.loweredVarDumpFile": _s("", "file of lowered variables (not written)"),
     "debug.verify": _b("false", "Poplar's own compile-time checks"),
     "debug.checkVertexBounds": _b("true", "ipusim: bounds-check vertex code", True),
+    "debug.maxCycles": EngineOption(
+        "int",
+        ("unlimited",),
+        "unlimited",
+        "ipusim: end a run whose tile clock passes this many cycles (SimulationTimeout, "
+        "partial profile kept)",
+        True,
+    ),
     # ---- exchange
     "exchange.streamBufferOverlap": _e(
-        ("none", "hostRearrangeOnly", "any"), "hostRearrangeOnly", "stream buffer sharing"
+        ("none", "hostRearrangeOnly", "any"),
+        "hostRearrangeOnly",
+        "stream buffers sharing tile memory (not modelled)",
     ),
-    "exchange.enablePrefetch": _b("true", "prefetch host-to-device streams"),
+    "exchange.enablePrefetch": _b("true", "prefetch host-to-device streams", True),
     "exchange.multicastPolicy": _s("", "multicast exchange policy"),
     # ---- opt
     "opt.maxCopyMergeSize": _i("", "largest merged stream copy in bytes"),

@@ -180,8 +180,13 @@ class Copy(Program):
       stream into ``dst``'s first elements. The copy is costed for the whole of
       ``dst`` (the transfer is planned for the largest size).
 
-    Remote buffers (``Copy(RemoteBuffer, Tensor[, offset])`` and back) are not
-    available: ``poplar_api`` has no ``addRemoteBuffer`` yet.
+    * ``Copy(src: Tensor, buffer: RemoteBuffer, debugContext="")``,
+      ``Copy(src: Tensor, buffer: RemoteBuffer, offset: Tensor, debugContext="")`` and
+      ``Copy(buffer: RemoteBuffer, dst: Tensor[, offset: Tensor], debugContext="")``:
+      write rows of a remote buffer (``graph.addRemoteBuffer``) or read them; ``offset``
+      (an integral tensor, read on the device when the copy runs) holds one row index
+      per row of the tensor, which has ``offset.numElements() * buffer.numElements()``
+      elements; without ``offset`` the copy moves row 0.
     """
 
     def __init__(self, src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
@@ -198,13 +203,51 @@ class Copy(Program):
             self.kind = "tensor_to_stream"
         elif isinstance(src, tensor) and isinstance(dst, tensor):
             self.kind = "tensor_to_tensor"
+        elif isinstance(src, tensor) and isinstance(dst, _remote_type()):
+            self.kind = "tensor_to_remote"
+        elif isinstance(src, _remote_type()) and isinstance(dst, tensor):
+            self.kind = "remote_to_tensor"
         else:
             raise GraphError(
                 f"Copy from {_describe(src)} to {_describe(dst)}: no such copy; Copy takes "
-                "(Tensor, Tensor), (DataStream, Tensor) or (Tensor, DataStream); remote "
-                "buffers are not available in poplar_api"
+                "(Tensor, Tensor), (DataStream, Tensor), (Tensor, DataStream), "
+                "(Tensor, RemoteBuffer[, offset]) or (RemoteBuffer, Tensor[, offset])"
             )
+        self.offset: Any = None
+        if self.kind in ("tensor_to_remote", "remote_to_tensor"):
+            super().__init__(self._parse_remote(args, kwargs))
+            return
         super().__init__(self._parse(args, kwargs))
+
+    def _parse_remote(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """Arguments of a remote-buffer copy: an optional offset tensor and debug name."""
+        tensor = _tensor_type()
+        unknown = sorted(set(kwargs) - {"offset", "debugContext"})
+        if unknown:
+            raise GraphError(
+                f"Copy from {_describe(self.src)} to {_describe(self.dst)}: unknown "
+                f"argument(s) {unknown}; known: ['debugContext', 'offset']"
+            )
+        debug = kwargs.get("debugContext", "")
+        self.offset = kwargs.get("offset")
+        for a in args:
+            if isinstance(a, str):
+                debug = a
+            elif isinstance(a, tensor) and self.offset is None:
+                self.offset = a
+            else:
+                raise GraphError(
+                    f"Copy from {_describe(self.src)} to {_describe(self.dst)}: argument "
+                    f"{a!r} ({type(a).__name__}) fits no Copy overload; a remote-buffer copy "
+                    "takes an offset (Tensor) and a debugContext (str)"
+                )
+        if self.offset is not None and not isinstance(self.offset, tensor):
+            raise GraphError(
+                f"Copy from {_describe(self.src)} to {_describe(self.dst)}: offset "
+                f"{self.offset!r} ({type(self.offset).__name__}) must be a Tensor of row "
+                "indices"
+            )
+        return debug
 
     def _parse(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """Sort the optional arguments of the overload by type; returns the debug name."""
@@ -256,12 +299,20 @@ class Copy(Program):
         return debug
 
 
+def _remote_type():
+    from poplar_api.remote import RemoteBuffer
+
+    return RemoteBuffer
+
+
 def _describe(value: Any) -> str:
     tensor, stream = _tensor_type(), _stream_type()
     if isinstance(value, tensor):
         return f"tensor '{value.name}'"
     if isinstance(value, stream):
         return f"stream '{value.handle}'"
+    if isinstance(value, _remote_type()):
+        return f"remote buffer '{value.handle()}'"
     return f"{value!r} ({type(value).__name__})"
 
 

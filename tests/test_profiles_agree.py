@@ -3,9 +3,9 @@
 All three ask the same timing model, so for every tutorial: each compute set's and each
 exchange's per-tile cycles in the graph profile equal those the machine recorded when
 it ran them; each stream copy's estimate equals its duration in the run (one IPU, so
-the host link is never shared); and the execution profile's steps are the machine's
-records with the same per-tile cycles (``cyclesAllTiles``, ``maxTileCycles``) and laid
-end to end to the run's total.
+the host link is never shared), or bounds it when the copy's data was prefetched; and
+the execution profile's steps are the machine's records with the same per-tile
+cycles (``cyclesAllTiles``, ``maxTileCycles``) and laid end to end to the run's total.
 """
 
 from __future__ import annotations
@@ -68,6 +68,11 @@ def test_stream_copies_agree(result):
     for rec in _records(result, "stream_copy"):
         i = names.index(rec.name)
         # every tile leaves the copy at its end; the one that arrived last waited least
+        if isinstance(rec.details, dict) and rec.details.get("prefetched_ipus"):
+            # its data was prefetched during earlier steps: the estimate is the most
+            # it can take (docs/machine.md, "Prefetch")
+            assert int(rec.tile_cycles.min()) <= gp["hostExchanges"]["cycles"][i], rec.name
+            continue
         assert gp["hostExchanges"]["cycles"][i] == int(rec.tile_cycles.min()), rec.name
 
 

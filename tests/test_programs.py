@@ -365,7 +365,7 @@ def test_copy_errors_name_both_tensors():
     assert "stream 'in'" in stream and "constant 'k'" in stream
     with pytest.raises(GraphError, match="fits no Copy overload"):
         prog.Copy(a, b, 3.5)
-    with pytest.raises(GraphError, match="remote buffers are not available"):
+    with pytest.raises(GraphError, match=r"no such copy.*RemoteBuffer"):
         prog.Copy(a, "buffer")
 
 

@@ -164,3 +164,114 @@ def test_report_keeps_an_existing_timeline(tmp_path):
     (d / "timeline.json").write_text('{"traceEvents": []}')
     assert main(["report", str(d)]) == 0
     assert json.loads((d / "timeline.json").read_text()) == {"traceEvents": []}
+
+
+# ------------------------------------------------------------------------ bad input
+def hide_matplotlib(monkeypatch):
+    """Make ``import matplotlib`` fail as it does when the plot extra is not installed."""
+    import sys
+
+    for name in ("matplotlib", "matplotlib.figure"):
+        monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules: ImportError
+
+
+def test_missing_matplotlib_names_the_plot_extra(tmp_path, monkeypatch, capsys):
+    d = write_dir(tmp_path / "p")
+    hide_matplotlib(monkeypatch)
+    assert main(["report", str(d)]) == 2
+    captured = capsys.readouterr()
+    assert "plots need matplotlib" in captured.err
+    assert "pip install 'ipusim[plot]'" in captured.err and "--no-plots" in captured.err
+    assert "Traceback" not in captured.err
+    assert captured.out == ""  # nothing half done
+    assert not (d / "steps.png").exists()
+
+
+def test_missing_matplotlib_does_not_stop_a_text_report(tmp_path, monkeypatch, capsys):
+    d = write_dir(tmp_path / "p")
+    hide_matplotlib(monkeypatch)
+    assert main(["report", str(d), "--no-plots"]) == 0
+    assert SUMMARY in capsys.readouterr().out
+
+
+def test_missing_matplotlib_through_an_import_hook(tmp_path, monkeypatch, capsys):
+    """The same with an import hook that refuses matplotlib (as a fresh interpreter would)."""
+    import sys
+    from importlib.abc import MetaPathFinder
+
+    class NoMatplotlib(MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "matplotlib" or name.startswith("matplotlib."):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [NoMatplotlib(), *sys.meta_path])
+    d = write_dir(tmp_path / "p")
+    assert main(["report", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert "No module named 'matplotlib'" in err and "pip install 'ipusim[plot]'" in err
+
+
+def test_malformed_memory_field_names_file_and_field(tmp_path, capsys):
+    profile = {"target": {"bytesPerTile": 1000}, "memory": {"byTile": {"total": [10, "x", 3]}}}
+    d = write_dir(tmp_path / "p", execution=None, profile=profile)
+    assert main(["report", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert f"{d / 'profile.json'}: field 'memory.byTile.total[1]': found 'x'" in err
+    assert "required a non-negative number of bytes" in err
+
+
+def test_malformed_capacity_names_file_and_field(tmp_path, capsys):
+    profile = {"target": {"bytesPerTile": -4}, "memory": {"byTile": {"total": [10]}}}
+    d = write_dir(tmp_path / "p", execution=None, profile=profile)
+    assert main(["report", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert f"{d / 'profile.json'}: field 'target.bytesPerTile': found -4" in err
+    assert "required a positive number" in err
+
+
+def test_malformed_total_cycles_names_the_field(tmp_path, capsys):
+    bad = json.loads(json.dumps(EXECUTION))
+    bad["simulation"]["cycles"] = "200"
+    d = write_dir(tmp_path / "p", summary=False, execution=bad)
+    assert main(["report", str(d), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "field 'simulation.cycles': found '200'; required a non-negative integer" in err
+
+
+def test_graph_profile_that_is_not_an_object(tmp_path, capsys):
+    d = write_dir(tmp_path / "p")
+    (d / "profile.json").write_text("[1, 2, 3]")
+    assert main(["report", str(d)]) == 0  # no memory plot, no timeline: nothing to read
+    out = capsys.readouterr().out
+    assert "no memory.byTile.total and target.bytesPerTile" in out
+    assert not (d / "timeline.json").exists()
+
+
+def test_profile_nested_too_deeply(tmp_path, capsys):
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "execution.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["report", str(d), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert f"{d / 'execution.json'}: nested too deeply" in err
+
+
+def test_unwritable_out_directory(tmp_path, capsys):
+    d = write_dir(tmp_path / "p")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["report", str(d), "--out", str(blocker / "plots")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read or write '{blocker / 'plots'}'" in err
+    assert "Traceback" not in err
+
+
+def test_missing_directory_through_the_cli_names_it(tmp_path, capsys):
+    missing = tmp_path / "no" / "such"
+    assert main(["report", str(missing), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ipusim: error: profile directory '{missing}' does not exist")
+    assert "autoReport.all=true" in err

@@ -230,6 +230,10 @@ def collect(
                 reads = getattr(module, "COUNTER_READS_IN_INTERVAL", 0)
                 measured -= reads * float(csv_rows[COUNTER_ROW]["value"])
             out.append(RowResult(source_of(p.row, csv_rows), p.row, metric, measured, *values))
+            if progress:
+                r = out[-1]
+                progress(f"  {r.row}: measured {r.measured:g}, uncalibrated {r.uncalibrated:g}, "
+                         f"calibrated {r.calibrated:g}")  # fmt: skip
     return out
 
 

@@ -1,9 +1,10 @@
-"""The host link (PCIe or RoCE), shared by every transfer of a machine.
+"""The host link (PCIe or RoCE), shared by every transfer of a machine, and the
+Streaming Memory links (one per IPU) behind which remote buffers live.
 
 A transfer first pays the link latency (transfers pipeline, so latency does not hold
-the link), then needs ``ceil(num_bytes / host_bytes_per_cycle)`` cycles of link work.
+the link), then needs ``ceil(num_bytes / bytes_per_cycle)`` cycles of link work.
 Transfers in flight at the same time share the bandwidth equally, so two IPUs
-streaming at once each see half the link.
+streaming at once each see half the host link.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from ipusim.errors import HostLinkError
 
 __all__ = [
     "HostLink",
+    "StreamingMemoryLinks",
+    "busy_cycles_at",
     "busy_cycles_of",
     "check_copy_size",
     "stream_copy_cycles",
@@ -62,10 +65,17 @@ def check_copy_size(cfg: MachineConfig, num_bytes: int, what: str) -> None:
         )
 
 
-def busy_cycles_of(cfg: MachineConfig, num_bytes: int) -> int:
-    """Cycles a transfer of ``num_bytes`` holds the link: ``ceil(bytes / bytes_per_cycle)``."""
+def busy_cycles_at(bytes_per_cycle: float, num_bytes: int) -> int:
+    """Cycles a transfer of ``num_bytes`` holds a link moving ``bytes_per_cycle``:
+    ``ceil(bytes / bytes_per_cycle)`` (rounded to 9 decimals first, so that an exact
+    quotient computed in floating point is not pushed up by one)."""
     _check_bytes(num_bytes, "transfer")
-    return math.ceil(round(num_bytes / cfg.host_bytes_per_cycle, 9))
+    return math.ceil(round(num_bytes / bytes_per_cycle, 9))
+
+
+def busy_cycles_of(cfg: MachineConfig, num_bytes: int) -> int:
+    """Cycles a transfer of ``num_bytes`` holds the host link: ``ceil(bytes / bytes_per_cycle)``."""
+    return busy_cycles_at(cfg.host_bytes_per_cycle, num_bytes)
 
 
 def transfer_cycles(cfg: MachineConfig, num_bytes: int) -> int:
@@ -118,9 +128,11 @@ class HostLink:
     """The host link of one machine, shared by all its transfers.
 
     Concurrent transfers share the bandwidth equally (processor sharing): with ``n``
-    transfers in flight each progresses at ``1/n`` of the link rate. Time is kept as
-    exact fractions, so finish times depend only on the transfers' start times and
-    sizes, never on the order SimPy happens to process simultaneous events.
+    transfers in flight each progresses at ``1/n`` of the link rate. Background
+    transfers (prefetches of data no copy waits for yet) use the link only while no
+    other transfer is in flight, and then share it equally among themselves. Time is
+    kept as exact fractions, so finish times depend only on the transfers' start
+    times and sizes, never on the order SimPy happens to process simultaneous events.
 
     Parameters
     ----------
@@ -128,6 +140,9 @@ class HostLink:
         SimPy environment the transfers run in (time unit: tile cycles).
     cfg
         Machine config (``host`` section, tile clock).
+    bytes_per_cycle, latency_cycles
+        The link's rate and latency; by default the host link's (another link, such
+        as a Streaming Memory link, passes its own).
 
     Attributes
     ----------
@@ -136,54 +151,75 @@ class HostLink:
         transfer).
     """
 
-    def __init__(self, env: simpy.Environment, cfg: MachineConfig) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cfg: MachineConfig,
+        bytes_per_cycle: float | None = None,
+        latency_cycles: int | None = None,
+    ) -> None:
         self.env = env
         self.cfg = cfg
+        self.bytes_per_cycle = (
+            cfg.host_bytes_per_cycle if bytes_per_cycle is None else bytes_per_cycle
+        )
+        self.latency_cycles = cfg.host_latency_cycles if latency_cycles is None else latency_cycles
         self.busy_cycles: int = 0
-        self._active: dict[int, list] = {}  # id -> [remaining work, done event]
+        self._active: dict[int, list] = {}  # id -> [remaining work, done event, background]
         self._next_id = 0
         self._last = Fraction(0)
         self._version = 0
 
-    def transfer(self, num_bytes: int) -> Generator[simpy.Event, object, None]:
+    def transfer(
+        self, num_bytes: int, ipu: int = 0, background: bool = False
+    ) -> Generator[simpy.Event, object, None]:
         """SimPy process generator moving ``num_bytes`` over the link.
 
         Waits the latency (transfers pipeline, so latency does not hold the link),
-        then needs ``ceil(num_bytes / host_bytes_per_cycle)`` cycles of link work,
-        shared with every other transfer in flight. A transfer of 0 bytes returns at
-        once. Use as ``env.process(link.transfer(n))`` or ``yield from``.
+        then needs ``ceil(num_bytes / bytes_per_cycle)`` cycles of link work, shared
+        with every other transfer in flight; a ``background`` transfer progresses
+        only while no foreground transfer is in flight. A transfer of 0 bytes returns
+        at once. ``ipu`` (the IPU moving the data) does not matter: one link serves
+        the whole machine. Use as ``env.process(link.transfer(n))`` or ``yield from``.
         """
-        work = busy_cycles_of(self.cfg, num_bytes)
+        work = busy_cycles_at(self.bytes_per_cycle, num_bytes)
         if work == 0:
             return
-        latency = self.cfg.host_latency_cycles
+        latency = self.latency_cycles
         if latency:
             yield self.env.timeout(latency)
         self._advance()
         done = self.env.event()
-        self._active[self._next_id] = [Fraction(work), done]
+        self._active[self._next_id] = [Fraction(work), done, background]
         self._next_id += 1
         self.busy_cycles += work
         self._reschedule()
         yield done
 
+    def _served(self) -> list[list]:
+        """The transfers the link serves now: the foreground ones, else the background."""
+        foreground = [entry for entry in self._active.values() if not entry[2]]
+        return foreground or list(self._active.values())
+
     def _advance(self) -> None:
-        """Credit every transfer in flight with its share of the time since the last event."""
+        """Credit every transfer served with its share of the time since the last event."""
         now = Fraction(self.env.now)
-        if self._active:
-            share = (now - self._last) / len(self._active)
-            for entry in self._active.values():
+        served = self._served()
+        if served:
+            share = (now - self._last) / len(served)
+            for entry in served:
                 entry[0] -= share
         self._last = now
 
     def _reschedule(self) -> None:
         """Schedule the next completion; older schedules become stale."""
         self._version += 1
-        if not self._active:
+        served = self._served()
+        if not served:
             return
         version = self._version
-        first = min(entry[0] for entry in self._active.values())
-        timer = self.env.timeout(first * len(self._active))
+        first = min(entry[0] for entry in served)
+        timer = self.env.timeout(first * len(served))
         timer.callbacks.append(lambda _event: self._complete(version))
 
     def _complete(self, version: int) -> None:
@@ -193,3 +229,39 @@ class HostLink:
         for key in [k for k, entry in self._active.items() if entry[0] <= 0]:
             self._active.pop(key)[1].succeed()
         self._reschedule()
+
+
+class StreamingMemoryLinks:
+    """The Streaming Memory links of a machine: one per IPU, each shared only by the
+    transfers of its IPU.
+
+    On an IPU-M2000 the DDR of Streaming Memory sits on the IPU-Gateway and every IPU
+    has its own link to the gateway (docs/sources.md#host-link-and-streaming-memory),
+    so remote-buffer copies of different IPUs do not slow each other down, and they
+    do not use the host link. Each link is a :class:`HostLink` with the ``remote``
+    section's bandwidth and latency.
+
+    Parameters
+    ----------
+    env
+        SimPy environment the transfers run in (time unit: tile cycles).
+    cfg
+        Machine config (``remote`` section, tile clock, number of IPUs).
+    """
+
+    def __init__(self, env: simpy.Environment, cfg: MachineConfig) -> None:
+        rate = cfg.remote.bandwidth_bytes_per_s / cfg.tile.clock_hz
+        latency = math.ceil(round(cfg.remote.latency_s * cfg.tile.clock_hz, 9))
+        self.links = [HostLink(env, cfg, rate, latency) for _ in range(cfg.num_ipus)]
+
+    @property
+    def busy_cycles(self) -> int:
+        """Cycles of link work done so far, over all the IPUs' links."""
+        return sum(link.busy_cycles for link in self.links)
+
+    def transfer(
+        self, num_bytes: int, ipu: int = 0, background: bool = False
+    ) -> Generator[simpy.Event, object, None]:
+        """Move ``num_bytes`` between IPU ``ipu`` and its Streaming Memory (see
+        :meth:`HostLink.transfer`)."""
+        yield from self.links[ipu].transfer(num_bytes, background=background)

@@ -5,6 +5,12 @@
 * ``Copy`` between tensors: elements already on their destination tile are copied by
   an on-tile copy vertex per tile, the rest by an exchange.
 * ``Copy`` from or to a stream, and ``PrintTensor``: a host sync and a stream copy.
+  With the engine option ``exchange.enablePrefetch`` (default true) a host-to-device
+  copy is marked ``prefetch`` and asks the host, after its effect, whether the
+  stream's next data is ready (docs/machine.md, "Prefetch").
+* ``Copy`` between a tensor and a remote buffer: an internal sync, the Streaming
+  Memory transfer (``RemoteBufferCopy``) and its on-chip exchange; the rows are
+  chosen by the offset tensor when the copy runs.
 * Control flow becomes IR control nodes; predicates are read from device memory
   after an internal sync.
 * ``Block`` programs whose name matches the engine option ``profiler.blocks.filter``,
@@ -39,6 +45,7 @@ from poplar_api.lowering.computeset import (
 from poplar_api.lowering.context import Lowered
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.printing import format_tensor
+from poplar_api.remote import RemoteBuffer, remote_buffers
 from poplar_api.tensor import Tensor
 
 
@@ -61,13 +68,32 @@ def _filter(options: Mapping[str, str], name: str) -> re.Pattern[str] | None:
         ) from None
 
 
+def prefetch_option(options: Mapping[str, str]) -> bool:
+    """The engine option ``exchange.enablePrefetch`` (default true, as in Poplar)."""
+    return str(options.get("exchange.enablePrefetch", "true")).strip().lower() == "true"
+
+
 class HostIO:
-    """What the host side of effects needs: stream buffers, callbacks and stdout."""
+    """What the host side of effects needs: stream buffers, callbacks, remote buffers
+    and stdout (``poplar_api.streams.HostStreams`` is the engine's)."""
 
     def pull(self, stream: DataStream) -> np.ndarray:  # pragma: no cover - interface
+        """The data of one copy from a host-to-device stream."""
         raise NotImplementedError
 
+    def pulled(self, stream: DataStream) -> None:  # pragma: no cover - interface
+        """The data of the last :meth:`pull` is on the device."""
+
+    def prefetched(self, stream: DataStream) -> bool:  # pragma: no cover - interface
+        """Whether the data of the stream's next copy is ready on the host now."""
+        return False
+
     def push(self, stream: DataStream, values: np.ndarray) -> None:  # pragma: no cover
+        """Hand the data of one copy to a device-to-host stream."""
+        raise NotImplementedError
+
+    def remote_data(self, buffer: Any) -> np.ndarray:  # pragma: no cover - interface
+        """The contents of a remote buffer, [repeats, numElements] (written in place)."""
         raise NotImplementedError
 
     def print(self, text: str) -> None:  # pragma: no cover - interface
@@ -104,6 +130,8 @@ class Emitter:
         options = options or {}
         self.blocks_filter = _filter(options, "profiler.blocks.filter")
         self.programs_filter = _filter(options, "profiler.programs.filter")
+        #: exchange.enablePrefetch: host-to-device stream copies are prefetched
+        self.prefetch = prefetch_option(options)
 
     # ----------------------------------------------------------------- helpers
     def _pid(self, prog: P.Program) -> int:
@@ -328,6 +356,10 @@ class Emitter:
             return self._stream_copy(prog, src, dst, to_device=True)
         if isinstance(src, Tensor) and isinstance(dst, DataStream):
             return self._stream_copy(prog, dst, src, to_device=False)
+        if isinstance(src, RemoteBuffer):
+            return self._remote_copy(prog, src, dst, to_device=True)
+        if isinstance(dst, RemoteBuffer):
+            return self._remote_copy(prog, dst, src, to_device=False)
         s = self._tensor(src, f"Copy #{self._pid(prog)} source")
         d = self._tensor(dst, f"Copy #{self._pid(prog)} destination")
         if s is None or d is None:
@@ -464,19 +496,114 @@ class Emitter:
                         f"(the size of '{t.name}')"
                     )
                 storage.write(typ, ids[:n], host.pull(stream)[:n])
+                host.pulled(stream)
         elif to_device:
 
             def effect() -> None:
                 storage.write(typ, ids, host.pull(stream))
+                host.pulled(stream)
         else:
 
             def effect() -> None:
                 host.push(stream, storage.read(typ, ids))
 
-        return self._host_transfer(prog, t, stream.handle, to_device, self.lowered.effect(effect))
+        ready = None
+        if to_device and self.prefetch:
+            ready = self.lowered.predicate(lambda: int(host.prefetched(stream)))
+        return self._host_transfer(
+            prog, t, stream.handle, to_device, self.lowered.effect(effect), prefetch=ready
+        )
+
+    def _remote_copy(self, prog: P.Copy, buffer: RemoteBuffer, t: Any, to_device: bool) -> ir.Node:
+        """A copy between tensor ``t`` and rows of a remote buffer (see
+        :mod:`poplar_api.remote`): an internal sync, the Streaming Memory transfer and
+        the on-chip exchange delivering (or gathering) the data."""
+        handle = buffer.handle()
+        way = "from remote buffer '%s' into" if to_device else "into remote buffer '%s' from"
+        way = way % handle
+        what = f"Copy {way} tensor '{getattr(t, 'name', t)}'"
+        if remote_buffers(self.state).get(handle) is not buffer:
+            self.problems.append(
+                f"{what}: remote buffer '{handle}' is not a buffer of this graph; hint: make "
+                "it with the engine's graph.addRemoteBuffer"
+            )
+            return ir.Sequence()
+        t = self._tensor(t, what)
+        if t is None:
+            return ir.Sequence()
+        offset = prog.offset
+        if offset is not None and self._tensor(offset, f"{what}: offset") is None:
+            return ir.Sequence()
+        rows = 1 if offset is None else offset.numElements()
+        n, repeats, typ = buffer.numElements(), buffer.getRepeats(), buffer.elementType()
+        problems = []
+        if t.elementType() != typ:
+            problems.append(
+                f"{what}: element types differ (remote buffer {typ}, tensor "
+                f"{t.elementType()}); they must be equal; hint: cast with popops.cast"
+            )
+        if t.numElements() != rows * n:
+            of = "no offset: one row"
+            if offset is not None:
+                of = f"offset '{offset.name}': {rows} row(s)"
+            problems.append(
+                f"{what}: the tensor has {t.numElements()} elements (shape {t.shape()}); "
+                f"the copy moves {rows} x {n} = {rows * n} ({of} of numElements {n}); "
+                "hint: give the tensor numElements elements per offset"
+            )
+        if offset is not None and (offset.elementType().is_floating or rows == 0):
+            problems.append(
+                f"{what}: offset '{offset.name}' has element type {offset.elementType()} and "
+                f"{rows} element(s); it must hold at least one integral row index "
+                "(UNSIGNED_INT or INT); hint: cast it with popops"
+            )
+        const = self._constant_of(t) if to_device else None
+        if const is not None:
+            problems.append(
+                f"{what}: the destination is (part of) constant '{const}'; constants cannot "
+                "be written; hint: copy into a variable"
+            )
+        if problems:
+            self.problems += problems
+            return ir.Sequence()
+        storage, host, ids = self.lowered.storage, self.host, t.flat_index()
+        off_type = None if offset is None else offset.elementType()
+        off_ids = None if offset is None else offset.flat_index()
+
+        def effect() -> None:
+            if off_ids is None:
+                index = np.zeros(1, np.int64)
+            else:
+                index = storage.read(off_type, off_ids).astype(np.int64)
+            bad = np.flatnonzero((index < 0) | (index >= repeats))
+            if bad.size:
+                raise EngineError(
+                    f"{what}: offset {int(index[bad[0]])} (element {int(bad[0])} of "
+                    f"'{offset.name}') is out of range; remote buffer '{handle}' has "
+                    f"{repeats} repeat(s), so offsets must be in [0, {repeats}); hint: keep "
+                    f"the offsets below {repeats} or make the buffer with more repeats"
+                )
+            data = host.remote_data(buffer)
+            if to_device:
+                storage.write(typ, ids, data[index].reshape(-1))
+            else:
+                data[index] = storage.read(typ, ids).reshape(rows, n)
+
+        node = self._host_transfer(
+            prog, t, prog.debugName or handle, to_device, self.lowered.effect(effect),
+            remote=handle,
+        )  # fmt: skip
+        return self._touch(node, offset) if offset is not None else node
 
     def _host_transfer(
-        self, prog: P.Program, t: Tensor, label: str, to_device: bool, effect: int
+        self,
+        prog: P.Program,
+        t: Tensor,
+        label: str,
+        to_device: bool,
+        effect: int,
+        prefetch: int | None = None,
+        remote: str | None = None,
     ) -> ir.Node:
         """A host transfer as the machine runs it: a host sync, then the host link part
         (``StreamCopy``) and the on-chip part (an ``Exchange`` delivering the data to its
@@ -484,21 +611,30 @@ class Emitter:
 
         The on-chip part moves each tile's bytes in messages, one per run of elements
         that are consecutive in the stream and in the tensor's element ids.
+        ``prefetch`` is the predicate telling whether the stream's next data is ready
+        (the copy is then prefetched). With ``remote`` (a remote buffer's handle) it is a
+        Streaming Memory transfer instead: an internal sync (the host takes no part)
+        and a ``RemoteBufferCopy``.
         """
         element_tile = self._tiles(t)
         nbytes = np.bincount(element_tile, minlength=self.num_tiles) * t.elementType().size
         tiles = np.flatnonzero(nbytes)
         pid = self._pid(prog)
-        step = ir.StreamCopy(
-            name=label,
-            effect=effect,
-            program_id=pid,
-            direction="host_to_device" if to_device else "device_to_host",
-            tile=tiles,
-            num_bytes=nbytes[tiles],
-            stream=label,
-            exchanged=True,
-        )
+        common = {
+            "name": label,
+            "effect": effect,
+            "program_id": pid,
+            "direction": "host_to_device" if to_device else "device_to_host",
+            "tile": tiles,
+            "num_bytes": nbytes[tiles],
+            "exchanged": True,
+        }
+        if remote is not None:
+            step: ir.StreamCopy = ir.RemoteBufferCopy(stream=remote, **common)
+        else:
+            step = ir.StreamCopy(
+                stream=label, prefetch=prefetch is not None, prefetch_predicate=prefetch, **common
+            )
         ids = t.flat_index()
         starts = np.ones(ids.size, bool)
         starts[1:] = (np.diff(ids) != 1) | (element_tile[1:] != element_tile[:-1])
@@ -516,7 +652,11 @@ class Emitter:
             max_distance=none,
         )
         parts = [step, on_chip] if to_device else [on_chip, step]
-        node = ir.Sequence([self._sync(pid, "host", f"{label}/HostSync"), *parts], name=label)
+        if remote is not None:
+            sync = self._sync(pid, "internal", f"{label}/Sync")
+        else:
+            sync = self._sync(pid, "host", f"{label}/HostSync")
+        node = ir.Sequence([sync, *parts], name=label)
         return self._touch(node, t)
 
     def _PrintTensor(self, prog: P.PrintTensor) -> ir.Node:

@@ -1,0 +1,314 @@
+"""compileGraph, Executable files and Engine(executable).
+
+Expected values are worked out by hand in comments; "the same run" is checked with the
+trace fingerprint of ``Engine(graph, programs)`` on a second, identically built graph.
+Graphs use the 8-tile ``tiny`` preset.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, INT, Engine, Executable, ExecutableError, Graph, IPUModel
+from poplar_api import program as prog
+from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
+from poplar_api.errors import EngineError
+from poplar_api.executable import MAGIC, compileGraph
+
+
+class ScaleSum(Vertex):
+    """``out = 2 * sum(in)``."""
+
+    in_ = Input(Vector(FLOAT))
+    out = Output(FLOAT)
+
+    @staticmethod
+    def compute(in_, out):
+        s = 0.0
+        for i in range(in_.shape[0]):
+            s += in_[i]
+        out[0] = 2.0 * s
+        return True
+
+
+class Bump(Vertex):
+    """``c += 1``."""
+
+    c = InOut(INT)
+
+    @staticmethod
+    def compute(c):
+        c[0] += 1
+        return True
+
+
+def device():
+    return IPUModel("tiny").createDevice()
+
+
+def build(codelets=None):
+    """x[4] on tile 0 -> ScaleSum on tile 1 -> y; a counter bumped 3 times; a stream."""
+    g = Graph(device().getTarget())
+    if codelets is not None:
+        g.addCodelets(codelets)
+    x = g.addVariable(FLOAT, [4], "x")
+    y = g.addVariable(FLOAT, [1], "y")
+    c = g.addVariable(INT, [1], "c")
+    g.setTileMapping(x, 0)
+    g.setTileMapping(y, 1)
+    g.setTileMapping(c, 2)
+    g.setInitialValue(c, 5)
+    cs = g.addComputeSet("sum")
+    v = g.addVertex(cs, "ScaleSum" if codelets is not None else ScaleSum, {"in": x, "out": y[0]})
+    g.setTileMapping(v, 1)
+    g.setPerfEstimate(v, 40)
+    inc = g.addComputeSet("inc")
+    w = g.addVertex(inc, "Bump" if codelets is not None else Bump, {"c": c[0]})
+    g.setTileMapping(w, 2)
+    g.setPerfEstimate(w, 7)
+    s = g.addHostToDeviceFIFO("x-in", FLOAT, 4)
+    g.createHostRead("y", y)
+    g.createHostRead("c", c)
+    programs = [
+        prog.Sequence(prog.Copy(s, x), prog.Execute(cs)),
+        prog.Repeat(3, prog.Execute(inc)),
+    ]
+    return g, programs
+
+
+def run(engine):
+    """Runs both programs; returns (y, c, fingerprints)."""
+    engine.load(device())
+    engine.connectStream("x-in", np.array([1, 2, 3, 4], np.float32))
+    prints = []
+    for i in (0, 1):
+        engine.run(i)
+        prints.append(engine.getTrace().fingerprint())
+    return engine.readTensor("y").tolist(), engine.readTensor("c").tolist(), prints
+
+
+# 2 * (1 + 2 + 3 + 4) = 20; the counter starts at 5 and is bumped 3 times: 8.
+EXPECTED = ([20.0], [8])
+
+
+def test_engine_of_compiled_graph_runs_as_engine_of_graph():
+    g1, p1 = build()
+    y1, c1, fp1 = run(Engine(g1, p1))
+    g2, p2 = build()
+    steps = []
+    exe = compileGraph(g2, p2, progressCallback=lambda i, n: steps.append((i, n)))
+    assert steps == [(0, 1), (1, 1)]
+    assert exe.getNumPrograms() == 2
+    y2, c2, fp2 = run(Engine(exe))
+    assert (y1, c1) == (y2, c2) == EXPECTED
+    assert fp1 == fp2
+
+
+def test_serialize_round_trip_in_process(tmp_path):
+    g1, p1 = build()
+    *_, fp1 = run(Engine(g1, p1))
+    g2, p2 = build()
+    path = tmp_path / "prog.ipuexe"
+    compileGraph(g2, p2).serialize(path)
+    assert path.read_bytes().startswith(MAGIC)
+    exe = Executable.deserialize(path)
+    y, c, fp = run(Engine(exe, {"debug.instrument": "true"}))
+    assert (y, c) == EXPECTED
+    assert fp == fp1
+
+
+def test_serialize_to_a_stream():
+    g, p = build()
+    buf = io.BytesIO()
+    compileGraph(g, p).serialize(buf)
+    buf.seek(0)
+    y, c, _ = run(Engine(Executable.deserialize(buf)))
+    assert (y, c) == EXPECTED
+
+
+def test_a_second_engine_of_one_executable_compiles_again():
+    g, p = build()
+    exe = compileGraph(g, p)
+    first = run(Engine(exe))
+    second = run(Engine(exe))
+    assert first == second
+    assert first[:2] == EXPECTED
+
+
+CODELETS = textwrap.dedent(
+    """
+    from poplar_api import FLOAT, INT
+    from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
+
+    class ScaleSum(Vertex):
+        in_ = Input(Vector(FLOAT))
+        out = Output(FLOAT)
+
+        @staticmethod
+        def compute(in_, out):
+            s = 0.0
+            for i in range(in_.shape[0]):
+                s += in_[i]
+            out[0] = 2.0 * s
+            return True
+
+    class Bump(Vertex):
+        c = InOut(INT)
+
+        @staticmethod
+        def compute(c):
+            c[0] += 1
+            return True
+    """
+)
+
+LOADER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from poplar_api import Engine, Executable, IPUModel
+
+    engine = Engine(Executable.deserialize(sys.argv[1]))
+    engine.load(IPUModel("tiny").createDevice())
+    engine.connectStream("x-in", np.array([1, 2, 3, 4], np.float32))
+    for i in (0, 1):
+        engine.run(i)
+        print(engine.getTrace().fingerprint())
+    print(engine.readTensor("y").tolist(), engine.readTensor("c").tolist())
+    """
+)
+
+
+def test_file_loads_in_another_process(tmp_path):
+    """Codelets from a codelet file are found again by path in a new process."""
+    codelets = tmp_path / "my_codelets.py"
+    codelets.write_text(CODELETS)
+    g1, p1 = build(str(codelets))
+    *_, fp1 = run(Engine(g1, p1))
+    g2, p2 = build(str(codelets))
+    path = tmp_path / "prog.ipuexe"
+    compileGraph(g2, p2).serialize(str(path))
+    script = tmp_path / "load.py"
+    script.write_text(LOADER)
+    env = dict(os.environ)
+    env.pop("POPLAR_ENGINE_OPTIONS", None)
+    out = subprocess.run(
+        [sys.executable, str(script), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[:2] == fp1
+    assert lines[2] == "[20.0] [8]"
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_foreign_file_is_refused_naming_it(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello, not an executable\n")
+    with pytest.raises(ExecutableError, match=r"notes\.txt.*not an ipusim executable"):
+        Executable.deserialize(path)
+
+
+def test_truncated_file_is_refused_naming_it(tmp_path):
+    g, p = build()
+    path = tmp_path / "cut.ipuexe"
+    compileGraph(g, p).serialize(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 10])
+    with pytest.raises(ExecutableError, match=r"cut\.ipuexe.*truncated or corrupt"):
+        Executable.deserialize(path)
+
+
+def test_corrupt_byte_is_refused(tmp_path):
+    g, p = build()
+    path = tmp_path / "bad.ipuexe"
+    compileGraph(g, p).serialize(path)
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ExecutableError, match=r"bad\.ipuexe.*SHA-256"):
+        Executable.deserialize(path)
+
+
+def test_other_format_version_is_refused(tmp_path):
+    g, p = build()
+    path = tmp_path / "old.ipuexe"
+    compileGraph(g, p).serialize(path)
+    data = path.read_bytes().replace(b'"format": 1', b'"format": 99', 1)
+    path.write_bytes(data)
+    with pytest.raises(ExecutableError, match=r"old\.ipuexe.*format version 99.*version 1"):
+        Executable.deserialize(path)
+
+
+def test_missing_file_names_it(tmp_path):
+    with pytest.raises(ExecutableError, match=r"absent\.ipuexe"):
+        Executable.deserialize(tmp_path / "absent.ipuexe")
+
+
+def test_lost_codelet_file_names_vertex_type_and_file(tmp_path):
+    codelets = tmp_path / "gone.py"
+    codelets.write_text(CODELETS)
+    g, p = build(str(codelets))
+    path = tmp_path / "prog.ipuexe"
+    compileGraph(g, p).serialize(path)
+    codelets.unlink()
+    with pytest.raises(ExecutableError, match=r"prog\.ipuexe.*vertex type '\w+'.*gone\.py"):
+        Executable.deserialize(path)
+
+
+def test_compile_time_option_cannot_change_at_engine(tmp_path):
+    g, p = build()
+    exe = compileGraph(g, p, {"profiler.blocks.filter": "a.*"})
+    with pytest.raises(EngineError, match=r"profiler\.blocks\.filter.*'b'.*'a\.\*'"):
+        Engine(exe, {"profiler.blocks.filter": "b"})
+    with pytest.raises(EngineError, match="programs were fixed by compileGraph"):
+        Engine(exe, prog.Sequence())
+
+
+def test_text_stream_is_refused():
+    g, p = build()
+    with pytest.raises(ExecutableError, match="binary mode"):
+        compileGraph(g, p).serialize(io.StringIO())
+
+
+def test_local_class_is_stored_by_value(tmp_path):
+    """A vertex class made inside a function cannot be imported: it is pickled by value."""
+
+    class LocalBump(Vertex):
+        c = InOut(INT)
+
+        @staticmethod
+        def compute(c):
+            c[0] += 2
+            return True
+
+    g = Graph(device().getTarget())
+    c = g.addVariable(INT, [1], "c")
+    g.setTileMapping(c, 0)
+    g.setInitialValue(c, 1)
+    cs = g.addComputeSet("cs")
+    v = g.addVertex(cs, LocalBump, {"c": c[0]})
+    g.setTileMapping(v, 0)
+    g.setPerfEstimate(v, 3)
+    g.createHostRead("c", c)
+    path = Path(tmp_path) / "local.ipuexe"
+    compileGraph(g, prog.Execute(cs)).serialize(path)
+    e = Engine(Executable.deserialize(path))
+    e.load(device())
+    e.run(0)
+    assert e.readTensor("c").tolist() == [3]  # 1 + 2
