@@ -60,6 +60,7 @@ from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, Type
 
 __all__ = [
     "SEED_WORDS_PER_WORKER",
+    "addCodelets",
     "bernoulli",
     "dropout",
     "getHwSeeds",
@@ -699,3 +700,25 @@ def _check_type(type_: object, allowed: tuple[Type, ...], fn: str) -> None:
             f"{fn}: type {getattr(type_, 'name', type_)} is not supported; use one of "
             f"{', '.join(t.name for t in allowed)}"
         )
+
+
+def addCodelets(graph: Graph) -> None:
+    """Register the poprand vertices with ``graph`` (``poprand::addCodelets``).
+
+    Every generator (``poprand::Uniform<float>``, ``poprand::Normal<half>``, ...,
+    ``poprand::Dropout<T>``) of every type Poplibs instantiates, and
+    ``poprand::SetSeed``. The random functions register what they use as they add
+    vertices, so this is optional; afterwards the vertices can also be added by their
+    Poplar names. Calling it again is harmless.
+
+    Raises
+    ------
+    GraphError
+        ``graph`` is not a poplar_api Graph.
+    """
+    _check_graph(graph, "poprand.addCodelets")
+    classes: list[type] = [SetSeedVertex]
+    for kind in _NAMES:
+        types = (FLOAT, HALF, INT) if kind in ("uniform", "bernoulli") else (FLOAT, HALF)
+        classes.extend(_vertex(kind, t) for t in types)
+    graph.addCodelets(classes)

@@ -1,7 +1,8 @@
-"""poplin: matMul values against numpy, the planner, the estimators and the peak bound.
+"""poplin: matMul values against numpy, its plan, the ReduceAdd estimator and the peak bound.
 
 References are float64 numpy products. Every run also checks, from the trace, that no
-tile of a MatMul compute set did its flops faster than the target's peak allows.
+tile of a product's Convolve compute set did its flops faster than the target's peak
+allows.
 """
 
 from __future__ import annotations
@@ -15,33 +16,35 @@ from poplar_api import FLOAT, HALF, INT, Engine, Graph, IPUModel, poplin
 from poplar_api import program as prog
 from poplar_api.codelet import vertex_type
 from poplar_api.errors import PoplarError, TensorError, TypeMismatchError
-from poplar_api.poplin.estimators import (
-    exchange_cycles,
-    matmul_partial_cycles,
-    reduce_add_cycles,
-)
-from poplar_api.poplin.vertices import matmul_partial_vertex, reduce_add_vertex
+from poplar_api.poplin.estimators import exchange_cycles, reduce_add_cycles
+from poplar_api.poplin.vertices import reduce_add_vertex
 
 RNG = np.random.default_rng(1234)
 
 
 def tile_flops(graph: Graph, cs_name: str, num_tiles: int) -> np.ndarray:
-    """Flops per tile of the MatMulPartial vertices of compute set ``cs_name``.
+    """Flops per tile of the partial-sum vertices of compute set ``cs_name``.
 
-    A vertex multiplies [m,k] x [k,n]: |in| = mk, |weights| = kn, |out| = mn, so
-    m = sqrt(|in| |out| / |weights|) etc., and it does 2 m k n flops.
+    A matMul is a 1-wide convolution: each (conv group, input group, output group)
+    triple of a vertex multiplies ``in`` [m, ic] by ``weights`` [oc, ic] into ``out``
+    [m, oc], so m = sqrt(|in| |out| / |weights|) etc., and it does 2 m ic oc flops.
     """
     st = graph._state
     cs = next(c for c in st.compute_sets if c.name == cs_name)
     flops = np.zeros(num_tiles, np.int64)
     for vid in cs.vertices:
         v = st.vertices[vid]
-        a, b, c = (v.fields[f].numElements() for f in ("in", "weights", "out"))
-        m = math.isqrt(a * c // b)
-        k = math.isqrt(a * b // c)
-        n = math.isqrt(b * c // a)
-        assert (m * k, k * n, m * n) == (a, b, c)
-        flops[v.tile] += 2 * m * k * n
+        ins, ws, outs = ([t.numElements() for t in v.fields[f]] for f in ("in", "weights", "out"))
+        ncg = len(ins) * len(outs) // len(ws)
+        nig, nog = len(ins) // ncg, len(outs) // ncg
+        for cg in range(ncg):
+            for og in range(nog):
+                for ig in range(nig):
+                    a, b = ins[cg * nig + ig], ws[(cg * nog + og) * nig + ig]
+                    c = outs[cg * nog + og]
+                    m, k, n = math.isqrt(a * c // b), math.isqrt(a * b // c), math.isqrt(b * c // a)
+                    assert (m * k, k * n, m * n) == (a, b, c)
+                    flops[v.tile] += 2 * m * k * n
     return flops
 
 
@@ -51,7 +54,7 @@ def check_never_faster_than_peak(engine: Engine, graph: Graph, in_type) -> int:
     peak = target.getFpFlopsPerCycle(in_type)
     checked = 0
     for rec in engine.getTrace().records:
-        if rec.kind != "compute" or not rec.name.endswith("/MatMul"):
+        if rec.kind != "compute" or not rec.name.endswith("/Convolve"):
             continue
         flops = tile_flops(graph, rec.name, target.getNumTiles())
         assert np.all(rec.tile_cycles.astype(np.int64) * peak >= flops), rec.name
@@ -156,9 +159,12 @@ def test_k_split_with_half_partials_option():
     b = RNG.uniform(0.5, 1.5, (256, 4)).astype(np.float16)
     c, _, graph = run_product("tiny", a, b, HALF, opts={"partialsType": "half"})
     plan = poplin.getPlan(graph, (1, 4, 256, 4), HALF, None, {"partialsType": "half"})
-    assert plan.parts[2] > 1  # K is split, so partials exist
+    assert plan.parts[-1] > 1  # K is split, so partials exist
     names = {v.vtype.name for v in graph._state.vertices}
-    assert names == {"poplin::MatMulPartial<half,half>", "poplin::ReduceAdd<half,half>"}
+    assert names == {
+        "poplin::ConvPartial1x1Out<half,half,true,true,16,4,false>",
+        "poplin::ReduceAdd<half,half>",
+    }
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=4e-3)
 
@@ -210,7 +216,7 @@ def test_create_matmul_inputs_reduce_exchange():
     np.testing.assert_allclose(c2, ref, rtol=1e-5)
 
     def exchange_in(engine):
-        (rec,) = [r for r in engine.getTrace().records if r.name == "mm/MatMul/ExchangeIn"]
+        (rec,) = [r for r in engine.getTrace().records if r.name == "mm/Convolve/ExchangeIn"]
         return rec.last_cycle - rec.first_cycle
 
     assert exchange_in(e1) < exchange_in(e2)
@@ -227,24 +233,28 @@ def test_matmul_on_mk2(grouped):
 
 # ----------------------------------------------------------------------- planner
 def test_planner_choice_worked_by_hand():
-    # tiny: 8 tiles, 6 workers, 4 exchange bytes/cycle, FLOAT peak 32 flops/cycle so the
-    # AMP block is k_chunk 16 x n_chunk 8 (8 thread cycles per row = 128 MACs).
-    # [480,16] x [16,8]: one AMP pass whatever M is; weight load 16*8*4/16 = 32 cycles.
-    # Split M over p tiles (m = ceil(480/p), r = ceil(m/6) rows per worker,
-    # worker = 41 + 8 (r - 3)); exchange: each tile lacks (p-1)/p of B (16*8 floats):
-    #   p=8: m=60, r=10, worker 97, compute 50+19+32+6*97 = 683;
-    #        recv 128*7//8 = 112 floats = 448 B -> 448/4 = 112, +190 phase = 302; total 985
-    #   p=7: m=69, r=12, worker 113, compute 779; recv 128*6//7=109 -> 436 B -> 109+190;
-    #        total 1078
-    #   p=6: m=80, r=14, worker 129, compute 875; recv 106 -> 424 B -> 296; total 1171
-    #   p=4: m=120, r=20, worker 177, compute 1163; > 985 already
-    # Splitting N (n=8 is one AMP pass) or K (16 is one pass) only adds exchange and, for
-    # K, a reduction, so (pG, pM, pK, pN) = (1, 8, 1, 1) is the cheapest.
+    # tiny: 8 tiles, 6 workers, 4 exchange bytes/cycle. [480,16] x [16,8] FLOAT is a
+    # 1-wide convolution of 480 positions, 16 -> 8 channels: one AMP group each way
+    # (float: 8 input channels x 2 groups, 8 conv units). Splitting M over the 8 tiles
+    # gives 60 rows per tile, 10 per worker, on ConvPartial1x1Out (Poplibs
+    # getConvPartial1x1SupervisorCycleEstimate, float acts and partials):
+    #   worker(10, zeroing) = 46 + (2 + 4*10) + 7*8 = 144; without zeroing 46 + 56 = 102
+    #   inner = max(slowest, fastest + 14) over workers x 6 (all equal here):
+    #     6 * 144 + 14 = 878 (first input group), 6 * 102 + 14 = 626 (second)
+    #   weight loads = 8 units * 32 B / 16 B per cycle = 16; common path (float partials)
+    #   second in-group: 15 - 1 + 1 + (19 + (6 + 16 + 626)) = 682
+    #   first in-group: 10 + 1 + (19 - 1 + (7 + 16 + 878)) = 930
+    #   total = 50 + (12 + 1 + 682 + 930) = 1675
+    # (tiny's float peak also allows 16 conv units, but with 8 output channels padded to
+    #  16: zpg 8, worker 46 + (2 + 80) + 56 = 184, loads 32 -> 50 + 13 + 698 + 1186 = 1947.)
+    # Exchange: each tile holds its 60 rows of A; it lacks 7/8 of B's 128 floats:
+    #   112 floats = 448 B -> 448 / 4 = 112 cycles + 190 phase = 302.
     graph = Graph(IPUModel("tiny").createDevice().getTarget())
     plan = poplin.getPlan(graph, (1, 480, 16, 8), FLOAT)
-    assert plan.parts == (1, 8, 1, 1)
-    assert plan.blocks == (1, 60, 16, 8)
-    assert plan.cost == {"exchange": 302, "compute": 683, "reduce": 0, "total": 985}
+    assert plan.method == "AMP"
+    assert plan.parts == (1, 1, 8, 1, 1)
+    assert plan.blocks == (1, 1, 60, 8, 16)
+    assert plan.cost == {"compute": 1675, "exchange": 302, "reduce": 0, "total": 1977}
     assert sorted(plan.tiles.reshape(-1).tolist()) == list(range(8))
 
 
@@ -254,23 +264,10 @@ def test_planner_respects_memory_proportion():
     graph = Graph(IPUModel("tiny").createDevice().getTarget())
     plan = poplin.getPlan(graph, (1, 8, 4096, 1), FLOAT)
     assert plan.memory_bytes <= 0.6 * 65536
-    assert plan.parts[2] > 1
+    assert plan.parts[-1] > 1
 
 
 # -------------------------------------------------------------------- estimators
-def test_partial_matmul_estimates_follow_the_formula():
-    target = IPUModel("ipu2").createDevice().getTarget()
-    # HALF 16x16x16: k_chunk*n_chunk = 4*128/2 = 256 = 16x16, one pass, rows/worker
-    # ceil(16/6)=3 -> worker 46; load 16*16*2/16 = 32: 50 + 19 + 32 + 6*46 = 377
-    # FLOAT 7x5x3: block 16x8, one pass, rows 2 -> 40; load 32: 50+19+32+240 = 341
-    # FLOAT 33x17x65: passes ceil(17/16)*ceil(65/8) = 2*9 = 18; rows 6 -> 41+3*8 = 65;
-    #   per pass 19 + 32 + 6*65 = 441; 50 + 18*441 = 7988
-    cases = [(HALF, (16, 16, 16), 377), (FLOAT, (7, 5, 3), 341), (FLOAT, (33, 17, 65), 7988)]
-    for t, (m, k, n), want in cases:
-        vt = vertex_type(matmul_partial_vertex(t, t))
-        assert vt.estimate({"in": m * k, "weights": k * n, "out": m * n}, target) == want
-
-
 def test_reduce_add_estimates_follow_the_formula():
     target = IPUModel("ipu2").createDevice().getTarget()
     # FLOAT->FLOAT, 4 partials of 100: accVW 4, cpl 4/min(4,2) = 2, outer 8,
@@ -289,21 +286,6 @@ def test_exchange_estimator():
     assert exchange_cycles(448, 4.0) == 112  # 448*16 / 64
     assert exchange_cycles(5, 4.0) == 2  # ceil(80 / 64)
     assert exchange_cycles(7, 2.5) == 3  # ceil(112 / 40)
-
-
-def test_estimate_never_beats_peak():
-    for in_size, peak in ((2, 128), (4, 32), (2, 64), (4, 16)):
-        m, k, n = np.meshgrid(*(np.arange(1, 70, 3),) * 3, indexing="ij")
-        cycles = matmul_partial_cycles(m, k, n, in_size, peak, 6)
-        assert np.all(2 * m * k * n <= cycles * peak)
-
-
-def test_estimate_near_published_amp_measurement():
-    # ipu_facts: Bow fp16 [N,16] x [16,16] per tile takes about 333 + 4N tile cycles
-    for n_rows in (16, 64, 256, 1024, 2048):
-        est = matmul_partial_cycles(n_rows, 16, 16, 2, 128, 6)
-        measured = 333 + 4 * n_rows
-        assert abs(est - measured) / measured < 0.1
 
 
 # ------------------------------------------------------------------------ errors

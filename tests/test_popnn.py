@@ -9,13 +9,17 @@ import pytest
 
 from poplar_api import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.errors import EngineError, GraphError, TypeMismatchError
+from poplar_api.codelet import VertexError
+from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.popnn import (
     MASKED_LABEL_CODE,
     LossType,
     NonLinearityType,
+    argMax,
     calcAccuracy,
     calcLoss,
+    maxAndArgMax,
+    minAndArgMin,
     nonLinearity,
     nonLinearityInPlace,
     nonLinearityInputGradient,
@@ -106,7 +110,7 @@ class Harness:
         return out
 
 
-@pytest.mark.parametrize("kind", list(NL))
+@pytest.mark.parametrize("kind", [k for k in NL if k is not NL.SOFTMAX_SCALED])
 @pytest.mark.parametrize("type_", [FLOAT, HALF])
 def test_forward_and_gradient_match_numpy(kind, type_):
     rng = np.random.default_rng(7)
@@ -212,15 +216,83 @@ def test_calc_accuracy_counts_first_maximum():
     assert int(res["count"][0]) == 2
 
 
-def test_bad_label_fails_the_run_with_an_engine_error():
+def test_bad_label_fails_the_run_naming_the_index():
     h = Harness()
     probs = h.var(FLOAT, (2, 3), "p")
     labels = h.var(UNSIGNED_INT, (2,), "labels", tile=0)
     loss = h.var(FLOAT, (2,), "loss", tile=0)
     deltas = h.var(FLOAT, (2, 3), "deltas", tile=0)
     calcLoss(h.graph, probs, labels, loss, deltas, lossType=LossType.SUM_SQUARED_LOSS, prog=h.seq)
-    with pytest.raises(EngineError, match="LossTransform"):
+    with pytest.raises(VertexError, match=r"'indices' holds 3 at position 1, outside .*\[0, 3\)"):
         h.run(p=np.ones((2, 3), np.float32), labels=np.array([0, 3], np.uint32))
+
+
+@pytest.mark.parametrize("loss_type", list(LossType))
+def test_masked_label_of_a_single_item_batch_gives_zero_loss_and_deltas(loss_type):
+    h = Harness()
+    probs = h.var(FLOAT, (1, 4), "p")
+    labels = h.var(INT, (1,), "labels", tile=0)
+    loss = h.var(FLOAT, (1,), "loss", tile=0)
+    deltas = h.var(FLOAT, (1, 4), "deltas", tile=0)
+    calcLoss(h.graph, probs, labels, loss, deltas, lossType=loss_type, prog=h.seq)
+    h.read("loss", loss)
+    h.read("deltas", deltas)
+    res = h.run(p=np.full((1, 4), 0.25, np.float32), labels=np.array([-1], np.int32))
+    np.testing.assert_array_equal(res["loss"], [0])
+    np.testing.assert_array_equal(res["deltas"], np.zeros((1, 4)))
+
+
+def test_scaled_softmax_and_cross_entropy_with_model_output_scaling():
+    rng = np.random.default_rng(11)
+    h = Harness()
+    x = h.var(FLOAT, (4, 6), "x")
+    g = h.var(FLOAT, (4, 6), "g")
+    labels = h.var(UNSIGNED_INT, (4,), "labels", tile=1)
+    y = nonLinearity(h.graph, NL.SOFTMAX_SCALED, x, h.seq)
+    dx = nonLinearityInputGradient(h.graph, NL.SOFTMAX_SCALED, y, g, h.seq)
+    loss = h.var(FLOAT, (4,), "loss", tile=2)
+    deltas = h.var(FLOAT, (4, 6), "deltas")
+    ds = h.var(FLOAT, (1,), "ds", tile=3)
+    mos = h.graph.addConstant(FLOAT, [1], 62000.0, "mos")
+    h.graph.setTileMapping(mos, 4)
+    calcLoss(h.graph, y, labels, loss, deltas, ds, None, LossType.CROSS_ENTROPY_LOSS, h.seq,
+             modelOutputScaling=mos)  # fmt: skip
+    for name, t in (("y", y), ("dx", dx), ("loss", loss), ("deltas", deltas)):
+        h.read(name, t)
+    xv = rng.normal(size=(4, 6)).astype(np.float32)
+    gv = rng.normal(size=(4, 6)).astype(np.float32)
+    lab = np.array([0, 5, 2, 2])
+    res = h.run(x=xv, g=gv, labels=lab.astype(np.uint32), ds=np.array([2.0], np.float32))
+    p = np_forward(NL.SOFTMAX, xv)
+    np.testing.assert_allclose(res["y"], 62000 * p, rtol=1e-5)
+    ys = 62000 * p
+    np.testing.assert_allclose(
+        res["dx"], ys * (gv - (gv * ys).sum(axis=1, keepdims=True)), rtol=1e-4
+    )
+    # LossCrossEntropyTransform: -log(y + eps) + log(mos), deltas ds / mos (y - e mos)
+    np.testing.assert_allclose(res["loss"], -np.log(p[np.arange(4), lab]), rtol=1e-4)
+    np.testing.assert_allclose(res["deltas"], 2.0 * (p - np.eye(6)[lab]), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("type_", [FLOAT, HALF, INT, UNSIGNED_INT])
+def test_arg_max_and_min_take_the_first_extreme(type_):
+    rng = np.random.default_rng(12)
+    rows, cols = 5, 700  # 3500 elements over the 8 tiles: pieces cross rows and tiles
+    h = Harness()
+    x = h.var(type_, (rows, cols), "x")
+    values, am = maxAndArgMax(h.graph, x, h.seq)
+    vmin, amin = minAndArgMin(h.graph, x, h.seq)
+    am2 = argMax(h.graph, x, h.seq)
+    for name, t in (("v", values), ("am", am), ("vmin", vmin), ("amin", amin), ("am2", am2)):
+        h.read(name, t)
+    xv = rng.integers(0, 9, size=(rows, cols)).astype(type_.numpy)  # many ties
+    res = h.run(x=xv)
+    np.testing.assert_array_equal(res["am"], xv.argmax(axis=1))
+    np.testing.assert_array_equal(res["am2"], xv.argmax(axis=1))
+    np.testing.assert_array_equal(res["amin"], xv.argmin(axis=1))
+    np.testing.assert_array_equal(res["v"], xv.max(axis=1))
+    np.testing.assert_array_equal(res["vmin"], xv.min(axis=1))
+    assert values.elementType() == type_ and am.elementType() == UNSIGNED_INT
 
 
 # ------------------------------------------------------------------------ estimators
@@ -240,17 +312,32 @@ def test_nonlinearity_estimate_is_the_unary_1d_formula():
     assert rec.tile_cycles[2] == expected  # a MultiVertex estimate is already tile cycles
 
 
-def test_softmax_estimate_is_the_documented_derivation():
+@pytest.mark.parametrize(
+    ("kind", "type_", "ops"),
+    [
+        (NL.SOFTMAX_STABLE, FLOAT, ["ReduceMax", "SUBTRACT", "EXPONENT", "ReduceAdd", "INVERSE",
+                                    "MULTIPLY"]),
+        (NL.SOFTMAX, FLOAT, ["EXPONENT", "ReduceAdd", "INVERSE", "MULTIPLY"]),
+        (NL.SOFTMAX_SCALED, HALF, ["ReduceMax", "SUBTRACT", "ADD", "EXPONENT", "<half,float>",
+                                   "ReduceAdd", "INVERSE", "MULTIPLY", "<float,half>",
+                                   "MULTIPLY"]),
+    ],
+)  # fmt: skip
+def test_softmax_is_built_from_popops_operations(kind, type_, ops):
+    # NonLinearity.cpp softmaxImpl: reduce MAX, sub, (add log 62000), exp, reduce ADD,
+    # invInPlace, (mul 62000), (cast to half), mulInPlace; no popnn vertex. Half: ipusim
+    # casts to float before the sum (its reductions keep the input type).
     h = Harness()
-    x = h.graph.addVariable(FLOAT, [3, 10], "x")
-    h.graph.setTileMapping(x, 1)
-    nonLinearity(h.graph, NL.SOFTMAX_STABLE, x, h.seq, "sm")
+    x = h.var(type_, (3, 10), "x", tile=1)
+    nonLinearity(h.graph, kind, x, h.seq, "sm")
     h.run()
-    rec = next(r for r in h.engine.getTrace().records if r.name == "sm/SoftMax")
-    # per row: 20 + 10 + iceil(10, 2) * (max 3 + sub 1 + exp 6 + acc 1 + scale 1)
-    per_row = 20 + 10 + 5 * (3 + 1 + 6 + 1 + 1)
-    assert rec.active_cycles[1] == 3 * per_row
-    assert rec.tile_cycles[1] == 6 * per_row  # three worker vertices, one per context
+    profile = h.engine.getGraphProfile()
+    names = profile["vertexTypes"]["names"]
+    assert not [n for n in names if n.startswith("popnn::")]
+    records = [r for r in h.engine.getTrace().records if r.kind == "compute"]
+    assert all(r.name.startswith("sm/SoftMax") for r in records)
+    assert len(records) == len(ops)
+    assert all(any(op in n for n in names) for op in ops)
 
 
 # ---------------------------------------------------------------------------- errors
@@ -286,26 +373,52 @@ def test_in_place_softmax_on_mk2():
     np.testing.assert_allclose(res["x"], np_forward(NL.SOFTMAX, xv), rtol=1e-5)
 
 
-def test_loss_layer_and_gradient_estimates_are_the_documented_derivations():
+def test_loss_and_accuracy_estimates_follow_the_poplibs_source():
     h = Harness()
     probs = h.var(FLOAT, (3, 5), "p", tile=0)
     labels = h.var(UNSIGNED_INT, (3,), "labels", tile=0)
     loss = h.var(FLOAT, (3,), "loss", tile=0)
     deltas = h.var(FLOAT, (3, 5), "deltas", tile=0)
-    count = h.var(UNSIGNED_INT, (1,), "count", tile=0)
+    count = h.var(UNSIGNED_INT, (1,), "count", tile=5)
     calcLoss(h.graph, probs, labels, loss, deltas, None, count, LossType.CROSS_ENTROPY_LOSS,
              h.seq, "ce")  # fmt: skip
     act = h.var(FLOAT, (100,), "act", tile=2)
     nonLinearityInputGradient(h.graph, NL.RELU, act, act, h.seq, "g")
     h.run(p=np.full((3, 5), 0.2, np.float32), labels=np.zeros(3, np.uint32))
     records = {r.name: r for r in h.engine.getTrace().records if r.kind == "compute"}
-    # loss row: 20 + iceil(5, 2) * (subtract 1 + scale 1) + log 12 + store 5 = 43
-    # arg-max row: 20 + iceil(5, 2) * 3 + 5 = 34; three rows of each on tile 0
-    assert records["ce/LossLayer"].active_cycles[0] == 3 * (20 + 3 * 2 + 12 + 5) + 3 * (
-        20 + 3 * 3 + 5
-    )
-    # BinaryOp1D shape: W * (29 + iceil(iceil(100, 6) = 17, 2) * (2 + 2)) + 11
+    # getLossTransformCycles(float, softmax, size 15): one vertex (fewer than 0xFFF
+    # elements on the tile): 5 + 6 + 5 + 0 + 2 + 1 + 9 * 15 + 1
+    transform = records["ce/LossCrossEntropy/on_tile_transform"]
+    assert transform.active_cycles[0] == 5 + 6 + 5 + 0 + 2 + 1 + 9 * 15 + 1
+    # ReduceMaxClassGather<float>: one vertex per row of 5 on the last tile (7), worker
+    # size 32: (3 + 2 + 4 + 3 + 1 + 3 + 1 + 3 * min(31, 4) + 3 + 6 + 4) * 6 + 5 + 4
+    gather = records["ce/Accuracy/maxMinArgMaxMin(max)/ReduceClass[0]"]
+    per_vertex = (3 + 2 + 4 + 3 + 1 + 3 + 1 + 3 * 4 + 3 + 6 + 4) * 6 + 5 + 4
+    assert gather.active_cycles[7] == 3 * per_vertex
+    # CalcAccuracy on numCorrect's tile: 5 + 4 + 2 + 1 + 1 + 3 * (2 + 1 + 1) + 1
+    assert records["ce/Accuracy/CalcAccuracy"].active_cycles[5] == 5 + 4 + 2 + 1 + 1 + 12 + 1
     # NonLinearityGrad1D (popnnCycleEstimators.cpp), RELU float, n = 100: 50 vectors,
     # 9 per worker, op 3: worker 3+5+2+3+3+3+1 + (4 + 8*3 + 1) + 2+2 (no remainder)
     worker = 3 + 5 + 2 + 3 + 3 + 3 + 1 + (4 + 8 * 3 + 1) + 2 + 2
     assert records["g/NonLinearityGrad"].active_cycles[2] == 9 + 6 * worker
+
+
+def test_arg_max_two_stage_estimates_follow_the_poplibs_source():
+    # 2 x 3000 on the tiny machine (8 tiles, W = 6): argMinMaxSplitFirstReduction gives
+    # each tile max(6 * 32, 6000 / 8) = 750 elements, from tile 7 down; a vertex of 750
+    # has 6 workers of ceil(750 / 6) = 125. Each row has 4 x 6 = 24 partials, which one
+    # ReduceMaxClassSparse per row reduces (tiles 7, then 6).
+    h = Harness()
+    x = h.var(FLOAT, (2, 3000), "x", tile=0)
+    out = argMax(h.graph, x, h.seq, "am")
+    h.read("am", out)
+    xv = np.random.default_rng(13).normal(size=(2, 3000)).astype(np.float32)
+    res = h.run(x=xv)
+    np.testing.assert_array_equal(res["am"], xv.argmax(axis=1))
+    records = {r.name: r for r in h.engine.getTrace().records if r.kind == "compute"}
+    gather = (3 + 2 + 4 + 3 + 1 + 3 + 1 + 3 * min(125 - 1, 750 - 1) + 3 + 6 + 4) * 6 + 5 + 4
+    stage0 = records["am/maxMinArgMaxMin(max)/ReduceClass[0]"]
+    np.testing.assert_array_equal(stage0.active_cycles, [gather] * 8)
+    sparse = 5 + 2 + 3 + 3 + 1 + (24 - 1) * 3 + 3 + 6 + 4
+    stage1 = records["am/maxMinArgMaxMin(max)/ReduceClass[1]"]
+    np.testing.assert_array_equal(stage1.active_cycles, [0] * 6 + [sparse, sparse])

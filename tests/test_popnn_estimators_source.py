@@ -12,6 +12,7 @@ import pytest
 
 from poplar_api import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph, IPUModel
 from poplar_api import program as prog
+from poplar_api.codelet import VertexError
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.popnn import (
     NonLinearityType,
@@ -180,8 +181,7 @@ def test_relu_forward_is_a_popops_unary_vertex():
 def test_encode_one_hot_values_and_estimate(index_type, out_type, rows, classes):
     rng = np.random.default_rng(rows * classes)
     idx = rng.integers(0, classes, size=rows).astype(np.int64)
-    idx[1] = classes  # out of range: a zero row, as the codelet
-    idx[2] = 0xFFFFFFFF if index_type == UNSIGNED_INT else -1  # MASKED_LABEL_CODE
+    idx[2] = 0xFFFFFFFF if index_type == UNSIGNED_INT else -1  # MASKED_LABEL_CODE: zeros
     device = IPUModel("tiny").createDevice()
     graph = Graph(device.getTarget())
     ind = graph.addVariable(index_type, [rows], "ind")
@@ -225,6 +225,38 @@ def test_encode_one_hot_values_and_estimate(index_type, out_type, rows, classes)
     np.testing.assert_array_equal(rec.active_cycles, want_tiles)
     name = f"popops::EncodeOneHot<{index_type.name},{out_type.name}>"
     assert name in engine.getGraphProfile()["vertexTypes"]["names"]
+
+
+@pytest.mark.parametrize(
+    ("index_type", "bad", "shown"),
+    [(UNSIGNED_INT, 7, "7"), (UNSIGNED_INT, 0xFFFFFFFE, "4294967294"), (INT, -2, "-2"),
+     (INT, 9, "9")],
+)  # fmt: skip
+def test_encode_one_hot_out_of_range_index_is_a_clear_error(index_type, bad, shown):
+    # Deviation from the codelet (which writes an all-zero row): any index outside
+    # [0, classes) other than MASKED_LABEL_CODE fails the run, naming field, value,
+    # position and range. Rows span two index groups (12 rows, grain 2 on 8 tiles).
+    device = IPUModel("tiny").createDevice()
+    graph = Graph(device.getTarget())
+    ind = graph.addVariable(index_type, [12], "ind")
+    graph.setTileMapping(ind, 0)
+    enc = graph.addVariable(FLOAT, [12, 7], "enc")
+    graph.setTileMapping(enc, 1)
+    graph.createHostWrite("ind", ind)
+    seq = prog.Sequence()
+    encodeOneHot(graph, ind, enc, seq, "oh")
+    engine = Engine(graph, seq)
+    engine.load(device)
+    idx = np.zeros(12, np.int64)
+    idx[3] = 0xFFFFFFFF if index_type == UNSIGNED_INT else -1  # masked: fine
+    idx[9] = bad
+    engine.writeTensor("ind", idx.astype(index_type.numpy))
+    with pytest.raises(VertexError) as info:
+        engine.run(0)
+    msg = str(info.value)
+    assert f"'indices' holds {shown} at position 9" in msg
+    assert "valid range [0, 7)" in msg and "EncodeOneHot" in msg
+    assert (info.value.field, info.value.index, info.value.size) == ("indices", 9, 7)
 
 
 def test_encode_one_hot_shape_and_type_errors():

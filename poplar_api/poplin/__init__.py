@@ -1,16 +1,42 @@
-"""poplin: linear algebra on the IPU model (matrix multiplication with a planner).
+"""poplin: linear algebra on the IPU model: convolutions and matrix multiplication.
 
-``matMul(graph, A, B, prog)`` multiplies ``[M,K] x [K,N]`` (or grouped
-``[G,M,K] x [G,K,N]``) tensors. A planner (:mod:`poplar_api.poplin.planner`) splits
-M, N and K (and G) over the tiles from a cost model of compute (the AMP partial-matmul
-vertex estimate), exchange and the reduction of K-split partials; the vertices and
-their estimators are in :mod:`poplar_api.poplin.vertices` and
-:mod:`poplar_api.poplin.estimators`. The library needs no codelets to be added.
-:mod:`poplar_api.poplin.amp` holds the Poplibs AMP vertex ``ConvPartial1x1Out`` with the
-Poplibs estimator (``add_conv_partial_1x1_out`` adds one with its worklist).
+``convolution(graph, in, weights, params, transposeAndFlipWeights, prog)`` runs a
+:class:`ConvParams` convolution (1-D, 2-D or more field dimensions; stride, padding,
+dilation, groups, every Poplibs transform), with the backward-data pass
+(:func:`getGradientParams`), the weight update (:func:`calculateWeightDeltas`,
+:func:`convolutionWeightUpdate`) and biases. A planner (:mod:`~poplar_api.poplin.conv_planner`)
+weighs compute, exchange and memory to split the work over the tiles and choose the
+Poplibs vertex family (:mod:`~poplar_api.poplin.conv_vertices`: ``ConvPartial1x1Out``,
+``ConvPartialnx1``, ``ConvPartialHorizontalMac``), each with the Poplibs estimator.
+``matMul`` is a convolution too (:mod:`~poplar_api.poplin.matmul`), as in Poplibs.
+``addCodelets`` exists for Poplar compatibility; the library needs none added.
 """
 
 from poplar_api.poplin import solvers as solvers
+from poplar_api.poplin.codelets import addCodelets
+from poplar_api.poplin.conv import (
+    addBias,
+    calculateWeightDeltas,
+    convolution,
+    convolutionBiasUpdate,
+    convolutionWeightUpdate,
+    createBiases,
+    createInput,
+    createWeights,
+    getBwdFlops,
+    getConvPlan,
+    getFwdFlops,
+    getWuFlops,
+    reportPlanInfo,
+)
+from poplar_api.poplin.conv_params import (
+    ConvParams,
+    InputTransform,
+    OutputTransform,
+    getGradientParams,
+    getWeightUpdateParams,
+)
+from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.matmul import (
     createMatMulInputLHS,
     createMatMulInputRHS,
@@ -19,14 +45,32 @@ from poplar_api.poplin.matmul import (
     matMulAcc,
     matMulGrouped,
 )
-from poplar_api.poplin.planner import MatMulPlan
 
 __all__ = [
-    "MatMulPlan",
+    "ConvParams",
+    "ConvPlan",
+    "InputTransform",
+    "OutputTransform",
+    "addBias",
+    "addCodelets",
+    "calculateWeightDeltas",
+    "convolution",
+    "convolutionBiasUpdate",
+    "convolutionWeightUpdate",
+    "createBiases",
+    "createInput",
     "createMatMulInputLHS",
     "createMatMulInputRHS",
+    "createWeights",
+    "getBwdFlops",
+    "getConvPlan",
+    "getFwdFlops",
+    "getGradientParams",
     "getPlan",
+    "getWeightUpdateParams",
+    "getWuFlops",
     "matMul",
     "matMulAcc",
     "matMulGrouped",
+    "reportPlanInfo",
 ]

@@ -1,28 +1,28 @@
 """Matrix multiplication on the tiles: ``matMul``, ``matMulGrouped``, ``matMulAcc`` and
 the ``createMatMulInput*`` layout helpers.
 
-A product is built from a :class:`~poplar_api.poplin.planner.MatMulPlan`: one compute
-set of MatMulPartial vertices (one per block product and group) and, when K is split,
-a second compute set of ReduceAdd vertices that sums the float partials into the
-result. Operands are read where they live; the engine exchanges what a tile lacks.
+As in Poplibs (``lib/poplin/MatMul.cpp``), a product ``[G, M, K] x [G, K, N]`` is a
+convolution: conv groups ``G``, batch 1, a 1-D field of ``M`` positions, a 1-wide
+kernel, ``K`` input and ``N`` output channels. It is planned and lowered by
+:mod:`poplar_api.poplin.conv`, so profiles show the Poplibs vertices
+(``ConvPartial1x1Out`` where the AMP applies) and, when ``K`` is split over tiles,
+``ReduceAdd``. Operands are read where they live; the engine exchanges what a tile lacks.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph
-from poplar_api.poplin.planner import MatMulPlan, partials_type_of, plan_matmul
-from poplar_api.poplin.vertices import MATMUL_TYPES, matmul_partial_vertex, reduce_add_vertex
-from poplar_api.program import Execute
+from poplar_api.poplin import conv as _conv
+from poplar_api.poplin.conv_params import CONV_TYPES as MATMUL_TYPES
+from poplar_api.poplin.conv_params import ConvParams
+from poplar_api.poplin.conv_planner import ConvPlan, parse_options
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, Type
-
-_PLANS: weakref.WeakKeyDictionary[Any, dict[tuple, MatMulPlan]] = weakref.WeakKeyDictionary()
 
 
 # ------------------------------------------------------------------ checks & plans
@@ -74,18 +74,38 @@ def _dims(
     return int(a[0]), int(a[1]), int(a[2]), int(b[2])
 
 
-def _options(options: Mapping[str, Any] | None) -> dict[str, str]:
+#: matMul option names (Poplibs' ``MatMulOptions``); those a convolution has are passed on.
+_MATMUL_OPTIONS = {
+    "availableMemoryProportion", "partialsType", "fullyConnectedPass", "planConstraints",
+    "use128BitConvUnitLoad", "enableMultiStageReduce", "enableFastReduce",
+    "remapOutputTensor", "gatherOutput", "inputRHSIsPreArranged", "disableSRForAMPVertices",
+}  # fmt: skip
+_PASSED_ON = {
+    "availableMemoryProportion", "partialsType", "planConstraints", "use128BitConvUnitLoad",
+    "enableMultiStageReduce", "enableFastReduce", "remapOutputTensor",
+    "disableSRForAMPVertices",
+}  # fmt: skip
+
+
+def _options(options: Mapping[str, Any] | None, what: str = "matMul") -> dict[str, Any]:
+    """Checked matMul options, as the convolution options they become."""
     if options is None:
-        return {}
+        return parse_options({}, what)
     if not isinstance(options, Mapping):
-        raise GraphError(f"matMul options must be a mapping of str to str, got {options!r}")
-    known = {"partialsType", "availableMemoryProportion"}
-    unknown = sorted(set(map(str, options)) - known)
+        raise GraphError(f"{what} options must be a mapping of str to str, got {options!r}")
+    unknown = sorted(set(map(str, options)) - _MATMUL_OPTIONS)
     if unknown:
         raise GraphError(
-            f"matMul options {unknown} are not recognised; known options: {sorted(known)}"
+            f"{what} options {unknown} are not recognised; known options: {sorted(_MATMUL_OPTIONS)}"
         )
-    return {str(k): str(v) for k, v in options.items()}
+    conv = {str(k): str(v) for k, v in options.items() if str(k) in _PASSED_ON}
+    return parse_options(conv, what)
+
+
+def _params(shape: tuple[int, int, int, int], in_type: Type, out_type: Type) -> ConvParams:
+    """The convolution of a ``(G, M, K, N)`` product (Poplibs' matmul-as-conv mapping)."""
+    g, m, k, n = (int(x) for x in shape)
+    return ConvParams(in_type, 1, [m], [1], k, n, g, outputType=out_type)
 
 
 def getPlan(
@@ -94,39 +114,18 @@ def getPlan(
     inputType: Type,
     outputType: Type | None = None,
     options: Mapping[str, Any] | None = None,
-) -> MatMulPlan:
-    """The plan ``matMul`` uses for a ``(G, M, K, N)`` product on ``graph`` (cached)."""
-    opts = _options(options)
-    out_type = inputType if outputType is None else outputType
-    num_tiles = graph.getTarget().getNumTiles()
-    key = (num_tiles, tuple(shape), inputType, out_type, tuple(sorted(opts.items())))
-    cache = _PLANS.setdefault(graph._state, {})
-    plan = cache.get(key)
-    if plan is None:
-        plan = plan_matmul(tuple(shape), inputType, out_type, graph.getTarget(), opts)
-        cache[key] = plan
-    return plan
+) -> ConvPlan:
+    """The convolution plan ``matMul`` uses for a ``(G, M, K, N)`` product (cached).
 
-
-def _bounds(size: int, block: int, parts: int) -> list[tuple[int, int]]:
-    return [(p * block, min((p + 1) * block, size)) for p in range(parts)]
-
-
-def _chunks(size: int, parts: int) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges covering ``[0, size)`` (later ones may be empty)."""
-    c = -(-size // parts)
-    return [(min(p * c, size), min((p + 1) * c, size)) for p in range(parts)]
+    Its split dimensions are ``(G, batch = 1, M, N, K)``.
+    """
+    opts = _options(options, "getPlan")
+    params = _params(shape, inputType, inputType if outputType is None else outputType)
+    return _conv._plan(graph, params, opts)
 
 
 def _as3(t: Tensor) -> Tensor:
     return t.expand([0]) if t.rank() == 2 else t
-
-
-def _map_spread(graph: Graph, flat: Tensor, tiles: Sequence[int]) -> None:
-    """Map ``flat`` (1-D) in equal contiguous chunks over ``tiles``."""
-    for (lo, hi), tile in zip(_chunks(flat.numElements(), len(tiles)), tiles, strict=True):
-        if hi > lo:
-            graph.setTileMapping(flat.slice(lo, hi), int(tile))
 
 
 # ------------------------------------------------------------------ layout helpers
@@ -142,23 +141,17 @@ def _create_input(
     what = "createMatMulInputLHS" if lhs else "createMatMulInputRHS"
     _check_type(type_, what)
     g, m, k, n = _dims(aShape, bShape, what, ("aShape", "bShape"))
-    plan = getPlan(graph, (g, m, k, n), type_, None, options)
-    pg, pm, pk, pn = plan.parts
-    bg, bm, bk, bn = plan.blocks
-    shape = list(aShape if lhs else bShape)
-    t = graph.addVariable(type_, shape, name)
-    t3 = _as3(t)
-    for gi, (g0, g1) in enumerate(_bounds(g, bg, pg)):
-        for kk, (k0, k1) in enumerate(_bounds(k, bk, pk)):
-            if lhs:
-                for i, (i0, i1) in enumerate(_bounds(m, bm, pm)):
-                    blk = t3.slice([g0, i0, k0], [g1, i1, k1]).flatten()
-                    _map_spread(graph, blk, plan.tiles[gi, i, :, kk].tolist())
-            else:
-                for j, (j0, j1) in enumerate(_bounds(n, bn, pn)):
-                    blk = t3.slice([g0, k0, j0], [g1, k1, j1]).flatten()
-                    _map_spread(graph, blk, plan.tiles[gi, :, j, kk].tolist())
-    return t
+    opts = _options(options, what)
+    params = _params((g, m, k, n), type_, type_)
+    _conv._plan(graph, params, opts)
+    conv_opts = {key: val for key, val in (options or {}).items() if key in _PASSED_ON}
+    if lhs:
+        act = _conv.createInput(graph, params, name, conv_opts)  # [1, G*K, M]
+        t3 = act.reshape([g, k, m]).dimShuffle([0, 2, 1])
+    else:
+        w = _conv.createWeights(graph, params, name, conv_opts)  # [G, N, K, 1]
+        t3 = w.reshape([g, n, k]).dimShuffle([0, 2, 1])
+    return t3 if len(aShape) == 3 else t3[0]
 
 
 def createMatMulInputLHS(
@@ -169,11 +162,8 @@ def createMatMulInputLHS(
     name: str = "",
     options: Mapping[str, Any] | None = None,
 ) -> Tensor:
-    """A left operand of shape ``aShape``, laid out as the plan of ``aShape x bShape`` wants.
-
-    Each ``[m, k]`` block is spread in equal chunks over the tiles that multiply it,
-    so those tiles only receive the rest of the block.
-    """
+    """A left operand of shape ``aShape``, laid out as the plan of ``aShape x bShape`` wants
+    (the convolution's ``createInput``: each tile holds most of the rows it multiplies)."""
     return _create_input(graph, type, aShape, bShape, name, options, lhs=True)
 
 
@@ -185,7 +175,8 @@ def createMatMulInputRHS(
     name: str = "",
     options: Mapping[str, Any] | None = None,
 ) -> Tensor:
-    """A right operand of shape ``bShape``, laid out as the plan of ``aShape x bShape`` wants."""
+    """A right operand of shape ``bShape``, laid out as the plan of ``aShape x bShape`` wants
+    (the convolution's ``createWeights``)."""
     return _create_input(graph, type, aShape, bShape, name, options, lhs=False)
 
 
@@ -215,129 +206,35 @@ def _build(
     name: str,
     options: Mapping[str, Any] | None,
     out_type: Type,
-    acc: tuple[Tensor, Any] | None = None,
 ) -> Tensor:
-    """Add the compute sets of ``C = A B`` (or ``C += k A B``) to ``prog``; return C."""
+    """Add the compute sets of ``C = A B`` to ``prog`` and return C."""
     in_type, (g, m, k, n) = _check_operands(graph, A, B, name)
     if not isinstance(prog, ProgramSequence):
         raise GraphError(f"{name}: prog must be a program.Sequence, got {type(prog).__name__}")
     _check_type(out_type, f"{name}: outputType")
-    opts = _options(options)
-    plan = getPlan(graph, (g, m, k, n), in_type, out_type, opts)
-    pg, pm, pk, pn = plan.parts
-    bg, bm, bk, bn = plan.blocks
-    A3, B3 = _as3(A), _as3(B)
-    two_d = A.rank() == 2
-    C = graph.addVariable(out_type, [m, n] if two_d else [g, m, n], name) if acc is None else acc[0]
-    C3 = _as3(C)
-    use_reduce = pk > 1 or acc is not None
-    partials_type = partials_type_of(opts, in_type)
-    partials = (
-        graph.addVariable(partials_type, [pk, g, m, n], f"{name}/partials") if use_reduce else None
-    )
-    partial_cls = matmul_partial_vertex(in_type, partials_type if use_reduce else out_type)
-    cs = graph.addComputeSet(f"{name}/MatMul")
-    red_cs = graph.addComputeSet(f"{name}/Reduce") if use_reduce else None
-    red_cls = reduce_add_vertex(partials_type, out_type, update=acc is not None)
-    scale = _scale_tensor(graph, acc[1], plan, name) if acc is not None else None
-    g_b, m_b, k_b, n_b = (
-        _bounds(g, bg, pg), _bounds(m, bm, pm), _bounds(k, bk, pk), _bounds(n, bn, pn)
-    )  # fmt: skip
-    for gi, (g0, g1) in enumerate(g_b):
-        for i, (i0, i1) in enumerate(m_b):
-            for j, (j0, j1) in enumerate(n_b):
-                tiles = plan.tiles[gi, i, j, :].tolist()
-                out_blk = C3.slice([g0, i0, j0], [g1, i1, j1])
-                if acc is None:
-                    if use_reduce:
-                        _map_spread(graph, out_blk.flatten(), tiles)
-                    else:
-                        graph.setTileMapping(out_blk, tiles[0])
-                for kk, (k0, k1) in enumerate(k_b):
-                    tile = tiles[kk]
-                    if use_reduce:
-                        dst = partials.slice([kk, g0, i0, j0], [kk + 1, g1, i1, j1])[0]
-                        graph.setTileMapping(dst, tile)
-                    for gg in range(g0, g1):
-                        v = graph.addVertex(
-                            cs,
-                            partial_cls,
-                            {
-                                "in": A3[gg].slice([i0, k0], [i1, k1]).flatten(),
-                                "weights": B3[gg].slice([k0, j0], [k1, j1]).flatten(),
-                                "out": (
-                                    partials[kk, gg].slice([i0, j0], [i1, j1]).flatten()
-                                    if use_reduce
-                                    else C3[gg].slice([i0, j0], [i1, j1]).flatten()
-                                ),
-                            },
-                        )
-                        graph.setTileMapping(v, tile)
-                if use_reduce:
-                    _add_reduce(
-                        graph, red_cs, red_cls, partials, out_blk, (g0, g1, i0, i1, j0, j1),
-                        tiles, scale, (gi, i, j),
-                    )  # fmt: skip
-    prog.add(Execute(cs))
-    if red_cs is not None:
-        prog.add(Execute(red_cs))
-    return C
+    opts = _options(options, name)
+    params = _params((g, m, k, n), in_type, out_type)
+    act = _as3(A).dimShuffle([0, 2, 1]).expand([1])  # [G, 1, K, M]
+    ker = _as3(B).dimShuffle([0, 2, 1]).expand([3])  # [G, N, K, 1]
+    out = _conv._conv(graph, act, ker, params, opts, prog, name)  # [G, 1, N, M]
+    c3 = out.squeeze([1]).dimShuffle([0, 2, 1])
+    return c3 if A.rank() == 3 else c3[0]
 
 
-def _add_reduce(
-    graph: Graph,
-    cs: Any,
-    cls: type,
-    partials: Tensor,
-    out_blk: Tensor,
-    box: tuple[int, int, int, int, int, int],
-    tiles: list[int],
-    scale: Any,
-    key: tuple[int, int, int],
-) -> None:
-    """ReduceAdd vertices for one output block: chunk ``kk`` on ``tiles[kk]``."""
-    g0, g1, i0, i1, j0, j1 = box
-    pk = partials.dim(0)
-    flat_out = out_blk.flatten()
-    flat_parts = [partials.slice([p, g0, i0, j0], [p + 1, g1, i1, j1]).flatten() for p in range(pk)]
-    for kk, (lo, hi) in enumerate(_chunks(flat_out.numElements(), len(tiles))):
-        if hi <= lo:
-            continue
-        fields: dict[str, Any] = {
-            "partials": [fp.slice(lo, hi) for fp in flat_parts],
-            "out": flat_out.slice(lo, hi),
-        }
-        if scale is not None:
-            fields["scale"] = scale(*key, kk)
-        v = graph.addVertex(cs, cls, fields)
-        graph.setTileMapping(v, int(tiles[kk]))
-
-
-def _scale_tensor(graph: Graph, k: Any, plan: MatMulPlan, name: str) -> Any:
-    """``scale(gi, i, j, kk)``: the ``scale`` connection of a matMulAcc reduce vertex.
-
-    A number becomes a FLOAT constant with one element on each tile of the plan; a
-    1-element FLOAT tensor is connected as it is (the engine broadcasts it).
-    """
+def _check_scale(k: Any, name: str) -> Any:
     if isinstance(k, Tensor):
         if k.elementType() != FLOAT or k.numElements() != 1:
             raise TypeMismatchError(
                 f"{name}: scale tensor '{k.name}' must be a FLOAT tensor of 1 element, got "
                 f"{k.elementType().name} of shape {k.shape()}"
             )
-        view = k.reshape([])
-        return lambda gi, i, j, kk: view
+        return k
     try:
-        value = float(k)
+        return float(k)
     except (TypeError, ValueError):
         raise TypeMismatchError(
             f"{name}: scale k={k!r} must be a number or a 1-element FLOAT tensor"
         ) from None
-    const = graph.addConstant(FLOAT, list(plan.tiles.shape), value, f"{name}/scale")
-    flat = const.flatten()
-    for idx, tile in enumerate(plan.tiles.reshape(-1).tolist()):
-        graph.setTileMapping(flat.slice(idx, idx + 1), int(tile))
-    return lambda gi, i, j, kk: const[gi, i, j, kk]
 
 
 def matMul(
@@ -358,11 +255,12 @@ def matMul(
     A, B
         Operands of the same type (FLOAT or HALF); any views (slices, transposes).
     debugName
-        Prefix of the compute sets (``<name>/MatMul``, ``<name>/Reduce``) and the
+        Prefix of the compute sets (``<name>/Convolve``, ``<name>/Reduce``) and the
         result's name.
     options
-        ``partialsType`` ("float", default, or "half") and
-        ``availableMemoryProportion`` (default "0.6").
+        Poplibs matMul options: ``partialsType`` ("float", default, or "half"),
+        ``availableMemoryProportion`` (default "0.6"), ``planConstraints`` (its
+        ``method``), and the other names Poplibs documents (accepted).
     outputType
         Result type; defaults to the operands' type. HALF products accumulate in float32.
 
@@ -415,9 +313,11 @@ def matMulAcc(
 ) -> None:
     """``C += k * A @ B`` in place (``k`` a number or a 1-element FLOAT tensor).
 
-    ``C`` keeps its own tile mapping; the partial products are summed, scaled and
-    added by ReduceAdd update vertices on the tiles of the plan.
+    The product is computed as by :func:`matMul` and added by ``popops.scaledAddTo``;
+    ``C`` keeps its own tile mapping.
     """
+    from poplar_api import popops
+
     name = debugName or "matMulAcc"
     if not isinstance(C, Tensor):
         raise TensorError(f"{name}: C must be a Tensor, got {type(C).__name__}")
@@ -429,7 +329,9 @@ def matMulAcc(
             f"gives {want}"
         )
     _check_type(C.elementType(), f"{name}: C '{C.name}'")
-    _build(graph, A, B, prog, name, options, C.elementType(), acc=(C, k))
+    scale = _check_scale(k, name)
+    product = _build(graph, A, B, prog, name, options, C.elementType())
+    popops.scaledAddTo(graph, C, product, scale, prog, f"{name}/accumulate")
 
 
 __all__ = [

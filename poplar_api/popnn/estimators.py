@@ -3,34 +3,34 @@
 From graphcore/poplibs @7eac0f266ced5b064b3284a3cd90d491745b387c unless marked derived:
 ``lib/popnn/popnnCycleEstimators.cpp`` (``nonLinearity1DCycleEstimator``,
 ``NonLinearityGrad1D``, ``nonLinearity2DCycleEstimator``, ``NonLinearityGrad2D``,
-``LossSumSquaredTransform``, ``LossCrossEntropyTransform``, ``CalcAccuracy``) and
+``LossSumSquaredTransform``, ``LossCrossEntropyTransform``, ``ReduceMaxClassGather``,
+``ReduceMaxClassSparse``, ``ReduceMinClassGather``, ``ReduceMinClassSparse``,
+``CalcAccuracy``) and
 ``lib/popnn/PerformanceEstimation.hpp`` (``getNonLinearityOpCycles``,
 ``getNonLinearityGradOpCycles``, ``getLossTransformCycles``); the one-hot encoder is
 ``lib/popops/popopsCycleEstimators.cpp`` ``EncodeOneHot``. Formulas are restated, the
 code is ours. Unpack costs of scaled-pointer layouts are 0 (ipusim has no layouts).
 
-Derived (no Poplibs estimator at this commit): softmax and its gradient, which Poplibs
-builds from popops reductions and elementwise ops rather than a vertex; ipusim keeps
-one worker vertex per row (:func:`softmax_row`, :func:`softmax_grad_row`).
+Softmax and its gradient have no estimator here: Poplibs builds them from popops
+reductions and elementwise ops (``NonLinearity.cpp`` ``softmaxImpl``,
+``softmaxInputGradientImpl``), and so does ipusim, with the popops estimators.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "argmax_row",
     "calc_accuracy",
     "encode_one_hot",
     "grad_op_cycles",
     "iceil",
-    "loss_row",
     "loss_transform",
     "nonlinearity_1d",
     "nonlinearity_2d",
     "nonlinearity_grad_1d",
     "nonlinearity_grad_2d",
     "op_cycles",
-    "softmax_grad_row",
-    "softmax_row",
+    "reduce_class_gather",
+    "reduce_class_sparse",
 ]
 
 #: ``basicOpSupervisorOverhead()`` (popops, no ScaledPtr64 fields).
@@ -171,44 +171,94 @@ def encode_one_hot(num_indices: int, *, index_unsigned: bool, out_half: bool) ->
     return 100 * num_indices
 
 
-# ----------------------------------------------------------------- derived (softmax)
+# ------------------------------------------------------- arg-max / arg-min reductions
 
 
-def softmax_row(n: int, *, half: bool, stable: bool) -> int:
-    """Derived: thread cycles of the softmax of one row of ``n`` elements.
+def reduce_class_gather(size: int, worker_size: int, *, integral: bool, workers: int) -> int:
+    """``Reduce{Max,Min}ClassGather`` estimator (MultiVertex, tile cycles).
 
-    Prologue 20 (as popops ``UnaryOp2D``) + one reciprocal (float DIVIDE, 10) + per
-    64-bit vector: max 3 (stable only, MAXIMUM), subtract 1 (stable only), EXPONENT
-    (float 6, half 4), accumulate 1, scale 1.
+    Float and half run the assembly supervisor: per worker ``30 + 3 x min(workerSize
+    - 1, size - 1)`` (3 + 2 + 4 + 3 + 1 + 3 + 1 set-up, 3 per element, 3 + 6 + 4 to
+    finish); integer types the compiled single-worker version, ``22 + nOutputs x
+    (6 x workerSize + 25)``. As the source, the per-worker figure is multiplied by the
+    worker count and the supervisor's 5 + 4 added.
     """
-    vw = 4 if half else 2
-    per_vector = (3 + 1 if stable else 0) + (4 if half else 6) + 1 + 1
-    return 20 + 10 + iceil(n, vw) * per_vector
+    if integral:
+        n_outputs = iceil(size, worker_size)
+        cycles = 22 + n_outputs * (worker_size * 6 + 25)
+    else:
+        cycles = 3 + 2 + 4 + 3 + 1 + 3 + 1 + min(worker_size - 1, size - 1) * 3 + 3 + 6 + 4
+    return cycles * workers + 5 + 4
 
 
-def softmax_grad_row(n: int, *, half: bool) -> int:
-    """Derived: 20 + per vector a multiply-accumulate (2) then ``y·(g - dot)`` (2)."""
-    vw = 4 if half else 2
-    return 20 + iceil(n, vw) * (2 + 2)
+def reduce_class_sparse(num_acts: int, *, integral: bool) -> int:
+    """``Reduce{Max,Min}ClassSparse`` estimator (worker vertex): float assembly
+    ``5 + 2 + 3 + 3 + 1 + 3 (n - 1) + 3 + 6 + 4``; integer types ``5 + 18 + 6 n``."""
+    if integral:
+        return 5 + 18 + num_acts * 6
+    return 5 + 2 + 3 + 3 + 1 + (num_acts - 1) * 3 + 3 + 6 + 4
 
 
-# ------------------------------------------- derived (ipusim's loss and arg-max rows)
+# ------------------------------------------------------------------------ pooling
 
 
-def loss_row(n: int, *, half: bool, cross_entropy: bool) -> int:
-    """Derived: thread cycles of ipusim's one-row loss vertex (not Poplibs' structure).
+def pooling_cycles(
+    init_info: int,
+    chans_per_group_d: int,
+    num_chan_groups_m1: int,
+    start_pos: list[int],
+    work_list: list[list[int]],
+    *,
+    is_max: bool,
+    is_bwd: bool,
+    workers: int,
+) -> int:
+    """``getPoolingCycles`` (``PerformanceEstimation.hpp``): tile cycles of one
+    ``popnn::MaxPooling``, ``MaxPoolingGrad``, ``MaxPoolingGradientScale`` or
+    ``SumPooling`` supervisor vertex.
 
-    20 + per vector: subtract the one-hot 1, scale 1 (cross entropy) or
-    square-accumulate 2 (sum squared) + LOGARITHM (float 12, half 4; cross entropy)
-    + 5 to store. Poplibs' ``LossXTransform`` estimate is :func:`loss_transform`.
+    ``start_pos`` is the vertex's ``startPos`` (cumulative rows per worker) and
+    ``work_list`` its rows of ``(outOffset, inOffset, numElementsM1)`` triples. Unpack
+    costs are 0 (ipusim has no pointer layouts). As the source, the per-worker share of
+    the output initialisation is ``initInfo x chansPerGroupD // workers`` plus one when
+    ``wId < initInfo - share x workers`` in unsigned arithmetic (a negative difference
+    wraps round, so every worker then takes the extra one).
     """
-    vw = 4 if half else 2
-    if cross_entropy:
-        return 20 + iceil(n, vw) * (1 + 1) + (4 if half else 12) + 5
-    return 20 + iceil(n, vw) * (1 + 2) + 5
+    groups = num_chan_groups_m1 + 1
+    longest = 0
+    for wid in range(workers):
+        cycles = 4 + 2 + 2 + 7 + 2
+        share = init_info * chans_per_group_d // workers
+        diff = (init_info - share * workers) & 0xFFFFFFFF
+        init_elems = share + (1 if wid < diff else 0)
+        cycles += (4 + init_elems) * groups
+        cycles += 5 + 1
+        num_rows = start_pos[0] if wid == 0 else start_pos[wid] - start_pos[wid - 1]
+        if num_rows == 0:
+            longest = max(longest, cycles + 1)
+            continue
+        cycles += 2 + (1 if is_max else 2)
+        if is_bwd:
+            cycles += 6
+        cycles += 3 + 2 + 1
+        first = 0 if wid == 0 else start_pos[wid - 1]
+        for row in work_list[first : first + num_rows]:
+            cycles += 13
+            for w in range(0, len(row), 3):
+                n = row[w + 2]
+                if is_bwd:
+                    rpt = 7 + 5 * n
+                elif is_max:
+                    rpt = 4 + 3 * n
+                else:
+                    rpt = 5 + 3 * n
+                per_group = 1 + chans_per_group_d * (2 + rpt + 1) + 1
+                cycles += 20 + groups * per_group + (groups - 1) * (4 + (2 if is_bwd else 0))
+                cycles += 3
+            cycles += 2
+        longest = max(longest, cycles + 1)
+    return 7 + longest * 6 + 6
 
 
-def argmax_row(n: int, *, half: bool) -> int:
-    """Derived: thread cycles of ipusim's one-row arg-max flag: 20 + 3 per vector + 5."""
-    vw = 4 if half else 2
-    return 20 + iceil(n, vw) * 3 + 5
+#: ``SelectiveScaling`` estimator: a constant in the source (``TODO: T5436``).
+SELECTIVE_SCALING_CYCLES = 10

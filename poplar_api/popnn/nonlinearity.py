@@ -16,22 +16,29 @@ out-of-place vertices only the repeat limit) gets one 1-D MultiVertex; otherwise
 ``VW`` per vertex when the tile has at most ``VW x W`` elements, else ``2 VW``;
 gradients always ``2 VW``; pieces at most ``rptCountMax x VW``).
 
-Softmax (derived, see ``docs/estimators.md``) works along the last dimension: one
-worker vertex per row, on the tile of the row's first element. SOFTMAX_STABLE
-subtracts the row maximum before the exponential; SOFTMAX does not.
+Softmax works along the last dimension and, as ``softmaxImpl``, has no vertex of its
+own: SOFTMAX_STABLE and SOFTMAX_SCALED take the row maximum (``popops::reduce`` MAX)
+and subtract it (``popops::sub``, or ``subInPlace`` in place), SOFTMAX_SCALED then adds
+``log(62000)``; then ``popops::exp``, a float ``popops::reduce`` ADD of each row,
+``popops::invInPlace`` (times 62000 for SOFTMAX_SCALED, whose rows sum to 62000), a
+cast to half for half tensors, and ``popops::mulInPlace`` by the broadcast reciprocal.
+ipusim reductions keep their input type, so a half tensor is first cast to float for
+the sum (one compute set more than Poplibs). The gradient, as
+``softmaxInputGradientImpl``, is ``popops::mul`` (g·y), a row ``reduce`` ADD,
+``popops::mul`` (y·Σ) and ``popops::subInPlace``, for all three softmax types.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 
-import numpy as np
-
+from poplar_api import popops
 from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.popnn import vertices as vx
-from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles, place, view
+from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles
 from poplar_api.popops import vertices as popops_vx
 from poplar_api.popops.layout import (
     RPT_COUNT_MAX,
@@ -42,6 +49,7 @@ from poplar_api.popops.layout import (
     split_regions,
     tile_regions,
 )
+from poplar_api.popops.reduce import Operation
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF
 
@@ -63,9 +71,17 @@ class NonLinearityType(enum.Enum):
     SWISH = "SWISH"
     SOFTMAX = "SOFTMAX"
     SOFTMAX_STABLE = "SOFTMAX_STABLE"
+    SOFTMAX_SCALED = "SOFTMAX_SCALED"
 
 
-_SOFTMAXES = (NonLinearityType.SOFTMAX, NonLinearityType.SOFTMAX_STABLE)
+_SOFTMAXES = (
+    NonLinearityType.SOFTMAX,
+    NonLinearityType.SOFTMAX_STABLE,
+    NonLinearityType.SOFTMAX_SCALED,
+)
+#: ``SOFTMAX_SCALING`` (``lib/popnn/NonLinearityInternal.hpp``): SOFTMAX_SCALED outputs
+#: sum to this instead of 1.
+SOFTMAX_SCALING = 62000.0
 _POPOPS = ("RELU", "SIGMOID", "TANH")
 #: ``getMaxVertexFieldValue(codelet, "n")``: the codelets' ``n`` is an unsigned short.
 _MAX_N_FIELD = 0xFFFF
@@ -134,24 +150,58 @@ def _check(graph: object, nl: object, t: object, prog: object, what: str) -> Non
     check_sequence(prog, what)
 
 
-def _rows(t: Tensor) -> np.ndarray:
-    """Flat element ids of ``t`` as rows along the last dimension."""
-    return t.flat_index().reshape(-1, t.dim(t.rank() - 1) if t.rank() else 1)
+def _softmax(graph: Graph, nl: NonLinearityType, t: Tensor, in_place: bool, prog, name: str):
+    """``softmaxImpl``: softmax along the innermost dimension from popops operations."""
+    fn = f"{name}/SoftMax"
+    stable = nl in (NonLinearityType.SOFTMAX_STABLE, NonLinearityType.SOFTMAX_SCALED)
+    scaled = nl is NonLinearityType.SOFTMAX_SCALED
+    expand = t.rank() == 1
+    if expand:
+        t = t.expand([0])
+    rank = t.rank()
+    inner = t.dim(rank - 1)
+    shuf = t.dimShufflePartial([0, rank - 1], [rank - 1, 0])
+    needs_copy = not in_place
+    if stable:
+        mx = popops.reduce(graph, shuf, [0], Operation.MAX, prog, f"{fn}/max")
+        mx = mx.expand([0]).broadcast(inner, 0)
+        if needs_copy:
+            shuf = popops.sub(graph, shuf, mx, prog, f"{fn}/sub")
+            needs_copy = False
+        else:
+            popops.subInPlace(graph, shuf, mx, prog, f"{fn}/sub")
+        if scaled:
+            popops.addInPlace(graph, shuf, math.log(SOFTMAX_SCALING), prog, f"{fn}/addLogScaling")
+    if needs_copy:
+        shuf = popops.exp(graph, shuf, prog, f"{fn}/exp")
+    else:
+        popops.expInPlace(graph, shuf, prog, f"{fn}/exp")
+    half = t.elementType() == HALF
+    # Poplibs reduces straight to a float sum; ipusim reductions keep the input type,
+    # so half is cast to float first (one more compute set).
+    summed = popops.cast(graph, shuf, FLOAT, prog, f"{fn}/toFloat") if half else shuf
+    sum_f = popops.reduce(graph, summed, [0], Operation.ADD, prog, f"{fn}/sum")
+    popops.invInPlace(graph, sum_f, prog, f"{fn}/inv")
+    if scaled:
+        popops.mulInPlace(graph, sum_f, SOFTMAX_SCALING, prog, f"{fn}/scaling")
+    total = popops.cast(graph, sum_f, HALF, prog, f"{fn}/toHalf") if half else sum_f
+    popops.mulInPlace(graph, shuf, total.expand([0]).broadcast(inner, 0), prog, f"{fn}/invScale")
+    out = shuf.dimShufflePartial([0, rank - 1], [rank - 1, 0])
+    return out.squeeze([0]) if expand else out
 
 
-def _softmax(graph, nl, t, out, prog, name) -> None:
-    cs = graph.addComputeSet(f"{name}/SoftMax")
-    cls = vx.softmax_vertex(t.elementType(), nl is NonLinearityType.SOFTMAX_STABLE)
-    tiles = element_tiles(graph, t, name)
-    src, dst = _rows(t), _rows(out)
-    row_tiles = tiles.reshape(src.shape)[:, 0] if src.shape[1] else tiles[:0]
-    typ = t.elementType()
-    for r in range(src.shape[0] if src.shape[1] else 0):
-        v = graph.addVertex(
-            cs, cls, {"in": view(graph, typ, src[r], name), "out": view(graph, typ, dst[r], name)}
-        )
-        place(graph, v, row_tiles[r])
-    prog.add(_program.Execute(cs))
+def _softmax_grad(graph: Graph, out: Tensor, out_grad: Tensor, prog, name: str) -> Tensor:
+    """``softmaxInputGradientImpl``: ``g·y - y·Σ(g·y)`` along the innermost dimension."""
+    fn = f"{name}/SoftMaxGradient"
+    y, g = out, out_grad
+    if y.rank() < 2:
+        y, g = y.flatten().expand([0]), g.flatten().expand([0])
+    y, g = y.flatten(0, y.rank() - 1), g.flatten(0, g.rank() - 1)
+    g_y = popops.mul(graph, y, g, prog, f"{fn}/gXy")
+    sum_g_y = popops.reduce(graph, g_y, [1], Operation.ADD, prog, f"{fn}/sum").expand([1])
+    y_sum = popops.mul(graph, y, sum_g_y, prog, f"{fn}/yXsum")
+    popops.subInPlace(graph, g_y, y_sum, prog, f"{fn}/sub")
+    return g_y.reshape(out_grad.shape())
 
 
 def nonLinearity(
@@ -172,10 +222,10 @@ def nonLinearity(
     """
     name = debugName or f"nonLinearity/{getattr(nonLinearityType, 'name', '?')}"
     _check(graph, nonLinearityType, t, prog, "nonLinearity")
-    out = clone_like(graph, t, t.elementType(), f"{name}/out", "nonLinearity")
     if nonLinearityType in _SOFTMAXES:
-        _softmax(graph, nonLinearityType, t, out, prog, name)
-        return out
+        element_tiles(graph, t, "nonLinearity")
+        return _softmax(graph, nonLinearityType, t, False, prog, name)
+    out = clone_like(graph, t, t.elementType(), f"{name}/out", "nonLinearity")
     op = nonLinearityType.name
     if op == "GELU":  # no out-of-place vertex: copy, then the in-place vertices
         prog.add(_program.Copy(t, out))
@@ -196,7 +246,8 @@ def nonLinearityInPlace(
     name = debugName or f"nonLinearityInPlace/{getattr(nonLinearityType, 'name', '?')}"
     _check(graph, nonLinearityType, t, prog, "nonLinearityInPlace")
     if nonLinearityType in _SOFTMAXES:
-        _softmax(graph, nonLinearityType, t, t, prog, name)
+        element_tiles(graph, t, "nonLinearityInPlace")
+        _softmax(graph, nonLinearityType, t, True, prog, name)
         return
     _elementwise(graph, nonLinearityType.name, t, None, prog, name)
 
@@ -229,34 +280,23 @@ def nonLinearityInputGradient(
             f"'{out.name}' ({out.elementType().name} {out.shape()})"
         )
     typ = out.elementType()
-    in_grad = clone_like(graph, out, typ, f"{name}/inGrad", "nonLinearityInputGradient")
-    tiles = element_tiles(graph, out, "nonLinearityInputGradient")
+    element_tiles(graph, out, "nonLinearityInputGradient")
     if nonLinearityType in _SOFTMAXES:
-        cls = vx.softmax_grad_vertex(typ)
-        o, g, d = _rows(out), _rows(outGradient), _rows(in_grad)
-        cs = graph.addComputeSet(f"{name}/SoftMaxGrad")
-        row_tiles = tiles.reshape(o.shape)[:, 0] if o.shape[1] else tiles[:0]
-        for r in range(o.shape[0] if o.shape[1] else 0):
-            conns = {
-                "out": view(graph, typ, o[r], name),
-                "outGrad": view(graph, typ, g[r], name),
-                "inGrad": view(graph, typ, d[r], name),
-            }
-            place(graph, graph.addVertex(cs, cls, conns), row_tiles[r])
-    else:
-        op = nonLinearityType.name
-        target = graph.getTarget()
-        vw = target.getVectorWidth(typ)
-        limit = min(_MAX_N_FIELD, RPT_COUNT_MAX * target.getNumWorkerContexts() * vw)
-        cls_1d = vx.nonlinearity_grad_vertex(op, typ, "1D")
-        cls_2d = vx.nonlinearity_grad_vertex(op, typ, "2D")
-        operands = {
-            "out": ElemOperand(typ, out.flat_index(), out.name),
-            "outGrad": ElemOperand(typ, outGradient.flat_index(), outGradient.name),
-            "inGrad": ElemOperand(typ, in_grad.flat_index(), in_grad.name),
-        }
-        cs = graph.addComputeSet(f"{name}/NonLinearityGrad")
-        for tile, cls, pieces, rows in _plan(graph, out, cls_1d, cls_2d, limit, grad=True):
-            add_vertex(graph, cs, tile, cls, pieces, operands, rows)
+        return _softmax_grad(graph, out, outGradient, prog, name)
+    in_grad = clone_like(graph, out, typ, f"{name}/inGrad", "nonLinearityInputGradient")
+    op = nonLinearityType.name
+    target = graph.getTarget()
+    vw = target.getVectorWidth(typ)
+    limit = min(_MAX_N_FIELD, RPT_COUNT_MAX * target.getNumWorkerContexts() * vw)
+    cls_1d = vx.nonlinearity_grad_vertex(op, typ, "1D")
+    cls_2d = vx.nonlinearity_grad_vertex(op, typ, "2D")
+    operands = {
+        "out": ElemOperand(typ, out.flat_index(), out.name),
+        "outGrad": ElemOperand(typ, outGradient.flat_index(), outGradient.name),
+        "inGrad": ElemOperand(typ, in_grad.flat_index(), in_grad.name),
+    }
+    cs = graph.addComputeSet(f"{name}/NonLinearityGrad")
+    for tile, cls, pieces, rows in _plan(graph, out, cls_1d, cls_2d, limit, grad=True):
+        add_vertex(graph, cs, tile, cls, pieces, operands, rows)
     prog.add(_program.Execute(cs))
     return in_grad

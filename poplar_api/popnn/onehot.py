@@ -7,9 +7,15 @@ tile factor splitting the classes, at least 4 grains per block), zeroed with
 ``popops.zero``, then one ``popops::EncodeOneHot<indexType,outType>`` vertex per block
 sets its ones, and the result is copied into ``encoded``.
 
-Out-of-range indices: as the codelet, an index outside ``0..classes-1`` (including
-``MASKED_LABEL_CODE`` = 0xFFFFFFFF, and negative INT indices, which compare as large
-unsigned values) sets nothing: its row stays all zeros. No error is raised.
+Out-of-range indices: ``MASKED_LABEL_CODE`` (``0xFFFFFFFF``; -1 for INT indices, which
+compare as unsigned in the codelet) sets nothing, as in Poplibs: its row stays all
+zeros, which is how ``calcLoss`` masks a label. **Deviation from Poplibs:** any other
+index outside ``[0, classes)`` (including other negative INT indices) makes the run
+fail with a :class:`~poplar_api.codelet.VertexError` naming the vertex type, the
+field ``indices``, the offending value, its position in ``indices`` and the valid
+range, where the Poplibs codelet silently writes an all-zero row. To that end each
+vertex's ``params`` holds, besides the codelet's ``(offset, sliceLength)``, the number
+of classes and the position of its first index (ipusim-only vertex state).
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ from typing import Any
 import numpy as np
 
 from poplar_api import program as _program
-from poplar_api.codelet import InOut, Input, MultiVertex, Vector, Vertex
+from poplar_api.codelet import InOut, Input, MultiVertex, Vector, Vertex, VertexError
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.popnn import estimators as est
 from poplar_api.popnn.mapping import check_sequence, place
+from poplar_api.popnn.vertices import MASKED_LABEL_CODE
 from poplar_api.popops.elementwise import zero
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, Type
@@ -38,10 +45,29 @@ _MIN_GRAINS_PER_TILE = 4
 def _compute(cls, batches, num_vertices, num_workers):
     idx, out, par = batches["indices"], batches["out"], batches["params"]
     for v in range(num_vertices):
-        offset, length = (int(x) for x in par.data[par.offsets[v] : par.offsets[v] + 2])
+        p0 = par.offsets[v]
+        offset, length, classes, first = (int(x) for x in par.data[p0 : p0 + 4])
         ind = idx.data[idx.offsets[v] : idx.offsets[v + 1]].astype(np.int64) & 0xFFFFFFFF
+        bad = np.flatnonzero((ind >= classes) & (ind != MASKED_LABEL_CODE))
+        if bad.size:
+            _raise_bad_index(cls, int(ind[bad[0]]), first + int(bad[0]), classes)
         hit = np.flatnonzero((ind >= offset) & (ind < offset + length))
         out.data[out.offsets[v] + hit * length + (ind[hit] - offset)] = 1
+
+
+def _raise_bad_index(cls, value: int, position: int, classes: int) -> None:
+    signed = cls.types[0] == INT
+    shown = value - (1 << 32) if signed and value >= 1 << 31 else value
+    masked = "-1 (MASKED_LABEL_CODE)" if signed else "MASKED_LABEL_CODE (0xFFFFFFFF)"
+    raise VertexError(
+        f"vertex type '{cls.typeName}': field 'indices' holds {shown} at position "
+        f"{position}, outside the valid range [0, {classes}) of the {classes} classes "
+        f"of the encoded tensor (and not {masked}, which gives an all-zero row); "
+        f"hint: check the labels or indices written to the device",
+        field="indices",
+        index=position,
+        size=classes,
+    )
 
 
 def _estimate(cls, sizes, target) -> int:
@@ -56,7 +82,8 @@ def one_hot_vertex(index_type: Type, out_type: Type) -> type:
 
     A supervisor (MultiVertex) for unsigned int -> half, which has an assembly
     version, else a worker vertex (``SupervisorVertexIf<hasAssembly>``). ``params``
-    holds the vertex state ``(offset, sliceLength)``.
+    holds the vertex state ``(offset, sliceLength)`` and, for the range check, the
+    number of classes and the position of the vertex's first index.
     """
     cls = _CACHE.get((index_type, out_type))
     if cls is None:
@@ -86,6 +113,11 @@ def encodeOneHot(
     debugName: str = "",
 ) -> None:
     """Write one-hot rows of ``indices`` into ``encoded`` (``[len(indices), classes]``).
+
+    A ``MASKED_LABEL_CODE`` index gives an all-zero row. Unlike Poplibs (which writes
+    an all-zero row), any other index outside ``[0, classes)`` makes ``Engine.run``
+    raise :class:`~poplar_api.codelet.VertexError` naming the field ``indices``, the
+    value, its position and the valid range.
 
     Raises
     ------
@@ -157,9 +189,9 @@ def encodeOneHot(
         prog.add(_program.Copy(one_hot, encoded))
         return
     zero(graph, one_hot, prog, f"{name}/zero")
-    params = np.array([[c0, c1 - c0] for _, _, _, c0, c1 in blocks], np.uint32)
-    const = graph.addConstant(UNSIGNED_INT, [len(blocks), 2], params, f"{name}/params")
-    graph._state.space(UNSIGNED_INT).tile[const.flat_index()] = np.repeat([b[0] for b in blocks], 2)
+    params = np.array([[c0, c1 - c0, classes, i0] for _, i0, _, c0, c1 in blocks], np.uint32)
+    const = graph.addConstant(UNSIGNED_INT, [len(blocks), 4], params, f"{name}/params")
+    graph._state.space(UNSIGNED_INT).tile[const.flat_index()] = np.repeat([b[0] for b in blocks], 4)
     cls = one_hot_vertex(indices.elementType(), out_type)
     cs = graph.addComputeSet(f"{name}/OneHotEncode")
     for k, (root, i0, i1, c0, c1) in enumerate(blocks):

@@ -14,22 +14,23 @@ import numpy as np
 
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 from poplar_api.popnn import estimators as est
-from poplar_api.types import HALF, INT, Type
+from poplar_api.types import FLOAT, HALF, UNSIGNED_INT, Type
 
 # Label and count types are kept in a tuple class attribute ``types``: a bare Type
 # attribute would be taken for a field declaration.
 
 __all__ = [
     "MASKED_LABEL_CODE",
-    "accuracy_vertex",
+    "calc_accuracy_vertex",
+    "class_gather_vertex",
+    "class_sparse_vertex",
     "forward",
+    "gather_worker_size",
     "gradient",
-    "loss_vertex",
+    "loss_transform_vertex",
     "nonlinearity_grad_vertex",
     "nonlinearity_vertex",
     "segment_ids",
-    "softmax_grad_vertex",
-    "softmax_vertex",
 ]
 
 #: Label value that excludes a batch item from loss and accuracy (Poplibs' ~0u).
@@ -72,24 +73,6 @@ def gradient(op: str, act: np.ndarray, g: np.ndarray) -> np.ndarray:
 def segment_ids(offsets: np.ndarray) -> np.ndarray:
     """Vertex number of every element of a packed vector field."""
     return np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
-
-
-def _segment_max(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    lengths = np.diff(offsets)
-    out = np.full(lengths.size, -np.inf, dtype=np.float64)
-    nz = lengths > 0
-    if nz.any():
-        out[nz] = np.maximum.reduceat(data, offsets[:-1][nz])
-    return out
-
-
-def _segment_sum(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    lengths = np.diff(offsets)
-    out = np.zeros(lengths.size, dtype=data.dtype)
-    nz = lengths > 0
-    if nz.any():
-        out[nz] = np.add.reduceat(data, offsets[:-1][nz])
-    return out
 
 
 _CACHE: dict[tuple, type] = {}
@@ -209,159 +192,219 @@ def nonlinearity_grad_vertex(op: str, type_: Type, layout: str = "1D") -> type:
     return _make(("nlg", op, type_, layout), base, name, attrs)
 
 
-# ------------------------------------------------------------------------ softmax
-
-
-class _SoftMax(Vertex):
-    stable = True
-
-    @classmethod
-    def computeBatch(cls, batches, num_vertices, num_workers):
-        x = batches["in"].data.astype(np.float64)
-        offsets = batches["in"].offsets
-        seg = segment_ids(offsets)
-        if cls.stable:
-            x = x - _segment_max(x, offsets)[seg]
-        e = np.exp(x)
-        batches["out"].data[:] = e / _segment_sum(e, offsets)[seg]
-
-    @classmethod
-    def getCycleEstimate(cls, sizes, target) -> int:
-        return est.softmax_row(sizes["in"], half=cls.is_half, stable=cls.stable)
-
-
-def softmax_vertex(type_: Type, stable: bool) -> type:
-    """``popnn::SoftMax<type, stable>``: softmax of one row ``in`` into ``out``."""
-    name = f"popnn::SoftMax<{type_.name},{str(stable).lower()}>"
-    attrs = {
-        "stable": stable,
-        "is_half": type_ == HALF,
-        "in_": Input(Vector(type_)),
-        "out": Output(Vector(type_)),
-    }
-    return _make(("sm", type_, stable), _SoftMax, name, attrs)
-
-
-class _SoftMaxGrad(Vertex):
-    @classmethod
-    def computeBatch(cls, batches, num_vertices, num_workers):
-        y = batches["out"].data
-        g = batches["outGrad"].data
-        offsets = batches["out"].offsets
-        dot = _segment_sum(y * g, offsets)[segment_ids(offsets)]
-        batches["inGrad"].data[:] = y * (g - dot)
-
-    @classmethod
-    def getCycleEstimate(cls, sizes, target) -> int:
-        return est.softmax_grad_row(sizes["out"], half=cls.is_half)
-
-
-def softmax_grad_vertex(type_: Type) -> type:
-    """``popnn::SoftMaxGrad<type>``: ``inGrad = out · (outGrad - Σ out·outGrad)`` per row."""
-    attrs = {
-        "is_half": type_ == HALF,
-        "out": Input(Vector(type_)),
-        "outGrad": Input(Vector(type_)),
-        "inGrad": Output(Vector(type_)),
-    }
-    return _make(("smg", type_), _SoftMaxGrad, f"popnn::SoftMaxGrad<{type_.name}>", attrs)
-
-
 # --------------------------------------------------------------------------- loss
 
-
-def _labels(batch_label: np.ndarray, label_type: Type) -> tuple[np.ndarray, np.ndarray]:
-    """(labels as int64, masked flags)."""
-    labels = batch_label.astype(np.int64)
-    code = -1 if label_type == INT else MASKED_LABEL_CODE
-    return labels, labels == code
+#: ``EPS_LOG_N_FLOAT`` and ``EPS_LOG_N_HALF`` (``popops/EncodingConstants.hpp``): added to
+#: the probability before the logarithm of the cross-entropy transform.
+EPS_LOG_N_FLOAT = np.float32(1.17549435e-38)
+EPS_LOG_N_HALF = np.float32(0.000000059605)
 
 
-class _Loss(Vertex):
+class _LossTransform(Vertex):
+    """``popnn::Loss{SumSquared,CrossEntropy}Transform<FPType>`` (worker vertex).
+
+    Per element of ``probs`` and the one-hot ``expected``: sum squared writes
+    ``deltas = p - e`` and ``transformed = ½ deltas²``; cross entropy writes
+    ``deltas = deltasScale / modelOutputScaling x (p - e x modelOutputScaling)`` and
+    ``transformed = -e x (log(p + eps) - log(modelOutputScaling))``. ``size`` is the
+    length of the connected vectors.
+    """
+
     cross_entropy = True
 
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
-        probs = batches["probs"].data
-        offsets = batches["probs"].offsets
-        lengths = np.diff(offsets)
-        labels, masked = _labels(batches["label"].data, cls.types[0])
-        valid = (labels >= 0) & (labels < lengths) & ~masked
-        seg = segment_ids(offsets)
-        onehot = np.zeros(probs.size, dtype=probs.dtype)
-        onehot[(offsets[:-1] + labels)[valid]] = 1
-        keep = (~masked)[seg]
-        delta = np.where(keep, probs - onehot, 0)
-        if cls.cross_entropy:
-            scale = batches["scale"].data[seg]
-            batches["deltas"].data[:] = delta * scale
-            tiny = np.finfo(np.float16 if cls.is_half else np.float32).tiny
-            picked = np.ones(num_vertices, dtype=np.float64)
-            picked[valid] = probs[(offsets[:-1] + labels)[valid]]
-            loss = -np.log(np.maximum(picked, tiny))
-        else:
+        ftype = np.float16 if cls.is_half else np.float32
+        p = batches["probs"].data.astype(np.float32)
+        e = batches["expected"].data.astype(np.float32)
+        if not cls.cross_entropy:
+            delta = (p - e).astype(ftype).astype(np.float32)
             batches["deltas"].data[:] = delta
-            loss = 0.5 * _segment_sum((delta * delta).astype(np.float64), offsets)
-        batches["loss"].data[:] = np.where(masked, 0, loss)
-        return valid | masked
+            batches["transformed"].data[:] = np.float32(0.5) * delta * delta
+            return
+        seg = segment_ids(batches["probs"].offsets)
+        mos = batches["modelOutputScaling"].data.astype(np.float32)
+        scale = (batches["deltasScale"].data.astype(np.float32) / mos).astype(ftype)
+        log_mos = np.log(mos).astype(ftype).astype(np.float32)
+        eps = EPS_LOG_N_HALF if cls.is_half else EPS_LOG_N_FLOAT
+        batches["deltas"].data[:] = scale[seg].astype(np.float32) * (p - e * mos[seg])
+        logp = np.log(p + eps).astype(ftype).astype(np.float32)
+        with np.errstate(invalid="ignore"):
+            batches["transformed"].data[:] = -e * (logp - log_mos[seg])
 
     @classmethod
     def getCycleEstimate(cls, sizes, target) -> int:
-        return est.loss_row(sizes["probs"], half=cls.is_half, cross_entropy=cls.cross_entropy)
+        return est.loss_transform(
+            int(sizes["probs"]), half=cls.is_half, cross_entropy=cls.cross_entropy
+        )
 
 
-def loss_vertex(type_: Type, label_type: Type, cross_entropy: bool) -> type:
-    """``popnn::LossTransform<type, labelType, kind>``: loss and deltas of one row.
+def loss_transform_vertex(type_: Type, cross_entropy: bool) -> type:
+    """``popnn::LossCrossEntropyTransform<T>`` or ``popnn::LossSumSquaredTransform<T>``.
 
-    Fields: ``probs`` (row of model outputs), ``label``, ``scale`` (deltas scale,
-    used by cross entropy), ``deltas`` and ``loss``. A label that is neither masked nor
-    in ``0..len(row)-1`` makes the vertex fail (the engine reports it).
+    Fields as the codelets: ``probs``, ``expected`` (the one-hot rows), ``deltas``,
+    ``transformed``; cross entropy also ``deltasScale`` and ``modelOutputScaling``.
     """
-    kind = "CROSS_ENTROPY_LOSS" if cross_entropy else "SUM_SQUARED_LOSS"
-    name = f"popnn::LossTransform<{type_.name},{label_type.name},popnn::{kind}>"
-    attrs = {
+    kind = "LossCrossEntropyTransform" if cross_entropy else "LossSumSquaredTransform"
+    attrs: dict[str, Any] = {
         "cross_entropy": cross_entropy,
         "is_half": type_ == HALF,
-        "types": (label_type,),
         "probs": Input(Vector(type_)),
-        "label": Input(label_type),
-        "scale": Input(type_),
+        "expected": Input(Vector(type_)),
         "deltas": Output(Vector(type_)),
-        "loss": Output(type_),
+        "transformed": Output(Vector(type_)),
     }
-    return _make(("loss", type_, label_type, cross_entropy), _Loss, name, attrs)
+    if cross_entropy:
+        attrs["deltasScale"] = Input(type_)
+        attrs["modelOutputScaling"] = Input(type_)
+    return _make(
+        ("lt", type_, cross_entropy), _LossTransform, f"popnn::{kind}<{type_.name}>", attrs
+    )
 
 
-class _Accuracy(Vertex):
+# ------------------------------------------------------- arg-max / arg-min reductions
+
+
+def _first_extreme(values: np.ndarray, is_max: bool) -> int:
+    """Position of the first maximum (minimum) as the codelets' strict ``>`` (``<``)."""
+    return int(np.argmax(values) if is_max else np.argmin(values))
+
+
+def gather_worker_size(size: int, workers: int) -> int:
+    """``workerSize`` of a ``Reduce{Max,Min}ClassGather`` vertex of ``size`` elements, as
+    ``argMinMaxSplitFirstReduction`` sets it (32 minimum per worker; the split never
+    gives a vertex more than ``W x rptCountMax``, so the cap needs no restating here)."""
+    if size // workers >= 32:
+        return -(-size // workers)
+    return 32
+
+
+class _ClassGather(MultiVertex):
+    """``popnn::Reduce{Max,Min}ClassGather<InType, LabelType>``.
+
+    ``activations`` is a piece of one row; workers take ``workerSize`` elements each and
+    write the extreme value (float for float and half inputs) and its index plus
+    ``index`` (the piece's offset in the row) into ``{max,min}Value`` and
+    ``{max,min}Index``. ``params`` holds the vertex state ``(index, workerSize)``.
+    """
+
+    is_max = True
+    integral = False
+
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
-        probs = batches["probs"].data.astype(np.float64)
-        offsets = batches["probs"].offsets
-        lengths = np.diff(offsets)
-        seg = segment_ids(offsets)
-        best = _segment_max(probs, offsets)[seg]
-        local = np.arange(probs.size) - offsets[:-1][seg]
-        first = np.where(probs == best, local, np.iinfo(np.int64).max)
-        argmax = np.full(num_vertices, -1, dtype=np.int64)
-        nz = lengths > 0
-        if nz.any():
-            argmax[nz] = np.minimum.reduceat(first, offsets[:-1][nz])
-        labels, masked = _labels(batches["label"].data, cls.types[0])
-        batches["correct"].data[:] = ((argmax == labels) & ~masked).astype(np.int64)
+        which = "max" if cls.is_max else "min"
+        acts, par = batches["activations"], batches["params"]
+        val, idx = batches[f"{which}Value"], batches[f"{which}Index"]
+        for v in range(num_vertices):
+            data = acts.data[acts.offsets[v] : acts.offsets[v + 1]]
+            index, worker_size = (int(x) for x in par.data[par.offsets[v] : par.offsets[v] + 2])
+            for i, start in enumerate(range(0, data.size, worker_size)):
+                chunk = data[start : start + worker_size]
+                j = _first_extreme(chunk, cls.is_max)
+                val.data[val.offsets[v] + i] = chunk[j]
+                idx.data[idx.offsets[v] + i] = start + j + index
 
     @classmethod
     def getCycleEstimate(cls, sizes, target) -> int:
-        return est.argmax_row(sizes["probs"], half=cls.is_half)
+        size = int(sizes["activations"])
+        workers = target.getNumWorkerContexts()
+        return est.reduce_class_gather(
+            size, gather_worker_size(size, workers), integral=cls.integral, workers=workers
+        )
 
 
-def accuracy_vertex(type_: Type, label_type: Type, count_type: Type) -> type:
-    """``popnn::CalcAccuracy<type, labelType>``: ``correct`` = 1 if argmax(row) == label."""
-    name = f"popnn::CalcAccuracy<{type_.name},{label_type.name},{count_type.name}>"
+def class_gather_vertex(in_type: Type, label_type: Type, is_max: bool = True) -> type:
+    """``popnn::Reduce{Max,Min}ClassGather<InType,LabelType>`` (a MultiVertex)."""
+    which = "Max" if is_max else "Min"
+    low = which.lower()
+    integral = in_type not in (FLOAT, HALF)
+    out_type = in_type if integral else FLOAT
     attrs = {
-        "is_half": type_ == HALF,
-        "types": (label_type,),
-        "probs": Input(Vector(type_)),
-        "label": Input(label_type),
-        "correct": Output(count_type),
+        "is_max": is_max,
+        "integral": integral,
+        "activations": Input(Vector(in_type)),
+        "params": Input(Vector(UNSIGNED_INT)),
+        f"{low}Value": Output(Vector(out_type)),
+        f"{low}Index": Output(Vector(label_type)),
     }
-    return _make(("acc", type_, label_type, count_type), _Accuracy, name, attrs)
+    name = f"popnn::Reduce{which}ClassGather<{in_type.name},{label_type.name}>"
+    return _make(("gather", in_type, label_type, is_max), _ClassGather, name, attrs)
+
+
+class _ClassSparse(Vertex):
+    """``popnn::Reduce{Max,Min}ClassSparse<InOutType, LabelType>``: the extreme of
+    ``activations`` and the ``labels`` entry at its position."""
+
+    is_max = True
+    integral = False
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        which = "max" if cls.is_max else "min"
+        acts, labels = batches["activations"], batches["labels"]
+        for v in range(num_vertices):
+            data = acts.data[acts.offsets[v] : acts.offsets[v + 1]]
+            j = _first_extreme(data, cls.is_max)
+            batches[f"{which}Value"].data[v] = data[j]
+            batches[f"{which}Index"].data[v] = labels.data[labels.offsets[v] + j]
+
+    @classmethod
+    def getCycleEstimate(cls, sizes, target) -> int:
+        return est.reduce_class_sparse(int(sizes["activations"]), integral=cls.integral)
+
+
+def class_sparse_vertex(in_out_type: Type, label_type: Type, is_max: bool = True) -> type:
+    """``popnn::Reduce{Max,Min}ClassSparse<InOutType,LabelType>`` (a worker vertex)."""
+    which = "Max" if is_max else "Min"
+    low = which.lower()
+    attrs = {
+        "is_max": is_max,
+        "integral": in_out_type not in (FLOAT, HALF),
+        "activations": Input(Vector(in_out_type)),
+        "labels": Input(Vector(label_type)),
+        f"{low}Value": Output(in_out_type),
+        f"{low}Index": Output(label_type),
+    }
+    name = f"popnn::Reduce{which}ClassSparse<{in_out_type.name},{label_type.name}>"
+    return _make(("sparse", in_out_type, label_type, is_max), _ClassSparse, name, attrs)
+
+
+# ----------------------------------------------------------------------- accuracy
+
+
+class _CalcAccuracy(Vertex):
+    """``popnn::CalcAccuracy<LabelType>``: adds to ``numCorrect`` the positions where
+    ``maxPerBatch`` equals ``expected`` and ``expected`` is not ``MASKED_LABEL_CODE``."""
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        got, want = batches["maxPerBatch"], batches["expected"]
+        mask = np.uint64(MASKED_LABEL_CODE)
+        for v in range(num_vertices):
+            a = got.data[got.offsets[v] : got.offsets[v + 1]].astype(np.int64) & 0xFFFFFFFF
+            n = a.size
+            e = want.data[want.offsets[v] : want.offsets[v] + n].astype(np.int64) & 0xFFFFFFFF
+            hits = int(((a == e) & (e.astype(np.uint64) != mask)).sum())
+            batches["numCorrect"].data[v] += hits
+
+    @classmethod
+    def getCycleEstimate(cls, sizes, target) -> int:
+        return est.calc_accuracy(int(sizes["maxPerBatch"]))
+
+
+def calc_accuracy_vertex(label_type: Type, count_type: Type = UNSIGNED_INT) -> type:
+    """``popnn::CalcAccuracy<LabelType>``: ``maxPerBatch``, ``expected``, ``numCorrect``.
+
+    Poplibs' ``numCorrect`` is ``InOut<unsigned>``; an INT count (accepted by ipusim)
+    gets the ipusim-only class ``popnn::CalcAccuracy<LabelType,int>``.
+    """
+    name = f"popnn::CalcAccuracy<{label_type.name}>"
+    if count_type != UNSIGNED_INT:
+        name = f"popnn::CalcAccuracy<{label_type.name},{count_type.name}>"
+    attrs = {
+        "maxPerBatch": Input(Vector(label_type)),
+        "expected": Input(Vector(label_type)),
+        "numCorrect": InOut(count_type),
+    }
+    return _make(("acc", label_type, count_type), _CalcAccuracy, name, attrs)

@@ -30,8 +30,14 @@ from poplar_api.popops.layout import (
     split_regions,
     tile_regions,
 )
-from poplar_api.popops.ops import BINARY_OPS, UNARY_OPS, result_type
-from poplar_api.poputil import cloneTensor
+from poplar_api.popops.ops import (
+    BINARY_OPS,
+    SCALAR_ONLY_BINARY_OPS,
+    TERNARY_TYPES,
+    UNARY_OPS,
+    result_type,
+)
+from poplar_api.poputil import cloneTensor, mapTensorLinearly
 from poplar_api.program import Execute, Sequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import ALL_TYPES, BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Type
@@ -43,6 +49,7 @@ __all__ = [
     "fill",
     "scaledAddTo",
     "scaledSubtractFrom",
+    "ternary_op",
     "unary_op",
     "zero",
 ]
@@ -118,6 +125,40 @@ def _elem(t: Tensor, shape: list[int], name: str) -> ElemOperand:
     return ElemOperand(t.elementType(), _broadcast_to(t, shape).flat_index(), name)
 
 
+def _has_aliases(t: Tensor) -> bool:
+    ids = t.flat_index()
+    return np.unique(ids).size != ids.size
+
+
+def _create_output(graph: Graph, inputs: list[Tensor], out_t: Type, name: str) -> Tensor:
+    """``createOutputForElementWiseOp`` (``lib/popops/ElementWiseUtil.cpp``).
+
+    ``inputs`` all have the result shape (broadcast views included). Inputs that
+    refer to an element more than once (broadcasts) are skipped; of the others the
+    one with the fewest elements on its busiest tile is cloned (ties: more tiles,
+    then fewer contiguous regions). With none, a one-element first input is cloned,
+    else a new variable is mapped linearly with grain ``dataPathWidth / (8 · size)``.
+    """
+    best: tuple | None = None
+    best_t: Tensor | None = None
+    for t in inputs:
+        if _has_aliases(t):
+            continue
+        regions = tile_regions(graph, t, name)
+        sizes = [sum(tr.sizes) for tr in regions]
+        key = (max(sizes, default=0), -len(regions), sum(len(tr.regions) for tr in regions))
+        if best is None or key < best:
+            best, best_t = key, t
+    if best_t is None and inputs[0].numElements() == 1:
+        best_t = inputs[0]
+    if best_t is not None:
+        return cloneTensor(graph, best_t, f"{name}/out", out_t)
+    out = graph.addVariable(out_t, inputs[0].shape(), f"{name}/out")
+    grain = max(1, graph.getTarget().getDataPathWidth() // (8 * out_t.size))
+    mapTensorLinearly(graph, out, 0, grain)
+    return out
+
+
 #: A vertex to add: (class, pieces of output positions, one row per piece?).
 Plan = list[tuple[type, list[np.ndarray], bool]]
 
@@ -177,9 +218,13 @@ def _binary_vw(op: str, in_t: Type, out_t: Type) -> int:
     return {HALF: 4, FLOAT: 2}.get(in_t, 1) if in_t == out_t else 1
 
 
-def _unary_vw(op: str, t: Type) -> int:
-    """``getUnaryOpVectorWidth``: non-linearities (TANH, RELU, SIGMOID) use half the width."""
-    nonlinear = op in ("TANH", "RELU", "SIGMOID")
+def _unary_vw(op: str, t: Type, out_t: Type | None = None) -> int:
+    """``getUnaryOpVectorWidth``: BOOL results from float/half 4; non-linearities (TANH,
+    RELU, SIGMOID, GELU_ERF) use half the width; integer and bool ops 1."""
+    out_t = t if out_t is None else out_t
+    if t in (HALF, FLOAT) and out_t == BOOL:
+        return 4
+    nonlinear = op in ("TANH", "RELU", "SIGMOID", "GELU_ERF")
     if t is HALF:
         return 2 if nonlinear else 4
     if t is FLOAT:
@@ -238,6 +283,12 @@ def binary_op(
     out_t = result_type(opdef, [A.elementType(), b_type], api)
     name = debugName or api
     shape = A.shape() if constant else _result_shape([A, B], api)
+    if op in SCALAR_ONLY_BINARY_OPS and not constant and B.numElements() != 1:
+        raise TensorError(
+            f"popops.{api}: {op} needs a one-element second operand (Poplibs has only "
+            f"BroadcastScalar vertices for it); B {_describe([B])} has "
+            f"{B.numElements()} elements; hint: pass a number or a one-element tensor"
+        )
     if in_place:
         if out_t != A.elementType():
             raise TypeMismatchError(
@@ -253,12 +304,15 @@ def binary_op(
         ref = out = A
     else:
         ref = A if A.shape() == shape else B
-        if ref.shape() != shape:
-            raise TensorError(
-                f"popops.{api}: neither operand has the result shape {shape}: "
-                f"{_describe([A, B])}; hint: broadcast one operand explicitly"
-            )
-        out = cloneTensor(graph, ref, f"{name}/out", out_t)
+        if ref.shape() == shape:
+            out = cloneTensor(graph, ref, f"{name}/out", out_t)
+        else:
+            # Both operands broadcast (e.g. [3,1] and [1,4]): Poplibs'
+            # createOutputForElementWiseOp finds no unaliased input of the
+            # result shape and maps a new variable linearly.
+            views = [_broadcast_to(A, shape), _broadcast_to(B, shape)]
+            out = _create_output(graph, views, out_t, name)
+            ref = out
     dest = "in1Out" if in_place else "out"
     t = A.elementType()
     # ElementWise.cpp binaryOp: a one-element second operand always uses the
@@ -295,10 +349,13 @@ def binary_op(
     return None if in_place else out
 
 
-#: ``isBinaryOpCommutative`` (ElementWise.cpp), for the ops ipusim has.
+#: ``isBinaryOpCommutative`` (ElementWise.cpp).
 _COMMUTATIVE = frozenset(
-    {"ADD", "EQUAL", "LOGICAL_AND", "LOGICAL_OR", "MAXIMUM", "MINIMUM", "MULTIPLY", "NOT_EQUAL"}
-)
+    {
+        "ADD", "BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_XNOR", "EQUAL",
+        "LOGICAL_AND", "LOGICAL_OR", "MAXIMUM", "MINIMUM", "MULTIPLY", "NOT_EQUAL",
+    }
+)  # fmt: skip
 
 
 def _broadcast_scalar_plan(graph: Graph, op: str, t: Type, out_t: Type, in_place: bool) -> Any:
@@ -343,14 +400,19 @@ def unary_op(
     api = api or op.lower()
     graph, prog = _graph(graph, api), _prog(prog, api)
     A = _tensor(graph, A, api, "A")
-    result_type(UNARY_OPS[op], [A.elementType()], api)
+    out_t = result_type(UNARY_OPS[op], [A.elementType()], api)
     name = debugName or api
     if in_place:
+        if out_t != A.elementType():
+            raise TypeMismatchError(
+                f"popops.{api}: {op} gives {out_t.name}, which cannot be written into "
+                f"'{A.name}' ({A.elementType().name}); hint: use the out-of-place form"
+            )
         _check_no_aliases(A, api)
         operands = {"inOut": _elem(A, A.shape(), A.name)}
         out = A
     else:
-        out = cloneTensor(graph, A, f"{name}/out")
+        out = cloneTensor(graph, A, f"{name}/out", out_t)
         operands = {"in": _elem(A, A.shape(), A.name), "out": _elem(out, A.shape(), out.name)}
     _execute(
         graph,
@@ -358,9 +420,188 @@ def unary_op(
         name,
         out,
         operands,
-        _unary_plan(graph, op, A.elementType(), in_place),
+        _unary_plan(graph, op, A.elementType(), in_place, out_t),
     )
     return None if in_place else out
+
+
+# -------------------------------------------------------------------- ternary
+#: ``maxVertexElementsPerRegion`` for the ternary codelets (ElementWise.cpp): elements
+#: per hardware-loop pass by output type (None: no repeat limit, 0: no such vertex).
+_TERNARY_LOOP_ELEMS: dict[tuple[str, bool], dict[Type, int | None]] = {
+    ("Clamp", False): {BOOL: 0, INT: None, HALF: 2, FLOAT: 1, UNSIGNED_INT: None},
+    ("BroadcastClamp", False): {BOOL: 0, INT: None, HALF: 2, FLOAT: 1, UNSIGNED_INT: None},
+    ("Select", False): {BOOL: None, INT: 1, HALF: None, FLOAT: 1, UNSIGNED_INT: None},
+    ("BroadcastSelect", False): dict.fromkeys((BOOL, INT, HALF, FLOAT, UNSIGNED_INT)),
+    ("BroadcastSelectorSelect", False): dict.fromkeys((BOOL, INT, HALF, FLOAT, UNSIGNED_INT)),
+    ("Clamp", True): {BOOL: 0, INT: None, HALF: None, FLOAT: None, UNSIGNED_INT: None},
+    ("BroadcastClamp", True): {BOOL: 0, INT: None, HALF: None, FLOAT: None, UNSIGNED_INT: None},
+    ("Select", True): dict.fromkeys((BOOL, INT, HALF, FLOAT, UNSIGNED_INT)),
+    ("BroadcastSelect", True): dict.fromkeys((BOOL, INT, HALF, FLOAT, UNSIGNED_INT), 0),
+    ("BroadcastSelectorSelect", True): dict.fromkeys((BOOL, INT, HALF, FLOAT, UNSIGNED_INT)),
+}
+
+_TERNARY_ARGS = {"SELECT": ("A", "B", "pred"), "CLAMP": ("A", "lower", "upper")}
+
+
+def _operand(graph: Graph, x: Any, api: str, what: str, allow_number: bool) -> Tensor | Number:
+    if isinstance(x, Tensor):
+        return _tensor(graph, x, api, what)
+    if allow_number and isinstance(x, Number | np.number) and not isinstance(x, bool | np.bool_):
+        return x
+    need = "a Tensor or a number" if allow_number else "a Tensor"
+    raise GraphError(f"popops.{api}: {what} must be {need}, got {type(x).__name__} {x!r}")
+
+
+def _shape_of(x: Tensor | Number) -> list[int]:
+    return x.shape() if isinstance(x, Tensor) else []
+
+
+def _count(x: Tensor | Number) -> int:
+    return x.numElements() if isinstance(x, Tensor) else 1
+
+
+def ternary_op(
+    graph: Graph,
+    op: str,
+    in1: Tensor | Number,
+    in2: Tensor | Number,
+    in3: Tensor | Number,
+    prog: Sequence,
+    debugName: str = "",
+    api: str = "",
+    in_place: bool = False,
+) -> Tensor | None:
+    """``SELECT`` (``in3 ? in1 : in2``) or ``CLAMP`` (``min(max(in1, in2), in3)``).
+
+    Restates ``ternaryOp`` (``lib/popops/ElementWise.cpp``): the vertex is chosen from
+    which operands have one element (``BroadcastClamp`` when both bounds do;
+    ``BroadcastSelect`` when both values do and the selector does not;
+    ``BroadcastSelectorSelect`` when the selector does; else ``Select``/``Clamp`` with
+    all operands broadcast numpy-style), the output is made by
+    ``createOutputForElementWiseOp`` and every tile's output regions are split over
+    worker vertices (grain ``max(VW, 4)``, at least two grains, pieces within the
+    codelet's repeat limit). Numbers stand for one-element operands (held as a
+    constant on each tile).
+    """
+    api = api or op.lower()
+    graph, prog = _graph(graph, api), _prog(prog, api)
+    names = _TERNARY_ARGS[op]
+    select = op == "SELECT"
+    a = _operand(graph, in1, api, names[0], allow_number=select and not in_place)
+    b = _operand(graph, in2, api, names[1], allow_number=True)
+    c = _operand(graph, in3, api, names[2], allow_number=not select)
+    tensors = [x for x in (a, b) if isinstance(x, Tensor)]
+    if not tensors:
+        raise GraphError(
+            f"popops.{api}: {names[0]} and {names[1]} are both numbers, so their element "
+            f"type is unknown; hint: pass one of them as a tensor"
+        )
+    t = tensors[0].elementType()
+    for what, x in zip(names[:2], (a, b), strict=True):
+        if isinstance(x, Tensor) and x.elementType() != t:
+            raise TypeMismatchError(
+                f"popops.{api}: {names[0]} and {names[1]} must have one element type; "
+                f"{what} '{x.name}' is {x.elementType().name}, the other is {t.name}; "
+                f"hint: cast one with popops.cast"
+            )
+    if t not in TERNARY_TYPES[op]:
+        supported = ", ".join(sorted(x.name for x in TERNARY_TYPES[op]))
+        raise TypeMismatchError(
+            f"popops.{api}: {op} does not support element type {t.name} "
+            f"({names[0]}); supported types: {supported}"
+        )
+    want3 = BOOL if select else t
+    if isinstance(c, Tensor) and c.elementType() != want3:
+        hint = "make a mask with e.g. popops.neq(graph, x, 0, prog)" if select else "cast it"
+        raise TypeMismatchError(
+            f"popops.{api}: {names[2]} '{c.name}' is {c.elementType().name}; it must be "
+            f"{want3.name}; hint: {hint}"
+        )
+    n1, n2, n3 = _count(a), _count(b), _count(c)
+    if select:
+        if n1 == 1 and n2 == 1 and n3 > 1:
+            kind, refs = "BroadcastSelect", [c]
+        elif n3 == 1:
+            kind, refs = "BroadcastSelectorSelect", [a, b]
+        else:
+            kind, refs = "Select", [a, b, c]
+    elif n2 == 1 and n3 == 1:
+        kind, refs = "BroadcastClamp", [a]
+    else:
+        kind, refs = "Clamp", [a, b, c]
+    args = [x for x in (a, b, c) if isinstance(x, Tensor)]
+    shapes = [_shape_of(x) for x in refs]
+    try:
+        shape = list(np.broadcast_shapes(*(tuple(s) for s in shapes)))
+    except ValueError:
+        found = ", ".join(
+            f"{n} {_shape_of(x)}"
+            for n, x in zip(names, (a, b, c), strict=True)
+            if any(x is r for r in refs)
+        )
+        raise TensorError(
+            f"popops.{api}: shapes do not broadcast: {found}; each dimension must match "
+            f"or be 1 (numpy rules)"
+        ) from None
+    name = debugName or api
+    if in_place:
+        if kind == "BroadcastSelect":
+            raise TensorError(
+                f"popops.{api}: A and B have one element but pred {_describe([c])} has "
+                f"{n3}; the result cannot be written into A (Poplibs has no in-place "
+                f"BroadcastSelect); hint: use popops.select"
+            )
+        if a.shape() != shape:
+            raise TensorError(
+                f"popops.{api}: in-place operand A {_describe([a])} must have the result "
+                f"shape {shape} (the other operands are broadcast to A, not A to them)"
+            )
+        _check_no_aliases(a, api)
+        out = a
+    else:
+        views = [_broadcast_to(x, shape) for x in refs if isinstance(x, Tensor)]
+        if not views:
+            views = [_broadcast_to(args[0], shape)]
+        out = _create_output(graph, views, t, name)
+    fields = ["in1Out" if in_place else "in1", "in2", "in3"]
+    scalars = vx.TERNARY_KINDS[kind]
+    operands: dict[str, Any] = {}
+    for field, x, scalar, xt in zip(fields, (a, b, c), scalars, (t, t, want3), strict=True):
+        if not scalar and not isinstance(x, Tensor):
+            # A number in a per-element field: a one-element constant on the tile of
+            # the first output element, broadcast (map puts its constants likewise).
+            const = graph.addConstant(xt, [1], x, f"{name}/{field}")
+            first_tile = graph._state.space(t).tile[out.flat_index()[:1]]
+            graph._state.space(xt).tile[const.flat_index()] = first_tile
+            operands[field] = _elem(const, shape, const.name)
+        elif not scalar:
+            operands[field] = _elem(x, shape, x.name)
+        elif isinstance(x, Tensor):
+            operands[field] = _scalar_tensor(x)
+        else:
+            operands[field] = _scalar_const(graph, xt, x, out, f"{name}/{field}")
+    if not in_place:
+        operands["out"] = _elem(out, shape, out.name)
+    _execute(graph, prog, name, out, operands, _ternary_plan(graph, kind, t, in_place))
+    return None if in_place else out
+
+
+def _ternary_plan(graph: Graph, kind: str, t: Type, in_place: bool) -> Any:
+    """Per tile, ``splitRegionsBetweenWorkers(grain max(VW, 4), min 2 grains,
+    regionSize rptCountMax · loop elements)``; every vertex is a worker vertex."""
+    loop = _TERNARY_LOOP_ELEMS[(kind, in_place)][t]
+    region = UINT_MAX if loop is None else RPT_COUNT_MAX * loop
+    grain = _grain(graph, t)
+    workers = _workers(graph)
+    cls = vx.ternary_vertex(kind, t, in_place)
+
+    def plan(regions: list[np.ndarray]) -> Plan:
+        sizes = [int(r.size) for r in regions]
+        split = split_regions(sizes, grain, workers, 2 * grain, UINT_MAX, region)
+        return [(cls, p, True) for p in split_pieces(regions, split)]
+
+    return plan
 
 
 def cast(graph: Graph, src: Tensor, dstType: Type, prog: Sequence, debugName: str = "") -> Tensor:
@@ -472,17 +713,21 @@ def zero(graph: Graph, t: Tensor, prog: Sequence, debugName: str = "") -> None:
     fill(graph, t, 0, prog, debugName or "zero")
 
 
-def _unary_plan(graph: Graph, op: str, t: Type, in_place: bool) -> Any:
+def _unary_plan(graph: Graph, op: str, t: Type, in_place: bool, out_t: Type | None = None) -> Any:
     """``unaryOp`` (ElementWise.cpp): the general plan with the unary limits.
 
-    Not modelled: the in-place non-linearities' extra limit from their ``n`` field
-    size (a codelet property, not in the Poplibs sources); they use the float/half limits.
+    Limits as ``maxVertexElementsPerRegion``: none when ``in != HALF && out != FLOAT``
+    (integer ops, and float -> BOOL tests such as IS_FINITE), else the repeat and
+    work-division limits of the op's vector width. Not modelled: the in-place
+    non-linearities' extra limit from their ``n`` field size (a codelet property, not
+    in the Poplibs sources); they use the float/half limits.
     """
-    unlimited = t != HALF and t != FLOAT
+    out_t = t if out_t is None else out_t
+    unlimited = t != HALF and out_t != FLOAT
     return _general_plan(
         graph,
         _grain(graph, t),
-        _limits(_unary_vw(op, t), unlimited),
+        _limits(_unary_vw(op, t, out_t), unlimited),
         vx.unary_vertex(op, t, "1D", in_place),
         vx.unary_vertex(op, t, "2D", in_place),
     )

@@ -12,6 +12,11 @@ Multi-vertex (``1D``) estimates are tile cycles; worker-vertex (``2D``, ``Fill``
 ``Cast1DSingleWorker``) estimates are thread cycles, as the IPU Model counts them.
 The source's ``getForceInterleavedEstimates()`` is taken as false (its default).
 
+The ternary vertices (``Select``, ``SelectInPlace``, ``BroadcastSelect``,
+``BroadcastSelectorSelect[InPlace]``, ``Clamp[InPlace]``, ``BroadcastClamp[InPlace]``)
+restate their estimators in ``popopsCycleEstimators.cpp`` (``selectCycles``,
+``BroadcastSelectorSelectCycles``, ``clampCycles``); all are worker vertices.
+
 The one estimator that is not a Poplibs vertex estimator is :func:`map_expr`: Poplibs
 sets the generated map vertices' estimates with ``Graph::setPerfEstimate`` in
 ``lib/popops/ExpressionGenerator.cpp`` (``executeCodelet``); that formula is restated.
@@ -35,16 +40,21 @@ __all__ = [
     "broadcast_info",
     "broadcast_scalar_1d",
     "broadcast_scalar_2d_data",
+    "broadcast_select",
+    "broadcast_selector_select",
     "cast_1d",
     "cast_1d_single_worker",
     "cast_2d",
     "cast_worker_cycles",
+    "clamp",
     "fill",
     "fill_2d",
     "iceil",
     "map_expr",
     "scaled_add_2d",
     "scaled_add_supervisor",
+    "select",
+    "select_in_place",
     "unary_info",
     "unary_loop",
     "unary_op_1d",
@@ -85,114 +95,199 @@ def _table(rows: dict[str, dict[str, tuple]]) -> dict[tuple[str, str], OpPerform
     return {(op, t): _I(*v) for op, per_type in rows.items() for t, v in per_type.items()}
 
 
-# Tables restated from popopsCycleEstimators.hpp (types ipusim supports only).
-_UNARY = _table({
+# Tables restated from popopsCycleEstimators.hpp (every op; the types ipusim supports).
+_UNARY = _table({  # unaryOpPerfInfo
     "ABSOLUTE": {_F: (1, False), _H: (1, False), _S: (2, False)},
+    "ASIN": {_H: (102, False), _F: (102, False)},
+    "BITWISE_NOT": {_S: (1, True), _U: (1, True)},
+    "CBRT": {_F: (27, True), _H: (17, True)},
+    "CEIL": {_F: (2, True), _H: (2, True)},
+    "COS": {_F: (2300, False), _H: (25, False, 1)},
+    "COUNT_LEADING_ZEROS": {_S: (1, False), _U: (1, False)},
+    "ERF": {_F: (41, False, 1), _H: (13, False, 1)},
     "EXPONENT": {_F: (6, False, 2), _H: (4, False, 4)},
+    "EXPONENT2": {_F: (6, False, 2), _H: (4, False, 4)},
+    "EXPONENT_MINUS_ONE": {_F: (4, False), _H: (5, True)},
+    "FLOOR": {_F: (2, True), _H: (2, True)},
+    "GELU_ERF": {_F: (22, False, 1), _H: (16, False, 1)},
+    "INVERSE": {_H: (15, False, 4), _F: (6, False, 2)},
+    "IS_FINITE": {_F: (5, True), _H: (5, True)},
+    "IS_INF": {_F: (3, True), _H: (5, True)},
+    "IS_NAN": {_F: (3, True), _H: (3, True)},
     "LOGARITHM": {_F: (12, False, 2), _H: (4, False, 4)},
+    "LOGARITHM_ONE_PLUS": {_F: (18, True), _H: (18, True)},
     "LOGICAL_NOT": {_B: (17, False)},
+    "NEARBY_INT": {_F: (2, True), _H: (2, True)},
     "NEGATE": {_F: (2, False, 2), _H: (2, False, 4), _S: (2, False)},
-    "SQRT": {_F: (10, False, 2), _H: (23, False, 4), _S: (110, False)},
-    "SQUARE": {_F: (2, False, 2), _H: (2, False, 4), _S: (1, True), _U: (1, True)},
-    "TANH": {_F: (12, False, 2), _H: (4, False, 4)},
-    "SIGMOID": {_F: (12, False, 2), _H: (6, False, 4)},
+    "POPCOUNT": {_S: (1, False), _U: (1, False)},
     "RELU": {_F: (3, False, 2), _H: (3, False, 4)},
-})  # fmt: skip
-_UNARY_IN_PLACE = _table({
-    "ABSOLUTE": {_F: (1, True), _H: (1, True), _S: (2, False)},
-    "EXPONENT": {_F: (6, False, 2), _H: (4, False, 4)},
-    "LOGARITHM": {_F: (14, False, 2), _H: (6, False, 4)},
-    "LOGICAL_NOT": {_B: (17, True)},
-    "NEGATE": {_F: (3, False, 2), _H: (3, False, 4), _S: (2, False)},
+    "ROUND": {_F: (2, True), _H: (2, True)},
+    "RSQRT": {_F: (8, False, 2), _H: (19, False, 4)},
+    "SIGMOID": {_F: (12, False, 2), _H: (6, False, 4)},
+    "SIGNUM": {_F: (5, True), _H: (5, True), _S: (5, False)},
+    "SIN": {_F: (2300, False), _H: (25, False, 1)},
     "SQRT": {_F: (10, False, 2), _H: (23, False, 4), _S: (110, False)},
     "SQUARE": {_F: (2, False, 2), _H: (2, False, 4), _S: (1, True), _U: (1, True)},
-    "TANH": {_F: (10, False, 2), _H: (2, False, 4)},
-    "SIGMOID": {_F: (10, False, 2), _H: (4, False, 4)},
-    "RELU": {_F: (2, False, 2), _H: (2, False, 4)},
+    "TAN": {_F: (5100, False, 1), _H: (5700, False, 1)},
+    "TANH": {_F: (12, False, 2), _H: (4, False, 4)},
+    "TRUNC": {_F: (3, False, 2), _H: (11, False, 4)},
 })  # fmt: skip
-_BINARY = _table({
+_UNARY_IN_PLACE = _table({  # unaryOpInPlacePerfInfo
+    "ABSOLUTE": {_F: (1, True), _H: (1, True), _S: (2, False)},
+    "ASIN": {_H: (102, False), _F: (102, False)},
+    "BITWISE_NOT": {_S: (1, True), _U: (1, True)},
+    "CBRT": {_F: (27, True), _H: (17, True)},
+    "CEIL": {_F: (2, True), _H: (2, True)},
+    "COS": {_F: (2300, False), _H: (25, False, 1)},
+    "COUNT_LEADING_ZEROS": {_S: (1, False), _U: (1, False)},
+    "ERF": {_F: (41, False, 1), _H: (13, False, 1)},
+    "EXPONENT": {_F: (6, False, 2), _H: (4, False, 4)},
+    "EXPONENT2": {_F: (6, False, 2), _H: (4, False, 4)},
+    "EXPONENT_MINUS_ONE": {_F: (4, False), _H: (5, True)},
+    "FLOOR": {_F: (2, True), _H: (2, True)},
+    "GELU_ERF": {_H: (16, False, 1), _F: (22, False, 1)},
+    "INVERSE": {_H: (15, False, 4), _F: (6, False, 2)},
+    "LOGARITHM": {_F: (14, False, 2), _H: (6, False, 4)},
+    "LOGARITHM_ONE_PLUS": {_F: (18, True), _H: (17, True)},
+    "LOGICAL_NOT": {_B: (17, True)},
+    "NEARBY_INT": {_F: (2, True), _H: (2, True)},
+    "NEGATE": {_F: (3, False, 2), _H: (3, False, 4), _S: (2, False)},
+    "POPCOUNT": {_S: (1, False), _U: (1, False)},
+    "RELU": {_F: (2, False, 2), _H: (2, False, 4)},
+    "ROUND": {_F: (2, True), _H: (2, True)},
+    "RSQRT": {_F: (8, False, 2), _H: (19, False, 4)},
+    "SIGMOID": {_F: (10, False, 2), _H: (4, False, 4)},
+    "SIGNUM": {_F: (5, True), _H: (5, True), _S: (5, False)},
+    "SIN": {_F: (2300, False), _H: (25, False, 1)},
+    "SQRT": {_F: (10, False, 2), _H: (23, False, 4), _S: (110, False)},
+    "SQUARE": {_F: (2, False, 2), _H: (2, False, 4), _S: (1, True), _U: (1, True)},
+    "TAN": {_F: (5100, False, 1), _H: (5700, False, 1)},
+    "TANH": {_F: (10, False, 2), _H: (2, False, 4)},
+    "TRUNC": {_F: (4, False, 2), _H: (11, False, 4)},
+})  # fmt: skip
+_BINARY = _table({  # binaryOpPerfInfo
     "ADD": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
-    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
-    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
-    "DIVIDE": {_F: (10, False, 2), _H: (21, False, 4), _S: (277, False, 1),
-               _U: (265, False, 1)},
+    "ATAN2": {_F: (272, False, 2), _H: (578, False, 4)},
+    "BITWISE_AND": {_S: (7, False, 1), _U: (7, False, 1)},
+    "BITWISE_OR": {_S: (7, False, 1), _U: (7, False, 1)},
+    "BITWISE_XNOR": {_S: (7, False, 1), _U: (7, False, 1)},
+    "BITWISE_XOR": {_S: (7, False, 1), _U: (7, False, 1)},
+    "DIVIDE": {_F: (10, False, 2), _H: (21, False, 4), _S: (277, False, 1), _U: (265, False, 1)},
+    "EQUAL": {_F: (14, False, 4), _H: (9, False, 4), _S: (22, False, 4), _U: (22, False, 4),
+        _B: (6, False, 4)},
+    "GREATER_THAN": {_F: (14, False, 4), _H: (9, False, 4), _S: (22, False, 4),
+        _U: (22, False, 4), _B: (31, False, 4)},
+    "GREATER_THAN_EQUAL": {_F: (14, False, 4), _H: (9, False, 4), _S: (26, False, 4),
+        _U: (26, False, 4), _B: (28, False, 4)},
+    "LESS_THAN": {_F: (14, False, 4), _H: (9, False, 4), _S: (22, False, 4), _U: (22, False, 4),
+        _B: (28, False, 4)},
+    "LESS_THAN_EQUAL": {_F: (14, False, 4), _H: (9, False, 4), _S: (26, False, 4),
+        _U: (26, False, 4), _B: (28, False, 4)},
+    "LOGICAL_AND": {_B: (5, False, 4)},
+    "LOGICAL_OR": {_B: (5, False, 4)},
     "MAXIMUM": {_F: (3, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
     "MINIMUM": {_F: (3, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
-    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (32, False, 1)},
-    "LOGICAL_AND": {_B: (5, False, 4)},
-    "LOGICAL_OR": {_B: (5, False, 4)},
-    "EQUAL": {_F: (14, False, 4), _H: (9, False, 4), _S: (22, False, 4), _U: (22, False, 4),
-              _B: (6, False, 4)},
-    "NOT_EQUAL": {_F: (20, False, 4), _H: (11, False, 4), _S: (22, False, 4),
-                  _U: (22, False, 4), _B: (5, False, 4)},
-    "GREATER_THAN": {_F: (14, False, 4), _H: (9, False, 4), _S: (22, False, 4),
-                     _U: (22, False, 4), _B: (31, False, 4)},
-    "GREATER_THAN_EQUAL": {_F: (14, False, 4), _H: (9, False, 4), _S: (26, False, 4),
-                           _U: (26, False, 4), _B: (28, False, 4)},
-    "LESS_THAN": {_F: (14, False, 4), _H: (9, False, 4), _S: (22, False, 4),
-                  _U: (22, False, 4), _B: (28, False, 4)},
-    "LESS_THAN_EQUAL": {_F: (14, False, 4), _H: (9, False, 4), _S: (26, False, 4),
-                        _U: (26, False, 4), _B: (28, False, 4)},
-})  # fmt: skip
-_BINARY_IN_PLACE = _table({
-    "ADD": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
-    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
     "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
-    "DIVIDE": {_F: (10, False, 2), _H: (21, False, 4), _S: (277, False, 1),
-               _U: (264, False, 1)},
-    "MAXIMUM": {_F: (4, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
-    "MINIMUM": {_F: (4, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
-    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (34, False, 1)},
-    "LOGICAL_AND": {_B: (5, False, 4)},
-    "LOGICAL_OR": {_B: (5, False, 4)},
+    "NOT_EQUAL": {_F: (20, False, 4), _H: (11, False, 4), _S: (22, False, 4), _U: (22, False, 4),
+        _B: (5, False, 4)},
+    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (32, False, 1)},
+    "REMAINDER": {_F: (133, False, 2), _H: (300, False, 4), _S: (292, False, 1),
+        _U: (282, False, 1)},
+    "SHIFT_LEFT": {_S: (7, False, 1), _U: (7, False, 1)},
+    "SHIFT_RIGHT": {_S: (7, False, 1), _U: (7, False, 1)},
+    "SHIFT_RIGHT_SIGN_EXTEND": {_S: (7, False, 1)},
+    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+})  # fmt: skip
+_BINARY_IN_PLACE = _table({  # binaryOpInPlacePerfInfo
+    "ADD": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+    "ATAN2": {_F: (272, False, 2), _H: (578, False, 4)},
+    "BITWISE_AND": {_S: (7, False, 1), _U: (7, False, 1)},
+    "BITWISE_OR": {_S: (7, False, 1), _U: (7, False, 1)},
+    "BITWISE_XNOR": {_S: (7, False, 1), _U: (7, False, 1)},
+    "BITWISE_XOR": {_S: (7, False, 1), _U: (7, False, 1)},
+    "DIVIDE": {_F: (10, False, 2), _H: (21, False, 4), _S: (277, False, 1), _U: (264, False, 1)},
     "EQUAL": {_B: (6, False, 4)},
-    "NOT_EQUAL": {_B: (5, False, 4)},
     "GREATER_THAN": {_B: (31, False, 4)},
     "GREATER_THAN_EQUAL": {_B: (28, False, 4)},
     "LESS_THAN": {_B: (28, False, 4)},
     "LESS_THAN_EQUAL": {_B: (28, False, 4)},
+    "LOGICAL_AND": {_B: (5, False, 4)},
+    "LOGICAL_OR": {_B: (5, False, 4)},
+    "MAXIMUM": {_F: (4, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
+    "MINIMUM": {_F: (4, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
+    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+    "NOT_EQUAL": {_B: (5, False, 4)},
+    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (34, False, 1)},
+    "REMAINDER": {_F: (133, False, 2), _H: (300, False, 4), _S: (292, False, 1),
+        _U: (282, False, 1)},
+    "SHIFT_LEFT": {_S: (7, False, 1), _U: (7, False, 1)},
+    "SHIFT_RIGHT": {_S: (7, False, 1), _U: (7, False, 1)},
+    "SHIFT_RIGHT_SIGN_EXTEND": {_S: (7, False, 1)},
+    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
 })  # fmt: skip
-_BROADCAST = _table({
+_BROADCAST = _table({  # broadcastOpPerfInfo
     "ADD": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
-    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
-    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
-    "DIVIDE": {_F: (6, False, 2), _H: (8, False, 2), _S: (277, False, 1),
-               _U: (260, False, 1)},
-    "MAXIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (7, False, 1)},
-    "MINIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (8, False, 1)},
-    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (23, False, 1)},
-    "LOGICAL_AND": {_B: (4, False, 4)},
-    "LOGICAL_OR": {_B: (4, False, 4)},
+    "ATAN2": {_F: (272, False, 2), _H: (578, False, 4)},
+    "BITWISE_AND": {_S: (6, False, 1), _U: (6, False, 1)},
+    "BITWISE_OR": {_S: (6, False, 1), _U: (6, False, 1)},
+    "BITWISE_XNOR": {_S: (6, False, 1), _U: (6, False, 1)},
+    "BITWISE_XOR": {_S: (6, False, 1), _U: (6, False, 1)},
+    "DIVIDE": {_F: (6, False, 2), _H: (8, False, 2), _S: (277, False, 1), _U: (260, False, 1)},
     "EQUAL": {_F: (12, False, 4), _H: (8, False, 4), _S: (16, False, 4), _U: (16, False, 4),
-              _B: (14, False, 4)},
-    "NOT_EQUAL": {_F: (18, False, 4), _H: (10, False, 4), _S: (16, False, 4),
-                  _U: (16, False, 4), _B: (4, False, 4)},
+        _B: (14, False, 4)},
     "GREATER_THAN": {_F: (12, False, 4), _H: (8, False, 4), _S: (16, False, 4),
-                     _U: (16, False, 4), _B: (12, False, 4)},
+        _U: (16, False, 4), _B: (12, False, 4)},
     "GREATER_THAN_EQUAL": {_F: (12, False, 4), _H: (8, False, 4), _S: (20, False, 4),
-                           _U: (20, False, 4), _B: (12, False, 4)},
-    "LESS_THAN": {_F: (12, False, 4), _H: (8, False, 4), _S: (16, False, 4),
-                  _U: (16, False, 4), _B: (16, False, 4)},
+        _U: (20, False, 4), _B: (12, False, 4)},
+    "INV_STD_DEV_TO_VARIANCE": {_F: (11, False, 2), _H: (10, False, 2)},
+    "LESS_THAN": {_F: (12, False, 4), _H: (8, False, 4), _S: (16, False, 4), _U: (16, False, 4),
+        _B: (16, False, 4)},
     "LESS_THAN_EQUAL": {_F: (12, False, 4), _H: (8, False, 4), _S: (20, False, 4),
-                        _U: (20, False, 4), _B: (16, False, 4)},
-})  # fmt: skip
-_BROADCAST_IN_PLACE = _table({
-    "ADD": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
-    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
-    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
-    "DIVIDE": {_F: (6, False, 2), _H: (8, False, 2), _S: (277, False, 1),
-               _U: (260, False, 1)},
-    "MAXIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (7, False, 1)},
-    "MINIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (8, False, 1)},
-    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (25, False, 1)},
+        _U: (20, False, 4), _B: (16, False, 4)},
     "LOGICAL_AND": {_B: (4, False, 4)},
     "LOGICAL_OR": {_B: (4, False, 4)},
+    "MAXIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (7, False, 1)},
+    "MINIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (8, False, 1)},
+    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "NOT_EQUAL": {_F: (18, False, 4), _H: (10, False, 4), _S: (16, False, 4), _U: (16, False, 4),
+        _B: (4, False, 4)},
+    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (23, False, 1)},
+    "REMAINDER": {_F: (93, False, 2), _H: (225, False, 4), _S: (280, False, 1),
+        _U: (267, False, 1)},
+    "SHIFT_LEFT": {_S: (6, False, 1), _U: (6, False, 1)},
+    "SHIFT_RIGHT": {_S: (6, False, 1), _U: (6, False, 1)},
+    "SHIFT_RIGHT_SIGN_EXTEND": {_S: (6, False, 1)},
+    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "VARIANCE_TO_INV_STD_DEV": {_F: (12, False, 2), _H: (24, False, 4)},
+})  # fmt: skip
+_BROADCAST_IN_PLACE = _table({  # broadcastOpInPlacePerfInfo
+    "ADD": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "ATAN2": {_F: (272, False, 2), _H: (578, False, 4)},
+    "BITWISE_AND": {_S: (6, False, 1), _U: (6, False, 1)},
+    "BITWISE_OR": {_S: (6, False, 1), _U: (6, False, 1)},
+    "BITWISE_XNOR": {_S: (6, False, 1), _U: (6, False, 1)},
+    "BITWISE_XOR": {_S: (6, False, 1), _U: (6, False, 1)},
+    "DIVIDE": {_F: (6, False, 2), _H: (8, False, 2), _S: (277, False, 1), _U: (260, False, 1)},
     "EQUAL": {_B: (5, False, 4)},
-    "NOT_EQUAL": {_B: (4, False, 4)},
     "GREATER_THAN": {_B: (12, False, 4)},
     "GREATER_THAN_EQUAL": {_B: (12, False, 4)},
+    "INV_STD_DEV_TO_VARIANCE": {_F: (7, True), _H: (10, False, 2)},
     "LESS_THAN": {_B: (16, False, 4)},
     "LESS_THAN_EQUAL": {_B: (16, False, 4)},
+    "LOGICAL_AND": {_B: (4, False, 4)},
+    "LOGICAL_OR": {_B: (4, False, 4)},
+    "MAXIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (7, False, 1)},
+    "MINIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (8, False, 1)},
+    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "NOT_EQUAL": {_B: (4, False, 4)},
+    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (25, False, 1)},
+    "REMAINDER": {_F: (93, False, 2), _H: (225, False, 4), _S: (280, False, 1),
+        _U: (267, False, 1)},
+    "SHIFT_LEFT": {_S: (6, False, 1), _U: (6, False, 1)},
+    "SHIFT_RIGHT": {_S: (6, False, 1), _U: (6, False, 1)},
+    "SHIFT_RIGHT_SIGN_EXTEND": {_S: (6, False, 1)},
+    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
+    "VARIANCE_TO_INV_STD_DEV": {_F: (12, False, 2), _H: (24, False, 4)},
 })  # fmt: skip
 
 _TABLES = {
@@ -507,3 +602,78 @@ def map_expr(sizes: Sequence[int], num_fused_ops: int, vw: int, workers: int, mu
     for n in sizes:
         est += (int(n) // vw) * num_fused_ops + (int(n) % vw) * num_fused_ops
     return iceil(est, workers) * workers if multi else est
+
+
+# ------------------------------------------------------------------ ternary ops
+def _select_cycles(n: int) -> int:
+    """``selectCycles``: ``6 + basicOpLoopCycles(n, 1, 5)`` (ld, ld, ld, movnz, st)."""
+    return 6 + basic_op_loop_cycles(n, 1, 5)
+
+
+def select(rows: Sequence[int]) -> int:
+    """``Select`` (worker vertex): ``5 + Σ_rows selectCycles(row)``; every type alike."""
+    return 5 + sum(_select_cycles(n) for n in rows)
+
+
+def select_in_place(rows: Sequence[int]) -> int:
+    """``SelectInPlace``: ``5 + rows · selectCycles(rows)``.
+
+    As the source does, each row is costed with the *number of rows*
+    (``in1.size()``) rather than its own length: a quirk of the published
+    estimator, kept on purpose.
+    """
+    return 5 + len(rows) * _select_cycles(len(rows))
+
+
+def broadcast_select(type_size: int, rows: Sequence[int]) -> int:
+    """``BroadcastSelect`` (scalar ``in1``/``in2``, per-row bool ``in3``).
+
+    ``10 + Σ_rows`` per row: 4-byte types ``5 + 4n + 3``; half ``23 + 4n`` for odd
+    ``n``, else ``30 + 4n`` (misaligned worst case); bool ``40 + (n/4)·17 + 26``.
+    """
+    cycles = 9 + 1
+    for n in rows:
+        n = int(n)
+        if type_size == 4:
+            cycles += 5 + 4 * n + 3
+        elif type_size == 2:
+            cycles += (23 if n & 1 else 30) + 4 * n
+        elif type_size == 1:
+            cycles += 40 + (n // 4) * 17 + 26
+        else:
+            raise ValueError(f"BroadcastSelect estimator: no formula for {type_size}-byte types")
+    return cycles
+
+
+def broadcast_selector_select(type_size: int, rows: Sequence[int]) -> int:
+    """``BroadcastSelectorSelectCycles`` (also the in-place vertex): a row copy.
+
+    ``12 + Σ_rows (12 + 23 + bytes/4 + (bytes % 4)·5)`` with ``bytes = n · size``.
+    """
+    cycles = 11 + 1
+    for n in rows:
+        nbytes = int(n) * type_size
+        cycles += 12 + 23 + nbytes // 4 + (nbytes % 4) * 5
+    return cycles
+
+
+def _clamp_cycles(type_name: str, n: int, data_path_width: int = 64) -> int:
+    """``clampCycles``: ``6 + basicOpLoopCycles(n, vw, cpv)``.
+
+    float: ``vw = dataPathWidth/32``, 2 cycles per vector; half: ``vw =
+    dataPathWidth/16``, 2 cycles; int: 1 element, 7 cycles; otherwise 1 and 1.
+    """
+    vw, cpv = 1, 1
+    if type_name == _F:
+        vw, cpv = data_path_width // 32, 2
+    elif type_name == _H:
+        vw, cpv = data_path_width // 16, 2
+    elif type_name == _S:
+        cpv = 7
+    return 6 + basic_op_loop_cycles(n, vw, cpv)
+
+
+def clamp(type_name: str, rows: Sequence[int], data_path_width: int = 64) -> int:
+    """``Clamp``, ``ClampInPlace``, ``BroadcastClamp`` and ``BroadcastClampInPlace``:
+    ``5 + Σ_rows clampCycles(row)`` (one formula for all four in the source)."""
+    return 5 + sum(_clamp_cycles(type_name, n, data_path_width) for n in rows)

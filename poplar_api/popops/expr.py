@@ -9,6 +9,12 @@ passed to ``map``), :class:`Const` and operation nodes, or with Python operators
     e = pe.Exp(-pe._1) > 0.5                          # BOOL result
 
 A constant without a type takes the type of the other operand of its operation.
+Class names are Poplibs' (``include/popops/Expr.hpp``): every ``UnaryOpType``,
+``BinaryOpType`` and ``TernaryOpType`` has one (``Select(a, b, cond)``,
+``Clamp(x, lo, hi)``, ``BitwiseAnd``, ``Shl``, ``Rem``, ...). Python operators: ``+ - *
+/ ** % << >> ^``, comparisons, unary ``-`` and ``abs``; ``&``, ``|`` and ``~`` build
+the *logical* ops (And, Or, Not), as Python has no ``&&``/``||``/``!``: use
+``BitwiseAnd``/``BitwiseOr``/``BitwiseNot`` for the bitwise ones.
 Expressions are immutable; :meth:`Expr.key` is a canonical string used to name and
 cache the generated vertices.
 """
@@ -20,14 +26,19 @@ from typing import Any
 import numpy as np
 
 from poplar_api.errors import GraphError, TypeMismatchError
-from poplar_api.popops.ops import BINARY_OPS, UNARY_OPS, result_type
+from poplar_api.popops.ops import BINARY_OPS, TERNARY_TYPES, UNARY_OPS, result_type
 from poplar_api.types import BOOL, FLOAT, HALF, INT, Type
 
 __all__ = [
-    "Abs", "Add", "And", "BinaryOp", "Cast", "Const", "Div", "Equal", "Exp", "Expr", "Gt",
-    "Gte", "Log", "Lt", "Lte", "Max", "Min", "Mul", "Neg", "Not", "NotEqual", "Or",
-    "PlaceHolder", "Pow", "Relu", "Sigmoid", "Sqrt", "Square", "Sub", "Tanh", "UnaryOp",
-    "_1", "_2", "_3", "_4", "as_expr",
+    "Abs", "Add", "And", "Asin", "Atan2", "BinaryOp", "BitwiseAnd", "BitwiseNot",
+    "BitwiseOr", "BitwiseXnor", "BitwiseXor", "Cast", "Cbrt", "Ceil", "Clamp", "Clz",
+    "Const", "Cos", "Div", "Divide", "Equal", "Erf", "Exp", "Exp2", "Expm1", "Expr",
+    "Floor", "GeluErf", "Gt", "Gte", "Inv", "InvStdDevToVariance", "IsFinite", "IsInf",
+    "IsNaN", "Log", "Log1p", "Lt", "Lte", "Max", "Min", "Mul", "NearbyInt", "Neg", "Not",
+    "NotEqual", "Or", "PlaceHolder", "Popcount", "Pow", "Relu", "Rem", "Round", "Rsqrt",
+    "Select", "Shl", "Shr", "ShrSE", "Sigmoid", "Signum", "Sin", "Sqrt", "Square", "Sub",
+    "Tan", "Tanh", "TernaryOp", "Trunc", "UnaryOp", "VarianceToInvStdDev", "_1", "_2",
+    "_3", "_4", "as_expr",
 ]  # fmt: skip
 
 
@@ -126,6 +137,24 @@ class Expr:
 
     def __invert__(self) -> Expr:
         return Not(self)
+
+    def __xor__(self, o: Any) -> Expr:
+        return BitwiseXor(self, o)
+
+    def __rxor__(self, o: Any) -> Expr:
+        return BitwiseXor(o, self)
+
+    def __mod__(self, o: Any) -> Expr:
+        return Rem(self, o)
+
+    def __rmod__(self, o: Any) -> Expr:
+        return Rem(o, self)
+
+    def __lshift__(self, o: Any) -> Expr:
+        return Shl(self, o)
+
+    def __rshift__(self, o: Any) -> Expr:
+        return Shr(self, o)
 
 
 def _round(values: np.ndarray, t: Type) -> np.ndarray:
@@ -250,6 +279,63 @@ class BinaryOp(Expr):
         return _round(op.fn(va, vb), out_t), out_t
 
 
+class TernaryOp(Expr):
+    """An operation on three operands (``popops::expr::TernaryOp``): SELECT or CLAMP.
+
+    ``Select(a, b, cond)`` is ``cond ? a : b`` (``cond`` BOOL); ``Clamp(x, lo, hi)`` is
+    ``min(max(x, lo), hi)``. The first two operands share one type (Clamp's third
+    too); an untyped constant takes the type of the other value operand.
+    """
+
+    OP = ""
+
+    def __init__(self, a: Any, b: Any, c: Any) -> None:
+        self.a = as_expr(a)
+        self.b = as_expr(b)
+        self.c = as_expr(c)
+
+    def key(self) -> str:
+        return f"{self.OP}({self.a.key()},{self.b.key()},{self.c.key()})"
+
+    def placeholders(self) -> set[int]:
+        return self.a.placeholders() | self.b.placeholders() | self.c.placeholders()
+
+    def ops(self) -> list[tuple[str, bool]]:
+        return [*self.a.ops(), *self.b.ops(), *self.c.ops(), (self.OP, True)]
+
+    def evaluate(self, arrays, types, want=None):
+        untyped_a = isinstance(self.a, Const) and self.a.type is None
+        if untyped_a:
+            vb, tb = self.b.evaluate(arrays, types, want)
+            va, ta = self.a.evaluate(arrays, types, tb)
+        else:
+            va, ta = self.a.evaluate(arrays, types, want)
+            vb, tb = self.b.evaluate(arrays, types, ta)
+        select = self.OP == "SELECT"
+        vc, tc = self.c.evaluate(arrays, types, BOOL if select else ta)
+        where = f"map ({self.key()})"
+        if ta != tb:
+            raise TypeMismatchError(
+                f"popops.{where}: the first two operands of {self.OP} differ in type "
+                f"({ta.name}, {tb.name}); hint: cast one with Cast(x, type)"
+            )
+        want3 = BOOL if select else ta
+        if tc != want3:
+            raise TypeMismatchError(
+                f"popops.{where}: the third operand of {self.OP} is {tc.name}; it must be "
+                f"{want3.name}"
+            )
+        if ta not in TERNARY_TYPES[self.OP]:
+            supported = ", ".join(sorted(t.name for t in TERNARY_TYPES[self.OP]))
+            raise TypeMismatchError(
+                f"popops.{where}: {self.OP} does not support element type {ta.name}; "
+                f"supported types: {supported}"
+            )
+        if select:
+            return np.where(vc.astype(bool), va, vb), ta
+        return np.minimum(np.maximum(va, vb), vc), ta
+
+
 class Cast(Expr):
     """Convert the operand to ``type``."""
 
@@ -286,6 +372,12 @@ def _binary_class(name: str, op: str) -> type[BinaryOp]:
     return cls
 
 
+def _ternary_class(name: str, op: str, doc: str) -> type[TernaryOp]:
+    cls = type(name, (TernaryOp,), {"OP": op, "__doc__": doc})
+    cls.__module__ = __name__
+    return cls
+
+
 Neg = _unary_class("Neg", "NEGATE")
 Abs = _unary_class("Abs", "ABSOLUTE")
 Square = _unary_class("Square", "SQUARE")
@@ -296,6 +388,30 @@ Tanh = _unary_class("Tanh", "TANH")
 Sigmoid = _unary_class("Sigmoid", "SIGMOID")
 Relu = _unary_class("Relu", "RELU")
 Not = _unary_class("Not", "LOGICAL_NOT")
+Asin = _unary_class("Asin", "ASIN")
+BitwiseNot = _unary_class("BitwiseNot", "BITWISE_NOT")
+Cbrt = _unary_class("Cbrt", "CBRT")
+Ceil = _unary_class("Ceil", "CEIL")
+Clz = _unary_class("Clz", "COUNT_LEADING_ZEROS")
+Cos = _unary_class("Cos", "COS")
+Erf = _unary_class("Erf", "ERF")
+Exp2 = _unary_class("Exp2", "EXPONENT2")
+Expm1 = _unary_class("Expm1", "EXPONENT_MINUS_ONE")
+Floor = _unary_class("Floor", "FLOOR")
+GeluErf = _unary_class("GeluErf", "GELU_ERF")
+Inv = _unary_class("Inv", "INVERSE")
+IsFinite = _unary_class("IsFinite", "IS_FINITE")
+IsInf = _unary_class("IsInf", "IS_INF")
+IsNaN = _unary_class("IsNaN", "IS_NAN")
+Log1p = _unary_class("Log1p", "LOGARITHM_ONE_PLUS")
+NearbyInt = _unary_class("NearbyInt", "NEARBY_INT")
+Popcount = _unary_class("Popcount", "POPCOUNT")
+Round = _unary_class("Round", "ROUND")
+Rsqrt = _unary_class("Rsqrt", "RSQRT")
+Signum = _unary_class("Signum", "SIGNUM")
+Sin = _unary_class("Sin", "SIN")
+Tan = _unary_class("Tan", "TAN")
+Trunc = _unary_class("Trunc", "TRUNC")
 
 Add = _binary_class("Add", "ADD")
 Sub = _binary_class("Sub", "SUBTRACT")
@@ -312,6 +428,21 @@ Lt = _binary_class("Lt", "LESS_THAN")
 Lte = _binary_class("Lte", "LESS_THAN_EQUAL")
 And = _binary_class("And", "LOGICAL_AND")
 Or = _binary_class("Or", "LOGICAL_OR")
+Divide = Div
+Atan2 = _binary_class("Atan2", "ATAN2")
+BitwiseAnd = _binary_class("BitwiseAnd", "BITWISE_AND")
+BitwiseOr = _binary_class("BitwiseOr", "BITWISE_OR")
+BitwiseXor = _binary_class("BitwiseXor", "BITWISE_XOR")
+BitwiseXnor = _binary_class("BitwiseXnor", "BITWISE_XNOR")
+Rem = _binary_class("Rem", "REMAINDER")
+Shl = _binary_class("Shl", "SHIFT_LEFT")
+Shr = _binary_class("Shr", "SHIFT_RIGHT")
+ShrSE = _binary_class("ShrSE", "SHIFT_RIGHT_SIGN_EXTEND")
+InvStdDevToVariance = _binary_class("InvStdDevToVariance", "INV_STD_DEV_TO_VARIANCE")
+VarianceToInvStdDev = _binary_class("VarianceToInvStdDev", "VARIANCE_TO_INV_STD_DEV")
+
+Select = _ternary_class("Select", "SELECT", "``cond ? a : b`` elementwise: Select(a, b, cond).")
+Clamp = _ternary_class("Clamp", "CLAMP", "``min(max(x, lo), hi)`` elementwise: Clamp(x, lo, hi).")
 
 _1 = PlaceHolder(1)
 _2 = PlaceHolder(2)

@@ -35,12 +35,21 @@ import numpy as np
 from poplar_api import program as _program
 from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import GraphError, TensorIndexError, TypeMismatchError
-from poplar_api.graph import Graph
+from poplar_api.graph import ComputeSet, Graph
 from poplar_api.popops import reduce_estimators as est
-from poplar_api.tensor import Tensor
+from poplar_api.poputil import mapTensorLinearly
+from poplar_api.tensor import Tensor, concat
 from poplar_api.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Type
 
-__all__ = ["Operation", "ReduceParams", "reduce", "reduceWithOutput"]
+__all__ = [
+    "Operation",
+    "ReduceParams",
+    "SingleReduceOp",
+    "allTrue",
+    "reduce",
+    "reduceMany",
+    "reduceWithOutput",
+]
 
 
 class Operation(enum.Enum):
@@ -284,10 +293,10 @@ def _check_args(graph: Any, t: Any, dims: Any, params: Any, prog: Any) -> tuple:
         params = ReduceParams(params)
     if not isinstance(params, ReduceParams):
         raise GraphError(f"reduce: params must be ReduceParams or an Operation, got {params!r}")
-    if not isinstance(prog, _program.Sequence):
+    if not isinstance(prog, _program.Sequence) and not _is_css(prog):
         raise GraphError(
-            f"reduce: prog must be a program.Sequence to add the compute sets to, got "
-            f"{type(prog).__name__}"
+            f"reduce: prog must be a program.Sequence to add the compute sets to, or a "
+            f"list of ComputeSets to add the stages' vertices to, got {type(prog).__name__}"
         )
     if isinstance(dims, int | np.integer):
         dims = [dims]
@@ -319,6 +328,30 @@ def _check_args(graph: Any, t: Any, dims: Any, params: Any, prog: Any) -> tuple:
             f"tensor, got {in_type.name}"
         )
     return params, dim_list
+
+
+def _is_css(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(c, ComputeSet) for c in x)
+
+
+def _run(
+    graph: Graph,
+    t: Tensor,
+    dims: list[int],
+    params: ReduceParams,
+    prog: Any,
+    debugName: str,
+    out: Tensor | None,
+) -> Tensor:
+    """Plan into ``prog``'s list of compute sets, or into new ones appended to the
+    Sequence ``prog`` as Executes (``convertCssToProg``)."""
+    if _is_css(prog):
+        return _plan(graph, t, dims, params, _Stages(graph, prog), debugName, out)
+    stages = _Stages(graph, [])
+    result = _plan(graph, t, dims, params, stages, debugName, out)
+    for cs in stages.css:
+        prog.add(_program.Execute(cs))
+    return result
 
 
 def _split_chunks(sizes: np.ndarray, parts: int) -> list[tuple[int, int]]:
@@ -360,13 +393,32 @@ def _specialisation(
     return "SCALAR_OUTPUT_REGIONS"
 
 
+class _Stages:
+    """The compute sets of a reduction's stages (``ComputeSetList``,
+    ``lib/popops/reduction/ComputeSetList.cpp``): stage ``i`` uses ``css[i]``,
+    adding it when the list is shorter, so reductions given one list share their
+    stages' compute sets."""
+
+    def __init__(self, graph: Graph, css: list[ComputeSet]) -> None:
+        self.graph = graph
+        self.css = css
+        self.pos = 0
+
+    def next(self, name: str) -> ComputeSet:
+        if self.pos == len(self.css):
+            self.css.append(self.graph.addComputeSet(name))
+        cs = self.css[self.pos]
+        self.pos += 1
+        return cs
+
+
 class _Builder:
     """Adds one stage's vertices: items are (tile, partial ids, output id)."""
 
-    def __init__(self, graph: Graph, name: str) -> None:
+    def __init__(self, graph: Graph, cs: ComputeSet) -> None:
         self.graph = graph
         self.state = graph._state
-        self.cs = graph.addComputeSet(name)
+        self.cs = cs
         self.workers = graph.getTarget().getNumWorkerContexts()
         self.scale_constants: dict[int, Tensor] = {}
         self.count = 0
@@ -422,7 +474,7 @@ def _plan(
     t: Tensor,
     dims: list[int],
     params: ReduceParams,
-    prog: _program.Sequence,
+    stages: _Stages,
     debugName: str,
     out: Tensor | None,
 ) -> Tensor:
@@ -491,7 +543,7 @@ def _plan(
         space.tile[out_ids] = out_tiles
 
     part_type = FLOAT if in_type == HALF else in_type
-    stage1 = _Builder(graph, f"{name}/Reduce/Stage1")
+    stage1 = _Builder(graph, stages.next(f"{name}/Reduce/Stage1"))
     if n_red == 0:
         empty = np.zeros(0, np.int64)
         stage1.add(
@@ -504,7 +556,6 @@ def _plan(
             partial_ids=[empty] * n_out,
             out_ids=out_ids,
         )
-        prog.add(_program.Execute(stage1.cs))
         return out
 
     group_ids = np.split(ids_sorted, first[1:])
@@ -535,11 +586,10 @@ def _plan(
             partial_ids=[group_ids[i] for i in multi_idx.tolist()],
             out_ids=p_ids,
         )
-    prog.add(_program.Execute(stage1.cs))
     if multi_idx.size:
         multi_outs, starts = np.unique(g_out[multi_idx], return_index=True)
         bounds = np.append(starts, multi_idx.size)
-        stage2 = _Builder(graph, f"{name}/Reduce/Stage2")
+        stage2 = _Builder(graph, stages.next(f"{name}/Reduce/Stage2"))
         op2 = Operation.ADD if params.op is Operation.SQUARE_ADD else params.op
         stage2.add(
             op=op2,
@@ -551,7 +601,6 @@ def _plan(
             partial_ids=[p_ids[a:b] for a, b in itertools.pairwise(bounds.tolist())],
             out_ids=out_ids[multi_outs],
         )
-        prog.add(_program.Execute(stage2.cs))
     return out
 
 
@@ -576,7 +625,10 @@ def reduce(
     params
         :class:`ReduceParams` or an :class:`Operation`.
     prog
-        Sequence the compute sets are added to.
+        Sequence the compute sets are added to; or a list of ComputeSets (Poplibs'
+        ``std::vector<ComputeSet> &css`` overload): stage ``i`` adds its vertices to
+        ``prog[i]``, appending a new compute set when the list is shorter, and nothing
+        is added to a program (the caller executes the compute sets).
     debugName
         Prefix of the compute-set and variable names.
 
@@ -595,7 +647,7 @@ def reduce(
             "reduce: update=True needs an existing output to add to; hint: use "
             "reduceWithOutput(graph, t, out, dims, params, prog)"
         )
-    return _plan(graph, t, dim_list, params, prog, debugName, None)
+    return _run(graph, t, dim_list, params, prog, debugName, None)
 
 
 def reduceWithOutput(
@@ -610,7 +662,216 @@ def reduceWithOutput(
     """As :func:`reduce`, writing (or with ``update``, adding) into the mapped tensor ``out``.
 
     ``out`` must have the element type of ``t`` and the shape of the remaining
-    dimensions; its tile mapping decides where stage 2 runs.
+    dimensions; its tile mapping decides where stage 2 runs. ``prog`` may be a list
+    of ComputeSets, as for :func:`reduce`.
     """
     params, dim_list = _check_args(graph, t, dims, params, prog)
-    _plan(graph, t, dim_list, params, prog, debugName, out)
+    _run(graph, t, dim_list, params, prog, debugName, out)
+
+
+class SingleReduceOp:
+    """One reduction of :func:`reduceMany` (``popops::SingleReduceOp``).
+
+    Parameters
+    ----------
+    in_
+        The input tensor.
+    dims
+        Dimensions to reduce.
+    params
+        :class:`ReduceParams` or an :class:`Operation`.
+    useOutType
+        The output element type when ``reduceMany`` creates the outputs; None (the
+        default) uses ``in_``'s type. ipusim reductions keep the input type, so any
+        other type is rejected by ``reduceMany``.
+    debugName
+        Name prefix of this reduction's compute sets and variables.
+    """
+
+    def __init__(
+        self,
+        in_: Tensor,
+        dims: Sequence[int],
+        params: ReduceParams | Operation,
+        useOutType: Type | None = None,
+        debugName: str = "",
+    ) -> None:
+        if not isinstance(in_, Tensor):
+            raise GraphError(
+                f"SingleReduceOp: in_ must be a Tensor, got {type(in_).__name__} {in_!r}"
+            )
+        if useOutType is not None and not isinstance(useOutType, Type):
+            raise GraphError(
+                f"SingleReduceOp: useOutType must be a poplar_api Type or None, got {useOutType!r}"
+            )
+        self.in_ = in_
+        self.dims = dims
+        self.params = params
+        self.useOutType = useOutType
+        self.debugName = debugName
+
+    def __repr__(self) -> str:
+        return (
+            f"SingleReduceOp('{self.in_.name}' {self.in_.shape()}, dims={list(self.dims)}, "
+            f"{self.params!r})"
+        )
+
+
+def _mangle_to_2d(t: Tensor, dims: list[int]) -> Tensor:
+    """``mangleTo2D``: reduced dimensions first, then the kept ones, as
+    ``[reduced elements, outputs]``."""
+    kept = [d for d in range(t.rank()) if d not in dims]
+    n_red = int(np.prod([t.dim(d) for d in dims], dtype=np.int64))
+    n_out = int(np.prod([t.dim(d) for d in kept], dtype=np.int64))
+    return t.dimShuffle(dims + kept).reshape([n_red, n_out])
+
+
+def reduceMany(
+    graph: Graph,
+    reductions: Sequence[SingleReduceOp],
+    outputs: list[Tensor],
+    prog: _program.Sequence,
+    debugName: str = "",
+) -> list[Tensor]:
+    """Perform many reductions at once, sharing compute sets (``popops::reduceMany``).
+
+    As ``lib/popops/reduction/Reduction.cpp`` ``reduceMany``: when ``outputs`` is empty
+    the outputs are created (``reduce``'s output shape, mapped linearly) and appended
+    to it; update reductions then raise. Each reduction is viewed as a 2-D problem
+    (reduced elements x outputs, ``mangleTo2D``); reductions with the same input
+    type, number of reduced elements, operation, update flag and scale are merged
+    by concatenating their inputs and outputs. Every merged reduction then adds its
+    stage ``i`` vertices to the shared compute set ``i`` (one ``ComputeSetList``), so
+    all stage-1 work runs in one compute set, all stage-2 work in the next. Values
+    equal ``reduce`` of each reduction.
+
+    Returns
+    -------
+    list of Tensor
+        ``outputs`` (filled in when it was empty).
+
+    Raises
+    ------
+    GraphError
+        ``outputs`` is neither empty nor one tensor per reduction; a reduction is not
+        a :class:`SingleReduceOp`; update without outputs; an output type other than
+        the input's.
+    """
+    if not isinstance(graph, Graph):
+        raise GraphError(
+            f"reduceMany: graph must be a poplar_api Graph, got {type(graph).__name__}"
+        )
+    if not isinstance(outputs, list):
+        raise GraphError(
+            f"reduceMany: outputs must be a list (empty to have the outputs created), got "
+            f"{type(outputs).__name__}"
+        )
+    if not isinstance(prog, _program.Sequence):
+        raise GraphError(f"reduceMany: prog must be a program.Sequence, got {type(prog).__name__}")
+    reductions = list(reductions)
+    for i, r in enumerate(reductions):
+        if not isinstance(r, SingleReduceOp):
+            raise GraphError(
+                f"reduceMany: reductions[{i}] is {type(r).__name__}, not a SingleReduceOp; "
+                f"hint: SingleReduceOp(t, dims, params)"
+            )
+    create = not outputs
+    if not create and len(outputs) != len(reductions):
+        raise GraphError(
+            f"reduceMany: {len(outputs)} outputs for {len(reductions)} reductions; outputs "
+            f"must be empty or hold one tensor per reduction"
+        )
+    checked = []
+    for i, r in enumerate(reductions):
+        params, dims = _check_args(graph, r.in_, r.dims, r.params, prog)
+        in_type = r.in_.elementType()
+        if r.useOutType is not None and r.useOutType != in_type:
+            raise GraphError(
+                f"reduceMany: reductions[{i}] asks for output type {r.useOutType.name} "
+                f"from a {in_type.name} input; ipusim reductions keep the input type; "
+                f"hint: cast the input or the result"
+            )
+        if create and params.update:
+            raise GraphError(
+                f"reduceMany: reductions[{i}] has update=True but no outputs were given; "
+                f"hint: pass the tensors to update in outputs"
+            )
+        checked.append((params, dims))
+    if create:
+        for r, (_, dims) in zip(reductions, checked, strict=True):
+            shape = [r.in_.dim(d) for d in range(r.in_.rank()) if d not in dims]
+            out = graph.addVariable(
+                r.in_.elementType(), shape, f"{debugName or 'reduceMany'}/output"
+            )
+            mapTensorLinearly(graph, out)
+            outputs.append(out)
+    else:
+        for i, (r, (_, dims)) in enumerate(zip(reductions, checked, strict=True)):
+            shape = [r.in_.dim(d) for d in range(r.in_.rank()) if d not in dims]
+            o = outputs[i]
+            if not isinstance(o, Tensor) or o.graph is not graph._state:
+                raise GraphError(f"reduceMany: outputs[{i}] must be a Tensor of this graph")
+            if o.shape() != shape or o.elementType() != r.in_.elementType():
+                raise GraphError(
+                    f"reduceMany: outputs[{i}] '{o.name}' is {o.elementType().name} "
+                    f"{o.shape()}; reductions[{i}] gives {r.in_.elementType().name} {shape}"
+                )
+    # mangleTo2D, then merge neighbours with equal keys after a stable sort.
+    items = []
+    for i, (r, (params, dims)) in enumerate(zip(reductions, checked, strict=True)):
+        edge = 0 in r.in_.shape()
+        key = (
+            edge,
+            r.in_.elementType().name,
+            params.op.name,
+            params.update,
+            params.scale,
+        )
+        if edge:
+            items.append(((*key, i), r.in_, dims, outputs[i], params, r.debugName))
+            continue
+        flat = _mangle_to_2d(r.in_, dims)
+        items.append(((*key, flat.dim(0)), flat, [0], outputs[i].flatten(), params, r.debugName))
+    items.sort(key=lambda it: it[0])
+    groups: list[list] = []
+    for it in items:
+        if groups and groups[-1][0][0] == it[0] and not it[0][0]:
+            groups[-1].append(it)
+        else:
+            groups.append([it])
+    stages = _Stages(graph, [])
+    for n, group in enumerate(groups):
+        _, _, dims, _, params, name = group[0]
+        ins = [g[1] for g in group]
+        outs = [g[3] for g in group]
+        t = ins[0] if len(ins) == 1 else concat(ins, 1)
+        out = outs[0] if len(outs) == 1 else concat(outs)
+        stages.pos = 0
+        label = name or f"{debugName + '/' if debugName else ''}reduction-{n}"
+        _plan(graph, t, dims, params, stages, label, out)
+    for cs in stages.css:
+        prog.add(_program.Execute(cs))
+    return outputs
+
+
+def allTrue(graph: Graph, A: Tensor, prog: _program.Sequence, debugName: str = "") -> Tensor:
+    """A BOOL scalar: whether every element of the BOOL tensor ``A`` is true.
+
+    As ``lib/popops/AllTrue.cpp``: a LOGICAL_AND :func:`reduce` of ``A`` flattened
+    over dimension 0 (``Reduce`` vertices, one or two stages).
+
+    Raises
+    ------
+    TypeMismatchError
+        ``A`` is not BOOL.
+    """
+    if not isinstance(graph, Graph):
+        raise GraphError(f"allTrue: graph must be a poplar_api Graph, got {type(graph).__name__}")
+    if not isinstance(A, Tensor):
+        raise GraphError(f"allTrue: A must be a Tensor, got {type(A).__name__} {A!r}")
+    if A.elementType() != BOOL:
+        raise TypeMismatchError(
+            f"allTrue: A '{A.name}' is {A.elementType().name}; allTrue only takes BOOL "
+            f"tensors; hint: make one with e.g. popops.neq(graph, A, 0, prog)"
+        )
+    return reduce(graph, A.flatten(), [0], Operation.LOGICAL_AND, prog, debugName or "allTrue")

@@ -25,7 +25,7 @@ from poplar_api.fields import FieldBatch
 from poplar_api.popops import estimators as est
 from poplar_api.popops.expr import Expr, _round
 from poplar_api.popops.ops import BINARY_OPS, UNARY_OPS
-from poplar_api.types import HALF, Type
+from poplar_api.types import BOOL, HALF, Type
 
 __all__ = [
     "binary_vertex",
@@ -34,8 +34,19 @@ __all__ = [
     "fill_vertex",
     "map_vertex",
     "scaled_add_vertex",
+    "ternary_vertex",
     "unary_vertex",
 ]
+
+#: Ternary vertex kinds (``lib/popops/ElementWise.cpp`` ``ternaryOp``): which of
+#: ``in1``, ``in2``, ``in3`` are one-element (scalar) fields.
+TERNARY_KINDS: dict[str, tuple[bool, bool, bool]] = {
+    "Select": (False, False, False),
+    "BroadcastSelect": (True, True, False),
+    "BroadcastSelectorSelect": (False, False, True),
+    "Clamp": (False, False, False),
+    "BroadcastClamp": (False, True, True),
+}
 
 
 def _counts(batch: FieldBatch) -> np.ndarray:
@@ -137,13 +148,14 @@ def unary_vertex(op: str, t: Type, layout: str, in_place: bool = False) -> type:
     """``popops::UnaryOp{1D,2D}[InPlace]<popops::expr::UnaryOpType::op,t>``."""
     _check_layout(layout)
     opdef = UNARY_OPS[op]
+    out_t = opdef.out_type(t)
     suffix = "InPlace" if in_place else ""
     name = f"popops::UnaryOp{layout}{suffix}<{_op_name(op, False)},{t.name}>"
     if in_place:
         fields = {"inOut": InOut(_shape(t, layout))}
         src = dest = "inOut"
     else:
-        fields = {"in_": Input(_shape(t, layout)), "out": Output(_shape(t, layout))}
+        fields = {"in_": Input(_shape(t, layout)), "out": Output(_shape(out_t, layout))}
         src, dest = "in", "out"
 
     def compute(b: dict[str, FieldBatch]) -> None:
@@ -266,6 +278,63 @@ def cast_vertex(src: Type, dst: Type, layout: str) -> type:
         return est.cast_2d(_rows(sizes["src"]), worker)
 
     return _make(name, layout == "1D", fields, compute, estimate, f"{src.name} to {dst.name}.")
+
+
+@cache
+def ternary_vertex(kind: str, t: Type, in_place: bool = False) -> type:
+    """``popops::{kind}[InPlace]<t>``: Select, BroadcastSelect, BroadcastSelectorSelect,
+    Clamp or BroadcastClamp (worker vertices over rows; scalars are single fields).
+
+    ``t`` is the type of ``in1``/``in2`` (and of Clamp's ``in3``); Select's ``in3`` is
+    BOOL. ``BroadcastSelect`` has no in-place form (its output would be the BOOL
+    selector). Estimates: :func:`~.estimators.select`, ``select_in_place``,
+    ``broadcast_select``, ``broadcast_selector_select``, ``clamp``.
+    """
+    if kind not in TERNARY_KINDS:
+        raise ValueError(
+            f"ternary vertex kind must be one of {sorted(TERNARY_KINDS)}, got {kind!r}"
+        )
+    if kind == "BroadcastSelect" and in_place:
+        raise ValueError("popops::BroadcastSelect has no in-place form")
+    scalars = TERNARY_KINDS[kind]
+    is_select = "Select" in kind
+    types = (t, t, BOOL if is_select else t)
+    suffix = "InPlace" if in_place else ""
+    name = f"popops::{kind}{suffix}<{t.name}>"
+    names = ["in1Out" if in_place else "in1", "in2", "in3"]
+    fields: dict[str, Any] = {}
+    for i, (field, ft, scalar) in enumerate(zip(names, types, scalars, strict=True)):
+        spec = ft if scalar else VectorList(ft)
+        fields[field] = (InOut if in_place and i == 0 else Input)(spec)
+    rows_field = names[next(i for i, s in enumerate(scalars) if not s)]
+    if not in_place:
+        fields["out"] = Output(VectorList(t))
+    dest = names[0] if in_place else "out"
+
+    def compute(b: dict[str, FieldBatch]) -> None:
+        counts = _counts(b[rows_field])
+        vals = [
+            np.repeat(b[f].data, counts) if scalar else b[f].data
+            for f, scalar in zip(names, scalars, strict=True)
+        ]
+        if is_select:
+            result = np.where(vals[2].astype(bool), vals[0], vals[1])
+        else:
+            result = np.minimum(np.maximum(vals[0], vals[1]), vals[2])
+        b[dest].data[:] = result
+
+    def estimate(sizes: dict[str, Any], target: Any) -> int:
+        rows = _rows(sizes[rows_field])
+        if kind == "Select":
+            return est.select_in_place(rows) if in_place else est.select(rows)
+        if kind == "BroadcastSelect":
+            return est.broadcast_select(t.size, rows)
+        if kind == "BroadcastSelectorSelect":
+            return est.broadcast_selector_select(t.size, rows)
+        return est.clamp(t.name, rows, target.getDataPathWidth())
+
+    what = "select(in1, in2, in3)" if is_select else "clamp(in1, in2, in3)"
+    return _make(name, False, fields, compute, estimate, f"Elementwise {what} of {t.name}.")
 
 
 _MAP_CLASSES: dict[tuple[str, tuple[Type, ...], bool, bool], type] = {}

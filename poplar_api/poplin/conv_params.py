@@ -1,0 +1,612 @@
+"""Convolution parameters as Poplibs defines them, and the geometry they imply.
+
+:class:`ConvParams` keeps Poplibs' fields (``include/poplin/ConvParams.hpp`` at
+graphcore/poplibs ``7eac0f26``): batch size, input field shape, kernel shape, input and
+output channels per conv group, the number of conv groups, and three transforms. The
+convolution they describe is, per spatial dimension:
+
+1. the input is truncated (``truncationLower/Upper``), dilated (``dilation - 1`` zeros
+   between elements), zero-padded (``paddingLower/Upper``) and optionally flipped;
+2. the kernel is transformed the same way by ``kernelTransform``;
+3. the transformed kernel is slid over the transformed input without padding,
+   giving ``transformedInput - transformedKernel + 1`` positions (a correlation: the
+   kernel is not reversed unless ``flip`` says so);
+4. the output is truncated, sub-sampled by ``stride`` and zero-padded by
+   ``outputTransform``.
+
+Tensor layouts are Poplar's: activations ``[batch, convGroups * channels, *field]``,
+weights ``[convGroups, outChans, inChans, *kernel]``.
+
+:func:`dim_maps` turns the transforms into, for each output position and each original
+kernel position, the original input position it reads (or -1 when it reads a padding
+or dilation zero): everything the lowering needs. :func:`getGradientParams` and
+:func:`getWeightUpdateParams` derive the backward-data and weight-update convolutions
+from the forward parameters by the identities in their docstrings (derived here; Poplibs
+computes the same passes but its code is not followed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from poplar_api.errors import GraphError
+from poplar_api.types import FLOAT, HALF, Type
+
+__all__ = [
+    "ConvParams",
+    "InputTransform",
+    "OutputTransform",
+    "dim_maps",
+    "getGradientParams",
+    "getWeightUpdateParams",
+]
+
+#: Element types a convolution takes.
+CONV_TYPES = (FLOAT, HALF)
+
+
+def _ints(values: Any, n: int, default: int, what: str, *, minimum: int | None = 0) -> tuple:
+    if values is None:
+        return (default,) * n
+    if isinstance(values, int | np.integer) and not isinstance(values, bool):
+        values = [int(values)] * n
+    try:
+        out = tuple(int(v) for v in values)
+    except (TypeError, ValueError):
+        raise GraphError(f"ConvParams: {what}={values!r} must be a list of ints") from None
+    if len(out) != n:
+        raise GraphError(
+            f"ConvParams: {what}={list(out)} has {len(out)} entries; required one per field "
+            f"dimension ({n}); hint: a 2-D convolution takes [height, width]"
+        )
+    if minimum is not None and any(v < minimum for v in out):
+        raise GraphError(f"ConvParams: {what}={list(out)}; every entry must be >= {minimum}")
+    return out
+
+
+@dataclass(frozen=True)
+class InputTransform:
+    """Truncation, dilation, padding and flip of the input or the kernel (per dimension).
+
+    Padding may be negative inside ipusim (it then drops transformed positions); the
+    public constructors reject it, as Poplibs' unsigned fields do.
+    """
+
+    truncationLower: tuple[int, ...] = ()
+    truncationUpper: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    paddingLower: tuple[int, ...] = ()
+    paddingUpper: tuple[int, ...] = ()
+    flip: tuple[bool, ...] = ()
+
+    @classmethod
+    def make(cls, n: int, what: str, value: Any = None, *, signed: bool = False) -> InputTransform:
+        """An n-dimensional transform from ``value`` (None, an InputTransform or a dict)."""
+        if isinstance(value, InputTransform):
+            value = dataclasses.asdict(value)
+        value = dict(value or {})
+        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise GraphError(
+                f"ConvParams: {what} has unknown fields {sorted(unknown)}; known: "
+                f"{[f.name for f in dataclasses.fields(cls)]}"
+            )
+        pad_min = None if signed else 0
+        flips = value.get("flip")
+        flip = (False,) * n if flips is None or flips == () else tuple(bool(f) for f in flips)
+        if len(flip) != n:
+            raise GraphError(f"ConvParams: {what}.flip={list(flip)} needs {n} entries")
+        dil = _ints(value.get("dilation") or None, n, 1, f"{what}.dilation", minimum=1)
+        return cls(
+            _ints(value.get("truncationLower") or None, n, 0, f"{what}.truncationLower"),
+            _ints(value.get("truncationUpper") or None, n, 0, f"{what}.truncationUpper"),
+            dil,
+            _ints(value.get("paddingLower") or None, n, 0, f"{what}.paddingLower", minimum=pad_min),
+            _ints(value.get("paddingUpper") or None, n, 0, f"{what}.paddingUpper", minimum=pad_min),
+            flip,
+        )
+
+    def transformed_size(self, size: int, d: int) -> int:
+        """Size of dimension ``d`` after truncation, dilation and padding."""
+        kept = size - self.truncationLower[d] - self.truncationUpper[d]
+        dilated = 0 if kept <= 0 else (kept - 1) * self.dilation[d] + 1
+        return dilated + self.paddingLower[d] + self.paddingUpper[d]
+
+    def positions(self, size: int, d: int) -> np.ndarray:
+        """Transformed position of each original index of dimension ``d`` (-1: truncated)."""
+        idx = np.arange(size, dtype=np.int64)
+        lo, hi = self.truncationLower[d], size - self.truncationUpper[d]
+        pos = self.paddingLower[d] + (idx - lo) * self.dilation[d]
+        if self.flip[d]:
+            pos = self.transformed_size(size, d) - 1 - pos
+        out = np.where((idx >= lo) & (idx < hi), pos, -1)
+        return out
+
+    def inverse(self, size: int, d: int) -> np.ndarray:
+        """Original index at each transformed position of dimension ``d`` (-1: a zero)."""
+        t = max(self.transformed_size(size, d), 0)
+        inv = np.full(t, -1, np.int64)
+        pos = self.positions(size, d)
+        ok = (pos >= 0) & (pos < t)
+        inv[pos[ok]] = np.flatnonzero(ok)
+        return inv
+
+
+@dataclass(frozen=True)
+class OutputTransform:
+    """Truncation, striding and padding of the output (per dimension)."""
+
+    truncationLower: tuple[int, ...] = ()
+    truncationUpper: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    paddingLower: tuple[int, ...] = ()
+    paddingUpper: tuple[int, ...] = ()
+
+    @classmethod
+    def make(cls, n: int, value: Any = None) -> OutputTransform:
+        """An n-dimensional output transform from None, an OutputTransform or a dict."""
+        if isinstance(value, OutputTransform):
+            value = dataclasses.asdict(value)
+        value = dict(value or {})
+        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise GraphError(
+                f"ConvParams: outputTransform has unknown fields {sorted(unknown)}; known: "
+                f"{[f.name for f in dataclasses.fields(cls)]}"
+            )
+        w = "outputTransform"
+        return cls(
+            _ints(value.get("truncationLower") or None, n, 0, f"{w}.truncationLower"),
+            _ints(value.get("truncationUpper") or None, n, 0, f"{w}.truncationUpper"),
+            _ints(value.get("stride") or None, n, 1, f"{w}.stride", minimum=1),
+            _ints(value.get("paddingLower") or None, n, 0, f"{w}.paddingLower"),
+            _ints(value.get("paddingUpper") or None, n, 0, f"{w}.paddingUpper"),
+        )
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    """A (grouped, multi-dimensional) convolution, as Poplibs' ``poplin::ConvParams``.
+
+    Parameters
+    ----------
+    dataType
+        Input (and, unless ``outputType`` is given, output) element type: FLOAT or HALF.
+    batchSize, inputFieldShape, kernelShape
+        ``B``, the input's spatial shape and the kernel's spatial shape (same rank).
+    inputChannelsPerConvGroup, outputChannelsPerConvGroup, numConvGroups
+        ``Ci``, ``Co`` and ``G``: activations carry ``G * Ci`` channels in, ``G * Co`` out.
+    inputTransform, kernelTransform, outputTransform
+        :class:`InputTransform` / :class:`OutputTransform`, or dicts of their fields;
+        omitted fields take the identity.
+    outputType
+        Output element type (default ``dataType``).
+
+    The shortcuts ``stride``, ``paddingLower``, ``paddingUpper``, ``dilation`` (the
+    kernel's) and ``inputDilation`` set the usual fields of the transforms.
+    """
+
+    inputType: Type
+    outputType: Type
+    batchSize: int
+    inputFieldShape: tuple[int, ...]
+    kernelShape: tuple[int, ...]
+    inputChannelsPerConvGroup: int
+    outputChannelsPerConvGroup: int
+    numConvGroups: int
+    inputTransform: InputTransform = field(default_factory=InputTransform)
+    kernelTransform: InputTransform = field(default_factory=InputTransform)
+    outputTransform: OutputTransform = field(default_factory=OutputTransform)
+
+    def __init__(
+        self,
+        dataType: Type,
+        batchSize: int,
+        inputFieldShape: Sequence[int],
+        kernelShape: Sequence[int],
+        inputChannelsPerConvGroup: int,
+        outputChannelsPerConvGroup: int,
+        numConvGroups: int = 1,
+        inputTransform: Any = None,
+        kernelTransform: Any = None,
+        outputTransform: Any = None,
+        *,
+        outputType: Type | None = None,
+        stride: Sequence[int] | int | None = None,
+        paddingLower: Sequence[int] | int | None = None,
+        paddingUpper: Sequence[int] | int | None = None,
+        dilation: Sequence[int] | int | None = None,
+        inputDilation: Sequence[int] | int | None = None,
+        _signed: bool = False,
+    ) -> None:
+        for t, what in ((dataType, "dataType"), (outputType, "outputType")):
+            if t is not None and t not in CONV_TYPES:
+                raise GraphError(
+                    f"ConvParams: {what}={t!r} is not supported; convolutions take FLOAT or "
+                    f"HALF (hint: cast first)"
+                )
+        try:
+            field_shape = tuple(int(x) for x in inputFieldShape)
+            kernel_shape = tuple(int(x) for x in kernelShape)
+        except (TypeError, ValueError):
+            raise GraphError(
+                f"ConvParams: inputFieldShape={inputFieldShape!r} and kernelShape="
+                f"{kernelShape!r} must be lists of ints"
+            ) from None
+        if len(field_shape) != len(kernel_shape) or not field_shape:
+            raise GraphError(
+                f"ConvParams: inputFieldShape={list(field_shape)} and kernelShape="
+                f"{list(kernel_shape)} must have the same number (>= 1) of field dimensions"
+            )
+        for name, v in (
+            ("batchSize", batchSize),
+            ("inputChannelsPerConvGroup", inputChannelsPerConvGroup),
+            ("outputChannelsPerConvGroup", outputChannelsPerConvGroup),
+            ("numConvGroups", numConvGroups),
+        ):
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise GraphError(f"ConvParams: {name}={v!r} must be an int >= 1")
+        if min(field_shape) < 1 or min(kernel_shape) < 1:
+            raise GraphError(
+                f"ConvParams: inputFieldShape={list(field_shape)}, kernelShape="
+                f"{list(kernel_shape)}: every size must be >= 1"
+            )
+        n = len(field_shape)
+        it = (
+            dict(dataclasses.asdict(inputTransform))
+            if isinstance(inputTransform, InputTransform)
+            else dict(inputTransform or {})
+        )
+        kt = (
+            dict(dataclasses.asdict(kernelTransform))
+            if isinstance(kernelTransform, InputTransform)
+            else dict(kernelTransform or {})
+        )
+        ot = (
+            dict(dataclasses.asdict(outputTransform))
+            if isinstance(outputTransform, OutputTransform)
+            else dict(outputTransform or {})
+        )
+        if paddingLower is not None:
+            it["paddingLower"] = _ints(paddingLower, n, 0, "paddingLower")
+        if paddingUpper is not None:
+            it["paddingUpper"] = _ints(paddingUpper, n, 0, "paddingUpper")
+        if inputDilation is not None:
+            it["dilation"] = _ints(inputDilation, n, 1, "inputDilation", minimum=1)
+        if dilation is not None:
+            kt["dilation"] = _ints(dilation, n, 1, "dilation", minimum=1)
+        if stride is not None:
+            ot["stride"] = _ints(stride, n, 1, "stride", minimum=1)
+        set_ = object.__setattr__
+        set_(self, "inputType", dataType)
+        set_(self, "outputType", outputType or dataType)
+        set_(self, "batchSize", int(batchSize))
+        set_(self, "inputFieldShape", field_shape)
+        set_(self, "kernelShape", kernel_shape)
+        set_(self, "inputChannelsPerConvGroup", int(inputChannelsPerConvGroup))
+        set_(self, "outputChannelsPerConvGroup", int(outputChannelsPerConvGroup))
+        set_(self, "numConvGroups", int(numConvGroups))
+        set_(self, "inputTransform", InputTransform.make(n, "inputTransform", it, signed=_signed))
+        set_(self, "kernelTransform", InputTransform.make(n, "kernelTransform", kt, signed=_signed))
+        set_(self, "outputTransform", OutputTransform.make(n, ot))
+        self._check_sizes()
+
+    # -------------------------------------------------------------- queries
+    def getNumFieldDims(self) -> int:
+        return len(self.inputFieldShape)
+
+    def getBatchSize(self) -> int:
+        return self.batchSize
+
+    def getNumConvGroups(self) -> int:
+        return self.numConvGroups
+
+    def getNumInputChansPerConvGroup(self) -> int:
+        return self.inputChannelsPerConvGroup
+
+    def getNumOutputChansPerConvGroup(self) -> int:
+        return self.outputChannelsPerConvGroup
+
+    def getNumInputChans(self) -> int:
+        return self.inputChannelsPerConvGroup * self.numConvGroups
+
+    def getNumOutputChans(self) -> int:
+        return self.outputChannelsPerConvGroup * self.numConvGroups
+
+    def getInputFieldShape(self) -> list[int]:
+        return list(self.inputFieldShape)
+
+    def getKernelShape(self) -> list[int]:
+        return list(self.kernelShape)
+
+    def getTransformedInputSize(self, dim: int) -> int:
+        return self.inputTransform.transformed_size(self.inputFieldShape[dim], dim)
+
+    def getTransformedKernelSize(self, dim: int) -> int:
+        return self.kernelTransform.transformed_size(self.kernelShape[dim], dim)
+
+    def getUntransformedOutputSize(self, dim: int) -> int:
+        return self.getTransformedInputSize(dim) - self.getTransformedKernelSize(dim) + 1
+
+    def getOutputSize(self, dim: int) -> int:
+        ot = self.outputTransform
+        kept = self.getUntransformedOutputSize(dim) - ot.truncationLower[dim]
+        kept -= ot.truncationUpper[dim]
+        strided = 0 if kept <= 0 else -(-kept // ot.stride[dim])
+        return strided + ot.paddingLower[dim] + ot.paddingUpper[dim]
+
+    def getOutputFieldShape(self) -> list[int]:
+        return [self.getOutputSize(d) for d in range(self.getNumFieldDims())]
+
+    def inputShape(self) -> list[int]:
+        """Shape of the activations ``[B, G * Ci, *field]``."""
+        return [self.batchSize, self.getNumInputChans(), *self.inputFieldShape]
+
+    def weightsShape(self) -> list[int]:
+        """Shape of the weights ``[G, Co, Ci, *kernel]``."""
+        return [
+            self.numConvGroups,
+            self.outputChannelsPerConvGroup,
+            self.inputChannelsPerConvGroup,
+            *self.kernelShape,
+        ]
+
+    def outputShape(self) -> list[int]:
+        """Shape of the output ``[B, G * Co, *outField]``."""
+        return [self.batchSize, self.getNumOutputChans(), *self.getOutputFieldShape()]
+
+    def getNumberOfMACs(self) -> int:
+        """Multiply-accumulates that read a real (non-zero-padding) input and kernel element."""
+        macs = self.batchSize * self.numConvGroups
+        macs *= self.inputChannelsPerConvGroup * self.outputChannelsPerConvGroup
+        per_pos = 1
+        for m in dim_maps(self):
+            per_pos *= int((m >= 0).sum())
+        return macs * per_pos
+
+    def _check_sizes(self) -> None:
+        for d in range(self.getNumFieldDims()):
+            ti = self.getTransformedInputSize(d)
+            tk = self.getTransformedKernelSize(d)
+            if tk < 1:
+                raise GraphError(
+                    f"ConvParams: dimension {d}: the kernel of size {self.kernelShape[d]} is "
+                    f"empty after kernelTransform truncation ({tk} positions)"
+                )
+            if ti < tk:
+                raise GraphError(
+                    f"ConvParams: dimension {d}: the transformed kernel ({tk} = "
+                    f"{self.kernelShape[d]} with dilation {self.kernelTransform.dilation[d]}) "
+                    f"is larger than the padded input ({ti} = {self.inputFieldShape[d]} + "
+                    f"padding {self.inputTransform.paddingLower[d]}/"
+                    f"{self.inputTransform.paddingUpper[d]}); hint: pad the input or use a "
+                    f"smaller kernel"
+                )
+            ot = self.outputTransform
+            if ot.truncationLower[d] + ot.truncationUpper[d] > self.getUntransformedOutputSize(d):
+                raise GraphError(
+                    f"ConvParams: dimension {d}: outputTransform truncation "
+                    f"{ot.truncationLower[d]}+{ot.truncationUpper[d]} exceeds the "
+                    f"{self.getUntransformedOutputSize(d)} output positions"
+                )
+            if self.getOutputSize(d) < 1:
+                raise GraphError(f"ConvParams: dimension {d}: the output is empty")
+
+    def __str__(self) -> str:
+        return (
+            f"ConvParams({self.inputType.name}->{self.outputType.name}, batch "
+            f"{self.batchSize}, field {list(self.inputFieldShape)}, kernel "
+            f"{list(self.kernelShape)}, chans {self.inputChannelsPerConvGroup}->"
+            f"{self.outputChannelsPerConvGroup} x {self.numConvGroups} groups, stride "
+            f"{list(self.outputTransform.stride)}, padding "
+            f"{list(self.inputTransform.paddingLower)}/{list(self.inputTransform.paddingUpper)}, "
+            f"dilation {list(self.kernelTransform.dilation)})"
+        )
+
+    def key(self) -> tuple:
+        """A hashable description (plan caches)."""
+        return (
+            self.inputType.name, self.outputType.name, self.batchSize, self.inputFieldShape,
+            self.kernelShape, self.inputChannelsPerConvGroup, self.outputChannelsPerConvGroup,
+            self.numConvGroups, self.inputTransform, self.kernelTransform, self.outputTransform,
+        )  # fmt: skip
+
+
+def dim_maps(params: ConvParams) -> list[np.ndarray]:
+    """For each field dimension, ``int64[kernelSize, outputSize]``: the original input
+    index each (original kernel index, output index) pair reads, or -1 when it reads a
+    zero (padding, dilation hole, truncated element or padded output)."""
+    out = []
+    for d in range(params.getNumFieldDims()):
+        inv_in = params.inputTransform.inverse(params.inputFieldShape[d], d)
+        kpos = params.kernelTransform.positions(params.kernelShape[d], d)
+        ot = params.outputTransform
+        n_out = params.getOutputSize(d)
+        o = np.arange(n_out, dtype=np.int64)
+        inner = params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
+        real = (o >= ot.paddingLower[d]) & (o < ot.paddingLower[d] + inner)
+        u = ot.truncationLower[d] + (o - ot.paddingLower[d]) * ot.stride[d]
+        t = u[None, :] + kpos[:, None]
+        ok = real[None, :] & (kpos[:, None] >= 0) & (t >= 0) & (t < inv_in.size)
+        m = np.where(ok, inv_in[np.clip(t, 0, max(inv_in.size - 1, 0))], -1)
+        out.append(m.astype(np.int64))
+    return out
+
+
+def _check_gradient_support(fwd: ConvParams, what: str) -> None:
+    if any(fwd.inputTransform.flip):
+        raise GraphError(
+            f"{what}: a forward convolution with inputTransform.flip="
+            f"{list(fwd.inputTransform.flip)} has no weight-update convolution in ipusim; "
+            f"hint: flip the input tensor with Tensor.reverse instead"
+        )
+
+
+def getGradientParams(fwd: ConvParams) -> ConvParams:
+    """The convolution that gives the input gradient from the output gradient.
+
+    Used with ``convolution(..., transposeAndFlipWeights=True)``, which swaps the
+    weights' channels and reverses the kernel in every field dimension, as Poplibs'
+    ``getGradientParams`` (``lib/poplin/ConvUtil.cpp``) expects. Per dimension the
+    output gradient is dilated by the forward stride and padded by ``transformedKernel
+    - 1`` (plus the forward output truncation) so the result covers every transformed
+    input position; the kernel's truncation and padding swap sides (it is reversed);
+    the output transform keeps the positions of original inputs (truncation = forward
+    padding, stride = forward input dilation, padding = forward input truncation). A
+    flipped forward input flips the backward input and kernel.
+    """
+    n = fwd.getNumFieldDims()
+    it, ot, kt = fwd.inputTransform, fwd.outputTransform, fwd.kernelTransform
+    pl, pu = [], []
+    for d in range(n):
+        tk = fwd.getTransformedKernelSize(d)
+        untr = fwd.getUntransformedOutputSize(d)
+        inner = fwd.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
+        u_last = ot.truncationLower[d] + (inner - 1) * ot.stride[d]
+        pl.append(tk - 1 + ot.truncationLower[d])
+        pu.append(tk - 1 + (untr - 1 - u_last))
+    return ConvParams(
+        fwd.outputType,
+        fwd.batchSize,
+        fwd.getOutputFieldShape(),
+        fwd.kernelShape,
+        fwd.outputChannelsPerConvGroup,
+        fwd.inputChannelsPerConvGroup,
+        fwd.numConvGroups,
+        {
+            "truncationLower": ot.paddingLower,
+            "truncationUpper": ot.paddingUpper,
+            "dilation": ot.stride,
+            "paddingLower": pl,
+            "paddingUpper": pu,
+            "flip": it.flip,
+        },
+        {
+            "truncationLower": kt.truncationUpper,
+            "truncationUpper": kt.truncationLower,
+            "dilation": kt.dilation,
+            "paddingLower": kt.paddingUpper,
+            "paddingUpper": kt.paddingLower,
+            "flip": tuple(f != g for f, g in zip(kt.flip, it.flip, strict=True)),
+        },
+        {
+            "truncationLower": it.paddingLower,
+            "truncationUpper": it.paddingUpper,
+            "stride": it.dilation,
+            "paddingLower": it.truncationLower,
+            "paddingUpper": it.truncationUpper,
+        },
+        outputType=fwd.inputType,
+    )
+
+
+def getWeightUpdateParams(fwd: ConvParams) -> ConvParams:
+    """The convolution that gives the weight gradient.
+
+    Batch and input channels swap roles (the batch becomes the channels summed over),
+    the output gradient is the kernel (dilated by the forward stride), and the output
+    is sampled at each original kernel position's transformed position (truncation =
+    kernel padding, stride = kernel dilation, padding = kernel truncation). The result
+    has batch ``Ci``, ``Co`` output channels and the kernel's field shape. Derived
+    from the definition (see module docs).
+    """
+    _check_gradient_support(fwd, "getWeightUpdateParams")
+    if any(fwd.kernelTransform.flip):
+        raise GraphError(
+            f"getWeightUpdateParams: kernelTransform.flip={list(fwd.kernelTransform.flip)} is "
+            f"not supported for weight updates; hint: flip the weights tensor instead"
+        )
+    n = fwd.getNumFieldDims()
+    ot, kt = fwd.outputTransform, fwd.kernelTransform
+    kpl, kpu = [], []
+    for d in range(n):
+        untr = fwd.getUntransformedOutputSize(d)
+        inner = fwd.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
+        u_last = ot.truncationLower[d] + (inner - 1) * ot.stride[d]
+        kpl.append(ot.truncationLower[d])
+        kpu.append(untr - 1 - u_last)
+    return ConvParams(
+        fwd.inputType,
+        fwd.inputChannelsPerConvGroup,
+        fwd.inputFieldShape,
+        fwd.getOutputFieldShape(),
+        fwd.batchSize,
+        fwd.outputChannelsPerConvGroup,
+        fwd.numConvGroups,
+        fwd.inputTransform,
+        {
+            "truncationLower": ot.paddingLower,
+            "truncationUpper": ot.paddingUpper,
+            "dilation": ot.stride,
+            "paddingLower": kpl,
+            "paddingUpper": kpu,
+        },
+        {
+            "truncationLower": kt.paddingLower,
+            "truncationUpper": kt.paddingUpper,
+            "stride": kt.dilation,
+            "paddingLower": kt.truncationLower,
+            "paddingUpper": kt.truncationUpper,
+        },
+        outputType=FLOAT if fwd.inputType == FLOAT else fwd.inputType,
+        _signed=True,
+    )
+
+
+def expand_all_dims(params: ConvParams) -> ConvParams:
+    """The 1x1 convolution that Poplibs' ``expandDims`` transform makes of ``params``
+    when it expands every field dimension: the kernel positions join the input channels
+    (channel ``c * prod(kernel) + k``), the field becomes the output positions read
+    (output padding kept as output padding), every other transform disappears.
+
+    The input of the expanded convolution is the gather :func:`expanded_input_index`
+    describes (an im2col of the transformed input, zeros where it reads padding).
+    """
+    ot = params.outputTransform
+    n = params.getNumFieldDims()
+    inner = [params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d] for d in range(n)]
+    ktot = int(np.prod(params.kernelShape))
+    return ConvParams(
+        params.inputType,
+        params.batchSize,
+        inner,
+        [1] * n,
+        params.inputChannelsPerConvGroup * ktot,
+        params.outputChannelsPerConvGroup,
+        params.numConvGroups,
+        None,
+        None,
+        {"paddingLower": ot.paddingLower, "paddingUpper": ot.paddingUpper},
+        outputType=params.outputType,
+    )
+
+
+def expanded_input_index(params: ConvParams, act_ids: np.ndarray) -> np.ndarray:
+    """Element ids of the expanded convolution's input ``[G, B, Ci * prod(K), *O]`` from
+    the original input's ids ``[G, B, Ci, *F]``; -1 marks a zero (padding, dilation)."""
+    ot = params.outputTransform
+    n = params.getNumFieldDims()
+    maps = dim_maps(params)
+    cols = []
+    for d in range(n):
+        inner = params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
+        cols.append(maps[d][:, ot.paddingLower[d] : ot.paddingLower[d] + inner])
+    # index arrays broadcasting to [*K, *O]
+    idx = []
+    for d, m in enumerate(cols):
+        shape = [1] * (2 * n)
+        shape[d], shape[n + d] = m.shape
+        idx.append(m.reshape(shape))
+    valid = np.ones(np.broadcast_shapes(*[i.shape for i in idx]), bool)
+    for i in idx:
+        valid &= i >= 0
+    safe = [np.maximum(i, 0) for i in idx]
+    g, b, c = act_ids.shape[:3]
+    out = act_ids[(slice(None), slice(None), slice(None), *safe)]  # [G, B, C, *K, *O]
+    out = np.where(valid, out, -1)
+    return out.reshape(g, b, c * int(np.prod(params.kernelShape)), *valid.shape[n:])

@@ -1,0 +1,482 @@
+"""The convolution planner: which vertex family, and how to split a convolution over tiles.
+
+A plan splits the conv groups ``G``, the batch ``B``, every output field dimension,
+the output channels ``Co`` and the input channels ``Ci`` into blocks, one tile per
+block combination, and picks the vertex family (AMP ``ConvPartialnx1`` /
+``ConvPartial1x1Out`` or the horizontal MAC). Like Poplibs' planner
+(``lib/poplin/ConvPlan.cpp``, ``ConvModel.cpp`` at graphcore/poplibs ``7eac0f26``) it
+weighs, for every candidate:
+
+* **compute**: the partial-sum vertex of the largest block. Candidates are first
+  ranked with a closed form of the vertex estimators (below); the best
+  :data:`REFINE` are then costed with the Poplibs estimator on the worklists the
+  lowering would build, and the cheapest wins;
+* **exchange**: bytes a tile receives (its input window and weights block, less what
+  :func:`~poplar_api.poplin.conv.createInput` / ``createWeights`` put on it),
+  at the target's exchange rate, plus a fixed phase cost;
+* **reduction**: when ``Ci`` is split, each output block is cut into as many chunks
+  as ``Ci`` parts; each tile receives the other parts' partials of its chunk and runs
+  ``ReduceAdd`` (also once, as a cast, when the partials type differs from the
+  output type);
+* **memory**: the per-tile working set (window, weights, partials); candidates over
+  ``availableMemoryProportion`` of tile memory are dropped unless none fits.
+
+The closed forms (derived: they keep the Poplibs estimators' leading terms, so the
+ranking follows them; the final choice uses the estimators themselves):
+
+* AMP, per conv group x input group x output group x kernel position:
+  ``62 + W (20 + ceil(P / W) * core)`` with ``P`` output positions, ``core`` 4 (HALF)
+  or 8 (FLOAT) cycles per position, channels padded to the AMP groups;
+* HMAC, per conv group x kernel position: ``W (16 + ceil(P / W) (7 + Co (2 +
+  ceil(Ci / vw))))`` with vector width ``vw`` (``getConvPartialHorizontalMacCycleEstimate``'s
+  leading term).
+
+The lowering plans both the convolution as given and its ``expandDims`` form
+(:func:`~poplar_api.poplin.conv_params.expand_all_dims`) and keeps the cheaper.
+
+Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC and
+VMAC families, input-channel serial splits and the planner's other transforms (swapping
+operands, expanding some dimensions only, flattening the batch into the field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from poplar_api.errors import GraphError
+from poplar_api.poplin.conv_params import ConvParams, dim_maps
+from poplar_api.poplin.estimators import exchange_cycles, reduce_add_cycles
+from poplar_api.types import FLOAT, HALF, Type
+
+__all__ = ["ConvPlan", "amp_groups", "amp_unit_options", "plan_convolution"]
+
+#: Cycles per extra BSP phase (sync + exchange set-up), as the matmul planner charges.
+PHASE_OVERHEAD_CYCLES = 190
+#: Default share of tile memory a convolution may use (Poplibs' default).
+DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6
+#: Candidates re-costed with the Poplibs estimators on real worklists.
+REFINE = 6
+#: Most options per split dimension (geometric subset beyond).
+MAX_OPTIONS = 16
+#: Most candidates costed at once.
+MAX_CANDIDATES = 400_000
+
+#: ipu2 AMP instantiations ``(fp, partials) -> (allowed numConvUnits, convInputLoadElems)``
+#: (``ConvPartial1x1Out`` / ``ConvPartialnx1`` template arguments in Poplibs).
+AMP_UNITS = {
+    ("half", "half"): ((16, 8), 4),
+    ("half", "float"): ((8,), 4),
+    ("float", "float"): ((16, 8), 2),
+}
+#: AMP chain length (``getConvUnitMaxPipelineDepth``).
+AMP_CHAIN = 4
+#: Thread cycles per field position of one AMP pass (the Poplibs worker loop).
+AMP_CORE_CYCLES = {"half": 4, "float": 8}
+
+
+def amp_unit_options(in_type: Type, partials_type: Type, target: Any) -> list[int]:
+    """The AMP unit counts the planner may use on ``target`` (see :func:`amp_groups`)."""
+    key = (in_type.name, partials_type.name)
+    if key not in AMP_UNITS:
+        key = (in_type.name, "float")
+    allowed, elems = AMP_UNITS[key]
+    peak_macs = target.getFpFlopsPerCycle(in_type) // 2
+    if key == ("half", "float"):
+        peak_macs //= 2
+    per_unit = AMP_CHAIN * elems / AMP_CORE_CYCLES[in_type.name]
+    fitting = sorted(u for u in allowed if u * per_unit <= peak_macs)
+    return fitting or [min(allowed)]
+
+
+def amp_groups(
+    in_type: Type, partials_type: Type, target: Any = None, units: int | None = None
+) -> tuple[int, int, int, int]:
+    """``(inChansPerGroup, outChansPerGroup, numConvUnits, convInputLoadElems)`` of the AMP.
+
+    ``numConvUnits`` is the largest instantiated count whose rate does not exceed the
+    target's peak (derived: Poplar's ``getNumConvUnits`` is closed). One unit does
+    ``AMP_CHAIN * convInputLoadElems`` multiply-accumulates per field position every
+    ``core`` tile cycles (4 half, 8 float), so mk2 (32 float / 128 half flops per cycle)
+    gets 16 units and mk1 (16 / 64) 8; half inputs with float partials run at half the
+    half rate, 8 units. Without a target, the smallest count; ``units`` picks one.
+    The planner also tries the smaller counts (fewer padded output channels).
+    """
+    key = (in_type.name, partials_type.name)
+    if key not in AMP_UNITS:  # float inputs accumulate in float
+        key = (in_type.name, "float")
+    allowed, elems = AMP_UNITS[key]
+    if units is None:
+        units = max(amp_unit_options(in_type, partials_type, target)) if target else min(allowed)
+    elif units not in allowed:
+        raise ValueError(f"amp_groups: units={units}; instantiated: {allowed}")
+    return AMP_CHAIN * elems, units, units, elems
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """A chosen split of a convolution.
+
+    Attributes
+    ----------
+    method
+        ``"AMP"`` (``ConvPartialnx1``, or ``ConvPartial1x1Out`` where it applies) or
+        ``"HMAC"``.
+    parts, blocks
+        Per split dimension ``(G, B, *outField, Co, Ci)``: number of blocks and block size.
+    in_chans_per_group, out_chans_per_group
+        Nominal channel groups of the vertex (the estimate pads to them).
+    partials_type
+        Type of the vertex outputs.
+    tiles
+        ``int64[*parts]``: the tile of each block.
+    cost
+        Estimated cycles: ``compute``, ``exchange``, ``reduce``, ``total``.
+    memory_bytes
+        Estimated working set of the largest tile.
+    """
+
+    method: str
+    parts: tuple[int, ...]
+    blocks: tuple[int, ...]
+    in_chans_per_group: int
+    out_chans_per_group: int
+    num_conv_units: int
+    conv_input_load_elems: int
+    partials_type: Type
+    tiles: np.ndarray = field(compare=False, repr=False)
+    cost: dict[str, int] = field(compare=False, default_factory=dict)
+    memory_bytes: int = 0
+    #: Whether the plan is for the expanded (im2col, 1x1) form of the convolution
+    #: (:func:`~poplar_api.poplin.conv_params.expand_all_dims`).
+    expanded: bool = False
+
+    @property
+    def num_tiles_used(self) -> int:
+        return int(np.prod(self.parts))
+
+    def ranges(self, dim: int, size: int) -> list[tuple[int, int]]:
+        """Block ranges of split dimension ``dim`` (of ``size`` elements)."""
+        b = self.blocks[dim]
+        return [(p * b, min((p + 1) * b, size)) for p in range(self.parts[dim])]
+
+    def __str__(self) -> str:
+        return (
+            f"ConvPlan({self.method}, parts {list(self.parts)}, blocks {list(self.blocks)}, "
+            f"groups in {self.in_chans_per_group} out {self.out_chans_per_group}, partials "
+            f"{self.partials_type.name}, {self.num_tiles_used} tiles, cost {self.cost}, "
+            f"{self.memory_bytes} B/tile{', expanded' if self.expanded else ''})"
+        )
+
+
+def _options(size: int, max_parts: int, grain: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """``(parts, block)`` options of a dimension: blocks in multiples of ``grain``."""
+    units = -(-size // grain)
+    s = np.arange(1, max(1, min(units, max_parts)) + 1, dtype=np.int64)
+    block_units = np.unique(-(-units // s))[::-1]
+    block = np.minimum(block_units * grain, size)
+    parts = -(-size // block)
+    keep = parts <= max_parts
+    parts, block = parts[keep], block[keep]
+    if parts.size > MAX_OPTIONS:
+        pick = np.unique(np.round(np.geomspace(1, parts.size, MAX_OPTIONS)).astype(int) - 1)
+        parts, block = parts[pick], block[pick]
+    return parts, block
+
+
+def _windows(maps: list[np.ndarray], blocks: np.ndarray, d: int) -> np.ndarray:
+    """Largest input window (elements of dimension ``d``) over the blocks of each size."""
+    m = maps[d]
+    n_out = m.shape[1]
+    out = np.zeros(blocks.size, np.int64)
+    valid = m >= 0
+    big = np.where(valid, m, np.iinfo(np.int64).max).min(axis=0)
+    small = np.where(valid, m, -1).max(axis=0)
+    for i, b in enumerate(blocks.tolist()):
+        best = 0
+        for lo in range(0, n_out, b):
+            hi = min(lo + b, n_out)
+            lo_i, hi_i = big[lo:hi].min(), small[lo:hi].max()
+            if hi_i >= 0:
+                best = max(best, int(hi_i - lo_i + 1))
+        out[i] = best
+    return out
+
+
+def memory_limit(target: Any, options: Mapping[str, Any]) -> float:
+    """Bytes per tile a convolution may use under ``availableMemoryProportion``."""
+    raw = options.get("availableMemoryProportion", DEFAULT_AVAILABLE_MEMORY_PROPORTION)
+    try:
+        prop = float(raw)
+    except (TypeError, ValueError):
+        prop = -1.0
+    if not 0.0 < prop <= 1.0:
+        raise GraphError(
+            f"convolution option availableMemoryProportion={raw!r} is invalid; it must be a "
+            f"number in (0, 1], e.g. '0.6'"
+        )
+    return prop * target.getBytesPerTile()
+
+
+def _candidates(
+    params: ConvParams, method: str, partials: Type, target: Any, maps: list[np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Every split of one method with its closed-form costs (arrays of equal length)."""
+    tiles = target.getNumTiles()
+    workers = target.getNumWorkerContexts()
+    in_t, out_t = params.inputType, params.outputType
+    isz, osz, psz = in_t.size, out_t.size, partials.size
+    method, units = method if isinstance(method, tuple) else (method, None)
+    if method == "AMP":
+        icg, ocg, _, _ = amp_groups(in_t, partials, target, units)
+    else:
+        icg = ocg = 1
+    out_field = params.getOutputFieldShape()
+    nd = len(out_field)
+    sizes = [params.numConvGroups, params.batchSize, *out_field,
+             params.outputChannelsPerConvGroup, params.inputChannelsPerConvGroup]  # fmt: skip
+    grains = [1, 1, *([1] * nd), ocg, icg]
+    opts = [_options(s, tiles, g) for s, g in zip(sizes, grains, strict=True)]
+    count = int(np.prod([o[0].size for o in opts]))
+    while count > MAX_CANDIDATES:  # thin the largest option list
+        i = int(np.argmax([o[0].size for o in opts]))
+        opts[i] = (opts[i][0][::2], opts[i][1][::2])
+        count = int(np.prod([o[0].size for o in opts]))
+    wins = [_windows(maps, opts[2 + d][1], d) for d in range(nd)]
+    idx = np.meshgrid(*[np.arange(o[0].size) for o in opts], indexing="ij")
+    idx = [x.reshape(-1) for x in idx]
+    parts = [opts[i][0][idx[i]] for i in range(len(opts))]
+    blocks = [opts[i][1][idx[i]] for i in range(len(opts))]
+    used = np.prod(np.stack(parts), axis=0)
+    keep = used <= tiles
+    parts = [p[keep] for p in parts]
+    blocks = [b[keep] for b in blocks]
+    idx = [x[keep] for x in idx]
+    used = used[keep]
+    bg, bb = blocks[0], blocks[1]
+    bo = blocks[2 : 2 + nd]
+    bco, bci = blocks[-2], blocks[-1]
+    pco, pci = parts[-2], parts[-1]
+    p_field = np.prod(np.stack(parts[1 : 2 + nd]), axis=0)  # batch x field parts
+    positions = bb * np.prod(np.stack(bo), axis=0)
+    window = bb * np.prod(np.stack([wins[d][idx[2 + d]] for d in range(nd)]), axis=0)
+    kpos = int(np.prod(params.kernelShape))
+    in_elems = bg * window * bci
+    w_elems = bg * bco * bci * kpos
+    owned_in = bg * bci * params.batchSize * int(np.prod(params.inputFieldShape))
+    owned_in = owned_in // np.maximum(np.prod(np.stack(parts[1 : 2 + nd]), axis=0), 1) // pco
+    recv = isz * (np.maximum(in_elems - owned_in, 0) + w_elems - w_elems // p_field)
+    exchange = exchange_cycles(recv, target.getExchangeBytesPerCycle()) + PHASE_OVERHEAD_CYCLES
+    rows = -(-positions // workers)
+    if method == "AMP":
+        core = 8 if in_t == FLOAT else 4
+        nig, nog = -(-bci // icg), -(-bco // ocg)
+        compute = 50 + bg * nig * nog * kpos * (62 + workers * (20 + rows * core))
+    else:
+        vw = target.getVectorWidth(in_t)
+        compute = 50 + bg * kpos * workers * (16 + rows * (7 + bco * (2 + -(-bci // vw))))
+    reduce_needed = (pci > 1) | (partials != out_t)
+    chunk = -(-(bg * positions * bco) // pci)
+    red_recv = (pci - 1) * chunk * psz
+    reduce = np.where(
+        reduce_needed,
+        exchange_cycles(red_recv, target.getExchangeBytesPerCycle())
+        + PHASE_OVERHEAD_CYCLES
+        + reduce_add_cycles(pci, chunk, psz, osz, workers),
+        0,
+    )
+    out_bytes = bg * positions * bco * np.where(reduce_needed, psz, osz)
+    memory = (in_elems + w_elems) * isz + out_bytes + (pci - 1) * chunk * psz
+    return {
+        "parts": np.stack(parts, axis=1), "blocks": np.stack(blocks, axis=1),
+        "used": used, "compute": compute, "exchange": exchange, "reduce": reduce,
+        "total": compute + exchange + reduce, "memory": memory,
+        "icg": np.full(used.size, icg), "ocg": np.full(used.size, ocg),
+    }  # fmt: skip
+
+
+def plan_convolution(
+    params: ConvParams,
+    target: Any,
+    options: Mapping[str, Any],
+    exact_compute: Any = None,
+) -> ConvPlan:
+    """The cheapest plan of ``params`` on ``target`` (see the module docstring).
+
+    Parameters
+    ----------
+    params
+        The convolution.
+    target
+        The graph's target.
+    options
+        Parsed convolution options (``partialsType``, ``availableMemoryProportion``,
+        ``method`` constraint).
+    exact_compute
+        ``exact_compute(plan) -> cycles``: the Poplibs estimate of a plan's largest
+        vertex (used to refine the best candidates); None ranks by the closed forms.
+    """
+    partials = options["partialsType"]
+    if params.inputType == FLOAT:
+        partials = FLOAT
+    maps = dim_maps(params)
+    methods: list[Any] = [options["method"]] if options.get("method") else ["AMP", "HMAC"]
+    if "AMP" in methods:
+        i = methods.index("AMP")
+        units = amp_unit_options(params.inputType, partials, target)
+        methods[i : i + 1] = [("AMP", u) for u in sorted(units, reverse=True)]
+    cands = [(_m, _candidates(params, _m, partials, target, maps)) for _m in methods]
+    limit = memory_limit(target, options)
+    method_ix = np.concatenate([np.full(c["used"].size, mi) for mi, (_, c) in enumerate(cands)])
+    cat = {k: np.concatenate([c[k] for _, c in cands]) for k in cands[0][1]}
+    fits = cat["memory"] <= limit
+    primary = np.where(fits, cat["total"], np.iinfo(np.int64).max // 4)
+    if not fits.any():
+        primary = cat["memory"]
+    order = np.lexsort((method_ix, cat["used"], primary))
+    top = order[: REFINE if exact_compute is not None else 1]
+    tiles = target.getNumTiles()
+
+    def make(j: int, cost: dict[str, int]) -> ConvPlan:
+        parts = tuple(int(x) for x in cat["parts"][j])
+        used = int(np.prod(parts))
+        grid = (np.arange(used, dtype=np.int64) * tiles // used).reshape(parts)
+        m, units = cands[int(method_ix[j])][0], None
+        if isinstance(m, tuple):
+            m, units = m
+        _, _, units, elems = amp_groups(params.inputType, partials, target, units)
+        return ConvPlan(
+            method=m,
+            parts=parts,
+            blocks=tuple(int(x) for x in cat["blocks"][j]),
+            in_chans_per_group=int(cat["icg"][j]),
+            out_chans_per_group=int(cat["ocg"][j]),
+            num_conv_units=units,
+            conv_input_load_elems=elems,
+            partials_type=partials if m == "AMP" or params.inputType == FLOAT else FLOAT,
+            tiles=grid,
+            cost=cost,
+            memory_bytes=int(cat["memory"][j]),
+        )
+
+    best: tuple[int, ConvPlan] | None = None
+    for j in top.tolist():
+        cost = {k: int(cat[k][j]) for k in ("compute", "exchange", "reduce", "total")}
+        plan = make(j, cost)
+        if exact_compute is not None:
+            exact = int(exact_compute(plan))
+            cost["compute"] = exact
+            cost["total"] = exact + cost["exchange"] + cost["reduce"]
+            plan = make(j, cost)
+        key = cost["total"] if fits[j] or not fits.any() else np.iinfo(np.int64).max
+        if best is None or key < best[0]:
+            best = (key, plan)
+    assert best is not None
+    return best[1]
+
+
+def option_names() -> tuple[str, ...]:
+    """Convolution option names accepted (Poplibs' ``ConvOptions`` names)."""
+    return tuple(sorted(_KNOWN))
+
+
+_KNOWN = {
+    "availableMemoryProportion", "partialsType", "pass", "use128BitConvUnitLoad",
+    "enableMultiStageReduce", "enableFastReduce", "enableConvDithering",
+    "remapOutputTensor", "gatherConvOutput", "planConstraints", "numIPUs", "tilesPerIPU",
+    "startTileMultiplier", "disableSRForAMPVertices", "insertTransformsCycleCountProgs",
+    "enableTransformsLayoutSelection", "partialsType.interIPU", "partialsType.interTile",
+    "partialsType.intraTile", "use128BitLoad",
+}  # fmt: skip
+
+_PASSES = {
+    "NONE", "NONE_MATMUL", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU",
+    "FC_INFERENCE_FWD", "FC_TRAINING_FWD", "FC_TRAINING_BWD", "FC_TRAINING_WU",
+}  # fmt: skip
+
+
+def parse_options(options: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    """Checked convolution options: unknown names and bad values are errors."""
+    import difflib
+
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        raise GraphError(f"{what}: options must be a mapping of str to str, got {options!r}")
+    out: dict[str, Any] = {"partialsType": FLOAT, "method": None, "expand": None}
+    for k, v in options.items():
+        k = str(k)
+        if k not in _KNOWN:
+            close = difflib.get_close_matches(k, sorted(_KNOWN), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise GraphError(
+                f"{what}: option {k!r} is not a convolution option{hint} (known: "
+                f"{', '.join(sorted(_KNOWN))})"
+            )
+        s = str(v)
+        if k == "partialsType":
+            low = s.lower()
+            if low not in ("float", "half"):
+                raise GraphError(f"{what}: option partialsType={v!r}; required 'float' or 'half'")
+            out[k] = FLOAT if low == "float" else HALF
+        elif k == "pass":
+            if s not in _PASSES:
+                raise GraphError(f"{what}: option pass={v!r}; required one of {sorted(_PASSES)}")
+            out[k] = s
+        elif k == "planConstraints":
+            out.update(_plan_constraints(s, what))
+        else:
+            out[k] = s
+    memory_limit_check = out.get("availableMemoryProportion")
+    if memory_limit_check is not None:
+        try:
+            prop = float(memory_limit_check)
+        except ValueError:
+            prop = -1.0
+        if not 0.0 < prop <= 1.0:
+            raise GraphError(
+                f"{what}: option availableMemoryProportion={memory_limit_check!r}; required a "
+                f"number in (0, 1], e.g. '0.6'"
+            )
+    return out
+
+
+def _plan_constraints(text: str, what: str) -> dict[str, Any]:
+    """The parts of a Poplibs plan-constraints JSON ipusim honours: the ``method`` and the
+    ``expandDims`` transform (``[]``: no expansion; every field dimension: expand); at the
+    top level or under level ``"0"``. Other constraints are accepted and ignored."""
+    import json
+
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GraphError(f"{what}: option planConstraints is not JSON ({exc}): {text!r}") from None
+    if not isinstance(data, dict):
+        raise GraphError(f"{what}: option planConstraints must be a JSON object, got {text!r}")
+    out: dict[str, Any] = {}
+    level = data.get("0") if isinstance(data.get("0"), dict) else {}
+    method = data.get("method", level.get("method"))
+    if isinstance(method, dict):
+        method = method.get("type")
+    if method is not None:
+        m = str(method).upper()
+        if m not in ("AMP", "HMAC"):
+            raise GraphError(
+                f"{what}: planConstraints method {method!r} is not modelled; required AMP or HMAC"
+            )
+        out["method"] = m
+    transform = data.get("transform", level.get("transform"))
+    if isinstance(transform, dict) and "expandDims" in transform:
+        dims = transform["expandDims"]
+        if not isinstance(dims, list):
+            raise GraphError(
+                f"{what}: planConstraints transform.expandDims={dims!r} must be a list of "
+                f"field dimensions"
+            )
+        out["expand"] = bool(dims)
+    return out

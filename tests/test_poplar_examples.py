@@ -1,0 +1,222 @@
+"""The ports of published Poplar programs in examples/poplar, run as a user runs them.
+
+Expected lines are rebuilt here from what the originals document (the callback
+protocol, the results their tests check, numpy's own printing of the expected values),
+not read back from the scripts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "poplar"
+
+
+def run_script(
+    name: str, *args: str, cwd: Path | None = None, status: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/poplar/<name>`` with ``args``; check its exit status."""
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=cwd,
+    )
+    assert proc.returncode == status, (
+        f"{name} {' '.join(args)} exited with {proc.returncode}\n"
+        f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-5000:]}"
+    )
+    return proc
+
+
+@cache
+def example(name: str) -> ModuleType:
+    """Import ``examples/poplar/<name>.py`` (once per session)."""
+    spec = importlib.util.spec_from_file_location(f"poplar_example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------- prefetch
+def test_prefetch_prints_the_callback_protocol():
+    # Five runs of Repeat(5, {Copy(in), Execute, Copy(out)}); a new callback when the
+    # value changes. Per run: the first copy fetches (prefetched data of the run
+    # before was invalidated when it ended), every copy completes and is followed by
+    # a prefetch of the next transfer, the last one speculative.
+    expected: list[str] = []
+    previous = None
+    for value in (1, 3, 3, 9, 9):
+        if value != previous:
+            expected.append("Set input callback")
+        expected.append("Running")
+        expected.append(f"fetch (value: {value})")
+        for _ in range(5):
+            expected.append(f"complete (value: {value})")
+            expected.append(f"prefetch (value: {value})")
+        previous = value
+    proc = run_script("prefetch.py")
+    assert proc.stdout.splitlines() == expected
+    # The words the original's test looks for.
+    assert all(word in proc.stdout for word in ("Running", "complete", "prefetch"))
+
+
+# ----------------------------------------------------------- advanced example
+def test_advanced_example_on_the_ipu_model():
+    proc = run_script("advanced_example.py", "--model")
+    assert proc.stderr.splitlines() == ["Using IPU model", "Results match."]
+    assert proc.stdout == ""
+
+
+def test_advanced_example_on_a_hardware_device():
+    # The first free device of the idle simulated IPU system has id 0.
+    proc = run_script("advanced_example.py")
+    assert proc.stderr.splitlines() == ["Using HW device ID: 0", "Results match."]
+
+
+def test_advanced_example_saves_and_loads_the_executable(tmp_path):
+    name = str(tmp_path / "example")
+    saved = run_script("advanced_example.py", "--model", "--save-exe", "--exe-name", name)
+    assert saved.stderr.splitlines() == ["Using IPU model", "Results match."]
+    exe = tmp_path / "example.poplar"
+    assert exe.read_bytes().startswith(b"IPUSIM-EXECUTABLE\n")
+    # Loading skips building the graph and the programs: run from another directory.
+    loaded = run_script(
+        "advanced_example.py", "--model", "--load-exe", "--exe-name", name, cwd=tmp_path
+    )
+    assert loaded.stderr.splitlines() == ["Using IPU model", "Results match."]
+
+
+def test_advanced_example_profile_summary(tmp_path):
+    out = tmp_path / "profile.txt"
+    run_script("advanced_example.py", "--model", "--profile", "--profile-name", str(out))
+    text = out.read_text()
+    assert "Number of IPUs:         1" in text
+    # cs1 plus the reduction's compute sets
+    assert "Number of compute sets:" in text
+
+
+def test_advanced_example_errors(tmp_path):
+    proc = run_script("advanced_example.py", "--model", "--load-exe", status=1)
+    # The options are checked before a device is chosen.
+    assert proc.stderr.splitlines() == [
+        "Exception: To save/load an executable you must set 'exe-name'"
+    ]
+    proc = run_script(
+        "advanced_example.py", "--model", "--load-exe", "--profile", "--exe-name", "x", status=1
+    )
+    assert proc.stderr.splitlines() == [
+        "Exception: It is not possible to run profiling on a loaded executable."
+    ]
+    missing = str(tmp_path / "missing")
+    proc = run_script(
+        "advanced_example.py", "--model", "--load-exe", "--exe-name", missing, status=1
+    )
+    lines = proc.stderr.splitlines()
+    assert lines[:2] == ["Using IPU model", f"Error: Failed to load executable '{missing}.poplar'"]
+    assert lines[2].startswith("Exception: ") and "missing.poplar" in lines[2]
+
+
+# ------------------------------------------------------------------ leaky relu
+def leaky_relu_lines(values: list[float], alpha: float, device_line: str) -> list[str]:
+    """What the original's run_leaky_relu.py prints, computed with numpy."""
+    x = np.array(values).astype(np.float32)
+    out = np.where(x < 0, np.float32(alpha) * x, x).astype(np.float32)
+    return [device_line, f"alpha={alpha}", f"X={x}", "RESULT X", str({"LeakyRelu:0": out})]
+
+
+@pytest.mark.parametrize(
+    ("args", "values", "alpha"),
+    [
+        ((), [0.3, -2.7, 1.2, -5.0], 0.02),
+        (("--alpha", "0.01"), [0.3, -2.7, 1.2, -5.0], 0.01),
+        (("--alpha", "5.0"), [-0.1, 0.1, 0.2, -1.2], 5.0),
+    ],
+)
+def test_leaky_relu_prints_the_anchors(args, values, alpha):
+    proc = run_script("leaky_relu.py", *args, *map(str, values))
+    assert proc.stdout.splitlines() == leaky_relu_lines(values, alpha, "Running on IPU Model")
+    # The form the original's test searches for.
+    assert "{'LeakyRelu:0': array([" in proc.stdout and "dtype=float32)}" in proc.stdout
+
+
+def test_leaky_relu_on_a_hardware_device():
+    proc = run_script("leaky_relu.py", "--ipu", "0.1")
+    assert proc.stdout.splitlines() == leaky_relu_lines([0.1], 0.02, "IPU hardware device acquired")
+
+
+def test_leaky_relu_gradient():
+    module = example("leaky_relu")
+    grad = [1.0, 2.0, 3.0, 4.0, -5.0]
+    x = [-1.0, 1.0, -2.0, 0.0, -0.5]
+    out = module.build_and_run_grad_graph(grad, x, 0.25)["LeakyReluGrad:0"]
+    # d/dx leaky_relu = alpha where x < 0, else 1 (also at 0)
+    np.testing.assert_array_equal(out, np.array([0.25, 2.0, 0.75, 4.0, -1.25], np.float32))
+
+
+# ---------------------------------------------------------- RepeatWhileTrue
+def countdown(a: int, b: int) -> tuple[int, int]:
+    """Decrement both while neither is zero, as the device loop does."""
+    while a != 0 and b != 0:
+        a, b = a - 1, b - 1
+    return a, b
+
+
+def test_repeat_while_true_gives_the_checked_values():
+    proc = run_script("repeat_while_true.py")
+    # The original checks output[0] == 2 and output[1] == 0.
+    assert countdown(10, 8) == (2, 0)
+    assert proc.stdout.splitlines() == ["output: {2,0}"]
+
+
+def test_repeat_while_true_other_start():
+    proc = run_script("repeat_while_true.py", "--init", "3", "7")
+    a, b = countdown(3, 7)
+    assert proc.stdout.splitlines() == [f"output: {{{a},{b}}}"]
+
+
+# ------------------------------------------------ lightweight profiling (InOut)
+def test_implicit_blocks_print_one_line_per_execution():
+    proc = run_script("lightweight_profiling_implicit_blocks.py")
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 5
+    assert all(line.startswith("operation: ") for line in lines)
+    cycles = {int(line.split(": ")[1]) for line in lines}
+    # one fixed estimate per execution (see the port's docstring)
+    assert len(cycles) == 1
+
+
+def test_implicit_blocks_match_the_trace_and_inout_state_persists():
+    module = example("lightweight_profiling_implicit_blocks")
+    device = module.getIpuHwDevice(1)
+    try:
+        engine = module.build(device, runs=1)
+        # InOut state: 1 + 5 increments, kept in the tensor.
+        assert module.iterations(engine) == 6
+        records = engine.getTrace().records
+        blocks = engine.getBlockRecords(0)
+        # Each block is the tile-0 cycles of the compute set's steps: its sync and the
+        # vertex estimate.
+        per_exec = [r for r in records if r.name == "operation"]
+        assert len(per_exec) == len(blocks) == 5
+        for block, rec in zip(blocks, per_exec, strict=True):
+            assert block["name"] == "operation"
+            assert block["cycles"] == int(rec.tile_cycles[0])
+            assert block["cycles"] >= module.CYCLES_PER_ITERATION
+        engine.run()
+        assert module.iterations(engine) == 11
+        assert len(engine.getBlockRecords(0)) == 10
+    finally:
+        device.detach()
