@@ -58,6 +58,10 @@ def _library_graph() -> Graph:
     poplin.convolution(graph, poplin.createInput(graph, hm, "hx"),
                        poplin.createWeights(graph, hm, "hw"), hm, False, seq, "hmac",
                        {"planConstraints": '{"method": "HMAC"}'})  # fmt: skip
+    dw = poplin.ConvParams(HALF, 1, [6, 6], [3, 3], 1, 1, 8)
+    poplin.convolution(graph, poplin.createInput(graph, dw, "dx"),
+                       poplin.createWeights(graph, dw, "dw"), dw, False, seq, "vmac",
+                       {"planConstraints": '{"method": "VMAC"}'})  # fmt: skip
     a, m = var(FLOAT, [16, 40], "a"), var(FLOAT, [40, 8], "m")
     poplin.matMul(graph, a, m, seq, "mm")
     # popops

@@ -263,6 +263,32 @@ def test_vertex_families_carry_poplibs_names():
     np.testing.assert_allclose(out["y"], ref_conv(x2, w2, p2), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("groups", [4, 16])
+def test_depthwise_half_convolution_on_the_vertical_mac(groups):
+    """One input and one output channel per group, HALF: Poplibs' VMAC vertex, with
+    values equal to numpy in all three passes."""
+    rng = np.random.default_rng(groups)
+    p = poplin.ConvParams(HALF, 2, [6, 6], [3, 3], 1, 1, groups, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+    x = rng.uniform(-1, 1, p.inputShape()).astype(np.float16)
+    w = rng.uniform(-1, 1, p.weightsShape()).astype(np.float16)
+    dy = rng.uniform(-1, 1, p.outputShape()).astype(np.float16)
+    vmac = {"planConstraints": '{"method": "VMAC", "transform": {"expandDims": []}}'}
+    out, _, graph = run_passes(p, x, w, dy, options=vmac, passes=("fwd",))
+    cgpg = 16 if groups >= 16 else 8 if groups >= 8 else 4
+    assert vertex_names(graph, "fwd/Convolve") == {
+        f"poplin::ConvPartialVerticalMac<half,float,true,{cgpg}>"
+    }
+    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=2e-2, atol=2e-2)
+
+
+def test_vmac_constraint_on_a_convolution_it_does_not_fit_is_an_error():
+    p = poplin.ConvParams(FLOAT, 1, [6], [3], 1, 1, 8)
+    graph = Graph(IPUModel("ipu1").createDevice().getTarget())
+    with pytest.raises(GraphError, match="VMAC does not apply.*HALF"):
+        poplin.getConvPlan(graph, p, {"planConstraints": '{"method": "VMAC"}'})
+
+
 def test_input_channel_split_reduces_partials():
     """A plan forced to few tiles' memory splits Ci; the ReduceAdd compute set sums it."""
     rng = np.random.default_rng(8)

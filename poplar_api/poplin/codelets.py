@@ -32,6 +32,9 @@ def vertex_classes() -> list[type]:
                     out.append(conv_vertex(method, types[fp], types[acc], limited, units, elems))
         for fp, acc in (("half", "half"), ("half", "float"), ("float", "float")):
             out.append(conv_vertex("HMAC", types[fp], types[acc], limited))
+        for acc in ("half", "float"):
+            for cgpg in (4, 8, 16):
+                out.append(conv_vertex("VMAC", HALF, types[acc], limited, 8, 2, cgpg))
     return out + list(vx._REDUCE.values())
 
 

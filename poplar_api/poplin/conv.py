@@ -98,6 +98,20 @@ def _estimate(
     fp = params.inputType
     acc = plan.partials_type
     out_rows = batch * int(np.prod(geom.out_shape))
+    if method == "VMAC":
+        cgpg = plan.conv_groups_per_group
+        # VMAC worklist entries store numElems - 1 (ConvVertices.cpp); one list per worker
+        parts = [[n - 1 for per_k in worker for n in per_k if n > 0] for worker in geom.partitions]
+        return conv_estimators.conv_partial_vmac_cycles(
+            parts,
+            num_conv_groups=-(-ncg // cgpg),
+            num_in_groups=nig,
+            num_out_elems=out_rows * cgpg,
+            conv_groups_per_group=cgpg,
+            num_worker_contexts=workers,
+            float_activations=False,
+            float_partials=acc == FLOAT,
+        )
     if method == "HMAC":
         ic, oc = chans
         zero = conv_estimators.zero_supervisor_cycles(
@@ -160,7 +174,7 @@ def _estimate(
 
 
 def _group_counts(plan: ConvPlan, bg: int, bci: int, bco: int) -> tuple[int, int, int]:
-    if plan.method == "HMAC":
+    if plan.method in ("HMAC", "VMAC"):
         return bg, 1, 1
     return bg, -(-bci // plan.in_chans_per_group), -(-bco // plan.out_chans_per_group)
 
@@ -200,6 +214,8 @@ def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     plan = cache.get(key)
     if plan is None:
         expand = opts.get("expand")
+        if opts.get("method") == "VMAC":
+            expand = False  # the expanded form has many input channels: no VMAC
         plan = None
         if expand is not True or int(np.prod(params.kernelShape)) == 1:
             plan = plan_convolution(params, target, opts, _largest_block_estimate(params, target))
@@ -442,7 +458,7 @@ def _conv(
             zeros.append(Tensor(st, acc_type, ids, f"{name}/zero"))
             continue
         method = _vertex_method(plan, geom, kpos)
-        if plan.method == "HMAC":
+        if plan.method in ("HMAC", "VMAC"):
             ig_r, og_r = [(ci0, ci1)], [(co0, co1)]
         else:
             icg, ocg = plan.in_chans_per_group, plan.out_chans_per_group
@@ -466,7 +482,8 @@ def _conv(
         wl_values = np.concatenate([w for per_k in geom.worklists for w in per_k]).astype(np.int64)
         limited = bool(wl_values.size == 0 or wl_values.max() <= np.iinfo(np.uint16).max)
         cls = conv_vertex(method, fp, acc_type, limited, plan.num_conv_units,
-                          plan.conv_input_load_elems)  # fmt: skip
+                          plan.conv_input_load_elems,
+                          max(plan.conv_groups_per_group, 4))  # fmt: skip
         graph.addCodelets(cls)
         wl_t = UNSIGNED_SHORT if limited else UNSIGNED_INT
         wl_const = graph._add(wl_t, [max(wl_values.size, 1)], f"{name}/worklists", True)

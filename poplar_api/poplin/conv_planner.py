@@ -34,8 +34,11 @@ ranking follows them; the final choice uses the estimators themselves):
 The lowering plans both the convolution as given and its ``expandDims`` form
 (:func:`~poplar_api.poplin.conv_params.expand_all_dims`) and keeps the cheaper.
 
-Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC and
-VMAC families, input-channel serial splits and the planner's other transforms (swapping
+The vertical MAC (``ConvPartialVerticalMac``) is a candidate for HALF depthwise
+convolutions (:func:`vmac_groups`); its closed form is derived from the leading terms
+of ``getConvPartialVerticalMacCycleEstimate``.
+
+Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC family, input-channel serial splits and the planner's other transforms (swapping
 operands, expanding some dimensions only, flattening the batch into the field).
 """
 
@@ -52,7 +55,7 @@ from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.estimators import exchange_cycles, reduce_add_cycles
 from poplar_api.types import FLOAT, HALF, Type
 
-__all__ = ["ConvPlan", "amp_groups", "amp_unit_options", "plan_convolution"]
+__all__ = ["ConvPlan", "amp_groups", "amp_unit_options", "plan_convolution", "vmac_groups"]
 
 #: Cycles per extra BSP phase (sync + exchange set-up), as the matmul planner charges.
 PHASE_OVERHEAD_CYCLES = 190
@@ -76,6 +79,23 @@ AMP_UNITS = {
 AMP_CHAIN = 4
 #: Thread cycles per field position of one AMP pass (the Poplibs worker loop).
 AMP_CORE_CYCLES = {"half": 4, "float": 8}
+
+
+def vmac_groups(params: ConvParams) -> int:
+    """Conv groups per VMAC group for ``params`` (16, 8 or 4), 0 when VMAC does not apply.
+
+    Poplibs' vertical MAC (``ConvPartialVerticalMac``) takes HALF inputs with one input
+    and one output channel per conv group (depthwise convolutions); it processes 4, 8 or
+    16 conv groups at once (the largest that does not exceed the groups).
+    """
+    if params.inputType != HALF:
+        return 0
+    if params.inputChannelsPerConvGroup != 1 or params.outputChannelsPerConvGroup != 1:
+        return 0
+    for n in (16, 8, 4):
+        if params.numConvGroups >= n:
+            return n
+    return 0
 
 
 def amp_unit_options(in_type: Type, partials_type: Type, target: Any) -> list[int]:
@@ -150,6 +170,8 @@ class ConvPlan:
     tiles: np.ndarray = field(compare=False, repr=False)
     cost: dict[str, int] = field(compare=False, default_factory=dict)
     memory_bytes: int = 0
+    #: VMAC: conv groups a vertex processes together (4, 8 or 16); 1 otherwise.
+    conv_groups_per_group: int = 1
     #: Whether the plan is for the expanded (im2col, 1x1) form of the convolution
     #: (:func:`~poplar_api.poplin.conv_params.expand_all_dims`).
     expanded: bool = False
@@ -230,15 +252,18 @@ def _candidates(
     in_t, out_t = params.inputType, params.outputType
     isz, osz, psz = in_t.size, out_t.size, partials.size
     method, units = method if isinstance(method, tuple) else (method, None)
+    cgpg = 1
     if method == "AMP":
         icg, ocg, _, _ = amp_groups(in_t, partials, target, units)
     else:
         icg = ocg = 1
+    if method == "VMAC":
+        cgpg = vmac_groups(params)
     out_field = params.getOutputFieldShape()
     nd = len(out_field)
     sizes = [params.numConvGroups, params.batchSize, *out_field,
              params.outputChannelsPerConvGroup, params.inputChannelsPerConvGroup]  # fmt: skip
-    grains = [1, 1, *([1] * nd), ocg, icg]
+    grains = [cgpg, 1, *([1] * nd), ocg, icg]
     opts = [_options(s, tiles, g) for s, g in zip(sizes, grains, strict=True)]
     count = int(np.prod([o[0].size for o in opts]))
     while count > MAX_CANDIDATES:  # thin the largest option list
@@ -275,6 +300,11 @@ def _candidates(
         core = 8 if in_t == FLOAT else 4
         nig, nog = -(-bci // icg), -(-bco // ocg)
         compute = 50 + bg * nig * nog * kpos * (62 + workers * (20 + rows * core))
+    elif method == "VMAC":
+        # per group of cgpg conv groups: supervisor 100, and per kernel position a worker
+        # pass of 10 + 3 cycles per field position and 8 conv groups (the VMAC loop)
+        ngg = -(-bg // cgpg)
+        compute = 100 + ngg * kpos * workers * (10 + rows * 3 * max(cgpg // 8, 1))
     else:
         vw = target.getVectorWidth(in_t)
         compute = 50 + bg * kpos * workers * (16 + rows * (7 + bco * (2 + -(-bci // vw))))
@@ -295,6 +325,7 @@ def _candidates(
         "used": used, "compute": compute, "exchange": exchange, "reduce": reduce,
         "total": compute + exchange + reduce, "memory": memory,
         "icg": np.full(used.size, icg), "ocg": np.full(used.size, ocg),
+        "cgpg": np.full(used.size, cgpg),
     }  # fmt: skip
 
 
@@ -324,6 +355,13 @@ def plan_convolution(
         partials = FLOAT
     maps = dim_maps(params)
     methods: list[Any] = [options["method"]] if options.get("method") else ["AMP", "HMAC"]
+    if options.get("method") in (None, "VMAC") and vmac_groups(params):
+        methods = [m for m in methods if m != "VMAC"] + ["VMAC"]
+    elif options.get("method") == "VMAC":
+        raise GraphError(
+            f"planConstraints method VMAC does not apply to {params}: it needs HALF inputs, "
+            f"one input and one output channel per conv group and at least 4 conv groups"
+        )
     if "AMP" in methods:
         i = methods.index("AMP")
         units = amp_unit_options(params.inputType, partials, target)
@@ -356,7 +394,8 @@ def plan_convolution(
             out_chans_per_group=int(cat["ocg"][j]),
             num_conv_units=units,
             conv_input_load_elems=elems,
-            partials_type=partials if m == "AMP" or params.inputType == FLOAT else FLOAT,
+            partials_type=partials if m in ("AMP", "VMAC") or params.inputType == FLOAT else FLOAT,
+            conv_groups_per_group=int(cat["cgpg"][j]),
             tiles=grid,
             cost=cost,
             memory_bytes=int(cat["memory"][j]),
@@ -465,9 +504,10 @@ def _plan_constraints(text: str, what: str) -> dict[str, Any]:
         method = method.get("type")
     if method is not None:
         m = str(method).upper()
-        if m not in ("AMP", "HMAC"):
+        if m not in ("AMP", "HMAC", "VMAC"):
             raise GraphError(
-                f"{what}: planConstraints method {method!r} is not modelled; required AMP or HMAC"
+                f"{what}: planConstraints method {method!r} is not modelled; required AMP, "
+                f"HMAC or VMAC"
             )
         out["method"] = m
     transform = data.get("transform", level.get("transform"))

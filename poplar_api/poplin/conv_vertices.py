@@ -1,5 +1,6 @@
 """The Poplibs convolution partial-sum vertices: AMP (``ConvPartial1x1Out``,
-``ConvPartialnx1``) and the horizontal MAC (``ConvPartialHorizontalMac``).
+``ConvPartialnx1``), the horizontal MAC (``ConvPartialHorizontalMac``) and the vertical
+MAC for depthwise half convolutions (``ConvPartialVerticalMac``).
 
 Every vertex computes, on one tile, partial sums of a piece of a convolution::
 
@@ -52,7 +53,7 @@ PARAMS = (
 )  # fmt: skip
 
 #: Vertex families and their Poplibs template names.
-METHODS = ("AMP_1x1", "AMP", "HMAC")
+METHODS = ("AMP_1x1", "AMP", "HMAC", "VMAC")
 
 
 def _inner(batch: FieldBatch, v: int) -> list[np.ndarray]:
@@ -150,20 +151,24 @@ def _b(flag: bool) -> str:
 
 @functools.cache
 def conv_vertex(method: str, fp_type: Type, accum_type: Type, limited: bool = True,
-                num_conv_units: int = 8, conv_input_load_elems: int = 2) -> type:  # fmt: skip
+                num_conv_units: int = 8, conv_input_load_elems: int = 2,
+                conv_groups_per_group: int = 4) -> type:  # fmt: skip
     """The vertex class of a conv partial family and instantiation.
 
     Parameters
     ----------
     method
         ``"AMP_1x1"`` (``poplin::ConvPartial1x1Out``), ``"AMP"``
-        (``poplin::ConvPartialnx1``) or ``"HMAC"`` (``poplin::ConvPartialHorizontalMac``).
+        (``poplin::ConvPartialnx1``), ``"HMAC"`` (``poplin::ConvPartialHorizontalMac``)
+        or ``"VMAC"`` (``poplin::ConvPartialVerticalMac``, HALF inputs only).
     fp_type, accum_type
         Input and partials types.
     limited
         Whether worklists fit 16-bit entries (Poplibs' ``useLimitedVer``).
     num_conv_units, conv_input_load_elems
-        AMP template arguments (ignored by HMAC).
+        AMP template arguments (ignored by the MAC families).
+    conv_groups_per_group
+        VMAC template argument (4, 8 or 16).
     """
     if method not in METHODS:
         raise ValueError(f"conv_vertex: method={method!r}; required one of {METHODS}")
@@ -171,7 +176,16 @@ def conv_vertex(method: str, fp_type: Type, accum_type: Type, limited: bool = Tr
         if t not in (FLOAT, HALF):
             raise ValueError(f"conv_vertex: {what}={t!r}; required FLOAT or HALF")
     fp, acc = fp_type.name, accum_type.name
-    if method == "HMAC":
+    if method == "VMAC":
+        if fp_type != HALF or conv_groups_per_group not in (4, 8, 16):
+            raise ValueError(
+                f"conv_vertex: VMAC needs HALF inputs and 4, 8 or 16 conv groups per group; "
+                f"got {fp_type.name}, {conv_groups_per_group}"
+            )
+        name = (
+            f"poplin::ConvPartialVerticalMac<{fp},{acc},{_b(limited)},{conv_groups_per_group}>"
+        )
+    elif method == "HMAC":
         name = f"poplin::ConvPartialHorizontalMac<{fp},{acc},{_b(limited)}>"
     else:
         family = "ConvPartial1x1Out" if method == "AMP_1x1" else "ConvPartialnx1"
@@ -191,5 +205,8 @@ def conv_vertex(method: str, fp_type: Type, accum_type: Type, limited: bool = Tr
         "worklists": Input(VectorList(wl_type)),
         "params": Input(Vector(INT)),
     }
-    cls_name = f"Conv_{method}_{fp_type.constant}_{accum_type.constant}_{int(limited)}"
+    cls_name = (
+        f"Conv_{method}_{fp_type.constant}_{accum_type.constant}_{int(limited)}_"
+        f"{num_conv_units}_{conv_groups_per_group}"
+    )
     return type(cls_name, (_ConvPartialBase,), attrs)
