@@ -46,6 +46,18 @@ class HostLinkError(IpusimError, ValueError):
     """A host transfer breaks a host-link rule (for example the per-copy size limit)."""
 
 
+class RunAborted(IpusimError, RuntimeError):
+    """A functional effect stopped the run on purpose (a program's abort).
+
+    The machine stops the run, sets ``trace`` to what was measured until then (an
+    incomplete trace) and raises the same exception object on.
+    """
+
+    def __init__(self, message: str, trace: Any = None) -> None:
+        super().__init__(message)
+        self.trace = trace
+
+
 class SimulationTimeout(IpusimError, TimeoutError):
     """The run went past ``max_cycles``; ``trace`` holds what was measured until then."""
 

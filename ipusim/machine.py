@@ -23,7 +23,7 @@ import simpy
 from ipusim import ir
 from ipusim.config import MachineConfig, config_hash, load_config
 from ipusim.dataplane import DataPlane, NoDataPlane
-from ipusim.errors import IpusimError, SimulationTimeout
+from ipusim.errors import IpusimError, RunAborted, SimulationTimeout
 from ipusim.host.link import check_copy_size
 from ipusim.timing import TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
@@ -112,6 +112,9 @@ class Machine:
             A stream copy is larger than the per-copy limit.
         SimulationTimeout
             ``max_cycles`` was exceeded.
+        RunAborted
+            An effect stopped the run (raised by the data plane); its ``trace`` is the
+            partial trace.
         """
         cfg = self.config
         program = ir.validate_program(program, cfg.num_tiles, cfg.tile.tiles_per_ipu)
@@ -174,7 +177,7 @@ class _Run:
         error: BaseException | None = None
         try:
             self.env.run(simpy.AllOf(self.env, procs))
-        except SimulationTimeout as exc:
+        except (SimulationTimeout, RunAborted) as exc:
             error = exc
         records = [self.records[k] for k in sorted(self.records)]
         previous_end = 0
@@ -196,6 +199,9 @@ class _Run:
             decisions=list(self.decision_log),
             blocks=[self.blocks[k] for k in sorted(self.blocks)],
         )
+        if isinstance(error, RunAborted):
+            error.trace = trace
+            raise error
         if error is not None:
             raise SimulationTimeout(str(error), trace) from None
         return trace

@@ -23,7 +23,12 @@ from ipusim.timing import TimingModel
 from ipusim.trace import Trace
 from poplar_api.codelet import vertex_bounds_checks
 from poplar_api.device import Device
-from poplar_api.errors import EngineError, GraphValidationError, OutOfMemoryError
+from poplar_api.errors import (
+    ApplicationRuntimeError,
+    EngineError,
+    GraphValidationError,
+    OutOfMemoryError,
+)
 from poplar_api.executable import Executable
 from poplar_api.graph import DataStream, Graph
 from poplar_api.lowering import validate
@@ -195,6 +200,15 @@ class Engine:
 
         When the run ends (or stops on an error), stream callbacks holding prefetched
         data that no copy used are told so (``invalidatePrefetched``).
+
+        Raises
+        ------
+        ApplicationRuntimeError
+            The program stopped itself (``Abort``, ``AbortOnCondition``,
+            ``ErrorProgram``); the error carries the program's message and, on an IPU
+            Model, the trace until then (also ``getTrace()``).
+        SimulationTimeout
+            The run passed ``debug.maxCycles``.
         """
         try:
             self._run_program(index, debugName)
@@ -235,6 +249,15 @@ class Engine:
                     "engine.getTrace(), engine.getExecutionProfile(); hint: raise "
                     "debug.maxCycles, or check for a RepeatWhileTrue/RepeatWhileFalse whose "
                     "condition never changes",
+                    partial,
+                ) from None
+            if isinstance(exc, ApplicationRuntimeError) and partial is not None:
+                raise ApplicationRuntimeError(
+                    f"Engine.run: program {index}: {exc}; the run had taken "
+                    f"{partial.total_cycles:,} cycles; the partial profile is kept: "
+                    "engine.getTrace(), engine.getExecutionProfile()",
+                    exc.message,
+                    exc.program,
                     partial,
                 ) from None
             raise

@@ -7,6 +7,8 @@ built-in exception.
 
 from __future__ import annotations
 
+from ipusim.errors import RunAborted
+
 
 class PoplarError(Exception):
     """Base class of every error raised by :mod:`poplar_api`."""
@@ -43,6 +45,29 @@ class GraphValidationError(PoplarError, ValueError):
 
 class EngineError(PoplarError, RuntimeError):
     """An Engine call is used wrongly (unknown handle, not loaded, bad buffer)."""
+
+
+class ApplicationRuntimeError(EngineError, RunAborted):
+    """A run stopped by the program itself (``Abort``, ``AbortOnCondition``,
+    ``ErrorProgram``), as Poplar's ``poplar::application_runtime_error``.
+
+    Attributes
+    ----------
+    message
+        The program's message (empty when it gave none).
+    program
+        The program that stopped the run, e.g. ``"Abort#12 'check'"``.
+    trace
+        On an IPU Model, the trace of the run until it stopped (``complete`` False;
+        also ``engine.getTrace()``); None on a CPU device.
+    """
+
+    def __init__(
+        self, text: str, message: str = "", program: str = "", trace: object = None
+    ) -> None:
+        super().__init__(text, trace)
+        self.message = message
+        self.program = program
 
 
 class OutOfMemoryError(PoplarError, MemoryError):

@@ -50,8 +50,9 @@ if TYPE_CHECKING:
 #: First line of every executable file.
 MAGIC = b"IPUSIM-EXECUTABLE\n"
 
-#: Version of the file layout; files of another version are refused.
-FORMAT_VERSION = 1
+#: Version of the file layout; files of another version are refused. Version 2: element
+#: ids live in one space per element size (version 1 had one per element type).
+FORMAT_VERSION = 2
 
 #: Engine options that shape compilation, with their defaults. They are fixed by
 #: ``compileGraph``; ``Engine(executable, options)`` may only repeat their values.

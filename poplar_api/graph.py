@@ -1,9 +1,14 @@
 """The Graph: variables, constants, tile mappings, compute sets, vertices, streams.
 
-Elements live in one id space per element type: each variable gets a contiguous id
-range there, and a :class:`~poplar_api.tensor.Tensor` is an array of those ids. The
-tile of every element is held in a per-type array, so mapping and lowering are numpy
-operations over whole tensors. A virtual graph is a view over a tile range of its
+Elements live in one id space per element size (4-byte FLOAT, INT, UNSIGNED_INT;
+2-byte HALF, SHORT, UNSIGNED_SHORT; 1-byte CHAR, UNSIGNED_CHAR, BOOL): each variable
+gets a contiguous id range in the space of its type's size, and a
+:class:`~poplar_api.tensor.Tensor` is an element type and an array of those ids. Types
+of one size share ids, so ``Tensor.reinterpret`` is the same ids with another type:
+the device memory image (:class:`~poplar_api.lowering.context.Storage`) keeps the raw
+bits of each space and every read and write goes through a numpy ``view`` of the
+accessing type. The tile of every element is held in a per-space array, so mapping and
+lowering are numpy operations over whole tensors. A virtual graph is a view over a tile range of its
 parent: what it adds appears in the parent, with its tiles shifted. A virtual graph
 over a tile list (``createVirtualGraph([3, 7, 1])``) maps its tile ``i`` to the
 parent's tile ``tiles[i]``.
@@ -42,7 +47,7 @@ class Variable:
 
 
 class _Space:
-    """The element ids of one type: tile of each element and the owning variable."""
+    """The element ids of one element size: tile of each element and the owning variable."""
 
     def __init__(self) -> None:
         self.tile = np.zeros(0, np.int32)
@@ -172,7 +177,8 @@ class _GraphState:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.spaces: dict[Type, _Space] = {}
+        #: element size in bytes -> the id space shared by the types of that size
+        self.spaces: dict[int, _Space] = {}
         self.variables: list[Variable] = []
         self.initial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # var id -> (ids, values)
         self.initial_parts: list[tuple[Type, np.ndarray, np.ndarray]] = []
@@ -185,10 +191,15 @@ class _GraphState:
         self.functions: list[Function] = []
 
     def space(self, t: Type) -> _Space:
-        sp = self.spaces.get(t)
+        """The id space of element type ``t`` (shared by every type of its size)."""
+        sp = self.spaces.get(t.size)
         if sp is None:
-            sp = self.spaces[t] = _Space()
+            sp = self.spaces[t.size] = _Space()
         return sp
+
+    def find_space(self, t: Type) -> _Space | None:
+        """The id space of ``t``, or None when no element of its size exists yet."""
+        return self.spaces.get(t.size)
 
 
 def _shape_of(shape: Any, what: str) -> tuple[int, ...]:

@@ -534,6 +534,134 @@ class Call(Program):
         self.function = function
 
 
+def _message(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise GraphError(
+            f"{what}: message {value!r} ({type(value).__name__}) must be a str; hint: "
+            f"{what}('what went wrong')"
+        )
+    return value
+
+
+class Abort(Program):
+    """Stop the run with an error: ``Abort()`` or ``Abort(message, debugContext)``.
+
+    As Poplar's ``Abort``: the message is reported to the host and ``Engine.run``
+    raises :class:`~poplar_api.errors.ApplicationRuntimeError` carrying the message
+    and, on an IPU Model, the trace of the run until then. Python has one overload:
+    the first argument is the message (Poplar's ``Abort(debugContext)`` is
+    ``Abort(debugContext=...)``).
+
+    Timing: one internal sync (the tiles agree to stop), in which the run ends.
+    """
+
+    def __init__(self, message: str = "", debugContext: DebugContext = "") -> None:
+        super().__init__(debugContext)
+        self.message = _message(message, "Abort")
+
+
+class AbortOnCondition(Program):
+    """Stop the run with an error when the scalar ``predicate`` is non-zero:
+    ``AbortOnCondition(predicate, message="", debugContext="")``.
+
+    The predicate is read as ``If`` reads its predicate (after an internal sync; any
+    element type, non-zero is true); a false predicate lets the run go on. A true one
+    stops it as :class:`Abort` does. Timing: the internal sync of the predicate, and
+    when it is true one more internal sync in which the run ends.
+
+    The predicate must be a one-element tensor of the engine's graph; that is checked
+    when the Engine compiles.
+    """
+
+    def __init__(self, predicate: Any, message: str = "", debugContext: DebugContext = "") -> None:
+        super().__init__(debugContext)
+        if not isinstance(predicate, _tensor_type()):
+            raise GraphError(
+                f"AbortOnCondition: predicate {predicate!r} ({type(predicate).__name__}) "
+                "must be a Tensor (a scalar); hint: AbortOnCondition(flag, 'message')"
+            )
+        self.predicate = predicate
+        self.message = _message(message, "AbortOnCondition")
+
+
+class ErrorProgram(Program):
+    """Print a message and a debug tensor, then stop the run with an error:
+    ``ErrorProgram(message, debugTensor, debugContext="")``.
+
+    As Poplar's ``ErrorProgram``: the host prints ``message`` and then
+    ``debugTensor`` as :class:`PrintTensor` does, and ``Engine.run`` raises
+    :class:`~poplar_api.errors.ApplicationRuntimeError` with the message. Timing: a
+    :class:`PrintTensor` of ``debugTensor`` (host sync and device-to-host transfer),
+    after which the run ends. Put it in an ``If`` to stop on a condition.
+    """
+
+    def __init__(self, message: str, debugTensor: Any, debugContext: DebugContext = "") -> None:
+        super().__init__(debugContext)
+        self.message = _message(message, "ErrorProgram")
+        if not isinstance(debugTensor, _tensor_type()):
+            raise GraphError(
+                f"ErrorProgram: debugTensor {debugTensor!r} ({type(debugTensor).__name__}) "
+                "must be a Tensor, printed after the message"
+            )
+        self.debugTensor = debugTensor
+
+
+class AssumeEqualAcrossReplicas(Program):
+    """Tell the compiler a tensor has the same value in every replica:
+    ``AssumeEqualAcrossReplicas(tensor, debugContext="")``.
+
+    Poplar uses it when checking replicated control flow for divergence. ipusim has
+    one replica, so it is accepted, checked (a tensor of the engine's graph) and
+    changes nothing: no step, no cost.
+    """
+
+    def __init__(self, tensor: Any, debugContext: DebugContext = "") -> None:
+        super().__init__(debugContext)
+        if not isinstance(tensor, _tensor_type()):
+            raise GraphError(
+                f"AssumeEqualAcrossReplicas: expected a Tensor, got {type(tensor).__name__}"
+            )
+        self.tensor = tensor
+
+
+class CrossReplicaCopy(Program):
+    """Copy ``src`` of each replica to ``dst`` of another:
+    ``CrossReplicaCopy(src, dst, replicaMap, debugContext="")``.
+
+    ``replicaMap`` maps a source replica to its destination replica. The program can
+    be made, but ipusim does not model replicated graphs yet, so an Engine given one
+    reports it (a ``GraphValidationError``): there is no other replica to copy to.
+
+    Raises
+    ------
+    GraphError
+        ``src`` or ``dst`` is not a tensor, or ``replicaMap`` is not a mapping of ints
+        to ints.
+    """
+
+    def __init__(
+        self, src: Any, dst: Any, replicaMap: Mapping[int, int], debugContext: DebugContext = ""
+    ) -> None:
+        super().__init__(debugContext)
+        for what, t in (("src", src), ("dst", dst)):
+            if not isinstance(t, _tensor_type()):
+                raise GraphError(f"CrossReplicaCopy: {what} must be a Tensor, got {t!r}")
+        if not isinstance(replicaMap, Mapping) or not all(
+            isinstance(k, Integral)
+            and isinstance(v, Integral)
+            and not isinstance(k, bool)
+            and not isinstance(v, bool)
+            for k, v in replicaMap.items()
+        ):
+            raise GraphError(
+                f"CrossReplicaCopy from '{src.name}' to '{dst.name}': replicaMap "
+                f"{replicaMap!r} must map source replica (int) to destination replica (int), "
+                "e.g. {0: 1, 1: 0}"
+            )
+        self.src, self.dst = src, dst
+        self.replicaMap = {int(k): int(v) for k, v in replicaMap.items()}
+
+
 class WriteUndef(Program):
     """Mark a tensor's contents as undefined from here on: ``WriteUndef(tensor)``.
 
@@ -550,10 +678,15 @@ class WriteUndef(Program):
 
 
 __all__ = [
+    "Abort",
+    "AbortOnCondition",
+    "AssumeEqualAcrossReplicas",
     "Block",
     "Call",
     "Copy",
+    "CrossReplicaCopy",
     "DebugContext",
+    "ErrorProgram",
     "Execute",
     "If",
     "PrintTensor",

@@ -2,8 +2,9 @@
 
 A :class:`Tensor` holds no data. It is the triple *(graph, element type, index
 array)*: the index array is an ``int64`` ndarray with the tensor's shape whose entries
-are element ids in the graph's element space of that type (the graph gives every
-variable a contiguous id range per element type). Every view operation (slice,
+are element ids in the graph's element space of that type's size (the graph gives
+every variable a contiguous id range there; :meth:`Tensor.reinterpret` views the same
+ids as another type of the same size). Every view operation (slice,
 reshape, dimShuffle, broadcast, ...) transforms the index array with numpy, so views of
 views stay numpy views where numpy can express them; only the index metadata is ever
 copied (for example by :func:`concat`), never device data.
@@ -23,6 +24,7 @@ the argument, the value found and the valid range:
 
 from __future__ import annotations
 
+import builtins
 import enum
 import math
 import operator
@@ -139,7 +141,7 @@ class Tensor:
         The graph owning the elements. Opaque here; only its identity matters
         (tensors of different graphs cannot be concatenated).
     element_type
-        The element type; ids in ``index`` live in the graph's id space of this type.
+        The element type; ids in ``index`` live in the graph's id space of its size.
     index
         Integer array of non-negative element ids with the tensor's shape. It is
         converted to ``int64`` (without copying when it already is) and exposed
@@ -657,6 +659,46 @@ class Tensor:
         new = [*old[:d], old[d] * s, *old[d + 1 :]]
         return self._derive(spread.reshape(new), f".upsample({s},{d})")
 
+    # ------------------------------------------------------------ element type
+    def reinterpret(self, type: Type) -> Tensor:
+        """The same elements seen as another element type of the same size.
+
+        As Poplar's ``Tensor::reinterpret``: no data moves; the result is a view of the
+        same device memory whose bits are read and written as ``type``. Types of one
+        size reinterpret into each other: FLOAT, INT and UNSIGNED_INT (4 bytes); HALF,
+        SHORT and UNSIGNED_SHORT (2 bytes); CHAR, UNSIGNED_CHAR and BOOL (1 byte).
+        Values are bit-exact, as numpy's ``ndarray.view`` (a BOOL read of a non-zero
+        byte is True). The shape, tile mapping and memory are the source's.
+
+        Parameters
+        ----------
+        type
+            The new element type (a :class:`~poplar_api.types.Type`).
+
+        Raises
+        ------
+        TypeMismatchError
+            ``type`` is not a Type, or its size differs from this tensor's type's.
+        """
+        if not isinstance(type, Type):
+            raise TypeMismatchError(
+                f"{self._describe()}: reinterpret needs an element type such as INT, got "
+                f"{builtins.type(type).__name__} {type!r}"
+            )
+        if type.size != self._type.size:
+            same = ", ".join(t.constant for t in _types_of_size(self._type.size))
+            raise TypeMismatchError(
+                f"{self._describe()}: cannot reinterpret {self._type.name} "
+                f"({self._type.size} byte(s)) as {type.name} ({type.size} byte(s)); the "
+                f"types must have the same size; hint: reinterpret as one of {same}, or "
+                "convert the values with popops.cast"
+            )
+        if type == self._type:
+            return self
+        t = self._derive(self._index, f".reinterpret({type.name})")
+        t._type = type
+        return t
+
     # --------------------------------------------------------------- queries
     def isContiguous(self) -> bool:
         """True if the element ids, row-major, are consecutive and increasing.
@@ -679,8 +721,8 @@ class Tensor:
             raise TypeMismatchError(
                 f"{self._describe()}: intersectsWith needs a Tensor, got {type(other).__name__}"
             )
-        if other._graph is not self._graph or other._type != self._type:
-            return False
+        if other._graph is not self._graph or other._type.size != self._type.size:
+            return False  # types of one size share elements (reinterpret views)
         return bool(np.isin(self.flat_index(), other.flat_index()).any())
 
     # ------------------------------------------------------- python protocol
@@ -700,6 +742,13 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor('{self._name}', {self._type!r}, shape={self.shape()})"
+
+
+def _types_of_size(size: int) -> list[Type]:
+    """Every element type of ``size`` bytes, in Poplar's order."""
+    from poplar_api.types import ALL_TYPES
+
+    return [t for t in ALL_TYPES if t.size == size]
 
 
 def _fmt_key(item: Any) -> str:

@@ -219,7 +219,7 @@ def test_bad_mappings_name_tensor_and_interval():
         g.setTileMapping(t, [[(0, 6)]] + [[]] * 8)
     with pytest.raises(GraphError, match="is not an interval"):
         g.setTileMapping(t, [[3]])
-    assert (g._state.spaces[FLOAT].tile[:6] == -1).all()  # failed calls map nothing
+    assert (g._state.space(FLOAT).tile[:6] == -1).all()  # failed calls map nothing
 
 
 def test_objects_of_another_graph_are_refused():

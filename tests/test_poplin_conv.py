@@ -285,7 +285,7 @@ def test_depthwise_half_convolution_on_the_vertical_mac(groups):
 def test_vmac_constraint_on_a_convolution_it_does_not_fit_is_an_error():
     p = poplin.ConvParams(FLOAT, 1, [6], [3], 1, 1, 8)
     graph = Graph(IPUModel("ipu1").createDevice().getTarget())
-    with pytest.raises(GraphError, match="VMAC does not apply.*HALF"):
+    with pytest.raises(GraphError, match=r"VMAC does not apply.*HALF"):
         poplin.getConvPlan(graph, p, {"planConstraints": '{"method": "VMAC"}'})
 
 

@@ -116,13 +116,16 @@ def field_sizes(inst) -> dict[str, int | list[int]]:
 
 def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
     """Elements the vertices read from other tiles, added one receiving tile at a time."""
-    by_type: dict[Type, list[tuple[FieldTable, np.ndarray]]] = {}
+    # types of one size share element ids: an element read through reinterpreted views
+    # of several types is received once
+    by_size: dict[int, tuple[Type, list[tuple[FieldTable, np.ndarray]]]] = {}
     for group in table.groups:
         for ft in group.fields:
             if ft.spec.direction != "out" and ft.ids.size:
-                by_type.setdefault(ft.type, []).append((ft, table.tiles[ft.positions]))
-    for typ, fields in by_type.items():
-        owner_of = state.spaces[typ].tile
+                entry = by_size.setdefault(ft.type.size, (ft.type, []))
+                entry[1].append((ft, table.tiles[ft.positions]))
+    for typ, fields in by_size.values():
+        owner_of = state.space(typ).tile
         slices: dict[int, list[np.ndarray]] = {}
         for ft, vtiles in fields:
             bounds = ft.bounds.tolist()
@@ -143,7 +146,7 @@ def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None
                 continue
             lengths = np.diff(ft.bounds)
             vtile = np.repeat(table.tiles[ft.positions], lengths)
-            owner = state.spaces[ft.type].tile[ft.ids].astype(np.int64)
+            owner = state.space(ft.type).tile[ft.ids].astype(np.int64)
             planner.add_grouped(ft.type, ft.ids, vtile, owner)
 
 

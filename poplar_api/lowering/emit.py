@@ -20,6 +20,11 @@
   Other ``Block`` programs lower to their body alone.
 * ``WriteUndef`` lowers to no step; it is recorded for memory liveness
   (``Emitter.undefs``). ``Call`` lowers a function's program once.
+* ``Abort`` is an internal sync whose effect stops the run
+  (:class:`~poplar_api.errors.ApplicationRuntimeError`); ``AbortOnCondition`` is an
+  ``If`` around one; ``ErrorProgram`` is a ``PrintTensor`` of its debug tensor whose
+  effect prints the message and stops the run. ``AssumeEqualAcrossReplicas`` lowers
+  to nothing; ``CrossReplicaCopy`` is a problem (no replication).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import numpy as np
 
 from ipusim import ir
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
-from poplar_api.errors import EngineError
+from poplar_api.errors import ApplicationRuntimeError, EngineError
 from poplar_api.graph import DataStream
 from poplar_api.lowering import validate
 from poplar_api.lowering.computeset import (
@@ -145,7 +150,7 @@ class Emitter:
         return t
 
     def _tiles(self, t: Tensor) -> np.ndarray:
-        return self.state.spaces[t.elementType()].tile[t.flat_index()].astype(np.int64)
+        return self.state.space(t.elementType()).tile[t.flat_index()].astype(np.int64)
 
     def _predicate(
         self, t: Any, what: str, integral: bool = False, cases: tuple[int, ...] | None = None
@@ -281,6 +286,63 @@ class Emitter:
             self.undefs[id(node)] = [(t.elementType(), t.flat_index())]
         return node
 
+    # ------------------------------------------------------------------ abort
+    def _abort_effect(self, prog: P.Program, message: str, before: Callable[[], None] | None):
+        """An effect that (after ``before``) stops the run with ``message``."""
+        label = repr(prog)
+        text = f"{label} stopped the run" + (f": {message}" if message else " (no message)")
+
+        def stop() -> None:
+            if before is not None:
+                before()
+            raise ApplicationRuntimeError(text, message, label)
+
+        return self.lowered.effect(stop)
+
+    def _abort_step(self, prog: P.Program, message: str) -> ir.Step:
+        name = prog.debugName or type(prog).__name__
+        step = self._sync(self._pid(prog), "internal", f"{name}/Abort")
+        return _with_effect(step, self._abort_effect(prog, message, None))
+
+    def _Abort(self, prog: P.Abort) -> ir.Node:
+        return self._abort_step(prog, prog.message)
+
+    def _AbortOnCondition(self, prog: P.AbortOnCondition) -> ir.Node:
+        pred = self._predicate(prog.predicate, f"AbortOnCondition #{self._pid(prog)}")
+        node = ir.If(-1 if pred is None else pred, self._abort_step(prog, prog.message))
+        return ir.Sequence([self._touch(self._sync(self._pid(prog)), prog.predicate), node])
+
+    def _ErrorProgram(self, prog: P.ErrorProgram) -> ir.Node:
+        t = self._tensor(prog.debugTensor, f"ErrorProgram #{self._pid(prog)} debugTensor")
+        if t is None:
+            return ir.Sequence()
+        storage, host, typ, ids, shape = (
+            self.lowered.storage, self.host, t.elementType(), t.flat_index(), t.shape()
+        )  # fmt: skip
+        message, name = prog.message, t.name
+
+        def report() -> None:
+            host.print(message)
+            host.print(format_tensor(name, storage.read(typ, ids).reshape(shape), typ))
+
+        effect = self._abort_effect(prog, message, report)
+        label = prog.debugName or f"ErrorProgram {name}"
+        return self._host_transfer(prog, t, label, False, effect)
+
+    def _AssumeEqualAcrossReplicas(self, prog: P.AssumeEqualAcrossReplicas) -> ir.Node:
+        self._tensor(prog.tensor, f"AssumeEqualAcrossReplicas #{self._pid(prog)}")
+        return ir.Sequence(name=prog.debugName)
+
+    def _CrossReplicaCopy(self, prog: P.CrossReplicaCopy) -> ir.Node:
+        self.problems.append(
+            f"CrossReplicaCopy #{self._pid(prog)} from '{prog.src.name}' to "
+            f"'{prog.dst.name}' (replicaMap {prog.replicaMap}): the graph is not "
+            "replicated (replication factor 1), and replicated graphs are not supported "
+            "yet, so there is no other replica to copy to; hint: use Copy within the "
+            "replica"
+        )
+        return ir.Sequence()
+
     def function_nodes(self) -> tuple[ir.Node, ...]:
         """Lowered functions, indexed as ``graph.addFunction`` numbered them."""
         n = len(self.state.functions)
@@ -402,7 +464,7 @@ class Emitter:
 
     def _constant_of(self, t: Tensor) -> str | None:
         """Name of a constant that ``t`` has elements of, or None."""
-        space = self.state.spaces.get(t.elementType())
+        space = self.state.find_space(t.elementType())
         if space is None or t.numElements() == 0:
             return None
         for vid in np.unique(space.variables_of(t.flat_index())).tolist():

@@ -39,13 +39,15 @@ class ExchangePlanner:
         self.received = np.zeros(n, np.int64)
         self.messages_received = np.zeros(n, np.int64)
         self.max_distance = np.zeros(n, np.int64)
-        self.sender: dict[Type, np.ndarray] = {}  # element id -> tile that sends it (-1)
+        #: element size -> (element id -> tile that sends it, or -1); types of one size
+        #: share element ids, so a reinterpreted view's element is sent once
+        self.sender: dict[int, np.ndarray] = {}
 
     def add(self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray) -> None:
         """Elements ``ids`` (from tiles ``src``) needed on tile ``dst``.
 
-        Every reference of ``element_type`` bound for ``dst`` must come in one call, so
-        that an element is received once.
+        Every reference of ``element_type`` (or another type of its size) bound for
+        ``dst`` must come in one call, so that an element is received once.
         """
         remote = src != dst
         if not remote.any():
@@ -64,10 +66,10 @@ class ExchangePlanner:
             )
         self.received[dst] += ids.size * element_type.size
         self.messages_received[dst] += _runs(np.sort(ids), src[np.argsort(ids)]).size
-        sender = self.sender.get(element_type)
+        sender = self.sender.get(element_type.size)
         if sender is None:
-            size = self.state.spaces[element_type].size
-            sender = self.sender[element_type] = np.full(size, -1, np.int32)
+            size = self.state.space(element_type).size
+            sender = self.sender[element_type.size] = np.full(size, -1, np.int32)
         sender[ids] = src
         peers = np.unique(src)
         dist = tile_distance(self.cfg.tile, peers % tpi, np.full(peers.size, dst % tpi))
@@ -95,10 +97,10 @@ class ExchangePlanner:
         n = self.num_tiles
         sent = np.zeros(n, np.int64)
         messages_sent = np.zeros(n, np.int64)
-        for element_type, sender in self.sender.items():
+        for element_size, sender in self.sender.items():
             ids = np.flatnonzero(sender >= 0)
             tiles = sender[ids].astype(np.int64)
-            sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_type.size
+            sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
             messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
         tiles = np.flatnonzero((sent > 0) | (self.received > 0))
         if tiles.size == 0:

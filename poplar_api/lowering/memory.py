@@ -145,8 +145,9 @@ def _variables_of(state: Any, parts: list[tuple[Any, np.ndarray]]) -> np.ndarray
     """Ids of the variables owning any of the elements in ``parts``."""
     mask = np.zeros(len(state.variables), bool)
     for t, ids in parts:
-        if ids.size and t in state.spaces:
-            mask[state.spaces[t].variables_of(ids)] = True
+        space = state.find_space(t)
+        if ids.size and space is not None:
+            mask[space.variables_of(ids)] = True
     return np.flatnonzero(mask)
 
 
@@ -193,10 +194,11 @@ def _undef_ranges(
         if in_fn:
             continue  # a function's undef: the variable is always live anyway
         for t, ids in undefs[nid]:
-            if t not in state.spaces or ids.size == 0:
+            space = state.find_space(t)
+            if space is None or ids.size == 0:
                 continue
             uniq = np.unique(ids)
-            vids, counts = np.unique(state.spaces[t].variables_of(uniq), return_counts=True)
+            vids, counts = np.unique(space.variables_of(uniq), return_counts=True)
             for vid, n in zip(vids.tolist(), counts.tolist(), strict=True):
                 if n == state.variables[vid].size and not always[vid]:
                     cut.setdefault(vid, []).append(pos)
@@ -254,7 +256,7 @@ def _interleaved_pairs(state: Any, cs_ids: list[int], num_tiles: int) -> set[tup
                     if t is None or t.numElements() == 0:
                         continue
                     ids = t.flat_index()
-                    space = state.spaces[t.elementType()]
+                    space = state.space(t.elementType())
                     tiles = space.tile[ids].astype(np.int64)
                     keys.append(space.variables_of(ids) * num_tiles + tiles)
     if not keys:
@@ -363,7 +365,7 @@ def _variable_blocks(
     inter = _interleaved_pairs(state, cs_ids, nt)
     blocks = []
     for v in state.variables:
-        tiles = state.spaces[v.type].tile[v.base : v.base + v.size].astype(np.int64)
+        tiles = state.space(v.type).tile[v.base : v.base + v.size].astype(np.int64)
         counts = np.bincount(tiles[tiles >= 0], minlength=nt)
         live = None if always[v.id] else (int(first[v.id]), int(last[v.id]))
         if live is not None and live[1] < 0:

@@ -11,7 +11,7 @@ from poplar_api.lowering.computeset import ComputeSetTable
 
 def element_name(state, t, element_id: int) -> str:
     """``tensor 'name' element k`` for an element id of type ``t``."""
-    sp = state.spaces[t]
+    sp = state.space(t)
     var = state.variables[int(sp.variables_of(np.array([element_id]))[0])]
     return f"tensor '{var.name}' element {element_id - var.base}"
 
@@ -20,7 +20,7 @@ def check_variables(state, num_tiles: int) -> list[str]:
     """Every element of every variable and constant is mapped to a tile of the target."""
     problems = []
     for var in state.variables:
-        tiles = state.spaces[var.type].tile[var.base : var.base + var.size]
+        tiles = state.space(var.type).tile[var.base : var.base + var.size]
         unmapped = np.flatnonzero(tiles == UNMAPPED)
         kind = "constant" if var.constant else "variable"
         if unmapped.size:
@@ -73,12 +73,12 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
     """No element written by two vertices, none read by one vertex and written by another."""
     problems = []
     vids = table.vertex_ids
-    by_type: dict = {}
+    by_size: dict = {}  # types of one size share element ids (reinterpreted views)
     for group in table.groups:
         for ft in group.fields:
-            entry = by_type.setdefault(ft.type, ([], []))
-            entry[1 if ft.spec.writes else 0].append(ft)
-    for t, (reads, writes) in by_type.items():
+            entry = by_size.setdefault(ft.type.size, (ft.type, [], []))
+            entry[2 if ft.spec.writes else 1].append(ft)
+    for t, reads, writes in by_size.values():
         if not writes:
             continue
         w_ids = np.concatenate([w.ids for w in writes])
@@ -95,7 +95,7 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
                 f"{element_name(state, t, int(s_ids[k]))} ({clash.size} such element(s)); "
                 "hint: each element may have one writer per compute set"
             )
-        written = np.zeros(state.spaces[t].size, bool)
+        written = np.zeros(state.space(t).size, bool)
         written[w_ids] = True
         writer = pd.Series(w_vtx, index=w_ids)
         field_of = pd.Series(w_field, index=w_ids)

@@ -418,7 +418,8 @@ def _conv(
     rng = _ranges(plan, params)
     pci = plan.parts[-1]
     need_reduce = pci > 1 or partials_type != out_type
-    out_var = graph.addVariable(out_type, [g_n, b_n, *out_field, co_n], name)
+    cast_only = need_reduce and pci == 1
+    out_var = None if cast_only else graph.addVariable(out_type, [g_n, b_n, *out_field, co_n], name)
     partials = (
         graph.addVariable(partials_type, [pci, g_n, b_n, *out_field, co_n], f"{name}/partials")
         if need_reduce
@@ -523,7 +524,11 @@ def _conv(
         from poplar_api.tensor import concat
 
         popops.zero(graph, concat(zeros) if len(zeros) > 1 else zeros[0], prog, f"{name}/zero")
-    if need_reduce:
+    if cast_only:  # Poplibs casts the partials with popops, where they are
+        from poplar_api import popops
+
+        out_var = popops.cast(graph, partials[0], out_type, prog, f"{name}/cast")
+    elif need_reduce:
         _reduce(graph, partials, out_var, plan, rng, prog, name)
     perm_out = [0, 1, nd + 2, *range(2, nd + 2)]  # [G,B,*O,Co] -> [G,B,Co,*O]
     return out_var.dimShuffle(perm_out)

@@ -16,10 +16,12 @@ weighs, for every candidate:
   at the target's exchange rate, plus a fixed phase cost;
 * **reduction**: when ``Ci`` is split, each output block is cut into as many chunks
   as ``Ci`` parts; each tile receives the other parts' partials of its chunk and runs
-  ``ReduceAdd`` (also once, as a cast, when the partials type differs from the
-  output type);
-* **memory**: the per-tile working set (window, weights, partials); candidates over
-  ``availableMemoryProportion`` of tile memory are dropped unless none fits.
+  ``ReduceAdd`` (casting to the output type); without a split, partials of another
+  type than the output are cast in place by ``popops.cast`` (as Poplibs does);
+* **memory**: the per-tile temporary memory (received input window and weights,
+  partials written and received; not the operands' and output's own storage, as in
+  Poplibs); candidates over ``availableMemoryProportion`` of tile memory are dropped
+  unless none fits, when the one needing least is taken.
 
 The closed forms (derived: they keep the Poplibs estimators' leading terms, so the
 ranking follows them; the final choice uses the estimators themselves):
@@ -38,7 +40,8 @@ The vertical MAC (``ConvPartialVerticalMac``) is a candidate for HALF depthwise
 convolutions (:func:`vmac_groups`); its closed form is derived from the leading terms
 of ``getConvPartialVerticalMacCycleEstimate``.
 
-Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC family, input-channel serial splits and the planner's other transforms (swapping
+Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC
+family, input-channel serial splits and the planner's other transforms (swapping
 operands, expanding some dimensions only, flattening the batch into the field).
 """
 
@@ -64,7 +67,7 @@ DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6
 #: Candidates re-costed with the Poplibs estimators on real worklists.
 REFINE = 6
 #: Most options per split dimension (geometric subset beyond).
-MAX_OPTIONS = 16
+MAX_OPTIONS = 48
 #: Most candidates costed at once.
 MAX_CANDIDATES = 400_000
 
@@ -156,7 +159,7 @@ class ConvPlan:
     cost
         Estimated cycles: ``compute``, ``exchange``, ``reduce``, ``total``.
     memory_bytes
-        Estimated working set of the largest tile.
+        Estimated temporary memory (received operands, partials) of the largest tile.
     """
 
     method: str
@@ -318,8 +321,18 @@ def _candidates(
         + reduce_add_cycles(pci, chunk, psz, osz, workers),
         0,
     )
-    out_bytes = bg * positions * bco * np.where(reduce_needed, psz, osz)
-    memory = (in_elems + w_elems) * isz + out_bytes + (pci - 1) * chunk * psz
+    # without an input-channel split the partials are only cast (popops cast, on the
+    # tile that wrote them): Poplibs' Cast1D estimate, float -> half 4 elements per
+    # 2 worker cycles (load-bound)
+    cast_only = (pci == 1) & (partials != out_t)
+    per_worker = -(-chunk // workers)
+    cast = 12 + workers * (19 + 18 + -(-per_worker // 2))
+    reduce = np.where(cast_only, PHASE_OVERHEAD_CYCLES + cast, reduce)
+    # temporary memory, as availableMemoryProportion bounds it in Poplibs: what a tile
+    # receives (input window, weights) and the partials it writes and receives; the
+    # operands' and the output's own storage is not part of it
+    partial_bytes = np.where(reduce_needed, bg * positions * bco * psz + red_recv, 0)
+    memory = recv + partial_bytes
     return {
         "parts": np.stack(parts, axis=1), "blocks": np.stack(blocks, axis=1),
         "used": used, "compute": compute, "exchange": exchange, "reduce": reduce,

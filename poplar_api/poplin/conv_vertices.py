@@ -182,9 +182,7 @@ def conv_vertex(method: str, fp_type: Type, accum_type: Type, limited: bool = Tr
                 f"conv_vertex: VMAC needs HALF inputs and 4, 8 or 16 conv groups per group; "
                 f"got {fp_type.name}, {conv_groups_per_group}"
             )
-        name = (
-            f"poplin::ConvPartialVerticalMac<{fp},{acc},{_b(limited)},{conv_groups_per_group}>"
-        )
+        name = f"poplin::ConvPartialVerticalMac<{fp},{acc},{_b(limited)},{conv_groups_per_group}>"
     elif method == "HMAC":
         name = f"poplin::ConvPartialHorizontalMac<{fp},{acc},{_b(limited)}>"
     else:
