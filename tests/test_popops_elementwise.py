@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from popops_harness import Harness
 
 from poplar_api import (
     BOOL,
@@ -16,57 +17,12 @@ from poplar_api import (
     HALF,
     INT,
     UNSIGNED_INT,
-    Engine,
-    Graph,
-    IPUModel,
     popops,
-    poputil,
 )
-from poplar_api import program as prog
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.popops import expr as pe
 
 F32 = np.float32
-
-
-class Harness:
-    """A graph on an IPU Model, host-written inputs and host-read outputs."""
-
-    def __init__(self, model: str = "tiny") -> None:
-        self.device = IPUModel(model).createDevice()
-        self.graph = Graph(self.device.getTarget())
-        self.seq = prog.Sequence()
-        self.values: dict[str, np.ndarray] = {}
-        self.reads: dict[str, object] = {}
-
-    def var(self, type_, values, name: str, tile: int | None = None):
-        values = np.asarray(values, dtype=type_.numpy)
-        t = self.graph.addVariable(type_, list(values.shape), name)
-        if tile is None:
-            poputil.mapTensorLinearly(self.graph, t)
-        else:
-            self.graph.setTileMapping(t, tile)
-        self.graph.createHostWrite(f"w-{name}", t)
-        self.values[f"w-{name}"] = values
-        return t
-
-    def read(self, t, name: str):
-        self.graph.createHostRead(f"r-{name}", t)
-        self.reads[name] = t
-        return t
-
-    def run(self) -> dict[str, np.ndarray]:
-        self.engine = Engine(self.graph, self.seq)
-        self.engine.load(self.device)
-        for handle, values in self.values.items():
-            self.engine.writeTensor(handle, values.reshape(-1))
-        self.engine.run(0)
-        out = {}
-        for name, t in self.reads.items():
-            buf = np.zeros(t.shape(), t.elementType().numpy)
-            self.engine.readTensor(f"r-{name}", buf)
-            out[name] = buf
-        return out
 
 
 def rng_values(type_, shape, positive=False, nonzero=False, seed=0):
