@@ -555,20 +555,6 @@ def _constants(graph: Graph, parts: dict[Type, list[tuple[int, Tensor, np.ndarra
         graph._state.initial_parts.append((type_, ids.copy(), vals.astype(type_.numpy).reshape(-1)))
 
 
-def _zero_view(dst: Tensor, box: tuple) -> Tensor:
-    """The flattened outputs of a block that no input reaches (all padding)."""
-    from poplar_api.tensor import concat
-
-    g0, g1, b0, b1, osl, co0, co1 = box
-    views = [
-        dst[g]
-        .slice([b0, *[s.start for s in osl], co0], [b1, *[s.stop for s in osl], co1])
-        .flatten()
-        for g in range(g0, g1)
-    ]
-    return concat(views) if len(views) > 1 else views[0]
-
-
 def _reduce(
     graph: Graph,
     partials: Tensor,

@@ -430,11 +430,6 @@ def plan_convolution(
     return best[1]
 
 
-def option_names() -> tuple[str, ...]:
-    """Convolution option names accepted (Poplibs' ``ConvOptions`` names)."""
-    return tuple(sorted(_KNOWN))
-
-
 _KNOWN = {
     "availableMemoryProportion", "partialsType", "pass", "use128BitConvUnitLoad",
     "enableMultiStageReduce", "enableFastReduce", "enableConvDithering",
