@@ -40,6 +40,7 @@ from ipusim.units import Bytes, BytesPerSecond, Hertz, Seconds
 __all__ = [
     "CodeConfig",
     "ExchangeConfig",
+    "GWLinksConfig",
     "HostConfig",
     "LinksConfig",
     "MachineConfig",
@@ -312,8 +313,71 @@ class HostConfig(_Section):
     )
 
 
+class GWLinksConfig(_Section):
+    """GW-Links: the second tier of the IPU-Fabric, joining racks through IPU-Gateways.
+
+    The IPUs are split into racks (IPU-Link domains) of ``ipus_per_rack`` consecutive
+    IPUs, each wired by ``links.topology``; the gateway of every group of
+    ``ipus_per_gateway`` IPUs (one IPU-Machine) is joined to the gateway at the same place
+    of the neighbouring racks. Unset ``ipus_per_rack``: one rack, no GW-Links.
+    """
+
+    ipus_per_rack: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="IPUs of one rack (IPU-Link domain); null: the whole machine is one "
+        "rack and has no GW-Links; 1..1024 (an IPU-POD64 rack has 64).",
+    )
+    ipus_per_gateway: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="IPUs behind one IPU-Gateway (one IPU-Machine, 4 on an IPU-M2000 or "
+        "Bow-2000); divides ipus_per_rack; the first of them holds the GW-Links.",
+    )
+    topology: Literal["ring", "line", "full"] = Field(
+        default="ring",
+        description="How racks are joined: 'ring' (east-west loop), 'line' or 'full' "
+        "(switched GW-Links: every rack reaches every other in one hop).",
+    )
+    bandwidth_bytes_per_s: BytesPerSecond = Field(
+        default=12.5e9,
+        ge=MIN_BYTES_PER_S,
+        le=MAX_BYTES_PER_S,
+        description="Bandwidth of one GW-Link, one direction; 1 MB/s..1 PB/s (a GW-Link "
+        "is 100 Gbit/s Ethernet: 12.5 GB/s).",
+    )
+    links_between_racks: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Parallel GW-Links per gateway between two neighbouring racks; at "
+        "most 64 (a gateway has 2 GW-Link ports).",
+    )
+    hop_latency_s: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="Latency of one GW-Link hop; at most 1 s (1e11 cycles at 100 GHz).",
+    )
+
+    @field_validator("ipus_per_gateway")
+    @classmethod
+    def _gateway_divides_rack(cls, value: int, info: ValidationInfo) -> int:
+        """A rack holds whole IPU-Machines."""
+        rack = info.data.get("ipus_per_rack")
+        if rack is not None and rack % value:
+            raise ValueError(
+                f"found {value} with links.gw_links.ipus_per_rack = {rack}; expected a "
+                f"divisor of ipus_per_rack (a rack holds whole IPU-Machines); hint: 4 IPUs "
+                f"per IPU-M2000 or Bow-2000"
+            )
+        return value
+
+
 class LinksConfig(_Section):
-    """IPU-Links between the IPUs of a machine."""
+    """IPU-Links between the IPUs of a machine, and the GW-Links between racks."""
 
     bandwidth_bytes_per_s: BytesPerSecond = Field(
         ge=MIN_BYTES_PER_S,
@@ -326,7 +390,12 @@ class LinksConfig(_Section):
         le=64,
         description="Parallel links per hop; at most 64 (an IPU has 10 links).",
     )
-    topology: Literal["ring", "line", "full"] = Field(default="ring")
+    topology: Literal["ring", "line", "full", "ladder", "custom"] = Field(
+        default="ring",
+        description="IPU-Link wiring of one rack: ring, line, full, ladder (two columns "
+        "of IPUs joined by rungs; links.torus: true closes the columns into loops, the "
+        "IPU-POD 2D torus) or custom (links.edges).",
+    )
     hop_latency_cycles: int = Field(
         default=0, ge=0, le=MAX_CYCLES, description="Latency per hop; at most 2^40."
     )
@@ -334,6 +403,80 @@ class LinksConfig(_Section):
         default="topology",
         description="IPU-Link timing component (ipusim.timing.components('links')).",
     )
+    torus: bool = Field(
+        default=False,
+        description="Ladder only: also join the two ends of each column (IPU-POD 2D torus).",
+    )
+    edges: tuple[tuple[int, int], ...] = Field(
+        default=(),
+        description="Custom only: IPU-Link pairs [[a, b], ...] of one rack, IPU ids of the "
+        "rack (0-based), each pair once, no IPU joined to itself.",
+    )
+    routing: bool = Field(
+        default=True,
+        description="true: copies are routed through other IPUs on the shortest path; "
+        "false: only direct neighbours may exchange.",
+    )
+    gw_links: GWLinksConfig = GWLinksConfig()
+
+    @field_validator("torus")
+    @classmethod
+    def _torus_needs_a_ladder(cls, value: bool, info: ValidationInfo) -> bool:
+        topology = info.data.get("topology")
+        if value and topology is not None and topology != "ladder":
+            raise ValueError(
+                f"found true with links.topology = {topology!r}; expected false: only a "
+                f"ladder has column ends to join; hint: set links.torus: false (a ring is "
+                f"already closed) or links.topology: ladder"
+            )
+        return value
+
+    @field_validator("edges", mode="before")
+    @classmethod
+    def _edges_are_pairs(cls, value: Any, info: ValidationInfo) -> Any:
+        """Pairs of distinct non-negative IPU ids, each pair once (range: cross check)."""
+        topology = info.data.get("topology")
+        if value is None:
+            value = ()
+        if not isinstance(value, list | tuple):
+            raise ValueError(
+                f"found {_show(value)}; expected a list of IPU pairs, e.g. [[0, 1], [1, 2]]"
+            )
+        if value and topology is not None and topology != "custom":
+            raise ValueError(
+                f"found {len(value)} edge(s) with links.topology = {topology!r}; expected "
+                f"no edges: only links.topology: custom reads them; hint: set "
+                f"links.topology: custom or remove links.edges"
+            )
+        seen: dict[tuple[int, int], int] = {}
+        for index, pair in enumerate(value):
+            ok = (
+                isinstance(pair, list | tuple)
+                and len(pair) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+            )
+            if not ok:
+                raise ValueError(
+                    f"edge {index}: found {_show(pair)}; expected a pair of IPU ids [a, b] "
+                    f"(two integers)"
+                )
+            a, b = pair
+            if a < 0 or b < 0:
+                raise ValueError(f"edge {index}: found [{a}, {b}]; expected IPU ids >= 0 (0-based)")
+            if a == b:
+                raise ValueError(
+                    f"edge {index}: found [{a}, {b}], an IPU joined to itself; expected two "
+                    f"different IPUs; hint: remove the self-loop"
+                )
+            key = (min(a, b), max(a, b))
+            if key in seen:
+                raise ValueError(
+                    f"edge {index}: found [{a}, {b}], already given as edge {seen[key]}; "
+                    f"expected each pair once (links are bidirectional); hint: raise "
+                    f"links.links_between_neighbours for more parallel links"
+                )
+            seen[key] = index
+        return tuple((int(a), int(b)) for a, b in value)
 
 
 class RemoteConfig(_Section):
@@ -562,8 +705,9 @@ def _transfer_problems(
     """Transfers whose cycle counts would leave int64 headroom (field path, message).
 
     Exchanging a whole tile memory, the longest host copy (``host.max_copy_bytes`` at
-    the host bandwidth) and moving a whole IPU's memory over one IPU-Link hop must each
-    take at most :data:`MAX_TRANSFER_CYCLES`, so that the sums of a run stay inside int64.
+    the host bandwidth) and moving a whole IPU's memory over one IPU-Link hop (or one
+    GW-Link hop, when racks are set) must each take at most :data:`MAX_TRANSFER_CYCLES`,
+    so that the sums of a run stay inside int64.
     """
     out: list[tuple[tuple[str, ...], str]] = []
     if memory is not None and exchange is not None:
@@ -604,6 +748,82 @@ def _transfer_problems(
                     f"tile.clock_hz = {tile.clock_hz:g}; expected at most 2^48 cycles",
                 )
             )
+        gw = links.gw_links
+        cycles = ipu_bytes / (gw.bandwidth_bytes_per_s * gw.links_between_racks) * tile.clock_hz
+        if gw.ipus_per_rack is not None and cycles > MAX_TRANSFER_CYCLES:
+            out.append(
+                (
+                    ("links", "gw_links", "bandwidth_bytes_per_s"),
+                    f"found links.gw_links.bandwidth_bytes_per_s = "
+                    f"{gw.bandwidth_bytes_per_s:g}: moving one IPU's memory "
+                    f"({ipu_bytes:,} bytes) over a GW-Link hop would take {cycles:.3g} "
+                    f"cycles at tile.clock_hz = {tile.clock_hz:g}; expected at most 2^48 "
+                    f"cycles",
+                )
+            )
+    return out
+
+
+def _topology_problems(num_ipus: int, links: LinksConfig) -> list[tuple[tuple[str, ...], str]]:
+    """Why the IPU-Links or GW-Links cannot wire ``num_ipus`` IPUs (field path, message).
+
+    Racks must be whole, a ladder needs two full columns, custom edges must name IPUs of
+    a rack, and with routing on every IPU must reach every other.
+    """
+    out: list[tuple[tuple[str, ...], str]] = []
+    gw = links.gw_links
+    rack = num_ipus if gw.ipus_per_rack is None else min(gw.ipus_per_rack, num_ipus)
+    per_rack = gw.ipus_per_rack
+    if per_rack is not None and num_ipus > per_rack and num_ipus % per_rack:
+        racks = -(-num_ipus // per_rack)
+        out.append(
+            (
+                ("links", "gw_links", "ipus_per_rack"),
+                f"found {per_rack} with num_ipus = {num_ipus}; expected racks of equal "
+                f"size: num_ipus a multiple of ipus_per_rack; hint: num_ipus = "
+                f"{(racks - 1) * per_rack} or {racks * per_rack}",
+            )
+        )
+        return out
+    if links.topology == "ladder" and rack > 1 and rack % 2:
+        where = "num_ipus" if rack == num_ipus else "links.gw_links.ipus_per_rack"
+        out.append(
+            (
+                ("links", "topology"),
+                f"found 'ladder' with {rack} IPUs per rack ({where}); expected an even "
+                f"number: a ladder has two columns, IPUs 2r and 2r + 1 forming rung r; "
+                f"hint: use an even {where} or links.topology: ring",
+            )
+        )
+    if links.topology == "custom":
+        bad = [(a, b) for a, b in links.edges if max(a, b) >= rack]
+        if bad:
+            a, b = bad[0]
+            out.append(
+                (
+                    ("links", "edges"),
+                    f"found edge [{a}, {b}] with {rack} IPUs per rack; expected IPU ids "
+                    f"0..{rack - 1} (edges name the IPUs of one rack, every rack is wired "
+                    f"alike); hint: remove the edge or raise num_ipus",
+                )
+            )
+    if out or not links.routing or links.topology != "custom" or num_ipus == 1:
+        return out
+    from ipusim.exchange.topology import components, wiring
+
+    groups = components(wiring(num_ipus, links))
+    if len(groups) > 1:
+        shown = "; ".join(_show(sorted(g), 40) for g in groups[:3])
+        more = f" and {len(groups) - 3} more" if len(groups) > 3 else ""
+        out.append(
+            (
+                ("links", "edges"),
+                f"found {len(links.edges)} edge(s) leaving the IPUs in {len(groups)} "
+                f"unconnected groups ({shown}{more}); expected every IPU to reach every "
+                f"other with links.routing: true; hint: add an edge joining the groups, or "
+                f"set links.routing: false to allow copies between direct neighbours only",
+            )
+        )
     return out
 
 
@@ -638,6 +858,8 @@ def _cross_problems(
         if sync is not None:
             add(("sync", "controller_tile"), _controller_tile_problem(tile, sync))
         out += _transfer_problems(tile, memory, exchange, host, links)
+    if links is not None and num_ipus is not None:
+        out += _topology_problems(num_ipus, links)
     return out
 
 

@@ -65,6 +65,7 @@ STEP_KINDS: dict[str, StepKind] = {
         StepKind("compute", "OnTileExecute", "compute", "compute"),
         StepKind("exchange", "DoExchange", "internal_exchange", "exchange"),
         StepKind("global_exchange", "GlobalExchange", "global_exchange", "links"),
+        StepKind("collective", "GlobalExchange", "global_exchange", "links", "collective"),
         StepKind("stream_copy", "StreamCopy", "host_exchange", "host", "demand"),
         StepKind("remote_buffer_copy", "StreamCopy", "host_exchange", "remote", "demand"),
         StepKind("sync", "Sync", "sync", None),
@@ -204,13 +205,22 @@ def _or_empty(values: object) -> object:
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Sync(Step):
-    """A sync: internal (one IPU), external (all IPUs) or host."""
+    """A sync: internal (one IPU), external (several IPUs) or host.
+
+    ``ipus`` lists the IPUs taking part (None: every IPU). An internal sync is then
+    run by each listed IPU on its own and skipped by the others; an external sync
+    joins the listed IPUs (a host sync always joins every IPU). In a replicated
+    program the ids are those of replica 0 and every replica takes part alike.
+    """
 
     kind: ClassVar[str] = "sync"
     sync_kind: SyncKind = SyncKind.INTERNAL
+    ipus: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sync_kind", SyncKind(self.sync_kind))
+        if self.ipus is not None:
+            object.__setattr__(self, "ipus", tuple(sorted({int(i) for i in self.ipus})))
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -260,17 +270,72 @@ class RemoteBufferCopy(StreamCopy):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class GlobalExchange(Step):
-    """Inter-IPU transfers over IPU-Links (tile ids are global)."""
+    """Inter-IPU transfers over IPU-Links (tile ids are global).
+
+    The IPUs taking part are those its transfers leave from or arrive at, plus
+    ``ipus`` when given; only they spend time in the step. In a replicated program
+    the tile ids are those of replica 0, and every replica makes the same transfers
+    between its own IPUs at the same time (they share the links they cross); with
+    ``replicated`` False the ids are machine-wide and the step runs once (a copy
+    between replicas).
+    """
 
     kind: ClassVar[str] = "global_exchange"
     src_tile: np.ndarray
     dst_tile: np.ndarray
     num_bytes: np.ndarray
+    ipus: tuple[int, ...] | None = None
+    replicated: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "src_tile", _array(self.src_tile, np.int64))
         object.__setattr__(self, "dst_tile", _array(self.dst_tile, np.int64))
         object.__setattr__(self, "num_bytes", _array(self.num_bytes, np.int64))
+        if self.ipus is not None:
+            object.__setattr__(self, "ipus", tuple(sorted({int(i) for i in self.ipus})))
+
+
+#: Collective operations a :class:`Collective` step can perform.
+COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+#: Algorithms a :class:`Collective` step can use.
+COLLECTIVE_ALGORITHMS = ("ring", "bidirectional_ring")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Collective(Step):
+    """A collective over IPU-Links: each group of IPUs runs ``op`` as a ring.
+
+    ``groups[k]`` is the ring order of group ``k``'s IPUs (machine-wide ids, never
+    replicated: a cross-replica collective names the IPUs of every replica).
+    ``num_bytes[k]`` is the size of the data each member of group ``k`` holds
+    (for ``all_gather``, the size of the gathered result), ``max_tile_bytes[k]`` the
+    most any one tile of a member holds of it (the on-chip side of each ring step),
+    ``element_bytes`` the size of one element (reductions). ``root`` is the
+    position in each group of the member that broadcasts. Groups run at the same
+    time; the IPUs of all groups take part in the step. The cost model is in
+    docs/machine.md ("Collectives").
+    """
+
+    kind: ClassVar[str] = "collective"
+    op: str
+    groups: tuple[tuple[int, ...], ...]
+    num_bytes: tuple[int, ...]
+    max_tile_bytes: tuple[int, ...] = ()
+    element_bytes: int = 4
+    algorithm: str = "ring"
+    root: int = 0
+
+    def __post_init__(self) -> None:
+        groups = tuple(tuple(int(i) for i in g) for g in self.groups)
+        object.__setattr__(self, "groups", groups)
+        object.__setattr__(self, "num_bytes", tuple(int(b) for b in self.num_bytes))
+        tile_bytes = self.max_tile_bytes or self.num_bytes
+        object.__setattr__(self, "max_tile_bytes", tuple(int(b) for b in tile_bytes))
+
+    @property
+    def ipus(self) -> tuple[int, ...]:
+        """Every IPU taking part, sorted."""
+        return tuple(sorted({i for g in self.groups for i in g}))
 
 
 # ------------------------------------------------------------------- control nodes
@@ -354,6 +419,10 @@ class Program:
 
     entries: tuple[Node, ...]
     functions: tuple[Node, ...] = ()
+    #: Replicas of the program: steps (except collectives) name the tiles and IPUs of
+    #: replica 0, the first ``num_ipus / replicas`` IPUs; replica ``r`` runs the same
+    #: steps on its own IPUs, ``r * num_ipus / replicas`` onwards.
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "entries", tuple(self.entries))
@@ -415,17 +484,45 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
     """
     program = as_program(program)
     problems: list[str] = []
+    num_ipus = max(1, num_tiles // tiles_per_ipu)
+    replicas = program.replicas
+    if (
+        isinstance(replicas, bool)
+        or not isinstance(replicas, int | np.integer)
+        or replicas < 1
+        or num_ipus % replicas
+    ):
+        raise IRValidationError(
+            [
+                f"program replicas: found {replicas!r}; it must be an int >= 1 that divides "
+                f"the machine's {num_ipus} IPU(s); hint: a replica needs a whole number of IPUs"
+            ]
+        )
+    full_tiles = num_tiles
+    num_tiles //= replicas  # steps name the tiles of replica 0
+    replica_ipus = num_ipus // replicas
 
     def where(step: Step, fld: str) -> str:
         return f"{step.kind} step '{step.name}' field '{fld}'"
 
-    def check_tiles(step: Step, fld: str, arr: np.ndarray) -> None:
-        bad = np.flatnonzero((arr < 0) | (arr >= num_tiles))
+    def check_ipus(step: Step, fld: str, ipus: tuple[int, ...] | None, limit: int) -> None:
+        bad = [i for i in ipus or () if not 0 <= i < limit]
+        if bad:
+            scope = "the machine" if limit == num_ipus else "replica 0"
+            problems.append(
+                f"{where(step, fld)}: IPU {bad[0]} is out of range [0, {limit}) of {scope}; "
+                f"hint: the machine has {num_ipus} IPU(s) in {replicas} replica(s)"
+            )
+
+    def check_tiles(step: Step, fld: str, arr: np.ndarray, limit: int | None = None) -> None:
+        limit = num_tiles if limit is None else limit
+        bad = np.flatnonzero((arr < 0) | (arr >= limit))
         if bad.size:
+            scope = "the machine has" if limit == full_tiles else "replica 0 has"
             problems.append(
                 f"{where(step, fld)}: tile {int(arr[bad[0]])} at index {int(bad[0])} is out of "
-                f"range [0, {num_tiles}) ({bad.size} bad entr{'y' if bad.size == 1 else 'ies'}); "
-                f"hint: the machine has {num_tiles} tiles"
+                f"range [0, {limit}) ({bad.size} bad entr{'y' if bad.size == 1 else 'ies'}); "
+                f"hint: {scope} {limit} tiles"
             )
 
     def check_nonneg(step: Step, fld: str, arr: np.ndarray) -> None:
@@ -471,12 +568,17 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
             names = ("src_tile", "dst_tile", "num_bytes")
             if isinstance(step, Exchange):
                 names = (*names, "message")
+            limit = num_tiles
+            if isinstance(step, GlobalExchange):
+                wide = not step.replicated
+                limit = full_tiles if wide else num_tiles
+                check_ipus(step, "ipus", step.ipus, num_ipus if wide else replica_ipus)
             if check_lengths(step, names):
-                check_tiles(step, "src_tile", step.src_tile)
-                check_tiles(step, "dst_tile", step.dst_tile)
+                check_tiles(step, "src_tile", step.src_tile, limit)
+                check_tiles(step, "dst_tile", step.dst_tile, limit)
                 check_nonneg(step, "num_bytes", step.num_bytes)
-                ok = (step.src_tile >= 0) & (step.src_tile < num_tiles)
-                ok &= (step.dst_tile >= 0) & (step.dst_tile < num_tiles)
+                ok = (step.src_tile >= 0) & (step.src_tile < limit)
+                ok &= (step.dst_tile >= 0) & (step.dst_tile < limit)
                 same = step.src_tile // tiles_per_ipu == step.dst_tile // tiles_per_ipu
                 bad = np.flatnonzero(ok & (~same if isinstance(step, Exchange) else same))
                 if bad.size:
@@ -487,6 +589,10 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
                     else:
                         msg = "stays on one IPU; hint: use an Exchange step"
                     problems.append(f"{where(step, 'dst_tile')}: transfer {k} ({s}->{d}) {msg}")
+        elif isinstance(step, Sync):
+            check_ipus(step, "ipus", step.ipus, replica_ipus)
+        elif isinstance(step, Collective):
+            _check_collective(step, num_ipus, problems)
         elif isinstance(step, StreamCopy) and check_lengths(step, ("tile", "num_bytes")):
             check_tiles(step, "tile", step.tile)
             check_nonneg(step, "num_bytes", step.num_bytes)
@@ -540,6 +646,49 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
     if problems:
         raise IRValidationError(problems)
     return program
+
+
+def _check_collective(step: Collective, num_ipus: int, problems: list[str]) -> None:
+    """Problems of a collective step: op, algorithm, groups, sizes and root."""
+    where = f"collective step '{step.name}'"
+    if step.op not in COLLECTIVE_OPS:
+        problems.append(
+            f"{where} field 'op': found {step.op!r}; expected one of {', '.join(COLLECTIVE_OPS)}"
+        )
+    if step.algorithm not in COLLECTIVE_ALGORITHMS:
+        problems.append(
+            f"{where} field 'algorithm': found {step.algorithm!r}; expected one of "
+            f"{', '.join(COLLECTIVE_ALGORITHMS)}"
+        )
+    if len(step.num_bytes) != len(step.groups) or len(step.max_tile_bytes) != len(step.groups):
+        problems.append(
+            f"{where}: {len(step.groups)} group(s) but {len(step.num_bytes)} num_bytes and "
+            f"{len(step.max_tile_bytes)} max_tile_bytes; required one of each per group"
+        )
+    if any(b < 0 for b in (*step.num_bytes, *step.max_tile_bytes)) or step.element_bytes < 1:
+        problems.append(f"{where}: byte counts must be >= 0 and element_bytes >= 1")
+    seen: set[int] = set()
+    for k, group in enumerate(step.groups):
+        if not group:
+            problems.append(f"{where} group {k}: it is empty; a group needs at least one IPU")
+        bad = [i for i in group if not 0 <= i < num_ipus]
+        if bad:
+            problems.append(
+                f"{where} group {k}: IPU {bad[0]} is out of range [0, {num_ipus}); hint: "
+                "collectives name machine-wide IPU ids"
+            )
+        twice = sorted(set(group) & seen | {i for i in group if group.count(i) > 1})
+        if twice:
+            problems.append(
+                f"{where} group {k}: IPU {twice[0]} takes part more than once (in this or "
+                "an earlier group); every IPU belongs to at most one group"
+            )
+        seen |= set(group)
+        if group and not 0 <= step.root < len(group):
+            problems.append(
+                f"{where} field 'root': {step.root} is not a position in group {k} of "
+                f"{len(group)} IPU(s)"
+            )
 
 
 def _check_call_cycles(program: Program, problems: list[str]) -> None:

@@ -11,6 +11,7 @@ group only slices it. SimPy orders the groups in time and models the collectives
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from ipusim import ir
 from ipusim.config import MachineConfig, config_hash, load_config
 from ipusim.dataplane import DataPlane, NoDataPlane
 from ipusim.errors import IpusimError, RunAborted, SimulationTimeout
+from ipusim.exchange.collectives import ring_plan, run_ring
+from ipusim.exchange.fabric import LinkFabric
 from ipusim.host.link import check_copy_size
 from ipusim.timing import TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
@@ -129,9 +132,45 @@ class Machine:
                     step.tile // cfg.tile.tiles_per_ipu, step.num_bytes, minlength=cfg.num_ipus
                 )
                 check_copy_size(cfg, int(per_ipu.max(initial=0)), f"{step.kind} '{step.name}'")
+        self._check_routes(program)
         run = _Run(self, program, data_plane or NoDataPlane(), max_cycles)
         run.entry = entry
         return run.execute(program.entries[entry])
+
+    def _check_routes(self, program: ir.Program) -> None:
+        """Route every inter-IPU transfer of the program before running it, so that a
+        copy the topology cannot carry is an error naming its step, not a failure
+        half-way through the run."""
+        cfg = self.config
+        tpi = cfg.tile.tiles_per_ipu
+        replica_ipus = cfg.num_ipus // program.replicas
+        topology = None
+        for step in ir.iter_steps(program):
+            if isinstance(step, ir.GlobalExchange):
+                src, dst = (step.src_tile // tpi).tolist(), (step.dst_tile // tpi).tolist()
+                pairs = set(zip(src, dst, strict=True))
+                shifts = range(program.replicas) if step.replicated else range(1)
+                pairs = {
+                    (a + k * replica_ipus, b + k * replica_ipus) for a, b in pairs for k in shifts
+                }
+            elif isinstance(step, ir.Collective):
+                pairs = set()
+                for group in step.groups:
+                    n = len(group)
+                    for i in range(n if n > 1 else 0):
+                        pairs.add((group[i], group[(i + 1) % n]))
+                        if step.algorithm == "bidirectional_ring":
+                            pairs.add((group[i], group[(i - 1) % n]))
+            else:
+                continue
+            topology = topology or self.timing.topology
+            for a, b in sorted(pairs):
+                if a == b:
+                    continue
+                try:
+                    topology.route(a, b)
+                except IpusimError as exc:
+                    raise type(exc)(f"{step.kind} step '{step.name}': {exc}") from None
 
 
 class _Run:
@@ -158,6 +197,14 @@ class _Run:
         else:
             self.groups = [_Group(i, i, i * tpi, (i + 1) * tpi) for i in range(cfg.num_ipus)]
         self.groups_per_ipu = len(self.groups) // cfg.num_ipus
+        #: replicas of the program; steps name replica 0's tiles (see ir.Program)
+        self.replicas = program.replicas
+        self.replica_ipus = cfg.num_ipus // self.replicas
+        self.replica_tiles = self.replica_ipus * tpi
+        self._fabric: LinkFabric | None = None
+        self._scope_tiles: dict[frozenset[int], np.ndarray] = {}
+        self._flow_cache: dict[int, tuple[ir.GlobalExchange, Any]] = {}
+        self._active_ipus: dict[int, tuple[StepRecord, np.ndarray]] = {}
         self.step_count = [0] * len(self.groups)
         self.block_count = [0] * len(self.groups)
         self.blocks: dict[int, BlockRecord] = {}
@@ -287,7 +334,8 @@ class _Run:
         if isinstance(step, ir.Compute | ir.Exchange):
             cycles = rec.tile_cycles[g.lo : g.hi]
             start = self.clock[g.lo : g.hi]
-            self._span(rec, start, start + cycles)
+            if self._ipu_takes_part(rec, g.ipu):
+                self._span(rec, start, start + cycles)
             self.clock[g.lo : g.hi] += cycles
         elif isinstance(step, ir.Sync):
             yield from self._sync(g, n, rec, step)
@@ -295,6 +343,8 @@ class _Run:
             yield from self._stream_copy(g, n, rec, step)
         elif isinstance(step, ir.GlobalExchange):
             yield from self._global_exchange(g, n, rec, step)
+        elif isinstance(step, ir.Collective):
+            yield from self._collective_step(g, n, rec, step)
         end = int(self.clock[g.lo : g.hi].max())
         if self.max_cycles is not None and end > self.max_cycles:
             raise SimulationTimeout(
@@ -312,6 +362,9 @@ class _Run:
         if tile_cycles is not None:
             details = self.timing.cost(step)
             active = getattr(details, "active_cycles", None)
+            if self.replicas > 1:  # replica 0's costs are every replica's
+                tile_cycles = self._replicate(tile_cycles)
+                active = None if active is None else self._replicate(active)
         else:
             tile_cycles = np.zeros(self.cfg.num_tiles, np.int64)
         rec = StepRecord(
@@ -329,6 +382,53 @@ class _Run:
         )
         self.records[n] = rec
         return rec
+
+    def _ipu_takes_part(self, rec: StepRecord, ipu: int) -> bool:
+        """Whether IPU ``ipu`` has a tile with cycles in a compute or exchange step.
+
+        Only those IPUs place the step in time (its first and last cycle), so a step
+        of one IPU is not stretched by another IPU's clock; a step with no cycles
+        anywhere spans every IPU, as on a single IPU.
+        """
+        active = self._active_ipus.get(rec.index)
+        if active is None or active[0] is not rec:
+            cfg = self.cfg
+            busy = rec.tile_cycles.reshape(cfg.num_ipus, cfg.tile.tiles_per_ipu).any(axis=1)
+            if not busy.any():
+                busy[:] = True
+            active = self._active_ipus[rec.index] = (rec, busy)
+        return bool(active[1][ipu])
+
+    def _replicate(self, per_tile: np.ndarray) -> np.ndarray:
+        """A per-tile array of replica 0 repeated for every replica."""
+        return np.tile(np.asarray(per_tile)[: self.replica_tiles], self.replicas)
+
+    @property
+    def fabric(self) -> LinkFabric:
+        """The IPU-Link fabric of this run (made on first use)."""
+        if self._fabric is None:
+            self._fabric = LinkFabric(self.env, self.timing.topology)
+        return self._fabric
+
+    def _machine_ipus(self, ipus: Any, replicated: bool = True) -> frozenset[int]:
+        """Machine-wide IPUs of a scope given in replica-0 ids (every replica's copy)."""
+        if ipus is None:
+            return frozenset(range(self.cfg.num_ipus))
+        if not replicated:
+            return frozenset(int(i) for i in ipus)
+        k = self.replica_ipus
+        return frozenset(int(i) + r * k for i in ipus for r in range(self.replicas))
+
+    def _tiles_of(self, ipus: frozenset[int]) -> np.ndarray:
+        """Global tile ids of the IPUs ``ipus``, ascending (cached)."""
+        tiles = self._scope_tiles.get(ipus)
+        if tiles is None:
+            tpi = self.cfg.tile.tiles_per_ipu
+            tiles = np.concatenate(
+                [np.arange(i * tpi, (i + 1) * tpi, dtype=np.int64) for i in sorted(ipus)]
+            )
+            self._scope_tiles[ipus] = tiles
+        return tiles
 
     @staticmethod
     def _span(rec: StepRecord, start: np.ndarray, end: np.ndarray) -> None:
@@ -375,10 +475,25 @@ class _Run:
         self._span(rec, start, end)
         self.clock[lo:hi] = end
 
+    def _settle_tiles(self, rec: StepRecord, tiles: np.ndarray, end: np.ndarray | int) -> None:
+        """Move the tiles ``tiles`` to ``end``, charging the difference to the record."""
+        start = self.clock[tiles]
+        end = np.broadcast_to(np.asarray(end, np.int64), start.shape)
+        rec.tile_cycles[tiles] = end - start
+        self._span(rec, start, end)
+        self.clock[tiles] = end
+
     def _sync(
         self, g: _Group, n: int, rec: StepRecord, step: ir.Sync
     ) -> Generator[simpy.Event, Any, None]:
         kind = step.sync_kind
+        if step.ipus is not None and kind != ir.SyncKind.HOST:
+            scope = self._machine_ipus(step.ipus)
+            if g.ipu not in scope:
+                return  # this IPU takes no part
+            if kind == ir.SyncKind.EXTERNAL:
+                yield from self._sync_ipus(g, n, rec, kind, scope)
+                return
         part, expected, lo, hi = self._scope(g, kind == ir.SyncKind.INTERNAL)
 
         def finish() -> Generator[simpy.Event, Any, None]:
@@ -387,6 +502,19 @@ class _Run:
             yield from ()
 
         yield from self._collective(g, (n, part), expected, finish)
+
+    def _sync_ipus(
+        self, g: _Group, n: int, rec: StepRecord, kind: ir.SyncKind, scope: frozenset[int]
+    ) -> Generator[simpy.Event, Any, None]:
+        """An external sync joining the IPUs ``scope`` only."""
+        tiles = self._tiles_of(scope)
+
+        def finish() -> Generator[simpy.Event, Any, None]:
+            release = self.timing.sync.release(self.clock[tiles], self.delays[tiles], kind.value)
+            self._settle_tiles(rec, tiles, release)
+            yield from ()
+
+        yield from self._collective(g, (n, -1), len(scope) * self.groups_per_ipu, finish)
 
     def _stream_copy(
         self, g: _Group, n: int, rec: StepRecord, step: ir.StreamCopy
@@ -406,7 +534,8 @@ class _Run:
         next_ready = step.prefetch
         if step.prefetch and step.prefetch_predicate is not None:
             next_ready = bool(self._decide(g, step.prefetch_predicate))
-        total, floor = int(demand.bytes_per_ipu[g.ipu]), int(demand.floor_cycles[g.ipu])
+        of = g.ipu % self.replica_ipus  # every replica moves replica 0's bytes
+        total, floor = int(demand.bytes_per_ipu[of]), int(demand.floor_cycles[of])
         if total == 0:  # nothing for this IPU: the step takes no time here
             return
         remote = isinstance(step, ir.RemoteBufferCopy)
@@ -443,15 +572,95 @@ class _Run:
     def _global_exchange(
         self, g: _Group, n: int, rec: StepRecord, step: ir.GlobalExchange
     ) -> Generator[simpy.Event, Any, None]:
-        part, expected, lo, hi = self._scope(g, False)
-        cost = self.timing.cost(step)
-        rec.details = cost
+        """Inter-IPU transfers on the shared IPU-Link fabric.
+
+        The IPUs taking part (the transfers' ends, plus ``step.ipus``, in every
+        replica) start together when the last arrives. Transfers are aggregated per
+        (source IPU, destination IPU) pair and routed on the topology; the step ends
+        for all of them when the last transfer has arrived, and lasts at least as long
+        as its busiest tile needs at ``exchange.bytes_per_cycle`` plus the longest
+        route's latency.
+        """
+        flows, ipus, floor = self._global_flows(step)
+        if g.ipu not in ipus:
+            return
+        rec.details = self.timing.cost(step)
+        tiles = self._tiles_of(ipus)
 
         def finish() -> Generator[simpy.Event, Any, None]:
-            self._settle(rec, lo, hi, int(self.clock[lo:hi].max()) + cost.cycles)
-            yield from ()
+            begin = int(self.clock[tiles].max())
+            fabric = self.fabric
+            latency = max((fabric.route_latency(r) for r, _ in flows), default=0)
+            yield from fabric.transfer_all(flows)
+            end = max(_ceil(self.env.now), begin + floor + latency)
+            self._settle_tiles(rec, tiles, end)
 
-        yield from self._collective(g, (n, part), expected, finish)
+        yield from self._collective(g, (n, -1), len(ipus) * self.groups_per_ipu, finish)
+
+    def _global_flows(
+        self, step: ir.GlobalExchange
+    ) -> tuple[list[tuple[tuple[tuple[int, int], ...], int]], frozenset[int], int]:
+        """(routed transfers per IPU pair over all replicas, IPUs taking part, tile floor)."""
+        cached = self._flow_cache.get(id(step))
+        if cached is not None and cached[0] is step:
+            return cached[1]
+        cfg = self.cfg
+        tpi = cfg.tile.tiles_per_ipu
+        src, dst, nbytes = step.src_tile, step.dst_tile, step.num_bytes
+        src_ipu, dst_ipu = src // tpi, dst // tpi
+        n = cfg.num_ipus
+        key, inverse = np.unique(src_ipu * n + dst_ipu, return_inverse=True)
+        pair_bytes = np.bincount(inverse.reshape(-1), weights=nbytes, minlength=key.size)
+        pairs = [(int(k // n), int(k % n), int(b)) for k, b in zip(key, pair_bytes, strict=True)]
+        shifts = (
+            [0] if not step.replicated else [r * self.replica_ipus for r in range(self.replicas)]
+        )
+        topology = self.timing.topology
+        flows = [
+            (topology.route(a + s, b + s), nb)
+            for s in shifts
+            for a, b, nb in pairs
+            if nb > 0 and a != b
+        ]
+        own = {int(i) for i in np.concatenate((src_ipu, dst_ipu))} | set(step.ipus or ())
+        ipus = self._machine_ipus(sorted(own), step.replicated)
+        sent = np.bincount(src, weights=nbytes, minlength=1)
+        received = np.bincount(dst, weights=nbytes, minlength=1)
+        busiest = max(float(sent.max(initial=0)), float(received.max(initial=0)))
+        floor = math.ceil(busiest / cfg.exchange.bytes_per_cycle)
+        result = (flows, ipus, floor)
+        self._flow_cache[id(step)] = (step, result)
+        return result
+
+    def _collective_step(
+        self, g: _Group, n: int, rec: StepRecord, step: ir.Collective
+    ) -> Generator[simpy.Event, Any, None]:
+        """A collective: its IPUs start together when the last arrives, each group runs
+        its ring on the shared fabric (ipusim.exchange.collectives), and the step
+        ends for every IPU taking part when the slowest ring has finished."""
+        ipus = frozenset(step.ipus)
+        if g.ipu not in ipus:
+            return
+        tiles = self._tiles_of(ipus)
+
+        def finish() -> Generator[simpy.Event, Any, None]:
+            begin = int(self.clock[tiles].max())
+            if self.env.now < begin:
+                yield self.env.timeout(begin - self.env.now)
+            plans = [ring_plan(self.cfg, step, k) for k in range(len(step.groups))]
+            topology, fabric = self.timing.topology, self.fabric
+            procs = [self.env.process(run_ring(self.env, fabric, topology, p)) for p in plans]
+            if procs:
+                yield simpy.AllOf(self.env, procs)
+            rec.details = {"begin": begin, "plans": plans}
+            self._settle_tiles(rec, tiles, max(begin, _ceil(self.env.now)))
+
+        yield from self._collective(g, (n, -1), len(ipus) * self.groups_per_ipu, finish)
+
+
+def _ceil(x: float) -> int:
+    """``ceil`` that ignores float noise below a millionth of a cycle."""
+    return math.ceil(round(float(x), 6))
 
 
 def _prefetched_ipus(details: object, ipu: int) -> dict[str, list[int]]:

@@ -13,7 +13,9 @@ sync          ``sync.model``         ``delays() -> int64[num_tiles]``;
                                      ``release(arrival, delays, kind) -> exit times``
 host          ``host.model``         ``demand(step: ir.StreamCopy) -> StreamDemand``;
                                      ``link(env) -> shared link``
-links         ``links.model``        ``cost(step: ir.GlobalExchange) -> GlobalExchangeCost``
+links         ``links.model``        ``cost(step: ir.GlobalExchange) -> GlobalExchangeCost``;
+                                     ``collective(step: ir.Collective) -> CollectiveCost``
+                                     (uncontended); ``topology`` (routes, capacities)
 remote        ``remote.model``       ``demand(step: ir.RemoteBufferCopy) -> StreamDemand``;
                                      ``link(env) -> links`` (None: the host link)
 ============  =====================  ==============================================
@@ -39,6 +41,7 @@ import simpy
 from ipusim import ir
 from ipusim.config import MachineConfig
 from ipusim.errors import ConfigError
+from ipusim.exchange.collectives import CollectiveCost, collective_cost
 from ipusim.exchange.internal import ExchangeCost, exchange_cost
 from ipusim.exchange.links import GlobalExchangeCost, global_exchange_cost
 from ipusim.host.link import (
@@ -105,6 +108,8 @@ class HostModel(Protocol):
 
 class LinksModel(Protocol):
     def cost(self, step: ir.GlobalExchange) -> GlobalExchangeCost: ...
+
+    def collective(self, step: ir.Collective) -> CollectiveCost: ...
 
 
 # ------------------------------------------------------------ default components
@@ -190,6 +195,17 @@ class TopologyLinks:
 
     def cost(self, step: ir.GlobalExchange) -> GlobalExchangeCost:
         return global_exchange_cost(self.cfg, step.src_tile, step.dst_tile, step.num_bytes)
+
+    @property
+    def topology(self) -> Any:
+        """The routes, capacities and latencies of the configured topology."""
+        from ipusim.exchange.topology import topology_of
+
+        return topology_of(self.cfg)
+
+    def collective(self, step: ir.Collective) -> CollectiveCost:
+        """Cycles of a collective with the links to itself (ipusim.exchange.collectives)."""
+        return collective_cost(self.cfg, self.topology, step)
 
 
 class HostLinkRemote(SharedHostLink):
@@ -323,6 +339,16 @@ class TimingModel:
         cost = getattr(getattr(self, kind.component), kind.method)(step)
         self._cache[id(step)] = (step, cost)
         return cost
+
+    @property
+    def topology(self) -> Any:
+        """The IPU-Link topology the links component routes on."""
+        topology = getattr(self.links, "topology", None)
+        if topology is None:
+            from ipusim.exchange.topology import topology_of
+
+            topology = topology_of(self.config)
+        return topology
 
     def tile_cycles(self, step: ir.Step) -> np.ndarray | None:
         """Per-tile cycles of a step whose time does not depend on other steps

@@ -13,7 +13,13 @@ import numpy as np
 
 from ipusim.ir import PHASES
 
-__all__ = ["PHASES", "BlockRecord", "StepRecord", "Trace"]
+__all__ = ["PHASES", "BlockRecord", "StepRecord", "Trace", "ipu_sums"]
+
+
+def ipu_sums(per_tile: np.ndarray, num_ipus: int) -> np.ndarray:
+    """int64[num_ipus]: a per-tile array (global tile ids) summed over each IPU's tiles."""
+    arr = np.asarray(per_tile, np.int64)
+    return arr.reshape(num_ipus, -1).sum(axis=1)
 
 
 @dataclass
@@ -158,6 +164,29 @@ class Trace:
                 out["compute_active"] += int(rec.active_cycles.sum())
         return out
 
+    @property
+    def num_ipus(self) -> int:
+        """IPUs of the machine the run was on."""
+        return max(1, int(self.num_tiles) // int(self.tiles_per_ipu))
+
+    def ipu_totals(self) -> list[dict[str, int]]:
+        """Cycles per phase summed over the tiles of each IPU (list index = IPU).
+
+        The keys are those of :attr:`totals` plus ``end_cycle``, the IPU's last tile
+        clock. Summed over the IPUs each phase equals :attr:`totals`; on several IPUs
+        this is where the global exchange and the syncs (waits included) of each IPU
+        show separately.
+        """
+        n = self.num_ipus
+        keys = ("compute", "compute_active", *PHASES[1:])
+        sums = {k: np.zeros(n, np.int64) for k in keys}
+        for rec in self.records:
+            sums[rec.phase] += ipu_sums(rec.tile_cycles, n)
+            if rec.active_cycles is not None:
+                sums["compute_active"] += ipu_sums(rec.active_cycles, n)
+        end = np.asarray(self.tile_end_cycles, np.int64).reshape(n, -1).max(axis=1, initial=0)
+        return [{**{k: int(sums[k][i]) for k in keys}, "end_cycle": int(end[i])} for i in range(n)]
+
     def fingerprint(self) -> str:
         """A hash of everything simulated: equal traces, equal hashes.
 
@@ -204,6 +233,17 @@ class Trace:
             f"Steps executed: {len(self.records):,}; host time {self.host_seconds:.3f} s; "
             f"{self.cycles_per_host_second:,.0f} simulated cycles per host second",
         ]
+        if self.num_ipus > 1:
+            lines.append(
+                "Cycles by IPU (sum over its tiles): compute / IPU exchange / global "
+                "exchange / host exchange / sync; last tile clock"
+            )
+            for i, u in enumerate(self.ipu_totals()):
+                lines.append(
+                    f"  IPU {i}: {u['compute']:,} / {u['internal_exchange']:,} / "
+                    f"{u['global_exchange']:,} / {u['host_exchange']:,} / {u['sync']:,}; "
+                    f"{u['end_cycle']:,}"
+                )
         if not self.complete:
             lines.append("(incomplete run: the records end where the run stopped)")
         return "\n".join(lines)

@@ -4,7 +4,7 @@ Names follow Poplar's C++ API (``Graph.addVariable``, ``setTileMapping``,
 ``Engine.run``, ...), so programs port with little change.
 """
 
-from poplar_api import program
+from poplar_api import gcl, program
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 from poplar_api.device import (
     Device,
@@ -17,7 +17,14 @@ from poplar_api.device import (
 )
 from poplar_api.engine import Engine
 from poplar_api.executable import Executable, ExecutableError, compileGraph
-from poplar_api.graph import ComputeSet, DataStream, Function, Graph, VertexRef
+from poplar_api.graph import (
+    ComputeSet,
+    DataStream,
+    Function,
+    Graph,
+    ReplicatedStreamMode,
+    VertexRef,
+)
 from poplar_api.remote import RemoteBuffer
 from poplar_api.streams import LegacyStreamCallback, StreamCallback
 from poplar_api.tensor import Interval, Tensor, append, concat
@@ -62,6 +69,7 @@ __all__ = [
     "MultiVertex",
     "Output",
     "RemoteBuffer",
+    "ReplicatedStreamMode",
     "StreamCallback",
     "SyncDelayType",
     "Target",
@@ -75,5 +83,6 @@ __all__ = [
     "append",
     "compileGraph",
     "concat",
+    "gcl",
     "program",
 ]

@@ -77,8 +77,8 @@ class Target:
         Parameters
         ----------
         numIPUs
-            IPUs of the target (more than one can be made, but graphs spanning several
-            IPUs are not supported yet).
+            IPUs of the target; a graph may span them (docs/poplar_api.md, "Graphs
+            spanning several IPUs").
         systemType
             ``"ipu1"``, ``"ipu2"`` or ``"ipu21"`` (mapped to the presets ``mk1``,
             ``mk2``, ``bow``), or any preset name or YAML path.
@@ -294,8 +294,9 @@ class DeviceManager:
 
     Notes
     -----
-    Devices of several IPUs can be made and attached, but graphs spanning several
-    IPUs are not supported yet; build graphs for single-IPU devices.
+    Devices of several IPUs can be made and attached, and a graph may span their IPUs
+    (data between IPUs travels in global exchanges over the IPU-Links; see
+    docs/poplar_api.md, "Graphs spanning several IPUs").
     """
 
     def __init__(self, preset: str | os.PathLike[str] | None = None, numIpus: int | None = None):

@@ -4,6 +4,23 @@ Compiling validates the graph (every problem at once), lowers the programs to th
 machine IR and lays out device memory. On an IPU Model device a run is simulated by
 :class:`ipusim.machine.Machine`, with the Engine as its data plane; on a CPU device
 the same IR is interpreted for values only.
+
+Replicated graphs
+-----------------
+A graph of ``r`` replicas (``Graph(target, replication_factor=r)``) is lowered once,
+for replica 0, into an ``ir.Program`` with ``replicas=r``; the machine runs each step
+on every replica's IPUs. The data plane keeps one device memory image per replica
+(:class:`~poplar_api.lowering.context.Storage`) and host ends per replica
+(:class:`~poplar_api.streams.HostStreams`): it applies an ordinary effect once per
+replica, in replica order, with that replica's image and host ends selected, and a
+collective or cross-replica effect once. It asks a control-flow predicate in every
+replica and stops the run with an :class:`~poplar_api.errors.EngineError` naming the
+replicas and values when they disagree (every replica must follow the same control
+flow, as in Poplar). Host buffers of replicated tensors and streams are
+replica-major: ``readTensor`` returns ``[r, *shape]``, ``writeTensor`` takes
+``[r, *shape]`` (or the tensor's own size, written to every replica), and
+``connectStream`` splits its buffer into ``r`` equal parts, replica ``k`` using part
+``k`` (the layout Poplar's replicated streams use).
 """
 
 from __future__ import annotations
@@ -30,7 +47,7 @@ from poplar_api.errors import (
     OutOfMemoryError,
 )
 from poplar_api.executable import Executable
-from poplar_api.graph import DataStream, Graph
+from poplar_api.graph import DataStream, Graph, is_nonreplicated, replication_factor
 from poplar_api.lowering import validate
 from poplar_api.lowering.context import Lowered, Storage
 from poplar_api.lowering.emit import Emitter
@@ -39,22 +56,98 @@ from poplar_api.program import Program
 from poplar_api.streams import (
     HostStreams,
     as_stream_callback,
+    check_replica_index,
     connect_callback_args,
     prefetch_option,
 )
 
 
 class _EngineDataPlane:
-    def __init__(self, lowered: Lowered, check_bounds: bool = True) -> None:
+    """The Engine as the machine's data plane: applies effects, answers predicates.
+
+    With several replicas an ordinary effect runs once per replica (that replica's
+    memory image and host ends selected), a global one (``Lowered.global_effects``)
+    once; a predicate is asked in every replica and its answers combine as
+    ``Lowered.combine`` says (control flow: all replicas must agree).
+    """
+
+    def __init__(
+        self,
+        lowered: Lowered,
+        check_bounds: bool = True,
+        host: HostStreams | None = None,
+        state: Any = None,
+    ) -> None:
         self.lowered = lowered
         self.check_bounds = check_bounds
+        self.replicas = lowered.storage.replicas
+        self.host = host
+        self.state = state
+
+    def _select(self, replica: int) -> None:
+        self.lowered.storage.select(replica)
+        if self.host is not None:
+            self.host.select(replica)
 
     def apply(self, effect: int) -> None:
         with vertex_bounds_checks(self.check_bounds):
-            self.lowered.effects[effect]()
+            fn = self.lowered.effects[effect]
+            if self.replicas == 1 or effect in self.lowered.global_effects:
+                fn()
+                return
+            try:
+                for k in range(self.replicas):
+                    self._select(k)
+                    fn()
+            finally:
+                self._select(0)
 
     def predicate(self, predicate: int) -> int:
-        return self.lowered.predicates[predicate]()
+        fn = self.lowered.predicates[predicate]
+        if self.replicas == 1:
+            return fn()
+        values = []
+        try:
+            for k in range(self.replicas):
+                self._select(k)
+                values.append(int(fn()))
+        finally:
+            self._select(0)
+        if self.lowered.combine.get(predicate) == "all":
+            return int(all(values))
+        if len(set(values)) > 1:
+            raise EngineError(_divergence_message(fn, predicate, values, self.state))
+        return values[0]
+
+
+def _divergence_message(fn: Any, predicate: int, values: list[int], state: Any) -> str:
+    """Why replicas that disagree on a control value stop the run, naming them."""
+    first = values[0]
+    other = next(k for k, v in enumerate(values) if v != first)
+    by_value: dict[int, list[int]] = {}
+    for k, v in enumerate(values):
+        by_value.setdefault(v, []).append(k)
+    seen = "; ".join(f"replica(s) {ks} have {v}" for v, ks in by_value.items())
+    return (
+        f"Engine.run: the replicas disagree on the control value of an If, Switch, "
+        f"RepeatWhile or AbortOnCondition ({_predicate_source(fn, state)}, predicate "
+        f"#{predicate}): replica 0 has {first}, replica {other} has {values[other]} ({seen}); "
+        "every replica must take the same control flow (as in Poplar); hint: compute the "
+        "condition from values equal in every replica, e.g. after an all-reduce "
+        "(gcl.allReduceCrossReplica)"
+    )
+
+
+def _predicate_source(fn: Any, state: Any) -> str:
+    """The variable(s) a predicate reads, found in its closure (for error messages)."""
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False))
+    try:
+        typ, ids = cells["typ"].cell_contents, cells["ids"].cell_contents
+        space = state.find_space(typ)
+        names = sorted({state.variables[v].name for v in space.variables_of(ids).tolist()})
+        return f"read from variable(s) {names}"
+    except (KeyError, AttributeError, ValueError, IndexError, TypeError):
+        return "a device value"
 
 
 def _interpret(node: ir.Node, program: ir.Program, dp: _EngineDataPlane) -> None:
@@ -152,8 +245,10 @@ class Engine:
         state = graph._state
         target = state.target
         self._state = state
-        self._host = HostStreams(prefetch_option(self.options))
-        self._storage = Storage(state)
+        #: replicas of the graph (each with its own memory image and host ends)
+        self.replicas = replication_factor(state)
+        self._host = HostStreams(prefetch_option(self.options), self.replicas)
+        self._storage = Storage(state, self.replicas)
         self._lowered = Lowered(self._storage)
         emitter = Emitter(state, target, self._lowered, self._host, self.options)
         problems = validate.check_variables(state, target.getNumTiles())
@@ -161,7 +256,13 @@ class Engine:
         problems += emitter.problems
         if problems:
             raise GraphValidationError(problems)
-        self.ir_program = ir.Program(entries=tuple(entries), functions=emitter.function_nodes())
+        self.ir_program = ir.Program(
+            entries=tuple(entries), functions=emitter.function_nodes(), replicas=self.replicas
+        )
+        for step in ir.iter_steps(self.ir_program):  # the host is ready when every replica's is
+            ready = getattr(step, "prefetch_predicate", None)
+            if ready is not None:
+                self._lowered.combine[ready] = "all"
         self._programs = progs
         self._device: Device | None = None
         self._machine: Machine | None = None
@@ -186,6 +287,17 @@ class Engine:
                 f"Engine.load: the graph was built for {want} tiles but the device has {have}; "
                 "hint: build the graph with the device's target"
             )
+        if self.replicas > 1 and device.isTimed:
+            replica, dev = self._state.target, device.getTarget()
+            need = replica.getNumIPUs() * self.replicas
+            if dev.getNumIPUs() != need or dev.getTilesPerIPU() != replica.getTilesPerIPU():
+                raise EngineError(
+                    f"Engine.load: the graph has {self.replicas} replicas of "
+                    f"{replica.getNumIPUs()} IPU(s) x {replica.getTilesPerIPU()} tiles, so it "
+                    f"needs a device of exactly {need} IPU(s) x {replica.getTilesPerIPU()} "
+                    f"tiles; the device has {dev.getNumIPUs()} x {dev.getTilesPerIPU()}; hint: "
+                    "build the graph with the device's target"
+                )
         if not device.attached and not device.attach():
             raise EngineError(
                 f"Engine.load: device {device.getId()} cannot be attached: another device holds "
@@ -227,7 +339,7 @@ class Engine:
                 f"{len(self._programs)} program(s))"
             )
         checks = self.options.get("debug.checkVertexBounds", "true").strip().lower() == "true"
-        dp = _EngineDataPlane(self._lowered, checks)
+        dp = _EngineDataPlane(self._lowered, checks, self._host, self._state)
         if self._machine is None:
             _interpret(self.ir_program.entries[index], self.ir_program, dp)
             return
@@ -286,24 +398,119 @@ class Engine:
             raise EngineError(f"{what}: unknown handle '{handle}' (known: {known or 'none'})")
         return t
 
+    def _per_replica(self, t: Any) -> bool:
+        """Whether host access to ``t`` has one part per replica (a replicated tensor of
+        a graph of several replicas; not a non-replicated view)."""
+        return self.replicas > 1 and not is_nonreplicated(t, self._state)
+
     def writeTensor(self, handle: str, buffer: Any) -> None:
-        """Write host data into the tensor of a ``createHostWrite`` handle."""
+        """Write host data into the tensor of a ``createHostWrite`` handle.
+
+        In a replicated graph ``buffer`` holds every replica's values, replica-major
+        (``[replicas, *shape]``), or the tensor's own number of values, written to
+        every replica. A non-replicated view (``getNonReplicatedTensor``) takes its own
+        shape, ``[replicas, *shape]``.
+        """
         t = self._handle(self._state.host_writes, handle, "writeTensor")
-        data = host_values(buffer, t, f"writeTensor('{handle}')")
-        self._storage.write(t.elementType(), t.flat_index(), data)
+        what = f"writeTensor('{handle}')"
+        typ, ids = t.elementType(), t.flat_index()
+        if is_nonreplicated(t, self._state):
+            self._storage.write_wide(typ, ids, host_values(buffer, t, what))
+            return
+        if not self._per_replica(t):
+            self._storage.write(typ, ids, host_values(buffer, t, what))
+            return
+        arr = np.asarray(buffer)
+        r, n = self.replicas, t.numElements()
+        if arr.size not in (n, r * n):
+            raise EngineError(
+                f"{what}: buffer has {arr.size} elements (shape {list(arr.shape)}); tensor "
+                f"'{t.name}' (shape {t.shape()}) of a graph of {r} replicas takes "
+                f"{r} x {n} = {r * n} values, replica-major (shape {[r, *t.shape()]}), or "
+                f"{n} values written to every replica"
+            )
+        if arr.dtype.kind not in "biuf":
+            host_values(arr, t, what)  # raises the non-numeric buffer error
+        values = fit_values(arr.reshape(-1), typ, f"{what}: tensor '{t.name}'")
+        self._storage.write_replicas(typ, ids, values.reshape(-1 if arr.size == n else r, n))
 
     def readTensor(self, handle: str, buffer: np.ndarray | None = None) -> np.ndarray:
-        """Read the tensor of a ``createHostRead`` handle into ``buffer`` (and return it)."""
+        """Read the tensor of a ``createHostRead`` handle into ``buffer`` (and return it).
+
+        In a replicated graph the result holds every replica's values, replica-major:
+        shape ``[replicas, *shape]`` (``buffer``, if given, needs that many elements).
+        """
         t = self._handle(self._state.host_reads, handle, "readTensor")
-        values = self._storage.read(t.elementType(), t.flat_index())
+        typ, ids = t.elementType(), t.flat_index()
+        shape = t.shape()
+        if is_nonreplicated(t, self._state):
+            values = self._storage.read_wide(typ, ids)
+        elif self._per_replica(t):
+            values = self._storage.read_replicas(typ, ids).reshape(-1)
+            shape = [self.replicas, *shape]
+        else:
+            values = self._storage.read(typ, ids)
         if buffer is None:
-            return values.reshape(t.shape())
-        fill_host_buffer(buffer, values, t, f"readTensor('{handle}')")
+            return values.reshape(shape)
+        what = f"readTensor('{handle}')"
+        if self._per_replica(t) and getattr(buffer, "size", values.size) != values.size:
+            raise EngineError(
+                f"{what}: buffer has {buffer.size} elements (shape {list(buffer.shape)}); "
+                f"tensor '{t.name}' (shape {t.shape()}) of a graph of {self.replicas} "
+                f"replicas reads {values.size} values, replica-major (shape {shape}); they "
+                "must be equal"
+            )
+        fill_host_buffer(buffer, values, t, what)
         return buffer
 
-    def connectStream(self, handle: str, buffer: np.ndarray) -> None:
-        """Use ``buffer`` as the stream's circular buffer (read or written in place)."""
+    def connectStream(self, handle: str, *args: Any) -> None:
+        """Use a buffer as the stream's circular buffer (read or written in place):
+        ``connectStream(handle, buffer)`` or, for one replica of a replicated graph,
+        ``connectStream(handle, replicaIndex, buffer)``.
+
+        For a stream of a replicated graph (``REPLICATE``, or any device-to-host one)
+        ``connectStream(handle, buffer)`` serves every replica from one buffer,
+        replica-major: its size must be a multiple of the replica count, and replica
+        ``k`` uses the ``k``-th of the equal parts as its own circular buffer. A
+        ``BROADCAST`` stream's buffer feeds every replica as it is.
+        """
         s = self._handle(self._state.streams, handle, "connectStream")
+        what = f"connectStream('{handle}')"
+        if len(args) == 2:
+            index, buffer = args
+            replicas = s.replicationFactor if s.perReplica else 1
+            k = check_replica_index(index, replicas, what)
+            self._connect_buffer(s, buffer, k)
+            return
+        if len(args) != 1:
+            raise EngineError(
+                f"{what}: takes (handle, buffer) or (handle, replicaIndex, buffer); got "
+                f"{len(args) + 1} argument(s)"
+            )
+        buffer = args[0]
+        if not s.perReplica:
+            self._connect_buffer(s, buffer, 0)
+            return
+        r, n = s.replicationFactor, s.numElements
+        size = buffer.size if isinstance(buffer, np.ndarray) else 0
+        if size == 0 or size % r or size // r < n:
+            raise EngineError(
+                f"{what}: stream '{handle}' serves each of the graph's {r} replicas, so the "
+                f"buffer holds every replica's data, replica-major (replica k uses the k-th "
+                f"of {r} equal parts): its size must be a multiple of {r} with at least "
+                f"numElements = {n} per replica; got "
+                f"{size if isinstance(buffer, np.ndarray) else type(buffer).__name__}; hint: "
+                f"np.zeros(({r}, {n}), ...), or connectStream(handle, replicaIndex, buffer) "
+                "per replica"
+            )
+        check_stream_buffer(buffer, s)
+        parts = buffer.reshape(r, -1)
+        for k in range(r):
+            self._connect_buffer(s, parts[k], k)
+
+    def _connect_buffer(self, s: DataStream, buffer: Any, replica: int) -> None:
+        """Connect ``buffer`` (checked) as ``replica``'s circular buffer of stream ``s``."""
+        handle = s.handle
         check_stream_buffer(buffer, s)
         flat = buffer.reshape(-1)
         if not np.shares_memory(flat, buffer):
@@ -312,28 +519,42 @@ class Engine:
             raise EngineError(
                 f"connectStream('{handle}'): a device-to-host buffer must be writable"
             )
-        self._host.connect_buffer(handle, flat)
+        self._host.connect_buffer(handle, flat, replica)
 
     def connectStreamToCallback(self, handle: str, *args: Any) -> None:
         """Serve a stream with a callback: ``connectStreamToCallback(handle, callback)``
         or, as Poplar's replicated form, ``connectStreamToCallback(handle, index,
-        callback)`` (one replica: ``index`` must be 0).
+        callback)`` for replica ``index`` only.
 
         ``callback`` is a function ``f(buffer)`` that fills ``buffer`` (host-to-device)
         or reads it (device-to-host), or an object with Poplar's stream callback
         protocol (``prefetch``, ``fetch``, ``complete``, ``invalidatePrefetched``); the
-        order of the calls is in :mod:`poplar_api.streams`.
+        order of the calls is in :mod:`poplar_api.streams`. Without an index, a stream
+        of a replicated graph calls the callback for every replica, in replica order;
+        a ``BROADCAST`` stream calls it once per copy (its index can only be 0).
         """
-        self._handle(self._state.streams, handle, "connectStreamToCallback")
+        s = self._handle(self._state.streams, handle, "connectStreamToCallback")
         what = f"connectStreamToCallback('{handle}')"
-        callback = connect_callback_args(args, what)
-        self._host.connect_callback(handle, as_stream_callback(callback, what))
+        replicas = s.replicationFactor if s.perReplica else 1
+        try:
+            index, callback = connect_callback_args(args, what, replicas)
+        except EngineError as exc:
+            if s.broadcast and s.replicationFactor > 1 and len(args) == 2:
+                raise EngineError(
+                    f"{exc}; stream '{handle}' is a BROADCAST stream: one host end feeds "
+                    "every replica; hint: connect it without an index"
+                ) from None
+            raise
+        cb = as_stream_callback(callback, what)
+        for k in range(replicas) if index is None else (index,):
+            self._host.connect_callback(handle, cb, k)
 
     # ----------------------------------------------------------- remote buffers
     def copyToRemoteBuffer(
         self, srcBuffer: Any, dstHandle: str, repeatIndex: int, replicationIndex: int = 0
     ) -> None:
-        """Write row ``repeatIndex`` of remote buffer ``dstHandle`` from the host."""
+        """Write row ``repeatIndex`` of remote buffer ``dstHandle`` (of replica
+        ``replicationIndex``) from the host."""
         from poplar_api.remote import copy_to_remote
 
         copy_to_remote(self._state, self._host, srcBuffer, dstHandle, repeatIndex, replicationIndex)
@@ -341,8 +562,9 @@ class Engine:
     def copyFromRemoteBuffer(
         self, srcHandle: str, dstBuffer: Any, repeatIndex: int, replicationIndex: int = 0
     ) -> np.ndarray:
-        """Read row ``repeatIndex`` of remote buffer ``srcHandle`` into ``dstBuffer`` (a
-        numpy array of ``numElements`` elements, filled in place and returned)."""
+        """Read row ``repeatIndex`` of remote buffer ``srcHandle`` (of replica
+        ``replicationIndex``) into ``dstBuffer`` (a numpy array of ``numElements``
+        elements, filled in place and returned)."""
         from poplar_api.remote import copy_from_remote
 
         return copy_from_remote(

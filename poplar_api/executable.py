@@ -40,7 +40,7 @@ import numpy as np
 
 from poplar_api.codelet import VertexType, vertex_type
 from poplar_api.errors import EngineError, PoplarError
-from poplar_api.graph import Graph
+from poplar_api.graph import Graph, replication_factor
 from poplar_api.program import Program
 from poplar_api.tensor import Tensor
 
@@ -154,15 +154,21 @@ class Executable:
         return len(self._programs)
 
     def getTarget(self) -> Any:
-        """The target the graph was built for."""
+        """The target the graph was built for (of one replica, for a replicated graph)."""
         return self._state.target
+
+    def getReplicationFactor(self) -> int:
+        """Replicas of the compiled graph (1 when it is not replicated)."""
+        return replication_factor(self._state)
 
     def __repr__(self) -> str:
         t = self._state.target
+        r = replication_factor(self._state)
+        replicas = f", {r} replicas" if r > 1 else ""
         return (
             f"Executable({len(self._programs)} program(s), {len(self._state.variables)} "
             f"variables, {len(self._state.vertices)} vertices, {t.config.name}: "
-            f"{t.getNumTiles()} tiles)"
+            f"{t.getNumTiles()} tiles{replicas})"
         )
 
     # ---------------------------------------------------------------- engines
@@ -244,6 +250,7 @@ class Executable:
             "arch": target.config.arch,
             "targetType": target.targetType.value,
             "numTiles": target.getNumTiles(),
+            "replicationFactor": replication_factor(self._state),
             "numPrograms": len(self._programs),
             "numVariables": len(self._state.variables),
             "numVertices": len(self._state.vertices),

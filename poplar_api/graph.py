@@ -12,6 +12,22 @@ lowering are numpy operations over whole tensors. A virtual graph is a view over
 parent: what it adds appears in the parent, with its tiles shifted. A virtual graph
 over a tile list (``createVirtualGraph([3, 7, 1])``) maps its tile ``i`` to the
 parent's tile ``tiles[i]``.
+
+Replicated graphs
+-----------------
+``Graph(target, replication_factor=r)`` (or ``Graph(target).createReplicatedGraph(r)``)
+is a graph of ``r`` identical replicas, each on ``target.getNumIPUs() / r`` IPUs. It is
+built and lowered once, for one replica: its ``getTarget()`` is the target of one
+replica (``getNumIPUs()``, ``getNumTiles()`` per replica, as in Poplar) and its tile
+ids are that replica's; every replica runs the same program on its own IPUs with its
+own values (:class:`~poplar_api.lowering.context.Storage` keeps one memory image per
+replica). Streams of a replicated graph serve each replica separately
+(:class:`ReplicatedStreamMode` ``REPLICATE``, the default) or send the same data to
+every replica (``BROADCAST``). The parent of ``createReplicatedGraph`` is the
+non-replicated top-level graph: it makes no variables, vertices or mappings of its
+own here, but ``getNonReplicatedTensor(t)`` gives it a ``[r, *t.shape]`` view of a
+replicated tensor (row ``k`` is replica ``k``'s copy) for host reads and writes,
+copies to and from its own (non-replicated) streams and copies between such views.
 """
 
 from __future__ import annotations
@@ -19,13 +35,16 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
 
+from ipusim.config import with_overrides
 from poplar_api.codelet import VertexType, collect_codelets, vertex_type
 from poplar_api.device import Device, Target
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
+from poplar_api.lowering.context import wide_ids
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
 from poplar_api.types import Type
@@ -151,17 +170,49 @@ class VertexRef:
         return f"vertex {self.id} ({inst.vtype.name})"
 
 
+class ReplicatedStreamMode(str, Enum):
+    """How a host-to-device stream of a replicated graph feeds the replicas (Poplar's
+    ``poplar::ReplicatedStreamMode``).
+
+    ``REPLICATE`` (the default): every replica has its own data (the host buffer holds
+    one part per replica, replica-major); ``BROADCAST``: one copy of the data goes to
+    every replica.
+    """
+
+    REPLICATE = "REPLICATE"
+    BROADCAST = "BROADCAST"
+
+
 @dataclass(frozen=True)
 class DataStream:
-    """A host↔device FIFO made by ``addHostToDeviceFIFO`` / ``addDeviceToHostFIFO``."""
+    """A host↔device FIFO made by ``addHostToDeviceFIFO`` / ``addDeviceToHostFIFO``.
+
+    ``replicationFactor`` is that of the graph that made it: a stream of a replicated
+    graph serves each of its replicas (``replicatedMode`` ``REPLICATE``), or sends
+    every replica the same data (``BROADCAST``); 1 for a stream of a graph that is
+    not replicated (including the non-replicated parent of a replicated graph).
+    """
 
     handle: str
     elementType: Type
     numElements: int
     toDevice: bool
+    replicatedMode: ReplicatedStreamMode = ReplicatedStreamMode.REPLICATE
+    replicationFactor: int = 1
 
     def numElementsTotal(self) -> int:
         return self.numElements
+
+    @property
+    def broadcast(self) -> bool:
+        """Whether one copy of the data feeds every replica (``BROADCAST``)."""
+        return self.replicatedMode is ReplicatedStreamMode.BROADCAST
+
+    @property
+    def perReplica(self) -> bool:
+        """Whether each replica has its own data (a ``REPLICATE`` stream of a graph of
+        several replicas)."""
+        return self.replicationFactor > 1 and not self.broadcast
 
 
 @dataclass(frozen=True)
@@ -189,6 +240,12 @@ class _GraphState:
         self.host_reads: dict[str, Tensor] = {}
         self.streams: dict[str, DataStream] = {}
         self.functions: list[Function] = []
+        #: replicas of the graph; ``target`` is then one replica's target
+        self.replication_factor = 1
+        #: the target of the whole device (every replica)
+        self.device_target = target
+        #: the graph object of non-replicated views (``getNonReplicatedTensor``)
+        self.nonreplicated: NonReplicatedView | None = None
 
     def space(self, t: Type) -> _Space:
         """The id space of element type ``t`` (shared by every type of its size)."""
@@ -200,6 +257,59 @@ class _GraphState:
     def find_space(self, t: Type) -> _Space | None:
         """The id space of ``t``, or None when no element of its size exists yet."""
         return self.spaces.get(t.size)
+
+
+class NonReplicatedView:
+    """The graph of the tensors ``getNonReplicatedTensor`` returns: the elements of
+    every replica of a replicated graph, seen from its non-replicated top level.
+
+    A tensor of this view has element ids ``replica * WIDE_STRIDE + id`` (see
+    :func:`~poplar_api.lowering.context.wide_ids`); its graph identity keeps it from
+    mixing with replicated tensors.
+    """
+
+    def __init__(self, state: _GraphState) -> None:
+        self.state = state
+
+    def __repr__(self) -> str:
+        return f"NonReplicatedView({self.state.replication_factor} replicas)"
+
+
+def replication_factor(state: Any) -> int:
+    """Replicas of a graph state (1 for states saved before replication existed)."""
+    return int(vars(state).get("replication_factor", 1))
+
+
+def is_nonreplicated(t: Any, state: Any) -> bool:
+    """Whether ``t`` is a non-replicated view (``getNonReplicatedTensor``) of ``state``."""
+    view = vars(state).get("nonreplicated")
+    return view is not None and isinstance(t, Tensor) and t.graph is view
+
+
+def _check_replication(value: Any, target: Target, what: str) -> int:
+    """A replication factor: an int >= 1 that divides the target's IPUs."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise GraphError(
+            f"{what}: replication factor {value!r} must be an int >= 1; hint: the number "
+            "of replicas, e.g. 4"
+        )
+    n = target.getNumIPUs()
+    if n % int(value):
+        divisors = [d for d in range(1, n + 1) if n % d == 0]
+        raise GraphError(
+            f"{what}: replication factor {int(value)} does not divide the target's {n} "
+            f"IPU(s); every replica needs the same whole number of IPUs; hint: use one of "
+            f"{divisors}, or a device of {int(value)} x (IPUs per replica) IPUs"
+        )
+    return int(value)
+
+
+def _replica_target(target: Target, replicas: int) -> Target:
+    """The target of one replica: the device's IPUs divided among ``replicas``."""
+    if replicas == 1:
+        return target
+    cfg = with_overrides(target.config, {"num_ipus": target.getNumIPUs() // replicas})
+    return Target(cfg, target.targetType)
 
 
 def _shape_of(shape: Any, what: str) -> tuple[int, ...]:
@@ -223,10 +333,21 @@ class Graph:
     Parameters
     ----------
     target
-        A :class:`~poplar_api.device.Target` or a :class:`~poplar_api.device.Device`.
+        A :class:`~poplar_api.device.Target` or a :class:`~poplar_api.device.Device`
+        (of every replica when the graph is replicated).
+    replication_factor
+        Replicas of the graph (Poplar's ``replication_factor``): an int that divides
+        the target's IPUs; each replica runs on ``getNumIPUs() / replication_factor``
+        IPUs. None or 1: not replicated.
+
+    Raises
+    ------
+    GraphError
+        ``target`` is not a target or device, or the replication factor is not an int
+        >= 1 dividing the target's IPUs.
     """
 
-    def __init__(self, target: Target | Device) -> None:
+    def __init__(self, target: Target | Device, replication_factor: int | None = None) -> None:
         if isinstance(target, Device):
             target = target.getTarget()
         if not isinstance(target, Target):
@@ -234,10 +355,21 @@ class Graph:
                 f"Graph: expected a Target or Device, got {type(target).__name__}; hint: "
                 "Graph(IPUModel('ipu2').createDevice().getTarget())"
             )
-        self._state = _GraphState(target)
-        self._num_tiles = target.getNumTiles()
+        replicas = 1
+        if replication_factor is not None:
+            replicas = _check_replication(replication_factor, target, "Graph")
+        self._state = _GraphState(_replica_target(target, replicas))
+        self._state.replication_factor = replicas
+        self._state.device_target = target
+        if replicas > 1:
+            self._state.nonreplicated = NonReplicatedView(self._state)
+        self._num_tiles = self._state.target.getNumTiles()
         self._tiles = np.arange(self._num_tiles, dtype=np.int64)  # root tile of each tile
         self._parent: Graph | None = None
+        #: the non-replicated graph this one was made from (createReplicatedGraph)
+        self._top: Graph | None = None
+        #: this graph is the non-replicated parent of a replicated graph
+        self._wide = False
 
     @classmethod
     def _from_state(cls, state: _GraphState) -> Graph:
@@ -247,7 +379,113 @@ class Graph:
         g._num_tiles = state.target.getNumTiles()
         g._tiles = np.arange(g._num_tiles, dtype=np.int64)
         g._parent = None
+        g._top = None
+        g._wide = False
         return g
+
+    # ------------------------------------------------------------- replication
+    def getReplicationFactor(self) -> int:
+        """Replicas this graph stands for: the replication factor of a replicated
+        graph (and of its virtual graphs), 1 for a graph that is not replicated
+        (including the parent of ``createReplicatedGraph``)."""
+        return 1 if self._wide else replication_factor(self._state)
+
+    def getTopLevelGraph(self) -> Graph:
+        """The top-level graph: the parent of ``createReplicatedGraph`` for a graph it
+        made, the root of a virtual graph, else this graph."""
+        g = self
+        while g._parent is not None:
+            g = g._parent
+        return g._top if getattr(g, "_top", None) is not None else g
+
+    def createReplicatedGraph(self, replicationFactor: int) -> Graph:
+        """A graph of ``replicationFactor`` replicas over this graph's IPUs.
+
+        This graph becomes the non-replicated top level: build the model in the graph
+        returned (its target is one replica's), and use this one for
+        ``getNonReplicatedTensor`` views and non-replicated streams.
+
+        Raises
+        ------
+        GraphError
+            This graph is a virtual or replicated graph, already has variables,
+            vertices or a replicated graph, or the factor does not divide its IPUs.
+        """
+        what = f"createReplicatedGraph({replicationFactor!r})"
+        st = self._state
+        if self._parent is not None or self._top is not None:
+            raise GraphError(
+                f"{what}: only a top-level graph can be replicated; this one is a virtual or "
+                "replicated graph; hint: call it on Graph(target)"
+            )
+        if self._wide or replication_factor(st) > 1:
+            raise GraphError(
+                f"{what}: this graph is already replicated ({replication_factor(st)} "
+                "replicas); a graph is replicated once"
+            )
+        if st.variables or st.vertices:
+            raise GraphError(
+                f"{what}: this graph already has {len(st.variables)} variable(s) and "
+                f"{len(st.vertices)} vertex(es); replicate it before adding any, and add "
+                "them to the replicated graph"
+            )
+        replicas = _check_replication(replicationFactor, st.target, what)
+        st.device_target = st.target
+        st.target = _replica_target(st.target, replicas)
+        st.replication_factor = replicas
+        st.nonreplicated = NonReplicatedView(st)
+        self._wide = replicas > 1
+        child = Graph._from_state(st)
+        child._top = self
+        return child
+
+    def getNonReplicatedTensor(self, t: Tensor) -> Tensor:
+        """The ``[replicationFactor, *t.shape]`` view of replicated tensor ``t`` from the
+        non-replicated top level: row ``k`` is replica ``k``'s copy of ``t``.
+
+        It can be read and written by the host (``createHostRead``/``createHostWrite``
+        on this graph), copied to and from this graph's streams and to other such
+        views; it cannot be connected to vertices.
+
+        Raises
+        ------
+        GraphError
+            ``t`` is not a tensor of this graph's replicated graph, the graph is not
+            replicated, or this is the replicated graph itself (call it on the
+            top-level graph).
+        """
+        what = "getNonReplicatedTensor"
+        st = self._state
+        r = replication_factor(st)
+        if r == 1 or st.nonreplicated is None:
+            raise GraphError(
+                f"{what}: the graph is not replicated (replication factor 1), so there is no "
+                "non-replicated view; hint: Graph(target).createReplicatedGraph(r) or "
+                "Graph(target, replication_factor=r)"
+            )
+        if not (self._wide or (self._parent is None and self._top is None)):
+            raise GraphError(
+                f"{what}: call it on the non-replicated top-level graph, not on the "
+                "replicated graph; hint: graph.getTopLevelGraph().getNonReplicatedTensor(t)"
+            )
+        if is_nonreplicated(t, st):
+            raise GraphError(f"{what}: tensor '{t.name}' is already a non-replicated view")
+        t = self._check_tensor(t, what)
+        index = wide_ids(t.index[None, ...], np.arange(r).reshape((r,) + (1,) * t.rank()))
+        name = f"{t.name}.nonReplicated"
+        return Tensor._new(st.nonreplicated, t.elementType(), index, name, t.name)
+
+    def _refuse_on_parent(self, what: str) -> None:
+        """Graph elements are placed in the replicated graph, not its parent."""
+        if self._wide:
+            r = replication_factor(self._state)
+            raise GraphError(
+                f"{what}: this graph is the non-replicated parent of a graph of {r} replicas "
+                "(createReplicatedGraph); ipusim places variables, constants, vertices, "
+                "tile mappings and remote buffers in the replicated graph only; hint: call "
+                f"{what.split('(')[0]} on the graph createReplicatedGraph returned, and use "
+                "getNonReplicatedTensor(t) here for host access"
+            )
 
     @property
     def _tile_lo(self) -> int:
@@ -271,7 +509,10 @@ class Graph:
 
     # ------------------------------------------------------------------ target
     def getTarget(self) -> Target:
-        """The target; a virtual graph reports its own tile count."""
+        """The target; a virtual graph reports its own tile count, a replicated graph
+        the target of one replica (its IPUs and tiles), as in Poplar."""
+        if self._wide:
+            return self._state.device_target
         if self._parent is None:
             return self._state.target
         return _VirtualTarget(self._state.target, self._num_tiles)
@@ -289,6 +530,7 @@ class Graph:
             A range outside this graph, or a list that is empty, repeats a tile, has a
             tile outside this graph or a non-int.
         """
+        self._refuse_on_parent("createVirtualGraph")
         if upperTile is None and not isinstance(lowerTile, int | np.integer):
             tiles = self._tile_list(lowerTile)
         else:
@@ -307,6 +549,8 @@ class Graph:
         sub._tiles = self._tiles[tiles]
         sub._num_tiles = int(tiles.size)
         sub._parent = self
+        sub._top = None
+        sub._wide = False
         return sub
 
     def _tile_list(self, tiles: Any) -> np.ndarray:
@@ -363,11 +607,26 @@ class Graph:
         if not isinstance(t, Tensor):
             raise GraphError(f"{what}: expected a Tensor, got {type(t).__name__}")
         if t.graph is not self._state:
+            if is_nonreplicated(t, self._state):
+                raise GraphError(
+                    f"{what}: tensor '{t.name}' is a non-replicated view "
+                    "(getNonReplicatedTensor); it serves host reads and writes, stream "
+                    "copies and copies between such views only; hint: use the replicated "
+                    "tensor it was made from"
+                )
             raise GraphError(f"{what}: tensor '{t.name}' belongs to another graph")
         return t
 
+    def _check_host_tensor(self, t: Any, what: str) -> Tensor:
+        """A tensor the host may read or write: one of this graph, or on the
+        non-replicated top level a ``getNonReplicatedTensor`` view."""
+        if is_nonreplicated(t, self._state) and (self._wide or self._top is None):
+            return t
+        return self._check_tensor(t, what)
+
     # --------------------------------------------------------------- variables
     def _add(self, type_: Type, shape: Any, name: str, constant: bool) -> Tensor:
+        self._refuse_on_parent(f"{'addConstant' if constant else 'addVariable'}('{name}')")
         if not isinstance(type_, Type):
             raise TypeMismatchError(
                 f"tensor '{name}': element type {type_!r} is not a poplar_api Type (FLOAT, ...)"
@@ -425,6 +684,7 @@ class Graph:
             interval outside the tensor, overlapping intervals or elements left out
             (each names the tensor, the tile and the interval).
         """
+        self._refuse_on_parent("setTileMapping")
         if isinstance(target, VertexRef):
             inst = self._check_vertex(target, "setTileMapping")
             inst.tile = self._root_tile(mapping, f"setTileMapping of {inst.describe()}")
@@ -582,6 +842,7 @@ class Graph:
         self, cs: ComputeSet, vertexType: Any, connections: Mapping[str, Any] | None = None
     ) -> VertexRef:
         """Add a vertex of ``vertexType`` (name or class) to ``cs``, with connections."""
+        self._refuse_on_parent("addVertex")
         sets = self._state.compute_sets
         if not isinstance(cs, ComputeSet) or not (0 <= cs.id < len(sets) and sets[cs.id] is cs):
             raise GraphError(
@@ -670,34 +931,68 @@ class Graph:
 
     def createHostWrite(self, handle: str, t: Tensor) -> None:
         """Let the host write ``t`` with ``engine.writeTensor(handle, ...)``."""
-        self._check_tensor(t, f"createHostWrite('{handle}')")
+        self._check_host_tensor(t, f"createHostWrite('{handle}')")
         if handle in self._state.host_writes:
             raise GraphError(f"createHostWrite: handle '{handle}' is already used")
         self._state.host_writes[handle] = t
 
     def createHostRead(self, handle: str, t: Tensor) -> None:
         """Let the host read ``t`` with ``engine.readTensor(handle, ...)``."""
-        self._check_tensor(t, f"createHostRead('{handle}')")
+        self._check_host_tensor(t, f"createHostRead('{handle}')")
         if handle in self._state.host_reads:
             raise GraphError(f"createHostRead: handle '{handle}' is already used")
         self._state.host_reads[handle] = t
 
-    def _fifo(self, handle: str, type_: Type, n: int, to_device: bool) -> DataStream:
+    def _fifo(
+        self,
+        handle: str,
+        type_: Type,
+        n: int,
+        to_device: bool,
+        mode: Any = ReplicatedStreamMode.REPLICATE,
+    ) -> DataStream:
         self._new_handle(handle, "addHostToDeviceFIFO" if to_device else "addDeviceToHostFIFO")
         if not isinstance(type_, Type):
             raise TypeMismatchError(f"stream '{handle}': {type_!r} is not a poplar_api Type")
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
             raise GraphError(f"stream '{handle}': numElements {n!r} must be an int >= 0")
-        s = DataStream(handle, type_, int(n), to_device)
+        try:
+            mode = ReplicatedStreamMode(mode)
+        except ValueError:
+            raise GraphError(
+                f"stream '{handle}': replicatedMode {mode!r} is not a ReplicatedStreamMode; "
+                "hint: ReplicatedStreamMode.REPLICATE (each replica its own data) or "
+                "ReplicatedStreamMode.BROADCAST (the same data to every replica)"
+            ) from None
+        s = DataStream(handle, type_, int(n), to_device, mode, self.getReplicationFactor())
         self._state.streams[handle] = s
         return s
 
-    def addHostToDeviceFIFO(self, handle: str, elementType: Type, numElements: int) -> DataStream:
-        """A stream the host fills; ``Copy(stream, tensor)`` reads from it."""
-        return self._fifo(handle, elementType, numElements, True)
+    def addHostToDeviceFIFO(
+        self,
+        handle: str,
+        elementType: Type,
+        numElements: int,
+        replicatedMode: ReplicatedStreamMode = ReplicatedStreamMode.REPLICATE,
+        options: Mapping[str, Any] | None = None,
+    ) -> DataStream:
+        """A stream the host fills; ``Copy(stream, tensor)`` reads from it.
 
-    def addDeviceToHostFIFO(self, handle: str, elementType: Type, numElements: int) -> DataStream:
-        """A stream the device fills; ``Copy(tensor, stream)`` writes to it."""
+        In a replicated graph ``replicatedMode`` says whether each replica gets its
+        own data (``REPLICATE``) or all get the same (``BROADCAST``); ``options`` are
+        accepted for Poplar compatibility and ignored.
+        """
+        return self._fifo(handle, elementType, numElements, True, replicatedMode)
+
+    def addDeviceToHostFIFO(
+        self,
+        handle: str,
+        elementType: Type,
+        numElements: int,
+        options: Mapping[str, Any] | None = None,
+    ) -> DataStream:
+        """A stream the device fills; ``Copy(tensor, stream)`` writes to it (in a
+        replicated graph, each replica its own data)."""
         return self._fifo(handle, elementType, numElements, False)
 
     def addRemoteBuffer(
@@ -710,9 +1005,10 @@ class Graph:
         optimiseMemory: bool = False,
     ) -> Any:
         """A remote buffer of ``repeats`` rows of ``numElements`` elements in Streaming
-        Memory (see :mod:`poplar_api.remote`)."""
+        Memory (see :mod:`poplar_api.remote`); one per replica in a replicated graph."""
         from poplar_api.remote import add_remote_buffer
 
+        self._refuse_on_parent(f"addRemoteBuffer('{handle}')")
         return add_remote_buffer(
             self._state, handle, elementType, numElements, repeats, rearrangeOnHost,
             optimiseMemory,
@@ -777,4 +1073,13 @@ class _VirtualTarget(Target):
         return min(self._num, super().getTilesPerIPU())
 
 
-__all__ = ["ComputeSet", "DataStream", "FieldRef", "Function", "Graph", "VertexRef"]
+__all__ = [
+    "ComputeSet",
+    "DataStream",
+    "FieldRef",
+    "Function",
+    "Graph",
+    "NonReplicatedView",
+    "ReplicatedStreamMode",
+    "VertexRef",
+]

@@ -433,18 +433,21 @@ def _exchanges(timing: TimingModel, steps: list[ir.Exchange]) -> dict[str, Any]:
     return out
 
 
-def _external_exchanges(timing: TimingModel, steps: list[ir.GlobalExchange]) -> dict[str, Any]:
+def _external_exchanges(timing: TimingModel, steps: list[ir.Step]) -> dict[str, Any]:
+    """Global exchanges and collectives (a collective's cost has no per-tile bytes:
+    they are listed as 0)."""
     out: dict[str, list[Any]] = {
         "names": [],
         "bytesReceivedByTile": [],
         "bytesSentByTile": [],
         "cycles": [],
     }
+    none = np.zeros(timing.config.num_tiles, np.int64)
     for step in steps:
         cost = timing.cost(step)
         out["names"].append(step.name)
-        out["bytesReceivedByTile"].append(_ints(cost.bytes_received))
-        out["bytesSentByTile"].append(_ints(cost.bytes_sent))
+        out["bytesReceivedByTile"].append(_ints(getattr(cost, "bytes_received", none)))
+        out["bytesSentByTile"].append(_ints(getattr(cost, "bytes_sent", none)))
         out["cycles"].append(int(cost.cycles))
     return out
 
@@ -470,8 +473,17 @@ def _host_exchanges(timing: TimingModel, steps: list[ir.StreamCopy]) -> dict[str
     return out
 
 
-def _programs(table: ProgramTable, where: dict[int, int]) -> list[dict[str, Any]]:
-    """One entry per node: Poplar's type tag, name, children (indices) and details."""
+def _global_ipus(step: ir.GlobalExchange, tiles_per_ipu: int) -> list[int]:
+    """The IPUs a global exchange involves: its transfers' ends and its ``ipus``."""
+    ends = np.concatenate((step.src_tile, step.dst_tile)) // tiles_per_ipu
+    return sorted({*(int(i) for i in ends), *(step.ipus or ())})
+
+
+def _programs(
+    table: ProgramTable, where: dict[int, int], tiles_per_ipu: int
+) -> list[dict[str, Any]]:
+    """One entry per node: Poplar's type tag, name, children (indices) and details
+    (``ipus``: the IPUs a global exchange involves, or those a sync lists)."""
     progs: list[dict[str, Any]] = []
     for node in table.nodes:
         children = [table.index[id(c)] for c in table.children(node)]
@@ -484,11 +496,17 @@ def _programs(table: ProgramTable, where: dict[int, int]) -> list[dict[str, Any]
                 entry["computeSet"] = where[id(node)]
             elif isinstance(node, ir.Sync):
                 entry["syncType"] = node.sync_kind.value.upper()
+                if node.ipus is not None:
+                    entry["ipus"] = [int(i) for i in node.ipus]
             else:
                 entry["exchange"] = where[id(node)]
                 if isinstance(node, ir.StreamCopy):
                     entry["direction"] = node.direction.value
                     entry["stream"] = node.stream
+                elif isinstance(node, ir.GlobalExchange):
+                    entry["ipus"] = _global_ipus(node, tiles_per_ipu)
+                elif isinstance(node, ir.Collective):
+                    entry["ipus"] = [int(i) for i in node.ipus]
         elif isinstance(node, ir.Sequence):
             entry.update(type="Sequence", name=node.name)
         elif isinstance(node, ir.Repeat):
@@ -540,6 +558,7 @@ def graph_profile(engine: Any) -> dict[str, Any]:
         ir.GlobalExchange: [],
         ir.StreamCopy: [],
     }
+    groups[ir.Collective] = groups[ir.GlobalExchange]  # one table: externalExchanges
     where: dict[int, int] = {}
     for node in table.nodes:
         for kind, found in groups.items():
@@ -563,7 +582,7 @@ def graph_profile(engine: Any) -> dict[str, Any]:
         "exchanges": _exchanges(timing, groups[ir.Exchange]),
         "externalExchanges": _external_exchanges(timing, groups[ir.GlobalExchange]),
         "hostExchanges": _host_exchanges(timing, groups[ir.StreamCopy]),
-        "programs": _programs(table, where),
+        "programs": _programs(table, where, cfg.tile.tiles_per_ipu),
         "controlPrograms": list(table.entries),
         "functionPrograms": list(table.functions),
         "memory": _memory(memory),

@@ -187,7 +187,17 @@ class Copy(Program):
       (an integral tensor, read on the device when the copy runs) holds one row index
       per row of the tensor, which has ``offset.numElements() * buffer.numElements()``
       elements; without ``offset`` the copy moves row 0.
+
+    A copy whose tensor is a non-replicated view (``getNonReplicatedTensor``) of a
+    replicated graph is made as a :class:`NonReplicatedCopy`: it moves the elements of
+    every replica at once (a stream of the non-replicated top-level graph, or another
+    such view).
     """
+
+    def __new__(cls, src: Any = None, dst: Any = None, *args: Any, **kwargs: Any) -> Copy:
+        if cls is Copy and (_nonreplicated(src) or _nonreplicated(dst)):
+            return object.__new__(NonReplicatedCopy)
+        return object.__new__(cls)
 
     def __init__(self, src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
         tensor, stream = _tensor_type(), _stream_type()
@@ -297,6 +307,23 @@ class Copy(Program):
         if "options" in kwargs:
             self.options = {str(k): str(v) for k, v in dict(kwargs["options"] or {}).items()}
         return debug
+
+
+class NonReplicatedCopy(Copy):
+    """A :class:`Copy` of a non-replicated view (``getNonReplicatedTensor``): between
+    such a view and a stream of the non-replicated top-level graph, or between two
+    views. It addresses the elements of every replica (row ``k`` of the view is replica
+    ``k``'s copy) and is lowered once for all replicas.
+    """
+
+
+def _nonreplicated(value: Any) -> bool:
+    """Whether ``value`` is a tensor of a non-replicated view of a replicated graph."""
+    if not isinstance(value, _tensor_type()):
+        return False
+    from poplar_api.graph import NonReplicatedView
+
+    return isinstance(value.graph, NonReplicatedView)
 
 
 def _remote_type():
@@ -610,9 +637,10 @@ class AssumeEqualAcrossReplicas(Program):
     """Tell the compiler a tensor has the same value in every replica:
     ``AssumeEqualAcrossReplicas(tensor, debugContext="")``.
 
-    Poplar uses it when checking replicated control flow for divergence. ipusim has
-    one replica, so it is accepted, checked (a tensor of the engine's graph) and
-    changes nothing: no step, no cost.
+    Poplar uses it when checking replicated control flow for divergence. ipusim checks
+    divergence when the program runs (every control value is compared across
+    replicas), so it is accepted, checked (a tensor of the engine's graph) and changes
+    nothing: no step, no cost.
     """
 
     def __init__(self, tensor: Any, debugContext: DebugContext = "") -> None:
@@ -628,15 +656,20 @@ class CrossReplicaCopy(Program):
     """Copy ``src`` of each replica to ``dst`` of another:
     ``CrossReplicaCopy(src, dst, replicaMap, debugContext="")``.
 
-    ``replicaMap`` maps a source replica to its destination replica. The program can
-    be made, but ipusim does not model replicated graphs yet, so an Engine given one
-    reports it (a ``GraphValidationError``): there is no other replica to copy to.
+    ``replicaMap`` maps a source replica to its destination replica: ``dst`` of
+    replica ``replicaMap[k]`` receives ``src`` of replica ``k`` (read before any is
+    written, so ``{0: 1, 1: 0}`` swaps). ``src`` and ``dst`` are tensors of a
+    replicated graph with the same element type and number of elements; replicas
+    that are no destination keep their ``dst``. It is lowered to an external sync and
+    one global exchange between the replicas' IPUs.
 
     Raises
     ------
     GraphError
         ``src`` or ``dst`` is not a tensor, or ``replicaMap`` is not a mapping of ints
-        to ints.
+        to ints. A replica outside ``[0, replicationFactor)``, a destination given
+        twice, mismatched tensors or a graph that is not replicated are reported by
+        the Engine (a ``GraphValidationError``).
     """
 
     def __init__(

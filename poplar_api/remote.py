@@ -10,6 +10,11 @@ copy moves row 0. The host reads and writes rows with
 ``engine.copyToRemoteBuffer(array, handle, repeatIndex)`` and
 ``engine.copyFromRemoteBuffer(handle, array, repeatIndex)``.
 
+In a replicated graph every replica has its own contents of each remote buffer
+(device copies use their replica's); the host picks one with the last argument,
+``replicationIndex`` (default 0), of ``copyToRemoteBuffer`` and
+``copyFromRemoteBuffer``.
+
 The copies are timed by the ``remote`` timing component (docs/machine.md).
 """
 
@@ -159,12 +164,11 @@ def _host_row(
             f"has {rows} repeat(s), so it must be in [0, {rows}); hint: make the buffer "
             "with more repeats"
         )
-    if isinstance(replica, bool) or replica != 0:
-        raise EngineError(
-            f"{what}: replicationIndex {replica!r} is out of range; the graph has 1 "
-            "replica, so it must be 0"
-        )
-    return buffer, host.remote_data(buffer), int(repeat)
+    from poplar_api.graph import replication_factor
+    from poplar_api.streams import check_replica_index
+
+    k = check_replica_index(replica, replication_factor(graph_state), what, "replicationIndex")
+    return buffer, host.remote_data(buffer, k), int(repeat)
 
 
 def copy_to_remote(

@@ -25,6 +25,21 @@ array counts as prefetched data for the timing (its data is always ready).
 
 Remote buffers keep their contents here too (one array of ``repeats`` rows per
 buffer), written by device copies and ``engine.copyToRemoteBuffer``.
+
+Replicated graphs
+-----------------
+Every replica has its own host ends (:meth:`HostStreams.select` picks the one the
+data plane is serving): its own buffer position, callback, prefetched data and
+remote buffer contents. A ``REPLICATE`` stream is served separately for each
+replica, in replica order; ``engine.connectStream(handle, buffer)`` splits the
+buffer replica-major (replica ``k`` uses the ``k``-th of ``r`` equal parts, each a
+circular buffer of its own), ``connectStream(handle, index, buffer)`` connects one
+replica, and ``connectStreamToCallback(handle, callback)`` connects the same
+callback to every replica (called once per replica and copy) while
+``connectStreamToCallback(handle, index, callback)`` connects one. A ``BROADCAST``
+stream is served once per copy, from replica 0's connection, and every replica
+receives that data. A stream of a non-replicated graph (the parent of
+``createReplicatedGraph``) has one host end, replica 0's.
 """
 
 from __future__ import annotations
@@ -43,30 +58,54 @@ __all__ = [
     "LegacyStreamCallback",
     "StreamCallback",
     "as_stream_callback",
+    "check_replica_index",
     "connect_callback_args",
     "prefetch_option",
 ]
 
 
-def connect_callback_args(args: tuple[Any, ...], what: str) -> Any:
-    """The callback of ``connectStreamToCallback(handle, [index,] callback)``.
+def check_replica_index(index: Any, replicas: int, what: str, name: str = "replica index") -> int:
+    """A replica index: an int in ``[0, replicas)``.
 
     Raises
     ------
     EngineError
-        A wrong number of arguments, or a replica index other than 0 (the simulated
-        graph has one replica).
+        Naming the index, the replica count and the valid range.
+    """
+    if isinstance(index, bool) or not isinstance(index, int | np.integer):
+        raise EngineError(
+            f"{what}: {name} {index!r} must be an int in [0, {replicas}) (the graph has "
+            f"{replicas} replica(s))"
+        )
+    if not 0 <= int(index) < replicas:
+        hint = (
+            "the graph is not replicated, so it must be 0"
+            if replicas == 1
+            else f"replicas are numbered 0..{replicas - 1}"
+        )
+        raise EngineError(
+            f"{what}: {name} {int(index)} is out of range; the graph has {replicas} "
+            f"replica(s) ({hint})"
+        )
+    return int(index)
+
+
+def connect_callback_args(
+    args: tuple[Any, ...], what: str, replicas: int = 1
+) -> tuple[int | None, Any]:
+    """``(index, callback)`` of ``connectStreamToCallback(handle, [index,] callback)``;
+    ``index`` is None when not given (every replica).
+
+    Raises
+    ------
+    EngineError
+        A wrong number of arguments, or a replica index out of ``[0, replicas)``.
     """
     if len(args) == 1:
-        return args[0]
+        return None, args[0]
     if len(args) == 2:
         index, callback = args
-        if isinstance(index, bool) or not isinstance(index, int | np.integer) or index != 0:
-            raise EngineError(
-                f"{what}: replica index {index!r} is out of range; the graph has 1 replica, "
-                "so the index must be 0; hint: connectStreamToCallback(handle, callback)"
-            )
-        return callback
+        return check_replica_index(index, replicas, what), callback
     raise EngineError(
         f"{what}: takes (handle, callback) or (handle, index, callback); got "
         f"{len(args) + 1} argument(s)"
@@ -160,17 +199,11 @@ def as_stream_callback(callback: Any, what: str) -> StreamCallback:
     )
 
 
-class HostStreams(HostIO):
-    """Host ends of one engine's streams and remote buffers.
+class _HostEnds:
+    """The host ends of one replica: buffers, positions, callbacks, prefetched data and
+    remote buffer contents."""
 
-    Parameters
-    ----------
-    prefetch
-        The engine option ``exchange.enablePrefetch``: ask callbacks to prefetch.
-    """
-
-    def __init__(self, prefetch: bool = True) -> None:
-        self.prefetch_enabled = prefetch
+    def __init__(self) -> None:
         self.buffers: dict[str, np.ndarray] = {}
         self.positions: dict[str, int] = {}
         self.callbacks: dict[str, StreamCallback] = {}
@@ -179,27 +212,89 @@ class HostStreams(HostIO):
         #: remote buffer handle -> its contents, [repeats, numElements]
         self.remote: dict[str, np.ndarray] = {}
 
+
+class HostStreams(HostIO):
+    """Host ends of one engine's streams and remote buffers, one set per replica.
+
+    Parameters
+    ----------
+    prefetch
+        The engine option ``exchange.enablePrefetch``: ask callbacks to prefetch.
+    replicas
+        Replicas of the graph; :meth:`select` picks the replica served.
+    """
+
+    def __init__(self, prefetch: bool = True, replicas: int = 1) -> None:
+        self.prefetch_enabled = prefetch
+        self.replicas = int(replicas)
+        self.ends = [_HostEnds() for _ in range(self.replicas)]
+        #: the replica served now
+        self.replica = 0
+        #: stream handle -> data of a BROADCAST stream's copy, pulled by replica 0
+        self.broadcast: dict[str, np.ndarray] = {}
+
+    def select(self, replica: int) -> None:
+        """Serve replica ``replica`` from now on."""
+        self.replica = replica
+
+    def _ends(self, stream: Any) -> _HostEnds:
+        """The host ends serving ``stream`` now: the current replica's, or replica 0's
+        for a stream that is not per replica (BROADCAST, or of a non-replicated graph)."""
+        if getattr(stream, "perReplica", False):
+            return self.ends[self.replica]
+        return self.ends[0]
+
+    @property
+    def buffers(self) -> dict[str, np.ndarray]:
+        return self.ends[self.replica].buffers
+
+    @property
+    def positions(self) -> dict[str, int]:
+        return self.ends[self.replica].positions
+
+    @property
+    def callbacks(self) -> dict[str, StreamCallback]:
+        return self.ends[self.replica].callbacks
+
+    @property
+    def pending(self) -> dict[str, np.ndarray]:
+        return self.ends[self.replica].pending
+
+    @property
+    def remote(self) -> dict[str, np.ndarray]:
+        return self.ends[self.replica].remote
+
     # ------------------------------------------------------------- connection
-    def connect_buffer(self, handle: str, buffer: np.ndarray) -> None:
-        """Serve stream ``handle`` from ``buffer`` (circularly) from now on."""
-        self._disconnect(handle)
-        self.buffers[handle] = buffer
-        self.positions[handle] = 0
+    def connect_buffer(self, handle: str, buffer: np.ndarray, replica: int = 0) -> None:
+        """Serve stream ``handle`` of ``replica`` from ``buffer`` (circularly) from now on."""
+        ends = self.ends[replica]
+        self._disconnect(handle, ends)
+        ends.buffers[handle] = buffer
+        ends.positions[handle] = 0
 
-    def connect_callback(self, handle: str, callback: StreamCallback) -> None:
-        """Serve stream ``handle`` with ``callback`` from now on."""
-        self._disconnect(handle)
-        self.callbacks[handle] = callback
+    def connect_callback(self, handle: str, callback: StreamCallback, replica: int = 0) -> None:
+        """Serve stream ``handle`` of ``replica`` with ``callback`` from now on."""
+        ends = self.ends[replica]
+        self._disconnect(handle, ends)
+        ends.callbacks[handle] = callback
 
-    def _disconnect(self, handle: str) -> None:
-        if handle in self.pending:  # prefetched data of the old callback is void
-            self.pending.pop(handle)
-            _invalidate(self.callbacks[handle])
-        self.buffers.pop(handle, None)
-        self.positions.pop(handle, None)
-        self.callbacks.pop(handle, None)
+    def _disconnect(self, handle: str, ends: _HostEnds) -> None:
+        if handle in ends.pending:  # prefetched data of the old callback is void
+            ends.pending.pop(handle)
+            _invalidate(ends.callbacks[handle])
+        ends.buffers.pop(handle, None)
+        ends.positions.pop(handle, None)
+        ends.callbacks.pop(handle, None)
 
     def _unconnected(self, stream: Any) -> EngineError:
+        if getattr(stream, "perReplica", False):
+            k = self.replica
+            return EngineError(
+                f"stream '{stream.handle}' is not connected for replica {k} (of "
+                f"{stream.replicationFactor}); hint: engine.connectStream('{stream.handle}', "
+                "buffer) with one part per replica, connectStream(handle, replicaIndex, "
+                "buffer) or connectStreamToCallback before engine.run"
+            )
         return EngineError(
             f"stream '{stream.handle}' is not connected; hint: engine.connectStream"
             f"('{stream.handle}', buffer) or connectStreamToCallback before engine.run"
@@ -208,27 +303,39 @@ class HostStreams(HostIO):
     # ------------------------------------------------------------- transfers
     def pull(self, stream: Any) -> np.ndarray:
         """The data of one copy from host-to-device ``stream`` (a fetch or the data a
-        prefetch filled); call :meth:`pulled` once it is on the device."""
+        prefetch filled); call :meth:`pulled` once it is on the device. A BROADCAST
+        stream is pulled once, by replica 0; the other replicas get the same data."""
         handle, n = stream.handle, stream.numElements
-        cb = self.callbacks.get(handle)
+        shared = getattr(stream, "broadcast", False) and self.replicas > 1
+        if shared and self.replica > 0 and handle in self.broadcast:
+            return self.broadcast[handle]
+        ends = self._ends(stream)
+        cb = ends.callbacks.get(handle)
         if cb is not None:
-            data = self.pending.pop(handle, None)
+            data = ends.pending.pop(handle, None)
             if data is None:
                 data = np.zeros(n, stream.elementType.numpy)
                 cb.fetch(data)
-            return data
-        buf = self.buffers.get(handle)
-        if buf is None:
-            raise self._unconnected(stream)
-        pos = self.positions[handle]
-        idx = (pos + np.arange(n)) % buf.size
-        self.positions[handle] = (pos + n) % buf.size
-        return buf[idx]
+        else:
+            buf = ends.buffers.get(handle)
+            if buf is None:
+                raise self._unconnected(stream)
+            pos = ends.positions[handle]
+            idx = (pos + np.arange(n)) % buf.size
+            ends.positions[handle] = (pos + n) % buf.size
+            data = buf[idx]
+        if shared:
+            self.broadcast[handle] = data
+        return data
 
     def pulled(self, stream: Any) -> None:
         """The data of ``stream``'s copy is on the device: ``complete()``, then (with
-        prefetch enabled) ``prefetch`` the next copy's data."""
-        cb = self.callbacks.get(stream.handle)
+        prefetch enabled) ``prefetch`` the next copy's data (for a BROADCAST stream,
+        once, after replica 0)."""
+        if getattr(stream, "broadcast", False) and self.replica > 0:
+            return
+        ends = self._ends(stream)
+        cb = ends.callbacks.get(stream.handle)
         if cb is None:
             return
         cb.complete()
@@ -237,7 +344,7 @@ class HostStreams(HostIO):
         data = np.zeros(stream.numElements, stream.elementType.numpy)
         result = cb.prefetch(data)
         if result is StreamCallback.Result.Success:
-            self.pending[stream.handle] = data
+            ends.pending[stream.handle] = data
         elif result is not StreamCallback.Result.NotAvailable:
             raise EngineError(
                 f"stream '{stream.handle}': prefetch of {type(cb).__name__} returned "
@@ -250,38 +357,44 @@ class HostStreams(HostIO):
         successful prefetch, or a connected array, whose data is always ready)."""
         if not self.prefetch_enabled:
             return False
-        if stream.handle in self.callbacks:
-            return stream.handle in self.pending
-        return stream.handle in self.buffers
+        ends = self._ends(stream)
+        if stream.handle in ends.callbacks:
+            return stream.handle in ends.pending
+        return stream.handle in ends.buffers
 
     def push(self, stream: Any, values: np.ndarray) -> None:
         """Hand the data of one copy to device-to-host ``stream``."""
-        cb = self.callbacks.get(stream.handle)
+        ends = self._ends(stream)
+        cb = ends.callbacks.get(stream.handle)
         if cb is not None:
             cb.fetch(values.copy())
             cb.complete()
             return
-        buf = self.buffers.get(stream.handle)
+        buf = ends.buffers.get(stream.handle)
         if buf is None:
             raise self._unconnected(stream)
         n = values.size
-        pos = self.positions[stream.handle]
+        pos = ends.positions[stream.handle]
         buf[(pos + np.arange(n)) % buf.size] = values
-        self.positions[stream.handle] = (pos + n) % buf.size
+        ends.positions[stream.handle] = (pos + n) % buf.size
 
     def end_run(self) -> None:
         """The run is over: prefetched data no copy used is invalidated."""
-        pending, self.pending = self.pending, {}
-        for handle in pending:
-            _invalidate(self.callbacks[handle])
+        self.broadcast.clear()
+        for ends in self.ends:
+            pending, ends.pending = ends.pending, {}
+            for handle in pending:
+                _invalidate(ends.callbacks[handle])
 
     # ---------------------------------------------------------- remote buffers
-    def remote_data(self, buffer: Any) -> np.ndarray:
-        """The contents of remote buffer ``buffer``: [repeats, numElements], zeros at first."""
-        data = self.remote.get(buffer.handle())
+    def remote_data(self, buffer: Any, replica: int | None = None) -> np.ndarray:
+        """The contents of remote buffer ``buffer`` in ``replica`` (default: the one
+        served now): [repeats, numElements], zeros at first."""
+        ends = self.ends[self.replica if replica is None else replica]
+        data = ends.remote.get(buffer.handle())
         if data is None:
             shape = (buffer.getRepeats(), buffer.numElements())
-            data = self.remote[buffer.handle()] = np.zeros(shape, buffer.elementType().numpy)
+            data = ends.remote[buffer.handle()] = np.zeros(shape, buffer.elementType().numpy)
         return data
 
     def print(self, text: str) -> None:

@@ -12,6 +12,11 @@ tiles. Balances:
   each compute step): 1 when every tile computes for the whole of every compute set;
 * thread balance = compute cycles excluding idle threads / including them.
 
+On a target of several IPUs the execution totals are also split per IPU ("Cycles by
+IPU", from ``simulation.tileCyclesByIPU``): each IPU's compute, exchange, global
+exchange, host exchange and sync cycles summed over its tiles, so the time each IPU
+spends in global exchanges and in waiting at syncs shows apart.
+
 Options (strings): ``showExecutionSteps`` ("true") lists every step;
 ``showVarStorage`` ("true") lists the bytes live at each program point.
 """
@@ -175,6 +180,28 @@ def totals(ep: Mapping[str, Any], num_tiles: int) -> dict[str, float]:
     }
 
 
+#: Columns of the per-IPU table: heading and ``tileCycles`` key.
+IPU_COLUMNS = (
+    ("compute", "compute"),
+    ("IPU exchange", "doExchange"),
+    ("global exchange", "globalExchange"),
+    ("host exchange", "streamCopy"),
+    ("sync", "sync"),
+)
+
+
+def _by_ipu(w: Any, by_ipu: list[Mapping[str, int]] | None) -> None:
+    """The per-IPU split of the execution totals (several IPUs only)."""
+    if not by_ipu or len(by_ipu) < 2:
+        return
+    w("  Cycles by IPU (sum over the IPU's tiles):\n")
+    head = "".join(f"{name:>17}" for name, _ in IPU_COLUMNS)
+    w(f"    {'IPU':>4}{head}\n")
+    for i, u in enumerate(by_ipu):
+        cells = "".join(f"{int(u[key]):>17,}" for _, key in IPU_COLUMNS)
+        w(f"    {i:>4}{cells}\n")
+
+
 def _execution(w: Any, gp: Mapping[str, Any], ep: Mapping[str, Any] | None, steps: bool) -> None:
     w("Execution:\n")
     if ep is None or not ep["runs"]:
@@ -195,6 +222,7 @@ def _execution(w: Any, gp: Mapping[str, Any], ep: Mapping[str, Any] | None, step
     ]
     for label, value in rows:
         w(f"  {label + ':':<48}{value}\n")
+    _by_ipu(w, ep["simulation"].get("tileCyclesByIPU"))
     w("  Cycles by vertex type:\n")
     by_type = sorted(cycles_by_vertex_type(gp, ep).items(), key=lambda kv: (-kv[1][0], kv[0]))
     width = max((len(n) for n, _ in by_type), default=0)

@@ -155,7 +155,7 @@ def test_assume_equal_across_replicas_is_inert():
     assert int(e.readTensor("c")) == 1
 
 
-def test_cross_replica_copy_is_refused_until_replication():
+def test_cross_replica_copy_on_an_unreplicated_graph_is_refused():
     g, c, _cs, _ = setup()
     d = g.addVariable(INT, [], "d")
     g.setTileMapping(d, 0)

@@ -26,9 +26,29 @@ class AlternatingDataPlane:
         return (self.asks + predicate) % 3
 
 
-def random_step(rng: np.random.Generator, cfg, k: int) -> ir.Step:
-    n, tpi = cfg.num_tiles, cfg.tile.tiles_per_ipu
-    choice = rng.integers(0, 5 if cfg.num_ipus > 1 else 4)
+def random_step(rng: np.random.Generator, cfg, k: int, replicas: int = 1) -> ir.Step:
+    n, tpi = cfg.num_tiles // replicas, cfg.tile.tiles_per_ipu
+    ipus = cfg.num_ipus // replicas  # of replica 0, which the steps name
+    choice = rng.integers(0, 7 if cfg.num_ipus > 1 else 4)
+    if choice == 5:
+        kind = ["internal", "external"][int(rng.integers(0, 2))]
+        scope = rng.choice(ipus, size=int(rng.integers(1, ipus + 1)), replace=False)
+        return ir.Sync(name=f"sync{k}", sync_kind=kind, ipus=scope.tolist())
+    if choice == 6:  # collectives name machine-wide IPUs
+        members = rng.permutation(cfg.num_ipus)[: int(rng.integers(1, cfg.num_ipus + 1))]
+        cut = int(rng.integers(1, members.size + 1))
+        groups = [members[:cut].tolist(), members[cut:].tolist()]
+        groups = [g for g in groups if g]
+        return ir.Collective(
+            name=f"coll{k}",
+            effect=k,
+            op=str(rng.choice(ir.COLLECTIVE_OPS)),
+            algorithm=str(rng.choice(ir.COLLECTIVE_ALGORITHMS)),
+            groups=groups,
+            num_bytes=rng.integers(0, 50_000, len(groups)).tolist(),
+        )
+    if choice == 4 and ipus == 1:
+        choice = 2
     if choice == 0:
         nv = int(rng.integers(0, 60))
         return ir.Compute(
@@ -59,13 +79,13 @@ def random_step(rng: np.random.Generator, cfg, k: int) -> ir.Step:
         )
     nt = int(rng.integers(1, 10))
     src = rng.integers(0, n, nt)
-    dst = (src + tpi * rng.integers(1, cfg.num_ipus, nt)) % n
+    dst = (src + tpi * rng.integers(1, ipus, nt)) % n
     return ir.GlobalExchange(
         name=f"g{k}", src_tile=src, dst_tile=dst, num_bytes=rng.integers(1, 4000, nt)
     )
 
 
-def random_program(seed: int, cfg) -> ir.Node:
+def random_program(seed: int, cfg, replicas: int = 1) -> ir.Program:
     rng = np.random.default_rng(seed)
     counter = iter(range(10_000))
 
@@ -77,16 +97,16 @@ def random_program(seed: int, cfg) -> ir.Node:
             return ir.If(int(rng.integers(0, 3)), seq(depth + 1), seq(depth + 1))
         if depth < 2 and r < 0.3:
             return ir.Switch(1, [(0, seq(depth + 1)), (2, seq(depth + 1))], seq(depth + 1))
-        return random_step(rng, cfg, next(counter))
+        return random_step(rng, cfg, next(counter), replicas)
 
     def seq(depth: int) -> ir.Sequence:
         return ir.Sequence([node(depth) for _ in range(int(rng.integers(1, 6)))])
 
-    return seq(0)
+    return ir.Program(entries=(seq(0),), replicas=replicas)
 
 
-def run_both(cfg, seed: int):
-    prog = random_program(seed, cfg)
+def run_both(cfg, seed: int, replicas: int = 1):
+    prog = random_program(seed, cfg, replicas)
     out = []
     for granularity in ("ipu", "tile"):
         c = with_overrides(cfg, {"sim.granularity": granularity})
@@ -112,6 +132,16 @@ TINY2 = load_config("tiny", overrides={"num_ipus": 2})
 @given(seed=st.integers(0, 2**32 - 1))
 def test_tile_granularity_matches_ipu_on_tiny(seed):
     run_both(TINY2, seed)
+
+
+TINY4 = load_config("tiny", overrides={"num_ipus": 4})
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), replicas=st.sampled_from([1, 2, 4]))
+def test_tile_granularity_matches_ipu_on_four_ipus_with_replicas(seed, replicas):
+    """Scoped syncs, global exchanges and collectives sharing links, replicated."""
+    run_both(TINY4, seed, replicas)
 
 
 MK1 = load_config("mk1")

@@ -220,3 +220,113 @@ def test_implicit_blocks_match_the_trace_and_inout_state_persists():
         assert len(engine.getBlockRecords(0)) == 10
     finally:
         device.detach()
+
+
+# --------------------------------------- lightweight profiling (Block, two IPUs)
+def parse_block_lines(text: str) -> list[tuple[str, int, int, int]]:
+    """``(name, cycles, from, to)`` of each line printed as example_1.cpp prints a block
+    (``std::setw(10) << name << ": " << cycles << " (" << from << " - " << to << ")"``)."""
+    rows = []
+    for line in text.splitlines():
+        head, _, rest = line.partition(": ")
+        assert len(head) >= 10 and head == head.strip().rjust(10), line
+        cycles, span = rest.split(" ", 1)
+        assert span.startswith("(") and span.endswith(")"), line
+        start, end = span[1:-1].split(" - ")
+        rows.append((head.strip(), int(cycles), int(start), int(end)))
+    return rows
+
+
+def test_two_ipu_blocks_print_both_stages_with_nested_op2():
+    proc = run_script("lightweight_profiling_two_ipus.py")
+    rows = parse_block_lines(proc.stdout)
+    # tile 0 of IPU 0 first (stage1 and its op2, five times), then IPU 1 (stage2)
+    names = ["stage1", "op2"] * 5 + ["stage2", "op2"] * 5
+    assert [r[0] for r in rows] == names
+    for name, cycles, start, end in rows:
+        assert cycles == end - start > 0, name
+    for i in range(0, len(rows), 2):
+        (_, _, s_from, s_to), (_, _, o_from, o_to) = rows[i], rows[i + 1]
+        # each op2 lies inside its stage, and ends it (op2 is the stage's last program)
+        assert s_from <= o_from < o_to == s_to
+    # the pipeline is balanced: every stage and every op2 takes the same cycles
+    assert len({r[1] for r in rows if r[0].startswith("stage")}) == 1
+    assert len({r[1] for r in rows if r[0] == "op2"}) == 1
+    assert proc.stderr == ""
+
+
+def test_two_ipu_blocks_without_op_blocks():
+    # The README's first listing: operations are plain Execute, filter "stage.*".
+    proc = run_script(
+        "lightweight_profiling_two_ipus.py", "--no-op-blocks", "--blocks-filter", "stage.*"
+    )
+    rows = parse_block_lines(proc.stdout)
+    assert [r[0] for r in rows] == ["stage1"] * 5 + ["stage2"] * 5
+    # no instrumentation cost is modelled: the stage takes what it takes with op2 blocks
+    nested = parse_block_lines(run_script("lightweight_profiling_two_ipus.py").stdout)
+    assert [r[1:] for r in rows] == [r[1:] for r in nested if r[0] != "op2"]
+
+
+def test_two_ipu_blocks_with_other_filters():
+    proc = run_script("lightweight_profiling_two_ipus.py", "--blocks-filter", "op1", status=0)
+    assert [r[0] for r in parse_block_lines(proc.stdout)] == ["op1"] * 10
+    proc = run_script("lightweight_profiling_two_ipus.py", "--blocks-filter", "stage1", status=1)
+    assert [r[0] for r in parse_block_lines(proc.stdout)] == ["stage1"] * 5
+    assert proc.stderr.splitlines() == ["IPU 1: no block was recorded on its first tile"]
+
+
+def test_two_ipu_blocks_match_the_trace():
+    module = example("lightweight_profiling_two_ipus")
+    device = module.getIpuHwDevice(2)
+    try:
+        engine, tpi = module.build(device)
+    finally:
+        device.detach()
+    assert device.getTarget().getNumIPUs() == 2 and tpi == device.getTarget().getTilesPerIPU()
+    trace = engine.getTrace()
+    records = trace.records
+    # The steps of one Execute are named after its compute set ("op1", "op1/...");
+    # consecutive steps of the same compute set are one execution of it.
+    groups: list[tuple[str, int, int]] = []  # (compute set, first record, end record)
+    for i, rec in enumerate(records):
+        base = rec.name.split("/")[0]
+        if groups and groups[-1][0] == base:
+            groups[-1] = (base, groups[-1][1], i + 1)
+        else:
+            groups.append((base, i, i + 1))
+    assert [g[0] for g in groups] == ["op1", "op2"] * 10
+    # Per iteration: op1, op2 of IPU 0 (stage1), then op1, op2 of IPU 1 (stage2).
+    for j, (_, a, b) in enumerate(groups):
+        ipu = (j // 2) % 2
+        cycles = np.array([r.tile_cycles for r in records[a:b]], np.int64)
+        assert cycles[:, ipu * tpi].sum() >= module.VERTEX_CYCLES
+        assert cycles[:, (1 - ipu) * tpi].sum() == 0  # the other IPU takes no part
+
+    for ipu, stage in ((0, "stage1"), (1, "stage2")):
+        tile = ipu * tpi
+        on_tile = np.array([int(r.tile_cycles[tile]) for r in records], np.int64)
+        clock = np.concatenate([[0], np.cumsum(on_tile)])  # tile clock before each step
+        expected = []
+        for k in range(module.REPEATS):
+            op1, op2 = groups[4 * k + 2 * ipu], groups[4 * k + 2 * ipu + 1]
+            # a block's cycles: the sum of the tile's cycles over the steps inside it
+            expected.append((stage, clock[op1[1]], clock[op2[2]], on_tile[op1[1] : op2[2]].sum()))
+            expected.append(("op2", clock[op2[1]], clock[op2[2]], on_tile[op2[1] : op2[2]].sum()))
+        got = [
+            (b["name"], b["cyclesFrom"], b["cyclesTo"], b["cycles"])
+            for b in engine.getBlockRecords(tile)
+        ]
+        assert got == expected, f"IPU {ipu}"
+        assert all(b["run"] == 0 for b in engine.getBlockRecords(tile))
+
+    # Both IPUs' blocks are recorded, on the first tile of each IPU only (the vertices
+    # are there); op1 is not selected by "stage.|op2".
+    every = engine.getBlockRecords()
+    assert {b["tile"] for b in every} == {0, tpi}
+    assert {b["name"] for b in every} == {"stage1", "stage2", "op2"}
+    # The stages share no step and wait for nothing: they run at the same time, so the
+    # run takes five stages, not ten.
+    first = {b["name"]: b for b in reversed(every) if b["name"].startswith("stage")}
+    assert first["stage1"]["cyclesFrom"] == first["stage2"]["cyclesFrom"] == 0
+    stage_cycles = engine.getBlockRecords(0)[0]["cycles"]
+    assert trace.total_cycles == module.REPEATS * stage_cycles

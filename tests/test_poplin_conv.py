@@ -374,3 +374,35 @@ def test_bad_input_names_the_argument():
         poplin.convolution(graph, bad, W, p, False, prog.Sequence(), options={"partialType": "x"})
     with pytest.raises(PoplarError, match="ConvParams"):
         poplin.convolution(graph, bad, W, "params", False, prog.Sequence())
+
+
+def test_matmul_after_add_codelets_uses_the_registered_vertex_classes():
+    """addCodelets registers the conv vertices first; matMul must reuse those classes
+    (one class per vertex name, however conv_vertex was asked)."""
+    from poplar_api.poplin.conv_vertices import conv_vertex
+
+    assert conv_vertex("AMP_1x1", FLOAT, FLOAT, True, 16, 2) is conv_vertex(
+        "AMP_1x1", FLOAT, FLOAT, limited=True, num_conv_units=16, conv_input_load_elems=2
+    )
+    assert conv_vertex("HMAC", FLOAT, FLOAT, True, 16, 2) is conv_vertex("HMAC", FLOAT, FLOAT)
+    g = Graph(IPUModel("tiny").createDevice().getTarget())
+    poplin.addCodelets(g)
+    a = g.addVariable(FLOAT, [4, 8], "a")
+    b = g.addVariable(FLOAT, [8, 4], "b")
+    g.setTileMapping(a, 0)
+    g.setTileMapping(b, 1)
+    seq = prog.Sequence()
+    c = poplin.matMul(g, a, b, seq, "mm")
+    g.createHostWrite("a", a)
+    g.createHostWrite("b", b)
+    g.createHostRead("c", c)
+    rng = np.random.default_rng(0)
+    av, bv = rng.standard_normal((4, 8)), rng.standard_normal((8, 4))
+    eng = Engine(g, seq)
+    eng.load(IPUModel("tiny").createDevice())
+    eng.writeTensor("a", av.astype(np.float32))
+    eng.writeTensor("b", bv.astype(np.float32))
+    eng.run()
+    out = np.zeros((4, 4), np.float32)
+    eng.readTensor("c", out)
+    np.testing.assert_allclose(out, av @ bv, rtol=1e-5, atol=1e-5)

@@ -33,8 +33,9 @@ def _exchange(tile, sent, received, msent=None, mrecv=None):
 
 
 def test_every_step_kind_has_a_tag_phase_and_component():
-    kinds = {cls.kind for cls in (ir.Compute, ir.Exchange, ir.Sync, ir.StreamCopy,
-                                  ir.RemoteBufferCopy, ir.GlobalExchange)}  # fmt: skip
+    classes = (ir.Compute, ir.Exchange, ir.Sync, ir.StreamCopy, ir.RemoteBufferCopy,
+               ir.GlobalExchange, ir.Collective)  # fmt: skip
+    kinds = {cls.kind for cls in classes}
     assert kinds == set(ir.STEP_KINDS)
     for kind in ir.STEP_KINDS.values():
         assert kind.phase in ir.PHASES

@@ -1,15 +1,18 @@
-"""Inter-IPU exchange over IPU-Links.
+"""Inter-IPU exchange over IPU-Links (and GW-Links between racks).
 
-Transfers are routed on the shortest path of the configured topology:
+Transfers are routed by the machine's :class:`~ipusim.exchange.topology.Topology`
+(:func:`~ipusim.exchange.topology.topology_of`): the shortest route, ties going to the
+neighbour met first going upward, so that
 
 * ``ring``: ``min(|d|, n - |d|)`` hops; when both ways are equally long the transfer
-  goes upward (IPU ``a`` to ``a + 1`` ...).
-* ``line``: ``|d|`` hops, no wrap-around.
-* ``full``: one direct hop between any two IPUs.
+  goes upward (IPU ``a`` to ``a + 1`` ...);
+* ``line``: ``|d|`` hops, no wrap-around;
+* ``full``: one direct hop between any two IPUs;
+* ``ladder`` and ``custom``: the fewest hops of their links (docs/machine.md).
 
 Every directed hop carries the sum of the bytes routed over it. The exchange lasts as
-long as its most loaded hop or its most loaded tile, plus the per-hop latency times the
-longest route.
+long as its most loaded hop (at that hop's capacity) or its most loaded tile, plus the
+latency of its slowest route (the sum of its hops' latencies).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 from ipusim.config import MachineConfig
 from ipusim.errors import IRValidationError
 from ipusim.exchange.internal import ceil_ratio, validate_transfers
+from ipusim.exchange.topology import LinkRoutingError, topology_of
 
 __all__ = ["GlobalExchangeCost", "global_exchange_cost", "link_hops"]
 
@@ -42,31 +46,32 @@ def _ipu_ids(cfg: MachineConfig, values: np.ndarray, name: str) -> np.ndarray:
 
 
 def link_hops(cfg: MachineConfig, src_ipu: np.ndarray, dst_ipu: np.ndarray) -> np.ndarray:
-    """Number of IPU-Link hops on the shortest route between IPUs.
+    """Number of link hops on the route between IPUs.
 
     Parameters
     ----------
     cfg
-        Machine config (``num_ipus``, ``links.topology``).
+        Machine config (``num_ipus``, ``links``).
     src_ipu, dst_ipu
         IPU ids; any shapes that broadcast.
 
     Returns
     -------
     numpy.ndarray
-        int64 hop counts: ring ``min(|d|, n-|d|)``, line ``|d|``, full 1 (0 for the
-        same IPU).
+        int64 hop counts: ring ``min(|d|, n-|d|)``, line ``|d|``, full 1, ladder and
+        custom the fewest hops (0 for the same IPU).
+
+    Raises
+    ------
+    IRValidationError
+        An IPU id is not an integer or outside the machine.
+    LinkRoutingError
+        Two IPUs the topology does not connect (or, with ``links.routing: false``, that
+        are not direct neighbours).
     """
     src = _ipu_ids(cfg, src_ipu, "src_ipu")
     dst = _ipu_ids(cfg, dst_ipu, "dst_ipu")
-    n = cfg.num_ipus
-    topology = cfg.links.topology
-    if topology == "ring":
-        up = (dst - src) % n
-        return np.minimum(up, n - up) * (up != 0)
-    if topology == "line":
-        return np.abs(dst - src)
-    return (src != dst).astype(np.int64)
+    return topology_of(cfg).hop_counts(src, dst)
 
 
 @dataclass(frozen=True)
@@ -92,16 +97,6 @@ class GlobalExchangeCost:
     link_bytes: dict[tuple[int, int], int]
 
 
-def _upward_loads(n: int, start: np.ndarray, hops: np.ndarray, load: np.ndarray) -> np.ndarray:
-    """Load of each upward ring hop ``k -> (k + 1) % n`` from routes starting at
-    ``start`` and going ``hops`` steps up (a difference array over two turns)."""
-    diff = np.zeros(2 * n + 1, dtype=np.int64)
-    np.add.at(diff, start, load)
-    np.add.at(diff, start + hops, -load)
-    running = np.cumsum(diff[: 2 * n])
-    return running[:n] + running[n:]
-
-
 def global_exchange_cost(
     cfg: MachineConfig,
     src_tile: np.ndarray,
@@ -123,15 +118,21 @@ def global_exchange_cost(
     Returns
     -------
     GlobalExchangeCost
-        ``cycles = max(max_hop ceil(link_bytes / link_bytes_per_cycle),
+        ``cycles = max(max_hop ceil(hop_bytes / hop capacity),
         max_tile ceil(max(sent, received) / exchange.bytes_per_cycle))
-        + links.hop_latency_cycles * (longest route in hops)``; 0 without transfers.
+        + max_route (sum of its hops' latencies)``; 0 without transfers. With IPU-Links
+        only, the capacity is ``link_bytes_per_cycle`` and the last term
+        ``links.hop_latency_cycles * (longest route in hops)``.
 
     Raises
     ------
     IRValidationError
         If the arrays are inconsistent, a tile is outside the machine or a byte count
         is negative.
+    LinkRoutingError
+        A transfer between IPUs the topology does not connect (or, with
+        ``links.routing: false``, that are not direct neighbours); the message names the
+        transfer, its tiles and IPUs.
     """
     src, dst, nbytes = validate_transfers(cfg, src_tile, dst_tile, num_bytes, "global exchange")
     num_tiles = cfg.num_tiles
@@ -145,47 +146,32 @@ def global_exchange_cost(
     n = cfg.num_ipus
     src_ipu = src // cfg.tile.tiles_per_ipu
     dst_ipu = dst // cfg.tile.tiles_per_ipu
-    hops = link_hops(cfg, src_ipu, dst_ipu)
+    topology = topology_of(cfg)
+    bad = topology.unroutable(src_ipu, dst_ipu)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        a, b = int(src_ipu[i]), int(dst_ipu[i])
+        raise LinkRoutingError(
+            f"global exchange: transfer {i} (tile {int(src[i])} on IPU {a} -> tile "
+            f"{int(dst[i])} on IPU {b}): {topology.no_route_reason(a, b)}"
+        )
 
     # Aggregate the transfers per (source IPU, destination IPU) pair first.
     remote = src_ipu != dst_ipu
     pair_key, pair_of = np.unique(src_ipu[remote] * n + dst_ipu[remote], return_inverse=True)
     pair_bytes = np.zeros(pair_key.size, dtype=np.int64)
     np.add.at(pair_bytes, pair_of.reshape(-1), nbytes[remote])
-    a = pair_key // n
-    b = pair_key % n
-
-    link_bytes: dict[tuple[int, int], int] = {}
-
-    def add_hops(srcs: np.ndarray, dsts: np.ndarray, loads: np.ndarray) -> None:
-        for s, d, v in zip(srcs.tolist(), dsts.tolist(), loads.tolist(), strict=True):
-            if v > 0:
-                link_bytes[(s, d)] = link_bytes.get((s, d), 0) + v
-
-    if cfg.links.topology == "full":
-        add_hops(a, b, pair_bytes)
-    else:
-        if cfg.links.topology == "ring":
-            up_steps = (b - a) % n
-            upward = up_steps <= n - up_steps
-            steps = np.where(upward, up_steps, n - up_steps)
-        else:
-            upward = b > a
-            steps = np.abs(b - a)
-        ks = np.arange(n, dtype=np.int64)
-        up = _upward_loads(n, a[upward], steps[upward], pair_bytes[upward])
-        add_hops(ks, (ks + 1) % n, up)
-        # A downward route from a is an upward route from n-1-a in mirrored numbering;
-        # mirrored hop j -> j+1 is the real hop n-1-j -> n-2-j.
-        down_mirror = _upward_loads(n, n - 1 - a[~upward], steps[~upward], pair_bytes[~upward])
-        add_hops(n - 1 - ks, (n - 2 - ks) % n, down_mirror)
+    link_bytes, route_latency = topology.route_traffic(pair_key // n, pair_key % n, pair_bytes)
 
     link_cycles = 0
     if link_bytes:
+        hops = np.array(list(link_bytes), dtype=np.int64)
         loads = np.fromiter(link_bytes.values(), dtype=np.int64, count=len(link_bytes))
-        link_cycles = int(ceil_ratio(loads, cfg.link_bytes_per_cycle).max())
+        capacity = topology.capacities(hops[:, 0], hops[:, 1])
+        link_cycles = int(np.ceil(np.round(loads / capacity, 9)).max())
     tile_cycles = int(
         ceil_ratio(np.maximum(bytes_sent, bytes_received), cfg.exchange.bytes_per_cycle).max()
     )
-    cycles = max(link_cycles, tile_cycles) + cfg.links.hop_latency_cycles * int(hops.max())
+    latency = int(route_latency.max()) if route_latency.size else 0
+    cycles = max(link_cycles, tile_cycles) + latency
     return GlobalExchangeCost(int(cycles), bytes_sent, bytes_received, link_bytes)

@@ -40,6 +40,16 @@ Balances (each in [0, 1]; 0 when no tile spent a cycle in the step)
     the tile's share of the copy for stream copies. ``totalData`` is their sum and
     ``dataBalance`` is ``totalData / (tiles with data * max tile data)``.
 
+Several IPUs
+------------
+On a machine of more than one IPU (only then, so one-IPU profiles keep their layout)
+the profile also splits its cycles per IPU: ``simulation.tileCyclesByIPU`` lists, per
+IPU, the keys of ``tileCycles`` summed over that IPU's tiles (their sum over the IPUs
+is ``tileCycles``), and each step has ``cyclesAllTilesByIPU`` and
+``maxTileCyclesByIPU`` (Σ and maximum of its tile cycles on each IPU) and ``ipus``
+(the IPUs that spent cycles in it). A global exchange or an external sync thus shows
+what each IPU it joined spent in it, waiting included.
+
 Lightweight profile (``lightweightProfile.blocks``)
 ---------------------------------------------------
 One entry per execution of a profiled block (an :class:`ipusim.ir.Block`, made from a
@@ -183,7 +193,7 @@ def _step_data(rec: Any) -> np.ndarray | None:
 
 
 def _step_entry(
-    rec: Any, num_tiles: int, program: int, cycles_from: int, cycles_to: int
+    rec: Any, num_tiles: int, program: int, cycles_from: int, cycles_to: int, num_ipus: int = 1
 ) -> dict[str, Any]:
     tile = np.asarray(rec.tile_cycles, np.int64)
     total = int(tile.sum())
@@ -209,6 +219,11 @@ def _step_entry(
         active = 0 if rec.active_cycles is None else int(np.asarray(rec.active_cycles).sum())
         entry["activeCycles"] = active
         entry["threadBalance"] = float(active) / total if total else 0.0
+    if num_ipus > 1:
+        by_ipu = tile.reshape(num_ipus, -1)
+        entry["cyclesAllTilesByIPU"] = [int(v) for v in by_ipu.sum(axis=1)]
+        entry["maxTileCyclesByIPU"] = [int(v) for v in by_ipu.max(axis=1)]
+        entry["ipus"] = [int(i) for i in np.flatnonzero(by_ipu.max(axis=1))]
     data = _step_data(rec)
     if data is not None:
         total_data = int(data.sum())
@@ -295,7 +310,8 @@ def execution_profile(
     dict
         ``profilerMode``, ``programTrace`` (program index of every executed step),
         ``options``, ``runs`` (``cyclesFrom``/``cyclesTo``/``steps`` of each run),
-        ``simulation`` (``cycles``, ``tileCycles``, ``steps``, ``hostSeconds``) and
+        ``simulation`` (``cycles``, ``tileCycles``, ``steps``, ``hostSeconds``; on
+        several IPUs also ``tileCyclesByIPU``) and
         ``lightweightProfile`` (``blocks``: see :func:`block_records`).
     """
     traces = list(traces)
@@ -303,13 +319,21 @@ def execution_profile(
     steps: list[dict[str, Any]] = []
     trace_ids: list[int] = []
     runs: list[dict[str, Any]] = []
-    tile_cycles = dict.fromkeys(("activeCompute", *TILE_CYCLE_PHASES, "copySharedStructure"), 0)
+    tile_keys = ("activeCompute", *TILE_CYCLE_PHASES, "copySharedStructure")
+    tile_cycles = dict.fromkeys(tile_keys, 0)
+    num_ipus = max((t.num_ipus for t in traces), default=1)
+    by_ipu = [dict.fromkeys(tile_keys, 0) for _ in range(num_ipus)]
     offset = 0
     for trace in traces:
         totals = trace.totals
         tile_cycles["activeCompute"] += int(totals["compute_active"])
         for key, phase in TILE_CYCLE_PHASES.items():
             tile_cycles[key] += int(totals[phase])
+        if num_ipus > 1:
+            for ipu, u in enumerate(trace.ipu_totals()):
+                by_ipu[ipu]["activeCompute"] += u["compute_active"]
+                for key, phase in TILE_CYCLE_PHASES.items():
+                    by_ipu[ipu][key] += u[phase]
         run_first = len(steps)
         cursor = 0
         for rec in trace.records:
@@ -319,7 +343,7 @@ def execution_profile(
                 pid = int(rec.program_id)
             last = int(rec.last_cycle) if rec.first_cycle <= rec.last_cycle else cursor
             end = max(cursor, last)
-            entry = _step_entry(rec, trace.num_tiles, pid, cursor, end)
+            entry = _step_entry(rec, trace.num_tiles, pid, cursor, end, trace.num_ipus)
             entry["cyclesFrom"] += offset
             entry["cyclesTo"] += offset
             steps.append(entry)
@@ -339,16 +363,19 @@ def execution_profile(
             }
         )
         offset += total
+    simulation: dict[str, Any] = {
+        "cycles": offset,
+        "tileCycles": tile_cycles,
+        "steps": steps,
+        "hostSeconds": float(sum(t.host_seconds for t in traces)),
+    }
+    if num_ipus > 1:
+        simulation["tileCyclesByIPU"] = by_ipu
     return {
         "profilerMode": "IPU_MODEL",
         "programTrace": trace_ids,
         "options": dict(options or {}),
         "runs": runs,
-        "simulation": {
-            "cycles": offset,
-            "tileCycles": tile_cycles,
-            "steps": steps,
-            "hostSeconds": float(sum(t.host_seconds for t in traces)),
-        },
+        "simulation": simulation,
         "lightweightProfile": {"blocks": block_records(traces, table)},
     }

@@ -13,7 +13,15 @@ import pandas as pd
 
 from ipusim.trace import PHASES, Trace
 
-__all__ = ["STEP_COLUMNS", "TILE_COLUMNS", "steps_frame", "tiles_frame", "trace_html"]
+__all__ = [
+    "IPU_COLUMNS",
+    "STEP_COLUMNS",
+    "TILE_COLUMNS",
+    "ipus_frame",
+    "steps_frame",
+    "tiles_frame",
+    "trace_html",
+]
 
 #: Columns of :func:`steps_frame`, in order.
 STEP_COLUMNS = (
@@ -34,6 +42,9 @@ STEP_COLUMNS = (
 
 #: Columns of :func:`tiles_frame`, in order.
 TILE_COLUMNS = ("ipu", "tile", *PHASES, "compute_active", "end_cycle")
+
+#: Columns of :func:`ipus_frame`, in order.
+IPU_COLUMNS = ("ipu", *PHASES, "compute_active", "end_cycle")
 
 
 def steps_frame(trace: Trace) -> pd.DataFrame:
@@ -132,6 +143,21 @@ def tiles_frame(trace: Trace) -> pd.DataFrame:
         "end_cycle": np.asarray(trace.tile_end_cycles, np.int64),
     }
     return pd.DataFrame(data, columns=list(TILE_COLUMNS))
+
+
+def ipus_frame(trace: Trace) -> pd.DataFrame:
+    """One row per IPU: the cycles of each phase summed over the IPU's tiles.
+
+    Columns as in :func:`tiles_frame` (``end_cycle`` is the IPU's last tile clock);
+    the sum of a phase over the rows is the trace's total for it
+    (:meth:`ipusim.trace.Trace.ipu_totals`). On several IPUs this is where the global
+    exchange and the sync waits of each IPU show apart.
+    """
+    rows = trace.ipu_totals()
+    data = {"ipu": np.arange(len(rows), dtype=np.int64)}
+    for col in IPU_COLUMNS[1:]:
+        data[col] = np.array([r[col] for r in rows], np.int64)
+    return pd.DataFrame(data, columns=list(IPU_COLUMNS))
 
 
 def trace_html(trace: Trace, head: int = 10) -> str:

@@ -2,9 +2,13 @@
 
 Layout of the timeline
 ----------------------
-* One *process* per IPU (``pid`` = IPU index, named ``IPU <i>``).
+* One *process* per IPU (``pid`` = IPU index, named ``IPU <i>``): one track per IPU.
 * In each process a ``steps`` thread (``tid`` 0) with one complete event (``ph: "X"``)
-  per step record: ``name`` is the step name, ``cat`` its kind, ``args`` hold the
+  per step record the IPU takes part in (on one IPU: every record; on several: the
+  records in which a tile of the IPU spent cycles, or whose IR step names the IPU — a
+  sync or global exchange listing it, a sync of every IPU —, so IPUs that run
+  different steps at the same time, such as the stages of a pipeline, show them
+  side by side): ``name`` is the step name, ``cat`` its kind, ``args`` hold the
   step's phase, program id, record index, active tiles and its own span on that IPU
   (``first_cycle``, ``last_cycle``). Tiles keep their own clocks, so the spans of
   consecutive steps may overlap (a fast tile starts the next compute set while a slow
@@ -51,10 +55,11 @@ from typing import Any
 
 import numpy as np
 
+from ipusim import ir
 from ipusim.errors import IpusimError
 from ipusim.trace import Trace
 
-__all__ = ["TraceViewError", "choose_tiles", "trace_events", "write_timeline"]
+__all__ = ["TraceViewError", "choose_tiles", "step_ipus", "trace_events", "write_timeline"]
 
 #: Decimal places kept in microsecond timestamps (1e-6 us = 1 ps).
 _TS_DECIMALS = 6
@@ -209,6 +214,43 @@ def _counter_events(samples: list[tuple[int, int, int, int]], scale: float) -> l
     return events
 
 
+def step_ipus(rec: Any, num_ipus: int, tiles_per_ipu: int) -> np.ndarray:
+    """bool[num_ipus]: the IPUs that take part in a step record.
+
+    An IPU takes part when one of its tiles spent cycles in the step, or when the
+    record's IR step names it: a sync listing it (or a host sync, or a sync without
+    ``ipus``: every IPU), a global exchange whose transfers leave from or arrive at it
+    (or whose ``ipus`` list it), a collective of which it is a member, a compute set,
+    exchange or stream copy with tiles on it. A record without its IR step (a trace
+    built by hand) involves every IPU.
+    """
+    cycles = np.asarray(rec.tile_cycles, np.int64).reshape(num_ipus, -1)
+    part = cycles.max(axis=1, initial=0) > 0
+    step = rec.step
+    named: Any = ()
+    if step is None:
+        named = range(num_ipus)
+    elif isinstance(step, ir.Sync):
+        every = step.sync_kind is ir.SyncKind.HOST or step.ipus is None
+        named = range(num_ipus) if every else step.ipus
+    elif isinstance(step, ir.GlobalExchange):
+        ends = np.concatenate((step.src_tile, step.dst_tile)) // tiles_per_ipu
+        named = [*ends.tolist(), *(step.ipus or ())]
+    elif isinstance(step, ir.Compute):
+        named = (step.vertex_tile // tiles_per_ipu).tolist()
+    elif isinstance(step, ir.StreamCopy):
+        named = (step.tile // tiles_per_ipu).tolist()
+    elif isinstance(step, ir.Exchange):
+        tiles = step.tile if step.is_totals else np.concatenate((step.src_tile, step.dst_tile))
+        named = (tiles // tiles_per_ipu).tolist()
+    elif isinstance(getattr(step, "ipus", None), tuple):
+        named = step.ipus
+    for i in set(named):
+        if 0 <= int(i) < num_ipus:
+            part[int(i)] = True
+    return part
+
+
 def trace_events(trace: Trace, tiles: Any = None, max_tiles: int = 16) -> dict[str, Any]:
     """The timeline of ``trace`` as a Chrome trace-event JSON object.
 
@@ -247,7 +289,8 @@ def trace_events(trace: Trace, tiles: Any = None, max_tiles: int = 16) -> dict[s
         ipu_active = np.count_nonzero(cycles.reshape(num_ipus, -1), axis=1)
         step_to = np.maximum(cursor, ipu_end)
         ts, te = _us(cursor, scale), _us(step_to, scale)
-        for ipu in range(num_ipus):
+        shown = step_ipus(rec, num_ipus, tpi) if num_ipus > 1 else np.ones(1, bool)
+        for ipu in np.flatnonzero(shown).tolist():
             lo, hi = int(ipu_start[ipu]), int(ipu_end[ipu])
             timed.append(
                 {
@@ -334,27 +377,41 @@ def steps_timeline(steps: list[dict[str, Any]], clock_hz: float) -> dict[str, An
     """A steps-only timeline from an execution profile's ``simulation.steps``.
 
     For a profile directory, where no trace is at hand: one complete event per step
-    (``cyclesFrom`` to ``cyclesTo``) on a single "steps" track.
+    (``cyclesFrom`` to ``cyclesTo``) on a single "steps" track. A profile of several
+    IPUs (steps with ``ipus``, docs/profiles.md "Several IPUs") gets one track per
+    IPU instead, each step on the tracks of the IPUs that spent cycles in it.
     """
     if clock_hz <= 0:
         raise TraceViewError(f"clock_hz is {clock_hz}; a positive tile clock is required")
     scale = 1e6 / float(clock_hz)
-    events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "IPU"}},
-        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "steps"}},
-    ]
+    num_ipus = max((len(s.get("maxTileCyclesByIPU", ())) for s in steps), default=0)
+    if num_ipus < 2:
+        events: list[dict[str, Any]] = [
+            {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "IPU"}},
+            {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "steps"}},
+        ]
+    else:
+        events = []
+        for ipu in range(num_ipus):
+            name = {"name": f"IPU {ipu}"}
+            events.append({"name": "process_name", "ph": "M", "pid": ipu, "tid": 0, "args": name})
+            events.append(
+                {"name": "thread_name", "ph": "M", "pid": ipu, "tid": 0, "args": {"name": "steps"}}
+            )
     for i, step in enumerate(steps):
         start, end = int(step["cyclesFrom"]), int(step["cyclesTo"])
-        events.append(
-            {
-                "name": str(step.get("name", "")),
-                "cat": str(step.get("type", "")),
-                "ph": "X",
-                "pid": 0,
-                "tid": 0,
-                "ts": _us(start, scale),
-                "dur": _us(end - start, scale),
-                "args": {"index": i, "cycles": end - start},
-            }
-        )
+        pids = step.get("ipus", [0]) if num_ipus >= 2 else [0]
+        for pid in pids:
+            events.append(
+                {
+                    "name": str(step.get("name", "")),
+                    "cat": str(step.get("type", "")),
+                    "ph": "X",
+                    "pid": int(pid),
+                    "tid": 0,
+                    "ts": _us(start, scale),
+                    "dur": _us(end - start, scale),
+                    "args": {"index": i, "cycles": end - start},
+                }
+            )
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"clock_hz": clock_hz}}

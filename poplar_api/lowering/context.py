@@ -2,13 +2,26 @@
 
 The Engine's data plane applies effect ``k`` by calling ``effects[k]()`` and answers
 predicate ``p`` with ``predicates[p]()``; both close over :class:`Storage`.
+
+Replicated graphs
+-----------------
+A graph of ``r`` replicas is lowered once, for replica 0, and its device memory holds
+one image per replica (:attr:`Storage.full`: one ``[r, size]`` array per element
+size; replica ``k``'s image is row ``k``). Ordinary effects and predicates read and
+write :attr:`Storage.arrays`, the image of the *current* replica: the data plane runs
+each of them once per replica after :meth:`Storage.select` (with one replica the
+image is simply row 0, so single-replica code runs unchanged). Effects registered
+with :meth:`Lowered.global_effect` (collectives, cross-replica copies, copies of
+non-replicated views) run once and reach every image through
+:meth:`Storage.read_replicas`, :meth:`Storage.write_replica` and the non-replicated
+(``wide``) element ids of :func:`wide_ids`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -22,22 +35,65 @@ RAW_DTYPES: dict[int, np.dtype] = {
 }
 
 
+#: Element ids of a non-replicated view (``Graph.getNonReplicatedTensor``) encode the
+#: replica: ``replica * WIDE_STRIDE + id``; no id space comes near this size.
+WIDE_STRIDE = 1 << 40
+
+
+def wide_ids(local: np.ndarray, replicas: np.ndarray | int) -> np.ndarray:
+    """Non-replicated ("wide") ids of elements ``local`` of replica(s) ``replicas``."""
+    return np.asarray(replicas, np.int64) * WIDE_STRIDE + np.asarray(local, np.int64)
+
+
+def split_wide(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(replica, local id)`` of each wide element id."""
+    ids = np.asarray(ids, np.int64)
+    return ids // WIDE_STRIDE, ids % WIDE_STRIDE
+
+
 class Storage:
-    """Device memory image: the raw bits of one flat array per element size.
+    """Device memory image: the raw bits of one flat array per element size, per replica.
 
     Element types of one size share an id space (see :mod:`poplar_api.graph`), so a
     tensor and its ``reinterpret`` views address the same bits. Reads return a numpy
     ``view`` of the bits as the accessing type, writes store the bits of the values
     converted to that type: reinterpreting is bit-exact, as ``ndarray.view``. A BOOL
     read gives True for any non-zero byte.
+
+    Parameters
+    ----------
+    state
+        The graph state (its element spaces and initial values).
+    replicas
+        Replicas of the graph; each gets its own image, initialised alike.
+
+    Notes
+    -----
+    :meth:`read` and :meth:`write` address the current replica's image
+    (:meth:`select`); the ``*_replica*`` and ``*_wide`` methods address any replica.
     """
 
-    def __init__(self, state: Any) -> None:
-        self.arrays: dict[int, np.ndarray] = {
-            size: np.zeros(sp.size, RAW_DTYPES[size]) for size, sp in state.spaces.items()
+    def __init__(self, state: Any, replicas: int = 1) -> None:
+        self.replicas = int(replicas)
+        #: element size -> ``[replicas, size]`` raw bits; row ``k`` is replica ``k``'s image
+        self.full: dict[int, np.ndarray] = {
+            size: np.zeros((self.replicas, sp.size), RAW_DTYPES[size])
+            for size, sp in state.spaces.items()
         }
+        #: per replica: element size -> that replica's row of :attr:`full` (a view)
+        self.images: list[dict[int, np.ndarray]] = [
+            {size: arr[k] for size, arr in self.full.items()} for k in range(self.replicas)
+        ]
+        #: the replica :meth:`read` and :meth:`write` address
+        self.replica = 0
+        self.arrays: dict[int, np.ndarray] = self.images[0]
         for t, ids, values in state.initial_parts:
-            self.write(t, ids, values)
+            self.write_replicas(t, ids, values)
+
+    def select(self, replica: int) -> None:
+        """Make ``replica``'s image the one :meth:`read` and :meth:`write` address."""
+        self.replica = replica
+        self.arrays = self.images[replica]
 
     def read(self, t: Type, ids: np.ndarray) -> np.ndarray:
         """Values of elements ``ids`` as type ``t`` (a new array of ``t.numpy``)."""
@@ -48,25 +104,96 @@ class Storage:
 
     def write(self, t: Type, ids: np.ndarray, values: np.ndarray) -> None:
         """Store ``values`` (converted to ``t``) into elements ``ids``."""
-        # Narrowing (e.g. float32 kernel results to HALF) rounds, and overflows to inf as
-        # the hardware does; that is expected, not worth a warning.
-        with np.errstate(over="ignore"):
-            typed = np.ascontiguousarray(np.asarray(values).astype(t.numpy, copy=False))
-        self.arrays[t.size][ids] = typed.reshape(-1).view(RAW_DTYPES[t.size])
+        self.arrays[t.size][ids] = _raw(t, values).reshape(-1)
+
+    # ------------------------------------------------------------ every replica
+    def read_replica(self, replica: int, t: Type, ids: np.ndarray) -> np.ndarray:
+        """Values of elements ``ids`` of replica ``replica`` as type ``t``."""
+        return _typed(t, self.images[replica][t.size][ids])
+
+    def write_replica(self, replica: int, t: Type, ids: np.ndarray, values: np.ndarray) -> None:
+        """Store ``values`` into elements ``ids`` of replica ``replica``."""
+        self.images[replica][t.size][ids] = _raw(t, values).reshape(-1)
+
+    def read_replicas(self, t: Type, ids: np.ndarray) -> np.ndarray:
+        """Values of elements ``ids`` in every replica: ``[replicas, len(ids)]``."""
+        return _typed(t, self.full[t.size][:, ids])
+
+    def write_replicas(self, t: Type, ids: np.ndarray, values: np.ndarray) -> None:
+        """Store ``values`` into elements ``ids`` of every replica: ``values`` is
+        ``[replicas, len(ids)]``, or ``len(ids)`` values written to each replica."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        raw = _raw(t, values)
+        if raw.size == ids.size:
+            raw = np.broadcast_to(raw.reshape(1, -1), (self.replicas, ids.size))
+        self.full[t.size][:, ids] = raw.reshape(self.replicas, ids.size)
+
+    def read_wide(self, t: Type, ids: np.ndarray) -> np.ndarray:
+        """Values of non-replicated (wide) element ids, any replica each."""
+        replica, local = split_wide(ids)
+        return _typed(t, self.full[t.size][replica, local])
+
+    def write_wide(self, t: Type, ids: np.ndarray, values: np.ndarray) -> None:
+        """Store ``values`` into non-replicated (wide) element ids."""
+        replica, local = split_wide(np.asarray(ids).reshape(-1))
+        self.full[t.size][replica, local] = _raw(t, values).reshape(-1)
+
+
+def _typed(t: Type, raw: np.ndarray) -> np.ndarray:
+    """Raw bits as values of ``t`` (BOOL: any non-zero byte is True)."""
+    if t.numpy.kind == "b":
+        return raw != 0
+    return raw.view(t.numpy)
+
+
+def _raw(t: Type, values: Any) -> np.ndarray:
+    """The raw bits of ``values`` converted to ``t`` (same shape, contiguous)."""
+    # Narrowing (e.g. float32 kernel results to HALF) rounds, and overflows to inf as
+    # the hardware does; that is expected, not worth a warning.
+    with np.errstate(over="ignore"):
+        typed = np.ascontiguousarray(np.asarray(values).astype(t.numpy, copy=False))
+    return typed.view(RAW_DTYPES[t.size])
+
+
+#: How a predicate's per-replica values combine: ``equal`` (control flow: every
+#: replica must agree) or ``all`` (true only when true in every replica, e.g. whether
+#: the host has every replica's next stream data ready).
+Combine = Literal["equal", "all"]
 
 
 @dataclass
 class Lowered:
-    """Effects and predicates registered while lowering (closures over storage)."""
+    """Effects and predicates registered while lowering (closures over storage).
+
+    ``global_effects`` are the effects that run once for all replicas (they address
+    every replica's image themselves); every other effect runs once per replica.
+    ``combine`` says how a predicate's per-replica values combine (default
+    ``equal``).
+    """
 
     storage: Storage
     effects: list[Callable[[], None]] = field(default_factory=list)
     predicates: list[Callable[[], int]] = field(default_factory=list)
+    global_effects: set[int] = field(default_factory=set)
+    combine: dict[int, Combine] = field(default_factory=dict)
 
     def effect(self, fn: Callable[[], None]) -> int:
+        """Register an effect run once per replica (on the selected replica's image)."""
         self.effects.append(fn)
         return len(self.effects) - 1
 
-    def predicate(self, fn: Callable[[], int]) -> int:
+    def global_effect(self, fn: Callable[[], None]) -> int:
+        """Register an effect run once for every replica together (collectives,
+        cross-replica copies)."""
+        k = self.effect(fn)
+        self.global_effects.add(k)
+        return k
+
+    def predicate(self, fn: Callable[[], int], combine: Combine = "equal") -> int:
+        """Register a predicate; with several replicas it is asked in each and the
+        answers combine as ``combine`` says."""
         self.predicates.append(fn)
-        return len(self.predicates) - 1
+        k = len(self.predicates) - 1
+        if combine != "equal":
+            self.combine[k] = combine
+        return k

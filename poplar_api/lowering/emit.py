@@ -4,6 +4,13 @@
   set, remote outputs a sync and an exchange after it.
 * ``Copy`` between tensors: elements already on their destination tile are copied by
   an on-tile copy vertex per tile, the rest by an exchange.
+* Exchanges on a target of several IPUs (:meth:`Emitter._exchange_steps`): elements
+  that cross IPUs go first, as an external sync of the IPUs involved and a
+  ``GlobalExchange`` (once per destination IPU, see
+  :mod:`poplar_api.lowering.exchange`); the on-chip rest follows, as an internal sync
+  listing the IPUs its exchange involves (the others skip it) and an ``Exchange``.
+  Global first because the on-chip part fans out what the links delivered to a
+  landing tile. A single-IPU target lowers exactly as before (no ``ipus``).
 * ``Copy`` from or to a stream, and ``PrintTensor``: a host sync and a stream copy.
   With the engine option ``exchange.enablePrefetch`` (default true) a host-to-device
   copy is marked ``prefetch`` and asks the host, after its effect, whether the
@@ -12,7 +19,8 @@
   Memory transfer (``RemoteBufferCopy``) and its on-chip exchange; the rows are
   chosen by the offset tensor when the copy runs.
 * Control flow becomes IR control nodes; predicates are read from device memory
-  after an internal sync.
+  after an internal sync, or on several IPUs after an external sync of all of them
+  (every IPU follows the same control flow, so the value must reach each).
 * ``Block`` programs whose name matches the engine option ``profiler.blocks.filter``,
   and every named program whose name matches ``profiler.programs.filter`` (implicit
   blocks), become IR ``Block`` nodes; the machine records their per-tile cycles. Both
@@ -24,7 +32,9 @@
   (:class:`~poplar_api.errors.ApplicationRuntimeError`); ``AbortOnCondition`` is an
   ``If`` around one; ``ErrorProgram`` is a ``PrintTensor`` of its debug tensor whose
   effect prints the message and stops the run. ``AssumeEqualAcrossReplicas`` lowers
-  to nothing; ``CrossReplicaCopy`` is a problem (no replication).
+  to nothing (the Engine checks at run time that replicas agree on every predicate).
+* ``CrossReplicaCopy``, copies of non-replicated views and GCL collectives are
+  lowered by :mod:`poplar_api.lowering.collective`.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ from poplar_api.lowering.computeset import (
     plan_writes,
 )
 from poplar_api.lowering.context import Lowered
-from poplar_api.lowering.exchange import ExchangePlanner
+from poplar_api.lowering.exchange import ExchangePlanner, exchange_ipus
 from poplar_api.printing import format_tensor
 from poplar_api.remote import RemoteBuffer, remote_buffers
 from poplar_api.tensor import Tensor
@@ -119,6 +129,8 @@ class Emitter:
         self.state = state
         self.cfg = target.config
         self.num_tiles = target.getNumTiles()
+        self.tiles_per_ipu = int(self.cfg.tile.tiles_per_ipu)
+        self.num_ipus = max(1, self.num_tiles // self.tiles_per_ipu)
         self.lowered = lowered
         self.host = host
         self.problems: list[str] = []
@@ -190,8 +202,46 @@ class Emitter:
         # If / RepeatWhile: any non-zero value is true (int() would turn 0.5 into false)
         return self.lowered.predicate(lambda: int(storage.read(typ, ids)[0] != 0))
 
-    def _sync(self, pid: int, kind: str = "internal", name: str = "Sync") -> ir.Sync:
-        return ir.Sync(name=name, program_id=pid, sync_kind=kind)
+    def _sync(
+        self,
+        pid: int,
+        kind: str = "internal",
+        name: str = "Sync",
+        ipus: tuple[int, ...] | None = None,
+    ) -> ir.Sync:
+        return ir.Sync(name=name, program_id=pid, sync_kind=kind, ipus=ipus)
+
+    def _predicate_sync(self, pid: int) -> ir.Sync:
+        """The sync before a control-flow predicate is read: internal on one IPU; on
+        several, external over all of them (each IPU needs the predicate's value)."""
+        return self._sync(pid, "external" if self.num_ipus > 1 else "internal")
+
+    def _exchange_steps(
+        self, planner: ExchangePlanner, name: str, sync_name: str, pid: int, suffix: str = ""
+    ) -> list[ir.Node]:
+        """The steps of a planned exchange, in order (none when nothing moves).
+
+        Elements that cross IPUs: an external sync of the IPUs involved and a
+        ``GlobalExchange``; then the on-chip part: an internal sync and the
+        ``Exchange``. On a target of several IPUs the
+        internal sync lists the IPUs its exchange involves; on one IPU it stays
+        without ``ipus``, as before. Names: ``{name}`` for the on-chip exchange,
+        ``{sync_name}`` for its sync, ``{base}/GlobalExchange{suffix}`` and
+        ``{base}/ExternalSync{suffix}`` for the global part (``base`` is ``name``
+        up to its last ``/``).
+        """
+        nodes: list[ir.Node] = []
+        base = name.rsplit("/", 1)[0]
+        glob = planner.build_global(f"{base}/GlobalExchange{suffix}", pid)
+        if glob is not None:
+            ipus = exchange_ipus(glob, self.tiles_per_ipu)
+            sync = self._sync(pid, "external", f"{base}/ExternalSync{suffix}", ipus)
+            nodes += [sync, glob]
+        on_chip = planner.build(name, pid)
+        if on_chip is not None:
+            ipus = exchange_ipus(on_chip, self.tiles_per_ipu) if self.num_ipus > 1 else None
+            nodes += [self._sync(pid, name=sync_name, ipus=ipus), on_chip]
+        return nodes
 
     def _touch(self, node: Any, *tensors: Any) -> Any:
         """Record that ``node``'s steps access ``tensors`` (for memory liveness)."""
@@ -240,7 +290,7 @@ class Emitter:
 
     def _RepeatWhileTrue(self, prog: P.RepeatWhileTrue) -> ir.Node:
         pred = self._predicate(prog.predicate, type(prog).__name__)
-        sync = self._touch(self._sync(self._pid(prog)), prog.predicate)
+        sync = self._touch(self._predicate_sync(self._pid(prog)), prog.predicate)
         cond = ir.Sequence([self.lower(prog.cond), sync])
         return ir.RepeatWhile(
             cond, -1 if pred is None else pred, self.lower(prog.body), prog.whileTrue
@@ -251,7 +301,9 @@ class Emitter:
         node = ir.If(
             -1 if pred is None else pred, self.lower(prog.trueBody), self.lower(prog.falseBody)
         )
-        return ir.Sequence([self._touch(self._sync(self._pid(prog)), prog.predicate), node])
+        return ir.Sequence(
+            [self._touch(self._predicate_sync(self._pid(prog)), prog.predicate), node]
+        )
 
     def _Switch(self, prog: P.Switch) -> ir.Node:
         what = "Switch" + (f" '{prog.debugName}'" if prog.debugName else "")
@@ -259,7 +311,7 @@ class Emitter:
         ctl = self._predicate(prog.control, what, integral=True, cases=strict)
         cases = [(v, self.lower(b)) for v, b in prog.cases]
         node = ir.Switch(-1 if ctl is None else ctl, cases, self.lower(prog.defaultCaseBody))
-        return ir.Sequence([self._touch(self._sync(self._pid(prog)), prog.control), node])
+        return ir.Sequence([self._touch(self._predicate_sync(self._pid(prog)), prog.control), node])
 
     def _Sync(self, prog: P.Sync) -> ir.Node:
         kind = {"internal": "internal", "external": "external", "global": "host"}
@@ -310,7 +362,9 @@ class Emitter:
     def _AbortOnCondition(self, prog: P.AbortOnCondition) -> ir.Node:
         pred = self._predicate(prog.predicate, f"AbortOnCondition #{self._pid(prog)}")
         node = ir.If(-1 if pred is None else pred, self._abort_step(prog, prog.message))
-        return ir.Sequence([self._touch(self._sync(self._pid(prog)), prog.predicate), node])
+        return ir.Sequence(
+            [self._touch(self._predicate_sync(self._pid(prog)), prog.predicate), node]
+        )
 
     def _ErrorProgram(self, prog: P.ErrorProgram) -> ir.Node:
         t = self._tensor(prog.debugTensor, f"ErrorProgram #{self._pid(prog)} debugTensor")
@@ -334,14 +388,19 @@ class Emitter:
         return ir.Sequence(name=prog.debugName)
 
     def _CrossReplicaCopy(self, prog: P.CrossReplicaCopy) -> ir.Node:
-        self.problems.append(
-            f"CrossReplicaCopy #{self._pid(prog)} from '{prog.src.name}' to "
-            f"'{prog.dst.name}' (replicaMap {prog.replicaMap}): the graph is not "
-            "replicated (replication factor 1), and replicated graphs are not supported "
-            "yet, so there is no other replica to copy to; hint: use Copy within the "
-            "replica"
-        )
-        return ir.Sequence()
+        from poplar_api.lowering.collective import lower_cross_replica_copy
+
+        return lower_cross_replica_copy(self, prog)
+
+    def _NonReplicatedCopy(self, prog: P.NonReplicatedCopy) -> ir.Node:
+        from poplar_api.lowering.collective import lower_nonreplicated_copy
+
+        return lower_nonreplicated_copy(self, prog)
+
+    def _GclCollective(self, prog: Any) -> ir.Node:
+        from poplar_api.lowering.collective import lower_collective
+
+        return lower_collective(self, prog)
 
     def function_nodes(self) -> tuple[ir.Node, ...]:
         """Lowered functions, indexed as ``graph.addFunction`` numbered them."""
@@ -384,9 +443,10 @@ class Emitter:
         nodes: list[ir.Node] = []
         planner = ExchangePlanner(self.state.target, self.state)
         plan_reads(planner, table, self.state)
-        ex_in = planner.build(f"{cs.name}/ExchangeIn", self._pid(prog))
-        if ex_in is not None:
-            nodes += [self._sync(self._pid(prog), name=f"{cs.name}/Sync"), ex_in]
+        pid = self._pid(prog)
+        nodes += self._exchange_steps(
+            planner, f"{cs.name}/ExchangeIn", f"{cs.name}/Sync", pid, "In"
+        )
         nodes.append(
             ir.Compute(
                 name=cs.name,
@@ -403,9 +463,9 @@ class Emitter:
         )
         planner = ExchangePlanner(self.state.target, self.state)
         plan_writes(planner, table, self.state)
-        ex_out = planner.build(f"{cs.name}/ExchangeOut", self._pid(prog))
-        if ex_out is not None:
-            nodes += [self._sync(self._pid(prog), name=f"{cs.name}/SyncOut"), ex_out]
+        nodes += self._exchange_steps(
+            planner, f"{cs.name}/ExchangeOut", f"{cs.name}/SyncOut", pid, "Out"
+        )
         node = ir.Sequence(nodes, name=cs.name)
         self.touches[id(node)] = [(ft.type, ft.ids) for g in table.groups for ft in g.fields]
         self.cs_nodes[cs.id] = node
@@ -503,9 +563,7 @@ class Emitter:
             )
         planner = ExchangePlanner(self.state.target, self.state)
         planner.add_grouped(typ, s_ids[~local], s_tile[~local], d_tile[~local])
-        remote = planner.build(f"{name}/Exchange", self._pid(prog))
-        if remote is not None:
-            nodes += [self._sync(self._pid(prog), name=f"{name}/Sync"), remote]
+        nodes += self._exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", self._pid(prog))
         if not nodes:  # nothing to copy
             return ir.Sequence()
         last = nodes[-1]

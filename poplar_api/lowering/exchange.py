@@ -1,4 +1,4 @@
-"""Exchange planning: which elements must cross tiles, as IR exchange totals.
+"""Exchange planning: which elements must cross tiles, as IR exchange steps.
 
 An element needed on a tile other than the one it comes from must be sent there.
 Each receiving tile gets every element once, however many of its vertices read it;
@@ -6,7 +6,22 @@ each sender sends an element once however many tiles receive it (a broadcast). T
 planner works one receiving tile at a time and keeps only per-tile totals and one
 flag per element, so graphs with hundreds of millions of element references plan in
 bounded host memory. Elements with consecutive ids from one sender travel as one
-message. The result is an IR ``Exchange`` in its per-tile form.
+message. The on-chip part is an IR ``Exchange`` in its per-tile form
+(:meth:`ExchangePlanner.build`).
+
+Elements that cross IPUs (multi-IPU targets)
+--------------------------------------------
+An element needed on a tile of another IPU travels over the IPU-Links in a global
+exchange (:meth:`ExchangePlanner.build_global`: one transfer per (sending tile,
+receiving tile) pair with its total bytes). It crosses the links **once per
+destination IPU**: the first tile of that IPU that needs it (in planning order, the
+lowest tile id) receives it from its owner, the *landing* tile; every other tile of
+that IPU that needs it receives it from the landing tile in the on-chip exchange
+that follows (a broadcast from the landing tile, counted once at it). Links carry a
+few tens of GB/s per IPU against several TB/s on chip, so a compiler lands data once
+per IPU and fans it out on chip rather than sending one copy per tile over the
+links. The global exchange therefore runs first, then the on-chip exchange
+(emit.py: external sync, global exchange, internal sync, internal exchange).
 """
 
 from __future__ import annotations
@@ -16,7 +31,6 @@ import pandas as pd
 
 from ipusim import ir
 from ipusim.tile.layout import tile_distance
-from poplar_api.errors import GraphError
 from poplar_api.types import Type
 
 
@@ -36,12 +50,32 @@ class ExchangePlanner:
         self.state = state
         n = target.getNumTiles()
         self.num_tiles = n
+        self.tiles_per_ipu = int(self.cfg.tile.tiles_per_ipu)
+        self.num_ipus = max(1, n // self.tiles_per_ipu)
         self.received = np.zeros(n, np.int64)
         self.messages_received = np.zeros(n, np.int64)
         self.max_distance = np.zeros(n, np.int64)
         #: element size -> (element id -> tile that sends it, or -1); types of one size
         #: share element ids, so a reinterpreted view's element is sent once
         self.sender: dict[int, np.ndarray] = {}
+        #: (element size, IPU) -> (element id -> tile of that IPU the element landed on
+        #: from another IPU, or -1)
+        self.landing: dict[tuple[int, int], np.ndarray] = {}
+        #: (element size, IPU) -> (element id -> the landing tile sends it on chip)
+        self.relayed: dict[tuple[int, int], np.ndarray] = {}
+        #: global transfers so far: keys ``src * num_tiles + dst`` and their bytes
+        self.global_keys: list[np.ndarray] = []
+        self.global_bytes: list[np.ndarray] = []
+
+    def _per_ipu(
+        self, table: dict, element_type: Type, ipu: int, fill: object, dtype
+    ) -> np.ndarray:
+        key = (element_type.size, ipu)
+        arr = table.get(key)
+        if arr is None:
+            size = self.state.space(element_type).size
+            arr = table[key] = np.full(size, fill, dtype)
+        return arr
 
     def add(self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray) -> None:
         """Elements ``ids`` (from tiles ``src``) needed on tile ``dst``.
@@ -55,26 +89,58 @@ class ExchangePlanner:
         ids, src = ids[remote], src[remote]
         first = ~pd.Index(ids).duplicated(keep="first")
         ids, src = ids[first], src[first].astype(np.int64)
-        tpi = self.cfg.tile.tiles_per_ipu
-        crossing = np.flatnonzero(src // tpi != dst // tpi)
-        if crossing.size:
-            raise GraphError(
-                f"tile {dst} (IPU {dst // tpi}) needs element {int(ids[crossing[0]])} of type "
-                f"{element_type} from tile {int(src[crossing[0]])} on another IPU; data "
-                "read by a vertex or copied must be on the same IPU; hint: map the tensor "
-                "to tiles of that IPU"
-            )
+        tpi = self.tiles_per_ipu
+        relayed = None
+        if self.num_ipus > 1:
+            crossing = src // tpi != dst // tpi
+            if crossing.any():
+                ids, src, relayed = self._cross(element_type, dst, ids, src, crossing)
+                if ids.size == 0:
+                    return
         self.received[dst] += ids.size * element_type.size
         self.messages_received[dst] += _runs(np.sort(ids), src[np.argsort(ids)]).size
         sender = self.sender.get(element_type.size)
         if sender is None:
             size = self.state.space(element_type).size
             sender = self.sender[element_type.size] = np.full(size, -1, np.int32)
-        sender[ids] = src
+        if relayed is None:
+            sender[ids] = src
+        else:
+            sender[ids[~relayed]] = src[~relayed]
+            flags = self._per_ipu(self.relayed, element_type, dst // tpi, False, bool)
+            flags[ids[relayed]] = True
         peers = np.unique(src)
         dist = tile_distance(self.cfg.tile, peers % tpi, np.full(peers.size, dst % tpi))
         self.max_distance[dst] = max(int(self.max_distance[dst]), int(dist.max()))
         np.maximum.at(self.max_distance, peers, dist.astype(np.int64))
+
+    def _cross(
+        self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray, crossing: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Plan the elements of ``dst`` that come from another IPU.
+
+        An element not yet on ``dst``'s IPU lands on ``dst`` (a global transfer from
+        its owner); one already landed on another tile of the IPU is relayed from
+        there on chip. Returns the on-chip references left for ``dst``: (ids, sending
+        tiles, whether each is relayed from a landing tile).
+        """
+        size = element_type.size
+        landing = self._per_ipu(self.landing, element_type, dst // self.tiles_per_ipu, -1, np.int32)
+        c_ids, c_src = ids[crossing], src[crossing]
+        prior = landing[c_ids]
+        new = prior < 0
+        if new.any():
+            landing[c_ids[new]] = dst
+            tiles, counts = np.unique(c_src[new], return_counts=True)
+            self.global_keys.append(tiles * self.num_tiles + dst)
+            self.global_bytes.append(counts.astype(np.int64) * size)
+        keep = ~crossing
+        relay = ~new
+        out_ids = np.concatenate((ids[keep], c_ids[relay]))
+        out_src = np.concatenate((src[keep], prior[relay].astype(np.int64)))
+        relayed = np.zeros(out_ids.size, bool)
+        relayed[int(keep.sum()) :] = True
+        return out_ids, out_src, relayed
 
     def add_grouped(
         self, element_type: Type, ids: np.ndarray, src: np.ndarray, dst: np.ndarray
@@ -93,13 +159,19 @@ class ExchangePlanner:
             self.add(element_type, int(dst[a]), ids[a:b], src[a:b])
 
     def build(self, name: str, program_id: int) -> ir.Exchange | None:
-        """The IR exchange of everything added, or None when nothing crosses tiles."""
+        """The IR on-chip exchange of everything added, or None when nothing crosses
+        tiles on chip (elements from other IPUs are in :meth:`build_global`)."""
         n = self.num_tiles
         sent = np.zeros(n, np.int64)
         messages_sent = np.zeros(n, np.int64)
         for element_size, sender in self.sender.items():
             ids = np.flatnonzero(sender >= 0)
             tiles = sender[ids].astype(np.int64)
+            sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
+            messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
+        for (element_size, ipu), flags in self.relayed.items():
+            ids = np.flatnonzero(flags)
+            tiles = self.landing[(element_size, ipu)][ids].astype(np.int64)
             sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
             messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
         tiles = np.flatnonzero((sent > 0) | (self.received > 0))
@@ -115,6 +187,38 @@ class ExchangePlanner:
             messages_received=self.messages_received[tiles],
             max_distance=self.max_distance[tiles],
         )
+
+    def build_global(self, name: str, program_id: int) -> ir.GlobalExchange | None:
+        """The IR global exchange of the elements that cross IPUs, or None.
+
+        One transfer per (sending tile, receiving tile) pair, carrying the bytes of
+        every element the receiving tile lands from that sender.
+        """
+        if not self.global_keys:
+            return None
+        keys = np.concatenate(self.global_keys)
+        nbytes = np.concatenate(self.global_bytes)
+        pairs, where = np.unique(keys, return_inverse=True)
+        total = np.zeros(pairs.size, np.int64)
+        np.add.at(total, where.reshape(-1), nbytes)
+        return ir.GlobalExchange(
+            name=name,
+            program_id=program_id,
+            src_tile=pairs // self.num_tiles,
+            dst_tile=pairs % self.num_tiles,
+            num_bytes=total,
+        )
+
+
+def exchange_ipus(step: ir.Exchange | ir.GlobalExchange, tiles_per_ipu: int) -> tuple[int, ...]:
+    """The IPUs an exchange step involves: those of its tiles (sorted)."""
+    if isinstance(step, ir.GlobalExchange):
+        tiles = np.concatenate((step.src_tile, step.dst_tile))
+    elif step.is_totals:
+        tiles = step.tile
+    else:
+        tiles = np.concatenate((step.src_tile, step.dst_tile))
+    return tuple(int(i) for i in np.unique(tiles // tiles_per_ipu))
 
 
 def _runs(ids: np.ndarray, src: np.ndarray) -> np.ndarray:

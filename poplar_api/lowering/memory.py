@@ -11,11 +11,13 @@ needs in tile memory and hands it to :func:`ipusim.tile.memory.plan`:
   non-interleaved region next to the code that walks it, so the interleaved region
   holds only variables and buffers.
 * ``vertexCode``: once per vertex type per tile; ``controlCode``: per tile, per
-  program step run on it; ``internalExchangeCode`` / ``hostExchangeCode``: per
-  exchange or stream copy, per participating tile; ``stack``: worker and supervisor
-  stacks on every tile. Code and stacks are non-interleaved and always live.
+  program step run on it; ``internalExchangeCode`` / ``globalExchangeCode`` /
+  ``hostExchangeCode``: per on-chip exchange, exchange between IPUs
+  (``GlobalExchange``) or stream copy, per participating tile (the same sizes for
+  both kinds of exchange); ``stack``: worker and supervisor stacks on every tile.
+  Code and stacks are non-interleaved and always live.
 * ``messageBuffer``: the elements an ``Execute`` receives from (or sends to) other
-  tiles, held while that ``Execute`` runs.
+  tiles, on its IPU or another, held while that ``Execute`` runs.
 
 Liveness: the executed IR steps of every entry program, in order (entry 0 first),
 are program points; a function's steps are walked where it is called. A variable is
@@ -271,8 +273,10 @@ def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ..
         cost = timing.cost(step)
         return cost.bytes_sent, cost.bytes_received, cost.messages_sent + cost.messages_received
     n = timing.config.num_tiles
-    src = np.asarray(step.src_tile, np.int64)
-    dst = np.asarray(step.dst_tile, np.int64)
+    # a global exchange between replicas (``replicated`` False) names machine-wide
+    # tiles: every replica holds its share of the code on its own tile ``t % n``
+    src = np.asarray(step.src_tile, np.int64) % n
+    dst = np.asarray(step.dst_tile, np.int64) % n
     nbytes = np.asarray(step.num_bytes, np.int64)
     sent = np.bincount(src, weights=nbytes, minlength=n).astype(np.int64)
     received = np.bincount(dst, weights=nbytes, minlength=n).astype(np.int64)
@@ -281,7 +285,8 @@ def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ..
 
 
 def _step_tiles(timing: TimingModel, step: ir.Step, num_tiles: int) -> np.ndarray:
-    """Tiles a step runs on (a sync involves every tile)."""
+    """Tiles a step runs on (a sync involves every tile, or those of the IPUs it
+    lists)."""
     if isinstance(step, ir.Compute):
         return _present(np.asarray(step.vertex_tile, np.int64), num_tiles)
     if isinstance(step, ir.Exchange | ir.GlobalExchange):
@@ -289,6 +294,10 @@ def _step_tiles(timing: TimingModel, step: ir.Step, num_tiles: int) -> np.ndarra
         return np.flatnonzero((sent > 0) | (received > 0) | (messages > 0))
     if isinstance(step, ir.StreamCopy):
         return _present(np.asarray(step.tile, np.int64), num_tiles)
+    if isinstance(step, ir.Sync) and step.ipus is not None:  # the listed IPUs' tiles
+        tpi = timing.config.tile.tiles_per_ipu
+        tiles = [np.arange(i * tpi, min((i + 1) * tpi, num_tiles)) for i in step.ipus]
+        return np.concatenate(tiles) if tiles else np.zeros(0, np.int64)
     return np.arange(num_tiles)
 
 
@@ -304,6 +313,7 @@ def _code_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
     stack = cfg.tile.worker_contexts * code.worker_stack_bytes + code.supervisor_stack_bytes
     steps_on = np.zeros(nt, np.int64)
     ex_code = np.zeros(nt, np.int64)
+    global_code = np.zeros(nt, np.int64)
     host_code = np.zeros(nt, np.int64)
     for point, step in enumerate(walk.steps):
         if point in walk.repeated:
@@ -313,8 +323,9 @@ def _code_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
         tiles = _step_tiles(timing, step, nt)
         steps_on[tiles] += 1
         if isinstance(step, ir.Exchange | ir.GlobalExchange):
-            ex_code[tiles] += code.exchange_code_base_bytes
-            ex_code += code.exchange_code_bytes_per_message * _exchange_totals(timing, step)[2]
+            into = global_code if isinstance(step, ir.GlobalExchange) else ex_code
+            into[tiles] += code.exchange_code_base_bytes
+            into += code.exchange_code_bytes_per_message * _exchange_totals(timing, step)[2]
         elif isinstance(step, ir.StreamCopy):
             host_code[tiles] += code.host_exchange_code_bytes
     control = code.control_code_base_bytes + code.control_code_bytes_per_step * steps_on
@@ -323,6 +334,7 @@ def _code_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
         *_per_tile_blocks("control", "controlCode", control, **nonint),
         *_per_tile_blocks("exchange", "internalExchangeCode", ex_code, **nonint),
         *_per_tile_blocks("host exchange", "hostExchangeCode", host_code, **nonint),
+        *_per_tile_blocks("global exchange", "globalExchangeCode", global_code, **nonint),
     ]
 
 
@@ -422,7 +434,8 @@ def _vertex_state_blocks(
 
 def _buffer_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
     """Exchange buffers of each Execute, live while it runs: elements received before
-    its compute step (on the receivers), elements sent after it (on the senders)."""
+    its compute step (on the receivers), elements sent after it (on the senders), by
+    on-chip and global exchanges alike."""
     blocks: list[Block] = []
     for lo, hi in walk.executes:
         seen_compute = False
@@ -430,7 +443,7 @@ def _buffer_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
             step = walk.steps[p]
             if isinstance(step, ir.Compute):
                 seen_compute = True
-            elif isinstance(step, ir.Exchange):
+            elif isinstance(step, ir.Exchange | ir.GlobalExchange):
                 sent, received, _ = _exchange_totals(timing, step)
                 nbytes = sent if seen_compute else received
                 blocks += _per_tile_blocks(step.name, "messageBuffer", nbytes, live=(lo, hi))
@@ -442,7 +455,8 @@ def plan_memory(state: Any, program: ir.Program, emitter: Any) -> MemoryReport:
 
     Blocks are handed to the allocator in this order (it keeps the order among
     blocks of equal rank): stacks, control code, exchange code, host exchange code,
-    vertex code, variables (by id), vertex state, exchange buffers.
+    global exchange code, vertex code, variables (by id), vertex state, exchange
+    buffers.
 
     Parameters
     ----------

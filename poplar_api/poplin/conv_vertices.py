@@ -149,11 +149,13 @@ def _b(flag: bool) -> str:
     return "true" if flag else "false"
 
 
-@functools.cache
 def conv_vertex(method: str, fp_type: Type, accum_type: Type, limited: bool = True,
                 num_conv_units: int = 8, conv_input_load_elems: int = 2,
                 conv_groups_per_group: int = 4) -> type:  # fmt: skip
     """The vertex class of a conv partial family and instantiation.
+
+    One class per distinct vertex name: arguments a family ignores are dropped before
+    the cached lookup, so every way of asking for one instantiation gives one class.
 
     Parameters
     ----------
@@ -170,6 +172,20 @@ def conv_vertex(method: str, fp_type: Type, accum_type: Type, limited: bool = Tr
     conv_groups_per_group
         VMAC template argument (4, 8 or 16).
     """
+    if method not in ("AMP_1x1", "AMP"):
+        num_conv_units, conv_input_load_elems = 8, 2
+    if method != "VMAC":
+        conv_groups_per_group = 4
+    return _conv_vertex(
+        method, fp_type, accum_type, bool(limited), int(num_conv_units),
+        int(conv_input_load_elems), int(conv_groups_per_group),
+    )  # fmt: skip
+
+
+@functools.cache
+def _conv_vertex(method: str, fp_type: Type, accum_type: Type, limited: bool,
+                 num_conv_units: int, conv_input_load_elems: int,
+                 conv_groups_per_group: int) -> type:  # fmt: skip
     if method not in METHODS:
         raise ValueError(f"conv_vertex: method={method!r}; required one of {METHODS}")
     for t, what in ((fp_type, "fp_type"), (accum_type, "accum_type")):

@@ -18,6 +18,14 @@ from numbers import Number
 
 from poplar_api.graph import Graph
 from poplar_api.popops import expr
+from poplar_api.popops.collectives import (
+    CollectiveOperator,
+    replicatedAllGather,
+    replicatedAllReduce,
+    replicatedAllReduceInPlace,
+    replicatedAllReduceWithOutput,
+    replicatedReduceScatter,
+)
 from poplar_api.popops.elementwise import (
     addCodelets,
     binary_op,
@@ -275,7 +283,7 @@ def clampInPlace(
 
 
 __all__ = [
-    "Operation", "ReduceParams", "SingleReduceOp", "abs", "absInPlace", "add",
+    "CollectiveOperator", "Operation", "ReduceParams", "SingleReduceOp", "abs", "absInPlace", "add",
     "addCodelets", "addInPlace", "allTrue", "asin", "asinInPlace", "atan2", "atan2InPlace",
     "bitwiseAnd", "bitwiseAndInPlace", "bitwiseNot", "bitwiseNotInPlace", "bitwiseOr",
     "bitwiseOrInPlace", "bitwiseXnor", "bitwiseXnorInPlace", "bitwiseXor",
@@ -290,8 +298,10 @@ __all__ = [
     "lteqInPlace", "map", "mapInPlace", "max", "maxInPlace", "min", "minInPlace", "mul",
     "mulInPlace", "nearbyint", "nearbyintInPlace", "neg", "negInPlace", "neq",
     "neqInPlace", "popcount", "popcountInPlace", "pow", "powInPlace", "reduce",
-    "reduceMany", "reduceWithOutput", "relu", "reluInPlace", "rem", "remInPlace", "round",
-    "roundInPlace", "rsqrt", "rsqrtInPlace", "scaledAddTo", "scaledSubtractFrom", "select",
+    "reduceMany", "reduceWithOutput", "relu", "reluInPlace", "rem", "remInPlace",
+    "replicatedAllGather", "replicatedAllReduce", "replicatedAllReduceInPlace",
+    "replicatedAllReduceWithOutput", "replicatedReduceScatter", "round", "roundInPlace",
+    "rsqrt", "rsqrtInPlace", "scaledAddTo", "scaledSubtractFrom", "select",
     "selectInPlace", "shiftLeft", "shiftLeftInPlace", "shiftRight", "shiftRightInPlace",
     "shiftRightSignExtend", "shiftRightSignExtendInPlace", "sigmoid", "sigmoidInPlace",
     "signum", "signumInPlace", "sin", "sinInPlace", "sqrt", "sqrtInPlace", "square",

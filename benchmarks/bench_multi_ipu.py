@@ -1,0 +1,151 @@
+"""Host speed of multi-IPU simulation: collectives on pods and a replicated MLP step.
+
+Two tables:
+
+* **All-reduce.** One ``Collective`` step (ring all-reduce of ``--megabytes`` MB,
+  spread evenly over every tile) on the ``m2000`` (4 IPUs), ``pod16`` and ``pod64``
+  presets, each IPU one member of a ring laid along the links, run with
+  ``ipusim.machine.Machine``; against one IPU: a single-IPU superstep on ``mk2``
+  (compute, sync, exchange of 256 bytes per tile, as ``bench_machine.py``).
+* **MLP step.** The data-parallel MLP training step of
+  ``examples/multi_ipu/data_parallel_mlp.py`` on ``pod16`` with 16 replicas, against
+  the same step with 1 replica on one IPU: wall seconds to build, compile and run,
+  simulated cycles and simulated cycles per host second of the run.
+
+Run::
+
+    python benchmarks/bench_multi_ipu.py [--quick] [--megabytes MB]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ipusim import ir
+from ipusim.config import load_config
+from ipusim.exchange.collectives import ring_order
+from ipusim.machine import Machine
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples/tutorials"))
+sys.path.insert(0, str(ROOT / "examples/cnn"))
+
+
+def all_reduce_row(preset: str, megabytes: float) -> dict[str, object]:
+    """Simulate one all-reduce over every IPU of ``preset``."""
+    cfg = load_config(preset)
+    machine = Machine(cfg)
+    nbytes = int(megabytes * 1e6)
+    order = ring_order(machine.timing.topology, list(range(cfg.num_ipus)))
+    step = ir.Collective(
+        name="all_reduce",
+        op="all_reduce",
+        groups=[order],
+        num_bytes=[nbytes],
+        max_tile_bytes=[math.ceil(nbytes / cfg.tile.tiles_per_ipu)],
+    )
+    start = time.perf_counter()
+    trace = machine.run(step)
+    seconds = time.perf_counter() - start
+    return {
+        "what": f"all-reduce {megabytes:g} MB, {preset}",
+        "ipus": cfg.num_ipus,
+        "cycles": trace.total_cycles,
+        "seconds": seconds,
+    }
+
+
+def one_ipu_row() -> dict[str, object]:
+    """One superstep of bench_machine.py on one mk2 IPU, repeated 20 times."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_machine import superstep
+
+    cfg = load_config("mk2")
+    program = ir.Repeat(20, superstep(cfg))
+    start = time.perf_counter()
+    trace = Machine(cfg).run(program)
+    seconds = time.perf_counter() - start
+    return {
+        "what": "20 supersteps, mk2",
+        "ipus": 1,
+        "cycles": trace.total_cycles,
+        "seconds": seconds,
+    }
+
+
+def mlp_step(replicas: int, preset: str, batch: int, hidden: int) -> dict[str, object]:
+    """One data-parallel MLP step (examples/multi_ipu/data_parallel_mlp.py) with
+    ``replicas`` replicas of one IPU each on a ``preset`` device."""
+    sys.path.insert(0, str(ROOT / "examples/multi_ipu"))
+    import mnist
+    import tut5
+    from data_parallel_mlp import build, initial_parameters, replica_batches
+
+    from poplar_api import DeviceManager, Engine, Graph, TargetType
+
+    images, labels = mnist.load_digits_as_mnist()
+    inputs = tut5.prepare_inputs(images[: replicas * batch])
+    x_buf, y_buf = replica_batches(inputs, labels, replicas, batch, 1)
+    device = DeviceManager(preset, replicas).getDevices(TargetType.IPU, replicas)[0]
+    device.attach()
+    start = time.perf_counter()
+    graph = Graph(device.getTarget(), replication_factor=replicas)
+    step = build(graph, batch, 0.1, hidden)
+    built = time.perf_counter()
+    engine = Engine(graph, step)
+    engine.load(device)
+    compiled = time.perf_counter()
+    for name, value in initial_parameters(3, hidden).items():
+        engine.writeTensor(name, value)
+    engine.connectStream("images", x_buf)
+    engine.connectStream("labels", y_buf)
+    engine.connectStream("loss", np.zeros((replicas, batch), np.float32))
+    run_start = time.perf_counter()
+    engine.run(0)
+    seconds = time.perf_counter() - run_start
+    device.detach()
+    return {
+        "what": f"MLP step, {replicas} replica(s), {preset}",
+        "ipus": replicas,
+        "cycles": engine.getTrace().total_cycles,
+        "seconds": seconds,
+        "build": built - start,
+        "compile": compiled - built,
+    }
+
+
+def mlp_rows(quick: bool) -> list[dict[str, object]]:
+    """The MLP step on 16 replicas of pod16 and on 1 replica of one mk2 IPU."""
+    batch, hidden = (4, 16) if quick else (16, 128)
+    return [mlp_step(1, "mk2", batch, hidden), mlp_step(16, "pod16", batch, hidden)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    parser.add_argument("--megabytes", type=float, default=100.0, help="all-reduce size")
+    args = parser.parse_args(argv)
+    megabytes = 1.0 if args.quick else args.megabytes
+    rows = [one_ipu_row()]
+    rows += [all_reduce_row(p, megabytes) for p in ("m2000", "pod16", "pod64")]
+    mlp = mlp_rows(args.quick)
+    print(f"{'workload':<34} {'IPUs':>5} {'sim cycles':>14} {'host s':>8} {'cycles/host s':>14}")
+    for row in rows + mlp:
+        rate = row["cycles"] / row["seconds"] if row["seconds"] else float("inf")
+        print(
+            f"{row['what']:<34} {row['ipus']:>5} {row['cycles']:>14,} "
+            f"{row['seconds']:>8.3f} {rate:>14,.0f}"
+        )
+    for row in mlp:
+        print(f"{row['what']}: build {row['build']:.2f} s, compile {row['compile']:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,487 @@
+"""Lowering of the programs that reach across replicas or IPUs.
+
+* :class:`~poplar_api.gcl.GclCollective` (the GCL functions): one IR ``Collective``
+  step. Across replicas, each replica group and each IPU ``j`` of a replica that
+  holds some of the data forms a ring of the IPUs ``j`` of the group's replicas
+  (machine-wide ids: replica ``k``'s IPU ``j`` is ``k·m + j`` for replicas of ``m``
+  IPUs); ``num_bytes`` is what each member holds on that IPU (the gathered size for an
+  all-gather) and ``max_tile_bytes`` the most one tile of it holds. Within a replica,
+  the IPUs of the data's rows form the ring in every replica. Each ring is laid
+  along the links (``ipusim.exchange.collectives.ring_order``: the members' order
+  when each is a neighbour of the next, else a tour over the links). The
+  values come from one effect: a global one (every replica's image at once) across
+  replicas, an ordinary one (run per replica) within a replica. A collective whose
+  groups have one member moves nothing: its effect rides on an internal sync.
+* ``CrossReplicaCopy``: an external sync and a ``GlobalExchange`` with
+  ``replicated=False`` (machine-wide tile ids: replica ``k``'s tile ``t`` is
+  ``k·T + t``), one transfer per (source tile, destination tile) pair.
+* :class:`~poplar_api.program.NonReplicatedCopy` (copies of
+  ``getNonReplicatedTensor`` views): with a stream, a host sync, a ``StreamCopy`` and
+  its on-chip exchange (replicated steps costed with the most bytes any replica
+  moves per tile); between views, a ``GlobalExchange`` (``replicated=False``) for the
+  elements that change replica and an exchange of the busiest replica for those that
+  stay. Its effect is global.
+
+Problems are appended to the emitter's list, as everywhere in lowering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ipusim import ir
+from ipusim.exchange.collectives import ring_order
+from ipusim.exchange.topology import topology_of
+from poplar_api import program as P  # noqa: N812 - short alias for program classes
+from poplar_api.gcl import GclCollective, collective_values
+from poplar_api.graph import DataStream, is_nonreplicated, replication_factor
+from poplar_api.lowering.context import split_wide
+from poplar_api.lowering.exchange import ExchangePlanner
+from poplar_api.tensor import Tensor
+
+#: The IR op of each GCL collective kind.
+IR_OPS = {
+    "all_reduce": "all_reduce",
+    "reduce_scatter": "reduce_scatter",
+    "all_gather": "all_gather",
+    "broadcast": "broadcast",
+}
+
+
+def _layout(emitter: Any) -> tuple[int, int, int]:
+    """``(tiles per IPU, IPUs per replica, tiles per replica)`` of the emitter's target."""
+    target = emitter.state.target
+    tpi = int(target.getTilesPerIPU())
+    tiles = int(target.getNumTiles())
+    return tpi, max(1, tiles // tpi), tiles
+
+
+def _constant_of_ids(state: Any, t: Tensor, ids: np.ndarray) -> str | None:
+    """Name of a constant among elements ``ids`` (local ids) of ``t``'s type, or None."""
+    space = state.find_space(t.elementType())
+    if space is None or ids.size == 0:
+        return None
+    for vid in np.unique(space.variables_of(ids)).tolist():
+        if state.variables[vid].constant:
+            return state.variables[vid].name
+    return None
+
+
+# ---------------------------------------------------------------------- collectives
+def lower_collective(emitter: Any, prog: GclCollective) -> ir.Node:
+    """IR of a GCL collective (see the module docstring)."""
+    state = emitter.state
+    pid = emitter._pid(prog)
+    what = f"{prog.debugName or prog.kind} #{pid}"
+    problems: list[str] = []
+    for t in (*prog.inputs, *prog.outputs):
+        if not isinstance(t, Tensor) or t.graph is not state:
+            problems.append(f"{what}: tensor {t!r} is not a tensor of the engine's graph")
+    if not problems:
+        for t in prog.outputs:
+            const = emitter._constant_of(t)
+            if const is not None:
+                problems.append(
+                    f"{what}: the result '{t.name}' is (part of) constant '{const}'; constants "
+                    "cannot be written; hint: reduce into a variable"
+                )
+    replicas = replication_factor(state)
+    groups: list[list[int]] = [[0]]
+    if prog.crossReplica and not problems:
+        try:
+            groups = prog.group.groups(replicas, what)
+        except Exception as exc:  # a group that no longer fits the graph
+            problems.append(str(exc))
+    if problems:
+        emitter.problems += problems
+        return ir.Sequence()
+    typ = prog.inputs[0].elementType()
+    storage = emitter.lowered.storage
+    pairs = [
+        (t.flat_index(), o.flat_index()) for t, o in zip(prog.inputs, prog.outputs, strict=True)
+    ]
+    kind, op, root = prog.kind, prog.op, prog.root
+    if prog.crossReplica:
+
+        def run() -> None:
+            values = [storage.read_replicas(typ, src) for src, _ in pairs]
+            for (_, dst), vals in zip(pairs, values, strict=True):
+                for group in groups:
+                    outs = collective_values(kind, op, vals[group], root)
+                    for member, out in zip(group, outs, strict=True):
+                        storage.write_replica(member, typ, dst, out)
+
+        effect = emitter.lowered.global_effect(run)
+        step = _cross_step(emitter, prog, groups, effect, pid)
+    else:
+        rows = [t.dim(0) for t in prog.inputs]
+
+        def run_within() -> None:
+            values = [storage.read(typ, src) for src, _ in pairs]
+            for (_, dst), vals, n in zip(pairs, values, rows, strict=True):
+                outs = collective_values(kind, op, vals.reshape(n, -1), root)
+                storage.write(typ, dst, np.concatenate(outs) if outs else vals[:0])
+
+        effect = emitter.lowered.effect(run_within)
+        step = _within_step(emitter, prog, effect, pid)
+    return emitter._touch(step, *prog.inputs, *prog.outputs)
+
+
+def _trivial(emitter: Any, prog: GclCollective, effect: int, pid: int) -> ir.Node:
+    """A collective that moves nothing (groups of one): its effect on an internal sync."""
+    name = f"{prog.debugName}/Local"
+    return ir.Sequence([ir.Sync(name=name, effect=effect, program_id=pid)], name=prog.debugName)
+
+
+def _cross_step(
+    emitter: Any, prog: GclCollective, groups: list[list[int]], effect: int, pid: int
+) -> ir.Node:
+    tpi, m, replica_tiles = _layout(emitter)
+    size = prog.inputs[0].elementType().size
+    tiles = np.concatenate([emitter._tiles(t) for t in prog.inputs])
+    per_tile = np.bincount(tiles, minlength=replica_tiles)[:replica_tiles] * size
+    per_ipu = per_tile.reshape(m, tpi).sum(axis=1)
+    tile_max = per_tile.reshape(m, tpi).max(axis=1)
+    ring_groups, num_bytes, max_tile = [], [], []
+    topology = topology_of(emitter.state.device_target.config)
+    for group in groups:
+        factor = len(group) if prog.kind == "all_gather" else 1
+        for j in np.flatnonzero(per_ipu).tolist():
+            # the ring laid along the links, as a collective library lays it
+            ring_groups.append(ring_order(topology, [k * m + j for k in group]))
+            num_bytes.append(int(per_ipu[j]) * factor)
+            max_tile.append(int(tile_max[j]) * factor)
+    if not ring_groups or max(len(g) for g in groups) == 1:
+        return _trivial(emitter, prog, effect, pid)
+    return ir.Collective(
+        name=prog.debugName,
+        effect=effect,
+        program_id=pid,
+        op=IR_OPS[prog.kind],
+        groups=tuple(ring_groups),
+        num_bytes=tuple(num_bytes),
+        max_tile_bytes=tuple(max_tile),
+        element_bytes=size,
+        algorithm=prog.algorithm,
+        root=prog.root,
+    )
+
+
+def _within_step(emitter: Any, prog: GclCollective, effect: int, pid: int) -> ir.Node:
+    tpi, m, _ = _layout(emitter)
+    replicas = replication_factor(emitter.state)
+    size = prog.inputs[0].elementType().size
+    first = prog.inputs[0]
+    rows = first.dim(0)
+    ipus = [int(emitter._tiles(first[i])[0] // tpi) for i in range(rows)] if rows else []
+    member_bytes = 0
+    tile_bytes = 0
+    factor = rows if prog.kind == "all_gather" else 1
+    for t in prog.inputs:
+        n = t.numElements() // max(rows, 1)
+        member_bytes += n * size * factor
+        counts = np.bincount(emitter._tiles(t))
+        tile_bytes = max(tile_bytes, int(counts.max(initial=0)) * size * factor)
+    if rows <= 1 or member_bytes == 0:
+        return _trivial(emitter, prog, effect, pid)
+    topology = topology_of(emitter.state.device_target.config)
+    ring_groups = tuple(ring_order(topology, [k * m + i for i in ipus]) for k in range(replicas))
+    return ir.Collective(
+        name=prog.debugName,
+        effect=effect,
+        program_id=pid,
+        op=IR_OPS[prog.kind],
+        groups=ring_groups,
+        num_bytes=(member_bytes,) * replicas,
+        max_tile_bytes=(tile_bytes,) * replicas,
+        element_bytes=size,
+        algorithm=prog.algorithm,
+        root=prog.root,
+    )
+
+
+# ------------------------------------------------------------ CrossReplicaCopy
+def lower_cross_replica_copy(emitter: Any, prog: P.CrossReplicaCopy) -> ir.Node:
+    """IR of ``CrossReplicaCopy(src, dst, replicaMap)`` (see the module docstring)."""
+    state = emitter.state
+    pid = emitter._pid(prog)
+    replicas = replication_factor(state)
+    where = (
+        f"CrossReplicaCopy #{pid} from '{prog.src.name}' to '{prog.dst.name}' "
+        f"(replicaMap {prog.replicaMap})"
+    )
+    if replicas == 1:
+        emitter.problems.append(
+            f"{where}: the graph is not replicated (replication factor 1), so there is no "
+            "other replica to copy to; hint: use Copy within the replica, or build the "
+            "graph with Graph(target, replication_factor=r)"
+        )
+        return ir.Sequence()
+    s = emitter._tensor(prog.src, f"{where}: source")
+    d = emitter._tensor(prog.dst, f"{where}: destination")
+    if s is None or d is None:
+        return ir.Sequence()
+    problems = []
+    if s.elementType() != d.elementType() or s.numElements() != d.numElements():
+        problems.append(
+            f"{where}: source ({s.elementType()}, shape {s.shape()}) and destination "
+            f"({d.elementType()}, shape {d.shape()}) must have the same element type and "
+            "number of elements"
+        )
+    bad = sorted({k for kv in prog.replicaMap.items() for k in kv if not 0 <= k < replicas})
+    if bad:
+        problems.append(
+            f"{where}: replica {bad[0]} is out of range; the graph has {replicas} replicas "
+            f"(0..{replicas - 1})"
+        )
+    targets = list(prog.replicaMap.values())
+    twice = sorted({v for v in targets if targets.count(v) > 1})
+    if twice:
+        sources = [k for k, v in prog.replicaMap.items() if v == twice[0]]
+        problems.append(
+            f"{where}: replica {twice[0]} is the destination of replicas {sources}; each "
+            "replica may receive one copy"
+        )
+    const = emitter._constant_of(d)
+    if const is not None:
+        problems.append(
+            f"{where}: the destination is (part of) constant '{const}'; constants cannot be "
+            "written; hint: copy into a variable"
+        )
+    if problems:
+        emitter.problems += problems
+        return ir.Sequence()
+    typ, s_ids, d_ids = s.elementType(), s.flat_index(), d.flat_index()
+    storage, mapping = emitter.lowered.storage, dict(prog.replicaMap)
+
+    def copy() -> None:
+        values = storage.read_replicas(typ, s_ids)
+        for a, b in mapping.items():
+            storage.write_replica(b, typ, d_ids, values[a])
+
+    effect = emitter.lowered.global_effect(copy)
+    _, _, replica_tiles = _layout(emitter)
+    s_tile, d_tile = emitter._tiles(s), emitter._tiles(d)
+    src, dst = [], []
+    for a, b in mapping.items():
+        src.append(a * replica_tiles + s_tile)
+        dst.append(b * replica_tiles + d_tile)
+    name = prog.debugName or f"CrossReplicaCopy {s.name} -> {d.name}"
+    return _touch(emitter, _global_transfer(emitter, name, pid, src, dst, typ.size, effect), s, d)
+
+
+def _global_transfer(
+    emitter: Any,
+    name: str,
+    pid: int,
+    src: list[np.ndarray],
+    dst: list[np.ndarray],
+    element_size: int,
+    effect: int,
+) -> ir.Node:
+    """An external sync and a run-once GlobalExchange of the (src, dst) element moves
+    (machine-wide tiles), carrying ``effect``; only the sync when nothing moves."""
+    tpi, _, _ = _layout(emitter)
+    src_all = np.concatenate(src) if src else np.zeros(0, np.int64)
+    dst_all = np.concatenate(dst) if dst else np.zeros(0, np.int64)
+    cross = src_all // tpi != dst_all // tpi
+    sync = ir.Sync(name=f"{name}/ExternalSync", program_id=pid, sync_kind="external")
+    if not cross.any():
+        return ir.Sequence([_with_effect(sync, effect)], name=name)
+    total = int(max(src_all.max(), dst_all.max())) + 1
+    keys = src_all[cross] * total + dst_all[cross]
+    pairs, counts = np.unique(keys, return_counts=True)
+    step = ir.GlobalExchange(
+        name=f"{name}/GlobalExchange",
+        effect=effect,
+        program_id=pid,
+        src_tile=pairs // total,
+        dst_tile=pairs % total,
+        num_bytes=counts * element_size,
+        replicated=False,
+    )
+    return ir.Sequence([sync, step], name=name)
+
+
+def _with_effect(step: ir.Step, effect: int) -> ir.Step:
+    import dataclasses
+
+    return dataclasses.replace(step, effect=effect)
+
+
+def _touch(emitter: Any, node: ir.Node, *tensors: Tensor) -> ir.Node:
+    return emitter._touch(node, *tensors)
+
+
+# ------------------------------------------------------- non-replicated copies
+def lower_nonreplicated_copy(emitter: Any, prog: P.NonReplicatedCopy) -> ir.Node:
+    """IR of a copy of ``getNonReplicatedTensor`` views (see the module docstring)."""
+    state = emitter.state
+    pid = emitter._pid(prog)
+    src, dst = prog.src, prog.dst
+    if isinstance(src, DataStream) or isinstance(dst, DataStream):
+        to_device = isinstance(src, DataStream)
+        stream, t = (src, dst) if to_device else (dst, src)
+        return _wide_stream_copy(emitter, prog, stream, t, to_device, pid)
+    where = f"Copy from '{getattr(src, 'name', src)}' to '{getattr(dst, 'name', dst)}'"
+    if not (is_nonreplicated(src, state) and is_nonreplicated(dst, state)):
+        emitter.problems.append(
+            f"{where}: one side is a non-replicated view (getNonReplicatedTensor) and the "
+            "other is not; a copy between tensors is either within every replica (two "
+            "replicated tensors) or between views of the top level (two views); hint: "
+            "take getNonReplicatedTensor of the other tensor too"
+        )
+        return ir.Sequence()
+    problems = []
+    if src.elementType() != dst.elementType() or src.numElements() != dst.numElements():
+        problems.append(
+            f"{where}: source ({src.elementType()}, shape {src.shape()}) and destination "
+            f"({dst.elementType()}, shape {dst.shape()}) must have the same element type and "
+            "number of elements"
+        )
+    s_ids, d_ids = src.flat_index(), dst.flat_index()
+    d_rep, d_local = split_wide(d_ids)
+    const = _constant_of_ids(state, dst, d_local)
+    if const is not None:
+        problems.append(
+            f"{where}: the destination is (part of) constant '{const}'; constants cannot be written"
+        )
+    if not problems and not np.array_equal(s_ids, d_ids) and np.intersect1d(s_ids, d_ids).size:
+        problems.append(
+            f"{where}: source and destination overlap; they must be disjoint; hint: copy "
+            "through a temporary"
+        )
+    if problems:
+        emitter.problems += problems
+        return ir.Sequence()
+    typ, storage = src.elementType(), emitter.lowered.storage
+
+    def copy() -> None:
+        storage.write_wide(typ, d_ids, storage.read_wide(typ, s_ids))
+
+    effect = emitter.lowered.global_effect(copy)
+    s_rep, s_local = split_wide(s_ids)
+    space = state.space(typ)
+    s_tile = space.tile[s_local].astype(np.int64)
+    d_tile = space.tile[d_local].astype(np.int64)
+    _, _, replica_tiles = _layout(emitter)
+    name = prog.debugName or f"Copy {src.name} -> {dst.name}"
+    nodes: list[ir.Node] = []
+    same = s_rep == d_rep
+    if same.any():  # moves within one replica: the busiest replica's, for every replica
+        moved = same & (s_tile != d_tile)
+        if moved.any():
+            busiest = np.bincount(s_rep[moved]).argmax()
+            pick = moved & (s_rep == busiest)
+            planner = ExchangePlanner(state.target, state)
+            planner.add_grouped(typ, s_local[pick], s_tile[pick], d_tile[pick])
+            nodes += _exchange_nodes(emitter, planner, name, pid)
+    glob = _global_transfer(
+        emitter,
+        name,
+        pid,
+        [s_rep[~same] * replica_tiles + s_tile[~same]],
+        [d_rep[~same] * replica_tiles + d_tile[~same]],
+        typ.size,
+        effect,
+    )
+    node = ir.Sequence([*nodes, glob], name=name)
+    emitter.touches.setdefault(id(node), []).extend([(typ, s_local), (typ, d_local)])
+    return node
+
+
+def _exchange_nodes(emitter: Any, planner: ExchangePlanner, name: str, pid: int) -> list[ir.Node]:
+    """The steps of a planned exchange within a replica (sync + exchange)."""
+    steps = getattr(emitter, "_exchange_steps", None)
+    if steps is not None:
+        return list(steps(planner, f"{name}/Exchange", f"{name}/Sync", pid))
+    ex = planner.build(f"{name}/Exchange", pid)
+    return [] if ex is None else [ir.Sync(name=f"{name}/Sync", program_id=pid), ex]
+
+
+def _wide_stream_copy(
+    emitter: Any, prog: P.Copy, stream: DataStream, t: Any, to_device: bool, pid: int
+) -> ir.Node:
+    state = emitter.state
+    label = prog.debugName or stream.handle
+    where = f"Copy between stream '{stream.handle}' and '{getattr(t, 'name', t)}'"
+    if state.streams.get(stream.handle) is not stream:
+        emitter.problems.append(f"{where}: not a stream of this graph")
+        return ir.Sequence()
+    problems = []
+    if stream.toDevice != to_device:
+        way = "host-to-device" if stream.toDevice else "device-to-host"
+        problems.append(f"{where}: the stream is a {way} FIFO and cannot be used this way")
+    if stream.replicationFactor > 1:
+        problems.append(
+            f"{where}: the stream belongs to the replicated graph (it serves each replica "
+            "separately) but the tensor is a non-replicated view of every replica; hint: "
+            "make the stream with the non-replicated top-level graph"
+        )
+    if stream.elementType != t.elementType() or stream.numElements != t.numElements():
+        problems.append(
+            f"{where}: the stream ({stream.elementType}, {stream.numElements} elements) and "
+            f"the tensor ({t.elementType()}, {t.numElements()} elements) must have the same "
+            "type and size"
+        )
+    ids = t.flat_index()
+    rep, local = split_wide(ids)
+    const = _constant_of_ids(state, t, local) if to_device else None
+    if const is not None:
+        problems.append(f"{where}: the destination is (part of) constant '{const}'")
+    if problems:
+        emitter.problems += problems
+        return ir.Sequence()
+    typ, storage, host = t.elementType(), emitter.lowered.storage, emitter.host
+
+    if to_device:
+
+        def effect() -> None:
+            storage.write_wide(typ, ids, host.pull(stream))
+            host.pulled(stream)
+    else:
+
+        def effect() -> None:
+            host.push(stream, storage.read_wide(typ, ids))
+
+    eff = emitter.lowered.global_effect(effect)
+    _, _, replica_tiles = _layout(emitter)
+    tiles = state.space(typ).tile[local].astype(np.int64)
+    replicas = replication_factor(state)
+    per = np.zeros((replicas, replica_tiles), np.int64)
+    np.add.at(per, (rep, tiles), typ.size)
+    nbytes = per.max(axis=0)  # every replica runs the step: the busiest one's bytes
+    active = np.flatnonzero(nbytes)
+    step = ir.StreamCopy(
+        name=label,
+        effect=eff,
+        program_id=pid,
+        direction="host_to_device" if to_device else "device_to_host",
+        tile=active,
+        num_bytes=nbytes[active],
+        stream=label,
+        exchanged=True,
+    )
+    none = np.zeros(active.size, np.int64)
+    messages = np.ones(active.size, np.int64)
+    on_chip = ir.Exchange(
+        name=f"{label}/StreamExchange",
+        program_id=pid,
+        host=True,
+        tile=active,
+        bytes_sent=none if to_device else nbytes[active],
+        bytes_received=nbytes[active] if to_device else none,
+        messages_sent=none if to_device else messages,
+        messages_received=messages if to_device else none,
+        max_distance=none,
+    )
+    sync = ir.Sync(name=f"{label}/HostSync", program_id=pid, sync_kind="host")
+    parts = [step, on_chip] if to_device else [on_chip, step]
+    node = ir.Sequence([sync, *parts], name=label)
+    emitter.touches.setdefault(id(node), []).append((typ, local))
+    return node
+
+
+__all__ = ["lower_collective", "lower_cross_replica_copy", "lower_nonreplicated_copy"]
