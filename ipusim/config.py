@@ -307,6 +307,13 @@ class HostConfig(_Section):
     max_copy_bytes: Bytes = Field(
         ge=1, le=MAX_COPY_BYTES, description="Largest single stream copy; at most 1 TiB."
     )
+    ipus_per_link: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="IPUs sharing one host link: IPU i uses link i // ipus_per_link (an "
+        "IPU-Machine's gateway serves its own IPUs); None: one link for the whole machine.",
+    )
     model: str = Field(
         default="shared_link",
         description="Host link timing component (ipusim.timing.components('host')).",

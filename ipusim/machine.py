@@ -132,15 +132,23 @@ class Machine:
                     step.tile // cfg.tile.tiles_per_ipu, step.num_bytes, minlength=cfg.num_ipus
                 )
                 check_copy_size(cfg, int(per_ipu.max(initial=0)), f"{step.kind} '{step.name}'")
-        self._check_routes(program)
+        self.check_routes(program)
         run = _Run(self, program, data_plane or NoDataPlane(), max_cycles)
         run.entry = entry
         return run.execute(program.entries[entry])
 
-    def _check_routes(self, program: ir.Program) -> None:
+    def check_routes(self, program: ir.Program | ir.Node) -> None:
         """Route every inter-IPU transfer of the program before running it, so that a
         copy the topology cannot carry is an error naming its step, not a failure
-        half-way through the run."""
+        half-way through the run (``run`` calls it; an engine calls it at load).
+
+        Raises
+        ------
+        LinkRoutingError
+            A global exchange or collective between IPUs that the topology does not
+            connect (or, with ``links.routing: false``, that are not neighbours).
+        """
+        program = ir.as_program(program)
         cfg = self.config
         tpi = cfg.tile.tiles_per_ipu
         replica_ipus = cfg.num_ipus // program.replicas

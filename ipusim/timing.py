@@ -46,6 +46,7 @@ from ipusim.exchange.internal import ExchangeCost, exchange_cost
 from ipusim.exchange.links import GlobalExchangeCost, global_exchange_cost
 from ipusim.host.link import (
     HostLink,
+    HostLinks,
     StreamingMemoryLinks,
     busy_cycles_at,
     busy_cycles_of,
@@ -165,7 +166,8 @@ class ControllerSync:
 
 
 class SharedHostLink:
-    """One host link per machine, its bandwidth shared by the transfers in flight.
+    """One host link per machine (or per ``host.ipus_per_link`` IPUs), its bandwidth
+    shared by the transfers in flight.
 
     A stream copy's tile side (the on-chip exchange that delivers or gathers its data)
     is a separate ``Exchange`` step in the program, so no tile floor is added here.
@@ -180,8 +182,11 @@ class SharedHostLink:
             floor = np.zeros_like(floor)
         return StreamDemand(total, floor, self.cfg.host_latency_cycles)
 
-    def link(self, env: simpy.Environment) -> HostLink:
-        return HostLink(env, self.cfg)
+    def link(self, env: simpy.Environment) -> HostLink | HostLinks:
+        per_link = self.cfg.host.ipus_per_link
+        if per_link is None or per_link >= self.cfg.num_ipus:
+            return HostLink(env, self.cfg)
+        return HostLinks(env, self.cfg)
 
     def busy_cycles(self, num_bytes: int) -> int:
         return busy_cycles_of(self.cfg, num_bytes)

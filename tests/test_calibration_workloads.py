@@ -44,7 +44,7 @@ def test_points_name_measured_rows(path):
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_runs_at_default_params_with_finite_metrics(path):
     module = points.load(path)
-    config = load_config(module.TEST_CONFIG)
+    config = load_config(module.TEST_CONFIG, overrides=getattr(module, "TEST_OVERRIDES", {}))
     result = run_workload(str(path), config)
     assert result.metrics, f"{path.name} returned no metrics"
     assert all(math.isfinite(v) for v in result.metrics.values())
@@ -95,3 +95,81 @@ def test_new_workloads_give_the_csv_metrics():
     h = run_workload(str(CAL / "h_gaussian_blur.py"), "tiny", {"data_type": "half4"})
     assert h.ok and {h_module.POINT_METRICS[r] for r in h_module.POINTS} <= set(h.metrics)
     assert h.metrics["phase_cycles.globExchange"] == 0
+
+
+def test_gaussian_blur_splits_the_image_over_ipus_as_the_program_does():
+    h = points.load(CAL / "h_gaussian_blur.py")
+    # 1400 x 2000 on 16 IPUs: 2000 % 16 == 0 < 1400 % 16, so whole columns, 125 per IPU
+    # (the border columns 0 and 1999 are not computed).
+    slices = h.ipu_slices(1400, 2000, 16)
+    assert [c.size for _, c in slices] == [124] + [125] * 14 + [124]
+    assert all(r.size == 1398 for r, _ in slices)
+    assert slices[1][1][0] == 125 and slices[15][1][-1] == 1998
+    # rows divide more evenly: whole rows
+    assert [r.size for r, _ in h.ipu_slices(32, 30, 4)] == [7, 8, 8, 7]
+    assert [r.size for r, _ in h.ipu_slices(20, 24, 1)] == [18]
+    # every tile used, blocks as square as possible, >= 6 rows per block
+    assert h.tile_grid(1216, 1398, 1998) == (32, 38)  # the 1-IPU rows' grid
+    assert h.tile_grid(1216, 1398, 125) == (152, 8)
+    assert h.tile_grid(8, 18, 22) == (2, 4)
+    assert h.tile_grid(8, 11, 22) == (1, 8)
+    assert h.tile_grid(8, 5, 22) is None  # fewer rows than workers
+    pts = {p.row: p for p in points.iter_points(CSV)}
+    cfg = pts["H1.16ipu.float.globExchange"].config()
+    assert (cfg.name, cfg.num_ipus, cfg.tile.tiles_per_ipu) == ("mk1", 16, 1216)
+    assert pts["H1.1ipu.float.globExchange"].config().num_ipus == 1
+    assert pts["H1.16ipu.half4.sync"].params == pts["H1.1ipu.half4.sync"].params
+
+
+def test_gaussian_blur_on_two_ipus_exchanges_the_halo_over_the_links():
+    rows = csv_rows()
+    module = points.load(CAL / "h_gaussian_blur.py")
+    assert {r for r in module.POINTS if r.startswith("H1.16ipu.")} == {
+        r for r in rows if r.startswith("H1.16ipu.") and not r.endswith((".pre", ".post"))
+    }
+    two = load_config("tiny", overrides={"num_ipus": 2})
+    one = run_workload(str(CAL / "h_gaussian_blur.py"), "tiny", {"data_type": "float"})
+    compute = {}
+    for data_type, pixel_bytes in (("float", 16), ("half4", 8)):
+        h = run_workload(str(CAL / "h_gaussian_blur.py"), two, {"data_type": data_type})
+        assert h.ok, data_type
+        m = h.metrics
+        compute[data_type] = m["phase_cycles.compute"]
+        # 20 x 24 on 2 IPUs: columns 0-11 and 12-23; one column of the 18 interior rows
+        # plus the two corner pixels crosses each way
+        assert m["global_exchange_bytes"] == 2 * (18 + 2) * pixel_bytes
+        assert m["phase_cycles.globExchange"] > 0
+        # the superstep's sync is the external sync plus the internal one
+        assert m["phase_cycles.externalSync"] > 0
+        assert m["phase_cycles.sync"] > m["phase_cycles.externalSync"]
+        kinds = [r.kind for r in h.trace.records if r.name.startswith("inToOut")]
+        assert kinds == ["sync", "global_exchange", "sync", "exchange", "compute"]
+    # half the image per IPU (same tiles per IPU): less compute per tile than on one IPU
+    assert compute["float"] < one.metrics["phase_cycles.compute"]
+
+
+def test_ipu_link_traffic_moves_both_directions_at_the_link_rate():
+    rows = csv_rows()
+    module = points.load(CAL / "n2_ipu_link_traffic.py")
+    assert set(module.POINTS) == {"N2.ipu2_ipu3"}
+    point = next(p for p in points.iter_points(CSV) if p.row == "N2.ipu2_ipu3")
+    assert point.config().name == "m2000"
+    # 32 tiles x 64 KiB each way x 1000 rounds = the row's 4,096,000 KB in total
+    p = point.params
+    assert 2 * p["tiles"] * p["bytes_per_tile"] * 1000 == 4096000 * 1024
+    two = load_config("tiny", overrides={"num_ipus": 2})
+    params = {"tiles": 8, "bytes_per_tile": 16384, "iterations": 2}
+    n = run_workload(str(CAL / "n2_ipu_link_traffic.py"), two, params)
+    assert n.ok
+    assert rows["N2.ipu2_ipu3"]["metric"] in n.metrics
+    m = n.metrics
+    assert m["bidirectional_bandwidth"] == pytest.approx(16 * m["gbytes_per_s_per_direction"])
+    # one external sync and one global exchange (both directions) per round
+    assert [r.kind for r in n.trace.records] == ["sync", "global_exchange"] * 2
+    glob = n.trace.records[1].step
+    assert int(glob.num_bytes.sum()) == 2 * 8 * 16384
+    pairs = zip(glob.src_tile // 8, glob.dst_tile // 8, strict=True)
+    assert {(int(a), int(b)) for a, b in pairs} == {(0, 1), (1, 0)}
+    # each direction has a hop of its own: close to, never above, the hop's capacity
+    hop = two.links.bandwidth_bytes_per_s * two.links.links_between_neighbours / 1e9
+    assert 0.9 * hop < m["gbytes_per_s_per_direction"] <= hop

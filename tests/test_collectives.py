@@ -253,3 +253,21 @@ def test_a_copy_the_topology_does_not_connect_is_refused_before_the_run():
     ring = all_reduce([(0, 3, 1, 2)], 64, 64, name="badring")
     with pytest.raises(LinkRoutingError, match="collective step 'badring'"):
         Machine(cfg).run(ring)
+
+
+def test_an_engine_refuses_at_load_a_copy_its_device_links_cannot_carry():
+    from ipusim.exchange.topology import LinkRoutingError
+    from poplar_api import FLOAT, Engine, Graph, IPUModel
+    from poplar_api import program as prog
+
+    small = {"tile.tiles_per_ipu": 8, "tile.columns": 2, "sync.controller_tile": 4}
+    cfg = load_config("m2000", overrides={"links.routing": False, **small})
+    device = IPUModel(cfg).createDevice()
+    g = Graph(device.getTarget())
+    a = g.addVariable(FLOAT, [4], "a")
+    b = g.addVariable(FLOAT, [4], "b")
+    g.setTileMapping(a, 0)
+    g.setTileMapping(b, 3 * 8)  # IPU 3: not a neighbour of IPU 0 on the ladder
+    engine = Engine(g, prog.Copy(a, b))
+    with pytest.raises(LinkRoutingError, match=r"'Copy a -> b/GlobalExchange'.*IPU 0 to IPU 3"):
+        engine.load(device)

@@ -103,3 +103,39 @@ def test_copy_size_limit(cfg):
     assert isinstance(info.value, ValueError)
     with pytest.raises(HostLinkError, match="num_bytes is -1"):
         check_copy_size(cfg, -1, "out")
+
+
+def test_ipus_of_different_machines_use_their_own_host_links(make_config):
+    """host.ipus_per_link = 2 on 4 IPUs: IPUs 0 and 1 share a link, IPU 2 has another."""
+    from ipusim import ir
+    from ipusim.machine import Machine
+
+    cfg = make_config(
+        num_ipus=4,
+        host={
+            "bandwidth_bytes_per_s": 4e9,
+            "latency_s": 50e-9,
+            "max_copy_bytes": 10_000,
+            "ipus_per_link": 2,
+        },
+    )
+    tpi = cfg.tile.tiles_per_ipu
+
+    def copy_on(ipus):
+        return ir.StreamCopy(
+            name="in",
+            direction="host_to_device",
+            tile=[i * tpi for i in ipus],
+            num_bytes=[400] * len(ipus),
+            exchanged=True,
+        )
+
+    def end_of(ipus, ipu):
+        trace = Machine(cfg).run(copy_on(ipus))
+        return int(trace.tile_end_cycles[ipu * tpi])
+
+    alone = end_of([0], 0)
+    assert alone == L + 400 // BPC
+    assert end_of([0, 1], 0) == L + 2 * 400 // BPC  # same machine: half the link each
+    assert end_of([0, 2], 0) == alone  # different machines: a link each
+    assert end_of([0, 2], 2) == alone

@@ -1,16 +1,35 @@
-"""H: lbm-graphcore 3x3 Gaussian blur of an RGBA image on one Mk1 IPU (per-phase cycles).
+"""H: lbm-graphcore 3x3 Gaussian blur of an RGBA image on one or 16 Mk1 IPUs (per-phase cycles).
 
-Rebuilt: two image tensors ``[height, width, 4]`` (ping-pong), split into a grid of
-tile blocks (rows x columns of tiles as square as the tile count allows), each block's
-rows split over the 6 workers, one :class:`GaussianBlur` vertex per worker partition
-computing the interior pixels of its partition from a 1-pixel halo (the halo rows are
-read from neighbouring tiles, so Poplar-style lowering adds a sync and an exchange in
-front of each compute set). One iteration is ``Execute(inToOut); Execute(outToIn)``;
-the border pixels stay as they are.
+Rebuilt: two image tensors ``[height, width, 4]`` (ping-pong). On several IPUs the
+image is first cut into one slice per IPU as the program's ``partitionForIpus`` does
+(lbm-graphcore at the measured commit 97cd841a, docs/sources.md, "H: lbm-graphcore
+Gaussian blur"): whole columns per IPU
+(``shortAndWideIpuStrategy``) unless rows divide more evenly (``rows % n / rows <
+cols % n / cols``: whole rows, ``longAndNarrowIpuStrategy``), cut as evenly as the
+count allows (:func:`ipu_slices`). Each IPU's slice (the whole image on one IPU) is
+split into a grid of tile blocks that uses every tile of the IPU and is as square in
+pixels as the tile count allows, with at least :data:`WORKERS` rows per block
+(:func:`tile_grid`; on one IPU at the measured size this is the 32 x 38 grid of
+1216 tiles). Each block's rows are split over the 6 workers, one :class:`GaussianBlur`
+vertex per worker partition computing the interior pixels of its partition from a
+1-pixel halo. The halo pixels are read from neighbouring tiles, and at a slice edge
+from the neighbouring IPU, so Poplar-style lowering puts in front of each compute set
+an external sync and a global exchange over the IPU-Links (several IPUs only), then
+an internal sync and the on-chip exchange (docs/poplar_api.md, "Graphs spanning
+several IPUs"). One iteration is ``Execute(inToOut); Execute(outToIn)``; the border
+pixels stay as they are.
 
 **Image size**: the data set does not state it. The program allows at most
 2000 x 1400 pixels per IPU; we take that size (:data:`IMAGE`), the largest image one
-IPU holds, and report the choice with every result.
+IPU holds, and report the choice with every result. The 16-IPU rows use the same
+image (the data set's notes: the 16-IPU float compute is about 1/16 of the 1-IPU
+one). Under the program's rule a 1400 x 2000 image on 16 IPUs is cut into 16 slices
+of 125 columns (2000 % 16 = 0), so each of the 15 IPU boundaries moves one column of
+1400 pixels (and the corner pixels) each way per superstep; each IPU's
+1398 x 125 interior gets a 152 x 8 tile grid (blocks of about 9 x 16 pixels; the
+program's own ``generalTileGridStrategy`` with 1 minimum row and column, as its
+scaling runs used, would make 117 x 10 blocks of about 12 x 12.5 on 1170 tiles: about
+the same halo per tile, 56 pixels around our largest block against 54).
 
 Approximated: the codelets are compiled C++ (``-O3``), which ipusim cannot see. The
 vertex estimate is an instruction count per output pixel (:data:`INSTRUCTIONS_PER_PIXEL`,
@@ -19,15 +38,26 @@ loads, multiply-adds and stores of 4 channels, vectorised as the type allows) pl
 for ``float`` and ``float2`` (16 B per pixel) and half for ``half4`` (8 B per pixel),
 so the halo exchange moves the measured bytes.
 
-Metrics (``phase_cycles`` of the rows, one superstep, the ``inToOut`` compute set):
-``sync`` = the fewest sync cycles of any tile (the wait of the last tile to arrive,
-i.e. the sync's own cost without load imbalance), ``exchange`` = the halo exchange
-(the same on every tile: the exchange is one static phase), ``compute`` = the slowest
-tile's compute cycles, ``globExchange`` = global exchange (0 on one IPU).
+Metrics (``phase_cycles`` of the rows, one superstep, the ``inToOut`` compute set,
+averaged over its executions):
+
+* ``sync`` = the fewest sync cycles of any tile (the wait of the last tile to arrive,
+  i.e. the sync's own cost without load imbalance), where a tile's sync cycles are
+  those of the superstep's internal sync plus, on several IPUs, its external sync;
+* ``exchange`` = the on-chip halo exchange, the slowest tile (the same on every tile
+  of an IPU: the exchange is one static phase);
+* ``globExchange`` = the global exchange over the IPU-Links, the slowest tile of the
+  IPUs taking part (0 on one IPU); it starts when the last tile leaves the external
+  sync, so the slowest tile's cycles include that sync's release skew (up to
+  ``sync.max_relative_delay_cycles``; the on-chip exchange's phase model has none);
+* ``compute`` = the slowest tile's compute cycles.
+
+Companion metrics, not rows: ``phase_cycles.externalSync`` (the external sync alone,
+fewest cycles of any tile) and ``global_exchange_bytes`` (bytes that cross the
+IPU-Links in one ``inToOut`` superstep).
+
 **Not covered**: ``pre``/``post`` (on-tile halo copies the program makes; ipusim
-lowers halo reads straight into the vertex fields) and every ``H1.16ipu.*`` row
-(multi-IPU data exchange: lowering rejects "data read by a vertex or copied must be on
-the same IPU").
+lowers halo reads straight into the vertex fields).
 """
 
 from __future__ import annotations
@@ -65,10 +95,18 @@ FIXED_INSTRUCTIONS = 20
 WEIGHTS = np.array([[1, 2, 1], [2, 4, 2], [1, 2, 1]], np.float32) / 16
 
 PHASES = ("sync", "exchange", "globExchange", "compute")
+#: IPU counts of the measured rows (row prefix ``H1.<n>ipu``).
+IPU_COUNTS = (1, 16)
 POINTS: dict[str, dict] = {
-    f"H1.1ipu.{dt}.{name}": {"data_type": dt, "height": IMAGE[0], "width": IMAGE[1]}
+    f"H1.{n}ipu.{dt}.{name}": {"data_type": dt, "height": IMAGE[0], "width": IMAGE[1]}
+    for n in IPU_COUNTS
     for dt in ("half4", "float2", "float")
     for name in PHASES
+}
+#: The 16-IPU rows run on 16 Mk1 IPUs (``mk1`` with ``num_ipus: 16``: its IPU-Link
+#: figures, ring topology and hop latency are the preset's, see docs/calibration.md).
+POINT_OVERRIDES: dict[str, dict] = {
+    row: {"num_ipus": 16} for row in POINTS if row.startswith("H1.16ipu.")
 }
 #: Row -> the metric of this workload that the row's ``phase_cycles`` is (the rows of
 #: one data type share their parameters, so one run gives all four phases).
@@ -118,12 +156,40 @@ def blur_reference(img: np.ndarray) -> np.ndarray:
     return out
 
 
-def tile_grid(tiles: int) -> tuple[int, int]:
-    """(tile rows, tile columns) with rows x columns = ``tiles``, as square as possible."""
-    rows = int(np.sqrt(tiles))
-    while tiles % rows:
-        rows -= 1
-    return rows, tiles // rows
+def ipu_slices(height: int, width: int, ipus: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per IPU, the interior pixel rows and columns it computes (border pixels excluded).
+
+    The image's rows ``0 .. height - 1`` or columns ``0 .. width - 1`` are cut into
+    ``ipus`` near-equal runs as the program's ``partitionForIpus`` does: by columns
+    unless rows divide more evenly (``height % ipus / height < width % ipus / width``),
+    the first ``count % ipus`` runs one longer. One IPU gets the whole interior.
+    """
+    rows, cols = np.arange(1, height - 1), np.arange(1, width - 1)
+    by_rows = (height % ipus) / height < (width % ipus) / width
+    runs = np.array_split(np.arange(height if by_rows else width), ipus)
+    out = []
+    for run in runs:
+        inner = run[(run >= 1) & (run <= (height if by_rows else width) - 2)]
+        out.append((inner, cols) if by_rows else (rows, inner))
+    return out
+
+
+def tile_grid(tiles: int, rows: int, cols: int) -> tuple[int, int] | None:
+    """(tile rows, tile columns) for a ``rows`` x ``cols`` pixel slice on ``tiles`` tiles.
+
+    Every tile is used (rows x columns = ``tiles``), each block has at least
+    :data:`WORKERS` rows and one column, and the blocks are as square in pixels as
+    possible (smallest ``|log(block height / block width)|``). None when no grid fits.
+    """
+    best: tuple[float, int, int] | None = None
+    for r in range(1, tiles + 1):
+        c = tiles // r
+        if r * c != tiles or r * WORKERS > rows or c > cols:
+            continue
+        score = abs(np.log((rows / r) / (cols / c)))
+        if best is None or score < best[0]:
+            best = (score, r, c)
+    return None if best is None else (best[1], best[2])
 
 
 def vertex_cycles(data_type: str, pixels: int, rows: int) -> int:
@@ -145,47 +211,59 @@ def workload(
             f"{', '.join(INSTRUCTIONS_PER_PIXEL)}"
         )
     graph = Graph(device.getTarget())
-    tiles = graph.getTarget().getNumTiles()
-    grid_r, grid_c = tile_grid(tiles)
-    if height - 2 < grid_r * WORKERS or width - 2 < grid_c:
-        raise ValueError(
-            f"h_gaussian_blur: image {height}x{width} is too small for {tiles} tiles "
-            f"({grid_r}x{grid_c} grid, {WORKERS} workers per tile); need height >= "
-            f"{grid_r * WORKERS + 2} and width >= {grid_c + 2}"
-        )
+    target = graph.getTarget()
+    ipus, tiles_per_ipu = target.getNumIPUs(), target.getTilesPerIPU()
+    if height < 3 or width < 3:
+        raise ValueError(f"h_gaussian_blur: image {height}x{width}; expected at least 3x3")
+    slices = ipu_slices(height, width, ipus)
+    grids = []
+    for ipu, (rows, cols) in enumerate(slices):
+        grid = tile_grid(tiles_per_ipu, rows.size, cols.size)
+        if grid is None:
+            raise ValueError(
+                f"h_gaussian_blur: image {height}x{width} is too small for {ipus} IPU(s) "
+                f"of {tiles_per_ipu} tiles: IPU {ipu} computes {rows.size}x{cols.size} "
+                f"interior pixels, and no grid of {tiles_per_ipu} tile blocks has at least "
+                f"{WORKERS} rows (one per worker) and one column per block; hint: a larger "
+                "-p height / -p width, or fewer tiles"
+            )
+        grids.append(grid)
     half = data_type == "half4"
     vertex = "GaussianBlurHalf" if half else "GaussianBlur"
     graph.addCodelets(GaussianBlurHalf if half else GaussianBlur)
     dtype = HALF if half else FLOAT
     images = [graph.addVariable(dtype, [height, width, CHANNELS], n) for n in ("imgA", "imgB")]
-    row_bands = np.array_split(np.arange(1, height - 1), grid_r)
-    col_bands = np.array_split(np.arange(1, width - 1), grid_c)
     compute_sets = [graph.addComputeSet("inToOut"), graph.addComputeSet("outToIn")]
-    for bi, rows in enumerate(row_bands):
-        r0 = 0 if bi == 0 else int(rows[0])
-        r1 = height if bi == grid_r - 1 else int(rows[-1]) + 1
-        for bj, cols in enumerate(col_bands):
-            tile = bi * grid_c + bj
-            c0 = 0 if bj == 0 else int(cols[0])
-            c1 = width if bj == grid_c - 1 else int(cols[-1]) + 1
-            for img in images:
-                graph.setTileMapping(img[r0:r1, c0:c1], tile)
-            w = graph.addConstant(FLOAT, [1], [float(cols.size)], f"width{tile}")
-            graph.setTileMapping(w, tile)
-            for part in np.array_split(rows, WORKERS):
-                p0, p1 = int(part[0]), int(part[-1]) + 1
-                q0, q1 = int(cols[0]), int(cols[-1]) + 1
-                for cs, (src, dst) in zip(compute_sets, (images, images[::-1]), strict=True):
-                    fields = {
-                        "in": [src[r, q0 - 1 : q1 + 1].flatten() for r in range(p0 - 1, p1 + 1)],
-                        "out": [dst[r, q0:q1].flatten() for r in range(p0, p1)],
-                        "width": w,
-                    }
-                    v = graph.addVertex(cs, vertex, fields)
-                    graph.setTileMapping(v, tile)
-                    graph.setPerfEstimate(
-                        v, vertex_cycles(data_type, part.size * cols.size, part.size)
-                    )
+    for ipu, ((rows, cols), (grid_r, grid_c)) in enumerate(zip(slices, grids, strict=True)):
+        row_bands = np.array_split(rows, grid_r)
+        col_bands = np.array_split(cols, grid_c)
+        for bi, band_rows in enumerate(row_bands):
+            r0 = 0 if band_rows[0] == 1 else int(band_rows[0])
+            r1 = height if band_rows[-1] == height - 2 else int(band_rows[-1]) + 1
+            for bj, band_cols in enumerate(col_bands):
+                tile = ipu * tiles_per_ipu + bi * grid_c + bj
+                c0 = 0 if band_cols[0] == 1 else int(band_cols[0])
+                c1 = width if band_cols[-1] == width - 2 else int(band_cols[-1]) + 1
+                for img in images:
+                    graph.setTileMapping(img[r0:r1, c0:c1], tile)
+                w = graph.addConstant(FLOAT, [1], [float(band_cols.size)], f"width{tile}")
+                graph.setTileMapping(w, tile)
+                q0, q1 = int(band_cols[0]), int(band_cols[-1]) + 1
+                for part in np.array_split(band_rows, WORKERS):
+                    p0, p1 = int(part[0]), int(part[-1]) + 1
+                    for cs, (src, dst) in zip(compute_sets, (images, images[::-1]), strict=True):
+                        fields = {
+                            "in": [
+                                src[r, q0 - 1 : q1 + 1].flatten() for r in range(p0 - 1, p1 + 1)
+                            ],
+                            "out": [dst[r, q0:q1].flatten() for r in range(p0, p1)],
+                            "width": w,
+                        }
+                        v = graph.addVertex(cs, vertex, fields)
+                        graph.setTileMapping(v, tile)
+                        graph.setPerfEstimate(
+                            v, vertex_cycles(data_type, part.size * band_cols.size, part.size)
+                        )
     graph.createHostWrite("imgA", images[0])
     graph.createHostWrite("imgB", images[1])
     graph.createHostRead("imgA-read", images[0])
@@ -221,11 +299,29 @@ def workload(
                 "h_gaussian_blur: the trace has no inToOut sync, exchange and compute steps; "
                 f"found {sorted({r.name for r in trace.records})}"
             )
+        external = [r for r in trace.records if r.name == f"{name}/ExternalSyncIn"]
+        glob = [r for r in trace.records if r.name == f"{name}/GlobalExchangeIn"]
+        if ipus > 1 and not (len(external) == len(glob) == len(sync)):
+            raise ValueError(
+                f"h_gaussian_blur: {ipus} IPUs but {len(external)} external syncs and "
+                f"{len(glob)} global exchanges for {len(sync)} inToOut supersteps"
+            )
+        # a tile's sync cycles of one superstep: its external sync (several IPUs) + internal
+        sync_tiles = [
+            r.tile_cycles + (external[i].tile_cycles if external else 0) for i, r in enumerate(sync)
+        ]
+        glob_bytes = int(glob[0].step.num_bytes.sum()) if glob else 0
         return {
-            "phase_cycles.sync": float(np.mean([r.tile_cycles.min() for r in sync])),
+            "phase_cycles.sync": float(np.mean([t.min() for t in sync_tiles])),
             "phase_cycles.exchange": float(np.mean([r.tile_cycles.max() for r in exchange])),
             "phase_cycles.compute": float(np.mean([r.tile_cycles.max() for r in compute])),
-            "phase_cycles.globExchange": float(trace.totals["global_exchange"]),
+            "phase_cycles.globExchange": (
+                float(np.mean([r.tile_cycles.max() for r in glob])) if glob else 0.0
+            ),
+            "phase_cycles.externalSync": (
+                float(np.mean([r.tile_cycles.min() for r in external])) if external else 0.0
+            ),
+            "global_exchange_bytes": float(glob_bytes),
         }
 
     return Workload(graph, program, prepare=prepare, check=check, metrics=metrics)

@@ -13,8 +13,8 @@ while the host moves other data to or from those buffers at the same time; ipusi
 has no Streaming Memory apart from the host link (``remote.model: host_link``), so
 the tile traffic is modelled as host stream copies and the concurrent host traffic is
 not modelled. **Not covered**: the ``N1.*.host`` rows (host <-> buffer traffic never
-reaches the IPU) and ``N2`` (IPU-Link traffic between two IPUs: lowering rejects
-cross-IPU copies).
+reaches the IPU). ``N2`` (IPU-Link traffic between two IPUs) is its own workload,
+``n2_ipu_link_traffic.py``.
 
 Metric, as the CSV rows define it: ``tile_transfer_speed`` = tile bytes x 8 / run
 seconds / 1e9 (Gbit/s). The points use :data:`POINT_ITERATIONS` iterations (the

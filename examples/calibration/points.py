@@ -4,7 +4,9 @@ parameters and config, rebuilds each measured row.
 Every workload module here has ``POINTS`` (row id -> parameters), ``CONFIG`` (preset),
 optionally ``CONFIG_OVERRIDES``, ``POINT_CONFIGS`` (row -> preset) and
 ``POINT_OVERRIDES`` (row -> dotted overrides), and ``TEST_CONFIG`` (preset for a quick
-run at the default parameters). ``T7.*`` ids name the two summary ``.txt`` files.
+run at the default parameters; optionally ``TEST_OVERRIDES``, dotted overrides of it,
+e.g. ``{"num_ipus": 2}`` for a workload that needs two IPUs). ``T7.*`` ids name the two
+summary ``.txt`` files.
 
 Run ``python examples/calibration/points.py [CSV]`` to list the CSV rows no workload
 covers.

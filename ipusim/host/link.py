@@ -21,6 +21,7 @@ from ipusim.errors import HostLinkError
 
 __all__ = [
     "HostLink",
+    "HostLinks",
     "StreamingMemoryLinks",
     "busy_cycles_at",
     "busy_cycles_of",
@@ -229,6 +230,38 @@ class HostLink:
         for key in [k for k, entry in self._active.items() if entry[0] <= 0]:
             self._active.pop(key)[1].succeed()
         self._reschedule()
+
+
+class HostLinks:
+    """The host links of a machine whose IPUs are served by several links: IPU ``i``
+    uses link ``i // host.ipus_per_link`` (each IPU-Machine's gateway carries the host
+    traffic of its own IPUs), each a :class:`HostLink` shared only by its IPUs.
+
+    Parameters
+    ----------
+    env
+        SimPy environment the transfers run in (time unit: tile cycles).
+    cfg
+        Machine config (``host`` section with ``ipus_per_link`` set).
+    """
+
+    def __init__(self, env: simpy.Environment, cfg: MachineConfig) -> None:
+        per_link = int(cfg.host.ipus_per_link or cfg.num_ipus)
+        self.ipus_per_link = per_link
+        self.links = [HostLink(env, cfg) for _ in range(-(-cfg.num_ipus // per_link))]
+
+    @property
+    def busy_cycles(self) -> int:
+        """Cycles of link work done so far, over all the links."""
+        return sum(link.busy_cycles for link in self.links)
+
+    def transfer(
+        self, num_bytes: int, ipu: int = 0, background: bool = False
+    ) -> Generator[simpy.Event, object, None]:
+        """Move ``num_bytes`` between the host and IPU ``ipu`` over that IPU's link (see
+        :meth:`HostLink.transfer`)."""
+        link = self.links[ipu // self.ipus_per_link]
+        yield from link.transfer(num_bytes, background=background)
 
 
 class StreamingMemoryLinks:
