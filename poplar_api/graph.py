@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ipusim.config import with_overrides
+from ipusim.errors import ConfigError
 from poplar_api.codelet import VertexType, collect_codelets, vertex_type
 from poplar_api.device import Device, Target
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
@@ -305,10 +306,26 @@ def _check_replication(value: Any, target: Target, what: str) -> int:
 
 
 def _replica_target(target: Target, replicas: int) -> Target:
-    """The target of one replica: the device's IPUs divided among ``replicas``."""
+    """The target of one replica: the device's IPUs divided among ``replicas``.
+
+    Runs are timed on the whole device's machine (its links carry every replica), so
+    the replica's own link wiring only has to be valid: where the device's wiring does
+    not fit a replica's IPU count (a ladder of 3 IPUs, custom edges beyond it), the
+    replica's IPUs are taken as fully connected.
+    """
     if replicas == 1:
         return target
-    cfg = with_overrides(target.config, {"num_ipus": target.getNumIPUs() // replicas})
+    per_replica = {"num_ipus": target.getNumIPUs() // replicas}
+    try:
+        cfg = with_overrides(target.config, per_replica)
+    except ConfigError:
+        neutral = {
+            "links.topology": "full",
+            "links.edges": [],
+            "links.torus": False,
+            "links.gw_links.ipus_per_rack": None,
+        }
+        cfg = with_overrides(target.config, {**per_replica, **neutral})
     return Target(cfg, target.targetType)
 
 

@@ -332,11 +332,19 @@ def _ints(values: Any) -> list[int]:
 
 
 def _config(engine: Any) -> MachineConfig:
-    """The device's config once loaded (its sync settings may differ), else the graph's."""
+    """The device's config once loaded (its sync settings may differ), else the graph's.
+
+    A replicated graph's collectives and cross-replica copies name the IPUs of every
+    replica, so its profile is costed on the whole device's machine (the loaded timed
+    device, else the device the graph was made for), never on one replica's.
+    """
     device = getattr(engine, "_device", None)
+    state = engine._state
+    if getattr(engine, "replicas", 1) > 1 and (device is None or not device.isTimed):
+        return state.device_target.config
     if device is not None:
         return device.getTarget().config
-    return engine._state.target.config
+    return state.target.config
 
 
 def _timing(engine: Any, cfg: MachineConfig) -> TimingModel:

@@ -271,3 +271,48 @@ def test_an_engine_refuses_at_load_a_copy_its_device_links_cannot_carry():
     engine = Engine(g, prog.Copy(a, b))
     with pytest.raises(LinkRoutingError, match=r"'Copy a -> b/GlobalExchange'.*IPU 0 to IPU 3"):
         engine.load(device)
+
+
+@pytest.mark.parametrize("start", [0, 10**9, 10**11])
+def test_transfers_end_at_the_same_offsets_however_late_in_a_run(start):
+    """Two transfers sharing a hop, starting after ``start`` cycles of compute: their
+    offsets from the start do not depend on how large the absolute time is."""
+    fast_tiles = {"exchange.bytes_per_cycle": 64}  # so that the shared hop sets the time
+    cfg = load_config("tiny", overrides={"num_ipus": 4, "links.topology": "ring", **fast_tiles})
+    tpi = cfg.tile.tiles_per_ipu
+    wait = ir.Compute(
+        name="wait", vertex_tile=[0], vertex_cycles=[start // 6], vertex_multi=[False]
+    )
+    # 0 -> 2 and 1 -> 3 both cross hop 1 -> 2 (equal ways on a ring of 4 go upward)
+    g = ir.GlobalExchange(
+        name="g", src_tile=[0, tpi], dst_tile=[2 * tpi, 3 * tpi], num_bytes=[40_000, 40_000]
+    )
+    trace = Machine(cfg).run(ir.Sequence([wait, g]))
+    rec = next(r for r in trace.records if r.name == "g")
+    link = math.ceil(round(40_000 / (link_per_cycle(cfg) / 2), 6))  # half the shared hop
+    tiles = math.ceil(40_000 / cfg.exchange.bytes_per_cycle)  # one tile sends each copy
+    expected = 2 * cfg.links.hop_latency_cycles + max(link, tiles)
+    assert link > tiles
+    assert rec.tile_cycles[0] == expected
+    assert rec.tile_cycles[tpi] == expected + 6 * (start // 6)  # IPU 1 waited for IPU 0
+
+
+def test_a_replicated_all_reduce_compiles_and_runs_with_routing_off_on_a_ring():
+    from poplar_api import FLOAT, Engine, Graph, IPUModel, gcl, poputil
+    from poplar_api import program as prog
+
+    cfg = load_config("tiny", overrides={"num_ipus": 4, "links.routing": False})
+    device = IPUModel(cfg).createDevice()
+    g = Graph(device.getTarget(), replication_factor=4)
+    x = g.addVariable(FLOAT, [8], "x")
+    poputil.mapTensorLinearly(g, x)
+    g.createHostWrite("x", x)
+    g.createHostRead("x", x)
+    seq = prog.Sequence()
+    gcl.allReduceInPlaceCrossReplica(g, x, gcl.CollectiveOperator.ADD, seq, "ar")
+    engine = Engine(g, seq)  # the ring 0-1-2-3 is made of neighbours only
+    engine.load(device)
+    values = np.arange(32, dtype=np.float32).reshape(4, 8)
+    engine.writeTensor("x", values)
+    engine.run(0)
+    np.testing.assert_allclose(engine.readTensor("x"), np.tile(values.sum(axis=0), (4, 1)))

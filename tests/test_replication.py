@@ -402,3 +402,52 @@ def test_data_parallel_mlp_equals_one_replica_on_four_times_the_batch():
     assert [s.op for s in steps] == ["all_reduce"] and steps[0].groups == ((0, 1, 2, 3),)
     sizes = 4 * (784 * 16 + 16 + 16 * 10 + 10)  # bytes of the four gradients
     assert sum(steps[0].num_bytes) == sizes
+
+
+def test_a_non_replicated_stream_into_a_replicated_tensor_is_refused():
+    device = model(4)
+    top = Graph(device.getTarget())
+    g = top.createReplicatedGraph(4)
+    x = g.addVariable(FLOAT, [3], "x")
+    poputil.mapTensorLinearly(g, x)
+    g.createHostRead("x", x)
+    plain = top.addHostToDeviceFIFO("in", FLOAT, 3)
+    shared = top.addHostToDeviceFIFO("all", FLOAT, 3, ReplicatedStreamMode.BROADCAST)
+    with pytest.raises(GraphValidationError, match=r"stream 'in' and tensor 'x'.*BROADCAST"):
+        Engine(g, prog.Copy(plain, x))
+    engine = Engine(g, prog.Copy(shared, x))  # the same data for every replica is defined
+    engine.load(device)
+    engine.connectStream("all", np.array([1, 2, 3], np.float32))
+    engine.run(0)
+    np.testing.assert_array_equal(engine.readTensor("x"), np.tile([1, 2, 3], (4, 1)))
+
+
+def test_the_graph_profile_of_a_replicated_graph_is_costed_on_the_whole_device():
+    from poplar_api import gcl
+
+    device = model(4)
+    g = Graph(device.getTarget(), replication_factor=4)
+    x = g.addVariable(FLOAT, [8], "x")
+    poputil.mapTensorLinearly(g, x)
+    seq = prog.Sequence()
+    gcl.allReduceInPlaceCrossReplica(g, x, gcl.CollectiveOperator.ADD, seq, "ar")
+    engine = Engine(g, seq)
+    before = engine.getGraphProfile()  # not loaded: costed on the device it was made for
+    assert before["target"]["numIPUs"] == 4
+    assert before["externalExchanges"]["names"] == ["ar"]
+    engine.load(device)
+    engine.run(0)
+    (rec,) = [r for r in engine.getTrace().records if r.kind == "collective"]
+    # alone on the links, the run takes the profile's uncontended estimate
+    assert before["externalExchanges"]["cycles"] == [rec.cycles]
+    cpu_engine = Engine(g, seq)
+    cpu_engine.load(Device.createCPUDevice(g.getTarget().config))  # one replica's tiles
+    assert cpu_engine.getGraphProfile()["externalExchanges"]["cycles"] == [rec.cycles]
+
+
+def test_a_device_whose_wiring_does_not_split_into_replicas_can_still_be_replicated():
+    from ipusim.config import load_config
+
+    cfg = load_config("tiny", overrides={"num_ipus": 6, "links.topology": "ladder"})
+    g = Graph(IPUModel(cfg).createDevice().getTarget(), replication_factor=2)
+    assert g.getTarget().getNumIPUs() == 3  # a ladder of 3 IPUs does not exist

@@ -77,36 +77,50 @@ def ring_order(topology: Any, members: tuple[int, ...] | list[int]) -> tuple[int
     Parameters
     ----------
     topology
-        Gives ``route(a, b)`` (see :mod:`ipusim.exchange.topology`).
+        Gives ``distances`` (hops between IPUs; see :mod:`ipusim.exchange.topology`),
+        which do not depend on ``links.routing``.
     members
         The IPUs of the ring.
     """
-    order = [int(m) for m in members]
+    order = tuple(int(m) for m in members)
     n = len(order)
     if n < 3:
-        return tuple(order)
-    dist = {(a, b): len(topology.route(a, b)) for a in order for b in order if a != b}
+        return order
+    cache = _RING_ORDERS.setdefault(id(topology), (topology, {}))[1]
+    if order not in cache:
+        cache[order] = _ring_order(topology, order)
+    return cache[order]
+
+
+#: id(topology) -> (topology, {members: ring}): orders found so far (topologies are
+#: cached per config, so a model with many collectives asks for few distinct rings).
+_RING_ORDERS: dict[int, tuple[Any, dict[tuple[int, ...], tuple[int, ...]]]] = {}
+
+
+def _ring_order(topology: Any, order: tuple[int, ...]) -> tuple[int, ...]:
+    n = len(order)
+    # hops of the shortest route whatever links.routing says (-1: not connected)
+    hops = np.asarray(topology.distances)
+    dist = {(a, b): int(hops[a, b]) if hops[a, b] >= 0 else 10 * n for a in order for b in order}
     if all(dist[(order[i], order[(i + 1) % n])] == 1 for i in range(n)):
-        return tuple(order)
+        return order
     tour = [order[0]]
-    left = sorted(order[1:])
+    left = sorted(order[1:])  # a list: the tour is built from it
     while left:
         here = tour[-1]
         nxt = min(left, key=lambda m: (dist[(here, m)], m))
         tour.append(nxt)
         left.remove(nxt)
 
-    def length(t: list[int]) -> int:
-        return sum(dist[(t[i], t[(i + 1) % n])] for i in range(n))
-
     improved = True
-    while improved:
+    while improved:  # 2-opt: reverse tour[i..j] while that shortens the ring
         improved = False
         for i in range(1, n - 1):
             for j in range(i + 1, n):
-                candidate = tour[:i] + tour[i : j + 1][::-1] + tour[j + 1 :]
-                if length(candidate) < length(tour):
-                    tour, improved = candidate, True
+                a, b, c, d = tour[i - 1], tour[i], tour[j], tour[(j + 1) % n]
+                if dist[(a, c)] + dist[(b, d)] < dist[(a, b)] + dist[(c, d)]:
+                    tour[i : j + 1] = tour[i : j + 1][::-1]
+                    improved = True
     return tuple(tour)
 
 
@@ -238,7 +252,7 @@ def run_ring(
             yield env.timeout(plan.sync_cycles)
         start = env.now
         yield from fabric.transfer_all(routes)
-        end = max(_ceil(env.now), int(np.ceil(start)) + plan.on_chip_cycles)
+        end = max(_ceil(env.now), _ceil(start) + plan.on_chip_cycles)
         if k < plan.reduce_steps:
             end += plan.reduce_cycles
         if end > env.now:

@@ -11,12 +11,17 @@ one hop therefore each see half of it, and a transfer alone on its route sees th
 full link.
 
 Rates change only when a transfer starts or ends, so the fabric advances from event
-to event (a fluid model); times are kept as floats and every transfer's end is
-rounded up to a whole cycle by its caller.
+to event (a fluid model). Only the transfers sharing a hop with one that started or
+ended are updated; each keeps the bytes it had left at its last update and its rate
+since, and the projected ends wait in a heap. The transfer whose projected end comes
+up is finished when its timer fires (with any others ending within a billionth of
+the time), so the fabric always makes progress, however late in a run. Callers
+round every transfer's end up to a whole cycle.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Generator, Sequence
 from typing import Any, Protocol
 
@@ -27,8 +32,9 @@ __all__ = ["LinkFabric", "Route"]
 #: A route: the directed hops ``(a, b)`` a transfer crosses, in order.
 Route = tuple[tuple[int, int], ...]
 
-#: Bytes below which a transfer counts as finished (float rounding).
-_DONE_BYTES = 1e-6
+#: Transfers whose projected ends lie within this fraction of the current time of the
+#: one ending now end together (float noise of absolute times).
+_SAME_TIME = 1e-12
 
 
 class _Topology(Protocol):
@@ -38,13 +44,21 @@ class _Topology(Protocol):
 
 
 class _Flow:
-    __slots__ = ("done", "rate", "remaining", "route")
+    """A transfer on the fabric: bytes left at time ``t0`` and its rate since."""
 
-    def __init__(self, remaining: float, route: Route, done: simpy.Event) -> None:
+    __slots__ = ("caps", "done", "hops", "rate", "remaining", "serial", "t0", "version")
+
+    def __init__(
+        self, serial: int, remaining: float, hops: Route, caps: tuple[float, ...], now: float
+    ) -> None:
+        self.serial = serial
         self.remaining = remaining
-        self.route = route
-        self.done = done
+        self.hops = hops
+        self.caps = caps
+        self.t0 = now
         self.rate = 0.0
+        self.version = 0
+        self.done: simpy.Event | None = None
 
 
 class LinkFabric:
@@ -68,14 +82,26 @@ class LinkFabric:
         self.env = env
         self.topology: _Topology = topology
         self.link_bytes: dict[tuple[int, int], int] = {}
-        self._flows: list[_Flow] = []
-        self._last = float(env.now)
-        self._version = 0
-        self._pending = False
+        self._on: dict[tuple[int, int], dict[int, _Flow]] = {}
+        self._heap: list[tuple[float, int, int, _Flow]] = []
+        self._starting: list[_Flow] = []
+        self._serial = 0
+        self._timer = 0
+        self._caps: dict[tuple[int, int], float] = {}
+        self._latency: dict[Route, int] = {}
 
     def route_latency(self, route: Route) -> int:
         """Latency of a route in cycles: the sum of its hops' latencies."""
-        return sum(int(self.topology.latency(h)) for h in route)
+        latency = self._latency.get(route)
+        if latency is None:
+            latency = self._latency[route] = sum(int(self.topology.latency(h)) for h in route)
+        return latency
+
+    def _capacity(self, hop: tuple[int, int]) -> float:
+        cap = self._caps.get(hop)
+        if cap is None:
+            cap = self._caps[hop] = float(self.topology.capacity(hop))
+        return cap
 
     def transfer(self, route: Route, num_bytes: int) -> Generator[simpy.Event, Any, None]:
         """Move ``num_bytes`` along ``route`` (SimPy process generator).
@@ -86,17 +112,19 @@ class LinkFabric:
         """
         if num_bytes <= 0 or not route:
             return
+        route = tuple(route)
         for hop in route:
             self.link_bytes[hop] = self.link_bytes.get(hop, 0) + int(num_bytes)
         latency = self.route_latency(route)
         if latency:
             yield self.env.timeout(latency)
-        self._advance()
-        flow = _Flow(float(num_bytes), tuple(route), self.env.event())
-        self._flows.append(flow)
-        if not self._pending:  # transfers starting at the same cycle: one reschedule
-            self._pending = True
-            self.env.timeout(0).callbacks.append(self._flush)
+        caps = tuple(self._capacity(h) for h in route)
+        flow = _Flow(self._serial, float(num_bytes), route, caps, float(self.env.now))
+        self._serial += 1
+        flow.done = self.env.event()
+        if not self._starting:  # transfers starting at the same time: one update
+            self.env.timeout(0).callbacks.append(self._start)
+        self._starting.append(flow)
         yield flow.done
 
     def transfer_all(
@@ -108,46 +136,61 @@ class LinkFabric:
             yield simpy.AllOf(self.env, procs)
 
     # ---------------------------------------------------------------- fluid model
-    def _advance(self) -> None:
-        """Credit every flow with what it moved since the last event."""
+    def _start(self, _event: simpy.Event) -> None:
+        starting, self._starting = self._starting, []
+        for flow in starting:
+            for hop in flow.hops:
+                self._on.setdefault(hop, {})[flow.serial] = flow
+        self._update(starting)
+
+    def _update(self, changed: list[_Flow]) -> None:
+        """New rates for every flow sharing a hop with ``changed``; re-arm the timer."""
         now = float(self.env.now)
-        dt = now - self._last
-        if dt > 0:
-            for flow in self._flows:
-                flow.remaining -= flow.rate * dt
-        self._last = now
+        affected: dict[int, _Flow] = {}
+        for flow in changed:
+            for hop in flow.hops:
+                affected.update(self._on.get(hop, {}))
+        for serial in sorted(affected):
+            flow = affected[serial]
+            flow.remaining = max(flow.remaining - flow.rate * (now - flow.t0), 0.0)
+            flow.t0 = now
+            flow.rate = min(
+                cap / len(self._on[hop]) for hop, cap in zip(flow.hops, flow.caps, strict=True)
+            )
+            flow.version += 1
+            end = now + flow.remaining / flow.rate
+            heapq.heappush(self._heap, (end, flow.serial, flow.version, flow))
+        self._arm()
 
-    def _set_rates(self) -> None:
-        count: dict[tuple[int, int], int] = {}
-        for flow in self._flows:
-            for hop in flow.route:
-                count[hop] = count.get(hop, 0) + 1
-        cap = self.topology.capacity
-        for flow in self._flows:
-            flow.rate = min(float(cap(h)) / count[h] for h in flow.route)
+    def _valid(self, entry: tuple[float, int, int, _Flow]) -> bool:
+        flow = entry[3]
+        return flow.version == entry[2] and flow.serial in self._on.get(flow.hops[0], {})
 
-    def _reschedule(self) -> None:
-        """Recompute the rates and schedule the next end; older schedules go stale."""
-        self._version += 1
-        if not self._flows:
+    def _arm(self) -> None:
+        """Schedule the next projected end; earlier timers go stale."""
+        while self._heap and not self._valid(self._heap[0]):
+            heapq.heappop(self._heap)
+        self._timer += 1
+        if not self._heap:
             return
-        self._set_rates()
-        version = self._version
-        wait = min(max(f.remaining, 0.0) / f.rate for f in self._flows)
-        timer = self.env.timeout(wait)
-        timer.callbacks.append(lambda _event: self._complete(version))
+        token = self._timer
+        wait = max(self._heap[0][0] - float(self.env.now), 0.0)
+        self.env.timeout(wait).callbacks.append(lambda _event: self._fire(token))
 
-    def _flush(self, _event: simpy.Event) -> None:
-        self._pending = False
-        self._reschedule()
-
-    def _complete(self, version: int) -> None:
-        if version != self._version:
+    def _fire(self, token: int) -> None:
+        if token != self._timer:
             return
-        self._advance()
-        # a flow ends when what is left would take under a millionth of a cycle
-        finished = [f for f in self._flows if f.remaining <= max(_DONE_BYTES, f.rate * 1e-6)]
-        self._flows = [f for f in self._flows if f not in finished]
+        now = float(self.env.now)
+        horizon = now * (1 + _SAME_TIME) + 1e-9
+        finished: list[_Flow] = []
+        while self._heap and (not finished or self._heap[0][0] <= horizon):
+            entry = heapq.heappop(self._heap)
+            if self._valid(entry):
+                finished.append(entry[3])  # the first one is due now by construction
         for flow in finished:
+            for hop in flow.hops:
+                del self._on[hop][flow.serial]
+        for flow in finished:
+            assert flow.done is not None
             flow.done.succeed()
-        self._reschedule()
+        self._update(finished)

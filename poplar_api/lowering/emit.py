@@ -48,7 +48,7 @@ import numpy as np
 from ipusim import ir
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
 from poplar_api.errors import ApplicationRuntimeError, EngineError
-from poplar_api.graph import DataStream
+from poplar_api.graph import DataStream, replication_factor
 from poplar_api.lowering import validate
 from poplar_api.lowering.computeset import (
     build_table,
@@ -575,6 +575,16 @@ class Emitter:
     ) -> ir.Node:
         if t.graph is not self.state or self.state.streams.get(stream.handle) is not stream:
             self.problems.append(f"Copy with stream '{stream.handle}': not a stream of this graph")
+            return ir.Sequence()
+        replicas = replication_factor(self.state)
+        if replicas > 1 and stream.replicationFactor == 1 and not stream.broadcast:
+            self.problems.append(
+                f"Copy between stream '{stream.handle}' and tensor '{t.name}': the stream was "
+                f"made by the non-replicated graph, the tensor is replicated ({replicas} "
+                "replicas), so it is not defined which host data each replica would get; "
+                "hint: make the stream with the replicated graph (per-replica data) or with "
+                "ReplicatedStreamMode.BROADCAST (the same data for every replica)"
+            )
             return ir.Sequence()
         if stream.toDevice != to_device:
             way = "host-to-device" if stream.toDevice else "device-to-host"
