@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from ipusim import __version__
 from ipusim.calibrate import register as register_calibrate
 from ipusim.compare import register as register_compare
 from ipusim.config import (
@@ -29,6 +30,8 @@ from ipusim.config import (
 )
 from ipusim.errors import ConfigError, IpusimError
 from ipusim.runner import register as register_run
+from ipusim.sweep.cli import normalize_argv as normalize_sweep_argv
+from ipusim.sweep.cli import register as register_sweep
 
 __all__ = ["build_parser", "main"]
 
@@ -128,6 +131,7 @@ _REGISTRARS: list[Callable[[_Subparsers], None]] = [
     register_run,
     register_calibrate,
     register_compare,
+    register_sweep,
 ]
 """One function per top-level command; each adds its sub-parser and ``handler``."""
 
@@ -137,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ipusim", description="Cycle-approximate simulator of the Graphcore IPU."
     )
+    parser.add_argument("--version", action="version", version=f"ipusim {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for register in _REGISTRARS:
@@ -151,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     message goes to stderr, without a traceback).
     """
     parser = build_parser()
+    argv = normalize_sweep_argv(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse reports usage errors (and --help) this way

@@ -1,0 +1,994 @@
+"""Analysis of sweep results: load them, derive speed-ups and flops, and plot them.
+
+A sweep directory holds one result row per point (see ``docs/experiments.md``).
+:func:`load_results` reads it into a :class:`pandas.DataFrame` with one column per
+axis, named by the axis path (``"exchange.bytes_per_cycle"``, ``"workload.m"``), the
+fixed result columns of :data:`RESULT_COLUMNS`, and the JSON columns ``compute_sets``
+and ``metrics`` decoded into dicts. Every other function takes such a frame, so they
+also work on frames built by hand::
+
+    df = load_results("runs/exchange")
+    df = add_speedup(df, {"exchange.bytes_per_cycle": 4})   # adds "speedup"
+    plot_cycles(df, x="exchange.bytes_per_cycle", hue="tile.tiles_per_ipu", path="c.png")
+
+Averages: a value plotted or tabled for one value of an axis is the mean over the
+``ok`` rows with that value, over every other axis and repeat. Failed points
+(``status != "ok"``) are kept in the frame but never enter a mean, a ratio or a plot.
+
+Ratios between axis values are *matched*: a point is only compared with the point
+that has the same value on every other axis (and the same workload), so
+:func:`axis_effects` and :func:`pair_ratios` measure one axis at a time even when the
+others change the cycles a lot.
+
+Plots follow :mod:`ipusim.plot`: each draws into ``ax`` when given, else into a new
+:class:`matplotlib.figure.Figure` made without ``pyplot``; it returns the Figure and
+saves it to ``path`` (PNG, SVG or PDF, by suffix) when given.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ipusim.errors import IpusimError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "DERIVED_COLUMNS",
+    "JSON_COLUMNS",
+    "MACHINE_COLUMNS",
+    "PHASE_COLUMNS",
+    "RESULT_COLUMNS",
+    "AnalysisError",
+    "add_flops",
+    "add_speedup",
+    "axis_columns",
+    "axis_effects",
+    "axis_values",
+    "check_axis",
+    "compute_set_frame",
+    "decode_json_columns",
+    "is_numeric_axis",
+    "load_results",
+    "metric",
+    "metrics_frame",
+    "ok_rows",
+    "pair_ratios",
+    "plot_cycles",
+    "plot_flops",
+    "plot_phases",
+    "plot_speedup",
+]
+
+#: Cycle phases of a result row, in stacking order.
+PHASE_COLUMNS: tuple[str, ...] = (
+    "compute",
+    "internal_exchange",
+    "global_exchange",
+    "host_exchange",
+    "sync",
+)
+
+#: Columns of a result row that are not axes.
+RESULT_COLUMNS: tuple[str, ...] = (
+    "point",
+    "key",
+    "workload",
+    "repeat",
+    "config",
+    "params",
+    "config_hash",
+    "workload_hash",
+    "ipusim_version",
+    "status",
+    "error",
+    "check",
+    "total_cycles",
+    *PHASE_COLUMNS,
+    "compute_active",
+    "memory_peak_bytes",
+    "host_seconds",
+    "compute_sets",
+    "metrics",
+)
+
+#: Result columns holding JSON objects (decoded into dicts by :func:`load_results`).
+JSON_COLUMNS: tuple[str, ...] = ("params", "compute_sets", "metrics")
+
+#: Columns :func:`load_results` adds from each point's machine config.
+MACHINE_COLUMNS: tuple[str, ...] = ("num_tiles", "clock_hz")
+
+#: Columns the functions of this module add; never taken for axes.
+DERIVED_COLUMNS: tuple[str, ...] = (
+    *MACHINE_COLUMNS,
+    "speedup",
+    "flops",
+    "flops_per_cycle",
+    "peak_flops_per_cycle",
+    "fraction_of_peak",
+    "flops_per_second",
+)
+
+_FORMATS = (".png", ".svg", ".pdf")
+_HINT_RUN = "hint: run `ipusim sweep EXP.yaml --out DIR` to fill it"
+
+
+class AnalysisError(IpusimError, ValueError):
+    """Sweep results cannot be loaded or analysed as asked (missing directory, unknown
+    axis or column, malformed JSON, a baseline that matches no point)."""
+
+
+# ------------------------------------------------------------------------- loading
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _row_label(df: pd.DataFrame, index: Hashable) -> str:
+    if "key" in df.columns:
+        return f"point {df.at[index, 'key']!s}"
+    return f"row {index!r}"
+
+
+def _decode_one(value: Any, column: str, label: str) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, bytes | bytearray):
+        value = value.decode("utf-8", errors="replace")
+    if _missing(value) or (isinstance(value, str) and not value.strip()):
+        return {}
+    if not isinstance(value, str):
+        raise AnalysisError(
+            f"column '{column}' of {label}: found {_short(value)} "
+            f"({type(value).__name__}); expected a JSON object (text) or a dict"
+        )
+    try:
+        decoded = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise AnalysisError(
+            f"column '{column}' of {label}: {_short(value)} is not valid JSON ({exc.msg} at "
+            f'character {exc.pos}); expected a JSON object such as {{"name": 123}}'
+        ) from None
+    if decoded is None:
+        return {}
+    if not isinstance(decoded, dict):
+        raise AnalysisError(
+            f"column '{column}' of {label}: {_short(value)} is a JSON "
+            f"{type(decoded).__name__}; expected a JSON object"
+        )
+    return decoded
+
+
+def decode_json_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` whose :data:`JSON_COLUMNS` hold dicts instead of JSON text.
+
+    Missing values (a failed point) become empty dicts; dicts are kept as they are.
+
+    Raises
+    ------
+    AnalysisError
+        A value is not valid JSON or not a JSON object (the message names the column
+        and the point's key).
+    """
+    out = df.copy()
+    for column in JSON_COLUMNS:
+        if column in out.columns:
+            out[column] = pd.Series(
+                [_decode_one(v, column, _row_label(out, i)) for i, v in out[column].items()],
+                index=out.index,
+                dtype=object,
+            )
+    return out
+
+
+def _hashable(value: Any) -> Any:
+    """Axis values that are lists or mappings (shapes, option sets) as JSON text."""
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def _experiment_file(path: Path) -> dict[str, Any] | None:
+    """The experiment as the sweep stored it (``experiment.json``), or None."""
+    try:
+        data = json.loads((path / "experiment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _machine_columns(df: pd.DataFrame, experiment: Mapping[str, Any]) -> pd.DataFrame | None:
+    """``num_tiles`` and ``clock_hz`` of every row, from its machine config.
+
+    A row's config is its base (the ``config`` column) with the experiment's
+    ``config.set`` and the row's values of the config-field axes. None when a config
+    cannot be rebuilt (a base file moved, the experiment is not readable).
+    """
+    from ipusim.config import load_config, with_overrides
+    from ipusim.sweep.experiment import Experiment
+
+    fields = {k: v for k, v in experiment.items() if k in Experiment.model_fields}
+    try:
+        exp = Experiment.model_validate(fields)
+    except ValueError:
+        return None
+    field_axes = [a.path for a in exp.axes if a.kind == "field" and a.path in df.columns]
+    bases: dict[str, Any] = {}
+    machines: dict[str, tuple[float, float]] = {}
+    values = []
+    for _, row in df.iterrows():
+        base = str(row["config"]) if "config" in df.columns else exp.config.base
+        overrides = {**exp.config.set, **{a: _plain(row[a]) for a in field_axes}}
+        cache = json.dumps([base, overrides], sort_keys=True, default=str)
+        if cache not in machines:
+            try:
+                if base not in bases:
+                    bases[base] = load_config(exp.resolve_config(base))
+                cfg = with_overrides(bases[base], overrides)
+            except (IpusimError, OSError, ValueError):
+                return None
+            machines[cache] = (float(cfg.num_tiles), float(cfg.tile.clock_hz))
+        values.append(machines[cache])
+    return pd.DataFrame(values, columns=list(MACHINE_COLUMNS), index=df.index)
+
+
+def load_results(out_dir: str | PathLike[str], ok_only: bool = False) -> pd.DataFrame:
+    """The results of a sweep directory, one row per point.
+
+    Parameters
+    ----------
+    out_dir
+        The directory ``ipusim sweep`` wrote (its ``--out``).
+    ok_only
+        Keep only the points whose ``status`` is ``"ok"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The rows of :class:`ipusim.sweep.ResultStore` with ``params``,
+        ``compute_sets`` and ``metrics`` decoded into dicts, axis values that are
+        lists or mappings turned into JSON text (so that they can be grouped), and,
+        when the machine config of every point can be rebuilt from the stored
+        experiment, ``num_tiles`` (tiles of the whole machine) and ``clock_hz``.
+        ``df.attrs["axes"]`` lists the axis columns and ``df.attrs["out_dir"]`` the
+        directory.
+
+    Raises
+    ------
+    AnalysisError
+        ``out_dir`` does not exist, is not a directory, or holds no results; a JSON
+        column is malformed.
+    """
+    path = Path(out_dir)
+    if not path.exists():
+        raise AnalysisError(f"sweep directory '{path}' does not exist; {_HINT_RUN}")
+    if not path.is_dir():
+        raise AnalysisError(f"'{path}' is not a directory; expected a sweep output directory")
+    from ipusim.sweep import ResultStore  # lazy: the sweep core imports more than we need
+
+    rows = ResultStore(path).rows()
+    if rows is None or len(rows) == 0:
+        raise AnalysisError(f"sweep directory '{path}' holds no results; {_HINT_RUN}")
+    experiment = _experiment_file(path)
+    axes = rows.attrs.get("axes")
+    if axes is None and experiment is not None:
+        axes = [a.get("path") for a in experiment.get("axes") or [] if isinstance(a, dict)]
+    df = decode_json_columns(rows.reset_index(drop=True))
+    df.attrs = {}
+    axes = [a for a in axes if a in df.columns] if axes is not None else axis_columns(df)
+    for column in axes:
+        df[column] = df[column].map(_hashable)
+    machine = _machine_columns(df, experiment) if experiment is not None else None
+    if machine is not None:
+        df = pd.concat([df, machine], axis=1)
+    if ok_only:
+        df = ok_rows(df).reset_index(drop=True)
+    df.attrs["axes"] = list(axes)
+    df.attrs["out_dir"] = str(path)
+    return df
+
+
+# --------------------------------------------------------------------------- axes
+def axis_columns(df: pd.DataFrame) -> list[str]:
+    """The axis columns of ``df``, in column order.
+
+    ``df.attrs["axes"]`` when :func:`load_results` set it (the columns still present),
+    else every column that is neither a result column (:data:`RESULT_COLUMNS`), a
+    derived one (:data:`DERIVED_COLUMNS`) nor private (leading ``_``).
+    """
+    known = df.attrs.get("axes")
+    if known is not None:
+        return [c for c in known if c in df.columns]
+    skip = set(RESULT_COLUMNS) | set(DERIVED_COLUMNS)
+    return [c for c in df.columns if isinstance(c, str) and c not in skip and c[:1] != "_"]
+
+
+def check_axis(df: pd.DataFrame, name: str, role: str = "axis") -> None:
+    """Raise an :class:`AnalysisError` listing the axes unless ``name`` is one of them
+    (or ``"workload"``); ``role`` names the argument in the message."""
+    axes = axis_columns(df)
+    if name in axes or (name == "workload" and "workload" in df.columns):
+        return
+    listed = ", ".join(axes) if axes else "none"
+    raise AnalysisError(
+        f"{role} {name!r} is not an axis of these results; the axes are: {listed}"
+        + ("; 'workload' may also be used" if "workload" in df.columns else "")
+    )
+
+
+def _check_column(df: pd.DataFrame, name: str) -> None:
+    if name not in df.columns:
+        numeric = [
+            c for c in df.columns if isinstance(c, str) and pd.api.types.is_numeric_dtype(df[c])
+        ]
+        raise AnalysisError(
+            f"column {name!r} is not in the results; numeric columns: {', '.join(numeric)}"
+        )
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float: a number, a numeric string or a quantity ("1.33 GHz")."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float | np.integer | np.floating):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        from ipusim.units import UnitError, parse_quantity
+
+        for kind in ("hertz", "bytes", "bytes_per_second", "seconds"):
+            try:
+                return float(parse_quantity(value, kind))  # type: ignore[arg-type]
+            except UnitError:
+                continue
+    return None
+
+
+def _sort_key(value: Any) -> tuple[int, float, str]:
+    number = _number(value)
+    if number is not None and math.isfinite(number):
+        return (0, number, "")
+    return (1, 0.0, str(value))
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python numbers (for messages and labels)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN or pandas' NA."""
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def axis_values(df: pd.DataFrame, axis: str) -> list[Any]:
+    """The distinct values of ``axis`` in ``df``, numbers (and quantities) in numeric
+    order, then the rest by their text; missing values are left out."""
+    check_axis(df, axis)
+    values = [_plain(v) for v in pd.unique(df[axis].map(_hashable)) if not _missing(v)]
+    return sorted(values, key=_sort_key)
+
+
+def is_numeric_axis(df: pd.DataFrame, axis: str) -> bool:
+    """Whether every value of ``axis`` is a number or a quantity such as ``"1.33 GHz"``."""
+    values = axis_values(df, axis)
+    return bool(values) and all(_number(v) is not None for v in values)
+
+
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of points that ran (``status == "ok"``; all rows without a status)."""
+    if "status" not in df.columns:
+        return df
+    return df[(df["status"] == "ok").fillna(False).astype(bool)]
+
+
+def _match_columns(df: pd.DataFrame, exclude: Iterable[str]) -> list[str]:
+    """Axes (and ``workload``) a point is matched on, leaving out ``exclude``."""
+    skip = set(exclude)
+    cols = [c for c in axis_columns(df) if c not in skip]
+    if "workload" in df.columns and "workload" not in skip:
+        cols.append("workload")
+    return cols
+
+
+def _norm(value: Any) -> Any:
+    """A value's matching key: numbers by value (4 == 4.0), missing as None."""
+    if _missing(value):
+        return None
+    value = _hashable(value)
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float | np.integer | np.floating):
+        return float(value)
+    return value
+
+
+def _keys(df: pd.DataFrame, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    if not columns:
+        return [()] * len(df)
+    return [tuple(_norm(v) for v in row) for row in df[list(columns)].itertuples(index=False)]
+
+
+def _numeric(series: pd.Series, what: str) -> pd.Series:
+    out = pd.to_numeric(series, errors="coerce")
+    bad = out.isna() & series.notna()
+    if bad.any():
+        first = series[bad].iloc[0]
+        raise AnalysisError(f"{what}: found {_short(first)}; expected numbers")
+    return out.astype(float)
+
+
+def _means(df: pd.DataFrame, by: Sequence[str], column: str) -> dict[tuple[Any, ...], float]:
+    """Mean of ``column`` over the ok rows of each distinct ``by`` key."""
+    rows = ok_rows(df)
+    values = _numeric(rows[column], f"column {column!r}")
+    sums: dict[tuple[Any, ...], list[float]] = {}
+    for key, value in zip(_keys(rows, by), values, strict=True):
+        if not math.isnan(value):
+            sums.setdefault(key, []).append(float(value))
+    return {k: float(np.mean(v)) for k, v in sums.items()}
+
+
+# ------------------------------------------------------------------ JSON columns
+def _dicts(df: pd.DataFrame, column: str) -> list[dict[str, Any]]:
+    _check_column(df, column)
+    return [_decode_one(v, column, _row_label(df, i)) for i, v in df[column].items()]
+
+
+def metrics_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """One column per metric name reported by any point, aligned with ``df``'s index;
+    NaN where a point did not report the metric."""
+    dicts = _dicts(df, "metrics")
+    frame = pd.DataFrame.from_records(dicts, index=df.index)
+    return frame.apply(pd.to_numeric, errors="coerce") if len(frame.columns) else frame
+
+
+def metric(df: pd.DataFrame, name: str) -> pd.Series:
+    """The metric ``name`` of every point (float; NaN where not reported).
+
+    Raises
+    ------
+    AnalysisError
+        No point reports ``name`` (the message lists the metrics that are reported).
+    """
+    frame = metrics_frame(df)
+    if name not in frame.columns:
+        have = ", ".join(map(str, frame.columns)) or "none"
+        raise AnalysisError(
+            f"no point reports the metric {name!r}; the metrics reported are: {have}; hint: "
+            "return it from the workload's metrics function (Workload(metrics=...))"
+        )
+    return frame[name].astype(float).rename(name)
+
+
+def compute_set_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The cycles of each compute set of each point, one row per (point, compute set).
+
+    Columns: ``key`` (when ``df`` has it), ``workload``, ``repeat``, the axes, then
+    ``compute_set`` and ``cycles``. Failed points have no compute sets and give no rows.
+    """
+    dicts = _dicts(df, "compute_sets")
+    ids = [c for c in ("key", "workload", "repeat") if c in df.columns] + axis_columns(df)
+    records = []
+    for (_, row), sets in zip(df[ids].iterrows(), dicts, strict=True):
+        for name, cycles in sets.items():
+            records.append({**row.to_dict(), "compute_set": str(name), "cycles": cycles})
+    out = pd.DataFrame.from_records(records, columns=[*ids, "compute_set", "cycles"])
+    out["cycles"] = _numeric(out["cycles"], "column 'compute_sets' (cycles)")
+    return out
+
+
+# --------------------------------------------------------------- derived columns
+def add_speedup(
+    df: pd.DataFrame,
+    baseline: Mapping[str, Any],
+    column: str = "total_cycles",
+    name: str = "speedup",
+) -> pd.DataFrame:
+    """A copy of ``df`` with ``name`` = baseline ``column`` / the point's ``column``.
+
+    Parameters
+    ----------
+    baseline
+        Axis values that pick the baseline, e.g. ``{"exchange.bytes_per_cycle": 4}``.
+        Each point is compared with the baseline point that has the same value on
+        every axis *not* named here (and the same workload); naming every axis gives
+        one baseline for all points. Repeats of the baseline are averaged.
+    column
+        The cycles compared (``total_cycles`` or a phase column).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``df`` with the new column: > 1 where the point is faster than its baseline;
+        NaN for failed points, points whose baseline did not run, and zero cycles.
+
+    Raises
+    ------
+    AnalysisError
+        ``baseline`` names an unknown axis, or matches no point that ran (the message
+        lists the values each named axis takes).
+    """
+    _check_column(df, column)
+    if not isinstance(baseline, Mapping) or not baseline:
+        raise AnalysisError(
+            f"baseline: found {_short(baseline)}; expected a mapping of axis values, e.g. "
+            f"{{{axis_columns(df)[0]!r}: ...}}"
+            if axis_columns(df)
+            else f"baseline: found {_short(baseline)}; expected a mapping of axis values"
+        )
+    for axis in baseline:
+        check_axis(df, axis, "baseline axis")
+    named = list(baseline)
+    wanted = tuple(_norm(baseline[a]) for a in named)
+    rows = ok_rows(df)
+    chosen = rows[[k == wanted for k in _keys(rows, named)]]
+    if chosen.empty:
+        values = "; ".join(f"{a}: {axis_values(df, a)}" for a in named)
+        raise AnalysisError(
+            f"baseline {dict(baseline)} matches no point that ran (status ok); the axes "
+            f"take these values: {values}"
+        )
+    match = _match_columns(df, named)
+    base = _means(chosen, match, column)
+    own = _numeric(df[column], f"column {column!r}")
+    ran = df.index.isin(ok_rows(df).index)
+    ratio = []
+    for key, value, ok in zip(_keys(df, match), own, ran, strict=True):
+        reference = base.get(key, math.nan)
+        good = ok and value > 0 and not math.isnan(value)
+        ratio.append(reference / value if good else math.nan)
+    out = df.copy()
+    out[name] = np.asarray(ratio, dtype=float)
+    return out
+
+
+def _per_row(df: pd.DataFrame, source: float | str | None, metric_name: str) -> pd.Series | None:
+    """A per-row quantity: a number, a column, or (None) a metric if any point has it."""
+    if source is None:
+        frame = metrics_frame(df)
+        if metric_name not in frame.columns:
+            return None
+        return frame[metric_name].astype(float)
+    if isinstance(source, str):
+        _check_column(df, source)
+        values = [_number(v) for v in df[source]]
+        return pd.Series([math.nan if v is None else v for v in values], index=df.index)
+    return pd.Series(float(source), index=df.index)
+
+
+def add_flops(
+    df: pd.DataFrame,
+    flops_metric: str = "flops",
+    peak: float | str | None = None,
+    peak_metric: str = "peak_flops_per_cycle",
+    clock_hz: float | str | None = None,
+) -> pd.DataFrame:
+    """A copy of ``df`` with the flops achieved, and against the peak where known.
+
+    Added columns: ``flops`` (the metric ``flops_metric``: flops of one run),
+    ``flops_per_cycle`` (``flops / total_cycles``), ``peak_flops_per_cycle``,
+    ``fraction_of_peak`` (``flops_per_cycle / peak_flops_per_cycle``, 0..1), and, when
+    the clock is known, ``clock_hz`` and ``flops_per_second``.
+
+    Parameters
+    ----------
+    flops_metric
+        The metric that counts the flops of a run (a workload reports it from its
+        ``metrics`` function).
+    peak
+        Peak flops per cycle of the machine: a number, or a column name; default the
+        metric ``peak_flops_per_cycle`` (NaN where no point reports it).
+    clock_hz
+        The clock: a number or a column (quantities such as ``"1.33 GHz"`` are read);
+        default the column ``clock_hz`` (:func:`load_results` adds it), else the axis
+        ``tile.clock_hz``, else the metric ``clock_hz``.
+
+    Raises
+    ------
+    AnalysisError
+        No point reports ``flops_metric``, or a named column is missing.
+    """
+    _check_column(df, "total_cycles")
+    flops = metric(df, flops_metric)
+    cycles = _numeric(df["total_cycles"], "column 'total_cycles'")
+    per_cycle = (flops / cycles.where(cycles > 0)).astype(float)
+    peaks = _per_row(df, peak, peak_metric)
+    if clock_hz is None:
+        clock_hz = next((c for c in ("clock_hz", "tile.clock_hz") if c in df.columns), None)
+    clocks = _per_row(df, clock_hz, "clock_hz")
+    out = df.copy()
+    out["flops"] = flops.to_numpy()
+    out["flops_per_cycle"] = per_cycle.to_numpy()
+    out["peak_flops_per_cycle"] = math.nan if peaks is None else peaks.to_numpy()
+    out["fraction_of_peak"] = out["flops_per_cycle"] / out["peak_flops_per_cycle"]
+    if clocks is not None:
+        out["clock_hz"] = clocks.to_numpy()
+        out["flops_per_second"] = out["flops_per_cycle"] * out["clock_hz"]
+    if "status" in out.columns:  # a failed point has no cycles to divide by
+        added = ["flops_per_cycle", "fraction_of_peak"]
+        added += ["flops_per_second"] if "flops_per_second" in out.columns else []
+        out.loc[~out.index.isin(ok_rows(out).index), added] = math.nan
+    return out
+
+
+# ------------------------------------------------------------------------ effects
+def pair_ratios(df: pd.DataFrame, axis: str, column: str = "total_cycles") -> pd.DataFrame:
+    """Matched ratios of ``column`` between consecutive values of ``axis``.
+
+    For each pair of neighbouring values ``a < b`` of the axis (see :func:`axis_values`)
+    and each combination of the other axes (and workload) that ran with both, one row:
+    the other axes' values, ``from`` (a), ``to`` (b), ``before`` and ``after`` (the mean
+    of ``column`` at a and at b) and ``ratio = after / before`` (NaN when ``before``
+    is 0). Doubling sweeps (1, 2, 4, 8) thus give the effect of each doubling.
+    """
+    check_axis(df, axis)
+    _check_column(df, column)
+    others = _match_columns(df, [axis])
+    values = axis_values(df, axis)
+    means = _means(df, [*others, axis], column)
+    records = []
+    for a, b in itertools.pairwise(values):
+        ka, kb = _norm(a), _norm(b)
+        for key, before in means.items():
+            if key[-1] != ka:
+                continue
+            after = means.get((*key[:-1], kb))
+            if after is None:
+                continue
+            ratio = after / before if before != 0 else math.nan
+            records.append((*key[:-1], a, b, before, after, ratio))
+    return pd.DataFrame.from_records(
+        records, columns=[*others, "from", "to", "before", "after", "ratio"]
+    )
+
+
+def _geomean(values: Iterable[float]) -> float:
+    good = [v for v in values if v > 0 and math.isfinite(v)]
+    return float(np.exp(np.mean(np.log(good)))) if good else math.nan
+
+
+def axis_effects(df: pd.DataFrame, column: str = "total_cycles") -> pd.DataFrame:
+    """The effect of each axis on ``column``, one row per (axis, value).
+
+    Columns: ``axis``, ``value``, ``points`` (rows that ran with that value), ``mean``
+    (mean ``column`` over them), ``vs_first`` (geometric mean, over the combinations
+    of the other axes that ran with both, of ``column`` at this value / at the axis's
+    first value; NaN when no combination matches, as in a ``zip`` sweep) and
+    ``matched`` (how many combinations entered ``vs_first``). Axes with one value
+    are left out.
+    """
+    _check_column(df, column)
+    rows = ok_rows(df)
+    records = []
+    for axis in axis_columns(df):
+        values = axis_values(df, axis)
+        if len(values) < 2:
+            continue
+        others = _match_columns(df, [axis])
+        means = _means(df, [*others, axis], column)
+        first = _norm(values[0])
+        base = {k[:-1]: v for k, v in means.items() if k[-1] == first}
+        axis_keys = [_norm(v) for v in rows[axis]]
+        for value in values:
+            kv = _norm(value)
+            selected = rows[[k == kv for k in axis_keys]]
+            ratios = [
+                v / base[k[:-1]]
+                for k, v in means.items()
+                if k[-1] == kv and k[:-1] in base and base[k[:-1]] > 0
+            ]
+            cycles = _numeric(selected[column], f"column {column!r}")
+            records.append(
+                {
+                    "axis": axis,
+                    "value": value,
+                    "points": len(selected),
+                    "mean": float(cycles.mean()) if len(selected) else math.nan,
+                    "vs_first": _geomean(ratios),
+                    "matched": sum(1 for r in ratios if r > 0 and math.isfinite(r)),
+                }
+            )
+    return pd.DataFrame.from_records(
+        records, columns=["axis", "value", "points", "mean", "vs_first", "matched"]
+    )
+
+
+# -------------------------------------------------------------------------- plots
+def _figure_and_axes(ax: Axes | None, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Any, Any]:
+    if ax is not None:
+        return ax.figure, ax
+    from matplotlib.figure import Figure  # lazy: importing ipusim never loads matplotlib
+
+    fig = Figure(figsize=size, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _save(fig: Figure, path: str | PathLike[str] | None) -> None:
+    if path is None:
+        return
+    path = Path(path)
+    if path.suffix.lower() not in _FORMATS:
+        raise AnalysisError(
+            f"plot path '{path}': suffix {path.suffix!r} is not supported; required one of "
+            f"{', '.join(_FORMATS)}"
+        )
+    fig.savefig(path, dpi=100)
+
+
+def _positions(values: list[Any]) -> tuple[list[float], bool]:
+    """x positions of axis values: the numbers themselves, else 0, 1, 2, ..."""
+    numbers = [_number(v) for v in values]
+    if values and all(n is not None and math.isfinite(n) for n in numbers):
+        return [float(n) for n in numbers], True  # type: ignore[arg-type]
+    return [float(i) for i in range(len(values))], False
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value)}"
+    return f"{value}"
+
+
+def _x_axis(ax: Any, x: str, values: list[Any], logx: bool | None) -> list[float]:
+    positions, numeric = _positions(values)
+    if logx is None:
+        logx = (
+            numeric
+            and len(positions) >= 3
+            and min(positions) > 0
+            and max(positions) / min(positions) >= 8
+        )
+    if logx:
+        if not numeric or min(positions) <= 0:
+            raise AnalysisError(f"logx: axis {x!r} has values {values}; a log scale needs > 0")
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(positions, [_label(v) for v in values])
+    ax.minorticks_off()
+    ax.set_xlabel(x)
+    return positions
+
+
+def _others_note(df: pd.DataFrame, used: Sequence[str]) -> str:
+    varying = [
+        a for a in _match_columns(df, used) if len(pd.unique(ok_rows(df)[a].map(_hashable))) > 1
+    ]
+    return f"\nmean over {', '.join(varying)}" if varying else ""
+
+
+def _title(ax: Any, text: str) -> None:
+    """A title whose second line (the axes averaged over) is set smaller."""
+    ax.set_title(text, fontsize="medium")
+
+
+def _lines(
+    df: pd.DataFrame,
+    x: str,
+    hue: str | None,
+    column: str,
+    ax: Any,
+    logx: bool | None,
+) -> None:
+    """One line (mean of ``column`` against ``x``) per value of ``hue``."""
+    check_axis(df, x, "x")
+    if hue is not None:
+        check_axis(df, hue, "hue")
+        if hue == x:
+            raise AnalysisError(f"hue {hue!r} is the x axis; choose another axis for hue")
+    _check_column(df, column)
+    if ok_rows(df).empty:
+        raise AnalysisError("no point ran (status ok): nothing to plot")
+    xs = axis_values(ok_rows(df), x)
+    positions = _x_axis(ax, x, xs, logx)
+    groups: list[Any] = axis_values(ok_rows(df), hue) if hue is not None else [None]
+    by = [x] if hue is None else [hue, x]
+    means = _means(df, by, column)
+    for group in groups:
+        prefix = () if hue is None else (_norm(group),)
+        points = [
+            (p, means[(*prefix, _norm(v))])
+            for p, v in zip(positions, xs, strict=True)
+            if (*prefix, _norm(v)) in means
+        ]
+        if not points:
+            continue
+        px, py = zip(*points, strict=True)
+        label = None if hue is None else f"{hue}={_label(group)}"
+        ax.plot(px, py, marker="o", label=label)
+    if hue is not None:
+        ax.legend(loc="best", fontsize="small")
+    ax.grid(True, alpha=0.3)
+
+
+def plot_cycles(
+    df: pd.DataFrame,
+    x: str,
+    hue: str | None = None,
+    y: str = "total_cycles",
+    path: str | PathLike[str] | None = None,
+    ax: Axes | None = None,
+    logx: bool | None = None,
+    logy: bool = False,
+) -> Figure:
+    """Lines of ``y`` (mean cycles) against axis ``x``, one line per value of ``hue``.
+
+    Parameters
+    ----------
+    df
+        Sweep results (:func:`load_results`).
+    x, hue
+        Axis names (column names such as ``"tile.tiles_per_ipu"``, or ``"workload"``).
+    y
+        The column plotted: ``total_cycles``, a phase, or any numeric column.
+    logx
+        Base-2 log scale on x; default when x is numeric, positive and spans 8x or more.
+    logy
+        Log scale on y.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown axis (the message lists the axes) or column, or no point ran.
+    """
+    fig, ax = _figure_and_axes(ax)
+    _lines(df, x, hue, y, ax, logx)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_ylabel(y.replace("_", " ") if y != "total_cycles" else "total cycles")
+    what = "Total cycles" if y == "total_cycles" else y.replace("_", " ").capitalize()
+    _title(ax, f"{what} against {x}{_others_note(df, [x] if hue is None else [x, hue])}")
+    _save(fig, path)
+    return fig
+
+
+def plot_phases(
+    df: pd.DataFrame,
+    by: str,
+    phases: Sequence[str] = PHASE_COLUMNS,
+    per_tile: bool | None = None,
+    path: str | PathLike[str] | None = None,
+    ax: Axes | None = None,
+) -> Figure:
+    """Stacked bars of the phase cycles, one bar per value of axis ``by``.
+
+    The phase columns of a sweep are cycles summed over the tiles of the machine. Each
+    bar stacks the mean of every phase over the points with that value, divided by
+    the point's ``num_tiles`` first when ``per_tile`` (tile averages, as Poplar's
+    summary prints them, which compare across tile counts); phases that are zero
+    everywhere are left out of the stack and the legend.
+
+    Parameters
+    ----------
+    per_tile
+        Divide by ``num_tiles``; default: when the column is there
+        (:func:`load_results` adds it).
+
+    Raises
+    ------
+    AnalysisError
+        An unknown axis or phase column, ``per_tile`` without a ``num_tiles`` column,
+        or no point ran.
+    """
+    check_axis(df, by)
+    for phase in phases:
+        _check_column(df, phase)
+    rows = ok_rows(df)
+    if rows.empty:
+        raise AnalysisError("no point ran (status ok): nothing to plot")
+    if per_tile is None:
+        per_tile = "num_tiles" in rows.columns and bool(rows["num_tiles"].notna().all())
+    if per_tile:
+        if "num_tiles" not in rows.columns:
+            raise AnalysisError(
+                "per_tile needs a 'num_tiles' column (load_results adds it from the points' "
+                "configs); hint: pass per_tile=False to plot the sums over tiles"
+            )
+        tiles = _numeric(rows["num_tiles"], "column 'num_tiles'")
+        rows = rows.assign(**{p: _numeric(rows[p], f"column {p!r}") / tiles for p in phases})
+    values = axis_values(rows, by)
+    fig, ax = _figure_and_axes(ax)
+    positions = np.arange(len(values), dtype=float)
+    bottom = np.zeros(len(values))
+    for phase in phases:
+        means = _means(rows, [by], phase)
+        heights = np.array([means.get((_norm(v),), 0.0) for v in values])
+        if not np.any(heights):
+            continue
+        ax.bar(positions, heights, bottom=bottom, label=phase.replace("_", " "), width=0.7)
+        bottom += heights
+    ax.set_xticks(positions, [_label(v) for v in values])
+    ax.set_xlabel(by)
+    ax.set_ylabel("tile-average cycles" if per_tile else "cycles summed over tiles")
+    _title(ax, f"Cycles by phase against {by}{_others_note(df, [by])}")
+    if bottom.any():
+        ax.legend(loc="best", fontsize="small")
+    _save(fig, path)
+    return fig
+
+
+def plot_speedup(
+    df: pd.DataFrame,
+    x: str,
+    baseline: Mapping[str, Any] | None = None,
+    hue: str | None = None,
+    column: str = "total_cycles",
+    path: str | PathLike[str] | None = None,
+    ax: Axes | None = None,
+    logx: bool | None = None,
+) -> Figure:
+    """Speed-up of ``column`` against axis ``x``, one line per value of ``hue``.
+
+    Parameters
+    ----------
+    baseline
+        Axis values of the baseline (see :func:`add_speedup`); default the first
+        value of ``x``, so every line starts at 1.
+
+    Raises
+    ------
+    AnalysisError
+        An unknown axis or column, a baseline that matches no point, or no point ran.
+    """
+    check_axis(df, x, "x")
+    if ok_rows(df).empty:
+        raise AnalysisError("no point ran (status ok): nothing to plot")
+    if baseline is None:
+        baseline = {x: axis_values(ok_rows(df), x)[0]}
+    data = add_speedup(df, baseline, column=column)
+    fig, ax = _figure_and_axes(ax)
+    _lines(data, x, hue, "speedup", ax, logx)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    base = ", ".join(f"{k}={_label(v)}" for k, v in baseline.items())
+    ax.set_ylabel(f"speed-up of {column.replace('_', ' ')}")
+    _title(ax, f"Speed-up against {base}{_others_note(df, [x] if hue is None else [x, hue])}")
+    _save(fig, path)
+    return fig
+
+
+def plot_flops(
+    df: pd.DataFrame,
+    x: str,
+    hue: str | None = None,
+    flops_metric: str = "flops",
+    peak: float | str | None = None,
+    path: str | PathLike[str] | None = None,
+    ax: Axes | None = None,
+    logx: bool | None = None,
+) -> Figure:
+    """Achieved flops against axis ``x``: percent of peak when the peak is known (see
+    :func:`add_flops`), else flops per cycle; one line per value of ``hue``.
+
+    Raises
+    ------
+    AnalysisError
+        No point reports ``flops_metric``, an unknown axis, or no point ran.
+    """
+    data = add_flops(df, flops_metric=flops_metric, peak=peak)
+    fig, ax = _figure_and_axes(ax)
+    if data["fraction_of_peak"].notna().any():
+        data["_percent_of_peak"] = 100.0 * data["fraction_of_peak"]
+        _lines(data, x, hue, "_percent_of_peak", ax, logx)
+        ax.set_ylabel("% of peak flops")
+        what = "Flops achieved, % of peak"
+    else:
+        _lines(data, x, hue, "flops_per_cycle", ax, logx)
+        ax.set_ylabel("flops per cycle")
+        what = "Flops per cycle"
+    ax.set_ylim(bottom=0)
+    _title(ax, f"{what}{_others_note(df, [x] if hue is None else [x, hue])}")
+    _save(fig, path)
+    return fig

@@ -1,0 +1,654 @@
+"""The experiment file of ``ipusim sweep``: its schema and every check made before a run.
+
+An experiment is a YAML file (or a mapping) such as::
+
+    name: tut7_exchange
+    workloads:
+      - spec: ../tutorials/tut7.py        # file.py[:func] or package.module[:func]
+        params: {rows: 16, cols: 32}
+    config:
+      base: mk2                           # preset or YAML path (or just `config: mk2`)
+      set: {sync.min_sync_delay_cycles: 0}
+    axes:
+      - path: config                      # the base config itself, per point
+        values: [mk1, mk2]
+      - path: exchange.bytes_per_cycle    # any MachineConfig field, by dotted path
+        values: [2, 4, 8, 16]
+      - path: workload.rows               # a parameter of the workload function
+        range: {start: 16, stop: 80, step: 16}
+    mode: product                         # or zip: the axes side by side
+    repeats: 1
+
+:func:`load_experiment` validates it with pydantic and then checks what the schema
+cannot: that every workload exists and has its function, that every axis path is a real
+config field or workload parameter, that every axis value is accepted by the config
+(tried on the base config with ``set``), that ``zip`` axes have equal lengths. Every
+problem is reported at once in one :class:`ExperimentError`, each naming the file, the
+place in it (``axes[1].values``), the value found, what is required and a hint, before
+any point runs. Paths in the file are relative to the file's directory.
+
+Two kinds of sugar build an axis's ``values``: ``range: {start, stop, step}`` (stop
+excluded, as Python's ``range``) and ``geomspace: {start, stop, num}`` (both ends
+included, as :func:`numpy.geomspace`; whole numbers stay integers when ``start`` and
+``stop`` are). After loading, ``values`` always holds the list.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ipusim.config import (
+    MachineConfig,
+    _all_leaf_paths,
+    _suggest,
+    list_presets,
+    load_config,
+    load_yaml_text,
+    with_overrides,
+)
+from ipusim.errors import ConfigError, IpusimError
+from ipusim.runner import workload_stem
+from ipusim.sweep.workloads import WorkloadSource, canonical_json, resolve_workload
+
+__all__ = [
+    "CONFIG_AXIS",
+    "WORKLOAD_PREFIX",
+    "Axis",
+    "ConfigSection",
+    "Experiment",
+    "ExperimentError",
+    "GeomSpace",
+    "Range",
+    "WorkloadEntry",
+    "load_experiment",
+]
+
+#: Axis path that chooses the base config (a preset name or a YAML path) per point.
+CONFIG_AXIS = "config"
+#: Prefix of the axis paths that set a workload parameter (``workload.rows``).
+WORKLOAD_PREFIX = "workload."
+#: Most values one axis may have (a larger grid is almost surely a typo in a range).
+MAX_AXIS_VALUES = 100_000
+#: Most problems listed per axis; the rest are counted.
+_MAX_PROBLEMS_PER_AXIS = 8
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class ExperimentError(IpusimError, ValueError):
+    """An experiment is invalid; ``problems`` lists every problem found.
+
+    Parameters
+    ----------
+    problems
+        One line per problem, each naming the file, the place in it, the value found,
+        what is required and a hint.
+    header
+        First line of the message.
+    """
+
+    def __init__(self, problems: list[str], header: str = "invalid experiment") -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{header} ({len(self.problems)} problem(s)):\n{lines}")
+
+
+# ----------------------------------------------------------------------------- the schema
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+Number = StrictInt | StrictFloat
+
+
+class Range(_Model):
+    """``range: {start, stop, step}``: ``start, start+step, ...`` while before ``stop``."""
+
+    start: Number
+    stop: Number
+    step: Number = 1
+
+    @field_validator("step")
+    @classmethod
+    def _step_not_zero(cls, value: float) -> float:
+        if value == 0 or not math.isfinite(value):
+            raise ValueError("step must be a finite non-zero number")
+        return value
+
+    def values(self) -> list[int | float]:
+        """The numbers of the range (ints when start, stop and step are ints)."""
+        count = math.ceil((self.stop - self.start) / self.step)
+        if count < 1:
+            raise ValueError(
+                f"range from {self.start} to {self.stop} by {self.step} is empty; hint: stop "
+                "is excluded, and a negative step counts down"
+            )
+        if count > MAX_AXIS_VALUES:
+            raise ValueError(f"range has {count} values; at most {MAX_AXIS_VALUES} are allowed")
+        if all(isinstance(v, int) for v in (self.start, self.stop, self.step)):
+            return [int(self.start + i * self.step) for i in range(count)]
+        return [_tidy(self.start + i * self.step) for i in range(count)]
+
+
+class GeomSpace(_Model):
+    """``geomspace: {start, stop, num}``: ``num`` numbers evenly spaced on a log scale."""
+
+    start: Number = Field(gt=0)
+    stop: Number = Field(gt=0)
+    num: StrictInt = Field(ge=1, le=MAX_AXIS_VALUES)
+
+    def values(self) -> list[int | float]:
+        """The numbers, both ends included (whole numbers as ints when start and stop are)."""
+        raw = np.geomspace(self.start, self.stop, self.num).tolist()
+        raw[0], raw[-1] = self.start, self.stop  # exact ends
+        whole = isinstance(self.start, int) and isinstance(self.stop, int)
+        out: list[int | float] = []
+        for value in raw:
+            tidy = _tidy(float(value))
+            out.append(round(tidy) if whole and float(tidy).is_integer() else tidy)
+        return out
+
+
+def _tidy(value: float) -> float:
+    """``value`` rounded to 12 significant digits (``0.1 * 3`` -> ``0.3``)."""
+    return float(f"{value:.12g}")
+
+
+class Axis(_Model):
+    """One axis of the grid: a path and its values.
+
+    ``path`` is a dotted MachineConfig field (``exchange.bytes_per_cycle``), a workload
+    parameter (``workload.rows``) or ``config`` (the base config: preset names or YAML
+    paths). Exactly one of ``values``, ``range`` and ``geomspace`` is given; after
+    loading, ``values`` holds the list.
+    """
+
+    path: str = Field(min_length=1)
+    values: list[Any] | None = Field(default=None, min_length=1, max_length=MAX_AXIS_VALUES)
+    range: Range | None = None
+    geomspace: GeomSpace | None = None
+
+    @model_validator(mode="after")
+    def _one_source_of_values(self) -> Axis:
+        given = [
+            name for name in ("values", "range", "geomspace") if getattr(self, name) is not None
+        ]
+        if len(given) != 1:
+            found = " and ".join(given) if given else "none of them"
+            raise ValueError(
+                f"axis {self.path!r}: give exactly one of values, range, geomspace; found "
+                f"{found}; hint: values: [1, 2, 4] or range: {{start: 1, stop: 9, step: 2}}"
+            )
+        sugar = self.range or self.geomspace
+        if sugar is not None:
+            self.values = sugar.values()
+            self.range = self.geomspace = None
+        return self
+
+    @property
+    def kind(self) -> Literal["config", "workload", "field"]:
+        """``config`` (the base config), ``workload`` (a parameter) or ``field``."""
+        if self.path == CONFIG_AXIS:
+            return "config"
+        if self.path.startswith(WORKLOAD_PREFIX):
+            return "workload"
+        return "field"
+
+    @property
+    def param(self) -> str:
+        """The workload parameter of a ``workload.<param>`` axis."""
+        return self.path.removeprefix(WORKLOAD_PREFIX)
+
+
+class WorkloadEntry(_Model):
+    """A workload: its spec, fixed parameters and (optional) name in the results."""
+
+    spec: str = Field(min_length=1, description="path/file.py[:func] or package.module[:func]")
+    params: dict[str, Any] = Field(default_factory=dict)
+    name: str | None = Field(default=None, min_length=1)
+
+    @property
+    def label(self) -> str:
+        """The name in the results: ``name``, or the spec's file stem / module name."""
+        return self.name or workload_stem(self.spec)
+
+
+class ConfigSection(_Model):
+    """The base machine config (preset or YAML path) and dotted overrides of every point."""
+
+    base: str = Field(default="mk2", min_length=1)
+    set: dict[str, Any] = Field(default_factory=dict)
+
+
+class Experiment(_Model):
+    """A sweep: workloads x a grid of config and workload values x repeats.
+
+    Attributes
+    ----------
+    name
+        Names the results (default output directory ``sweeps/<name>``).
+    description
+        Free text.
+    workloads
+        The workloads; every point of the grid runs each of them.
+    config
+        Base config and ``set`` overrides; a ``config`` axis replaces the base per point.
+    axes
+        The grid's axes, first axis outermost.
+    mode
+        ``product``: every combination; ``zip``: the i-th values of all axes together.
+    repeats
+        Runs of each point (the simulation is deterministic: repeats measure host time).
+    options
+        Engine options of every run (``debug.maxCycles: 1000000``).
+    profiles
+        Keep each point's profiles (``profile.json``, ``execution.json``,
+        ``summary.txt``) next to its row.
+    base_dir
+        Directory that relative paths are resolved against (the file's directory; set
+        by :func:`load_experiment`).
+    """
+
+    name: str = Field(min_length=1, max_length=100, pattern=_NAME_PATTERN)
+    description: str = ""
+    workloads: list[WorkloadEntry] = Field(min_length=1)
+    config: ConfigSection = Field(default_factory=ConfigSection)
+    axes: list[Axis] = Field(default_factory=list)
+    mode: Literal["product", "zip"] = "product"
+    repeats: int = Field(default=1, ge=1, le=10_000)
+    options: dict[str, str] = Field(default_factory=dict)
+    profiles: bool = True
+    base_dir: str = ""
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _config_shorthand(cls, value: Any) -> Any:
+        return {"base": value} if isinstance(value, str | os.PathLike) else value
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _options_as_text(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, bool):
+                item = "true" if item else "false"
+            elif isinstance(item, int | float):
+                item = str(item)
+            out[key] = item
+        return out
+
+    def resolve_config(self, value: str) -> str:
+        """A config value as written (preset name or path) -> what :func:`load_config`
+        takes: the preset name, or the path made absolute against :attr:`base_dir`."""
+        if value in list_presets():
+            return value
+        return str((Path(self.base_dir or ".") / Path(value).expanduser()).resolve())
+
+    def workload_source(self, index: int) -> WorkloadSource:
+        """Workload ``index`` resolved against :attr:`base_dir` (see
+        :func:`~ipusim.sweep.workloads.resolve_workload`)."""
+        return resolve_workload(self.workloads[index].spec, Path(self.base_dir or "."))
+
+
+# ------------------------------------------------------------------------ reading the file
+def _location(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part) in ("function-after", "function-before"):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "top level"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = Experiment
+    for part in loc:
+        if model is None or isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        model = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)),
+            None,
+        )
+        if model is None:
+            inner = [a for c in candidates for a in getattr(c, "__args__", ())]
+            model = next(
+                (c for c in inner if isinstance(c, type) and issubclass(c, BaseModel)), None
+            )
+    return model
+
+
+_HINTS = {
+    "name": "a short name of letters, digits, '_', '.', '-' (it names the output directory)",
+    "workloads": "a list of {spec: path/file.py[:func] or module[:func], params: {...}}",
+    "axes": "a list of {path: exchange.bytes_per_cycle | workload.rows | config, values: [...]}",
+    "mode": "product (every combination) or zip (axes side by side)",
+    "repeats": "a whole number of runs per point, at least 1",
+    "options": "engine options as a mapping of name: value",
+}
+
+
+def _schema_problem(label: str, error: Mapping[str, Any]) -> str:
+    loc = tuple(error["loc"])
+    where = _location(loc)
+    kind = error["type"]
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        keys = list(model.model_fields) if model is not None else []
+        keys = [k for k in keys if k != "base_dir"]
+        match = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)
+        hint = f"did you mean {match[0]!r}?" if match else f"valid keys: {', '.join(keys)}"
+        return f"{label}: {where}: unknown key (found with value {_show(value)}); {hint}"
+    if kind == "missing":
+        hint = _HINTS.get(str(loc[-1]) if loc else "", "")
+        return f"{label}: {where}: missing; required{': ' + hint if hint else ''}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    hint = _HINTS.get(str(loc[0]) if loc else "", "") if len(loc) == 1 else ""
+    tail = f"; hint: {hint}" if hint else ""
+    if kind == "value_error":
+        return f"{label}: {where}: {message}"
+    return f"{label}: {where}: found {_show(value)}; {message[:1].lower()}{message[1:]}{tail}"
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _read(source: str | os.PathLike[str]) -> tuple[dict[str, Any], str, Path]:
+    path = Path(source)
+    label = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ExperimentError(
+            [f"{label}: file not found; hint: give the path of an experiment YAML file"]
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExperimentError([f"{label}: cannot read the file ({exc})"]) from None
+    try:
+        data = load_yaml_text(text, label)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ExperimentError(
+            [f"{label}: {where}YAML syntax error: {problem}; hint: check indentation and quotes"]
+        ) from None
+    except ConfigError as exc:  # duplicate keys, alias bombs, ...
+        raise ExperimentError(exc.problems) from None
+    if not isinstance(data, dict):
+        found = "an empty file" if data is None else f"{_show(data)} ({type(data).__name__})"
+        raise ExperimentError(
+            [
+                f"{label}: top level: found {found}; required a mapping with name, workloads, "
+                "config, axes"
+            ]
+        )
+    return data, label, path.resolve().parent
+
+
+def load_experiment(
+    source: str | os.PathLike[str] | Mapping[str, Any] | Experiment,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> Experiment:
+    """Read and check an experiment.
+
+    Parameters
+    ----------
+    source
+        Path of a YAML file, a mapping with the same content, or an Experiment
+        (checked again).
+    base_dir
+        Directory relative paths are resolved against: default the file's directory,
+        or the working directory for a mapping.
+
+    Returns
+    -------
+    Experiment
+        The validated experiment, with ``base_dir`` set and axis values expanded.
+
+    Raises
+    ------
+    ExperimentError
+        Every problem found (schema, workloads, config paths and values, zip lengths).
+    """
+    if isinstance(source, Experiment):
+        data: dict[str, Any] = source.model_dump(exclude={"base_dir"})
+        label, directory = f"<experiment {source.name!r}>", Path(source.base_dir or ".")
+    elif isinstance(source, Mapping):
+        data, label, directory = dict(source), "<mapping>", Path.cwd()
+    elif isinstance(source, str | os.PathLike):
+        data, label, directory = _read(source)
+    else:
+        raise ExperimentError(
+            [
+                f"experiment: found {_show(source)} ({type(source).__name__}); required a "
+                "YAML path, a mapping or an Experiment"
+            ]
+        )
+    if base_dir is not None:
+        directory = Path(base_dir)
+    data.pop("base_dir", None)
+    try:
+        exp = Experiment.model_validate({**data, "base_dir": str(directory.resolve())})
+    except ValidationError as exc:
+        raise ExperimentError(
+            [_schema_problem(label, err) for err in exc.errors()],
+            header=f"invalid experiment {label}",
+        ) from None
+    problems = check_experiment(exp, label)
+    if problems:
+        raise ExperimentError(problems, header=f"invalid experiment {label}")
+    return exp
+
+
+# --------------------------------------------------------------------- the deeper checks
+def _json_problem(value: Any) -> str | None:
+    try:
+        canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def _config_message(exc: ConfigError) -> str:
+    """The problems of a ConfigError on one line, without their ``<label>:`` prefixes."""
+    lines = [re.sub(r"^<[^>]*>: ", "", p) for p in exc.problems]
+    return "; ".join(lines)
+
+
+def _check_workloads(exp: Experiment, label: str) -> list[str]:
+    problems: list[str] = []
+    axis_params = [a.param for a in exp.axes if a.kind == "workload"]
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(exp.workloads):
+        where = f"{label}: workloads[{i}]"
+        source = exp.workload_source(i)
+        if source.problem is not None:
+            problems.append(f"{where}.spec: {source.problem}")
+            continue
+        if entry.label in seen:
+            problems.append(
+                f"{where}: name {entry.label!r} is also workloads[{seen[entry.label]}]'s; "
+                "required: unique names; hint: add name: ... to one of them"
+            )
+        seen.setdefault(entry.label, i)
+        bad = _json_problem(entry.params)
+        if bad is not None:
+            problems.append(f"{where}.params: cannot be hashed as JSON ({bad})")
+        if source.parameters is None:
+            continue
+        takes = ", ".join(source.parameters) or "(none)"
+        for key, value in entry.params.items():
+            if key not in source.parameters:
+                problems.append(
+                    f"{where}.params: {key!r} is not a parameter of {source.function}() in "
+                    f"{entry.spec!r}; it takes: {takes}"
+                )
+            elif (bad := source.type_problem(key, value)) is not None:
+                problems.append(f"{where}.params.{key}: {bad}")
+        for axis_index, axis in enumerate(exp.axes):
+            if axis.kind != "workload" or axis.param not in source.parameters:
+                continue
+            for value in axis.values or []:
+                bad = source.type_problem(axis.param, value)
+                if bad is not None:
+                    problems.append(
+                        f"{label}: axes[{axis_index}] ({axis.path}): value {bad} (workloads[{i}]); "
+                        "hint: YAML reads 8 as an int, 8.0 as a float, '8' as text"
+                    )
+        for param in axis_params:
+            if param not in source.parameters:
+                problems.append(
+                    f"{label}: axis 'workload.{param}': {param!r} is not a parameter of "
+                    f"{source.function}() of workloads[{i}] ({entry.spec!r}); it takes: {takes}"
+                )
+        missing = [p for p in source.required if p not in entry.params and p not in axis_params]
+        if missing:
+            problems.append(
+                f"{where}.params: {source.function}() of {entry.spec!r} needs "
+                f"{', '.join(missing)}; hint: params: {{{missing[0]}: ...}}"
+            )
+    return problems
+
+
+def _load_base(
+    exp: Experiment, value: str, overrides: Mapping[str, Any], where: str
+) -> tuple[MachineConfig | None, str | None]:
+    """The config ``value`` (preset or path) with ``overrides``, or a problem line."""
+    resolved = exp.resolve_config(value)
+    if resolved not in list_presets() and not Path(resolved).is_file():
+        return None, (
+            f"{where}: {value!r} is neither a preset nor a file (looked for {resolved!r}); "
+            f"required one of {', '.join(list_presets())} or a YAML path relative to the "
+            "experiment file"
+        )
+    try:
+        return load_config(resolved, overrides=overrides), None
+    except ConfigError as exc:
+        with_set = " with config.set" if overrides else ""
+        return None, f"{where}: config {value!r}{with_set} is invalid: {_config_message(exc)}"
+
+
+def _check_axes(exp: Experiment, label: str) -> list[str]:
+    problems: list[str] = []
+    leaves = set(_all_leaf_paths())
+    fixed: dict[str, Any] = {}  # config.set without its unknown paths (reported once)
+    for key, value in exp.config.set.items():
+        if key in leaves:
+            fixed[key] = value
+        else:
+            problems.append(
+                f"{label}: config.set: {key!r} is not a config field (found with value "
+                f"{_show(value)}); {_suggest(tuple(str(key).split('.')))}"
+            )
+    bases: dict[str, MachineConfig] = {}
+    base_values: list[Any] = [exp.config.base]
+    base_where = f"{label}: config.base"
+    for i, axis in enumerate(exp.axes):
+        if axis.kind == "config":
+            base_values, base_where = list(axis.values or []), f"{label}: axes[{i}] (config)"
+            break
+    for value in base_values:
+        if not isinstance(value, str):
+            problems.append(
+                f"{base_where}: found {_show(value)}; required a preset name or a YAML path"
+            )
+            continue
+        cfg, problem = _load_base(exp, value, fixed, base_where)
+        if problem is not None:
+            problems.append(problem)
+        elif cfg is not None:
+            bases[value] = cfg
+
+    seen: set[str] = set()
+    for i, axis in enumerate(exp.axes):
+        where = f"{label}: axes[{i}] ({axis.path})"
+        if axis.path in seen:
+            problems.append(f"{where}: the path is also an earlier axis; required: unique paths")
+            continue
+        seen.add(axis.path)
+        values = axis.values or []
+        bad_json = next((v for v in values if _json_problem(v) is not None), None)
+        if bad_json is not None:
+            problems.append(
+                f"{where}: value {_show(bad_json)} cannot be stored; required numbers, text, "
+                "booleans or lists of them"
+            )
+            continue
+        if axis.kind == "workload":
+            if not axis.param.isidentifier():
+                problems.append(
+                    f"{where}: {axis.param!r} is not a parameter name; required "
+                    "workload.<identifier>, e.g. workload.rows"
+                )
+            continue
+        if axis.kind == "config":
+            continue  # checked with the bases above
+        if axis.path not in leaves:
+            hint = _suggest(tuple(axis.path.split(".")), ("config", "workload"))
+            problems.append(
+                f"{where}: {axis.path!r} is not a config field nor workload.<param> nor "
+                f"'config'; {hint} (every field: ipusim config show {exp.config.base})"
+            )
+            continue
+        rejected: list[str] = []
+        for value in values:
+            for base_name, cfg in bases.items():
+                try:
+                    with_overrides(cfg, {**fixed, axis.path: value})
+                except ConfigError as exc:
+                    on = f" on config {base_name!r}" if len(bases) > 1 else ""
+                    rejected.append(
+                        f"{where}: value {_show(value)} is rejected{on}: {_config_message(exc)}"
+                    )
+                    break
+        if len(rejected) > _MAX_PROBLEMS_PER_AXIS:
+            more = len(rejected) - _MAX_PROBLEMS_PER_AXIS
+            rejected = [*rejected[:_MAX_PROBLEMS_PER_AXIS], f"{where}: ... and {more} more values"]
+        problems += rejected
+
+    if exp.mode == "zip" and exp.axes:
+        lengths = {a.path: len(a.values or []) for a in exp.axes}
+        if len(set(lengths.values())) > 1:
+            listing = ", ".join(f"{p} has {n}" for p, n in lengths.items())
+            problems.append(
+                f"{label}: mode zip needs axes of equal length; found {listing}; hint: give "
+                "each axis the same number of values, or use mode: product"
+            )
+    return problems
+
+
+def check_experiment(exp: Experiment, label: str = "experiment") -> list[str]:
+    """Every problem of a schema-valid experiment that the schema cannot see (one line
+    each); empty when it can run."""
+    return _check_workloads(exp, label) + _check_axes(exp, label)
