@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "compute_balance_heatmap",
+    "figure_and_axes",
     "find_record",
     "memory_per_tile_histogram",
     "phase_cycles_by_step",
+    "save_figure",
     "step_cycles_bars",
     "tile_grid",
 ]
@@ -36,7 +38,9 @@ __all__ = [
 _FORMATS = (".png", ".svg", ".pdf")
 
 
-def _figure_and_axes(ax: Axes | None, size: tuple[float, float] = (8.0, 4.0)) -> tuple[Any, Any]:
+def figure_and_axes(ax: Axes | None, size: tuple[float, float] = (8.0, 4.0)) -> tuple[Any, Any]:
+    """``(figure, axes)``: those of ``ax``, or a new figure of ``size`` inches with one
+    axes (no pyplot state, so plots work in scripts, servers and notebooks alike)."""
     if ax is not None:
         return ax.figure, ax
     from matplotlib.figure import Figure  # lazy: importing ipusim never loads matplotlib
@@ -45,12 +49,16 @@ def _figure_and_axes(ax: Axes | None, size: tuple[float, float] = (8.0, 4.0)) ->
     return fig, fig.add_subplot()
 
 
-def _save(fig: Figure, path: str | PathLike[str] | None) -> None:
+def save_figure(
+    fig: Figure, path: str | PathLike[str] | None, error: type[Exception] = TraceViewError
+) -> None:
+    """Write ``fig`` to ``path`` (PNG, SVG or PDF by suffix); nothing when ``path`` is
+    None. Another suffix raises ``error`` naming the path and the suffixes allowed."""
     if path is None:
         return
     path = Path(path)
     if path.suffix.lower() not in _FORMATS:
-        raise TraceViewError(
+        raise error(
             f"plot path '{path}': suffix {path.suffix!r} is not supported; required one of "
             f"{', '.join(_FORMATS)}"
         )
@@ -90,7 +98,7 @@ def step_cycles_bars(
         raise TraceViewError("step_cycles_bars: cycles must be finite and >= 0")
     names = list(order) if order is not None else list(dict.fromkeys(cats.tolist()))
     names += [c for c in dict.fromkeys(cats.tolist()) if c not in names]
-    fig, ax = _figure_and_axes(ax)
+    fig, ax = figure_and_axes(ax)
     edges = np.arange(values.size + 1) - 0.5
     bottom = np.zeros(values.size)
     for name in names:
@@ -105,7 +113,7 @@ def step_cycles_bars(
     if values.size:
         ax.set_xlim(-0.5, values.size - 0.5)
         ax.legend(loc="upper right", fontsize="small")
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 
@@ -203,7 +211,7 @@ def compute_balance_heatmap(
     cols = math.ceil(math.sqrt(tpi)) if columns is None else int(columns)
     tile_cycles = np.asarray(rec.tile_cycles, np.int64)[int(ipu) * tpi : (int(ipu) + 1) * tpi]
     grid = tile_grid(tile_cycles, cols)
-    fig, ax = _figure_and_axes(ax, (7.0, 5.0))
+    fig, ax = figure_and_axes(ax, (7.0, 5.0))
     image = ax.imshow(grid, aspect="auto", interpolation="nearest", origin="lower", cmap="viridis")
     fig.colorbar(image, ax=ax, label="compute cycles")
     peak = int(tile_cycles.max(initial=0))
@@ -211,7 +219,7 @@ def compute_balance_heatmap(
     ax.set_title(f"'{rec.name}' (step {rec.index}, IPU {ipu}): max {peak:,}, balance {balance:.2f}")
     ax.set_xlabel("tile column")
     ax.set_ylabel("tile row")
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 
@@ -245,7 +253,7 @@ def memory_per_tile_histogram(
         raise TraceViewError(
             f"memory_per_tile_histogram: capacity {capacity!r}; required bytes per tile > 0"
         )
-    fig, ax = _figure_and_axes(ax)
+    fig, ax = figure_and_axes(ax)
     top = max(float(used.max()), float(capacity))
     ax.hist(used, bins=int(bins), range=(0.0, top), color="tab:blue")
     ax.axvline(float(capacity), color="tab:red", linestyle="--", label="capacity")
@@ -256,5 +264,5 @@ def memory_per_tile_histogram(
     ax.set_xlabel("bytes")
     ax.set_ylabel("tiles")
     ax.legend(loc="upper left", fontsize="small")
-    _save(fig, path)
+    save_figure(fig, path)
     return fig

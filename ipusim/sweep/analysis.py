@@ -120,7 +120,6 @@ DERIVED_COLUMNS: tuple[str, ...] = (
     "flops_per_second",
 )
 
-_FORMATS = (".png", ".svg", ".pdf")
 _HINT_RUN = "hint: run `ipusim sweep EXP.yaml --out DIR` to fill it"
 
 
@@ -710,24 +709,15 @@ def axis_effects(df: pd.DataFrame, column: str = "total_cycles") -> pd.DataFrame
 
 # -------------------------------------------------------------------------- plots
 def _figure_and_axes(ax: Axes | None, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Any, Any]:
-    if ax is not None:
-        return ax.figure, ax
-    from matplotlib.figure import Figure  # lazy: importing ipusim never loads matplotlib
+    from ipusim.plot import figure_and_axes
 
-    fig = Figure(figsize=size, layout="constrained")
-    return fig, fig.add_subplot()
+    return figure_and_axes(ax, size)
 
 
 def _save(fig: Figure, path: str | PathLike[str] | None) -> None:
-    if path is None:
-        return
-    path = Path(path)
-    if path.suffix.lower() not in _FORMATS:
-        raise AnalysisError(
-            f"plot path '{path}': suffix {path.suffix!r} is not supported; required one of "
-            f"{', '.join(_FORMATS)}"
-        )
-    fig.savefig(path, dpi=100)
+    from ipusim.plot import save_figure
+
+    save_figure(fig, path, AnalysisError)
 
 
 def _positions(values: list[Any]) -> tuple[list[float], bool]:
