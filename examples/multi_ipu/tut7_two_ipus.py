@@ -218,18 +218,7 @@ def run(device: Device, rows: int, cols: int, profile: bool = True) -> Result:
     engine.run(0)
 
     expected = matrix.astype(np.float64) @ vector.astype(np.float64)
-    errors = tut7.relative_errors(result, expected)
-    ok = bool((errors <= RELATIVE_TOLERANCE).all())
-    if ok:
-        print("Multiplication result OK")
-    else:
-        worst_row = int(np.argmax(errors))
-        print(
-            f"Multiplication result incorrect: {(errors > RELATIVE_TOLERANCE).sum()} of "
-            f"{rows} rows exceed relative error {RELATIVE_TOLERANCE:g}; worst is row "
-            f"{worst_row}: device {float(result[worst_row])!r}, host "
-            f"{float(expected[worst_row])!r} (relative error {errors[worst_row]:.3g})"
-        )
+    ok = tut7.check_product(result, expected)
     if profile and device.isIPUModel:
         engine.printProfileSummary(sys.stdout)
     return Result(best, worst, result, expected, ok, engine)

@@ -356,6 +356,15 @@ def run(device: Device, rows: int, cols: int, profile: bool = True) -> Tut7Resul
     engine.run(0)
 
     expected = matrix.astype(np.float64) @ vector.astype(np.float64)
+    ok = check_product(result, expected)
+    if profile and device.isIPUModel:
+        engine.printProfileSummary(sys.stdout, {"showExecutionSteps": "true"})
+    return Tut7Result(best, worst, result, expected, ok, engine)
+
+
+def check_product(result: np.ndarray, expected: np.ndarray) -> bool:
+    """Print whether the device's product matches the host's (to RELATIVE_TOLERANCE per
+    row), naming the worst row when it does not; return whether it does."""
     errors = relative_errors(result, expected)
     ok = bool((errors <= RELATIVE_TOLERANCE).all())
     if ok:
@@ -364,13 +373,11 @@ def run(device: Device, rows: int, cols: int, profile: bool = True) -> Tut7Resul
         worst_row = int(np.argmax(errors))
         print(
             f"Multiplication result incorrect: {(errors > RELATIVE_TOLERANCE).sum()} of "
-            f"{rows} rows exceed relative error {RELATIVE_TOLERANCE:g}; worst is row "
+            f"{result.size} rows exceed relative error {RELATIVE_TOLERANCE:g}; worst is row "
             f"{worst_row}: device {float(result[worst_row])!r}, host "
             f"{float(expected[worst_row])!r} (relative error {errors[worst_row]:.3g})"
         )
-    if profile and device.isIPUModel:
-        engine.printProfileSummary(sys.stdout, {"showExecutionSteps": "true"})
-    return Tut7Result(best, worst, result, expected, ok, engine)
+    return ok
 
 
 def positive_int(text: str) -> int:
