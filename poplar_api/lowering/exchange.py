@@ -58,24 +58,14 @@ class ExchangePlanner:
         #: element size -> (element id -> tile that sends it, or -1); types of one size
         #: share element ids, so a reinterpreted view's element is sent once
         self.sender: dict[int, np.ndarray] = {}
-        #: (element size, IPU) -> (element id -> tile of that IPU the element landed on
-        #: from another IPU, or -1)
-        self.landing: dict[tuple[int, int], np.ndarray] = {}
-        #: (element size, IPU) -> (element id -> the landing tile sends it on chip)
-        self.relayed: dict[tuple[int, int], np.ndarray] = {}
+        #: (element size, IPU) -> element id -> tile of that IPU the element landed on
+        #: from another IPU (sparse: only the elements that crossed into that IPU)
+        self.landing: dict[tuple[int, int], _SparseMap] = {}
+        #: (element size, IPU) -> ids of elements the landing tile sends on chip
+        self.relayed: dict[tuple[int, int], list[np.ndarray]] = {}
         #: global transfers so far: keys ``src * num_tiles + dst`` and their bytes
         self.global_keys: list[np.ndarray] = []
         self.global_bytes: list[np.ndarray] = []
-
-    def _per_ipu(
-        self, table: dict, element_type: Type, ipu: int, fill: object, dtype
-    ) -> np.ndarray:
-        key = (element_type.size, ipu)
-        arr = table.get(key)
-        if arr is None:
-            size = self.state.space(element_type).size
-            arr = table[key] = np.full(size, fill, dtype)
-        return arr
 
     def add(self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray) -> None:
         """Elements ``ids`` (from tiles ``src``) needed on tile ``dst``.
@@ -107,8 +97,8 @@ class ExchangePlanner:
             sender[ids] = src
         else:
             sender[ids[~relayed]] = src[~relayed]
-            flags = self._per_ipu(self.relayed, element_type, dst // tpi, False, bool)
-            flags[ids[relayed]] = True
+            key = (element_type.size, dst // tpi)
+            self.relayed.setdefault(key, []).append(ids[relayed])
         peers = np.unique(src)
         dist = tile_distance(self.cfg.tile, peers % tpi, np.full(peers.size, dst % tpi))
         self.max_distance[dst] = max(int(self.max_distance[dst]), int(dist.max()))
@@ -125,12 +115,15 @@ class ExchangePlanner:
         tiles, whether each is relayed from a landing tile).
         """
         size = element_type.size
-        landing = self._per_ipu(self.landing, element_type, dst // self.tiles_per_ipu, -1, np.int32)
+        key = (size, dst // self.tiles_per_ipu)
+        landing = self.landing.get(key)
+        if landing is None:
+            landing = self.landing[key] = _SparseMap()
         c_ids, c_src = ids[crossing], src[crossing]
-        prior = landing[c_ids]
+        prior = landing.get(c_ids)
         new = prior < 0
         if new.any():
-            landing[c_ids[new]] = dst
+            landing.insert(c_ids[new], dst)
             tiles, counts = np.unique(c_src[new], return_counts=True)
             self.global_keys.append(tiles * self.num_tiles + dst)
             self.global_bytes.append(counts.astype(np.int64) * size)
@@ -169,9 +162,9 @@ class ExchangePlanner:
             tiles = sender[ids].astype(np.int64)
             sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
             messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
-        for (element_size, ipu), flags in self.relayed.items():
-            ids = np.flatnonzero(flags)
-            tiles = self.landing[(element_size, ipu)][ids].astype(np.int64)
+        for (element_size, ipu), parts in self.relayed.items():
+            ids = np.unique(np.concatenate(parts))
+            tiles = self.landing[(element_size, ipu)].get(ids)
             sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
             messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
         tiles = np.flatnonzero((sent > 0) | (self.received > 0))
@@ -208,6 +201,30 @@ class ExchangePlanner:
             dst_tile=pairs % self.num_tiles,
             num_bytes=total,
         )
+
+
+class _SparseMap:
+    """Element id -> tile for the few elements of a large id space that have one
+    (sorted keys; looking up an id without one gives -1)."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, np.int64)
+        self.tiles = np.zeros(0, np.int64)
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        """int64 tile of each id, -1 where none is set."""
+        ids = np.asarray(ids, np.int64)
+        if self.keys.size == 0:
+            return np.full(ids.size, -1, np.int64)
+        pos = np.minimum(np.searchsorted(self.keys, ids), self.keys.size - 1)
+        return np.where(self.keys[pos] == ids, self.tiles[pos], -1)
+
+    def insert(self, ids: np.ndarray, tile: int) -> None:
+        """Set ``tile`` for ``ids`` (unique, none set before)."""
+        keys = np.concatenate((self.keys, np.asarray(ids, np.int64)))
+        tiles = np.concatenate((self.tiles, np.full(len(ids), tile, np.int64)))
+        order = np.argsort(keys, kind="stable")
+        self.keys, self.tiles = keys[order], tiles[order]
 
 
 def exchange_ipus(step: ir.Exchange | ir.GlobalExchange, tiles_per_ipu: int) -> tuple[int, ...]:
