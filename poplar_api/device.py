@@ -448,6 +448,12 @@ class IPUModel:
             overrides["tile.tiles_per_ipu"] = self.tilesPerIPU
             if self.config.sync.controller_tile >= self.tilesPerIPU:
                 overrides["sync.controller_tile"] = self.tilesPerIPU // 2
+            if (
+                isinstance(self.tilesPerIPU, int)
+                and 0 < self.tilesPerIPU < self.config.tile.columns
+            ):
+                # a column holds at least one tile: fewer tiles than columns, fewer columns
+                overrides["tile.columns"] = self.tilesPerIPU
         if self.minIPUSyncDelay is not None:
             overrides["sync.min_sync_delay_cycles"] = self.minIPUSyncDelay
         if self.relativeSyncDelay is not None:

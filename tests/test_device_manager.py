@@ -244,3 +244,13 @@ def test_objects_of_another_graph_are_refused():
     # the vertex of g1 keeps its state
     assert g1._state.vertices[v1.id].tile == -1
     assert np.asarray(g1._state.vertices[v1.id].fields["c"].flat_index()).tolist() == [0]
+
+
+def test_an_ipu_model_with_fewer_tiles_than_layout_columns():
+    from poplar_api import IPUModel
+
+    model = IPUModel("ipu2")  # mk2 lays tiles out in 16 columns
+    model.tilesPerIPU = 8
+    target = model.createDevice().getTarget()
+    assert target.getNumTiles() == 8
+    assert target.config.tile.columns == 8

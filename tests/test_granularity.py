@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -151,3 +152,10 @@ MK1 = load_config("mk1")
 @given(seed=st.integers(0, 2**32 - 1))
 def test_tile_granularity_matches_ipu_on_full_mk1(seed):
     run_both(MK1, seed)
+
+
+@pytest.mark.parametrize(("seed", "replicas"), [(31, 1), (59, 1), (66, 4)])
+def test_programs_whose_host_transfers_end_a_hair_early_in_float_time(seed, replicas):
+    """These programs once never ended: a host transfer's timer fired where the float
+    clock fell a hair short of its exact end, and the link rescheduled it for ever."""
+    run_both(TINY4, seed, replicas)

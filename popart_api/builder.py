@@ -1,0 +1,485 @@
+"""PopART's ``Builder``: build an ONNX model op by op.
+
+Ops are methods of ``builder.aiOnnx`` (domain ``ai.onnx``) and ``builder.aiGraphcore``
+(domain ``ai.graphcore``); each takes a list of input tensor ids and the attributes as
+keyword arguments and returns the output id (a string). ``getModelProto()`` gives the
+serialized ``onnx.ModelProto``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from popart_api.errors import popart_exception
+
+#: Default opset versions, as PopART's Builder.
+DEFAULT_OPSETS = {"ai.onnx": 11, "ai.graphcore": 1}
+#: Node attribute holding the virtual graph (IPU) of a node, as PopART names it.
+VIRTUAL_GRAPH_ATTRIBUTE = "__ipu_number"
+GRAPHCORE_DOMAIN = "ai.graphcore"
+
+#: PopART dtype strings -> ONNX element types.
+DTYPE_NAMES = {
+    "FLOAT": TensorProto.FLOAT,
+    "FLOAT16": TensorProto.FLOAT16,
+    "INT32": TensorProto.INT32,
+    "INT64": TensorProto.INT64,
+    "INT16": TensorProto.INT16,
+    "INT8": TensorProto.INT8,
+    "UINT8": TensorProto.UINT8,
+    "UINT16": TensorProto.UINT16,
+    "UINT32": TensorProto.UINT32,
+    "BOOL": TensorProto.BOOL,
+}
+_ONNX_TO_NAME = {v: k for k, v in DTYPE_NAMES.items()}
+
+
+def _onnx_type(dtype: Any, what: str) -> int:
+    if isinstance(dtype, str) and dtype.upper() in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype.upper()]
+    try:
+        return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    except (TypeError, KeyError, ValueError):
+        raise popart_exception(
+            f"{what}: data type {dtype!r} is not known; hint: one of "
+            f"{sorted(DTYPE_NAMES)} or a numpy dtype such as np.float32"
+        ) from None
+
+
+class TensorInfo:
+    """Data type and shape of a tensor: ``TensorInfo("FLOAT", [2, 3])`` or
+    ``TensorInfo(np.float32, [2, 3])``.
+
+    Raises
+    ------
+    popart_exception
+        Unknown data type, or a shape that is not a list of ints >= 0.
+    """
+
+    def __init__(self, dtype: Any, shape: Sequence[int]) -> None:
+        self._type = _onnx_type(dtype, "TensorInfo")
+        try:
+            dims = [int(d) for d in shape]
+        except (TypeError, ValueError):
+            raise popart_exception(
+                f"TensorInfo: shape {shape!r} must be a list of ints, e.g. [2, 3]"
+            ) from None
+        if any(d < 0 for d in dims):
+            raise popart_exception(f"TensorInfo: shape {dims} has a negative dimension")
+        self._shape = dims
+
+    def shape(self) -> list[int]:
+        """The dimensions."""
+        return list(self._shape)
+
+    def rank(self) -> int:
+        """Number of dimensions."""
+        return len(self._shape)
+
+    def nelms(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    def data_type(self) -> str:
+        """The data type's name, upper case (``"FLOAT"``)."""
+        return _ONNX_TO_NAME.get(self._type, TensorProto.DataType.Name(self._type))
+
+    def data_type_lcase(self) -> str:
+        """The data type's name, lower case (``"float"``)."""
+        return self.data_type().lower()
+
+    @property
+    def onnxType(self) -> int:
+        """The ONNX ``TensorProto`` element type."""
+        return self._type
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, TensorInfo)
+            and other._type == self._type
+            and other._shape == self._shape
+        )
+
+    def __repr__(self) -> str:
+        return f"TensorInfo({self.data_type()}, {self._shape})"
+
+
+class _Opset:
+    """Op methods of one domain: ``getattr(opset, name)(inputs, **attrs)``."""
+
+    def __init__(self, builder: Builder, domain: str, ops: dict[str, str]) -> None:
+        self._builder = builder
+        self._domain = domain
+        self._ops = ops
+
+    def __getattr__(self, name: str) -> Any:
+        ops = self.__dict__.get("_ops", {})
+        if name not in ops:
+            known = ", ".join(sorted(ops))
+            raise AttributeError(
+                f"Builder.{self._label()}.{name}: no such op in this slice of popart_api; "
+                f"supported: {known}; hint: see docs/popart.md"
+            )
+        op_type = ops[name]
+
+        def op(
+            args: Sequence[str], debugContext: str = "", debugPrefix: str = "", **attrs: Any
+        ) -> str:
+            return self._builder._add_node(
+                self._domain, op_type, args, attrs, debugContext or debugPrefix
+            )
+
+        op.__name__ = name
+        op.__doc__ = f"Add an ONNX ``{op_type}`` node; returns its output id."
+        return op
+
+    def _label(self) -> str:
+        return "aiGraphcore" if self._domain == GRAPHCORE_DOMAIN else "aiOnnx"
+
+
+class _AiOnnx(_Opset):
+    def constant(self, value: Any, debugContext: str = "") -> str:
+        """A ``Constant`` node holding ``value`` (a numpy array); returns its id."""
+        arr = np.asarray(value)
+        return self._builder._add_node(
+            "", "Constant", [], {"value": numpy_helper.from_array(arr)}, debugContext
+        )
+
+
+class _AiGraphcore(_Opset):
+    def scale(self, args: Sequence[str], scale: float, debugContext: str = "") -> str:
+        """``ai.graphcore`` ``Scale``: the input times ``scale``; returns the output id."""
+        return self._builder._add_node(
+            GRAPHCORE_DOMAIN, "Scale", args, {"scale": float(scale)}, debugContext
+        )
+
+
+#: aiOnnx method name -> ONNX op type (this slice's ops).
+AI_ONNX_OPS = {
+    "add": "Add",
+    "sub": "Sub",
+    "mul": "Mul",
+    "div": "Div",
+    "matmul": "MatMul",
+    "gemm": "Gemm",
+    "relu": "Relu",
+    "sigmoid": "Sigmoid",
+    "tanh": "Tanh",
+    "softmax": "Softmax",
+    "reshape": "Reshape",
+    "transpose": "Transpose",
+    "identity": "Identity",
+    "sqrt": "Sqrt",
+    "exp": "Exp",
+    "log": "Log",
+}
+
+
+class Builder:
+    """Build an ONNX model: ``popart.Builder()``.
+
+    Parameters
+    ----------
+    modelProtoOrFilename
+        An existing model (serialized bytes, a ``ModelProto`` or a file path) to add to.
+    opsets
+        Opset versions, ``{"ai.onnx": 11, "ai.graphcore": 1}`` by default (PopART's).
+    """
+
+    def __init__(
+        self, modelProtoOrFilename: Any = None, opsets: dict[str, int] | None = None
+    ) -> None:
+        self.opsets = dict(DEFAULT_OPSETS)
+        self.opsets.update(opsets or {})
+        self._nodes: list[onnx.NodeProto] = []
+        self._inputs: list[onnx.ValueInfoProto] = []
+        self._initializers: list[onnx.TensorProto] = []
+        self._outputs: list[str] = []
+        #: id -> (ONNX element type, shape) of every tensor made so far
+        self._info: dict[str, tuple[int, list[int]]] = {}
+        #: id -> value of tensors known at build time (initializers, constants)
+        self._values: dict[str, np.ndarray] = {}
+        self._names: dict[str, int] = {}
+        self._vgraph: list[int] = []
+        if modelProtoOrFilename is not None:
+            self._load(modelProtoOrFilename)
+        self.aiOnnx = _AiOnnx(self, "", AI_ONNX_OPS)
+        self.aiGraphcore = _AiGraphcore(self, GRAPHCORE_DOMAIN, {})
+
+    # ------------------------------------------------------------------ loading
+    def _load(self, model: Any) -> None:
+        from popart_api.session import load_model
+
+        proto = load_model(model, "Builder")
+        for imp in proto.opset_import:
+            self.opsets[imp.domain or "ai.onnx"] = imp.version
+        inferred = onnx.shape_inference.infer_shapes(proto)
+        init_names = {t.name for t in proto.graph.initializer}
+        for t in proto.graph.initializer:
+            self._initializers.append(t)
+            arr = numpy_helper.to_array(t)
+            self._values[t.name] = arr
+            self._info[t.name] = (t.data_type, list(arr.shape))
+        for vi in proto.graph.input:
+            if vi.name not in init_names:
+                self._inputs.append(vi)
+        for vi in list(inferred.graph.input) + list(inferred.graph.value_info):
+            dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            self._info.setdefault(vi.name, (vi.type.tensor_type.elem_type, dims))
+        for vi in inferred.graph.output:
+            dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            self._info.setdefault(vi.name, (vi.type.tensor_type.elem_type, dims))
+        self._nodes.extend(proto.graph.node)
+        self._outputs.extend(o.name for o in proto.graph.output)
+        for name in self._info:
+            self._names[name] = 1
+
+    # ------------------------------------------------------------------ naming
+    def _unique(self, base: str) -> str:
+        n = self._names.get(base, 0)
+        self._names[base] = n + 1
+        name = base if n == 0 else f"{base}/{n}"
+        while name in self._info:
+            n += 1
+            self._names[base] = n + 1
+            name = f"{base}/{n}"
+        return name
+
+    def _check_id(self, tid: Any, what: str) -> str:
+        if not isinstance(tid, str):
+            raise popart_exception(
+                f"{what}: tensor id {tid!r} is not a string; hint: ids are the strings the "
+                "Builder returned"
+            )
+        if tid not in self._info:
+            known = ", ".join(sorted(self._info)[:20])
+            raise popart_exception(
+                f"{what}: no tensor '{tid}' in the model; known ids: {known or '(none)'}"
+            )
+        return tid
+
+    # ------------------------------------------------------------------ tensors
+    def addInputTensor(self, tensorInfo: Any, debugContext: str = "") -> str:
+        """Add a model input of ``tensorInfo`` (a :class:`TensorInfo`, or a dtype string
+        then a shape as PopART's ``addInputTensor("FLOAT", [2, 3])``); returns its id."""
+        if isinstance(tensorInfo, str) and isinstance(debugContext, list | tuple):
+            tensorInfo, debugContext = TensorInfo(tensorInfo, debugContext), ""
+        if not isinstance(tensorInfo, TensorInfo):
+            raise popart_exception(
+                f"Builder.addInputTensor: expected a TensorInfo, got "
+                f"{type(tensorInfo).__name__}; hint: popart.TensorInfo('FLOAT', [2, 3])"
+            )
+        tid = self._unique(str(debugContext) or "input")
+        self._inputs.append(
+            helper.make_tensor_value_info(tid, tensorInfo.onnxType, tensorInfo.shape())
+        )
+        self._info[tid] = (tensorInfo.onnxType, tensorInfo.shape())
+        return tid
+
+    def addInitializedInputTensor(self, initVal: Any, debugContext: str = "") -> str:
+        """Add a weight initialized to ``initVal`` (a numpy array); returns its id."""
+        arr = np.ascontiguousarray(initVal)
+        if arr.dtype == np.float64:
+            raise popart_exception(
+                "Builder.addInitializedInputTensor: float64 arrays are not supported (the "
+                "IPU has no 64-bit floats); hint: pass arr.astype(np.float32)"
+            )
+        tid = self._unique(str(debugContext) or "init_input")
+        try:
+            proto = numpy_helper.from_array(arr, tid)
+        except Exception as exc:
+            raise popart_exception(
+                f"Builder.addInitializedInputTensor: cannot store an array of dtype "
+                f"{arr.dtype} ({exc})"
+            ) from None
+        self._initializers.append(proto)
+        self._info[tid] = (proto.data_type, list(arr.shape))
+        self._values[tid] = arr
+        return tid
+
+    def addOutputTensor(self, outputName: str) -> None:
+        """Mark tensor ``outputName`` as a model output."""
+        self._check_id(outputName, "Builder.addOutputTensor")
+        if outputName not in self._outputs:
+            self._outputs.append(outputName)
+
+    def getTensorShape(self, id: str) -> list[int]:
+        """The shape of tensor ``id``."""
+        return list(self._info[self._check_id(id, "Builder.getTensorShape")][1])
+
+    def getTensorDtypeString(self, id: str) -> str:
+        """The data type of tensor ``id``, lower case (``"float32"``)."""
+        t = self._info[self._check_id(id, "Builder.getTensorDtypeString")][0]
+        return str(helper.tensor_dtype_to_np_dtype(t))
+
+    def getInputTensorIds(self) -> list[str]:
+        """Ids of the model inputs (weights included, as PopART)."""
+        return [v.name for v in self._inputs] + [t.name for t in self._initializers]
+
+    def getOutputTensorIds(self) -> list[str]:
+        """Ids of the model outputs."""
+        return list(self._outputs)
+
+    # ---------------------------------------------------------- virtual graphs
+    def virtualGraph(self, *args: Any) -> Any:
+        """``virtualGraph(tensorId, ipu)`` puts the node making ``tensorId`` on virtual
+        graph ``ipu``; ``with builder.virtualGraph(ipu):`` does so for every node added
+        inside the block. Recorded as node attribute ``__ipu_number``."""
+        if len(args) == 1:
+            return self._vgraph_scope(self._check_ipu(args[0]))
+        if len(args) != 2:
+            raise popart_exception(
+                "Builder.virtualGraph: takes (ipu) as a context manager or (tensorId, ipu)"
+            )
+        tid, ipu = args
+        node = self._producer(self._check_id(tid, "Builder.virtualGraph"), "virtualGraph")
+        self._set_attr(node, VIRTUAL_GRAPH_ATTRIBUTE, self._check_ipu(ipu))
+        return None
+
+    def getVirtualGraph(self, tensorId: str) -> int:
+        """The virtual graph of the node making ``tensorId``."""
+        node = self._producer(self._check_id(tensorId, "Builder.getVirtualGraph"), "")
+        for a in node.attribute:
+            if a.name == VIRTUAL_GRAPH_ATTRIBUTE:
+                return int(a.i)
+        raise popart_exception(
+            f"Builder.getVirtualGraph: the node making '{tensorId}' has no virtual graph"
+        )
+
+    @contextlib.contextmanager
+    def _vgraph_scope(self, ipu: int) -> Iterator[None]:
+        self._vgraph.append(ipu)
+        try:
+            yield
+        finally:
+            self._vgraph.pop()
+
+    @staticmethod
+    def _check_ipu(ipu: Any) -> int:
+        if isinstance(ipu, bool) or not isinstance(ipu, int | np.integer) or ipu < 0:
+            raise popart_exception(f"Builder.virtualGraph: ipu {ipu!r} must be an int >= 0")
+        return int(ipu)
+
+    def _producer(self, tid: str, what: str) -> onnx.NodeProto:
+        for node in self._nodes:
+            if tid in node.output:
+                return node
+        raise popart_exception(
+            f"Builder.{what}: tensor '{tid}' is a model input or weight, made by no node"
+        )
+
+    @staticmethod
+    def _set_attr(node: onnx.NodeProto, name: str, value: Any) -> None:
+        for i, a in enumerate(node.attribute):
+            if a.name == name:
+                del node.attribute[i]
+                break
+        node.attribute.append(helper.make_attribute(name, value))
+
+    # -------------------------------------------------------------------- nodes
+    def _add_node(
+        self, domain: str, op_type: str, args: Any, attrs: dict[str, Any], debugContext: str
+    ) -> str:
+        what = f"Builder: {op_type}"
+        if isinstance(args, str) or not isinstance(args, list | tuple):
+            raise popart_exception(
+                f"{what}: inputs must be a list of tensor ids, got {args!r}; hint: "
+                f"builder.aiOnnx.{op_type.lower()}([a, b])"
+            )
+        inputs = [self._check_id(a, what) if a != "" else "" for a in args]
+        name = self._unique(str(debugContext) or op_type)
+        out = self._unique(f"{op_type}:0")
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        if self._vgraph:
+            attrs[VIRTUAL_GRAPH_ATTRIBUTE] = self._vgraph[-1]
+        try:
+            node = helper.make_node(op_type, inputs, [out], name=name, domain=domain, **attrs)
+        except (TypeError, ValueError) as exc:
+            raise popart_exception(f"{what}: bad attribute ({exc})") from None
+        self._info[out] = self._infer(node, what)
+        if op_type == "Constant":
+            self._values[out] = numpy_helper.to_array(attrs["value"])
+        self._nodes.append(node)
+        return out
+
+    def _infer(self, node: onnx.NodeProto, what: str) -> tuple[int, list[int]]:
+        """Type and shape of ``node``'s output, by ONNX shape inference on the node."""
+        if node.domain == GRAPHCORE_DOMAIN:  # Scale: like its input
+            return self._info[node.input[0]]
+        inputs, inits = [], []
+        for name in node.input:
+            if not name:
+                continue
+            if name in self._values:
+                inits.append(numpy_helper.from_array(self._values[name], name))
+            t, shape = self._info[name]
+            inputs.append(helper.make_tensor_value_info(name, t, shape))
+        out = helper.make_tensor_value_info(node.output[0], TensorProto.UNDEFINED, None)
+        graph = helper.make_graph([node], "infer", inputs, [out], inits)
+        model = helper.make_model(graph, opset_imports=self._opset_protos())
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        except Exception as exc:
+            shapes = ", ".join(f"'{n}' {self._info[n][1]}" for n in node.input if n)
+            raise popart_exception(
+                f"{what} (node '{node.name}', inputs {shapes}): {str(exc).strip()}"
+            ) from None
+        vt = inferred.graph.output[0].type.tensor_type
+        if not vt.HasField("shape"):
+            raise popart_exception(
+                f"{what} (node '{node.name}'): the output shape cannot be inferred; hint: a "
+                "Reshape's shape must be a constant or initializer"
+            )
+        return vt.elem_type, [d.dim_value for d in vt.shape.dim]
+
+    def _opset_protos(self) -> list[onnx.OperatorSetIdProto]:
+        return [helper.make_opsetid("" if d == "ai.onnx" else d, v) for d, v in self.opsets.items()]
+
+    # -------------------------------------------------------------------- model
+    def getModelProto(self, humanReadable: bool = False) -> bytes:
+        """The model as serialized ONNX ``ModelProto`` bytes (checked by
+        ``onnx.checker``); ``humanReadable=True`` gives its text form instead."""
+        if not self._outputs:
+            raise popart_exception(
+                "Builder.getModelProto: the model has no outputs; hint: builder.addOutputTensor(id)"
+            )
+        outputs = [
+            helper.make_tensor_value_info(o, self._info[o][0], self._info[o][1])
+            for o in self._outputs
+        ]
+        special = set(self._outputs) | {v.name for v in self._inputs}
+        special |= {t.name for t in self._initializers}
+        value_info = [
+            helper.make_tensor_value_info(n, t, s)
+            for node in self._nodes
+            for n in node.output
+            if n not in special
+            for t, s in [self._info[n]]
+        ]
+        graph = helper.make_graph(
+            list(self._nodes),
+            "popart_api",
+            list(self._inputs),
+            outputs,
+            list(self._initializers),
+            value_info=value_info,
+        )
+        model = helper.make_model(
+            graph, opset_imports=self._opset_protos(), producer_name="popart_api"
+        )
+        try:
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as exc:
+            raise popart_exception(f"Builder.getModelProto: invalid model: {exc}") from None
+        if humanReadable:
+            return str(helper.printable_graph(model.graph))
+        return model.SerializeToString()
+
+
+__all__ = ["AI_ONNX_OPS", "Builder", "TensorInfo"]
