@@ -178,16 +178,8 @@ def create_device(device: str | IPUModel = DEFAULT_DEVICE, cpu: bool = False) ->
     return model.createDevice()
 
 
-@dataclass
-class Result:
-    """What :func:`run` returns."""
-
-    best: object
-    worst: int
-    result: np.ndarray
-    expected: np.ndarray
-    ok: bool
-    engine: Engine
+#: What :func:`run` returns: tutorial 7's result record.
+Result = tut7.Tut7Result
 
 
 def run(device: Device, rows: int, cols: int, profile: bool = True) -> Result:
