@@ -6,29 +6,59 @@ Use it as PopART: ``import popart_api as popart``; ``popart.Builder()``,
 supported is listed in docs/popart.md.
 """
 
+# The op modules register their lowerings and gradients when imported.
+from popart_api import grads, ops_loss, ops_nn, ops_tensor  # noqa: F401
+from popart_api.autodiff import reservedGradientPrefix
 from popart_api.builder import Builder, TensorInfo
 from popart_api.devices import DeviceInfo, DeviceManager
 from popart_api.errors import PopartError, popart_exception
 from popart_api.ops import supported_ops
+from popart_api.ops_loss import LOSS_OPS  # noqa: F401
+from popart_api.optimizers import SGD, Adam, AdamMode, ConstSGD, Optimizer, WeightDecayMode
+from popart_api.options import (
+    RecomputationType,
+    RecomputeType,
+    ReductionType,
+    SessionOptions,
+    SyntheticDataMode,
+    VirtualGraphMode,
+)
 from popart_api.session import (
     AnchorReturnType,
     DataFlow,
     InferenceSession,
     InputShapeInfo,
     PyStepIO,
+    PyWeightsIO,
+    TrainingSession,
 )
 
 __all__ = [
+    "SGD",
+    "Adam",
+    "AdamMode",
     "AnchorReturnType",
     "Builder",
+    "ConstSGD",
     "DataFlow",
     "DeviceInfo",
     "DeviceManager",
     "InferenceSession",
     "InputShapeInfo",
+    "Optimizer",
     "PopartError",
     "PyStepIO",
+    "PyWeightsIO",
+    "RecomputationType",
+    "RecomputeType",
+    "ReductionType",
+    "SessionOptions",
+    "SyntheticDataMode",
     "TensorInfo",
+    "TrainingSession",
+    "VirtualGraphMode",
+    "WeightDecayMode",
     "popart_exception",
+    "reservedGradientPrefix",
     "supported_ops",
 ]

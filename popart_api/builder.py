@@ -22,6 +22,12 @@ from popart_api.errors import popart_exception
 DEFAULT_OPSETS = {"ai.onnx": 11, "ai.graphcore": 1}
 #: Node attribute holding the virtual graph (IPU) of a node, as PopART names it.
 VIRTUAL_GRAPH_ATTRIBUTE = "__ipu_number"
+#: Node attribute holding the pipeline stage of a node, as PopART names it.
+PIPELINE_STAGE_ATTRIBUTE = "__pipeline_stage"
+#: Node attribute marking a node for recomputation, as PopART names it.
+RECOMPUTE_ATTRIBUTE = "__recompute_output_in_backward_pass"
+#: Node attribute holding a matmul's or convolution's available memory proportion.
+MEMORY_PROPORTION_ATTRIBUTE = "__available_memory_proportion"
 GRAPHCORE_DOMAIN = "ai.graphcore"
 
 #: PopART dtype strings -> ONNX element types.
@@ -120,24 +126,37 @@ class _Opset:
 
     def __getattr__(self, name: str) -> Any:
         ops = self.__dict__.get("_ops", {})
-        if name not in ops:
+        if name.startswith("_") or name not in ops:
             known = ", ".join(sorted(ops))
             raise AttributeError(
-                f"Builder.{self._label()}.{name}: no such op in this slice of popart_api; "
-                f"supported: {known}; hint: see docs/popart.md"
+                f"Builder.{self._label()}.{name}: no such op; known: {known}; hint: op "
+                "methods are the ONNX op names in lower case (aiOnnx.maxpool)"
             )
         op_type = ops[name]
+        multi = op_type in MULTI_OUTPUT_OPS
 
         def op(
-            args: Sequence[str], debugContext: str = "", debugPrefix: str = "", **attrs: Any
-        ) -> str:
-            return self._builder._add_node(
-                self._domain, op_type, args, attrs, debugContext or debugPrefix
+            args: Sequence[str],
+            num_outputs: int = 1,
+            debugContext: str = "",
+            debugPrefix: str = "",
+            **attrs: Any,
+        ) -> Any:
+            if not multi and isinstance(num_outputs, str):  # positional debugContext
+                debugContext, num_outputs = num_outputs, 1
+            outs = self._builder._add_node(
+                self._domain, op_type, args, attrs, debugContext or debugPrefix, num_outputs
             )
+            return outs if multi else outs[0]
 
         op.__name__ = name
-        op.__doc__ = f"Add an ONNX ``{op_type}`` node; returns its output id."
+        op.__doc__ = f"Add an ONNX ``{op_type}`` node; returns " + (
+            "the list of its output ids." if multi else "its output id."
+        )
         return op
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._ops))
 
     def _label(self) -> str:
         return "aiGraphcore" if self._domain == GRAPHCORE_DOMAIN else "aiOnnx"
@@ -149,35 +168,105 @@ class _AiOnnx(_Opset):
         arr = np.asarray(value)
         return self._builder._add_node(
             "", "Constant", [], {"value": numpy_helper.from_array(arr)}, debugContext
-        )
+        )[0]
 
 
 class _AiGraphcore(_Opset):
     def scale(self, args: Sequence[str], scale: float, debugContext: str = "") -> str:
         """``ai.graphcore`` ``Scale``: the input times ``scale``; returns the output id."""
-        return self._builder._add_node(
-            GRAPHCORE_DOMAIN, "Scale", args, {"scale": float(scale)}, debugContext
+        return self._add(args, "Scale", {"scale": float(scale)}, debugContext)
+
+    def nllloss(
+        self,
+        args: Sequence[str],
+        reduction: Any = None,
+        ignoreIndex: int | None = None,
+        inputIsLogProbability: bool = False,
+        debugContext: str = "",
+    ) -> str:
+        """Negative log likelihood of ``[probs [..., C], labels [...]]``; reduction
+        ``popart.ReductionType.Mean`` (default), ``Sum`` or ``NoReduction``."""
+        attrs: dict[str, Any] = {
+            "reduction": _reduction_name(reduction),
+            "inputIsLogProbability": int(bool(inputIsLogProbability)),
+        }
+        if ignoreIndex is not None:
+            attrs["ignoreIndex"] = int(ignoreIndex)
+        return self._add(args, "Nll", attrs, debugContext)
+
+    def l1loss(
+        self,
+        args: Sequence[str],
+        lambda_: float = 1.0,
+        reduction: Any = None,
+        debugContext: str = "",
+        **kw: Any,
+    ) -> str:
+        """``lambda·|x|`` reduced (``lambda`` is the second argument, as in PopART)."""
+        lam = kw.pop("lambda", lambda_)
+        if kw:
+            raise popart_exception(f"Builder.aiGraphcore.l1loss: unknown arguments {sorted(kw)}")
+        return self._add(
+            args,
+            "L1",
+            {"lambda": float(lam), "reduction": _reduction_name(reduction)},
+            debugContext,
         )
 
+    def identityloss(
+        self, args: Sequence[str], reduction: Any = None, debugContext: str = ""
+    ) -> str:
+        """The input reduced to a loss (sum or mean over all elements)."""
+        return self._add(
+            args, "IdentityLoss", {"reduction": _reduction_name(reduction)}, debugContext
+        )
 
-#: aiOnnx method name -> ONNX op type (this slice's ops).
-AI_ONNX_OPS = {
-    "add": "Add",
-    "sub": "Sub",
-    "mul": "Mul",
-    "div": "Div",
-    "matmul": "MatMul",
-    "gemm": "Gemm",
-    "relu": "Relu",
-    "sigmoid": "Sigmoid",
-    "tanh": "Tanh",
-    "softmax": "Softmax",
-    "reshape": "Reshape",
-    "transpose": "Transpose",
-    "identity": "Identity",
-    "sqrt": "Sqrt",
-    "exp": "Exp",
-    "log": "Log",
+    def _add(self, args: Sequence[str], op_type: str, attrs: dict, debugContext: str) -> str:
+        return self._builder._add_node(GRAPHCORE_DOMAIN, op_type, args, attrs, debugContext)[0]
+
+
+def _reduction_name(reduction: Any) -> str:
+    if reduction is None:
+        return "Mean"
+    value = getattr(reduction, "value", reduction)
+    if str(value) not in ("Sum", "Mean", "NoReduction"):
+        raise popart_exception(
+            f"Builder: reduction {reduction!r} is not one of Sum, Mean, NoReduction; hint: "
+            "popart.ReductionType.Mean"
+        )
+    return str(value)
+
+
+#: ONNX op types whose Builder method returns a list of output ids (as PopART's).
+MULTI_OUTPUT_OPS = {
+    "BatchNormalization",
+    "Dropout",
+    "MaxPool",
+    "Split",
+    "TopK",
+    "LSTM",
+    "GRU",
+    "RNN",
+    "Unique",
+    "If",
+    "Loop",
+    "Scan",
+    "DynamicQuantizeLinear",
+    "LayerNormalization",
+}
+
+
+def _onnx_ops() -> dict[str, str]:
+    """Every ``ai.onnx`` op: method name (lower case) -> op type."""
+    from onnx import defs
+
+    return {s.name.lower(): s.name for s in defs.get_all_schemas() if s.domain == ""}
+
+
+#: aiGraphcore method name -> op type, for the generic methods (``gelu``...).
+AI_GRAPHCORE_OPS = {
+    "gelu": "Gelu",
+    "groupnormalization": "GroupNormalization",
 }
 
 
@@ -206,11 +295,16 @@ class Builder:
         #: id -> value of tensors known at build time (initializers, constants)
         self._values: dict[str, np.ndarray] = {}
         self._names: dict[str, int] = {}
-        self._vgraph: list[int] = []
+        #: node attribute -> stack of values set by ``with`` scopes (virtual graph,
+        #: pipeline stage...)
+        self._scopes: dict[str, list[Any]] = {
+            VIRTUAL_GRAPH_ATTRIBUTE: [],
+            PIPELINE_STAGE_ATTRIBUTE: [],
+        }
         if modelProtoOrFilename is not None:
             self._load(modelProtoOrFilename)
-        self.aiOnnx = _AiOnnx(self, "", AI_ONNX_OPS)
-        self.aiGraphcore = _AiGraphcore(self, GRAPHCORE_DOMAIN, {})
+        self.aiOnnx = _AiOnnx(self, "", _onnx_ops())
+        self.aiGraphcore = _AiGraphcore(self, GRAPHCORE_DOMAIN, AI_GRAPHCORE_OPS)
 
     # ------------------------------------------------------------------ loading
     def _load(self, model: Any) -> None:
@@ -354,11 +448,109 @@ class Builder:
 
     @contextlib.contextmanager
     def _vgraph_scope(self, ipu: int) -> Iterator[None]:
-        self._vgraph.append(ipu)
+        with self._scope(VIRTUAL_GRAPH_ATTRIBUTE, ipu):
+            yield
+
+    @contextlib.contextmanager
+    def _scope(self, attribute: str, value: Any) -> Iterator[None]:
+        self._scopes[attribute].append(value)
         try:
             yield
         finally:
-            self._vgraph.pop()
+            self._scopes[attribute].pop()
+
+    def pipelineStage(self, *args: Any) -> Any:
+        """``pipelineStage(tensorId, stage)`` puts the node making ``tensorId`` in
+        pipeline stage ``stage``; ``with builder.pipelineStage(stage):`` does so for
+        every node added inside the block (node attribute ``__pipeline_stage``)."""
+        if len(args) == 1:
+            return self._scope(PIPELINE_STAGE_ATTRIBUTE, self._check_int(args[0], "pipelineStage"))
+        if len(args) != 2:
+            raise popart_exception(
+                "Builder.pipelineStage: takes (stage) as a context manager or (tensorId, stage)"
+            )
+        node = self._producer(self._check_id(args[0], "Builder.pipelineStage"), "pipelineStage")
+        self._set_attr(node, PIPELINE_STAGE_ATTRIBUTE, self._check_int(args[1], "pipelineStage"))
+        return None
+
+    def getPipelineStage(self, tensorId: str) -> int:
+        """The pipeline stage of the node making ``tensorId``."""
+        return int(self._node_attr(tensorId, PIPELINE_STAGE_ATTRIBUTE, "getPipelineStage"))
+
+    def recomputeOutputInBackwardPass(self, tensorIds: Any, value: Any = None) -> None:
+        """Mark the nodes making ``tensorIds`` (an id or a set of ids) to be recomputed
+        in the backward pass instead of kept (``popart.RecomputeType.Recompute``, the
+        default) or kept (``RecomputeType.Checkpoint``)."""
+        from popart_api.options import RecomputeType
+
+        kind = RecomputeType.Recompute if value is None else value
+        if not isinstance(kind, RecomputeType):
+            raise popart_exception(
+                f"Builder.recomputeOutputInBackwardPass: {value!r} is not a popart.RecomputeType"
+            )
+        ids = [tensorIds] if isinstance(tensorIds, str) else list(tensorIds)
+        for tid in ids:
+            node = self._producer(
+                self._check_id(tid, "Builder.recomputeOutputInBackwardPass"),
+                "recomputeOutputInBackwardPass",
+            )
+            self._set_attr(node, RECOMPUTE_ATTRIBUTE, kind.value)
+
+    def getRecompute(self, tensorId: str) -> bool:
+        """Whether the node making ``tensorId`` is recomputed in the backward pass."""
+        from popart_api.options import RecomputeType
+
+        try:
+            value = self._node_attr(tensorId, RECOMPUTE_ATTRIBUTE, "getRecompute")
+        except popart_exception:
+            return False
+        return value == RecomputeType.Recompute.value
+
+    def setAvailableMemoryProportion(self, nodeOutputNames: Any, value: float) -> None:
+        """The proportion of tile memory the convolution or matmul making
+        ``nodeOutputNames`` may use for temporaries (Poplibs'
+        ``availableMemoryProportion``, 0 < value <= 1)."""
+        try:
+            proportion = float(value)
+        except (TypeError, ValueError):
+            proportion = float("nan")
+        if not 0.0 < proportion <= 1.0:
+            raise popart_exception(
+                f"Builder.setAvailableMemoryProportion: {value!r} must be in (0, 1]"
+            )
+        ids = [nodeOutputNames] if isinstance(nodeOutputNames, str) else list(nodeOutputNames)
+        for tid in ids:
+            node = self._producer(
+                self._check_id(tid, "Builder.setAvailableMemoryProportion"),
+                "setAvailableMemoryProportion",
+            )
+            self._set_attr(node, MEMORY_PROPORTION_ATTRIBUTE, proportion)
+
+    def addNodeAttribute(
+        self, attributeName: str, attributeValue: Any, nodeOutputNames: Any
+    ) -> None:
+        """Add an attribute to the node making ``nodeOutputNames``."""
+        ids = [nodeOutputNames] if isinstance(nodeOutputNames, str) else list(nodeOutputNames)
+        for tid in ids:
+            node = self._producer(
+                self._check_id(tid, "Builder.addNodeAttribute"), "addNodeAttribute"
+            )
+            self._set_attr(node, str(attributeName), attributeValue)
+
+    def _node_attr(self, tensorId: str, attribute: str, what: str) -> Any:
+        node = self._producer(self._check_id(tensorId, f"Builder.{what}"), what)
+        for a in node.attribute:
+            if a.name == attribute:
+                return helper.get_attribute_value(a)
+        raise popart_exception(
+            f"Builder.{what}: the node making '{tensorId}' has no attribute '{attribute}'"
+        )
+
+    @staticmethod
+    def _check_int(value: Any, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+            raise popart_exception(f"Builder.{what}: {value!r} must be an int >= 0")
+        return int(value)
 
     @staticmethod
     def _check_ipu(ipu: Any) -> int:
@@ -384,34 +576,64 @@ class Builder:
 
     # -------------------------------------------------------------------- nodes
     def _add_node(
-        self, domain: str, op_type: str, args: Any, attrs: dict[str, Any], debugContext: str
-    ) -> str:
+        self,
+        domain: str,
+        op_type: str,
+        args: Any,
+        attrs: dict[str, Any],
+        debugContext: str,
+        num_outputs: int = 1,
+    ) -> list[str]:
         what = f"Builder: {op_type}"
         if isinstance(args, str) or not isinstance(args, list | tuple):
             raise popart_exception(
                 f"{what}: inputs must be a list of tensor ids, got {args!r}; hint: "
                 f"builder.aiOnnx.{op_type.lower()}([a, b])"
             )
+        if isinstance(num_outputs, bool) or not isinstance(num_outputs, int) or num_outputs < 1:
+            raise popart_exception(f"{what}: num_outputs {num_outputs!r} must be an int >= 1")
         inputs = [self._check_id(a, what) if a != "" else "" for a in args]
         name = self._unique(str(debugContext) or op_type)
-        out = self._unique(f"{op_type}:0")
+        outs = [self._unique(f"{op_type}:{k}") for k in range(num_outputs)]
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        if self._vgraph:
-            attrs[VIRTUAL_GRAPH_ATTRIBUTE] = self._vgraph[-1]
+        for key, stack in self._scopes.items():
+            if stack:
+                attrs[key] = stack[-1]
         try:
-            node = helper.make_node(op_type, inputs, [out], name=name, domain=domain, **attrs)
+            node = helper.make_node(op_type, inputs, outs, name=name, domain=domain, **attrs)
         except (TypeError, ValueError) as exc:
             raise popart_exception(f"{what}: bad attribute ({exc})") from None
-        self._info[out] = self._infer(node, what)
+        for out, info in zip(outs, self._infer(node, what), strict=True):
+            self._info[out] = info
         if op_type == "Constant":
-            self._values[out] = numpy_helper.to_array(attrs["value"])
+            self._values[outs[0]] = numpy_helper.to_array(attrs["value"])
         self._nodes.append(node)
-        return out
+        return outs
 
-    def _infer(self, node: onnx.NodeProto, what: str) -> tuple[int, list[int]]:
-        """Type and shape of ``node``'s output, by ONNX shape inference on the node."""
-        if node.domain == GRAPHCORE_DOMAIN:  # Scale: like its input
-            return self._info[node.input[0]]
+    def _graphcore_infer(self, node: onnx.NodeProto, what: str) -> list[tuple[int, list[int]]]:
+        """Output types and shapes of the ``ai.graphcore`` ops (not known to ONNX)."""
+        x = self._info[node.input[0]]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type in ("Nll", "L1", "IdentityLoss"):
+            red = attrs.get("reduction", b"Mean")
+            red = red.decode() if isinstance(red, bytes) else str(red)
+            if red != "NoReduction":
+                return [(x[0], [])]
+            if node.op_type == "Nll":
+                if len(node.input) != 2:
+                    raise popart_exception(f"{what}: needs [probabilities, labels]")
+                return [(x[0], list(self._info[node.input[1]][1]))]
+            return [x]
+        if node.op_type == "GroupNormalization":
+            groups = int(attrs.get("num_groups", 1))
+            stats = (x[0], [x[1][0] * groups] if x[1] else [])
+            return [x, stats, stats][: len(node.output)]
+        return [x] * len(node.output)
+
+    def _infer(self, node: onnx.NodeProto, what: str) -> list[tuple[int, list[int]]]:
+        """Types and shapes of ``node``'s outputs, by ONNX shape inference on the node."""
+        if node.domain == GRAPHCORE_DOMAIN:
+            return self._graphcore_infer(node, what)
         inputs, inits = [], []
         for name in node.input:
             if not name:
@@ -420,8 +642,12 @@ class Builder:
                 inits.append(numpy_helper.from_array(self._values[name], name))
             t, shape = self._info[name]
             inputs.append(helper.make_tensor_value_info(name, t, shape))
-        out = helper.make_tensor_value_info(node.output[0], TensorProto.UNDEFINED, None)
-        graph = helper.make_graph([node], "infer", inputs, [out], inits)
+        outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in node.output]
+        plain = onnx.NodeProto()
+        plain.CopyFrom(node)
+        del plain.attribute[:]
+        plain.attribute.extend(a for a in node.attribute if not a.name.startswith("__"))
+        graph = helper.make_graph([plain], "infer", inputs, outs, inits)
         model = helper.make_model(graph, opset_imports=self._opset_protos())
         try:
             inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
@@ -430,13 +656,17 @@ class Builder:
             raise popart_exception(
                 f"{what} (node '{node.name}', inputs {shapes}): {str(exc).strip()}"
             ) from None
-        vt = inferred.graph.output[0].type.tensor_type
-        if not vt.HasField("shape"):
-            raise popart_exception(
-                f"{what} (node '{node.name}'): the output shape cannot be inferred; hint: a "
-                "Reshape's shape must be a constant or initializer"
-            )
-        return vt.elem_type, [d.dim_value for d in vt.shape.dim]
+        result = []
+        for vi in inferred.graph.output:
+            vt = vi.type.tensor_type
+            if not vt.HasField("shape"):
+                raise popart_exception(
+                    f"{what} (node '{node.name}'): the shape of output '{vi.name}' cannot be "
+                    "inferred; hint: shapes, axes and slice bounds must be constants or "
+                    "initializers"
+                )
+            result.append((vt.elem_type, [d.dim_value for d in vt.shape.dim]))
+        return result
 
     def _opset_protos(self) -> list[onnx.OperatorSetIdProto]:
         return [helper.make_opsetid("" if d == "ai.onnx" else d, v) for d, v in self.opsets.items()]
@@ -445,15 +675,19 @@ class Builder:
     def getModelProto(self, humanReadable: bool = False) -> bytes:
         """The model as serialized ONNX ``ModelProto`` bytes (checked by
         ``onnx.checker``); ``humanReadable=True`` gives its text form instead."""
-        if not self._outputs:
+        names = list(self._outputs)
+        if not names:  # as PopART: the tensors no node reads are the outputs
+            read = {i for node in self._nodes for i in node.input}
+            names = [o for node in self._nodes for o in node.output if o and o not in read]
+        if not names:
             raise popart_exception(
-                "Builder.getModelProto: the model has no outputs; hint: builder.addOutputTensor(id)"
+                "Builder.getModelProto: the model has no nodes and no outputs; hint: "
+                "builder.addOutputTensor(id)"
             )
         outputs = [
-            helper.make_tensor_value_info(o, self._info[o][0], self._info[o][1])
-            for o in self._outputs
+            helper.make_tensor_value_info(o, self._info[o][0], self._info[o][1]) for o in names
         ]
-        special = set(self._outputs) | {v.name for v in self._inputs}
+        special = set(names) | {v.name for v in self._inputs}
         special |= {t.name for t in self._initializers}
         value_info = [
             helper.make_tensor_value_info(n, t, s)
@@ -482,4 +716,4 @@ class Builder:
         return model.SerializeToString()
 
 
-__all__ = ["AI_ONNX_OPS", "Builder", "TensorInfo"]
+__all__ = ["AI_GRAPHCORE_OPS", "MULTI_OUTPUT_OPS", "Builder", "TensorInfo"]

@@ -17,7 +17,10 @@ An op registered with ``since=v`` is used for models of opset ``>= v`` of its do
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +43,54 @@ _NP_TO_POPLAR = {
     np.dtype(np.int64): INT,
     np.dtype(np.bool_): BOOL,
 }
+
+
+@dataclass
+class LoweringContext:
+    """What a lowering may need beyond its node: set by the session around each node.
+
+    Attributes
+    ----------
+    training
+        True when the model is lowered for a ``TrainingSession`` (Dropout drops,
+        BatchNormalization uses batch statistics).
+    options
+        Poplibs options for this node's matMul and convolution calls (for example
+        ``{"availableMemoryProportion": "0.3"}`` from
+        ``Builder.setAvailableMemoryProportion``, or the session's
+        ``convolutionOptions``).
+    seed
+        The session's random seed (Dropout).
+    side_effects
+        Where a lowering puts programs that must run once per forward pass and never
+        again when the node is recomputed (BatchNormalization's running-statistics
+        write-back); ``None`` outside a session (use the node's ``prog``).
+    """
+
+    training: bool = False
+    options: dict[str, str] = field(default_factory=dict)
+    seed: int = 0
+    side_effects: Any = None
+
+
+_CONTEXT: contextvars.ContextVar[LoweringContext | None] = contextvars.ContextVar(
+    "popart_lowering", default=None
+)
+
+
+def context() -> LoweringContext:
+    """The context of the node being lowered (inference defaults outside a session)."""
+    return _CONTEXT.get() or LoweringContext()
+
+
+@contextlib.contextmanager
+def lowering_context(ctx: LoweringContext) -> Iterator[LoweringContext]:
+    """Make ``ctx`` the context of the lowerings run inside the ``with`` block."""
+    token = _CONTEXT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _CONTEXT.reset(token)
 
 
 def _domain(domain: str) -> str:
@@ -222,7 +273,7 @@ def _matmul(graph: Graph, a: Tensor, b: Tensor, prog: Any, name: str) -> Tensor:
             f"'{b.name}' {b.shape()}"
         )
     if a.rank() == 2 and b.rank() == 2:
-        out = poplin.matMul(graph, a, b, prog, name)
+        out = poplin.matMul(graph, a, b, prog, name, context().options or None)
     else:
         try:
             batch = list(np.broadcast_shapes(tuple(a.shape()[:-2]), tuple(b.shape()[:-2])))
@@ -233,7 +284,7 @@ def _matmul(graph: Graph, a: Tensor, b: Tensor, prog: Any, name: str) -> Tensor:
             ) from None
         a3 = _batch3(a, batch)
         b3 = _batch3(b, batch)
-        out = poplin.matMul(graph, a3, b3, prog, name)
+        out = poplin.matMul(graph, a3, b3, prog, name, context().options or None)
         out = out.reshape([*batch, out.dim(1), out.dim(2)])
     if a_vec:
         out = out.squeeze([out.rank() - 2])
@@ -345,4 +396,13 @@ def _transpose(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: 
     return [x.dimShuffle(perm)]
 
 
-__all__ = ["REGISTRY", "lookup", "register", "supported_ops", "tensor"]
+__all__ = [
+    "REGISTRY",
+    "LoweringContext",
+    "context",
+    "lookup",
+    "lowering_context",
+    "register",
+    "supported_ops",
+    "tensor",
+]

@@ -11,7 +11,10 @@ step of ``batchesPerStep`` batches.
 from __future__ import annotations
 
 import io
+import json
+import logging
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,10 +22,18 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from popart_api import ops
-from popart_api.builder import VIRTUAL_GRAPH_ATTRIBUTE, TensorInfo
+from popart_api import autodiff, ops
+from popart_api.builder import (
+    MEMORY_PROPORTION_ATTRIBUTE,
+    PIPELINE_STAGE_ATTRIBUTE,
+    RECOMPUTE_ATTRIBUTE,
+    VIRTUAL_GRAPH_ATTRIBUTE,
+    TensorInfo,
+)
 from popart_api.devices import DeviceInfo
 from popart_api.errors import popart_exception
+from popart_api.optimizers import Optimizer, like
+from popart_api.options import SessionOptions, VirtualGraphMode
 from poplar_api import BOOL, FLOAT, HALF, INT, Engine, Graph, Tensor, poplin, popnn, popops
 from poplar_api import program as pprog
 from poplar_api.errors import PoplarError
@@ -37,6 +48,52 @@ _TYPES = {
 }
 _HOST = {FLOAT: np.float32, HALF: np.float16, INT: np.int32, BOOL: np.bool_}
 RETURN_TYPES = ("ALL", "FINAL", "EVERYN", "SUM")
+
+#: PopART's log levels (``POPART_LOG_LEVEL``) -> Python logging levels.
+LOG_LEVELS = {
+    "TRACE": 5,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "ERR": logging.ERROR,
+    "CRITICAL": logging.CRITICAL,
+    "OFF": logging.CRITICAL + 10,
+}
+logger = logging.getLogger("popart")
+
+
+def _configure_logging() -> None:
+    """Apply ``POPART_LOG_LEVEL`` (PopART's names) to the ``popart`` logger."""
+    level = os.environ.get("POPART_LOG_LEVEL")
+    if not level:
+        return
+    if level.upper() not in LOG_LEVELS:
+        raise popart_exception(
+            f"POPART_LOG_LEVEL={level!r} is not a level; use one of {sorted(LOG_LEVELS)}"
+        )
+    logger.setLevel(LOG_LEVELS[level.upper()])
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[popart] [%(levelname)s] %(message)s"))
+        logger.addHandler(handler)
+
+
+def _write_tile_map(graph: Graph, values: dict[str, Any], path: str) -> None:
+    """``POPART_TENSOR_TILE_MAP``: per tensor id, its element intervals on each tile
+    (JSON ``{id: [[tile, begin, end], ...]}``), as PopART writes after compiling."""
+    out: dict[str, list[list[int]]] = {}
+    for tid, v in values.items():
+        if not isinstance(v, Tensor):
+            continue
+        try:
+            mapping = graph.getTileMapping(v)
+        except Exception:
+            continue
+        out[tid] = [
+            [tile, int(iv.begin()), int(iv.end())] for tile, ivs in enumerate(mapping) for iv in ivs
+        ]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(out, f)
 
 
 def load_model(fnModel: Any, what: str) -> onnx.ModelProto:
@@ -199,30 +256,24 @@ class _Anchor:
         self.index += 1
 
 
-class InferenceSession:
-    """Run an ONNX model's inference on a simulated device.
+class PyWeightsIO:
+    """Host arrays for ``readWeights``/``writeWeights``: ``PyWeightsIO({id: array})``."""
 
-    Parameters
-    ----------
-    fnModel
-        Serialized ``ModelProto`` bytes (``builder.getModelProto()``), a ModelProto, or
-        the path of an ONNX file.
-    dataFlow
-        A :class:`DataFlow`.
-    deviceInfo
-        A :class:`~popart_api.devices.DeviceInfo` (``DeviceManager().createIpuModelDevice``,
-        ``createCpuDevice``, ``acquireAvailableDevice``).
-    inputShapeInfo
-        Shapes of inputs whose shape the model leaves open.
-    patterns, userOptions, name
-        Accepted for PopART compatibility; not used yet.
+    def __init__(self, weights: Mapping[str, np.ndarray]) -> None:
+        if not isinstance(weights, Mapping):
+            raise popart_exception("PyWeightsIO: takes a dict of weight id -> numpy array")
+        self.weights = dict(weights)
 
-    Raises
-    ------
-    popart_exception
-        Unreadable model, an anchor that is no tensor of the model, an input without a
-        shape, or no device.
-    """
+
+def _id_list(ids: Any) -> list[str]:
+    return [ids] if isinstance(ids, str) else list(ids)
+
+
+class _Session:
+    """What inference and training sessions share: reading the model, placing it on
+    the device's IPUs and replicas, lowering its nodes, streams, anchors and reports."""
+
+    _kind = "Session"
 
     def __init__(
         self,
@@ -231,22 +282,29 @@ class InferenceSession:
         deviceInfo: DeviceInfo,
         inputShapeInfo: InputShapeInfo | None = None,
         patterns: Any = None,
-        userOptions: Any = None,
-        name: str = "inference",
+        userOptions: SessionOptions | None = None,
+        name: str = "session",
     ) -> None:
-        self.model = load_model(fnModel, "InferenceSession")
+        what = self._kind
+        self.model = load_model(fnModel, what)
         if not isinstance(dataFlow, DataFlow):
             raise popart_exception(
-                f"InferenceSession: dataFlow must be a popart.DataFlow, got "
-                f"{type(dataFlow).__name__}"
+                f"{what}: dataFlow must be a popart.DataFlow, got {type(dataFlow).__name__}"
             )
         if not isinstance(deviceInfo, DeviceInfo):
             raise popart_exception(
-                "InferenceSession: deviceInfo must be a DeviceInfo; hint: "
+                f"{what}: deviceInfo must be a DeviceInfo; hint: "
                 "popart.DeviceManager().createIpuModelDevice({'tilesPerIPU': 8})"
+            )
+        if userOptions is not None and not isinstance(userOptions, SessionOptions):
+            raise popart_exception(
+                f"{what}: userOptions must be a popart.SessionOptions, got "
+                f"{type(userOptions).__name__}"
             )
         self.dataFlow = dataFlow
         self.deviceInfo = deviceInfo
+        self.options = userOptions or SessionOptions()
+        self.patterns = patterns
         self.name = name
         self._shape_info = inputShapeInfo or InputShapeInfo()
         graph = self.model.graph
@@ -256,18 +314,54 @@ class InferenceSession:
         for vi in graph.input:
             if vi.name not in self._init_names:
                 self._input_infos[vi.name] = self._input_info(vi)
-        known = set(self._input_infos) | self._init_names
-        known |= {o for n in graph.node for o in n.output}
-        for a in dataFlow.anchors():
-            if a not in known:
-                raise popart_exception(
-                    f"InferenceSession: anchor '{a}' is not a tensor of the model; model "
-                    f"outputs: {[o.name for o in graph.output]}"
-                )
+        self._known = set(self._input_infos) | self._init_names
+        self._known |= {o for n in graph.node for o in n.output}
+        self._check_options()
         self.engine: Engine | None = None
         self._inputs: dict[str, _Input] = {}
         self._anchors: dict[str, _Anchor] = {}
         self._weights: dict[str, np.ndarray] = {}
+        self._weight_vars: dict[str, Tensor] = {}
+        self._records: list[autodiff.NodeRecord] = []
+        self._values: dict[str, Any] = {}
+
+    # -------------------------------------------------------------- options
+    def _check_options(self) -> None:
+        o, what = self.options, self._kind
+        self.replicas = o.replicatedGraphCount if o.enableReplicatedGraphs else 1
+        if o.replicatedGraphCount > 1 and not o.enableReplicatedGraphs:
+            raise popart_exception(
+                f"{what}: replicatedGraphCount is {o.replicatedGraphCount} but "
+                "enableReplicatedGraphs is False; hint: set both"
+            )
+        n = self.deviceInfo.numIpus
+        if n % self.replicas:
+            raise popart_exception(
+                f"{what}: {self.replicas} replicas do not divide the device's {n} IPUs; "
+                f"hint: acquireAvailableDevice({self.replicas * max(1, n // self.replicas)})"
+            )
+        self.ipus = n // self.replicas
+        self.accumulation = o.accumulationFactor if o.enableGradientAccumulation else 1
+        if o.accumulationFactor > 1 and not o.enableGradientAccumulation:
+            raise popart_exception(
+                f"{what}: accumulationFactor is {o.accumulationFactor} but "
+                "enableGradientAccumulation is False; hint: set both"
+            )
+        if o.enablePipelining and o.virtualGraphMode is VirtualGraphMode.Off:
+            raise popart_exception(
+                f"{what}: enablePipelining needs virtualGraphMode Manual or Auto (a stage "
+                "per IPU); hint: opts.virtualGraphMode = popart.VirtualGraphMode.Manual"
+            )
+        for aid in self.dataFlow.anchors():
+            base = aid[len(autodiff.GRADIENT_PREFIX) :] if self._is_grad_anchor(aid) else aid
+            if base not in self._known:
+                raise popart_exception(
+                    f"{what}: anchor '{aid}' is not a tensor of the model; model outputs: "
+                    f"{[x.name for x in self.model.graph.output]}"
+                )
+
+    def _is_grad_anchor(self, aid: str) -> bool:
+        return aid.startswith(autodiff.GRADIENT_PREFIX) and self._kind == "TrainingSession"
 
     def _input_info(self, vi: onnx.ValueInfoProto) -> tuple[int, list[int]]:
         if self._shape_info.has(vi.name):
@@ -277,113 +371,14 @@ class InferenceSession:
         dims = list(tt.shape.dim) if tt.HasField("shape") else None
         if dims is None or any(not d.HasField("dim_value") for d in dims):
             raise popart_exception(
-                f"InferenceSession: input '{vi.name}' has no fixed shape in the model; hint: "
+                f"{self._kind}: input '{vi.name}' has no fixed shape in the model; hint: "
                 "inputShapeInfo=popart.InputShapeInfo() with .add(id, TensorInfo(...))"
             )
         return tt.elem_type, [d.dim_value for d in dims]
 
-    # ------------------------------------------------------------------ build
-    def prepareDevice(self, loadEngine: bool = True) -> None:
-        """Lower the model to a poplar_api graph for the device, compile it and load it.
-
-        Raises
-        ------
-        popart_exception
-            An unsupported op (named with its node), a type the device lacks, or a
-            lowering/compile error (with the op and node it came from).
-        """
-        device = self.deviceInfo.device
-        graph = Graph(device.getTarget())
-        for add_codelets in (popops.addCodelets, poplin.addCodelets, popnn.addCodelets):
-            add_codelets(graph)
-        values: dict[str, Any] = {}
-        for init in self.model.graph.initializer:
-            arr = numpy_helper.to_array(init)
-            if init.data_type in _TYPES:
-                typ = _TYPES[init.data_type][0]
-                var = graph.addVariable(typ, list(arr.shape), init.name)
-                mapTensorLinearly(graph, var)
-                graph.createHostWrite(f"weight:{init.name}", var)
-                self._weights[init.name] = arr.astype(_HOST[typ])
-                values[init.name] = var
-            else:  # e.g. INT64 shapes: known when the graph is built
-                values[init.name] = arr
-        body = pprog.Sequence(debugContext="step")
-        for tid, (etype, shape) in self._input_infos.items():
-            if etype not in _TYPES:
-                raise popart_exception(
-                    f"InferenceSession: input '{tid}' has type "
-                    f"{onnx.TensorProto.DataType.Name(etype)}; supported input types: FLOAT, "
-                    "FLOAT16, INT32, BOOL"
-                )
-            typ = _TYPES[etype][0]
-            var = graph.addVariable(typ, shape, tid)
-            mapTensorLinearly(graph, var)
-            stream = graph.addHostToDeviceFIFO(f"input:{tid}", typ, max(var.numElements(), 1))
-            body.add(pprog.Copy(stream, var))
-            values[tid] = var
-            self._inputs[tid] = _Input(tid, typ, shape)
-        for i, node in enumerate(self.model.graph.node):
-            self._lower(graph, node, i, values, body)
-        post = pprog.Sequence(debugContext="final")
-        every = pprog.Sequence(debugContext="everyN")
-        periods = set()
-        for aid in self.dataFlow.anchors():
-            art = self.dataFlow.art(aid)
-            t = ops.tensor(graph, values[aid], f"anchor/{aid}")
-            stream = graph.addDeviceToHostFIFO(f"anchor:{aid}", t.elementType(), t.numElements())
-            if art.id() == "ALL":
-                body.add(pprog.Copy(t, stream))
-            elif art.id() == "FINAL":
-                post.add(pprog.Copy(t, stream))
-            elif art.id() == "EVERYN":
-                periods.add(art.rp())
-                every.add(pprog.Copy(t, stream))
-            else:
-                raise popart_exception(
-                    f"InferenceSession: anchor '{aid}': AnchorReturnType('SUM') is not "
-                    "supported yet; hint: ALL, FINAL or EVERYN"
-                )
-            self._anchors[aid] = _Anchor(aid, art, t)
-        bps = self.dataFlow.batchesPerStep
-        main = self._main_program(body, every, post, periods, bps)
-        try:
-            self.engine = Engine(graph, [main])
-        except PoplarError as exc:
-            raise popart_exception(f"InferenceSession.prepareDevice: {exc}") from None
-        for aid in self._anchors:
-            self.engine.connectStreamToCallback(f"anchor:{aid}", self._anchors[aid].take)
-        for tid in self._inputs:
-            self.engine.connectStreamToCallback(f"input:{tid}", self._inputs[tid].fill)
-        if loadEngine:
-            self.engine.load(self.deviceInfo.device)
-
+    # ----------------------------------------------------------- placement
     @staticmethod
-    def _main_program(
-        body: pprog.Sequence, every: pprog.Sequence, post: pprog.Sequence, periods: set, bps: int
-    ) -> pprog.Program:
-        if not periods:
-            return pprog.Sequence(pprog.Repeat(bps, body), post, debugContext="main")
-        if len(periods) > 1:
-            raise popart_exception(
-                f"InferenceSession: EVERYN anchors with different periods {sorted(periods)} "
-                "are not supported yet; hint: use one period"
-            )
-        n = periods.pop()
-        if bps % n:
-            raise popart_exception(
-                f"InferenceSession: AnchorReturnType('EVERYN', {n}) needs batchesPerStep "
-                f"({bps}) to be a multiple of {n}"
-            )
-        group = pprog.Sequence(pprog.Repeat(n - 1, body), body, every)
-        return pprog.Sequence(pprog.Repeat(bps // n, group), post, debugContext="main")
-
-    def _lower(
-        self, graph: Graph, node: onnx.NodeProto, i: int, values: dict, prog: pprog.Sequence
-    ) -> None:
-        name = node.name or f"{node.op_type}_{i}"
-        domain = node.domain or "ai.onnx"
-        fn = ops.lookup(domain, node.op_type, self._opsets.get(domain, 1), name)
+    def _node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
         attrs = {}
         for a in node.attribute:
             v = helper.get_attribute_value(a)
@@ -392,12 +387,201 @@ class InferenceSession:
             elif isinstance(v, bytes):
                 v = v.decode()
             attrs[a.name] = v
-        ipu = attrs.pop(VIRTUAL_GRAPH_ATTRIBUTE, 0)
-        if int(ipu) >= self.deviceInfo.numIpus:
-            raise popart_exception(
-                f"{node.op_type} (node '{name}'): virtual graph {ipu} needs more IPUs than "
-                f"the device's {self.deviceInfo.numIpus}"
+        return attrs
+
+    def _place(self) -> tuple[list[int], list[int]]:
+        """Per node: its IPU within the replica and its pipeline stage."""
+        nodes = list(self.model.graph.node)
+        mode = self.options.virtualGraphMode
+        ipus: list[int] = []
+        if mode is VirtualGraphMode.Auto and self.ipus > 1:
+            cost = []
+            for node in nodes:  # balance by the weights each node reads, then by count
+                size = sum(
+                    int(np.prod(self._init_shape(i), dtype=np.int64))
+                    for i in node.input
+                    if i in self._init_names
+                )
+                cost.append(1 + size)
+            cum = np.cumsum(cost) / max(sum(cost), 1)
+            ipus = [min(int(c * self.ipus - 1e-9), self.ipus - 1) for c in cum]
+            ipus = list(np.maximum.accumulate(ipus)) if ipus else []
+        else:
+            for i, node in enumerate(nodes):
+                v = self._node_attrs(node).get(VIRTUAL_GRAPH_ATTRIBUTE)
+                if mode is VirtualGraphMode.Manual and v is None:
+                    raise popart_exception(
+                        f"{self._kind}: virtualGraphMode is Manual but node "
+                        f"'{node.name or node.op_type + '_' + str(i)}' ({node.op_type}) has no "
+                        "virtual graph; hint: builder.virtualGraph(id, ipu) or "
+                        "`with builder.virtualGraph(ipu):`"
+                    )
+                v = int(v or 0) if mode is not VirtualGraphMode.Off else 0
+                if v >= self.ipus:
+                    raise popart_exception(
+                        f"{node.op_type} (node '{node.name}'): virtual graph {v} needs more "
+                        f"IPUs than the {self.ipus} of each replica (device "
+                        f"{self.deviceInfo.numIpus}"
+                        f" IPUs / {self.replicas} replicas)"
+                    )
+                ipus.append(v)
+        stages = []
+        for node, ipu in zip(nodes, ipus, strict=True):
+            s = self._node_attrs(node).get(PIPELINE_STAGE_ATTRIBUTE)
+            stages.append(int(s) if s is not None else ipu)
+        return [int(x) for x in ipus], stages
+
+    def _init_shape(self, tid: str) -> list[int]:
+        for t in self.model.graph.initializer:
+            if t.name == tid:
+                return list(t.dims)
+        return []
+
+    # ---------------------------------------------------------------- build
+    def prepareDevice(self, loadEngine: bool = True) -> None:
+        """Lower the model to a poplar_api graph for the device, compile it and load it.
+
+        Raises
+        ------
+        popart_exception
+            An unsupported op (named with its node), a type the device lacks, a
+            lowering or compile error (with the op and node it came from); a graph
+            that does not fit the tiles' memory keeps its memory report
+            (``getGraphReport``).
+        """
+        _configure_logging()
+        started = time.perf_counter()
+        logger.info(
+            "%s.prepareDevice: %d nodes, %d IPUs (%d replicas), pipelining %s",
+            self._kind,
+            len(self.model.graph.node),
+            self.deviceInfo.numIpus,
+            self.replicas,
+            self.options.enablePipelining,
+        )
+        device = self.deviceInfo.device
+        target = device.getTarget()
+        graph = (
+            Graph(target, replication_factor=self.replicas) if self.replicas > 1 else Graph(target)
+        )
+        self.graph = graph
+        for add_codelets in (popops.addCodelets, poplin.addCodelets, popnn.addCodelets):
+            add_codelets(graph)
+        tiles = graph.getTarget().getTilesPerIPU()
+        if self.options.virtualGraphMode is VirtualGraphMode.Off or self.ipus == 1:
+            self._graphs = [graph] * max(self.ipus, 1)
+            self._whole = True
+        else:
+            self._graphs = [
+                graph.createVirtualGraph(i * tiles, (i + 1) * tiles) for i in range(self.ipus)
+            ]
+            self._whole = False
+        node_ipu, node_stage = self._place()
+        self._node_ipu, self._node_stage = node_ipu, node_stage
+        first_ipu: dict[str, int] = {}
+        for node, ipu in zip(self.model.graph.node, node_ipu, strict=True):
+            for i in node.input:
+                first_ipu.setdefault(i, ipu)
+        values: dict[str, Any] = {}
+        self._value_ipu: dict[str, int] = {}
+        for init in self.model.graph.initializer:
+            arr = numpy_helper.to_array(init)
+            if init.data_type in _TYPES:
+                typ = _TYPES[init.data_type][0]
+                ipu = first_ipu.get(init.name, 0)
+                var = self._graphs[ipu].addVariable(typ, list(arr.shape), init.name)
+                mapTensorLinearly(self._graphs[ipu], var)
+                graph.createHostWrite(f"weight:{init.name}", var)
+                graph.createHostRead(f"weightRead:{init.name}", var)
+                self._weights[init.name] = arr.astype(_HOST[typ])
+                self._weight_vars[init.name] = var
+                values[init.name] = var
+                self._value_ipu[init.name] = ipu
+            else:  # e.g. INT64 shapes: known when the graph is built
+                values[init.name] = arr
+        self._input_progs: dict[str, pprog.Sequence] = {}
+        for tid, (etype, shape) in self._input_infos.items():
+            if etype not in _TYPES:
+                raise popart_exception(
+                    f"{self._kind}: input '{tid}' has type "
+                    f"{onnx.TensorProto.DataType.Name(etype)}; supported input types: FLOAT, "
+                    "FLOAT16, INT32, BOOL"
+                )
+            typ = _TYPES[etype][0]
+            ipu = first_ipu.get(tid, 0)
+            var = self._graphs[ipu].addVariable(typ, shape, tid)
+            mapTensorLinearly(self._graphs[ipu], var)
+            stream = graph.addHostToDeviceFIFO(f"input:{tid}", typ, max(var.numElements(), 1))
+            self._input_progs[tid] = pprog.Sequence(
+                pprog.Copy(stream, var), debugContext=f"input/{tid}"
             )
+            values[tid] = var
+            self._value_ipu[tid] = ipu
+            self._inputs[tid] = _Input(tid, typ, shape)
+        self._values = values
+        self._copies: dict[tuple[str, int], Any] = {}
+        self._copy_progs: dict[tuple[str, int], pprog.Copy] = {}
+        self._side_progs: list[pprog.Sequence] = []
+        #: pipeline stage of each node output; (stage, copy) sending outputs onwards
+        self._value_stage: dict[str, int] = {}
+        self._pipeline_sends: list[tuple[int, pprog.Copy]] = []
+        node_progs = []
+        for i, node in enumerate(self.model.graph.node):
+            node_progs.append(self._lower(node, i, values))
+        self._node_progs = node_progs
+        #: per node: its program, then what runs once per forward pass
+        self._fwd_progs = [
+            pprog.Sequence(p, side) for p, side in zip(node_progs, self._side_progs, strict=True)
+        ]
+        logger.info("lowered %d nodes in %.3f s", len(node_progs), time.perf_counter() - started)
+        self._finish_build(values)
+        logger.info("compiled in %.3f s (total)", time.perf_counter() - started)
+        tile_map = os.environ.get("POPART_TENSOR_TILE_MAP")
+        if tile_map:
+            _write_tile_map(graph, values, tile_map)
+        self._loaded = False
+        if loadEngine:
+            self.engine.load(self.deviceInfo.device)
+            self._loaded = True
+
+    def _on_ipu(self, tid: str, value: Any, ipu: int, prog: pprog.Sequence) -> Any:
+        """``value`` (tensor ``tid``) on ``ipu``: copied there once when it lives on
+        another IPU (PopART's IpuCopy)."""
+        src = self._value_ipu.get(tid, ipu)
+        if not isinstance(value, Tensor) or src == ipu or self._whole:
+            return value
+        key = (tid, ipu)
+        if key not in self._copies:
+            g = self._graphs[ipu]
+            dst = g.addVariable(value.elementType(), value.shape(), f"{tid}/ipu{ipu}")
+            mapTensorLinearly(g, dst)
+            self._copies[key] = dst
+            stage = self._value_stage.get(tid)
+            if self.options.enablePipelining and stage is not None:
+                # A pipeline stage's output crosses to the next IPU right after the
+                # stage's forward (into a carrier no stash touches); the consumer reads
+                # it from there when its own forward runs.
+                carrier = g.addVariable(value.elementType(), value.shape(), f"{tid}/toIpu{ipu}")
+                mapTensorLinearly(g, carrier)
+                self._pipeline_sends.append((stage, pprog.Copy(value, carrier)))
+                self._copy_progs[key] = pprog.Copy(carrier, dst)
+            else:
+                self._copy_progs[key] = pprog.Copy(value, dst)
+        prog.add(self._copy_progs[key])
+        return self._copies[key]
+
+    def _lower(self, node: onnx.NodeProto, i: int, values: dict) -> pprog.Sequence:
+        name = node.name or f"{node.op_type}_{i}"
+        domain = node.domain or "ai.onnx"
+        opset = self._opsets.get(domain, 1)
+        fn = ops.lookup(domain, node.op_type, opset, name)
+        attrs = self._node_attrs(node)
+        for key in (VIRTUAL_GRAPH_ATTRIBUTE, PIPELINE_STAGE_ATTRIBUTE, RECOMPUTE_ATTRIBUTE):
+            attrs.pop(key, None)
+        proportion = attrs.pop(MEMORY_PROPORTION_ATTRIBUTE, None)
+        ipu = self._node_ipu[i]
+        logger.debug("lowering %s '%s' on IPU %d", node.op_type, name, ipu)
+        prog = pprog.Sequence(debugContext=name)
         inputs = []
         for tid in node.input:
             if tid and tid not in values:
@@ -405,43 +589,235 @@ class InferenceSession:
                     f"{node.op_type} (node '{name}'): input '{tid}' is made by no earlier "
                     "node, input or initializer (nodes must be in topological order)"
                 )
-            inputs.append(values[tid] if tid else None)
+            inputs.append(self._on_ipu(tid, values[tid], ipu, prog) if tid else None)
         while inputs and inputs[-1] is None:
             inputs.pop()
+        options = dict(self.options.convolutionOptions)
+        options.update(self.options.matmulOptions)
+        if proportion is not None:
+            options["availableMemoryProportion"] = str(proportion)
+        seed = self.options.randomSeed or 0
+        side = pprog.Sequence(debugContext=f"{name}/once")
+        ctx = ops.LoweringContext(
+            training=self._kind == "TrainingSession", options=options, seed=seed, side_effects=side
+        )
         try:
-            outs = fn(graph, inputs, attrs, prog, name)
+            with ops.lowering_context(ctx):
+                outs = list(fn(self._graphs[ipu], inputs, attrs, prog, name))
         except popart_exception:
             raise
         except PoplarError as exc:
             raise popart_exception(f"{node.op_type} (node '{name}'): {exc}") from None
+        missing = [
+            tid
+            for tid, v in zip(node.output, outs + [None] * len(node.output), strict=False)
+            if tid and v is None
+        ]
+        if missing:
+            raise popart_exception(
+                f"{node.op_type} (node '{name}'): output(s) {missing} are not supported by "
+                "popart_api's lowering of this op; hint: build the node without them"
+            )
         for tid, v in zip(node.output, outs, strict=False):
             if tid:
                 values[tid] = v
+                self._value_ipu[tid] = ipu
+                self._value_stage[tid] = self._node_stage[i]
+        self._side_progs.append(side)
+        self._records.append(
+            autodiff.NodeRecord(
+                domain=domain,
+                op_type=node.op_type,
+                name=name,
+                opset=opset,
+                attrs=attrs,
+                input_ids=list(node.input[: len(inputs)]),
+                output_ids=list(node.output),
+                inputs=inputs,
+                outputs=outs,
+                ipu=ipu,
+                stage=self._node_stage[i],
+            )
+        )
+        return prog
+
+    # ------------------------------------------------------------- anchors
+    def _anchor_tensor(self, aid: str, values: dict) -> Tensor:
+        if aid not in values:
+            raise popart_exception(
+                f"{self._kind}: anchor '{aid}' has no value (a gradient nobody computes?); "
+                "hint: anchor gradients of trained weights or of inputs on the loss's path"
+            )
+        return ops.tensor(self.graph, values[aid], f"anchor/{aid}")
+
+    def _make_anchors(
+        self, values: dict
+    ) -> tuple[pprog.Sequence, pprog.Sequence, pprog.Sequence, pprog.Sequence, set]:
+        """Programs copying anchors out: per micro-batch (ALL, SUM accumulation), per
+        batch (EVERYN), after the step (FINAL, SUM) and at the start (SUM zeroing)."""
+        micro = pprog.Sequence(debugContext="anchors/all")
+        every = pprog.Sequence(debugContext="anchors/everyN")
+        post = pprog.Sequence(debugContext="anchors/final")
+        pre = pprog.Sequence(debugContext="anchors/sumZero")
+        periods = set()
+        graph = self.graph
+        for aid in self.dataFlow.anchors():
+            art = self.dataFlow.art(aid)
+            t = self._anchor_tensor(aid, values)
+            stream = graph.addDeviceToHostFIFO(
+                f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
+            )
+            if art.id() == "ALL":
+                micro.add(pprog.Copy(t, stream))
+            elif art.id() == "FINAL":
+                post.add(pprog.Copy(t, stream))
+            elif art.id() == "EVERYN":
+                periods.add(art.rp())
+                every.add(pprog.Copy(t, stream))
+            else:  # SUM over the step's batches
+                total = like(graph, t, f"anchor/{aid}/sum")
+                popops.zero(graph, total, pre, f"anchor/{aid}/sumZero")
+                popops.addInPlace(graph, total, t, micro, f"anchor/{aid}/sum")
+                post.add(pprog.Copy(total, stream))
+            self._anchors[aid] = _Anchor(aid, art, t)
+        return micro, every, post, pre, periods
+
+    def _main_program(
+        self,
+        batch: pprog.Program,
+        every: pprog.Sequence,
+        post: pprog.Sequence,
+        pre: pprog.Sequence,
+        periods: set,
+    ) -> pprog.Program:
+        bps = self.dataFlow.batchesPerStep
+        if not periods:
+            return pprog.Sequence(pre, pprog.Repeat(bps, batch), post, debugContext="main")
+        if len(periods) > 1:
+            raise popart_exception(
+                f"{self._kind}: EVERYN anchors with different periods {sorted(periods)} "
+                "are not supported; hint: use one period"
+            )
+        n = periods.pop()
+        if bps % n:
+            raise popart_exception(
+                f"{self._kind}: AnchorReturnType('EVERYN', {n}) needs batchesPerStep "
+                f"({bps}) to be a multiple of {n}"
+            )
+        group = pprog.Sequence(pprog.Repeat(n - 1, batch), batch, every)
+        return pprog.Sequence(pre, pprog.Repeat(bps // n, group), post, debugContext="main")
+
+    def _compile(self, main: pprog.Program) -> None:
+        try:
+            self.engine = Engine(self.graph, [main], self.options.engineOptions or None)
+        except PoplarError as exc:
+            raise popart_exception(f"{self._kind}.prepareDevice: {exc}") from None
+        for aid in self._anchors:
+            self.engine.connectStreamToCallback(f"anchor:{aid}", self._anchors[aid].take)
+        for tid in self._inputs:
+            self.engine.connectStreamToCallback(f"input:{tid}", self._inputs[tid].fill)
+
+    def _finish_build(self, values: dict) -> None:
+        raise NotImplementedError
 
     # -------------------------------------------------------------------- run
     def _engine(self, what: str) -> Engine:
         if self.engine is None:
-            raise popart_exception(f"InferenceSession.{what}: call prepareDevice() first")
+            raise popart_exception(f"{self._kind}.{what}: call prepareDevice() first")
         return self.engine
 
     def weightsFromHost(self) -> None:
         """Write the model's weights (initializers) to the device."""
         engine = self._engine("weightsFromHost")
+        if not self._loaded:
+            engine.load(self.deviceInfo.device)
+            self._loaded = True
         for tid, arr in self._weights.items():
             engine.writeTensor(f"weight:{tid}", arr)
 
+    _loaded = False
+
+    def weightsToHost(self) -> None:
+        """Read the weights from the device into the session's host copies."""
+        engine = self._engine("weightsToHost")
+        for tid in self._weights:
+            arr = np.asarray(engine.readTensor(f"weightRead:{tid}"))
+            shape = self._weights[tid].shape
+            self._weights[tid] = (
+                arr.reshape(-1, *shape)[0].copy()
+                if self.replicas > 1
+                else arr.reshape(shape).copy()
+            )
+
+    def readWeights(self, weightsIo: PyWeightsIO) -> None:
+        """Copy the host copies of the weights (``weightsToHost``) into ``weightsIo``."""
+        for tid, arr in weightsIo.weights.items():
+            if tid not in self._weights:
+                raise popart_exception(
+                    f"{self._kind}.readWeights: '{tid}' is not a weight; weights: "
+                    f"{sorted(self._weights)}"
+                )
+            arr[...] = self._weights[tid].reshape(arr.shape)
+
+    def writeWeights(self, weightsIo: PyWeightsIO) -> None:
+        """Set the host copies of weights (written by the next ``weightsFromHost``)."""
+        for tid, arr in weightsIo.weights.items():
+            if tid not in self._weights:
+                raise popart_exception(
+                    f"{self._kind}.writeWeights: '{tid}' is not a weight; weights: "
+                    f"{sorted(self._weights)}"
+                )
+            want = self._weights[tid].shape
+            if np.shape(arr) != want:
+                raise popart_exception(
+                    f"{self._kind}.writeWeights: '{tid}' needs shape {list(want)}, got "
+                    f"{list(np.shape(arr))}"
+                )
+            self._weights[tid] = np.asarray(arr, self._weights[tid].dtype).copy()
+
+    def resetHostWeights(
+        self,
+        modelProtoOrFilename: Any,
+        ignoreWeightsInModelWithoutCorrespondingHostWeight: bool = False,
+    ) -> None:
+        """Take the weights of another model (same weight ids and shapes) as the host
+        copies; ``weightsFromHost`` then writes them."""
+        model = load_model(modelProtoOrFilename, f"{self._kind}.resetHostWeights")
+        for init in model.graph.initializer:
+            if init.name not in self._weights:
+                if ignoreWeightsInModelWithoutCorrespondingHostWeight:
+                    continue
+                raise popart_exception(
+                    f"{self._kind}.resetHostWeights: the model's weight '{init.name}' is not a "
+                    "weight of this session; hint: "
+                    "ignoreWeightsInModelWithoutCorrespondingHostWeight=True"
+                )
+            self.writeWeights(PyWeightsIO({init.name: numpy_helper.to_array(init)}))
+
+    def modelToHost(self, fn: str) -> None:
+        """Write the model with the device's current weights to the ONNX file ``fn``."""
+        self.weightsToHost()
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        for init in model.graph.initializer:
+            if init.name in self._weights:
+                init.CopyFrom(numpy_helper.from_array(self._weights[init.name], init.name))
+        onnx.save(model, fn)
+
     def _anchor_shape(self, a: _Anchor) -> list[int]:
         art, bps = a.art, self.dataFlow.batchesPerStep
-        shape = a.tensor.shape()
-        if art.id() == "ALL" and bps > 1:
-            return [bps, *shape]
-        if art.id() == "EVERYN" and bps // art.rp() > 1:
-            return [bps // art.rp(), *shape]
-        return list(shape)
+        shape = list(a.tensor.shape())
+        lead = [self.replicas] if self.replicas > 1 else []
+        if art.id() == "ALL":
+            lead = [n for n in (bps, self.accumulation) if n > 1] + lead
+        elif art.id() == "EVERYN" and bps // art.rp() > 1:
+            lead = [bps // art.rp(), *lead]
+        return [*lead, *shape]
 
     def initAnchorArrays(self) -> dict[str, np.ndarray]:
-        """Zeroed numpy arrays for the anchors, shaped as PopART shapes them (a leading
-        ``batchesPerStep`` dimension for ``ALL`` anchors when it is > 1)."""
+        """Zeroed numpy arrays for the anchors, shaped as PopART shapes them: leading
+        ``[batchesPerStep, accumulationFactor, replicas]`` dimensions for ``ALL``
+        anchors, each only when it is > 1."""
         self._engine("initAnchorArrays")
         return {
             aid: np.zeros(self._anchor_shape(a), _HOST[a.tensor.elementType()])
@@ -456,11 +832,18 @@ class InferenceSession:
         if tensorId in self._anchors:
             t = self._anchors[tensorId].tensor
             return TensorInfo(_HOST[t.elementType()], t.shape())
-        raise popart_exception(f"InferenceSession.getInfo: '{tensorId}' is no input or anchor")
+        raise popart_exception(f"{self._kind}.getInfo: '{tensorId}' is no input or anchor")
+
+    def _input_shape(self, inp: _Input) -> list[int]:
+        lead = [
+            n for n in (self.dataFlow.batchesPerStep, self.accumulation, self.replicas) if n > 1
+        ]
+        return [*lead, *inp.shape]
 
     def run(self, stepio: PyStepIO, debugName: str = "") -> None:
-        """Run one step: ``batchesPerStep`` batches from ``stepio.inputs`` (arrays
-        ``[batchesPerStep, *shape]`` when it is > 1) into ``stepio.outputs``.
+        """Run one step: ``batchesPerStep`` batches from ``stepio.inputs`` into
+        ``stepio.outputs``. Input arrays are ``[batchesPerStep, accumulationFactor,
+        replicas, *shape]``, each leading dimension only when it is > 1.
 
         Raises
         ------
@@ -469,55 +852,58 @@ class InferenceSession:
             a missing or wrongly shaped anchor array (all named, with the shapes).
         """
         engine = self._engine("run")
+        if not self._loaded:
+            engine.load(self.deviceInfo.device)
+            self._loaded = True
+        what = f"{self._kind}.run"
         if not isinstance(stepio, PyStepIO):
-            raise popart_exception("InferenceSession.run: expected a popart.PyStepIO")
-        bps = self.dataFlow.batchesPerStep
+            raise popart_exception(f"{what}: expected a popart.PyStepIO")
         extra = sorted(set(stepio.inputs) - set(self._inputs))
         if extra:
             raise popart_exception(
-                f"InferenceSession.run: {extra} are not inputs of the model; inputs: "
-                f"{sorted(self._inputs)}"
+                f"{what}: {extra} are not inputs of the model; inputs: {sorted(self._inputs)}"
             )
+        calls = self.dataFlow.batchesPerStep * self.accumulation * self.replicas
         for tid, inp in self._inputs.items():
             if tid not in stepio.inputs:
                 raise popart_exception(
-                    f"InferenceSession.run: no data for input '{tid}' in the PyStepIO; "
-                    f"inputs needed: {sorted(self._inputs)}"
+                    f"{what}: no data for input '{tid}' in the PyStepIO; inputs needed: "
+                    f"{sorted(self._inputs)}"
                 )
-            inp.data, inp.index = self._step_input(tid, inp, stepio.inputs[tid], bps), 0
+            inp.data, inp.index = self._step_input(tid, inp, stepio.inputs[tid], calls, what), 0
         for aid, a in self._anchors.items():
             out = stepio.outputs.get(aid)
             want = self._anchor_shape(a)
             if not isinstance(out, np.ndarray) or list(out.shape) != want:
                 got = list(out.shape) if isinstance(out, np.ndarray) else type(out).__name__
                 raise popart_exception(
-                    f"InferenceSession.run: anchor '{aid}' needs an array of shape {want}, got "
-                    f"{got}; hint: session.initAnchorArrays()"
+                    f"{what}: anchor '{aid}' needs an array of shape {want}, got {got}; hint: "
+                    "session.initAnchorArrays()"
                 )
             a.out, a.index = out.reshape([-1, *a.tensor.shape()]), 0
         try:
             engine.run(0, debugName)
         except PoplarError as exc:
-            raise popart_exception(f"InferenceSession.run: {exc}") from None
+            raise popart_exception(f"{what}: {exc}") from None
 
-    @staticmethod
-    def _step_input(tid: str, inp: _Input, data: Any, bps: int) -> np.ndarray:
+    def _step_input(self, tid: str, inp: _Input, data: Any, calls: int, what: str) -> np.ndarray:
         arr = np.asarray(data)
         host = _HOST[inp.type]
-        want = [bps, *inp.shape] if bps > 1 else inp.shape
-        if list(arr.shape) != want and not (bps == 1 and list(arr.shape) == [1, *inp.shape]):
+        want = self._input_shape(inp)
+        if list(arr.shape) != want and not (calls == 1 and list(arr.shape) == [1, *inp.shape]):
             raise popart_exception(
-                f"InferenceSession.run: input '{tid}' has shape {list(arr.shape)}; it needs "
-                f"{want} (batchesPerStep={bps} x tensor shape {inp.shape})"
+                f"{what}: input '{tid}' has shape {list(arr.shape)}; it needs {want} "
+                f"(batchesPerStep={self.dataFlow.batchesPerStep}, accumulationFactor="
+                f"{self.accumulation}, replicas={self.replicas}; dimensions of 1 dropped; "
+                f"tensor shape {inp.shape})"
             )
         if np.dtype(host).kind != arr.dtype.kind and not (
             np.dtype(host).kind == "f" and arr.dtype.kind in "iu"
         ):
             raise popart_exception(
-                f"InferenceSession.run: input '{tid}' is {arr.dtype}; the model's input is "
-                f"{np.dtype(host)}"
+                f"{what}: input '{tid}' is {arr.dtype}; the model's input is {np.dtype(host)}"
             )
-        return np.ascontiguousarray(arr, dtype=host).reshape([bps, *inp.shape])
+        return np.ascontiguousarray(arr, dtype=host).reshape([calls, *inp.shape])
 
     # -------------------------------------------------------------- reports
     def getSummaryReport(self, resetProfile: bool = True) -> str:
@@ -535,6 +921,190 @@ class InferenceSession:
         """The execution profile of the runs so far (a dict of JSON types)."""
         return self._engine("getExecutionReport").getExecutionProfile()
 
+    def getCycleCount(self) -> int:
+        """Simulated cycles of the last run."""
+        report = self.getExecutionReport()
+        return int(report.get("simulation", {}).get("cycles", 0) or 0)
+
+
+class InferenceSession(_Session):
+    """Run an ONNX model's inference on a simulated device.
+
+    Parameters
+    ----------
+    fnModel
+        Serialized ``ModelProto`` bytes (``builder.getModelProto()``), a ModelProto, or
+        the path of an ONNX file.
+    dataFlow
+        A :class:`DataFlow`.
+    deviceInfo
+        A :class:`~popart_api.devices.DeviceInfo` (``DeviceManager().createIpuModelDevice``,
+        ``createCpuDevice``, ``acquireAvailableDevice``).
+    inputShapeInfo
+        Shapes of inputs whose shape the model leaves open.
+    userOptions
+        :class:`~popart_api.options.SessionOptions` (virtual graphs, pipelining,
+        replication, engine options).
+    patterns, name
+        Accepted for PopART compatibility.
+
+    Raises
+    ------
+    popart_exception
+        Unreadable model, an anchor that is no tensor of the model, an input without a
+        shape, bad options, or no device.
+    """
+
+    _kind = "InferenceSession"
+
+    def __init__(
+        self,
+        fnModel: Any,
+        dataFlow: DataFlow,
+        deviceInfo: DeviceInfo,
+        inputShapeInfo: InputShapeInfo | None = None,
+        patterns: Any = None,
+        userOptions: SessionOptions | None = None,
+        name: str = "inference",
+    ) -> None:
+        super().__init__(fnModel, dataFlow, deviceInfo, inputShapeInfo, patterns, userOptions, name)
+
+    def _finish_build(self, values: dict) -> None:
+        if self.options.enablePipelining and self.ipus > 1:
+            from popart_api.pipeline import inference_program
+
+            self._compile(inference_program(self, values))
+            return
+        micro, every, post, pre, periods = self._make_anchors(values)
+        batch = pprog.Sequence(
+            *[self._input_progs[t] for t in self._inputs],
+            *self._fwd_progs,
+            micro,
+            debugContext="batch",
+        )
+        self._compile(self._main_program(batch, every, post, pre, periods))
+
+
+class TrainingSession(_Session):
+    """Train an ONNX model on a simulated device: forward pass, the loss's gradient,
+    backward pass (autodiff of every op), optimizer update, per batch.
+
+    Parameters
+    ----------
+    fnModel, dataFlow, deviceInfo, inputShapeInfo, patterns, userOptions, name
+        As :class:`InferenceSession`.
+    loss
+        The id of the loss tensor (the output of ``aiGraphcore.nllloss``/``l1loss``/
+        ``identityloss``, or any FLOAT scalar).
+    optimizer
+        :class:`~popart_api.optimizers.ConstSGD`, ``SGD`` or ``Adam``.
+
+    Raises
+    ------
+    popart_exception
+        As :class:`InferenceSession`, plus a loss that is no tensor of the model, a
+        missing or unknown optimizer, an op without a gradient between a weight and
+        the loss.
+    """
+
+    _kind = "TrainingSession"
+
+    def __init__(
+        self,
+        fnModel: Any,
+        dataFlow: DataFlow,
+        deviceInfo: DeviceInfo,
+        loss: str | None = None,
+        optimizer: Optimizer | None = None,
+        inputShapeInfo: InputShapeInfo | None = None,
+        patterns: Any = None,
+        userOptions: SessionOptions | None = None,
+        name: str = "training",
+        losses: Any = None,
+    ) -> None:
+        super().__init__(fnModel, dataFlow, deviceInfo, inputShapeInfo, patterns, userOptions, name)
+        if loss is None and losses:
+            loss = losses[0] if isinstance(losses, list | tuple) else losses
+        if not isinstance(loss, str) or loss not in self._known:
+            raise popart_exception(
+                f"TrainingSession: loss {loss!r} is not a tensor of the model; hint: the id "
+                "returned by builder.aiGraphcore.nllloss(...) / l1loss / identityloss"
+            )
+        if not isinstance(optimizer, Optimizer):
+            raise popart_exception(
+                "TrainingSession: optimizer must be popart.ConstSGD, SGD or Adam, got "
+                f"{type(optimizer).__name__}"
+            )
+        self.loss = loss
+        self.optimizer = optimizer
+
+    def _trained(self) -> list[str]:
+        """Weights the optimizer updates: every FLOAT/FLOAT16 initializer."""
+        return [w for w, v in self._weight_vars.items() if autodiff.is_float(v)]
+
+    def _finish_build(self, values: dict) -> None:
+        loss = values[self.loss]
+        if not autodiff.is_float(loss):
+            raise popart_exception(
+                f"TrainingSession: loss '{self.loss}' is not a FLOAT tensor (got "
+                f"{type(loss).__name__}); hint: the output of a loss op"
+            )
+        trained = self._trained()
+        sources = set(trained)
+        sources |= {
+            a[len(autodiff.GRADIENT_PREFIX) :]
+            for a in self.dataFlow.anchors()
+            if self._is_grad_anchor(a)
+        }
+        from popart_api.training import build_training
+
+        build_training(self, values, loss, trained, sources)
+
+    def weightsFromHost(self) -> None:
+        """Write the weights and the optimizer's values to the device; zero the
+        optimizer state (velocities, moments)."""
+        super().weightsFromHost()
+        engine = self._engine("weightsFromHost")
+        for handle, value in self._optimizer_writes(self.optimizer):
+            engine.writeTensor(handle, value)
+        for handle, shape, dtype in self._state_handles:
+            engine.writeTensor(handle, np.zeros(shape, dtype))
+
+    def _optimizer_writes(self, optimizer: Optimizer) -> list[tuple[str, np.ndarray]]:
+        low = self._opt_lowering
+        trained = self._trained()
+        shape, dtype = self._seed_shape
+        seed = np.full(shape, optimizer.getLossScalingVal(), dtype)
+        return [("lossScaling:seed", seed)] + [
+            (self._scalar_handles[id(t)], np.float32(v))
+            for t, v in low.host_values(optimizer, trained)
+        ]
+
+    def updateOptimizerFromHost(self, optimizer: Optimizer) -> None:
+        """Write a new optimizer's values (same kind; constant values unchanged)."""
+        engine = self._engine("updateOptimizerFromHost")
+        if type(optimizer) is not type(self.optimizer):
+            raise popart_exception(
+                f"TrainingSession.updateOptimizerFromHost: the session was built with "
+                f"{type(self.optimizer).__name__}; got {type(optimizer).__name__}"
+            )
+        old = self.optimizer
+        for name in old.DEFAULTS:
+            for wid in [None, *old.specific_ids(), *optimizer.specific_ids()]:
+                a, const = old.value(name, wid)
+                b, _ = optimizer.value(name, wid)
+                if const and a != b:
+                    raise popart_exception(
+                        f"TrainingSession.updateOptimizerFromHost: {name} "
+                        + (f"of '{wid}' " if wid else "")
+                        + f"is constant ({a}) and cannot change to {b}; hint: make it "
+                        "(value, False) when building the session"
+                    )
+        self.optimizer = optimizer
+        self._opt_lowering.optimizer = optimizer
+        for handle, value in self._optimizer_writes(optimizer):
+            engine.writeTensor(handle, value)
+
 
 __all__ = [
     "AnchorReturnType",
@@ -542,4 +1112,6 @@ __all__ = [
     "InferenceSession",
     "InputShapeInfo",
     "PyStepIO",
+    "PyWeightsIO",
+    "TrainingSession",
 ]

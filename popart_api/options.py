@@ -1,0 +1,181 @@
+"""PopART's ``SessionOptions`` and the enums its options take.
+
+Only the options this layer acts on are attributes with checked values; the
+``engineOptions``, ``convolutionOptions``, ``lstmOptions`` and ``reportOptions``
+dicts are passed through to poplar_api (engine options to the ``Engine``,
+convolution and matmul options to ``poplin``). Setting an attribute
+``SessionOptions`` does not have is an error naming it, so a typo is never silent.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from popart_api.errors import popart_exception
+
+
+class VirtualGraphMode(enum.Enum):
+    """How ops are placed on IPUs (``popart.VirtualGraphMode``)."""
+
+    Off = "Off"
+    Manual = "Manual"
+    Auto = "Auto"
+
+
+class RecomputationType(enum.Enum):
+    """Which activations the backward pass recomputes (``popart.RecomputationType``)."""
+
+    NoRecompute = "NoRecompute"
+    Standard = "Standard"
+    NormOnly = "NormOnly"
+    RecomputeAll = "RecomputeAll"
+    Pipeline = "Pipeline"
+
+
+class RecomputeType(enum.Enum):
+    """Per-node recomputation (``Builder.recomputeOutputInBackwardPass``)."""
+
+    Undefined = 0
+    Checkpoint = 1
+    Recompute = 2
+
+
+class ReductionType(enum.Enum):
+    """How a loss or the gradient accumulation reduces (``popart.ReductionType``)."""
+
+    Sum = "Sum"
+    Mean = "Mean"
+    NoReduction = "NoReduction"
+
+
+class SyntheticDataMode(enum.Enum):
+    """Synthetic data (``popart.SyntheticDataMode``): inputs not read from the host."""
+
+    Off = "Off"
+    Zeros = "Zeros"
+    RandomNormal = "RandomNormal"
+
+
+_DEFAULTS: dict[str, Any] = {
+    "virtualGraphMode": VirtualGraphMode.Off,
+    "enablePipelining": False,
+    "enableGradientAccumulation": False,
+    "accumulationFactor": 1,
+    "accumulationAndReplicationReductionType": ReductionType.Sum,
+    "enableReplicatedGraphs": False,
+    "replicatedGraphCount": 1,
+    "autoRecomputation": RecomputationType.NoRecompute,
+    "engineOptions": {},
+    "convolutionOptions": {},
+    "matmulOptions": {},
+    "lstmOptions": {},
+    "reportOptions": {},
+    "instrumentWithHardwareCycleCounter": False,
+    "enableStochasticRounding": False,
+    "syntheticDataMode": SyntheticDataMode.Off,
+    "enableOutlining": True,
+    "constantWeights": True,
+    "enableEngineCaching": False,
+    "cachePath": "session_cache",
+    "logDir": "",
+    "randomSeed": None,
+}
+
+_ENUMS = {
+    "virtualGraphMode": VirtualGraphMode,
+    "autoRecomputation": RecomputationType,
+    "accumulationAndReplicationReductionType": ReductionType,
+    "syntheticDataMode": SyntheticDataMode,
+}
+_BOOLS = {
+    "enablePipelining",
+    "enableGradientAccumulation",
+    "enableReplicatedGraphs",
+    "instrumentWithHardwareCycleCounter",
+    "enableStochasticRounding",
+    "enableOutlining",
+    "constantWeights",
+    "enableEngineCaching",
+}
+_POSITIVE_INTS = {"accumulationFactor", "replicatedGraphCount"}
+_DICTS = {"engineOptions", "convolutionOptions", "matmulOptions", "lstmOptions", "reportOptions"}
+
+
+class SessionOptions:
+    """Options of a session (``popart.SessionOptions()``), set as attributes.
+
+    Acted on: ``virtualGraphMode`` (Off, Manual: the ``virtualGraph`` of each node,
+    Auto: consecutive ops spread over the IPUs), ``enablePipelining``,
+    ``enableGradientAccumulation`` with ``accumulationFactor``,
+    ``accumulationAndReplicationReductionType`` (Sum or Mean),
+    ``enableReplicatedGraphs`` with ``replicatedGraphCount``, ``autoRecomputation``,
+    ``syntheticDataMode``, ``randomSeed`` and the option dicts passed through
+    (``engineOptions``, ``convolutionOptions``, ``matmulOptions``). The others are
+    accepted and recorded.
+    """
+
+    def __init__(self) -> None:
+        for key, value in _DEFAULTS.items():
+            object.__setattr__(self, key, dict(value) if isinstance(value, dict) else value)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key not in _DEFAULTS:
+            raise popart_exception(
+                f"SessionOptions: no option '{key}'; known: {', '.join(sorted(_DEFAULTS))}"
+            )
+        object.__setattr__(self, key, _check(key, value))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every option and its value."""
+        return {k: getattr(self, k) for k in _DEFAULTS}
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self.as_dict().items() if v != _DEFAULTS[k]}
+        return f"SessionOptions({changed})"
+
+
+def _check(key: str, value: Any) -> Any:
+    if key in _ENUMS:
+        kind = _ENUMS[key]
+        if isinstance(value, kind):
+            return value
+        try:
+            return kind(value)
+        except ValueError:
+            names = [m.name for m in kind]
+            raise popart_exception(
+                f"SessionOptions.{key}: {value!r} is not a {kind.__name__}; use one of "
+                f"{names} (popart.{kind.__name__}.{names[0]})"
+            ) from None
+    if key in _BOOLS:
+        if not isinstance(value, bool):
+            raise popart_exception(f"SessionOptions.{key}: {value!r} must be True or False")
+        return value
+    if key in _POSITIVE_INTS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise popart_exception(f"SessionOptions.{key}: {value!r} must be an int >= 1")
+        return value
+    if key in _DICTS:
+        if not isinstance(value, dict):
+            raise popart_exception(
+                f"SessionOptions.{key}: {value!r} must be a dict of option name -> value"
+            )
+        return {str(k): str(v) for k, v in value.items()}
+    if (
+        key == "randomSeed"
+        and value is not None
+        and (isinstance(value, bool) or not isinstance(value, int))
+    ):
+        raise popart_exception(f"SessionOptions.randomSeed: {value!r} must be an int")
+    return value
+
+
+__all__ = [
+    "RecomputationType",
+    "RecomputeType",
+    "ReductionType",
+    "SessionOptions",
+    "SyntheticDataMode",
+    "VirtualGraphMode",
+]

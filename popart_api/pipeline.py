@@ -1,0 +1,279 @@
+"""Pipelined execution (``SessionOptions.enablePipelining``): stages on different IPUs
+working on different micro-batches at the same time.
+
+Every node has a pipeline stage (``Builder.pipelineStage``, else its virtual graph).
+The micro-batches of a batch (``accumulationFactor`` of them in training,
+``batchesPerStep`` in inference) go through a static schedule of *pipeline cycles*:
+
+* inference: stage ``s`` runs micro-batch ``k`` in cycle ``k + s``;
+* training: the forward of stage ``s`` runs micro-batch ``k`` in cycle ``k + s`` and
+  its backward in cycle ``k + 2S - 1 - s`` (``S`` stages), as PopART's schedule of
+  fill, main and flush phases.
+
+Within a cycle the forwards run from the last stage to the first and the backwards
+from the first to the last, so each reads what its neighbour made in the previous
+cycle; as the stages are on different IPUs, the simulator runs a cycle's stages at the
+same time, meeting at the copies between IPUs (PopART's IpuCopy). A stage's
+activations are stashed after its forward and restored before its backward (a
+circular stash of ``2(S - s)`` entries: ``2(S - 1 - s) + 1`` micro-batches are in
+flight between the two, plus the one whose forward runs earlier in the cycle of the
+backward; PopART's stash and restore), since later micro-batches overwrite them in
+between. The weight gradients are accumulated
+over the micro-batches and the optimizer runs once per batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popart_api import autodiff
+from popart_api.errors import popart_exception
+from popart_api.optimizers import OptimizerLowering, like
+from poplar_api import Tensor, gcl, popops
+from poplar_api import program as pprog
+
+
+def _stages(session: Any) -> int:
+    stages = sorted(set(session._node_stage))
+    if stages != list(range(len(stages))):
+        raise popart_exception(
+            f"{session._kind}: pipeline stages {stages} must be 0, 1, ... without gaps"
+        )
+    for r in session._records:
+        ipus = {x.ipu for x in session._records if x.stage == r.stage}
+        if len(ipus) > 1:
+            raise popart_exception(
+                f"{session._kind}: pipeline stage {r.stage} spans IPUs {sorted(ipus)}; each "
+                "stage must be on one IPU"
+            )
+    return len(stages)
+
+
+def _stage_forward(session: Any, num_stages: int) -> tuple[list, list]:
+    """Per stage: the input stream copies of the inputs it consumes first, and its
+    forward (its nodes, then the sends of its outputs to the next IPU)."""
+    fwd = [pprog.Sequence(debugContext=f"stage{s}/forward") for s in range(num_stages)]
+    host = [pprog.Sequence(debugContext=f"stage{s}/inputs") for s in range(num_stages)]
+    first_stage: dict[str, int] = {}
+    for node, stage in zip(session.model.graph.node, session._node_stage, strict=True):
+        for i in node.input:
+            first_stage.setdefault(i, stage)
+    for tid in session._inputs:
+        host[first_stage.get(tid, 0)].add(session._input_progs[tid])
+    for r, p in zip(session._records, session._fwd_progs, strict=True):
+        fwd[r.stage].add(p)
+    for stage, send in session._pipeline_sends:
+        fwd[stage].add(send)
+    return host, fwd
+
+
+def _anchor_stage(session: Any, aid: str) -> tuple[int, bool]:
+    """The stage whose forward (False) or backward (True) makes anchor ``aid``."""
+    grad = aid.startswith(autodiff.GRADIENT_PREFIX)
+    base = aid[len(autodiff.GRADIENT_PREFIX) :] if grad else aid
+    for r in session._records:
+        if base in r.output_ids or (grad and base in r.input_ids):
+            return r.stage, grad
+    return 0, grad
+
+
+def _anchor_copies(session: Any, values: dict, num_stages: int):
+    """Per stage: the ALL/SUM anchor programs after its forward and after its backward
+    (ALL anchors are captured into a buffer on the device there and streamed to the
+    host at the end of the pipeline cycle, ``to_host``), plus the programs after the
+    step and before it."""
+    after_fwd = [pprog.Sequence() for _ in range(num_stages)]
+    after_bwd = [pprog.Sequence() for _ in range(num_stages)]
+    to_host_fwd = [pprog.Sequence() for _ in range(num_stages)]
+    to_host_bwd = [pprog.Sequence() for _ in range(num_stages)]
+    post = pprog.Sequence(debugContext="anchors/final")
+    pre = pprog.Sequence(debugContext="anchors/sumZero")
+    graph = session.graph
+    for aid in session.dataFlow.anchors():
+        art = session.dataFlow.art(aid)
+        t = session._anchor_tensor(aid, values)
+        stream = graph.addDeviceToHostFIFO(
+            f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
+        )
+        stage, grad = _anchor_stage(session, aid)
+        target = (after_bwd if grad else after_fwd)[stage]
+        if art.id() == "ALL":
+            buf = like(graph, t, f"anchor/{aid}/buffer")
+            target.add(pprog.Copy(t, buf))
+            (to_host_bwd if grad else to_host_fwd)[stage].add(pprog.Copy(buf, stream))
+        elif art.id() == "FINAL":
+            post.add(pprog.Copy(t, stream))
+        elif art.id() == "SUM":
+            total = like(graph, t, f"anchor/{aid}/sum")
+            popops.zero(graph, total, pre, f"anchor/{aid}/sumZero")
+            popops.addInPlace(graph, total, t, target, f"anchor/{aid}/sum")
+            post.add(pprog.Copy(total, stream))
+        else:
+            raise popart_exception(
+                f"{session._kind}: anchor '{aid}': EVERYN anchors are not supported with "
+                "pipelining; hint: ALL, SUM or FINAL"
+            )
+        session._anchors[aid] = _anchor_record(aid, art, t)
+    return after_fwd, after_bwd, (to_host_fwd, to_host_bwd), post, pre
+
+
+def _anchor_record(aid: str, art: Any, t: Tensor) -> Any:
+    from popart_api.session import _Anchor
+
+    return _Anchor(aid, art, t)
+
+
+def _schedule(cycles: list[list[pprog.Program]]) -> pprog.Sequence:
+    out = pprog.Sequence(debugContext="pipeline")
+    for c, progs in enumerate(cycles):
+        out.add(pprog.Sequence(*progs, debugContext=f"pipelineCycle{c}"))
+    return out
+
+
+def inference_program(session: Any, values: dict) -> pprog.Program:
+    """The whole inference step (``batchesPerStep`` micro-batches pipelined)."""
+    num = _stages(session)
+    host, fwd = _stage_forward(session, num)
+    after_fwd, _after_bwd, (to_host, _), post, pre = _anchor_copies(session, values, num)
+    n = session.dataFlow.batchesPerStep
+    cycles: list[list[pprog.Program]] = [[] for _ in range(n + num - 1)]
+    for c in range(n + num - 1):
+        active = [s for s in range(num) if 0 <= c - s < n]
+        cycles[c] += [host[s] for s in active]
+        cycles[c] += [p for s in reversed(active) for p in (fwd[s], after_fwd[s])]
+        cycles[c] += [to_host[s] for s in active]
+    return pprog.Sequence(pre, _schedule(cycles), post, debugContext="main")
+
+
+def _stash_set(session: Any, stage: int) -> list[Tensor]:
+    """Tensors of ``stage``'s nodes that its backward reads and later forwards
+    overwrite: the node inputs and outputs its gradient functions read, except
+    weights and constants."""
+    held = {id(v) for v in session._weight_vars.values()}
+    out, seen = [], set()
+    for r in session._records:
+        if r.stage != stage:
+            continue
+        for v in [*r.inputs, *r.outputs]:
+            if not isinstance(v, Tensor) or id(v) not in r.read:
+                continue
+            if id(v) in held or id(v) in seen:
+                continue
+            if _touches_constant(session.graph, v):
+                continue
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+def _touches_constant(graph: Any, t: Tensor) -> bool:
+    """Whether ``t`` covers elements of a constant (which copies cannot write)."""
+    import numpy as np
+
+    state = graph._state
+    space = state.find_space(t.elementType())
+    ids = t.flat_index()
+    if space is None or ids.size == 0:
+        return False
+    vids = np.unique(space.variables_of(np.asarray(ids)))
+    return any(state.variables[v].constant for v in vids.tolist())
+
+
+def training_step(
+    session: Any,
+    values: dict,
+    seed: Tensor,
+    trained: list[str],
+    sources: set[str],
+    lowering: OptimizerLowering,
+):
+    """The pipelined training batch; returns ``(Step, gradients)``."""
+    from popart_api.training import Step
+
+    graph = session.graph
+    num = _stages(session)
+    af = session.accumulation
+    if af < 2 * num - 1:
+        raise popart_exception(
+            f"TrainingSession: pipelining {num} stages needs accumulationFactor >= "
+            f"{2 * num - 1} (2 x stages - 1), got {af}; hint: "
+            "opts.enableGradientAccumulation = True; opts.accumulationFactor = "
+            f"{2 * num - 1}"
+        )
+    host, fwd = _stage_forward(session, num)
+    bwd = [pprog.Sequence(debugContext=f"stage{s}/backward") for s in range(num)]
+
+    def hook(r: autodiff.NodeRecord) -> pprog.Sequence:
+        return bwd[r.stage]
+
+    keep = {a[len(autodiff.GRADIENT_PREFIX) :] for a in session.dataFlow.anchors()}
+    grads = autodiff.backward(
+        lambda r: session._graphs[r.ipu],
+        session._records,
+        {session.loss: seed},
+        sources,
+        bwd[0],
+        hook,
+        keep,
+    )
+    used = [w for w in trained if w in grads]
+    if not used:
+        raise popart_exception(
+            f"TrainingSession: no trained weight reaches the loss '{session.loss}'"
+        )
+    weight_stage = {}
+    for r in session._records:
+        for i in r.input_ids:
+            weight_stage.setdefault(i, r.stage)
+    accs = {w: like(graph, session._weight_vars[w], f"{w}/accum") for w in used}
+    zero = pprog.Sequence(debugContext="accumulators/zero")
+    for w in used:
+        popops.zero(graph, accs[w], zero, f"{w}/accumZero")
+        popops.addInPlace(graph, accs[w], grads[w], bwd[weight_stage.get(w, 0)], f"{w}/accumulate")
+    for tid, g in grads.items():
+        values[autodiff.GRADIENT_PREFIX + tid] = g
+    after_fwd, after_bwd, (host_fwd, host_bwd), post, pre = _anchor_copies(session, values, num)
+    stash = []
+    for s in range(num):
+        depth = 2 * (num - s)
+        tensors = _stash_set(session, s)
+        slots = [
+            [like(graph, t, f"stash/stage{s}/{k}/{t.name}") for t in tensors] for k in range(depth)
+        ]
+        stash.append((tensors, slots))
+    cycles: list[list[pprog.Program]] = [[] for _ in range(af + 2 * num - 1)]
+    for c in range(len(cycles)):
+        # Host inputs first and anchors last: a stream copy syncs every IPU with the
+        # host, so in the middle of a cycle it would hold the stages back in turn.
+        forwards = [s for s in reversed(range(num)) if 0 <= c - s < af]
+        backwards = [s for s in range(num) if 0 <= c - (2 * num - 1 - s) < af]
+        cycles[c] += [host[s] for s in forwards]
+        for s in forwards:
+            tensors, slots = stash[s]
+            slot = slots[(c - s) % len(slots)]
+            save = [pprog.Copy(t, d) for t, d in zip(tensors, slot, strict=True)]
+            cycles[c] += [fwd[s], after_fwd[s], *save]
+        for s in backwards:
+            tensors, slots = stash[s]
+            slot = slots[(c - (2 * num - 1 - s)) % len(slots)]
+            restore = [pprog.Copy(d, t) for t, d in zip(tensors, slot, strict=True)]
+            cycles[c] += [*restore, bwd[s], after_bwd[s]]
+        cycles[c] += [host_fwd[s] for s in forwards] + [host_bwd[s] for s in backwards]
+    updates = pprog.Sequence(debugContext="optimizer")
+    if session.replicas > 1:
+        gcl.allReduceInPlaceCrossReplica(
+            graph,
+            [accs[w] for w in used],
+            gcl.CollectiveOperator.ADD,
+            updates,
+            "gradients/allReduce",
+        )
+    lowering.begin_update(updates)
+    for w in used:
+        lowering.update(w, session._weight_vars[w], accs[w], updates, f"update/{w}")
+    session._pipeline_anchor_progs = (post, pre)
+    program = pprog.Sequence(zero, _schedule(cycles), updates, debugContext="batch")
+    return Step(program, pprog.Sequence()), grads
+
+
+__all__ = ["inference_program", "training_step"]

@@ -1,0 +1,235 @@
+"""The training program of a ``TrainingSession``: forward, loss gradient, backward,
+gradient accumulation, replica all-reduce and optimizer update.
+
+One batch is ``accumulationFactor`` micro-batches; each micro-batch streams its
+inputs in, runs the forward nodes, seeds the loss gradient with the loss scaling
+(ones times ``lossScaling``, written by the host), runs the backward pass and adds
+the weight gradients into accumulators (gradient accumulation) or uses them directly.
+After the micro-batches the replicas all-reduce (sum) the gradients
+(``gcl.allReduceInPlaceCrossReplica``) and every weight is updated
+(:mod:`popart_api.optimizers`).
+
+Recomputation (``SessionOptions.autoRecomputation`` or
+``Builder.recomputeOutputInBackwardPass``) splits the forward nodes into segments
+ending at checkpoints; the backward pass replays a segment's recomputed nodes just
+before the first gradient that needs them, after marking their outputs undefined
+(``WriteUndef``) so their memory is free between the forward pass and the replay.
+Every micro-batch starts by marking all activations undefined, so an activation's
+memory is live from its forward write to its last read only, not across the loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from popart_api import autodiff
+from popart_api.builder import RECOMPUTE_ATTRIBUTE
+from popart_api.errors import popart_exception
+from popart_api.optimizers import OptimizerLowering, like
+from popart_api.options import RecomputationType, RecomputeType, ReductionType
+from poplar_api import Tensor, gcl, popops
+from poplar_api import program as pprog
+from poplar_api.poputil import mapTensorLinearly
+
+#: Op types whose outputs ``RecomputationType.Standard`` keeps (checkpoints).
+CHECKPOINT_OPS = {"MatMul", "Gemm", "Conv", "Nll", "L1", "IdentityLoss"}
+NORM_OPS = {"BatchNormalization", "LayerNormalization", "GroupNormalization"}
+
+
+def recompute_flags(session: Any) -> list[bool]:
+    """Per forward node: whether the backward pass recomputes it."""
+    mode = session.options.autoRecomputation
+    flags = []
+    for node in session.model.graph.node:
+        attrs = {a.name: a for a in node.attribute}
+        own = attrs.get(RECOMPUTE_ATTRIBUTE)
+        if own is not None:
+            flags.append(int(own.i) == RecomputeType.Recompute.value)
+        elif mode is RecomputationType.Standard:
+            flags.append(node.op_type not in CHECKPOINT_OPS)
+        elif mode is RecomputationType.NormOnly:
+            flags.append(node.op_type in NORM_OPS)
+        elif mode is RecomputationType.RecomputeAll:
+            flags.append(node.op_type not in {"Nll", "L1", "IdentityLoss"})
+        else:
+            flags.append(False)
+    return flags
+
+
+class _Recompute:
+    """The backward hook replaying recomputed segments."""
+
+    def __init__(self, session: Any, flags: list[bool], prog: pprog.Sequence) -> None:
+        self.session = session
+        self.flags = flags
+        self.prog = prog
+        records = session._records
+        self.index = {id(r): k for k, r in enumerate(records)}
+        self.segment = []
+        seg = 0
+        for k in range(len(records)):
+            self.segment.append(seg)
+            if not flags[k]:
+                seg += 1
+        self.done: set[int] = set()
+
+    def __call__(self, record: autodiff.NodeRecord) -> pprog.Sequence:
+        k = self.index[id(record)]
+        seg = self.segment[k]
+        if seg in self.done:
+            return self.prog
+        self.done.add(seg)
+        members = [j for j, s in enumerate(self.segment) if s == seg and self.flags[j]]
+        if members:
+            replay = pprog.Sequence(debugContext=f"recompute/segment{seg}")
+            held = {id(v) for v in self.session._weight_vars.values()}
+            for j in members:
+                for t in _outputs(self.session._records[j]):
+                    if id(t) not in held:
+                        replay.add(pprog.WriteUndef(t))
+            for j in members:
+                replay.add(self.session._node_progs[j])
+            self.prog.add(replay)
+        return self.prog
+
+
+def _outputs(r: autodiff.NodeRecord) -> list[Tensor]:
+    return [v for v in r.outputs[: len(r.output_ids)] if isinstance(v, Tensor)]
+
+
+def activations(session: Any) -> list[Tensor]:
+    """Node outputs that are whole variables made by the forward pass (not weights or
+    inputs): the tensors each micro-batch writes afresh."""
+    held = {id(v) for v in session._weight_vars.values()}
+    held |= {id(session._values[t]) for t in session._inputs}
+    out, seen = [], set()
+    for r in session._records:
+        for v in _outputs(r):
+            if id(v) in held or id(v) in seen:
+                continue
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+def build_training(
+    session: Any, values: dict[str, Any], loss: Tensor, trained: list[str], sources: set[str]
+) -> None:
+    """Build and compile the training program of ``session``."""
+    graph = session.graph
+    optimizer = session.optimizer
+    af, reps = session.accumulation, session.replicas
+    mean = session.options.accumulationAndReplicationReductionType is ReductionType.Mean
+    lowering = OptimizerLowering(graph, optimizer, float(af * reps) if mean else 1.0)
+    session._opt_lowering = lowering
+    loss_ipu = session._value_ipu.get(session.loss, 0)
+    loss_graph = session._graphs[loss_ipu]
+    seed = loss_graph.addVariable(loss.elementType(), loss.shape(), "lossScaling/seed")
+    mapTensorLinearly(loss_graph, seed)
+    graph.createHostWrite("lossScaling:seed", seed)
+    session._seed_shape = (
+        loss.shape(),
+        np.float32 if loss.elementType().name == "FLOAT" else np.float16,
+    )
+
+    pipelined = session.options.enablePipelining and session.ipus > 1
+    if pipelined:
+        from popart_api.pipeline import training_step
+
+        step, grads = training_step(session, values, seed, trained, sources, lowering)
+        post, pre = session._pipeline_anchor_progs
+        every, periods = pprog.Sequence(), set()
+    else:
+        step, grads = _training_step(session, values, seed, trained, sources, lowering)
+        for tid, g in grads.items():
+            values[autodiff.GRADIENT_PREFIX + tid] = g
+        micro_anchors, every, post, pre, periods = session._make_anchors(values)
+        step.micro.add(micro_anchors)
+    session._scalar_handles = {}
+    for k, sc in enumerate(lowering.scalars):
+        handle = f"optimizer:{k}:{sc.name}"
+        graph.createHostWrite(handle, sc.tensor)
+        session._scalar_handles[id(sc.tensor)] = handle
+    session._state_handles = []
+    for k, t in enumerate(lowering.state_tensors()):
+        handle = f"optimizerState:{k}"
+        graph.createHostWrite(handle, t)
+        dtype = np.float32 if t.elementType().name == "FLOAT" else np.float16
+        session._state_handles.append((handle, t.shape(), dtype))
+    session._compile(session._main_program(step.program, every, post, pre, periods))
+
+
+class Step:
+    """A built training batch: the whole batch program and the micro-batch sequence
+    anchors copied per micro-batch go into."""
+
+    def __init__(self, program: pprog.Program, micro: pprog.Sequence) -> None:
+        self.program = program
+        self.micro = micro
+
+
+def _training_step(
+    session: Any,
+    values: dict[str, Any],
+    seed: Tensor,
+    trained: list[str],
+    sources: set[str],
+    lowering: OptimizerLowering,
+) -> tuple[Step, dict[str, Tensor]]:
+    graph = session.graph
+    af, reps = session.accumulation, session.replicas
+    micro = pprog.Sequence(debugContext="microBatch")
+    for t in activations(session):
+        micro.add(pprog.WriteUndef(t))
+    for tid in session._inputs:
+        micro.add(session._input_progs[tid])
+    for p in session._fwd_progs:
+        micro.add(p)
+    bwd = pprog.Sequence(debugContext="backward")
+    flags = recompute_flags(session)
+    hook = _Recompute(session, flags, bwd) if any(flags) else None
+    keep = {a[len(autodiff.GRADIENT_PREFIX) :] for a in session.dataFlow.anchors()}
+
+    def graph_of(r: autodiff.NodeRecord):
+        return session._graphs[r.ipu]
+
+    grads = autodiff.backward(
+        graph_of, session._records, {session.loss: seed}, sources, bwd, hook, keep
+    )
+    micro.add(bwd)
+    updates = pprog.Sequence(debugContext="optimizer")
+    missing = [w for w in trained if w not in grads]
+    if len(missing) == len(trained):
+        raise popart_exception(
+            f"TrainingSession: no trained weight reaches the loss '{session.loss}'; weights: "
+            f"{trained}"
+        )
+    used = [w for w in trained if w in grads]
+    if af > 1:
+        accs = {w: like(graph, session._weight_vars[w], f"{w}/accum") for w in used}
+        zero = pprog.Sequence(debugContext="accumulators/zero")
+        for w in used:
+            popops.zero(graph, accs[w], zero, f"{w}/accumZero")
+            popops.addInPlace(graph, accs[w], grads[w], micro, f"{w}/accumulate")
+        body: list[pprog.Program] = [zero, pprog.Repeat(af, micro)]
+        totals = accs
+    else:
+        body = [micro]
+        totals = {w: grads[w] for w in used}
+    if reps > 1 and used:
+        gcl.allReduceInPlaceCrossReplica(
+            graph,
+            [totals[w] for w in used],
+            gcl.CollectiveOperator.ADD,
+            updates,
+            "gradients/allReduce",
+        )
+    lowering.begin_update(updates)
+    for w in used:
+        lowering.update(w, session._weight_vars[w], totals[w], updates, f"update/{w}")
+    return Step(pprog.Sequence(*body, updates, debugContext="batch"), micro), grads
+
+
+__all__ = ["CHECKPOINT_OPS", "Step", "activations", "build_training", "recompute_flags"]
