@@ -562,3 +562,94 @@ def test_log_level_and_tensor_tile_map(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("POPART_LOG_LEVEL", "LOUD")
     with pytest.raises(popart.popart_exception, match="POPART_LOG_LEVEL='LOUD'"):
         _session(bd, loss, popart.ConstSGD(0.1))
+
+
+def _inference(bd, out, flow_art, bps, options=None, ipus=1):
+    s = popart.InferenceSession(
+        fnModel=bd.getModelProto(),
+        dataFlow=popart.DataFlow(bps, {out: flow_art}),
+        deviceInfo=_device(8, ipus=ipus),
+        userOptions=options,
+    )
+    s.prepareDevice()
+    s.weightsFromHost()
+    return s
+
+
+def _np_forward(weights, X, layers=1):
+    t = X.astype(np.float64)
+    for n in [f"W{s}{k}" for s in range(2) for k in range(layers)]:
+        t = np.maximum(t @ weights[n], 0)
+    z = t @ weights["Wout"]
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "auto", "sum"])
+def test_inference_placements_and_sum_anchor(mode):
+    """Pipelined inference over 4 batches, Auto virtual graphs, and a SUM anchor give
+    numpy's softmax outputs."""
+    bd, x, lab, _loss, w = _two_stage()
+    probs = next(i for i in reversed(bd._info) if i.startswith("Softmax"))
+    o = popart.SessionOptions()
+    art = popart.AnchorReturnType("ALL")
+    ipus = 2
+    if mode == "pipelined":
+        o.virtualGraphMode = popart.VirtualGraphMode.Manual
+        o.enablePipelining = True
+    elif mode == "auto":
+        o.virtualGraphMode = popart.VirtualGraphMode.Auto
+    else:
+        art, ipus = popart.AnchorReturnType("SUM"), 1
+    s = _inference(bd, probs, art, 4, o, ipus)
+    X, L = _data(4)
+    a = s.initAnchorArrays()
+    s.run(popart.PyStepIO({x: X, lab: L}, a))
+    want = _np_forward({k: v.astype(np.float64) for k, v in w.items()}, X)
+    if mode == "sum":
+        want = want.sum(0)
+    np.testing.assert_allclose(a[probs], want, rtol=1e-5, atol=1e-6)
+
+
+def _wide_step(batch: int, accumulation: int) -> tuple[int, int]:
+    """Cycles and memory of one training step of a 3-layer, 256-wide tanh MLP."""
+    rng = np.random.default_rng(0)
+    bd = popart.Builder()
+    x = bd.addInputTensor(popart.TensorInfo("FLOAT", [batch, 32]), "x")
+    lab = bd.addInputTensor(popart.TensorInfo("INT32", [batch]), "label")
+    t, d = x, 32
+    for k in range(3):
+        w = bd.addInitializedInputTensor(
+            (rng.standard_normal((d, 256)) * 0.1).astype(np.float32), f"W{k}"
+        )
+        t = bd.aiOnnx.tanh([bd.aiOnnx.matmul([t, w])])
+        d = 256
+    w = bd.addInitializedInputTensor((rng.standard_normal((d, 10)) * 0.1).astype(np.float32), "Wo")
+    p = bd.aiOnnx.softmax([bd.aiOnnx.matmul([t, w])], axis=1)
+    loss = bd.aiGraphcore.nllloss([p, lab], reduction=popart.ReductionType.Sum)
+    o = popart.SessionOptions()
+    if accumulation > 1:
+        o.enableGradientAccumulation = True
+        o.accumulationFactor = accumulation
+    s = _session(bd, loss, popart.ConstSGD(0.01), anchors={}, options=o, device=_device(16))
+    lead = [accumulation] if accumulation > 1 else []
+    data = {
+        x: rng.standard_normal([*lead, batch, 32]).astype(np.float32),
+        lab: rng.integers(0, 10, [*lead, batch]).astype(np.int32),
+    }
+    s.run(popart.PyStepIO(data, s.initAnchorArrays()))
+    report = s.getSummaryReport().splitlines()
+    total = int(next(ln for ln in report if "Total cycles" in ln).split()[2].replace(",", ""))
+    memory = int(next(ln for ln in report if "Including gaps" in ln).split()[2].replace(",", ""))
+    return total, memory
+
+
+def test_gradient_accumulation_trades_cycles_for_memory():
+    """256 samples per step as one batch, or as 4 accumulated micro-batches of 64: the
+    micro-batches need far less memory (activations of 64 samples, plus accumulators)
+    and more cycles (each matmul is smaller, and the weights are read four times)."""
+    cycles1, memory1 = _wide_step(256, 1)
+    cycles4, memory4 = _wide_step(64, 4)
+    # measured: 998,492 cycles and 7,605,344 B against 1,329,846 and 4,600,144 B
+    assert memory4 < 0.75 * memory1
+    assert cycles4 > cycles1
