@@ -922,9 +922,11 @@ class _Session:
         return self._engine("getExecutionReport").getExecutionProfile()
 
     def getCycleCount(self) -> int:
-        """Simulated cycles of the last run."""
-        report = self.getExecutionReport()
-        return int(report.get("simulation", {}).get("cycles", 0) or 0)
+        """Simulated cycles of the last ``run``."""
+        runs = self.getExecutionReport().get("runs") or []
+        if not runs:
+            raise popart_exception(f"{self._kind}.getCycleCount: no run yet; call run() first")
+        return int(runs[-1]["cyclesTo"] - runs[-1]["cyclesFrom"])
 
 
 class InferenceSession(_Session):

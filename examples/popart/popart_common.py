@@ -1,0 +1,62 @@
+"""Helpers the popart_api examples share: the digits data, devices and report numbers.
+
+Kept out of ``popart_api`` on purpose: these are what a user script of PopART would
+write for itself (data loading, reading cycles and memory from the reports).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tutorials"))
+
+import mnist
+
+import popart_api as popart
+
+#: Side of the (MNIST-sized) digit images.
+SIDE = mnist.MNIST_SIDE
+IMAGE_SIZE = SIDE * SIDE
+NUM_CLASSES = 10
+#: Tiles per IPU of the examples' IPU Model devices (small: quick to build and simulate).
+DEFAULT_TILES = 16
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """The bundled digits as ``float32 [N, 28, 28]`` (pixel / 255) and ``int32 [N]``."""
+    images, labels = mnist.load_digits_as_mnist()
+    return (images.astype(np.float32) / 255.0, labels.astype(np.int32))
+
+
+def ipu_model(num_ipus: int = 1, tiles: int = DEFAULT_TILES) -> popart.DeviceInfo:
+    """An IPU Model device of ``num_ipus`` IPUs of ``tiles`` tiles each."""
+    return popart.DeviceManager().createIpuModelDevice({"numIPUs": num_ipus, "tilesPerIPU": tiles})
+
+
+def last_run_cycles(session: Any) -> int:
+    """Simulated cycles of the session's last ``run`` (from ``getExecutionReport``).
+
+    ``session.getCycleCount()`` is not used: it returns the cycles of all runs so far.
+    """
+    runs = session.getExecutionReport()["runs"]
+    if not runs:
+        return 0
+    return int(runs[-1]["cyclesTo"] - runs[-1]["cyclesFrom"])
+
+
+def memory_per_ipu(session: Any) -> list[int]:
+    """Bytes used on each IPU (``getGraphReport()["memory"]["byTile"]``, gaps
+    included), one entry per IPU of the device."""
+    report = session.getGraphReport()
+    per_tile = report["memory"]["byTile"]["totalIncludingGaps"]
+    tiles = int(report["target"]["tilesPerIPU"])
+    return [int(sum(per_tile[i : i + tiles])) for i in range(0, len(per_tile), tiles)]
+
+
+def he_normal(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
+    """He-normal draws (std ``sqrt(2 / fan_in)``) as float32."""
+    return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
