@@ -139,10 +139,8 @@ class DeviceManager:
                 "acquireAvailableDevice: tilesPerIpu is not supported for simulated "
                 "hardware devices; hint: createIpuModelDevice({'tilesPerIPU': n})"
             )
-        if self._manager is None:
-            self._manager = PoplarDeviceManager(self._preset, self._num_ipus)
         try:
-            devices = self._manager.getDevices(TargetType.IPU, numIpus)
+            devices = self._system().getDevices(TargetType.IPU, numIpus)
         except Exception as exc:
             raise popart_exception(f"acquireAvailableDevice: {exc}") from None
         for dev in devices:
@@ -153,6 +151,33 @@ class DeviceManager:
             f"system ({len(devices)} exist, all attached); hint: detach one, or use "
             "createIpuModelDevice"
         )
+
+    def _system(self) -> PoplarDeviceManager:
+        if self._manager is None:
+            self._manager = PoplarDeviceManager(self._preset, self._num_ipus)
+        return self._manager
+
+    def acquireDeviceById(self, id: int, *_: Any) -> DeviceInfo:
+        """The simulated device with id ``id`` (as ``enumerateDevices`` lists), attached.
+
+        Raises
+        ------
+        popart_exception
+            No device has that id, or it is attached already.
+        """
+        try:
+            dev = self._system().getDevice(int(id))
+        except Exception as exc:
+            raise popart_exception(f"acquireDeviceById: {exc}") from None
+        if not dev.attach():
+            raise popart_exception(
+                f"acquireDeviceById: device {id} is attached already; hint: detach it first"
+            )
+        return DeviceInfo(dev, "Ipu")
+
+    def enumerateDevices(self) -> list[DeviceInfo]:
+        """Every device of the simulated system (not attached)."""
+        return [DeviceInfo(d, "Ipu") for d in self._system().getDevices(TargetType.IPU)]
 
 
 __all__ = ["DeviceInfo", "DeviceManager"]

@@ -653,3 +653,16 @@ def test_gradient_accumulation_trades_cycles_for_memory():
     # measured: 998,492 cycles and 7,605,344 B against 1,329,846 and 4,600,144 B
     assert memory4 < 0.75 * memory1
     assert cycles4 > cycles1
+
+
+def test_acquire_device_by_id_and_enumerate():
+    m = popart.DeviceManager()
+    devices = m.enumerateDevices()
+    assert devices and all(d.numIpus >= 1 for d in devices)
+    d = m.acquireDeviceById(devices[1].id)
+    assert d.id == devices[1].id and d.isAttached
+    with pytest.raises(popart.popart_exception, match="attached already"):
+        m.acquireDeviceById(devices[1].id)
+    with pytest.raises(popart.popart_exception, match="no device has id 99999"):
+        m.acquireDeviceById(99999)
+    d.detach()
