@@ -11,7 +11,7 @@ from popart_api import grads, ops_loss, ops_nn, ops_tensor  # noqa: F401
 from popart_api.autodiff import reservedGradientPrefix
 from popart_api.builder import Builder, TensorInfo
 from popart_api.devices import DeviceInfo, DeviceManager
-from popart_api.errors import PopartError, popart_exception
+from popart_api.errors import OutOfMemoryException, PopartError, popart_exception
 from popart_api.ops import supported_ops
 from popart_api.ops_loss import LOSS_OPS  # noqa: F401
 from popart_api.optimizers import SGD, Adam, AdamMode, ConstSGD, Optimizer, WeightDecayMode
@@ -46,6 +46,7 @@ __all__ = [
     "InferenceSession",
     "InputShapeInfo",
     "Optimizer",
+    "OutOfMemoryException",
     "PopartError",
     "PyStepIO",
     "PyWeightsIO",

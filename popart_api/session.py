@@ -31,12 +31,12 @@ from popart_api.builder import (
     TensorInfo,
 )
 from popart_api.devices import DeviceInfo
-from popart_api.errors import popart_exception
+from popart_api.errors import OutOfMemoryException, popart_exception
 from popart_api.optimizers import Optimizer, like
 from popart_api.options import SessionOptions, VirtualGraphMode
 from poplar_api import BOOL, FLOAT, HALF, INT, Engine, Graph, Tensor, poplin, popnn, popops
 from poplar_api import program as pprog
-from poplar_api.errors import PoplarError
+from poplar_api.errors import OutOfMemoryError, PoplarError
 from poplar_api.poputil import mapTensorLinearly
 
 #: ONNX element type -> (device type, host numpy dtype).
@@ -710,6 +710,14 @@ class _Session:
     def _compile(self, main: pprog.Program) -> None:
         try:
             self.engine = Engine(self.graph, [main], self.options.engineOptions or None)
+        except OutOfMemoryError as exc:
+            raise OutOfMemoryException(
+                f"{self._kind}.prepareDevice: {exc}\nhint: fewer or smaller tensors per "
+                "tile (more tiles, gradient accumulation, recomputation, "
+                "setAvailableMemoryProportion), or SessionOptions.engineOptions = "
+                '{"debug.allowOutOfMemory": "true"} to get the session and its reports',
+                exc.report,
+            ) from None
         except PoplarError as exc:
             raise popart_exception(f"{self._kind}.prepareDevice: {exc}") from None
         for aid in self._anchors:

@@ -666,3 +666,23 @@ def test_acquire_device_by_id_and_enumerate():
     with pytest.raises(popart.popart_exception, match="no device has id 99999"):
         m.acquireDeviceById(99999)
     d.detach()
+
+
+def test_out_of_memory_keeps_the_memory_report():
+    """A model too big for 4 tiles: OutOfMemoryException with the per-tile report;
+    with debug.allowOutOfMemory the session compiles and reports anyway."""
+    bd = popart.Builder()
+    x = bd.addInputTensor(popart.TensorInfo("FLOAT", [256, 512]), "x")
+    w = bd.addInitializedInputTensor(np.ones((512, 512), np.float32), "W")
+    y = bd.aiOnnx.matmul([x, w])
+    flow = popart.DataFlow(1, {y: popart.AnchorReturnType("ALL")})
+    s = popart.InferenceSession(bd.getModelProto(), flow, _device(4))
+    with pytest.raises(popart.OutOfMemoryException, match=r"tile \d+: needs") as info:
+        s.prepareDevice()
+    assert "allowOutOfMemory" in info.value.getSummaryReport()
+    assert info.value.report is not None
+    o = popart.SessionOptions()
+    o.engineOptions = {"debug.allowOutOfMemory": "true"}
+    s = popart.InferenceSession(bd.getModelProto(), flow, _device(4), userOptions=o)
+    s.prepareDevice(loadEngine=False)
+    assert "Memory Usage" in s.getSummaryReport()
