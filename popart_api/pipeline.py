@@ -207,6 +207,7 @@ def training_step(
         return bwd[r.stage]
 
     keep = {a[len(autodiff.GRADIENT_PREFIX) :] for a in session.dataFlow.anchors()}
+    first = len(graph._state.variables)
     grads = autodiff.backward(
         lambda r: session._graphs[r.ipu],
         session._records,
@@ -216,6 +217,10 @@ def training_step(
         hook,
         keep,
     )
+    from popart_api.training import transient_variables
+
+    spans = [session._forward_variables, (first, len(graph._state.variables))]
+    undef = [pprog.WriteUndef(t) for t in transient_variables(graph, spans)]
     used = [w for w in trained if w in grads]
     if not used:
         raise popart_exception(
@@ -272,7 +277,7 @@ def training_step(
     for w in used:
         lowering.update(w, session._weight_vars[w], accs[w], updates, f"update/{w}")
     session._pipeline_anchor_progs = (post, pre)
-    program = pprog.Sequence(zero, _schedule(cycles), updates, debugContext="batch")
+    program = pprog.Sequence(*undef, zero, _schedule(cycles), updates, debugContext="batch")
     return Step(program, pprog.Sequence()), grads
 
 

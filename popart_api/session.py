@@ -526,8 +526,11 @@ class _Session:
         self._value_stage: dict[str, int] = {}
         self._pipeline_sends: list[tuple[int, pprog.Copy]] = []
         node_progs = []
+        first = len(graph._state.variables)
         for i, node in enumerate(self.model.graph.node):
             node_progs.append(self._lower(node, i, values))
+        #: ids of the variables the forward pass creates (its activations, temporaries)
+        self._forward_variables = (first, len(graph._state.variables))
         self._node_progs = node_progs
         #: per node: its program, then what runs once per forward pass
         self._fwd_progs = [
@@ -985,8 +988,14 @@ class InferenceSession(_Session):
 
             self._compile(inference_program(self, values))
             return
+        from popart_api.training import transient_variables
+
         micro, every, post, pre, periods = self._make_anchors(values)
+        undef = [
+            pprog.WriteUndef(t) for t in transient_variables(self.graph, [self._forward_variables])
+        ]
         batch = pprog.Sequence(
+            *undef,
             *[self._input_progs[t] for t in self._inputs],
             *self._fwd_progs,
             micro,

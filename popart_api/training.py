@@ -14,8 +14,9 @@ Recomputation (``SessionOptions.autoRecomputation`` or
 ending at checkpoints; the backward pass replays a segment's recomputed nodes just
 before the first gradient that needs them, after marking their outputs undefined
 (``WriteUndef``) so their memory is free between the forward pass and the replay.
-Every micro-batch starts by marking all activations undefined, so an activation's
-memory is live from its forward write to its last read only, not across the loop.
+Every micro-batch starts by marking undefined every variable the forward and backward
+passes create (activations, gradients, Poplibs temporaries), so each is live from its
+write to its last read in the micro-batch only, not across the loop.
 """
 
 from __future__ import annotations
@@ -99,18 +100,18 @@ def _outputs(r: autodiff.NodeRecord) -> list[Tensor]:
     return [v for v in r.outputs[: len(r.output_ids)] if isinstance(v, Tensor)]
 
 
-def activations(session: Any) -> list[Tensor]:
-    """Node outputs that are whole variables made by the forward pass (not weights or
-    inputs): the tensors each micro-batch writes afresh."""
-    held = {id(v) for v in session._weight_vars.values()}
-    held |= {id(session._values[t]) for t in session._inputs}
-    out, seen = [], set()
-    for r in session._records:
-        for v in _outputs(r):
-            if id(v) in held or id(v) in seen:
+def transient_variables(graph: Any, spans: list[tuple[int, int]]) -> list[Tensor]:
+    """Whole-variable tensors of the (non-constant) variables created in ``spans``
+    (ranges of variable ids): the activations and temporaries a forward or backward
+    pass writes before it reads them, so each batch may mark them undefined."""
+    state = graph._state
+    out = []
+    for lo, hi in spans:
+        for var in state.variables[lo:hi]:
+            if var.constant or var.size == 0:
                 continue
-            seen.add(id(v))
-            out.append(v)
+            index = np.arange(var.base, var.base + var.size, dtype=np.int64).reshape(var.shape)
+            out.append(Tensor(state, var.type, index, var.name))
     return out
 
 
@@ -181,8 +182,8 @@ def _training_step(
     graph = session.graph
     af, reps = session.accumulation, session.replicas
     micro = pprog.Sequence(debugContext="microBatch")
-    for t in activations(session):
-        micro.add(pprog.WriteUndef(t))
+    undef = pprog.Sequence(debugContext="transients")
+    micro.add(undef)
     for tid in session._inputs:
         micro.add(session._input_progs[tid])
     for p in session._fwd_progs:
@@ -195,9 +196,13 @@ def _training_step(
     def graph_of(r: autodiff.NodeRecord):
         return session._graphs[r.ipu]
 
+    first = len(graph._state.variables)
     grads = autodiff.backward(
         graph_of, session._records, {session.loss: seed}, sources, bwd, hook, keep
     )
+    spans = [session._forward_variables, (first, len(graph._state.variables))]
+    for t in transient_variables(graph, spans):
+        undef.add(pprog.WriteUndef(t))
     micro.add(bwd)
     updates = pprog.Sequence(debugContext="optimizer")
     missing = [w for w in trained if w not in grads]
@@ -232,4 +237,4 @@ def _training_step(
     return Step(pprog.Sequence(*body, updates, debugContext="batch"), micro), grads
 
 
-__all__ = ["CHECKPOINT_OPS", "Step", "activations", "build_training", "recompute_flags"]
+__all__ = ["CHECKPOINT_OPS", "Step", "build_training", "recompute_flags", "transient_variables"]

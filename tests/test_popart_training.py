@@ -280,8 +280,8 @@ def test_replicas_with_mean_reduction_equal_one_replica_on_the_whole_batch():
 def _deep(mode: str):
     rng = np.random.default_rng(0)
     bd = popart.Builder()
-    x = bd.addInputTensor(popart.TensorInfo("FLOAT", [16, 64]), "x")
-    lab = bd.addInputTensor(popart.TensorInfo("INT32", [16]), "label")
+    x = bd.addInputTensor(popart.TensorInfo("FLOAT", [256, 64]), "x")
+    lab = bd.addInputTensor(popart.TensorInfo("INT32", [256]), "label")
     t, d = x, 64
     for k in range(4):
         w = bd.addInitializedInputTensor(
@@ -295,10 +295,10 @@ def _deep(mode: str):
     loss = bd.aiGraphcore.nllloss([bd.aiOnnx.softmax([bd.aiOnnx.matmul([t, w])], axis=1), lab])
     o = popart.SessionOptions()
     o.autoRecomputation = popart.RecomputationType(mode)
-    s = _session(bd, loss, popart.ConstSGD(0.1), options=o, device=_device(4))
+    s = _session(bd, loss, popart.ConstSGD(0.1), options=o, device=_device(16))
     data = {
-        x: rng.standard_normal((16, 64)).astype(np.float32),
-        lab: rng.integers(0, 10, 16).astype(np.int32),
+        x: rng.standard_normal((256, 64)).astype(np.float32),
+        lab: rng.integers(0, 10, 256).astype(np.int32),
     }
     a = s.initAnchorArrays()
     s.run(popart.PyStepIO(data, a))
@@ -324,8 +324,9 @@ def test_recomputation_same_values_more_cycles_less_memory():
     assert loss1 == loss0
     for k in w0:
         np.testing.assert_array_equal(w1[k], w0[k])
+    # measured: 691,051 against 589,283 cycles; 2,935,200 against 3,193,688 B
     assert cycles1 > cycles0
-    assert mem1 < mem0
+    assert mem1 < 0.95 * mem0
 
 
 def test_update_optimizer_from_host_changes_the_learning_rate():
