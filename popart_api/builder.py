@@ -607,8 +607,67 @@ class Builder:
             self._info[out] = info
         if op_type == "Constant":
             self._values[outs[0]] = numpy_helper.to_array(attrs["value"])
+        else:
+            self._fold(node)
         self._nodes.append(node)
         return outs
+
+    #: Ops folded when their inputs are known (shape arithmetic of exported models).
+    FOLDABLE = {
+        "Shape",
+        "Gather",
+        "Concat",
+        "Unsqueeze",
+        "Squeeze",
+        "Slice",
+        "Cast",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Reshape",
+        "Identity",
+        "Range",
+        "ConstantOfShape",
+        "Expand",
+    }
+
+    def _fold(self, node: onnx.NodeProto) -> None:
+        """Record the value of a shape-arithmetic node whose inputs are known, so a
+        later Reshape/Expand/Slice using it has a known shape (as ONNX's data
+        propagation in shape inference)."""
+        if node.domain not in ("", "ai.onnx") or node.op_type not in self.FOLDABLE:
+            return
+        if node.op_type == "Shape":
+            start = next((a.i for a in node.attribute if a.name == "start"), 0)
+            end = next((a.i for a in node.attribute if a.name == "end"), None)
+            shape = np.asarray(self._info[node.input[0]][1], np.int64)
+            self._values[node.output[0]] = shape[start:end]
+            return
+        if not all(i in self._values for i in node.input if i):
+            return
+        if sum(int(np.size(self._values[i])) for i in node.input if i) > 4096:
+            return
+        from onnx.reference import ReferenceEvaluator
+
+        plain = onnx.NodeProto()
+        plain.CopyFrom(node)
+        del plain.attribute[:]
+        plain.attribute.extend(a for a in node.attribute if not a.name.startswith("__"))
+        inputs = [i for i in node.input if i]
+        graph = helper.make_graph(
+            [plain],
+            "fold",
+            [helper.make_tensor_value_info(i, self._info[i][0], self._info[i][1]) for i in inputs],
+            [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in node.output],
+        )
+        model = helper.make_model(graph, opset_imports=self._opset_protos())
+        try:
+            values = ReferenceEvaluator(model).run(None, {i: self._values[i] for i in inputs})
+        except Exception:
+            return
+        for o, v in zip(node.output, values, strict=False):
+            self._values[o] = np.asarray(v)
 
     def _graphcore_infer(self, node: onnx.NodeProto, what: str) -> list[tuple[int, list[int]]]:
         """Output types and shapes of the ``ai.graphcore`` ops (not known to ONNX)."""

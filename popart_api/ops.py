@@ -61,6 +61,9 @@ class LoweringContext:
         ``convolutionOptions``).
     seed
         The session's random seed (Dropout).
+    opset
+        The model's opset of the node's domain (ops whose inputs changed between
+        opsets, e.g. reduction axes as an attribute or an input).
     side_effects
         Where a lowering puts programs that must run once per forward pass and never
         again when the node is recomputed (BatchNormalization's running-statistics
@@ -71,6 +74,7 @@ class LoweringContext:
     options: dict[str, str] = field(default_factory=dict)
     seed: int = 0
     side_effects: Any = None
+    opset: int = 0
 
 
 _CONTEXT: contextvars.ContextVar[LoweringContext | None] = contextvars.ContextVar(
@@ -348,12 +352,20 @@ def _identity(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: s
 
 @register("Constant", since=1)
 def _constant(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
-    if "value" not in attrs:
-        raise popart_exception(
-            f"Constant (node '{name}'): only the 'value' attribute is supported; got "
-            f"{sorted(attrs)}"
-        )
-    return [np.asarray(attrs["value"])]
+    kinds = {
+        "value": None,
+        "value_float": np.float32,
+        "value_floats": np.float32,
+        "value_int": np.int64,
+        "value_ints": np.int64,
+    }
+    for key, dtype in kinds.items():
+        if key in attrs:
+            return [np.asarray(attrs[key], dtype=dtype)]
+    raise popart_exception(
+        f"Constant (node '{name}'): needs one of the attributes {sorted(kinds)}; got "
+        f"{sorted(attrs)} (sparse and string constants are not supported)"
+    )
 
 
 @register("Reshape", since=5)

@@ -222,7 +222,7 @@ def training_step(
     spans = [session._forward_variables, (first, len(graph._state.variables))]
     undef = [pprog.WriteUndef(t) for t in transient_variables(graph, spans)]
     used = [w for w in trained if w in grads]
-    if not used:
+    if trained and not used:
         raise popart_exception(
             f"TrainingSession: no trained weight reaches the loss '{session.loss}'"
         )

@@ -602,7 +602,11 @@ class _Session:
         seed = self.options.randomSeed or 0
         side = pprog.Sequence(debugContext=f"{name}/once")
         ctx = ops.LoweringContext(
-            training=self._kind == "TrainingSession", options=options, seed=seed, side_effects=side
+            training=self._kind == "TrainingSession",
+            options=options,
+            seed=seed,
+            side_effects=side,
+            opset=opset,
         )
         try:
             with ops.lowering_context(ctx):

@@ -206,7 +206,7 @@ def _training_step(
     micro.add(bwd)
     updates = pprog.Sequence(debugContext="optimizer")
     missing = [w for w in trained if w not in grads]
-    if len(missing) == len(trained):
+    if trained and len(missing) == len(trained):
         raise popart_exception(
             f"TrainingSession: no trained weight reaches the loss '{session.loss}'; weights: "
             f"{trained}"
