@@ -61,6 +61,10 @@ class LoweringContext:
         ``convolutionOptions``).
     seed
         The session's random seed (Dropout).
+    seed_tensor
+        The session's seed on the device (UNSIGNED_INT [2]: ``randomSeed`` and a counter
+        the session advances every micro-batch), so Dropout draws a new mask each
+        micro-batch and the same one when a node is recomputed.
     opset
         The model's opset of the node's domain (ops whose inputs changed between
         opsets, e.g. reduction axes as an attribute or an input).
@@ -75,6 +79,7 @@ class LoweringContext:
     seed: int = 0
     side_effects: Any = None
     opset: int = 0
+    seed_tensor: Any = None
 
 
 _CONTEXT: contextvars.ContextVar[LoweringContext | None] = contextvars.ContextVar(

@@ -297,6 +297,8 @@ def _pow(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
     if isinstance(b, Tensor) and b.elementType() != a.elementType():
         b = popops.cast(graph, b, a.elementType(), prog, f"{name}/exponent")
     return [popops.pow(graph, a, tensor(graph, b, name, a), prog, name)]
+
+
 for _op, _fn, _np in (
     ("Equal", popops.eq, np.equal),
     ("Less", popops.lt, np.less),
@@ -314,7 +316,10 @@ def _pow_grad(g: GradContext) -> Grads:
     """``da = dy·b·a^(b-1)``, ``db = dy·y·log(a)``."""
     dy = g.grad_output(0)
     a = tensor(g.graph, g.inputs[0], g.name, dy)
-    b = tensor(g.graph, g.inputs[1], g.name, dy)
+    b = g.inputs[1]
+    if isinstance(b, Tensor) and b.elementType() != dy.elementType():  # an INT32 exponent
+        b = popops.cast(g.graph, b, dy.elementType(), g.prog, f"{g.name}/exponent")
+    b = tensor(g.graph, b, g.name, dy)
     out: list[Tensor | None] = [None, None]
     if g.needs_grad(0):
         bm1 = popops.sub(g.graph, b, 1.0, g.prog, f"{g.name}/bMinus1")
@@ -441,7 +446,12 @@ def _where_grad(g: GradContext) -> Grads:
 
 @register("Clip", since=6)
 def _clip(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-    x = _float_check(tensor(graph, inputs[0], name), "Clip", name)
+    x = tensor(graph, inputs[0], name)
+    if x.elementType() not in (FLOAT, HALF, INT):
+        raise popart_exception(
+            f"Clip (node '{name}'): input '{x.name}' is {x.elementType().name}; this op needs "
+            "FLOAT, FLOAT16 or INT32"
+        )
     if len(inputs) > 1:  # opset 11+: min and max are optional inputs
         lo = inputs[1] if len(inputs) > 1 and inputs[1] is not None else -np.inf
         hi = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.inf
@@ -449,9 +459,9 @@ def _clip(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list
         lo, hi = attrs.get("min", -np.inf), attrs.get("max", np.inf)
     lo = float(np.asarray(lo)) if not isinstance(lo, Tensor) else lo
     hi = float(np.asarray(hi)) if not isinstance(hi, Tensor) else hi
-    big = float(np.finfo(np.float32).max)
-    lo = max(lo, -big) if isinstance(lo, float) else lo
-    hi = min(hi, big) if isinstance(hi, float) else hi
+    info = np.iinfo(np.int32) if x.elementType() == INT else np.finfo(np.float32)
+    lo = max(lo, float(info.min)) if isinstance(lo, float) else lo
+    hi = min(hi, float(info.max)) if isinstance(hi, float) else hi
     return [popops.clamp(graph, x, lo, hi, prog, name)]
 
 
@@ -684,10 +694,12 @@ def _dropout(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> l
         mask = graph.addConstant(BOOL, x.shape(), True, f"{name}/mask")
         mapTensorLinearly(graph, mask)
         return [x, mask, None, 1.0]
-    seed = graph.addConstant(
-        UNSIGNED_INT, [2], np.array([context().seed, 0], np.uint32), f"{name}/seed"
-    )
-    graph.setTileMapping(seed, 0)
+    seed = context().seed_tensor
+    if seed is None:  # outside a session: a fixed seed
+        seed = graph.addConstant(
+            UNSIGNED_INT, [2], np.array([context().seed, 0], np.uint32), f"{name}/seed"
+        )
+        graph.setTileMapping(seed, 0)
     modifier = sum(ord(c) for c in name) & 0xFFFFFFFF
     keep = poprand.bernoulli(
         graph, seed, modifier, x, x.elementType(), 1.0 - ratio, prog, f"{name}/mask"

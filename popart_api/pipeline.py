@@ -247,12 +247,13 @@ def training_step(
         ]
         stash.append((tensors, slots))
     cycles: list[list[pprog.Program]] = [[] for _ in range(af + 2 * num - 1)]
+    advance = session.seed_step()
     for c in range(len(cycles)):
         # Host inputs first and anchors last: a stream copy syncs every IPU with the
         # host, so in the middle of a cycle it would hold the stages back in turn.
         forwards = [s for s in reversed(range(num)) if 0 <= c - s < af]
         backwards = [s for s in range(num) if 0 <= c - (2 * num - 1 - s) < af]
-        cycles[c] += [host[s] for s in forwards]
+        cycles[c] += [advance, *[host[s] for s in forwards]]
         for s in forwards:
             tensors, slots = stash[s]
             slot = slots[(c - s) % len(slots)]

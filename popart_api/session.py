@@ -34,7 +34,19 @@ from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
 from popart_api.optimizers import Optimizer, like
 from popart_api.options import SessionOptions, VirtualGraphMode
-from poplar_api import BOOL, FLOAT, HALF, INT, Engine, Graph, Tensor, poplin, popnn, popops
+from poplar_api import (
+    BOOL,
+    FLOAT,
+    HALF,
+    INT,
+    UNSIGNED_INT,
+    Engine,
+    Graph,
+    Tensor,
+    poplin,
+    popnn,
+    popops,
+)
 from poplar_api import program as pprog
 from poplar_api.errors import OutOfMemoryError, PoplarError
 from poplar_api.poputil import mapTensorLinearly
@@ -525,6 +537,9 @@ class _Session:
         #: pipeline stage of each node output; (stage, copy) sending outputs onwards
         self._value_stage: dict[str, int] = {}
         self._pipeline_sends: list[tuple[int, pprog.Copy]] = []
+        self._seed = graph.addVariable(UNSIGNED_INT, [2], "randomSeed")
+        graph.setTileMapping(self._seed, 0)
+        graph.createHostWrite("randomSeed", self._seed)
         node_progs = []
         first = len(graph._state.variables)
         for i, node in enumerate(self.model.graph.node):
@@ -607,6 +622,7 @@ class _Session:
             seed=seed,
             side_effects=side,
             opset=opset,
+            seed_tensor=self._seed,
         )
         try:
             with ops.lowering_context(ctx):
@@ -749,6 +765,19 @@ class _Session:
             self._loaded = True
         for tid, arr in self._weights.items():
             engine.writeTensor(f"weight:{tid}", arr)
+        seed = self.options.randomSeed or 0
+        engine.writeTensor("randomSeed", np.array([seed & 0xFFFFFFFF, 0], np.uint32))
+
+    def seed_step(self) -> pprog.Sequence:
+        """The program advancing the device seed's counter (one per micro-batch), or an
+        empty one when no op draws random numbers."""
+        prog = pprog.Sequence(debugContext="randomSeed/advance")
+        if any(
+            r.op_type == "Dropout" and len(r.outputs) > 2 and r.outputs[2] is not None
+            for r in self._records
+        ):
+            popops.addInPlace(self.graph, self._seed.slice(1, 2, 0), 1, prog, "randomSeed/advance")
+        return prog
 
     _loaded = False
 

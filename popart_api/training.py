@@ -184,6 +184,7 @@ def _training_step(
     micro = pprog.Sequence(debugContext="microBatch")
     undef = pprog.Sequence(debugContext="transients")
     micro.add(undef)
+    micro.add(session.seed_step())
     for tid in session._inputs:
         micro.add(session._input_progs[tid])
     for p in session._fwd_progs:
