@@ -134,8 +134,8 @@ def lookup(domain: str, op_type: str, opset: int, node_name: str) -> Lowering:
     entries = REGISTRY.get((_domain(domain), op_type))
     if not entries:
         raise popart_exception(
-            f"op '{op_type}' (domain '{_domain(domain)}', node '{node_name}') is not supported "
-            f"by popart_api yet; supported: {', '.join(supported_ops())}; hint: see "
+            f"op '{op_type}' (domain '{_domain(domain)}', opset {opset}, node '{node_name}') is "
+            f"not supported by popart_api; supported: {', '.join(supported_ops())}; hint: see "
             "docs/popart.md"
         )
     usable = [fn for since, fn in entries if since <= opset]

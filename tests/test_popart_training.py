@@ -687,3 +687,54 @@ def test_out_of_memory_keeps_the_memory_report():
     s = popart.InferenceSession(bd.getModelProto(), flow, _device(4), userOptions=o)
     s.prepareDevice(loadEngine=False)
     assert "Memory Usage" in s.getSummaryReport()
+
+
+def test_malformed_models_are_clear_errors(tmp_path):
+    flow = popart.DataFlow(1, {"y": popart.AnchorReturnType("ALL")})
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07this is not protobuf\xff\xff")
+    with pytest.raises(popart.popart_exception, match=r"cannot read '.*bad.onnx' as ONNX"):
+        popart.InferenceSession(str(bad), flow, _device())
+    with pytest.raises(popart.popart_exception, match="not a serialized ONNX ModelProto"):
+        popart.InferenceSession(b"\xff\xfe\x00garbage", flow, _device())
+    with pytest.raises(popart.popart_exception, match=r"model file '.*missing.onnx' does not"):
+        popart.InferenceSession(str(tmp_path / "missing.onnx"), flow, _device())
+
+
+def test_unsupported_op_names_node_and_opset():
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Det", ["x"], ["y"], name="det1")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    s = popart.InferenceSession(
+        model.SerializeToString(),
+        popart.DataFlow(1, {"y": popart.AnchorReturnType("ALL")}),
+        _device(),
+    )
+    with pytest.raises(
+        popart.popart_exception, match=r"'Det' \(domain 'ai.onnx', opset 13, node 'det1'\)"
+    ):
+        s.prepareDevice()
+
+
+def test_scale_gradient():
+    """ai.graphcore Scale: the gradient of sum(R · scale · x) is scale · R."""
+    bd = popart.Builder()
+    x = bd.addInputTensor(popart.TensorInfo("FLOAT", [3, 4]), "x")
+    r = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    y = bd.aiGraphcore.scale([x], 0.25)
+    loss = bd.aiGraphcore.identityloss(
+        [bd.aiOnnx.mul([y, bd.addInitializedInputTensor(r, "R")])],
+        reduction=popart.ReductionType.Sum,
+    )
+    g = popart.reservedGradientPrefix() + x
+    s = _session(bd, loss, popart.ConstSGD(0.0), anchors={g: popart.AnchorReturnType("ALL")})
+    a = s.initAnchorArrays()
+    s.run(popart.PyStepIO({x: np.ones((3, 4), np.float32)}, a))
+    np.testing.assert_allclose(a[g], 0.25 * r)
