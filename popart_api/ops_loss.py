@@ -91,14 +91,23 @@ def _nll(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
     n = max(label.numElements(), 1)
     flat_p = probs.reshape([n, classes])
     flat_l = label.reshape([n])
-    onehot = graph.addVariable(probs.elementType(), [n, classes], f"{name}/onehot")
-    mapTensorLinearly(graph, onehot)
-    popnn.encodeOneHot(graph, flat_l, onehot, prog, f"{name}/onehot")
     weight = None  # per-sample weight: 1, or 0 for ignored samples
     if "ignoreIndex" in attrs:
         ignore = int(attrs["ignoreIndex"])
         keep = popops.neq(graph, flat_l, ignore, prog, f"{name}/keep")
         weight = popops.cast(graph, keep, probs.elementType(), prog, f"{name}/weight")
+        if not 0 <= ignore < classes:  # e.g. -100: an all-zero one-hot row
+            flat_l = popops.select(
+                graph,
+                flat_l,
+                -1 if flat_l.elementType() == INT else popnn.MASKED_LABEL_CODE,
+                keep,
+                prog,
+                f"{name}/mask",
+            )
+    onehot = graph.addVariable(probs.elementType(), [n, classes], f"{name}/onehot")
+    mapTensorLinearly(graph, onehot)
+    popnn.encodeOneHot(graph, flat_l, onehot, prog, f"{name}/onehot")
     logp = (
         flat_p
         if int(attrs.get("inputIsLogProbability", 0))

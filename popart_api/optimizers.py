@@ -156,9 +156,15 @@ class SGD(Optimizer):
         super().__init__(values)
 
     def uses_momentum(self) -> bool:
-        """Whether any weight has momentum (or Nesterov): the velocity is kept."""
+        """Whether any weight has momentum, may get it later (a non-constant momentum)
+        or uses Nesterov: the velocity is kept."""
         ids = [None, *self._specific]
-        return any(self.value("momentum", w)[0] != 0 or self.value("nesterov", w)[0] for w in ids)
+        return any(
+            self.value("momentum", w)[0] != 0
+            or not self.value("momentum", w)[1]
+            or self.value("nesterov", w)[0]
+            for w in ids
+        )
 
 
 class ConstSGD(SGD):
@@ -246,7 +252,6 @@ class OptimizerLowering:
             graph.setTileMapping(self.step_counter, 0)
 
     def _scalar(self, name: str, weight: str, compute: Any) -> Tensor:
-        value = float(compute(self.optimizer, weight))
         shared = not self.optimizer.hasSpecific(weight)
         key = (name, None if shared else weight)
         if key not in self._cache:
@@ -256,16 +261,11 @@ class OptimizerLowering:
             self.graph.setTileMapping(t, 0)
             self._cache[key] = t
             self.scalars.append(Scalar(t, name, None if shared else weight, compute))
-        del value
         return self._cache[key]
 
     def host_values(self, optimizer: Optimizer, weights: list[str]) -> list[tuple[Tensor, float]]:
         """Each device scalar with its value under ``optimizer``."""
-        out = []
-        for s in self.scalars:
-            w = s.weight if s.weight is not None else (weights[0] if weights else None)
-            out.append((s.tensor, float(s.compute(optimizer, w))))
-        return out
+        return [(s.tensor, float(s.compute(optimizer, s.weight))) for s in self.scalars]
 
     def _state(self, weight: Tensor, wid: str, what: str, prog_init: Any) -> Tensor:
         t = like(self.graph, weight, f"{what}/{wid}")
@@ -368,7 +368,7 @@ class OptimizerLowering:
         popops.mapInPlace(
             g, pe._1 * pe._3 + pe._2 * pe._2 * (1.0 - pe._3), [v, s, b2], prog, f"{name}/v"
         )
-        eps = float(opt.value("eps", wid)[0])
+        eps = self._scalar("eps", wid, lambda o, k: o.value("eps", k)[0])
         if opt.mode is AdamMode.Adam:
             c1 = popops.map(
                 g,
@@ -384,15 +384,13 @@ class OptimizerLowering:
                 prog,
                 f"{name}/biasCorrection2",
             )
-            x = popops.map(
-                g,
-                (pe._1 * pe._3) / (pe.Sqrt(pe._2 * pe._4) + eps),
-                [m, v, c1, c2],
-                prog,
-                f"{name}/updater",
+            den = popops.map(
+                g, pe.Sqrt(pe._1 * pe._2) + pe._3, [v, c2, eps], prog, f"{name}/denominator"
             )
+            x = popops.map(g, (pe._1 * pe._2) / pe._3, [m, c1, den], prog, f"{name}/updater")
         else:
-            x = popops.map(g, pe._1 / (pe.Sqrt(pe._2) + eps), [m, v], prog, f"{name}/updater")
+            den = popops.map(g, pe.Sqrt(pe._1) + pe._2, [v, eps], prog, f"{name}/denominator")
+            x = popops.map(g, pe._1 / pe._2, [m, den], prog, f"{name}/updater")
         lr = self._scalar("learningRate", wid, lambda o, k: o.value("learningRate", k)[0])
         if l2:
             popops.mapInPlace(g, pe._1 - pe._2 * pe._3, [w, x, lr], prog, f"{name}/w")

@@ -58,8 +58,8 @@ def _stage_forward(session: Any, num_stages: int) -> tuple[list, list]:
     for node, stage in zip(session.model.graph.node, session._node_stage, strict=True):
         for i in node.input:
             first_stage.setdefault(i, stage)
-    for tid in session._inputs:
-        host[first_stage.get(tid, 0)].add(session._input_progs[tid])
+    for tid, p in session._input_progs.items():
+        host[first_stage.get(tid, 0)].add(p)
     for r, p in zip(session._records, session._fwd_progs, strict=True):
         fwd[r.stage].add(p)
     for stage, send in session._pipeline_sends:

@@ -33,7 +33,7 @@ from popart_api.builder import (
 from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
 from popart_api.optimizers import Optimizer, like
-from popart_api.options import SessionOptions, VirtualGraphMode
+from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
 from poplar_api import (
     BOOL,
     FLOAT,
@@ -46,6 +46,7 @@ from poplar_api import (
     poplin,
     popnn,
     popops,
+    poprand,
 )
 from poplar_api import program as pprog
 from poplar_api.errors import OutOfMemoryError, PoplarError
@@ -359,6 +360,18 @@ class _Session:
                 f"{what}: accumulationFactor is {o.accumulationFactor} but "
                 "enableGradientAccumulation is False; hint: set both"
             )
+        if self.accumulation > 1 and self._kind != "TrainingSession":
+            raise popart_exception(
+                f"{what}: gradient accumulation (accumulationFactor "
+                f"{self.accumulation}) is for training; hint: an InferenceSession runs "
+                "batchesPerStep batches per run"
+            )
+        everyn = [a for a in self.dataFlow.anchors() if self.dataFlow.art(a).id() == "EVERYN"]
+        if everyn and self.accumulation > 1:
+            raise popart_exception(
+                f"{what}: EVERYN anchors {everyn} with gradient accumulation are not "
+                "supported; hint: ALL, SUM or FINAL"
+            )
         if o.enablePipelining and o.virtualGraphMode is VirtualGraphMode.Off:
             raise popart_exception(
                 f"{what}: enablePipelining needs virtualGraphMode Manual or Auto (a stage "
@@ -512,6 +525,11 @@ class _Session:
             else:  # e.g. INT64 shapes: known when the graph is built
                 values[init.name] = arr
         self._input_progs: dict[str, pprog.Sequence] = {}
+        self._seed = graph.addVariable(UNSIGNED_INT, [2], "randomSeed")
+        graph.setTileMapping(self._seed, 0)
+        graph.createHostWrite("randomSeed", self._seed)
+        synthetic = self.options.syntheticDataMode
+        self._synthetic: dict[str, _Input] = {}
         for tid, (etype, shape) in self._input_infos.items():
             if etype not in _TYPES:
                 raise popart_exception(
@@ -523,12 +541,16 @@ class _Session:
             ipu = first_ipu.get(tid, 0)
             var = self._graphs[ipu].addVariable(typ, shape, tid)
             mapTensorLinearly(self._graphs[ipu], var)
+            values[tid] = var
+            self._value_ipu[tid] = ipu
+            if synthetic is not SyntheticDataMode.Off:
+                self._input_progs[tid] = self._synthetic_input(var, tid, synthetic)
+                self._synthetic[tid] = _Input(tid, typ, shape)
+                continue
             stream = graph.addHostToDeviceFIFO(f"input:{tid}", typ, max(var.numElements(), 1))
             self._input_progs[tid] = pprog.Sequence(
                 pprog.Copy(stream, var), debugContext=f"input/{tid}"
             )
-            values[tid] = var
-            self._value_ipu[tid] = ipu
             self._inputs[tid] = _Input(tid, typ, shape)
         self._values = values
         self._copies: dict[tuple[str, int], Any] = {}
@@ -537,9 +559,6 @@ class _Session:
         #: pipeline stage of each node output; (stage, copy) sending outputs onwards
         self._value_stage: dict[str, int] = {}
         self._pipeline_sends: list[tuple[int, pprog.Copy]] = []
-        self._seed = graph.addVariable(UNSIGNED_INT, [2], "randomSeed")
-        graph.setTileMapping(self._seed, 0)
-        graph.createHostWrite("randomSeed", self._seed)
         node_progs = []
         first = len(graph._state.variables)
         for i, node in enumerate(self.model.graph.node):
@@ -561,6 +580,29 @@ class _Session:
         if loadEngine:
             self.engine.load(self.deviceInfo.device)
             self._loaded = True
+
+    def _synthetic_input(self, var: Tensor, tid: str, mode: SyntheticDataMode) -> pprog.Sequence:
+        """The program filling input ``tid`` on the device instead of streaming it
+        (``SessionOptions.syntheticDataMode``): zeros, or standard normal values for
+        float inputs in ``RandomNormal`` mode."""
+        prog = pprog.Sequence(debugContext=f"input/{tid}/synthetic")
+        if mode is SyntheticDataMode.RandomNormal and var.elementType() in (FLOAT, HALF):
+            modifier = sum(ord(c) for c in tid) & 0xFFFF
+            values = poprand.normal(
+                self.graph,
+                self._seed,
+                modifier,
+                var,
+                var.elementType(),
+                0.0,
+                1.0,
+                prog,
+                f"input/{tid}/normal",
+            )
+            prog.add(pprog.Copy(values, var))
+        else:
+            popops.zero(self.graph, var, prog, f"input/{tid}/zero")
+        return prog
 
     def _on_ipu(self, tid: str, value: Any, ipu: int, prog: pprog.Sequence) -> Any:
         """``value`` (tensor ``tid``) on ``ipu``: copied there once when it lives on
@@ -902,7 +944,7 @@ class _Session:
         what = f"{self._kind}.run"
         if not isinstance(stepio, PyStepIO):
             raise popart_exception(f"{what}: expected a popart.PyStepIO")
-        extra = sorted(set(stepio.inputs) - set(self._inputs))
+        extra = sorted(set(stepio.inputs) - set(self._inputs) - set(self._synthetic))
         if extra:
             raise popart_exception(
                 f"{what}: {extra} are not inputs of the model; inputs: {sorted(self._inputs)}"
@@ -1029,7 +1071,7 @@ class InferenceSession(_Session):
         ]
         batch = pprog.Sequence(
             *undef,
-            *[self._input_progs[t] for t in self._inputs],
+            *self._input_progs.values(),
             *self._fwd_progs,
             micro,
             debugContext="batch",
@@ -1152,6 +1194,28 @@ class TrainingSession(_Session):
                         + f"is constant ({a}) and cannot change to {b}; hint: make it "
                         "(value, False) when building the session"
                     )
+        new_specific = sorted(set(optimizer.specific_ids()) - set(old.specific_ids()))
+        if new_specific:
+            raise popart_exception(
+                "TrainingSession.updateOptimizerFromHost: weights "
+                f"{new_specific} have their own values (insertSpecific) only in the new "
+                "optimizer; the session shares the default values for them; hint: give "
+                "them (non-constant) specific values when building the session"
+            )
+        for attr in ("mode", "weight_decay_mode"):
+            if getattr(old, attr, None) != getattr(optimizer, attr, None):
+                raise popart_exception(
+                    f"TrainingSession.updateOptimizerFromHost: {attr} "
+                    f"{getattr(optimizer, attr).value} differs from the session's "
+                    f"{getattr(old, attr).value}; it cannot change after prepareDevice"
+                )
+        if hasattr(old, "uses_momentum") and old.uses_momentum() != optimizer.uses_momentum():
+            raise popart_exception(
+                "TrainingSession.updateOptimizerFromHost: the session was built "
+                + ("with" if old.uses_momentum() else "without")
+                + " momentum; hint: build it with a non-constant momentum, e.g. "
+                "'defaultMomentum': (0.0, False), to change it later"
+            )
         self.optimizer = optimizer
         self._opt_lowering.optimizer = optimizer
         for handle, value in self._optimizer_writes(optimizer):

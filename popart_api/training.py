@@ -185,8 +185,8 @@ def _training_step(
     undef = pprog.Sequence(debugContext="transients")
     micro.add(undef)
     micro.add(session.seed_step())
-    for tid in session._inputs:
-        micro.add(session._input_progs[tid])
+    for p in session._input_progs.values():
+        micro.add(p)
     for p in session._fwd_progs:
         micro.add(p)
     bwd = pprog.Sequence(debugContext="backward")

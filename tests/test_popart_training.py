@@ -738,3 +738,116 @@ def test_scale_gradient():
     a = s.initAnchorArrays()
     s.run(popart.PyStepIO({x: np.ones((3, 4), np.float32)}, a))
     np.testing.assert_allclose(a[g], 0.25 * r)
+
+
+def test_insert_specific_learning_rate_on_one_weight_only():
+    """A weight's own learning rate applies to it alone; the others keep the default."""
+    bd, x, lab, loss = _mlp()
+    opt = popart.SGD({"defaultLearningRate": (0.1, False)})
+    opt.insertSpecific("W1", {"learningRate": (0.01, False)})
+    s = _session(bd, loss, opt)
+    X, L = _data(1)
+    s.run(popart.PyStepIO({x: X[0], lab: L[0]}, s.initAnchorArrays()))
+    _, g = _np_grads(_params(), X[0], L[0])
+    got = _weights(s)
+    for n, lr in (("W1", 0.01), ("b1", 0.1), ("W2", 0.1)):
+        np.testing.assert_allclose(got[n], _params()[n] - lr * g[n], atol=1e-6, err_msg=n)
+
+
+def test_non_constant_momentum_and_eps_can_change():
+    """Momentum built as a non-constant 0 can become 0.9; Adam's non-constant eps too."""
+    bd, x, lab, loss = _mlp()
+    s = _session(
+        bd, loss, popart.SGD({"defaultLearningRate": (0.1, False), "defaultMomentum": (0.0, False)})
+    )
+    X, L = _data(2)
+    s.run(popart.PyStepIO({x: X[0], lab: L[0]}, s.initAnchorArrays()))
+    s.updateOptimizerFromHost(
+        popart.SGD({"defaultLearningRate": (0.1, False), "defaultMomentum": (0.9, False)})
+    )
+    s.run(popart.PyStepIO({x: X[1], lab: L[1]}, s.initAnchorArrays()))
+    p = {k: v.astype(np.float64) for k, v in _params().items()}
+    v = {k: np.zeros_like(a) for k, a in p.items()}
+    for k, mm in ((0, 0.0), (1, 0.9)):
+        _, g = _np_grads(p, X[k], L[k])
+        for n in p:
+            v[n] = mm * v[n] + g[n]
+            p[n] -= 0.1 * v[n]
+    got = _weights(s)
+    for n in p:
+        np.testing.assert_allclose(got[n], p[n], atol=1e-5, err_msg=n)
+    bd, x, lab, loss = _mlp()
+    s = _session(
+        bd, loss, popart.Adam({"defaultLearningRate": (0.01, False), "defaultEps": (1e-6, False)})
+    )
+    s.updateOptimizerFromHost(
+        popart.Adam({"defaultLearningRate": (0.01, False), "defaultEps": (100.0, False)})
+    )
+    s.run(popart.PyStepIO({x: X[0], lab: L[0]}, s.initAnchorArrays()))
+    _, g = _np_grads(_params(), X[0], L[0])
+    m, vv = 0.1 * g["W2"], 0.001 * g["W2"] ** 2
+    want = _params()["W2"] - 0.01 * (m / 0.1) / (np.sqrt(vv / 0.001) + 100.0)
+    np.testing.assert_allclose(_weights(s)["W2"], want, rtol=1e-4, atol=1e-7)
+
+
+def test_nll_ignore_index_outside_the_classes():
+    """ignoreIndex -100 (PyTorch's default): those samples count zero."""
+    bd, x, lab, loss = _mlp(ignore=-100)
+    s = _session(bd, loss, popart.ConstSGD(0.5))
+    a = s.initAnchorArrays()
+    X, L = _data(1)
+    L[0, 1] = -100
+    s.run(popart.PyStepIO({x: X[0], lab: L[0]}, a))
+    value, g = _np_grads(_params(), X[0], L[0], ignore=-100)
+    assert a[loss] == pytest.approx(value, rel=1e-5)
+    np.testing.assert_allclose(_weights(s)["W1"], _params()["W1"] - 0.5 * g["W1"], atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["Zeros", "RandomNormal"])
+def test_synthetic_data_needs_no_host_inputs(mode):
+    bd = popart.Builder()
+    x = bd.addInputTensor(popart.TensorInfo("FLOAT", [64, 8]), "x")
+    y = bd.aiOnnx.add([x, bd.addInitializedInputTensor(np.full([8], 3.0, np.float32), "c")])
+    o = popart.SessionOptions()
+    o.syntheticDataMode = popart.SyntheticDataMode(mode)
+    s = popart.InferenceSession(
+        bd.getModelProto(),
+        popart.DataFlow(1, {y: popart.AnchorReturnType("ALL")}),
+        _device(),
+        userOptions=o,
+    )
+    s.prepareDevice()
+    s.weightsFromHost()
+    a = s.initAnchorArrays()
+    s.run(popart.PyStepIO({}, a))
+    if mode == "Zeros":
+        np.testing.assert_array_equal(a[y], 3.0)
+    else:
+        assert abs(a[y].mean() - 3.0) < 0.2 and 0.8 < a[y].std() < 1.2
+
+
+def test_options_that_cannot_apply_are_refused():
+    bd, _x, _lab, loss = _mlp()
+    o = popart.SessionOptions()
+    o.enableGradientAccumulation = True
+    o.accumulationFactor = 2
+    flow = popart.DataFlow(1, {loss: popart.AnchorReturnType("ALL")})
+    with pytest.raises(popart.popart_exception, match=r"gradient accumulation .* is for training"):
+        popart.InferenceSession(bd.getModelProto(), flow, _device(), userOptions=o)
+    every = popart.DataFlow(2, {loss: popart.AnchorReturnType("EVERYN", 2)})
+    with pytest.raises(
+        popart.popart_exception, match=r"EVERYN anchors .* with gradient accumulation"
+    ):
+        popart.TrainingSession(
+            bd.getModelProto(),
+            every,
+            _device(),
+            loss=loss,
+            optimizer=popart.ConstSGD(0.1),
+            userOptions=o,
+        )
+    s = _session(bd, loss, popart.SGD({"defaultLearningRate": (0.1, False)}))
+    new = popart.SGD({"defaultLearningRate": (0.1, False)})
+    new.insertSpecific("W1", {"learningRate": (0.5, False)})
+    with pytest.raises(popart.popart_exception, match=r"weights \['W1'\] have their own values"):
+        s.updateOptimizerFromHost(new)
