@@ -221,7 +221,7 @@ def sweep_point(rows: int) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Figure:
-    """One row of the issue's table: measured value, target and how it is judged."""
+    """One row of the targets table: measured value, target and how it is judged."""
 
     name: str
     value: str
@@ -254,7 +254,7 @@ def log(text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Measure every row of the issue's table and the sweep; print the tables."""
+    """Measure every row of the targets table and the sweep; print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--skip-big", action="store_true", help="skip tut4 --oom and 1 M vertices")
