@@ -240,6 +240,24 @@ def _fusions(records: Sequence[NodeRecord], keep: set[str]) -> dict[int, int]:
     return out
 
 
+def _context(
+    r: NodeRecord, graph: Graph, prog: Any, outs: list[Tensor | None], wanted: list[bool]
+) -> GradContext:
+    """The GradContext of record ``r``, noting which forward values its gradient reads."""
+    return GradContext(
+        graph=graph,
+        prog=prog,
+        name=f"{r.name}/grad",
+        op_type=r.op_type,
+        attrs=r.attrs,
+        opset=r.opset,
+        inputs=_Recording(r.inputs, r.read),
+        outputs=_Recording(r.outputs, r.read),
+        grad_outputs=outs,
+        wanted=wanted,
+    )
+
+
 def backward(
     graph: Graph | Callable[[NodeRecord], Graph],
     records: Sequence[NodeRecord],
@@ -297,18 +315,7 @@ def backward(
                 if before_node is not None:
                     target = before_node(r)
                     before_node(p)
-                ctx = GradContext(
-                    graph=g_graph,
-                    prog=target if target is not None else prog,
-                    name=f"{r.name}/grad",
-                    op_type=r.op_type,
-                    attrs=r.attrs,
-                    opset=r.opset,
-                    inputs=_Recording(r.inputs, r.read),
-                    outputs=_Recording(r.outputs, r.read),
-                    grad_outputs=outs,
-                    wanted=wanted,
-                )
+                ctx = _context(r, g_graph, prog if target is None else target, outs, wanted)
                 p.read.update(id(v) for v in [*p.inputs, *p.outputs] if isinstance(v, Tensor))
                 fn2 = FUSED_GRADS[((p.domain, p.op_type), (r.domain, r.op_type))]
                 g = fn2(ctx, p)
@@ -325,18 +332,7 @@ def backward(
                 f"{', '.join(differentiable_ops())}"
             )
         target = before_node(r) if before_node is not None else prog
-        ctx = GradContext(
-            graph=g_graph,
-            prog=target if target is not None else prog,
-            name=f"{r.name}/grad",
-            op_type=r.op_type,
-            attrs=r.attrs,
-            opset=r.opset,
-            inputs=_Recording(r.inputs, r.read),
-            outputs=_Recording(r.outputs, r.read),
-            grad_outputs=outs,
-            wanted=wanted,
-        )
+        ctx = _context(r, g_graph, prog if target is None else target, outs, wanted)
         in_grads = list(fn(ctx))
         for tid, want, g, x in zip(r.input_ids, wanted, in_grads, r.inputs, strict=False):
             if not want or g is None:
