@@ -13,7 +13,6 @@ from popart_api.builder import Builder, TensorInfo
 from popart_api.devices import DeviceInfo, DeviceManager
 from popart_api.errors import OutOfMemoryException, PopartError, popart_exception
 from popart_api.ops import supported_ops
-from popart_api.ops_loss import LOSS_OPS  # noqa: F401
 from popart_api.optimizers import SGD, Adam, AdamMode, ConstSGD, Optimizer, WeightDecayMode
 from popart_api.options import (
     RecomputationType,

@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from popart_api.errors import popart_exception
 from poplar_api import FLOAT, HALF, Graph, Tensor, popops
 from poplar_api.popops import Operation
@@ -349,11 +347,6 @@ def backward(
     return grads
 
 
-def numpy_value(v: Any) -> np.ndarray | None:
-    """``v`` as a numpy array when it is known at build time, else ``None``."""
-    return None if isinstance(v, Tensor) else np.asarray(v)
-
-
 __all__ = [
     "FUSED_GRADS",
     "GRADIENT_PREFIX",
@@ -364,7 +357,6 @@ __all__ = [
     "backward",
     "differentiable_ops",
     "is_float",
-    "numpy_value",
     "register_fused_grad",
     "register_grad",
     "requires_grad",

@@ -24,13 +24,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from popart_api.autodiff import GradContext, NodeRecord, register_fused_grad, register_grad
 from popart_api.errors import popart_exception
 from popart_api.ops import _float_check, register, tensor
 from popart_api.options import ReductionType
-from poplar_api import FLOAT, INT, UNSIGNED_INT, Graph, Tensor, popnn, popops
+from poplar_api import INT, UNSIGNED_INT, Graph, Tensor, popnn, popops
 from poplar_api.popops import Operation
 from poplar_api.poputil import mapTensorLinearly
 
@@ -267,21 +265,8 @@ def _identity_loss_grad(g: GradContext) -> list:
     ]
 
 
-#: Op types (domain, type) that are losses: a TrainingSession's loss must be one's output.
-LOSS_OPS = {(GRAPHCORE, "Nll"), (GRAPHCORE, "L1"), (GRAPHCORE, "IdentityLoss")}
-
-
-def float_scalar(graph: Graph, value: float, name: str) -> Tensor:
-    """A FLOAT scalar constant mapped to tile 0."""
-    t = graph.addConstant(FLOAT, [], np.float32(value), name)
-    graph.setTileMapping(t, 0)
-    return t
-
-
 __all__ = [
-    "LOSS_OPS",
     "ReductionType",
-    "float_scalar",
     "nll_sample_weights",
     "nll_softmax_grad",
     "reduction_of",

@@ -230,13 +230,19 @@ class Scalar:
     name: str
     weight: str | None
     compute: Any  # (Optimizer, weight id) -> float
+    #: the host-write handle the session gives it
+    handle: str = ""
+
+    def value(self, optimizer: Optimizer) -> float:
+        """The scalar's value under ``optimizer`` (its weight's, or the defaults)."""
+        return float(self.compute(optimizer, self.weight))
 
 
 class OptimizerLowering:
     """The device side of an optimizer: scalars, state tensors and the update programs.
 
     Made by the session once per graph; :meth:`update` appends the update of one
-    weight; :meth:`host_values` gives the scalars' values for the host to write.
+    weight; each of :attr:`scalars` gives its value for the host to write.
     """
 
     def __init__(self, graph: Graph, optimizer: Optimizer, grad_divisor: float) -> None:
@@ -263,11 +269,7 @@ class OptimizerLowering:
             self.scalars.append(Scalar(t, name, None if shared else weight, compute))
         return self._cache[key]
 
-    def host_values(self, optimizer: Optimizer, weights: list[str]) -> list[tuple[Tensor, float]]:
-        """Each device scalar with its value under ``optimizer``."""
-        return [(s.tensor, float(s.compute(optimizer, s.weight))) for s in self.scalars]
-
-    def _state(self, weight: Tensor, wid: str, what: str, prog_init: Any) -> Tensor:
+    def _state(self, weight: Tensor, wid: str, what: str) -> Tensor:
         t = like(self.graph, weight, f"{what}/{wid}")
         self.state[f"{what}/{wid}"] = t
         return t
@@ -302,7 +304,7 @@ class OptimizerLowering:
             )
             popops.mapInPlace(g, pe._1 * pe._3 - pe._2 * pe._4, [w, a, wdsf, slr], prog, name)
             return
-        v = self._state(w, wid, "accl", prog)
+        v = self._state(w, wid, "accl")
         mm = self._scalar("momentum", wid, lambda o, k: o.value("momentum", k)[0])
         dpsf = self._scalar(
             "dpsf1",
@@ -352,8 +354,8 @@ class OptimizerLowering:
         opt = self.optimizer
         g = self.graph
         div = self.grad_divisor
-        m = self._state(w, wid, "accl1", prog)
-        v = self._state(w, wid, "accl2", prog)
+        m = self._state(w, wid, "accl1")
+        v = self._state(w, wid, "accl2")
         ils = self._scalar(
             "invLossScaling", wid, lambda o, k: 1.0 / (o.value("lossScaling")[0] * div)
         )

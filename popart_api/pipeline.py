@@ -31,6 +31,7 @@ from popart_api.errors import popart_exception
 from popart_api.optimizers import OptimizerLowering, like
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
+from poplar_api.graph import touches_constant, variable_count
 
 
 def _stages(session: Any) -> int:
@@ -159,24 +160,11 @@ def _stash_set(session: Any, stage: int) -> list[Tensor]:
                 continue
             if id(v) in held or id(v) in seen:
                 continue
-            if _touches_constant(session.graph, v):
+            if touches_constant(session.graph, v):
                 continue
             seen.add(id(v))
             out.append(v)
     return out
-
-
-def _touches_constant(graph: Any, t: Tensor) -> bool:
-    """Whether ``t`` covers elements of a constant (which copies cannot write)."""
-    import numpy as np
-
-    state = graph._state
-    space = state.find_space(t.elementType())
-    ids = t.flat_index()
-    if space is None or ids.size == 0:
-        return False
-    vids = np.unique(space.variables_of(np.asarray(ids)))
-    return any(state.variables[v].constant for v in vids.tolist())
 
 
 def training_step(
@@ -187,7 +175,8 @@ def training_step(
     sources: set[str],
     lowering: OptimizerLowering,
 ):
-    """The pipelined training batch; returns ``(Step, gradients)``."""
+    """The pipelined training batch; returns ``(Step, gradients, (post, pre))`` (the
+    anchor programs after and before the step)."""
     from popart_api.training import Step
 
     graph = session.graph
@@ -207,7 +196,7 @@ def training_step(
         return bwd[r.stage]
 
     keep = {a[len(autodiff.GRADIENT_PREFIX) :] for a in session.dataFlow.anchors()}
-    first = len(graph._state.variables)
+    first = variable_count(graph)
     grads = autodiff.backward(
         lambda r: session._graphs[r.ipu],
         session._records,
@@ -219,7 +208,7 @@ def training_step(
     )
     from popart_api.training import transient_variables
 
-    spans = [session._forward_variables, (first, len(graph._state.variables))]
+    spans = [session._forward_variables, (first, variable_count(graph))]
     undef = [pprog.WriteUndef(t) for t in transient_variables(graph, spans)]
     used = [w for w in trained if w in grads]
     if trained and not used:
@@ -277,9 +266,8 @@ def training_step(
     lowering.begin_update(updates)
     for w in used:
         lowering.update(w, session._weight_vars[w], accs[w], updates, f"update/{w}")
-    session._pipeline_anchor_progs = (post, pre)
     program = pprog.Sequence(*undef, zero, _schedule(cycles), updates, debugContext="batch")
-    return Step(program, pprog.Sequence()), grads
+    return Step(program, pprog.Sequence()), grads, (post, pre)
 
 
 __all__ = ["inference_program", "training_step"]

@@ -50,6 +50,7 @@ from poplar_api import (
 )
 from poplar_api import program as pprog
 from poplar_api.errors import OutOfMemoryError, PoplarError
+from poplar_api.graph import variable_count
 from poplar_api.poputil import mapTensorLinearly
 
 #: ONNX element type -> (device type, host numpy dtype).
@@ -560,11 +561,11 @@ class _Session:
         self._value_stage: dict[str, int] = {}
         self._pipeline_sends: list[tuple[int, pprog.Copy]] = []
         node_progs = []
-        first = len(graph._state.variables)
+        first = variable_count(graph)
         for i, node in enumerate(self.model.graph.node):
             node_progs.append(self._lower(node, i, values))
         #: ids of the variables the forward pass creates (its activations, temporaries)
-        self._forward_variables = (first, len(graph._state.variables))
+        self._forward_variables = (first, variable_count(graph))
         self._node_progs = node_progs
         #: per node: its program, then what runs once per forward pass
         self._fwd_progs = [
@@ -1165,13 +1166,10 @@ class TrainingSession(_Session):
             engine.writeTensor(handle, np.zeros(shape, dtype))
 
     def _optimizer_writes(self, optimizer: Optimizer) -> list[tuple[str, np.ndarray]]:
-        low = self._opt_lowering
-        trained = self._trained()
         shape, dtype = self._seed_shape
         seed = np.full(shape, optimizer.getLossScalingVal(), dtype)
         return [("lossScaling:seed", seed)] + [
-            (self._scalar_handles[id(t)], np.float32(v))
-            for t, v in low.host_values(optimizer, trained)
+            (sc.handle, np.float32(sc.value(optimizer))) for sc in self._opt_lowering.scalars
         ]
 
     def updateOptimizerFromHost(self, optimizer: Optimizer) -> None:

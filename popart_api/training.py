@@ -32,6 +32,7 @@ from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import RecomputationType, RecomputeType, ReductionType
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
+from poplar_api.graph import variable_count, variable_tensors
 from poplar_api.poputil import mapTensorLinearly
 
 #: Op types whose outputs ``RecomputationType.Standard`` keeps (checkpoints).
@@ -104,15 +105,7 @@ def transient_variables(graph: Any, spans: list[tuple[int, int]]) -> list[Tensor
     """Whole-variable tensors of the (non-constant) variables created in ``spans``
     (ranges of variable ids): the activations and temporaries a forward or backward
     pass writes before it reads them, so each batch may mark them undefined."""
-    state = graph._state
-    out = []
-    for lo, hi in spans:
-        for var in state.variables[lo:hi]:
-            if var.constant or var.size == 0:
-                continue
-            index = np.arange(var.base, var.base + var.size, dtype=np.int64).reshape(var.shape)
-            out.append(Tensor(state, var.type, index, var.name))
-    return out
+    return [t for lo, hi in spans for t in variable_tensors(graph, lo, hi)]
 
 
 def build_training(
@@ -139,8 +132,7 @@ def build_training(
     if pipelined:
         from popart_api.pipeline import training_step
 
-        step, grads = training_step(session, values, seed, trained, sources, lowering)
-        post, pre = session._pipeline_anchor_progs
+        step, grads, (post, pre) = training_step(session, values, seed, trained, sources, lowering)
         every, periods = pprog.Sequence(), set()
     else:
         step, grads = _training_step(session, values, seed, trained, sources, lowering)
@@ -148,11 +140,10 @@ def build_training(
             values[autodiff.GRADIENT_PREFIX + tid] = g
         micro_anchors, every, post, pre, periods = session._make_anchors(values)
         step.micro.add(micro_anchors)
-    session._scalar_handles = {}
     for k, sc in enumerate(lowering.scalars):
         handle = f"optimizer:{k}:{sc.name}"
         graph.createHostWrite(handle, sc.tensor)
-        session._scalar_handles[id(sc.tensor)] = handle
+        sc.handle = handle
     session._state_handles = []
     for k, t in enumerate(lowering.state_tensors()):
         handle = f"optimizerState:{k}"
@@ -197,11 +188,11 @@ def _training_step(
     def graph_of(r: autodiff.NodeRecord):
         return session._graphs[r.ipu]
 
-    first = len(graph._state.variables)
+    first = variable_count(graph)
     grads = autodiff.backward(
         graph_of, session._records, {session.loss: seed}, sources, bwd, hook, keep
     )
-    spans = [session._forward_variables, (first, len(graph._state.variables))]
+    spans = [session._forward_variables, (first, variable_count(graph))]
     for t in transient_variables(graph, spans):
         undef.add(pprog.WriteUndef(t))
     micro.add(bwd)

@@ -1090,6 +1090,36 @@ class _VirtualTarget(Target):
         return min(self._num, super().getTilesPerIPU())
 
 
+def variable_count(graph: Graph) -> int:
+    """How many variables and constants ``graph``'s state holds: ids made after this
+    call are ``>=`` it (layers above use it to find the tensors an op created)."""
+    return len(graph._state.variables)
+
+
+def variable_tensors(graph: Graph, first: int, last: int) -> list[Tensor]:
+    """Whole-variable tensors of the non-constant variables with ids in
+    ``[first, last)``."""
+    state = graph._state
+    out = []
+    for var in state.variables[first:last]:
+        if var.constant or var.size == 0:
+            continue
+        index = np.arange(var.base, var.base + var.size, dtype=np.int64).reshape(var.shape)
+        out.append(Tensor(state, var.type, index, var.name))
+    return out
+
+
+def touches_constant(graph: Graph, t: Tensor) -> bool:
+    """Whether ``t`` covers elements of a constant (which programs cannot write)."""
+    state = graph._state
+    space = state.find_space(t.elementType())
+    ids = t.flat_index()
+    if space is None or ids.size == 0:
+        return False
+    vids = np.unique(space.variables_of(np.asarray(ids)))
+    return any(state.variables[v].constant for v in vids.tolist())
+
+
 __all__ = [
     "ComputeSet",
     "DataStream",

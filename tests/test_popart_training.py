@@ -502,7 +502,6 @@ def test_pipelined_training_equals_numpy():
     for n, v in w0.items():
         np.testing.assert_allclose(got[n], v - 0.05 * g[n], atol=2e-5, err_msg=n)
     for k in range(4):  # every micro-batch's loss comes back in order
-        one = _np_stack_grads  # noqa: F841 (the loss is checked through the forward pass)
         t = X[k].astype(np.float64)
         for n in ("W00", "W10"):
             t = np.maximum(t @ w0[n], 0)

@@ -364,11 +364,7 @@ def main(argv: Sequence[str] | None = None) -> Result:
         args.batch, args.lr, args.epochs, args.steps, args.optimizer, args.tiles, args.seed,
         not args.no_eval,
     )  # fmt: skip
-    if result.accuracy is not None:
-        print(f"Accuracy on all images: {100 * result.accuracy:.2f}%")
-        print(f"Cycles of the evaluation run: {result.eval_cycles:,}")
-    print(f"Cycles per training step: {result.step_cycles:,}")
-    print("Host seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in result.host_seconds.items()))
+    _common.print_training(result)
     return result
 
 

@@ -60,3 +60,12 @@ def memory_per_ipu(session: Any) -> list[int]:
 def he_normal(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
     """He-normal draws (std ``sqrt(2 / fan_in)``) as float32."""
     return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+
+
+def print_training(result: Any) -> None:
+    """Print a training example's accuracy, cycles and host seconds."""
+    if result.accuracy is not None:
+        print(f"Accuracy on all images: {100 * result.accuracy:.2f}%")
+        print(f"Cycles of the evaluation run: {result.eval_cycles:,}")
+    print(f"Cycles per training step: {result.step_cycles:,}")
+    print("Host seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in result.host_seconds.items()))
