@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.machinery
@@ -239,6 +240,11 @@ class VertexType:
     def field_names(self) -> tuple[str, ...]:
         """Poplar names of the fields, in declaration order."""
         return tuple(f.name for f in self.fields)
+
+    @functools.cached_property
+    def field_map(self) -> dict[str, FieldSpec]:
+        """Field specs by Poplar name (one look-up per connection while building)."""
+        return {f.name: f for f in self.fields}
 
     def field(self, name: str) -> FieldSpec:
         """Return the field called ``name`` (Poplar name, e.g. ``"in"``).

@@ -120,7 +120,7 @@ class ComputeSet:
         return self.id
 
 
-@dataclass
+@dataclass(slots=True)
 class VertexInstance:
     """One vertex: its type, compute set, tile, connections and estimate."""
 
@@ -139,6 +139,8 @@ class VertexInstance:
 class FieldRef:
     """``v["field"]`` or ``v["field"][i]``: a field (or one vector of a VectorList)."""
 
+    __slots__ = ("index", "name", "vertex")
+
     def __init__(self, vertex: VertexRef, name: str, index: int | None = None) -> None:
         self.vertex = vertex
         self.name = name
@@ -156,6 +158,8 @@ class FieldRef:
 
 class VertexRef:
     """Handle of a vertex returned by :meth:`Graph.addVertex`."""
+
+    __slots__ = ("graph", "id")
 
     def __init__(self, graph: Graph, vid: int) -> None:
         self.graph = graph
@@ -701,6 +705,15 @@ class Graph:
             interval outside the tensor, overlapping intervals or elements left out
             (each names the tensor, the tile and the interval).
         """
+        if type(mapping) is int and 0 <= mapping < self._num_tiles and not self._wide:
+            # one tile for a tensor or vertex of this graph: the common case, inline
+            if type(target) is Tensor and target._graph is self._state:
+                space = self._state.space(target._type)
+                space.tile[target.flat_index()] = int(self._tiles[mapping])
+                return
+            if type(target) is VertexRef and target.graph._state is self._state:
+                self._state.vertices[target.id].tile = int(self._tiles[mapping])
+                return
         self._refuse_on_parent("setTileMapping")
         if isinstance(target, VertexRef):
             inst = self._check_vertex(target, "setTileMapping")
@@ -859,23 +872,43 @@ class Graph:
         self, cs: ComputeSet, vertexType: Any, connections: Mapping[str, Any] | None = None
     ) -> VertexRef:
         """Add a vertex of ``vertexType`` (name or class) to ``cs``, with connections."""
-        self._refuse_on_parent("addVertex")
-        sets = self._state.compute_sets
-        if not isinstance(cs, ComputeSet) or not (0 <= cs.id < len(sets) and sets[cs.id] is cs):
+        if self._wide:
+            self._refuse_on_parent("addVertex")
+        state = self._state
+        sets = state.compute_sets
+        if type(cs) is not ComputeSet or not (0 <= cs.id < len(sets) and sets[cs.id] is cs):
             raise GraphError(
                 f"addVertex: {cs!r} is not a compute set of this graph (another graph made it); "
                 "hint: use the compute sets this graph's addComputeSet returned"
             )
-        vt = self._vertex_type(vertexType)
-        vid = len(self._state.vertices)
-        self._state.vertices.append(VertexInstance(vid, vt, cs.id))
+        vt = state.codelets.get(vertexType) if type(vertexType) is str else None
+        if vt is None:
+            vt = self._vertex_type(vertexType)
+        vid = len(state.vertices)
+        inst = VertexInstance(vid, vt, cs.id)
+        state.vertices.append(inst)
         ref = VertexRef(self, vid)
-        try:
-            for name, value in (connections or {}).items():
-                self.connect(ref[name], value)
-        except Exception:
-            self._state.vertices.pop()  # a failed call leaves no half-built vertex
-            raise
+        if connections:
+            fields = vt.field_map
+            try:
+                for name, value in connections.items():
+                    spec = fields.get(name)
+                    if (  # a tensor of this graph on a Vector or scalar field: inline
+                        spec is not None
+                        and type(value) is Tensor
+                        and value._graph is state
+                        and value._type is spec.element_type
+                        and (
+                            spec.kind == "vector"
+                            or (spec.kind == "scalar" and value._index.size == 1)
+                        )
+                    ):
+                        inst.fields[name] = value
+                    else:
+                        self.connect(ref[name], value)
+            except Exception:
+                state.vertices.pop()  # a failed call leaves no half-built vertex
+                raise
         cs.vertices.append(vid)
         return ref
 
@@ -929,6 +962,10 @@ class Graph:
 
     def setPerfEstimate(self, v: VertexRef, cycles: int) -> None:
         """The vertex's cycle estimate (thread cycles; tile cycles for a MultiVertex)."""
+        fast = type(cycles) is int and cycles >= 0 and type(v) is VertexRef
+        if fast and v.graph._state is self._state:  # the common case, inline
+            self._state.vertices[v.id].perf_estimate = cycles
+            return
         inst = self._check_vertex(v, "setPerfEstimate")
         if isinstance(cycles, bool) or not isinstance(cycles, int | np.integer) or cycles < 0:
             raise GraphError(

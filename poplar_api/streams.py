@@ -321,9 +321,11 @@ class HostStreams(HostIO):
             if buf is None:
                 raise self._unconnected(stream)
             pos = ends.positions[handle]
-            idx = (pos + np.arange(n)) % buf.size
             ends.positions[handle] = (pos + n) % buf.size
-            data = buf[idx]
+            if pos + n <= buf.size:  # no wrap: one slice
+                data = buf[pos : pos + n].copy()
+            else:
+                data = buf[(pos + np.arange(n)) % buf.size]
         if shared:
             self.broadcast[handle] = data
         return data
@@ -375,7 +377,10 @@ class HostStreams(HostIO):
             raise self._unconnected(stream)
         n = values.size
         pos = ends.positions[stream.handle]
-        buf[(pos + np.arange(n)) % buf.size] = values
+        if pos + n <= buf.size:  # no wrap: one slice
+            buf[pos : pos + n] = values.reshape(-1)
+        else:
+            buf[(pos + np.arange(n)) % buf.size] = values
         ends.positions[stream.handle] = (pos + n) % buf.size
 
     def end_run(self) -> None:

@@ -212,6 +212,23 @@ class Tensor:
             name = f"{self._root}.(...){op}"
         return Tensor._new(self._graph, self._type, index, name, self._root)
 
+    def _view(self, index: np.ndarray, op: str) -> Tensor:
+        """:meth:`_derive` for ``index``, a numpy view of this tensor's (read-only) index."""
+        t = object.__new__(Tensor)
+        root = self._root
+        name = self._name + op
+        if len(name) > MAX_NAME_LENGTH:
+            name = f"{root}.(...){op}"
+            if len(name) > MAX_NAME_LENGTH:
+                name = f"{root}.(...)"
+        t._graph = self._graph
+        t._type = self._type
+        t._index = index
+        t._name = name
+        t._root = root
+        t._flat = None
+        return t
+
     def _describe(self) -> str:
         return f"tensor '{self._name}' (shape {_fmt_shape(self._index.shape)}, {self._type.name})"
 
@@ -251,6 +268,9 @@ class Tensor:
     def flat_index(self) -> np.ndarray:
         """Element ids in row-major order as a read-only 1-D int64 array (cached)."""
         if self._flat is None:
+            if self._index.ndim == 1:  # already flat (and read-only)
+                self._flat = self._index
+                return self._index
             flat = self._index.reshape(-1)
             if flat.flags.writeable:
                 flat.flags.writeable = False
@@ -301,6 +321,10 @@ class Tensor:
 
         The rank is unchanged; an empty range gives a dimension of size 0.
         """
+        if type(begin) is int and type(end) is int and type(dimension) is int and dimension == 0:
+            index = self._index  # slice(b, e) of dimension 0: the common case, inline
+            if index.ndim and 0 <= begin <= end <= index.shape[0]:
+                return self._view(index[begin:end], f".slice({begin},{end})")
         if isinstance(begin, Interval):
             if end is not None:
                 if dimension != 0:
@@ -391,6 +415,10 @@ class Tensor:
         (with steps), ``...``, ``None`` (a new dimension of size 1) and tuples of
         these are accepted. Lists and arrays (gathers) are not: a Tensor is a view.
         """
+        if type(key) is int:  # t[i]: the common case, checked inline
+            index = self._index
+            if index.ndim and -index.shape[0] <= key < index.shape[0]:
+                return self._view(index[key, ...], f"[{key}]")
         ctx = _Described(self)
         items = key if isinstance(key, tuple) else (key,)
         norm: list[Any] = []

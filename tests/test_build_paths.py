@@ -1,0 +1,128 @@
+"""The inline paths of graph building agree with the general ones.
+
+``t[i]``, ``t.slice(b, e)``, ``setTileMapping(x, tile)``, ``addVertex`` with tensor
+connections and ``setPerfEstimate`` take a short path for the common argument kinds;
+every other kind goes through the checked general path. Both must give the same views,
+names, mappings and vertices, and bad arguments must still raise the general path's
+errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, INT, Graph, IPUModel
+from poplar_api.codelet import Input, Output, Vector, Vertex
+from poplar_api.errors import GraphError, TensorIndexError, TypeMismatchError
+from poplar_api.tensor import Interval
+
+
+class AddOne(Vertex):
+    """``out[i] = in[i] + 1``, with a scalar ``k``."""
+
+    in_ = Input(Vector(FLOAT))
+    k = Input(FLOAT)
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, k, out):
+        for i in range(in_.shape[0]):
+            out[i] = in_[i] + k[0]
+        return True
+
+
+@pytest.fixture()
+def graph() -> Graph:
+    return Graph(IPUModel("ipu2").createDevice().getTarget())
+
+
+def test_int_index_equals_tuple_index(graph: Graph) -> None:
+    t = graph.addVariable(FLOAT, [4, 3], "t")
+    for i in (0, 3, -1, -4):
+        fast, general = t[i], t[(i,)]
+        assert fast.name == general.name == f"t[{i}]"
+        np.testing.assert_array_equal(fast.index, general.index)
+        np.testing.assert_array_equal(fast.index, np.arange(12).reshape(4, 3)[i])
+    with pytest.raises(TensorIndexError, match="index 4 of dimension 0 is out of range"):
+        t[4]
+    scalar = t[1][2]
+    assert scalar.rank() == 0 and int(scalar.index) == 5
+    with pytest.raises(TensorIndexError):
+        scalar[0]
+
+
+def test_slice_equals_interval_slice(graph: Graph) -> None:
+    t = graph.addVariable(FLOAT, [6, 2], "t")
+    fast, general = t.slice(1, 4), t.slice(Interval(1, 4))
+    assert fast.name == general.name == "t.slice(1,4)"
+    np.testing.assert_array_equal(fast.index, general.index)
+    np.testing.assert_array_equal(fast.index, np.arange(12).reshape(6, 2)[1:4])
+    with pytest.raises(TensorIndexError, match="require 0 <= begin <= end <= 6"):
+        t.slice(4, 7)
+    with pytest.raises(TypeMismatchError):
+        t.slice(1, 2, True)  # a bool is not a dimension
+    short = graph.addVariable(FLOAT, [100], "x" * 60)
+    view = short.slice(0, 50)
+    assert view.slice(1, 2).name == "x" * 60 + ".(...).slice(1,2)"  # clipped derived name
+    assert view[1].name == view[(1,)].name == "x" * 60 + ".slice(0,50)[1]"
+    long = graph.addVariable(FLOAT, [100], "y" * 78)
+    assert long.slice(1, 2).name == "y" * 78 + ".(...)"
+
+
+def test_tile_mapping_of_one_tile_equals_whole_mapping(graph: Graph) -> None:
+    a = graph.addVariable(FLOAT, [8], "a")
+    b = graph.addVariable(FLOAT, [8], "b")
+    graph.setTileMapping(a.slice(0, 5), 3)
+    graph.setTileMapping(a.slice(5, 8), np.int64(7))
+    whole = [[] for _ in range(8)]
+    whole[3], whole[7] = [Interval(0, 5)], [Interval(5, 8)]
+    graph.setTileMapping(b, whole)
+    assert graph.getTileMapping(a) == graph.getTileMapping(b)
+    graph.setTileMapping(a[2], 1)  # a later mapping of an element wins
+    assert graph.getTileMapping(a)[1] == [Interval(2, 3)]
+    n = graph.getTarget().getNumTiles()
+    with pytest.raises(GraphError, match=f"tile {n} is out of range"):
+        graph.setTileMapping(a, n)
+    with pytest.raises(GraphError, match="mapping True must be a tile"):
+        graph.setTileMapping(a, True)
+
+
+def test_tile_mapping_of_virtual_graph_is_shifted(graph: Graph) -> None:
+    sub = graph.createVirtualGraph(10, 20)
+    x = sub.addVariable(FLOAT, [2], "x")
+    sub.setTileMapping(x, 4)
+    assert graph.getTileMapping(x)[14] == [Interval(0, 2)]
+    cs = sub.addComputeSet("cs")
+    graph.addCodelets(AddOne)
+    k = sub.addConstant(FLOAT, [], 1.0, "k")
+    sub.setTileMapping(k, 4)
+    v = sub.addVertex(cs, "AddOne", {"in": x, "k": k, "out": x})
+    sub.setTileMapping(v, 5)
+    assert graph._state.vertices[v.id].tile == 15
+
+
+def test_add_vertex_connections_and_errors(graph: Graph) -> None:
+    graph.addCodelets(AddOne)
+    cs = graph.addComputeSet("cs")
+    x = graph.addVariable(FLOAT, [4], "x")
+    k = graph.addVariable(FLOAT, [1], "k")
+    v = graph.addVertex(cs, "AddOne", {"in": x, "k": k[0], "out": x})
+    inst = graph._state.vertices[v.id]
+    assert set(inst.fields) == {"in", "k", "out"} and inst.fields["in"] is x
+    graph.setPerfEstimate(v, 42)
+    assert inst.perf_estimate == 42
+    with pytest.raises(GraphError, match="must be an int >= 0"):
+        graph.setPerfEstimate(v, -1)
+    before = graph.getNumVertices()
+    with pytest.raises(GraphError, match="scalar field .* needs exactly 1 element"):
+        graph.addVertex(cs, "AddOne", {"in": x, "k": x, "out": x})
+    with pytest.raises(TypeMismatchError, match="element type int"):
+        graph.addVertex(cs, "AddOne", {"in": graph.addVariable(INT, [4], "i"), "out": x})
+    with pytest.raises(GraphError, match="has no field 'inn'"):
+        graph.addVertex(cs, "AddOne", {"inn": x})
+    other = Graph(graph.getTarget()).addVariable(FLOAT, [4], "y")
+    with pytest.raises(GraphError, match="belongs to another graph"):
+        graph.addVertex(cs, "AddOne", {"in": other})
+    assert graph.getNumVertices() == before  # failed calls leave no vertex
+    assert cs.vertices == [v.id]
