@@ -79,7 +79,8 @@ class _Space:
         base = self.size
         self.size += n
         if self.size > self.tile.size:
-            grown = np.full(max(self.size, 2 * self.tile.size, 1024), UNMAPPED, np.int32)
+            # 1.25x growth: amortised appends without doubling the largest space
+            grown = np.full(max(self.size, self.tile.size * 5 // 4, 1024), UNMAPPED, np.int32)
             grown[: self.tile.size] = self.tile
             self.tile = grown
         self.var_bases.append(base)
@@ -518,6 +519,9 @@ class Graph:
             The graph is a virtual graph over a tile list that is not an ascending
             contiguous range; library functions that need the range cannot use it.
         """
+        cached = self.__dict__.get("_tile_lo_value")
+        if cached is not None:
+            return cached
         tiles = self._tiles
         if tiles.size and not np.array_equal(tiles, np.arange(tiles[0], tiles[0] + tiles.size)):
             shown = tiles[:8].tolist()
@@ -526,7 +530,8 @@ class Graph:
                 "contiguous tile range; this library function needs one; hint: make the "
                 "virtual graph with createVirtualGraph(lowerTile, upperTile)"
             )
-        return int(tiles[0]) if tiles.size else 0
+        self.__dict__["_tile_lo_value"] = lo = int(tiles[0]) if tiles.size else 0
+        return lo
 
     # ------------------------------------------------------------------ target
     def getTarget(self) -> Target:
@@ -936,9 +941,15 @@ class Graph:
         if spec.kind == "vectorlist":
             if isinstance(value, Tensor):
                 value = [value]
-            tensors = [self._check_tensor(v, where) for v in value]
-            for t in tensors:
-                spec.check([t.numElements()], t.elementType(), where)
+            state, ftype = self._state, spec.element_type
+            if isinstance(value, list) and all(
+                type(v) is Tensor and v._graph is state and v._type is ftype for v in value
+            ):
+                tensors = list(value)  # of this graph and the field's type: nothing to check
+            else:
+                tensors = [self._check_tensor(v, where) for v in value]
+                for t in tensors:
+                    spec.check([t.numElements()], t.elementType(), where)
             inst.fields[spec.name] = tensors
             inst.list_sizes[spec.name] = len(tensors)
             return

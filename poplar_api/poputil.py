@@ -51,7 +51,7 @@ def _positive_int(value: Any, what: str, api: str, minimum: int) -> int:
 def linear_tiles(
     num_elements: int, num_tiles: int, minElementsPerTile: int = 0, grainSize: int = 1
 ) -> np.ndarray:
-    """Tile (0-based, of ``num_tiles``) of each of ``num_elements`` flat elements.
+    """Tile (0-based, of ``num_tiles``; int32) of each of ``num_elements`` flat elements.
 
     Elements are cut into grains of ``grainSize`` (the last may be short); each used
     tile gets ``max(ceil(grains / num_tiles), ceil(minElementsPerTile / grainSize))``
@@ -63,7 +63,11 @@ def linear_tiles(
     grains = -(-num_elements // grainSize)
     grains_per_tile = max(-(-grains // num_tiles), -(-minElementsPerTile // grainSize), 1)
     per_tile = grains_per_tile * grainSize
-    return np.arange(num_elements, dtype=np.int64) // per_tile
+    used = -(-num_elements // per_tile)
+    counts = np.full(used, per_tile, np.int64)
+    counts[-1] = num_elements - (used - 1) * per_tile
+    # int32 tiles built by repeat: no element-sized int64 temporaries for big tensors
+    return np.repeat(np.arange(used, dtype=np.int32), counts)
 
 
 def calcLinearTileMapping(
@@ -122,8 +126,10 @@ def mapTensorLinearly(
     grain = _positive_int(grainSize, "grainSize", "mapTensorLinearly", 1)
     num_tiles = graph.getTarget().getNumTiles()
     tiles = linear_tiles(t.numElements(), num_tiles, min_el, grain)
+    if graph._tile_lo:
+        tiles += graph._tile_lo
     space = graph._state.space(t.elementType())
-    space.tile[t.flat_index()] = (tiles + graph._tile_lo).astype(np.int32)
+    space.tile[t.flat_index()] = tiles
 
 
 def cloneTensor(graph: Graph, t: Tensor, name: str = "", type: Type | None = None) -> Tensor:

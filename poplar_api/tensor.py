@@ -205,6 +205,21 @@ class Tensor:
         t._flat = None
         return t
 
+    @classmethod
+    def _of_ids(cls, graph: object, element_type: Type, index: np.ndarray, name: str) -> Tensor:
+        """``Tensor(graph, element_type, index, name)`` for an int64 array of valid element
+        ids that library code built and hands over (it is made read-only): the same
+        tensor, without the checks."""
+        index.flags.writeable = False
+        t = object.__new__(cls)
+        t._graph = graph
+        t._type = element_type
+        t._index = index
+        t._name = name  # kept whole, as the constructor does
+        t._root = name
+        t._flat = None
+        return t
+
     def _derive(self, index: np.ndarray, op: str) -> Tensor:
         """A view of this tensor with index array ``index``, named ``name + op``."""
         name = self._name + op

@@ -205,7 +205,8 @@ def split_pieces(
 
 
 def _view(graph: Graph, operand: ElemOperand, positions: np.ndarray) -> Tensor:
-    return Tensor(graph._state, operand.type, operand.ids[positions], operand.name)
+    ids = operand.ids[positions]  # valid ids of the operand: no need to check them again
+    return Tensor._of_ids(graph._state, operand.type, ids, operand.name)
 
 
 def add_vertex(
@@ -226,9 +227,8 @@ def add_vertex(
     flat = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
     for field, op in operands.items():
         if isinstance(op, ScalarOperand):
-            connections[field] = Tensor(
-                graph._state, op.type, np.asarray([op.id_of_tile(tile)]), op.name
-            )
+            ids = np.array([op.id_of_tile(tile)], np.int64)
+            connections[field] = Tensor._of_ids(graph._state, op.type, ids, op.name)
         elif rows:
             connections[field] = [_view(graph, op, p) for p in pieces]
         else:
