@@ -254,9 +254,9 @@ class VertexType:
         GraphError
             No such field; the message lists the fields and the closest name.
         """
-        for spec in self.fields:
-            if spec.name == name:
-                return spec
+        spec = self.field_map.get(name) if isinstance(name, str) else None
+        if spec is not None:
+            return spec
         names = self.field_names
         close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.5)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -265,7 +265,7 @@ class VertexType:
             f"{', '.join(repr(n) for n in names) or '(none)'}{hint}"
         )
 
-    @property
+    @functools.cached_property
     def has_estimator(self) -> bool:
         """Whether the class defines ``getCycleEstimate``."""
         return inspect.getattr_static(self.cls, "getCycleEstimate", None) is not None
@@ -305,6 +305,8 @@ class VertexType:
                 f"vertex type {self.name!r}: getCycleEstimate raised {type(exc).__name__}: "
                 f"{exc} (sizes={dict(sizes)})"
             ) from exc
+        if type(result) is int and result >= 0:
+            return result
         if isinstance(result, bool) or not isinstance(result, Integral) or result < 0:
             raise CodeletError(
                 f"vertex type {self.name!r}: getCycleEstimate returned {result!r} "

@@ -45,6 +45,7 @@ from ipusim.errors import ConfigError
 from poplar_api.codelet import VertexType, collect_codelets, vertex_type
 from poplar_api.device import Device, Target
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
+from poplar_api.fields import FieldSpec
 from poplar_api.lowering.context import wide_ids
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
@@ -853,6 +854,9 @@ class Graph:
 
     def _vertex_type(self, type_: Any) -> VertexType:
         if isinstance(type_, type):
+            known = self._state.codelets.get(type_.__dict__.get("typeName") or type_.__name__)
+            if known is not None and known.cls is type_:
+                return known  # registered already
             self.addCodelets(type_)
             return vertex_type(type_)
         vt = self._state.codelets.get(str(type_))
@@ -909,8 +913,10 @@ class Graph:
                         )
                     ):
                         inst.fields[name] = value
+                    elif spec is not None:
+                        self._connect_field(inst, spec, value)
                     else:
-                        self.connect(ref[name], value)
+                        self.connect(ref[name], value)  # raises: no such field
             except Exception:
                 state.vertices.pop()  # a failed call leaves no half-built vertex
                 raise
@@ -923,21 +929,25 @@ class Graph:
             raise GraphError(f"connect: expected v['field'], got {type(fieldRef).__name__}")
         inst = self._check_vertex(fieldRef.vertex, f"connect of field '{fieldRef.name}'")
         spec = inst.vtype.field(fieldRef.name)
-        where = f"{inst.describe()} field '{spec.name}'"
-        if fieldRef.index is not None:
-            if spec.kind != "vectorlist":
-                raise GraphError(f"{where}: only VectorList fields take [i]")
-            size = inst.list_sizes.get(spec.name)
-            if size is None or not 0 <= fieldRef.index < size:
-                raise GraphError(
-                    f"{where}[{fieldRef.index}]: index out of range (field size "
-                    f"{size if size is not None else 'not set'}); hint: call setFieldSize first"
-                )
-            t = self._check_tensor(value, where)
-            spec.check([t.numElements()], t.elementType(), where)
-            slots = inst.fields.setdefault(spec.name, [None] * size)
-            slots[fieldRef.index] = t
+        if fieldRef.index is None:
+            self._connect_field(inst, spec, value)
             return
+        where = f"{inst.describe()} field '{spec.name}'"
+        if spec.kind != "vectorlist":
+            raise GraphError(f"{where}: only VectorList fields take [i]")
+        size = inst.list_sizes.get(spec.name)
+        if size is None or not 0 <= fieldRef.index < size:
+            raise GraphError(
+                f"{where}[{fieldRef.index}]: index out of range (field size "
+                f"{size if size is not None else 'not set'}); hint: call setFieldSize first"
+            )
+        t = self._check_tensor(value, where)
+        spec.check([t.numElements()], t.elementType(), where)
+        slots = inst.fields.setdefault(spec.name, [None] * size)
+        slots[fieldRef.index] = t
+
+    def _connect_field(self, inst: VertexInstance, spec: FieldSpec, value: Any) -> None:
+        """Connect ``value`` to the whole field ``spec`` of ``inst`` (checked)."""
         if spec.kind == "vectorlist":
             if isinstance(value, Tensor):
                 value = [value]
@@ -947,12 +957,14 @@ class Graph:
             ):
                 tensors = list(value)  # of this graph and the field's type: nothing to check
             else:
+                where = f"{inst.describe()} field '{spec.name}'"
                 tensors = [self._check_tensor(v, where) for v in value]
                 for t in tensors:
                     spec.check([t.numElements()], t.elementType(), where)
             inst.fields[spec.name] = tensors
             inst.list_sizes[spec.name] = len(tensors)
             return
+        where = f"{inst.describe()} field '{spec.name}'"
         t = self._check_tensor(value, where)
         spec.check(t.numElements(), t.elementType(), where)
         inst.fields[spec.name] = t
