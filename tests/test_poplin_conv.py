@@ -406,3 +406,17 @@ def test_matmul_after_add_codelets_uses_the_registered_vertex_classes():
     out = np.zeros((4, 4), np.float32)
     eng.readTensor("c", out)
     np.testing.assert_allclose(out, av @ bv, rtol=1e-5, atol=1e-5)
+
+
+def test_planner_relaxes_the_memory_bound_as_poplibs_does() -> None:
+    """No candidate within the bound: the bound doubles until one fits, up to twice
+    the tile's bytes; past that every candidate may be taken (then the cheapest wins)."""
+    import numpy as np
+
+    from poplar_api.poplin.conv_planner import _fitting
+
+    memory = np.array([900, 500, 3000])
+    assert _fitting(memory, 1000, 10_000).tolist() == [True, True, False]
+    assert _fitting(memory, 200, 10_000).tolist() == [False, True, False]  # bound 400, 800
+    assert _fitting(np.array([900, 1500]), 100, 1_000).tolist() == [True, True]  # bound 1600
+    assert _fitting(np.array([5000, 9000]), 100, 1_000).tolist() == [True, True]  # none fits

@@ -20,8 +20,11 @@ weighs, for every candidate:
   type than the output are cast in place by ``popops.cast`` (as Poplibs does);
 * **memory**: the per-tile temporary memory (received input window and weights,
   partials written and received; not the operands' and output's own storage, as in
-  Poplibs); candidates over ``availableMemoryProportion`` of tile memory are dropped
-  unless none fits, when the one needing least is taken.
+  Poplibs); candidates over ``availableMemoryProportion`` of tile memory are dropped.
+  When none fits, the bound is doubled until a candidate fits or it reaches twice the
+  tile's bytes, and past that the cheapest candidate is taken whatever its memory
+  (Poplibs' ``runPlanner`` ``minimizeMemory`` step in ``ConvPlan.cpp``); a plan that
+  does not fit then shows up as out-of-memory tiles in the memory report.
 
 The closed forms (derived: they keep the Poplibs estimators' leading terms, so the
 ranking follows them; the final choice uses the estimators themselves):
@@ -246,6 +249,19 @@ def memory_limit(target: Any, options: Mapping[str, Any]) -> float:
     return prop * target.getBytesPerTile()
 
 
+def _fitting(memory: np.ndarray, limit: float, tile_bytes: int) -> np.ndarray:
+    """Which candidates the planner may take: those within ``limit`` bytes; when none
+    is, those within the first of ``2 limit``, ``4 limit``, ... that some candidate
+    meets, up to twice ``tile_bytes``; past that every candidate (Poplibs' planner
+    then minimises cycles without a memory bound)."""
+    bound = limit
+    fits = memory <= bound
+    while not fits.any() and bound < 2 * tile_bytes:
+        bound *= 2
+        fits = memory <= bound
+    return fits if fits.any() else np.ones(memory.shape, bool)
+
+
 def _candidates(
     params: ConvParams, method: str, partials: Type, target: Any, maps: list[np.ndarray]
 ) -> dict[str, np.ndarray]:
@@ -380,13 +396,10 @@ def plan_convolution(
         units = amp_unit_options(params.inputType, partials, target)
         methods[i : i + 1] = [("AMP", u) for u in sorted(units, reverse=True)]
     cands = [(_m, _candidates(params, _m, partials, target, maps)) for _m in methods]
-    limit = memory_limit(target, options)
     method_ix = np.concatenate([np.full(c["used"].size, mi) for mi, (_, c) in enumerate(cands)])
     cat = {k: np.concatenate([c[k] for _, c in cands]) for k in cands[0][1]}
-    fits = cat["memory"] <= limit
+    fits = _fitting(cat["memory"], memory_limit(target, options), target.getBytesPerTile())
     primary = np.where(fits, cat["total"], np.iinfo(np.int64).max // 4)
-    if not fits.any():
-        primary = cat["memory"]
     order = np.lexsort((method_ix, cat["used"], primary))
     top = order[: REFINE if exact_compute is not None else 1]
     tiles = target.getNumTiles()
@@ -423,7 +436,7 @@ def plan_convolution(
             cost["compute"] = exact
             cost["total"] = exact + cost["exchange"] + cost["reduce"]
             plan = make(j, cost)
-        key = cost["total"] if fits[j] or not fits.any() else np.iinfo(np.int64).max
+        key = cost["total"] if fits[j] else np.iinfo(np.int64).max
         if best is None or key < best[0]:
             best = (key, plan)
     assert best is not None
