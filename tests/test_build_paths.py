@@ -115,7 +115,7 @@ def test_add_vertex_connections_and_errors(graph: Graph) -> None:
     with pytest.raises(GraphError, match="must be an int >= 0"):
         graph.setPerfEstimate(v, -1)
     before = graph.getNumVertices()
-    with pytest.raises(GraphError, match="scalar field .* needs exactly 1 element"):
+    with pytest.raises(GraphError, match=r"scalar field .* needs exactly 1 element"):
         graph.addVertex(cs, "AddOne", {"in": x, "k": x, "out": x})
     with pytest.raises(TypeMismatchError, match="element type int"):
         graph.addVertex(cs, "AddOne", {"in": graph.addVariable(INT, [4], "i"), "out": x})
