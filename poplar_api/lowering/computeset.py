@@ -15,6 +15,7 @@ import numpy as np
 from poplar_api.codelet import VertexType, execute
 from poplar_api.errors import EngineError
 from poplar_api.fields import FieldBatch, FieldSpec
+from poplar_api.lowering import runs
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.types import Type
@@ -125,17 +126,10 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
                 entry = by_size.setdefault(ft.type.size, (ft.type, []))
                 entry[1].append((ft, table.tiles[ft.positions]))
     for typ, fields in by_size.values():
-        owner_of = state.space(typ).tile
-        slices: dict[int, list[np.ndarray]] = {}
-        for ft, vtiles in fields:
-            bounds = ft.bounds.tolist()
-            for i, tile in enumerate(vtiles.tolist()):
-                if bounds[i + 1] > bounds[i]:
-                    slices.setdefault(tile, []).append(ft.ids[bounds[i] : bounds[i + 1]])
-        for tile in sorted(slices):
-            parts = slices.pop(tile)
-            ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            planner.add(typ, tile, ids, owner_of[ids])
+        owner = state.space(typ).tile
+        pieces = [runs.field_pieces(ft.ids, ft.bounds, vtiles, owner) for ft, vtiles in fields]
+        begin, length, dst = (np.concatenate(p) for p in zip(*pieces, strict=True))
+        planner.add_pieces(typ, begin, length, dst, owner)
 
 
 def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:

@@ -49,7 +49,7 @@ from ipusim import ir
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
 from poplar_api.errors import ApplicationRuntimeError, EngineError
 from poplar_api.graph import DataStream, replication_factor
-from poplar_api.lowering import validate
+from poplar_api.lowering import runs, validate
 from poplar_api.lowering.computeset import (
     build_table,
     field_sizes,
@@ -527,7 +527,9 @@ class Emitter:
         space = self.state.find_space(t.elementType())
         if space is None or t.numElements() == 0:
             return None
-        for vid in np.unique(space.variables_of(t.flat_index())).tolist():
+        touched = np.zeros(len(self.state.variables), bool)
+        runs.mark_variables(space, t.flat_index(), touched)
+        for vid in np.flatnonzero(touched).tolist():
             if self.state.variables[vid].constant:
                 return self.state.variables[vid].name
         return None
@@ -562,7 +564,7 @@ class Emitter:
                 )
             )
         planner = ExchangePlanner(self.state.target, self.state)
-        planner.add_grouped(typ, s_ids[~local], s_tile[~local], d_tile[~local])
+        planner.add_owned(typ, s_ids, d_tile, self.state.space(typ).tile)
         nodes += self._exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", self._pid(prog))
         if not nodes:  # nothing to copy
             return ir.Sequence()

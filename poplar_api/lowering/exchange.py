@@ -27,10 +27,10 @@ links. The global exchange therefore runs first, then the on-chip exchange
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from ipusim import ir
 from ipusim.tile.layout import tile_distance
+from poplar_api.lowering import runs
 from poplar_api.types import Type
 
 
@@ -66,6 +66,8 @@ class ExchangePlanner:
         #: global transfers so far: keys ``src * num_tiles + dst`` and their bytes
         self.global_keys: list[np.ndarray] = []
         self.global_bytes: list[np.ndarray] = []
+        #: element size -> ids where the owning tile changes (see :meth:`_changes`)
+        self.changes: dict[int, np.ndarray] = {}
 
     def add(self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray) -> None:
         """Elements ``ids`` (from tiles ``src``) needed on tile ``dst``.
@@ -77,7 +79,7 @@ class ExchangePlanner:
         if not remote.any():
             return
         ids, src = ids[remote], src[remote]
-        first = ~pd.Index(ids).duplicated(keep="first")
+        first = np.sort(np.unique(ids, return_index=True)[1])  # first reference of each id
         ids, src = ids[first], src[first].astype(np.int64)
         tpi = self.tiles_per_ipu
         relayed = None
@@ -150,6 +152,100 @@ class ExchangePlanner:
         ends = np.concatenate((cuts, [dst.size]))
         for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
             self.add(element_type, int(dst[a]), ids[a:b], src[a:b])
+
+    def add_owned(
+        self, element_type: Type, ids: np.ndarray, dst: np.ndarray, owner: np.ndarray
+    ) -> None:
+        """References ``ids`` needed on tiles ``dst``, each sent by the tile that owns
+        it (``owner[id]``, the element space's tile array): :meth:`add_grouped` with
+        ``src = owner[ids]``, planned as runs when no element crosses IPUs."""
+        ids = np.asarray(ids, np.int64)
+        dst = np.asarray(dst, np.int64)
+        self.add_pieces(element_type, *runs.flat_pieces(ids, dst, owner), owner)
+
+    def add_pieces(
+        self,
+        element_type: Type,
+        begin: np.ndarray,
+        length: np.ndarray,
+        dst: np.ndarray,
+        owner: np.ndarray,
+    ) -> None:
+        """Id runs ``[begin, begin + length)`` needed on tiles ``dst``, no element of a
+        run on ``dst`` (:mod:`~poplar_api.lowering.runs` finds them), each element sent
+        by its owner.
+
+        Every run bound for a tile must come in one call. On a target of several IPUs
+        the runs are planned element by element (:meth:`add_grouped`: an element may
+        cross IPUs); otherwise as intervals (:meth:`_add_intervals`).
+        """
+        if begin.size == 0:
+            return
+        if self.num_ipus > 1:
+            ids = _expand(begin, length)
+            self.add_grouped(element_type, ids, owner[ids].astype(np.int64), np.repeat(dst, length))
+            return
+        self._add_intervals(element_type, begin, length, dst, owner)
+
+    def _add_intervals(
+        self,
+        element_type: Type,
+        begin: np.ndarray,
+        lengths: np.ndarray,
+        dst: np.ndarray,
+        owner: np.ndarray,
+    ) -> None:
+        """Id ranges ``[begin, begin + lengths)`` needed on tiles ``dst`` (all remote,
+        on one IPU), each element sent by its owner.
+
+        The ranges of each receiving tile are merged into disjoint intervals, which
+        give the bytes it receives; a message is a run of consecutive ids from one
+        sender, so an interval is one message plus one per change of owner inside it.
+        """
+        size = element_type.size
+        space = self.state.space(element_type).size
+        stride = space + 1  # a range ends at most at ``space``: tiles never touch
+        lo_key = dst * stride + begin
+        hi_key = lo_key + lengths
+        order = np.argsort(lo_key, kind="stable")
+        lo_key, hi_key = lo_key[order], hi_key[order]
+        reach = np.maximum.accumulate(hi_key)
+        new = np.ones(lo_key.size, bool)
+        new[1:] = lo_key[1:] > reach[:-1]
+        first = np.flatnonzero(new)
+        m_lo = lo_key[first]
+        m_hi = np.maximum.reduceat(hi_key, first)
+        m_dst = m_lo // stride
+        a, b = m_lo - m_dst * stride, m_hi - m_dst * stride
+        n = self.num_tiles
+        self.received += np.bincount(m_dst, weights=b - a, minlength=n).astype(np.int64) * size
+        changes = self._changes(size, owner, space)
+        c_lo = np.searchsorted(changes, a, side="right")
+        inner = np.searchsorted(changes, b, side="left") - c_lo
+        msgs = np.bincount(m_dst, weights=1 + inner, minlength=n)
+        self.messages_received += msgs.astype(np.int64)
+        # first id of every message, and its receiving tile
+        total = int(inner.sum())
+        at = np.arange(total) - np.repeat(np.cumsum(inner) - inner - c_lo, inner)
+        msg_ids = np.concatenate((a, changes[at]))
+        msg_dst = np.concatenate((m_dst, np.repeat(m_dst, inner)))
+        pairs = np.unique(msg_dst * n + owner[msg_ids].astype(np.int64))
+        p_dst, peers = pairs // n, pairs % n
+        tpi = self.tiles_per_ipu
+        dist = tile_distance(self.cfg.tile, peers % tpi, p_dst % tpi).astype(np.int64)
+        np.maximum.at(self.max_distance, p_dst, dist)
+        np.maximum.at(self.max_distance, peers, dist)
+        sender = self.sender.get(size)
+        if sender is None:
+            sender = self.sender[size] = np.full(space, -1, np.int32)
+        runs.copy_ranges(sender, owner, a, b)
+
+    def _changes(self, size: int, owner: np.ndarray, space: int) -> np.ndarray:
+        """Ids where the owning tile changes (cached: mappings are fixed while lowering)."""
+        cached = self.changes.get(size)
+        if cached is None:
+            cached = self.changes[size] = runs.change_points(owner, space)
+        return cached
 
     def build(self, name: str, program_id: int) -> ir.Exchange | None:
         """The IR on-chip exchange of everything added, or None when nothing crosses
@@ -248,3 +344,10 @@ def _runs(ids: np.ndarray, src: np.ndarray) -> np.ndarray:
     new = np.ones(ids.size, bool)
     new[1:] = (np.diff(ids) != 1) | (np.diff(src) != 0)
     return np.flatnonzero(new)
+
+
+def _expand(begin: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The ids of runs ``[begin, begin + length)``, run after run."""
+    total = int(length.sum())
+    starts = np.cumsum(length) - length
+    return np.arange(total, dtype=np.int64) - np.repeat(starts - begin, length)

@@ -55,6 +55,7 @@ from ipusim.tile.memory import (
     plan,
 )
 from ipusim.timing import TimingModel
+from poplar_api.lowering import runs
 
 __all__ = ["out_of_memory_message", "plan_memory", "vertex_state_bytes"]
 
@@ -149,7 +150,7 @@ def _variables_of(state: Any, parts: list[tuple[Any, np.ndarray]]) -> np.ndarray
     for t, ids in parts:
         space = state.find_space(t)
         if ids.size and space is not None:
-            mask[space.variables_of(ids)] = True
+            runs.mark_variables(space, ids, mask)
     return np.flatnonzero(mask)
 
 

@@ -1,0 +1,161 @@
+"""Runs of element ids, found in one compiled pass: the exchange planner's input.
+
+A vertex usually reads a slice of a tensor, so the element ids of its fields come in
+runs of consecutive ids living on one tile. The planner works on such runs (id
+intervals) instead of one entry per element; these kernels find them without building
+element-sized temporaries (on a large graph each such array costs as much as the
+pass that uses it).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def _field_pieces(ids, bounds, vtiles, owner, out_begin, out_length, out_dst):  # pragma: no cover
+    count = 0
+    for v in range(bounds.size - 1):
+        tile = vtiles[v]
+        prev_id = -2
+        for p in range(bounds[v], bounds[v + 1]):
+            i = ids[p]
+            if owner[i] == tile:
+                prev_id = -2
+                continue
+            if i == prev_id + 1:
+                if out_length.size:
+                    out_length[count - 1] += 1
+            else:
+                if out_length.size:
+                    out_begin[count] = i
+                    out_length[count] = 1
+                    out_dst[count] = tile
+                count += 1
+            prev_id = i
+    return count
+
+
+@numba.njit(cache=True)
+def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no cover
+    count = 0
+    prev_id = -2
+    prev_dst = -1
+    for p in range(ids.size):
+        i = ids[p]
+        d = dst[p]
+        if owner[i] == d:
+            prev_id = -2
+            continue
+        if i == prev_id + 1 and d == prev_dst:
+            if out_length.size:
+                out_length[count - 1] += 1
+        else:
+            if out_length.size:
+                out_begin[count] = i
+                out_length[count] = 1
+                out_dst[count] = d
+            count += 1
+        prev_id = i
+        prev_dst = d
+    return count
+
+
+def _collect(kernel, *args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count the pieces, then fill them (two passes, no element-sized arrays)."""
+    empty = np.zeros(0, np.int64)
+    n = kernel(*args, empty, empty, empty)
+    begin, length, dst = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    kernel(*args, begin, length, dst)
+    return begin, length, dst
+
+
+def field_pieces(
+    ids: np.ndarray, bounds: np.ndarray, vtiles: np.ndarray, owner: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The remote reads of a field, as runs.
+
+    Parameters
+    ----------
+    ids
+        Element ids of the field, vertex after vertex (int64).
+    bounds
+        ``ids[bounds[v]:bounds[v + 1]]`` are vertex ``v``'s (int64, one more than
+        the vertices).
+    vtiles
+        Tile of each vertex (int64).
+    owner
+        Tile of each element id (the element space's tile array).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(begin, length, dst)``: ids ``begin .. begin + length - 1`` live on tiles
+        other than ``dst`` and are read by a vertex on tile ``dst``; every remote
+        reference is in exactly one run, in reference order.
+    """
+    return _collect(_field_pieces, ids, bounds, vtiles, owner)
+
+
+def flat_pieces(
+    ids: np.ndarray, dst: np.ndarray, owner: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`field_pieces` for references with one destination tile each (``dst``)."""
+    return _collect(_flat_pieces, ids, dst, owner)
+
+
+@numba.njit(cache=True)
+def _change_points(owner, size, out):  # pragma: no cover
+    count = 0
+    for i in range(1, size):
+        if owner[i] != owner[i - 1]:
+            if out.size:
+                out[count] = i
+            count += 1
+    return count
+
+
+def change_points(owner: np.ndarray, size: int) -> np.ndarray:
+    """Ids ``i`` in ``[1, size)`` where ``owner[i] != owner[i - 1]`` (int64, sorted)."""
+    n = _change_points(owner, size, np.zeros(0, np.int64))
+    out = np.empty(n, np.int64)
+    _change_points(owner, size, out)
+    return out
+
+
+@numba.njit(cache=True)
+def copy_ranges(target, source, begin, end):  # pragma: no cover
+    """``target[begin[k]:end[k]] = source[begin[k]:end[k]]`` for every ``k``."""
+    for k in range(begin.size):
+        for i in range(begin[k], end[k]):
+            target[i] = source[i]
+
+
+@numba.njit(cache=True)
+def _mark_variables(ids, bases, var_ids, mask):  # pragma: no cover
+    n = bases.size
+    lo = 1
+    hi = 0  # the id range of the variable found last (empty before the first)
+    vid = -1
+    for p in range(ids.size):
+        i = ids[p]
+        if i < lo or i >= hi:
+            k = np.searchsorted(bases, i, side="right") - 1
+            lo = bases[k]
+            hi = bases[k + 1] if k + 1 < n else np.iinfo(np.int64).max
+            vid = var_ids[k]
+        mask[vid] = True
+
+
+def mark_variables(space: object, ids: np.ndarray, mask: np.ndarray) -> None:
+    """Set ``mask[v]`` for every variable ``v`` owning an element of ``ids``.
+
+    The result of ``mask[space.variables_of(ids)] = True`` in one pass: ids mostly
+    come in runs within one variable, so the variable is looked up again only when an
+    id leaves the range of the last one.
+    """
+    bases = np.asarray(space.var_bases, np.int64)
+    var_ids = np.asarray(space.var_ids, np.int64)
+    if ids.size:
+        _mark_variables(np.asarray(ids, np.int64), bases, var_ids, mask)
