@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from poplar_api.graph import UNMAPPED
 from poplar_api.lowering.computeset import ComputeSetTable
@@ -85,7 +84,7 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
         w_vtx = np.concatenate([w.vertex_of(np.arange(w.ids.size)) for w in writes])
         w_field = np.concatenate([np.full(w.ids.size, i) for i, w in enumerate(writes)])
         order = np.argsort(w_ids, kind="stable")
-        s_ids, s_vtx = w_ids[order], w_vtx[order]
+        s_ids, s_vtx, s_field = w_ids[order], w_vtx[order], w_field[order]
         clash = np.flatnonzero((s_ids[1:] == s_ids[:-1]) & (s_vtx[1:] != s_vtx[:-1]))
         if clash.size:
             k = int(clash[0])
@@ -97,23 +96,24 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
             )
         written = np.zeros(state.space(t).size, bool)
         written[w_ids] = True
-        writer = pd.Series(w_vtx, index=w_ids)
-        field_of = pd.Series(w_field, index=w_ids)
-        writer = writer[~writer.index.duplicated()]
-        field_of = field_of[~field_of.index.duplicated()]
+        # the first writer of each element (stable sort: first in vertex order)
+        first = np.ones(s_ids.size, bool)
+        first[1:] = s_ids[1:] != s_ids[:-1]
+        u_ids, u_vtx, u_field = s_ids[first], s_vtx[first], s_field[first]
         for ft in reads:
             refs = np.flatnonzero(written[ft.ids])
             if refs.size == 0:
                 continue
             ids = ft.ids[refs]
             reader_pos = ft.vertex_of(refs)
-            writer_pos = writer.loc[ids].to_numpy()
+            at = np.searchsorted(u_ids, ids)
+            writer_pos = u_vtx[at]
             bad = np.flatnonzero(writer_pos != reader_pos)
             if bad.size:
                 k = int(bad[0])
                 reader = state.vertices[int(vids[reader_pos[k]])]
                 other = state.vertices[int(vids[writer_pos[k]])]
-                wfield = writes[int(field_of.loc[ids[k]])].spec.name
+                wfield = writes[int(u_field[at[k]])].spec.name
                 problems.append(
                     f"compute set '{table.name}': {reader.describe()} field '{ft.spec.name}' "
                     f"reads {element_name(state, t, int(ids[k]))}, which {other.describe()} "
