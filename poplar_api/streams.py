@@ -322,10 +322,9 @@ class HostStreams(HostIO):
                 raise self._unconnected(stream)
             pos = ends.positions[handle]
             ends.positions[handle] = (pos + n) % buf.size
-            if pos + n <= buf.size:  # no wrap: one slice
-                data = buf[pos : pos + n].copy()
-            else:
-                data = buf[(pos + np.arange(n)) % buf.size]
+            # no wrap: a view (every caller copies it at once); else a gather
+            wraps = pos + n > buf.size
+            data = buf[(pos + np.arange(n)) % buf.size] if wraps else buf[pos : pos + n]
         if shared:
             self.broadcast[handle] = data
         return data

@@ -152,7 +152,8 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
         for group in table.groups:
             batches = {}
             for ft in group.fields:
-                data = storage.read(ft.type, ft.ids).astype(ft.spec.kernel_dtype)
+                # read gives a new array: converting in place of copying is safe
+                data = storage.read(ft.type, ft.ids).astype(ft.spec.kernel_dtype, copy=False)
                 batches[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
             ok = execute(
                 group.vtype,

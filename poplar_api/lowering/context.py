@@ -95,15 +95,18 @@ class Storage:
         self.replica = replica
         self.arrays = self.images[replica]
 
-    def read(self, t: Type, ids: np.ndarray) -> np.ndarray:
-        """Values of elements ``ids`` as type ``t`` (a new array of ``t.numpy``)."""
+    def read(self, t: Type, ids: np.ndarray | slice) -> np.ndarray:
+        """Values of elements ``ids`` (ids or a slice of them) as type ``t`` (a new
+        array of ``t.numpy``)."""
         raw = self.arrays[t.size][ids]
+        if isinstance(ids, slice):
+            raw = raw.copy()
         if t.numpy.kind == "b":
             return raw != 0
         return raw.view(t.numpy)
 
-    def write(self, t: Type, ids: np.ndarray, values: np.ndarray) -> None:
-        """Store ``values`` (converted to ``t``) into elements ``ids``."""
+    def write(self, t: Type, ids: np.ndarray | slice, values: np.ndarray) -> None:
+        """Store ``values`` (converted to ``t``) into elements ``ids`` (ids or a slice)."""
         self.arrays[t.size][ids] = _raw(t, values).reshape(-1)
 
     # ------------------------------------------------------------ every replica

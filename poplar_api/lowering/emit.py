@@ -539,9 +539,10 @@ class Emitter:
         s_ids, d_ids = s.flat_index(), d.flat_index()
         s_tile, d_tile = self._tiles(s), self._tiles(d)
         storage = self.lowered.storage
+        s_where, d_where = runs.as_index(s_ids), runs.as_index(d_ids)
 
         def copy() -> None:
-            storage.write(typ, d_ids, storage.read(typ, s_ids))
+            storage.write(typ, d_where, storage.read(typ, s_where))
 
         name = prog.debugName or f"Copy {s.name} -> {d.name}"
         nodes: list[ir.Node] = []
@@ -630,14 +631,16 @@ class Emitter:
                 storage.write(typ, ids[:n], host.pull(stream)[:n])
                 host.pulled(stream)
         elif to_device:
+            where = runs.as_index(ids)
 
             def effect() -> None:
-                storage.write(typ, ids, host.pull(stream))
+                storage.write(typ, where, host.pull(stream))
                 host.pulled(stream)
         else:
+            where = runs.as_index(ids)
 
             def effect() -> None:
-                host.push(stream, storage.read(typ, ids))
+                host.push(stream, storage.read(typ, where))
 
         ready = None
         if to_device and self.prefetch:
@@ -748,8 +751,10 @@ class Emitter:
         Streaming Memory transfer instead: an internal sync (the host takes no part)
         and a ``RemoteBufferCopy``.
         """
-        element_tile = self._tiles(t)
-        nbytes = np.bincount(element_tile, minlength=self.num_tiles) * t.elementType().size
+        ids = t.flat_index()
+        owner = self.state.space(t.elementType()).tile
+        elements, messages = runs.transfer_counts(ids, owner, self.num_tiles)
+        nbytes = elements * t.elementType().size
         tiles = np.flatnonzero(nbytes)
         pid = self._pid(prog)
         common = {
@@ -767,10 +772,7 @@ class Emitter:
             step = ir.StreamCopy(
                 stream=label, prefetch=prefetch is not None, prefetch_predicate=prefetch, **common
             )
-        ids = t.flat_index()
-        starts = np.ones(ids.size, bool)
-        starts[1:] = (np.diff(ids) != 1) | (element_tile[1:] != element_tile[:-1])
-        messages = np.bincount(element_tile[starts], minlength=self.num_tiles)[tiles]
+        messages = messages[tiles]
         none = np.zeros(tiles.size, np.int64)
         on_chip = ir.Exchange(
             name=f"{label}/StreamExchange",

@@ -378,8 +378,7 @@ def _variable_blocks(
     inter = _interleaved_pairs(state, cs_ids, nt)
     blocks = []
     for v in state.variables:
-        tiles = state.space(v.type).tile[v.base : v.base + v.size].astype(np.int64)
-        counts = np.bincount(tiles[tiles >= 0], minlength=nt)
+        counts = runs.tile_counts(state.space(v.type).tile, v.base, v.base + v.size, nt)
         live = None if always[v.id] else (int(first[v.id]), int(last[v.id]))
         if live is not None and live[1] < 0:
             live = (0, -1)  # touched by no program: live at no point
@@ -414,7 +413,16 @@ def _vertex_state_blocks(
         cs = state.compute_sets[cs_id]
         in_cs.update(id(s) for s in node.body)
         insts = [state.vertices[i] for i in cs.vertices]
-        sizes = np.fromiter((vertex_state_bytes(i, code) for i in insts), np.int64, len(insts))
+        fixed: dict[str, int | None] = {}  # state bytes of types without VectorList fields
+        for inst in insts:
+            if inst.vtype.name not in fixed:
+                lists = any(f.kind == "vectorlist" for f in inst.vtype.fields)
+                fixed[inst.vtype.name] = None if lists else vertex_state_bytes(inst, code)
+        sizes = np.fromiter(
+            (fixed[i.vtype.name] or vertex_state_bytes(i, code) for i in insts),
+            np.int64,
+            len(insts),
+        )
         vtile = np.fromiter((i.tile for i in insts), np.int64, len(insts))
         per_tile = np.bincount(vtile, weights=sizes, minlength=nt).astype(np.int64)
         by_compute_set[cs.name] = by_compute_set.get(cs.name, 0) + per_tile

@@ -159,3 +159,68 @@ def mark_variables(space: object, ids: np.ndarray, mask: np.ndarray) -> None:
     var_ids = np.asarray(space.var_ids, np.int64)
     if ids.size:
         _mark_variables(np.asarray(ids, np.int64), bases, var_ids, mask)
+
+
+@numba.njit(cache=True)
+def _transfer_counts(ids, owner, elements, messages):  # pragma: no cover
+    prev_id = -2
+    prev_tile = -1
+    for p in range(ids.size):
+        i = ids[p]
+        t = owner[i]
+        if t < 0:  # unmapped: validation reports it
+            prev_id = -2
+            continue
+        elements[t] += 1
+        if i != prev_id + 1 or t != prev_tile:
+            messages[t] += 1
+        prev_id = i
+        prev_tile = t
+
+
+def transfer_counts(
+    ids: np.ndarray, owner: np.ndarray, num_tiles: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Elements and messages per tile of a transfer of elements ``ids`` (in order).
+
+    A message is a run of elements consecutive both in the transfer and in element
+    ids, on one tile. Every element must be mapped (``0 <= owner[id] < num_tiles``).
+    """
+    elements = np.zeros(num_tiles, np.int64)
+    messages = np.zeros(num_tiles, np.int64)
+    if len(ids):
+        _transfer_counts(np.asarray(ids, np.int64), owner, elements, messages)
+    return elements, messages
+
+
+@numba.njit(cache=True)
+def _tile_counts(owner, lo, hi, counts):  # pragma: no cover
+    for i in range(lo, hi):
+        t = owner[i]
+        if t >= 0:
+            counts[t] += 1
+
+
+def tile_counts(owner: np.ndarray, lo: int, hi: int, num_tiles: int) -> np.ndarray:
+    """Elements ``lo .. hi - 1`` on each tile (unmapped ones, ``owner < 0``, left out)."""
+    counts = np.zeros(num_tiles, np.int64)
+    _tile_counts(owner, lo, hi, counts)
+    return counts
+
+
+@numba.njit(cache=True)
+def _consecutive(ids):  # pragma: no cover
+    for p in range(1, ids.size):  # noqa: SIM110 (a loop Numba compiles)
+        if ids[p] != ids[p - 1] + 1:
+            return False
+    return True
+
+
+def as_index(ids: np.ndarray) -> np.ndarray | slice:
+    """``ids`` as a slice when they are one ascending run of consecutive ids (then
+    reads and writes of the elements are copies of a block, not a gather or scatter),
+    else unchanged."""
+    ids = np.asarray(ids)
+    if ids.ndim == 1 and ids.size and ids.dtype == np.int64 and _consecutive(ids):
+        return slice(int(ids[0]), int(ids[0]) + ids.size)
+    return ids
