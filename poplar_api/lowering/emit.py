@@ -528,7 +528,15 @@ class Emitter:
         if space is None or t.numElements() == 0:
             return None
         touched = np.zeros(len(self.state.variables), bool)
-        runs.mark_variables(space, t.flat_index(), touched)
+        where = runs.as_index(t.flat_index())
+        if isinstance(where, slice):  # one block of ids: the variables it overlaps
+            bases = np.asarray(space.var_bases, np.int64)
+            k0, k1 = np.searchsorted(bases, [where.start, where.stop - 1], side="right") - 1
+            for k in range(int(k0), int(k1) + 1):
+                var = self.state.variables[space.var_ids[k]]
+                touched[var.id] = var.size > 0
+        else:
+            runs.mark_variables(space, where, touched)
         for vid in np.flatnonzero(touched).tolist():
             if self.state.variables[vid].constant:
                 return self.state.variables[vid].name

@@ -68,6 +68,9 @@ class ExchangePlanner:
         self.global_bytes: list[np.ndarray] = []
         #: element size -> ids where the owning tile changes (see :meth:`_changes`)
         self.changes: dict[int, np.ndarray] = {}
+        #: element size -> id intervals ``[a, b)`` some tile receives, with the owner
+        #: array (sent by their owners; :meth:`_add_intervals`)
+        self.intervals: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
 
     def add(self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray) -> None:
         """Elements ``ids`` (from tiles ``src``) needed on tile ``dst``.
@@ -95,6 +98,8 @@ class ExchangePlanner:
         if sender is None:
             size = self.state.space(element_type).size
             sender = self.sender[element_type.size] = np.full(size, -1, np.int32)
+            for a, b, owner in self.intervals.pop(element_type.size, []):
+                runs.copy_ranges(sender, owner, a, b)
         if relayed is None:
             sender[ids] = src
         else:
@@ -236,9 +241,37 @@ class ExchangePlanner:
         np.maximum.at(self.max_distance, p_dst, dist)
         np.maximum.at(self.max_distance, peers, dist)
         sender = self.sender.get(size)
-        if sender is None:
-            sender = self.sender[size] = np.full(space, -1, np.int32)
-        runs.copy_ranges(sender, owner, a, b)
+        if sender is not None:  # elements planned one by one too: paint the intervals in
+            runs.copy_ranges(sender, owner, a, b)
+        else:
+            self.intervals.setdefault(size, []).append((a, b, owner))
+
+    def _sent_runs(
+        self, size: int, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Messages sent of intervals received by some tile: (sending tile, elements)
+        of every run of consecutive ids of one owner in their union."""
+        owner = parts[0][2]
+        a = np.concatenate([p[0] for p in parts])
+        b = np.concatenate([p[1] for p in parts])
+        order = np.argsort(a, kind="stable")
+        a, b = a[order], b[order]
+        reach = np.maximum.accumulate(b)
+        new = np.ones(a.size, bool)
+        new[1:] = a[1:] > reach[:-1]
+        first = np.flatnonzero(new)
+        u_lo, u_hi = a[first], np.maximum.reduceat(b, first)
+        changes = self.changes[size]
+        c_lo = np.searchsorted(changes, u_lo, side="right")
+        inner = np.searchsorted(changes, u_hi, side="left") - c_lo
+        total = int(inner.sum())
+        at = np.arange(total) - np.repeat(np.cumsum(inner) - inner - c_lo, inner)
+        starts = np.concatenate((u_lo, changes[at]))
+        starts.sort()
+        # every run ends where the next one starts, or at its union interval's end
+        u_of = np.searchsorted(u_lo, starts, side="right") - 1
+        ends = np.minimum(np.append(starts[1:], np.iinfo(np.int64).max), u_hi[u_of])
+        return owner[starts].astype(np.int64), ends - starts
 
     def _changes(self, size: int, owner: np.ndarray, space: int) -> np.ndarray:
         """Ids where the owning tile changes (cached: mappings are fixed while lowering)."""
@@ -258,6 +291,10 @@ class ExchangePlanner:
             tiles = sender[ids].astype(np.int64)
             sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
             messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
+        for element_size, parts in self.intervals.items():
+            tiles, count = self._sent_runs(element_size, parts)
+            sent += np.bincount(tiles, weights=count, minlength=n).astype(np.int64) * element_size
+            messages_sent += np.bincount(tiles, minlength=n).astype(np.int64)
         for (element_size, ipu), parts in self.relayed.items():
             ids = np.unique(np.concatenate(parts))
             tiles = self.landing[(element_size, ipu)].get(ids)
