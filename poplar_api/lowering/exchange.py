@@ -26,12 +26,18 @@ links. The global exchange therefore runs first, then the on-chip exchange
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ipusim import ir
 from ipusim.tile.layout import tile_distance
 from poplar_api.lowering import runs
 from poplar_api.types import Type
+
+#: Runs planned together at most (bounds the planner's temporary arrays), when the runs
+#: of each receiving tile come together.
+PIECES_PER_PASS = 1 << 20
 
 
 class ExchangePlanner:
@@ -186,6 +192,14 @@ class ExchangePlanner:
         """
         if begin.size == 0:
             return
+        if begin.size > PIECES_PER_PASS and self.num_ipus == 1:
+            cuts = _tile_blocks(dst, self.num_tiles, PIECES_PER_PASS)
+            if cuts is not None:  # each tile's runs in one block: plan a block of tiles at a time
+                for lo, hi in itertools.pairwise(cuts):
+                    self._add_intervals(
+                        element_type, begin[lo:hi], length[lo:hi], dst[lo:hi], owner
+                    )
+                return
         if self.num_ipus > 1:
             ids = _expand(begin, length)
             self.add_grouped(element_type, ids, owner[ids].astype(np.int64), np.repeat(dst, length))
@@ -388,3 +402,19 @@ def _expand(begin: np.ndarray, length: np.ndarray) -> np.ndarray:
     total = int(length.sum())
     starts = np.cumsum(length) - length
     return np.arange(total, dtype=np.int64) - np.repeat(starts - begin, length)
+
+
+def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None:
+    """Cut points splitting ``dst`` into parts of about ``step`` entries without
+    splitting the entries of a tile, or None when some tile's entries are not
+    contiguous."""
+    starts = np.flatnonzero(np.diff(dst)) + 1
+    if np.bincount(dst[np.append(0, starts)], minlength=num_tiles).max() > 1:
+        return None
+    cuts = [0]
+    for target in range(step, dst.size, step):
+        k = int(np.searchsorted(starts, target))
+        if k < starts.size and starts[k] > cuts[-1]:
+            cuts.append(int(starts[k]))
+    cuts.append(int(dst.size))
+    return sorted(set(cuts))
