@@ -2,12 +2,18 @@
 
 An element needed on a tile other than the one it comes from must be sent there.
 Each receiving tile gets every element once, however many of its vertices read it;
-each sender sends an element once however many tiles receive it (a broadcast). The
-planner works one receiving tile at a time and keeps only per-tile totals and one
-flag per element, so graphs with hundreds of millions of element references plan in
-bounded host memory. Elements with consecutive ids from one sender travel as one
-message. The on-chip part is an IR ``Exchange`` in its per-tile form
-(:meth:`ExchangePlanner.build`).
+each sender sends an element once however many tiles receive it (a broadcast).
+Elements with consecutive ids from one sender travel as one message. The on-chip part
+is an IR ``Exchange`` in its per-tile form (:meth:`ExchangePlanner.build`); only
+per-tile totals are kept.
+
+Vertices mostly read slices, so references come in runs of consecutive ids
+(:mod:`~poplar_api.lowering.runs` finds them in one compiled pass). On one IPU the
+planner merges the runs of each receiving tile into disjoint id intervals: their
+lengths are the elements it receives, and an interval is one message plus one per
+change of owning tile inside it (:meth:`ExchangePlanner.add_pieces`). The general
+path (:meth:`ExchangePlanner.add`) works one receiving tile at a time, element by
+element; it serves references that may cross IPUs and the other callers.
 
 Elements that cross IPUs (multi-IPU targets)
 --------------------------------------------
