@@ -231,28 +231,16 @@ class ExchangePlanner:
         space = self.state.space(element_type).size
         stride = space + 1  # a range ends at most at ``space``: tiles never touch
         lo_key = dst * stride + begin
-        hi_key = lo_key + lengths
-        order = np.argsort(lo_key, kind="stable")
-        lo_key, hi_key = lo_key[order], hi_key[order]
-        reach = np.maximum.accumulate(hi_key)
-        new = np.ones(lo_key.size, bool)
-        new[1:] = lo_key[1:] > reach[:-1]
-        first = np.flatnonzero(new)
-        m_lo = lo_key[first]
-        m_hi = np.maximum.reduceat(hi_key, first)
+        m_lo, m_hi = _merge(lo_key, lo_key + lengths)
         m_dst = m_lo // stride
         a, b = m_lo - m_dst * stride, m_hi - m_dst * stride
         n = self.num_tiles
         self.received += np.bincount(m_dst, weights=b - a, minlength=n).astype(np.int64) * size
-        changes = self._changes(size, owner, space)
-        c_lo = np.searchsorted(changes, a, side="right")
-        inner = np.searchsorted(changes, b, side="left") - c_lo
+        inner, inner_ids = _changes_within(self._changes(size, owner, space), a, b)
         msgs = np.bincount(m_dst, weights=1 + inner, minlength=n)
         self.messages_received += msgs.astype(np.int64)
         # first id of every message, and its receiving tile
-        total = int(inner.sum())
-        at = np.arange(total) - np.repeat(np.cumsum(inner) - inner - c_lo, inner)
-        msg_ids = np.concatenate((a, changes[at]))
+        msg_ids = np.concatenate((a, inner_ids))
         msg_dst = np.concatenate((m_dst, np.repeat(m_dst, inner)))
         pairs = np.unique(msg_dst * n + owner[msg_ids].astype(np.int64))
         p_dst, peers = pairs // n, pairs % n
@@ -272,21 +260,11 @@ class ExchangePlanner:
         """Messages sent of intervals received by some tile: (sending tile, elements)
         of every run of consecutive ids of one owner in their union."""
         owner = parts[0][2]
-        a = np.concatenate([p[0] for p in parts])
-        b = np.concatenate([p[1] for p in parts])
-        order = np.argsort(a, kind="stable")
-        a, b = a[order], b[order]
-        reach = np.maximum.accumulate(b)
-        new = np.ones(a.size, bool)
-        new[1:] = a[1:] > reach[:-1]
-        first = np.flatnonzero(new)
-        u_lo, u_hi = a[first], np.maximum.reduceat(b, first)
-        changes = self.changes[size]
-        c_lo = np.searchsorted(changes, u_lo, side="right")
-        inner = np.searchsorted(changes, u_hi, side="left") - c_lo
-        total = int(inner.sum())
-        at = np.arange(total) - np.repeat(np.cumsum(inner) - inner - c_lo, inner)
-        starts = np.concatenate((u_lo, changes[at]))
+        u_lo, u_hi = _merge(
+            np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        )
+        _, inner_ids = _changes_within(self.changes[size], u_lo, u_hi)
+        starts = np.concatenate((u_lo, inner_ids))
         starts.sort()
         # every run ends where the next one starts, or at its union interval's end
         u_of = np.searchsorted(u_lo, starts, side="right") - 1
@@ -424,3 +402,26 @@ def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None
             cuts.append(int(starts[k]))
     cuts.append(int(dst.size))
     return sorted(set(cuts))
+
+
+def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of ranges ``[lo, hi)`` as sorted disjoint ranges (touching ones
+    joined: consecutive ids travel together)."""
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    new = np.ones(lo.size, bool)
+    new[1:] = lo[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    return lo[first], np.maximum.reduceat(hi, first)
+
+
+def _changes_within(
+    changes: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each range ``[lo, hi)``: how many owner changes lie strictly inside it, and
+    all those change ids, range after range."""
+    c_lo = np.searchsorted(changes, lo, side="right")
+    inner = np.searchsorted(changes, hi, side="left") - c_lo
+    at = np.arange(int(inner.sum())) - np.repeat(np.cumsum(inner) - inner - c_lo, inner)
+    return inner, changes[at]
