@@ -14,20 +14,6 @@ import numpy as np
 
 
 @numba.njit(cache=True)
-def _record(count, extend, i, d, out_begin, out_length, out_dst):  # pragma: no cover
-    """Add remote reference ``i`` (to tile ``d``) to the last run or start a run; the
-    counting pass passes empty outputs."""
-    if out_length.size:
-        if extend:
-            out_length[count - 1] += 1
-        else:
-            out_begin[count] = i
-            out_length[count] = 1
-            out_dst[count] = d
-    return count if extend else count + 1
-
-
-@numba.njit(cache=True)
 def _field_pieces(ids, bounds, vtiles, owner, out_begin, out_length, out_dst):  # pragma: no cover
     count = 0
     for v in range(bounds.size - 1):
@@ -38,13 +24,23 @@ def _field_pieces(ids, bounds, vtiles, owner, out_begin, out_length, out_dst):  
             if owner[i] == tile:
                 prev_id = -2
                 continue
-            count = _record(count, i == prev_id + 1, i, tile, out_begin, out_length, out_dst)
+            if i == prev_id + 1:
+                if out_length.size:
+                    out_length[count - 1] += 1
+            else:
+                if out_length.size:
+                    out_begin[count] = i
+                    out_length[count] = 1
+                    out_dst[count] = tile
+                count += 1
             prev_id = i
     return count
 
 
 @numba.njit(cache=True)
 def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no cover
+    # _field_pieces with a tile per reference; written out, as a shared helper made
+    # both several times slower
     count = 0
     prev_id = -2
     prev_dst = -1
@@ -54,8 +50,15 @@ def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no
         if owner[i] == d:
             prev_id = -2
             continue
-        extend = i == prev_id + 1 and d == prev_dst
-        count = _record(count, extend, i, d, out_begin, out_length, out_dst)
+        if i == prev_id + 1 and d == prev_dst:
+            if out_length.size:
+                out_length[count - 1] += 1
+        else:
+            if out_length.size:
+                out_begin[count] = i
+                out_length[count] = 1
+                out_dst[count] = d
+            count += 1
         prev_id = i
         prev_dst = d
     return count
