@@ -138,6 +138,8 @@ class Emitter:
         self.cs_nodes: dict[int, ir.Node] = {}
         self.functions: dict[int, ir.Node] = {}
         self.copy_vertex_type: tuple[str, ...] = ("Copy",)
+        #: id of an id array -> (the array, its slice or itself): see :meth:`_index`
+        self._indices: dict[int, tuple[np.ndarray, np.ndarray | slice]] = {}
         self.program_ids: dict[int, int] = {}
         self.programs: list[P.Program] = []  # keeps lowered programs alive (ids stay unique)
         #: id(IR node) -> (element type, element ids) its steps read or write (liveness)
@@ -160,6 +162,14 @@ class Emitter:
             self.problems.append(f"{what}: expected a tensor of this graph, got {t!r}")
             return None
         return t
+
+    def _index(self, ids: np.ndarray) -> np.ndarray | slice:
+        """:func:`~poplar_api.lowering.runs.as_index` of a tensor's id array, once per
+        array (a tensor's flat ids are one cached array, checked by several copies)."""
+        known = self._indices.get(id(ids))
+        if known is None or known[0] is not ids:
+            known = self._indices[id(ids)] = (ids, runs.as_index(ids))
+        return known[1]
 
     def _tiles(self, t: Tensor) -> np.ndarray:
         return self.state.space(t.elementType()).tile[t.flat_index()].astype(np.int64)
@@ -528,7 +538,7 @@ class Emitter:
         if space is None or t.numElements() == 0:
             return None
         touched = np.zeros(len(self.state.variables), bool)
-        where = runs.as_index(t.flat_index())
+        where = self._index(t.flat_index())
         if isinstance(where, slice):  # one block of ids: the variables it overlaps
             bases = np.asarray(space.var_bases, np.int64)
             k0, k1 = np.searchsorted(bases, [where.start, where.stop - 1], side="right") - 1
@@ -547,7 +557,7 @@ class Emitter:
         s_ids, d_ids = s.flat_index(), d.flat_index()
         s_tile, d_tile = self._tiles(s), self._tiles(d)
         storage = self.lowered.storage
-        s_where, d_where = runs.as_index(s_ids), runs.as_index(d_ids)
+        s_where, d_where = self._index(s_ids), self._index(d_ids)
 
         def copy() -> None:
             storage.write(typ, d_where, storage.read(typ, s_where))
@@ -639,13 +649,13 @@ class Emitter:
                 storage.write(typ, ids[:n], host.pull(stream)[:n])
                 host.pulled(stream)
         elif to_device:
-            where = runs.as_index(ids)
+            where = self._index(ids)
 
             def effect() -> None:
                 storage.write(typ, where, host.pull(stream))
                 host.pulled(stream)
         else:
-            where = runs.as_index(ids)
+            where = self._index(ids)
 
             def effect() -> None:
                 host.push(stream, storage.read(typ, where))

@@ -242,7 +242,7 @@ class ExchangePlanner:
         # first id of every message, and its receiving tile
         msg_ids = np.concatenate((a, inner_ids))
         msg_dst = np.concatenate((m_dst, np.repeat(m_dst, inner)))
-        pairs = np.unique(msg_dst * n + owner[msg_ids].astype(np.int64))
+        pairs = _distinct(msg_dst * n + owner[msg_ids].astype(np.int64), n * n)
         p_dst, peers = pairs // n, pairs % n
         tpi = self.tiles_per_ipu
         dist = tile_distance(self.cfg.tile, peers % tpi, p_dst % tpi).astype(np.int64)
@@ -425,3 +425,13 @@ def _changes_within(
     inner = np.searchsorted(changes, hi, side="left") - c_lo
     at = np.arange(int(inner.sum())) - np.repeat(np.cumsum(inner) - inner - c_lo, inner)
     return inner, changes[at]
+
+
+def _distinct(keys: np.ndarray, bound: int) -> np.ndarray:
+    """Sorted distinct values of ``keys`` (all in ``[0, bound)``): a bitmap when the
+    bound is small (no sort), else ``np.unique``."""
+    if bound > 1 << 22:
+        return np.unique(keys)
+    seen = np.zeros(bound, bool)
+    seen[keys] = True
+    return np.flatnonzero(seen)
