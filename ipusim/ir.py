@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, Union
 
+import numba
 import numpy as np
 
 from ipusim.errors import IRValidationError
@@ -516,20 +517,20 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
 
     def check_tiles(step: Step, fld: str, arr: np.ndarray, limit: int | None = None) -> None:
         limit = num_tiles if limit is None else limit
-        bad = np.flatnonzero((arr < 0) | (arr >= limit))
-        if bad.size:
+        first, count = _outside(arr, 0, limit - 1)
+        if count:
             scope = "the machine has" if limit == full_tiles else "replica 0 has"
             problems.append(
-                f"{where(step, fld)}: tile {int(arr[bad[0]])} at index {int(bad[0])} is out of "
-                f"range [0, {limit}) ({bad.size} bad entr{'y' if bad.size == 1 else 'ies'}); "
+                f"{where(step, fld)}: tile {int(arr[first])} at index {first} is out of "
+                f"range [0, {limit}) ({count} bad entr{'y' if count == 1 else 'ies'}); "
                 f"hint: {scope} {limit} tiles"
             )
 
     def check_nonneg(step: Step, fld: str, arr: np.ndarray) -> None:
-        bad = np.flatnonzero(arr < 0)
-        if bad.size:
+        first, count = _outside(arr, 0, _INT64_MAX)
+        if count:
             problems.append(
-                f"{where(step, fld)}: value {int(arr[bad[0]])} at index {int(bad[0])} is "
+                f"{where(step, fld)}: value {int(arr[first])} at index {first} is "
                 f"negative; required >= 0"
             )
 
@@ -551,10 +552,10 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
                 check_tiles(step, "vertex_tile", step.vertex_tile)
                 check_nonneg(step, "vertex_cycles", step.vertex_cycles)
                 nt = len(step.vertex_type_names)
-                bad = np.flatnonzero((step.vertex_type < 0) | (step.vertex_type >= nt))
-                if bad.size:
+                first, count = _outside(step.vertex_type, 0, nt - 1)
+                if count:
                     problems.append(
-                        f"{where(step, 'vertex_type')}: type index {int(step.vertex_type[bad[0]])}"
+                        f"{where(step, 'vertex_type')}: type index {int(step.vertex_type[first])}"
                         f" is out of range [0, {nt}) of vertex_type_names"
                     )
         elif isinstance(step, Exchange) and step.is_totals:
@@ -562,7 +563,7 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
                 check_tiles(step, "tile", step.tile)
                 for name in TOTALS[1:]:
                     check_nonneg(step, name, getattr(step, name))
-                if np.unique(step.tile).size != step.tile.size:
+                if _repeats(step.tile, num_tiles):
                     problems.append(f"{where(step, 'tile')}: a tile is listed more than once")
         elif isinstance(step, Exchange | GlobalExchange):
             names = ("src_tile", "dst_tile", "num_bytes")
@@ -577,12 +578,10 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
                 check_tiles(step, "src_tile", step.src_tile, limit)
                 check_tiles(step, "dst_tile", step.dst_tile, limit)
                 check_nonneg(step, "num_bytes", step.num_bytes)
-                ok = (step.src_tile >= 0) & (step.src_tile < limit)
-                ok &= (step.dst_tile >= 0) & (step.dst_tile < limit)
-                same = step.src_tile // tiles_per_ipu == step.dst_tile // tiles_per_ipu
-                bad = np.flatnonzero(ok & (~same if isinstance(step, Exchange) else same))
-                if bad.size:
-                    k = int(bad[0])
+                k = _wrong_ipu(
+                    step.src_tile, step.dst_tile, limit, tiles_per_ipu, isinstance(step, Exchange)
+                )
+                if k >= 0:
                     s, d = int(step.src_tile[k]), int(step.dst_tile[k])
                     if isinstance(step, Exchange):
                         msg = "crosses IPUs; hint: use a GlobalExchange step"
@@ -646,6 +645,50 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
     if problems:
         raise IRValidationError(problems)
     return program
+
+
+#: Upper bound of the non-negative checks.
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+@numba.njit(cache=True)
+def _outside(values, lo, hi):  # pragma: no cover - compiled
+    """(first index of a value outside ``[lo, hi]``, how many) or (-1, 0)."""
+    first = -1
+    count = 0
+    for i in range(values.shape[0]):
+        v = values[i]
+        if v < lo or v > hi:
+            if first < 0:
+                first = i
+            count += 1
+    return first, count
+
+
+@numba.njit(cache=True)
+def _repeats(tiles, limit):  # pragma: no cover - compiled
+    """Whether a tile id in ``[0, limit)`` occurs more than once (others are ignored)."""
+    seen = np.zeros(limit, np.bool_)
+    for i in range(tiles.shape[0]):
+        t = tiles[i]
+        if 0 <= t < limit:
+            if seen[t]:
+                return True
+            seen[t] = True
+    return False
+
+
+@numba.njit(cache=True)
+def _wrong_ipu(src, dst, limit, tiles_per_ipu, same):  # pragma: no cover - compiled
+    """First transfer with both ends in ``[0, limit)`` whose ends are on different IPUs
+    (``same``) or on one IPU (not ``same``); -1 if none."""
+    for k in range(src.shape[0]):
+        s = src[k]
+        d = dst[k]
+        inside = 0 <= s < limit and 0 <= d < limit
+        if inside and (s // tiles_per_ipu == d // tiles_per_ipu) != same:
+            return k
+    return -1
 
 
 def _check_collective(step: Collective, num_ipus: int, problems: list[str]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from os import PathLike
@@ -80,6 +81,9 @@ class Machine:
         self.config = config if isinstance(config, MachineConfig) else load_config(config)
         self.config_hash = config_hash(self.config)
         self.timing = timing if timing is not None else TimingModel(self.config)
+        #: programs checked by :meth:`prepare` (IR arrays are read-only, so a program
+        #: once checked stays valid)
+        self._prepared: weakref.WeakSet[ir.Program] = weakref.WeakSet()
 
     @property
     def num_tiles(self) -> int:
@@ -119,13 +123,32 @@ class Machine:
             An effect stopped the run (raised by the data plane); its ``trace`` is the
             partial trace.
         """
-        cfg = self.config
-        program = ir.validate_program(program, cfg.num_tiles, cfg.tile.tiles_per_ipu)
+        program = self.prepare(program)
         if not 0 <= entry < len(program.entries):
             raise IpusimError(
                 f"entry {entry} does not exist: the program has {len(program.entries)} "
                 f"entr{'y' if len(program.entries) == 1 else 'ies'}"
             )
+        run = _Run(self, program, data_plane or NoDataPlane(), max_cycles)
+        run.entry = entry
+        return run.execute(program.entries[entry])
+
+    def prepare(self, program: ir.Program | ir.Node) -> ir.Program:
+        """Check a program against this machine once: its steps and tree
+        (``ir.validate_program``), the size of every stream copy and the route of every
+        inter-IPU transfer. ``run`` calls it; a program object already checked is not
+        checked again (an engine prepares its program when it is loaded, as Poplar
+        checks a graph when compiling it).
+
+        Raises
+        ------
+        IRValidationError, HostLinkError, LinkRoutingError
+            As :meth:`run`.
+        """
+        if isinstance(program, ir.Program) and program in self._prepared:
+            return program
+        cfg = self.config
+        program = ir.validate_program(program, cfg.num_tiles, cfg.tile.tiles_per_ipu)
         for step in ir.iter_steps(program):
             if isinstance(step, ir.StreamCopy):
                 per_ipu = np.bincount(
@@ -133,9 +156,8 @@ class Machine:
                 )
                 check_copy_size(cfg, int(per_ipu.max(initial=0)), f"{step.kind} '{step.name}'")
         self.check_routes(program)
-        run = _Run(self, program, data_plane or NoDataPlane(), max_cycles)
-        run.entry = entry
-        return run.execute(program.entries[entry])
+        self._prepared.add(program)
+        return program
 
     def check_routes(self, program: ir.Program | ir.Node) -> None:
         """Route every inter-IPU transfer of the program before running it, so that a
@@ -340,11 +362,13 @@ class _Run:
             if step.effect is not None:
                 self.data_plane.apply(step.effect)
         if isinstance(step, ir.Compute | ir.Exchange):
-            cycles = rec.tile_cycles[g.lo : g.hi]
-            start = self.clock[g.lo : g.hi]
+            clock = self.clock[g.lo : g.hi]  # a view: updated in place
+            first = int(clock.min())
+            clock += rec.tile_cycles[g.lo : g.hi]
+            end = int(clock.max())
             if self._ipu_takes_part(rec, g.ipu):
-                self._span(rec, start, start + cycles)
-            self.clock[g.lo : g.hi] += cycles
+                rec.first_cycle = min(rec.first_cycle, first)
+                rec.last_cycle = max(rec.last_cycle, end)
         elif isinstance(step, ir.Sync):
             yield from self._sync(g, n, rec, step)
         elif isinstance(step, ir.StreamCopy):
@@ -353,7 +377,8 @@ class _Run:
             yield from self._global_exchange(g, n, rec, step)
         elif isinstance(step, ir.Collective):
             yield from self._collective_step(g, n, rec, step)
-        end = int(self.clock[g.lo : g.hi].max())
+        if not isinstance(step, ir.Compute | ir.Exchange):
+            end = int(self.clock[g.lo : g.hi].max())
         if self.max_cycles is not None and end > self.max_cycles:
             raise SimulationTimeout(
                 f"the run passed max_cycles={self.max_cycles:,}: tile clock reached "
@@ -381,7 +406,7 @@ class _Run:
             phase=step.phase,
             name=step.name,
             program_id=step.program_id,
-            first_cycle=np.iinfo(np.int64).max,
+            first_cycle=_NOT_STARTED,
             last_cycle=0,
             tile_cycles=tile_cycles,
             active_cycles=active,
@@ -398,6 +423,8 @@ class _Run:
         of one IPU is not stretched by another IPU's clock; a step with no cycles
         anywhere spans every IPU, as on a single IPU.
         """
+        if self.cfg.num_ipus == 1:  # a step with no cycles anywhere spans every IPU
+            return True
         active = self._active_ipus.get(rec.index)
         if active is None or active[0] is not rec:
             cfg = self.cfg
@@ -664,6 +691,10 @@ class _Run:
             self._settle_tiles(rec, tiles, max(begin, _ceil(self.env.now)))
 
         yield from self._collective(g, (n, -1), len(ipus) * self.groups_per_ipu, finish)
+
+
+#: ``first_cycle`` of a record no tile has entered yet.
+_NOT_STARTED = int(np.iinfo(np.int64).max)
 
 
 def _ceil(x: float) -> int:

@@ -28,7 +28,6 @@ others: :func:`register_component` adds an implementation (a factory taking the
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 from collections.abc import Callable
@@ -148,7 +147,7 @@ class PhaseExchange(StaticExchange):
         tpi = self.cfg.tile.tiles_per_ipu
         per_ipu = cost.cycles.reshape(self.cfg.num_ipus, tpi).max(axis=1)
         cycles = np.repeat(per_ipu, tpi).astype(np.int64)
-        return dataclasses.replace(cost, cycles=cycles)
+        return cost.with_cycles(cycles)
 
 
 class ControllerSync:

@@ -942,33 +942,78 @@ def execute(
     if isinstance(num_workers, bool) or not isinstance(num_workers, Integral) or num_workers < 1:
         raise GraphError(f"num_workers must be a positive int, got {num_workers!r}")
     args = _driver_args(vtype, batches, int(num_vertices))
-    ok = np.ones(int(num_vertices), dtype=np.bool_)
+    return _run_driver(
+        vtype, batches, args, int(num_vertices), int(num_workers), check_bounds, vertex_ids, tiles
+    )
+
+
+def execute_lowered(
+    vtype: VertexType,
+    batches: Mapping[str, FieldBatch],
+    num_vertices: int,
+    num_workers: int,
+    *,
+    vertex_ids: np.ndarray,
+    tiles: np.ndarray,
+) -> np.ndarray:
+    """:func:`execute` for batches that the graph's lowering laid out.
+
+    Their offsets come from the graph's own connections and their data from device
+    memory in the field's kernel dtype, so the checks :func:`execute` makes of a
+    caller's batches are not repeated on every run of a compute set.
+    """
+    args: list[np.ndarray] = []
+    for spec in vtype.fields:
+        batch = batches[spec.name]
+        data = batch.data
+        if not spec.writes:
+            data = data.view()
+            data.flags.writeable = False
+        args += [data, batch.offsets]
+        if spec.kind == "vectorlist":
+            args.append(batch.inner_offsets)
+    return _run_driver(vtype, batches, args, num_vertices, num_workers, None, vertex_ids, tiles)
+
+
+def _run_driver(
+    vtype: VertexType,
+    batches: Mapping[str, FieldBatch],
+    args: list[np.ndarray],
+    num_vertices: int,
+    num_workers: int,
+    check_bounds: bool | None,
+    vertex_ids: np.ndarray | None,
+    tiles: np.ndarray | None,
+) -> np.ndarray:
+    """Run the compiled driver of ``vtype`` over checked arguments (see :func:`execute`)."""
+    ok = np.ones(num_vertices, dtype=np.bool_)
     if num_vertices == 0:
         return ok
-    token = _NUM_WORKERS.set(int(num_workers))
+    token = _NUM_WORKERS.set(num_workers)
     try:
         if vtype.kernel is None:
-            result = vtype.cls.computeBatch(dict(batches), int(num_vertices), int(num_workers))
+            result = vtype.cls.computeBatch(dict(batches), num_vertices, num_workers)
             if result is not None:
                 ok &= np.asarray(result, dtype=np.bool_).reshape(-1)
             return ok
         checked = _CHECK_BOUNDS.get() if check_bounds is None else bool(check_bounds)
-        driver = _driver(vtype, checked, int(num_workers))
+        driver = _driver(vtype, checked, num_workers)
         where = np.full(2, -1, dtype=np.int64)
         try:
-            with warnings.catch_warnings():
-                # A kernel that cannot be cached on disk still runs; do not bother users.
-                warnings.filterwarnings(
-                    "ignore", message="Cannot cache compiled function", category=Warning
-                )
-                driver(int(num_vertices), int(num_workers), ok, where, *args)
+            if driver.signatures:  # compiled already: nothing to warn about
+                driver(num_vertices, num_workers, ok, where, *args)
+            else:
+                with warnings.catch_warnings():
+                    # A kernel that cannot be cached on disk still runs; do not bother users.
+                    warnings.filterwarnings(
+                        "ignore", message="Cannot cache compiled function", category=Warning
+                    )
+                    driver(num_vertices, num_workers, ok, where, *args)
         except numba_errors.NumbaError as exc:
             raise _compile_error(vtype, exc) from None
         except IndexError as exc:
             v, w = int(where[0]), int(where[1])
-            raise _bounds_error(
-                vtype, batches, v, w, int(num_workers), vertex_ids, tiles, exc
-            ) from None
+            raise _bounds_error(vtype, batches, v, w, num_workers, vertex_ids, tiles, exc) from None
         except Exception as exc:
             v = int(where[0])
             raise CodeletError(

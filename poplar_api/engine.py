@@ -306,8 +306,8 @@ class Engine:
         self._device = device
         self._machine = Machine(device.getTarget().config) if device.isTimed else None
         self.timing = self._machine.timing if self._machine is not None else None
-        if self._machine is not None:  # a copy the device's links cannot carry fails here
-            self._machine.check_routes(self.ir_program)
+        if self._machine is not None:  # a copy the device cannot carry fails here
+            self._machine.prepare(self.ir_program)
 
     def run(self, index: int = 0, debugName: str = "") -> None:
         """Run program ``index``; on the IPU Model its trace is kept (``getTrace``).

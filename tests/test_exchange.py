@@ -151,3 +151,79 @@ def test_bad_arrays_are_rejected(make_config):
         _cost(cfg, [0], [1], [-4])
     with pytest.raises(IRValidationError, match="one message id per transfer"):
         _cost(cfg, [0, 1], [2, 3], [4, 4], message=[0])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_transfers_match_the_formula(make_config, seed):
+    """Random transfers (broadcasts among them, messages in any order) on two IPUs give
+    the module's formula, computed here with numpy, to the cycle."""
+    cfg = make_config(
+        num_ipus=2,
+        exchange={
+            "bytes_per_cycle": 3.7,
+            "fixed_latency_cycles": 5,
+            "cycles_per_hop": 0.3,
+            "cycles_per_message": 1.1,
+        },
+    )
+    rng = np.random.default_rng(seed)
+    tpi, n = cfg.tile.tiles_per_ipu, cfg.num_tiles
+    src, dst, nbytes, message = [], [], [], []
+    for m in rng.permutation(40):  # message ids out of order
+        s = int(rng.integers(n))
+        ipu = s // tpi
+        size = int(rng.integers(0, 500))
+        for d in rng.integers(0, tpi, size=int(rng.integers(1, 4))):  # 1-3 receivers
+            src.append(s)
+            dst.append(ipu * tpi + int(d))
+            nbytes.append(size)
+            message.append(int(m))
+    src, dst, nbytes, message = map(np.array, (src, dst, nbytes, message))
+    cost = _cost(cfg, src, dst, nbytes, message)
+
+    _, first = np.unique(message, return_index=True)
+    sent = np.bincount(src[first], weights=nbytes[first], minlength=n)
+    received = np.bincount(dst, weights=nbytes, minlength=n)
+    msgs = np.bincount(src[first], minlength=n) + np.bincount(dst, minlength=n)
+    rows = -(-tpi // cfg.tile.columns)
+    a, b = src % tpi, dst % tpi
+    dist = np.abs(a // rows - b // rows) + np.abs(a % rows - b % rows)
+    far = np.zeros(n, np.int64)
+    np.maximum.at(far, src, dist)
+    np.maximum.at(far, dst, dist)
+    ex = cfg.exchange
+    expected = (
+        np.ceil(np.round(np.maximum(sent, received) / ex.bytes_per_cycle, 9))
+        + ex.fixed_latency_cycles
+        + np.ceil(np.round(ex.cycles_per_hop * far, 9))
+        + np.ceil(np.round(ex.cycles_per_message * msgs, 9))
+    )
+    expected[np.bincount(np.concatenate([src, dst]), minlength=n) == 0] = 0
+    np.testing.assert_array_equal(cost.cycles, expected.astype(np.int64))
+    np.testing.assert_array_equal(cost.bytes_sent, sent)
+    np.testing.assert_array_equal(cost.messages_received, np.bincount(dst, minlength=n))
+    np.testing.assert_array_equal(cost.max_distance, far)
+
+
+def test_deferred_totals_are_worked_out_once_and_pickle(make_config):
+    """A cost keeps only its cycles until a total is read; then every total is there,
+    equal to the checked path's, and the cost pickles with its values."""
+    import pickle
+
+    from ipusim.exchange.internal import ExchangeCost
+
+    cfg = make_config()
+    cost = _cost(cfg, [0, 0, 5], [1, 2, 4], [100, 100, 8], [3, 3, 9])
+    assert "bytes_sent" not in cost.__dict__
+    np.testing.assert_array_equal(cost.bytes_sent, [100, 0, 0, 0, 0, 8, 0, 0])
+    np.testing.assert_array_equal(cost.messages_received, [0, 1, 1, 0, 1, 0, 0, 0])
+    assert "_totals" not in cost.__dict__
+    eager = ExchangeCost(**{k: getattr(cost, k) for k in ExchangeCost.__dataclass_fields__})
+    back = pickle.loads(pickle.dumps(_cost(cfg, [0, 0, 5], [1, 2, 4], [100, 100, 8], [3, 3, 9])))
+    for name in ExchangeCost.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(back, name), getattr(eager, name))
+    phase = cost.with_cycles(cost.cycles * 2)
+    np.testing.assert_array_equal(phase.cycles, 2 * eager.cycles)
+    np.testing.assert_array_equal(phase.bytes_received, eager.bytes_received)
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        _ = cost.nonsense

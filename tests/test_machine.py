@@ -265,6 +265,50 @@ def test_ir_validation_lists_every_problem():
     assert isinstance(info.value, ValueError)
 
 
+def test_ir_validation_of_each_array_check():
+    """Every compiled array check names its step, field, index and value."""
+    bad = ir.Sequence(
+        [
+            ir.Compute(name="types", vertex_tile=[0, 1], vertex_cycles=[1, 1], vertex_type=[0, 2]),
+            ir.Exchange(name="neg", src_tile=[0, 1], dst_tile=[1, 2], num_bytes=[4, -3]),
+            ir.Exchange(name="far", src_tile=[0, -1, 3], dst_tile=[1, 2, 40], num_bytes=[1, 1, 1]),
+            ir.Exchange(
+                name="totals",
+                tile=[3, 5, 3],
+                bytes_sent=[1, 1, 1],
+                bytes_received=[1, 1, 1],
+                messages_sent=[1, 1, 1],
+                messages_received=[1, 1, 1],
+                max_distance=[0, 0, 0],
+            ),
+            ir.GlobalExchange(name="local", src_tile=[0, 2], dst_tile=[9, 3], num_bytes=[8, 8]),
+        ]
+    )
+    with pytest.raises(IRValidationError) as info:
+        Machine(tiny(num_ipus=2)).run(bad)
+    problems = info.value.problems
+    assert len(problems) == 6
+    assert "'types' field 'vertex_type': type index 2 is out of range [0, 1)" in problems[0]
+    assert "'neg' field 'num_bytes': value -3 at index 1 is negative" in problems[1]
+    assert "'far' field 'src_tile': tile -1 at index 1" in problems[2]
+    assert "'far' field 'dst_tile': tile 40 at index 2" in problems[3]
+    assert "(1 bad entry)" in problems[3]
+    assert "'totals' field 'tile': a tile is listed more than once" in problems[4]
+    assert "'local' field 'dst_tile': transfer 1 (2->3) stays on one IPU" in problems[5]
+
+
+def test_prepare_checks_a_program_once():
+    """A checked program is not checked again; another program object is."""
+    m = Machine(tiny())
+    good = ir.Program(entries=(ir.Compute(name="cs", vertex_tile=[0], vertex_cycles=[4]),))
+    assert m.prepare(good) is good
+    assert m.run(good).total_cycles == m.run(good).total_cycles > 0
+    bad = ir.Program(entries=(ir.Compute(name="cs", vertex_tile=[99], vertex_cycles=[4]),))
+    for _ in range(2):
+        with pytest.raises(IRValidationError, match="tile 99"):
+            m.run(bad)
+
+
 def test_recursive_function_rejected():
     prog = ir.Program(entries=(ir.Call(0),), functions=(ir.Call(1), ir.Sequence([ir.Call(0)])))
     with pytest.raises(IRValidationError, match="recursion"):

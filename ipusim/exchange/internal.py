@@ -19,14 +19,17 @@ A broadcast (several transfers sharing one message id) costs the sender once.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from ipusim.config import MachineConfig
 from ipusim.errors import IRValidationError
-from ipusim.tile.layout import tile_distance
+from ipusim.tile.layout import tile_distance, tile_rows
 
 __all__ = ["ExchangeCost", "ceil_ratio", "exchange_cost", "internal_exchange_cost"]
 
@@ -70,6 +73,50 @@ class ExchangeCost:
     messages_sent: np.ndarray
     max_distance: np.ndarray
     messages_received: np.ndarray
+
+    @classmethod
+    def deferred(
+        cls, cycles: np.ndarray, totals: Callable[[], tuple[np.ndarray, ...]]
+    ) -> ExchangeCost:
+        """A cost whose per-tile totals are worked out by ``totals()`` when first read.
+
+        A run keeps the cost of every distinct exchange; most only need ``cycles``, so
+        the five totals (in field order after ``cycles``) are not held until asked for.
+        """
+        cost = object.__new__(cls)
+        object.__setattr__(cost, "cycles", cycles)
+        object.__setattr__(cost, "_totals", totals)
+        return cost
+
+    def __getattr__(self, name: str) -> Any:
+        # called only for attributes not set: the totals of a deferred cost
+        totals = self.__dict__.get("_totals")
+        if totals is None or name not in _TOTAL_FIELDS:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        for key, value in zip(_TOTAL_FIELDS, totals(), strict=True):
+            object.__setattr__(self, key, value)
+        del self.__dict__["_totals"]
+        return self.__dict__[name]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in ("cycles", *_TOTAL_FIELDS)}
+
+    def with_cycles(self, cycles: np.ndarray) -> ExchangeCost:
+        """The same exchange with other per-tile cycles (totals still deferred)."""
+        totals = self.__dict__.get("_totals")
+        if totals is not None:
+            return ExchangeCost.deferred(cycles, totals)
+        return dataclasses.replace(self, cycles=cycles)
+
+
+#: The per-tile totals of an :class:`ExchangeCost`, in field order.
+_TOTAL_FIELDS = (
+    "bytes_sent",
+    "bytes_received",
+    "messages_sent",
+    "max_distance",
+    "messages_received",
+)
 
 
 def _as_1d(name: str, values: object, problems: list[str]) -> np.ndarray:
@@ -174,6 +221,10 @@ def internal_exchange_cost(
         If the arrays are inconsistent, a tile id is outside the machine, a transfer
         crosses IPUs, or the transfers of one message disagree on source or size.
     """
+    fast = _planned(cfg, src_tile, dst_tile, num_bytes, message)
+    if fast is not None:
+        return fast
+    # something is wrong: the checks below name it
     src, dst, nbytes = validate_transfers(cfg, src_tile, dst_tile, num_bytes)
     problems: list[str] = []
     msg = _as_1d("message", message, problems)
@@ -248,22 +299,149 @@ def _cost(
     max_distance: np.ndarray,
 ) -> ExchangeCost:
     """Cycles of every tile from its totals; tiles not ``active`` take 0 cycles."""
-    ex = cfg.exchange
-    cycles = (
-        ceil_ratio(np.maximum(bytes_sent, bytes_received), ex.bytes_per_cycle)
-        + ex.fixed_latency_cycles
-        + ceil_ratio(ex.cycles_per_hop * max_distance, 1.0)
-        + ceil_ratio(ex.cycles_per_message * (messages_sent + messages_received), 1.0)
-    )
-    cycles = np.where(active, cycles, 0).astype(np.int64)
     return ExchangeCost(
-        cycles=cycles,
+        cycles=_cycles(
+            cfg, active, bytes_sent, bytes_received, messages_sent, messages_received, max_distance
+        ),
         bytes_sent=bytes_sent,
         bytes_received=bytes_received,
         messages_sent=messages_sent,
         max_distance=max_distance,
         messages_received=messages_received,
     )
+
+
+def _cycles(
+    cfg: MachineConfig,
+    active: np.ndarray,
+    bytes_sent: np.ndarray,
+    bytes_received: np.ndarray,
+    messages_sent: np.ndarray,
+    messages_received: np.ndarray,
+    max_distance: np.ndarray,
+) -> np.ndarray:
+    """int64[num_tiles] cycles of the tiles from their totals (0 where not ``active``)."""
+    ex = cfg.exchange
+    cycles = np.zeros(active.shape[0], np.int64)
+    _tile_cycles(
+        cycles,
+        active,
+        bytes_sent,
+        bytes_received,
+        messages_sent,
+        messages_received,
+        max_distance,
+        float(ex.bytes_per_cycle),
+        int(ex.fixed_latency_cycles),
+        float(ex.cycles_per_hop),
+        float(ex.cycles_per_message),
+    )
+    return cycles
+
+
+# The compiled passes below compute exactly what the formula in the module docstring
+# says, with ``ceil_ratio``'s rounding (numpy's round to 9 decimals: scale, rint,
+# unscale), so the fast path and the checked one agree to the cycle.
+@numba.njit(cache=True, inline="always")
+def _ceil9(q):  # pragma: no cover - compiled
+    return np.int64(np.ceil(np.rint(q * 1e9) / 1e9))
+
+
+@numba.njit(cache=True)
+def _tile_cycles(
+    cycles, active, sent, received, msg_sent, msg_received, distance, bpc, fixed, hop, per_msg
+):  # pragma: no cover - compiled
+    for t in range(cycles.shape[0]):
+        if active[t]:
+            cycles[t] = (
+                _ceil9(max(sent[t], received[t]) / bpc)
+                + fixed
+                + _ceil9(hop * distance[t])
+                + _ceil9(per_msg * (msg_sent[t] + msg_received[t]))
+            )
+
+
+@numba.njit(cache=True)
+def _transfer_totals(
+    num_tiles, tiles_per_ipu, rows, src, dst, nbytes, msg
+):  # pragma: no cover - compiled
+    """Per-tile totals of checked-as-we-go transfers; ``ok`` False at the first problem
+    (a tile outside the machine, negative bytes, a transfer between IPUs, a broadcast
+    whose transfers differ in source or size)."""
+    n = src.shape[0]
+    sent = np.zeros(num_tiles, np.int64)
+    received = np.zeros(num_tiles, np.int64)
+    msg_sent = np.zeros(num_tiles, np.int64)
+    msg_received = np.zeros(num_tiles, np.int64)
+    distance = np.zeros(num_tiles, np.int64)
+    active = np.zeros(num_tiles, np.bool_)
+    head = np.arange(n)  # the first transfer of each transfer's message
+    distinct = True
+    for k in range(1, n):
+        if msg[k] <= msg[k - 1]:
+            distinct = False
+            break
+    if not distinct:
+        order = np.argsort(msg, kind="mergesort")
+        for i in range(1, n):
+            a, b = order[i - 1], order[i]
+            if msg[a] == msg[b]:
+                head[b] = head[a]
+    for k in range(n):
+        s, d, b = src[k], dst[k], nbytes[k]
+        if not (0 <= s < num_tiles and 0 <= d < num_tiles) or b < 0:
+            return False, sent, received, msg_sent, msg_received, distance, active
+        if s // tiles_per_ipu != d // tiles_per_ipu:
+            return False, sent, received, msg_sent, msg_received, distance, active
+        h = head[k]
+        if h == k:
+            sent[s] += b
+            msg_sent[s] += 1
+        elif src[h] != s or nbytes[h] != b:
+            return False, sent, received, msg_sent, msg_received, distance, active
+        received[d] += b
+        msg_received[d] += 1
+        ls, ld = s % tiles_per_ipu, d % tiles_per_ipu
+        dist = abs(ls // rows - ld // rows) + abs(ls % rows - ld % rows)
+        distance[s] = max(distance[s], dist)
+        distance[d] = max(distance[d], dist)
+        active[s] = True
+        active[d] = True
+    return True, sent, received, msg_sent, msg_received, distance, active
+
+
+def _planned(
+    cfg: MachineConfig, src: object, dst: object, nbytes: object, msg: object
+) -> ExchangeCost | None:
+    """The cost of well-formed transfers in one compiled pass, or None when anything is
+    wrong with them (the checked path then says what)."""
+    arrays = [np.asarray(a) for a in (src, dst, nbytes, msg)]
+    n = arrays[0].shape[0] if arrays[0].ndim == 1 else -1
+    if any(a.ndim != 1 or a.shape[0] != n or (n and a.dtype.kind not in "iu") for a in arrays):
+        return None
+    arrays = [_frozen(a.astype(np.int64, copy=False)) for a in arrays]
+    shape = (cfg.num_tiles, cfg.tile.tiles_per_ipu, tile_rows(cfg.tile))
+
+    def totals() -> tuple[np.ndarray, ...]:
+        _, sent, received, msg_sent, msg_received, distance, _ = _transfer_totals(*shape, *arrays)
+        return sent, received, msg_sent, distance, msg_received
+
+    first = _transfer_totals(*shape, *arrays)
+    if not first[0]:
+        return None
+    sent, received, msg_sent, msg_received, distance, active = first[1:]
+    cycles = _cycles(cfg, active, sent, received, msg_sent, msg_received, distance)
+    return ExchangeCost.deferred(cycles, totals)
+
+
+def _frozen(values: np.ndarray) -> np.ndarray:
+    """``values`` itself when read-only (as IR arrays are), else a read-only copy, so
+    that deferred totals see the values the cycles were computed from."""
+    if not values.flags.writeable:
+        return values
+    copy = values.copy()
+    copy.flags.writeable = False
+    return copy
 
 
 def exchange_cost(cfg: MachineConfig, step: Any) -> ExchangeCost:
@@ -274,20 +452,26 @@ def exchange_cost(cfg: MachineConfig, step: Any) -> ExchangeCost:
         )
     n = cfg.num_tiles
     tiles = np.asarray(step.tile, np.int64)
+    sparse = (
+        step.bytes_sent,
+        step.bytes_received,
+        step.messages_sent,
+        step.messages_received,
+        step.max_distance,
+    )
 
-    def dense(values: np.ndarray) -> np.ndarray:
-        out = np.zeros(n, np.int64)
-        out[tiles] = values
+    def dense() -> list[np.ndarray]:
+        out = []
+        for values in sparse:
+            full = np.zeros(n, np.int64)
+            full[tiles] = values
+            out.append(full)
         return out
+
+    def totals() -> tuple[np.ndarray, ...]:
+        sent, received, msg_sent, msg_received, distance = dense()
+        return sent, received, msg_sent, distance, msg_received
 
     active = np.zeros(n, dtype=bool)
     active[tiles] = True
-    return _cost(
-        cfg,
-        active,
-        dense(step.bytes_sent),
-        dense(step.bytes_received),
-        dense(step.messages_sent),
-        dense(step.messages_received),
-        dense(step.max_distance),
-    )
+    return ExchangeCost.deferred(_cycles(cfg, active, *dense()), totals)

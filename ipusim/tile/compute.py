@@ -14,7 +14,8 @@ assignment is a Numba kernel, O(vertices * contexts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -28,6 +29,9 @@ __all__ = ["ComputeCost", "compute_cost"]
 @dataclass(frozen=True)
 class ComputeCost:
     """Per-tile cost of one compute set.
+
+    A run keeps the cost of every distinct compute set, so only the per-tile cycles
+    are held; the assignment's details are worked out again when first asked for.
 
     Attributes
     ----------
@@ -49,10 +53,30 @@ class ComputeCost:
 
     tile_cycles: np.ndarray
     active_cycles: np.ndarray
-    context_load: np.ndarray
-    multi_cycles: np.ndarray
-    vertex_count: np.ndarray
-    vertex_context: np.ndarray
+    #: what the assignment is made from: (tile config, tiles, vertex arrays)
+    inputs: tuple[TileConfig, int, np.ndarray, np.ndarray, np.ndarray] = field(repr=False)
+
+    @cached_property
+    def _assignment(self) -> tuple[np.ndarray, ...]:
+        """(context load, multi cycles, vertex count, vertex context)."""
+        load, multi, _, count, context, _, _ = _run(*self.inputs)
+        return load, multi, count, context
+
+    @property
+    def context_load(self) -> np.ndarray:
+        return self._assignment[0]
+
+    @property
+    def multi_cycles(self) -> np.ndarray:
+        return self._assignment[1]
+
+    @property
+    def vertex_count(self) -> np.ndarray:
+        return self._assignment[2]
+
+    @property
+    def vertex_context(self) -> np.ndarray:
+        return self._assignment[3]
 
 
 @numba.njit(cache=True)
@@ -70,6 +94,10 @@ def _assign_vertices(
     active = np.zeros(num_tiles, dtype=np.int64)
     count = np.zeros(num_tiles, dtype=np.int64)
     context = np.empty(vertex_tile.shape[0], dtype=np.int32)
+    cycles = np.zeros(num_tiles, dtype=np.int64)
+    for v in range(vertex_tile.shape[0]):  # checked first: nothing is assigned if one is bad
+        if not 0 <= vertex_tile[v] < num_tiles or vertex_cycles[v] < 0:
+            return load, multi, active, count, context, cycles, v
     for v in range(vertex_tile.shape[0]):
         t = vertex_tile[v]
         cost = vertex_cycles[v] + (multi_launch if vertex_multi[v] else launch)
@@ -85,12 +113,18 @@ def _assign_vertices(
                     best = c
             load[t, best] += cost
             context[v] = best
-    return load, multi, active, count, context
+    for t in range(num_tiles):
+        most = 0
+        for c in range(num_contexts):
+            most = max(most, load[t, c])
+        cycles[t] = num_contexts * most + multi[t]
+    return load, multi, active, count, context, cycles, -1
 
 
 def _validate(
     num_tiles: int, vertex_tile: np.ndarray, vertex_cycles: np.ndarray, vertex_multi: np.ndarray
 ) -> list[str]:
+    """Problems of the arrays' shapes and types (values are checked by the kernel)."""
     problems: list[str] = []
     if num_tiles < 0:
         problems.append(f"compute_cost: num_tiles must be >= 0, got {num_tiles}")
@@ -114,8 +148,14 @@ def _validate(
         arr = arrays[name]
         if arr.size and not np.issubdtype(arr.dtype, np.integer):
             problems.append(f"compute_cost: '{name}' must be integers, got dtype {arr.dtype}")
-    if problems:
-        return problems
+    return problems
+
+
+def _value_problems(
+    num_tiles: int, vertex_tile: np.ndarray, vertex_cycles: np.ndarray
+) -> list[str]:
+    """Every vertex on a tile outside the machine or with a negative estimate."""
+    problems: list[str] = []
     bad_tile = np.flatnonzero((vertex_tile < 0) | (vertex_tile >= num_tiles))
     if bad_tile.size:
         v = int(bad_tile[0])
@@ -176,23 +216,42 @@ def compute_cost(
     problems = _validate(num_tiles, vertex_tile, vertex_cycles, vertex_multi)
     if problems:
         raise IRValidationError(problems)
-    contexts = tile_cfg.worker_contexts
-    load, multi, active, count, context = _assign_vertices(
+    inputs = (
+        tile_cfg,
         num_tiles,
-        contexts,
+        _frozen(vertex_tile.astype(np.int64, copy=False)),
+        _frozen(vertex_cycles.astype(np.int64, copy=False)),
+        _frozen(vertex_multi.astype(np.bool_, copy=False)),
+    )
+    _, _, active, _, _, tile_cycles, bad = _run(*inputs)
+    if bad >= 0:
+        raise IRValidationError(_value_problems(num_tiles, inputs[2], inputs[3]))
+    return ComputeCost(tile_cycles=tile_cycles, active_cycles=active, inputs=inputs)
+
+
+def _frozen(values: np.ndarray) -> np.ndarray:
+    """``values`` when read-only (as IR arrays are), else a read-only copy: the details
+    are worked out later from the same values."""
+    if not values.flags.writeable:
+        return values
+    copy = values.copy()
+    copy.flags.writeable = False
+    return copy
+
+
+def _run(
+    tile_cfg: TileConfig,
+    num_tiles: int,
+    vertex_tile: np.ndarray,
+    vertex_cycles: np.ndarray,
+    vertex_multi: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    return _assign_vertices(
+        num_tiles,
+        tile_cfg.worker_contexts,
         tile_cfg.vertex_launch_cycles,
         tile_cfg.multi_vertex_launch_cycles,
-        vertex_tile.astype(np.int64, copy=False),
-        vertex_cycles.astype(np.int64, copy=False),
-        vertex_multi.astype(np.bool_, copy=False),
-    )
-    max_load = load.max(axis=1) if num_tiles else np.zeros(0, dtype=np.int64)
-    tile_cycles = contexts * max_load + multi
-    return ComputeCost(
-        tile_cycles=tile_cycles,
-        active_cycles=active,
-        context_load=load,
-        multi_cycles=multi,
-        vertex_count=count,
-        vertex_context=context,
+        vertex_tile,
+        vertex_cycles,
+        vertex_multi,
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poplar_api.codelet import VertexType, execute
+from poplar_api.codelet import VertexType, execute_lowered
 from poplar_api.errors import EngineError
 from poplar_api.fields import FieldBatch, FieldSpec
 from poplar_api.lowering import runs
@@ -146,25 +146,27 @@ def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None
 
 def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
     """The functional effect of executing the compute set."""
+    # vertex ids and tiles of each type's batch (they name a vertex in errors)
+    named = [(table.vertex_ids[g.positions], table.tiles[g.positions]) for g in table.groups]
 
     def run() -> None:
         writes = []
-        for group in table.groups:
+        for group, (vertex_ids, tiles) in zip(table.groups, named, strict=True):
             batches = {}
             for ft in group.fields:
                 # read gives a new array: converting in place of copying is safe
                 data = storage.read(ft.type, ft.ids).astype(ft.spec.kernel_dtype, copy=False)
                 batches[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
-            ok = execute(
+            ok = execute_lowered(
                 group.vtype,
                 batches,
                 int(group.positions.size),
                 num_workers,
-                vertex_ids=table.vertex_ids[group.positions],
-                tiles=table.tiles[group.positions],
+                vertex_ids=vertex_ids,
+                tiles=tiles,
             )
             if not ok.all():
-                bad = table.vertex_ids[group.positions[~ok]]
+                bad = vertex_ids[~ok]
                 raise EngineError(
                     f"compute set '{table.name}': {bad.size} vertex(es) of type "
                     f"'{group.vtype.name}' returned False (first: vertex {int(bad[0])})"
