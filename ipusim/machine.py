@@ -504,11 +504,14 @@ class _Run:
 
     def _settle(self, rec: StepRecord, lo: int, hi: int, end: np.ndarray | int) -> None:
         """Move tiles ``lo:hi`` to ``end``, charging the difference to the record."""
+        if hi <= lo:
+            return
         start = self.clock[lo:hi]
-        end = np.broadcast_to(np.asarray(end, np.int64), start.shape)
-        rec.tile_cycles[lo:hi] = end - start
-        self._span(rec, start, end)
-        self.clock[lo:hi] = end
+        np.subtract(end, start, out=rec.tile_cycles[lo:hi])
+        rec.first_cycle = min(rec.first_cycle, int(start.min()))
+        last = int(end) if np.ndim(end) == 0 else int(end.max())
+        rec.last_cycle = max(rec.last_cycle, last)
+        start[:] = end
 
     def _settle_tiles(self, rec: StepRecord, tiles: np.ndarray, end: np.ndarray | int) -> None:
         """Move the tiles ``tiles`` to ``end``, charging the difference to the record."""

@@ -319,6 +319,8 @@ class VertexType:
 _VERTEX_TYPES: dict[type, VertexType] = {}
 _KERNELS: dict[tuple[Callable[..., Any], bool, int | None], Any] = {}
 _DRIVERS: dict[tuple[type, bool, int | None], Any] = {}
+#: drivers that have run once (compiled for the arguments lowering passes them)
+_RAN: set[Any] = set()
 _CODELET_FILES: dict[tuple[str, int], ModuleType] = {}
 
 
@@ -1000,7 +1002,7 @@ def _run_driver(
         driver = _driver(vtype, checked, num_workers)
         where = np.full(2, -1, dtype=np.int64)
         try:
-            if driver.signatures:  # compiled already: nothing to warn about
+            if driver in _RAN:  # compiled already: nothing to warn about
                 driver(num_vertices, num_workers, ok, where, *args)
             else:
                 with warnings.catch_warnings():
@@ -1009,6 +1011,7 @@ def _run_driver(
                         "ignore", message="Cannot cache compiled function", category=Warning
                     )
                     driver(num_vertices, num_workers, ok, where, *args)
+                _RAN.add(driver)
         except numba_errors.NumbaError as exc:
             raise _compile_error(vtype, exc) from None
         except IndexError as exc:

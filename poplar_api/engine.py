@@ -90,17 +90,17 @@ class _EngineDataPlane:
             self.host.select(replica)
 
     def apply(self, effect: int) -> None:
-        with vertex_bounds_checks(self.check_bounds):
-            fn = self.lowered.effects[effect]
-            if self.replicas == 1 or effect in self.lowered.global_effects:
+        # vertex bounds checks are set for the whole run (Engine._run_program)
+        fn = self.lowered.effects[effect]
+        if self.replicas == 1 or effect in self.lowered.global_effects:
+            fn()
+            return
+        try:
+            for k in range(self.replicas):
+                self._select(k)
                 fn()
-                return
-            try:
-                for k in range(self.replicas):
-                    self._select(k)
-                    fn()
-            finally:
-                self._select(0)
+        finally:
+            self._select(0)
 
     def predicate(self, predicate: int) -> int:
         fn = self.lowered.predicates[predicate]
@@ -343,13 +343,15 @@ class Engine:
         checks = self.options.get("debug.checkVertexBounds", "true").strip().lower() == "true"
         dp = _EngineDataPlane(self._lowered, checks, self._host, self._state)
         if self._machine is None:
-            _interpret(self.ir_program.entries[index], self.ir_program, dp)
+            with vertex_bounds_checks(checks):
+                _interpret(self.ir_program.entries[index], self.ir_program, dp)
             return
         max_cycles = _max_cycles(self.options)
         try:
-            trace = self._machine.run(
-                self.ir_program, data_plane=dp, entry=index, max_cycles=max_cycles
-            )
+            with vertex_bounds_checks(checks):
+                trace = self._machine.run(
+                    self.ir_program, data_plane=dp, entry=index, max_cycles=max_cycles
+                )
         except IpusimError as exc:
             partial = getattr(exc, "trace", None)
             if partial is not None:

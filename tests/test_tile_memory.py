@@ -212,3 +212,102 @@ def test_random_blocks_live_together_never_overlap():
             together = lb[0] <= lc[1] and lc[0] <= lb[1]
             if together:
                 assert p.end <= q.offset or q.end <= p.offset, (b, c, p.offset, q.offset)
+
+
+# ----------------------------------------------------- against a reference first fit
+def reference_allocate(spec, blocks):
+    """The placement rules of the module docstring, written plainly: blocks in order
+    (always-live first, then by live start, then list order), each at the lowest
+    aligned offset of the first region where it overlaps no placed block it is live
+    together with; the overflow area takes what fits nowhere."""
+    always_range, never = (-1, 2**62), (-1, -1)
+
+    def live_range(b):
+        if b.live is None:
+            return always_range
+        return never if b.live[1] < b.live[0] else b.live
+
+    limits = [spec.non_interleaved_bytes, spec.interleaved_bytes, 2**62]
+    tries = {NON_INTERLEAVED: (0, 2), INTERLEAVED: (1, 2), ANY: (1, 0, 2)}
+    order = sorted(
+        range(len(blocks)),
+        key=lambda i: (blocks[i].live is not None, (blocks[i].live or always_range)[0], i),
+    )
+    placed = {}  # (tile, region) -> [(start, end, lo, hi)]
+    out = [None] * len(blocks)
+    for i in order:
+        b = blocks[i]
+        lo, hi = live_range(b)
+        align = max(spec.alignment_bytes, b.element_bytes)
+        for region in tries[b.region]:
+            busy = sorted(
+                (s, e) for s, e, a, z in placed.get((b.tile, region), []) if a <= hi and lo <= z
+            )
+            addr = 0
+            for s, e in busy:
+                if addr + b.size <= s:
+                    break
+                addr = max(addr, align_up(e, align))
+            if addr + b.size <= limits[region]:
+                break
+        if b.size:
+            placed.setdefault((b.tile, region), []).append((addr, addr + b.size, lo, hi))
+        out[i] = ((NON_INTERLEAVED, INTERLEAVED, "overflowed")[region], addr)
+    return out
+
+
+def random_case(seed):
+    """Random blocks on six tiles; tiles 0-2 are given the same blocks (their layout
+    is shared), the others the same blocks in other orders; tiles interleaved."""
+    rng = np.random.default_rng(seed)
+    spec = MemorySpec(512, 1024, 256, 8)
+    pattern = []
+    for k in range(int(rng.integers(5, 40))):
+        live = None if rng.random() < 0.3 else tuple(sorted(rng.integers(-1, 12, size=2)))
+        if live is not None and rng.random() < 0.1:
+            live = (5, 2)  # live at no point
+        pattern.append(
+            (
+                f"b{k}",
+                int(rng.integers(0, 300)),
+                int(rng.choice([1, 2, 4, 8, 16])),
+                str(rng.choice([ANY, ANY, INTERLEAVED, NON_INTERLEAVED])),
+                live,
+            )
+        )
+    per_tile = []
+    for tile in range(6):
+        mine = pattern if tile < 3 else [pattern[j] for j in rng.permutation(len(pattern))]
+        per_tile.append([Block(n, "variable", tile, s, e, r, lv) for n, s, e, r, lv in mine])
+    # a random interleaving of the tiles that keeps each tile's own order
+    turns = rng.permutation(np.repeat(np.arange(6), len(pattern)))
+    return spec, [per_tile[t].pop(0) for t in turns]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_compiled_allocator_matches_the_rules(seed):
+    """Random blocks land where the plainly written rules put them, overflow included."""
+    spec, blocks = random_case(seed)
+    got = [(p.region, p.offset) for p in allocate(spec, 6, blocks)]
+    assert got == reference_allocate(spec, blocks)
+
+
+def test_random_cases_reach_every_region():
+    """The random cases above exercise both regions and the overflow area."""
+    seen = set()
+    for seed in range(8):
+        spec, blocks = random_case(seed)
+        seen |= {p.region for p in allocate(spec, 6, blocks)}
+    assert seen == {NON_INTERLEAVED, INTERLEAVED, "overflowed"}
+
+
+def test_hole_left_by_wider_alignment_is_used():
+    """Once a block aligned wider than the minimum leaves a hole, later always-live
+    blocks are placed first fit, not at the top."""
+    blocks = [
+        Block("a", "variable", 0, 4, 4),  # 0..4
+        Block("v", "variable", 0, 16, 16),  # aligned to 16: 16..32
+        Block("c", "variable", 0, 8, 4),  # fits the hole at 8..16
+    ]
+    p = allocate(TINY, 1, blocks)
+    assert [where(p, n) for n in "avc"] == [(INTERLEAVED, 0), (INTERLEAVED, 16), (INTERLEAVED, 8)]

@@ -362,6 +362,20 @@ def _tile_cycles(
 
 
 @numba.njit(cache=True)
+def _listed_cycles(
+    cycles, tiles, sent, received, msg_sent, msg_received, distance, bpc, fixed, hop, per_msg
+):  # pragma: no cover - compiled
+    """``_tile_cycles`` for totals given per listed tile (the other tiles take 0)."""
+    for i in range(tiles.shape[0]):
+        cycles[tiles[i]] = (
+            _ceil9(max(sent[i], received[i]) / bpc)
+            + fixed
+            + _ceil9(hop * distance[i])
+            + _ceil9(per_msg * (msg_sent[i] + msg_received[i]))
+        )
+
+
+@numba.njit(cache=True)
 def _transfer_totals(
     num_tiles, tiles_per_ipu, rows, src, dst, nbytes, msg
 ):  # pragma: no cover - compiled
@@ -472,6 +486,15 @@ def exchange_cost(cfg: MachineConfig, step: Any) -> ExchangeCost:
         sent, received, msg_sent, msg_received, distance = dense()
         return sent, received, msg_sent, distance, msg_received
 
-    active = np.zeros(n, dtype=bool)
-    active[tiles] = True
-    return ExchangeCost.deferred(_cycles(cfg, active, *dense()), totals)
+    ex = cfg.exchange
+    cycles = np.zeros(n, np.int64)
+    _listed_cycles(
+        cycles,
+        tiles,
+        *sparse,
+        float(ex.bytes_per_cycle),
+        int(ex.fixed_latency_cycles),
+        float(ex.cycles_per_hop),
+        float(ex.cycles_per_message),
+    )
+    return ExchangeCost.deferred(cycles, totals)

@@ -26,17 +26,20 @@ Placement rules
 * A block that fits nowhere goes to a per-tile *overflow* area with the same rules;
   its bytes are the tile's ``overflowed`` figures and the tile is out of memory.
 
-The allocator loops over blocks (a variable's piece on one tile, not its elements)
-and lays out each distinct per-tile sequence of blocks once; the report is computed
-with numpy over all placements at once.
+Blocks are handed over as columns (:class:`BlockTable`, one row per block: a
+variable's piece on one tile, not its elements). A compiled pass lays out each
+distinct per-tile sequence of blocks once, and the report is computed with numpy
+over all blocks at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+import numba
 import numpy as np
 
 from ipusim.errors import IpusimError
@@ -47,12 +50,14 @@ __all__ = [
     "NON_INTERLEAVED",
     "OVERFLOW",
     "Block",
+    "BlockTable",
     "MemoryPlanError",
     "MemoryReport",
     "MemorySpec",
     "Placement",
     "align_up",
     "allocate",
+    "allocate_table",
     "plan",
 ]
 
@@ -173,125 +178,387 @@ class Placement:
         return self.offset + self.block.size
 
 
-def _check(block: Block, num_tiles: int) -> None:
-    where = f"memory block '{block.name}' ({block.category}) on tile {block.tile}"
-    if not 0 <= block.tile < num_tiles:
-        raise MemoryPlanError(f"{where}: tile is outside [0, {num_tiles})")
-    if block.size < 0:
-        raise MemoryPlanError(f"{where}: size {block.size} must be >= 0 bytes")
-    if block.element_bytes < 1:
-        raise MemoryPlanError(f"{where}: element_bytes {block.element_bytes} must be >= 1")
-    if block.region not in _TRY_ORDER:
-        raise MemoryPlanError(
-            f"{where}: region {block.region!r} is not one of {sorted(_TRY_ORDER)}"
-        )
-    if block.live is not None and len(block.live) != 2:
-        raise MemoryPlanError(f"{where}: live {block.live!r} must be (first, last) or None")
+#: Request code of each region name in a :class:`BlockTable`.
+_REQUEST_CODE = {NON_INTERLEAVED: 0, INTERLEAVED: 1, ANY: 2}
+_REQUEST_NAMES = (NON_INTERLEAVED, INTERLEAVED, ANY)
 
 
-class _Area:
-    """Blocks placed in one region of one tile: ``(start, end, live first, live last)``.
+@dataclass
+class BlockTable:
+    """Blocks as columns (one row per block), so that lowering can hand over hundreds
+    of thousands of them without making an object for each.
 
-    While it holds only always-live blocks aligned to the minimum alignment, first fit
-    is the aligned top (the holes below are alignment padding no such block can use),
-    so that common case skips the scan.
+    ``name`` and ``category`` index :attr:`names` and :attr:`categories`; ``region``
+    is 0 (non-interleaved), 1 (interleaved) or 2 (any); a block is always live where
+    ``always`` is set, else live over ``live_first..live_last`` (as
+    :attr:`Block.live`).
     """
 
-    __slots__ = ("packed", "placed", "top")
+    names: list[str]
+    categories: list[str]
+    name: np.ndarray
+    category: np.ndarray
+    tile: np.ndarray
+    size: np.ndarray
+    element_bytes: np.ndarray
+    region: np.ndarray
+    live_first: np.ndarray
+    live_last: np.ndarray
+    always: np.ndarray
 
-    def __init__(self) -> None:
-        self.placed: list[tuple[int, int, int, int]] = []
-        self.top = 0
-        self.packed = True
+    def __len__(self) -> int:
+        return int(self.tile.size)
 
-    def first_fit(
-        self, size: int, align: int, live: tuple[int, int], limit: int, fast: bool
-    ) -> int | None:
-        """Lowest aligned offset where ``size`` bytes overlap no block live with ``live``."""
-        if fast and self.packed:
-            addr = align_up(self.top, align)
-        else:
-            lo, hi = live
-            busy = sorted((s, e) for s, e, a, b in self.placed if a <= hi and lo <= b)
-            addr = 0
-            for s, e in busy:
-                if addr + size <= s:
-                    break
-                addr = max(addr, align_up(e, align))
-        return addr if addr + size <= limit else None
+    @classmethod
+    def empty(cls) -> BlockTable:
+        """A table without blocks."""
+        ints = np.zeros(0, np.int64)
+        return cls([], [], ints, ints, ints, ints, ints, ints, ints, ints, np.zeros(0, bool))
 
-    def add(self, start: int, end: int, live: tuple[int, int], fast: bool) -> None:
-        self.placed.append((start, end, int(live[0]), int(live[1])))
-        self.top = max(self.top, end)
-        self.packed = self.packed and fast
+    @classmethod
+    def per_tile(
+        cls,
+        name: str,
+        category: str,
+        nbytes: np.ndarray,
+        element_bytes: int = 1,
+        region: str = ANY,
+        live: tuple[int, int] | None = None,
+    ) -> BlockTable:
+        """One block of ``nbytes[t]`` bytes on every tile ``t`` where that is not 0."""
+        tiles = np.flatnonzero(nbytes)
+        sizes = np.asarray(nbytes)[tiles]
+        return cls.rows(name, category, tiles, sizes, element_bytes, region, live)
+
+    @classmethod
+    def rows(
+        cls,
+        name: str,
+        category: str,
+        tiles: np.ndarray,
+        sizes: np.ndarray,
+        element_bytes: int = 1,
+        region: str | np.ndarray = ANY,
+        live: tuple[int, int] | None = None,
+    ) -> BlockTable:
+        """Blocks of one name on ``tiles`` with ``sizes``; ``region`` a name or an array
+        of request codes (one per block)."""
+        n = int(np.size(tiles))
+        if isinstance(region, str):
+            if region not in _REQUEST_CODE:
+                raise MemoryPlanError(
+                    f"memory block '{name}' ({category}): region {region!r} is not one of "
+                    f"{sorted(_REQUEST_CODE)}"
+                )
+            region = np.full(n, _REQUEST_CODE[region], np.int64)
+        first, last = (0, 0) if live is None else (int(live[0]), int(live[1]))
+        return cls(
+            names=[name],
+            categories=[category],
+            name=np.zeros(n, np.int64),
+            category=np.zeros(n, np.int64),
+            tile=np.asarray(tiles, np.int64).reshape(-1),
+            size=np.asarray(sizes, np.int64).reshape(-1),
+            element_bytes=np.full(n, element_bytes, np.int64),
+            region=np.asarray(region, np.int64).reshape(-1),
+            live_first=np.full(n, first, np.int64),
+            live_last=np.full(n, last, np.int64),
+            always=np.full(n, live is None, bool),
+        )
+
+    @classmethod
+    def from_blocks(cls, blocks: Sequence[Block]) -> BlockTable:
+        """The table of a list of :class:`Block` objects, checked."""
+        parts = []
+        for b in blocks:
+            where = f"memory block '{b.name}' ({b.category}) on tile {b.tile}"
+            if b.live is not None and len(b.live) != 2:
+                raise MemoryPlanError(f"{where}: live {b.live!r} must be (first, last) or None")
+            parts.append(
+                cls.rows(b.name, b.category, [b.tile], [b.size], b.element_bytes, b.region, b.live)
+            )
+        return cls.concat(parts)
+
+    @classmethod
+    def concat(cls, tables: Sequence[BlockTable]) -> BlockTable:
+        """The rows of ``tables``, in order."""
+        if not tables:
+            return cls.empty()
+        names: dict[str, int] = {}
+        categories: dict[str, int] = {}
+        name_parts, cat_parts = [], []
+        for t in tables:
+            remap = np.array([names.setdefault(x, len(names)) for x in t.names], np.int64)
+            name_parts.append(remap[t.name] if t.name.size else t.name)
+            remap = np.array([categories.setdefault(x, len(categories)) for x in t.categories])
+            cat_parts.append(remap.astype(np.int64)[t.category] if t.category.size else t.category)
+
+        def cat(attr: str) -> np.ndarray:
+            return np.concatenate([getattr(t, attr) for t in tables])
+
+        return cls(
+            names=list(names),
+            categories=list(categories),
+            name=np.concatenate(name_parts),
+            category=np.concatenate(cat_parts),
+            tile=cat("tile"),
+            size=cat("size"),
+            element_bytes=cat("element_bytes"),
+            region=cat("region"),
+            live_first=cat("live_first"),
+            live_last=cat("live_last"),
+            always=cat("always"),
+        )
+
+    def take(self, rows: np.ndarray) -> BlockTable:
+        """The table of rows ``rows`` (in that order)."""
+        return BlockTable(
+            self.names,
+            self.categories,
+            *(
+                getattr(self, a)[rows]
+                for a in (
+                    "name",
+                    "category",
+                    "tile",
+                    "size",
+                    "element_bytes",
+                    "region",
+                    "live_first",
+                    "live_last",
+                    "always",
+                )
+            ),
+        )
+
+    def block(self, i: int) -> Block:
+        """Row ``i`` as a :class:`Block`."""
+        live = None if self.always[i] else (int(self.live_first[i]), int(self.live_last[i]))
+        return Block(
+            self.names[self.name[i]],
+            self.categories[self.category[i]],
+            int(self.tile[i]),
+            int(self.size[i]),
+            int(self.element_bytes[i]),
+            _REQUEST_NAMES[self.region[i]],
+            live,
+        )
+
+    def check(self, num_tiles: int) -> None:
+        """Raise :class:`MemoryPlanError` naming the first malformed block."""
+        bad = (self.tile < 0) | (self.tile >= num_tiles) | (self.size < 0)
+        bad |= self.element_bytes < 1
+        if not bad.any():
+            return
+        i = int(np.argmax(bad))
+        b = self.block(i)
+        where = f"memory block '{b.name}' ({b.category}) on tile {b.tile}"
+        if not 0 <= b.tile < num_tiles:
+            raise MemoryPlanError(f"{where}: tile is outside [0, {num_tiles})")
+        if b.size < 0:
+            raise MemoryPlanError(f"{where}: size {b.size} must be >= 0 bytes")
+        raise MemoryPlanError(f"{where}: element_bytes {b.element_bytes} must be >= 1")
 
 
-def _live_range(block: Block) -> tuple[int, int]:
-    if block.live is None:
-        return _ALWAYS
-    return _NEVER if block.live[1] < block.live[0] else (int(block.live[0]), int(block.live[1]))
-
-
-def _allocate_tile(
-    spec: MemorySpec, items: list[tuple[int, int, str, tuple[int, int], bool]]
-) -> list[tuple[int, int]]:
-    """Place one tile's blocks, given in placement order as ``(size, align, region,
-    live range, always live)``; returns ``(region index, offset)`` for each."""
-    areas = [_Area(), _Area(), _Area()]
-    out = []
-    for size, align, wanted, live, always in items:
-        fast = always and align == spec.alignment_bytes
-        for region in (*_TRY_ORDER[wanted], 2):
-            offset = areas[region].first_fit(size, align, live, spec.region_bytes(region), fast)
-            if offset is not None:
-                break
-        assert offset is not None  # the overflow area always fits
-        if size:
-            areas[region].add(offset, offset + size, live, fast)
-        out.append((region, offset))
+@numba.njit(cache=True)
+def _sequence_hash(sizes, aligns, regions, lo, hi, starts, ends):  # pragma: no cover
+    """A hash of each tile's sequence of blocks (tiles with equal sequences share it)."""
+    out = np.empty(starts.shape[0], np.uint64)
+    for t in range(starts.shape[0]):
+        h = np.uint64(1469598103934665603) ^ np.uint64(ends[t] - starts[t])
+        for i in range(starts[t], ends[t]):
+            for v in (sizes[i], aligns[i], regions[i], lo[i], hi[i]):
+                h = (h ^ np.uint64(v)) * np.uint64(1099511628211)
+        out[t] = h
     return out
+
+
+@numba.njit(cache=True)
+def _same_sequence(sizes, aligns, regions, lo, hi, a, b, n):  # pragma: no cover
+    for k in range(n):
+        i, j = a + k, b + k
+        if (
+            sizes[i] != sizes[j]
+            or aligns[i] != aligns[j]
+            or regions[i] != regions[j]
+            or lo[i] != lo[j]
+            or hi[i] != hi[j]
+        ):
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _first_fit(starts, ends, los, his, count, size, align, lo, hi):  # pragma: no cover - compiled
+    """Lowest ``align``-aligned offset where ``size`` bytes overlap none of the first
+    ``count`` placed blocks live together with ``lo..hi``."""
+    m = 0
+    busy_start = np.empty(count, np.int64)
+    busy_end = np.empty(count, np.int64)
+    for k in range(count):
+        if los[k] <= hi and lo <= his[k]:
+            busy_start[m] = starts[k]
+            busy_end[m] = ends[k]
+            m += 1
+    order = np.argsort(busy_start[:m], kind="mergesort")
+    addr = 0
+    for j in order:
+        if addr + size <= busy_start[j]:
+            break
+        aligned = -(-busy_end[j] // align) * align
+        if aligned > addr:
+            addr = aligned
+    return addr
+
+
+@numba.njit(cache=True)
+def _place(
+    sizes,
+    aligns,
+    regions,
+    ident,
+    lo,
+    hi,
+    always,
+    starts,
+    ends,
+    tile_order,
+    hashes,
+    min_align,
+    limits,
+    out_region,
+    out_offset,
+):  # pragma: no cover - compiled
+    """Lay out every tile's blocks (rows ``starts[t]:ends[t]`` in placement order),
+    tiles taken in ``tile_order``; a tile whose sequence equals the previous one of the
+    same hash copies its layout."""
+    try_order = np.array([[0, 2, -1], [1, 2, -1], [1, 0, 2]], np.int64)
+    rep = -1
+    for position in range(tile_order.shape[0]):
+        t = tile_order[position]
+        a, b = starts[t], ends[t]
+        n = b - a
+        if rep >= 0 and hashes[rep] == hashes[t] and ends[rep] - starts[rep] == n:
+            r0 = starts[rep]
+            if _same_sequence(sizes, aligns, ident, lo, hi, r0, a, n):
+                for k in range(n):
+                    out_region[a + k] = out_region[r0 + k]
+                    out_offset[a + k] = out_offset[r0 + k]
+                continue
+        rep = t
+        p_start = np.empty((3, n), np.int64)
+        p_end = np.empty((3, n), np.int64)
+        p_lo = np.empty((3, n), np.int64)
+        p_hi = np.empty((3, n), np.int64)
+        count = np.zeros(3, np.int64)
+        top = np.zeros(3, np.int64)
+        packed = np.ones(3, np.bool_)
+        for i in range(a, b):
+            size, align = sizes[i], aligns[i]
+            fast = always[i] and align == min_align
+            chosen, addr = 2, 0
+            for c in range(3):
+                region = try_order[regions[i], c]
+                if region < 0:
+                    break
+                if fast and packed[region]:
+                    addr = -(-top[region] // align) * align
+                else:
+                    addr = _first_fit(
+                        p_start[region],
+                        p_end[region],
+                        p_lo[region],
+                        p_hi[region],
+                        count[region],
+                        size,
+                        align,
+                        lo[i],
+                        hi[i],
+                    )
+                if addr + size <= limits[region]:
+                    chosen = region
+                    break
+            if size:
+                k = count[chosen]
+                p_start[chosen, k] = addr
+                p_end[chosen, k] = addr + size
+                p_lo[chosen, k] = lo[i]
+                p_hi[chosen, k] = hi[i]
+                count[chosen] = k + 1
+                top[chosen] = max(top[chosen], addr + size)
+                packed[chosen] = packed[chosen] and fast
+            out_region[i] = chosen
+            out_offset[i] = addr
+
+
+def allocate_table(
+    spec: MemorySpec, num_tiles: int, table: BlockTable
+) -> tuple[np.ndarray, np.ndarray]:
+    """Place the blocks of ``table`` by the module's rules.
+
+    Tiles are independent, and tiles given the same sequence of blocks (sizes,
+    alignments, regions and live ranges) get the same layout, so each distinct
+    sequence is laid out once (in compiled code).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Region index (0 non-interleaved, 1 interleaved, 2 overflow) and byte offset
+        of every block, in table order.
+
+    Raises
+    ------
+    MemoryPlanError
+        A block has a tile outside the machine, a negative size or an element size
+        below 1.
+    """
+    table.check(num_tiles)
+    n = len(table)
+    # effective live ranges: always live overlaps everything, "live at no point" only that
+    never = ~table.always & (table.live_last < table.live_first)
+    lo = np.where(table.always | never, _ALWAYS[0], table.live_first)
+    hi = np.where(table.always, _ALWAYS[1], np.where(never, _NEVER[1], table.live_last))
+    first = np.where(table.always, _ALWAYS[0], table.live_first)
+    index = np.arange(n)
+    order = np.lexsort((index, first, ~table.always))
+    order = order[np.argsort(table.tile[order], kind="stable")]  # by tile, placement order
+    sizes = table.size[order]
+    aligns = np.maximum(spec.alignment_bytes, table.element_bytes[order])
+    regions = table.region[order]
+    lo_o, hi_o, always_o = lo[order], hi[order], table.always[order]
+    counts = np.bincount(table.tile, minlength=num_tiles)
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    ident = regions * 2 + always_o  # what else, with size, alignment and range, a layout uses
+    hashes = _sequence_hash(sizes, aligns, ident, lo_o, hi_o, starts, ends)
+    tile_order = np.argsort(hashes, kind="stable")
+    region_o = np.zeros(n, np.int64)
+    offset_o = np.zeros(n, np.int64)
+    limits = np.array([spec.region_bytes(r) for r in range(3)], np.int64)
+    _place(
+        sizes, aligns, regions, ident, lo_o, hi_o, always_o, starts, ends, tile_order, hashes,
+        spec.alignment_bytes, limits, region_o, offset_o,
+    )  # fmt: skip
+    region = np.empty(n, np.int64)
+    offset = np.empty(n, np.int64)
+    region[order] = region_o
+    offset[order] = offset_o
+    return region, offset
 
 
 def allocate(spec: MemorySpec, num_tiles: int, blocks: Sequence[Block]) -> list[Placement]:
     """Place ``blocks`` by the module's rules; returns one placement per block, in order.
-
-    Tiles are independent, and tiles given the same sequence of blocks (sizes,
-    alignments, regions and live ranges) get the same layout, so each distinct
-    sequence is laid out once.
 
     Raises
     ------
     MemoryPlanError
         A block has a tile outside the machine, a negative size or an unknown region.
     """
-    for b in blocks:
-        _check(b, num_tiles)
-    order = sorted(
-        range(len(blocks)),
-        key=lambda i: (blocks[i].live is not None, (blocks[i].live or _ALWAYS)[0], i),
-    )
-    by_tile: dict[int, list[int]] = {}
-    for i in order:
-        by_tile.setdefault(blocks[i].tile, []).append(i)
-    layouts: dict[tuple, list[tuple[int, int]]] = {}
-    out: list[Placement | None] = [None] * len(blocks)
-    for members in by_tile.values():
-        items = tuple(
-            (
-                b.size,
-                max(spec.alignment_bytes, b.element_bytes),
-                b.region,
-                _live_range(b),
-                b.live is None,
-            )
-            for b in (blocks[i] for i in members)
-        )
-        layout = layouts.get(items)
-        if layout is None:
-            layout = layouts[items] = _allocate_tile(spec, list(items))
-        for i, (region, offset) in zip(members, layout, strict=True):
-            out[i] = Placement(blocks[i], _REGION_NAMES[region], offset)
-    return [p for p in out if p is not None]
+    region, offset = allocate_table(spec, num_tiles, BlockTable.from_blocks(blocks))
+    return [
+        Placement(b, _REGION_NAMES[r], int(o))
+        for b, r, o in zip(blocks, region.tolist(), offset.tolist(), strict=True)
+    ]
 
 
 @dataclass
@@ -305,7 +572,9 @@ class MemoryReport:
     per block). ``liveness`` has one entry per program point: its name, the bytes of
     blocks live there that are not always live, and the always-live bytes, summed
     over tiles. ``tiles_out_of_memory`` are the tiles where some block fitted in
-    neither region (``overflowed > 0``); ``placements`` says where every block went.
+    neither region (``overflowed > 0``); ``blocks`` with ``block_region`` (0, 1, 2 for
+    non-interleaved, interleaved, overflowed) and ``block_offset`` say where every
+    block went (``placements`` lists them as objects).
     """
 
     num_tiles: int
@@ -317,7 +586,18 @@ class MemoryReport:
     liveness: list[tuple[str, int, int]]
     out_of_memory: bool
     tiles_out_of_memory: np.ndarray
-    placements: list[Placement] = field(default_factory=list, repr=False)
+    blocks: BlockTable = field(default_factory=BlockTable.empty, repr=False)
+    block_region: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    block_offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+
+    @cached_property
+    def placements(self) -> list[Placement]:
+        """Where every block went, in block order."""
+        regions, offsets = self.block_region.tolist(), self.block_offset.tolist()
+        return [
+            Placement(self.blocks.block(i), _REGION_NAMES[regions[i]], offsets[i])
+            for i in range(len(self.blocks))
+        ]
 
     def worst_tiles(self, n: int = 5) -> list[tuple[int, int, int]]:
         """The ``n`` tiles needing most memory: ``(tile, need incl. gaps, capacity)``.
@@ -332,11 +612,12 @@ class MemoryReport:
 
     def variables_on_tile(self, tile: int) -> list[tuple[str, int]]:
         """Variables and constants on ``tile``: ``(name, bytes)``, largest first."""
+        b = self.blocks
+        data = [k for k, c in enumerate(b.categories) if c in ("variable", "constant")]
+        rows = np.flatnonzero((b.tile == tile) & np.isin(b.category, data))
         sizes: dict[str, int] = {}
-        for p in self.placements:
-            b = p.block
-            if b.tile == tile and b.category in ("variable", "constant"):
-                sizes[b.name] = sizes.get(b.name, 0) + b.size
+        for name, size in zip(b.name[rows].tolist(), b.size[rows].tolist(), strict=True):
+            sizes[b.names[name]] = sizes.get(b.names[name], 0) + size
         return sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
@@ -363,26 +644,25 @@ def _union_and_top(
 def plan(
     spec: MemorySpec,
     num_tiles: int,
-    blocks: Sequence[Block],
+    blocks: Sequence[Block] | BlockTable,
     point_names: Iterable[str] = (),
     by_compute_set: Mapping[str, np.ndarray] | None = None,
     by_vertex_type: Mapping[str, int] | None = None,
 ) -> MemoryReport:
-    """Place ``blocks`` (see :func:`allocate`) and build the :class:`MemoryReport`.
+    """Place ``blocks`` (see :func:`allocate_table`) and build the :class:`MemoryReport`.
 
     Parameters
     ----------
+    blocks
+        :class:`Block` objects, or the same as a :class:`BlockTable`.
     point_names
         Name of each program point, for the liveness table.
     by_compute_set, by_vertex_type
         Attributions the caller computed (passed through to the report).
     """
-    placements = allocate(spec, num_tiles, blocks)
-    n = len(placements)
-    tile = np.fromiter((p.block.tile for p in placements), np.int64, n)
-    size = np.fromiter((p.block.size for p in placements), np.int64, n)
-    region = np.fromiter((_REGION_INDEX[p.region] for p in placements), np.int64, n)
-    start = np.fromiter((p.offset for p in placements), np.int64, n)
+    table = blocks if isinstance(blocks, BlockTable) else BlockTable.from_blocks(blocks)
+    region, start = allocate_table(spec, num_tiles, table)
+    tile, size = table.tile, table.size
     covered, top = _union_and_top(tile * 3 + region, start, start + size, num_tiles * 3)
     covered, top = covered.reshape(num_tiles, 3), top.reshape(num_tiles, 3)
     by_tile: dict[str, np.ndarray] = {
@@ -393,17 +673,18 @@ def plan(
         by_tile[name] = covered[:, r].copy()
         by_tile[f"{name}IncludingGaps"] = top[:, r].copy()
 
-    categories = list(dict.fromkeys(p.block.category for p in placements))
-    cat_index = {c: i for i, c in enumerate(categories)}
-    cat = np.fromiter((cat_index[p.block.category] for p in placements), np.int64, n)
-    per_cat = np.zeros((len(categories), num_tiles), np.int64)
-    np.add.at(per_cat, (cat, tile), size)
-    by_category = {c: per_cat[i] for i, c in enumerate(categories)}
+    # categories in the order their first block appears
+    present, first = np.unique(table.category, return_index=True)
+    by_category: dict[str, np.ndarray] = {}
+    for c in present[np.argsort(first)].tolist():
+        rows = table.category == c
+        by_category[table.categories[c]] = np.bincount(
+            tile[rows], weights=size[rows], minlength=num_tiles
+        ).astype(np.int64)
 
     names = list(point_names)
-    always = np.fromiter((p.block.live is None for p in placements), bool, n)
-    lo = np.fromiter(((p.block.live or (0, -1))[0] for p in placements), np.int64, n)
-    hi = np.fromiter(((p.block.live or (0, -1))[1] for p in placements), np.int64, n)
+    always = table.always
+    lo, hi = table.live_first, table.live_last
     diff = np.zeros(len(names) + 1, np.int64)
     ok = ~always & (lo <= hi) & (hi >= 0) & (lo < len(names))
     np.add.at(diff, np.clip(lo[ok], 0, len(names)), size[ok])
@@ -423,5 +704,7 @@ def plan(
         liveness=liveness,
         out_of_memory=bool(oom_tiles.size),
         tiles_out_of_memory=oom_tiles,
-        placements=placements,
+        blocks=table,
+        block_region=region,
+        block_offset=start,
     )

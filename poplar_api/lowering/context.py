@@ -151,10 +151,13 @@ def _typed(t: Type, raw: np.ndarray) -> np.ndarray:
 
 def _raw(t: Type, values: Any) -> np.ndarray:
     """The raw bits of ``values`` converted to ``t`` (same shape, contiguous)."""
+    values = np.asarray(values)
+    if values.dtype == t.numpy:
+        return np.ascontiguousarray(values).view(RAW_DTYPES[t.size])
     # Narrowing (e.g. float32 kernel results to HALF) rounds, and overflows to inf as
     # the hardware does; that is expected, not worth a warning.
     with np.errstate(over="ignore"):
-        typed = np.ascontiguousarray(np.asarray(values).astype(t.numpy, copy=False))
+        typed = np.ascontiguousarray(values.astype(t.numpy))
     return typed.view(RAW_DTYPES[t.size])
 
 

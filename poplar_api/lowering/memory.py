@@ -46,10 +46,9 @@ import numpy as np
 from ipusim import ir
 from ipusim.config import CodeConfig
 from ipusim.tile.memory import (
-    ANY,
     INTERLEAVED,
     NON_INTERLEAVED,
-    Block,
+    BlockTable,
     MemoryReport,
     MemorySpec,
     plan,
@@ -244,8 +243,9 @@ def _undef_ranges(
     return out
 
 
-def _interleaved_pairs(state: Any, cs_ids: list[int], num_tiles: int) -> set[tuple[int, int]]:
-    """(variable, tile) pairs connected to a field declared interleaved."""
+def _interleaved_keys(state: Any, cs_ids: list[int], num_tiles: int) -> np.ndarray:
+    """``variable * num_tiles + tile`` of the (variable, tile) pairs connected to a
+    field declared interleaved, sorted."""
     keys = []
     for cs_id in cs_ids:
         for vid in state.compute_sets[cs_id].vertices:
@@ -263,9 +263,8 @@ def _interleaved_pairs(state: Any, cs_ids: list[int], num_tiles: int) -> set[tup
                     tiles = space.tile[ids].astype(np.int64)
                     keys.append(space.variables_of(ids) * num_tiles + tiles)
     if not keys:
-        return set()
-    uniq = np.unique(np.concatenate(keys))
-    return {(int(k // num_tiles), int(k % num_tiles)) for k in uniq}
+        return np.zeros(0, np.int64)
+    return np.unique(np.concatenate(keys))
 
 
 def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ...]:
@@ -302,11 +301,11 @@ def _step_tiles(timing: TimingModel, step: ir.Step, num_tiles: int) -> np.ndarra
     return np.arange(num_tiles)
 
 
-def _per_tile_blocks(name: str, category: str, nbytes: np.ndarray, **kw: Any) -> list[Block]:
-    return [Block(name, category, int(t), int(nbytes[t]), **kw) for t in np.flatnonzero(nbytes)]
+def _per_tile_blocks(name: str, category: str, nbytes: np.ndarray, **kw: Any) -> BlockTable:
+    return BlockTable.per_tile(name, category, nbytes, **kw)
 
 
-def _code_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
+def _code_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[BlockTable]:
     """Stacks, control code and exchange code of every tile (non-interleaved, always live)."""
     nonint = {"region": NON_INTERLEAVED}
     cfg = timing.config
@@ -331,33 +330,33 @@ def _code_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
             host_code[tiles] += code.host_exchange_code_bytes
     control = code.control_code_base_bytes + code.control_code_bytes_per_step * steps_on
     return [
-        *_per_tile_blocks("stack", "stack", np.full(nt, stack, np.int64), **nonint),
-        *_per_tile_blocks("control", "controlCode", control, **nonint),
-        *_per_tile_blocks("exchange", "internalExchangeCode", ex_code, **nonint),
-        *_per_tile_blocks("host exchange", "hostExchangeCode", host_code, **nonint),
-        *_per_tile_blocks("global exchange", "globalExchangeCode", global_code, **nonint),
+        _per_tile_blocks("stack", "stack", np.full(nt, stack, np.int64), **nonint),
+        _per_tile_blocks("control", "controlCode", control, **nonint),
+        _per_tile_blocks("exchange", "internalExchangeCode", ex_code, **nonint),
+        _per_tile_blocks("host exchange", "hostExchangeCode", host_code, **nonint),
+        _per_tile_blocks("global exchange", "globalExchangeCode", global_code, **nonint),
     ]
 
 
 def _vertex_code_blocks(
     computes: list[ir.Compute], nt: int, by_vertex_type: dict[str, int], code: CodeConfig
-) -> list[Block]:
+) -> list[BlockTable]:
     """Code of each vertex type on each tile that runs one (counted in ``by_vertex_type``)."""
-    code_tiles: dict[str, set[int]] = {}
+    code_tiles: dict[str, np.ndarray] = {}
     for step in computes:
         vtile = np.asarray(step.vertex_tile, np.int64)
         vt = np.asarray(step.vertex_type if step.vertex_type is not None else [], np.int64)
         if vt.size != vtile.size:
             vt = np.zeros(vtile.size, np.int64)
         for k, tname in enumerate(step.vertex_type_names):
-            code_tiles.setdefault(tname, set()).update(_present(vtile[vt == k], nt).tolist())
+            on = code_tiles.setdefault(tname, np.zeros(nt, bool))
+            on[vtile[vt == k]] = True
     blocks = []
-    for tname, tiles in code_tiles.items():
-        blocks += [
-            Block(tname, "vertexCode", t, code.vertex_code_bytes, region=NON_INTERLEAVED)
-            for t in sorted(tiles)
-        ]
-        by_vertex_type[tname] = by_vertex_type.get(tname, 0) + code.vertex_code_bytes * len(tiles)
+    for tname, on in code_tiles.items():
+        nbytes = np.where(on, code.vertex_code_bytes, 0)
+        blocks.append(BlockTable.per_tile(tname, "vertexCode", nbytes, region=NON_INTERLEAVED))
+        count = int(np.count_nonzero(on))
+        by_vertex_type[tname] = by_vertex_type.get(tname, 0) + code.vertex_code_bytes * count
     return blocks
 
 
@@ -368,31 +367,40 @@ def _variable_blocks(
     cs_ids: list[int],
     nt: int,
     undefs: dict[int, Any] | None = None,
-    extra: list[Block] | None = None,
-) -> list[Block]:
+) -> tuple[list[BlockTable], list[BlockTable]]:
     """Each variable's (or constant's) elements on each tile, with its live range: one
-    block per live range when ``WriteUndef`` splits it (the second and later ones are
-    also appended to ``extra``, so that the report counts the variable once)."""
+    block per live range when ``WriteUndef`` splits it. Returns the blocks and, apart,
+    the second and later ranges' blocks (so that the report counts a variable once)."""
     first, last, always = _liveness(state, walk, touches)
     split = _undef_ranges(state, walk, touches, undefs or {}, always)
-    inter = _interleaved_pairs(state, cs_ids, nt)
-    blocks = []
+    inter = _interleaved_keys(state, cs_ids, nt)
+    blocks: list[BlockTable] = []
+    extra: list[BlockTable] = []
     for v in state.variables:
         counts = runs.tile_counts(state.space(v.type).tile, v.base, v.base + v.size, nt)
+        tiles = np.flatnonzero(counts)
+        if not tiles.size:
+            continue
         live = None if always[v.id] else (int(first[v.id]), int(last[v.id]))
         if live is not None and live[1] < 0:
             live = (0, -1)  # touched by no program: live at no point
         ranges: list[tuple[int, int] | None] = list(split.get(v.id) or [live])
         category = "constant" if v.constant else "variable"
-        for t in np.flatnonzero(counts):
-            region = INTERLEAVED if (v.id, int(t)) in inter else ANY
-            nbytes = int(counts[t]) * v.type.size
-            for k, rng in enumerate(ranges):
-                block = Block(v.name, category, int(t), nbytes, v.type.size, region, rng)
-                blocks.append(block)
-                if k and extra is not None:
-                    extra.append(block)
-    return blocks
+        region = np.full(tiles.size, 2, np.int64)  # any region
+        if inter.size:
+            region[np.isin(v.id * nt + tiles, inter)] = 1  # interleaved
+        nbytes = counts[tiles] * v.type.size
+        parts = [
+            BlockTable.rows(v.name, category, tiles, nbytes, v.type.size, region, rng)
+            for rng in ranges
+        ]
+        if len(parts) == 1:
+            blocks.append(parts[0])
+            continue
+        both = BlockTable.concat(parts)  # range by range; blocks go tile by tile
+        blocks.append(both.take(np.arange(len(both)).reshape(len(parts), -1).T.reshape(-1)))
+        extra.extend(parts[1:])
+    return blocks, extra
 
 
 def _vertex_state_blocks(
@@ -403,11 +411,11 @@ def _vertex_state_blocks(
     by_compute_set: dict[str, np.ndarray],
     by_vertex_type: dict[str, int],
     code: CodeConfig,
-) -> list[Block]:
+) -> list[BlockTable]:
     """Vertex state per compute set and tile: the graph's compute sets, then the
     on-tile copies lowering made (one copy vertex per tile)."""
     kw = {"element_bytes": 4, "region": NON_INTERLEAVED}
-    blocks: list[Block] = []
+    blocks: list[BlockTable] = []
     in_cs: set[int] = set()
     for cs_id, node in emitter.cs_nodes.items():
         cs = state.compute_sets[cs_id]
@@ -428,7 +436,7 @@ def _vertex_state_blocks(
         by_compute_set[cs.name] = by_compute_set.get(cs.name, 0) + per_tile
         for inst, size in zip(insts, sizes.tolist(), strict=True):
             by_vertex_type[inst.vtype.name] = by_vertex_type.get(inst.vtype.name, 0) + size
-        blocks += _per_tile_blocks(cs.name, "vertexInstanceState", per_tile, **kw)
+        blocks.append(_per_tile_blocks(cs.name, "vertexInstanceState", per_tile, **kw))
     for step in computes:
         if id(step) in in_cs:
             continue
@@ -437,15 +445,15 @@ def _vertex_state_blocks(
         by_compute_set[step.name] = by_compute_set.get(step.name, 0) + per_tile
         tname = step.vertex_type_names[0]
         by_vertex_type[tname] = by_vertex_type.get(tname, 0) + int(per_tile.sum())
-        blocks += _per_tile_blocks(step.name, "vertexInstanceState", per_tile, **kw)
+        blocks.append(_per_tile_blocks(step.name, "vertexInstanceState", per_tile, **kw))
     return blocks
 
 
-def _buffer_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
+def _buffer_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[BlockTable]:
     """Exchange buffers of each Execute, live while it runs: elements received before
     its compute step (on the receivers), elements sent after it (on the senders), by
     on-chip and global exchanges alike."""
-    blocks: list[Block] = []
+    blocks: list[BlockTable] = []
     for lo, hi in walk.executes:
         seen_compute = False
         for p in range(lo, hi + 1):
@@ -455,7 +463,7 @@ def _buffer_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[Block]:
             elif isinstance(step, ir.Exchange | ir.GlobalExchange):
                 sent, received, _ = _exchange_totals(timing, step)
                 nbytes = sent if seen_compute else received
-                blocks += _per_tile_blocks(step.name, "messageBuffer", nbytes, live=(lo, hi))
+                blocks.append(_per_tile_blocks(step.name, "messageBuffer", nbytes, live=(lo, hi)))
     return blocks
 
 
@@ -485,21 +493,25 @@ def plan_memory(state: Any, program: ir.Program, emitter: Any) -> MemoryReport:
     by_compute_set: dict[str, np.ndarray] = {}
     by_vertex_type: dict[str, int] = {}
     timing = TimingModel(cfg)
-    blocks = _code_blocks(walk, timing, nt)
-    blocks += _vertex_code_blocks(computes, nt, by_vertex_type, cfg.code)
-    extra: list[Block] = []
-    blocks += _variable_blocks(
-        state, walk, emitter.touches, list(emitter.cs_nodes), nt, undefs, extra
+    variables, extra = _variable_blocks(
+        state, walk, emitter.touches, list(emitter.cs_nodes), nt, undefs
     )
-    blocks += _vertex_state_blocks(
-        state, emitter, computes, nt, by_compute_set, by_vertex_type, cfg.code
+    blocks = BlockTable.concat(
+        [
+            *_code_blocks(walk, timing, nt),
+            *_vertex_code_blocks(computes, nt, by_vertex_type, cfg.code),
+            *variables,
+            *_vertex_state_blocks(
+                state, emitter, computes, nt, by_compute_set, by_vertex_type, cfg.code
+            ),
+            *_buffer_blocks(walk, timing, nt),
+        ]
     )
-    blocks += _buffer_blocks(walk, timing, nt)
     names = [s.name for s in walk.steps]
     spec = MemorySpec.from_config(cfg.memory)
     report = plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)
-    for block in extra:  # a variable's later live ranges: its bytes count once
-        report.by_category[block.category][block.tile] -= block.size
+    for part in extra:  # a variable's later live ranges: its bytes count once
+        np.subtract.at(report.by_category[part.categories[0]], part.tile, part.size)
     return report
 
 
