@@ -144,3 +144,40 @@ def test_mark_variables_equals_variables_of():
         mask = np.zeros(len(graph._state.variables), bool)
         runs.mark_variables(space, ids, mask)
         assert np.flatnonzero(mask).tolist() == np.unique(space.variables_of(ids)).tolist()
+
+
+def test_tile_cuts_match_a_plain_scan():
+    """Cut points of a tile-sorted destination array: the first start of a tile's
+    entries at or after each multiple of the step (a plain scan written here), or no
+    cuts when a tile's entries are split."""
+    from poplar_api.lowering.runs import tile_cuts
+
+    def plain(dst, step):
+        starts = [i for i in range(1, len(dst)) if dst[i] != dst[i - 1]]
+        firsts = [dst[0]] + [dst[i] for i in starts]
+        if len(set(firsts)) < len(firsts):
+            return [], False
+        cuts = [0]
+        for target in range(step, len(dst), step):
+            later = [s for s in starts if s >= target]
+            if later and later[0] > cuts[-1]:
+                cuts.append(later[0])
+        return [*cuts, len(dst)], True
+
+    rng = np.random.default_rng(3)
+    split = 0
+    for _ in range(400):
+        n = int(rng.integers(1, 25))
+        counts = rng.integers(0, 15, n)
+        tiles = rng.permutation(n)
+        dst = np.repeat(tiles, counts[tiles])
+        if dst.size == 0:
+            continue
+        if rng.random() < 0.2:
+            dst = rng.permutation(dst)
+        step = int(rng.integers(1, 30))
+        cuts, contiguous = tile_cuts(dst, n, step)
+        expected = plain(dst.tolist(), step)
+        assert (cuts.tolist(), contiguous) == expected
+        split += not contiguous
+    assert split > 10  # both outcomes are exercised

@@ -128,8 +128,20 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
     for typ, fields in by_size.values():
         owner = state.space(typ).tile
         pieces = [runs.field_pieces(ft.ids, ft.bounds, vtiles, owner) for ft, vtiles in fields]
-        begin, length, dst = (np.concatenate(p) for p in zip(*pieces, strict=True))
+        if len(pieces) == 1:
+            begin, length, dst = pieces.pop()
+        else:  # one array at a time, each field's part freed once copied
+            parts = [list(p) for p in zip(*pieces, strict=True)]
+            del pieces
+            begin, length, dst = (_concat_freeing(p) for p in parts)
         planner.add_pieces(typ, begin, length, dst, owner)
+
+
+def _concat_freeing(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``, emptying ``parts`` (so the parts can be freed)."""
+    out = np.concatenate(parts)
+    parts.clear()
+    return out
 
 
 def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:

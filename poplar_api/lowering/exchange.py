@@ -392,16 +392,8 @@ def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None
     """Cut points splitting ``dst`` into parts of about ``step`` entries without
     splitting the entries of a tile, or None when some tile's entries are not
     contiguous."""
-    starts = np.flatnonzero(np.diff(dst)) + 1
-    if np.bincount(dst[np.append(0, starts)], minlength=num_tiles).max() > 1:
-        return None
-    cuts = [0]
-    for target in range(step, dst.size, step):
-        k = int(np.searchsorted(starts, target))
-        if k < starts.size and starts[k] > cuts[-1]:
-            cuts.append(int(starts[k]))
-    cuts.append(int(dst.size))
-    return sorted(set(cuts))
+    cuts, contiguous = runs.tile_cuts(dst, num_tiles, step)
+    return cuts.tolist() if contiguous else None
 
 
 def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

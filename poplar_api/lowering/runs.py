@@ -226,3 +226,36 @@ def as_index(ids: np.ndarray) -> np.ndarray | slice:
     if ids.ndim == 1 and ids.size and ids.dtype == np.int64 and _consecutive(ids):
         return slice(int(ids[0]), int(ids[0]) + ids.size)
     return ids
+
+
+@numba.njit(cache=True)
+def _tile_cuts(dst, num_tiles, step):  # pragma: no cover - compiled
+    seen = np.zeros(num_tiles, np.bool_)
+    cuts = np.empty(dst.shape[0] // step + 2, np.int64)
+    cuts[0] = 0
+    count = 1
+    target = step
+    if dst.shape[0]:
+        seen[dst[0]] = True
+    for i in range(1, dst.shape[0]):
+        if dst[i] == dst[i - 1]:
+            continue
+        if seen[dst[i]]:
+            return cuts[:0], False
+        seen[dst[i]] = True
+        if i >= target:
+            cuts[count] = i
+            count += 1
+            target = (i // step + 1) * step
+    if dst.shape[0] > 0:
+        cuts[count] = dst.shape[0]
+        count += 1
+    return cuts[:count], True
+
+
+def tile_cuts(dst: np.ndarray, num_tiles: int, step: int) -> tuple[np.ndarray, bool]:
+    """Cut points splitting ``dst`` (tile ids) into parts of about ``step`` entries
+    without splitting a tile's entries: 0, then the first start of a tile's entries at
+    or after each multiple of ``step``, then ``len(dst)``; and whether every tile's
+    entries are contiguous (when not, the cuts are empty)."""
+    return _tile_cuts(np.asarray(dst, np.int64), int(num_tiles), int(step))
