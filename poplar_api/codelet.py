@@ -153,6 +153,11 @@ def vertex_bounds_checks(enabled: bool) -> Iterator[None]:
         _CHECK_BOUNDS.reset(token)
 
 
+def checking_bounds() -> bool:
+    """Whether vertex code now runs bounds-checked (see :func:`vertex_bounds_checks`)."""
+    return _CHECK_BOUNDS.get()
+
+
 def numWorkers() -> int:
     """Number of worker contexts that run a :class:`MultiVertex` (Poplar's ``numWorkers()``).
 
@@ -732,9 +737,9 @@ def _driver_source(vtype: VertexType) -> str:
                 f"        for j in range(o{i}[v], o{i}[v + 1]):",
                 f"            a{i}.append(d{i}[n{i}[j]:n{i}[j + 1]])",
             ]
-        else:
-            params += [f"d{i}", f"o{i}"]
-            body.append(f"        a{i} = d{i}[o{i}[v]:o{i}[v + 1]]")
+        else:  # vertex v's elements: d[b[v]:e[v]] (packed batches: b, e = offsets)
+            params += [f"d{i}", f"b{i}", f"e{i}"]
+            body.append(f"        a{i} = d{i}[b{i}[v]:e{i}[v]]")
     args = ", ".join(f"a{i}" for i in range(len(vtype.fields)))
     sep = ", " if args else ""
     if vtype.kind == "multi":
@@ -841,7 +846,10 @@ def _driver_args(
         if not spec.writes:
             data = data.view()
             data.flags.writeable = False
-        args += [data, offsets] + ([inner] if spec.kind == "vectorlist" else [])
+        if spec.kind == "vectorlist":
+            args += [data, offsets, inner]
+        else:
+            args += [data, offsets[:-1], offsets[1:]]
     return args
 
 
@@ -945,41 +953,76 @@ def execute(
         raise GraphError(f"num_workers must be a positive int, got {num_workers!r}")
     args = _driver_args(vtype, batches, int(num_vertices))
     return _run_driver(
-        vtype, batches, args, int(num_vertices), int(num_workers), check_bounds, vertex_ids, tiles
+        vtype,
+        lambda: batches,
+        args,
+        int(num_vertices),
+        int(num_workers),
+        check_bounds,
+        vertex_ids,
+        tiles,
     )
+
+
+@dataclass(frozen=True)
+class InPlaceField:
+    """An input field read where it lies in device memory: vertex ``v``'s elements are
+    ``data[begin[v]:end[v]]`` (``data`` is a whole memory image, read-only)."""
+
+    data: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+
+    def packed(self) -> FieldBatch:
+        """The same elements packed vertex after vertex (a copy)."""
+        lengths = self.end - self.begin
+        offsets = np.zeros(lengths.size + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        at = np.arange(int(offsets[-1]), dtype=np.int64)
+        at -= np.repeat(offsets[:-1] - self.begin, lengths)
+        return FieldBatch(self.data[at], offsets)
 
 
 def execute_lowered(
     vtype: VertexType,
-    batches: Mapping[str, FieldBatch],
+    fields: Mapping[str, FieldBatch | InPlaceField],
     num_vertices: int,
     num_workers: int,
     *,
     vertex_ids: np.ndarray,
     tiles: np.ndarray,
 ) -> np.ndarray:
-    """:func:`execute` for batches that the graph's lowering laid out.
+    """:func:`execute` for fields that the graph's lowering laid out.
 
     Their offsets come from the graph's own connections and their data from device
     memory in the field's kernel dtype, so the checks :func:`execute` makes of a
-    caller's batches are not repeated on every run of a compute set.
+    caller's batches are not repeated on every run of a compute set. Input fields may
+    be given in place (:class:`InPlaceField`) when the type has a compiled kernel.
     """
     args: list[np.ndarray] = []
     for spec in vtype.fields:
-        batch = batches[spec.name]
-        data = batch.data
+        field = fields[spec.name]
+        if isinstance(field, InPlaceField):
+            args += [field.data, field.begin, field.end]
+            continue
+        data = field.data
         if not spec.writes:
             data = data.view()
             data.flags.writeable = False
-        args += [data, batch.offsets]
         if spec.kind == "vectorlist":
-            args.append(batch.inner_offsets)
+            args += [data, field.offsets, field.inner_offsets]
+        else:
+            args += [data, field.offsets[:-1], field.offsets[1:]]
+
+    def batches() -> dict[str, FieldBatch]:
+        return {k: f.packed() if isinstance(f, InPlaceField) else f for k, f in fields.items()}
+
     return _run_driver(vtype, batches, args, num_vertices, num_workers, None, vertex_ids, tiles)
 
 
 def _run_driver(
     vtype: VertexType,
-    batches: Mapping[str, FieldBatch],
+    batches: Callable[[], Mapping[str, FieldBatch]],
     args: list[np.ndarray],
     num_vertices: int,
     num_workers: int,
@@ -987,14 +1030,15 @@ def _run_driver(
     vertex_ids: np.ndarray | None,
     tiles: np.ndarray | None,
 ) -> np.ndarray:
-    """Run the compiled driver of ``vtype`` over checked arguments (see :func:`execute`)."""
+    """Run the compiled driver of ``vtype`` over checked arguments (see :func:`execute`);
+    ``batches()`` gives the fields packed (for Python batch vertices and errors)."""
     ok = np.ones(num_vertices, dtype=np.bool_)
     if num_vertices == 0:
         return ok
     token = _NUM_WORKERS.set(num_workers)
     try:
         if vtype.kernel is None:
-            result = vtype.cls.computeBatch(dict(batches), num_vertices, num_workers)
+            result = vtype.cls.computeBatch(dict(batches()), num_vertices, num_workers)
             if result is not None:
                 ok &= np.asarray(result, dtype=np.bool_).reshape(-1)
             return ok
@@ -1016,7 +1060,9 @@ def _run_driver(
             raise _compile_error(vtype, exc) from None
         except IndexError as exc:
             v, w = int(where[0]), int(where[1])
-            raise _bounds_error(vtype, batches, v, w, num_workers, vertex_ids, tiles, exc) from None
+            raise _bounds_error(
+                vtype, batches(), v, w, num_workers, vertex_ids, tiles, exc
+            ) from None
         except Exception as exc:
             v = int(where[0])
             raise CodeletError(

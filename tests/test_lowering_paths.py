@@ -12,6 +12,7 @@ import pytest
 
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
+from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.errors import PoplarError
 from poplar_api.tensor import concat
 
@@ -59,3 +60,55 @@ def test_copies_of_blocks_and_scattered_ids_move_the_same_values(reverse: bool) 
     engine.connectStream("out", result)
     engine.run(0)
     np.testing.assert_array_equal(result, values[::-1] if reverse else values)
+
+
+def test_vertex_runs_finds_per_vertex_runs() -> None:
+    from poplar_api.lowering.runs import vertex_runs
+
+    ids = np.array([4, 5, 6, 9, 0, 1], np.int64)
+    begin, end = vertex_runs(ids, np.array([0, 3, 3, 4, 6]))  # a vertex without elements
+    assert begin.tolist() == [4, 0, 9, 0] and end.tolist() == [7, 0, 10, 2]
+    assert vertex_runs(ids, np.array([0, 4, 6])) is None  # 4, 5, 6, 9 is not one run
+
+
+class RowSum(Vertex):
+    """``out = sum(in) + 10 * in[0]``."""
+
+    in_ = Input(Vector(FLOAT))
+    out = Output(FLOAT)
+
+    @staticmethod
+    def compute(in_, out):
+        s = np.float32(0)
+        for i in range(in_.shape[0]):
+            s += in_[i]
+        out[0] = s + np.float32(10) * in_[0]
+
+
+@pytest.mark.parametrize("checks", ["true", "false"])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_fields_read_in_place_or_gathered_give_numpy(checks: str, transpose: bool) -> None:
+    """Rows of a matrix (a run of ids per vertex: read where they lie when checks are
+    on) and columns (gathered) give numpy's sums, with checks on and off."""
+    device = IPUModel("tiny").createDevice()
+    graph = Graph(device.getTarget())
+    graph.addCodelets([RowSum])
+    m = graph.addVariable(FLOAT, [6, 5], "m")
+    out = graph.addVariable(FLOAT, [6 if not transpose else 5], "out")
+    graph.setTileMapping(m, 0)
+    graph.setTileMapping(out, 1)
+    src = m.transpose() if transpose else m
+    cs = graph.addComputeSet("sums")
+    for r in range(src.shape()[0]):
+        v = graph.addVertex(cs, "RowSum", {"in": src[r], "out": out[r]})
+        graph.setTileMapping(v, r % 4)
+        graph.setPerfEstimate(v, 20)
+    graph.createHostWrite("m", m)
+    graph.createHostRead("out", out)
+    engine = Engine(graph, prog.Execute(cs), {"debug.checkVertexBounds": checks})
+    engine.load(device)
+    values = np.arange(30, dtype=np.float32).reshape(6, 5) * 0.5
+    engine.writeTensor("m", values)
+    engine.run(0)
+    rows = values.T if transpose else values
+    np.testing.assert_allclose(engine.readTensor("out"), rows.sum(axis=1) + 10 * rows[:, 0])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poplar_api.codelet import VertexType, execute_lowered
+from poplar_api.codelet import InPlaceField, VertexType, checking_bounds, execute_lowered
 from poplar_api.errors import EngineError
 from poplar_api.fields import FieldBatch, FieldSpec
 from poplar_api.lowering import runs
@@ -156,22 +156,51 @@ def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None
             planner.add_grouped(ft.type, ft.ids, vtile, owner)
 
 
+def _in_place_bounds(ft: FieldTable, vtype: VertexType) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(begin, end)`` ids of each vertex's elements when the field can be read where it
+    lies: an input of a compiled kernel whose elements are stored in its kernel dtype
+    and, per vertex, one ascending run of ids."""
+    spec = ft.spec
+    if vtype.kernel is None or spec.writes or spec.kind == "vectorlist":
+        return None
+    if ft.type.numpy.kind == "b" or np.dtype(ft.type.numpy) != np.dtype(spec.kernel_dtype):
+        return None
+    return runs.vertex_runs(ft.ids, ft.offsets)
+
+
 def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
-    """The functional effect of executing the compute set."""
+    """The functional effect of executing the compute set.
+
+    With bounds checks on, an input field whose elements are one ascending run of ids
+    per vertex is read where it lies (a read-only view of device memory: the compute
+    set's results are stored only after every vertex has run, so it cannot change
+    under a vertex); other fields are gathered into packed batches (a block copy when
+    the whole field is one run).
+    """
     # vertex ids and tiles of each type's batch (they name a vertex in errors)
     named = [(table.vertex_ids[g.positions], table.tiles[g.positions]) for g in table.groups]
+    in_place = [[_in_place_bounds(ft, g.vtype) for ft in g.fields] for g in table.groups]
+    where = [[runs.as_index(ft.ids) for ft in g.fields] for g in table.groups]
 
     def run() -> None:
+        # unchecked kernels read past a field into the packed batch, as documented
+        checked = checking_bounds()
         writes = []
-        for group, (vertex_ids, tiles) in zip(table.groups, named, strict=True):
-            batches = {}
-            for ft in group.fields:
+        for group, (vertex_ids, tiles), index, bounds in zip(
+            table.groups, named, where, in_place, strict=True
+        ):
+            fields: dict[str, FieldBatch | InPlaceField] = {}
+            for ft, ix, lies in zip(group.fields, index, bounds, strict=True):
+                if lies is not None and checked:
+                    image = storage.view(ft.type, slice(None))
+                    fields[ft.spec.name] = InPlaceField(image, *lies)
+                    continue
                 # read gives a new array: converting in place of copying is safe
-                data = storage.read(ft.type, ft.ids).astype(ft.spec.kernel_dtype, copy=False)
-                batches[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
+                data = storage.read(ft.type, ix).astype(ft.spec.kernel_dtype, copy=False)
+                fields[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
             ok = execute_lowered(
                 group.vtype,
-                batches,
+                fields,
                 int(group.positions.size),
                 num_workers,
                 vertex_ids=vertex_ids,
@@ -183,10 +212,10 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
                     f"compute set '{table.name}': {bad.size} vertex(es) of type "
                     f"'{group.vtype.name}' returned False (first: vertex {int(bad[0])})"
                 )
-            for ft in group.fields:
+            for ft, ix in zip(group.fields, index, strict=True):
                 if ft.spec.writes:
-                    writes.append((ft.type, ft.ids, batches[ft.spec.name].data))
-        for t, ids, data in writes:
-            storage.write(t, ids, data)
+                    writes.append((ft.type, ix, fields[ft.spec.name].data))
+        for t, ix, data in writes:
+            storage.write(t, ix, data)
 
     return run

@@ -105,6 +105,13 @@ class Storage:
             return raw != 0
         return raw.view(t.numpy)
 
+    def view(self, t: Type, block: slice) -> np.ndarray | None:
+        """Elements ``block`` as a view of type ``t`` of the selected image (None for
+        BOOL, whose values are not its raw bytes)."""
+        if t.numpy.kind == "b":
+            return None
+        return self.arrays[t.size][block].view(t.numpy)
+
     def write(self, t: Type, ids: np.ndarray | slice, values: np.ndarray) -> None:
         """Store ``values`` (converted to ``t``) into elements ``ids`` (ids or a slice)."""
         self.arrays[t.size][ids] = _raw(t, values).reshape(-1)

@@ -259,3 +259,26 @@ def tile_cuts(dst: np.ndarray, num_tiles: int, step: int) -> tuple[np.ndarray, b
     or after each multiple of ``step``, then ``len(dst)``; and whether every tile's
     entries are contiguous (when not, the cuts are empty)."""
     return _tile_cuts(np.asarray(dst, np.int64), int(num_tiles), int(step))
+
+
+@numba.njit(cache=True)
+def _vertex_runs(ids, offsets):  # pragma: no cover - compiled
+    n = offsets.shape[0] - 1
+    begin = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    for v in range(n):
+        a, b = offsets[v], offsets[v + 1]
+        if b > a:
+            for k in range(a + 1, b):
+                if ids[k] != ids[k - 1] + 1:
+                    return begin, end, False
+            begin[v] = ids[a]
+            end[v] = ids[a] + (b - a)
+    return begin, end, True
+
+
+def vertex_runs(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(begin, end)`` with ``ids[offsets[v]:offsets[v + 1]] == range(begin[v], end[v])``
+    for every vertex ``v`` (each vertex's ids one ascending run), else None."""
+    begin, end, ok = _vertex_runs(np.asarray(ids, np.int64), np.asarray(offsets, np.int64))
+    return (begin, end) if ok else None
