@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
+import numba
 import numpy as np
 import simpy
 
@@ -362,10 +363,7 @@ class _Run:
             if step.effect is not None:
                 self.data_plane.apply(step.effect)
         if isinstance(step, ir.Compute | ir.Exchange):
-            clock = self.clock[g.lo : g.hi]  # a view: updated in place
-            first = int(clock.min())
-            clock += rec.tile_cycles[g.lo : g.hi]
-            end = int(clock.max())
+            first, end = _advance(self.clock[g.lo : g.hi], rec.tile_cycles[g.lo : g.hi])
             if self._ipu_takes_part(rec, g.ipu):
                 rec.first_cycle = min(rec.first_cycle, first)
                 rec.last_cycle = max(rec.last_cycle, end)
@@ -506,12 +504,10 @@ class _Run:
         """Move tiles ``lo:hi`` to ``end``, charging the difference to the record."""
         if hi <= lo:
             return
-        start = self.clock[lo:hi]
-        np.subtract(end, start, out=rec.tile_cycles[lo:hi])
-        rec.first_cycle = min(rec.first_cycle, int(start.min()))
-        last = int(end) if np.ndim(end) == 0 else int(end.max())
+        end = np.broadcast_to(np.asarray(end, np.int64), (hi - lo,))
+        first, last = _move(self.clock[lo:hi], end, rec.tile_cycles[lo:hi])
+        rec.first_cycle = min(rec.first_cycle, first)
         rec.last_cycle = max(rec.last_cycle, last)
-        start[:] = end
 
     def _settle_tiles(self, rec: StepRecord, tiles: np.ndarray, end: np.ndarray | int) -> None:
         """Move the tiles ``tiles`` to ``end``, charging the difference to the record."""
@@ -694,6 +690,32 @@ class _Run:
             self._settle_tiles(rec, tiles, max(begin, _ceil(self.env.now)))
 
         yield from self._collective(g, (n, -1), len(ipus) * self.groups_per_ipu, finish)
+
+
+@numba.njit(cache=True)
+def _advance(clock, cycles):  # pragma: no cover - compiled
+    """Add ``cycles`` to ``clock`` in place; (earliest start, latest end)."""
+    first = clock[0]
+    last = clock[0] + cycles[0]
+    for t in range(clock.shape[0]):
+        first = min(first, clock[t])
+        clock[t] += cycles[t]
+        last = max(last, clock[t])
+    return first, last
+
+
+@numba.njit(cache=True)
+def _move(clock, end, spent):  # pragma: no cover - compiled
+    """Move ``clock`` to ``end`` in place, ``spent`` the difference; (earliest start,
+    latest end)."""
+    first = clock[0]
+    last = end[0]
+    for t in range(clock.shape[0]):
+        first = min(first, clock[t])
+        last = max(last, end[t])
+        spent[t] = end[t] - clock[t]
+        clock[t] = end[t]
+    return first, last
 
 
 #: ``first_cycle`` of a record no tile has entered yet.
