@@ -46,6 +46,16 @@ def _array(values: object, dtype: type) -> np.ndarray:
     return arr
 
 
+def read_only(values: np.ndarray) -> np.ndarray:
+    """``values`` itself when read-only (as IR arrays are), else a read-only copy: for
+    results worked out later from the same values (a cost's deferred details)."""
+    if not values.flags.writeable:
+        return values
+    copy = values.copy()
+    copy.flags.writeable = False
+    return copy
+
+
 # ---------------------------------------------------------------- step vocabulary
 @dataclass(frozen=True)
 class StepKind:

@@ -27,6 +27,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from ipusim import ir
 from ipusim.config import MachineConfig
 from ipusim.errors import IRValidationError
 from ipusim.tile.layout import tile_distance, tile_rows
@@ -347,18 +348,27 @@ def _ceil9(q):  # pragma: no cover - compiled
     return np.int64(np.ceil(np.rint(q * 1e9) / 1e9))
 
 
+@numba.njit(cache=True, inline="always")
+def _cycles_of(sent, received, msg_sent, msg_received, distance, bpc, fixed, hop, per_msg):
+    # pragma: no cover - compiled; the formula of the module docstring for one tile
+    return (
+        _ceil9(max(sent, received) / bpc)
+        + fixed
+        + _ceil9(hop * distance)
+        + _ceil9(per_msg * (msg_sent + msg_received))
+    )
+
+
 @numba.njit(cache=True)
 def _tile_cycles(
     cycles, active, sent, received, msg_sent, msg_received, distance, bpc, fixed, hop, per_msg
 ):  # pragma: no cover - compiled
     for t in range(cycles.shape[0]):
         if active[t]:
-            cycles[t] = (
-                _ceil9(max(sent[t], received[t]) / bpc)
-                + fixed
-                + _ceil9(hop * distance[t])
-                + _ceil9(per_msg * (msg_sent[t] + msg_received[t]))
-            )
+            cycles[t] = _cycles_of(
+                sent[t], received[t], msg_sent[t], msg_received[t], distance[t],
+                bpc, fixed, hop, per_msg,
+            )  # fmt: skip
 
 
 @numba.njit(cache=True)
@@ -367,12 +377,10 @@ def _listed_cycles(
 ):  # pragma: no cover - compiled
     """``_tile_cycles`` for totals given per listed tile (the other tiles take 0)."""
     for i in range(tiles.shape[0]):
-        cycles[tiles[i]] = (
-            _ceil9(max(sent[i], received[i]) / bpc)
-            + fixed
-            + _ceil9(hop * distance[i])
-            + _ceil9(per_msg * (msg_sent[i] + msg_received[i]))
-        )
+        cycles[tiles[i]] = _cycles_of(
+            sent[i], received[i], msg_sent[i], msg_received[i], distance[i],
+            bpc, fixed, hop, per_msg,
+        )  # fmt: skip
 
 
 @numba.njit(cache=True)
@@ -433,7 +441,7 @@ def _planned(
     n = arrays[0].shape[0] if arrays[0].ndim == 1 else -1
     if any(a.ndim != 1 or a.shape[0] != n or (n and a.dtype.kind not in "iu") for a in arrays):
         return None
-    arrays = [_frozen(a.astype(np.int64, copy=False)) for a in arrays]
+    arrays = [ir.read_only(a.astype(np.int64, copy=False)) for a in arrays]
     shape = (cfg.num_tiles, cfg.tile.tiles_per_ipu, tile_rows(cfg.tile))
 
     def totals() -> tuple[np.ndarray, ...]:
@@ -446,16 +454,6 @@ def _planned(
     sent, received, msg_sent, msg_received, distance, active = first[1:]
     cycles = _cycles(cfg, active, sent, received, msg_sent, msg_received, distance)
     return ExchangeCost.deferred(cycles, totals)
-
-
-def _frozen(values: np.ndarray) -> np.ndarray:
-    """``values`` itself when read-only (as IR arrays are), else a read-only copy, so
-    that deferred totals see the values the cycles were computed from."""
-    if not values.flags.writeable:
-        return values
-    copy = values.copy()
-    copy.flags.writeable = False
-    return copy
 
 
 def exchange_cost(cfg: MachineConfig, step: Any) -> ExchangeCost:

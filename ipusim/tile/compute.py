@@ -20,6 +20,7 @@ from functools import cached_property
 import numba
 import numpy as np
 
+from ipusim import ir
 from ipusim.config import TileConfig
 from ipusim.errors import IRValidationError
 
@@ -219,24 +220,14 @@ def compute_cost(
     inputs = (
         tile_cfg,
         num_tiles,
-        _frozen(vertex_tile.astype(np.int64, copy=False)),
-        _frozen(vertex_cycles.astype(np.int64, copy=False)),
-        _frozen(vertex_multi.astype(np.bool_, copy=False)),
+        ir.read_only(vertex_tile.astype(np.int64, copy=False)),
+        ir.read_only(vertex_cycles.astype(np.int64, copy=False)),
+        ir.read_only(vertex_multi.astype(np.bool_, copy=False)),
     )
     _, _, active, _, _, tile_cycles, bad = _run(*inputs)
     if bad >= 0:
         raise IRValidationError(_value_problems(num_tiles, inputs[2], inputs[3]))
     return ComputeCost(tile_cycles=tile_cycles, active_cycles=active, inputs=inputs)
-
-
-def _frozen(values: np.ndarray) -> np.ndarray:
-    """``values`` when read-only (as IR arrays are), else a read-only copy: the details
-    are worked out later from the same values."""
-    if not values.flags.writeable:
-        return values
-    copy = values.copy()
-    copy.flags.writeable = False
-    return copy
 
 
 def _run(
