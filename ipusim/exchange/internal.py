@@ -285,25 +285,9 @@ def internal_exchange_cost(
     active[src] = True
     active[dst] = True
     messages_received = np.bincount(dst, minlength=n).astype(np.int64)
-    return _cost(
-        cfg, active, bytes_sent, bytes_received, messages_sent, messages_received, max_distance
-    )
-
-
-def _cost(
-    cfg: MachineConfig,
-    active: np.ndarray,
-    bytes_sent: np.ndarray,
-    bytes_received: np.ndarray,
-    messages_sent: np.ndarray,
-    messages_received: np.ndarray,
-    max_distance: np.ndarray,
-) -> ExchangeCost:
-    """Cycles of every tile from its totals; tiles not ``active`` take 0 cycles."""
+    totals = (bytes_sent, bytes_received, messages_sent, messages_received, max_distance)
     return ExchangeCost(
-        cycles=_cycles(
-            cfg, active, bytes_sent, bytes_received, messages_sent, messages_received, max_distance
-        ),
+        cycles=_cycles(cfg, active, *totals),
         bytes_sent=bytes_sent,
         bytes_received=bytes_received,
         messages_sent=messages_sent,
