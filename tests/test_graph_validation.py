@@ -242,6 +242,20 @@ def test_vertex_reads_what_another_writes():
     assert "(2 such read(s))" in problem
 
 
+def test_read_of_an_element_written_twice_names_its_first_writer():
+    g = tiny_graph()
+    x, y = mapped(g, FLOAT, [4], "x"), mapped(g, FLOAT, [6], "y")
+    z = mapped(g, FLOAT, [1], "z")
+    cs = g.addComputeSet("both")
+    first = scale_vertex(g, cs, x, y.slice(0, 4))
+    scale_vertex(g, cs, x, y.slice(2, 6))
+    reader = scale_vertex(g, cs, y.slice(3, 4), z)
+    clash, race = problems_of(g, prog.Execute(cs))
+    assert "both write tensor 'y' element 2" in clash
+    assert f"vertex {reader.id} (Scale) field 'in' reads tensor 'y' element 3" in race
+    assert f"vertex {first.id} (Scale) writes through field 'out'" in race
+
+
 def test_inout_field_is_not_a_conflict_with_itself():
     g = tiny_graph()
     c = mapped(g, INT, [2], "c")

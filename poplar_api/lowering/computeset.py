@@ -151,8 +151,9 @@ def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None
             if not ft.spec.writes or ft.ids.size == 0:
                 continue
             lengths = np.diff(ft.bounds)
-            vtile = np.repeat(table.tiles[ft.positions], lengths)
-            owner = state.space(ft.type).tile[ft.ids].astype(np.int64)
+            # tiles as int32: one per written element, and there may be tens of millions
+            vtile = np.repeat(table.tiles[ft.positions].astype(np.int32), lengths)
+            owner = state.space(ft.type).tile[ft.ids].astype(np.int32, copy=False)
             planner.add_grouped(ft.type, ft.ids, vtile, owner)
 
 

@@ -161,9 +161,10 @@ class ExchangePlanner:
         remote = np.flatnonzero(src != dst)
         if remote.size == 0:
             return
-        ids, src, dst = ids[remote], src[remote], dst[remote]
-        order = np.argsort(dst, kind="stable")
+        order = remote[np.argsort(dst[remote], kind="stable")]
+        del remote
         ids, src, dst = ids[order], src[order], dst[order]
+        del order
         cuts = np.flatnonzero(np.diff(dst)) + 1
         starts = np.concatenate(([0], cuts))
         ends = np.concatenate((cuts, [dst.size]))

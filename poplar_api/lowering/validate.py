@@ -80,40 +80,36 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
     for t, reads, writes in by_size.values():
         if not writes:
             continue
-        w_ids = np.concatenate([w.ids for w in writes])
-        w_vtx = np.concatenate([w.vertex_of(np.arange(w.ids.size)) for w in writes])
-        w_field = np.concatenate([np.full(w.ids.size, i) for i, w in enumerate(writes)])
-        order = np.argsort(w_ids, kind="stable")
-        s_ids, s_vtx, s_field = w_ids[order], w_vtx[order], w_field[order]
-        clash = np.flatnonzero((s_ids[1:] == s_ids[:-1]) & (s_vtx[1:] != s_vtx[:-1]))
-        if clash.size:
-            k = int(clash[0])
-            a, b = state.vertices[int(vids[s_vtx[k]])], state.vertices[int(vids[s_vtx[k + 1]])]
-            problems.append(
-                f"compute set '{table.name}': {a.describe()} and {b.describe()} both write "
-                f"{element_name(state, t, int(s_ids[k]))} ({clash.size} such element(s)); "
-                "hint: each element may have one writer per compute set"
-            )
+        w_ids = writes[0].ids if len(writes) == 1 else np.concatenate([w.ids for w in writes])
         written = np.zeros(state.space(t).size, bool)
         written[w_ids] = True
-        # the first writer of each element (stable sort: first in vertex order)
-        first = np.ones(s_ids.size, bool)
-        first[1:] = s_ids[1:] != s_ids[:-1]
-        u_ids, u_vtx, u_field = s_ids[first], s_vtx[first], s_field[first]
+        if np.count_nonzero(written) < w_ids.size:  # an element written twice
+            problems += _double_writes(state, table, t, writes, w_ids)
+        del w_ids
+        writer: np.ndarray | None = None  # first writer (position) of each written element
         for ft in reads:
             refs = np.flatnonzero(written[ft.ids])
             if refs.size == 0:
                 continue
+            if writer is None:
+                writer = np.full(written.size, -1, np.int32)
+                for w in reversed(writes):  # reversed assignment: the first writer wins
+                    lengths = np.diff(w.bounds)
+                    pos = np.repeat(w.positions.astype(np.int32), lengths)
+                    writer[w.ids[::-1]] = pos[::-1]
             ids = ft.ids[refs]
             reader_pos = ft.vertex_of(refs)
-            at = np.searchsorted(u_ids, ids)
-            writer_pos = u_vtx[at]
+            writer_pos = writer[ids]
             bad = np.flatnonzero(writer_pos != reader_pos)
             if bad.size:
                 k = int(bad[0])
                 reader = state.vertices[int(vids[reader_pos[k]])]
                 other = state.vertices[int(vids[writer_pos[k]])]
-                wfield = writes[int(u_field[at[k]])].spec.name
+                wfield = next(
+                    w.spec.name
+                    for w in writes
+                    if np.any(w.ids[w.vertex_of(np.arange(w.ids.size)) == writer_pos[k]] == ids[k])
+                )
                 problems.append(
                     f"compute set '{table.name}': {reader.describe()} field '{ft.spec.name}' "
                     f"reads {element_name(state, t, int(ids[k]))}, which {other.describe()} "
@@ -121,3 +117,22 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
                     "read(s)); hint: split them into two compute sets"
                 )
     return problems
+
+
+def _double_writes(state, table: ComputeSetTable, t, writes: list, w_ids: np.ndarray) -> list[str]:
+    """The problem of elements written by two vertices of one compute set, if any (an
+    element written twice by one vertex is allowed)."""
+    vids = table.vertex_ids
+    w_vtx = np.concatenate([w.vertex_of(np.arange(w.ids.size)) for w in writes])
+    order = np.argsort(w_ids, kind="stable")
+    s_ids, s_vtx = w_ids[order], w_vtx[order]
+    clash = np.flatnonzero((s_ids[1:] == s_ids[:-1]) & (s_vtx[1:] != s_vtx[:-1]))
+    if not clash.size:
+        return []
+    k = int(clash[0])
+    a, b = state.vertices[int(vids[s_vtx[k]])], state.vertices[int(vids[s_vtx[k + 1]])]
+    return [
+        f"compute set '{table.name}': {a.describe()} and {b.describe()} both write "
+        f"{element_name(state, t, int(s_ids[k]))} ({clash.size} such element(s)); "
+        "hint: each element may have one writer per compute set"
+    ]
