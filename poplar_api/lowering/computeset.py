@@ -8,6 +8,7 @@ every vertex ran, so results never depend on vertex order.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +67,11 @@ class ComputeSetTable:
     groups: list[TypeGroup]
 
 
+#: The ids of an unconnected field.
+_NO_IDS = np.zeros(0, np.int64)
+_size = operator.attrgetter("size")
+
+
 def _flat(t) -> np.ndarray:
     return np.zeros(0, np.int64) if t is None else t.flat_index()
 
@@ -91,11 +97,17 @@ def build_table(state, cs) -> ComputeSetTable:
                 inner_offsets = np.concatenate(([0], np.cumsum(inner_len)))
                 ids = np.concatenate(inner) if inner else np.zeros(0, np.int64)
             else:
-                arrays = [_flat(verts[p].fields.get(spec.name)) for p in positions]
-                per_vertex_len = np.fromiter((a.size for a in arrays), np.int64, len(arrays))
+                name = spec.name
+                arrays = [
+                    _NO_IDS if t is None else t._index
+                    for t in [verts[p].fields.get(name) for p in positions]
+                ]
+                per_vertex_len = np.fromiter(map(_size, arrays), np.int64, len(arrays))
                 offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
                 inner_offsets = None
-                ids = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+                # axis=None: each view's ids flattened in row-major order
+                ids = np.concatenate(arrays, axis=None) if arrays else _NO_IDS
+                ids = ids.astype(np.int64, copy=False)
             pos = np.asarray(positions, np.int64)
             tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, pos))
         groups.append(TypeGroup(vtype, np.asarray(positions, np.int64), tables))

@@ -42,29 +42,53 @@ def check_vertices(state, cs, num_tiles: int) -> list[str]:
     problems = []
     for vid in cs.vertices:
         inst = state.vertices[vid]
-        where = f"{inst.describe()} in compute set '{cs.name}'"
-        if inst.tile == UNMAPPED:
-            problems.append(f"{where} is not mapped to a tile; hint: graph.setTileMapping(v, tile)")
-        elif inst.tile >= num_tiles:
-            problems.append(f"{where} is mapped to tile {inst.tile}, out of range [0, {num_tiles})")
-        for spec in inst.vtype.fields:
-            value = inst.fields.get(spec.name)
-            if value is None:
-                problems.append(
-                    f"{where}: field '{spec.name}' ({spec.describe()}) is not connected; "
-                    f"hint: graph.connect(v['{spec.name}'], tensor)"
-                )
-            elif spec.kind == "vectorlist" and any(t is None for t in value):
-                missing = [i for i, t in enumerate(value) if t is None]
-                problems.append(
-                    f"{where}: field '{spec.name}' vectors {missing} are not connected "
-                    f"(field size {len(value)})"
-                )
-        if inst.perf_estimate is None and not inst.vtype.has_estimator:
+        if not _looks_complete(inst, num_tiles):
+            problems += _vertex_problems(inst, cs, num_tiles)
+    return problems
+
+
+def _looks_complete(inst, num_tiles: int) -> bool:
+    """Whether a vertex is mapped, connected and estimated (the common case, checked
+    without making any message)."""
+    vtype = inst.vtype
+    if not 0 <= inst.tile < num_tiles:
+        return False
+    if inst.perf_estimate is None and not vtype.has_estimator:
+        return False
+    fields = inst.fields
+    for spec in vtype.fields:
+        value = fields.get(spec.name)
+        if value is None or (spec.kind == "vectorlist" and any(t is None for t in value)):
+            return False
+    return True
+
+
+def _vertex_problems(inst, cs, num_tiles: int) -> list[str]:
+    """What is wrong with one vertex: its mapping, connections and estimate."""
+    problems = []
+    where = f"{inst.describe()} in compute set '{cs.name}'"
+    if inst.tile == UNMAPPED:
+        problems.append(f"{where} is not mapped to a tile; hint: graph.setTileMapping(v, tile)")
+    elif inst.tile >= num_tiles:
+        problems.append(f"{where} is mapped to tile {inst.tile}, out of range [0, {num_tiles})")
+    for spec in inst.vtype.fields:
+        value = inst.fields.get(spec.name)
+        if value is None:
             problems.append(
-                f"{where} has no cycle estimate: vertex type '{inst.vtype.name}' declares no "
-                "getCycleEstimate and none was set; hint: graph.setPerfEstimate(v, cycles)"
+                f"{where}: field '{spec.name}' ({spec.describe()}) is not connected; "
+                f"hint: graph.connect(v['{spec.name}'], tensor)"
             )
+        elif spec.kind == "vectorlist" and any(t is None for t in value):
+            missing = [i for i, t in enumerate(value) if t is None]
+            problems.append(
+                f"{where}: field '{spec.name}' vectors {missing} are not connected "
+                f"(field size {len(value)})"
+            )
+    if inst.perf_estimate is None and not inst.vtype.has_estimator:
+        problems.append(
+            f"{where} has no cycle estimate: vertex type '{inst.vtype.name}' declares no "
+            "getCycleEstimate and none was set; hint: graph.setPerfEstimate(v, cycles)"
+        )
     return problems
 
 
