@@ -1002,10 +1002,12 @@ def execute_lowered(
     args: list[np.ndarray] = []
     for spec in vtype.fields:
         field = fields[spec.name]
-        if isinstance(field, InPlaceField):
-            args += [field.data, field.begin, field.end]
-            continue
         data = field.data
+        if isinstance(field, InPlaceField):  # an input: read-only, as every input is
+            data = data.view()
+            data.flags.writeable = False
+            args += [data, field.begin, field.end]
+            continue
         if not spec.writes:
             data = data.view()
             data.flags.writeable = False

@@ -112,3 +112,36 @@ def test_fields_read_in_place_or_gathered_give_numpy(checks: str, transpose: boo
     engine.run(0)
     rows = values.T if transpose else values
     np.testing.assert_allclose(engine.readTensor("out"), rows.sum(axis=1) + 10 * rows[:, 0])
+
+
+class WritesItsInput(Vertex):
+    """Writes an Input field: refused when compiled, whether the field is read where
+    it lies or gathered."""
+
+    in_ = Input(Vector(FLOAT))
+    out = Output(FLOAT)
+
+    @staticmethod
+    def compute(in_, out):
+        in_[0] = np.float32(1)
+        out[0] = in_[0]
+
+
+def test_an_input_read_in_place_is_still_read_only() -> None:
+    from poplar_api.errors import CodeletError
+
+    device = IPUModel("tiny").createDevice()
+    graph = Graph(device.getTarget())
+    graph.addCodelets([WritesItsInput])
+    x = graph.addVariable(FLOAT, [4], "x")
+    y = graph.addVariable(FLOAT, [1], "y")
+    graph.setTileMapping(x, 0)
+    graph.setTileMapping(y, 0)
+    cs = graph.addComputeSet("cs")
+    v = graph.addVertex(cs, "WritesItsInput", {"in": x, "out": y[0]})  # one run of ids
+    graph.setTileMapping(v, 0)
+    graph.setPerfEstimate(v, 5)
+    engine = Engine(graph, prog.Execute(cs))
+    engine.load(device)
+    with pytest.raises(CodeletError, match="Input fields are read-only"):
+        engine.run(0)

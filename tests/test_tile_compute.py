@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ipusim.errors import IRValidationError
-from ipusim.tile.compute import compute_cost
+from ipusim.tile.compute import ComputeCost, compute_cost
 
 
 def _tile_cfg(make_config, **tile):
@@ -158,3 +158,12 @@ def test_tut7_matches_the_tutorial_cost_model(
     assert int(cost.active_cycles.sum()) == expected_active
     # IPU Model invariant: Σ active = Σ vertex estimates.
     assert int(cost.active_cycles.sum()) == int(vcycles.sum())
+
+
+def test_cost_without_inputs_has_cycles_only():
+    """A compute model of one's own may return a ComputeCost of cycles alone; asking it
+    for assignment details says why there are none."""
+    cost = ComputeCost(tile_cycles=np.array([6, 0]), active_cycles=np.array([1, 0]))
+    assert cost.tile_cycles.tolist() == [6, 0]
+    with pytest.raises(AttributeError, match="no assignment details"):
+        _ = cost.context_load

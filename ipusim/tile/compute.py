@@ -54,12 +54,21 @@ class ComputeCost:
 
     tile_cycles: np.ndarray
     active_cycles: np.ndarray
-    #: what the assignment is made from: (tile config, tiles, vertex arrays)
-    inputs: tuple[TileConfig, int, np.ndarray, np.ndarray, np.ndarray] = field(repr=False)
+    #: what the assignment is made from: (tile config, tiles, vertex arrays); None
+    #: for a cost made by another compute model, which has no assignment details
+    inputs: tuple[TileConfig, int, np.ndarray, np.ndarray, np.ndarray] | None = field(
+        default=None, repr=False
+    )
 
     @cached_property
     def _assignment(self) -> tuple[np.ndarray, ...]:
         """(context load, multi cycles, vertex count, vertex context)."""
+        if self.inputs is None:
+            raise AttributeError(
+                "this ComputeCost has no assignment details (it was made without "
+                "`inputs`, e.g. by another compute model): only tile_cycles and "
+                "active_cycles are known"
+            )
         load, multi, _, count, context, _, _ = _run(*self.inputs)
         return load, multi, count, context
 
