@@ -246,9 +246,10 @@ class BlockTable:
         n = int(np.size(tiles))
         if isinstance(region, str):
             if region not in _REQUEST_CODE:
+                on = f" on tile {int(np.ravel(tiles)[0])}" if n == 1 else ""
                 raise MemoryPlanError(
-                    f"memory block '{name}' ({category}): region {region!r} is not one of "
-                    f"{sorted(_REQUEST_CODE)}"
+                    f"memory block '{name}' ({category}){on}: region {region!r} is not one "
+                    f"of {sorted(_REQUEST_CODE)}"
                 )
             region = np.full(n, _REQUEST_CODE[region], np.int64)
         first, last = (0, 0) if live is None else (int(live[0]), int(live[1]))
