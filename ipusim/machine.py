@@ -504,8 +504,9 @@ class _Run:
         """Move tiles ``lo:hi`` to ``end``, charging the difference to the record."""
         if hi <= lo:
             return
-        end = np.broadcast_to(np.asarray(end, np.int64), (hi - lo,))
-        first, last = _move(self.clock[lo:hi], end, rec.tile_cycles[lo:hi])
+        if np.ndim(end) == 0:  # one end for every tile (a stream copy)
+            end = np.full(hi - lo, int(end), np.int64)
+        first, last = _move(self.clock[lo:hi], np.asarray(end, np.int64), rec.tile_cycles[lo:hi])
         rec.first_cycle = min(rec.first_cycle, first)
         rec.last_cycle = max(rec.last_cycle, last)
 
