@@ -52,7 +52,8 @@ MAGIC = b"IPUSIM-EXECUTABLE\n"
 
 #: Version of the file layout; files of another version are refused. Version 2: element
 #: ids live in one space per element size (version 1 had one per element type).
-FORMAT_VERSION = 2
+#: Version 3: vertices are stored as columns, their connections as element ids.
+FORMAT_VERSION = 3
 
 #: Engine options that shape compilation, with their defaults. They are fixed by
 #: ``compileGraph``; ``Engine(executable, options)`` may only repeat their values.

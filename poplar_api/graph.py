@@ -50,8 +50,10 @@ from poplar_api.lowering.context import wide_ids
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
 from poplar_api.types import Type
+from poplar_api.vertices import UNMAPPED, VertexInstance, VertexTable
 
-UNMAPPED = -1
+#: Bound (exclusive) of a vertex cycle estimate.
+MAX_ESTIMATE = 1 << 62
 
 
 @dataclass
@@ -122,22 +124,6 @@ class ComputeSet:
         return self.id
 
 
-@dataclass(slots=True)
-class VertexInstance:
-    """One vertex: its type, compute set, tile, connections and estimate."""
-
-    id: int
-    vtype: VertexType
-    cs: int
-    tile: int = UNMAPPED
-    perf_estimate: int | None = None
-    fields: dict[str, Any] = field(default_factory=dict)
-    list_sizes: dict[str, int] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        return f"vertex {self.id} ({self.vtype.name})"
-
-
 class FieldRef:
     """``v["field"]`` or ``v["field"][i]``: a field (or one vector of a VectorList)."""
 
@@ -168,13 +154,12 @@ class VertexRef:
         self.id = vid
 
     def __getitem__(self, name: str) -> FieldRef:
-        inst = self.graph._state.vertices[self.id]
-        inst.vtype.field(name)  # raises with the list of fields when unknown
+        # raises with the list of fields when unknown
+        self.graph._state.vertices.vtype(self.id).field(name)
         return FieldRef(self, name)
 
     def __repr__(self) -> str:
-        inst = self.graph._state.vertices[self.id]
-        return f"vertex {self.id} ({inst.vtype.name})"
+        return f"vertex {self.id} ({self.graph._state.vertices.vtype(self.id).name})"
 
 
 class ReplicatedStreamMode(str, Enum):
@@ -242,7 +227,7 @@ class _GraphState:
         self.initial_parts: list[tuple[Type, np.ndarray, np.ndarray]] = []
         self.codelets: dict[str, VertexType] = {}
         self.compute_sets: list[ComputeSet] = []
-        self.vertices: list[VertexInstance] = []
+        self.vertices = VertexTable()
         self.host_writes: dict[str, Tensor] = {}
         self.host_reads: dict[str, Tensor] = {}
         self.streams: dict[str, DataStream] = {}
@@ -718,7 +703,7 @@ class Graph:
                 space.tile[target.flat_index()] = int(self._tiles[mapping])
                 return
             if type(target) is VertexRef and target.graph._state is self._state:
-                self._state.vertices[target.id].tile = int(self._tiles[mapping])
+                self._state.vertices.tile[target.id] = int(self._tiles[mapping])
                 return
         self._refuse_on_parent("setTileMapping")
         if isinstance(target, VertexRef):
@@ -893,12 +878,12 @@ class Graph:
         vt = state.codelets.get(vertexType) if type(vertexType) is str else None
         if vt is None:
             vt = self._vertex_type(vertexType)
-        vid = len(state.vertices)
-        inst = VertexInstance(vid, vt, cs.id)
-        state.vertices.append(inst)
+        vertices = state.vertices
+        vid = vertices.append(vt, cs.id)
         ref = VertexRef(self, vid)
         if connections:
             fields = vt.field_map
+            connected = vertices.fields[vid]
             try:
                 for name, value in connections.items():
                     spec = fields.get(name)
@@ -912,13 +897,13 @@ class Graph:
                             or (spec.kind == "scalar" and value._index.size == 1)
                         )
                     ):
-                        inst.fields[name] = value
+                        connected[name] = value.flat_index()
                     elif spec is not None:
-                        self._connect_field(inst, spec, value)
+                        self._connect_field(vertices[vid], spec, value)
                     else:
                         self.connect(ref[name], value)  # raises: no such field
             except Exception:
-                state.vertices.pop()  # a failed call leaves no half-built vertex
+                vertices.pop()  # a failed call leaves no half-built vertex
                 raise
         cs.vertices.append(vid)
         return ref
@@ -944,7 +929,7 @@ class Graph:
         t = self._check_tensor(value, where)
         spec.check([t.numElements()], t.elementType(), where)
         slots = inst.fields.setdefault(spec.name, [None] * size)
-        slots[fieldRef.index] = t
+        slots[fieldRef.index] = t.flat_index()
 
     def _connect_field(self, inst: VertexInstance, spec: FieldSpec, value: Any) -> None:
         """Connect ``value`` to the whole field ``spec`` of ``inst`` (checked)."""
@@ -961,13 +946,13 @@ class Graph:
                 tensors = [self._check_tensor(v, where) for v in value]
                 for t in tensors:
                     spec.check([t.numElements()], t.elementType(), where)
-            inst.fields[spec.name] = tensors
+            inst.fields[spec.name] = [t.flat_index() for t in tensors]
             inst.list_sizes[spec.name] = len(tensors)
             return
         where = f"{inst.describe()} field '{spec.name}'"
         t = self._check_tensor(value, where)
         spec.check(t.numElements(), t.elementType(), where)
-        inst.fields[spec.name] = t
+        inst.fields[spec.name] = t.flat_index()
 
     def setFieldSize(self, fieldRef: FieldRef, size: int) -> None:
         """Number of vectors of a VectorList field, before connecting ``v[f][i]``."""
@@ -985,14 +970,19 @@ class Graph:
 
     def setPerfEstimate(self, v: VertexRef, cycles: int) -> None:
         """The vertex's cycle estimate (thread cycles; tile cycles for a MultiVertex)."""
-        fast = type(cycles) is int and cycles >= 0 and type(v) is VertexRef
+        fast = type(cycles) is int and 0 <= cycles < MAX_ESTIMATE and type(v) is VertexRef
         if fast and v.graph._state is self._state:  # the common case, inline
-            self._state.vertices[v.id].perf_estimate = cycles
+            self._state.vertices.estimate[v.id] = cycles
             return
         inst = self._check_vertex(v, "setPerfEstimate")
-        if isinstance(cycles, bool) or not isinstance(cycles, int | np.integer) or cycles < 0:
+        if (
+            isinstance(cycles, bool)
+            or not isinstance(cycles, int | np.integer)
+            or not 0 <= cycles < MAX_ESTIMATE
+        ):
             raise GraphError(
-                f"setPerfEstimate of {inst.describe()}: {cycles!r} must be an int >= 0"
+                f"setPerfEstimate of {inst.describe()}: {cycles!r} must be an int >= 0 "
+                "and < 2**62 (the thread cycles of one run of the vertex)"
             )
         inst.perf_estimate = int(cycles)
 

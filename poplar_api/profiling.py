@@ -378,8 +378,8 @@ def _target(engine: Any, cfg: MachineConfig) -> dict[str, Any]:
 def _graph(state: Any) -> dict[str, int]:
     edges = sum(
         len(v) if isinstance(v, list) else 1
-        for inst in state.vertices
-        for v in inst.fields.values()
+        for fields in state.vertices.fields
+        for v in fields.values()
     )
     return {
         "numComputeSets": len(state.compute_sets),

@@ -34,7 +34,7 @@ def tile_flops(graph: Graph, cs_name: str, num_tiles: int) -> np.ndarray:
     flops = np.zeros(num_tiles, np.int64)
     for vid in cs.vertices:
         v = st.vertices[vid]
-        ins, ws, outs = ([t.numElements() for t in v.fields[f]] for f in ("in", "weights", "out"))
+        ins, ws, outs = ([ids.size for ids in v.fields[f]] for f in ("in", "weights", "out"))
         ncg = len(ins) * len(outs) // len(ws)
         nig, nog = len(ins) // ncg, len(outs) // ncg
         for cg in range(ncg):

@@ -337,12 +337,12 @@ def test_worklists_and_estimate_of_a_one_tile_conv():
     cs = next(c for c in st.compute_sets if c.name == "c/Convolve")
     (vid,) = cs.vertices
     v = st.vertices[vid]
-    wls = [_initial_values(g, t) for t in v.fields["worklists"]]
+    wls = [_initial_values(g, t) for t in v.tensor("worklists", st)]
     assert len(wls) == 3 * 6
     for k in range(3):
         for w in range(6):
             assert wls[k * 6 + w].tolist() == [w, 1, w + k]
-    assert _initial_values(g, v.fields["params"]).tolist() == [1, 1, 1, 3, 8, 6, 1, 1]
+    assert _initial_values(g, v.tensor("params", st)).tolist() == [1, 1, 1, 3, 8, 6, 1, 1]
     expected = ce.conv_partial_nx1_vertex_cycles(
         [[[1], [1], [1]] for _ in range(6)], 6 * 8, num_conv_groups=1, num_out_groups=1,
         num_in_groups=1, kernel_inner_elems=3, kernel_outer_elems=1, filter_height=1,

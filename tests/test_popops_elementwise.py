@@ -355,7 +355,7 @@ def test_multi_region_tile_gets_balanced_2d_worker_vertices():
     assert [v.vtype.name for v in on0] == [
         "popops::BinaryOp2D<popops::expr::BinaryOpType::ADD,float>"
     ] * 3
-    assert [[t.numElements() for t in v.fields["out"]] for v in on0] == [
+    assert [[ids.size for ids in v.fields["out"]] for v in on0] == [
         [3, 3, 2],
         [1, 3, 3, 1],
         [2, 3, 3],

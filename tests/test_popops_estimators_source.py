@@ -240,7 +240,7 @@ def test_fill_of_1001_floats_is_split_over_six_workers():
     sizes = [min(1001, b) - a for a, b in itertools.pairwise(bounds)]
     assert sizes == [166, 168, 166, 168, 166, 167]
     assert [v.vtype.name for v in verts] == ["popops::Fill<float>"] * 6
-    assert [v.fields["out"].numElements() for v in verts] == sizes
+    assert [v.fields["out"].size for v in verts] == sizes
     # one worker vertex per context: tile = W * the slowest Fill
     assert _tile_cycles(device, graph, seq, "fill") == W * max(fill_worker(FLOAT, s) for s in sizes)
     assert W * max(fill_worker(FLOAT, s) for s in sizes) == 642
@@ -304,6 +304,6 @@ def test_broadcast_scalar_multi_vertex_vs_workers():
     popops.mul(graph, x, 2.0, seq, "scale")
     on0 = [v for v in graph._state.vertices if v.tile == 0 and "Broadcast" in v.vtype.name]
     assert {v.vtype.name for v in on0} == {f"popops::BroadcastScalar2DData<{B}MULTIPLY,float>"}
-    assert [[t.numElements() for t in v.fields["out"]] for v in on0] == [[4, 4]] * 4
+    assert [[ids.size for ids in v.fields["out"]] for v in on0] == [[4, 4]] * 4
     assert _tile_cycles(device, graph, seq, "scale") == 6 * (20 + 2 * (2 * 2 + 28))
     np.testing.assert_equal(len(on0), 4)

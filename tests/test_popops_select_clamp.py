@@ -199,7 +199,7 @@ def test_select_work_is_split_over_workers(t, n):
     bounds = [min(n, (v * grains // count) * grain) for v in range(count + 1)]
     sizes = [b - a for a, b in itertools.pairwise(bounds)]
     verts = [v for v in h.graph._state.vertices if v.vtype.name == f"popops::Select<{t.name}>"]
-    assert sorted(v.fields["out"][0].numElements() for v in verts) == sorted(sizes)
+    assert sorted(v.fields["out"][0].size for v in verts) == sorted(sizes)
     assert _tile_cycles(h, "sel") == 6 * max(5 + select_cycles(s) for s in sizes)
 
 

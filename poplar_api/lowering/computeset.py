@@ -20,6 +20,7 @@ from poplar_api.lowering import runs
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.types import Type
+from poplar_api.vertices import type_groups
 
 
 @dataclass
@@ -72,58 +73,49 @@ _NO_IDS = np.zeros(0, np.int64)
 _size = operator.attrgetter("size")
 
 
-def _flat(t) -> np.ndarray:
-    return np.zeros(0, np.int64) if t is None else t.flat_index()
-
-
 def build_table(state, cs) -> ComputeSetTable:
     """Tables of a compute set; unconnected fields count as empty (validation reports them)."""
-    verts = [state.vertices[v] for v in cs.vertices]
-    tiles = np.fromiter((v.tile for v in verts), np.int64, len(verts))
-    by_type: dict[str, list[int]] = {}
-    for pos, v in enumerate(verts):
-        by_type.setdefault(v.vtype.name, []).append(pos)
+    table = state.vertices
+    vids = np.asarray(cs.vertices, np.int64)
+    tiles = table.column("tile", vids)
+    codes = table.column("type_code", vids)
+    connections = table.fields
     groups = []
-    for positions in by_type.values():
-        vtype = verts[positions[0]].vtype
+    for code, positions in type_groups(codes):
+        members = [connections[v] for v in vids[positions].tolist()]
+        vtype = table.types[code]
         tables = []
         for spec in vtype.fields:
+            name = spec.name
             if spec.kind == "vectorlist":
-                lists = [verts[p].fields.get(spec.name) or [] for p in positions]
-                counts = np.fromiter((len(x) for x in lists), np.int64, len(lists))
-                inner = [_flat(t) for x in lists for t in x]
-                inner_len = np.fromiter((a.size for a in inner), np.int64, len(inner))
+                lists = [f.get(name) or [] for f in members]
+                counts = np.fromiter(map(len, lists), np.int64, len(lists))
+                inner = [_NO_IDS if ids is None else ids for x in lists for ids in x]
+                inner_len = np.fromiter(map(_size, inner), np.int64, len(inner))
                 offsets = np.concatenate(([0], np.cumsum(counts)))
                 inner_offsets = np.concatenate(([0], np.cumsum(inner_len)))
-                ids = np.concatenate(inner) if inner else np.zeros(0, np.int64)
+                ids = np.concatenate(inner) if inner else _NO_IDS
             else:
-                name = spec.name
-                arrays = [
-                    _NO_IDS if t is None else t._index
-                    for t in [verts[p].fields.get(name) for p in positions]
-                ]
+                arrays = [f.get(name, _NO_IDS) for f in members]
                 per_vertex_len = np.fromiter(map(_size, arrays), np.int64, len(arrays))
                 offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
                 inner_offsets = None
-                # axis=None: each view's ids flattened in row-major order
-                ids = np.concatenate(arrays, axis=None) if arrays else _NO_IDS
-                ids = ids.astype(np.int64, copy=False)
-            pos = np.asarray(positions, np.int64)
-            tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, pos))
-        groups.append(TypeGroup(vtype, np.asarray(positions, np.int64), tables))
-    vertex_ids = np.asarray(cs.vertices, np.int64)
-    return ComputeSetTable(cs.name, vertex_ids, tiles, groups)
+                ids = np.concatenate(arrays) if arrays else _NO_IDS
+            tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, positions))
+        groups.append(TypeGroup(vtype, positions, tables))
+    return ComputeSetTable(cs.name, vids, tiles, groups)
 
 
-def field_sizes(inst) -> dict[str, int | list[int]]:
-    """Sizes passed to a codelet estimator: elements per field, a list for VectorLists."""
+def connection_sizes(vtype: VertexType, fields: dict) -> dict[str, int | list[int]]:
+    """Sizes passed to the estimator of a vertex of ``vtype`` with connections ``fields``:
+    elements per field, a list for VectorLists."""
     sizes: dict[str, int | list[int]] = {}
-    for spec in inst.vtype.fields:
-        value = inst.fields.get(spec.name)
+    for spec in vtype.fields:
+        value = fields.get(spec.name)
         if spec.kind == "vectorlist":
-            sizes[spec.name] = [0 if t is None else t.numElements() for t in value or []]
+            sizes[spec.name] = [0 if ids is None else ids.size for ids in value or []]
         else:
-            sizes[spec.name] = 0 if value is None else value.numElements()
+            sizes[spec.name] = 0 if value is None else value.size
     return sizes
 
 

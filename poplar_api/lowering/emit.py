@@ -52,7 +52,7 @@ from poplar_api.graph import DataStream, replication_factor
 from poplar_api.lowering import runs, validate
 from poplar_api.lowering.computeset import (
     build_table,
-    field_sizes,
+    connection_sizes,
     make_runner,
     plan_reads,
     plan_writes,
@@ -62,6 +62,7 @@ from poplar_api.lowering.exchange import ExchangePlanner, exchange_ipus
 from poplar_api.printing import format_tensor
 from poplar_api.remote import RemoteBuffer, remote_buffers
 from poplar_api.tensor import Tensor
+from poplar_api.vertices import NO_ESTIMATE
 
 
 def _filter(options: Mapping[str, str], name: str) -> re.Pattern[str] | None:
@@ -435,20 +436,19 @@ class Emitter:
         self.problems += problems
         if problems:
             return ir.Sequence()
-        verts = [self.state.vertices[v] for v in cs.vertices]
         target = self.state.target
-        cycles = np.fromiter(
-            (
-                v.perf_estimate
-                if v.perf_estimate is not None
-                else v.vtype.estimate(field_sizes(v), target)
-                for v in verts
-            ),
-            np.int64,
-            len(verts),
-        )
-        names = list(dict.fromkeys(v.vtype.name for v in verts))
-        type_index = {n: i for i, n in enumerate(names)}
+        vertices = self.state.vertices
+        cycles = vertices.column("estimate", table.vertex_ids)
+        multi = np.zeros(cycles.size, bool)
+        type_of = np.zeros(cycles.size, np.int64)
+        for k, group in enumerate(table.groups):  # types in order of first appearance
+            type_of[group.positions] = k
+            multi[group.positions] = group.vtype.is_multi
+            at = group.positions[cycles[group.positions] == NO_ESTIMATE]
+            for pos, vid in zip(at.tolist(), table.vertex_ids[at].tolist(), strict=True):
+                sizes = connection_sizes(group.vtype, vertices.fields[vid])
+                cycles[pos] = group.vtype.estimate(sizes, target)
+        names = [g.vtype.name for g in table.groups]
         runner = make_runner(table, self.lowered.storage, self.cfg.tile.worker_contexts)
         nodes: list[ir.Node] = []
         planner = ExchangePlanner(self.state.target, self.state)
@@ -464,10 +464,8 @@ class Emitter:
                 program_id=self._pid(prog),
                 vertex_tile=table.tiles,
                 vertex_cycles=cycles,
-                vertex_multi=np.fromiter((v.vtype.is_multi for v in verts), bool, len(verts)),
-                vertex_type=np.fromiter(
-                    (type_index[v.vtype.name] for v in verts), np.int64, len(verts)
-                ),
+                vertex_multi=multi,
+                vertex_type=type_of,
                 vertex_type_names=tuple(names),
             )
         )

@@ -55,6 +55,7 @@ from ipusim.tile.memory import (
 )
 from ipusim.timing import TimingModel
 from poplar_api.lowering import runs
+from poplar_api.vertices import type_groups
 
 __all__ = ["out_of_memory_message", "plan_memory", "vertex_state_bytes"]
 
@@ -247,21 +248,25 @@ def _interleaved_keys(state: Any, cs_ids: list[int], num_tiles: int) -> np.ndarr
     """``variable * num_tiles + tile`` of the (variable, tile) pairs connected to a
     field declared interleaved, sorted."""
     keys = []
+    table = state.vertices
+    interleaved = [[f for f in t.fields if f.interleaved] for t in table.types]
     for cs_id in cs_ids:
-        for vid in state.compute_sets[cs_id].vertices:
-            inst = state.vertices[vid]
-            for spec in inst.vtype.fields:
-                if not spec.interleaved:
-                    continue
-                value = inst.fields.get(spec.name)
-                tensors = value if isinstance(value, list) else [value]
-                for t in tensors:
-                    if t is None or t.numElements() == 0:
-                        continue
-                    ids = t.flat_index()
-                    space = state.space(t.elementType())
-                    tiles = space.tile[ids].astype(np.int64)
-                    keys.append(space.variables_of(ids) * num_tiles + tiles)
+        vids = np.asarray(state.compute_sets[cs_id].vertices, np.int64)
+        codes = table.column("type_code", vids)
+        for kind, at in type_groups(codes):
+            specs = interleaved[kind]
+            if not specs:
+                continue
+            for vid in vids[at].tolist():
+                fields = table.fields[vid]
+                for spec in specs:
+                    value = fields.get(spec.name)
+                    for ids in value if isinstance(value, list) else [value]:
+                        if ids is None or ids.size == 0:
+                            continue
+                        space = state.space(spec.element_type)
+                        tiles = space.tile[ids].astype(np.int64)
+                        keys.append(space.variables_of(ids) * num_tiles + tiles)
     if not keys:
         return np.zeros(0, np.int64)
     return np.unique(np.concatenate(keys))
@@ -420,22 +425,20 @@ def _vertex_state_blocks(
     for cs_id, node in emitter.cs_nodes.items():
         cs = state.compute_sets[cs_id]
         in_cs.update(id(s) for s in node.body)
-        insts = [state.vertices[i] for i in cs.vertices]
-        fixed: dict[str, int | None] = {}  # state bytes of types without VectorList fields
-        for inst in insts:
-            if inst.vtype.name not in fixed:
-                lists = any(f.kind == "vectorlist" for f in inst.vtype.fields)
-                fixed[inst.vtype.name] = None if lists else vertex_state_bytes(inst, code)
-        sizes = np.fromiter(
-            (fixed[i.vtype.name] or vertex_state_bytes(i, code) for i in insts),
-            np.int64,
-            len(insts),
-        )
-        vtile = np.fromiter((i.tile for i in insts), np.int64, len(insts))
+        table = state.vertices
+        vids = np.asarray(cs.vertices, np.int64)
+        codes = table.column("type_code", vids)
+        sizes = np.zeros(vids.size, np.int64)
+        for kind, at in type_groups(codes):
+            vtype = table.types[kind]
+            if any(f.kind == "vectorlist" for f in vtype.fields):
+                sizes[at] = [vertex_state_bytes(table[v], code) for v in vids[at].tolist()]
+            else:  # the same state bytes for every vertex of the type
+                sizes[at] = vertex_state_bytes(table[int(vids[at[0]])], code)
+            by_vertex_type[vtype.name] = by_vertex_type.get(vtype.name, 0) + int(sizes[at].sum())
+        vtile = table.column("tile", vids)
         per_tile = np.bincount(vtile, weights=sizes, minlength=nt).astype(np.int64)
         by_compute_set[cs.name] = by_compute_set.get(cs.name, 0) + per_tile
-        for inst, size in zip(insts, sizes.tolist(), strict=True):
-            by_vertex_type[inst.vtype.name] = by_vertex_type.get(inst.vtype.name, 0) + size
         blocks.append(_per_tile_blocks(cs.name, "vertexInstanceState", per_tile, **kw))
     for step in computes:
         if id(step) in in_cs:

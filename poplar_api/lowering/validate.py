@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from poplar_api.graph import UNMAPPED
 from poplar_api.lowering.computeset import ComputeSetTable
+from poplar_api.vertices import NO_ESTIMATE, UNMAPPED
 
 
 def element_name(state, t, element_id: int) -> str:
@@ -39,28 +39,28 @@ def check_variables(state, num_tiles: int) -> list[str]:
 
 def check_vertices(state, cs, num_tiles: int) -> list[str]:
     """Vertices of a compute set: mapped, fully connected, with an estimate."""
+    table = state.vertices
+    vids = np.asarray(cs.vertices, np.int64)
+    tiles = table.column("tile", vids)
+    codes = table.column("type_code", vids)
+    estimated = table.column("estimate", vids) != NO_ESTIMATE
+    has_estimator = np.array([t.has_estimator for t in table.types], bool)
+    # the common case is checked in bulk, without making any message
+    suspect = (tiles < 0) | (tiles >= num_tiles) | ~(estimated | has_estimator[codes])
+    counts = np.array([len(t.fields) for t in table.types], np.int64)
+    lists = [any(f.kind == "vectorlist" for f in t.fields) for t in table.types]
+    connections = table.fields
+    for pos, (vid, code) in enumerate(zip(vids.tolist(), codes.tolist(), strict=True)):
+        fields = connections[vid]
+        if len(fields) != counts[code] or (
+            lists[code]
+            and any(ids is None for v in fields.values() if isinstance(v, list) for ids in v)
+        ):
+            suspect[pos] = True
     problems = []
-    for vid in cs.vertices:
-        inst = state.vertices[vid]
-        if not _looks_complete(inst, num_tiles):
-            problems += _vertex_problems(inst, cs, num_tiles)
+    for vid in vids[suspect].tolist():
+        problems += _vertex_problems(table[vid], cs, num_tiles)
     return problems
-
-
-def _looks_complete(inst, num_tiles: int) -> bool:
-    """Whether a vertex is mapped, connected and estimated (the common case, checked
-    without making any message)."""
-    vtype = inst.vtype
-    if not 0 <= inst.tile < num_tiles:
-        return False
-    if inst.perf_estimate is None and not vtype.has_estimator:
-        return False
-    fields = inst.fields
-    for spec in vtype.fields:
-        value = fields.get(spec.name)
-        if value is None or (spec.kind == "vectorlist" and any(t is None for t in value)):
-            return False
-    return True
 
 
 def _vertex_problems(inst, cs, num_tiles: int) -> list[str]:

@@ -1,0 +1,141 @@
+"""Vertices stored as columns: rows, handles, connections as element ids, pickling."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, Graph, IPUModel
+from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
+from poplar_api.errors import GraphError
+from poplar_api.tensor import Tensor
+from poplar_api.vertices import NO_ESTIMATE, UNMAPPED, VertexTable
+
+
+class Scale(Vertex):
+    """``out[i] = in[i] * k``."""
+
+    in_ = Input(Vector(FLOAT))
+    k = Input(FLOAT)
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, k, out):
+        for i in range(in_.shape[0]):
+            out[i] = in_[i] * k[0]
+        return True
+
+
+class Gather(Vertex):
+    """``out[j] = sum of parts[j]``."""
+
+    parts = Input(VectorList(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(parts, out):
+        return True
+
+
+@pytest.fixture()
+def graph() -> Graph:
+    g = Graph(IPUModel("ipu2").createDevice().getTarget())
+    g.addCodelets([Scale, Gather])
+    return g
+
+
+def test_rows_hold_type_compute_set_tile_and_estimate(graph: Graph) -> None:
+    a, b = graph.addComputeSet("a"), graph.addComputeSet("b")
+    x = graph.addVariable(FLOAT, [6], "x")
+    v0 = graph.addVertex(a, "Scale", {"in": x.slice(0, 3), "k": x[5], "out": x.slice(3, 5)})
+    v1 = graph.addVertex(b, "Gather")
+    v2 = graph.addVertex(a, "Scale")
+    graph.setTileMapping(v0, 7)
+    graph.setTileMapping(v2, 3)
+    graph.setPerfEstimate(v2, 99)
+    table = graph._state.vertices
+    assert len(table) == 3 and [t.name for t in table.types] == ["Scale", "Gather"]
+    assert table.column("type_code", [0, 1, 2]).tolist() == [0, 1, 0]
+    assert table.column("cs", [0, 1, 2]).tolist() == [a.id, b.id, a.id]
+    assert table.column("tile", [2, 0, 1]).tolist() == [3, 7, UNMAPPED]
+    assert table.column("estimate", [0, 2]).tolist() == [NO_ESTIMATE, 99]
+    inst = table[v0.id]
+    assert (inst.vtype.name, inst.cs, inst.tile, inst.perf_estimate) == ("Scale", a.id, 7, None)
+    assert table[-1].id == v2.id and table[v2.id].perf_estimate == 99
+    assert [i.id for i in table] == [0, 1, 2]
+    # the connections are the element ids of the connected views, row-major
+    assert {k: v.tolist() for k, v in inst.fields.items()} == {
+        "in": [0, 1, 2],
+        "k": [5],
+        "out": [3, 4],
+    }
+    assert table[v1.id].fields == {} and table[v1.id].describe() == "vertex 1 (Gather)"
+    with pytest.raises(IndexError, match="vertex 3 does not exist"):
+        table[3]
+
+
+def test_columns_grow_after_being_read(graph: Graph) -> None:
+    cs = graph.addComputeSet("cs")
+    table = graph._state.vertices
+    for tile in range(40):
+        graph.setTileMapping(graph.addVertex(cs, "Gather"), tile)
+        assert table.column("tile", np.arange(tile + 1)).tolist() == list(range(tile + 1))
+
+
+def test_connected_vertices_keep_no_object_for_the_cycle_collector(graph: Graph) -> None:
+    cs = graph.addComputeSet("cs")
+    x = graph.addVariable(FLOAT, [2000, 4], "x")
+    add = graph.addVertex
+    add(cs, "Scale", {"in": x[0], "k": x[0][0], "out": x[0]})  # first of its type
+    gc.collect()
+    before = len(gc.get_objects())
+    for r in range(1, 2000):
+        row = x[r]
+        add(cs, "Scale", {"in": row.slice(0, 3), "k": row[3], "out": row.slice(0, 3)})
+    del row
+    gc.collect()
+    grown = len(gc.get_objects()) - before
+    # a vertex with a Tensor object per connection kept 4 tracked objects
+    assert grown < 100, f"{grown} tracked objects for 1,999 vertices"
+    assert not gc.is_tracked(graph._state.vertices.fields[5])
+
+
+def test_tensor_of_a_field_is_a_view_of_the_connected_elements(graph: Graph) -> None:
+    cs = graph.addComputeSet("cs")
+    x = graph.addVariable(FLOAT, [3, 4], "x")
+    v = graph.addVertex(cs, "Scale", {"in": x[:, 1], "k": x[2][3]})
+    g = graph.addVertex(cs, "Gather")
+    graph.setFieldSize(g["parts"], 3)
+    graph.connect(g["parts"][1], x[0])
+    table = graph._state.vertices
+    t = table[v.id].tensor("in", graph._state)
+    assert isinstance(t, Tensor) and t.elementType() == FLOAT
+    assert t.flat_index().tolist() == x[:, 1].flat_index().tolist() == [1, 5, 9]
+    assert table[v.id].tensor("out", graph._state) is None
+    parts = table[g.id].tensor("parts", graph._state)
+    assert parts[0] is None and parts[2] is None
+    assert parts[1].flat_index().tolist() == [0, 1, 2, 3]
+    assert table[g.id].list_sizes == {"parts": 3}
+
+
+def test_table_pickles_and_keeps_its_type_codes(graph: Graph) -> None:
+    cs = graph.addComputeSet("cs")
+    x = graph.addVariable(FLOAT, [4], "x")
+    v = graph.addVertex(cs, "Scale", {"in": x, "k": x[0], "out": x})
+    graph.setTileMapping(v, 2)
+    copy: VertexTable = pickle.loads(pickle.dumps(graph._state.vertices))
+    assert len(copy) == 1 and copy[0].tile == 2 and copy[0].fields["in"].tolist() == [0, 1, 2, 3]
+    scale = copy.types[0]
+    assert copy.append(scale, cs.id) == 1 and copy.column("type_code", [0, 1]).tolist() == [0, 0]
+
+
+def test_estimate_out_of_range_is_refused(graph: Graph) -> None:
+    cs = graph.addComputeSet("cs")
+    v = graph.addVertex(cs, "Gather")
+    with pytest.raises(GraphError, match=r"vertex 0 \(Gather\): 4611686018427387904 must be"):
+        graph.setPerfEstimate(v, 2**62)
+    graph.setPerfEstimate(v, 2**62 - 1)
+    assert graph._state.vertices[v.id].perf_estimate == 2**62 - 1
