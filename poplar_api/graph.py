@@ -897,7 +897,7 @@ class Graph:
                             or (spec.kind == "scalar" and value._index.size == 1)
                         )
                     ):
-                        connected[name] = value.flat_index()
+                        connected[name] = value._index
                     elif spec is not None:
                         self._connect_field(vertices[vid], spec, value)
                     else:
@@ -929,7 +929,7 @@ class Graph:
         t = self._check_tensor(value, where)
         spec.check([t.numElements()], t.elementType(), where)
         slots = inst.fields.setdefault(spec.name, [None] * size)
-        slots[fieldRef.index] = t.flat_index()
+        slots[fieldRef.index] = t._index
 
     def _connect_field(self, inst: VertexInstance, spec: FieldSpec, value: Any) -> None:
         """Connect ``value`` to the whole field ``spec`` of ``inst`` (checked)."""
@@ -946,13 +946,13 @@ class Graph:
                 tensors = [self._check_tensor(v, where) for v in value]
                 for t in tensors:
                     spec.check([t.numElements()], t.elementType(), where)
-            inst.fields[spec.name] = [t.flat_index() for t in tensors]
+            inst.fields[spec.name] = [t._index for t in tensors]
             inst.list_sizes[spec.name] = len(tensors)
             return
         where = f"{inst.describe()} field '{spec.name}'"
         t = self._check_tensor(value, where)
         spec.check(t.numElements(), t.elementType(), where)
-        inst.fields[spec.name] = t.flat_index()
+        inst.fields[spec.name] = t._index
 
     def setFieldSize(self, fieldRef: FieldRef, size: int) -> None:
         """Number of vectors of a VectorList field, before connecting ``v[f][i]``."""

@@ -7,10 +7,11 @@ that Python's cycle collector has to visit (its connections dict holds only nump
 arrays, which the collector ignores). :class:`VertexInstance` is a handle made on
 demand to read or change one row.
 
-Connections hold the connected tensor's element ids in row-major order (a read-only
-1-D int64 array, ``Tensor.flat_index``); the field declares the element type, and
-connecting checks that the tensor has it. A VectorList field holds a list with one id
-array (or ``None`` while unconnected) per vector.
+A connection holds the connected tensor's element ids in its shape (the tensor's
+read-only int64 index array, a numpy view where the tensor is one; fields read it in
+row-major order); the field declares the element type, and connecting checks that the
+tensor has it. A VectorList field holds a list with one id array (or ``None`` while
+unconnected) per vector.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ class VertexInstance:
 
     @property
     def fields(self) -> dict[str, Any]:
-        """Field name -> connected element ids (a list of them for a VectorList)."""
+        """Field name -> connected element ids in the connected tensor's shape (a list
+        of them for a VectorList)."""
         return self.table.fields[self.id]
 
     @property

@@ -66,10 +66,10 @@ def test_rows_hold_type_compute_set_tile_and_estimate(graph: Graph) -> None:
     assert (inst.vtype.name, inst.cs, inst.tile, inst.perf_estimate) == ("Scale", a.id, 7, None)
     assert table[-1].id == v2.id and table[v2.id].perf_estimate == 99
     assert [i.id for i in table] == [0, 1, 2]
-    # the connections are the element ids of the connected views, row-major
+    # the connections are the element ids of the connected views, in their shapes
     assert {k: v.tolist() for k, v in inst.fields.items()} == {
         "in": [0, 1, 2],
-        "k": [5],
+        "k": 5,
         "out": [3, 4],
     }
     assert table[v1.id].fields == {} and table[v1.id].describe() == "vertex 1 (Gather)"

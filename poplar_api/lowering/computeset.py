@@ -9,7 +9,7 @@ every vertex ran, so results never depend on vertex order.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -94,13 +94,14 @@ def build_table(state, cs) -> ComputeSetTable:
                 inner_len = np.fromiter(map(_size, inner), np.int64, len(inner))
                 offsets = np.concatenate(([0], np.cumsum(counts)))
                 inner_offsets = np.concatenate(([0], np.cumsum(inner_len)))
-                ids = np.concatenate(inner) if inner else _NO_IDS
+                ids = np.concatenate(inner, axis=None) if inner else _NO_IDS
             else:
                 arrays = [f.get(name, _NO_IDS) for f in members]
                 per_vertex_len = np.fromiter(map(_size, arrays), np.int64, len(arrays))
                 offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
                 inner_offsets = None
-                ids = np.concatenate(arrays) if arrays else _NO_IDS
+                # axis=None: each view's ids flattened in row-major order
+                ids = np.concatenate(arrays, axis=None) if arrays else _NO_IDS
             tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, positions))
         groups.append(TypeGroup(vtype, positions, tables))
     return ComputeSetTable(cs.name, vids, tiles, groups)
@@ -185,21 +186,33 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
     # vertex ids and tiles of each type's batch (they name a vertex in errors)
     named = [(table.vertex_ids[g.positions], table.tiles[g.positions]) for g in table.groups]
     in_place = [[_in_place_bounds(ft, g.vtype) for ft in g.fields] for g in table.groups]
-    where = [[runs.as_index(ft.ids) for ft in g.fields] for g in table.groups]
+    # a field read in place keeps its runs only: its ids are made again if a run
+    # without bounds checks gathers it
+    where: list[list[np.ndarray | slice | None]] = []
+    groups = []
+    for g, bounds in zip(table.groups, in_place, strict=True):
+        pairs = list(zip(g.fields, bounds, strict=True))
+        where.append([None if b is not None else runs.as_index(ft.ids) for ft, b in pairs])
+        kept = [ft if b is None else replace(ft, ids=_NO_IDS) for ft, b in pairs]
+        groups.append(TypeGroup(g.vtype, g.positions, kept))
+    name = table.name
 
     def run() -> None:
         # unchecked kernels read past a field into the packed batch, as documented
         checked = checking_bounds()
         writes = []
         for group, (vertex_ids, tiles), index, bounds in zip(
-            table.groups, named, where, in_place, strict=True
+            groups, named, where, in_place, strict=True
         ):
             fields: dict[str, FieldBatch | InPlaceField] = {}
-            for ft, ix, lies in zip(group.fields, index, bounds, strict=True):
+            for k, (ft, lies) in enumerate(zip(group.fields, bounds, strict=True)):
                 if lies is not None and checked:
                     image = storage.view(ft.type, slice(None))
                     fields[ft.spec.name] = InPlaceField(image, *lies)
                     continue
+                if index[k] is None:  # kept for later unchecked runs
+                    index[k] = runs.as_index(runs.expand(lies[0], lies[1] - lies[0]))
+                ix = index[k]
                 # read gives a new array: converting in place of copying is safe
                 data = storage.read(ft.type, ix).astype(ft.spec.kernel_dtype, copy=False)
                 fields[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
@@ -214,7 +227,7 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
             if not ok.all():
                 bad = vertex_ids[~ok]
                 raise EngineError(
-                    f"compute set '{table.name}': {bad.size} vertex(es) of type "
+                    f"compute set '{name}': {bad.size} vertex(es) of type "
                     f"'{group.vtype.name}' returned False (first: vertex {int(bad[0])})"
                 )
             for ft, ix in zip(group.fields, index, strict=True):

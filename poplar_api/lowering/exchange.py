@@ -208,7 +208,7 @@ class ExchangePlanner:
                     )
                 return
         if self.num_ipus > 1:
-            ids = _expand(begin, length)
+            ids = runs.expand(begin, length)
             self.add_grouped(element_type, ids, owner[ids].astype(np.int64), np.repeat(dst, length))
             return
         self._add_intervals(element_type, begin, length, dst, owner)
@@ -380,13 +380,6 @@ def _runs(ids: np.ndarray, src: np.ndarray) -> np.ndarray:
     new = np.ones(ids.size, bool)
     new[1:] = (np.diff(ids) != 1) | (np.diff(src) != 0)
     return np.flatnonzero(new)
-
-
-def _expand(begin: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """The ids of runs ``[begin, begin + length)``, run after run."""
-    total = int(length.sum())
-    starts = np.cumsum(length) - length
-    return np.arange(total, dtype=np.int64) - np.repeat(starts - begin, length)
 
 
 def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None:

@@ -264,6 +264,7 @@ def _interleaved_keys(state: Any, cs_ids: list[int], num_tiles: int) -> np.ndarr
                     for ids in value if isinstance(value, list) else [value]:
                         if ids is None or ids.size == 0:
                             continue
+                        ids = ids.reshape(-1)
                         space = state.space(spec.element_type)
                         tiles = space.tile[ids].astype(np.int64)
                         keys.append(space.variables_of(ids) * num_tiles + tiles)

@@ -261,6 +261,14 @@ def tile_cuts(dst: np.ndarray, num_tiles: int, step: int) -> tuple[np.ndarray, b
     return _tile_cuts(np.asarray(dst, np.int64), int(num_tiles), int(step))
 
 
+def expand(begin: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The ids of runs ``[begin, begin + length)``, run after run (int64)."""
+    length = np.asarray(length, np.int64)
+    total = int(length.sum())
+    starts = np.cumsum(length) - length
+    return np.arange(total, dtype=np.int64) - np.repeat(starts - begin, length)
+
+
 @numba.njit(cache=True)
 def _vertex_runs(ids, offsets):  # pragma: no cover - compiled
     n = offsets.shape[0] - 1
