@@ -50,7 +50,7 @@ from poplar_api.lowering.context import wide_ids
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
 from poplar_api.types import Type
-from poplar_api.vertices import UNMAPPED, VertexInstance, VertexTable
+from poplar_api.vertices import UNMAPPED, VertexInstance, VertexTable, connection_ids
 
 #: Bound (exclusive) of a vertex cycle estimate.
 MAX_ESTIMATE = 1 << 62
@@ -650,7 +650,9 @@ class Graph:
         var = Variable(vid, type_, base, n, dims, name or f"var{vid}", constant)
         self._state.variables.append(var)
         index = np.arange(base, base + n, dtype=np.int64).reshape(dims)
-        return Tensor(self._state, type_, index, var.name)
+        t = Tensor(self._state, type_, index, var.name)
+        t._start = base
+        return t
 
     def addVariable(self, type_: Type, shape: Any, debugName: str = "") -> Tensor:
         """A new variable of ``shape``; it must be mapped to tiles before compiling."""
@@ -897,7 +899,10 @@ class Graph:
                             or (spec.kind == "scalar" and value._index.size == 1)
                         )
                     ):
-                        connected[name] = value._index
+                        start = value._start
+                        connected[name] = (
+                            value._index if start < 0 else range(start, start + value._index.size)
+                        )
                     elif spec is not None:
                         self._connect_field(vertices[vid], spec, value)
                     else:
@@ -952,7 +957,7 @@ class Graph:
         where = f"{inst.describe()} field '{spec.name}'"
         t = self._check_tensor(value, where)
         spec.check(t.numElements(), t.elementType(), where)
-        inst.fields[spec.name] = t._index
+        inst.fields[spec.name] = connection_ids(t)
 
     def setFieldSize(self, fieldRef: FieldRef, size: int) -> None:
         """Number of vectors of a VectorList field, before connecting ``v[f][i]``."""

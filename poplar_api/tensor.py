@@ -158,7 +158,7 @@ class Tensor:
     always True (a tensor reference is valid even when it has no elements).
     """
 
-    __slots__ = ("_flat", "_graph", "_index", "_name", "_root", "_type")
+    __slots__ = ("_flat", "_graph", "_index", "_name", "_root", "_start", "_type")
 
     def __init__(self, graph: object, element_type: Type, index: np.ndarray, name: str) -> None:
         if not isinstance(name, str):
@@ -186,6 +186,8 @@ class Tensor:
         self._name = name
         self._root = name
         self._flat: np.ndarray | None = None
+        #: first id when the ids in row-major order are known to be consecutive, else -1
+        self._start = -1
 
     # ------------------------------------------------------------------ internals
     @classmethod
@@ -203,6 +205,7 @@ class Tensor:
         t._name = name if len(name) <= MAX_NAME_LENGTH else f"{root}.(...)"
         t._root = root
         t._flat = None
+        t._start = -1
         return t
 
     @classmethod
@@ -218,6 +221,7 @@ class Tensor:
         t._name = name  # kept whole, as the constructor does
         t._root = name
         t._flat = None
+        t._start = -1
         return t
 
     def _derive(self, index: np.ndarray, op: str) -> Tensor:
@@ -227,8 +231,9 @@ class Tensor:
             name = f"{self._root}.(...){op}"
         return Tensor._new(self._graph, self._type, index, name, self._root)
 
-    def _view(self, index: np.ndarray, op: str) -> Tensor:
-        """:meth:`_derive` for ``index``, a numpy view of this tensor's (read-only) index."""
+    def _view(self, index: np.ndarray, op: str, start: int = -1) -> Tensor:
+        """:meth:`_derive` for ``index``, a numpy view of this tensor's (read-only) index
+        (``start``: its first id when its ids are known to be consecutive, else -1)."""
         t = object.__new__(Tensor)
         root = self._root
         name = self._name + op
@@ -242,6 +247,7 @@ class Tensor:
         t._name = name
         t._root = root
         t._flat = None
+        t._start = start
         return t
 
     def _describe(self) -> str:
@@ -339,7 +345,10 @@ class Tensor:
         if type(begin) is int and type(end) is int and type(dimension) is int and dimension == 0:
             index = self._index  # slice(b, e) of dimension 0: the common case, inline
             if index.ndim and 0 <= begin <= end <= index.shape[0]:
-                return self._view(index[begin:end], f".slice({begin},{end})")
+                start = self._start
+                if start >= 0 and begin:  # rows of a consecutive tensor: still consecutive
+                    start += begin * (index.size // index.shape[0])
+                return self._view(index[begin:end], f".slice({begin},{end})", start)
         if isinstance(begin, Interval):
             if end is not None:
                 if dimension != 0:
@@ -433,7 +442,10 @@ class Tensor:
         if type(key) is int:  # t[i]: the common case, checked inline
             index = self._index
             if index.ndim and -index.shape[0] <= key < index.shape[0]:
-                return self._view(index[key, ...], f"[{key}]")
+                start = self._start
+                if start >= 0:  # a row of a consecutive tensor: still consecutive
+                    start += (key % index.shape[0]) * (index.size // index.shape[0])
+                return self._view(index[key, ...], f"[{key}]", start)
         ctx = _Described(self)
         items = key if isinstance(key, tuple) else (key,)
         norm: list[Any] = []

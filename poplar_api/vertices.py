@@ -7,11 +7,13 @@ that Python's cycle collector has to visit (its connections dict holds only nump
 arrays, which the collector ignores). :class:`VertexInstance` is a handle made on
 demand to read or change one row.
 
-A connection holds the connected tensor's element ids in its shape (the tensor's
-read-only int64 index array, a numpy view where the tensor is one; fields read it in
-row-major order); the field declares the element type, and connecting checks that the
-tensor has it. A VectorList field holds a list with one id array (or ``None`` while
-unconnected) per vector.
+A scalar or vector field's connection holds the connected tensor's element ids: a
+``range`` when they are known to be consecutive (a variable, its rows and slices of
+rows: the common case, which lowering handles as runs), else the tensor's read-only
+int64 index array in its shape (a numpy view where the tensor is one; fields read it
+in row-major order). ``numpy.asarray`` gives the ids of either. The field declares the
+element type, and connecting checks that the tensor has it. A VectorList field holds a
+list with one id array (or ``None`` while unconnected) per vector.
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ import numpy as np
 from poplar_api.codelet import VertexType
 from poplar_api.tensor import Tensor
 
-__all__ = ["NO_ESTIMATE", "UNMAPPED", "VertexInstance", "VertexTable", "type_groups"]
+__all__ = [
+    "NO_ESTIMATE",
+    "UNMAPPED",
+    "VertexInstance",
+    "VertexTable",
+    "connection_ids",
+    "type_groups",
+]
 
 #: Tile of a vertex (or tensor element) that is not mapped yet.
 UNMAPPED = -1
@@ -104,6 +113,13 @@ class VertexTable:
         self._codes = {id(t): i for i, t in enumerate(self.types)}
 
 
+def connection_ids(t: Tensor) -> range | np.ndarray:
+    """What a scalar or vector field keeps of a connected tensor: its ids as a range
+    when they are known to be consecutive, else its index array."""
+    start = t._start
+    return t._index if start < 0 else range(start, start + t._index.size)
+
+
 def type_groups(codes: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """``(type code, positions in codes)`` of each type in ``codes``, in order of first
     appearance (the order vertex types are listed in profiles)."""
@@ -170,6 +186,8 @@ class VertexInstance:
             return [
                 None if ids is None else Tensor._new(graph, ftype, ids, what, what) for ids in value
             ]
+        if isinstance(value, range):
+            value = np.arange(value.start, value.stop, dtype=np.int64)
         return None if value is None else Tensor._new(graph, ftype, value, what, what)
 
     def describe(self) -> str:

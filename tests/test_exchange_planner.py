@@ -146,6 +146,45 @@ def test_mark_variables_equals_variables_of():
         assert np.flatnonzero(mask).tolist() == np.unique(space.variables_of(ids)).tolist()
 
 
+def test_runs_equal_their_expanded_ids():
+    """The run forms of the field kernels agree with the id forms on the expanded ids:
+    remote pieces, variables touched and hits of a mask (random cases, with empty runs
+    and runs across variables)."""
+    from poplar_api.lowering import runs
+
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    for k, n in enumerate([7, 0, 12, 1, 30, 5]):
+        graph.addVariable(FLOAT, [n], f"v{k}")
+    space = graph._state.space(FLOAT)
+    n_tiles = graph.getTarget().getNumTiles()
+    rng = np.random.default_rng(11)
+    owner = np.repeat(rng.integers(0, n_tiles, space.size), rng.integers(1, 5, space.size))
+    owner = owner[: space.size].astype(np.int32)
+    for trial in range(40):
+        nv = int(rng.integers(0, 9))
+        begin = rng.integers(0, space.size, nv)
+        end = np.minimum(begin + rng.integers(0, 12, nv), space.size)
+        vtiles = rng.integers(0, n_tiles, nv)
+        ids = runs.expand(begin, end - begin)
+        bounds = np.concatenate(([0], np.cumsum(end - begin)))
+        assert ids.tolist() == [i for b, e in zip(begin, end, strict=True) for i in range(b, e)], (
+            trial
+        )
+        got = runs.run_pieces(begin, end, vtiles, owner)
+        want = runs.field_pieces(ids, bounds, vtiles, owner)
+        assert [a.tolist() for a in got] == [a.tolist() for a in want], trial
+        by_runs = np.zeros(len(graph._state.variables), bool)
+        by_ids = np.zeros_like(by_runs)
+        runs.mark_variable_runs(space, begin, end, by_runs)
+        runs.mark_variables(space, ids, by_ids)
+        assert by_runs.tolist() == by_ids.tolist(), trial
+        mask = rng.random(space.size) < 0.1
+        hit = runs.runs_hit(mask, begin, end)
+        assert hit.tolist() == [bool(mask[b:e].any()) for b, e in zip(begin, end, strict=True)], (
+            trial
+        )
+
+
 def test_tile_cuts_match_a_plain_scan():
     """Cut points of a tile-sorted destination array: the first start of a tile's
     entries at or after each multiple of the step (a plain scan written here), or no

@@ -66,12 +66,9 @@ def test_rows_hold_type_compute_set_tile_and_estimate(graph: Graph) -> None:
     assert (inst.vtype.name, inst.cs, inst.tile, inst.perf_estimate) == ("Scale", a.id, 7, None)
     assert table[-1].id == v2.id and table[v2.id].perf_estimate == 99
     assert [i.id for i in table] == [0, 1, 2]
-    # the connections are the element ids of the connected views, in their shapes
-    assert {k: v.tolist() for k, v in inst.fields.items()} == {
-        "in": [0, 1, 2],
-        "k": 5,
-        "out": [3, 4],
-    }
+    # the connections are the element ids of the connected views: ranges, as they
+    # are consecutive
+    assert inst.fields == {"in": range(0, 3), "k": range(5, 6), "out": range(3, 5)}
     assert table[v1.id].fields == {} and table[v1.id].describe() == "vertex 1 (Gather)"
     with pytest.raises(IndexError, match="vertex 3 does not exist"):
         table[3]
@@ -103,6 +100,34 @@ def test_connected_vertices_keep_no_object_for_the_cycle_collector(graph: Graph)
     assert not gc.is_tracked(graph._state.vertices.fields[5])
 
 
+def test_consecutive_ids_are_kept_as_ranges_others_as_arrays(graph: Graph) -> None:
+    cs = graph.addComputeSet("cs")
+    m = graph.addVariable(FLOAT, [5, 6], "m")
+    m.flat_index()  # the ids of the views below, by numpy, for comparison
+    ids = np.arange(30).reshape(5, 6) + m.flat_index()[0]
+    cases = {
+        "row": (m[3], ids[3]),
+        "last row": (m[-1], ids[-1]),
+        "rows": (m.slice(1, 3), ids[1:3]),
+        "slice of a row": (m[2].slice(1, 5), ids[2, 1:5]),
+        "element": (m[4][5], ids[4, 5]),
+        "negative element": (m[-2][-1], ids[-2, -1]),
+        "empty slice": (m[1].slice(3, 3), ids[1, 3:3]),
+        "column": (m[:, 2], ids[:, 2]),
+        "transposed": (m.transpose(), ids.T),
+        "strided": (m[0][::2], ids[0, ::2]),
+        "reversed rows": (m.reverse(0)[1], ids[::-1][1]),
+    }
+    for what, (view, want) in cases.items():
+        v = graph.addVertex(cs, "Scale", {"in": view})
+        got = graph._state.vertices[v.id].fields["in"]
+        assert np.asarray(got).reshape(-1).tolist() == want.reshape(-1).tolist(), what
+        if what in ("column", "transposed", "strided"):  # not consecutive: never a range
+            assert type(got) is not range, what
+        elif what != "reversed rows":  # known consecutive (a reversed view is not tracked)
+            assert type(got) is range, what
+
+
 def test_tensor_of_a_field_is_a_view_of_the_connected_elements(graph: Graph) -> None:
     cs = graph.addComputeSet("cs")
     x = graph.addVariable(FLOAT, [3, 4], "x")
@@ -127,7 +152,7 @@ def test_table_pickles_and_keeps_its_type_codes(graph: Graph) -> None:
     v = graph.addVertex(cs, "Scale", {"in": x, "k": x[0], "out": x})
     graph.setTileMapping(v, 2)
     copy: VertexTable = pickle.loads(pickle.dumps(graph._state.vertices))
-    assert len(copy) == 1 and copy[0].tile == 2 and copy[0].fields["in"].tolist() == [0, 1, 2, 3]
+    assert len(copy) == 1 and copy[0].tile == 2 and copy[0].fields["in"] == range(4)
     scale = copy.types[0]
     assert copy.append(scale, cs.id) == 1 and copy.column("type_code", [0, 1]).tolist() == [0, 0]
 

@@ -9,7 +9,7 @@ every vertex ran, so results never depend on vertex order.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,15 +23,56 @@ from poplar_api.types import Type
 from poplar_api.vertices import type_groups
 
 
-@dataclass
 class FieldTable:
-    """Elements of one field over the vertices of one type group."""
+    """Elements of one field over the vertices of one type group.
 
-    spec: FieldSpec
-    ids: np.ndarray
-    offsets: np.ndarray
-    inner_offsets: np.ndarray | None
-    positions: np.ndarray  # position in the compute set of each vertex of the group
+    The ids of vertex ``i`` are ``ids[bounds[i]:bounds[i + 1]]``. When every vertex's
+    ids form one ascending run, ``runs`` holds each run's ``(begin, end)`` and the ids
+    array is made only if something asks for it (most of lowering works on the runs).
+    """
+
+    __slots__ = ("_ids", "inner_offsets", "offsets", "positions", "runs", "spec")
+
+    def __init__(
+        self,
+        spec: FieldSpec,
+        ids: np.ndarray | None,
+        offsets: np.ndarray,
+        inner_offsets: np.ndarray | None,
+        positions: np.ndarray,
+        runs: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        if ids is None and runs is None:
+            raise ValueError("a field table needs its ids or its runs")
+        self.spec = spec
+        self._ids = ids
+        self.offsets = offsets
+        self.inner_offsets = inner_offsets
+        self.positions = positions  # position in the compute set of each vertex of the group
+        self.runs = runs
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Element ids of every vertex, vertex after vertex (int64)."""
+        if self._ids is None:
+            begin, end = self.runs
+            self._ids = runs.expand(begin, end - begin)
+        return self._ids
+
+    @property
+    def size(self) -> int:
+        """Number of element references."""
+        return int(self.bounds[-1])
+
+    def without_ids(self, vertex_runs: tuple[np.ndarray, np.ndarray]) -> FieldTable:
+        """The same table keeping only its runs (which must describe its ids)."""
+        return FieldTable(
+            self.spec, None, self.offsets, self.inner_offsets, self.positions, vertex_runs
+        )
+
+    def touched(self) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """The ids, or the runs when the ids were never made (for memory liveness)."""
+        return self.runs if self._ids is None else self._ids
 
     @property
     def type(self) -> Type:
@@ -71,6 +112,17 @@ class ComputeSetTable:
 #: The ids of an unconnected field.
 _NO_IDS = np.zeros(0, np.int64)
 _size = operator.attrgetter("size")
+_start = operator.attrgetter("start")
+_stop = operator.attrgetter("stop")
+#: The run of an unconnected field.
+_NO_RUN = range(0)
+
+
+def _as_ids(value: range | np.ndarray) -> np.ndarray:
+    """The ids a connection holds, as an array."""
+    if type(value) is range:
+        return np.arange(value.start, value.stop, dtype=np.int64)
+    return value
 
 
 def build_table(state, cs) -> ComputeSetTable:
@@ -96,10 +148,17 @@ def build_table(state, cs) -> ComputeSetTable:
                 inner_offsets = np.concatenate(([0], np.cumsum(inner_len)))
                 ids = np.concatenate(inner, axis=None) if inner else _NO_IDS
             else:
-                arrays = [f.get(name, _NO_IDS) for f in members]
+                arrays = [f.get(name, _NO_RUN) for f in members]
+                inner_offsets = None
+                if all(type(a) is range for a in arrays):  # every vertex one run
+                    begin = np.fromiter(map(_start, arrays), np.int64, len(arrays))
+                    end = np.fromiter(map(_stop, arrays), np.int64, len(arrays))
+                    offsets = np.concatenate(([0], np.cumsum(end - begin)))
+                    tables.append(FieldTable(spec, None, offsets, None, positions, (begin, end)))
+                    continue
+                arrays = [_as_ids(a) for a in arrays]
                 per_vertex_len = np.fromiter(map(_size, arrays), np.int64, len(arrays))
                 offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
-                inner_offsets = None
                 # axis=None: each view's ids flattened in row-major order
                 ids = np.concatenate(arrays, axis=None) if arrays else _NO_IDS
             tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, positions))
@@ -116,7 +175,7 @@ def connection_sizes(vtype: VertexType, fields: dict) -> dict[str, int | list[in
         if spec.kind == "vectorlist":
             sizes[spec.name] = [0 if ids is None else ids.size for ids in value or []]
         else:
-            sizes[spec.name] = 0 if value is None else value.size
+            sizes[spec.name] = 0 if value is None else np.size(value)
     return sizes
 
 
@@ -127,12 +186,17 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
     by_size: dict[int, tuple[Type, list[tuple[FieldTable, np.ndarray]]]] = {}
     for group in table.groups:
         for ft in group.fields:
-            if ft.spec.direction != "out" and ft.ids.size:
+            if ft.spec.direction != "out" and ft.size:
                 entry = by_size.setdefault(ft.type.size, (ft.type, []))
                 entry[1].append((ft, table.tiles[ft.positions]))
     for typ, fields in by_size.values():
         owner = state.space(typ).tile
-        pieces = [runs.field_pieces(ft.ids, ft.bounds, vtiles, owner) for ft, vtiles in fields]
+        pieces = [
+            runs.field_pieces(ft.ids, ft.bounds, vtiles, owner)
+            if ft.runs is None
+            else runs.run_pieces(*ft.runs, vtiles, owner)
+            for ft, vtiles in fields
+        ]
         if len(pieces) == 1:
             begin, length, dst = pieces.pop()
         else:  # one array at a time, each field's part freed once copied
@@ -153,7 +217,7 @@ def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None
     """Elements the vertices write that live on other tiles."""
     for group in table.groups:
         for ft in group.fields:
-            if not ft.spec.writes or ft.ids.size == 0:
+            if not ft.spec.writes or ft.size == 0:
                 continue
             lengths = np.diff(ft.bounds)
             # tiles as int32: one per written element, and there may be tens of millions
@@ -171,6 +235,8 @@ def _in_place_bounds(ft: FieldTable, vtype: VertexType) -> tuple[np.ndarray, np.
         return None
     if ft.type.numpy.kind == "b" or np.dtype(ft.type.numpy) != np.dtype(spec.kernel_dtype):
         return None
+    if ft.runs is not None:
+        return ft.runs
     return runs.vertex_runs(ft.ids, ft.offsets)
 
 
@@ -193,7 +259,7 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
     for g, bounds in zip(table.groups, in_place, strict=True):
         pairs = list(zip(g.fields, bounds, strict=True))
         where.append([None if b is not None else runs.as_index(ft.ids) for ft, b in pairs])
-        kept = [ft if b is None else replace(ft, ids=_NO_IDS) for ft, b in pairs]
+        kept = [ft if b is None else ft.without_ids(b) for ft, b in pairs]
         groups.append(TypeGroup(g.vtype, g.positions, kept))
     name = table.name
 
@@ -211,7 +277,7 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
                     fields[ft.spec.name] = InPlaceField(image, *lies)
                     continue
                 if index[k] is None:  # kept for later unchecked runs
-                    index[k] = runs.as_index(runs.expand(lies[0], lies[1] - lies[0]))
+                    index[k] = runs.as_index(ft.ids)
                 ix = index[k]
                 # read gives a new array: converting in place of copying is safe
                 data = storage.read(ft.type, ix).astype(ft.spec.kernel_dtype, copy=False)

@@ -475,7 +475,7 @@ class Emitter:
             planner, f"{cs.name}/ExchangeOut", f"{cs.name}/SyncOut", pid, "Out"
         )
         node = ir.Sequence(nodes, name=cs.name)
-        self.touches[id(node)] = [(ft.type, ft.ids) for g in table.groups for ft in g.fields]
+        self.touches[id(node)] = [(ft.type, ft.touched()) for g in table.groups for ft in g.fields]
         self.cs_nodes[cs.id] = node
         return node
 

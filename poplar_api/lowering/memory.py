@@ -144,12 +144,17 @@ def _present(values: np.ndarray, n: int) -> np.ndarray:
     return np.flatnonzero(mask)
 
 
-def _variables_of(state: Any, parts: list[tuple[Any, np.ndarray]]) -> np.ndarray:
-    """Ids of the variables owning any of the elements in ``parts``."""
+def _variables_of(state: Any, parts: list[tuple[Any, Any]]) -> np.ndarray:
+    """Ids of the variables owning any of the elements in ``parts`` (each an id array
+    or a pair ``(begin, end)`` of arrays of id runs)."""
     mask = np.zeros(len(state.variables), bool)
     for t, ids in parts:
         space = state.find_space(t)
-        if ids.size and space is not None:
+        if space is None:
+            continue
+        if isinstance(ids, tuple):
+            runs.mark_variable_runs(space, *ids, mask)
+        elif ids.size:
             runs.mark_variables(space, ids, mask)
     return np.flatnonzero(mask)
 
@@ -262,9 +267,9 @@ def _interleaved_keys(state: Any, cs_ids: list[int], num_tiles: int) -> np.ndarr
                 for spec in specs:
                     value = fields.get(spec.name)
                     for ids in value if isinstance(value, list) else [value]:
-                        if ids is None or ids.size == 0:
+                        if ids is None or np.size(ids) == 0:
                             continue
-                        ids = ids.reshape(-1)
+                        ids = np.asarray(ids, np.int64).reshape(-1)
                         space = state.space(spec.element_type)
                         tiles = space.tile[ids].astype(np.int64)
                         keys.append(space.variables_of(ids) * num_tiles + tiles)

@@ -14,13 +14,19 @@ import numpy as np
 
 
 @numba.njit(cache=True)
-def _field_pieces(ids, bounds, vtiles, owner, out_begin, out_length, out_dst):  # pragma: no cover
+def _field_pieces(
+    ids, starts, bounds, vtiles, owner, out_begin, out_length, out_dst
+):  # pragma: no cover
+    # vertex v's ids are ids[bounds[v]:bounds[v + 1]], or when starts are given the
+    # run of bounds[v + 1] - bounds[v] ids from starts[v]
+    by_run = starts.size > 0
     count = 0
     for v in range(bounds.size - 1):
         tile = vtiles[v]
         prev_id = -2
+        first = starts[v] - bounds[v] if by_run else 0
         for p in range(bounds[v], bounds[v + 1]):
-            i = ids[p]
+            i = first + p if by_run else ids[p]
             if owner[i] == tile:
                 prev_id = -2
                 continue
@@ -64,6 +70,10 @@ def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no
     return count
 
 
+#: An empty id array (the kernels' "not given").
+_NONE = np.zeros(0, np.int64)
+
+
 def _collect(kernel, *args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Count the pieces, then fill them (two passes, no element-sized arrays)."""
     empty = np.zeros(0, np.int64)
@@ -97,7 +107,16 @@ def field_pieces(
         other than ``dst`` and are read by a vertex on tile ``dst``; every remote
         reference is in exactly one run, in reference order.
     """
-    return _collect(_field_pieces, ids, bounds, vtiles, owner)
+    return _collect(_field_pieces, ids, _NONE, bounds, vtiles, owner)
+
+
+def run_pieces(
+    begin: np.ndarray, end: np.ndarray, vtiles: np.ndarray, owner: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`field_pieces` of a field whose vertex ``v`` reads the ids
+    ``begin[v] .. end[v] - 1`` (the same pieces, without the ids array)."""
+    bounds = np.concatenate(([0], np.cumsum(end - begin)))
+    return _collect(_field_pieces, _NONE, begin, bounds, vtiles, owner)
 
 
 def flat_pieces(
@@ -161,6 +180,41 @@ def mark_variables(space: object, ids: np.ndarray, mask: np.ndarray) -> None:
     var_ids = np.asarray(space.var_ids, np.int64)
     if ids.size:
         _mark_variables(np.asarray(ids, np.int64), bases, var_ids, mask)
+
+
+def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: np.ndarray) -> None:
+    """:func:`mark_variables` of the ids ``begin[k] .. end[k] - 1`` of every run ``k``."""
+    bases = np.asarray(space.var_bases, np.int64)
+    var_ids = np.asarray(space.var_ids, np.int64)
+    full = end > begin
+    if not full.any() or bases.size == 0:
+        return
+    first = np.searchsorted(bases, begin[full], side="right") - 1
+    last = np.searchsorted(bases, end[full] - 1, side="right") - 1
+    # variables are id ranges in id order: a run covers every variable from its first
+    # element's to its last element's, except variables of no elements
+    cover = np.zeros(bases.size + 1, np.int64)
+    np.add.at(cover, first, 1)
+    np.add.at(cover, last + 1, -1)
+    sizes = np.diff(bases, append=space.size)
+    mask[var_ids[(np.cumsum(cover[:-1]) > 0) & (sizes > 0)]] = True
+
+
+@numba.njit(cache=True)
+def _runs_hit(mask, begin, end, out):  # pragma: no cover - compiled
+    for k in range(begin.size):
+        for i in range(begin[k], end[k]):
+            if mask[i]:
+                out[k] = True
+                break
+
+
+def runs_hit(mask: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Whether any of ids ``begin[k] .. end[k] - 1`` is set in ``mask``, per run ``k``."""
+    out = np.zeros(begin.size, np.bool_)
+    if begin.size:
+        _runs_hit(mask, np.asarray(begin, np.int64), np.asarray(end, np.int64), out)
+    return out
 
 
 @numba.njit(cache=True)

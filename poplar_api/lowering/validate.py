@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from poplar_api.lowering import runs
 from poplar_api.lowering.computeset import ComputeSetTable
 from poplar_api.vertices import NO_ESTIMATE, UNMAPPED
 
@@ -112,6 +113,8 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
         del w_ids
         writer: np.ndarray | None = None  # first writer (position) of each written element
         for ft in reads:
+            if ft.runs is not None and not runs.runs_hit(written, *ft.runs).any():
+                continue  # no read of a written element, found without the ids
             refs = np.flatnonzero(written[ft.ids])
             if refs.size == 0:
                 continue
