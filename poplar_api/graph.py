@@ -702,7 +702,11 @@ class Graph:
             # one tile for a tensor or vertex of this graph: the common case, inline
             if type(target) is Tensor and target._graph is self._state:
                 space = self._state.space(target._type)
-                space.tile[target.flat_index()] = int(self._tiles[mapping])
+                start = target._start
+                if start >= 0:  # consecutive ids: a block of the tile array
+                    space.tile[start : start + target._index.size] = int(self._tiles[mapping])
+                else:
+                    space.tile[target.flat_index()] = int(self._tiles[mapping])
                 return
             if type(target) is VertexRef and target.graph._state is self._state:
                 self._state.vertices.tile[target.id] = int(self._tiles[mapping])

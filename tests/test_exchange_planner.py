@@ -185,6 +185,19 @@ def test_runs_equal_their_expanded_ids():
         )
 
 
+def test_int32_ids_give_what_int64_ids_give():
+    from poplar_api.lowering import runs
+
+    ids = np.array([4, 5, 6, 9, 10, 2], np.int64)
+    offsets = np.array([0, 3, 5, 6], np.int64)
+    for dtype in (np.int32, np.int64):
+        assert runs.as_index(np.arange(5, 9, dtype=dtype)) == slice(5, 9)
+        assert isinstance(runs.as_index(ids.astype(dtype)), np.ndarray)
+        begin, end = runs.vertex_runs(ids.astype(dtype), offsets)
+        assert begin.tolist() == [4, 9, 2] and end.tolist() == [7, 11, 3]
+        assert runs.vertex_runs(ids[::-1].astype(dtype), offsets) is None
+
+
 def test_tile_cuts_match_a_plain_scan():
     """Cut points of a tile-sorted destination array: the first start of a tile's
     entries at or after each multiple of the step (a plain scan written here), or no

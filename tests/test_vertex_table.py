@@ -164,3 +164,29 @@ def test_estimate_out_of_range_is_refused(graph: Graph) -> None:
         graph.setPerfEstimate(v, 2**62)
     graph.setPerfEstimate(v, 2**62 - 1)
     assert graph._state.vertices[v.id].perf_estimate == 2**62 - 1
+
+
+def test_field_tables_hold_runs_or_int32_ids(graph: Graph) -> None:
+    from poplar_api.lowering.computeset import build_table
+
+    cs = graph.addComputeSet("cs")
+    m = graph.addVariable(FLOAT, [4, 3], "m")
+    for r in range(4):
+        graph.addVertex(cs, "Scale", {"in": m[r], "k": m[r][0], "out": m[:, r % 3]})
+    g = graph.addVertex(cs, "Gather", {"parts": [m[1], m[:, 0]], "out": m[0]})
+    table = build_table(graph._state, cs)
+    scale, gather = table.groups
+    assert [ft.spec.name for ft in scale.fields] == ["in", "k", "out"]
+    ins, ks, outs = scale.fields
+    # rows: runs, and the ids only when asked for
+    assert ins.runs is not None and ins.touched() is ins.runs
+    assert ins.runs[0].tolist() == [0, 3, 6, 9] and ins.runs[1].tolist() == [3, 6, 9, 12]
+    assert ins.ids.tolist() == list(range(12)) and ks.ids.tolist() == [0, 3, 6, 9]
+    # columns: int32 ids (the id space is small), column after column
+    assert outs.runs is None and outs.ids.dtype == np.int32
+    assert outs.ids.tolist() == [0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, 0, 3, 6, 9]
+    parts, out = gather.fields
+    assert out.runs is not None and out.ids.tolist() == [0, 1, 2]
+    assert parts.ids.dtype == np.int32 and parts.ids.tolist() == [3, 4, 5, 0, 3, 6, 9]
+    assert parts.offsets.tolist() == [0, 2] and parts.inner_offsets.tolist() == [0, 3, 7]
+    assert gather.positions.tolist() == [g.id]

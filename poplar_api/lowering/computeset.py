@@ -53,7 +53,7 @@ class FieldTable:
 
     @property
     def ids(self) -> np.ndarray:
-        """Element ids of every vertex, vertex after vertex (int64)."""
+        """Element ids of every vertex, vertex after vertex (int32 or int64)."""
         if self._ids is None:
             begin, end = self.runs
             self._ids = runs.expand(begin, end - begin)
@@ -118,6 +118,20 @@ _stop = operator.attrgetter("stop")
 _NO_RUN = range(0)
 
 
+def _id_dtype(state, spec: FieldSpec) -> type:
+    """Type of a field table's ids: int32 when every id of the field's element size fits
+    (half the memory of int64; a table may hold tens of millions of ids)."""
+    space = state.find_space(spec.element_type)
+    return np.int32 if space is None or space.size <= np.iinfo(np.int32).max else np.int64
+
+
+def _join(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The ids of ``arrays``, each flattened in row-major order, one after another."""
+    if not arrays:
+        return _NO_IDS.astype(dtype)
+    return np.concatenate(arrays, axis=None, dtype=dtype, casting="same_kind")
+
+
 def _as_ids(value: range | np.ndarray) -> np.ndarray:
     """The ids a connection holds, as an array."""
     if type(value) is range:
@@ -146,7 +160,7 @@ def build_table(state, cs) -> ComputeSetTable:
                 inner_len = np.fromiter(map(_size, inner), np.int64, len(inner))
                 offsets = np.concatenate(([0], np.cumsum(counts)))
                 inner_offsets = np.concatenate(([0], np.cumsum(inner_len)))
-                ids = np.concatenate(inner, axis=None) if inner else _NO_IDS
+                ids = _join(inner, _id_dtype(state, spec))
             else:
                 arrays = [f.get(name, _NO_RUN) for f in members]
                 inner_offsets = None
@@ -159,8 +173,7 @@ def build_table(state, cs) -> ComputeSetTable:
                 arrays = [_as_ids(a) for a in arrays]
                 per_vertex_len = np.fromiter(map(_size, arrays), np.int64, len(arrays))
                 offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
-                # axis=None: each view's ids flattened in row-major order
-                ids = np.concatenate(arrays, axis=None) if arrays else _NO_IDS
+                ids = _join(arrays, _id_dtype(state, spec))
             tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, positions))
         groups.append(TypeGroup(vtype, positions, tables))
     return ComputeSetTable(cs.name, vids, tiles, groups)

@@ -179,7 +179,7 @@ def mark_variables(space: object, ids: np.ndarray, mask: np.ndarray) -> None:
     bases = np.asarray(space.var_bases, np.int64)
     var_ids = np.asarray(space.var_ids, np.int64)
     if ids.size:
-        _mark_variables(np.asarray(ids, np.int64), bases, var_ids, mask)
+        _mark_variables(np.asarray(ids), bases, var_ids, mask)
 
 
 def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: np.ndarray) -> None:
@@ -272,12 +272,16 @@ def _consecutive(ids):  # pragma: no cover
     return True
 
 
+#: Id array types the kernels are compiled for.
+_ID_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
 def as_index(ids: np.ndarray) -> np.ndarray | slice:
     """``ids`` as a slice when they are one ascending run of consecutive ids (then
     reads and writes of the elements are copies of a block, not a gather or scatter),
     else unchanged."""
     ids = np.asarray(ids)
-    if ids.ndim == 1 and ids.size and ids.dtype == np.int64 and _consecutive(ids):
+    if ids.ndim == 1 and ids.size and ids.dtype in _ID_TYPES and _consecutive(ids):
         return slice(int(ids[0]), int(ids[0]) + ids.size)
     return ids
 
@@ -342,5 +346,8 @@ def _vertex_runs(ids, offsets):  # pragma: no cover - compiled
 def vertex_runs(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """``(begin, end)`` with ``ids[offsets[v]:offsets[v + 1]] == range(begin[v], end[v])``
     for every vertex ``v`` (each vertex's ids one ascending run), else None."""
-    begin, end, ok = _vertex_runs(np.asarray(ids, np.int64), np.asarray(offsets, np.int64))
+    ids = np.asarray(ids)
+    if ids.dtype not in _ID_TYPES:
+        ids = ids.astype(np.int64)
+    begin, end, ok = _vertex_runs(ids, np.asarray(offsets, np.int64))
     return (begin, end) if ok else None
