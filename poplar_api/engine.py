@@ -304,6 +304,7 @@ class Engine:
                 "its IPUs; hint: detach that device, or load onto one that device.attach() took"
             )
         self._device = device
+        self._storage.load()
         self._machine = Machine(device.getTarget().config) if device.isTimed else None
         self.timing = self._machine.timing if self._machine is not None else None
         if self._machine is not None:  # a copy the device cannot carry fails here

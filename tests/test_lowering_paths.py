@@ -145,3 +145,18 @@ def test_an_input_read_in_place_is_still_read_only() -> None:
     engine.load(device)
     with pytest.raises(CodeletError, match="Input fields are read-only"):
         engine.run(0)
+
+
+def test_loading_writes_the_image_without_changing_it():
+    from poplar_api.lowering.context import Storage
+
+    graph = Graph(IPUModel("ipu2").createDevice().getTarget())
+    x = graph.addConstant(FLOAT, [5], [1.5, -2.0, 0.0, 3.25, 7.0], "x")
+    graph.setTileMapping(x, 1)
+    storage = Storage(graph._state)
+    before = {size: arr.copy() for size, arr in storage.full.items()}
+    storage.load()
+    assert before.keys() == storage.full.keys()
+    for size, arr in storage.full.items():
+        np.testing.assert_array_equal(arr, before[size])
+    assert storage.read(FLOAT, x.flat_index()).tolist() == [1.5, -2.0, 0.0, 3.25, 7.0]

@@ -397,3 +397,17 @@ def test_tut7_same_trace_per_ipu_and_per_tile():
         outcomes.append(tut7.run(tut7.create_device(IPUModel(cfg)), 40, 50, profile=False))
     np.testing.assert_array_equal(outcomes[0].result, outcomes[1].result)
     assert_same_traces(outcomes[0].engine.getTrace(), outcomes[1].engine.getTrace())
+
+
+def test_tut7_host_product_is_the_float64_product_block_by_block():
+    tut7 = tutorial("tut7")
+    rng = np.random.default_rng(5)
+    rows = 2 * tut7.HOST_BLOCK_ROWS + 37  # a partial last block
+    matrix = rng.standard_normal((rows, 9)).astype(np.float32)
+    vector = rng.standard_normal(9).astype(np.float32)
+    want = np.array(
+        [sum(float(a) * float(b) for a, b in zip(row, vector, strict=True)) for row in matrix]
+    )
+    got = tut7.host_product(matrix, vector)
+    assert got.dtype == np.float64 and got.shape == (rows,)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

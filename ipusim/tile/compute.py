@@ -108,6 +108,7 @@ def _assign_vertices(
     for v in range(vertex_tile.shape[0]):  # checked first: nothing is assigned if one is bad
         if not 0 <= vertex_tile[v] < num_tiles or vertex_cycles[v] < 0:
             return load, multi, active, count, context, cycles, v
+    most = np.zeros(num_tiles, dtype=np.int64)  # the most loaded context of each tile
     for v in range(vertex_tile.shape[0]):
         t = vertex_tile[v]
         cost = vertex_cycles[v] + (multi_launch if vertex_multi[v] else launch)
@@ -123,11 +124,9 @@ def _assign_vertices(
                     best = c
             load[t, best] += cost
             context[v] = best
+            most[t] = max(most[t], load[t, best])
     for t in range(num_tiles):
-        most = 0
-        for c in range(num_contexts):
-            most = max(most, load[t, c])
-        cycles[t] = num_contexts * most + multi[t]
+        cycles[t] = num_contexts * most[t] + multi[t]
     return load, multi, active, count, context, cycles, -1
 
 
