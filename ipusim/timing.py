@@ -146,7 +146,7 @@ class PhaseExchange(StaticExchange):
         cost = exchange_cost(self.cfg, step)
         tpi = self.cfg.tile.tiles_per_ipu
         per_ipu = cost.cycles.reshape(self.cfg.num_ipus, tpi).max(axis=1)
-        cycles = np.repeat(per_ipu, tpi).astype(np.int64)
+        cycles = np.repeat(per_ipu, tpi).astype(np.int64, copy=False)
         return cost.with_cycles(cycles)
 
 

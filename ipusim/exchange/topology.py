@@ -42,12 +42,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, shortest_path
 
 from ipusim.errors import IpusimError
 
 if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
+
     from ipusim.config import LinksConfig, MachineConfig
 
 __all__ = [
@@ -180,6 +180,8 @@ def wiring(num_ipus: int, links: LinksConfig) -> Wiring:
 
 
 def _graph(n: int, pairs: np.ndarray) -> csr_matrix:
+    from scipy.sparse import csr_matrix  # scipy is loaded only by multi-IPU routing
+
     rows = np.concatenate([pairs[:, 0], pairs[:, 1]])
     cols = np.concatenate([pairs[:, 1], pairs[:, 0]])
     return csr_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(n, n))
@@ -187,6 +189,8 @@ def _graph(n: int, pairs: np.ndarray) -> csr_matrix:
 
 def components(w: Wiring) -> list[list[int]]:
     """Groups of IPUs joined by some path of links, each sorted, ordered by first IPU."""
+    from scipy.sparse.csgraph import connected_components
+
     pairs = np.concatenate([w.ipu_links, w.gw_links])
     _, label = connected_components(_graph(w.num_ipus, pairs), directed=False)
     groups: dict[int, list[int]] = {}
@@ -292,6 +296,9 @@ class Topology:
             dist = np.full((n, n), -1, dtype=np.int64)
             np.fill_diagonal(dist, 0)
             return dist
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import shortest_path
+
         graph = csr_matrix(
             (np.ones(self._hop_src.size), (self._hop_src, self._hop_dst)), shape=(n, n)
         )

@@ -9,8 +9,6 @@ from __future__ import annotations
 import html
 from typing import Any
 
-import pandas as pd
-
 
 def _table(rows: list[tuple[str, Any]]) -> str:
     cells = "".join(
@@ -39,6 +37,8 @@ class GraphProfile(dict):
                 ("compute sets", graph.get("numComputeSets", 0)),
             ]
         )
+        import pandas as pd  # only to render in a notebook
+
         cs = self.get("computeSets", {})
         cycles = cs.get("cycleEstimates", {}).get("cyclesByTile", [])
         frame = pd.DataFrame(
@@ -55,6 +55,8 @@ class ExecutionProfile(dict):
     """An execution profile; in a notebook: cycles per phase and the first steps."""
 
     def _repr_html_(self, head: int = 20) -> str:
+        import pandas as pd  # only to render in a notebook
+
         sim = self.get("simulation", {})
         rows = [("profiler mode", self.get("profilerMode", "")), ("cycles", sim.get("cycles", 0))]
         rows += [(f"tile cycles: {k}", v) for k, v in sim.get("tileCycles", {}).items()]

@@ -69,7 +69,6 @@ from functools import cache
 from typing import Any, Literal
 
 import numpy as np
-import scipy.linalg
 
 from poplar_api.codelet import FieldBatch, InOut, Input, Output, Vector, Vertex
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
@@ -260,6 +259,8 @@ class _TriangularInverseBase(_SolverVertex):
     def computeBatch(
         cls, batches: Mapping[str, FieldBatch], num_vertices: int, num_workers: int
     ) -> np.ndarray:
+        import scipy.linalg  # loaded by the first solver run, not by every import
+
         src, dst = batches["in"], batches["out"]
         for (s, e), (os_, oe) in zip(_blocks(src), _blocks(dst), strict=True):
             dim = math.isqrt(e - s)
@@ -318,6 +319,8 @@ class _TriangularSolveBase(_SolverVertex):
     def computeBatch(
         cls, batches: Mapping[str, FieldBatch], num_vertices: int, num_workers: int
     ) -> np.ndarray:
+        import scipy.linalg  # loaded by the first solver run, not by every import
+
         a, b, x = batches["a"], batches["b"], batches["x"]
         for (s, e), (bs, be), (xs, xe) in zip(_blocks(a), _blocks(b), _blocks(x), strict=True):
             an = be - bs
