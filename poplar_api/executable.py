@@ -43,6 +43,7 @@ from poplar_api.errors import EngineError, PoplarError
 from poplar_api.graph import Graph, replication_factor
 from poplar_api.program import Program
 from poplar_api.tensor import Tensor
+from poplar_api.vertices import VertexTable
 
 if TYPE_CHECKING:
     from poplar_api.engine import Engine
@@ -398,9 +399,8 @@ def _pack_index(index: np.ndarray) -> tuple[Any, ...]:
     return ("array", index)
 
 
-def _rebuild_tensor(
-    graph: Any, element_type: Any, packed: tuple[Any, ...], name: str, root: str
-) -> Tensor:
+def _unpack_index(packed: tuple[Any, ...]) -> np.ndarray:
+    """The int64 ids :func:`_pack_index` packed (read-only, as a tensor's are)."""
     kind = packed[0]
     if kind == "empty":
         index = np.zeros(packed[1], np.int64)
@@ -410,7 +410,56 @@ def _rebuild_tensor(
         index = (start + step * np.arange(n, dtype=np.int64)).reshape(shape)
     else:
         index = np.ascontiguousarray(packed[1], dtype=np.int64)
-    return Tensor._new(graph, element_type, index, name, root)
+    index.flags.writeable = False
+    return index
+
+
+def _rebuild_tensor(
+    graph: Any, element_type: Any, packed: tuple[Any, ...], name: str, root: str
+) -> Tensor:
+    return Tensor._new(graph, element_type, _unpack_index(packed), name, root)
+
+
+def _pack_vertices(table: VertexTable) -> tuple[Any, ...]:
+    """A vertex table's pickled form with its connections' id arrays packed compactly;
+    an array several vertices share is packed once (pickle keeps the one tuple)."""
+    state = table.__getstate__()
+    packed: dict[int, tuple[Any, ...]] = {}
+
+    def pack(value: Any) -> Any:
+        if not isinstance(value, np.ndarray):
+            return value  # a range, or None for an unconnected vector
+        found = packed.get(id(value))
+        if found is None:
+            found = packed[id(value)] = ("ids", _pack_index(value))
+        return found
+
+    state["fields"] = [
+        {k: [pack(x) for x in v] if isinstance(v, list) else pack(v) for k, v in f.items()}
+        for f in state["fields"]
+    ]
+    return (_rebuild_vertices, (state,))
+
+
+def _rebuild_vertices(state: dict[str, Any]) -> VertexTable:
+    """The vertex table :func:`_pack_vertices` packed (a shared array is shared again)."""
+    arrays: dict[int, np.ndarray] = {}
+
+    def unpack(value: Any) -> Any:
+        if type(value) is not tuple:
+            return value
+        found = arrays.get(id(value))
+        if found is None:
+            found = arrays[id(value)] = _unpack_index(value[1])
+        return found
+
+    state["fields"] = [
+        {k: [unpack(x) for x in v] if isinstance(v, list) else unpack(v) for k, v in f.items()}
+        for f in state["fields"]
+    ]
+    table = VertexTable.__new__(VertexTable)
+    table.__setstate__(state)
+    return table
 
 
 class _Pickler(pickle.Pickler):
@@ -427,6 +476,8 @@ class _Pickler(pickle.Pickler):
                 _rebuild_tensor,
                 (obj._graph, obj._type, _pack_index(obj._index), obj._name, obj._root),
             )
+        if type(obj) is VertexTable:
+            return _pack_vertices(obj)
         return NotImplemented
 
     def persistent_id(self, obj: Any) -> Any:

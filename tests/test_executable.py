@@ -19,7 +19,7 @@ import pytest
 
 from poplar_api import FLOAT, INT, Engine, Executable, ExecutableError, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
+from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import EngineError
 from poplar_api.executable import MAGIC, compileGraph
 
@@ -125,6 +125,81 @@ def test_serialize_round_trip_in_process(tmp_path):
     assert fp == fp1
 
 
+class Gather(Vertex):
+    """``out = sum of every part``."""
+
+    parts = Input(VectorList(FLOAT))
+    out = Output(FLOAT)
+
+    @staticmethod
+    def compute(parts, out):
+        s = 0.0
+        for j in range(len(parts)):
+            for i in range(parts[j].shape[0]):
+                s += parts[j][i]
+        out[0] = s
+        return True
+
+
+def test_connections_of_every_kind_survive_a_file(tmp_path):
+    """Rows (ranges), columns and shuffled views (id arrays, one shared by two vertices)
+    and VectorLists come back with the same ids, and the graph runs alike."""
+    g = Graph(device().getTarget())
+    g.addCodelets([ScaleSum, Gather])
+    m = g.addVariable(FLOAT, [4, 6], "m")
+    out = g.addVariable(FLOAT, [7], "out")
+    for r in range(4):
+        g.setTileMapping(m[r], r)
+    g.setTileMapping(out, 5)
+    cs = g.addComputeSet("cs")
+    shuffled = m[1].slice(0, 6)[::-1]
+    views = [m[0], m[:, 2], shuffled, shuffled, m[3].slice(1, 4)]
+    for k, view in enumerate(views):
+        v = g.addVertex(cs, "ScaleSum", {"in": view, "out": out[k]})
+        g.setTileMapping(v, k)
+        g.setPerfEstimate(v, 5 + k)
+    v = g.addVertex(cs, "Gather", {"parts": [m[2], m[:, 0]], "out": out[5]})
+    g.setTileMapping(v, 6)
+    g.setPerfEstimate(v, 9)
+    values = np.arange(24, dtype=np.float32).reshape(4, 6)
+    program = prog.Sequence([prog.Execute(cs)])
+
+    def result(engine):
+        engine.load(device())
+        engine.writeTensor("m", values)
+        engine.run(0)
+        return engine.readTensor("out")
+
+    g.createHostWrite("m", m)
+    g.createHostRead("out", out)
+    path = tmp_path / "views.ipuexe"
+    compileGraph(g, program).serialize(path)
+    exe = Executable.deserialize(path)
+    loaded = exe._state.vertices
+    original = g._state.vertices
+    for vid in range(len(original)):
+        for name, ids in original.fields[vid].items():
+            got = loaded.fields[vid][name]
+            if isinstance(ids, list):
+                assert [a.tolist() for a in got] == [np.asarray(a).tolist() for a in ids]
+            else:
+                assert type(got) is type(ids), (vid, name)
+                assert np.asarray(got).tolist() == np.asarray(ids).tolist(), (vid, name)
+    assert loaded.fields[2]["in"] is loaded.fields[3]["in"]  # still one shared array
+    # evenly spaced ids (a column, a reversed row) are stored as ranges, not arrays
+    from poplar_api.executable import _pack_vertices
+
+    _, (state,) = _pack_vertices(original)
+    assert state["fields"][1]["in"] == ("ids", ("range", 2, 6, (4,)))
+    assert state["fields"][2]["in"] == ("ids", ("range", 11, -1, (6,)))
+    assert state["fields"][2]["in"] is state["fields"][3]["in"]
+    assert not loaded.fields[1]["in"].flags.writeable
+    want = [2 * float(values.reshape(-1)[np.asarray(v.flat_index())].sum()) for v in views]
+    want += [float(values[2].sum() + values[:, 0].sum()), 0.0]
+    assert result(Engine(exe)).tolist() == want
+    assert result(Engine(g, program)).tolist() == want
+
+
 def test_serialize_to_a_stream():
     g, p = build()
     buf = io.BytesIO()
@@ -146,7 +221,7 @@ def test_a_second_engine_of_one_executable_compiles_again():
 CODELETS = textwrap.dedent(
     """
     from poplar_api import FLOAT, INT
-    from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
+    from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
 
     class ScaleSum(Vertex):
         in_ = Input(Vector(FLOAT))
