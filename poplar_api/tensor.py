@@ -231,6 +231,13 @@ class Tensor:
             name = f"{self._root}.(...){op}"
         return Tensor._new(self._graph, self._type, index, name, self._root)
 
+    def _reshaped(self, index: np.ndarray, op: str) -> Tensor:
+        """:meth:`_derive` for ``index``, this tensor's ids in another shape (in the same
+        row-major order, so a tensor of consecutive ids stays one)."""
+        t = self._derive(index, op)
+        t._start = self._start
+        return t
+
     def _view(self, index: np.ndarray, op: str, start: int = -1) -> Tensor:
         """:meth:`_derive` for ``index``, a numpy view of this tensor's (read-only) index
         (``start``: its first id when its ids are known to be consecutive, else -1)."""
@@ -525,7 +532,7 @@ class Tensor:
                 f"{ctx}: cannot reshape {self.numElements()} elements to {_fmt_shape(new)} "
                 f"({math.prod(new)} elements); the element counts must match"
             )
-        return self._derive(self._index.reshape(new), f".reshape({_fmt_shape(new)})")
+        return self._reshaped(self._index.reshape(new), f".reshape({_fmt_shape(new)})")
 
     def reshapePartial(self, beginIndex: int, endIndex: int, newDims: Sequence[int]) -> Tensor:
         """Replace dimensions ``[beginIndex, endIndex)`` by ``newDims`` (same size)."""
@@ -545,14 +552,14 @@ class Tensor:
                 f"newDims must hold the same and be >= 0"
             )
         new = old[:b] + dims + old[e:]
-        return self._derive(
+        return self._reshaped(
             self._index.reshape(new), f".reshapePartial({b},{e},{_fmt_shape(dims)})"
         )
 
     def flatten(self, dimBegin: int | None = None, dimEnd: int | None = None) -> Tensor:
         """Flatten to 1-D, or merge dimensions ``[dimBegin, dimEnd)`` into one."""
         if dimBegin is None and dimEnd is None:
-            return self._derive(self._index.reshape(-1), ".flatten()")
+            return self._reshaped(self._index.reshape(-1), ".flatten()")
         ctx = _Described(self)
         if dimBegin is None or dimEnd is None:
             raise TypeMismatchError(
@@ -566,7 +573,7 @@ class Tensor:
             )
         old = self.shape()
         new = [*old[:b], math.prod(old[b:e]), *old[e:]]
-        return self._derive(self._index.reshape(new), f".flatten({b},{e})")
+        return self._reshaped(self._index.reshape(new), f".flatten({b},{e})")
 
     def expand(self, indices: Sequence[int]) -> Tensor:
         """Insert singleton dimensions.
@@ -587,7 +594,7 @@ class Tensor:
             new.extend([1] * idx.count(pos))
             if pos < len(old):
                 new.append(old[pos])
-        return self._derive(self._index.reshape(new), f".expand({_fmt_shape(idx)})")
+        return self._reshaped(self._index.reshape(new), f".expand({_fmt_shape(idx)})")
 
     def squeeze(self, indices: Sequence[int]) -> Tensor:
         """Remove the size-1 dimensions numbered ``indices`` (distinct, each of size 1)."""
@@ -603,7 +610,7 @@ class Tensor:
                     "dimensions can be squeezed"
                 )
         new = [s for i, s in enumerate(old) if i not in idx]
-        return self._derive(self._index.reshape(new), f".squeeze({_fmt_shape(idx)})")
+        return self._reshaped(self._index.reshape(new), f".squeeze({_fmt_shape(idx)})")
 
     # ---------------------------------------------------- dimension reordering
     def transpose(self) -> Tensor:

@@ -117,12 +117,16 @@ def test_consecutive_ids_are_kept_as_ranges_others_as_arrays(graph: Graph) -> No
         "transposed": (m.transpose(), ids.T),
         "strided": (m[0][::2], ids[0, ::2]),
         "reversed rows": (m.reverse(0)[1], ids[::-1][1]),
+        "flattened": (m.flatten(), ids.reshape(-1)),
+        "reshaped rows": (m.slice(1, 3).reshape([3, 4]), ids[1:3].reshape(3, 4)),
+        "expanded element": (m[1][2].expand([0]), ids[1, 2:3]),
+        "flattened columns": (m[:, 1:3].flatten(), ids[:, 1:3].reshape(-1)),
     }
     for what, (view, want) in cases.items():
         v = graph.addVertex(cs, "Scale", {"in": view})
         got = graph._state.vertices[v.id].fields["in"]
         assert np.asarray(got).reshape(-1).tolist() == want.reshape(-1).tolist(), what
-        if what in ("column", "transposed", "strided"):  # not consecutive: never a range
+        if what in ("column", "transposed", "strided", "flattened columns"):  # never a range
             assert type(got) is not range, what
         elif what != "reversed rows":  # known consecutive (a reversed view is not tracked)
             assert type(got) is range, what
