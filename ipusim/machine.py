@@ -30,7 +30,8 @@ from ipusim.errors import IpusimError, RunAborted, SimulationTimeout
 from ipusim.exchange.collectives import ring_plan, run_ring
 from ipusim.exchange.fabric import LinkFabric
 from ipusim.host.link import check_copy_size
-from ipusim.timing import TimingModel
+from ipusim.sync.controller import sync_extra_cycles
+from ipusim.timing import ControllerSync, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
 
 
@@ -222,6 +223,8 @@ class _Run:
         self.remote_link = self.timing.remote.link(self.env) or self.host_link
         self.clock = np.zeros(cfg.num_tiles, np.int64)
         self.delays = self.timing.sync.delays()
+        # the stock sync controller: release and clock moves in one compiled pass
+        self._controller = type(self.timing.sync) is ControllerSync
         tpi = cfg.tile.tiles_per_ipu
         if cfg.sim.granularity == "tile":
             self.groups = [_Group(t, t // tpi, t, t + 1) for t in range(cfg.num_tiles)]
@@ -532,8 +535,18 @@ class _Run:
         part, expected, lo, hi = self._scope(g, kind == ir.SyncKind.INTERNAL)
 
         def finish() -> Generator[simpy.Event, Any, None]:
-            release = self.timing.sync.release(self.clock[lo:hi], self.delays[lo:hi], kind.value)
-            self._settle(rec, lo, hi, release)
+            if self._controller and hi > lo:  # sync_release and _settle, fused
+                extra = sync_extra_cycles(self.timing.sync.cfg, kind.value)
+                first, last = _release(
+                    self.clock[lo:hi], self.delays[lo:hi], extra, rec.tile_cycles[lo:hi]
+                )
+                rec.first_cycle = min(rec.first_cycle, first)
+                rec.last_cycle = max(rec.last_cycle, last)
+            else:
+                release = self.timing.sync.release(
+                    self.clock[lo:hi], self.delays[lo:hi], kind.value
+                )
+                self._settle(rec, lo, hi, release)
             yield from ()
 
         yield from self._collective(g, (n, part), expected, finish)
@@ -716,6 +729,26 @@ def _move(clock, end, spent):  # pragma: no cover - compiled
         last = max(last, end[t])
         spent[t] = end[t] - clock[t]
         clock[t] = end[t]
+    return first, last
+
+
+@numba.njit(cache=True)
+def _release(clock, delays, extra, spent):  # pragma: no cover - compiled
+    """The sync controller's release of tiles with clocks ``clock`` (the latest arrival
+    plus ``extra``, plus each tile's delay), moving the clocks there in place, ``spent``
+    the difference; (earliest arrival, latest release). Equal to
+    :func:`~ipusim.sync.controller.sync_release` followed by :func:`_move`."""
+    latest = clock[0]
+    first = clock[0]
+    for t in range(clock.shape[0]):
+        latest = max(latest, clock[t])
+        first = min(first, clock[t])
+    last = latest + extra + delays[0]
+    for t in range(clock.shape[0]):
+        end = latest + extra + delays[t]
+        last = max(last, end)
+        spent[t] = end - clock[t]
+        clock[t] = end
     return first, last
 
 
