@@ -2,8 +2,9 @@
 
 A graph keeps one row per vertex: its type, compute set, tile and cycle estimate in
 typed arrays, and its connections as the element ids of the connected tensors. Graphs
-of a million vertices are common, so a vertex costs a few dozen bytes and no object
-that Python's cycle collector has to visit (its connections dict holds only numpy
+of a million vertices are common, so a vertex costs a few dozen bytes and, unless it
+has a VectorList field (whose list the collector tracks), no object that Python's
+cycle collector has to visit (its connections dict holds only ranges and numpy
 arrays, which the collector ignores). :class:`VertexInstance` is a handle made on
 demand to read or change one row.
 
@@ -33,6 +34,8 @@ __all__ = [
     "VertexInstance",
     "VertexTable",
     "connection_ids",
+    "id_array",
+    "id_count",
     "type_groups",
 ]
 
@@ -120,6 +123,18 @@ def connection_ids(t: Tensor) -> range | np.ndarray:
     return t._index if start < 0 else range(start, start + t._index.size)
 
 
+def id_count(value: range | np.ndarray) -> int:
+    """Number of element ids a connection holds (without making an array of a range)."""
+    return len(value) if type(value) is range else int(value.size)
+
+
+def id_array(value: range | np.ndarray) -> np.ndarray:
+    """A connection's ids as a 1-D int64 array in row-major order."""
+    if type(value) is range:
+        return np.arange(value.start, value.stop, dtype=np.int64)
+    return np.asarray(value, np.int64).reshape(-1)
+
+
 def type_groups(codes: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """``(type code, positions in codes)`` of each type in ``codes``, in order of first
     appearance (the order vertex types are listed in profiles)."""
@@ -176,19 +191,20 @@ class VertexInstance:
         ``setFieldSize``)."""
         return self.table.list_sizes.setdefault(self.id, {})
 
-    def tensor(self, name: str, graph: Any) -> Tensor | list[Tensor | None] | None:
-        """The tensor connected to field ``name`` as a view of ``graph``'s state (a list
-        for a VectorList field; ``None`` where nothing is connected)."""
+    def tensor(self, name: str, state: Any) -> Tensor | list[Tensor | None] | None:
+        """The tensor connected to field ``name`` as a view of the graph state ``state``
+        (``graph._state``; a list for a VectorList field, ``None`` where nothing is
+        connected)."""
         value = self.fields.get(name)
         ftype = self.vtype.field(name).element_type
         what = f"v{self.id}.{name}"
         if isinstance(value, list):
             return [
-                None if ids is None else Tensor._new(graph, ftype, ids, what, what) for ids in value
+                None if ids is None else Tensor._new(state, ftype, ids, what, what) for ids in value
             ]
         if isinstance(value, range):
-            value = np.arange(value.start, value.stop, dtype=np.int64)
-        return None if value is None else Tensor._new(graph, ftype, value, what, what)
+            value = id_array(value)
+        return None if value is None else Tensor._new(state, ftype, value, what, what)
 
     def describe(self) -> str:
         return f"vertex {self.id} ({self.vtype.name})"

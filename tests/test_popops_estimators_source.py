@@ -240,7 +240,7 @@ def test_fill_of_1001_floats_is_split_over_six_workers():
     sizes = [min(1001, b) - a for a, b in itertools.pairwise(bounds)]
     assert sizes == [166, 168, 166, 168, 166, 167]
     assert [v.vtype.name for v in verts] == ["popops::Fill<float>"] * 6
-    assert [v.fields["out"].size for v in verts] == sizes
+    assert [np.size(v.fields["out"]) for v in verts] == sizes
     # one worker vertex per context: tile = W * the slowest Fill
     assert _tile_cycles(device, graph, seq, "fill") == W * max(fill_worker(FLOAT, s) for s in sizes)
     assert W * max(fill_worker(FLOAT, s) for s in sizes) == 642

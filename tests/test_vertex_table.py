@@ -194,3 +194,20 @@ def test_field_tables_hold_runs_or_int32_ids(graph: Graph) -> None:
     assert parts.ids.dtype == np.int32 and parts.ids.tolist() == [3, 4, 5, 0, 3, 6, 9]
     assert parts.offsets.tolist() == [0, 2] and parts.inner_offsets.tolist() == [0, 3, 7]
     assert gather.positions.tolist() == [g.id]
+
+
+def test_estimators_see_the_sizes_of_ranges_and_arrays(graph: Graph) -> None:
+    from poplar_api.lowering.computeset import connection_sizes
+    from poplar_api.vertices import id_array, id_count
+
+    assert id_count(range(7, 107)) == 100 and id_count(np.zeros((3, 4), np.int64)) == 12
+    assert id_array(range(3, 6)).tolist() == [3, 4, 5]
+    assert id_array(np.array([[4, 2], [9, 1]])).tolist() == [4, 2, 9, 1]
+    cs = graph.addComputeSet("cs")
+    m = graph.addVariable(FLOAT, [3, 5], "m")
+    v = graph.addVertex(cs, "Scale", {"in": m[1], "k": m[0][0], "out": m[:, 2]})
+    g = graph.addVertex(cs, "Gather", {"parts": [m[2], m[:, 1]], "out": m[0]})
+    table = graph._state.vertices
+    sizes = connection_sizes(table[v.id].vtype, table[v.id].fields)
+    assert sizes == {"in": 5, "k": 1, "out": 3}
+    assert connection_sizes(table[g.id].vtype, table[g.id].fields) == {"parts": [5, 3], "out": 5}

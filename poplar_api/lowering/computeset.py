@@ -20,7 +20,7 @@ from poplar_api.lowering import runs
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.types import Type
-from poplar_api.vertices import type_groups
+from poplar_api.vertices import id_array, id_count, type_groups
 
 
 class FieldTable:
@@ -132,13 +132,6 @@ def _join(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(arrays, axis=None, dtype=dtype, casting="same_kind")
 
 
-def _as_ids(value: range | np.ndarray) -> np.ndarray:
-    """The ids a connection holds, as an array."""
-    if type(value) is range:
-        return np.arange(value.start, value.stop, dtype=np.int64)
-    return value
-
-
 def build_table(state, cs) -> ComputeSetTable:
     """Tables of a compute set; unconnected fields count as empty (validation reports them)."""
     table = state.vertices
@@ -170,7 +163,7 @@ def build_table(state, cs) -> ComputeSetTable:
                     offsets = np.concatenate(([0], np.cumsum(end - begin)))
                     tables.append(FieldTable(spec, None, offsets, None, positions, (begin, end)))
                     continue
-                arrays = [_as_ids(a) for a in arrays]
+                arrays = [id_array(a) if type(a) is range else a for a in arrays]
                 per_vertex_len = np.fromiter(map(_size, arrays), np.int64, len(arrays))
                 offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
                 ids = _join(arrays, _id_dtype(state, spec))
@@ -188,7 +181,7 @@ def connection_sizes(vtype: VertexType, fields: dict) -> dict[str, int | list[in
         if spec.kind == "vectorlist":
             sizes[spec.name] = [0 if ids is None else ids.size for ids in value or []]
         else:
-            sizes[spec.name] = 0 if value is None else np.size(value)
+            sizes[spec.name] = 0 if value is None else id_count(value)
     return sizes
 
 

@@ -55,7 +55,7 @@ from ipusim.tile.memory import (
 )
 from ipusim.timing import TimingModel
 from poplar_api.lowering import runs
-from poplar_api.vertices import type_groups
+from poplar_api.vertices import id_array, id_count, type_groups
 
 __all__ = ["out_of_memory_message", "plan_memory", "vertex_state_bytes"]
 
@@ -267,9 +267,9 @@ def _interleaved_keys(state: Any, cs_ids: list[int], num_tiles: int) -> np.ndarr
                 for spec in specs:
                     value = fields.get(spec.name)
                     for ids in value if isinstance(value, list) else [value]:
-                        if ids is None or np.size(ids) == 0:
+                        if ids is None or id_count(ids) == 0:
                             continue
-                        ids = np.asarray(ids, np.int64).reshape(-1)
+                        ids = id_array(ids)
                         space = state.space(spec.element_type)
                         tiles = space.tile[ids].astype(np.int64)
                         keys.append(space.variables_of(ids) * num_tiles + tiles)
