@@ -903,10 +903,7 @@ class Graph:
                             or (spec.kind == "scalar" and value._index.size == 1)
                         )
                     ):
-                        start = value._start
-                        connected[name] = (
-                            value._index if start < 0 else range(start, start + value._index.size)
-                        )
+                        connected[name] = connection_ids(value)
                     elif spec is not None:
                         self._connect_field(vertices[vid], spec, value)
                     else:

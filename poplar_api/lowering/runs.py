@@ -70,14 +70,13 @@ def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no
     return count
 
 
-#: An empty id array (the kernels' "not given").
+#: An empty int64 array: a kernel argument not given, or outputs only counted.
 _NONE = np.zeros(0, np.int64)
 
 
 def _collect(kernel, *args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Count the pieces, then fill them (two passes, no element-sized arrays)."""
-    empty = np.zeros(0, np.int64)
-    n = kernel(*args, empty, empty, empty)
+    n = kernel(*args, _NONE, _NONE, _NONE)
     begin, length, dst = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
     kernel(*args, begin, length, dst)
     return begin, length, dst
