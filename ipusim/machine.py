@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
@@ -231,6 +231,16 @@ class _Run:
         else:
             self.groups = [_Group(i, i, i * tpi, (i + 1) * tpi) for i in range(cfg.num_ipus)]
         self.groups_per_ipu = len(self.groups) // cfg.num_ipus
+        self.one_ipu = cfg.num_ipus == 1
+        #: per group: (key part, expected groups, lo, hi) of its IPU's scope, then of
+        #: the machine's (see _scope)
+        self._scopes = [
+            (
+                (g.ipu, self.groups_per_ipu, g.ipu * tpi, (g.ipu + 1) * tpi),
+                (-1, len(self.groups), 0, cfg.num_tiles),
+            )
+            for g in self.groups
+        ]
         #: replicas of the program; steps name replica 0's tiles (see ir.Program)
         self.replicas = program.replicas
         self.replica_ipus = cfg.num_ipus // self.replicas
@@ -239,8 +249,11 @@ class _Run:
         self._scope_tiles: dict[frozenset[int], np.ndarray] = {}
         self._flow_cache: dict[int, tuple[ir.GlobalExchange, Any]] = {}
         self._active_ipus: dict[int, tuple[StepRecord, np.ndarray]] = {}
-        self.step_count = [0] * len(self.groups)
-        self.block_count = [0] * len(self.groups)
+        #: the items of the program's walk so far, shared by every group (see _walk)
+        self.path: list[tuple[int, Any, int]] = []
+        self.walker: Iterator[tuple[int, Any, int]] = iter(())
+        self.step_total = 0
+        self.block_total = 0
         self.blocks: dict[int, BlockRecord] = {}
         self.decision_count = [0] * len(self.groups)
         self.records: dict[int, StepRecord] = {}
@@ -254,7 +267,8 @@ class _Run:
     # ------------------------------------------------------------------ driver
     def execute(self, root: ir.Node) -> Trace:
         start = time.perf_counter()
-        procs = [self.env.process(self._group_main(g, root)) for g in self.groups]
+        self.walker = self._walk(root)
+        procs = [self.env.process(self._group_main(g)) for g in self.groups]
         error: BaseException | None = None
         try:
             self.env.run(simpy.AllOf(self.env, procs))
@@ -287,45 +301,94 @@ class _Run:
             raise SimulationTimeout(str(error), trace) from None
         return trace
 
-    def _group_main(self, g: _Group, root: ir.Node) -> Generator[simpy.Event, Any, None]:
-        yield from self._exec(g, root)
+    def _group_main(self, g: _Group) -> Generator[simpy.Event, Any, None]:
+        """Run the program's path (:meth:`_walk`) on the group's tiles."""
+        path = self.path
+        walker = self.walker
+        local, sync, step, enter = _LOCAL, _SYNC, _STEP, _ENTER
+        i = 0
+        while True:
+            if i < len(path):
+                code, obj, n = path[i]
+            else:  # this group leads: take the program one item further
+                item = next(walker, None)
+                if item is None:
+                    return
+                path.append(item)
+                code, obj, n = item
+            i += 1
+            if code == local:
+                self._local_step(g, n, obj)
+            elif code == sync:
+                event = self._sync(g, n, obj)
+                if event is not None:
+                    yield event
+            elif code == step:
+                yield from self._step(g, n, obj)
+            elif code == enter:
+                self._enter_block(g, n, obj)
+            else:
+                self.blocks[n].cycles_to[g.lo : g.hi] = self.clock[g.lo : g.hi]
 
     # --------------------------------------------------------------- control
-    def _exec(self, g: _Group, node: ir.Node) -> Generator[simpy.Event, Any, None]:
+    def _walk(self, node: ir.Node) -> Iterator[tuple[int, Any, int]]:
+        """The items every group runs, in order: ``(code, step or block, number)``.
+
+        Control flow is global, so the program is walked once for all groups: the
+        group furthest ahead takes the walk one item further and the others replay
+        the items it recorded (:attr:`path`). Predicates are asked when that group
+        reaches them, after the effects of every step before them.
+        """
         if isinstance(node, ir.Step):
-            yield from self._step(g, node)
+            yield self._numbered(node)
         elif isinstance(node, ir.Block):
-            yield from self._block(g, node)
+            n = self.block_total
+            self.block_total = n + 1
+            yield (_ENTER, node, n)
+            for child in node.body:
+                yield from self._walk(child)
+            yield (_EXIT, None, n)
         elif isinstance(node, ir.Sequence):
             for child in node.body:
-                yield from self._exec(g, child)
+                if isinstance(child, ir.Step):  # no nested generator for a step
+                    yield self._numbered(child)
+                else:
+                    yield from self._walk(child)
         elif isinstance(node, ir.Repeat):
             for _ in range(int(node.count)):
-                yield from self._exec(g, node.body)
+                yield from self._walk(node.body)
         elif isinstance(node, ir.RepeatWhile):
             while True:
-                yield from self._exec(g, node.condition)
-                if bool(self._decide(g, node.predicate)) != node.while_true:
+                yield from self._walk(node.condition)
+                if bool(self._predicate(node.predicate)) != node.while_true:
                     break
-                yield from self._exec(g, node.body)
+                yield from self._walk(node.body)
         elif isinstance(node, ir.If):
-            branch = node.then if self._decide(g, node.predicate) else node.else_
-            yield from self._exec(g, branch)
+            branch = node.then if self._predicate(node.predicate) else node.else_
+            yield from self._walk(branch)
         elif isinstance(node, ir.Switch):
-            value = self._decide(g, node.control)
+            value = self._predicate(node.control)
             branch = next((n for v, n in node.cases if v == value), node.default)
-            yield from self._exec(g, branch)
+            yield from self._walk(branch)
         elif isinstance(node, ir.Call):
-            yield from self._exec(g, self.program.functions[node.function])
+            yield from self._walk(self.program.functions[node.function])
 
-    def _block(self, g: _Group, node: ir.Block) -> Generator[simpy.Event, Any, None]:
-        """Run a block's body, recording this group's tile clocks at its start and end.
+    def _numbered(self, step: ir.Step) -> tuple[int, ir.Step, int]:
+        n = self.step_total
+        self.step_total = n + 1
+        if isinstance(step, _LOCAL_STEPS):
+            return (_LOCAL, step, n)
+        return (_SYNC if isinstance(step, ir.Sync) else _STEP, step, n)
 
-        Control flow is global, so the n-th block a group enters is the n-th block of
-        every group: the groups fill in their tiles of one shared record.
-        """
-        n = self.block_count[g.index]
-        self.block_count[g.index] = n + 1
+    def _predicate(self, predicate: int) -> int:
+        """The data plane's value of a control predicate (asked once for all groups)."""
+        value = int(self.data_plane.predicate(predicate))
+        self.decision_log.append((int(predicate), value))
+        return value
+
+    def _enter_block(self, g: _Group, n: int, node: ir.Block) -> None:
+        """Record the group's tile clocks at the start of block ``n``: the groups fill
+        in their tiles of one shared record."""
         rec = self.blocks.get(n)
         if rec is None:
             nt = self.cfg.num_tiles
@@ -338,12 +401,9 @@ class _Run:
                 node=node,
             )
         rec.cycles_from[g.lo : g.hi] = self.clock[g.lo : g.hi]
-        for child in node.body:
-            yield from self._exec(g, child)
-        rec.cycles_to[g.lo : g.hi] = self.clock[g.lo : g.hi]
 
     def _decide(self, g: _Group, predicate: int) -> int:
-        """Predicate value for this group's next decision; asked once for all groups."""
+        """Value of this group's next prefetch predicate; asked once for all groups."""
         n = self.decision_count[g.index]
         self.decision_count[g.index] = n + 1
         decision = self.decisions.get(n)
@@ -357,37 +417,78 @@ class _Run:
         return decision.value
 
     # ------------------------------------------------------------------ steps
-    def _step(self, g: _Group, step: ir.Step) -> Generator[simpy.Event, Any, None]:
-        n = self.step_count[g.index]
-        self.step_count[g.index] = n + 1
+    def _record(self, n: int, step: ir.Step) -> StepRecord:
+        """The (shared) record of step ``n``; the first group to reach the step makes
+        it and applies the step's effect."""
         rec = self.records.get(n)
         if rec is None:
             rec = self._new_record(n, step)
             if step.effect is not None:
                 self.data_plane.apply(step.effect)
-        if isinstance(step, ir.Compute | ir.Exchange):
-            first, end = _advance(self.clock[g.lo : g.hi], rec.tile_cycles[g.lo : g.hi])
-            if self._ipu_takes_part(rec, g.ipu):
-                rec.first_cycle = min(rec.first_cycle, first)
-                rec.last_cycle = max(rec.last_cycle, end)
-        elif isinstance(step, ir.Sync):
-            yield from self._sync(g, n, rec, step)
-        elif isinstance(step, ir.StreamCopy):
+        return rec
+
+    def _local_step(self, g: _Group, n: int, step: ir.Compute | ir.Exchange) -> None:
+        """A compute or on-chip exchange step: each tile adds its own cost.
+
+        No other group reads these tiles' clocks before the next collective, so the
+        group yields to its clock only there (:meth:`_step`), not after every step.
+        """
+        rec = self.records.get(n)
+        if rec is None:
+            rec = self._record(n, step)
+        lo = g.lo
+        if g.hi - lo == 1:  # one tile (granularity tile): plain integers
+            clock = self.clock
+            first = clock.item(lo)
+            end = first + rec.tile_cycles.item(lo)
+            clock[lo] = end
+        else:
+            first, end = _advance(self.clock[lo : g.hi], rec.tile_cycles[lo : g.hi])
+        if self.one_ipu or self._ipu_takes_part(rec, g.ipu):
+            if first < rec.first_cycle:
+                rec.first_cycle = first
+            if end > rec.last_cycle:
+                rec.last_cycle = end
+        if self.max_cycles is not None and end > self.max_cycles:
+            self._timeout(n, step, end)
+
+    def _step(self, g: _Group, n: int, step: ir.Step) -> Generator[simpy.Event, Any, None]:
+        """A step that uses a shared link (stream copy, global exchange, collective).
+
+        The group first yields to its latest tile's clock, so that groups meet the
+        step in simulated-time order and the link sees each transfer when it really
+        starts.
+        """
+        rec = self._record(n, step)
+        end = self._group_end(g)
+        if end > self.env.now:
+            yield self.env.timeout(end - self.env.now)
+        if isinstance(step, ir.StreamCopy):
             yield from self._stream_copy(g, n, rec, step)
         elif isinstance(step, ir.GlobalExchange):
             yield from self._global_exchange(g, n, rec, step)
         elif isinstance(step, ir.Collective):
             yield from self._collective_step(g, n, rec, step)
-        if not isinstance(step, ir.Compute | ir.Exchange):
-            end = int(self.clock[g.lo : g.hi].max())
-        if self.max_cycles is not None and end > self.max_cycles:
-            raise SimulationTimeout(
-                f"the run passed max_cycles={self.max_cycles:,}: tile clock reached "
-                f"{end:,} in {step.kind} step '{step.name}' (step {n}); hint: raise "
-                "max_cycles or check for a loop that never ends"
-            )
-        if end > self.env.now:
-            yield self.env.timeout(end - self.env.now)
+        self._check_end(g, n, step)
+
+    def _check_end(self, g: _Group, n: int, step: ir.Step) -> None:
+        if self.max_cycles is not None:
+            end = self._group_end(g)
+            if end > self.max_cycles:
+                self._timeout(n, step, end)
+
+    def _group_end(self, g: _Group) -> int:
+        """The latest clock of the group's tiles."""
+        if g.hi - g.lo == 1:
+            return int(self.clock[g.lo])
+        return int(self.clock[g.lo : g.hi].max())
+
+    def _timeout(self, n: int, step: ir.Step, end: int) -> None:
+        raise SimulationTimeout(
+            f"the run passed max_cycles={self.max_cycles:,}: tile clock reached "
+            f"{end:,} in {step.kind} step '{step.name}' (step {n}); hint: raise "
+            "max_cycles or check for a loop that never ends"
+        )
 
     def _new_record(self, n: int, step: ir.Step) -> StepRecord:
         active = None
@@ -424,7 +525,7 @@ class _Run:
         of one IPU is not stretched by another IPU's clock; a step with no cycles
         anywhere spans every IPU, as on a single IPU.
         """
-        if self.cfg.num_ipus == 1:  # a step with no cycles anywhere spans every IPU
+        if self.one_ipu:  # a step with no cycles anywhere spans every IPU
             return True
         active = self._active_ipus.get(rec.index)
         if active is None or active[0] is not rec:
@@ -498,10 +599,7 @@ class _Run:
 
     def _scope(self, g: _Group, ipu_only: bool) -> tuple[int, int, int, int]:
         """(key part, expected groups, lo, hi) of an IPU-wide or machine-wide scope."""
-        if ipu_only:
-            tpi = self.cfg.tile.tiles_per_ipu
-            return g.ipu, self.groups_per_ipu, g.ipu * tpi, (g.ipu + 1) * tpi
-        return -1, len(self.groups), 0, self.cfg.num_tiles
+        return self._scopes[g.index][0 if ipu_only else 1]
 
     def _settle(self, rec: StepRecord, lo: int, hi: int, end: np.ndarray | int) -> None:
         """Move tiles ``lo:hi`` to ``end``, charging the difference to the record."""
@@ -521,48 +619,73 @@ class _Run:
         self._span(rec, start, end)
         self.clock[tiles] = end
 
-    def _sync(
-        self, g: _Group, n: int, rec: StepRecord, step: ir.Sync
-    ) -> Generator[simpy.Event, Any, None]:
+    def _sync(self, g: _Group, n: int, step: ir.Sync) -> simpy.Event | None:
+        """Arrive at a sync; the event to wait for, or None when the group goes on.
+
+        No wait in simulated time comes first: the release is worked out from the
+        clocks of the tiles in scope alone, so the order of arrival does not matter.
+        The last group to arrive releases every tile in scope.
+        """
+        rec = self.records.get(n)
+        if rec is None:
+            rec = self._record(n, step)
         kind = step.sync_kind
         if step.ipus is not None and kind != ir.SyncKind.HOST:
             scope = self._machine_ipus(step.ipus)
             if g.ipu not in scope:
-                return  # this IPU takes no part
-            if kind == ir.SyncKind.EXTERNAL:
-                yield from self._sync_ipus(g, n, rec, kind, scope)
-                return
-        part, expected, lo, hi = self._scope(g, kind == ir.SyncKind.INTERNAL)
-
-        def finish() -> Generator[simpy.Event, Any, None]:
-            if self._controller and hi > lo:  # sync_release and _settle, fused
-                extra = sync_extra_cycles(self.timing.sync.cfg, kind.value)
-                first, last = _release(
-                    self.clock[lo:hi], self.delays[lo:hi], extra, rec.tile_cycles[lo:hi]
-                )
-                rec.first_cycle = min(rec.first_cycle, first)
-                rec.last_cycle = max(rec.last_cycle, last)
-            else:
+                return None  # this IPU takes no part
+            if kind == ir.SyncKind.EXTERNAL:  # the IPUs in scope only
+                tiles = self._tiles_of(scope)
+                barrier = self._arrive((n, -1), len(scope) * self.groups_per_ipu)
+                if barrier is not None and barrier.arrived < barrier.expected:
+                    return barrier.event
                 release = self.timing.sync.release(
-                    self.clock[lo:hi], self.delays[lo:hi], kind.value
+                    self.clock[tiles], self.delays[tiles], kind.value
                 )
-                self._settle(rec, lo, hi, release)
-            yield from ()
+                self._settle_tiles(rec, tiles, release)
+                self._leave(n, step, barrier)
+                return None
+        part, expected, lo, hi = self._scopes[g.index][0 if kind is _INTERNAL else 1]
+        barrier = self._arrive((n, part), expected)
+        if barrier is not None and barrier.arrived < expected:
+            return barrier.event
+        self._sync_release(rec, kind, lo, hi)
+        self._leave(n, step, barrier)
+        return None
 
-        yield from self._collective(g, (n, part), expected, finish)
+    def _arrive(self, key: tuple[int, int], expected: int) -> _Barrier | None:
+        """Count a group in at barrier ``key`` (None when it is the only one)."""
+        barrier = self.barriers.get(key)
+        if barrier is None:
+            if expected == 1:
+                return None
+            barrier = self.barriers[key] = _Barrier(self.env.event(), expected)
+        barrier.arrived += 1
+        if barrier.arrived == expected:
+            del self.barriers[key]
+        return barrier
 
-    def _sync_ipus(
-        self, g: _Group, n: int, rec: StepRecord, kind: ir.SyncKind, scope: frozenset[int]
-    ) -> Generator[simpy.Event, Any, None]:
-        """An external sync joining the IPUs ``scope`` only."""
-        tiles = self._tiles_of(scope)
+    def _leave(self, n: int, step: ir.Step, barrier: _Barrier | None) -> None:
+        """The last group to arrive at ``barrier``, having released the tiles in scope,
+        lets the others go on (unless a release passed ``max_cycles``: the run ends
+        here)."""
+        if self.max_cycles is not None and self.records[n].last_cycle > self.max_cycles:
+            self._timeout(n, step, self.records[n].last_cycle)
+        if barrier is not None:
+            barrier.event.succeed()
 
-        def finish() -> Generator[simpy.Event, Any, None]:
-            release = self.timing.sync.release(self.clock[tiles], self.delays[tiles], kind.value)
-            self._settle_tiles(rec, tiles, release)
-            yield from ()
-
-        yield from self._collective(g, (n, -1), len(scope) * self.groups_per_ipu, finish)
+    def _sync_release(self, rec: StepRecord, kind: ir.SyncKind, lo: int, hi: int) -> None:
+        """Release tiles ``lo:hi`` from a sync all of them have reached."""
+        if self._controller and hi > lo:  # sync_release and _settle, fused
+            extra = sync_extra_cycles(self.timing.sync.cfg, kind.value)
+            first, last = _release(
+                self.clock[lo:hi], self.delays[lo:hi], extra, rec.tile_cycles[lo:hi]
+            )
+            rec.first_cycle = min(rec.first_cycle, first)
+            rec.last_cycle = max(rec.last_cycle, last)
+        else:
+            release = self.timing.sync.release(self.clock[lo:hi], self.delays[lo:hi], kind.value)
+            self._settle(rec, lo, hi, release)
 
     def _stream_copy(
         self, g: _Group, n: int, rec: StepRecord, step: ir.StreamCopy
@@ -751,6 +874,14 @@ def _release(clock, delays, extra, spent):  # pragma: no cover - compiled
         clock[t] = end
     return first, last
 
+
+#: Steps whose cost each tile adds to its own clock (no collective).
+_LOCAL_STEPS = (ir.Compute, ir.Exchange)
+#: Codes of the items of a program's walk: a step of _LOCAL_STEPS, a sync, another
+#: step, a block's start and end.
+_LOCAL, _SYNC, _STEP, _ENTER, _EXIT = range(5)
+
+_INTERNAL = ir.SyncKind.INTERNAL
 
 #: ``first_cycle`` of a record no tile has entered yet.
 _NOT_STARTED = int(np.iinfo(np.int64).max)

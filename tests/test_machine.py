@@ -229,6 +229,22 @@ def test_timeout_keeps_partial_trace():
     assert isinstance(info.value, TimeoutError)
 
 
+@pytest.mark.parametrize("granularity", ["ipu", "tile"])
+def test_timeout_at_a_sync_release(granularity):
+    # tile 0 computes for 600 cycles; the sync releases tile t at 600 + DELAYS[t], so
+    # tiles 2.. pass 605 there, whichever group arrives last
+    step = ir.Compute(name="slow", vertex_tile=[0], vertex_cycles=[100])
+    prog = ir.Sequence([step, ir.Sync(name="sync", sync_kind="internal"), step])
+    machine = Machine(tiny(**{"sim.granularity": granularity}))
+    message = r"reached 611 in sync step 'sync' \(step 1\)"
+    with pytest.raises(SimulationTimeout, match=message) as info:
+        machine.run(prog, max_cycles=605)
+    partial = info.value.trace
+    assert [r.name for r in partial.records] == ["slow", "sync"]
+    np.testing.assert_array_equal(partial.tile_end_cycles, 600 + DELAYS)
+    assert machine.run(prog, max_cycles=603 + 600).total_cycles == 603 + 600
+
+
 def test_predicate_without_data_plane_is_clear():
     with pytest.raises(IpusimError, match="predicate 4"):
         Machine(tiny()).run(ir.If(4, ir.Sequence()))
