@@ -4,9 +4,9 @@ Rows (each with its target and the ratio it is judged by, measured in the same r
 
 * distinct supersteps per host second of ``engine.run`` at granularity ``ipu`` and
   ``tile`` (for ``tile`` also SimPy's own rate with a process per tile that only
-  meets the others at a barrier each superstep, the ceiling of that granularity): a Poplar-like program on mk1 (1,216 tiles) of
-  ``N`` different compute sets
-  (one vertex per tile, estimates differing per step) each followed by a copy that
+  meets the others at a barrier each superstep, the ceiling of that granularity): a
+  Poplar-like program on mk1 (1,216 tiles) of ``N`` different compute sets (one
+  vertex per tile, estimates differing per step) each followed by a copy that
   rotates the data by a different number of tiles (an exchange), so no two supersteps
   are alike and no step cost can be reused. The best of three runs counts, each
   with a new graph, engine and machine (the range is printed). For reference the

@@ -48,7 +48,7 @@ from poplar_api.errors import (
 )
 from poplar_api.executable import Executable
 from poplar_api.graph import DataStream, Graph, is_nonreplicated, replication_factor
-from poplar_api.lowering import validate
+from poplar_api.lowering import runs, validate
 from poplar_api.lowering.context import Lowered, Storage
 from poplar_api.lowering.emit import Emitter
 from poplar_api.lowering.memory import out_of_memory_message, plan_memory
@@ -418,13 +418,14 @@ class Engine:
         """
         t = self._handle(self._state.host_writes, handle, "writeTensor")
         what = f"writeTensor('{handle}')"
-        typ, ids = t.elementType(), t.flat_index()
+        typ = t.elementType()
         if is_nonreplicated(t, self._state):
-            self._storage.write_wide(typ, ids, host_values(buffer, t, what))
+            self._storage.write_wide(typ, t.flat_index(), host_values(buffer, t, what))
             return
-        if not self._per_replica(t):
-            self._storage.write(typ, ids, host_values(buffer, t, what))
+        if not self._per_replica(t):  # a variable's block needs no index array
+            self._storage.write(typ, runs.as_index(t._flat_ids()), host_values(buffer, t, what))
             return
+        ids = t.flat_index()
         arr = np.asarray(buffer)
         r, n = self.replicas, t.numElements()
         if arr.size not in (n, r * n):
@@ -446,15 +447,15 @@ class Engine:
         shape ``[replicas, *shape]`` (``buffer``, if given, needs that many elements).
         """
         t = self._handle(self._state.host_reads, handle, "readTensor")
-        typ, ids = t.elementType(), t.flat_index()
+        typ = t.elementType()
         shape = t.shape()
         if is_nonreplicated(t, self._state):
-            values = self._storage.read_wide(typ, ids)
+            values = self._storage.read_wide(typ, t.flat_index())
         elif self._per_replica(t):
-            values = self._storage.read_replicas(typ, ids).reshape(-1)
+            values = self._storage.read_replicas(typ, t.flat_index()).reshape(-1)
             shape = [self.replicas, *shape]
-        else:
-            values = self._storage.read(typ, ids)
+        else:  # a variable's block needs no index array
+            values = self._storage.read(typ, runs.as_index(t._flat_ids()))
         if buffer is None:
             return values.reshape(shape)
         what = f"readTensor('{handle}')"

@@ -649,10 +649,7 @@ class Graph:
         base = self._state.space(type_).allocate(n, vid)
         var = Variable(vid, type_, base, n, dims, name or f"var{vid}", constant)
         self._state.variables.append(var)
-        index = np.arange(base, base + n, dtype=np.int64).reshape(dims)
-        t = Tensor(self._state, type_, index, var.name)
-        t._start = base
-        return t
+        return Tensor._consecutive(self._state, type_, base, tuple(dims), var.name)
 
     def addVariable(self, type_: Type, shape: Any, debugName: str = "") -> Tensor:
         """A new variable of ``shape``; it must be mapped to tiles before compiling."""
@@ -704,7 +701,7 @@ class Graph:
                 space = self._state.space(target._type)
                 start = target._start
                 if start >= 0:  # consecutive ids: a block of the tile array
-                    space.tile[start : start + target._index.size] = int(self._tiles[mapping])
+                    space.tile[start : start + target.numElements()] = int(self._tiles[mapping])
                 else:
                     space.tile[target.flat_index()] = int(self._tiles[mapping])
                 return
@@ -900,7 +897,7 @@ class Graph:
                         and value._type is spec.element_type
                         and (
                             spec.kind == "vector"
-                            or (spec.kind == "scalar" and value._index.size == 1)
+                            or (spec.kind == "scalar" and value.numElements() == 1)
                         )
                     ):
                         connected[name] = connection_ids(value)

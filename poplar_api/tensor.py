@@ -4,7 +4,10 @@ A :class:`Tensor` holds no data. It is the triple *(graph, element type, index
 array)*: the index array is an ``int64`` ndarray with the tensor's shape whose entries
 are element ids in the graph's element space of that type's size (the graph gives
 every variable a contiguous id range there; :meth:`Tensor.reinterpret` views the same
-ids as another type of the same size). Every view operation (slice,
+ids as another type of the same size). A variable's index array is made when first
+asked for: its rows, dimension-0 slices and reshapes know their ids are one block and
+are passed to the graph and the lowering as such, so a large variable used only
+through them never holds one int64 per element. Every view operation (slice,
 reshape, dimShuffle, broadcast, ...) transforms the index array with numpy, so views of
 views stay numpy views where numpy can express them; only the index metadata is ever
 copied (for example by :func:`concat`), never device data.
@@ -158,7 +161,7 @@ class Tensor:
     always True (a tensor reference is valid even when it has no elements).
     """
 
-    __slots__ = ("_flat", "_graph", "_index", "_name", "_root", "_start", "_type")
+    __slots__ = ("_flat", "_graph", "_ix", "_name", "_root", "_shape", "_start", "_type")
 
     def __init__(self, graph: object, element_type: Type, index: np.ndarray, name: str) -> None:
         if not isinstance(name, str):
@@ -182,7 +185,8 @@ class Tensor:
         arr.flags.writeable = False
         self._graph = graph
         self._type = element_type
-        self._index = arr
+        self._ix: np.ndarray | None = arr
+        self._shape: tuple[int, ...] = arr.shape
         self._name = name
         self._root = name
         self._flat: np.ndarray | None = None
@@ -201,7 +205,8 @@ class Tensor:
             index.flags.writeable = False
         t._graph = graph
         t._type = element_type
-        t._index = index
+        t._ix = index
+        t._shape = index.shape
         t._name = name if len(name) <= MAX_NAME_LENGTH else f"{root}.(...)"
         t._root = root
         t._flat = None
@@ -217,12 +222,49 @@ class Tensor:
         t = object.__new__(cls)
         t._graph = graph
         t._type = element_type
-        t._index = index
+        t._ix = index
+        t._shape = index.shape
         t._name = name  # kept whole, as the constructor does
         t._root = name
         t._flat = None
         t._start = -1
         return t
+
+    @classmethod
+    def _consecutive(
+        cls, graph: object, element_type: Type, start: int, shape: tuple[int, ...], name: str
+    ) -> Tensor:
+        """A tensor of the consecutive ids ``start, start + 1, ...`` in ``shape`` (a
+        variable), whose index array is made only when first asked for: views that keep
+        ids consecutive (rows, dimension-0 slices, reshapes) never need it."""
+        t = object.__new__(cls)
+        t._graph = graph
+        t._type = element_type
+        t._ix = None
+        t._shape = tuple(shape)
+        t._name = name
+        t._root = name
+        t._flat = None
+        t._start = start
+        return t
+
+    @property
+    def _index(self) -> np.ndarray:
+        """The index array (made on first use for a tensor of consecutive ids)."""
+        ix = self._ix
+        if ix is None:
+            n = math.prod(self._shape)
+            ix = np.arange(self._start, self._start + n, dtype=np.int64).reshape(self._shape)
+            ix.flags.writeable = False
+            self._ix = ix
+        return ix
+
+    def _flat_ids(self) -> np.ndarray | range:
+        """The element ids in row-major order: a ``range`` for consecutive ids (made
+        without the index array), else :meth:`flat_index`."""
+        if self._start >= 0:
+            return range(self._start, self._start + math.prod(self._shape))
+        return self.flat_index()
 
     def _derive(self, index: np.ndarray, op: str) -> Tensor:
         """A view of this tensor with index array ``index``, named ``name + op``."""
@@ -231,16 +273,25 @@ class Tensor:
             name = f"{self._root}.(...){op}"
         return Tensor._new(self._graph, self._type, index, name, self._root)
 
-    def _reshaped(self, index: np.ndarray, op: str) -> Tensor:
-        """:meth:`_derive` for ``index``, this tensor's ids in another shape (in the same
+    def _reshaped(self, shape: Sequence[int], op: str) -> Tensor:
+        """This tensor's ids in another ``shape`` of the same size (in the same
         row-major order, so a tensor of consecutive ids stays one)."""
-        t = self._derive(index, op)
+        if self._ix is None:
+            return self._view(None, op, self._start, tuple(shape))
+        t = self._derive(self._ix.reshape(shape), op)
         t._start = self._start
         return t
 
-    def _view(self, index: np.ndarray, op: str, start: int = -1) -> Tensor:
+    def _view(
+        self,
+        index: np.ndarray | None,
+        op: str,
+        start: int = -1,
+        shape: tuple[int, ...] | None = None,
+    ) -> Tensor:
         """:meth:`_derive` for ``index``, a numpy view of this tensor's (read-only) index
-        (``start``: its first id when its ids are known to be consecutive, else -1)."""
+        (``start``: its first id when its ids are known to be consecutive, else -1);
+        ``index`` None with ``start`` and ``shape`` for consecutive ids made on use."""
         t = object.__new__(Tensor)
         root = self._root
         name = self._name + op
@@ -250,7 +301,8 @@ class Tensor:
                 name = f"{root}.(...)"
         t._graph = self._graph
         t._type = self._type
-        t._index = index
+        t._ix = index
+        t._shape = index.shape if index is not None else shape
         t._name = name
         t._root = root
         t._flat = None
@@ -258,7 +310,7 @@ class Tensor:
         return t
 
     def _describe(self) -> str:
-        return f"tensor '{self._name}' (shape {_fmt_shape(self._index.shape)}, {self._type.name})"
+        return f"tensor '{self._name}' (shape {_fmt_shape(self._shape)}, {self._type.name})"
 
     def _check_dim(
         self, dimension: Any, what: str = "dimension", *, allow_end: bool = False
@@ -296,7 +348,7 @@ class Tensor:
     def flat_index(self) -> np.ndarray:
         """Element ids in row-major order as a read-only 1-D int64 array (cached)."""
         if self._flat is None:
-            if self._index.ndim == 1:  # already flat (and read-only)
+            if len(self._shape) == 1:  # already flat (and read-only)
                 self._flat = self._index
                 return self._index
             flat = self._index.reshape(-1)
@@ -308,15 +360,15 @@ class Tensor:
     # ------------------------------------------------------------- shape queries
     def shape(self) -> list[int]:
         """The dimensions of the tensor."""
-        return list(self._index.shape)
+        return list(self._shape)
 
     def rank(self) -> int:
         """The number of dimensions."""
-        return self._index.ndim
+        return len(self._shape)
 
     def numElements(self) -> int:
         """The number of elements (the product of the dimensions)."""
-        return int(self._index.size)
+        return math.prod(self._shape)
 
     def elementType(self) -> Type:
         """The element type."""
@@ -324,7 +376,7 @@ class Tensor:
 
     def dim(self, i: int) -> int:
         """The size of dimension ``i``."""
-        return int(self._index.shape[self._check_dim(i)])
+        return int(self._shape[self._check_dim(i)])
 
     def valid(self) -> bool:
         """Always True: every constructed Tensor refers to graph elements."""
@@ -350,12 +402,15 @@ class Tensor:
         The rank is unchanged; an empty range gives a dimension of size 0.
         """
         if type(begin) is int and type(end) is int and type(dimension) is int and dimension == 0:
-            index = self._index  # slice(b, e) of dimension 0: the common case, inline
-            if index.ndim and 0 <= begin <= end <= index.shape[0]:
+            shape = self._shape  # slice(b, e) of dimension 0: the common case, inline
+            if shape and 0 <= begin <= end <= shape[0]:
                 start = self._start
                 if start >= 0 and begin:  # rows of a consecutive tensor: still consecutive
-                    start += begin * (index.size // index.shape[0])
-                return self._view(index[begin:end], f".slice({begin},{end})", start)
+                    start += begin * math.prod(shape[1:])
+                op = f".slice({begin},{end})"
+                if self._ix is None:
+                    return self._view(None, op, start, (end - begin, *shape[1:]))
+                return self._view(self._ix[begin:end], op, start)
         if isinstance(begin, Interval):
             if end is not None:
                 if dimension != 0:
@@ -379,7 +434,7 @@ class Tensor:
         d = self._check_dim(dimension)
         b = _as_int(begin, "slice begin", ctx)
         e = _as_int(end, "slice end", ctx)
-        size = self._index.shape[d]
+        size = self._shape[d]
         if not 0 <= b <= e <= size:
             raise TensorIndexError(
                 f"{ctx}: slice [{b}, {e}) of dimension {d} is out of range; "
@@ -403,7 +458,7 @@ class Tensor:
                 f"{ctx}: slice(begins={bs}, ends={es}) needs one begin and one end per "
                 f"dimension ({self.rank()} each)"
             )
-        for d, (b, e, size) in enumerate(zip(bs, es, self._index.shape, strict=True)):
+        for d, (b, e, size) in enumerate(zip(bs, es, self._shape, strict=True)):
             if not 0 <= b <= e <= size:
                 raise TensorIndexError(
                     f"{ctx}: slice(begins={bs}, ends={es}): range [{b}, {e}) of dimension "
@@ -447,12 +502,14 @@ class Tensor:
         these are accepted. Lists and arrays (gathers) are not: a Tensor is a view.
         """
         if type(key) is int:  # t[i]: the common case, checked inline
-            index = self._index
-            if index.ndim and -index.shape[0] <= key < index.shape[0]:
+            shape = self._shape
+            if shape and -shape[0] <= key < shape[0]:
                 start = self._start
                 if start >= 0:  # a row of a consecutive tensor: still consecutive
-                    start += (key % index.shape[0]) * (index.size // index.shape[0])
-                return self._view(index[key, ...], f"[{key}]", start)
+                    start += (key % shape[0]) * math.prod(shape[1:])
+                if self._ix is None:
+                    return self._view(None, f"[{key}]", start, shape[1:])
+                return self._view(self._ix[key, ...], f"[{key}]", start)
         ctx = _Described(self)
         items = key if isinstance(key, tuple) else (key,)
         norm: list[Any] = []
@@ -496,7 +553,7 @@ class Tensor:
             elif isinstance(item, slice):
                 d += 1
             elif isinstance(item, int):
-                size = self._index.shape[d]
+                size = self._shape[d]
                 if not -size <= item < size:
                     valid = f"valid range is {-size}..{size - 1}" if size else "it has size 0"
                     raise TensorIndexError(
@@ -509,7 +566,7 @@ class Tensor:
     def __len__(self) -> int:
         if self.rank() == 0:
             raise TensorError(f"{self._describe()}: len() of a rank-0 tensor is undefined")
-        return int(self._index.shape[0])
+        return int(self._shape[0])
 
     def __iter__(self) -> Iterator[Tensor]:
         """Yield ``self[0], self[1], ...`` along dimension 0."""
@@ -532,7 +589,7 @@ class Tensor:
                 f"{ctx}: cannot reshape {self.numElements()} elements to {_fmt_shape(new)} "
                 f"({math.prod(new)} elements); the element counts must match"
             )
-        return self._reshaped(self._index.reshape(new), f".reshape({_fmt_shape(new)})")
+        return self._reshaped(new, f".reshape({_fmt_shape(new)})")
 
     def reshapePartial(self, beginIndex: int, endIndex: int, newDims: Sequence[int]) -> Tensor:
         """Replace dimensions ``[beginIndex, endIndex)`` by ``newDims`` (same size)."""
@@ -552,14 +609,12 @@ class Tensor:
                 f"newDims must hold the same and be >= 0"
             )
         new = old[:b] + dims + old[e:]
-        return self._reshaped(
-            self._index.reshape(new), f".reshapePartial({b},{e},{_fmt_shape(dims)})"
-        )
+        return self._reshaped(new, f".reshapePartial({b},{e},{_fmt_shape(dims)})")
 
     def flatten(self, dimBegin: int | None = None, dimEnd: int | None = None) -> Tensor:
         """Flatten to 1-D, or merge dimensions ``[dimBegin, dimEnd)`` into one."""
         if dimBegin is None and dimEnd is None:
-            return self._reshaped(self._index.reshape(-1), ".flatten()")
+            return self._reshaped((self.numElements(),), ".flatten()")
         ctx = _Described(self)
         if dimBegin is None or dimEnd is None:
             raise TypeMismatchError(
@@ -573,7 +628,7 @@ class Tensor:
             )
         old = self.shape()
         new = [*old[:b], math.prod(old[b:e]), *old[e:]]
-        return self._reshaped(self._index.reshape(new), f".flatten({b},{e})")
+        return self._reshaped(new, f".flatten({b},{e})")
 
     def expand(self, indices: Sequence[int]) -> Tensor:
         """Insert singleton dimensions.
@@ -594,7 +649,7 @@ class Tensor:
             new.extend([1] * idx.count(pos))
             if pos < len(old):
                 new.append(old[pos])
-        return self._reshaped(self._index.reshape(new), f".expand({_fmt_shape(idx)})")
+        return self._reshaped(new, f".expand({_fmt_shape(idx)})")
 
     def squeeze(self, indices: Sequence[int]) -> Tensor:
         """Remove the size-1 dimensions numbered ``indices`` (distinct, each of size 1)."""
@@ -610,7 +665,7 @@ class Tensor:
                     "dimensions can be squeezed"
                 )
         new = [s for i, s in enumerate(old) if i not in idx]
-        return self._reshaped(self._index.reshape(new), f".squeeze({_fmt_shape(idx)})")
+        return self._reshaped(new, f".squeeze({_fmt_shape(idx)})")
 
     # ---------------------------------------------------- dimension reordering
     def transpose(self) -> Tensor:
@@ -757,7 +812,7 @@ class Tensor:
             )
         if type == self._type:
             return self
-        t = self._derive(self._index, f".reinterpret({type.name})")
+        t = self._view(self._ix, f".reinterpret({type.name})", self._start, self._shape)
         t._type = type
         return t
 
@@ -792,15 +847,16 @@ class Tensor:
         """Poplar's equality: same graph, type and shape, and the same elements."""
         if not isinstance(other, Tensor):
             return NotImplemented
-        return (
-            other._graph is self._graph
-            and other._type == self._type
-            and other._index.shape == self._index.shape
-            and bool(np.array_equal(other._index, self._index))
-        )
+        if other._graph is not self._graph or other._type != self._type:
+            return False
+        if other._shape != self._shape:
+            return False
+        if self._start >= 0 and other._start >= 0:  # consecutive ids: the first decides
+            return self._start == other._start or self.numElements() == 0
+        return bool(np.array_equal(other._index, self._index))
 
     def __hash__(self) -> int:
-        return hash((id(self._graph), self._type, self._index.shape))
+        return hash((id(self._graph), self._type, self._shape))
 
     def __repr__(self) -> str:
         return f"Tensor('{self._name}', {self._type!r}, shape={self.shape()})"

@@ -120,7 +120,7 @@ def connection_ids(t: Tensor) -> range | np.ndarray:
     """What a scalar or vector field keeps of a connected tensor: its ids as a range
     when they are known to be consecutive, else its index array."""
     start = t._start
-    return t._index if start < 0 else range(start, start + t._index.size)
+    return t._index if start < 0 else range(start, start + t.numElements())
 
 
 def id_count(value: range | np.ndarray) -> int:

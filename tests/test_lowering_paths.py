@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poplar_api import FLOAT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, INT, Engine, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.errors import PoplarError
-from poplar_api.tensor import concat
+from poplar_api.lowering import runs
+from poplar_api.tensor import Tensor, concat
 
 
 def _graph() -> Graph:
@@ -160,3 +161,113 @@ def test_loading_writes_the_image_without_changing_it():
     for size, arr in storage.full.items():
         np.testing.assert_array_equal(arr, before[size])
     assert storage.read(FLOAT, x.flat_index()).tolist() == [1.5, -2.0, 0.0, 3.25, 7.0]
+
+
+def test_a_variable_makes_its_index_array_only_when_asked() -> None:
+    graph = _graph()
+    m = graph.addVariable(FLOAT, [50, 40], "m")
+    views = {
+        "row": m[7],
+        "negative row": m[-3],
+        "rows": m.slice(3, 9),
+        "row of rows": m.slice(3, 9)[2],
+        "slice of a row": m[5].slice(10, 30),
+        "element": m[4][39],
+        "reshaped": m.reshape([40, 50]),
+        "row of reshaped": m.reshape([40, 50])[2],
+        "flattened": m.flatten(),
+        "expanded": m.expand([0, 2]),
+        "squeezed": m[1].expand([0]).squeeze([0]),
+        "reinterpreted": m[2].reinterpret(INT),
+    }
+    for r in range(50):  # mapping and connecting rows needs no index array either
+        graph.setTileMapping(m[r], r % 5)
+    assert m._ix is None and all(v._ix is None for v in views.values())
+    assert [views["rows"].shape(), views["expanded"].shape()] == [[6, 40], [1, 50, 40, 1]]
+    assert views["flattened"].numElements() == 2000 and len(views["reshaped"]) == 40
+    assert views["element"].rank() == 0 and views["element"].numElements() == 1
+
+    ids = m.index  # made now, by numpy, as for any tensor
+    assert ids.dtype == np.int64 and not ids.flags.writeable
+    np.testing.assert_array_equal(ids.reshape(-1), np.arange(2000) + ids.flat[0])
+    want = {
+        "row": ids[7],
+        "negative row": ids[-3],
+        "rows": ids[3:9],
+        "row of rows": ids[3:9][2],
+        "slice of a row": ids[5, 10:30],
+        "element": ids[4, 39],
+        "reshaped": ids.reshape(40, 50),
+        "row of reshaped": ids.reshape(40, 50)[2],
+        "flattened": ids.reshape(-1),
+        "expanded": ids.reshape(1, 50, 40, 1),
+        "squeezed": ids[1],
+        "reinterpreted": ids[2],
+    }
+    for what, view in views.items():
+        np.testing.assert_array_equal(view.index, want[what], err_msg=what)
+        assert view == Tensor._of_ids(m.graph, view.elementType(), np.array(want[what]), "x")
+    assert views["reinterpreted"].elementType() == INT
+    assert m[1] != m[2] and m.slice(2, 3)[0] == m[2] and m[0].slice(0, 0) == m[1].slice(5, 5)
+
+
+@pytest.mark.parametrize("touch_index", [False, True])
+def test_streams_and_copies_of_variables_need_no_index_array(touch_index: bool) -> None:
+    """A program moving a variable whose index array was never made compiles and runs
+    exactly as one whose array was (same values, trace and memory)."""
+    graph = _graph()
+    rows, cols = 60, 9
+    x = graph.addVariable(FLOAT, [rows, cols], "x")
+    y = graph.addVariable(FLOAT, [rows, cols], "y")
+    for r in range(rows):
+        graph.setTileMapping(x[r], r % 11)
+        graph.setTileMapping(y[r], (r + 4) % 13)
+    if touch_index:
+        assert x.index.size == y.index.size == rows * cols  # made before compiling
+    inp = graph.addHostToDeviceFIFO("in", FLOAT, rows * cols)
+    out = graph.addDeviceToHostFIFO("out", FLOAT, rows * cols)
+    engine = Engine(graph, prog.Sequence([prog.Copy(inp, x), prog.Copy(x, y), prog.Copy(y, out)]))
+    assert (x._ix is None and y._ix is None) != touch_index
+    engine.load(IPUModel("ipu2").createDevice())
+    values = np.arange(rows * cols, dtype=np.float32) * 0.25
+    result = np.zeros(rows * cols, np.float32)
+    engine.connectStream("in", values)
+    engine.connectStream("out", result)
+    engine.run(0)
+    np.testing.assert_array_equal(result, values)
+    # every figure of the run and of the memory plan is the same either way
+    seen = (engine.getTrace().fingerprint(), engine.getGraphProfile()["memory"])
+    key = "touched" if touch_index else "untouched"
+    _SEEN[key] = seen
+    if len(_SEEN) == 2:
+        assert _SEEN["touched"] == _SEEN["untouched"]
+
+
+_SEEN: dict[str, object] = {}
+
+
+def test_transfer_counts_of_a_block_equal_those_of_its_ids() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        size, tiles = int(rng.integers(0, 400)), int(rng.integers(1, 9))
+        owner = rng.integers(-1, tiles, size).astype(np.int32)
+        owner[rng.random(size) < 0.6] = 2  # long runs on one tile
+        lo = int(rng.integers(0, size + 1))
+        hi = int(rng.integers(lo, size + 1))
+        got = runs.transfer_counts(range(lo, hi), owner, tiles)
+        want = runs.transfer_counts(np.arange(lo, hi), owner, tiles)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert runs.as_index(range(4, 9)) == slice(4, 9)
+    assert runs.as_index(range(3, 3)).size == 0
+
+
+def test_overlapping_blocks_of_a_variable_are_refused_with_the_overlap() -> None:
+    graph = _graph()
+    x = graph.addVariable(FLOAT, [6, 9], "x")
+    graph.setTileMapping(x, 0)
+    with pytest.raises(PoplarError, match=r"overlap \(9 of 18 element\(s\)"):
+        Engine(graph, prog.Copy(x.slice(0, 2), x.slice(1, 3)))
+    with pytest.raises(PoplarError, match=r"overlap \(4 of 9 element\(s\)"):
+        Engine(graph, prog.Copy(x[2], x.flatten().slice(23, 32)))
+    Engine(graph, prog.Sequence([prog.Copy(x[2], x[2]), prog.Copy(x[0], x[1])]))

@@ -26,6 +26,9 @@ from ipusim.errors import IRValidationError
 
 __all__ = ["ComputeCost", "compute_cost"]
 
+_INT64 = np.dtype(np.int64)
+_BOOL = np.dtype(np.bool_)
+
 
 @dataclass(frozen=True)
 class ComputeCost:
@@ -222,9 +225,17 @@ def compute_cost(
     vertex_tile = np.asarray(vertex_tile)
     vertex_cycles = np.asarray(vertex_cycles)
     vertex_multi = np.asarray(vertex_multi)
-    problems = _validate(num_tiles, vertex_tile, vertex_cycles, vertex_multi)
-    if problems:
-        raise IRValidationError(problems)
+    if not (  # an IR step's arrays: nothing to check here
+        vertex_tile.dtype == _INT64
+        and vertex_cycles.dtype == _INT64
+        and vertex_multi.dtype == _BOOL
+        and vertex_tile.ndim == vertex_cycles.ndim == vertex_multi.ndim == 1
+        and vertex_tile.shape == vertex_cycles.shape == vertex_multi.shape
+        and num_tiles >= 0
+    ):
+        problems = _validate(num_tiles, vertex_tile, vertex_cycles, vertex_multi)
+        if problems:
+            raise IRValidationError(problems)
     inputs = (
         tile_cfg,
         num_tiles,

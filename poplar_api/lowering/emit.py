@@ -62,7 +62,7 @@ from poplar_api.lowering.exchange import ExchangePlanner, exchange_ipus
 from poplar_api.printing import format_tensor
 from poplar_api.remote import RemoteBuffer, remote_buffers
 from poplar_api.tensor import Tensor
-from poplar_api.vertices import NO_ESTIMATE
+from poplar_api.vertices import NO_ESTIMATE, id_array
 
 
 def _filter(options: Mapping[str, str], name: str) -> re.Pattern[str] | None:
@@ -172,8 +172,14 @@ class Emitter:
             known = self._indices[id(ids)] = (ids, runs.as_index(ids))
         return known[1]
 
+    def _where(self, ids: np.ndarray | range) -> np.ndarray | slice:
+        """:meth:`_index` of a tensor's ids as :meth:`Tensor._flat_ids` gives them."""
+        return runs.as_index(ids) if isinstance(ids, range) else self._index(ids)
+
     def _tiles(self, t: Tensor) -> np.ndarray:
-        return self.state.space(t.elementType()).tile[t.flat_index()].astype(np.int64)
+        ids = t._flat_ids()
+        where = slice(ids.start, ids.stop) if isinstance(ids, range) else ids
+        return self.state.space(t.elementType()).tile[where].astype(np.int64)
 
     def _predicate(
         self, t: Any, what: str, integral: bool = False, cases: tuple[int, ...] | None = None
@@ -255,9 +261,10 @@ class Emitter:
         return nodes
 
     def _touch(self, node: Any, *tensors: Any) -> Any:
-        """Record that ``node``'s steps access ``tensors`` (for memory liveness)."""
+        """Record that ``node``'s steps access ``tensors`` (for memory liveness): their
+        ids, or one run ``(begin, end)`` for a tensor of consecutive ids."""
         parts = [
-            (t.elementType(), t.flat_index())
+            (t.elementType(), runs.ids_or_run(t._flat_ids()))
             for t in tensors
             if isinstance(t, Tensor) and t.graph is self.state
         ]
@@ -516,15 +523,20 @@ class Emitter:
                 "be written; hint: copy into a variable (graph.addVariable)"
             )
         if not problems and s.elementType() == d.elementType():
-            s_ids, d_ids = s.flat_index(), d.flat_index()
-            if not np.array_equal(s_ids, d_ids):  # copying a view onto itself is allowed
-                common = np.intersect1d(s_ids, d_ids)
-                if common.size:
-                    problems.append(
-                        f"{where}: source and destination overlap ({common.size} of "
-                        f"{d.numElements()} element(s) are in both); they must be disjoint "
-                        "(or the same view); hint: copy through a temporary variable"
-                    )
+            s_ids, d_ids = s._flat_ids(), d._flat_ids()
+            if isinstance(s_ids, range) and isinstance(d_ids, range):  # two blocks
+                same = s_ids == d_ids
+                overlap = max(0, min(s_ids.stop, d_ids.stop) - max(s_ids.start, d_ids.start))
+            else:
+                s_ids, d_ids = id_array(s_ids), id_array(d_ids)
+                same = np.array_equal(s_ids, d_ids)
+                overlap = 0 if same else np.intersect1d(s_ids, d_ids).size
+            if overlap and not same:  # copying a view onto itself is allowed
+                problems.append(
+                    f"{where}: source and destination overlap ({overlap} of "
+                    f"{d.numElements()} element(s) are in both); they must be disjoint "
+                    "(or the same view); hint: copy through a temporary variable"
+                )
         if problems:
             self.problems += problems
             return ir.Sequence()
@@ -536,7 +548,7 @@ class Emitter:
         if space is None or t.numElements() == 0:
             return None
         touched = np.zeros(len(self.state.variables), bool)
-        where = self._index(t.flat_index())
+        where = self._where(t._flat_ids())
         if isinstance(where, slice):  # one block of ids: the variables it overlaps
             bases = np.asarray(space.var_bases, np.int64)
             k0, k1 = np.searchsorted(bases, [where.start, where.stop - 1], side="right") - 1
@@ -552,10 +564,10 @@ class Emitter:
 
     def _device_copy(self, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
         typ = s.elementType()
-        s_ids, d_ids = s.flat_index(), d.flat_index()
+        s_ids, d_ids = s._flat_ids(), d._flat_ids()
         s_tile, d_tile = self._tiles(s), self._tiles(d)
         storage = self.lowered.storage
-        s_where, d_where = self._index(s_ids), self._index(d_ids)
+        s_where, d_where = self._where(s_ids), self._where(d_ids)
 
         def copy() -> None:
             storage.write(typ, d_where, storage.read(typ, s_where))
@@ -581,7 +593,7 @@ class Emitter:
                 )
             )
         planner = ExchangePlanner(self.state.target, self.state)
-        planner.add_owned(typ, s_ids, d_tile, self.state.space(typ).tile)
+        planner.add_owned(typ, id_array(s_ids), d_tile, self.state.space(typ).tile)
         nodes += self._exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", self._pid(prog))
         if not nodes:  # nothing to copy
             return ir.Sequence()
@@ -627,7 +639,7 @@ class Emitter:
                 "into a variable"
             )
             return ir.Sequence()
-        storage, host, typ, ids = self.lowered.storage, self.host, t.elementType(), t.flat_index()
+        storage, host, typ, ids = self.lowered.storage, self.host, t.elementType(), t._flat_ids()
         size = getattr(prog, "expectedSize", None)
         if to_device and size is not None:
             what = f"Copy from stream '{stream.handle}' into '{t.name}': expectedSize"
@@ -644,16 +656,16 @@ class Emitter:
                         f"{what}: tensor '{size_name}' holds {n}; it must be in [0, {limit}] "
                         f"(the size of '{t.name}')"
                     )
-                storage.write(typ, ids[:n], host.pull(stream)[:n])
+                storage.write(typ, runs.as_index(ids[:n]), host.pull(stream)[:n])
                 host.pulled(stream)
         elif to_device:
-            where = self._index(ids)
+            where = self._where(ids)
 
             def effect() -> None:
                 storage.write(typ, where, host.pull(stream))
                 host.pulled(stream)
         else:
-            where = self._index(ids)
+            where = self._where(ids)
 
             def effect() -> None:
                 host.push(stream, storage.read(typ, where))
@@ -767,9 +779,8 @@ class Emitter:
         Streaming Memory transfer instead: an internal sync (the host takes no part)
         and a ``RemoteBufferCopy``.
         """
-        ids = t.flat_index()
         owner = self.state.space(t.elementType()).tile
-        elements, messages = runs.transfer_counts(ids, owner, self.num_tiles)
+        elements, messages = runs.transfer_counts(t._flat_ids(), owner, self.num_tiles)
         nbytes = elements * t.elementType().size
         tiles = np.flatnonzero(nbytes)
         pid = self._pid(prog)

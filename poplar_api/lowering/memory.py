@@ -186,8 +186,8 @@ def _liveness(state: Any, walk: _Walk, touches: dict[int, Any]) -> tuple[np.ndar
             last[m] = np.maximum(last[m], hi)
     always |= np.fromiter((v.constant for v in state.variables), bool, nv)
     held = [(t, ids) for t, ids, _ in state.initial_parts]
-    held += [(t.elementType(), t.flat_index()) for t in state.host_writes.values()]
-    held += [(t.elementType(), t.flat_index()) for t in state.host_reads.values()]
+    for handles in (state.host_writes, state.host_reads):
+        held += [(t.elementType(), runs.ids_or_run(t._flat_ids())) for t in handles.values()]
     always[_variables_of(state, held)] = True
     return first, last, always
 

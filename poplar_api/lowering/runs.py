@@ -233,17 +233,35 @@ def _transfer_counts(ids, owner, elements, messages):  # pragma: no cover
         prev_tile = t
 
 
+@numba.njit(cache=True)
+def _block_transfer_counts(owner, lo, hi, elements, messages):  # pragma: no cover
+    prev_tile = -1
+    for i in range(lo, hi):
+        t = owner[i]
+        if t < 0:  # unmapped: validation reports it
+            prev_tile = -1
+            continue
+        elements[t] += 1
+        if t != prev_tile:
+            messages[t] += 1
+        prev_tile = t
+
+
 def transfer_counts(
-    ids: np.ndarray, owner: np.ndarray, num_tiles: int
+    ids: np.ndarray | range, owner: np.ndarray, num_tiles: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Elements and messages per tile of a transfer of elements ``ids`` (in order).
+    """Elements and messages per tile of a transfer of elements ``ids`` (in order; a
+    ``range`` of step 1 for a block of consecutive ids).
 
     A message is a run of elements consecutive both in the transfer and in element
     ids, on one tile. Every element must be mapped (``0 <= owner[id] < num_tiles``).
     """
     elements = np.zeros(num_tiles, np.int64)
     messages = np.zeros(num_tiles, np.int64)
-    if len(ids):
+    if isinstance(ids, range) and ids.step == 1:
+        if len(ids):
+            _block_transfer_counts(owner, ids.start, ids.stop, elements, messages)
+    elif len(ids):
         _transfer_counts(np.asarray(ids, np.int64), owner, elements, messages)
     return elements, messages
 
@@ -275,10 +293,21 @@ def _consecutive(ids):  # pragma: no cover
 _ID_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
-def as_index(ids: np.ndarray) -> np.ndarray | slice:
+def ids_or_run(ids: np.ndarray | range) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """A tensor's ids (:meth:`~poplar_api.tensor.Tensor._flat_ids`) as the memory
+    planner takes them: an id array, or one run ``(begin, end)`` for a block."""
+    if isinstance(ids, range) and ids.step == 1:
+        return np.array([ids.start], np.int64), np.array([ids.stop], np.int64)
+    return np.asarray(ids, np.int64)
+
+
+def as_index(ids: np.ndarray | range) -> np.ndarray | slice:
     """``ids`` as a slice when they are one ascending run of consecutive ids (then
     reads and writes of the elements are copies of a block, not a gather or scatter),
-    else unchanged."""
+    else unchanged (a ``range`` of step 1, a tensor's consecutive ids, is a slice
+    without looking at it)."""
+    if isinstance(ids, range) and ids.step == 1:
+        return slice(ids.start, ids.stop) if len(ids) else np.empty(0, np.int64)
     ids = np.asarray(ids)
     if ids.ndim == 1 and ids.size and ids.dtype in _ID_TYPES and _consecutive(ids):
         return slice(int(ids[0]), int(ids[0]) + ids.size)
