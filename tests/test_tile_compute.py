@@ -167,3 +167,46 @@ def test_cost_without_inputs_has_cycles_only():
     assert cost.tile_cycles.tolist() == [6, 0]
     with pytest.raises(AttributeError, match="no assignment details"):
         _ = cost.context_load
+
+
+def _plain_assignment(contexts, launch, multi_launch, num_tiles, tiles, cycles, multi):
+    """The barrel-scheduling rule written out plainly: each worker vertex, in order, to
+    the lowest-numbered context with the least load on its tile."""
+    load = [[0] * contexts for _ in range(num_tiles)]
+    multis = [0] * num_tiles
+    context = []
+    for t, c, m in zip(tiles.tolist(), cycles.tolist(), multi.tolist(), strict=True):
+        if m:
+            multis[t] += c + multi_launch
+            context.append(-1)
+        else:
+            best = min(range(contexts), key=lambda k, row=load[t]: (row[k], k))
+            load[t][best] += c + launch
+            context.append(best)
+    cycles_of = [contexts * max(row) + m for row, m in zip(load, multis, strict=True)]
+    return np.array(load), np.array(cycles_of), np.array(context)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_assignment_matches_the_rule_written_plainly(make_config, seed):
+    rng = np.random.default_rng(seed)
+    contexts = int(rng.integers(1, 8))
+    launch = int(rng.integers(0, 3)) * (seed % 2)  # no launch cycles: zero-cost vertices
+    cfg = _tile_cfg(
+        make_config, worker_contexts=contexts, vertex_launch_cycles=launch,
+        multi_vertex_launch_cycles=int(rng.integers(0, 5)),
+    )  # fmt: skip
+    num_tiles = int(rng.integers(1, 9))
+    n = int(rng.integers(0, 300))
+    tiles = rng.integers(0, num_tiles, n)
+    if seed % 3 == 0:
+        tiles = np.sort(tiles)  # tile by tile, as lowering orders them
+    cycles = rng.integers(0, 40, n) * (rng.random(n) < 0.8)  # many of no cost
+    multi = rng.random(n) < 0.1
+    cost = _run(cfg, num_tiles, tiles, cycles, multi)
+    load, want, context = _plain_assignment(
+        contexts, launch, cfg.multi_vertex_launch_cycles, num_tiles, tiles, cycles, multi
+    )
+    np.testing.assert_array_equal(cost.tile_cycles, want)
+    np.testing.assert_array_equal(cost.context_load, load)
+    np.testing.assert_array_equal(cost.vertex_context, context)

@@ -112,6 +112,9 @@ def _assign_vertices(
         if not 0 <= vertex_tile[v] < num_tiles or vertex_cycles[v] < 0:
             return load, multi, active, count, context, cycles, v
     most = np.zeros(num_tiles, dtype=np.int64)  # the most loaded context of each tile
+    # contexts 0 .. filled[t] - 1 of tile t hold work, the others none (while no worker
+    # vertex of no cost has come, filled[t] >= 0): the next vertex goes to filled[t]
+    filled = np.zeros(num_tiles, dtype=np.int64)
     for v in range(vertex_tile.shape[0]):
         t = vertex_tile[v]
         cost = vertex_cycles[v] + (multi_launch if vertex_multi[v] else launch)
@@ -121,10 +124,15 @@ def _assign_vertices(
             multi[t] += cost
             context[v] = -1
         else:
-            best = 0
-            for c in range(1, num_contexts):
-                if load[t, c] < load[t, best]:
-                    best = c
+            k = filled[t]
+            if 0 <= k < num_contexts:  # an empty context, the first: no search
+                best = k
+                filled[t] = k + 1 if cost > 0 else -1
+            else:
+                best = 0
+                for c in range(1, num_contexts):
+                    if load[t, c] < load[t, best]:
+                        best = c
             load[t, best] += cost
             context[v] = best
             most[t] = max(most[t], load[t, best])
