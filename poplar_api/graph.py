@@ -33,6 +33,7 @@ copies to and from its own (non-replicated) streams and copies between such view
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -373,6 +374,7 @@ class Graph:
             self._state.nonreplicated = NonReplicatedView(self._state)
         self._num_tiles = self._state.target.getNumTiles()
         self._tiles = np.arange(self._num_tiles, dtype=np.int64)  # root tile of each tile
+        self._tile_list: list[int] = self._tiles.tolist()  # the same, as Python ints
         self._parent: Graph | None = None
         #: the non-replicated graph this one was made from (createReplicatedGraph)
         self._top: Graph | None = None
@@ -386,6 +388,7 @@ class Graph:
         g._state = state
         g._num_tiles = state.target.getNumTiles()
         g._tiles = np.arange(g._num_tiles, dtype=np.int64)
+        g._tile_list = g._tiles.tolist()
         g._parent = None
         g._top = None
         g._wide = False
@@ -559,6 +562,7 @@ class Graph:
         sub = object.__new__(Graph)
         sub._state = self._state
         sub._tiles = self._tiles[tiles]
+        sub._tile_list = sub._tiles.tolist()
         sub._num_tiles = int(tiles.size)
         sub._parent = self
         sub._top = None
@@ -698,15 +702,19 @@ class Graph:
         if type(mapping) is int and 0 <= mapping < self._num_tiles and not self._wide:
             # one tile for a tensor or vertex of this graph: the common case, inline
             if type(target) is Tensor and target._graph is self._state:
-                space = self._state.space(target._type)
+                owner = self._state.spaces[target._type.size].tile  # made with the tensor
                 start = target._start
                 if start >= 0:  # consecutive ids: a block of the tile array
-                    space.tile[start : start + target.numElements()] = int(self._tiles[mapping])
+                    n = math.prod(target._shape)
+                    if n == 1:
+                        owner[start] = self._tile_list[mapping]
+                    else:
+                        owner[start : start + n] = self._tile_list[mapping]
                 else:
-                    space.tile[target.flat_index()] = int(self._tiles[mapping])
+                    owner[target.flat_index()] = self._tile_list[mapping]
                 return
             if type(target) is VertexRef and target.graph._state is self._state:
-                self._state.vertices.tile[target.id] = int(self._tiles[mapping])
+                self._state.vertices.tile[target.id] = self._tile_list[mapping]
                 return
         self._refuse_on_parent("setTileMapping")
         if isinstance(target, VertexRef):

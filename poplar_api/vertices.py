@@ -19,6 +19,7 @@ list with one id array (or ``None`` while unconnected) per vector.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterator
 from typing import Any
@@ -120,7 +121,7 @@ def connection_ids(t: Tensor) -> range | np.ndarray:
     """What a scalar or vector field keeps of a connected tensor: its ids as a range
     when they are known to be consecutive, else its index array."""
     start = t._start
-    return t._index if start < 0 else range(start, start + t.numElements())
+    return t._index if start < 0 else range(start, start + math.prod(t._shape))
 
 
 def id_count(value: range | np.ndarray) -> int:
