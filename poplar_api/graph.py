@@ -374,7 +374,7 @@ class Graph:
             self._state.nonreplicated = NonReplicatedView(self._state)
         self._num_tiles = self._state.target.getNumTiles()
         self._tiles = np.arange(self._num_tiles, dtype=np.int64)  # root tile of each tile
-        self._tile_list: list[int] = self._tiles.tolist()  # the same, as Python ints
+        self._root_tiles: list[int] = self._tiles.tolist()  # the same, as Python ints
         self._parent: Graph | None = None
         #: the non-replicated graph this one was made from (createReplicatedGraph)
         self._top: Graph | None = None
@@ -388,7 +388,7 @@ class Graph:
         g._state = state
         g._num_tiles = state.target.getNumTiles()
         g._tiles = np.arange(g._num_tiles, dtype=np.int64)
-        g._tile_list = g._tiles.tolist()
+        g._root_tiles = g._tiles.tolist()
         g._parent = None
         g._top = None
         g._wide = False
@@ -562,7 +562,7 @@ class Graph:
         sub = object.__new__(Graph)
         sub._state = self._state
         sub._tiles = self._tiles[tiles]
-        sub._tile_list = sub._tiles.tolist()
+        sub._root_tiles = sub._tiles.tolist()
         sub._num_tiles = int(tiles.size)
         sub._parent = self
         sub._top = None
@@ -707,14 +707,14 @@ class Graph:
                 if start >= 0:  # consecutive ids: a block of the tile array
                     n = math.prod(target._shape)
                     if n == 1:
-                        owner[start] = self._tile_list[mapping]
+                        owner[start] = self._root_tiles[mapping]
                     else:
-                        owner[start : start + n] = self._tile_list[mapping]
+                        owner[start : start + n] = self._root_tiles[mapping]
                 else:
-                    owner[target.flat_index()] = self._tile_list[mapping]
+                    owner[target.flat_index()] = self._root_tiles[mapping]
                 return
             if type(target) is VertexRef and target.graph._state is self._state:
-                self._state.vertices.tile[target.id] = self._tile_list[mapping]
+                self._state.vertices.tile[target.id] = self._root_tiles[mapping]
                 return
         self._refuse_on_parent("setTileMapping")
         if isinstance(target, VertexRef):
