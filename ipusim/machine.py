@@ -251,6 +251,10 @@ class _Run:
         self._active_ipus: dict[int, tuple[StepRecord, np.ndarray]] = {}
         #: the items of the program's walk so far, shared by every group (see _walk)
         self.path: list[tuple[int, Any, int]] = []
+        #: the error an effect or predicate raised, and the item of the path where
+        #: every group stops because of it (see _group_main)
+        self.failure: Exception | None = None
+        self.stop_at = -1
         self.walker: Iterator[tuple[int, Any, int]] = iter(())
         self.step_total = 0
         self.block_total = 0
@@ -274,6 +278,10 @@ class _Run:
             self.env.run(simpy.AllOf(self.env, procs))
         except (SimulationTimeout, RunAborted) as exc:
             error = exc
+        if error is None and self.failure is not None:
+            if not isinstance(self.failure, RunAborted):
+                raise self.failure
+            error = self.failure
         records = [self.records[k] for k in sorted(self.records)]
         previous_end = 0
         for rec in records:  # a step no tile took part in sits where the previous one ended
@@ -302,33 +310,53 @@ class _Run:
         return trace
 
     def _group_main(self, g: _Group) -> Generator[simpy.Event, Any, None]:
-        """Run the program's path (:meth:`_walk`) on the group's tiles."""
+        """Run the program's path (:meth:`_walk`) on the group's tiles.
+
+        When an effect or a predicate raises (an ``Abort``, a failing vertex), the
+        group stops there and every other group runs up to the same item, so the
+        partial trace has every tile up to the failure and no effect after it; the
+        run then raises the error. With ``max_cycles`` set, every group yields to its
+        clock after each step, so that the first step to pass the limit in simulated
+        time is the one reported.
+        """
         path = self.path
         walker = self.walker
-        local, sync, step, enter = _LOCAL, _SYNC, _STEP, _ENTER
+        local, sync, step, enter, leave = _LOCAL, _SYNC, _STEP, _ENTER, _EXIT
+        limited = self.max_cycles is not None
         i = 0
-        while True:
-            if i < len(path):
-                code, obj, n = path[i]
-            else:  # this group leads: take the program one item further
-                item = next(walker, None)
-                if item is None:
-                    return
-                path.append(item)
-                code, obj, n = item
+        while self.stop_at < 0 or i < self.stop_at:
+            try:
+                if i < len(path):
+                    code, obj, n = path[i]
+                else:  # this group leads: take the program one item further
+                    item = next(walker, None)
+                    if item is None:
+                        return
+                    path.append(item)
+                    code, obj, n = item
+                if code == local:
+                    self._local_step(g, n, obj)
+                elif code == sync:
+                    event = self._sync(g, n, obj)
+                    if event is not None:
+                        yield event
+                elif code == step:
+                    yield from self._step(g, n, obj)
+                elif code == enter:
+                    self._enter_block(g, n, obj)
+                elif code == leave:
+                    self.blocks[n].cycles_to[g.lo : g.hi] = self.clock[g.lo : g.hi]
+            except SimulationTimeout:
+                raise
+            except Exception as exc:
+                if self.failure is None or i < self.stop_at:  # the earliest one counts
+                    self.failure, self.stop_at = exc, i
+                return
             i += 1
-            if code == local:
-                self._local_step(g, n, obj)
-            elif code == sync:
-                event = self._sync(g, n, obj)
-                if event is not None:
-                    yield event
-            elif code == step:
-                yield from self._step(g, n, obj)
-            elif code == enter:
-                self._enter_block(g, n, obj)
-            else:
-                self.blocks[n].cycles_to[g.lo : g.hi] = self.clock[g.lo : g.hi]
+            if limited and code != enter and code != leave:
+                end = self._group_end(g)
+                if end > self.env.now:
+                    yield self.env.timeout(end - self.env.now)
 
     # --------------------------------------------------------------- control
     def _walk(self, node: ir.Node) -> Iterator[tuple[int, Any, int]]:
@@ -403,7 +431,10 @@ class _Run:
         rec.cycles_from[g.lo : g.hi] = self.clock[g.lo : g.hi]
 
     def _decide(self, g: _Group, predicate: int) -> int:
-        """Value of this group's next prefetch predicate; asked once for all groups."""
+        """Value of this group's next prefetch predicate; asked once for all groups.
+
+        Only stream copies' prefetch predicates are numbered here (every group asks
+        them in the same order); control-flow predicates are asked by the walk."""
         n = self.decision_count[g.index]
         self.decision_count[g.index] = n + 1
         decision = self.decisions.get(n)
@@ -430,8 +461,9 @@ class _Run:
     def _local_step(self, g: _Group, n: int, step: ir.Compute | ir.Exchange) -> None:
         """A compute or on-chip exchange step: each tile adds its own cost.
 
-        No other group reads these tiles' clocks before the next collective, so the
-        group yields to its clock only there (:meth:`_step`), not after every step.
+        No other group reads these tiles' clocks before the next sync or link step, so
+        the group yields to its clock only before a link step (:meth:`_step`), not after
+        every step.
         """
         rec = self.records.get(n)
         if rec is None:
@@ -645,7 +677,7 @@ class _Run:
                 self._settle_tiles(rec, tiles, release)
                 self._leave(n, step, barrier)
                 return None
-        part, expected, lo, hi = self._scopes[g.index][0 if kind is _INTERNAL else 1]
+        part, expected, lo, hi = self._scope(g, kind is _INTERNAL)
         barrier = self._arrive((n, part), expected)
         if barrier is not None and barrier.arrived < expected:
             return barrier.event

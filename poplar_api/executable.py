@@ -42,7 +42,7 @@ from poplar_api.codelet import VertexType, vertex_type
 from poplar_api.errors import EngineError, PoplarError
 from poplar_api.graph import Graph, replication_factor
 from poplar_api.program import Program
-from poplar_api.tensor import Tensor
+from poplar_api.tensor import MAX_NAME_LENGTH, Tensor
 from poplar_api.vertices import VertexTable
 
 if TYPE_CHECKING:
@@ -417,7 +417,19 @@ def _unpack_index(packed: tuple[Any, ...]) -> np.ndarray:
 def _rebuild_tensor(
     graph: Any, element_type: Any, packed: tuple[Any, ...], name: str, root: str
 ) -> Tensor:
+    if packed[0] == "range" and packed[2] == 1 and len(name) <= MAX_NAME_LENGTH:
+        # consecutive ids: a block again, whose index array is made only when asked for
+        t = Tensor._consecutive(graph, element_type, packed[1], tuple(packed[3]), name)
+        t._root = root
+        return t
     return Tensor._new(graph, element_type, _unpack_index(packed), name, root)
+
+
+def _packed_tensor_ids(t: Tensor) -> tuple[Any, ...]:
+    """:func:`_pack_index` of a tensor's ids, without making a block's index array."""
+    if t._ix is None:  # consecutive ids never made into an array
+        return ("range", t._start, 1, t._shape) if t.numElements() else ("empty", t._shape)
+    return _pack_index(t._ix)
 
 
 def _pack_vertices(table: VertexTable) -> tuple[Any, ...]:
@@ -474,7 +486,7 @@ class _Pickler(pickle.Pickler):
         if type(obj) is Tensor:
             return (
                 _rebuild_tensor,
-                (obj._graph, obj._type, _pack_index(obj._index), obj._name, obj._root),
+                (obj._graph, obj._type, _packed_tensor_ids(obj), obj._name, obj._root),
             )
         if type(obj) is VertexTable:
             return _pack_vertices(obj)

@@ -822,6 +822,8 @@ class Tensor:
 
         Tensors with fewer than two elements are contiguous.
         """
+        if self._start >= 0:  # known consecutive (a variable, its rows, ...)
+            return True
         flat = self.flat_index()
         if flat.size < 2:
             return True

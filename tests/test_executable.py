@@ -175,6 +175,12 @@ def test_connections_of_every_kind_survive_a_file(tmp_path):
     path = tmp_path / "views.ipuexe"
     compileGraph(g, program).serialize(path)
     exe = Executable.deserialize(path)
+    # a tensor of consecutive ids comes back as a block, its index array made on use
+    m_back = exe._state.host_writes["m"]
+    assert m_back._ix is None and m_back.shape() == [4, 6] and m_back.isContiguous()
+    assert m_back.index.tolist() == m.index.tolist()
+    out_back = exe._state.host_reads["out"]
+    assert out_back.index.tolist() == out.index.tolist()
     loaded = exe._state.vertices
     original = g._state.vertices
     for vid in range(len(original)):

@@ -8,7 +8,13 @@ import pytest
 from ipusim import ir
 from ipusim.config import load_config
 from ipusim.dataplane import ScriptedDataPlane
-from ipusim.errors import HostLinkError, IpusimError, IRValidationError, SimulationTimeout
+from ipusim.errors import (
+    HostLinkError,
+    IpusimError,
+    IRValidationError,
+    RunAborted,
+    SimulationTimeout,
+)
 from ipusim.machine import Machine
 
 # The tiny machine with round numbers, so every expectation below can be worked by
@@ -243,6 +249,59 @@ def test_timeout_at_a_sync_release(granularity):
     assert [r.name for r in partial.records] == ["slow", "sync"]
     np.testing.assert_array_equal(partial.tile_end_cycles, 600 + DELAYS)
     assert machine.run(prog, max_cycles=603 + 600).total_cycles == 603 + 600
+
+
+class _AbortAt:
+    """Applies effects in order; effect ``stop`` raises RunAborted."""
+
+    def __init__(self, stop: int) -> None:
+        self.stop = stop
+        self.applied: list[int] = []
+
+    def apply(self, effect: int) -> None:
+        self.applied.append(effect)
+        if effect == self.stop:
+            raise RunAborted(f"effect {effect} aborted the run")
+
+    def predicate(self, predicate: int) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("granularity", ["ipu", "tile"])
+def test_abort_stops_every_group_at_the_failing_step(granularity):
+    cfg = tiny(num_ipus=2, **{"sim.granularity": granularity})
+    tpi = cfg.tile.tiles_per_ipu
+    # IPU 1 is the slower: 6 x 700 cycles against 6 x 500 on IPU 0
+    work = ir.Compute(name="work", effect=1, vertex_tile=[0, 1, tpi], vertex_cycles=[10, 500, 700])
+    stop = ir.Compute(name="stop", effect=2, vertex_tile=[0], vertex_cycles=[1])
+    after = ir.Compute(name="after", effect=3, vertex_tile=[tpi], vertex_cycles=[5])
+    dp = _AbortAt(stop=2)
+    with pytest.raises(RunAborted, match="effect 2") as info:
+        Machine(cfg).run(ir.Sequence([work, stop, after]), data_plane=dp)
+    assert dp.applied == [1, 2]  # nothing after the abort, whichever group ran ahead
+    partial = info.value.trace
+    assert [(r.name, r.first_cycle, r.last_cycle) for r in partial.records] == [
+        ("work", 0, 4200),
+        ("stop", 4200, 4200),
+    ]
+    want = np.zeros(2 * tpi, np.int64)
+    want[[0, 1, tpi]] = [60, 3000, 4200]  # every tile up to the abort
+    np.testing.assert_array_equal(partial.tile_end_cycles, want)
+
+
+@pytest.mark.parametrize("granularity", ["ipu", "tile"])
+def test_the_first_step_past_max_cycles_in_simulated_time_is_reported(granularity):
+    cfg = tiny(num_ipus=2, **{"sim.granularity": granularity})
+    tpi = cfg.tile.tiles_per_ipu
+    # IPU 1 receives 800 bytes on one tile (100 latency + the tile's 800 / 4 = 200
+    # cycles, above the link's 100), then starts b at cycle 300 and passes 3,000 there;
+    # IPU 0 would pass it only at its 51st a (60 cycles each), which starts at cycle
+    # 3,000: later in simulated time
+    copy = _copy("in", [tpi], [800])
+    b = ir.Compute(name="b", vertex_tile=[tpi + 1], vertex_cycles=[1000])  # 6,000
+    a = ir.Compute(name="a", vertex_tile=[0], vertex_cycles=[10])
+    with pytest.raises(SimulationTimeout, match=r"reached 6,300 in compute step 'b' \(step 1\)"):
+        Machine(cfg).run(ir.Sequence([copy, b] + [a] * 100), max_cycles=3000)
 
 
 def test_predicate_without_data_plane_is_clear():
