@@ -724,10 +724,10 @@ class Graph:
         t = self._check_tensor(target, "setTileMapping")
         if isinstance(mapping, int | np.integer) and not isinstance(mapping, bool):
             root = self._root_tile(mapping, f"setTileMapping of tensor '{t.name}'")
-            self._state.space(t.elementType()).tile[t.flat_index()] = root
+            self._state.space(t.elementType()).tile[t._id_index()] = root
             return
         tiles = self._mapping_tiles(t, mapping)
-        self._state.space(t.elementType()).tile[t.flat_index()] = tiles
+        self._state.space(t.elementType()).tile[t._id_index()] = tiles
 
     def _mapping_tiles(self, t: Tensor, mapping: Any) -> np.ndarray:
         """Root tile of each flat element of ``t`` under a whole tile mapping (checked)."""
@@ -792,7 +792,7 @@ class Graph:
     def getTileMapping(self, t: Tensor, throwOnUnmapped: bool = True) -> list[list[Interval]]:
         """For each tile of this graph, the intervals of ``t``'s flat elements on it."""
         t = self._check_tensor(t, "getTileMapping")
-        tiles = self._state.space(t.elementType()).tile[t.flat_index()].astype(np.int64)
+        tiles = self._state.space(t.elementType()).tile[t._id_index()].astype(np.int64)
         if throwOnUnmapped and (tiles == UNMAPPED).any():
             first = int(np.flatnonzero(tiles == UNMAPPED)[0])
             raise GraphError(

@@ -129,7 +129,7 @@ def mapTensorLinearly(
     if graph._tile_lo:
         tiles += graph._tile_lo
     space = graph._state.space(t.elementType())
-    space.tile[t.flat_index()] = tiles
+    space.tile[t._id_index()] = tiles
 
 
 def cloneTensor(graph: Graph, t: Tensor, name: str = "", type: Type | None = None) -> Tensor:
@@ -143,8 +143,8 @@ def cloneTensor(graph: Graph, t: Tensor, name: str = "", type: Type | None = Non
     t = _check_tensor(graph, t, "cloneTensor")
     new_type = t.elementType() if type is None else type
     clone = graph.addVariable(new_type, t.shape(), name or f"{t.name}.clone")
-    src_tiles = graph._state.space(t.elementType()).tile[t.flat_index()]
-    graph._state.space(new_type).tile[clone.flat_index()] = src_tiles
+    src_tiles = graph._state.space(t.elementType()).tile[t._id_index()]
+    graph._state.space(new_type).tile[clone._id_index()] = src_tiles
     return clone
 
 

@@ -266,6 +266,13 @@ class Tensor:
             return range(self._start, self._start + math.prod(self._shape))
         return self.flat_index()
 
+    def _id_index(self) -> np.ndarray | slice:
+        """What selects this tensor's elements (row-major) in an array over its id
+        space: a slice for consecutive ids (no index array made), else the ids."""
+        if self._start >= 0:
+            return slice(self._start, self._start + math.prod(self._shape))
+        return self.flat_index()
+
     def _derive(self, index: np.ndarray, op: str) -> Tensor:
         """A view of this tensor with index array ``index``, named ``name + op``."""
         name = self._name + op

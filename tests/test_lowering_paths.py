@@ -271,3 +271,26 @@ def test_overlapping_blocks_of_a_variable_are_refused_with_the_overlap() -> None
     with pytest.raises(PoplarError, match=r"overlap \(4 of 9 element\(s\)"):
         Engine(graph, prog.Copy(x[2], x.flatten().slice(23, 32)))
     Engine(graph, prog.Sequence([prog.Copy(x[2], x[2]), prog.Copy(x[0], x[1])]))
+
+
+def test_mapping_a_variable_needs_no_index_array() -> None:
+    from poplar_api import poputil
+
+    graph = _graph()
+    big = graph.addVariable(FLOAT, [300, 40], "big")
+    poputil.mapTensorLinearly(graph, big, grainSize=8)
+    clone = poputil.cloneTensor(graph, big, "clone")
+    other = graph.addVariable(FLOAT, [12], "other")
+    graph.setTileMapping(other, [[(0, 5)], [], [(5, 12)]])  # a whole mapping
+    mapping = graph.getTileMapping(big)
+    assert big._ix is None and clone._ix is None and other._ix is None
+    # the same mappings as numpy's ids give
+    owner = graph._state.space(FLOAT).tile
+    tiles = owner[big.flat_index()]
+    assert owner[clone.flat_index()].tolist() == tiles.tolist()
+    per_tile = [[(iv.begin(), iv.end()) for iv in ivs] for ivs in mapping]
+    for tile, ivs in enumerate(per_tile):
+        for b, e in ivs:
+            assert (tiles[b:e] == tile).all()
+    assert sum(e - b for ivs in per_tile for b, e in ivs) == 12000
+    assert owner[other.flat_index()].tolist() == [0] * 5 + [2] * 7
