@@ -618,16 +618,13 @@ class _Run:
         Groups arrive in simulated-time order (each has yielded to its latest tile's
         clock), so when the last one arrives ``env.now`` is the latest clock in scope.
         """
-        barrier = self.barriers.get(key)
-        if barrier is None:
-            barrier = self.barriers[key] = _Barrier(self.env.event(), expected)
-        barrier.arrived += 1
-        if barrier.arrived < barrier.expected:
+        barrier = self._arrive(key, expected)
+        if barrier is not None and barrier.arrived < expected:
             yield barrier.event
             return
-        del self.barriers[key]
         yield from finish()
-        barrier.event.succeed()
+        if barrier is not None:
+            barrier.event.succeed()
 
     def _scope(self, g: _Group, ipu_only: bool) -> tuple[int, int, int, int]:
         """(key part, expected groups, lo, hi) of an IPU-wide or machine-wide scope."""
@@ -677,7 +674,7 @@ class _Run:
                 self._settle_tiles(rec, tiles, release)
                 self._leave(n, step, barrier)
                 return None
-        part, expected, lo, hi = self._scope(g, kind is _INTERNAL)
+        part, expected, lo, hi = self._scope(g, kind is ir.SyncKind.INTERNAL)
         barrier = self._arrive((n, part), expected)
         if barrier is not None and barrier.arrived < expected:
             return barrier.event
@@ -913,7 +910,6 @@ _LOCAL_STEPS = (ir.Compute, ir.Exchange)
 #: step, a block's start and end.
 _LOCAL, _SYNC, _STEP, _ENTER, _EXIT = range(5)
 
-_INTERNAL = ir.SyncKind.INTERNAL
 
 #: ``first_cycle`` of a record no tile has entered yet.
 _NOT_STARTED = int(np.iinfo(np.int64).max)

@@ -177,9 +177,7 @@ class Emitter:
         return runs.as_index(ids) if isinstance(ids, range) else self._index(ids)
 
     def _tiles(self, t: Tensor) -> np.ndarray:
-        ids = t._flat_ids()
-        where = slice(ids.start, ids.stop) if isinstance(ids, range) else ids
-        return self.state.space(t.elementType()).tile[where].astype(np.int64)
+        return self.state.space(t.elementType()).tile[t._id_index()].astype(np.int64)
 
     def _predicate(
         self, t: Any, what: str, integral: bool = False, cases: tuple[int, ...] | None = None
