@@ -324,6 +324,8 @@ class VertexType:
 _VERTEX_TYPES: dict[type, VertexType] = {}
 _KERNELS: dict[tuple[Callable[..., Any], bool, int | None], Any] = {}
 _DRIVERS: dict[tuple[type, bool, int | None], Any] = {}
+#: Whether each compiled driver has its kernel inlined.
+_INLINED: dict[Any, bool] = {}
 #: drivers that have run once (compiled for the arguments lowering passes them)
 _RAN: set[Any] = set()
 _CODELET_FILES: dict[tuple[str, int], ModuleType] = {}
@@ -475,17 +477,35 @@ def _worker_globals(py_func: Callable[..., Any], num_workers: int) -> dict[str, 
     return {**glob, **rebound}
 
 
-def _kernel(py_func: Callable[..., Any], *, checked: bool, num_workers: int | None) -> Any:
+def _kernel(
+    py_func: Callable[..., Any], *, checked: bool, num_workers: int | None, inline: bool = False
+) -> Any:
     """The (cached) Numba dispatcher of ``py_func`` with or without bounds checks.
 
     Numba's disk cache does not key on ``boundscheck``, so the checked kernel is
     compiled from a copy of the function with its own qualified name (and so its own
     cache files). Kernels whose ``numWorkers`` was bound are not cached on disk.
+
+    ``inline``: a kernel for a driver loop, compiled into the loop's own code (Numba
+    inlines it before typing, so the caller's ``boundscheck`` applies): a call per
+    vertex to separately compiled code costs several times a small vertex's work.
     """
     bound = _worker_globals(py_func, num_workers) if num_workers is not None else None
-    key = (py_func, checked, num_workers if bound is not None else None)
+    key = (py_func, checked, num_workers if bound is not None else None, inline)
     kernel = _KERNELS.get(key)
     if kernel is not None:
+        return kernel
+    if inline:
+        func = types.FunctionType(
+            py_func.__code__,
+            bound if bound is not None else py_func.__globals__,
+            py_func.__name__,
+            py_func.__defaults__,
+            py_func.__closure__,
+        )
+        func.__qualname__ = py_func.__qualname__
+        func.__module__ = py_func.__module__
+        kernel = _KERNELS[key] = numba.njit(inline="always")(func)
         return kernel
     func = py_func
     if checked or bound is not None:
@@ -767,21 +787,33 @@ def _uses_num_workers(vtype: VertexType) -> bool:
     )
 
 
-def _driver(vtype: VertexType, checked: bool, num_workers: int) -> Any:
-    """The compiled driver loop of ``vtype`` (bounds-checked kernel or not)."""
+def _driver(vtype: VertexType, checked: bool, num_workers: int, inline: bool = True) -> Any:
+    """The compiled driver loop of ``vtype`` (bounds-checked kernel or not).
+
+    The kernel of a ``compute`` given as a plain function is compiled into the loop
+    (``inline``); one the user compiled with Numba is called as it is. ``inline=False``
+    replaces the cached driver by one that calls the kernel (the fallback when Numba
+    cannot inline a kernel).
+    """
     per_count = _uses_num_workers(vtype)
     key = (vtype.cls, checked, num_workers if per_count else None)
     driver = _DRIVERS.get(key)
-    if driver is None:
+    if driver is None or not inline:
         kernel = vtype.kernel
         raw = inspect.getattr_static(vtype.cls, "compute").__func__
+        inline = inline and not isinstance(raw, numba.core.dispatcher.Dispatcher)
         if not isinstance(raw, numba.core.dispatcher.Dispatcher):
-            kernel = _kernel(raw, checked=checked, num_workers=num_workers if per_count else None)
+            kernel = _kernel(
+                raw, checked=checked, num_workers=num_workers if per_count else None,
+                inline=inline,
+            )  # fmt: skip
         namespace = {"kernel": kernel, "List": List, "_as_ok": _as_ok}
         code = compile(_driver_source(vtype), f"<driver of vertex type {vtype.name}>", "exec")
         exec(code, namespace)
-        driver = numba.njit(namespace["driver"])
+        # an inlined kernel is compiled with the loop's flags
+        driver = numba.njit(boundscheck=(checked or None) if inline else None)(namespace["driver"])
         _DRIVERS[key] = driver
+        _INLINED[driver] = inline
     return driver
 
 
@@ -1022,6 +1054,19 @@ def execute_lowered(
     return _run_driver(vtype, batches, args, num_vertices, num_workers, None, vertex_ids, tiles)
 
 
+def _first_call(
+    driver: Any, num_vertices: int, num_workers: int, ok: np.ndarray, where: np.ndarray,
+    args: list[np.ndarray],
+) -> None:  # fmt: skip
+    """Call ``driver`` for the first time (it compiles)."""
+    with warnings.catch_warnings():
+        # A kernel that cannot be cached on disk still runs; do not bother users.
+        warnings.filterwarnings(
+            "ignore", message="Cannot cache compiled function", category=Warning
+        )
+        driver(num_vertices, num_workers, ok, where, *args)
+
+
 def _run_driver(
     vtype: VertexType,
     batches: Callable[[], Mapping[str, FieldBatch]],
@@ -1051,12 +1096,15 @@ def _run_driver(
             if driver in _RAN:  # compiled already: nothing to warn about
                 driver(num_vertices, num_workers, ok, where, *args)
             else:
-                with warnings.catch_warnings():
-                    # A kernel that cannot be cached on disk still runs; do not bother users.
-                    warnings.filterwarnings(
-                        "ignore", message="Cannot cache compiled function", category=Warning
-                    )
-                    driver(num_vertices, num_workers, ok, where, *args)
+                try:
+                    _first_call(driver, num_vertices, num_workers, ok, where, args)
+                except numba_errors.NumbaError:
+                    if not _INLINED.get(driver):
+                        raise
+                    # Numba could not inline the kernel: call it instead (a kernel
+                    # that does not compile fails here again, with its own error)
+                    driver = _driver(vtype, checked, num_workers, inline=False)
+                    _first_call(driver, num_vertices, num_workers, ok, where, args)
                 _RAN.add(driver)
         except numba_errors.NumbaError as exc:
             raise _compile_error(vtype, exc) from None

@@ -10,9 +10,11 @@ from __future__ import annotations
 import types
 import warnings
 
+import numba
 import numpy as np
 import pytest
 
+import poplar_api.codelet as codelet_module
 from poplar_api.codelet import (
     FieldBatch,
     FieldSpec,
@@ -534,7 +536,38 @@ def test_sum_vertex_over_vertices_of_different_lengths():
     np.testing.assert_allclose(batches["out"].data, expected, rtol=1e-6)
     assert ok.dtype == np.bool_ and ok.tolist() == [True, True, True]
     execute(vertex_type(SumVertex), batches, 3, num_workers=1)
-    assert len(vertex_type(SumVertex).kernel.signatures) == 1  # compiled once
+    # compiled once: one driver, with the kernel inside, serves every worker count
+    driver = codelet_module._driver(vertex_type(SumVertex), True, 6)
+    assert codelet_module._driver(vertex_type(SumVertex), True, 1) is driver
+    assert len(driver.signatures) == 1 and codelet_module._INLINED[driver]
+
+
+class ObjectModeScale(Vertex):
+    """A kernel Numba cannot compile into the driver loop (an object-mode block)."""
+
+    in_ = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, out):
+        for i in range(in_.shape[0]):
+            with numba.objmode(y="float64"):
+                y = float(in_[i]) * 5.0
+            out[i] = y
+        return True
+
+
+def test_kernel_that_cannot_be_inlined_is_called_from_the_driver():
+    data = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    batches = {
+        "in": FieldBatch(data=data, offsets=np.array([0, 1, 4], dtype=np.int64)),
+        "out": FieldBatch(data=np.zeros(4, np.float32), offsets=np.array([0, 1, 4], np.int64)),
+    }
+    ok = execute(vertex_type(ObjectModeScale), batches, 2)
+    assert ok.tolist() == [True, True]
+    np.testing.assert_array_equal(batches["out"].data, data * 5)
+    driver = codelet_module._driver(vertex_type(ObjectModeScale), True, 6)
+    assert not codelet_module._INLINED[driver]
 
 
 def test_dot_product_vertex():
