@@ -525,10 +525,15 @@ class _Run:
     def _new_record(self, n: int, step: ir.Step) -> StepRecord:
         active = None
         details = None
-        tile_cycles = self.timing.tile_cycles(step)
-        if tile_cycles is not None:
+        tile_cycles = None
+        if isinstance(step, _LOCAL_STEPS):  # what TimingModel.tile_cycles gives
             details = self.timing.cost(step)
-            active = getattr(details, "active_cycles", None)
+            if isinstance(step, ir.Compute):
+                tile_cycles = details.tile_cycles
+                active = getattr(details, "active_cycles", None)
+            else:
+                tile_cycles = details.cycles
+        if tile_cycles is not None:
             if self.replicas > 1:  # replica 0's costs are every replica's
                 tile_cycles = self._replicate(tile_cycles)
                 active = None if active is None else self._replicate(active)

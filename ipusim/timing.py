@@ -41,7 +41,7 @@ from ipusim import ir
 from ipusim.config import MachineConfig
 from ipusim.errors import ConfigError
 from ipusim.exchange.collectives import CollectiveCost, collective_cost
-from ipusim.exchange.internal import ExchangeCost, exchange_cost
+from ipusim.exchange.internal import ExchangeCost, exchange_cost, phase_cycles
 from ipusim.exchange.links import GlobalExchangeCost, global_exchange_cost
 from ipusim.host.link import (
     HostLink,
@@ -144,10 +144,7 @@ class PhaseExchange(StaticExchange):
 
     def cost(self, step: ir.Exchange) -> ExchangeCost:
         cost = exchange_cost(self.cfg, step)
-        tpi = self.cfg.tile.tiles_per_ipu
-        per_ipu = cost.cycles.reshape(self.cfg.num_ipus, tpi).max(axis=1)
-        cycles = np.repeat(per_ipu, tpi).astype(np.int64, copy=False)
-        return cost.with_cycles(cycles)
+        return cost.with_cycles(phase_cycles(cost.cycles, self.cfg.tile.tiles_per_ipu))
 
 
 class ControllerSync:

@@ -163,6 +163,48 @@ def test_loading_writes_the_image_without_changing_it():
     assert storage.read(FLOAT, x.flat_index()).tolist() == [1.5, -2.0, 0.0, 3.25, 7.0]
 
 
+def test_storage_copy_and_write_and_fast_paths_store_what_the_plain_rule_stores() -> None:
+    """``copy``, ``write`` (its fast path) and ``readonly`` against writing the values
+    read, with raw bit patterns that a conversion would change (NaN payloads, bytes
+    other than 0/1 read as BOOL), slices that overlap and id arrays."""
+    from poplar_api import BOOL, HALF, UNSIGNED_CHAR
+    from poplar_api.lowering.context import Storage
+
+    graph = Graph(IPUModel("ipu2").createDevice().getTarget())
+    for t, name in [(FLOAT, "f"), (HALF, "h"), (INT, "i"), (BOOL, "b"), (UNSIGNED_CHAR, "u")]:
+        v = graph.addVariable(t, [64], name)
+        graph.setTileMapping(v, 0)
+    rng = np.random.default_rng(11)
+    storage, reference = Storage(graph._state), Storage(graph._state)
+    for size, arr in storage.full.items():
+        arr[:] = rng.integers(0, np.iinfo(arr.dtype).max, arr.shape, dtype=arr.dtype)
+        reference.full[size][:] = arr
+    cases = [(slice(0, 40), slice(8, 48)), (slice(10, 50), slice(0, 40))]
+    cases += [(rng.permutation(60)[:25], rng.permutation(60)[:25]) for _ in range(4)]
+    for t in (FLOAT, HALF, INT, BOOL, UNSIGNED_CHAR):
+        for dst, src in cases:
+            storage.copy(t, dst, src)
+            reference.arrays[t.size][dst] = _plain_raw(t, reference.read(t, src))
+            for size in storage.full:
+                np.testing.assert_array_equal(storage.full[size], reference.full[size])
+            values = rng.standard_normal(40 if isinstance(dst, slice) else len(dst))
+            typed = values.astype(t.numpy)
+            storage.write(t, dst, typed)
+            reference.arrays[t.size][dst] = _plain_raw(t, typed)
+            for size in storage.full:
+                np.testing.assert_array_equal(storage.full[size], reference.full[size])
+    image = storage.readonly(FLOAT)
+    assert not image.flags.writeable and storage.readonly(FLOAT) is image
+    assert np.shares_memory(image, storage.arrays[4]) and storage.readonly(BOOL) is None
+
+
+def _plain_raw(t, values: np.ndarray) -> np.ndarray:
+    """The raw bits stored for ``values`` of type ``t``, by the rule written plainly."""
+    from poplar_api.lowering.context import RAW_DTYPES
+
+    return np.ascontiguousarray(np.asarray(values).astype(t.numpy)).view(RAW_DTYPES[t.size])
+
+
 def test_a_variable_makes_its_index_array_only_when_asked() -> None:
     graph = _graph()
     m = graph.addVariable(FLOAT, [50, 40], "m")

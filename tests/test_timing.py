@@ -13,6 +13,7 @@ import pytest
 from ipusim import ir
 from ipusim.config import _all_leaf_paths, load_config
 from ipusim.errors import ConfigError
+from ipusim.exchange.internal import phase_cycles
 from ipusim.machine import Machine
 from ipusim.timing import COMPONENTS, StaticExchange, TimingModel, register_component
 
@@ -102,6 +103,17 @@ def test_phase_exchange_keeps_every_tile_of_the_ipu_until_the_slowest():
     bpc = cfg.exchange.bytes_per_cycle
     assert cycles[:8].tolist() == [math.ceil(64 / bpc)] * 8
     assert cycles[8:].tolist() == [math.ceil(16 / bpc)] * 8
+
+
+def test_phase_cycles_are_each_ipus_slowest_tile():
+    rng = np.random.default_rng(5)
+    for ipus, tpi in [(1, 1), (1, 7), (3, 4), (4, 1216)]:
+        cycles = rng.integers(0, 10_000, ipus * tpi).astype(np.int64)
+        cycles[rng.random(cycles.size) < 0.3] = 0
+        slowest = [int(cycles[i * tpi : (i + 1) * tpi].max()) for i in range(ipus)]
+        got = phase_cycles(cycles, tpi)
+        assert got.dtype == np.int64
+        assert got.tolist() == [m for m in slowest for _ in range(tpi)]
 
 
 def test_a_stream_copy_with_its_own_exchange_has_no_tile_floor():

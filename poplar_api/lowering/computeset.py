@@ -279,8 +279,7 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
             fields: dict[str, FieldBatch | InPlaceField] = {}
             for k, (ft, lies) in enumerate(zip(group.fields, bounds, strict=True)):
                 if lies is not None and checked:
-                    image = storage.view(ft.type, slice(None))
-                    fields[ft.spec.name] = InPlaceField(image, *lies)
+                    fields[ft.spec.name] = InPlaceField(storage.readonly(ft.type), *lies)
                     continue
                 if index[k] is None:  # kept for later unchecked runs
                     index[k] = runs.as_index(ft.ids)
@@ -296,7 +295,7 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
                 vertex_ids=vertex_ids,
                 tiles=tiles,
             )
-            if not ok.all():
+            if np.count_nonzero(ok) < ok.size:
                 bad = vertex_ids[~ok]
                 raise EngineError(
                     f"compute set '{name}': {bad.size} vertex(es) of type "

@@ -87,6 +87,7 @@ class Storage:
         #: the replica :meth:`read` and :meth:`write` address
         self.replica = 0
         self.arrays: dict[int, np.ndarray] = self.images[0]
+        self._readonly: dict[tuple[int, Type], np.ndarray] = {}
         for t, ids, values in state.initial_parts:
             self.write_replicas(t, ids, values)
 
@@ -119,9 +120,35 @@ class Storage:
             return None
         return self.arrays[t.size][block].view(t.numpy)
 
+    def readonly(self, t: Type) -> np.ndarray | None:
+        """The selected image as a read-only view of type ``t`` (None for BOOL); made
+        once per replica and type, as the images are never reallocated."""
+        key = (self.replica, t)
+        image = self._readonly.get(key)
+        if image is None:
+            image = self.view(t, slice(None))
+            if image is None:
+                return None
+            image.flags.writeable = False
+            self._readonly[key] = image
+        return image
+
     def write(self, t: Type, ids: np.ndarray | slice, values: np.ndarray) -> None:
         """Store ``values`` (converted to ``t``) into elements ``ids`` (ids or a slice)."""
+        if type(values) is np.ndarray and values.dtype == t.numpy and values.ndim == 1:
+            self.arrays[t.size][ids] = values.view(RAW_DTYPES[t.size])  # the bits as they are
+            return
         self.arrays[t.size][ids] = _raw(t, values).reshape(-1)
+
+    def copy(self, t: Type, dst: np.ndarray | slice, src: np.ndarray | slice) -> None:
+        """Copy elements ``src`` to elements ``dst`` (ids or slices) as type ``t``:
+        ``write(t, dst, read(t, src))``, moving the raw bits directly where that is the
+        same (every type but BOOL, whose read makes any non-zero byte True)."""
+        if t.numpy.kind == "b":
+            self.write(t, dst, self.read(t, src))
+            return
+        image = self.arrays[t.size]
+        image[dst] = image[src]  # numpy copies first where the two overlap
 
     # ------------------------------------------------------------ every replica
     def read_replica(self, replica: int, t: Type, ids: np.ndarray) -> np.ndarray:

@@ -568,7 +568,7 @@ class Emitter:
         s_where, d_where = self._where(s_ids), self._where(d_ids)
 
         def copy() -> None:
-            storage.write(typ, d_where, storage.read(typ, s_where))
+            storage.copy(typ, d_where, s_where)
 
         name = prog.debugName or f"Copy {s.name} -> {d.name}"
         nodes: list[ir.Node] = []
