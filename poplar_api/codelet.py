@@ -495,29 +495,13 @@ def _kernel(
     kernel = _KERNELS.get(key)
     if kernel is not None:
         return kernel
-    if inline:
-        func = types.FunctionType(
-            py_func.__code__,
-            bound if bound is not None else py_func.__globals__,
-            py_func.__name__,
-            py_func.__defaults__,
-            py_func.__closure__,
-        )
-        func.__qualname__ = py_func.__qualname__
-        func.__module__ = py_func.__module__
+    if inline:  # not cached on disk: compiled as part of its loop
+        func = py_func if bound is None else _copy_function(py_func, bound, "")
         kernel = _KERNELS[key] = numba.njit(inline="always")(func)
         return kernel
     func = py_func
     if checked or bound is not None:
-        func = types.FunctionType(
-            py_func.__code__,
-            bound if bound is not None else py_func.__globals__,
-            py_func.__name__,
-            py_func.__defaults__,
-            py_func.__closure__,
-        )
-        func.__qualname__ = py_func.__qualname__ + ("__boundscheck" if checked else "")
-        func.__module__ = py_func.__module__
+        func = _copy_function(py_func, bound, "__boundscheck" if checked else "")
     cache = bound is None and _cacheable(py_func)
     try:
         kernel = numba.njit(cache=cache, boundscheck=checked or None)(func)
@@ -525,6 +509,23 @@ def _kernel(
         kernel = numba.njit(boundscheck=checked or None)(func)
     _KERNELS[key] = kernel
     return kernel
+
+
+def _copy_function(
+    py_func: Callable[..., Any], bound: dict[str, Any] | None, suffix: str
+) -> Callable[..., Any]:
+    """A copy of ``py_func`` with globals ``bound`` (None: its own) and ``suffix``
+    added to its qualified name (Numba compiles and caches the copy on its own)."""
+    func = types.FunctionType(
+        py_func.__code__,
+        bound if bound is not None else py_func.__globals__,
+        py_func.__name__,
+        py_func.__defaults__,
+        py_func.__closure__,
+    )
+    func.__qualname__ = py_func.__qualname__ + suffix
+    func.__module__ = py_func.__module__
+    return func
 
 
 def _cacheable(py_func: Callable[..., Any]) -> bool:
@@ -1206,9 +1207,7 @@ def _rerun_in_python(
         return None
     bound = _worker_globals(py_func, num_workers) if vtype.kind == "multi" else None
     if bound is not None:  # its compiled numWorkers() stand-ins run from Python too
-        py_func = types.FunctionType(
-            py_func.__code__, bound, py_func.__name__, py_func.__defaults__, py_func.__closure__
-        )
+        py_func = _copy_function(py_func, bound, "")
     call: list[Any] = []
     for spec in vtype.fields:
         batch = batches[spec.name]
