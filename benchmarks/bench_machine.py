@@ -13,6 +13,11 @@ Run::
 
 ``N`` is chosen per row from a short calibration run so that the timed run takes about
 ``--target-seconds`` of host time.
+
+A second table gives host RAM per executed superstep: the peak RAM of a child process
+running ``Repeat(N, superstep)`` on mk1 for two ``N``, and the difference per
+superstep between them (what a longer run costs; the trace keeps a record of every
+executed step).
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from child import child_peak
 
 from ipusim import ir
 from ipusim.config import MachineConfig, load_config
@@ -33,6 +43,8 @@ from ipusim.machine import Machine
 VERTICES_PER_TILE = 6
 #: Bytes each tile sends to its neighbour in the exchange step.
 EXCHANGE_BYTES = 256
+#: Supersteps of the two runs whose peak RAM is compared (``--quick``: the second pair).
+RAM_COUNTS = ((10_000, 100_000), (1_000, 5_000))
 #: Presets and granularities measured, in table order.
 PRESETS = ("mk1", "mk2")
 GRANULARITIES = ("ipu", "tile")
@@ -151,6 +163,55 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def run_child(preset: str, granularity: str, count: int) -> None:
+    """Run ``Repeat(count, superstep)`` once (the child of :func:`ram_row`)."""
+    cfg = load_config(preset, overrides={"sim.granularity": granularity})
+    trace = Machine(cfg).run(ir.Repeat(count, superstep(cfg)))
+    print(len(trace.records), trace.total_cycles)
+
+
+@dataclass(frozen=True)
+class RamRow:
+    """Peak host RAM of two runs of ``Repeat(N, superstep)`` in child processes."""
+
+    preset: str
+    granularity: str
+    counts: tuple[int, int]
+    peaks: tuple[int, int]
+
+    @property
+    def bytes_per_superstep(self) -> float:
+        """Extra peak RAM per extra executed superstep."""
+        return (self.peaks[1] - self.peaks[0]) / (self.counts[1] - self.counts[0])
+
+
+def ram_row(preset: str, granularity: str, counts: tuple[int, int]) -> RamRow:
+    """Peak RAM of ``Repeat(N, superstep)`` for both ``counts``, each in a child."""
+    peaks = []
+    for count in counts:
+        cmd = [sys.executable, __file__, "--child", preset, granularity, str(count)]
+        status, _, rss, out = child_peak(cmd)
+        if status != 0 or int(out.split()[0]) != 3 * count:
+            raise RuntimeError(f"{preset}/{granularity} x{count}: exit {status}, {out!r}")
+        peaks.append(rss)
+    return RamRow(preset, granularity, counts, (peaks[0], peaks[1]))
+
+
+def format_ram_table(rows: Sequence[RamRow]) -> str:
+    """The RAM rows as a markdown table."""
+    lines = [
+        "| preset | granularity | supersteps | peak RAM MB | bytes per extra superstep |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.preset} | {r.granularity} | {r.counts[0]:,} / {r.counts[1]:,} "
+            f"| {r.peaks[0] / 2**20:,.0f} / {r.peaks[1] / 2**20:,.0f} "
+            f"| {r.bytes_per_superstep:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure every preset and granularity and print the table; returns 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -163,7 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=2.0,
         help="host seconds aimed for per row (default 2; ignored with --quick)",
     )
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        preset, granularity, count = args.child
+        run_child(preset, granularity, int(count))
+        return 0
     if args.target_seconds <= 0:
         parser.error(f"--target-seconds must be > 0, got {args.target_seconds}")
     rows = []
@@ -180,6 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     print(format_table(rows))
+    counts = RAM_COUNTS[1] if args.quick else RAM_COUNTS[0]
+    ram = [ram_row("mk1", "ipu", counts)]
+    print()
+    print(format_ram_table(ram))
     return 0
 
 

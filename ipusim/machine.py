@@ -248,7 +248,13 @@ class _Run:
         self._fabric: LinkFabric | None = None
         self._scope_tiles: dict[frozenset[int], np.ndarray] = {}
         self._flow_cache: dict[int, tuple[ir.GlobalExchange, Any]] = {}
-        self._active_ipus: dict[int, tuple[StepRecord, np.ndarray]] = {}
+        self._active_ipus: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        #: per step (by id): replica 0's costs repeated for every replica (_replicated)
+        self._replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]] = {}
+        #: record -> groups not yet done with it, for records whose per-tile array is
+        #: their own (see _passed); per step (by id), the last final such array
+        self.pending: dict[int, int] = {}
+        self._final_cycles: dict[int, np.ndarray] = {}
         #: the items of the program's walk so far, shared by every group (see _walk)
         self.path: list[tuple[int, Any, int]] = []
         #: the error an effect or predicate raised, and the item of the path where
@@ -323,16 +329,19 @@ class _Run:
         walker = self.walker
         local, sync, step, enter, leave = _LOCAL, _SYNC, _STEP, _ENTER, _EXIT
         limited = self.max_cycles is not None
+        replayed = len(self.groups) > 1  # a lone group keeps no path: none replays it
+        pending = self.pending
         i = 0
         while self.stop_at < 0 or i < self.stop_at:
             try:
-                if i < len(path):
+                if replayed and i < len(path):
                     code, obj, n = path[i]
                 else:  # this group leads: take the program one item further
                     item = next(walker, None)
                     if item is None:
                         return
-                    path.append(item)
+                    if replayed:
+                        path.append(item)
                     code, obj, n = item
                 if code == local:
                     self._local_step(g, n, obj)
@@ -340,8 +349,12 @@ class _Run:
                     event = self._sync(g, n, obj)
                     if event is not None:
                         yield event
+                    if n in pending:
+                        self._passed(n)
                 elif code == step:
                     yield from self._step(g, n, obj)
+                    if n in pending:
+                        self._passed(n)
                 elif code == enter:
                     self._enter_block(g, n, obj)
                 elif code == leave:
@@ -535,10 +548,10 @@ class _Run:
                 tile_cycles = details.cycles
         if tile_cycles is not None:
             if self.replicas > 1:  # replica 0's costs are every replica's
-                tile_cycles = self._replicate(tile_cycles)
-                active = None if active is None else self._replicate(active)
-        else:
+                tile_cycles, active = self._replicated(step, tile_cycles, active)
+        else:  # filled in as the step runs
             tile_cycles = np.zeros(self.cfg.num_tiles, np.int64)
+            self.pending[n] = len(self.groups)
         rec = StepRecord(
             index=n,
             kind=step.kind,
@@ -555,6 +568,39 @@ class _Run:
         self.records[n] = rec
         return rec
 
+    def _passed(self, n: int) -> None:
+        """A group is done with step ``n``, whose record has a per-tile array of its
+        own; once every group is, the array is final and, when it equals the last final
+        array of the same step, the record shares that one (a loop's later iterations
+        then keep no array of their own)."""
+        left = self.pending[n] - 1
+        if left:
+            self.pending[n] = left
+            return
+        del self.pending[n]
+        rec = self.records[n]
+        key = id(rec.step)  # the program, and so the step, lives as long as the run
+        last = self._final_cycles.get(key)
+        if last is not None and np.array_equal(last, rec.tile_cycles):
+            rec.tile_cycles = last
+        else:
+            self._final_cycles[key] = rec.tile_cycles
+
+    def _replicated(
+        self, step: ir.Step, tile_cycles: np.ndarray, active: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """A local step's per-tile cycles and active cycles for every replica (made once
+        per step, as its costs are)."""
+        hit = self._replicas_of.get(id(step))
+        if hit is None or hit[0] is not step:
+            hit = (
+                step,
+                self._replicate(tile_cycles),
+                None if active is None else self._replicate(active),
+            )
+            self._replicas_of[id(step)] = hit
+        return hit[1], hit[2]
+
     def _ipu_takes_part(self, rec: StepRecord, ipu: int) -> bool:
         """Whether IPU ``ipu`` has a tile with cycles in a compute or exchange step.
 
@@ -564,13 +610,14 @@ class _Run:
         """
         if self.one_ipu:  # a step with no cycles anywhere spans every IPU
             return True
-        active = self._active_ipus.get(rec.index)
-        if active is None or active[0] is not rec:
+        key = id(rec.tile_cycles)  # a local step's array is the same in every execution
+        active = self._active_ipus.get(key)
+        if active is None or active[0] is not rec.tile_cycles:
             cfg = self.cfg
             busy = rec.tile_cycles.reshape(cfg.num_ipus, cfg.tile.tiles_per_ipu).any(axis=1)
             if not busy.any():
                 busy[:] = True
-            active = self._active_ipus[rec.index] = (rec, busy)
+            active = self._active_ipus[key] = (rec.tile_cycles, busy)
         return bool(active[1][ipu])
 
     def _replicate(self, per_tile: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ def ipu_sums(per_tile: np.ndarray, num_ipus: int) -> np.ndarray:
     return arr.reshape(num_ipus, -1).sum(axis=1)
 
 
-@dataclass
+@dataclass(slots=True)  # a long run keeps one per executed step
 class StepRecord:
     """One executed step.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -416,3 +418,59 @@ def test_fused_sync_release_equals_release_then_move():
         assert got_spent.tolist() == want_spent.tolist(), trial
         # by hand: every tile leaves at the latest arrival + extra + its delay
         assert got_clock.tolist() == (clock.max() + extra + delays).tolist(), trial
+
+
+def _loop_body(seed: int) -> list[ir.Step]:
+    """Compute with uneven estimates on two IPUs, per-IPU sync, exchange, a host copy
+    onto both IPUs, an external and a host sync: steps whose per-tile arrays the run
+    fills in (syncs, the copy) besides steps with costs of their own."""
+    rng = np.random.default_rng(seed)
+    tiles = np.arange(16)
+    return [
+        ir.Compute(name="cs", vertex_tile=tiles, vertex_cycles=rng.integers(5, 90, 16)),
+        ir.Sync(name="internal", sync_kind="internal"),
+        ir.Exchange(name="ex", src_tile=[0, 9], dst_tile=[3, 14], num_bytes=[64, 96]),
+        _copy("in", [1, 2, 10], [40, 80, 120]),
+        ir.Sync(name="external", sync_kind="external"),
+        ir.Compute(name="cs2", vertex_tile=[4, 12], vertex_cycles=[30, 70]),
+        ir.Sync(name="host", sync_kind="host"),
+    ]
+
+
+@pytest.mark.parametrize("granularity", ["ipu", "tile"])
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_loop_keeps_its_records_values_and_shares_their_arrays(granularity, replicas):
+    """A loop run with ``Repeat`` gives the records of the same steps unrolled as
+    distinct step objects (whose arrays cannot be shared), and its repeated iterations
+    share their per-tile arrays instead of keeping one each."""
+    iterations = 12
+    cfg = tiny(num_ipus=2, **{"sim.granularity": granularity})
+    body = _loop_body(3)
+    if replicas == 2:  # one IPU a replica: the steps name replica 0's tiles
+        body = [
+            ir.Compute(name="cs", vertex_tile=[0, 5], vertex_cycles=[9, 40]),
+            ir.Sync(name="internal"),
+            _copy("in", [2], [48]),
+            ir.Sync(name="host", sync_kind="host"),
+        ]
+    loop = ir.Program(entries=(ir.Repeat(iterations, ir.Sequence(body)),), replicas=replicas)
+    unrolled_steps = [dataclasses.replace(s) for _ in range(iterations) for s in body]
+    unrolled = ir.Program(entries=(ir.Sequence(unrolled_steps),), replicas=replicas)
+    a, b = Machine(cfg).run(loop), Machine(cfg).run(unrolled)
+    assert len(a.records) == len(b.records) == iterations * len(body)
+    for ra, rb in zip(a.records, b.records, strict=True):
+        assert (ra.kind, ra.name, ra.first_cycle, ra.last_cycle) == (
+            rb.kind, rb.name, rb.first_cycle, rb.last_cycle,
+        )  # fmt: skip
+        np.testing.assert_array_equal(ra.tile_cycles, rb.tile_cycles)
+        if ra.active_cycles is not None or rb.active_cycles is not None:
+            np.testing.assert_array_equal(ra.active_cycles, rb.active_cycles)
+    assert a.tile_end_cycles.tolist() == b.tile_end_cycles.tolist()
+    for position, step in enumerate(body):
+        own = [r.tile_cycles for r in a.records[position :: len(body)]]
+        distinct = {id(arr) for arr in own}
+        # every iteration after the first two is the same as the one before
+        assert len(distinct) <= 2, (step.name, len(distinct))
+    assert len({id(r.tile_cycles) for r in b.records if r.kind == "sync"}) == sum(
+        1 for r in b.records if r.kind == "sync"
+    )
