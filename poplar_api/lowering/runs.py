@@ -25,6 +25,13 @@ def _field_pieces(
         tile = vtiles[v]
         prev_id = -2
         first = starts[v] - bounds[v] if by_run else 0
+        local = True  # most vertices read only their own tile's elements: a quick look
+        for p in range(bounds[v], bounds[v + 1]):
+            if owner[first + p if by_run else ids[p]] != tile:
+                local = False
+                break
+        if local:
+            continue
         for p in range(bounds[v], bounds[v + 1]):
             i = first + p if by_run else ids[p]
             if owner[i] == tile:
@@ -78,7 +85,8 @@ def _collect(kernel, *args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Count the pieces, then fill them (two passes, no element-sized arrays)."""
     n = kernel(*args, _NONE, _NONE, _NONE)
     begin, length, dst = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-    kernel(*args, begin, length, dst)
+    if n:  # no pieces (every read local): nothing to fill
+        kernel(*args, begin, length, dst)
     return begin, length, dst
 
 
