@@ -219,6 +219,9 @@ class _Run:
         self.max_cycles = max_cycles
         self.env = simpy.Environment()
         self.timing = machine.timing
+        self._stock_timing = (
+            getattr(type(self.timing), "tile_cycles", None) is TimingModel.tile_cycles
+        )
         self.host_link = self.timing.host.link(self.env)
         self.remote_link = self.timing.remote.link(self.env) or self.host_link
         self.clock = np.zeros(cfg.num_tiles, np.int64)
@@ -539,7 +542,12 @@ class _Run:
         active = None
         details = None
         tile_cycles = None
-        if isinstance(step, _LOCAL_STEPS):  # what TimingModel.tile_cycles gives
+        if not self._stock_timing:  # a TimingModel subclass: its own tile_cycles
+            tile_cycles = self.timing.tile_cycles(step)
+            if tile_cycles is not None:
+                details = self.timing.cost(step)
+                active = getattr(details, "active_cycles", None)
+        elif isinstance(step, _LOCAL_STEPS):  # what TimingModel.tile_cycles gives
             details = self.timing.cost(step)
             if isinstance(step, ir.Compute):
                 tile_cycles = details.tile_cycles

@@ -144,3 +144,16 @@ def test_every_config_leaf_is_read_by_the_code(path):
     if leaf == "model":  # read generically: getattr(cfg, section).model in ipusim.timing
         readers = [p for p in sources if p.name == "timing.py"]
     assert readers, f"config field {path} is never read"
+
+
+def test_a_timing_model_subclass_gives_the_records_its_tile_cycles():
+    class Doubled(TimingModel):
+        def tile_cycles(self, step):
+            cycles = super().tile_cycles(step)
+            return None if cycles is None else 2 * cycles
+
+    cfg = load_config("tiny")
+    step = ir.Compute(name="cs", vertex_tile=[0, 3], vertex_cycles=[10, 40])
+    plain = Machine(cfg).run(step).records[0].tile_cycles
+    doubled = Machine(cfg, timing=Doubled(cfg)).run(step).records[0].tile_cycles
+    assert plain.any() and doubled.tolist() == (2 * plain).tolist()
