@@ -802,8 +802,9 @@ def _driver(vtype: VertexType, checked: bool, num_workers: int, inline: bool = T
     if driver is None or not inline:
         kernel = vtype.kernel
         raw = inspect.getattr_static(vtype.cls, "compute").__func__
-        inline = inline and not isinstance(raw, numba.core.dispatcher.Dispatcher)
-        if not isinstance(raw, numba.core.dispatcher.Dispatcher):
+        users_own = isinstance(raw, numba.core.dispatcher.Dispatcher)
+        inline = inline and not users_own
+        if not users_own:
             kernel = _kernel(
                 raw, checked=checked, num_workers=num_workers if per_count else None,
                 inline=inline,
