@@ -53,8 +53,9 @@ MAGIC = b"IPUSIM-EXECUTABLE\n"
 
 #: Version of the file layout; files of another version are refused. Version 2: element
 #: ids live in one space per element size (version 1 had one per element type).
-#: Version 3: vertices are stored as columns, their connections as element ids.
-FORMAT_VERSION = 3
+#: Version 4: vertices are stored as columns, their consecutive connections as runs in
+#: the columns of their type, other connections as element ids.
+FORMAT_VERSION = 4
 
 #: Engine options that shape compilation, with their defaults. They are fixed by
 #: ``compileGraph``; ``Engine(executable, options)`` may only repeat their values.
@@ -446,10 +447,10 @@ def _pack_vertices(table: VertexTable) -> tuple[Any, ...]:
             found = packed[id(value)] = ("ids", _pack_index(value))
         return found
 
-    state["fields"] = [
-        {k: [pack(x) for x in v] if isinstance(v, list) else pack(v) for k, v in f.items()}
-        for f in state["fields"]
-    ]
+    state["extra"] = {
+        vid: {k: [pack(x) for x in v] if isinstance(v, list) else pack(v) for k, v in f.items()}
+        for vid, f in state["extra"].items()
+    }
     return (_rebuild_vertices, (state,))
 
 
@@ -465,10 +466,10 @@ def _rebuild_vertices(state: dict[str, Any]) -> VertexTable:
             found = arrays[id(value)] = _unpack_index(value[1])
         return found
 
-    state["fields"] = [
-        {k: [unpack(x) for x in v] if isinstance(v, list) else unpack(v) for k, v in f.items()}
-        for f in state["fields"]
-    ]
+    state["extra"] = {
+        vid: {k: [unpack(x) for x in v] if isinstance(v, list) else unpack(v) for k, v in f.items()}
+        for vid, f in state["extra"].items()
+    }
     table = VertexTable.__new__(VertexTable)
     table.__setstate__(state)
     return table

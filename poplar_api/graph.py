@@ -70,6 +70,9 @@ class Variable:
     constant: bool = False
 
 
+_new_object = object.__new__
+
+
 class _Space:
     """The element ids of one element size: tile of each element and the owning variable."""
 
@@ -83,10 +86,12 @@ class _Space:
         base = self.size
         self.size += n
         if self.size > self.tile.size:
-            # 1.25x growth: amortised appends without doubling the largest space
-            grown = np.full(max(self.size, self.tile.size * 5 // 4, 1024), UNMAPPED, np.int32)
-            grown[: self.tile.size] = self.tile
+            # 1.25x growth: amortised appends without doubling the largest space; the
+            # spare capacity stays untouched (no host memory) until allocated
+            grown = np.empty(max(self.size * 5 // 4, 1024), np.int32)
+            grown[:base] = self.tile[:base]
             self.tile = grown
+        self.tile[base : self.size] = UNMAPPED
         self.var_bases.append(base)
         self.var_ids.append(var_id)
         return base
@@ -891,25 +896,32 @@ class Graph:
             vt = self._vertex_type(vertexType)
         vertices = state.vertices
         vid = vertices.append(vt, cs.id)
-        ref = VertexRef(self, vid)
+        ref = _new_object(VertexRef)
+        ref.graph = self
+        ref.id = vid
         if connections:
-            fields = vt.field_map
-            connected = vertices.fields[vid]
+            type_runs = vertices.type_runs[vertices.type_code[vid]]
+            check = type_runs.check
+            runs = type_runs.runs
+            base = vertices.row[vid] * type_runs.width
             try:
                 for name, value in connections.items():
-                    spec = fields.get(name)
-                    if (  # a tensor of this graph on a Vector or scalar field: inline
-                        spec is not None
+                    fast = check.get(name)
+                    if (  # a run of this graph's ids on a Vector or scalar field: inline
+                        fast is not None
                         and type(value) is Tensor
                         and value._graph is state
-                        and value._type is spec.element_type
-                        and (
-                            spec.kind == "vector"
-                            or (spec.kind == "scalar" and value.numElements() == 1)
-                        )
+                        and value._type is fast[1]
+                        and value._start >= 0
                     ):
-                        connected[name] = connection_ids(value)
-                    elif spec is not None:
+                        n = math.prod(value._shape)
+                        if fast[2] or n == 1:
+                            at = base + fast[0]
+                            runs[at] = value._start
+                            runs[at + 1] = value._start + n
+                            continue
+                    spec = vt.field_map.get(name)
+                    if spec is not None:
                         self._connect_field(vertices[vid], spec, value)
                     else:
                         self.connect(ref[name], value)  # raises: no such field
@@ -963,7 +975,7 @@ class Graph:
         where = f"{inst.describe()} field '{spec.name}'"
         t = self._check_tensor(value, where)
         spec.check(t.numElements(), t.elementType(), where)
-        inst.fields[spec.name] = connection_ids(t)
+        inst.table.set_field(inst.id, spec.name, connection_ids(t))
 
     def setFieldSize(self, fieldRef: FieldRef, size: int) -> None:
         """Number of vectors of a VectorList field, before connecting ``v[f][i]``."""

@@ -376,11 +376,7 @@ def _target(engine: Any, cfg: MachineConfig) -> dict[str, Any]:
 
 
 def _graph(state: Any) -> dict[str, int]:
-    edges = sum(
-        len(v) if isinstance(v, list) else 1
-        for fields in state.vertices.fields
-        for v in fields.values()
-    )
+    edges = state.vertices.edge_count()
     return {
         "numComputeSets": len(state.compute_sets),
         "numEdges": edges,

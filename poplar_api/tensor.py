@@ -161,7 +161,7 @@ class Tensor:
     always True (a tensor reference is valid even when it has no elements).
     """
 
-    __slots__ = ("_flat", "_graph", "_ix", "_name", "_root", "_shape", "_start", "_type")
+    __slots__ = ("_flat", "_graph", "_ix", "_label", "_root", "_shape", "_start", "_type")
 
     def __init__(self, graph: object, element_type: Type, index: np.ndarray, name: str) -> None:
         if not isinstance(name, str):
@@ -187,7 +187,7 @@ class Tensor:
         self._type = element_type
         self._ix: np.ndarray | None = arr
         self._shape: tuple[int, ...] = arr.shape
-        self._name = name
+        self._label: str | tuple = name
         self._root = name
         self._flat: np.ndarray | None = None
         #: first id when the ids in row-major order are known to be consecutive, else -1
@@ -207,7 +207,7 @@ class Tensor:
         t._type = element_type
         t._ix = index
         t._shape = index.shape
-        t._name = name if len(name) <= MAX_NAME_LENGTH else f"{root}.(...)"
+        t._label = name if len(name) <= MAX_NAME_LENGTH else f"{root}.(...)"
         t._root = root
         t._flat = None
         t._start = -1
@@ -224,7 +224,7 @@ class Tensor:
         t._type = element_type
         t._ix = index
         t._shape = index.shape
-        t._name = name  # kept whole, as the constructor does
+        t._label = name  # kept whole, as the constructor does
         t._root = name
         t._flat = None
         t._start = -1
@@ -242,7 +242,7 @@ class Tensor:
         t._type = element_type
         t._ix = None
         t._shape = tuple(shape)
-        t._name = name
+        t._label = name
         t._root = name
         t._flat = None
         t._start = start
@@ -274,11 +274,11 @@ class Tensor:
         return self.flat_index()
 
     def _derive(self, index: np.ndarray, op: str) -> Tensor:
-        """A view of this tensor with index array ``index``, named ``name + op``."""
-        name = self._name + op
-        if len(name) > MAX_NAME_LENGTH:
-            name = f"{self._root}.(...){op}"
-        return Tensor._new(self._graph, self._type, index, name, self._root)
+        """A view of this tensor with index array ``index``, named ``name + op`` (when
+        first asked for its name)."""
+        t = Tensor._new(self._graph, self._type, index, "", self._root)
+        t._label = (self._label, op)
+        return t
 
     def _reshaped(self, shape: Sequence[int], op: str) -> Tensor:
         """This tensor's ids in another ``shape`` of the same size (in the same
@@ -298,23 +298,29 @@ class Tensor:
     ) -> Tensor:
         """:meth:`_derive` for ``index``, a numpy view of this tensor's (read-only) index
         (``start``: its first id when its ids are known to be consecutive, else -1);
-        ``index`` None with ``start`` and ``shape`` for consecutive ids made on use."""
-        t = object.__new__(Tensor)
-        root = self._root
-        name = self._name + op
-        if len(name) > MAX_NAME_LENGTH:
-            name = f"{root}.(...){op}"
-            if len(name) > MAX_NAME_LENGTH:
-                name = f"{root}.(...)"
+        ``index`` None with ``start`` and ``shape`` for consecutive ids made on use. The
+        name is made when first asked for."""
+        t = _new_object(Tensor)
         t._graph = self._graph
         t._type = self._type
         t._ix = index
         t._shape = index.shape if index is not None else shape
-        t._name = name
-        t._root = root
+        t._label = (self._label, op)
+        t._root = self._root
         t._flat = None
         t._start = start
         return t
+
+    @property
+    def _name(self) -> str:
+        """The debug name, made from the parent's name and the view's operation on first
+        use (views are made by the million while building graphs; few are ever named)."""
+        label = self._label
+        if type(label) is str:
+            return label
+        name = _resolve_label(label, self._root)
+        self._label = name
+        return name
 
     def _describe(self) -> str:
         return f"tensor '{self._name}' (shape {_fmt_shape(self._shape)}, {self._type.name})"
@@ -414,10 +420,21 @@ class Tensor:
                 start = self._start
                 if start >= 0 and begin:  # rows of a consecutive tensor: still consecutive
                     start += begin * math.prod(shape[1:])
-                op = f".slice({begin},{end})"
-                if self._ix is None:
-                    return self._view(None, op, start, (end - begin, *shape[1:]))
-                return self._view(self._ix[begin:end], op, start)
+                t = _new_object(Tensor)
+                t._graph = self._graph
+                t._type = self._type
+                ix = self._ix
+                if ix is None:
+                    t._ix = None
+                    t._shape = (end - begin, *shape[1:])
+                else:
+                    t._ix = ix = ix[begin:end]
+                    t._shape = ix.shape
+                t._label = (self._label, _SLICE, begin, end)
+                t._root = self._root
+                t._flat = None
+                t._start = start
+                return t
         if isinstance(begin, Interval):
             if end is not None:
                 if dimension != 0:
@@ -513,10 +530,20 @@ class Tensor:
             if shape and -shape[0] <= key < shape[0]:
                 start = self._start
                 if start >= 0:  # a row of a consecutive tensor: still consecutive
-                    start += (key % shape[0]) * math.prod(shape[1:])
-                if self._ix is None:
-                    return self._view(None, f"[{key}]", start, shape[1:])
-                return self._view(self._ix[key, ...], f"[{key}]", start)
+                    rest = len(shape)
+                    stride = 1 if rest == 1 else shape[1] if rest == 2 else math.prod(shape[1:])
+                    start += (key % shape[0]) * stride
+                t = _new_object(Tensor)
+                t._graph = self._graph
+                t._type = self._type
+                ix = self._ix
+                t._ix = None if ix is None else ix[key, ...]
+                t._shape = shape[1:]
+                t._label = (self._label, _ITEM, key, None)
+                t._root = self._root
+                t._flat = None
+                t._start = start
+                return t
         ctx = _Described(self)
         items = key if isinstance(key, tuple) else (key,)
         norm: list[Any] = []
@@ -891,6 +918,31 @@ def _fmt_key(item: Any) -> str:
             text += f":{item.step}"
         return text
     return str(item)
+
+
+#: Operations of lazily named views (``(parent label, format, a, b)`` labels).
+_ITEM = "[{}]"
+_SLICE = ".slice({},{})"
+_new_object = object.__new__
+
+
+def _resolve_label(label: tuple, root: str) -> str:
+    """The name of a view labelled ``label``: its parent's name and the operation,
+    shortened to ``root.(...)op`` (then ``root.(...)``) when longer than
+    MAX_NAME_LENGTH, one operation at a time from the oldest."""
+    chain = []
+    while type(label) is tuple:
+        chain.append(label)
+        label = label[0]
+    name = label
+    for item in reversed(chain):
+        op = item[1] if len(item) == 2 else item[1].format(item[2], item[3])
+        name += op
+        if len(name) > MAX_NAME_LENGTH:
+            name = f"{root}.(...){op}"
+            if len(name) > MAX_NAME_LENGTH:
+                name = f"{root}.(...)"
+    return name
 
 
 def _clip_name(name: str) -> str:

@@ -1,27 +1,26 @@
 """The vertices of a graph, stored as columns.
 
 A graph keeps one row per vertex: its type, compute set, tile and cycle estimate in
-typed arrays, and its connections as the element ids of the connected tensors. Graphs
-of a million vertices are common, so a vertex costs a few dozen bytes and, unless it
-has a VectorList field (whose list the collector tracks), no object that Python's
-cycle collector has to visit (its connections dict holds only ranges and numpy
-arrays, which the collector ignores). :class:`VertexInstance` is a handle made on
-demand to read or change one row.
+typed arrays. Graphs of a million vertices are common, so a vertex costs a few dozen
+bytes and no Python object of its own.
 
-A scalar or vector field's connection holds the connected tensor's element ids: a
-``range`` when they are known to be consecutive (a variable, its rows and slices of
-rows: the common case, which lowering handles as runs), else the tensor's read-only
-int64 index array in its shape (a numpy view where the tensor is one; fields read it
-in row-major order). ``numpy.asarray`` gives the ids of either. The field declares the
-element type, and connecting checks that the tensor has it. A VectorList field holds a
-list with one id array (or ``None`` while unconnected) per vector.
+A scalar or vector field's connection holds the connected tensor's element ids. When
+they are known to be consecutive (a variable, its rows and slices of rows: the common
+case, which lowering handles as runs) they are a run ``[begin, end)`` in the columns of
+the vertex's type, one pair per scalar and vector field. Other connections (the
+tensor's read-only int64 index array in its shape, read in row-major order) and
+VectorList fields (a list with one id array, or ``None`` while unconnected, per
+vector) are kept in a per-vertex dict beside the columns. ``vertex.fields`` reads and
+changes both as one mapping: a run reads as a ``range``; ``numpy.asarray`` gives the
+ids of either. The field declares the element type, and connecting checks that the
+tensor has it.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -32,6 +31,7 @@ from poplar_api.tensor import Tensor
 __all__ = [
     "NO_ESTIMATE",
     "UNMAPPED",
+    "TypeRuns",
     "VertexInstance",
     "VertexTable",
     "connection_ids",
@@ -44,6 +44,50 @@ __all__ = [
 UNMAPPED = -1
 #: Estimate column value of a vertex whose cycles come from its type's estimator.
 NO_ESTIMATE = -1
+#: Begin of a run column whose field holds no run (unconnected, or kept as ids).
+NO_RUN = -1
+_MISSING = object()
+
+
+class TypeRuns:
+    """The runs of one vertex type's scalar and vector fields: per vertex of the type
+    (in the order they were added), ``begin, end`` of each such field in declaration
+    order, ``begin`` :data:`NO_RUN` where the field holds no run.
+
+    Attributes
+    ----------
+    slot
+        Field name -> position of its ``begin`` in a row.
+    check
+        Field name -> ``(slot, element type, takes a vector)``: what connecting a
+        tensor to the field checks, in one look-up.
+    width
+        Numbers per row (two per scalar and vector field).
+    runs
+        The rows, one after another.
+    """
+
+    __slots__ = ("check", "runs", "slot", "template", "width")
+
+    def __init__(self, vtype: VertexType) -> None:
+        specs = [f for f in vtype.fields if f.kind != "vectorlist"]
+        self.slot = {f.name: 2 * i for i, f in enumerate(specs)}
+        self.check = {
+            f.name: (2 * i, f.element_type, f.kind == "vector") for i, f in enumerate(specs)
+        }
+        self.width = 2 * len(specs)
+        self.template = array("q", [NO_RUN, 0] * len(specs))
+        self.runs = array("q")
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        """The rows ``rows`` as a new ``(len(rows), width)`` int64 array."""
+        if not self.width:
+            return np.zeros((len(rows), 0), np.int64)
+        view = np.frombuffer(self.runs, np.int64)
+        try:
+            return view.reshape(-1, self.width)[rows]
+        finally:
+            del view  # the array may grow again only once no view of it is left
 
 
 class VertexTable:
@@ -52,13 +96,18 @@ class VertexTable:
     def __init__(self) -> None:
         #: the distinct vertex types; a row holds the position of its type here
         self.types: list[VertexType] = []
+        #: the field runs of each type, by type code
+        self.type_runs: list[TypeRuns] = []
         self._codes: dict[int, int] = {}
         self.type_code = array("i")
         self.cs = array("i")
         self.tile = array("i")
         self.estimate = array("q")
-        #: field name -> element ids (or a list of them for a VectorList), per vertex
-        self.fields: list[dict[str, Any]] = []
+        #: row of each vertex in its type's runs
+        self.row = array("q")
+        #: vertex -> field name -> element ids (or a list of them for a VectorList), for
+        #: the connections that are not runs
+        self.extra: dict[int, dict[str, Any]] = {}
         #: vertex -> VectorList field -> number of vectors (only vertices that have one)
         self.list_sizes: dict[int, dict[str, int]] = {}
 
@@ -73,39 +122,112 @@ class VertexTable:
     def __iter__(self) -> Iterator[VertexInstance]:
         return (VertexInstance(self, v) for v in range(len(self)))
 
-    def append(self, vtype: VertexType, cs: int) -> int:
-        """Add an unmapped, unconnected vertex of ``vtype`` to compute set ``cs``; its id."""
+    def code_of(self, vtype: VertexType) -> int:
+        """The type code of ``vtype`` (registered on first use)."""
         code = self._codes.get(id(vtype))
         if code is None:
             code = self._codes[id(vtype)] = len(self.types)
             self.types.append(vtype)
+            self.type_runs.append(TypeRuns(vtype))
+        return code
+
+    def append(self, vtype: VertexType, cs: int) -> int:
+        """Add an unmapped, unconnected vertex of ``vtype`` to compute set ``cs``; its id."""
+        code = self._codes.get(id(vtype))
+        if code is None:
+            code = self.code_of(vtype)
+        runs = self.type_runs[code]
         vid = len(self.type_code)
         self.type_code.append(code)
         self.cs.append(cs)
         self.tile.append(UNMAPPED)
         self.estimate.append(NO_ESTIMATE)
-        self.fields.append({})
+        self.row.append(len(runs.runs) // runs.width if runs.width else 0)
+        runs.runs.extend(runs.template)
         return vid
 
     def pop(self) -> None:
         """Remove the last vertex (a failed ``addVertex``)."""
         vid = len(self) - 1
-        for column in (self.type_code, self.cs, self.tile, self.estimate, self.fields):
+        runs = self.type_runs[self.type_code[vid]]
+        if runs.width:
+            del runs.runs[-runs.width :]
+        for column in (self.type_code, self.cs, self.tile, self.estimate, self.row):
             column.pop()
+        self.extra.pop(vid, None)
         self.list_sizes.pop(vid, None)
 
     def vtype(self, vid: int) -> VertexType:
         return self.types[self.type_code[vid]]
 
     def column(self, name: str, vids: Any) -> np.ndarray:
-        """Values of column ``name`` (``type_code``, ``cs``, ``tile``, ``estimate``) of the
-        vertices ``vids``, as a new int64 array."""
+        """Values of column ``name`` (``type_code``, ``cs``, ``tile``, ``estimate``,
+        ``row``) of the vertices ``vids``, as a new int64 array."""
         col = getattr(self, name)
         view = np.frombuffer(col, np.int32 if col.typecode == "i" else np.int64)
         try:
             return view[np.asarray(vids, np.int64)].astype(np.int64)
         finally:
             del view  # the array may grow again only once no view of it is left
+
+    # ----------------------------------------------------------- connections
+    def get_field(self, vid: int, name: str, default: Any = None) -> Any:
+        """What field ``name`` of vertex ``vid`` holds (a ``range`` for a run), else
+        ``default``."""
+        runs = self.type_runs[self.type_code[vid]]
+        slot = runs.slot.get(name)
+        if slot is not None:
+            at = self.row[vid] * runs.width + slot
+            begin = runs.runs[at]
+            if begin != NO_RUN:
+                return range(begin, runs.runs[at + 1])
+        extra = self.extra.get(vid)
+        return default if extra is None else extra.get(name, default)
+
+    def set_field(self, vid: int, name: str, value: Any) -> None:
+        """Connect field ``name`` of vertex ``vid`` to ``value`` (a ``range`` of ids, an
+        id array, or a VectorList's list); ``None`` disconnects it."""
+        runs = self.type_runs[self.type_code[vid]]
+        slot = runs.slot.get(name)
+        if slot is not None:
+            at = self.row[vid] * runs.width + slot
+            if type(value) is range and value.step == 1 and value.start >= 0:
+                runs.runs[at] = value.start
+                runs.runs[at + 1] = max(value.stop, value.start)
+                self._drop_extra(vid, name)
+                return
+            runs.runs[at] = NO_RUN
+        if value is None:
+            self._drop_extra(vid, name)
+        else:
+            self.extra.setdefault(vid, {})[name] = value
+
+    def _drop_extra(self, vid: int, name: str) -> None:
+        extra = self.extra.get(vid)
+        if extra is not None and extra.pop(name, None) is not None and not extra:
+            del self.extra[vid]
+
+    def field_names(self, vid: int) -> list[str]:
+        """The connected fields of vertex ``vid``, in declaration order."""
+        vtype = self.types[self.type_code[vid]]
+        return [
+            f.name for f in vtype.fields if self.get_field(vid, f.name, _MISSING) is not _MISSING
+        ]
+
+    @property
+    def fields(self) -> _FieldsColumn:
+        """Per vertex, its connections as a mutable mapping (``fields[vid]["in"]``)."""
+        return _FieldsColumn(self)
+
+    def edge_count(self) -> int:
+        """Connections of every vertex (a VectorList counts one per vector)."""
+        edges = 0
+        for runs in self.type_runs:
+            if runs.width:
+                edges += int(np.count_nonzero(np.frombuffer(runs.runs, np.int64)[::2] != NO_RUN))
+        for extra in self.extra.values():
+            edges += sum(len(v) if isinstance(v, list) else 1 for v in extra.values())
+        return edges
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -115,6 +237,61 @@ class VertexTable:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._codes = {id(t): i for i, t in enumerate(self.types)}
+
+
+class _FieldsColumn:
+    """``table.fields``: the connections of each vertex, ``fields[vid]`` a mapping."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: VertexTable) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, vid: int) -> VertexFields:
+        return VertexFields(self.table, vid)
+
+    def __iter__(self) -> Iterator[VertexFields]:
+        return (VertexFields(self.table, v) for v in range(len(self.table)))
+
+
+class VertexFields(MutableMapping):
+    """Field name -> connected element ids of one vertex (a ``range`` for a run, a
+    list of id arrays for a VectorList), read from and written to its table."""
+
+    __slots__ = ("id", "table")
+
+    def __init__(self, table: VertexTable, vid: int) -> None:
+        self.table = table
+        self.id = vid
+
+    def __getitem__(self, name: str) -> Any:
+        value = self.table.get_field(self.id, name, _MISSING)
+        if value is _MISSING:
+            raise KeyError(name)
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.table.get_field(self.id, name, default)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self.table.set_field(self.id, name, value)
+
+    def __delitem__(self, name: str) -> None:
+        if self.table.get_field(self.id, name, _MISSING) is _MISSING:
+            raise KeyError(name)
+        self.table.set_field(self.id, name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.table.field_names(self.id))
+
+    def __len__(self) -> int:
+        return len(self.table.field_names(self.id))
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
 
 
 def connection_ids(t: Tensor) -> range | np.ndarray:
@@ -181,10 +358,10 @@ class VertexInstance:
         self.table.estimate[self.id] = NO_ESTIMATE if cycles is None else cycles
 
     @property
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> VertexFields:
         """Field name -> connected element ids in the connected tensor's shape (a list
-        of them for a VectorList)."""
-        return self.table.fields[self.id]
+        of them for a VectorList; a ``range`` for consecutive ids)."""
+        return VertexFields(self.table, self.id)
 
     @property
     def list_sizes(self) -> dict[str, int]:

@@ -128,3 +128,43 @@ def test_add_vertex_connections_and_errors(graph: Graph) -> None:
         graph.addVertex(cs, "AddOne", {"in": other})
     assert graph.getNumVertices() == before  # failed calls leave no vertex
     assert cs.vertices == [v.id]
+
+
+def test_view_names_follow_the_parent_name_rule_whenever_read(graph: Graph) -> None:
+    from poplar_api.tensor import MAX_NAME_LENGTH
+
+    base = graph.addVariable(FLOAT, [64, 64], "w" * 40)
+
+    def expected(parent: str, op: str) -> str:
+        name = parent + op
+        if len(name) > MAX_NAME_LENGTH:
+            name = "w" * 40 + ".(...)" + op
+            if len(name) > MAX_NAME_LENGTH:
+                name = "w" * 40 + ".(...)"
+        return name
+
+    # a chain of views; names read at the end (parents not yet named) and in order
+    steps = [
+        (lambda t: t.slice(1, 64), ".slice(1,64)"),
+        (lambda t: t[2], "[2]"),
+        (lambda t: t.slice(3, 60), ".slice(3,60)"),
+        (lambda t: t.reshape([3, 19]), ".reshape([3,19])"),
+        (lambda t: t[-1], "[-1]"),
+        (lambda t: t.slice(0, 10), ".slice(0,10)"),
+        (lambda t: t.expand([0]), ".expand([0])"),
+        (lambda t: t[0], "[0]"),
+        (lambda t: t.slice(2, 9), ".slice(2,9)"),
+        (lambda t: t.slice(1, 2), ".slice(1,2)"),
+    ]
+    for read_along in (False, True):
+        t, chain, want = base, [], [base.name]
+        for make, op in steps:
+            t = make(t)
+            chain.append(t)
+            want.append(expected(want[-1], op))
+            if read_along:
+                assert t.name == want[-1]
+        assert [c.name for c in reversed(chain)][::-1] == want[1:]
+    assert any(".(...)" in w for w in want) and all(len(w) <= MAX_NAME_LENGTH for w in want)
+    again = base[3][5]
+    assert again.name == "w" * 40 + "[3][5]" and repr(again).startswith("Tensor('" + "w" * 40)

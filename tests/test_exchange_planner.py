@@ -160,6 +160,7 @@ def test_runs_equal_their_expanded_ids():
     rng = np.random.default_rng(11)
     owner = np.repeat(rng.integers(0, n_tiles, space.size), rng.integers(1, 5, space.size))
     owner = owner[: space.size].astype(np.int32)
+    owner[rng.random(space.size) < 0.1] = -1  # unmapped: remote to every tile
     for trial in range(40):
         nv = int(rng.integers(0, 9))
         begin = rng.integers(0, space.size, nv)
@@ -173,13 +174,17 @@ def test_runs_equal_their_expanded_ids():
         got = runs.run_pieces(begin, end, vtiles, owner)
         want = runs.field_pieces(ids, bounds, vtiles, owner)
         assert [a.tolist() for a in got] == [a.tolist() for a in want], trial
+        # by the stretches of one owner between change points: the same pieces
+        stretches = runs.tile_stretches(owner, runs.change_points(owner, space.size), space.size)
+        by_stretch = runs.run_pieces(begin, end, vtiles, owner, stretches)
+        assert [a.tolist() for a in by_stretch] == [a.tolist() for a in want], trial
         by_runs = np.zeros(len(graph._state.variables), bool)
         by_ids = np.zeros_like(by_runs)
         runs.mark_variable_runs(space, begin, end, by_runs)
         runs.mark_variables(space, ids, by_ids)
         assert by_runs.tolist() == by_ids.tolist(), trial
         mask = rng.random(space.size) < 0.1
-        hit = runs.runs_hit(mask, begin, end)
+        hit = runs.runs_hit(np.flatnonzero(mask), begin, end)
         assert hit.tolist() == [bool(mask[b:e].any()) for b, e in zip(begin, end, strict=True)], (
             trial
         )

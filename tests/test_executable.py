@@ -196,9 +196,9 @@ def test_connections_of_every_kind_survive_a_file(tmp_path):
     from poplar_api.executable import _pack_vertices
 
     _, (state,) = _pack_vertices(original)
-    assert state["fields"][1]["in"] == ("ids", ("range", 2, 6, (4,)))
-    assert state["fields"][2]["in"] == ("ids", ("range", 11, -1, (6,)))
-    assert state["fields"][2]["in"] is state["fields"][3]["in"]
+    assert state["extra"][1]["in"] == ("ids", ("range", 2, 6, (4,)))
+    assert state["extra"][2]["in"] == ("ids", ("range", 11, -1, (6,)))
+    assert state["extra"][2]["in"] is state["extra"][3]["in"]
     assert not loaded.fields[1]["in"].flags.writeable
     want = [2 * float(values.reshape(-1)[np.asarray(v.flat_index())].sum()) for v in views]
     want += [float(values[2].sum() + values[:, 0].sum()), 0.0]
@@ -330,9 +330,9 @@ def test_other_format_version_is_refused(tmp_path):
     g, p = build()
     path = tmp_path / "old.ipuexe"
     compileGraph(g, p).serialize(path)
-    data = path.read_bytes().replace(b'"format": 3', b'"format": 99', 1)
+    data = path.read_bytes().replace(b'"format": 4', b'"format": 99', 1)
     path.write_bytes(data)
-    with pytest.raises(ExecutableError, match=r"old\.ipuexe.*format version 99.*version 3"):
+    with pytest.raises(ExecutableError, match=r"old\.ipuexe.*format version 99.*version 4"):
         Executable.deserialize(path)
 
 

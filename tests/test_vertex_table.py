@@ -97,7 +97,8 @@ def test_connected_vertices_keep_no_object_for_the_cycle_collector(graph: Graph)
     grown = len(gc.get_objects()) - before
     # a vertex with a Tensor object per connection kept 4 tracked objects
     assert grown < 100, f"{grown} tracked objects for 1,999 vertices"
-    assert not gc.is_tracked(graph._state.vertices.fields[5])
+    # every connection is a run in the columns of the type: no per-vertex dict
+    assert graph._state.vertices.extra == {}
 
 
 def test_consecutive_ids_are_kept_as_ranges_others_as_arrays(graph: Graph) -> None:
@@ -211,3 +212,77 @@ def test_estimators_see_the_sizes_of_ranges_and_arrays(graph: Graph) -> None:
     sizes = connection_sizes(table[v.id].vtype, table[v.id].fields)
     assert sizes == {"in": 5, "k": 1, "out": 3}
     assert connection_sizes(table[g.id].vtype, table[g.id].fields) == {"parts": [5, 3], "out": 5}
+
+
+def test_a_field_moves_between_run_columns_and_id_arrays(graph: Graph) -> None:
+    cs = graph.addComputeSet("cs")
+    m = graph.addVariable(FLOAT, [4, 5], "m")
+    table = graph._state.vertices
+    v = graph.addVertex(cs, "Scale", {"in": m[1], "k": m[0][0]})
+    fields = table[v.id].fields
+    assert dict(fields) == {"in": range(5, 10), "k": range(0, 1)} and len(fields) == 2
+    assert "out" not in fields and fields.get("out") is None and table.extra == {}
+    graph.connect(v["in"], m[:, 3])  # strided: an id array beside the columns
+    assert type(fields["in"]) is np.ndarray and fields["in"].tolist() == [3, 8, 13, 18]
+    assert list(table.extra) == [v.id]
+    graph.connect(v["in"], m[2])  # a run again: the id array is dropped
+    assert fields["in"] == range(10, 15) and table.extra == {}
+    graph.connect(v["out"], m[3].slice(0, 0))  # an empty run is connected, not absent
+    assert fields["out"] == range(15, 15) and "out" in fields
+    del fields["out"]
+    assert "out" not in fields and list(fields) == ["in", "k"]
+    with pytest.raises(KeyError):
+        fields["out"]
+    # a Gather's VectorList is kept beside the columns; its own Vector field in them
+    g = graph.addVertex(cs, "Gather", {"parts": [m[0], m[:, 1]], "out": m[1]})
+    assert table[g.id].fields["out"] == range(5, 10)
+    assert [a.tolist() for a in table[g.id].fields["parts"]] == [
+        list(range(5)),
+        [1, 6, 11, 16],
+    ]
+    # edges: Scale in, k (2) + Gather out and two vectors (3)
+    assert table.edge_count() == 5
+
+
+def test_failed_add_vertex_leaves_the_columns_as_they_were(graph: Graph) -> None:
+    cs = graph.addComputeSet("cs")
+    m = graph.addVariable(FLOAT, [4, 5], "m")
+    table = graph._state.vertices
+    a = graph.addVertex(cs, "Scale", {"in": m[0], "k": m[1][0], "out": m[0]})
+    before = (bytes(table.type_runs[0].runs), len(table), dict(table.extra))
+    with pytest.raises(GraphError, match="needs exactly 1 element"):
+        # "in" and "out" are stored before "k" is found wrong
+        graph.addVertex(cs, "Scale", {"in": m[2], "out": m[:, 0], "k": m[3]})
+    assert (bytes(table.type_runs[0].runs), len(table), dict(table.extra)) == before
+    b = graph.addVertex(cs, "Scale", {"in": m[3]})
+    assert table.column("row", [a.id, b.id]).tolist() == [0, 1]
+    assert dict(table[b.id].fields) == {"in": range(15, 20)}
+
+
+def test_a_field_mixing_runs_and_id_arrays_runs_right(graph: Graph) -> None:
+    from poplar_api import Engine
+    from poplar_api import program as prog
+
+    cs = graph.addComputeSet("cs")
+    x = graph.addVariable(FLOAT, [4, 4], "x")
+    k = graph.addVariable(FLOAT, [1], "k")
+    y = graph.addVariable(FLOAT, [4, 4], "y")
+    graph.setTileMapping(x, 0)
+    graph.setTileMapping(k, 0)
+    graph.setTileMapping(y, 1)
+    views = [x[0], x[:, 1], x[2], x.transpose()[3]]  # runs and strided views by turns
+    for i, view in enumerate(views):
+        v = graph.addVertex(cs, "Scale", {"in": view, "k": k[0], "out": y[i]})
+        graph.setTileMapping(v, 1)
+        graph.setPerfEstimate(v, 10)
+    values = np.arange(16, dtype=np.float32).reshape(4, 4)
+    graph.setInitialValue(x, values)
+    graph.setInitialValue(k, np.array([3.0], np.float32))
+    graph.createHostRead("y", y)
+    engine = Engine(graph, prog.Execute(cs))
+    engine.load(IPUModel("ipu2").createDevice())
+    engine.run(0)
+    got = np.zeros((4, 4), np.float32)
+    engine.readTensor("y", got)
+    want = 3 * np.stack([values[0], values[:, 1], values[2], values.T[3]])
+    np.testing.assert_array_equal(got, want)

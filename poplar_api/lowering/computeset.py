@@ -20,7 +20,7 @@ from poplar_api.lowering import runs
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.types import Type
-from poplar_api.vertices import id_array, id_count, type_groups
+from poplar_api.vertices import NO_RUN, id_array, id_count, type_groups
 
 
 class FieldTable:
@@ -112,10 +112,6 @@ class ComputeSetTable:
 #: The ids of an unconnected field.
 _NO_IDS = np.zeros(0, np.int64)
 _size = operator.attrgetter("size")
-_start = operator.attrgetter("start")
-_stop = operator.attrgetter("stop")
-#: The run of an unconnected field.
-_NO_RUN = range(0)
 
 
 def _id_dtype(state, spec: FieldSpec) -> type:
@@ -138,16 +134,19 @@ def build_table(state, cs) -> ComputeSetTable:
     vids = np.asarray(cs.vertices, np.int64)
     tiles = table.column("tile", vids)
     codes = table.column("type_code", vids)
-    connections = table.fields
+    rows = table.column("row", vids)
     groups = []
     for code, positions in type_groups(codes):
-        members = [connections[v] for v in vids[positions].tolist()]
+        members = vids[positions].tolist()
         vtype = table.types[code]
+        type_runs = table.type_runs[code]
+        member_runs = type_runs.rows(rows[positions])
+        get = table.get_field
         tables = []
         for spec in vtype.fields:
             name = spec.name
             if spec.kind == "vectorlist":
-                lists = [f.get(name) or [] for f in members]
+                lists = [get(v, name) or [] for v in members]
                 counts = np.fromiter(map(len, lists), np.int64, len(lists))
                 inner = [_NO_IDS if ids is None else ids for x in lists for ids in x]
                 inner_len = np.fromiter(map(_size, inner), np.int64, len(inner))
@@ -155,15 +154,18 @@ def build_table(state, cs) -> ComputeSetTable:
                 inner_offsets = np.concatenate(([0], np.cumsum(inner_len)))
                 ids = _join(inner, _id_dtype(state, spec))
             else:
-                arrays = [f.get(name, _NO_RUN) for f in members]
+                slot = type_runs.slot[name]
+                begin = np.ascontiguousarray(member_runs[:, slot])
+                end = np.ascontiguousarray(member_runs[:, slot + 1])
                 inner_offsets = None
-                if all(type(a) is range for a in arrays):  # every vertex one run
-                    begin = np.fromiter(map(_start, arrays), np.int64, len(arrays))
-                    end = np.fromiter(map(_stop, arrays), np.int64, len(arrays))
+                if (begin != NO_RUN).all():  # every vertex one run
                     offsets = np.concatenate(([0], np.cumsum(end - begin)))
                     tables.append(FieldTable(spec, None, offsets, None, positions, (begin, end)))
                     continue
-                arrays = [id_array(a) if type(a) is range else a for a in arrays]
+                arrays = [
+                    id_array(range(b, e)) if b != NO_RUN else get(v, name, _NO_IDS)
+                    for v, b, e in zip(members, begin.tolist(), end.tolist(), strict=True)
+                ]
                 per_vertex_len = np.fromiter(map(_size, arrays), np.int64, len(arrays))
                 offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
                 ids = _join(arrays, _id_dtype(state, spec))
@@ -196,11 +198,18 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
                 entry = by_size.setdefault(ft.type.size, (ft.type, []))
                 entry[1].append((ft, table.tiles[ft.positions]))
     for typ, fields in by_size.values():
-        owner = state.space(typ).tile
+        space = state.space(typ)
+        owner = space.tile
+        # runs are cut by the stretches of one owner when they read many more
+        # elements than there are stretches (finding them costs a pass over the space)
+        read = sum(int(ft.offsets[-1]) for ft, _ in fields if ft.runs is not None)
+        stretches = None
+        if read * 8 >= space.size or typ.size in planner.changes:
+            stretches = planner.stretches_of(typ.size, owner, space.size, read)
         pieces = [
             runs.field_pieces(ft.ids, ft.bounds, vtiles, owner)
             if ft.runs is None
-            else runs.run_pieces(*ft.runs, vtiles, owner)
+            else runs.run_pieces(*ft.runs, vtiles, owner, stretches)
             for ft, vtiles in fields
         ]
         if len(pieces) == 1:

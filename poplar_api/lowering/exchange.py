@@ -78,8 +78,10 @@ class ExchangePlanner:
         #: global transfers so far: keys ``src * num_tiles + dst`` and their bytes
         self.global_keys: list[np.ndarray] = []
         self.global_bytes: list[np.ndarray] = []
-        #: element size -> ids where the owning tile changes (see :meth:`_changes`)
+        #: element size -> ids where the owning tile changes (see :meth:`changes_of`)
         self.changes: dict[int, np.ndarray] = {}
+        #: element size -> stretches of one owner by tile (see :meth:`stretches_of`)
+        self.stretches: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
         #: element size -> id intervals ``[a, b)`` some tile receives, with the owner
         #: array (sent by their owners; :meth:`_add_intervals`)
         self.intervals: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
@@ -237,7 +239,7 @@ class ExchangePlanner:
         a, b = m_lo - m_dst * stride, m_hi - m_dst * stride
         n = self.num_tiles
         self.received += np.bincount(m_dst, weights=b - a, minlength=n).astype(np.int64) * size
-        inner, inner_ids = _changes_within(self._changes(size, owner, space), a, b)
+        inner, inner_ids = _changes_within(self.changes_of(size, owner, space), a, b)
         msgs = np.bincount(m_dst, weights=1 + inner, minlength=n)
         self.messages_received += msgs.astype(np.int64)
         # first id of every message, and its receiving tile
@@ -272,7 +274,20 @@ class ExchangePlanner:
         ends = np.minimum(np.append(starts[1:], np.iinfo(np.int64).max), u_hi[u_of])
         return owner[starts].astype(np.int64), ends - starts
 
-    def _changes(self, size: int, owner: np.ndarray, space: int) -> np.ndarray:
+    def stretches_of(
+        self, size: int, owner: np.ndarray, space: int, read: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:func:`~poplar_api.lowering.runs.tile_stretches` of the space of element
+        ``size`` (cached), or None when there are not far fewer stretches than the
+        ``read`` elements they would save looking at."""
+        if size not in self.stretches:
+            changes = self.changes_of(size, owner, space)
+            self.stretches[size] = (
+                runs.tile_stretches(owner, changes, space) if 4 * changes.size <= read else None
+            )
+        return self.stretches[size]
+
+    def changes_of(self, size: int, owner: np.ndarray, space: int) -> np.ndarray:
         """Ids where the owning tile changes (cached: mappings are fixed while lowering)."""
         cached = self.changes.get(size)
         if cached is None:

@@ -118,12 +118,88 @@ def field_pieces(
 
 
 def run_pieces(
-    begin: np.ndarray, end: np.ndarray, vtiles: np.ndarray, owner: np.ndarray
+    begin: np.ndarray,
+    end: np.ndarray,
+    vtiles: np.ndarray,
+    owner: np.ndarray,
+    stretches: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`field_pieces` of a field whose vertex ``v`` reads the ids
-    ``begin[v] .. end[v] - 1`` (the same pieces, without the ids array)."""
+    ``begin[v] .. end[v] - 1`` (the same pieces, without the ids array).
+
+    With ``stretches`` (:func:`tile_stretches` of ``owner``), a run's pieces are what
+    is left of it between the stretches its vertex's tile owns: the cost follows
+    those stretches, not the elements read.
+    """
+    if stretches is not None:
+        return _collect(_stretch_pieces, begin, end, vtiles, *stretches)
     bounds = np.concatenate(([0], np.cumsum(end - begin)))
     return _collect(_field_pieces, _NONE, begin, bounds, vtiles, owner)
+
+
+def tile_stretches(
+    owner: np.ndarray, changes: np.ndarray, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stretches of one owner between change points (``changes``, the
+    :func:`change_points` of ``owner[:size]``), grouped by owning tile.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(starts, ends, offsets)``: tile ``t``'s stretches are ``starts[k] ..
+        ends[k] - 1`` for ``offsets[t] <= k < offsets[t + 1]``, in id order. Unmapped
+        stretches belong to no tile.
+    """
+    starts = np.concatenate(([0], changes)).astype(np.int64) if size else _NONE
+    ends = np.append(starts[1:], size).astype(np.int64)
+    owners = owner[starts].astype(np.int64)
+    mapped = owners >= 0
+    starts, ends, owners = starts[mapped], ends[mapped], owners[mapped]
+    order = np.argsort(owners, kind="stable")
+    counts = np.bincount(owners, minlength=1)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    return starts[order], ends[order], offsets
+
+
+@numba.njit(cache=True)
+def _stretch_pieces(
+    begin, end, vtiles, starts, ends, offsets, out_begin, out_length, out_dst
+):  # pragma: no cover
+    # the pieces of _field_pieces: the parts of each run outside the stretches its
+    # vertex's tile owns (a stretch it owns ends a piece; other tiles' stretches next
+    # to each other make one piece)
+    count = 0
+    tiles = offsets.size - 1
+    for v in range(begin.size):
+        i = begin[v]
+        e = end[v]
+        tile = vtiles[v]
+        lo = 0
+        hi = 0
+        if 0 <= tile < tiles:
+            lo = offsets[tile]
+            hi = offsets[tile + 1]
+        j = lo + np.searchsorted(starts[lo:hi], i, side="right") - 1
+        if j < lo:
+            j = lo
+        while i < e:
+            while j < hi and ends[j] <= i:
+                j += 1
+            stop = e
+            if j < hi and starts[j] < e:
+                stop = max(starts[j], i)
+            if stop > i:
+                if out_length.size:
+                    out_begin[count] = i
+                    out_length[count] = stop - i
+                    out_dst[count] = tile
+                count += 1
+            if stop < e:  # a stretch of the vertex's own tile
+                i = min(ends[j], e)
+                j += 1
+            else:
+                i = e
+    return count
 
 
 def flat_pieces(
@@ -207,21 +283,10 @@ def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: 
     mask[var_ids[(np.cumsum(cover[:-1]) > 0) & (sizes > 0)]] = True
 
 
-@numba.njit(cache=True)
-def _runs_hit(mask, begin, end, out):  # pragma: no cover - compiled
-    for k in range(begin.size):
-        for i in range(begin[k], end[k]):
-            if mask[i]:
-                out[k] = True
-                break
-
-
-def runs_hit(mask: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Whether any of ids ``begin[k] .. end[k] - 1`` is set in ``mask``, per run ``k``."""
-    out = np.zeros(begin.size, np.bool_)
-    if begin.size:
-        _runs_hit(mask, np.asarray(begin, np.int64), np.asarray(end, np.int64), out)
-    return out
+def runs_hit(marked: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Whether any of ids ``begin[k] .. end[k] - 1`` is in ``marked`` (sorted ids), per
+    run ``k``: a look-up per run, however long the runs."""
+    return np.searchsorted(marked, begin) < np.searchsorted(marked, end)
 
 
 @numba.njit(cache=True)

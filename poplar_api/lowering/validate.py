@@ -6,7 +6,7 @@ import numpy as np
 
 from poplar_api.lowering import runs
 from poplar_api.lowering.computeset import ComputeSetTable
-from poplar_api.vertices import NO_ESTIMATE, UNMAPPED
+from poplar_api.vertices import NO_ESTIMATE, NO_RUN, UNMAPPED, type_groups
 
 
 def element_name(state, t, element_id: int) -> str:
@@ -48,20 +48,30 @@ def check_vertices(state, cs, num_tiles: int) -> list[str]:
     has_estimator = np.array([t.has_estimator for t in table.types], bool)
     # the common case is checked in bulk, without making any message
     suspect = (tiles < 0) | (tiles >= num_tiles) | ~(estimated | has_estimator[codes])
-    counts = np.array([len(t.fields) for t in table.types], np.int64)
-    lists = [any(f.kind == "vectorlist" for f in t.fields) for t in table.types]
-    connections = table.fields
-    for pos, (vid, code) in enumerate(zip(vids.tolist(), codes.tolist(), strict=True)):
-        fields = connections[vid]
-        if len(fields) != counts[code] or (
-            lists[code]
-            and any(ids is None for v in fields.values() if isinstance(v, list) for ids in v)
-        ):
-            suspect[pos] = True
+    # a field not held as a run is checked one vertex at a time
+    rows = table.column("row", vids)
+    for code, positions in type_groups(codes):
+        vtype, type_runs = table.types[code], table.type_runs[code]
+        others = [f.name for f in vtype.fields if f.name not in type_runs.slot]
+        no_run = (type_runs.rows(rows[positions])[:, ::2] == NO_RUN).any(axis=1)
+        look = positions if others else positions[no_run]
+        for pos, vid in zip(look.tolist(), vids[look].tolist(), strict=True):
+            if not suspect[pos] and _incomplete(table, vid, vtype):
+                suspect[pos] = True
     problems = []
     for vid in vids[suspect].tolist():
         problems += _vertex_problems(table[vid], cs, num_tiles)
     return problems
+
+
+def _incomplete(table, vid: int, vtype) -> bool:
+    """A field of vertex ``vid`` (of ``vtype``) is unconnected, or a vector of one of its
+    VectorLists is."""
+    for spec in vtype.fields:
+        value = table.get_field(vid, spec.name)
+        if value is None or (spec.kind == "vectorlist" and any(ids is None for ids in value)):
+            return True
+    return False
 
 
 def _vertex_problems(inst, cs, num_tiles: int) -> list[str]:
@@ -112,9 +122,13 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
             problems += _double_writes(state, table, t, writes, w_ids)
         del w_ids
         writer: np.ndarray | None = None  # first writer (position) of each written element
+        marked: np.ndarray | None = None  # the written ids, sorted
         for ft in reads:
-            if ft.runs is not None and not runs.runs_hit(written, *ft.runs).any():
-                continue  # no read of a written element, found without the ids
+            if ft.runs is not None:
+                if marked is None:
+                    marked = np.flatnonzero(written)
+                if not runs.runs_hit(marked, *ft.runs).any():
+                    continue  # no read of a written element, found without the ids
             refs = np.flatnonzero(written[ft.ids])
             if refs.size == 0:
                 continue
