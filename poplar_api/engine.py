@@ -251,7 +251,7 @@ class Engine:
         self._storage = Storage(state, self.replicas)
         self._lowered = Lowered(self._storage)
         emitter = Emitter(state, target, self._lowered, self._host, self.options)
-        problems = validate.check_variables(state, target.getNumTiles())
+        problems = validate.check_variables(state, target.getNumTiles(), emitter.owners)
         entries = [emitter.lower(p) for p in progs]
         problems += emitter.problems
         if problems:

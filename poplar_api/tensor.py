@@ -418,15 +418,16 @@ class Tensor:
             shape = self._shape  # slice(b, e) of dimension 0: the common case, inline
             if shape and 0 <= begin <= end <= shape[0]:
                 start = self._start
+                one_dim = len(shape) == 1
                 if start >= 0 and begin:  # rows of a consecutive tensor: still consecutive
-                    start += begin * math.prod(shape[1:])
+                    start += begin if one_dim else begin * math.prod(shape[1:])
                 t = _new_object(Tensor)
                 t._graph = self._graph
                 t._type = self._type
                 ix = self._ix
                 if ix is None:
                     t._ix = None
-                    t._shape = (end - begin, *shape[1:])
+                    t._shape = (end - begin,) if one_dim else (end - begin, *shape[1:])
                 else:
                     t._ix = ix = ix[begin:end]
                     t._shape = ix.shape

@@ -174,10 +174,22 @@ def test_runs_equal_their_expanded_ids():
         got = runs.run_pieces(begin, end, vtiles, owner)
         want = runs.field_pieces(ids, bounds, vtiles, owner)
         assert [a.tolist() for a in got] == [a.tolist() for a in want], trial
-        # by the stretches of one owner between change points: the same pieces
-        stretches = runs.tile_stretches(owner, runs.change_points(owner, space.size), space.size)
+        # by the stretches of one owner between change points: the same pieces,
+        # and a block's elements and messages per tile the same as element by element
+        changes = runs.change_points(owner, space.size)
+        stretches = runs.tile_stretches(owner, changes, space.size)
         by_stretch = runs.run_pieces(begin, end, vtiles, owner, stretches)
         assert [a.tolist() for a in by_stretch] == [a.tolist() for a in want], trial
+        lo, hi = sorted(rng.integers(0, space.size + 1, 2).tolist())
+        counted = runs.tile_counts(owner, lo, hi, n_tiles, changes)
+        assert counted.tolist() == runs.tile_counts(owner, lo, hi, n_tiles).tolist(), trial
+        assert (
+            counted.tolist()
+            == np.bincount(owner[lo:hi][owner[lo:hi] >= 0], minlength=n_tiles).tolist()
+        ), trial
+        block = runs.transfer_counts(range(lo, hi), owner, n_tiles, changes)
+        one_by_one = runs.transfer_counts(range(lo, hi), owner, n_tiles)
+        assert [a.tolist() for a in block] == [a.tolist() for a in one_by_one], trial
         by_runs = np.zeros(len(graph._state.variables), bool)
         by_ids = np.zeros_like(by_runs)
         runs.mark_variable_runs(space, begin, end, by_runs)

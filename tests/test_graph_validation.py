@@ -115,6 +115,23 @@ def test_unmapped_and_partially_mapped_variables():
     assert "setTileMapping" in partial  # the hint
 
 
+def test_large_variables_are_checked_by_stretches_alike():
+    # spaces of several thousand elements are first checked stretch by stretch
+    g = tiny_graph()
+    big = g.addVariable(FLOAT, [3, 4000], "big")
+    other = g.addVariable(FLOAT, [5000], "other")
+    for r in range(3):
+        g.setTileMapping(big[r], r)
+    g.setTileMapping(other, 7)
+    Engine(g, prog.Sequence())  # no problem
+    hole = g.addVariable(FLOAT, [4500], "hole")
+    g.setTileMapping(hole.slice(0, 1234), 2)
+    g.setTileMapping(hole.slice(1235, 4500), 3)  # element 1234 left out
+    [problem] = problems_of(g, prog.Sequence())
+    assert "variable 'hole'" in problem and "1 of 4500 element(s)" in problem
+    assert "first: element 1234" in problem
+
+
 def test_unmapped_constant():
     g = tiny_graph()
     g.addConstant(INT, [3], [1, 2, 3], "k")

@@ -375,7 +375,7 @@ def lower_nonreplicated_copy(emitter: Any, prog: P.NonReplicatedCopy) -> ir.Node
         if moved.any():
             busiest = np.bincount(s_rep[moved]).argmax()
             pick = moved & (s_rep == busiest)
-            planner = ExchangePlanner(state.target, state)
+            planner = ExchangePlanner(state.target, state, emitter.owners)
             planner.add_grouped(typ, s_local[pick], s_tile[pick], d_tile[pick])
             nodes += _exchange_nodes(emitter, planner, name, pid)
     glob = _global_transfer(

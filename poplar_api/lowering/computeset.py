@@ -204,7 +204,7 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
         # elements than there are stretches (finding them costs a pass over the space)
         read = sum(int(ft.offsets[-1]) for ft, _ in fields if ft.runs is not None)
         stretches = None
-        if read * 8 >= space.size or typ.size in planner.changes:
+        if read * 8 >= space.size or typ.size in planner.owners.changes:
             stretches = planner.stretches_of(typ.size, owner, space.size, read)
         pieces = [
             runs.field_pieces(ft.ids, ft.bounds, vtiles, owner)

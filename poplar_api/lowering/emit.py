@@ -58,7 +58,7 @@ from poplar_api.lowering.computeset import (
     plan_writes,
 )
 from poplar_api.lowering.context import Lowered
-from poplar_api.lowering.exchange import ExchangePlanner, exchange_ipus
+from poplar_api.lowering.exchange import ExchangePlanner, OwnerCache, exchange_ipus
 from poplar_api.printing import format_tensor
 from poplar_api.remote import RemoteBuffer, remote_buffers
 from poplar_api.tensor import Tensor
@@ -138,6 +138,8 @@ class Emitter:
         self.tables: dict[int, Any] = {}
         self.cs_nodes: dict[int, ir.Node] = {}
         self.functions: dict[int, ir.Node] = {}
+        #: where element owners change, for every planner of this lowering
+        self.owners = OwnerCache()
         self.copy_vertex_type: tuple[str, ...] = ("Copy",)
         #: id of an id array -> (the array, its slice or itself): see :meth:`_index`
         self._indices: dict[int, tuple[np.ndarray, np.ndarray | slice]] = {}
@@ -456,7 +458,7 @@ class Emitter:
         names = [g.vtype.name for g in table.groups]
         runner = make_runner(table, self.lowered.storage, self.cfg.tile.worker_contexts)
         nodes: list[ir.Node] = []
-        planner = ExchangePlanner(self.state.target, self.state)
+        planner = ExchangePlanner(self.state.target, self.state, self.owners)
         plan_reads(planner, table, self.state)
         pid = self._pid(prog)
         nodes += self._exchange_steps(
@@ -474,7 +476,7 @@ class Emitter:
                 vertex_type_names=tuple(names),
             )
         )
-        planner = ExchangePlanner(self.state.target, self.state)
+        planner = ExchangePlanner(self.state.target, self.state, self.owners)
         plan_writes(planner, table, self.state)
         nodes += self._exchange_steps(
             planner, f"{cs.name}/ExchangeOut", f"{cs.name}/SyncOut", pid, "Out"
@@ -590,7 +592,7 @@ class Emitter:
                     vertex_type_names=self.copy_vertex_type,
                 )
             )
-        planner = ExchangePlanner(self.state.target, self.state)
+        planner = ExchangePlanner(self.state.target, self.state, self.owners)
         planner.add_owned(typ, id_array(s_ids), d_tile, self.state.space(typ).tile)
         nodes += self._exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", self._pid(prog))
         if not nodes:  # nothing to copy
@@ -777,8 +779,12 @@ class Emitter:
         Streaming Memory transfer instead: an internal sync (the host takes no part)
         and a ``RemoteBufferCopy``.
         """
-        owner = self.state.space(t.elementType()).tile
-        elements, messages = runs.transfer_counts(t._flat_ids(), owner, self.num_tiles)
+        space = self.state.space(t.elementType())
+        ids = t._flat_ids()
+        changes = None
+        if type(ids) is range and len(ids) >= runs.STRETCHES_FROM:
+            changes = self.owners.changes_of(t.elementType().size, space.tile, space.size)
+        elements, messages = runs.transfer_counts(ids, space.tile, self.num_tiles, changes)
         nbytes = elements * t.elementType().size
         tiles = np.flatnonzero(nbytes)
         pid = self._pid(prog)

@@ -46,6 +46,39 @@ from poplar_api.types import Type
 PIECES_PER_PASS = 1 << 20
 
 
+class OwnerCache:
+    """Where the owning tile of each element space changes, found once per lowering
+    (tile mappings do not change while a graph is lowered) and shared by its
+    planners: each finding is a pass over a whole space."""
+
+    def __init__(self) -> None:
+        #: element size -> ids where the owning tile changes
+        self.changes: dict[int, np.ndarray] = {}
+        #: element size -> stretches of one owner by tile
+        self.stretches: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def changes_of(self, size: int, owner: np.ndarray, space: int) -> np.ndarray:
+        """Ids where the owning tile changes in the space of element ``size``."""
+        cached = self.changes.get(size)
+        if cached is None:
+            cached = self.changes[size] = runs.change_points(owner, space)
+        return cached
+
+    def stretches_of(
+        self, size: int, owner: np.ndarray, space: int, read: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:func:`~poplar_api.lowering.runs.tile_stretches` of the space of element
+        ``size``, or None when there are not far fewer stretches than the ``read``
+        elements they would save looking at."""
+        changes = self.changes_of(size, owner, space)
+        if 4 * changes.size > read:
+            return None
+        found = self.stretches.get(size)
+        if found is None:
+            found = self.stretches[size] = runs.tile_stretches(owner, changes, space)
+        return found
+
+
 class ExchangePlanner:
     """Accumulates the references of one exchange, destination tile by destination tile.
 
@@ -57,7 +90,7 @@ class ExchangePlanner:
         The graph state (element spaces).
     """
 
-    def __init__(self, target, state) -> None:
+    def __init__(self, target, state, owners: OwnerCache | None = None) -> None:
         self.cfg = target.config
         self.state = state
         n = target.getNumTiles()
@@ -78,10 +111,8 @@ class ExchangePlanner:
         #: global transfers so far: keys ``src * num_tiles + dst`` and their bytes
         self.global_keys: list[np.ndarray] = []
         self.global_bytes: list[np.ndarray] = []
-        #: element size -> ids where the owning tile changes (see :meth:`changes_of`)
-        self.changes: dict[int, np.ndarray] = {}
-        #: element size -> stretches of one owner by tile (see :meth:`stretches_of`)
-        self.stretches: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+        #: where owners change, shared by the planners of one lowering
+        self.owners = OwnerCache() if owners is None else owners
         #: element size -> id intervals ``[a, b)`` some tile receives, with the owner
         #: array (sent by their owners; :meth:`_add_intervals`)
         self.intervals: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
@@ -266,7 +297,7 @@ class ExchangePlanner:
         u_lo, u_hi = _merge(
             np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         )
-        _, inner_ids = _changes_within(self.changes[size], u_lo, u_hi)
+        _, inner_ids = _changes_within(self.owners.changes[size], u_lo, u_hi)
         starts = np.concatenate((u_lo, inner_ids))
         starts.sort()
         # every run ends where the next one starts, or at its union interval's end
@@ -277,22 +308,12 @@ class ExchangePlanner:
     def stretches_of(
         self, size: int, owner: np.ndarray, space: int, read: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """:func:`~poplar_api.lowering.runs.tile_stretches` of the space of element
-        ``size`` (cached), or None when there are not far fewer stretches than the
-        ``read`` elements they would save looking at."""
-        if size not in self.stretches:
-            changes = self.changes_of(size, owner, space)
-            self.stretches[size] = (
-                runs.tile_stretches(owner, changes, space) if 4 * changes.size <= read else None
-            )
-        return self.stretches[size]
+        """:meth:`OwnerCache.stretches_of` (see there)."""
+        return self.owners.stretches_of(size, owner, space, read)
 
     def changes_of(self, size: int, owner: np.ndarray, space: int) -> np.ndarray:
-        """Ids where the owning tile changes (cached: mappings are fixed while lowering)."""
-        cached = self.changes.get(size)
-        if cached is None:
-            cached = self.changes[size] = runs.change_points(owner, space)
-        return cached
+        """:meth:`OwnerCache.changes_of` (see there)."""
+        return self.owners.changes_of(size, owner, space)
 
     def build(self, name: str, program_id: int) -> ir.Exchange | None:
         """The IR on-chip exchange of everything added, or None when nothing crosses

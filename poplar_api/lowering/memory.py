@@ -378,6 +378,7 @@ def _variable_blocks(
     cs_ids: list[int],
     nt: int,
     undefs: dict[int, Any] | None = None,
+    owners: Any = None,
 ) -> tuple[list[BlockTable], list[BlockTable]]:
     """Each variable's (or constant's) elements on each tile, with its live range: one
     block per live range when ``WriteUndef`` splits it. Returns the blocks and, apart,
@@ -388,7 +389,11 @@ def _variable_blocks(
     blocks: list[BlockTable] = []
     extra: list[BlockTable] = []
     for v in state.variables:
-        counts = runs.tile_counts(state.space(v.type).tile, v.base, v.base + v.size, nt)
+        space = state.space(v.type)
+        changes = None
+        if owners is not None and v.size >= runs.STRETCHES_FROM:
+            changes = owners.changes_of(v.type.size, space.tile, space.size)
+        counts = runs.tile_counts(space.tile, v.base, v.base + v.size, nt, changes)
         tiles = np.flatnonzero(counts)
         if not tiles.size:
             continue
@@ -503,7 +508,7 @@ def plan_memory(state: Any, program: ir.Program, emitter: Any) -> MemoryReport:
     by_vertex_type: dict[str, int] = {}
     timing = TimingModel(cfg)
     variables, extra = _variable_blocks(
-        state, walk, emitter.touches, list(emitter.cs_nodes), nt, undefs
+        state, walk, emitter.touches, list(emitter.cs_nodes), nt, undefs, emitter.owners
     )
     blocks = BlockTable.concat(
         [

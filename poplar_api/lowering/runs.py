@@ -77,6 +77,9 @@ def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no
     return count
 
 
+#: Elements from which a block is counted by its stretches of one owner (a few numpy
+#: calls) rather than element by element (one compiled pass).
+STRETCHES_FROM = 4096
 #: An empty int64 array: a kernel argument not given, or outputs only counted.
 _NONE = np.zeros(0, np.int64)
 
@@ -321,18 +324,28 @@ def _block_transfer_counts(owner, lo, hi, elements, messages):  # pragma: no cov
 
 
 def transfer_counts(
-    ids: np.ndarray | range, owner: np.ndarray, num_tiles: int
+    ids: np.ndarray | range,
+    owner: np.ndarray,
+    num_tiles: int,
+    changes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Elements and messages per tile of a transfer of elements ``ids`` (in order; a
     ``range`` of step 1 for a block of consecutive ids).
 
     A message is a run of elements consecutive both in the transfer and in element
     ids, on one tile. Every element must be mapped (``0 <= owner[id] < num_tiles``).
+    With ``changes`` (:func:`change_points` of the space), a block is counted by its
+    stretches of one owner, not element by element.
     """
     elements = np.zeros(num_tiles, np.int64)
     messages = np.zeros(num_tiles, np.int64)
     if isinstance(ids, range) and ids.step == 1:
-        if len(ids):
+        if len(ids) and changes is not None:
+            tiles, lengths = block_stretches(owner, changes, ids.start, ids.stop)
+            mapped = tiles >= 0
+            np.add.at(elements, tiles[mapped], lengths[mapped])
+            np.add.at(messages, tiles[mapped], 1)
+        elif len(ids):
             _block_transfer_counts(owner, ids.start, ids.stop, elements, messages)
     elif len(ids):
         _transfer_counts(np.asarray(ids, np.int64), owner, elements, messages)
@@ -347,11 +360,32 @@ def _tile_counts(owner, lo, hi, counts):  # pragma: no cover
             counts[t] += 1
 
 
-def tile_counts(owner: np.ndarray, lo: int, hi: int, num_tiles: int) -> np.ndarray:
-    """Elements ``lo .. hi - 1`` on each tile (unmapped ones, ``owner < 0``, left out)."""
+def tile_counts(
+    owner: np.ndarray, lo: int, hi: int, num_tiles: int, changes: np.ndarray | None = None
+) -> np.ndarray:
+    """Elements ``lo .. hi - 1`` on each tile (unmapped ones, ``owner < 0``, left out);
+    by stretches of one owner with ``changes`` (:func:`change_points` of the space)."""
     counts = np.zeros(num_tiles, np.int64)
-    _tile_counts(owner, lo, hi, counts)
+    if changes is not None:
+        tiles, lengths = block_stretches(owner, changes, lo, hi)
+        mapped = tiles >= 0
+        np.add.at(counts, tiles[mapped], lengths[mapped])
+    else:
+        _tile_counts(owner, lo, hi, counts)
     return counts
+
+
+def block_stretches(
+    owner: np.ndarray, changes: np.ndarray, lo: int, hi: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(owning tile, length)`` of each stretch of one owner in the ids ``lo .. hi -
+    1``, in id order; ``changes`` are the :func:`change_points` of the space."""
+    if hi <= lo:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cuts = changes[np.searchsorted(changes, lo, side="right") : np.searchsorted(changes, hi)]
+    starts = np.concatenate(([lo], cuts)).astype(np.int64)
+    ends = np.append(cuts, hi).astype(np.int64)
+    return owner[starts].astype(np.int64), ends - starts
 
 
 @numba.njit(cache=True)
