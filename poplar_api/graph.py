@@ -230,7 +230,8 @@ class _GraphState:
         self.spaces: dict[int, _Space] = {}
         self.variables: list[Variable] = []
         self.initial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # var id -> (ids, values)
-        self.initial_parts: list[tuple[Type, np.ndarray, np.ndarray]] = []
+        #: initial values: (element type, element ids (a range when consecutive), values)
+        self.initial_parts: list[tuple[Type, np.ndarray | range, np.ndarray]] = []
         self.codelets: dict[str, VertexType] = {}
         self.compute_sets: list[ComputeSet] = []
         self.vertices = VertexTable()
@@ -682,7 +683,9 @@ class Graph:
                 f"(shape {t.shape()}) but {arr.size} values were given"
             )
         vals = np.asarray(arr, dtype=t.elementType().numpy).reshape(-1).copy()
-        self._state.initial_parts.append((t.elementType(), t.flat_index().copy(), vals))
+        ids = t._flat_ids()  # a range for consecutive ids: no index array is made
+        ids = ids if type(ids) is range else ids.copy()
+        self._state.initial_parts.append((t.elementType(), ids, vals))
 
     def setTileMapping(self, target: Tensor | VertexRef, mapping: Any) -> None:
         """Map a vertex or every element of a tensor to one tile, or a tensor by a mapping.

@@ -168,3 +168,26 @@ def test_view_names_follow_the_parent_name_rule_whenever_read(graph: Graph) -> N
     assert any(".(...)" in w for w in want) and all(len(w) <= MAX_NAME_LENGTH for w in want)
     again = base[3][5]
     assert again.name == "w" * 40 + "[3][5]" and repr(again).startswith("Tensor('" + "w" * 40)
+
+
+def test_initial_values_of_blocks_make_no_index_array(graph: Graph) -> None:
+    from poplar_api import Engine
+    from poplar_api import program as prog
+
+    k = graph.addConstant(INT, [3, 4], np.arange(12).reshape(3, 4), "k")
+    v = graph.addVariable(INT, [3, 4], "v")
+    graph.setTileMapping(k, 0)
+    graph.setTileMapping(v, 1)
+    graph.setInitialValue(v[1], [7, 8, 9, 10])  # a row: a block as well
+    assert k._ix is None and v._ix is None  # neither tensor's index array was made
+    assert type(graph._state.initial_parts[-1][1]) is range
+    graph.setInitialValue(v[:, 0], [-1, -2, -3])  # a column: its ids
+    graph.createHostRead("k", k)
+    graph.createHostRead("v", v)
+    engine = Engine(graph, prog.Sequence())
+    engine.load(IPUModel("ipu2").createDevice())
+    got_k, got_v = np.zeros((3, 4), np.int32), np.zeros((3, 4), np.int32)
+    engine.readTensor("k", got_k)
+    engine.readTensor("v", got_v)
+    assert got_k.tolist() == np.arange(12).reshape(3, 4).tolist()
+    assert got_v.tolist() == [[-1, 0, 0, 0], [-2, 8, 9, 10], [-3, 0, 0, 0]]

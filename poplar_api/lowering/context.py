@@ -163,14 +163,18 @@ class Storage:
         """Values of elements ``ids`` in every replica: ``[replicas, len(ids)]``."""
         return _typed(t, self.full[t.size][:, ids])
 
-    def write_replicas(self, t: Type, ids: np.ndarray, values: np.ndarray) -> None:
+    def write_replicas(self, t: Type, ids: np.ndarray | range, values: np.ndarray) -> None:
         """Store ``values`` into elements ``ids`` of every replica: ``values`` is
         ``[replicas, len(ids)]``, or ``len(ids)`` values written to each replica."""
-        ids = np.asarray(ids, np.int64).reshape(-1)
+        if type(ids) is range and ids.step == 1:  # a block: written as a slice
+            n, index = len(ids), slice(ids.start, ids.stop)
+        else:
+            index = np.asarray(ids, np.int64).reshape(-1)
+            n = index.size
         raw = _raw(t, values)
-        if raw.size == ids.size:
-            raw = np.broadcast_to(raw.reshape(1, -1), (self.replicas, ids.size))
-        self.full[t.size][:, ids] = raw.reshape(self.replicas, ids.size)
+        if raw.size == n:
+            raw = np.broadcast_to(raw.reshape(1, -1), (self.replicas, n))
+        self.full[t.size][:, index] = raw.reshape(self.replicas, n)
 
     def read_wide(self, t: Type, ids: np.ndarray) -> np.ndarray:
         """Values of non-replicated (wide) element ids, any replica each."""

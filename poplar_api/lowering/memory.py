@@ -185,7 +185,7 @@ def _liveness(state: Any, walk: _Walk, touches: dict[int, Any]) -> tuple[np.ndar
             first[m] = np.minimum(first[m], lo)
             last[m] = np.maximum(last[m], hi)
     always |= np.fromiter((v.constant for v in state.variables), bool, nv)
-    held = [(t, ids) for t, ids, _ in state.initial_parts]
+    held = [(t, runs.ids_or_run(ids)) for t, ids, _ in state.initial_parts]
     for handles in (state.host_writes, state.host_reads):
         held += [(t.elementType(), runs.ids_or_run(t._flat_ids())) for t in handles.values()]
     always[_variables_of(state, held)] = True
