@@ -207,6 +207,18 @@ class VertexTable:
         if extra is not None and extra.pop(name, None) is not None and not extra:
             del self.extra[vid]
 
+    def unconnected(self, vid: int, names: list[str]) -> bool:
+        """Whether one of the fields ``names`` of vertex ``vid``, none of them held as a
+        run, is unconnected or is a VectorList with an unconnected vector."""
+        extra = self.extra.get(vid)
+        if extra is None:
+            return bool(names)
+        for name in names:
+            value = extra.get(name)
+            if value is None or (type(value) is list and any(ids is None for ids in value)):
+                return True
+        return False
+
     def field_names(self, vid: int) -> list[str]:
         """The connected fields of vertex ``vid``, in declaration order."""
         vtype = self.types[self.type_code[vid]]

@@ -62,30 +62,26 @@ def check_vertices(state, cs, num_tiles: int) -> list[str]:
     has_estimator = np.array([t.has_estimator for t in table.types], bool)
     # the common case is checked in bulk, without making any message
     suspect = (tiles < 0) | (tiles >= num_tiles) | ~(estimated | has_estimator[codes])
-    # a field not held as a run is checked one vertex at a time
+    # fields not held as runs are checked one vertex at a time
     rows = table.column("row", vids)
     for code, positions in type_groups(codes):
         vtype, type_runs = table.types[code], table.type_runs[code]
-        others = [f.name for f in vtype.fields if f.name not in type_runs.slot]
-        no_run = (type_runs.rows(rows[positions])[:, ::2] == NO_RUN).any(axis=1)
-        look = positions if others else positions[no_run]
-        for pos, vid in zip(look.tolist(), vids[look].tolist(), strict=True):
-            if not suspect[pos] and _incomplete(table, vid, vtype):
-                suspect[pos] = True
+        lists = [f.name for f in vtype.fields if f.kind == "vectorlist"]
+        run_names = list(type_runs.slot)  # in slot order
+        no_run = type_runs.rows(rows[positions])[:, ::2] == NO_RUN
+        some = no_run.any(axis=1)
+        look = range(positions.size) if lists else np.flatnonzero(some).tolist()
+        at, members = positions.tolist(), vids[positions].tolist()
+        for j in look:
+            names = lists
+            if some[j]:
+                names = lists + [run_names[c] for c in np.flatnonzero(no_run[j]).tolist()]
+            if not suspect[at[j]] and table.unconnected(members[j], names):
+                suspect[at[j]] = True
     problems = []
     for vid in vids[suspect].tolist():
         problems += _vertex_problems(table[vid], cs, num_tiles)
     return problems
-
-
-def _incomplete(table, vid: int, vtype) -> bool:
-    """A field of vertex ``vid`` (of ``vtype``) is unconnected, or a vector of one of its
-    VectorLists is."""
-    for spec in vtype.fields:
-        value = table.get_field(vid, spec.name)
-        if value is None or (spec.kind == "vectorlist" and any(ids is None for ids in value)):
-            return True
-    return False
 
 
 def _vertex_problems(inst, cs, num_tiles: int) -> list[str]:
