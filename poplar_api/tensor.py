@@ -277,7 +277,7 @@ class Tensor:
         """A view of this tensor with index array ``index``, named ``name + op`` (when
         first asked for its name)."""
         t = Tensor._new(self._graph, self._type, index, "", self._root)
-        t._label = (self._label, op)
+        t._label = (self._parent_label(), op)
         return t
 
     def _reshaped(self, shape: Sequence[int], op: str) -> Tensor:
@@ -305,11 +305,20 @@ class Tensor:
         t._type = self._type
         t._ix = index
         t._shape = index.shape if index is not None else shape
-        t._label = (self._label, op)
+        t._label = (self._parent_label(), op)
         t._root = self._root
         t._flat = None
         t._start = start
         return t
+
+    def _parent_label(self) -> str | tuple:
+        """This tensor's label for a view of it: a view of a view of a view gets its
+        parent's name made (once; it is kept), so labels nest at most two deep and a
+        long chain of views is named, pickled and copied in linear time."""
+        label = self._label
+        if type(label) is tuple and type(label[0]) is tuple:
+            return self._name
+        return label
 
     @property
     def _name(self) -> str:
@@ -431,7 +440,7 @@ class Tensor:
                 else:
                     t._ix = ix = ix[begin:end]
                     t._shape = ix.shape
-                t._label = (self._label, _SLICE, begin, end)
+                t._label = (self._parent_label(), _SLICE, begin, end)
                 t._root = self._root
                 t._flat = None
                 t._start = start
@@ -540,7 +549,7 @@ class Tensor:
                 ix = self._ix
                 t._ix = None if ix is None else ix[key, ...]
                 t._shape = shape[1:]
-                t._label = (self._label, _ITEM, key, None)
+                t._label = (self._parent_label(), _ITEM, key, None)
                 t._root = self._root
                 t._flat = None
                 t._start = start

@@ -263,7 +263,10 @@ class _FieldsColumn:
         return len(self.table)
 
     def __getitem__(self, vid: int) -> VertexFields:
-        return VertexFields(self.table, vid)
+        n = len(self.table)
+        if not -n <= vid < n:
+            raise IndexError(f"vertex {vid} does not exist ({n} vertices)")
+        return VertexFields(self.table, vid % n)
 
     def __iter__(self) -> Iterator[VertexFields]:
         return (VertexFields(self.table, v) for v in range(len(self.table)))

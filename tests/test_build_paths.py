@@ -191,3 +191,25 @@ def test_initial_values_of_blocks_make_no_index_array(graph: Graph) -> None:
     engine.readTensor("v", got_v)
     assert got_k.tolist() == np.arange(12).reshape(3, 4).tolist()
     assert got_v.tolist() == [[-1, 0, 0, 0], [-2, 8, 9, 10], [-3, 0, 0, 0]]
+
+
+def test_long_chains_of_views_pickle_and_name_in_linear_time(graph: Graph) -> None:
+    import copy
+    import pickle
+
+    x = graph.addVariable(FLOAT, [20], "x")
+    t, chain = x, []
+    for _ in range(5000):  # deeper than Python's recursion limit
+        t = t.slice(0, 10)
+        chain.append(t)
+    assert copy.deepcopy(t).shape() == [10]
+    assert pickle.loads(pickle.dumps(t)).shape() == [10]
+    names = [c.name for c in chain]  # each in constant time: parents are named
+    assert names[0] == "x.slice(0,10)" and all(len(n) <= 80 for n in names)
+    want, name = [], "x"
+    for _ in range(5000):  # the naming rule: parent + op, clipped to root.(...)op
+        name += ".slice(0,10)"
+        if len(name) > 80:
+            name = "x.(...).slice(0,10)"
+        want.append(name)
+    assert names == want

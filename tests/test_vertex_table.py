@@ -286,3 +286,15 @@ def test_a_field_mixing_runs_and_id_arrays_runs_right(graph: Graph) -> None:
     engine.readTensor("y", got)
     want = 3 * np.stack([values[0], values[:, 1], values[2], values.T[3]])
     np.testing.assert_array_equal(got, want)
+
+
+def test_fields_of_a_negative_vertex_id_are_the_last_vertexs(graph: Graph) -> None:
+    cs = graph.addComputeSet("cs")
+    x = graph.addVariable(FLOAT, [4, 4], "x")
+    graph.addVertex(cs, "Scale", {"in": x[0]})
+    graph.addVertex(cs, "Scale", {"in": x.transpose()[1], "k": x[2][0]})
+    table = graph._state.vertices
+    assert np.asarray(table.fields[-1]["in"]).tolist() == [1, 5, 9, 13]
+    assert sorted(table.fields[-1]) == ["in", "k"]
+    with pytest.raises(IndexError, match="vertex 2 does not exist"):
+        table.fields[2]
