@@ -1,0 +1,223 @@
+"""Build and compile rates of library-built graphs: what real programs pay.
+
+Tutorial 7's graph is built by hand, one vertex per API call with consecutive
+connections; real programs are built by Poplibs and PopART. Each row here is a graph
+made entirely by the libraries, timed in its own child process (so one row's Numba
+caches and allocations do not help the next):
+
+* ``cnn step``: the training and evaluation programs of ``examples/cnn/cnn_digits.py``
+  (batch 32, popops/poplin/popnn only) on model-ipu2: ``build`` and
+  ``Engine(graph, programs)``.
+* ``conv fwd`` and ``conv fwd+bwd+wu``: the FLOAT workloads of ``bench_conv.py`` (3x3,
+  64 -> 64 channels, 32x32, batch 8) on model-ipu2.
+* ``popart cnn``: the ``TrainingSession`` of ``examples/popart/cnn_digits.py``;
+  ``build`` is the session's lowering of the ONNX graph to Poplar calls, ``compile``
+  the rest of ``prepareDevice`` (both from the session's own log records).
+
+Each row gives vertices, host seconds and vertices per host second of building and of
+compiling, timed the second time the child builds and compiles the graph (as tutorial 7
+is timed after a warm-up: the first time also pays Numba's loading and compiling of the
+codelets' loops, shown as the cold seconds); the targets are those asked of tutorial 7
+(build >= 100 k vertices/s, compile >= 200 k vertices/s). ``bench_scale.py`` prints the
+same rows in its table.
+
+Run::
+
+    python benchmarks/bench_library.py [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Targets asked of every graph, in vertices per host second.
+BUILD_TARGET = 100_000
+COMPILE_TARGET = 200_000
+#: Rows in the order they run.
+WORKLOADS = ("cnn step", "conv fwd", "conv fwd+bwd+wu", "popart cnn")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One library-built graph: its size and the host seconds to build and compile it."""
+
+    workload: str
+    vertices: int
+    build_s: float
+    compile_s: float
+    #: build + compile seconds of the first time in the process (Numba loads and
+    #: compiles the codelets' loops then; tutorial 7's rates are timed after a warm-up)
+    cold_s: float = 0.0
+
+    @property
+    def build_rate(self) -> float:
+        """Vertices built per host second."""
+        return self.vertices / self.build_s
+
+    @property
+    def compile_rate(self) -> float:
+        """Vertices compiled per host second."""
+        return self.vertices / self.compile_s
+
+
+def _cnn_step() -> tuple[int, float, float]:
+    sys.path[:0] = [str(ROOT / "examples" / "cnn"), str(ROOT / "examples" / "tutorials")]
+    import cnn_digits
+    import mnist
+
+    from poplar_api import Engine, Graph, IPUModel
+
+    images, labels = mnist.load_digits_as_mnist()
+    batch = 32
+    _, _, eval_batches = cnn_digits.padded_eval_data(images, labels, batch)
+    device = IPUModel("ipu2").createDevice()
+    t0 = time.perf_counter()
+    graph = Graph(device.getTarget())
+    programs = cnn_digits.build(graph, batch, 0.05, eval_batches)
+    t1 = time.perf_counter()
+    Engine(graph, programs)
+    t2 = time.perf_counter()
+    return graph.getNumVertices(), t1 - t0, t2 - t1
+
+
+def _conv(passes: bool) -> tuple[int, float, float]:
+    from poplar_api import FLOAT, Engine, Graph, IPUModel, poplin
+    from poplar_api import program as prog
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_conv import BATCH, CHANS, FIELD, KERNEL
+
+    params = poplin.ConvParams(FLOAT, BATCH, [FIELD, FIELD], [KERNEL, KERNEL], CHANS, CHANS, 1,
+                               paddingLower=[1, 1], paddingUpper=[1, 1])  # fmt: skip
+    device = IPUModel("ipu2").createDevice()
+    t0 = time.perf_counter()
+    graph = Graph(device.getTarget())
+    x = poplin.createInput(graph, params, "x")
+    w = poplin.createWeights(graph, params, "w")
+    seq = prog.Sequence()
+    y = poplin.convolution(graph, x, w, params, False, seq, "fwd")
+    if passes:
+        poplin.convolution(graph, y, w, poplin.getGradientParams(params), True, seq, "bwd")
+        poplin.calculateWeightDeltas(graph, y, x, params, seq, "wu")
+    t1 = time.perf_counter()
+    Engine(graph, seq)
+    t2 = time.perf_counter()
+    return graph.getNumVertices(), t1 - t0, t2 - t1
+
+
+class _Timings(logging.Handler):
+    """Keeps the seconds the PopART session logs for lowering and for the whole compile."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lowered: float | None = None
+        self.total: float | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = str(record.msg)
+        if msg.startswith("lowered ") and record.args:
+            self.lowered = float(record.args[-1])
+        elif msg.startswith("compiled in") and record.args:
+            self.total = float(record.args[-1])
+
+
+def _popart_cnn() -> tuple[int, float, float]:
+    sys.path.insert(0, str(ROOT / "examples" / "popart"))
+    import cnn_digits as example
+    import popart_common as common
+
+    import popart_api as popart
+
+    timings = _Timings()
+    logger = logging.getLogger("popart")
+    logger.addHandler(timings)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    model = example.build_model(example.initial_weights(example.DEFAULT_SEED), example.BATCH)
+    session = popart.TrainingSession(
+        fnModel=model.proto,
+        dataFlow=popart.DataFlow(1, {model.loss: popart.AnchorReturnType("ALL")}),
+        deviceInfo=common.ipu_model(1, common.DEFAULT_TILES),
+        loss=model.loss,
+        optimizer=example.make_optimizer("constsgd", example.LEARNING_RATE),
+    )
+    session.prepareDevice()
+    if timings.lowered is None or timings.total is None:
+        raise RuntimeError("the PopART session logged no lowering and compile times")
+    return session.graph.getNumVertices(), timings.lowered, timings.total - timings.lowered
+
+
+def measure(workload: str) -> Rate:
+    """Build and compile ``workload`` (one of :data:`WORKLOADS`) in this process."""
+    if workload == "cnn step":
+        n, b, c = _cnn_step()
+    elif workload in ("conv fwd", "conv fwd+bwd+wu"):
+        n, b, c = _conv(workload != "conv fwd")
+    elif workload == "popart cnn":
+        n, b, c = _popart_cnn()
+    else:
+        raise ValueError(f"unknown workload {workload!r}; one of {', '.join(WORKLOADS)}")
+    return Rate(workload, n, b, c)
+
+
+def measure_in_child(workload: str) -> Rate:
+    """:func:`measure` in a fresh Python process (nothing cached from other rows)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", workload],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{workload}: child failed:\n{out.stderr[-2000:]}")
+    return Rate(**json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def table(rates: Sequence[Rate]) -> str:
+    """The rows as a markdown table, each rate with its target."""
+    lines = [
+        "| graph | vertices | build s | build vertices/s | compile s | compile vertices/s "
+        "| cold build + compile s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rates:
+        lines.append(
+            f"| {r.workload} | {r.vertices:,} | {r.build_s:.2f} | {r.build_rate:,.0f} "
+            f"({r.build_rate / BUILD_TARGET:.2f} of target) | {r.compile_s:.2f} | "
+            f"{r.compile_rate:,.0f} ({r.compile_rate / COMPILE_TARGET:.2f} of target) | "
+            f"{r.cold_s:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure the rows (each in a child process) and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=WORKLOADS, help="rows to measure")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # child mode: one workload
+    args = parser.parse_args(argv)
+    if args.child:
+        cold = measure(args.child)
+        r = measure(args.child)
+        r = Rate(r.workload, r.vertices, r.build_s, r.compile_s, cold.build_s + cold.compile_s)
+        print(json.dumps(r.__dict__))
+        return 0
+    rates = []
+    for w in args.only or WORKLOADS:
+        print(f"measuring {w} ...", file=sys.stderr, flush=True)
+        rates.append(measure_in_child(w))
+    print(table(rates))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
