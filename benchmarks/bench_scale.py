@@ -16,6 +16,10 @@ Rows (each with its target and the ratio it is judged by, measured in the same r
   per host second, on tutorial 7 10000x1000 on model-ipu2 (``bench_tut7.time_tut7``);
   its end-to-end seconds over numpy's float32 matvec of the same matrix, timed in the
   same process.
+* graph build and compile per host second of library-built graphs (``bench_library.py``:
+  the CNN training step of ``examples/cnn``, ``bench_conv.py``'s convolutions, the PopART
+  CNN of ``examples/popart``), each in its own child process, judged by tutorial 7's
+  targets (skipped with ``--skip-library``).
 * peak host RAM (max RSS of a child process) of tutorial 7 10000x1000 and of tutorial 4
   ``--oom`` (skipped with ``--skip-big``).
 * scaling sweep: tutorial 7's graph with split 9 and 100 columns (10 vertices a row) at
@@ -24,7 +28,8 @@ Rows (each with its target and the ratio it is judged by, measured in the same r
 
 Run::
 
-    python benchmarks/bench_scale.py [--quick] [--skip-big] [--steps N] [--tile-steps N]
+    python benchmarks/bench_scale.py [--quick] [--skip-big] [--skip-library] [--steps N]
+        [--tile-steps N]
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_library import BUILD_TARGET, COMPILE_TARGET, WORKLOADS, measure_in_child
 from bench_machine import superstep
 from bench_tut7 import load_tut7, time_tut7
 from child import child_peak
@@ -245,6 +251,32 @@ def sweep_point(rows: int) -> dict[str, float]:
     }
 
 
+def library_figures() -> list[Figure]:
+    """Build and compile rates of each library-built graph of ``bench_library.py``
+    (each in its own child process), judged by tutorial 7's targets."""
+    figures = []
+    for workload in WORKLOADS:
+        log(f"library-built graph: {workload} (child process)")
+        r = measure_in_child(workload)
+        size = f"{workload}, {r.vertices:,} vertices"
+        figures += [
+            Figure(
+                f"graph build, vertices/s ({size})",
+                fmt_rate(r.build_rate),
+                f"≥{BUILD_TARGET // 1000} k",
+                f"{r.build_rate / BUILD_TARGET:.3f} of target ({r.build_s:.2f} s)",
+            ),
+            Figure(
+                f"compile (lowering), vertices/s ({size})",
+                fmt_rate(r.compile_rate),
+                f"≥{COMPILE_TARGET // 1000} k",
+                f"{r.compile_rate / COMPILE_TARGET:.3f} of target ({r.compile_s:.2f} s; "
+                f"first build + compile in the process {r.cold_s:.2f} s)",
+            ),
+        ]
+    return figures
+
+
 @dataclass(frozen=True)
 class Figure:
     """One row of the targets table: measured value, target and how it is judged."""
@@ -287,6 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="distinct supersteps at granularity ipu")
     parser.add_argument("--tile-steps", type=int, help="distinct supersteps at granularity tile")
     parser.add_argument("--sweep", type=int, nargs="*", help="sweep sizes in vertices")
+    parser.add_argument(
+        "--skip-library", action="store_true", help="skip the library-built graphs' rows"
+    )
     parser.add_argument("--sweep-point", type=int, help=argparse.SUPPRESS)  # child mode: rows
     args = parser.parse_args(argv)
     if args.sweep_point is not None:
@@ -399,6 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{rss / (3 << 30):.2f}x the target; child wall {wall:.1f} s, exit {status}",
             )
         )
+    if not args.skip_library:
+        figures += library_figures()
     print(table(figures))
 
     sizes = args.sweep or ([10_000] if quick else [10_000, 100_000, 1_000_000])
