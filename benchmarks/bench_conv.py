@@ -27,6 +27,7 @@ import numpy as np
 
 from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel, poplin
 from poplar_api import program as prog
+from poplar_api.tensor import Tensor
 
 BATCH, CHANS, FIELD, KERNEL = 8, 64, 32, 3
 
@@ -57,21 +58,36 @@ def _reference_sample(x: np.ndarray, w: np.ndarray, rng: np.random.Generator) ->
     return tuple(idx), vals
 
 
-def run(device_name: str, dtype, passes: bool) -> Row:
-    """Build, compile and run the convolution (and its gradients with ``passes``)."""
-    params = poplin.ConvParams(dtype, BATCH, [FIELD, FIELD], [KERNEL, KERNEL], CHANS, CHANS, 1,
-                               paddingLower=[1, 1], paddingUpper=[1, 1])  # fmt: skip
-    device = IPUModel(device_name).createDevice()
-    t0 = time.perf_counter()
-    graph = Graph(device.getTarget())
+def conv_params(dtype) -> poplin.ConvParams:
+    """The benchmark's convolution: 3x3, CHANS -> CHANS, FIELD x FIELD, padding 1."""
+    return poplin.ConvParams(dtype, BATCH, [FIELD, FIELD], [KERNEL, KERNEL], CHANS, CHANS, 1,
+                             paddingLower=[1, 1], paddingUpper=[1, 1])  # fmt: skip
+
+
+def build(
+    graph: Graph, params: poplin.ConvParams, passes: bool
+) -> tuple[prog.Sequence, Tensor, Tensor, Tensor]:
+    """Add the forward convolution (and with ``passes`` its backward-data and
+    weight-update passes) to ``graph``: ``(program, x, w, y)``."""
     x_t = poplin.createInput(graph, params, "x")
     w_t = poplin.createWeights(graph, params, "w")
     seq = prog.Sequence()
     y_t = poplin.convolution(graph, x_t, w_t, params, False, seq, "fwd")
-    flops = poplin.getFwdFlops(params)
     if passes:
         poplin.convolution(graph, y_t, w_t, poplin.getGradientParams(params), True, seq, "bwd")
         poplin.calculateWeightDeltas(graph, y_t, x_t, params, seq, "wu")
+    return seq, x_t, w_t, y_t
+
+
+def run(device_name: str, dtype, passes: bool) -> Row:
+    """Build, compile and run the convolution (and its gradients with ``passes``)."""
+    params = conv_params(dtype)
+    device = IPUModel(device_name).createDevice()
+    t0 = time.perf_counter()
+    graph = Graph(device.getTarget())
+    seq, x_t, w_t, y_t = build(graph, params, passes)
+    flops = poplin.getFwdFlops(params)
+    if passes:
         flops += poplin.getBwdFlops(params) + poplin.getWuFlops(params)
     graph.createHostWrite("x", x_t)
     graph.createHostWrite("w", w_t)

@@ -90,24 +90,16 @@ def _cnn_step() -> tuple[int, float, float]:
 
 
 def _conv(passes: bool) -> tuple[int, float, float]:
-    from poplar_api import FLOAT, Engine, Graph, IPUModel, poplin
-    from poplar_api import program as prog
-
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_conv import BATCH, CHANS, FIELD, KERNEL
+    import bench_conv
 
-    params = poplin.ConvParams(FLOAT, BATCH, [FIELD, FIELD], [KERNEL, KERNEL], CHANS, CHANS, 1,
-                               paddingLower=[1, 1], paddingUpper=[1, 1])  # fmt: skip
+    from poplar_api import FLOAT, Engine, Graph, IPUModel
+
+    params = bench_conv.conv_params(FLOAT)
     device = IPUModel("ipu2").createDevice()
     t0 = time.perf_counter()
     graph = Graph(device.getTarget())
-    x = poplin.createInput(graph, params, "x")
-    w = poplin.createWeights(graph, params, "w")
-    seq = prog.Sequence()
-    y = poplin.convolution(graph, x, w, params, False, seq, "fwd")
-    if passes:
-        poplin.convolution(graph, y, w, poplin.getGradientParams(params), True, seq, "bwd")
-        poplin.calculateWeightDeltas(graph, y, x, params, seq, "wu")
+    seq = bench_conv.build(graph, params, passes)[0]
     t1 = time.perf_counter()
     Engine(graph, seq)
     t2 = time.perf_counter()
