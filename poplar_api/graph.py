@@ -47,14 +47,12 @@ from poplar_api.codelet import VertexType, collect_codelets, vertex_type
 from poplar_api.device import Device, Target
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.fields import FieldSpec
+from poplar_api.graph_bulk import MAX_ESTIMATE, OUTSIDE, BulkGraphMethods, VertexRange
 from poplar_api.lowering.context import wide_ids
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
 from poplar_api.types import Type
 from poplar_api.vertices import UNMAPPED, VertexInstance, VertexTable, connection_ids
-
-#: Bound (exclusive) of a vertex cycle estimate.
-MAX_ESTIMATE = 1 << 62
 
 
 @dataclass
@@ -342,7 +340,7 @@ def _shape_of(shape: Any, what: str) -> tuple[int, ...]:
     return dims
 
 
-class Graph:
+class Graph(BulkGraphMethods):
     """A Poplar-like graph for a target.
 
     Parameters
@@ -454,6 +452,7 @@ class Graph:
         self._wide = replicas > 1
         child = Graph._from_state(st)
         child._top = self
+        self.__dict__["_replicated"] = child
         return child
 
     def getNonReplicatedTensor(self, t: Tensor) -> Tensor:
@@ -625,7 +624,24 @@ class Graph:
             )
         return self._state.vertices[v.id]
 
-    def _check_tensor(self, t: Any, what: str) -> Tensor:
+    def checkTensor(self, t: Any, what: str) -> Tensor:
+        """``t``, checked to be a tensor of this graph (or of a virtual graph of the same
+        top-level graph).
+
+        Parameters
+        ----------
+        t
+            The object to check.
+        what
+            Names the caller and argument in the message, e.g. ``"popops.add: A"``.
+
+        Raises
+        ------
+        GraphError
+            ``t`` is not a Tensor, belongs to another graph, or is a non-replicated view.
+        """
+        if type(t) is Tensor and t._graph is self._state:
+            return t
         if not isinstance(t, Tensor):
             raise GraphError(f"{what}: expected a Tensor, got {type(t).__name__}")
         if t.graph is not self._state:
@@ -638,6 +654,8 @@ class Graph:
                 )
             raise GraphError(f"{what}: tensor '{t.name}' belongs to another graph")
         return t
+
+    _check_tensor = checkTensor
 
     def _check_host_tensor(self, t: Any, what: str) -> Tensor:
         """A tensor the host may read or write: one of this graph, or on the
@@ -1197,6 +1215,7 @@ def touches_constant(graph: Graph, t: Tensor) -> bool:
 
 
 __all__ = [
+    "OUTSIDE",
     "ComputeSet",
     "DataStream",
     "FieldRef",
@@ -1204,5 +1223,6 @@ __all__ = [
     "Graph",
     "NonReplicatedView",
     "ReplicatedStreamMode",
+    "VertexRange",
     "VertexRef",
 ]

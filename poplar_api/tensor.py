@@ -526,6 +526,83 @@ class Tensor:
                 out.append(self._slice_one(i, i + 1, dimension))
         return out
 
+    # ------------------------------------------------------------ gathering
+    def elements(self, indices: Any) -> Tensor:
+        """A view of this tensor's flattened elements at positions ``indices``.
+
+        The bulk way to make a view of scattered elements (libraries build the
+        per-tile or per-vertex views of a convolution or reduction this way): element
+        ``k`` of the result (row-major, in the shape of ``indices``) is flat element
+        ``indices[k]`` of this tensor. Positions in one ascending consecutive run give
+        a view known to be consecutive, which graphs and lowering keep as a run.
+
+        Parameters
+        ----------
+        indices
+            Integers ``0 <= i < numElements()``: an int array of any shape, a list, a
+            ``range`` of step 1, or one int (a rank-0 view).
+
+        Raises
+        ------
+        TypeMismatchError
+            ``indices`` does not hold integers.
+        TensorIndexError
+            A position outside ``[0, numElements())`` (the message names the first).
+        """
+        n = math.prod(self._shape)
+        if type(indices) is range and indices.step == 1:
+            b, e = indices.start, max(indices.start, indices.stop)
+            if not 0 <= b <= e <= n:
+                raise TensorIndexError(
+                    f"{self._describe()}: elements({indices!r}) is outside positions "
+                    f"[0, {n}) of the flattened tensor"
+                )
+            return self._elements_run(b, (e - b,))
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            if idx.size or idx.dtype.kind != "f":
+                raise TypeMismatchError(
+                    f"{self._describe()}: elements() needs integer positions, got "
+                    f"{type(indices).__name__} of dtype {idx.dtype}"
+                )
+            idx = idx.astype(np.int64)
+        if idx.size:
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < 0 or hi >= n:
+                bad = idx.reshape(-1)
+                k = int(np.flatnonzero((bad < 0) | (bad >= n))[0])
+                raise TensorIndexError(
+                    f"{self._describe()}: elements(): indices[{k}] = {int(bad[k])} is out of "
+                    f"range; flat positions are 0..{n - 1}; hint: positions index the "
+                    "flattened tensor (row-major)"
+                )
+            first = int(idx.flat[0])
+            if hi - lo == idx.size - 1 and first == lo:
+                flat = idx.reshape(-1)
+                if idx.size == 1 or bool((flat[1:] - flat[:-1] == 1).all()):
+                    return self._elements_run(first, idx.shape)
+        if self._start >= 0:
+            index = idx.astype(np.int64) + self._start
+            index.flags.writeable = False
+            return self._view(index, ".elements(...)")
+        return self._elements_of(self.flat_index()[idx])
+
+    def _elements_run(self, begin: int, shape: tuple[int, ...]) -> Tensor:
+        """:meth:`elements` of the consecutive positions ``begin, begin + 1, ...``."""
+        if self._start >= 0:
+            return self._view(None, ".elements(...)", self._start + begin, tuple(shape))
+        return self._elements_of(self.flat_index()[begin : begin + math.prod(shape)].reshape(shape))
+
+    def _elements_of(self, index: np.ndarray) -> Tensor:
+        """A view with element ids ``index``, known to be consecutive when they are."""
+        if index.flags.writeable:
+            index.flags.writeable = False
+        flat = index.reshape(-1)
+        spans = flat.size and int(flat[-1]) - int(flat[0]) == flat.size - 1
+        consecutive = spans and (flat.size == 1 or bool((flat[1:] - flat[:-1] == 1).all()))
+        start = int(flat[0]) if consecutive else -1
+        return self._view(index, ".elements(...)", start)
+
     # -------------------------------------------------------------- indexing
     def __getitem__(self, key: Any) -> Tensor:
         """Index like Python/numpy basic indexing.

@@ -146,6 +146,47 @@ class VertexTable:
         runs.runs.extend(runs.template)
         return vid
 
+    def extend(self, vtype: VertexType, cs: int, tiles: np.ndarray, estimates: np.ndarray) -> int:
+        """Add ``len(tiles)`` unconnected vertices of ``vtype`` to compute set ``cs`` at
+        once, on root ``tiles`` (int32) with ``estimates`` (int64, :data:`NO_ESTIMATE`
+        for the type's estimator); the id of the first. The same rows as as many
+        :meth:`append` calls followed by setting tile and estimate."""
+        code = self._codes.get(id(vtype))
+        if code is None:
+            code = self.code_of(vtype)
+        runs = self.type_runs[code]
+        n = int(tiles.size)
+        first = len(self.type_code)
+        first_row = len(runs.runs) // runs.width if runs.width else 0
+        self.type_code.frombytes(np.full(n, code, np.int32).tobytes())
+        self.cs.frombytes(np.full(n, cs, np.int32).tobytes())
+        self.tile.frombytes(np.ascontiguousarray(tiles, np.int32).tobytes())
+        self.estimate.frombytes(np.ascontiguousarray(estimates, np.int64).tobytes())
+        rows = np.arange(first_row, first_row + n, dtype=np.int64) if runs.width else np.zeros(n)
+        self.row.frombytes(rows.astype(np.int64).tobytes())
+        if runs.width:
+            runs.runs.frombytes(np.tile(np.frombuffer(runs.template, np.int64), n).tobytes())
+        return first
+
+    def set_runs(
+        self, vtype: VertexType, rows: np.ndarray, name: str, begins: np.ndarray, ends: np.ndarray
+    ) -> None:
+        """Set field ``name`` of the ``vtype`` vertices at type rows ``rows`` to the runs
+        ``[begins[i], ends[i])`` (``begins`` >= 0)."""
+        runs = self.type_runs[self.code_of(vtype)]
+        slot = runs.slot[name]
+        view = np.frombuffer(runs.runs, np.int64).reshape(-1, runs.width)
+        try:
+            view[rows, slot] = begins
+            view[rows, slot + 1] = ends
+        finally:
+            del view  # the array may grow again only once no view of it is left
+
+    def truncate(self, n: int) -> None:
+        """Remove every vertex from id ``n`` on (a failed bulk add)."""
+        while len(self) > n:
+            self.pop()
+
     def pop(self) -> None:
         """Remove the last vertex (a failed ``addVertex``)."""
         vid = len(self) - 1

@@ -1,0 +1,459 @@
+"""The Graph's bulk API: many elements, vertices and values per call.
+
+Library functions (popops, poplin, popnn, poprand, poputil, gcl) build graphs of
+hundreds of thousands of vertices; one Python call per element or vertex is what makes
+that slow. The methods here take numpy arrays instead: the tile of every element of a
+tensor (:meth:`BulkGraphMethods.elementTiles`), a whole per-element mapping
+(:meth:`~BulkGraphMethods.mapElements`), ``n`` vertices of one type with row ``i`` of
+each connected tensor on vertex ``i`` (:meth:`~BulkGraphMethods.addVertices`), the tiles
+of many vertices (:meth:`~BulkGraphMethods.setVertexTiles`) and initial values
+(:meth:`~BulkGraphMethods.setInitialValues`). Each checks its whole input with numpy
+and raises naming the tensor, vertex, element and tile at fault, so the result is the
+graph the one-at-a-time calls would make.
+
+Tiles are numbered as the graph that is called sees them: a virtual graph's tile ``i``
+is its ``i``-th tile, and the offset to the top-level graph's tiles is applied here, in
+one place (:meth:`~BulkGraphMethods.rootTiles` gives the top-level tile of each).
+:class:`~poplar_api.graph.Graph` inherits these methods.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+import numpy as np
+
+from poplar_api.errors import GraphError, TensorError
+from poplar_api.tensor import Tensor
+from poplar_api.vertices import NO_ESTIMATE, UNMAPPED
+
+if TYPE_CHECKING:
+    from poplar_api.device import Target
+    from poplar_api.graph import ComputeSet, Graph, VertexRef
+
+__all__ = ["OUTSIDE", "UNMAPPED", "BulkGraphMethods", "VertexRange"]
+
+#: :meth:`BulkGraphMethods.elementTiles` of an element mapped to a tile that is not one
+#: of the graph's own (a virtual graph's tensor element on another part of the device).
+OUTSIDE = -2
+
+#: Bound (exclusive) of a vertex cycle estimate.
+MAX_ESTIMATE = 1 << 62
+
+#: graph state -> library name -> that library's cache (plans and such)
+_CACHES: weakref.WeakKeyDictionary[Any, dict[str, dict]] = weakref.WeakKeyDictionary()
+
+
+def _int_array(values: Any, what: str) -> np.ndarray:
+    """``values`` as an int64 array (checked to hold integers)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
+        raise GraphError(
+            f"{what}: expected integers, got an array of dtype {arr.dtype}; hint: pass "
+            "an int array (e.g. numpy int64)"
+        )
+    return arr.astype(np.int64, copy=False)
+
+
+class VertexRange(Sequence):
+    """The vertices one :meth:`BulkGraphMethods.addVertices` call added: ids
+    ``start, start + 1, ..., stop - 1``, used as a sequence of
+    :class:`~poplar_api.graph.VertexRef` (made on access, not stored).
+
+    Attributes
+    ----------
+    graph
+        The graph that added them.
+    start, stop
+        First vertex id and one past the last.
+    """
+
+    __slots__ = ("graph", "start", "stop")
+
+    def __init__(self, graph: Graph, start: int, stop: int) -> None:
+        self.graph = graph
+        self.start = start
+        self.stop = stop
+
+    @property
+    def ids(self) -> range:
+        """The vertex ids."""
+        return range(self.start, self.stop)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    @overload
+    def __getitem__(self, i: int) -> VertexRef: ...
+    @overload
+    def __getitem__(self, i: slice) -> VertexRange: ...
+    def __getitem__(self, i: int | slice) -> VertexRef | VertexRange:
+        from poplar_api.graph import VertexRef
+
+        if isinstance(i, slice):
+            sub = self.ids[i]
+            if sub.step != 1:
+                raise GraphError(f"{self!r}[{i}]: only slices of step 1 give a VertexRange")
+            return VertexRange(self.graph, sub.start, max(sub.start, sub.stop))
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"{self!r}: index {i} is out of range for {n} vertices")
+        return VertexRef(self.graph, self.start + (i % n))
+
+    def __repr__(self) -> str:
+        return f"VertexRange(vertices {self.start}..{self.stop - 1})"
+
+
+class BulkGraphMethods:
+    """Bulk methods of :class:`~poplar_api.graph.Graph` (see the module docstring)."""
+
+    # ----------------------------------------------------------- ownership, tiles
+    def owns(self: Graph, t: Any) -> bool:
+        """Whether ``t`` is a tensor of this graph (of any virtual graph of the same
+        top-level graph, which share elements); a non-replicated view is not."""
+        return isinstance(t, Tensor) and t._graph is self._state
+
+    def isNonReplicated(self: Graph, t: Any) -> bool:
+        """Whether ``t`` is a non-replicated view of this graph's replicated tensors
+        (made by ``getNonReplicatedTensor``)."""
+        from poplar_api.graph import is_nonreplicated
+
+        return is_nonreplicated(t, self._state)
+
+    def getReplicatedGraph(self: Graph) -> Graph:
+        """The graph that holds the variables and vertices: for the non-replicated
+        parent of ``createReplicatedGraph``, the replicated graph over one replica's
+        tiles; for every other graph, itself."""
+        if not self._wide:
+            return self
+        child = self.__dict__.get("_replicated")
+        if child is None:
+            child = type(self)._from_state(self._state)
+            child._top = self
+            self.__dict__["_replicated"] = child
+        return child
+
+    def rootTiles(self: Graph) -> np.ndarray:
+        """The top-level graph's tile of each tile of this graph (a read-only int64
+        array; ``arange(numTiles)`` for a top-level graph)."""
+        tiles = self._tiles.view()
+        tiles.flags.writeable = False
+        return tiles
+
+    def getTileRange(self: Graph) -> tuple[int, int]:
+        """``(first, end)``: this graph's tiles as a range of top-level tiles.
+
+        Raises
+        ------
+        GraphError
+            This is a virtual graph over a tile list that is not one ascending range.
+        """
+        lo = self._tile_lo
+        return lo, lo + self._num_tiles
+
+    def getRootTarget(self: Graph) -> Target:
+        """The target whose tiles :meth:`rootTiles` numbers: one replica's whole
+        device, whatever part of it this (virtual) graph covers."""
+        return self._state.target
+
+    def elementTiles(self: Graph, t: Tensor) -> np.ndarray:
+        """The tile of each flat element of ``t``, in this graph's tile numbering.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64, one entry per element of ``t`` in row-major order: the element's
+            tile (``0 <= tile < getTarget().getNumTiles()``), :data:`UNMAPPED` (-1) for
+            an element not mapped yet, and :data:`OUTSIDE` (-2) for an element mapped
+            to a tile that is not one of this virtual graph's (it is on the device,
+            elsewhere: vertices can read it, but not be placed by it).
+
+        Raises
+        ------
+        GraphError
+            ``t`` is not a tensor of this graph.
+        """
+        t = self.checkTensor(t, "elementTiles")
+        space = self._state.spaces.get(t._type.size)
+        if space is None:
+            return np.full(t.numElements(), UNMAPPED, np.int64)
+        roots = space.tile[t._id_index()].astype(np.int64)
+        if self._parent is None:
+            return roots
+        lookup = self.__dict__.get("_local_of")
+        if lookup is None:
+            # root tile -> local tile, OUTSIDE for other tiles; the last entry serves
+            # index -1 (UNMAPPED) and keeps it
+            lookup = np.full(self._state.target.getNumTiles() + 1, OUTSIDE, np.int64)
+            lookup[self._tiles] = np.arange(self._num_tiles)
+            lookup[-1] = UNMAPPED
+            self.__dict__["_local_of"] = lookup
+        return lookup[roots]
+
+    def _check_tiles(self: Graph, tiles: Any, count: int, what: str, item: str) -> np.ndarray:
+        """Root tile of each of ``count`` items from ``tiles`` (one tile, or one per item
+        in this graph's numbering), range-checked."""
+        arr = _int_array(tiles, what)
+        arr = np.full(count, int(arr), np.int64) if arr.ndim == 0 else arr.reshape(-1)
+        if arr.size != count:
+            raise GraphError(
+                f"{what}: {arr.size} tiles given for {count} {item}s; hint: one tile per "
+                f"{item} (or a single tile for all)"
+            )
+        bad = (arr < 0) | (arr >= self._num_tiles)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise GraphError(
+                f"{what}: {item} {k} has tile {int(arr[k])}, out of range [0, "
+                f"{self._num_tiles}) of this graph ({int(bad.sum())} {item}(s) out of range); "
+                "hint: tiles are numbered in the graph called, 0..getTarget().getNumTiles()-1"
+            )
+        return arr if self._parent is None else self._tiles[arr]
+
+    def mapElements(self: Graph, t: Tensor, tiles: Any) -> None:
+        """Map each element of ``t`` to a tile: the bulk form of ``setTileMapping``.
+
+        Parameters
+        ----------
+        t
+            A tensor of this graph.
+        tiles
+            One tile for every element, or an int array of ``t.numElements()`` tiles
+            (any shape; element ``e`` of ``t`` in row-major order goes to the ``e``-th),
+            in this graph's tile numbering. An element ``t`` holds twice (a broadcast)
+            gets the last of its tiles.
+
+        Raises
+        ------
+        GraphError
+            ``t`` is not a tensor of this graph, the count differs, or a tile is out of
+            range (the message names the element and the tile).
+        """
+        self._refuse_on_parent("mapElements")
+        t = self.checkTensor(t, "mapElements")
+        what = f"mapElements of tensor '{t.name}' ({t.numElements()} elements)"
+        roots = self._check_tiles(tiles, t.numElements(), what, "element")
+        self._state.space(t._type).tile[t._id_index()] = roots
+
+    def setVertexTiles(self: Graph, vertices: Any, tiles: Any) -> None:
+        """Place vertices on tiles: the bulk form of ``setTileMapping(v, tile)``.
+
+        Parameters
+        ----------
+        vertices
+            A :class:`VertexRange`, a vertex, or a sequence of vertices of this graph.
+        tiles
+            One tile for all, or one per vertex (this graph's numbering).
+
+        Raises
+        ------
+        GraphError
+            A vertex of another graph, a count that differs, or a tile out of range.
+        """
+        from poplar_api.graph import VertexRef
+
+        self._refuse_on_parent("setVertexTiles")
+        what = "setVertexTiles"
+        if isinstance(vertices, VertexRange):
+            if vertices.graph._state is not self._state:
+                raise GraphError(f"{what}: {vertices!r} belongs to another graph")
+            ids = np.arange(vertices.start, vertices.stop, dtype=np.int64)
+        else:
+            if isinstance(vertices, VertexRef):
+                vertices = [vertices]
+            ids = np.empty(len(vertices), np.int64)
+            for i, v in enumerate(vertices):
+                self._check_vertex(v, f"{what}: vertices[{i}]")
+                ids[i] = v.id
+        roots = self._check_tiles(tiles, ids.size, what, "vertex")
+        column = np.frombuffer(self._state.vertices.tile, np.int32)
+        try:
+            column[ids] = roots
+        finally:
+            del column  # the column may grow again only once no view of it is left
+
+    def setInitialValues(self: Graph, t: Tensor, values: Any) -> None:
+        """Initial values of ``t``'s elements, in bulk: ``values`` broadcasts to
+        ``t``'s shape (numpy rules). With ``t`` a view of many scattered elements
+        (:meth:`Tensor.elements`) this sets them all in one part.
+
+        Raises
+        ------
+        GraphError
+            ``t`` is not a tensor of this graph.
+        TensorError
+            ``values`` does not broadcast to ``t``'s shape.
+        """
+        t = self.checkTensor(t, "setInitialValues")
+        arr = np.asarray(values)
+        try:
+            arr = np.broadcast_to(arr, tuple(t._shape))
+        except ValueError:
+            raise TensorError(
+                f"setInitialValues: values of shape {list(arr.shape)} do not broadcast to "
+                f"tensor '{t.name}' of shape {t.shape()}; hint: one value, or one per element"
+            ) from None
+        vals = np.array(arr, dtype=t._type.numpy, copy=True).reshape(-1)
+        self._state.initial_parts.append((t._type, t._flat_ids(), vals))
+
+    def libraryCache(self: Graph, name: str) -> dict:
+        """A dict a library keeps per top-level graph (plans, shared constants), shared
+        by its virtual graphs, dropped with the graph and never saved with it."""
+        caches = _CACHES.get(self._state)
+        if caches is None:
+            caches = _CACHES[self._state] = {}
+        cache = caches.get(name)
+        if cache is None:
+            cache = caches[name] = {}
+        return cache
+
+    # ------------------------------------------------------------------ vertices
+    def addVertices(
+        self: Graph,
+        cs: ComputeSet,
+        vertexType: Any,
+        tiles: Any,
+        connections: Mapping[str, Any] | None = None,
+        perfEstimates: Any = None,
+    ) -> VertexRange:
+        """Add ``n = len(tiles)`` vertices of ``vertexType`` to ``cs`` in one call.
+
+        The result is the graph ``n`` calls of ``addVertex(cs, vertexType, {f: c[i]})``,
+        ``setTileMapping(v, tiles[i])`` (and ``setPerfEstimate``) make, with the same
+        vertex ids in the same order; rows of consecutive elements are kept as runs
+        without a Python object per vertex.
+
+        Parameters
+        ----------
+        cs
+            A compute set of this graph.
+        vertexType
+            A registered vertex type name or a vertex class.
+        tiles
+            int array of ``n`` tiles (this graph's numbering), vertex ``i`` on ``tiles[i]``.
+        connections
+            Field name -> a Tensor whose first dimension is ``n`` (row ``i`` goes to
+            vertex ``i``: the vector of a Vector field, shape ``[n]`` for a scalar field,
+            one vector of a VectorList field), or a sequence of ``n`` values (what
+            ``addVertex`` takes for the field, per vertex).
+        perfEstimates
+            None (the type's estimator), one cycle count for all, or ``n`` of them.
+
+        Returns
+        -------
+        VertexRange
+            The new vertices.
+
+        Raises
+        ------
+        GraphError
+            A compute set of another graph, an unknown field, a tensor of another graph
+            or with another row count than ``n``, a tile or estimate out of range.
+        TypeMismatchError
+            A connection of another element type than its field's.
+        """
+        self._refuse_on_parent("addVertices")
+        what = "addVertices"
+        state = self._state
+        sets = state.compute_sets
+        if type(cs).__name__ != "ComputeSet" or not (0 <= cs.id < len(sets) and sets[cs.id] is cs):
+            raise GraphError(
+                f"{what}: {cs!r} is not a compute set of this graph; hint: use the compute "
+                "sets this graph's addComputeSet returned"
+            )
+        vt = state.codelets.get(vertexType) if type(vertexType) is str else None
+        if vt is None:
+            vt = self._vertex_type(vertexType)
+        what = f"addVertices of {vt.name}"
+        tile_arr = _int_array(tiles, what)
+        if tile_arr.ndim != 1:
+            raise GraphError(
+                f"{what}: tiles must be a 1-D array of one tile per vertex, got shape "
+                f"{list(tile_arr.shape)}"
+            )
+        n = int(tile_arr.size)
+        roots = self._check_tiles(tile_arr, n, what, "vertex")
+        estimates = np.full(n, NO_ESTIMATE, np.int64)
+        if perfEstimates is not None:
+            est = _int_array(perfEstimates, f"{what}: perfEstimates")
+            est = np.broadcast_to(est, (n,)) if est.ndim == 0 else est.reshape(-1)
+            if est.size != n:
+                raise GraphError(f"{what}: {est.size} perfEstimates given for {n} vertices")
+            bad = (est < 0) | (est >= MAX_ESTIMATE)
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                raise GraphError(
+                    f"{what}: perfEstimates[{k}] = {int(est[k])} must be >= 0 and < 2**62 "
+                    "(the thread cycles of one run of the vertex)"
+                )
+            estimates[:] = est
+        # check every connection before adding anything
+        #: (field, vertices (None: all), run begins, run ends)
+        run_fields: list[tuple[str, np.ndarray | None, np.ndarray, np.ndarray]] = []
+        #: (field, vertices, index array whose row i is vertex i's ids)
+        id_fields: list[tuple[str, np.ndarray, np.ndarray]] = []
+        per_vertex: list[tuple[Any, Any]] = []  # (spec, sequence of n addVertex values)
+        for name, value in (connections or {}).items():
+            spec = vt.field(name)  # raises, listing the fields, when unknown
+            where = f"{what} field '{name}'"
+            if not isinstance(value, Tensor):
+                if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+                    raise GraphError(
+                        f"{where}: expected a Tensor with one row per vertex or a sequence "
+                        f"of {n} values, got {type(value).__name__}"
+                    )
+                if len(value) != n:
+                    raise GraphError(
+                        f"{where}: {len(value)} values given for {n} vertices; hint: one per vertex"
+                    )
+                per_vertex.append((spec, value))
+                continue
+            t = self.checkTensor(value, where)
+            if not t._shape or t._shape[0] != n:
+                raise GraphError(
+                    f"{where}: tensor '{t.name}' has shape {t.shape()} but {n} vertices are "
+                    f"added; its first dimension must be {n} (row i goes to vertex i); "
+                    "hint: reshape to [n, elements per vertex]"
+                )
+            row_len = int(np.prod(t._shape[1:], dtype=np.int64))
+            if spec.kind == "vectorlist":
+                spec.check([row_len], t._type, where)
+                per_vertex.append((spec, [t[i] for i in range(n)]))
+                continue
+            spec.check(row_len, t._type, where)
+            if t._start >= 0:
+                begins = t._start + np.arange(n, dtype=np.int64) * row_len
+                run_fields.append((name, None, begins, begins + row_len))
+                continue
+            ix = t._index.reshape(n, row_len)
+            is_run = (np.diff(ix, axis=1) == 1).all(axis=1) if row_len else np.zeros(n, bool)
+            if is_run.all():
+                run_fields.append((name, None, ix[:, 0].copy(), ix[:, 0] + row_len))
+                continue
+            if is_run.any():
+                sel = np.flatnonzero(is_run)
+                run_fields.append((name, sel, ix[sel, 0], ix[sel, 0] + row_len))
+            id_fields.append((name, np.flatnonzero(~is_run), t._index))
+        table = state.vertices
+        first = table.extend(vt, cs.id, roots, estimates)
+        try:
+            if n and run_fields:
+                row0 = table.row[first]  # a type's rows of one call are consecutive
+                type_rows = np.arange(row0, row0 + n, dtype=np.int64)
+                for name, sel, begins, ends in run_fields:
+                    rows = type_rows if sel is None else type_rows[sel]
+                    table.set_runs(vt, rows, name, begins, ends)
+            extra = table.extra
+            for name, sel, index in id_fields:
+                for i in sel.tolist():  # what addVertex keeps of row i: its index array
+                    extra.setdefault(first + i, {})[name] = index[i]
+            for spec, values in per_vertex:
+                for i, value in enumerate(values):
+                    self._connect_field(table[first + i], spec, value)
+        except Exception:
+            table.truncate(first)  # a failed call leaves no half-built vertices
+            raise
+        cs.vertices.extend(range(first, first + n))
+        return VertexRange(self, first, first + n)

@@ -1,0 +1,301 @@
+"""The Graph's bulk API against the one-at-a-time calls it stands for, and numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, INT, Graph, IPUModel
+from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
+from poplar_api.errors import GraphError, TensorError, TensorIndexError, TypeMismatchError
+from poplar_api.graph import OUTSIDE, VertexRange
+from poplar_api.vertices import UNMAPPED
+
+
+class Scale(Vertex):
+    """``out[i] = in[i] * k``."""
+
+    in_ = Input(Vector(FLOAT))
+    k = Input(FLOAT)
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, k, out):
+        for i in range(in_.shape[0]):
+            out[i] = in_[i] * k[0]
+        return True
+
+
+class Gather(Vertex):
+    """``out[0] = sum of parts``."""
+
+    parts = Input(VectorList(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(parts, out):
+        return True
+
+
+def _graph() -> Graph:
+    g = Graph(IPUModel("ipu2").createDevice().getTarget())
+    g.addCodelets([Scale, Gather])
+    return g
+
+
+def _tiles_of(g: Graph, t) -> np.ndarray:
+    """Root tile of each flat element, read through getTileMapping (the public
+    one-at-a-time view of a mapping)."""
+    out = np.full(t.numElements(), -1, np.int64)
+    for tile, intervals in enumerate(g.getTileMapping(t, throwOnUnmapped=False)):
+        for iv in intervals:
+            out[iv.begin() : iv.end()] = tile
+    return out
+
+
+def _vertices(g: Graph) -> list[tuple]:
+    """Every vertex as (type, compute set, tile, estimate, {field: ids})."""
+    out = []
+    for v in g._state.vertices:
+        fields = {}
+        for name, value in v.fields.items():
+            if isinstance(value, list):
+                fields[name] = [np.asarray(x).reshape(-1).tolist() for x in value]
+            else:
+                fields[name] = np.asarray(value).reshape(-1).tolist()
+        out.append((v.vtype.name, v.cs, v.tile, v.perf_estimate, fields))
+    return out
+
+
+# ------------------------------------------------------------------ ownership
+def test_owns_and_check_tensor_across_virtual_graphs() -> None:
+    g, other = _graph(), _graph()
+    sub = g.createVirtualGraph(4, 8)
+    x = sub.addVariable(FLOAT, [3], "x")
+    y = other.addVariable(FLOAT, [3], "y")
+    assert g.owns(x) and sub.owns(x) and not other.owns(x) and not g.owns("x")
+    assert g.checkTensor(x, "f") is x
+    with pytest.raises(GraphError, match="tensor 'y' belongs to another graph"):
+        g.checkTensor(y, "popops.add: A")
+
+
+# --------------------------------------------------------------- element tiles
+def test_element_tiles_match_get_tile_mapping_and_virtual_offsets() -> None:
+    g = _graph()
+    x = g.addVariable(FLOAT, [4, 5], "x")
+    want = np.arange(20) % 7
+    want[3] = -1
+    for e, tile in enumerate(want.tolist()):
+        if tile >= 0:
+            g.setTileMapping(x.flatten()[e], tile)
+    np.testing.assert_array_equal(g.elementTiles(x), want)
+    np.testing.assert_array_equal(g.elementTiles(x), _tiles_of(g, x))
+    sub = g.createVirtualGraph(2, 5)  # root tiles 2, 3, 4 are its 0, 1, 2
+    local = np.where(want < 0, UNMAPPED, np.where((want >= 2) & (want < 5), want - 2, OUTSIDE))
+    np.testing.assert_array_equal(sub.elementTiles(x), local)
+    listed = g.createVirtualGraph([6, 0, 3])
+    lookup = {6: 0, 0: 1, 3: 2}
+    expect = [UNMAPPED if w < 0 else lookup.get(w, OUTSIDE) for w in want.tolist()]
+    np.testing.assert_array_equal(listed.elementTiles(x), expect)
+    np.testing.assert_array_equal(listed.rootTiles(), [6, 0, 3])
+    assert sub.getTileRange() == (2, 5)
+    with pytest.raises(GraphError, match="not a contiguous tile range"):
+        listed.getTileRange()
+
+
+# ---------------------------------------------------------------- mapElements
+def test_map_elements_equals_per_element_set_tile_mapping() -> None:
+    rng = np.random.default_rng(1)
+    a, b = _graph(), _graph()
+    sa, sb = a.createVirtualGraph(10, 30), b.createVirtualGraph(10, 30)
+    xa, xb = sa.addVariable(FLOAT, [6, 4], "x"), sb.addVariable(FLOAT, [6, 4], "x")
+    tiles = rng.integers(0, 20, size=24)
+    view_a, view_b = xa.transpose(), xb.transpose()  # a view of scattered elements
+    sa.mapElements(view_a, tiles.reshape(4, 6))
+    for e, tile in enumerate(tiles.tolist()):
+        sb.setTileMapping(view_b.flatten()[e], tile)
+    np.testing.assert_array_equal(a.elementTiles(xa), b.elementTiles(xb))
+    np.testing.assert_array_equal(sa.elementTiles(view_a), tiles)
+    sa.mapElements(xa, 3)
+    np.testing.assert_array_equal(a.elementTiles(xa), np.full(24, 13))
+
+
+def test_map_elements_errors_name_element_tile_and_tensor() -> None:
+    g, other = _graph(), _graph()
+    sub = g.createVirtualGraph(0, 8)
+    x = sub.addVariable(FLOAT, [5], "x")
+    with pytest.raises(GraphError, match=r"element 2 has tile 8, out of range \[0, 8\)"):
+        sub.mapElements(x, [0, 1, 8, 9, 1])
+    with pytest.raises(GraphError, match=r"tensor 'x'.*3 tiles given for 5 elements"):
+        sub.mapElements(x, [0, 1, 2])
+    with pytest.raises(GraphError, match="expected integers"):
+        sub.mapElements(x, [0.5] * 5)
+    with pytest.raises(GraphError, match="belongs to another graph"):
+        other.mapElements(x, 0)
+    assert (g.elementTiles(x) == UNMAPPED).all()  # a refused call maps nothing
+
+
+# ------------------------------------------------------------------- vertices
+def _one_at_a_time(g: Graph, cs, n: int, tiles, conns, est=None) -> None:
+    for i in range(n):
+        v = g.addVertex(cs, "Scale", {k: c[i] for k, c in conns.items()})
+        g.setTileMapping(v, int(tiles[i]))
+        if est is not None:
+            g.setPerfEstimate(v, int(est[i]))
+
+
+@pytest.mark.parametrize("layout", ["consecutive", "transposed", "mixed"])
+def test_add_vertices_equals_add_vertex_calls(layout: str) -> None:
+    n, width = 5, 3
+    rng = np.random.default_rng(7)
+    tiles = rng.integers(0, 16, size=n)
+    est = rng.integers(0, 1000, size=n)
+    built = []
+    for bulk in (True, False):
+        g = _graph()
+        sub = g.createVirtualGraph(100, 116)
+        cs0 = sub.addComputeSet("first")
+        sub.addVertex(cs0, "Gather")  # vertices before and after the bulk ones
+        cs = sub.addComputeSet("bulk")
+        x = sub.addVariable(FLOAT, [n, width], "x")
+        y = sub.addVariable(FLOAT, [width, n], "y")
+        k = sub.addVariable(FLOAT, [n], "k")
+        if layout == "consecutive":
+            src, dst = x, y.flatten().reshape([n, width])
+        elif layout == "transposed":
+            src, dst = y.transpose(), x
+        else:  # rows 0, 2, 4 are runs of ids, rows 1, 3 are not
+            from poplar_api.tensor import concat
+
+            rows = [x[i] if i % 2 == 0 else y.transpose()[i] for i in range(n)]
+            src, dst = concat([r.expand([0]) for r in rows]), x
+        conns = {"in": src, "out": dst, "k": k}
+        if bulk:
+            vs = sub.addVertices(cs, "Scale", tiles, conns, perfEstimates=est)
+            assert isinstance(vs, VertexRange) and len(vs) == n and vs.ids == range(1, n + 1)
+            assert vs[2].id == 3 and repr(vs[-1]) == "vertex 5 (Scale)"
+        else:
+            _one_at_a_time(sub, cs, n, tiles, conns, est)
+        sub.addVertex(cs0, "Gather")
+        built.append((_vertices(g), [list(c.vertices) for c in g._state.compute_sets]))
+    assert built[0] == built[1]
+
+
+def test_add_vertices_vector_list_and_per_vertex_values() -> None:
+    built = []
+    for bulk in (True, False):
+        g = _graph()
+        cs = g.addComputeSet("cs")
+        p = g.addVariable(FLOAT, [3, 4], "p")
+        out = g.addVariable(FLOAT, [3, 1], "out")
+        lists = [[p[0]], [p[1].slice(0, 2), p[2]], [p[2].reverse(0)]]
+        if bulk:
+            g.addVertices(cs, Gather, [1, 2, 3], {"parts": lists, "out": out})
+            g.addVertices(cs, Gather, [4, 5, 6], {"parts": p, "out": out})
+        else:
+            for i in range(3):
+                v = g.addVertex(cs, Gather, {"parts": lists[i], "out": out[i]})
+                g.setTileMapping(v, i + 1)
+            for i in range(3):
+                v = g.addVertex(cs, Gather, {"parts": p[i], "out": out[i]})
+                g.setTileMapping(v, i + 4)
+        built.append(_vertices(g))
+    assert built[0] == built[1]
+
+
+def test_add_vertices_errors_leave_the_graph_unchanged() -> None:
+    g, other = _graph(), _graph()
+    sub = g.createVirtualGraph(0, 4)
+    cs = sub.addComputeSet("cs")
+    x = sub.addVariable(FLOAT, [3, 2], "x")
+    k = sub.addVariable(FLOAT, [3], "k")
+    foreign = other.addVariable(FLOAT, [3], "f")
+    ints = sub.addVariable(INT, [3], "i")
+    good = {"in": x, "out": x, "k": k}
+    with pytest.raises(GraphError, match="tensor 'x' has shape \\[3, 2\\] but 2 vertices"):
+        sub.addVertices(cs, "Scale", [0, 1], good)
+    with pytest.raises(GraphError, match=r"vertex 1 has tile 4, out of range \[0, 4\)"):
+        sub.addVertices(cs, "Scale", [0, 4, 1], good)
+    with pytest.raises(GraphError, match="'f' belongs to another graph"):
+        sub.addVertices(cs, "Scale", [0, 1, 2], {**good, "k": foreign})
+    with pytest.raises(TypeMismatchError, match="element type"):
+        sub.addVertices(cs, "Scale", [0, 1, 2], {**good, "k": ints})
+    with pytest.raises(GraphError, match="scalar field"):
+        sub.addVertices(cs, "Scale", [0, 1, 2], {**good, "k": x})
+    with pytest.raises(GraphError, match="vertex type 'Scale' has no field 'bad'"):
+        sub.addVertices(cs, "Scale", [0, 1, 2], {"bad": k})
+    with pytest.raises(GraphError, match="2 values given for 3 vertices"):
+        sub.addVertices(cs, Gather, [0, 1, 2], {"parts": [[x[0]], [x[1]]]})
+    with pytest.raises(GraphError, match=r"perfEstimates\[1\] = -5"):
+        sub.addVertices(cs, "Scale", [0, 1, 2], good, perfEstimates=[1, -5, 2])
+    with pytest.raises(GraphError, match="not a compute set of this graph"):
+        sub.addVertices(other.addComputeSet("o"), "Scale", [0, 1, 2], good)
+    assert g.getNumVertices() == 0 and cs.vertices == []
+
+
+def test_set_vertex_tiles_equals_set_tile_mapping() -> None:
+    g = _graph()
+    sub = g.createVirtualGraph(20, 30)
+    cs = sub.addComputeSet("cs")
+    vs = sub.addVertices(cs, "Scale", np.zeros(4, np.int64))
+    one = sub.addVertex(cs, "Scale")
+    sub.setVertexTiles(vs, [3, 1, 4, 1])
+    sub.setVertexTiles([one], 9)
+    assert [g._state.vertices[i].tile for i in range(5)] == [23, 21, 24, 21, 29]
+    with pytest.raises(GraphError, match=r"vertex 2 has tile 10, out of range \[0, 10\)"):
+        sub.setVertexTiles(vs, [0, 1, 10, 2])
+    with pytest.raises(GraphError, match="belongs to another graph"):
+        _graph().setVertexTiles(vs, 0)
+
+
+# ------------------------------------------------------------- initial values
+def _initial(g: Graph) -> dict[int, float]:
+    values: dict[int, float] = {}
+    for _type, ids, vals in g._state.initial_parts:
+        values.update(zip(np.asarray(ids).tolist(), np.asarray(vals).tolist(), strict=True))
+    return values
+
+
+def test_set_initial_values_equals_set_initial_value_per_element() -> None:
+    a, b = _graph(), _graph()
+    xa, xb = a.addVariable(FLOAT, [3, 4], "x"), b.addVariable(FLOAT, [3, 4], "x")
+    rows = np.arange(4, dtype=np.float32) * 2.5
+    a.setInitialValues(xa.transpose(), rows[:, None])  # broadcast over the columns
+    for i in range(3):
+        for j in range(4):
+            b.setInitialValue(xb[i][j], rows[j])
+    assert _initial(a) == _initial(b)
+    with pytest.raises(TensorError, match="do not broadcast to tensor 'x"):
+        a.setInitialValues(xa, [1.0, 2.0])
+
+
+# -------------------------------------------------------------- Tensor.elements
+def test_elements_gathers_flat_positions_like_numpy() -> None:
+    g = _graph()
+    x = g.addVariable(FLOAT, [4, 6], "x")
+    view = x.dimShuffle([1, 0])
+    idx = np.array([[5, 0, 23], [7, 7, 1]])
+    np.testing.assert_array_equal(x.elements(idx).index, x.index.reshape(-1)[idx])
+    np.testing.assert_array_equal(view.elements(idx).index, view.index.reshape(-1)[idx])
+    run = x.elements(np.arange(6, 12).reshape(2, 3))
+    assert run._start == 6 and run.shape() == [2, 3]  # consecutive: kept as a run
+    assert x.elements(range(3, 9))._start == 3
+    assert x[1].elements([1, 2, 3])._start == 7
+    # consecutive ids from a scattered view are recognised too
+    assert view.elements([0, 1, 2, 3]).index.tolist() == [0, 6, 12, 18]
+    assert view.dimShuffle([1, 0]).elements([2, 3])._start == 2
+    with pytest.raises(TensorIndexError, match=r"indices\[2\] = 24 is out of range"):
+        x.elements([0, 1, 24])
+    with pytest.raises(TensorIndexError, match="out of range"):
+        x.elements([-1])
+    with pytest.raises(TypeMismatchError, match="integer positions"):
+        x.elements([0.5])
+
+
+def test_library_cache_is_per_top_level_graph() -> None:
+    g, other = _graph(), _graph()
+    cache = g.libraryCache("poplin.conv")
+    cache["plan"] = 1
+    assert g.createVirtualGraph(0, 4).libraryCache("poplin.conv") is cache
+    assert other.libraryCache("poplin.conv") == {}
+    assert g.libraryCache("popops") == {}
