@@ -10,6 +10,7 @@ supported is listed in docs/popart.md.
 from popart_api import grads, ops_loss, ops_nn, ops_tensor  # noqa: F401
 from popart_api.autodiff import reservedGradientPrefix
 from popart_api.builder import Builder, TensorInfo
+from popart_api.dataflow import AnchorReturnType, DataFlow, InputShapeInfo, PyStepIO, PyWeightsIO
 from popart_api.devices import DeviceInfo, DeviceManager
 from popart_api.errors import OutOfMemoryException, PopartError, popart_exception
 from popart_api.ops import supported_ops
@@ -22,15 +23,7 @@ from popart_api.options import (
     SyntheticDataMode,
     VirtualGraphMode,
 )
-from popart_api.session import (
-    AnchorReturnType,
-    DataFlow,
-    InferenceSession,
-    InputShapeInfo,
-    PyStepIO,
-    PyWeightsIO,
-    TrainingSession,
-)
+from popart_api.session import InferenceSession, TrainingSession
 
 __all__ = [
     "SGD",

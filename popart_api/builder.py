@@ -17,6 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from popart_api.errors import popart_exception
+from popart_api.onnx_model import load_model
 
 #: Default opset versions, as PopART's Builder.
 DEFAULT_OPSETS = {"ai.onnx": 11, "ai.graphcore": 1}
@@ -308,8 +309,6 @@ class Builder:
 
     # ------------------------------------------------------------------ loading
     def _load(self, model: Any) -> None:
-        from popart_api.session import load_model
-
         proto = load_model(model, "Builder")
         for imp in proto.opset_import:
             self.opsets[imp.domain or "ai.onnx"] = imp.version

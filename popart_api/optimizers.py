@@ -269,7 +269,9 @@ class OptimizerLowering:
             self.scalars.append(Scalar(t, name, None if shared else weight, compute))
         return self._cache[key]
 
-    def _state(self, weight: Tensor, wid: str, what: str) -> Tensor:
+    def _slot(self, weight: Tensor, wid: str, what: str) -> Tensor:
+        """A new optimizer state tensor (velocity, moment) of weight ``wid``, laid out
+        like the weight."""
         t = like(self.graph, weight, f"{what}/{wid}")
         self.state[f"{what}/{wid}"] = t
         return t
@@ -304,7 +306,7 @@ class OptimizerLowering:
             )
             popops.mapInPlace(g, pe._1 * pe._3 - pe._2 * pe._4, [w, a, wdsf, slr], prog, name)
             return
-        v = self._state(w, wid, "accl")
+        v = self._slot(w, wid, "accl")
         mm = self._scalar("momentum", wid, lambda o, k: o.value("momentum", k)[0])
         dpsf = self._scalar(
             "dpsf1",
@@ -354,8 +356,8 @@ class OptimizerLowering:
         opt = self.optimizer
         g = self.graph
         div = self.grad_divisor
-        m = self._state(w, wid, "accl1")
-        v = self._state(w, wid, "accl2")
+        m = self._slot(w, wid, "accl1")
+        v = self._slot(w, wid, "accl2")
         ils = self._scalar(
             "invLossScaling", wid, lambda o, k: 1.0 / (o.value("lossScaling")[0] * div)
         )

@@ -29,6 +29,7 @@ from typing import Any
 from popart_api import autodiff
 from popart_api.errors import popart_exception
 from popart_api.optimizers import OptimizerLowering, like
+from popart_api.stepio import HostAnchor
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
 from poplar_api.graph import touches_constant, variable_count
@@ -114,14 +115,8 @@ def _anchor_copies(session: Any, values: dict, num_stages: int):
                 f"{session._kind}: anchor '{aid}': EVERYN anchors are not supported with "
                 "pipelining; hint: ALL, SUM or FINAL"
             )
-        session._anchors[aid] = _anchor_record(aid, art, t)
+        session._anchors[aid] = HostAnchor(aid, art, t)
     return after_fwd, after_bwd, (to_host_fwd, to_host_bwd), post, pre
-
-
-def _anchor_record(aid: str, art: Any, t: Tensor) -> Any:
-    from popart_api.session import _Anchor
-
-    return _Anchor(aid, art, t)
 
 
 def _schedule(cycles: list[list[pprog.Program]]) -> pprog.Sequence:

@@ -1,26 +1,26 @@
-"""PopART's ``DataFlow``, ``PyStepIO`` and ``InferenceSession`` on the simulator.
+"""PopART's ``InferenceSession`` and ``TrainingSession`` on the simulator.
 
 ``InferenceSession(fnModel, dataFlow, deviceInfo)`` reads an ONNX model;
 ``prepareDevice()`` lowers it to a poplar_api graph for the device (inputs, weights
 and constants mapped linearly over the tiles, one host-to-device stream per input and
 one device-to-host stream per anchor, program ``Repeat(batchesPerStep, body)``) and
-compiles it; ``weightsFromHost()`` writes the weights; ``run(PyStepIO(...))`` runs one
-step of ``batchesPerStep`` batches.
+compiles it. What the host does with a prepared session (``weightsFromHost()``,
+``run(PyStepIO(...))`` of ``batchesPerStep`` batches, anchors, reports) is in
+:mod:`popart_api.stepio`; ``DataFlow``, ``PyStepIO`` and the other host-side
+descriptions are in :mod:`popart_api.dataflow` and imported from here too.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from popart_api import autodiff, ops
 from popart_api.builder import (
@@ -28,17 +28,23 @@ from popart_api.builder import (
     PIPELINE_STAGE_ATTRIBUTE,
     RECOMPUTE_ATTRIBUTE,
     VIRTUAL_GRAPH_ATTRIBUTE,
-    TensorInfo,
+)
+from popart_api.dataflow import (
+    AnchorReturnType,
+    DataFlow,
+    InputShapeInfo,
+    PyStepIO,
+    PyWeightsIO,
 )
 from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
-from popart_api.optimizers import Optimizer, like
+from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, load_model, node_attrs
+from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
+from popart_api.stepio import HostAnchor, HostInput, SessionIO
 from poplar_api import (
-    BOOL,
     FLOAT,
     HALF,
-    INT,
     UNSIGNED_INT,
     Engine,
     Graph,
@@ -52,16 +58,6 @@ from poplar_api import program as pprog
 from poplar_api.errors import OutOfMemoryError, PoplarError
 from poplar_api.graph import variable_count
 from poplar_api.poputil import mapTensorLinearly
-
-#: ONNX element type -> (device type, host numpy dtype).
-_TYPES = {
-    onnx.TensorProto.FLOAT: (FLOAT, np.float32),
-    onnx.TensorProto.FLOAT16: (HALF, np.float16),
-    onnx.TensorProto.INT32: (INT, np.int32),
-    onnx.TensorProto.BOOL: (BOOL, np.bool_),
-}
-_HOST = {FLOAT: np.float32, HALF: np.float16, INT: np.int32, BOOL: np.bool_}
-RETURN_TYPES = ("ALL", "FINAL", "EVERYN", "SUM")
 
 #: PopART's log levels (``POPART_LOG_LEVEL``) -> Python logging levels.
 LOG_LEVELS = {
@@ -110,180 +106,7 @@ def _write_tile_map(graph: Graph, values: dict[str, Any], path: str) -> None:
         json.dump(out, f)
 
 
-def load_model(fnModel: Any, what: str) -> onnx.ModelProto:
-    """An ``onnx.ModelProto`` from serialized bytes, a ModelProto or a file path."""
-    if isinstance(fnModel, onnx.ModelProto):
-        return fnModel
-    if isinstance(fnModel, bytes | bytearray):
-        try:
-            return onnx.load_from_string(bytes(fnModel))
-        except Exception as exc:
-            raise popart_exception(
-                f"{what}: the bytes are not a serialized ONNX ModelProto ({exc})"
-            ) from None
-    if isinstance(fnModel, str | os.PathLike):
-        if not os.path.isfile(fnModel):
-            raise popart_exception(
-                f"{what}: model file '{fnModel}' does not exist; hint: pass "
-                "builder.getModelProto() or the path of a file written with onnx.save"
-            )
-        try:
-            return onnx.load(os.fspath(fnModel))
-        except Exception as exc:
-            raise popart_exception(f"{what}: cannot read '{fnModel}' as ONNX ({exc})") from None
-    raise popart_exception(
-        f"{what}: fnModel must be ModelProto bytes or a file path, got {type(fnModel).__name__}"
-    )
-
-
-class AnchorReturnType:
-    """What an anchor returns per step: ``AnchorReturnType("ALL")`` (every batch),
-    ``"FINAL"`` (the last batch), ``"EVERYN", n`` (every n-th batch) or ``"SUM"``
-    (the sum over the batches)."""
-
-    def __init__(self, artId: str, returnPeriod: int | None = None) -> None:
-        art = str(artId).upper()
-        if art not in RETURN_TYPES:
-            raise popart_exception(
-                f"AnchorReturnType: '{artId}' is not a return type; use one of {RETURN_TYPES}"
-            )
-        if art == "EVERYN":
-            if isinstance(returnPeriod, bool) or not isinstance(returnPeriod, int):
-                raise popart_exception(
-                    f"AnchorReturnType('EVERYN', n): n must be an int >= 1, got {returnPeriod!r}"
-                )
-            if returnPeriod < 1:
-                raise popart_exception(f"AnchorReturnType: EVERYN period {returnPeriod} < 1")
-        self._id = art
-        self._period = int(returnPeriod) if art == "EVERYN" else 1
-
-    def id(self) -> str:
-        """The return type's name (``"ALL"``...)."""
-        return self._id
-
-    def rp(self) -> int:
-        """The return period (EVERYN's n; 1 otherwise)."""
-        return self._period
-
-    def __repr__(self) -> str:
-        return f"AnchorReturnType({self._id!r}" + (
-            f", {self._period})" if self._id == "EVERYN" else ")"
-        )
-
-
-class DataFlow:
-    """Batches per step and the anchors (tensors returned to the host).
-
-    ``DataFlow(batchesPerStep, {id: AnchorReturnType(...)})``, or
-    ``DataFlow(batchesPerStep, [ids], AnchorReturnType(...))`` for one type for all.
-    """
-
-    def __init__(
-        self,
-        batchesPerStep: int,
-        anchorTensors: Mapping[str, AnchorReturnType] | list[str] | None = None,
-        anchorReturnType: AnchorReturnType | None = None,
-    ) -> None:
-        if isinstance(batchesPerStep, bool) or not isinstance(batchesPerStep, int):
-            raise popart_exception(f"DataFlow: batchesPerStep {batchesPerStep!r} is not an int")
-        if batchesPerStep < 1:
-            raise popart_exception(f"DataFlow: batchesPerStep {batchesPerStep} must be >= 1")
-        self.batchesPerStep = batchesPerStep
-        anchors = anchorTensors or {}
-        if not isinstance(anchors, Mapping):
-            anchors = {a: anchorReturnType or AnchorReturnType("ALL") for a in anchors}
-        for k, v in anchors.items():
-            if not isinstance(v, AnchorReturnType):
-                raise popart_exception(
-                    f"DataFlow: anchor '{k}' has {v!r}, not an AnchorReturnType; hint: "
-                    "popart.AnchorReturnType('ALL')"
-                )
-        self._anchors: dict[str, AnchorReturnType] = dict(anchors)
-
-    def anchors(self) -> list[str]:
-        """The anchor ids."""
-        return list(self._anchors)
-
-    def art(self, anchorId: str) -> AnchorReturnType:
-        """The return type of ``anchorId``."""
-        return self._anchors[anchorId]
-
-    def nAnchors(self) -> int:
-        """Number of anchors."""
-        return len(self._anchors)
-
-
-class InputShapeInfo:
-    """Shapes of model inputs the model leaves unspecified: ``add(id, TensorInfo)``."""
-
-    def __init__(self) -> None:
-        self._infos: dict[str, TensorInfo] = {}
-
-    def add(self, tensorId: str, tensorInfo: TensorInfo) -> None:
-        """Give ``tensorId``'s type and shape."""
-        self._infos[tensorId] = tensorInfo
-
-    def get(self, tensorId: str) -> TensorInfo:
-        """The info of ``tensorId``."""
-        return self._infos[tensorId]
-
-    def has(self, tensorId: str) -> bool:
-        """Whether ``tensorId`` has an info."""
-        return tensorId in self._infos
-
-
-class PyStepIO:
-    """The data of one step: ``PyStepIO({inputId: array}, {anchorId: array})``."""
-
-    def __init__(self, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray]) -> None:
-        if not isinstance(inputs, Mapping) or not isinstance(outputs, Mapping):
-            raise popart_exception(
-                "PyStepIO: takes (inputs, outputs), both dicts of tensor id -> numpy array"
-            )
-        self.inputs = dict(inputs)
-        self.outputs = dict(outputs)
-
-
-class _Input:
-    """A model input: its stream, device type and per-batch shape."""
-
-    def __init__(self, tid: str, typ: Any, shape: list[int]) -> None:
-        self.id, self.type, self.shape = tid, typ, shape
-        self.data: np.ndarray | None = None
-        self.index = 0
-
-    def fill(self, buffer: np.ndarray) -> None:
-        buffer[...] = self.data[self.index].reshape(buffer.shape)
-        self.index += 1
-
-
-class _Anchor:
-    """An anchor: its stream and where the values of the current run go."""
-
-    def __init__(self, tid: str, art: AnchorReturnType, t: Tensor) -> None:
-        self.id, self.art, self.tensor = tid, art, t
-        self.out: np.ndarray | None = None
-        self.index = 0
-
-    def take(self, buffer: np.ndarray) -> None:
-        self.out[self.index] = buffer.reshape(self.out.shape[1:])
-        self.index += 1
-
-
-class PyWeightsIO:
-    """Host arrays for ``readWeights``/``writeWeights``: ``PyWeightsIO({id: array})``."""
-
-    def __init__(self, weights: Mapping[str, np.ndarray]) -> None:
-        if not isinstance(weights, Mapping):
-            raise popart_exception("PyWeightsIO: takes a dict of weight id -> numpy array")
-        self.weights = dict(weights)
-
-
-def _id_list(ids: Any) -> list[str]:
-    return [ids] if isinstance(ids, str) else list(ids)
-
-
-class _Session:
+class _Session(SessionIO):
     """What inference and training sessions share: reading the model, placing it on
     the device's IPUs and replicas, lowering its nodes, streams, anchors and reports."""
 
@@ -332,8 +155,8 @@ class _Session:
         self._known |= {o for n in graph.node for o in n.output}
         self._check_options()
         self.engine: Engine | None = None
-        self._inputs: dict[str, _Input] = {}
-        self._anchors: dict[str, _Anchor] = {}
+        self._inputs: dict[str, HostInput] = {}
+        self._anchors: dict[str, HostAnchor] = {}
         self._weights: dict[str, np.ndarray] = {}
         self._weight_vars: dict[str, Tensor] = {}
         self._records: list[autodiff.NodeRecord] = []
@@ -403,18 +226,6 @@ class _Session:
         return tt.elem_type, [d.dim_value for d in dims]
 
     # ----------------------------------------------------------- placement
-    @staticmethod
-    def _node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
-        attrs = {}
-        for a in node.attribute:
-            v = helper.get_attribute_value(a)
-            if isinstance(v, onnx.TensorProto):
-                v = numpy_helper.to_array(v)
-            elif isinstance(v, bytes):
-                v = v.decode()
-            attrs[a.name] = v
-        return attrs
-
     def _place(self) -> tuple[list[int], list[int]]:
         """Per node: its IPU within the replica and its pipeline stage."""
         nodes = list(self.model.graph.node)
@@ -434,7 +245,7 @@ class _Session:
             ipus = list(np.maximum.accumulate(ipus)) if ipus else []
         else:
             for i, node in enumerate(nodes):
-                v = self._node_attrs(node).get(VIRTUAL_GRAPH_ATTRIBUTE)
+                v = node_attrs(node).get(VIRTUAL_GRAPH_ATTRIBUTE)
                 if mode is VirtualGraphMode.Manual and v is None:
                     raise popart_exception(
                         f"{self._kind}: virtualGraphMode is Manual but node "
@@ -453,7 +264,7 @@ class _Session:
                 ipus.append(v)
         stages = []
         for node, ipu in zip(nodes, ipus, strict=True):
-            s = self._node_attrs(node).get(PIPELINE_STAGE_ATTRIBUTE)
+            s = node_attrs(node).get(PIPELINE_STAGE_ATTRIBUTE)
             stages.append(int(s) if s is not None else ipu)
         return [int(x) for x in ipus], stages
 
@@ -512,14 +323,14 @@ class _Session:
         self._value_ipu: dict[str, int] = {}
         for init in self.model.graph.initializer:
             arr = numpy_helper.to_array(init)
-            if init.data_type in _TYPES:
-                typ = _TYPES[init.data_type][0]
+            if init.data_type in ONNX_TYPES:
+                typ = ONNX_TYPES[init.data_type][0]
                 ipu = first_ipu.get(init.name, 0)
                 var = self._graphs[ipu].addVariable(typ, list(arr.shape), init.name)
                 mapTensorLinearly(self._graphs[ipu], var)
                 graph.createHostWrite(f"weight:{init.name}", var)
                 graph.createHostRead(f"weightRead:{init.name}", var)
-                self._weights[init.name] = arr.astype(_HOST[typ])
+                self._weights[init.name] = arr.astype(HOST_DTYPES[typ])
                 self._weight_vars[init.name] = var
                 values[init.name] = var
                 self._value_ipu[init.name] = ipu
@@ -530,15 +341,15 @@ class _Session:
         graph.setTileMapping(self._seed, 0)
         graph.createHostWrite("randomSeed", self._seed)
         synthetic = self.options.syntheticDataMode
-        self._synthetic: dict[str, _Input] = {}
+        self._synthetic: dict[str, HostInput] = {}
         for tid, (etype, shape) in self._input_infos.items():
-            if etype not in _TYPES:
+            if etype not in ONNX_TYPES:
                 raise popart_exception(
                     f"{self._kind}: input '{tid}' has type "
                     f"{onnx.TensorProto.DataType.Name(etype)}; supported input types: FLOAT, "
                     "FLOAT16, INT32, BOOL"
                 )
-            typ = _TYPES[etype][0]
+            typ = ONNX_TYPES[etype][0]
             ipu = first_ipu.get(tid, 0)
             var = self._graphs[ipu].addVariable(typ, shape, tid)
             mapTensorLinearly(self._graphs[ipu], var)
@@ -546,13 +357,13 @@ class _Session:
             self._value_ipu[tid] = ipu
             if synthetic is not SyntheticDataMode.Off:
                 self._input_progs[tid] = self._synthetic_input(var, tid, synthetic)
-                self._synthetic[tid] = _Input(tid, typ, shape)
+                self._synthetic[tid] = HostInput(tid, typ, shape)
                 continue
             stream = graph.addHostToDeviceFIFO(f"input:{tid}", typ, max(var.numElements(), 1))
             self._input_progs[tid] = pprog.Sequence(
                 pprog.Copy(stream, var), debugContext=f"input/{tid}"
             )
-            self._inputs[tid] = _Input(tid, typ, shape)
+            self._inputs[tid] = HostInput(tid, typ, shape)
         self._values = values
         self._copies: dict[tuple[str, int], Any] = {}
         self._copy_progs: dict[tuple[str, int], pprog.Copy] = {}
@@ -636,7 +447,7 @@ class _Session:
         domain = node.domain or "ai.onnx"
         opset = self._opsets.get(domain, 1)
         fn = ops.lookup(domain, node.op_type, opset, name)
-        attrs = self._node_attrs(node)
+        attrs = node_attrs(node)
         for key in (VIRTUAL_GRAPH_ATTRIBUTE, PIPELINE_STAGE_ATTRIBUTE, RECOMPUTE_ATTRIBUTE):
             attrs.pop(key, None)
         proportion = attrs.pop(MEMORY_PROPORTION_ATTRIBUTE, None)
@@ -707,72 +518,6 @@ class _Session:
         )
         return prog
 
-    # ------------------------------------------------------------- anchors
-    def _anchor_tensor(self, aid: str, values: dict) -> Tensor:
-        if aid not in values:
-            raise popart_exception(
-                f"{self._kind}: anchor '{aid}' has no value (a gradient nobody computes?); "
-                "hint: anchor gradients of trained weights or of inputs on the loss's path"
-            )
-        return ops.tensor(self.graph, values[aid], f"anchor/{aid}")
-
-    def _make_anchors(
-        self, values: dict
-    ) -> tuple[pprog.Sequence, pprog.Sequence, pprog.Sequence, pprog.Sequence, set]:
-        """Programs copying anchors out: per micro-batch (ALL, SUM accumulation), per
-        batch (EVERYN), after the step (FINAL, SUM) and at the start (SUM zeroing)."""
-        micro = pprog.Sequence(debugContext="anchors/all")
-        every = pprog.Sequence(debugContext="anchors/everyN")
-        post = pprog.Sequence(debugContext="anchors/final")
-        pre = pprog.Sequence(debugContext="anchors/sumZero")
-        periods = set()
-        graph = self.graph
-        for aid in self.dataFlow.anchors():
-            art = self.dataFlow.art(aid)
-            t = self._anchor_tensor(aid, values)
-            stream = graph.addDeviceToHostFIFO(
-                f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
-            )
-            if art.id() == "ALL":
-                micro.add(pprog.Copy(t, stream))
-            elif art.id() == "FINAL":
-                post.add(pprog.Copy(t, stream))
-            elif art.id() == "EVERYN":
-                periods.add(art.rp())
-                every.add(pprog.Copy(t, stream))
-            else:  # SUM over the step's batches
-                total = like(graph, t, f"anchor/{aid}/sum")
-                popops.zero(graph, total, pre, f"anchor/{aid}/sumZero")
-                popops.addInPlace(graph, total, t, micro, f"anchor/{aid}/sum")
-                post.add(pprog.Copy(total, stream))
-            self._anchors[aid] = _Anchor(aid, art, t)
-        return micro, every, post, pre, periods
-
-    def _main_program(
-        self,
-        batch: pprog.Program,
-        every: pprog.Sequence,
-        post: pprog.Sequence,
-        pre: pprog.Sequence,
-        periods: set,
-    ) -> pprog.Program:
-        bps = self.dataFlow.batchesPerStep
-        if not periods:
-            return pprog.Sequence(pre, pprog.Repeat(bps, batch), post, debugContext="main")
-        if len(periods) > 1:
-            raise popart_exception(
-                f"{self._kind}: EVERYN anchors with different periods {sorted(periods)} "
-                "are not supported; hint: use one period"
-            )
-        n = periods.pop()
-        if bps % n:
-            raise popart_exception(
-                f"{self._kind}: AnchorReturnType('EVERYN', {n}) needs batchesPerStep "
-                f"({bps}) to be a multiple of {n}"
-            )
-        group = pprog.Sequence(pprog.Repeat(n - 1, batch), batch, every)
-        return pprog.Sequence(pre, pprog.Repeat(bps // n, group), post, debugContext="main")
-
     def _compile(self, main: pprog.Program) -> None:
         try:
             self.engine = Engine(self.graph, [main], self.options.engineOptions or None)
@@ -794,23 +539,6 @@ class _Session:
     def _finish_build(self, values: dict) -> None:
         raise NotImplementedError
 
-    # -------------------------------------------------------------------- run
-    def _engine(self, what: str) -> Engine:
-        if self.engine is None:
-            raise popart_exception(f"{self._kind}.{what}: call prepareDevice() first")
-        return self.engine
-
-    def weightsFromHost(self) -> None:
-        """Write the model's weights (initializers) to the device."""
-        engine = self._engine("weightsFromHost")
-        if not self._loaded:
-            engine.load(self.deviceInfo.device)
-            self._loaded = True
-        for tid, arr in self._weights.items():
-            engine.writeTensor(f"weight:{tid}", arr)
-        seed = self.options.randomSeed or 0
-        engine.writeTensor("randomSeed", np.array([seed & 0xFFFFFFFF, 0], np.uint32))
-
     def seed_step(self) -> pprog.Sequence:
         """The program advancing the device seed's counter (one per micro-batch), or an
         empty one when no op draws random numbers."""
@@ -821,199 +549,6 @@ class _Session:
         ):
             popops.addInPlace(self.graph, self._seed.slice(1, 2, 0), 1, prog, "randomSeed/advance")
         return prog
-
-    _loaded = False
-
-    def weightsToHost(self) -> None:
-        """Read the weights from the device into the session's host copies."""
-        engine = self._engine("weightsToHost")
-        for tid in self._weights:
-            arr = np.asarray(engine.readTensor(f"weightRead:{tid}"))
-            shape = self._weights[tid].shape
-            self._weights[tid] = (
-                arr.reshape(-1, *shape)[0].copy()
-                if self.replicas > 1
-                else arr.reshape(shape).copy()
-            )
-
-    def readWeights(self, weightsIo: PyWeightsIO) -> None:
-        """Copy the host copies of the weights (``weightsToHost``) into ``weightsIo``."""
-        for tid, arr in weightsIo.weights.items():
-            if tid not in self._weights:
-                raise popart_exception(
-                    f"{self._kind}.readWeights: '{tid}' is not a weight; weights: "
-                    f"{sorted(self._weights)}"
-                )
-            arr[...] = self._weights[tid].reshape(arr.shape)
-
-    def writeWeights(self, weightsIo: PyWeightsIO) -> None:
-        """Set the host copies of weights (written by the next ``weightsFromHost``)."""
-        for tid, arr in weightsIo.weights.items():
-            if tid not in self._weights:
-                raise popart_exception(
-                    f"{self._kind}.writeWeights: '{tid}' is not a weight; weights: "
-                    f"{sorted(self._weights)}"
-                )
-            want = self._weights[tid].shape
-            if np.shape(arr) != want:
-                raise popart_exception(
-                    f"{self._kind}.writeWeights: '{tid}' needs shape {list(want)}, got "
-                    f"{list(np.shape(arr))}"
-                )
-            self._weights[tid] = np.asarray(arr, self._weights[tid].dtype).copy()
-
-    def resetHostWeights(
-        self,
-        modelProtoOrFilename: Any,
-        ignoreWeightsInModelWithoutCorrespondingHostWeight: bool = False,
-    ) -> None:
-        """Take the weights of another model (same weight ids and shapes) as the host
-        copies; ``weightsFromHost`` then writes them."""
-        model = load_model(modelProtoOrFilename, f"{self._kind}.resetHostWeights")
-        for init in model.graph.initializer:
-            if init.name not in self._weights:
-                if ignoreWeightsInModelWithoutCorrespondingHostWeight:
-                    continue
-                raise popart_exception(
-                    f"{self._kind}.resetHostWeights: the model's weight '{init.name}' is not a "
-                    "weight of this session; hint: "
-                    "ignoreWeightsInModelWithoutCorrespondingHostWeight=True"
-                )
-            self.writeWeights(PyWeightsIO({init.name: numpy_helper.to_array(init)}))
-
-    def modelToHost(self, fn: str) -> None:
-        """Write the model with the device's current weights to the ONNX file ``fn``."""
-        self.weightsToHost()
-        model = onnx.ModelProto()
-        model.CopyFrom(self.model)
-        for init in model.graph.initializer:
-            if init.name in self._weights:
-                init.CopyFrom(numpy_helper.from_array(self._weights[init.name], init.name))
-        onnx.save(model, fn)
-
-    def _anchor_shape(self, a: _Anchor) -> list[int]:
-        art, bps = a.art, self.dataFlow.batchesPerStep
-        shape = list(a.tensor.shape())
-        lead = [self.replicas] if self.replicas > 1 else []
-        if art.id() == "ALL":
-            lead = [n for n in (bps, self.accumulation) if n > 1] + lead
-        elif art.id() == "EVERYN" and bps // art.rp() > 1:
-            lead = [bps // art.rp(), *lead]
-        return [*lead, *shape]
-
-    def initAnchorArrays(self) -> dict[str, np.ndarray]:
-        """Zeroed numpy arrays for the anchors, shaped as PopART shapes them: leading
-        ``[batchesPerStep, accumulationFactor, replicas]`` dimensions for ``ALL``
-        anchors, each only when it is > 1."""
-        self._engine("initAnchorArrays")
-        return {
-            aid: np.zeros(self._anchor_shape(a), _HOST[a.tensor.elementType()])
-            for aid, a in self._anchors.items()
-        }
-
-    def getInfo(self, tensorId: str) -> TensorInfo:
-        """The type and shape of an input or anchor (after ``prepareDevice``)."""
-        if tensorId in self._inputs:
-            i = self._inputs[tensorId]
-            return TensorInfo(_HOST[i.type], i.shape)
-        if tensorId in self._anchors:
-            t = self._anchors[tensorId].tensor
-            return TensorInfo(_HOST[t.elementType()], t.shape())
-        raise popart_exception(f"{self._kind}.getInfo: '{tensorId}' is no input or anchor")
-
-    def _input_shape(self, inp: _Input) -> list[int]:
-        lead = [
-            n for n in (self.dataFlow.batchesPerStep, self.accumulation, self.replicas) if n > 1
-        ]
-        return [*lead, *inp.shape]
-
-    def run(self, stepio: PyStepIO, debugName: str = "") -> None:
-        """Run one step: ``batchesPerStep`` batches from ``stepio.inputs`` into
-        ``stepio.outputs``. Input arrays are ``[batchesPerStep, accumulationFactor,
-        replicas, *shape]``, each leading dimension only when it is > 1.
-
-        Raises
-        ------
-        popart_exception
-            A missing or unknown input, an input of the wrong shape or kind of type, or
-            a missing or wrongly shaped anchor array (all named, with the shapes).
-        """
-        engine = self._engine("run")
-        if not self._loaded:
-            engine.load(self.deviceInfo.device)
-            self._loaded = True
-        what = f"{self._kind}.run"
-        if not isinstance(stepio, PyStepIO):
-            raise popart_exception(f"{what}: expected a popart.PyStepIO")
-        extra = sorted(set(stepio.inputs) - set(self._inputs) - set(self._synthetic))
-        if extra:
-            raise popart_exception(
-                f"{what}: {extra} are not inputs of the model; inputs: {sorted(self._inputs)}"
-            )
-        calls = self.dataFlow.batchesPerStep * self.accumulation * self.replicas
-        for tid, inp in self._inputs.items():
-            if tid not in stepio.inputs:
-                raise popart_exception(
-                    f"{what}: no data for input '{tid}' in the PyStepIO; inputs needed: "
-                    f"{sorted(self._inputs)}"
-                )
-            inp.data, inp.index = self._step_input(tid, inp, stepio.inputs[tid], calls, what), 0
-        for aid, a in self._anchors.items():
-            out = stepio.outputs.get(aid)
-            want = self._anchor_shape(a)
-            if not isinstance(out, np.ndarray) or list(out.shape) != want:
-                got = list(out.shape) if isinstance(out, np.ndarray) else type(out).__name__
-                raise popart_exception(
-                    f"{what}: anchor '{aid}' needs an array of shape {want}, got {got}; hint: "
-                    "session.initAnchorArrays()"
-                )
-            a.out, a.index = out.reshape([-1, *a.tensor.shape()]), 0
-        try:
-            engine.run(0, debugName)
-        except PoplarError as exc:
-            raise popart_exception(f"{what}: {exc}") from None
-
-    def _step_input(self, tid: str, inp: _Input, data: Any, calls: int, what: str) -> np.ndarray:
-        arr = np.asarray(data)
-        host = _HOST[inp.type]
-        want = self._input_shape(inp)
-        if list(arr.shape) != want and not (calls == 1 and list(arr.shape) == [1, *inp.shape]):
-            raise popart_exception(
-                f"{what}: input '{tid}' has shape {list(arr.shape)}; it needs {want} "
-                f"(batchesPerStep={self.dataFlow.batchesPerStep}, accumulationFactor="
-                f"{self.accumulation}, replicas={self.replicas}; dimensions of 1 dropped; "
-                f"tensor shape {inp.shape})"
-            )
-        if np.dtype(host).kind != arr.dtype.kind and not (
-            np.dtype(host).kind == "f" and arr.dtype.kind in "iu"
-        ):
-            raise popart_exception(
-                f"{what}: input '{tid}' is {arr.dtype}; the model's input is {np.dtype(host)}"
-            )
-        return np.ascontiguousarray(arr, dtype=host).reshape([calls, *inp.shape])
-
-    # -------------------------------------------------------------- reports
-    def getSummaryReport(self, resetProfile: bool = True) -> str:
-        """ipusim's profile summary of the graph and the runs so far (text)."""
-        engine = self._engine("getSummaryReport")
-        out = io.StringIO()
-        engine.printProfileSummary(out)
-        return out.getvalue()
-
-    def getGraphReport(self) -> dict[str, Any]:
-        """The graph profile (a dict of JSON types)."""
-        return self._engine("getGraphReport").getGraphProfile()
-
-    def getExecutionReport(self) -> dict[str, Any]:
-        """The execution profile of the runs so far (a dict of JSON types)."""
-        return self._engine("getExecutionReport").getExecutionProfile()
-
-    def getCycleCount(self) -> int:
-        """Simulated cycles of the last ``run``."""
-        runs = self.getExecutionReport().get("runs") or []
-        if not runs:
-            raise popart_exception(f"{self._kind}.getCycleCount: no run yet; call run() first")
-        return int(runs[-1]["cyclesTo"] - runs[-1]["cyclesFrom"])
 
 
 class InferenceSession(_Session):
@@ -1162,7 +697,7 @@ class TrainingSession(_Session):
         engine = self._engine("weightsFromHost")
         for handle, value in self._optimizer_writes(self.optimizer):
             engine.writeTensor(handle, value)
-        for handle, shape, dtype in self._state_handles:
+        for handle, shape, dtype in self._slot_handles:
             engine.writeTensor(handle, np.zeros(shape, dtype))
 
     def _optimizer_writes(self, optimizer: Optimizer) -> list[tuple[str, np.ndarray]]:

@@ -144,12 +144,12 @@ def build_training(
         handle = f"optimizer:{k}:{sc.name}"
         graph.createHostWrite(handle, sc.tensor)
         sc.handle = handle
-    session._state_handles = []
+    session._slot_handles = []
     for k, t in enumerate(lowering.state_tensors()):
         handle = f"optimizerState:{k}"
         graph.createHostWrite(handle, t)
         dtype = np.float32 if t.elementType().name == "FLOAT" else np.float16
-        session._state_handles.append((handle, t.shape(), dtype))
+        session._slot_handles.append((handle, t.shape(), dtype))
     session._compile(session._main_program(step.program, every, post, pre, periods))
 
 

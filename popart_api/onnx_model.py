@@ -1,0 +1,67 @@
+"""Reading an ONNX model for a session: the model from bytes, a ModelProto or a file,
+the element types a device holds, and a node's attributes as Python values."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from popart_api.errors import popart_exception
+from poplar_api import BOOL, FLOAT, HALF, INT
+
+#: ONNX element type -> (device type, host numpy dtype).
+ONNX_TYPES = {
+    onnx.TensorProto.FLOAT: (FLOAT, np.float32),
+    onnx.TensorProto.FLOAT16: (HALF, np.float16),
+    onnx.TensorProto.INT32: (INT, np.int32),
+    onnx.TensorProto.BOOL: (BOOL, np.bool_),
+}
+#: Device type -> host numpy dtype of its arrays.
+HOST_DTYPES = {FLOAT: np.float32, HALF: np.float16, INT: np.int32, BOOL: np.bool_}
+
+
+def load_model(fnModel: Any, what: str) -> onnx.ModelProto:
+    """An ``onnx.ModelProto`` from serialized bytes, a ModelProto or a file path."""
+    if isinstance(fnModel, onnx.ModelProto):
+        return fnModel
+    if isinstance(fnModel, bytes | bytearray):
+        try:
+            return onnx.load_from_string(bytes(fnModel))
+        except Exception as exc:
+            raise popart_exception(
+                f"{what}: the bytes are not a serialized ONNX ModelProto ({exc})"
+            ) from None
+    if isinstance(fnModel, str | os.PathLike):
+        if not os.path.isfile(fnModel):
+            raise popart_exception(
+                f"{what}: model file '{fnModel}' does not exist; hint: pass "
+                "builder.getModelProto() or the path of a file written with onnx.save"
+            )
+        try:
+            return onnx.load(os.fspath(fnModel))
+        except Exception as exc:
+            raise popart_exception(f"{what}: cannot read '{fnModel}' as ONNX ({exc})") from None
+    raise popart_exception(
+        f"{what}: fnModel must be ModelProto bytes or a file path, got {type(fnModel).__name__}"
+    )
+
+
+def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    """The attributes of ``node`` as Python values (tensors as numpy arrays, strings
+    decoded)."""
+    attrs = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        if isinstance(v, onnx.TensorProto):
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, bytes):
+            v = v.decode()
+        attrs[a.name] = v
+    return attrs
+
+
+__all__ = ["HOST_DTYPES", "ONNX_TYPES", "load_model", "node_attrs"]

@@ -1,0 +1,353 @@
+"""A session's traffic with the host: the inputs streamed in each step, the anchors
+streamed out (and the programs copying them), the weights written and read, and the
+reports.
+
+:class:`SessionIO` is the part of a session that the host sees once the model is
+lowered; :class:`~popart_api.session.InferenceSession` and ``TrainingSession`` build
+on it.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from popart_api import ops
+from popart_api.builder import TensorInfo
+from popart_api.dataflow import AnchorReturnType, DataFlow, PyStepIO, PyWeightsIO
+from popart_api.devices import DeviceInfo
+from popart_api.errors import popart_exception
+from popart_api.onnx_model import HOST_DTYPES, load_model
+from popart_api.optimizers import like
+from poplar_api import Engine, Graph, Tensor, popops
+from poplar_api import program as pprog
+from poplar_api.errors import PoplarError
+
+
+class HostInput:
+    """A model input: its stream, device type and per-batch shape."""
+
+    def __init__(self, tid: str, typ: Any, shape: list[int]) -> None:
+        self.id, self.type, self.shape = tid, typ, shape
+        self.data: np.ndarray | None = None
+        self.index = 0
+
+    def fill(self, buffer: np.ndarray) -> None:
+        buffer[...] = self.data[self.index].reshape(buffer.shape)
+        self.index += 1
+
+
+class HostAnchor:
+    """An anchor: its stream and where the values of the current run go."""
+
+    def __init__(self, tid: str, art: AnchorReturnType, t: Tensor) -> None:
+        self.id, self.art, self.tensor = tid, art, t
+        self.out: np.ndarray | None = None
+        self.index = 0
+
+    def take(self, buffer: np.ndarray) -> None:
+        self.out[self.index] = buffer.reshape(self.out.shape[1:])
+        self.index += 1
+
+
+class SessionIO:
+    """Inputs, anchors, weights and reports of a session (see the module doc).
+
+    The session that builds on it sets the attributes below when it is made and when
+    ``prepareDevice`` lowers the model.
+    """
+
+    _kind = "Session"
+    _loaded = False
+    model: onnx.ModelProto
+    dataFlow: DataFlow
+    deviceInfo: DeviceInfo
+    graph: Graph
+    engine: Engine | None
+    replicas: int
+    accumulation: int
+    _inputs: dict[str, HostInput]
+    _synthetic: dict[str, HostInput]
+    _anchors: dict[str, HostAnchor]
+    _weights: dict[str, np.ndarray]
+
+    # ------------------------------------------------------------- anchors
+    def _anchor_tensor(self, aid: str, values: dict) -> Tensor:
+        if aid not in values:
+            raise popart_exception(
+                f"{self._kind}: anchor '{aid}' has no value (a gradient nobody computes?); "
+                "hint: anchor gradients of trained weights or of inputs on the loss's path"
+            )
+        return ops.tensor(self.graph, values[aid], f"anchor/{aid}")
+
+    def _make_anchors(
+        self, values: dict
+    ) -> tuple[pprog.Sequence, pprog.Sequence, pprog.Sequence, pprog.Sequence, set]:
+        """Programs copying anchors out: per micro-batch (ALL, SUM accumulation), per
+        batch (EVERYN), after the step (FINAL, SUM) and at the start (SUM zeroing)."""
+        micro = pprog.Sequence(debugContext="anchors/all")
+        every = pprog.Sequence(debugContext="anchors/everyN")
+        post = pprog.Sequence(debugContext="anchors/final")
+        pre = pprog.Sequence(debugContext="anchors/sumZero")
+        periods = set()
+        graph = self.graph
+        for aid in self.dataFlow.anchors():
+            art = self.dataFlow.art(aid)
+            t = self._anchor_tensor(aid, values)
+            stream = graph.addDeviceToHostFIFO(
+                f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
+            )
+            if art.id() == "ALL":
+                micro.add(pprog.Copy(t, stream))
+            elif art.id() == "FINAL":
+                post.add(pprog.Copy(t, stream))
+            elif art.id() == "EVERYN":
+                periods.add(art.rp())
+                every.add(pprog.Copy(t, stream))
+            else:  # SUM over the step's batches
+                total = like(graph, t, f"anchor/{aid}/sum")
+                popops.zero(graph, total, pre, f"anchor/{aid}/sumZero")
+                popops.addInPlace(graph, total, t, micro, f"anchor/{aid}/sum")
+                post.add(pprog.Copy(total, stream))
+            self._anchors[aid] = HostAnchor(aid, art, t)
+        return micro, every, post, pre, periods
+
+    def _main_program(
+        self,
+        batch: pprog.Program,
+        every: pprog.Sequence,
+        post: pprog.Sequence,
+        pre: pprog.Sequence,
+        periods: set,
+    ) -> pprog.Program:
+        bps = self.dataFlow.batchesPerStep
+        if not periods:
+            return pprog.Sequence(pre, pprog.Repeat(bps, batch), post, debugContext="main")
+        if len(periods) > 1:
+            raise popart_exception(
+                f"{self._kind}: EVERYN anchors with different periods {sorted(periods)} "
+                "are not supported; hint: use one period"
+            )
+        n = periods.pop()
+        if bps % n:
+            raise popart_exception(
+                f"{self._kind}: AnchorReturnType('EVERYN', {n}) needs batchesPerStep "
+                f"({bps}) to be a multiple of {n}"
+            )
+        group = pprog.Sequence(pprog.Repeat(n - 1, batch), batch, every)
+        return pprog.Sequence(pre, pprog.Repeat(bps // n, group), post, debugContext="main")
+
+    # -------------------------------------------------------------------- run
+    def _engine(self, what: str) -> Engine:
+        if self.engine is None:
+            raise popart_exception(f"{self._kind}.{what}: call prepareDevice() first")
+        return self.engine
+
+    def weightsFromHost(self) -> None:
+        """Write the model's weights (initializers) to the device."""
+        engine = self._engine("weightsFromHost")
+        if not self._loaded:
+            engine.load(self.deviceInfo.device)
+            self._loaded = True
+        for tid, arr in self._weights.items():
+            engine.writeTensor(f"weight:{tid}", arr)
+        seed = self.options.randomSeed or 0
+        engine.writeTensor("randomSeed", np.array([seed & 0xFFFFFFFF, 0], np.uint32))
+
+    def weightsToHost(self) -> None:
+        """Read the weights from the device into the session's host copies."""
+        engine = self._engine("weightsToHost")
+        for tid in self._weights:
+            arr = np.asarray(engine.readTensor(f"weightRead:{tid}"))
+            shape = self._weights[tid].shape
+            self._weights[tid] = (
+                arr.reshape(-1, *shape)[0].copy()
+                if self.replicas > 1
+                else arr.reshape(shape).copy()
+            )
+
+    def readWeights(self, weightsIo: PyWeightsIO) -> None:
+        """Copy the host copies of the weights (``weightsToHost``) into ``weightsIo``."""
+        for tid, arr in weightsIo.weights.items():
+            if tid not in self._weights:
+                raise popart_exception(
+                    f"{self._kind}.readWeights: '{tid}' is not a weight; weights: "
+                    f"{sorted(self._weights)}"
+                )
+            arr[...] = self._weights[tid].reshape(arr.shape)
+
+    def writeWeights(self, weightsIo: PyWeightsIO) -> None:
+        """Set the host copies of weights (written by the next ``weightsFromHost``)."""
+        for tid, arr in weightsIo.weights.items():
+            if tid not in self._weights:
+                raise popart_exception(
+                    f"{self._kind}.writeWeights: '{tid}' is not a weight; weights: "
+                    f"{sorted(self._weights)}"
+                )
+            want = self._weights[tid].shape
+            if np.shape(arr) != want:
+                raise popart_exception(
+                    f"{self._kind}.writeWeights: '{tid}' needs shape {list(want)}, got "
+                    f"{list(np.shape(arr))}"
+                )
+            self._weights[tid] = np.asarray(arr, self._weights[tid].dtype).copy()
+
+    def resetHostWeights(
+        self,
+        modelProtoOrFilename: Any,
+        ignoreWeightsInModelWithoutCorrespondingHostWeight: bool = False,
+    ) -> None:
+        """Take the weights of another model (same weight ids and shapes) as the host
+        copies; ``weightsFromHost`` then writes them."""
+        model = load_model(modelProtoOrFilename, f"{self._kind}.resetHostWeights")
+        for init in model.graph.initializer:
+            if init.name not in self._weights:
+                if ignoreWeightsInModelWithoutCorrespondingHostWeight:
+                    continue
+                raise popart_exception(
+                    f"{self._kind}.resetHostWeights: the model's weight '{init.name}' is not a "
+                    "weight of this session; hint: "
+                    "ignoreWeightsInModelWithoutCorrespondingHostWeight=True"
+                )
+            self.writeWeights(PyWeightsIO({init.name: numpy_helper.to_array(init)}))
+
+    def modelToHost(self, fn: str) -> None:
+        """Write the model with the device's current weights to the ONNX file ``fn``."""
+        self.weightsToHost()
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        for init in model.graph.initializer:
+            if init.name in self._weights:
+                init.CopyFrom(numpy_helper.from_array(self._weights[init.name], init.name))
+        onnx.save(model, fn)
+
+    def _anchor_shape(self, a: HostAnchor) -> list[int]:
+        art, bps = a.art, self.dataFlow.batchesPerStep
+        shape = list(a.tensor.shape())
+        lead = [self.replicas] if self.replicas > 1 else []
+        if art.id() == "ALL":
+            lead = [n for n in (bps, self.accumulation) if n > 1] + lead
+        elif art.id() == "EVERYN" and bps // art.rp() > 1:
+            lead = [bps // art.rp(), *lead]
+        return [*lead, *shape]
+
+    def initAnchorArrays(self) -> dict[str, np.ndarray]:
+        """Zeroed numpy arrays for the anchors, shaped as PopART shapes them: leading
+        ``[batchesPerStep, accumulationFactor, replicas]`` dimensions for ``ALL``
+        anchors, each only when it is > 1."""
+        self._engine("initAnchorArrays")
+        return {
+            aid: np.zeros(self._anchor_shape(a), HOST_DTYPES[a.tensor.elementType()])
+            for aid, a in self._anchors.items()
+        }
+
+    def getInfo(self, tensorId: str) -> TensorInfo:
+        """The type and shape of an input or anchor (after ``prepareDevice``)."""
+        if tensorId in self._inputs:
+            i = self._inputs[tensorId]
+            return TensorInfo(HOST_DTYPES[i.type], i.shape)
+        if tensorId in self._anchors:
+            t = self._anchors[tensorId].tensor
+            return TensorInfo(HOST_DTYPES[t.elementType()], t.shape())
+        raise popart_exception(f"{self._kind}.getInfo: '{tensorId}' is no input or anchor")
+
+    def _input_shape(self, inp: HostInput) -> list[int]:
+        lead = [
+            n for n in (self.dataFlow.batchesPerStep, self.accumulation, self.replicas) if n > 1
+        ]
+        return [*lead, *inp.shape]
+
+    def run(self, stepio: PyStepIO, debugName: str = "") -> None:
+        """Run one step: ``batchesPerStep`` batches from ``stepio.inputs`` into
+        ``stepio.outputs``. Input arrays are ``[batchesPerStep, accumulationFactor,
+        replicas, *shape]``, each leading dimension only when it is > 1.
+
+        Raises
+        ------
+        popart_exception
+            A missing or unknown input, an input of the wrong shape or kind of type, or
+            a missing or wrongly shaped anchor array (all named, with the shapes).
+        """
+        engine = self._engine("run")
+        if not self._loaded:
+            engine.load(self.deviceInfo.device)
+            self._loaded = True
+        what = f"{self._kind}.run"
+        if not isinstance(stepio, PyStepIO):
+            raise popart_exception(f"{what}: expected a popart.PyStepIO")
+        extra = sorted(set(stepio.inputs) - set(self._inputs) - set(self._synthetic))
+        if extra:
+            raise popart_exception(
+                f"{what}: {extra} are not inputs of the model; inputs: {sorted(self._inputs)}"
+            )
+        calls = self.dataFlow.batchesPerStep * self.accumulation * self.replicas
+        for tid, inp in self._inputs.items():
+            if tid not in stepio.inputs:
+                raise popart_exception(
+                    f"{what}: no data for input '{tid}' in the PyStepIO; inputs needed: "
+                    f"{sorted(self._inputs)}"
+                )
+            inp.data, inp.index = self._step_input(tid, inp, stepio.inputs[tid], calls, what), 0
+        for aid, a in self._anchors.items():
+            out = stepio.outputs.get(aid)
+            want = self._anchor_shape(a)
+            if not isinstance(out, np.ndarray) or list(out.shape) != want:
+                got = list(out.shape) if isinstance(out, np.ndarray) else type(out).__name__
+                raise popart_exception(
+                    f"{what}: anchor '{aid}' needs an array of shape {want}, got {got}; hint: "
+                    "session.initAnchorArrays()"
+                )
+            a.out, a.index = out.reshape([-1, *a.tensor.shape()]), 0
+        try:
+            engine.run(0, debugName)
+        except PoplarError as exc:
+            raise popart_exception(f"{what}: {exc}") from None
+
+    def _step_input(self, tid: str, inp: HostInput, data: Any, calls: int, what: str) -> np.ndarray:
+        arr = np.asarray(data)
+        host = HOST_DTYPES[inp.type]
+        want = self._input_shape(inp)
+        if list(arr.shape) != want and not (calls == 1 and list(arr.shape) == [1, *inp.shape]):
+            raise popart_exception(
+                f"{what}: input '{tid}' has shape {list(arr.shape)}; it needs {want} "
+                f"(batchesPerStep={self.dataFlow.batchesPerStep}, accumulationFactor="
+                f"{self.accumulation}, replicas={self.replicas}; dimensions of 1 dropped; "
+                f"tensor shape {inp.shape})"
+            )
+        if np.dtype(host).kind != arr.dtype.kind and not (
+            np.dtype(host).kind == "f" and arr.dtype.kind in "iu"
+        ):
+            raise popart_exception(
+                f"{what}: input '{tid}' is {arr.dtype}; the model's input is {np.dtype(host)}"
+            )
+        return np.ascontiguousarray(arr, dtype=host).reshape([calls, *inp.shape])
+
+    # -------------------------------------------------------------- reports
+    def getSummaryReport(self, resetProfile: bool = True) -> str:
+        """ipusim's profile summary of the graph and the runs so far (text)."""
+        engine = self._engine("getSummaryReport")
+        out = io.StringIO()
+        engine.printProfileSummary(out)
+        return out.getvalue()
+
+    def getGraphReport(self) -> dict[str, Any]:
+        """The graph profile (a dict of JSON types)."""
+        return self._engine("getGraphReport").getGraphProfile()
+
+    def getExecutionReport(self) -> dict[str, Any]:
+        """The execution profile of the runs so far (a dict of JSON types)."""
+        return self._engine("getExecutionReport").getExecutionProfile()
+
+    def getCycleCount(self) -> int:
+        """Simulated cycles of the last ``run``."""
+        runs = self.getExecutionReport().get("runs") or []
+        if not runs:
+            raise popart_exception(f"{self._kind}.getCycleCount: no run yet; call run() first")
+        return int(runs[-1]["cyclesTo"] - runs[-1]["cyclesFrom"])
+
+
+__all__ = ["HostAnchor", "HostInput", "SessionIO"]
