@@ -47,7 +47,13 @@ from poplar_api.codelet import VertexType, collect_codelets, vertex_type
 from poplar_api.device import Device, Target
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.fields import FieldSpec
-from poplar_api.graph_bulk import MAX_ESTIMATE, OUTSIDE, BulkGraphMethods, VertexRange
+from poplar_api.graph_bulk import (
+    MAX_ESTIMATE,
+    OUTSIDE,
+    BulkGraphMethods,
+    Segments,
+    VertexRange,
+)
 from poplar_api.lowering.context import wide_ids
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
@@ -1223,6 +1229,7 @@ __all__ = [
     "Graph",
     "NonReplicatedView",
     "ReplicatedStreamMode",
+    "Segments",
     "VertexRange",
     "VertexRef",
 ]

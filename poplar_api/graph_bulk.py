@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from poplar_api.device import Target
     from poplar_api.graph import ComputeSet, Graph, VertexRef
 
-__all__ = ["OUTSIDE", "UNMAPPED", "BulkGraphMethods", "VertexRange"]
+__all__ = ["OUTSIDE", "UNMAPPED", "BulkGraphMethods", "Segments", "VertexRange"]
 
 #: :meth:`BulkGraphMethods.elementTiles` of an element mapped to a tile that is not one
 #: of the graph's own (a virtual graph's tensor element on another part of the device).
@@ -55,6 +55,71 @@ def _int_array(values: Any, what: str) -> np.ndarray:
             "an int array (e.g. numpy int64)"
         )
     return arr.astype(np.int64, copy=False)
+
+
+class Segments:
+    """Connections of different lengths for :meth:`BulkGraphMethods.addVertices`:
+    consecutive pieces of a tensor's flattened elements, taken in order.
+
+    Parameters
+    ----------
+    t
+        The tensor; its flattened elements (row-major) are dealt out in order.
+    sizes
+        Elements of each piece; they add up to ``t.numElements()``.
+    vectors
+        None: vertex ``i`` gets piece ``i`` (a Vector field's vector; one element for a
+        scalar field; a VectorList field's only vector). Else, for a VectorList field,
+        vertex ``i`` gets the next ``vectors[i]`` pieces as its vectors
+        (``sum(vectors) == len(sizes)``).
+    """
+
+    __slots__ = ("sizes", "tensor", "vectors")
+
+    def __init__(self, t: Tensor, sizes: Any, vectors: Any = None) -> None:
+        if not isinstance(t, Tensor):
+            raise GraphError(f"Segments: expected a Tensor, got {type(t).__name__}")
+        self.tensor = t
+        self.sizes = _int_array(sizes, f"Segments of tensor '{t.name}': sizes").reshape(-1)
+        self.vectors = (
+            None
+            if vectors is None
+            else _int_array(vectors, f"Segments of tensor '{t.name}': vectors").reshape(-1)
+        )
+        what = f"Segments of tensor '{t.name}' ({t.numElements()} elements)"
+        if self.sizes.size and int(self.sizes.min()) < 0:
+            raise GraphError(f"{what}: piece sizes must be >= 0, found {int(self.sizes.min())}")
+        if int(self.sizes.sum()) != t.numElements():
+            raise GraphError(
+                f"{what}: the pieces hold {int(self.sizes.sum())} elements; they must cover "
+                f"the tensor's {t.numElements()} exactly"
+            )
+        if self.vectors is not None and (
+            int(self.vectors.sum()) != self.sizes.size
+            or (self.vectors.size and int(self.vectors.min()) < 0)
+        ):
+            raise GraphError(
+                f"{what}: vectors {self.vectors.tolist()[:8]} must be >= 0 and add up to the "
+                f"{self.sizes.size} pieces"
+            )
+
+    def count(self) -> int:
+        """Vertices the segments feed."""
+        return int(self.sizes.size if self.vectors is None else self.vectors.size)
+
+    def __repr__(self) -> str:
+        return f"Segments('{self.tensor.name}', {self.sizes.size} pieces)"
+
+
+def _runs_of(ids: np.ndarray, begins: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Whether each piece ``ids[begins[i] : begins[i] + sizes[i]]`` is a run of
+    consecutive ids (empty pieces are not)."""
+    if ids.size == 0:
+        return np.zeros(sizes.size, bool)
+    breaks = np.concatenate(([0], np.cumsum(ids[1:] - ids[:-1] != 1)))
+    last = np.maximum(begins + sizes - 1, 0)
+    safe = np.minimum(begins, ids.size - 1)
+    return (sizes > 0) & (breaks[np.minimum(last, ids.size - 1)] == breaks[safe])
 
 
 class VertexRange(Sequence):
@@ -336,8 +401,9 @@ class BulkGraphMethods:
         connections
             Field name -> a Tensor whose first dimension is ``n`` (row ``i`` goes to
             vertex ``i``: the vector of a Vector field, shape ``[n]`` for a scalar field,
-            one vector of a VectorList field), or a sequence of ``n`` values (what
-            ``addVertex`` takes for the field, per vertex).
+            one vector of a VectorList field), :class:`Segments` (pieces of different
+            lengths, in order), or a sequence of ``n`` values (what ``addVertex`` takes
+            for the field, per vertex).
         perfEstimates
             None (the type's estimator), one cycle count for all, or ``n`` of them.
 
@@ -392,12 +458,55 @@ class BulkGraphMethods:
         # check every connection before adding anything
         #: (field, vertices (None: all), run begins, run ends)
         run_fields: list[tuple[str, np.ndarray | None, np.ndarray, np.ndarray]] = []
-        #: (field, vertices, index array whose row i is vertex i's ids)
-        id_fields: list[tuple[str, np.ndarray, np.ndarray]] = []
+        #: (field, vertices, the ids each of them gets)
+        id_fields: list[tuple[str, np.ndarray, list[np.ndarray]]] = []
         per_vertex: list[tuple[Any, Any]] = []  # (spec, sequence of n addVertex values)
+        #: (field, per-vertex piece begins, sizes, vectors, flat ids) of VectorList segments
+        list_fields: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         for name, value in (connections or {}).items():
             spec = vt.field(name)  # raises, listing the fields, when unknown
             where = f"{what} field '{name}'"
+            if isinstance(value, Segments):
+                t = self.checkTensor(value.tensor, where)
+                if value.count() != n:
+                    raise GraphError(
+                        f"{where}: {value!r} feeds {value.count()} vertices but {n} are added; "
+                        "hint: one piece (or one count of vectors) per vertex"
+                    )
+                sizes = value.sizes
+                begins = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+                if spec.kind == "vectorlist" or value.vectors is not None:
+                    if spec.kind != "vectorlist":
+                        raise GraphError(
+                            f"{where}: Segments with vectors feed VectorList fields; this one "
+                            f"is {spec.describe()}"
+                        )
+                    spec.check(sizes.tolist()[:1], t._type, where)
+                    vectors = np.ones(n, np.int64) if value.vectors is None else value.vectors
+                    list_fields.append((name, begins, sizes, vectors, t.flat_index()))
+                    continue
+                if spec.kind == "scalar" and sizes.size and (sizes != 1).any():
+                    k = int(np.flatnonzero(sizes != 1)[0])
+                    spec.check(int(sizes[k]), t._type, f"{where} (vertex {k})")
+                spec.check(1 if spec.kind == "scalar" else 0, t._type, where)
+                if t._start >= 0:
+                    run_fields.append((name, None, t._start + begins, t._start + begins + sizes))
+                    continue
+                ids = t.flat_index()
+                is_run = _runs_of(ids, begins, sizes)
+                if is_run.any():
+                    sel = None if is_run.all() else np.flatnonzero(is_run)
+                    b = begins if sel is None else begins[sel]  # pieces of >= 1 element
+                    k = sizes if sel is None else sizes[sel]
+                    run_fields.append((name, sel, ids[b], ids[b] + k))
+                if not is_run.all():
+                    rest = np.flatnonzero(~is_run)
+                    pieces = [
+                        ids[o : o + k]
+                        for o, k in zip(begins[rest].tolist(), sizes[rest].tolist(), strict=True)
+                    ]
+                    id_fields.append((name, rest, pieces))
+                continue
             if not isinstance(value, Tensor):
                 if isinstance(value, str | bytes) or not isinstance(value, Sequence):
                     raise GraphError(
@@ -435,7 +544,8 @@ class BulkGraphMethods:
             if is_run.any():
                 sel = np.flatnonzero(is_run)
                 run_fields.append((name, sel, ix[sel, 0], ix[sel, 0] + row_len))
-            id_fields.append((name, np.flatnonzero(~is_run), t._index))
+            rest = np.flatnonzero(~is_run)
+            id_fields.append((name, rest, [t._index[i] for i in rest.tolist()]))
         table = state.vertices
         first = table.extend(vt, cs.id, roots, estimates)
         try:
@@ -446,9 +556,22 @@ class BulkGraphMethods:
                     rows = type_rows if sel is None else type_rows[sel]
                     table.set_runs(vt, rows, name, begins, ends)
             extra = table.extra
-            for name, sel, index in id_fields:
-                for i in sel.tolist():  # what addVertex keeps of row i: its index array
-                    extra.setdefault(first + i, {})[name] = index[i]
+            for name, sel, rows in id_fields:
+                # what addVertex keeps of a connection that is not a run: its index array
+                for i, row in zip(sel.tolist(), rows, strict=True):
+                    extra.setdefault(first + i, {})[name] = row
+            sizes_of = table.list_sizes
+            for name, begins, sizes, vectors, ids in list_fields:
+                b, k = begins.tolist(), sizes.tolist()
+                at = 0
+                for i, count in enumerate(vectors.tolist()):
+                    vid = first + i
+                    extra.setdefault(vid, {})[name] = [
+                        ids[o : o + m]
+                        for o, m in zip(b[at : at + count], k[at : at + count], strict=True)
+                    ]
+                    sizes_of.setdefault(vid, {})[name] = count
+                    at += count
             for spec, values in per_vertex:
                 for i, value in enumerate(values):
                     self._connect_field(table[first + i], spec, value)

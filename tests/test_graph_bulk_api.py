@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 from poplar_api import FLOAT, INT, Graph, IPUModel
 from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import GraphError, TensorError, TensorIndexError, TypeMismatchError
-from poplar_api.graph import OUTSIDE, VertexRange
+from poplar_api.graph import OUTSIDE, Segments, VertexRange
+from poplar_api.tensor import concat
 from poplar_api.vertices import UNMAPPED
 
 
@@ -165,8 +168,6 @@ def test_add_vertices_equals_add_vertex_calls(layout: str) -> None:
         elif layout == "transposed":
             src, dst = y.transpose(), x
         else:  # rows 0, 2, 4 are runs of ids, rows 1, 3 are not
-            from poplar_api.tensor import concat
-
             rows = [x[i] if i % 2 == 0 else y.transpose()[i] for i in range(n)]
             src, dst = concat([r.expand([0]) for r in rows]), x
         conns = {"in": src, "out": dst, "k": k}
@@ -201,6 +202,60 @@ def test_add_vertices_vector_list_and_per_vertex_values() -> None:
                 g.setTileMapping(v, i + 4)
         built.append(_vertices(g))
     assert built[0] == built[1]
+
+
+def test_add_vertices_segments_equal_add_vertex_calls() -> None:
+    sizes = [3, 0, 2, 4, 1]
+    vectors = [2, 0, 3]  # VectorList vertices: 2, 0 and 3 of the pieces
+    built = []
+    for bulk in (True, False):
+        g = _graph()
+        cs = g.addComputeSet("cs")
+        x = g.addVariable(FLOAT, [10], "x")
+        y = g.addVariable(FLOAT, [2, 5], "y")
+        k = g.addVariable(FLOAT, [5], "k")
+        scattered = y.transpose().flatten()  # ids 5, 0, 6, 1, ...: runs of one only
+        mixed = concat([x.slice(0, 3), scattered.slice(0, 2), x.slice(3, 8)])
+        offsets = np.concatenate(([0], np.cumsum(sizes)))
+        if bulk:
+            g.addVertices(
+                cs,
+                "Scale",
+                [0, 1, 2, 3, 4],
+                {"in": Segments(x, sizes), "out": Segments(mixed, sizes), "k": k},
+            )
+            g.addVertices(
+                cs,
+                Gather,
+                [5, 6, 7],
+                {
+                    "parts": Segments(scattered, sizes, vectors),
+                    "out": Segments(x.slice(0, 3), [1, 1, 1]),
+                },
+            )
+        else:
+            for i, (a, b) in enumerate(itertools.pairwise(offsets.tolist())):
+                v = g.addVertex(
+                    cs, "Scale", {"in": x.slice(a, b), "out": mixed.slice(a, b), "k": k[i]}
+                )
+                g.setTileMapping(v, i)
+            at = 0
+            for i, count in enumerate(vectors):
+                parts = [
+                    scattered.slice(a, b)
+                    for a, b in itertools.pairwise(offsets[at : at + count + 1].tolist())
+                ]
+                v = g.addVertex(cs, Gather, {"parts": parts, "out": x.slice(i, i + 1)})
+                g.setTileMapping(v, 5 + i)
+                at += count
+        built.append(_vertices(g))
+    assert built[0] == built[1]
+    g = _graph()
+    x = g.addVariable(FLOAT, [4], "x")
+    with pytest.raises(GraphError, match="pieces hold 3 elements"):
+        Segments(x, [1, 2])
+    with pytest.raises(GraphError, match=r"feeds 2 vertices but 3 are added"):
+        g.addVertices(g.addComputeSet("c"), "Scale", [0, 0, 0], {"in": Segments(x, [2, 2])})
 
 
 def test_add_vertices_errors_leave_the_graph_unchanged() -> None:
