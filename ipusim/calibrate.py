@@ -51,15 +51,8 @@ from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BeforeValidator
 
 from ipusim import ir
-from ipusim.config import (
-    MachineConfig,
-    _all_leaf_paths,
-    _section_model,
-    _suggest,
-    list_presets,
-    load_config,
-    with_overrides,
-)
+from ipusim.config import MachineConfig, list_presets, load_config, with_overrides
+from ipusim.config_sections import leaf_paths, section_model, suggest_path
 from ipusim.errors import ConfigError, IpusimError
 
 if TYPE_CHECKING:
@@ -168,7 +161,7 @@ class _Schema:
 
 def _field_info(path: str) -> Any:
     parts = tuple(path.split("."))
-    model = _section_model(parts[:-1])
+    model = section_model(parts[:-1])
     return None if model is None else model.model_fields.get(parts[-1])
 
 
@@ -299,7 +292,7 @@ def resolve_parameters(
             "no parameters to fit; expected at least one dotted config path, e.g. "
             "exchange.bytes_per_cycle or sync.min_sync_delay_cycles"
         )
-    leaves = set(_all_leaf_paths())
+    leaves = set(leaf_paths())
     out: list[Parameter] = []
     seen: set[str] = set()
     for spec in parameters:
@@ -314,7 +307,7 @@ def resolve_parameters(
         path = path.strip()
         if path not in leaves:
             raise CalibrationError(
-                f"parameter {path!r}: unknown config path; {_suggest(tuple(path.split('.')))}"
+                f"parameter {path!r}: unknown config path; {suggest_path(tuple(path.split('.')))}"
             )
         if path in seen:
             raise CalibrationError(f"parameter {path}: given twice; expected each path once")
@@ -766,12 +759,12 @@ class CalibrationResult:
             reference = load_config(self.extends)
             paths = [
                 p
-                for p in _all_leaf_paths()
+                for p in leaf_paths()
                 if p not in ("name", "description")
                 and (p in fitted or _lookup(self.config, p) != _lookup(reference, p))
             ]
         else:
-            paths = list(_all_leaf_paths())
+            paths = list(leaf_paths())
         for path in paths:
             node = changed
             parts = path.split(".")

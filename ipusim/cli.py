@@ -15,8 +15,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from ipusim import __version__
 from ipusim.calibrate import register as register_calibrate
 from ipusim.compare import register as register_compare
@@ -25,10 +23,10 @@ from ipusim.config import (
     config_to_yaml,
     list_presets,
     load_config,
-    load_yaml_text,
+    parse_overrides,
     preset_path,
 )
-from ipusim.errors import ConfigError, IpusimError
+from ipusim.errors import IpusimError
 from ipusim.runner import register as register_run
 from ipusim.sweep.cli import normalize_argv as normalize_sweep_argv
 from ipusim.sweep.cli import register as register_sweep
@@ -39,32 +37,8 @@ _Subparsers = Any  # argparse's _SubParsersAction is private
 
 
 # ipusim config ----------------------------------------------------------------------------
-def _parse_set(items: list[str]) -> dict[str, Any]:
-    """``["tile.clock_hz=1.85 GHz", "num_ipus=2"]`` -> dotted overrides (YAML values)."""
-    overrides: dict[str, Any] = {}
-    problems = []
-    for item in items:
-        path, sep, text = item.partition("=")
-        if not sep or not path.strip():
-            problems.append(
-                f"--set: found {item!r}; expected PATH=VALUE, e.g. sync.min_sync_delay_cycles=0"
-            )
-            continue
-        try:
-            value = load_yaml_text(text, f"--set {path.strip()}") if text.strip() else text
-        except yaml.YAMLError:  # not YAML: the text itself (e.g. a quantity such as 1:2)
-            value = text
-        except ConfigError as exc:  # duplicate keys, an alias bomb, ...
-            problems += exc.problems
-            continue
-        overrides[path.strip()] = value
-    if problems:
-        raise ConfigError(problems, header="invalid command line overrides")
-    return overrides
-
-
 def _config_show(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, overrides=_parse_set(args.set or []))
+    cfg = load_config(args.config, overrides=parse_overrides(args.set or []))
     sys.stdout.write(config_to_yaml(cfg))
     sys.stdout.write(f"hash: {config_hash(cfg)}\n")
     return 0

@@ -10,6 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (ending in ``...``), for an error line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class IpusimError(Exception):
     """Base class of every error raised by :mod:`ipusim`."""
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ipusim import ir
-from ipusim.config import MachineConfig, load_config
+from ipusim.config import MachineConfig, load_config, parse_overrides
 from ipusim.dataplane import ScriptedDataPlane
 from ipusim.errors import IpusimError
 from ipusim.trace import Trace
@@ -327,9 +327,7 @@ def add_workload_arguments(parser: Any) -> None:
 
 def run_from_arguments(spec: str, args: argparse.Namespace, quiet: bool = True) -> RunResult:
     """Run workload ``spec`` with the options of :func:`add_workload_arguments`."""
-    from ipusim.cli import _parse_set  # the CLI imports this module; import lazily
-
-    cfg = load_config(args.config, overrides=_parse_set(args.set or []))
+    cfg = load_config(args.config, overrides=parse_overrides(args.set or []))
     return run_workload(
         spec,
         cfg,

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator
 
 from ipusim.errors import IpusimError
+from ipusim.errors import short_repr as _short
 
 __all__ = [
     "Bytes",
@@ -186,11 +187,6 @@ def parse_quantity(value: Any, kind: Kind) -> Fraction:
             )
         magnitude *= factor
     return _in_range(magnitude, value)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _in_range(amount: Fraction, value: Any) -> Fraction:

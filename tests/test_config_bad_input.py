@@ -17,14 +17,8 @@ from annotated_types import Le
 from pydantic import BaseModel
 
 from ipusim.cli import main
-from ipusim.config import (
-    MAX_CLOCK_HZ,
-    MAX_CYCLES,
-    MAX_SECONDS,
-    MachineConfig,
-    load_config,
-    load_yaml_text,
-)
+from ipusim.config import MachineConfig, load_config, load_yaml_text
+from ipusim.config_limits import MAX_CLOCK_HZ, MAX_CYCLES, MAX_SECONDS
 from ipusim.errors import ConfigError
 
 INT64_MAX = np.iinfo(np.int64).max

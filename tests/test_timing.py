@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from ipusim import ir
-from ipusim.config import _all_leaf_paths, load_config
+from ipusim.config import load_config
+from ipusim.config_sections import leaf_paths
 from ipusim.errors import ConfigError
 from ipusim.exchange.internal import phase_cycles
 from ipusim.machine import Machine
@@ -131,7 +132,7 @@ def test_a_stream_copy_with_its_own_exchange_has_no_tile_floor():
 _NOT_TIMING = {"name", "description", "provenance"}
 
 
-@pytest.mark.parametrize("path", _all_leaf_paths())
+@pytest.mark.parametrize("path", leaf_paths())
 def test_every_config_leaf_is_read_by_the_code(path):
     leaf = path.rsplit(".", 1)[-1]
     if leaf in _NOT_TIMING:

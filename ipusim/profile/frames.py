@@ -7,11 +7,15 @@ finds the longest steps, ``tiles_frame(trace)`` the busiest tiles.
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from ipusim.trace import PHASES, Trace
+from ipusim.ir import PHASES
+
+if TYPE_CHECKING:  # a trace shows itself through trace_html, so Trace is named for types only
+    from ipusim.trace import Trace
 
 __all__ = [
     "IPU_COLUMNS",

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ipusim.errors import IpusimError
+from ipusim.errors import IpusimError, short_repr
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -129,9 +129,8 @@ class AnalysisError(IpusimError, ValueError):
 
 
 # ------------------------------------------------------------------------- loading
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(value: Any) -> str:
+    return short_repr(value, 80)
 
 
 def _row_label(df: pd.DataFrame, index: Hashable) -> str:

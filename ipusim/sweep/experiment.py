@@ -56,16 +56,10 @@ from pydantic import (
     model_validator,
 )
 
-from ipusim.config import (
-    MachineConfig,
-    _all_leaf_paths,
-    _suggest,
-    list_presets,
-    load_config,
-    load_yaml_text,
-    with_overrides,
-)
+from ipusim.config import MachineConfig, list_presets, load_config, load_yaml_text, with_overrides
+from ipusim.config_sections import leaf_paths, suggest_path
 from ipusim.errors import ConfigError, IpusimError
+from ipusim.errors import short_repr as _show
 from ipusim.runner import workload_stem
 from ipusim.sweep.workloads import WorkloadSource, canonical_json, resolve_workload
 
@@ -378,11 +372,6 @@ def _schema_problem(label: str, error: Mapping[str, Any]) -> str:
     return f"{label}: {where}: found {_show(value)}; {message[:1].lower()}{message[1:]}{tail}"
 
 
-def _show(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _read(source: str | os.PathLike[str]) -> tuple[dict[str, Any], str, Path]:
     path = Path(source)
     label = str(path)
@@ -561,7 +550,7 @@ def _load_base(
 
 def _check_axes(exp: Experiment, label: str) -> list[str]:
     problems: list[str] = []
-    leaves = set(_all_leaf_paths())
+    leaves = set(leaf_paths())
     fixed: dict[str, Any] = {}  # config.set without its unknown paths (reported once)
     for key, value in exp.config.set.items():
         if key in leaves:
@@ -569,7 +558,7 @@ def _check_axes(exp: Experiment, label: str) -> list[str]:
         else:
             problems.append(
                 f"{label}: config.set: {key!r} is not a config field (found with value "
-                f"{_show(value)}); {_suggest(tuple(str(key).split('.')))}"
+                f"{_show(value)}); {suggest_path(tuple(str(key).split('.')))}"
             )
     bases: dict[str, MachineConfig] = {}
     base_values: list[Any] = [exp.config.base]
@@ -615,7 +604,7 @@ def _check_axes(exp: Experiment, label: str) -> list[str]:
         if axis.kind == "config":
             continue  # checked with the bases above
         if axis.path not in leaves:
-            hint = _suggest(tuple(axis.path.split(".")), ("config", "workload"))
+            hint = suggest_path(tuple(axis.path.split(".")), ("config", "workload"))
             problems.append(
                 f"{where}: {axis.path!r} is not a config field nor workload.<param> nor "
                 f"'config'; {hint} (every field: ipusim config show {exp.config.base})"
