@@ -1,4 +1,5 @@
-"""Tile-layout helpers shared by the popnn and poprand library functions."""
+"""Tile-layout helpers shared by the popnn and poprand library functions, on the
+Graph's public bulk API (``elementTiles``, ``mapElements``, ``setTileMapping``)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,48 @@ from poplar_api.program import Sequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import Type
 
-__all__ = ["check_sequence", "clone_like", "element_tiles", "place", "tile_groups", "view"]
+__all__ = [
+    "check_sequence",
+    "clone_like",
+    "element_tiles",
+    "local_tiles",
+    "place",
+    "tile_groups",
+    "view",
+]
 
 
-def element_tiles(graph: Graph, t: Tensor, what: str) -> np.ndarray:
-    """Root tile of every flat element of ``t``; unmapped elements are an error."""
-    tiles = graph._state.space(t.elementType()).tile[t.flat_index()].astype(np.int64)
-    if (tiles < 0).any():
-        first = int(np.flatnonzero(tiles < 0)[0])
+def _unmapped_error(t: Tensor, tiles: np.ndarray, what: str) -> None:
+    bad = tiles == -1
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
         raise GraphError(
             f"{what}: element {first} of tensor '{t.name}' is not mapped to a tile; hint: "
             f"map it with graph.setTileMapping first"
         )
+
+
+def element_tiles(graph: Graph, t: Tensor, what: str) -> np.ndarray:
+    """Top-level tile of every flat element of ``t``; unmapped elements are an error."""
+    tiles = graph.getTopLevelGraph().elementTiles(t)
+    _unmapped_error(t, tiles, what)
     return tiles
+
+
+def local_tiles(graph: Graph, t: Tensor, what: str) -> np.ndarray:
+    """Tile of every flat element of ``t`` in ``graph``'s numbering (a copy the caller
+    may change); an element unmapped or on a tile outside a virtual ``graph`` is an
+    error."""
+    tiles = graph.elementTiles(t)
+    _unmapped_error(t, tiles, what)
+    if tiles.size and int(tiles.min()) < 0:
+        first = int(np.flatnonzero(tiles < 0)[0])
+        raise GraphError(
+            f"{what}: element {first} of tensor '{t.name}' is mapped to a tile outside "
+            f"this virtual graph's tiles; hint: map it to one of the graph's "
+            f"{graph.getTarget().getNumTiles()} tiles"
+        )
+    return np.array(tiles, np.int64)
 
 
 def tile_groups(tiles: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -35,9 +65,9 @@ def tile_groups(tiles: np.ndarray) -> list[tuple[int, np.ndarray]]:
 
 def clone_like(graph: Graph, t: Tensor, type_: Type, name: str, what: str) -> Tensor:
     """A new variable of ``t``'s shape and ``type_``, mapped element by element like ``t``."""
-    tiles = element_tiles(graph, t, what)
+    tiles = local_tiles(graph, t, what)
     out = graph.addVariable(type_, t.shape(), name)
-    graph._state.space(type_).tile[out.flat_index()] = tiles
+    graph.mapElements(out, tiles)
     return out
 
 
@@ -52,10 +82,17 @@ def check_sequence(prog: object, what: str) -> Sequence:
 
 
 def view(graph: Graph, type_: Type, ids: np.ndarray, name: str) -> Tensor:
-    """A tensor over element ids ``ids`` of ``type_`` (a gather view, no copy)."""
+    """A tensor over element ids ``ids`` of ``type_`` (a gather view, no copy).
+
+    Prefer :meth:`Tensor.elements` (positions within a tensor, no element ids)."""
     return Tensor(graph._state, type_, np.asarray(ids, np.int64), name)
 
 
 def place(graph: Graph, vertex: object, tile: int) -> None:
-    """Map a vertex to root tile ``tile``."""
-    graph._state.vertices[vertex.id].tile = int(tile)
+    """Map a vertex to top-level tile ``tile`` (one of ``graph``'s tiles)."""
+    roots = graph.rootTiles()
+    local = int(tile) - int(roots[0]) if roots.size else int(tile)
+    if not (0 <= local < roots.size and int(roots[local]) == int(tile)):
+        hit = np.flatnonzero(roots == int(tile))
+        local = int(hit[0]) if hit.size else -1
+    graph.setTileMapping(vertex, local)

@@ -1,0 +1,470 @@
+"""Pooling planning (``lib/popnn/PoolVertices.cpp``): pass geometry, partitions over
+the tiles, worklists and the vertices of one pass.
+
+A pass is split into partitions (channel groups x batch x output field ranges, see
+:func:`_splits`); each partition becomes one supervisor vertex on the tile chosen by
+``getTileToMap`` (introspective mapping). Everything of a partition but its channel
+groups and tile — the worklist rows, the field windows, the constants' values and the
+cycle estimate — depends only on its batch size and output field range, so it is
+computed once per distinct range (:class:`_Geometry`) and shared by the partitions of
+every channel-group range; the tile choice is one ``argmax`` over the tiles not yet
+used. The vertices, their constants and estimates are then added in partition order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from poplar_api import program as _program
+from poplar_api.errors import GraphError
+from poplar_api.graph import Graph
+from poplar_api.popnn import estimators as est
+from poplar_api.popnn import pool_vertices as pv
+from poplar_api.popnn.mapping import local_tiles
+from poplar_api.tensor import Tensor
+from poplar_api.types import UNSIGNED_INT, UNSIGNED_SHORT, Type
+
+#: Maximum channel grains per group (``maxGrainsPerChanGroup`` of ``getPlan``).
+MAX_GRAINS_PER_GROUP = 8
+
+
+@dataclass(frozen=True)
+class _Dim:
+    """One field dimension of the forward pooling."""
+
+    size: int  # input size
+    kernel: int
+    stride: int
+    lower: int  # padding (> 0) or truncation (< 0)
+    upper: int
+
+    @property
+    def out(self) -> int:
+        return (self.size + self.lower + self.upper - self.kernel) // self.stride + 1
+
+    @property
+    def valid_in(self) -> tuple[int, int]:
+        """Range of input indices not truncated away."""
+        return max(0, -self.lower), self.size - max(0, -self.upper)
+
+
+# ----------------------------------------------------------------- pass geometry
+
+
+@dataclass
+class _Pass:
+    """A pooling pass as a convolution-shaped loop: for pass output index ``x`` and
+    kernel index ``k`` of each dim, ``valid[d][x, k]`` and the pass input index
+    ``src[d][x, k]``; innermost steps ``out_step`` / ``in_step`` per worklist element."""
+
+    out_shape: list[int]
+    in_shape: list[int]
+    kernel: list[int]
+    valid: list[np.ndarray]
+    src: list[np.ndarray]
+    out_step: int
+    in_step: int
+
+
+def _fwd_pass(dims: list[_Dim]) -> _Pass:
+    valid, src = [], []
+    for d in dims:
+        x = np.arange(d.out)[:, None]
+        k = np.arange(d.kernel)[None, :]
+        i = x * d.stride + k - d.lower
+        a, b = d.valid_in
+        valid.append((i >= a) & (i < b))
+        src.append(i)
+    return _Pass(
+        [d.out for d in dims], [d.size for d in dims], [d.kernel for d in dims],
+        valid, src, 1, dims[-1].stride,
+    )  # fmt: skip
+
+
+def _bwd_pass(dims: list[_Dim]) -> _Pass:
+    valid, src = [], []
+    for d in dims:
+        x = np.arange(d.size)[:, None]
+        k = np.arange(d.kernel)[None, :]
+        t = x + d.lower - k
+        o = np.floor_divide(t, d.stride)
+        a, b = d.valid_in
+        valid.append((x >= a) & (x < b) & (t % d.stride == 0) & (o >= 0) & (o < d.out))
+        src.append(o)
+    return _Pass(
+        [d.size for d in dims], [d.out for d in dims], [d.kernel for d in dims],
+        valid, src, dims[-1].stride, 1,
+    )  # fmt: skip
+
+
+def _chans_per_group(channels: int, grain: int) -> int:
+    """Largest divisor of ``channels`` up to ``MAX_GRAINS_PER_GROUP`` grains, preferring
+    multiples of ``grain``."""
+    limit = MAX_GRAINS_PER_GROUP * grain
+    divisors = [c for c in range(1, min(channels, limit) + 1) if channels % c == 0]
+    whole = [c for c in divisors if c % grain == 0]
+    return max(whole) if whole else max(divisors)
+
+
+def _splits(num_tiles: int, sizes: list[int]) -> list[int]:
+    """Greedy split of ``sizes`` (chan groups, batch, field dims) over the tiles."""
+    out, rem = [], num_tiles
+    for s in sizes:
+        k = max(1, min(s, rem))
+        out.append(k)
+        rem //= k
+    return out
+
+
+def _ranges(size: int, split: int) -> list[tuple[int, int]]:
+    return [((i * size) // split, ((i + 1) * size) // split) for i in range(split)]
+
+
+@dataclass
+class _Operand:
+    """A tensor, the positions of its flattened elements in internal layout
+    ``[channels, batch, *field]``, and the window (``"in"`` or ``"out"`` of the pass) a
+    vertex field takes from it."""
+
+    field: str
+    tensor: Tensor
+    pos: np.ndarray
+    window: str
+
+
+@dataclass
+class _Geometry:
+    """What a partition of one batch size and output field range needs, whatever its
+    channel groups and tile: field windows, worklists, average-pooling scales and the
+    cycle estimate per channel-group count."""
+
+    in_box: list[tuple[int, int]]
+    empty: bool = True
+    partial: bool = False  # the entries do not cover the whole output window
+    out_lo: list[int] = field(default_factory=list)
+    out_shape: list[int] = field(default_factory=list)
+    in_lo: list[int] = field(default_factory=list)
+    in_shape: list[int] = field(default_factory=list)
+    start_pos: np.ndarray | None = None
+    base: np.ndarray | None = None
+    work_list: np.ndarray | None = None
+    bounds: list[tuple[int, int]] = field(default_factory=list)
+    init_info: int = 0
+    in_slice: int = 0
+    out_sorted: np.ndarray | None = None
+    n_sorted: np.ndarray | None = None
+    avg: tuple[float, np.ndarray | None, list[tuple[int, int]]] | None = None
+    estimates: dict[int, int] = field(default_factory=dict)
+
+
+class _Builder:
+    """Adds one pooling pass (``tilePartitions`` and ``generateVertices``)."""
+
+    def __init__(self, graph: Graph, name: str, typ: Type, kind: str, ps: _Pass, cpg: int):
+        self.graph, self.name, self.typ, self.kind, self.ps = graph, name, typ, kind, ps
+        self.cpg = cpg
+        target = graph.getTarget()
+        self.workers = target.getNumWorkerContexts()
+        self.vw = target.getVectorWidth(typ)
+        self.num_tiles = target.getNumTiles()
+        # innermost dim: prefix counts and next valid index per kernel index
+        v = ps.valid[-1].T.astype(np.int64)  # [K, Out]
+        self.count = np.concatenate([np.zeros((v.shape[0], 1), np.int64), v.cumsum(1)], 1)
+        nxt = np.full((v.shape[0], v.shape[1] + 1), v.shape[1], np.int64)
+        for x in range(v.shape[1] - 1, -1, -1):
+            nxt[:, x] = np.where(v[:, x] > 0, x, nxt[:, x + 1])
+        self.next = nxt
+        self.kidx = np.array(np.unravel_index(np.arange(int(np.prod(ps.kernel))), ps.kernel))
+        self._geometries: dict[tuple, _Geometry] = {}
+
+    # -------------------------------------------------------------- one partition
+    def rows(self, nb: int, shape: list[int]) -> tuple[np.ndarray, ...]:
+        """``partitionPartialByContext``: (context, batch, active row, xBegin, xEnd)."""
+        row_len = shape[-1]
+        active = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+        total = nb * active * row_len
+        c = np.arange(self.workers)
+        e0, e1 = (c * total) // self.workers, ((c + 1) * total) // self.workers
+        c, e0, e1 = c[e1 > e0], e0[e1 > e0], e1[e1 > e0]
+        first, last = e0 // row_len, (e1 - 1) // row_len
+        n = last - first + 1
+        ctx = np.repeat(c, n)
+        r = np.repeat(first, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        xb = np.maximum(np.repeat(e0, n), r * row_len) - r * row_len
+        xe = np.minimum(np.repeat(e1, n), (r + 1) * row_len) - r * row_len
+        return ctx, r // active, r % active, xb, xe
+
+    def entries(self, nb: int, begin: list[int], end: list[int]) -> dict[str, Any] | None:
+        ps = self.ps
+        shape = [e - b for b, e in zip(begin, end, strict=True)]
+        ctx, bi, arow, xb, xe = self.rows(nb, shape)
+        outer = (
+            np.array(np.unravel_index(arow, shape[:-1]))
+            if len(shape) > 1
+            else np.zeros((0, arow.size), np.int64)
+        )
+        outer = outer + np.array(begin[:-1], np.int64)[:, None]
+        kin = self.kidx[-1]
+        ok = np.ones((arow.size, kin.size), bool)
+        for d in range(len(shape) - 1):
+            ok &= ps.valid[d][outer[d][:, None], self.kidx[d][None, :]]
+        xg0, xg1 = xb + begin[-1], xe + begin[-1]
+        cnt = self.count[kin[None, :], xg1[:, None]] - self.count[kin[None, :], xg0[:, None]]
+        ok &= cnt > 0
+        r, k = np.nonzero(ok)
+        if r.size == 0:
+            return None
+        n = cnt[r, k]
+        first = self.next[kin[k], xg0[r]]
+        out_idx = [outer[d][r] for d in range(len(shape) - 1)] + [first]
+        in_idx = [ps.src[d][outer[d][r], self.kidx[d][k]] for d in range(len(shape) - 1)]
+        in_idx.append(ps.src[-1][first, kin[k]])
+        out_w = [np.ones_like(n)] * (len(shape) - 1) + [(n - 1) * ps.out_step + 1]
+        in_w = [np.ones_like(n)] * (len(shape) - 1) + [(n - 1) * ps.in_step + 1]
+        return {"ctx": ctx[r], "row": r, "b": bi[r], "out": out_idx, "in": in_idx,
+                "out_w": out_w, "in_w": in_w, "n": n, "slice": shape}  # fmt: skip
+
+    @staticmethod
+    def window(e: dict[str, Any], which: str, nb: int) -> tuple[list[int], list[int], np.ndarray]:
+        """Bounding box ``(begin, shape)`` of the field the entries use and each entry's
+        flat position in ``[batch, *box]``."""
+        idx, w = e[which], e[f"{which}_w"]
+        lo = [int(i.min()) for i in idx]
+        hi = [int((i + ww).max()) for i, ww in zip(idx, w, strict=True)]
+        shape = [h - low for low, h in zip(lo, hi, strict=True)]
+        pos = np.ravel_multi_index(
+            [e["b"]] + [i - low for i, low in zip(idx, lo, strict=True)], [nb, *shape]
+        )
+        return lo, shape, pos
+
+    def worklists(self, e: dict[str, Any], out_pos: np.ndarray, in_pos: np.ndarray):
+        """``createWorklists``: rows sorted by ``(out, in, n)``, ``startPos`` per worker,
+        ``offsetBase`` per row and the row-relative triples, concatenated."""
+        order = np.lexsort((e["n"], in_pos, out_pos, e["row"]))
+        row, op, ip, n = e["row"][order], out_pos[order], in_pos[order], e["n"][order]
+        ctx = e["ctx"][order]
+        starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+        ends = np.r_[starts[1:], row.size]
+        row_ctx = ctx[starts]
+        start_pos = np.cumsum(np.bincount(row_ctx, minlength=self.workers))
+        base = np.stack([op[starts], ip[starts]], 1).ravel()
+        rel_o = op - np.repeat(op[starts], ends - starts)
+        rel_i = ip - np.repeat(ip[starts], ends - starts)
+        trip = (np.stack([rel_o, rel_i, n - 1], 1) & 0xFFFF).ravel()
+        return start_pos, base, trip, 3 * starts, 3 * ends, op, n
+
+    def geometry(self, nb: int, begin: list[int], end: list[int]) -> _Geometry:
+        """The :class:`_Geometry` of a partition (made once per distinct range)."""
+        key = (nb, tuple(begin), tuple(end))
+        geo = self._geometries.get(key)
+        if geo is not None:
+            return geo
+        geo = _Geometry(self._input_box(begin, end))
+        self._geometries[key] = geo
+        e = self.entries(nb, begin, end)
+        if e is None:
+            return geo
+        geo.empty = False
+        geo.out_lo, geo.out_shape, opos = self.window(e, "out", nb)
+        geo.in_lo, geo.in_shape, ipos = self.window(e, "in", nb)
+        geo.partial = int(np.prod(geo.out_shape)) != int(np.prod(e["slice"]))
+        geo.init_info = nb * int(np.prod(geo.out_shape))
+        geo.in_slice = nb * int(np.prod(geo.in_shape))
+        if max(geo.init_info, geo.in_slice) > 0xFFFF:
+            raise GraphError(
+                f"{self.name}: a tile's pooling window has more than 65535 field "
+                f"positions (unsigned short worklist offsets); use more tiles"
+            )
+        sp, base, trip, starts, ends, geo.out_sorted, geo.n_sorted = self.worklists(e, opos, ipos)
+        geo.start_pos, geo.base, geo.work_list = sp, base, trip
+        geo.bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
+        return geo
+
+    def estimate(self, geo: _Geometry, nchg: int) -> int:
+        """``getPoolingCycles`` of a partition with ``nchg`` channel groups."""
+        cycles = geo.estimates.get(nchg)
+        if cycles is None:
+            wl = geo.work_list.tolist()
+            cycles = est.pooling_cycles(
+                geo.init_info, -(-self.cpg // self.vw), nchg - 1, geo.start_pos.tolist(),
+                [wl[a:b] for a, b in geo.bounds], is_max=self.kind != "sum",
+                is_bwd=self.kind == "maxGrad", workers=self.workers,
+            )  # fmt: skip
+            geo.estimates[nchg] = cycles
+        return cycles
+
+    def avg_scale(self, geo: _Geometry) -> tuple[float, np.ndarray | None, list[tuple[int, int]]]:
+        """Per-output kernel-position counts of a partition: ``(scale, None, [])`` with a
+        common ``1 / count``, or ``(1, scaleWorklist, per-worker bounds)`` for a
+        ``SelectiveScaling`` vertex."""
+        if geo.avg is not None:
+            return geo.avg
+        positions = geo.init_info
+        # each entry covers the output range [out, out + outWidth) (createWorklists)
+        width = (geo.n_sorted - 1) * self.ps.out_step + 1
+        cover = np.zeros(positions + 1, np.int64)
+        np.add.at(cover, geo.out_sorted, 1)
+        np.add.at(cover, geo.out_sorted + width, -1)
+        counts = np.cumsum(cover)[:-1]
+        used = np.flatnonzero(counts)
+        values = np.unique(counts[used])
+        if values.size <= 1:
+            geo.avg = (1.0 / float(values[0]) if values.size else 1.0), None, []
+            return geo.avg
+        # runs of equal count (interval_map regions), split over the workers
+        runs = np.flatnonzero(np.r_[True, np.diff(counts) != 0])
+        run_end = np.r_[runs[1:], counts.size]
+        keep = counts[runs] != 0
+        r0, r1 = runs[keep], run_end[keep]
+        total = int((r1 - r0).sum())
+        lists = []
+        acc = np.r_[0, np.cumsum(r1 - r0)]
+        for c in range(self.workers):
+            lo_e, hi_e = (c * total) // self.workers, ((c + 1) * total) // self.workers
+            lo_x, hi_x = np.maximum(lo_e, acc[:-1]), np.minimum(hi_e, acc[1:])
+            hit = lo_x < hi_x
+            trip = np.stack([r0 + lo_x - acc[:-1], hi_x - lo_x, counts[r0]], 1)[hit]
+            lists.append(trip.ravel().astype(np.int64))
+        bounds = np.r_[0, np.cumsum([x.size for x in lists])].tolist()
+        geo.avg = 1.0, np.concatenate(lists), list(itertools.pairwise(bounds))
+        return geo.avg
+
+    def _input_box(self, begin: list[int], end: list[int]) -> list[tuple[int, int]]:
+        """Input range of an output slice over all kernel positions (``getInputRange``)."""
+        out = []
+        for d in range(len(begin)):
+            valid = self.ps.valid[d][begin[d] : end[d]]
+            src = self.ps.src[d][begin[d] : end[d]][valid]
+            out.append((int(src.min()), int(src.max()) + 1) if src.size else (0, 0))
+        return out
+
+    # ------------------------------------------------------------------ the pass
+    def build(
+        self,
+        operands: list[_Operand],
+        prog: _program.Sequence,
+        intro: tuple[Tensor, np.ndarray],
+        avg: bool = False,
+        scale_value: float = 1.0,
+    ) -> None:
+        """Add the pass: partitions, their tiles, vertices and constants, the zeroing
+        of outputs no entry writes, and the compute sets to ``prog``.
+
+        ``intro`` is the tensor whose mapping chooses the tiles and the positions of
+        its elements in internal layout."""
+        graph, ps, cpg, typ = self.graph, self.ps, self.cpg, self.typ
+        chans, batch = operands[0].pos.shape[:2]
+        ng = chans // cpg
+        split = _splits(self.num_tiles, [ng, batch, *ps.out_shape])
+        # introspective tile choice (tilePartitions / getTileToMap)
+        owner = local_tiles(graph, intro[0], self.name)[intro[1]]
+        per_tile = np.bincount(owner.ravel(), minlength=self.num_tiles)
+        map_order = np.argsort(per_tile, kind="stable")
+        cs_pool = graph.addComputeSet(f"{self.name}/Pool")
+        self._cs_scale = None
+        zero_required = False
+        cls = pv.pool_vertex(self.kind, typ)
+        out_op = next(o for o in operands if o.field == "out")
+        out_pos: list[np.ndarray] = []
+        out_tiles: list[int] = []
+        field_ranges = [_ranges(s, k) for s, k in zip(ps.out_shape, split[2:], strict=True)]
+        for b0, b1 in _ranges(batch, split[1]):
+            for g0, g1 in _ranges(ng, split[0]):
+                for combo in np.ndindex(*split[2:]):
+                    begin = [field_ranges[d][i][0] for d, i in enumerate(combo)]
+                    end = [field_ranges[d][i][1] for d, i in enumerate(combo)]
+                    if b1 == b0 or g1 == g0 or any(e == b for b, e in zip(begin, end, strict=True)):
+                        continue
+                    geo = self.geometry(b1 - b0, begin, end)
+                    box = tuple(slice(a, b) for a, b in geo.in_box)
+                    sub = owner[(slice(g0 * cpg, g1 * cpg), slice(b0, b1), *box)]
+                    counts = np.bincount(sub.ravel(), minlength=self.num_tiles)
+                    best = int(np.argmax(counts[map_order]))  # first of the most used
+                    tile = int(map_order[best])
+                    map_order = np.delete(map_order, best)
+                    zero_required |= geo.empty or geo.partial
+                    if geo.empty:
+                        continue
+                    conns: dict[str, Any] = {}
+                    for o in operands:
+                        w = self._window(o.pos, g0, g1, b0, b1, geo, o.window)
+                        if o is out_op:
+                            out_pos.append(w.ravel())
+                            out_tiles.append(tile)
+                            groups = [o.tensor.elements(w[i].ravel()) for i in range(w.shape[0])]
+                        conns[o.field] = o.tensor.elements(w.ravel())
+                    self._add_vertex(cs_pool, cls, conns, geo, groups, g1 - g0, tile, avg,
+                                     scale_value)  # fmt: skip
+        if out_pos:
+            pos = np.concatenate(out_pos)
+            new = np.repeat(out_tiles, [p.size for p in out_pos])
+            _, last = np.unique(pos[::-1], return_index=True)  # a later partition wins
+            keep = pos.size - 1 - last
+            tiles = local_tiles(graph, out_op.tensor, self.name)
+            tiles[pos[keep]] = new[keep]
+            graph.mapElements(out_op.tensor, tiles)
+        if zero_required:
+            from poplar_api.popops.elementwise import zero
+
+            whole = out_op.tensor.elements(out_op.pos.ravel())
+            zero(graph, whole, prog, f"{self.name}/zero")
+        prog.add(_program.Execute(cs_pool))
+        if self._cs_scale is not None:
+            prog.add(_program.Execute(self._cs_scale))
+
+    def _add_vertex(self, cs, cls, conns, geo, groups, nchg, tile, avg, scale_value) -> None:
+        """The constants, the optional ``SelectiveScaling`` vertex and the pooling
+        vertex of one partition, in Poplibs' order."""
+        graph, cpg = self.graph, self.cpg
+        params = [geo.init_info, nchg - 1, cpg, self.ps.in_step, self.ps.out_step,
+                  geo.in_slice * cpg, geo.init_info * cpg]  # fmt: skip
+        conns["startPos"] = self._const(UNSIGNED_SHORT, geo.start_pos, tile, "ContextStartPos")
+        conns["offsetBase"] = self._const(UNSIGNED_SHORT, geo.base, tile, "OffsetBase")
+        wl = self._const(UNSIGNED_SHORT, geo.work_list, tile, "worklist")
+        conns["workList"] = [wl.slice(a, b) for a, b in geo.bounds]
+        conns["params"] = self._const(UNSIGNED_INT, params, tile, "params")
+        scale = scale_value
+        if avg:
+            scale, data, bounds = self.avg_scale(geo)
+            if data is not None:
+                self._selective_scaling(data, bounds, groups, nchg, tile)
+        if self.kind == "sum":
+            conns["scale"] = self._const(self.typ, [scale], tile, "scale")
+        v = graph.addVertex(cs, cls, conns)
+        graph.setTileMapping(v, tile)
+        graph.setPerfEstimate(v, self.estimate(geo, nchg))
+
+    def _selective_scaling(self, data, bounds, groups, nchg, tile) -> None:
+        """A ``SelectiveScaling`` vertex for outputs whose counts differ (compute set
+        ``Scale``, made on first use)."""
+        graph = self.graph
+        if self._cs_scale is None:
+            self._cs_scale = graph.addComputeSet(f"{self.name}/Scale")
+        wl = self._const(UNSIGNED_SHORT, data, tile, "scaleWorklist")
+        conns = {
+            "scaleWorklist": [wl.slice(a, b) for a, b in bounds],
+            "inOut": groups,
+            "params": self._const(UNSIGNED_INT, [nchg, self.cpg], tile, "scalingParams"),
+        }
+        v = graph.addVertex(self._cs_scale, pv.selective_scaling_vertex(self.typ), conns)
+        graph.setTileMapping(v, tile)
+        graph.setPerfEstimate(v, est.SELECTIVE_SCALING_CYCLES)
+
+    def _const(self, type_: Type, values: Any, tile: int, what: str) -> Tensor:
+        values = np.asarray(values)
+        t = self.graph.addConstant(type_, [values.size], values, f"{self.name}/{what}")
+        self.graph.setTileMapping(t, tile)
+        return t
+
+    def _window(self, pos, g0, g1, b0, b1, geo: _Geometry, which: str) -> np.ndarray:
+        """Positions of ``[g, b, *box, c]`` of an internal-layout position array."""
+        lo, shape = (geo.out_lo, geo.out_shape) if which == "out" else (geo.in_lo, geo.in_shape)
+        cpg = self.cpg
+        box = tuple(slice(a, a + s) for a, s in zip(lo, shape, strict=True))
+        sub = pos[(slice(g0 * cpg, g1 * cpg), slice(b0, b1), *box)]
+        sub = sub.reshape(g1 - g0, cpg, *sub.shape[1:])
+        return np.moveaxis(sub, 1, -1)
