@@ -20,10 +20,6 @@ from poplar_api.popops import Operation
 Grads = Sequence[Tensor | None]
 
 
-def _shape(v: object) -> list[int]:
-    return v.shape() if isinstance(v, Tensor) else list(np.shape(v))
-
-
 def _operand(g: GradContext, i: int) -> Tensor:
     """Forward input ``i`` as a Tensor (a build-time constant becomes a constant)."""
     like = g.grad_output(0)
@@ -35,7 +31,7 @@ def _operand(g: GradContext, i: int) -> Tensor:
 def _add_grad(g: GradContext) -> Grads:
     dy = g.grad_output(0)
     return [
-        unbroadcast(g.graph, dy, _shape(g.inputs[i]), g.prog, f"{g.name}/{i}")
+        unbroadcast(g.graph, dy, ops.value_shape(g.inputs[i]), g.prog, f"{g.name}/{i}")
         if g.needs_grad(i)
         else None
         for i in range(2)
@@ -46,13 +42,13 @@ def _add_grad(g: GradContext) -> Grads:
 def _sub_grad(g: GradContext) -> Grads:
     dy = g.grad_output(0)
     da = (
-        unbroadcast(g.graph, dy, _shape(g.inputs[0]), g.prog, f"{g.name}/a")
+        unbroadcast(g.graph, dy, ops.value_shape(g.inputs[0]), g.prog, f"{g.name}/a")
         if g.needs_grad(0)
         else None
     )
     db = None
     if g.needs_grad(1):
-        db = unbroadcast(g.graph, dy, _shape(g.inputs[1]), g.prog, f"{g.name}/b")
+        db = unbroadcast(g.graph, dy, ops.value_shape(g.inputs[1]), g.prog, f"{g.name}/b")
         db = popops.neg(g.graph, db, g.prog, f"{g.name}/neg")
     return [da, db]
 
@@ -65,7 +61,9 @@ def _mul_grad(g: GradContext) -> Grads:
         if g.needs_grad(i):
             other = _operand(g, 1 - i)
             prod = popops.mul(g.graph, dy, other, g.prog, f"{g.name}/{i}")
-            out[i] = unbroadcast(g.graph, prod, _shape(g.inputs[i]), g.prog, f"{g.name}/{i}")
+            out[i] = unbroadcast(
+                g.graph, prod, ops.value_shape(g.inputs[i]), g.prog, f"{g.name}/{i}"
+            )
     return out
 
 
@@ -77,11 +75,11 @@ def _div_grad(g: GradContext) -> Grads:
     da = db = None
     q = popops.div(g.graph, dy, b, g.prog, f"{g.name}/dyOverB")
     if g.needs_grad(0):
-        da = unbroadcast(g.graph, q, _shape(g.inputs[0]), g.prog, f"{g.name}/a")
+        da = unbroadcast(g.graph, q, ops.value_shape(g.inputs[0]), g.prog, f"{g.name}/a")
     if g.needs_grad(1):
         t = popops.mul(g.graph, q, g.outputs[0], g.prog, f"{g.name}/b")
         t = popops.neg(g.graph, t, g.prog, f"{g.name}/neg")
-        db = unbroadcast(g.graph, t, _shape(g.inputs[1]), g.prog, f"{g.name}/b")
+        db = unbroadcast(g.graph, t, ops.value_shape(g.inputs[1]), g.prog, f"{g.name}/b")
     return [da, db]
 
 
@@ -207,7 +205,7 @@ def _gemm_grad(g: GradContext) -> Grads:
         else:
             out[1] = ops._matmul(g.graph, op_a.transpose(), dy_a, g.prog, f"{g.name}/dB")
     if len(g.inputs) > 2 and g.needs_grad(2):
-        dc = unbroadcast(g.graph, dy, _shape(g.inputs[2]), g.prog, f"{g.name}/dC")
+        dc = unbroadcast(g.graph, dy, ops.value_shape(g.inputs[2]), g.prog, f"{g.name}/dC")
         if beta != 1.0:
             dc = popops.mul(g.graph, dc, beta, g.prog, f"{g.name}/beta")
         out[2] = dc
@@ -222,12 +220,12 @@ def _identity_grad(g: GradContext) -> Grads:
 
 @register_grad("Reshape")
 def _reshape_grad(g: GradContext) -> Grads:
-    return [g.grad_output(0).reshape(_shape(g.inputs[0])), None]
+    return [g.grad_output(0).reshape(ops.value_shape(g.inputs[0])), None]
 
 
 @register_grad("Transpose")
 def _transpose_grad(g: GradContext) -> Grads:
-    rank = len(_shape(g.inputs[0]))
+    rank = len(ops.value_shape(g.inputs[0]))
     perm = [int(p) for p in g.attrs.get("perm", list(range(rank))[::-1])]
     inverse = list(np.argsort(perm))
     return [g.grad_output(0).dimShuffle([int(p) for p in inverse])]

@@ -168,6 +168,11 @@ def tensor(graph: Graph, value: Value, name: str, like: Tensor | None = None) ->
     return t
 
 
+def value_shape(v: Value) -> list[int]:
+    """The shape of a lowered value: a Tensor's, or a build-time numpy value's."""
+    return v.shape() if isinstance(v, Tensor) else list(np.shape(v))
+
+
 def _first_tensor(values: list[Value]) -> Tensor | None:
     return next((v for v in values if isinstance(v, Tensor)), None)
 
