@@ -14,7 +14,7 @@ import numba
 import numpy as np
 import pytest
 
-import poplar_api.codelet as codelet_module
+import poplar_api.codelet_compile as codelet_compile
 from poplar_api.codelet import (
     FieldBatch,
     FieldSpec,
@@ -537,9 +537,9 @@ def test_sum_vertex_over_vertices_of_different_lengths():
     assert ok.dtype == np.bool_ and ok.tolist() == [True, True, True]
     execute(vertex_type(SumVertex), batches, 3, num_workers=1)
     # compiled once: one driver, with the kernel inside, serves every worker count
-    driver = codelet_module._driver(vertex_type(SumVertex), True, 6)
-    assert codelet_module._driver(vertex_type(SumVertex), True, 1) is driver
-    assert len(driver.signatures) == 1 and codelet_module._INLINED[driver]
+    driver = codelet_compile._driver(vertex_type(SumVertex), True, 6)
+    assert codelet_compile._driver(vertex_type(SumVertex), True, 1) is driver
+    assert len(driver.signatures) == 1 and codelet_compile._INLINED[driver]
 
 
 class ObjectModeScale(Vertex):
@@ -566,8 +566,8 @@ def test_kernel_that_cannot_be_inlined_is_called_from_the_driver():
     ok = execute(vertex_type(ObjectModeScale), batches, 2)
     assert ok.tolist() == [True, True]
     np.testing.assert_array_equal(batches["out"].data, data * 5)
-    driver = codelet_module._driver(vertex_type(ObjectModeScale), True, 6)
-    assert not codelet_module._INLINED[driver]
+    driver = codelet_compile._driver(vertex_type(ObjectModeScale), True, 6)
+    assert not codelet_compile._INLINED[driver]
 
 
 def test_dot_product_vertex():
