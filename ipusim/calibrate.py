@@ -393,8 +393,7 @@ class Pair:
 
 
 def _is_ir(workload: Any) -> bool:
-    kinds = (ir.Program, ir.Step, ir.Sequence, ir.Repeat, ir.RepeatWhile, ir.If, ir.Switch)
-    return isinstance(workload, (*kinds, ir.Call))
+    return isinstance(workload, (ir.Program, *ir.NODE_CLASSES))
 
 
 class _Runs:

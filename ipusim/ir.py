@@ -8,12 +8,11 @@ timing can be computed for a whole IPU at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, Union
 
-import numba
 import numpy as np
 
 from ipusim.errors import IRValidationError
@@ -83,8 +82,36 @@ STEP_KINDS: dict[str, StepKind] = {
     )
 }
 
-#: Phases a step's cycles count in, in report order.
-PHASES = ("compute", "internal_exchange", "global_exchange", "host_exchange", "sync")
+#: Phases a step's cycles count in, in report order (that of :data:`STEP_KINDS`).
+PHASES: tuple[str, ...] = tuple(dict.fromkeys(k.phase for k in STEP_KINDS.values()))
+
+
+@dataclass(frozen=True)
+class PhaseNames:
+    """What Poplar's profiles call a phase.
+
+    ``profile_key`` is its key in an execution profile's ``simulation.tileCycles``;
+    ``label`` the words of its line in the profile summary (``Total <label> cycles``).
+    """
+
+    profile_key: str
+    label: str
+
+
+#: Poplar's names of every phase of :data:`PHASES`, in the same order.
+PHASE_NAMES: dict[str, PhaseNames] = {
+    "compute": PhaseNames("compute", "compute"),
+    "internal_exchange": PhaseNames("doExchange", "IPU exchange"),
+    "global_exchange": PhaseNames("globalExchange", "global exchange"),
+    "host_exchange": PhaseNames("streamCopy", "host exchange"),
+    "sync": PhaseNames("sync", "sync"),
+}
+
+
+def kinds_of(*classes: type) -> frozenset[str]:
+    """The step kinds whose steps are instances of ``classes`` (subclasses included),
+    e.g. ``kinds_of(StreamCopy)`` for every host or Streaming Memory copy."""
+    return frozenset(k for k, cls in STEP_CLASSES.items() if issubclass(cls, classes))
 
 
 # --------------------------------------------------------------------------- steps
@@ -422,6 +449,14 @@ class Call:
 
 
 Node = Union[Step, Sequence, Block, Repeat, RepeatWhile, If, Switch, Call]  # noqa: UP007
+#: The classes a node is an instance of (for ``isinstance``).
+NODE_CLASSES: tuple[type, ...] = (Step, Sequence, Repeat, RepeatWhile, If, Switch, Call)
+
+#: The step class of every kind of :data:`STEP_KINDS`.
+STEP_CLASSES: dict[str, type[Step]] = {
+    cls.kind: cls
+    for cls in (Compute, Exchange, GlobalExchange, Collective, StreamCopy, RemoteBufferCopy, Sync)
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -449,7 +484,8 @@ def as_program(program: Program | Node) -> Program:
 def children(node: Node) -> list[Node]:
     """The child nodes of a node, in execution-tree order (none for steps and calls).
 
-    This is the one definition of the tree's shape; every walk of the IR uses it.
+    This is the one definition of the tree's shape; every walk of the IR uses it
+    (directly, through :func:`named_children` or :class:`Visitor`).
     """
     if isinstance(node, Sequence):
         return list(node.body)
@@ -464,6 +500,28 @@ def children(node: Node) -> list[Node]:
     return []
 
 
+def named_children(node: Node) -> list[tuple[str, Node]]:
+    """:func:`children` with the role of each in its parent, for messages: a
+    sequence's position, ``body``, ``condition``, ``then``, ``else``, ``case <value>``
+    or ``default``."""
+    kids = children(node)
+    if isinstance(node, Sequence):
+        roles = [str(i) for i in range(len(kids))]
+    elif isinstance(node, Switch):
+        roles = [*(f"case {v}" for v, _ in node.cases), "default"]
+    else:
+        roles = list(_ROLES.get(type(node), ()))
+    return list(zip(roles, kids, strict=True))
+
+
+#: Roles of the children of the control nodes with a fixed number of them.
+_ROLES: dict[type, tuple[str, ...]] = {
+    Repeat: ("body",),
+    RepeatWhile: ("condition", "body"),
+    If: ("then", "else"),
+}
+
+
 def walk(node: Node) -> Iterator[Node]:
     """Every node below ``node`` (itself first), depth first, without following calls."""
     stack = [node]
@@ -471,6 +529,146 @@ def walk(node: Node) -> Iterator[Node]:
         current = stack.pop()
         yield current
         stack.extend(reversed(children(current)))
+
+
+class Visitor:
+    """Base of a walk that treats each kind of node in its own way.
+
+    :meth:`visit` calls ``visit_<node class>`` (``visit_step`` for every step,
+    ``visit_block``, ``visit_sequence``, ``visit_repeat``, ``visit_repeat_while``,
+    ``visit_if``, ``visit_switch``, ``visit_call``) with the node and any further
+    arguments. A class without its own method falls back to its base class's (a
+    :class:`Block` is visited as a :class:`Sequence` unless ``visit_block`` is
+    overridden); each falls back to :meth:`generic_visit`, which visits
+    :func:`children`. An object that is no IR node goes to :meth:`visit_other`.
+    """
+
+    def visit(self, node: Node, *args: object) -> object:
+        """Dispatch ``node`` to the method for its class."""
+        method = _VISIT_METHODS.get(type(node))
+        if method is None:
+            method = _visit_method(type(node))
+        return getattr(self, method)(node, *args)
+
+    def generic_visit(self, node: Node, *args: object) -> None:
+        """Visit every child of ``node`` in order."""
+        for child in children(node):
+            self.visit(child, *args)
+
+    def visit_step(self, node: Step, *args: object) -> object:
+        return self.generic_visit(node, *args)
+
+    def visit_sequence(self, node: Sequence, *args: object) -> object:
+        return self.generic_visit(node, *args)
+
+    def visit_block(self, node: Block, *args: object) -> object:
+        return self.visit_sequence(node, *args)
+
+    def visit_repeat(self, node: Repeat, *args: object) -> object:
+        return self.generic_visit(node, *args)
+
+    def visit_repeat_while(self, node: RepeatWhile, *args: object) -> object:
+        return self.generic_visit(node, *args)
+
+    def visit_if(self, node: If, *args: object) -> object:
+        return self.generic_visit(node, *args)
+
+    def visit_switch(self, node: Switch, *args: object) -> object:
+        return self.generic_visit(node, *args)
+
+    def visit_call(self, node: Call, *args: object) -> object:
+        return self.generic_visit(node, *args)
+
+    def visit_other(self, node: object, *args: object) -> object:
+        return None
+
+
+_METHOD_OF_CLASS = {
+    Step: "visit_step",
+    Block: "visit_block",
+    Sequence: "visit_sequence",
+    Repeat: "visit_repeat",
+    RepeatWhile: "visit_repeat_while",
+    If: "visit_if",
+    Switch: "visit_switch",
+    Call: "visit_call",
+}
+_VISIT_METHODS: dict[type, str] = {}
+
+
+def _visit_method(cls: type) -> str:
+    """The visit method of a node class: that of the nearest class in its MRO."""
+    for base in cls.__mro__:
+        if base in _METHOD_OF_CLASS:
+            _VISIT_METHODS[cls] = _METHOD_OF_CLASS[base]
+            return _METHOD_OF_CLASS[base]
+    return "visit_other"
+
+
+#: Items of :class:`ExecutionOrder` marking where a block starts and ends.
+BLOCK_ENTER = "enter"
+BLOCK_EXIT = "exit"
+
+
+class ExecutionOrder(Visitor):
+    """The path a program takes: its steps in the order they run.
+
+    ``ExecutionOrder(program, predicate).visit(node)`` is an iterator of the steps
+    run, control flow decided by ``predicate(id)`` (the data plane's value of a
+    predicate), asked at the moment the path reaches the decision, so after every
+    step before it has been taken from the iterator. Loops repeat their steps; calls
+    follow into the program's functions. With ``blocks`` each :class:`Block` adds
+    ``(BLOCK_ENTER, block)`` before its steps and ``(BLOCK_EXIT, block)`` after them.
+
+    Every executor walks programs this way: the machine (which times the steps) and
+    a values-only interpreter (which only applies their effects).
+    """
+
+    def __init__(
+        self, program: Program, predicate: Callable[[int], int], blocks: bool = False
+    ) -> None:
+        self.functions = program.functions
+        self.predicate = predicate
+        self.blocks = blocks
+
+    def visit_step(self, node: Step) -> Iterator[Step]:
+        yield node
+
+    def visit_sequence(self, node: Sequence) -> Iterator[object]:
+        for child in node.body:
+            if isinstance(child, Step):  # no nested generator for a step
+                yield child
+            else:
+                yield from self.visit(child)
+
+    def visit_block(self, node: Block) -> Iterator[object]:
+        if not self.blocks:
+            yield from self.visit_sequence(node)
+            return
+        yield (BLOCK_ENTER, node)
+        yield from self.visit_sequence(node)
+        yield (BLOCK_EXIT, node)
+
+    def visit_repeat(self, node: Repeat) -> Iterator[object]:
+        for _ in range(int(node.count)):
+            yield from self.visit(node.body)
+
+    def visit_repeat_while(self, node: RepeatWhile) -> Iterator[object]:
+        while True:
+            yield from self.visit(node.condition)
+            if bool(self.predicate(node.predicate)) != node.while_true:
+                break
+            yield from self.visit(node.body)
+
+    def visit_if(self, node: If) -> Iterator[object]:
+        yield from self.visit(node.then if self.predicate(node.predicate) else node.else_)
+
+    def visit_switch(self, node: Switch) -> Iterator[object]:
+        value = self.predicate(node.control)
+        yield from self.visit(next((n for v, n in node.cases if v == value), node.default))
+
+    def visit_call(self, node: Call) -> Iterator[object]:
+        yield from self.visit(self.functions[node.function])
 
 
 def iter_steps(program: Program) -> list[Step]:
@@ -481,284 +679,3 @@ def iter_steps(program: Program) -> list[Step]:
             if isinstance(node, Step):
                 seen.setdefault(id(node), node)
     return list(seen.values())
-
-
-# --------------------------------------------------------------------- validation
-def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int) -> Program:
-    """Check a program against a machine size; raise with every problem found.
-
-    Raises
-    ------
-    IRValidationError
-        Listing each problem with the step's name, the field, the value and what
-        was required.
-    """
-    program = as_program(program)
-    problems: list[str] = []
-    num_ipus = max(1, num_tiles // tiles_per_ipu)
-    replicas = program.replicas
-    if (
-        isinstance(replicas, bool)
-        or not isinstance(replicas, int | np.integer)
-        or replicas < 1
-        or num_ipus % replicas
-    ):
-        raise IRValidationError(
-            [
-                f"program replicas: found {replicas!r}; it must be an int >= 1 that divides "
-                f"the machine's {num_ipus} IPU(s); hint: a replica needs a whole number of IPUs"
-            ]
-        )
-    full_tiles = num_tiles
-    num_tiles //= replicas  # steps name the tiles of replica 0
-    replica_ipus = num_ipus // replicas
-
-    def where(step: Step, fld: str) -> str:
-        return f"{step.kind} step '{step.name}' field '{fld}'"
-
-    def check_ipus(step: Step, fld: str, ipus: tuple[int, ...] | None, limit: int) -> None:
-        bad = [i for i in ipus or () if not 0 <= i < limit]
-        if bad:
-            scope = "the machine" if limit == num_ipus else "replica 0"
-            problems.append(
-                f"{where(step, fld)}: IPU {bad[0]} is out of range [0, {limit}) of {scope}; "
-                f"hint: the machine has {num_ipus} IPU(s) in {replicas} replica(s)"
-            )
-
-    def check_tiles(step: Step, fld: str, arr: np.ndarray, limit: int | None = None) -> None:
-        limit = num_tiles if limit is None else limit
-        first, count = _outside(arr, 0, limit - 1)
-        if count:
-            scope = "the machine has" if limit == full_tiles else "replica 0 has"
-            problems.append(
-                f"{where(step, fld)}: tile {int(arr[first])} at index {first} is out of "
-                f"range [0, {limit}) ({count} bad entr{'y' if count == 1 else 'ies'}); "
-                f"hint: {scope} {limit} tiles"
-            )
-
-    def check_nonneg(step: Step, fld: str, arr: np.ndarray) -> None:
-        first, count = _outside(arr, 0, _INT64_MAX)
-        if count:
-            problems.append(
-                f"{where(step, fld)}: value {int(arr[first])} at index {first} is "
-                f"negative; required >= 0"
-            )
-
-    def check_lengths(step: Step, names: tuple[str, ...]) -> bool:
-        sizes = {n: getattr(step, n).size for n in names}
-        if len(set(sizes.values())) > 1:
-            desc = ", ".join(f"{n}={s}" for n, s in sizes.items())
-            problems.append(
-                f"{step.kind} step '{step.name}': array lengths differ ({desc}); "
-                "required one entry per vertex/transfer in each"
-            )
-            return False
-        return True
-
-    for step in iter_steps(program):
-        if isinstance(step, Compute):
-            fields = ("vertex_tile", "vertex_cycles", "vertex_multi", "vertex_type")
-            if check_lengths(step, fields):
-                check_tiles(step, "vertex_tile", step.vertex_tile)
-                check_nonneg(step, "vertex_cycles", step.vertex_cycles)
-                nt = len(step.vertex_type_names)
-                first, count = _outside(step.vertex_type, 0, nt - 1)
-                if count:
-                    problems.append(
-                        f"{where(step, 'vertex_type')}: type index {int(step.vertex_type[first])}"
-                        f" is out of range [0, {nt}) of vertex_type_names"
-                    )
-        elif isinstance(step, Exchange) and step.is_totals:
-            if check_lengths(step, TOTALS):
-                check_tiles(step, "tile", step.tile)
-                for name in TOTALS[1:]:
-                    check_nonneg(step, name, getattr(step, name))
-                if _repeats(step.tile, num_tiles):
-                    problems.append(f"{where(step, 'tile')}: a tile is listed more than once")
-        elif isinstance(step, Exchange | GlobalExchange):
-            names = ("src_tile", "dst_tile", "num_bytes")
-            if isinstance(step, Exchange):
-                names = (*names, "message")
-            limit = num_tiles
-            if isinstance(step, GlobalExchange):
-                wide = not step.replicated
-                limit = full_tiles if wide else num_tiles
-                check_ipus(step, "ipus", step.ipus, num_ipus if wide else replica_ipus)
-            if check_lengths(step, names):
-                check_tiles(step, "src_tile", step.src_tile, limit)
-                check_tiles(step, "dst_tile", step.dst_tile, limit)
-                check_nonneg(step, "num_bytes", step.num_bytes)
-                k = _wrong_ipu(
-                    step.src_tile, step.dst_tile, limit, tiles_per_ipu, isinstance(step, Exchange)
-                )
-                if k >= 0:
-                    s, d = int(step.src_tile[k]), int(step.dst_tile[k])
-                    if isinstance(step, Exchange):
-                        msg = "crosses IPUs; hint: use a GlobalExchange step"
-                    else:
-                        msg = "stays on one IPU; hint: use an Exchange step"
-                    problems.append(f"{where(step, 'dst_tile')}: transfer {k} ({s}->{d}) {msg}")
-        elif isinstance(step, Sync):
-            check_ipus(step, "ipus", step.ipus, replica_ipus)
-        elif isinstance(step, Collective):
-            _check_collective(step, num_ipus, problems)
-        elif isinstance(step, StreamCopy) and check_lengths(step, ("tile", "num_bytes")):
-            check_tiles(step, "tile", step.tile)
-            check_nonneg(step, "num_bytes", step.num_bytes)
-            prefetchable = step.direction is Direction.HOST_TO_DEVICE and not isinstance(
-                step, RemoteBufferCopy
-            )
-            if step.prefetch and not prefetchable:
-                problems.append(
-                    f"{where(step, 'prefetch')}: True on a {step.kind} step of direction "
-                    f"{step.direction.value}; only host-to-device stream copies are "
-                    "prefetched; hint: set prefetch=False"
-                )
-
-    def check_node(node: Node, path: str) -> None:
-        if isinstance(node, Step):
-            return
-        if isinstance(node, Sequence):
-            for i, child in enumerate(node.body):
-                check_node(child, f"{path}/{i}")
-        elif isinstance(node, Repeat):
-            if not isinstance(node.count, int | np.integer) or node.count < 0:
-                problems.append(f"Repeat at {path}: count {node.count!r} must be an int >= 0")
-            check_node(node.body, f"{path}/body")
-        elif isinstance(node, RepeatWhile):
-            check_node(node.condition, f"{path}/condition")
-            check_node(node.body, f"{path}/body")
-        elif isinstance(node, If):
-            check_node(node.then, f"{path}/then")
-            check_node(node.else_, f"{path}/else")
-        elif isinstance(node, Switch):
-            values = [v for v, _ in node.cases]
-            if len(set(values)) != len(values):
-                problems.append(f"Switch at {path}: duplicate case values {sorted(values)}")
-            for v, case in node.cases:
-                check_node(case, f"{path}/case {v}")
-            check_node(node.default, f"{path}/default")
-        elif isinstance(node, Call):
-            if not 0 <= node.function < len(program.functions):
-                problems.append(
-                    f"Call at {path}: function {node.function} does not exist "
-                    f"(the program has {len(program.functions)} function(s))"
-                )
-        else:
-            problems.append(f"{path}: {type(node).__name__} is not an IR node")
-
-    for i, entry in enumerate(program.entries):
-        check_node(entry, f"entry {i}")
-    for i, fn in enumerate(program.functions):
-        check_node(fn, f"function {i}")
-    _check_call_cycles(program, problems)
-    if problems:
-        raise IRValidationError(problems)
-    return program
-
-
-#: Upper bound of the non-negative checks.
-_INT64_MAX = int(np.iinfo(np.int64).max)
-
-
-@numba.njit(cache=True)
-def _outside(values, lo, hi):  # pragma: no cover - compiled
-    """(first index of a value outside ``[lo, hi]``, how many) or (-1, 0)."""
-    first = -1
-    count = 0
-    for i in range(values.shape[0]):
-        v = values[i]
-        if v < lo or v > hi:
-            if first < 0:
-                first = i
-            count += 1
-    return first, count
-
-
-@numba.njit(cache=True)
-def _repeats(tiles, limit):  # pragma: no cover - compiled
-    """Whether a tile id in ``[0, limit)`` occurs more than once (others are ignored)."""
-    seen = np.zeros(limit, np.bool_)
-    for i in range(tiles.shape[0]):
-        t = tiles[i]
-        if 0 <= t < limit:
-            if seen[t]:
-                return True
-            seen[t] = True
-    return False
-
-
-@numba.njit(cache=True)
-def _wrong_ipu(src, dst, limit, tiles_per_ipu, same):  # pragma: no cover - compiled
-    """First transfer with both ends in ``[0, limit)`` whose ends are on different IPUs
-    (``same``) or on one IPU (not ``same``); -1 if none."""
-    for k in range(src.shape[0]):
-        s = src[k]
-        d = dst[k]
-        inside = 0 <= s < limit and 0 <= d < limit
-        if inside and (s // tiles_per_ipu == d // tiles_per_ipu) != same:
-            return k
-    return -1
-
-
-def _check_collective(step: Collective, num_ipus: int, problems: list[str]) -> None:
-    """Problems of a collective step: op, algorithm, groups, sizes and root."""
-    where = f"collective step '{step.name}'"
-    if step.op not in COLLECTIVE_OPS:
-        problems.append(
-            f"{where} field 'op': found {step.op!r}; expected one of {', '.join(COLLECTIVE_OPS)}"
-        )
-    if step.algorithm not in COLLECTIVE_ALGORITHMS:
-        problems.append(
-            f"{where} field 'algorithm': found {step.algorithm!r}; expected one of "
-            f"{', '.join(COLLECTIVE_ALGORITHMS)}"
-        )
-    if len(step.num_bytes) != len(step.groups) or len(step.max_tile_bytes) != len(step.groups):
-        problems.append(
-            f"{where}: {len(step.groups)} group(s) but {len(step.num_bytes)} num_bytes and "
-            f"{len(step.max_tile_bytes)} max_tile_bytes; required one of each per group"
-        )
-    if any(b < 0 for b in (*step.num_bytes, *step.max_tile_bytes)) or step.element_bytes < 1:
-        problems.append(f"{where}: byte counts must be >= 0 and element_bytes >= 1")
-    seen: set[int] = set()
-    for k, group in enumerate(step.groups):
-        if not group:
-            problems.append(f"{where} group {k}: it is empty; a group needs at least one IPU")
-        bad = [i for i in group if not 0 <= i < num_ipus]
-        if bad:
-            problems.append(
-                f"{where} group {k}: IPU {bad[0]} is out of range [0, {num_ipus}); hint: "
-                "collectives name machine-wide IPU ids"
-            )
-        twice = sorted(set(group) & seen | {i for i in group if group.count(i) > 1})
-        if twice:
-            problems.append(
-                f"{where} group {k}: IPU {twice[0]} takes part more than once (in this or "
-                "an earlier group); every IPU belongs to at most one group"
-            )
-        seen |= set(group)
-        if group and not 0 <= step.root < len(group):
-            problems.append(
-                f"{where} field 'root': {step.root} is not a position in group {k} of "
-                f"{len(group)} IPU(s)"
-            )
-
-
-def _check_call_cycles(program: Program, problems: list[str]) -> None:
-    """Functions may not call themselves, directly or not (no recursion on the IPU)."""
-
-    def calls(node: Node) -> set[int]:
-        return {n.function for n in walk(node) if isinstance(n, Call)}
-
-    graph = {i: calls(fn) for i, fn in enumerate(program.functions)}
-    for start in graph:
-        stack, seen = list(graph[start]), set()
-        while stack:
-            f = stack.pop()
-            if f == start:
-                problems.append(f"function {start} calls itself (recursion is not supported)")
-                break
-            if f in seen or f not in graph:
-                continue
-            seen.add(f)
-            stack.extend(graph[f])

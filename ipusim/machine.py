@@ -30,6 +30,7 @@ from ipusim.errors import IpusimError, RunAborted, SimulationTimeout
 from ipusim.exchange.collectives import ring_plan, run_ring
 from ipusim.exchange.fabric import LinkFabric
 from ipusim.host.link import check_copy_size
+from ipusim.ir_validation import validate_program
 from ipusim.sync.controller import sync_extra_cycles
 from ipusim.timing import ControllerSync, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
@@ -137,10 +138,10 @@ class Machine:
 
     def prepare(self, program: ir.Program | ir.Node) -> ir.Program:
         """Check a program against this machine once: its steps and tree
-        (``ir.validate_program``), the size of every stream copy and the route of every
-        inter-IPU transfer. ``run`` calls it; a program object already checked is not
-        checked again (an engine prepares its program when it is loaded, as Poplar
-        checks a graph when compiling it).
+        (:func:`~ipusim.ir_validation.validate_program`), the size of every stream copy
+        and the route of every inter-IPU transfer. ``run`` calls it; a program object
+        already checked is not checked again (an engine prepares its program when it is
+        loaded, as Poplar checks a graph when compiling it).
 
         Raises
         ------
@@ -150,7 +151,7 @@ class Machine:
         if isinstance(program, ir.Program) and program in self._prepared:
             return program
         cfg = self.config
-        program = ir.validate_program(program, cfg.num_tiles, cfg.tile.tiles_per_ipu)
+        program = validate_program(program, cfg.num_tiles, cfg.tile.tiles_per_ipu)
         for step in ir.iter_steps(program):
             if isinstance(step, ir.StreamCopy):
                 per_ipu = np.bincount(
@@ -383,39 +384,19 @@ class _Run:
         the items it recorded (:attr:`path`). Predicates are asked when that group
         reaches them, after the effects of every step before them.
         """
-        if isinstance(node, ir.Step):
-            yield self._numbered(node)
-        elif isinstance(node, ir.Block):
-            n = self.block_total
-            self.block_total = n + 1
-            yield (_ENTER, node, n)
-            for child in node.body:
-                yield from self._walk(child)
-            yield (_EXIT, None, n)
-        elif isinstance(node, ir.Sequence):
-            for child in node.body:
-                if isinstance(child, ir.Step):  # no nested generator for a step
-                    yield self._numbered(child)
-                else:
-                    yield from self._walk(child)
-        elif isinstance(node, ir.Repeat):
-            for _ in range(int(node.count)):
-                yield from self._walk(node.body)
-        elif isinstance(node, ir.RepeatWhile):
-            while True:
-                yield from self._walk(node.condition)
-                if bool(self._predicate(node.predicate)) != node.while_true:
-                    break
-                yield from self._walk(node.body)
-        elif isinstance(node, ir.If):
-            branch = node.then if self._predicate(node.predicate) else node.else_
-            yield from self._walk(branch)
-        elif isinstance(node, ir.Switch):
-            value = self._predicate(node.control)
-            branch = next((n for v, n in node.cases if v == value), node.default)
-            yield from self._walk(branch)
-        elif isinstance(node, ir.Call):
-            yield from self._walk(self.program.functions[node.function])
+        numbered = self._numbered
+        open_blocks: list[int] = []
+        order = ir.ExecutionOrder(self.program, self._predicate, blocks=True)
+        for item in order.visit(node):
+            if type(item) is not tuple:
+                yield numbered(item)
+            elif item[0] == ir.BLOCK_ENTER:
+                n = self.block_total
+                self.block_total = n + 1
+                open_blocks.append(n)
+                yield (_ENTER, item[1], n)
+            else:
+                yield (_EXIT, None, open_blocks.pop())
 
     def _numbered(self, step: ir.Step) -> tuple[int, ir.Step, int]:
         n = self.step_total

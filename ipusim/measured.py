@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ipusim import ir
 from ipusim.errors import IpusimError
 
 if TYPE_CHECKING:
@@ -61,15 +62,7 @@ __all__ = [
 #: Phases of a profile. ``total`` is the run's total cycles, every other phase is a tile
 #: average (cycles summed over tiles / tiles). ``compute`` includes idle worker threads,
 #: ``compute_active`` excludes them.
-PHASES = (
-    "total",
-    "compute",
-    "compute_active",
-    "internal_exchange",
-    "global_exchange",
-    "host_exchange",
-    "sync",
-)
+PHASES: tuple[str, ...] = ("total", ir.PHASES[0], "compute_active", *ir.PHASES[1:])
 
 #: Columns of ``measurements.csv`` in the calibration data.
 CSV_COLUMNS = (
@@ -229,15 +222,15 @@ def _number(token: str) -> float | None:
 # label (lower case, after "Total " / "Tile average ") -> phase
 _PHASE_LABELS = {
     "cycles": "total",
-    "compute cycles (including idle threads)": "compute",
+    **{f"{names.label.lower()} cycles": phase for phase, names in ir.PHASE_NAMES.items()},
     "compute cycles (excluding idle threads)": "compute_active",
-    "compute cycles": "compute",
-    "ipu exchange cycles": "internal_exchange",
-    "exchange cycles": "internal_exchange",
-    "global exchange cycles": "global_exchange",
-    "host exchange cycles": "host_exchange",
-    "sync cycles": "sync",
 }
+# other labels of the same phases (SDK versions differ), with the label they stand for
+_LABEL_ALIASES = {
+    "compute cycles (including idle threads)": "compute cycles",
+    "exchange cycles": "ipu exchange cycles",
+}
+_PHASE_LABELS |= {alias: _PHASE_LABELS[label] for alias, label in _LABEL_ALIASES.items()}
 # label -> metric (per-tile cycles are normalised like the phases; balances are fractions)
 _METRIC_LABELS = {
     "shared structure copy cycles": "shared_structure_copy",
@@ -477,12 +470,8 @@ def read_summary(
 # ---------------------------------------------------------------------------- JSON / CBOR
 #: ``simulation.tileCycles`` key -> phase.
 _TILE_CYCLE_KEYS = {
-    "compute": "compute",
+    **{ir.PHASE_NAMES[phase].profile_key: phase for phase in ir.PHASES},
     "activeCompute": "compute_active",
-    "doExchange": "internal_exchange",
-    "globalExchange": "global_exchange",
-    "streamCopy": "host_exchange",
-    "sync": "sync",
 }
 
 

@@ -181,13 +181,19 @@ def _balance(total: int, count: int, peak: int) -> float:
     return float(total) / (count * peak) if count and peak else 0.0
 
 
+#: Kinds whose records carry the bytes each tile exchanged (in their details), and
+#: kinds whose steps list the bytes each tile copies.
+_EXCHANGE_KINDS = ir.kinds_of(ir.Exchange, ir.GlobalExchange)
+_COPY_KINDS = ir.kinds_of(ir.StreamCopy)
+
+
 def _step_data(rec: Any) -> np.ndarray | None:
     """Bytes each tile takes part with in an exchange or copy record (None otherwise)."""
     details = rec.details
-    if rec.kind in ("exchange", "global_exchange") and details is not None:
+    if rec.kind in _EXCHANGE_KINDS and details is not None:
         # a tile takes part with what it receives, or sends (a gather to the host)
         return np.maximum(details.bytes_received, details.bytes_sent).astype(np.int64)
-    if rec.kind in ("stream_copy", "remote_buffer_copy") and rec.step is not None:
+    if rec.kind in _COPY_KINDS and rec.step is not None:
         return np.asarray(rec.step.num_bytes, np.int64)
     return None
 
@@ -236,12 +242,8 @@ def _step_entry(
 
 #: ``simulation.tileCycles`` keys and the trace phase each sums (``activeCompute`` is
 #: the Σ of vertex estimates, ``copySharedStructure`` is not modelled and stays 0).
-TILE_CYCLE_PHASES = {
-    "compute": "compute",
-    "doExchange": "internal_exchange",
-    "globalExchange": "global_exchange",
-    "streamCopy": "host_exchange",
-    "sync": "sync",
+TILE_CYCLE_PHASES: dict[str, str] = {
+    ir.PHASE_NAMES[phase].profile_key: phase for phase in ir.PHASES
 }
 
 

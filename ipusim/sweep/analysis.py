@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ipusim.errors import IpusimError, short_repr
+from ipusim.ir import PHASES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -72,13 +73,7 @@ __all__ = [
 ]
 
 #: Cycle phases of a result row, in stacking order.
-PHASE_COLUMNS: tuple[str, ...] = (
-    "compute",
-    "internal_exchange",
-    "global_exchange",
-    "host_exchange",
-    "sync",
-)
+PHASE_COLUMNS: tuple[str, ...] = PHASES
 
 #: Columns of a result row that are not axes.
 RESULT_COLUMNS: tuple[str, ...] = (

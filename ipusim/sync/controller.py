@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ipusim import ir
 from ipusim.config import MachineConfig
 from ipusim.errors import IRValidationError
 from ipusim.tile.layout import tile_distance
 
 __all__ = ["relative_sync_delays", "sync_delays", "sync_extra_cycles", "sync_release"]
 
-SYNC_KINDS = ("internal", "external", "host")
+#: The kinds of sync the controller releases (those of :class:`ipusim.ir.SyncKind`).
+SYNC_KINDS: tuple[str, ...] = tuple(k.value for k in ir.SyncKind)
 
 
 def relative_sync_delays(cfg: MachineConfig) -> np.ndarray:
@@ -111,11 +113,11 @@ def sync_extra_cycles(cfg: MachineConfig, kind: str) -> int:
     IRValidationError
         (a ``ValueError``) for any other kind.
     """
-    if kind == "internal":
+    if kind == ir.SyncKind.INTERNAL:
         return 0
-    if kind == "external":
+    if kind == ir.SyncKind.EXTERNAL:
         return int(cfg.global_sync_cycles)
-    if kind == "host":
+    if kind == ir.SyncKind.HOST:
         return int(cfg.sync.host_sync_cycles)
     raise IRValidationError(
         [f"sync: unknown sync kind {kind!r}; expected one of {', '.join(SYNC_KINDS)}"]
