@@ -32,7 +32,7 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.config import MachineConfig, config_hash
-from ipusim.profile.execution import ProgramTable, program_table, step_type
+from ipusim.profile.execution import ProgramTable, program_table
 from ipusim.sync.controller import relative_sync_delays
 from ipusim.timing import TimingModel
 from poplar_api.errors import EngineError
@@ -51,6 +51,21 @@ __all__ = [
 ]
 
 _BOOL = ("true", "false")
+
+#: The graph profile's table of the steps of each phase (a sync has none): compute
+#: sets, internal exchanges, global exchanges and collectives, host copies.
+_PHASE_TABLES = {
+    "compute": "computeSets",
+    "internal_exchange": "exchanges",
+    "global_exchange": "externalExchanges",
+    "host_exchange": "hostExchanges",
+}
+#: Program type tags of the steps that compute instrumentation gives per-tile cycles
+#: (on-tile execution), and of those external-exchange instrumentation does.
+_COMPUTE_TAGS = frozenset(k.tag for k in ir.STEP_KINDS.values() if k.phase == "compute")
+_EXTERNAL_TAGS = frozenset(
+    k.tag for k in ir.STEP_KINDS.values() if k.phase in ("global_exchange", "host_exchange")
+)
 
 
 @dataclass(frozen=True)
@@ -306,7 +321,7 @@ def instrument_execution_profile(
         return profile
     records = [rec for trace in traces for rec in trace.records]
     for step, rec in zip(simulation["steps"], records, strict=False):
-        if step["type"] == "OnTileExecute" and inst["compute"]:
+        if step["type"] in _COMPUTE_TAGS and inst["compute"]:
             if inst["computeLevel"] == "tile":
                 step["tileCycles"] = _ints(rec.tile_cycles)
             elif inst["computeLevel"] == "vertex" and isinstance(rec.step, ir.Compute):
@@ -322,7 +337,7 @@ def instrument_execution_profile(
                     "types": [names[k] for k in kinds.tolist()],
                     "cycles": _ints(cs.vertex_cycles),
                 }
-        elif step["type"] in ("StreamCopy", "GlobalExchange") and inst["externalExchange"]:
+        elif step["type"] in _EXTERNAL_TAGS and inst["externalExchange"]:
             step["tileCycles"] = _ints(rec.tile_cycles)
     return profile
 
@@ -490,10 +505,10 @@ def _programs(
     (``ipus``: the IPUs a global exchange involves, or those a sync lists)."""
     progs: list[dict[str, Any]] = []
     for node in table.nodes:
-        children = [table.index[id(c)] for c in table.children(node)]
+        children = [table.index[id(c)] for c in ir.children(node)]
         entry: dict[str, Any] = {"type": "", "name": "", "children": children}
         if isinstance(node, ir.Step):
-            entry["type"] = step_type(node.kind)
+            entry["type"] = node.tag
             entry["name"] = node.name
             entry["programId"] = int(node.program_id)
             if isinstance(node, ir.Compute):
@@ -556,21 +571,14 @@ def graph_profile(engine: Any) -> dict[str, Any]:
     cfg = _config(engine)
     timing = _timing(engine, cfg)
     table = program_table(engine.ir_program)
-    groups: dict[type, list[Any]] = {
-        ir.Compute: [],
-        ir.Exchange: [],
-        ir.GlobalExchange: [],
-        ir.StreamCopy: [],
-    }
-    groups[ir.Collective] = groups[ir.GlobalExchange]  # one table: externalExchanges
-    where: dict[int, int] = {}
+    groups: dict[str, list[Any]] = {name: [] for name in _PHASE_TABLES.values()}
+    where: dict[int, int] = {}  # a step's index in its table
     for node in table.nodes:
-        for kind, found in groups.items():
-            if isinstance(node, kind):
-                where[id(node)] = len(found)
-                found.append(node)
-                break
-    computes = groups[ir.Compute]
+        found = groups.get(_PHASE_TABLES.get(node.phase, "")) if isinstance(node, ir.Step) else None
+        if found is not None:
+            where[id(node)] = len(found)
+            found.append(node)
+    computes = groups["computeSets"]
     type_names = list(dict.fromkeys(n for s in computes for n in s.vertex_type_names))
     memory = getattr(engine, "memory", None)
     by_type = getattr(memory, "by_vertex_type", None) or {}
@@ -583,9 +591,9 @@ def graph_profile(engine: Any) -> dict[str, Any]:
             "sizes": [int(by_type.get(n, 0)) for n in type_names],
         },
         "computeSets": _compute_sets(timing, computes, type_names),
-        "exchanges": _exchanges(timing, groups[ir.Exchange]),
-        "externalExchanges": _external_exchanges(timing, groups[ir.GlobalExchange]),
-        "hostExchanges": _host_exchanges(timing, groups[ir.StreamCopy]),
+        "exchanges": _exchanges(timing, groups["exchanges"]),
+        "externalExchanges": _external_exchanges(timing, groups["externalExchanges"]),
+        "hostExchanges": _host_exchanges(timing, groups["hostExchanges"]),
         "programs": _programs(table, where, cfg.tile.tiles_per_ipu),
         "controlPrograms": list(table.entries),
         "functionPrograms": list(table.functions),

@@ -245,6 +245,24 @@ def test_graph_profile_estimates_of_tut7(tut7_engine):
     assert gp["memory"] is None or isinstance(gp["memory"], dict)
 
 
+def test_graph_profile_tables_hold_every_step_of_their_phase(tut7_engine):
+    # Poplar's graph profile: one table per phase of steps; a sync is only a program
+    tables = {
+        "compute": "computeSets",
+        "internal_exchange": "exchanges",
+        "global_exchange": "externalExchanges",
+        "host_exchange": "hostExchanges",
+    }
+    assert set(tables) == set(ir.PHASES) - {"sync"}
+    gp = tut7_engine.getGraphProfile()
+    steps = ir.iter_steps(tut7_engine.ir_program)
+    for phase, key in tables.items():
+        want = sorted(s.name for s in steps if ir.STEP_KINDS[s.kind].phase == phase)
+        assert sorted(gp[key]["names"]) == want, key
+    assert gp["computeSets"]["names"] and gp["exchanges"]["names"]
+    assert gp["hostExchanges"]["names"]
+
+
 def test_profiles_are_plain_json(tut7_engine):
     for profile in (tut7_engine.getGraphProfile(), tut7_engine.getExecutionProfile()):
         assert json.loads(json.dumps(profile)) == profile
