@@ -25,8 +25,6 @@ replica-major: ``readTensor`` returns ``[r, *shape]``, ``writeTensor`` takes
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -43,22 +41,25 @@ from poplar_api.device import Device
 from poplar_api.errors import (
     ApplicationRuntimeError,
     EngineError,
-    GraphValidationError,
-    OutOfMemoryError,
 )
-from poplar_api.executable import Executable
+from poplar_api.executable import (
+    Executable,
+    TimingChoice,
+    check_options,
+    compile_programs,
+    engine_options,
+    timing_for,
+)
 from poplar_api.graph import DataStream, Graph, is_nonreplicated, replication_factor
-from poplar_api.lowering import runs, validate
-from poplar_api.lowering.context import Lowered, Storage
-from poplar_api.lowering.emit import Emitter
-from poplar_api.lowering.memory import out_of_memory_message, plan_memory
+from poplar_api.lowering import runs
+from poplar_api.lowering.context import Lowered
+from poplar_api.lowering.pipeline import Compiled
 from poplar_api.program import Program
 from poplar_api.streams import (
     HostStreams,
     as_stream_callback,
     check_replica_index,
     connect_callback_args,
-    prefetch_option,
 )
 
 
@@ -176,25 +177,6 @@ def _interpret(node: ir.Node, program: ir.Program, dp: _EngineDataPlane) -> None
         _interpret(program.functions[node.function], program, dp)
 
 
-def engine_options(options: Mapping[str, Any] | None) -> dict[str, str]:
-    """Engine options: ``POPLAR_ENGINE_OPTIONS`` (JSON) overridden by ``options``."""
-    merged: dict[str, str] = {}
-    env = os.environ.get("POPLAR_ENGINE_OPTIONS")
-    if env:
-        try:
-            parsed = json.loads(env)
-        except json.JSONDecodeError as exc:
-            raise EngineError(
-                f"POPLAR_ENGINE_OPTIONS is not valid JSON ({exc.msg} at position {exc.pos}): "
-                f"{env!r}"
-            ) from None
-        if not isinstance(parsed, dict):
-            raise EngineError(f"POPLAR_ENGINE_OPTIONS must be a JSON object, got {env!r}")
-        merged.update({str(k): str(v) for k, v in parsed.items()})
-    merged.update({str(k): str(v) for k, v in (options or {}).items()})
-    return merged
-
-
 class Engine:
     """Compile ``programs`` of ``graph``; then ``load(device)`` and ``run(index)``.
 
@@ -221,6 +203,8 @@ class Engine:
         graph: Graph | Executable,
         programs: Program | Sequence[Program] | Mapping[str, Any] | None = None,
         options: Mapping[str, Any] | None = None,
+        *,
+        timing: TimingChoice = None,
     ) -> None:
         if isinstance(graph, Executable):  # Engine(executable, options): compiled already
             if options is None and isinstance(programs, Mapping):
@@ -230,50 +214,55 @@ class Engine:
                     "Engine(executable, ...): the programs were fixed by compileGraph; "
                     "hint: Engine(executable, options)"
                 )
-            graph._open(self, options)
+            compiled, progs, merged, timing = graph._take(options, timing)
+            self._adopt(graph._state, compiled, progs, merged, timing)
             return
         if programs is None:
             raise EngineError("Engine: no programs given; hint: Engine(graph, programs)")
         if not isinstance(graph, Graph):
             raise EngineError(f"Engine: expected a Graph, got {type(graph).__name__}")
-        self._graph = graph
-        self.options = engine_options(options)
-        _check_options(self.options)
+        merged = engine_options(options)
+        check_options(merged)
         progs = [programs] if isinstance(programs, Program) else list(programs)
         if not progs:
             raise EngineError("Engine: no programs given")
-        state = graph._state
-        target = state.target
+        compiled = compile_programs(graph._state, progs, merged, timing)
+        self._adopt(graph._state, compiled, progs, merged, timing)
+
+    def _adopt(
+        self,
+        state: Any,
+        compiled: Compiled,
+        programs: list[Program],
+        options: dict[str, str],
+        timing: TimingChoice,
+    ) -> None:
+        """Take over a compiled graph (from :func:`~poplar_api.lowering.compile`)."""
         self._state = state
+        self.options = options
         #: replicas of the graph (each with its own memory image and host ends)
         self.replicas = replication_factor(state)
-        self._host = HostStreams(prefetch_option(self.options), self.replicas)
-        self._storage = Storage(state, self.replicas)
-        self._lowered = Lowered(self._storage)
-        emitter = Emitter(state, target, self._lowered, self._host, self.options)
-        problems = validate.check_variables(state, target.getNumTiles(), emitter.owners)
-        entries = [emitter.lower(p) for p in progs]
-        problems += emitter.problems
-        if problems:
-            raise GraphValidationError(problems)
-        self.ir_program = ir.Program(
-            entries=tuple(entries), functions=emitter.function_nodes(), replicas=self.replicas
-        )
-        for step in ir.iter_steps(self.ir_program):  # the host is ready when every replica's is
-            ready = getattr(step, "prefetch_predicate", None)
-            if ready is not None:
-                self._lowered.combine[ready] = "all"
-        self._programs = progs
+        host = compiled.host
+        if not isinstance(host, HostStreams):
+            raise EngineError(
+                f"Engine: the compiled graph's host side is a {type(host).__name__}; an "
+                "engine needs HostStreams; hint: compile with compileGraph"
+            )
+        self._host = host
+        self._storage = compiled.storage
+        self._lowered: Lowered = compiled.lowered
+        self.ir_program = compiled.program
+        self._programs = programs
+        #: how the engine's timing model is made (None: the default model)
+        self._timing_choice = timing
         self._device: Device | None = None
         self._machine: Machine | None = None
         #: The timing model of the loaded IPU Model device (None before load or on a CPU).
         self.timing: TimingModel | None = None
         self._trace: Trace | None = None
         self._traces: list[Trace] = []
-        self.memory = plan_memory(state, self.ir_program, emitter)
-        allow_oom = self.options.get("debug.allowOutOfMemory", "false").lower() == "true"
-        if self.memory.out_of_memory and not allow_oom:
-            raise OutOfMemoryError(out_of_memory_message(self.memory), self.memory)
+        #: The tile memory placement of the compiled graph.
+        self.memory = compiled.memory
 
     # -------------------------------------------------------------------- device
     def load(self, device: Device) -> None:
@@ -305,7 +294,11 @@ class Engine:
             )
         self._device = device
         self._storage.load()
-        self._machine = Machine(device.getTarget().config) if device.isTimed else None
+        if device.isTimed:
+            config = device.getTarget().config
+            self._machine = Machine(config, timing_for(self._timing_choice, config))
+        else:
+            self._machine = None
         self.timing = self._machine.timing if self._machine is not None else None
         if self._machine is not None:  # a copy the device cannot carry fails here
             self._machine.prepare(self.ir_program)
@@ -774,12 +767,6 @@ def check_stream_buffer(buffer: Any, stream: DataStream) -> None:
             f"{stream.numElements} per transfer; hint: at least {stream.numElements} "
             "(a multiple is read or written round-robin)"
         )
-
-
-def _check_options(options: Mapping[str, str]) -> None:
-    from poplar_api.profiling import check_engine_options
-
-    check_engine_options(options)
 
 
 __all__ = ["Engine"]

@@ -5,8 +5,9 @@ running (``Engine(std::move(executable))``), so that a program compiled once can
 saved with ``Executable::serialize`` and loaded by a later process. Here:
 
 * :func:`compileGraph` validates the graph, lowers the programs to the machine IR and
-  places device memory once, exactly as ``Engine(graph, programs)`` does (it runs the
-  same code), and keeps the result in the :class:`Executable`.
+  places device memory once, exactly as ``Engine(graph, programs)`` does (both call
+  :func:`poplar_api.lowering.compile`), and keeps the result in the
+  :class:`Executable`; it makes no engine.
 * ``Engine(executable, options)`` takes that compiled state over (Poplar moves the
   executable into the engine); it runs exactly as ``Engine(graph, programs)`` would,
   with the same traces. A second engine made from the same executable compiles again.
@@ -34,19 +35,21 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 
+from ipusim.config import MachineConfig
+from ipusim.timing import TimingModel
+from poplar_api import lowering
 from poplar_api.codelet import VertexType, vertex_type
 from poplar_api.errors import EngineError, PoplarError
 from poplar_api.graph import Graph, replication_factor
+from poplar_api.lowering.pipeline import Compiled
 from poplar_api.program import Program
+from poplar_api.streams import HostStreams, prefetch_option
 from poplar_api.tensor import MAX_NAME_LENGTH, Tensor
 from poplar_api.vertices import VertexTable
-
-if TYPE_CHECKING:
-    from poplar_api.engine import Engine
 
 #: First line of every executable file.
 MAGIC = b"IPUSIM-EXECUTABLE\n"
@@ -73,11 +76,82 @@ class ExecutableError(PoplarError, ValueError):
     """An executable cannot be saved or loaded (foreign or corrupt file, lost codelet)."""
 
 
+#: A timing model for an engine: a :class:`~ipusim.timing.TimingModel` subclass (or any
+#: callable making one from a machine config), a model itself, or None for the default.
+TimingChoice = type[TimingModel] | Callable[[MachineConfig], TimingModel] | TimingModel | None
+
+
+def timing_for(choice: TimingChoice, config: MachineConfig) -> TimingModel:
+    """The timing model of ``choice`` for machine ``config``.
+
+    A model is used as it is when made for ``config``, else its class is made for
+    ``config`` (a graph's replica and the device running every replica have different
+    configs); a class or factory is called with ``config``.
+
+    Raises
+    ------
+    EngineError
+        ``choice`` does not give a :class:`~ipusim.timing.TimingModel`.
+    """
+    if choice is None:
+        return TimingModel(config)
+    if isinstance(choice, TimingModel):
+        return choice if choice.config is config else type(choice)(config)
+    model = choice(config) if callable(choice) else None
+    if not isinstance(model, TimingModel):
+        raise EngineError(
+            f"timing: expected a TimingModel subclass, a TimingModel or a function making "
+            f"one from a machine config; {choice!r} gave {type(model).__name__}; hint: "
+            "Engine(graph, programs, timing=MyTimingModel)"
+        )
+    return model
+
+
+def engine_options(options: Mapping[str, Any] | None) -> dict[str, str]:
+    """Engine options: ``POPLAR_ENGINE_OPTIONS`` (JSON) overridden by ``options``."""
+    merged: dict[str, str] = {}
+    env = os.environ.get("POPLAR_ENGINE_OPTIONS")
+    if env:
+        try:
+            parsed = json.loads(env)
+        except json.JSONDecodeError as exc:
+            raise EngineError(
+                f"POPLAR_ENGINE_OPTIONS is not valid JSON ({exc.msg} at position {exc.pos}): "
+                f"{env!r}"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise EngineError(f"POPLAR_ENGINE_OPTIONS must be a JSON object, got {env!r}")
+        merged.update({str(k): str(v) for k, v in parsed.items()})
+    merged.update({str(k): str(v) for k, v in (options or {}).items()})
+    return merged
+
+
+def check_options(options: Mapping[str, str]) -> None:
+    """Engine options checked: known names, valid values (see
+    :func:`poplar_api.profiling.check_engine_options`)."""
+    from poplar_api.profiling import check_engine_options
+
+    check_engine_options(options)
+
+
+def compile_programs(
+    state: Any, programs: list[Program], options: Mapping[str, str], timing: TimingChoice = None
+) -> Compiled:
+    """:func:`poplar_api.lowering.compile` of ``programs`` with the engine's host side
+    (host streams of every replica) and timing model."""
+    replicas = replication_factor(state)
+    host = HostStreams(prefetch_option(options), replicas)
+    model = timing_for(timing, state.target.config)
+    return lowering.compile(state, programs, host, options, model, replicas)
+
+
 def compileGraph(
     graph: Graph,
     programs: Program | Sequence[Program],
     options: Mapping[str, Any] | None = None,
     progressCallback: Callable[[int, int], Any] | None = None,
+    *,
+    timing: TimingChoice = None,
 ) -> Executable:
     """Compile ``programs`` of ``graph`` once, for one engine or for a file.
 
@@ -94,6 +168,9 @@ def compileGraph(
     progressCallback
         Called as ``progressCallback(step, total)``: ``(0, 1)`` before compiling and
         ``(1, 1)`` when done.
+    timing
+        The timing model (a :class:`~ipusim.timing.TimingModel` subclass) memory
+        placement asks and engines made from the executable run with.
 
     Returns
     -------
@@ -105,20 +182,24 @@ def compileGraph(
     GraphValidationError, OutOfMemoryError, EngineError
         As ``Engine(graph, programs, options)``.
     """
-    from poplar_api.engine import Engine
-
     if progressCallback is not None and not callable(progressCallback):
         raise EngineError(
             f"compileGraph: progressCallback must be callable (step, total), got "
             f"{type(progressCallback).__name__} {progressCallback!r}"
         )
+    if not isinstance(graph, Graph):
+        raise EngineError(f"compileGraph: expected a Graph, got {type(graph).__name__}")
+    merged = engine_options(options)
+    check_options(merged)
     progs = [programs] if isinstance(programs, Program) else list(programs)
+    if not progs:
+        raise EngineError("compileGraph: no programs given")
     if progressCallback is not None:
         progressCallback(0, 1)
-    compiled = Engine(graph, progs, options)
+    compiled = compile_programs(graph._state, progs, merged, timing)
     if progressCallback is not None:
         progressCallback(1, 1)
-    return Executable(graph._state, progs, compiled.options, compiled)
+    return Executable(graph._state, progs, merged, compiled, timing)
 
 
 def _stream_name(target: Any) -> str:
@@ -139,12 +220,14 @@ class Executable:
         state: Any,
         programs: list[Program],
         options: Mapping[str, str],
-        compiled: Engine | None,
+        compiled: Compiled | None,
+        timing: TimingChoice = None,
     ) -> None:
         self._state = state
         self._programs = list(programs)
         self._options = dict(options)
         self._compiled = compiled
+        self._timing = timing
 
     # ---------------------------------------------------------------- queries
     @property
@@ -175,19 +258,27 @@ class Executable:
         )
 
     # ---------------------------------------------------------------- engines
-    def _open(self, engine: Engine, options: Mapping[str, Any] | None) -> None:
-        """Give ``engine`` the compiled state (``Engine(executable, options)``).
+    def _take(
+        self, options: Mapping[str, Any] | None, timing: TimingChoice = None
+    ) -> tuple[Compiled, list[Program], dict[str, str], TimingChoice]:
+        """The compiled state an engine takes (``Engine(executable, options)``): the
+        compiled graph, programs, options (the executable's, with ``options`` over
+        them) and timing model.
 
         The first engine takes the state compiled by ``compileGraph`` or
         ``deserialize``; a later one gets a fresh compilation of the same graph, since
         an engine's device memory image and host buffers are its own.
         """
-        from poplar_api.engine import Engine, _check_options, engine_options
-
         if options is not None and not isinstance(options, Mapping):
             raise EngineError(
                 f"Engine(executable, options): options must be a mapping of engine options, "
                 f"got {type(options).__name__}; hint: the programs were fixed by compileGraph"
+            )
+        if timing is not None and timing is not self._timing:
+            raise EngineError(
+                f"Engine(executable, timing={timing!r}): the executable was compiled with "
+                f"timing={self._timing!r}; the timing model shapes memory placement; hint: "
+                "pass it to compileGraph instead"
             )
         runtime = engine_options(options)
         for name, default in COMPILE_OPTIONS.items():
@@ -207,13 +298,12 @@ class Executable:
                     "hint: pass it to compileGraph instead"
                 )
         merged = {**self._options, **runtime}
-        _check_options(merged)
+        check_options(merged)
         compiled = self._compiled
         self._compiled = None
         if compiled is None:
-            compiled = Engine(Graph._from_state(self._state), self._programs, self._options)
-        engine.__dict__.update(compiled.__dict__)
-        engine.options = merged
+            compiled = compile_programs(self._state, self._programs, self._options, self._timing)
+        return compiled, list(self._programs), merged, self._timing
 
     # -------------------------------------------------------------- files
     def serialize(self, out: str | os.PathLike[str] | IO[bytes]) -> None:
@@ -302,9 +392,7 @@ class Executable:
                 f"be read ({type(exc).__name__}: {exc}); hint: write it again with "
                 f"Executable.serialize (file made by ipusim {header.get('ipusim')})"
             ) from exc
-        from poplar_api.engine import Engine
-
-        compiled = Engine(Graph._from_state(state), programs, options)
+        compiled = compile_programs(state, programs, options)
         return Executable(state, programs, options, compiled)
 
 

@@ -22,7 +22,7 @@
   elements that change replica and an exchange of the busiest replica for those that
   stay. Its effect is global.
 
-Problems are appended to the emitter's list, as everywhere in lowering.
+Problems are appended to the em's list, as everywhere in lowering.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from poplar_api import program as P  # noqa: N812 - short alias for program clas
 from poplar_api.gcl import GclCollective, collective_values
 from poplar_api.graph import DataStream, is_nonreplicated, replication_factor
 from poplar_api.lowering.context import split_wide
+from poplar_api.lowering.emission import Emission, with_effect
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.tensor import Tensor
 
@@ -50,9 +51,9 @@ IR_OPS = {
 }
 
 
-def _layout(emitter: Any) -> tuple[int, int, int]:
-    """``(tiles per IPU, IPUs per replica, tiles per replica)`` of the emitter's target."""
-    target = emitter.state.target
+def _layout(em: Emission) -> tuple[int, int, int]:
+    """``(tiles per IPU, IPUs per replica, tiles per replica)`` of the em's target."""
+    target = em.state.target
     tpi = int(target.getTilesPerIPU())
     tiles = int(target.getNumTiles())
     return tpi, max(1, tiles // tpi), tiles
@@ -70,10 +71,10 @@ def _constant_of_ids(state: Any, t: Tensor, ids: np.ndarray) -> str | None:
 
 
 # ---------------------------------------------------------------------- collectives
-def lower_collective(emitter: Any, prog: GclCollective) -> ir.Node:
+def lower_collective(em: Emission, prog: GclCollective) -> ir.Node:
     """IR of a GCL collective (see the module docstring)."""
-    state = emitter.state
-    pid = emitter._pid(prog)
+    state = em.state
+    pid = em.pid(prog)
     what = f"{prog.debugName or prog.kind} #{pid}"
     problems: list[str] = []
     for t in (*prog.inputs, *prog.outputs):
@@ -81,7 +82,7 @@ def lower_collective(emitter: Any, prog: GclCollective) -> ir.Node:
             problems.append(f"{what}: tensor {t!r} is not a tensor of the engine's graph")
     if not problems:
         for t in prog.outputs:
-            const = emitter._constant_of(t)
+            const = em.constant_of(t)
             if const is not None:
                 problems.append(
                     f"{what}: the result '{t.name}' is (part of) constant '{const}'; constants "
@@ -95,10 +96,10 @@ def lower_collective(emitter: Any, prog: GclCollective) -> ir.Node:
         except Exception as exc:  # a group that no longer fits the graph
             problems.append(str(exc))
     if problems:
-        emitter.problems += problems
+        em.problems += problems
         return ir.Sequence()
     typ = prog.inputs[0].elementType()
-    storage = emitter.lowered.storage
+    storage = em.lowered.storage
     pairs = [
         (t.flat_index(), o.flat_index()) for t, o in zip(prog.inputs, prog.outputs, strict=True)
     ]
@@ -113,8 +114,8 @@ def lower_collective(emitter: Any, prog: GclCollective) -> ir.Node:
                     for member, out in zip(group, outs, strict=True):
                         storage.write_replica(member, typ, dst, out)
 
-        effect = emitter.lowered.global_effect(run)
-        step = _cross_step(emitter, prog, groups, effect, pid)
+        effect = em.lowered.global_effect(run)
+        step = _cross_step(em, prog, groups, effect, pid)
     else:
         rows = [t.dim(0) for t in prog.inputs]
 
@@ -124,28 +125,28 @@ def lower_collective(emitter: Any, prog: GclCollective) -> ir.Node:
                 outs = collective_values(kind, op, vals.reshape(n, -1), root)
                 storage.write(typ, dst, np.concatenate(outs) if outs else vals[:0])
 
-        effect = emitter.lowered.effect(run_within)
-        step = _within_step(emitter, prog, effect, pid)
-    return emitter._touch(step, *prog.inputs, *prog.outputs)
+        effect = em.lowered.effect(run_within)
+        step = _within_step(em, prog, effect, pid)
+    return em.touch(step, *prog.inputs, *prog.outputs)
 
 
-def _trivial(emitter: Any, prog: GclCollective, effect: int, pid: int) -> ir.Node:
+def _trivial(em: Emission, prog: GclCollective, effect: int, pid: int) -> ir.Node:
     """A collective that moves nothing (groups of one): its effect on an internal sync."""
     name = f"{prog.debugName}/Local"
     return ir.Sequence([ir.Sync(name=name, effect=effect, program_id=pid)], name=prog.debugName)
 
 
 def _cross_step(
-    emitter: Any, prog: GclCollective, groups: list[list[int]], effect: int, pid: int
+    em: Emission, prog: GclCollective, groups: list[list[int]], effect: int, pid: int
 ) -> ir.Node:
-    tpi, m, replica_tiles = _layout(emitter)
+    tpi, m, replica_tiles = _layout(em)
     size = prog.inputs[0].elementType().size
-    tiles = np.concatenate([emitter._tiles(t) for t in prog.inputs])
+    tiles = np.concatenate([em.tiles(t) for t in prog.inputs])
     per_tile = np.bincount(tiles, minlength=replica_tiles)[:replica_tiles] * size
     per_ipu = per_tile.reshape(m, tpi).sum(axis=1)
     tile_max = per_tile.reshape(m, tpi).max(axis=1)
     ring_groups, num_bytes, max_tile = [], [], []
-    topology = topology_of(emitter.state.device_target.config)
+    topology = topology_of(em.state.device_target.config)
     for group in groups:
         factor = len(group) if prog.kind == "all_gather" else 1
         for j in np.flatnonzero(per_ipu).tolist():
@@ -154,7 +155,7 @@ def _cross_step(
             num_bytes.append(int(per_ipu[j]) * factor)
             max_tile.append(int(tile_max[j]) * factor)
     if not ring_groups or max(len(g) for g in groups) == 1:
-        return _trivial(emitter, prog, effect, pid)
+        return _trivial(em, prog, effect, pid)
     return ir.Collective(
         name=prog.debugName,
         effect=effect,
@@ -169,24 +170,24 @@ def _cross_step(
     )
 
 
-def _within_step(emitter: Any, prog: GclCollective, effect: int, pid: int) -> ir.Node:
-    tpi, m, _ = _layout(emitter)
-    replicas = replication_factor(emitter.state)
+def _within_step(em: Emission, prog: GclCollective, effect: int, pid: int) -> ir.Node:
+    tpi, m, _ = _layout(em)
+    replicas = replication_factor(em.state)
     size = prog.inputs[0].elementType().size
     first = prog.inputs[0]
     rows = first.dim(0)
-    ipus = [int(emitter._tiles(first[i])[0] // tpi) for i in range(rows)] if rows else []
+    ipus = [int(em.tiles(first[i])[0] // tpi) for i in range(rows)] if rows else []
     member_bytes = 0
     tile_bytes = 0
     factor = rows if prog.kind == "all_gather" else 1
     for t in prog.inputs:
         n = t.numElements() // max(rows, 1)
         member_bytes += n * size * factor
-        counts = np.bincount(emitter._tiles(t))
+        counts = np.bincount(em.tiles(t))
         tile_bytes = max(tile_bytes, int(counts.max(initial=0)) * size * factor)
     if rows <= 1 or member_bytes == 0:
-        return _trivial(emitter, prog, effect, pid)
-    topology = topology_of(emitter.state.device_target.config)
+        return _trivial(em, prog, effect, pid)
+    topology = topology_of(em.state.device_target.config)
     ring_groups = tuple(ring_order(topology, [k * m + i for i in ipus]) for k in range(replicas))
     return ir.Collective(
         name=prog.debugName,
@@ -203,24 +204,24 @@ def _within_step(emitter: Any, prog: GclCollective, effect: int, pid: int) -> ir
 
 
 # ------------------------------------------------------------ CrossReplicaCopy
-def lower_cross_replica_copy(emitter: Any, prog: P.CrossReplicaCopy) -> ir.Node:
+def lower_cross_replica_copy(em: Emission, prog: P.CrossReplicaCopy) -> ir.Node:
     """IR of ``CrossReplicaCopy(src, dst, replicaMap)`` (see the module docstring)."""
-    state = emitter.state
-    pid = emitter._pid(prog)
+    state = em.state
+    pid = em.pid(prog)
     replicas = replication_factor(state)
     where = (
         f"CrossReplicaCopy #{pid} from '{prog.src.name}' to '{prog.dst.name}' "
         f"(replicaMap {prog.replicaMap})"
     )
     if replicas == 1:
-        emitter.problems.append(
+        em.problems.append(
             f"{where}: the graph is not replicated (replication factor 1), so there is no "
             "other replica to copy to; hint: use Copy within the replica, or build the "
             "graph with Graph(target, replication_factor=r)"
         )
         return ir.Sequence()
-    s = emitter._tensor(prog.src, f"{where}: source")
-    d = emitter._tensor(prog.dst, f"{where}: destination")
+    s = em.tensor(prog.src, f"{where}: source")
+    d = em.tensor(prog.dst, f"{where}: destination")
     if s is None or d is None:
         return ir.Sequence()
     problems = []
@@ -244,36 +245,36 @@ def lower_cross_replica_copy(emitter: Any, prog: P.CrossReplicaCopy) -> ir.Node:
             f"{where}: replica {twice[0]} is the destination of replicas {sources}; each "
             "replica may receive one copy"
         )
-    const = emitter._constant_of(d)
+    const = em.constant_of(d)
     if const is not None:
         problems.append(
             f"{where}: the destination is (part of) constant '{const}'; constants cannot be "
             "written; hint: copy into a variable"
         )
     if problems:
-        emitter.problems += problems
+        em.problems += problems
         return ir.Sequence()
     typ, s_ids, d_ids = s.elementType(), s.flat_index(), d.flat_index()
-    storage, mapping = emitter.lowered.storage, dict(prog.replicaMap)
+    storage, mapping = em.lowered.storage, dict(prog.replicaMap)
 
     def copy() -> None:
         values = storage.read_replicas(typ, s_ids)
         for a, b in mapping.items():
             storage.write_replica(b, typ, d_ids, values[a])
 
-    effect = emitter.lowered.global_effect(copy)
-    _, _, replica_tiles = _layout(emitter)
-    s_tile, d_tile = emitter._tiles(s), emitter._tiles(d)
+    effect = em.lowered.global_effect(copy)
+    _, _, replica_tiles = _layout(em)
+    s_tile, d_tile = em.tiles(s), em.tiles(d)
     src, dst = [], []
     for a, b in mapping.items():
         src.append(a * replica_tiles + s_tile)
         dst.append(b * replica_tiles + d_tile)
     name = prog.debugName or f"CrossReplicaCopy {s.name} -> {d.name}"
-    return _touch(emitter, _global_transfer(emitter, name, pid, src, dst, typ.size, effect), s, d)
+    return em.touch(_global_transfer(em, name, pid, src, dst, typ.size, effect), s, d)
 
 
 def _global_transfer(
-    emitter: Any,
+    em: Emission,
     name: str,
     pid: int,
     src: list[np.ndarray],
@@ -283,13 +284,13 @@ def _global_transfer(
 ) -> ir.Node:
     """An external sync and a run-once GlobalExchange of the (src, dst) element moves
     (machine-wide tiles), carrying ``effect``; only the sync when nothing moves."""
-    tpi, _, _ = _layout(emitter)
+    tpi, _, _ = _layout(em)
     src_all = np.concatenate(src) if src else np.zeros(0, np.int64)
     dst_all = np.concatenate(dst) if dst else np.zeros(0, np.int64)
     cross = src_all // tpi != dst_all // tpi
     sync = ir.Sync(name=f"{name}/ExternalSync", program_id=pid, sync_kind="external")
     if not cross.any():
-        return ir.Sequence([_with_effect(sync, effect)], name=name)
+        return ir.Sequence([with_effect(sync, effect)], name=name)
     total = int(max(src_all.max(), dst_all.max())) + 1
     keys = src_all[cross] * total + dst_all[cross]
     pairs, counts = np.unique(keys, return_counts=True)
@@ -305,29 +306,19 @@ def _global_transfer(
     return ir.Sequence([sync, step], name=name)
 
 
-def _with_effect(step: ir.Step, effect: int) -> ir.Step:
-    import dataclasses
-
-    return dataclasses.replace(step, effect=effect)
-
-
-def _touch(emitter: Any, node: ir.Node, *tensors: Tensor) -> ir.Node:
-    return emitter._touch(node, *tensors)
-
-
 # ------------------------------------------------------- non-replicated copies
-def lower_nonreplicated_copy(emitter: Any, prog: P.NonReplicatedCopy) -> ir.Node:
+def lower_nonreplicated_copy(em: Emission, prog: P.NonReplicatedCopy) -> ir.Node:
     """IR of a copy of ``getNonReplicatedTensor`` views (see the module docstring)."""
-    state = emitter.state
-    pid = emitter._pid(prog)
+    state = em.state
+    pid = em.pid(prog)
     src, dst = prog.src, prog.dst
     if isinstance(src, DataStream) or isinstance(dst, DataStream):
         to_device = isinstance(src, DataStream)
         stream, t = (src, dst) if to_device else (dst, src)
-        return _wide_stream_copy(emitter, prog, stream, t, to_device, pid)
+        return _wide_stream_copy(em, prog, stream, t, to_device, pid)
     where = f"Copy from '{getattr(src, 'name', src)}' to '{getattr(dst, 'name', dst)}'"
     if not (is_nonreplicated(src, state) and is_nonreplicated(dst, state)):
-        emitter.problems.append(
+        em.problems.append(
             f"{where}: one side is a non-replicated view (getNonReplicatedTensor) and the "
             "other is not; a copy between tensors is either within every replica (two "
             "replicated tensors) or between views of the top level (two views); hint: "
@@ -354,19 +345,19 @@ def lower_nonreplicated_copy(emitter: Any, prog: P.NonReplicatedCopy) -> ir.Node
             "through a temporary"
         )
     if problems:
-        emitter.problems += problems
+        em.problems += problems
         return ir.Sequence()
-    typ, storage = src.elementType(), emitter.lowered.storage
+    typ, storage = src.elementType(), em.lowered.storage
 
     def copy() -> None:
         storage.write_wide(typ, d_ids, storage.read_wide(typ, s_ids))
 
-    effect = emitter.lowered.global_effect(copy)
+    effect = em.lowered.global_effect(copy)
     s_rep, s_local = split_wide(s_ids)
     space = state.space(typ)
     s_tile = space.tile[s_local].astype(np.int64)
     d_tile = space.tile[d_local].astype(np.int64)
-    _, _, replica_tiles = _layout(emitter)
+    _, _, replica_tiles = _layout(em)
     name = prog.debugName or f"Copy {src.name} -> {dst.name}"
     nodes: list[ir.Node] = []
     same = s_rep == d_rep
@@ -375,11 +366,11 @@ def lower_nonreplicated_copy(emitter: Any, prog: P.NonReplicatedCopy) -> ir.Node
         if moved.any():
             busiest = np.bincount(s_rep[moved]).argmax()
             pick = moved & (s_rep == busiest)
-            planner = ExchangePlanner(state.target, state, emitter.owners)
+            planner = ExchangePlanner(state.target, state, em.owners)
             planner.add_grouped(typ, s_local[pick], s_tile[pick], d_tile[pick])
-            nodes += _exchange_nodes(emitter, planner, name, pid)
+            nodes += _exchange_nodes(em, planner, name, pid)
     glob = _global_transfer(
-        emitter,
+        em,
         name,
         pid,
         [s_rep[~same] * replica_tiles + s_tile[~same]],
@@ -388,27 +379,23 @@ def lower_nonreplicated_copy(emitter: Any, prog: P.NonReplicatedCopy) -> ir.Node
         effect,
     )
     node = ir.Sequence([*nodes, glob], name=name)
-    emitter.touches.setdefault(id(node), []).extend([(typ, s_local), (typ, d_local)])
+    em.touches.setdefault(id(node), []).extend([(typ, s_local), (typ, d_local)])
     return node
 
 
-def _exchange_nodes(emitter: Any, planner: ExchangePlanner, name: str, pid: int) -> list[ir.Node]:
+def _exchange_nodes(em: Emission, planner: ExchangePlanner, name: str, pid: int) -> list[ir.Node]:
     """The steps of a planned exchange within a replica (sync + exchange)."""
-    steps = getattr(emitter, "_exchange_steps", None)
-    if steps is not None:
-        return list(steps(planner, f"{name}/Exchange", f"{name}/Sync", pid))
-    ex = planner.build(f"{name}/Exchange", pid)
-    return [] if ex is None else [ir.Sync(name=f"{name}/Sync", program_id=pid), ex]
+    return em.exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", pid)
 
 
 def _wide_stream_copy(
-    emitter: Any, prog: P.Copy, stream: DataStream, t: Any, to_device: bool, pid: int
+    em: Emission, prog: P.Copy, stream: DataStream, t: Any, to_device: bool, pid: int
 ) -> ir.Node:
-    state = emitter.state
+    state = em.state
     label = prog.debugName or stream.handle
     where = f"Copy between stream '{stream.handle}' and '{getattr(t, 'name', t)}'"
     if state.streams.get(stream.handle) is not stream:
-        emitter.problems.append(f"{where}: not a stream of this graph")
+        em.problems.append(f"{where}: not a stream of this graph")
         return ir.Sequence()
     problems = []
     if stream.toDevice != to_device:
@@ -432,9 +419,9 @@ def _wide_stream_copy(
     if const is not None:
         problems.append(f"{where}: the destination is (part of) constant '{const}'")
     if problems:
-        emitter.problems += problems
+        em.problems += problems
         return ir.Sequence()
-    typ, storage, host = t.elementType(), emitter.lowered.storage, emitter.host
+    typ, storage, host = t.elementType(), em.lowered.storage, em.host
 
     if to_device:
 
@@ -446,8 +433,8 @@ def _wide_stream_copy(
         def effect() -> None:
             host.push(stream, storage.read_wide(typ, ids))
 
-    eff = emitter.lowered.global_effect(effect)
-    _, _, replica_tiles = _layout(emitter)
+    eff = em.lowered.global_effect(effect)
+    _, _, replica_tiles = _layout(em)
     tiles = state.space(typ).tile[local].astype(np.int64)
     replicas = replication_factor(state)
     per = np.zeros((replicas, replica_tiles), np.int64)
@@ -480,7 +467,7 @@ def _wide_stream_copy(
     sync = ir.Sync(name=f"{label}/HostSync", program_id=pid, sync_kind="host")
     parts = [step, on_chip] if to_device else [on_chip, step]
     node = ir.Sequence([sync, *parts], name=label)
-    emitter.touches.setdefault(id(node), []).append((typ, local))
+    em.touches.setdefault(id(node), []).append((typ, local))
     return node
 
 

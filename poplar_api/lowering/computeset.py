@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from poplar_api.lowering import runs
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.types import Type
-from poplar_api.vertices import NO_RUN, id_array, id_count, type_groups
+from poplar_api.vertices import NO_ESTIMATE, NO_RUN, id_array, id_count, type_groups
 
 
 class FieldTable:
@@ -317,3 +318,107 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
             storage.write(t, ix, data)
 
     return run
+
+
+@dataclass(frozen=True)
+class ComputeSetRecord:
+    """A lowered compute set, as memory placement needs it.
+
+    Attributes
+    ----------
+    compute_set
+        The compute set's id in the graph.
+    name
+        Its name.
+    node
+        The IR node its ``Execute`` lowers to (exchanges, compute step).
+    state_per_tile
+        Bytes of vertex state on each tile.
+    state_by_type
+        ``(vertex type name, bytes of vertex state)`` per type, in order of first
+        appearance in the compute set.
+    """
+
+    compute_set: int
+    name: str
+    node: Any
+    state_per_tile: np.ndarray
+    state_by_type: tuple[tuple[str, int], ...]
+
+
+def vertex_state(
+    table: ComputeSetTable, code: Any, num_tiles: int
+) -> tuple[np.ndarray, tuple[tuple[str, int], ...]]:
+    """Vertex state of a compute set: bytes per tile and per vertex type.
+
+    A vertex holds a header, a pointer per field, a size word per vector and per
+    vector list, and a descriptor per vector of a vector list (sizes from the
+    config's ``code`` section).
+    """
+    sizes = np.zeros(table.vertex_ids.size, np.int64)
+    by_type = []
+    for group in table.groups:
+        fixed = code.vertex_header_bytes
+        per_vertex = np.zeros(group.positions.size, np.int64)
+        for spec, ft in zip(group.vtype.fields, group.fields, strict=True):
+            fixed += code.field_pointer_bytes
+            if spec.kind == "vector":
+                fixed += code.vector_size_bytes
+            elif spec.kind == "vectorlist":
+                fixed += code.vector_size_bytes
+                per_vertex += code.vectorlist_descriptor_bytes * np.diff(ft.offsets)
+        sizes[group.positions] = fixed + per_vertex
+        by_type.append((group.vtype.name, int(fixed * group.positions.size + per_vertex.sum())))
+    per_tile = np.bincount(table.tiles, weights=sizes, minlength=num_tiles).astype(np.int64)
+    return per_tile, tuple(by_type)
+
+
+def vertex_cycles(table: ComputeSetTable, estimates: np.ndarray, target: Any) -> np.ndarray:
+    """Cycles of each vertex: its perf estimate, else its type's estimator asked once
+    per distinct set of connection sizes (vertices of a type mostly share them)."""
+    cycles = estimates.copy()
+    for group in table.groups:
+        at = np.flatnonzero(cycles[group.positions] == NO_ESTIMATE)
+        if not at.size:
+            continue
+        vtype = group.vtype
+        lists = [spec.kind == "vectorlist" for spec in vtype.fields]
+        counts = [
+            None if vl else np.diff(ft.bounds)[at]
+            for ft, vl in zip(group.fields, lists, strict=True)
+        ]
+        if not any(lists):
+            rows = np.stack(counts, axis=1) if counts else np.zeros((at.size, 1), np.int64)
+            uniq, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+            found = np.zeros(uniq.shape[0], np.int64)
+            for k in np.argsort(first).tolist():  # in order of first appearance
+                row = uniq[k].tolist()
+                sizes = {s.name: int(n) for s, n in zip(vtype.fields, row, strict=False)}
+                found[k] = vtype.estimate(sizes, target)
+            cycles[group.positions[at]] = found[inverse.reshape(-1)]
+            continue
+        memo: dict[tuple, int] = {}
+        inner = [
+            (np.diff(ft.inner_offsets), ft.offsets) if vl else None
+            for ft, vl in zip(group.fields, lists, strict=True)
+        ]
+        out = np.zeros(at.size, np.int64)
+        for p, j in enumerate(at.tolist()):
+            key = []
+            for f, vl in enumerate(lists):
+                if vl:
+                    lengths, offsets = inner[f]
+                    key.append(tuple(lengths[offsets[j] : offsets[j + 1]].tolist()))
+                else:
+                    key.append(int(counts[f][p]))
+            key = tuple(key)
+            value = memo.get(key)
+            if value is None:
+                sizes = {
+                    s.name: list(k) if vl else k
+                    for s, k, vl in zip(vtype.fields, key, lists, strict=True)
+                }
+                value = memo[key] = vtype.estimate(sizes, target)
+            out[p] = value
+        cycles[group.positions[at]] = out
+    return cycles

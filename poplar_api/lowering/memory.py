@@ -19,17 +19,13 @@ needs in tile memory and hands it to :func:`ipusim.tile.memory.plan`:
 * ``messageBuffer``: the elements an ``Execute`` receives from (or sends to) other
   tiles, on its IPU or another, held while that ``Execute`` runs.
 
-Liveness: the executed IR steps of every entry program, in order (entry 0 first),
-are program points; a function's steps are walked where it is called. A variable is
-live from the first to the last point that touches it, widened to the whole of any
-loop (``Repeat``, ``RepeatWhile``) it is touched in. It is *always live* when it is a
-constant, has an initial value, has a host read/write handle, or is touched by more
-than one entry program or by a function. A ``WriteUndef`` covering all of a
-variable's elements (outside a function) ends its live range there: the next access
-starts a new one, so the variable has one block per live range and other variables
-may use its memory in between (``by_category`` still counts its bytes once). A range
-in a loop is widened to the whole loop unless a ``WriteUndef`` of the variable in the
-loop precedes the range (then its value does not carry over to the next iteration).
+Variables are placed by their live ranges
+(:class:`~poplar_api.lowering.liveness.Liveness`): blocks whose ranges do not overlap
+may share an address. A variable whose range a ``WriteUndef`` splits has one block
+per live range, so other variables may use its memory in between (``by_category``
+still counts its bytes once). Each variable's elements per tile are found per element
+space from its stretches of one owner (:func:`variable_tiles`), not variable by
+variable.
 
 Code is stored once: a function's steps count in the control and exchange code at
 its first call only, however often it is called. The sizes come from the config's
@@ -38,7 +34,7 @@ its first call only, however often it is called. The sizes come from the config'
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -54,10 +50,12 @@ from ipusim.tile.memory import (
     plan,
 )
 from ipusim.timing import TimingModel
-from poplar_api.lowering import runs
+from poplar_api.lowering.computeset import ComputeSetRecord
+from poplar_api.lowering.exchange import OwnerCache
+from poplar_api.lowering.liveness import Liveness, ProgramPoints, VariableIndex
 from poplar_api.vertices import id_array, id_count, type_groups
 
-__all__ = ["out_of_memory_message", "plan_memory", "vertex_state_bytes"]
+__all__ = ["out_of_memory_message", "place_memory", "variable_tiles", "vertex_state_bytes"]
 
 
 def vertex_state_bytes(inst: Any, code: CodeConfig) -> int:
@@ -78,175 +76,11 @@ def copy_vertex_state_bytes(code: CodeConfig) -> int:
     return code.vertex_header_bytes + 2 * (code.field_pointer_bytes + code.vector_size_bytes)
 
 
-@dataclass
-class _Walk:
-    """Program points of the IR and where lowering recorded accesses."""
-
-    steps: list[ir.Step] = field(default_factory=list)
-    #: (id of the touching node, first point, last point, entry, inside a function)
-    touched: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
-    loops: list[tuple[int, int]] = field(default_factory=list)
-    #: (first point, last point) of every Execute occurrence
-    executes: list[tuple[int, int]] = field(default_factory=list)
-    #: (id of a WriteUndef node, position, entry, inside a function): the undef sits
-    #: just before program point ``position``
-    undefs: list[tuple[int, int, int, bool]] = field(default_factory=list)
-    #: points of the second and later calls of a function (their code is stored once)
-    repeated: set[int] = field(default_factory=set)
-
-
-def _walk(
-    program: ir.Program,
-    touches: dict[int, Any],
-    executes: set[int],
-    undefs: dict[int, Any] | None = None,
-) -> _Walk:
-    w = _Walk()
-    undefs = undefs or {}
-    called: set[int] = set()
-
-    def visit(node: Any, entry: int, in_fn: bool, calls: tuple[int, ...]) -> None:
-        lo = len(w.steps)
-        if isinstance(node, ir.Step):
-            w.steps.append(node)
-        elif isinstance(node, ir.Call):
-            if node.function not in calls and 0 <= node.function < len(program.functions):
-                fn = program.functions[node.function]
-                again = node.function in called
-                called.add(node.function)
-                visit(fn, entry, True, (*calls, node.function))
-                if again:
-                    w.repeated.update(range(lo, len(w.steps)))
-        else:
-            for child in ir.children(node):
-                visit(child, entry, in_fn, calls)
-        hi = len(w.steps) - 1
-        if id(node) in undefs:
-            w.undefs.append((id(node), lo, entry, in_fn))
-        if hi < lo:
-            return
-        if isinstance(node, ir.Repeat | ir.RepeatWhile):
-            w.loops.append((lo, hi))
-        if id(node) in touches:
-            w.touched.append((id(node), lo, hi, entry, in_fn))
-        if id(node) in executes:
-            w.executes.append((lo, hi))
-
-    for entry, node in enumerate(program.entries):
-        visit(node, entry, False, ())
-    return w
-
-
 def _present(values: np.ndarray, n: int) -> np.ndarray:
     """Sorted distinct values of ``values`` (all in ``[0, n)``), without sorting them."""
     mask = np.zeros(n, bool)
     mask[values] = True
     return np.flatnonzero(mask)
-
-
-def _variables_of(state: Any, parts: list[tuple[Any, Any]]) -> np.ndarray:
-    """Ids of the variables owning any of the elements in ``parts`` (each an id array
-    or a pair ``(begin, end)`` of arrays of id runs)."""
-    mask = np.zeros(len(state.variables), bool)
-    for t, ids in parts:
-        space = state.find_space(t)
-        if space is None:
-            continue
-        if isinstance(ids, tuple):
-            runs.mark_variable_runs(space, *ids, mask)
-        elif ids.size:
-            runs.mark_variables(space, ids, mask)
-    return np.flatnonzero(mask)
-
-
-def _liveness(state: Any, walk: _Walk, touches: dict[int, Any]) -> tuple[np.ndarray, ...]:
-    """Per variable: first and last live point, and whether it is always live."""
-    nv = len(state.variables)
-    first = np.full(nv, np.iinfo(np.int64).max, np.int64)
-    last = np.full(nv, -1, np.int64)
-    entry_of = np.full(nv, -1, np.int64)
-    always = np.zeros(nv, bool)
-    cache: dict[int, np.ndarray] = {}
-    for nid, lo, hi, entry, in_fn in walk.touched:
-        vids = cache.get(nid)
-        if vids is None:
-            vids = cache[nid] = _variables_of(state, touches[nid])
-        np.minimum.at(first, vids, lo)
-        np.maximum.at(last, vids, hi)
-        prev = entry_of[vids]
-        always[vids[(prev >= 0) & (prev != entry)]] = True
-        entry_of[vids] = entry
-        if in_fn:
-            always[vids] = True
-    used = last >= 0
-    for _ in range(2):  # loops nest or are disjoint: a second pass settles any order
-        for lo, hi in walk.loops:
-            m = used & (first <= hi) & (last >= lo)
-            first[m] = np.minimum(first[m], lo)
-            last[m] = np.maximum(last[m], hi)
-    always |= np.fromiter((v.constant for v in state.variables), bool, nv)
-    held = [(t, runs.ids_or_run(ids)) for t, ids, _ in state.initial_parts]
-    for handles in (state.host_writes, state.host_reads):
-        held += [(t.elementType(), runs.ids_or_run(t._flat_ids())) for t in handles.values()]
-    always[_variables_of(state, held)] = True
-    return first, last, always
-
-
-def _undef_ranges(
-    state: Any, walk: _Walk, touches: dict[int, Any], undefs: dict[int, Any], always: np.ndarray
-) -> dict[int, list[tuple[int, int]]]:
-    """Live ranges of the variables a ``WriteUndef`` covers in full (and that are not
-    always live): variable id -> inclusive ``(first, last)`` ranges, in order."""
-    cut: dict[int, list[int]] = {}  # variable -> positions of its undefs
-    for nid, pos, _entry, in_fn in walk.undefs:
-        if in_fn:
-            continue  # a function's undef: the variable is always live anyway
-        for t, ids in undefs[nid]:
-            space = state.find_space(t)
-            if space is None or ids.size == 0:
-                continue
-            uniq = np.unique(ids)
-            vids, counts = np.unique(space.variables_of(uniq), return_counts=True)
-            for vid, n in zip(vids.tolist(), counts.tolist(), strict=True):
-                if n == state.variables[vid].size and not always[vid]:
-                    cut.setdefault(vid, []).append(pos)
-    if not cut:
-        return {}
-    spans: dict[int, list[tuple[int, int]]] = {vid: [] for vid in cut}
-    wanted = np.fromiter(cut, np.int64, len(cut))
-    cache: dict[int, np.ndarray] = {}
-    for nid, lo, hi, _entry, _in_fn in walk.touched:
-        vids = cache.get(nid)
-        if vids is None:
-            vids = cache[nid] = _variables_of(state, touches[nid])
-        for vid in np.intersect1d(vids, wanted).tolist():
-            spans[vid].append((lo, hi))
-    out: dict[int, list[tuple[int, int]]] = {}
-    for vid, touched in spans.items():
-        marks = sorted(cut[vid])
-        ranges: list[list[int]] = []
-        for lo, hi in sorted(touched):
-            if ranges and not any(ranges[-1][1] < u <= lo for u in marks):
-                ranges[-1][1] = max(ranges[-1][1], hi)
-            else:
-                ranges.append([lo, hi])
-        for _ in range(2):  # loops nest or are disjoint, as in _liveness
-            for loop_lo, loop_hi in walk.loops:
-                for r in ranges:
-                    inside = r[0] <= loop_hi and r[1] >= loop_lo
-                    fresh = any(loop_lo <= u <= max(r[0], loop_lo) for u in marks)
-                    if inside and not fresh:
-                        r[0], r[1] = min(r[0], loop_lo), max(r[1], loop_hi)
-            ranges.sort()
-            merged: list[list[int]] = []
-            for r in ranges:
-                if merged and r[0] <= merged[-1][1]:
-                    merged[-1][1] = max(merged[-1][1], r[1])
-                else:
-                    merged.append(list(r))
-            ranges = merged
-        out[vid] = [(a, b) for a, b in ranges]
-    return out
 
 
 def _interleaved_keys(state: Any, cs_ids: list[int], num_tiles: int) -> np.ndarray:
@@ -316,7 +150,7 @@ def _per_tile_blocks(name: str, category: str, nbytes: np.ndarray, **kw: Any) ->
     return BlockTable.per_tile(name, category, nbytes, **kw)
 
 
-def _code_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[BlockTable]:
+def _code_blocks(walk: ProgramPoints, timing: TimingModel, nt: int) -> list[BlockTable]:
     """Stacks, control code and exchange code of every tile (non-interleaved, always live)."""
     nonint = {"region": NON_INTERLEAVED}
     cfg = timing.config
@@ -371,57 +205,113 @@ def _vertex_code_blocks(
     return blocks
 
 
+def variable_tiles(
+    state: Any, index: VariableIndex, owners: OwnerCache, nt: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(variable, tile, elements)`` of every variable's elements on each tile, sorted
+    by variable then tile (unmapped elements left out).
+
+    Found per element space from its stretches of one owner cut at the variables'
+    bases: a few numpy passes over the stretches, not a loop over the variables.
+    """
+    keys, counts = [], []
+    for size, space in state.spaces.items():
+        n = space.size
+        arrays = index.arrays_of_size(size)
+        if n == 0 or arrays is None:
+            continue
+        bases, var_ids, _ = arrays
+        changes = owners.changes_of(size, space.tile, n)
+        starts = np.union1d(np.concatenate(([0], changes)), bases[bases < n])
+        ends = np.append(starts[1:], n)
+        tiles = space.tile[starts].astype(np.int64)
+        mapped = tiles >= 0
+        vids = var_ids[np.searchsorted(bases, starts[mapped], side="right") - 1]
+        keys.append(vids * nt + tiles[mapped])
+        counts.append((ends - starts)[mapped])
+    if not keys:
+        none = np.zeros(0, np.int64)
+        return none, none, none
+    key, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    elements = np.bincount(inverse, weights=np.concatenate(counts), minlength=key.size)
+    return key // nt, key % nt, elements.astype(np.int64)
+
+
 def _variable_blocks(
     state: Any,
-    walk: _Walk,
-    touches: dict[int, Any],
-    cs_ids: list[int],
+    live: Liveness,
+    index: VariableIndex,
+    records: Sequence[ComputeSetRecord],
     nt: int,
-    undefs: dict[int, Any] | None = None,
-    owners: Any = None,
-) -> tuple[list[BlockTable], list[BlockTable]]:
+    owners: OwnerCache,
+) -> tuple[BlockTable, BlockTable]:
     """Each variable's (or constant's) elements on each tile, with its live range: one
-    block per live range when ``WriteUndef`` splits it. Returns the blocks and, apart,
-    the second and later ranges' blocks (so that the report counts a variable once)."""
-    first, last, always = _liveness(state, walk, touches)
-    split = _undef_ranges(state, walk, touches, undefs or {}, always)
-    inter = _interleaved_keys(state, cs_ids, nt)
-    blocks: list[BlockTable] = []
-    extra: list[BlockTable] = []
-    for v in state.variables:
-        space = state.space(v.type)
-        changes = None
-        if owners is not None and v.size >= runs.STRETCHES_FROM:
-            changes = owners.changes_of(v.type.size, space.tile, space.size)
-        counts = runs.tile_counts(space.tile, v.base, v.base + v.size, nt, changes)
-        tiles = np.flatnonzero(counts)
-        if not tiles.size:
-            continue
-        live = None if always[v.id] else (int(first[v.id]), int(last[v.id]))
-        if live is not None and live[1] < 0:
-            live = (0, -1)  # touched by no program: live at no point
-        ranges: list[tuple[int, int] | None] = list(split.get(v.id) or [live])
-        category = "constant" if v.constant else "variable"
-        region = np.full(tiles.size, 2, np.int64)  # any region
-        if inter.size:
-            region[np.isin(v.id * nt + tiles, inter)] = 1  # interleaved
-        nbytes = counts[tiles] * v.type.size
-        parts = [
-            BlockTable.rows(v.name, category, tiles, nbytes, v.type.size, region, rng)
-            for rng in ranges
-        ]
-        if len(parts) == 1:
-            blocks.append(parts[0])
-            continue
-        both = BlockTable.concat(parts)  # range by range; blocks go tile by tile
-        blocks.append(both.take(np.arange(len(both)).reshape(len(parts), -1).T.reshape(-1)))
-        extra.extend(parts[1:])
-    return blocks, extra
+    block per live range when ``WriteUndef`` splits it, a variable's blocks tile by
+    tile (its ranges next to each other), variables by id. Returns the blocks and,
+    apart, the second and later ranges' blocks (so that the report counts a variable
+    once)."""
+    var, tile, count = variable_tiles(state, index, owners, nt)
+    if var.size == 0:
+        return BlockTable.empty(), BlockTable.empty()
+    variables = state.variables
+    constant = np.fromiter((v.constant for v in variables), bool, len(variables))
+    type_size = np.fromiter((v.type.size for v in variables), np.int64, len(variables))
+    inter = _interleaved_keys(state, [r.compute_set for r in records], nt)
+    # a variable whose live range a WriteUndef splits has a row per range on each tile
+    reps = np.ones(var.size, np.int64)
+    extra_ranges = {vid: r for vid, r in live.ranges.items() if r}
+    if extra_ranges:
+        split = np.fromiter(extra_ranges, np.int64, len(extra_ranges))
+        lengths = np.fromiter(map(len, extra_ranges.values()), np.int64, len(extra_ranges))
+        order = np.argsort(split)
+        split, lengths = split[order], lengths[order]
+        at = np.searchsorted(split, var)
+        found = (at < split.size) & (split[np.minimum(at, split.size - 1)] == var)
+        reps[found] = lengths[at[found]]
+    rows = np.repeat(np.arange(var.size), reps)
+    copy = np.arange(rows.size) - np.repeat(np.cumsum(reps) - reps, reps)
+    v, t = var[rows], tile[rows]
+    always = live.always[v].copy()
+    first = np.where(always, 0, live.first[v])
+    last = np.where(always, 0, live.last[v])
+    unused = ~always & (last < 0)
+    first[unused], last[unused] = 0, -1
+    if extra_ranges:
+        for vid, ranges in extra_ranges.items():
+            mine = np.flatnonzero(v == vid)
+            if not mine.size:
+                continue
+            r = np.asarray(ranges, np.int64)[copy[mine]]
+            first[mine], last[mine], always[mine] = r[:, 0], r[:, 1], False
+    region = np.full(rows.size, 2, np.int64)  # any region
+    if inter.size:
+        region[np.isin(v * nt + t, inter)] = 1  # interleaved
+    # names and categories in order of first appearance, as one table per variable
+    present = np.unique(var)
+    names = [variables[k].name for k in present.tolist()]
+    name_of = np.searchsorted(present, v)
+    cat_flag = constant[v]
+    categories = ["constant" if cat_flag[0] else "variable"]
+    if (cat_flag != cat_flag[0]).any():
+        categories.append("variable" if cat_flag[0] else "constant")
+    table = BlockTable(
+        names=names,
+        categories=categories,
+        name=name_of.astype(np.int64),
+        category=(cat_flag != cat_flag[0]).astype(np.int64),
+        tile=t,
+        size=count[rows] * type_size[v],
+        element_bytes=type_size[v],
+        region=region,
+        live_first=first.astype(np.int64),
+        live_last=last.astype(np.int64),
+        always=always,
+    )
+    return table, table.take(np.flatnonzero(copy > 0))
 
 
 def _vertex_state_blocks(
-    state: Any,
-    emitter: Any,
+    records: Sequence[ComputeSetRecord],
     computes: list[ir.Compute],
     nt: int,
     by_compute_set: dict[str, np.ndarray],
@@ -433,24 +323,13 @@ def _vertex_state_blocks(
     kw = {"element_bytes": 4, "region": NON_INTERLEAVED}
     blocks: list[BlockTable] = []
     in_cs: set[int] = set()
-    for cs_id, node in emitter.cs_nodes.items():
-        cs = state.compute_sets[cs_id]
-        in_cs.update(id(s) for s in node.body)
-        table = state.vertices
-        vids = np.asarray(cs.vertices, np.int64)
-        codes = table.column("type_code", vids)
-        sizes = np.zeros(vids.size, np.int64)
-        for kind, at in type_groups(codes):
-            vtype = table.types[kind]
-            if any(f.kind == "vectorlist" for f in vtype.fields):
-                sizes[at] = [vertex_state_bytes(table[v], code) for v in vids[at].tolist()]
-            else:  # the same state bytes for every vertex of the type
-                sizes[at] = vertex_state_bytes(table[int(vids[at[0]])], code)
-            by_vertex_type[vtype.name] = by_vertex_type.get(vtype.name, 0) + int(sizes[at].sum())
-        vtile = table.column("tile", vids)
-        per_tile = np.bincount(vtile, weights=sizes, minlength=nt).astype(np.int64)
-        by_compute_set[cs.name] = by_compute_set.get(cs.name, 0) + per_tile
-        blocks.append(_per_tile_blocks(cs.name, "vertexInstanceState", per_tile, **kw))
+    for record in records:
+        in_cs.update(id(s) for s in record.node.body)
+        for tname, nbytes in record.state_by_type:
+            by_vertex_type[tname] = by_vertex_type.get(tname, 0) + nbytes
+        per_tile = record.state_per_tile
+        by_compute_set[record.name] = by_compute_set.get(record.name, 0) + per_tile
+        blocks.append(_per_tile_blocks(record.name, "vertexInstanceState", per_tile, **kw))
     for step in computes:
         if id(step) in in_cs:
             continue
@@ -463,7 +342,7 @@ def _vertex_state_blocks(
     return blocks
 
 
-def _buffer_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[BlockTable]:
+def _buffer_blocks(walk: ProgramPoints, timing: TimingModel, nt: int) -> list[BlockTable]:
     """Exchange buffers of each Execute, live while it runs: elements received before
     its compute step (on the receivers), elements sent after it (on the senders), by
     on-chip and global exchanges alike."""
@@ -481,8 +360,15 @@ def _buffer_blocks(walk: _Walk, timing: TimingModel, nt: int) -> list[BlockTable
     return blocks
 
 
-def plan_memory(state: Any, program: ir.Program, emitter: Any) -> MemoryReport:
-    """Place what the compiled ``program`` of graph ``state`` needs in tile memory.
+def place_memory(
+    state: Any,
+    live: Liveness,
+    records: Sequence[ComputeSetRecord],
+    timing: TimingModel,
+    owners: OwnerCache | None = None,
+    index: VariableIndex | None = None,
+) -> MemoryReport:
+    """Place what a compiled program of graph ``state`` needs in tile memory.
 
     Blocks are handed to the allocator in this order (it keeps the order among
     blocks of equal rank): stacks, control code, exchange code, host exchange code,
@@ -492,40 +378,41 @@ def plan_memory(state: Any, program: ir.Program, emitter: Any) -> MemoryReport:
     Parameters
     ----------
     state
-        The graph state (variables, vertices, tile mappings, host handles).
-    program
-        The lowered IR program (entries and functions).
-    emitter
-        The :class:`~poplar_api.lowering.emit.Emitter` that lowered it (its
-        ``touches`` and ``cs_nodes``).
+        The graph state (variables, tile mappings, host handles).
+    live
+        The program points and live ranges (:func:`~poplar_api.lowering.liveness.liveness`).
+    records
+        The lowered compute sets, in lowering order (their vertex state).
+    timing
+        The timing model whose exchange costs give the messages exchange code holds
+        (the engine's, so that a custom model is honoured here too).
+    owners, index
+        The lowering's owner change points and variable index (made here if not given).
     """
     cfg = state.target.config
     nt = state.target.getNumTiles()
-    undefs = getattr(emitter, "undefs", {})
-    walk = _walk(program, emitter.touches, {id(n) for n in emitter.cs_nodes.values()}, undefs)
+    walk = live.points
     computes = list({id(s): s for s in walk.steps if isinstance(s, ir.Compute)}.values())
     by_compute_set: dict[str, np.ndarray] = {}
     by_vertex_type: dict[str, int] = {}
-    timing = TimingModel(cfg)
-    variables, extra = _variable_blocks(
-        state, walk, emitter.touches, list(emitter.cs_nodes), nt, undefs, emitter.owners
-    )
+    owners = owners if owners is not None else OwnerCache()
+    index = index if index is not None else VariableIndex(state)
+    variables, extra = _variable_blocks(state, live, index, records, nt, owners)
     blocks = BlockTable.concat(
         [
             *_code_blocks(walk, timing, nt),
             *_vertex_code_blocks(computes, nt, by_vertex_type, cfg.code),
-            *variables,
-            *_vertex_state_blocks(
-                state, emitter, computes, nt, by_compute_set, by_vertex_type, cfg.code
-            ),
+            variables,
+            *_vertex_state_blocks(records, computes, nt, by_compute_set, by_vertex_type, cfg.code),
             *_buffer_blocks(walk, timing, nt),
         ]
     )
     names = [s.name for s in walk.steps]
     spec = MemorySpec.from_config(cfg.memory)
     report = plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)
-    for part in extra:  # a variable's later live ranges: its bytes count once
-        np.subtract.at(report.by_category[part.categories[0]], part.tile, part.size)
+    for k, category in enumerate(extra.categories):  # later live ranges: bytes count once
+        rows = extra.category == k
+        np.subtract.at(report.by_category[category], extra.tile[rows], extra.size[rows])
     return report
 
 

@@ -263,7 +263,14 @@ def mark_variables(space: object, ids: np.ndarray, mask: np.ndarray) -> None:
     id leaves the range of the last one.
     """
     bases = np.asarray(space.var_bases, np.int64)
-    var_ids = np.asarray(space.var_ids, np.int64)
+    mark_variables_in(bases, np.asarray(space.var_ids, np.int64), ids, mask)
+
+
+def mark_variables_in(
+    bases: np.ndarray, var_ids: np.ndarray, ids: np.ndarray, mask: np.ndarray
+) -> None:
+    """:func:`mark_variables` with the space's variable ``bases`` and ``var_ids`` given
+    as arrays (made once per lowering, not per call)."""
     if ids.size:
         _mark_variables(np.asarray(ids), bases, var_ids, mask)
 
@@ -271,7 +278,20 @@ def mark_variables(space: object, ids: np.ndarray, mask: np.ndarray) -> None:
 def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: np.ndarray) -> None:
     """:func:`mark_variables` of the ids ``begin[k] .. end[k] - 1`` of every run ``k``."""
     bases = np.asarray(space.var_bases, np.int64)
-    var_ids = np.asarray(space.var_ids, np.int64)
+    nonempty = np.diff(bases, append=space.size) > 0
+    mark_runs_in(bases, np.asarray(space.var_ids, np.int64), nonempty, begin, end, mask)
+
+
+def mark_runs_in(
+    bases: np.ndarray,
+    var_ids: np.ndarray,
+    nonempty: np.ndarray,
+    begin: np.ndarray,
+    end: np.ndarray,
+    mask: np.ndarray,
+) -> None:
+    """:func:`mark_variable_runs` with the space's variable ``bases``, ``var_ids`` and
+    whether each variable has elements (``nonempty``) given as arrays."""
     full = end > begin
     if not full.any() or bases.size == 0:
         return
@@ -279,11 +299,9 @@ def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: 
     last = np.searchsorted(bases, end[full] - 1, side="right") - 1
     # variables are id ranges in id order: a run covers every variable from its first
     # element's to its last element's, except variables of no elements
-    cover = np.zeros(bases.size + 1, np.int64)
-    np.add.at(cover, first, 1)
-    np.add.at(cover, last + 1, -1)
-    sizes = np.diff(bases, append=space.size)
-    mask[var_ids[(np.cumsum(cover[:-1]) > 0) & (sizes > 0)]] = True
+    cover = np.bincount(first, minlength=bases.size + 1)[: bases.size + 1]
+    cover = cover - np.bincount(last + 1, minlength=bases.size + 1)[: bases.size + 1]
+    mask[var_ids[(np.cumsum(cover[:-1]) > 0) & nonempty]] = True
 
 
 def runs_hit(marked: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:

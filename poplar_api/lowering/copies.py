@@ -1,0 +1,312 @@
+"""Lowering of ``Copy`` and ``PrintTensor`` programs.
+
+* ``Copy`` between tensors: elements already on their destination tile are copied by
+  an on-tile copy vertex per tile, the rest by an exchange
+  (:meth:`~poplar_api.lowering.emission.Emission.exchange_steps`).
+* ``Copy`` from or to a stream, and ``PrintTensor``: a host sync and a stream copy.
+  With the engine option ``exchange.enablePrefetch`` (default true) a host-to-device
+  copy is marked ``prefetch`` and asks the host, after its effect, whether the
+  stream's next data is ready (docs/machine.md, "Prefetch").
+* ``Copy`` between a tensor and a remote buffer: an internal sync, the Streaming
+  Memory transfer (``RemoteBufferCopy``) and its on-chip exchange; the rows are
+  chosen by the offset tensor when the copy runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ipusim import ir
+from poplar_api import program as P  # noqa: N812 - short alias for program classes
+from poplar_api.errors import EngineError
+from poplar_api.graph import DataStream, replication_factor
+from poplar_api.lowering import runs
+from poplar_api.lowering.emission import Emission, with_effect
+from poplar_api.lowering.exchange import ExchangePlanner
+from poplar_api.printing import format_tensor
+from poplar_api.remote import RemoteBuffer, remote_buffers
+from poplar_api.tensor import Tensor
+from poplar_api.vertices import id_array
+
+__all__ = ["lower_copy", "lower_print_tensor"]
+
+
+def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
+    """IR of a ``Copy`` between tensors, streams or remote buffers (see the module
+    docstring); problems go to ``em.problems``."""
+    src, dst = prog.src, prog.dst
+    if isinstance(src, DataStream) and isinstance(dst, Tensor):
+        return stream_copy(em, prog, src, dst, to_device=True)
+    if isinstance(src, Tensor) and isinstance(dst, DataStream):
+        return stream_copy(em, prog, dst, src, to_device=False)
+    if isinstance(src, RemoteBuffer):
+        return remote_copy(em, prog, src, dst, to_device=True)
+    if isinstance(dst, RemoteBuffer):
+        return remote_copy(em, prog, dst, src, to_device=False)
+    s = em.tensor(src, f"Copy #{em.pid(prog)} source")
+    d = em.tensor(dst, f"Copy #{em.pid(prog)} destination")
+    if s is None or d is None:
+        return ir.Sequence()
+    where = f"Copy from '{s.name}' to '{d.name}'"
+    problems = []
+    if s.elementType() != d.elementType():
+        problems.append(
+            f"{where}: element types differ (source {s.elementType()}, destination "
+            f"{d.elementType()}); they must be equal; hint: cast with popops.cast"
+        )
+    if s.numElements() != d.numElements():
+        # Poplar copies in row-major order between any shapes of equal size (its
+        # first tutorial copies a [3] slice into a [1, 3] one)
+        problems.append(
+            f"{where}: sizes differ (source shape {s.shape()} with {s.numElements()} "
+            f"elements, destination shape {d.shape()} with {d.numElements()} elements); "
+            "they must have the same number of elements; hint: slice or reshape one"
+        )
+    const = em.constant_of(d)
+    if const is not None:
+        problems.append(
+            f"{where}: the destination is (part of) constant '{const}'; constants cannot "
+            "be written; hint: copy into a variable (graph.addVariable)"
+        )
+    if not problems and s.elementType() == d.elementType():
+        s_ids, d_ids = s._flat_ids(), d._flat_ids()
+        if isinstance(s_ids, range) and isinstance(d_ids, range):  # two blocks
+            same = s_ids == d_ids
+            overlap = max(0, min(s_ids.stop, d_ids.stop) - max(s_ids.start, d_ids.start))
+        else:
+            s_ids, d_ids = id_array(s_ids), id_array(d_ids)
+            same = np.array_equal(s_ids, d_ids)
+            overlap = 0 if same else np.intersect1d(s_ids, d_ids).size
+        if overlap and not same:  # copying a view onto itself is allowed
+            problems.append(
+                f"{where}: source and destination overlap ({overlap} of "
+                f"{d.numElements()} element(s) are in both); they must be disjoint "
+                "(or the same view); hint: copy through a temporary variable"
+            )
+    if problems:
+        em.problems += problems
+        return ir.Sequence()
+    return device_copy(em, prog, s, d)
+
+
+def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
+    typ = s.elementType()
+    s_ids, d_ids = s._flat_ids(), d._flat_ids()
+    s_tile, d_tile = em.tiles(s), em.tiles(d)
+    storage = em.lowered.storage
+    s_where, d_where = em.where(s_ids), em.where(d_ids)
+
+    def copy() -> None:
+        storage.copy(typ, d_where, s_where)
+
+    name = prog.debugName or f"Copy {s.name} -> {d.name}"
+    nodes: list[ir.Node] = []
+    local = s_tile == d_tile
+    if local.any():
+        nbytes = np.bincount(d_tile[local], minlength=em.num_tiles) * typ.size
+        tiles = np.flatnonzero(nbytes)
+        # A copy vertex: fixed set-up (code.copy_vertex_fixed_cycles), then moves the
+        # data at the slower of the tile's load and store bandwidths.
+        mem = em.cfg.memory
+        per_cycle = min(mem.load_bytes_per_cycle, mem.store_bytes_per_cycle)
+        cycles = em.cfg.code.copy_vertex_fixed_cycles + -(-nbytes[tiles] // per_cycle)
+        nodes.append(
+            ir.Compute(
+                name=f"{name}/OnTileCopy",
+                program_id=em.pid(prog),
+                vertex_tile=tiles,
+                vertex_cycles=cycles,
+                vertex_type_names=em.copy_vertex_type,
+            )
+        )
+    planner = ExchangePlanner(em.state.target, em.state, em.owners)
+    planner.add_owned(typ, id_array(s_ids), d_tile, em.state.space(typ).tile)
+    nodes += em.exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", em.pid(prog))
+    if not nodes:  # nothing to copy
+        return ir.Sequence()
+    last = nodes[-1]
+    nodes[-1] = with_effect(last, em.lowered.effect(copy))
+    return em.touch(ir.Sequence(nodes, name=name), s, d)
+
+
+def stream_copy(
+    em: Emission, prog: P.Program, stream: DataStream, t: Tensor, to_device: bool
+) -> ir.Node:
+    if t.graph is not em.state or em.state.streams.get(stream.handle) is not stream:
+        em.problems.append(f"Copy with stream '{stream.handle}': not a stream of this graph")
+        return ir.Sequence()
+    replicas = replication_factor(em.state)
+    if replicas > 1 and stream.replicationFactor == 1 and not stream.broadcast:
+        em.problems.append(
+            f"Copy between stream '{stream.handle}' and tensor '{t.name}': the stream was "
+            f"made by the non-replicated graph, the tensor is replicated ({replicas} "
+            "replicas), so it is not defined which host data each replica would get; "
+            "hint: make the stream with the replicated graph (per-replica data) or with "
+            "ReplicatedStreamMode.BROADCAST (the same data for every replica)"
+        )
+        return ir.Sequence()
+    if stream.toDevice != to_device:
+        way = "host-to-device" if stream.toDevice else "device-to-host"
+        em.problems.append(
+            f"Copy with stream '{stream.handle}': it is a {way} FIFO and cannot be used "
+            f"{'as a source' if to_device else 'as a destination'} here"
+        )
+        return ir.Sequence()
+    if stream.elementType != t.elementType() or stream.numElements != t.numElements():
+        em.problems.append(
+            f"Copy between stream '{stream.handle}' ({stream.elementType}, "
+            f"{stream.numElements} elements) and tensor '{t.name}' ({t.elementType()}, "
+            f"{t.numElements()} elements): type and size must match"
+        )
+        return ir.Sequence()
+    const = em.constant_of(t) if to_device else None
+    if const is not None:
+        em.problems.append(
+            f"Copy from stream '{stream.handle}' into tensor '{t.name}': the destination "
+            f"is (part of) constant '{const}'; constants cannot be written; hint: copy "
+            "into a variable"
+        )
+        return ir.Sequence()
+    storage, host, typ, ids = em.lowered.storage, em.host, t.elementType(), t._flat_ids()
+    size = getattr(prog, "expectedSize", None)
+    if to_device and size is not None:
+        what = f"Copy from stream '{stream.handle}' into '{t.name}': expectedSize"
+        n_of = em.predicate(size, what, integral=True)
+        if n_of is None:
+            return ir.Sequence()
+        predicates, limit = em.lowered.predicates, t.numElements()
+        size_name = size.name
+
+        def effect() -> None:
+            n = predicates[n_of]()
+            if not 0 <= n <= limit:
+                raise EngineError(
+                    f"{what}: tensor '{size_name}' holds {n}; it must be in [0, {limit}] "
+                    f"(the size of '{t.name}')"
+                )
+            storage.write(typ, runs.as_index(ids[:n]), host.pull(stream)[:n])
+            host.pulled(stream)
+    elif to_device:
+        where = em.where(ids)
+
+        def effect() -> None:
+            storage.write(typ, where, host.pull(stream))
+            host.pulled(stream)
+    else:
+        where = em.where(ids)
+
+        def effect() -> None:
+            host.push(stream, storage.read(typ, where))
+
+    ready = None
+    if to_device and em.prefetch:
+        ready = em.lowered.predicate(lambda: int(host.prefetched(stream)))
+    return em.host_transfer(
+        prog, t, stream.handle, to_device, em.lowered.effect(effect), prefetch=ready
+    )
+
+
+def remote_copy(
+    em: Emission, prog: P.Copy, buffer: RemoteBuffer, t: Any, to_device: bool
+) -> ir.Node:
+    """A copy between tensor ``t`` and rows of a remote buffer (see
+    :mod:`poplar_api.remote`): an internal sync, the Streaming Memory transfer and
+    the on-chip exchange delivering (or gathering) the data."""
+    handle = buffer.handle()
+    way = "from remote buffer '%s' into" if to_device else "into remote buffer '%s' from"
+    way = way % handle
+    what = f"Copy {way} tensor '{getattr(t, 'name', t)}'"
+    if remote_buffers(em.state).get(handle) is not buffer:
+        em.problems.append(
+            f"{what}: remote buffer '{handle}' is not a buffer of this graph; hint: make "
+            "it with the engine's graph.addRemoteBuffer"
+        )
+        return ir.Sequence()
+    t = em.tensor(t, what)
+    if t is None:
+        return ir.Sequence()
+    offset = prog.offset
+    if offset is not None and em.tensor(offset, f"{what}: offset") is None:
+        return ir.Sequence()
+    rows = 1 if offset is None else offset.numElements()
+    n, repeats, typ = buffer.numElements(), buffer.getRepeats(), buffer.elementType()
+    problems = []
+    if t.elementType() != typ:
+        problems.append(
+            f"{what}: element types differ (remote buffer {typ}, tensor "
+            f"{t.elementType()}); they must be equal; hint: cast with popops.cast"
+        )
+    if t.numElements() != rows * n:
+        of = "no offset: one row"
+        if offset is not None:
+            of = f"offset '{offset.name}': {rows} row(s)"
+        problems.append(
+            f"{what}: the tensor has {t.numElements()} elements (shape {t.shape()}); "
+            f"the copy moves {rows} x {n} = {rows * n} ({of} of numElements {n}); "
+            "hint: give the tensor numElements elements per offset"
+        )
+    if offset is not None and (offset.elementType().is_floating or rows == 0):
+        problems.append(
+            f"{what}: offset '{offset.name}' has element type {offset.elementType()} and "
+            f"{rows} element(s); it must hold at least one integral row index "
+            "(UNSIGNED_INT or INT); hint: cast it with popops"
+        )
+    const = em.constant_of(t) if to_device else None
+    if const is not None:
+        problems.append(
+            f"{what}: the destination is (part of) constant '{const}'; constants cannot "
+            "be written; hint: copy into a variable"
+        )
+    if problems:
+        em.problems += problems
+        return ir.Sequence()
+    storage, host, ids = em.lowered.storage, em.host, t.flat_index()
+    off_type = None if offset is None else offset.elementType()
+    off_ids = None if offset is None else offset.flat_index()
+
+    def effect() -> None:
+        if off_ids is None:
+            index = np.zeros(1, np.int64)
+        else:
+            index = storage.read(off_type, off_ids).astype(np.int64)
+        bad = np.flatnonzero((index < 0) | (index >= repeats))
+        if bad.size:
+            raise EngineError(
+                f"{what}: offset {int(index[bad[0]])} (element {int(bad[0])} of "
+                f"'{offset.name}') is out of range; remote buffer '{handle}' has "
+                f"{repeats} repeat(s), so offsets must be in [0, {repeats}); hint: keep "
+                f"the offsets below {repeats} or make the buffer with more repeats"
+            )
+        data = host.remote_data(buffer)
+        if to_device:
+            storage.write(typ, ids, data[index].reshape(-1))
+        else:
+            data[index] = storage.read(typ, ids).reshape(rows, n)
+
+    node = em.host_transfer(
+        prog, t, prog.debugName or handle, to_device, em.lowered.effect(effect),
+        remote=handle,
+    )  # fmt: skip
+    return em.touch(node, offset) if offset is not None else node
+
+
+def lower_print_tensor(em: Emission, prog: P.PrintTensor) -> ir.Node:
+    """IR of a ``PrintTensor``: a device-to-host transfer whose effect prints."""
+    t = em.tensor(prog.tensor, "PrintTensor")
+    if t is None:
+        return ir.Sequence()
+    title = prog.title if prog.title is not None else t.name
+    storage, host, typ, ids, shape = (
+        em.lowered.storage,
+        em.host,
+        t.elementType(),
+        t.flat_index(),
+        t.shape(),
+    )
+
+    def effect() -> None:
+        host.print(format_tensor(title, storage.read(typ, ids).reshape(shape), typ))
+
+    return em.host_transfer(prog, t, f"PrintTensor {title}", False, em.lowered.effect(effect))

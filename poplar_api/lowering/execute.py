@@ -1,0 +1,84 @@
+"""Lowering of ``Execute``: a compute set and the exchanges around it.
+
+Remote vertex inputs become a sync and an exchange before the compute set, remote
+outputs a sync and an exchange after it (:meth:`Emission.exchange_steps
+<poplar_api.lowering.emission.Emission.exchange_steps>`, which on several IPUs puts
+the elements that cross IPUs first). A compute set is validated and lowered once,
+however often it is executed: every ``Execute`` of it shares the IR node. Its vertex
+state is recorded for memory placement (:class:`ComputeSetRecord`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ipusim import ir
+from poplar_api import program as P  # noqa: N812 - short alias for program classes
+from poplar_api.lowering import validate
+from poplar_api.lowering.computeset import (
+    ComputeSetRecord,
+    build_table,
+    make_runner,
+    plan_reads,
+    plan_writes,
+    vertex_cycles,
+    vertex_state,
+)
+from poplar_api.lowering.emission import Emission
+from poplar_api.lowering.exchange import ExchangePlanner
+
+__all__ = ["lower_execute"]
+
+
+def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
+    """IR of ``Execute(cs)``: exchange in, compute, exchange out (problems go to
+    ``em.problems`` and give an empty sequence)."""
+    cs = prog.computeSet
+    sets = em.state.compute_sets
+    if not (0 <= cs.id < len(sets) and sets[cs.id] is cs):
+        em.problems.append(
+            f"Execute #{em.pid(prog)}: compute set '{cs.name}' belongs to another "
+            "graph; hint: make it with the engine's graph.addComputeSet"
+        )
+        return ir.Sequence()
+    known = em.compute_sets.get(cs.id)
+    if known is not None:
+        return known.node
+    problems = validate.check_vertices(em.state, cs, em.num_tiles)
+    table = build_table(em.state, cs)
+    problems += validate.check_conflicts(em.state, table)
+    em.problems += problems
+    if problems:
+        return ir.Sequence()
+    cycles = vertex_cycles(table, em.state.vertices.column("estimate", table.vertex_ids), em.target)
+    multi = np.zeros(cycles.size, bool)
+    type_of = np.zeros(cycles.size, np.int64)
+    for k, group in enumerate(table.groups):  # types in order of first appearance
+        type_of[group.positions] = k
+        multi[group.positions] = group.vtype.is_multi
+    names = [g.vtype.name for g in table.groups]
+    runner = make_runner(table, em.lowered.storage, em.cfg.tile.worker_contexts)
+    pid = em.pid(prog)
+    planner = ExchangePlanner(em.target, em.state, em.owners)
+    plan_reads(planner, table, em.state)
+    nodes = em.exchange_steps(planner, f"{cs.name}/ExchangeIn", f"{cs.name}/Sync", pid, "In")
+    nodes.append(
+        ir.Compute(
+            name=cs.name,
+            effect=em.lowered.effect(runner),
+            program_id=pid,
+            vertex_tile=table.tiles,
+            vertex_cycles=cycles,
+            vertex_multi=multi,
+            vertex_type=type_of,
+            vertex_type_names=tuple(names),
+        )
+    )
+    planner = ExchangePlanner(em.target, em.state, em.owners)
+    plan_writes(planner, table, em.state)
+    nodes += em.exchange_steps(planner, f"{cs.name}/ExchangeOut", f"{cs.name}/SyncOut", pid, "Out")
+    node = ir.Sequence(nodes, name=cs.name)
+    em.touches[id(node)] = [(ft.type, ft.touched()) for g in table.groups for ft in g.fields]
+    per_tile, by_type = vertex_state(table, em.cfg.code, em.num_tiles)
+    em.compute_sets[cs.id] = ComputeSetRecord(cs.id, cs.name, node, per_tile, by_type)
+    return node

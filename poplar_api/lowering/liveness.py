@@ -1,0 +1,338 @@
+"""Liveness: the program points of a lowered program and the live range of each variable.
+
+The executed IR steps of every entry program, in order (entry 0 first), are program
+points; a function's steps are walked where it is called (through
+:func:`ipusim.ir.children`). A variable is live from the first to the last point that
+touches it, widened to the whole of any loop (``Repeat``, ``RepeatWhile``) it is
+touched in. It is *always live* when it is a constant, has an initial value, has a
+host read/write handle, or is touched by more than one entry program or by a
+function. A ``WriteUndef`` covering all of a variable's elements (outside a function)
+ends its live range there: the next access starts a new one. A range in a loop is
+widened to the whole loop unless a ``WriteUndef`` of the variable in the loop precedes
+the range (then its value does not carry over to the next iteration).
+
+Which variable owns an element is looked up by :class:`VariableIndex`: each element
+space's variable bases as arrays made once per lowering, and every access of a node
+(or every initial value of the graph) marked in one pass per element space, however
+many small tensors it names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ipusim import ir
+from poplar_api.lowering import runs
+
+__all__ = ["Accesses", "Liveness", "ProgramPoints", "VariableIndex", "liveness", "program_points"]
+
+#: What a node's steps access: (element type, element ids or a pair ``(begin, end)`` of
+#: arrays of id runs), as lowering records them.
+Parts = list[tuple[Any, Any]]
+
+
+class VariableIndex:
+    """Which variable owns each element id, for one lowering (the graph does not change
+    while it is lowered).
+
+    Parameters
+    ----------
+    state
+        The graph state (its variables and element spaces).
+    """
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        #: number of variables (and constants) of the graph
+        self.count = len(state.variables)
+        #: element size -> (variable bases, variable ids, whether each has elements)
+        self._spaces: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def arrays(self, t: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(bases, variable ids, non-empty)`` of the element space of type ``t``
+        (None when the graph has no element of its size)."""
+        return self.arrays_of_size(t.size)
+
+    def arrays_of_size(self, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`arrays` of the space of elements of ``size`` bytes."""
+        space = self.state.spaces.get(size)
+        if space is None:
+            return None
+        found = self._spaces.get(size)
+        if found is None or found[0].size != len(space.var_bases):
+            bases = np.asarray(space.var_bases, np.int64)
+            var_ids = np.asarray(space.var_ids, np.int64)
+            found = self._spaces[size] = (bases, var_ids, np.diff(bases, append=space.size) > 0)
+        return found
+
+    def variables_of(self, t: Any, ids: np.ndarray) -> np.ndarray:
+        """Variable id owning each element id of type ``t``."""
+        arrays = self.arrays(t)
+        if arrays is None:
+            return np.zeros(0, np.int64)
+        bases, var_ids, _ = arrays
+        return var_ids[np.searchsorted(bases, ids, side="right") - 1]
+
+    def mark(self, parts: Iterable[tuple[Any, Any]]) -> np.ndarray:
+        """Ids of the variables owning any element of ``parts`` (sorted): each part an
+        element type and an id array, a ``range`` or a pair ``(begin, end)`` of arrays
+        of id runs. Runs of one element size are marked together, in one pass."""
+        mask = np.zeros(self.count, bool)
+        by_size: dict[int, tuple[Any, list[np.ndarray], list[np.ndarray]]] = {}
+        for t, ids in parts:
+            if isinstance(ids, range) and ids.step == 1:
+                ids = (np.array([ids.start], np.int64), np.array([ids.stop], np.int64))
+            if isinstance(ids, tuple):
+                entry = by_size.setdefault(t.size, (t, [], []))
+                entry[1].append(ids[0])
+                entry[2].append(ids[1])
+                continue
+            ids = np.asarray(ids)
+            arrays = self.arrays(t) if ids.size else None
+            if arrays is not None:
+                runs.mark_variables_in(arrays[0], arrays[1], ids, mask)
+        for t, begins, ends in by_size.values():
+            arrays = self.arrays(t)
+            if arrays is not None:
+                begin = begins[0] if len(begins) == 1 else np.concatenate(begins)
+                end = ends[0] if len(ends) == 1 else np.concatenate(ends)
+                runs.mark_runs_in(*arrays, begin, end, mask)
+        return np.flatnonzero(mask)
+
+
+@dataclass(frozen=True)
+class Accesses:
+    """What lowering recorded for liveness, by ``id`` of IR node (the program keeps
+    the nodes alive).
+
+    Attributes
+    ----------
+    touches
+        Node -> the elements its steps read or write (see :data:`Parts`).
+    undefs
+        Node of a ``WriteUndef`` -> the elements it makes undefined.
+    executes
+        Nodes of ``Execute`` programs (their exchange buffers live while they run).
+    """
+
+    touches: Mapping[int, Parts] = field(default_factory=dict)
+    undefs: Mapping[int, Parts] = field(default_factory=dict)
+    executes: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class ProgramPoints:
+    """Program points of a lowered program and where the recorded accesses are."""
+
+    #: the executed steps in order; point ``p`` is ``steps[p]``
+    steps: tuple[ir.Step, ...]
+    #: (id of the touching node, first point, last point, entry, inside a function)
+    touched: tuple[tuple[int, int, int, int, bool], ...]
+    #: (first point, last point) of every loop
+    loops: tuple[tuple[int, int], ...]
+    #: (first point, last point) of every Execute occurrence
+    executes: tuple[tuple[int, int], ...]
+    #: (id of a WriteUndef node, position, entry, inside a function): the undef sits
+    #: just before program point ``position``
+    undefs: tuple[tuple[int, int, int, bool], ...]
+    #: points of the second and later calls of a function (their code is stored once)
+    repeated: frozenset[int]
+
+
+def program_points(program: ir.Program, accesses: Accesses) -> ProgramPoints:
+    """Walk ``program``'s entries in order (functions where called) into program points."""
+    steps: list[ir.Step] = []
+    touched: list[tuple[int, int, int, int, bool]] = []
+    loops: list[tuple[int, int]] = []
+    executes: list[tuple[int, int]] = []
+    undef_at: list[tuple[int, int, int, bool]] = []
+    repeated: set[int] = set()
+    called: set[int] = set()
+    touches, undefs, execs = accesses.touches, accesses.undefs, accesses.executes
+
+    def visit(node: Any, entry: int, in_fn: bool, calls: tuple[int, ...]) -> None:
+        lo = len(steps)
+        if isinstance(node, ir.Step):
+            steps.append(node)
+        elif isinstance(node, ir.Call):
+            if node.function not in calls and 0 <= node.function < len(program.functions):
+                again = node.function in called
+                called.add(node.function)
+                visit(program.functions[node.function], entry, True, (*calls, node.function))
+                if again:
+                    repeated.update(range(lo, len(steps)))
+        else:
+            for child in ir.children(node):
+                visit(child, entry, in_fn, calls)
+        hi = len(steps) - 1
+        key = id(node)
+        if key in undefs:
+            undef_at.append((key, lo, entry, in_fn))
+        if hi < lo:
+            return
+        if isinstance(node, ir.Repeat | ir.RepeatWhile):
+            loops.append((lo, hi))
+        if key in touches:
+            touched.append((key, lo, hi, entry, in_fn))
+        if key in execs:
+            executes.append((lo, hi))
+
+    for entry, node in enumerate(program.entries):
+        visit(node, entry, False, ())
+    return ProgramPoints(
+        tuple(steps), tuple(touched), tuple(loops), tuple(executes), tuple(undef_at),
+        frozenset(repeated),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Live ranges of the graph's variables over the program points.
+
+    Attributes
+    ----------
+    points
+        The program points.
+    first, last
+        Per variable: first and last live point (``last < 0``: touched by no program).
+    always
+        Per variable: whether it is live at every point.
+    ranges
+        Variables whose live range a ``WriteUndef`` splits: variable id -> inclusive
+        ``(first, last)`` ranges, in order.
+    """
+
+    points: ProgramPoints
+    first: np.ndarray
+    last: np.ndarray
+    always: np.ndarray
+    ranges: Mapping[int, tuple[tuple[int, int], ...]]
+
+    def ranges_of(self, vid: int) -> list[tuple[int, int] | None]:
+        """Live ranges of variable ``vid``: ``[None]`` when always live, ``[(0, -1)]``
+        when touched by no program."""
+        split = self.ranges.get(vid)
+        if split:
+            return list(split)
+        if self.always[vid]:
+            return [None]
+        first, last = int(self.first[vid]), int(self.last[vid])
+        return [(0, -1) if last < 0 else (first, last)]
+
+
+def _held_parts(state: Any) -> Parts:
+    """The elements held from load to the end: initial values and host handles."""
+    parts: Parts = []
+    begins: dict[int, tuple[Any, list[int], list[int]]] = {}
+    for t, ids, _ in state.initial_parts:
+        if isinstance(ids, range) and ids.step == 1:
+            entry = begins.setdefault(t.size, (t, [], []))
+            entry[1].append(ids.start)
+            entry[2].append(ids.stop)
+        else:
+            parts.append((t, np.asarray(ids, np.int64)))
+    for t, starts, stops in begins.values():
+        parts.append((t, (np.asarray(starts, np.int64), np.asarray(stops, np.int64))))
+    for handles in (state.host_writes, state.host_reads):
+        parts += [(t.elementType(), t._flat_ids()) for t in handles.values()]
+    return parts
+
+
+def liveness(
+    state: Any, program: ir.Program, accesses: Accesses, index: VariableIndex | None = None
+) -> Liveness:
+    """First and last live point of every variable, whether it is always live, and the
+    ranges a ``WriteUndef`` splits (see the module docstring)."""
+    index = index or VariableIndex(state)
+    points = program_points(program, accesses)
+    nv = len(state.variables)
+    first = np.full(nv, np.iinfo(np.int64).max, np.int64)
+    last = np.full(nv, -1, np.int64)
+    entry_of = np.full(nv, -1, np.int64)
+    always = np.zeros(nv, bool)
+    cache: dict[int, np.ndarray] = {}
+    for nid, lo, hi, entry, in_fn in points.touched:
+        vids = cache.get(nid)
+        if vids is None:
+            vids = cache[nid] = index.mark(accesses.touches[nid])
+        np.minimum.at(first, vids, lo)
+        np.maximum.at(last, vids, hi)
+        prev = entry_of[vids]
+        always[vids[(prev >= 0) & (prev != entry)]] = True
+        entry_of[vids] = entry
+        if in_fn:
+            always[vids] = True
+    used = last >= 0
+    for _ in range(2):  # loops nest or are disjoint: a second pass settles any order
+        for lo, hi in points.loops:
+            m = used & (first <= hi) & (last >= lo)
+            first[m] = np.minimum(first[m], lo)
+            last[m] = np.maximum(last[m], hi)
+    always |= np.fromiter((v.constant for v in state.variables), bool, nv)
+    always[index.mark(_held_parts(state))] = True
+    ranges = _undef_ranges(state, points, accesses, always, index, cache)
+    return Liveness(points, first, last, always, ranges)
+
+
+def _undef_ranges(
+    state: Any,
+    points: ProgramPoints,
+    accesses: Accesses,
+    always: np.ndarray,
+    index: VariableIndex,
+    cache: dict[int, np.ndarray],
+) -> dict[int, tuple[tuple[int, int], ...]]:
+    """Live ranges of the variables a ``WriteUndef`` covers in full (and that are not
+    always live): variable id -> inclusive ``(first, last)`` ranges, in order."""
+    cut: dict[int, list[int]] = {}  # variable -> positions of its undefs
+    for nid, pos, _entry, in_fn in points.undefs:
+        if in_fn:
+            continue  # a function's undef: the variable is always live anyway
+        for t, ids in accesses.undefs[nid]:
+            if state.find_space(t) is None or ids.size == 0:
+                continue
+            uniq = np.unique(ids)
+            vids, counts = np.unique(index.variables_of(t, uniq), return_counts=True)
+            for vid, n in zip(vids.tolist(), counts.tolist(), strict=True):
+                if n == state.variables[vid].size and not always[vid]:
+                    cut.setdefault(vid, []).append(pos)
+    if not cut:
+        return {}
+    spans: dict[int, list[tuple[int, int]]] = {vid: [] for vid in cut}
+    wanted = np.fromiter(cut, np.int64, len(cut))
+    for nid, lo, hi, _entry, _in_fn in points.touched:
+        vids = cache.get(nid)
+        if vids is None:
+            vids = cache[nid] = index.mark(accesses.touches[nid])
+        for vid in np.intersect1d(vids, wanted).tolist():
+            spans[vid].append((lo, hi))
+    out: dict[int, tuple[tuple[int, int], ...]] = {}
+    for vid, touched in spans.items():
+        marks = sorted(cut[vid])
+        ranges: list[list[int]] = []
+        for lo, hi in sorted(touched):
+            if ranges and not any(ranges[-1][1] < u <= lo for u in marks):
+                ranges[-1][1] = max(ranges[-1][1], hi)
+            else:
+                ranges.append([lo, hi])
+        for _ in range(2):  # loops nest or are disjoint, as in liveness
+            for loop_lo, loop_hi in points.loops:
+                for r in ranges:
+                    inside = r[0] <= loop_hi and r[1] >= loop_lo
+                    fresh = any(loop_lo <= u <= max(r[0], loop_lo) for u in marks)
+                    if inside and not fresh:
+                        r[0], r[1] = min(r[0], loop_lo), max(r[1], loop_hi)
+            ranges.sort()
+            merged: list[list[int]] = []
+            for r in ranges:
+                if merged and r[0] <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], r[1])
+                else:
+                    merged.append(list(r))
+            ranges = merged
+        out[vid] = tuple((a, b) for a, b in ranges)
+    return out
