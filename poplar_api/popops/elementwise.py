@@ -24,7 +24,7 @@ from poplar_api.popops.layout import (
     UINT_MAX,
     ElemOperand,
     ScalarOperand,
-    add_vertex,
+    add_vertices,
     per_tile_constant,
     split_pieces,
     split_regions,
@@ -75,9 +75,9 @@ def _prog(prog: Any, api: str) -> Sequence:
 def _tensor(graph: Graph, t: Any, api: str, what: str) -> Tensor:
     if not isinstance(t, Tensor):
         raise GraphError(f"popops.{api}: {what} must be a Tensor, got {type(t).__name__}")
-    if t.graph is not graph._state:
+    if not graph.owns(t):
         raise GraphError(f"popops.{api}: {what} tensor '{t.name}' belongs to another graph")
-    tiles = graph._state.space(t.elementType()).tile[t.flat_index()]
+    tiles = graph.elementTiles(t)
     if (tiles == UNMAPPED).any():
         first = int(np.flatnonzero(tiles == UNMAPPED)[0])
         raise GraphError(
@@ -122,7 +122,7 @@ def _check_no_aliases(t: Tensor, api: str) -> None:
 
 
 def _elem(t: Tensor, shape: list[int], name: str) -> ElemOperand:
-    return ElemOperand(t.elementType(), _broadcast_to(t, shape).flat_index(), name)
+    return ElemOperand(t.elementType(), _broadcast_to(t, shape).flatten(), name)
 
 
 def _has_aliases(t: Tensor) -> bool:
@@ -176,9 +176,12 @@ def _execute(
 ) -> None:
     """Add the vertices ``plan_tile(regions)`` chooses on every tile; append the Execute."""
     cs = graph.addComputeSet(name)
-    for tr in tile_regions(graph, ref, name):
-        for cls, pieces, rows in plan_tile(tr.regions):
-            add_vertex(graph, cs, tr.tile, cls, pieces, operands, rows)
+    planned = [
+        (tr.tile, cls, pieces, rows)
+        for tr in tile_regions(graph, ref, name)
+        for cls, pieces, rows in plan_tile(tr.regions)
+    ]
+    add_vertices(graph, cs, planned, operands)
     prog.add(Execute(cs))
 
 
@@ -251,13 +254,11 @@ def _general_plan(
 
 
 def _scalar_const(graph: Graph, t: Type, value: Any, ref: Tensor, name: str) -> ScalarOperand:
-    tiles = graph._state.space(ref.elementType()).tile[ref.flat_index()]
-    return ScalarOperand(t, per_tile_constant(graph, t, value, tiles, name), name)
+    return per_tile_constant(graph, t, value, graph.elementTiles(ref), name)
 
 
 def _scalar_tensor(t: Tensor) -> ScalarOperand:
-    element = int(t.flat_index()[0])
-    return ScalarOperand(t.elementType(), lambda tile: element, t.name)
+    return ScalarOperand.single(t)
 
 
 # --------------------------------------------------------------------- binary
@@ -572,8 +573,8 @@ def ternary_op(
             # A number in a per-element field: a one-element constant on the tile of
             # the first output element, broadcast (map puts its constants likewise).
             const = graph.addConstant(xt, [1], x, f"{name}/{field}")
-            first_tile = graph._state.space(t).tile[out.flat_index()[:1]]
-            graph._state.space(xt).tile[const.flat_index()] = first_tile
+            if out.numElements():
+                graph.mapElements(const, graph.elementTiles(out.flatten().slice(0, 1)))
             operands[field] = _elem(const, shape, const.name)
         elif not scalar:
             operands[field] = _elem(x, shape, x.name)
@@ -698,11 +699,11 @@ def fill(graph: Graph, t: Tensor, value: Any, prog: Sequence, debugName: str = "
     if not isinstance(value, Number | np.number):
         raise GraphError(f"popops.fill: value must be a number, got {value!r}")
     name = debugName or api
-    # Every element once, even when t is a broadcast view.
-    ids = np.unique(t.flat_index())
-    ref = Tensor(graph._state, t.elementType(), ids, t.name)
+    # Every element once, in element order, even when t is a broadcast view.
+    _, first = np.unique(t.flat_index(), return_index=True)
+    ref = t.flatten().elements(first)
     operands = {
-        "out": ElemOperand(t.elementType(), ids, t.name),
+        "out": ElemOperand(t.elementType(), ref, t.name),
         "in": _scalar_const(graph, t.elementType(), value, ref, f"{name}/value"),
     }
     _execute(graph, prog, name, ref, operands, _fill_plan(graph, t.elementType()))

@@ -13,13 +13,14 @@ elements are exchanged by lowering.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from poplar_api.errors import GraphError
-from poplar_api.graph import UNMAPPED, ComputeSet, Graph
+from poplar_api.graph import UNMAPPED, ComputeSet, Graph, Segments
 from poplar_api.tensor import Tensor
 from poplar_api.types import Type
 
@@ -28,9 +29,11 @@ __all__ = [
     "RPT_COUNT_MAX",
     "UINT_MAX",
     "ElemOperand",
+    "PlannedVertex",
     "ScalarOperand",
     "TileRegions",
     "add_vertex",
+    "add_vertices",
     "per_tile_constant",
     "split_pieces",
     "split_regions",
@@ -48,20 +51,59 @@ ATOMIC_STORE_GRANULARITY = 4
 
 @dataclass(frozen=True)
 class ElemOperand:
-    """A field fed element for element: ``ids[p]`` is the element at output position p."""
+    """A field fed element for element: flat element ``p`` of ``flat`` is the element at
+    output position ``p``.
+
+    Attributes
+    ----------
+    type
+        Element type of the field.
+    flat
+        The operand's view in the output's shape, flattened (a broadcast operand
+        holds an element several times); another shape is flattened on creation.
+    name
+        Debug name.
+    """
 
     type: Type
-    ids: np.ndarray
+    flat: Tensor
     name: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.flat, np.ndarray):
+            return  # element ids: a legacy form, resolved by the graph when used
+        if not isinstance(self.flat, Tensor):
+            raise GraphError(
+                f"ElemOperand '{self.name}': expected the operand's Tensor, got "
+                f"{type(self.flat).__name__}; hint: ElemOperand(t.elementType(), t, t.name)"
+            )
+        if self.flat.rank() != 1:
+            object.__setattr__(self, "flat", self.flat.flatten())
+
+    def view(self, graph: Graph) -> Tensor:
+        """The flat operand view (made from element ids in the legacy form)."""
+        if isinstance(self.flat, Tensor):
+            return self.flat
+        return graph._tensor_of_ids(self.type, self.flat, self.name)
 
 
 @dataclass(frozen=True)
 class ScalarOperand:
-    """A one-element field: ``id_of_tile(tile)`` is the element id used on ``tile``."""
+    """A one-element field: on tile ``tile`` the field gets flat element
+    ``position_of(tiles)[i]`` of ``tensor`` (``position_of`` maps an array of tiles of
+    the graph to positions, vectorised)."""
 
     type: Type
-    id_of_tile: Callable[[int], int]
+    tensor: Tensor
+    position_of: Callable[[np.ndarray], np.ndarray]
     name: str
+
+    @staticmethod
+    def single(t: Tensor) -> ScalarOperand:
+        """The one element of ``t`` on every tile."""
+        return ScalarOperand(
+            t.elementType(), t.flatten(), lambda tiles: np.zeros(len(tiles), np.int64), t.name
+        )
 
 
 @dataclass(frozen=True)
@@ -71,7 +113,7 @@ class TileRegions:
     Attributes
     ----------
     tile
-        Root tile id.
+        Tile, in the numbering of the graph the regions were found for.
     regions
         Output positions of each contiguous region, regions in element-id order.
     """
@@ -96,7 +138,7 @@ def tile_regions(graph: Graph, ref: Tensor, api: str) -> list[TileRegions]:
     ids = ref.flat_index()
     if ids.size == 0:
         return []
-    tiles = graph._state.space(ref.elementType()).tile[ids].astype(np.int64)
+    tiles = graph.elementTiles(ref)
     if (tiles == UNMAPPED).any():
         first = int(np.flatnonzero(tiles == UNMAPPED)[0])
         raise GraphError(
@@ -204,9 +246,54 @@ def split_pieces(
     return [[regions[r][o : o + n] for r, o, n in vertex] for vertex in split]
 
 
-def _view(graph: Graph, operand: ElemOperand, positions: np.ndarray) -> Tensor:
-    ids = operand.ids[positions]  # valid ids of the operand: no need to check them again
-    return Tensor._of_ids(graph._state, operand.type, ids, operand.name)
+#: A vertex to add: (tile, class, pieces of output positions, one row per piece?).
+PlannedVertex = tuple[int, type, list[np.ndarray], bool]
+
+
+def add_vertices(
+    graph: Graph,
+    cs: ComputeSet,
+    vertices: Sequence[PlannedVertex],
+    operands: dict[str, ElemOperand | ScalarOperand],
+) -> None:
+    """Add ``vertices`` to ``cs`` in order, each of its class on its tile over its
+    pieces of output positions.
+
+    With ``rows`` a vertex's element fields get one vector per piece (a 2-D
+    ``VectorList`` field); otherwise its pieces are concatenated into one vector. A
+    scalar operand gives each vertex the element ``position_of`` picks for its tile.
+    Consecutive vertices of one class are added by one ``addVertices`` call, their
+    connections as :class:`~poplar_api.graph.Segments` of one view per operand.
+    """
+    for (cls, rows), group in itertools.groupby(vertices, key=lambda v: (v[1], v[3])):
+        _add_group(graph, cs, cls, rows, list(group), operands)
+
+
+def _add_group(
+    graph: Graph,
+    cs: ComputeSet,
+    cls: type,
+    rows: bool,
+    group: list[PlannedVertex],
+    operands: dict[str, ElemOperand | ScalarOperand],
+) -> None:
+    n = len(group)
+    tiles = np.fromiter((v[0] for v in group), np.int64, n)
+    pieces = [p for v in group for p in v[2]]
+    counts = np.fromiter((len(v[2]) for v in group), np.int64, n)
+    sizes = np.fromiter((p.size for p in pieces), np.int64, len(pieces))
+    positions = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    if not rows:  # a vertex's pieces make one vector
+        owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+        sizes = np.bincount(owner, weights=sizes, minlength=n).astype(np.int64)
+    connections: dict[str, object] = {}
+    for field, op in operands.items():
+        if isinstance(op, ScalarOperand):
+            connections[field] = op.tensor.elements(op.position_of(tiles))
+        else:
+            view = op.view(graph).elements(positions)
+            connections[field] = Segments(view, sizes, counts if rows else None)
+    graph.addVertices(cs, cls, tiles, connections)
 
 
 def add_vertex(
@@ -218,34 +305,27 @@ def add_vertex(
     operands: dict[str, ElemOperand | ScalarOperand],
     rows: bool,
 ) -> None:
-    """Add one vertex of ``vertex_class`` on root ``tile`` over ``pieces``.
-
-    With ``rows`` every element field gets one row per piece (a 2-D ``VectorList``
-    field); otherwise the pieces are concatenated into one vector.
-    """
+    """Add one vertex of ``vertex_class`` on ``tile`` (this graph's numbering) over
+    ``pieces``, as :func:`add_vertices` does; use that for many vertices."""
     connections: dict[str, object] = {}
     flat = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
     for field, op in operands.items():
         if isinstance(op, ScalarOperand):
-            ids = np.array([op.id_of_tile(tile)], np.int64)
-            connections[field] = Tensor._of_ids(graph._state, op.type, ids, op.name)
+            connections[field] = op.tensor.elements(op.position_of(np.array([tile])))
         elif rows:
-            connections[field] = [_view(graph, op, p) for p in pieces]
+            view = op.view(graph)
+            connections[field] = [view.elements(p) for p in pieces]
         else:
-            connections[field] = _view(graph, op, flat)
-    vertex = graph.addVertex(cs, vertex_class, connections)
-    graph.setTileMapping(vertex, tile - graph._tile_lo)
+            connections[field] = op.view(graph).elements(flat)
+    graph.setTileMapping(graph.addVertex(cs, vertex_class, connections), int(tile))
 
 
-def per_tile_constant(graph: Graph, t: Type, value: object, tiles: np.ndarray, name: str):
-    """A constant holding ``value`` once on each of ``tiles`` (root tile ids).
-
-    Returns a function mapping a root tile to the element id of its copy, for a
-    :class:`ScalarOperand`.
-    """
+def per_tile_constant(
+    graph: Graph, t: Type, value: object, tiles: np.ndarray, name: str
+) -> ScalarOperand:
+    """A constant holding ``value`` once on each of ``tiles`` (the graph's numbering),
+    as a :class:`ScalarOperand` that gives each tile its own copy."""
     unique = np.unique(tiles)
     const = graph.addConstant(t, [unique.size], value, name)
-    ids = const.flat_index()
-    graph._state.space(t).tile[ids] = unique.astype(np.int32)
-    lookup = dict(zip(unique.tolist(), ids.tolist(), strict=True))
-    return lookup.__getitem__
+    graph.mapElements(const, unique)
+    return ScalarOperand(t, const, lambda at: np.searchsorted(unique, at), name)

@@ -273,8 +273,8 @@ class _OpByOp:
         self.in_place = in_place
         self.visit = 0  # placeholder visits in traversal order
         self.in_place_visit = -1
-        tiles = graph._state.space(ts[0].elementType()).tile[ts[0].flat_index()[:1]]
-        self.const_tile = int(tiles[0]) if tiles.size else 0
+        tiles = graph.elementTiles(ts[0].flatten().slice(0, min(1, ts[0].numElements())))
+        self.const_tile = int(tiles[0]) if tiles.size and tiles[0] >= 0 else 0
 
     def find_last_first_placeholder(self, e: Expr) -> None:
         """The dry run: remember the last visit of ``_1`` (``inPlaceExpr``)."""
@@ -289,7 +289,7 @@ class _OpByOp:
     def const(self, c: Const) -> Tensor:
         t = self.const_types[id(c)]
         tensor = self.graph.addConstant(t, [], c.value, f"{self.name}/<const>")
-        self.graph._state.space(t).tile[tensor.flat_index()] = self.const_tile
+        self.graph.mapElements(tensor, self.const_tile)
         return tensor
 
     def value(self, e: Expr, in_place: bool, top: bool = False) -> tuple[Any, bool]:

@@ -35,7 +35,7 @@ import numpy as np
 from poplar_api import program as _program
 from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import GraphError, TensorIndexError, TypeMismatchError
-from poplar_api.graph import ComputeSet, Graph
+from poplar_api.graph import OUTSIDE, ComputeSet, Graph, Segments
 from poplar_api.popops import reduce_estimators as est
 from poplar_api.poputil import mapTensorLinearly
 from poplar_api.tensor import Tensor, concat
@@ -285,7 +285,7 @@ def reduce_vertex(
 def _check_args(graph: Any, t: Any, dims: Any, params: Any, prog: Any) -> tuple:
     if not isinstance(graph, Graph):
         raise GraphError(f"reduce: graph must be a poplar_api Graph, got {type(graph).__name__}")
-    if not isinstance(t, Tensor) or t.graph is not graph._state:
+    if not graph.owns(t):
         raise GraphError(
             f"reduce: input must be a Tensor of this graph, got {type(t).__name__} {t!r}"
         )
@@ -413,20 +413,15 @@ class _Stages:
 
 
 class _Builder:
-    """Adds one stage's vertices: items are (tile, partial ids, output id)."""
+    """Adds one stage's vertices. Items are (tile, partials, output): the partials of
+    item ``i`` are flat positions ``partial_pos[i]`` of the stage's source view, its
+    output is flat position ``out_pos[i]`` of the output view."""
 
     def __init__(self, graph: Graph, cs: ComputeSet) -> None:
         self.graph = graph
-        self.state = graph._state
         self.cs = cs
         self.workers = graph.getTarget().getNumWorkerContexts()
-        self.scale_constants: dict[int, Tensor] = {}
         self.count = 0
-
-    def _scale_on(self, tiles: np.ndarray, scale: float) -> dict[int, Tensor]:
-        const = self.graph.addConstant(FLOAT, [tiles.size], scale, f"{self.cs.name}/scale")
-        self.state.space(FLOAT).tile[const.flat_index()] = tiles
-        return {int(tile): const[i] for i, tile in enumerate(tiles.tolist())}
 
     def add(
         self,
@@ -437,8 +432,10 @@ class _Builder:
         update: bool,
         scale: float,
         tiles: np.ndarray,
-        partial_ids: list[np.ndarray],
-        out_ids: np.ndarray,
+        source: Tensor,
+        partial_pos: list[np.ndarray],
+        out: Tensor,
+        out_pos: np.ndarray,
     ) -> None:
         if tiles.size == 0:
             return
@@ -447,26 +444,40 @@ class _Builder:
         tiles_sorted = tiles[order]
         uniq, starts = np.unique(tiles_sorted, return_index=True)
         ends = np.append(starts[1:], tiles_sorted.size)
-        consts = self._scale_on(uniq, scale) if scaled else {}
-        lengths_all = np.fromiter((a.size for a in partial_ids), np.int64, len(partial_ids))
-        for tile, s, e in zip(uniq.tolist(), starts.tolist(), ends.tolist(), strict=True):
+        lengths_all = np.fromiter((a.size for a in partial_pos), np.int64, len(partial_pos))
+        out_ids = out.flat_index()[out_pos]
+        planned: list[tuple[int, int, type, np.ndarray]] = []  # (tile, tile index, class, items)
+        for at, (tile, s, e) in enumerate(
+            zip(uniq.tolist(), starts.tolist(), ends.tolist(), strict=True)
+        ):
             items = order[s:e]
             for a, b in _split_chunks(lengths_all[items], self.workers):
                 chunk = items[a:b]
-                lengths = lengths_all[chunk]
-                spec = _specialisation(op, lengths, out_ids[chunk], update, scaled)
+                spec = _specialisation(op, lengths_all[chunk], out_ids[chunk], update, scaled)
                 vclass = reduce_vertex(op, partials_type, out_type, update, scaled, spec)
-                partials = [
-                    Tensor(self.state, partials_type, partial_ids[i], "reduce/partials")
-                    for i in chunk.tolist()
-                ]
-                out = Tensor(self.state, out_type, out_ids[chunk], "reduce/out")
-                conns: dict[str, Any] = {"partials": partials, "out": out}
-                if scaled:
-                    conns["k"] = consts[tile]
-                v = self.graph.addVertex(self.cs, vclass, conns)
-                self.state.vertices[v.id].tile = tile
-                self.count += 1
+                planned.append((tile, at, vclass, chunk))
+        const = None
+        if scaled:
+            const = self.graph.addConstant(FLOAT, [uniq.size], scale, f"{self.cs.name}/scale")
+            self.graph.mapElements(const, uniq)
+        for vclass, group in itertools.groupby(planned, key=lambda v: v[2]):
+            group = list(group)
+            chunks = [v[3] for v in group]
+            items = np.concatenate(chunks)
+            vectors = np.fromiter((c.size for c in chunks), np.int64, len(chunks))
+            positions = [partial_pos[i] for i in items.tolist()]
+            flat = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+            conns: dict[str, Any] = {
+                "partials": Segments(source.elements(flat), lengths_all[items], vectors),
+                "out": Segments(out.elements(out_pos[items]), vectors),
+            }
+            if const is not None:
+                conns["k"] = const.elements(
+                    np.fromiter((v[1] for v in group), np.int64, len(group))
+                )
+            tiles_of = np.fromiter((v[0] for v in group), np.int64, len(group))
+            self.graph.addVertices(self.cs, vclass, tiles_of, conns)
+            self.count += len(group)
 
 
 def _plan(
@@ -478,27 +489,32 @@ def _plan(
     debugName: str,
     out: Tensor | None,
 ) -> Tensor:
-    state = graph._state
     in_type = t.elementType()
     rank = t.rank()
     kept = [d for d in range(rank) if d not in dims]
     out_shape = [t.dim(d) for d in kept]
     n_out = int(np.prod(out_shape, dtype=np.int64))
     n_red = int(np.prod([t.dim(d) for d in dims], dtype=np.int64))
-    ids = np.transpose(t.index, kept + dims).reshape(n_out, n_red)
-    space = state.space(in_type)
-    tiles = space.tile[ids].astype(np.int64)
+    flat_in = t.flatten()
+    pos = np.transpose(np.arange(t.numElements(), dtype=np.int64).reshape(t.shape()), kept + dims)
+    pos = pos.reshape(n_out, n_red)
+    tiles = graph.elementTiles(t)[pos]
     if (tiles < 0).any():
         bad = np.argwhere(tiles < 0)[0]
+        why = (
+            "elements mapped to tiles outside this virtual graph"
+            if tiles[bad[0], bad[1]] == OUTSIDE
+            else "unmapped elements"
+        )
         raise GraphError(
             f"reduce{'/' + debugName if debugName else ''}: input tensor '{t.name}' has "
-            f"unmapped elements (first at output {int(bad[0])}, reduced position "
-            f"{int(bad[1])}); hint: map the input with graph.setTileMapping first"
+            f"{why} (first at output {int(bad[0])}, reduced position {int(bad[1])}); hint: "
+            "map the input to this graph's tiles with graph.setTileMapping first"
         )
     name = debugName or "reduce"
-    num_tiles = state.target.getNumTiles()
+    num_tiles = graph.getTarget().getNumTiles()
     if out is not None:
-        if not isinstance(out, Tensor) or out.graph is not state:
+        if not graph.owns(out):
             raise GraphError(f"reduceWithOutput: out must be a Tensor of this graph, got {out!r}")
         if out.elementType() != in_type:
             raise TypeMismatchError(
@@ -510,17 +526,17 @@ def _plan(
                 f"reduceWithOutput: output '{out.name}' has shape {out.shape()} but reducing "
                 f"'{t.name}' (shape {t.shape()}) over dims {dims} gives shape {out_shape}"
             )
-        out_ids = out.flat_index()
-        out_tiles = space.tile[out_ids].astype(np.int64)
+        out_tiles = graph.elementTiles(out)
         if (out_tiles < 0).any():
             raise GraphError(
-                f"reduceWithOutput: output '{out.name}' has unmapped elements (first: "
-                f"{int(np.flatnonzero(out_tiles < 0)[0])}); hint: map it or use reduce()"
+                f"reduceWithOutput: output '{out.name}' has unmapped elements or elements "
+                f"outside this graph's tiles (first: {int(np.flatnonzero(out_tiles < 0)[0])}); "
+                "hint: map it or use reduce()"
             )
     else:
         out = graph.addVariable(in_type, out_shape, f"{name}/out")
-        out_ids = out.flat_index()
         out_tiles = None
+    flat_out = out.flatten()
     if n_out == 0:
         return out
 
@@ -528,22 +544,23 @@ def _plan(
     o_idx = np.repeat(np.arange(n_out, dtype=np.int64), n_red)
     key = o_idx * num_tiles + tiles.reshape(-1)
     order = np.argsort(key, kind="stable")
-    ids_sorted = ids.reshape(-1)[order]
+    pos_sorted = pos.reshape(-1)[order]
     uniq, first = np.unique(key[order], return_index=True)
     g_out = uniq // num_tiles
     g_tile = uniq % num_tiles
     per_out = np.bincount(g_out, minlength=n_out)
 
     if out_tiles is None:
-        input_tiles = np.unique(g_tile) if g_tile.size else np.array([graph._tile_lo])
+        input_tiles = np.unique(g_tile) if g_tile.size else np.zeros(1, np.int64)
         linear = input_tiles[(np.arange(n_out) * input_tiles.size) // n_out]
         out_tiles = linear.astype(np.int64)
         single_g = per_out[g_out] == 1
         out_tiles[g_out[single_g]] = g_tile[single_g]
-        space.tile[out_ids] = out_tiles
+        graph.mapElements(out, out_tiles)
 
     part_type = FLOAT if in_type == HALF else in_type
     stage1 = _Builder(graph, stages.next(f"{name}/Reduce/Stage1"))
+    all_out = np.arange(n_out, dtype=np.int64)
     if n_red == 0:
         empty = np.zeros(0, np.int64)
         stage1.add(
@@ -553,12 +570,14 @@ def _plan(
             update=params.update,
             scale=params.scale,
             tiles=out_tiles,
-            partial_ids=[empty] * n_out,
-            out_ids=out_ids,
+            source=flat_in,
+            partial_pos=[empty] * n_out,
+            out=flat_out,
+            out_pos=all_out,
         )
         return out
 
-    group_ids = np.split(ids_sorted, first[1:])
+    group_pos = np.split(pos_sorted, first[1:])
     single = per_out[g_out] == 1
     final_idx = np.flatnonzero(single)
     multi_idx = np.flatnonzero(~single)
@@ -569,13 +588,14 @@ def _plan(
         update=params.update,
         scale=params.scale,
         tiles=g_tile[final_idx],
-        partial_ids=[group_ids[i] for i in final_idx.tolist()],
-        out_ids=out_ids[g_out[final_idx]],
+        source=flat_in,
+        partial_pos=[group_pos[i] for i in final_idx.tolist()],
+        out=flat_out,
+        out_pos=g_out[final_idx],
     )
     if multi_idx.size:
         partials = graph.addVariable(part_type, [multi_idx.size], f"{name}/partials")
-        p_ids = partials.flat_index()
-        state.space(part_type).tile[p_ids] = g_tile[multi_idx]
+        graph.mapElements(partials, g_tile[multi_idx])
         stage1.add(
             op=params.op,
             partials_type=in_type,
@@ -583,10 +603,11 @@ def _plan(
             update=False,
             scale=1.0,
             tiles=g_tile[multi_idx],
-            partial_ids=[group_ids[i] for i in multi_idx.tolist()],
-            out_ids=p_ids,
+            source=flat_in,
+            partial_pos=[group_pos[i] for i in multi_idx.tolist()],
+            out=partials,
+            out_pos=np.arange(multi_idx.size, dtype=np.int64),
         )
-    if multi_idx.size:
         multi_outs, starts = np.unique(g_out[multi_idx], return_index=True)
         bounds = np.append(starts, multi_idx.size)
         stage2 = _Builder(graph, stages.next(f"{name}/Reduce/Stage2"))
@@ -598,8 +619,12 @@ def _plan(
             update=params.update,
             scale=params.scale,
             tiles=out_tiles[multi_outs],
-            partial_ids=[p_ids[a:b] for a, b in itertools.pairwise(bounds.tolist())],
-            out_ids=out_ids[multi_outs],
+            source=partials,
+            partial_pos=[
+                np.arange(a, b, dtype=np.int64) for a, b in itertools.pairwise(bounds.tolist())
+            ],
+            out=flat_out,
+            out_pos=multi_outs,
         )
     return out
 
@@ -809,7 +834,7 @@ def reduceMany(
         for i, (r, (_, dims)) in enumerate(zip(reductions, checked, strict=True)):
             shape = [r.in_.dim(d) for d in range(r.in_.rank()) if d not in dims]
             o = outputs[i]
-            if not isinstance(o, Tensor) or o.graph is not graph._state:
+            if not graph.owns(o):
                 raise GraphError(f"reduceMany: outputs[{i}] must be a Tensor of this graph")
             if o.shape() != shape or o.elementType() != r.in_.elementType():
                 raise GraphError(
