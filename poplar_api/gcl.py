@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.errors import GraphError
-from poplar_api.graph import Graph, is_nonreplicated
+from poplar_api.graph import Graph
 from poplar_api.program import Program
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
@@ -310,9 +310,7 @@ def _graph(graph: Any, what: str) -> Graph:
     graph."""
     if not isinstance(graph, Graph):
         raise GraphError(f"{what}: expected a Graph, got {type(graph).__name__}")
-    if graph._wide:
-        return Graph._from_state(graph._state)
-    return graph
+    return graph.getReplicatedGraph()
 
 
 def _tensors(graph: Graph, data: Any, what: str) -> tuple[list[Tensor], bool]:
@@ -329,13 +327,13 @@ def _tensors(graph: Graph, data: Any, what: str) -> tuple[list[Tensor], bool]:
     tensors = []
     for i, t in enumerate(items):
         where = f"{what}: data[{i}]" if many else f"{what}: data"
-        if is_nonreplicated(t, graph._state):
+        if graph.isNonReplicated(t):
             raise GraphError(
                 f"{where}: tensor '{t.name}' is a non-replicated view (getNonReplicatedTensor); "
                 "collectives take the replicated tensor itself; hint: pass the tensor of "
                 "the replicated graph"
             )
-        tensors.append(graph._check_tensor(t, where))
+        tensors.append(graph.checkTensor(t, where))
     first = tensors[0]
     for i, t in enumerate(tensors[1:], start=1):
         if t.elementType() != first.elementType():
@@ -350,18 +348,27 @@ def _tensors(graph: Graph, data: Any, what: str) -> tuple[list[Tensor], bool]:
 def _new_mapped(graph: Graph, typ: Type, shape: list[int], tiles: np.ndarray, name: str) -> Tensor:
     """A new variable of ``shape`` whose flat element ``e`` lies on root tile ``tiles[e]``."""
     out = graph.addVariable(typ, shape, name)
-    graph._state.space(typ).tile[out.flat_index()] = np.asarray(tiles, np.int32)
+    tiles = np.asarray(tiles, np.int64).reshape(-1)
+    mapped = np.flatnonzero(tiles >= 0)  # elements of unmapped inputs stay unmapped
+    _top(graph).mapElements(out.flatten().elements(mapped), tiles[mapped])
     return out
 
 
+def _top(graph: Graph) -> Graph:
+    """The graph over every tile of one replica: collectives place by top-level tile
+    (IPU = tile // tiles per IPU)."""
+    return graph.getTopLevelGraph().getReplicatedGraph()
+
+
 def _tiles_of(graph: Graph, t: Tensor) -> np.ndarray:
-    return graph._state.space(t.elementType()).tile[t.flat_index()].astype(np.int64)
+    """Top-level tile of every flat element of ``t`` (-1: unmapped)."""
+    return _top(graph).elementTiles(t)
 
 
 def _check_destination(
     data: Tensor, dest: Any, graph: Graph, what: str, shape: list[int]
 ) -> Tensor:
-    dest = graph._check_tensor(dest, f"{what}: destination")
+    dest = graph.checkTensor(dest, f"{what}: destination")
     if dest.elementType() != data.elementType() or dest.shape() != list(shape):
         raise GraphError(
             f"{what}: destination '{dest.name}' ({dest.elementType().name}, shape "
@@ -624,7 +631,7 @@ def _within(
     _, debug, options = _tail(args, dict(kwargs), what, False)
     algorithm = _algorithm(options, what)
     tensors, many = _tensors(graph, data, what)
-    tpi = graph._state.target.getTilesPerIPU()
+    tpi = graph.getRootTarget().getTilesPerIPU()
     label = debug or what
     order: list[int] | None = None
     outputs = []

@@ -53,8 +53,8 @@ import numpy as np
 from poplar_api import program as _program
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector
 from poplar_api.errors import GraphError, TypeMismatchError
-from poplar_api.graph import Graph
-from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles, place, view
+from poplar_api.graph import Graph, Segments
+from poplar_api.popnn.mapping import check_sequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, Type
 
@@ -191,25 +191,58 @@ def set_seed_state(seed: np.ndarray, modifier: int, tile: int, words: int) -> np
     return _seed_words(seed, *modifier_words(modifier, tile), words)
 
 
+def _top(graph: Graph) -> Graph:
+    """The graph over every tile of one replica (top-level tile numbering)."""
+    return graph.getTopLevelGraph().getReplicatedGraph()
+
+
 def _hw_seeds(graph: Graph) -> Tensor:
-    """The graph's hidden hardware-seed variable, ``[numTiles, W, 4]``, made on first use."""
-    state = graph._state
-    t = getattr(state, "_poprand_hw_seeds", None)
+    """The graph's hidden hardware-seed variable, ``[numTiles, W, 4]`` over every tile
+    of the device (one replica's), made on first use."""
+    cache = graph.libraryCache("poprand")
+    t = cache.get("hwSeeds")
     if t is None:
-        target = state.target
+        top = _top(graph)
+        target = graph.getRootTarget()
         tiles, workers = target.getNumTiles(), target.getNumWorkerContexts()
         words = workers * SEED_WORDS_PER_WORKER
-        t = graph.addVariable(
+        t = top.addVariable(
             UNSIGNED_INT, [tiles, workers, SEED_WORDS_PER_WORKER], "poprand/hwSeeds"
         )
-        state.space(UNSIGNED_INT).tile[t.flat_index()] = np.repeat(np.arange(tiles), words)
-        graph.setInitialValue(t, np.stack([load_state(i, words) for i in range(tiles)]))
-        state._poprand_hw_seeds = t
+        top.mapElements(t, np.repeat(np.arange(tiles), words))
+        top.setInitialValue(t, np.stack([load_state(i, words) for i in range(tiles)]))
+        cache["hwSeeds"] = t
     return t
 
 
-def _tile_state(graph: Graph, tile: int) -> Tensor:
-    return _hw_seeds(graph)[int(tile)].flatten()
+def _tile_states(graph: Graph, tiles: np.ndarray) -> Tensor:
+    """The seed state of each of ``tiles`` (this graph's numbering), one row each."""
+    hw = _hw_seeds(graph)
+    words = hw.numElements() // max(hw.dim(0), 1)
+    roots = graph.rootTiles()[tiles]
+    return hw.flatten().elements(roots[:, None] * words + np.arange(words))
+
+
+def _local_tiles(graph: Graph, t: Tensor, what: str) -> np.ndarray:
+    """This graph's tile of every element of ``t``; unmapped elements and elements on
+    tiles outside a virtual graph are errors."""
+    tiles = graph.elementTiles(t)
+    if tiles.size and int(tiles.min()) < 0:
+        first = int(np.flatnonzero(tiles < 0)[0])
+        why = "is not mapped to a tile" if tiles[first] == -1 else "is outside this graph's tiles"
+        raise GraphError(
+            f"{what}: element {first} of tensor '{t.name}' {why}; hint: map it to this "
+            "graph's tiles with graph.setTileMapping first"
+        )
+    return tiles
+
+
+def _clone(graph: Graph, t: Tensor, type_: Type, name: str, what: str) -> Tensor:
+    """A new variable of ``t``'s shape and ``type_``, mapped element by element like ``t``."""
+    tiles = _local_tiles(graph, t, what)
+    out = graph.addVariable(type_, t.shape(), name)
+    graph.mapElements(out, tiles)
+    return out
 
 
 def getHwSeeds(graph: Graph, prog: _program.Sequence, debugName: str = "") -> Tensor:
@@ -221,7 +254,8 @@ def getHwSeeds(graph: Graph, prog: _program.Sequence, debugName: str = "") -> Te
     _check_graph(graph, "getHwSeeds")
     check_sequence(prog, "getHwSeeds")
     state = _hw_seeds(graph)
-    saved = clone_like(graph, state, UNSIGNED_INT, debugName or "getHwSeeds/seeds", "getHwSeeds")
+    top = _top(graph)
+    saved = _clone(top, state, UNSIGNED_INT, debugName or "getHwSeeds/seeds", "getHwSeeds")
     prog.add(_program.Copy(state, saved))
     return saved
 
@@ -237,7 +271,7 @@ def setHwSeeds(graph: Graph, hwSeeds: Tensor, prog: _program.Sequence, debugName
     _check_graph(graph, "setHwSeeds")
     check_sequence(prog, "setHwSeeds")
     state = _hw_seeds(graph)
-    if not isinstance(hwSeeds, Tensor) or hwSeeds.graph is not graph._state:
+    if not graph.owns(hwSeeds):
         raise GraphError(f"setHwSeeds: hwSeeds must be a Tensor of this graph, got {hwSeeds!r}")
     if hwSeeds.elementType() != UNSIGNED_INT or hwSeeds.shape() != state.shape():
         raise TypeMismatchError(
@@ -390,7 +424,7 @@ def _check_graph(graph: object, fn: str) -> None:
 
 def _check_seed(graph: Graph, seed: object, fn: str) -> None:
     """``seedTensorChecks`` (RandomGen.cpp): rank 1, 2 elements, UNSIGNED_INT; mapped."""
-    if not isinstance(seed, Tensor) or seed.graph is not graph._state:
+    if not graph.owns(seed):
         raise GraphError(f"{fn}: seed must be None or a Tensor of this graph, got {seed!r}")
     if seed.elementType() != UNSIGNED_INT or seed.shape() != [2]:
         raise TypeMismatchError(
@@ -398,7 +432,13 @@ def _check_seed(graph: Graph, seed: object, fn: str) -> None:
             f"hold 2 unsigned int elements (shape [2]); hint: "
             f"graph.addVariable(UNSIGNED_INT, [2])"
         )
-    element_tiles(graph, seed, f"{fn}: seed")
+    tiles = graph.elementTiles(seed)
+    if (tiles == -1).any():
+        first = int(np.flatnonzero(tiles == -1)[0])
+        raise GraphError(
+            f"{fn}: seed: element {first} of tensor '{seed.name}' is not mapped to a tile; "
+            "hint: map it with graph.setTileMapping first"
+        )
 
 
 def _check_modifier(modifier: object, fn: str) -> int:
@@ -438,18 +478,18 @@ def setSeed(
     modifier = _check_modifier(seedModifier, "setSeed")
     name = debugName or "setMasterSeed"
     cs = graph.addComputeSet(name)
-    lo, count = graph._tile_lo, graph.getTarget().getNumTiles()
-    tiles = np.arange(lo, lo + count)
-    mods = np.array([modifier_words(modifier, t) for t in tiles.tolist()], np.uint32)
+    count = graph.getTarget().getNumTiles()
+    local = np.arange(count, dtype=np.int64)
+    roots = graph.rootTiles()
+    mods = np.array([modifier_words(modifier, t) for t in roots.tolist()], np.uint32)
     const = graph.addConstant(UNSIGNED_INT, [count, 2], mods.astype(np.uint32), f"{name}/mods")
-    graph._state.space(UNSIGNED_INT).tile[const.flat_index()] = np.repeat(tiles, 2)
-    for i, tile in enumerate(tiles.tolist()):
-        conns = {
-            "seed": masterSeed,
-            "modifiers": const[i],
-            "seeds": _tile_state(graph, tile),
-        }
-        place(graph, graph.addVertex(cs, SetSeedVertex, conns), tile)
+    graph.mapElements(const, np.repeat(local, 2))
+    conns = {
+        "seed": masterSeed.expand([0]).broadcast(count, 0),
+        "modifiers": const,
+        "seeds": _tile_states(graph, local),
+    }
+    graph.addVertices(cs, SetSeedVertex, local, conns)
     prog.add(_program.Execute(cs))
 
 
@@ -468,44 +508,41 @@ def _generate(
     estimate: Any = None,
 ) -> Tensor:
     _check_graph(graph, fn)
-    if not isinstance(reference, Tensor) or reference.graph is not graph._state:
+    if not graph.owns(reference):
         raise GraphError(f"{fn}: reference must be a Tensor of this graph, got {reference!r}")
     check_sequence(prog, fn)
     modifier = _check_modifier(modifier, fn)
     if seed is not None:
         _check_seed(graph, seed, fn)
     name = debugName or fn
-    out = clone_like(graph, reference, type_, f"{name}/out", fn)
-    tiles = element_tiles(graph, reference, fn)
+    out = _clone(graph, reference, type_, f"{name}/out", fn)
+    tiles = graph.elementTiles(reference)
     order = np.argsort(tiles, kind="stable")
     used, starts = np.unique(tiles[order], return_index=True)
     groups = np.split(order, starts[1:])
     if seed is not None:
         saved = getHwSeeds(graph, prog, f"{name}/savedHwSeeds")
         setSeed(graph, seed, modifier, prog, f"{name}/setSeed")
-    state = graph._state
     param_const = graph.addConstant(
         FLOAT,
         [used.size, len(params)],
         np.tile(np.asarray(params, np.float32), (used.size, 1)),
         f"{name}/params",
     )
-    state.space(FLOAT).tile[param_const.flat_index()] = np.repeat(used, len(params))
+    graph.mapElements(param_const, np.repeat(used, len(params)))
     cls = _vertex(kind, type_)
     cs = graph.addComputeSet(name)
-    out_ids = out.flat_index()
-    for i, (tile, pos) in enumerate(zip(used.tolist(), groups, strict=True)):
-        conns: dict[str, Any] = {
-            "seeds": _tile_state(graph, tile),
-            "params": param_const[i],
-            "out": view(graph, type_, out_ids[pos], name),
-        }
-        if source is not None:
-            conns["in"] = view(graph, type_, source.flat_index()[pos], name)
-        v = graph.addVertex(cs, cls, conns)
-        place(graph, v, tile)
-        if estimate is not None:
-            graph.setPerfEstimate(v, estimate(pos.size))
+    sizes = np.fromiter((pos.size for pos in groups), np.int64, len(groups))
+    positions = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+    conns: dict[str, Any] = {
+        "seeds": _tile_states(graph, used),
+        "params": param_const,
+        "out": Segments(out.flatten().elements(positions), sizes),
+    }
+    if source is not None:
+        conns["in"] = Segments(source.flatten().elements(positions), sizes)
+    estimates = None if estimate is None else [estimate(int(n)) for n in sizes.tolist()]
+    graph.addVertices(cs, cls, used, conns, estimates)
     prog.add(_program.Execute(cs))
     if seed is not None:
         setHwSeeds(graph, saved, prog, f"{name}/restoreHwSeeds")
@@ -674,12 +711,12 @@ def dropout(
     prob_hw = int(float(keepProbability) * PROB_SCALE)
     if prob_hw == PROB_SCALE:
         check_sequence(prog, fn)
-        out = clone_like(graph, input, input.elementType(), f"{debugName or fn}/out", fn)
+        out = _clone(graph, input, input.elementType(), f"{debugName or fn}/out", fn)
         prog.add(_program.Copy(input, out))
         return out
     target = graph.getTarget()
     limit = 4095 * target.getNumWorkerContexts() * (2 if input.elementType() == FLOAT else 4)
-    counts = np.bincount(element_tiles(graph, reference, fn))
+    counts = np.bincount(_local_tiles(graph, reference, fn))
     if counts.size and counts.max() > limit:
         tile = int(np.argmax(counts))
         raise GraphError(

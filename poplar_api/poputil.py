@@ -37,7 +37,7 @@ def _check_graph(graph: Any, api: str) -> Graph:
 def _check_tensor(graph: Graph, t: Any, api: str) -> Tensor:
     if not isinstance(t, Tensor):
         raise GraphError(f"poputil.{api}: expected a Tensor, got {type(t).__name__}")
-    if t.graph is not graph._state:
+    if not graph.owns(t):
         raise GraphError(f"poputil.{api}: tensor '{t.name}' belongs to another graph")
     return t
 
@@ -125,11 +125,7 @@ def mapTensorLinearly(
     min_el = _positive_int(minElementsPerTile, "minElementsPerTile", "mapTensorLinearly", 0)
     grain = _positive_int(grainSize, "grainSize", "mapTensorLinearly", 1)
     num_tiles = graph.getTarget().getNumTiles()
-    tiles = linear_tiles(t.numElements(), num_tiles, min_el, grain)
-    if graph._tile_lo:
-        tiles += graph._tile_lo
-    space = graph._state.space(t.elementType())
-    space.tile[t._id_index()] = tiles
+    graph.mapElements(t, linear_tiles(t.numElements(), num_tiles, min_el, grain))
 
 
 def cloneTensor(graph: Graph, t: Tensor, name: str = "", type: Type | None = None) -> Tensor:
@@ -143,9 +139,21 @@ def cloneTensor(graph: Graph, t: Tensor, name: str = "", type: Type | None = Non
     t = _check_tensor(graph, t, "cloneTensor")
     new_type = t.elementType() if type is None else type
     clone = graph.addVariable(new_type, t.shape(), name or f"{t.name}.clone")
-    src_tiles = graph._state.space(t.elementType()).tile[t._id_index()]
-    graph._state.space(new_type).tile[clone._id_index()] = src_tiles
+    _map_like(graph, clone, t)
     return clone
+
+
+def _map_like(graph: Graph, t: Tensor, like: Tensor) -> None:
+    """Map each flat element of ``t`` to the tile of the same flat element of ``like``
+    (the same number of elements); unmapped elements stay unmapped, and elements on
+    tiles outside a virtual ``graph`` keep their tiles."""
+    top = graph.getTopLevelGraph().getReplicatedGraph()
+    tiles = top.elementTiles(like)
+    if tiles.size and int(tiles.min()) < 0:
+        mapped = np.flatnonzero(tiles >= 0)
+        top.mapElements(t.flatten().elements(mapped), tiles[mapped])
+    else:
+        top.mapElements(t, tiles)
 
 
 def cloneN(graph: Graph, t: Tensor, N: int, name: str = "") -> Tensor:
@@ -154,8 +162,7 @@ def cloneN(graph: Graph, t: Tensor, N: int, name: str = "") -> Tensor:
     t = _check_tensor(graph, t, "cloneN")
     n = _positive_int(N, "N", "cloneN", 0)
     clone = graph.addVariable(t.elementType(), [n, *t.shape()], name or f"{t.name}.cloneN")
-    space = graph._state.space(t.elementType())
-    space.tile[clone.flat_index()] = np.tile(space.tile[t.flat_index()], n)
+    _map_like(graph, clone, t.expand([0]).broadcast(n, 0))
     return clone
 
 
@@ -165,7 +172,7 @@ def duplicate(graph: Graph, src: Tensor, prog: Sequence, name: str = "") -> Tens
     src = _check_tensor(graph, src, "duplicate")
     if not isinstance(prog, Sequence):
         raise GraphError(f"poputil.duplicate: prog must be a program.Sequence, got {prog!r}")
-    if (graph._state.space(src.elementType()).tile[src.flat_index()] == UNMAPPED).any():
+    if (graph.elementTiles(src) == UNMAPPED).any():
         raise GraphError(
             f"poputil.duplicate: tensor '{src.name}' has unmapped elements; map it first "
             "(e.g. poputil.mapTensorLinearly)"
