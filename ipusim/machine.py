@@ -7,14 +7,17 @@ process. Per-tile state (the local clock of every tile) is one numpy array; with
 step every tile's cost is computed for the whole machine at once and cached, so a
 group only slices it. SimPy orders the groups in time and models the collectives
 (syncs, stream copies, global exchanges) and the contention for the shared host link.
+
+This module runs a program (:class:`Machine`, the walk and the local steps); the groups'
+barriers and syncs are in :mod:`ipusim.machine_groups`, the steps over shared links in
+:mod:`ipusim.machine_links`.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
@@ -27,44 +30,19 @@ from ipusim import ir
 from ipusim.config import MachineConfig, config_hash, load_config
 from ipusim.dataplane import DataPlane, NoDataPlane
 from ipusim.errors import IpusimError, RunAborted, SimulationTimeout
-from ipusim.exchange.collectives import ring_plan, run_ring
 from ipusim.exchange.fabric import LinkFabric
 from ipusim.host.link import check_copy_size
 from ipusim.ir_validation import validate_program
-from ipusim.sync.controller import sync_extra_cycles
+from ipusim.machine_groups import Barrier, TileGroup
+from ipusim.machine_links import LinkSteps, Prefetch
 from ipusim.timing import ControllerSync, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
-
-
-@dataclass
-class _Group:
-    """Tiles ``lo:hi`` (global ids) of IPU ``ipu``, run by one SimPy process."""
-
-    index: int
-    ipu: int
-    lo: int
-    hi: int
-
-
-@dataclass
-class _Barrier:
-    event: simpy.Event
-    expected: int
-    arrived: int = 0
 
 
 @dataclass
 class _Decision:
     value: int
     pending: int
-
-
-@dataclass
-class _Prefetch:
-    """A background host-link transfer of a stream's next copy to one IPU."""
-
-    num_bytes: int
-    done: simpy.Process
 
 
 class Machine:
@@ -206,7 +184,7 @@ class Machine:
                     raise type(exc)(f"{step.kind} step '{step.name}': {exc}") from None
 
 
-class _Run:
+class _Run(LinkSteps):
     """State of one run: clocks, records, barriers, cached step costs."""
 
     def __init__(
@@ -231,9 +209,9 @@ class _Run:
         self._controller = type(self.timing.sync) is ControllerSync
         tpi = cfg.tile.tiles_per_ipu
         if cfg.sim.granularity == "tile":
-            self.groups = [_Group(t, t // tpi, t, t + 1) for t in range(cfg.num_tiles)]
+            self.groups = [TileGroup(t, t // tpi, t, t + 1) for t in range(cfg.num_tiles)]
         else:
-            self.groups = [_Group(i, i, i * tpi, (i + 1) * tpi) for i in range(cfg.num_ipus)]
+            self.groups = [TileGroup(i, i, i * tpi, (i + 1) * tpi) for i in range(cfg.num_ipus)]
         self.groups_per_ipu = len(self.groups) // cfg.num_ipus
         self.one_ipu = cfg.num_ipus == 1
         #: per group: (key part, expected groups, lo, hi) of its IPU's scope, then of
@@ -274,9 +252,9 @@ class _Run:
         self.decisions: dict[int, _Decision] = {}
         self.decision_log: list[tuple[int, int]] = []
         self.entry = 0
-        self.barriers: dict[tuple[int, int], _Barrier] = {}
+        self.barriers: dict[tuple[int, int], Barrier] = {}
         #: (stream, ipu) -> the prefetched transfer its next host-to-device copy uses
-        self.prefetched: dict[tuple[str, int], _Prefetch] = {}
+        self.prefetched: dict[tuple[str, int], Prefetch] = {}
 
     # ------------------------------------------------------------------ driver
     def execute(self, root: ir.Node) -> Trace:
@@ -319,7 +297,7 @@ class _Run:
             raise SimulationTimeout(str(error), trace) from None
         return trace
 
-    def _group_main(self, g: _Group) -> Generator[simpy.Event, Any, None]:
+    def _group_main(self, g: TileGroup) -> Generator[simpy.Event, Any, None]:
         """Run the program's path (:meth:`_walk`) on the group's tiles.
 
         When an effect or a predicate raises (an ``Abort``, a failing vertex), the
@@ -411,7 +389,7 @@ class _Run:
         self.decision_log.append((int(predicate), value))
         return value
 
-    def _enter_block(self, g: _Group, n: int, node: ir.Block) -> None:
+    def _enter_block(self, g: TileGroup, n: int, node: ir.Block) -> None:
         """Record the group's tile clocks at the start of block ``n``: the groups fill
         in their tiles of one shared record."""
         rec = self.blocks.get(n)
@@ -427,7 +405,7 @@ class _Run:
             )
         rec.cycles_from[g.lo : g.hi] = self.clock[g.lo : g.hi]
 
-    def _decide(self, g: _Group, predicate: int) -> int:
+    def _decide(self, g: TileGroup, predicate: int) -> int:
         """Value of this group's next prefetch predicate; asked once for all groups.
 
         Only stream copies' prefetch predicates are numbered here (every group asks
@@ -455,7 +433,7 @@ class _Run:
                 self.data_plane.apply(step.effect)
         return rec
 
-    def _local_step(self, g: _Group, n: int, step: ir.Compute | ir.Exchange) -> None:
+    def _local_step(self, g: TileGroup, n: int, step: ir.Compute | ir.Exchange) -> None:
         """A compute or on-chip exchange step: each tile adds its own cost.
 
         No other group reads these tiles' clocks before the next sync or link step, so
@@ -481,7 +459,7 @@ class _Run:
         if self.max_cycles is not None and end > self.max_cycles:
             self._timeout(n, step, end)
 
-    def _step(self, g: _Group, n: int, step: ir.Step) -> Generator[simpy.Event, Any, None]:
+    def _step(self, g: TileGroup, n: int, step: ir.Step) -> Generator[simpy.Event, Any, None]:
         """A step that uses a shared link (stream copy, global exchange, collective).
 
         The group first yields to its latest tile's clock, so that groups meet the
@@ -500,13 +478,13 @@ class _Run:
             yield from self._collective_step(g, n, rec, step)
         self._check_end(g, n, step)
 
-    def _check_end(self, g: _Group, n: int, step: ir.Step) -> None:
+    def _check_end(self, g: TileGroup, n: int, step: ir.Step) -> None:
         if self.max_cycles is not None:
             end = self._group_end(g)
             if end > self.max_cycles:
                 self._timeout(n, step, end)
 
-    def _group_end(self, g: _Group) -> int:
+    def _group_end(self, g: TileGroup) -> int:
         """The latest clock of the group's tiles."""
         if g.hi - g.lo == 1:
             return int(self.clock[g.lo])
@@ -613,291 +591,6 @@ class _Run:
         """A per-tile array of replica 0 repeated for every replica."""
         return np.tile(np.asarray(per_tile)[: self.replica_tiles], self.replicas)
 
-    @property
-    def fabric(self) -> LinkFabric:
-        """The IPU-Link fabric of this run (made on first use)."""
-        if self._fabric is None:
-            self._fabric = LinkFabric(self.env, self.timing.topology)
-        return self._fabric
-
-    def _machine_ipus(self, ipus: Any, replicated: bool = True) -> frozenset[int]:
-        """Machine-wide IPUs of a scope given in replica-0 ids (every replica's copy)."""
-        if ipus is None:
-            return frozenset(range(self.cfg.num_ipus))
-        if not replicated:
-            return frozenset(int(i) for i in ipus)
-        k = self.replica_ipus
-        return frozenset(int(i) + r * k for i in ipus for r in range(self.replicas))
-
-    def _tiles_of(self, ipus: frozenset[int]) -> np.ndarray:
-        """Global tile ids of the IPUs ``ipus``, ascending (cached)."""
-        tiles = self._scope_tiles.get(ipus)
-        if tiles is None:
-            tpi = self.cfg.tile.tiles_per_ipu
-            tiles = np.concatenate(
-                [np.arange(i * tpi, (i + 1) * tpi, dtype=np.int64) for i in sorted(ipus)]
-            )
-            self._scope_tiles[ipus] = tiles
-        return tiles
-
-    @staticmethod
-    def _span(rec: StepRecord, start: np.ndarray, end: np.ndarray) -> None:
-        if start.size:
-            rec.first_cycle = min(rec.first_cycle, int(start.min()))
-            rec.last_cycle = max(rec.last_cycle, int(end.max()))
-
-    # ------------------------------------------------------------- collectives
-    def _collective(
-        self,
-        g: _Group,
-        key: tuple[int, int],
-        expected: int,
-        finish: Callable[[], Generator[simpy.Event, Any, None]],
-    ) -> Generator[simpy.Event, Any, None]:
-        """Wait until ``expected`` groups arrived; the last one runs ``finish``.
-
-        Groups arrive in simulated-time order (each has yielded to its latest tile's
-        clock), so when the last one arrives ``env.now`` is the latest clock in scope.
-        """
-        barrier = self._arrive(key, expected)
-        if barrier is not None and barrier.arrived < expected:
-            yield barrier.event
-            return
-        yield from finish()
-        if barrier is not None:
-            barrier.event.succeed()
-
-    def _scope(self, g: _Group, ipu_only: bool) -> tuple[int, int, int, int]:
-        """(key part, expected groups, lo, hi) of an IPU-wide or machine-wide scope."""
-        return self._scopes[g.index][0 if ipu_only else 1]
-
-    def _settle(self, rec: StepRecord, lo: int, hi: int, end: np.ndarray | int) -> None:
-        """Move tiles ``lo:hi`` to ``end``, charging the difference to the record."""
-        if hi <= lo:
-            return
-        if np.ndim(end) == 0:  # one end for every tile (a stream copy)
-            end = np.full(hi - lo, int(end), np.int64)
-        first, last = _move(self.clock[lo:hi], np.asarray(end, np.int64), rec.tile_cycles[lo:hi])
-        rec.first_cycle = min(rec.first_cycle, first)
-        rec.last_cycle = max(rec.last_cycle, last)
-
-    def _settle_tiles(self, rec: StepRecord, tiles: np.ndarray, end: np.ndarray | int) -> None:
-        """Move the tiles ``tiles`` to ``end``, charging the difference to the record."""
-        start = self.clock[tiles]
-        end = np.broadcast_to(np.asarray(end, np.int64), start.shape)
-        rec.tile_cycles[tiles] = end - start
-        self._span(rec, start, end)
-        self.clock[tiles] = end
-
-    def _sync(self, g: _Group, n: int, step: ir.Sync) -> simpy.Event | None:
-        """Arrive at a sync; the event to wait for, or None when the group goes on.
-
-        No wait in simulated time comes first: the release is worked out from the
-        clocks of the tiles in scope alone, so the order of arrival does not matter.
-        The last group to arrive releases every tile in scope.
-        """
-        rec = self.records.get(n)
-        if rec is None:
-            rec = self._record(n, step)
-        kind = step.sync_kind
-        if step.ipus is not None and kind != ir.SyncKind.HOST:
-            scope = self._machine_ipus(step.ipus)
-            if g.ipu not in scope:
-                return None  # this IPU takes no part
-            if kind == ir.SyncKind.EXTERNAL:  # the IPUs in scope only
-                tiles = self._tiles_of(scope)
-                barrier = self._arrive((n, -1), len(scope) * self.groups_per_ipu)
-                if barrier is not None and barrier.arrived < barrier.expected:
-                    return barrier.event
-                release = self.timing.sync.release(
-                    self.clock[tiles], self.delays[tiles], kind.value
-                )
-                self._settle_tiles(rec, tiles, release)
-                self._leave(n, step, barrier)
-                return None
-        part, expected, lo, hi = self._scope(g, kind is ir.SyncKind.INTERNAL)
-        barrier = self._arrive((n, part), expected)
-        if barrier is not None and barrier.arrived < expected:
-            return barrier.event
-        self._sync_release(rec, kind, lo, hi)
-        self._leave(n, step, barrier)
-        return None
-
-    def _arrive(self, key: tuple[int, int], expected: int) -> _Barrier | None:
-        """Count a group in at barrier ``key`` (None when it is the only one)."""
-        barrier = self.barriers.get(key)
-        if barrier is None:
-            if expected == 1:
-                return None
-            barrier = self.barriers[key] = _Barrier(self.env.event(), expected)
-        barrier.arrived += 1
-        if barrier.arrived == expected:
-            del self.barriers[key]
-        return barrier
-
-    def _leave(self, n: int, step: ir.Step, barrier: _Barrier | None) -> None:
-        """The last group to arrive at ``barrier``, having released the tiles in scope,
-        lets the others go on (unless a release passed ``max_cycles``: the run ends
-        here)."""
-        if self.max_cycles is not None and self.records[n].last_cycle > self.max_cycles:
-            self._timeout(n, step, self.records[n].last_cycle)
-        if barrier is not None:
-            barrier.event.succeed()
-
-    def _sync_release(self, rec: StepRecord, kind: ir.SyncKind, lo: int, hi: int) -> None:
-        """Release tiles ``lo:hi`` from a sync all of them have reached."""
-        if self._controller and hi > lo:  # sync_release and _settle, fused
-            extra = sync_extra_cycles(self.timing.sync.cfg, kind.value)
-            first, last = _release(
-                self.clock[lo:hi], self.delays[lo:hi], extra, rec.tile_cycles[lo:hi]
-            )
-            rec.first_cycle = min(rec.first_cycle, first)
-            rec.last_cycle = max(rec.last_cycle, last)
-        else:
-            release = self.timing.sync.release(self.clock[lo:hi], self.delays[lo:hi], kind.value)
-            self._settle(rec, lo, hi, release)
-
-    def _stream_copy(
-        self, g: _Group, n: int, rec: StepRecord, step: ir.StreamCopy
-    ) -> Generator[simpy.Event, Any, None]:
-        """A stream (or remote-buffer) copy: a collective of the IPU's tiles.
-
-        Prefetch (``step.prefetch``): when the copy ends and the host had the data of
-        the stream's next copy ready (the data plane's answer to the step's prefetch
-        predicate, asked by every group in the same order), that data starts moving
-        over the link in the background at once (with lower priority than the copies
-        the tiles wait for). The next copy of the same stream on this IPU, if it moves
-        as many bytes, waits only for what is left of that transfer (no new latency);
-        otherwise it transfers its data itself.
-        """
-        part, expected, lo, hi = self._scope(g, True)
-        demand = self.timing.cost(step)
-        next_ready = step.prefetch
-        if step.prefetch and step.prefetch_predicate is not None:
-            next_ready = bool(self._decide(g, step.prefetch_predicate))
-        of = g.ipu % self.replica_ipus  # every replica moves replica 0's bytes
-        total, floor = int(demand.bytes_per_ipu[of]), int(demand.floor_cycles[of])
-        if total == 0:  # nothing for this IPU: the step takes no time here
-            return
-        remote = isinstance(step, ir.RemoteBufferCopy)
-        link = self.remote_link if remote else self.host_link
-        ipu = g.ipu
-
-        def finish() -> Generator[simpy.Event, Any, None]:
-            begin = int(self.clock[lo:hi].max())
-            ahead = self.prefetched.pop((step.stream, ipu), None) if step.prefetch else None
-            if ahead is not None and ahead.num_bytes == total:
-                yield ahead.done  # the transfer started at the previous copy's end
-                end = max(int(np.ceil(self.env.now)), begin + floor)
-                rec.details = _prefetched_ipus(rec.details, ipu)
-            else:
-                yield from link.transfer(total, ipu=ipu)
-                end = max(int(np.ceil(self.env.now)), begin + demand.latency_cycles + floor)
-            self._settle(rec, lo, hi, end)
-            if next_ready:
-                self.prefetched[(step.stream, ipu)] = _Prefetch(
-                    total, self.env.process(self._transfer_at(link, end, total, ipu))
-                )
-
-        yield from self._collective(g, (n, part), expected, finish)
-
-    def _transfer_at(
-        self, link: Any, start: int, num_bytes: int, ipu: int
-    ) -> Generator[simpy.Event, Any, None]:
-        """A background transfer of ``num_bytes`` over ``link`` from cycle ``start``: it
-        uses the link only while no copy the tiles wait for is in flight."""
-        if start > self.env.now:
-            yield self.env.timeout(start - self.env.now)
-        yield from link.transfer(num_bytes, ipu=ipu, background=True)
-
-    def _global_exchange(
-        self, g: _Group, n: int, rec: StepRecord, step: ir.GlobalExchange
-    ) -> Generator[simpy.Event, Any, None]:
-        """Inter-IPU transfers on the shared IPU-Link fabric.
-
-        The IPUs taking part (the transfers' ends, plus ``step.ipus``, in every
-        replica) start together when the last arrives. Transfers are aggregated per
-        (source IPU, destination IPU) pair and routed on the topology; the step ends
-        for all of them when the last transfer has arrived, and lasts at least as long
-        as its busiest tile needs at ``exchange.bytes_per_cycle`` plus the longest
-        route's latency.
-        """
-        flows, ipus, floor = self._global_flows(step)
-        if g.ipu not in ipus:
-            return
-        rec.details = self.timing.cost(step)
-        tiles = self._tiles_of(ipus)
-
-        def finish() -> Generator[simpy.Event, Any, None]:
-            begin = int(self.clock[tiles].max())
-            fabric = self.fabric
-            latency = max((fabric.route_latency(r) for r, _ in flows), default=0)
-            yield from fabric.transfer_all(flows)
-            end = max(_ceil(self.env.now), begin + floor + latency)
-            self._settle_tiles(rec, tiles, end)
-
-        yield from self._collective(g, (n, -1), len(ipus) * self.groups_per_ipu, finish)
-
-    def _global_flows(
-        self, step: ir.GlobalExchange
-    ) -> tuple[list[tuple[tuple[tuple[int, int], ...], int]], frozenset[int], int]:
-        """(routed transfers per IPU pair over all replicas, IPUs taking part, tile floor)."""
-        cached = self._flow_cache.get(id(step))
-        if cached is not None and cached[0] is step:
-            return cached[1]
-        cfg = self.cfg
-        tpi = cfg.tile.tiles_per_ipu
-        src, dst, nbytes = step.src_tile, step.dst_tile, step.num_bytes
-        src_ipu, dst_ipu = src // tpi, dst // tpi
-        n = cfg.num_ipus
-        key, inverse = np.unique(src_ipu * n + dst_ipu, return_inverse=True)
-        pair_bytes = np.bincount(inverse.reshape(-1), weights=nbytes, minlength=key.size)
-        pairs = [(int(k // n), int(k % n), int(b)) for k, b in zip(key, pair_bytes, strict=True)]
-        shifts = (
-            [0] if not step.replicated else [r * self.replica_ipus for r in range(self.replicas)]
-        )
-        topology = self.timing.topology
-        flows = [
-            (topology.route(a + s, b + s), nb)
-            for s in shifts
-            for a, b, nb in pairs
-            if nb > 0 and a != b
-        ]
-        own = {int(i) for i in np.concatenate((src_ipu, dst_ipu))} | set(step.ipus or ())
-        ipus = self._machine_ipus(sorted(own), step.replicated)
-        sent = np.bincount(src, weights=nbytes, minlength=1)
-        received = np.bincount(dst, weights=nbytes, minlength=1)
-        busiest = max(float(sent.max(initial=0)), float(received.max(initial=0)))
-        floor = math.ceil(busiest / cfg.exchange.bytes_per_cycle)
-        result = (flows, ipus, floor)
-        self._flow_cache[id(step)] = (step, result)
-        return result
-
-    def _collective_step(
-        self, g: _Group, n: int, rec: StepRecord, step: ir.Collective
-    ) -> Generator[simpy.Event, Any, None]:
-        """A collective: its IPUs start together when the last arrives, each group runs
-        its ring on the shared fabric (ipusim.exchange.collectives), and the step
-        ends for every IPU taking part when the slowest ring has finished."""
-        ipus = frozenset(step.ipus)
-        if g.ipu not in ipus:
-            return
-        tiles = self._tiles_of(ipus)
-
-        def finish() -> Generator[simpy.Event, Any, None]:
-            begin = int(self.clock[tiles].max())
-            if self.env.now < begin:
-                yield self.env.timeout(begin - self.env.now)
-            plans = [ring_plan(self.cfg, step, k) for k in range(len(step.groups))]
-            topology, fabric = self.timing.topology, self.fabric
-            procs = [self.env.process(run_ring(self.env, fabric, topology, p)) for p in plans]
-            if procs:
-                yield simpy.AllOf(self.env, procs)
-            rec.details = {"begin": begin, "plans": plans}
-            self._settle_tiles(rec, tiles, max(begin, _ceil(self.env.now)))
-
-        yield from self._collective(g, (n, -1), len(ipus) * self.groups_per_ipu, finish)
-
 
 @numba.njit(cache=True)
 def _advance(clock, cycles):  # pragma: no cover - compiled
@@ -911,40 +604,6 @@ def _advance(clock, cycles):  # pragma: no cover - compiled
     return first, last
 
 
-@numba.njit(cache=True)
-def _move(clock, end, spent):  # pragma: no cover - compiled
-    """Move ``clock`` to ``end`` in place, ``spent`` the difference; (earliest start,
-    latest end)."""
-    first = clock[0]
-    last = end[0]
-    for t in range(clock.shape[0]):
-        first = min(first, clock[t])
-        last = max(last, end[t])
-        spent[t] = end[t] - clock[t]
-        clock[t] = end[t]
-    return first, last
-
-
-@numba.njit(cache=True)
-def _release(clock, delays, extra, spent):  # pragma: no cover - compiled
-    """The sync controller's release of tiles with clocks ``clock`` (the latest arrival
-    plus ``extra``, plus each tile's delay), moving the clocks there in place, ``spent``
-    the difference; (earliest arrival, latest release). Equal to
-    :func:`~ipusim.sync.controller.sync_release` followed by :func:`_move`."""
-    latest = clock[0]
-    first = clock[0]
-    for t in range(clock.shape[0]):
-        latest = max(latest, clock[t])
-        first = min(first, clock[t])
-    last = latest + extra + delays[0]
-    for t in range(clock.shape[0]):
-        end = latest + extra + delays[t]
-        last = max(last, end)
-        spent[t] = end - clock[t]
-        clock[t] = end
-    return first, last
-
-
 #: Steps whose cost each tile adds to its own clock (no collective).
 _LOCAL_STEPS = (ir.Compute, ir.Exchange)
 #: Codes of the items of a program's walk: a step of _LOCAL_STEPS, a sync, another
@@ -954,17 +613,6 @@ _LOCAL, _SYNC, _STEP, _ENTER, _EXIT = range(5)
 
 #: ``first_cycle`` of a record no tile has entered yet.
 _NOT_STARTED = int(np.iinfo(np.int64).max)
-
-
-def _ceil(x: float) -> int:
-    """``ceil`` that ignores float noise below a millionth of a cycle."""
-    return math.ceil(round(float(x), 6))
-
-
-def _prefetched_ipus(details: object, ipu: int) -> dict[str, list[int]]:
-    """A stream copy record's details: the IPUs whose data had been prefetched."""
-    ipus = list(details.get("prefetched_ipus", [])) if isinstance(details, dict) else []
-    return {"prefetched_ipus": sorted({*ipus, ipu})}
 
 
 __all__ = ["Machine"]

@@ -400,7 +400,7 @@ def test_ir_counts_must_be_whole_numbers():
 def test_fused_sync_release_equals_release_then_move():
     """The machine's compiled sync release (stock controller) moves clocks exactly as
     ``sync_release`` followed by a settle does (random clocks, delays and extras)."""
-    from ipusim.machine import _move, _release
+    from ipusim.machine_groups import _move, _release
     from ipusim.sync.controller import sync_release
 
     rng = np.random.default_rng(21)

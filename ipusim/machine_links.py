@@ -1,0 +1,203 @@
+"""Steps over shared links: host stream copies, IPU-Link exchanges and collectives.
+
+Each such step is a collective of the tile groups taking part
+(:class:`~ipusim.machine_groups.GroupBarriers`): the last group to arrive moves the
+data over the SimPy model of the link (the host link, Streaming Memory, or the IPU-Link
+fabric, where transfers of different steps contend) and releases the tiles when the data
+has arrived. :class:`LinkSteps` holds that part of a run (:class:`ipusim.machine.Machine`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from ipusim import ir
+from ipusim.exchange.collectives import ring_plan, run_ring
+from ipusim.exchange.fabric import LinkFabric
+from ipusim.machine_groups import GroupBarriers, TileGroup
+from ipusim.trace import StepRecord
+
+
+@dataclass
+class Prefetch:
+    """A background host-link transfer of a stream's next copy to one IPU."""
+
+    num_bytes: int
+    done: simpy.Process
+
+
+class LinkSteps(GroupBarriers):
+    """Stream copies, global exchanges and collectives of a run (a part of the run's
+    state; the run provides the attributes below)."""
+
+    host_link: Any
+    remote_link: Any
+    prefetched: dict[tuple[str, int], Prefetch]
+    _fabric: LinkFabric | None
+    _flow_cache: dict[int, tuple[ir.GlobalExchange, Any]]
+    _decide: Callable[[TileGroup, int], int]
+
+    @property
+    def fabric(self) -> LinkFabric:
+        """The IPU-Link fabric of this run (made on first use)."""
+        if self._fabric is None:
+            self._fabric = LinkFabric(self.env, self.timing.topology)
+        return self._fabric
+
+    def _stream_copy(
+        self, g: TileGroup, n: int, rec: StepRecord, step: ir.StreamCopy
+    ) -> Generator[simpy.Event, Any, None]:
+        """A stream (or remote-buffer) copy: a collective of the IPU's tiles.
+
+        Prefetch (``step.prefetch``): when the copy ends and the host had the data of
+        the stream's next copy ready (the data plane's answer to the step's prefetch
+        predicate, asked by every group in the same order), that data starts moving
+        over the link in the background at once (with lower priority than the copies
+        the tiles wait for). The next copy of the same stream on this IPU, if it moves
+        as many bytes, waits only for what is left of that transfer (no new latency);
+        otherwise it transfers its data itself.
+        """
+        part, expected, lo, hi = self._scope(g, True)
+        demand = self.timing.cost(step)
+        next_ready = step.prefetch
+        if step.prefetch and step.prefetch_predicate is not None:
+            next_ready = bool(self._decide(g, step.prefetch_predicate))
+        of = g.ipu % self.replica_ipus  # every replica moves replica 0's bytes
+        total, floor = int(demand.bytes_per_ipu[of]), int(demand.floor_cycles[of])
+        if total == 0:  # nothing for this IPU: the step takes no time here
+            return
+        remote = isinstance(step, ir.RemoteBufferCopy)
+        link = self.remote_link if remote else self.host_link
+        ipu = g.ipu
+
+        def finish() -> Generator[simpy.Event, Any, None]:
+            begin = int(self.clock[lo:hi].max())
+            ahead = self.prefetched.pop((step.stream, ipu), None) if step.prefetch else None
+            if ahead is not None and ahead.num_bytes == total:
+                yield ahead.done  # the transfer started at the previous copy's end
+                end = max(int(np.ceil(self.env.now)), begin + floor)
+                rec.details = _prefetched_ipus(rec.details, ipu)
+            else:
+                yield from link.transfer(total, ipu=ipu)
+                end = max(int(np.ceil(self.env.now)), begin + demand.latency_cycles + floor)
+            self._settle(rec, lo, hi, end)
+            if next_ready:
+                self.prefetched[(step.stream, ipu)] = Prefetch(
+                    total, self.env.process(self._transfer_at(link, end, total, ipu))
+                )
+
+        yield from self._collective(g, (n, part), expected, finish)
+
+    def _transfer_at(
+        self, link: Any, start: int, num_bytes: int, ipu: int
+    ) -> Generator[simpy.Event, Any, None]:
+        """A background transfer of ``num_bytes`` over ``link`` from cycle ``start``: it
+        uses the link only while no copy the tiles wait for is in flight."""
+        if start > self.env.now:
+            yield self.env.timeout(start - self.env.now)
+        yield from link.transfer(num_bytes, ipu=ipu, background=True)
+
+    def _global_exchange(
+        self, g: TileGroup, n: int, rec: StepRecord, step: ir.GlobalExchange
+    ) -> Generator[simpy.Event, Any, None]:
+        """Inter-IPU transfers on the shared IPU-Link fabric.
+
+        The IPUs taking part (the transfers' ends, plus ``step.ipus``, in every
+        replica) start together when the last arrives. Transfers are aggregated per
+        (source IPU, destination IPU) pair and routed on the topology; the step ends
+        for all of them when the last transfer has arrived, and lasts at least as long
+        as its busiest tile needs at ``exchange.bytes_per_cycle`` plus the longest
+        route's latency.
+        """
+        flows, ipus, floor = self._global_flows(step)
+        if g.ipu not in ipus:
+            return
+        rec.details = self.timing.cost(step)
+        tiles = self._tiles_of(ipus)
+
+        def finish() -> Generator[simpy.Event, Any, None]:
+            begin = int(self.clock[tiles].max())
+            fabric = self.fabric
+            latency = max((fabric.route_latency(r) for r, _ in flows), default=0)
+            yield from fabric.transfer_all(flows)
+            end = max(_ceil(self.env.now), begin + floor + latency)
+            self._settle_tiles(rec, tiles, end)
+
+        yield from self._collective(g, (n, -1), len(ipus) * self.groups_per_ipu, finish)
+
+    def _global_flows(
+        self, step: ir.GlobalExchange
+    ) -> tuple[list[tuple[tuple[tuple[int, int], ...], int]], frozenset[int], int]:
+        """(routed transfers per IPU pair over all replicas, IPUs taking part, tile floor)."""
+        cached = self._flow_cache.get(id(step))
+        if cached is not None and cached[0] is step:
+            return cached[1]
+        cfg = self.cfg
+        tpi = cfg.tile.tiles_per_ipu
+        src, dst, nbytes = step.src_tile, step.dst_tile, step.num_bytes
+        src_ipu, dst_ipu = src // tpi, dst // tpi
+        n = cfg.num_ipus
+        key, inverse = np.unique(src_ipu * n + dst_ipu, return_inverse=True)
+        pair_bytes = np.bincount(inverse.reshape(-1), weights=nbytes, minlength=key.size)
+        pairs = [(int(k // n), int(k % n), int(b)) for k, b in zip(key, pair_bytes, strict=True)]
+        shifts = (
+            [0] if not step.replicated else [r * self.replica_ipus for r in range(self.replicas)]
+        )
+        topology = self.timing.topology
+        flows = [
+            (topology.route(a + s, b + s), nb)
+            for s in shifts
+            for a, b, nb in pairs
+            if nb > 0 and a != b
+        ]
+        own = {int(i) for i in np.concatenate((src_ipu, dst_ipu))} | set(step.ipus or ())
+        ipus = self._machine_ipus(sorted(own), step.replicated)
+        sent = np.bincount(src, weights=nbytes, minlength=1)
+        received = np.bincount(dst, weights=nbytes, minlength=1)
+        busiest = max(float(sent.max(initial=0)), float(received.max(initial=0)))
+        floor = math.ceil(busiest / cfg.exchange.bytes_per_cycle)
+        result = (flows, ipus, floor)
+        self._flow_cache[id(step)] = (step, result)
+        return result
+
+    def _collective_step(
+        self, g: TileGroup, n: int, rec: StepRecord, step: ir.Collective
+    ) -> Generator[simpy.Event, Any, None]:
+        """A collective: its IPUs start together when the last arrives, each group runs
+        its ring on the shared fabric (ipusim.exchange.collectives), and the step
+        ends for every IPU taking part when the slowest ring has finished."""
+        ipus = frozenset(step.ipus)
+        if g.ipu not in ipus:
+            return
+        tiles = self._tiles_of(ipus)
+
+        def finish() -> Generator[simpy.Event, Any, None]:
+            begin = int(self.clock[tiles].max())
+            if self.env.now < begin:
+                yield self.env.timeout(begin - self.env.now)
+            plans = [ring_plan(self.cfg, step, k) for k in range(len(step.groups))]
+            topology, fabric = self.timing.topology, self.fabric
+            procs = [self.env.process(run_ring(self.env, fabric, topology, p)) for p in plans]
+            if procs:
+                yield simpy.AllOf(self.env, procs)
+            rec.details = {"begin": begin, "plans": plans}
+            self._settle_tiles(rec, tiles, max(begin, _ceil(self.env.now)))
+
+        yield from self._collective(g, (n, -1), len(ipus) * self.groups_per_ipu, finish)
+
+
+def _ceil(x: float) -> int:
+    """``ceil`` that ignores float noise below a millionth of a cycle."""
+    return math.ceil(round(float(x), 6))
+
+
+def _prefetched_ipus(details: object, ipu: int) -> dict[str, list[int]]:
+    """A stream copy record's details: the IPUs whose data had been prefetched."""
+    ipus = list(details.get("prefetched_ipus", [])) if isinstance(details, dict) else []
+    return {"prefetched_ipus": sorted({*ipus, ipu})}
