@@ -32,7 +32,9 @@ from poplar_api.popops import Operation
 #: PopART's prefix of gradient tensor ids: ``reservedGradientPrefix() + id``.
 GRADIENT_PREFIX = "Gradient___"
 
-GradFn = Callable[["GradContext"], Sequence[Tensor | None]]
+#: What a gradient function returns: per forward input, its gradient (None: none).
+Grads = Sequence[Tensor | None]
+GradFn = Callable[["GradContext"], Grads]
 #: (domain, op type) -> gradient function.
 GRAD_REGISTRY: dict[tuple[str, str], GradFn] = {}
 

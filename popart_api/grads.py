@@ -7,17 +7,13 @@ ops (``popops`` elementwise and reductions, ``popnn.nonLinearityInputGradient``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from popart_api import ops
-from popart_api.autodiff import GradContext, register_grad, unbroadcast
+from popart_api.autodiff import GradContext, Grads, register_grad, unbroadcast
 from poplar_api import Tensor, popnn, popops
 from poplar_api.popnn import NonLinearityType
 from poplar_api.popops import Operation
-
-Grads = Sequence[Tensor | None]
 
 
 def _operand(g: GradContext, i: int) -> Tensor:
@@ -173,10 +169,10 @@ def _matmul_grad(g: GradContext) -> Grads:
         dy2 = dy2.expand([dy2.rank()])
     out: list[Tensor | None] = [None, None]
     if g.needs_grad(0):
-        da = ops._matmul(g.graph, dy2, _transpose_last(b2), g.prog, f"{g.name}/dA")
+        da = ops.matmul(g.graph, dy2, _transpose_last(b2), g.prog, f"{g.name}/dA")
         out[0] = unbroadcast(g.graph, da, a2.shape(), g.prog, f"{g.name}/dA").reshape(a.shape())
     if g.needs_grad(1):
-        db = ops._matmul(g.graph, _transpose_last(a2), dy2, g.prog, f"{g.name}/dB")
+        db = ops.matmul(g.graph, _transpose_last(a2), dy2, g.prog, f"{g.name}/dB")
         out[1] = unbroadcast(g.graph, db, b2.shape(), g.prog, f"{g.name}/dB").reshape(b.shape())
     return out
 
@@ -196,14 +192,14 @@ def _gemm_grad(g: GradContext) -> Grads:
     out: list[Tensor | None] = [None, None, None]
     if g.needs_grad(0):
         if trans_a:  # dA = (dY·op(B)ᵀ)ᵀ = op(B)·dYᵀ
-            out[0] = ops._matmul(g.graph, op_b, dy_a.transpose(), g.prog, f"{g.name}/dA")
+            out[0] = ops.matmul(g.graph, op_b, dy_a.transpose(), g.prog, f"{g.name}/dA")
         else:
-            out[0] = ops._matmul(g.graph, dy_a, op_b.transpose(), g.prog, f"{g.name}/dA")
+            out[0] = ops.matmul(g.graph, dy_a, op_b.transpose(), g.prog, f"{g.name}/dA")
     if g.needs_grad(1):
         if trans_b:  # dB = (op(A)ᵀ·dY)ᵀ = dYᵀ·op(A)
-            out[1] = ops._matmul(g.graph, dy_a.transpose(), op_a, g.prog, f"{g.name}/dB")
+            out[1] = ops.matmul(g.graph, dy_a.transpose(), op_a, g.prog, f"{g.name}/dB")
         else:
-            out[1] = ops._matmul(g.graph, op_a.transpose(), dy_a, g.prog, f"{g.name}/dB")
+            out[1] = ops.matmul(g.graph, op_a.transpose(), dy_a, g.prog, f"{g.name}/dB")
     if len(g.inputs) > 2 and g.needs_grad(2):
         dc = unbroadcast(g.graph, dy, ops.value_shape(g.inputs[2]), g.prog, f"{g.name}/dC")
         if beta != 1.0:

@@ -173,11 +173,13 @@ def value_shape(v: Value) -> list[int]:
     return v.shape() if isinstance(v, Tensor) else list(np.shape(v))
 
 
-def _first_tensor(values: list[Value]) -> Tensor | None:
+def first_tensor(values: list[Value]) -> Tensor | None:
+    """The first Tensor of ``values`` (None when all are build-time numpy values)."""
     return next((v for v in values if isinstance(v, Tensor)), None)
 
 
-def _float_check(t: Tensor, op: str, name: str) -> Tensor:
+def float_check(t: Tensor, op: str, name: str) -> Tensor:
+    """``t``, or an error naming op ``op`` of node ``name`` when it is not FLOAT/FLOAT16."""
     if t.elementType() not in (FLOAT, HALF):
         raise popart_exception(
             f"{op} (node '{name}'): input '{t.name}' is {t.elementType().name}; this op "
@@ -190,7 +192,7 @@ def _float_check(t: Tensor, op: str, name: str) -> Tensor:
 def _binary(fn: Callable, numpy_fn: Callable) -> Lowering:
     def lower(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
         a, b = inputs
-        like = _first_tensor([a, b])
+        like = first_tensor([a, b])
         if like is None:  # both known at build time: fold
             return [numpy_fn(np.asarray(a), np.asarray(b))]
         return [fn(graph, tensor(graph, a, name, like), tensor(graph, b, name, like), prog, name)]
@@ -220,7 +222,7 @@ for _op, _fn in (("Sqrt", popops.sqrt), ("Exp", popops.exp), ("Log", popops.log)
 
 def _nonlinearity(kind: NonLinearityType) -> Lowering:
     def lower(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
-        x = _float_check(tensor(graph, inputs[0], name), kind.name.title(), name)
+        x = float_check(tensor(graph, inputs[0], name), kind.name.title(), name)
         return [popnn.nonLinearity(graph, kind, x, prog, name)]
 
     return lower
@@ -252,7 +254,7 @@ def _axis(attrs: dict, default: int, rank: int, op: str, name: str) -> int:
 @register("Softmax", since=1)
 def _softmax_coerced(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str):
     """Opsets 1-12: the input is coerced to 2-D ``[prod(:axis), prod(axis:)]``."""
-    x = _float_check(tensor(graph, inputs[0], name), "Softmax", name)
+    x = float_check(tensor(graph, inputs[0], name), "Softmax", name)
     axis = _axis(attrs, 1, x.rank(), "Softmax", name)
     shape = x.shape()
     rows = int(np.prod(shape[:axis], dtype=np.int64))
@@ -264,7 +266,7 @@ def _softmax_coerced(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, 
 @register("Softmax", since=13)
 def _softmax(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str):
     """Opset 13+: softmax along ``axis`` (default -1)."""
-    x = _float_check(tensor(graph, inputs[0], name), "Softmax", name)
+    x = float_check(tensor(graph, inputs[0], name), "Softmax", name)
     rank = x.rank()
     axis = _axis(attrs, -1, rank, "Softmax", name)
     last = rank - 1
@@ -274,7 +276,7 @@ def _softmax(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: st
 
 
 # -------------------------------------------------------------------- matmul
-def _matmul(graph: Graph, a: Tensor, b: Tensor, prog: Any, name: str) -> Tensor:
+def matmul(graph: Graph, a: Tensor, b: Tensor, prog: Any, name: str) -> Tensor:
     """numpy ``matmul`` of ``a`` and ``b`` by ``poplin.matMul`` (batch dims broadcast)."""
     a_vec, b_vec = a.rank() == 1, b.rank() == 1
     if a_vec:
@@ -319,15 +321,15 @@ def _batch3(t: Tensor, batch: list[int]) -> Tensor:
 
 @register("MatMul", since=1)
 def _matmul_op(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
-    a = _float_check(tensor(graph, inputs[0], name), "MatMul", name)
-    b = _float_check(tensor(graph, inputs[1], name, a), "MatMul", name)
-    return [_matmul(graph, a, b, prog, name)]
+    a = float_check(tensor(graph, inputs[0], name), "MatMul", name)
+    b = float_check(tensor(graph, inputs[1], name, a), "MatMul", name)
+    return [matmul(graph, a, b, prog, name)]
 
 
 @register("Gemm", since=1)
 def _gemm(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
-    a = _float_check(tensor(graph, inputs[0], name), "Gemm", name)
-    b = _float_check(tensor(graph, inputs[1], name, a), "Gemm", name)
+    a = float_check(tensor(graph, inputs[0], name), "Gemm", name)
+    b = float_check(tensor(graph, inputs[1], name, a), "Gemm", name)
     for t in (a, b):
         if t.rank() != 2:
             raise popart_exception(
@@ -338,7 +340,7 @@ def _gemm(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) 
         a = a.transpose()
     if int(attrs.get("transB", 0)):
         b = b.transpose()
-    out = _matmul(graph, a, b, prog, f"{name}/matmul")
+    out = matmul(graph, a, b, prog, f"{name}/matmul")
     alpha = float(attrs.get("alpha", 1.0))
     beta = float(attrs.get("beta", 1.0))
     if alpha != 1.0:

@@ -25,14 +25,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from popart_api.autodiff import GradContext, NodeRecord, register_fused_grad, register_grad
+from popart_api.builder import GRAPHCORE_DOMAIN
 from popart_api.errors import popart_exception
-from popart_api.ops import _float_check, register, tensor
+from popart_api.ops import float_check, register, tensor
 from popart_api.options import ReductionType
 from poplar_api import INT, UNSIGNED_INT, Graph, Tensor, popnn, popops
 from poplar_api.popops import Operation
 from poplar_api.poputil import mapTensorLinearly
-
-GRAPHCORE = "ai.graphcore"
 
 
 def reduction_of(attrs: dict[str, Any], op: str, name: str) -> ReductionType:
@@ -65,14 +64,14 @@ def _scalar_like(graph: Graph, dy: Tensor, shape: Sequence[int]) -> Tensor:
 
 
 # ------------------------------------------------------------------------ Nll
-@register("Nll", domain=GRAPHCORE)
+@register("Nll", domain=GRAPHCORE_DOMAIN)
 def _nll(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
     if len(inputs) != 2 or not all(isinstance(v, Tensor) for v in inputs):
         raise popart_exception(
             f"Nll (node '{name}'): needs two tensor inputs, probabilities [..., C] and "
             f"labels [...]; got {len(inputs)}"
         )
-    probs = _float_check(inputs[0], "Nll", name)
+    probs = float_check(inputs[0], "Nll", name)
     label = inputs[1]
     if label.elementType() not in (INT, UNSIGNED_INT):
         raise popart_exception(
@@ -152,7 +151,7 @@ def nll_sample_weights(g: GradContext) -> Tensor:
     return w
 
 
-@register_grad("Nll", domain=GRAPHCORE)
+@register_grad("Nll", domain=GRAPHCORE_DOMAIN)
 def _nll_grad(g: GradContext) -> list:
     probs = g.inputs[0]
     onehot = g.outputs[1]
@@ -178,7 +177,7 @@ def nll_softmax_grad(g: GradContext, softmax_out: Tensor) -> Tensor:
     return popops.mul(g.graph, diff, w, g.prog, f"{g.name}/weighted").reshape(softmax_out.shape())
 
 
-@register_fused_grad(("ai.onnx", "Softmax"), (GRAPHCORE, "Nll"))
+@register_fused_grad(("ai.onnx", "Softmax"), (GRAPHCORE_DOMAIN, "Nll"))
 def _softmax_nll_grad(g: GradContext, softmax: NodeRecord) -> Tensor:
     """Softmax over the last dimension straight into Nll: ``(p - onehot)·w``; other
     axes fall back to the two gradients one after the other."""
@@ -207,9 +206,9 @@ def _softmax_nll_grad(g: GradContext, softmax: NodeRecord) -> Tensor:
 
 
 # ------------------------------------------------------------------------- L1
-@register("L1", domain=GRAPHCORE)
+@register("L1", domain=GRAPHCORE_DOMAIN)
 def _l1(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-    x = _float_check(tensor(graph, inputs[0], name), "L1", name)
+    x = float_check(tensor(graph, inputs[0], name), "L1", name)
     if "lambda" not in attrs:
         raise popart_exception(f"L1 (node '{name}'): attribute 'lambda' is required")
     lam = float(attrs["lambda"])
@@ -222,7 +221,7 @@ def _l1(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
     return [popops.mul(graph, total, scale, prog, f"{name}/scale")]
 
 
-@register_grad("L1", domain=GRAPHCORE)
+@register_grad("L1", domain=GRAPHCORE_DOMAIN)
 def _l1_grad(g: GradContext) -> list:
     x = g.inputs[0]
     lam = float(g.attrs["lambda"])
@@ -238,9 +237,9 @@ def _l1_grad(g: GradContext) -> list:
 
 
 # --------------------------------------------------------------- IdentityLoss
-@register("IdentityLoss", domain=GRAPHCORE)
+@register("IdentityLoss", domain=GRAPHCORE_DOMAIN)
 def _identity_loss(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-    x = _float_check(tensor(graph, inputs[0], name), "IdentityLoss", name)
+    x = float_check(tensor(graph, inputs[0], name), "IdentityLoss", name)
     reduction = reduction_of(attrs, "IdentityLoss", name)
     if reduction is ReductionType.NoReduction:
         return [x]
@@ -250,7 +249,7 @@ def _identity_loss(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str
     return [total]
 
 
-@register_grad("IdentityLoss", domain=GRAPHCORE)
+@register_grad("IdentityLoss", domain=GRAPHCORE_DOMAIN)
 def _identity_loss_grad(g: GradContext) -> list:
     x = g.inputs[0]
     reduction = reduction_of(g.attrs, "IdentityLoss", g.name)

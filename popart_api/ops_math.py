@@ -11,20 +11,18 @@ when the graph is built are folded with numpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx
 
-from popart_api.autodiff import GradContext, register_grad, unbroadcast, zeros
+from popart_api.autodiff import GradContext, Grads, register_grad, unbroadcast, zeros
+from popart_api.builder import GRAPHCORE_DOMAIN
 from popart_api.errors import popart_exception
-from popart_api.ops import _first_tensor, _float_check, register, tensor, value_shape
+from popart_api.ops import first_tensor, float_check, register, tensor, value_shape
 from poplar_api import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Graph, Tensor, popnn, popops
 from poplar_api.popnn import NonLinearityType
-
-Grads = Sequence[Tensor | None]
-GRAPHCORE = "ai.graphcore"
 
 _ONNX_TO_TYPE = {
     onnx.TensorProto.FLOAT: FLOAT,
@@ -51,7 +49,7 @@ def _unary(fn: Callable, numpy_fn: Callable, floats_only: bool = True) -> Callab
         if not isinstance(x, Tensor):
             return [numpy_fn(np.asarray(x))]
         if floats_only:
-            _float_check(x, name.split("_")[0], name)
+            float_check(x, name.split("_")[0], name)
         return [fn(graph, x, prog, name)]
 
     return lower
@@ -159,7 +157,7 @@ def _gelu_kind(attrs: dict, domain_graphcore: bool, name: str) -> str:
 
 def _gelu(domain_graphcore: bool) -> Callable:
     def lower(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-        x = _float_check(tensor(graph, inputs[0], name), "Gelu", name)
+        x = float_check(tensor(graph, inputs[0], name), "Gelu", name)
         if _gelu_kind(attrs, domain_graphcore, name) == "none":
             return [popops.geluErf(graph, x, prog, name)]
         return [popnn.nonLinearity(graph, NonLinearityType.GELU, x, prog, name)]
@@ -218,15 +216,15 @@ def _gelu_grad(domain_graphcore: bool) -> Callable:
 
 register("Gelu", since=20)(_gelu(False))
 register_grad("Gelu")(_gelu_grad(False))
-register("Gelu", domain=GRAPHCORE)(_gelu(True))
-register_grad("Gelu", domain=GRAPHCORE)(_gelu_grad(True))
+register("Gelu", domain=GRAPHCORE_DOMAIN)(_gelu(True))
+register_grad("Gelu", domain=GRAPHCORE_DOMAIN)(_gelu_grad(True))
 
 
 # --------------------------------------------------------------- binary math
 def _binary(fn: Callable, numpy_fn: Callable) -> Callable:
     def lower(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
         a, b = inputs[0], inputs[1]
-        like = _first_tensor([a, b])
+        like = first_tensor([a, b])
         if like is None:
             return [numpy_fn(np.asarray(a), np.asarray(b))]
         return [fn(graph, tensor(graph, a, name, like), tensor(graph, b, name, like), prog, name)]
@@ -307,7 +305,7 @@ def _variadic(fn: Callable, numpy_fn: Callable) -> Callable:
         values = [v for v in inputs if v is not None]
         if not values:
             raise popart_exception(f"node '{name}': needs at least one input")
-        like = _first_tensor(values)
+        like = first_tensor(values)
         if like is None:
             out = np.asarray(values[0])
             for v in values[1:]:
@@ -362,7 +360,7 @@ def _sum_grad(g: GradContext) -> Grads:
 @register("Where", since=9)
 def _where(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
     cond, x, y = inputs
-    like = _first_tensor([x, y])
+    like = first_tensor([x, y])
     if like is None and not isinstance(cond, Tensor):
         return [np.where(np.asarray(cond), np.asarray(x), np.asarray(y))]
     if like is None:  # values known, condition on the device

@@ -23,15 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from popart_api.autodiff import GradContext, register_grad, unbroadcast
+from popart_api.autodiff import GradContext, Grads, register_grad, unbroadcast
 from popart_api.errors import popart_exception
-from popart_api.ops import Value, _float_check, context, register, tensor
+from popart_api.ops import Value, context, float_check, register, tensor
 from poplar_api import Graph, Tensor, poplin, popops
 from poplar_api import program as pprog
 from poplar_api.popnn import pooling
 from poplar_api.popops import Operation, ReduceParams
 
-Grads = Sequence[Tensor | None]
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 
 
@@ -102,7 +101,7 @@ def _pads(
 
 
 def _operand(graph: Graph, v: Value, name: str, like: Tensor, op: str) -> Tensor:
-    t = _float_check(tensor(graph, v, name, like), op, name)
+    t = float_check(tensor(graph, v, name, like), op, name)
     if t.elementType() != like.elementType():
         raise popart_exception(
             f"{op} (node '{name}'): input '{t.name}' is {t.elementType().name} but '{like.name}' "
@@ -194,7 +193,7 @@ def _conv(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) 
     """``poplin.convolution`` of X with W (reshaped ``[G, M/G, C/G, *k]``), plus the
     optional bias B by ``poplin.addBias``. Returns ``[Y, options]``: the node's Poplibs
     options are kept for the backward passes (lowered outside the node's context)."""
-    x = _float_check(tensor(graph, inputs[0], name), "Conv", name)
+    x = float_check(tensor(graph, inputs[0], name), "Conv", name)
     w = _operand(graph, inputs[1], name, x, "Conv")
     params = _conv_params(x.shape(), w.shape(), attrs, x.elementType(), name)
     base = dict(context().options)
@@ -332,7 +331,7 @@ class _Pool:
 def _pool_lowering(kind: str) -> Any:
     def lower(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
         op = op_name(kind)
-        x = _float_check(tensor(graph, inputs[0], name), op, name)
+        x = float_check(tensor(graph, inputs[0], name), op, name)
         p = _Pool(x.shape(), attrs, kind, name, x.elementType())
         y = pooling.pool(graph, p.params, x, prog, f"{name}/pool")
         if p.scale is not None:
@@ -427,7 +426,7 @@ def _batchnorm(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: 
         raise popart_exception(
             f"{op} (node '{name}'): spatial={attrs['spatial']} is not supported; required 1"
         )
-    x = _float_check(tensor(graph, inputs[0], name), op, name)
+    x = float_check(tensor(graph, inputs[0], name), op, name)
     if x.rank() < 2:
         raise popart_exception(
             f"{op} (node '{name}'): X has shape {x.shape()}; required [N, C, ...] (rank >= 2)"
@@ -554,7 +553,7 @@ def _layernorm(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: 
     """Normalise over the dimensions from ``axis`` on; returns ``[Y, Mean, InvStdDev, x̂]``
     (Mean and InvStdDev shaped ``X.shape[:axis] + [1, ...]``, as ONNX)."""
     op = "LayerNormalization"
-    x = _float_check(tensor(graph, inputs[0], name), op, name)
+    x = float_check(tensor(graph, inputs[0], name), op, name)
     rank = x.rank()
     axis = int(attrs.get("axis", -1))
     if not -rank <= axis < rank:
@@ -641,7 +640,7 @@ def _per_channel(graph: Graph, v: Value, name: str, like: Tensor, groups: int, o
 
 def _groupnorm(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
     op = "GroupNormalization"
-    x = _float_check(tensor(graph, inputs[0], name), op, name)
+    x = float_check(tensor(graph, inputs[0], name), op, name)
     if x.rank() < 2 or len(inputs) < 3:
         raise popart_exception(
             f"{op} (node '{name}'): needs X [N, C, ...], scale and bias; got X {x.shape()} and "

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from popart_api.autodiff import GradContext, register_grad, unbroadcast, zeros
+from popart_api.autodiff import GradContext, Grads, register_grad, unbroadcast, zeros
 from popart_api.errors import popart_exception
-from popart_api.ops import _first_tensor, _float_check, context, register, tensor, value_shape
+from popart_api.ops import context, first_tensor, float_check, register, tensor, value_shape
 from poplar_api import (
     BOOL,
     FLOAT,
@@ -40,8 +40,6 @@ from poplar_api import program as pprog
 from poplar_api.popops import Operation
 from poplar_api.poputil import mapTensorLinearly
 from poplar_api.tensor import concat
-
-Grads = Sequence[Tensor | None]
 
 
 def _rank(v: Any) -> int:
@@ -222,7 +220,7 @@ def _softmax_layout(x: Tensor, attrs: dict, opset_13: bool, name: str):
 
 def _log_softmax(opset_13: bool) -> Callable:
     def lower(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-        x = _float_check(tensor(graph, inputs[0], name), "LogSoftmax", name)
+        x = float_check(tensor(graph, inputs[0], name), "LogSoftmax", name)
         view, back = _softmax_layout(x, attrs, opset_13, name)
         return [back(_log_softmax_last(graph, view, prog, name))]
 
@@ -249,7 +247,7 @@ def _log_softmax_grad(g: GradContext) -> Grads:
 # -------------------------------------------------------------------- Dropout
 @register("Dropout", since=1)
 def _dropout(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-    x = _float_check(tensor(graph, inputs[0], name), "Dropout", name)
+    x = float_check(tensor(graph, inputs[0], name), "Dropout", name)
     ratio = float(attrs.get("ratio", 0.5))
     if len(inputs) > 1 and inputs[1] is not None:
         ratio = float(np.asarray(_const_value(inputs[1], "Dropout", name, "ratio")))
@@ -412,7 +410,7 @@ def _concat(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> li
                 f"Concat (node '{name}'): input shapes {[value_shape(u) for u in values]} differ "
                 f"outside axis {axis}"
             )
-    like = _first_tensor(values)
+    like = first_tensor(values)
     if like is None:
         return [np.concatenate([np.asarray(v) for v in values], axis=axis)]
     return [concat([tensor(graph, v, name, like) for v in values], axis)]
