@@ -29,10 +29,12 @@ __all__ = [
     "figure_and_axes",
     "find_record",
     "memory_per_tile_histogram",
+    "outside_legend",
     "phase_cycles_by_step",
     "save_figure",
     "step_cycles_bars",
     "tile_grid",
+    "wants_log_scale",
 ]
 
 _FORMATS = (".png", ".svg", ".pdf")
@@ -65,6 +67,50 @@ def save_figure(
     fig.savefig(path, dpi=100)
 
 
+#: Steps whose values span this ratio (largest / smallest non-zero) or more are drawn
+#: on a log scale: one long host stream copy would flatten every other bar.
+LOG_SPAN = 100.0
+#: Up to this many steps every step is named on the x axis; beyond it only the
+#: :data:`NAMED_LARGEST` longest steps are.
+MAX_NAMED_STEPS = 60
+NAMED_LARGEST = 12
+
+
+def outside_legend(ax: Axes) -> None:
+    """The legend to the right of the axes, where it cannot cover bars or lines."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small")
+
+
+def wants_log_scale(values: Any) -> bool:
+    """True when the positive ``values`` span :data:`LOG_SPAN` or more."""
+    positive = np.asarray(values, np.float64)
+    positive = positive[positive > 0]
+    return bool(positive.size >= 2 and positive.max() >= LOG_SPAN * positive.min())
+
+
+def _name_steps(ax: Axes, names: Sequence[str], values: np.ndarray) -> None:
+    """Step names as x tick labels: every step, or the longest ones when there are many."""
+    if len(names) != values.size:
+        raise TraceViewError(
+            f"step_cycles_bars: {values.size} cycle counts but {len(names)} names; required "
+            "one name per step"
+        )
+    if values.size <= MAX_NAMED_STEPS:
+        shown = np.arange(values.size)
+    else:
+        gap = values.size / (2 * NAMED_LARGEST)  # labels far enough apart to read
+        picked: list[int] = []
+        for i in np.argsort(-values, kind="stable"):
+            if all(abs(int(i) - j) >= gap for j in picked):
+                picked.append(int(i))
+            if len(picked) == NAMED_LARGEST:
+                break
+        shown = np.sort(np.asarray(picked, np.int64))
+    labels = [f"{names[i]} ({i})" if values.size > MAX_NAMED_STEPS else names[i] for i in shown]
+    ax.set_xticks(shown, labels, rotation=60, ha="right", rotation_mode="anchor")
+    ax.tick_params(axis="x", labelsize="small")
+
+
 def step_cycles_bars(
     categories: Sequence[str],
     cycles: Any,
@@ -72,11 +118,14 @@ def step_cycles_bars(
     ax: Axes | None = None,
     order: Sequence[str] | None = None,
     title: str = "Cycles per step",
+    names: Sequence[str] | None = None,
+    log: bool | None = None,
 ) -> Figure:
-    """Bars of cycles per step (x = step position), stacked by category.
+    """Bars of cycles per step (x = step position), coloured by category.
 
     One filled step line per category (fast for any number of steps): a step's bar
-    is its ``cycles`` in its own category's colour.
+    is its ``cycles`` in its own category's colour. The legend sits to the right of
+    the bars, so it never covers one.
 
     Parameters
     ----------
@@ -86,6 +135,13 @@ def step_cycles_bars(
         Cycles of each step (same length, >= 0).
     order
         Categories in stacking and legend order; default: first appearance.
+    names
+        Name of each step, shown under its bar (up to :data:`MAX_NAMED_STEPS` steps;
+        beyond, the :data:`NAMED_LARGEST` longest steps are named, with their
+        position).
+    log
+        Log-scale cycle axis; default when the non-zero cycles span :data:`LOG_SPAN`
+        or more, as when one host stream copy dwarfs the compute sets.
     """
     cats = np.asarray([str(c) for c in categories], dtype=object)
     values = np.asarray(cycles, np.float64).reshape(-1)
@@ -96,23 +152,32 @@ def step_cycles_bars(
         )
     if values.size and (not np.all(np.isfinite(values)) or values.min() < 0):
         raise TraceViewError("step_cycles_bars: cycles must be finite and >= 0")
-    names = list(order) if order is not None else list(dict.fromkeys(cats.tolist()))
-    names += [c for c in dict.fromkeys(cats.tolist()) if c not in names]
-    fig, ax = figure_and_axes(ax)
+    names_list = None if names is None else [str(n) for n in names]
+    order_names = list(order) if order is not None else list(dict.fromkeys(cats.tolist()))
+    order_names += [c for c in dict.fromkeys(cats.tolist()) if c not in order_names]
+    many = names_list is not None and values.size <= MAX_NAMED_STEPS
+    size = (min(16.0, max(8.0, 3.0 + 0.3 * values.size)), 5.0) if many else (9.0, 4.5)
+    fig, ax = figure_and_axes(ax, size)
     edges = np.arange(values.size + 1) - 0.5
     bottom = np.zeros(values.size)
-    for name in names:
+    for name in order_names:
         part = np.where(cats == name, values, 0.0)
         if not part.any():
             continue
         ax.stairs(bottom + part, edges, baseline=bottom.copy(), fill=True, label=name)
         bottom += part
+    use_log = wants_log_scale(values) if log is None else bool(log)
     ax.set_xlabel("step")
-    ax.set_ylabel("cycles")
+    ax.set_ylabel("cycles (log scale)" if use_log else "cycles")
     ax.set_title(title)
     if values.size:
         ax.set_xlim(-0.5, values.size - 0.5)
-        ax.legend(loc="upper right", fontsize="small")
+        if use_log and (values > 0).any():
+            ax.set_yscale("log")
+            ax.set_ylim(bottom=float(values[values > 0].min()) / 2)
+        if names_list is not None:
+            _name_steps(ax, names_list, values)
+        outside_legend(ax)
     save_figure(fig, path)
     return fig
 
@@ -120,15 +185,19 @@ def step_cycles_bars(
 def phase_cycles_by_step(
     trace: Trace, path: str | PathLike[str] | None = None, ax: Axes | None = None
 ) -> Figure:
-    """Cycles of every step (its span ``last_cycle - first_cycle``), coloured by phase.
+    """Cycles of every step (its span ``last_cycle - first_cycle``), coloured by phase
+    and named by step (see :func:`step_cycles_bars` for the names and the log scale).
 
-    The bars are stacked by phase in the order of :data:`ipusim.trace.PHASES`; each
-    step counts in exactly one phase.
+    The legend lists the phases in the order of :data:`ipusim.trace.PHASES`; each step
+    counts in exactly one phase.
     """
     phases = [rec.phase for rec in trace.records]
     cycles = [max(0, rec.last_cycle - rec.first_cycle) for rec in trace.records]
+    names = [rec.name for rec in trace.records]
     title = f"Cycles per step by phase ({trace.config_name}, {trace.total_cycles:,} cycles)"
-    return step_cycles_bars(phases, cycles, path=path, ax=ax, order=PHASES, title=title)
+    return step_cycles_bars(
+        phases, cycles, path=path, ax=ax, order=PHASES, title=title, names=names
+    )
 
 
 def find_record(trace: Trace, step: int | str) -> StepRecord:
@@ -263,6 +332,9 @@ def memory_per_tile_histogram(
     )
     ax.set_xlabel("bytes")
     ax.set_ylabel("tiles")
-    ax.legend(loc="upper left", fontsize="small")
+    if wants_log_scale(np.histogram(used, bins=int(bins), range=(0.0, top))[0]):
+        ax.set_yscale("log")  # a few full tiles stay visible next to many light ones
+        ax.set_ylabel("tiles (log scale)")
+    outside_legend(ax)
     save_figure(fig, path)
     return fig

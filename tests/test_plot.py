@@ -102,6 +102,7 @@ def test_memory_histogram(tmp_path):
     counts = [p.get_height() for p in ax.patches]
     assert len(counts) == 7 and sum(counts) == 8
     assert "2 over capacity" in ax.get_title()
+    assert _legend_right_of_axes(fig)
 
 
 def test_memory_histogram_bad_input():
@@ -132,3 +133,57 @@ def test_importing_ipusim_loads_no_matplotlib():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _legend_right_of_axes(fig) -> bool:
+    """The legend box starts right of the axes box (so it covers no bar)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    return legend.x0 >= ax.get_window_extent(renderer).x1
+
+
+def test_steps_are_named_and_the_legend_is_beside_the_bars(trace, tmp_path):
+    fig = plot.phase_cycles_by_step(trace, path=tmp_path / "steps.png")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == [r.name for r in trace.records]
+    assert _legend_right_of_axes(fig)
+
+
+def test_log_scale_when_steps_span_decades(tmp_path):
+    # one host copy of 200,000 cycles next to compute sets of 50..400 cycles
+    cycles = [50, 400, 200_000, 120, 0]
+    cats = ["OnTileExecute", "DoExchange", "StreamCopy", "OnTileExecute", "Sync"]
+    fig = plot.step_cycles_bars(cats, cycles, names=list("abcde"), path=tmp_path / "s.png")
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and "log scale" in ax.get_ylabel()
+    assert ax.get_ylim()[0] == pytest.approx(25)  # half the smallest non-zero bar
+    # within a factor of 100: linear, unless asked
+    fig = plot.step_cycles_bars(cats[:2], cycles[:2])
+    assert fig.axes[0].get_yscale() == "linear"
+    assert plot.step_cycles_bars(cats[:2], cycles[:2], log=True).axes[0].get_yscale() == "log"
+
+
+def test_many_steps_name_only_the_longest(tmp_path):
+    n = 500
+    cycles = np.full(n, 10.0)
+    longest = [20, 140, 260, 380, 490]  # far apart, so every one gets its label
+    cycles[longest] = 1e5
+    names = [f"cs{i}" for i in range(n)]
+    fig = plot.step_cycles_bars(["OnTileExecute"] * n, cycles, names=names)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert len(labels) <= plot.NAMED_LARGEST
+    assert {f"cs{i} ({i})" for i in longest} <= set(labels)
+    positions = ax.get_xticks()
+    assert np.all(np.diff(positions) >= n / (2 * plot.NAMED_LARGEST))
+
+
+def test_step_names_must_match_the_steps():
+    with pytest.raises(TraceViewError, match="3 cycle counts but 2 names"):
+        plot.step_cycles_bars(["a", "b", "c"], [1, 2, 3], names=["x", "y"])
