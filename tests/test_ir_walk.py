@@ -13,8 +13,9 @@ import pytest
 
 from ipusim import ir
 from ipusim.ir_validation import validate_program
-from ipusim.measured import _PHASE_LABELS, _TILE_CYCLE_KEYS
 from ipusim.measured import PHASES as MEASURED_PHASES
+from ipusim.measured_json import _TILE_CYCLE_KEYS
+from ipusim.measured_summary import _PHASE_LABELS
 from ipusim.profile.execution import STEP_TYPES, TILE_CYCLE_PHASES
 from ipusim.profile.frames import IPU_COLUMNS, TILE_COLUMNS
 from ipusim.sweep.analysis import PHASE_COLUMNS
@@ -84,7 +85,9 @@ sys.modules["ipusim.ir"] = module
 exec(compile(source, str(path), "exec"), module.__dict__)
 import ipusim
 ipusim.ir = module
-from ipusim.measured import PHASES, _PHASE_LABELS, _TILE_CYCLE_KEYS
+from ipusim.measured import PHASES
+from ipusim.measured_json import _TILE_CYCLE_KEYS
+from ipusim.measured_summary import _PHASE_LABELS
 from ipusim.profile.execution import STEP_TYPES, TILE_CYCLE_PHASES
 from ipusim.profile.frames import TILE_COLUMNS
 from ipusim.sweep.analysis import PHASE_COLUMNS
