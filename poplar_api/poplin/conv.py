@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +29,6 @@ import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph
-from poplar_api.poplin import amp, conv_estimators
 from poplar_api.poplin.conv_params import (
     ConvParams,
     dim_maps,
@@ -40,13 +38,18 @@ from poplar_api.poplin.conv_params import (
     getWeightUpdateParams,
 )
 from poplar_api.poplin.conv_planner import ConvPlan, parse_options, plan_convolution
+from poplar_api.poplin.conv_vertex_estimates import (
+    largest_block_estimate,
+    partial_estimate,
+    vertex_method,
+)
 from poplar_api.poplin.conv_vertices import conv_vertex
 from poplar_api.poplin.conv_worklists import TileGeometry, tile_geometry
 from poplar_api.poplin.vertices import reduce_add_vertex
 from poplar_api.program import Execute
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
-from poplar_api.types import FLOAT, INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
+from poplar_api.types import INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 
 __all__ = [
     "addBias",
@@ -64,139 +67,6 @@ __all__ = [
     "reportPlanInfo",
 ]
 
-_PLANS: weakref.WeakKeyDictionary[Any, dict[tuple, ConvPlan]] = weakref.WeakKeyDictionary()
-_DATA_PATH_WIDTH_BITS = 64
-
-
-# ------------------------------------------------------------------ plans & estimates
-def _vertex_method(plan: ConvPlan, geom: TileGeometry, kpos: int) -> str:
-    """``AMP_1x1`` where Poplibs would use ``ConvPartial1x1Out``, else the plan's method."""
-    if plan.method != "AMP" or kpos != 1:
-        return plan.method
-    if geom.in_shape != geom.out_shape or (geom.in_stride, geom.out_stride) != (1, 1):
-        return plan.method
-    entries = np.concatenate([w for w in geom.worklists[0]]).reshape(-1, 3)
-    rows = int(np.prod(geom.out_shape))
-    if entries[:, 1].sum() != rows * 1 or np.any(entries[:, 0] != entries[:, 2]):
-        return plan.method
-    return "AMP_1x1"
-
-
-def _estimate(
-    plan: ConvPlan,
-    method: str,
-    geom: TileGeometry,
-    batch: int,
-    counts: tuple[int, int, int],
-    chans: tuple[int, int],
-    params: ConvParams,
-    target: Any,
-) -> int:
-    """Poplibs cycle estimate of one partial vertex (``counts`` = conv, in, out groups)."""
-    ncg, nig, nog = counts
-    workers = target.getNumWorkerContexts()
-    fp = params.inputType
-    acc = plan.partials_type
-    out_rows = batch * int(np.prod(geom.out_shape))
-    if method == "VMAC":
-        cgpg = plan.conv_groups_per_group
-        # VMAC worklist entries store numElems - 1 (ConvVertices.cpp); one list per worker
-        parts = [[n - 1 for per_k in worker for n in per_k if n > 0] for worker in geom.partitions]
-        return conv_estimators.conv_partial_vmac_cycles(
-            parts,
-            num_conv_groups=-(-ncg // cgpg),
-            num_in_groups=nig,
-            num_out_elems=out_rows * cgpg,
-            conv_groups_per_group=cgpg,
-            num_worker_contexts=workers,
-            float_activations=False,
-            float_partials=acc == FLOAT,
-        )
-    if method == "HMAC":
-        ic, oc = chans
-        zero = conv_estimators.zero_supervisor_cycles(
-            conv_estimators.zero_worklist(out_rows * oc, workers),
-            ncg * nog,
-            _DATA_PATH_WIDTH_BITS,
-            workers,
-            acc == FLOAT,
-        )
-        return zero + conv_estimators.conv_partial_hmac_cycles(
-            geom.partitions,
-            num_conv_groups=ncg,
-            num_in_groups=nig,
-            num_out_groups=nog,
-            kernel_size=len(geom.worklists),
-            in_chans_per_group=ic,
-            out_chans_per_group=oc,
-            num_worker_contexts=workers,
-            activations_vector_width=target.getVectorWidth(fp),
-            float_activations=fp == FLOAT,
-            float_partials=acc == FLOAT,
-            use_1x1=False,
-        )
-    icg, ocg = plan.in_chans_per_group, plan.out_chans_per_group
-    weight_bytes = icg * fp.size
-    if method == "AMP_1x1":
-        return amp.conv_partial_1x1_cycles(
-            amp.split_field_elems(out_rows, workers),
-            num_conv_groups=ncg,
-            num_in_groups=nig,
-            num_out_groups=nog,
-            out_chans_per_group=ocg,
-            weight_bytes_per_conv_unit=weight_bytes,
-            num_conv_units=plan.num_conv_units,
-            coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE,
-            num_worker_contexts=workers,
-            float_activations=fp == FLOAT,
-            float_partials=acc == FLOAT,
-        )
-    kshape = params.kernelShape
-    return conv_estimators.conv_partial_nx1_vertex_cycles(
-        geom.partitions,
-        zeros_info=out_rows * ocg,
-        num_conv_groups=ncg,
-        num_out_groups=nog,
-        num_in_groups=nig,
-        kernel_inner_elems=int(kshape[-1]),
-        kernel_outer_elems=int(np.prod(kshape[:-1])),
-        filter_height=1,
-        in_chans_per_group=icg,
-        out_chans_per_group=ocg,
-        weight_bytes_per_conv_unit=weight_bytes,
-        num_conv_units=plan.num_conv_units,
-        coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE,
-        num_worker_contexts=workers,
-        float_activations=fp == FLOAT,
-        float_partials=acc == FLOAT,
-        data_path_width=_DATA_PATH_WIDTH_BITS,
-    )
-
-
-def _group_counts(plan: ConvPlan, bg: int, bci: int, bco: int) -> tuple[int, int, int]:
-    if plan.method in ("HMAC", "VMAC"):
-        return bg, 1, 1
-    return bg, -(-bci // plan.in_chans_per_group), -(-bco // plan.out_chans_per_group)
-
-
-def _largest_block_estimate(params: ConvParams, target: Any) -> Any:
-    maps = dim_maps(params)
-    nd = params.getNumFieldDims()
-    workers = target.getNumWorkerContexts()
-
-    def exact(plan: ConvPlan) -> int:
-        blocks = plan.blocks
-        bb = min(blocks[1], params.batchSize)
-        ranges = [(0, min(blocks[2 + d], maps[d].shape[1])) for d in range(nd)]
-        geom = tile_geometry(maps, bb, ranges, workers)
-        bci, bco = blocks[-1], blocks[-2]
-        counts = _group_counts(plan, blocks[0], bci, bco)
-        method = _vertex_method(plan, geom, int(np.prod(params.kernelShape)))
-        chans = (bci, bco)
-        return _estimate(plan, method, geom, bb, counts, chans, params, target)
-
-    return exact
-
 
 def getConvPlan(
     graph: Graph, params: ConvParams, options: Mapping[str, Any] | None = None
@@ -210,7 +80,7 @@ def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     """The cheaper of the plans of ``params`` and of its expanded (im2col) form."""
     target = graph.getTarget()
     key = (target.getNumTiles(), params.key(), tuple(sorted((k, str(v)) for k, v in opts.items())))
-    cache = _PLANS.setdefault(graph._state, {})
+    cache = graph.libraryCache("poplin.conv.plans")
     plan = cache.get(key)
     if plan is None:
         expand = opts.get("expand")
@@ -218,10 +88,10 @@ def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
             expand = False  # the expanded form has many input channels: no VMAC
         plan = None
         if expand is not True or int(np.prod(params.kernelShape)) == 1:
-            plan = plan_convolution(params, target, opts, _largest_block_estimate(params, target))
+            plan = plan_convolution(params, target, opts, largest_block_estimate(params, target))
         if expand is not False and int(np.prod(params.kernelShape)) > 1:
             eff = expand_all_dims(params)
-            alt = plan_convolution(eff, target, opts, _largest_block_estimate(eff, target))
+            alt = plan_convolution(eff, target, opts, largest_block_estimate(eff, target))
             if plan is None or alt.cost["total"] < plan.cost["total"]:
                 plan = dataclasses.replace(alt, expanded=True)
         cache[key] = plan
@@ -255,7 +125,7 @@ def _check_tensor(
 ) -> Tensor:
     if not isinstance(t, Tensor):
         raise TensorError(f"{what}: {arg} must be a Tensor, got {type(t).__name__}")
-    if t.graph is not graph._state:
+    if not graph.owns(t):
         raise GraphError(f"{what}: {arg} '{t.name}' belongs to another graph")
     if t.shape() != list(shape):
         raise TensorError(
@@ -303,8 +173,7 @@ def _ranges(plan: ConvPlan, params: ConvParams) -> list[list[tuple[int, int]]]:
 
 def _map_by_array(graph: Graph, t: Tensor, tiles: np.ndarray) -> None:
     """Map each element of ``t`` (row-major) to ``tiles`` (local tile ids, same shape)."""
-    root = graph._tiles[np.asarray(tiles, np.int64).reshape(-1)]
-    graph._state.space(t.elementType()).tile[t.flat_index()] = root.astype(np.int32)
+    graph.mapElements(t, np.asarray(tiles, np.int64).reshape(-1))
 
 
 def createInput(
@@ -389,6 +258,66 @@ def createBiases(graph: Graph, activations: Tensor, name: str = "") -> Tensor:
 
 
 # ------------------------------------------------------------------ the lowering
+def _positions(t: Tensor) -> np.ndarray:
+    """Positions of ``t``'s flattened elements, in ``t``'s shape (for :meth:`Tensor.elements`)."""
+    return np.arange(t.numElements(), dtype=np.int64).reshape(t.shape())
+
+
+class _Source:
+    """A convolution operand read through element positions; with an expanded (im2col)
+    input, position -1 is a zero the reading tile holds in a constant of its own."""
+
+    def __init__(self, graph: Graph, t: Tensor, name: str) -> None:
+        self.graph, self.t, self.name = graph, t, name
+        self.zeros: dict[int, Tensor] = {}  # tile -> its one-element zero constant
+
+    def view(self, pos: np.ndarray, tile: int) -> Tensor:
+        """The elements at ``pos`` (flat), zeros from ``tile``'s zero constant."""
+        pad = pos < 0
+        if not pad.any():
+            return self.t.elements(pos)
+        from poplar_api.tensor import concat
+
+        zero = self.zeros.get(tile)
+        if zero is None:
+            zero = self.graph.addConstant(self.t.elementType(), [1], 0, f"{self.name}/zero")
+            self.graph.setTileMapping(zero, tile)
+            self.zeros[tile] = zero
+        real = pos[~pad]
+        both = concat([self.t.elements(real), zero])
+        return both.elements(np.where(pad, real.size, np.cumsum(~pad) - 1))
+
+
+@dataclasses.dataclass
+class _TileKind:
+    """What the partial-sum vertices of one tile geometry share: the vertex method and
+    class, the worklists' type and values, and estimates by group counts."""
+
+    method: str
+    cls: type
+    wl_type: Type
+    wl_values: np.ndarray
+    wl_bounds: list[tuple[int, int]]
+    estimates: dict[tuple, int]
+
+
+def _tile_kind(
+    graph: Graph, plan: ConvPlan, geom: TileGeometry, kpos: int, fp: Type, acc_type: Type
+) -> _TileKind:
+    method = vertex_method(plan, geom, kpos)
+    flat = [w for per_k in geom.worklists for w in per_k]
+    wl_values = np.concatenate(flat).astype(np.int64)
+    limited = bool(wl_values.size == 0 or wl_values.max() <= np.iinfo(np.uint16).max)
+    cls = conv_vertex(method, fp, acc_type, limited, plan.num_conv_units,
+                      plan.conv_input_load_elems,
+                      max(plan.conv_groups_per_group, 4))  # fmt: skip
+    graph.addCodelets(cls)
+    ends = np.cumsum([w.size for w in flat]).tolist()
+    bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+    return _TileKind(method, cls, UNSIGNED_SHORT if limited else UNSIGNED_INT, wl_values,
+                     bounds, {})  # fmt: skip
+
+
 def _conv(
     graph: Graph,
     act: Tensor,
@@ -398,15 +327,19 @@ def _conv(
     prog: ProgramSequence,
     name: str,
 ) -> Tensor:
-    """Lower ``params`` on canonical views; return the canonical output ``[G, B, Co, *O]``."""
+    """Lower ``params`` on canonical views; return the canonical output ``[G, B, Co, *O]``.
+
+    Vertices of one tile geometry (batch and output field range) share their method,
+    class, worklist values and, per group counts, their estimate; the views of every
+    vertex are made from element positions in the operands."""
     plan = _plan(graph, params, opts)
     target = graph.getTarget()
     workers = target.getNumWorkerContexts()
-    act_index, ker_index = act.index, ker.index
+    act_pos, ker_pos = _positions(act), _positions(ker)
     if plan.expanded:  # im2col: -1 marks a zero the tile reads from its own constant
-        act_index = expanded_input_index(params, act_index)
-        g_, co_ = ker_index.shape[:2]
-        ker_index = ker_index.reshape(g_, co_, -1, *([1] * params.getNumFieldDims()))
+        act_pos = expanded_input_index(params, act_pos)
+        g_, co_ = ker_pos.shape[:2]
+        ker_pos = ker_pos.reshape(g_, co_, -1, *([1] * params.getNumFieldDims()))
         params = expand_all_dims(params)
     maps = dim_maps(params)
     nd = params.getNumFieldDims()
@@ -427,18 +360,17 @@ def _conv(
     )
     kpos = int(np.prod(params.kernelShape))
     cs = graph.addComputeSet(f"{name}/Convolve")
-    st = graph._state
     fp = params.inputType
     acc_type = partials_type if need_reduce else out_type
-    # element ids of the operands, in the vertex layouts: [G,B,*F,Ci], [G,*K,Co,Ci]
-    act_ids = act_index.transpose([0, 1, *range(3, 3 + nd), 2])
-    ker_ids = ker_index.transpose([0, *range(3, 3 + nd), 1, 2])
-    zero_ids: dict[int, int] = {}  # tile -> id of its zero constant (expanded inputs)
-    dst_ids = (partials if need_reduce else out_var).index
-    geoms: dict[tuple, TileGeometry] = {}
-    zeros: list[Tensor] = []
-    dst_tiles = np.full(dst_ids.shape, -1, np.int64)
-    wl_parts: dict[Type, list[tuple[int, np.ndarray]]] = {}
+    # positions in the operands, in the vertex layouts: [G,B,*F,Ci], [G,*K,Co,Ci]
+    act_pos = act_pos.transpose([0, 1, *range(3, 3 + nd), 2])
+    ker_pos = ker_pos.transpose([0, *range(3, 3 + nd), 1, 2])
+    src = _Source(graph, act, name)
+    dst_t = partials if need_reduce else out_var
+    dst_pos = _positions(dst_t)
+    geoms: dict[tuple, tuple[TileGeometry, _TileKind | None]] = {}
+    zeros: list[np.ndarray] = []
+    dst_tiles = np.full(dst_pos.shape, -1, np.int64)
     for block in itertools.product(*[list(enumerate(r)) for r in rng]):
         ix = tuple(i for i, _ in block)
         (g0, g1), (b0, b1) = block[0][1], block[1][1]
@@ -446,19 +378,21 @@ def _conv(
         (co0, co1), (ci0, ci1) = block[-2][1], block[-1][1]
         tile = int(plan.tiles[ix])
         key = (b1 - b0, tuple(oranges))
-        geom = geoms.get(key)
-        if geom is None:
+        found = geoms.get(key)
+        if found is None:
             geom = tile_geometry(maps, b1 - b0, oranges, workers)
-            geoms[key] = geom
+            kind = (
+                None if geom.positions == 0 else _tile_kind(graph, plan, geom, kpos, fp, acc_type)
+            )
+            found = geoms[key] = (geom, kind)
+        geom, kind = found
         osl = tuple(slice(lo, hi) for lo, hi in oranges)
-        dst = dst_ids[ix[-1]] if need_reduce else dst_ids
+        dst = dst_pos[ix[-1]] if need_reduce else dst_pos
         tiles_view = dst_tiles[ix[-1]] if need_reduce else dst_tiles
         tiles_view[g0:g1, b0:b1, *osl, co0:co1] = tile
-        if geom.positions == 0 or ci1 <= ci0:
-            ids = dst[g0:g1, b0:b1, *osl, co0:co1].reshape(-1)
-            zeros.append(Tensor(st, acc_type, ids, f"{name}/zero"))
+        if kind is None or ci1 <= ci0:
+            zeros.append(dst[g0:g1, b0:b1, *osl, co0:co1].reshape(-1))
             continue
-        method = _vertex_method(plan, geom, kpos)
         if plan.method in ("HMAC", "VMAC"):
             ig_r, og_r = [(ci0, ci1)], [(co0, co1)]
         else:
@@ -468,62 +402,42 @@ def _conv(
         wsl = tuple(slice(lo, hi) for lo, hi in geom.window)
         ins, ws, outs = [], [], []
         for g in range(g0, g1):
-            win = act_ids[g, b0:b1, *wsl]
+            win = act_pos[g, b0:b1, *wsl]
             for a, b in ig_r:
-                ids = win[..., a:b].reshape(-1)
-                if plan.expanded and (ids < 0).any():
-                    ids = np.where(ids < 0, _zero_id(graph, zero_ids, tile, fp, name), ids)
-                ins.append(Tensor(st, fp, ids, f"{name}/in"))
+                ins.append(src.view(win[..., a:b].reshape(-1), tile))
             for oa, ob in og_r:
-                out_ids = dst[g, b0:b1, *osl, oa:ob].reshape(-1)
-                outs.append(Tensor(st, acc_type, out_ids, f"{name}/out"))
+                outs.append(dst_t.elements(dst[g, b0:b1, *osl, oa:ob].reshape(-1)))
                 for a, b in ig_r:
-                    w_ids = ker_ids[g, ..., oa:ob, a:b].reshape(-1)
-                    ws.append(Tensor(st, fp, w_ids, f"{name}/weights"))
-        wl_values = np.concatenate([w for per_k in geom.worklists for w in per_k]).astype(np.int64)
-        limited = bool(wl_values.size == 0 or wl_values.max() <= np.iinfo(np.uint16).max)
-        cls = conv_vertex(method, fp, acc_type, limited, plan.num_conv_units,
-                          plan.conv_input_load_elems,
-                          max(plan.conv_groups_per_group, 4))  # fmt: skip
-        graph.addCodelets(cls)
-        wl_t = UNSIGNED_SHORT if limited else UNSIGNED_INT
-        wl_const = graph._add(wl_t, [max(wl_values.size, 1)], f"{name}/worklists", True)
-        wl_parts.setdefault(wl_t, []).append((tile, wl_const, wl_values))
-        wl_flat = wl_const.index.reshape(-1)
-        wl_views, pos = [], 0
-        for per_k in geom.worklists:
-            for w in per_k:
-                wl_views.append(Tensor(st, wl_t, wl_flat[pos : pos + w.size], f"{name}/worklist"))
-                pos += w.size
+                    ws.append(ker.elements(ker_pos[g, ..., oa:ob, a:b].reshape(-1)))
+        values = kind.wl_values if kind.wl_values.size else np.zeros(1, np.int64)
+        wl_const = graph.addConstant(kind.wl_type, [values.size], values, f"{name}/worklists")
+        graph.setTileMapping(wl_const, tile)
+        wl_views = [wl_const.slice(a, b) for a, b in kind.wl_bounds]
         in_rows = (b1 - b0) * int(np.prod(geom.in_shape))
         out_rows = (b1 - b0) * int(np.prod(geom.out_shape))
         counts = (g1 - g0, len(ig_r), len(og_r))
         pvals = [counts[0], counts[2], counts[1], kpos, in_rows, out_rows,
                  geom.in_stride, geom.out_stride]  # fmt: skip
-        p_const = graph._add(INT, [len(pvals)], f"{name}/params", True)
-        wl_parts.setdefault(INT, []).append((tile, p_const, np.asarray(pvals, np.int64)))
+        p_const = graph.addConstant(INT, [len(pvals)], pvals, f"{name}/params")
+        graph.setTileMapping(p_const, tile)
         v = graph.addVertex(
             cs,
-            cls,
+            kind.cls,
             {"in": ins, "weights": ws, "out": outs, "worklists": wl_views, "params": p_const},
         )
         graph.setTileMapping(v, tile)
         chans = (ci1 - ci0, co1 - co0)
-        est = _estimate(plan, method, geom, b1 - b0, counts, chans, params, target)
-        graph.setPerfEstimate(v, int(est))
-    _constants(graph, wl_parts)
-    if zero_ids:
-        tiles_z = np.fromiter(zero_ids, np.int64)
-        ids_z = np.fromiter(zero_ids.values(), np.int64)
-        graph._state.space(fp).tile[ids_z] = graph._tiles[tiles_z].astype(np.int32)
-        graph._state.initial_parts.append((fp, ids_z, np.zeros(ids_z.size, fp.numpy)))
+        est = kind.estimates.get((counts, chans))
+        if est is None:
+            est = partial_estimate(plan, kind.method, geom, b1 - b0, counts, chans, params, target)
+            kind.estimates[(counts, chans)] = est = int(est)
+        graph.setPerfEstimate(v, est)
     prog.add(Execute(cs))
-    _map_by_array(graph, partials if need_reduce else out_var, dst_tiles)
+    graph.mapElements(dst_t, dst_tiles)
     if zeros:
         from poplar_api import popops
-        from poplar_api.tensor import concat
 
-        popops.zero(graph, concat(zeros) if len(zeros) > 1 else zeros[0], prog, f"{name}/zero")
+        popops.zero(graph, dst_t.elements(np.concatenate(zeros)), prog, f"{name}/zero")
     if cast_only:  # Poplibs casts the partials with popops, where they are
         from poplar_api import popops
 
@@ -532,27 +446,6 @@ def _conv(
         _reduce(graph, partials, out_var, plan, rng, prog, name)
     perm_out = [0, 1, nd + 2, *range(2, nd + 2)]  # [G,B,*O,Co] -> [G,B,Co,*O]
     return out_var.dimShuffle(perm_out)
-
-
-def _zero_id(graph: Graph, cache: dict[int, int], tile: int, type_: Type, name: str) -> int:
-    """Id of a one-element zero constant on ``tile`` (created on first use)."""
-    if tile not in cache:
-        t = graph._add(type_, [1], f"{name}/zero", True)
-        cache[tile] = int(t.index.reshape(-1)[0])
-    return cache[tile]
-
-
-def _constants(graph: Graph, parts: dict[Type, list[tuple[int, Tensor, np.ndarray]]]) -> None:
-    """Values and tiles of the vertices' worklist and parameter constants, set in bulk
-    (one mapping and one initial-value record per element type)."""
-    for type_, items in parts.items():
-        ids = np.concatenate([t.index.reshape(-1) for _, t, _ in items])
-        vals = np.concatenate(
-            [v if v.size else np.zeros(t.numElements(), np.int64) for _, t, v in items]
-        )
-        tiles = np.concatenate([np.full(t.numElements(), tile, np.int64) for tile, t, _ in items])
-        graph._state.space(type_).tile[ids] = graph._tiles[tiles].astype(np.int32)
-        graph._state.initial_parts.append((type_, ids.copy(), vals.astype(type_.numpy).reshape(-1)))
 
 
 def _reduce(
@@ -565,24 +458,26 @@ def _reduce(
     name: str,
 ) -> None:
     """Sum the input-channel parts into ``out_var``: chunk ``p`` of each output block on
-    the tile of ci-part ``p`` (which already holds that part's partials)."""
+    the tile of ci-part ``p`` (which already holds that part's partials). The vertices
+    are added in one ``addVertices`` call."""
     cs = graph.addComputeSet(f"{name}/Reduce")
     cls = reduce_add_vertex(partials.elementType(), out_var.elementType())
     graph.addCodelets(cls)
-    st = graph._state
     nd = len(rng) - 4
     pci = plan.parts[-1]
-    out_ids, part_ids = out_var.index, partials.index
-    tiles_all = np.empty(out_ids.shape, np.int64)
-    ptype, otype = partials.elementType(), out_var.elementType()
+    out_pos, part_pos = _positions(out_var), _positions(partials)
+    tiles_all = np.empty(out_pos.shape, np.int64)
+    v_tiles: list[int] = []
+    v_parts: list[list[Tensor]] = []
+    v_outs: list[Tensor] = []
     for block in itertools.product(*[list(enumerate(r)) for r in rng[:-1]]):
         ix = tuple(i for i, _ in block)
         (g0, g1), (b0, b1) = block[0][1], block[1][1]
         osl = tuple(slice(lo, hi) for _, (lo, hi) in block[2 : 2 + nd])
         co0, co1 = block[-1][1]
         box = (slice(g0, g1), slice(b0, b1), *osl, slice(co0, co1))
-        flat_out = out_ids[box].reshape(-1)
-        flat_parts = part_ids[(slice(None), *box)].reshape(pci, -1)
+        flat_out = out_pos[box].reshape(-1)
+        flat_parts = part_pos[(slice(None), *box)].reshape(pci, -1)
         tiles = plan.tiles[ix].reshape(-1)
         n = flat_out.size
         c = -(-n // pci)
@@ -592,15 +487,15 @@ def _reduce(
             flat_tiles[lo:hi] = tiles[p]
             if hi <= lo:
                 continue
-            fields = {
-                "partials": [Tensor(st, ptype, flat_parts[q, lo:hi], f"{name}/partials")
-                             for q in range(pci)],
-                "out": Tensor(st, otype, flat_out[lo:hi], f"{name}/out"),
-            }  # fmt: skip
-            v = graph.addVertex(cs, cls, fields)
-            graph.setTileMapping(v, int(tiles[p]))
+            rows = partials.elements(flat_parts[:, lo:hi])
+            v_parts.append([rows[q] for q in range(pci)])
+            v_outs.append(out_var.elements(flat_out[lo:hi]))
+            v_tiles.append(int(tiles[p]))
         tiles_all[box] = flat_tiles.reshape(tiles_all[box].shape)
-    _map_by_array(graph, out_var, tiles_all)
+    if v_tiles:
+        graph.addVertices(cs, cls, np.asarray(v_tiles, np.int64),
+                          {"partials": v_parts, "out": v_outs})  # fmt: skip
+    graph.mapElements(out_var, tiles_all)
     prog.add(Execute(cs))
 
 

@@ -185,7 +185,7 @@ def _check_operands(graph: Graph, A: Any, B: Any, what: str) -> tuple[Type, tupl
     for t, label in ((A, "A"), (B, "B")):
         if not isinstance(t, Tensor):
             raise TensorError(f"{what}: operand {label} must be a Tensor, got {type(t).__name__}")
-        if t.graph is not graph._state:
+        if not graph.owns(t):
             raise GraphError(f"{what}: operand {label} ('{t.name}') belongs to another graph")
     dims = _dims(A.shape(), B.shape(), what)
     ta, tb = A.elementType(), B.elementType()

@@ -1,0 +1,151 @@
+"""Cycle estimates of a convolution plan's partial-sum vertices: which vertex a tile
+runs (``AMP_1x1`` where Poplibs would use ``ConvPartial1x1Out``, else the plan's
+method) and its Poplibs estimate (:mod:`poplar_api.poplin.conv_estimators`,
+:mod:`poplar_api.poplin.amp`), and the planner's cost of a plan's largest block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from poplar_api.poplin import amp, conv_estimators
+from poplar_api.poplin.conv_params import ConvParams, dim_maps
+from poplar_api.poplin.conv_planner import ConvPlan
+from poplar_api.poplin.conv_worklists import TileGeometry, tile_geometry
+from poplar_api.types import FLOAT
+
+__all__ = ["group_counts", "largest_block_estimate", "partial_estimate", "vertex_method"]
+
+#: ``Target::getDataPathWidth()`` in bits (ipu2), for the HMAC output zeroing.
+DATA_PATH_WIDTH_BITS = 64
+
+
+def vertex_method(plan: ConvPlan, geom: TileGeometry, kpos: int) -> str:
+    """``AMP_1x1`` where Poplibs would use ``ConvPartial1x1Out``, else the plan's method."""
+    if plan.method != "AMP" or kpos != 1:
+        return plan.method
+    if geom.in_shape != geom.out_shape or (geom.in_stride, geom.out_stride) != (1, 1):
+        return plan.method
+    entries = np.concatenate([w for w in geom.worklists[0]]).reshape(-1, 3)
+    rows = int(np.prod(geom.out_shape))
+    if entries[:, 1].sum() != rows * 1 or np.any(entries[:, 0] != entries[:, 2]):
+        return plan.method
+    return "AMP_1x1"
+
+
+def partial_estimate(
+    plan: ConvPlan,
+    method: str,
+    geom: TileGeometry,
+    batch: int,
+    counts: tuple[int, int, int],
+    chans: tuple[int, int],
+    params: ConvParams,
+    target: Any,
+) -> int:
+    """Poplibs cycle estimate of one partial vertex (``counts`` = conv, in, out groups)."""
+    ncg, nig, nog = counts
+    workers = target.getNumWorkerContexts()
+    fp = params.inputType
+    acc = plan.partials_type
+    out_rows = batch * int(np.prod(geom.out_shape))
+    if method == "VMAC":
+        cgpg = plan.conv_groups_per_group
+        # VMAC worklist entries store numElems - 1 (ConvVertices.cpp); one list per worker
+        parts = [[n - 1 for per_k in worker for n in per_k if n > 0] for worker in geom.partitions]
+        return conv_estimators.conv_partial_vmac_cycles(
+            parts,
+            num_conv_groups=-(-ncg // cgpg),
+            num_in_groups=nig,
+            num_out_elems=out_rows * cgpg,
+            conv_groups_per_group=cgpg,
+            num_worker_contexts=workers,
+            float_activations=False,
+            float_partials=acc == FLOAT,
+        )
+    if method == "HMAC":
+        ic, oc = chans
+        zero = conv_estimators.zero_supervisor_cycles(
+            conv_estimators.zero_worklist(out_rows * oc, workers),
+            ncg * nog,
+            DATA_PATH_WIDTH_BITS,
+            workers,
+            acc == FLOAT,
+        )
+        return zero + conv_estimators.conv_partial_hmac_cycles(
+            geom.partitions,
+            num_conv_groups=ncg,
+            num_in_groups=nig,
+            num_out_groups=nog,
+            kernel_size=len(geom.worklists),
+            in_chans_per_group=ic,
+            out_chans_per_group=oc,
+            num_worker_contexts=workers,
+            activations_vector_width=target.getVectorWidth(fp),
+            float_activations=fp == FLOAT,
+            float_partials=acc == FLOAT,
+            use_1x1=False,
+        )
+    icg, ocg = plan.in_chans_per_group, plan.out_chans_per_group
+    weight_bytes = icg * fp.size
+    if method == "AMP_1x1":
+        return amp.conv_partial_1x1_cycles(
+            amp.split_field_elems(out_rows, workers),
+            num_conv_groups=ncg,
+            num_in_groups=nig,
+            num_out_groups=nog,
+            out_chans_per_group=ocg,
+            weight_bytes_per_conv_unit=weight_bytes,
+            num_conv_units=plan.num_conv_units,
+            coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE,
+            num_worker_contexts=workers,
+            float_activations=fp == FLOAT,
+            float_partials=acc == FLOAT,
+        )
+    kshape = params.kernelShape
+    return conv_estimators.conv_partial_nx1_vertex_cycles(
+        geom.partitions,
+        zeros_info=out_rows * ocg,
+        num_conv_groups=ncg,
+        num_out_groups=nog,
+        num_in_groups=nig,
+        kernel_inner_elems=int(kshape[-1]),
+        kernel_outer_elems=int(np.prod(kshape[:-1])),
+        filter_height=1,
+        in_chans_per_group=icg,
+        out_chans_per_group=ocg,
+        weight_bytes_per_conv_unit=weight_bytes,
+        num_conv_units=plan.num_conv_units,
+        coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE,
+        num_worker_contexts=workers,
+        float_activations=fp == FLOAT,
+        float_partials=acc == FLOAT,
+        data_path_width=DATA_PATH_WIDTH_BITS,
+    )
+
+
+def group_counts(plan: ConvPlan, bg: int, bci: int, bco: int) -> tuple[int, int, int]:
+    if plan.method in ("HMAC", "VMAC"):
+        return bg, 1, 1
+    return bg, -(-bci // plan.in_chans_per_group), -(-bco // plan.out_chans_per_group)
+
+
+def largest_block_estimate(params: ConvParams, target: Any) -> Any:
+    maps = dim_maps(params)
+    nd = params.getNumFieldDims()
+    workers = target.getNumWorkerContexts()
+
+    def exact(plan: ConvPlan) -> int:
+        blocks = plan.blocks
+        bb = min(blocks[1], params.batchSize)
+        ranges = [(0, min(blocks[2 + d], maps[d].shape[1])) for d in range(nd)]
+        geom = tile_geometry(maps, bb, ranges, workers)
+        bci, bco = blocks[-1], blocks[-2]
+        counts = group_counts(plan, blocks[0], bci, bco)
+        method = vertex_method(plan, geom, int(np.prod(params.kernelShape)))
+        chans = (bci, bco)
+        return partial_estimate(plan, method, geom, bb, counts, chans, params, target)
+
+    return exact
