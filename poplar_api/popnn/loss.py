@@ -64,13 +64,13 @@ from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.popnn import vertices as vx
-from poplar_api.popnn.mapping import element_tiles, place, view
+from poplar_api.popnn.mapping import element_tiles, local_tiles
 from poplar_api.popnn.onehot import encodeOneHot
 from poplar_api.popops.layout import ATOMIC_STORE_GRANULARITY, RPT_COUNT_MAX, split_regions
 from poplar_api.popops.layout import tile_regions as _tile_regions
 from poplar_api.popops.reduce import Operation, ReduceParams, reduceWithOutput
 from poplar_api.poputil import cloneTensor, mapTensorLinearly
-from poplar_api.tensor import Tensor
+from poplar_api.tensor import Tensor, concat
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, Type
 
 __all__ = [
@@ -101,7 +101,7 @@ class LossType(enum.Enum):
 
 
 def _tensor(graph: Graph, t: object, what: str) -> Tensor:
-    if not isinstance(t, Tensor) or t.graph is not graph._state:
+    if not graph.owns(t):
         raise GraphError(f"{what} must be a Tensor of this graph, got {t!r}")
     return t
 
@@ -196,11 +196,10 @@ def _max_min_arg(
 ) -> tuple[Tensor, Tensor]:
     """``maxMinArgMaxMin``: per row of 2-D ``t``, the extreme value (float partials for
     float and half) and its index (``result_type``)."""
-    low, cap = ("max", "Max") if is_max else ("min", "Min")
+    low = "max" if is_max else "min"
     layer = f"{prefix}/maxMinArgMaxMin({low})/"
     target = graph.getTarget()
     tiles_per_ipu = target.getTilesPerIPU()
-    lo = graph._tile_lo
     rows, cols = t.dim(0), t.numElements() // t.dim(0)
     in_type = t.elementType()
     part_type = FLOAT if in_type in (FLOAT, HALF) else in_type
@@ -213,30 +212,27 @@ def _max_min_arg(
                for r, n in enumerate(num_partials)]  # fmt: skip
     cs = graph.addComputeSet(f"{layer}ReduceClass[0]")
     gather = vx.class_gather_vertex(in_type, result_type, is_max)
-    src = t.index.reshape(rows, cols)
+    src = t.reshape([rows, cols])
     n_params = len(info)
     params = graph.addConstant(
         UNSIGNED_INT, [max(n_params, 1), 2],
         np.array([[i[2], i[5]] for i in info] or [[0, 0]], np.uint32), f"{layer}params",
     )  # fmt: skip
-    p_space = graph._state.space(UNSIGNED_INT)
     for k, (tile, row, offs_in, size, offs_out, _ws, nw) in enumerate(info):
-        root = tile + lo
         out_v = values[row].slice(offs_out, offs_out + nw)
         out_i = indices[row].slice(offs_out, offs_out + nw)
-        graph._state.space(part_type).tile[out_v.flat_index()] = root
-        graph._state.space(result_type).tile[out_i.flat_index()] = root
-        p_space.tile[params[k].flat_index()] = root
+        graph.setTileMapping(out_v, tile)
+        graph.setTileMapping(out_i, tile)
+        graph.setTileMapping(params[k], tile)
         conns = {
-            "activations": view(graph, in_type, src[row, offs_in : offs_in + size], layer),
+            "activations": src[row].slice(offs_in, offs_in + size),
             "params": params[k],
             f"{low}Value": out_v,
             f"{low}Index": out_i,
         }
-        place(graph, graph.addVertex(cs, gather, conns), root)
+        graph.setTileMapping(graph.addVertex(cs, gather, conns), tile)
     prog.add(_program.Execute(cs))
-    value_ids = [v.flat_index() for v in values]
-    index_ids = [i.flat_index() for i in indices]
+    value_ts, index_ts = list(values), list(indices)
     remaining = [n for n in num_partials]
     tile = tiles_per_ipu - 1
     stage = 1
@@ -253,27 +249,23 @@ def _max_min_arg(
             ni = graph.addVariable(result_type, [nxt], f"{layer}Index{suffix}")
             for i, offs in enumerate(range(0, n, _PARTIALS_PER_VERTEX)):
                 size = min(n - offs, _PARTIALS_PER_VERTEX)
-                root = tile + lo
-                graph._state.space(part_type).tile[nv[i].flat_index()] = root
-                graph._state.space(result_type).tile[ni[i].flat_index()] = root
+                graph.setTileMapping(nv[i], tile)
+                graph.setTileMapping(ni[i], tile)
                 conns = {
-                    "activations": view(graph, part_type, value_ids[row][offs : offs + size],
-                                        layer),
-                    "labels": view(graph, result_type, index_ids[row][offs : offs + size],
-                                   layer),
+                    "activations": value_ts[row].slice(offs, offs + size),
+                    "labels": index_ts[row].slice(offs, offs + size),
                     f"{low}Value": nv[i],
                     f"{low}Index": ni[i],
-                }  # fmt: skip
-                place(graph, graph.addVertex(cs, sparse, conns), root)
+                }
+                graph.setTileMapping(graph.addVertex(cs, sparse, conns), tile)
                 tile = (tiles_per_ipu + tile - 1) % tiles_per_ipu
-            value_ids[row], index_ids[row], remaining[row] = nv.flat_index(), ni.flat_index(), nxt
+            value_ts[row], index_ts[row], remaining[row] = nv, ni, nxt
         prog.add(_program.Execute(cs))
         stage += 1
-    name = f"{layer}{cap}"
-    return (
-        view(graph, part_type, np.concatenate(value_ids), f"{name}Values"),
-        view(graph, result_type, np.concatenate(index_ids), f"{name}Indices"),
-    )
+    flat = [v.flatten() for v in value_ts], [i.flatten() for i in index_ts]
+    values_t = concat(flat[0]) if len(flat[0]) > 1 else flat[0][0]
+    indices_t = concat(flat[1]) if len(flat[1]) > 1 else flat[1][0]
+    return values_t, indices_t
 
 
 def _check_arg_input(graph: object, t: object, prog: object, fn: str) -> tuple:
@@ -345,7 +337,7 @@ def _accuracy(graph, model, expected, num_correct, prog, name) -> None:
             f"calcAccuracy: numCorrect '{num_correct.name}' is {count_type.name} "
             f"{num_correct.shape()}; it must be one unsigned int or int element"
         )
-    tile = int(element_tiles(graph, num_correct, "calcAccuracy: numCorrect")[0])
+    tile = int(local_tiles(graph, num_correct, "calcAccuracy: numCorrect")[0])
     layer = f"{name}/Accuracy" if name else "Accuracy"
     _, max_indices = _max_min_arg(graph, model, expected.elementType(), prog, layer)
     cs = graph.addComputeSet(f"{layer}/CalcAccuracy")
@@ -355,7 +347,7 @@ def _accuracy(graph, model, expected, num_correct, prog, name) -> None:
         "expected": expected,
         "numCorrect": num_correct.flatten()[0],
     }
-    place(graph, graph.addVertex(cs, cls, conns), tile)
+    graph.setTileMapping(graph.addVertex(cs, cls, conns), tile)
     prog.add(_program.Execute(cs))
 
 
@@ -392,7 +384,7 @@ def innermost_grouping(graph: Graph, t: Tensor) -> int:
         return 1
     steps = np.flatnonzero(np.diff(ids) != 1)
     upper = int(steps[0]) + 1 if steps.size else int(ids.size)
-    tiles = graph._state.space(t.elementType()).tile[ids]
+    tiles = graph.elementTiles(row)
     breaks = np.flatnonzero(np.diff(tiles) != 0)
     edges = np.concatenate(([0], breaks + 1, [ids.size]))
     longest = int(np.diff(edges).max())
@@ -471,14 +463,13 @@ def calcLoss(
     cross = lossType is LossType.CROSS_ENTROPY_LOSS
     prefix = "LossCrossEntropy" if cross else "LossSumSquared"
     base = f"{debugName}/{prefix}" if debugName else prefix
-    lo = graph._tile_lo
     scales: dict[str, Tensor] = {}
     if cross:
         for what, given in (("deltasScale", deltasScale), ("modelOutputScaling",
                                                             modelOutputScaling)):  # fmt: skip
             if given is None:
                 const = graph.addConstant(typ, [], 1.0, f"{base}/{what}")
-                graph._state.space(typ).tile[const.flat_index()] = lo
+                graph.setTileMapping(const, 0)
                 scales[what] = const
             else:
                 scales[what] = _scalar_arg(graph, given, typ, fn, what)
@@ -501,24 +492,22 @@ def calcLoss(
     cls = vx.loss_transform_vertex(typ, cross)
     cs = graph.addComputeSet(f"{base}/on_tile_transform")
     transformed = graph.addVariable(typ, model.shape(), f"{base}/Transformed")
-    space = graph._state.space(typ)
-    m_ids, e_ids = model.flat_index(), one_hot.flat_index()
-    d_ids, t_ids = deltas.flat_index(), transformed.flat_index()
     workers = target.getNumWorkerContexts()
     for tr in _tile_regions(graph, model, fn):
         split = split_regions(tr.sizes, vw, workers, _TRANSFORM_MIN_PER_VERTEX)
         for vertex in split:
             pos = np.concatenate([tr.regions[r][o : o + n] for r, o, n in vertex])
-            space.tile[d_ids[pos]] = tr.tile
-            space.tile[t_ids[pos]] = tr.tile
+            d_view, t_view = deltas.elements(pos), transformed.elements(pos)
+            graph.setTileMapping(d_view, tr.tile)
+            graph.setTileMapping(t_view, tr.tile)
             conns = {
-                "probs": view(graph, typ, m_ids[pos], model.name),
-                "expected": view(graph, typ, e_ids[pos], one_hot.name),
-                "deltas": view(graph, typ, d_ids[pos], deltas.name),
-                "transformed": view(graph, typ, t_ids[pos], transformed.name),
+                "probs": model.elements(pos),
+                "expected": one_hot.elements(pos),
+                "deltas": d_view,
+                "transformed": t_view,
                 **scales,
             }
-            place(graph, graph.addVertex(cs, cls, conns), tr.tile)
+            graph.setTileMapping(graph.addVertex(cs, cls, conns), tr.tile)
     prog.add(_program.Execute(cs))
 
     # Masked labels: Poplibs does this for cross entropy with more than one label;
@@ -526,7 +515,7 @@ def calcLoss(
     label_type = expected.elementType()
     code = -1 if label_type == INT else MASKED_LABEL_CODE
     masked = graph.addConstant(label_type, [], code, f"{base}/maskedLabelCode")
-    graph._state.space(label_type).tile[masked.flat_index()] = lo
+    graph.setTileMapping(masked, 0)
     not_masked = popops.neq(graph, expected, masked, prog, f"{base}/maskNeq")
     mask_scale = popops.cast(graph, not_masked, typ, prog, f"{base}/maskCast")
     popops.mulInPlace(graph, deltas.transpose(), mask_scale, prog, f"{base}/maskDeltas")

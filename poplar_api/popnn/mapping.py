@@ -1,5 +1,5 @@
-"""Tile-layout helpers shared by the popnn and poprand library functions, on the
-Graph's public bulk API (``elementTiles``, ``mapElements``, ``setTileMapping``)."""
+"""Tile-layout helpers shared by the popnn (and poprand) library functions, on the
+Graph's public bulk API (``elementTiles``, ``mapElements``)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ __all__ = [
     "clone_like",
     "element_tiles",
     "local_tiles",
-    "place",
     "tile_groups",
-    "view",
 ]
 
 
@@ -79,20 +77,3 @@ def check_sequence(prog: object, what: str) -> Sequence:
             f"{type(prog).__name__}"
         )
     return prog
-
-
-def view(graph: Graph, type_: Type, ids: np.ndarray, name: str) -> Tensor:
-    """A tensor over element ids ``ids`` of ``type_`` (a gather view, no copy).
-
-    Prefer :meth:`Tensor.elements` (positions within a tensor, no element ids)."""
-    return Tensor(graph._state, type_, np.asarray(ids, np.int64), name)
-
-
-def place(graph: Graph, vertex: object, tile: int) -> None:
-    """Map a vertex to top-level tile ``tile`` (one of ``graph``'s tiles)."""
-    roots = graph.rootTiles()
-    local = int(tile) - int(roots[0]) if roots.size else int(tile)
-    if not (0 <= local < roots.size and int(roots[local]) == int(tile)):
-        hit = np.flatnonzero(roots == int(tile))
-        local = int(hit[0]) if hit.size else -1
-    graph.setTileMapping(vertex, local)

@@ -44,7 +44,7 @@ from poplar_api.popops.layout import (
     RPT_COUNT_MAX,
     UINT_MAX,
     ElemOperand,
-    add_vertex,
+    add_vertices,
     split_pieces,
     split_regions,
     tile_regions,
@@ -123,12 +123,9 @@ def _elementwise(graph, op: str, t: Tensor, out: Tensor | None, prog, name: str)
         limit = min(_MAX_N_FIELD, rpt_1d)
         names = ("data",) if in_place else ("data", "out")
     tensors = (t,) if in_place else (t, out)
-    operands = {
-        f: ElemOperand(typ, x.flat_index(), x.name) for f, x in zip(names, tensors, strict=True)
-    }
+    operands = {f: ElemOperand(typ, x, x.name) for f, x in zip(names, tensors, strict=True)}
     cs = graph.addComputeSet(f"{name}/Nonlinearity")
-    for tile, cls, pieces, rows in _plan(graph, t, cls_1d, cls_2d, limit, grad=False):
-        add_vertex(graph, cs, tile, cls, pieces, operands, rows)
+    add_vertices(graph, cs, _plan(graph, t, cls_1d, cls_2d, limit, grad=False), operands)
     prog.add(_program.Execute(cs))
 
 
@@ -138,7 +135,7 @@ def _check(graph: object, nl: object, t: object, prog: object, what: str) -> Non
     if not isinstance(nl, NonLinearityType):
         names = ", ".join(n.name for n in NonLinearityType)
         raise GraphError(f"{what}: {nl!r} is not a NonLinearityType; use one of {names}")
-    if not isinstance(t, Tensor) or t.graph is not graph._state:
+    if not graph.owns(t):
         raise GraphError(f"{what}: expected a Tensor of this graph, got {t!r}")
     if t.elementType() not in (FLOAT, HALF):
         raise TypeMismatchError(
@@ -271,7 +268,7 @@ def nonLinearityInputGradient(
     """
     name = debugName or f"nonLinearityInputGradient/{getattr(nonLinearityType, 'name', '?')}"
     _check(graph, nonLinearityType, out, prog, "nonLinearityInputGradient")
-    if not isinstance(outGradient, Tensor) or outGradient.graph is not graph._state:
+    if not graph.owns(outGradient):
         raise GraphError(f"nonLinearityInputGradient: outGradient {outGradient!r} is not a Tensor")
     if outGradient.shape() != out.shape() or outGradient.elementType() != out.elementType():
         raise TypeMismatchError(
@@ -291,12 +288,11 @@ def nonLinearityInputGradient(
     cls_1d = vx.nonlinearity_grad_vertex(op, typ, "1D")
     cls_2d = vx.nonlinearity_grad_vertex(op, typ, "2D")
     operands = {
-        "out": ElemOperand(typ, out.flat_index(), out.name),
-        "outGrad": ElemOperand(typ, outGradient.flat_index(), outGradient.name),
-        "inGrad": ElemOperand(typ, in_grad.flat_index(), in_grad.name),
+        "out": ElemOperand(typ, out, out.name),
+        "outGrad": ElemOperand(typ, outGradient, outGradient.name),
+        "inGrad": ElemOperand(typ, in_grad, in_grad.name),
     }
     cs = graph.addComputeSet(f"{name}/NonLinearityGrad")
-    for tile, cls, pieces, rows in _plan(graph, out, cls_1d, cls_2d, limit, grad=True):
-        add_vertex(graph, cs, tile, cls, pieces, operands, rows)
+    add_vertices(graph, cs, _plan(graph, out, cls_1d, cls_2d, limit, grad=True), operands)
     prog.add(_program.Execute(cs))
     return in_grad

@@ -29,7 +29,7 @@ from poplar_api.codelet import InOut, Input, MultiVertex, Vector, Vertex, Vertex
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.popnn import estimators as est
-from poplar_api.popnn.mapping import check_sequence, place
+from poplar_api.popnn.mapping import check_sequence
 from poplar_api.popnn.vertices import MASKED_LABEL_CODE
 from poplar_api.popops.elementwise import zero
 from poplar_api.tensor import Tensor
@@ -131,7 +131,7 @@ def encodeOneHot(
         raise GraphError(f"{fn}: graph must be a poplar_api Graph, got {type(graph).__name__}")
     check_sequence(prog, fn)
     for what, t in (("indices", indices), ("encoded", encoded)):
-        if not isinstance(t, Tensor) or t.graph is not graph._state:
+        if not graph.owns(t):
             raise GraphError(f"{fn}: {what} must be a Tensor of this graph, got {t!r}")
     if encoded.rank() != 2:
         raise GraphError(
@@ -181,7 +181,7 @@ def encodeOneHot(
         c = 0
         while c != classes:
             c1 = min(c + per_group * grain, classes)
-            blocks.append((tile + graph._tile_lo, i0, i1, c, c1))
+            blocks.append((tile, i0, i1, c, c1))
             graph.setTileMapping(one_hot.slice([i0, c], [i1, c1]), tile)
             tile = (tile + 1) % num_tiles
             c = c1
@@ -191,15 +191,14 @@ def encodeOneHot(
     zero(graph, one_hot, prog, f"{name}/zero")
     params = np.array([[c0, c1 - c0, classes, i0] for _, i0, _, c0, c1 in blocks], np.uint32)
     const = graph.addConstant(UNSIGNED_INT, [len(blocks), 4], params, f"{name}/params")
-    graph._state.space(UNSIGNED_INT).tile[const.flat_index()] = np.repeat([b[0] for b in blocks], 4)
+    graph.mapElements(const, np.repeat([b[0] for b in blocks], 4))
     cls = one_hot_vertex(indices.elementType(), out_type)
     cs = graph.addComputeSet(f"{name}/OneHotEncode")
-    for k, (root, i0, i1, c0, c1) in enumerate(blocks):
-        conns = {
-            "indices": indices.slice(i0, i1),
-            "params": const[k],
-            "out": one_hot.slice([i0, c0], [i1, c1]).flatten(),
-        }
-        place(graph, graph.addVertex(cs, cls, conns), root)
+    conns = {
+        "indices": [indices.slice(i0, i1) for _, i0, i1, _, _ in blocks],
+        "params": const,
+        "out": [one_hot.slice([i0, c0], [i1, c1]).flatten() for _, i0, i1, c0, c1 in blocks],
+    }
+    graph.addVertices(cs, cls, np.array([b[0] for b in blocks], np.int64), conns)
     prog.add(_program.Execute(cs))
     prog.add(_program.Copy(one_hot, encoded))
