@@ -5,20 +5,29 @@ graph profile's ``memory``; a one-line note when the engine has no memory report
 and Execution (from the execution profile: every run since the engine was made or
 ``resetExecutionProfile``).
 
-Execution totals are the execution profile's ``simulation.tileCycles``, summed over
-tiles. Balances:
+The Execution section comes in the two layouts Poplar has printed (both read back by
+``ipusim.measured.read_summary``):
 
-* tile balance = Σ compute cycles of all tiles / (tiles * Σ longest tile's cycles of
-  each compute step): 1 when every tile computes for the whole of every compute set;
-* thread balance = compute cycles excluding idle threads / including them.
+* ``sdk2`` (Poplar SDK 2.x/3.x and PopVision; the default for ``ipu2`` and ``ipu21``
+  targets): each phase as a **tile average**, Σ over tiles / number of tiles, with its
+  share of the total cycles, so phases compare with the total. Tile balance is taken
+  over the tiles that compute: Σ compute cycles / Σ over compute steps of (tiles that
+  computed in the step * the step's busiest tile), 100 % when those tiles are equally
+  busy, however few they are.
+* ``sdk1`` (Poplar SDK 1.x; the default for ``ipu1`` targets): each phase **summed over
+  tiles**; tile balance over every tile of the target, Σ compute cycles / (tiles * Σ
+  busiest tile of each compute step).
 
-On a target of several IPUs the execution totals are also split per IPU ("Cycles by
-IPU", from ``simulation.tileCyclesByIPU``): each IPU's compute, exchange, global
-exchange, host exchange and sync cycles summed over its tiles, so the time each IPU
-spends in global exchanges and in waiting at syncs shows apart.
+In both, thread balance = compute cycles excluding idle threads / including them;
+"Cycles by vertex type" sums the vertex estimates of every executed compute set. On a
+target of several IPUs the phases are also split per IPU (from
+``simulation.tileCyclesByIPU``; averages over each IPU's tiles, or sums), so the time
+each IPU spends in global exchanges and waiting at syncs shows apart.
 
 Options (strings): ``showExecutionSteps`` ("true") lists every step;
-``showVarStorage`` ("true") lists the bytes live at each program point.
+``showVarStorage`` ("true") lists the bytes live at each program point;
+``summaryLayout`` (``sdk1`` or ``sdk2``) chooses the layout of the Execution section
+instead of the target's default.
 """
 
 from __future__ import annotations
@@ -32,6 +41,10 @@ import numpy as np
 HISTOGRAM_BUCKETS = 8
 #: Width in characters of the longest histogram bar.
 HISTOGRAM_WIDTH = 40
+#: Layouts of the Execution section (option ``summaryLayout``).
+LAYOUTS = ("sdk1", "sdk2")
+#: Targets whose summary is in the SDK 1.x layout by default; the others get ``sdk2``.
+SDK1_ARCHS = frozenset({"ipu1"})
 
 
 def _truthy(value: Any) -> bool:
@@ -161,11 +174,16 @@ def cycles_by_vertex_type(
 
 
 def totals(ep: Mapping[str, Any], num_tiles: int) -> dict[str, float]:
-    """Execution totals: cycles per phase and the tile and thread balances."""
+    """Execution totals: cycles per phase summed over tiles, and the balances.
+
+    ``tileBalance`` is over every tile of the target (SDK 1.x), ``activeTileBalance``
+    over the tiles that computed in each compute step (SDK 2.x/3.x layout).
+    """
     sim = ep["simulation"]
     tc = sim["tileCycles"]
     compute_steps = [s for s in sim["steps"] if s["type"] == "OnTileExecute"]
     span = sum(s["maxTileCycles"] for s in compute_steps)
+    active_span = sum(s["maxTileCycles"] * s["activeTiles"] for s in compute_steps)
     busy = sum(s["cyclesAllTiles"] for s in compute_steps)
     return {
         "cycles": sim["cycles"],
@@ -176,9 +194,21 @@ def totals(ep: Mapping[str, Any], num_tiles: int) -> dict[str, float]:
         "streamCopy": tc["streamCopy"],
         "sync": tc["sync"],
         "tileBalance": busy / (num_tiles * span) if span else 0.0,
+        "activeTileBalance": busy / active_span if active_span else 0.0,
         "threadBalance": tc["activeCompute"] / tc["compute"] if tc["compute"] else 0.0,
     }
 
+
+#: Phases of the Execution section: label (after "Total " or "Tile average ") and
+#: ``tileCycles`` key.
+PHASE_ROWS = (
+    ("compute cycles (including idle threads)", "compute"),
+    ("compute cycles (excluding idle threads)", "activeCompute"),
+    ("IPU exchange cycles", "doExchange"),
+    ("global exchange cycles", "globalExchange"),
+    ("host exchange cycles", "streamCopy"),
+    ("sync cycles", "sync"),
+)
 
 #: Columns of the per-IPU table: heading and ``tileCycles`` key.
 IPU_COLUMNS = (
@@ -190,39 +220,88 @@ IPU_COLUMNS = (
 )
 
 
-def _by_ipu(w: Any, by_ipu: list[Mapping[str, int]] | None) -> None:
-    """The per-IPU split of the execution totals (several IPUs only)."""
+def summary_layout(gp: Mapping[str, Any], options: Mapping[str, Any]) -> str:
+    """The layout of the Execution section: option ``summaryLayout``, else by target.
+
+    Raises
+    ------
+    ValueError
+        ``summaryLayout`` is not one of :data:`LAYOUTS`.
+    """
+    asked = options.get("summaryLayout")
+    if asked is not None:
+        layout = str(asked).lower()
+        if layout not in LAYOUTS:
+            raise ValueError(
+                f"printProfileSummary option summaryLayout={asked!r} is not a layout; "
+                f"expected one of {', '.join(LAYOUTS)} (hint: sdk2 prints tile averages as "
+                "Poplar SDK 2.x/3.x does, sdk1 sums over tiles as SDK 1.x did)"
+            )
+        return layout
+    return "sdk1" if gp["target"].get("arch") in SDK1_ARCHS else "sdk2"
+
+
+def _by_ipu(
+    w: Any, by_ipu: list[Mapping[str, int]] | None, tiles_per_ipu: int, average: bool
+) -> None:
+    """The per-IPU split of the phases (several IPUs only): averages or sums."""
     if not by_ipu or len(by_ipu) < 2:
         return
-    w("  Cycles by IPU (sum over the IPU's tiles):\n")
+    if average:
+        w("  Tile average cycles by IPU (over the IPU's tiles):\n")
+    else:
+        w("  Cycles by IPU (sum over the IPU's tiles):\n")
     head = "".join(f"{name:>17}" for name, _ in IPU_COLUMNS)
     w(f"    {'IPU':>4}{head}\n")
     for i, u in enumerate(by_ipu):
-        cells = "".join(f"{int(u[key]):>17,}" for _, key in IPU_COLUMNS)
+        if average:
+            cells = "".join(f"{u[key] / tiles_per_ipu:>17,.1f}" for _, key in IPU_COLUMNS)
+        else:
+            cells = "".join(f"{int(u[key]):>17,}" for _, key in IPU_COLUMNS)
         w(f"    {i:>4}{cells}\n")
 
 
-def _execution(w: Any, gp: Mapping[str, Any], ep: Mapping[str, Any] | None, steps: bool) -> None:
-    w("Execution:\n")
-    if ep is None or not ep["runs"]:
-        w("  (no run on an IPU Model device yet)\n")
-        return
-    t = totals(ep, gp["target"]["numTiles"])
-    us = t["cycles"] / gp["target"]["clockFrequency"] * 1e6
-    rows = [
-        ("Total cycles", f"{t['cycles']:,} (approx. {us:,.1f} microseconds)"),
-        ("Total compute cycles (including idle threads)", f"{t['compute']:,}"),
-        ("Total compute cycles (excluding idle threads)", f"{t['activeCompute']:,}"),
-        ("Total IPU exchange cycles", f"{t['doExchange']:,}"),
-        ("Total global exchange cycles", f"{t['globalExchange']:,}"),
-        ("Total host exchange cycles", f"{t['streamCopy']:,}"),
-        ("Total sync cycles", f"{t['sync']:,}"),
+def _phases_sdk1(w: Any, t: Mapping[str, float], us: float) -> None:
+    rows = [("Total cycles", f"{t['cycles']:,} (approx. {us:,.1f} microseconds)")]
+    rows += [(f"Total {label}", f"{t[key]:,}") for label, key in PHASE_ROWS]
+    rows += [
         ("Total tile balance", f"{t['tileBalance']:.1%}"),
         ("Total thread balance", f"{t['threadBalance']:.1%}"),
     ]
     for label, value in rows:
         w(f"  {label + ':':<48}{value}\n")
-    _by_ipu(w, ep["simulation"].get("tileCyclesByIPU"))
+
+
+def _phases_sdk2(w: Any, t: Mapping[str, float], us: float, num_tiles: int) -> None:
+    total = t["cycles"]
+    rows = [("Total cycles", f"{total:,} (approx {us:,.1f} microseconds)")]
+    for label, key in PHASE_ROWS:
+        average = t[key] / num_tiles if num_tiles else 0.0
+        share = average / total if total else 0.0
+        rows.append((f"Tile average {label}", f"{average:,.1f} ({share:.1%} of total)"))
+    rows += [
+        ("Tile balance (tiles that compute)", f"{t['activeTileBalance']:.1%}"),
+        ("Thread balance", f"{t['threadBalance']:.1%}"),
+    ]
+    for label, value in rows:
+        w(f"  {label + ':':<54}{value}\n")
+
+
+def _execution(
+    w: Any, gp: Mapping[str, Any], ep: Mapping[str, Any] | None, steps: bool, layout: str
+) -> None:
+    w("Execution:\n")
+    if ep is None or not ep["runs"]:
+        w("  (no run on an IPU Model device yet)\n")
+        return
+    target = gp["target"]
+    t = totals(ep, target["numTiles"])
+    us = t["cycles"] / target["clockFrequency"] * 1e6
+    if layout == "sdk2":
+        _phases_sdk2(w, t, us, target["numTiles"])
+    else:
+        _phases_sdk1(w, t, us)
+    _by_ipu(w, ep["simulation"].get("tileCyclesByIPU"), target["tilesPerIPU"], layout == "sdk2")
     w("  Cycles by vertex type:\n")
     by_type = sorted(cycles_by_vertex_type(gp, ep).items(), key=lambda kv: (-kv[1][0], kv[0]))
     width = max((len(n) for n, _ in by_type), default=0)
@@ -257,13 +336,24 @@ def render_summary(
     execution_profile: Mapping[str, Any] | None,
     options: Mapping[str, Any],
 ) -> None:
-    """Write the summary of the two profiles to ``out``."""
+    """Write the summary of the two profiles to ``out``.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``summaryLayout`` option (before anything is written).
+    """
+    layout = summary_layout(graph_profile, options)
     w = out.write
     _target(w, graph_profile)
     _graph(w, graph_profile)
     _memory(w, graph_profile, _truthy(options.get("showVarStorage", "false")))
     _execution(
-        w, graph_profile, execution_profile, _truthy(options.get("showExecutionSteps", "false"))
+        w,
+        graph_profile,
+        execution_profile,
+        _truthy(options.get("showExecutionSteps", "false")),
+        layout,
     )
 
 

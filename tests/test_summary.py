@@ -1,5 +1,6 @@
-"""printProfileSummary: totals equal the trace's, vertex-type cycles equal the tutorial's
-own estimates, and the Memory Usage section renders a memory report."""
+"""printProfileSummary: phases equal the trace's per-tile cycles (tile averages in the SDK
+2.x/3.x layout, sums in the SDK 1.x layout), vertex-type cycles equal the tutorial's own
+estimates, and the Memory Usage section renders a memory report."""
 
 from __future__ import annotations
 
@@ -54,29 +55,67 @@ def vertex_line(text: str, name: str) -> tuple[int, int]:
     return int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
 
 
-def check_tut7_summary(device_name: str, rows: int, cols: int) -> None:
+def tut7_engine(device_name: str, rows: int, cols: int):
     t7 = tutorial("tut7")
-    result = t7.run(t7.create_device(device_name), rows, cols, profile=False)
+    return t7, t7.run(t7.create_device(device_name), rows, cols, profile=False)
+
+
+def phase_sums(trace) -> dict[str, int]:
+    """Cycles per phase summed over tiles, from each record's per-tile arrays."""
+    sums = dict.fromkeys(
+        ("compute", "internal_exchange", "global_exchange", "host_exchange", "sync"), 0
+    )
+    active = 0
+    for r in trace.records:
+        sums[r.phase] += int(np.asarray(r.tile_cycles, np.int64).sum())
+        if r.active_cycles is not None:
+            active += int(np.asarray(r.active_cycles, np.int64).sum())
+    return {**sums, "compute_active": active}
+
+
+LABELS = {
+    "compute": "compute cycles (including idle threads)",
+    "compute_active": "compute cycles (excluding idle threads)",
+    "internal_exchange": "IPU exchange cycles",
+    "global_exchange": "global exchange cycles",
+    "host_exchange": "host exchange cycles",
+    "sync": "sync cycles",
+}
+
+
+def check_tut7_summary(device_name: str, rows: int, cols: int, layout: str | None) -> None:
+    t7, result = tut7_engine(device_name, rows, cols)
     engine = result.engine
     trace = engine.getTrace()
-    text = summary_text(engine)
-    totals = trace.totals
+    options = {"summaryLayout": layout} if layout else {}
+    text = summary_text(engine, **options)
+    sums = phase_sums(trace)
     assert number(text, "Total cycles") == trace.total_cycles
     us = trace.total_cycles / trace.clock_hz * 1e6
-    assert f"(approx. {us:,.1f} microseconds)" in value(text, "Total cycles")
-    assert number(text, "Total compute cycles (including idle threads)") == totals["compute"]
-    assert number(text, "Total compute cycles (excluding idle threads)") == totals["compute_active"]
-    assert number(text, "Total IPU exchange cycles") == totals["internal_exchange"]
-    assert number(text, "Total global exchange cycles") == totals["global_exchange"]
-    assert number(text, "Total host exchange cycles") == totals["host_exchange"]
-    assert number(text, "Total sync cycles") == totals["sync"]
     compute = [r for r in trace.records if r.kind == "compute"]
-    busy = sum(int(r.tile_cycles.sum()) for r in compute)
-    span = sum(int(r.tile_cycles.max()) for r in compute)
-    tile_balance = busy / (trace.num_tiles * span)
-    assert value(text, "Total tile balance") == f"{tile_balance:.1%}"
-    thread_balance = totals["compute_active"] / totals["compute"]
-    assert value(text, "Total thread balance") == f"{thread_balance:.1%}"
+    cycles = [np.asarray(r.tile_cycles, np.int64) for r in compute]
+    busy = sum(int(c.sum()) for c in cycles)
+    thread_balance = sums["compute_active"] / sums["compute"]
+    if (layout or ("sdk1" if device_name == "model-ipu1" else "sdk2")) == "sdk1":
+        assert f"(approx. {us:,.1f} microseconds)" in value(text, "Total cycles")
+        for phase, label in LABELS.items():
+            assert number(text, f"Total {label}") == sums[phase]
+        tile_balance = busy / (trace.num_tiles * sum(int(c.max()) for c in cycles))
+        assert value(text, "Total tile balance") == f"{tile_balance:.1%}"
+        assert value(text, "Total thread balance") == f"{thread_balance:.1%}"
+        assert "Tile average" not in text
+    else:
+        assert f"(approx {us:,.1f} microseconds)" in value(text, "Total cycles")
+        for phase, label in LABELS.items():
+            average = sums[phase] / trace.num_tiles
+            share = average / trace.total_cycles
+            shown = value(text, f"Tile average {label}")
+            assert shown == f"{average:,.1f} ({share:.1%} of total)", (label, shown)
+        # balance over the tiles that computed in each step
+        active_span = sum(int(c.max()) * int((c > 0).sum()) for c in cycles)
+        assert value(text, "Tile balance (tiles that compute)") == f"{busy / active_span:.1%}"
+        assert value(text, "Thread balance") == f"{thread_balance:.1%}"
+        assert "Total compute cycles" not in text
 
     # Cycles by vertex type: the tutorial's own estimates, summed by hand
     split = result.best.split
@@ -88,14 +127,37 @@ def check_tut7_summary(device_name: str, rows: int, cols: int) -> None:
     assert vertex_line(text, "ReduceVertex") == (rows, red)
 
 
-@pytest.mark.parametrize("device", ["model-ipu1", "model-ipu2"])
-def test_tut7_1000x1000_totals_equal_the_trace(device):
-    check_tut7_summary(device, 1000, 1000)
+@pytest.mark.parametrize(
+    ("device", "layout"),
+    [("model-ipu1", None), ("model-ipu2", None), ("model-ipu2", "sdk1"), ("model-ipu1", "sdk2")],
+)
+def test_tut7_1000x1000_phases_equal_the_trace(device, layout):
+    check_tut7_summary(device, 1000, 1000, layout)
 
 
 @pytest.mark.slow
-def test_tut7_10000x1000_totals_equal_the_trace():
-    check_tut7_summary("model-ipu2", 10000, 1000)
+def test_tut7_10000x1000_phases_equal_the_trace():
+    check_tut7_summary("model-ipu2", 10000, 1000, None)
+
+
+def test_sdk2_summary_reads_back_as_the_trace_averages():
+    """ipusim.measured reads the tile averages back (to the 0.1 cycle printed)."""
+    from ipusim.measured import read_summary
+
+    _, result = tut7_engine("model-ipu2", 100, 100)
+    trace = result.engine.getTrace()
+    profile = read_summary(summary_text(result.engine, showExecutionSteps="true"))
+    assert profile.format == "summary-sdk2"
+    sums = phase_sums(trace)
+    for phase in LABELS:
+        assert profile.phases[phase] == pytest.approx(sums[phase] / trace.num_tiles, abs=0.05)
+    assert profile.phases["total"] == trace.total_cycles
+    assert len(profile.steps) == len(trace.records)
+
+
+def test_unknown_layout_is_refused(small_engine):
+    with pytest.raises(ValueError, match=r"summaryLayout='sdk4'.*sdk1, sdk2"):
+        summary_text(small_engine, summaryLayout="sdk4")
 
 
 @pytest.fixture(scope="module")
