@@ -665,7 +665,8 @@ class Graph(BulkGraphMethods):
 
     def _tensor_of_ids(self, type_: Type, ids: np.ndarray, name: str) -> Tensor:
         """A tensor of this graph's element ids ``ids`` (valid ids of ``type_``)."""
-        return Tensor._of_ids(self._state, type_, np.asarray(ids, np.int64).copy(), name)
+        ids = np.asarray(ids, np.int64)
+        return Tensor._of_ids(self._state, type_, ids.copy() if ids.flags.writeable else ids, name)
 
     def _check_host_tensor(self, t: Any, what: str) -> Tensor:
         """A tensor the host may read or write: one of this graph, or on the
@@ -676,13 +677,17 @@ class Graph(BulkGraphMethods):
 
     # --------------------------------------------------------------- variables
     def _add(self, type_: Type, shape: Any, name: str, constant: bool) -> Tensor:
-        self._refuse_on_parent(f"{'addConstant' if constant else 'addVariable'}('{name}')")
+        if self._wide:
+            self._refuse_on_parent(f"{'addConstant' if constant else 'addVariable'}('{name}')")
         if not isinstance(type_, Type):
             raise TypeMismatchError(
                 f"tensor '{name}': element type {type_!r} is not a poplar_api Type (FLOAT, ...)"
             )
-        dims = _shape_of(shape, f"tensor '{name}'")
-        n = int(np.prod(dims, dtype=np.int64))
+        if type(shape) is list and all(type(d) is int and d >= 0 for d in shape):
+            dims = tuple(shape)  # a list of ints: the common case, checked inline
+        else:
+            dims = _shape_of(shape, f"tensor '{name}'")
+        n = math.prod(dims)
         vid = len(self._state.variables)
         base = self._state.space(type_).allocate(n, vid)
         var = Variable(vid, type_, base, n, dims, name or f"var{vid}", constant)

@@ -566,21 +566,24 @@ class Tensor:
                     f"{type(indices).__name__} of dtype {idx.dtype}"
                 )
             idx = idx.astype(np.int64)
-        if idx.size:
-            lo, hi = int(idx.min()), int(idx.max())
-            if lo < 0 or hi >= n:
-                bad = idx.reshape(-1)
-                k = int(np.flatnonzero((bad < 0) | (bad >= n))[0])
+        size = idx.size
+        if size:
+            flat = idx.reshape(-1)
+            first, last = int(flat[0]), int(flat[-1])
+            if (  # ascending consecutive positions inside the tensor: a run
+                last - first == size - 1
+                and first >= 0
+                and last < n
+                and (size == 1 or bool((flat[1:] - flat[:-1] == 1).all()))
+            ):
+                return self._elements_run(first, idx.shape)
+            if int(_minimum(flat)) < 0 or int(_maximum(flat)) >= n:
+                k = int(np.flatnonzero((flat < 0) | (flat >= n))[0])
                 raise TensorIndexError(
-                    f"{self._describe()}: elements(): indices[{k}] = {int(bad[k])} is out of "
+                    f"{self._describe()}: elements(): indices[{k}] = {int(flat[k])} is out of "
                     f"range; flat positions are 0..{n - 1}; hint: positions index the "
                     "flattened tensor (row-major)"
                 )
-            first = int(idx.flat[0])
-            if hi - lo == idx.size - 1 and first == lo:
-                flat = idx.reshape(-1)
-                if idx.size == 1 or bool((flat[1:] - flat[:-1] == 1).all()):
-                    return self._elements_run(first, idx.shape)
         if self._start >= 0:
             index = idx.astype(np.int64) + self._start
             index.flags.writeable = False
@@ -1011,6 +1014,8 @@ def _fmt_key(item: Any) -> str:
 _ITEM = "[{}]"
 _SLICE = ".slice({},{})"
 _new_object = object.__new__
+_minimum = np.minimum.reduce
+_maximum = np.maximum.reduce
 
 
 def _resolve_label(label: tuple, root: str) -> str:

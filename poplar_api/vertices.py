@@ -158,14 +158,15 @@ class VertexTable:
         n = int(tiles.size)
         first = len(self.type_code)
         first_row = len(runs.runs) // runs.width if runs.width else 0
-        self.type_code.frombytes(np.full(n, code, np.int32).tobytes())
-        self.cs.frombytes(np.full(n, cs, np.int32).tobytes())
+        self.type_code.extend(array("i", (code,)) * n)
+        self.cs.extend(array("i", (cs,)) * n)
         self.tile.frombytes(np.ascontiguousarray(tiles, np.int32).tobytes())
         self.estimate.frombytes(np.ascontiguousarray(estimates, np.int64).tobytes())
-        rows = np.arange(first_row, first_row + n, dtype=np.int64) if runs.width else np.zeros(n)
-        self.row.frombytes(rows.astype(np.int64).tobytes())
         if runs.width:
-            runs.runs.frombytes(np.tile(np.frombuffer(runs.template, np.int64), n).tobytes())
+            self.row.extend(array("q", range(first_row, first_row + n)))
+            runs.runs.extend(runs.template * n)
+        else:
+            self.row.extend(array("q", (0,)) * n)
         return first
 
     def set_runs(

@@ -82,9 +82,9 @@ class ElemOperand:
 
     def view(self, graph: Graph) -> Tensor:
         """The flat operand view (made from element ids in the legacy form)."""
-        if isinstance(self.flat, Tensor):
-            return self.flat
-        return graph._tensor_of_ids(self.type, self.flat, self.name)
+        if not isinstance(self.flat, Tensor):  # made once per operand
+            object.__setattr__(self, "flat", graph._tensor_of_ids(self.type, self.flat, self.name))
+        return self.flat
 
 
 @dataclass(frozen=True)
