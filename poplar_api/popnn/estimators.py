@@ -18,6 +18,8 @@ reductions and elementwise ops (``NonLinearity.cpp`` ``softmaxImpl``,
 
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = [
     "calc_accuracy",
     "encode_one_hot",
@@ -29,6 +31,8 @@ __all__ = [
     "nonlinearity_grad_1d",
     "nonlinearity_grad_2d",
     "op_cycles",
+    "pooling_cycles",
+    "pooling_cycles_of_arrays",
     "reduce_class_gather",
     "reduce_class_sparse",
 ]
@@ -258,6 +262,50 @@ def pooling_cycles(
             cycles += 2
         longest = max(longest, cycles + 1)
     return 7 + longest * 6 + 6
+
+
+def pooling_cycles_of_arrays(
+    init_info: int,
+    chans_per_group_d: int,
+    num_chan_groups_m1: int,
+    start_pos: np.ndarray,
+    row_entries: np.ndarray,
+    entry_n: np.ndarray,
+    *,
+    is_max: bool,
+    is_bwd: bool,
+    workers: int,
+) -> int:
+    """:func:`pooling_cycles` with the worklist as arrays, every entry at once.
+
+    ``row_entries[r]`` is the number of ``(outOffset, inOffset, numElementsM1)`` entries
+    of worklist row ``r`` (rows in order), ``entry_n`` the ``numElementsM1`` of every
+    entry, rows after one another; ``start_pos`` as for :func:`pooling_cycles`. Each
+    worker's cycles are its set-up and initialisation plus the sum of its rows' costs,
+    found by a cumulative sum over the rows, so the cost is numpy work over the
+    entries, not a Python loop.
+    """
+    groups = num_chan_groups_m1 + 1
+    share = init_info * chans_per_group_d // workers
+    diff = (init_info - share * workers) & 0xFFFFFFFF
+    wid = np.arange(workers, dtype=np.int64)
+    cycles = 4 + 2 + 2 + 7 + 2 + (4 + share + (wid < diff)) * groups + 5 + 1
+    sp = np.asarray(start_pos, np.int64)[:workers]
+    first = np.concatenate(([0], sp[:-1]))
+    num_rows = sp - first
+    n = np.asarray(entry_n, np.int64)
+    rpt = 7 + 5 * n if is_bwd else (4 + 3 * n if is_max else 5 + 3 * n)
+    per_group = 1 + chans_per_group_d * (2 + rpt + 1) + 1
+    entry = 20 + groups * per_group + (groups - 1) * (4 + (2 if is_bwd else 0)) + 3
+    entries = np.asarray(row_entries, np.int64)
+    ends = np.cumsum(entries)
+    by_entry = np.concatenate(([0], np.cumsum(entry)))
+    row_cost = 13 + 2 + by_entry[ends] - by_entry[ends - entries]
+    by_row = np.concatenate(([0], np.cumsum(row_cost)))
+    busy = 2 + (1 if is_max else 2) + (6 if is_bwd else 0) + 3 + 2 + 1
+    work = by_row[first + num_rows] - by_row[first]
+    cycles = cycles + np.where(num_rows > 0, busy + work, 0)
+    return int(7 + (int(cycles.max()) + 1) * 6 + 6)
 
 
 #: ``SelectiveScaling`` estimator: a constant in the source (``TODO: T5436``).

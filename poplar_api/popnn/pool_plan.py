@@ -288,11 +288,11 @@ class _Builder:
         """``getPoolingCycles`` of a partition with ``nchg`` channel groups."""
         cycles = geo.estimates.get(nchg)
         if cycles is None:
-            wl = geo.work_list.tolist()
-            cycles = est.pooling_cycles(
-                geo.init_info, -(-self.cpg // self.vw), nchg - 1, geo.start_pos.tolist(),
-                [wl[a:b] for a, b in geo.bounds], is_max=self.kind != "sum",
-                is_bwd=self.kind == "maxGrad", workers=self.workers,
+            row_entries = np.array([(b - a) // 3 for a, b in geo.bounds], np.int64)
+            cycles = est.pooling_cycles_of_arrays(
+                geo.init_info, -(-self.cpg // self.vw), nchg - 1, geo.start_pos, row_entries,
+                geo.work_list[2::3], is_max=self.kind != "sum", is_bwd=self.kind == "maxGrad",
+                workers=self.workers,
             )  # fmt: skip
             geo.estimates[nchg] = cycles
         return cycles
