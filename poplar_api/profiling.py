@@ -498,46 +498,71 @@ def _global_ipus(step: ir.GlobalExchange, tiles_per_ipu: int) -> list[int]:
     return sorted({*(int(i) for i in ends), *(step.ipus or ())})
 
 
+class _ProgramDetails(ir.Visitor):
+    """What the graph profile says of one program node besides its children: Poplar's
+    type tag, its name and what its kind adds (one method per kind of node; a
+    :class:`~ipusim.ir.Block` is listed as the Sequence it is)."""
+
+    def __init__(self, where: dict[int, int], tiles_per_ipu: int) -> None:
+        self.where = where
+        self.tiles_per_ipu = tiles_per_ipu
+
+    def visit_step(self, node: ir.Step) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "type": node.tag,
+            "name": node.name,
+            "programId": int(node.program_id),
+        }
+        if isinstance(node, ir.Compute):
+            entry["computeSet"] = self.where[id(node)]
+        elif isinstance(node, ir.Sync):
+            entry["syncType"] = node.sync_kind.value.upper()
+            if node.ipus is not None:
+                entry["ipus"] = [int(i) for i in node.ipus]
+        else:
+            entry["exchange"] = self.where[id(node)]
+            if isinstance(node, ir.StreamCopy):
+                entry["direction"] = node.direction.value
+                entry["stream"] = node.stream
+            elif isinstance(node, ir.GlobalExchange):
+                entry["ipus"] = _global_ipus(node, self.tiles_per_ipu)
+            elif isinstance(node, ir.Collective):
+                entry["ipus"] = [int(i) for i in node.ipus]
+        return entry
+
+    def visit_sequence(self, node: ir.Sequence) -> dict[str, Any]:
+        return {"type": "Sequence", "name": node.name}
+
+    def visit_repeat(self, node: ir.Repeat) -> dict[str, Any]:
+        return {"type": "Repeat", "count": int(node.count)}
+
+    def visit_repeat_while(self, node: ir.RepeatWhile) -> dict[str, Any]:
+        return {"type": "RepeatWhile", "whileTrue": bool(node.while_true)}
+
+    def visit_if(self, node: ir.If) -> dict[str, Any]:
+        return {"type": "If"}
+
+    def visit_switch(self, node: ir.Switch) -> dict[str, Any]:
+        return {"type": "Switch", "cases": [int(v) for v, _ in node.cases]}
+
+    def visit_call(self, node: ir.Call) -> dict[str, Any]:
+        return {"type": "Call", "function": int(node.function)}
+
+    def visit_other(self, node: object) -> dict[str, Any]:
+        return {}
+
+
 def _programs(
     table: ProgramTable, where: dict[int, int], tiles_per_ipu: int
 ) -> list[dict[str, Any]]:
     """One entry per node: Poplar's type tag, name, children (indices) and details
     (``ipus``: the IPUs a global exchange involves, or those a sync lists)."""
+    details = _ProgramDetails(where, tiles_per_ipu)
     progs: list[dict[str, Any]] = []
     for node in table.nodes:
         children = [table.index[id(c)] for c in ir.children(node)]
         entry: dict[str, Any] = {"type": "", "name": "", "children": children}
-        if isinstance(node, ir.Step):
-            entry["type"] = node.tag
-            entry["name"] = node.name
-            entry["programId"] = int(node.program_id)
-            if isinstance(node, ir.Compute):
-                entry["computeSet"] = where[id(node)]
-            elif isinstance(node, ir.Sync):
-                entry["syncType"] = node.sync_kind.value.upper()
-                if node.ipus is not None:
-                    entry["ipus"] = [int(i) for i in node.ipus]
-            else:
-                entry["exchange"] = where[id(node)]
-                if isinstance(node, ir.StreamCopy):
-                    entry["direction"] = node.direction.value
-                    entry["stream"] = node.stream
-                elif isinstance(node, ir.GlobalExchange):
-                    entry["ipus"] = _global_ipus(node, tiles_per_ipu)
-                elif isinstance(node, ir.Collective):
-                    entry["ipus"] = [int(i) for i in node.ipus]
-        elif isinstance(node, ir.Sequence):
-            entry.update(type="Sequence", name=node.name)
-        elif isinstance(node, ir.Repeat):
-            entry.update(type="Repeat", count=int(node.count))
-        elif isinstance(node, ir.RepeatWhile):
-            entry.update(type="RepeatWhile", whileTrue=bool(node.while_true))
-        elif isinstance(node, ir.If):
-            entry["type"] = "If"
-        elif isinstance(node, ir.Switch):
-            entry.update(type="Switch", cases=[int(v) for v, _ in node.cases])
-        elif isinstance(node, ir.Call):
-            entry.update(type="Call", function=int(node.function))
+        entry.update(details.visit(node))
         progs.append(entry)
     return progs
 
