@@ -248,3 +248,35 @@ def test_memory_section_from_a_report():
     live = text.split("program point\n", 1)[1].splitlines()
     assert re.split(r"\s+", live[0].strip()) == ["0", "4,000", "96", "mulCS"]
     assert re.split(r"\s+", live[1].strip()) == ["1", "10", "96", "reduceCS"]
+
+
+@pytest.mark.parametrize("layout", ["sdk1", "sdk2"])
+def test_cycles_by_ipu_in_both_layouts(layout, capsys):
+    """Two IPUs: per-IPU rows are the trace's per-IPU sums (sdk1) or their tile averages."""
+    path = TUTORIALS.parent / "multi_ipu" / "tut7_two_ipus.py"
+    spec = importlib.util.spec_from_file_location("summary_tut7_two_ipus", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    outcome = module.run(module.create_device(IPUModel("tiny")), 40, 12, profile=False)
+    capsys.readouterr()
+    trace = outcome.engine.getTraces()[-1]
+    text = summary_text(outcome.engine, summaryLayout=layout)
+    heading = {
+        "sdk1": "Cycles by IPU (sum over the IPU's tiles):",
+        "sdk2": "Tile average cycles by IPU (over the IPU's tiles):",
+    }[layout]
+    rows = text.split(heading + "\n", 1)[1].splitlines()[1:3]
+    per_ipu = []
+    for r in trace.records:
+        c = np.asarray(r.tile_cycles, np.int64).reshape(2, -1).sum(axis=1)
+        per_ipu.append((r.phase, c))
+    for ipu, row in enumerate(rows):
+        cells = row.split()
+        assert cells[0] == str(ipu)
+        phases = ("compute", "internal_exchange", "global_exchange", "host_exchange", "sync")
+        sums = [sum(int(c[ipu]) for p, c in per_ipu if p == phase) for phase in phases]
+        if layout == "sdk1":
+            assert cells[1:] == [f"{s:,}" for s in sums]
+        else:
+            assert cells[1:] == [f"{s / trace.tiles_per_ipu:,.1f}" for s in sums]
