@@ -874,3 +874,16 @@ def test_kernels_of_aliased_or_main_modules_are_not_cached_on_disk(tmp_path):
 def test_kernels_of_importable_modules_are_cached_on_disk():
     # this test module is importable under its own name (pytest puts tests/ on the path)
     assert vertex_type(SumVertex).kernel._cache.__class__.__name__ == "FunctionCache"
+
+
+def test_codelet_names_keep_their_import_path():
+    # users and the lowering import everything from poplar_api.codelet, wherever it lives
+    import poplar_api.codelet as public
+    import poplar_api.codelet_base as base
+
+    assert public.execute is codelet_compile.execute
+    assert public.execute_lowered is codelet_compile.execute_lowered
+    assert public.InPlaceField is codelet_compile.InPlaceField
+    for name in ("Vertex", "MultiVertex", "VertexError", "VertexType", "checking_bounds"):
+        assert getattr(public, name) is getattr(base, name)
+    assert [n for n in public.__all__ if not hasattr(public, n)] == []

@@ -281,3 +281,12 @@ def test_bad_builder_and_session_arguments():
         )
     with pytest.raises(popart.popart_exception, match="unknown option"):
         popart.DeviceManager().createIpuModelDevice({"tiles": 4})
+
+
+def test_session_names_keep_their_import_paths():
+    from popart_api import dataflow, session
+
+    for name in ("AnchorReturnType", "DataFlow", "InputShapeInfo", "PyStepIO", "PyWeightsIO"):
+        assert getattr(session, name) is getattr(dataflow, name) is getattr(popart, name)
+    assert session.InferenceSession is popart.InferenceSession
+    assert [n for n in session.__all__ if not hasattr(session, n)] == []
