@@ -8,6 +8,7 @@ every vertex ran, so results never depend on vertex order.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -108,11 +109,17 @@ class ComputeSetTable:
     vertex_ids: np.ndarray
     tiles: np.ndarray
     groups: list[TypeGroup]
+    #: per vertex: whether a field (or a vector of a vector list) is unconnected
+    unconnected: np.ndarray | None = None
 
 
 #: The ids of an unconnected field.
 _NO_IDS = np.zeros(0, np.int64)
+#: The connections kept as ids of a vertex that has none.
+_NO_FIELDS: dict = {}
 _size = operator.attrgetter("size")
+#: Whether a connection is missing (``None``), as a C-level callable for ``map``.
+_is_none = functools.partial(operator.is_, None)
 
 
 def _id_dtype(state, spec: FieldSpec) -> type:
@@ -130,26 +137,43 @@ def _join(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
 
 
 def build_table(state, cs) -> ComputeSetTable:
-    """Tables of a compute set; unconnected fields count as empty (validation reports them)."""
+    """Tables of a compute set; unconnected fields count as empty (validation reports
+    them: :attr:`ComputeSetTable.unconnected`).
+
+    Fields held as runs are read from the type's run columns; the rest (vector lists,
+    connections kept as ids) in one look at each such vertex's connections.
+    """
     table = state.vertices
     vids = np.asarray(cs.vertices, np.int64)
     tiles = table.column("tile", vids)
     codes = table.column("type_code", vids)
     rows = table.column("row", vids)
+    unconnected = np.zeros(vids.size, bool)
+    extra_of = table.extra.get
     groups = []
     for code, positions in type_groups(codes):
-        members = vids[positions].tolist()
         vtype = table.types[code]
         type_runs = table.type_runs[code]
         member_runs = type_runs.rows(rows[positions])
-        get = table.get_field
+        n = positions.size
+        has_lists = any(spec.kind == "vectorlist" for spec in vtype.fields)
+        extras: list[dict] = []
+        if has_lists or (member_runs[:, ::2] == NO_RUN).any():
+            extras = [extra_of(v) or _NO_FIELDS for v in vids[positions].tolist()]
+        bad = np.zeros(n, bool)
         tables = []
         for spec in vtype.fields:
             name = spec.name
             if spec.kind == "vectorlist":
-                lists = [get(v, name) or [] for v in members]
-                counts = np.fromiter(map(len, lists), np.int64, len(lists))
-                inner = [_NO_IDS if ids is None else ids for x in lists for ids in x]
+                values = [e.get(name) for e in extras]
+                bad |= np.fromiter(map(_is_none, values), bool, n)
+                lists = [x or () for x in values]
+                counts = np.fromiter(map(len, lists), np.int64, n)
+                inner = [ids for x in lists for ids in x]
+                missing = np.fromiter(map(_is_none, inner), bool, len(inner))
+                if missing.any():
+                    bad[np.repeat(np.arange(n), counts)[missing]] = True
+                    inner = [_NO_IDS if ids is None else ids for ids in inner]
                 inner_len = np.fromiter(map(_size, inner), np.int64, len(inner))
                 offsets = np.concatenate(([0], np.cumsum(counts)))
                 inner_offsets = np.concatenate(([0], np.cumsum(inner_len)))
@@ -164,15 +188,20 @@ def build_table(state, cs) -> ComputeSetTable:
                     tables.append(FieldTable(spec, None, offsets, None, positions, (begin, end)))
                     continue
                 arrays = [
-                    id_array(range(b, e)) if b != NO_RUN else get(v, name, _NO_IDS)
-                    for v, b, e in zip(members, begin.tolist(), end.tolist(), strict=True)
+                    id_array(range(b, e)) if b != NO_RUN else extras[j].get(name)
+                    for j, (b, e) in enumerate(zip(begin.tolist(), end.tolist(), strict=True))
                 ]
-                per_vertex_len = np.fromiter(map(_size, arrays), np.int64, len(arrays))
+                none = np.fromiter(map(_is_none, arrays), bool, n)
+                if none.any():
+                    bad |= none
+                    arrays = [_NO_IDS if x is None else x for x in arrays]
+                per_vertex_len = np.fromiter(map(_size, arrays), np.int64, n)
                 offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
                 ids = _join(arrays, _id_dtype(state, spec))
             tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, positions))
+        unconnected[positions] = bad
         groups.append(TypeGroup(vtype, positions, tables))
-    return ComputeSetTable(cs.name, vids, tiles, groups)
+    return ComputeSetTable(cs.name, vids, tiles, groups, unconnected)
 
 
 def connection_sizes(vtype: VertexType, fields: dict) -> dict[str, int | list[int]]:
@@ -375,50 +404,71 @@ def vertex_state(
 
 def vertex_cycles(table: ComputeSetTable, estimates: np.ndarray, target: Any) -> np.ndarray:
     """Cycles of each vertex: its perf estimate, else its type's estimator asked once
-    per distinct set of connection sizes (vertices of a type mostly share them)."""
+    per distinct set of connection sizes (vertices of a type mostly share them).
+
+    The sizes are the estimator's: elements per field, and for a vector list the
+    elements of each of its vectors. Vertices are grouped by how many vectors each
+    of their lists has, so that every vertex's sizes are one row of a matrix and the
+    distinct rows are found at once.
+    """
     cycles = estimates.copy()
     for group in table.groups:
         at = np.flatnonzero(cycles[group.positions] == NO_ESTIMATE)
         if not at.size:
             continue
-        vtype = group.vtype
-        lists = [spec.kind == "vectorlist" for spec in vtype.fields]
-        counts = [
-            None if vl else np.diff(ft.bounds)[at]
-            for ft, vl in zip(group.fields, lists, strict=True)
-        ]
-        if not any(lists):
-            rows = np.stack(counts, axis=1) if counts else np.zeros((at.size, 1), np.int64)
-            uniq, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-            found = np.zeros(uniq.shape[0], np.int64)
-            for k in np.argsort(first).tolist():  # in order of first appearance
-                row = uniq[k].tolist()
-                sizes = {s.name: int(n) for s, n in zip(vtype.fields, row, strict=False)}
-                found[k] = vtype.estimate(sizes, target)
-            cycles[group.positions[at]] = found[inverse.reshape(-1)]
-            continue
-        memo: dict[tuple, int] = {}
-        inner = [
-            (np.diff(ft.inner_offsets), ft.offsets) if vl else None
-            for ft, vl in zip(group.fields, lists, strict=True)
-        ]
-        out = np.zeros(at.size, np.int64)
-        for p, j in enumerate(at.tolist()):
-            key = []
-            for f, vl in enumerate(lists):
-                if vl:
-                    lengths, offsets = inner[f]
-                    key.append(tuple(lengths[offsets[j] : offsets[j + 1]].tolist()))
+        fields = list(zip(group.vtype.fields, group.fields, strict=True))
+        lists = [ft for spec, ft in fields if spec.kind == "vectorlist"]
+        vectors = np.stack([np.diff(ft.offsets)[at] for ft in lists], axis=1) if lists else None
+        shapes, which = (
+            np.unique(vectors, axis=0, return_inverse=True)
+            if vectors is not None
+            else (np.zeros((1, 0), np.int64), np.zeros(at.size, np.int64))
+        )
+        for k in range(shapes.shape[0]):
+            members = at[which.reshape(-1) == k]
+            per_list = iter(shapes[k].tolist())
+            columns, widths = [], []
+            for spec, ft in fields:
+                if spec.kind == "vectorlist":
+                    count = next(per_list)
+                    lengths = np.diff(ft.inner_offsets)
+                    first = ft.offsets[members]
+                    columns.append(lengths[first[:, None] + np.arange(count)])
+                    widths.append(count)
                 else:
-                    key.append(int(counts[f][p]))
-            key = tuple(key)
-            value = memo.get(key)
-            if value is None:
-                sizes = {
-                    s.name: list(k) if vl else k
-                    for s, k, vl in zip(vtype.fields, key, lists, strict=True)
-                }
-                value = memo[key] = vtype.estimate(sizes, target)
-            out[p] = value
-        cycles[group.positions[at]] = out
+                    columns.append(np.diff(ft.bounds)[members][:, None])
+                    widths.append(-1)  # one number, not a list
+            cycles[group.positions[members]] = _estimate_rows(
+                group.vtype, fields, columns, widths, target
+            )
     return cycles
+
+
+def _estimate_rows(
+    vtype: VertexType,
+    fields: list[tuple[FieldSpec, FieldTable]],
+    columns: list[np.ndarray],
+    widths: list[int],
+    target: Any,
+) -> np.ndarray:
+    """The estimator's cycles for each row of sizes (``columns`` side by side; a field
+    of width -1 is one number, else a list of that many)."""
+    n = columns[0].shape[0] if columns else 0
+    rows = np.concatenate(columns, axis=1) if columns else np.zeros((n, 1), np.int64)
+    if rows.shape[1] == 0:
+        rows = np.zeros((n, 1), np.int64)
+    uniq, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    found = np.zeros(uniq.shape[0], np.int64)
+    for k in np.argsort(first).tolist():  # in order of first appearance
+        row = uniq[k].tolist()
+        sizes: dict[str, int | list[int]] = {}
+        pos = 0
+        for (spec, _), width in zip(fields, widths, strict=True):
+            if width < 0:
+                sizes[spec.name] = int(row[pos])
+                pos += 1
+            else:
+                sizes[spec.name] = [int(x) for x in row[pos : pos + width]]
+                pos += width
+        found[k] = vtype.estimate(sizes, target)
+    return found[inverse.reshape(-1)]

@@ -88,8 +88,57 @@ class Storage:
         self.replica = 0
         self.arrays: dict[int, np.ndarray] = self.images[0]
         self._readonly: dict[tuple[int, Type], np.ndarray] = {}
-        for t, ids, values in state.initial_parts:
-            self.write_replicas(t, ids, values)
+        self._write_initial(state.initial_parts)
+
+    def _write_initial(self, parts: list[tuple[Type, Any, Any]]) -> None:
+        """Write the graph's initial values into every image, in order.
+
+        A graph may have tens of thousands of small constants: the parts of one
+        element size are written together (one scatter) when each is a flat array of
+        its type's dtype, one value per element, and no element is written twice;
+        otherwise part by part, in order (a later value wins).
+        """
+        by_size: dict[int, list[tuple[Type, Any, Any]]] = {}
+        for part in parts:
+            by_size.setdefault(part[0].size, []).append(part)
+        for size, group in by_size.items():
+            if len(group) < 2 or not self._write_together(size, group):
+                for t, ids, values in group:
+                    self.write_replicas(t, ids, values)
+
+    def _write_together(self, size: int, group: list[tuple[Type, Any, Any]]) -> bool:
+        """Write ``group`` (parts of elements of ``size`` bytes) in one scatter, if it
+        can be done without changing the result; whether it was."""
+        begins, lengths, raws = [], [], []
+        blocks = True  # every part a block of consecutive ids
+        for t, ids, values in group:
+            plain = type(values) is np.ndarray and values.dtype == t.numpy and values.ndim == 1
+            if not plain or values.size != len(ids):
+                return False
+            blocks = blocks and type(ids) is range and ids.step == 1
+            if blocks:
+                begins.append(ids.start)
+                lengths.append(len(ids))
+            raws.append(values.view(RAW_DTYPES[size]))
+        if blocks:
+            index = _expand(begins, lengths)
+        else:  # the parts' ids in turn (an int64 array as it is, no copy)
+            index = np.concatenate(
+                [
+                    ids if type(ids) is np.ndarray else np.asarray(ids, np.int64).reshape(-1)
+                    for _, ids, _ in group
+                ],
+                axis=None,
+                dtype=np.int64,
+                casting="same_kind",
+            )
+        full = self.full[size]
+        written = np.zeros(full.shape[1], bool)
+        written[index] = True
+        if np.count_nonzero(written) != index.size:
+            return False  # an element written twice: part by part, the last value wins
+        full[:, index] = np.concatenate(raws)
+        return True
 
     def load(self) -> None:
         """Write every element of every image once, as loading an executable writes the
@@ -185,6 +234,16 @@ class Storage:
         """Store ``values`` into non-replicated (wide) element ids."""
         replica, local = split_wide(np.asarray(ids).reshape(-1))
         self.full[t.size][replica, local] = _raw(t, values).reshape(-1)
+
+
+def _expand(begins: list[int], lengths: list[int]) -> np.ndarray:
+    """The ids of runs ``[begin, begin + length)``, run after run (int64)."""
+    length = np.asarray(lengths, np.int64)
+    starts = np.cumsum(length) - length
+    total = int(length.sum())
+    return np.arange(total, dtype=np.int64) - np.repeat(
+        starts - np.asarray(begins, np.int64), length
+    )
 
 
 def _typed(t: Type, raw: np.ndarray) -> np.ndarray:

@@ -44,8 +44,8 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
     known = em.compute_sets.get(cs.id)
     if known is not None:
         return known.node
-    problems = validate.check_vertices(em.state, cs, em.num_tiles)
     table = build_table(em.state, cs)
+    problems = validate.check_vertices(em.state, cs, em.num_tiles, table.unconnected)
     problems += validate.check_conflicts(em.state, table)
     em.problems += problems
     if problems:

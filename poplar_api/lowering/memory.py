@@ -214,7 +214,7 @@ def variable_tiles(
     Found per element space from its stretches of one owner cut at the variables'
     bases: a few numpy passes over the stretches, not a loop over the variables.
     """
-    keys, counts = [], []
+    out_var, out_tile, out_count = [], [], []
     for size, space in state.spaces.items():
         n = space.size
         arrays = index.arrays_of_size(size)
@@ -222,19 +222,51 @@ def variable_tiles(
             continue
         bases, var_ids, _ = arrays
         changes = owners.changes_of(size, space.tile, n)
-        starts = np.union1d(np.concatenate(([0], changes)), bases[bases < n])
-        ends = np.append(starts[1:], n)
+        # both sorted: a stable sort merges the two runs in linear time
+        starts = np.sort(np.concatenate(([0], changes, bases[bases < n])), kind="stable")
+        starts = starts[np.concatenate(([True], starts[1:] != starts[:-1]))]
+        lengths = np.append(starts[1:], n) - starts
         tiles = space.tile[starts].astype(np.int64)
         mapped = tiles >= 0
+        # variables are id ranges in id order: the stretches' variables never decrease
         vids = var_ids[np.searchsorted(bases, starts[mapped], side="right") - 1]
-        keys.append(vids * nt + tiles[mapped])
-        counts.append((ends - starts)[mapped])
-    if not keys:
+        var, tile, count = _pair_counts(vids, tiles[mapped], lengths[mapped], nt)
+        out_var.append(var)
+        out_tile.append(tile)
+        out_count.append(count)
+    if not out_var:
         none = np.zeros(0, np.int64)
         return none, none, none
-    key, inverse = np.unique(np.concatenate(keys), return_inverse=True)
-    elements = np.bincount(inverse, weights=np.concatenate(counts), minlength=key.size)
-    return key // nt, key % nt, elements.astype(np.int64)
+    var, tile, count = (np.concatenate(x) for x in (out_var, out_tile, out_count))
+    if len(out_var) > 1:  # spaces interleave variable ids
+        order = np.lexsort((tile, var))
+        var, tile, count = var[order], tile[order], count[order]
+    return var, tile, count
+
+
+def _pair_counts(
+    vids: np.ndarray, tiles: np.ndarray, lengths: np.ndarray, nt: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Elements per ``(variable, tile)`` of stretches with non-decreasing ``vids``,
+    sorted by variable then tile: counted in a dense table of the variables present
+    when it is small, else by sorting the pairs."""
+    if not vids.size:
+        return vids, tiles, lengths
+    new = np.concatenate(([True], vids[1:] != vids[:-1]))
+    present = vids[new]
+    compact = np.cumsum(new) - 1
+    if present.size * nt <= 8 * vids.size + (1 << 20):
+        totals = np.bincount(compact * nt + tiles, weights=lengths, minlength=present.size * nt)
+        cells = np.flatnonzero(totals)
+        return present[cells // nt], cells % nt, totals[cells].astype(np.int64)
+    key = compact * nt + tiles
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.concatenate(([True], key[1:] != key[:-1]))
+    at = np.flatnonzero(first)
+    totals = np.add.reduceat(lengths[order], at)
+    key = key[at]
+    return present[key // nt], key % nt, totals.astype(np.int64)
 
 
 def _variable_blocks(

@@ -52,8 +52,13 @@ def check_variables(state, num_tiles: int, owners=None) -> list[str]:
     return problems
 
 
-def check_vertices(state, cs, num_tiles: int) -> list[str]:
-    """Vertices of a compute set: mapped, fully connected, with an estimate."""
+def check_vertices(state, cs, num_tiles: int, unconnected: np.ndarray | None = None) -> list[str]:
+    """Vertices of a compute set: mapped, fully connected, with an estimate.
+
+    ``unconnected`` (per vertex of the compute set, as
+    :attr:`~poplar_api.lowering.computeset.ComputeSetTable.unconnected` finds it)
+    saves looking at the connections again.
+    """
     table = state.vertices
     vids = np.asarray(cs.vertices, np.int64)
     tiles = table.column("tile", vids)
@@ -62,7 +67,19 @@ def check_vertices(state, cs, num_tiles: int) -> list[str]:
     has_estimator = np.array([t.has_estimator for t in table.types], bool)
     # the common case is checked in bulk, without making any message
     suspect = (tiles < 0) | (tiles >= num_tiles) | ~(estimated | has_estimator[codes])
-    # fields not held as runs are checked one vertex at a time
+    if unconnected is not None:
+        suspect |= unconnected
+    else:
+        _mark_unconnected(table, vids, codes, suspect)
+    problems = []
+    for vid in vids[suspect].tolist():
+        problems += _vertex_problems(table[vid], cs, num_tiles)
+    return problems
+
+
+def _mark_unconnected(table, vids: np.ndarray, codes: np.ndarray, suspect: np.ndarray) -> None:
+    """Mark in ``suspect`` the vertices with a field not held as a run that is
+    unconnected (looked at one vertex at a time)."""
     rows = table.column("row", vids)
     for code, positions in type_groups(codes):
         vtype, type_runs = table.types[code], table.type_runs[code]
@@ -78,10 +95,6 @@ def check_vertices(state, cs, num_tiles: int) -> list[str]:
                 names = lists + [run_names[c] for c in np.flatnonzero(no_run[j]).tolist()]
             if not suspect[at[j]] and table.unconnected(members[j], names):
                 suspect[at[j]] = True
-    problems = []
-    for vid in vids[suspect].tolist():
-        problems += _vertex_problems(table[vid], cs, num_tiles)
-    return problems
 
 
 def _vertex_problems(inst, cs, num_tiles: int) -> list[str]:
