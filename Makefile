@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-all lint bench clean
+.PHONY: install run test test-all docs-test notebooks lab lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,22 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -n 2 -q
 
+docs-test: $(STAMP)
+	$(PY) -m pytest tests/test_docs_examples.py tests/test_readme.py -n 2 -q
+
+# Executes each notebook on a copy under runs/notebooks/, keeping its outputs.
+notebooks: $(STAMP)
+	mkdir -p runs/notebooks
+	for nb in examples/notebooks/*.ipynb; do \
+		cp $$nb runs/notebooks/ && \
+		$(VENV)/bin/jupyter execute --inplace runs/notebooks/$$(basename $$nb) || exit 1; \
+	done
+
+# JupyterLab (the `notebook` extra) on the example notebooks.
+lab: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,notebook]'
+	$(VENV)/bin/jupyter lab examples/notebooks
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -31,4 +47,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_machine.py
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache runs
