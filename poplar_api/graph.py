@@ -32,21 +32,14 @@ copies to and from its own (non-replicated) streams and copies between such view
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
-from ipusim.config import with_overrides
-from ipusim.errors import ConfigError
-from poplar_api.codelet import VertexType, collect_codelets, vertex_type
 from poplar_api.device import Device, Target
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
-from poplar_api.fields import FieldSpec
 from poplar_api.graph_bulk import (
     MAX_ESTIMATE,
     OUTSIDE,
@@ -54,299 +47,32 @@ from poplar_api.graph_bulk import (
     Segments,
     VertexRange,
 )
+from poplar_api.graph_state import (
+    ComputeSet,
+    DataStream,
+    Function,
+    NonReplicatedView,
+    ReplicatedStreamMode,
+    Variable,
+    _check_replication,
+    _GraphState,
+    _interval_bounds,
+    _replica_target,
+    _shape_of,
+    _Space,
+    _VirtualTarget,
+    is_nonreplicated,
+    replication_factor,
+)
+from poplar_api.graph_vertices import FieldRef, VertexMethods, VertexRef
 from poplar_api.lowering.context import wide_ids
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
 from poplar_api.types import Type
-from poplar_api.vertices import UNMAPPED, VertexInstance, VertexTable, connection_ids
+from poplar_api.vertices import UNMAPPED
 
 
-@dataclass
-class Variable:
-    """A variable or constant: a contiguous id range of one element type."""
-
-    id: int
-    type: Type
-    base: int
-    size: int
-    shape: tuple[int, ...]
-    name: str
-    constant: bool = False
-
-
-_new_object = object.__new__
-
-
-class _Space:
-    """The element ids of one element size: tile of each element and the owning variable."""
-
-    def __init__(self) -> None:
-        self.tile = np.zeros(0, np.int32)
-        self.size = 0
-        self.var_bases: list[int] = []
-        self.var_ids: list[int] = []
-
-    def allocate(self, n: int, var_id: int) -> int:
-        base = self.size
-        self.size += n
-        if self.size > self.tile.size:
-            # 1.25x growth: amortised appends without doubling the largest space; the
-            # spare capacity stays untouched (no host memory) until allocated
-            grown = np.empty(max(self.size * 5 // 4, 1024), np.int32)
-            grown[:base] = self.tile[:base]
-            self.tile = grown
-        self.tile[base : self.size] = UNMAPPED
-        self.var_bases.append(base)
-        self.var_ids.append(var_id)
-        return base
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled state (executable files): the tile of each element, run-length coded
-        (mappings come in long runs), without the spare capacity of the array."""
-        tiles = self.tile[: self.size]
-        starts = np.flatnonzero(np.diff(tiles)) + 1 if tiles.size else np.zeros(0, np.int64)
-        starts = np.concatenate(([0], starts)) if tiles.size else starts
-        lengths = np.diff(np.concatenate((starts, [tiles.size])))
-        state = dict(self.__dict__)
-        state["tile"] = (tiles[starts].astype(np.int32), lengths.astype(np.int64))
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        values, lengths = state.pop("tile")
-        self.__dict__.update(state)
-        self.tile = np.repeat(values, lengths).astype(np.int32)
-
-    def variables_of(self, ids: np.ndarray) -> np.ndarray:
-        """Variable id owning each element id."""
-        pos = np.searchsorted(np.asarray(self.var_bases), ids, side="right") - 1
-        return np.asarray(self.var_ids, np.int64)[pos]
-
-
-@dataclass
-class ComputeSet:
-    """A set of vertices that run in parallel (one BSP compute phase)."""
-
-    id: int
-    name: str
-    vertices: list[int] = field(default_factory=list)
-
-    def getId(self) -> int:
-        return self.id
-
-
-class FieldRef:
-    """``v["field"]`` or ``v["field"][i]``: a field (or one vector of a VectorList)."""
-
-    __slots__ = ("index", "name", "vertex")
-
-    def __init__(self, vertex: VertexRef, name: str, index: int | None = None) -> None:
-        self.vertex = vertex
-        self.name = name
-        self.index = index
-
-    def __getitem__(self, i: int) -> FieldRef:
-        if self.index is not None:
-            raise GraphError(f"{self.vertex!r} field '{self.name}'[{self.index}] cannot be indexed")
-        return FieldRef(self.vertex, self.name, int(i))
-
-    def __repr__(self) -> str:
-        idx = "" if self.index is None else f"[{self.index}]"
-        return f"{self.vertex!r}['{self.name}']{idx}"
-
-
-class VertexRef:
-    """Handle of a vertex returned by :meth:`Graph.addVertex`."""
-
-    __slots__ = ("graph", "id")
-
-    def __init__(self, graph: Graph, vid: int) -> None:
-        self.graph = graph
-        self.id = vid
-
-    def __getitem__(self, name: str) -> FieldRef:
-        # raises with the list of fields when unknown
-        self.graph._state.vertices.vtype(self.id).field(name)
-        return FieldRef(self, name)
-
-    def __repr__(self) -> str:
-        return f"vertex {self.id} ({self.graph._state.vertices.vtype(self.id).name})"
-
-
-class ReplicatedStreamMode(str, Enum):
-    """How a host-to-device stream of a replicated graph feeds the replicas (Poplar's
-    ``poplar::ReplicatedStreamMode``).
-
-    ``REPLICATE`` (the default): every replica has its own data (the host buffer holds
-    one part per replica, replica-major); ``BROADCAST``: one copy of the data goes to
-    every replica.
-    """
-
-    REPLICATE = "REPLICATE"
-    BROADCAST = "BROADCAST"
-
-
-@dataclass(frozen=True)
-class DataStream:
-    """A host↔device FIFO made by ``addHostToDeviceFIFO`` / ``addDeviceToHostFIFO``.
-
-    ``replicationFactor`` is that of the graph that made it: a stream of a replicated
-    graph serves each of its replicas (``replicatedMode`` ``REPLICATE``), or sends
-    every replica the same data (``BROADCAST``); 1 for a stream of a graph that is
-    not replicated (including the non-replicated parent of a replicated graph).
-    """
-
-    handle: str
-    elementType: Type
-    numElements: int
-    toDevice: bool
-    replicatedMode: ReplicatedStreamMode = ReplicatedStreamMode.REPLICATE
-    replicationFactor: int = 1
-
-    def numElementsTotal(self) -> int:
-        return self.numElements
-
-    @property
-    def broadcast(self) -> bool:
-        """Whether one copy of the data feeds every replica (``BROADCAST``)."""
-        return self.replicatedMode is ReplicatedStreamMode.BROADCAST
-
-    @property
-    def perReplica(self) -> bool:
-        """Whether each replica has its own data (a ``REPLICATE`` stream of a graph of
-        several replicas)."""
-        return self.replicationFactor > 1 and not self.broadcast
-
-
-@dataclass(frozen=True)
-class Function:
-    """A program made callable by ``graph.addFunction``."""
-
-    index: int
-    program: Program
-
-
-class _GraphState:
-    """Everything a graph and its virtual graphs share."""
-
-    def __init__(self, target: Target) -> None:
-        self.target = target
-        #: element size in bytes -> the id space shared by the types of that size
-        self.spaces: dict[int, _Space] = {}
-        self.variables: list[Variable] = []
-        self.initial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # var id -> (ids, values)
-        #: initial values: (element type, element ids (a range when consecutive), values)
-        self.initial_parts: list[tuple[Type, np.ndarray | range, np.ndarray]] = []
-        self.codelets: dict[str, VertexType] = {}
-        self.compute_sets: list[ComputeSet] = []
-        self.vertices = VertexTable()
-        self.host_writes: dict[str, Tensor] = {}
-        self.host_reads: dict[str, Tensor] = {}
-        self.streams: dict[str, DataStream] = {}
-        self.functions: list[Function] = []
-        #: replicas of the graph; ``target`` is then one replica's target
-        self.replication_factor = 1
-        #: the target of the whole device (every replica)
-        self.device_target = target
-        #: the graph object of non-replicated views (``getNonReplicatedTensor``)
-        self.nonreplicated: NonReplicatedView | None = None
-
-    def space(self, t: Type) -> _Space:
-        """The id space of element type ``t`` (shared by every type of its size)."""
-        sp = self.spaces.get(t.size)
-        if sp is None:
-            sp = self.spaces[t.size] = _Space()
-        return sp
-
-    def find_space(self, t: Type) -> _Space | None:
-        """The id space of ``t``, or None when no element of its size exists yet."""
-        return self.spaces.get(t.size)
-
-
-class NonReplicatedView:
-    """The graph of the tensors ``getNonReplicatedTensor`` returns: the elements of
-    every replica of a replicated graph, seen from its non-replicated top level.
-
-    A tensor of this view has element ids ``replica * WIDE_STRIDE + id`` (see
-    :func:`~poplar_api.lowering.context.wide_ids`); its graph identity keeps it from
-    mixing with replicated tensors.
-    """
-
-    def __init__(self, state: _GraphState) -> None:
-        self.state = state
-
-    def __repr__(self) -> str:
-        return f"NonReplicatedView({self.state.replication_factor} replicas)"
-
-
-def replication_factor(state: Any) -> int:
-    """Replicas of a graph state (1 for states saved before replication existed)."""
-    return int(vars(state).get("replication_factor", 1))
-
-
-def is_nonreplicated(t: Any, state: Any) -> bool:
-    """Whether ``t`` is a non-replicated view (``getNonReplicatedTensor``) of ``state``."""
-    view = vars(state).get("nonreplicated")
-    return view is not None and isinstance(t, Tensor) and t.graph is view
-
-
-def _check_replication(value: Any, target: Target, what: str) -> int:
-    """A replication factor: an int >= 1 that divides the target's IPUs."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise GraphError(
-            f"{what}: replication factor {value!r} must be an int >= 1; hint: the number "
-            "of replicas, e.g. 4"
-        )
-    n = target.getNumIPUs()
-    if n % int(value):
-        divisors = [d for d in range(1, n + 1) if n % d == 0]
-        raise GraphError(
-            f"{what}: replication factor {int(value)} does not divide the target's {n} "
-            f"IPU(s); every replica needs the same whole number of IPUs; hint: use one of "
-            f"{divisors}, or a device of {int(value)} x (IPUs per replica) IPUs"
-        )
-    return int(value)
-
-
-def _replica_target(target: Target, replicas: int) -> Target:
-    """The target of one replica: the device's IPUs divided among ``replicas``.
-
-    Runs are timed on the whole device's machine (its links carry every replica), so
-    the replica's own link wiring only has to be valid: where the device's wiring does
-    not fit a replica's IPU count (a ladder of 3 IPUs, custom edges beyond it), the
-    replica's IPUs are taken as fully connected.
-    """
-    if replicas == 1:
-        return target
-    per_replica = {"num_ipus": target.getNumIPUs() // replicas}
-    try:
-        cfg = with_overrides(target.config, per_replica)
-    except ConfigError:
-        neutral = {
-            "links.topology": "full",
-            "links.edges": [],
-            "links.torus": False,
-            "links.gw_links.ipus_per_rack": None,
-        }
-        cfg = with_overrides(target.config, {**per_replica, **neutral})
-    return Target(cfg, target.targetType)
-
-
-def _shape_of(shape: Any, what: str) -> tuple[int, ...]:
-    if isinstance(shape, int | np.integer):
-        shape = [shape]
-    try:
-        items = list(shape)
-    except TypeError:
-        raise GraphError(f"{what}: shape {shape!r} must be a list of ints") from None
-    if any(isinstance(d, bool) or not isinstance(d, int | np.integer) for d in items):
-        raise GraphError(f"{what}: shape {items!r} must be a list of ints")
-    dims = tuple(int(d) for d in items)
-    if any(d < 0 for d in dims):
-        raise GraphError(f"{what}: shape {list(dims)} has a negative dimension")
-    return dims
-
-
-class Graph(BulkGraphMethods):
+class Graph(VertexMethods, BulkGraphMethods):
     """A Poplar-like graph for a target.
 
     Parameters
@@ -619,17 +345,6 @@ class Graph(BulkGraphMethods):
             )
         return int(self._tiles[int(tile)])
 
-    def _check_vertex(self, v: Any, what: str) -> VertexInstance:
-        """The vertex of a handle, which must come from this graph (or a virtual one)."""
-        if not isinstance(v, VertexRef):
-            raise GraphError(f"{what}: expected a vertex (graph.addVertex), got {type(v).__name__}")
-        if v.graph._state is not self._state:
-            raise GraphError(
-                f"{what}: vertex {v.id} belongs to another graph; hint: use the vertices this "
-                "graph's addVertex returned"
-            )
-        return self._state.vertices[v.id]
-
     def checkTensor(self, t: Any, what: str) -> Tensor:
         """``t``, checked to be a tensor of this graph (or of a virtual graph of the same
         top-level graph).
@@ -854,201 +569,6 @@ class Graph(BulkGraphMethods):
                 out[local].append(Interval(s, e))
         return out
 
-    # --------------------------------------------------------------- codelets
-    def addCodelets(self, codelets: Any, compileFlags: str = "") -> None:
-        """Register vertex classes: a class, a module, a codelet file path or a list.
-
-        Parameters
-        ----------
-        codelets
-            A Vertex/MultiVertex/SupervisorVertex subclass, a module, the path of a
-            Python file (``graph.addCodelets("my_codelets.py")`` imports it and
-            registers every vertex class it defines), or a list of these.
-        compileFlags
-            Accepted for Poplar compatibility (``"-O3"``, ...) and ignored: kernels are
-            compiled by Numba.
-
-        Raises
-        ------
-        CodeletError
-            A bad codelet class, a file with a syntax error or an import error (naming
-            file and line) or with no vertex class; ``CodeletFileError`` (also a
-            ``FileNotFoundError``) for a missing file.
-        GraphError
-            Another vertex type of the same name is already registered.
-        """
-        if not isinstance(compileFlags, str):
-            raise GraphError(f"addCodelets: compileFlags must be a str, got {compileFlags!r}")
-        for cls in collect_codelets(codelets):
-            vt = vertex_type(cls)
-            known = self._state.codelets.get(vt.name)
-            if known is not None and known.cls is not cls:
-                raise GraphError(
-                    f"addCodelets: a different vertex type named '{vt.name}' is already "
-                    "registered; hint: give one of them a distinct typeName"
-                )
-            self._state.codelets[vt.name] = vt
-
-    def _vertex_type(self, type_: Any) -> VertexType:
-        if isinstance(type_, type):
-            known = self._state.codelets.get(type_.__dict__.get("typeName") or type_.__name__)
-            if known is not None and known.cls is type_:
-                return known  # registered already
-            self.addCodelets(type_)
-            return vertex_type(type_)
-        vt = self._state.codelets.get(str(type_))
-        if vt is None:
-            names = sorted(self._state.codelets)
-            close = difflib.get_close_matches(str(type_), names, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else "add it with graph.addCodelets"
-            raise GraphError(
-                f"addVertex: unknown vertex type '{type_}' (registered: {names or 'none'}); {hint}"
-            )
-        return vt
-
-    # ------------------------------------------------------- compute & vertices
-    def addComputeSet(self, debugName: str = "") -> ComputeSet:
-        """A new, empty compute set."""
-        cid = len(self._state.compute_sets)
-        cs = ComputeSet(cid, debugName or f"cs{cid}")
-        self._state.compute_sets.append(cs)
-        return cs
-
-    def addVertex(
-        self, cs: ComputeSet, vertexType: Any, connections: Mapping[str, Any] | None = None
-    ) -> VertexRef:
-        """Add a vertex of ``vertexType`` (name or class) to ``cs``, with connections."""
-        if self._wide:
-            self._refuse_on_parent("addVertex")
-        state = self._state
-        sets = state.compute_sets
-        if type(cs) is not ComputeSet or not (0 <= cs.id < len(sets) and sets[cs.id] is cs):
-            raise GraphError(
-                f"addVertex: {cs!r} is not a compute set of this graph (another graph made it); "
-                "hint: use the compute sets this graph's addComputeSet returned"
-            )
-        vt = state.codelets.get(vertexType) if type(vertexType) is str else None
-        if vt is None:
-            vt = self._vertex_type(vertexType)
-        vertices = state.vertices
-        vid = vertices.append(vt, cs.id)
-        ref = _new_object(VertexRef)
-        ref.graph = self
-        ref.id = vid
-        if connections:
-            type_runs = vertices.type_runs[vertices.type_code[vid]]
-            check = type_runs.check
-            runs = type_runs.runs
-            base = vertices.row[vid] * type_runs.width
-            try:
-                for name, value in connections.items():
-                    fast = check.get(name)
-                    if (  # a run of this graph's ids on a Vector or scalar field: inline
-                        fast is not None
-                        and type(value) is Tensor
-                        and value._graph is state
-                        and value._type is fast[1]
-                        and value._start >= 0
-                    ):
-                        n = math.prod(value._shape)
-                        if fast[2] or n == 1:
-                            at = base + fast[0]
-                            runs[at] = value._start
-                            runs[at + 1] = value._start + n
-                            continue
-                    spec = vt.field_map.get(name)
-                    if spec is not None:
-                        self._connect_field(vertices[vid], spec, value)
-                    else:
-                        self.connect(ref[name], value)  # raises: no such field
-            except Exception:
-                vertices.pop()  # a failed call leaves no half-built vertex
-                raise
-        cs.vertices.append(vid)
-        return ref
-
-    def connect(self, fieldRef: FieldRef, value: Any) -> None:
-        """Connect a tensor (or, for a VectorList field, a list of tensors) to a field."""
-        if not isinstance(fieldRef, FieldRef):
-            raise GraphError(f"connect: expected v['field'], got {type(fieldRef).__name__}")
-        inst = self._check_vertex(fieldRef.vertex, f"connect of field '{fieldRef.name}'")
-        spec = inst.vtype.field(fieldRef.name)
-        if fieldRef.index is None:
-            self._connect_field(inst, spec, value)
-            return
-        where = f"{inst.describe()} field '{spec.name}'"
-        if spec.kind != "vectorlist":
-            raise GraphError(f"{where}: only VectorList fields take [i]")
-        size = inst.list_sizes.get(spec.name)
-        if size is None or not 0 <= fieldRef.index < size:
-            raise GraphError(
-                f"{where}[{fieldRef.index}]: index out of range (field size "
-                f"{size if size is not None else 'not set'}); hint: call setFieldSize first"
-            )
-        t = self._check_tensor(value, where)
-        spec.check([t.numElements()], t.elementType(), where)
-        slots = inst.fields.setdefault(spec.name, [None] * size)
-        slots[fieldRef.index] = t._index
-
-    def _connect_field(self, inst: VertexInstance, spec: FieldSpec, value: Any) -> None:
-        """Connect ``value`` to the whole field ``spec`` of ``inst`` (checked)."""
-        if spec.kind == "vectorlist":
-            if isinstance(value, Tensor):
-                value = [value]
-            state, ftype = self._state, spec.element_type
-            if isinstance(value, list) and all(
-                type(v) is Tensor and v._graph is state and v._type is ftype for v in value
-            ):
-                tensors = list(value)  # of this graph and the field's type: nothing to check
-            else:
-                where = f"{inst.describe()} field '{spec.name}'"
-                tensors = [self._check_tensor(v, where) for v in value]
-                for t in tensors:
-                    spec.check([t.numElements()], t.elementType(), where)
-            inst.fields[spec.name] = [t._index for t in tensors]
-            inst.list_sizes[spec.name] = len(tensors)
-            return
-        where = f"{inst.describe()} field '{spec.name}'"
-        t = self._check_tensor(value, where)
-        spec.check(t.numElements(), t.elementType(), where)
-        inst.table.set_field(inst.id, spec.name, connection_ids(t))
-
-    def setFieldSize(self, fieldRef: FieldRef, size: int) -> None:
-        """Number of vectors of a VectorList field, before connecting ``v[f][i]``."""
-        if not isinstance(fieldRef, FieldRef):
-            raise GraphError(f"setFieldSize: expected v['field'], got {type(fieldRef).__name__}")
-        inst = self._check_vertex(fieldRef.vertex, f"setFieldSize of field '{fieldRef.name}'")
-        spec = inst.vtype.field(fieldRef.name)
-        if spec.kind != "vectorlist":
-            raise GraphError(
-                f"{inst.describe()} field '{spec.name}': setFieldSize applies to VectorList "
-                f"fields; this one is {spec.describe()}"
-            )
-        inst.list_sizes[spec.name] = int(size)
-        inst.fields[spec.name] = [None] * int(size)
-
-    def setPerfEstimate(self, v: VertexRef, cycles: int) -> None:
-        """The vertex's cycle estimate (thread cycles; tile cycles for a MultiVertex)."""
-        fast = type(cycles) is int and 0 <= cycles < MAX_ESTIMATE and type(v) is VertexRef
-        if fast and v.graph._state is self._state:  # the common case, inline
-            self._state.vertices.estimate[v.id] = cycles
-            return
-        inst = self._check_vertex(v, "setPerfEstimate")
-        if (
-            isinstance(cycles, bool)
-            or not isinstance(cycles, int | np.integer)
-            or not 0 <= cycles < MAX_ESTIMATE
-        ):
-            raise GraphError(
-                f"setPerfEstimate of {inst.describe()}: {cycles!r} must be an int >= 0 "
-                "and < 2**62 (the thread cycles of one run of the vertex)"
-            )
-        inst.perf_estimate = int(cycles)
-
-    def setCycleEstimate(self, v: VertexRef, cycles: int) -> None:
-        """The SDK 1.x name of :meth:`setPerfEstimate` (same arguments and checks)."""
-        self.setPerfEstimate(v, cycles)
-
     # ------------------------------------------------------------ host access
     def _new_handle(self, handle: str, what: str) -> None:
         st = self._state
@@ -1167,38 +687,6 @@ class Graph(BulkGraphMethods):
         )
 
 
-def _interval_bounds(iv: Any, what: str) -> tuple[int, int]:
-    """``(begin, end)`` of an Interval or a pair of ints."""
-    if isinstance(iv, Interval):
-        return iv.begin(), iv.end()
-    try:
-        b, e = iv
-    except (TypeError, ValueError):
-        raise GraphError(
-            f"{what}: {iv!r} is not an interval; hint: Interval(begin, end) or (begin, end)"
-        ) from None
-    for v in (b, e):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            raise GraphError(f"{what}: interval {iv!r} must hold two ints (begin, end)")
-    if e < b:
-        raise GraphError(f"{what}: interval [{b}, {e}) ends before it begins")
-    return int(b), int(e)
-
-
-class _VirtualTarget(Target):
-    """The target seen by a virtual graph: the parent's with fewer tiles."""
-
-    def __init__(self, parent: Target, numTiles: int) -> None:
-        super().__init__(parent.config, parent.targetType)
-        self._num = numTiles
-
-    def getNumTiles(self) -> int:
-        return self._num
-
-    def getTilesPerIPU(self) -> int:
-        return min(self._num, super().getTilesPerIPU())
-
-
 def variable_count(graph: Graph) -> int:
     """How many variables and constants ``graph``'s state holds: ids made after this
     call are ``>=`` it (layers above use it to find the tensors an op created)."""
@@ -1230,7 +718,9 @@ def touches_constant(graph: Graph, t: Tensor) -> bool:
 
 
 __all__ = [
+    "MAX_ESTIMATE",
     "OUTSIDE",
+    "UNMAPPED",
     "ComputeSet",
     "DataStream",
     "FieldRef",
@@ -1239,6 +729,12 @@ __all__ = [
     "NonReplicatedView",
     "ReplicatedStreamMode",
     "Segments",
+    "Variable",
     "VertexRange",
     "VertexRef",
+    "is_nonreplicated",
+    "replication_factor",
 ]
+
+# state classes pickled (executable files) under this module's name load from here too
+_PICKLED = (_GraphState, _Space)

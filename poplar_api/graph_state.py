@@ -1,0 +1,316 @@
+"""What a graph and its virtual graphs share: element spaces, variables, compute sets,
+streams and replication, as plain data.
+
+:class:`_GraphState` holds everything :class:`~poplar_api.graph.Graph` objects over the
+same device share (a virtual graph is a view of its parent's state over some tiles);
+the lowering reads it. Element ids live in one :class:`_Space` per element size, with
+the tile of every element in a per-space array. The value types handed to users
+(:class:`ComputeSet`, :class:`DataStream`, :class:`Function`, :class:`Variable`,
+:class:`ReplicatedStreamMode`) and the replication helpers are here too; all are
+re-exported by :mod:`poplar_api.graph`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from ipusim.config import with_overrides
+from ipusim.errors import ConfigError
+from poplar_api.codelet import VertexType
+from poplar_api.device import Target
+from poplar_api.errors import GraphError
+from poplar_api.program import Program
+from poplar_api.tensor import Interval, Tensor
+from poplar_api.types import Type
+from poplar_api.vertices import UNMAPPED, VertexTable
+
+__all__ = [
+    "ComputeSet",
+    "DataStream",
+    "Function",
+    "NonReplicatedView",
+    "ReplicatedStreamMode",
+    "Variable",
+    "is_nonreplicated",
+    "replication_factor",
+]
+
+
+@dataclass
+class Variable:
+    """A variable or constant: a contiguous id range of one element type."""
+
+    id: int
+    type: Type
+    base: int
+    size: int
+    shape: tuple[int, ...]
+    name: str
+    constant: bool = False
+
+
+class _Space:
+    """The element ids of one element size: tile of each element and the owning variable."""
+
+    def __init__(self) -> None:
+        self.tile = np.zeros(0, np.int32)
+        self.size = 0
+        self.var_bases: list[int] = []
+        self.var_ids: list[int] = []
+
+    def allocate(self, n: int, var_id: int) -> int:
+        base = self.size
+        self.size += n
+        if self.size > self.tile.size:
+            # 1.25x growth: amortised appends without doubling the largest space; the
+            # spare capacity stays untouched (no host memory) until allocated
+            grown = np.empty(max(self.size * 5 // 4, 1024), np.int32)
+            grown[:base] = self.tile[:base]
+            self.tile = grown
+        self.tile[base : self.size] = UNMAPPED
+        self.var_bases.append(base)
+        self.var_ids.append(var_id)
+        return base
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled state (executable files): the tile of each element, run-length coded
+        (mappings come in long runs), without the spare capacity of the array."""
+        tiles = self.tile[: self.size]
+        starts = np.flatnonzero(np.diff(tiles)) + 1 if tiles.size else np.zeros(0, np.int64)
+        starts = np.concatenate(([0], starts)) if tiles.size else starts
+        lengths = np.diff(np.concatenate((starts, [tiles.size])))
+        state = dict(self.__dict__)
+        state["tile"] = (tiles[starts].astype(np.int32), lengths.astype(np.int64))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        values, lengths = state.pop("tile")
+        self.__dict__.update(state)
+        self.tile = np.repeat(values, lengths).astype(np.int32)
+
+    def variables_of(self, ids: np.ndarray) -> np.ndarray:
+        """Variable id owning each element id."""
+        pos = np.searchsorted(np.asarray(self.var_bases), ids, side="right") - 1
+        return np.asarray(self.var_ids, np.int64)[pos]
+
+
+@dataclass
+class ComputeSet:
+    """A set of vertices that run in parallel (one BSP compute phase)."""
+
+    id: int
+    name: str
+    vertices: list[int] = field(default_factory=list)
+
+    def getId(self) -> int:
+        return self.id
+
+
+class ReplicatedStreamMode(str, Enum):
+    """How a host-to-device stream of a replicated graph feeds the replicas (Poplar's
+    ``poplar::ReplicatedStreamMode``).
+
+    ``REPLICATE`` (the default): every replica has its own data (the host buffer holds
+    one part per replica, replica-major); ``BROADCAST``: one copy of the data goes to
+    every replica.
+    """
+
+    REPLICATE = "REPLICATE"
+    BROADCAST = "BROADCAST"
+
+
+@dataclass(frozen=True)
+class DataStream:
+    """A host↔device FIFO made by ``addHostToDeviceFIFO`` / ``addDeviceToHostFIFO``.
+
+    ``replicationFactor`` is that of the graph that made it: a stream of a replicated
+    graph serves each of its replicas (``replicatedMode`` ``REPLICATE``), or sends
+    every replica the same data (``BROADCAST``); 1 for a stream of a graph that is
+    not replicated (including the non-replicated parent of a replicated graph).
+    """
+
+    handle: str
+    elementType: Type
+    numElements: int
+    toDevice: bool
+    replicatedMode: ReplicatedStreamMode = ReplicatedStreamMode.REPLICATE
+    replicationFactor: int = 1
+
+    def numElementsTotal(self) -> int:
+        return self.numElements
+
+    @property
+    def broadcast(self) -> bool:
+        """Whether one copy of the data feeds every replica (``BROADCAST``)."""
+        return self.replicatedMode is ReplicatedStreamMode.BROADCAST
+
+    @property
+    def perReplica(self) -> bool:
+        """Whether each replica has its own data (a ``REPLICATE`` stream of a graph of
+        several replicas)."""
+        return self.replicationFactor > 1 and not self.broadcast
+
+
+@dataclass(frozen=True)
+class Function:
+    """A program made callable by ``graph.addFunction``."""
+
+    index: int
+    program: Program
+
+
+class _GraphState:
+    """Everything a graph and its virtual graphs share."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        #: element size in bytes -> the id space shared by the types of that size
+        self.spaces: dict[int, _Space] = {}
+        self.variables: list[Variable] = []
+        self.initial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # var id -> (ids, values)
+        #: initial values: (element type, element ids (a range when consecutive), values)
+        self.initial_parts: list[tuple[Type, np.ndarray | range, np.ndarray]] = []
+        self.codelets: dict[str, VertexType] = {}
+        self.compute_sets: list[ComputeSet] = []
+        self.vertices = VertexTable()
+        self.host_writes: dict[str, Tensor] = {}
+        self.host_reads: dict[str, Tensor] = {}
+        self.streams: dict[str, DataStream] = {}
+        self.functions: list[Function] = []
+        #: replicas of the graph; ``target`` is then one replica's target
+        self.replication_factor = 1
+        #: the target of the whole device (every replica)
+        self.device_target = target
+        #: the graph object of non-replicated views (``getNonReplicatedTensor``)
+        self.nonreplicated: NonReplicatedView | None = None
+
+    def space(self, t: Type) -> _Space:
+        """The id space of element type ``t`` (shared by every type of its size)."""
+        sp = self.spaces.get(t.size)
+        if sp is None:
+            sp = self.spaces[t.size] = _Space()
+        return sp
+
+    def find_space(self, t: Type) -> _Space | None:
+        """The id space of ``t``, or None when no element of its size exists yet."""
+        return self.spaces.get(t.size)
+
+
+class NonReplicatedView:
+    """The graph of the tensors ``getNonReplicatedTensor`` returns: the elements of
+    every replica of a replicated graph, seen from its non-replicated top level.
+
+    A tensor of this view has element ids ``replica * WIDE_STRIDE + id`` (see
+    :func:`~poplar_api.lowering.context.wide_ids`); its graph identity keeps it from
+    mixing with replicated tensors.
+    """
+
+    def __init__(self, state: _GraphState) -> None:
+        self.state = state
+
+    def __repr__(self) -> str:
+        return f"NonReplicatedView({self.state.replication_factor} replicas)"
+
+
+def replication_factor(state: Any) -> int:
+    """Replicas of a graph state (1 for states saved before replication existed)."""
+    return int(vars(state).get("replication_factor", 1))
+
+
+def is_nonreplicated(t: Any, state: Any) -> bool:
+    """Whether ``t`` is a non-replicated view (``getNonReplicatedTensor``) of ``state``."""
+    view = vars(state).get("nonreplicated")
+    return view is not None and isinstance(t, Tensor) and t.graph is view
+
+
+def _check_replication(value: Any, target: Target, what: str) -> int:
+    """A replication factor: an int >= 1 that divides the target's IPUs."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise GraphError(
+            f"{what}: replication factor {value!r} must be an int >= 1; hint: the number "
+            "of replicas, e.g. 4"
+        )
+    n = target.getNumIPUs()
+    if n % int(value):
+        divisors = [d for d in range(1, n + 1) if n % d == 0]
+        raise GraphError(
+            f"{what}: replication factor {int(value)} does not divide the target's {n} "
+            f"IPU(s); every replica needs the same whole number of IPUs; hint: use one of "
+            f"{divisors}, or a device of {int(value)} x (IPUs per replica) IPUs"
+        )
+    return int(value)
+
+
+def _replica_target(target: Target, replicas: int) -> Target:
+    """The target of one replica: the device's IPUs divided among ``replicas``.
+
+    Runs are timed on the whole device's machine (its links carry every replica), so
+    the replica's own link wiring only has to be valid: where the device's wiring does
+    not fit a replica's IPU count (a ladder of 3 IPUs, custom edges beyond it), the
+    replica's IPUs are taken as fully connected.
+    """
+    if replicas == 1:
+        return target
+    per_replica = {"num_ipus": target.getNumIPUs() // replicas}
+    try:
+        cfg = with_overrides(target.config, per_replica)
+    except ConfigError:
+        neutral = {
+            "links.topology": "full",
+            "links.edges": [],
+            "links.torus": False,
+            "links.gw_links.ipus_per_rack": None,
+        }
+        cfg = with_overrides(target.config, {**per_replica, **neutral})
+    return Target(cfg, target.targetType)
+
+
+def _shape_of(shape: Any, what: str) -> tuple[int, ...]:
+    if isinstance(shape, int | np.integer):
+        shape = [shape]
+    try:
+        items = list(shape)
+    except TypeError:
+        raise GraphError(f"{what}: shape {shape!r} must be a list of ints") from None
+    if any(isinstance(d, bool) or not isinstance(d, int | np.integer) for d in items):
+        raise GraphError(f"{what}: shape {items!r} must be a list of ints")
+    dims = tuple(int(d) for d in items)
+    if any(d < 0 for d in dims):
+        raise GraphError(f"{what}: shape {list(dims)} has a negative dimension")
+    return dims
+
+
+def _interval_bounds(iv: Any, what: str) -> tuple[int, int]:
+    """``(begin, end)`` of an Interval or a pair of ints."""
+    if isinstance(iv, Interval):
+        return iv.begin(), iv.end()
+    try:
+        b, e = iv
+    except (TypeError, ValueError):
+        raise GraphError(
+            f"{what}: {iv!r} is not an interval; hint: Interval(begin, end) or (begin, end)"
+        ) from None
+    for v in (b, e):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise GraphError(f"{what}: interval {iv!r} must hold two ints (begin, end)")
+    if e < b:
+        raise GraphError(f"{what}: interval [{b}, {e}) ends before it begins")
+    return int(b), int(e)
+
+
+class _VirtualTarget(Target):
+    """The target seen by a virtual graph: the parent's with fewer tiles."""
+
+    def __init__(self, parent: Target, numTiles: int) -> None:
+        super().__init__(parent.config, parent.targetType)
+        self._num = numTiles
+
+    def getNumTiles(self) -> int:
+        return self._num
+
+    def getTilesPerIPU(self) -> int:
+        return min(self._num, super().getTilesPerIPU())
