@@ -234,14 +234,20 @@ def assert_output(block: Block, shown: str, real: str) -> None:
 
 
 # ------------------------------------------------------------------ running blocks
+#: Entries of the repository linked into a scratch directory (outputs such as
+#: ``profiles/`` or ``runs/`` from earlier sessions are not, so nothing writes into them).
+LINKED = (
+    "README.md", "Makefile", "pyproject.toml", "benchmarks", "configs", "docs", "examples",
+    "ipusim", "popart_api", "poplar_api", "tests",
+)  # fmt: skip
+
+
 def scratch_root(path: Path) -> Path:
-    """``path`` with a link to every top-level entry of the repository (and ``.venv``)."""
-    for entry in ROOT.iterdir():
-        if entry.name in (".git", "sweeps", "profiles") or entry.name.startswith(".pytest"):
-            continue
-        (path / entry.name).symlink_to(entry)
-    if not (path / ".venv").exists():
-        (path / ".venv").symlink_to(VENV_BIN.parent)
+    """``path`` with a link to each of :data:`LINKED` and to the venv (``.venv``)."""
+    for name in LINKED:
+        if (ROOT / name).exists():
+            (path / name).symlink_to(ROOT / name)
+    (path / ".venv").symlink_to(VENV_BIN.parent)
     return path
 
 
