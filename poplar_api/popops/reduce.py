@@ -25,7 +25,6 @@ that is not, ``Reduce<…SCALAR_OUTPUT_REGIONS>`` otherwise (and for MUL, LOGICA
 
 from __future__ import annotations
 
-import enum
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -33,13 +32,19 @@ from typing import Any
 import numpy as np
 
 from poplar_api import program as _program
-from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import GraphError, TensorIndexError, TypeMismatchError
 from poplar_api.graph import OUTSIDE, ComputeSet, Graph, Segments
-from poplar_api.popops import reduce_estimators as est
+from poplar_api.popops.reduce_vertices import (
+    _ARITHMETIC_TYPES,
+    _LOGICAL_OPS,
+    _SCALABLE_OPS,
+    Operation,
+    _specialisation,
+    reduce_vertex,
+)
 from poplar_api.poputil import mapTensorLinearly
 from poplar_api.tensor import Tensor, concat
-from poplar_api.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Type
+from poplar_api.types import BOOL, FLOAT, HALF, Type
 
 __all__ = [
     "Operation",
@@ -50,23 +55,6 @@ __all__ = [
     "reduceMany",
     "reduceWithOutput",
 ]
-
-
-class Operation(enum.Enum):
-    """Reduction operation (``popops::Operation``)."""
-
-    ADD = "ADD"
-    MUL = "MUL"
-    MAX = "MAX"
-    MIN = "MIN"
-    SQUARE_ADD = "SQUARE_ADD"
-    LOGICAL_AND = "LOGICAL_AND"
-    LOGICAL_OR = "LOGICAL_OR"
-
-
-_ARITHMETIC_TYPES = (FLOAT, HALF, INT, UNSIGNED_INT)
-_LOGICAL_OPS = (Operation.LOGICAL_AND, Operation.LOGICAL_OR)
-_SCALABLE_OPS = (Operation.ADD, Operation.SQUARE_ADD)
 
 
 class ReduceParams:
@@ -107,176 +95,6 @@ class ReduceParams:
 
     def __repr__(self) -> str:
         return f"ReduceParams({self.op.name}, update={self.update}, scale={self.scale})"
-
-
-# --------------------------------------------------------------------------- vertices
-
-_SPECIALISATIONS = (
-    "DEFAULT",
-    "SCALAR_OUTPUT_REGIONS",
-    "SCALAR_OUTPUT_SINGLE_INPUT",
-    "ALL_REGIONS_CONTINUOUS",
-)
-
-#: ``getReductionVertexOpName`` (reduction/ReductionVertex.hpp).
-_VERTEX_OP_NAMES = {
-    Operation.ADD: "ReduceAdd",
-    Operation.SQUARE_ADD: "ReduceSquareAdd",
-    Operation.MUL: "ReduceMul",
-    Operation.MIN: "ReduceMin",
-    Operation.MAX: "ReduceMax",
-    Operation.LOGICAL_AND: "ReduceAnd",
-    Operation.LOGICAL_OR: "ReduceOr",
-}
-
-
-def _identity(op: Operation, dtype: np.dtype) -> Any:
-    """Value of a reduction over no elements."""
-    if op in (Operation.ADD, Operation.SQUARE_ADD):
-        return 0
-    if op is Operation.MUL:
-        return 1
-    if op is Operation.LOGICAL_AND:
-        return True
-    if op is Operation.LOGICAL_OR:
-        return False
-    big = np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).max
-    small = -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
-    return small if op is Operation.MAX else big
-
-
-_UFUNCS = {
-    Operation.ADD: np.add,
-    Operation.SQUARE_ADD: np.add,
-    Operation.MUL: np.multiply,
-    Operation.MAX: np.maximum,
-    Operation.MIN: np.minimum,
-    Operation.LOGICAL_AND: np.logical_and,
-    Operation.LOGICAL_OR: np.logical_or,
-}
-
-
-def segment_reduce(op: Operation, data: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Reduce ``data[bounds[j]:bounds[j+1]]`` for every ``j`` with ``op`` (vectorised).
-
-    SQUARE_ADD squares the elements first; empty segments give the identity.
-    """
-    values = data * data if op is Operation.SQUARE_ADD else data
-    lengths = np.diff(bounds)
-    result = np.full(lengths.size, _identity(op, data.dtype), dtype=data.dtype)
-    nonempty = lengths > 0
-    if nonempty.any():
-        result[nonempty] = _UFUNCS[op].reduceat(values, bounds[:-1][nonempty])
-    return result
-
-
-class _ReduceBase(Vertex):
-    """Shared kernel and estimator of the generated ``Reduce`` vertex classes."""
-
-    op: Operation = Operation.ADD
-    # (partials type, output type); a tuple, because a Type class attribute would be
-    # taken for a field declaration.
-    types: tuple[Type, Type] = (FLOAT, FLOAT)
-    update: bool = False
-    scaled: bool = False
-    specialisation: str = "DEFAULT"
-
-    @classmethod
-    def computeBatch(cls, batches, num_vertices, num_workers):
-        partials = batches["partials"]
-        out = batches["out"]
-        bounds = partials.inner_offsets
-        if bounds.size - 1 != out.data.size:
-            raise GraphError(
-                f"vertex type {cls.typeName}: {bounds.size - 1} partial vectors for "
-                f"{out.data.size} outputs; each output needs exactly one partial vector"
-            )
-        result = segment_reduce(cls.op, partials.data, bounds)
-        if cls.scaled:
-            per_vertex = np.diff(out.offsets)
-            k = batches["k"].data
-            result = result * np.repeat(k, per_vertex).astype(result.dtype, copy=False)
-        if cls.update:
-            out.data[:] = out.data + result
-        else:
-            out.data[:] = result
-
-    @classmethod
-    def getCycleEstimate(cls, sizes, target) -> int:
-        """The Poplibs estimator of this vertex's specialisation (reduce_estimators)."""
-        lengths = [int(n) for n in sizes["partials"]]
-        partials_type, out_type = cls.types
-        p_size = partials_type.size
-        dpw = est.data_path_elems(p_size)
-        acc_vw = est.acc_vector_width(p_size, partials_type.is_floating)
-        accumulator = cls.op in _SCALABLE_OPS  # isAccumOp: ADD and SQUARE_ADD
-        op_vw = acc_vw if accumulator else target.getVectorWidth(partials_type)
-        if cls.op in _LOGICAL_OPS:
-            conv = int(partials_type != out_type)
-            return est.generic_reduce_non_vectorised(lengths, conv=conv)
-        if cls.specialisation == "SCALAR_OUTPUT_SINGLE_INPUT":
-            return est.scalar_output_single_input(
-                sum(lengths), op_vw=op_vw, dpw=dpw, out_is_float=out_type == FLOAT
-            )
-        if cls.specialisation == "ALL_REGIONS_CONTINUOUS":
-            return est.all_regions_continuous(
-                len(lengths), lengths[0], acc_vw=acc_vw, dpw=dpw, update=cls.update
-            )
-        return est.generic_reduce(
-            lengths,
-            op_vw=op_vw,
-            dpw=dpw,
-            out_vw=target.getVectorWidth(out_type),
-            accumulator=accumulator,
-            update=cls.update,
-        )
-
-
-_VERTEX_CLASSES: dict[tuple, type] = {}
-
-
-def reduce_vertex(
-    op: Operation,
-    partials_type: Type,
-    out_type: Type,
-    update: bool,
-    scaled: bool,
-    specialisation: str,
-) -> type:
-    """The (cached) ``Reduce`` vertex class for one combination of template parameters.
-
-    Fields: ``partials`` (VectorList, one vector per output), ``out`` (Vector; InOut when
-    updating) and, when scaled, ``k`` (the FLOAT scale).
-    """
-    key = (op, partials_type, out_type, update, scaled, specialisation)
-    cls = _VERTEX_CLASSES.get(key)
-    if cls is not None:
-        return cls
-    # getReductionVertexName (reduction/ReductionVertex.hpp).
-    op_name = _VERTEX_OP_NAMES[op]
-    params = f"popops::{op_name},{partials_type.name},{out_type.name},{str(update).lower()}"
-    if specialisation == "ALL_REGIONS_CONTINUOUS":
-        kind = "ScaledContinuousReduce" if scaled else "ContinuousReduce"
-        name = f"popops::{kind}<{params}>"
-    else:
-        kind = "ScaledReduce" if scaled else "Reduce"
-        name = f"popops::{kind}<{params},popops::ReductionSpecialisation::{specialisation}>"
-    namespace: dict[str, Any] = {
-        "typeName": name,
-        "op": op,
-        "types": (partials_type, out_type),
-        "update": update,
-        "scaled": scaled,
-        "specialisation": specialisation,
-        "partials": Input(VectorList(partials_type)),
-        "out": (InOut if update else Output)(Vector(out_type)),
-        "__module__": __name__,
-    }
-    if scaled:
-        namespace["k"] = Input(FLOAT)
-    cls = type(f"Reduce_{len(_VERTEX_CLASSES)}", (_ReduceBase,), namespace)
-    _VERTEX_CLASSES[key] = cls
-    return cls
 
 
 # --------------------------------------------------------------------------- planning
@@ -369,28 +187,6 @@ def _split_chunks(sizes: np.ndarray, parts: int) -> list[tuple[int, int]]:
         bounds = np.concatenate(([0], np.clip(cuts, 1, n - 1), [n]))
     bounds = np.unique(bounds)
     return [(int(a), int(b)) for a, b in itertools.pairwise(bounds.tolist()) if b > a]
-
-
-def _specialisation(
-    op: Operation, lengths: np.ndarray, out_ids: np.ndarray, update: bool, scaled: bool
-) -> str:
-    """``getReductionVertexSpecialisation`` (reduction/ReductionConnection.cpp) for a
-    vertex whose output regions are single elements with one partial region each.
-
-    ALL_REGIONS_CONTINUOUS (ADD, SQUARE_ADD, MAX, MIN) when every output has the same
-    number of partials and the outputs are contiguous; else SCALAR_OUTPUT_SINGLE_INPUT
-    for one ADD/SQUARE_ADD output without update or scale; else SCALAR_OUTPUT_REGIONS
-    (all output regions have one element). Not modelled: the partials-alignment test
-    of ``allRegionsContinuous`` (partials are taken as cheap to gather) and the
-    STRIDED_REDUCE forms, which need outputs of more than one element.
-    """
-    continuous_ops = (Operation.ADD, Operation.SQUARE_ADD, Operation.MAX, Operation.MIN)
-    contiguous = out_ids.size <= 1 or bool((np.diff(np.sort(out_ids)) == 1).all())
-    if op in continuous_ops and (lengths == lengths[0]).all() and contiguous:
-        return "ALL_REGIONS_CONTINUOUS"
-    if op in _SCALABLE_OPS and lengths.size == 1 and not update and not scaled:
-        return "SCALAR_OUTPUT_SINGLE_INPUT"
-    return "SCALAR_OUTPUT_REGIONS"
 
 
 class _Stages:
