@@ -280,3 +280,19 @@ def test_cycles_by_ipu_in_both_layouts(layout, capsys):
             assert cells[1:] == [f"{s:,}" for s in sums]
         else:
             assert cells[1:] == [f"{s / trace.tiles_per_ipu:,.1f}" for s in sums]
+
+
+@pytest.mark.parametrize(
+    ("arch", "options", "layout"),
+    [
+        ("ipu1", {}, "sdk1"),
+        ("ipu2", {}, "sdk2"),
+        ("ipu21", {}, "sdk2"),
+        ("ipu21", {"summaryLayout": "SDK1"}, "sdk1"),
+        ("ipu1", {"summaryLayout": "sdk2"}, "sdk2"),
+    ],
+)
+def test_layout_by_target_and_option(arch, options, layout):
+    from poplar_api.summary import summary_layout
+
+    assert summary_layout({"target": {"arch": arch}}, options) == layout
