@@ -152,29 +152,11 @@ def _predicate_source(fn: Any, state: Any) -> str:
 
 
 def _interpret(node: ir.Node, program: ir.Program, dp: _EngineDataPlane) -> None:
-    """Run a machine program for its values only (the CPU device)."""
-    if isinstance(node, ir.Step):
-        if node.effect is not None:
-            dp.apply(node.effect)
-    elif isinstance(node, ir.Sequence):
-        for child in node.body:
-            _interpret(child, program, dp)
-    elif isinstance(node, ir.Repeat):
-        for _ in range(node.count):
-            _interpret(node.body, program, dp)
-    elif isinstance(node, ir.RepeatWhile):
-        while True:
-            _interpret(node.condition, program, dp)
-            if bool(dp.predicate(node.predicate)) != node.while_true:
-                break
-            _interpret(node.body, program, dp)
-    elif isinstance(node, ir.If):
-        _interpret(node.then if dp.predicate(node.predicate) else node.else_, program, dp)
-    elif isinstance(node, ir.Switch):
-        value = dp.predicate(node.control)
-        _interpret(next((n for v, n in node.cases if v == value), node.default), program, dp)
-    elif isinstance(node, ir.Call):
-        _interpret(program.functions[node.function], program, dp)
+    """Run a machine program for its values only (the CPU device): the steps in the
+    order :class:`ipusim.ir.ExecutionOrder` walks them, each step's effect applied."""
+    for step in ir.ExecutionOrder(program, dp.predicate).visit(node):
+        if step.effect is not None:
+            dp.apply(step.effect)
 
 
 class Engine:

@@ -143,49 +143,61 @@ class ProgramPoints:
     repeated: frozenset[int]
 
 
-def program_points(program: ir.Program, accesses: Accesses) -> ProgramPoints:
-    """Walk ``program``'s entries in order (functions where called) into program points."""
-    steps: list[ir.Step] = []
-    touched: list[tuple[int, int, int, int, bool]] = []
-    loops: list[tuple[int, int]] = []
-    executes: list[tuple[int, int]] = []
-    undef_at: list[tuple[int, int, int, bool]] = []
-    repeated: set[int] = set()
-    called: set[int] = set()
-    touches, undefs, execs = accesses.touches, accesses.undefs, accesses.executes
+class _PointWalk(ir.Visitor):
+    """Walks a program into program points (:func:`program_points`)."""
 
-    def visit(node: Any, entry: int, in_fn: bool, calls: tuple[int, ...]) -> None:
-        lo = len(steps)
-        if isinstance(node, ir.Step):
-            steps.append(node)
-        elif isinstance(node, ir.Call):
-            if node.function not in calls and 0 <= node.function < len(program.functions):
-                again = node.function in called
-                called.add(node.function)
-                visit(program.functions[node.function], entry, True, (*calls, node.function))
-                if again:
-                    repeated.update(range(lo, len(steps)))
-        else:
-            for child in ir.children(node):
-                visit(child, entry, in_fn, calls)
-        hi = len(steps) - 1
+    def __init__(self, program: ir.Program, accesses: Accesses) -> None:
+        self.functions = program.functions
+        self.accesses = accesses
+        self.steps: list[ir.Step] = []
+        self.touched: list[tuple[int, int, int, int, bool]] = []
+        self.loops: list[tuple[int, int]] = []
+        self.executes: list[tuple[int, int]] = []
+        self.undefs: list[tuple[int, int, int, bool]] = []
+        self.repeated: set[int] = set()
+        self.called: set[int] = set()
+
+    def visit(self, node: Any, entry: int, in_fn: bool, calls: tuple[int, ...]) -> None:
+        """Walk ``node`` and record where it touches, loops or runs a compute set."""
+        lo = len(self.steps)
+        super().visit(node, entry, in_fn, calls)
+        hi = len(self.steps) - 1
         key = id(node)
-        if key in undefs:
-            undef_at.append((key, lo, entry, in_fn))
+        if key in self.accesses.undefs:
+            self.undefs.append((key, lo, entry, in_fn))
         if hi < lo:
             return
         if isinstance(node, ir.Repeat | ir.RepeatWhile):
-            loops.append((lo, hi))
-        if key in touches:
-            touched.append((key, lo, hi, entry, in_fn))
-        if key in execs:
-            executes.append((lo, hi))
+            self.loops.append((lo, hi))
+        if key in self.accesses.touches:
+            self.touched.append((key, lo, hi, entry, in_fn))
+        if key in self.accesses.executes:
+            self.executes.append((lo, hi))
 
+    def visit_step(self, node: ir.Step, *args: Any) -> None:
+        self.steps.append(node)
+
+    def visit_call(self, node: ir.Call, entry: int, in_fn: bool, calls: tuple[int, ...]) -> None:
+        # a function's steps are walked at every call; a recursive call is not followed
+        fn = node.function
+        if fn in calls or not 0 <= fn < len(self.functions):
+            return
+        lo = len(self.steps)
+        again = fn in self.called
+        self.called.add(fn)
+        self.visit(self.functions[fn], entry, True, (*calls, fn))
+        if again:  # its code is stored at the first call
+            self.repeated.update(range(lo, len(self.steps)))
+
+
+def program_points(program: ir.Program, accesses: Accesses) -> ProgramPoints:
+    """Walk ``program``'s entries in order (functions where called) into program points."""
+    walk = _PointWalk(program, accesses)
     for entry, node in enumerate(program.entries):
-        visit(node, entry, False, ())
+        walk.visit(node, entry, False, ())
     return ProgramPoints(
-        tuple(steps), tuple(touched), tuple(loops), tuple(executes), tuple(undef_at),
-        frozenset(repeated),
+        tuple(walk.steps), tuple(walk.touched), tuple(walk.loops), tuple(walk.executes),
+        tuple(walk.undefs), frozenset(walk.repeated),
     )  # fmt: skip
 
 
