@@ -21,11 +21,11 @@ import numpy as np
 
 from poplar_api import program as _program
 from poplar_api.errors import GraphError
-from poplar_api.graph import Graph
+from poplar_api.graph import Graph, Segments
 from poplar_api.popnn import estimators as est
 from poplar_api.popnn import pool_vertices as pv
 from poplar_api.popnn.mapping import local_tiles
-from poplar_api.tensor import Tensor
+from poplar_api.tensor import Tensor, concat
 from poplar_api.types import UNSIGNED_INT, UNSIGNED_SHORT, Type
 
 #: Maximum channel grains per group (``maxGrainsPerChanGroup`` of ``getPlan``).
@@ -159,6 +159,21 @@ class _Geometry:
     n_sorted: np.ndarray | None = None
     avg: tuple[float, np.ndarray | None, list[tuple[int, int]]] | None = None
     estimates: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Vertex:
+    """A planned pooling vertex: its tile, estimate, the positions of its operand
+    fields, its constants and, when its outputs' counts differ, the connections of its
+    ``SelectiveScaling`` vertex."""
+
+    tile: int
+    estimate: int
+    pos: dict[str, np.ndarray] = field(default_factory=dict)
+    consts: dict[str, Tensor] = field(default_factory=dict)
+    work_list: Tensor | None = None
+    rows: list[tuple[int, int]] = field(default_factory=list)
+    scaling: dict[str, Any] | None = None
 
 
 class _Builder:
@@ -371,6 +386,7 @@ class _Builder:
         out_op = next(o for o in operands if o.field == "out")
         out_pos: list[np.ndarray] = []
         out_tiles: list[int] = []
+        planned: list[_Vertex] = []
         field_ranges = [_ranges(s, k) for s, k in zip(ps.out_shape, split[2:], strict=True)]
         for b0, b1 in _ranges(batch, split[1]):
             for g0, g1 in _ranges(ng, split[0]):
@@ -389,16 +405,21 @@ class _Builder:
                     zero_required |= geo.empty or geo.partial
                     if geo.empty:
                         continue
-                    conns: dict[str, Any] = {}
+                    v = _Vertex(tile, self.estimate(geo, g1 - g0))
                     for o in operands:
                         w = self._window(o.pos, g0, g1, b0, b1, geo, o.window)
+                        v.pos[o.field] = w.ravel()
                         if o is out_op:
-                            out_pos.append(w.ravel())
+                            out_pos.append(v.pos[o.field])
                             out_tiles.append(tile)
-                            groups = [o.tensor.elements(w[i].ravel()) for i in range(w.shape[0])]
-                        conns[o.field] = o.tensor.elements(w.ravel())
-                    self._add_vertex(cs_pool, cls, conns, geo, groups, g1 - g0, tile, avg,
-                                     scale_value)  # fmt: skip
+                            groups = [w[i].ravel() for i in range(w.shape[0])]
+                    self._constants(v, geo, groups, g1 - g0, out_op.tensor, avg, scale_value)
+                    planned.append(v)
+        if any(v.scaling is not None for v in planned):  # vertices of two compute sets
+            for v in planned:
+                self._add_one(cs_pool, cls, operands, v)
+        elif planned:
+            self._add_all(cs_pool, cls, operands, planned)
         if out_pos:
             pos = np.concatenate(out_pos)
             new = np.repeat(out_tiles, [p.size for p in out_pos])
@@ -416,43 +437,79 @@ class _Builder:
         if self._cs_scale is not None:
             prog.add(_program.Execute(self._cs_scale))
 
-    def _add_vertex(self, cs, cls, conns, geo, groups, nchg, tile, avg, scale_value) -> None:
-        """The constants, the optional ``SelectiveScaling`` vertex and the pooling
-        vertex of one partition, in Poplibs' order."""
-        graph, cpg = self.graph, self.cpg
+    def _constants(self, v: _Vertex, geo, groups, nchg, out, avg, scale_value) -> None:
+        """The constants of one partition's vertices, in Poplibs' order: the worklist,
+        parameters, the optional ``SelectiveScaling`` vertex's and the scale."""
+        cpg = self.cpg
         params = [geo.init_info, nchg - 1, cpg, self.ps.in_step, self.ps.out_step,
                   geo.in_slice * cpg, geo.init_info * cpg]  # fmt: skip
-        conns["startPos"] = self._const(UNSIGNED_SHORT, geo.start_pos, tile, "ContextStartPos")
-        conns["offsetBase"] = self._const(UNSIGNED_SHORT, geo.base, tile, "OffsetBase")
-        wl = self._const(UNSIGNED_SHORT, geo.work_list, tile, "worklist")
-        conns["workList"] = [wl.slice(a, b) for a, b in geo.bounds]
-        conns["params"] = self._const(UNSIGNED_INT, params, tile, "params")
+        v.consts["startPos"] = self._const(UNSIGNED_SHORT, geo.start_pos, v.tile, "ContextStartPos")
+        v.consts["offsetBase"] = self._const(UNSIGNED_SHORT, geo.base, v.tile, "OffsetBase")
+        v.work_list = self._const(UNSIGNED_SHORT, geo.work_list, v.tile, "worklist")
+        v.rows = geo.bounds
+        v.consts["params"] = self._const(UNSIGNED_INT, params, v.tile, "params")
         scale = scale_value
         if avg:
             scale, data, bounds = self.avg_scale(geo)
             if data is not None:
-                self._selective_scaling(data, bounds, groups, nchg, tile)
+                if self._cs_scale is None:
+                    self._cs_scale = self.graph.addComputeSet(f"{self.name}/Scale")
+                wl = self._const(UNSIGNED_SHORT, data, v.tile, "scaleWorklist")
+                v.scaling = {
+                    "scaleWorklist": [wl.slice(a, b) for a, b in bounds],
+                    "inOut": [out.elements(g) for g in groups],
+                    "params": self._const(UNSIGNED_INT, [nchg, cpg], v.tile, "scalingParams"),
+                }
         if self.kind == "sum":
-            conns["scale"] = self._const(self.typ, [scale], tile, "scale")
-        v = graph.addVertex(cs, cls, conns)
-        graph.setTileMapping(v, tile)
-        graph.setPerfEstimate(v, self.estimate(geo, nchg))
+            v.consts["scale"] = self._const(self.typ, [scale], v.tile, "scale")
 
-    def _selective_scaling(self, data, bounds, groups, nchg, tile) -> None:
-        """A ``SelectiveScaling`` vertex for outputs whose counts differ (compute set
-        ``Scale``, made on first use)."""
+    def _add_one(self, cs, cls, operands: list[_Operand], v: _Vertex) -> None:
+        """One partition's vertices: the optional ``SelectiveScaling`` vertex (compute
+        set ``Scale``), then the pooling vertex."""
         graph = self.graph
-        if self._cs_scale is None:
-            self._cs_scale = graph.addComputeSet(f"{self.name}/Scale")
-        wl = self._const(UNSIGNED_SHORT, data, tile, "scaleWorklist")
-        conns = {
-            "scaleWorklist": [wl.slice(a, b) for a, b in bounds],
-            "inOut": groups,
-            "params": self._const(UNSIGNED_INT, [nchg, self.cpg], tile, "scalingParams"),
+        if v.scaling is not None:
+            vs = graph.addVertex(self._cs_scale, pv.selective_scaling_vertex(self.typ), v.scaling)
+            graph.setTileMapping(vs, v.tile)
+            graph.setPerfEstimate(vs, est.SELECTIVE_SCALING_CYCLES)
+        conns: dict[str, Any] = {o.field: o.tensor.elements(v.pos[o.field]) for o in operands}
+        conns["startPos"] = v.consts["startPos"]
+        conns["offsetBase"] = v.consts["offsetBase"]
+        conns["workList"] = [v.work_list.slice(a, b) for a, b in v.rows]
+        conns["params"] = v.consts["params"]
+        if "scale" in v.consts:
+            conns["scale"] = v.consts["scale"]
+        vertex = graph.addVertex(cs, cls, conns)
+        graph.setTileMapping(vertex, v.tile)
+        graph.setPerfEstimate(vertex, v.estimate)
+
+    def _add_all(self, cs, cls, operands: list[_Operand], planned: list[_Vertex]) -> None:
+        """Every pooling vertex of the pass in one ``addVertices`` call: each field one
+        view of its tensor, dealt out to the vertices as :class:`Segments`."""
+        n = len(planned)
+
+        def pieces(t: Tensor, arrays: list[np.ndarray]) -> Segments:
+            sizes = np.fromiter((a.size for a in arrays), np.int64, len(arrays))
+            return Segments(t.elements(np.concatenate(arrays)), sizes)
+
+        def consts(ts: list[Tensor], vectors: Any = None) -> Segments:
+            sizes = np.fromiter((t.numElements() for t in ts), np.int64, len(ts))
+            return Segments(concat(ts) if len(ts) > 1 else ts[0], sizes, vectors)
+
+        conns: dict[str, Any] = {
+            o.field: pieces(o.tensor, [v.pos[o.field] for v in planned]) for o in operands
         }
-        v = graph.addVertex(self._cs_scale, pv.selective_scaling_vertex(self.typ), conns)
-        graph.setTileMapping(v, tile)
-        graph.setPerfEstimate(v, est.SELECTIVE_SCALING_CYCLES)
+        conns["startPos"] = consts([v.consts["startPos"] for v in planned])
+        conns["offsetBase"] = consts([v.consts["offsetBase"] for v in planned])
+        lists = [v.work_list for v in planned]
+        sizes = np.fromiter((b - a for v in planned for a, b in v.rows), np.int64)
+        vectors = np.fromiter((len(v.rows) for v in planned), np.int64, n)
+        conns["workList"] = Segments(concat(lists) if n > 1 else lists[0], sizes, vectors)
+        conns["params"] = consts([v.consts["params"] for v in planned])
+        if self.kind == "sum":
+            conns["scale"] = consts([v.consts["scale"] for v in planned])
+        tiles = np.fromiter((v.tile for v in planned), np.int64, n)
+        estimates = np.fromiter((v.estimate for v in planned), np.int64, n)
+        self.graph.addVertices(cs, cls, tiles, conns, estimates)
 
     def _const(self, type_: Type, values: Any, tile: int, what: str) -> Tensor:
         values = np.asarray(values)
@@ -467,4 +524,4 @@ class _Builder:
         box = tuple(slice(a, a + s) for a, s in zip(lo, shape, strict=True))
         sub = pos[(slice(g0 * cpg, g1 * cpg), slice(b0, b1), *box)]
         sub = sub.reshape(g1 - g0, cpg, *sub.shape[1:])
-        return np.moveaxis(sub, 1, -1)
+        return sub.transpose(0, *range(2, sub.ndim), 1)
