@@ -366,6 +366,9 @@ class ComputeSetRecord:
     state_by_type
         ``(vertex type name, bytes of vertex state)`` per type, in order of first
         appearance in the compute set.
+    interleaved
+        ``variable * num_tiles + tile`` of the (variable, tile) pairs connected to a
+        field declared ``interleaved`` (sorted, distinct).
     """
 
     compute_set: int
@@ -373,6 +376,27 @@ class ComputeSetRecord:
     node: Any
     state_per_tile: np.ndarray
     state_by_type: tuple[tuple[str, int], ...]
+    interleaved: np.ndarray
+
+
+def interleaved_keys(
+    table: ComputeSetTable, state: Any, variables: Any, num_tiles: int
+) -> np.ndarray:
+    """``variable * num_tiles + tile`` of the elements connected to fields declared
+    ``interleaved`` (each element's own tile), sorted and distinct; ``variables`` is
+    the lowering's :class:`~poplar_api.lowering.liveness.VariableIndex`."""
+    keys = []
+    for group in table.groups:
+        for ft in group.fields:
+            if not ft.spec.interleaved or ft.size == 0:
+                continue
+            held = ft.touched()  # the ids, or runs expanded here without keeping them
+            ids = runs.expand(held[0], held[1] - held[0]) if isinstance(held, tuple) else held
+            tiles = state.space(ft.type).tile[ids].astype(np.int64)
+            keys.append(variables.variables_of(ft.type, ids) * num_tiles + tiles)
+    if not keys:
+        return np.zeros(0, np.int64)
+    return np.unique(np.concatenate(keys))
 
 
 def vertex_state(

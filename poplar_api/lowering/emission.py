@@ -149,6 +149,8 @@ class Emission:
         return self.program_ids.setdefault(id(prog), len(self.program_ids))
 
     def tensor(self, t: Any, what: str) -> Tensor | None:
+        """``t`` when it is a tensor of this graph, else None and a problem naming
+        ``what``."""
         if not isinstance(t, Tensor) or t.graph is not self.state:
             self.problems.append(f"{what}: expected a tensor of this graph, got {t!r}")
             return None
@@ -167,11 +169,19 @@ class Emission:
         return runs.as_index(ids) if isinstance(ids, range) else self.index(ids)
 
     def tiles(self, t: Tensor) -> np.ndarray:
+        """Tile of each element of ``t`` (int64, in its row-major order)."""
         return self.state.space(t.elementType()).tile[t._id_index()].astype(np.int64)
 
     def predicate(
         self, t: Any, what: str, integral: bool = False, cases: tuple[int, ...] | None = None
     ) -> int | None:
+        """Register the predicate that reads control tensor ``t`` (a scalar); its index,
+        or None and a problem naming ``what``.
+
+        ``integral`` asks for an integral type (a Switch's control: the value selects
+        the case); with ``cases`` a value matching none of them stops the run. Otherwise
+        any non-zero value is true.
+        """
         t = self.tensor(t, what)
         if t is None:
             return None
@@ -214,6 +224,8 @@ class Emission:
         name: str = "Sync",
         ipus: tuple[int, ...] | None = None,
     ) -> ir.Sync:
+        """A sync step of ``kind`` (``internal``, ``external``, ``host``) for program
+        ``pid``; ``ipus`` lists the IPUs taking part (None: all)."""
         return ir.Sync(name=name, program_id=pid, sync_kind=kind, ipus=ipus)
 
     def predicate_sync(self, pid: int) -> ir.Sync:

@@ -18,6 +18,7 @@ from poplar_api.lowering import validate
 from poplar_api.lowering.computeset import (
     ComputeSetRecord,
     build_table,
+    interleaved_keys,
     make_runner,
     plan_reads,
     plan_writes,
@@ -80,5 +81,6 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
     node = ir.Sequence(nodes, name=cs.name)
     em.touches[id(node)] = [(ft.type, ft.touched()) for g in table.groups for ft in g.fields]
     per_tile, by_type = vertex_state(table, em.cfg.code, em.num_tiles)
-    em.compute_sets[cs.id] = ComputeSetRecord(cs.id, cs.name, node, per_tile, by_type)
+    inter = interleaved_keys(table, em.state, em.variables, em.num_tiles)
+    em.compute_sets[cs.id] = ComputeSetRecord(cs.id, cs.name, node, per_tile, by_type, inter)
     return node

@@ -53,22 +53,8 @@ from ipusim.timing import TimingModel
 from poplar_api.lowering.computeset import ComputeSetRecord
 from poplar_api.lowering.exchange import OwnerCache
 from poplar_api.lowering.liveness import Liveness, ProgramPoints, VariableIndex
-from poplar_api.vertices import id_array, id_count, type_groups
 
-__all__ = ["out_of_memory_message", "place_memory", "variable_tiles", "vertex_state_bytes"]
-
-
-def vertex_state_bytes(inst: Any, code: CodeConfig) -> int:
-    """Vertex state of one vertex instance: header plus its fields' words."""
-    total = code.vertex_header_bytes
-    for spec in inst.vtype.fields:
-        total += code.field_pointer_bytes
-        if spec.kind == "vector":
-            total += code.vector_size_bytes
-        elif spec.kind == "vectorlist":
-            inner = inst.fields.get(spec.name) or []
-            total += code.vector_size_bytes + code.vectorlist_descriptor_bytes * len(inner)
-    return total
+__all__ = ["out_of_memory_message", "place_memory", "variable_tiles"]
 
 
 def copy_vertex_state_bytes(code: CodeConfig) -> int:
@@ -81,35 +67,6 @@ def _present(values: np.ndarray, n: int) -> np.ndarray:
     mask = np.zeros(n, bool)
     mask[values] = True
     return np.flatnonzero(mask)
-
-
-def _interleaved_keys(state: Any, cs_ids: list[int], num_tiles: int) -> np.ndarray:
-    """``variable * num_tiles + tile`` of the (variable, tile) pairs connected to a
-    field declared interleaved, sorted."""
-    keys = []
-    table = state.vertices
-    interleaved = [[f for f in t.fields if f.interleaved] for t in table.types]
-    for cs_id in cs_ids:
-        vids = np.asarray(state.compute_sets[cs_id].vertices, np.int64)
-        codes = table.column("type_code", vids)
-        for kind, at in type_groups(codes):
-            specs = interleaved[kind]
-            if not specs:
-                continue
-            for vid in vids[at].tolist():
-                fields = table.fields[vid]
-                for spec in specs:
-                    value = fields.get(spec.name)
-                    for ids in value if isinstance(value, list) else [value]:
-                        if ids is None or id_count(ids) == 0:
-                            continue
-                        ids = id_array(ids)
-                        space = state.space(spec.element_type)
-                        tiles = space.tile[ids].astype(np.int64)
-                        keys.append(space.variables_of(ids) * num_tiles + tiles)
-    if not keys:
-        return np.zeros(0, np.int64)
-    return np.unique(np.concatenate(keys))
 
 
 def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ...]:
@@ -288,7 +245,8 @@ def _variable_blocks(
     variables = state.variables
     constant = np.fromiter((v.constant for v in variables), bool, len(variables))
     type_size = np.fromiter((v.type.size for v in variables), np.int64, len(variables))
-    inter = _interleaved_keys(state, [r.compute_set for r in records], nt)
+    inter = [r.interleaved for r in records if r.interleaved.size]
+    inter = np.unique(np.concatenate(inter)) if inter else np.zeros(0, np.int64)
     # a variable whose live range a WriteUndef splits has a row per range on each tile
     reps = np.ones(var.size, np.int64)
     extra_ranges = {vid: r for vid, r in live.ranges.items() if r}
