@@ -245,9 +245,10 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
     engine.writeTensor("x", np.arange(16, dtype=np.float32))
     engine.run(0)
     out = tmp_path_factory.mktemp("tiny_profile")
-    summary = io.StringIO()
-    engine.printProfileSummary(summary, {"showExecutionSteps": "true"})
-    (out / "summary.txt").write_text(summary.getvalue())
+    for name, layout in (("summary.txt", "sdk1"), ("summary_sdk2.txt", "sdk2")):
+        summary = io.StringIO()
+        engine.printProfileSummary(summary, {"showExecutionSteps": "true", "summaryLayout": layout})
+        (out / name).write_text(summary.getvalue())
     (out / "execution.json").write_text(json.dumps(engine.getExecutionProfile()))
     (out / "profile.json").write_text(json.dumps(engine.getGraphProfile()))
     return engine.getTrace(), out
@@ -281,6 +282,10 @@ def test_round_trip_three_readers_agree_with_the_trace(tiny_run) -> None:
     assert [(s.name, s.type, s.cycles) for s in from_summary.steps] == ref
     assert [(s.name, s.type, s.cycles) for s in from_trace.steps] == ref
     assert sum(c for _, _, c in ref) == expected["total"]
+    # SDK 2.x prints tile averages to one decimal
+    from_sdk2 = read_profile(out / "summary_sdk2.txt")
+    assert from_sdk2.format == "summary-sdk2"
+    assert from_sdk2.phases == pytest.approx(expected, abs=0.05)
 
 
 def test_cbor_profile_reads_like_json(tiny_run, tmp_path: Path) -> None:
