@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
-from poplar_api.graph import Graph
+from poplar_api.graph import Graph, Segments
 from poplar_api.poplin.conv_params import (
     ConvParams,
     dim_maps,
@@ -264,28 +264,35 @@ def _positions(t: Tensor) -> np.ndarray:
 
 
 class _Source:
-    """A convolution operand read through element positions; with an expanded (im2col)
-    input, position -1 is a zero the reading tile holds in a constant of its own."""
+    """The input as positions of one tensor: the input's own elements, then (with an
+    expanded, im2col, input whose position -1 marks a zero) one zero constant per tile
+    that reads zeros, made on the tile's first use."""
 
     def __init__(self, graph: Graph, t: Tensor, name: str) -> None:
-        self.graph, self.t, self.name = graph, t, name
+        self.graph, self.t, self.name = graph, t.flatten(), name
         self.zeros: dict[int, Tensor] = {}  # tile -> its one-element zero constant
+        self.at: dict[int, int] = {}  # tile -> position of its zero
 
-    def view(self, pos: np.ndarray, tile: int) -> Tensor:
-        """The elements at ``pos`` (flat), zeros from ``tile``'s zero constant."""
+    def positions(self, pos: np.ndarray, tile: int) -> np.ndarray:
+        """``pos`` with each -1 replaced by the position of ``tile``'s zero."""
         pad = pos < 0
         if not pad.any():
-            return self.t.elements(pos)
-        from poplar_api.tensor import concat
-
+            return pos
         zero = self.zeros.get(tile)
         if zero is None:
             zero = self.graph.addConstant(self.t.elementType(), [1], 0, f"{self.name}/zero")
             self.graph.setTileMapping(zero, tile)
             self.zeros[tile] = zero
-        real = pos[~pad]
-        both = concat([self.t.elements(real), zero])
-        return both.elements(np.where(pad, real.size, np.cumsum(~pad) - 1))
+            self.at[tile] = self.t.numElements() + len(self.at)
+        return np.where(pad, self.at[tile], pos)
+
+    def tensor(self) -> Tensor:
+        """The input followed by the zero constants, in the order they were made."""
+        if not self.zeros:
+            return self.t
+        from poplar_api.tensor import concat
+
+        return concat([self.t, *self.zeros.values()])
 
 
 @dataclasses.dataclass
@@ -316,6 +323,55 @@ def _tile_kind(
     bounds = list(zip([0, *ends[:-1]], ends, strict=True))
     return _TileKind(method, cls, UNSIGNED_SHORT if limited else UNSIGNED_INT, wl_values,
                      bounds, {})  # fmt: skip
+
+
+@dataclasses.dataclass
+class _Planned:
+    """One partial-sum vertex: its tile geometry's kind, tile, the positions of each
+    vector of its ``in``, ``weights`` and ``out`` fields, its constants and estimate."""
+
+    kind: _TileKind
+    tile: int
+    ins: list[np.ndarray] = dataclasses.field(default_factory=list)
+    ws: list[np.ndarray] = dataclasses.field(default_factory=list)
+    outs: list[np.ndarray] = dataclasses.field(default_factory=list)
+    worklists: Tensor | None = None
+    params: Tensor | None = None
+    estimate: int = 0
+
+
+def _segments(t: Tensor, per_vertex: list[list[np.ndarray]]) -> Segments:
+    """One view of ``t`` for a VectorList field of many vertices: vertex ``i`` gets the
+    vectors at the positions ``per_vertex[i]``."""
+    pieces = [p for vectors in per_vertex for p in vectors]
+    sizes = np.fromiter((p.size for p in pieces), np.int64, len(pieces))
+    vectors = np.fromiter((len(x) for x in per_vertex), np.int64, len(per_vertex))
+    flat = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    return Segments(t.elements(flat), sizes, vectors)
+
+
+def _add_partials(
+    graph: Graph, cs: Any, cls: type, group: list[_Planned], source: Tensor, ker: Tensor,
+    dst: Tensor,
+) -> None:  # fmt: skip
+    """Add consecutive partial-sum vertices of one class in one ``addVertices`` call."""
+    from poplar_api.tensor import concat
+
+    n = len(group)
+    wl_sizes = [b - a for v in group for a, b in v.kind.wl_bounds]
+    wl_vectors = [len(v.kind.wl_bounds) for v in group]
+    worklists = concat([v.worklists for v in group]) if n > 1 else group[0].worklists
+    params = concat([v.params for v in group]) if n > 1 else group[0].params
+    connections = {
+        "in": _segments(source, [v.ins for v in group]),
+        "weights": _segments(ker, [v.ws for v in group]),
+        "out": _segments(dst, [v.outs for v in group]),
+        "worklists": Segments(worklists, wl_sizes, wl_vectors),
+        "params": params.reshape([n, params.numElements() // n]),
+    }
+    tiles = np.fromiter((v.tile for v in group), np.int64, n)
+    estimates = np.fromiter((v.estimate for v in group), np.int64, n)
+    graph.addVertices(cs, cls, tiles, connections, estimates)
 
 
 def _conv(
@@ -371,6 +427,7 @@ def _conv(
     geoms: dict[tuple, tuple[TileGeometry, _TileKind | None]] = {}
     zeros: list[np.ndarray] = []
     dst_tiles = np.full(dst_pos.shape, -1, np.int64)
+    planned: list[_Planned] = []
     for block in itertools.product(*[list(enumerate(r)) for r in rng]):
         ix = tuple(i for i, _ in block)
         (g0, g1), (b0, b1) = block[0][1], block[1][1]
@@ -381,9 +438,7 @@ def _conv(
         found = geoms.get(key)
         if found is None:
             geom = tile_geometry(maps, b1 - b0, oranges, workers)
-            kind = (
-                None if geom.positions == 0 else _tile_kind(graph, plan, geom, kpos, fp, acc_type)
-            )
+            kind = _tile_kind(graph, plan, geom, kpos, fp, acc_type) if geom.positions else None
             found = geoms[key] = (geom, kind)
         geom, kind = found
         osl = tuple(slice(lo, hi) for lo, hi in oranges)
@@ -400,38 +455,36 @@ def _conv(
             ig_r = [(c, min(c + icg, ci1)) for c in range(ci0, ci1, icg)]
             og_r = [(c, min(c + ocg, co1)) for c in range(co0, co1, ocg)]
         wsl = tuple(slice(lo, hi) for lo, hi in geom.window)
-        ins, ws, outs = [], [], []
+        v = _Planned(kind, tile)
         for g in range(g0, g1):
-            win = act_pos[g, b0:b1, *wsl]
-            for a, b in ig_r:
-                ins.append(src.view(win[..., a:b].reshape(-1), tile))
+            win = act_pos[g, b0:b1, *wsl][..., ci0:ci1]
+            win = src.positions(win, tile) if plan.expanded else win
+            v.ins += [win[..., a - ci0 : b - ci0].reshape(-1) for a, b in ig_r]
             for oa, ob in og_r:
-                outs.append(dst_t.elements(dst[g, b0:b1, *osl, oa:ob].reshape(-1)))
-                for a, b in ig_r:
-                    ws.append(ker.elements(ker_pos[g, ..., oa:ob, a:b].reshape(-1)))
+                v.outs.append(dst[g, b0:b1, *osl, oa:ob].reshape(-1))
+                v.ws += [ker_pos[g, ..., oa:ob, a:b].reshape(-1) for a, b in ig_r]
         values = kind.wl_values if kind.wl_values.size else np.zeros(1, np.int64)
-        wl_const = graph.addConstant(kind.wl_type, [values.size], values, f"{name}/worklists")
-        graph.setTileMapping(wl_const, tile)
-        wl_views = [wl_const.slice(a, b) for a, b in kind.wl_bounds]
+        v.worklists = graph.addConstant(kind.wl_type, [values.size], values, f"{name}/worklists")
+        graph.setTileMapping(v.worklists, tile)
+        if not kind.wl_values.size:  # a placeholder element, not connected
+            v.worklists = v.worklists.slice(0, 0)
         in_rows = (b1 - b0) * int(np.prod(geom.in_shape))
         out_rows = (b1 - b0) * int(np.prod(geom.out_shape))
         counts = (g1 - g0, len(ig_r), len(og_r))
         pvals = [counts[0], counts[2], counts[1], kpos, in_rows, out_rows,
                  geom.in_stride, geom.out_stride]  # fmt: skip
-        p_const = graph.addConstant(INT, [len(pvals)], pvals, f"{name}/params")
-        graph.setTileMapping(p_const, tile)
-        v = graph.addVertex(
-            cs,
-            kind.cls,
-            {"in": ins, "weights": ws, "out": outs, "worklists": wl_views, "params": p_const},
-        )
-        graph.setTileMapping(v, tile)
+        v.params = graph.addConstant(INT, [len(pvals)], pvals, f"{name}/params")
+        graph.setTileMapping(v.params, tile)
         chans = (ci1 - ci0, co1 - co0)
         est = kind.estimates.get((counts, chans))
         if est is None:
             est = partial_estimate(plan, kind.method, geom, b1 - b0, counts, chans, params, target)
             kind.estimates[(counts, chans)] = est = int(est)
-        graph.setPerfEstimate(v, est)
+        v.estimate = est
+        planned.append(v)
+    source = src.tensor()
+    for cls, group in itertools.groupby(planned, key=lambda v: v.kind.cls):
+        _add_partials(graph, cs, cls, list(group), source, ker, dst_t)
     prog.add(Execute(cs))
     graph.mapElements(dst_t, dst_tiles)
     if zeros:
@@ -468,8 +521,8 @@ def _reduce(
     out_pos, part_pos = _positions(out_var), _positions(partials)
     tiles_all = np.empty(out_pos.shape, np.int64)
     v_tiles: list[int] = []
-    v_parts: list[list[Tensor]] = []
-    v_outs: list[Tensor] = []
+    v_parts: list[np.ndarray] = []  # [pci, size] positions in the partials, per vertex
+    v_outs: list[np.ndarray] = []
     for block in itertools.product(*[list(enumerate(r)) for r in rng[:-1]]):
         ix = tuple(i for i, _ in block)
         (g0, g1), (b0, b1) = block[0][1], block[1][1]
@@ -487,14 +540,19 @@ def _reduce(
             flat_tiles[lo:hi] = tiles[p]
             if hi <= lo:
                 continue
-            rows = partials.elements(flat_parts[:, lo:hi])
-            v_parts.append([rows[q] for q in range(pci)])
-            v_outs.append(out_var.elements(flat_out[lo:hi]))
+            v_parts.append(flat_parts[:, lo:hi])
+            v_outs.append(flat_out[lo:hi])
             v_tiles.append(int(tiles[p]))
         tiles_all[box] = flat_tiles.reshape(tiles_all[box].shape)
     if v_tiles:
-        graph.addVertices(cs, cls, np.asarray(v_tiles, np.int64),
-                          {"partials": v_parts, "out": v_outs})  # fmt: skip
+        sizes = np.fromiter((x.shape[1] for x in v_parts), np.int64, len(v_parts))
+        parts = np.concatenate([x.reshape(-1) for x in v_parts])
+        connections = {
+            "partials": Segments(partials.elements(parts), np.repeat(sizes, pci),
+                                 np.full(sizes.size, pci, np.int64)),
+            "out": Segments(out_var.elements(np.concatenate(v_outs)), sizes),
+        }  # fmt: skip
+        graph.addVertices(cs, cls, np.asarray(v_tiles, np.int64), connections)
     graph.mapElements(out_var, tiles_all)
     prog.add(Execute(cs))
 

@@ -102,7 +102,6 @@ def tile_geometry(
     positions = 0
     for kidx in itertools.product(*[range(k) for k in kshape]):
         act = [np.flatnonzero(s[k] >= 0) for s, k in zip(sub, kidx, strict=True)]
-        per_worker: list[list[tuple[int, int, int]]] = [[] for _ in range(num_workers)]
         counts = [a.size for a in act]
         if min(counts) > 0:
             inner = act[-1]
@@ -122,29 +121,36 @@ def tile_geometry(
             per_row = counts[-1]
             total = rows * per_row
             positions += total
+            # per worker the rows its contiguous range of elements touches, all at once
+            wv = np.arange(num_workers, dtype=np.int64)
+            beg, end = (wv * total) // num_workers, ((wv + 1) * total) // num_workers
+            first = beg // per_row
+            cnt = np.where(end > beg, (end - 1) // per_row - first + 1, 0)
+            wid = np.repeat(wv, cnt)
+            r = (
+                np.repeat(first, cnt)
+                + np.arange(int(cnt.sum()))
+                - np.repeat(cnt.cumsum() - cnt, cnt)
+            )
+            x0 = np.maximum(beg[wid], r * per_row) - r * per_row
+            x1 = np.minimum(end[wid], (r + 1) * per_row) - r * per_row
+            idx = np.unravel_index(r, outer_shape)
+            o_row = idx[0] * out_field + inner[x0]
+            i_row = idx[0] * in_field + inner_in[x0]
+            for d in range(n - 1):
+                o_loc = act[d][idx[d + 1]]
+                o_row = o_row + o_loc * int(out_strides[d])
+                i_row = i_row + (sub[d][kidx[d], o_loc] - window[d][0]) * int(in_strides[d])
+            entries = np.stack([o_row, x1 - x0, i_row], 1).astype(np.int64)
+            cuts = cnt.cumsum()[:-1]
+            nums = np.split(entries[:, 1], cuts)
             for w in range(num_workers):
-                beg, end = (w * total) // num_workers, ((w + 1) * total) // num_workers
-                e = beg
-                while e < end:
-                    r, x0 = divmod(e, per_row)
-                    x1 = min(per_row, x0 + (end - e))
-                    idx = np.unravel_index(r, outer_shape) if outer_shape else ()
-                    b = int(idx[0])
-                    o_row = b * out_field
-                    i_row = b * in_field
-                    for d in range(n - 1):
-                        o_loc = int(act[d][idx[d + 1]])
-                        o_row += o_loc * int(out_strides[d])
-                        i_row += (int(sub[d][kidx[d], o_loc]) - window[d][0]) * int(in_strides[d])
-                    o_row += int(inner[x0])
-                    i_row += int(inner_in[x0])
-                    per_worker[w].append((o_row, x1 - x0, i_row))
-                    e += x1 - x0
-        for w in range(num_workers):
-            partitions[w].append([t[1] for t in per_worker[w]])
-        worklists.append(
-            [np.asarray(per_worker[w], np.int64).reshape(-1) for w in range(num_workers)]
-        )
+                partitions[w].append(nums[w].tolist())
+            worklists.append([e.reshape(-1) for e in np.split(entries, cuts)])
+        else:
+            for w in range(num_workers):
+                partitions[w].append([])
+            worklists.append([np.zeros(0, np.int64) for _ in range(num_workers)])
     return TileGeometry(
         window=window,
         out_shape=out_shape,
