@@ -383,9 +383,9 @@ class BulkGraphMethods:
         connections: Mapping[str, Any] | None = None,
         perfEstimates: Any = None,
     ) -> VertexRange:
-        """Add ``n = len(tiles)`` vertices of ``vertexType`` to ``cs`` in one call.
+        """Add ``n = len(tiles)`` vertices to ``cs`` in one call.
 
-        The result is the graph ``n`` calls of ``addVertex(cs, vertexType, {f: c[i]})``,
+        The result is the graph ``n`` calls of ``addVertex(cs, type, {f: c[i]})``,
         ``setTileMapping(v, tiles[i])`` (and ``setPerfEstimate``) make, with the same
         vertex ids in the same order; rows of consecutive elements are kept as runs
         without a Python object per vertex.
@@ -395,7 +395,9 @@ class BulkGraphMethods:
         cs
             A compute set of this graph.
         vertexType
-            A registered vertex type name or a vertex class.
+            A registered vertex type name or a vertex class; or a sequence of ``n`` of
+            them (vertex ``i`` of type ``vertexType[i]``: specialisations of one
+            vertex, whose connected fields agree in kind and element type).
         tiles
             int array of ``n`` tiles (this graph's numbering), vertex ``i`` on ``tiles[i]``.
         connections
@@ -416,30 +418,28 @@ class BulkGraphMethods:
         ------
         GraphError
             A compute set of another graph, an unknown field, a tensor of another graph
-            or with another row count than ``n``, a tile or estimate out of range.
+            or with another row count than ``n``, a tile or estimate out of range, types
+            whose fields disagree.
         TypeMismatchError
             A connection of another element type than its field's.
         """
         self._refuse_on_parent("addVertices")
-        what = "addVertices"
         state = self._state
         sets = state.compute_sets
         if type(cs).__name__ != "ComputeSet" or not (0 <= cs.id < len(sets) and sets[cs.id] is cs):
             raise GraphError(
-                f"{what}: {cs!r} is not a compute set of this graph; hint: use the compute "
-                "sets this graph's addComputeSet returned"
+                f"addVertices: {cs!r} is not a compute set of this graph; hint: use the "
+                "compute sets this graph's addComputeSet returned"
             )
-        vt = state.codelets.get(vertexType) if type(vertexType) is str else None
-        if vt is None:
-            vt = self._vertex_type(vertexType)
-        what = f"addVertices of {vt.name}"
-        tile_arr = _int_array(tiles, what)
+        tile_arr = _int_array(tiles, "addVertices: tiles")
         if tile_arr.ndim != 1:
             raise GraphError(
-                f"{what}: tiles must be a 1-D array of one tile per vertex, got shape "
+                f"addVertices: tiles must be a 1-D array of one tile per vertex, got shape "
                 f"{list(tile_arr.shape)}"
             )
         n = int(tile_arr.size)
+        kinds, which = self._vertex_kinds(vertexType, n)
+        what = f"addVertices of {'/'.join(k.name for k in kinds[:3])}"
         roots = self._check_tiles(tile_arr, n, what, "vertex")
         estimates = np.full(n, NO_ESTIMATE, np.int64)
         if perfEstimates is not None:
@@ -455,128 +455,196 @@ class BulkGraphMethods:
                     "(the thread cycles of one run of the vertex)"
                 )
             estimates[:] = est
-        # check every connection before adding anything
-        #: (field, vertices (None: all), run begins, run ends)
-        run_fields: list[tuple[str, np.ndarray | None, np.ndarray, np.ndarray]] = []
-        #: (field, vertices, the ids each of them gets)
-        id_fields: list[tuple[str, np.ndarray, list[np.ndarray]]] = []
-        per_vertex: list[tuple[Any, Any]] = []  # (spec, sequence of n addVertex values)
-        #: (field, per-vertex piece begins, sizes, vectors, flat ids) of VectorList segments
-        list_fields: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        plan = _Connections(n)
         for name, value in (connections or {}).items():
-            spec = vt.field(name)  # raises, listing the fields, when unknown
-            where = f"{what} field '{name}'"
-            if isinstance(value, Segments):
-                t = self.checkTensor(value.tensor, where)
-                if value.count() != n:
+            specs = [k.field(name) for k in kinds]  # raises, listing the fields, if unknown
+            spec = specs[0]
+            for other, k in zip(specs[1:], kinds[1:], strict=True):
+                if other.kind != spec.kind or other.element_type != spec.element_type:
                     raise GraphError(
-                        f"{where}: {value!r} feeds {value.count()} vertices but {n} are added; "
-                        "hint: one piece (or one count of vectors) per vertex"
+                        f"{what}: field '{name}' is {spec.describe()} in {kinds[0].name} but "
+                        f"{other.describe()} in {k.name}; hint: add them in separate calls"
                     )
-                sizes = value.sizes
-                begins = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-                if spec.kind == "vectorlist" or value.vectors is not None:
-                    if spec.kind != "vectorlist":
-                        raise GraphError(
-                            f"{where}: Segments with vectors feed VectorList fields; this one "
-                            f"is {spec.describe()}"
-                        )
-                    spec.check(sizes.tolist()[:1], t._type, where)
-                    vectors = np.ones(n, np.int64) if value.vectors is None else value.vectors
-                    list_fields.append((name, begins, sizes, vectors, t.flat_index()))
-                    continue
-                if spec.kind == "scalar" and sizes.size and (sizes != 1).any():
-                    k = int(np.flatnonzero(sizes != 1)[0])
-                    spec.check(int(sizes[k]), t._type, f"{where} (vertex {k})")
-                spec.check(1 if spec.kind == "scalar" else 0, t._type, where)
-                if t._start >= 0:
-                    run_fields.append((name, None, t._start + begins, t._start + begins + sizes))
-                    continue
-                ids = t.flat_index()
-                is_run = _runs_of(ids, begins, sizes)
-                if is_run.any():
-                    sel = None if is_run.all() else np.flatnonzero(is_run)
-                    b = begins if sel is None else begins[sel]  # pieces of >= 1 element
-                    k = sizes if sel is None else sizes[sel]
-                    run_fields.append((name, sel, ids[b], ids[b] + k))
-                if not is_run.all():
-                    rest = np.flatnonzero(~is_run)
-                    pieces = [
-                        ids[o : o + k]
-                        for o, k in zip(begins[rest].tolist(), sizes[rest].tolist(), strict=True)
-                    ]
-                    id_fields.append((name, rest, pieces))
-                continue
-            if not isinstance(value, Tensor):
-                if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-                    raise GraphError(
-                        f"{where}: expected a Tensor with one row per vertex or a sequence "
-                        f"of {n} values, got {type(value).__name__}"
-                    )
-                if len(value) != n:
-                    raise GraphError(
-                        f"{where}: {len(value)} values given for {n} vertices; hint: one per vertex"
-                    )
-                per_vertex.append((spec, value))
-                continue
-            t = self.checkTensor(value, where)
-            if not t._shape or t._shape[0] != n:
-                raise GraphError(
-                    f"{where}: tensor '{t.name}' has shape {t.shape()} but {n} vertices are "
-                    f"added; its first dimension must be {n} (row i goes to vertex i); "
-                    "hint: reshape to [n, elements per vertex]"
-                )
-            row_len = int(np.prod(t._shape[1:], dtype=np.int64))
-            if spec.kind == "vectorlist":
-                spec.check([row_len], t._type, where)
-                per_vertex.append((spec, [t[i] for i in range(n)]))
-                continue
-            spec.check(row_len, t._type, where)
-            if t._start >= 0:
-                begins = t._start + np.arange(n, dtype=np.int64) * row_len
-                run_fields.append((name, None, begins, begins + row_len))
-                continue
-            ix = t._index.reshape(n, row_len)
-            is_run = (np.diff(ix, axis=1) == 1).all(axis=1) if row_len else np.zeros(n, bool)
-            if is_run.all():
-                run_fields.append((name, None, ix[:, 0].copy(), ix[:, 0] + row_len))
-                continue
-            if is_run.any():
-                sel = np.flatnonzero(is_run)
-                run_fields.append((name, sel, ix[sel, 0], ix[sel, 0] + row_len))
-            rest = np.flatnonzero(~is_run)
-            id_fields.append((name, rest, [t._index[i] for i in rest.tolist()]))
+            plan.add(self, name, value, spec, specs, f"{what} field '{name}'")
         table = state.vertices
-        first = table.extend(vt, cs.id, roots, estimates)
+        first, type_rows = table.extend_types(kinds, which, cs.id, roots, estimates)
         try:
-            if n and run_fields:
-                row0 = table.row[first]  # a type's rows of one call are consecutive
-                type_rows = np.arange(row0, row0 + n, dtype=np.int64)
-                for name, sel, begins, ends in run_fields:
-                    rows = type_rows if sel is None else type_rows[sel]
-                    table.set_runs(vt, rows, name, begins, ends)
-            extra = table.extra
-            for name, sel, rows in id_fields:
-                # what addVertex keeps of a connection that is not a run: its index array
-                for i, row in zip(sel.tolist(), rows, strict=True):
-                    extra.setdefault(first + i, {})[name] = row
-            sizes_of = table.list_sizes
-            for name, begins, sizes, vectors, ids in list_fields:
-                b, k = begins.tolist(), sizes.tolist()
-                at = 0
-                for i, count in enumerate(vectors.tolist()):
-                    vid = first + i
-                    extra.setdefault(vid, {})[name] = [
-                        ids[o : o + m]
-                        for o, m in zip(b[at : at + count], k[at : at + count], strict=True)
-                    ]
-                    sizes_of.setdefault(vid, {})[name] = count
-                    at += count
-            for spec, values in per_vertex:
-                for i, value in enumerate(values):
-                    self._connect_field(table[first + i], spec, value)
+            plan.write(self, table, kinds, which, first, type_rows)
         except Exception:
             table.truncate(first)  # a failed call leaves no half-built vertices
             raise
         cs.vertices.extend(range(first, first + n))
         return VertexRange(self, first, first + n)
+
+    def _vertex_kinds(self: Graph, vertexType: Any, n: int) -> tuple[list, np.ndarray | None]:
+        """The distinct vertex types of an ``addVertices`` call and, for a sequence of
+        types, the position in them of each vertex's type (None for one type)."""
+        codelets = self._state.codelets
+        if isinstance(vertexType, str) or not isinstance(vertexType, Sequence):
+            vt = codelets.get(vertexType) if type(vertexType) is str else None
+            return [vt if vt is not None else self._vertex_type(vertexType)], None
+        if len(vertexType) != n:
+            raise GraphError(
+                f"addVertices: {len(vertexType)} vertex types given for {n} tiles; hint: one "
+                "type per vertex, or a single type for all"
+            )
+        kinds: list = []
+        seen: dict[Any, int] = {}
+        which = np.empty(n, np.int64)
+        for i, v in enumerate(vertexType):
+            k = seen.get(v)
+            if k is None:
+                vt = codelets.get(v) if type(v) is str else None
+                kinds.append(vt if vt is not None else self._vertex_type(v))
+                k = seen[v] = len(kinds) - 1
+            which[i] = k
+        if not kinds:
+            raise GraphError("addVertices: an empty sequence of vertex types; give a type")
+        return kinds, (None if len(kinds) == 1 else which)
+
+
+class _Connections:
+    """The checked connections of one ``addVertices`` call, written once its vertices
+    exist."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        #: (field, vertices (None: all), run begins, run ends)
+        self.runs: list[tuple[str, np.ndarray | None, np.ndarray, np.ndarray]] = []
+        #: (field, vertices, the ids each of them gets)
+        self.ids: list[tuple[str, np.ndarray, list[np.ndarray]]] = []
+        #: (field, per-vertex specs, sequence of n addVertex values)
+        self.per_vertex: list[tuple[str, list, Any]] = []
+        #: (field, piece begins, sizes, vectors per vertex, flat ids) of VectorLists
+        self.lists: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, graph: Graph, name: str, value: Any, spec: Any, specs: list, where: str) -> None:
+        n = self.n
+        if isinstance(value, Segments):
+            self._segments(graph, name, value, spec, where)
+            return
+        if not isinstance(value, Tensor):
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+                raise GraphError(
+                    f"{where}: expected a Tensor with one row per vertex or a sequence "
+                    f"of {n} values, got {type(value).__name__}"
+                )
+            if len(value) != n:
+                raise GraphError(
+                    f"{where}: {len(value)} values given for {n} vertices; hint: one per vertex"
+                )
+            self.per_vertex.append((name, specs, value))
+            return
+        t = graph.checkTensor(value, where)
+        if not t._shape or t._shape[0] != n:
+            raise GraphError(
+                f"{where}: tensor '{t.name}' has shape {t.shape()} but {n} vertices are "
+                f"added; its first dimension must be {n} (row i goes to vertex i); "
+                "hint: reshape to [n, elements per vertex]"
+            )
+        row_len = int(np.prod(t._shape[1:], dtype=np.int64))
+        if spec.kind == "vectorlist":
+            spec.check([row_len], t._type, where)
+            self.per_vertex.append((name, specs, [t[i] for i in range(n)]))
+            return
+        spec.check(row_len, t._type, where)
+        if t._start >= 0:
+            begins = t._start + np.arange(n, dtype=np.int64) * row_len
+            self.runs.append((name, None, begins, begins + row_len))
+            return
+        ix = t._index.reshape(n, row_len)
+        is_run = (np.diff(ix, axis=1) == 1).all(axis=1) if row_len else np.zeros(n, bool)
+        if is_run.all():
+            self.runs.append((name, None, ix[:, 0].copy(), ix[:, 0] + row_len))
+            return
+        if is_run.any():
+            sel = np.flatnonzero(is_run)
+            self.runs.append((name, sel, ix[sel, 0], ix[sel, 0] + row_len))
+        rest = np.flatnonzero(~is_run)
+        self.ids.append((name, rest, [t._index[i] for i in rest.tolist()]))
+
+    def _segments(self, graph: Graph, name: str, value: Segments, spec: Any, where: str) -> None:
+        t = graph.checkTensor(value.tensor, where)
+        if value.count() != self.n:
+            raise GraphError(
+                f"{where}: {value!r} feeds {value.count()} vertices but {self.n} are added; "
+                "hint: one piece (or one count of vectors) per vertex"
+            )
+        sizes = value.sizes
+        begins = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        if spec.kind == "vectorlist" or value.vectors is not None:
+            if spec.kind != "vectorlist":
+                raise GraphError(
+                    f"{where}: Segments with vectors feed VectorList fields; this one is "
+                    f"{spec.describe()}"
+                )
+            spec.check(sizes.tolist()[:1], t._type, where)
+            vectors = np.ones(self.n, np.int64) if value.vectors is None else value.vectors
+            self.lists.append((name, begins, sizes, vectors, t.flat_index()))
+            return
+        if spec.kind == "scalar" and sizes.size and (sizes != 1).any():
+            k = int(np.flatnonzero(sizes != 1)[0])
+            spec.check(int(sizes[k]), t._type, f"{where} (vertex {k})")
+        spec.check(1 if spec.kind == "scalar" else 0, t._type, where)
+        if t._start >= 0:
+            self.runs.append((name, None, t._start + begins, t._start + begins + sizes))
+            return
+        ids = t.flat_index()
+        is_run = _runs_of(ids, begins, sizes)
+        if is_run.any():
+            sel = None if is_run.all() else np.flatnonzero(is_run)
+            b = begins if sel is None else begins[sel]  # pieces of >= 1 element
+            k = sizes if sel is None else sizes[sel]
+            self.runs.append((name, sel, ids[b], ids[b] + k))
+        if not is_run.all():
+            rest = np.flatnonzero(~is_run)
+            pieces = [
+                ids[o : o + k]
+                for o, k in zip(begins[rest].tolist(), sizes[rest].tolist(), strict=True)
+            ]
+            self.ids.append((name, rest, pieces))
+
+    def write(
+        self,
+        graph: Graph,
+        table: Any,
+        kinds: list,
+        which: np.ndarray | None,
+        first: int,
+        type_rows: np.ndarray,
+    ) -> None:
+        """Connect the new vertices ``first, first + 1, ...`` (their rows in their
+        types' run columns: ``type_rows``)."""
+        n = self.n
+        for name, sel, begins, ends in self.runs:
+            if not n:
+                continue
+            if which is None:
+                rows = type_rows if sel is None else type_rows[sel]
+                table.set_runs(kinds[0], rows, name, begins, ends)
+                continue
+            at = np.arange(n, dtype=np.int64) if sel is None else sel
+            for k, vt in enumerate(kinds):
+                mine = which[at] == k
+                table.set_runs(vt, type_rows[at[mine]], name, begins[mine], ends[mine])
+        extra = table.extra
+        for name, sel, rows in self.ids:
+            # what addVertex keeps of a connection that is not a run: its index array
+            for i, row in zip(sel.tolist(), rows, strict=True):
+                extra.setdefault(first + i, {})[name] = row
+        sizes_of = table.list_sizes
+        for name, begins, sizes, vectors, ids in self.lists:
+            b, k = begins.tolist(), sizes.tolist()
+            at = 0
+            for i, count in enumerate(vectors.tolist()):
+                vid = first + i
+                end = at + count
+                extra.setdefault(vid, {})[name] = [
+                    ids[o : o + m] for o, m in zip(b[at:end], k[at:end], strict=True)
+                ]
+                sizes_of.setdefault(vid, {})[name] = count
+                at = end
+        for _name, specs, values in self.per_vertex:
+            for i, value in enumerate(values):
+                spec = specs[0] if which is None else specs[int(which[i])]
+                graph._connect_field(table[first + i], spec, value)

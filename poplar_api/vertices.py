@@ -169,6 +169,40 @@ class VertexTable:
             self.row.extend(array("q", (0,)) * n)
         return first
 
+    def extend_types(
+        self,
+        vtypes: list[VertexType],
+        which: np.ndarray | None,
+        cs: int,
+        tiles: np.ndarray,
+        estimates: np.ndarray,
+    ) -> tuple[int, np.ndarray]:
+        """:meth:`extend` for vertices of several types: vertex ``i`` is of type
+        ``vtypes[which[i]]`` (``which`` None: all of ``vtypes[0]``). Returns the first id
+        and each vertex's row in its type's runs."""
+        n = int(tiles.size)
+        if which is None:
+            first = self.extend(vtypes[0], cs, tiles, estimates)
+            row0 = self.row[first] if n else 0
+            return first, np.arange(row0, row0 + n, dtype=np.int64)
+        codes = [self.code_of(vt) for vt in vtypes]
+        first = len(self.type_code)
+        self.type_code.frombytes(np.asarray(codes, np.int32)[which].tobytes())
+        self.cs.extend(array("i", (cs,)) * n)
+        self.tile.frombytes(np.ascontiguousarray(tiles, np.int32).tobytes())
+        self.estimate.frombytes(np.ascontiguousarray(estimates, np.int64).tobytes())
+        rows = np.zeros(n, np.int64)
+        for k, code in enumerate(codes):
+            runs = self.type_runs[code]
+            mine = which == k
+            count = int(np.count_nonzero(mine))
+            if runs.width and count:
+                base = len(runs.runs) // runs.width
+                rows[mine] = np.arange(base, base + count, dtype=np.int64)
+                runs.runs.extend(runs.template * count)
+        self.row.frombytes(rows.tobytes())
+        return first, rows
+
     def set_runs(
         self, vtype: VertexType, rows: np.ndarray, name: str, begins: np.ndarray, ends: np.ndarray
     ) -> None:

@@ -29,6 +29,20 @@ class Scale(Vertex):
         return True
 
 
+class Shift(Vertex):
+    """``out[i] = in[i] + k``: the fields of Scale, another vertex type."""
+
+    in_ = Input(Vector(FLOAT))
+    k = Input(FLOAT)
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, k, out):
+        for i in range(in_.shape[0]):
+            out[i] = in_[i] + k[0]
+        return True
+
+
 class Gather(Vertex):
     """``out[0] = sum of parts``."""
 
@@ -40,9 +54,19 @@ class Gather(Vertex):
         return True
 
 
+class Pieces(Vertex):
+    """A field ``in`` of another kind than Scale's."""
+
+    in_ = Input(VectorList(FLOAT))
+
+    @staticmethod
+    def compute(in_):
+        return True
+
+
 def _graph() -> Graph:
     g = Graph(IPUModel("ipu2").createDevice().getTarget())
-    g.addCodelets([Scale, Gather])
+    g.addCodelets([Scale, Shift, Gather])
     return g
 
 
@@ -256,6 +280,34 @@ def test_add_vertices_segments_equal_add_vertex_calls() -> None:
         Segments(x, [1, 2])
     with pytest.raises(GraphError, match=r"feeds 2 vertices but 3 are added"):
         g.addVertices(g.addComputeSet("c"), "Scale", [0, 0, 0], {"in": Segments(x, [2, 2])})
+
+
+def test_add_vertices_of_several_types_equal_add_vertex_calls() -> None:
+    kinds = ["Scale", "Shift", "Shift", "Scale", "Shift"]
+    built = []
+    for bulk in (True, False):
+        g = _graph()
+        cs = g.addComputeSet("cs")
+        y = g.addVariable(FLOAT, [3, 5], "y")
+        x = g.addVariable(FLOAT, [5, 3], "x")
+        k = g.addVariable(FLOAT, [5], "k")
+        conns = {"in": y.transpose(), "out": x, "k": k}
+        if bulk:
+            g.addVertices(cs, kinds, [4, 3, 2, 1, 0], conns)
+        else:
+            for i, kind in enumerate(kinds):
+                v = g.addVertex(cs, kind, {f: c[i] for f, c in conns.items()})
+                g.setTileMapping(v, 4 - i)
+        table = g._state.vertices
+        built.append((_vertices(g), [t.name for t in table.types], list(table.row)))
+    assert built[0] == built[1]
+    g = _graph()
+    cs = g.addComputeSet("cs")
+    x = g.addVariable(FLOAT, [2, 3], "x")
+    with pytest.raises(GraphError, match=r"field 'in' is .*Vector.* in Scale but .* in Pieces"):
+        g.addVertices(cs, ["Scale", Pieces], [0, 1], {"in": x})
+    with pytest.raises(GraphError, match="3 vertex types given for 2 tiles"):
+        g.addVertices(cs, ["Scale"] * 3, [0, 1], {"out": x})
 
 
 def test_add_vertices_errors_leave_the_graph_unchanged() -> None:

@@ -262,17 +262,17 @@ def add_vertices(
     With ``rows`` a vertex's element fields get one vector per piece (a 2-D
     ``VectorList`` field); otherwise its pieces are concatenated into one vector. A
     scalar operand gives each vertex the element ``position_of`` picks for its tile.
-    Consecutive vertices of one class are added by one ``addVertices`` call, their
-    connections as :class:`~poplar_api.graph.Segments` of one view per operand.
+    Consecutive vertices of one layout (the classes of one op with vector fields, or
+    with 2-D fields) are added by one ``addVertices`` call, their connections as
+    :class:`~poplar_api.graph.Segments` of one view per operand.
     """
-    for (cls, rows), group in itertools.groupby(vertices, key=lambda v: (v[1], v[3])):
-        _add_group(graph, cs, cls, rows, list(group), operands)
+    for rows, group in itertools.groupby(vertices, key=lambda v: v[3]):
+        _add_group(graph, cs, rows, list(group), operands)
 
 
 def _add_group(
     graph: Graph,
     cs: ComputeSet,
-    cls: type,
     rows: bool,
     group: list[PlannedVertex],
     operands: dict[str, ElemOperand | ScalarOperand],
@@ -293,7 +293,7 @@ def _add_group(
         else:
             view = op.view(graph).elements(positions)
             connections[field] = Segments(view, sizes, counts if rows else None)
-    graph.addVertices(cs, cls, tiles, connections)
+    graph.addVertices(cs, [v[1] for v in group], tiles, connections)
 
 
 def add_vertex(

@@ -256,24 +256,23 @@ class _Builder:
         if scaled:
             const = self.graph.addConstant(FLOAT, [uniq.size], scale, f"{self.cs.name}/scale")
             self.graph.mapElements(const, uniq)
-        for vclass, group in itertools.groupby(planned, key=lambda v: v[2]):
-            group = list(group)
-            chunks = [v[3] for v in group]
-            items = np.concatenate(chunks)
-            vectors = np.fromiter((c.size for c in chunks), np.int64, len(chunks))
-            positions = [partial_pos[i] for i in items.tolist()]
-            flat = np.concatenate(positions) if positions else np.zeros(0, np.int64)
-            conns: dict[str, Any] = {
-                "partials": Segments(source.elements(flat), lengths_all[items], vectors),
-                "out": Segments(out.elements(out_pos[items]), vectors),
-            }
-            if const is not None:
-                conns["k"] = const.elements(
-                    np.fromiter((v[1] for v in group), np.int64, len(group))
-                )
-            tiles_of = np.fromiter((v[0] for v in group), np.int64, len(group))
-            self.graph.addVertices(self.cs, vclass, tiles_of, conns)
-            self.count += len(group)
+        if not planned:
+            return
+        chunks = [v[3] for v in planned]
+        items = np.concatenate(chunks)
+        vectors = np.fromiter((c.size for c in chunks), np.int64, len(chunks))
+        positions = [partial_pos[i] for i in items.tolist()]
+        flat = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+        conns: dict[str, Any] = {
+            "partials": Segments(source.elements(flat), lengths_all[items], vectors),
+            "out": Segments(out.elements(out_pos[items]), vectors),
+        }
+        if const is not None:
+            conns["k"] = const.elements(np.fromiter((v[1] for v in planned), np.int64))
+        tiles_of = np.fromiter((v[0] for v in planned), np.int64, len(planned))
+        # the specialisations of one reduction share their fields: one call adds all
+        self.graph.addVertices(self.cs, [v[2] for v in planned], tiles_of, conns)
+        self.count += len(planned)
 
 
 def _plan(
