@@ -173,11 +173,20 @@ class Engine:
         One program or a list; ``run(i)`` runs the i-th (not given with an executable).
     options
         Engine options (strings), merged over ``POPLAR_ENGINE_OPTIONS``.
+    timing
+        The timing model (an ipusim extension): a :class:`~ipusim.timing.TimingModel`
+        subclass, or a function making one from a machine config. Memory placement
+        and the loaded IPU Model both use it, each for its own config (one replica's,
+        the whole device's). With an executable it must be the one ``compileGraph``
+        was given.
 
     Raises
     ------
     GraphValidationError
-        Listing every problem that stops the graph compiling.
+        Listing every problem that stops the graph compiling (the compile pipeline:
+        :func:`poplar_api.lowering.compile`).
+    OutOfMemoryError
+        The graph does not fit in tile memory (unless ``debug.allowOutOfMemory``).
     """
 
     def __init__(

@@ -276,3 +276,17 @@ def test_lowering_compile_is_the_pipeline(graph):
     bad.addVariable(FLOAT, [2], "nowhere")
     with pytest.raises(GraphValidationError, match="nowhere"):
         lowering.compile(bad._state, [prog.Sequence()], HostIO())
+
+
+def test_compile_graph_keeps_its_timing_model(graph):
+    programs = _exchanging_graph(graph)
+    exe = compileGraph(graph, programs, timing=ThriceMessagesSent)
+    direct = Engine(graph, programs, timing=ThriceMessagesSent)
+    from_exe = Engine(exe)
+    code = "internalExchangeCode"
+    assert from_exe.memory.by_category[code].tolist() == direct.memory.by_category[code].tolist()
+    from_exe.load(IPUModel("tiny").createDevice())
+    assert isinstance(from_exe.timing, ThriceMessagesSent)
+    again = compileGraph(graph, programs, timing=ThriceMessagesSent)
+    with pytest.raises(EngineError, match="compileGraph"):
+        Engine(again, timing=TimingModel)
