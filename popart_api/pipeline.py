@@ -24,7 +24,7 @@ over the micro-batches and the optimizer runs once per batch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from popart_api import autodiff
 from popart_api.errors import popart_exception
@@ -34,8 +34,11 @@ from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
 from poplar_api.graph import touches_constant, variable_count
 
+if TYPE_CHECKING:  # the session imports this module when it builds
+    from popart_api.session import _Session
 
-def _stages(session: Any) -> int:
+
+def _stages(session: _Session) -> int:
     stages = sorted(set(session._node_stage))
     if stages != list(range(len(stages))):
         raise popart_exception(
@@ -51,7 +54,7 @@ def _stages(session: Any) -> int:
     return len(stages)
 
 
-def _stage_forward(session: Any, num_stages: int) -> tuple[list, list]:
+def _stage_forward(session: _Session, num_stages: int) -> tuple[list, list]:
     """Per stage: the input stream copies of the inputs it consumes first, and its
     forward (its nodes, then the sends of its outputs to the next IPU)."""
     fwd = [pprog.Sequence(debugContext=f"stage{s}/forward") for s in range(num_stages)]
@@ -69,7 +72,7 @@ def _stage_forward(session: Any, num_stages: int) -> tuple[list, list]:
     return host, fwd
 
 
-def _anchor_stage(session: Any, aid: str) -> tuple[int, bool]:
+def _anchor_stage(session: _Session, aid: str) -> tuple[int, bool]:
     """The stage whose forward (False) or backward (True) makes anchor ``aid``."""
     grad = aid.startswith(autodiff.GRADIENT_PREFIX)
     base = aid[len(autodiff.GRADIENT_PREFIX) :] if grad else aid
@@ -79,7 +82,7 @@ def _anchor_stage(session: Any, aid: str) -> tuple[int, bool]:
     return 0, grad
 
 
-def _anchor_copies(session: Any, values: dict, num_stages: int):
+def _anchor_copies(session: _Session, values: dict, num_stages: int):
     """Per stage: the ALL/SUM anchor programs after its forward and after its backward
     (ALL anchors are captured into a buffer on the device there and streamed to the
     host at the end of the pipeline cycle, ``to_host``), plus the programs after the
@@ -126,7 +129,7 @@ def _schedule(cycles: list[list[pprog.Program]]) -> pprog.Sequence:
     return out
 
 
-def inference_program(session: Any, values: dict) -> pprog.Program:
+def inference_program(session: _Session, values: dict) -> pprog.Program:
     """The whole inference step (``batchesPerStep`` micro-batches pipelined)."""
     num = _stages(session)
     host, fwd = _stage_forward(session, num)
@@ -141,7 +144,7 @@ def inference_program(session: Any, values: dict) -> pprog.Program:
     return pprog.Sequence(pre, _schedule(cycles), post, debugContext="main")
 
 
-def _stash_set(session: Any, stage: int) -> list[Tensor]:
+def _stash_set(session: _Session, stage: int) -> list[Tensor]:
     """Tensors of ``stage``'s nodes that its backward reads and later forwards
     overwrite: the node inputs and outputs its gradient functions read, except
     weights and constants."""
@@ -163,7 +166,7 @@ def _stash_set(session: Any, stage: int) -> list[Tensor]:
 
 
 def training_step(
-    session: Any,
+    session: _Session,
     values: dict,
     seed: Tensor,
     trained: list[str],

@@ -23,6 +23,7 @@ from popart_api.devices import DeviceInfo
 from popart_api.errors import popart_exception
 from popart_api.onnx_model import HOST_DTYPES, load_model
 from popart_api.optimizers import like
+from popart_api.options import SessionOptions
 from poplar_api import Engine, Graph, Tensor, popops
 from poplar_api import program as pprog
 from poplar_api.errors import PoplarError
@@ -66,6 +67,7 @@ class SessionIO:
     model: onnx.ModelProto
     dataFlow: DataFlow
     deviceInfo: DeviceInfo
+    options: SessionOptions
     graph: Graph
     engine: Engine | None
     replicas: int

@@ -21,7 +21,7 @@ write to its last read in the micro-batch only, not across the loop.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,12 +35,15 @@ from poplar_api import program as pprog
 from poplar_api.graph import variable_count, variable_tensors
 from poplar_api.poputil import mapTensorLinearly
 
+if TYPE_CHECKING:  # the session imports this module when it builds
+    from popart_api.session import TrainingSession
+
 #: Op types whose outputs ``RecomputationType.Standard`` keeps (checkpoints).
 CHECKPOINT_OPS = {"MatMul", "Gemm", "Conv", "Nll", "L1", "IdentityLoss"}
 NORM_OPS = {"BatchNormalization", "LayerNormalization", "GroupNormalization"}
 
 
-def recompute_flags(session: Any) -> list[bool]:
+def recompute_flags(session: TrainingSession) -> list[bool]:
     """Per forward node: whether the backward pass recomputes it."""
     mode = session.options.autoRecomputation
     flags = []
@@ -63,7 +66,7 @@ def recompute_flags(session: Any) -> list[bool]:
 class _Recompute:
     """The backward hook replaying recomputed segments."""
 
-    def __init__(self, session: Any, flags: list[bool], prog: pprog.Sequence) -> None:
+    def __init__(self, session: TrainingSession, flags: list[bool], prog: pprog.Sequence) -> None:
         self.session = session
         self.flags = flags
         self.prog = prog
@@ -109,7 +112,11 @@ def transient_variables(graph: Any, spans: list[tuple[int, int]]) -> list[Tensor
 
 
 def build_training(
-    session: Any, values: dict[str, Any], loss: Tensor, trained: list[str], sources: set[str]
+    session: TrainingSession,
+    values: dict[str, Any],
+    loss: Tensor,
+    trained: list[str],
+    sources: set[str],
 ) -> None:
     """Build and compile the training program of ``session``."""
     graph = session.graph
@@ -163,7 +170,7 @@ class Step:
 
 
 def _training_step(
-    session: Any,
+    session: TrainingSession,
     values: dict[str, Any],
     seed: Tensor,
     trained: list[str],
