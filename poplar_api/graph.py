@@ -378,11 +378,6 @@ class Graph(VertexMethods, BulkGraphMethods):
 
     _check_tensor = checkTensor
 
-    def _tensor_of_ids(self, type_: Type, ids: np.ndarray, name: str) -> Tensor:
-        """A tensor of this graph's element ids ``ids`` (valid ids of ``type_``)."""
-        ids = np.asarray(ids, np.int64)
-        return Tensor._of_ids(self._state, type_, ids.copy() if ids.flags.writeable else ids, name)
-
     def _check_host_tensor(self, t: Any, what: str) -> Tensor:
         """A tensor the host may read or write: one of this graph, or on the
         non-replicated top level a ``getNonReplicatedTensor`` view."""

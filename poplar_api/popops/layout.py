@@ -70,8 +70,6 @@ class ElemOperand:
     name: str
 
     def __post_init__(self) -> None:
-        if isinstance(self.flat, np.ndarray):
-            return  # element ids: a legacy form, resolved by the graph when used
         if not isinstance(self.flat, Tensor):
             raise GraphError(
                 f"ElemOperand '{self.name}': expected the operand's Tensor, got "
@@ -79,12 +77,6 @@ class ElemOperand:
             )
         if self.flat.rank() != 1:
             object.__setattr__(self, "flat", self.flat.flatten())
-
-    def view(self, graph: Graph) -> Tensor:
-        """The flat operand view (made from element ids in the legacy form)."""
-        if not isinstance(self.flat, Tensor):  # made once per operand
-            object.__setattr__(self, "flat", graph._tensor_of_ids(self.type, self.flat, self.name))
-        return self.flat
 
 
 @dataclass(frozen=True)
@@ -291,7 +283,7 @@ def _add_group(
         if isinstance(op, ScalarOperand):
             connections[field] = op.tensor.elements(op.position_of(tiles))
         else:
-            view = op.view(graph).elements(positions)
+            view = op.flat.elements(positions)
             connections[field] = Segments(view, sizes, counts if rows else None)
     graph.addVertices(cs, [v[1] for v in group], tiles, connections)
 
@@ -313,10 +305,9 @@ def add_vertex(
         if isinstance(op, ScalarOperand):
             connections[field] = op.tensor.elements(op.position_of(np.array([tile])))
         elif rows:
-            view = op.view(graph)
-            connections[field] = [view.elements(p) for p in pieces]
+            connections[field] = [op.flat.elements(p) for p in pieces]
         else:
-            connections[field] = op.view(graph).elements(flat)
+            connections[field] = op.flat.elements(flat)
     graph.setTileMapping(graph.addVertex(cs, vertex_class, connections), int(tile))
 
 
