@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ipusim.ir import PHASES
+from ipusim.ir import PHASE_NAMES, PHASES
 
 __all__ = ["PHASES", "BlockRecord", "StepRecord", "Trace", "ipu_sums"]
 
@@ -226,10 +226,7 @@ class Trace:
             f"({self.simulated_seconds * 1e6:.2f} us)",
             f"Total compute cycles (including idle threads): {t['compute']:,}",
             f"Total compute cycles (excluding idle threads): {t['compute_active']:,}",
-            f"Total IPU exchange cycles:                     {t['internal_exchange']:,}",
-            f"Total global exchange cycles:                  {t['global_exchange']:,}",
-            f"Total host exchange cycles:                    {t['host_exchange']:,}",
-            f"Total sync cycles:                             {t['sync']:,}",
+            *(f"{f'Total {PHASE_NAMES[p].label} cycles:':<46} {t[p]:,}" for p in PHASES[1:]),
             f"Steps executed: {len(self.records):,}; host time {self.host_seconds:.3f} s; "
             f"{self.cycles_per_host_second:,.0f} simulated cycles per host second",
         ]
