@@ -416,6 +416,14 @@ class Graph(VertexMethods, BulkGraphMethods):
 
     def setInitialValue(self, t: Tensor, values: Any) -> None:
         """Value of ``t``'s elements when the engine is loaded."""
+        if type(values) in (int, float) and type(t) is Tensor and t._graph is self._state:
+            start = t._start
+            if start >= 0:  # one number for consecutive ids: the common case, inline
+                n = math.prod(t._shape)
+                value = np.asarray(np.asarray(values), dtype=t._type.numpy)  # as below
+                vals = np.full(n, value, t._type.numpy)
+                self._state.initial_parts.append((t._type, range(start, start + n), vals))
+                return
         t = self._check_tensor(t, "setInitialValue")
         arr = np.asarray(values)
         if arr.size == 1:

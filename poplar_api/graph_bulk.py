@@ -634,14 +634,12 @@ class _Connections:
                 extra.setdefault(first + i, {})[name] = row
         sizes_of = table.list_sizes
         for name, begins, sizes, vectors, ids in self.lists:
-            b, k = begins.tolist(), sizes.tolist()
+            ends = (begins + sizes).tolist()
+            pieces = [ids[o:e] for o, e in zip(begins.tolist(), ends, strict=True)]
             at = 0
-            for i, count in enumerate(vectors.tolist()):
-                vid = first + i
+            for vid, count in enumerate(vectors.tolist(), start=first):
                 end = at + count
-                extra.setdefault(vid, {})[name] = [
-                    ids[o : o + m] for o, m in zip(b[at:end], k[at:end], strict=True)
-                ]
+                extra.setdefault(vid, {})[name] = pieces[at:end]
                 sizes_of.setdefault(vid, {})[name] = count
                 at = end
         for _name, specs, values in self.per_vertex:
