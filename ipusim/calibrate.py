@@ -44,7 +44,7 @@ import time
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import yaml
@@ -64,9 +64,6 @@ from ipusim.calibration_fit import (
 )
 from ipusim.calibration_result import CalibrationResult, Insensitivity, number_text
 from ipusim.config import MachineConfig, list_presets, load_config
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "CalibrationError",

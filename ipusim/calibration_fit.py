@@ -33,6 +33,26 @@ if TYPE_CHECKING:
     from ipusim.measured import MeasuredProfile
     from ipusim.trace import Trace
 
+__all__ = [
+    "DEFAULT_SPAN",
+    "DIFF_FRACTION",
+    "LOG_RATIO",
+    "PROBE_FRACTION",
+    "READ_ONLY",
+    "REAL_RESOLUTION",
+    "CalibrationError",
+    "FitProblem",
+    "Pair",
+    "Parameter",
+    "WorkloadRuns",
+    "config_value",
+    "fit",
+    "loss_of",
+    "measured_value",
+    "residual_frame",
+    "resolve_parameters",
+]
+
 
 READ_ONLY: dict[str, str] = {
     "name": "it is a label, not a number",

@@ -23,6 +23,12 @@ from ipusim.config_sections import leaf_paths
 if TYPE_CHECKING:
     import pandas as pd
 
+__all__ = [
+    "CalibrationResult",
+    "Insensitivity",
+    "number_text",
+]
+
 
 # Results ------------------------------------------------------------------------------------
 @dataclass

@@ -19,6 +19,17 @@ import yaml
 from ipusim.errors import ConfigError
 from ipusim.errors import short_repr as _show
 
+__all__ = [
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
+    "Layer",
+    "layers_from_source",
+    "list_presets",
+    "load_yaml_text",
+    "merge",
+    "preset_path",
+]
+
 # Presets --------------------------------------------------------------------------------
 _YAML_SUFFIXES = (".yaml", ".yml")
 _MAPPING_LABEL = "<mapping>"

@@ -24,6 +24,20 @@ if TYPE_CHECKING:  # the sections call the checks below, so they are named for a
         TileConfig,
     )
 
+__all__ = [
+    "MAX_BYTES_PER_S",
+    "MAX_CLOCK_HZ",
+    "MAX_COPY_BYTES",
+    "MAX_CYCLES",
+    "MAX_SECONDS",
+    "MAX_TILE_MEMORY_BYTES",
+    "MAX_TOTAL_TILES",
+    "MAX_TRANSFER_CYCLES",
+    "MIN_BYTES_PER_S",
+    "MIN_CLOCK_HZ",
+    "cross_problems",
+]
+
 # Physical bounds ---------------------------------------------------------------------------
 # Every numeric field has an upper bound (and a lower one where zero or tiny values would
 # break the arithmetic), chosen far outside any real machine so that no plausible config

@@ -37,6 +37,24 @@ from ipusim.config_limits import (
 from ipusim.errors import short_repr as _show
 from ipusim.units import Bytes, BytesPerSecond, Hertz, Seconds
 
+__all__ = [
+    "CodeConfig",
+    "ExchangeConfig",
+    "GWLinksConfig",
+    "HostConfig",
+    "LinksConfig",
+    "MachineConfig",
+    "MemoryConfig",
+    "RemoteConfig",
+    "SimConfig",
+    "SyncConfig",
+    "TileConfig",
+    "field_description",
+    "leaf_paths",
+    "section_model",
+    "suggest_path",
+]
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)

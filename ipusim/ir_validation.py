@@ -38,6 +38,10 @@ from ipusim.ir import (
     walk,
 )
 
+__all__ = [
+    "validate_program",
+]
+
 
 def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int) -> Program:
     """Check a program against a machine size; raise with every problem found.

@@ -23,6 +23,12 @@ from ipusim.sync.controller import sync_extra_cycles
 from ipusim.timing import TimingModel
 from ipusim.trace import StepRecord
 
+__all__ = [
+    "Barrier",
+    "GroupBarriers",
+    "TileGroup",
+]
+
 
 @dataclass
 class TileGroup:

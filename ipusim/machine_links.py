@@ -23,6 +23,11 @@ from ipusim.exchange.fabric import LinkFabric
 from ipusim.machine_groups import GroupBarriers, TileGroup
 from ipusim.trace import StepRecord
 
+__all__ = [
+    "LinkSteps",
+    "Prefetch",
+]
+
 
 @dataclass
 class Prefetch:

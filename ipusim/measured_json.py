@@ -13,15 +13,17 @@ import math
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ipusim import ir
 from ipusim.measured_profile import PHASES, MeasuredProfile, MeasuredProfileError, MeasuredStep
 
-if TYPE_CHECKING:
-    pass
+__all__ = [
+    "find_profile",
+    "read_poplar_json",
+]
 
 # ---------------------------------------------------------------------------- JSON / CBOR
 #: ``simulation.tileCycles`` key -> phase.

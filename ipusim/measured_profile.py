@@ -19,6 +19,15 @@ from ipusim.errors import IpusimError
 if TYPE_CHECKING:
     import pandas as pd
 
+__all__ = [
+    "PHASES",
+    "MeasuredPoint",
+    "MeasuredProfile",
+    "MeasuredProfileError",
+    "MeasuredStep",
+    "parse_number",
+]
+
 
 #: Phases of a profile. ``total`` is the run's total cycles, every other phase is a tile
 #: average (cycles summed over tiles / tiles). ``compute`` includes idle worker threads,

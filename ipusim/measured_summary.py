@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from ipusim import ir
 from ipusim.measured_profile import (
@@ -21,8 +20,9 @@ from ipusim.measured_profile import (
     parse_number,
 )
 
-if TYPE_CHECKING:
-    pass
+__all__ = [
+    "read_summary",
+]
 
 # ---------------------------------------------------------------------------- summaries
 # label (lower case, after "Total " / "Tile average ") -> phase

@@ -16,16 +16,13 @@ import math
 from collections.abc import Hashable, Mapping
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ipusim.errors import IpusimError, short_repr
 from ipusim.ir import PHASES
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "DERIVED_COLUMNS",
