@@ -1,7 +1,8 @@
 """Pipelined execution (``SessionOptions.enablePipelining``): stages on different IPUs
 working on different micro-batches at the same time.
 
-Every node has a pipeline stage (``Builder.pipelineStage``, else its virtual graph).
+Every node has a pipeline stage (``Builder.pipelineStage``, else its virtual graph;
+:func:`place_nodes` gives each node its IPU and stage).
 The micro-batches of a batch (``accumulationFactor`` of them in training,
 ``batchesPerStep`` in inference) go through a static schedule of *pipeline cycles*:
 
@@ -26,9 +27,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+import onnx
+
 from popart_api import autodiff
+from popart_api.builder import PIPELINE_STAGE_ATTRIBUTE, VIRTUAL_GRAPH_ATTRIBUTE
 from popart_api.errors import popart_exception
+from popart_api.onnx_model import node_attrs
 from popart_api.optimizers import OptimizerLowering, like
+from popart_api.options import VirtualGraphMode
 from popart_api.stepio import HostAnchor
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
@@ -38,14 +45,67 @@ if TYPE_CHECKING:  # the session imports this module when it builds
     from popart_api.session import _Session
 
 
+def place_nodes(
+    model: onnx.ModelProto,
+    mode: VirtualGraphMode,
+    ipus: int,
+    what: str,
+    device_ipus: int,
+    replicas: int,
+) -> tuple[list[int], list[int]]:
+    """Per node of ``model``: its IPU within a replica (of ``ipus``) and its pipeline
+    stage (``Builder.pipelineStage``, else its IPU).
+
+    ``virtualGraphMode`` Manual takes each node's ``Builder.virtualGraph``; Auto cuts
+    the nodes, in order, into ``ipus`` runs of about equal cost (one per node plus the
+    elements of the initializers it reads); Off puts every node on IPU 0.
+    """
+    nodes = list(model.graph.node)
+    shapes: dict[str, list[int]] = {}
+    for t in model.graph.initializer:
+        shapes.setdefault(t.name, list(t.dims))
+    placed: list[int] = []
+    if mode is VirtualGraphMode.Auto and ipus > 1:
+        cost = []
+        for node in nodes:  # balance by the weights each node reads, then by count
+            size = sum(int(np.prod(shapes[i], dtype=np.int64)) for i in node.input if i in shapes)
+            cost.append(1 + size)
+        cum = np.cumsum(cost) / max(sum(cost), 1)
+        placed = [min(int(c * ipus - 1e-9), ipus - 1) for c in cum]
+        placed = list(np.maximum.accumulate(placed)) if placed else []
+    else:
+        for i, node in enumerate(nodes):
+            v = node_attrs(node).get(VIRTUAL_GRAPH_ATTRIBUTE)
+            if mode is VirtualGraphMode.Manual and v is None:
+                raise popart_exception(
+                    f"{what}: virtualGraphMode is Manual but node "
+                    f"'{node.name or node.op_type + '_' + str(i)}' ({node.op_type}) has no "
+                    "virtual graph; hint: builder.virtualGraph(id, ipu) or "
+                    "`with builder.virtualGraph(ipu):`"
+                )
+            v = int(v or 0) if mode is not VirtualGraphMode.Off else 0
+            if v >= ipus:
+                raise popart_exception(
+                    f"{node.op_type} (node '{node.name}'): virtual graph {v} needs more "
+                    f"IPUs than the {ipus} of each replica (device {device_ipus}"
+                    f" IPUs / {replicas} replicas)"
+                )
+            placed.append(v)
+    stages = []
+    for node, ipu in zip(nodes, placed, strict=True):
+        s = node_attrs(node).get(PIPELINE_STAGE_ATTRIBUTE)
+        stages.append(int(s) if s is not None else ipu)
+    return [int(x) for x in placed], stages
+
+
 def _stages(session: _Session) -> int:
-    stages = sorted(set(session._node_stage))
+    stages = sorted(set(session.lowered.node_stage))
     if stages != list(range(len(stages))):
         raise popart_exception(
             f"{session._kind}: pipeline stages {stages} must be 0, 1, ... without gaps"
         )
-    for r in session._records:
-        ipus = {x.ipu for x in session._records if x.stage == r.stage}
+    for r in session.lowered.records:
+        ipus = {x.ipu for x in session.lowered.records if x.stage == r.stage}
         if len(ipus) > 1:
             raise popart_exception(
                 f"{session._kind}: pipeline stage {r.stage} spans IPUs {sorted(ipus)}; each "
@@ -60,14 +120,14 @@ def _stage_forward(session: _Session, num_stages: int) -> tuple[list, list]:
     fwd = [pprog.Sequence(debugContext=f"stage{s}/forward") for s in range(num_stages)]
     host = [pprog.Sequence(debugContext=f"stage{s}/inputs") for s in range(num_stages)]
     first_stage: dict[str, int] = {}
-    for node, stage in zip(session.model.graph.node, session._node_stage, strict=True):
+    for node, stage in zip(session.model.graph.node, session.lowered.node_stage, strict=True):
         for i in node.input:
             first_stage.setdefault(i, stage)
-    for tid, p in session._input_progs.items():
+    for tid, p in session.lowered.input_progs.items():
         host[first_stage.get(tid, 0)].add(p)
-    for r, p in zip(session._records, session._fwd_progs, strict=True):
+    for r, p in zip(session.lowered.records, session.lowered.fwd_progs, strict=True):
         fwd[r.stage].add(p)
-    for stage, send in session._pipeline_sends:
+    for stage, send in session.lowered.pipeline_sends:
         fwd[stage].add(send)
     return host, fwd
 
@@ -76,7 +136,7 @@ def _anchor_stage(session: _Session, aid: str) -> tuple[int, bool]:
     """The stage whose forward (False) or backward (True) makes anchor ``aid``."""
     grad = aid.startswith(autodiff.GRADIENT_PREFIX)
     base = aid[len(autodiff.GRADIENT_PREFIX) :] if grad else aid
-    for r in session._records:
+    for r in session.lowered.records:
         if base in r.output_ids or (grad and base in r.input_ids):
             return r.stage, grad
     return 0, grad
@@ -148,9 +208,9 @@ def _stash_set(session: _Session, stage: int) -> list[Tensor]:
     """Tensors of ``stage``'s nodes that its backward reads and later forwards
     overwrite: the node inputs and outputs its gradient functions read, except
     weights and constants."""
-    held = {id(v) for v in session._weight_vars.values()}
+    held = {id(v) for v in session.lowered.weight_vars.values()}
     out, seen = [], set()
-    for r in session._records:
+    for r in session.lowered.records:
         if r.stage != stage:
             continue
         for v in [*r.inputs, *r.outputs]:
@@ -196,8 +256,8 @@ def training_step(
     keep = {a[len(autodiff.GRADIENT_PREFIX) :] for a in session.dataFlow.anchors()}
     first = variable_count(graph)
     grads = autodiff.backward(
-        lambda r: session._graphs[r.ipu],
-        session._records,
+        lambda r: session.lowered.graphs[r.ipu],
+        session.lowered.records,
         {session.loss: seed},
         sources,
         bwd[0],
@@ -206,7 +266,7 @@ def training_step(
     )
     from popart_api.training import transient_variables
 
-    spans = [session._forward_variables, (first, variable_count(graph))]
+    spans = [session.lowered.forward_variables, (first, variable_count(graph))]
     undef = [pprog.WriteUndef(t) for t in transient_variables(graph, spans)]
     used = [w for w in trained if w in grads]
     if trained and not used:
@@ -214,10 +274,10 @@ def training_step(
             f"TrainingSession: no trained weight reaches the loss '{session.loss}'"
         )
     weight_stage = {}
-    for r in session._records:
+    for r in session.lowered.records:
         for i in r.input_ids:
             weight_stage.setdefault(i, r.stage)
-    accs = {w: like(graph, session._weight_vars[w], f"{w}/accum") for w in used}
+    accs = {w: like(graph, session.lowered.weight_vars[w], f"{w}/accum") for w in used}
     zero = pprog.Sequence(debugContext="accumulators/zero")
     for w in used:
         popops.zero(graph, accs[w], zero, f"{w}/accumZero")
@@ -263,7 +323,7 @@ def training_step(
         )
     lowering.begin_update(updates)
     for w in used:
-        lowering.update(w, session._weight_vars[w], accs[w], updates, f"update/{w}")
+        lowering.update(w, session.lowered.weight_vars[w], accs[w], updates, f"update/{w}")
     program = pprog.Sequence(*undef, zero, _schedule(cycles), updates, debugContext="batch")
     return Step(program, pprog.Sequence()), grads, (post, pre)
 

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from popart_api.errors import OutOfMemoryException, popart_exception
 from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, load_model, node_attrs
 from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
+from popart_api.pipeline import place_nodes
 from popart_api.stepio import HostAnchor, HostInput, SessionIO
 from poplar_api import (
     FLOAT,
@@ -106,6 +108,48 @@ def _write_tile_map(graph: Graph, values: dict[str, Any], path: str) -> None:
         json.dump(out, f)
 
 
+@dataclass
+class LoweredModel:
+    """The forward pass ``prepareDevice`` lowered: what the training and pipelining
+    builds (:mod:`popart_api.training`, :mod:`popart_api.pipeline`) build on.
+
+    Attributes
+    ----------
+    graphs
+        The graph of each IPU of a replica (its virtual graph, or the whole graph).
+    records
+        Per ONNX node, in order: what it was lowered from and to (autodiff's input).
+    node_progs
+        Per node: the program computing its outputs.
+    fwd_progs
+        Per node: its program, then what runs once per forward pass.
+    input_progs
+        Per model input: the program filling it (a stream copy or synthetic data).
+    weight_vars
+        Per initializer of a device type: its variable.
+    value_ipu
+        Per tensor id: the IPU of a replica it lives on.
+    node_stage
+        Per node: its pipeline stage.
+    forward_variables
+        ``[first, last)``: ids of the variables the forward pass creates (its
+        activations and temporaries).
+    pipeline_sends
+        ``(stage, copy)``: copies sending a pipeline stage's outputs to the next IPU.
+    """
+
+    graphs: list[Graph] = field(default_factory=list)
+    records: list[autodiff.NodeRecord] = field(default_factory=list)
+    node_progs: list[pprog.Sequence] = field(default_factory=list)
+    fwd_progs: list[pprog.Sequence] = field(default_factory=list)
+    input_progs: dict[str, pprog.Sequence] = field(default_factory=dict)
+    weight_vars: dict[str, Tensor] = field(default_factory=dict)
+    value_ipu: dict[str, int] = field(default_factory=dict)
+    node_stage: list[int] = field(default_factory=list)
+    forward_variables: tuple[int, int] = (0, 0)
+    pipeline_sends: list[tuple[int, pprog.Copy]] = field(default_factory=list)
+
+
 class _Session(SessionIO):
     """What inference and training sessions share: reading the model, placing it on
     the device's IPUs and replicas, lowering its nodes, streams, anchors and reports."""
@@ -158,8 +202,7 @@ class _Session(SessionIO):
         self._inputs: dict[str, HostInput] = {}
         self._anchors: dict[str, HostAnchor] = {}
         self._weights: dict[str, np.ndarray] = {}
-        self._weight_vars: dict[str, Tensor] = {}
-        self._records: list[autodiff.NodeRecord] = []
+        self.lowered = LoweredModel()
         self._values: dict[str, Any] = {}
 
     # -------------------------------------------------------------- options
@@ -225,55 +268,6 @@ class _Session(SessionIO):
             )
         return tt.elem_type, [d.dim_value for d in dims]
 
-    # ----------------------------------------------------------- placement
-    def _place(self) -> tuple[list[int], list[int]]:
-        """Per node: its IPU within the replica and its pipeline stage."""
-        nodes = list(self.model.graph.node)
-        mode = self.options.virtualGraphMode
-        ipus: list[int] = []
-        if mode is VirtualGraphMode.Auto and self.ipus > 1:
-            cost = []
-            for node in nodes:  # balance by the weights each node reads, then by count
-                size = sum(
-                    int(np.prod(self._init_shape(i), dtype=np.int64))
-                    for i in node.input
-                    if i in self._init_names
-                )
-                cost.append(1 + size)
-            cum = np.cumsum(cost) / max(sum(cost), 1)
-            ipus = [min(int(c * self.ipus - 1e-9), self.ipus - 1) for c in cum]
-            ipus = list(np.maximum.accumulate(ipus)) if ipus else []
-        else:
-            for i, node in enumerate(nodes):
-                v = node_attrs(node).get(VIRTUAL_GRAPH_ATTRIBUTE)
-                if mode is VirtualGraphMode.Manual and v is None:
-                    raise popart_exception(
-                        f"{self._kind}: virtualGraphMode is Manual but node "
-                        f"'{node.name or node.op_type + '_' + str(i)}' ({node.op_type}) has no "
-                        "virtual graph; hint: builder.virtualGraph(id, ipu) or "
-                        "`with builder.virtualGraph(ipu):`"
-                    )
-                v = int(v or 0) if mode is not VirtualGraphMode.Off else 0
-                if v >= self.ipus:
-                    raise popart_exception(
-                        f"{node.op_type} (node '{node.name}'): virtual graph {v} needs more "
-                        f"IPUs than the {self.ipus} of each replica (device "
-                        f"{self.deviceInfo.numIpus}"
-                        f" IPUs / {self.replicas} replicas)"
-                    )
-                ipus.append(v)
-        stages = []
-        for node, ipu in zip(nodes, ipus, strict=True):
-            s = node_attrs(node).get(PIPELINE_STAGE_ATTRIBUTE)
-            stages.append(int(s) if s is not None else ipu)
-        return [int(x) for x in ipus], stages
-
-    def _init_shape(self, tid: str) -> list[int]:
-        for t in self.model.graph.initializer:
-            if t.name == tid:
-                return list(t.dims)
-        return []
-
     # ---------------------------------------------------------------- build
     def prepareDevice(self, loadEngine: bool = True) -> None:
         """Lower the model to a poplar_api graph for the device, compile it and load it.
@@ -306,37 +300,40 @@ class _Session(SessionIO):
             add_codelets(graph)
         tiles = graph.getTarget().getTilesPerIPU()
         if self.options.virtualGraphMode is VirtualGraphMode.Off or self.ipus == 1:
-            self._graphs = [graph] * max(self.ipus, 1)
+            self.lowered.graphs = [graph] * max(self.ipus, 1)
             self._whole = True
         else:
-            self._graphs = [
+            self.lowered.graphs = [
                 graph.createVirtualGraph(i * tiles, (i + 1) * tiles) for i in range(self.ipus)
             ]
             self._whole = False
-        node_ipu, node_stage = self._place()
-        self._node_ipu, self._node_stage = node_ipu, node_stage
+        node_ipu, node_stage = place_nodes(
+            self.model, self.options.virtualGraphMode, self.ipus, self._kind,
+            self.deviceInfo.numIpus, self.replicas,
+        )  # fmt: skip
+        self._node_ipu, self.lowered.node_stage = node_ipu, node_stage
         first_ipu: dict[str, int] = {}
         for node, ipu in zip(self.model.graph.node, node_ipu, strict=True):
             for i in node.input:
                 first_ipu.setdefault(i, ipu)
         values: dict[str, Any] = {}
-        self._value_ipu: dict[str, int] = {}
+        self.lowered.value_ipu = {}
         for init in self.model.graph.initializer:
             arr = numpy_helper.to_array(init)
             if init.data_type in ONNX_TYPES:
                 typ = ONNX_TYPES[init.data_type][0]
                 ipu = first_ipu.get(init.name, 0)
-                var = self._graphs[ipu].addVariable(typ, list(arr.shape), init.name)
-                mapTensorLinearly(self._graphs[ipu], var)
+                var = self.lowered.graphs[ipu].addVariable(typ, list(arr.shape), init.name)
+                mapTensorLinearly(self.lowered.graphs[ipu], var)
                 graph.createHostWrite(f"weight:{init.name}", var)
                 graph.createHostRead(f"weightRead:{init.name}", var)
                 self._weights[init.name] = arr.astype(HOST_DTYPES[typ])
-                self._weight_vars[init.name] = var
+                self.lowered.weight_vars[init.name] = var
                 values[init.name] = var
-                self._value_ipu[init.name] = ipu
+                self.lowered.value_ipu[init.name] = ipu
             else:  # e.g. INT64 shapes: known when the graph is built
                 values[init.name] = arr
-        self._input_progs: dict[str, pprog.Sequence] = {}
+        self.lowered.input_progs = {}
         self._seed = graph.addVariable(UNSIGNED_INT, [2], "randomSeed")
         graph.setTileMapping(self._seed, 0)
         graph.createHostWrite("randomSeed", self._seed)
@@ -351,16 +348,16 @@ class _Session(SessionIO):
                 )
             typ = ONNX_TYPES[etype][0]
             ipu = first_ipu.get(tid, 0)
-            var = self._graphs[ipu].addVariable(typ, shape, tid)
-            mapTensorLinearly(self._graphs[ipu], var)
+            var = self.lowered.graphs[ipu].addVariable(typ, shape, tid)
+            mapTensorLinearly(self.lowered.graphs[ipu], var)
             values[tid] = var
-            self._value_ipu[tid] = ipu
+            self.lowered.value_ipu[tid] = ipu
             if synthetic is not SyntheticDataMode.Off:
-                self._input_progs[tid] = self._synthetic_input(var, tid, synthetic)
+                self.lowered.input_progs[tid] = self._synthetic_input(var, tid, synthetic)
                 self._synthetic[tid] = HostInput(tid, typ, shape)
                 continue
             stream = graph.addHostToDeviceFIFO(f"input:{tid}", typ, max(var.numElements(), 1))
-            self._input_progs[tid] = pprog.Sequence(
+            self.lowered.input_progs[tid] = pprog.Sequence(
                 pprog.Copy(stream, var), debugContext=f"input/{tid}"
             )
             self._inputs[tid] = HostInput(tid, typ, shape)
@@ -370,16 +367,16 @@ class _Session(SessionIO):
         self._side_progs: list[pprog.Sequence] = []
         #: pipeline stage of each node output; (stage, copy) sending outputs onwards
         self._value_stage: dict[str, int] = {}
-        self._pipeline_sends: list[tuple[int, pprog.Copy]] = []
+        self.lowered.pipeline_sends = []
         node_progs = []
         first = variable_count(graph)
         for i, node in enumerate(self.model.graph.node):
             node_progs.append(self._lower(node, i, values))
         #: ids of the variables the forward pass creates (its activations, temporaries)
-        self._forward_variables = (first, variable_count(graph))
-        self._node_progs = node_progs
+        self.lowered.forward_variables = (first, variable_count(graph))
+        self.lowered.node_progs = node_progs
         #: per node: its program, then what runs once per forward pass
-        self._fwd_progs = [
+        self.lowered.fwd_progs = [
             pprog.Sequence(p, side) for p, side in zip(node_progs, self._side_progs, strict=True)
         ]
         logger.info("lowered %d nodes in %.3f s", len(node_progs), time.perf_counter() - started)
@@ -419,12 +416,12 @@ class _Session(SessionIO):
     def _on_ipu(self, tid: str, value: Any, ipu: int, prog: pprog.Sequence) -> Any:
         """``value`` (tensor ``tid``) on ``ipu``: copied there once when it lives on
         another IPU (PopART's IpuCopy)."""
-        src = self._value_ipu.get(tid, ipu)
+        src = self.lowered.value_ipu.get(tid, ipu)
         if not isinstance(value, Tensor) or src == ipu or self._whole:
             return value
         key = (tid, ipu)
         if key not in self._copies:
-            g = self._graphs[ipu]
+            g = self.lowered.graphs[ipu]
             dst = g.addVariable(value.elementType(), value.shape(), f"{tid}/ipu{ipu}")
             mapTensorLinearly(g, dst)
             self._copies[key] = dst
@@ -435,7 +432,7 @@ class _Session(SessionIO):
                 # it from there when its own forward runs.
                 carrier = g.addVariable(value.elementType(), value.shape(), f"{tid}/toIpu{ipu}")
                 mapTensorLinearly(g, carrier)
-                self._pipeline_sends.append((stage, pprog.Copy(value, carrier)))
+                self.lowered.pipeline_sends.append((stage, pprog.Copy(value, carrier)))
                 self._copy_progs[key] = pprog.Copy(carrier, dst)
             else:
                 self._copy_progs[key] = pprog.Copy(value, dst)
@@ -480,7 +477,7 @@ class _Session(SessionIO):
         )
         try:
             with ops.lowering_context(ctx):
-                outs = list(fn(self._graphs[ipu], inputs, attrs, prog, name))
+                outs = list(fn(self.lowered.graphs[ipu], inputs, attrs, prog, name))
         except popart_exception:
             raise
         except PoplarError as exc:
@@ -498,10 +495,10 @@ class _Session(SessionIO):
         for tid, v in zip(node.output, outs, strict=False):
             if tid:
                 values[tid] = v
-                self._value_ipu[tid] = ipu
-                self._value_stage[tid] = self._node_stage[i]
+                self.lowered.value_ipu[tid] = ipu
+                self._value_stage[tid] = self.lowered.node_stage[i]
         self._side_progs.append(side)
-        self._records.append(
+        self.lowered.records.append(
             autodiff.NodeRecord(
                 domain=domain,
                 op_type=node.op_type,
@@ -513,7 +510,7 @@ class _Session(SessionIO):
                 inputs=inputs,
                 outputs=outs,
                 ipu=ipu,
-                stage=self._node_stage[i],
+                stage=self.lowered.node_stage[i],
             )
         )
         return prog
@@ -545,7 +542,7 @@ class _Session(SessionIO):
         prog = pprog.Sequence(debugContext="randomSeed/advance")
         if any(
             r.op_type == "Dropout" and len(r.outputs) > 2 and r.outputs[2] is not None
-            for r in self._records
+            for r in self.lowered.records
         ):
             popops.addInPlace(self.graph, self._seed.slice(1, 2, 0), 1, prog, "randomSeed/advance")
         return prog
@@ -603,12 +600,13 @@ class InferenceSession(_Session):
 
         micro, every, post, pre, periods = self._make_anchors(values)
         undef = [
-            pprog.WriteUndef(t) for t in transient_variables(self.graph, [self._forward_variables])
+            pprog.WriteUndef(t)
+            for t in transient_variables(self.graph, [self.lowered.forward_variables])
         ]
         batch = pprog.Sequence(
             *undef,
-            *self._input_progs.values(),
-            *self._fwd_progs,
+            *self.lowered.input_progs.values(),
+            *self.lowered.fwd_progs,
             micro,
             debugContext="batch",
         )
@@ -670,7 +668,7 @@ class TrainingSession(_Session):
 
     def _trained(self) -> list[str]:
         """Weights the optimizer updates: every FLOAT/FLOAT16 initializer."""
-        return [w for w, v in self._weight_vars.items() if autodiff.is_float(v)]
+        return [w for w, v in self.lowered.weight_vars.items() if autodiff.is_float(v)]
 
     def _finish_build(self, values: dict) -> None:
         loss = values[self.loss]

@@ -70,7 +70,7 @@ class _Recompute:
         self.session = session
         self.flags = flags
         self.prog = prog
-        records = session._records
+        records = session.lowered.records
         self.index = {id(r): k for k, r in enumerate(records)}
         self.segment = []
         seg = 0
@@ -89,13 +89,13 @@ class _Recompute:
         members = [j for j, s in enumerate(self.segment) if s == seg and self.flags[j]]
         if members:
             replay = pprog.Sequence(debugContext=f"recompute/segment{seg}")
-            held = {id(v) for v in self.session._weight_vars.values()}
+            held = {id(v) for v in self.session.lowered.weight_vars.values()}
             for j in members:
-                for t in _outputs(self.session._records[j]):
+                for t in _outputs(self.session.lowered.records[j]):
                     if id(t) not in held:
                         replay.add(pprog.WriteUndef(t))
             for j in members:
-                replay.add(self.session._node_progs[j])
+                replay.add(self.session.lowered.node_progs[j])
             self.prog.add(replay)
         return self.prog
 
@@ -125,8 +125,8 @@ def build_training(
     mean = session.options.accumulationAndReplicationReductionType is ReductionType.Mean
     lowering = OptimizerLowering(graph, optimizer, float(af * reps) if mean else 1.0)
     session._opt_lowering = lowering
-    loss_ipu = session._value_ipu.get(session.loss, 0)
-    loss_graph = session._graphs[loss_ipu]
+    loss_ipu = session.lowered.value_ipu.get(session.loss, 0)
+    loss_graph = session.lowered.graphs[loss_ipu]
     seed = loss_graph.addVariable(loss.elementType(), loss.shape(), "lossScaling/seed")
     mapTensorLinearly(loss_graph, seed)
     graph.createHostWrite("lossScaling:seed", seed)
@@ -183,9 +183,9 @@ def _training_step(
     undef = pprog.Sequence(debugContext="transients")
     micro.add(undef)
     micro.add(session.seed_step())
-    for p in session._input_progs.values():
+    for p in session.lowered.input_progs.values():
         micro.add(p)
-    for p in session._fwd_progs:
+    for p in session.lowered.fwd_progs:
         micro.add(p)
     bwd = pprog.Sequence(debugContext="backward")
     flags = recompute_flags(session)
@@ -193,13 +193,13 @@ def _training_step(
     keep = {a[len(autodiff.GRADIENT_PREFIX) :] for a in session.dataFlow.anchors()}
 
     def graph_of(r: autodiff.NodeRecord):
-        return session._graphs[r.ipu]
+        return session.lowered.graphs[r.ipu]
 
     first = variable_count(graph)
     grads = autodiff.backward(
-        graph_of, session._records, {session.loss: seed}, sources, bwd, hook, keep
+        graph_of, session.lowered.records, {session.loss: seed}, sources, bwd, hook, keep
     )
-    spans = [session._forward_variables, (first, variable_count(graph))]
+    spans = [session.lowered.forward_variables, (first, variable_count(graph))]
     for t in transient_variables(graph, spans):
         undef.add(pprog.WriteUndef(t))
     micro.add(bwd)
@@ -212,7 +212,7 @@ def _training_step(
         )
     used = [w for w in trained if w in grads]
     if af > 1:
-        accs = {w: like(graph, session._weight_vars[w], f"{w}/accum") for w in used}
+        accs = {w: like(graph, session.lowered.weight_vars[w], f"{w}/accum") for w in used}
         zero = pprog.Sequence(debugContext="accumulators/zero")
         for w in used:
             popops.zero(graph, accs[w], zero, f"{w}/accumZero")
@@ -232,7 +232,7 @@ def _training_step(
         )
     lowering.begin_update(updates)
     for w in used:
-        lowering.update(w, session._weight_vars[w], totals[w], updates, f"update/{w}")
+        lowering.update(w, session.lowered.weight_vars[w], totals[w], updates, f"update/{w}")
     return Step(pprog.Sequence(*body, updates, debugContext="batch"), micro), grads
 
 
