@@ -59,14 +59,13 @@ def _layout(em: Emission) -> tuple[int, int, int]:
     return tpi, max(1, tiles // tpi), tiles
 
 
-def _constant_of_ids(state: Any, t: Tensor, ids: np.ndarray) -> str | None:
+def _constant_of_ids(em: Emission, t: Tensor, ids: np.ndarray) -> str | None:
     """Name of a constant among elements ``ids`` (local ids) of ``t``'s type, or None."""
-    space = state.find_space(t.elementType())
-    if space is None or ids.size == 0:
+    if ids.size == 0:
         return None
-    for vid in np.unique(space.variables_of(ids)).tolist():
-        if state.variables[vid].constant:
-            return state.variables[vid].name
+    for vid in em.variables.mark([(t.elementType(), ids)]).tolist():
+        if em.state.variables[vid].constant:
+            return em.state.variables[vid].name
     return None
 
 
@@ -334,7 +333,7 @@ def lower_nonreplicated_copy(em: Emission, prog: P.NonReplicatedCopy) -> ir.Node
         )
     s_ids, d_ids = src.flat_index(), dst.flat_index()
     d_rep, d_local = split_wide(d_ids)
-    const = _constant_of_ids(state, dst, d_local)
+    const = _constant_of_ids(em, dst, d_local)
     if const is not None:
         problems.append(
             f"{where}: the destination is (part of) constant '{const}'; constants cannot be written"
@@ -415,7 +414,7 @@ def _wide_stream_copy(
         )
     ids = t.flat_index()
     rep, local = split_wide(ids)
-    const = _constant_of_ids(state, t, local) if to_device else None
+    const = _constant_of_ids(em, t, local) if to_device else None
     if const is not None:
         problems.append(f"{where}: the destination is (part of) constant '{const}'")
     if problems:
