@@ -19,6 +19,7 @@ one place (:meth:`~BulkGraphMethods.rootTiles` gives the top-level tile of each)
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
@@ -628,20 +629,28 @@ class _Connections:
                 mine = which[at] == k
                 table.set_runs(vt, type_rows[at[mine]], name, begins[mine], ends[mine])
         extra = table.extra
+        if self.lists:  # new vertices have no entries yet: each gets fresh dicts
+            names, columns, counts = [], [], []
+            for name, begins, sizes, vectors, ids in self.lists:
+                ends = (begins + sizes).tolist()
+                pieces = [ids[o:e] for o, e in zip(begins.tolist(), ends, strict=True)]
+                bounds = np.concatenate(([0], np.cumsum(vectors))).tolist()
+                columns.append([pieces[a:b] for a, b in itertools.pairwise(bounds)])
+                counts.append(vectors.tolist())
+                names.append(name)
+            vids = range(first, first + n)
+            extra.update(
+                (vid, dict(zip(names, values, strict=True)))
+                for vid, *values in zip(vids, *columns, strict=True)
+            )
+            table.list_sizes.update(
+                (vid, dict(zip(names, values, strict=True)))
+                for vid, *values in zip(vids, *counts, strict=True)
+            )
         for name, sel, rows in self.ids:
             # what addVertex keeps of a connection that is not a run: its index array
             for i, row in zip(sel.tolist(), rows, strict=True):
                 extra.setdefault(first + i, {})[name] = row
-        sizes_of = table.list_sizes
-        for name, begins, sizes, vectors, ids in self.lists:
-            ends = (begins + sizes).tolist()
-            pieces = [ids[o:e] for o, e in zip(begins.tolist(), ends, strict=True)]
-            at = 0
-            for vid, count in enumerate(vectors.tolist(), start=first):
-                end = at + count
-                extra.setdefault(vid, {})[name] = pieces[at:end]
-                sizes_of.setdefault(vid, {})[name] = count
-                at = end
         for _name, specs, values in self.per_vertex:
             for i, value in enumerate(values):
                 spec = specs[0] if which is None else specs[int(which[i])]

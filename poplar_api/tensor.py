@@ -490,7 +490,18 @@ def concat(
             )
     head = tensors[0]
     d = head._check_dim(dimension)
+    graph, type_, shape = head._graph, head._type, head._shape
+    before, after = shape[:d], shape[d + 1 :]
     for i, t in enumerate(tensors[1:], start=1):
+        ts = t._shape
+        if (  # same graph, type and other dimensions: the common case, checked inline
+            t._graph is graph
+            and t._type is type_
+            and len(ts) == len(shape)
+            and ts[:d] == before
+            and ts[d + 1 :] == after
+        ):
+            continue
         if t.graph is not head.graph:
             raise TensorError(
                 f"concat(): {t._describe()} (item {i}) belongs to graph {t.graph!r} but "
@@ -513,10 +524,19 @@ def concat(
             )
     if len(tensors) == 1:
         return head
-    index = np.concatenate([t.index for t in tensors], axis=d)
     suffix = "" if d == 0 else f";{d}"
     name = _clip_name(f"concat({_short_names(tensors)}{suffix})")
-    return Tensor._new(head.graph, head.elementType(), index, name, name)
+    if d == 0 and head._start >= 0:  # runs one after another stay one run
+        end = head._start
+        for t in tensors:
+            if t._start != end:
+                break
+            end += math.prod(t._shape)
+        else:
+            rows = sum(t._shape[0] for t in tensors)
+            return Tensor._consecutive(graph, type_, head._start, (rows, *after), name)
+    index = np.concatenate([t._index for t in tensors], axis=d)
+    return Tensor._new(graph, type_, index, name, name)
 
 
 def append(first: Tensor, second: Tensor, dimension: int = 0) -> Tensor:

@@ -401,6 +401,17 @@ def test_elements_gathers_flat_positions_like_numpy() -> None:
         x.elements([0.5])
 
 
+def test_concat_of_runs_in_order_is_a_run() -> None:
+    g = _graph()
+    x = g.addVariable(FLOAT, [6, 2], "x")
+    joined = concat([x.slice(0, 2), x.slice(2, 3), x.slice(3, 6)])
+    assert joined._start == x._start and joined.shape() == [6, 2]
+    np.testing.assert_array_equal(joined.index, x.index)
+    swapped = concat([x.slice(3, 6), x.slice(0, 3)])  # not in order: ids as numpy joins them
+    assert swapped._start < 0
+    np.testing.assert_array_equal(swapped.index, np.concatenate([x.index[3:], x.index[:3]]))
+
+
 def test_library_cache_is_per_top_level_graph() -> None:
     g, other = _graph(), _graph()
     cache = g.libraryCache("poplin.conv")
