@@ -133,15 +133,21 @@ def group_counts(plan: ConvPlan, bg: int, bci: int, bco: int) -> tuple[int, int,
 
 
 def largest_block_estimate(params: ConvParams, target: Any) -> Any:
+    """The planner's cost of a plan: the estimate of its largest block's vertex. Plans
+    with the same batch and field block share that block's geometry (made once)."""
     maps = dim_maps(params)
     nd = params.getNumFieldDims()
     workers = target.getNumWorkerContexts()
+    geoms: dict[tuple, TileGeometry] = {}
 
     def exact(plan: ConvPlan) -> int:
         blocks = plan.blocks
         bb = min(blocks[1], params.batchSize)
         ranges = [(0, min(blocks[2 + d], maps[d].shape[1])) for d in range(nd)]
-        geom = tile_geometry(maps, bb, ranges, workers)
+        key = (bb, tuple(ranges))
+        geom = geoms.get(key)
+        if geom is None:
+            geom = geoms[key] = tile_geometry(maps, bb, ranges, workers)
         bci, bco = blocks[-1], blocks[-2]
         counts = group_counts(plan, blocks[0], bci, bco)
         method = vertex_method(plan, geom, int(np.prod(params.kernelShape)))
