@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codelets_common import Bump, loaded, tiny_graph
 
 from ipusim.errors import IpusimError
-from poplar_api import BOOL, FLOAT, INT, Device, Engine, Graph, IPUModel
+from poplar_api import BOOL, FLOAT, INT, Device, Engine
 from poplar_api import program as prog
-from poplar_api.codelet import InOut, Vertex
 from poplar_api.errors import (
     ApplicationRuntimeError,
     EngineError,
@@ -22,19 +22,8 @@ from poplar_api.errors import (
 )
 
 
-class Bump(Vertex):
-    """``c += 1`` (one INT)."""
-
-    c = InOut(INT)
-
-    @staticmethod
-    def compute(c):
-        c[0] += 1
-        return True
-
-
 def setup():
-    g = Graph(IPUModel("tiny").createDevice().getTarget())
+    g = tiny_graph()
     c = g.addVariable(INT, [], "c")
     g.setTileMapping(c, 3)
     g.setInitialValue(c, 0)
@@ -47,12 +36,6 @@ def setup():
     g.setTileMapping(flag, 5)
     g.createHostWrite("flag", flag)
     return g, c, cs, flag
-
-
-def loaded(g, programs, device=None) -> Engine:
-    e = Engine(g, programs)
-    e.load(device or IPUModel("tiny").createDevice())
-    return e
 
 
 def steps(e: Engine) -> list[tuple[str, str]]:

@@ -13,10 +13,11 @@ import re
 
 import numpy as np
 import pytest
+from codelets_common import Bump, tiny_device, tiny_graph
 
 from poplar_api import FLOAT, INT, Engine, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
+from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import (
     EngineError,
     GraphError,
@@ -41,17 +42,6 @@ class Scale(Vertex):
         return True
 
 
-class Bump(Vertex):
-    """``c += 1`` on a scalar."""
-
-    c = InOut(INT)
-
-    @staticmethod
-    def compute(c):
-        c[0] += 1
-        return True
-
-
 class Lists(Vertex):
     """Reads a list of vectors, writes one scalar."""
 
@@ -65,10 +55,6 @@ class Lists(Vertex):
 
 
 # ------------------------------------------------------------------- helpers
-
-
-def tiny_graph() -> Graph:
-    return Graph(IPUModel("tiny").createDevice().getTarget())
 
 
 def problems_of(graph: Graph, program) -> list[str]:
@@ -404,7 +390,7 @@ def test_run_before_load():
 
 def test_bad_program_index():
     e = _simple_engine()
-    e.load(IPUModel("tiny").createDevice())
+    e.load(tiny_device())
     with pytest.raises(EngineError, match=r"program index 2 out of range.*2 program"):
         e.run(2)
     with pytest.raises(EngineError, match=r"program index -1 out of range"):
@@ -413,7 +399,7 @@ def test_bad_program_index():
 
 def test_unknown_handles():
     e = _simple_engine()
-    e.load(IPUModel("tiny").createDevice())
+    e.load(tiny_device())
     with pytest.raises(EngineError, match=r"readTensor: unknown handle 't-red'.*'t-read'"):
         e.readTensor("t-red")
     with pytest.raises(EngineError, match=r"writeTensor: unknown handle 't-read'.*'t-write'"):
@@ -426,7 +412,7 @@ def test_unknown_handles():
 
 def test_unconnected_stream_at_run():
     e = _simple_engine()
-    e.load(IPUModel("tiny").createDevice())
+    e.load(tiny_device())
     with pytest.raises(PoplarError, match=re.escape("stream 'feed' is not connected")):
         e.run(0)
     e.run(1)  # the program without the stream still runs
@@ -438,7 +424,7 @@ def test_load_on_device_with_fewer_tiles():
     g.setTileMapping(t, 1000)
     e = Engine(g, prog.Sequence())
     with pytest.raises(EngineError, match=r"built for 1472 tiles but the device has 8"):
-        e.load(IPUModel("tiny").createDevice())
+        e.load(tiny_device())
 
 
 def test_failed_addVertex_leaves_no_half_built_vertex():
@@ -450,7 +436,7 @@ def test_failed_addVertex_leaves_no_half_built_vertex():
         def compute(a, b):
             b[0] = a[0]
 
-    g = Graph(IPUModel("tiny").createDevice())
+    g = Graph(tiny_device())
     x = g.addVariable(FLOAT, [2], "x")
     cs = g.addComputeSet("cs")
     with pytest.raises(GraphError, match="no field 'c'"):
@@ -459,6 +445,6 @@ def test_failed_addVertex_leaves_no_half_built_vertex():
 
 
 def test_shape_must_be_whole_numbers():
-    g = Graph(IPUModel("tiny").createDevice())
+    g = Graph(tiny_device())
     with pytest.raises(GraphError, match=r"tensor 'v': shape \[2.5\] must be a list of ints"):
         g.addVariable(FLOAT, [2.5], "v")

@@ -10,31 +10,15 @@ from __future__ import annotations
 import jsonschema
 import numpy as np
 import pytest
+from codelets_common import Bump, loaded, tiny_graph
 
 from ipusim.config import load_config, with_overrides
 from ipusim.profile.execution import schema
 from poplar_api import FLOAT, INT, Engine, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.codelet import InOut, Vertex
 from poplar_api.errors import EngineError, GraphError, GraphValidationError, PoplarError
 
-
-class Bump(Vertex):
-    """``c += 1`` (one INT)."""
-
-    c = InOut(INT)
-
-    @staticmethod
-    def compute(c):
-        c[0] += 1
-        return True
-
-
 # ------------------------------------------------------------------- helpers
-
-
-def new_graph() -> Graph:
-    return Graph(IPUModel("tiny").createDevice().getTarget())
 
 
 def counter(g: Graph, name: str, tile: int, value: int = 0):
@@ -56,8 +40,7 @@ def bump(g: Graph, c, tile: int, cycles: int, name: str):
 
 
 def run(g: Graph, program, options=None, device=None, runs: int = 1) -> Engine:
-    e = Engine(g, program, options)
-    e.load(device or IPUModel("tiny").createDevice())
+    e = loaded(g, program, device, options)
     for _ in range(runs):
         e.run(0)
     return e
@@ -90,7 +73,7 @@ def _clock_before(records, k: int) -> np.ndarray:
 
 
 def test_block_records_match_the_step_cycles_of_the_block():
-    g = new_graph()
+    g = tiny_graph()
     e = run(g, _pipeline(g), {"profiler.blocks.filter": "stage.*"})
     assert [int(e.readTensor(n)) for n in "abc"] == [3, 3, 3]
     recs = e.getTrace().records
@@ -114,7 +97,7 @@ def test_block_records_match_the_step_cycles_of_the_block():
 
 
 def test_block_records_are_in_the_execution_profile_and_follow_runs():
-    g = new_graph()
+    g = tiny_graph()
     e = run(g, _pipeline(g), {"profiler.blocks.filter": "stage1|other"}, runs=2)
     profile = e.getExecutionProfile()
     jsonschema.Draft202012Validator(schema("execution_profile")).validate(dict(profile))
@@ -133,7 +116,7 @@ def test_block_records_are_in_the_execution_profile_and_follow_runs():
 
 
 def test_block_filter_matches_whole_names_and_unselected_blocks_record_nothing():
-    g = new_graph()
+    g = tiny_graph()
     program = _pipeline(g)
     assert run(g, program).getBlockRecords() == []
     assert run(g, program, {"profiler.blocks.filter": "stage"}).getBlockRecords() == []
@@ -144,7 +127,7 @@ def test_block_filter_matches_whole_names_and_unselected_blocks_record_nothing()
 
 
 def test_nested_blocks_outer_first_and_inner_within():
-    g = new_graph()
+    g = tiny_graph()
     a, b = counter(g, "a", 0), counter(g, "b", 0)
     inner = prog.Block(prog.Execute(bump(g, b, 0, 20, "op2")), "inner")
     outer = prog.Block(prog.Sequence(prog.Execute(bump(g, a, 0, 10, "op1")), inner), "outer")
@@ -157,7 +140,7 @@ def test_nested_blocks_outer_first_and_inner_within():
 
 
 def test_programs_filter_adds_implicit_blocks():
-    g = new_graph()
+    g = tiny_graph()
     e = run(g, _pipeline(g), {"profiler.programs.filter": "op3"})
     blocks = e.getBlockRecords()
     recs = e.getTrace().records
@@ -182,7 +165,7 @@ def test_block_records_identical_at_tile_granularity():
 def test_block_on_cpu_device_runs_its_program():
     from poplar_api import Device
 
-    g = new_graph()
+    g = tiny_graph()
     e = run(g, _pipeline(g), {"profiler.blocks.filter": ".*"}, Device.createCPUDevice("tiny"))
     assert [int(e.readTensor(n)) for n in "abc"] == [3, 3, 3]
     assert e.getBlockRecords() == []  # no cycles without a model
@@ -192,7 +175,7 @@ def test_block_on_cpu_device_runs_its_program():
 
 
 def _switch_graph(make):
-    g = new_graph()
+    g = tiny_graph()
     ctl = counter(g, "ctl", 0)
     hits = [counter(g, f"h{k}", k + 1) for k in range(3)]
     # case k runs on tile k + 1 with 10 * (k + 1) thread cycles
@@ -217,8 +200,7 @@ def test_switch_takes_the_branch_of_each_value_and_its_timing(make):
     has_default = sw.defaultCaseBody.children() != [] or isinstance(
         sw.defaultCaseBody, prog.Execute
     )
-    e = Engine(g, sw)
-    e.load(IPUModel("tiny").createDevice())
+    e = loaded(g, sw)
     expected = np.zeros(3, int)
     for value in (5, 0, 7, 5, -1):
         e.writeTensor("ctl-w", np.array([value], np.int32))
@@ -241,8 +223,7 @@ def test_switch_with_bounds_checking_stops_on_an_unknown_value():
     g, sw = _switch_graph(
         lambda c, b: prog.Switch.switchWithBoundsChecking(c, [(0, b[0]), (1, b[1])], "guard")
     )
-    e = Engine(g, sw)
-    e.load(IPUModel("tiny").createDevice())
+    e = loaded(g, sw)
     e.writeTensor("ctl-w", np.array([1], np.int32))
     e.run(0)
     assert int(e.readTensor("h1")) == 1
@@ -254,7 +235,7 @@ def test_switch_with_bounds_checking_stops_on_an_unknown_value():
 
 
 def test_switch_bad_input():
-    g = new_graph()
+    g = tiny_graph()
     ctl = counter(g, "ctl", 0)
     with pytest.raises(GraphError, match=r"case value 3 is already present"):
         prog.Switch(ctl, [(3, prog.Sequence()), (3, prog.Sequence())])
@@ -286,7 +267,7 @@ def _floats(g: Graph, name: str, n: int, tile: int, values=None, read: bool = Tr
 
 
 def test_copy_tensor_to_tensor_overloads():
-    g = new_graph()
+    g = tiny_graph()
     x = np.arange(6, dtype=np.float32) * 0.5 - 1
     src = _floats(g, "src", 6, 0, x)
     d1, d2 = _floats(g, "d1", 6, 0), _floats(g, "d2", 6, 3)
@@ -308,7 +289,7 @@ def test_copy_tensor_to_tensor_overloads():
 
 
 def test_copy_stream_overloads():
-    g = new_graph()
+    g = tiny_graph()
     t = _floats(g, "t", 4, 1)
     out = _floats(g, "out", 4, 2, read=False)
     size = counter(g, "n", 1, 3)
@@ -321,8 +302,7 @@ def test_copy_stream_overloads():
         prog.Copy(out, d2h, optimiseMemory=True),
         prog.Copy(h2d, partial, size),  # only the first n (= 3) elements
     )
-    e = Engine(g, seq)
-    e.load(IPUModel("tiny").createDevice())
+    e = loaded(g, seq)
     feed = np.array([1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5], np.float32)
     back = np.zeros(4, np.float32)
     e.connectStream("in", feed)
@@ -337,7 +317,7 @@ def test_copy_stream_overloads():
 
 
 def test_copy_errors_name_both_tensors():
-    g = new_graph()
+    g = tiny_graph()
     a = _floats(g, "a", 4, 0)
     b = _floats(g, "b", 4, 0)
     k = g.addConstant(FLOAT, [4], 1.0, "k")
@@ -370,7 +350,7 @@ def test_copy_errors_name_both_tensors():
 
 
 def test_copy_with_a_tensor_of_another_graph():
-    g, other = new_graph(), new_graph()
+    g, other = tiny_graph(), tiny_graph()
     a = _floats(g, "a", 4, 0)
     x = _floats(other, "x", 4, 0)
     [p] = problems(g, prog.Copy(x, a))
@@ -383,7 +363,7 @@ def test_copy_with_a_tensor_of_another_graph():
 
 def _undef_graph(with_undef: bool):
     """A and B (16 floats each, tile 2) are live one after the other; A twice."""
-    g = new_graph()
+    g = tiny_graph()
     x = np.arange(16, dtype=np.float32)
     src = [g.addConstant(FLOAT, [16], x * (k + 1), f"src{k}") for k in range(3)]
     for s in src:
@@ -435,7 +415,7 @@ def test_write_undef_costs_nothing_and_needs_a_tensor():
 
 
 def _call_graph(calls: int):
-    g = new_graph()
+    g = tiny_graph()
     c = counter(g, "c", 0)
     fn = g.addFunction(
         prog.Sequence(prog.Execute(bump(g, c, 0, 9, "f1")), prog.Execute(bump(g, c, 0, 4, "f2")))
@@ -462,7 +442,7 @@ def test_call_twice_costs_twice_and_is_stored_once():
 
 
 def test_programs_of_another_graph_are_named():
-    g, other = new_graph(), new_graph()
+    g, other = tiny_graph(), tiny_graph()
     c = counter(other, "c", 0)
     cs = bump(other, c, 0, 3, "foreign")
     fn = other.addFunction(prog.Sequence())
@@ -481,7 +461,7 @@ def test_block_needs_a_name_and_a_program():
 
 
 def test_bad_filter_regex_is_an_engine_error():
-    g = new_graph()
+    g = tiny_graph()
     with pytest.raises(EngineError) as info:
         Engine(g, prog.Sequence(), {"profiler.blocks.filter": "stage("})
     assert "'profiler.blocks.filter'" in str(info.value) and "'stage('" in str(info.value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codelets_common import loaded, tiny_device, tiny_graph
 
 from ipusim import ir
 from poplar_api import (
@@ -23,8 +24,6 @@ from poplar_api import (
     UNSIGNED_SHORT,
     Device,
     Engine,
-    Graph,
-    IPUModel,
 )
 from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
@@ -47,16 +46,6 @@ PAIRS = [
     for b in group
     if a is not b
 ]
-
-
-def new_graph() -> Graph:
-    return Graph(IPUModel("tiny").createDevice().getTarget())
-
-
-def loaded(g: Graph, programs, device=None) -> Engine:
-    e = Engine(g, programs)
-    e.load(device or IPUModel("tiny").createDevice())
-    return e
 
 
 class IntToUnsigned(Vertex):
@@ -93,17 +82,24 @@ class FloatSum(Vertex):
 # ------------------------------------------------------------------ host access
 
 
+def viewed_variable(type_, view_type, size: int, tile: int):
+    """A variable ``x`` of ``size`` elements of ``type_`` on ``tile`` and an engine with
+    host handles on it and on its view as ``view_type``: ``x`` writes and ``x-r`` reads
+    the variable, ``view-w`` writes and ``view`` reads the view."""
+    g = tiny_graph()
+    x = g.addVariable(type_, [size], "x")
+    g.setTileMapping(x, tile)
+    view = x.reinterpret(view_type)
+    g.createHostWrite("x", x)
+    g.createHostRead("x-r", x)
+    g.createHostWrite("view-w", view)
+    g.createHostRead("view", view)
+    return x, loaded(g, prog.Sequence())
+
+
 @pytest.mark.parametrize(("src", "dst"), PAIRS, ids=lambda t: t.constant)
 def test_write_one_type_read_the_other_bit_exact(src, dst):
-    g = new_graph()
-    x = g.addVariable(src, [5], "x")
-    g.setTileMapping(x, 2)
-    view = x.reinterpret(dst)
-    g.createHostWrite("x", x)
-    g.createHostRead("view", view)
-    g.createHostWrite("view-w", view)
-    g.createHostRead("x-r", x)
-    e = loaded(g, prog.Sequence())
+    _, e = viewed_variable(src, dst, 5, tile=2)
     e.writeTensor("x", SAMPLES[src])
     got = e.readTensor("view")
     assert got.dtype == dst.numpy
@@ -115,25 +111,17 @@ def test_write_one_type_read_the_other_bit_exact(src, dst):
 
 
 def test_bool_views_of_bytes():
-    g = new_graph()
-    b = g.addVariable(BOOL, [4], "b")
-    g.setTileMapping(b, 0)
-    c = b.reinterpret(UNSIGNED_CHAR)
-    g.createHostWrite("c", c)
-    g.createHostRead("b", b)
-    g.createHostWrite("b-w", b)
-    g.createHostRead("c-r", c)
-    e = loaded(g, prog.Sequence())
-    e.writeTensor("c", np.array([0, 1, 2, 255], np.uint8))
+    b, e = viewed_variable(BOOL, UNSIGNED_CHAR, 4, tile=0)
+    e.writeTensor("view-w", np.array([0, 1, 2, 255], np.uint8))
     # any non-zero byte is true
-    assert e.readTensor("b").tolist() == [False, True, True, True]
-    e.writeTensor("b-w", np.array([True, False, True, False]))
-    assert e.readTensor("c-r").tolist() == [1, 0, 1, 0]
+    assert e.readTensor("x-r").tolist() == [False, True, True, True]
+    e.writeTensor("x", np.array([True, False, True, False]))
+    assert e.readTensor("view").tolist() == [1, 0, 1, 0]
     assert b.reinterpret(CHAR).reinterpret(BOOL) == b
 
 
 def test_initial_values_and_constants_through_a_view():
-    g = new_graph()
+    g = tiny_graph()
     x = g.addVariable(FLOAT, [3], "x")
     g.setTileMapping(x, 1)
     g.setInitialValue(x.reinterpret(UNSIGNED_INT), [0x3F800000, 0x40000000, 0xBF800000])
@@ -147,7 +135,7 @@ def test_initial_values_and_constants_through_a_view():
 
 
 def test_views_of_views_keep_shape_mapping_and_elements():
-    g = new_graph()
+    g = tiny_graph()
     x = g.addVariable(HALF, [2, 3], "x")
     g.setTileMapping(x, [[(0, 3)], [(3, 6)]])
     v = x.transpose().reinterpret(SHORT)[1:]
@@ -165,7 +153,7 @@ def test_views_of_views_keep_shape_mapping_and_elements():
 
 
 def test_vertex_reads_and_writes_through_views():
-    g = new_graph()
+    g = tiny_graph()
     x = g.addVariable(FLOAT, [4], "x")
     y = g.addVariable(FLOAT, [4], "y")
     g.setTileMapping(x, 0)
@@ -179,7 +167,7 @@ def test_vertex_reads_and_writes_through_views():
     g.createHostWrite("x", x)
     g.createHostRead("y", y)
     values = np.array([1.0, -2.5, 0.0, np.inf], np.float32)
-    for device in (IPUModel("tiny").createDevice(), Device.createCPUDevice()):
+    for device in (tiny_device(), Device.createCPUDevice()):
         e = loaded(g, prog.Execute(cs), device)
         e.writeTensor("x", values)
         e.run(0)
@@ -187,7 +175,7 @@ def test_vertex_reads_and_writes_through_views():
 
 
 def test_element_read_through_two_views_is_received_once():
-    g = new_graph()
+    g = tiny_graph()
     x = g.addVariable(FLOAT, [8], "x")
     out = g.addVariable(FLOAT, [1], "out")
     g.setTileMapping(x, 0)
@@ -209,7 +197,7 @@ def test_element_read_through_two_views_is_received_once():
 
 
 def test_two_vertices_writing_one_element_through_views_are_refused():
-    g = new_graph()
+    g = tiny_graph()
     x = g.addVariable(UNSIGNED_INT, [4], "x")
     src = g.addVariable(INT, [4], "src")
     g.setTileMapping(x, 0)
@@ -221,7 +209,7 @@ def test_two_vertices_writing_one_element_through_views_are_refused():
         g.setPerfEstimate(v, 1)
     with pytest.raises(GraphValidationError, match=r"both write tensor 'x' element 0"):
         Engine(g, prog.Execute(cs))
-    g2 = new_graph()
+    g2 = tiny_graph()
     y = g2.addVariable(FLOAT, [4], "y")
     s2 = g2.addVariable(INT, [4], "s2")
     g2.setTileMapping(y, 0)
@@ -236,7 +224,7 @@ def test_two_vertices_writing_one_element_through_views_are_refused():
 
 
 def test_copies_to_and_from_views():
-    g = new_graph()
+    g = tiny_graph()
     x = g.addVariable(FLOAT, [4], "x")
     bits = g.addVariable(UNSIGNED_INT, [4], "bits")
     back = g.addVariable(FLOAT, [4], "back")
@@ -265,7 +253,7 @@ def test_copies_to_and_from_views():
 
 
 def test_copy_between_views_of_one_variable_is_checked_for_overlap():
-    g = new_graph()
+    g = tiny_graph()
     x = g.addVariable(FLOAT, [4], "x")
     g.setTileMapping(x, 0)
     xi = x.reinterpret(INT)
@@ -278,7 +266,7 @@ def test_copy_between_views_of_one_variable_is_checked_for_overlap():
 
 def test_memory_is_counted_once_for_a_variable_and_its_views():
     def build(use_view: bool) -> Engine:
-        g = new_graph()
+        g = tiny_graph()
         x = g.addVariable(FLOAT, [16], "x")
         y = g.addVariable(UNSIGNED_INT, [16], "y")
         g.setTileMapping(x, 1)
@@ -308,7 +296,7 @@ def test_memory_is_counted_once_for_a_variable_and_its_views():
     [(FLOAT, HALF, "4 byte.*2 byte"), (CHAR, SHORT, "1 byte.*2 byte"), (BOOL, INT, "1 byte.*4")],
 )
 def test_different_sizes_are_refused_naming_both_types(src, dst, sizes):
-    g = new_graph()
+    g = tiny_graph()
     x = g.addVariable(src, [2], "x")
     with pytest.raises(TypeMismatchError, match=rf"tensor 'x'.*reinterpret {src.name} \({sizes}"):
         x.reinterpret(dst)
@@ -317,7 +305,7 @@ def test_different_sizes_are_refused_naming_both_types(src, dst, sizes):
 
 
 def test_non_type_argument_is_refused():
-    g = new_graph()
+    g = tiny_graph()
     x = g.addVariable(FLOAT, [2], "x")
     with pytest.raises(TypeMismatchError, match=r"reinterpret needs an element type.*str 'int'"):
         x.reinterpret("int")

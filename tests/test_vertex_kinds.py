@@ -345,35 +345,40 @@ def test_missing_codelet_file(tmp_path):
     assert isinstance(info.value, FileNotFoundError)
 
 
-def test_codelet_file_with_a_syntax_error_names_file_and_line(tmp_path):
-    path = tmp_path / "broken.py"
-    path.write_text("from poplar_api.codelet import Vertex\n\nclass X(Vertex)\n    pass\n")
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        pytest.param(
+            "broken.py",
+            "from poplar_api.codelet import Vertex\n\nclass X(Vertex)\n    pass\n",
+            r"syntax error in codelet file .*broken\.py.* line 3",
+            id="syntax-error-names-file-and-line",
+        ),
+        pytest.param(
+            "raises.py",
+            "x = 1\ny = undefined_name\n",
+            r"raises\.py.*NameError at line 2",
+            id="raising-on-import-names-file-and-line",
+        ),
+        pytest.param(
+            "empty.py",
+            "from poplar_api.codelet import Vertex  # imported, not defined\nX = 1\n",
+            r"empty\.py.*defines no Vertex, MultiVertex or Sup",
+            id="without-vertices",
+        ),
+        pytest.param(
+            "codelets.cpp",
+            "class X : public poplar::Vertex {};\n",
+            r"\.cpp file.*port the codelet",
+            id="cpp-file-explains-the-port",
+        ),
+    ],
+)
+def test_bad_codelet_file_is_named_with_its_fault(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
     _, graph = tiny()
-    with pytest.raises(CodeletError, match=r"syntax error in codelet file .*broken\.py.* line 3"):
-        graph.addCodelets(str(path))
-
-
-def test_codelet_file_raising_on_import_names_file_and_line(tmp_path):
-    path = tmp_path / "raises.py"
-    path.write_text("x = 1\ny = undefined_name\n")
-    _, graph = tiny()
-    with pytest.raises(CodeletError, match=r"raises\.py.*NameError at line 2"):
-        graph.addCodelets(str(path))
-
-
-def test_codelet_file_without_vertices(tmp_path):
-    path = tmp_path / "empty.py"
-    path.write_text("from poplar_api.codelet import Vertex  # imported, not defined\nX = 1\n")
-    _, graph = tiny()
-    with pytest.raises(CodeletError, match=r"empty\.py.*defines no Vertex, MultiVertex or Sup"):
-        graph.addCodelets(str(path))
-
-
-def test_cpp_codelet_file_explains_the_port(tmp_path):
-    path = tmp_path / "codelets.cpp"
-    path.write_text("class X : public poplar::Vertex {};\n")
-    _, graph = tiny()
-    with pytest.raises(CodeletError, match=r"\.cpp file.*port the codelet"):
+    with pytest.raises(CodeletError, match=message):
         graph.addCodelets(str(path))
 
 
