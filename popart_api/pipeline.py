@@ -36,7 +36,6 @@ from popart_api.errors import popart_exception
 from popart_api.onnx_model import node_attrs
 from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import VirtualGraphMode
-from popart_api.stepio import HostAnchor
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
 from poplar_api.graph import touches_constant, variable_count
@@ -102,14 +101,14 @@ def _stages(session: _Session) -> int:
     stages = sorted(set(session.lowered.node_stage))
     if stages != list(range(len(stages))):
         raise popart_exception(
-            f"{session._kind}: pipeline stages {stages} must be 0, 1, ... without gaps"
+            f"{type(session).__name__}: pipeline stages {stages} must be 0, 1, ... without gaps"
         )
     for r in session.lowered.records:
         ipus = {x.ipu for x in session.lowered.records if x.stage == r.stage}
         if len(ipus) > 1:
             raise popart_exception(
-                f"{session._kind}: pipeline stage {r.stage} spans IPUs {sorted(ipus)}; each "
-                "stage must be on one IPU"
+                f"{type(session).__name__}: pipeline stage {r.stage} spans IPUs "
+                f"{sorted(ipus)}; each stage must be on one IPU"
             )
     return len(stages)
 
@@ -156,7 +155,7 @@ def _anchor_copies(session: _Session, values: dict, num_stages: int):
     graph = session.graph
     for aid in session.dataFlow.anchors():
         art = session.dataFlow.art(aid)
-        t = session._anchor_tensor(aid, values)
+        t = session.anchor_tensor(aid, values)
         stream = graph.addDeviceToHostFIFO(
             f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
         )
@@ -175,10 +174,10 @@ def _anchor_copies(session: _Session, values: dict, num_stages: int):
             post.add(pprog.Copy(total, stream))
         else:
             raise popart_exception(
-                f"{session._kind}: anchor '{aid}': EVERYN anchors are not supported with "
+                f"{type(session).__name__}: anchor '{aid}': EVERYN anchors are not supported with "
                 "pipelining; hint: ALL, SUM or FINAL"
             )
-        session._anchors[aid] = HostAnchor(aid, art, t)
+        session.add_anchor(aid, art, t)
     return after_fwd, after_bwd, (to_host_fwd, to_host_bwd), post, pre
 
 

@@ -515,7 +515,9 @@ class _Session(SessionIO):
         )
         return prog
 
-    def _compile(self, main: pprog.Program) -> None:
+    def compile_program(self, main: pprog.Program) -> None:
+        """Compile ``main`` (the step program) into the session's engine and connect
+        the input and anchor streams to the host arrays."""
         try:
             self.engine = Engine(self.graph, [main], self.options.engineOptions or None)
         except OutOfMemoryError as exc:
@@ -594,11 +596,11 @@ class InferenceSession(_Session):
         if self.options.enablePipelining and self.ipus > 1:
             from popart_api.pipeline import inference_program
 
-            self._compile(inference_program(self, values))
+            self.compile_program(inference_program(self, values))
             return
         from popart_api.training import transient_variables
 
-        micro, every, post, pre, periods = self._make_anchors(values)
+        micro, every, post, pre, periods = self.anchor_programs(values)
         undef = [
             pprog.WriteUndef(t)
             for t in transient_variables(self.graph, [self.lowered.forward_variables])
@@ -610,7 +612,7 @@ class InferenceSession(_Session):
             micro,
             debugContext="batch",
         )
-        self._compile(self._main_program(batch, every, post, pre, periods))
+        self.compile_program(self.main_program(batch, every, post, pre, periods))
 
 
 class TrainingSession(_Session):
@@ -686,7 +688,11 @@ class TrainingSession(_Session):
         }
         from popart_api.training import build_training
 
-        build_training(self, values, loss, trained, sources)
+        built = build_training(self, values, loss, trained, sources)
+        self._opt_lowering = built.lowering
+        self._seed_shape = built.seed_shape
+        self._slot_handles = built.slot_handles
+        self.compile_program(built.program)
 
     def weightsFromHost(self) -> None:
         """Write the weights and the optimizer's values to the device; zero the

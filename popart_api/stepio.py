@@ -78,7 +78,8 @@ class SessionIO:
     _weights: dict[str, np.ndarray]
 
     # ------------------------------------------------------------- anchors
-    def _anchor_tensor(self, aid: str, values: dict) -> Tensor:
+    def anchor_tensor(self, aid: str, values: dict) -> Tensor:
+        """The tensor anchor ``aid`` copies out (``values``: tensor id -> lowered value)."""
         if aid not in values:
             raise popart_exception(
                 f"{self._kind}: anchor '{aid}' has no value (a gradient nobody computes?); "
@@ -86,7 +87,7 @@ class SessionIO:
             )
         return ops.tensor(self.graph, values[aid], f"anchor/{aid}")
 
-    def _make_anchors(
+    def anchor_programs(
         self, values: dict
     ) -> tuple[pprog.Sequence, pprog.Sequence, pprog.Sequence, pprog.Sequence, set]:
         """Programs copying anchors out: per micro-batch (ALL, SUM accumulation), per
@@ -99,7 +100,7 @@ class SessionIO:
         graph = self.graph
         for aid in self.dataFlow.anchors():
             art = self.dataFlow.art(aid)
-            t = self._anchor_tensor(aid, values)
+            t = self.anchor_tensor(aid, values)
             stream = graph.addDeviceToHostFIFO(
                 f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
             )
@@ -115,10 +116,14 @@ class SessionIO:
                 popops.zero(graph, total, pre, f"anchor/{aid}/sumZero")
                 popops.addInPlace(graph, total, t, micro, f"anchor/{aid}/sum")
                 post.add(pprog.Copy(total, stream))
-            self._anchors[aid] = HostAnchor(aid, art, t)
+            self.add_anchor(aid, art, t)
         return micro, every, post, pre, periods
 
-    def _main_program(
+    def add_anchor(self, aid: str, art: AnchorReturnType, t: Tensor) -> None:
+        """Stream anchor ``aid`` (return type ``art``) from ``t`` to the host arrays."""
+        self._anchors[aid] = HostAnchor(aid, art, t)
+
+    def main_program(
         self,
         batch: pprog.Program,
         every: pprog.Sequence,
@@ -126,6 +131,8 @@ class SessionIO:
         pre: pprog.Sequence,
         periods: set,
     ) -> pprog.Program:
+        """The program of one step: ``pre``, then ``batchesPerStep`` times ``batch``
+        (with ``every`` after each ``n``-th for an EVERYN period ``n``), then ``post``."""
         bps = self.dataFlow.batchesPerStep
         if not periods:
             return pprog.Sequence(pre, pprog.Repeat(bps, batch), post, debugContext="main")

@@ -21,6 +21,7 @@ write to its last read in the micro-batch only, not across the loop.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -117,20 +118,20 @@ def build_training(
     loss: Tensor,
     trained: list[str],
     sources: set[str],
-) -> None:
-    """Build and compile the training program of ``session``."""
+) -> TrainingBuild:
+    """Build the training program of ``session`` and the host handles of its
+    optimizer."""
     graph = session.graph
     optimizer = session.optimizer
     af, reps = session.accumulation, session.replicas
     mean = session.options.accumulationAndReplicationReductionType is ReductionType.Mean
     lowering = OptimizerLowering(graph, optimizer, float(af * reps) if mean else 1.0)
-    session._opt_lowering = lowering
     loss_ipu = session.lowered.value_ipu.get(session.loss, 0)
     loss_graph = session.lowered.graphs[loss_ipu]
     seed = loss_graph.addVariable(loss.elementType(), loss.shape(), "lossScaling/seed")
     mapTensorLinearly(loss_graph, seed)
     graph.createHostWrite("lossScaling:seed", seed)
-    session._seed_shape = (
+    seed_shape = (
         loss.shape(),
         np.float32 if loss.elementType().name == "FLOAT" else np.float16,
     )
@@ -145,19 +146,33 @@ def build_training(
         step, grads = _training_step(session, values, seed, trained, sources, lowering)
         for tid, g in grads.items():
             values[autodiff.GRADIENT_PREFIX + tid] = g
-        micro_anchors, every, post, pre, periods = session._make_anchors(values)
+        micro_anchors, every, post, pre, periods = session.anchor_programs(values)
         step.micro.add(micro_anchors)
     for k, sc in enumerate(lowering.scalars):
         handle = f"optimizer:{k}:{sc.name}"
         graph.createHostWrite(handle, sc.tensor)
         sc.handle = handle
-    session._slot_handles = []
+    slot_handles = []
     for k, t in enumerate(lowering.state_tensors()):
         handle = f"optimizerState:{k}"
         graph.createHostWrite(handle, t)
         dtype = np.float32 if t.elementType().name == "FLOAT" else np.float16
-        session._slot_handles.append((handle, t.shape(), dtype))
-    session._compile(session._main_program(step.program, every, post, pre, periods))
+        slot_handles.append((handle, t.shape(), dtype))
+    program = session.main_program(step.program, every, post, pre, periods)
+    return TrainingBuild(program, lowering, seed_shape, slot_handles)
+
+
+@dataclass
+class TrainingBuild:
+    """What :func:`build_training` made: the step program, the optimizer's lowering
+    (its scalars' host handles), the shape and host dtype of the loss-scaling seed,
+    and ``(handle, shape, dtype)`` of each optimizer state tensor (zeroed by
+    ``weightsFromHost``)."""
+
+    program: pprog.Program
+    lowering: OptimizerLowering
+    seed_shape: tuple[list[int], type]
+    slot_handles: list[tuple[str, list[int], type]]
 
 
 class Step:
@@ -236,4 +251,11 @@ def _training_step(
     return Step(pprog.Sequence(*body, updates, debugContext="batch"), micro), grads
 
 
-__all__ = ["CHECKPOINT_OPS", "Step", "build_training", "recompute_flags", "transient_variables"]
+__all__ = [
+    "CHECKPOINT_OPS",
+    "Step",
+    "TrainingBuild",
+    "build_training",
+    "recompute_flags",
+    "transient_variables",
+]
