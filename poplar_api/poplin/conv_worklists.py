@@ -17,7 +17,6 @@ batch range and one range per field dimension) determines:
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,61 +95,76 @@ def tile_geometry(
     in_strides = np.cumprod([1, *in_shape[::-1]])[::-1][1:]
     out_field = int(np.prod(out_shape))
     in_field = int(np.prod(in_shape))
-    worklists: list[list[np.ndarray]] = []
-    partitions: list[list[list[int]]] = [[] for _ in range(num_workers)]
+    nw = num_workers
+    # per dimension and kernel index: the active outputs (one ragged array, offsets)
+    act, off, cnt_d = [], [], []
+    for sd in sub:
+        ok = sd >= 0
+        act.append(np.nonzero(ok)[1])  # row-major: kernel index major, outputs ascending
+        c = ok.sum(1)
+        cnt_d.append(c)
+        off.append(np.concatenate(([0], np.cumsum(c)[:-1])))
+    # every kernel position (row-major over the kernel dims) and its active counts
+    kidx = np.unravel_index(np.arange(int(np.prod(kshape))), kshape)
+    counts = np.stack([cnt_d[d][kidx[d]] for d in range(n)])  # [n, K]
+    live = counts.min(0) > 0
+    per_row = counts[-1]
+    rows = batch * np.prod(counts[:-1], 0) if n > 1 else np.full(live.size, batch)
+    total = np.where(live, rows * per_row, 0)
+    positions = int(total.sum())
+    # the inner dimension's steps (one out and one in stride for every kernel position)
     in_step = out_step = None
-    positions = 0
-    for kidx in itertools.product(*[range(k) for k in kshape]):
-        act = [np.flatnonzero(s[k] >= 0) for s, k in zip(sub, kidx, strict=True)]
-        counts = [a.size for a in act]
-        if min(counts) > 0:
-            inner = act[-1]
-            inner_in = sub[-1][kidx[-1], inner] - window[-1][0]
-            if inner.size >= 2:
-                o_s, i_s = int(inner[1] - inner[0]), int(inner_in[1] - inner_in[0])
-                out_step = o_s if out_step is None else out_step
-                in_step = i_s if in_step is None else in_step
-                if (o_s, i_s) != (out_step, in_step) or _ap(inner) != o_s:
-                    raise ValueError(
-                        "conv worklists: kernel positions need different strides "
-                        f"({o_s}, {i_s}) vs ({out_step}, {in_step}); this transform is "
-                        "not supported"
-                    )
-            outer_shape = [batch, *counts[:-1]]
-            rows = int(np.prod(outer_shape))
-            per_row = counts[-1]
-            total = rows * per_row
-            positions += total
-            # per worker the rows its contiguous range of elements touches, all at once
-            wv = np.arange(num_workers, dtype=np.int64)
-            beg, end = (wv * total) // num_workers, ((wv + 1) * total) // num_workers
-            first = beg // per_row
-            cnt = np.where(end > beg, (end - 1) // per_row - first + 1, 0)
-            wid = np.repeat(wv, cnt)
-            r = (
-                np.repeat(first, cnt)
-                + np.arange(int(cnt.sum()))
-                - np.repeat(cnt.cumsum() - cnt, cnt)
+    for k in np.flatnonzero(live & (per_row >= 2)).tolist():
+        kin = int(kidx[-1][k])
+        inner = act[-1][off[-1][kin] : off[-1][kin] + per_row[k]]
+        inner_in = sub[-1][kin, inner] - window[-1][0]
+        o_s, i_s = int(inner[1] - inner[0]), int(inner_in[1] - inner_in[0])
+        out_step = o_s if out_step is None else out_step
+        in_step = i_s if in_step is None else in_step
+        if (o_s, i_s) != (out_step, in_step) or _ap(inner) != o_s:
+            raise ValueError(
+                "conv worklists: kernel positions need different strides "
+                f"({o_s}, {i_s}) vs ({out_step}, {in_step}); this transform is "
+                "not supported"
             )
-            x0 = np.maximum(beg[wid], r * per_row) - r * per_row
-            x1 = np.minimum(end[wid], (r + 1) * per_row) - r * per_row
-            idx = np.unravel_index(r, outer_shape)
-            o_row = idx[0] * out_field + inner[x0]
-            i_row = idx[0] * in_field + inner_in[x0]
-            for d in range(n - 1):
-                o_loc = act[d][idx[d + 1]]
-                o_row = o_row + o_loc * int(out_strides[d])
-                i_row = i_row + (sub[d][kidx[d], o_loc] - window[d][0]) * int(in_strides[d])
-            entries = np.stack([o_row, x1 - x0, i_row], 1).astype(np.int64)
-            cuts = cnt.cumsum()[:-1]
-            nums = np.split(entries[:, 1], cuts)
-            for w in range(num_workers):
-                partitions[w].append(nums[w].tolist())
-            worklists.append([e.reshape(-1) for e in np.split(entries, cuts)])
-        else:
-            for w in range(num_workers):
-                partitions[w].append([])
-            worklists.append([np.zeros(0, np.int64) for _ in range(num_workers)])
+    # per (kernel position, worker): the rows its contiguous range of elements touches
+    wv = np.arange(nw, dtype=np.int64)
+    beg = (wv[None, :] * total[:, None]) // nw  # [K, W]
+    end = ((wv[None, :] + 1) * total[:, None]) // nw
+    pr = np.maximum(per_row, 1)[:, None]
+    first = beg // pr
+    cnt = np.where(end > beg, (end - 1) // pr - first + 1, 0).reshape(-1)
+    pair = np.repeat(np.arange(cnt.size), cnt)  # (k, w) of every entry
+    k_e = pair // nw
+    r = (
+        np.repeat(first.reshape(-1), cnt)
+        + np.arange(int(cnt.sum()))
+        - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    )
+    p_e = per_row[k_e]
+    x0 = np.maximum(beg.reshape(-1)[pair], r * p_e) - r * p_e
+    x1 = np.minimum(end.reshape(-1)[pair], (r + 1) * p_e) - r * p_e
+    kin = kidx[-1][k_e]
+    o_inner = act[-1][off[-1][kin] + x0]
+    o_row = o_inner.astype(np.int64)
+    i_row = (sub[-1][kin, o_inner] - window[-1][0]).astype(np.int64)
+    for d in range(n - 2, -1, -1):  # unravel r over [batch, *counts[:-1]], last first
+        c = counts[d][k_e]
+        i_d = r % c
+        r = r // c
+        kd = kidx[d][k_e]
+        o_loc = act[d][off[d][kd] + i_d]
+        o_row = o_row + o_loc * int(out_strides[d])
+        i_row = i_row + (sub[d][kd, o_loc] - window[d][0]) * int(in_strides[d])
+    o_row = o_row + r * out_field
+    i_row = i_row + r * in_field
+    num = x1 - x0
+    entries = np.stack([o_row, num, i_row], 1).astype(np.int64)
+    cuts = np.cumsum(cnt)[:-1]
+    pieces = np.split(entries, cuts)
+    nums = np.split(num.astype(np.int64), cuts)
+    worklists = [[pieces[k * nw + w].reshape(-1) for w in range(nw)] for k in range(live.size)]
+    partitions = [[nums[k * nw + w].tolist() for k in range(live.size)] for w in range(nw)]
     return TileGeometry(
         window=window,
         out_shape=out_shape,
