@@ -10,9 +10,14 @@
   Poplibs' ``getPoolingCycles`` (``lib/popnn/PerformanceEstimation.hpp``,
   graphcore/poplibs @7eac0f26, cited in ``docs/estimators.md``), written out below from
   that source, for random worklists.
+* The convolution worklists built for all kernel positions and workers at once
+  (``conv_worklists.tile_geometry``) must be Poplibs' ``partitionConvPartialByWorker``
+  (``lib/poplin/ConvUtilInternal.cpp``), written out below one element at a time.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -182,3 +187,79 @@ def test_pooling_estimate_unsigned_wrap() -> None:
         is_max=True, is_bwd=False, workers=6,
     )  # fmt: skip
     assert got == 7 + (33 + 1) * 6 + 6
+
+
+# --------------------------------------------------------------------- conv worklists
+
+
+def _map(size: int, out: int, stride: int, dil: int, pad: int, k: int) -> np.ndarray:
+    """Input index read by output ``o`` at kernel index ``j``: ``o*stride + j*dil - pad``
+    (-1 where that lands in the padding)."""
+    j = np.arange(k)[:, None]
+    o = np.arange(out)[None, :]
+    i = o * stride + j * dil - pad
+    return np.where((i >= 0) & (i < size), i, -1)
+
+
+def partition_by_worker(maps, batch, ranges, workers):
+    """``partitionConvPartialByWorker`` (poplibs @7eac0f26, lib/poplin/ConvUtilInternal.cpp)
+    one element at a time: per kernel position, the active output rows (batch x outer
+    positions) times the active elements of a row are cut into ``workers`` equal
+    contiguous ranges; each range gives one ``(outRow, num, inRow)`` entry per row it
+    touches, rows numbered in the block's output and the input window."""
+    sub = [m[:, a:b] for m, (a, b) in zip(maps, ranges, strict=True)]
+    window = []
+    for s in sub:
+        v = s[s >= 0]
+        window.append((int(v.min()), int(v.max()) + 1) if v.size else (0, 0))
+    out_shape = [b - a for a, b in ranges]
+    in_shape = [b - a for a, b in window]
+    result = []
+    for kpos in np.ndindex(*[m.shape[0] for m in maps]):
+        active = [
+            [o for o in range(s.shape[1]) if s[k, o] >= 0] for s, k in zip(sub, kpos, strict=True)
+        ]
+        rows = [(b, *outer) for b in range(batch) for outer in itertools.product(*active[:-1])]
+        row_len = len(active[-1])
+        elems = [(row, x) for row in rows for x in range(row_len)] if row_len else []
+        per_worker = []
+        for w in range(workers):
+            lo, hi = w * len(elems) // workers, (w + 1) * len(elems) // workers
+            entries = []
+            for row, x in elems[lo:hi]:
+                if entries and entries[-1][0] == row:
+                    entries[-1][1] += 1
+                    continue
+                entries.append([row, 1, x])
+            flat = []
+            for row, num, x in entries:
+                b, outer = row[0], row[1:]
+                o_pos = [*outer, active[-1][x]]
+                i_pos = [sub[d][kpos[d], o_pos[d]] - window[d][0] for d in range(len(maps))]
+                out_row = int(np.ravel_multi_index([b, *o_pos], [batch, *out_shape]))
+                in_row = int(np.ravel_multi_index([b, *i_pos], [batch, *in_shape]))
+                flat += [out_row, num, in_row]
+            per_worker.append(flat)
+        result.append(per_worker)
+    return result
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_conv_worklists_are_partition_by_worker(seed: int) -> None:
+    from poplar_api.poplin.conv_worklists import tile_geometry
+
+    rng = np.random.default_rng(seed)
+    nd = int(rng.integers(1, 4))
+    maps, ranges = [], []
+    for _ in range(nd):
+        size, k, dil = int(rng.integers(3, 9)), int(rng.integers(1, 4)), 1
+        pad = int(rng.integers(0, 2))
+        out = size + 2 * pad - (k - 1)
+        maps.append(_map(size, out, 1, dil, pad, k))
+        a = int(rng.integers(0, out))
+        ranges.append((a, int(rng.integers(a + 1, out + 1))))
+    batch, workers = int(rng.integers(1, 4)), int(rng.integers(1, 7))
+    geom = tile_geometry(maps, batch, ranges, workers)
+    want = partition_by_worker(maps, batch, ranges, workers)
+    got = [[w.tolist() for w in per_k] for per_k in geom.worklists]
+    assert got == want
