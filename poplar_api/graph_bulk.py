@@ -639,14 +639,12 @@ class _Connections:
                 counts.append(vectors.tolist())
                 names.append(name)
             vids = range(first, first + n)
-            extra.update(
-                (vid, dict(zip(names, values, strict=True)))
-                for vid, *values in zip(vids, *columns, strict=True)
-            )
-            table.list_sizes.update(
-                (vid, dict(zip(names, values, strict=True)))
-                for vid, *values in zip(vids, *counts, strict=True)
-            )
+            for target, values in ((extra, columns), (table.list_sizes, counts)):
+                dicts = [{names[0]: v} for v in values[0]]
+                for name, column in zip(names[1:], values[1:], strict=True):
+                    for d, v in zip(dicts, column, strict=True):
+                        d[name] = v
+                target.update(zip(vids, dicts, strict=True))
         for name, sel, rows in self.ids:
             # what addVertex keeps of a connection that is not a run: its index array
             for i, row in zip(sel.tolist(), rows, strict=True):
