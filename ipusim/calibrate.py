@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from ipusim import progress
 from ipusim.calibration_fit import (
     PROBE_FRACTION,
     CalibrationError,
@@ -258,7 +259,9 @@ def calibrate(
     params = resolve_parameters(base, parameters)
     quantities = _check_inputs(pairs, base, phases, list(metrics or ()), loss, max_evaluations)
     runs = WorkloadRuns(base)
+    progress.phase("run workloads", total=len(pairs), unit="pair")
     problem = FitProblem(pairs, base, params, quantities, loss, runs)
+    progress.phase("probe parameters", unit="simulation")
     x0 = np.array([p.initial for p in params], dtype=float)
     notes: list[str] = []
 
@@ -271,6 +274,7 @@ def calibrate(
         warn(f"insensitive parameter {ev}")
     dead = {ev.path for ev in insensitive}
     active = [i for i, p in enumerate(params) if p.path not in dead]
+    progress.phase("fit", total=max_evaluations, unit="simulation")
     x1 = fit(problem, active, x0, None, max_evaluations)
     for i in active:
         p = params[i]
@@ -288,6 +292,11 @@ def calibrate(
         frames = []
         for held in all_rows:
             others = [r for r in all_rows if r != held]
+            progress.phase(
+                f"leave-one-out fit {held + 1}/{len(pairs)}",
+                total=max_evaluations,
+                unit="simulation",
+            )
             x_loo = fit(problem, active, x0, others, max_evaluations)
             frame = residual_frame(problem, x_loo, [held]).rename(columns={"pair": "held_out"})
             frame.insert(
@@ -374,7 +383,10 @@ def _calibrate_command(args: argparse.Namespace) -> int:
         pairs.append(Pair(workload, params, profile))
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     metrics = [m.strip() for m in (args.metrics or "").split(",") if m.strip()]
-    with warnings.catch_warnings():
+    with (
+        warnings.catch_warnings(),
+        progress.Progress("ipusim calibrate", progress.progress_of(args)),
+    ):
         warnings.simplefilter("ignore")  # the report lists them
         result = calibrate(
             pairs,
@@ -432,4 +444,5 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--tiles", type=int, default=None, metavar="N", help="tiles per IPU")
     parser.add_argument("--out", metavar="overlay.yaml", help="write the overlay YAML here")
+    progress.add_progress_arguments(parser)
     parser.set_defaults(handler=_calibrate_command)

@@ -22,7 +22,7 @@ import yaml
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BeforeValidator
 
-from ipusim import ir
+from ipusim import ir, progress
 from ipusim.config import MachineConfig, with_overrides
 from ipusim.config_sections import leaf_paths, section_model, suggest_path
 from ipusim.errors import ConfigError, IpusimError
@@ -442,7 +442,10 @@ class FitProblem:
         self.params = params
         self.quantities = quantities
         self.loss = loss
-        self.retimers = [runs.retimer(p) for p in pairs]
+        self.retimers = []
+        for pair in pairs:
+            self.retimers.append(runs.retimer(pair))
+            progress.advance(1)
         self.measured = np.array(
             [[measured_value(p, q) for q in quantities] for p in pairs], dtype=float
         )
@@ -483,6 +486,7 @@ class FitProblem:
                 rows.append([float(values.get(q, math.nan)) for q in self.quantities])
             self.simulations += 1
             self._cache[key] = np.array(rows, dtype=float)
+            progress.advance(1)
         return self._cache[key]
 
     def residuals(self, x: Sequence[float], rows: Sequence[int] | None = None) -> np.ndarray:

@@ -499,7 +499,13 @@ def _run_workload(spec: str, args: argparse.Namespace) -> MeasuredProfile:
             f"ipusim.runner, which cannot be imported ({exc}); hint: give a profile file or "
             "directory written by a run"
         ) from None
-    result = runner.run_from_arguments(spec, args)
+    from ipusim.progress import Progress, progress_of
+
+    with Progress("ipusim compare", progress_of(args)) as progress:
+        progress.phase("check workload")
+        runner.check_workload_source(spec)
+        progress.phase("load, build, compile and run")
+        result = runner.run_from_arguments(spec, args)
     profile = result.measured()
     metrics = {**profile.metrics, **{k: float(v) for k, v in (result.metrics or {}).items()}}
     return replace(profile, source=f"{spec} on {result.config.name}", metrics=metrics)
@@ -598,7 +604,9 @@ def register(subparsers: Any) -> None:
         help="rows of a measurements .csv to compare, e.g. --ids 'B1.*' (comma-separated)",
     )
     group = parser.add_argument_group("workload (when RUN is file.py[:func] or module[:func])")
+    from ipusim.progress import add_progress_arguments
     from ipusim.runner import add_workload_arguments
 
     add_workload_arguments(group)
+    add_progress_arguments(group)
     parser.set_defaults(handler=_compare_command)

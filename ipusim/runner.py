@@ -30,6 +30,7 @@ from ipusim import ir
 from ipusim.config import MachineConfig, load_config, parse_overrides
 from ipusim.dataplane import ScriptedDataPlane
 from ipusim.errors import IpusimError
+from ipusim.progress import Progress, add_progress_arguments, progress_of
 from ipusim.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -39,6 +40,7 @@ __all__ = [
     "RUNNER_GROUP",
     "RunResult",
     "WorkloadError",
+    "check_workload_source",
     "find_runner",
     "register",
     "run_workload",
@@ -204,6 +206,36 @@ def find_runner(name: str = DEFAULT_RUNNER) -> Runner:
     )
 
 
+def check_workload_source(spec: str) -> None:
+    """Refuse a workload file or module that defines no workload function, before
+    anything of it runs.
+
+    The source is parsed, not imported (a plain script would run as a side effect of
+    importing it): the function must be bound at its top level (``def workload``, an
+    import or an assignment). A file or module that cannot be found is left to the
+    runner, whose message says where it looked.
+
+    Raises
+    ------
+    WorkloadError
+        The file has no such function or does not parse; the message names the file,
+        the functions it has and points to ``docs/workloads.md``.
+    """
+    from ipusim.sweep.workloads import resolve_workload
+
+    source = resolve_workload(spec, Path.cwd())
+    if source.problem is None or source.path is None or not source.path.is_file():
+        return
+    target = spec.rsplit(":", 1)[0] if ":" in spec else spec
+    problem = source.problem.split("; hint:")[0]
+    raise WorkloadError(
+        f"{problem}; nothing of it was run; hint: a workload file defines "
+        f"def {source.function}(device, **params) returning poplar_api.workload.Workload "
+        f"(or name another function with {target}:FUNCTION) and keeps script code under "
+        "if __name__ == '__main__': (see docs/workloads.md)"
+    )
+
+
 def run_workload(
     spec: str,
     config: MachineConfig | str,
@@ -234,8 +266,10 @@ def run_workload(
     Raises
     ------
     WorkloadError
-        The workload cannot be loaded or called (see the message).
+        The workload cannot be loaded or called (see the message), or its source
+        defines no workload function (:func:`check_workload_source`; nothing runs).
     """
+    check_workload_source(spec)
     cfg = config if isinstance(config, MachineConfig) else load_config(config)
     run = find_runner(runner)
     return run(spec, cfg, dict(params or {}), dict(options or {}), quiet)
@@ -338,9 +372,16 @@ def run_from_arguments(spec: str, args: argparse.Namespace, quiet: bool = True) 
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    result = run_from_arguments(args.workload, args, quiet=not args.verbose)
     out = Path(args.out) if args.out else Path("profiles") / workload_stem(args.workload)
-    write_profiles(result, out)
+    with Progress("ipusim run", progress_of(args)) as progress:
+        progress.phase("check workload")
+        check_workload_source(args.workload)
+        # A runner that reports through ipusim.progress names its own phases (load,
+        # build, compile, run) from here on.
+        progress.phase("load, build, compile and run")
+        result = run_from_arguments(args.workload, args, quiet=not args.verbose)
+        progress.phase("write profiles")
+        write_profiles(result, out)
     sys.stdout.write(result.summary)
     if result.metrics:
         print("Metrics:")
@@ -374,4 +415,5 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="let the workload print while it runs"
     )
+    add_progress_arguments(parser)
     parser.set_defaults(handler=_run_command)

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ipusim.progress import add_progress_arguments, progress_of
+
 __all__ = ["DEFAULT_OUT_ROOT", "SUBCOMMANDS", "normalize_argv", "register"]
 
 #: The default output directory is ``<cwd>/sweeps/<experiment name>``.
@@ -80,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
             out,
             jobs=args.jobs,
             scheduler=args.scheduler,
-            progress=not args.no_progress,
+            progress=progress_of(args),
             retry_failed=args.retry_failed,
         )
     except KeyboardInterrupt:
@@ -141,7 +143,7 @@ def _register_run(commands: Any) -> None:
     parser.add_argument(
         "--retry-failed", action="store_true", help="run again the points that failed before"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_arguments(parser)
     parser.add_argument(
         "--dry-run", action="store_true", help="check the experiment and list its points only"
     )
