@@ -63,6 +63,10 @@ from ipusim.errors import short_repr as _show
 from ipusim.runner import workload_stem
 from ipusim.sweep.workloads import WorkloadSource, canonical_json, resolve_workload
 
+#: The tile count and the layout field derived from it (:func:`layout_overrides`).
+TILES_FIELD = "tile.tiles_per_ipu"
+COLUMNS_FIELD = "tile.columns"
+
 __all__ = [
     "CONFIG_AXIS",
     "WORKLOAD_PREFIX",
@@ -73,6 +77,7 @@ __all__ = [
     "GeomSpace",
     "Range",
     "WorkloadEntry",
+    "layout_overrides",
     "load_experiment",
 ]
 
@@ -530,6 +535,28 @@ def _check_workloads(exp: Experiment, label: str) -> list[str]:
     return problems
 
 
+def layout_overrides(base: MachineConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` with the tile layout that a changed tile count implies.
+
+    Tiles are numbered column by column in ``tile.columns`` columns of
+    ``ceil(tiles_per_ipu / columns)`` tiles; the presets fix the column count (16 on
+    Mk1/Mk2). A tile count below it leaves one tile per column, the rule
+    ``IPUModel(...).createDevice(tilesPerIPU=n)`` follows, so an axis over
+    ``tile.tiles_per_ipu`` needs no ``tile.columns`` beside it. A ``tile.columns``
+    given in ``config.set`` or on an axis is kept as given.
+    """
+    out = dict(overrides)
+    if TILES_FIELD not in out or COLUMNS_FIELD in out:
+        return out
+    try:
+        tiles = int(out[TILES_FIELD])
+    except (TypeError, ValueError):
+        return out  # not a number: the config's own check names it
+    if 1 <= tiles < base.tile.columns:
+        out[COLUMNS_FIELD] = tiles
+    return out
+
+
 def _load_base(
     exp: Experiment, value: str, overrides: Mapping[str, Any], where: str
 ) -> tuple[MachineConfig | None, str | None]:
@@ -542,7 +569,8 @@ def _load_base(
             "experiment file"
         )
     try:
-        return load_config(resolved, overrides=overrides), None
+        base = load_config(resolved)
+        return with_overrides(base, layout_overrides(base, overrides)), None
     except ConfigError as exc:
         with_set = " with config.set" if overrides else ""
         return None, f"{where}: config {value!r}{with_set} is invalid: {_config_message(exc)}"
@@ -614,7 +642,7 @@ def _check_axes(exp: Experiment, label: str) -> list[str]:
         for value in values:
             for base_name, cfg in bases.items():
                 try:
-                    with_overrides(cfg, {**fixed, axis.path: value})
+                    with_overrides(cfg, layout_overrides(cfg, {**fixed, axis.path: value}))
                 except ConfigError as exc:
                     on = f" on config {base_name!r}" if len(bases) > 1 else ""
                     rejected.append(

@@ -19,7 +19,12 @@ from typing import Any
 from ipusim import __version__
 from ipusim.config import MachineConfig, config_hash, load_config, with_overrides
 from ipusim.errors import ConfigError
-from ipusim.sweep.experiment import Experiment, ExperimentError, _config_message
+from ipusim.sweep.experiment import (
+    Experiment,
+    ExperimentError,
+    _config_message,
+    layout_overrides,
+)
 from ipusim.sweep.workloads import canonical_json, workload_hash
 
 __all__ = ["Point", "expand_points", "point_key"]
@@ -126,7 +131,9 @@ def expand_points(exp: Experiment) -> list[Point]:
                 try:
                     if base not in bases:
                         bases[base] = load_config(base)
-                    configs[cache_key] = with_overrides(bases[base], overrides)
+                    configs[cache_key] = with_overrides(
+                        bases[base], layout_overrides(bases[base], overrides)
+                    )
                 except ConfigError as exc:
                     configs[cache_key] = exc
             cfg = configs[cache_key]

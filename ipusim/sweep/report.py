@@ -171,6 +171,7 @@ def run_sweep_report(
     stream: TextIO | None = None,
     plots: bool = True,
     top: int = 3,
+    all_versions: bool = False,
 ) -> list[Path]:
     """Print the report of a sweep directory and write its plots.
 
@@ -188,6 +189,10 @@ def run_sweep_report(
         False to print only.
     top
         How many fastest and slowest points to list.
+    all_versions
+        Also report the rows of earlier versions of the experiment stored in the
+        directory (see :func:`~ipusim.sweep.analysis.load_results`); by default only
+        the points of the experiment as last run.
 
     Returns
     -------
@@ -212,7 +217,7 @@ def run_sweep_report(
     )
 
     stream = sys.stdout if stream is None else stream
-    df = load_results(directory)
+    df = load_results(directory, all_versions=all_versions)
     for name, role in ((x, "--x"), (hue, "--hue")):
         if name is not None:
             check_axis(df, name, role)
@@ -226,6 +231,12 @@ def run_sweep_report(
     if plots:
         _require_matplotlib()
     stream.write(format_report(df, top=top))
+    other = int(df.attrs.get("other_versions", 0))
+    if other:
+        stream.write(
+            f"\n{other} stored row(s) of earlier versions of the experiment (another "
+            "workload file, config or grid) left out; --all-versions reports them too\n"
+        )
     written: list[Path] = []
     if not plots:
         return written
@@ -259,6 +270,7 @@ def _report_command(args: argparse.Namespace) -> int:
         hue=args.hue,
         plots=not args.no_plots,
         top=args.top,
+        all_versions=args.all_versions,
     )
     return 0
 
@@ -296,5 +308,11 @@ def register_report(subparsers: Any) -> argparse.ArgumentParser:
         "--top", type=_positive, default=3, metavar="N", help="fastest/slowest points listed"
     )
     parser.add_argument("--no-plots", action="store_true", help="print only, write no plots")
+    parser.add_argument(
+        "--all-versions",
+        action="store_true",
+        help="also report rows of earlier versions of the experiment run into DIR "
+        "(default: only the points of the experiment as last run)",
+    )
     parser.set_defaults(handler=_report_command)
     return parser

@@ -180,7 +180,7 @@ def _machine_columns(df: pd.DataFrame, experiment: Mapping[str, Any]) -> pd.Data
     cannot be rebuilt (a base file moved, the experiment is not readable).
     """
     from ipusim.config import load_config, with_overrides
-    from ipusim.sweep.experiment import Experiment
+    from ipusim.sweep.experiment import Experiment, layout_overrides
 
     fields = {k: v for k, v in experiment.items() if k in Experiment.model_fields}
     try:
@@ -199,7 +199,7 @@ def _machine_columns(df: pd.DataFrame, experiment: Mapping[str, Any]) -> pd.Data
             try:
                 if base not in bases:
                     bases[base] = load_config(exp.resolve_config(base))
-                cfg = with_overrides(bases[base], overrides)
+                cfg = with_overrides(bases[base], layout_overrides(bases[base], overrides))
             except (IpusimError, OSError, ValueError):
                 return None
             machines[cache] = (float(cfg.num_tiles), float(cfg.tile.clock_hz))
@@ -207,7 +207,9 @@ def _machine_columns(df: pd.DataFrame, experiment: Mapping[str, Any]) -> pd.Data
     return pd.DataFrame(values, columns=list(MACHINE_COLUMNS), index=df.index)
 
 
-def load_results(out_dir: str | PathLike[str], ok_only: bool = False) -> pd.DataFrame:
+def load_results(
+    out_dir: str | PathLike[str], ok_only: bool = False, all_versions: bool = False
+) -> pd.DataFrame:
     """The results of a sweep directory, one row per point.
 
     Parameters
@@ -216,6 +218,11 @@ def load_results(out_dir: str | PathLike[str], ok_only: bool = False) -> pd.Data
         The directory ``ipusim sweep`` wrote (its ``--out``).
     ok_only
         Keep only the points whose ``status`` is ``"ok"``.
+    all_versions
+        Also keep the rows of earlier versions of the experiment run into the same
+        directory (another workload file, config or grid). By default only the points
+        of the experiment as last run are read (the keys in ``experiment.json``), so a
+        failed row of an older workload version does not show up.
 
     Returns
     -------
@@ -225,8 +232,9 @@ def load_results(out_dir: str | PathLike[str], ok_only: bool = False) -> pd.Data
         lists or mappings turned into JSON text (so that they can be grouped), and,
         when the machine config of every point can be rebuilt from the stored
         experiment, ``num_tiles`` (tiles of the whole machine) and ``clock_hz``.
-        ``df.attrs["axes"]`` lists the axis columns and ``df.attrs["out_dir"]`` the
-        directory.
+        ``df.attrs["axes"]`` lists the axis columns, ``df.attrs["out_dir"]`` the
+        directory and ``df.attrs["other_versions"]`` how many stored rows of other
+        versions were left out.
 
     Raises
     ------
@@ -241,7 +249,10 @@ def load_results(out_dir: str | PathLike[str], ok_only: bool = False) -> pd.Data
         raise AnalysisError(f"'{path}' is not a directory; expected a sweep output directory")
     from ipusim.sweep import ResultStore  # lazy: the sweep core imports more than we need
 
-    rows = ResultStore(path).rows()
+    store = ResultStore(path)
+    keys = None if all_versions else store.experiment_keys()
+    rows = store.rows(keys)
+    other_versions = 0 if keys is None else len(store.done_keys() - set(keys))
     if rows is None or len(rows) == 0:
         raise AnalysisError(f"sweep directory '{path}' holds no results; {_HINT_RUN}")
     experiment = _experiment_file(path)
@@ -260,6 +271,7 @@ def load_results(out_dir: str | PathLike[str], ok_only: bool = False) -> pd.Data
         df = ok_rows(df).reset_index(drop=True)
     df.attrs["axes"] = list(axes)
     df.attrs["out_dir"] = str(path)
+    df.attrs["other_versions"] = other_versions
     return df
 
 
