@@ -289,6 +289,7 @@ class _Run(LinkSteps):
             entry=self.entry,
             decisions=list(self.decision_log),
             blocks=[self.blocks[k] for k in sorted(self.blocks)],
+            arch=self.cfg.arch,
         )
         if isinstance(error, RunAborted):
             error.trace = trace

@@ -338,6 +338,7 @@ def _report(
                 [s["type"] for s in steps],
                 [s["cyclesTo"] - s["cyclesFrom"] for s in steps],
                 path=path,
+                names=[s["name"] for s in steps],
                 title=f"Cycles per step ({len(steps):,} steps)",
             )
             written.append(path)

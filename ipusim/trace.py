@@ -13,7 +13,12 @@ import numpy as np
 
 from ipusim.ir import PHASE_NAMES, PHASES
 
-__all__ = ["PHASES", "BlockRecord", "StepRecord", "Trace", "ipu_sums"]
+__all__ = ["PHASES", "SUMMARY_LAYOUTS", "BlockRecord", "StepRecord", "Trace", "ipu_sums"]
+
+#: Layouts of :meth:`Trace.summary` (named as ``printProfileSummary``'s ``summaryLayout``).
+SUMMARY_LAYOUTS = ("sdk1", "sdk2")
+#: Architectures whose summary is in the SDK 1.x layout (sums over tiles) by default.
+SDK1_ARCHS = frozenset({"ipu1"})
 
 
 def ipu_sums(per_tile: np.ndarray, num_ipus: int) -> np.ndarray:
@@ -110,6 +115,9 @@ class Trace:
         same path again without the values (:meth:`ScriptedDataPlane.from_trace`).
     blocks
         Every execution of a lightweight-profiling block, in order of entry.
+    arch
+        The config's ``arch`` (``ipu1``, ``ipu2``, ``ipu21``, ``custom``): it chooses
+        the default layout of :meth:`summary`. Not part of the fingerprint.
     """
 
     config_name: str
@@ -124,6 +132,7 @@ class Trace:
     entry: int = 0
     decisions: list[tuple[int, int]] = field(default_factory=list)
     blocks: list[BlockRecord] = field(default_factory=list)
+    arch: str = "custom"
 
     @property
     def total_cycles(self) -> int:
@@ -216,31 +225,85 @@ class Trace:
 
         return trace_html(self)
 
-    def summary(self) -> str:
-        """A short text summary: totals per phase and simulation speed."""
-        t = self.totals
-        lines = [
-            f"Machine: {self.config_name} ({self.num_tiles} tiles, "
-            f"{self.clock_hz / 1e9:.3g} GHz), config hash {self.config_hash}",
-            f"Total cycles:                                 {self.total_cycles:,} "
-            f"({self.simulated_seconds * 1e6:.2f} us)",
-            f"Total compute cycles (including idle threads): {t['compute']:,}",
-            f"Total compute cycles (excluding idle threads): {t['compute_active']:,}",
-            *(f"{f'Total {PHASE_NAMES[p].label} cycles:':<46} {t[p]:,}" for p in PHASES[1:]),
-            f"Steps executed: {len(self.records):,}; host time {self.host_seconds:.3f} s; "
-            f"{self.cycles_per_host_second:,.0f} simulated cycles per host second",
-        ]
-        if self.num_ipus > 1:
-            lines.append(
-                "Cycles by IPU (sum over its tiles): compute / IPU exchange / global "
-                "exchange / host exchange / sync; last tile clock"
+    def summary_layout(self, layout: str | None = None) -> str:
+        """``layout`` checked, or the default of this trace's ``arch``: ``sdk1`` for
+        ``ipu1`` (Poplar SDK 1.x summed the phases over tiles), ``sdk2`` otherwise
+        (SDK 2.x/3.x and PopVision show tile averages) -- the rule of the engine's
+        ``printProfileSummary`` option ``summaryLayout``.
+
+        Raises
+        ------
+        ValueError
+            ``layout`` is not one of :data:`SUMMARY_LAYOUTS`.
+        """
+        if layout is None:
+            return "sdk1" if self.arch in SDK1_ARCHS else "sdk2"
+        if layout not in SUMMARY_LAYOUTS:
+            raise ValueError(
+                f"Trace.summary layout: found {layout!r}; expected one of "
+                f"{', '.join(SUMMARY_LAYOUTS)} (sdk2: tile averages, as Poplar SDK 2.x/3.x "
+                "and PopVision show; sdk1: sums over tiles, as SDK 1.x did)"
             )
+        return layout
+
+    def summary(self, layout: str | None = None) -> str:
+        """A short text summary: cycles per phase and simulation speed.
+
+        Parameters
+        ----------
+        layout
+            ``sdk2``: each phase as a tile average (summed over the tiles, divided by
+            the tile count) with its share of the total cycles, so the phases compare
+            with the total; ``sdk1``: each phase summed over the tiles. Default by
+            ``arch`` (:meth:`summary_layout`). The second line says which it is.
+        """
+        layout = self.summary_layout(layout)
+        t = self.totals
+        tiles = int(self.num_tiles)
+        lines = [
+            f"Machine: {self.config_name} ({tiles} tiles, "
+            f"{self.clock_hz / 1e9:.3g} GHz), config hash {self.config_hash}",
+        ]
+        rows = [
+            ("compute cycles (including idle threads)", t["compute"]),
+            ("compute cycles (excluding idle threads)", t["compute_active"]),
+            *((f"{PHASE_NAMES[p].label} cycles", t[p]) for p in PHASES[1:]),
+        ]
+        total = f"{self.total_cycles:,} ({self.simulated_seconds * 1e6:.2f} us)"
+        if layout == "sdk2":
+            lines.append(
+                f"Layout sdk2: tile averages (each phase summed over the {tiles} tiles, "
+                f"divided by {tiles})"
+            )
+            lines.append(f"{'Total cycles:':<55}{total}")
+            for label, value in rows:
+                average = value / tiles if tiles else 0.0
+                share = average / self.total_cycles if self.total_cycles else 0.0
+                lines.append(f"{f'Tile average {label}:':<55}{average:,.1f} ({share:.1%} of total)")
+        else:
+            lines.append(f"Layout sdk1: sums over tiles (each phase summed over the {tiles} tiles)")
+            lines.append(f"{'Total cycles:':<47}{total}")
+            lines += [f"{f'Total {label}:':<47}{value:,}" for label, value in rows]
+        lines.append(
+            f"Steps executed: {len(self.records):,}; host time {self.host_seconds:.3f} s; "
+            f"{self.cycles_per_host_second:,.0f} simulated cycles per host second"
+        )
+        if self.num_ipus > 1:
+            per = int(self.tiles_per_ipu)
+            kind = (
+                f"tile average over its {per} tiles" if layout == "sdk2" else "sum over its tiles"
+            )
+            lines.append(
+                f"Cycles by IPU ({kind}): compute / IPU exchange / global exchange / host "
+                "exchange / sync; last tile clock"
+            )
+            keys = ("compute", "internal_exchange", "global_exchange", "host_exchange", "sync")
             for i, u in enumerate(self.ipu_totals()):
-                lines.append(
-                    f"  IPU {i}: {u['compute']:,} / {u['internal_exchange']:,} / "
-                    f"{u['global_exchange']:,} / {u['host_exchange']:,} / {u['sync']:,}; "
-                    f"{u['end_cycle']:,}"
-                )
+                if layout == "sdk2":
+                    cells = " / ".join(f"{u[k] / per:,.1f}" for k in keys)
+                else:
+                    cells = " / ".join(f"{u[k]:,}" for k in keys)
+                lines.append(f"  IPU {i}: {cells}; {u['end_cycle']:,}")
         if not self.complete:
             lines.append("(incomplete run: the records end where the run stopped)")
         return "\n".join(lines)

@@ -275,3 +275,21 @@ def test_missing_directory_through_the_cli_names_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"ipusim: error: profile directory '{missing}' does not exist")
     assert "autoReport.all=true" in err
+
+
+def test_steps_plot_names_its_bars(tmp_path, monkeypatch):
+    import ipusim.plot
+
+    drawn = []
+    real = ipusim.plot.step_cycles_bars
+
+    def keep(*args, **kwargs):
+        drawn.append(real(*args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr(ipusim.plot, "step_cycles_bars", keep)
+    d = write_dir(tmp_path / "profiles")
+    assert main(["report", str(d)]) == 0
+    (fig,) = drawn
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels == [s["name"] for s in EXECUTION["simulation"]["steps"]]

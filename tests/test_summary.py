@@ -296,3 +296,56 @@ def test_layout_by_target_and_option(arch, options, layout):
     from poplar_api.summary import summary_layout
 
     assert summary_layout({"target": {"arch": arch}}, options) == layout
+
+
+# Trace.summary: the same two layouts, chosen by the config's arch --------------------------
+def _four_tile_trace(preset: str, **overrides):
+    """60-cycle vertices on tiles 0-3, then a sync, on ``preset``."""
+    from ipusim import ir
+    from ipusim.config import load_config
+    from ipusim.machine import Machine
+
+    program = ir.Sequence(
+        [
+            ir.Compute(name="cs", vertex_tile=[0, 1, 2, 3], vertex_cycles=[60] * 4),
+            ir.Sync(name="sync"),
+        ]
+    )
+    return Machine(load_config(preset, overrides=overrides)).run(program)
+
+
+def _value(text: str, label: str) -> str:
+    line = next(line for line in text.splitlines() if line.startswith(label + ":"))
+    return line.split(":", 1)[1].split()[0]
+
+
+def test_trace_summary_is_in_tile_averages_on_ipu2_configs():
+    trace = _four_tile_trace("tiny")  # arch ipu2, 8 tiles
+    text = trace.summary()
+    assert "Layout sdk2: tile averages" in text.splitlines()[1]
+    # One vertex per tile runs on one of the 6 barrel contexts: 6 * 60 tile cycles on each
+    # of 4 tiles, averaged over the 8 tiles.
+    assert _value(text, "Tile average compute cycles (including idle threads)") == "180.0"
+    assert _value(text, "Tile average compute cycles (excluding idle threads)") == "30.0"
+    sync = np.mean([r.tile_cycles for r in trace.records if r.phase == "sync"], axis=1).sum()
+    assert _value(text, "Tile average sync cycles") == f"{sync:,.1f}"
+    share = f"({sync / trace.total_cycles:.1%} of total)"
+    assert share in next(line for line in text.splitlines() if "average sync" in line)
+    assert "Total sync cycles" not in text
+
+
+def test_trace_summary_sums_over_tiles_on_ipu1_and_on_request():
+    trace = _four_tile_trace("mk1")  # arch ipu1
+    text = trace.summary()
+    assert "Layout sdk1: sums over tiles" in text.splitlines()[1]
+    assert _value(text, "Total compute cycles (including idle threads)") == f"{4 * 6 * 60:,}"
+    sync = int(sum(r.tile_cycles.sum() for r in trace.records if r.phase == "sync"))
+    assert _value(text, "Total sync cycles") == f"{sync:,}"
+    tiny = _four_tile_trace("tiny").summary("sdk1")
+    assert _value(tiny, "Total compute cycles (excluding idle threads)") == "240"
+    assert "Tile average" not in tiny
+
+
+def test_trace_summary_refuses_an_unknown_layout():
+    with pytest.raises(ValueError, match=r"found 'sdk3'; expected one of sdk1, sdk2"):
+        _four_tile_trace("tiny").summary("sdk3")

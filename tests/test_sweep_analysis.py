@@ -271,6 +271,17 @@ def test_plot_phases_bars(df):
     assert ax.get_xlabel() == BW and ax.get_ylabel() == "cycles summed over tiles"
 
 
+def test_plot_phases_legend_is_beside_the_bars(df):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = plot_phases(df, by=BW)
+    FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # right of the axes: covers no bar
+    assert legend.x1 <= fig.bbox.x1  # and inside the figure
+
+
 def test_plot_phases_per_tile(df):
     frame = df.assign(num_tiles=df[TILES].astype(float))
     ax = plot_phases(frame, by=TILES).axes[0]

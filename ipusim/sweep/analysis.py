@@ -547,7 +547,9 @@ def plot_phases(
     ax.set_ylabel("tile-average cycles" if per_tile else "cycles summed over tiles")
     _title(ax, f"Cycles by phase against {by}{_others_note(df, [by])}")
     if bottom.any():
-        ax.legend(loc="best", fontsize="small")
+        from ipusim.plot import outside_legend
+
+        outside_legend(ax)  # to the right: a stacked bar reaches any corner
     _save(fig, path)
     return fig
 
