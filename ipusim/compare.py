@@ -251,7 +251,10 @@ class Comparison:
         if ax is None:
             from matplotlib.figure import Figure
 
-            fig = Figure(figsize=(9.0, max(3.0, 0.3 * min(len(self.rows), max_rows) + 1.5)))
+            fig = Figure(
+                figsize=(9.0, max(3.0, 0.3 * min(len(self.rows), max_rows) + 1.5)),
+                layout="constrained",
+            )
             ax = fig.add_subplot()
         else:
             fig = ax.figure
@@ -267,9 +270,12 @@ class Comparison:
         if (rows[["measured", "simulated"]] > 0).any().any():
             ax.set_xscale("log")
         ax.set_xlabel("cycles (phases: total, or tile average)")
-        ax.legend(loc="lower right")
+        from ipusim.plot import outside_legend
+
+        outside_legend(ax)  # beside the axes: a long bar may reach any corner
         ax.set_title(f"MAPE {self.mape.get('all', math.nan):.1%}")
-        fig.tight_layout()
+        if fig.get_layout_engine() is None:
+            fig.tight_layout()
         if path is not None:
             suffix = Path(path).suffix.lower()
             if suffix not in (".png", ".svg", ".pdf"):

@@ -187,3 +187,19 @@ def test_many_steps_name_only_the_longest(tmp_path):
 def test_step_names_must_match_the_steps():
     with pytest.raises(TraceViewError, match="3 cycle counts but 2 names"):
         plot.step_cycles_bars(["a", "b", "c"], [1, 2, 3], names=["x", "y"])
+
+
+def test_compare_plot_legend_is_beside_the_bars(tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from ipusim.compare import compare
+    from ipusim.measured import MeasuredProfile
+
+    measured = MeasuredProfile("m", "test", {"total": 1000.0, "sync": 10.0}, num_tiles=8)
+    simulated = MeasuredProfile("s", "test", {"total": 1100.0, "sync": 12.0}, num_tiles=8)
+    fig = compare(measured, simulated).plot(path=tmp_path / "c.png")
+    FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # right of the bars, never over one
+    assert legend.x1 <= fig.bbox.x1
