@@ -612,9 +612,13 @@ class _Unpickler(pickle.Unpickler):
             else:
                 raise pickle.UnpicklingError(f"unknown class reference {kind!r}")
         except (ImportError, AttributeError, PoplarError) as exc:
-            place = f"codelet file {ref[1]!r}" if kind == "file" else f"module {ref[1]!r}"
+            if kind == "value":  # pickled by value: its class refers to a lost name
+                place = "a class stored by value"
+            else:
+                where = f"codelet file {ref[1]!r}" if kind == "file" else f"module {ref[1]!r}"
+                place = f"class {ref[2]} of {where}"
             raise ExecutableError(
-                f"{what}, class {ref[2]} of {place}, which cannot be loaded "
+                f"{what}, {place}, which cannot be loaded "
                 f"({type(exc).__name__}: {exc}); hint: make the module importable (sys.path) "
                 "or the codelet file present where it was when the executable was saved"
             ) from exc

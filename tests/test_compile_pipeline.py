@@ -290,3 +290,25 @@ def test_compile_graph_keeps_its_timing_model(graph):
     again = compileGraph(graph, programs, timing=ThriceMessagesSent)
     with pytest.raises(EngineError, match="compileGraph"):
         Engine(again, timing=TimingModel)
+
+
+def test_deserialize_names_a_vertex_class_stored_by_value_that_is_lost():
+    import io
+    import pickle
+    import sys
+    import types
+
+    from poplar_api.executable import ExecutableError, _Unpickler
+
+    module = types.ModuleType("lost_codelets_for_test")
+    sys.modules[module.__name__] = module
+    try:
+        lost = type("Lost", (), {"__module__": module.__name__})
+        module.Lost = lost
+        stored = pickle.dumps(lost)  # by reference to a name the module will not have
+        del module.Lost
+        reader = _Unpickler(io.BytesIO(b""), "saved.exe")
+        with pytest.raises(ExecutableError, match=r"'Lost'.*stored by value.*cannot be loaded"):
+            reader.persistent_load(("vertex", "Lost", ("value", stored)))
+    finally:
+        del sys.modules[module.__name__]
