@@ -9,14 +9,15 @@ and float64 arithmetic; it uses nothing from ``poplar_api``.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
+from examples_common import load_example
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cnn" / "cnn_digits.py"
@@ -27,14 +28,9 @@ ETA = 0.05
 TILES = 32
 
 
-@cache
-def cnn():
-    """Import the example as a module (once)."""
-    spec = importlib.util.spec_from_file_location("example_cnn_digits", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def cnn() -> ModuleType:
+    """The example as a module."""
+    return load_example("cnn/cnn_digits.py")
 
 
 @cache

@@ -7,17 +7,14 @@ global exchange") written out with the config's numbers.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from collections import Counter
-from functools import cache
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from examples_common import load_example
 
 from ipusim import ir
 from ipusim.profile.frames import ipus_frame
@@ -26,19 +23,12 @@ from poplar_api import FLOAT, INT, Engine, Graph, IPUModel, SyncDelayType, conca
 from poplar_api import program as prog
 from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "multi_ipu"
 TPI = 8  # tiles per IPU of the tiny preset
 
 
-@cache
 def example(name: str) -> ModuleType:
-    """Import ``examples/multi_ipu/<name>.py`` once."""
-    spec = importlib.util.spec_from_file_location(f"multi_ipu_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """``examples/multi_ipu/<name>.py`` as a module."""
+    return load_example(f"multi_ipu/{name}.py")
 
 
 def tiny_device(num_ipus: int = 2, aligned: bool = False):

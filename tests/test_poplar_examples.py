@@ -7,15 +7,14 @@ not read back from the scripts.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from examples_common import load_example
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "poplar"
 
@@ -39,15 +38,9 @@ def run_script(
     return proc
 
 
-@cache
 def example(name: str) -> ModuleType:
-    """Import ``examples/poplar/<name>.py`` (once per session)."""
-    spec = importlib.util.spec_from_file_location(f"poplar_example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """``examples/poplar/<name>.py`` as a module."""
+    return load_example(f"poplar/{name}.py")
 
 
 # ------------------------------------------------------------------- prefetch

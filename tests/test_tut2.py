@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from examples_common import load_example
 
 from poplar_api import Device, Graph, IPUModel
 
@@ -39,9 +39,7 @@ def test_tut2_prints_v3_v4_v5():
 
 
 def test_tut2_in_process_values_and_layout():
-    spec = importlib.util.spec_from_file_location("tut2_under_test", SCRIPT)
-    tut2 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tut2)
+    tut2 = load_example("tutorials/tut2.py")
     graph = Graph(IPUModel("tiny").createDevice().getTarget())
     _, tensors = tut2.build(graph)
     # v2^T[i][j] = v2[j][i] lives on tile i*2+j, like v1[i][j]: so does v5

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import resource
 import subprocess
@@ -10,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from examples_common import load_example
 
 from poplar_api import Engine, Graph, IPUModel
 from poplar_api.errors import OutOfMemoryError
@@ -55,18 +55,11 @@ def test_tut4_runs_and_profiles_the_matmuls():
     assert "poplin::ConvPartial1x1Out<float,float,true,true,16,2,false>" in out
 
 
-def _tut4_module():
-    spec = importlib.util.spec_from_file_location("tut4_module", TUT4)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_oversized_products_do_not_fit_and_allow_out_of_memory_still_reports():
     # tut4's graph scaled to the 8-tile, 64 KiB tiny machine: m1 alone is
     # 400 * 300 * 4 B = 480,000 B, more than the 8 * 65,536 = 524,288 B of all tiles
     # once the received operand blocks are added, so compiling must fail.
-    tut4 = _tut4_module()
+    tut4 = load_example("tutorials/tut4.py")
     shapes = {"m1": (400, 300), "m2": (300, 30), "m3": (30, 20)}
     device = IPUModel("tiny").createDevice()
     graph = Graph(device.getTarget())

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
+from examples_common import load_example
 
 from poplar_api import IPUModel
 
@@ -17,13 +17,8 @@ TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
 CHANCE = 1 / 10  # ten classes
 
 
-@cache
-def tut5():
-    spec = importlib.util.spec_from_file_location("tutorial_tut5", TUTORIALS / "tut5.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def tut5() -> ModuleType:
+    return load_example("tutorials/tut5.py")
 
 
 def bundled_inputs():
