@@ -6,9 +6,11 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
-from ipusim.config import MachineConfig
+from ipusim.config import MachineConfig, load_config
+from ipusim.errors import ConfigError
 
 # A small machine with round numbers: 8 tiles in 2 columns (4 rows), 1 GHz clock,
 # 4 exchange bytes per cycle, 4 host bytes per cycle, 8 link bytes per cycle.
@@ -55,3 +57,41 @@ def build_config(**overrides: Any) -> MachineConfig:
 def make_config() -> Callable[..., MachineConfig]:
     """Factory fixture: ``make_config(num_ipus=4, links={"topology": "line"})``."""
     return build_config
+
+
+def config_problems(source: Any, overrides: dict[str, Any] | None = None) -> list[str]:
+    """The problems of the ``ConfigError`` that loading ``source`` (a preset name, a
+    path or a dict) with ``overrides`` must raise; fails the test when it loads."""
+    with pytest.raises(ConfigError) as info:
+        load_config(source, overrides)
+    return info.value.problems
+
+
+#: Overrides of the ``tiny`` preset with round numbers, so that a timeline can be worked
+#: out by hand: 1 GHz (1 cycle = 1 ns), 8 tiles in 2 columns of 4 (tile i at column
+#: i // 4, row i % 4), sync controller at tile 0, so tile i is [0,1,2,3,1,2,3,4][i] hops
+#: from it; exchange 4 bytes per cycle, 2 fixed cycles and 0.5 cycles per hop.
+ROUND_TINY: dict[str, Any] = {
+    "tile.clock_hz": 1e9,
+    "tile.columns": 2,
+    "tile.vertex_launch_cycles": 0,
+    "sync.min_sync_delay_cycles": 3,
+    "sync.max_relative_delay_cycles": 8,
+    "sync.relative_delay": "auto",
+    "sync.controller_tile": 0,
+    "exchange.bytes_per_cycle": 4,
+    "exchange.fixed_latency_cycles": 2,
+    "exchange.cycles_per_hop": 0.5,
+}
+#: The sync delay of each tile under ``ROUND_TINY``: relative delay
+#: ``round(8 * hops / 4) = 2 * hops``, so ``3 + 2 * hops``.
+ROUND_TINY_SYNC_DELAYS = (3, 5, 7, 9, 5, 7, 9, 11)
+
+
+def assert_same_timing(a: Any, b: Any) -> None:
+    """Two traces of one program (e.g. run at two simulation granularities) end every
+    tile at the same cycle and give every step the same cycles on every tile."""
+    np.testing.assert_array_equal(a.tile_end_cycles, b.tile_end_cycles)
+    assert [r.tile_cycles.tolist() for r in a.records] == [
+        r.tile_cycles.tolist() for r in b.records
+    ]

@@ -20,6 +20,7 @@ from ipusim.config import (
     with_overrides,
 )
 from ipusim.errors import ConfigError, IpusimError
+from tests.conftest import config_problems
 
 KIB = 1024
 
@@ -28,12 +29,6 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     return path
-
-
-def problems_of(source, overrides=None) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        load_config(source, overrides)
-    return info.value.problems
 
 
 # Presets against ipu_facts.md ------------------------------------------------------------
@@ -214,7 +209,7 @@ def test_with_overrides_unknown_path_names_the_closest_key():
 
 
 def test_override_key_in_the_wrong_section_points_to_the_right_one():
-    (line,) = problems_of("tiny", {"tile.bank_bytes": 4096})
+    (line,) = config_problems("tiny", {"tile.bank_bytes": 4096})
     assert "did you mean 'memory.bank_bytes'" in line
 
 
@@ -250,26 +245,26 @@ def test_yaml_round_trip(name):
 
 
 # Bad configs: every problem named with file, field path and value ---------------------------
-def test_unknown_key_names_the_closest_valid_key(tmp_path):
-    bad = write(tmp_path / "typo.yaml", "extends: tiny\ntile:\n  clock_hx: 1.6 GHz\n")
-    (line,) = problems_of(bad)
-    assert str(bad) in line
-    assert "tile.clock_hx" in line
-    assert "'1.6 GHz'" in line
-    assert "did you mean 'tile.clock_hz'" in line
-
-
-def test_wrong_type(tmp_path):
-    bad = write(tmp_path / "type.yaml", "extends: tiny\ntile:\n  tiles_per_ipu: many\n")
-    (line,) = problems_of(bad)
-    assert str(bad) in line
-    assert "tile.tiles_per_ipu" in line
-    assert "'many'" in line
-    assert "integer" in line
+@pytest.mark.parametrize(
+    ("section", "key_value", "required"),
+    [
+        # an unknown key names the closest valid key
+        pytest.param("tile", "clock_hx: 1.6 GHz", ["did you mean 'tile.clock_hz'"], id="typo"),
+        pytest.param("tile", "tiles_per_ipu: many", ["integer"], id="wrong-type"),
+        # the accepted forms of a size are listed
+        pytest.param("memory", "bank_bytes: 64G", ["ambiguous", "KiB"], id="ambiguous-unit"),
+    ],
+)
+def test_bad_value_names_file_field_and_value(tmp_path, section, key_value, required):
+    key, value = key_value.split(": ")
+    bad = write(tmp_path / "bad.yaml", f"extends: tiny\n{section}:\n  {key_value}\n")
+    (line,) = config_problems(bad)
+    for fragment in (str(bad), f"{section}.{key}", f"'{value}'", *required):
+        assert fragment in line
 
 
 def test_out_of_range_value():
-    (line,) = problems_of({"extends": "tiny", "exchange": {"bytes_per_cycle": -4}})
+    (line,) = config_problems({"extends": "tiny", "exchange": {"bytes_per_cycle": -4}})
     assert line.startswith("<mapping>: exchange.bytes_per_cycle")
     assert "-4" in line
     assert "greater than 0" in line
@@ -285,7 +280,7 @@ def test_memory_regions_must_add_up(tmp_path):
           interleaved_bytes: 40 KiB
         """,
     )
-    (line,) = problems_of(bad)
+    (line,) = config_problems(bad)
     assert line.startswith(f"{bad}: memory:")
     # 16 KiB + 40 KiB = 57344, tile memory 64 KiB = 65536
     for number in (16 * KIB, 40 * KIB, 16 * KIB + 40 * KIB, 64 * KIB):
@@ -293,20 +288,10 @@ def test_memory_regions_must_add_up(tmp_path):
 
 
 def test_controller_tile_must_be_on_the_chip():
-    (line,) = problems_of({"extends": "tiny", "sync": {"controller_tile": 8}})
+    (line,) = config_problems({"extends": "tiny", "sync": {"controller_tile": 8}})
     assert line.startswith("<mapping>: sync.controller_tile:")
     assert "found 8" in line
     assert "0..7" in line
-
-
-def test_ambiguous_unit(tmp_path):
-    bad = write(tmp_path / "unit.yaml", "extends: tiny\nmemory:\n  bank_bytes: 64G\n")
-    (line,) = problems_of(bad)
-    assert str(bad) in line
-    assert "memory.bank_bytes" in line
-    assert "'64G'" in line
-    assert "ambiguous" in line
-    assert "KiB" in line  # the accepted forms are listed
 
 
 def test_yaml_syntax_error_gives_the_line(tmp_path):
@@ -319,7 +304,7 @@ def test_yaml_syntax_error_gives_the_line(tmp_path):
          clock_hz: [1 GHz
         """,
     )
-    (line,) = problems_of(bad)
+    (line,) = config_problems(bad)
     assert str(bad) in line
     assert "YAML syntax error" in line
     match = re.search(r"line (\d+)", line)
@@ -327,7 +312,7 @@ def test_yaml_syntax_error_gives_the_line(tmp_path):
 
 
 def test_unknown_preset_lists_the_presets():
-    (line,) = problems_of("mk3")
+    (line,) = config_problems("mk3")
     assert "'mk3'" in line
     for name in ("mk1", "mk2", "bow", "tiny"):
         assert name in line
@@ -337,7 +322,7 @@ def test_unknown_preset_lists_the_presets():
 
 def test_unknown_preset_in_extends_names_the_file(tmp_path):
     bad = write(tmp_path / "ext.yaml", "extends: mk7\n")
-    (line,) = problems_of(bad)
+    (line,) = config_problems(bad)
     assert line.startswith(f"{bad}: extends: unknown preset 'mk7'")
     assert "mk2" in line
 
@@ -346,20 +331,20 @@ def test_extends_cycle_names_the_chain(tmp_path):
     a = write(tmp_path / "a.yaml", "extends: b.yaml\n")
     b = write(tmp_path / "b.yaml", "extends: sub/c.yaml\n")
     c = write(tmp_path / "sub" / "c.yaml", "extends: ../a.yaml\n")
-    (line,) = problems_of(a)
+    (line,) = config_problems(a)
     assert "cycle" in line
     assert f"{a} -> {b} -> {c} -> {a}" in line
 
 
 def test_missing_file():
-    (line,) = problems_of("/nonexistent/dir/machine.yaml")
+    (line,) = config_problems("/nonexistent/dir/machine.yaml")
     assert "/nonexistent/dir/machine.yaml" in line
     assert "not found" in line
 
 
 def test_top_level_must_be_a_mapping(tmp_path):
     bad = write(tmp_path / "list.yaml", "- 1\n- 2\n")
-    (line,) = problems_of(bad)
+    (line,) = config_problems(bad)
     assert str(bad) in line and "[1, 2]" in line and "mapping" in line
 
 
@@ -373,7 +358,7 @@ def test_two_problems_in_one_file_are_both_reported(tmp_path):
           latency_s: 12 furlongs
         """,
     )
-    problems = problems_of(bad)
+    problems = config_problems(bad)
     assert len(problems) == 2
     assert any("num_ipus" in p and "found 0" in p for p in problems)
     assert any("host.latency_s" in p and "'12 furlongs'" in p for p in problems)
@@ -381,7 +366,7 @@ def test_two_problems_in_one_file_are_both_reported(tmp_path):
 
 
 def test_cross_checks_run_even_when_other_sections_are_bad():
-    problems = problems_of(
+    problems = config_problems(
         {
             "extends": "tiny",
             "tile": {"clock_hz": "fast"},  # tile invalid: controller check is skipped
@@ -396,7 +381,7 @@ def test_cross_checks_run_even_when_other_sections_are_bad():
 def test_problem_lines_name_the_file_that_set_the_value(tmp_path):
     base = write(tmp_path / "base.yaml", "extends: tiny\nexchange: {fixed_latency_cycles: -1}\n")
     child = write(tmp_path / "child.yaml", "extends: base.yaml\nnum_ipus: 0\n")
-    problems = problems_of(child)
+    problems = config_problems(child)
     assert any(p.startswith(f"{base}: exchange.fixed_latency_cycles") for p in problems)
     assert any(p.startswith(f"{child}: num_ipus") for p in problems)
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from ipusim.cli import main
 from ipusim.config import MachineConfig, load_config, load_yaml_text
 from ipusim.config_limits import MAX_CLOCK_HZ, MAX_CYCLES, MAX_SECONDS
-from ipusim.errors import ConfigError
+from tests.conftest import config_problems
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -28,12 +28,6 @@ def write(tmp_path, text: str, name: str = "bad.yaml"):
     path = tmp_path / name
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     return path
-
-
-def problems(source, overrides=None) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        load_config(source, overrides)
-    return info.value.problems
 
 
 # ------------------------------------------------------------------ physical bounds
@@ -57,14 +51,14 @@ def problems(source, overrides=None) -> list[str]:
 )
 def test_value_beyond_its_physical_bound(tmp_path, section, field, text, found, bound):
     path = write(tmp_path, f"extends: tiny\n{section}:\n  {field}: {text}\n")
-    (line,) = problems(path)
+    (line,) = config_problems(path)
     assert line.startswith(f"{path}: {section}.{field}: found ")
     assert found in line and bound in line
 
 
 def test_bound_reasoning_is_in_the_message(tmp_path):
     path = write(tmp_path, "extends: tiny\ntile:\n  clock_hz: 1e20 Hz\n")
-    (line,) = problems(path)
+    (line,) = config_problems(path)
     assert "100 GHz" in line and "no clocked logic runs faster" in line
 
 
@@ -104,7 +98,7 @@ def test_derived_cycles_stay_inside_int64_at_the_bounds():
 
 
 def test_a_transfer_too_long_for_int64_is_refused():
-    (line,) = problems(
+    (line,) = config_problems(
         "tiny",
         {"host.max_copy_bytes": "1 TiB", "host.bandwidth_bytes_per_s": "1 MB/s",
          "tile.clock_hz": "100 GHz"},
@@ -114,26 +108,26 @@ def test_a_transfer_too_long_for_int64_is_refused():
 
 
 def test_exchange_rate_too_small_for_int64_is_refused():
-    (line,) = problems("tiny", {"exchange.bytes_per_cycle": 1e-300})
+    (line,) = config_problems("tiny", {"exchange.bytes_per_cycle": 1e-300})
     assert line.startswith("<overrides>: exchange.bytes_per_cycle: found exchange.bytes_per")
     assert "1e-300" in line and "65536" in line and "2^48 cycles" in line
 
 
 @pytest.mark.parametrize("text", ["1e400 Hz", "1e1000000000 Hz", "1e-1000000000 Hz"])
 def test_numbers_out_of_range_are_refused_without_computing_them(text):
-    (line,) = problems("tiny", {"tile.clock_hz": text})
+    (line,) = config_problems("tiny", {"tile.clock_hz": text})
     assert line.startswith("<overrides>: tile.clock_hz: ")
     assert repr(text) in line and "1e308" in line
 
 
 def test_a_huge_integer_for_a_float_quantity_is_a_config_error():
-    (line,) = problems("tiny", {"tile.clock_hz": 10**400})
+    (line,) = config_problems("tiny", {"tile.clock_hz": 10**400})
     assert "tile.clock_hz" in line and "magnitude below 1e308" in line
 
 
 def test_an_integer_too_long_to_read(tmp_path):
     path = write(tmp_path, "extends: tiny\nnum_ipus: " + "1" * 5000 + "\n")
-    (line,) = problems(path)
+    (line,) = config_problems(path)
     assert line.startswith(f"{path}: a value cannot be read") and "4300 digits" in line
 
 
@@ -159,7 +153,7 @@ def test_an_integer_too_long_to_read(tmp_path):
 )
 def test_duplicate_keys_name_file_line_and_key(tmp_path, text, key, line, first):
     path = write(tmp_path, text)
-    (problem,) = problems(path)
+    (problem,) = config_problems(path)
     assert problem.startswith(f"{path}: line {line}, column ")
     assert f"duplicate key '{key}' (first at line {first}, column " in problem
     assert "silently keep the last" in problem
@@ -200,53 +194,55 @@ def test_booleans_are_not_numbers(tmp_path, path, text, found):
     section, _, field = path.rpartition(".")
     body = f"{field}: {text}\n" if not section else f"{section}:\n  {field}: {text}\n"
     file = write(tmp_path, "extends: tiny\n" + body)
-    (line,) = problems(file)
+    (line,) = config_problems(file)
     assert line.startswith(f"{file}: {path}: found {found}")
     assert "expected a number" in line and "yes/no/on/off/true/false" in line
 
 
 def test_literal_enums_keep_their_messages(tmp_path):
     file = write(tmp_path, "extends: tiny\nsync:\n  relative_delay: no\n")
-    (line,) = problems(file)
+    (line,) = config_problems(file)
     assert line.startswith(f"{file}: sync.relative_delay: found False")
     assert "'auto' or 'none'" in line
 
 
 # ----------------------------------------------------------- contradictory fields
 def test_columns_beyond_the_tiles():
-    (line,) = problems("tiny", {"tile.columns": 9})
+    (line,) = config_problems("tiny", {"tile.columns": 9})
     assert line.startswith("<overrides>: tile.columns: found tile.columns = 9 with tile.")
     assert "tile.tiles_per_ipu = 8" in line and "at most 8 columns" in line
 
 
 def test_bank_not_dividing_a_region():
-    (line,) = problems("tiny", {"memory.bank_bytes": "24 KiB"})
+    (line,) = config_problems("tiny", {"memory.bank_bytes": "24 KiB"})
     assert line.startswith("<overrides>: memory.bank_bytes: found memory.bank_bytes = 24576")
     assert "memory.non_interleaved_bytes (16384) is not a multiple" in line
     assert "memory.interleaved_bytes (49152)" not in line  # 48 KiB = 2 x 24 KiB
 
 
 def test_bank_larger_than_both_regions():
-    (line,) = problems("tiny", {"memory.bank_bytes": "64 KiB"})
+    (line,) = config_problems("tiny", {"memory.bank_bytes": "64 KiB"})
     assert "memory.non_interleaved_bytes (16384) is not a multiple" in line
     assert "memory.interleaved_bytes (49152) is not a multiple" in line
 
 
 @pytest.mark.parametrize(("value", "hint"), [(12, "e.g. 8 or 16"), (3, "e.g. 2 or 4")])
 def test_alignment_must_be_a_power_of_two(value, hint):
-    (line,) = problems("tiny", {"memory.alignment_bytes": value})
+    (line,) = config_problems("tiny", {"memory.alignment_bytes": value})
     assert line.startswith(f"<overrides>: memory.alignment_bytes: found {value}; expected a pow")
     assert hint in line
 
 
 def test_controller_tile_beyond_the_tiles():
-    (line,) = problems("tiny", {"sync.controller_tile": 8})
+    (line,) = config_problems("tiny", {"sync.controller_tile": 8})
     assert line.startswith("<overrides>: sync.controller_tile: found 8")
     assert "tile.tiles_per_ipu (8)" in line
 
 
 def test_too_many_tiles_over_all_ipus():
-    (line,) = problems("tiny", {"tile.tiles_per_ipu": 65536, "num_ipus": 1024, "tile.columns": 2})
+    (line,) = config_problems(
+        "tiny", {"tile.tiles_per_ipu": 65536, "num_ipus": 1024, "tile.columns": 2}
+    )
     assert line.startswith("<overrides>: num_ipus: found num_ipus = 1024 x tile.tiles_per_ipu")
     assert "67,108,864 tiles" in line and "at most 2,097,152" in line
 
@@ -268,7 +264,7 @@ def test_a_nine_level_alias_bomb_is_refused_before_expansion(tmp_path):
     assert BOMB.count("*") == 72  # 9 levels of 9: 9^9 = 387,420,489 strings expanded
     path = write(tmp_path, BOMB)
     start = time.perf_counter()
-    (line,) = problems(path)
+    (line,) = config_problems(path)
     assert time.perf_counter() - start < 60  # expanding would take minutes and gigabytes
     assert line.startswith(f"{path}: line ")
     assert "expands to more than 100,000 values" in line and "alias bomb" in line
@@ -287,20 +283,20 @@ def test_an_alias_bomb_in_a_set_override_is_an_error(capsys):
 
 def test_a_recursive_alias_is_refused(tmp_path):
     path = write(tmp_path, "extends: tiny\nprovenance: &p {self: *p}\n")
-    (line,) = problems(path)
+    (line,) = config_problems(path)
     assert line.startswith(f"{path}: line 2, column ")
     assert "provenance.self" in line and "recursive structure" in line
 
 
 def test_too_deep_nesting_is_refused(tmp_path):
     path = write(tmp_path, "extends: tiny\nprovenance: " + "[" * 100 + "]" * 100 + "\n")
-    (line,) = problems(path)
+    (line,) = config_problems(path)
     assert "nested more than 64 levels deep" in line
 
 
 def test_nesting_beyond_the_parser_is_refused(tmp_path):
     path = write(tmp_path, "extends: tiny\nprovenance: " + "[" * 5000 + "]" * 5000 + "\n")
-    (line,) = problems(path)
+    (line,) = config_problems(path)
     assert line.startswith(f"{path}: nested too deeply to read")
 
 

@@ -18,28 +18,17 @@ from ipusim.errors import (
     SimulationTimeout,
 )
 from ipusim.machine import Machine
+from tests.conftest import ROUND_TINY, ROUND_TINY_SYNC_DELAYS
 
-# The tiny machine with round numbers, so every expectation below can be worked by
-# hand: 8 tiles in 2 columns of 4 (tile i at column i//4, row i%4), sync controller at
-# tile 0, so the layout distance of tile i to it is [0,1,2,3,1,2,3,4][i].
+# ROUND_TINY (hand-workable tiny machine) plus round global-sync and host-link numbers.
 ROUND = {
-    "tile.clock_hz": 1e9,
-    "tile.columns": 2,
-    "tile.vertex_launch_cycles": 0,
-    "sync.min_sync_delay_cycles": 3,
-    "sync.max_relative_delay_cycles": 8,
-    "sync.relative_delay": "auto",
-    "sync.controller_tile": 0,
+    **ROUND_TINY,
     "sync.global_sync_cycles": 600,
     "sync.host_sync_cycles": 40,
-    "exchange.bytes_per_cycle": 4,
-    "exchange.fixed_latency_cycles": 2,
-    "exchange.cycles_per_hop": 0.5,
     "host.bandwidth_bytes_per_s": 8e9,  # 8 bytes per cycle at 1 GHz
     "host.latency_s": 100e-9,  # 100 cycles
 }
-# relative delay = round(8 * d / 4) = 2d; delay = 3 + 2d
-DELAYS = np.array([3, 5, 7, 9, 5, 7, 9, 11])
+DELAYS = np.array(ROUND_TINY_SYNC_DELAYS)
 
 
 def tiny(**extra):

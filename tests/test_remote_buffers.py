@@ -18,7 +18,7 @@ from poplar_api import FLOAT, INT, UNSIGNED_INT, Engine, Graph, IPUModel, Remote
 from poplar_api import program as prog
 from poplar_api.device import Device
 from poplar_api.errors import EngineError, GraphError, GraphValidationError
-from tests.conftest import build_config
+from tests.conftest import assert_same_timing, build_config
 
 REMOTE = {"model": "streaming_memory", "bandwidth_bytes_per_s": 2e9, "latency_s": 30e-9}
 SM_BPC, SM_LATENCY = 2, 30
@@ -206,7 +206,4 @@ def test_granularities_agree_with_remote_copies():
         engine.run(0)
         traces.append(engine.getTrace())
     a, b = traces
-    assert np.array_equal(a.tile_end_cycles, b.tile_end_cycles)
-    assert [r.tile_cycles.tolist() for r in a.records] == [
-        r.tile_cycles.tolist() for r in b.records
-    ]
+    assert_same_timing(a, b)

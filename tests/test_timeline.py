@@ -12,23 +12,12 @@ from ipusim.config import load_config
 from ipusim.errors import IpusimError, SimulationTimeout
 from ipusim.machine import Machine
 from ipusim.profile.timeline import TraceViewError, choose_tiles, trace_events, write_timeline
+from tests.conftest import ROUND_TINY, ROUND_TINY_SYNC_DELAYS
 
-# tiny (8 tiles, 2 columns of 4) with round numbers: 1 GHz, so 1 cycle = 0.001 us.
-# Sync controller at tile 0; tile i is [0,1,2,3,1,2,3,4][i] hops from it, the relative
-# delay is 2 * hops and the sync delay 3 + 2 * hops.
-ROUND = {
-    "tile.clock_hz": 1e9,
-    "tile.columns": 2,
-    "tile.vertex_launch_cycles": 0,
-    "sync.min_sync_delay_cycles": 3,
-    "sync.max_relative_delay_cycles": 8,
-    "sync.relative_delay": "auto",
-    "sync.controller_tile": 0,
-    "exchange.bytes_per_cycle": 4,
-    "exchange.fixed_latency_cycles": 2,
-    "exchange.cycles_per_hop": 0.5,
-}
-DELAYS = np.array([3, 5, 7, 9, 5, 7, 9, 11])
+# ROUND_TINY: 1 GHz, so 1 cycle = 0.001 us; tile i is [0,1,2,3,1,2,3,4][i] hops from
+# the sync controller (tile 0), its sync delay 3 + 2 * hops.
+ROUND = ROUND_TINY
+DELAYS = np.array(ROUND_TINY_SYNC_DELAYS)
 US = 1e-3  # microseconds per cycle at 1 GHz
 
 
