@@ -27,6 +27,7 @@ from ipusim.config import (
     preset_path,
 )
 from ipusim.errors import IpusimError
+from ipusim.progress import Progress, add_progress_arguments, progress_of
 from ipusim.runner import register as register_run
 from ipusim.sweep.cli import normalize_argv as normalize_sweep_argv
 from ipusim.sweep.cli import register as register_sweep
@@ -80,7 +81,8 @@ def _register_config(subparsers: _Subparsers) -> None:
 def _report(args: argparse.Namespace) -> int:
     from ipusim.report import run_report  # lazy: plotting loads matplotlib
 
-    run_report(args.profile_dir, out=args.out, plots=not args.no_plots)
+    with Progress("ipusim report", progress_of(args)):
+        run_report(args.profile_dir, out=args.out, plots=not args.no_plots)
     return 0
 
 
@@ -95,6 +97,7 @@ def _register_report(subparsers: _Subparsers) -> None:
     parser.add_argument("profile_dir", metavar="PROFILE_DIR", help="the profile directory")
     parser.add_argument("--out", metavar="DIR", help="write the plots here (default PROFILE_DIR)")
     parser.add_argument("--no-plots", action="store_true", help="print only, write no plots")
+    add_progress_arguments(parser)
     parser.set_defaults(handler=_report)
 
 

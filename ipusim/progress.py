@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import contextvars
+import io
+import os
 import sys
 import threading
 from types import TracebackType
@@ -30,6 +32,7 @@ __all__ = [
     "add_progress_arguments",
     "advance",
     "current",
+    "end",
     "phase",
     "progress_of",
     "progress_wanted",
@@ -40,6 +43,8 @@ _CURRENT: contextvars.ContextVar[Progress | None] = contextvars.ContextVar(
 )
 #: Seconds between refreshes of a phase's elapsed time.
 REFRESH_SECONDS = 0.5
+#: Columns and lines assumed when the terminal does not tell its size.
+FALLBACK_SIZE = (80, 24)
 
 
 def progress_wanted(flag: bool | None, stream: IO[str] | None = None) -> bool:
@@ -146,16 +151,26 @@ class Progress:
             self._end_bar()
             desc = f"{self.command}: {name}"
             bar_format = None if total is not None else "{desc} {elapsed}{postfix}"
+            sized = _terminal_sized(self.stream)
             self._bar = tqdm(
                 total=total,
                 desc=desc,
                 unit=unit,
                 file=self.stream,
                 leave=True,
-                dynamic_ncols=True,
+                dynamic_ncols=sized,
+                ncols=None if sized else FALLBACK_SIZE[0],
+                nrows=None if sized else FALLBACK_SIZE[1],
                 bar_format=bar_format,
                 mininterval=0.2,
             )
+
+    def end(self) -> None:
+        """End the current phase (its line stays), before the command prints to stdout."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._end_bar()
 
     def advance(self, n: int = 1, **postfix: Any) -> None:
         """Count ``n`` steps of the current phase; ``postfix`` items are shown after it."""
@@ -180,6 +195,16 @@ class Progress:
                     self._bar.refresh()
 
 
+def _terminal_sized(stream: IO[str]) -> bool:
+    """Whether ``stream`` writes to a terminal that tells its size (not a pipe, a file
+    or a pseudo-terminal reporting 0 x 0, where tqdm would draw an empty line)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return False
+    return size.columns > 0 and size.lines > 0
+
+
 def current() -> Progress | None:
     """The open :class:`Progress` of this context, or None."""
     return _CURRENT.get()
@@ -197,3 +222,10 @@ def advance(n: int = 1, **postfix: Any) -> None:
     reporter = _CURRENT.get()
     if reporter is not None:
         reporter.advance(n, **postfix)
+
+
+def end() -> None:
+    """End the open :class:`Progress`'s phase; nothing when none is open."""
+    reporter = _CURRENT.get()
+    if reporter is not None:
+        reporter.end()

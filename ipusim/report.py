@@ -32,6 +32,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, TextIO
 
+from ipusim import progress
 from ipusim.profile.timeline import TraceViewError, steps_timeline
 
 __all__ = ["EXPECTED_FILES", "ReportError", "load_execution_steps", "run_report"]
@@ -326,7 +327,9 @@ def _report(
         stream.write(text if text.endswith("\n") else text + "\n")
     execution = _profile_file(directory, "execution")
     if execution is not None:
+        progress.phase(f"read {execution.name}")
         sim, steps = load_execution_steps(execution)
+        progress.end()
         if not summary.is_file():
             print("\n".join(_execution_totals(sim, steps)), file=stream)
         if plots and steps:
@@ -334,6 +337,7 @@ def _report(
 
             out_dir.mkdir(parents=True, exist_ok=True)
             path = out_dir / "steps.png"
+            progress.phase("draw steps.png")
             step_cycles_bars(
                 [s["type"] for s in steps],
                 [s["cyclesTo"] - s["cyclesFrom"] for s in steps],
@@ -345,6 +349,7 @@ def _report(
     profile = _profile_file(directory, "profile")
     if plots and profile is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
+        progress.phase("draw memory.png")
         path = _memory_plot(profile, out_dir, stream)
         if path is not None:
             written.append(path)
@@ -354,9 +359,11 @@ def _report(
         if clock:
             out_dir.mkdir(parents=True, exist_ok=True)
             timeline = out_dir / "timeline.json"
+            progress.phase("write timeline.json")
             _, steps = load_execution_steps(execution)
             timeline.write_text(json.dumps(steps_timeline(steps, clock)), encoding="utf-8")
             written.append(timeline)
+    progress.end()
     if timeline.is_file():
         print(f"Timeline: {timeline} (open in https://ui.perfetto.dev)", file=stream)
     for path in written:

@@ -175,3 +175,19 @@ def test_a_syntax_error_is_reported_with_its_line(tmp_path, monkeypatch):
     (tmp_path / "broken.py").write_text("def workload(device):\n    return (\n")
     with pytest.raises(WorkloadError, match="syntax error at line"):
         check_workload_source("broken.py")
+
+
+def test_report_names_its_plots_on_a_terminal_and_keeps_stdout_clean(monkeypatch, tmp_path):
+    code, _, _ = run_cli(monkeypatch, tmp_path, "--no-progress", terminal=False)
+    assert code == 0
+    err, out = FakeTerminal(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["report", str(tmp_path)]) == 0
+    for name in ("read execution.json", "draw steps.png", "draw memory.png"):
+        assert f"ipusim report: {name}" in err.getvalue()
+    assert "ipusim report:" not in out.getvalue() and "wrote " in out.getvalue()
+    quiet = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    assert main(["report", str(tmp_path), "--no-plots"]) == 0
+    assert quiet.getvalue() == ""

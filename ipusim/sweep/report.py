@@ -28,6 +28,8 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ipusim import progress
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
 
@@ -217,7 +219,9 @@ def run_sweep_report(
     )
 
     stream = sys.stdout if stream is None else stream
+    progress.phase("read results")
     df = load_results(directory, all_versions=all_versions)
+    progress.end()
     for name, role in ((x, "--x"), (hue, "--hue")):
         if name is not None:
             check_axis(df, name, role)
@@ -254,8 +258,10 @@ def run_sweep_report(
         jobs.append(("flops.png", lambda p: plot_flops(df, x=x, hue=hue, path=p)))
     for name, draw in jobs:
         path = plot_dir / name
+        progress.phase(f"draw {name}")
         draw(path)
         written.append(path)
+    progress.end()
     stream.write(f"\nplots (x={x}{f', hue={hue}' if hue else ''}):\n")
     for path in written:
         stream.write(f"  {path}\n")
@@ -263,15 +269,16 @@ def run_sweep_report(
 
 
 def _report_command(args: argparse.Namespace) -> int:
-    run_sweep_report(
-        args.directory,
-        out=args.out,
-        x=args.x,
-        hue=args.hue,
-        plots=not args.no_plots,
-        top=args.top,
-        all_versions=args.all_versions,
-    )
+    with progress.Progress("ipusim sweep report", progress.progress_of(args)):
+        run_sweep_report(
+            args.directory,
+            out=args.out,
+            x=args.x,
+            hue=args.hue,
+            plots=not args.no_plots,
+            top=args.top,
+            all_versions=args.all_versions,
+        )
     return 0
 
 
@@ -314,5 +321,6 @@ def register_report(subparsers: Any) -> argparse.ArgumentParser:
         help="also report rows of earlier versions of the experiment run into DIR "
         "(default: only the points of the experiment as last run)",
     )
+    progress.add_progress_arguments(parser)
     parser.set_defaults(handler=_report_command)
     return parser
