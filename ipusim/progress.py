@@ -181,6 +181,9 @@ class Progress:
                 return
             if postfix:
                 self._bar.set_postfix(postfix, refresh=False)
+            total = self._bar.total
+            if total is not None and self._bar.n + n > total:
+                self._bar.total = self._bar.n + n  # a budget overrun: a bar, not a count
             self._bar.update(n)
 
     def _end_bar(self) -> None:

@@ -47,6 +47,14 @@ def test_a_reporter_prints_its_phases_and_counts():
     assert reporter.phases == ["first", "second"]
 
 
+def test_counting_past_the_total_grows_the_bar():
+    out = FakeTerminal()
+    with Progress("demo", stream=out):
+        progress.phase("fit", total=2, unit="simulation")
+        progress.advance(3)
+    assert "3/3" in out.getvalue()
+
+
 def test_a_disabled_reporter_and_no_reporter_print_nothing():
     out = FakeTerminal()
     with Progress("demo", enabled=False, stream=out) as reporter:
