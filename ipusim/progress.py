@@ -3,10 +3,11 @@
 A command that may take more than a couple of seconds (``ipusim run``, ``sweep``,
 ``calibrate``, ``compare`` of a workload) opens a :class:`Progress` and names its
 phases; code further down (a workload runner, a compiler, a fit) reports through the
-module functions :func:`phase` and :func:`advance`, which do nothing when no
-:class:`Progress` is open, so library calls stay silent. The open reporter is held in
-a :class:`contextvars.ContextVar`, so the layer that does the work needs no argument
-for it (``poplar_api.workload.run`` may call ``ipusim.progress.phase("compile")``).
+module functions :func:`phase`, :func:`advance` and :func:`detail`, which do nothing
+when no :class:`Progress` is open, so library calls stay silent. The open reporter is
+held in a :class:`contextvars.ContextVar`, so the layer that does the work needs no
+argument for it: a workload runner calls ``ipusim.progress.detail("compile")`` to say
+which step of the caller's phase it is in.
 
 Whether progress is shown follows the ``--progress``/``--no-progress`` flags of the
 command (:func:`add_progress_arguments`); without either, it is shown when stderr is a
@@ -32,6 +33,7 @@ __all__ = [
     "add_progress_arguments",
     "advance",
     "current",
+    "detail",
     "end",
     "phase",
     "progress_of",
@@ -165,6 +167,15 @@ class Progress:
                 mininterval=0.2,
             )
 
+    def detail(self, text: str) -> None:
+        """Show ``text`` after the current phase (what a lower layer is doing within it,
+        e.g. ``compile``), replacing the previous detail."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._bar is not None:
+                self._bar.set_postfix_str(text, refresh=True)
+
     def end(self) -> None:
         """End the current phase (its line stays), before the command prints to stdout."""
         if not self.enabled:
@@ -232,3 +243,15 @@ def end() -> None:
     reporter = _CURRENT.get()
     if reporter is not None:
         reporter.end()
+
+
+def detail(text: str) -> None:
+    """Show ``text`` after the open :class:`Progress`'s phase; nothing when none is open.
+
+    For a layer that does part of a command's phase (a workload runner saying
+    ``build``, ``compile``, ``run``): it names its step without starting a phase of
+    its own, so a caller's phases and counts stay intact.
+    """
+    reporter = _CURRENT.get()
+    if reporter is not None:
+        reporter.detail(text)

@@ -376,8 +376,7 @@ def _run_command(args: argparse.Namespace) -> int:
     with Progress("ipusim run", progress_of(args)) as progress:
         progress.phase("check workload")
         check_workload_source(args.workload)
-        # A runner that reports through ipusim.progress names its own phases (load,
-        # build, compile, run) from here on.
+        # A runner may name its current step (ipusim.progress.detail) after this phase.
         progress.phase("load, build, compile and run")
         result = run_from_arguments(args.workload, args, quiet=not args.verbose)
         progress.phase("write profiles")

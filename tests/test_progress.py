@@ -47,6 +47,17 @@ def test_a_reporter_prints_its_phases_and_counts():
     assert reporter.phases == ["first", "second"]
 
 
+def test_a_detail_is_shown_after_the_phase_without_starting_one():
+    out = FakeTerminal()
+    with Progress("demo", stream=out) as reporter:
+        progress.phase("run workloads", total=1, unit="pair")
+        progress.detail("compile")
+        progress.advance(1)
+    assert "demo: run workloads" in out.getvalue() and "compile" in out.getvalue()
+    assert reporter.phases == ["run workloads"]
+    progress.detail("outside")  # no reporter open: nothing happens
+
+
 def test_counting_past_the_total_grows_the_bar():
     out = FakeTerminal()
     with Progress("demo", stream=out):
