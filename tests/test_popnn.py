@@ -359,6 +359,23 @@ def test_errors_name_the_problem():
         calcAccuracy(h.graph, x, bad_labels, x, h.seq)
 
 
+def test_calc_loss_on_a_virtual_graph_names_model_outputs_outside_its_tiles():
+    """The loss vertices go where the model outputs are: outputs mapped to a tile the
+    virtual graph does not have are refused up front, naming the tensor."""
+    device = IPUModel("tiny").createDevice()
+    top = Graph(device.getTarget())
+    n = top.getTarget().getNumTiles()
+    half = top.createVirtualGraph(0, n // 2)
+    tensors = {}
+    for name, type_, shape in (("x", FLOAT, [4, 6]), ("labels", UNSIGNED_INT, [4]),
+                               ("loss", FLOAT, [4]), ("deltas", FLOAT, [4, 6])):  # fmt: skip
+        tensors[name] = top.addVariable(type_, shape, name)
+        top.setTileMapping(tensors[name], n - 1)
+    with pytest.raises(GraphError, match="tensor 'x' is mapped to a tile outside"):
+        calcLoss(half, *tensors.values(), lossType=LossType.SUM_SQUARED_LOSS,
+                 prog=prog.Sequence())  # fmt: skip
+
+
 def test_in_place_softmax_on_mk2():
     rng = np.random.default_rng(10)
     h = Harness("mk2")

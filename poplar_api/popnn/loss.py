@@ -140,7 +140,7 @@ def _check_outputs_labels(graph: Graph, model: object, expected: object, fn: str
             f"{fn}: expected '{expected.name}' has shape {expected.shape()}, needs "
             f"[{model.dim(0)}] (one label per row of modelOutputs {model.shape()})"
         )
-    element_tiles(graph, model, fn)
+    local_tiles(graph, model, fn)  # the vertices go where the model outputs are
     if model.dim(1) == 0:
         raise GraphError(
             f"{fn}: modelOutputs '{model.name}' has no classes (shape {model.shape()})"
