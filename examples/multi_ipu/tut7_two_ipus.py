@@ -16,7 +16,6 @@ Run::
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -194,9 +193,7 @@ def run(device: Device, rows: int, cols: int, profile: bool = True) -> Result:
         half, cols, target.getTilesPerIPU(), target.getNumWorkerContexts(),
         target.getExchangeBytesPerCycle(),
     )  # fmt: skip
-    print("Best split chosen:")
-    print(best.describe())
-    print(f"Worst cost seen: {worst}", flush=True)
+    tut7.print_split(best, worst)
 
     matrix, vector = tut7.host_data(rows, cols)
     graph = Graph(target)
@@ -204,9 +201,7 @@ def run(device: Device, rows: int, cols: int, profile: bool = True) -> Result:
     engine = Engine(graph, built.program)
     engine.load(device)
     result = np.zeros(rows, np.float32)
-    engine.connectStream("inputVector", vector)
-    engine.connectStream("inputMatrix", matrix.reshape(-1))
-    engine.connectStream("out", result)
+    tut7.connect_streams(engine, matrix, vector, result)
     engine.run(0)
 
     expected = matrix.astype(np.float64) @ vector.astype(np.float64)
@@ -218,16 +213,7 @@ def run(device: Device, rows: int, cols: int, profile: bool = True) -> Result:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns 0 when the result is correct, else 1."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--device", choices=sorted(DEVICES), default=DEFAULT_DEVICE, help="IPU Model to run on"
-    )
-    parser.add_argument("rows", nargs="?", type=tut7.positive_int, default=DEFAULT_ROWS)
-    parser.add_argument("cols", nargs="?", type=tut7.positive_int, default=DEFAULT_COLS)
-    parser.add_argument("--cpu", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.cols < 2:
-        parser.error(f"cols must be at least 2 to split the columns, got {args.cols}")
+    args = tut7.parse_arguments(__doc__.splitlines()[0], argv)
     device = create_device(args.device, cpu=args.cpu)
     outcome = run(device, args.rows, args.cols)
     return 0 if outcome.ok else 1

@@ -347,6 +347,22 @@ class Tut7Result:
     engine: Engine
 
 
+def print_split(best: SplitCost, worst: int) -> None:
+    """Print the chosen split and the worst cost the search saw, as the tutorial does."""
+    print("Best split chosen:")
+    print(best.describe())
+    print(f"Worst cost seen: {worst}", flush=True)
+
+
+def connect_streams(
+    engine: Engine, matrix: np.ndarray, vector: np.ndarray, result: np.ndarray
+) -> None:
+    """Connect the program's streams: the host's matrix and vector in, ``result`` out."""
+    engine.connectStream("inputVector", vector)
+    engine.connectStream("inputMatrix", matrix.reshape(-1))
+    engine.connectStream("out", result)
+
+
 def run(device: Device, rows: int, cols: int, profile: bool = True) -> Tut7Result:
     """Choose the split, build and run the product on ``device`` and check it.
 
@@ -355,9 +371,7 @@ def run(device: Device, rows: int, cols: int, profile: bool = True) -> Tut7Resul
     """
     target = device.getTarget()
     best, worst = choose_split_for(target, rows, cols)
-    print("Best split chosen:")
-    print(best.describe())
-    print(f"Worst cost seen: {worst}", flush=True)
+    print_split(best, worst)
 
     matrix, vector = host_data(rows, cols)
     graph = Graph(target)
@@ -365,9 +379,7 @@ def run(device: Device, rows: int, cols: int, profile: bool = True) -> Tut7Resul
     engine = Engine(graph, built.program)
     engine.load(device)
     result = np.zeros(rows, np.float32)
-    engine.connectStream("inputVector", vector)
-    engine.connectStream("inputMatrix", matrix.reshape(-1))
-    engine.connectStream("out", result)
+    connect_streams(engine, matrix, vector, result)
     engine.run(0)
 
     expected = host_product(matrix, vector)
@@ -415,18 +427,14 @@ def workload(device: Device, rows: int = DEFAULT_ROWS, cols: int = DEFAULT_COLS)
     accepts a relative error up to :data:`RELATIVE_TOLERANCE` against float64.
     """
     best, worst = choose_split_for(device.getTarget(), rows, cols)
-    print("Best split chosen:")
-    print(best.describe())
-    print(f"Worst cost seen: {worst}")
+    print_split(best, worst)
     matrix, vector = host_data(rows, cols)
     result = np.zeros(rows, np.float32)
     graph = Graph(device.getTarget())
     built = build(graph, rows, cols, best.split)
 
     def prepare(engine: Engine) -> None:
-        engine.connectStream("inputVector", vector)
-        engine.connectStream("inputMatrix", matrix.reshape(-1))
-        engine.connectStream("out", result)
+        connect_streams(engine, matrix, vector, result)
 
     def check(engine: Engine) -> bool:
         expected = host_product(matrix, vector)
@@ -435,9 +443,10 @@ def workload(device: Device, rows: int = DEFAULT_ROWS, cols: int = DEFAULT_COLS)
     return Workload(graph, built.program, prepare=prepare, check=check)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns 0 when the result is correct, else 1."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_arguments(description: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line ``[--device model-ipu1|model-ipu2] [ROWS COLS]`` (and the hidden
+    ``--cpu``); exits with a usage error when there are fewer than 2 columns to split."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--device", choices=sorted(DEVICES), default=DEFAULT_DEVICE, help="IPU Model to run on"
     )
@@ -447,6 +456,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cols < 2:
         parser.error(f"cols must be at least 2 to split the columns, got {args.cols}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns 0 when the result is correct, else 1."""
+    args = parse_arguments(__doc__.splitlines()[0], argv)
     device = create_device(args.device, cpu=args.cpu)
     outcome = run(device, args.rows, args.cols)
     return 0 if outcome.ok else 1
