@@ -289,19 +289,15 @@ def run(
     session.prepareDevice()
     seconds["compile"] = time.perf_counter() - t0
     session.weightsFromHost()
-    anchors = session.initAnchorArrays()
-    result = Result(initial=initial, weights={})
-    t0 = time.perf_counter()
-    for step in range(total):
+
+    def batch_of(step: int) -> tuple[np.ndarray, np.ndarray]:
         start = (step % per_epoch) * batch
         xs = images[start : start + batch].reshape(batch, 1, SIDE, SIDE)
-        ys = labels[start : start + batch]
-        session.run(popart.PyStepIO({model.x: xs, model.labels: ys}, anchors))
-        if step == 0:
-            result.step_cycles = _common.last_run_cycles(session)
-        result.losses.append(float(anchors[model.loss]))
-        if verbose:
-            print(f"step {step + 1}/{total}: loss {result.losses[-1]:.4f}")
+        return xs, labels[start : start + batch]
+
+    result = Result(initial=initial, weights={})
+    t0 = time.perf_counter()
+    _common.train_steps(session, model, total, batch_of, result, verbose)
     seconds["train"] = time.perf_counter() - t0
     session.weightsToHost()
     result.weights = {k: np.zeros_like(v) for k, v in initial.items()}

@@ -216,22 +216,18 @@ def run(
     session.prepareDevice()
     seconds["compile"] = time.perf_counter() - t0
     session.weightsFromHost()
-    anchors = session.initAnchorArrays()
 
     lead = [n for n in (accumulation, replicas) if n > 1]
     flat = images.reshape(len(images), -1)
-    result = Result(initial=initial, weights={})
-    t0 = time.perf_counter()
-    for step in range(total):
+
+    def batch_of(step: int) -> tuple[np.ndarray, np.ndarray]:
         start = (step % per_epoch) * per_step
         xs = flat[start : start + per_step].reshape([*lead, batch, _common.IMAGE_SIZE])
-        ys = labels[start : start + per_step].reshape([*lead, batch])
-        session.run(popart.PyStepIO({model.x: xs, model.labels: ys}, anchors))
-        if step == 0:
-            result.step_cycles = _common.last_run_cycles(session)
-        result.losses.append(float(np.mean(anchors[model.loss])))
-        if verbose:
-            print(f"step {step + 1}/{total}: loss {result.losses[-1]:.4f}")
+        return xs, labels[start : start + per_step].reshape([*lead, batch])
+
+    result = Result(initial=initial, weights={})
+    t0 = time.perf_counter()
+    _common.train_steps(session, model, total, batch_of, result, verbose)
     seconds["train"] = time.perf_counter() - t0
 
     session.weightsToHost()

@@ -7,6 +7,7 @@ write for itself (data loading, reading cycles and memory from the reports).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,31 @@ def memory_per_ipu(session: Any) -> list[int]:
 def he_normal(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
     """He-normal draws (std ``sqrt(2 / fan_in)``) as float32."""
     return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+
+
+def train_steps(
+    session: Any,
+    model: Any,
+    steps: int,
+    batch_of: Callable[[int], tuple[np.ndarray, np.ndarray]],
+    result: Any,
+    verbose: bool = True,
+) -> None:
+    """Run ``steps`` training steps of a prepared ``session`` on ``model`` (its ``x``,
+    ``labels`` and ``loss`` ids), step ``i`` on the images and labels ``batch_of(i)``.
+
+    Sets ``result.step_cycles`` to the simulated cycles of the first step and appends
+    each step's mean loss to ``result.losses``; prints it when ``verbose``.
+    """
+    anchors = session.initAnchorArrays()
+    for step in range(steps):
+        xs, ys = batch_of(step)
+        session.run(popart.PyStepIO({model.x: xs, model.labels: ys}, anchors))
+        if step == 0:
+            result.step_cycles = last_run_cycles(session)
+        result.losses.append(float(np.mean(anchors[model.loss])))
+        if verbose:
+            print(f"step {step + 1}/{steps}: loss {result.losses[-1]:.4f}")
 
 
 def print_training(result: Any) -> None:
