@@ -263,11 +263,20 @@ def test_bad_value_names_file_field_and_value(tmp_path, section, key_value, requ
         assert fragment in line
 
 
-def test_out_of_range_value():
-    (line,) = config_problems({"extends": "tiny", "exchange": {"bytes_per_cycle": -4}})
-    assert line.startswith("<mapping>: exchange.bytes_per_cycle")
-    assert "-4" in line
-    assert "greater than 0" in line
+@pytest.mark.parametrize(
+    ("section", "values", "required"),
+    [
+        pytest.param("exchange", {"bytes_per_cycle": -4}, ["-4", "greater than 0"], id="range"),
+        # the controller tile must be on the chip
+        pytest.param("sync", {"controller_tile": 8}, ["found 8", "0..7"], id="controller-tile"),
+    ],
+)
+def test_bad_value_in_a_mapping_names_field_and_value(section, values, required):
+    (line,) = config_problems({"extends": "tiny", section: values})
+    (key,) = values
+    assert line.startswith(f"<mapping>: {section}.{key}: ")
+    for fragment in required:
+        assert fragment in line
 
 
 def test_memory_regions_must_add_up(tmp_path):
@@ -285,13 +294,6 @@ def test_memory_regions_must_add_up(tmp_path):
     # 16 KiB + 40 KiB = 57344, tile memory 64 KiB = 65536
     for number in (16 * KIB, 40 * KIB, 16 * KIB + 40 * KIB, 64 * KIB):
         assert str(number) in line
-
-
-def test_controller_tile_must_be_on_the_chip():
-    (line,) = config_problems({"extends": "tiny", "sync": {"controller_tile": 8}})
-    assert line.startswith("<mapping>: sync.controller_tile:")
-    assert "found 8" in line
-    assert "0..7" in line
 
 
 def test_yaml_syntax_error_gives_the_line(tmp_path):
