@@ -77,10 +77,11 @@ def build(graph: Graph, rows: int, cols: int, split: int) -> TwoIPUGraph:
     IPU ``i`` (virtual graph over its tiles, ``T`` tiles) holds rows ``[lo, hi)``
     (:func:`row_ranges`) laid out as tut7 lays out a matrix of ``n = hi - lo`` rows
     on one IPU: its copy of the input vector (``inputVector<i>``, element ``c`` on its
-    tile ``c*T // cols``), the matrix pieces, partials and dot-product vertices
-    (segment ``s`` of local row ``r`` on its tile ``(s*n + r)*T // (split*n)``) and the
-    reduce vertex and output element of local row ``r`` on its tile ``r*T // n``. One
-    compute set holds the vertices of both IPUs, so they run at the same time.
+    tile ``c*T // cols``), and the matrix pieces, partials, outputs and vertices of its
+    rows as ``tut7.add_row_vertices`` lays them out (segment ``s`` of local row ``r``
+    on its tile ``(s*n + r)*T // (split*n)``, the reduce of local row ``r`` on its tile
+    ``r*T // n``). One compute set holds the vertices of both IPUs, so they run at the
+    same time.
     """
     graph.addCodelets([tut7.DotProductVertex, tut7.ReduceVertex])
     tiles_per_ipu = graph.getTarget().getTilesPerIPU()
@@ -97,42 +98,20 @@ def build(graph: Graph, rows: int, cols: int, split: int) -> TwoIPUGraph:
     inputs = []
     for ipu, (lo, hi) in enumerate(row_ranges(rows)):
         sub = graph.createVirtualGraph(ipu * tiles_per_ipu, (ipu + 1) * tiles_per_ipu)
-        tiles, n = tiles_per_ipu, hi - lo
         x = sub.addVariable(FLOAT, [cols], f"inputVector{ipu}")
         for c in range(cols):
-            sub.setTileMapping(x[c], c * tiles // cols)
+            sub.setTileMapping(x[c], c * tiles_per_ipu // cols)
         inputs.append(x)
-        if n == 0:
-            continue
-        set_mapping, add_vertex, set_estimate = (
-            sub.setTileMapping, sub.addVertex, sub.setPerfEstimate
-        )  # fmt: skip
-        matrix_rows = [matrix[r] for r in range(lo, hi)]
-        partial_rows = [partials[r] for r in range(lo, hi)]
-        for s in range(split):
-            begin, end = s * cols // split, (s + 1) * cols // split
-            if end == begin:
-                continue
-            segment = x.slice(begin, end)
-            cycles = tut7.dot_product_cycles(end - begin)
-            for r in range(n):
-                tile = (s * n + r) * tiles // (split * n)
-                piece, partial = matrix_rows[r].slice(begin, end), partial_rows[r][s]
-                set_mapping(piece, tile)
-                set_mapping(partial, tile)
-                vertex = add_vertex(
-                    mul_cs, "DotProductVertex", {"a": piece, "b": segment, "out": partial}
-                )
-                set_mapping(vertex, tile)
-                set_estimate(vertex, cycles)
-        cycles = tut7.reduce_cycles(split)
-        for r in range(n):
-            tile = r * tiles // n
-            out_r = output_vector[lo + r]
-            set_mapping(out_r, tile)
-            vertex = add_vertex(reduce_cs, "ReduceVertex", {"in": partial_rows[r], "out": out_r})
-            set_mapping(vertex, tile)
-            set_estimate(vertex, cycles)
+        tut7.add_row_vertices(
+            sub,
+            mul_cs,
+            reduce_cs,
+            x,
+            [matrix[r] for r in range(lo, hi)],
+            [partials[r] for r in range(lo, hi)],
+            [output_vector[r] for r in range(lo, hi)],
+            split,
+        )
 
     in_stream = graph.addHostToDeviceFIFO("inputVector", FLOAT, cols)
     matrix_stream = graph.addHostToDeviceFIFO("inputMatrix", FLOAT, rows * cols)

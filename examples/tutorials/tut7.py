@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from poplar_api import FLOAT, Device, Engine, Graph, IPUModel, SyncDelayType
+from poplar_api import FLOAT, ComputeSet, Device, Engine, Graph, IPUModel, SyncDelayType, Tensor
 from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.device import Target
@@ -237,30 +237,28 @@ class MatVecGraph:
     partials: object
 
 
-def build(graph: Graph, rows: int, cols: int, split: int) -> MatVecGraph:
-    """Add tensors, streams and the ``mulCS`` and ``reduceCS`` compute sets.
+def add_row_vertices(
+    graph: Graph,
+    mul_cs: ComputeSet,
+    reduce_cs: ComputeSet,
+    input_vector: Tensor,
+    matrix_rows: list[Tensor],
+    partial_rows: list[Tensor],
+    outputs: list[Tensor],
+    split: int,
+) -> None:
+    """Map ``n`` matrix rows, their partials and outputs over ``graph``'s ``T`` tiles and
+    add the rows' dot-product vertices to ``mul_cs`` and reduce vertices to ``reduce_cs``.
 
-    With ``T`` tiles: input element ``c`` lives on tile ``c*T // cols``. Segment ``i``
-    covers columns ``[i*cols // split, (i+1)*cols // split)``; its vertex for row ``r``,
-    that piece of the matrix and the partial ``partials[r][i]`` live on tile
-    ``(i*rows + r)*T // (split*rows)``. The reduce vertex of row ``r`` and
-    ``outputVector[r]`` live on tile ``r*T // rows``.
+    Segment ``i`` covers columns ``[i*cols // split, (i+1)*cols // split)``; its vertex
+    for row ``r``, that piece of the row and the partial ``partial_rows[r][i]`` live on
+    tile ``(i*n + r)*T // (split*n)``. The reduce vertex of row ``r`` and ``outputs[r]``
+    live on tile ``r*T // n``.
     """
-    graph.addCodelets([DotProductVertex, ReduceVertex])
     tiles = graph.getTarget().getNumTiles()
-    matrix = graph.addVariable(FLOAT, [rows, cols], "matrix")
-    input_vector = graph.addVariable(FLOAT, [cols], "inputVector")
-    output_vector = graph.addVariable(FLOAT, [rows], "outputVector")
-    partials = graph.addVariable(FLOAT, [rows, split], "partials")
-    for c in range(cols):
-        graph.setTileMapping(input_vector[c], c * tiles // cols)
-
+    rows, cols = len(matrix_rows), input_vector.numElements()
     set_mapping, add_vertex = graph.setTileMapping, graph.addVertex
     set_estimate = graph.setPerfEstimate
-    matrix_rows = [matrix[r] for r in range(rows)]
-    partial_rows = [partials[r] for r in range(rows)]
-
-    mul_cs = graph.addComputeSet("mulCS")
     for i in range(split):
         begin, end = i * cols // split, (i + 1) * cols // split
         if end == begin:
@@ -277,16 +275,38 @@ def build(graph: Graph, rows: int, cols: int, split: int) -> MatVecGraph:
             )
             set_mapping(vertex, tile)
             set_estimate(vertex, cycles)
-
-    reduce_cs = graph.addComputeSet("reduceCS")
     cycles = reduce_cycles(split)
     for r in range(rows):
         tile = r * tiles // rows
-        out_r = output_vector[r]
-        set_mapping(out_r, tile)
-        vertex = add_vertex(reduce_cs, "ReduceVertex", {"in": partial_rows[r], "out": out_r})
+        set_mapping(outputs[r], tile)
+        vertex = add_vertex(reduce_cs, "ReduceVertex", {"in": partial_rows[r], "out": outputs[r]})
         set_mapping(vertex, tile)
         set_estimate(vertex, cycles)
+
+
+def build(graph: Graph, rows: int, cols: int, split: int) -> MatVecGraph:
+    """Add tensors, streams and the ``mulCS`` and ``reduceCS`` compute sets.
+
+    With ``T`` tiles: input element ``c`` lives on tile ``c*T // cols``; the matrix,
+    partials, outputs and vertices as :func:`add_row_vertices` lays them out.
+    """
+    graph.addCodelets([DotProductVertex, ReduceVertex])
+    tiles = graph.getTarget().getNumTiles()
+    matrix = graph.addVariable(FLOAT, [rows, cols], "matrix")
+    input_vector = graph.addVariable(FLOAT, [cols], "inputVector")
+    output_vector = graph.addVariable(FLOAT, [rows], "outputVector")
+    partials = graph.addVariable(FLOAT, [rows, split], "partials")
+    for c in range(cols):
+        graph.setTileMapping(input_vector[c], c * tiles // cols)
+
+    mul_cs = graph.addComputeSet("mulCS")
+    reduce_cs = graph.addComputeSet("reduceCS")
+    matrix_rows = [matrix[r] for r in range(rows)]
+    partial_rows = [partials[r] for r in range(rows)]
+    outputs = [output_vector[r] for r in range(rows)]
+    add_row_vertices(
+        graph, mul_cs, reduce_cs, input_vector, matrix_rows, partial_rows, outputs, split
+    )
 
     in_stream = graph.addHostToDeviceFIFO("inputVector", FLOAT, cols)
     matrix_stream = graph.addHostToDeviceFIFO("inputMatrix", FLOAT, rows * cols)
