@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from poplar_api import INT, Device, Engine, Graph, IPUModel
+from poplar_api import INT, ComputeSet, Device, Engine, Graph, IPUModel, Tensor, VertexRef
 from poplar_api.codelet import InOut, Vertex
 
-__all__ = ["Bump", "loaded", "tiny_device", "tiny_graph"]
+__all__ = ["Bump", "loaded", "mapped", "tiny_device", "tiny_graph", "vertex_on"]
 
 
 class Bump(Vertex):
@@ -35,6 +35,29 @@ def tiny_device() -> Device:
 def tiny_graph() -> Graph:
     """An empty graph for the ``tiny`` preset's target."""
     return Graph(tiny_device().getTarget())
+
+
+def mapped(graph: Graph, type_: Any, shape: list[int], name: str, tile: int = 0) -> Tensor:
+    """A new variable of ``graph``, all of it mapped to ``tile``."""
+    tensor = graph.addVariable(type_, shape, name)
+    graph.setTileMapping(tensor, tile)
+    return tensor
+
+
+def vertex_on(
+    graph: Graph,
+    compute_set: ComputeSet,
+    vertex: Any,
+    fields: Mapping[str, Any],
+    tile: int,
+    cycles: int,
+) -> VertexRef:
+    """A vertex of type ``vertex`` connected to ``fields``, added to ``compute_set``
+    on ``tile`` with a cycle estimate of ``cycles``."""
+    v = graph.addVertex(compute_set, vertex, fields)
+    graph.setTileMapping(v, tile)
+    graph.setPerfEstimate(v, cycles)
+    return v
 
 
 def loaded(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codelets_common import loaded, tiny_device, tiny_graph
+from codelets_common import loaded, mapped, tiny_device, tiny_graph, vertex_on
 
 from ipusim import ir
 from poplar_api import (
@@ -122,8 +122,7 @@ def test_bool_views_of_bytes():
 
 def test_initial_values_and_constants_through_a_view():
     g = tiny_graph()
-    x = g.addVariable(FLOAT, [3], "x")
-    g.setTileMapping(x, 1)
+    x = mapped(g, FLOAT, [3], "x", tile=1)
     g.setInitialValue(x.reinterpret(UNSIGNED_INT), [0x3F800000, 0x40000000, 0xBF800000])
     k = g.addConstant(INT, [2], [1065353216, -1082130432], "k")
     g.setTileMapping(k, 1)
@@ -154,16 +153,17 @@ def test_views_of_views_keep_shape_mapping_and_elements():
 
 def test_vertex_reads_and_writes_through_views():
     g = tiny_graph()
-    x = g.addVariable(FLOAT, [4], "x")
-    y = g.addVariable(FLOAT, [4], "y")
-    g.setTileMapping(x, 0)
-    g.setTileMapping(y, 3)
+    x = mapped(g, FLOAT, [4], "x", tile=0)
+    y = mapped(g, FLOAT, [4], "y", tile=3)
     cs = g.addComputeSet("flip")
-    v = g.addVertex(
-        cs, IntToUnsigned, {"in": x.reinterpret(INT), "out": y.reinterpret(UNSIGNED_INT)}
+    vertex_on(
+        g,
+        cs,
+        IntToUnsigned,
+        {"in": x.reinterpret(INT), "out": y.reinterpret(UNSIGNED_INT)},
+        tile=3,
+        cycles=10,
     )
-    g.setTileMapping(v, 3)
-    g.setPerfEstimate(v, 10)
     g.createHostWrite("x", x)
     g.createHostRead("y", y)
     values = np.array([1.0, -2.5, 0.0, np.inf], np.float32)
@@ -176,14 +176,10 @@ def test_vertex_reads_and_writes_through_views():
 
 def test_element_read_through_two_views_is_received_once():
     g = tiny_graph()
-    x = g.addVariable(FLOAT, [8], "x")
-    out = g.addVariable(FLOAT, [1], "out")
-    g.setTileMapping(x, 0)
-    g.setTileMapping(out, 5)
+    x = mapped(g, FLOAT, [8], "x", tile=0)
+    out = mapped(g, FLOAT, [1], "out", tile=5)
     cs = g.addComputeSet("sum")
-    v = g.addVertex(cs, FloatSum, {"a": x, "b": x.reinterpret(INT), "out": out})
-    g.setTileMapping(v, 5)
-    g.setPerfEstimate(v, 10)
+    vertex_on(g, cs, FloatSum, {"a": x, "b": x.reinterpret(INT), "out": out}, tile=5, cycles=10)
     g.createHostWrite("x", x)
     g.createHostRead("out", out)
     e = loaded(g, prog.Execute(cs))
@@ -198,27 +194,19 @@ def test_element_read_through_two_views_is_received_once():
 
 def test_two_vertices_writing_one_element_through_views_are_refused():
     g = tiny_graph()
-    x = g.addVariable(UNSIGNED_INT, [4], "x")
-    src = g.addVariable(INT, [4], "src")
-    g.setTileMapping(x, 0)
-    g.setTileMapping(src, 0)
+    x = mapped(g, UNSIGNED_INT, [4], "x", tile=0)
+    src = mapped(g, INT, [4], "src", tile=0)
     cs = g.addComputeSet("clash")
     for out in (x, x.reinterpret(UNSIGNED_INT)[0:4]):
-        v = g.addVertex(cs, IntToUnsigned, {"in": src, "out": out})
-        g.setTileMapping(v, 0)
-        g.setPerfEstimate(v, 1)
+        vertex_on(g, cs, IntToUnsigned, {"in": src, "out": out}, tile=0, cycles=1)
     with pytest.raises(GraphValidationError, match=r"both write tensor 'x' element 0"):
         Engine(g, prog.Execute(cs))
     g2 = tiny_graph()
-    y = g2.addVariable(FLOAT, [4], "y")
-    s2 = g2.addVariable(INT, [4], "s2")
-    g2.setTileMapping(y, 0)
-    g2.setTileMapping(s2, 0)
+    y = mapped(g2, FLOAT, [4], "y", tile=0)
+    s2 = mapped(g2, INT, [4], "s2", tile=0)
     cs2 = g2.addComputeSet("clash2")
     for out in (y.reinterpret(UNSIGNED_INT), y.reinterpret(INT).reinterpret(UNSIGNED_INT)):
-        w = g2.addVertex(cs2, IntToUnsigned, {"in": s2, "out": out})
-        g2.setTileMapping(w, 0)
-        g2.setPerfEstimate(w, 1)
+        vertex_on(g2, cs2, IntToUnsigned, {"in": s2, "out": out}, tile=0, cycles=1)
     with pytest.raises(GraphValidationError, match=r"both write tensor 'y'"):
         Engine(g2, prog.Execute(cs2))
 
@@ -254,8 +242,7 @@ def test_copies_to_and_from_views():
 
 def test_copy_between_views_of_one_variable_is_checked_for_overlap():
     g = tiny_graph()
-    x = g.addVariable(FLOAT, [4], "x")
-    g.setTileMapping(x, 0)
+    x = mapped(g, FLOAT, [4], "x", tile=0)
     xi = x.reinterpret(INT)
     with pytest.raises(GraphValidationError, match=r"overlap \(1 of 2 element"):
         Engine(g, prog.Copy(xi[0:2], xi[1:3]))
@@ -275,9 +262,7 @@ def test_memory_is_counted_once_for_a_variable_and_its_views():
         source = x.reinterpret(INT) if use_view else g.addVariable(INT, [16], "z")
         if not use_view:
             g.setTileMapping(source, 1)
-        v = g.addVertex(cs, IntToUnsigned, {"in": source, "out": y})
-        g.setTileMapping(v, 1)
-        g.setPerfEstimate(v, 5)
+        vertex_on(g, cs, IntToUnsigned, {"in": source, "out": y}, tile=1, cycles=5)
         g.createHostWrite("x", x)
         return Engine(g, prog.Execute(cs))
 
