@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codelets_common import Bump, loaded, tiny_graph
+from codelets_common import Bump, loaded, mapped, tiny_graph, vertex_on
 
 from ipusim.errors import IpusimError
 from poplar_api import BOOL, FLOAT, INT, Device, Engine
@@ -24,16 +24,12 @@ from poplar_api.errors import (
 
 def setup():
     g = tiny_graph()
-    c = g.addVariable(INT, [], "c")
-    g.setTileMapping(c, 3)
+    c = mapped(g, INT, [], "c", tile=3)
     g.setInitialValue(c, 0)
     g.createHostRead("c", c)
     cs = g.addComputeSet("bump")
-    v = g.addVertex(cs, Bump, {"c": c})
-    g.setTileMapping(v, 3)
-    g.setPerfEstimate(v, 60)
-    flag = g.addVariable(BOOL, [], "flag")
-    g.setTileMapping(flag, 5)
+    vertex_on(g, cs, Bump, {"c": c}, tile=3, cycles=60)
+    flag = mapped(g, BOOL, [], "flag", tile=5)
     g.createHostWrite("flag", flag)
     return g, c, cs, flag
 
@@ -96,8 +92,7 @@ def test_abort_on_condition(taken):
 
 def test_abort_on_condition_in_a_loop_reports_where_it_stopped():
     g, c, cs, _ = setup()
-    done = g.addVariable(BOOL, [], "done")
-    g.setTileMapping(done, 3)
+    done = mapped(g, BOOL, [], "done", tile=3)
     limit = g.addConstant(INT, [], 3, "limit")
     g.setTileMapping(limit, 3)
     from poplar_api import popops
@@ -114,8 +109,7 @@ def test_abort_on_condition_in_a_loop_reports_where_it_stopped():
 
 def test_error_program_prints_message_and_tensor_then_stops(capsys):
     g, _c, cs, _ = setup()
-    x = g.addVariable(FLOAT, [3], "x")
-    g.setTileMapping(x, 2)
+    x = mapped(g, FLOAT, [3], "x", tile=2)
     g.setInitialValue(x, [1.5, 2.0, -3.0])
     body = prog.Sequence(prog.Execute(cs), prog.ErrorProgram("bad values", x), prog.Execute(cs))
     e = loaded(g, body)
@@ -140,8 +134,7 @@ def test_assume_equal_across_replicas_is_inert():
 
 def test_cross_replica_copy_on_an_unreplicated_graph_is_refused():
     g, c, _cs, _ = setup()
-    d = g.addVariable(INT, [], "d")
-    g.setTileMapping(d, 0)
+    d = mapped(g, INT, [], "d", tile=0)
     p = prog.CrossReplicaCopy(c, d, {0: 0})
     assert p.replicaMap == {0: 0}
     with pytest.raises(GraphValidationError, match=r"CrossReplicaCopy.*'c' to 'd'.*not replicated"):
@@ -160,7 +153,6 @@ def test_bad_arguments_name_what_is_wrong():
         prog.CrossReplicaCopy(c, c, [0])
     with pytest.raises(GraphError, match=r"AssumeEqualAcrossReplicas: expected a Tensor"):
         prog.AssumeEqualAcrossReplicas("c")
-    vec = g.addVariable(BOOL, [2], "vec")
-    g.setTileMapping(vec, 0)
+    vec = mapped(g, BOOL, [2], "vec", tile=0)
     with pytest.raises(GraphValidationError, match=r"predicate tensor 'vec' has 2 elements"):
         Engine(g, prog.AbortOnCondition(vec))

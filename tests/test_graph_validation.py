@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 import pytest
-from codelets_common import Bump, tiny_device, tiny_graph
+from codelets_common import Bump, mapped, tiny_device, tiny_graph, vertex_on
 
 from poplar_api import FLOAT, INT, Engine, Graph, IPUModel
 from poplar_api import program as prog
@@ -67,12 +67,6 @@ def problems_of(graph: Graph, program) -> list[str]:
         assert p in str(err)
     assert f"({len(err.problems)} problem(s))" in str(err)
     return err.problems
-
-
-def mapped(graph: Graph, type_, shape, name: str, tile: int = 0):
-    t = graph.addVariable(type_, shape, name)
-    graph.setTileMapping(t, tile)
-    return t
 
 
 def scale_vertex(graph: Graph, cs, x, y, tile: int = 0, estimate: int | None = 7):
@@ -139,9 +133,7 @@ def test_unconnected_field():
     g = tiny_graph()
     x = mapped(g, FLOAT, [4], "x")
     cs = g.addComputeSet("cs")
-    v = g.addVertex(cs, Scale, {"in": x})
-    g.setTileMapping(v, 0)
-    g.setPerfEstimate(v, 3)
+    v = vertex_on(g, cs, Scale, {"in": x}, tile=0, cycles=3)
     [problem] = problems_of(g, prog.Execute(cs))
     assert f"vertex {v.id} (Scale)" in problem
     assert "field 'out'" in problem and "Output(Vector(" in problem
@@ -264,9 +256,7 @@ def test_inout_field_is_not_a_conflict_with_itself():
     c = mapped(g, INT, [2], "c")
     cs = g.addComputeSet("bumps")
     for i in range(2):
-        v = g.addVertex(cs, Bump, {"c": c[i]})
-        g.setTileMapping(v, 0)
-        g.setPerfEstimate(v, 1)
+        vertex_on(g, cs, Bump, {"c": c[i]}, tile=0, cycles=1)
     Engine(g, prog.Execute(cs))  # each vertex reads and writes only its own element
 
 
@@ -420,8 +410,7 @@ def test_unconnected_stream_at_run():
 
 def test_load_on_device_with_fewer_tiles():
     g = Graph(IPUModel("ipu2").createDevice().getTarget())
-    t = g.addVariable(FLOAT, [2], "t")
-    g.setTileMapping(t, 1000)
+    mapped(g, FLOAT, [2], "t", tile=1000)
     e = Engine(g, prog.Sequence())
     with pytest.raises(EngineError, match=r"built for 1472 tiles but the device has 8"):
         e.load(tiny_device())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jsonschema
 import numpy as np
 import pytest
-from codelets_common import Bump, loaded, tiny_graph
+from codelets_common import Bump, loaded, mapped, tiny_graph, vertex_on
 
 from ipusim.config import load_config, with_overrides
 from ipusim.profile.execution import schema
@@ -33,9 +33,7 @@ def counter(g: Graph, name: str, tile: int, value: int = 0):
 def bump(g: Graph, c, tile: int, cycles: int, name: str):
     """A compute set of one Bump vertex on ``tile`` with ``cycles`` thread cycles."""
     cs = g.addComputeSet(name)
-    v = g.addVertex(cs, Bump, {"c": c})
-    g.setTileMapping(v, tile)
-    g.setPerfEstimate(v, cycles)
+    vertex_on(g, cs, Bump, {"c": c}, tile=tile, cycles=cycles)
     return cs
 
 
@@ -243,12 +241,10 @@ def test_switch_bad_input():
         prog.Switch(ctl).add(1.5, prog.Sequence())
     with pytest.raises(GraphError, match="int32 range"):
         prog.Switch(ctl).add(2**31, prog.Sequence())
-    f = g.addVariable(FLOAT, [], "fctl")
-    g.setTileMapping(f, 0)
+    f = mapped(g, FLOAT, [], "fctl", tile=0)
     [p] = problems(g, prog.Switch(f, {1: prog.Sequence()}))
     assert "'fctl'" in p and "float" in p and "integral" in p
-    v = g.addVariable(INT, [2], "vctl")
-    g.setTileMapping(v, 0)
+    v = mapped(g, INT, [2], "vctl", tile=0)
     [p] = problems(g, prog.Switch(v, {1: prog.Sequence()}))
     assert "'vctl'" in p and "2 elements" in p and "scalar" in p
 
@@ -271,8 +267,7 @@ def test_copy_tensor_to_tensor_overloads():
     x = np.arange(6, dtype=np.float32) * 0.5 - 1
     src = _floats(g, "src", 6, 0, x)
     d1, d2 = _floats(g, "d1", 6, 0), _floats(g, "d2", 6, 3)
-    d3 = g.addVariable(FLOAT, [2, 3], "d3")
-    g.setTileMapping(d3, 3)
+    d3 = mapped(g, FLOAT, [2, 3], "d3", tile=3)
     g.createHostRead("d3", d3)
     seq = prog.Sequence(
         prog.Copy(src, d1),
@@ -322,8 +317,7 @@ def test_copy_errors_name_both_tensors():
     b = _floats(g, "b", 4, 0)
     k = g.addConstant(FLOAT, [4], 1.0, "k")
     g.setTileMapping(k, 0)
-    i = g.addVariable(INT, [4], "i")
-    g.setTileMapping(i, 0)
+    i = mapped(g, INT, [4], "i", tile=0)
     c6 = _floats(g, "c6", 6, 0)
     h2d = g.addHostToDeviceFIFO("in", FLOAT, 4)
     found = problems(

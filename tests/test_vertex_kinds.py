@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codelets_common import mapped, vertex_on
 
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
@@ -227,16 +228,12 @@ def test_a_class_cannot_be_both_multi_and_supervisor():
 # ------------------------------------------------------------------ InOut state
 def test_inout_state_is_kept_across_runs():
     device, graph = tiny()
-    x = graph.addVariable(FLOAT, [5], "x")
-    acc = graph.addVariable(FLOAT, [5], "acc")
-    graph.setTileMapping(x, 0)
-    graph.setTileMapping(acc, 3)  # read and written back over the exchange
+    x = mapped(graph, FLOAT, [5], "x", tile=0)
+    acc = mapped(graph, FLOAT, [5], "acc", tile=3)  # read and written back over the exchange
     start = np.array([10, 20, 30, 40, 50], np.float32)
     graph.setInitialValue(acc, start)
     cs = graph.addComputeSet("acc")
-    v = graph.addVertex(cs, Accumulate, {"x": x, "acc": acc})
-    graph.setTileMapping(v, 3)
-    graph.setPerfEstimate(v, 5)
+    vertex_on(graph, cs, Accumulate, {"x": x, "acc": acc}, tile=3, cycles=5)
     graph.createHostWrite("x", x)
     graph.createHostRead("acc", acc)
     engine = Engine(graph, prog.Execute(cs))
@@ -316,14 +313,10 @@ def test_add_codelets_from_a_file(tmp_path):
     device, graph = tiny()
     graph.addCodelets(str(path))
     graph.addCodelets(path)  # again, as a Path: the same classes, no conflict
-    x = graph.addVariable(FLOAT, [4], "x")
-    y = graph.addVariable(FLOAT, [4], "y")
-    graph.setTileMapping(x, 0)
-    graph.setTileMapping(y, 0)
+    x = mapped(graph, FLOAT, [4], "x", tile=0)
+    y = mapped(graph, FLOAT, [4], "y", tile=0)
     cs = graph.addComputeSet("neg")
-    v = graph.addVertex(cs, "FileNeg", {"in": x, "out": y})
-    graph.setTileMapping(v, 0)
-    graph.setPerfEstimate(v, 4)
+    vertex_on(graph, cs, "FileNeg", {"in": x, "out": y}, tile=0, cycles=4)
     graph.createHostWrite("x", x)
     graph.createHostRead("y", y)
     engine = Engine(graph, prog.Execute(cs))
@@ -385,8 +378,7 @@ def test_bad_codelet_file_is_named_with_its_fault(tmp_path, name, text, message)
 def test_set_cycle_estimate_is_set_perf_estimate():
     _, graph = tiny()
     cs = graph.addComputeSet("c")
-    x = graph.addVariable(FLOAT, [2], "x")
-    graph.setTileMapping(x, 0)
+    x = mapped(graph, FLOAT, [2], "x", tile=0)
     v = graph.addVertex(cs, Scale, {"in": x, "out": x})
     graph.setCycleEstimate(v, 12)
     assert graph._state.vertices[v.id].perf_estimate == 12
