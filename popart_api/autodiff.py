@@ -27,6 +27,8 @@ from typing import Any
 
 from popart_api.errors import popart_exception
 from poplar_api import FLOAT, HALF, Graph, Tensor, popops
+from poplar_api import program as pprog
+from poplar_api.graph import OUTSIDE
 from poplar_api.popops import Operation
 
 #: PopART's prefix of gradient tensor ids: ``reservedGradientPrefix() + id``.
@@ -258,6 +260,33 @@ def _context(
     )
 
 
+def _on_graph(graph: Graph, grad: Tensor, prog: Any, name: str) -> Tensor:
+    """``grad`` as a tensor of ``graph``'s tiles: copied there (PopART's IpuCopy of a
+    gradient) when some of it lives on tiles of another virtual graph (another IPU),
+    as the forward pass copies a value to the IPU of the op that reads it."""
+    if not (graph.elementTiles(grad) == OUTSIDE).any():
+        return grad
+    from poplar_api.poputil import mapTensorLinearly
+
+    local = graph.addVariable(grad.elementType(), grad.shape(), f"{name}/ipuCopy")
+    mapTensorLinearly(graph, local)
+    prog.add(pprog.Copy(grad, local))
+    return local
+
+
+def _local_grads(
+    graph: Graph, outs: list[Tensor | None], prog: Any, name: str, per_record: bool
+) -> list[Tensor | None]:
+    """The output gradients of a node on ``graph`` (the node's IPU), each copied there
+    first when it was made on another IPU (only with a graph per node)."""
+    if not per_record:
+        return outs
+    return [
+        None if g is None else _on_graph(graph, g, prog, f"{name}/grad/{i}")
+        for i, g in enumerate(outs)
+    ]
+
+
 def backward(
     graph: Graph | Callable[[NodeRecord], Graph],
     records: Sequence[NodeRecord],
@@ -291,6 +320,7 @@ def backward(
         with the node).
     """
     need = requires_grad(records, sources)
+    per_record = callable(graph) and not isinstance(graph, Graph)
     grads: dict[str, Tensor] = dict(seeds)
     fused = _fusions(records, set(keep))
     skipped: set[int] = set()
@@ -307,7 +337,7 @@ def backward(
         ]
         if not any(wanted):
             continue
-        g_graph = graph(r) if callable(graph) and not isinstance(graph, Graph) else graph
+        g_graph = graph(r) if per_record else graph
         if k in fused:
             p = records[fused[k]]
             if p.input_ids and p.input_ids[0] in need and is_float(p.inputs[0]):
@@ -315,7 +345,9 @@ def backward(
                 if before_node is not None:
                     target = before_node(r)
                     before_node(p)
-                ctx = _context(r, g_graph, prog if target is None else target, outs, wanted)
+                target = prog if target is None else target
+                outs = _local_grads(g_graph, outs, target, r.name, per_record)
+                ctx = _context(r, g_graph, target, outs, wanted)
                 p.read.update(id(v) for v in [*p.inputs, *p.outputs] if isinstance(v, Tensor))
                 fn2 = FUSED_GRADS[((p.domain, p.op_type), (r.domain, r.op_type))]
                 g = fn2(ctx, p)
@@ -332,7 +364,9 @@ def backward(
                 f"{', '.join(differentiable_ops())}"
             )
         target = before_node(r) if before_node is not None else prog
-        ctx = _context(r, g_graph, prog if target is None else target, outs, wanted)
+        target = prog if target is None else target
+        outs = _local_grads(g_graph, outs, target, r.name, per_record)
+        ctx = _context(r, g_graph, target, outs, wanted)
         in_grads = list(fn(ctx))
         for tid, want, g, x in zip(r.input_ids, wanted, in_grads, r.inputs, strict=False):
             if not want or g is None:

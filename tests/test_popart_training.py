@@ -850,3 +850,56 @@ def test_options_that_cannot_apply_are_refused():
     new.insertSpecific("W1", {"learningRate": (0.5, False)})
     with pytest.raises(popart.popart_exception, match=r"weights \['W1'\] have their own values"):
         s.updateOptimizerFromHost(new)
+
+
+def _pool_model(ipu_of_pool: int | None, seed: int = 3):
+    """x W0 -> [B, 2, 4] -> MaxPool(2) -> flatten -> W1 -> softmax -> nll; with
+    ``ipu_of_pool`` the first matmul and the pool are on that IPU, the rest on the
+    other one (the pool's output gradient comes from the other IPU)."""
+    import contextlib
+
+    rng = np.random.default_rng(seed)
+    w0 = (rng.standard_normal((D, 8)) * 0.5).astype(np.float32)
+    w1 = (rng.standard_normal((4, C)) * 0.5).astype(np.float32)
+    bd = popart.Builder()
+    x = bd.addInputTensor(popart.TensorInfo("FLOAT", [B, D]), "x")
+    lab = bd.addInputTensor(popart.TensorInfo("INT32", [B]), "label")
+
+    def on(ipu: int):
+        return bd.virtualGraph(ipu) if ipu_of_pool is not None else contextlib.nullcontext()
+
+    first = ipu_of_pool or 0
+    with on(first):
+        h = bd.aiOnnx.matmul([x, bd.addInitializedInputTensor(w0, "W0")])
+        shape = bd.aiOnnx.constant(np.array([B, 2, 4], np.int64))
+        h = bd.aiOnnx.reshape([h, shape])
+        h = bd.aiOnnx.maxpool([h], kernel_shape=[2], strides=[2])[0]
+    with on(1 - first):
+        h = bd.aiOnnx.flatten([h], axis=1)
+        p = bd.aiOnnx.softmax([bd.aiOnnx.matmul([h, bd.addInitializedInputTensor(w1, "W1")])])
+        loss = bd.aiGraphcore.nllloss([p, lab], reduction=popart.ReductionType.Sum)
+    return bd, x, lab, loss, {"W0": w0, "W1": w1}
+
+
+@pytest.mark.parametrize("pipelining", [False, True])
+def test_gradient_crossing_ipus_reaches_a_pool_on_the_other_ipu(pipelining):
+    """A max pool on IPU 0 whose output gradient is made on IPU 1: the two-IPU run
+    updates the weights as the one-IPU run of the same model does."""
+    updated = {}
+    X, L = _data(3)
+    for ipus in (1, 2):
+        bd, x, lab, loss, w0 = _pool_model(0 if ipus == 2 else None)
+        o = popart.SessionOptions()
+        o.enableGradientAccumulation = True
+        o.accumulationFactor = 3
+        if ipus == 2:
+            o.virtualGraphMode = popart.VirtualGraphMode.Manual
+            o.enablePipelining = pipelining
+        s = _session(bd, loss, popart.ConstSGD(0.1), options=o, device=_device(8, ipus=ipus))
+        s.run(popart.PyStepIO({x: X, lab: L}, s.initAnchorArrays()))
+        s.weightsToHost()
+        updated[ipus] = {k: np.zeros_like(v) for k, v in w0.items()}
+        s.readWeights(popart.PyWeightsIO(updated[ipus]))
+    for name, v in updated[1].items():
+        assert not np.allclose(v, w0[name])  # the step changed it
+        np.testing.assert_allclose(updated[2][name], v, rtol=1e-5, atol=1e-6, err_msg=name)
