@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from poplar_api import INT, ComputeSet, Device, Engine, Graph, IPUModel, Tensor, VertexRef
-from poplar_api.codelet import InOut, Vertex
+from poplar_api import FLOAT, INT, ComputeSet, Device, Engine, Graph, IPUModel, Tensor, VertexRef
+from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
 
-__all__ = ["Bump", "loaded", "mapped", "tiny_device", "tiny_graph", "vertex_on"]
+__all__ = ["Bump", "Scale", "loaded", "mapped", "tiny_device", "tiny_graph", "vertex_on"]
 
 
 class Bump(Vertex):
@@ -24,6 +24,20 @@ class Bump(Vertex):
     @staticmethod
     def compute(c):
         c[0] += 1
+        return True
+
+
+class Scale(Vertex):
+    """``out = 2 * in`` elementwise (a worker vertex); it has no cycle estimator, so a
+    test sets an estimate or leaves it missing."""
+
+    in_ = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, out):
+        for i in range(in_.shape[0]):
+            out[i] = 2.0 * in_[i]
         return True
 
 

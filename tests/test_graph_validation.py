@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 import pytest
-from codelets_common import Bump, mapped, tiny_device, tiny_graph, vertex_on
+from codelets_common import Bump, Scale, mapped, tiny_device, tiny_graph, vertex_on
 
 from poplar_api import FLOAT, INT, Engine, Graph, IPUModel
 from poplar_api import program as prog
@@ -27,19 +27,6 @@ from poplar_api.errors import (
 )
 
 # ----------------------------------------------------------------- vertex classes
-
-
-class Scale(Vertex):
-    """``out = 2 * in``; no cycle estimator (tests set one, or leave it missing)."""
-
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for i in range(in_.shape[0]):
-            out[i] = 2.0 * in_[i]
-        return True
 
 
 class Lists(Vertex):

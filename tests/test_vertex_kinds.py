@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codelets_common import mapped, vertex_on
+from codelets_common import Scale, mapped, vertex_on
 
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
@@ -73,18 +73,6 @@ class SumSupervisor(SupervisorVertex):
             s += in_[i]
         out[0] = s
         calls[0] += 1.0
-
-
-class Scale(Vertex):
-    """A worker vertex: ``out = 3 * in``."""
-
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for i in range(in_.shape[0]):
-            out[i] = 3.0 * in_[i]
 
 
 class Accumulate(Vertex):
@@ -202,7 +190,7 @@ def test_supervisor_vertex_runs_once_and_occupies_the_tile():
     engine.run(0)
     assert engine.readTensor("s")[0] == pytest.approx(float(xs.sum()))
     assert engine.readTensor("calls")[0] == 1.0  # once, not once per worker
-    np.testing.assert_array_equal(engine.readTensor("b"), 3 * av)
+    np.testing.assert_array_equal(engine.readTensor("b"), 2 * av)
     (step,) = compute_steps(engine)
     assert step.step.vertex_multi.tolist() == [True, False]
     cfg = tile_cfg(device)
