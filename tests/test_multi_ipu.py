@@ -14,6 +14,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from codelets_common import mapped, vertex_on
 from examples_common import load_example
 
 from ipusim import ir
@@ -145,9 +146,7 @@ def test_execute_reads_a_vector_on_another_ipu_landed_once_then_fanned_out():
     cs = graph.addComputeSet("cs")
     for k, tile in enumerate((8, 10, 12)):  # three readers on IPU 1
         graph.setTileMapping(y[k], tile if k else 1)  # y[0] lives on IPU 0: remote output
-        v = graph.addVertex(cs, "Sum", {"a": x, "out": y[k]})
-        graph.setTileMapping(v, tile)
-        graph.setPerfEstimate(v, 10)
+        vertex_on(graph, cs, "Sum", {"a": x, "out": y[k]}, tile=tile, cycles=10)
     h = graph.addHostToDeviceFIFO("in", FLOAT, 6)
     o = graph.addDeviceToHostFIFO("out", FLOAT, 3)
     engine = Engine(graph, prog.Sequence([prog.Copy(h, x), prog.Execute(cs), prog.Copy(y, o)]))
@@ -202,9 +201,7 @@ def test_random_reads_over_three_ipus_cross_each_link_once_per_destination_ipu()
         reads.setdefault(tile, set()).update(picked.tolist())
         graph.setTileMapping(y[k], tile)
         a = concat([x[int(e) : int(e) + 1] for e in picked])
-        v = graph.addVertex(cs, "Sum", {"a": a, "out": y[k]})
-        graph.setTileMapping(v, tile)
-        graph.setPerfEstimate(v, 3)
+        vertex_on(graph, cs, "Sum", {"a": a, "out": y[k]}, tile=tile, cycles=3)
     engine = Engine(graph, prog.Execute(cs))
     # brute force: element e lands on the lowest reading tile of each other IPU
     landing: dict[tuple[int, int], int] = {}
@@ -248,8 +245,7 @@ def test_single_ipu_lowering_is_unchanged():
         v = graph.addVertex(cs, "Sum", {"a": x, "out": y[k]})
         graph.setTileMapping(v, 1 + 2 * k)  # y[1] on tile 2 is written from tile 3
         graph.setPerfEstimate(v, 5)
-    flag = graph.addVariable(INT, [], "flag")
-    graph.setTileMapping(flag, 5)
+    flag = mapped(graph, INT, [], "flag", tile=5)
     program = prog.Sequence(
         [prog.Execute(cs), prog.Copy(x, z), prog.If(flag, prog.Copy(z, x), prog.Sequence())]
     )
@@ -383,13 +379,9 @@ def test_repeat_while_true_with_a_predicate_on_ipu_1():
     graph.setTileMapping(acc, 2)
     graph.setTileMapping(x1, 12)
     cond = graph.addComputeSet("cond")
-    v = graph.addVertex(cond, "Step", {"c": c, "done": pred.reshape([1])})
-    graph.setTileMapping(v, 9)
-    graph.setPerfEstimate(v, 10)
+    vertex_on(graph, cond, "Step", {"c": c, "done": pred.reshape([1])}, tile=9, cycles=10)
     body = graph.addComputeSet("body")
-    v = graph.addVertex(body, "Add", {"acc": acc, "x": x1})
-    graph.setTileMapping(v, 2)
-    graph.setPerfEstimate(v, 10)
+    vertex_on(graph, body, "Add", {"acc": acc, "x": x1}, tile=2, cycles=10)
     for t, name in ((c, "c"), (acc, "acc"), (x1, "x1")):
         graph.createHostWrite(name, t)
         graph.createHostRead(name, t)
