@@ -106,14 +106,25 @@ def test_unmapped_constant():
     assert "constant 'k'" in problem and "3 of 3 element(s)" in problem
 
 
-def test_unmapped_vertex():
+@pytest.mark.parametrize(
+    ("missing", "required"),
+    [
+        pytest.param("tile", ["compute set 'cs-a'", "not mapped to a tile"], id="unmapped"),
+        pytest.param(
+            "estimate",
+            ["vertex type 'Scale' declares no getCycleEstimate", "setPerfEstimate"],
+            id="no-estimate-and-no-estimator",
+        ),
+    ],
+)
+def test_vertex_without_a_tile_or_an_estimate(missing, required):
     g = tiny_graph()
     x, y = mapped(g, FLOAT, [4], "x"), mapped(g, FLOAT, [4], "y")
     cs = g.addComputeSet("cs-a")
-    v = scale_vertex(g, cs, x, y, tile=None)
+    v = scale_vertex(g, cs, x, y, **{missing: None})
     [problem] = problems_of(g, prog.Execute(cs))
-    assert f"vertex {v.id} (Scale)" in problem
-    assert "compute set 'cs-a'" in problem and "not mapped to a tile" in problem
+    for fragment in (f"vertex {v.id} (Scale)", *required):
+        assert fragment in problem
 
 
 def test_unconnected_field():
@@ -245,17 +256,6 @@ def test_inout_field_is_not_a_conflict_with_itself():
     for i in range(2):
         vertex_on(g, cs, Bump, {"c": c[i]}, tile=0, cycles=1)
     Engine(g, prog.Execute(cs))  # each vertex reads and writes only its own element
-
-
-def test_no_estimate_and_no_estimator():
-    g = tiny_graph()
-    x, y = mapped(g, FLOAT, [4], "x"), mapped(g, FLOAT, [4], "y")
-    cs = g.addComputeSet("cs")
-    v = scale_vertex(g, cs, x, y, estimate=None)
-    [problem] = problems_of(g, prog.Execute(cs))
-    assert f"vertex {v.id} (Scale)" in problem
-    assert "vertex type 'Scale' declares no getCycleEstimate" in problem
-    assert "setPerfEstimate" in problem
 
 
 # -------------------------------------------------------------- program problems
