@@ -27,12 +27,21 @@ def tile_experiment(values, base="tiny", **config_set):
 
 
 def test_a_tile_count_axis_keeps_the_column_count_down_to_one_tile_per_column():
-    # tiny: 2 columns; mk2: 16 columns (sync controller moved onto the smaller chips).
+    # tiny: 2 columns; mk2: 16 columns (sync controller set onto the smaller chips).
     for base, columns, values in (("tiny", 2, [1, 2, 8, 32]), ("mk2", 16, [4, 16, 64])):
         extra = {"sync.controller_tile": 0} if base == "mk2" else {}
         points = expand_points(load_experiment(tile_experiment(values, base, **extra)))
         found = {p.axes["tile.tiles_per_ipu"]: p.machine.tile.columns for p in points}
         assert found == {n: min(n, columns) for n in values}
+        assert all(p.machine.sync.controller_tile == 0 for p in points)
+
+
+def test_a_chip_too_small_for_the_sync_controller_gets_it_on_its_middle_tile():
+    # mk2's controller sits on tile 736 of 1472; 1000 tiles keep it there.
+    values = [8, 100, 736, 737, 1000]
+    points = expand_points(load_experiment(tile_experiment(values, "mk2")))
+    found = {p.axes["tile.tiles_per_ipu"]: p.machine.sync.controller_tile for p in points}
+    assert found == {8: 4, 100: 50, 736: 368, 737: 736, 1000: 736}
 
 
 def test_points_that_fit_the_base_layout_keep_their_config_hash():

@@ -63,9 +63,10 @@ from ipusim.errors import short_repr as _show
 from ipusim.runner import workload_stem
 from ipusim.sweep.workloads import WorkloadSource, canonical_json, resolve_workload
 
-#: The tile count and the layout field derived from it (:func:`layout_overrides`).
+#: The tile count and the layout fields derived from it (:func:`layout_overrides`).
 TILES_FIELD = "tile.tiles_per_ipu"
 COLUMNS_FIELD = "tile.columns"
+CONTROLLER_FIELD = "sync.controller_tile"
 
 __all__ = [
     "CONFIG_AXIS",
@@ -540,20 +541,26 @@ def layout_overrides(base: MachineConfig, overrides: Mapping[str, Any]) -> dict[
 
     Tiles are numbered column by column in ``tile.columns`` columns of
     ``ceil(tiles_per_ipu / columns)`` tiles; the presets fix the column count (16 on
-    Mk1/Mk2). A tile count below it leaves one tile per column, the rule
-    ``IPUModel(...).createDevice(tilesPerIPU=n)`` follows, so an axis over
-    ``tile.tiles_per_ipu`` needs no ``tile.columns`` beside it. A ``tile.columns``
-    given in ``config.set`` or on an axis is kept as given.
+    Mk1/Mk2). A tile count below it leaves one tile per column; a chip too small for
+    the sync controller's tile (736 on Mk2, the middle) gets it on its middle tile,
+    ``tiles_per_ipu // 2``. These are the rules of an ``IPUModel`` with ``tilesPerIPU``
+    set, so an axis over ``tile.tiles_per_ipu`` needs neither field beside it. A
+    ``tile.columns`` or ``sync.controller_tile`` given in ``config.set`` or on an axis
+    is kept as given.
     """
     out = dict(overrides)
-    if TILES_FIELD not in out or COLUMNS_FIELD in out:
+    if TILES_FIELD not in out:
         return out
     try:
         tiles = int(out[TILES_FIELD])
     except (TypeError, ValueError):
         return out  # not a number: the config's own check names it
-    if 1 <= tiles < base.tile.columns:
+    if tiles < 1:
+        return out
+    if COLUMNS_FIELD not in out and tiles < base.tile.columns:
         out[COLUMNS_FIELD] = tiles
+    if CONTROLLER_FIELD not in out and base.sync.controller_tile >= tiles:
+        out[CONTROLLER_FIELD] = tiles // 2
     return out
 
 
