@@ -287,6 +287,18 @@ def _local_grads(
     ]
 
 
+def _summed(
+    graph: Graph, prev: Tensor | None, g: Tensor, ctx: GradContext, per_record: bool
+) -> Tensor:
+    """``g`` plus the gradient ``prev`` already found for the same tensor (from a node
+    on another IPU, copied to ``graph`` first with a graph per node)."""
+    if prev is None:
+        return g
+    if per_record:
+        prev = _on_graph(graph, prev, ctx.prog, f"{ctx.name}/sum")
+    return add_grads(graph, prev, g, ctx.prog, ctx.name)
+
+
 def backward(
     graph: Graph | Callable[[NodeRecord], Graph],
     records: Sequence[NodeRecord],
@@ -353,7 +365,7 @@ def backward(
                 g = fn2(ctx, p)
                 tid = p.input_ids[0]
                 prev = grads.get(tid)
-                grads[tid] = g if prev is None else add_grads(g_graph, prev, g, ctx.prog, ctx.name)
+                grads[tid] = _summed(g_graph, prev, g, ctx, per_record)
                 skipped.add(fused[k])
                 continue
         fn = GRAD_REGISTRY.get((r.domain, r.op_type))
@@ -379,7 +391,7 @@ def backward(
             if g.elementType() != x.elementType():
                 g = popops.cast(g_graph, g, x.elementType(), ctx.prog, f"{ctx.name}/cast")
             prev = grads.get(tid)
-            grads[tid] = g if prev is None else add_grads(g_graph, prev, g, ctx.prog, ctx.name)
+            grads[tid] = _summed(g_graph, prev, g, ctx, per_record)
     return grads
 
 

@@ -903,3 +903,44 @@ def test_gradient_crossing_ipus_reaches_a_pool_on_the_other_ipu(pipelining):
     for name, v in updated[1].items():
         assert not np.allclose(v, w0[name])  # the step changed it
         np.testing.assert_allclose(updated[2][name], v, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_gradient_of_a_tensor_read_on_both_ipus_is_summed():
+    """h (IPU 0) is read by a Relu on IPU 0 and by a MatMul on IPU 1: its gradient is
+    the sum of a gradient made on each IPU, and the two-IPU run updates the weights as
+    the one-IPU run does."""
+    import contextlib
+
+    rng = np.random.default_rng(0)
+    w0 = {n: (rng.standard_normal(s) * 0.4).astype(np.float32)
+          for n, s in (("W0", (D, 5)), ("W1", (5, C)), ("W2", (5, C)))}  # fmt: skip
+    X, L = _data(1)
+    updated = {}
+    for ipus in (1, 2):
+        bd = popart.Builder()
+        x = bd.addInputTensor(popart.TensorInfo("FLOAT", [B, D]), "x")
+        lab = bd.addInputTensor(popart.TensorInfo("INT32", [B]), "label")
+
+        def on(ipu: int, bd=bd, ipus=ipus):
+            return bd.virtualGraph(ipu) if ipus == 2 else contextlib.nullcontext()
+
+        w = {n: bd.addInitializedInputTensor(v, n) for n, v in w0.items()}
+        with on(0):
+            h = bd.aiOnnx.matmul([x, w["W0"]])
+            a = bd.aiOnnx.matmul([bd.aiOnnx.relu([h]), w["W2"]])
+        with on(1):
+            z = bd.aiOnnx.add([a, bd.aiOnnx.matmul([h, w["W1"]])])
+            loss = bd.aiGraphcore.nllloss(
+                [bd.aiOnnx.softmax([z]), lab], reduction=popart.ReductionType.Sum
+            )
+        o = popart.SessionOptions()
+        if ipus == 2:
+            o.virtualGraphMode = popart.VirtualGraphMode.Manual
+        s = _session(bd, loss, popart.ConstSGD(0.1), options=o, device=_device(8, ipus=ipus))
+        s.run(popart.PyStepIO({x: X[0], lab: L[0]}, s.initAnchorArrays()))
+        s.weightsToHost()
+        updated[ipus] = {k: np.zeros_like(v) for k, v in w0.items()}
+        s.readWeights(popart.PyWeightsIO(updated[ipus]))
+    for name, v in updated[1].items():
+        assert not np.allclose(v, w0[name])
+        np.testing.assert_allclose(updated[2][name], v, rtol=1e-5, atol=1e-6, err_msg=name)
