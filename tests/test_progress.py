@@ -210,3 +210,25 @@ def test_report_names_its_plots_on_a_terminal_and_keeps_stdout_clean(monkeypatch
     monkeypatch.setattr(sys, "stderr", quiet)
     assert main(["report", str(tmp_path), "--no-plots"]) == 0
     assert quiet.getvalue() == ""
+
+
+def test_sweep_shows_its_bar_on_a_terminal_only(monkeypatch, tmp_path):
+    import yaml
+
+    exp = tmp_path / "one.yaml"
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "one",
+                "workloads": [{"spec": str(WORKLOAD), "params": {"n": 16}}],
+                "config": "tiny",
+            }
+        )
+    )
+    for terminal, out_dir in ((True, "a"), (False, "b")):
+        err = FakeTerminal() if terminal else io.StringIO()
+        monkeypatch.setattr(sys, "stderr", err)
+        monkeypatch.setattr(sys, "stdout", io.StringIO())
+        assert main(["sweep", str(exp), "--out", str(tmp_path / out_dir)]) == 0
+        assert ("one: 100%" in err.getvalue() and "1/1" in err.getvalue()) is terminal
+        assert (err.getvalue() == "") is not terminal
