@@ -446,3 +446,6 @@ def _cast_grad(g: GradContext) -> Grads:
     if dy.elementType() == x.elementType():
         return [dy]
     return [popops.cast(g.graph, dy, x.elementType(), g.prog, g.name)]
+
+
+__all__: list[str] = []

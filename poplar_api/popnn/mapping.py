@@ -16,7 +16,6 @@ __all__ = [
     "clone_like",
     "element_tiles",
     "local_tiles",
-    "tile_groups",
 ]
 
 
@@ -51,14 +50,6 @@ def local_tiles(graph: Graph, t: Tensor, what: str) -> np.ndarray:
             f"{graph.getTarget().getNumTiles()} tiles"
         )
     return np.array(tiles, np.int64)
-
-
-def tile_groups(tiles: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """``(tile, flat positions on it)`` for every tile used, positions in order."""
-    order = np.argsort(tiles, kind="stable")
-    uniq, starts = np.unique(tiles[order], return_index=True)
-    parts = np.split(order, starts[1:])
-    return list(zip(uniq.tolist(), parts, strict=True))
 
 
 def clone_like(graph: Graph, t: Tensor, type_: Type, name: str, what: str) -> Tensor:

@@ -525,3 +525,6 @@ class _Builder:
         sub = pos[(slice(g0 * cpg, g1 * cpg), slice(b0, b1), *box)]
         sub = sub.reshape(g1 - g0, cpg, *sub.shape[1:])
         return sub.transpose(0, *range(2, sub.ndim), 1)
+
+
+__all__ = ["MAX_GRAINS_PER_GROUP"]
