@@ -41,7 +41,6 @@ import argparse
 import importlib.util
 import math
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,20 +273,18 @@ def run(
     per_epoch = len(images) // batch
     total = per_epoch * epochs if steps is None else int(steps)
     seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    initial = initial_weights(seed)
-    model = build_model(initial, batch)
-    seconds["build"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    session = popart.TrainingSession(
-        fnModel=model.proto,
-        dataFlow=popart.DataFlow(1, {model.loss: popart.AnchorReturnType("ALL")}),
-        deviceInfo=_common.ipu_model(1, tiles),
-        loss=model.loss,
-        optimizer=make_optimizer(optimizer, lr),
-    )
-    session.prepareDevice()
-    seconds["compile"] = time.perf_counter() - t0
+    with _common.timed(seconds, "build"):
+        initial = initial_weights(seed)
+        model = build_model(initial, batch)
+    with _common.timed(seconds, "compile"):
+        session = popart.TrainingSession(
+            fnModel=model.proto,
+            dataFlow=popart.DataFlow(1, {model.loss: popart.AnchorReturnType("ALL")}),
+            deviceInfo=_common.ipu_model(1, tiles),
+            loss=model.loss,
+            optimizer=make_optimizer(optimizer, lr),
+        )
+        session.prepareDevice()
     session.weightsFromHost()
 
     def batch_of(step: int) -> tuple[np.ndarray, np.ndarray]:
@@ -296,16 +293,16 @@ def run(
         return xs, labels[start : start + batch]
 
     result = Result(initial=initial, weights={})
-    t0 = time.perf_counter()
-    _common.train_steps(session, model, total, batch_of, result, verbose)
-    seconds["train"] = time.perf_counter() - t0
+    with _common.timed(seconds, "train"):
+        _common.train_steps(session, model, total, batch_of, result, verbose)
     session.weightsToHost()
     result.weights = {k: np.zeros_like(v) for k, v in initial.items()}
     session.readWeights(popart.PyWeightsIO(result.weights))
     if do_evaluate:
-        t0 = time.perf_counter()
-        result.accuracy, result.eval_cycles = evaluate(result.weights, batch, images, labels, tiles)
-        seconds["eval"] = time.perf_counter() - t0
+        with _common.timed(seconds, "eval"):
+            result.accuracy, result.eval_cycles = evaluate(
+                result.weights, batch, images, labels, tiles
+            )
     result.host_seconds = seconds
     return result
 

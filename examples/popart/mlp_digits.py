@@ -38,7 +38,6 @@ import argparse
 import math
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,10 +191,9 @@ def run(
     total = per_epoch * epochs if steps is None else int(steps)
     seconds: dict[str, float] = {}
 
-    t0 = time.perf_counter()
-    initial = initial_weights(seed)
-    model = build_model(initial, batch)
-    seconds["build"] = time.perf_counter() - t0
+    with _common.timed(seconds, "build"):
+        initial = initial_weights(seed)
+        model = build_model(initial, batch)
 
     options = popart.SessionOptions()
     if accumulation > 1:
@@ -204,17 +202,16 @@ def run(
     if replicas > 1:
         options.enableReplicatedGraphs = True
         options.replicatedGraphCount = replicas
-    t0 = time.perf_counter()
-    session = popart.TrainingSession(
-        fnModel=model.proto,
-        dataFlow=popart.DataFlow(1, {model.loss: popart.AnchorReturnType("ALL")}),
-        deviceInfo=_common.ipu_model(replicas, tiles),
-        loss=model.loss,
-        optimizer=make_optimizer(optimizer, lr),
-        userOptions=options,
-    )
-    session.prepareDevice()
-    seconds["compile"] = time.perf_counter() - t0
+    with _common.timed(seconds, "compile"):
+        session = popart.TrainingSession(
+            fnModel=model.proto,
+            dataFlow=popart.DataFlow(1, {model.loss: popart.AnchorReturnType("ALL")}),
+            deviceInfo=_common.ipu_model(replicas, tiles),
+            loss=model.loss,
+            optimizer=make_optimizer(optimizer, lr),
+            userOptions=options,
+        )
+        session.prepareDevice()
     session.weightsFromHost()
 
     lead = [n for n in (accumulation, replicas) if n > 1]
@@ -226,23 +223,20 @@ def run(
         return xs, labels[start : start + per_step].reshape([*lead, batch])
 
     result = Result(initial=initial, weights={})
-    t0 = time.perf_counter()
-    _common.train_steps(session, model, total, batch_of, result, verbose)
-    seconds["train"] = time.perf_counter() - t0
+    with _common.timed(seconds, "train"):
+        _common.train_steps(session, model, total, batch_of, result, verbose)
 
     session.weightsToHost()
     result.weights = {name: np.zeros_like(initial[name]) for name in WEIGHT_NAMES}
     session.readWeights(popart.PyWeightsIO(result.weights))
     if do_evaluate:
-        t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
+        with _common.timed(seconds, "eval"), tempfile.TemporaryDirectory() as tmp:
             path = str(Path(tmp) / "mlp_digits.onnx")
             session.modelToHost(path)
             saved = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
             for name in WEIGHT_NAMES:  # the file holds the weights readWeights gave
                 np.testing.assert_array_equal(saved[name], result.weights[name])
             result.accuracy, result.eval_cycles = evaluate(path, batch, images, labels, tiles)
-        seconds["eval"] = time.perf_counter() - t0
     result.host_seconds = seconds
     return result
 

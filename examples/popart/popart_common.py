@@ -7,7 +7,9 @@ write for itself (data loading, reading cycles and memory from the reports).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,14 @@ def memory_per_ipu(session: Any) -> list[int]:
 def he_normal(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
     """He-normal draws (std ``sqrt(2 / fan_in)``) as float32."""
     return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+
+
+@contextmanager
+def timed(seconds: dict[str, float], phase: str) -> Iterator[None]:
+    """Record the host (wall) seconds the ``with`` block takes as ``seconds[phase]``."""
+    start = time.perf_counter()
+    yield
+    seconds[phase] = time.perf_counter() - start
 
 
 def train_steps(
