@@ -32,6 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ipusim import progress
 from ipusim.config import MachineConfig, load_config
 from ipusim.runner import RunResult, WorkloadError
 from ipusim.trace import Trace
@@ -339,6 +340,7 @@ def run(
     """
     params = dict(params or {})
     cfg = config if isinstance(config, MachineConfig) else load_config(config)
+    progress.detail("load workload")
     fn = load_workload(spec)
     check_params(fn, params, spec)
     captured = io.StringIO()
@@ -347,6 +349,7 @@ def run(
     with redirect:
         device: Device = IPUModel(cfg).createDevice()
         t0 = time.perf_counter()
+        progress.detail("build")
         built = fn(device, **params)
         seconds["build"] = time.perf_counter() - t0
         if not isinstance(built, Workload):
@@ -356,16 +359,19 @@ def run(
                 "programs, ...)"
             )
         t0 = time.perf_counter()
+        progress.detail("compile")
         engine = Engine(built.graph, built.programs, {**built.options, **dict(options or {})})
         engine.load(device)
         seconds["compile"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        progress.detail("run")
         if built.prepare is not None:
             built.prepare(engine)
         for index in built.run:
             engine.run(int(index))
         if not built.run:
             raise WorkloadError(f"workload {spec!r}: Workload.run is empty; nothing was run")
+        progress.detail("check")
         ok = None if built.check is None else bool(built.check(engine))
         traces = engine.getTraces()
         trace = traces[-1]
