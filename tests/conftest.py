@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ipusim import ir
 from ipusim.config import MachineConfig, load_config
 from ipusim.errors import ConfigError
 
@@ -95,3 +96,24 @@ def assert_same_timing(a: Any, b: Any) -> None:
     assert [r.tile_cycles.tolist() for r in a.records] == [
         r.tile_cycles.tolist() for r in b.records
     ]
+
+
+def round_tiny_superstep(program_id: int = -1) -> ir.Sequence:
+    """One superstep for ``ROUND_TINY``: a compute set, an internal sync, an exchange.
+
+    Tile 0 runs seven worker vertices of 10 cycles (contexts [20,10,10,10,10,10], so
+    6 * 20 = 120), tile 1 one worker vertex of 30 (6 * 30 = 180), tile 5 a multi-vertex
+    of 50 tile cycles; then tile 0 sends 100 bytes to tile 7 (25 cycles at 4 bytes per
+    cycle, 2 fixed, ceil(0.5 * 4 hops) = 2: 29 cycles). ``program_id`` tags the compute
+    step with a user-level program.
+    """
+    compute = ir.Compute(
+        name="cs",
+        vertex_tile=[0] * 7 + [1, 5],
+        vertex_cycles=[10] * 7 + [30, 50],
+        vertex_multi=[False] * 8 + [True],
+        program_id=program_id,
+    )
+    sync = ir.Sync(name="sync", sync_kind="internal")
+    exchange = ir.Exchange(name="ex", src_tile=[0], dst_tile=[7], num_bytes=[100])
+    return ir.Sequence([compute, sync, exchange])

@@ -18,7 +18,7 @@ from ipusim.errors import (
     SimulationTimeout,
 )
 from ipusim.machine import Machine
-from tests.conftest import ROUND_TINY, ROUND_TINY_SYNC_DELAYS
+from tests.conftest import ROUND_TINY, ROUND_TINY_SYNC_DELAYS, round_tiny_superstep
 
 # ROUND_TINY (hand-workable tiny machine) plus round global-sync and host-link numbers.
 ROUND = {
@@ -35,23 +35,9 @@ def tiny(**extra):
     return load_config("tiny", overrides={**ROUND, **extra})
 
 
-def superstep_program():
-    compute = ir.Compute(
-        name="cs",
-        # tile 0: seven worker vertices of 10 -> contexts [20,10,10,10,10,10] -> 6*20
-        # tile 1: one worker vertex of 30 -> 6*30; tile 5: a multi-vertex of 50 tile cycles
-        vertex_tile=[0] * 7 + [1, 5],
-        vertex_cycles=[10] * 7 + [30, 50],
-        vertex_multi=[False] * 8 + [True],
-    )
-    sync = ir.Sync(name="sync", sync_kind="internal")
-    exchange = ir.Exchange(name="ex", src_tile=[0], dst_tile=[7], num_bytes=[100])
-    return ir.Sequence([compute, sync, exchange])
-
-
 @pytest.mark.parametrize("granularity", ["ipu", "tile"])
 def test_superstep_by_hand(granularity):
-    trace = Machine(tiny(**{"sim.granularity": granularity})).run(superstep_program())
+    trace = Machine(tiny(**{"sim.granularity": granularity})).run(round_tiny_superstep())
     comp, sync, ex = trace.records
     expected_compute = np.array([120, 180, 0, 0, 0, 50, 0, 0])
     np.testing.assert_array_equal(comp.tile_cycles, expected_compute)
@@ -302,7 +288,7 @@ def test_predicate_without_data_plane_is_clear():
 
 def test_deterministic():
     m = Machine(tiny(num_ipus=2))
-    prog = ir.Sequence([superstep_program(), _copy("in", [0, 9], [64, 64]), ir.Sync(name="x")])
+    prog = ir.Sequence([round_tiny_superstep(), _copy("in", [0, 9], [64, 64]), ir.Sync(name="x")])
     assert m.run(prog).fingerprint() == m.run(prog).fingerprint()
 
 

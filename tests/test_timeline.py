@@ -12,7 +12,7 @@ from ipusim.config import load_config
 from ipusim.errors import IpusimError, SimulationTimeout
 from ipusim.machine import Machine
 from ipusim.profile.timeline import TraceViewError, choose_tiles, trace_events, write_timeline
-from tests.conftest import ROUND_TINY, ROUND_TINY_SYNC_DELAYS
+from tests.conftest import ROUND_TINY, ROUND_TINY_SYNC_DELAYS, round_tiny_superstep
 
 # ROUND_TINY: 1 GHz, so 1 cycle = 0.001 us; tile i is [0,1,2,3,1,2,3,4][i] hops from
 # the sync controller (tile 0), its sync delay 3 + 2 * hops.
@@ -21,25 +21,10 @@ DELAYS = np.array(ROUND_TINY_SYNC_DELAYS)
 US = 1e-3  # microseconds per cycle at 1 GHz
 
 
-def superstep():
-    # tile 0: seven worker vertices of 10 -> contexts [20,10,10,10,10,10] -> 6*20 = 120
-    # tile 1: one worker vertex of 30 -> 6*30 = 180; tile 5: a multi-vertex of 50
-    compute = ir.Compute(
-        name="cs",
-        vertex_tile=[0] * 7 + [1, 5],
-        vertex_cycles=[10] * 7 + [30, 50],
-        vertex_multi=[False] * 8 + [True],
-        program_id=3,
-    )
-    sync = ir.Sync(name="sync", sync_kind="internal")
-    # 100 B at 4 B/cycle = 25, + 2 fixed, + ceil(0.5 * 4 hops) = 2 -> 29 cycles
-    exchange = ir.Exchange(name="ex", src_tile=[0], dst_tile=[7], num_bytes=[100])
-    return ir.Sequence([compute, sync, exchange])
-
-
 @pytest.fixture(scope="module")
 def trace():
-    return Machine(load_config("tiny", overrides=ROUND)).run(superstep())
+    """``round_tiny_superstep`` run on ROUND_TINY (its compute step of program 3)."""
+    return Machine(load_config("tiny", overrides=ROUND)).run(round_tiny_superstep(program_id=3))
 
 
 def x_events(data, pid=None, tid=None):
