@@ -92,6 +92,19 @@ def test_validate_names_every_unmapped_variable(graph):
         result.problems = ()  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("mapped", ["none", "half"])
+def test_a_copy_from_unmapped_elements_is_a_validation_error(graph, mapped):
+    x = graph.addVariable(FLOAT, [4], "x")
+    if mapped == "half":
+        graph.setTileMapping(x[:2], 0)
+    (y,) = _variables(graph, "y", tile=1)
+    with pytest.raises(GraphValidationError) as err:
+        Engine(graph, prog.Sequence(prog.Copy(x, y)))
+    first = 0 if mapped == "none" else 2
+    assert f"variable 'x' (shape [4]): {4 - first} of 4 element(s) are not mapped" in str(err.value)
+    assert f"(first: element {first})" in str(err.value)
+
+
 # ---------------------------------------------------------------------- emit
 def test_emit_records_vertex_state_and_estimates(graph):
     code = graph.getTarget().config.code

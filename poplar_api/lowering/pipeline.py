@@ -179,7 +179,14 @@ def compile(
     index = VariableIndex(state)
     checked = validate_graph(state, owners)
     lowered = Lowered(Storage(state, replicas))
-    emitted = emit(state, programs, lowered, host, options, owners, index)
+    try:
+        emitted = emit(state, programs, lowered, host, options, owners, index)
+    except (ValueError, IndexError) as exc:
+        if not checked.problems:
+            raise
+        # lowering a copy or exchange of elements on no tile: the graph's own problems
+        # (unmapped variables) are the cause; report them, not numpy's complaint
+        raise GraphValidationError(list(checked.problems)) from exc
     problems = [*checked.problems, *emitted.problems]
     if problems:
         raise GraphValidationError(problems)
