@@ -42,7 +42,7 @@ import importlib.util
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -93,20 +93,13 @@ class Model:
 
 
 @dataclass
-class Result:
-    """What :func:`run` produced (``accuracy`` a fraction; None when not evaluated;
-    ``max_error`` the largest weight difference from numpy and ``check_passed``
-    whether it is within the tolerance, in ``--check-numpy``)."""
+class Result(_common.TrainingResult):
+    """What :func:`run` produced (see :class:`popart_common.TrainingResult`), and in
+    ``--check-numpy`` ``max_error``, the largest weight difference from numpy, and
+    ``check_passed``, whether it is within the tolerance."""
 
-    initial: dict[str, np.ndarray]
-    weights: dict[str, np.ndarray]
-    losses: list[float] = field(default_factory=list)
-    accuracy: float | None = None
-    step_cycles: int = 0
-    eval_cycles: int = 0
     max_error: float | None = None
     check_passed: bool | None = None
-    host_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def initial_weights(seed: int = DEFAULT_SEED) -> dict[str, np.ndarray]:

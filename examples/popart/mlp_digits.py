@@ -39,7 +39,7 @@ import math
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -72,33 +72,8 @@ class Model:
     loss: str
 
 
-@dataclass
-class Result:
-    """What :func:`run` produced.
-
-    Attributes
-    ----------
-    initial, weights
-        Weights before and after training (``{id: float32 array}``).
-    losses
-        Mean loss of every step (over the micro-batches and replicas).
-    accuracy
-        Fraction of all images classified right by the trained model (None when not
-        evaluated).
-    step_cycles, eval_cycles
-        Simulated cycles of the first training step and of the evaluation run.
-    host_seconds
-        ``build``, ``compile`` (training ``prepareDevice``), ``train``, ``eval``
-        (inference compile and run).
-    """
-
-    initial: dict[str, np.ndarray]
-    weights: dict[str, np.ndarray]
-    losses: list[float] = field(default_factory=list)
-    accuracy: float | None = None
-    step_cycles: int = 0
-    eval_cycles: int = 0
-    host_seconds: dict[str, float] = field(default_factory=dict)
+#: What :func:`run` produced.
+Result = _common.TrainingResult
 
 
 def initial_weights(seed: int = DEFAULT_SEED, hidden: int = HIDDEN) -> dict[str, np.ndarray]:

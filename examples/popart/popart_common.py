@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,35 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     """The bundled digits as ``float32 [N, 28, 28]`` (pixel / 255) and ``int32 [N]``."""
     images, labels = mnist.load_digits_as_mnist()
     return (images.astype(np.float32) / 255.0, labels.astype(np.int32))
+
+
+@dataclass
+class TrainingResult:
+    """What a training example's ``run`` produced.
+
+    Attributes
+    ----------
+    initial, weights
+        Weights before and after training (``{id: float32 array}``).
+    losses
+        Mean loss of every step (over the micro-batches and replicas).
+    accuracy
+        Fraction of all images classified right by the trained model (None when not
+        evaluated).
+    step_cycles, eval_cycles
+        Simulated cycles of the first training step and of the evaluation run.
+    host_seconds
+        ``build``, ``compile`` (training ``prepareDevice``), ``train``, ``eval``
+        (inference compile and run).
+    """
+
+    initial: dict[str, np.ndarray]
+    weights: dict[str, np.ndarray]
+    losses: list[float] = field(default_factory=list)
+    accuracy: float | None = None
+    step_cycles: int = 0
+    eval_cycles: int = 0
+    host_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def ipu_model(num_ipus: int = 1, tiles: int = DEFAULT_TILES) -> popart.DeviceInfo:
@@ -78,7 +108,7 @@ def train_steps(
     model: Any,
     steps: int,
     batch_of: Callable[[int], tuple[np.ndarray, np.ndarray]],
-    result: Any,
+    result: TrainingResult,
     verbose: bool = True,
 ) -> None:
     """Run ``steps`` training steps of a prepared ``session`` on ``model`` (its ``x``,
@@ -98,7 +128,7 @@ def train_steps(
             print(f"step {step + 1}/{steps}: loss {result.losses[-1]:.4f}")
 
 
-def print_training(result: Any) -> None:
+def print_training(result: TrainingResult) -> None:
     """Print a training example's accuracy, cycles and host seconds."""
     if result.accuracy is not None:
         print(f"Accuracy on all images: {100 * result.accuracy:.2f}%")
