@@ -46,7 +46,14 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     return [*args[: command + 1], "run", *args[command + 1 :]]
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for a whole number of at least 1 (a count on the command line).
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If ``text`` is not a whole number or is below 1, with the value found.
+    """
     try:
         value = int(text)
     except ValueError:
@@ -129,7 +136,7 @@ def _register_run(commands: Any) -> None:
     parser.add_argument(
         "-j",
         "--jobs",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="worker processes (1: run in this process; with --scheduler local, the "

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ipusim import progress
+from ipusim.sweep.cli import positive_int
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
@@ -282,16 +283,6 @@ def _report_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
 def register_report(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``report`` command to ``subparsers`` (those of ``ipusim sweep``).
 
@@ -312,7 +303,7 @@ def register_report(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--x", metavar="AXIS", help="axis on the x axis of the plots")
     parser.add_argument("--hue", metavar="AXIS", help="axis drawn as one line per value")
     parser.add_argument(
-        "--top", type=_positive, default=3, metavar="N", help="fastest/slowest points listed"
+        "--top", type=positive_int, default=3, metavar="N", help="fastest/slowest points listed"
     )
     parser.add_argument("--no-plots", action="store_true", help="print only, write no plots")
     parser.add_argument(
