@@ -7,11 +7,9 @@ stacks and vertex state to the non-interleaved one.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from examples_common import load_example
 
 from ipusim.config import load_config
 from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
@@ -19,7 +17,6 @@ from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.errors import OutOfMemoryError, PoplarError
 
-TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
 NUM_TILES = 8
 #: Stack per tile: 6 workers and the supervisor.
 #: Sizes of compiled code and state: the config's ``code`` section (estimates).
@@ -319,10 +316,7 @@ def test_allow_out_of_memory_compiles_and_runs(graph):
 
 @pytest.mark.parametrize("name", ["tut1", "tut3"])
 def test_tutorials_fit(graph, name):
-    spec = importlib.util.spec_from_file_location(f"_memory_{name}", TUTORIALS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    built = module.build(graph)
+    built = load_example(f"tutorials/{name}.py").build(graph)
     program = built[0] if isinstance(built, tuple) else built
     m = Engine(graph, program).memory
     assert not m.out_of_memory

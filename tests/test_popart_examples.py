@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "popart"
+from examples_common import load_example
 
 
 def _load(name: str) -> ModuleType:
-    """``examples/popart/<name>.py`` as module ``popart_example_<name>``: loaded by path
-    so that generic names (add, cnn_digits) do not shadow other examples' modules."""
-    key = f"popart_example_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, EXAMPLES / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    """``examples/popart/<name>.py`` as a module (loaded by path, once per session)."""
+    return load_example(f"popart/{name}.py")
 
 
 _common = _load("popart_common")

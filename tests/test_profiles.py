@@ -6,17 +6,14 @@ for the synthetic trace), never read back from the profile code.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
-import sys
-from functools import cache
-from pathlib import Path
 from types import ModuleType
 
 import cbor2
 import numpy as np
 import pytest
+from examples_common import load_example
 
 from ipusim import ir
 from ipusim.profile.execution import execution_profile, program_table
@@ -26,18 +23,10 @@ from poplar_api import program as prog
 from poplar_api.errors import EngineError, PoplarError
 from poplar_api.profiling import ENGINE_OPTIONS
 
-TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
 
-
-@cache
 def tutorial(name: str) -> ModuleType:
     """Import ``examples/tutorials/<name>.py`` as a module (once per session)."""
-    spec = importlib.util.spec_from_file_location(f"profiles_{name}", TUTORIALS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_example(f"tutorials/{name}.py")
 
 
 def tiny_device():

@@ -4,7 +4,6 @@ and JSON serialisations carry the same data."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 import json
 import sys
@@ -16,6 +15,7 @@ import cbor2
 import jsonschema
 import numpy as np
 import pytest
+from examples_common import load_example
 
 from ipusim.profile.execution import SCHEMA_DIR, ProfileError, schema
 from poplar_api import Engine, Graph, IPUModel
@@ -24,14 +24,9 @@ from poplar_api.profiling import serializeToCBOR, serializeToJSON
 TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
 
 
-@cache
 def tutorial(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"schema_{name}", TUTORIALS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """Import ``examples/tutorials/<name>.py`` as a module (once per session)."""
+    return load_example(f"tutorials/{name}.py")
 
 
 def _engine(name: str):

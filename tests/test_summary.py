@@ -4,32 +4,22 @@ estimates, and the Memory Usage section renders a memory report."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import re
-import sys
-from functools import cache
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import numpy as np
 import pytest
+from examples_common import load_example
 
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.profiling import printProfileSummary
 
-TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
 
-
-@cache
 def tutorial(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"summary_{name}", TUTORIALS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """Import ``examples/tutorials/<name>.py`` as a module (once per session)."""
+    return load_example(f"tutorials/{name}.py")
 
 
 def summary_text(engine, **options) -> str:
@@ -253,11 +243,7 @@ def test_memory_section_from_a_report():
 @pytest.mark.parametrize("layout", ["sdk1", "sdk2"])
 def test_cycles_by_ipu_in_both_layouts(layout, capsys):
     """Two IPUs: per-IPU rows are the trace's per-IPU sums (sdk1) or their tile averages."""
-    path = TUTORIALS.parent / "multi_ipu" / "tut7_two_ipus.py"
-    spec = importlib.util.spec_from_file_location("summary_tut7_two_ipus", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_example("multi_ipu/tut7_two_ipus.py")
     outcome = module.run(module.create_device(IPUModel("tiny")), 40, 12, profile=False)
     capsys.readouterr()
     trace = outcome.engine.getTraces()[-1]

@@ -7,15 +7,14 @@ closed-form products, the cost model re-derived by brute force).
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from examples_common import load_example
 
 from ipusim.config import load_config
 from poplar_api import Device, IPUModel
@@ -43,15 +42,9 @@ def run_script(name: str, *args: str, timeout: float = 900) -> list[str]:
     return proc.stdout.splitlines()
 
 
-@cache
 def tutorial(name: str) -> ModuleType:
     """Import ``examples/tutorials/<name>.py`` as a module (once per session)."""
-    spec = importlib.util.spec_from_file_location(f"tutorial_{name}", TUTORIALS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_example(f"tutorials/{name}.py")
 
 
 def matvec_expected(rows: int, cols: int) -> np.ndarray:
