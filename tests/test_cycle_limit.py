@@ -9,24 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codelets_common import Bump
 
 from ipusim.errors import IpusimError, SimulationTimeout
 from poplar_api import INT, Engine, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.codelet import InOut, Vertex
 from poplar_api.errors import EngineError
-
-
-class Incr(Vertex):
-    """``c += 1``."""
-
-    c = InOut(INT)
-
-    @staticmethod
-    def compute(c):
-        c[0] += 1
-        return True
-
 
 #: Cycles of one loop iteration's vertex (the perf estimate); large enough that the
 #: loop crosses the limit after a few hundred iterations whatever else a step costs.
@@ -36,7 +24,7 @@ VERTEX_CYCLES = 50
 def endless_loop(options: dict[str, str] | None = None) -> tuple[Engine, Graph]:
     """An engine whose program 0 increments a counter while a flag that stays 1 is set."""
     graph = Graph(IPUModel("tiny").createDevice().getTarget())
-    graph.addCodelets(Incr)
+    graph.addCodelets(Bump)
     count = graph.addVariable(INT, [], "count")
     flag = graph.addVariable(INT, [], "flag")
     for t in (count, flag):
@@ -45,7 +33,7 @@ def endless_loop(options: dict[str, str] | None = None) -> tuple[Engine, Graph]:
     graph.setInitialValue(flag, 1)  # never changed: the loop never ends
     graph.createHostRead("count", count)
     cs = graph.addComputeSet("body")
-    v = graph.addVertex(cs, "Incr", {"c": count})
+    v = graph.addVertex(cs, "Bump", {"c": count})
     graph.setTileMapping(v, 0)
     graph.setPerfEstimate(v, VERTEX_CYCLES)
     program = prog.RepeatWhileTrue(prog.Sequence(), flag, prog.Execute(cs))
@@ -92,13 +80,13 @@ def test_a_limit_the_run_stays_under_changes_nothing():
 
     def run(options: dict[str, str]) -> tuple[int, np.ndarray]:
         graph = Graph(IPUModel("tiny").createDevice().getTarget())
-        graph.addCodelets(Incr)
+        graph.addCodelets(Bump)
         count = graph.addVariable(INT, [], "count")
         graph.setTileMapping(count, 0)
         graph.setInitialValue(count, 0)
         graph.createHostRead("count", count)
         cs = graph.addComputeSet("body")
-        v = graph.addVertex(cs, "Incr", {"c": count})
+        v = graph.addVertex(cs, "Bump", {"c": count})
         graph.setTileMapping(v, 0)
         graph.setPerfEstimate(v, VERTEX_CYCLES)
         engine = Engine(graph, prog.Repeat(3, prog.Execute(cs)), options)

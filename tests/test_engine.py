@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codelets_common import Bump
 
 from poplar_api import FLOAT, HALF, INT, Device, Engine, Graph, IPUModel
 from poplar_api import program as prog
@@ -19,17 +20,6 @@ from poplar_api.errors import EngineError, PoplarError
 WORKERS = 6
 
 # ----------------------------------------------------------------- vertex classes
-
-
-class Incr(Vertex):
-    """``c += 1``."""
-
-    c = InOut(INT)
-
-    @staticmethod
-    def compute(c):
-        c[0] += 1
-        return True
 
 
 class CountTest(Vertex):
@@ -155,7 +145,7 @@ def int_var(graph: Graph, name: str, tile: int = 0, value: int = 0, size: int = 
 
 def incr_cs(graph: Graph, counter, tile: int = 0, name: str = "incr"):
     cs = graph.addComputeSet(name)
-    v = graph.addVertex(cs, Incr, {"c": counter})
+    v = graph.addVertex(cs, Bump, {"c": counter})
     graph.setTileMapping(v, tile)
     graph.setPerfEstimate(v, 5)
     return cs
@@ -604,10 +594,10 @@ def test_compute_record_with_perf_estimates():
     g.setTileMapping(counters, 1)
     cs = g.addComputeSet("spread")
     for i, cycles in enumerate(estimates):
-        v = g.addVertex(cs, Incr, {"c": counters[i]})
+        v = g.addVertex(cs, Bump, {"c": counters[i]})
         g.setTileMapping(v, 1)
         g.setPerfEstimate(v, cycles)
-    lone = g.addVertex(cs, Incr, {"c": counters[len(estimates)]})
+    lone = g.addVertex(cs, Bump, {"c": counters[len(estimates)]})
     g.setTileMapping(lone, 6)
     g.setPerfEstimate(lone, 9)
     g.createHostRead("counters", counters)
@@ -645,7 +635,7 @@ def test_virtual_graph_tiles_shift_in_parent():
     vg.setTileMapping(c, 0)
     g.createHostRead("c", c)
     cs = vg.addComputeSet("virt")
-    v = vg.addVertex(cs, Incr, {"c": c})
+    v = vg.addVertex(cs, Bump, {"c": c})
     vg.setTileMapping(v, 0)
     vg.setPerfEstimate(v, 8)
     e = run_engine(g, prog.Execute(cs))

@@ -7,6 +7,7 @@ Graphs use the 8-tile ``tiny`` preset.
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import subprocess
@@ -16,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from codelets_common import Bump, mapped, tiny_device, tiny_graph, vertex_on
 
-from poplar_api import FLOAT, INT, Engine, Executable, ExecutableError, Graph, IPUModel
+from poplar_api import FLOAT, INT, Engine, Executable, ExecutableError
 from poplar_api import program as prog
 from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import EngineError
@@ -39,24 +41,9 @@ class ScaleSum(Vertex):
         return True
 
 
-class Bump(Vertex):
-    """``c += 1``."""
-
-    c = InOut(INT)
-
-    @staticmethod
-    def compute(c):
-        c[0] += 1
-        return True
-
-
-def device():
-    return IPUModel("tiny").createDevice()
-
-
 def build(codelets=None):
     """x[4] on tile 0 -> ScaleSum on tile 1 -> y; a counter bumped 3 times; a stream."""
-    g = Graph(device().getTarget())
+    g = tiny_graph()
     if codelets is not None:
         g.addCodelets(codelets)
     x = g.addVariable(FLOAT, [4], "x")
@@ -86,7 +73,7 @@ def build(codelets=None):
 
 def run(engine):
     """Runs both programs; returns (y, c, fingerprints)."""
-    engine.load(device())
+    engine.load(tiny_device())
     engine.connectStream("x-in", np.array([1, 2, 3, 4], np.float32))
     prints = []
     for i in (0, 1):
@@ -144,7 +131,7 @@ class Gather(Vertex):
 def test_connections_of_every_kind_survive_a_file(tmp_path):
     """Rows (ranges), columns and shuffled views (id arrays, one shared by two vertices)
     and VectorLists come back with the same ids, and the graph runs alike."""
-    g = Graph(device().getTarget())
+    g = tiny_graph()
     g.addCodelets([ScaleSum, Gather])
     m = g.addVariable(FLOAT, [4, 6], "m")
     out = g.addVariable(FLOAT, [7], "out")
@@ -165,7 +152,7 @@ def test_connections_of_every_kind_survive_a_file(tmp_path):
     program = prog.Sequence([prog.Execute(cs)])
 
     def result(engine):
-        engine.load(device())
+        engine.load(tiny_device())
         engine.writeTensor("m", values)
         engine.run(0)
         return engine.readTensor("out")
@@ -224,31 +211,14 @@ def test_a_second_engine_of_one_executable_compiles_again():
     assert first[:2] == EXPECTED
 
 
-CODELETS = textwrap.dedent(
-    """
-    from poplar_api import FLOAT, INT
-    from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
-
-    class ScaleSum(Vertex):
-        in_ = Input(Vector(FLOAT))
-        out = Output(FLOAT)
-
-        @staticmethod
-        def compute(in_, out):
-            s = 0.0
-            for i in range(in_.shape[0]):
-                s += in_[i]
-            out[0] = 2.0 * s
-            return True
-
-    class Bump(Vertex):
-        c = InOut(INT)
-
-        @staticmethod
-        def compute(c):
-            c[0] += 1
-            return True
-    """
+#: ``ScaleSum`` and ``Bump`` as a codelet file: the same vertices as the classes above.
+CODELETS = "\n".join(
+    [
+        "from poplar_api import FLOAT, INT",
+        "from poplar_api.codelet import InOut, Input, Output, Vector, Vertex",
+        inspect.getsource(ScaleSum),
+        inspect.getsource(Bump),
+    ]
 )
 
 LOADER = textwrap.dedent(
@@ -378,18 +348,15 @@ def test_local_class_is_stored_by_value(tmp_path):
             c[0] += 2
             return True
 
-    g = Graph(device().getTarget())
-    c = g.addVariable(INT, [1], "c")
-    g.setTileMapping(c, 0)
+    g = tiny_graph()
+    c = mapped(g, INT, [1], "c")
     g.setInitialValue(c, 1)
     cs = g.addComputeSet("cs")
-    v = g.addVertex(cs, LocalBump, {"c": c[0]})
-    g.setTileMapping(v, 0)
-    g.setPerfEstimate(v, 3)
+    vertex_on(g, cs, LocalBump, {"c": c[0]}, tile=0, cycles=3)
     g.createHostRead("c", c)
     path = Path(tmp_path) / "local.ipuexe"
     compileGraph(g, prog.Execute(cs)).serialize(path)
     e = Engine(Executable.deserialize(path))
-    e.load(device())
+    e.load(tiny_device())
     e.run(0)
     assert e.readTensor("c").tolist() == [3]  # 1 + 2
