@@ -7,13 +7,22 @@ runs on the 8-tile ``tiny`` preset.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from poplar_api import FLOAT, INT, ComputeSet, Device, Engine, Graph, IPUModel, Tensor, VertexRef
 from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
 
-__all__ = ["Bump", "Scale", "loaded", "mapped", "tiny_device", "tiny_graph", "vertex_on"]
+__all__ = [
+    "Bump",
+    "Scale",
+    "loaded",
+    "mapped",
+    "tiny_device",
+    "tiny_graph",
+    "variables",
+    "vertex_on",
+]
 
 
 class Bump(Vertex):
@@ -56,6 +65,14 @@ def mapped(graph: Graph, type_: Any, shape: list[int], name: str, tile: int = 0)
     tensor = graph.addVariable(type_, shape, name)
     graph.setTileMapping(tensor, tile)
     return tensor
+
+
+def variables(
+    graph: Graph, names: Iterable[str], tile: int = 0, n: int = 4, type_: Any = FLOAT
+) -> list[Tensor]:
+    """One new ``type_[n]`` variable per name (``"abc"`` gives a, b and c), each mapped
+    whole to ``tile``."""
+    return [mapped(graph, type_, [n], name, tile) for name in names]
 
 
 def vertex_on(

@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from codelets_common import tiny_graph, variables
 
 from ipusim import ir
 from ipusim.timing import TimingModel
@@ -61,16 +62,7 @@ class Twice(Vertex):
 
 @pytest.fixture
 def graph() -> Graph:
-    return Graph(IPUModel("tiny").createDevice().getTarget())
-
-
-def _variables(g: Graph, names: str, tile: int = 0, n: int = 4) -> list:
-    out = []
-    for name in names:
-        t = g.addVariable(FLOAT, [n], name)
-        g.setTileMapping(t, tile)
-        out.append(t)
-    return out
+    return tiny_graph()
 
 
 def _emitted(g: Graph, programs: list):
@@ -82,7 +74,7 @@ def _emitted(g: Graph, programs: list):
 # ------------------------------------------------------------------ validate
 def test_validate_names_every_unmapped_variable(graph):
     graph.addVariable(FLOAT, [3], "loose")
-    _variables(graph, "m")
+    variables(graph, "m")
     graph.addVariable(FLOAT, [2], "adrift")
     result = validate_graph(graph._state)
     assert len(result.problems) == 2
@@ -97,7 +89,7 @@ def test_a_copy_from_unmapped_elements_is_a_validation_error(graph, mapped):
     x = graph.addVariable(FLOAT, [4], "x")
     if mapped == "half":
         graph.setTileMapping(x[:2], 0)
-    (y,) = _variables(graph, "y", tile=1)
+    (y,) = variables(graph, "y", tile=1)
     with pytest.raises(GraphValidationError) as err:
         Engine(graph, prog.Sequence(prog.Copy(x, y)))
     first = 0 if mapped == "none" else 2
@@ -142,7 +134,7 @@ def test_emit_records_vertex_state_and_estimates(graph):
 
 
 def test_emit_collects_problems_without_raising(graph):
-    (a,) = _variables(graph, "a")
+    (a,) = variables(graph, "a")
     cs = graph.addComputeSet("bad")
     v = graph.addVertex(cs, Twice)
     graph.connect(v["x"], a)  # "out" left unconnected
@@ -167,7 +159,7 @@ def _expected_ranges(touches: dict[str, list[int]], loops: list[tuple[int, int]]
 
 
 def test_liveness_ranges_follow_touches_and_loops(graph):
-    a, b, c, d, e = _variables(graph, "abcde")  # one tile: every copy is one step
+    a, b, c, d, e = variables(graph, "abcde")  # one tile: every copy is one step
     program = prog.Sequence(
         [
             prog.Copy(a, b),  # point 0
@@ -186,7 +178,7 @@ def test_liveness_ranges_follow_touches_and_loops(graph):
 
 
 def test_liveness_always_live_constants_initial_values_and_handles(graph):
-    a, b, _ = _variables(graph, "abu")
+    a, b, _ = variables(graph, "abu")
     k = graph.addConstant(FLOAT, [4], np.arange(4, dtype=np.float32), "k")
     graph.setTileMapping(k, 0)
     graph.setInitialValue(b, np.ones(4, np.float32))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codelets_common import tiny_graph, variables
 from examples_common import load_example
 
 from ipusim.config import load_config
@@ -60,16 +61,7 @@ class ScaleM(Vertex):
 
 @pytest.fixture
 def graph() -> Graph:
-    return Graph(IPUModel("tiny").createDevice().getTarget())
-
-
-def variables(g: Graph, names: str, tile: int, n: int = 4, type_=FLOAT):
-    out = []
-    for name in names:
-        t = g.addVariable(type_, [n], name)
-        g.setTileMapping(t, tile)
-        out.append(t)
-    return out
+    return tiny_graph()
 
 
 def data_at(engine: Engine, tile: int) -> dict[str, tuple[str, int]]:
