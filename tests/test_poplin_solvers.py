@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.linalg
+from codelets_common import mapped, tiny_device, tiny_graph
 
-from poplar_api import FLOAT, HALF, INT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, HALF, INT, Device, Engine, Graph, IPUModel, Tensor
 from poplar_api import program as prog
 from poplar_api.codelet import vertex_type
 from poplar_api.errors import CodeletError, TensorError, TypeMismatchError
@@ -126,15 +127,21 @@ def _engine_run(graph, seq, device, writes, read):
 TOL = {FLOAT: 1e-5, HALF: 2e-2}
 
 
+def _host_block(t, n: int, tile: int) -> tuple[Device, Graph, Tensor]:
+    """A tiny device, a graph for it and its ``n x n`` block ``a`` of type ``t`` on
+    ``tile``, written from the host as ``"a"``."""
+    device = tiny_device()
+    graph = Graph(device.getTarget())
+    a = mapped(graph, t, [n, n], "a", tile)
+    graph.createHostWrite("a", a)
+    return device, graph, a
+
+
 @pytest.mark.parametrize("t", [FLOAT, HALF], ids=str)
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("n", [1, 6, 17])
 def test_triangular_inverse_values(t, lower, n):
-    device = IPUModel("tiny").createDevice()
-    graph = Graph(device.getTarget())
-    a = graph.addVariable(t, [n, n], "a")
-    graph.setTileMapping(a, 3)
-    graph.createHostWrite("a", a)
+    device, graph, a = _host_block(t, n, tile=3)
     seq = prog.Sequence()
     out = triangularInverseBlock(graph, a, lower, seq, "ti")
     host = (RNG.uniform(-0.5, 0.5, (n, n)) / n + np.diag(RNG.uniform(1, 2, n))).astype(t.numpy)
@@ -150,11 +157,7 @@ def test_triangular_inverse_values(t, lower, n):
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("n", [1, 5, 16])
 def test_cholesky_values_in_place(t, lower, n):
-    device = IPUModel("tiny").createDevice()
-    graph = Graph(device.getTarget())
-    a = graph.addVariable(t, [n, n], "a")
-    graph.setTileMapping(a, 0)
-    graph.createHostWrite("a", a)
+    device, graph, a = _host_block(t, n, tile=0)
     seq = prog.Sequence()
     choleskyBlockInPlace(graph, a, lower, seq, "chol", estimatorVersion="v1")
     m = RNG.uniform(-1, 1, (n, n))
@@ -177,11 +180,7 @@ def test_cholesky_values_in_place(t, lower, n):
 
 
 def test_cholesky_of_a_non_positive_definite_block_is_nan():
-    device = IPUModel("tiny").createDevice()
-    graph = Graph(device.getTarget())
-    a = graph.addVariable(FLOAT, [2, 2], "a")
-    graph.setTileMapping(a, 0)
-    graph.createHostWrite("a", a)
+    device, graph, a = _host_block(FLOAT, 2, tile=0)
     seq = prog.Sequence()
     choleskyBlockInPlace(graph, a, True, seq)
     got, _ = _engine_run(graph, seq, device, {"a": np.array([[1, 0], [3, 1]], np.float32)}, a)
@@ -192,13 +191,8 @@ def test_cholesky_of_a_non_positive_definite_block_is_nan():
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("n", [1, 7, 16])
 def test_triangular_solve_values_unit_diagonal(t, lower, n):
-    device = IPUModel("tiny").createDevice()
-    graph = Graph(device.getTarget())
-    a = graph.addVariable(t, [n, n], "a")
-    b = graph.addVariable(t, [n], "b")
-    graph.setTileMapping(a, 2)
-    graph.setTileMapping(b, 2)
-    graph.createHostWrite("a", a)
+    device, graph, a = _host_block(t, n, tile=2)
+    b = mapped(graph, t, [n], "b", 2)
     graph.createHostWrite("b", b)
     seq = prog.Sequence()
     x = triangularSolveBlock(graph, a, b, lower, seq, "ts")
@@ -217,10 +211,8 @@ def test_triangular_solve_values_unit_diagonal(t, lower, n):
 
 # ----------------------------------------------------------------------- errors
 def _graph_with(shape, t=FLOAT, name="a"):
-    graph = Graph(IPUModel("tiny").createDevice().getTarget())
-    x = graph.addVariable(t, shape, name)
-    graph.setTileMapping(x, 0)
-    return graph, x
+    graph = tiny_graph()
+    return graph, mapped(graph, t, shape, name)
 
 
 def test_non_square_input_is_rejected_naming_it():
