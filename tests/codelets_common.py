@@ -11,10 +11,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from poplar_api import FLOAT, INT, ComputeSet, Device, Engine, Graph, IPUModel, Tensor, VertexRef
-from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
+from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
 
 __all__ = [
     "Bump",
+    "ListSums",
     "Scale",
     "loaded",
     "mapped",
@@ -47,6 +48,23 @@ class Scale(Vertex):
     def compute(in_, out):
         for i in range(in_.shape[0]):
             out[i] = 2.0 * in_[i]
+        return True
+
+
+class ListSums(Vertex):
+    """``out[k]`` = sum of vector ``k`` of ``in``: a vertex with a ``VectorList`` field."""
+
+    in_ = Input(VectorList(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, out):
+        for k in range(len(in_)):
+            s = 0.0
+            vec = in_[k]
+            for i in range(vec.shape[0]):
+                s += vec[i]
+            out[k] = s
         return True
 
 

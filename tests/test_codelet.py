@@ -13,6 +13,7 @@ import warnings
 import numba
 import numpy as np
 import pytest
+from codelets_common import ListSums
 
 import poplar_api.codelet_compile as codelet_compile
 from poplar_api.codelet import (
@@ -89,21 +90,6 @@ class WorkerVeto(MultiVertex):
     @staticmethod
     def compute(worker_id, num_workers, veto):
         return worker_id != veto[0]
-
-
-class ListSums(Vertex):
-    in_ = Input(VectorList(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for k in range(len(in_)):
-            s = 0.0
-            vec = in_[k]
-            for i in range(vec.shape[0]):
-                s += vec[i]
-            out[k] = s
-        return True
 
 
 class HalfSum(Vertex):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codelets_common import Bump
+from codelets_common import Bump, ListSums
 
 from poplar_api import FLOAT, HALF, INT, Device, Engine, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
+from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, Vertex
 from poplar_api.errors import EngineError, PoplarError
 
 #: Worker contexts of the tiny preset (it extends mk2: 6 workers per tile).
@@ -78,23 +78,6 @@ class Triple(MultiVertex):
     def compute(worker_id, num_workers, data):
         for i in range(worker_id, data.shape[0], num_workers):
             data[i] = data[i] * 3.0
-        return True
-
-
-class ListSums(Vertex):
-    """``out[k]`` = sum of vector ``k`` of ``in``."""
-
-    in_ = Input(VectorList(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for k in range(len(in_)):
-            s = 0.0
-            vec = in_[k]
-            for i in range(vec.shape[0]):
-                s += vec[i]
-            out[k] = s
         return True
 
 
