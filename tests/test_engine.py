@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codelets_common import Bump, ListSums
+from codelets_common import Bump, ListSums, Scale
 
 from poplar_api import FLOAT, HALF, INT, Device, Engine, Graph, IPUModel
 from poplar_api import program as prog
@@ -81,17 +81,8 @@ class Triple(MultiVertex):
         return True
 
 
-class Scaled(Vertex):
+class Scaled(Scale):
     """``out = 2 * in``, with a cycle estimate of ``10 + 2 * len(in)`` thread cycles."""
-
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for i in range(in_.shape[0]):
-            out[i] = 2.0 * in_[i]
-        return True
 
     @classmethod
     def getCycleEstimate(cls, sizes, target):
