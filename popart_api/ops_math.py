@@ -66,6 +66,12 @@ register("Ceil", since=6)(_unary(popops.ceil, np.ceil))
 register("Not", since=1)(_unary(popops.logicalNot, np.logical_not, floats_only=False))
 
 
+def _minus_dy_times(g: GradContext, factor: Tensor) -> Tensor:
+    """``-dy·factor``: the product is named after the op, its negation ``<name>/neg``."""
+    product = popops.mul(g.graph, g.grad_output(0), factor, g.prog, g.name)
+    return popops.neg(g.graph, product, g.prog, f"{g.name}/neg")
+
+
 @register_grad("Neg")
 def _neg_grad(g: GradContext) -> Grads:
     return [popops.neg(g.graph, g.grad_output(0), g.prog, g.name)]
@@ -81,14 +87,7 @@ def _abs_grad(g: GradContext) -> Grads:
 def _reciprocal_grad(g: GradContext) -> Grads:
     """``-dy·y²``."""
     y2 = popops.square(g.graph, g.outputs[0], g.prog, f"{g.name}/ySquared")
-    return [
-        popops.neg(
-            g.graph,
-            popops.mul(g.graph, g.grad_output(0), y2, g.prog, g.name),
-            g.prog,
-            f"{g.name}/neg",
-        )
-    ]
+    return [_minus_dy_times(g, y2)]
 
 
 @register_grad("Erf")
@@ -123,14 +122,7 @@ def _sin_grad(g: GradContext) -> Grads:
 @register_grad("Cos")
 def _cos_grad(g: GradContext) -> Grads:
     s = popops.sin(g.graph, g.inputs[0], g.prog, f"{g.name}/sin")
-    return [
-        popops.neg(
-            g.graph,
-            popops.mul(g.graph, g.grad_output(0), s, g.prog, g.name),
-            g.prog,
-            f"{g.name}/neg",
-        )
-    ]
+    return [_minus_dy_times(g, s)]
 
 
 def _zero_grad(g: GradContext) -> Grads:
