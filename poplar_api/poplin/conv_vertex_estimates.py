@@ -89,40 +89,31 @@ def partial_estimate(
             use_1x1=False,
         )
     icg, ocg = plan.in_chans_per_group, plan.out_chans_per_group
-    weight_bytes = icg * fp.size
-    if method == "AMP_1x1":
-        return amp.conv_partial_1x1_cycles(
-            amp.split_field_elems(out_rows, workers),
-            num_conv_groups=ncg,
-            num_in_groups=nig,
-            num_out_groups=nog,
-            out_chans_per_group=ocg,
-            weight_bytes_per_conv_unit=weight_bytes,
-            num_conv_units=plan.num_conv_units,
-            coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE,
-            num_worker_contexts=workers,
-            float_activations=fp == FLOAT,
-            float_partials=acc == FLOAT,
-        )
-    kshape = params.kernelShape
-    return conv_estimators.conv_partial_nx1_vertex_cycles(
-        geom.partitions,
-        zeros_info=out_rows * ocg,
+    # the fields both AMP vertices (1x1 and nx1) have
+    amp_fields: dict[str, Any] = dict(
         num_conv_groups=ncg,
-        num_out_groups=nog,
         num_in_groups=nig,
-        kernel_inner_elems=int(kshape[-1]),
-        kernel_outer_elems=int(np.prod(kshape[:-1])),
-        filter_height=1,
-        in_chans_per_group=icg,
+        num_out_groups=nog,
         out_chans_per_group=ocg,
-        weight_bytes_per_conv_unit=weight_bytes,
+        weight_bytes_per_conv_unit=icg * fp.size,
         num_conv_units=plan.num_conv_units,
         coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE,
         num_worker_contexts=workers,
         float_activations=fp == FLOAT,
         float_partials=acc == FLOAT,
+    )
+    if method == "AMP_1x1":
+        return amp.conv_partial_1x1_cycles(amp.split_field_elems(out_rows, workers), **amp_fields)
+    kshape = params.kernelShape
+    return conv_estimators.conv_partial_nx1_vertex_cycles(
+        geom.partitions,
+        zeros_info=out_rows * ocg,
+        kernel_inner_elems=int(kshape[-1]),
+        kernel_outer_elems=int(np.prod(kshape[:-1])),
+        filter_height=1,
+        in_chans_per_group=icg,
         data_path_width=DATA_PATH_WIDTH_BITS,
+        **amp_fields,
     )
 
 
