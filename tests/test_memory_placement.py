@@ -73,6 +73,11 @@ def data_at(engine: Engine, tile: int) -> dict[str, tuple[str, int]]:
     }
 
 
+def interleaved_at(**offsets: int) -> dict[str, tuple[str, int]]:
+    """What :func:`data_at` gives for variables at these offsets of the interleaved region."""
+    return {name: ("interleaved", offset) for name, offset in offsets.items()}
+
+
 def test_alignment_gap_half_then_float(graph):
     (h,) = variables(graph, "h", 1, 3, HALF)  # 3 x 2 B = 6 B
     (f,) = variables(graph, "f", 1, 2, FLOAT)  # 2 x 4 B = 8 B
@@ -80,7 +85,7 @@ def test_alignment_gap_half_then_float(graph):
     graph.createHostRead("f", f)
     e = Engine(graph, prog.Sequence())
     # h at 0..6, then 2 B of gap so that f starts at 8
-    assert data_at(e, 1) == {"h": ("interleaved", 0), "f": ("interleaved", 8)}
+    assert data_at(e, 1) == interleaved_at(h=0, f=8)
     assert e.memory.by_tile["interleaved"][1] == 6 + 8
     assert e.memory.by_tile["interleavedIncludingGaps"][1] == 8 + 8
     assert e.memory.by_category["variable"].tolist() == [0, 14, 0, 0, 0, 0, 0, 0]
@@ -90,12 +95,7 @@ def test_disjoint_variables_share_an_address(graph):
     a, b, c, d = variables(graph, "abcd", 0)
     # point 0: a -> b, point 1: c -> d (on-tile copies, one step each)
     e = Engine(graph, prog.Sequence([prog.Copy(a, b), prog.Copy(c, d)]))
-    assert data_at(e, 0) == {
-        "a": ("interleaved", 0),
-        "b": ("interleaved", 16),
-        "c": ("interleaved", 0),
-        "d": ("interleaved", 16),
-    }
+    assert data_at(e, 0) == interleaved_at(a=0, b=16, c=0, d=16)
     assert e.memory.by_tile["interleaved"][0] == 32  # two 16 B ranges, each used twice
     assert e.memory.by_category["variable"][0] == 64
     lv = e.memory.liveness
@@ -107,11 +107,7 @@ def test_overlapping_variables_do_not_share(graph):
     a, b, c = variables(graph, "abc", 0)
     # a live at 0, b at 0..1, c at 1: c may reuse a's bytes but not b's
     e = Engine(graph, prog.Sequence([prog.Copy(a, b), prog.Copy(b, c)]))
-    assert data_at(e, 0) == {
-        "a": ("interleaved", 0),
-        "b": ("interleaved", 16),
-        "c": ("interleaved", 0),
-    }
+    assert data_at(e, 0) == interleaved_at(a=0, b=16, c=0)
 
 
 def test_variable_used_in_a_loop_is_live_over_the_loop(graph):
@@ -120,14 +116,7 @@ def test_variable_used_in_a_loop_is_live_over_the_loop(graph):
     e = Engine(graph, prog.Sequence([prog.Repeat(3, body), prog.Copy(x, y)]))
     # a..d are all live over the whole loop (points 0..1): no sharing among them;
     # x, y (point 2) reuse the first bytes
-    assert data_at(e, 0) == {
-        "a": ("interleaved", 0),
-        "b": ("interleaved", 16),
-        "c": ("interleaved", 32),
-        "d": ("interleaved", 48),
-        "x": ("interleaved", 0),
-        "y": ("interleaved", 16),
-    }
+    assert data_at(e, 0) == interleaved_at(a=0, b=16, c=32, d=48, x=0, y=16)
 
 
 def test_host_readable_variable_is_always_live(graph):
@@ -135,12 +124,7 @@ def test_host_readable_variable_is_always_live(graph):
     graph.createHostRead("c", c)
     e = Engine(graph, prog.Sequence([prog.Copy(a, b), prog.Copy(c, d)]))
     # c first (always live), a and b at point 0 after it; d (point 1) reuses a's bytes
-    assert data_at(e, 0) == {
-        "c": ("interleaved", 0),
-        "a": ("interleaved", 16),
-        "b": ("interleaved", 32),
-        "d": ("interleaved", 16),
-    }
+    assert data_at(e, 0) == interleaved_at(c=0, a=16, b=32, d=16)
     lv = e.memory.liveness
     assert [b for _, b, _ in lv] == [32, 16]  # a + b, then d (c is always live)
 
@@ -154,15 +138,7 @@ def test_variable_of_two_entry_programs_or_a_function_is_always_live(graph):
     )
     # always live: a (two entries), p and q (function), in variable order: a, p, q;
     # then b (point 0) and c (point 1) share, and r, s (point 3) reuse them
-    assert data_at(e, 0) == {
-        "a": ("interleaved", 0),
-        "p": ("interleaved", 16),
-        "q": ("interleaved", 32),
-        "b": ("interleaved", 48),
-        "c": ("interleaved", 48),
-        "r": ("interleaved", 48),
-        "s": ("interleaved", 64),
-    }
+    assert data_at(e, 0) == interleaved_at(a=0, p=16, q=32, b=48, c=48, r=48, s=64)
 
 
 def test_interleaved_field_puts_its_data_in_the_interleaved_region(graph):
