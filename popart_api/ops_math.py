@@ -257,38 +257,24 @@ def _pow_grad(g: GradContext) -> Grads:
     if isinstance(b, Tensor) and b.elementType() != dy.elementType():  # an INT32 exponent
         b = popops.cast(g.graph, b, dy.elementType(), g.prog, f"{g.name}/exponent")
     b = tensor(g.graph, b, g.name, dy)
+
+    def dy_times(factor: Tensor, i: int, input_name: str) -> Tensor:
+        """``dy·factor`` summed down to input ``i``'s shape."""
+        product = popops.mul(g.graph, dy, factor, g.prog, f"{g.name}/d{input_name}")
+        return unbroadcast(
+            g.graph, product, value_shape(g.inputs[i]), g.prog, f"{g.name}/{input_name}"
+        )
+
     out: list[Tensor | None] = [None, None]
-    if g.needs_grad(0):
+    if g.needs_grad(0):  # b·a^(b-1)
         bm1 = popops.sub(g.graph, b, 1.0, g.prog, f"{g.name}/bMinus1")
-        t = popops.mul(
-            g.graph,
-            popops.pow(g.graph, a, bm1, g.prog, f"{g.name}/pow"),
-            b,
-            g.prog,
-            f"{g.name}/times_b",
-        )
-        out[0] = unbroadcast(
-            g.graph,
-            popops.mul(g.graph, dy, t, g.prog, f"{g.name}/da"),
-            value_shape(g.inputs[0]),
-            g.prog,
-            f"{g.name}/a",
-        )
-    if g.needs_grad(1):
-        t = popops.mul(
-            g.graph,
-            g.outputs[0],
-            popops.log(g.graph, a, g.prog, f"{g.name}/log"),
-            g.prog,
-            f"{g.name}/yLogA",
-        )
-        out[1] = unbroadcast(
-            g.graph,
-            popops.mul(g.graph, dy, t, g.prog, f"{g.name}/db"),
-            value_shape(g.inputs[1]),
-            g.prog,
-            f"{g.name}/b",
-        )
+        power = popops.pow(g.graph, a, bm1, g.prog, f"{g.name}/pow")
+        factor = popops.mul(g.graph, power, b, g.prog, f"{g.name}/times_b")
+        out[0] = dy_times(factor, 0, "a")
+    if g.needs_grad(1):  # y·ln(a)
+        log_a = popops.log(g.graph, a, g.prog, f"{g.name}/log")
+        factor = popops.mul(g.graph, g.outputs[0], log_a, g.prog, f"{g.name}/yLogA")
+        out[1] = dy_times(factor, 1, "b")
     return out
 
 
