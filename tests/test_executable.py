@@ -21,7 +21,7 @@ from codelets_common import Bump, mapped, tiny_device, tiny_graph, vertex_on
 
 from poplar_api import FLOAT, INT, Engine, Executable, ExecutableError
 from poplar_api import program as prog
-from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
+from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import EngineError
 from poplar_api.executable import MAGIC, compileGraph
 
@@ -340,8 +340,8 @@ def test_text_stream_is_refused():
 def test_local_class_is_stored_by_value(tmp_path):
     """A vertex class made inside a function cannot be imported: it is pickled by value."""
 
-    class LocalBump(Vertex):
-        c = InOut(INT)
+    class LocalBump(Bump):
+        """``c += 2``: a vertex class of this function only."""
 
         @staticmethod
         def compute(c):
