@@ -293,16 +293,13 @@ class Trace:
             kind = (
                 f"tile average over its {per} tiles" if layout == "sdk2" else "sum over its tiles"
             )
-            lines.append(
-                f"Cycles by IPU ({kind}): compute / IPU exchange / global exchange / host "
-                "exchange / sync; last tile clock"
-            )
-            keys = ("compute", "internal_exchange", "global_exchange", "host_exchange", "sync")
+            labels = " / ".join(PHASE_NAMES[p].label for p in PHASES)
+            lines.append(f"Cycles by IPU ({kind}): {labels}; last tile clock")
             for i, u in enumerate(self.ipu_totals()):
                 if layout == "sdk2":
-                    cells = " / ".join(f"{u[k] / per:,.1f}" for k in keys)
+                    cells = " / ".join(f"{u[k] / per:,.1f}" for k in PHASES)
                 else:
-                    cells = " / ".join(f"{u[k]:,}" for k in keys)
+                    cells = " / ".join(f"{u[k]:,}" for k in PHASES)
                 lines.append(f"  IPU {i}: {cells}; {u['end_cycle']:,}")
         if not self.complete:
             lines.append("(incomplete run: the records end where the run stopped)")
