@@ -49,7 +49,7 @@ from poplar_api.lowering.pipeline import Compiled
 from poplar_api.program import Program
 from poplar_api.streams import HostStreams, prefetch_option
 from poplar_api.tensor import MAX_NAME_LENGTH, Tensor
-from poplar_api.vertices import VertexTable
+from poplar_api.vertices import ListBlock, VertexTable
 
 #: First line of every executable file.
 MAGIC = b"IPUSIM-EXECUTABLE\n"
@@ -57,8 +57,9 @@ MAGIC = b"IPUSIM-EXECUTABLE\n"
 #: Version of the file layout; files of another version are refused. Version 2: element
 #: ids live in one space per element size (version 1 had one per element type).
 #: Version 4: vertices are stored as columns, their consecutive connections as runs in
-#: the columns of their type, other connections as element ids.
-FORMAT_VERSION = 4
+#: the columns of their type, other connections as element ids. Version 5: VectorLists
+#: connected in bulk are stored as blocks (vectors per vertex, pieces of one id array).
+FORMAT_VERSION = 5
 
 #: Engine options that shape compilation, with their defaults. They are fixed by
 #: ``compileGraph``; ``Engine(executable, options)`` may only repeat their values.
@@ -539,6 +540,10 @@ def _pack_vertices(table: VertexTable) -> tuple[Any, ...]:
         vid: {k: [pack(x) for x in v] if isinstance(v, list) else pack(v) for k, v in f.items()}
         for vid, f in state["extra"].items()
     }
+    state["list_blocks"] = [
+        (b.first, b.n, b.moved, {k: (*v[:3], pack(v[3])) for k, v in b.fields.items()})
+        for b in state["list_blocks"]
+    ]
     return (_rebuild_vertices, (state,))
 
 
@@ -558,6 +563,12 @@ def _rebuild_vertices(state: dict[str, Any]) -> VertexTable:
         vid: {k: [unpack(x) for x in v] if isinstance(v, list) else unpack(v) for k, v in f.items()}
         for vid, f in state["extra"].items()
     }
+    blocks = []
+    for first, n, moved, fields in state["list_blocks"]:
+        block = ListBlock(first, n, {k: (*v[:3], unpack(v[3])) for k, v in fields.items()})
+        block.moved = moved
+        blocks.append(block)
+    state["list_blocks"] = blocks
     table = VertexTable.__new__(VertexTable)
     table.__setstate__(state)
     return table

@@ -19,7 +19,6 @@ one place (:meth:`~BulkGraphMethods.rootTiles` gives the top-level tile of each)
 
 from __future__ import annotations
 
-import itertools
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
@@ -28,7 +27,7 @@ import numpy as np
 
 from poplar_api.errors import GraphError, TensorError
 from poplar_api.tensor import Tensor
-from poplar_api.vertices import NO_ESTIMATE, UNMAPPED
+from poplar_api.vertices import NO_ESTIMATE, UNMAPPED, ListBlock
 
 if TYPE_CHECKING:
     from poplar_api.device import Target
@@ -629,22 +628,12 @@ class _Connections:
                 mine = which[at] == k
                 table.set_runs(vt, type_rows[at[mine]], name, begins[mine], ends[mine])
         extra = table.extra
-        if self.lists:  # new vertices have no entries yet: each gets fresh dicts
-            names, columns, counts = [], [], []
+        if self.lists and n:  # kept as one block: no Python object per vertex
+            fields = {}
             for name, begins, sizes, vectors, ids in self.lists:
-                ends = (begins + sizes).tolist()
-                pieces = [ids[o:e] for o, e in zip(begins.tolist(), ends, strict=True)]
-                bounds = np.concatenate(([0], np.cumsum(vectors))).tolist()
-                columns.append([pieces[a:b] for a, b in itertools.pairwise(bounds)])
-                counts.append(vectors.tolist())
-                names.append(name)
-            vids = range(first, first + n)
-            for target, values in ((extra, columns), (table.list_sizes, counts)):
-                dicts = [{names[0]: v} for v in values[0]]
-                for name, column in zip(names[1:], values[1:], strict=True):
-                    for d, v in zip(dicts, column, strict=True):
-                        d[name] = v
-                target.update(zip(vids, dicts, strict=True))
+                offsets = np.concatenate(([0], np.cumsum(vectors))).astype(np.int64)
+                fields[name] = (offsets, begins, begins + sizes, ids)
+            table.add_list_block(ListBlock(first, n, fields))
         for name, sel, rows in self.ids:
             # what addVertex keeps of a connection that is not a run: its index array
             for i, row in zip(sel.tolist(), rows, strict=True):

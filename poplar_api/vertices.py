@@ -10,7 +10,11 @@ case, which lowering handles as runs) they are a run ``[begin, end)`` in the col
 the vertex's type, one pair per scalar and vector field. Other connections (the
 tensor's read-only int64 index array in its shape, read in row-major order) and
 VectorList fields (a list with one id array, or ``None`` while unconnected, per
-vector) are kept in a per-vertex dict beside the columns. ``vertex.fields`` reads and
+vector) are kept in a per-vertex dict beside the columns. VectorLists connected in
+bulk (``addVertices``) are kept as a :class:`ListBlock` per call instead: per vertex
+its number of vectors, per vector a ``[begin, end)`` piece of one id array, so that
+adding and lowering them makes no Python object per vertex; a vertex of a block
+moves to the dicts when it is changed one field at a time. ``vertex.fields`` reads and
 changes both as one mapping: a run reads as a ``range``; ``numpy.asarray`` gives the
 ids of either. The field declares the element type, and connecting checks that the
 tensor has it.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -31,6 +36,7 @@ from poplar_api.tensor import Tensor
 __all__ = [
     "NO_ESTIMATE",
     "UNMAPPED",
+    "ListBlock",
     "TypeRuns",
     "VertexInstance",
     "VertexTable",
@@ -90,6 +96,44 @@ class TypeRuns:
             del view  # the array may grow again only once no view of it is left
 
 
+class ListBlock:
+    """VectorList connections of the vertices ``first, first + 1, ...`` added together.
+
+    Attributes
+    ----------
+    first, n
+        The first vertex and the number of vertices.
+    fields
+        Field name -> ``(vector offsets, piece begins, piece ends, ids)``: vertex ``i``
+        has the vectors ``vector offsets[i]`` to ``vector offsets[i + 1]``; vector ``k``
+        is ``ids[piece begins[k]:piece ends[k]]``.
+    moved
+        Per vertex, whether its VectorLists moved to the table's per-vertex dicts (then
+        this block no longer holds them).
+    """
+
+    __slots__ = ("fields", "first", "moved", "n")
+
+    def __init__(self, first: int, n: int, fields: dict[str, tuple[np.ndarray, ...]]) -> None:
+        self.first = first
+        self.n = n
+        self.fields = fields
+        self.moved = np.zeros(n, bool)
+
+    def vectors(self, i: int, name: str) -> list[np.ndarray]:
+        """The id arrays of field ``name`` of the block's vertex ``i``."""
+        offsets, begins, ends, ids = self.fields[name]
+        a, b = int(offsets[i]), int(offsets[i + 1])
+        return [ids[o:e] for o, e in zip(begins[a:b].tolist(), ends[a:b].tolist(), strict=True)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+
 class VertexTable:
     """Every vertex of a graph: one row each, in the order they were added."""
 
@@ -110,6 +154,9 @@ class VertexTable:
         self.extra: dict[int, dict[str, Any]] = {}
         #: vertex -> VectorList field -> number of vectors (only vertices that have one)
         self.list_sizes: dict[int, dict[str, int]] = {}
+        #: VectorLists connected in bulk, by first vertex
+        self.list_blocks: list[ListBlock] = []
+        self.block_first: list[int] = []
 
     def __len__(self) -> int:
         return len(self.type_code)
@@ -217,8 +264,42 @@ class VertexTable:
         finally:
             del view  # the array may grow again only once no view of it is left
 
+    def add_list_block(self, block: ListBlock) -> None:
+        """Keep the bulk-connected VectorLists ``block`` (of vertices added last)."""
+        self.list_blocks.append(block)
+        self.block_first.append(block.first)
+
+    def block_of(self, vid: int) -> tuple[ListBlock | None, int]:
+        """The block holding the VectorLists of vertex ``vid`` and its position there
+        (``None, 0`` when its VectorLists are in the per-vertex dicts)."""
+        k = bisect_right(self.block_first, vid) - 1
+        if k >= 0:
+            block = self.list_blocks[k]
+            i = vid - block.first
+            if i < block.n and not block.moved[i]:
+                return block, i
+        return None, 0
+
+    def move_lists(self, vid: int) -> None:
+        """Move the VectorLists of vertex ``vid`` from its block (if any) to the
+        per-vertex dicts, before they are changed there."""
+        if not self.list_blocks:
+            return
+        block, i = self.block_of(vid)
+        if block is None:
+            return
+        extra = self.extra.setdefault(vid, {})
+        sizes = self.list_sizes.setdefault(vid, {})
+        for name, (offsets, *_rest) in block.fields.items():
+            extra[name] = block.vectors(i, name)
+            sizes[name] = int(offsets[i + 1] - offsets[i])
+        block.moved[i] = True
+
     def truncate(self, n: int) -> None:
         """Remove every vertex from id ``n`` on (a failed bulk add)."""
+        while self.list_blocks and self.list_blocks[-1].first >= n:
+            self.list_blocks.pop()
+            self.block_first.pop()
         while len(self) > n:
             self.pop()
 
@@ -258,11 +339,19 @@ class VertexTable:
             if begin != NO_RUN:
                 return range(begin, runs.runs[at + 1])
         extra = self.extra.get(vid)
-        return default if extra is None else extra.get(name, default)
+        if extra is not None and name in extra:
+            return extra[name]
+        if self.list_blocks:
+            block, i = self.block_of(vid)
+            if block is not None and name in block.fields:
+                return block.vectors(i, name)
+        return default
 
     def set_field(self, vid: int, name: str, value: Any) -> None:
         """Connect field ``name`` of vertex ``vid`` to ``value`` (a ``range`` of ids, an
         id array, or a VectorList's list); ``None`` disconnects it."""
+        if self.list_blocks:
+            self.move_lists(vid)
         runs = self.type_runs[self.type_code[vid]]
         slot = runs.slot.get(name)
         if slot is not None:
@@ -286,10 +375,11 @@ class VertexTable:
     def unconnected(self, vid: int, names: list[str]) -> bool:
         """Whether one of the fields ``names`` of vertex ``vid``, none of them held as a
         run, is unconnected or is a VectorList with an unconnected vector."""
-        extra = self.extra.get(vid)
-        if extra is None:
-            return bool(names)
+        extra = self.extra.get(vid) or {}
+        block = self.block_of(vid)[0] if self.list_blocks else None
         for name in names:
+            if block is not None and name in block.fields:
+                continue  # a bulk-connected VectorList: every vector connected
             value = extra.get(name)
             if value is None or (type(value) is list and any(ids is None for ids in value)):
                 return True
@@ -315,6 +405,9 @@ class VertexTable:
                 edges += int(np.count_nonzero(np.frombuffer(runs.runs, np.int64)[::2] != NO_RUN))
         for extra in self.extra.values():
             edges += sum(len(v) if isinstance(v, list) else 1 for v in extra.values())
+        for block in self.list_blocks:
+            for offsets, *_rest in block.fields.values():
+                edges += int(np.diff(offsets)[~block.moved].sum())
         return edges
 
     def __getstate__(self) -> dict[str, Any]:
@@ -324,6 +417,8 @@ class VertexTable:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("list_blocks", [])
+        self.__dict__.setdefault("block_first", [])
         self._codes = {id(t): i for i, t in enumerate(self.types)}
 
 
@@ -458,6 +553,7 @@ class VertexInstance:
     def list_sizes(self) -> dict[str, int]:
         """VectorList field name -> number of vectors (set by connecting or
         ``setFieldSize``)."""
+        self.table.move_lists(self.id)
         return self.table.list_sizes.setdefault(self.id, {})
 
     def tensor(self, name: str, state: Any) -> Tensor | list[Tensor | None] | None:

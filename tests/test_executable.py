@@ -300,9 +300,9 @@ def test_other_format_version_is_refused(tmp_path):
     g, p = build()
     path = tmp_path / "old.ipuexe"
     compileGraph(g, p).serialize(path)
-    data = path.read_bytes().replace(b'"format": 4', b'"format": 99', 1)
+    data = path.read_bytes().replace(b'"format": 5', b'"format": 99', 1)
     path.write_bytes(data)
-    with pytest.raises(ExecutableError, match=r"old\.ipuexe.*format version 99.*version 4"):
+    with pytest.raises(ExecutableError, match=r"old\.ipuexe.*format version 99.*version 5"):
         Executable.deserialize(path)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import pickle
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from poplar_api import FLOAT, Graph, IPUModel
 from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import GraphError
+from poplar_api.graph import Segments
 from poplar_api.tensor import Tensor
 from poplar_api.vertices import NO_ESTIMATE, UNMAPPED, VertexTable
 
@@ -298,3 +301,108 @@ def test_fields_of_a_negative_vertex_id_are_the_last_vertexs(graph: Graph) -> No
     assert sorted(table.fields[-1]) == ["in", "k"]
     with pytest.raises(IndexError, match="vertex 2 does not exist"):
         table.fields[2]
+
+
+def _lists_graph(bulk: bool) -> tuple[Graph, Any, list, Tensor]:
+    """Gather vertices whose VectorLists are pieces of a transposed variable: added in
+    bulk with Segments (two calls) or one vertex at a time; then one vertex's list is
+    set again one vector at a time."""
+    sizes, vectors = [2, 1, 3, 2, 2], [2, 0, 1, 2]
+    g = Graph(IPUModel("ipu2").createDevice().getTarget())
+    g.addCodelets([Gather])
+    first, cs = g.addComputeSet("first"), g.addComputeSet("cs")
+    x = g.addVariable(FLOAT, [2, 5], "x")
+    out = g.addVariable(FLOAT, [6], "out")
+    g.setTileMapping(x, 0)
+    g.setTileMapping(out, 1)
+    src = x.transpose().flatten()  # ids 0, 5, 1, 6, ...: not consecutive
+    handles = [g.addVertex(first, Gather, {"parts": [x[0]], "out": out.slice(0, 1)})]
+    if bulk:
+        parts = Segments(src, sizes, vectors)
+        handles += list(
+            g.addVertices(
+                cs,
+                Gather,
+                [1, 2, 3, 4],
+                {"parts": parts, "out": Segments(out.slice(1, 5), [1] * 4)},
+            )
+        )
+        handles += list(
+            g.addVertices(cs, Gather, [5], {"parts": Segments(x[1], [5], [1]), "out": out[5:]})
+        )
+    else:
+        bounds = np.concatenate(([0], np.cumsum(sizes))).tolist()
+        pieces = [src.slice(a, b) for a, b in itertools.pairwise(bounds)]
+        at = 0
+        for i, count in enumerate(vectors):
+            v = g.addVertex(
+                cs, Gather, {"parts": pieces[at : at + count], "out": out[i + 1 : i + 2]}
+            )
+            g.setTileMapping(v, i + 1)
+            handles.append(v)
+            at += count
+        v = g.addVertex(cs, Gather, {"parts": [x[1]], "out": out[5:]})
+        g.setTileMapping(v, 5)
+        handles.append(v)
+    g.setTileMapping(handles[0], 0)
+    return g, cs, handles, x
+
+
+def _set_one_at_a_time(g: Graph, v: Any, x: Tensor) -> None:
+    """Set vertex ``v``'s list again to two pieces of ``x``, one vector at a time."""
+    g.setFieldSize(v["parts"], 2)
+    g.connect(v["parts"][0], x[1].slice(0, 1))
+    g.connect(v["parts"][1], x[0].slice(1, 3))
+
+
+def _compare_tables(graphs: list[Graph]) -> None:
+    """build_table of each compute set is the same for every graph of ``graphs``."""
+    from poplar_api.lowering.computeset import build_table
+
+    for k in range(len(graphs[0]._state.compute_sets)):
+        a, b = (build_table(g._state, g._state.compute_sets[k]) for g in graphs)
+        assert not a.unconnected.any() and not b.unconnected.any()
+        for ga, gb in zip(a.groups, b.groups, strict=True):
+            for fa, fb in zip(ga.fields, gb.fields, strict=True):
+                assert fa.ids.tolist() == fb.ids.tolist()
+                assert fa.bounds.tolist() == fb.bounds.tolist()
+                assert fa.offsets.tolist() == fb.offsets.tolist()
+
+
+def _read_fields(table: VertexTable) -> list[dict]:
+    return [
+        {
+            k: [np.asarray(a).tolist() for a in v] if isinstance(v, list) else list(v)
+            for k, v in f.items()
+        }
+        for f in table.fields
+    ]
+
+
+def test_bulk_vector_lists_read_back_like_one_at_a_time(tmp_path) -> None:
+    from poplar_api import program as prog
+    from poplar_api.executable import Executable, compileGraph
+
+    built = {bulk: _lists_graph(bulk) for bulk in (True, False)}
+    (bulk_g, cs, handles, _), (one_g, *_) = built[True], built[False]
+    bulk_t, one_t = bulk_g._state.vertices, one_g._state.vertices
+    _compare_tables([bulk_g, one_g])  # every list in blocks, read with numpy
+    assert _read_fields(bulk_t)[3]["parts"] == [[6, 2, 7]]
+    for g, _, vs, x in built.values():
+        _set_one_at_a_time(g, vs[3], x)
+    _compare_tables([bulk_g, one_g])  # vertex 3's list moved to the per-vertex store
+    fields = _read_fields(bulk_t)
+    assert fields == _read_fields(one_t)
+    # vertex 1: pieces 0 and 1 of x's columns (ids 0 5 | 1); vertex 2 none; vertex 4
+    # the last two pieces; vertex 3 was set again one vector at a time
+    assert fields[1]["parts"] == [[0, 5], [1]]
+    assert fields[2]["parts"] == [] and fields[3]["parts"] == [[5], [1, 2]]
+    assert fields[4]["parts"] == [[3, 8], [4, 9]] and fields[5]["parts"] == [[5, 6, 7, 8, 9]]
+    assert [bulk_t[v].list_sizes for v in range(6)] == [{"parts": n} for n in (1, 2, 0, 2, 2, 1)]
+    assert bulk_t.edge_count() == one_t.edge_count() == 6 + (1 + 2 + 0 + 2 + 2 + 1)
+    for v in handles:
+        bulk_g.setPerfEstimate(v, 10)
+    program = prog.Execute(cs)
+    compileGraph(bulk_g, program).serialize(tmp_path / "lists.ipuexe")
+    loaded = Executable.deserialize(tmp_path / "lists.ipuexe")._state.vertices
+    assert _read_fields(loaded) == fields and loaded.edge_count() == bulk_t.edge_count()

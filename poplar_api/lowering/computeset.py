@@ -158,14 +158,23 @@ def build_table(state, cs) -> ComputeSetTable:
         n = positions.size
         has_lists = any(spec.kind == "vectorlist" for spec in vtype.fields)
         extras: list[dict] = []
-        if has_lists or (member_runs[:, ::2] == NO_RUN).any():
+        if (has_lists and not table.list_blocks) or (member_runs[:, ::2] == NO_RUN).any():
             extras = [extra_of(v) or _NO_FIELDS for v in vids[positions].tolist()]
         bad = np.zeros(n, bool)
         tables = []
         for spec in vtype.fields:
             name = spec.name
-            if spec.kind == "vectorlist":
-                values = [e.get(name) for e in extras]
+            if spec.kind == "vectorlist" and table.list_blocks:
+                found = _block_lists(table, vids[positions], name, _id_dtype(state, spec))
+            else:
+                found = None
+            if found is not None:
+                offsets, inner_offsets, ids = found
+            elif spec.kind == "vectorlist":
+                if table.list_blocks:
+                    values = [table.get_field(v, name) for v in vids[positions].tolist()]
+                else:
+                    values = [e.get(name) for e in extras]
                 bad |= np.fromiter(map(_is_none, values), bool, n)
                 lists = [x or () for x in values]
                 counts = np.fromiter(map(len, lists), np.int64, n)
@@ -202,6 +211,47 @@ def build_table(state, cs) -> ComputeSetTable:
         unconnected[positions] = bad
         groups.append(TypeGroup(vtype, positions, tables))
     return ComputeSetTable(cs.name, vids, tiles, groups, unconnected)
+
+
+def _ranges(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The integers of the ranges ``[begins[k], ends[k])``, one range after another."""
+    lengths = ends - begins
+    total = int(lengths.sum())
+    if not total:
+        return _NO_IDS
+    starts = np.cumsum(lengths) - lengths
+    return np.repeat(begins - starts, lengths) + np.arange(total, dtype=np.int64)
+
+
+def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | None:
+    """VectorList ``name`` of the vertices ``members`` as ``(offsets, inner offsets,
+    ids)`` read from the table's list blocks with numpy, or ``None`` when one of them
+    is not held in a block (then they are read one vertex at a time)."""
+    firsts = np.asarray(table.block_first, np.int64)
+    k = np.searchsorted(firsts, members, side="right") - 1
+    if (k < 0).any():
+        return None
+    counts = np.zeros(members.size, np.int64)
+    pieces: list[tuple[np.ndarray, np.ndarray]] = []
+    order: list[np.ndarray] = []
+    for b in np.unique(k).tolist():
+        block = table.list_blocks[b]
+        at = np.flatnonzero(k == b)
+        local = members[at] - block.first
+        if (local >= block.n).any() or block.moved[local].any() or name not in block.fields:
+            return None
+        vec_offsets, begins, ends, ids = block.fields[name]
+        counts[at] = vec_offsets[local + 1] - vec_offsets[local]
+        order.append(at)
+        vectors = _ranges(vec_offsets[local], vec_offsets[local + 1])
+        pieces.append((begins[vectors], ends[vectors], ids))
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    if len(order) > 1 and (np.diff(np.concatenate(order)) < 0).any():
+        return None  # members of several blocks interleaved: rare, read one at a time
+    lengths = np.concatenate([e - b for b, e, _ in pieces]) if pieces else _NO_IDS
+    inner_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    arrays = [ids[_ranges(b, e)] for b, e, ids in pieces]
+    return offsets, inner_offsets, _join(arrays, dtype)
 
 
 def connection_sizes(vtype: VertexType, fields: dict) -> dict[str, int | list[int]]:
