@@ -232,7 +232,7 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
     if (k < 0).any():
         return None
     counts = np.zeros(members.size, np.int64)
-    pieces: list[tuple[np.ndarray, np.ndarray]] = []
+    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # begins, ends, ids
     order: list[np.ndarray] = []
     for b in np.unique(k).tolist():
         block = table.list_blocks[b]
@@ -243,15 +243,24 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
         vec_offsets, begins, ends, ids = block.fields[name]
         counts[at] = vec_offsets[local + 1] - vec_offsets[local]
         order.append(at)
-        vectors = _ranges(vec_offsets[local], vec_offsets[local + 1])
-        pieces.append((begins[vectors], ends[vectors], ids))
+        if local.size and int(local[-1] - local[0]) == local.size - 1:
+            # consecutive vertices: their vectors are consecutive too, and so are the
+            # pieces of each vector when they follow one another in the ids
+            a, z = int(vec_offsets[local[0]]), int(vec_offsets[local[-1] + 1])
+            b, e = begins[a:z], ends[a:z]
+            if z > a and (b[1:] == e[:-1]).all():
+                pieces.append((b, e, ids[int(b[0]) : int(e[-1])]))
+                continue
+        else:
+            vectors = _ranges(vec_offsets[local], vec_offsets[local + 1])
+            b, e = begins[vectors], ends[vectors]
+        pieces.append((b, e, ids[_ranges(b, e)]))
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     if len(order) > 1 and (np.diff(np.concatenate(order)) < 0).any():
         return None  # members of several blocks interleaved: rare, read one at a time
     lengths = np.concatenate([e - b for b, e, _ in pieces]) if pieces else _NO_IDS
     inner_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    arrays = [ids[_ranges(b, e)] for b, e, ids in pieces]
-    return offsets, inner_offsets, _join(arrays, dtype)
+    return offsets, inner_offsets, _join([ids for _, _, ids in pieces], dtype)
 
 
 def connection_sizes(vtype: VertexType, fields: dict) -> dict[str, int | list[int]]:
