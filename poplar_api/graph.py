@@ -33,7 +33,7 @@ copies to and from its own (non-replicated) streams and copies between such view
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,7 @@ from poplar_api.graph_state import (
     _shape_of,
     _Space,
     _VirtualTarget,
+    add_constants,
     is_nonreplicated,
     replication_factor,
 )
@@ -413,6 +414,43 @@ class Graph(VertexMethods, BulkGraphMethods):
         t = self._add(type_, shape, debugName, True)
         self.setInitialValue(t, values)
         return t
+
+    def addConstants(
+        self,
+        type_: Type | Sequence[Type],
+        shapes: Sequence[Any],
+        values: Sequence[Any],
+        debugNames: str | Sequence[str] = "",
+        tiles: Sequence[int] | None = None,
+    ) -> list[Tensor]:
+        """Many constants in one call: the same variables, element ids, names, initial
+        values and tiles as ``addConstant`` (then ``setTileMapping(t, tile)``) once per
+        constant, in order, without the per-call cost (libraries make one small
+        constant per vertex: worklists, parameters).
+
+        Parameters
+        ----------
+        type_
+            The element type of every constant, or one per constant.
+        shapes
+            One shape (or element count) per constant.
+        values
+            One value list per constant (one value is repeated over its shape).
+        debugNames
+            One name for all, or one per constant.
+        tiles
+            The tile of each constant (None: left unmapped).
+
+        Raises
+        ------
+        GraphError, TensorError, TypeMismatchError
+            Lists of different lengths, a tile outside this graph, a value count that
+            does not match the shape, or an element type that is not a Type (each
+            names the constant).
+        """
+        if self._wide:
+            self._refuse_on_parent("addConstants")
+        return add_constants(self, type_, shapes, values, debugNames, tiles)
 
     def setInitialValue(self, t: Tensor, values: Any) -> None:
         """Value of ``t``'s elements when the engine is loaded."""

@@ -12,6 +12,7 @@ re-exported by :mod:`poplar_api.graph`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -22,7 +23,7 @@ from ipusim.config import with_overrides
 from ipusim.errors import ConfigError
 from poplar_api.codelet import VertexType
 from poplar_api.device import Target
-from poplar_api.errors import GraphError
+from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
 from poplar_api.types import Type
@@ -75,6 +76,17 @@ class _Space:
         self.var_bases.append(base)
         self.var_ids.append(var_id)
         return base
+
+    def allocate_many(self, sizes: np.ndarray, var_ids: list[int]) -> np.ndarray:
+        """Consecutive blocks of ``sizes`` elements for variables ``var_ids``, in order:
+        the bases ``allocate`` would give one call at a time, as an int64 array."""
+        bases = self.size + np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64)))
+        total = int(sizes.sum())
+        if len(var_ids):
+            self.allocate(total, var_ids[0])  # the whole range: grown, unmapped
+            self.var_bases[-1:] = bases.tolist()
+            self.var_ids[-1:] = var_ids
+        return bases
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled state (executable files): the tile of each element, run-length coded
@@ -314,3 +326,128 @@ class _VirtualTarget(Target):
 
     def getTilesPerIPU(self) -> int:
         return min(self._num, super().getTilesPerIPU())
+
+
+def _per_constant(value: Any, n: int, kind: str, what: str) -> list[Any]:
+    """``value`` as a list of ``n`` (one value for all, or a sequence of ``n``)."""
+    if isinstance(value, Type | str) or value is None:
+        return [value] * n
+    items = list(value)
+    if len(items) != n:
+        raise GraphError(f"{what}: {n} shapes but {len(items)} {kind}; give one per constant")
+    return items
+
+
+def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The ids ``starts[k], ..., starts[k] + lengths[k] - 1`` of each run in turn."""
+    ends = np.cumsum(lengths)
+    return np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(starts - ends + lengths, lengths)
+
+
+def add_constants(
+    graph: Any, type_: Any, shapes: Any, values: Any, names: Any, tiles: Any
+) -> list[Tensor]:
+    """The constants of :meth:`Graph.addConstants`: variables, element ids, initial
+    values and tiles exactly as one ``addConstant`` (and ``setTileMapping``) per
+    constant would make them, in one allocation per element size."""
+    what = "addConstants"
+    if isinstance(shapes, str | bytes) or not hasattr(shapes, "__len__"):
+        raise GraphError(f"{what}: shapes {shapes!r} must be a list of shapes, one per constant")
+    n = len(shapes)
+    types = _per_constant(type_, n, "types", what)
+    labels = _per_constant(names, n, "names", what)
+    if isinstance(values, str | bytes) or not hasattr(values, "__len__") or len(values) != n:
+        got = len(values) if hasattr(values, "__len__") else type(values).__name__
+        raise TensorError(f"{what}: {n} shapes but {got} value lists; give one per constant")
+    state = graph._state
+    vid0 = len(state.variables)
+    dims_of: list[tuple[int, ...]] = []
+    arrays: list[np.ndarray] = []
+    sizes = np.empty(n, np.int64)
+    ndarray = np.ndarray
+    for i in range(n):
+        t, shape, label = types[i], shapes[i], labels[i] or f"var{vid0 + i}"
+        if type(t) is not Type and not isinstance(t, Type):
+            raise TypeMismatchError(
+                f"{what}: constant {i} '{label}': element type {t!r} is not a poplar_api Type "
+                "(FLOAT, ...)"
+            )
+        if type(shape) is list and len(shape) == 1 and type(shape[0]) is int and shape[0] >= 0:
+            size = shape[0]  # a list of one int: the common case, checked inline
+            dims = (size,)
+        else:
+            dims = _shape_of(shape, f"{what}: constant {i} '{label}'")
+            size = math.prod(dims)
+        arr = values[i]
+        if type(arr) is not ndarray:
+            arr = np.asarray(arr)
+        if arr.size != size:
+            if arr.size != 1:
+                raise TensorError(
+                    f"{what}: constant {i} '{label}' has {size} elements (shape {list(dims)}) "
+                    f"but {arr.size} values were given"
+                )
+            arr = np.broadcast_to(arr.reshape(()), (size,))
+        arrays.append(arr.reshape(-1))
+        dims_of.append(dims)
+        sizes[i] = size
+        labels[i] = label
+    root = None
+    if tiles is not None:
+        items = _per_constant(tiles, n, "tiles", what)
+        arr = np.asarray(items) if n else np.zeros(0, np.int64)
+        if arr.dtype.kind not in "iu" or arr.ndim != 1:
+            i = next(
+                (
+                    k
+                    for k, x in enumerate(items)
+                    if type(x) is bool or not isinstance(x, int | np.integer)
+                ),
+                0,
+            )
+            raise GraphError(
+                f"{what}: constant {i} '{labels[i]}': tile {items[i]!r} must be an int"
+            )
+        bad = np.flatnonzero((arr < 0) | (arr >= graph._num_tiles))
+        if bad.size:
+            i = int(bad[0])
+            raise GraphError(
+                f"{what}: constant {i} '{labels[i]}': tile {int(arr[i])} is out of range "
+                f"[0, {graph._num_tiles}) of this graph; hint: the target has "
+                "getNumTiles() tiles"
+            )
+        root = graph._tiles[arr.astype(np.int64)]
+    # one allocation per element size, in the order of the constants
+    bases = np.empty(n, np.int64)
+    by_size: dict[int, list[int]] = {}
+    for i, t in enumerate(types):
+        by_size.setdefault(t.size, []).append(i)
+    for idx in by_size.values():
+        sel = np.asarray(idx, np.int64)
+        space = state.space(types[idx[0]])
+        first = space.size
+        bases[sel] = space.allocate_many(sizes[sel], (sel + vid0).tolist())
+        if root is not None:
+            space.tile[first : space.size] = np.repeat(root[sel], sizes[sel])
+    out: list[Tensor] = []
+    variables = state.variables
+    for i in range(n):
+        t, base, dims = types[i], int(bases[i]), dims_of[i]
+        variables.append(Variable(vid0 + i, t, base, int(sizes[i]), dims, labels[i], True))
+        out.append(Tensor._consecutive(state, t, base, dims, labels[i]))
+    # initial values: one part per element type (its ids a range when consecutive);
+    # each value array is cast to the type on its own, as ``setInitialValue`` does
+    by_type: dict[Type, list[int]] = {}
+    for i, t in enumerate(types):
+        by_type.setdefault(t, []).append(i)
+    for t, idx in by_type.items():
+        b, s = bases[idx], sizes[idx]
+        start, stop = int(b[0]), int(b[-1] + s[-1])
+        if stop - start == int(s.sum()):
+            ids: np.ndarray | range = range(start, stop)
+        else:
+            keep = s > 0
+            ids = _runs(b[keep], s[keep])
+        vals = np.concatenate([arrays[k] for k in idx], dtype=t.numpy, casting="unsafe")
+        state.initial_parts.append((t, ids, vals))
+    return out

@@ -1,0 +1,132 @@
+"""``Graph.addConstants``: many constants in one call, the same graph as one
+``addConstant`` + ``setTileMapping`` per constant (variables, element ids, names,
+initial values, tiles), and clear errors for bad input."""
+
+import numpy as np
+import pytest
+
+from poplar_api import (
+    FLOAT,
+    HALF,
+    INT,
+    UNSIGNED_INT,
+    UNSIGNED_SHORT,
+    Engine,
+    Graph,
+    IPUModel,
+)
+from poplar_api.errors import GraphError, TensorError, TypeMismatchError
+from poplar_api.program import Sequence
+
+# (type, shape, values, name, tile): mixed types and sizes, a repeated value, an
+# empty constant, UNSIGNED_INT and INT sharing the 4-byte space between FLOATs
+SPECS = [
+    (UNSIGNED_SHORT, [3], [1, 2, 65535], "a", 0),
+    (UNSIGNED_INT, [2], [7, 4000000000], "b", 5),
+    (FLOAT, [2, 2], [0.5, -1.5, 2.0, 3.25], "c", 3),
+    (UNSIGNED_SHORT, [1], [9], "", 3),
+    (INT, [4], 6, "d", 1),
+    (HALF, [2], [1.5, -2.0], "e", 2),
+    (UNSIGNED_SHORT, [0], np.zeros(0, np.int64), "empty", 4),
+    (FLOAT, [1], [8.0], "f", 4),
+    (INT, [2], [-3, 11], "g", 0),
+]
+
+
+def _graph() -> Graph:
+    return Graph(IPUModel("ipu2").createDevice().getTarget())
+
+
+def _prefix(g: Graph) -> None:
+    """Elements made before the constants, so ids do not start at zero."""
+    v = g.addVariable(FLOAT, [5], "x")
+    g.setTileMapping(v, 1)
+    w = g.addVariable(UNSIGNED_SHORT, [3], "y")
+    g.setTileMapping(w, 2)
+
+
+def _singles():
+    g = _graph()
+    _prefix(g)
+    out = []
+    for t, shape, vals, name, tile in SPECS:
+        c = g.addConstant(t, shape, vals, name)
+        g.setTileMapping(c, tile)
+        out.append(c)
+    return g, out
+
+
+def _bulk():
+    g = _graph()
+    _prefix(g)
+    types, shapes, vals, names, tiles = zip(*SPECS, strict=True)
+    return g, g.addConstants(list(types), list(shapes), list(vals), list(names), list(tiles))
+
+
+def _expected(t, shape, vals):
+    """The values ``addConstant`` is asked for, in the element type's dtype."""
+    n = int(np.prod(shape))
+    arr = np.asarray(vals)
+    return np.broadcast_to(arr.reshape(()), (n,)) if arr.size == 1 and n != 1 else arr
+
+
+def test_bulk_matches_single_calls():
+    gs, single = _singles()
+    gb, bulk = _bulk()
+    assert gb.getVariables() == gs.getVariables()
+    assert [v.name for v in gb.getVariables()[2:]] == ["a", "b", "c", "var5", "d", "e",
+                                                       "empty", "f", "g"]  # fmt: skip
+    for s, b, (t, shape, _, _, tile) in zip(single, bulk, SPECS, strict=True):
+        assert b.shape() == s.shape() == shape
+        assert b.elementType() == t
+        np.testing.assert_array_equal(b.flat_index(), s.flat_index())
+        assert gb.getTileMapping(b) == gs.getTileMapping(s)
+        if b.numElements():
+            assert gb.getTileMapping(b)[tile]  # on its tile
+        assert gb.elementTiles(b).tolist() == [tile] * b.numElements()
+
+
+def test_bulk_values_read_back_from_the_engine():
+    g, bulk = _bulk()
+    for i, c in enumerate(bulk):
+        if c.numElements():
+            g.createHostRead(f"r{i}", c)
+    eng = Engine(g, Sequence())
+    eng.load(IPUModel("ipu2").createDevice())
+    for i, (c, (t, shape, vals, _, _)) in enumerate(zip(bulk, SPECS, strict=True)):
+        if not c.numElements():
+            continue
+        got = np.zeros(c.numElements(), t.numpy)
+        eng.readTensor(f"r{i}", got)
+        np.testing.assert_array_equal(got, np.asarray(_expected(t, shape, vals), t.numpy))
+
+
+def test_one_type_one_name_and_no_tiles_leave_constants_unmapped():
+    g = _graph()
+    cs = g.addConstants(UNSIGNED_SHORT, [[2], 3], [[1, 2], [3, 4, 5]], "wl")
+    assert [c.shape() for c in cs] == [[2], [3]]
+    assert [v.name for v in g.getVariables()] == ["wl", "wl"]
+    assert [g.elementTiles(c).tolist() for c in cs] == [[-1] * 2, [-1] * 3]
+
+
+def test_wrong_value_count_names_the_constant():
+    with pytest.raises(TensorError, match=r"constant 1 'p'.*3 elements.*2 values"):
+        _graph().addConstants(INT, [[1], [3]], [[1], [1, 2]], ["q", "p"])
+
+
+def test_tile_out_of_range_names_constant_and_tile():
+    g = _graph()
+    n = g.getTarget().getNumTiles()
+    with pytest.raises(GraphError, match=rf"constant 1 'w'.*tile {n} is out of range"):
+        g.addConstants(INT, [[1], [1]], [[1], [2]], ["v", "w"], [0, n])
+    assert g.getVariables() == []  # nothing made
+
+
+def test_non_type_and_list_length_errors():
+    g = _graph()
+    with pytest.raises(TypeMismatchError, match=r"constant 0 'k'.*not a poplar_api Type"):
+        g.addConstants([np.float32], [[1]], [[1.0]], ["k"])
+    with pytest.raises(TensorError, match=r"2 shapes but 1 value lists"):
+        g.addConstants(INT, [[1], [1]], [[1]])
+    with pytest.raises(GraphError, match=r"2 shapes but 1 tiles"):
+        g.addConstants(INT, [[1], [1]], [[1], [2]], "", [0])
