@@ -266,11 +266,12 @@ def _positions(t: Tensor) -> np.ndarray:
 class _Source:
     """The input as positions of one tensor: the input's own elements, then (with an
     expanded, im2col, input whose position -1 marks a zero) one zero constant per tile
-    that reads zeros, made on the tile's first use."""
+    that reads zeros, asked for in ``specs`` on the tile's first use."""
 
-    def __init__(self, graph: Graph, t: Tensor, name: str) -> None:
-        self.graph, self.t, self.name = graph, t.flatten(), name
-        self.zeros: dict[int, Tensor] = {}  # tile -> its one-element zero constant
+    def __init__(self, graph: Graph, t: Tensor, name: str, specs: list[tuple]) -> None:
+        self.graph, self.t, self.name, self.specs = graph, t.flatten(), name, specs
+        #: tile -> its one-element zero constant (its index in ``specs`` until made)
+        self.zeros: dict[int, Any] = {}
         self.at: dict[int, int] = {}  # tile -> position of its zero
 
     def positions(self, pos: np.ndarray, tile: int) -> np.ndarray:
@@ -278,21 +279,33 @@ class _Source:
         pad = pos < 0
         if not pad.any():
             return pos
-        zero = self.zeros.get(tile)
-        if zero is None:
-            zero = self.graph.addConstant(self.t.elementType(), [1], 0, f"{self.name}/zero")
-            self.graph.setTileMapping(zero, tile)
-            self.zeros[tile] = zero
+        if tile not in self.zeros:
+            self.zeros[tile] = len(self.specs)
+            self.specs.append((self.t.elementType(), _ZERO, tile, f"{self.name}/zero"))
             self.at[tile] = self.t.numElements() + len(self.at)
         return np.where(pad, self.at[tile], pos)
 
-    def tensor(self) -> Tensor:
-        """The input followed by the zero constants, in the order they were made."""
+    def tensor(self, made: list[Tensor]) -> Tensor:
+        """The input followed by the zero constants (``made``: the constants of
+        ``specs``), in the order they were asked for."""
         if not self.zeros:
             return self.t
         from poplar_api.tensor import concat
 
-        return concat([self.t, *self.zeros.values()])
+        return concat([self.t, *(made[i] for i in self.zeros.values())])
+
+
+_ZERO = np.zeros(1, np.int64)
+
+
+def _make_constants(graph: Graph, specs: list[tuple]) -> list[Tensor]:
+    """The constants asked for in ``specs`` (type, values, tile, name), in order, made
+    in one ``addConstants`` call."""
+    if not specs:
+        return []
+    types, values, tiles, names = zip(*specs, strict=True)
+    shapes = [[a.size] for a in values]
+    return graph.addConstants(list(types), shapes, list(values), list(names), tiles)
 
 
 @dataclasses.dataclass
@@ -335,8 +348,9 @@ class _Planned:
     ins: list[np.ndarray] = dataclasses.field(default_factory=list)
     ws: list[np.ndarray] = dataclasses.field(default_factory=list)
     outs: list[np.ndarray] = dataclasses.field(default_factory=list)
-    worklists: Tensor | None = None
-    params: Tensor | None = None
+    #: the worklists and parameters constants (their indices in the constant list until made)
+    worklists: Any = None
+    params: Any = None
     estimate: int = 0
 
 
@@ -421,7 +435,8 @@ def _conv(
     # positions in the operands, in the vertex layouts: [G,B,*F,Ci], [G,*K,Co,Ci]
     act_pos = act_pos.transpose([0, 1, *range(3, 3 + nd), 2])
     ker_pos = ker_pos.transpose([0, *range(3, 3 + nd), 1, 2])
-    src = _Source(graph, act, name)
+    specs: list[tuple] = []  # the pass's constants, made together after planning
+    src = _Source(graph, act, name, specs)
     dst_t = partials if need_reduce else out_var
     dst_pos = _positions(dst_t)
     geoms: dict[tuple, tuple[TileGeometry, _TileKind | None]] = {}
@@ -464,17 +479,15 @@ def _conv(
                 v.outs.append(dst[g, b0:b1, *osl, oa:ob].reshape(-1))
                 v.ws += [ker_pos[g, ..., oa:ob, a:b].reshape(-1) for a, b in ig_r]
         values = kind.wl_values if kind.wl_values.size else np.zeros(1, np.int64)
-        v.worklists = graph.addConstant(kind.wl_type, [values.size], values, f"{name}/worklists")
-        graph.setTileMapping(v.worklists, tile)
-        if not kind.wl_values.size:  # a placeholder element, not connected
-            v.worklists = v.worklists.slice(0, 0)
+        v.worklists = len(specs)
+        specs.append((kind.wl_type, values, tile, f"{name}/worklists"))
         in_rows = (b1 - b0) * int(np.prod(geom.in_shape))
         out_rows = (b1 - b0) * int(np.prod(geom.out_shape))
         counts = (g1 - g0, len(ig_r), len(og_r))
         pvals = [counts[0], counts[2], counts[1], kpos, in_rows, out_rows,
                  geom.in_stride, geom.out_stride]  # fmt: skip
-        v.params = graph.addConstant(INT, [len(pvals)], pvals, f"{name}/params")
-        graph.setTileMapping(v.params, tile)
+        v.params = len(specs)
+        specs.append((INT, np.asarray(pvals), tile, f"{name}/params"))
         chans = (ci1 - ci0, co1 - co0)
         est = kind.estimates.get((counts, chans))
         if est is None:
@@ -482,7 +495,12 @@ def _conv(
             kind.estimates[(counts, chans)] = est = int(est)
         v.estimate = est
         planned.append(v)
-    source = src.tensor()
+    made = _make_constants(graph, specs)
+    for v in planned:
+        v.worklists, v.params = made[v.worklists], made[v.params]
+        if not v.kind.wl_values.size:  # a placeholder element, not connected
+            v.worklists = v.worklists.slice(0, 0)
+    source = src.tensor(made)
     for cls, group in itertools.groupby(planned, key=lambda v: v.kind.cls):
         _add_partials(graph, cs, cls, list(group), source, ker, dst_t)
     prog.add(Execute(cs))

@@ -170,8 +170,9 @@ class _Vertex:
     tile: int
     estimate: int
     pos: dict[str, np.ndarray] = field(default_factory=dict)
-    consts: dict[str, Tensor] = field(default_factory=dict)
-    work_list: Tensor | None = None
+    #: constants, by field (while planning: their indices in the pass's constant list)
+    consts: dict[str, Any] = field(default_factory=dict)
+    work_list: Any = None
     rows: list[tuple[int, int]] = field(default_factory=list)
     scaling: dict[str, Any] | None = None
 
@@ -387,6 +388,7 @@ class _Builder:
         out_pos: list[np.ndarray] = []
         out_tiles: list[int] = []
         planned: list[_Vertex] = []
+        self._specs: list[tuple[Type, np.ndarray, int, str]] = []
         field_ranges = [_ranges(s, k) for s, k in zip(ps.out_shape, split[2:], strict=True)]
         for b0, b1 in _ranges(batch, split[1]):
             for g0, g1 in _ranges(ng, split[0]):
@@ -415,6 +417,7 @@ class _Builder:
                             groups = [w[i].ravel() for i in range(w.shape[0])]
                     self._constants(v, geo, groups, g1 - g0, out_op.tensor, avg, scale_value)
                     planned.append(v)
+        self._make_constants(planned)
         if any(v.scaling is not None for v in planned):  # vertices of two compute sets
             for v in planned:
                 self._add_one(cs_pool, cls, operands, v)
@@ -456,7 +459,8 @@ class _Builder:
                     self._cs_scale = self.graph.addComputeSet(f"{self.name}/Scale")
                 wl = self._const(UNSIGNED_SHORT, data, v.tile, "scaleWorklist")
                 v.scaling = {
-                    "scaleWorklist": [wl.slice(a, b) for a, b in bounds],
+                    "scaleWorklist": wl,
+                    "bounds": bounds,
                     "inOut": [out.elements(g) for g in groups],
                     "params": self._const(UNSIGNED_INT, [nchg, cpg], v.tile, "scalingParams"),
                 }
@@ -511,11 +515,28 @@ class _Builder:
         estimates = np.fromiter((v.estimate for v in planned), np.int64, n)
         self.graph.addVertices(cs, cls, tiles, conns, estimates)
 
-    def _const(self, type_: Type, values: Any, tile: int, what: str) -> Tensor:
-        values = np.asarray(values)
-        t = self.graph.addConstant(type_, [values.size], values, f"{self.name}/{what}")
-        self.graph.setTileMapping(t, tile)
-        return t
+    def _const(self, type_: Type, values: Any, tile: int, what: str) -> int:
+        """A constant of the pass on ``tile``, made later with the others (its index)."""
+        self._specs.append((type_, np.asarray(values), tile, f"{self.name}/{what}"))
+        return len(self._specs) - 1
+
+    def _make_constants(self, planned: list[_Vertex]) -> None:
+        """Make the pass's constants in one ``addConstants`` call, in the order they
+        were asked for, and put them in place of their indices in ``planned``."""
+        if not self._specs:
+            return
+        types, values, tiles, names = zip(*self._specs, strict=True)
+        shapes = [[a.size] for a in values]
+        made = self.graph.addConstants(list(types), shapes, list(values), list(names), tiles)
+        self._specs = []
+        for v in planned:
+            v.consts = {k: made[i] for k, i in v.consts.items()}
+            v.work_list = made[v.work_list]
+            if v.scaling is not None:
+                wl = made[v.scaling["scaleWorklist"]]
+                bounds = v.scaling.pop("bounds")
+                v.scaling["scaleWorklist"] = [wl.slice(a, b) for a, b in bounds]
+                v.scaling["params"] = made[v.scaling["params"]]
 
     def _window(self, pos, g0, g1, b0, b1, geo: _Geometry, which: str) -> np.ndarray:
         """Positions of ``[g, b, *box, c]`` of an internal-layout position array."""
