@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -481,8 +482,8 @@ def _conv(
         values = kind.wl_values if kind.wl_values.size else np.zeros(1, np.int64)
         v.worklists = len(specs)
         specs.append((kind.wl_type, values, tile, f"{name}/worklists"))
-        in_rows = (b1 - b0) * int(np.prod(geom.in_shape))
-        out_rows = (b1 - b0) * int(np.prod(geom.out_shape))
+        in_rows = (b1 - b0) * int(math.prod(geom.in_shape))
+        out_rows = (b1 - b0) * int(math.prod(geom.out_shape))
         counts = (g1 - g0, len(ig_r), len(og_r))
         pvals = [counts[0], counts[2], counts[1], kpos, in_rows, out_rows,
                  geom.in_stride, geom.out_stride]  # fmt: skip
