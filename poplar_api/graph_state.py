@@ -429,12 +429,13 @@ def add_constants(
         bases[sel] = space.allocate_many(sizes[sel], (sel + vid0).tolist())
         if root is not None:
             space.tile[first : space.size] = np.repeat(root[sel], sizes[sel])
-    out: list[Tensor] = []
-    variables = state.variables
-    for i in range(n):
-        t, base, dims = types[i], int(bases[i]), dims_of[i]
-        variables.append(Variable(vid0 + i, t, base, int(sizes[i]), dims, labels[i], True))
-        out.append(Tensor._consecutive(state, t, base, dims, labels[i]))
+    made = Tensor._consecutive
+    base_list, size_list = bases.tolist(), sizes.tolist()
+    state.variables += [
+        Variable(vid0 + i, types[i], base_list[i], size_list[i], dims_of[i], labels[i], True)
+        for i in range(n)
+    ]
+    out = [made(state, types[i], base_list[i], dims_of[i], labels[i]) for i in range(n)]
     # initial values: one part per element type (its ids a range when consecutive);
     # each value array is cast to the type on its own, as ``setInitialValue`` does
     by_type: dict[Type, list[int]] = {}
