@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from poplar_api import FLOAT, Graph, IPUModel
+from poplar_api import FLOAT, INT, Graph, IPUModel
 from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
-from poplar_api.errors import GraphError
+from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Segments
 from poplar_api.tensor import Tensor
 from poplar_api.vertices import NO_ESTIMATE, UNMAPPED, VertexTable
@@ -384,12 +384,12 @@ def test_bulk_vector_lists_read_back_like_one_at_a_time(tmp_path) -> None:
     from poplar_api.executable import Executable, compileGraph
 
     built = {bulk: _lists_graph(bulk) for bulk in (True, False)}
-    (bulk_g, cs, handles, _), (one_g, *_) = built[True], built[False]
+    (bulk_g, cs, handles, x), (one_g, *_) = built[True], built[False]
     bulk_t, one_t = bulk_g._state.vertices, one_g._state.vertices
     _compare_tables([bulk_g, one_g])  # every list in blocks, read with numpy
     assert _read_fields(bulk_t)[3]["parts"] == [[6, 2, 7]]
-    for g, _, vs, x in built.values():
-        _set_one_at_a_time(g, vs[3], x)
+    for g, _, vs, var in built.values():
+        _set_one_at_a_time(g, vs[3], var)
     _compare_tables([bulk_g, one_g])  # vertex 3's list moved to the per-vertex store
     fields = _read_fields(bulk_t)
     assert fields == _read_fields(one_t)
@@ -406,3 +406,11 @@ def test_bulk_vector_lists_read_back_like_one_at_a_time(tmp_path) -> None:
     compileGraph(bulk_g, program).serialize(tmp_path / "lists.ipuexe")
     loaded = Executable.deserialize(tmp_path / "lists.ipuexe")._state.vertices
     assert _read_fields(loaded) == fields and loaded.edge_count() == bulk_t.edge_count()
+    copied = pickle.loads(pickle.dumps(bulk_t))
+    assert _read_fields(copied) == fields and copied.edge_count() == bulk_t.edge_count()
+    # a bulk add failing at its last, per-vertex connection leaves no block behind
+    y = bulk_g.addVariable(INT, [1], "y")
+    with pytest.raises(TypeMismatchError, match=r"field 'out'.*element type int"):
+        parts = Segments(x[0], [2, 3], [1, 1])
+        bulk_g.addVertices(cs, Gather, [1, 2], {"parts": parts, "out": [y, y]})
+    assert len(bulk_t) == 6 and len(bulk_t.list_blocks) == 2 and _read_fields(bulk_t) == fields
