@@ -304,9 +304,9 @@ def test_fields_of_a_negative_vertex_id_are_the_last_vertexs(graph: Graph) -> No
 
 
 def _lists_graph(bulk: bool) -> tuple[Graph, Any, list, Tensor]:
-    """Gather vertices whose VectorLists are pieces of a transposed variable: added in
-    bulk with Segments (two calls) or one vertex at a time; then one vertex's list is
-    set again one vector at a time."""
+    """A Gather vertex in compute set "first", then five in "cs" whose VectorLists are
+    pieces of a transposed variable: added in bulk with Segments (two calls) or one
+    vertex at a time."""
     sizes, vectors = [2, 1, 3, 2, 2], [2, 0, 1, 2]
     g = Graph(IPUModel("ipu2").createDevice().getTarget())
     g.addCodelets([Gather])
