@@ -160,11 +160,19 @@ def tile_geometry(
     i_row = i_row + r * in_field
     num = x1 - x0
     entries = np.stack([o_row, num, i_row], 1).astype(np.int64)
-    cuts = np.cumsum(cnt)[:-1]
-    pieces = np.split(entries, cuts)
-    nums = np.split(num.astype(np.int64), cuts)
-    worklists = [[pieces[k * nw + w].reshape(-1) for w in range(nw)] for k in range(live.size)]
-    partitions = [[nums[k * nw + w].tolist() for k in range(live.size)] for w in range(nw)]
+    # entry ranges per (kernel position, worker); plain slices (np.split is slow
+    # for thousands of pieces)
+    bounds = [0, *np.cumsum(cnt).tolist()]
+    flat = entries.reshape(-1)
+    nums = num.astype(np.int64).tolist()
+    worklists = [
+        [flat[3 * bounds[k * nw + w] : 3 * bounds[k * nw + w + 1]] for w in range(nw)]
+        for k in range(live.size)
+    ]
+    partitions = [
+        [nums[bounds[k * nw + w] : bounds[k * nw + w + 1]] for k in range(live.size)]
+        for w in range(nw)
+    ]
     return TileGeometry(
         window=window,
         out_shape=out_shape,

@@ -25,6 +25,7 @@ that is not, ``Reduce<…SCALAR_OUTPUT_REGIONS>`` otherwise (and for MUL, LOGICA
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -172,21 +173,23 @@ def _run(
     return result
 
 
-def _split_chunks(sizes: np.ndarray, parts: int) -> list[tuple[int, int]]:
-    """Split items with element counts ``sizes`` into <= ``parts`` contiguous chunks."""
-    n = sizes.size
+def _split_chunks(sizes: list[int], parts: int) -> list[tuple[int, int]]:
+    """Split items with element counts ``sizes`` into <= ``parts`` contiguous chunks.
+
+    Plain Python: it runs once per tile of every reduction stage, on a handful of
+    items, where numpy's per-call overhead dominates."""
+    n = len(sizes)
     if n <= parts:
         return [(i, i + 1) for i in range(n)]
-    cum = np.cumsum(sizes)
-    total = int(cum[-1])
+    cum = list(itertools.accumulate(sizes))
+    total = cum[-1]
     if total == 0:
-        bounds = np.linspace(0, n, parts + 1).astype(np.int64)
+        bounds = np.linspace(0, n, parts + 1).astype(np.int64).tolist()
     else:
-        targets = total * np.arange(1, parts) / parts
-        cuts = np.searchsorted(cum, targets, side="left") + 1
-        bounds = np.concatenate(([0], np.clip(cuts, 1, n - 1), [n]))
-    bounds = np.unique(bounds)
-    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds.tolist()) if b > a]
+        cuts = (bisect.bisect_left(cum, total * i / parts) + 1 for i in range(1, parts))
+        bounds = [0, *(min(max(c, 1), n - 1) for c in cuts), n]
+    # bounds ascend, so dropping empty pairs leaves the chunks of the distinct bounds
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 class _Stages:
@@ -241,15 +244,20 @@ class _Builder:
         uniq, starts = np.unique(tiles_sorted, return_index=True)
         ends = np.append(starts[1:], tiles_sorted.size)
         lengths_all = np.fromiter((a.size for a in partial_pos), np.int64, len(partial_pos))
-        out_ids = out.flat_index()[out_pos]
+        out_ids = out.flat_index()[out_pos].tolist()
+        lengths_list = lengths_all.tolist()
+        order_list = order.tolist()
         planned: list[tuple[int, int, type, np.ndarray]] = []  # (tile, tile index, class, items)
         for at, (tile, s, e) in enumerate(
             zip(uniq.tolist(), starts.tolist(), ends.tolist(), strict=True)
         ):
             items = order[s:e]
-            for a, b in _split_chunks(lengths_all[items], self.workers):
+            item_list = order_list[s:e]
+            sizes = [lengths_list[i] for i in item_list]
+            for a, b in _split_chunks(sizes, self.workers):
                 chunk = items[a:b]
-                spec = _specialisation(op, lengths_all[chunk], out_ids[chunk], update, scaled)
+                chunk_ids = [out_ids[i] for i in item_list[a:b]]
+                spec = _specialisation(op, sizes[a:b], chunk_ids, update, scaled)
                 vclass = reduce_vertex(op, partials_type, out_type, update, scaled, spec)
                 planned.append((tile, at, vclass, chunk))
         const = None

@@ -12,6 +12,7 @@ vertex of a compute set at once (:func:`segment_reduce`); cycle estimates come f
 from __future__ import annotations
 
 import enum
+import itertools
 from typing import Any
 
 import numpy as np
@@ -210,7 +211,7 @@ def reduce_vertex(
 
 
 def _specialisation(
-    op: Operation, lengths: np.ndarray, out_ids: np.ndarray, update: bool, scaled: bool
+    op: Operation, lengths: list[int], out_ids: list[int], update: bool, scaled: bool
 ) -> str:
     """``getReductionVertexSpecialisation`` (reduction/ReductionConnection.cpp) for a
     vertex whose output regions are single elements with one partial region each.
@@ -223,9 +224,10 @@ def _specialisation(
     STRIDED_REDUCE forms, which need outputs of more than one element.
     """
     continuous_ops = (Operation.ADD, Operation.SQUARE_ADD, Operation.MAX, Operation.MIN)
-    contiguous = out_ids.size <= 1 or bool((np.diff(np.sort(out_ids)) == 1).all())
-    if op in continuous_ops and (lengths == lengths[0]).all() and contiguous:
+    ids = sorted(out_ids)
+    contiguous = all(b - a == 1 for a, b in itertools.pairwise(ids))
+    if op in continuous_ops and lengths.count(lengths[0]) == len(lengths) and contiguous:
         return "ALL_REGIONS_CONTINUOUS"
-    if op in _SCALABLE_OPS and lengths.size == 1 and not update and not scaled:
+    if op in _SCALABLE_OPS and len(lengths) == 1 and not update and not scaled:
         return "SCALAR_OUTPUT_SINGLE_INPUT"
     return "SCALAR_OUTPUT_REGIONS"
