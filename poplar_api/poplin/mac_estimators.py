@@ -239,10 +239,14 @@ def conv_partial_hmac_cycles(
     )
     _check_hmac_types(float_activations, float_partials, use_1x1)
     parts = _partitions_3d("worker_partitions", worker_partitions, kernel_size, num_worker_contexts)
-    per_worker = [
-        _HMAC_WORKER_NONLOOP
-        + sum(
-            hmac_worker_cycles(
+    # kernel positions often share their entry counts: cost each distinct list once
+    cycles_of: dict[tuple[int, ...], int] = {}
+
+    def worker_cycles(sizes: list[int]) -> int:
+        key = tuple(sizes)
+        cycles = cycles_of.get(key)
+        if cycles is None:
+            cycles = cycles_of[key] = hmac_worker_cycles(
                 sizes,
                 in_chans_per_group=in_chans_per_group,
                 out_chans_per_group=out_chans_per_group,
@@ -251,10 +255,9 @@ def conv_partial_hmac_cycles(
                 float_partials=float_partials,
                 use_1x1=use_1x1,
             )
-            for sizes in p
-        )
-        for p in parts
-    ]
+        return cycles
+
+    per_worker = [_HMAC_WORKER_NONLOOP + sum(worker_cycles(sizes) for sizes in p) for p in parts]
     hi, lo = _balance(per_worker, num_worker_contexts)
     inner = max(hi, lo)  # no tag cost here
     w = num_worker_contexts
