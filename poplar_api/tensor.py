@@ -535,6 +535,16 @@ def concat(
         else:
             rows = sum(t._shape[0] for t in tensors)
             return Tensor._consecutive(graph, type_, head._start, (rows, *after), name)
+        if all(t._ix is None and t._start >= 0 for t in tensors):
+            # runs of consecutive ids (e.g. many small constants): their ids in one
+            # vectorised step rather than one small index array per tensor
+            n = len(tensors)
+            starts = np.fromiter((t._start for t in tensors), np.int64, n)
+            sizes = np.fromiter((math.prod(t._shape) for t in tensors), np.int64, n)
+            ends = np.cumsum(sizes)
+            ids = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(starts - ends + sizes, sizes)
+            rows = sum(t._shape[0] for t in tensors)
+            return Tensor._new(graph, type_, ids.reshape(rows, *after), name, name)
     index = np.concatenate([t._index for t in tensors], axis=d)
     return Tensor._new(graph, type_, index, name, name)
 

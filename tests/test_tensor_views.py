@@ -609,3 +609,20 @@ def test_constructor_errors(args, error, fragment) -> None:
 def test_interval_rejects_reversed_range() -> None:
     with pytest.raises(TensorError, match=r"Interval\(3, 1\)"):
         Interval(3, 1)
+
+
+def test_concat_of_interleaved_consecutive_runs() -> None:
+    """Tensors of consecutive ids that are not one run (constants made in turn with
+    others) join to exactly their ids in order, keeping the other dimensions."""
+    starts, rows = [10, 0, 40, 7, 30], [2, 1, 0, 3, 1]
+    parts = [
+        Tensor._consecutive(GRAPH, FLOAT, s, (r, 2), f"c{s}")
+        for s, r in zip(starts, rows, strict=True)
+    ]
+    joined = concat(parts)
+    expected = np.concatenate(
+        [np.arange(s, s + 2 * r).reshape(r, 2) for s, r in zip(starts, rows, strict=True)]
+    )
+    assert joined.shape() == [7, 2]
+    np.testing.assert_array_equal(joined._index, expected)
+    np.testing.assert_array_equal(concat(parts[3:]).flat_index(), [7, 8, 9, 10, 11, 12, 30, 31])
