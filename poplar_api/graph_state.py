@@ -417,14 +417,28 @@ def add_constants(
                 "getNumTiles() tiles"
             )
         root = graph._tiles[arr.astype(np.int64)]
+    # the constants of each distinct type (equal types, in order of first use), found
+    # by object identity first: hashing a Type per constant is slow
+    code_of: dict[int, int] = {}
+    distinct: list[Type] = []
+    codes = np.empty(n, np.int64)
+    for i, t in enumerate(types):
+        c = code_of.get(id(t))
+        if c is None:
+            c = next((k for k, r in enumerate(distinct) if r == t), len(distinct))
+            if c == len(distinct):
+                distinct.append(t)
+            code_of[id(t)] = c
+        codes[i] = c
+    by_type = {t: np.flatnonzero(codes == c) for c, t in enumerate(distinct)}
     # one allocation per element size, in the order of the constants
     bases = np.empty(n, np.int64)
     by_size: dict[int, list[int]] = {}
-    for i, t in enumerate(types):
-        by_size.setdefault(t.size, []).append(i)
-    for idx in by_size.values():
-        sel = np.asarray(idx, np.int64)
-        space = state.space(types[idx[0]])
+    for c, t in enumerate(distinct):
+        by_size.setdefault(t.size, []).append(c)
+    for size_codes in by_size.values():
+        sel = np.flatnonzero(np.isin(codes, size_codes))
+        space = state.space(types[int(sel[0])])
         first = space.size
         bases[sel] = space.allocate_many(sizes[sel], (sel + vid0).tolist())
         if root is not None:
@@ -438,9 +452,6 @@ def add_constants(
     out = [made(state, types[i], base_list[i], dims_of[i], labels[i]) for i in range(n)]
     # initial values: one part per element type (its ids a range when consecutive);
     # each value array is cast to the type on its own, as ``setInitialValue`` does
-    by_type: dict[Type, list[int]] = {}
-    for i, t in enumerate(types):
-        by_type.setdefault(t, []).append(i)
     for t, idx in by_type.items():
         b, s = bases[idx], sizes[idx]
         start, stop = int(b[0]), int(b[-1] + s[-1])
@@ -449,6 +460,7 @@ def add_constants(
         else:
             keep = s > 0
             ids = _runs(b[keep], s[keep])
-        vals = np.concatenate([arrays[k] for k in idx], dtype=t.numpy, casting="unsafe")
+        parts = [arrays[k] for k in idx.tolist()]
+        vals = np.concatenate(parts, dtype=t.numpy, casting="unsafe")
         state.initial_parts.append((t, ids, vals))
     return out
