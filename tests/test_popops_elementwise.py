@@ -21,6 +21,7 @@ from poplar_api import (
 )
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.popops import expr as pe
+from poplar_api.tensor import concat
 
 F32 = np.float32
 
@@ -414,6 +415,18 @@ def test_in_place_into_aliased_view_and_unmapped_input_are_rejected():
     u = h.graph.addVariable(FLOAT, [3], "unmapped")
     with pytest.raises(GraphError, match=r"A tensor 'unmapped' is not mapped"):
         popops.add(h.graph, u, a, h.seq)
+
+
+def test_in_place_alias_check_on_unordered_views():
+    """A reversed view (descending ids, none repeated) is a valid in-place operand; a
+    view that names one element twice out of order is not."""
+    h = Harness()
+    a = h.var(FLOAT, np.zeros(3), "a")
+    b = h.var(FLOAT, np.ones(3), "b")
+    popops.addInPlace(h.graph, a.reverse(0), b, h.seq)
+    twice = concat([a[2:3], a[0:1], a[2:3]])
+    with pytest.raises(TensorError, match=r"more than once"):
+        popops.addInPlace(h.graph, twice, b, h.seq)
 
 
 def test_every_2d_vertex_kind_on_multi_region_tiles():

@@ -118,9 +118,17 @@ def _broadcast_to(t: Tensor, shape: list[int]) -> Tensor:
     return view
 
 
+def _repeats(ids: np.ndarray) -> bool:
+    """Whether some element id occurs more than once (ascending ids, the common
+    case, are checked without sorting)."""
+    if ids.size < 2 or bool((ids[1:] > ids[:-1]).all()):
+        return False
+    s = np.sort(ids)
+    return bool((s[1:] == s[:-1]).any())
+
+
 def _check_no_aliases(t: Tensor, api: str) -> None:
-    ids = t.flat_index()
-    if np.unique(ids).size != ids.size:
+    if _repeats(t.flat_index()):
         raise TensorError(
             f"popops.{api}: the in-place operand '{t.name}' {t.shape()} refers to some "
             "element more than once (a broadcast view?); hint: use the out-of-place form"
@@ -132,8 +140,7 @@ def _elem(t: Tensor, shape: list[int], name: str) -> ElemOperand:
 
 
 def _has_aliases(t: Tensor) -> bool:
-    ids = t.flat_index()
-    return np.unique(ids).size != ids.size
+    return _repeats(t.flat_index())
 
 
 def _create_output(graph: Graph, inputs: list[Tensor], out_t: Type, name: str) -> Tensor:
