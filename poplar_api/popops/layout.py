@@ -187,8 +187,37 @@ def split_regions(
     Returns
     -------
     list of list of (region index, offset, size)
-        Per vertex, the pieces of regions it handles, in order.
+        Per vertex, the pieces of regions it handles, in order. Shared between calls
+        with the same arguments: read it, do not change it.
     """
+    key = (tuple(sizes), grain, max_partitions, min_per_partition, max_per_partition,
+           max_per_region)  # fmt: skip
+    found = _SPLITS.get(key)
+    if found is None:
+        found = _split_regions(
+            sizes, grain, max_partitions, min_per_partition, max_per_partition, max_per_region
+        )
+        if len(_SPLITS) >= _SPLITS_KEPT:
+            _SPLITS.clear()
+        _SPLITS[key] = found
+    return found
+
+
+#: ``split_regions`` results by their arguments: the tiles of one tensor often hold
+#: regions of the same sizes, and planning asks for each tile's split.
+_SPLITS: dict[tuple, list[list[tuple[int, int, int]]]] = {}
+_SPLITS_KEPT = 4096
+
+
+def _split_regions(
+    sizes: Sequence[int],
+    grain: int,
+    max_partitions: int,
+    min_per_partition: int,
+    max_per_partition: int,
+    max_per_region: int,
+) -> list[list[tuple[int, int, int]]]:
+    """The split of :func:`split_regions`, computed."""
     if grain < 1:
         raise GraphError(f"split_regions: grain must be >= 1, got {grain}")
     max_region = grain * (int(max_per_region) // grain)
