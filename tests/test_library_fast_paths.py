@@ -268,14 +268,16 @@ def test_conv_worklists_are_partition_by_worker(seed: int) -> None:
 def test_split_regions_repeated_calls_keep_every_argument_apart() -> None:
     """Regions [5, 3] in grains of 2 over 2 vertices: 4 grains, 2 each; with pieces
     of at most 2 elements the same vertices hold shorter pieces. Asked again (the
-    result is reused) the answers stay apart."""
+    result is reused) the answers stay apart, and a reused result cannot be changed."""
     from poplar_api.errors import GraphError
     from poplar_api.popops.layout import split_regions
 
-    whole = [[(0, 0, 4)], [(0, 4, 1), (1, 0, 3)]]
-    short = [[(0, 0, 2), (0, 2, 2)], [(0, 4, 1), (1, 0, 2), (1, 2, 1)]]
+    whole = (((0, 0, 4),), ((0, 4, 1), (1, 0, 3)))
+    short = (((0, 0, 2), (0, 2, 2)), ((0, 4, 1), (1, 0, 2), (1, 2, 1)))
     for _ in range(2):
         assert split_regions([5, 3], 2, 2, 0) == whole
         assert split_regions([5, 3], 2, 2, 0, max_per_region=2) == short
+    with pytest.raises(AttributeError):
+        split_regions([5, 3], 2, 2, 0)[0].append((9, 9, 9))  # type: ignore[attr-defined]
     with pytest.raises(GraphError, match="grain must be >= 1"):
         split_regions([5, 3], 0, 2, 0)

@@ -166,7 +166,7 @@ def split_regions(
     min_per_partition: int,
     max_per_partition: int = UINT_MAX,
     max_per_region: int = UINT_MAX,
-) -> list[list[tuple[int, int, int]]]:
+) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     """``splitRegionsAux``: deal the grains of the regions out to vertices.
 
     Parameters
@@ -186,16 +186,19 @@ def split_regions(
 
     Returns
     -------
-    list of list of (region index, offset, size)
-        Per vertex, the pieces of regions it handles, in order. Shared between calls
-        with the same arguments: read it, do not change it.
+    tuple of tuple of (region index, offset, size)
+        Per vertex, the pieces of regions it handles, in order (immutable: one result
+        serves every call with the same arguments).
     """
     key = (tuple(sizes), grain, max_partitions, min_per_partition, max_per_partition,
            max_per_region)  # fmt: skip
     found = _SPLITS.get(key)
     if found is None:
-        found = _split_regions(
-            sizes, grain, max_partitions, min_per_partition, max_per_partition, max_per_region
+        found = tuple(
+            tuple(pieces)
+            for pieces in _split_regions(
+                sizes, grain, max_partitions, min_per_partition, max_per_partition, max_per_region
+            )
         )
         if len(_SPLITS) >= _SPLITS_KEPT:
             _SPLITS.clear()
@@ -205,7 +208,7 @@ def split_regions(
 
 #: ``split_regions`` results by their arguments: the tiles of one tensor often hold
 #: regions of the same sizes, and planning asks for each tile's split.
-_SPLITS: dict[tuple, list[list[tuple[int, int, int]]]] = {}
+_SPLITS: dict[tuple, tuple[tuple[tuple[int, int, int], ...], ...]] = {}
 _SPLITS_KEPT = 4096
 
 
