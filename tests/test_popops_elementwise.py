@@ -17,8 +17,11 @@ from poplar_api import (
     HALF,
     INT,
     UNSIGNED_INT,
+    Graph,
+    IPUModel,
     popops,
 )
+from poplar_api import program as prog
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.popops import expr as pe
 from poplar_api.tensor import concat
@@ -485,3 +488,12 @@ def test_multi_region_compute_time_is_w_times_the_busiest_worker():
     # [0, 2) and [2, 5): rows [5, 3] and [2, 5, 5]. BinaryOp2D = 5 + Σ ceil(n/2) * (1+2):
     # 5 + 9 + 6 = 20 and 5 + 3 + 9 + 9 = 26 thread cycles; tile = W * busiest context.
     assert int(record.tile_cycles[0]) == 6 * (5 + 3 * 1 + 3 * 3 + 3 * 3)
+
+
+def test_an_operand_outside_a_virtual_graph_is_named():
+    g = Graph(IPUModel("tiny").createDevice().getTarget())
+    vg = g.createVirtualGraph(0, 4)
+    x = g.addVariable(FLOAT, [8], "x")
+    g.setTileMapping(x, 6)  # a tile of the device, not of vg
+    with pytest.raises(GraphError, match=r"popops\.add: element 0 of .* outside this virtual"):
+        popops.add(vg, x, x, prog.Sequence())

@@ -125,7 +125,8 @@ def tile_regions(graph: Graph, ref: Tensor, api: str) -> list[TileRegions]:
     Raises
     ------
     GraphError
-        Some element of ``ref`` is not mapped to a tile.
+        Some element of ``ref`` is not mapped to a tile, or (in a virtual graph) is on a
+        tile outside the graph.
     """
     ids = ref.flat_index()
     if ids.size == 0:
@@ -136,6 +137,13 @@ def tile_regions(graph: Graph, ref: Tensor, api: str) -> list[TileRegions]:
         raise GraphError(
             f"popops.{api}: element {first} of tensor '{ref.name}' is not mapped to a tile; "
             "hint: map it first, e.g. poputil.mapTensorLinearly(graph, t)"
+        )
+    if int(tiles.min()) < 0:  # OUTSIDE: on a tile that is not one of a virtual graph's
+        first = int(np.flatnonzero(tiles < 0)[0])
+        raise GraphError(
+            f"popops.{api}: element {first} of tensor '{ref.name}' is mapped to a tile "
+            "outside this virtual graph's tiles; hint: call it on a graph that holds the "
+            f"tensor, or copy it to one of this graph's {graph.getTarget().getNumTiles()} tiles"
         )
     order = np.argsort(ids, kind="stable")
     sid, stile = ids[order], tiles[order]
