@@ -17,6 +17,8 @@ __all__ = [
     "Bump",
     "ListSums",
     "Scale",
+    "ScaleBy",
+    "ShiftBy",
     "loaded",
     "mapped",
     "tiny_device",
@@ -48,6 +50,35 @@ class Scale(Vertex):
     def compute(in_, out):
         for i in range(in_.shape[0]):
             out[i] = 2.0 * in_[i]
+        return True
+
+
+class ScaleBy(Vertex):
+    """``out[i] = in[i] * k`` with a scalar field ``k``: vector, scalar and output
+    fields on one vertex type."""
+
+    in_ = Input(Vector(FLOAT))
+    k = Input(FLOAT)
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, k, out):
+        for i in range(in_.shape[0]):
+            out[i] = in_[i] * k[0]
+        return True
+
+
+class ShiftBy(Vertex):
+    """``out[i] = in[i] + k``: the fields of :class:`ScaleBy`, another vertex type."""
+
+    in_ = Input(Vector(FLOAT))
+    k = Input(FLOAT)
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, k, out):
+        for i in range(in_.shape[0]):
+            out[i] = in_[i] + k[0]
         return True
 
 

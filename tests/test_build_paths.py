@@ -11,25 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codelets_common import ShiftBy
 
 from poplar_api import FLOAT, INT, Graph, IPUModel
-from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.errors import GraphError, TensorIndexError, TypeMismatchError
 from poplar_api.tensor import Interval
-
-
-class AddOne(Vertex):
-    """``out[i] = in[i] + 1``, with a scalar ``k``."""
-
-    in_ = Input(Vector(FLOAT))
-    k = Input(FLOAT)
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, k, out):
-        for i in range(in_.shape[0]):
-            out[i] = in_[i] + k[0]
-        return True
 
 
 @pytest.fixture()
@@ -94,20 +80,20 @@ def test_tile_mapping_of_virtual_graph_is_shifted(graph: Graph) -> None:
     sub.setTileMapping(x, 4)
     assert graph.getTileMapping(x)[14] == [Interval(0, 2)]
     cs = sub.addComputeSet("cs")
-    graph.addCodelets(AddOne)
+    graph.addCodelets(ShiftBy)
     k = sub.addConstant(FLOAT, [], 1.0, "k")
     sub.setTileMapping(k, 4)
-    v = sub.addVertex(cs, "AddOne", {"in": x, "k": k, "out": x})
+    v = sub.addVertex(cs, "ShiftBy", {"in": x, "k": k, "out": x})
     sub.setTileMapping(v, 5)
     assert graph._state.vertices[v.id].tile == 15
 
 
 def test_add_vertex_connections_and_errors(graph: Graph) -> None:
-    graph.addCodelets(AddOne)
+    graph.addCodelets(ShiftBy)
     cs = graph.addComputeSet("cs")
     x = graph.addVariable(FLOAT, [4], "x")
     k = graph.addVariable(FLOAT, [1], "k")
-    v = graph.addVertex(cs, "AddOne", {"in": x, "k": k[0], "out": x})
+    v = graph.addVertex(cs, "ShiftBy", {"in": x, "k": k[0], "out": x})
     inst = graph._state.vertices[v.id]
     assert set(inst.fields) == {"in", "k", "out"}
     # consecutive ids are kept as ranges
@@ -118,14 +104,14 @@ def test_add_vertex_connections_and_errors(graph: Graph) -> None:
         graph.setPerfEstimate(v, -1)
     before = graph.getNumVertices()
     with pytest.raises(GraphError, match=r"scalar field .* needs exactly 1 element"):
-        graph.addVertex(cs, "AddOne", {"in": x, "k": x, "out": x})
+        graph.addVertex(cs, "ShiftBy", {"in": x, "k": x, "out": x})
     with pytest.raises(TypeMismatchError, match="element type int"):
-        graph.addVertex(cs, "AddOne", {"in": graph.addVariable(INT, [4], "i"), "out": x})
+        graph.addVertex(cs, "ShiftBy", {"in": graph.addVariable(INT, [4], "i"), "out": x})
     with pytest.raises(GraphError, match="has no field 'inn'"):
-        graph.addVertex(cs, "AddOne", {"inn": x})
+        graph.addVertex(cs, "ShiftBy", {"inn": x})
     other = Graph(graph.getTarget()).addVariable(FLOAT, [4], "y")
     with pytest.raises(GraphError, match="belongs to another graph"):
-        graph.addVertex(cs, "AddOne", {"in": other})
+        graph.addVertex(cs, "ShiftBy", {"in": other})
     assert graph.getNumVertices() == before  # failed calls leave no vertex
     assert cs.vertices == [v.id]
 

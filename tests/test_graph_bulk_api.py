@@ -8,6 +8,7 @@ import pathlib
 
 import numpy as np
 import pytest
+from codelets_common import ScaleBy, ShiftBy
 
 from poplar_api import FLOAT, INT, Graph, IPUModel
 from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
@@ -15,34 +16,6 @@ from poplar_api.errors import GraphError, TensorError, TensorIndexError, TypeMis
 from poplar_api.graph import OUTSIDE, Segments, VertexRange
 from poplar_api.tensor import concat
 from poplar_api.vertices import UNMAPPED
-
-
-class Scale(Vertex):
-    """``out[i] = in[i] * k``."""
-
-    in_ = Input(Vector(FLOAT))
-    k = Input(FLOAT)
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, k, out):
-        for i in range(in_.shape[0]):
-            out[i] = in_[i] * k[0]
-        return True
-
-
-class Shift(Vertex):
-    """``out[i] = in[i] + k``: the fields of Scale, another vertex type."""
-
-    in_ = Input(Vector(FLOAT))
-    k = Input(FLOAT)
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, k, out):
-        for i in range(in_.shape[0]):
-            out[i] = in_[i] + k[0]
-        return True
 
 
 class Gather(Vertex):
@@ -68,7 +41,7 @@ class Pieces(Vertex):
 
 def _graph() -> Graph:
     g = Graph(IPUModel("ipu2").createDevice().getTarget())
-    g.addCodelets([Scale, Shift, Gather])
+    g.addCodelets([ScaleBy, ShiftBy, Gather])
     return g
 
 
@@ -167,7 +140,7 @@ def test_map_elements_errors_name_element_tile_and_tensor() -> None:
 # ------------------------------------------------------------------- vertices
 def _one_at_a_time(g: Graph, cs, n: int, tiles, conns, est=None) -> None:
     for i in range(n):
-        v = g.addVertex(cs, "Scale", {k: c[i] for k, c in conns.items()})
+        v = g.addVertex(cs, "ScaleBy", {k: c[i] for k, c in conns.items()})
         g.setTileMapping(v, int(tiles[i]))
         if est is not None:
             g.setPerfEstimate(v, int(est[i]))
@@ -198,9 +171,9 @@ def test_add_vertices_equals_add_vertex_calls(layout: str) -> None:
             src, dst = concat([r.expand([0]) for r in rows]), x
         conns = {"in": src, "out": dst, "k": k}
         if bulk:
-            vs = sub.addVertices(cs, "Scale", tiles, conns, perfEstimates=est)
+            vs = sub.addVertices(cs, "ScaleBy", tiles, conns, perfEstimates=est)
             assert isinstance(vs, VertexRange) and len(vs) == n and vs.ids == range(1, n + 1)
-            assert vs[2].id == 3 and repr(vs[-1]) == "vertex 5 (Scale)"
+            assert vs[2].id == 3 and repr(vs[-1]) == "vertex 5 (ScaleBy)"
         else:
             _one_at_a_time(sub, cs, n, tiles, conns, est)
         sub.addVertex(cs0, "Gather")
@@ -246,7 +219,7 @@ def test_add_vertices_segments_equal_add_vertex_calls() -> None:
         if bulk:
             g.addVertices(
                 cs,
-                "Scale",
+                "ScaleBy",
                 [0, 1, 2, 3, 4],
                 {"in": Segments(x, sizes), "out": Segments(mixed, sizes), "k": k},
             )
@@ -262,7 +235,7 @@ def test_add_vertices_segments_equal_add_vertex_calls() -> None:
         else:
             for i, (a, b) in enumerate(itertools.pairwise(offsets.tolist())):
                 v = g.addVertex(
-                    cs, "Scale", {"in": x.slice(a, b), "out": mixed.slice(a, b), "k": k[i]}
+                    cs, "ScaleBy", {"in": x.slice(a, b), "out": mixed.slice(a, b), "k": k[i]}
                 )
                 g.setTileMapping(v, i)
             at = 0
@@ -281,11 +254,11 @@ def test_add_vertices_segments_equal_add_vertex_calls() -> None:
     with pytest.raises(GraphError, match="pieces hold 3 elements"):
         Segments(x, [1, 2])
     with pytest.raises(GraphError, match=r"feeds 2 vertices but 3 are added"):
-        g.addVertices(g.addComputeSet("c"), "Scale", [0, 0, 0], {"in": Segments(x, [2, 2])})
+        g.addVertices(g.addComputeSet("c"), "ScaleBy", [0, 0, 0], {"in": Segments(x, [2, 2])})
 
 
 def test_add_vertices_of_several_types_equal_add_vertex_calls() -> None:
-    kinds = ["Scale", "Shift", "Shift", "Scale", "Shift"]
+    kinds = ["ScaleBy", "ShiftBy", "ShiftBy", "ScaleBy", "ShiftBy"]
     built = []
     for bulk in (True, False):
         g = _graph()
@@ -306,10 +279,10 @@ def test_add_vertices_of_several_types_equal_add_vertex_calls() -> None:
     g = _graph()
     cs = g.addComputeSet("cs")
     x = g.addVariable(FLOAT, [2, 3], "x")
-    with pytest.raises(GraphError, match=r"field 'in' is .*Vector.* in Scale but .* in Pieces"):
-        g.addVertices(cs, ["Scale", Pieces], [0, 1], {"in": x})
+    with pytest.raises(GraphError, match=r"field 'in' is .*Vector.* in ScaleBy but .* in Pieces"):
+        g.addVertices(cs, ["ScaleBy", Pieces], [0, 1], {"in": x})
     with pytest.raises(GraphError, match="3 vertex types given for 2 tiles"):
-        g.addVertices(cs, ["Scale"] * 3, [0, 1], {"out": x})
+        g.addVertices(cs, ["ScaleBy"] * 3, [0, 1], {"out": x})
 
 
 def test_add_vertices_errors_leave_the_graph_unchanged() -> None:
@@ -322,23 +295,23 @@ def test_add_vertices_errors_leave_the_graph_unchanged() -> None:
     ints = sub.addVariable(INT, [3], "i")
     good = {"in": x, "out": x, "k": k}
     with pytest.raises(GraphError, match="tensor 'x' has shape \\[3, 2\\] but 2 vertices"):
-        sub.addVertices(cs, "Scale", [0, 1], good)
+        sub.addVertices(cs, "ScaleBy", [0, 1], good)
     with pytest.raises(GraphError, match=r"vertex 1 has tile 4, out of range \[0, 4\)"):
-        sub.addVertices(cs, "Scale", [0, 4, 1], good)
+        sub.addVertices(cs, "ScaleBy", [0, 4, 1], good)
     with pytest.raises(GraphError, match="'f' belongs to another graph"):
-        sub.addVertices(cs, "Scale", [0, 1, 2], {**good, "k": foreign})
+        sub.addVertices(cs, "ScaleBy", [0, 1, 2], {**good, "k": foreign})
     with pytest.raises(TypeMismatchError, match="element type"):
-        sub.addVertices(cs, "Scale", [0, 1, 2], {**good, "k": ints})
+        sub.addVertices(cs, "ScaleBy", [0, 1, 2], {**good, "k": ints})
     with pytest.raises(GraphError, match="scalar field"):
-        sub.addVertices(cs, "Scale", [0, 1, 2], {**good, "k": x})
-    with pytest.raises(GraphError, match="vertex type 'Scale' has no field 'bad'"):
-        sub.addVertices(cs, "Scale", [0, 1, 2], {"bad": k})
+        sub.addVertices(cs, "ScaleBy", [0, 1, 2], {**good, "k": x})
+    with pytest.raises(GraphError, match="vertex type 'ScaleBy' has no field 'bad'"):
+        sub.addVertices(cs, "ScaleBy", [0, 1, 2], {"bad": k})
     with pytest.raises(GraphError, match="2 values given for 3 vertices"):
         sub.addVertices(cs, Gather, [0, 1, 2], {"parts": [[x[0]], [x[1]]]})
     with pytest.raises(GraphError, match=r"perfEstimates\[1\] = -5"):
-        sub.addVertices(cs, "Scale", [0, 1, 2], good, perfEstimates=[1, -5, 2])
+        sub.addVertices(cs, "ScaleBy", [0, 1, 2], good, perfEstimates=[1, -5, 2])
     with pytest.raises(GraphError, match="not a compute set of this graph"):
-        sub.addVertices(other.addComputeSet("o"), "Scale", [0, 1, 2], good)
+        sub.addVertices(other.addComputeSet("o"), "ScaleBy", [0, 1, 2], good)
     assert g.getNumVertices() == 0 and cs.vertices == []
 
 
@@ -346,8 +319,8 @@ def test_set_vertex_tiles_equals_set_tile_mapping() -> None:
     g = _graph()
     sub = g.createVirtualGraph(20, 30)
     cs = sub.addComputeSet("cs")
-    vs = sub.addVertices(cs, "Scale", np.zeros(4, np.int64))
-    one = sub.addVertex(cs, "Scale")
+    vs = sub.addVertices(cs, "ScaleBy", np.zeros(4, np.int64))
+    one = sub.addVertex(cs, "ScaleBy")
     sub.setVertexTiles(vs, [3, 1, 4, 1])
     sub.setVertexTiles([one], 9)
     assert [g._state.vertices[i].tile for i in range(5)] == [23, 21, 24, 21, 29]

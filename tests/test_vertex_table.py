@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from codelets_common import ScaleBy
 
 from poplar_api import FLOAT, INT, Graph, IPUModel
 from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
@@ -16,20 +17,6 @@ from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Segments
 from poplar_api.tensor import Tensor
 from poplar_api.vertices import NO_ESTIMATE, UNMAPPED, VertexTable
-
-
-class Scale(Vertex):
-    """``out[i] = in[i] * k``."""
-
-    in_ = Input(Vector(FLOAT))
-    k = Input(FLOAT)
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, k, out):
-        for i in range(in_.shape[0]):
-            out[i] = in_[i] * k[0]
-        return True
 
 
 class Gather(Vertex):
@@ -46,27 +33,27 @@ class Gather(Vertex):
 @pytest.fixture()
 def graph() -> Graph:
     g = Graph(IPUModel("ipu2").createDevice().getTarget())
-    g.addCodelets([Scale, Gather])
+    g.addCodelets([ScaleBy, Gather])
     return g
 
 
 def test_rows_hold_type_compute_set_tile_and_estimate(graph: Graph) -> None:
     a, b = graph.addComputeSet("a"), graph.addComputeSet("b")
     x = graph.addVariable(FLOAT, [6], "x")
-    v0 = graph.addVertex(a, "Scale", {"in": x.slice(0, 3), "k": x[5], "out": x.slice(3, 5)})
+    v0 = graph.addVertex(a, "ScaleBy", {"in": x.slice(0, 3), "k": x[5], "out": x.slice(3, 5)})
     v1 = graph.addVertex(b, "Gather")
-    v2 = graph.addVertex(a, "Scale")
+    v2 = graph.addVertex(a, "ScaleBy")
     graph.setTileMapping(v0, 7)
     graph.setTileMapping(v2, 3)
     graph.setPerfEstimate(v2, 99)
     table = graph._state.vertices
-    assert len(table) == 3 and [t.name for t in table.types] == ["Scale", "Gather"]
+    assert len(table) == 3 and [t.name for t in table.types] == ["ScaleBy", "Gather"]
     assert table.column("type_code", [0, 1, 2]).tolist() == [0, 1, 0]
     assert table.column("cs", [0, 1, 2]).tolist() == [a.id, b.id, a.id]
     assert table.column("tile", [2, 0, 1]).tolist() == [3, 7, UNMAPPED]
     assert table.column("estimate", [0, 2]).tolist() == [NO_ESTIMATE, 99]
     inst = table[v0.id]
-    assert (inst.vtype.name, inst.cs, inst.tile, inst.perf_estimate) == ("Scale", a.id, 7, None)
+    assert (inst.vtype.name, inst.cs, inst.tile, inst.perf_estimate) == ("ScaleBy", a.id, 7, None)
     assert table[-1].id == v2.id and table[v2.id].perf_estimate == 99
     assert [i.id for i in table] == [0, 1, 2]
     # the connections are the element ids of the connected views: ranges, as they
@@ -89,12 +76,12 @@ def test_connected_vertices_keep_no_object_for_the_cycle_collector(graph: Graph)
     cs = graph.addComputeSet("cs")
     x = graph.addVariable(FLOAT, [2000, 4], "x")
     add = graph.addVertex
-    add(cs, "Scale", {"in": x[0], "k": x[0][0], "out": x[0]})  # first of its type
+    add(cs, "ScaleBy", {"in": x[0], "k": x[0][0], "out": x[0]})  # first of its type
     gc.collect()
     before = len(gc.get_objects())
     for r in range(1, 2000):
         row = x[r]
-        add(cs, "Scale", {"in": row.slice(0, 3), "k": row[3], "out": row.slice(0, 3)})
+        add(cs, "ScaleBy", {"in": row.slice(0, 3), "k": row[3], "out": row.slice(0, 3)})
     del row
     gc.collect()
     grown = len(gc.get_objects()) - before
@@ -127,7 +114,7 @@ def test_consecutive_ids_are_kept_as_ranges_others_as_arrays(graph: Graph) -> No
         "flattened columns": (m[:, 1:3].flatten(), ids[:, 1:3].reshape(-1)),
     }
     for what, (view, want) in cases.items():
-        v = graph.addVertex(cs, "Scale", {"in": view})
+        v = graph.addVertex(cs, "ScaleBy", {"in": view})
         got = graph._state.vertices[v.id].fields["in"]
         assert np.asarray(got).reshape(-1).tolist() == want.reshape(-1).tolist(), what
         if what in ("column", "transposed", "strided", "flattened columns"):  # never a range
@@ -139,7 +126,7 @@ def test_consecutive_ids_are_kept_as_ranges_others_as_arrays(graph: Graph) -> No
 def test_tensor_of_a_field_is_a_view_of_the_connected_elements(graph: Graph) -> None:
     cs = graph.addComputeSet("cs")
     x = graph.addVariable(FLOAT, [3, 4], "x")
-    v = graph.addVertex(cs, "Scale", {"in": x[:, 1], "k": x[2][3]})
+    v = graph.addVertex(cs, "ScaleBy", {"in": x[:, 1], "k": x[2][3]})
     g = graph.addVertex(cs, "Gather")
     graph.setFieldSize(g["parts"], 3)
     graph.connect(g["parts"][1], x[0])
@@ -157,7 +144,7 @@ def test_tensor_of_a_field_is_a_view_of_the_connected_elements(graph: Graph) -> 
 def test_table_pickles_and_keeps_its_type_codes(graph: Graph) -> None:
     cs = graph.addComputeSet("cs")
     x = graph.addVariable(FLOAT, [4], "x")
-    v = graph.addVertex(cs, "Scale", {"in": x, "k": x[0], "out": x})
+    v = graph.addVertex(cs, "ScaleBy", {"in": x, "k": x[0], "out": x})
     graph.setTileMapping(v, 2)
     copy: VertexTable = pickle.loads(pickle.dumps(graph._state.vertices))
     assert len(copy) == 1 and copy[0].tile == 2 and copy[0].fields["in"] == range(4)
@@ -180,7 +167,7 @@ def test_field_tables_hold_runs_or_int32_ids(graph: Graph) -> None:
     cs = graph.addComputeSet("cs")
     m = graph.addVariable(FLOAT, [4, 3], "m")
     for r in range(4):
-        graph.addVertex(cs, "Scale", {"in": m[r], "k": m[r][0], "out": m[:, r % 3]})
+        graph.addVertex(cs, "ScaleBy", {"in": m[r], "k": m[r][0], "out": m[:, r % 3]})
     g = graph.addVertex(cs, "Gather", {"parts": [m[1], m[:, 0]], "out": m[0]})
     table = build_table(graph._state, cs)
     scale, gather = table.groups
@@ -209,7 +196,7 @@ def test_estimators_see_the_sizes_of_ranges_and_arrays(graph: Graph) -> None:
     assert id_array(np.array([[4, 2], [9, 1]])).tolist() == [4, 2, 9, 1]
     cs = graph.addComputeSet("cs")
     m = graph.addVariable(FLOAT, [3, 5], "m")
-    v = graph.addVertex(cs, "Scale", {"in": m[1], "k": m[0][0], "out": m[:, 2]})
+    v = graph.addVertex(cs, "ScaleBy", {"in": m[1], "k": m[0][0], "out": m[:, 2]})
     g = graph.addVertex(cs, "Gather", {"parts": [m[2], m[:, 1]], "out": m[0]})
     table = graph._state.vertices
     sizes = connection_sizes(table[v.id].vtype, table[v.id].fields)
@@ -221,7 +208,7 @@ def test_a_field_moves_between_run_columns_and_id_arrays(graph: Graph) -> None:
     cs = graph.addComputeSet("cs")
     m = graph.addVariable(FLOAT, [4, 5], "m")
     table = graph._state.vertices
-    v = graph.addVertex(cs, "Scale", {"in": m[1], "k": m[0][0]})
+    v = graph.addVertex(cs, "ScaleBy", {"in": m[1], "k": m[0][0]})
     fields = table[v.id].fields
     assert dict(fields) == {"in": range(5, 10), "k": range(0, 1)} and len(fields) == 2
     assert "out" not in fields and fields.get("out") is None and table.extra == {}
@@ -251,13 +238,13 @@ def test_failed_add_vertex_leaves_the_columns_as_they_were(graph: Graph) -> None
     cs = graph.addComputeSet("cs")
     m = graph.addVariable(FLOAT, [4, 5], "m")
     table = graph._state.vertices
-    a = graph.addVertex(cs, "Scale", {"in": m[0], "k": m[1][0], "out": m[0]})
+    a = graph.addVertex(cs, "ScaleBy", {"in": m[0], "k": m[1][0], "out": m[0]})
     before = (bytes(table.type_runs[0].runs), len(table), dict(table.extra))
     with pytest.raises(GraphError, match="needs exactly 1 element"):
         # "in" and "out" are stored before "k" is found wrong
-        graph.addVertex(cs, "Scale", {"in": m[2], "out": m[:, 0], "k": m[3]})
+        graph.addVertex(cs, "ScaleBy", {"in": m[2], "out": m[:, 0], "k": m[3]})
     assert (bytes(table.type_runs[0].runs), len(table), dict(table.extra)) == before
-    b = graph.addVertex(cs, "Scale", {"in": m[3]})
+    b = graph.addVertex(cs, "ScaleBy", {"in": m[3]})
     assert table.column("row", [a.id, b.id]).tolist() == [0, 1]
     assert dict(table[b.id].fields) == {"in": range(15, 20)}
 
@@ -275,7 +262,7 @@ def test_a_field_mixing_runs_and_id_arrays_runs_right(graph: Graph) -> None:
     graph.setTileMapping(y, 1)
     views = [x[0], x[:, 1], x[2], x.transpose()[3]]  # runs and strided views by turns
     for i, view in enumerate(views):
-        v = graph.addVertex(cs, "Scale", {"in": view, "k": k[0], "out": y[i]})
+        v = graph.addVertex(cs, "ScaleBy", {"in": view, "k": k[0], "out": y[i]})
         graph.setTileMapping(v, 1)
         graph.setPerfEstimate(v, 10)
     values = np.arange(16, dtype=np.float32).reshape(4, 4)
@@ -294,8 +281,8 @@ def test_a_field_mixing_runs_and_id_arrays_runs_right(graph: Graph) -> None:
 def test_fields_of_a_negative_vertex_id_are_the_last_vertexs(graph: Graph) -> None:
     cs = graph.addComputeSet("cs")
     x = graph.addVariable(FLOAT, [4, 4], "x")
-    graph.addVertex(cs, "Scale", {"in": x[0]})
-    graph.addVertex(cs, "Scale", {"in": x.transpose()[1], "k": x[2][0]})
+    graph.addVertex(cs, "ScaleBy", {"in": x[0]})
+    graph.addVertex(cs, "ScaleBy", {"in": x.transpose()[1], "k": x[2][0]})
     table = graph._state.vertices
     assert np.asarray(table.fields[-1]["in"]).tolist() == [1, 5, 9, 13]
     assert sorted(table.fields[-1]) == ["in", "k"]
