@@ -38,7 +38,7 @@ from poplar_api import program as P  # noqa: N812 - short alias for program clas
 from poplar_api.gcl import GclCollective, collective_values
 from poplar_api.graph import DataStream, is_nonreplicated, replication_factor
 from poplar_api.lowering.context import split_wide
-from poplar_api.lowering.emission import Emission, with_effect
+from poplar_api.lowering.emission import Emission, stream_exchange, with_effect
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.tensor import Tensor
 
@@ -450,19 +450,8 @@ def _wide_stream_copy(
         stream=label,
         exchanged=True,
     )
-    none = np.zeros(active.size, np.int64)
     messages = np.ones(active.size, np.int64)
-    on_chip = ir.Exchange(
-        name=f"{label}/StreamExchange",
-        program_id=pid,
-        host=True,
-        tile=active,
-        bytes_sent=none if to_device else nbytes[active],
-        bytes_received=nbytes[active] if to_device else none,
-        messages_sent=none if to_device else messages,
-        messages_received=messages if to_device else none,
-        max_distance=none,
-    )
+    on_chip = stream_exchange(label, pid, active, nbytes[active], messages, to_device)
     sync = ir.Sync(name=f"{label}/HostSync", program_id=pid, sync_kind="host")
     parts = [step, on_chip] if to_device else [on_chip, step]
     node = ir.Sequence([sync, *parts], name=label)

@@ -31,7 +31,7 @@ from poplar_api.lowering.exchange import ExchangePlanner, OwnerCache, exchange_i
 from poplar_api.lowering.liveness import Accesses, VariableIndex
 from poplar_api.tensor import Tensor
 
-__all__ = ["Emission", "HostIO", "prefetch_option", "with_effect"]
+__all__ = ["Emission", "HostIO", "prefetch_option", "stream_exchange", "with_effect"]
 
 
 def _filter(options: Mapping[str, str], name: str) -> re.Pattern[str] | None:
@@ -83,6 +83,30 @@ class HostIO:
 
     def print(self, text: str) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+def stream_exchange(
+    label: str,
+    pid: int,
+    tiles: np.ndarray,
+    nbytes: np.ndarray,
+    messages: np.ndarray,
+    to_device: bool,
+) -> ir.Exchange:
+    """The on-chip exchange of a host transfer: ``tiles`` receive (``to_device``) or
+    send ``nbytes[k]`` bytes in ``messages[k]`` messages each, to or from the host."""
+    none = np.zeros(tiles.size, np.int64)
+    return ir.Exchange(
+        name=f"{label}/StreamExchange",
+        program_id=pid,
+        host=True,
+        tile=tiles,
+        bytes_sent=none if to_device else nbytes,
+        bytes_received=nbytes if to_device else none,
+        messages_sent=none if to_device else messages,
+        messages_received=messages if to_device else none,
+        max_distance=none,
+    )
 
 
 class Emission:
@@ -332,19 +356,7 @@ class Emission:
             step = ir.StreamCopy(
                 stream=label, prefetch=prefetch is not None, prefetch_predicate=prefetch, **common
             )
-        messages = messages[tiles]
-        none = np.zeros(tiles.size, np.int64)
-        on_chip = ir.Exchange(
-            name=f"{label}/StreamExchange",
-            program_id=pid,
-            host=True,
-            tile=tiles,
-            bytes_sent=none if to_device else nbytes[tiles],
-            bytes_received=nbytes[tiles] if to_device else none,
-            messages_sent=none if to_device else messages,
-            messages_received=messages if to_device else none,
-            max_distance=none,
-        )
+        on_chip = stream_exchange(label, pid, tiles, nbytes[tiles], messages[tiles], to_device)
         parts = [step, on_chip] if to_device else [on_chip, step]
         if remote is not None:
             sync = self.sync(pid, "internal", f"{label}/Sync")
