@@ -219,7 +219,7 @@ class Graph(VertexMethods, BulkGraphMethods):
             )
         if is_nonreplicated(t, st):
             raise GraphError(f"{what}: tensor '{t.name}' is already a non-replicated view")
-        t = self._check_tensor(t, what)
+        t = self.checkTensor(t, what)
         index = wide_ids(t.index[None, ...], np.arange(r).reshape((r,) + (1,) * t.rank()))
         name = f"{t.name}.nonReplicated"
         return Tensor._new(st.nonreplicated, t.elementType(), index, name, t.name)
@@ -377,14 +377,12 @@ class Graph(VertexMethods, BulkGraphMethods):
             raise GraphError(f"{what}: tensor '{t.name}' belongs to another graph")
         return t
 
-    _check_tensor = checkTensor
-
     def _check_host_tensor(self, t: Any, what: str) -> Tensor:
         """A tensor the host may read or write: one of this graph, or on the
         non-replicated top level a ``getNonReplicatedTensor`` view."""
         if is_nonreplicated(t, self._state) and (self._wide or self._top is None):
             return t
-        return self._check_tensor(t, what)
+        return self.checkTensor(t, what)
 
     # --------------------------------------------------------------- variables
     def _add(self, type_: Type, shape: Any, name: str, constant: bool) -> Tensor:
@@ -462,7 +460,7 @@ class Graph(VertexMethods, BulkGraphMethods):
                 vals = np.full(n, value, t._type.numpy)
                 self._state.initial_parts.append((t._type, range(start, start + n), vals))
                 return
-        t = self._check_tensor(t, "setInitialValue")
+        t = self.checkTensor(t, "setInitialValue")
         arr = np.asarray(values)
         if arr.size == 1:
             arr = np.broadcast_to(arr.reshape(()), t.shape())
@@ -518,7 +516,7 @@ class Graph(VertexMethods, BulkGraphMethods):
             inst = self._check_vertex(target, "setTileMapping")
             inst.tile = self._root_tile(mapping, f"setTileMapping of {inst.describe()}")
             return
-        t = self._check_tensor(target, "setTileMapping")
+        t = self.checkTensor(target, "setTileMapping")
         if isinstance(mapping, int | np.integer) and not isinstance(mapping, bool):
             root = self._root_tile(mapping, f"setTileMapping of tensor '{t.name}'")
             self._state.space(t.elementType()).tile[t._id_index()] = root
@@ -588,7 +586,7 @@ class Graph(VertexMethods, BulkGraphMethods):
 
     def getTileMapping(self, t: Tensor, throwOnUnmapped: bool = True) -> list[list[Interval]]:
         """For each tile of this graph, the intervals of ``t``'s flat elements on it."""
-        t = self._check_tensor(t, "getTileMapping")
+        t = self.checkTensor(t, "getTileMapping")
         tiles = self._state.space(t.elementType()).tile[t._id_index()].astype(np.int64)
         if throwOnUnmapped and (tiles == UNMAPPED).any():
             first = int(np.flatnonzero(tiles == UNMAPPED)[0])

@@ -215,7 +215,7 @@ class VertexMethods:
                 f"{where}[{fieldRef.index}]: index out of range (field size "
                 f"{size if size is not None else 'not set'}); hint: call setFieldSize first"
             )
-        t = self._check_tensor(value, where)
+        t = self.checkTensor(value, where)
         spec.check([t.numElements()], t.elementType(), where)
         slots = inst.fields.setdefault(spec.name, [None] * size)
         slots[fieldRef.index] = t._index
@@ -232,14 +232,14 @@ class VertexMethods:
                 tensors = list(value)  # of this graph and the field's type: nothing to check
             else:
                 where = f"{inst.describe()} field '{spec.name}'"
-                tensors = [self._check_tensor(v, where) for v in value]
+                tensors = [self.checkTensor(v, where) for v in value]
                 for t in tensors:
                     spec.check([t.numElements()], t.elementType(), where)
             inst.fields[spec.name] = [t._index for t in tensors]
             inst.list_sizes[spec.name] = len(tensors)
             return
         where = f"{inst.describe()} field '{spec.name}'"
-        t = self._check_tensor(value, where)
+        t = self.checkTensor(value, where)
         spec.check(t.numElements(), t.elementType(), where)
         inst.table.set_field(inst.id, spec.name, connection_ids(t))
 

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.errors import EngineError
-from poplar_api.lowering.emit import HostIO, prefetch_option
+from poplar_api.lowering.emission import HostIO, prefetch_option
 
 __all__ = [
     "HostStreams",

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ast
 import itertools
-import pathlib
 
 import numpy as np
 import pytest
@@ -392,35 +390,3 @@ def test_library_cache_is_per_top_level_graph() -> None:
     assert g.createVirtualGraph(0, 4).libraryCache("poplin.conv") is cache
     assert other.libraryCache("poplin.conv") == {}
     assert g.libraryCache("popops") == {}
-
-
-# ------------------------------------------------------------------ layering
-#: Private attributes of Graph and Tensor objects (and their state) that only the
-#: Graph's and Tensor's own modules may use.
-_PRIVATE = {
-    "_state", "_tiles", "_tile_lo", "_root_tiles", "_wide", "_parent", "_top",
-    "_num_tiles", "_from_state", "_of_ids", "_new", "_consecutive", "_index", "_start",
-    "_ix", "_graph", "_check_tensor", "_check_vertex", "_refuse_on_parent", "_root_tile",
-    "_connect_field", "_vertex_type", "_id_index", "_flat_ids", "_add", "_mapping_tiles",
-    "_derive", "_label", "_root", "_flat",
-}  # fmt: skip
-
-
-def test_libraries_use_only_the_public_graph_api() -> None:
-    root = pathlib.Path(__file__).resolve().parent.parent
-    files = [
-        *sorted((root / "poplar_api" / "popops").rglob("*.py")),
-        *sorted((root / "poplar_api" / "poplin").rglob("*.py")),
-        *sorted((root / "poplar_api" / "popnn").rglob("*.py")),
-        *sorted((root / "popart_api").rglob("*.py")),
-        *(root / "poplar_api" / f"{m}.py" for m in ("poprand", "poputil", "gcl")),
-    ]
-    found = []
-    for path in files:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Attribute) and node.attr in _PRIVATE:
-                owner = node.value
-                if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
-                    continue  # a library class's own attribute
-                found.append(f"{path.relative_to(root)}:{node.lineno} .{node.attr}")
-    assert len(files) > 20 and not found, found

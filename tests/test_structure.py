@@ -23,21 +23,15 @@ LIBRARIES = (
     "poplar_api/gcl.py",
     "popart_api",
 )
-#: Private members of Graph and Tensor that library code must not use.
-PRIVATE_GRAPH_MEMBERS = frozenset(
-    {
-        "_state",
-        "_tiles",
-        "_tile_lo",
-        "_root_tiles",
-        "_from_state",
-        "_of_ids",
-        "_graph",
-        "_id_index",
-        "_flat_ids",
-        "_start",
-    }
-)
+#: Private members of Graph and Tensor objects (and their state) that library code must
+#: not use.
+PRIVATE_GRAPH_MEMBERS = frozenset({
+    "_state", "_tiles", "_tile_lo", "_root_tiles", "_wide", "_parent", "_top",
+    "_num_tiles", "_from_state", "_of_ids", "_new", "_consecutive", "_index", "_start",
+    "_ix", "_graph", "_check_vertex", "_refuse_on_parent", "_root_tile",
+    "_connect_field", "_vertex_type", "_id_index", "_flat_ids", "_add", "_mapping_tiles",
+    "_derive", "_label", "_root", "_flat",
+})  # fmt: skip
 
 
 def product_modules() -> list[pathlib.Path]:
@@ -81,7 +75,9 @@ def private_uses(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
 
 
 def test_libraries_use_only_the_public_graph_api() -> None:
-    hits = [h for p in library_files() for h in private_uses(p)]
+    files = library_files()
+    hits = [h for p in files for h in private_uses(p)]
+    assert len(files) > 20
     assert hits == [], "library code touches the Graph's private state:\n" + "\n".join(hits)
 
 
