@@ -15,21 +15,35 @@ terminal, so output piped into a file or a log stays clean.
 
 A phase without a known count shows its name and the seconds since it started,
 refreshed twice a second; a phase with a count is a tqdm bar with its rate and ETA.
+
+Library work done outside any command (a user's own script building a graph,
+compiling it, running a program) has no phases to name; it shows one line per piece of
+work that lasts longer than :data:`ACTIVITY_DELAY` (``Graph construction: 45,210
+vertices, 2.1 s``, ``Graph compilation: 1.3 s``, ``Engine.run(1): 12.0 s``), on a
+terminal only unless :data:`PROGRESS_ENV` says otherwise (:func:`activity`,
+:func:`watch_graph`). A script whose work is quick prints exactly what it prints.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import contextvars
 import io
 import os
 import sys
 import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import IO, Any
 
 __all__ = [
+    "Activity",
     "Progress",
+    "activity",
+    "activity_wanted",
     "add_progress_arguments",
     "advance",
     "current",
@@ -38,6 +52,7 @@ __all__ = [
     "phase",
     "progress_of",
     "progress_wanted",
+    "watch_graph",
 ]
 
 _CURRENT: contextvars.ContextVar[Progress | None] = contextvars.ContextVar(
@@ -255,3 +270,231 @@ def detail(text: str) -> None:
     reporter = _CURRENT.get()
     if reporter is not None:
         reporter.detail(text)
+
+
+# -- library work outside a command -------------------------------------------------
+#: Environment variable for library work outside a command (a user's own script):
+#: ``1`` shows its progress even when stderr is not a terminal, ``0`` never shows it;
+#: unset, it is shown when stderr is a terminal.
+PROGRESS_ENV = "IPUSIM_PROGRESS"
+#: Seconds a piece of library work runs before its line appears: quicker work prints
+#: nothing, so a short script's output is untouched.
+ACTIVITY_DELAY = 0.5
+#: Seconds without growth after which a watched graph's construction line is ended.
+IDLE_SECONDS = 1.5
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def activity_wanted(stream: IO[str] | None = None) -> bool:
+    """Whether library work outside a command shows progress: :data:`PROGRESS_ENV`
+    when set, else whether ``stream`` (default stderr) is a terminal."""
+    value = os.environ.get(PROGRESS_ENV, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    return progress_wanted(None, stream)
+
+
+class _StatusLine:
+    """One status line on a stream: redrawn in place on a terminal, written once when
+    shown and once when ended elsewhere (a log keeps two lines, not hundreds)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.terminal = progress_wanted(None, stream)
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        try:
+            if self.terminal:
+                self.stream.write(f"\r{text}\x1b[K")
+            elif not self.shown:
+                self.stream.write(text + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: progress is optional
+            return
+        self.shown = True
+
+    def finish(self, text: str) -> None:
+        if not self.shown:
+            return
+        try:
+            self.stream.write((f"\r{text}\x1b[K\n") if self.terminal else text + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+        self.shown = False
+
+
+class Activity:
+    """A line on stderr for one piece of library work (compiling a graph, running a
+    program) done outside a command's :class:`Progress`.
+
+    Nothing is printed unless the work lasts :data:`ACTIVITY_DELAY` seconds; then the
+    line shows the label, an optional status and the elapsed seconds, refreshed every
+    :data:`REFRESH_SECONDS`, and stays (with the final time) when the work ends.
+    Watched graphs (:func:`watch_graph`) stay quiet while an activity runs.
+
+    Parameters
+    ----------
+    label
+        What is being done (``"Graph compilation"``).
+    status
+        Called on each refresh for a short status (``"1,234 vertices"``), or None.
+    stream
+        Where to print (default stderr).
+    """
+
+    def __init__(
+        self, label: str, status: Callable[[], str] | None = None, stream: IO[str] | None = None
+    ) -> None:
+        self.label = label
+        self.status = status
+        self._line = _StatusLine(sys.stderr if stream is None else stream)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start = 0.0
+        #: the nested piece of work going on now (:func:`activity` inside this one)
+        self.stage = ""
+        self._token: contextvars.Token[Activity | None] | None = None
+
+    def __enter__(self) -> Activity:
+        global _ACTIVE
+        self._start = time.monotonic()
+        self._token = _ACTIVITY.set(self)
+        with _WATCH_LOCK:
+            _ACTIVE += 1
+            _WATCHER.quiet()
+        self._thread = threading.Thread(target=self._tick, name="ipusim-activity", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _ACTIVE
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.stage = ""
+        self._line.finish(self._text())
+        with _WATCH_LOCK:
+            _ACTIVE -= 1
+        if self._token is not None:
+            _ACTIVITY.reset(self._token)
+            self._token = None
+
+    def _text(self) -> str:
+        status = ""
+        if self.status is not None:
+            try:
+                status = f" {self.status()},"
+            except Exception:  # a status is decoration: never let it stop the work
+                status = ""
+        stage = f" {self.stage}," if self.stage else ""
+        return f"{self.label}:{stage}{status} {time.monotonic() - self._start:.1f} s"
+
+    def _tick(self) -> None:
+        if self._stop.wait(ACTIVITY_DELAY):
+            return
+        while True:
+            self._line.show(self._text())
+            if self._stop.wait(REFRESH_SECONDS):
+                return
+
+
+@contextlib.contextmanager
+def activity(label: str, status: Callable[[], str] | None = None) -> Iterator[None]:
+    """Show ``label`` while the ``with`` body runs, if it runs long (see
+    :class:`Activity`); inside a command's :class:`Progress`, or when
+    :func:`activity_wanted` says no, nothing is shown. Inside another activity, the
+    label is shown as that activity's current stage."""
+    outer = _ACTIVITY.get()
+    if outer is not None:
+        before, outer.stage = outer.stage, label
+        try:
+            yield
+        finally:
+            outer.stage = before
+        return
+    if _CURRENT.get() is not None or not activity_wanted():
+        yield
+        return
+    with Activity(label, status):
+        yield
+
+
+class _GraphWatcher:
+    """Shows the construction of watched graphs: a line appears once a graph has grown
+    for :data:`ACTIVITY_DELAY` seconds and ends when it stops growing (or a compile
+    starts). One daemon thread polls every watched graph; graphs are held weakly."""
+
+    def __init__(self) -> None:
+        self.graphs: weakref.WeakKeyDictionary[Any, Callable[[Any], int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.thread: threading.Thread | None = None
+        self.line: _StatusLine | None = None
+        self.last = 0
+        self.grew_at = 0.0
+        self.began = 0.0
+        #: when the graphs were last polled (growth seen now began after it)
+        self.polled = 0.0
+
+    def add(self, graph: Any, count: Callable[[Any], int]) -> None:
+        self.graphs[graph] = count
+        if self.thread is None:
+            self.polled = time.monotonic()
+            self.thread = threading.Thread(target=self._poll, name="ipusim-graph", daemon=True)
+            self.thread.start()
+
+    def quiet(self) -> None:
+        """End the current line (called with the lock held)."""
+        if self.line is not None:
+            self.line.finish(self._text(time.monotonic()))
+            self.line = None
+
+    def _text(self, now: float) -> str:
+        return f"Graph construction: {self.last:,} vertices, {now - self.began:.1f} s"
+
+    def _poll(self) -> None:
+        while True:
+            time.sleep(REFRESH_SECONDS)
+            with _WATCH_LOCK:
+                total = sum(count(g) for g, count in list(self.graphs.items()))
+                now = time.monotonic()
+                if total > self.last:
+                    if now - self.grew_at > IDLE_SECONDS:
+                        self.began = self.polled  # growth after a pause: a new construction
+                    self.grew_at = now
+                self.last = total
+                self.polled = now
+                if _ACTIVE:
+                    continue
+                if now - self.grew_at > IDLE_SECONDS:
+                    self.quiet()
+                elif now - self.began >= ACTIVITY_DELAY:
+                    if self.line is None:
+                        self.line = _StatusLine(sys.stderr)
+                    self.line.show(self._text(now))
+
+
+_ACTIVITY: contextvars.ContextVar[Activity | None] = contextvars.ContextVar(
+    "ipusim_activity", default=None
+)
+_WATCH_LOCK = threading.Lock()
+_WATCHER = _GraphWatcher()
+#: Activities running now (a graph's construction line stays quiet while any does).
+_ACTIVE = 0
+
+
+def watch_graph(graph: Any, count: Callable[[Any], int]) -> None:
+    """Show the construction of ``graph`` when it takes long (``count(graph)`` is its
+    size in vertices); nothing when :func:`activity_wanted` says no. For library
+    graphs built by user code, which has no phases to name."""
+    if not activity_wanted():
+        return
+    with _WATCH_LOCK:
+        _WATCHER.add(graph, count)

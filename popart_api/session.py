@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ipusim import progress
 from popart_api import autodiff, ops
 from popart_api.builder import (
     MEMORY_PROPORTION_ATTRIBUTE,
@@ -280,6 +281,11 @@ class _Session(SessionIO):
             that does not fit the tiles' memory keeps its memory report
             (``getGraphReport``).
         """
+        with progress.activity(f"{self._kind}.prepareDevice"):
+            self._prepare_device(loadEngine)
+
+    def _prepare_device(self, loadEngine: bool) -> None:
+        """The body of :meth:`prepareDevice`."""
         _configure_logging()
         started = time.perf_counter()
         logger.info(

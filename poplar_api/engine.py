@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ipusim import ir
+from ipusim import ir, progress
 from ipusim.errors import IpusimError, SimulationTimeout
 from ipusim.machine import Machine
 from ipusim.timing import TimingModel
@@ -310,7 +310,8 @@ class Engine:
             The run passed ``debug.maxCycles``.
         """
         try:
-            self._run_program(index, debugName)
+            with progress.activity(f"Engine.run({index})"):
+                self._run_program(index, debugName)
         finally:
             self._host.end_run()
 

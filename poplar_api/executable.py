@@ -39,6 +39,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from ipusim import progress
 from ipusim.config import MachineConfig
 from ipusim.timing import TimingModel
 from poplar_api import lowering
@@ -143,7 +144,8 @@ def compile_programs(
     replicas = replication_factor(state)
     host = HostStreams(prefetch_option(options), replicas)
     model = timing_for(timing, state.target.config)
-    return lowering.compile(state, programs, host, options, model, replicas)
+    with progress.activity("Graph compilation"):
+        return lowering.compile(state, programs, host, options, model, replicas)
 
 
 def compileGraph(

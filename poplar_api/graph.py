@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ipusim import progress
 from poplar_api.device import Device, Target
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph_bulk import (
@@ -117,6 +118,7 @@ class Graph(VertexMethods, BulkGraphMethods):
         self._top: Graph | None = None
         #: this graph is the non-replicated parent of a replicated graph
         self._wide = False
+        progress.watch_graph(self._state, _num_vertices)
 
     @classmethod
     def _from_state(cls, state: _GraphState) -> Graph:
@@ -724,6 +726,11 @@ class Graph(VertexMethods, BulkGraphMethods):
             f"Graph({self._num_tiles} tiles from {first}, {len(st.variables)} variables, "
             f"{len(st.compute_sets)} compute sets, {len(st.vertices)} vertices)"
         )
+
+
+def _num_vertices(state: _GraphState) -> int:
+    """Vertices of a graph state (what its construction line counts)."""
+    return len(state.vertices)
 
 
 def variable_count(graph: Graph) -> int:
