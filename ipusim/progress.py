@@ -432,21 +432,26 @@ class _GraphWatcher:
     starts). One daemon thread polls every watched graph; graphs are held weakly."""
 
     def __init__(self) -> None:
-        self.graphs: weakref.WeakKeyDictionary[Any, Callable[[Any], int]] = (
+        self.graphs: weakref.WeakKeyDictionary[Any, Callable[[Any], tuple[int, int]]] = (
             weakref.WeakKeyDictionary()
         )
         self.thread: threading.Thread | None = None
         self.line: _StatusLine | None = None
         self.last = 0
+        #: vertices of the watched graphs at the last poll
+        self.vertices = 0
         self.grew_at = 0.0
         self.began = 0.0
         #: when the graphs were last polled (growth seen now began after it)
         self.polled = 0.0
 
-    def add(self, graph: Any, count: Callable[[Any], int]) -> None:
+    def add(self, graph: Any, count: Callable[[Any], tuple[int, int]]) -> None:
         self.graphs[graph] = count
+        now = time.monotonic()
+        if now - self.grew_at > IDLE_SECONDS:
+            self.began = now  # a new graph: its construction starts now
+        self.grew_at = self.polled = now
         if self.thread is None:
-            self.polled = time.monotonic()
             self.thread = threading.Thread(target=self._poll, name="ipusim-graph", daemon=True)
             self.thread.start()
 
@@ -457,13 +462,15 @@ class _GraphWatcher:
             self.line = None
 
     def _text(self, now: float) -> str:
-        return f"Graph construction: {self.last:,} vertices, {now - self.began:.1f} s"
+        return f"Graph construction: {self.vertices:,} vertices, {now - self.began:.1f} s"
 
     def _poll(self) -> None:
         while True:
             time.sleep(REFRESH_SECONDS)
             with _WATCH_LOCK:
-                total = sum(count(g) for g, count in list(self.graphs.items()))
+                sizes = [count(g) for g, count in list(self.graphs.items())]
+                self.vertices = sum(v for v, _ in sizes)
+                total = sum(t for _, t in sizes)
                 now = time.monotonic()
                 if total > self.last:
                     if now - self.grew_at > IDLE_SECONDS:
@@ -490,9 +497,10 @@ _WATCHER = _GraphWatcher()
 _ACTIVE = 0
 
 
-def watch_graph(graph: Any, count: Callable[[Any], int]) -> None:
-    """Show the construction of ``graph`` when it takes long (``count(graph)`` is its
-    size in vertices); nothing when :func:`activity_wanted` says no. For library
+def watch_graph(graph: Any, count: Callable[[Any], tuple[int, int]]) -> None:
+    """Show the construction of ``graph`` when it takes long; ``count(graph)`` gives its
+    vertices (shown) and a size that grows with any addition (variables, compute sets:
+    growth keeps the line open). Nothing when :func:`activity_wanted` says no. For
     graphs built by user code, which has no phases to name."""
     if not activity_wanted():
         return

@@ -728,9 +728,11 @@ class Graph(VertexMethods, BulkGraphMethods):
         )
 
 
-def _num_vertices(state: _GraphState) -> int:
-    """Vertices of a graph state (what its construction line counts)."""
-    return len(state.vertices)
+def _num_vertices(state: _GraphState) -> tuple[int, int]:
+    """Vertices of a graph state (what its construction line shows) and its size in
+    vertices, variables and compute sets (any growth shows construction going on)."""
+    vertices = len(state.vertices)
+    return vertices, vertices + len(state.variables) + len(state.compute_sets)
 
 
 def variable_count(graph: Graph) -> int:
