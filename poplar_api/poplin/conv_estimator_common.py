@@ -55,6 +55,9 @@ def _at_least(name: str, value: int, lo: int) -> None:
 
 
 def _counts(name: str, counts: Sequence[int]) -> list[int]:
+    if type(counts) is list and all(type(n) is int for n in counts):  # planner's lists
+        if not counts or min(counts) >= 0:
+            return list(counts)
     out = []
     for i, n in enumerate(counts):
         if int(n) != n or n < 0:
