@@ -469,6 +469,10 @@ class _GraphWatcher:
             time.sleep(REFRESH_SECONDS)
             with _WATCH_LOCK:
                 sizes = [count(g) for g, count in list(self.graphs.items())]
+                if not sizes:  # every watched graph is gone
+                    self.quiet()
+                    self.last = 0
+                    continue
                 self.vertices = sum(v for v, _ in sizes)
                 total = sum(t for _, t in sizes)
                 now = time.monotonic()
