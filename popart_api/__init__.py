@@ -7,7 +7,14 @@ supported is listed in docs/popart.md.
 """
 
 # The op modules register their lowerings and gradients when imported.
-from popart_api import grads, ops_loss, ops_math, ops_nn, ops_tensor  # noqa: F401
+from popart_api import (  # noqa: F401
+    grads,
+    ops_activation,
+    ops_loss,
+    ops_math,
+    ops_nn,
+    ops_tensor,
+)
 from popart_api.autodiff import reservedGradientPrefix
 from popart_api.builder import Builder, TensorInfo
 from popart_api.dataflow import AnchorReturnType, DataFlow, InputShapeInfo, PyStepIO, PyWeightsIO

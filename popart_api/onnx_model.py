@@ -11,17 +11,55 @@ import onnx
 from onnx import helper, numpy_helper
 
 from popart_api.errors import popart_exception
-from poplar_api import BOOL, FLOAT, HALF, INT
+from poplar_api import (
+    BOOL,
+    CHAR,
+    FLOAT,
+    HALF,
+    INT,
+    SHORT,
+    UNSIGNED_CHAR,
+    UNSIGNED_INT,
+    UNSIGNED_SHORT,
+)
 
-#: ONNX element type -> (device type, host numpy dtype).
+#: ONNX element type -> (device type, host numpy dtype) of model inputs and weights.
+#: INT64 is held as INT32, as PopART does by default (the IPU has no 64-bit
+#: integers): int64 host arrays are cast on the way in, anchors come back as int32.
 ONNX_TYPES = {
     onnx.TensorProto.FLOAT: (FLOAT, np.float32),
     onnx.TensorProto.FLOAT16: (HALF, np.float16),
     onnx.TensorProto.INT32: (INT, np.int32),
+    onnx.TensorProto.INT64: (INT, np.int32),
     onnx.TensorProto.BOOL: (BOOL, np.bool_),
+    onnx.TensorProto.INT8: (CHAR, np.int8),
+    onnx.TensorProto.UINT8: (UNSIGNED_CHAR, np.uint8),
+    onnx.TensorProto.INT16: (SHORT, np.int16),
+    onnx.TensorProto.UINT16: (UNSIGNED_SHORT, np.uint16),
+    onnx.TensorProto.UINT32: (UNSIGNED_INT, np.uint32),
 }
+#: Initializer types held as device variables (weights); other initializers (INT64
+#: shapes, axes, 8/16-bit tables) are values known when the graph is built.
+WEIGHT_TYPES = frozenset(
+    {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.BOOL,
+    }
+)
 #: Device type -> host numpy dtype of its arrays.
-HOST_DTYPES = {FLOAT: np.float32, HALF: np.float16, INT: np.int32, BOOL: np.bool_}
+HOST_DTYPES = {
+    FLOAT: np.float32,
+    HALF: np.float16,
+    INT: np.int32,
+    BOOL: np.bool_,
+    CHAR: np.int8,
+    UNSIGNED_CHAR: np.uint8,
+    SHORT: np.int16,
+    UNSIGNED_SHORT: np.uint16,
+    UNSIGNED_INT: np.uint32,
+}
 
 
 def load_model(fnModel: Any, what: str) -> onnx.ModelProto:
@@ -64,4 +102,4 @@ def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return attrs
 
 
-__all__ = ["HOST_DTYPES", "ONNX_TYPES", "load_model", "node_attrs"]
+__all__ = ["HOST_DTYPES", "ONNX_TYPES", "WEIGHT_TYPES", "load_model", "node_attrs"]

@@ -18,6 +18,13 @@ Where the data comes from: ``--data-dir``, else ``$IPUSIM_ONNX_NODE_DATA``, else
 package's own test-case generators in ``onnx.backend.test.case.node``, with
 ``numpy.random.seed(0)``).
 
+Operands PopART needs known when it builds its graph (:data:`CONST_OPERANDS`: a
+Reshape's shape, a reduction's axes, Clip's bounds, ...) that a test feeds from a graph
+input become ``Constant`` nodes holding the data set's values (one session per data set),
+as a PopART user writes such a model. The pass rate is measured on the tests *in
+PopART's scope* (:func:`in_popart_scope`: every op one PopART supports, every input
+and output a tensor of a type the IPU takes).
+
 Tolerance: float outputs must satisfy ``numpy.testing.assert_allclose(actual,
 expected, rtol=1e-3, atol=1e-5)``. ONNX's own backend runner uses ``rtol=1e-3,
 atol=1e-7``; ``atol`` is looser here to allow for float32 results computed in another
@@ -51,6 +58,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -66,14 +74,69 @@ DATA_ENV = "IPUSIM_ONNX_NODE_DATA"
 #: Default file of the recorded counts (``--record``).
 COUNTS_FILE = Path(__file__).resolve().parent.parent / "tests" / "data" / "onnx_backend_counts.json"
 
-#: Element types of model inputs the session takes.
+#: Element types of model inputs the session takes (INT64 as INT32, as PopART does).
 INPUT_TYPES = frozenset(
-    {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32, TensorProto.BOOL}
+    {
+        TensorProto.FLOAT,
+        TensorProto.FLOAT16,
+        TensorProto.INT32,
+        TensorProto.INT64,
+        TensorProto.BOOL,
+        TensorProto.INT8,
+        TensorProto.UINT8,
+        TensorProto.INT16,
+        TensorProto.UINT16,
+        TensorProto.UINT32,
+    }
 )
 #: Element types of model outputs compared (int64 by value against the device's int32).
-OUTPUT_TYPES = INPUT_TYPES | {TensorProto.INT64}
+OUTPUT_TYPES = INPUT_TYPES
+#: The ``ai.onnx`` op types PopART supports: those its op registry creates
+#: (``OpCreator``s in graphcore/popart ``willow/src/op``), those its ONNX-to-ONNX
+#: pass rewrites into others before building its IR (``onnxpasses/nodepatterns``:
+#: Tan, Asinh, Acosh, Atanh, Acos, Mod, DepthToSpace, SpaceToDepth, Gemm) and those it
+#: folds as constant expressions (``ces``: Constant, ConstantOfShape, Shape). 117 types.
+POPART_OPS = frozenset(
+    """Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool
+    BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv ConvTranspose Cos
+    Cosh CumSum DepthToSpace Div Dropout Elu Equal Erf Exp Expand Flatten Floor GRU Gather
+    Gemm GlobalAveragePool GlobalMaxPool Greater HardSigmoid Identity If
+    InstanceNormalization IsInf IsNaN LRN LSTM LeakyRelu Less Log LogSoftmax Loop MatMul Max
+    MaxPool Mean Min Mod Mul Neg Not OneHot Or PRelu Pad Pow RNN RandomNormal
+    RandomNormalLike RandomUniform RandomUniformLike Reciprocal ReduceL1 ReduceL2
+    ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
+    ReduceSumSquare Relu Reshape Resize RoiAlign Round Scan Scatter ScatterElements Selu
+    Shape Shrink Sigmoid Sign Sin Sinh Slice Softmax Softplus Softsign SpaceToDepth Split
+    Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu Tile TopK Transpose Unsqueeze Upsample
+    Where""".split()  # noqa: SIM905
+)
 
 STATUSES = ("pass", "fail", "error", "unsupported", "too_large")
+
+_REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"]
+_REDUCE_OPS += ["ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"]
+#: Op type -> positions of the operands PopART needs known when it builds its graph
+#: (shapes, axes, pads, repeats, k, ratios, Clip's bounds). A test feeding one of
+#: them from a graph input gets it as a ``Constant`` node, as a PopART user would write it.
+CONST_OPERANDS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Slice": (1, 2, 3, 4),
+    "Squeeze": (1,),
+    "Unsqueeze": (1,),
+    "Tile": (1,),
+    "Pad": (1, 2, 3),
+    "Split": (1,),
+    "TopK": (1,),
+    "OneHot": (1, 2),
+    "ConstantOfShape": (0,),
+    "Resize": (1, 2, 3),
+    "Upsample": (1,),
+    "CumSum": (1,),
+    "Clip": (1, 2),
+    "Dropout": (1, 2),
+    **{op: (1,) for op in _REDUCE_OPS},
+}
 
 
 class OnnxDataMissing(FileNotFoundError):
@@ -101,6 +164,8 @@ class Result:
         For a value ``fail``: the largest absolute difference.
     seconds
         Wall time of the run.
+    in_scope
+        Whether the test is in PopART's scope (see :func:`in_popart_scope`).
     """
 
     name: str
@@ -110,6 +175,7 @@ class Result:
     kind: str = ""
     max_diff: float | None = None
     seconds: float = 0.0
+    in_scope: bool = False
 
 
 @dataclass
@@ -378,6 +444,27 @@ def unsupported_reason(model: onnx.ModelProto) -> str | None:
     return None
 
 
+def in_popart_scope(model: onnx.ModelProto) -> bool:
+    """Whether every node of ``model`` is an ``ai.onnx`` op PopART supports
+    (:data:`POPART_OPS`) and every graph input and output is a tensor of a type the
+    IPU takes (:data:`INPUT_TYPES`): the tests the pass rate is measured on."""
+    for node in _walk_nodes(model.graph):
+        if _domain(node.domain) != "ai.onnx" or node.op_type not in POPART_OPS:
+            return False
+    for vi in [*model.graph.input, *model.graph.output]:
+        if vi.type.WhichOneof("value") != "tensor_type":
+            return False
+        if vi.type.tensor_type.elem_type not in INPUT_TYPES:
+            return False
+    return True
+
+
+def scope_rate(results: Iterable[Result]) -> tuple[int, int]:
+    """``(passed, total)`` of the in-scope results."""
+    scoped = [r for r in results if r.in_scope]
+    return sum(r.status == "pass" for r in scoped), len(scoped)
+
+
 def _data_sets(path: Path) -> list[Path]:
     sets = [p for p in path.glob("test_data_set_*") if p.is_dir()]
     return sorted(sets, key=lambda p: int(p.name.rsplit("_", 1)[1]))
@@ -480,12 +567,22 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> tuple[str, f
     return f"output '{name}': expected dtype {expected.dtype} is not compared", None
 
 
-def _run_model(path: Path, model: onnx.ModelProto, op: str) -> Result:
+def constant_inputs(model: onnx.ModelProto) -> set[str]:
+    """Graph inputs of ``model`` that feed an operand PopART needs known when it builds
+    its graph (:data:`CONST_OPERANDS`): the harness makes them ``Constant`` nodes."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {v.name for v in model.graph.input if v.name not in inits}
+    out: set[str] = set()
+    for node in model.graph.node:
+        for i in CONST_OPERANDS.get(node.op_type, ()):
+            if i < len(node.input) and node.input[i] in inputs:
+                out.add(node.input[i])
+    return out
+
+
+def _session(model: onnx.ModelProto, output_names: list[str]) -> Any:
     import popart_api as popart
 
-    inits = {t.name for t in model.graph.initializer}
-    input_names = [v.name for v in model.graph.input if v.name not in inits]
-    output_names = [v.name for v in model.graph.output]
     flow = popart.DataFlow(1, {o: popart.AnchorReturnType("ALL") for o in output_names})
     device = popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 8})
     session = popart.InferenceSession(
@@ -493,12 +590,45 @@ def _run_model(path: Path, model: onnx.ModelProto, op: str) -> Result:
     )
     session.prepareDevice()
     session.weightsFromHost()
+    return session
+
+
+def _with_constants(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` with the graph inputs ``values`` made ``Constant`` nodes."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [v for v in out.graph.input if v.name not in values]
+    del out.graph.input[:]
+    out.graph.input.extend(kept)
+    consts = [
+        onnx.helper.make_node(
+            "Constant", [], [n], name=f"{n}/constant", value=numpy_helper.from_array(a, n)
+        )
+        for n, a in values.items()
+    ]
+    nodes = [*consts, *out.graph.node]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def _run_model(path: Path, model: onnx.ModelProto, op: str) -> Result:
+    import popart_api as popart
+
+    inits = {t.name for t in model.graph.initializer}
+    input_names = [v.name for v in model.graph.input if v.name not in inits]
+    output_names = [v.name for v in model.graph.output]
+    folded = constant_inputs(model)
+    session = None if folded else _session(model, output_names)
     for ddir in _data_sets(path):
         in_files = _numbered(ddir, "input")
         feeds = {
             n: numpy_helper.to_array(onnx.load_tensor(str(f)))
             for n, f in zip(input_names, in_files, strict=False)
         }
+        if folded:  # one session per data set, its constant operands as Constant nodes
+            consts = {n: feeds.pop(n) for n in folded if n in feeds}
+            session = _session(_with_constants(model, consts), output_names)
         anchors = session.initAnchorArrays()
         session.run(popart.PyStepIO(feeds, anchors))
         for oname, f in zip(output_names, _numbered(ddir, "output"), strict=False):
@@ -518,11 +648,14 @@ def run_test(path: str | os.PathLike) -> Result:
     path = Path(path)
     start = time.perf_counter()
     op = "(unknown)"
+    scoped = False
     try:
+        model = onnx.load(str(path / "model.onnx"), load_external_data=False)
+        scoped = in_popart_scope(model)
         skipped = classify(path)
         if skipped is not None:
+            skipped.in_scope = scoped
             return skipped
-        model = onnx.load(str(path / "model.onnx"), load_external_data=False)
         op = primary_op(path.name, model, path.parent)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
@@ -534,6 +667,7 @@ def run_test(path: str | os.PathLike) -> Result:
         reason = f"{_first_line(exc)} (at {Path(where.filename).name}:{where.lineno})"
         result = Result(path.name, op, "error", reason, kind="crash")
     result.seconds = time.perf_counter() - start
+    result.in_scope = scoped
     return result
 
 
@@ -561,6 +695,16 @@ def counts_line(summary: Summary) -> str:
     return (
         f"{sum(t.values())} tests: {t['pass']} passed, {t['fail']} failed, {t['error']} "
         f"errors, {t['unsupported']} unsupported, {t['too_large']} too large"
+    )
+
+
+def scope_line(results: Iterable[Result]) -> str:
+    """``in PopART's scope: P/N pass (x %)`` (see :func:`in_popart_scope`)."""
+    passed, total = scope_rate(results)
+    rate = 100.0 * passed / total if total else 0.0
+    return (
+        f"in PopART's scope (ops PopART supports, types the IPU takes): {passed}/{total} "
+        f"pass ({rate:.1f} %)"
     )
 
 
@@ -610,6 +754,7 @@ def record_counts(
         "rtol": RTOL,
         "atol": ATOL,
         "counts": {s: summary.total[s] for s in STATUSES},
+        "popart_scope": dict(zip(("pass", "total"), scope_rate(results), strict=True)),
         "passed_tests": sorted(r.name for r in results if r.status == "pass"),
     }
     out = Path(path)
@@ -677,6 +822,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{r.status:<11} {r.name} {r.reason}")
     print(f"data: {data_dir} ({data_source(data_dir)}, onnx {onnx.__version__})")
     print(f"{counts_line(summarize(results))} in {elapsed:.1f} s")
+    print(scope_line(results))
     crashes = [r for r in results if r.status == "error" and r.kind == "crash"]
     if crashes:
         print(f"{len(crashes)} of the errors are crashes (not a popart_exception)")

@@ -26,7 +26,22 @@ from typing import Any
 import numpy as np
 
 from popart_api.errors import popart_exception
-from poplar_api import BOOL, FLOAT, HALF, INT, Graph, Tensor, poplin, popnn, popops
+from poplar_api import (
+    BOOL,
+    CHAR,
+    FLOAT,
+    HALF,
+    INT,
+    SHORT,
+    UNSIGNED_CHAR,
+    UNSIGNED_INT,
+    UNSIGNED_SHORT,
+    Graph,
+    Tensor,
+    poplin,
+    popnn,
+    popops,
+)
 from poplar_api.popnn import NonLinearityType
 from poplar_api.poputil import mapTensorLinearly
 
@@ -42,6 +57,11 @@ _NP_TO_POPLAR = {
     np.dtype(np.int32): INT,
     np.dtype(np.int64): INT,
     np.dtype(np.bool_): BOOL,
+    np.dtype(np.int8): CHAR,
+    np.dtype(np.uint8): UNSIGNED_CHAR,
+    np.dtype(np.int16): SHORT,
+    np.dtype(np.uint16): UNSIGNED_SHORT,
+    np.dtype(np.uint32): UNSIGNED_INT,
 }
 
 
@@ -161,7 +181,7 @@ def tensor(graph: Graph, value: Value, name: str, like: Tensor | None = None) ->
         if typ is None:
             raise popart_exception(
                 f"{name}: constant of dtype {arr.dtype} has no device type; supported: "
-                "float32, float16, int32, int64 (as int32), bool"
+                "float32, float16, int32, int64 (as int32), bool, 8/16-bit integers, uint32"
             )
     t = graph.addConstant(typ, list(arr.shape), arr.reshape(-1), f"{name}/const")
     mapTensorLinearly(graph, t)

@@ -102,6 +102,42 @@ _REDUCE_OPS = {
 }
 
 
+#: The value of a reduction over no element (ONNX: the operation's identity).
+_EMPTY_VALUE = {
+    "ReduceSum": 0.0,
+    "ReduceMean": float("nan"),
+    "ReduceMax": -np.inf,
+    "ReduceMin": np.inf,
+    "ReduceSumSquare": 0.0,
+    "ReduceProd": 1.0,
+    "ReduceL1": 0.0,
+    "ReduceL2": 0.0,
+    "ReduceLogSum": -np.inf,
+    "ReduceLogSumExp": -np.inf,
+}
+
+
+def empty_reduction(
+    graph: Graph, x: Tensor, axes: list[int], keep: int, op: str, prog: Any, name: str
+) -> Tensor:
+    """Reduction ``op`` of an input with no element over ``axes``: the identity of the
+    operation (``-inf`` for a max, the type's lowest value for integers), filled by
+    ``popops.fill``."""
+    shape = [1 if d in axes else n for d, n in enumerate(x.shape()) if keep or d not in axes]
+    out = graph.addVariable(x.elementType(), shape, f"{name}/empty")
+    mapTensorLinearly(graph, out)
+    value = _EMPTY_VALUE[op]
+    typ = x.elementType()
+    if typ == BOOL:
+        value = bool(value > 0)
+    elif typ not in (FLOAT, HALF):
+        info = np.iinfo(typ.numpy)
+        value = info.min if value == -np.inf else info.max if value == np.inf else int(value)
+    if out.numElements():
+        popops.fill(graph, out, value, prog, f"{name}/fill")
+    return out
+
+
 def _reduce(op: str, axes_input_since: int) -> Callable:
     def lower(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
         opset = context().opset or axes_input_since
@@ -113,6 +149,8 @@ def _reduce(op: str, axes_input_since: int) -> Callable:
             return [x if not isinstance(x, Tensor) else popops.add(graph, x, 0, prog, name), None]
         if not isinstance(x, Tensor):
             return [_NUMPY_REDUCE[op](np.asarray(x), axis=tuple(axes), keepdims=bool(keep)), axes]
+        if axes and x.numElements() == 0:
+            return [empty_reduction(graph, x, axes, keep, op, prog, name), axes]
         if not axes or x.numElements() == 0:
             return [popops.add(graph, x, 0, prog, name), axes]
         out = popops.reduce(graph, x, axes, _REDUCE_OPS[op], prog, name)

@@ -40,7 +40,7 @@ from popart_api.dataflow import (
 )
 from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
-from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, load_model, node_attrs
+from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model, node_attrs
 from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
 from popart_api.pipeline import place_nodes
@@ -326,7 +326,7 @@ class _Session(SessionIO):
         self.lowered.value_ipu = {}
         for init in self.model.graph.initializer:
             arr = numpy_helper.to_array(init)
-            if init.data_type in ONNX_TYPES:
+            if init.data_type in WEIGHT_TYPES:
                 typ = ONNX_TYPES[init.data_type][0]
                 ipu = first_ipu.get(init.name, 0)
                 var = self.lowered.graphs[ipu].addVariable(typ, list(arr.shape), init.name)
@@ -349,8 +349,9 @@ class _Session(SessionIO):
             if etype not in ONNX_TYPES:
                 raise popart_exception(
                     f"{self._kind}: input '{tid}' has type "
-                    f"{onnx.TensorProto.DataType.Name(etype)}; supported input types: FLOAT, "
-                    "FLOAT16, INT32, BOOL"
+                    f"{onnx.TensorProto.DataType.Name(etype)}; supported input types: "
+                    f"{', '.join(onnx.TensorProto.DataType.Name(t) for t in ONNX_TYPES)} "
+                    "(INT64 held as INT32)"
                 )
             typ = ONNX_TYPES[etype][0]
             ipu = first_ipu.get(tid, 0)
@@ -363,9 +364,8 @@ class _Session(SessionIO):
                 self._synthetic[tid] = HostInput(tid, typ, shape)
                 continue
             stream = graph.addHostToDeviceFIFO(f"input:{tid}", typ, max(var.numElements(), 1))
-            self.lowered.input_progs[tid] = pprog.Sequence(
-                pprog.Copy(stream, var), debugContext=f"input/{tid}"
-            )
+            copies = [pprog.Copy(stream, var)] if var.numElements() else []
+            self.lowered.input_progs[tid] = pprog.Sequence(*copies, debugContext=f"input/{tid}")
             self._inputs[tid] = HostInput(tid, typ, shape)
         self._values = values
         self._copies: dict[tuple[str, int], Any] = {}

@@ -104,6 +104,9 @@ class SessionIO:
             stream = graph.addDeviceToHostFIFO(
                 f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
             )
+            if t.numElements() == 0:  # nothing to copy: the host array stays empty
+                self.add_anchor(aid, art, t)
+                continue
             if art.id() == "ALL":
                 micro.add(pprog.Copy(t, stream))
             elif art.id() == "FINAL":
@@ -310,7 +313,9 @@ class SessionIO:
                     f"{what}: anchor '{aid}' needs an array of shape {want}, got {got}; hint: "
                     "session.initAnchorArrays()"
                 )
-            a.out, a.index = out.reshape([-1, *a.tensor.shape()]), 0
+            # an empty anchor is never streamed (its array stays as it is)
+            empty = a.tensor.numElements() == 0
+            a.out, a.index = (out if empty else out.reshape([-1, *a.tensor.shape()])), 0
         try:
             engine.run(0, debugName)
         except PoplarError as exc:

@@ -1,0 +1,116 @@
+"""popart_api's input types and empty tensors: INT64 inputs held as INT32 (PopART's
+default), 8/16-bit integer inputs, zero-element inputs and outputs, and a clear error
+for a type the IPU does not take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import popart_api as popart
+
+
+def _run(nodes, inputs, outputs, feeds, opset=13):
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    names = [o.name for o in outputs]
+    flow = popart.DataFlow(1, {n: popart.AnchorReturnType("ALL") for n in names})
+    device = popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4})
+    s = popart.InferenceSession(fnModel=model.SerializeToString(), dataFlow=flow, deviceInfo=device)
+    s.prepareDevice()
+    s.weightsFromHost()
+    anchors = s.initAnchorArrays()
+    s.run(popart.PyStepIO(feeds, anchors))
+    return anchors
+
+
+def _vi(name, typ, shape):
+    return helper.make_tensor_value_info(name, typ, shape)
+
+
+def test_int64_inputs_are_held_as_int32() -> None:
+    a = np.array([[3, -4, 2**20], [7, 0, -9]], np.int64)
+    b = np.array([[1, 2, 3], [4, 5, 6]], np.int64)
+    anchors = _run(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        [_vi("a", TensorProto.INT64, [2, 3]), _vi("b", TensorProto.INT64, [2, 3])],
+        [_vi("y", TensorProto.INT64, [2, 3])],
+        {"a": a, "b": b},
+    )
+    assert anchors["y"].dtype == np.int32
+    np.testing.assert_array_equal(anchors["y"], a + b)
+
+
+def test_int64_indices_gather() -> None:
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    idx = np.array([3, 0, 2], np.int64)
+    anchors = _run(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+        [_vi("x", TensorProto.FLOAT, [4, 3]), _vi("i", TensorProto.INT64, [3])],
+        [_vi("y", TensorProto.FLOAT, [3, 3])],
+        {"x": x, "i": idx},
+    )
+    np.testing.assert_array_equal(anchors["y"], x[[3, 0, 2]])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16])
+def test_small_integer_inputs_round_trip(dtype) -> None:
+    typ = {np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8}.get(dtype) or (
+        TensorProto.INT16 if dtype is np.int16 else TensorProto.UINT16
+    )
+    x = np.array([[1, 2, 100], [0, 7, 3]], dtype)
+    anchors = _run(
+        [helper.make_node("Transpose", ["x"], ["y"])],
+        [_vi("x", typ, [2, 3])],
+        [_vi("y", typ, [3, 2])],
+        {"x": x},
+    )
+    assert anchors["y"].dtype == dtype
+    np.testing.assert_array_equal(anchors["y"], x.T)
+
+
+def test_small_integer_arithmetic_is_refused_clearly() -> None:
+    x = np.array([1, 2], np.int8)
+    with pytest.raises(popart.popart_exception, match=r"Add.*char"):
+        _run(
+            [helper.make_node("Add", ["x", "x"], ["y"])],
+            [_vi("x", TensorProto.INT8, [2])],
+            [_vi("y", TensorProto.INT8, [2])],
+            {"x": x},
+        )
+
+
+def test_zero_element_tensors() -> None:
+    x = np.zeros([0, 3], np.float32)
+    graph_nodes = [
+        helper.make_node(
+            "Constant", [], ["axes"], value=helper.make_tensor("axes", TensorProto.INT64, [1], [0])
+        ),
+        helper.make_node("Relu", ["x"], ["y"]),
+        helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=1),
+        helper.make_node("ReduceMax", ["x"], ["m"], axes=[0], keepdims=0),
+    ]
+    anchors = _run(
+        graph_nodes,
+        [_vi("x", TensorProto.FLOAT, [0, 3])],
+        [
+            _vi("y", TensorProto.FLOAT, [0, 3]),
+            _vi("s", TensorProto.FLOAT, [1, 3]),
+            _vi("m", TensorProto.FLOAT, [3]),
+        ],
+        {"x": x},
+    )
+    assert anchors["y"].shape == (0, 3)
+    np.testing.assert_array_equal(anchors["s"], np.sum(x, axis=0, keepdims=True))
+    np.testing.assert_array_equal(anchors["m"], np.full(3, -np.inf, np.float32))
+
+
+def test_a_type_the_ipu_does_not_take_is_named() -> None:
+    with pytest.raises(popart.popart_exception, match="input 'x' has type DOUBLE"):
+        _run(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [_vi("x", TensorProto.DOUBLE, [2])],
+            [_vi("y", TensorProto.DOUBLE, [2])],
+            {"x": np.zeros(2)},
+        )
