@@ -55,15 +55,21 @@ def _at_least(name: str, value: int, lo: int) -> None:
 
 
 def _counts(name: str, counts: Sequence[int]) -> list[int]:
-    if type(counts) is list and all(type(n) is int for n in counts):  # planner's lists
-        if not counts or min(counts) >= 0:
-            return list(counts)
+    plain = type(counts) is list and all(type(n) is int for n in counts)
+    if plain and (not counts or min(counts) >= 0):  # the planner's lists
+        return list(counts)
     out = []
     for i, n in enumerate(counts):
         if int(n) != n or n < 0:
             raise ValueError(f"{name}[{i}]={n}: counts must be integers >= 0")
         out.append(int(n))
     return out
+
+
+class CountLists(list):
+    """``partitions[context][k]``: lists of entry counts already known to be valid
+    (non-negative ints), as the planner's tile geometry makes them; the estimators
+    check their shape but not each entry again (tens of thousands per plan)."""
 
 
 def _partitions_3d(
@@ -80,6 +86,7 @@ def _partitions_3d(
             f"num_worker_contexts={num_worker_contexts}"
         )
     out = []
+    trusted = isinstance(partitions, CountLists)
     for c, per_k in enumerate(partitions):
         if isinstance(per_k, numbers.Number) or len(per_k) != kernel_size:
             got = "a number" if isinstance(per_k, numbers.Number) else f"{len(per_k)} lists"
@@ -87,6 +94,9 @@ def _partitions_3d(
                 f"{name}[{c}] has {got}; required one list of entry counts per kernel "
                 f"position ({kernel_size})"
             )
+        if trusted:
+            out.append(per_k)
+            continue
         rows = []
         for k, entries in enumerate(per_k):
             if isinstance(entries, numbers.Number):

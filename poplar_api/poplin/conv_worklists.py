@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from poplar_api.poplin.conv_estimator_common import CountLists
+
 __all__ = ["TileGeometry", "tile_geometry"]
 
 
@@ -169,10 +171,10 @@ def tile_geometry(
         [flat[3 * bounds[k * nw + w] : 3 * bounds[k * nw + w + 1]] for w in range(nw)]
         for k in range(live.size)
     ]
-    partitions = [
+    partitions = CountLists(
         [nums[bounds[k * nw + w] : bounds[k * nw + w + 1]] for k in range(live.size)]
         for w in range(nw)
-    ]
+    )
     return TileGeometry(
         window=window,
         out_shape=out_shape,
