@@ -194,11 +194,12 @@ class CalibrationResult:
         """Write :meth:`overlay_text` to ``path``; return the path.
 
         ``extends`` is written as given (a preset name, or a path: made absolute so the
-        overlay loads from any directory).
+        overlay loads from any directory). The file appears only once complete; a
+        failed write raises :class:`ipusim.files.FileWriteError` naming the path.
         """
-        out = Path(path)
-        out.write_text(self.overlay_text(), encoding="utf-8")
-        return out
+        from ipusim.files import write_text
+
+        return write_text(Path(path), self.overlay_text(), what="overlay")
 
     def report(self) -> str:
         """Residual tables before and after, leave-one-out, insensitive parameters."""

@@ -3,13 +3,15 @@
 Each command is added by one ``_register_<name>(subparsers)`` function that creates its
 sub-parser and sets ``handler`` to a function ``(args) -> int``; a new command is one
 more such function listed in :data:`_REGISTRARS`. Errors of the simulator
-(:class:`~ipusim.errors.IpusimError`) are printed to stderr without a traceback and
-give exit status 2.
+(:class:`~ipusim.errors.IpusimError`) and of the file system are printed to stderr as
+one line, without a traceback, and give exit status 2; a command stopped by Ctrl-C or
+SIGTERM prints one line and exits 130 or 143 (see :func:`main`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -27,6 +29,7 @@ from ipusim.config import (
     preset_path,
 )
 from ipusim.errors import IpusimError
+from ipusim.files import FileWriteError, Interrupted, signal_name, signals_as_exceptions
 from ipusim.progress import Progress, add_progress_arguments, progress_of
 from ipusim.runner import register as register_run
 from ipusim.sweep.cli import normalize_argv as normalize_sweep_argv
@@ -129,8 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit status.
 
-    0 on success, 2 for a usage error or an :class:`~ipusim.errors.IpusimError` (its
-    message goes to stderr, without a traceback).
+    0 on success; 2 for a usage error, an :class:`~ipusim.errors.IpusimError` or a
+    file the system refuses (disk full, file size limit, permissions), each a message
+    on stderr without a traceback; 130 for Ctrl-C (SIGINT) and 128 + N for signal N
+    (SIGTERM 143, SIGHUP 129), with one line on stderr; 70 for an error of ipusim
+    itself (one line; ``IPUSIM_TRACEBACK=1`` prints its traceback). Files are written
+    whole or not at all (:mod:`ipusim.files`), so a stopped command leaves no partial
+    file.
     """
     parser = build_parser()
     argv = normalize_sweep_argv(sys.argv[1:] if argv is None else argv)
@@ -138,12 +146,77 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse reports usage errors (and --help) this way
         return exc.code if isinstance(exc.code, int) else 2
-    try:
-        return int(args.handler(args))
-    except IpusimError as exc:
-        print(f"ipusim: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # the reader went away (`ipusim config show mk2 | head`)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+    command = str(args.command)
+    with signals_as_exceptions():
+        try:
+            return int(args.handler(args))
+        except IpusimError as exc:
+            return _fail(f"ipusim: error: {exc}", 2)
+        except BrokenPipeError:  # the reader went away (`ipusim config show mk2 | head`)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 0
+        except Interrupted as exc:
+            return _fail(
+                f"ipusim: {command} stopped by {signal_name(exc.signum)}",
+                exc.exit_status,
+            )
+        except KeyboardInterrupt:
+            return _fail(f"ipusim: {command} interrupted (Ctrl-C)", 130)
+        except OSError as exc:
+            return _fail(f"ipusim: error: {_os_error_text(exc)}", 2)
+        except MemoryError:
+            return _fail(
+                f"ipusim: error: {command} ran out of memory; hint: a smaller workload, "
+                "fewer tiles or fewer sweep points",
+                2,
+            )
+        except RecursionError:
+            return _fail(f"ipusim: error: {command}: an input is nested too deeply to process", 2)
+        except Exception as exc:  # a bug of ipusim: one line, the traceback on request
+            if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
+                raise
+            where = _innermost(exc)
+            return _fail(
+                f"ipusim: internal error in {command}: {type(exc).__name__}: {exc}{where}; "
+                f"hint: set {TRACEBACK_ENV}=1 to see the traceback, and report it",
+                70,
+            )
+
+
+#: Environment variable that makes the CLI show the traceback of an internal error.
+TRACEBACK_ENV = "IPUSIM_TRACEBACK"
+
+
+def _fail(message: str, status: int) -> int:
+    """Print ``message`` to stderr (after what stdout holds); return ``status``."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):
+        print(message, file=sys.stderr)
+    return status
+
+
+def _os_error_text(exc: OSError) -> str:
+    """One line for an OSError: the path(s), the reason and a hint."""
+    if isinstance(exc, FileWriteError):
+        return str(exc)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is not None:
+        paths = f"'{exc.filename}'"
+        if exc.filename2 is not None:
+            paths += f" -> '{exc.filename2}'"
+        return f"{paths}: {reason}; hint: check the path, its permissions and the free space"
+    return f"{reason} ({type(exc).__name__}); hint: check the paths, permissions and free space"
+
+
+def _innermost(exc: BaseException) -> str:
+    """`` (at file.py:123)``: where in ipusim's code ``exc`` was raised, or empty."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return ""
+    return f" (at {os.path.basename(last.tb_frame.f_code.co_filename)}:{last.tb_lineno})"

@@ -283,7 +283,9 @@ class Comparison:
                     f"--plot {str(path)!r}: suffix {suffix!r} is not supported; required "
                     ".png, .svg or .pdf"
                 )
-            fig.savefig(path, dpi=100)
+            from ipusim.files import save_figure
+
+            save_figure(fig, path, what="--plot")
         return fig
 
 
@@ -517,6 +519,24 @@ def _run_workload(spec: str, args: argparse.Namespace) -> MeasuredProfile:
     return replace(profile, source=f"{spec} on {result.config.name}", metrics=metrics)
 
 
+def write_rows_csv(rows: pd.DataFrame, path: str | PathLike[str]) -> Path:
+    """Write comparison rows to a CSV file that appears only once complete.
+
+    Raises
+    ------
+    CompareError
+        The file cannot be written (naming it, the reason and a hint).
+    """
+    from ipusim.files import FileWriteError, atomic_open
+
+    try:
+        with atomic_open(path, "w", newline="", what="--csv") as f:
+            rows.to_csv(f, index=False)
+    except FileWriteError as exc:
+        raise CompareError(str(exc)) from None
+    return Path(path)
+
+
 def _compare_command(args: argparse.Namespace) -> int:
     measured = _load_profile(args.measured, args, "MEASURED")
     if _looks_like_workload(args.run):
@@ -528,15 +548,9 @@ def _compare_command(args: argparse.Namespace) -> int:
     result = compare(measured, simulated, phases=phases, levels=levels)
     print(result.table(max_steps=None if args.steps < 0 else args.steps))
     if args.csv:
-        try:
-            result.rows.to_csv(args.csv, index=False)
-        except OSError as exc:
-            raise CompareError(f"--csv {args.csv!r} cannot be written ({exc.strerror})") from None
+        write_rows_csv(result.rows, args.csv)
     if args.plot:
-        try:
-            result.plot(path=args.plot)
-        except OSError as exc:
-            raise CompareError(f"--plot {args.plot!r} cannot be written ({exc.strerror})") from None
+        result.plot(path=args.plot)
     if args.fail_above is not None:
         bad = result.failures(args.fail_above)
         if len(bad):

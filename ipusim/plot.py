@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ipusim import files
 from ipusim.profile.timeline import TraceViewError
 from ipusim.trace import PHASES, StepRecord, Trace
 
@@ -55,7 +56,10 @@ def save_figure(
     fig: Figure, path: str | PathLike[str] | None, error: type[Exception] = TraceViewError
 ) -> None:
     """Write ``fig`` to ``path`` (PNG, SVG or PDF by suffix); nothing when ``path`` is
-    None. Another suffix raises ``error`` naming the path and the suffixes allowed."""
+    None. Another suffix raises ``error`` naming the path and the suffixes allowed.
+
+    The file appears only once complete (:func:`ipusim.files.save_figure`); a failed
+    write raises :class:`ipusim.files.FileWriteError` naming the path."""
     if path is None:
         return
     path = Path(path)
@@ -64,7 +68,7 @@ def save_figure(
             f"plot path '{path}': suffix {path.suffix!r} is not supported; required one of "
             f"{', '.join(_FORMATS)}"
         )
-    fig.savefig(path, dpi=100)
+    files.save_figure(fig, path, what="plot")
 
 
 #: Steps whose values span this ratio (largest / smallest non-zero) or more are drawn

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ipusim import progress
+from ipusim.files import make_directory, write_text
 from ipusim.profile.timeline import TraceViewError, steps_timeline
 
 __all__ = ["EXPECTED_FILES", "ReportError", "load_execution_steps", "run_report"]
@@ -183,9 +184,16 @@ def _execution_totals(sim: dict[str, Any], steps: list[dict[str, Any]]) -> list[
     return lines
 
 
-def _memory_plot(profile_path: Path, out: Path, stream: TextIO) -> Path | None:
-    from ipusim.plot import memory_per_tile_histogram
+def _memory_data(profile_path: Path) -> tuple[list[Any], float] | str:
+    """``(bytes per tile, bytes per tile available)`` of a graph profile, checked; or
+    the note to print when the profile has no memory figures.
 
+    Raises
+    ------
+    ReportError
+        ``target.bytesPerTile`` is not a positive number or ``memory.byTile.total`` is
+        not a non-empty list of non-negative numbers (naming the field and the value).
+    """
     data = _load_profile(profile_path)
     memory = data.get("memory") if isinstance(data, dict) else None
     by_tile = memory.get("byTile") if isinstance(memory, dict) else None
@@ -193,12 +201,10 @@ def _memory_plot(profile_path: Path, out: Path, stream: TextIO) -> Path | None:
     target = data.get("target") if isinstance(data, dict) else None
     capacity = target.get("bytesPerTile") if isinstance(target, dict) else None
     if total is None or capacity is None:
-        print(
+        return (
             f"{profile_path.name}: no memory.byTile.total and target.bytesPerTile; "
-            "memory.png not written",
-            file=stream,
+            "memory.png not written"
         )
-        return None
     if not _is_number(capacity) or not capacity > 0:
         raise ReportError(
             f"{profile_path}: field 'target.bytesPerTile': found {capacity!r}; required a "
@@ -215,9 +221,7 @@ def _memory_plot(profile_path: Path, out: Path, stream: TextIO) -> Path | None:
                 f"{profile_path}: field 'memory.byTile.total[{tile}]': found {_brief(used)}; "
                 "required a non-negative number of bytes"
             )
-    path = out / "memory.png"
-    memory_per_tile_histogram(total, capacity, path=path)
-    return path
+    return total, capacity
 
 
 def _is_number(value: Any) -> bool:
@@ -303,10 +307,21 @@ def run_report(
     out_dir = directory if out is None else Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ReportError(f"--out '{out_dir}' is a file; required a directory for the plots")
-    if plots:
-        require_matplotlib()
     try:
-        return _report(directory, out_dir, present, stream, plots)
+        # every file is read and checked before anything is printed, written or imported
+        # for plotting: a malformed profile is reported as such, with or without
+        # matplotlib, and a report either does all it was asked or nothing
+        execution = _profile_file(directory, "execution")
+        loaded = None
+        if execution is not None:
+            progress.phase(f"read {execution.name}")
+            loaded = load_execution_steps(execution)
+            progress.end()
+        profile = _profile_file(directory, "profile")
+        memory = _memory_data(profile) if plots and profile is not None else None
+        if plots:
+            require_matplotlib()
+        return _report(directory, out_dir, present, stream, plots, loaded, memory, profile)
     except OSError as exc:  # unreadable summary, unwritable output directory, ...
         where = f" '{exc.filename}'" if exc.filename else ""
         raise ReportError(
@@ -316,26 +331,31 @@ def run_report(
 
 
 def _report(
-    directory: Path, out_dir: Path, present: list[str], stream: TextIO, plots: bool
+    directory: Path,
+    out_dir: Path,
+    present: list[str],
+    stream: TextIO,
+    plots: bool,
+    loaded: tuple[dict[str, Any], list[dict[str, Any]]] | None,
+    memory: tuple[list[Any], float] | str | None,
+    profile: Path | None,
 ) -> list[Path]:
-    """The body of :func:`run_report`, once the directory is checked."""
+    """The body of :func:`run_report`, once every file is read and checked."""
     written: list[Path] = []
     print(f"Profile directory {directory}: {', '.join(present)}", file=stream)
     summary = directory / "summary.txt"
     if summary.is_file():
         text = summary.read_text(encoding="utf-8", errors="replace")
         stream.write(text if text.endswith("\n") else text + "\n")
-    execution = _profile_file(directory, "execution")
-    if execution is not None:
-        progress.phase(f"read {execution.name}")
-        sim, steps = load_execution_steps(execution)
-        progress.end()
+    steps: list[dict[str, Any]] = []
+    if loaded is not None:
+        sim, steps = loaded
         if not summary.is_file():
             print("\n".join(_execution_totals(sim, steps)), file=stream)
         if plots and steps:
             from ipusim.plot import step_cycles_bars
 
-            out_dir.mkdir(parents=True, exist_ok=True)
+            make_directory(out_dir, "--out")
             path = out_dir / "steps.png"
             progress.phase("draw steps.png")
             step_cycles_bars(
@@ -346,22 +366,24 @@ def _report(
                 title=f"Cycles per step ({len(steps):,} steps)",
             )
             written.append(path)
-    profile = _profile_file(directory, "profile")
-    if plots and profile is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(memory, str):
+        print(memory, file=stream)
+    elif memory is not None:
+        from ipusim.plot import memory_per_tile_histogram
+
+        make_directory(out_dir, "--out")
         progress.phase("draw memory.png")
-        path = _memory_plot(profile, out_dir, stream)
-        if path is not None:
-            written.append(path)
+        path = out_dir / "memory.png"
+        memory_per_tile_histogram(memory[0], memory[1], path=path)
+        written.append(path)
     timeline = directory / "timeline.json"
-    if not timeline.is_file() and execution is not None and profile is not None and plots:
+    if not timeline.is_file() and loaded is not None and profile is not None and plots:
         clock = _clock_hz(profile)
         if clock:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            make_directory(out_dir, "--out")
             timeline = out_dir / "timeline.json"
             progress.phase("write timeline.json")
-            _, steps = load_execution_steps(execution)
-            timeline.write_text(json.dumps(steps_timeline(steps, clock)), encoding="utf-8")
+            write_text(timeline, json.dumps(steps_timeline(steps, clock)), what="timeline")
             written.append(timeline)
     progress.end()
     if timeline.is_file():

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from ipusim import ir
 from ipusim.config import MachineConfig, load_config, parse_overrides
 from ipusim.dataplane import ScriptedDataPlane
 from ipusim.errors import IpusimError
+from ipusim.files import FileGroup
 from ipusim.progress import Progress, add_progress_arguments, progress_of
 from ipusim.trace import Trace
 
@@ -316,7 +316,20 @@ def _parse_options(items: list[str]) -> dict[str, str]:
 
 
 def write_profiles(result: RunResult, out: Path) -> Path:
-    """Write ``profile.json``, ``execution.json`` and ``summary.txt`` of ``result`` to ``out``."""
+    """Write ``profile.json``, ``execution.json`` and ``summary.txt`` of ``result`` to ``out``.
+
+    The three files appear together or not at all (:class:`ipusim.files.FileGroup`):
+    a run stopped while writing them (Ctrl-C, SIGTERM, a full disk) leaves the
+    directory as it was, never a truncated profile.
+
+    Raises
+    ------
+    WorkloadError
+        ``out`` cannot be created.
+    ipusim.files.FileWriteError
+        A file cannot be written (naming it; nothing of the three is left).
+    """
+    out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -324,14 +337,14 @@ def write_profiles(result: RunResult, out: Path) -> Path:
             f"--out {str(out)!r} cannot be created ({exc.strerror}); hint: choose a "
             "writable directory"
         ) from None
-    for stem, profile in (
-        ("profile", result.graph_profile),
-        ("execution", result.execution_profile),
-    ):
-        if profile is not None:
-            with open(out / f"{stem}.json", "w", encoding="utf-8") as f:
-                json.dump(profile, f, separators=(",", ":"))
-    (out / "summary.txt").write_text(result.summary, encoding="utf-8")
+    with FileGroup(out, "profile file") as group:
+        for stem, profile in (
+            ("profile", result.graph_profile),
+            ("execution", result.execution_profile),
+        ):
+            if profile is not None:
+                group.write_json(f"{stem}.json", profile)
+        group.write_text("summary.txt", result.summary)
     return out
 
 

@@ -48,7 +48,6 @@ after the tile's final clock were never run and are left out.
 
 from __future__ import annotations
 
-import json
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -359,18 +358,18 @@ def write_timeline(
 ) -> Path:
     """Write the timeline of ``trace`` (:func:`trace_events`) as JSON to ``path``.
 
-    Open the file in https://ui.perfetto.dev or chrome://tracing.
+    Open the file in https://ui.perfetto.dev or chrome://tracing. The file appears
+    only once complete (:func:`ipusim.files.write_json`).
 
     Returns
     -------
     pathlib.Path
         The path written.
     """
-    path = Path(path)
+    from ipusim.files import write_json
+
     data = trace_events(trace, tiles=tiles, max_tiles=max_tiles)
-    with path.open("w", encoding="utf-8") as f:
-        json.dump(data, f, separators=(",", ":"))
-    return path
+    return write_json(path, data, what="timeline")
 
 
 def steps_timeline(steps: list[dict[str, Any]], clock_hz: float) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ipusim.files import Interrupted
 from ipusim.progress import add_progress_arguments, progress_of
 
 __all__ = ["DEFAULT_OUT_ROOT", "SUBCOMMANDS", "normalize_argv", "register"]
@@ -92,14 +93,15 @@ def _run(args: argparse.Namespace) -> int:
             progress=progress_of(args),
             retry_failed=args.retry_failed,
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (ipusim.files.Interrupted)
         stored = len(ResultStore(out).done_keys())
+        how = f"stopped by {exc.args[0]}" if isinstance(exc, Interrupted) else "interrupted"
         print(
-            f"\nipusim: sweep {exp.name} interrupted; {stored} point(s) stored in {out}; run "
+            f"\nipusim: sweep {exp.name} {how}; {stored} point(s) stored in {out}; run "
             "the same command again to go on",
             file=sys.stderr,
         )
-        return 130
+        return exc.exit_status if isinstance(exc, Interrupted) else 130
     print(
         f"Sweep {exp.name}: {summary.total} points, {summary.ran} ran, {summary.cached} "
         f"cached, {summary.failed} failed; {summary.host_seconds:.2f} host seconds"

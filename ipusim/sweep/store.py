@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ipusim.errors import IpusimError
+from ipusim.files import TMP_SUFFIX, atomic_open, make_directory, write_json
 from ipusim.ir import PHASES
 from ipusim.runner import write_profiles
 
@@ -73,7 +73,7 @@ FIXED_TYPES: dict[str, pa.DataType] = {
 #: The fixed columns in order.
 ROW_COLUMNS: tuple[str, ...] = tuple(FIXED_TYPES)
 _PANDAS_TYPES = {pa.int64(): "Int64", pa.bool_(): "boolean"}
-_TMP_SUFFIX = ".tmp"
+_TMP_SUFFIX = TMP_SUFFIX
 _AXES_META = b"ipusim.axes"
 
 
@@ -229,17 +229,8 @@ class ResultStore:
                 write_profiles(result, self.profile_dir(key))
             table = row_table(row, axes)
             final = self.points_dir / f"{key}.parquet"
-            fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=_TMP_SUFFIX, dir=self.points_dir)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    pq.write_table(table, f)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, final)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            with atomic_open(final, "wb") as f:
+                pq.write_table(table, f)
         except OSError as exc:
             raise SweepError(
                 f"cannot write results to {str(self.points_dir)!r} ({exc.strerror or exc}); "
@@ -249,17 +240,8 @@ class ResultStore:
 
     def write_json(self, name: str, data: Any) -> Path:
         """Write ``data`` as ``OUT/name`` (JSON), atomically."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=_TMP_SUFFIX, dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=False, default=str)
-            os.replace(tmp, self.root / name)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        return self.root / name
+        make_directory(self.root, "--out")
+        return write_json(self.root / name, data, indent=1, sort_keys=False, default=str)
 
     def clean_temporary(self) -> int:
         """Remove the temporary files a killed sweep left; return how many.
