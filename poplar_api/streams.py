@@ -45,6 +45,7 @@ receives that data. A stream of a non-replicated graph (the parent of
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -57,11 +58,37 @@ __all__ = [
     "HostStreams",
     "LegacyStreamCallback",
     "StreamCallback",
+    "StreamCallbackError",
     "as_stream_callback",
     "check_replica_index",
     "connect_callback_args",
     "prefetch_option",
 ]
+
+
+class StreamCallbackError(EngineError):
+    """A stream callback failed: it raised, returned something it must not, or changed
+    the shape or type of the buffer it was given.
+
+    The message names the stream (handle, direction, replica), the callback and the
+    method called, which copy of the stream and which run of the engine it was; the
+    callback's own exception, if any, is the ``__cause__``.
+
+    Attributes
+    ----------
+    stream
+        The stream's handle.
+    callback
+        The callback's name (a function's qualified name, or the object's class).
+    method
+        ``fetch``, ``prefetch``, ``complete`` or ``invalidatePrefetched``.
+    """
+
+    def __init__(self, text: str, stream: str = "", callback: str = "", method: str = "") -> None:
+        super().__init__(text)
+        self.stream = stream
+        self.callback = callback
+        self.method = method
 
 
 def check_replica_index(index: Any, replicas: int, what: str, name: str = "replica index") -> int:
@@ -158,8 +185,8 @@ class LegacyStreamCallback(StreamCallback):
     def prefetch(self, buffer: np.ndarray) -> StreamCallback.Result:
         return StreamCallback.Result.NotAvailable
 
-    def fetch(self, buffer: np.ndarray) -> None:
-        self.function(buffer)
+    def fetch(self, buffer: np.ndarray) -> Any:
+        return self.function(buffer)  # checked by HostStreams (host-to-device: None)
 
     def complete(self) -> None:
         return None
@@ -232,6 +259,85 @@ class HostStreams(HostIO):
         self.replica = 0
         #: stream handle -> data of a BROADCAST stream's copy, pulled by replica 0
         self.broadcast: dict[str, np.ndarray] = {}
+        #: runs of the engine that have ended (the current run is number runs_ended + 1)
+        self.runs_ended = 0
+        #: what the engine said it runs now (:meth:`begin_run`), for error messages
+        self.run_label = ""
+        #: (replica, stream handle) -> copies served in the current run
+        self.copies: dict[tuple[int, str], int] = {}
+
+    def begin_run(self, index: int, name: str = "") -> None:
+        """The engine starts running program ``index`` (named in callback errors)."""
+        self.run_label = f"program {index}" + (f" '{name}'" if name else "")
+
+    # ------------------------------------------------------------- callbacks
+    def _where(self, stream: Any, cb: StreamCallback, method: str, copy: int | None) -> str:
+        """``stream 'in' (host-to-device, replica 0): fetch of callback 'fill' for copy 3
+        of the stream in run 2 of the engine (program 0)``."""
+        direction = "host-to-device" if getattr(stream, "toDevice", True) else "device-to-host"
+        replica = self.replica if getattr(stream, "perReplica", False) else 0
+        reps = f", replica {replica}" if self.replicas > 1 else ""
+        name = callback_name(cb)
+        what = "call" if isinstance(cb, LegacyStreamCallback) else method
+        copy_text = f" for copy {copy} of the stream" if copy is not None else ""
+        run = f"run {self.runs_ended + 1} of the engine"
+        if self.run_label:
+            run += f" ({self.run_label})"
+        return (
+            f"stream '{stream.handle}' ({direction}{reps}): {what} of callback {name}"
+            f"{copy_text} in {run}"
+        )
+
+    def _call(self, stream: Any, cb: StreamCallback, method: str, *args: Any) -> Any:
+        """``cb.method(*args)``; an exception of the callback comes out as a
+        :class:`StreamCallbackError` naming the stream, the callback and the run."""
+        copy = self.copies.get((self._replica_of(stream), stream.handle)) if args else None
+        try:
+            return getattr(cb, method)(*args)
+        except Exception as exc:
+            where = self._where(stream, cb, method, copy)
+            raise StreamCallbackError(
+                f"{where} raised {type(exc).__name__}: {exc}; hint: the callback's own "
+                "traceback is this error's __cause__",
+                stream.handle,
+                callback_name(cb),
+                method,
+            ) from exc
+
+    def _replica_of(self, stream: Any) -> int:
+        return self.replica if getattr(stream, "perReplica", False) else 0
+
+    def _count_copy(self, stream: Any) -> None:
+        key = (self._replica_of(stream), stream.handle)
+        self.copies[key] = self.copies.get(key, 0) + 1
+
+    def _check_fill(
+        self, stream: Any, cb: StreamCallback, method: str, buffer: np.ndarray, returned: Any
+    ) -> None:
+        """After ``fetch``/``prefetch`` of a host-to-device stream: the buffer is still
+        ``numElements`` elements of the stream's type, and ``fetch`` returned None."""
+        n, dtype = stream.numElements, np.dtype(stream.elementType.numpy)
+        copy = self.copies.get((self._replica_of(stream), stream.handle))
+        problem = ""
+        if method == "fetch" and returned is not None:
+            size = getattr(returned, "size", None)
+            sized = f" of {size} element(s)" if isinstance(size, int) else ""
+            problem = (
+                f"returned {type(returned).__name__}{sized}; a callback fills the buffer it "
+                f"is given and returns None; hint: buffer[:] = data (the buffer has {n} "
+                f"element(s) of {dtype})"
+            )
+        elif buffer.shape != (n,) or buffer.dtype != dtype:
+            problem = (
+                f"changed its buffer to shape {buffer.shape} of {buffer.dtype}; required "
+                f"({n},) of {dtype}, the stream's numElements and type; hint: fill it in "
+                "place with buffer[:] = data, without resizing, reshaping or retyping it"
+            )
+        if problem:
+            where = self._where(stream, cb, method, copy)
+            raise StreamCallbackError(
+                f"{where}: {problem}", stream.handle, callback_name(cb), method
+            )
 
     def select(self, replica: int) -> None:
         """Serve replica ``replica`` from now on."""
@@ -281,7 +387,7 @@ class HostStreams(HostIO):
     def _disconnect(self, handle: str, ends: _HostEnds) -> None:
         if handle in ends.pending:  # prefetched data of the old callback is void
             ends.pending.pop(handle)
-            _invalidate(ends.callbacks[handle])
+            _invalidate(ends.callbacks[handle], handle, "when the stream was connected again")
         ends.buffers.pop(handle, None)
         ends.positions.pop(handle, None)
         ends.callbacks.pop(handle, None)
@@ -311,11 +417,13 @@ class HostStreams(HostIO):
             return self.broadcast[handle]
         ends = self._ends(stream)
         cb = ends.callbacks.get(handle)
+        self._count_copy(stream)
         if cb is not None:
             data = ends.pending.pop(handle, None)
             if data is None:
                 data = np.zeros(n, stream.elementType.numpy)
-                cb.fetch(data)
+                returned = self._call(stream, cb, "fetch", data)
+                self._check_fill(stream, cb, "fetch", data, returned)
         else:
             buf = ends.buffers.get(handle)
             if buf is None:
@@ -339,18 +447,24 @@ class HostStreams(HostIO):
         cb = ends.callbacks.get(stream.handle)
         if cb is None:
             return
-        cb.complete()
+        self._call(stream, cb, "complete")
         if not self.prefetch_enabled:
             return
         data = np.zeros(stream.numElements, stream.elementType.numpy)
-        result = cb.prefetch(data)
+        result = self._call(stream, cb, "prefetch", data)
         if result is StreamCallback.Result.Success:
+            self._check_fill(stream, cb, "prefetch", data, None)
             ends.pending[stream.handle] = data
         elif result is not StreamCallback.Result.NotAvailable:
-            raise EngineError(
+            copy = self.copies.get((self._replica_of(stream), stream.handle))
+            raise StreamCallbackError(
                 f"stream '{stream.handle}': prefetch of {type(cb).__name__} returned "
                 f"{result!r}; it must return StreamCallback.Result.Success (the buffer is "
-                "filled) or StreamCallback.Result.NotAvailable"
+                "filled) or StreamCallback.Result.NotAvailable ("
+                f"{self._where(stream, cb, 'prefetch', copy)})",
+                stream.handle,
+                callback_name(cb),
+                "prefetch",
             )
 
     def prefetched(self, stream: Any) -> bool:
@@ -367,9 +481,10 @@ class HostStreams(HostIO):
         """Hand the data of one copy to device-to-host ``stream``."""
         ends = self._ends(stream)
         cb = ends.callbacks.get(stream.handle)
+        self._count_copy(stream)
         if cb is not None:
-            cb.fetch(values.copy())
-            cb.complete()
+            self._call(stream, cb, "fetch", values.copy())
+            self._call(stream, cb, "complete")
             return
         buf = ends.buffers.get(stream.handle)
         if buf is None:
@@ -385,10 +500,27 @@ class HostStreams(HostIO):
     def end_run(self) -> None:
         """The run is over: prefetched data no copy used is invalidated."""
         self.broadcast.clear()
+        run = f"at the end of run {self.runs_ended + 1} of the engine"
+        if self.run_label:
+            run += f" ({self.run_label})"
+        self.runs_ended += 1
+        self.run_label = ""
+        self.copies.clear()
+        failure: StreamCallbackError | None = None
         for ends in self.ends:
             pending, ends.pending = ends.pending, {}
             for handle in pending:
-                _invalidate(ends.callbacks[handle])
+                try:
+                    _invalidate(ends.callbacks[handle], handle, run)
+                except StreamCallbackError as exc:  # tell every callback, then raise
+                    failure = failure or exc
+        if failure is None:
+            return
+        in_flight = sys.exc_info()[1]  # end_run runs in the engine's `finally`
+        if in_flight is not None:  # the run's own error comes first; this one is noted
+            in_flight.add_note(f"also: {failure}")
+            return
+        raise failure
 
     # ---------------------------------------------------------- remote buffers
     def remote_data(self, buffer: Any, replica: int | None = None) -> np.ndarray:
@@ -402,12 +534,31 @@ class HostStreams(HostIO):
         return data
 
     def print(self, text: str) -> None:
-        import sys
-
         sys.stdout.write(text + "\n")
 
 
-def _invalidate(callback: StreamCallback) -> None:
+def callback_name(callback: Any) -> str:
+    """``'fill'`` for a function (its qualified name), ``Recorder`` for an object."""
+    if isinstance(callback, LegacyStreamCallback):
+        function = callback.function
+        name = getattr(function, "__qualname__", None) or type(function).__name__
+        return f"'{name}'"
+    return type(callback).__name__
+
+
+def _invalidate(callback: StreamCallback, handle: str, when: str) -> None:
+    """``callback.invalidatePrefetched()``, its exception as a StreamCallbackError."""
     method = getattr(callback, "invalidatePrefetched", None)
-    if callable(method):
+    if not callable(method):
+        return
+    try:
         method()
+    except Exception as exc:
+        name = callback_name(callback)
+        raise StreamCallbackError(
+            f"stream '{handle}': invalidatePrefetched of callback {name} {when} raised "
+            f"{type(exc).__name__}: {exc}",
+            handle,
+            name,
+            "invalidatePrefetched",
+        ) from exc
