@@ -92,6 +92,8 @@ class LoweringContext:
         Where a lowering puts programs that must run once per forward pass and never
         again when the node is recomputed (BatchNormalization's running-statistics
         write-back); ``None`` outside a session (use the node's ``prog``).
+    num_outputs
+        How many outputs the node has (``Split`` without a ``split`` list).
     """
 
     training: bool = False
@@ -100,6 +102,7 @@ class LoweringContext:
     side_effects: Any = None
     opset: int = 0
     seed_tensor: Any = None
+    num_outputs: int = 1
 
 
 _CONTEXT: contextvars.ContextVar[LoweringContext | None] = contextvars.ContextVar(

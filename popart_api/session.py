@@ -480,6 +480,7 @@ class _Session(SessionIO):
             side_effects=side,
             opset=opset,
             seed_tensor=self._seed,
+            num_outputs=len(node.output),
         )
         try:
             with ops.lowering_context(ctx):
