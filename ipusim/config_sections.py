@@ -18,8 +18,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -39,6 +41,7 @@ from ipusim.units import Bytes, BytesPerSecond, Hertz, Seconds
 
 __all__ = [
     "CodeConfig",
+    "CountedConfig",
     "ExchangeConfig",
     "GWLinksConfig",
     "HostConfig",
@@ -523,6 +526,86 @@ class CodeConfig(_Section):
     )
 
 
+def _issue(default: float, what: str) -> Any:
+    """A counted-execution cost: thread cycles one operation of a class takes."""
+    return Field(default=default, ge=0.0, le=10_000.0, description=f"Thread cycles per {what}.")
+
+
+class CountedConfig(_Section):
+    """Counted execution: what the operations a vertex's kernel executes cost on a
+    worker context (docs/counted_cycles.md).
+
+    Every ``*_cycles`` field is the issue cost, in *thread* cycles (a worker context
+    issues once every ``tile.worker_contexts`` tile cycles), of one operation of its
+    class. Operations are split over the worker's two pipelines: the main one
+    (integer, load/store, control) and the floating-point one; ``pairing`` is the
+    fraction of the shorter pipeline's instructions that issue in the same cycle as
+    an instruction of the other (a 64-bit instruction bundle). The defaults are the
+    Colossus worker issue rules (one instruction per thread cycle, grade A) and
+    estimates where no figure is published; the presets of every generation use them
+    (the worker ISA is the same on ipu1, ipu2 and ipu21).
+    """
+
+    load_narrow_cycles: float = _issue(1.0, "8- or 16-bit load (ldz8, ldz16)")
+    load_32_cycles: float = _issue(1.0, "32-bit load (ld32)")
+    load_64_cycles: float = _issue(1.0, "64-bit load (ld64)")
+    store_narrow_cycles: float = _issue(
+        3.0, "8- or 16-bit store (estimate: read-modify-write of a 32-bit word)"
+    )
+    store_32_cycles: float = _issue(1.0, "32-bit store (st32)")
+    store_64_cycles: float = _issue(1.0, "64-bit store (st64)")
+    int_alu_cycles: float = _issue(1.0, "integer add, subtract, logic or shift")
+    int_mul_cycles: float = _issue(1.0, "integer multiply (mul)")
+    int_div_cycles: float = _issue(
+        30.0, "integer divide or modulo (estimate: no divider, a library routine)"
+    )
+    int_compare_cycles: float = _issue(1.0, "integer compare (cmpeq, cmpslt, ...)")
+    float_arith_cycles: float = _issue(1.0, "float32 add, subtract or multiply (f32add, ...)")
+    half_arith_cycles: float = _issue(1.0, "float16 add, subtract or multiply")
+    double_arith_cycles: float = _issue(
+        1.0,
+        "float64 operation (estimate: priced as the float the C++ codelet would use; "
+        "the IPU has no fp64 hardware)",
+    )
+    float_div_cycles: float = _issue(
+        5.0, "float divide (estimate: Poplibs' divide estimator, 10 cycles per 2 floats)"
+    )
+    float_compare_cycles: float = _issue(1.0, "float compare (f32cmplt, ...)")
+    convert_cycles: float = _issue(1.0, "integer/float conversion (f32toi32, ...)")
+    branch_cycles: float = _issue(1.0, "conditional branch (brz, brnz, brnzdec)")
+    loop_backedge_cycles: float = _issue(
+        1.0, "iteration of a counted loop (brnzdec: decrement, test and branch back)"
+    )
+    math_call_cycles: float = _issue(
+        6.0, "transcendental (exp, log, tanh, sqrt; estimate from Poplibs' exp/tanh estimators)"
+    )
+    call_cycles: float = _issue(10.0, "call of a separately compiled function (estimate)")
+    array_op_cycles: float = _issue(
+        1.0, "whole-array expression in a kernel (estimate: counted once, not per element)"
+    )
+    pairing: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of the shorter pipeline's instructions bundled with the other "
+        "pipeline's (0: single issue, 1: perfect dual issue).",
+    )
+    worker_entry_cycles: float = Field(
+        default=6.0,
+        ge=0.0,
+        le=1_000_000.0,
+        description="Thread cycles of a worker vertex's entry and exit (estimate: loading "
+        "the field pointers from vertex state, the return).",
+    )
+    supervisor_cycles: float = Field(
+        default=11.0,
+        ge=0.0,
+        le=1_000_000.0,
+        description="Tile cycles a multi-vertex's supervisor adds to its slowest worker "
+        "times the contexts (A: Poplibs' basic supervisor overhead, 11 cycles).",
+    )
+
+
 class SimConfig(_Section):
     """Simulation settings that do not change results."""
 
@@ -552,6 +635,7 @@ class MachineConfig(_Section):
     remote: RemoteConfig = RemoteConfig()
     code: CodeConfig = CodeConfig()
     sim: SimConfig = SimConfig()
+    counted: CountedConfig = CountedConfig()
     provenance: dict[str, Any] | None = Field(
         default=None,
         description="Where the values came from (written by ipusim calibrate); no effect.",
@@ -565,6 +649,15 @@ class MachineConfig(_Section):
         if problems:
             raise ValueError("; ".join(f"{'.'.join(path)}: {msg}" for path, msg in problems))
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_default_counted(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Dumps leave ``counted`` out while it holds the defaults, so configs that
+        never set it keep their content hash."""
+        values = handler(self)
+        if isinstance(values, dict) and self.counted == _DEFAULT_COUNTED:
+            values.pop("counted", None)
+        return values
 
     # Derived quantities -------------------------------------------------------------
     @property
@@ -599,6 +692,9 @@ class MachineConfig(_Section):
         hops = 1 + (self.num_ipus // 2) // 2
         ns = self.sync.global_sync_ns_per_hop * 1e-9
         return math.ceil(round(ns * self.tile.clock_hz * hops * 2, 9))
+
+
+_DEFAULT_COUNTED = CountedConfig()
 
 
 # The schema, for suggestions and dotted paths ---------------------------------------------

@@ -35,6 +35,7 @@ from ipusim.host.link import check_copy_size
 from ipusim.ir_validation import validate_program
 from ipusim.machine_groups import Barrier, TileGroup
 from ipusim.machine_links import LinkSteps, Prefetch
+from ipusim.tile.counted import CountedCompute
 from ipusim.timing import ControllerSync, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
 
@@ -429,6 +430,10 @@ class _Run(LinkSteps):
         it and applies the step's effect."""
         rec = self.records.get(n)
         if rec is None:
+            if isinstance(step, CountedCompute):  # costed from what its effect counts
+                if step.effect is not None:
+                    self.data_plane.apply(step.effect)
+                return self._new_record(n, step, step.executed())
             rec = self._new_record(n, step)
             if step.effect is not None:
                 self.data_plane.apply(step.effect)
@@ -498,24 +503,31 @@ class _Run(LinkSteps):
             "max_cycles or check for a loop that never ends"
         )
 
-    def _new_record(self, n: int, step: ir.Step) -> StepRecord:
+    def _new_record(self, n: int, step: ir.Step, costed: ir.Step | None = None) -> StepRecord:
+        """The record of step ``n``, costed as ``costed`` (a counted compute step's
+        execution, costed once and not cached) or as the step itself."""
         active = None
         details = None
         tile_cycles = None
+        once = costed is not None and costed is not step
+        costed = step if costed is None else costed
         if not self._stock_timing:  # a TimingModel subclass: its own tile_cycles
-            tile_cycles = self.timing.tile_cycles(step)
+            tile_cycles = self.timing.tile_cycles(costed)
             if tile_cycles is not None:
-                details = self.timing.cost(step)
+                details = self.timing.cost(costed)
                 active = getattr(details, "active_cycles", None)
         elif isinstance(step, _LOCAL_STEPS):  # what TimingModel.tile_cycles gives
-            details = self.timing.cost(step)
+            details = self.timing.compute.cost(costed) if once else self.timing.cost(step)
             if isinstance(step, ir.Compute):
                 tile_cycles = details.tile_cycles
                 active = getattr(details, "active_cycles", None)
             else:
                 tile_cycles = details.cycles
         if tile_cycles is not None:
-            if self.replicas > 1:  # replica 0's costs are every replica's
+            if self.replicas > 1 and once:  # this execution's costs, for every replica
+                tile_cycles = self._replicate(tile_cycles)
+                active = None if active is None else self._replicate(active)
+            elif self.replicas > 1:  # replica 0's costs are every replica's
                 tile_cycles, active = self._replicated(step, tile_cycles, active)
         else:  # filled in as the step runs
             tile_cycles = np.zeros(self.cfg.num_tiles, np.int64)

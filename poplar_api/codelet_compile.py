@@ -182,13 +182,15 @@ def _as_ok_typed(result):  # numba requires the same, unannotated, parameter nam
     )
 
 
-def _driver_source(vtype: VertexType) -> str:
+def _driver_source(vtype: VertexType, counted: bool = False) -> str:
     """Python source of the loop that runs ``kernel`` over all vertices.
 
     Before each call the loop stores the vertex (and worker) in ``where``, so that an
     exception raised inside the kernel can be traced to the vertex that raised it.
+    ``counted``: the kernel takes the block counters of each execution (a row of
+    ``counts``: vertex ``v``, or worker ``w`` of multi-vertex ``v`` at ``v * W + w``).
     """
-    params = ["num_vertices", "num_workers", "ok", "where"]
+    params = ["num_vertices", "num_workers", "ok", "where"] + (["counts"] if counted else [])
     body = ["    for v in range(num_vertices):", "        where[0] = v"]
     for i, spec in enumerate(vtype.fields):
         if spec.kind == "vectorlist":
@@ -205,16 +207,18 @@ def _driver_source(vtype: VertexType) -> str:
     sep = ", " if args else ""
     if vtype.kind == "multi":
         head = "w, num_workers" if vtype.passes_num_workers else "w"
+        tail = ", counts[v * num_workers + w]" if counted else ""
         body += [
             "        r = True",
             "        for w in range(num_workers):",
             "            where[1] = w",
-            f"            if not _as_ok(kernel({head}{sep}{args})):",
+            f"            if not _as_ok(kernel({head}{sep}{args}{tail})):",
             "                r = False",
             "        ok[v] = r",
         ]
     else:
-        body.append(f"        ok[v] = _as_ok(kernel({args}))")
+        tail = (", " if args else "") + "counts[v]" if counted else ""
+        body.append(f"        ok[v] = _as_ok(kernel({args}{tail}))")
     return f"def driver({', '.join(params)}):\n" + "\n".join(body) + "\n"
 
 
@@ -473,6 +477,14 @@ def execute_lowered(
     caller's batches are not repeated on every run of a compute set. Input fields may
     be given in place (:class:`InPlaceField`) when the type has a compiled kernel.
     """
+    args, batches = _lowered_args(vtype, fields)
+    return _run_driver(vtype, batches, args, num_vertices, num_workers, None, vertex_ids, tiles)
+
+
+def _lowered_args(
+    vtype: VertexType, fields: Mapping[str, FieldBatch | InPlaceField]
+) -> tuple[list[np.ndarray], Callable[[], dict[str, FieldBatch]]]:
+    """The driver's arguments of lowered fields, and a function packing the fields."""
     args: list[np.ndarray] = []
     for spec in vtype.fields:
         field = fields[spec.name]
@@ -494,7 +506,7 @@ def execute_lowered(
     def batches() -> dict[str, FieldBatch]:
         return {k: f.packed() if isinstance(f, InPlaceField) else f for k, f in fields.items()}
 
-    return _run_driver(vtype, batches, args, num_vertices, num_workers, None, vertex_ids, tiles)
+    return args, batches
 
 
 def _first_call(

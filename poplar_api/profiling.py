@@ -147,6 +147,12 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "debug.loweredVarDumpFile": _s("", "file of lowered variables (not written)"),
     "debug.verify": _b("false", "Poplar's own compile-time checks"),
     "debug.checkVertexBounds": _b("true", "ipusim: bounds-check vertex code", True),
+    "debug.vertexCycles": _e(
+        ("estimate", "auto", "counted"),
+        "estimate",
+        "ipusim: where vertex cycles come from: estimates; auto (as Poplar: counted "
+        "execution of codelets on hardware devices); counted (every kernel ipusim runs)",
+    ),
     "debug.maxCycles": EngineOption(
         "int",
         ("unlimited",),

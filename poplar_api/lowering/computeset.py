@@ -15,7 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from ipusim.config_sections import CountedConfig
+from ipusim.tile.counted import CountedCycles, multi_vertex_cycles, worker_vertex_cycles
 from poplar_api.codelet import InPlaceField, VertexType, checking_bounds, execute_lowered
+from poplar_api.counted import execute_counted
 from poplar_api.errors import EngineError
 from poplar_api.fields import FieldBatch, FieldSpec
 from poplar_api.lowering import runs
@@ -344,7 +347,38 @@ def _in_place_bounds(ft: FieldTable, vtype: VertexType) -> tuple[np.ndarray, np.
     return runs.vertex_runs(ft.ids, ft.offsets)
 
 
-def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
+@dataclass
+class CountedRun:
+    """What a compute set's runner needs to count its vertices' cycles.
+
+    ``groups[k]``: whether the vertices of type group ``k`` are counted; ``static``:
+    every vertex's static cycles (kept for the groups not counted); each execution's
+    cycles go to ``holder`` (the IR step's :class:`~ipusim.tile.counted.CountedCycles`).
+    """
+
+    groups: list[bool]
+    static: np.ndarray
+    costs: CountedConfig
+    contexts: int
+    holder: CountedCycles
+
+
+def _counted_cycles(
+    run: CountedRun, vtype: VertexType, runs_: np.ndarray, profile: np.ndarray, n: int, w: int
+) -> np.ndarray:
+    """Cycles of ``n`` vertices of ``vtype`` from the block runs of their executions, in
+    the units of estimates (thread cycles, tile cycles for multi-vertices)."""
+    thread = worker_vertex_cycles(run.costs, profile, runs_)
+    if vtype.kind == "multi":
+        return multi_vertex_cycles(run.costs, thread.reshape(n, w), run.contexts)
+    if vtype.is_multi:  # supervisor code: issues once every contexts tile cycles
+        return multi_vertex_cycles(run.costs, thread.reshape(n, 1), run.contexts)
+    return thread
+
+
+def make_runner(
+    table: ComputeSetTable, storage: Storage, num_workers: int, counted: CountedRun | None = None
+):
     """The functional effect of executing the compute set.
 
     With bounds checks on, an input field whose elements are one ascending run of ids
@@ -371,8 +405,9 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
         # unchecked kernels read past a field into the packed batch, as documented
         checked = checking_bounds()
         writes = []
-        for group, (vertex_ids, tiles), index, bounds in zip(
-            groups, named, where, in_place, strict=True
+        cycles = None if counted is None else counted.static.copy()
+        for g, (group, (vertex_ids, tiles), index, bounds) in enumerate(
+            zip(groups, named, where, in_place, strict=True)
         ):
             fields: dict[str, FieldBatch | InPlaceField] = {}
             for k, (ft, lies) in enumerate(zip(group.fields, bounds, strict=True)):
@@ -385,14 +420,18 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
                 # read gives a new array: converting in place of copying is safe
                 data = storage.read(ft.type, ix).astype(ft.spec.kernel_dtype, copy=False)
                 fields[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
-            ok = execute_lowered(
-                group.vtype,
-                fields,
-                int(group.positions.size),
-                num_workers,
-                vertex_ids=vertex_ids,
-                tiles=tiles,
-            )
+            n = int(group.positions.size)
+            if counted is not None and counted.groups[g]:
+                ok, block_runs, profile = execute_counted(
+                    group.vtype, fields, n, num_workers, vertex_ids=vertex_ids, tiles=tiles
+                )
+                cycles[group.positions] = _counted_cycles(
+                    counted, group.vtype, block_runs, profile, n, num_workers
+                )
+            else:
+                ok = execute_lowered(
+                    group.vtype, fields, n, num_workers, vertex_ids=vertex_ids, tiles=tiles
+                )
             if np.count_nonzero(ok) < ok.size:
                 bad = vertex_ids[~ok]
                 raise EngineError(
@@ -404,6 +443,8 @@ def make_runner(table: ComputeSetTable, storage: Storage, num_workers: int):
                     writes.append((ft.type, ix, fields[ft.spec.name].data))
         for t, ix, data in writes:
             storage.write(t, ix, data)
+        if cycles is not None:
+            counted.holder.put(cycles)
 
     return run
 
@@ -485,9 +526,15 @@ def vertex_state(
     return per_tile, tuple(by_type)
 
 
-def vertex_cycles(table: ComputeSetTable, estimates: np.ndarray, target: Any) -> np.ndarray:
+def vertex_cycles(
+    table: ComputeSetTable,
+    estimates: np.ndarray,
+    target: Any,
+    counted: list[bool] | None = None,
+) -> np.ndarray:
     """Cycles of each vertex: its perf estimate, else its type's estimator asked once
-    per distinct set of connection sizes (vertices of a type mostly share them).
+    per distinct set of connection sizes (vertices of a type mostly share them). A
+    vertex of a counted group (``counted[k]``) without either has static cycles 0.
 
     The sizes are the estimator's: elements per field, and for a vector list the
     elements of each of its vectors. Vertices are grouped by how many vectors each
@@ -495,9 +542,12 @@ def vertex_cycles(table: ComputeSetTable, estimates: np.ndarray, target: Any) ->
     distinct rows are found at once.
     """
     cycles = estimates.copy()
-    for group in table.groups:
+    for k, group in enumerate(table.groups):
         at = np.flatnonzero(cycles[group.positions] == NO_ESTIMATE)
         if not at.size:
+            continue
+        if counted is not None and counted[k] and not group.vtype.has_estimator:
+            cycles[group.positions[at]] = 0  # its cycles are counted when it runs
             continue
         fields = list(zip(group.vtype.fields, group.fields, strict=True))
         lists = [ft for spec, ft in fields if spec.kind == "vectorlist"]

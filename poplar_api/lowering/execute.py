@@ -10,13 +10,20 @@ state is recorded for memory placement (:class:`ComputeSetRecord`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ipusim import ir
+from ipusim.tile.counted import CountedCompute, CountedCycles
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
+from poplar_api.codelet import VertexType
+from poplar_api.counted import vertex_cycles_mode
+from poplar_api.device import TargetType
 from poplar_api.lowering import validate
 from poplar_api.lowering.computeset import (
     ComputeSetRecord,
+    CountedRun,
     build_table,
     interleaved_keys,
     make_runner,
@@ -28,7 +35,39 @@ from poplar_api.lowering.computeset import (
 from poplar_api.lowering.emission import Emission
 from poplar_api.lowering.exchange import ExchangePlanner
 
-__all__ = ["lower_execute"]
+__all__ = ["counts_vertex_type", "lower_execute"]
+
+
+def counts_vertex_type(vtype: VertexType, mode: str, hardware: bool) -> bool:
+    """Whether the cycles of ``vtype``'s vertices are counted when they run.
+
+    ``estimate``: never. ``counted``: whenever ipusim runs a compiled kernel of the
+    type. ``auto`` (as Poplar): on a hardware device, for codelets whose kernel is the
+    vertex's real code, not Poplibs' library vertices (whose real code is hand-written
+    assembly that their estimators describe).
+    """
+    if mode == "estimate" or vtype.kernel is None:
+        return False
+    if mode == "counted":
+        return True
+    library = vtype.cls.__module__.startswith("poplar_api.")
+    return hardware and not library
+
+
+def _counted_types(em: Emission) -> Callable[[VertexType], bool]:
+    """Whether each vertex type is counted in this lowering (engine option
+    ``debug.vertexCycles`` and the target's type)."""
+    mode = vertex_cycles_mode(getattr(em, "options", None))
+    hardware = em.target.getTargetType() is TargetType.IPU
+    known: dict[int, bool] = {}
+
+    def counts(vtype: VertexType) -> bool:
+        found = known.get(id(vtype))
+        if found is None:
+            found = known[id(vtype)] = counts_vertex_type(vtype, mode, hardware)
+        return found
+
+    return counts
 
 
 def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
@@ -46,35 +85,44 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
     if known is not None:
         return known.node
     table = build_table(em.state, cs)
-    problems = validate.check_vertices(em.state, cs, em.num_tiles, table.unconnected)
+    counts = _counted_types(em)
+    problems = validate.check_vertices(em.state, cs, em.num_tiles, table.unconnected, counts)
     problems += validate.check_conflicts(em.state, table)
     em.problems += problems
     if problems:
         return ir.Sequence()
-    cycles = vertex_cycles(table, em.state.vertices.column("estimate", table.vertex_ids), em.target)
+    counted = [counts(g.vtype) for g in table.groups]
+    estimates = em.state.vertices.column("estimate", table.vertex_ids)
+    cycles = vertex_cycles(table, estimates, em.target, counted)
     multi = np.zeros(cycles.size, bool)
     type_of = np.zeros(cycles.size, np.int64)
     for k, group in enumerate(table.groups):  # types in order of first appearance
         type_of[group.positions] = k
         multi[group.positions] = group.vtype.is_multi
     names = [g.vtype.name for g in table.groups]
-    runner = make_runner(table, em.lowered.storage, em.cfg.tile.worker_contexts)
+    contexts = em.cfg.tile.worker_contexts
+    holder = CountedCycles()
+    run = CountedRun(counted, cycles, em.cfg.counted, contexts, holder) if any(counted) else None
+    runner = make_runner(table, em.lowered.storage, contexts, run)
     pid = em.pid(prog)
     planner = ExchangePlanner(em.target, em.state, em.owners)
     plan_reads(planner, table, em.state)
     nodes = em.exchange_steps(planner, f"{cs.name}/ExchangeIn", f"{cs.name}/Sync", pid, "In")
-    nodes.append(
-        ir.Compute(
-            name=cs.name,
-            effect=em.lowered.effect(runner),
-            program_id=pid,
-            vertex_tile=table.tiles,
-            vertex_cycles=cycles,
-            vertex_multi=multi,
-            vertex_type=type_of,
-            vertex_type_names=tuple(names),
-        )
-    )
+    step = {
+        "name": cs.name,
+        "effect": em.lowered.effect(runner),
+        "program_id": pid,
+        "vertex_tile": table.tiles,
+        "vertex_cycles": cycles,
+        "vertex_multi": multi,
+        "vertex_type": type_of,
+        "vertex_type_names": tuple(names),
+    }
+    if run is None:
+        nodes.append(ir.Compute(**step))
+    else:
+        sources = tuple("counted" if c else "estimate" for c in counted)
+        nodes.append(CountedCompute(**step, counted=holder, cycle_sources=sources))
     planner = ExchangePlanner(em.target, em.state, em.owners)
     plan_writes(planner, table, em.state)
     nodes += em.exchange_steps(planner, f"{cs.name}/ExchangeOut", f"{cs.name}/SyncOut", pid, "Out")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from poplar_api.lowering import runs
@@ -52,19 +55,28 @@ def check_variables(state, num_tiles: int, owners=None) -> list[str]:
     return problems
 
 
-def check_vertices(state, cs, num_tiles: int, unconnected: np.ndarray | None = None) -> list[str]:
+def check_vertices(
+    state,
+    cs,
+    num_tiles: int,
+    unconnected: np.ndarray | None = None,
+    counted: Callable[[Any], bool] | None = None,
+) -> list[str]:
     """Vertices of a compute set: mapped, fully connected, with an estimate.
 
     ``unconnected`` (per vertex of the compute set, as
     :attr:`~poplar_api.lowering.computeset.ComputeSetTable.unconnected` finds it)
-    saves looking at the connections again.
+    saves looking at the connections again. ``counted(vertex type)`` says whether the
+    type's cycles are counted (then it needs no estimate).
     """
     table = state.vertices
     vids = np.asarray(cs.vertices, np.int64)
     tiles = table.column("tile", vids)
     codes = table.column("type_code", vids)
     estimated = table.column("estimate", vids) != NO_ESTIMATE
-    has_estimator = np.array([t.has_estimator for t in table.types], bool)
+    has_estimator = np.array(
+        [t.has_estimator or (counted is not None and counted(t)) for t in table.types], bool
+    )
     # the common case is checked in bulk, without making any message
     suspect = (tiles < 0) | (tiles >= num_tiles) | ~(estimated | has_estimator[codes])
     if unconnected is not None:
@@ -73,7 +85,7 @@ def check_vertices(state, cs, num_tiles: int, unconnected: np.ndarray | None = N
         _mark_unconnected(table, vids, codes, suspect)
     problems = []
     for vid in vids[suspect].tolist():
-        problems += _vertex_problems(table[vid], cs, num_tiles)
+        problems += _vertex_problems(table[vid], cs, num_tiles, counted)
     return problems
 
 
@@ -97,7 +109,9 @@ def _mark_unconnected(table, vids: np.ndarray, codes: np.ndarray, suspect: np.nd
                 suspect[at[j]] = True
 
 
-def _vertex_problems(inst, cs, num_tiles: int) -> list[str]:
+def _vertex_problems(
+    inst, cs, num_tiles: int, counted: Callable[[Any], bool] | None = None
+) -> list[str]:
     """What is wrong with one vertex: its mapping, connections and estimate."""
     problems = []
     where = f"{inst.describe()} in compute set '{cs.name}'"
@@ -118,7 +132,8 @@ def _vertex_problems(inst, cs, num_tiles: int) -> list[str]:
                 f"{where}: field '{spec.name}' vectors {missing} are not connected "
                 f"(field size {len(value)})"
             )
-    if inst.perf_estimate is None and not inst.vtype.has_estimator:
+    needs_estimate = counted is None or not counted(inst.vtype)
+    if needs_estimate and inst.perf_estimate is None and not inst.vtype.has_estimator:
         problems.append(
             f"{where} has no cycle estimate: vertex type '{inst.vtype.name}' declares no "
             "getCycleEstimate and none was set; hint: graph.setPerfEstimate(v, cycles)"

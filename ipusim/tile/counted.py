@@ -1,0 +1,199 @@
+"""Counted execution: the cycles of a vertex from the operations its kernel executed.
+
+On a hardware IPU a vertex takes the cycles its compiled code takes. When ipusim runs a
+vertex's kernel it can count, per basic block of the kernel, how often each block ran;
+the operations of every block are known by class (loads and stores by width, integer and
+float arithmetic, compares, branches, loop back-edges, math calls, ...). This module
+turns those counts into cycles with the machine config's ``counted`` section:
+
+* a block's cost is its operations priced per class, split over the worker's two
+  pipelines (main: integer, memory, control; float), with a fraction ``pairing`` of the
+  shorter pipeline bundled with the other:
+  ``main + float - pairing * min(main, float)`` thread cycles;
+* a worker vertex takes ``worker_entry_cycles + Σ_blocks runs * block cost`` thread
+  cycles; a multi-vertex ``contexts * (its slowest worker) + supervisor_cycles`` tile
+  cycles (the same units as estimates, so :mod:`ipusim.tile.compute` costs both alike).
+
+The step :class:`CountedCompute` is a compute step whose vertex cycles are found when it
+runs: its effect (the kernels) fills :attr:`CountedCompute.counted`, and the machine costs
+that execution from them, so repeated executions with growing work take growing time.
+Its ``vertex_cycles`` stay the static estimates (the graph profile's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ipusim import ir
+from ipusim.config_sections import CountedConfig
+
+__all__ = [
+    "FLOAT_PIPE",
+    "OP_CLASSES",
+    "CountedCompute",
+    "CountedCycles",
+    "block_cycles",
+    "class_costs",
+    "multi_vertex_cycles",
+    "worker_vertex_cycles",
+]
+
+#: The operation classes, in the order of a block profile's columns. Each has the
+#: config field ``counted.<class>_cycles``.
+OP_CLASSES: tuple[str, ...] = (
+    "load_narrow",
+    "load_32",
+    "load_64",
+    "store_narrow",
+    "store_32",
+    "store_64",
+    "int_alu",
+    "int_mul",
+    "int_div",
+    "int_compare",
+    "float_arith",
+    "half_arith",
+    "double_arith",
+    "float_div",
+    "float_compare",
+    "convert",
+    "branch",
+    "loop_backedge",
+    "math_call",
+    "call",
+    "array_op",
+)
+
+#: Classes issued by the floating-point pipeline; the others use the main pipeline.
+FLOAT_PIPE: frozenset[str] = frozenset(
+    {
+        "float_arith",
+        "half_arith",
+        "double_arith",
+        "float_div",
+        "float_compare",
+        "convert",
+        "math_call",
+    }
+)
+
+
+def class_costs(cfg: CountedConfig) -> np.ndarray:
+    """Thread cycles of one operation of each class of :data:`OP_CLASSES`."""
+    values = {
+        "load_narrow": cfg.load_narrow_cycles,
+        "load_32": cfg.load_32_cycles,
+        "load_64": cfg.load_64_cycles,
+        "store_narrow": cfg.store_narrow_cycles,
+        "store_32": cfg.store_32_cycles,
+        "store_64": cfg.store_64_cycles,
+        "int_alu": cfg.int_alu_cycles,
+        "int_mul": cfg.int_mul_cycles,
+        "int_div": cfg.int_div_cycles,
+        "int_compare": cfg.int_compare_cycles,
+        "float_arith": cfg.float_arith_cycles,
+        "half_arith": cfg.half_arith_cycles,
+        "double_arith": cfg.double_arith_cycles,
+        "float_div": cfg.float_div_cycles,
+        "float_compare": cfg.float_compare_cycles,
+        "convert": cfg.convert_cycles,
+        "branch": cfg.branch_cycles,
+        "loop_backedge": cfg.loop_backedge_cycles,
+        "math_call": cfg.math_call_cycles,
+        "call": cfg.call_cycles,
+        "array_op": cfg.array_op_cycles,
+    }
+    return np.array([values[c] for c in OP_CLASSES], np.float64)
+
+
+_FLOAT_MASK = np.array([c in FLOAT_PIPE for c in OP_CLASSES], bool)
+
+
+def block_cycles(cfg: CountedConfig, profile: np.ndarray) -> np.ndarray:
+    """Thread cycles of one run of each block.
+
+    Parameters
+    ----------
+    cfg
+        The ``counted`` section of the machine config.
+    profile
+        ``[blocks, len(OP_CLASSES)]`` operations of each class in each block.
+    """
+    priced = np.asarray(profile, np.float64) * class_costs(cfg)
+    main = priced[:, ~_FLOAT_MASK].sum(axis=1)
+    flt = priced[:, _FLOAT_MASK].sum(axis=1)
+    return main + flt - cfg.pairing * np.minimum(main, flt)
+
+
+def worker_vertex_cycles(cfg: CountedConfig, profile: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """Thread cycles of each execution of a worker kernel.
+
+    ``runs[i, b]`` is how often execution ``i`` ran block ``b`` of ``profile``; the
+    result is int64, rounded up (an execution takes whole cycles).
+    """
+    per_block = block_cycles(cfg, profile)
+    total = np.asarray(runs, np.float64) @ per_block + cfg.worker_entry_cycles
+    return np.ceil(np.round(total, 9)).astype(np.int64)
+
+
+def multi_vertex_cycles(cfg: CountedConfig, worker_cycles: np.ndarray, contexts: int) -> np.ndarray:
+    """Tile cycles of each multi-vertex from its workers' thread cycles
+    (``[vertices, workers]``): the slowest worker on every context, plus the supervisor."""
+    slowest = np.asarray(worker_cycles, np.int64).max(axis=1, initial=0)
+    return slowest * contexts + int(np.ceil(cfg.supervisor_cycles))
+
+
+class CountedCycles:
+    """The vertex cycles of a compute step's latest execution, as its effect counted
+    them (one array per execution; with several replicas, the larger of each vertex's)."""
+
+    __slots__ = ("_latest",)
+
+    def __init__(self) -> None:
+        self._latest: np.ndarray | None = None
+
+    def put(self, cycles: np.ndarray) -> None:
+        """Record an execution's ``int64[vertices]`` cycles (another replica of the same
+        execution keeps each vertex's larger value)."""
+        cycles = np.asarray(cycles, np.int64)
+        self._latest = cycles if self._latest is None else np.maximum(self._latest, cycles)
+
+    def take(self) -> np.ndarray | None:
+        """The recorded cycles (None if the effect counted nothing), cleared."""
+        latest, self._latest = self._latest, None
+        return latest
+
+    def __reduce__(self) -> tuple[type, tuple]:  # pickled with an executable: empty
+        return (CountedCycles, ())
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CountedCompute(ir.Compute):
+    """A compute step whose vertex cycles come from counted execution.
+
+    ``vertex_cycles`` are the static estimates (0 for a vertex without one); when the
+    step's effect runs it puts the counted cycles of that execution into ``counted``,
+    and the machine costs the execution from them (:meth:`executed`).
+    """
+
+    counted: CountedCycles = field(default_factory=CountedCycles)
+    #: per vertex type (``vertex_type_names``): "counted" or "estimate"
+    cycle_sources: tuple[str, ...] = ()
+
+    def executed(self) -> ir.Compute:
+        """A plain compute step with this execution's cycles (the step itself when the
+        effect counted nothing, e.g. it did not run)."""
+        cycles = self.counted.take()
+        if cycles is None:
+            return self
+        return ir.Compute(
+            name=self.name,
+            program_id=self.program_id,
+            vertex_tile=self.vertex_tile,
+            vertex_cycles=cycles,
+            vertex_multi=self.vertex_multi,
+            vertex_type=self.vertex_type,
+            vertex_type_names=self.vertex_type_names,
+        )

@@ -1,0 +1,577 @@
+"""Counted execution of vertex kernels: how often each basic block of a ``compute`` ran,
+and which operations each block holds, for the cycles a hardware IPU would take.
+
+A codelet's ``compute`` is compiled a second time by Numba with one extra argument, an
+``int64`` array of block counters, and a compiler pass (:class:`_CountBlocks`, run right
+after Numba builds its IR) that adds ``counters[k] += 1`` at the start of every basic
+block ``k``. The driver loop of a compute set gives each execution (vertex, or worker of
+a multi-vertex) its own row of counters, so the run yields ``runs[execution, block]``.
+
+The operations of each block come from the same compilation's typed IR (Numba knows
+every value's type there): :func:`block_profile` classifies every statement into the
+classes of :data:`ipusim.tile.counted.OP_CLASSES` (loads and stores by width, integer
+and float arithmetic by type, compares, branches, loop iterations, math and other
+calls), giving ``profile[block, class]``. The counters' own statements are left out.
+``runs @ profile`` are the exact operation counts of the code the user wrote;
+:mod:`ipusim.tile.counted` prices them with the machine config's ``counted`` section.
+
+What the mapping from Numba operations to IPU instructions assumes is in
+docs/counted_cycles.md (one instruction per scalar operation; an iteration of a
+``range`` loop is one ``brnzdec``; Python ints and floats are priced as the 32-bit
+values a C++ codelet would use unless configured otherwise).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import contextvars
+import inspect
+import operator
+import textwrap
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+from numba.core import compiler, ir
+from numba.core import types as nb_types
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
+from numba.core.compiler_machinery import FunctionPass, register_pass
+from numba.core.untyped_passes import IRProcessing
+from numba.typed import List
+
+from ipusim.tile.counted import OP_CLASSES
+from poplar_api.codelet_base import RUN_CHECKS_BOUNDS, RUN_NUM_WORKERS, VertexType
+from poplar_api.codelet_compile import (
+    InPlaceField,
+    _as_ok,
+    _driver_source,
+    _first_call,
+    _lowered_args,
+    _numba_summary,
+    _run_driver,
+    _uses_num_workers,
+    _worker_globals,
+)
+from poplar_api.errors import CodeletError
+from poplar_api.fields import FieldBatch
+
+__all__ = [
+    "VERTEX_CYCLE_MODES",
+    "BlockProfile",
+    "counting_kernel",
+    "execute_counted",
+    "vertexCycles",
+    "vertex_cycles_mode",
+]
+
+#: Values of the engine option ``debug.vertexCycles``: ``estimate`` (every vertex its
+#: estimate, as the IPU Model), ``counted`` (every vertex whose kernel ipusim runs is
+#: counted, library vertices included), ``auto`` (as Poplar: counted on hardware
+#: devices for user codelets, estimates on IPU Model devices and for Poplibs vertices).
+VERTEX_CYCLE_MODES = ("estimate", "auto", "counted")
+
+#: The mode lowering uses when the engine does not pass ``debug.vertexCycles``.
+_MODE: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "ipusim_vertex_cycles", default="estimate"
+)
+
+#: Name of the counters argument added to a counted kernel.
+_COUNTS_ARG = "ipusim_block_counts_"
+#: Prefix of the temporaries of the counter statements.
+_PREFIX = "$ipusim_cnt"
+
+_COLUMN = {name: k for k, name in enumerate(OP_CLASSES)}
+
+
+@contextlib.contextmanager
+def vertexCycles(mode: str) -> Iterator[None]:
+    """Where vertex cycles come from in graphs compiled inside a ``with`` block, for
+    engines given no ``debug.vertexCycles`` option (see :data:`VERTEX_CYCLE_MODES`)."""
+    if mode not in VERTEX_CYCLE_MODES:
+        raise CodeletError(
+            f"vertexCycles: mode {mode!r} is not one of {', '.join(VERTEX_CYCLE_MODES)}"
+        )
+    token = _MODE.set(mode)
+    try:
+        yield
+    finally:
+        _MODE.reset(token)
+
+
+def vertex_cycles_mode(options: Any = None) -> str:
+    """The mode of the engine option ``debug.vertexCycles`` in ``options`` (a mapping),
+    else of the enclosing :func:`vertexCycles` block, else ``estimate``."""
+    value = None if options is None else options.get("debug.vertexCycles")
+    if value is None:
+        return _MODE.get()
+    mode = str(value).strip()
+    if mode not in VERTEX_CYCLE_MODES:
+        raise CodeletError(
+            f"engine option debug.vertexCycles: found {value!r}; expected one of "
+            f"{', '.join(VERTEX_CYCLE_MODES)}"
+        )
+    return mode
+
+
+# --------------------------------------------------------------- the counting pass
+@register_pass(mutates_CFG=True, analysis_only=False)
+class _CountBlocks(FunctionPass):
+    """Add ``counters[k] += 1`` at the start of every basic block ``k`` (blocks in label
+    order) of a function whose last argument is the counters array."""
+
+    _name = "ipusim_count_blocks"
+
+    def __init__(self) -> None:
+        FunctionPass.__init__(self)
+
+    def run_pass(self, state: Any) -> bool:
+        func_ir = state.func_ir
+        if not func_ir.arg_names or func_ir.arg_names[-1] != _COUNTS_ARG:
+            return False
+        labels = sorted(func_ir.blocks)
+        expected = getattr(state.func_id.func, "_ipusim_blocks", None)
+        if expected != len(labels):
+            raise CodeletError(
+                f"counted execution of {state.func_id.func_qualname}: the kernel has "
+                f"{len(labels)} blocks, {expected} were expected; hint: run it with the "
+                "engine option debug.vertexCycles=estimate"
+            )
+        entry = labels[0]
+        for k, label in enumerate(labels):
+            block = func_ir.blocks[label]
+            loc, scope = block.loc, block.scope
+            counts = ir.Var(scope, _COUNTS_ARG, loc)
+            index = ir.Var(scope, f"{_PREFIX}_k{k}", loc)
+            one = ir.Var(scope, f"{_PREFIX}_one{k}", loc)
+            old = ir.Var(scope, f"{_PREFIX}_old{k}", loc)
+            new = ir.Var(scope, f"{_PREFIX}_new{k}", loc)
+            stmts = [
+                ir.Assign(ir.Const(k, loc), index, loc),
+                ir.Assign(ir.Expr.getitem(counts, index, loc), old, loc),
+                ir.Assign(ir.Const(1, loc), one, loc),
+                ir.Assign(ir.Expr.binop(operator.add, old, one, loc), new, loc),
+                ir.SetItem(counts, index, new, loc),
+            ]
+            at = 0
+            if label == entry:  # after the arguments are bound
+                for i, stmt in enumerate(block.body):
+                    if isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Arg):
+                        at = i + 1
+            block.body[at:at] = stmts
+        return True
+
+
+class _CountingCompiler(CompilerBase):
+    """Numba's nopython pipeline with :class:`_CountBlocks` after IR processing."""
+
+    def define_pipelines(self) -> list[Any]:
+        pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
+        pm.add_pass_after(_CountBlocks, IRProcessing)
+        pm.finalize()
+        return [pm]
+
+
+def _with_counters(py_func: Callable[..., Any], glob: dict[str, Any]) -> Callable[..., Any]:
+    """A copy of ``py_func`` (from its source) taking the counters as a last argument."""
+    try:
+        source = textwrap.dedent(inspect.getsource(py_func))
+    except (OSError, TypeError) as exc:
+        raise CodeletError(
+            f"counted execution of {py_func.__qualname__}: its source is not available "
+            f"({exc}); hint: define compute in a file, or use the engine option "
+            "debug.vertexCycles=estimate"
+        ) from None
+    if py_func.__closure__:
+        raise CodeletError(
+            f"counted execution of {py_func.__qualname__}: compute uses variables of an "
+            "enclosing function (a closure); hint: make them globals or fields"
+        )
+    tree = ast.parse(source)
+    fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+    fdef.decorator_list = []
+    last = fdef.args.args[-1] if fdef.args.args else fdef
+    fdef.args.args.append(ast.copy_location(ast.arg(arg=_COUNTS_ARG), last))
+    module = ast.Module(body=[fdef], type_ignores=[])
+    ast.increment_lineno(module, py_func.__code__.co_firstlineno - 1)
+    filename = py_func.__code__.co_filename
+    namespace: dict[str, Any] = {}
+    exec(compile(module, filename, "exec"), glob, namespace)
+    func = namespace[fdef.name]
+    func.__qualname__ = py_func.__qualname__ + "<counted>"
+    func.__module__ = py_func.__module__
+    func.__defaults__ = py_func.__defaults__
+    func._ipusim_blocks = len(compiler.run_frontend(func).blocks)  # type: ignore[attr-defined]
+    return func
+
+
+@dataclass
+class CountingKernel:
+    """A kernel compiled with block counters: the Numba dispatcher and its block count."""
+
+    dispatcher: Any
+    num_blocks: int
+    _profiles: dict[Any, np.ndarray]
+
+    def profile(self) -> np.ndarray:
+        """``int64[num_blocks, len(OP_CLASSES)]`` of the latest compiled signature."""
+        if not self.dispatcher.overloads:
+            raise CodeletError("counted kernel: not compiled yet")
+        sig, cres = list(self.dispatcher.overloads.items())[-1]
+        found = self._profiles.get(sig)
+        if found is None:
+            found = self._profiles[sig] = block_profile(cres, self.num_blocks)
+        return found
+
+
+_COUNTING: dict[tuple[Any, bool, int | None], CountingKernel] = {}
+#: drivers of counted execution, by (codelet class, bounds checks, worker count)
+_DRIVERS: dict[tuple[type, bool, int | None], Any] = {}
+
+
+def counting_kernel(
+    py_func: Callable[..., Any], glob: dict[str, Any] | None, checked: bool, key: int | None
+) -> CountingKernel:
+    """The (cached) counting compilation of ``py_func`` with globals ``glob``."""
+    cache_key = (py_func, checked, key)
+    kernel = _COUNTING.get(cache_key)
+    if kernel is None:
+        func = _with_counters(py_func, py_func.__globals__ if glob is None else glob)
+        dispatcher = numba.njit(pipeline_class=_CountingCompiler, boundscheck=checked or None)(func)
+        kernel = _COUNTING[cache_key] = CountingKernel(dispatcher, func._ipusim_blocks, {})
+    return kernel
+
+
+# ---------------------------------------------------------------- classification
+BlockProfile = np.ndarray
+
+_COMPARE = {operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne}
+_DIVIDE = {
+    operator.truediv,
+    operator.itruediv,
+    operator.floordiv,
+    operator.ifloordiv,
+    operator.mod,
+    operator.imod,
+}
+_MUL = {operator.mul, operator.imul}
+_POW = {operator.pow, operator.ipow}
+_MATH_NAMES = frozenset(
+    {
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "sqrt",
+        "cbrt",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "atan2",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "erf",
+        "erfc",
+        "gamma",
+        "lgamma",
+        "pow",
+        "power",
+        "hypot",
+        "arcsin",
+        "arccos",
+        "arctan",
+        "arctan2",
+        "arcsinh",
+        "arccosh",
+        "arctanh",
+    }
+)
+_SELECT_NAMES = frozenset({"min", "max", "abs", "fabs", "absolute", "minimum", "maximum"})
+_FREE_EXPRS = frozenset(
+    {"pair_first", "pair_second", "exhaust_iter", "cast", "build_tuple", "phi", "dummy"}
+)
+
+
+def _float_class(typ: Any) -> str | None:
+    """``float_arith``/``half_arith``/``double_arith`` for a float type, else None."""
+    if isinstance(typ, nb_types.Float):
+        return {16: "half_arith", 32: "float_arith"}.get(typ.bitwidth, "double_arith")
+    return None
+
+
+def _width_class(kind: str, dtype: Any) -> list[str]:
+    """Load or store classes for one element of ``dtype``."""
+    size = getattr(dtype, "bitwidth", 32) // 8
+    if isinstance(dtype, nb_types.Complex):
+        size = dtype.bitwidth // 8
+    if size <= 2:
+        return [f"{kind}_narrow"]
+    if size <= 4:
+        return [f"{kind}_32"]
+    return [f"{kind}_64"] * max(1, size // 8)
+
+
+def _binop(fn: Any, lhs: Any, rhs: Any) -> list[str]:
+    if isinstance(lhs, nb_types.Array) or isinstance(rhs, nb_types.Array):
+        return ["array_op"]
+    floats = [c for c in (_float_class(lhs), _float_class(rhs)) if c is not None]
+    if fn in _COMPARE:
+        return ["float_compare" if floats else "int_compare"]
+    if fn in _POW:
+        return ["math_call"]
+    if floats:
+        if fn in _DIVIDE:
+            return ["float_div"]
+        order = ("half_arith", "float_arith", "double_arith")
+        return [max(floats, key=order.index)]
+    if fn in _MUL:
+        return ["int_mul"]
+    if fn in _DIVIDE:
+        return ["float_div"] if fn in (operator.truediv, operator.itruediv) else ["int_div"]
+    return ["int_alu"]
+
+
+def _callee_name(fnty: Any) -> str:
+    """The Python name of the function a typed ``call`` calls ('' if unknown)."""
+    key = getattr(fnty, "typing_key", None)
+    if key is None:
+        templates = getattr(fnty, "templates", ())
+        key = getattr(templates[0], "key", None) if templates else None
+    return getattr(key, "__name__", "") or str(key or "")
+
+
+def _call(expr: ir.Expr, typemap: dict[str, Any], result: Any, consts: set[str]) -> list[str]:
+    fnty = typemap.get(expr.func.name)
+    if isinstance(fnty, nb_types.Dispatcher):
+        return ["call"]
+    args = [typemap.get(a.name) for a in expr.args]
+    if isinstance(fnty, nb_types.NumberClass):  # np.float32(x), np.int32(x)
+        if all(a.name in consts for a in expr.args):
+            return []  # a constant, made at compile time
+        src = args[0]
+        same_kind = isinstance(src, nb_types.Float) == isinstance(
+            fnty.instance_type, nb_types.Float
+        )
+        return [] if same_kind and src == fnty.instance_type else ["convert"]
+    name = _callee_name(fnty)
+    if name in ("range", "bool", "prange"):
+        return []
+    if name == "len":
+        return ["load_32"]
+    if name in ("int", "float"):
+        return ["convert"]
+    if name in _MATH_NAMES:
+        if any(isinstance(a, nb_types.Array) for a in args):
+            return ["array_op"]
+        return ["math_call"]
+    if name in _SELECT_NAMES:
+        if any(isinstance(a, nb_types.Array) for a in args):
+            return ["array_op"]
+        cls = _float_class(result)
+        return [cls] if cls is not None else ["int_alu"]
+    return ["call"]
+
+
+def _expr(expr: ir.Expr, typemap: dict[str, Any], target: str, consts: set[str]) -> list[str]:
+    op = expr.op
+    if op in _FREE_EXPRS:
+        return []
+    result = typemap.get(target)
+    if op in ("binop", "inplace_binop"):
+        return _binop(expr.fn, typemap.get(expr.lhs.name), typemap.get(expr.rhs.name))
+    if op == "unary":
+        typ = typemap.get(expr.value.name)
+        if isinstance(typ, nb_types.Array):
+            return ["array_op"]
+        cls = _float_class(typ)
+        return [cls] if cls is not None else ["int_alu"]
+    if op in ("getitem", "static_getitem", "typed_getitem"):
+        base = typemap.get(expr.value.name)
+        if isinstance(base, nb_types.Array):
+            if isinstance(result, nb_types.Array):
+                return ["int_alu"]  # a view: the address of its first element
+            return _width_class("load", base.dtype)
+        if isinstance(base, nb_types.BaseTuple):
+            return []
+        if isinstance(base, nb_types.List | nb_types.ListType):
+            return ["load_64"]  # a VectorList's vector: its pointer and size
+        return ["int_alu"]
+    if op == "getattr":
+        base = typemap.get(expr.value.name)
+        if isinstance(base, nb_types.Array) and expr.attr in ("shape", "size"):
+            return ["load_32"]  # the field's size word in the vertex state
+        return []
+    if op == "call":
+        return _call(expr, typemap, result, consts)
+    if op == "getiter":
+        return ["int_alu"]
+    if op == "iternext":
+        return ["loop_backedge"]
+    if op == "arrayexpr":
+        return ["array_op"]
+    return []
+
+
+def _statement(
+    stmt: Any, typemap: dict[str, Any], loop_tests: set[str], consts: set[str]
+) -> list[str]:
+    """Operation classes of one typed IR statement."""
+    if isinstance(stmt, ir.Assign):
+        if isinstance(stmt.value, ir.Expr):
+            if stmt.value.op == "pair_second":
+                loop_tests.add(stmt.target.name)
+            return _expr(stmt.value, typemap, stmt.target.name, consts)
+        if isinstance(stmt.value, ir.Const):
+            consts.add(stmt.target.name)
+        return []
+    if isinstance(stmt, ir.SetItem | ir.StaticSetItem):
+        typ = typemap.get(stmt.target.name)
+        if isinstance(typ, nb_types.Array):
+            index = getattr(stmt, "index", None)
+            index_type = typemap.get(index.name) if isinstance(index, ir.Var) else None
+            if isinstance(index_type, nb_types.SliceType) or isinstance(
+                getattr(stmt, "index", None), slice
+            ):
+                return ["array_op"]
+            return _width_class("store", typ.dtype)
+        return ["call"]
+    if isinstance(stmt, ir.Branch):
+        # a range loop's test is part of its brnzdec (counted at iternext)
+        return [] if stmt.cond.name in loop_tests else ["branch"]
+    return []
+
+
+def _counter_index(stmt: Any, consts: dict[str, int]) -> int | None:
+    if (
+        isinstance(stmt, ir.SetItem)
+        and stmt.target.name == _COUNTS_ARG
+        and stmt.index.name in consts
+    ):
+        return consts[stmt.index.name]
+    return None
+
+
+def _is_counter(stmt: Any) -> bool:
+    if isinstance(stmt, ir.SetItem):
+        return stmt.target.name == _COUNTS_ARG
+    if isinstance(stmt, ir.Assign):
+        return stmt.target.name.startswith(_PREFIX)
+    return False
+
+
+def block_profile(cres: Any, num_blocks: int) -> np.ndarray:
+    """``int64[num_blocks, len(OP_CLASSES)]``: the operations of each counted block of
+    the compiled function ``cres`` (a Numba compile result of a counting kernel).
+
+    A statement belongs to the block of the latest counter before it in its IR block
+    (blocks that Numba merged after counting keep their counters in order); the few
+    statements Numba placed before any counter go to the block of the next one.
+    """
+    annotation = cres.type_annotation
+    typemap = annotation.typemap
+    blocks = annotation.blocks
+    consts: dict[str, int] = {}
+    for block in blocks.values():
+        for stmt in block.body:
+            if (
+                isinstance(stmt, ir.Assign)
+                and isinstance(stmt.value, ir.Const)
+                and stmt.target.name.startswith(f"{_PREFIX}_k")
+            ):
+                consts[stmt.target.name] = int(stmt.value.value)
+    profile = np.zeros((num_blocks, len(OP_CLASSES)), np.int64)
+    loop_tests: set[str] = set()
+    const_names: set[str] = set()
+    for label in sorted(blocks):
+        current: int | None = None
+        waiting: list[str] = []
+        for stmt in blocks[label].body:
+            k = _counter_index(stmt, consts)
+            if k is not None:
+                current = k
+                for cls in waiting:
+                    profile[k, _COLUMN[cls]] += 1
+                waiting = []
+                continue
+            if _is_counter(stmt):
+                continue
+            classes = _statement(stmt, typemap, loop_tests, const_names)
+            if current is None:
+                waiting += classes
+            else:
+                for cls in classes:
+                    profile[current, _COLUMN[cls]] += 1
+    return profile
+
+
+def execute_counted(
+    vtype: VertexType,
+    fields: Mapping[str, FieldBatch | InPlaceField],
+    num_vertices: int,
+    num_workers: int,
+    *,
+    vertex_ids: np.ndarray,
+    tiles: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`execute_lowered` with counted execution (:mod:`poplar_api.counted`).
+
+    Returns
+    -------
+    tuple
+        ``ok`` (bool per vertex), ``runs`` (``int64[executions, blocks]``: how often
+        each execution ran each block of the kernel; an execution is a vertex, or a
+        worker of a multi-vertex at row ``v * num_workers + w``) and the kernel's
+        ``profile`` (``int64[blocks, len(OP_CLASSES)]``: its operations by class).
+
+    A kernel that fails is run again uncounted, whose error names the vertex.
+    """
+    args, batches = _lowered_args(vtype, fields)
+    checked = RUN_CHECKS_BOUNDS.get()
+    per_count = _uses_num_workers(vtype)
+    raw = inspect.getattr_static(vtype.cls, "compute").__func__
+    py_func = getattr(raw, "py_func", raw)
+    glob = _worker_globals(py_func, num_workers) if per_count else None
+    kernel = counting_kernel(py_func, glob, checked, num_workers if per_count else None)
+    key = (vtype.cls, checked, num_workers if per_count else None)
+    driver = _DRIVERS.get(key)
+    if driver is None:
+        namespace = {"kernel": kernel.dispatcher, "List": List, "_as_ok": _as_ok}
+        code = compile(
+            _driver_source(vtype, counted=True), f"<counted driver of {vtype.name}>", "exec"
+        )
+        exec(code, namespace)
+        driver = _DRIVERS[key] = numba.njit(namespace["driver"])
+    rows = num_vertices * num_workers if vtype.kind == "multi" else num_vertices
+    counts = np.zeros((rows, kernel.num_blocks), np.int64)
+    ok = np.ones(num_vertices, np.bool_)
+    where = np.array((-1, -1), np.int64)
+    token = RUN_NUM_WORKERS.set(num_workers)
+    try:
+        if num_vertices:
+            try:
+                _first_call(driver, num_vertices, num_workers, ok, where, [counts, *args])
+            except Exception as exc:
+                _run_driver(
+                    vtype, batches, args, num_vertices, num_workers, None, vertex_ids, tiles
+                )
+                raise CodeletError(
+                    f"vertex type {vtype.name!r}: counted execution failed: "
+                    f"{type(exc).__name__}: {_numba_summary(exc)}; hint: run with the engine "
+                    "option debug.vertexCycles=estimate"
+                ) from exc
+    finally:
+        RUN_NUM_WORKERS.reset(token)
+    profile = kernel.profile() if num_vertices else np.zeros((kernel.num_blocks, 0), np.int64)
+    return ok, counts, profile

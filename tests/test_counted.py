@@ -1,0 +1,263 @@
+"""Counted execution: exact operation counts of a kernel, their cycles, and vertices whose
+cycles follow their data on hardware devices (docs/counted_cycles.md)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ipusim.config import config_hash, load_config
+from ipusim.errors import ConfigError
+from ipusim.tile.counted import (
+    OP_CLASSES,
+    block_cycles,
+    class_costs,
+    multi_vertex_cycles,
+    worker_vertex_cycles,
+)
+from poplar_api import UNSIGNED_INT, DeviceManager, Engine, Graph, IPUModel, TargetType
+from poplar_api import program as prog
+from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, Vertex
+from poplar_api.counted import counting_kernel, vertexCycles
+from poplar_api.errors import CodeletError, GraphValidationError
+from poplar_api.types import FLOAT
+
+
+def dot(a, b, out):
+    total = np.float32(0.0)
+    for i in range(a.shape[0]):
+        total += a[i] * b[i]
+    out[0] = total
+    return True
+
+
+def clip_exp(n, x):
+    k = 0
+    while k < n[0]:
+        if x[k] > 0:
+            x[k] = math.exp(x[k])
+        k += 1
+
+
+def _counts(func, *args) -> dict[str, int]:
+    kernel = counting_kernel(func, None, False, None)
+    runs = np.zeros(kernel.num_blocks, np.int64)
+    kernel.dispatcher(*args, runs)
+    totals = runs @ kernel.profile()
+    return {OP_CLASSES[k]: int(v) for k, v in enumerate(totals) if v}
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 40])
+def test_a_dot_product_counts_two_loads_two_float_ops_and_one_loop_step_per_element(n):
+    a = np.arange(n, dtype=np.float32)
+    out = np.zeros(1, np.float32)
+    got = _counts(dot, a, a, out)
+    assert out[0] == np.float32(np.dot(a, a))
+    want = {
+        "load_32": 2 * n + 1,  # a[i], b[i]; a.shape once
+        "float_arith": 2 * n,  # mul, add
+        "loop_backedge": n + 1,  # one brnzdec per iteration, and the exit test
+        "store_32": 1,
+        "int_alu": 1,  # the loop's set-up
+    }
+    assert got == {k: v for k, v in want.items() if v}
+
+
+def test_counts_follow_the_branches_the_data_takes():
+    x = np.array([1.0, -1.0, 2.0, -3.0, 0.5, 0.0], np.float32)
+    n = np.array([x.size], np.int32)
+    positive = int((x > 0).sum())
+    got = _counts(clip_exp, n, x.copy())
+    tests = x.size + 1  # while tests, the last one fails
+    assert got == {
+        "load_32": tests + x.size + positive,  # n[0] per test, x[k] per test, x[k] for exp
+        "int_compare": tests,
+        "float_compare": x.size,
+        "branch": tests + x.size,
+        "math_call": positive,
+        "store_32": positive,
+        "int_alu": x.size,  # k += 1
+    }
+
+
+def test_block_cycles_price_each_class_and_bundle_the_shorter_pipeline():
+    cfg = load_config("tiny", overrides={"counted.pairing": 0.5}).counted
+    profile = np.zeros((2, len(OP_CLASSES)), np.int64)
+    profile[0, OP_CLASSES.index("load_32")] = 3
+    profile[0, OP_CLASSES.index("float_arith")] = 2
+    profile[1, OP_CLASSES.index("int_div")] = 1
+    main0 = 3 * cfg.load_32_cycles
+    float0 = 2 * cfg.float_arith_cycles
+    want0 = main0 + float0 - 0.5 * min(main0, float0)
+    assert block_cycles(cfg, profile).tolist() == [want0, cfg.int_div_cycles]
+    runs = np.array([[1, 0], [4, 2]])
+    got = worker_vertex_cycles(cfg, profile, runs)
+    assert got.tolist() == [
+        math.ceil(want0 + cfg.worker_entry_cycles),
+        math.ceil(4 * want0 + 2 * cfg.int_div_cycles + cfg.worker_entry_cycles),
+    ]
+    assert multi_vertex_cycles(cfg, np.array([[3, 9, 4]]), 6).tolist() == [
+        9 * 6 + math.ceil(cfg.supervisor_cycles)
+    ]
+    assert class_costs(cfg).shape == (len(OP_CLASSES),)
+
+
+def test_the_default_cost_table_leaves_a_config_hash_unchanged_and_an_override_changes_it():
+    base = load_config("tiny")
+    assert "counted" not in base.model_dump()
+    changed = load_config("tiny", overrides={"counted.float_arith_cycles": 2})
+    assert config_hash(changed) != config_hash(base)
+    assert changed.model_dump()["counted"]["float_arith_cycles"] == 2
+    with pytest.raises(ConfigError, match="pairing"):
+        load_config("tiny", overrides={"counted.pairing": 1.5})
+
+
+# ------------------------------------------------------------------ on a device
+class Loops(Vertex):
+    """Loops ``iterations`` times (one float add each), then counts one more."""
+
+    iterations = InOut(UNSIGNED_INT)
+    acc = Output(FLOAT)
+
+    @staticmethod
+    def compute(iterations, acc):
+        total = np.float32(0.0)
+        for _ in range(iterations[0] * 10):
+            total += np.float32(1.0)
+        acc[0] = total
+        iterations[0] += 1
+        return True
+
+
+class Halves(MultiVertex):
+    """Each worker sums its share of ``a``; worker 0 has the most elements."""
+
+    a = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(worker_id, num_workers, a, out):
+        total = np.float32(0.0)
+        for i in range(worker_id, a.shape[0], num_workers):
+            total += a[i]
+        out[worker_id] = total
+        return True
+
+
+def _loops_engine(device, repeats: int, estimate: int | None = None):
+    graph = Graph(device.getTarget())
+    graph.addCodelets(Loops)
+    it = graph.addVariable(UNSIGNED_INT, [], "iterations")
+    acc = graph.addVariable(FLOAT, [1], "acc")
+    graph.setTileMapping(it, 0)
+    graph.setTileMapping(acc, 0)
+    graph.setInitialValue(it, 1)
+    graph.createHostRead("iterations", it)
+    cs = graph.addComputeSet("loops")
+    v = graph.addVertex(cs, "Loops", {"iterations": it, "acc": acc[0]})
+    graph.setTileMapping(v, 0)
+    if estimate is not None:
+        graph.setPerfEstimate(v, estimate)
+    engine = Engine(
+        graph, prog.Repeat(repeats, prog.Execute(cs)), {"profiler.programs.filter": "loops"}
+    )
+    engine.load(device)
+    return engine
+
+
+def _hardware():
+    device = DeviceManager("tiny", 1).getDevices(TargetType.IPU, 1)[0]
+    assert device.attach()
+    return device
+
+
+def test_on_hardware_a_vertex_without_estimate_runs_and_its_cycles_grow_with_its_loop():
+    with vertexCycles("auto"):
+        engine = _loops_engine(_hardware(), repeats=4)
+    engine.run()
+    cycles = [b["cycles"] for b in engine.getBlockRecords(0)]
+    assert len(cycles) == 4
+    steps = np.diff(cycles)
+    # ten more float adds and loop steps per execution: the same growth every time
+    assert (steps > 0).all() and len(set(steps.tolist())) == 1
+    cfg = load_config("tiny").counted
+    per_iteration = cfg.float_arith_cycles + cfg.loop_backedge_cycles  # no pairing
+    assert steps[0] == 10 * per_iteration * load_config("tiny").tile.worker_contexts
+    assert int(engine.readTensor("iterations")) == 5
+
+
+def test_on_an_ipu_model_auto_keeps_the_estimate_and_needs_one():
+    with vertexCycles("auto"):
+        engine = _loops_engine(IPUModel("tiny").createDevice(), repeats=3, estimate=100)
+        engine.run()
+        cycles = [b["cycles"] for b in engine.getBlockRecords(0)]
+        assert len(set(cycles)) == 1
+        with pytest.raises(GraphValidationError, match="no cycle estimate"):
+            _loops_engine(IPUModel("tiny").createDevice(), repeats=1)
+
+
+def test_counted_mode_replaces_the_estimate_and_estimate_mode_ignores_the_kernel():
+    with vertexCycles("counted"):
+        counted = _loops_engine(IPUModel("tiny").createDevice(), repeats=2, estimate=5)
+    counted.run()
+    growing = [b["cycles"] for b in counted.getBlockRecords(0)]
+    with vertexCycles("estimate"):
+        fixed = _loops_engine(_hardware(), repeats=2, estimate=5)
+    fixed.run()
+    same = [b["cycles"] for b in fixed.getBlockRecords(0)]
+    assert growing[1] > growing[0] and same[0] == same[1]
+
+
+def test_a_multi_vertex_takes_its_slowest_worker_on_every_context_plus_the_supervisor():
+    cfg = load_config("tiny")
+    contexts = cfg.tile.worker_contexts
+    n = 3 * contexts + 2  # workers 0 and 1 get one element more
+    with vertexCycles("counted"):
+        graph = Graph(IPUModel("tiny").createDevice().getTarget())
+        graph.addCodelets(Halves)
+        a = graph.addConstant(FLOAT, [n], np.arange(n, dtype=np.float32), "a")
+        out = graph.addVariable(FLOAT, [contexts], "out")
+        for t in (a, out):
+            graph.setTileMapping(t, 0)
+        graph.createHostRead("out", out)
+        cs = graph.addComputeSet("halves")
+        v = graph.addVertex(cs, "Halves", {"a": a, "out": out})
+        graph.setTileMapping(v, 0)
+        engine = Engine(graph, prog.Execute(cs))
+        engine.load(IPUModel("tiny").createDevice())
+    engine.run()
+    want_out = [np.arange(n, dtype=np.float32)[w::contexts].sum() for w in range(contexts)]
+    assert np.allclose(engine.readTensor("out"), want_out)
+    c = cfg.counted
+    iterations = n // contexts + 1  # worker 0
+    # per worker: a.shape, the loop set-up, per element a load, an add and a loop step,
+    # the exit test, the store of its total
+    thread = (
+        c.load_32_cycles * (1 + iterations)
+        + c.int_alu_cycles
+        + c.float_arith_cycles * iterations
+        + c.loop_backedge_cycles * (iterations + 1)
+        + c.store_32_cycles
+        + c.worker_entry_cycles
+    )
+    rec = next(r for r in engine.getTraces()[-1].records if r.kind == "compute")
+    assert (
+        int(rec.tile_cycles[0])
+        == math.ceil(thread) * contexts
+        + math.ceil(c.supervisor_cycles)
+        + cfg.tile.multi_vertex_launch_cycles
+    )
+
+
+def test_a_kernel_without_source_cannot_be_counted_and_says_why():
+    namespace: dict = {}
+    exec("def k(a):\n    a[0] = 1\n", namespace)
+    with pytest.raises(CodeletError, match="source"):
+        counting_kernel(namespace["k"], None, False, None)
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(CodeletError, match="estimate, auto, counted"), vertexCycles("fast"):
+        pass
