@@ -70,7 +70,7 @@ from poplar_api.graph_vertices import FieldRef, VertexMethods, VertexRef
 from poplar_api.lowering.context import wide_ids
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
-from poplar_api.types import Type
+from poplar_api.types import Type, type_from_name
 from poplar_api.vertices import UNMAPPED
 
 
@@ -390,9 +390,12 @@ class Graph(VertexMethods, BulkGraphMethods):
     def _add(self, type_: Type, shape: Any, name: str, constant: bool) -> Tensor:
         if self._wide:
             self._refuse_on_parent(f"{'addConstant' if constant else 'addVariable'}('{name}')")
+        if isinstance(type_, str):  # Poplar's spelling ("float", "unsigned int")
+            type_ = type_from_name(type_)
         if not isinstance(type_, Type):
             raise TypeMismatchError(
-                f"tensor '{name}': element type {type_!r} is not a poplar_api Type (FLOAT, ...)"
+                f"tensor '{name}': element type {type_!r} is not a poplar_api Type (FLOAT, ...) "
+                "or a Poplar type name ('float', 'unsigned int', ...)"
             )
         if type(shape) is list and all(type(d) is int and d >= 0 for d in shape):
             dims = tuple(shape)  # a list of ints: the common case, checked inline
@@ -405,11 +408,19 @@ class Graph(VertexMethods, BulkGraphMethods):
         self._state.variables.append(var)
         return Tensor._consecutive(self._state, type_, base, tuple(dims), var.name)
 
-    def addVariable(self, type_: Type, shape: Any, debugName: str = "") -> Tensor:
-        """A new variable of ``shape``; it must be mapped to tiles before compiling."""
+    def addVariable(self, type_: Type | str, shape: Any, debugName: str = "") -> Tensor:
+        """A new variable of ``shape``; it must be mapped to tiles before compiling.
+        ``type_`` is a Type or Poplar's name of one (``"float"``, ``"unsigned int"``)."""
         return self._add(type_, shape, debugName, False)
 
-    def addConstant(self, type_: Type, shape: Any, values: Any, debugName: str = "") -> Tensor:
+    def addTensor(self, type_: Type | str, shape: Any, debugName: str = "") -> Tensor:
+        """Poplar's earlier name of :meth:`addVariable` (the graph-programming
+        tutorials of older SDKs use it)."""
+        return self._add(type_, shape, debugName, False)
+
+    def addConstant(
+        self, type_: Type | str, shape: Any, values: Any, debugName: str = ""
+    ) -> Tensor:
         """A constant with ``values`` (one value is repeated over the whole shape)."""
         t = self._add(type_, shape, debugName, True)
         self.setInitialValue(t, values)

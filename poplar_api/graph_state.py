@@ -26,7 +26,7 @@ from poplar_api.device import Target
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.program import Program
 from poplar_api.tensor import Interval, Tensor
-from poplar_api.types import Type
+from poplar_api.types import Type, type_from_name
 from poplar_api.vertices import UNMAPPED, VertexTable
 
 __all__ = [
@@ -355,6 +355,8 @@ def add_constants(
         raise GraphError(f"{what}: shapes {shapes!r} must be a list of shapes, one per constant")
     n = len(shapes)
     types = _per_constant(type_, n, "types", what)
+    if any(type(t) is str for t in types):  # Poplar's names ("float", "unsigned int")
+        types = [type_from_name(t) if type(t) is str else t for t in types]
     labels = _per_constant(names, n, "names", what)
     if isinstance(values, str | bytes) or not hasattr(values, "__len__") or len(values) != n:
         got = len(values) if hasattr(values, "__len__") else type(values).__name__

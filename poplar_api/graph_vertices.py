@@ -144,6 +144,10 @@ class VertexMethods:
         self._state.compute_sets.append(cs)
         return cs
 
+    def createComputeSet(self, debugName: str = "") -> ComputeSet:
+        """Poplar's earlier name of :meth:`addComputeSet` (older SDKs' tutorials)."""
+        return self.addComputeSet(debugName)
+
     def addVertex(
         self, cs: ComputeSet, vertexType: Any, connections: Mapping[str, Any] | None = None
     ) -> VertexRef:

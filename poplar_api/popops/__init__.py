@@ -282,6 +282,17 @@ def clampInPlace(
     ternary_op(graph, "CLAMP", A, lower, upper, prog, debugName, "clampInPlace", in_place=True)
 
 
+def encodeOneHot(
+    graph: Graph, indices: Tensor, encoded: Tensor, prog: Sequence, debugName: str = ""
+) -> None:
+    """Poplibs' ``popops::encodeOneHot`` (``lib/popops/Encoding.cpp``): one-hot rows of
+    ``indices`` into ``encoded``; see :func:`poplar_api.popnn.encodeOneHot`, which
+    implements it beside the losses that use it."""
+    from poplar_api.popnn import onehot
+
+    onehot.encodeOneHot(graph, indices, encoded, prog, debugName)
+
+
 __all__ = [
     "CollectiveOperator", "Operation", "ReduceParams", "SingleReduceOp", "abs", "absInPlace", "add",
     "addCodelets", "addInPlace", "allTrue", "asin", "asinInPlace", "atan2", "atan2InPlace",
@@ -289,7 +300,7 @@ __all__ = [
     "bitwiseOrInPlace", "bitwiseXnor", "bitwiseXnorInPlace", "bitwiseXor",
     "bitwiseXorInPlace", "cast", "cbrt", "cbrtInPlace", "ceil", "ceilInPlace", "clamp",
     "clampInPlace", "cos", "cosInPlace", "countLeadingZeros", "countLeadingZerosInPlace",
-    "div", "divInPlace", "eq", "eqInPlace", "erf", "erfInPlace", "exp", "exp2",
+    "div", "divInPlace", "encodeOneHot", "eq", "eqInPlace", "erf", "erfInPlace", "exp", "exp2",
     "exp2InPlace", "expInPlace", "expm1", "expm1InPlace", "expr", "fill", "floor",
     "floorInPlace", "geluErf", "geluErfInPlace", "gt", "gtInPlace", "gteq", "gteqInPlace",
     "inv", "invInPlace", "invStdDevToVarianceInPlace", "isFinite", "isInf", "isNaN", "log",
