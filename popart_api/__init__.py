@@ -13,6 +13,7 @@ from popart_api import (  # noqa: F401
     ops_loss,
     ops_math,
     ops_nn,
+    ops_resize,
     ops_shape,
     ops_tensor,
 )
