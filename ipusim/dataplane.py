@@ -8,6 +8,7 @@ serves host streams (stream copies are steps with effects).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,6 +28,10 @@ class DataPlane(Protocol):
 
     def predicate(self, predicate: int) -> int:
         """Value of predicate ``predicate`` now (non-zero is true; Switch uses the value)."""
+
+    # Optional: ``counted_executions(step) -> tuple`` gives the counts of a counted
+    # compute step's execution when its effect counted nothing (a replayed run; see
+    # :class:`ScriptedDataPlane` and :mod:`ipusim.tile.counted`).
 
 
 class NoDataPlane:
@@ -64,12 +69,26 @@ class ScriptedDataPlane:
         answers: dict[int, list[int]] = {}
         for predicate, value in trace.decisions:
             answers.setdefault(int(predicate), []).append(int(value))
-        return cls(answers)
+        plane = cls(answers)
+        for rec in trace.records:  # counted compute steps: their counts, in order
+            executions = getattr(rec.details, "executions", None)
+            if executions:
+                plane._counted.setdefault(id(rec.step), deque()).append(executions)
+        return plane
 
     def __init__(self, answers: Mapping[int, Sequence[int]] | None = None) -> None:
         self._answers = {k: list(v) for k, v in (answers or {}).items()}
         self._pos = dict.fromkeys(self._answers, 0)
         self.applied: list[int] = []
+        #: per counted compute step (by id): the counts of its executions, in order
+        self._counted: dict[int, deque[tuple[Any, ...]]] = {}
+
+    def counted_executions(self, step: Any) -> tuple[Any, ...]:
+        """The counts of the next execution of a counted compute step in the replayed
+        run (empty when the run recorded none), so that a re-timed run costs each
+        execution from what it counted."""
+        queue = self._counted.get(id(step))
+        return queue.popleft() if queue else ()
 
     def apply(self, effect: int) -> None:
         self.applied.append(effect)

@@ -35,7 +35,8 @@ from ipusim.host.link import check_copy_size
 from ipusim.ir_validation import validate_program
 from ipusim.machine_groups import Barrier, TileGroup
 from ipusim.machine_links import LinkSteps, Prefetch
-from ipusim.tile.counted import CountedCompute
+from ipusim.tile.compute import ComputeCost
+from ipusim.tile.counted import CountedCompute, CountedComputeCost, execution_cycles
 from ipusim.timing import ControllerSync, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
 
@@ -431,12 +432,35 @@ class _Run(LinkSteps):
         rec = self.records.get(n)
         if rec is None:
             if isinstance(step, CountedCompute):  # costed from what its effect counts
-                if step.effect is not None:
-                    self.data_plane.apply(step.effect)
-                return self._new_record(n, step, step.executed())
+                return self._counted_record(n, step)
             rec = self._new_record(n, step)
             if step.effect is not None:
                 self.data_plane.apply(step.effect)
+        return rec
+
+    def _counted_record(self, n: int, step: CountedCompute) -> StepRecord:
+        """The record of a counted compute step: its effect runs first, and this
+        execution is costed from what it counted (or, in a re-timed run, from the counts
+        the data plane replays); with no counts, from the step's static cycles."""
+        if step.effect is not None:
+            self.data_plane.apply(step.effect)
+        executions = step.counted.take()
+        if not executions:
+            replay = getattr(self.data_plane, "counted_executions", None)
+            executions = list(replay(step)) if replay is not None else []
+        if not executions:
+            return self._new_record(n, step)
+        cfg = self.cfg
+        cycles = execution_cycles(cfg.counted, cfg.tile.worker_contexts, executions)
+        rec = self._new_record(n, step, step.with_cycles(cycles))
+        cost = rec.details
+        if type(cost) is ComputeCost:
+            rec.details = CountedComputeCost(
+                tile_cycles=cost.tile_cycles,
+                active_cycles=cost.active_cycles,
+                inputs=cost.inputs,
+                executions=tuple(executions),
+            )
         return rec
 
     def _local_step(self, g: TileGroup, n: int, step: ir.Compute | ir.Exchange) -> None:

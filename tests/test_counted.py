@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from ipusim.config import config_hash, load_config
+from ipusim.dataplane import ScriptedDataPlane
 from ipusim.errors import ConfigError
+from ipusim.machine import Machine
 from ipusim.tile.counted import (
     OP_CLASSES,
     block_cycles,
@@ -261,3 +263,22 @@ def test_a_kernel_without_source_cannot_be_counted_and_says_why():
 def test_an_unknown_mode_is_refused():
     with pytest.raises(CodeletError, match="estimate, auto, counted"), vertexCycles("fast"):
         pass
+
+
+def test_a_counted_run_re_times_on_another_cost_table_from_what_it_counted():
+    with vertexCycles("counted"):
+        engine = _loops_engine(IPUModel("tiny").createDevice(), repeats=3)
+    engine.run()
+    trace = engine.getTraces()[-1]
+    base = load_config("tiny")
+    same = Machine(base).run(engine.ir_program, ScriptedDataPlane.from_trace(trace), entry=0)
+    assert same.fingerprint() == trace.fingerprint()
+    dearer = load_config("tiny", overrides={"counted.float_arith_cycles": 3})
+    again = Machine(dearer).run(engine.ir_program, ScriptedDataPlane.from_trace(trace), entry=0)
+    before = [int(r.tile_cycles[0]) for r in trace.records if r.kind == "compute"]
+    after = [int(r.tile_cycles[0]) for r in again.records if r.kind == "compute"]
+    contexts = base.tile.worker_contexts
+    # execution k ran 10 * (k + 1) float adds, each 2 thread cycles dearer
+    assert [a - b for a, b in zip(after, before, strict=True)] == [
+        10 * (k + 1) * 2 * contexts for k in range(3)
+    ]

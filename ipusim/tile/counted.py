@@ -28,14 +28,19 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.config_sections import CountedConfig
+from ipusim.tile.compute import ComputeCost
 
 __all__ = [
     "FLOAT_PIPE",
     "OP_CLASSES",
     "CountedCompute",
+    "CountedComputeCost",
     "CountedCycles",
+    "CountedExecution",
+    "CountedPart",
     "block_cycles",
     "class_costs",
+    "execution_cycles",
     "multi_vertex_cycles",
     "worker_vertex_cycles",
 ]
@@ -145,24 +150,87 @@ def multi_vertex_cycles(cfg: CountedConfig, worker_cycles: np.ndarray, contexts:
     return slowest * contexts + int(np.ceil(cfg.supervisor_cycles))
 
 
+@dataclass(frozen=True)
+class CountedPart:
+    """The counted vertices of one type in one execution of a compute set.
+
+    Attributes
+    ----------
+    positions
+        Positions in the compute set of the part's vertices.
+    kind
+        ``"worker"``, ``"multi"`` (a kernel per worker) or ``"supervisor"``.
+    workers
+        Worker kernels per multi-vertex (rows of ``runs`` per vertex).
+    profile
+        ``int64[blocks, len(OP_CLASSES)]``: the operations of each block of the kernel.
+    runs
+        ``int64[executions, blocks]``: how often each kernel execution ran each block
+        (vertex ``v``'s worker ``w`` at row ``v * workers + w`` for multi-vertices).
+    """
+
+    positions: np.ndarray
+    kind: str
+    workers: int
+    profile: np.ndarray
+    runs: np.ndarray
+
+    def operations(self) -> np.ndarray:
+        """``int64[vertices, len(OP_CLASSES)]``: the operations each vertex executed."""
+        per_run = self.runs @ self.profile
+        rows = self.workers if self.kind == "multi" else 1
+        return per_run.reshape(-1, rows, len(OP_CLASSES)).sum(axis=1)
+
+
+@dataclass(frozen=True)
+class CountedExecution:
+    """What one execution of a compute set counted: its counted parts, and the static
+    cycles of every vertex (kept for the vertices not counted)."""
+
+    static: np.ndarray
+    parts: tuple[CountedPart, ...]
+
+    def cycles(self, cfg: CountedConfig, contexts: int) -> np.ndarray:
+        """``int64[vertices]``: every vertex's cycles in the units of estimates (thread
+        cycles; tile cycles for multi-vertices)."""
+        cycles = np.array(self.static, np.int64)
+        for part in self.parts:
+            thread = worker_vertex_cycles(cfg, part.profile, part.runs)
+            if part.kind == "multi":
+                found = multi_vertex_cycles(cfg, thread.reshape(-1, part.workers), contexts)
+            elif part.kind == "supervisor":  # supervisor code issues once per `contexts`
+                found = multi_vertex_cycles(cfg, thread.reshape(-1, 1), contexts)
+            else:
+                found = thread
+            cycles[part.positions] = found
+        return cycles
+
+
+def execution_cycles(
+    cfg: CountedConfig, contexts: int, executions: list[CountedExecution]
+) -> np.ndarray:
+    """Vertex cycles of one execution of a step from its counts: with several replicas
+    (one :class:`CountedExecution` each), the larger of each vertex's."""
+    found = [e.cycles(cfg, contexts) for e in executions]
+    return found[0] if len(found) == 1 else np.maximum.reduce(found)
+
+
 class CountedCycles:
-    """The vertex cycles of a compute step's latest execution, as its effect counted
-    them (one array per execution; with several replicas, the larger of each vertex's)."""
+    """The counts of a compute step's latest execution, put there by its effect (one
+    :class:`CountedExecution` per replica that ran it), until the machine takes them."""
 
     __slots__ = ("_latest",)
 
     def __init__(self) -> None:
-        self._latest: np.ndarray | None = None
+        self._latest: list[CountedExecution] = []
 
-    def put(self, cycles: np.ndarray) -> None:
-        """Record an execution's ``int64[vertices]`` cycles (another replica of the same
-        execution keeps each vertex's larger value)."""
-        cycles = np.asarray(cycles, np.int64)
-        self._latest = cycles if self._latest is None else np.maximum(self._latest, cycles)
+    def put(self, execution: CountedExecution) -> None:
+        """Record what one replica's execution counted."""
+        self._latest.append(execution)
 
-    def take(self) -> np.ndarray | None:
-        """The recorded cycles (None if the effect counted nothing), cleared."""
-        latest, self._latest = self._latest, None
+    def take(self) -> list[CountedExecution]:
+        """The recorded executions (empty if the effect counted nothing), cleared."""
+        latest, self._latest = self._latest, []
         return latest
 
     def __reduce__(self) -> tuple[type, tuple]:  # pickled with an executable: empty
@@ -174,20 +242,16 @@ class CountedCompute(ir.Compute):
     """A compute step whose vertex cycles come from counted execution.
 
     ``vertex_cycles`` are the static estimates (0 for a vertex without one); when the
-    step's effect runs it puts the counted cycles of that execution into ``counted``,
-    and the machine costs the execution from them (:meth:`executed`).
+    step's effect runs it puts the counts of that execution into ``counted``, and the
+    machine costs the execution from them with its config's ``counted`` section.
     """
 
     counted: CountedCycles = field(default_factory=CountedCycles)
     #: per vertex type (``vertex_type_names``): "counted" or "estimate"
     cycle_sources: tuple[str, ...] = ()
 
-    def executed(self) -> ir.Compute:
-        """A plain compute step with this execution's cycles (the step itself when the
-        effect counted nothing, e.g. it did not run)."""
-        cycles = self.counted.take()
-        if cycles is None:
-            return self
+    def with_cycles(self, cycles: np.ndarray) -> ir.Compute:
+        """A plain compute step with these vertex cycles (one execution's)."""
         return ir.Compute(
             name=self.name,
             program_id=self.program_id,
@@ -197,3 +261,11 @@ class CountedCompute(ir.Compute):
             vertex_type=self.vertex_type,
             vertex_type_names=self.vertex_type_names,
         )
+
+
+@dataclass(frozen=True)
+class CountedComputeCost(ComputeCost):
+    """The cost of one execution of a :class:`CountedCompute` step, with the counts it
+    was costed from (so that the run can be re-timed on another cost table)."""
+
+    executions: tuple[CountedExecution, ...] = field(default=(), repr=False)

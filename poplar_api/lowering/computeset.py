@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ipusim.config_sections import CountedConfig
-from ipusim.tile.counted import CountedCycles, multi_vertex_cycles, worker_vertex_cycles
+from ipusim.tile.counted import CountedCycles, CountedExecution, CountedPart
 from poplar_api.codelet import InPlaceField, VertexType, checking_bounds, execute_lowered
 from poplar_api.counted import execute_counted
 from poplar_api.errors import EngineError
@@ -352,28 +351,21 @@ class CountedRun:
     """What a compute set's runner needs to count its vertices' cycles.
 
     ``groups[k]``: whether the vertices of type group ``k`` are counted; ``static``:
-    every vertex's static cycles (kept for the groups not counted); each execution's
-    cycles go to ``holder`` (the IR step's :class:`~ipusim.tile.counted.CountedCycles`).
+    every vertex's static cycles (kept for the groups not counted); what each execution
+    counted goes to ``holder`` (the IR step's :class:`~ipusim.tile.counted.CountedCycles`),
+    which the machine prices with its config's cost table.
     """
 
     groups: list[bool]
     static: np.ndarray
-    costs: CountedConfig
-    contexts: int
     holder: CountedCycles
 
 
-def _counted_cycles(
-    run: CountedRun, vtype: VertexType, runs_: np.ndarray, profile: np.ndarray, n: int, w: int
-) -> np.ndarray:
-    """Cycles of ``n`` vertices of ``vtype`` from the block runs of their executions, in
-    the units of estimates (thread cycles, tile cycles for multi-vertices)."""
-    thread = worker_vertex_cycles(run.costs, profile, runs_)
+def _kind(vtype: VertexType) -> str:
+    """How a counted part's executions make a vertex's cycles (see CountedPart)."""
     if vtype.kind == "multi":
-        return multi_vertex_cycles(run.costs, thread.reshape(n, w), run.contexts)
-    if vtype.is_multi:  # supervisor code: issues once every contexts tile cycles
-        return multi_vertex_cycles(run.costs, thread.reshape(n, 1), run.contexts)
-    return thread
+        return "multi"
+    return "supervisor" if vtype.is_multi else "worker"
 
 
 def make_runner(
@@ -405,7 +397,7 @@ def make_runner(
         # unchecked kernels read past a field into the packed batch, as documented
         checked = checking_bounds()
         writes = []
-        cycles = None if counted is None else counted.static.copy()
+        parts: list[CountedPart] = []
         for g, (group, (vertex_ids, tiles), index, bounds) in enumerate(
             zip(groups, named, where, in_place, strict=True)
         ):
@@ -425,9 +417,9 @@ def make_runner(
                 ok, block_runs, profile = execute_counted(
                     group.vtype, fields, n, num_workers, vertex_ids=vertex_ids, tiles=tiles
                 )
-                cycles[group.positions] = _counted_cycles(
-                    counted, group.vtype, block_runs, profile, n, num_workers
-                )
+                kind = _kind(group.vtype)
+                workers = num_workers if kind == "multi" else 1
+                parts.append(CountedPart(group.positions, kind, workers, profile, block_runs))
             else:
                 ok = execute_lowered(
                     group.vtype, fields, n, num_workers, vertex_ids=vertex_ids, tiles=tiles
@@ -443,8 +435,8 @@ def make_runner(
                     writes.append((ft.type, ix, fields[ft.spec.name].data))
         for t, ix, data in writes:
             storage.write(t, ix, data)
-        if cycles is not None:
-            counted.holder.put(cycles)
+        if counted is not None:
+            counted.holder.put(CountedExecution(counted.static, tuple(parts)))
 
     return run
 

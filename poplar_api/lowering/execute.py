@@ -102,7 +102,7 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
     names = [g.vtype.name for g in table.groups]
     contexts = em.cfg.tile.worker_contexts
     holder = CountedCycles()
-    run = CountedRun(counted, cycles, em.cfg.counted, contexts, holder) if any(counted) else None
+    run = CountedRun(counted, cycles, holder) if any(counted) else None
     runner = make_runner(table, em.lowered.storage, contexts, run)
     pid = em.pid(prog)
     planner = ExchangePlanner(em.target, em.state, em.owners)
