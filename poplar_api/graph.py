@@ -50,6 +50,7 @@ from poplar_api.graph_bulk import (
 )
 from poplar_api.graph_state import (
     ComputeSet,
+    Constants,
     DataStream,
     Function,
     NonReplicatedView,
@@ -414,8 +415,7 @@ class Graph(VertexMethods, BulkGraphMethods):
         return self._add(type_, shape, debugName, False)
 
     def addTensor(self, type_: Type | str, shape: Any, debugName: str = "") -> Tensor:
-        """Poplar's earlier name of :meth:`addVariable` (the graph-programming
-        tutorials of older SDKs use it)."""
+        """Poplar's earlier name of :meth:`addVariable` (older SDKs' tutorials use it)."""
         return self._add(type_, shape, debugName, False)
 
     def addConstant(
@@ -433,11 +433,12 @@ class Graph(VertexMethods, BulkGraphMethods):
         values: Sequence[Any],
         debugNames: str | Sequence[str] = "",
         tiles: Sequence[int] | None = None,
-    ) -> list[Tensor]:
+    ) -> Constants:
         """Many constants in one call: the same variables, element ids, names, initial
         values and tiles as ``addConstant`` (then ``setTileMapping(t, tile)``) once per
         constant, in order, without the per-call cost (libraries make one small
-        constant per vertex: worklists, parameters).
+        constant per vertex: worklists, parameters). The result is a sequence of the
+        tensors; its ``concat(indices)`` joins many of them into one view.
 
         Parameters
         ----------

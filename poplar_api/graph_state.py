@@ -13,9 +13,10 @@ re-exported by :mod:`poplar_api.graph`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -25,12 +26,13 @@ from poplar_api.codelet import VertexType
 from poplar_api.device import Target
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.program import Program
-from poplar_api.tensor import Interval, Tensor
+from poplar_api.tensor import Interval, Tensor, clip_name, concat
 from poplar_api.types import Type, type_from_name
 from poplar_api.vertices import UNMAPPED, VertexTable
 
 __all__ = [
     "ComputeSet",
+    "Constants",
     "DataStream",
     "Function",
     "NonReplicatedView",
@@ -328,6 +330,78 @@ class _VirtualTarget(Target):
         return min(self._num, super().getTilesPerIPU())
 
 
+class Constants(Sequence[Tensor]):
+    """The constants one :meth:`Graph.addConstants` call made, in order.
+
+    A sequence of tensors, each made when first asked for; :meth:`concat` joins many of
+    them without making one tensor per constant (libraries connect the worklists and
+    parameters of thousands of vertices as one field view).
+    """
+
+    __slots__ = ("_bases", "_dims", "_labels", "_made", "_sizes", "_state", "_types")
+
+    def __init__(
+        self,
+        state: Any,
+        types: list[Type],
+        bases: np.ndarray,
+        sizes: np.ndarray,
+        dims: list[tuple[int, ...]],
+        labels: list[str],
+    ) -> None:
+        self._state, self._types, self._dims, self._labels = state, types, dims, labels
+        self._bases, self._sizes = bases, sizes
+        self._made: list[Tensor | None] = [None] * len(types)
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    @overload
+    def __getitem__(self, i: int) -> Tensor: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Tensor]: ...
+
+    def __getitem__(self, i: int | slice) -> Tensor | list[Tensor]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        t = self._made[i]
+        if t is None:
+            t = self._made[i] = Tensor._consecutive(
+                self._state, self._types[i], int(self._bases[i]), self._dims[i], self._labels[i]
+            )
+        return t
+
+    def numElements(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Elements of each constant ``indices`` (int64)."""
+        return self._sizes[np.asarray(indices, np.int64)]
+
+    def concat(self, indices: Sequence[int] | np.ndarray) -> Tensor:
+        """``concat([self[i] for i in indices])`` (dimension 0: the same ids, shape and
+        name), without a tensor per constant. The constants must share their element
+        type and their dimensions after the first."""
+        idx = np.asarray(indices, np.int64).reshape(-1)
+        if idx.size == 0:
+            raise TensorError("concat() needs at least one tensor, got an empty sequence")
+        first = int(idx[0])
+        if idx.size == 1:
+            return self[first]
+        type_, after = self._types[first], self._dims[first][1:]
+        for k in idx.tolist():
+            if self._types[k] is not type_ or self._dims[k][1:] != after:
+                return concat([self[j] for j in idx.tolist()])  # its checks and errors
+        names = [self._labels[k] for k in idx[:3].tolist()]
+        if idx.size > 3:
+            names.append(f"+{idx.size - 3} more")
+        name = clip_name(f"concat({','.join(names)})")
+        starts, sizes = self._bases[idx], self._sizes[idx]
+        rows = sum(self._dims[k][0] for k in idx.tolist())
+        if np.array_equal(starts[1:], starts[:-1] + sizes[:-1]):  # one run of ids
+            return Tensor._consecutive(self._state, type_, int(starts[0]), (rows, *after), name)
+        ids = _runs(starts, sizes)
+        return Tensor._new(self._state, type_, ids.reshape(rows, *after), name, name)
+
+
 def _per_constant(value: Any, n: int, kind: str, what: str) -> list[Any]:
     """``value`` as a list of ``n`` (one value for all, or a sequence of ``n``)."""
     if isinstance(value, Type | str) or value is None:
@@ -346,7 +420,7 @@ def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 def add_constants(
     graph: Any, type_: Any, shapes: Any, values: Any, names: Any, tiles: Any
-) -> list[Tensor]:
+) -> Constants:
     """The constants of :meth:`Graph.addConstants`: variables, element ids, initial
     values and tiles exactly as one ``addConstant`` (and ``setTileMapping``) per
     constant would make them, in one allocation per element size."""
@@ -445,13 +519,12 @@ def add_constants(
         bases[sel] = space.allocate_many(sizes[sel], (sel + vid0).tolist())
         if root is not None:
             space.tile[first : space.size] = np.repeat(root[sel], sizes[sel])
-    made = Tensor._consecutive
     base_list, size_list = bases.tolist(), sizes.tolist()
     state.variables += [
         Variable(vid0 + i, types[i], base_list[i], size_list[i], dims_of[i], labels[i], True)
         for i in range(n)
     ]
-    out = [made(state, types[i], base_list[i], dims_of[i], labels[i]) for i in range(n)]
+    out = Constants(state, types, bases, sizes, dims_of, labels)
     # initial values: one part per element type (its ids a range when consecutive);
     # each value array is cast to the type on its own, as ``setInitialValue`` does
     for t, idx in by_type.items():

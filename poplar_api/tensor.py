@@ -436,7 +436,7 @@ def _resolve_label(label: tuple, root: str) -> str:
     return name
 
 
-def _clip_name(name: str) -> str:
+def clip_name(name: str) -> str:
     """Shorten a derived name to at most MAX_NAME_LENGTH characters."""
     if len(name) <= MAX_NAME_LENGTH:
         return name
@@ -525,7 +525,7 @@ def concat(
     if len(tensors) == 1:
         return head
     suffix = "" if d == 0 else f";{d}"
-    name = _clip_name(f"concat({_short_names(tensors)}{suffix})")
+    name = clip_name(f"concat({_short_names(tensors)}{suffix})")
     if d == 0 and head._start >= 0:  # runs one after another stay one run
         end = head._start
         for t in tensors:
@@ -566,5 +566,5 @@ def append(first: Tensor, second: Tensor, dimension: int = 0) -> Tensor:
         )
     joined = concat([first, second.expand([d])], d)
     suffix = "" if d == 0 else f";{d}"
-    name = _clip_name(f"append({first.name},{second.name}{suffix})")
+    name = clip_name(f"append({first.name},{second.name}{suffix})")
     return Tensor._new(joined.graph, joined.elementType(), joined.index, name, name)

@@ -17,6 +17,7 @@ from poplar_api import (
 )
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.program import Sequence
+from poplar_api.tensor import concat
 
 # (type, shape, values, name, tile): mixed types and sizes, a repeated value, an
 # empty constant, UNSIGNED_INT and INT sharing the 4-byte space between FLOATs
@@ -130,3 +131,30 @@ def test_non_type_and_list_length_errors():
         g.addConstants(INT, [[1], [1]], [[1]])
     with pytest.raises(GraphError, match=r"2 shapes but 1 tiles"):
         g.addConstants(INT, [[1], [1]], [[1], [2]], "", [0])
+
+
+def test_concat_of_constants_is_the_concat_of_their_tensors():
+    g = _graph()
+    made = g.addConstants(
+        [UNSIGNED_SHORT, INT, UNSIGNED_SHORT, UNSIGNED_SHORT, INT],
+        [[2], [1], [3], [0], [2]],
+        [[1, 2], [7], [3, 4, 5], [], [8, 9]],
+        ["wl0", "p0", "wl1", "wl2", "p1"],
+        [0, 0, 1, 1, 2],
+    )
+    assert len(made) == 5 and made[1:3] == [made[1], made[2]]
+    for idx in ([0, 2, 3], [2, 0], [1, 4], [2, 3], [0]):
+        joined = made.concat(idx)
+        expected = concat([made[i] for i in idx]) if len(idx) > 1 else made[idx[0]]
+        assert joined.name == expected.name
+        assert joined.shape() == expected.shape()
+        assert np.array_equal(joined.flat_index(), expected.flat_index())
+    assert made.numElements([0, 2, 3]).tolist() == [2, 3, 0]
+
+
+def test_concat_of_constants_of_two_types_is_refused_as_concat_refuses():
+    made = _graph().addConstants([UNSIGNED_SHORT, INT], [[1], [1]], [[1], [2]], ["a", "b"])
+    with pytest.raises(TypeMismatchError, match="element type"):
+        made.concat([0, 1])
+    with pytest.raises(TensorError, match="at least one"):
+        made.concat([])

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
-from poplar_api.graph import Graph, Segments
+from poplar_api.graph import Constants, Graph, Segments
 from poplar_api.poplin.conv_params import (
     ConvParams,
     dim_maps,
@@ -299,7 +299,7 @@ class _Source:
 _ZERO = np.zeros(1, np.int64)
 
 
-def _make_constants(graph: Graph, specs: list[tuple]) -> list[Tensor]:
+def _make_constants(graph: Graph, specs: list[tuple]) -> Constants | list[Tensor]:
     """The constants asked for in ``specs`` (type, values, tile, name), in order, made
     in one ``addConstants`` call."""
     if not specs:
@@ -367,16 +367,26 @@ def _segments(t: Tensor, per_vertex: list[list[np.ndarray]]) -> Segments:
 
 def _add_partials(
     graph: Graph, cs: Any, cls: type, group: list[_Planned], source: Tensor, ker: Tensor,
-    dst: Tensor,
+    dst: Tensor, made: Constants,
 ) -> None:  # fmt: skip
-    """Add consecutive partial-sum vertices of one class in one ``addVertices`` call."""
-    from poplar_api.tensor import concat
+    """Add consecutive partial-sum vertices of one class in one ``addVertices`` call
+    (``made``: the pass's constants, which the vertices' worklists and parameters
+    index)."""
 
     n = len(group)
     wl_sizes = [b - a for v in group for a, b in v.kind.wl_bounds]
     wl_vectors = [len(v.kind.wl_bounds) for v in group]
-    worklists = concat([v.worklists for v in group]) if n > 1 else group[0].worklists
-    params = concat([v.params for v in group]) if n > 1 else group[0].params
+    if all(v.kind.wl_values.size for v in group):
+        worklists = made.concat([v.worklists for v in group])
+    else:  # a vertex without entries has a placeholder element, not connected
+        from poplar_api.tensor import concat
+
+        parts = [made[v.worklists] for v in group]
+        parts = [
+            t if v.kind.wl_values.size else t.slice(0, 0) for t, v in zip(parts, group, strict=True)
+        ]
+        worklists = concat(parts) if n > 1 else parts[0]
+    params = made.concat([v.params for v in group])
     connections = {
         "in": _segments(source, [v.ins for v in group]),
         "weights": _segments(ker, [v.ws for v in group]),
@@ -497,13 +507,9 @@ def _conv(
         v.estimate = est
         planned.append(v)
     made = _make_constants(graph, specs)
-    for v in planned:
-        v.worklists, v.params = made[v.worklists], made[v.params]
-        if not v.kind.wl_values.size:  # a placeholder element, not connected
-            v.worklists = v.worklists.slice(0, 0)
     source = src.tensor(made)
     for cls, group in itertools.groupby(planned, key=lambda v: v.kind.cls):
-        _add_partials(graph, cs, cls, list(group), source, ker, dst_t)
+        _add_partials(graph, cs, cls, list(group), source, ker, dst_t, made)
     prog.add(Execute(cs))
     graph.mapElements(dst_t, dst_tiles)
     if zeros:

@@ -25,7 +25,7 @@ from poplar_api.graph import Graph, Segments
 from poplar_api.popnn import estimators as est
 from poplar_api.popnn import pool_vertices as pv
 from poplar_api.popnn.mapping import local_tiles
-from poplar_api.tensor import Tensor, concat
+from poplar_api.tensor import Tensor
 from poplar_api.types import UNSIGNED_INT, UNSIGNED_SHORT, Type
 
 #: Maximum channel grains per group (``maxGrainsPerChanGroup`` of ``getPlan``).
@@ -389,6 +389,7 @@ class _Builder:
         out_tiles: list[int] = []
         planned: list[_Vertex] = []
         self._specs: list[tuple[Type, np.ndarray, int, str]] = []
+        self._made: Any = None  # the pass's constants (Graph.addConstants' result)
         field_ranges = [_ranges(s, k) for s, k in zip(ps.out_shape, split[2:], strict=True)]
         for b0, b1 in _ranges(batch, split[1]):
             for g0, g1 in _ranges(ng, split[0]):
@@ -495,19 +496,20 @@ class _Builder:
             sizes = np.fromiter((a.size for a in arrays), np.int64, len(arrays))
             return Segments(t.elements(np.concatenate(arrays)), sizes)
 
-        def consts(ts: list[Tensor], vectors: Any = None) -> Segments:
-            sizes = np.fromiter((t.numElements() for t in ts), np.int64, len(ts))
-            return Segments(concat(ts) if len(ts) > 1 else ts[0], sizes, vectors)
+        made = self._made
+
+        def consts(indices: list[int]) -> Segments:
+            return Segments(made.concat(indices), made.numElements(indices))
 
         conns: dict[str, Any] = {
             o.field: pieces(o.tensor, [v.pos[o.field] for v in planned]) for o in operands
         }
         conns["startPos"] = consts([v.consts["startPos"] for v in planned])
         conns["offsetBase"] = consts([v.consts["offsetBase"] for v in planned])
-        lists = [v.work_list for v in planned]
+        lists = made.concat([v.work_list for v in planned])
         sizes = np.fromiter((b - a for v in planned for a, b in v.rows), np.int64)
         vectors = np.fromiter((len(v.rows) for v in planned), np.int64, n)
-        conns["workList"] = Segments(concat(lists) if n > 1 else lists[0], sizes, vectors)
+        conns["workList"] = Segments(lists, sizes, vectors)
         conns["params"] = consts([v.consts["params"] for v in planned])
         if self.kind == "sum":
             conns["scale"] = consts([v.consts["scale"] for v in planned])
@@ -529,6 +531,9 @@ class _Builder:
         shapes = [[a.size] for a in values]
         made = self.graph.addConstants(list(types), shapes, list(values), list(names), tiles)
         self._specs = []
+        self._made = made
+        if all(v.scaling is None for v in planned):
+            return  # one addVertices call joins them (:meth:`_add_all`): keep the indices
         for v in planned:
             v.consts = {k: made[i] for k, i in v.consts.items()}
             v.work_list = made[v.work_list]
