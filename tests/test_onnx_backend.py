@@ -12,7 +12,6 @@ is generated once from onnx's own test-case generators into the user cache.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import onnx
@@ -42,10 +41,6 @@ FAST_OPS = (
 #: At most this many fast tests (each takes ~0.02-0.5 s on the 8-tile IPU Model).
 FAST_CAP = 200
 
-#: 8- and 16-bit integer tests: the session takes these types, but Poplibs' arithmetic
-#: and comparisons refuse them (a clear popart_exception; the slow sweep runs them).
-SMALL_INT = re.compile(r"_u?int(8|16)(_|$)")
-
 #: Fast tests expected to fail: test name -> the reason found. Empty today.
 KNOWN_FAILURES: dict[str, str] = {}
 
@@ -61,7 +56,7 @@ def _collect() -> tuple[list[Path], str]:
         data_dir = onnx_tests.ensure_data_dir(generate=True)
     except Exception as exc:  # reported by test_data_available
         return [], f"{type(exc).__name__}: {exc}"
-    paths = [p for p in onnx_tests.list_tests(data_dir, FAST_OPS) if not SMALL_INT.search(p.name)]
+    paths = onnx_tests.list_tests(data_dir, FAST_OPS)
     return [p for p in paths if onnx_tests.classify(p) is None][:FAST_CAP], ""
 
 

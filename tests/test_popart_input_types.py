@@ -70,15 +70,47 @@ def test_small_integer_inputs_round_trip(dtype) -> None:
     np.testing.assert_array_equal(anchors["y"], x.T)
 
 
-def test_small_integer_arithmetic_is_refused_clearly() -> None:
-    x = np.array([1, 2], np.int8)
-    with pytest.raises(popart.popart_exception, match=r"Add.*char"):
-        _run(
-            [helper.make_node("Add", ["x", "x"], ["y"])],
-            [_vi("x", TensorProto.INT8, [2])],
-            [_vi("y", TensorProto.INT8, [2])],
-            {"x": x},
-        )
+@pytest.mark.parametrize(
+    ("op", "dtype", "typ", "fn"),
+    [
+        ("Add", np.int8, TensorProto.INT8, np.add),
+        ("Sub", np.uint8, TensorProto.UINT8, np.subtract),
+        ("Max", np.int16, TensorProto.INT16, np.maximum),
+        ("Mul", np.uint16, TensorProto.UINT16, np.multiply),
+    ],
+)
+def test_small_integer_arithmetic_computes_in_int32(op, dtype, typ, fn) -> None:
+    a = np.array([[7, 3, 100], [0, 12, 5]], dtype)
+    b = np.array([[2, 3, 20], [0, 4, 5]], dtype)
+    anchors = _run(
+        [helper.make_node(op, ["a", "b"], ["y"])],
+        [_vi("a", typ, [2, 3]), _vi("b", typ, [2, 3])],
+        [_vi("y", typ, [2, 3])],
+        {"a": a, "b": b},
+    )
+    assert anchors["y"].dtype == dtype
+    np.testing.assert_array_equal(anchors["y"], fn(a, b))
+
+
+def test_small_integer_comparison_and_integer_pow() -> None:
+    a = np.array([-3, 5, 7], np.int8)
+    b = np.array([4, 5, -1], np.int8)
+    anchors = _run(
+        [helper.make_node("Less", ["a", "b"], ["y"])],
+        [_vi("a", TensorProto.INT8, [3]), _vi("b", TensorProto.INT8, [3])],
+        [_vi("y", TensorProto.BOOL, [3])],
+        {"a": a, "b": b},
+    )
+    np.testing.assert_array_equal(anchors["y"], a < b)
+    x = np.array([2, -3, 5], np.int32)
+    e = np.array([3, 2, 0], np.int32)
+    anchors = _run(
+        [helper.make_node("Pow", ["x", "e"], ["y"])],
+        [_vi("x", TensorProto.INT32, [3]), _vi("e", TensorProto.INT32, [3])],
+        [_vi("y", TensorProto.INT32, [3])],
+        {"x": x, "e": e},
+    )
+    np.testing.assert_array_equal(anchors["y"], x**e)
 
 
 def test_zero_element_tensors() -> None:
