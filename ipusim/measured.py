@@ -132,6 +132,10 @@ def measured_from_trace(trace: Trace, source: str = "<run>") -> MeasuredProfile:
 
 
 # ---------------------------------------------------------------------------- CSV
+#: Units of ``measurements.csv`` whose values count something and cannot be negative.
+_COUNT_UNITS = frozenset(
+    {"cycles", "cycle", "bytes", "byte", "s", "ms", "us", "ns", "seconds", "tiles", "flops"}
+)
 _KEY = re.compile(r"[A-Za-z_][\w.\-]*")
 
 
@@ -208,6 +212,12 @@ def read_measurements_csv(path: str | PathLike[str]) -> list[MeasuredPoint]:
                     raise MeasuredProfileError(
                         f"{path}, line {line}, row id {rid!r}, column 'value': {text!r} is not "
                         "a number; required a finite number such as 3623 or 0.178"
+                    )
+                if value < 0 and row["unit"].strip().lower() in _COUNT_UNITS:
+                    raise MeasuredProfileError(
+                        f"{path}, line {line}, row id {rid!r}, column 'value': {text} "
+                        f"{row['unit'].strip()}; required a count >= 0 (a negative count "
+                        "means a corrupt or mistyped row)"
                     )
                 points.append(
                     MeasuredPoint(

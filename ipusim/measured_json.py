@@ -21,6 +21,7 @@ from ipusim import ir
 from ipusim.measured_profile import PHASES, MeasuredProfile, MeasuredProfileError, MeasuredStep
 
 __all__ = [
+    "check_phases_within_total",
     "find_profile",
     "read_poplar_json",
 ]
@@ -57,6 +58,27 @@ def _load_file(path: Path) -> Any:
         ) from None
 
 
+def check_phases_within_total(phases: Mapping[str, float], source: str, where: str) -> None:
+    """Every tile-average phase at most the run's total (no tile can spend more cycles
+    in a phase than the run lasted); a little slack for rounded printed averages.
+
+    Raises
+    ------
+    MeasuredProfileError
+        Naming the phase, both values and ``where`` they came from.
+    """
+    total = phases.get("total")
+    if total is None:
+        return
+    for phase, value in phases.items():
+        if phase != "total" and value > total * (1 + 1e-9) + 0.5:
+            raise MeasuredProfileError(
+                f"{source}: {where}: the tile average of phase {phase!r} is {value:,.6g} "
+                f"cycles, more than the run's total of {total:,.6g}; required at most the "
+                "total (hint: a wrong tile count, --tiles, makes averages too large)"
+            )
+
+
 def find_profile(directory: Path, stem: str) -> Path | None:
     """``<stem>.json`` or else ``<stem>.cbor`` in ``directory``, or None."""
     for suffix in (".json", ".cbor"):
@@ -84,9 +106,15 @@ def _field(obj: Any, path: str, source: str) -> Any:
 
 
 def _count(value: Any, where: str, source: str) -> float:
+    """A cycle count: a finite number, not negative."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise MeasuredProfileError(
             f"{source}: field '{where}' is {value!r}; required a finite number of cycles"
+        )
+    if value < 0:
+        raise MeasuredProfileError(
+            f"{source}: field '{where}' is {value!r}; required a number of cycles >= 0 (a "
+            "negative count means a corrupt or hand-edited profile)"
         )
     return float(value)
 
@@ -199,10 +227,16 @@ def read_poplar_json(
         where = f"simulation.tileCycles.{key}"
         if isinstance(value, list):
             arr = np.asarray(value)
-            if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.number):
+            if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.number) or arr.dtype == bool:
                 raise MeasuredProfileError(
                     f"{label}: field '{where}' is not a list of numbers; required one count "
                     "per tile"
+                )
+            bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+            if bad.size:
+                raise MeasuredProfileError(
+                    f"{label}: field '{where}[{int(bad[0])}]' is {arr[bad[0]].item()!r} "
+                    f"({bad.size} such tile(s)); required finite cycle counts >= 0"
                 )
             if num_tiles is None:
                 num_tiles = len(arr)
@@ -220,9 +254,14 @@ def read_poplar_json(
             "(no graph profile with target.numTiles); hint: put profile.json next to it or "
             "give the tile count (--tiles 1472)"
         )
+    if num_tiles is not None and (isinstance(num_tiles, bool) or num_tiles < 1):
+        raise MeasuredProfileError(
+            f"{label}: the tile count is {num_tiles!r}; required a whole number >= 1"
+        )
     for phase in PHASES[1:]:
         if phase in sums:
             phases[phase] = sums[phase] / num_tiles  # type: ignore[operator]
+    check_phases_within_total(phases, label, "simulation.tileCycles")
 
     raw_steps = sim.get("steps", []) if isinstance(sim, Mapping) else []
     if not isinstance(raw_steps, list):
@@ -230,6 +269,7 @@ def read_poplar_json(
             f"{label}: field 'simulation.steps' is a {type(raw_steps).__name__}; required a list"
         )
     steps = []
+    last_start: tuple[int, float] | None = None  # (step, cyclesFrom) of the last step
     for k, s in enumerate(raw_steps):
         where = f"simulation.steps[{k}]"
         if not isinstance(s, Mapping) or not isinstance(s.get("type"), str):
@@ -240,9 +280,22 @@ def read_poplar_json(
         if "cycles" in s:
             cycles = _count(s["cycles"], f"{where}.cycles", label)
         elif "cyclesFrom" in s and "cyclesTo" in s:
-            cycles = _count(s["cyclesTo"], f"{where}.cyclesTo", label) - _count(
-                s["cyclesFrom"], f"{where}.cyclesFrom", label
-            )
+            start = _count(s["cyclesFrom"], f"{where}.cyclesFrom", label)
+            end = _count(s["cyclesTo"], f"{where}.cyclesTo", label)
+            if end < start:
+                raise MeasuredProfileError(
+                    f"{label}: {where}: cyclesTo {s['cyclesTo']!r} < cyclesFrom "
+                    f"{s['cyclesFrom']!r}; required cyclesTo >= cyclesFrom (a step cannot "
+                    "end before it starts)"
+                )
+            if last_start is not None and start < last_start[1]:
+                raise MeasuredProfileError(
+                    f"{label}: {where}: cyclesFrom {s['cyclesFrom']!r} is before "
+                    f"simulation.steps[{last_start[0]}].cyclesFrom {last_start[1]:g}; required "
+                    "steps in the order they ran (cycles never decrease)"
+                )
+            last_start = (k, start)
+            cycles = end - start
         else:
             raise MeasuredProfileError(
                 f"{label}: {where} has neither 'cycles' nor 'cyclesFrom'/'cyclesTo'"

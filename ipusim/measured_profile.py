@@ -101,6 +101,18 @@ class MeasuredProfile:
                 f"{self.source}: unknown phase(s) {', '.join(map(repr, unknown))}; "
                 f"required one of {', '.join(PHASES)}"
             )
+        for name, value in self.phases.items():
+            if not _is_count(value):
+                raise MeasuredProfileError(
+                    f"{self.source}: phase {name!r} is {value!r}; required a finite number "
+                    "of cycles >= 0"
+                )
+        for k, step in enumerate(self.steps):
+            if not _is_count(step.cycles):
+                raise MeasuredProfileError(
+                    f"{self.source}: step {k} ({step.name!r}, {step.type}) has {step.cycles!r} "
+                    "cycles; required a finite number >= 0"
+                )
 
     def frame(self) -> pd.DataFrame:
         """One row per phase, step and metric, for analysis with pandas.
@@ -164,6 +176,13 @@ class MeasuredPoint:
 
 
 # ---------------------------------------------------------------------------- numbers
+def _is_count(value: object) -> bool:
+    """A finite real number >= 0 (not a bool): a cycle count."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return False
+    return bool(np.isfinite(value)) and value >= 0
+
+
 _NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 
 

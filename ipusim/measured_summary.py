@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 
 from ipusim import ir
+from ipusim.measured_json import check_phases_within_total
 from ipusim.measured_profile import (
     PHASES,
     MeasuredProfile,
@@ -170,6 +171,7 @@ def read_summary(
         lineno = i + 1
         i += 1
         if _STEP_HEADER.match(line):
+            last_from: tuple[int, float] | None = None  # (line, from) of the last row
             while i < end and re.match(r"^\s*\d", lines[i]):
                 m = _STEP_ROW.match(lines[i])
                 if m is None:
@@ -180,6 +182,21 @@ def read_summary(
                         "expected a steps row: '#  type  from  to  cycles  tiles  tile bal  "
                         "thread/data bal  name'",
                     )
+                start = float(m["from"].replace(",", ""))
+                stop = float(m["to"].replace(",", ""))
+                if stop < start:
+                    raise _fail(
+                        source, i + 1, lines[i], "the step ends ('to') before it starts ('from')"
+                    )
+                if last_from is not None and start < last_from[1]:
+                    raise _fail(
+                        source,
+                        i + 1,
+                        lines[i],
+                        f"the step starts before the step on line {last_from[0]} did; "
+                        "required steps in the order they ran (cycles never decrease)",
+                    )
+                last_from = (i + 1, start)
                 steps.append(
                     MeasuredStep(m["name"] or "", m["type"], float(m["cycles"].replace(",", "")))
                 )
@@ -203,8 +220,8 @@ def read_summary(
         token = rest.split()[0] if rest else ""
         if metric in ("tile_balance", "thread_balance"):
             value = parse_number(token.removesuffix("%")) if token.endswith("%") else None
-            if value is None:
-                raise _fail(source, lineno, line, "expected a percentage such as 83.9%")
+            if value is None or not 0 <= value <= 100:
+                raise _fail(source, lineno, line, "expected a percentage such as 83.9% (0-100%)")
             metrics[metric] = value / 100.0
             continue
         value = parse_number(token)
@@ -214,6 +231,14 @@ def read_summary(
                 lineno,
                 line,
                 f"expected a number such as 6,681,766 or 3,801.8 after the colon, found {token!r}",
+            )
+        if value < 0:
+            raise _fail(
+                source,
+                lineno,
+                line,
+                f"found {token}; required a number of cycles >= 0 (a negative count means a "
+                "corrupt or hand-edited summary)",
             )
         is_sum = prefix == "Total" and phase != "total"
         if metric is not None:
@@ -256,6 +281,8 @@ def read_summary(
             phases[p] = value / tiles if is_sum and tiles else value
     for m in metric_sums:
         metrics[m] = metrics[m] / tiles  # type: ignore[operator]
+    if "total" in phases:
+        check_phases_within_total(phases, source, f"line {raw['total'][2]} and the phase lines")
     clock = clock_t
     if clock is None and approx_us and "total" in phases:
         clock = phases["total"] / approx_us * 1e6

@@ -70,6 +70,7 @@ CONTROLLER_FIELD = "sync.controller_tile"
 
 __all__ = [
     "CONFIG_AXIS",
+    "MAX_POINTS",
     "WORKLOAD_PREFIX",
     "Axis",
     "ConfigSection",
@@ -78,6 +79,7 @@ __all__ = [
     "GeomSpace",
     "Range",
     "WorkloadEntry",
+    "grid_size",
     "layout_overrides",
     "load_experiment",
 ]
@@ -88,6 +90,9 @@ CONFIG_AXIS = "config"
 WORKLOAD_PREFIX = "workload."
 #: Most values one axis may have (a larger grid is almost surely a typo in a range).
 MAX_AXIS_VALUES = 100_000
+#: Most points one experiment may have (workloads x grid x repeats), checked before
+#: the grid is expanded.
+MAX_POINTS = 1_000_000
 #: Most problems listed per axis; the rest are counted.
 _MAX_PROBLEMS_PER_AXIS = 8
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -135,7 +140,14 @@ class Range(_Model):
 
     def values(self) -> list[int | float]:
         """The numbers of the range (ints when start, stop and step are ints)."""
-        count = math.ceil((self.stop - self.start) / self.step)
+        span = (float(self.stop) - float(self.start)) / float(self.step)
+        if not math.isfinite(span) or span > MAX_AXIS_VALUES:
+            shown = f"{span:.3g}" if math.isfinite(span) else "too many"
+            raise ValueError(
+                f"range from {self.start} to {self.stop} by {self.step} has {shown} values; "
+                f"at most {MAX_AXIS_VALUES} are allowed; hint: a larger step"
+            )
+        count = math.ceil(span)
         if count < 1:
             raise ValueError(
                 f"range from {self.start} to {self.stop} by {self.step} is empty; hint: stop "
@@ -453,17 +465,34 @@ def load_experiment(
     if base_dir is not None:
         directory = Path(base_dir)
     data.pop("base_dir", None)
+    base = str(directory.resolve())
     try:
-        exp = Experiment.model_validate({**data, "base_dir": str(directory.resolve())})
+        exp = Experiment.model_validate({**data, "base_dir": base})
     except ValidationError as exc:
-        raise ExperimentError(
-            [_schema_problem(label, err) for err in exc.errors()],
-            header=f"invalid experiment {label}",
-        ) from None
+        # one pass: the parts that passed the schema are checked further all the same,
+        # so the file's every problem is listed at once
+        problems = [_schema_problem(label, err) for err in exc.errors()]
+        from ipusim.sweep.experiment_parts import salvage
+
+        partial, skip, numbers = salvage(data, base)
+        problems += check_experiment(partial, label, skip, numbers)
+        raise ExperimentError(problems, header=f"invalid experiment {label}") from None
     problems = check_experiment(exp, label)
     if problems:
         raise ExperimentError(problems, header=f"invalid experiment {label}")
     return exp
+
+
+#: Positions in the file of the workloads and axes an experiment kept:
+#: ``{"workloads": [0, 2], "axes": [1]}``.
+_Numbers = dict[str, list[int]]
+
+
+def _numbering(numbers: _Numbers | None) -> tuple[Any, Any]:
+    """Functions giving the file position of workload ``i`` and axis ``i``."""
+    if numbers is None:
+        return (lambda i: i), (lambda i: i)
+    return (lambda i: numbers["workloads"][i]), (lambda i: numbers["axes"][i])
 
 
 # --------------------------------------------------------------------- the deeper checks
@@ -481,19 +510,23 @@ def _config_message(exc: ConfigError) -> str:
     return "; ".join(lines)
 
 
-def _check_workloads(exp: Experiment, label: str) -> list[str]:
+def _check_workloads(
+    exp: Experiment, label: str, skip: set[str] = frozenset(), numbers: _Numbers | None = None
+) -> list[str]:
+    wn, an = _numbering(numbers)
     problems: list[str] = []
     axis_params = [a.param for a in exp.axes if a.kind == "workload"]
+    axis_params += [k.removeprefix("axis param:") for k in skip if k.startswith("axis param:")]
     seen: dict[str, int] = {}
     for i, entry in enumerate(exp.workloads):
-        where = f"{label}: workloads[{i}]"
+        where = f"{label}: workloads[{wn(i)}]"
         source = exp.workload_source(i)
         if source.problem is not None:
             problems.append(f"{where}.spec: {source.problem}")
             continue
         if entry.label in seen:
             problems.append(
-                f"{where}: name {entry.label!r} is also workloads[{seen[entry.label]}]'s; "
+                f"{where}: name {entry.label!r} is also workloads[{wn(seen[entry.label])}]'s; "
                 "required: unique names; hint: add name: ... to one of them"
             )
         seen.setdefault(entry.label, i)
@@ -518,14 +551,15 @@ def _check_workloads(exp: Experiment, label: str) -> list[str]:
                 bad = source.type_problem(axis.param, value)
                 if bad is not None:
                     problems.append(
-                        f"{label}: axes[{axis_index}] ({axis.path}): value {bad} (workloads[{i}]); "
-                        "hint: YAML reads 8 as an int, 8.0 as a float, '8' as text"
+                        f"{label}: axes[{an(axis_index)}] ({axis.path}): value {bad} "
+                        f"(workloads[{wn(i)}]); hint: YAML reads 8 as an int, 8.0 as a float, "
+                        "'8' as text"
                     )
-        for param in axis_params:
+        for param in (a.param for a in exp.axes if a.kind == "workload"):
             if param not in source.parameters:
                 problems.append(
                     f"{label}: axis 'workload.{param}': {param!r} is not a parameter of "
-                    f"{source.function}() of workloads[{i}] ({entry.spec!r}); it takes: {takes}"
+                    f"{source.function}() of workloads[{wn(i)}] ({entry.spec!r}); it takes: {takes}"
                 )
         missing = [p for p in source.required if p not in entry.params and p not in axis_params]
         if missing:
@@ -583,7 +617,10 @@ def _load_base(
         return None, f"{where}: config {value!r}{with_set} is invalid: {_config_message(exc)}"
 
 
-def _check_axes(exp: Experiment, label: str) -> list[str]:
+def _check_axes(
+    exp: Experiment, label: str, skip: set[str] = frozenset(), numbers: _Numbers | None = None
+) -> list[str]:
+    _, an = _numbering(numbers)
     problems: list[str] = []
     leaves = set(leaf_paths())
     fixed: dict[str, Any] = {}  # config.set without its unknown paths (reported once)
@@ -600,8 +637,10 @@ def _check_axes(exp: Experiment, label: str) -> list[str]:
     base_where = f"{label}: config.base"
     for i, axis in enumerate(exp.axes):
         if axis.kind == "config":
-            base_values, base_where = list(axis.values or []), f"{label}: axes[{i}] (config)"
+            base_values, base_where = list(axis.values or []), f"{label}: axes[{an(i)}] (config)"
             break
+    if "config" in skip:  # the config section is invalid: nothing to try values on
+        base_values = []
     for value in base_values:
         if not isinstance(value, str):
             problems.append(
@@ -616,7 +655,7 @@ def _check_axes(exp: Experiment, label: str) -> list[str]:
 
     seen: set[str] = set()
     for i, axis in enumerate(exp.axes):
-        where = f"{label}: axes[{i}] ({axis.path})"
+        where = f"{label}: axes[{an(i)}] ({axis.path})"
         if axis.path in seen:
             problems.append(f"{where}: the path is also an earlier axis; required: unique paths")
             continue
@@ -661,7 +700,7 @@ def _check_axes(exp: Experiment, label: str) -> list[str]:
             rejected = [*rejected[:_MAX_PROBLEMS_PER_AXIS], f"{where}: ... and {more} more values"]
         problems += rejected
 
-    if exp.mode == "zip" and exp.axes:
+    if exp.mode == "zip" and exp.axes and "zip" not in skip:
         lengths = {a.path: len(a.values or []) for a in exp.axes}
         if len(set(lengths.values())) > 1:
             listing = ", ".join(f"{p} has {n}" for p, n in lengths.items())
@@ -672,7 +711,39 @@ def _check_axes(exp: Experiment, label: str) -> list[str]:
     return problems
 
 
-def check_experiment(exp: Experiment, label: str = "experiment") -> list[str]:
+def grid_size(exp: Experiment) -> int:
+    """The number of points of ``exp`` (workloads x grid x repeats), computed from the
+    axis lengths without expanding anything."""
+    lengths = [len(a.values or []) for a in exp.axes]
+    zipped = min(lengths) if lengths else 1
+    grid = zipped if exp.mode == "zip" else math.prod(lengths)
+    return len(exp.workloads) * grid * exp.repeats
+
+
+def _check_size(exp: Experiment, label: str) -> list[str]:
+    size = grid_size(exp)
+    if size <= MAX_POINTS:
+        return []
+    lengths = " x ".join(str(len(a.values or [])) for a in exp.axes) or "1"
+    return [
+        f"{label}: the experiment has {size:,} points ({len(exp.workloads)} workload(s) x "
+        f"{lengths} axis values x {exp.repeats} repeat(s)); at most {MAX_POINTS:,} are "
+        "allowed; hint: fewer axis values, mode: zip, or several experiments"
+    ]
+
+
+def check_experiment(
+    exp: Experiment,
+    label: str = "experiment",
+    skip: set[str] = frozenset(),
+    numbers: _Numbers | None = None,
+) -> list[str]:
     """Every problem of a schema-valid experiment that the schema cannot see (one line
-    each); empty when it can run."""
-    return _check_workloads(exp, label) + _check_axes(exp, label)
+    each); empty when it can run. ``skip`` names checks whose input was dropped because
+    it failed the schema, ``numbers`` the position in the file of each workload and axis
+    kept (see :func:`load_experiment`)."""
+    return (
+        _check_size(exp, label)
+        + _check_workloads(exp, label, skip, numbers)
+        + _check_axes(exp, label, skip, numbers)
+    )

@@ -22,6 +22,7 @@ from ipusim.errors import ConfigError
 from ipusim.sweep.experiment import (
     Experiment,
     ExperimentError,
+    _check_size,
     _config_message,
     layout_overrides,
 )
@@ -102,10 +103,14 @@ def expand_points(exp: Experiment) -> list[Point]:
     Raises
     ------
     ExperimentError
-        A combination of values the config rejects as a whole (for example more
+        More than :data:`~ipusim.sweep.experiment.MAX_POINTS` points (refused before
+        any is built); a combination of values the config rejects as a whole (for example more
         columns than tiles), or two points that are the same run (same config, workload
         and repeat, e.g. a duplicated value); each is named with its axis values.
     """
+    too_many = _check_size(exp, f"experiment {exp.name!r}")
+    if too_many:  # refused before anything of the grid is built
+        raise ExperimentError(too_many, header=f"experiment {exp.name!r}: too many points")
     kinds = {a.path: a.kind for a in exp.axes}
     bases: dict[str, MachineConfig] = {}
     configs: dict[str, MachineConfig | ConfigError] = {}

@@ -1,0 +1,299 @@
+"""Checks of meaning: inputs that parse but mean nothing are refused, naming where.
+
+Measured profiles (negative or decreasing cycles, a phase longer than the run, a
+balance above 100 %), experiment files (every problem of a file in one pass, grids
+sized before they are expanded) and ``ipusim report`` (a malformed profile is reported
+before matplotlib is asked for).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ipusim import cli, report
+from ipusim.measured import (
+    MeasuredProfile,
+    MeasuredProfileError,
+    MeasuredStep,
+    read_measurements_csv,
+    read_poplar_json,
+    read_summary,
+)
+from ipusim.sweep import experiment as experiment_module
+from ipusim.sweep.experiment import ExperimentError, load_experiment
+from ipusim.sweep.points import expand_points
+from tests.test_measured import SDK1
+
+EXECUTION = {
+    "simulation": {
+        "cycles": 200,
+        "tileCycles": {"compute": 400, "sync": 80},
+        "steps": [
+            {"type": "OnTileExecute", "name": "a", "cyclesFrom": 0, "cyclesTo": 100},
+            {"type": "Sync", "name": "s", "cyclesFrom": 100, "cyclesTo": 130},
+            {"type": "OnTileExecute", "name": "b", "cyclesFrom": 130, "cyclesTo": 200},
+        ],
+    }
+}
+
+
+def changed(path: str, value) -> dict:
+    """EXECUTION with the field at dotted ``path`` (list indices as numbers) set."""
+    data = copy.deepcopy(EXECUTION)
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node = data
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return data
+
+
+# ------------------------------------------------------------- execution profiles
+def test_a_valid_profile_reads():
+    profile = read_poplar_json(EXECUTION, num_tiles=4)
+    assert profile.phases == {"total": 200.0, "compute": 100.0, "sync": 20.0}
+    assert [s.cycles for s in profile.steps] == [100.0, 30.0, 70.0]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("simulation.cycles", -1, r"'simulation.cycles' is -1; required a number of cycles >= 0"),
+        ("simulation.tileCycles.compute", -4, r"'simulation.tileCycles.compute' is -4.*>= 0"),
+        (
+            "simulation.tileCycles.compute",
+            [100, -1, 100, 100],
+            r"'simulation.tileCycles.compute\[1\]' is -1 \(1 such tile\(s\)\)",
+        ),
+        ("simulation.tileCycles.sync", [True, False, True, True], "not a list of numbers"),
+        ("simulation.steps.1.cyclesTo", 90, r"steps\[1\]: cyclesTo 90 < cyclesFrom 100"),
+        (
+            "simulation.steps.2.cyclesFrom",
+            50,
+            r"steps\[2\]: cyclesFrom 50 is before simulation.steps\[1\].cyclesFrom 100.*never "
+            r"decrease",
+        ),
+        ("simulation.steps.0.cyclesFrom", -10, r"steps\[0\].cyclesFrom' is -10"),
+        (
+            "simulation.tileCycles.compute",
+            4000,
+            r"tile average of phase 'compute' is 1,000 cycles, more than the run's total of 200",
+        ),
+    ],
+)
+def test_an_execution_profile_that_means_nothing_is_refused(path, value, expected):
+    with pytest.raises(MeasuredProfileError, match=expected):
+        read_poplar_json(changed(path, value), num_tiles=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    durations=st.lists(st.integers(0, 10**9), min_size=1, max_size=12),
+    gaps=st.lists(st.integers(0, 10**6), min_size=12, max_size=12),
+    back=st.integers(1, 10**6),
+    where=st.integers(0, 11),
+)
+def test_steps_in_order_read_and_a_step_going_back_is_refused(durations, gaps, back, where):
+    """Hypothesis: steps laid out in order (any gaps) read with cycles = to - from; a
+    step moved to start before the one before it is refused, naming both."""
+    steps, start = [], 0
+    for k, d in enumerate(durations):
+        start += gaps[k]
+        steps.append({"type": "Sync", "name": f"s{k}", "cyclesFrom": start, "cyclesTo": start + d})
+        start += d
+    profile = {"simulation": {"cycles": start, "steps": steps}}
+    assert [s.cycles for s in read_poplar_json(profile).steps] == [float(d) for d in durations]
+    k = where % len(steps)
+    if k == 0:
+        return
+    earlier = steps[k - 1]["cyclesFrom"] - back
+    steps[k]["cyclesFrom"] = earlier
+    steps[k]["cyclesTo"] = max(earlier, 0) + durations[k]
+    with pytest.raises(MeasuredProfileError, match=rf"steps\[{k}\]"):
+        read_poplar_json(profile)
+
+
+# ------------------------------------------------------------------------ summaries
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            "12,000 (approx",
+            "-12,000 (approx",
+            r"line 8: .*found -12,000; required a number of cycles >= 0",
+        ),
+        (
+            "Total tile balance:                             50.0%",
+            "Total tile balance: 150.0%",
+            "0-100%",
+        ),
+        (
+            "        1,000        1,200        200",
+            "        1,000          900        200",
+            r"line 19: .*the step ends \('to'\) before it starts",
+        ),
+        (
+            "2  OnTileExecute         1,200",
+            "2  OnTileExecute           500",
+            r"line 20: .*starts before the step on line 19",
+        ),
+        (
+            "Total sync cycles:                              6",
+            "Total sync cycles:                              60,000",
+            r"phase 'sync' is 15,000 cycles, more than the run's total of 12,000",
+        ),
+    ],
+)
+def test_a_summary_that_means_nothing_is_refused(old, new, expected):
+    assert old in SDK1
+    with pytest.raises(MeasuredProfileError, match=expected):
+        read_summary(SDK1.replace(old, new), "s.txt")
+
+
+def test_the_unchanged_summary_reads():
+    profile = read_summary(SDK1, "s.txt")
+    assert profile.phases["sync"] == 6 / 4 and profile.metrics["tile_balance"] == 0.5
+
+
+# ------------------------------------------------------------- measurements and objects
+def test_a_negative_cycle_count_in_measurements_csv_is_refused(tmp_path):
+    header = "id,source,device,sdk,workload,parameters,metric,value,unit,notes\n"
+    path = tmp_path / "m.csv"
+    path.write_text(header + "a,s,d,k,w,,delta,-3,percent,\n" + "b,s,d,k,w,,block,-5,cycles,\n")
+    with pytest.raises(
+        MeasuredProfileError, match=r"line 3, row id 'b'.*-5 cycles; required a count >= 0"
+    ):
+        read_measurements_csv(path)
+    path.write_text(header + "a,s,d,k,w,,delta,-3,percent,\n")
+    assert read_measurements_csv(path)[0].value == -3.0  # a difference may be negative
+
+
+@pytest.mark.parametrize(
+    ("phases", "steps", "expected"),
+    [
+        ({"total": -1.0}, (), r"phase 'total' is -1.0; required a finite number of cycles >= 0"),
+        ({"total": float("nan")}, (), r"phase 'total' is nan"),
+        ({"total": 5.0}, (MeasuredStep("a", "Sync", -2.0),), r"step 0 \('a', Sync\) has -2.0"),
+    ],
+)
+def test_a_measured_profile_object_checks_its_numbers(phases, steps, expected):
+    with pytest.raises(MeasuredProfileError, match=expected):
+        MeasuredProfile(source="x", format="csv", phases=phases, steps=steps)
+
+
+# --------------------------------------------------------------------- experiments
+def test_every_problem_of_an_experiment_file_in_one_pass(tmp_path):
+    """Schema problems (an unknown key, a bad mode, repeats 0, an endless range) and
+    deeper ones (a missing workload file, a value the config refuses, an unknown field)
+    are all listed by one load, each at its place in the file."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "name: e\n"
+        "workloads:\n"
+        "  - {spec: tut.py, colour: red}\n"
+        "  - {spec: nope.py}\n"
+        "repeats: 0\n"
+        "mode: zap\n"
+        "axes:\n"
+        "  - {path: workload.rows, range: {start: 0, stop: 1.0e+308, step: 1.0e-308}}\n"
+        "  - {path: exchange.bytes_per_cycle, values: [1, -3]}\n"
+        "  - {path: tile.nope, values: [1]}\n"
+    )
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(path)
+    found = "\n".join(info.value.problems)
+    for expected in (
+        "workloads[0].colour: unknown key",
+        "axes[0]: range from 0 to 1e+308 by 1e-308 has too many values",
+        "mode: found 'zap'",
+        "repeats: found 0",
+        "workloads[1].spec: workload file 'nope.py' not found",
+        "axes[1] (exchange.bytes_per_cycle): value -3 is rejected",
+        "axes[2] (tile.nope): 'tile.nope' is not a config field",
+    ):
+        assert expected in found
+    assert len(info.value.problems) == 7
+
+
+def test_a_dropped_workload_axis_does_not_make_up_a_missing_parameter(tmp_path):
+    """An axis refused by the schema still counts as giving its parameter: no second,
+    false problem 'needs rows'."""
+    (tmp_path / "w.py").write_text("def workload(device, rows):\n    pass\n")
+    data = {
+        "name": "e",
+        "workloads": [{"spec": "w.py"}],
+        "axes": [{"path": "workload.rows", "values": []}],
+    }
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(data, base_dir=tmp_path)
+    assert len(info.value.problems) == 1 and "axes[0].values" in info.value.problems[0]
+
+
+def test_a_huge_grid_is_refused_before_it_is_built(tmp_path):
+    (tmp_path / "w.py").write_text("def workload(device, rows=1, cols=1):\n    pass\n")
+    data = {
+        "name": "e",
+        "workloads": [{"spec": "w.py"}],
+        "axes": [
+            {"path": "workload.rows", "range": {"start": 0, "stop": 100_000}},
+            {"path": "workload.cols", "range": {"start": 0, "stop": 100_000}},
+        ],
+    }
+    with pytest.raises(ExperimentError, match=r"10,000,000,000 points .*at most 1,000,000"):
+        load_experiment(data, base_dir=tmp_path)  # counted from the axis lengths, not built
+
+
+def test_expand_points_sizes_the_grid_first(tmp_path, monkeypatch):
+    (tmp_path / "w.py").write_text("def workload(device, rows=1):\n    pass\n")
+    exp = load_experiment(
+        {
+            "name": "e",
+            "workloads": [{"spec": "w.py"}],
+            "axes": [{"path": "workload.rows", "values": [1, 2, 3]}],
+            "repeats": 2,
+        },
+        base_dir=tmp_path,
+    )
+    monkeypatch.setattr(experiment_module, "MAX_POINTS", 5)
+
+    def never(*args):
+        raise AssertionError("the grid was expanded")
+
+    monkeypatch.setattr("ipusim.sweep.points._combinations", never)
+    with pytest.raises(
+        ExperimentError, match=r"6 points \(1 workload\(s\) x 3 axis values x 2 repeat"
+    ):
+        expand_points(exp)
+
+
+# ------------------------------------------------------------------------- report
+def test_report_names_a_malformed_profile_before_asking_for_matplotlib(
+    tmp_path, monkeypatch, capsys
+):
+    """Without matplotlib, a malformed profile is still reported as what it is."""
+
+    def missing():
+        raise report.ReportError("plots need matplotlib")
+
+    monkeypatch.setattr(report, "require_matplotlib", missing)
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "execution.json").write_text(json.dumps(changed("simulation.steps.1.cyclesTo", 5)))
+    assert cli.main(["report", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert "cyclesTo 5 < cyclesFrom 100" in err and "matplotlib" not in err
+    (d / "execution.json").write_text(json.dumps(EXECUTION))
+    (d / "profile.json").write_text(
+        json.dumps({"target": {"bytesPerTile": -1}, "memory": {"byTile": {"total": [1]}}})
+    )
+    assert cli.main(["report", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert "'target.bytesPerTile': found -1" in err and "matplotlib" not in err
+    (d / "profile.json").unlink()
+    assert cli.main(["report", str(d)]) == 2
+    assert "plots need matplotlib" in capsys.readouterr().err
