@@ -541,9 +541,10 @@ class CountedConfig(_Section):
     (integer, load/store, control) and the floating-point one; ``pairing`` is the
     fraction of the shorter pipeline's instructions that issue in the same cycle as
     an instruction of the other (a 64-bit instruction bundle). The defaults are the
-    Colossus worker issue rules (one instruction per thread cycle, grade A) and
-    estimates where no figure is published; the presets of every generation use them
-    (the worker ISA is the same on ipu1, ipu2 and ipu21).
+    Colossus worker issue rules (one instruction per thread cycle, grade A), estimates
+    where no figure is published, and ``pairing`` and ``float_div_cycles`` fitted with
+    ``ipusim.calibrate`` (docs/counted_cycles.md); the presets of every generation use
+    them (the worker ISA is the same on ipu1, ipu2 and ipu21).
     """
 
     load_narrow_cycles: float = _issue(1.0, "8- or 16-bit load (ldz8, ldz16)")
@@ -568,7 +569,9 @@ class CountedConfig(_Section):
         "the IPU has no fp64 hardware)",
     )
     float_div_cycles: float = _issue(
-        5.0, "float divide (estimate: Poplibs' divide estimator, 10 cycles per 2 floats)"
+        7.496,
+        "float divide (estimate: fitted, docs/counted_cycles.md: the D pi loop; Poplibs' "
+        "vectorised divide estimator has 10 cycles per 2 floats)",
     )
     float_compare_cycles: float = _issue(1.0, "float compare (f32cmplt, ...)")
     convert_cycles: float = _issue(1.0, "integer/float conversion (f32toi32, ...)")
@@ -584,11 +587,12 @@ class CountedConfig(_Section):
         1.0, "whole-array expression in a kernel (estimate: counted once, not per element)"
     )
     pairing: float = Field(
-        default=0.0,
+        default=0.496,
         ge=0.0,
         le=1.0,
         description="Fraction of the shorter pipeline's instructions bundled with the other "
-        "pipeline's (0: single issue, 1: perfect dual issue).",
+        "pipeline's (0: single issue, 1: perfect dual issue; estimate: fitted, "
+        "docs/counted_cycles.md: tutorial 7's hardware compute).",
     )
     worker_entry_cycles: float = Field(
         default=6.0,
