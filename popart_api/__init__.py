@@ -17,6 +17,7 @@ from popart_api import (  # noqa: F401
     ops_resize,
     ops_shape,
     ops_tensor,
+    ops_window,
 )
 from popart_api.autodiff import reservedGradientPrefix
 from popart_api.builder import Builder, TensorInfo

@@ -5,8 +5,10 @@ float, half, int and unsigned int), so an op on CHAR, UNSIGNED_CHAR, SHORT or
 UNSIGNED_SHORT tensors casts them to INT (``popops::cast``), computes there and casts an
 integer result back to the operands' type; comparisons return BOOL as they are.
 ``Pow`` and ``MaxPool`` of integers, which Poplibs computes only in floating point,
-run in FLOAT and are cast back (exact while the values fit in 24 bits). The wrapping is applied to the
-registered lowerings of :data:`WIDENED_OPS` when this module is imported.
+run in FLOAT and are cast back (exact while the values fit in 24 bits). The wrapping is
+applied to the registered lowerings of :data:`WIDENED_OPS` when this module is
+imported. A maximum or minimum of BOOL values (:data:`BOOL_OPS`) is computed in INT the
+same way.
 """
 
 from __future__ import annotations
@@ -14,9 +16,17 @@ from __future__ import annotations
 from typing import Any
 
 # the op modules register the lowerings wrapped below before this module runs
-from popart_api import ops_activation, ops_math, ops_nn, ops_shape, ops_tensor  # noqa: F401
+from popart_api import (  # noqa: F401
+    ops_activation,
+    ops_math,
+    ops_nn,
+    ops_shape,
+    ops_tensor,
+    ops_window,
+)
 from popart_api.ops import REGISTRY, Lowering
 from poplar_api import (
+    BOOL,
     CHAR,
     FLOAT,
     INT,
@@ -61,6 +71,8 @@ WIDENED_OPS = (
     "ArgMin",
     "TopK",
 )
+#: Ops whose BOOL operands are computed in INT (max/min of bools are any/all).
+BOOL_OPS = ("ReduceMax", "ReduceMin")
 #: Ops whose integer operands (INT32 too) are computed in FLOAT.
 FLOAT_OPS = ("Pow", "MaxPool")
 
@@ -70,7 +82,8 @@ def _wrap(fn: Lowering, op: str, wide: Any, integers: frozenset) -> Lowering:
         narrow = None
         cast_inputs = []
         for i, v in enumerate(inputs):
-            if isinstance(v, Tensor) and v.elementType() in integers:
+            # an empty operand computes nothing: its type picks the identity value
+            if isinstance(v, Tensor) and v.elementType() in integers and v.numElements():
                 narrow = narrow or v.elementType()
                 v = popops.cast(graph, v, wide, prog, f"{name}/widen{i}")
             cast_inputs.append(v)
@@ -97,8 +110,11 @@ def _install() -> None:
         entries = REGISTRY.get(("ai.onnx", op), [])
         ints = SMALL_INTS | {INT, UNSIGNED_INT}
         REGISTRY[("ai.onnx", op)] = [(s, _wrap(f, op, FLOAT, ints)) for s, f in entries]
+    for op in BOOL_OPS:
+        entries = REGISTRY.get(("ai.onnx", op), [])
+        REGISTRY[("ai.onnx", op)] = [(s, _wrap(f, op, INT, frozenset({BOOL}))) for s, f in entries]
 
 
 _install()
 
-__all__ = ["FLOAT_OPS", "SMALL_INTS", "WIDENED_OPS"]
+__all__ = ["BOOL_OPS", "FLOAT_OPS", "SMALL_INTS", "WIDENED_OPS"]

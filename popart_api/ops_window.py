@@ -1,0 +1,175 @@
+"""Lowerings of InstanceNormalization, LRN and pooling with dilations.
+
+``InstanceNormalization`` normalises each (sample, channel) over its field with the
+two-pass moments of :mod:`popart_api.ops_nn` (PopART's ``InstanceNormOpx`` uses
+popnn's group normalisation with one channel per group: the same statistics).
+``LRN`` squares the input, sums ``size`` neighbouring channels (zero-padded slices of
+the squares added with popops, as PopART's ``LRNOpx`` does with a padded sum) and
+divides by ``(bias + alpha/size·sum)^beta``.
+
+``MaxPool``/``AveragePool`` with dilations > 1, which popnn's pooling planner does not
+take, are the maximum (or the sum, divided by the count) of the ``prod(kernel)`` dilated
+and strided views of the padded input, one popops op each; the other poolings keep
+``popnn.pooling.pool`` (the wrapped lowering).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from popart_api.errors import popart_exception
+from popart_api.ops import REGISTRY, Lowering, float_check, register, tensor
+from popart_api.ops_nn import _ints, _moments, _pads
+from poplar_api import Graph, Tensor, popops
+from poplar_api.tensor import concat
+
+
+# ------------------------------------------------------- InstanceNormalization
+@register("InstanceNormalization", since=6)
+def _instance_norm(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
+    x = float_check(tensor(graph, inputs[0], name), "InstanceNormalization", name)
+    if x.rank() < 3:
+        raise popart_exception(
+            f"InstanceNormalization (node '{name}'): input '{x.name}' has shape {x.shape()}; "
+            "required [N, C, D1, ...] (rank >= 3)"
+        )
+    eps = float(attrs.get("epsilon", 1e-5))
+    dims = list(range(2, x.rank()))
+    keep = [x.dim(0), x.dim(1)] + [1] * len(dims)
+    _mean, _var, inv_std, xc = _moments(graph, x, dims, keep, eps, prog, name)
+    y = popops.mul(graph, xc, inv_std, prog, f"{name}/normed")
+    per_channel = [1, x.dim(1)] + [1] * len(dims)
+    scale = tensor(graph, inputs[1], name, x).reshape(per_channel)
+    bias = tensor(graph, inputs[2], name, x).reshape(per_channel)
+    y = popops.mul(graph, y, scale, prog, f"{name}/scale")
+    return [popops.add(graph, y, bias, prog, name)]
+
+
+# ------------------------------------------------------------------------- LRN
+@register("LRN", since=1)
+def _lrn(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
+    x = float_check(tensor(graph, inputs[0], name), "LRN", name)
+    if "size" not in attrs or int(attrs["size"]) < 1 or x.rank() < 3:
+        raise popart_exception(
+            f"LRN (node '{name}'): needs attribute 'size' >= 1 and an [N, C, ...] input; got "
+            f"size {attrs.get('size')}, shape {x.shape()}"
+        )
+    size = int(attrs["size"])
+    alpha = float(attrs.get("alpha", 1e-4))
+    beta = float(attrs.get("beta", 0.75))
+    bias = float(attrs.get("bias", 1.0))
+    sq = popops.square(graph, x, prog, f"{name}/square")
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    c = x.dim(1)
+    pieces = []
+    for count in (lo, hi):
+        shape = x.shape()
+        shape[1] = count
+        pieces.append(tensor(graph, np.zeros(shape, np.float32), f"{name}/zeros", x))
+    padded = concat([p for p in (pieces[0], sq, pieces[1]) if p.dim(1)], 1)
+    total = padded.slice(0, c, 1)
+    for k in range(1, size):
+        total = popops.add(graph, total, padded.slice(k, k + c, 1), prog, f"{name}/sum{k}")
+    den = popops.add(graph, popops.mul(graph, total, alpha / size, prog, f"{name}/alpha"), bias,
+                     prog, f"{name}/bias")  # fmt: skip
+    den = popops.pow(graph, den, beta, prog, f"{name}/pow")
+    return [popops.div(graph, x, den, prog, name)]
+
+
+# ------------------------------------------------------------ dilated pooling
+def _dilated_pool(graph: Graph, x: Tensor, attrs: dict, kind: str, prog: Any, name: str):
+    op = "MaxPool" if kind == "max" else "AveragePool"
+    field = x.shape()[2:]
+    n = len(field)
+    kernel = _ints(attrs, "kernel_shape", n, 1, op, name)
+    strides = _ints(attrs, "strides", n, 1, op, name)
+    dil = _ints(attrs, "dilations", n, 1, op, name)
+    window = [(k - 1) * d + 1 for k, d in zip(kernel, dil, strict=True)]
+    lower, upper = _pads(attrs, field, window, strides, op, name)
+    ceil_mode = bool(int(attrs.get("ceil_mode", 0)))
+    outs = []
+    for d in range(n):
+        span = field[d] + lower[d] + upper[d] - window[d]
+        if span < 0:
+            raise popart_exception(
+                f"{op} (node '{name}'): dilated kernel {window[d]} of field dim {d} is larger "
+                f"than the padded input ({field[d]} + {lower[d]} + {upper[d]})"
+            )
+        out = (-(-span // strides[d]) if ceil_mode else span // strides[d]) + 1
+        if ceil_mode and (out - 1) * strides[d] >= field[d] + lower[d]:
+            out -= 1
+        outs.append(out)
+    fill = -np.inf if kind == "max" else 0.0
+    padded = x
+    for d in range(n):
+        need = (outs[d] - 1) * strides[d] + window[d]
+        after = need - field[d] - lower[d]
+        axis = 2 + d
+        parts = []
+        for count in (lower[d], max(after, 0)):
+            shape = padded.shape()
+            shape[axis] = count
+            parts.append(tensor(graph, np.full(shape, fill, np.float32), f"{name}/pad", x))
+        pieces = [p for p in (parts[0], padded, parts[1]) if p.dim(axis)]
+        padded = concat(pieces, axis) if len(pieces) > 1 else padded
+        if after < 0:
+            padded = padded.slice(0, need, axis)
+    result = None
+    for k, offsets in enumerate(itertools.product(*[range(kk) for kk in kernel])):
+        view = padded
+        for d, o in enumerate(offsets):
+            axis = 2 + d
+            start = o * dil[d]
+            view = view.slice(start, start + (outs[d] - 1) * strides[d] + 1, axis)
+            if strides[d] > 1:
+                view = view.subSample(strides[d], axis)
+        if result is None:
+            result = popops.add(graph, view, 0.0, prog, f"{name}/first")
+        elif kind == "max":
+            result = popops.max(graph, result, view, prog, f"{name}/max{k}")
+        else:
+            result = popops.add(graph, result, view, prog, f"{name}/sum{k}")
+    if kind == "max":
+        return result
+    include = int(attrs.get("count_include_pad", 0))
+    counts = np.ones(outs, np.float64)
+    for d in range(n):
+        pos = np.arange(outs[d])[:, None] * strides[d] + np.arange(kernel[d])[None, :] * dil[d]
+        pos = pos - lower[d]
+        hi = field[d] + (upper[d] if include else 0)
+        lo = -lower[d] if include else 0
+        valid = ((pos >= lo) & (pos < hi)).sum(axis=1).astype(np.float64)
+        shape = [1] * n
+        shape[d] = outs[d]
+        counts = counts * valid.reshape(shape)
+    scale = tensor(graph, (1.0 / counts).astype(np.float32).reshape([1, 1, *outs]), name, x)
+    return popops.mul(graph, result, scale, prog, name)
+
+
+def _with_dilations(fn: Lowering, kind: str) -> Lowering:
+    def lower(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
+        dil = [int(d) for d in np.asarray(attrs.get("dilations", [])).reshape(-1)]
+        if not dil or all(d == 1 for d in dil) or not isinstance(inputs[0], Tensor):
+            return fn(graph, inputs, attrs, prog, name)
+        op = "MaxPool" if kind == "max" else "AveragePool"
+        x = float_check(inputs[0], op, name)
+        if int(attrs.get("storage_order", 0)) != 0:
+            raise popart_exception(
+                f"{op} (node '{name}'): storage_order={attrs['storage_order']} is not supported"
+            )
+        return [_dilated_pool(graph, x, attrs, kind, prog, name)]
+
+    lower.__name__ = getattr(fn, "__name__", kind)
+    lower.__doc__ = fn.__doc__
+    return lower
+
+
+for _op, _kind in (("MaxPool", "max"), ("AveragePool", "avg")):
+    REGISTRY[("ai.onnx", _op)] = [
+        (s, _with_dilations(f, _kind)) for s, f in REGISTRY.get(("ai.onnx", _op), [])
+    ]
+
+__all__: list[str] = []

@@ -1,0 +1,92 @@
+"""popart_api's InstanceNormalization, LRN and dilated pooling
+(popart_api/ops_window.py): values against ONNX's reference evaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from popart_harness import check_forward
+
+OPSET13 = {"ai.onnx": 13, "ai.graphcore": 1}
+RNG = np.random.default_rng(23)
+
+
+def test_instance_normalization() -> None:
+    x = RNG.standard_normal([2, 3, 4, 5]).astype(np.float32)
+    scale = RNG.standard_normal([3]).astype(np.float32)
+    bias = RNG.standard_normal([3]).astype(np.float32)
+    check_forward(
+        lambda b, ids: b.aiOnnx.instancenormalization(ids, epsilon=1e-3),
+        [x, scale, bias],
+        opsets=OPSET13,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def _run(build, x: np.ndarray) -> np.ndarray:
+    import popart_api as popart
+
+    b = popart.Builder(opsets=OPSET13)
+    xid = b.addInputTensor(popart.TensorInfo("FLOAT", list(x.shape)), "x")
+    out = build(b, [xid])
+    b.addOutputTensor(out)
+    s = popart.InferenceSession(
+        fnModel=b.getModelProto(),
+        dataFlow=popart.DataFlow(1, {out: popart.AnchorReturnType("ALL")}),
+        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4}),
+    )
+    s.prepareDevice()
+    anchors = s.initAnchorArrays()
+    s.run(popart.PyStepIO({xid: x}, anchors))
+    return anchors[out]
+
+
+@pytest.mark.parametrize("size", [3, 4])
+def test_lrn(size: int) -> None:
+    """Against the ONNX spec's formula (onnx.reference 1.23's LRN loops over the batch
+    dimension where it means the channels)."""
+    x = RNG.standard_normal([2, 6, 3, 3]).astype(np.float32)
+    alpha, beta, bias = 0.02, 0.6, 1.5
+    got = _run(lambda b, ids: b.aiOnnx.lrn(ids, size=size, alpha=alpha, beta=beta, bias=bias), x)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    square_sum = np.zeros_like(x, np.float64)
+    for c in range(x.shape[1]):
+        window = x[:, max(0, c - lo) : min(x.shape[1], c + hi + 1)].astype(np.float64)
+        square_sum[:, c] = np.sum(window**2, axis=1)
+    want = x / (bias + alpha / size * square_sum) ** beta
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+POOLS = {
+    "max_2d": ("maxpool", dict(kernel_shape=[2, 2], dilations=[2, 2])),
+    "max_strided_padded": (
+        "maxpool",
+        dict(kernel_shape=[3, 2], dilations=[2, 3], strides=[2, 1], pads=[1, 0, 2, 1]),
+    ),
+    "avg_ceil": (
+        "averagepool",
+        dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[2, 2], ceil_mode=1),
+    ),
+    "avg_count_pad": (
+        "averagepool",
+        dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 1, 2, 1], count_include_pad=1),
+    ),
+    "avg_no_count_pad": (
+        "averagepool",
+        dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 1, 2, 1], count_include_pad=0),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(POOLS))
+def test_dilated_pooling(case: str) -> None:
+    op, attrs = POOLS[case]
+    x = RNG.standard_normal([1, 2, 7, 8]).astype(np.float32)
+
+    def build(b, ids):
+        out = getattr(b.aiOnnx, op)(ids, **attrs, num_outputs=1)
+        return out[0] if isinstance(out, list) else out
+
+    opsets = {"ai.onnx": 19, "ai.graphcore": 1}
+    check_forward(build, [x], opsets=opsets, rtol=1e-5)
