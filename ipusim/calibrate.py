@@ -65,6 +65,7 @@ from ipusim.calibration_fit import (
 )
 from ipusim.calibration_result import CalibrationResult, Insensitivity, number_text
 from ipusim.config import MachineConfig, list_presets, load_config
+from ipusim.sweep.cli import positive_int
 
 __all__ = [
     "CalibrationError",
@@ -440,9 +441,11 @@ def register(subparsers: Any) -> None:
         "--loss", default="relative", choices=("relative", "absolute"), help="residual kind"
     )
     parser.add_argument(
-        "--max-evaluations", type=int, default=200, help="simulation budget of the fit"
+        "--max-evaluations", type=positive_int, default=200, help="simulation budget of the fit"
     )
-    parser.add_argument("--tiles", type=int, default=None, metavar="N", help="tiles per IPU")
+    parser.add_argument(
+        "--tiles", type=positive_int, default=None, metavar="N", help="tiles per IPU"
+    )
     parser.add_argument("--out", metavar="overlay.yaml", help="write the overlay YAML here")
     progress.add_progress_arguments(parser)
     parser.set_defaults(handler=_calibrate_command)

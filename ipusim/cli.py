@@ -15,6 +15,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ipusim import __version__
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return int(args.handler(args))
         except IpusimError as exc:
+            _traceback_on_request(exc)
             return _fail(f"ipusim: error: {exc}", 2)
         except BrokenPipeError:  # the reader went away (`ipusim config show mk2 | head`)
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -173,15 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         except RecursionError:
             return _fail(f"ipusim: error: {command}: an input is nested too deeply to process", 2)
-        except Exception as exc:  # a bug of ipusim: one line, the traceback on request
-            if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
+        except Exception as exc:  # one line; the traceback on request
+            if _traceback_wanted():
                 raise
-            where = _innermost(exc)
-            return _fail(
-                f"ipusim: internal error in {command}: {type(exc).__name__}: {exc}{where}; "
-                f"hint: set {TRACEBACK_ENV}=1 to see the traceback, and report it",
-                70,
-            )
+            return _unexpected(exc, command)
 
 
 #: Environment variable that makes the CLI show the traceback of an internal error.
@@ -210,13 +207,59 @@ def _os_error_text(exc: OSError) -> str:
     return f"{reason} ({type(exc).__name__}); hint: check the paths, permissions and free space"
 
 
-def _innermost(exc: BaseException) -> str:
-    """`` (at file.py:123)``: where in ipusim's code ``exc`` was raised, or empty."""
+#: The packages of this distribution (by directory, so the Poplar layers are not
+#: imported here): code outside them and outside the Python installation is the user's.
+_OWN_DIRS = tuple(
+    str(Path(__file__).resolve().parent.parent / name) + os.sep
+    for name in ("ipusim", "poplar_api", "popart_api")
+)
+_LIBRARY_DIRS = tuple(
+    {str(Path(p).resolve()) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+)
+
+
+def _traceback_wanted() -> bool:
+    return os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0")
+
+
+def _traceback_on_request(exc: BaseException) -> None:
+    """Print the traceback of ``exc`` (with its causes) when :data:`TRACEBACK_ENV` asks."""
+    if _traceback_wanted():
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+
+
+def _frames(exc: BaseException) -> list[tuple[str, int]]:
+    """``(file, line)`` of each frame of ``exc``'s traceback, outermost first."""
+    out = []
     tb = exc.__traceback__
-    last = None
     while tb is not None:
-        last = tb
+        out.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
         tb = tb.tb_next
-    if last is None:
-        return ""
-    return f" (at {os.path.basename(last.tb_frame.f_code.co_filename)}:{last.tb_lineno})"
+    return out
+
+
+def _is_users(filename: str) -> bool:
+    path = str(Path(filename).resolve()) if not filename.startswith("<") else filename
+    return not path.startswith(_OWN_DIRS + _LIBRARY_DIRS) and not filename.startswith("<frozen")
+
+
+def _unexpected(exc: Exception, command: str) -> int:
+    """One line for an exception that is neither an IpusimError nor an OSError.
+
+    An error class of the Poplar or PopART layer is a refused input (status 2); an
+    exception raised in the user's own code (a workload) names where (status 2);
+    anything else is an error of ipusim itself (status 70)."""
+    kind = type(exc)
+    text = f"{kind.__name__}: {exc}"
+    hint = f"hint: set {TRACEBACK_ENV}=1 to see the traceback"
+    if kind.__module__.split(".")[0] in ("poplar_api", "popart_api"):
+        return _fail(f"ipusim: error: {text}", 2)
+    frames = _frames(exc)
+    users = [f for f in frames if _is_users(f[0])]
+    if users:
+        file, line = users[-1]
+        return _fail(f"ipusim: error: {command}: {text} (raised at {file}:{line}); {hint}", 2)
+    where = f" (at {os.path.basename(frames[-1][0])}:{frames[-1][1]})" if frames else ""
+    return _fail(f"ipusim: internal error in {command}: {text}{where}; {hint}, and report it", 70)

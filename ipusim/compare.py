@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ipusim.errors import IpusimError
 from ipusim.measured import PHASES, MeasuredProfile
+from ipusim.sweep.cli import positive_int
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -567,6 +568,28 @@ def _compare_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _percent(text: str) -> float:
+    """An argparse ``type``: a finite percentage >= 0 (``--fail-above``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"found {text!r}; required a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"found {text}; required a finite percentage >= 0")
+    return value
+
+
+def _step_count(text: str) -> int:
+    """An argparse ``type``: a whole number >= 0, or -1 for all (``--steps``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"found {text!r}; required a whole number") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"found {value}; required N >= 0, or -1 for all")
+    return value
+
+
 def register(subparsers: Any) -> None:
     """Add the ``compare`` command to the ``ipusim`` sub-parsers."""
     parser = subparsers.add_parser(
@@ -586,7 +609,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--tiles",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="tile count of a profile that does not say (to turn totals into tile averages)",
     )
@@ -604,7 +627,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--fail-above",
-        type=float,
+        type=_percent,
         metavar="PCT",
         help="exit 1 when any |relative error| exceeds PCT per cent",
     )
@@ -612,7 +635,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--plot", metavar="OUT.png", help="plot the rows side by side")
     parser.add_argument(
         "--steps",
-        type=int,
+        type=_step_count,
         default=20,
         metavar="N",
         help="print at most N step rows, the largest errors (default 20; -1 for all)",

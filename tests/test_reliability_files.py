@@ -11,6 +11,7 @@ left, and stderr holds one line without a traceback.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import resource
@@ -319,19 +320,46 @@ def test_an_os_error_of_any_command_is_one_line(monkeypatch, capsys):
 
 
 def test_an_internal_error_is_one_line_and_its_traceback_is_on_request(monkeypatch, capsys):
-    def handler(args):
-        return {}["missing"]
-
-    monkeypatch.setattr(cli, "_config_list", handler)
+    """An exception raised inside ipusim's own code (here: a Path made of the parsed
+    arguments) is an internal error: status 70, one line, the traceback on request."""
+    monkeypatch.setattr(cli, "_config_list", functools.partial(files.make_directory))
     monkeypatch.delenv(cli.TRACEBACK_ENV, raising=False)
     assert cli.main(["config", "list"]) == 70
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert err.startswith("ipusim: internal error in config: KeyError: 'missing' (at ")
-    assert f"{cli.TRACEBACK_ENV}=1" in err
+    assert err.startswith("ipusim: internal error in config: TypeError: ")
+    assert f"{cli.TRACEBACK_ENV}=1" in err and "report it" in err
     monkeypatch.setenv(cli.TRACEBACK_ENV, "1")
-    with pytest.raises(KeyError):
+    with pytest.raises(TypeError):
         cli.main(["config", "list"])
+
+
+def test_an_exception_of_the_users_workload_names_where_it_was_raised(tmp_path, capsys):
+    spec = tmp_path / "broken.py"
+    spec.write_text("def workload(device):\n    x = 1\n    raise ValueError('no data here')\n")
+    assert cli.main(["run", str(spec), "--config", "tiny", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"ipusim: error: run: ValueError: no data here (raised at {spec}:3); hint: set "
+        f"{cli.TRACEBACK_ENV}=1 to see the traceback"
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_error_of_the_poplar_layer_is_bad_input(tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = [*run_args(out), "--engine-option", "debug.maxCycles=-5"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ipusim: error: EngineError: bad engine options")
+    assert "'debug.maxCycles' has value '-5'" in err and "Traceback" not in err
+
+
+def test_the_traceback_of_an_ipusim_error_is_shown_on_request(monkeypatch, capsys):
+    monkeypatch.setenv(cli.TRACEBACK_ENV, "1")
+    assert cli.main(["config", "show", "no-such-preset"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and "\nipusim: error: invalid machine config" in err
 
 
 def test_signal_handlers_are_restored_after_a_command():

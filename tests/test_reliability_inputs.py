@@ -297,3 +297,28 @@ def test_report_names_a_malformed_profile_before_asking_for_matplotlib(
     (d / "profile.json").unlink()
     assert cli.main(["report", str(d)]) == 2
     assert "plots need matplotlib" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ command-line numbers
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["compare", "a", "b", "--tiles", "-3"], "argument --tiles: found -3; required at least 1"),
+        (["compare", "a", "b", "--tiles", "0"], "argument --tiles: found 0; required at least 1"),
+        (
+            ["compare", "a", "b", "--fail-above", "nan"],
+            "argument --fail-above: found nan; required a finite percentage >= 0",
+        ),
+        (["compare", "a", "b", "--fail-above", "-1"], "found -1; required a finite percentage"),
+        (["compare", "a", "b", "--steps", "-5"], "argument --steps: found -5; required N >= 0"),
+        (
+            ["calibrate", "--param", "x", "--pair", "a=b", "--max-evaluations", "0"],
+            "argument --max-evaluations: found 0; required at least 1",
+        ),
+        (["calibrate", "--param", "x", "--pair", "a=b", "--tiles", "-1"], "--tiles: found -1"),
+    ],
+)
+def test_numbers_on_the_command_line_are_checked_before_any_work(argv, expected, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
