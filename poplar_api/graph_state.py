@@ -43,9 +43,10 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(slots=True)
 class Variable:
-    """A variable or constant: a contiguous id range of one element type."""
+    """A variable or constant: a contiguous id range of one element type (slotted:
+    libraries make tens of thousands of small constants)."""
 
     id: int
     type: Type
@@ -464,7 +465,7 @@ def add_constants(
                     f"but {arr.size} values were given"
                 )
             arr = np.broadcast_to(arr.reshape(()), (size,))
-        arrays.append(arr.reshape(-1))
+        arrays.append(arr if arr.ndim == 1 else arr.reshape(-1))
         dims_of.append(dims)
         sizes[i] = size
         labels[i] = label
