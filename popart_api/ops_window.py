@@ -1,4 +1,4 @@
-"""Lowerings of InstanceNormalization, LRN and pooling with dilations.
+"""Lowerings of InstanceNormalization, LRN, ConvTranspose and pooling with dilations.
 
 ``InstanceNormalization`` normalises each (sample, channel) over its field with the
 two-pass moments of :mod:`popart_api.ops_nn` (PopART's ``InstanceNormOpx`` uses
@@ -11,6 +11,9 @@ divides by ``(bias + alpha/size·sum)^beta``.
 take, are the maximum (or the sum, divided by the count) of the ``prod(kernel)`` dilated
 and strided views of the padded input, one popops op each; the other poolings keep
 ``popnn.pooling.pool`` (the wrapped lowering).
+
+``ConvTranspose`` is the convolution whose backward-data pass it is (see
+:func:`_conv_transpose`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 from popart_api.errors import popart_exception
 from popart_api.ops import REGISTRY, Lowering, float_check, register, tensor
 from popart_api.ops_nn import _ints, _moments, _pads
-from poplar_api import Graph, Tensor, popops
+from poplar_api import Graph, Tensor, poplin, popops
 from poplar_api.tensor import concat
 
 
@@ -173,3 +176,74 @@ for _op, _kind in (("MaxPool", "max"), ("AveragePool", "avg")):
     ]
 
 __all__: list[str] = []
+
+
+# --------------------------------------------------------------- ConvTranspose
+@register("ConvTranspose", since=1)
+def _conv_transpose(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
+    """The convolution whose backward-data pass ConvTranspose is: the input dilated by
+    the strides, padded by ``(k-1)·d - pad`` (plus ``output_padding`` at the end), the
+    kernel flipped and its channels swapped (``poplin.convolution`` with
+    ``transposeAndFlipWeights``), as PopART's ``ConvTransposeOpx`` lowers it."""
+    op = "ConvTranspose"
+    x = float_check(tensor(graph, inputs[0], name), op, name)
+    w = tensor(graph, inputs[1], name, x)
+    if x.rank() < 3 or w.rank() != x.rank():
+        raise popart_exception(
+            f"{op} (node '{name}'): X has shape {x.shape()} and W {w.shape()}; required X "
+            "[N, C, *field] and W [C, M/group, *kernel] of the same rank"
+        )
+    n = x.rank() - 2
+    group = int(attrs.get("group", 1))
+    batch, chans, field = x.dim(0), x.dim(1), x.shape()[2:]
+    kernel = w.shape()[2:]
+    if group < 1 or chans % group or w.dim(0) != chans:
+        raise popart_exception(
+            f"{op} (node '{name}'): W {w.shape()} needs {chans} input channels (X's) and "
+            f"group={group} must divide them"
+        )
+    co = w.dim(1)
+    strides = _ints(attrs, "strides", n, 1, op, name)
+    dil = _ints(attrs, "dilations", n, 1, op, name)
+    out_pad = _ints(attrs, "output_padding", n, 0, op, name, minimum=0)
+    window = [(k - 1) * d + 1 for k, d in zip(kernel, dil, strict=True)]
+    full = [
+        s * (i - 1) + p + win for s, i, p, win in zip(strides, field, out_pad, window, strict=True)
+    ]
+    auto = str(attrs.get("auto_pad", "NOTSET"))
+    if "output_shape" in attrs or auto in ("SAME_UPPER", "SAME_LOWER"):
+        if "output_shape" in attrs:
+            target = [int(v) for v in attrs["output_shape"]][-n:]
+        else:
+            target = [i * s for i, s in zip(field, strides, strict=True)]
+        total = [f - t for f, t in zip(full, target, strict=True)]
+        upper_first = auto == "SAME_UPPER"  # the odd element at the end
+        lower = [t // 2 if upper_first else t - t // 2 for t in total]
+        upper = [t - lo for t, lo in zip(total, lower, strict=True)]
+    elif auto == "VALID":
+        lower, upper = [0] * n, [0] * n
+    else:
+        pads = [int(p) for p in np.asarray(attrs.get("pads", [0] * 2 * n)).reshape(-1)]
+        if len(pads) != 2 * n:
+            raise popart_exception(
+                f"{op} (node '{name}'): attribute 'pads' is {pads}; required {2 * n} values"
+            )
+        lower, upper = pads[:n], pads[n:]
+    conv_lower = [win - 1 - lo for win, lo in zip(window, lower, strict=True)]
+    conv_upper = [win - 1 - up + p for win, up, p in zip(window, upper, out_pad, strict=True)]
+    if min(conv_lower + conv_upper) < 0:
+        raise popart_exception(
+            f"{op} (node '{name}'): pads {lower + upper} exceed the dilated kernel {window}; "
+            "required pads <= (kernel - 1)·dilation"
+        )
+    params = poplin.ConvParams(
+        x.elementType(), batch, field, kernel, chans // group, co, group,
+        paddingLower=conv_lower, paddingUpper=conv_upper, dilation=dil, inputDilation=strides,
+    )  # fmt: skip
+    weights = w.reshape([group, chans // group, co, *kernel])
+    y = poplin.convolution(graph, x, weights, params, True, prog, f"{name}/conv",
+                           {"pass": "INFERENCE_FWD"})  # fmt: skip
+    if len(inputs) > 2 and inputs[2] is not None:
+        b = tensor(graph, inputs[2], name, x)
+        poplin.addBias(graph, y, b, prog, f"{name}/bias")
+    return [y]

@@ -90,3 +90,26 @@ def test_dilated_pooling(case: str) -> None:
 
     opsets = {"ai.onnx": 19, "ai.graphcore": 1}
     check_forward(build, [x], opsets=opsets, rtol=1e-5)
+
+
+CONV_T = {
+    "plain": ([1, 2, 3, 3], [2, 3, 3, 3], {}),
+    "strided_padded": ([1, 2, 4, 3], [2, 2, 3, 2], dict(strides=[2, 3], pads=[1, 0, 1, 1])),
+    "output_padding_dilated": (
+        [2, 2, 3, 4],
+        [2, 1, 2, 3],
+        dict(strides=[2, 2], output_padding=[1, 0], dilations=[2, 1]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONV_T))
+def test_conv_transpose(case: str) -> None:
+    xs, ws, attrs = CONV_T[case]
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = RNG.standard_normal(ws).astype(np.float32)
+    bias = RNG.standard_normal([ws[1] * attrs.get("group", 1)]).astype(np.float32)
+    check_forward(
+        lambda b, ids: b.aiOnnx.convtranspose(ids, **attrs), [x, w, bias], opsets=OPSET13,
+        rtol=1e-4, atol=1e-5,
+    )  # fmt: skip
