@@ -373,7 +373,11 @@ def _parse_pair_text(text: str) -> tuple[str, dict[str, Any], str]:
 
 
 def _calibrate_command(args: argparse.Namespace) -> int:
+    from ipusim.files import check_writable
     from ipusim.measured import read_profile
+
+    if args.out:  # refused before the fit, not after it
+        check_writable(args.out, "overlay")
 
     overrides = {"tile.tiles_per_ipu": args.tiles} if args.tiles else {}
     cfg = load_config(args.config, overrides=overrides)

@@ -539,6 +539,16 @@ def write_rows_csv(rows: pd.DataFrame, path: str | PathLike[str]) -> Path:
 
 
 def _compare_command(args: argparse.Namespace) -> int:
+    from ipusim.files import check_writable
+
+    for option, path in (("--csv", args.csv), ("--plot", args.plot)):
+        if path:  # refused before a workload runs, not after
+            check_writable(path, option)
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise CompareError(
+            f"--plot {args.plot!r}: suffix {Path(args.plot).suffix.lower()!r} is not "
+            "supported; required .png, .svg or .pdf"
+        )
     measured = _load_profile(args.measured, args, "MEASURED")
     if _looks_like_workload(args.run):
         simulated = _run_workload(args.run, args)

@@ -48,6 +48,7 @@ __all__ = [
     "FileWriteError",
     "Interrupted",
     "atomic_open",
+    "check_writable",
     "make_directory",
     "remove_stale_temporaries",
     "save_figure",
@@ -356,6 +357,47 @@ def save_figure(fig: Any, path: str | os.PathLike[str], *, what: str = "", **opt
     options.setdefault("dpi", 100)
     with atomic_open(target, "wb", what=what) as f:
         fig.savefig(f, format=target.suffix.lower().lstrip(".") or "png", **options)
+    return target
+
+
+def check_writable(path: str | os.PathLike[str], what: str = "", directory: bool = False) -> Path:
+    """Refuse, before any work starts, an output path that cannot be written: a file
+    where a directory is wanted (or the reverse), or a parent that is a file, missing
+    for a file, or not writable. Nothing is created.
+
+    Parameters
+    ----------
+    path
+        The file (or, with ``directory``, the directory) a command will write.
+    what
+        The option or thing it is, for the message (``--out``).
+    directory
+        ``path`` is a directory (created with its parents when written).
+
+    Raises
+    ------
+    FileWriteError
+        Naming the path, what is in the way and a hint.
+    """
+    target = Path(path)
+    if target.exists():
+        if directory and not target.is_dir():
+            raise FileWriteError(target, OSError(errno_codes.ENOTDIR, "a file is in the way"), what)
+        if not directory and target.is_dir():
+            raise FileWriteError(target, OSError(errno_codes.EISDIR, "Is a directory"), what)
+        where = target if directory else target.parent
+    else:
+        where = target.parent
+        if not directory and not where.is_dir():
+            reason = "Not a directory" if where.exists() else "No such file or directory"
+            code = errno_codes.ENOTDIR if where.exists() else errno_codes.ENOENT
+            raise FileWriteError(target, OSError(code, reason), what)
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        if not where.is_dir():
+            raise FileWriteError(target, OSError(errno_codes.ENOTDIR, f"'{where}' is a file"), what)
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise FileWriteError(target, OSError(errno_codes.EACCES, "Permission denied"), what)
     return target
 
 

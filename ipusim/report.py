@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ipusim import progress
-from ipusim.files import make_directory, write_text
+from ipusim.files import check_writable, make_directory, write_text
 from ipusim.profile.timeline import TraceViewError, steps_timeline
 
 __all__ = ["EXPECTED_FILES", "ReportError", "load_execution_steps", "run_report"]
@@ -311,6 +311,8 @@ def run_report(
         # every file is read and checked before anything is printed, written or imported
         # for plotting: a malformed profile is reported as such, with or without
         # matplotlib, and a report either does all it was asked or nothing
+        if plots and out is not None:
+            check_writable(out_dir, "--out", directory=True)
         execution = _profile_file(directory, "execution")
         loaded = None
         if execution is not None:

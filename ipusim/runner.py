@@ -29,7 +29,7 @@ from ipusim import ir
 from ipusim.config import MachineConfig, load_config, parse_overrides
 from ipusim.dataplane import ScriptedDataPlane
 from ipusim.errors import IpusimError
-from ipusim.files import FileGroup
+from ipusim.files import FileGroup, check_writable
 from ipusim.progress import Progress, add_progress_arguments, progress_of
 from ipusim.trace import Trace
 
@@ -388,6 +388,7 @@ def _run_command(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("profiles") / workload_stem(args.workload)
     with Progress("ipusim run", progress_of(args)) as progress:
         progress.phase("check workload")
+        check_writable(out, "--out", directory=True)  # before the run, not after it
         check_workload_source(args.workload)
         # A runner may name its current step (ipusim.progress.detail) after this phase.
         progress.phase("load, build, compile and run")

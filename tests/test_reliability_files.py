@@ -387,3 +387,47 @@ def test_file_size_limit_in_process_for_the_writer(tmp_path):
     assert "File too large" in proc.stdout and "file size limit" in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] != 1000  # this process untouched
+
+
+# ------------------------------------------------- outputs checked before the work
+CALIBRATE = [
+    "calibrate",
+    "--param",
+    "sync.min_sync_delay_cycles",
+    "--pair",
+    f"{SUM_WORKLOAD}=no.txt",
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["run", TUT3, "--config", "tiny", "--out", "{file}/x"],
+            "cannot write --out '{file}/x' ('{file}' is a file)",
+        ),
+        (
+            [*CALIBRATE, "--out", "{tmp}/missing/o.yaml"],
+            "cannot write overlay '{tmp}/missing/o.yaml' (No such file or directory)",
+        ),
+        (["compare", "a", TUT3, "--csv", "{tmp}"], "cannot write --csv '{tmp}' (Is a directory)"),
+        (["compare", "a", TUT3, "--plot", "{tmp}/p.gif"], "suffix '.gif' is not supported"),
+    ],
+)
+def test_an_unwritable_output_is_refused_before_any_work(
+    tmp_path, capsys, monkeypatch, argv, expected
+):
+    """The output is checked first: no workload is run, no profile is read (here they
+    would fail: 'a' and 'none.txt' do not exist, and the run would have to be timed)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    fill = {"file": str(blocker), "tmp": str(tmp_path)}
+    argv = [a.format(**fill) for a in argv]
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the output was checked")
+
+    monkeypatch.setattr("ipusim.runner.run_workload", no_work)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected.format(**fill) in err and "Traceback" not in err
