@@ -355,6 +355,23 @@ class _Planned:
     estimate: int = 0
 
 
+def _relative_key(
+    maps: list[np.ndarray], batch: int, oranges: list[tuple[int, int]]
+) -> tuple[tuple, list[int]]:
+    """A block's geometry key up to a shift of its input window, and the window's first
+    input index per dimension: blocks whose input indices differ by a shift (away from
+    the padding) share their worklists, partitions and vertex kind, so
+    :func:`tile_geometry` runs once for them."""
+    lows, parts = [], []
+    for m, (lo, hi) in zip(maps, oranges, strict=True):
+        s = m[:, lo:hi]
+        ok = s >= 0
+        first = int(s[ok].min()) if ok.any() else 0
+        lows.append(first)
+        parts.append((hi - lo, np.where(ok, s - first, -1).tobytes()))
+    return (batch, tuple(parts)), lows
+
+
 def _segments(t: Tensor, per_vertex: list[list[np.ndarray]]) -> Segments:
     """One view of ``t`` for a VectorList field of many vertices: vertex ``i`` gets the
     vectors at the positions ``per_vertex[i]``."""
@@ -451,6 +468,7 @@ def _conv(
     dst_t = partials if need_reduce else out_var
     dst_pos = _positions(dst_t)
     geoms: dict[tuple, tuple[TileGeometry, _TileKind | None]] = {}
+    shifted: dict[tuple, tuple[TileGeometry, _TileKind | None, list[int]]] = {}
     zeros: list[np.ndarray] = []
     dst_tiles = np.full(dst_pos.shape, -1, np.int64)
     planned: list[_Planned] = []
@@ -463,8 +481,19 @@ def _conv(
         key = (b1 - b0, tuple(oranges))
         found = geoms.get(key)
         if found is None:
-            geom = tile_geometry(maps, b1 - b0, oranges, workers)
-            kind = _tile_kind(graph, plan, geom, kpos, fp, acc_type) if geom.positions else None
+            rkey, lows = _relative_key(maps, b1 - b0, oranges)
+            same = shifted.get(rkey)
+            if same is None:
+                geom = tile_geometry(maps, b1 - b0, oranges, workers)
+                kind = _tile_kind(graph, plan, geom, kpos, fp, acc_type) if geom.positions else None
+                shifted[rkey] = (geom, kind, lows)
+            else:  # the same block up to a shift of its input window
+                geom, kind, lows0 = same
+                window = [
+                    (a - l0 + lo, b - l0 + lo)
+                    for (a, b), l0, lo in zip(geom.window, lows0, lows, strict=True)
+                ]
+                geom = dataclasses.replace(geom, window=window)
             found = geoms[key] = (geom, kind)
         geom, kind = found
         osl = tuple(slice(lo, hi) for lo, hi in oranges)
