@@ -20,6 +20,7 @@ from popart_api import (  # noqa: F401
     ops_activation,
     ops_math,
     ops_nn,
+    ops_scatter,
     ops_shape,
     ops_tensor,
     ops_window,
