@@ -431,3 +431,24 @@ def test_an_unwritable_output_is_refused_before_any_work(
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert expected.format(**fill) in err and "Traceback" not in err
+
+
+def test_sweep_stopped_mid_point_keeps_whole_rows_and_resumes(tmp_path):
+    """experiment.json is the 1st file written, point 1 the 2nd to 5th (three profile
+    files, then its row), so the 6th is point 2's first profile file: SIGTERM there."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        f"name: e\nworkloads:\n  - spec: {TUT3}\nconfig: tiny\n"
+        "axes:\n  - {path: exchange.bytes_per_cycle, values: [4, 8]}\n"
+    )
+    out = tmp_path / "out"
+    proc = stopped(tmp_path, "SIGTERM", 6, ["sweep", str(exp), "--out", str(out)])
+    assert_one_line(proc, 143, "ipusim: sweep e stopped by SIGTERM; 1 point(s) stored")
+    rows = sorted((out / "points").glob("*.parquet"))
+    assert len(rows) == 1 and leftovers(out) == []
+    profile_dirs = [d for d in (out / "points").iterdir() if d.is_dir()]
+    complete = {"execution.json", "profile.json", "summary.txt"}
+    for d in profile_dirs:  # point 1's three files, or none of point 2's
+        assert {p.name for p in d.iterdir()} in (complete, set())
+    assert cli.main(["sweep", str(exp), "--out", str(out), "--no-progress"]) == 0
+    assert len(sorted((out / "points").glob("*.parquet"))) == 2
