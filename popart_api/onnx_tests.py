@@ -569,14 +569,30 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> tuple[str, f
 
 def constant_inputs(model: onnx.ModelProto) -> set[str]:
     """Graph inputs of ``model`` that feed an operand PopART needs known when it builds
-    its graph (:data:`CONST_OPERANDS`): the harness makes them ``Constant`` nodes."""
+    its graph (:data:`CONST_OPERANDS`), directly or, for INT64 inputs, through shape
+    arithmetic (``Max(Shape(x), shape)`` feeding a ``Pad``): the harness makes them
+    ``Constant`` nodes."""
     inits = {t.name for t in model.graph.initializer}
-    inputs = {v.name for v in model.graph.input if v.name not in inits}
-    out: set[str] = set()
+    inputs = {v.name: v for v in model.graph.input if v.name not in inits}
+    needed: set[str] = set()
     for node in model.graph.node:
         for i in CONST_OPERANDS.get(node.op_type, ()):
-            if i < len(node.input) and node.input[i] in inputs:
-                out.add(node.input[i])
+            if i < len(node.input) and node.input[i]:
+                needed.add(node.input[i])
+    for node in reversed(model.graph.node):  # what the needed values are computed from
+        if any(o in needed for o in node.output):
+            needed.update(i for i in node.input if i)
+    out: set[str] = set()
+    direct = {
+        node.input[i]
+        for node in model.graph.node
+        for i in CONST_OPERANDS.get(node.op_type, ())
+        if i < len(node.input)
+    }
+    for name, vi in inputs.items():
+        shape_like = vi.type.tensor_type.elem_type == TensorProto.INT64 and name in needed
+        if name in direct or shape_like:
+            out.add(name)
     return out
 
 

@@ -227,9 +227,19 @@ for _op, _fn, _np in (
     ("Add", popops.add, np.add),
     ("Sub", popops.sub, np.subtract),
     ("Mul", popops.mul, np.multiply),
-    ("Div", popops.div, np.divide),
+    ("Div", popops.div, lambda a, b: divide(a, b)),
 ):
     register(_op, since=7)(_binary(_fn, _np))
+
+
+def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX ``Div`` of values known when the graph is built: integers truncate towards
+    zero (as the device's integer division does), floats divide."""
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.trunc(np.true_divide(a, b))
+        return q.astype(np.result_type(a, b))
+    return np.divide(a, b)
 
 
 def _unary(fn: Callable) -> Lowering:

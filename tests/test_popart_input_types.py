@@ -146,3 +146,14 @@ def test_a_type_the_ipu_does_not_take_is_named() -> None:
             [_vi("y", TensorProto.DOUBLE, [2])],
             {"x": np.zeros(2)},
         )
+
+
+def test_integer_div_of_known_values_truncates() -> None:
+    from popart_api.ops import divide
+
+    a = np.array([7, -7, 6, -1], np.int64)
+    b = np.array([2, 2, -4, 3], np.int64)
+    got = divide(a, b)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, [int(x / y) for x, y in zip(a, b, strict=True)])
+    np.testing.assert_allclose(divide(np.float32([1.0]), np.float32([4.0])), [0.25])
