@@ -34,6 +34,7 @@ from ipusim import ir
 from ipusim.config import MachineConfig, config_hash
 from ipusim.profile.execution import ProgramTable, program_table
 from ipusim.sync.controller import relative_sync_delays
+from ipusim.tile.counted import CountedCompute, CountedComputeCost
 from ipusim.timing import TimingModel
 from poplar_api.errors import EngineError
 
@@ -308,13 +309,16 @@ def instrument_execution_profile(
     """Add to an execution profile what the instrumentation options ask for (in place).
 
     * ``simulation.instrumentation``: the :func:`instrumentation` settings, always.
+    * ``simulation.vertexCycleSources``: vertex type -> ``counted`` or ``estimate``
+      (where its cycles came from), only in runs with counted vertices
+      (docs/counted_cycles.md).
     * Compute instrumented (``debug.instrumentCompute`` or ``debug.instrument``):
       level ``tile`` gives every OnTileExecute step ``tileCycles`` (cycles of each
       tile of the machine); level ``vertex`` gives it ``vertexCycles`` instead
       (``tiles``, ``types`` and ``cycles`` of every vertex, in the order of the compute
       set: thread cycles for worker vertices, tile cycles for multi/supervisor
-      vertices); level ``ipu`` adds nothing (one cycle count per step, as without
-      instrumentation).
+      vertices; a counted execution's own cycles); level ``ipu`` adds nothing (one
+      cycle count per step, as without instrumentation).
     * External exchange instrumented: every StreamCopy and GlobalExchange step gets
       ``tileCycles``.
 
@@ -323,9 +327,12 @@ def instrument_execution_profile(
     inst = instrumentation(options)
     simulation = profile["simulation"]
     simulation["instrumentation"] = inst
+    records = [rec for trace in traces for rec in trace.records]
+    sources = _cycle_sources(records)
+    if sources:  # only runs with counted vertices: others keep their profile as it was
+        simulation["vertexCycleSources"] = sources
     if not (inst["compute"] or inst["externalExchange"]):
         return profile
-    records = [rec for trace in traces for rec in trace.records]
     for step, rec in zip(simulation["steps"], records, strict=False):
         if step["type"] in _COMPUTE_TAGS and inst["compute"]:
             if inst["computeLevel"] == "tile":
@@ -338,14 +345,31 @@ def instrument_execution_profile(
                     if cs.vertex_type is None
                     else np.asarray(cs.vertex_type, np.int64)
                 )
+                cost = rec.details  # a counted execution: the cycles it counted
+                counted = cost.inputs[3] if isinstance(cost, CountedComputeCost) else None
                 step["vertexCycles"] = {
                     "tiles": _ints(cs.vertex_tile),
                     "types": [names[k] for k in kinds.tolist()],
-                    "cycles": _ints(cs.vertex_cycles),
+                    "cycles": _ints(cs.vertex_cycles if counted is None else counted),
                 }
         elif step["type"] in _EXTERNAL_TAGS and inst["externalExchange"]:
             step["tileCycles"] = _ints(rec.tile_cycles)
     return profile
+
+
+def _cycle_sources(records: Sequence[Any]) -> dict[str, str]:
+    """Where each vertex type's cycles came from (``counted`` or ``estimate``), for runs
+    with counted compute steps (docs/counted_cycles.md); empty for the others."""
+    sources: dict[str, str] = {}
+    seen: set[int] = set()
+    for rec in records:
+        step = rec.step
+        if not isinstance(step, CountedCompute) or id(step) in seen:
+            continue
+        seen.add(id(step))
+        for name, source in zip(step.vertex_type_names, step.cycle_sources, strict=False):
+            sources[name] = source if sources.get(name, source) == source else "mixed"
+    return dict(sorted(sources.items()))
 
 
 def _ints(values: Any) -> list[int]:

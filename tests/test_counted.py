@@ -307,3 +307,15 @@ def test_the_ported_example_2_grows_as_the_tutorial_measured_on_hardware(capsys)
     readme = [3905, 7555, 11203, 14857, 18505]
     assert len(got) == 5 and all(b > a for a, b in itertools.pairwise(got))
     assert all(abs(g - m) / m < 0.05 for g, m in zip(got, readme, strict=True))
+
+
+def test_the_execution_profile_names_where_each_vertex_types_cycles_came_from():
+    device = _hardware()
+    with vertexCycles("auto"):
+        engine = _loops_engine(device, repeats=2)
+    engine.run()
+    profile = engine.getExecutionProfile()
+    assert profile["simulation"]["vertexCycleSources"] == {"Loops": "counted"}
+    estimated = _loops_engine(device, repeats=1, estimate=7)  # default: estimate
+    estimated.run()
+    assert "vertexCycleSources" not in estimated.getExecutionProfile()["simulation"]
