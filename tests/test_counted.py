@@ -15,6 +15,7 @@ from ipusim.errors import ConfigError
 from ipusim.machine import Machine
 from ipusim.tile.counted import (
     OP_CLASSES,
+    CountedCompute,
     block_cycles,
     class_costs,
     multi_vertex_cycles,
@@ -319,3 +320,64 @@ def test_the_execution_profile_names_where_each_vertex_types_cycles_came_from():
     estimated = _loops_engine(device, repeats=1, estimate=7)  # default: estimate
     estimated.run()
     assert "vertexCycleSources" not in estimated.getExecutionProfile()["simulation"]
+
+
+def _library_add(mode: str):
+    """``f + g`` by popops on a hardware device, with the mode given; the engine and
+    its compute step's (cycles, whether it is counted)."""
+    from poplar_api import popops
+
+    device = _hardware()
+    graph = Graph(device.getTarget())
+    f = graph.addVariable(FLOAT, [64], "f")
+    g = graph.addVariable(FLOAT, [64], "g")
+    for t in (f, g):
+        graph.setTileMapping(t, 0)
+    seq = prog.Sequence()
+    out = popops.add(graph, f, g, seq)
+    graph.createHostRead("out", out)
+    with vertexCycles(mode):
+        engine = Engine(graph, seq)
+    engine.load(device)
+    engine.run()
+    trace = engine.getTraces()[-1]
+    rec = next(r for r in trace.records if r.kind == "compute")
+    device.detach()
+    return rec
+
+
+def test_library_vertices_keep_their_poplibs_estimators():
+    """popops' elementwise vertex runs as a vectorised ``computeBatch`` (no compiled
+    kernel to count): every mode keeps its Poplibs estimate on a hardware device."""
+    recs = {mode: _library_add(mode) for mode in ("estimate", "auto", "counted")}
+    assert not any(isinstance(r.step, CountedCompute) for r in recs.values())
+    cycles = {mode: r.tile_cycles.tolist() for mode, r in recs.items()}
+    assert cycles["auto"] == cycles["estimate"] == cycles["counted"]
+    assert max(cycles["auto"]) > 0
+
+
+def test_auto_counts_codelets_on_hardware_only_and_never_library_vertices():
+    from poplar_api.codelet import vertex_type
+    from poplar_api.lowering.execute import counts_vertex_type
+
+    user = vertex_type(Loops)
+
+    class LibraryLoops(Loops):
+        pass
+
+    LibraryLoops.__module__ = "poplar_api.popops.vertices"
+    library = vertex_type(LibraryLoops)
+    table = {
+        (mode, hardware): (counts_vertex_type(user, mode, hardware),
+                           counts_vertex_type(library, mode, hardware))
+        for mode in ("estimate", "auto", "counted")
+        for hardware in (False, True)
+    }  # fmt: skip
+    assert table == {
+        ("estimate", False): (False, False),
+        ("estimate", True): (False, False),
+        ("auto", False): (False, False),
+        ("auto", True): (True, False),
+        ("counted", False): (True, True),
+        ("counted", True): (True, True),
+    }
