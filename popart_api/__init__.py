@@ -22,9 +22,17 @@ from popart_api import (  # noqa: F401
 )
 from popart_api.autodiff import reservedGradientPrefix
 from popart_api.builder import Builder, TensorInfo
-from popart_api.dataflow import AnchorReturnType, DataFlow, InputShapeInfo, PyStepIO, PyWeightsIO
+from popart_api.dataflow import (
+    AnchorReturnType,
+    DataFlow,
+    InputShapeInfo,
+    PyStepIO,
+    PyStepIOCallback,
+    PyWeightsIO,
+)
 from popart_api.devices import DeviceInfo, DeviceManager
 from popart_api.errors import OutOfMemoryException, PopartError, popart_exception
+from popart_api.logger import getLogger
 from popart_api.ops import supported_ops
 from popart_api.optimizers import SGD, Adam, AdamMode, ConstSGD, Optimizer, WeightDecayMode
 from popart_api.options import (
@@ -53,6 +61,7 @@ __all__ = [
     "OutOfMemoryException",
     "PopartError",
     "PyStepIO",
+    "PyStepIOCallback",
     "PyWeightsIO",
     "RecomputationType",
     "RecomputeType",
@@ -63,6 +72,7 @@ __all__ = [
     "TrainingSession",
     "VirtualGraphMode",
     "WeightDecayMode",
+    "getLogger",
     "popart_exception",
     "reservedGradientPrefix",
     "supported_ops",

@@ -1,9 +1,10 @@
 """PopART's ``DataFlow`` (batches per step and anchors), ``AnchorReturnType``,
-``InputShapeInfo``, ``PyStepIO`` (one step's host arrays) and ``PyWeightsIO``."""
+``InputShapeInfo``, ``PyStepIO`` (one step's host arrays), ``PyStepIOCallback`` (the
+same through callbacks) and ``PyWeightsIO``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -122,6 +123,46 @@ class PyStepIO:
         self.outputs = dict(outputs)
 
 
+class PyStepIOCallback:
+    """The data of one step through callbacks, as PopART's ``PyStepIOCallback``.
+
+    Parameters
+    ----------
+    input_callback
+        ``(tensorId, prefetch) -> array``: the next micro-batch of an input (one
+        replica's shape), called once per micro-batch and replica.
+    input_complete_callback
+        ``(tensorId) -> None``: that array has been consumed.
+    output_callback
+        ``(tensorId) -> array``: where the next value of an anchor goes (its shape
+        without the step's leading dimensions).
+    output_complete_callback
+        ``(tensorId) -> None``: that array has been written.
+    """
+
+    def __init__(
+        self,
+        input_callback: Callable[[str, bool], np.ndarray],
+        input_complete_callback: Callable[[str], None],
+        output_callback: Callable[[str], np.ndarray],
+        output_complete_callback: Callable[[str], None],
+    ) -> None:
+        for what, fn in (
+            ("input_callback", input_callback),
+            ("input_complete_callback", input_complete_callback),
+            ("output_callback", output_callback),
+            ("output_complete_callback", output_complete_callback),
+        ):
+            if not callable(fn):
+                raise popart_exception(
+                    f"PyStepIOCallback: {what} is {type(fn).__name__}, not a callable"
+                )
+        self.input_callback = input_callback
+        self.input_complete_callback = input_complete_callback
+        self.output_callback = output_callback
+        self.output_complete_callback = output_complete_callback
+
+
 class PyWeightsIO:
     """Host arrays for ``readWeights``/``writeWeights``: ``PyWeightsIO({id: array})``."""
 
@@ -137,5 +178,6 @@ __all__ = [
     "DataFlow",
     "InputShapeInfo",
     "PyStepIO",
+    "PyStepIOCallback",
     "PyWeightsIO",
 ]

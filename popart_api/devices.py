@@ -59,6 +59,13 @@ class DeviceInfo:
         """Detach (free the IPUs)."""
         self.device.detach()
 
+    def __enter__(self) -> DeviceInfo:
+        """``with manager.acquireAvailableDevice() as device:`` detaches on leaving."""
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.detach()
+
     def __repr__(self) -> str:
         return f"DeviceInfo({self._kind}, {self.numIpus} IPU(s) x {self.tilesPerIPU} tiles)"
 
@@ -151,6 +158,18 @@ class DeviceManager:
             f"system ({len(devices)} exist, all attached); hint: detach one, or use "
             "createIpuModelDevice"
         )
+
+    def tryAcquireAvailableDevice(
+        self, numIpus: int = 1, tilesPerIpu: int = 0, *args: Any
+    ) -> DeviceInfo | None:
+        """As :meth:`acquireAvailableDevice`, but None when no device is free (PopART
+        returns a null device there)."""
+        try:
+            return self.acquireAvailableDevice(numIpus, tilesPerIpu, *args)
+        except popart_exception as exc:
+            if "no free device" in str(exc):
+                return None
+            raise
 
     def _system(self) -> PoplarDeviceManager:
         if self._manager is None:

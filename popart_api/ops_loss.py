@@ -29,7 +29,7 @@ from popart_api.builder import GRAPHCORE_DOMAIN
 from popart_api.errors import popart_exception
 from popart_api.ops import float_check, register, tensor
 from popart_api.options import ReductionType
-from poplar_api import INT, UNSIGNED_INT, Graph, Tensor, popnn, popops
+from poplar_api import HALF, INT, UNSIGNED_INT, Graph, Tensor, popnn, popops
 from poplar_api.popops import Operation
 from poplar_api.poputil import mapTensorLinearly
 
@@ -64,6 +64,14 @@ def _scalar_like(graph: Graph, dy: Tensor, shape: Sequence[int]) -> Tensor:
 
 
 # ------------------------------------------------------------------------ Nll
+#: The smallest probability the loss takes the log of (PopART's ``NllOpx``: 1e-7, for
+#: FLOAT16 6.104e-5), and the one its gradient divides by (1e-10; FLOAT16 6.104e-5).
+NLL_EPS = 1.0e-7
+NLL_EPS_HALF = 6.104e-05
+NLL_GRAD_EPS = 1.0e-10
+NLL_GRAD_EPS_HALF = 6.104e-05
+
+
 @register("Nll", domain=GRAPHCORE_DOMAIN)
 def _nll(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
     if len(inputs) != 2 or not all(isinstance(v, Tensor) for v in inputs):
@@ -105,13 +113,15 @@ def _nll(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
     onehot = graph.addVariable(probs.elementType(), [n, classes], f"{name}/onehot")
     mapTensorLinearly(graph, onehot)
     popnn.encodeOneHot(graph, flat_l, onehot, prog, f"{name}/onehot")
-    logp = (
-        flat_p
-        if int(attrs.get("inputIsLogProbability", 0))
-        else popops.log(graph, flat_p, prog, f"{name}/log")
-    )
-    picked = popops.mul(graph, logp, onehot, prog, f"{name}/pick")
+    # as PopART's NllOpx: pick each sample's probability, then log(max(p, eps)) so a
+    # zero probability gives a large finite loss, not inf
+    picked = popops.mul(graph, flat_p, onehot, prog, f"{name}/pick")
     per_sample = popops.reduce(graph, picked, [1], Operation.ADD, prog, f"{name}/pickSum")
+    if not int(attrs.get("inputIsLogProbability", 0)):
+        eps = NLL_EPS_HALF if probs.elementType() == HALF else NLL_EPS
+        per_sample = popops.log(
+            graph, popops.max(graph, per_sample, eps, prog, f"{name}/clamp"), prog, f"{name}/log"
+        )
     per_sample = popops.neg(graph, per_sample, prog, f"{name}/neg")
     if weight is not None:
         per_sample = popops.mul(graph, per_sample, weight, prog, f"{name}/ignore")
@@ -162,7 +172,9 @@ def _nll_grad(g: GradContext) -> list:
         dp = popops.neg(g.graph, scaled, g.prog, f"{g.name}/neg")
     else:
         flat_p = probs.reshape([n, classes])
-        dp = popops.div(g.graph, scaled, flat_p, g.prog, f"{g.name}/overP")
+        eps = NLL_GRAD_EPS_HALF if probs.elementType() == HALF else NLL_GRAD_EPS
+        safe = popops.max(g.graph, flat_p, eps, g.prog, f"{g.name}/clamp")
+        dp = popops.div(g.graph, scaled, safe, g.prog, f"{g.name}/overP")
         dp = popops.neg(g.graph, dp, g.prog, f"{g.name}/neg")
     return [dp.reshape(probs.shape()), None]
 

@@ -191,6 +191,16 @@ class _Session(SessionIO):
         self._shape_info = inputShapeInfo or InputShapeInfo()
         graph = self.model.graph
         self._opsets = {(i.domain or "ai.onnx"): i.version for i in self.model.opset_import}
+        newest = onnx.defs.onnx_opset_version()
+        for domain, version, top in (
+            ("ai.onnx", self._opsets.get("ai.onnx", 0), newest),
+            ("ai.graphcore", self._opsets.get("ai.graphcore", 0), 1),
+        ):
+            if version > top:
+                raise popart_exception(
+                    f"{self._kind}: the model imports opset {version} of '{domain}'; the "
+                    f"newest there is {top}; hint: export the model with opset <= {top}"
+                )
         self._init_names = {t.name for t in graph.initializer}
         self._input_infos: dict[str, tuple[int, list[int]]] = {}
         for vi in graph.input:

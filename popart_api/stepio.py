@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 from popart_api import ops
 from popart_api.builder import TensorInfo
-from popart_api.dataflow import AnchorReturnType, DataFlow, PyStepIO, PyWeightsIO
+from popart_api.dataflow import AnchorReturnType, DataFlow, PyStepIO, PyStepIOCallback, PyWeightsIO
 from popart_api.devices import DeviceInfo
 from popart_api.errors import popart_exception
 from popart_api.onnx_model import HOST_DTYPES, load_model
@@ -170,6 +170,16 @@ class SessionIO:
         seed = self.options.randomSeed or 0
         engine.writeTensor("randomSeed", np.array([seed & 0xFFFFFFFF, 0], np.uint32))
 
+    def setRandomSeed(self, seed: int) -> None:
+        """Seed the device's random generator (Dropout masks, synthetic data) now, and
+        on every later ``weightsFromHost``."""
+        self.options.randomSeed = int(seed)
+        engine = self._engine("setRandomSeed")
+        if not self._loaded:
+            engine.load(self.deviceInfo.device)
+            self._loaded = True
+        engine.writeTensor("randomSeed", np.array([int(seed) & 0xFFFFFFFF, 0], np.uint32))
+
     def weightsToHost(self) -> None:
         """Read the weights from the device into the session's host copies."""
         engine = self._engine("weightsToHost")
@@ -289,8 +299,11 @@ class SessionIO:
             engine.load(self.deviceInfo.device)
             self._loaded = True
         what = f"{self._kind}.run"
+        if isinstance(stepio, PyStepIOCallback):
+            self._run_callbacks(stepio, debugName)
+            return
         if not isinstance(stepio, PyStepIO):
-            raise popart_exception(f"{what}: expected a popart.PyStepIO")
+            raise popart_exception(f"{what}: expected a popart.PyStepIO or PyStepIOCallback")
         extra = sorted(set(stepio.inputs) - set(self._inputs) - set(self._synthetic))
         if extra:
             raise popart_exception(
@@ -320,6 +333,39 @@ class SessionIO:
             engine.run(0, debugName)
         except PoplarError as exc:
             raise popart_exception(f"{what}: {exc}") from None
+
+    def _run_callbacks(self, stepio: PyStepIOCallback, debugName: str) -> None:
+        """One step whose inputs come from ``stepio``'s input callback (one array per
+        micro-batch and replica) and whose anchor values go to its output callback."""
+        what = f"{self._kind}.run"
+        calls = self.dataFlow.batchesPerStep * self.accumulation * self.replicas
+        inputs = {}
+        for tid, inp in self._inputs.items():
+            parts = []
+            for _ in range(calls):
+                arr = np.asarray(stepio.input_callback(tid, False))
+                if list(arr.shape) != list(inp.shape):
+                    raise popart_exception(
+                        f"{what}: input_callback gave input '{tid}' an array of shape "
+                        f"{list(arr.shape)}; required {inp.shape} (one micro-batch)"
+                    )
+                parts.append(arr)
+                stepio.input_complete_callback(tid)
+            inputs[tid] = np.stack(parts).reshape(self._input_shape(inp))
+        anchors = self.initAnchorArrays()
+        self.run(PyStepIO(inputs, anchors), debugName)
+        for aid, a in self._anchors.items():
+            shape = a.tensor.shape()
+            for value in anchors[aid].reshape([-1, *shape]):
+                out = stepio.output_callback(aid)
+                if not isinstance(out, np.ndarray) or list(out.shape) != list(shape):
+                    got = list(out.shape) if isinstance(out, np.ndarray) else type(out).__name__
+                    raise popart_exception(
+                        f"{what}: output_callback gave anchor '{aid}' {got}; required an "
+                        f"array of shape {shape}"
+                    )
+                out[...] = value
+                stepio.output_complete_callback(aid)
 
     def _step_input(self, tid: str, inp: HostInput, data: Any, calls: int, what: str) -> np.ndarray:
         arr = np.asarray(data)
@@ -355,6 +401,14 @@ class SessionIO:
     def getExecutionReport(self) -> dict[str, Any]:
         """The execution profile of the runs so far (a dict of JSON types)."""
         return self._engine("getExecutionReport").getExecutionProfile()
+
+    def getReport(self) -> Any:
+        """The graph and execution profiles as a report object (compute sets, tiles'
+        memory, execution steps; see :mod:`popart_api.report`)."""
+        from popart_api.report import make_report
+
+        engine = self._engine("getReport")
+        return make_report(engine.getGraphProfile(), engine.getExecutionProfile())
 
     def getCycleCount(self) -> int:
         """Simulated cycles of the last ``run``."""

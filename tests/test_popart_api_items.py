@@ -1,0 +1,132 @@
+"""PopART API items scripts call: PyStepIOCallback, ``with device:``,
+tryAcquireAvailableDevice, getLogger, getReport, setRandomSeed, the opset check and the
+Nll loss's clamped log (values computed independently)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import popart_api as popart
+
+
+def _relu_session(batches: int = 2):
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]), "x")
+    y = b.aiOnnx.relu([x])
+    b.addOutputTensor(y)
+    s = popart.InferenceSession(
+        fnModel=b.getModelProto(),
+        dataFlow=popart.DataFlow(batches, {y: popart.AnchorReturnType("ALL")}),
+        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4}),
+    )
+    s.prepareDevice()
+    return s, x, y
+
+
+def test_pystepio_callback_feeds_and_collects_each_batch() -> None:
+    s, x, y = _relu_session(batches=3)
+    batches = [np.full([2, 3], v, np.float32) for v in (-1.0, 2.0, 3.5)]
+    fed, consumed, written, done = [], [], [], []
+
+    def input_callback(tid, prefetch):
+        fed.append(tid)
+        return batches[len(fed) - 1]
+
+    def output_callback(tid):
+        out = np.zeros([2, 3], np.float32)
+        written.append(out)
+        return out
+
+    s.run(popart.PyStepIOCallback(input_callback, consumed.append, output_callback, done.append))
+    assert fed == [x] * 3 and consumed == [x] * 3 and done == [y] * 3
+    for got, want in zip(written, batches, strict=True):
+        np.testing.assert_array_equal(got, np.maximum(want, 0))
+
+
+def test_pystepio_callback_wrong_shape_is_named() -> None:
+    s, x, _y = _relu_session(batches=1)
+    cb = popart.PyStepIOCallback(
+        lambda t, p: np.zeros([3], np.float32), lambda t: None, lambda t: None, lambda t: None
+    )
+    with pytest.raises(popart.popart_exception, match=rf"input '{x}'.*\[3\].*\[2, 3\]"):
+        s.run(cb)
+
+
+def test_with_device_detaches_and_try_acquire() -> None:
+    manager = popart.DeviceManager()
+    device = manager.tryAcquireAvailableDevice(1)
+    assert device is not None and device.isAttached
+    with device as d:
+        assert d is device
+    assert not device.isAttached
+    many = [manager.tryAcquireAvailableDevice(1) for _ in range(64)]
+    assert any(d is None for d in many)  # the simulated system runs out of IPUs
+    for d in many:
+        if d is not None:
+            d.detach()
+
+
+def test_get_logger_sets_the_popart_level() -> None:
+    logger = popart.getLogger()
+    logger.setLevel("DEBUG")
+    assert logging.getLogger("popart").level == logging.DEBUG
+    logger.setLevel("WARN")
+    assert logging.getLogger("popart").level == logging.WARNING
+    with pytest.raises(popart.popart_exception, match="LOUD"):
+        logger.setLevel("LOUD")
+
+
+def test_get_report_lists_compute_sets_steps_and_memory() -> None:
+    s, x, _y = _relu_session(batches=1)
+    anchors = s.initAnchorArrays()
+    s.run(popart.PyStepIO({x: np.ones([2, 3], np.float32)}, anchors))
+    report = s.getReport()
+    names = [c.name for c in report.compilation.computeSets]
+    assert any("Relu" in n for n in names)
+    assert len(report.compilation.tiles) == 4
+    assert all(t.memory.total > 0 for t in report.compilation.tiles)
+    assert report.execution.steps and report.execution.cycles == s.getCycleCount()
+    assert report.execution.steps[-1].cyclesTo <= report.execution.cycles
+
+
+def test_set_random_seed_is_recorded() -> None:
+    s, _x, _y = _relu_session(batches=1)
+    s.setRandomSeed(1234)
+    assert s.options.randomSeed == 1234
+
+
+def test_opsets_newer_than_onnx_are_refused() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)])
+    with pytest.raises(popart.popart_exception, match=r"opset 99 of 'ai\.onnx'"):
+        popart.InferenceSession(
+            fnModel=model.SerializeToString(),
+            dataFlow=popart.DataFlow(1, {"y": popart.AnchorReturnType("ALL")}),
+            deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4}),
+        )
+
+
+def test_nll_clamps_a_zero_probability() -> None:
+    b = popart.Builder()
+    p = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]), "p")
+    label = b.addInputTensor(popart.TensorInfo("INT32", [2]), "label")
+    loss = b.aiGraphcore.nllloss([p, label], reduction=popart.ReductionType.NoReduction)
+    s = popart.InferenceSession(
+        fnModel=b.getModelProto(),
+        dataFlow=popart.DataFlow(1, {loss: popart.AnchorReturnType("ALL")}),
+        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4}),
+    )
+    s.prepareDevice()
+    anchors = s.initAnchorArrays()
+    probs = np.array([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]], np.float32)
+    s.run(popart.PyStepIO({p: probs, label: np.array([0, 2], np.int32)}, anchors))
+    np.testing.assert_allclose(anchors[loss], [-np.log(1e-7), -np.log(0.5)], rtol=1e-5)
