@@ -46,6 +46,7 @@ from poplar_api import lowering
 from poplar_api.codelet import VertexType, vertex_type
 from poplar_api.errors import EngineError, PoplarError
 from poplar_api.graph import Graph, replication_factor
+from poplar_api.graph_bulk import bulk_construction
 from poplar_api.lowering.pipeline import Compiled
 from poplar_api.program import Program
 from poplar_api.streams import HostStreams, prefetch_option
@@ -136,6 +137,7 @@ def check_options(options: Mapping[str, str]) -> None:
     check_engine_options(options)
 
 
+@bulk_construction
 def compile_programs(
     state: Any, programs: list[Program], options: Mapping[str, str], timing: TimingChoice = None
 ) -> Compiled:

@@ -30,6 +30,7 @@ import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Constants, Graph, Segments
+from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin.conv_params import (
     ConvParams,
     dim_maps,
@@ -45,7 +46,7 @@ from poplar_api.poplin.conv_vertex_estimates import (
     vertex_method,
 )
 from poplar_api.poplin.conv_vertices import conv_vertex
-from poplar_api.poplin.conv_worklists import TileGeometry, tile_geometry
+from poplar_api.poplin.conv_worklists import TileGeometry, relative_key, tile_geometry
 from poplar_api.poplin.vertices import reduce_add_vertex
 from poplar_api.program import Execute
 from poplar_api.program import Sequence as ProgramSequence
@@ -177,6 +178,7 @@ def _map_by_array(graph: Graph, t: Tensor, tiles: np.ndarray) -> None:
     graph.mapElements(t, np.asarray(tiles, np.int64).reshape(-1))
 
 
+@bulk_construction
 def createInput(
     graph: Graph, params: ConvParams, name: str = "", options: Mapping[str, Any] | None = None
 ) -> Tensor:
@@ -217,6 +219,7 @@ def createInput(
     return var.dimShuffle(perm).reshape([b, g * ci, *fshape])
 
 
+@bulk_construction
 def createWeights(
     graph: Graph, params: ConvParams, name: str = "", options: Mapping[str, Any] | None = None
 ) -> Tensor:
@@ -355,23 +358,6 @@ class _Planned:
     estimate: int = 0
 
 
-def _relative_key(
-    maps: list[np.ndarray], batch: int, oranges: list[tuple[int, int]]
-) -> tuple[tuple, list[int]]:
-    """A block's geometry key up to a shift of its input window, and the window's first
-    input index per dimension: blocks whose input indices differ by a shift (away from
-    the padding) share their worklists, partitions and vertex kind, so
-    :func:`tile_geometry` runs once for them."""
-    lows, parts = [], []
-    for m, (lo, hi) in zip(maps, oranges, strict=True):
-        s = m[:, lo:hi]
-        ok = s >= 0
-        first = int(s[ok].min()) if ok.any() else 0
-        lows.append(first)
-        parts.append((hi - lo, np.where(ok, s - first, -1).tobytes()))
-    return (batch, tuple(parts)), lows
-
-
 def _segments(t: Tensor, per_vertex: list[list[np.ndarray]]) -> Segments:
     """One view of ``t`` for a VectorList field of many vertices: vertex ``i`` gets the
     vectors at the positions ``per_vertex[i]``."""
@@ -481,7 +467,7 @@ def _conv(
         key = (b1 - b0, tuple(oranges))
         found = geoms.get(key)
         if found is None:
-            rkey, lows = _relative_key(maps, b1 - b0, oranges)
+            rkey, lows = relative_key(maps, b1 - b0, oranges)
             same = shifted.get(rkey)
             if same is None:
                 geom = tile_geometry(maps, b1 - b0, oranges, workers)
@@ -612,6 +598,7 @@ def _reduce(
 
 
 # ------------------------------------------------------------------ public passes
+@bulk_construction
 def convolution(
     graph: Graph,
     in_: Tensor,
@@ -671,6 +658,7 @@ def convolution(
     return _public_act(out_c)
 
 
+@bulk_construction
 def calculateWeightDeltas(
     graph: Graph,
     zDeltas: Tensor,
@@ -708,6 +696,7 @@ def calculateWeightDeltas(
     return out.dimShuffle([0, 2, 1, *range(3, 3 + nd)])
 
 
+@bulk_construction
 def convolutionWeightUpdate(
     graph: Graph,
     zDeltas: Tensor,
@@ -744,6 +733,7 @@ def _check_bias(acts: Any, biases: Any, what: str, arg: str) -> int:
     return c
 
 
+@bulk_construction
 def addBias(
     graph: Graph, in_: Tensor, biases: Tensor, prog: ProgramSequence, debugPrefix: str = ""
 ) -> None:
@@ -759,6 +749,7 @@ def addBias(
     popops.addInPlace(graph, in_, view, prog, f"{what}/addToChannel")
 
 
+@bulk_construction
 def convolutionBiasUpdate(
     graph: Graph,
     zDeltas: Tensor,

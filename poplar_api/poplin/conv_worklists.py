@@ -23,7 +23,7 @@ import numpy as np
 
 from poplar_api.poplin.conv_estimator_common import CountLists
 
-__all__ = ["TileGeometry", "tile_geometry"]
+__all__ = ["TileGeometry", "relative_key", "tile_geometry"]
 
 
 @dataclass
@@ -185,3 +185,20 @@ def tile_geometry(
         out_stride=1 if out_step is None else out_step,
         positions=positions,
     )
+
+
+def relative_key(
+    maps: list[np.ndarray], batch: int, oranges: list[tuple[int, int]]
+) -> tuple[tuple, list[int]]:
+    """A block's geometry key up to a shift of its input window, and the window's first
+    input index per dimension: blocks whose input indices differ by a shift (away from
+    the padding) share their worklists, partitions and vertex kind, so
+    :func:`tile_geometry` runs once for them."""
+    lows, parts = [], []
+    for m, (lo, hi) in zip(maps, oranges, strict=True):
+        s = m[:, lo:hi]
+        ok = s >= 0
+        first = int(s[ok].min()) if ok.any() else 0
+        lows.append(first)
+        parts.append((hi - lo, np.where(ok, s - first, -1).tobytes()))
+    return (batch, tuple(parts)), lows

@@ -16,6 +16,7 @@ from typing import Any
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph
+from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin import conv as _conv
 from poplar_api.poplin.conv_params import CONV_TYPES as MATMUL_TYPES
 from poplar_api.poplin.conv_params import ConvParams
@@ -154,6 +155,7 @@ def _create_input(
     return t3 if len(aShape) == 3 else t3[0]
 
 
+@bulk_construction
 def createMatMulInputLHS(
     graph: Graph,
     type: Type,
@@ -167,6 +169,7 @@ def createMatMulInputLHS(
     return _create_input(graph, type, aShape, bShape, name, options, lhs=True)
 
 
+@bulk_construction
 def createMatMulInputRHS(
     graph: Graph,
     type: Type,
@@ -237,6 +240,7 @@ def _check_scale(k: Any, name: str) -> Any:
         ) from None
 
 
+@bulk_construction
 def matMul(
     graph: Graph,
     A: Tensor,
@@ -282,6 +286,7 @@ def matMul(
     return _build(graph, A, B, prog, name, options, out_type if out_type else FLOAT)
 
 
+@bulk_construction
 def matMulGrouped(
     graph: Graph,
     A: Tensor,
@@ -301,6 +306,7 @@ def matMulGrouped(
     return matMul(graph, A, B, prog, debugName or "matMulGrouped", options, outputType)
 
 
+@bulk_construction
 def matMulAcc(
     graph: Graph,
     C: Tensor,

@@ -63,6 +63,7 @@ import numpy as np
 from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
+from poplar_api.graph_bulk import bulk_construction
 from poplar_api.popnn import vertices as vx
 from poplar_api.popnn.mapping import element_tiles, local_tiles
 from poplar_api.popnn.onehot import encodeOneHot
@@ -351,6 +352,7 @@ def _accuracy(graph, model, expected, num_correct, prog, name) -> None:
     prog.add(_program.Execute(cs))
 
 
+@bulk_construction
 def calcAccuracy(
     graph: Graph,
     modelOutputs: Tensor,
@@ -403,6 +405,7 @@ def _scalar_arg(graph, t, typ, fn, what) -> Tensor:
     return t.reshape([])
 
 
+@bulk_construction
 def calcLoss(
     graph: Graph,
     modelOutputs: Tensor,

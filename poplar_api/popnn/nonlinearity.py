@@ -37,6 +37,7 @@ from poplar_api import popops
 from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
+from poplar_api.graph_bulk import bulk_construction
 from poplar_api.popnn import vertices as vx
 from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles
 from poplar_api.popops import vertices as popops_vx
@@ -201,6 +202,7 @@ def _softmax_grad(graph: Graph, out: Tensor, out_grad: Tensor, prog, name: str) 
     return g_y.reshape(out_grad.shape())
 
 
+@bulk_construction
 def nonLinearity(
     graph: Graph,
     nonLinearityType: NonLinearityType,
@@ -232,6 +234,7 @@ def nonLinearity(
     return out
 
 
+@bulk_construction
 def nonLinearityInPlace(
     graph: Graph,
     nonLinearityType: NonLinearityType,
@@ -249,6 +252,7 @@ def nonLinearityInPlace(
     _elementwise(graph, nonLinearityType.name, t, None, prog, name)
 
 
+@bulk_construction
 def nonLinearityInputGradient(
     graph: Graph,
     nonLinearityType: NonLinearityType,

@@ -55,6 +55,7 @@ import numpy as np
 from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
+from poplar_api.graph_bulk import bulk_construction
 from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles
 from poplar_api.popnn.pool_plan import (
     MAX_GRAINS_PER_GROUP as MAX_GRAINS_PER_GROUP,
@@ -332,6 +333,7 @@ def _new_output(graph: Graph, typ: Type, shape: list[int], name: str) -> Tensor:
     return out
 
 
+@bulk_construction
 def pool(
     graph: Graph,
     params: PoolParams,
@@ -446,6 +448,7 @@ def _grad_impl(graph, params, dims, in_, pooled, grad, output, scaled, prog, nam
     )  # fmt: skip
 
 
+@bulk_construction
 def poolInputGradient(graph: Graph, params: PoolParams, *args: Any, **kwargs: Any) -> Tensor:
     """Gradient of a pooling with respect to its input (both Poplibs overloads).
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import UNMAPPED, Graph
+from poplar_api.graph_bulk import bulk_construction
 from poplar_api.popops import vertices as vx
 from poplar_api.popops.layout import (
     ElemOperand,
@@ -172,6 +173,7 @@ def _create_output(graph: Graph, inputs: list[Tensor], out_t: Type, name: str) -
     return out
 
 
+@bulk_construction
 def _execute(
     graph: Graph,
     prog: Sequence,

@@ -35,6 +35,7 @@ import numpy as np
 from poplar_api import program as _program
 from poplar_api.errors import GraphError, TensorIndexError, TypeMismatchError
 from poplar_api.graph import OUTSIDE, ComputeSet, Graph, Segments
+from poplar_api.graph_bulk import bulk_construction
 from poplar_api.popops.reduce_vertices import (
     _ARITHMETIC_TYPES,
     _LOGICAL_OPS,
@@ -153,6 +154,7 @@ def _is_css(x: Any) -> bool:
     return isinstance(x, list) and all(isinstance(c, ComputeSet) for c in x)
 
 
+@bulk_construction
 def _run(
     graph: Graph,
     t: Tensor,
