@@ -63,6 +63,7 @@ __all__ = [
     "BlockProfile",
     "counting_kernel",
     "execute_counted",
+    "operationCounts",
     "vertexCycles",
     "vertex_cycles_mode",
 ]
@@ -575,3 +576,37 @@ def execute_counted(
         RUN_NUM_WORKERS.reset(token)
     profile = kernel.profile() if num_vertices else np.zeros((kernel.num_blocks, 0), np.int64)
     return ok, counts, profile
+
+
+def operationCounts(trace: Any) -> dict[str, dict[str, int]]:
+    """The operations counted vertices executed in a run, by vertex type and class.
+
+    Parameters
+    ----------
+    trace
+        A run's trace (``engine.getTraces()[-1]``).
+
+    Returns
+    -------
+    dict
+        Vertex type -> {operation class -> count} (classes of
+        :data:`ipusim.tile.counted.OP_CLASSES` that occurred), summed over every
+        execution of every counted vertex of the type in the run (with several
+        replicas, over replicas too). Empty when nothing was counted.
+    """
+    totals: dict[str, np.ndarray] = {}
+    for rec in trace.records:
+        executions = getattr(rec.details, "executions", None)
+        if not executions:
+            continue
+        step = rec.step
+        for execution in executions:
+            for part in execution.parts:
+                kinds = np.unique(step.vertex_type[part.positions])
+                name = step.vertex_type_names[int(kinds[0])]
+                found = part.operations().sum(axis=0)
+                totals[name] = totals.get(name, 0) + found
+    return {
+        name: {OP_CLASSES[k]: int(v) for k, v in enumerate(counts.tolist()) if v}
+        for name, counts in sorted(totals.items())
+    }

@@ -24,7 +24,7 @@ from ipusim.tile.counted import (
 from poplar_api import UNSIGNED_INT, DeviceManager, Engine, Graph, IPUModel, TargetType
 from poplar_api import program as prog
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, Vertex
-from poplar_api.counted import counting_kernel, vertexCycles
+from poplar_api.counted import counting_kernel, operationCounts, vertexCycles
 from poplar_api.errors import CodeletError, GraphValidationError
 from poplar_api.types import FLOAT
 
@@ -380,4 +380,25 @@ def test_auto_counts_codelets_on_hardware_only_and_never_library_vertices():
         ("auto", True): (True, False),
         ("counted", False): (True, True),
         ("counted", True): (True, True),
+    }
+
+
+def test_operation_counts_of_a_run_are_the_kernels_operations_summed_over_executions():
+    with vertexCycles("counted"):
+        engine = _loops_engine(IPUModel("tiny").createDevice(), repeats=3)
+    engine.run()
+    adds = 10 * (1 + 2 + 3)  # iterations 1, 2, 3 in the three executions
+    runs = 3
+    # per execution: iterations[0] read twice, `* 10`, the loop's set-up and `+ 1`,
+    # acc[0] and iterations[0] written; per loop iteration an add and a loop step, and
+    # one more loop step (the exit test)
+    assert operationCounts(engine.getTraces()[-1]) == {
+        "Loops": {
+            "load_32": 2 * runs,
+            "store_32": 2 * runs,
+            "int_alu": 2 * runs,
+            "int_mul": runs,
+            "float_arith": adds,
+            "loop_backedge": adds + runs,
+        }
     }
