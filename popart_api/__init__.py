@@ -15,6 +15,7 @@ from popart_api import (  # noqa: F401
     ops_math,
     ops_nn,
     ops_resize,
+    ops_rnn,
     ops_scatter,
     ops_shape,
     ops_tensor,
