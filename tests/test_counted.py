@@ -402,3 +402,39 @@ def test_operation_counts_of_a_run_are_the_kernels_operations_summed_over_execut
             "loop_backedge": adds + runs,
         }
     }
+
+
+def test_replicas_with_different_work_take_the_slower_replicas_counted_time():
+    """Two replicas, each its own ``iterations`` (1 and 3): every replica's step lasts
+    as long as the one that loops most (replica 0's tiles are costed for all)."""
+    device = DeviceManager("tiny", 2).getDevices(TargetType.IPU, 2)[0]
+    assert device.attach()
+    tiles = device.getTarget().getTilesPerIPU()
+
+    def run(replicas: int, first: list[int]) -> list[int]:
+        graph = Graph(device.getTarget(), replication_factor=replicas)
+        graph.addCodelets(Loops)
+        it = graph.addVariable(UNSIGNED_INT, [], "iterations")
+        acc = graph.addVariable(FLOAT, [1], "acc")
+        graph.setTileMapping(it, 0)
+        graph.setTileMapping(acc, 0)
+        graph.createHostWrite("it", it)
+        cs = graph.addComputeSet("loops")
+        v = graph.addVertex(cs, "Loops", {"iterations": it, "acc": acc[0]})
+        graph.setTileMapping(v, 0)
+        with vertexCycles("counted"):
+            engine = Engine(graph, prog.Execute(cs))
+        engine.load(device)
+        engine.writeTensor("it", np.array(first, np.uint32))
+        engine.run()
+        rec = next(r for r in engine.getTraces()[-1].records if r.kind == "compute")
+        return (
+            [int(rec.tile_cycles[0]), int(rec.tile_cycles[tiles])]
+            if replicas > 1
+            else [int(rec.tile_cycles[0])]
+        )
+
+    both = run(2, [1, 3])
+    alone = run(1, [3])
+    device.detach()
+    assert both == [alone[0], alone[0]]

@@ -217,24 +217,31 @@ def execution_cycles(
 
 class CountedCycles:
     """The counts of a compute step's latest execution, put there by its effect (one
-    :class:`CountedExecution` per replica that ran it), until the machine takes them."""
+    :class:`CountedExecution` per replica that ran it), until the machine takes them.
 
-    __slots__ = ("_latest",)
+    At most ``replicas`` are kept: a run that never takes them (values only, on a CPU
+    device) holds one execution's, not every execution's.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_latest", "replicas")
+
+    def __init__(self, replicas: int = 1) -> None:
+        self.replicas = max(1, int(replicas))
         self._latest: list[CountedExecution] = []
 
     def put(self, execution: CountedExecution) -> None:
         """Record what one replica's execution counted."""
         self._latest.append(execution)
+        if len(self._latest) > self.replicas:
+            del self._latest[0]
 
     def take(self) -> list[CountedExecution]:
         """The recorded executions (empty if the effect counted nothing), cleared."""
         latest, self._latest = self._latest, []
         return latest
 
-    def __reduce__(self) -> tuple[type, tuple]:  # pickled with an executable: empty
-        return (CountedCycles, ())
+    def __reduce__(self) -> tuple[type, tuple[int]]:  # pickled with an executable: empty
+        return (CountedCycles, (self.replicas,))
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -101,7 +101,7 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
         multi[group.positions] = group.vtype.is_multi
     names = [g.vtype.name for g in table.groups]
     contexts = em.cfg.tile.worker_contexts
-    holder = CountedCycles()
+    holder = CountedCycles(em.lowered.storage.replicas)
     run = CountedRun(counted, cycles, holder) if any(counted) else None
     runner = make_runner(table, em.lowered.storage, contexts, run)
     pid = em.pid(prog)
