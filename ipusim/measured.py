@@ -312,6 +312,11 @@ def read_profile(
     """
     if isinstance(path_or_text, Mapping):
         return read_poplar_json(path_or_text, num_tiles=num_tiles, clock_hz=clock_hz)
+    if not isinstance(path_or_text, str | PathLike):
+        raise MeasuredProfileError(
+            f"read_profile: found {type(path_or_text).__name__} {path_or_text!r:.60}; required "
+            "a path, the summary text or an execution profile dict"
+        )
     if isinstance(path_or_text, str) and "\n" in path_or_text:
         profile = read_summary(path_or_text, "<text>", num_tiles)
         return _with_clock(profile, clock_hz)

@@ -166,6 +166,12 @@ def read_poplar_json(
         ep: Any = path_or_obj
         label = source or "<execution profile>"
     else:
+        if not isinstance(path_or_obj, str | PathLike):
+            raise MeasuredProfileError(
+                f"{source or 'read_poplar_json'}: found {type(path_or_obj).__name__} "
+                f"{path_or_obj!r:.60}; required a path, a profile directory or the "
+                "execution profile as a dict"
+            )
         path = Path(path_or_obj)
         label = source or str(path)
         if path.is_dir():

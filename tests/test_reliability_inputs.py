@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -22,12 +24,15 @@ from ipusim.measured import (
     MeasuredStep,
     read_measurements_csv,
     read_poplar_json,
+    read_profile,
     read_summary,
 )
 from ipusim.sweep import experiment as experiment_module
 from ipusim.sweep.experiment import ExperimentError, load_experiment
 from ipusim.sweep.points import expand_points
 from tests.test_measured import SDK1
+
+SUM = Path(__file__).resolve().parent / "data" / "calibrate_sum.py"
 
 EXECUTION = {
     "simulation": {
@@ -322,3 +327,97 @@ def test_numbers_on_the_command_line_are_checked_before_any_work(argv, expected,
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
+
+
+# ------------------------------------------------------- anything in, one error out
+_NUMBERS = st.one_of(
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=4),
+    st.lists(st.integers(-5, 5), max_size=4),
+)
+_STEP = st.dictionaries(
+    st.sampled_from(["type", "name", "cycles", "cyclesFrom", "cyclesTo", "program"]), _NUMBERS
+)
+_TILE_CYCLES = st.dictionaries(st.sampled_from(["compute", "sync", "activeCompute", "x"]), _NUMBERS)
+_SIMULATION = st.dictionaries(
+    st.sampled_from(["cycles", "tileCycles", "steps"]),
+    st.one_of(_NUMBERS, st.lists(_STEP, max_size=4), _TILE_CYCLES),
+)
+_TARGET = st.dictionaries(st.sampled_from(["numTiles", "clockFrequency", "type"]), _NUMBERS)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    profile=st.one_of(
+        st.fixed_dictionaries({"simulation": _SIMULATION}),
+        st.fixed_dictionaries(
+            {
+                "executionProfile": st.fixed_dictionaries({"simulation": _SIMULATION}),
+                "graphProfile": st.fixed_dictionaries({"target": _TARGET}),
+            }
+        ),
+        _NUMBERS,
+    ),
+    tiles=st.one_of(st.none(), st.integers(-3, 10)),
+)
+def test_any_execution_profile_is_read_or_refused_with_a_measured_profile_error(profile, tiles):
+    """Hypothesis: whatever the structure, the reader answers a MeasuredProfileError,
+    never a TypeError or KeyError from inside, or a profile whose numbers mean cycles:
+    finite, not negative, no phase average above the total."""
+    try:
+        result = read_poplar_json(profile, num_tiles=tiles)
+    except MeasuredProfileError:
+        return
+    values = [*result.phases.values(), *(s.cycles for s in result.steps)]
+    assert all(math.isfinite(v) and v >= 0 for v in values)
+    assert all(v <= result.phases["total"] + 0.5 for v in result.phases.values())
+
+
+_AXIS_NUMBER = st.one_of(
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, 1e308, -1e308, 5e-324, 2**64]),
+)
+_AXIS = st.one_of(
+    st.fixed_dictionaries(
+        {"path": st.sampled_from(["workload.n", "exchange.bytes_per_cycle", "config"]),
+         "range": st.fixed_dictionaries({"start": _AXIS_NUMBER, "stop": _AXIS_NUMBER},
+                                        optional={"step": _AXIS_NUMBER})}
+    ),
+    st.fixed_dictionaries(
+        {"path": st.sampled_from(["tile.tiles_per_ipu", "workload.n"]),
+         "geomspace": st.fixed_dictionaries({"start": _AXIS_NUMBER, "stop": _AXIS_NUMBER,
+                                             "num": _AXIS_NUMBER})}
+    ),
+    st.fixed_dictionaries(
+        {"path": st.sampled_from(["tile.clock_hz", "workload.n", "config", "nope.x"]),
+         "values": st.lists(st.one_of(_AXIS_NUMBER, st.text(max_size=5)), max_size=4)}
+    ),
+)  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    axes=st.lists(_AXIS, max_size=3),
+    extra=st.dictionaries(
+        st.sampled_from(["mode", "repeats", "config", "bogus"]),
+        st.one_of(_AXIS_NUMBER, st.sampled_from(["zip", "product", "tiny", "nope"])),
+    ),
+)
+def test_any_experiment_is_loaded_or_refused_with_an_experiment_error(axes, extra):
+    """Hypothesis: huge, empty, infinite or negative ranges and values, and keys of the
+    wrong type, come out as one ExperimentError listing the problems."""
+    data = {"name": "e", "workloads": [{"spec": str(SUM)}], "axes": axes, **extra}
+    try:
+        load_experiment(data)
+    except ExperimentError as exc:
+        assert exc.problems
+
+
+@pytest.mark.parametrize("reader", [read_poplar_json, read_profile])
+def test_a_profile_that_is_not_a_path_nor_a_dict_is_named(reader):
+    with pytest.raises(MeasuredProfileError, match=r"found NoneType None; required a path"):
+        reader(None)

@@ -144,7 +144,8 @@ class Range(_Model):
         if not math.isfinite(span) or span > MAX_AXIS_VALUES:
             shown = f"{span:.3g}" if math.isfinite(span) else "too many"
             raise ValueError(
-                f"range from {self.start} to {self.stop} by {self.step} has {shown} values; "
+                f"range from {_show(self.start)} to {_show(self.stop)} by {_show(self.step)} has "
+                f"{shown} values; "
                 f"at most {MAX_AXIS_VALUES} are allowed; hint: a larger step"
             )
         count = math.ceil(span)
@@ -169,7 +170,16 @@ class GeomSpace(_Model):
 
     def values(self) -> list[int | float]:
         """The numbers, both ends included (whole numbers as ints when start and stop are)."""
-        raw = np.geomspace(self.start, self.stop, self.num).tolist()
+        try:
+            ends = float(self.start), float(self.stop)
+        except OverflowError:
+            ends = (math.inf, math.inf)
+        if not all(math.isfinite(e) for e in ends):
+            raise ValueError(
+                f"geomspace from {_show(self.start)} to {_show(self.stop)}: the ends must be "
+                "finite numbers (at most about 1.8e308)"
+            )
+        raw = np.geomspace(*ends, self.num).tolist()
         raw[0], raw[-1] = self.start, self.stop  # exact ends
         whole = isinstance(self.start, int) and isinstance(self.stop, int)
         out: list[int | float] = []
