@@ -380,6 +380,7 @@ class _Builder:
         owner = local_tiles(graph, intro[0], self.name)[intro[1]]
         per_tile = np.bincount(owner.ravel(), minlength=self.num_tiles)
         map_order = np.argsort(per_tile, kind="stable")
+        taken = np.zeros(map_order.size, bool)  # positions of map_order already chosen
         cs_pool = graph.addComputeSet(f"{self.name}/Pool")
         self._cs_scale = None
         zero_required = False
@@ -402,9 +403,11 @@ class _Builder:
                     box = tuple(slice(a, b) for a, b in geo.in_box)
                     sub = owner[(slice(g0 * cpg, g1 * cpg), slice(b0, b1), *box)]
                     counts = np.bincount(sub.ravel(), minlength=self.num_tiles)
-                    best = int(np.argmax(counts[map_order]))  # first of the most used
+                    ranked = counts[map_order]
+                    ranked[taken] = -1  # each tile once, as Poplibs removes it from the order
+                    best = int(np.argmax(ranked))  # first of the most used
                     tile = int(map_order[best])
-                    map_order = np.delete(map_order, best)
+                    taken[best] = True
                     zero_required |= geo.empty or geo.partial
                     if geo.empty:
                         continue
@@ -519,7 +522,8 @@ class _Builder:
 
     def _const(self, type_: Type, values: Any, tile: int, what: str) -> int:
         """A constant of the pass on ``tile``, made later with the others (its index)."""
-        self._specs.append((type_, np.asarray(values), tile, f"{self.name}/{what}"))
+        arr = values if type(values) is np.ndarray else np.asarray(values)
+        self._specs.append((type_, arr, tile, f"{self.name}/{what}"))
         return len(self._specs) - 1
 
     def _make_constants(self, planned: list[_Vertex]) -> None:
