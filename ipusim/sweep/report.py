@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ipusim import progress
+from ipusim.files import check_writable, make_directory
 from ipusim.sweep.cli import positive_int
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -234,6 +235,7 @@ def run_sweep_report(
     if plot_dir.exists() and not plot_dir.is_dir():
         raise AnalysisError(f"--out '{plot_dir}' is a file; required a directory for the plots")
     if plots:
+        check_writable(plot_dir, "--out", directory=True)  # before printing anything
         _require_matplotlib()
     stream.write(format_report(df, top=top))
     other = int(df.attrs.get("other_versions", 0))
@@ -249,7 +251,7 @@ def run_sweep_report(
         reason = "no point ran" if ok_rows(df).empty else "no axis has two or more values"
         stream.write(f"no plots: {reason}\n")
         return written
-    plot_dir.mkdir(parents=True, exist_ok=True)
+    make_directory(plot_dir, "--out")
     jobs = [
         ("cycles.png", lambda p: plot_cycles(df, x=x, hue=hue, path=p)),
         ("phases.png", lambda p: plot_phases(df, by=x, path=p)),
