@@ -392,6 +392,7 @@ class _Builder:
         self._specs: list[tuple[Type, np.ndarray, int, str]] = []
         self._made: Any = None  # the pass's constants (Graph.addConstants' result)
         field_ranges = [_ranges(s, k) for s, k in zip(ps.out_shape, split[2:], strict=True)]
+        vertex_layouts = [self._vertex_layout(o.pos) for o in operands]
         for b0, b1 in _ranges(batch, split[1]):
             for g0, g1 in _ranges(ng, split[0]):
                 for combo in np.ndindex(*split[2:]):
@@ -412,8 +413,8 @@ class _Builder:
                     if geo.empty:
                         continue
                     v = _Vertex(tile, self.estimate(geo, g1 - g0))
-                    for o in operands:
-                        w = self._window(o.pos, g0, g1, b0, b1, geo, o.window)
+                    for o, vpos in zip(operands, vertex_layouts, strict=True):
+                        w = self._window(vpos, g0, g1, b0, b1, geo, o.window)
                         v.pos[o.field] = w.ravel()
                         if o is out_op:
                             out_pos.append(v.pos[o.field])
@@ -547,14 +548,18 @@ class _Builder:
                 v.scaling["scaleWorklist"] = [wl.slice(a, b) for a, b in bounds]
                 v.scaling["params"] = made[v.scaling["params"]]
 
-    def _window(self, pos, g0, g1, b0, b1, geo: _Geometry, which: str) -> np.ndarray:
-        """Positions of ``[g, b, *box, c]`` of an internal-layout position array."""
-        lo, shape = (geo.out_lo, geo.out_shape) if which == "out" else (geo.in_lo, geo.in_shape)
+    def _vertex_layout(self, pos: np.ndarray) -> np.ndarray:
+        """An internal-layout position array ``[C, B, *F]`` as ``[G, B, *F, cpg]`` (a
+        view): the order of a vertex's positions, so each window is one slice."""
         cpg = self.cpg
+        grouped = pos.reshape(pos.shape[0] // cpg, cpg, *pos.shape[1:])
+        return grouped.transpose(0, *range(2, grouped.ndim), 1)
+
+    def _window(self, layout, g0, g1, b0, b1, geo: _Geometry, which: str) -> np.ndarray:
+        """Positions of ``[g, b, *box, c]`` (``layout``: :meth:`_vertex_layout`)."""
+        lo, shape = (geo.out_lo, geo.out_shape) if which == "out" else (geo.in_lo, geo.in_shape)
         box = tuple(slice(a, a + s) for a, s in zip(lo, shape, strict=True))
-        sub = pos[(slice(g0 * cpg, g1 * cpg), slice(b0, b1), *box)]
-        sub = sub.reshape(g1 - g0, cpg, *sub.shape[1:])
-        return sub.transpose(0, *range(2, sub.ndim), 1)
+        return layout[(slice(g0, g1), slice(b0, b1), *box)]
 
 
 __all__ = ["MAX_GRAINS_PER_GROUP"]
