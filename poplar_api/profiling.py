@@ -34,6 +34,7 @@ from ipusim import ir
 from ipusim.config import MachineConfig, config_hash
 from ipusim.profile.execution import ProgramTable, program_table
 from ipusim.sync.controller import relative_sync_delays
+from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost
 from ipusim.timing import TimingModel
 from poplar_api.errors import EngineError
@@ -310,8 +311,9 @@ def instrument_execution_profile(
 
     * ``simulation.instrumentation``: the :func:`instrumentation` settings, always.
     * ``simulation.vertexCycleSources``: vertex type -> ``counted`` or ``estimate``
-      (where its cycles came from), only in runs with counted vertices
-      (docs/counted_cycles.md).
+      (where its cycles came from), and ``simulation.cyclesByVertexType``: vertex type
+      -> its cycles summed over the run's executions (counted ones where counted),
+      only in runs with counted vertices (docs/counted_cycles.md).
     * Compute instrumented (``debug.instrumentCompute`` or ``debug.instrument``):
       level ``tile`` gives every OnTileExecute step ``tileCycles`` (cycles of each
       tile of the machine); level ``vertex`` gives it ``vertexCycles`` instead
@@ -331,6 +333,7 @@ def instrument_execution_profile(
     sources = _cycle_sources(records)
     if sources:  # only runs with counted vertices: others keep their profile as it was
         simulation["vertexCycleSources"] = sources
+        simulation["cyclesByVertexType"] = _cycles_by_vertex_type(records)
     if not (inst["compute"] or inst["externalExchange"]):
         return profile
     for step, rec in zip(simulation["steps"], records, strict=False):
@@ -370,6 +373,32 @@ def _cycle_sources(records: Sequence[Any]) -> dict[str, str]:
         for name, source in zip(step.vertex_type_names, step.cycle_sources, strict=False):
             sources[name] = source if sources.get(name, source) == source else "mixed"
     return dict(sorted(sources.items()))
+
+
+def _cycles_by_vertex_type(records: Sequence[Any]) -> dict[str, int]:
+    """Σ over the run's compute steps of each vertex type's cycles (its vertices'
+    cycles plus launch, as ``activeCyclesByVertexType``), each execution with the
+    cycles it took: counted ones for counted executions, estimates for the others."""
+    totals: dict[str, int] = {}
+    for rec in records:
+        step = rec.step
+        if not isinstance(step, ir.Compute):
+            continue
+        cost = rec.details  # what the execution was costed from (counted or not)
+        known = isinstance(cost, ComputeCost) and cost.inputs is not None
+        tile = cost.inputs[0] if known else None
+        cycles = np.asarray(cost.inputs[3] if known else step.vertex_cycles, np.int64)
+        if tile is not None:
+            launch = np.where(
+                step.vertex_multi, tile.multi_vertex_launch_cycles, tile.vertex_launch_cycles
+            )
+            cycles = cycles + launch
+        by_type = np.bincount(
+            step.vertex_type, weights=cycles, minlength=len(step.vertex_type_names)
+        )
+        for name, value in zip(step.vertex_type_names, by_type.tolist(), strict=True):
+            totals[name] = totals.get(name, 0) + int(value)
+    return dict(sorted(totals.items()))
 
 
 def _ints(values: Any) -> list[int]:

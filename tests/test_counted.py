@@ -317,6 +317,11 @@ def test_the_execution_profile_names_where_each_vertex_types_cycles_came_from():
     engine.run()
     profile = engine.getExecutionProfile()
     assert profile["simulation"]["vertexCycleSources"] == {"Loops": "counted"}
+    computes = [r for r in engine.getTraces()[-1].records if r.kind == "compute"]
+    assert profile["simulation"]["cyclesByVertexType"] == {
+        "Loops": sum(int(r.active_cycles.sum()) for r in computes)  # one vertex: its cycles
+    }
+    assert computes[1].active_cycles[0] > computes[0].active_cycles[0]
     estimated = _loops_engine(device, repeats=1, estimate=7)  # default: estimate
     estimated.run()
     assert "vertexCycleSources" not in estimated.getExecutionProfile()["simulation"]
