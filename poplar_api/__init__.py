@@ -27,6 +27,7 @@ from poplar_api.graph import (
 )
 from poplar_api.remote import RemoteBuffer
 from poplar_api.streams import LegacyStreamCallback, StreamCallback
+from poplar_api.summary import printExecutionSummary, printGraphSummary
 from poplar_api.tensor import Interval, Tensor, append, concat
 from poplar_api.types import (
     BOOL,
@@ -84,5 +85,7 @@ __all__ = [
     "compileGraph",
     "concat",
     "gcl",
+    "printExecutionSummary",
+    "printGraphSummary",
     "program",
 ]

@@ -26,8 +26,15 @@ each IPU spends in global exchanges and waiting at syncs shows apart.
 
 Options (strings): ``showExecutionSteps`` ("true") lists every step;
 ``showVarStorage`` ("true") lists the bytes live at each program point;
-``summaryLayout`` (``sdk1`` or ``sdk2``) chooses the layout of the Execution section
-instead of the target's default.
+``showPerIpuMemoryUsage`` ("true") adds each IPU's memory use; ``colours`` ("true")
+prints the section headings in bold when the stream is a terminal;
+``showOptimizations`` is accepted and prints nothing (ipusim's compiler reports no
+optimisation passes); ``summaryLayout`` (``sdk1`` or ``sdk2``) chooses the layout of
+the Execution section instead of the target's default.
+
+:func:`printGraphSummary` prints the Target, Graph and Memory Usage sections alone,
+:func:`printExecutionSummary` the Execution section alone (Poplar's functions of those
+names); ``printProfileSummary`` prints both.
 """
 
 from __future__ import annotations
@@ -344,10 +351,8 @@ def render_summary(
         An unknown ``summaryLayout`` option (before anything is written).
     """
     layout = summary_layout(graph_profile, options)
-    w = out.write
-    _target(w, graph_profile)
-    _graph(w, graph_profile)
-    _memory(w, graph_profile, _truthy(options.get("showVarStorage", "false")))
+    w = _writer(out, options)
+    _graph_part(w, graph_profile, options)
     _execution(
         w,
         graph_profile,
@@ -355,6 +360,79 @@ def render_summary(
         _truthy(options.get("showExecutionSteps", "false")),
         layout,
     )
+
+
+def _per_ipu_memory(w: Any, gp: Mapping[str, Any]) -> None:
+    """Each IPU's memory use (option ``showPerIpuMemoryUsage``)."""
+    mem = gp.get("memory")
+    if mem is None:
+        return
+    per_ipu = int(gp["target"]["tilesPerIPU"])
+    need = np.asarray(mem["byTile"]["totalIncludingGaps"], np.int64)
+    used = np.asarray(mem["byTile"]["total"], np.int64)
+    w("  Per IPU (excluding gaps / including gaps, busiest tile):\n")
+    for ipu in range(max(1, -(-need.size // per_ipu))):
+        part = slice(ipu * per_ipu, (ipu + 1) * per_ipu)
+        worst = int(np.argmax(need[part])) + ipu * per_ipu if need[part].size else 0
+        w(
+            f"    IPU {ipu}: {int(used[part].sum()):,} B / {int(need[part].sum()):,} B, "
+            f"tile {worst} {int(need[worst]) if need.size else 0:,} B\n"
+        )
+
+
+def _writer(out: IO[str], options: Mapping[str, Any]) -> Any:
+    """``out.write``, with the section headings in bold when option ``colours`` is
+    true and ``out`` is a terminal."""
+    try:
+        terminal = bool(out.isatty())
+    except (AttributeError, ValueError):
+        terminal = False
+    if not (_truthy(options.get("colours", "false")) and terminal):
+        return out.write
+
+    def write(text: str) -> int:
+        if text.endswith(":\n") and not text.startswith(" "):
+            text = f"\x1b[1m{text[:-1]}\x1b[0m\n"
+        return out.write(text)
+
+    return write
+
+
+def _graph_part(w: Any, gp: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+    _target(w, gp)
+    _graph(w, gp)
+    _memory(w, gp, _truthy(options.get("showVarStorage", "false")))
+    if _truthy(options.get("showPerIpuMemoryUsage", "false")):
+        _per_ipu_memory(w, gp)
+
+
+def printGraphSummary(
+    out: IO[str], graphProfile: Mapping[str, Any], options: Mapping[str, Any] | None = None
+) -> None:
+    """Write the Target, Graph and Memory Usage sections of ``graphProfile`` to
+    ``out`` (Poplar's ``printGraphSummary``; options as ``printProfileSummary``)."""
+    options = options or {}
+    _graph_part(_writer(out, options), graphProfile, options)
+
+
+def printExecutionSummary(
+    out: IO[str],
+    graphProfile: Mapping[str, Any],
+    executionProfile: Mapping[str, Any] | None,
+    options: Mapping[str, Any] | None = None,
+) -> None:
+    """Write the Execution section of ``executionProfile`` to ``out`` (Poplar's
+    ``printExecutionSummary``; options as ``printProfileSummary``).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``summaryLayout`` option (before anything is written).
+    """
+    options = options or {}
+    layout = summary_layout(graphProfile, options)
+    steps = _truthy(options.get("showExecutionSteps", "false"))
+    _execution(_writer(out, options), graphProfile, executionProfile, steps, layout)
 
 
 def print_summary(engine: Any, out: IO[str], options: Mapping[str, Any]) -> None:
