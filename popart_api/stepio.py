@@ -55,6 +55,16 @@ class HostAnchor:
         self.index += 1
 
 
+class _ShapeOnly:
+    """A stand-in for an anchor's tensor when only its shape is known."""
+
+    def __init__(self, shape: list[int]) -> None:
+        self._shape = shape
+
+    def shape(self) -> list[int]:
+        return list(self._shape)
+
+
 class SessionIO:
     """Inputs, anchors, weights and reports of a session (see the module doc).
 
@@ -261,11 +271,52 @@ class SessionIO:
         """Zeroed numpy arrays for the anchors, shaped as PopART shapes them: leading
         ``[batchesPerStep, accumulationFactor, replicas]`` dimensions for ``ALL``
         anchors, each only when it is > 1."""
-        self._engine("initAnchorArrays")
+        if self.engine is None:  # before prepareDevice: shapes from ONNX shape inference
+            return self._inferred_anchor_arrays()
         return {
             aid: np.zeros(self._anchor_shape(a), HOST_DTYPES[a.tensor.elementType()])
             for aid, a in self._anchors.items()
         }
+
+    def _inferred_anchor_arrays(self) -> dict[str, np.ndarray]:
+        """The anchor arrays from the model's shapes (``onnx.shape_inference`` with the
+        session's input shapes), for ``initAnchorArrays`` before ``prepareDevice``."""
+        from onnx import TensorProto, helper, shape_inference
+
+        from popart_api.onnx_model import ONNX_TYPES
+
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        for vi in model.graph.input:
+            if vi.name in self._input_infos:
+                etype, shape = self._input_infos[vi.name]
+                vi.CopyFrom(helper.make_tensor_value_info(vi.name, etype, shape))
+        try:
+            inferred = shape_inference.infer_shapes(model, strict_mode=False)
+        except Exception as exc:
+            raise popart_exception(
+                f"{self._kind}.initAnchorArrays: the anchors' shapes cannot be inferred before "
+                f"prepareDevice ({exc}); hint: call prepareDevice() first"
+            ) from None
+        infos = {
+            v.name: v
+            for v in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
+        }
+        out = {}
+        for aid in self.dataFlow.anchors():
+            vi = infos.get(aid)
+            tt = vi.type.tensor_type if vi is not None else None
+            dims = list(tt.shape.dim) if tt is not None and tt.HasField("shape") else None
+            if dims is None or any(not d.HasField("dim_value") for d in dims):
+                raise popart_exception(
+                    f"{self._kind}.initAnchorArrays: the shape of anchor '{aid}' is not known "
+                    "before prepareDevice; hint: call prepareDevice() first"
+                )
+            etype = tt.elem_type if tt.elem_type in ONNX_TYPES else TensorProto.FLOAT
+            shape = [d.dim_value for d in dims]
+            anchor = HostAnchor(aid, self.dataFlow.art(aid), _ShapeOnly(shape))
+            out[aid] = np.zeros(self._anchor_shape(anchor), ONNX_TYPES[etype][1])
+        return out
 
     def getInfo(self, tensorId: str) -> TensorInfo:
         """The type and shape of an input or anchor (after ``prepareDevice``)."""
@@ -371,7 +422,10 @@ class SessionIO:
         arr = np.asarray(data)
         host = HOST_DTYPES[inp.type]
         want = self._input_shape(inp)
-        if list(arr.shape) != want and not (calls == 1 and list(arr.shape) == [1, *inp.shape]):
+        # PopART checks the number of elements only (IStepIO::assertNumElements): a
+        # replicated input may come as [batchesPerStep, replicas * batch, ...]
+        size = int(np.prod(want, dtype=np.int64))
+        if list(arr.shape) != want and arr.size != size:
             raise popart_exception(
                 f"{what}: input '{tid}' has shape {list(arr.shape)}; it needs {want} "
                 f"(batchesPerStep={self.dataFlow.batchesPerStep}, accumulationFactor="

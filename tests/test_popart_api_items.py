@@ -130,3 +130,38 @@ def test_nll_clamps_a_zero_probability() -> None:
     probs = np.array([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]], np.float32)
     s.run(popart.PyStepIO({p: probs, label: np.array([0, 2], np.int32)}, anchors))
     np.testing.assert_allclose(anchors[loss], [-np.log(1e-7), -np.log(0.5)], rtol=1e-5)
+
+
+def test_init_anchor_arrays_before_prepare_device() -> None:
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]), "x")
+    y = b.aiOnnx.reducesum([x], axes=[1], keepdims=0)
+    i = b.aiOnnx.argmax([x], axis=1, keepdims=0)
+    b.addOutputTensor(y)
+    b.addOutputTensor(i)
+    s = popart.InferenceSession(
+        fnModel=b.getModelProto(),
+        dataFlow=popart.DataFlow(
+            4, {y: popart.AnchorReturnType("ALL"), i: popart.AnchorReturnType("FINAL")}
+        ),
+        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4}),
+    )
+    early = s.initAnchorArrays()
+    s.prepareDevice()
+    late = s.initAnchorArrays()
+    assert early[y].shape == late[y].shape == (4, 2)
+    assert early[i].shape == late[i].shape == (2,)
+    assert early[i].dtype == late[i].dtype == np.int32
+    data = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+    s.run(popart.PyStepIO({x: data}, early))
+    np.testing.assert_allclose(early[y], data.sum(axis=2))
+
+
+def test_inputs_are_checked_by_element_count_as_popart_does() -> None:
+    s, x, y = _relu_session(batches=2)
+    anchors = s.initAnchorArrays()
+    data = np.arange(-6, 6, dtype=np.float32)
+    s.run(popart.PyStepIO({x: data.reshape(2, 6)}, anchors))  # [batches, 2*3]
+    np.testing.assert_array_equal(anchors[y], np.maximum(data, 0).reshape(2, 2, 3))
+    with pytest.raises(popart.popart_exception, match=r"input '.*' has shape \[2, 5\]"):
+        s.run(popart.PyStepIO({x: np.zeros([2, 5], np.float32)}, anchors))
