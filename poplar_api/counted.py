@@ -455,6 +455,10 @@ def _statement(
 
 
 def _counter_index(stmt: Any, consts: dict[str, int]) -> int | None:
+    """The block number of a counter's store (a constant index, or one Numba's rewrites
+    made static), else None."""
+    if isinstance(stmt, ir.StaticSetItem) and stmt.target.name == _COUNTS_ARG:
+        return int(stmt.index)
     if (
         isinstance(stmt, ir.SetItem)
         and stmt.target.name == _COUNTS_ARG
@@ -465,7 +469,7 @@ def _counter_index(stmt: Any, consts: dict[str, int]) -> int | None:
 
 
 def _is_counter(stmt: Any) -> bool:
-    if isinstance(stmt, ir.SetItem):
+    if isinstance(stmt, ir.SetItem | ir.StaticSetItem):
         return stmt.target.name == _COUNTS_ARG
     if isinstance(stmt, ir.Assign):
         return stmt.target.name.startswith(_PREFIX)
