@@ -18,7 +18,8 @@ Where the data comes from: ``--data-dir``, else ``$IPUSIM_ONNX_NODE_DATA``, else
 package's own test-case generators in ``onnx.backend.test.case.node``, with
 ``numpy.random.seed(0)``).
 
-Operands PopART needs known when it builds its graph (:data:`CONST_OPERANDS`: a
+Operands PopART needs known when it builds its graph
+(:data:`popart_api.onnx_scope.CONST_OPERANDS`: a
 Reshape's shape, a reduction's axes, Clip's bounds, ...) that a test feeds from a graph
 input become ``Constant`` nodes holding the data set's values (one session per data set),
 as a PopART user writes such a model. The pass rate is measured on the tests *in
@@ -53,7 +54,7 @@ import time
 import traceback
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -63,6 +64,12 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
+
+from popart_api.onnx_scope import (
+    constant_inputs,
+    in_popart_scope,
+    walk_nodes,
+)
 
 #: Tolerances of the float comparison (see the module docstring).
 RTOL = 1e-3
@@ -91,52 +98,7 @@ INPUT_TYPES = frozenset(
 )
 #: Element types of model outputs compared (int64 by value against the device's int32).
 OUTPUT_TYPES = INPUT_TYPES
-#: The ``ai.onnx`` op types PopART supports: those its op registry creates
-#: (``OpCreator``s in graphcore/popart ``willow/src/op``), those its ONNX-to-ONNX
-#: pass rewrites into others before building its IR (``onnxpasses/nodepatterns``:
-#: Tan, Asinh, Acosh, Atanh, Acos, Mod, DepthToSpace, SpaceToDepth, Gemm) and those it
-#: folds as constant expressions (``ces``: Constant, ConstantOfShape, Shape). 117 types.
-POPART_OPS = frozenset(
-    """Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool
-    BatchNormalization Cast Ceil Clip Concat Constant ConstantOfShape Conv ConvTranspose Cos
-    Cosh CumSum DepthToSpace Div Dropout Elu Equal Erf Exp Expand Flatten Floor GRU Gather
-    Gemm GlobalAveragePool GlobalMaxPool Greater HardSigmoid Identity If
-    InstanceNormalization IsInf IsNaN LRN LSTM LeakyRelu Less Log LogSoftmax Loop MatMul Max
-    MaxPool Mean Min Mod Mul Neg Not OneHot Or PRelu Pad Pow RNN RandomNormal
-    RandomNormalLike RandomUniform RandomUniformLike Reciprocal ReduceL1 ReduceL2
-    ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
-    ReduceSumSquare Relu Reshape Resize RoiAlign Round Scan Scatter ScatterElements Selu
-    Shape Shrink Sigmoid Sign Sin Sinh Slice Softmax Softplus Softsign SpaceToDepth Split
-    Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu Tile TopK Transpose Unsqueeze Upsample
-    Where""".split()  # noqa: SIM905
-)
-
 STATUSES = ("pass", "fail", "error", "unsupported", "too_large")
-
-_REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"]
-_REDUCE_OPS += ["ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"]
-#: Op type -> positions of the operands PopART needs known when it builds its graph
-#: (shapes, axes, pads, repeats, k, ratios, Clip's bounds). A test feeding one of
-#: them from a graph input gets it as a ``Constant`` node, as a PopART user would write it.
-CONST_OPERANDS: dict[str, tuple[int, ...]] = {
-    "Reshape": (1,),
-    "Expand": (1,),
-    "Slice": (1, 2, 3, 4),
-    "Squeeze": (1,),
-    "Unsqueeze": (1,),
-    "Tile": (1,),
-    "Pad": (1, 2, 3),
-    "Split": (1,),
-    "TopK": (1,),
-    "OneHot": (1, 2),
-    "ConstantOfShape": (0,),
-    "Resize": (1, 2, 3),
-    "Upsample": (1,),
-    "CumSum": (1,),
-    "Clip": (1, 2),
-    "Dropout": (1, 2),
-    **{op: (1,) for op in _REDUCE_OPS},
-}
 
 
 class OnnxDataMissing(FileNotFoundError):
@@ -349,15 +311,7 @@ def _schema_names() -> dict[str, str]:
     return {s.name.lower(): s.name for s in onnx.defs.get_all_schemas_with_history()}
 
 
-def _walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _walk_nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _walk_nodes(g)
+_walk_nodes = walk_nodes
 
 
 def _domain(domain: str) -> str:
@@ -442,21 +396,6 @@ def unsupported_reason(model: onnx.ModelProto) -> str | None:
                     "(not supported by the session)"
                 )
     return None
-
-
-def in_popart_scope(model: onnx.ModelProto) -> bool:
-    """Whether every node of ``model`` is an ``ai.onnx`` op PopART supports
-    (:data:`POPART_OPS`) and every graph input and output is a tensor of a type the
-    IPU takes (:data:`INPUT_TYPES`): the tests the pass rate is measured on."""
-    for node in _walk_nodes(model.graph):
-        if _domain(node.domain) != "ai.onnx" or node.op_type not in POPART_OPS:
-            return False
-    for vi in [*model.graph.input, *model.graph.output]:
-        if vi.type.WhichOneof("value") != "tensor_type":
-            return False
-        if vi.type.tensor_type.elem_type not in INPUT_TYPES:
-            return False
-    return True
 
 
 def scope_rate(results: Iterable[Result]) -> tuple[int, int]:
@@ -565,35 +504,6 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> tuple[str, f
             )
         return "", None
     return f"output '{name}': expected dtype {expected.dtype} is not compared", None
-
-
-def constant_inputs(model: onnx.ModelProto) -> set[str]:
-    """Graph inputs of ``model`` that feed an operand PopART needs known when it builds
-    its graph (:data:`CONST_OPERANDS`), directly or, for INT64 inputs, through shape
-    arithmetic (``Max(Shape(x), shape)`` feeding a ``Pad``): the harness makes them
-    ``Constant`` nodes."""
-    inits = {t.name for t in model.graph.initializer}
-    inputs = {v.name: v for v in model.graph.input if v.name not in inits}
-    needed: set[str] = set()
-    for node in model.graph.node:
-        for i in CONST_OPERANDS.get(node.op_type, ()):
-            if i < len(node.input) and node.input[i]:
-                needed.add(node.input[i])
-    for node in reversed(model.graph.node):  # what the needed values are computed from
-        if any(o in needed for o in node.output):
-            needed.update(i for i in node.input if i)
-    out: set[str] = set()
-    direct = {
-        node.input[i]
-        for node in model.graph.node
-        for i in CONST_OPERANDS.get(node.op_type, ())
-        if i < len(node.input)
-    }
-    for name, vi in inputs.items():
-        shape_like = vi.type.tensor_type.elem_type == TensorProto.INT64 and name in needed
-        if name in direct or shape_like:
-            out.add(name)
-    return out
 
 
 def _session(model: onnx.ModelProto, output_names: list[str]) -> Any:
