@@ -12,6 +12,8 @@ timelines, plots, CSV tables, overlay YAML, sweep rows) goes through this module
 * :class:`FileGroup` does the same for several files that belong together (the three
   files of a profile directory): all are written to temporary files first and renamed
   only once every one is complete, with SIGINT/SIGTERM held back during the renames.
+* A file replaced keeps its permissions; writing through a symbolic link replaces the
+  file it points to and leaves the link in place.
 * A process killed outright (SIGKILL, power loss) cannot clean up: it may leave a
   temporary file, never a partial final file. The next write of the same target
   removes temporaries whose writing process no longer runs.
@@ -176,18 +178,37 @@ def signals_as_exceptions() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM/SIGHUP back (delivered on exit) while a group of renames or
-    a clean-up runs, so it is never cut in the middle. Main thread on POSIX only."""
-    mask = getattr(signal, "pthread_sigmask", None)
-    if mask is None or threading.current_thread() is not threading.main_thread():
+    """Hold SIGINT/SIGTERM/SIGHUP back while a group of renames or a clean-up runs, so
+    it is never cut in the middle; a signal that arrives meanwhile takes effect on exit.
+
+    Python runs signal handlers in the main thread, whichever thread the signal reached,
+    so the handlers themselves are swapped for ones that only note the signal (blocking
+    it in this thread alone would not do). Outside the main thread nothing can
+    interrupt the renames and nothing is done."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, *_STOP_SIGNALS}
-    old = mask(signal.SIG_BLOCK, held)
+    caught: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGINT, *_STOP_SIGNALS):
+        with contextlib.suppress(OSError, ValueError):
+            previous[signum] = signal.signal(signum, lambda n, f: caught.append(n))
     try:
         yield
     finally:
-        mask(signal.SIG_SETMASK, old)
+        for signum, handler in previous.items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(signum, handler)
+        if caught:
+            _deliver(caught[0], previous.get(caught[0], signal.SIG_DFL))
+
+
+def _deliver(signum: int, handler: Any) -> None:
+    """Act on signal ``signum`` as ``handler`` (the one in place before it was held)."""
+    if callable(handler):
+        handler(signum, None)  # raises KeyboardInterrupt or Interrupted
+    elif handler == signal.SIG_DFL:
+        os.kill(os.getpid(), signum)  # the default action: end the process
 
 
 def _pid_alive(pid: int) -> bool:
@@ -226,11 +247,24 @@ def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 
+def _final(path: str | os.PathLike[str]) -> Path:
+    """The file a write of ``path`` replaces: a symbolic link's target (the link stays
+    a link, as when writing through it), else ``path``."""
+    target = Path(path)
+    if target.is_symlink():
+        return Path(os.path.realpath(target))
+    return target
+
+
 def _temporary(target: Path, binary: bool, encoding: str, newline: str | None) -> tuple[Path, IO]:
+    """A new temporary file beside ``target``, with ``target``'s permissions when it
+    exists (the umask's otherwise), open for writing."""
     name = f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
     tmp = target.parent / name
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
+        with contextlib.suppress(OSError):  # keep the mode of the file replaced
+            os.chmod(fd, os.stat(target).st_mode & 0o7777)
         handle = (
             os.fdopen(fd, "wb")
             if binary
@@ -306,7 +340,7 @@ def atomic_open(
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode {mode!r}; required 'w' or 'wb'")
-    target = Path(path)
+    target = _final(path)
     remove_stale_temporaries(target)
     try:
         tmp, handle = _temporary(target, mode == "wb", encoding, newline)
@@ -447,7 +481,7 @@ class FileGroup:
         self, name: str, mode: str = "w", *, encoding: str = "utf-8", newline: str | None = None
     ) -> Iterator[IO[Any]]:
         """A temporary file for ``directory / name``, renamed at :meth:`commit`."""
-        target = self.directory / name
+        target = _final(self.directory / name)
         remove_stale_temporaries(target)
         try:
             tmp, handle = _temporary(target, mode == "wb", encoding, newline)

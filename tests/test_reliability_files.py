@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,45 @@ def test_a_group_appears_together_or_not_at_all(tmp_path):
     assert json.loads((out / "execution.json").read_text()) == {"a": 1}
 
 
+def test_a_replaced_file_keeps_its_permissions(tmp_path):
+    path = tmp_path / "private.yaml"
+    path.write_text("old")
+    path.chmod(0o600)
+    write_text(path, "new")
+    assert path.read_text() == "new" and (path.stat().st_mode & 0o777) == 0o600
+
+
+def test_writing_through_a_symbolic_link_keeps_the_link(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("[]")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_json(link, [1, 2])
+    assert link.is_symlink() and json.loads(real.read_text()) == [1, 2]
+
+
+def wait_for_signal_handlers() -> None:
+    """Give Python the chance to run a pending signal handler (it runs them in the main
+    thread, between bytecodes)."""
+    for _ in range(20):
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, files.Interrupted)]
+)
+def test_a_signal_during_the_renames_takes_effect_after_them(tmp_path, signum, raised):
+    """A signal that arrives while a group is renamed is held until every file is in
+    place, then raises as it would have."""
+    renamed = []
+    with files.signals_as_exceptions(), pytest.raises(raised), files._signals_held():
+        os.kill(os.getpid(), signum)
+        wait_for_signal_handlers()
+        renamed.append("all renames done")
+    assert renamed == ["all renames done"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
                           capture_output=True, text=True)  # fmt: skip
@@ -163,7 +203,7 @@ def test_the_file_size_limit_is_one_line_naming_the_file(tmp_path):
 #: Runs the CLI with ipusim.files._finish sending SIGNAL to the process at its NTH
 #: call: after the content of the NTH file is written, before it is renamed.
 DRIVER = """
-import os, signal, sys
+import os, signal, sys, time
 import ipusim.files as files
 
 name, nth, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
@@ -174,6 +214,8 @@ def stopping_finish(handle):
     calls[0] += 1
     if calls[0] == nth:
         os.kill(os.getpid(), getattr(signal, name))
+        for _ in range(1000):  # Python handles it in this (the main) thread: wait for it
+            time.sleep(0.01)
     return finish(handle)
 
 files._finish = stopping_finish
