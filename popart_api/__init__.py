@@ -14,6 +14,7 @@ from popart_api import (  # noqa: F401
     ops_loss,
     ops_math,
     ops_nn,
+    ops_random,
     ops_resize,
     ops_rnn,
     ops_scatter,
