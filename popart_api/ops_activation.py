@@ -491,3 +491,41 @@ def _mod(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
 
 
 __all__: list[str] = []
+
+
+# ------------------------------------------------ gradients of the rewritten ops
+@register_grad("Asinh")
+def _asinh_grad(g: GradContext) -> Grads:
+    """``dy / sqrt(x² + 1)``."""
+    x2 = popops.square(g.graph, g.inputs[0], g.prog, f"{g.name}/x2")
+    root = popops.sqrt(g.graph, popops.add(g.graph, x2, 1.0, g.prog, f"{g.name}/plus1"), g.prog,
+                       f"{g.name}/sqrt")  # fmt: skip
+    return [popops.div(g.graph, g.grad_output(0), root, g.prog, g.name)]
+
+
+@register_grad("Acosh")
+def _acosh_grad(g: GradContext) -> Grads:
+    """``dy / sqrt(x² - 1)``."""
+    x2 = popops.square(g.graph, g.inputs[0], g.prog, f"{g.name}/x2")
+    root = popops.sqrt(g.graph, popops.sub(g.graph, x2, 1.0, g.prog, f"{g.name}/minus1"),
+                       g.prog, f"{g.name}/sqrt")  # fmt: skip
+    return [popops.div(g.graph, g.grad_output(0), root, g.prog, g.name)]
+
+
+@register_grad("Atanh")
+def _atanh_grad(g: GradContext) -> Grads:
+    """``dy / (1 - x²)``."""
+    x = g.inputs[0]
+    x2 = popops.square(g.graph, x, g.prog, f"{g.name}/x2")
+    den = popops.sub(g.graph, tensor(g.graph, np.float32(1.0), g.name, x), x2, g.prog,
+                     f"{g.name}/oneMinusX2")  # fmt: skip
+    return [popops.div(g.graph, g.grad_output(0), den, g.prog, g.name)]
+
+
+@register_grad("Shrink")
+def _shrink_grad(g: GradContext) -> Grads:
+    """``dy`` where ``|x| > lambd``, else 0."""
+    lambd = float(g.attrs.get("lambd", 0.5))
+    outside = popops.gt(g.graph, popops.abs(g.graph, g.inputs[0], g.prog, f"{g.name}/abs"),
+                        lambd, g.prog, f"{g.name}/outside")  # fmt: skip
+    return [popops.select(g.graph, g.grad_output(0), 0.0, outside, g.prog, g.name)]

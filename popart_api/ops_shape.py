@@ -520,3 +520,39 @@ def _cumsum(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> li
 
 
 __all__: list[str] = []
+
+
+# ------------------------------------------------------------------ gradients
+@register_grad("CumSum")
+def _cumsum_grad(g: GradContext) -> Grads:
+    """The cumulative sum of ``dy`` in the other direction."""
+    attrs = dict(g.attrs)
+    attrs["reverse"] = 1 - int(attrs.get("reverse", 0))
+    dx = _cumsum(g.graph, [g.grad_output(0), g.inputs[1]], attrs, g.prog, g.name)[0]
+    return [dx, None]
+
+
+@register_grad("DepthToSpace")
+def _depth_to_space_grad(g: GradContext) -> Grads:
+    """SpaceToDepth of ``dy`` (the same permutation undone)."""
+    b = int(g.attrs.get("blocksize", 0))
+    dy = g.grad_output(0)
+    n, c, h, w = g.inputs[0].shape()
+    if str(g.attrs.get("mode", "DCR")) == "DCR":
+        view = dy.reshape([n, c // (b * b), h, b, w, b]).dimShuffle([0, 3, 5, 1, 2, 4])
+    else:
+        view = dy.reshape([n, c // (b * b), h, b, w, b]).dimShuffle([0, 1, 3, 5, 2, 4])
+    return [view.reshape([n, c, h, w])]
+
+
+@register_grad("SpaceToDepth")
+def _space_to_depth_grad(g: GradContext) -> Grads:
+    """DepthToSpace of ``dy`` (the same permutation undone)."""
+    b = int(g.attrs.get("blocksize", 0))
+    dy = g.grad_output(0)
+    n, c, h, w = g.inputs[0].shape()
+    if str(g.attrs.get("mode", "DCR")) == "DCR":
+        view = dy.reshape([n, b, b, c, h // b, w // b]).dimShuffle([0, 3, 4, 1, 5, 2])
+    else:
+        view = dy.reshape([n, c, b, b, h // b, w // b]).dimShuffle([0, 1, 4, 2, 5, 3])
+    return [view.reshape([n, c, h, w])]

@@ -92,3 +92,14 @@ def test_mod_integers_and_floats() -> None:
     x = np.array([-7.5, 5.25, 4.0, -1.0], np.float32)
     y = np.array([2.0, -2.0, 1.5, 3.0], np.float32)
     check_forward(lambda b, ids: b.aiOnnx.mod(ids, fmod=1), [x, y], opsets=OPSET13)
+
+
+@pytest.mark.parametrize("op", ["asinh", "atanh", "shrink"])
+def test_rewritten_op_gradients(op: str) -> None:
+    x = _spaced(3, 5, scale=0.06)
+    check_gradients(lambda b, ids: getattr(b.aiOnnx, op)(ids), [x], opsets=OPSET13)
+
+
+def test_acosh_gradient() -> None:
+    x = (1.5 + np.abs(_spaced(2, 6))).astype(np.float32)
+    check_gradients(lambda b, ids: b.aiOnnx.acosh(ids), [x], opsets=OPSET13)

@@ -194,3 +194,19 @@ def test_bad_split_sizes_are_named() -> None:
     sizes = b.aiOnnx.constant(_i64(2, 2, 1))
     with pytest.raises(popart.popart_exception, match=r"Split \(node 'Split'.*sum of 'split'"):
         b.aiOnnx.split([x, sizes], num_outputs=3, axis=1)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"exclusive": 1, "reverse": 1}])
+def test_cumsum_gradient(attrs: dict) -> None:
+    def build(b, ids):
+        return b.aiOnnx.cumsum([ids[0], b.aiOnnx.constant(np.array(1, np.int64))], **attrs)
+
+    check_gradients(build, [_spaced(3, 4)], opsets=OPSET13)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_space_depth_gradients(mode: str) -> None:
+    check_gradients(lambda b, ids: b.aiOnnx.depthtospace(ids, blocksize=2, mode=mode),
+                    [_spaced(1, 8, 2, 3)], opsets=OPSET13)  # fmt: skip
+    check_gradients(lambda b, ids: b.aiOnnx.spacetodepth(ids, blocksize=2),
+                    [_spaced(1, 2, 4, 2)], opsets=OPSET13)  # fmt: skip
