@@ -8,8 +8,10 @@ the squares added with popops, as PopART's ``LRNOpx`` does with a padded sum) an
 divides by ``(bias + alpha/size·sum)^beta``.
 
 ``MaxPool``/``AveragePool`` with dilations > 1, which popnn's pooling planner does not
-take, are the maximum (or the sum, divided by the count) of the ``prod(kernel)`` dilated
-and strided views of the padded input, one popops op each; the other poolings keep
+take, and ``MaxPool`` with its ``Indices`` output (each window's first maximum, as ONNX
+flat input indices, selected alongside the values) are the maximum (or the sum, divided
+by the count) of the ``prod(kernel)`` dilated and strided views of the padded input, one
+popops op each; the other poolings keep
 ``popnn.pooling.pool`` (the wrapped lowering).
 
 ``ConvTranspose`` is the convolution whose backward-data pass it is (see
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from popart_api.errors import popart_exception
-from popart_api.ops import REGISTRY, Lowering, float_check, register, tensor
+from popart_api.ops import REGISTRY, Lowering, context, float_check, register, tensor
 from popart_api.ops_nn import _ints, _moments, _pads
 from poplar_api import Graph, Tensor, poplin, popops
 from poplar_api.tensor import concat
@@ -83,7 +85,40 @@ def _lrn(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
 
 
 # ------------------------------------------------------------ dilated pooling
-def _dilated_pool(graph: Graph, x: Tensor, attrs: dict, kind: str, prog: Any, name: str):
+def _indices(
+    shape: list[int], outs: list[int], offsets: tuple, strides: list[int], dil: list[int],
+    lower: list[int], order: int,
+) -> np.ndarray:  # fmt: skip
+    """ONNX's flat input index of each output's window element at ``offsets`` (-1 in the
+    padding): ``storage_order`` 0 row-major, 1 the field dimensions column-major."""
+    field = shape[2:]
+    grids = np.meshgrid(*[np.arange(o) for o in outs], indexing="ij")
+    pos = [
+        g * s + o * d - lo
+        for g, s, o, d, lo in zip(grids, strides, offsets, dil, lower, strict=True)
+    ]
+    valid = np.ones(outs, bool)
+    for p, n in zip(pos, field, strict=True):
+        valid &= (p >= 0) & (p < n)
+    flat = np.zeros(outs, np.int64)
+    dims = range(len(field)) if order == 0 else reversed(range(len(field)))
+    for d in dims:
+        flat = flat * field[d] + pos[d]
+    per_plane = int(np.prod(field, dtype=np.int64))
+    planes = np.arange(shape[0] * shape[1]).reshape(shape[0], shape[1], *[1] * len(field))
+    out = planes * per_plane + flat
+    return np.where(valid, out, -1).astype(np.int32)
+
+
+def _dilated_pool(
+    graph: Graph,
+    x: Tensor,
+    attrs: dict,
+    kind: str,
+    prog: Any,
+    name: str,
+    with_indices: bool = False,
+):
     op = "MaxPool" if kind == "max" else "AveragePool"
     field = x.shape()[2:]
     n = len(field)
@@ -120,7 +155,8 @@ def _dilated_pool(graph: Graph, x: Tensor, attrs: dict, kind: str, prog: Any, na
         padded = concat(pieces, axis) if len(pieces) > 1 else padded
         if after < 0:
             padded = padded.slice(0, need, axis)
-    result = None
+    result = idx = None
+    order = int(attrs.get("storage_order", 0))
     for k, offsets in enumerate(itertools.product(*[range(kk) for kk in kernel])):
         view = padded
         for d, o in enumerate(offsets):
@@ -129,14 +165,23 @@ def _dilated_pool(graph: Graph, x: Tensor, attrs: dict, kind: str, prog: Any, na
             view = view.slice(start, start + (outs[d] - 1) * strides[d] + 1, axis)
             if strides[d] > 1:
                 view = view.subSample(strides[d], axis)
-        if result is None:
+        if with_indices:  # the first window element strictly greater wins, as ONNX's
+            where = tensor(graph, _indices(x.shape(), outs, offsets, strides, dil, lower, order),
+                           f"{name}/index{k}")  # fmt: skip
+            if result is None:
+                result, idx = popops.add(graph, view, 0.0, prog, f"{name}/first"), where
+            else:
+                better = popops.gt(graph, view, result, prog, f"{name}/better{k}")
+                result = popops.select(graph, view, result, better, prog, f"{name}/max{k}")
+                idx = popops.select(graph, where, idx, better, prog, f"{name}/argmax{k}")
+        elif result is None:
             result = popops.add(graph, view, 0.0, prog, f"{name}/first")
         elif kind == "max":
             result = popops.max(graph, result, view, prog, f"{name}/max{k}")
         else:
             result = popops.add(graph, result, view, prog, f"{name}/sum{k}")
     if kind == "max":
-        return result
+        return [result, idx] if with_indices else result
     include = int(attrs.get("count_include_pad", 0))
     counts = np.ones(outs, np.float64)
     for d in range(n):
@@ -155,14 +200,14 @@ def _dilated_pool(graph: Graph, x: Tensor, attrs: dict, kind: str, prog: Any, na
 def _with_dilations(fn: Lowering, kind: str) -> Lowering:
     def lower(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
         dil = [int(d) for d in np.asarray(attrs.get("dilations", [])).reshape(-1)]
-        if not dil or all(d == 1 for d in dil) or not isinstance(inputs[0], Tensor):
+        with_indices = kind == "max" and context().num_outputs > 1
+        dilated = dil and any(d != 1 for d in dil)
+        if not (dilated or with_indices) or not isinstance(inputs[0], Tensor):
             return fn(graph, inputs, attrs, prog, name)
         op = "MaxPool" if kind == "max" else "AveragePool"
         x = float_check(inputs[0], op, name)
-        if int(attrs.get("storage_order", 0)) != 0:
-            raise popart_exception(
-                f"{op} (node '{name}'): storage_order={attrs['storage_order']} is not supported"
-            )
+        if with_indices:
+            return _dilated_pool(graph, x, attrs, kind, prog, name, with_indices=True)
         return [_dilated_pool(graph, x, attrs, kind, prog, name)]
 
     lower.__name__ = getattr(fn, "__name__", kind)

@@ -113,3 +113,15 @@ def test_conv_transpose(case: str) -> None:
         lambda b, ids: b.aiOnnx.convtranspose(ids, **attrs), [x, w, bias], opsets=OPSET13,
         rtol=1e-4, atol=1e-5,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_maxpool_indices(order: int) -> None:
+    x = RNG.permutation(2 * 3 * 5 * 6).reshape(2, 3, 5, 6).astype(np.float32)
+    attrs = dict(kernel_shape=[2, 3], strides=[2, 2], pads=[1, 1, 0, 1], storage_order=order)
+
+    def build(b, ids):
+        return b.aiOnnx.maxpool(ids, num_outputs=2, **attrs)[1]
+
+    got = check_forward(build, [x], opsets=OPSET13)
+    assert got.dtype == np.int32
