@@ -25,10 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from popart_api.autodiff import GradContext, Grads, register_grad
 from popart_api.errors import popart_exception
 from popart_api.ops import REGISTRY, Lowering, context, float_check, register, tensor
-from popart_api.ops_nn import _ints, _moments, _pads
+from popart_api.ops_nn import _ints, _moments, _norm_grad_x, _pads
 from poplar_api import Graph, Tensor, poplin, popops
+from poplar_api.popops import Operation
 from poplar_api.tensor import concat
 
 
@@ -45,12 +47,36 @@ def _instance_norm(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str
     dims = list(range(2, x.rank()))
     keep = [x.dim(0), x.dim(1)] + [1] * len(dims)
     _mean, _var, inv_std, xc = _moments(graph, x, dims, keep, eps, prog, name)
-    y = popops.mul(graph, xc, inv_std, prog, f"{name}/normed")
+    xhat = popops.mul(graph, xc, inv_std, prog, f"{name}/normed")
     per_channel = [1, x.dim(1)] + [1] * len(dims)
     scale = tensor(graph, inputs[1], name, x).reshape(per_channel)
     bias = tensor(graph, inputs[2], name, x).reshape(per_channel)
-    y = popops.mul(graph, y, scale, prog, f"{name}/scale")
-    return [popops.add(graph, y, bias, prog, name)]
+    y = popops.mul(graph, xhat, scale, prog, f"{name}/scale")
+    return [popops.add(graph, y, bias, prog, name), inv_std, xhat]
+
+
+@register_grad("InstanceNormalization")
+def _instance_norm_grad(g: GradContext) -> Grads:
+    """dX by the normalisation gradient over each (sample, channel)'s field; dScale
+    ``Σ dY·x̂`` and dB ``Σ dY`` over the samples and the field."""
+    dy = g.grad_output(0)
+    inv_std, xhat = g.outputs[1], g.outputs[2]
+    rank = dy.rank()
+    dims = list(range(2, rank))
+    keep = [dy.dim(0), dy.dim(1)] + [1] * len(dims)
+    per_channel = [1, dy.dim(1)] + [1] * len(dims)
+    out: list[Tensor | None] = [None, None, None]
+    if g.needs_grad(0):
+        scale = tensor(g.graph, g.inputs[1], g.name, dy).reshape(per_channel)
+        dxhat = popops.mul(g.graph, dy, scale, g.prog, f"{g.name}/dxhat")
+        out[0] = _norm_grad_x(g, dxhat, xhat, inv_std, dims, keep)
+    others = [0, *dims]
+    if g.needs_grad(1):
+        prod = popops.mul(g.graph, dy, xhat, g.prog, f"{g.name}/dyXhat")
+        out[1] = popops.reduce(g.graph, prod, others, Operation.ADD, g.prog, f"{g.name}/dScale")
+    if g.needs_grad(2):
+        out[2] = popops.reduce(g.graph, dy, others, Operation.ADD, g.prog, f"{g.name}/dB")
+    return out
 
 
 # ------------------------------------------------------------------------- LRN

@@ -125,3 +125,16 @@ def test_maxpool_indices(order: int) -> None:
 
     got = check_forward(build, [x], opsets=OPSET13)
     assert got.dtype == np.int32
+
+
+def test_instance_normalization_gradients() -> None:
+    from popart_harness import check_gradients
+
+    x = RNG.standard_normal([2, 3, 2, 3]).astype(np.float32)
+    scale = RNG.standard_normal([3]).astype(np.float32)
+    bias = RNG.standard_normal([3]).astype(np.float32)
+    check_gradients(
+        lambda b, ids: b.aiOnnx.instancenormalization(ids, epsilon=1e-3),
+        [x, scale, bias],
+        opsets=OPSET13,
+    )
