@@ -16,6 +16,7 @@ from ipusim.machine import Machine
 from ipusim.tile.counted import (
     OP_CLASSES,
     CountedCompute,
+    CountedPart,
     block_cycles,
     class_costs,
     multi_vertex_cycles,
@@ -443,3 +444,18 @@ def test_replicas_with_different_work_take_the_slower_replicas_counted_time():
     alone = run(1, [3])
     device.detach()
     assert both == [alone[0], alone[0]]
+
+
+def test_a_part_keeps_its_distinct_block_runs_and_gives_back_every_executions():
+    cfg = load_config("tiny").counted
+    rng = np.random.default_rng(3)
+    profile = rng.integers(0, 4, (3, len(OP_CLASSES)))
+    distinct = rng.integers(0, 50, (4, 3))
+    runs = distinct[rng.integers(0, 4, 40)]
+    part = CountedPart.of(np.arange(40), "worker", 1, profile, runs)
+    assert part.rows.shape[0] <= 4 and part.runs.tolist() == runs.tolist()
+    assert part.thread_cycles(cfg).tolist() == worker_vertex_cycles(cfg, profile, runs).tolist()
+    assert part.operations().tolist() == (runs @ profile).tolist()
+    same = CountedPart.of(np.arange(5), "multi", 2, profile, np.ones((10, 3), np.int64))
+    assert same.which is None and same.rows.shape == (1, 3)
+    assert same.operations().tolist() == [(2 * profile.sum(axis=0)).tolist()] * 5

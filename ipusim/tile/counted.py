@@ -154,6 +154,10 @@ def multi_vertex_cycles(cfg: CountedConfig, worker_cycles: np.ndarray, contexts:
 class CountedPart:
     """The counted vertices of one type in one execution of a compute set.
 
+    The block runs of its kernel executions are kept as their distinct rows (most
+    vertices of a type run the same blocks as often: a run that repeats a compute set
+    keeps little per execution). Make one with :meth:`of`.
+
     Attributes
     ----------
     positions
@@ -161,23 +165,67 @@ class CountedPart:
     kind
         ``"worker"``, ``"multi"`` (a kernel per worker) or ``"supervisor"``.
     workers
-        Worker kernels per multi-vertex (rows of ``runs`` per vertex).
+        Worker kernels per multi-vertex (executions per vertex).
     profile
         ``int64[blocks, len(OP_CLASSES)]``: the operations of each block of the kernel.
-    runs
-        ``int64[executions, blocks]``: how often each kernel execution ran each block
-        (vertex ``v``'s worker ``w`` at row ``v * workers + w`` for multi-vertices).
+    rows
+        ``int64[distinct, blocks]``: the distinct rows of :attr:`runs`.
+    which
+        ``int32[executions]``: the row of each execution, or None when there is one row
+        (every execution ran the same blocks as often).
+    executions
+        Kernel executions (vertices, or vertices times workers).
     """
 
     positions: np.ndarray
     kind: str
     workers: int
     profile: np.ndarray
-    runs: np.ndarray
+    rows: np.ndarray
+    which: np.ndarray | None
+    executions: int
+
+    @classmethod
+    def of(
+        cls,
+        positions: np.ndarray,
+        kind: str,
+        workers: int,
+        profile: np.ndarray,
+        runs: np.ndarray,
+    ) -> CountedPart:
+        """The part of ``runs`` (``int64[executions, blocks]``: how often each kernel
+        execution ran each block; vertex ``v``'s worker ``w`` at row ``v * workers + w``
+        for multi-vertices)."""
+        runs = np.asarray(runs, np.int64)
+        n = runs.shape[0]
+        if n == 0 or (runs == runs[0]).all():
+            rows, which = runs[:1].copy(), None
+        else:
+            rows, inverse = np.unique(runs, axis=0, return_inverse=True)
+            which = inverse.reshape(-1).astype(np.int32)
+        return cls(positions, kind, workers, profile, rows, which, n)
+
+    @property
+    def runs(self) -> np.ndarray:
+        """``int64[executions, blocks]``: how often each execution ran each block."""
+        if self.which is None:
+            return np.repeat(self.rows, self.executions, axis=0)
+        return self.rows[self.which]
+
+    def _per_execution(self, values: np.ndarray) -> np.ndarray:
+        """Values of the distinct rows spread over the executions."""
+        if self.which is None:
+            return np.repeat(values, self.executions, axis=0)
+        return values[self.which]
+
+    def thread_cycles(self, cfg: CountedConfig) -> np.ndarray:
+        """Thread cycles of each kernel execution."""
+        return self._per_execution(worker_vertex_cycles(cfg, self.profile, self.rows))
 
     def operations(self) -> np.ndarray:
         """``int64[vertices, len(OP_CLASSES)]``: the operations each vertex executed."""
-        per_run = self.runs @ self.profile
+        per_run = self._per_execution(self.rows @ self.profile)
         rows = self.workers if self.kind == "multi" else 1
         return per_run.reshape(-1, rows, len(OP_CLASSES)).sum(axis=1)
 
@@ -195,7 +243,7 @@ class CountedExecution:
         cycles; tile cycles for multi-vertices)."""
         cycles = np.array(self.static, np.int64)
         for part in self.parts:
-            thread = worker_vertex_cycles(cfg, part.profile, part.runs)
+            thread = part.thread_cycles(cfg)
             if part.kind == "multi":
                 found = multi_vertex_cycles(cfg, thread.reshape(-1, part.workers), contexts)
             elif part.kind == "supervisor":  # supervisor code issues once per `contexts`

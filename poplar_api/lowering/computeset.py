@@ -419,7 +419,7 @@ def make_runner(
                 )
                 kind = _kind(group.vtype)
                 workers = num_workers if kind == "multi" else 1
-                parts.append(CountedPart(group.positions, kind, workers, profile, block_runs))
+                parts.append(CountedPart.of(group.positions, kind, workers, profile, block_runs))
             else:
                 ok = execute_lowered(
                     group.vtype, fields, n, num_workers, vertex_ids=vertex_ids, tiles=tiles
