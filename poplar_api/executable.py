@@ -69,6 +69,7 @@ COMPILE_OPTIONS = {
     "profiler.blocks.filter": "",
     "profiler.programs.filter": "",
     "debug.allowOutOfMemory": "false",
+    "debug.vertexCycles": "estimate",
 }
 
 #: Module name prefix of codelet files loaded by ``graph.addCodelets(path)``.

@@ -154,6 +154,7 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
         "estimate",
         "ipusim: where vertex cycles come from: estimates; auto (as Poplar: counted "
         "execution of codelets on hardware devices); counted (every kernel ipusim runs)",
+        True,
     ),
     "debug.maxCycles": EngineOption(
         "int",

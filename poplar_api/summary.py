@@ -163,7 +163,9 @@ def cycles_by_vertex_type(
     gp: Mapping[str, Any], ep: Mapping[str, Any]
 ) -> dict[str, tuple[int, int]]:
     """``name -> (cycles, instances)``: Σ of the vertex estimates of every executed
-    compute set, and the vertices of that type in the graph's compute sets."""
+    compute set (for a type whose cycles were counted, Σ of its executions' counted
+    cycles, ``simulation.cyclesByVertexType``), and the vertices of that type in the
+    graph's compute sets."""
     names = gp["vertexTypes"]["names"]
     cs = gp["computeSets"]
     per_cs = np.asarray(cs["cycleEstimates"]["activeCyclesByVertexType"], np.int64)
@@ -177,7 +179,13 @@ def cycles_by_vertex_type(
     cycles = per_cs[runs].sum(axis=0) if runs else np.zeros(len(names), np.int64)
     counts = np.asarray(cs["vertexCountsByType"], np.int64).reshape(len(cs["names"]), len(names))
     instances = counts.sum(axis=0)
-    return {n: (int(c), int(i)) for n, c, i in zip(names, cycles, instances, strict=True)}
+    out = {n: (int(c), int(i)) for n, c, i in zip(names, cycles, instances, strict=True)}
+    sources = ep["simulation"].get("vertexCycleSources", {})
+    counted = ep["simulation"].get("cyclesByVertexType", {})
+    for name, source in sources.items():
+        if source == "counted" and name in out and name in counted:
+            out[name] = (int(counted[name]), out[name][1])
+    return out
 
 
 def totals(ep: Mapping[str, Any], num_tiles: int) -> dict[str, float]:

@@ -151,7 +151,7 @@ class Halves(MultiVertex):
         return True
 
 
-def _loops_engine(device, repeats: int, estimate: int | None = None):
+def _loops_engine(device, repeats: int, estimate: int | None = None, options=None):
     graph = Graph(device.getTarget())
     graph.addCodelets(Loops)
     it = graph.addVariable(UNSIGNED_INT, [], "iterations")
@@ -166,7 +166,9 @@ def _loops_engine(device, repeats: int, estimate: int | None = None):
     if estimate is not None:
         graph.setPerfEstimate(v, estimate)
     engine = Engine(
-        graph, prog.Repeat(repeats, prog.Execute(cs)), {"profiler.programs.filter": "loops"}
+        graph,
+        prog.Repeat(repeats, prog.Execute(cs)),
+        {"profiler.programs.filter": "loops", **(options or {})},
     )
     engine.load(device)
     return engine
@@ -215,6 +217,39 @@ def test_counted_mode_replaces_the_estimate_and_estimate_mode_ignores_the_kernel
     fixed.run()
     same = [b["cycles"] for b in fixed.getBlockRecords(0)]
     assert growing[1] > growing[0] and same[0] == same[1]
+
+
+def test_the_engine_option_chooses_the_mode_and_overrides_the_enclosing_block():
+    counted = _loops_engine(
+        IPUModel("tiny").createDevice(), 2, 5, {"debug.vertexCycles": "counted"}
+    )
+    counted.run()
+    growing = [b["cycles"] for b in counted.getBlockRecords(0)]
+    with vertexCycles("counted"):
+        fixed = _loops_engine(_hardware(), 2, 5, {"debug.vertexCycles": "estimate"})
+    fixed.run()
+    same = [b["cycles"] for b in fixed.getBlockRecords(0)]
+    assert growing[1] > growing[0] and same[0] == same[1]
+
+
+def test_a_compiled_executable_keeps_its_mode_and_refuses_another():
+    from poplar_api import compileGraph
+    from poplar_api.errors import EngineError
+
+    device = IPUModel("tiny").createDevice()
+    graph = Graph(device.getTarget())
+    graph.addCodelets(Loops)
+    it = graph.addVariable(UNSIGNED_INT, [], "iterations")
+    acc = graph.addVariable(FLOAT, [1], "acc")
+    graph.setTileMapping(it, 0)
+    graph.setTileMapping(acc, 0)
+    cs = graph.addComputeSet("loops")
+    v = graph.addVertex(cs, "Loops", {"iterations": it, "acc": acc[0]})
+    graph.setTileMapping(v, 0)
+    graph.setPerfEstimate(v, 5)
+    exe = compileGraph(graph, prog.Execute(cs), {"debug.vertexCycles": "counted"})
+    with pytest.raises(EngineError, match=r"debug\.vertexCycles"):
+        Engine(exe, {"debug.vertexCycles": "estimate"})
 
 
 def test_a_multi_vertex_takes_its_slowest_worker_on_every_context_plus_the_supervisor():
@@ -459,3 +494,20 @@ def test_a_part_keeps_its_distinct_block_runs_and_gives_back_every_executions():
     same = CountedPart.of(np.arange(5), "multi", 2, profile, np.ones((10, 3), np.int64))
     assert same.which is None and same.rows.shape == (1, 3)
     assert same.operations().tolist() == [(2 * profile.sum(axis=0)).tolist()] * 5
+
+
+def test_the_summary_gives_a_counted_types_counted_cycles():
+    import io
+    import re
+
+    engine = _loops_engine(IPUModel("tiny").createDevice(), 3, 5, {"debug.vertexCycles": "counted"})
+    engine.run()
+    out = io.StringIO()
+    engine.printProfileSummary(out)
+    shown = int(
+        re.search(r"Loops +\(1 instances\): ([\d,]+)", out.getvalue()).group(1).replace(",", "")
+    )
+    sim = engine.getExecutionProfile()["simulation"]
+    assert sim["vertexCycleSources"]["Loops"] == "counted"
+    assert shown == sim["cyclesByVertexType"]["Loops"]
+    assert shown != 3 * 5  # not the three executions' estimates

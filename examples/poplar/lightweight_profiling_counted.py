@@ -33,7 +33,6 @@ import numpy as np
 from poplar_api import UNSIGNED_INT, Device, DeviceManager, Engine, Graph, InOut, TargetType
 from poplar_api import program as prog
 from poplar_api.codelet import SupervisorVertex
-from poplar_api.counted import vertexCycles
 
 #: Executions of the compute set in one run.
 REPEATS = 5
@@ -89,9 +88,9 @@ def build(device: Device) -> Engine:
     graph.createHostRead("iterations", vIterations)
 
     loop = prog.Repeat(REPEATS, prog.Execute(cs))
-    engineOpts = {"profiler.programs.filter": "operation"}
-    with vertexCycles("auto"):  # as Poplar: counted on hardware, estimates on IPU Models
-        engine = Engine(graph, loop, engineOpts)
+    # debug.vertexCycles "auto": as Poplar, counted on hardware, estimates on IPU Models
+    engineOpts = {"profiler.programs.filter": "operation", "debug.vertexCycles": "auto"}
+    engine = Engine(graph, loop, engineOpts)
     engine.load(device)
     engine.run()
     return engine

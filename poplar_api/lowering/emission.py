@@ -158,6 +158,8 @@ class Emission:
         #: compute set id -> its lowered compute set (each is lowered once)
         self.compute_sets: dict[int, ComputeSetRecord] = {}
         options = options or {}
+        #: the engine options (``debug.vertexCycles`` chooses counted execution)
+        self.options = options
         self.blocks_filter = _filter(options, "profiler.blocks.filter")
         self.programs_filter = _filter(options, "profiler.programs.filter")
         #: exchange.enablePrefetch: host-to-device stream copies are prefetched
