@@ -429,8 +429,9 @@ def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None
 def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of ranges ``[lo, hi)`` as sorted disjoint ranges (touching ones
     joined: consecutive ids travel together)."""
-    order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], hi[order]
+    if lo.size > 1 and (lo[1:] < lo[:-1]).any():  # often sorted already: no sort then
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], hi[order]
     reach = np.maximum.accumulate(hi)
     new = np.ones(lo.size, bool)
     new[1:] = lo[1:] > reach[:-1]
