@@ -27,7 +27,7 @@ from ipusim.measured import (
     read_profile,
     read_summary,
 )
-from ipusim.sweep import experiment as experiment_module
+from ipusim.sweep import grid
 from ipusim.sweep.experiment import ExperimentError, load_experiment
 from ipusim.sweep.points import expand_points
 from tests.test_measured import SDK1
@@ -264,7 +264,7 @@ def test_expand_points_sizes_the_grid_first(tmp_path, monkeypatch):
         },
         base_dir=tmp_path,
     )
-    monkeypatch.setattr(experiment_module, "MAX_POINTS", 5)
+    monkeypatch.setattr(grid, "MAX_POINTS", 5)
 
     def never(*args):
         raise AssertionError("the grid was expanded")

@@ -61,6 +61,7 @@ from ipusim.config_sections import leaf_paths, suggest_path
 from ipusim.errors import ConfigError, IpusimError
 from ipusim.errors import short_repr as _show
 from ipusim.runner import workload_stem
+from ipusim.sweep.grid import MAX_POINTS, Numbers, check_size, grid_size, numbering
 from ipusim.sweep.workloads import WorkloadSource, canonical_json, resolve_workload
 
 #: The tile count and the layout fields derived from it (:func:`layout_overrides`).
@@ -90,9 +91,6 @@ CONFIG_AXIS = "config"
 WORKLOAD_PREFIX = "workload."
 #: Most values one axis may have (a larger grid is almost surely a typo in a range).
 MAX_AXIS_VALUES = 100_000
-#: Most points one experiment may have (workloads x grid x repeats), checked before
-#: the grid is expanded.
-MAX_POINTS = 1_000_000
 #: Most problems listed per axis; the rest are counted.
 _MAX_PROBLEMS_PER_AXIS = 8
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -482,9 +480,7 @@ def load_experiment(
         # one pass: the parts that passed the schema are checked further all the same,
         # so the file's every problem is listed at once
         problems = [_schema_problem(label, err) for err in exc.errors()]
-        from ipusim.sweep.experiment_parts import salvage
-
-        partial, skip, numbers = salvage(data, base)
+        partial, skip, numbers = _salvage(data, base)
         problems += check_experiment(partial, label, skip, numbers)
         raise ExperimentError(problems, header=f"invalid experiment {label}") from None
     problems = check_experiment(exp, label)
@@ -493,16 +489,64 @@ def load_experiment(
     return exp
 
 
-#: Positions in the file of the workloads and axes an experiment kept:
-#: ``{"workloads": [0, 2], "axes": [1]}``.
-_Numbers = dict[str, list[int]]
+def _salvage(data: Mapping[str, Any], base_dir: str) -> tuple[Experiment, set[str], Numbers]:
+    """The parts of an experiment that pass the schema on their own, as an unvalidated
+    Experiment, and what the deeper checks must skip because a part is missing
+    (``config``: the base config is unknown; ``zip``: an axis was dropped; ``axis
+    params:<name>``: a dropped axis sets parameter ``name``), with the positions in the
+    file of the workloads and axes kept."""
+    skip: set[str] = set()
 
+    def valid(model: type[BaseModel], value: Any) -> BaseModel | None:
+        try:
+            return model.model_validate(value)
+        except (ValidationError, TypeError, ValueError, OverflowError):
+            return None
 
-def _numbering(numbers: _Numbers | None) -> tuple[Any, Any]:
-    """Functions giving the file position of workload ``i`` and axis ``i``."""
-    if numbers is None:
-        return (lambda i: i), (lambda i: i)
-    return (lambda i: numbers["workloads"][i]), (lambda i: numbers["axes"][i])
+    workloads = data.get("workloads")
+    entries = [valid(WorkloadEntry, w) for w in workloads] if isinstance(workloads, list) else []
+    numbers: Numbers = {
+        "workloads": [i for i, e in enumerate(entries) if isinstance(e, WorkloadEntry)],
+        "axes": [],
+    }
+    axes_raw = data.get("axes", [])
+    axes: list[Axis] = []
+    for i, item in enumerate(axes_raw if isinstance(axes_raw, list) else []):
+        axis = valid(Axis, item)
+        if isinstance(axis, Axis):
+            axes.append(axis)
+            numbers["axes"].append(i)
+            continue
+        skip.add("zip")
+        path = item.get("path") if isinstance(item, Mapping) else None
+        if isinstance(path, str) and path.startswith(WORKLOAD_PREFIX):
+            skip.add(f"axis param:{path.removeprefix(WORKLOAD_PREFIX)}")
+    if not isinstance(axes_raw, list):
+        skip.add("zip")
+    config_raw = data.get("config", {})
+    if isinstance(config_raw, str | os.PathLike):
+        config_raw = {"base": os.fspath(config_raw)}
+    config = valid(ConfigSection, config_raw)
+    if not isinstance(config, ConfigSection):
+        config = ConfigSection()
+        skip.add("config")
+    mode = data.get("mode", "product")
+    repeats = data.get("repeats", 1)
+    partial = Experiment.model_construct(
+        name=str(data.get("name", "experiment")),
+        description="",
+        workloads=[e for e in entries if isinstance(e, WorkloadEntry)],
+        config=config,
+        axes=axes,
+        mode=mode if mode in ("product", "zip") else "product",
+        repeats=repeats if isinstance(repeats, int) and 1 <= repeats <= 10_000 else 1,
+        options={},
+        profiles=True,
+        base_dir=base_dir,
+    )
+    if mode not in ("product", "zip"):
+        skip.add("zip")
+    return partial, skip, numbers
 
 
 # --------------------------------------------------------------------- the deeper checks
@@ -521,9 +565,9 @@ def _config_message(exc: ConfigError) -> str:
 
 
 def _check_workloads(
-    exp: Experiment, label: str, skip: set[str] = frozenset(), numbers: _Numbers | None = None
+    exp: Experiment, label: str, skip: set[str] = frozenset(), numbers: Numbers | None = None
 ) -> list[str]:
-    wn, an = _numbering(numbers)
+    wn, an = numbering(numbers)
     problems: list[str] = []
     axis_params = [a.param for a in exp.axes if a.kind == "workload"]
     axis_params += [k.removeprefix("axis param:") for k in skip if k.startswith("axis param:")]
@@ -628,9 +672,9 @@ def _load_base(
 
 
 def _check_axes(
-    exp: Experiment, label: str, skip: set[str] = frozenset(), numbers: _Numbers | None = None
+    exp: Experiment, label: str, skip: set[str] = frozenset(), numbers: Numbers | None = None
 ) -> list[str]:
-    _, an = _numbering(numbers)
+    _, an = numbering(numbers)
     problems: list[str] = []
     leaves = set(leaf_paths())
     fixed: dict[str, Any] = {}  # config.set without its unknown paths (reported once)
@@ -721,39 +765,18 @@ def _check_axes(
     return problems
 
 
-def grid_size(exp: Experiment) -> int:
-    """The number of points of ``exp`` (workloads x grid x repeats), computed from the
-    axis lengths without expanding anything."""
-    lengths = [len(a.values or []) for a in exp.axes]
-    zipped = min(lengths) if lengths else 1
-    grid = zipped if exp.mode == "zip" else math.prod(lengths)
-    return len(exp.workloads) * grid * exp.repeats
-
-
-def _check_size(exp: Experiment, label: str) -> list[str]:
-    size = grid_size(exp)
-    if size <= MAX_POINTS:
-        return []
-    lengths = " x ".join(str(len(a.values or [])) for a in exp.axes) or "1"
-    return [
-        f"{label}: the experiment has {size:,} points ({len(exp.workloads)} workload(s) x "
-        f"{lengths} axis values x {exp.repeats} repeat(s)); at most {MAX_POINTS:,} are "
-        "allowed; hint: fewer axis values, mode: zip, or several experiments"
-    ]
-
-
 def check_experiment(
     exp: Experiment,
     label: str = "experiment",
     skip: set[str] = frozenset(),
-    numbers: _Numbers | None = None,
+    numbers: Numbers | None = None,
 ) -> list[str]:
     """Every problem of a schema-valid experiment that the schema cannot see (one line
     each); empty when it can run. ``skip`` names checks whose input was dropped because
     it failed the schema, ``numbers`` the position in the file of each workload and axis
     kept (see :func:`load_experiment`)."""
     return (
-        _check_size(exp, label)
+        check_size(exp, label)
         + _check_workloads(exp, label, skip, numbers)
         + _check_axes(exp, label, skip, numbers)
     )

@@ -22,10 +22,10 @@ from ipusim.errors import ConfigError
 from ipusim.sweep.experiment import (
     Experiment,
     ExperimentError,
-    _check_size,
     _config_message,
     layout_overrides,
 )
+from ipusim.sweep.grid import check_size
 from ipusim.sweep.workloads import canonical_json, workload_hash
 
 __all__ = ["Point", "expand_points", "point_key"]
@@ -103,12 +103,12 @@ def expand_points(exp: Experiment) -> list[Point]:
     Raises
     ------
     ExperimentError
-        More than :data:`~ipusim.sweep.experiment.MAX_POINTS` points (refused before
+        More than :data:`~ipusim.sweep.grid.MAX_POINTS` points (refused before
         any is built); a combination of values the config rejects as a whole (for example more
         columns than tiles), or two points that are the same run (same config, workload
         and repeat, e.g. a duplicated value); each is named with its axis values.
     """
-    too_many = _check_size(exp, f"experiment {exp.name!r}")
+    too_many = check_size(exp, f"experiment {exp.name!r}")
     if too_many:  # refused before anything of the grid is built
         raise ExperimentError(too_many, header=f"experiment {exp.name!r}: too many points")
     kinds = {a.path: a.kind for a in exp.axes}
