@@ -80,6 +80,10 @@ FLOAT_OPS = ("Pow", "MaxPool")
 
 def _wrap(fn: Lowering, op: str, wide: Any, integers: frozenset) -> Lowering:
     def lower(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
+        if wide == FLOAT and not (
+            isinstance(inputs[0], Tensor) and inputs[0].elementType() in integers
+        ):  # Pow of a float base, MaxPool of floats: as registered
+            return fn(graph, inputs, attrs, prog, name)
         narrow = None
         cast_inputs = []
         for i, v in enumerate(inputs):

@@ -157,3 +157,16 @@ def test_integer_div_of_known_values_truncates() -> None:
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, [int(x / y) for x, y in zip(a, b, strict=True)])
     np.testing.assert_allclose(divide(np.float32([1.0]), np.float32([4.0])), [0.25])
+
+
+def test_pow_of_a_float_base_keeps_its_type_with_an_integer_exponent() -> None:
+    x = np.array([1.5, 2.0, 0.5], np.float32)
+    e = np.array([2, 3, -1], np.int32)
+    anchors = _run(
+        [helper.make_node("Pow", ["x", "e"], ["y"])],
+        [_vi("x", TensorProto.FLOAT, [3]), _vi("e", TensorProto.INT32, [3])],
+        [_vi("y", TensorProto.FLOAT, [3])],
+        {"x": x, "e": e},
+    )
+    assert anchors["y"].dtype == np.float32
+    np.testing.assert_allclose(anchors["y"], x ** e.astype(np.float32), rtol=1e-6)
