@@ -16,6 +16,7 @@ from poplar_api.device import (
     TargetType,
 )
 from poplar_api.engine import Engine
+from poplar_api.errors import StreamCallbackError
 from poplar_api.executable import Executable, ExecutableError, compileGraph
 from poplar_api.graph import (
     ComputeSet,
@@ -72,6 +73,7 @@ __all__ = [
     "RemoteBuffer",
     "ReplicatedStreamMode",
     "StreamCallback",
+    "StreamCallbackError",
     "SyncDelayType",
     "Target",
     "TargetType",

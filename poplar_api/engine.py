@@ -309,6 +309,7 @@ class Engine:
         SimulationTimeout
             The run passed ``debug.maxCycles``.
         """
+        self._host.begin_run(index, debugName)  # named in stream callbacks' errors
         try:
             with progress.activity(f"Engine.run({index})"):
                 self._run_program(index, debugName)

@@ -47,6 +47,31 @@ class EngineError(PoplarError, RuntimeError):
     """An Engine call is used wrongly (unknown handle, not loaded, bad buffer)."""
 
 
+class StreamCallbackError(EngineError):
+    """A stream callback failed: it raised, returned something it must not, or changed
+    the shape or type of the buffer it was given.
+
+    The message names the stream (handle, direction, replica), the callback and the
+    method called, which copy of the stream and which run of the engine it was; the
+    callback's own exception, if any, is the ``__cause__``.
+
+    Attributes
+    ----------
+    stream
+        The stream's handle.
+    callback
+        The callback's name (a function's qualified name, or the object's class).
+    method
+        ``fetch``, ``prefetch``, ``complete`` or ``invalidatePrefetched``.
+    """
+
+    def __init__(self, text: str, stream: str = "", callback: str = "", method: str = "") -> None:
+        super().__init__(text)
+        self.stream = stream
+        self.callback = callback
+        self.method = method
+
+
 class ApplicationRuntimeError(EngineError, RunAborted):
     """A run stopped by the program itself (``Abort``, ``AbortOnCondition``,
     ``ErrorProgram``), as Poplar's ``poplar::application_runtime_error``.

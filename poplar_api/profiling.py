@@ -32,6 +32,7 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.config import MachineConfig, config_hash
+from ipusim.files import FileGroup
 from ipusim.profile.execution import ProgramTable, program_table
 from ipusim.sync.controller import relative_sync_delays
 from ipusim.tile.compute import ComputeCost
@@ -752,16 +753,19 @@ def write_auto_report(engine: Any) -> Path | None:
         profiles.append(("profile", gp))
     if want_exec:
         profiles.append(("execution", ep))
-    for stem, profile in profiles:
-        if fmt == "cbor":
-            with open(directory / f"{stem}.cbor", "wb") as f:
-                serializeToCBOR(f, profile)
-        else:
-            with open(directory / f"{stem}.json", "w", encoding="utf-8") as f:
-                serializeToJSON(f, profile)
+    # the files appear together, whole, or not at all (a stopped run leaves the old ones)
+    with FileGroup(directory, "autoReport.directory") as group:
+        for stem, profile in profiles:
+            if fmt == "cbor":
+                with group.open(f"{stem}.cbor", "wb") as f:
+                    serializeToCBOR(f, profile)
+            else:
+                with group.open(f"{stem}.json") as f:
+                    serializeToJSON(f, profile)
+        if every:
+            with group.open("summary.txt") as f:
+                printProfileSummary(f, gp, ep, {"showExecutionSteps": "true"})
     if every:
-        with open(directory / "summary.txt", "w", encoding="utf-8") as f:
-            printProfileSummary(f, gp, ep, {"showExecutionSteps": "true"})
         trace = engine.getTrace()
         writer = _timeline_writer()
         if writer is not None and trace is not None:

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from poplar_api.errors import EngineError
+from poplar_api.errors import EngineError, StreamCallbackError
 from poplar_api.lowering.emission import HostIO, prefetch_option
 
 __all__ = [
@@ -64,31 +64,6 @@ __all__ = [
     "connect_callback_args",
     "prefetch_option",
 ]
-
-
-class StreamCallbackError(EngineError):
-    """A stream callback failed: it raised, returned something it must not, or changed
-    the shape or type of the buffer it was given.
-
-    The message names the stream (handle, direction, replica), the callback and the
-    method called, which copy of the stream and which run of the engine it was; the
-    callback's own exception, if any, is the ``__cause__``.
-
-    Attributes
-    ----------
-    stream
-        The stream's handle.
-    callback
-        The callback's name (a function's qualified name, or the object's class).
-    method
-        ``fetch``, ``prefetch``, ``complete`` or ``invalidatePrefetched``.
-    """
-
-    def __init__(self, text: str, stream: str = "", callback: str = "", method: str = "") -> None:
-        super().__init__(text)
-        self.stream = stream
-        self.callback = callback
-        self.method = method
 
 
 def check_replica_index(index: Any, replicas: int, what: str, name: str = "replica index") -> int:

@@ -46,7 +46,7 @@ def test_a_raising_function_is_named_with_its_stream_copy_and_run():
         "callback 'test_a_raising_function_is_named_with_its_stream_copy_and_run.<locals>.fill'"
         in text
     )
-    assert "for copy 2 of the stream in run 1 of the engine" in text
+    assert "for copy 2 of the stream in run 1 of the engine (program 0" in text
     assert "raised ValueError: no more data" in text
     assert isinstance(info.value.__cause__, ValueError)  # the callback's own traceback
     assert isinstance(info.value, EngineError)  # callers catching EngineError still do
@@ -204,6 +204,6 @@ def test_a_failing_invalidation_at_the_end_of_a_run_names_the_stream_and_run():
     with pytest.raises(
         StreamCallbackError,
         match=r"stream 'in': invalidatePrefetched of callback Failing at the end of run 1 of "
-        r"the engine raised RuntimeError",
+        r"the engine \(program 0\) raised RuntimeError",
     ):
         engine.run(0)  # the end of the run invalidates the prefetch no copy used
