@@ -126,7 +126,18 @@ def engine_options(options: Mapping[str, Any] | None) -> dict[str, str]:
         if not isinstance(parsed, dict):
             raise EngineError(f"POPLAR_ENGINE_OPTIONS must be a JSON object, got {env!r}")
         merged.update({str(k): str(v) for k, v in parsed.items()})
-    merged.update({str(k): str(v) for k, v in (options or {}).items()})
+    if options is not None and not isinstance(options, Mapping):
+        raise EngineError(
+            f"engine options must be a mapping of option names to values, got "
+            f"{type(options).__name__} {options!r}; hint: {{'autoReport.all': 'true'}}"
+        )
+    for k, v in (options or {}).items():
+        if v is None or isinstance(v, bytes | bytearray):
+            raise EngineError(
+                f"engine option {k!r}: found {v!r}; option values are strings (or numbers "
+                f"and booleans written as strings); hint: {{{k!r}: 'true'}}"
+            )
+        merged[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
     return merged
 
 

@@ -64,6 +64,7 @@ from poplar_api.graph_state import (
     _Space,
     _VirtualTarget,
     add_constants,
+    initial_values,
     is_nonreplicated,
     replication_factor,
 )
@@ -402,9 +403,8 @@ class Graph(VertexMethods, BulkGraphMethods):
             dims = tuple(shape)  # a list of ints: the common case, checked inline
         else:
             dims = _shape_of(shape, f"tensor '{name}'")
-        n = math.prod(dims)
-        vid = len(self._state.variables)
-        base = self._state.space(type_).allocate(n, vid)
+        n, vid = math.prod(dims), len(self._state.variables)
+        base = self._state.space(type_).allocate(n, vid, name)
         var = Variable(vid, type_, base, n, dims, name or f"var{vid}", constant)
         self._state.variables.append(var)
         return Tensor._consecutive(self._state, type_, base, tuple(dims), var.name)
@@ -470,7 +470,7 @@ class Graph(VertexMethods, BulkGraphMethods):
             start = t._start
             if start >= 0:  # one number for consecutive ids: the common case, inline
                 n = math.prod(t._shape)
-                value = np.asarray(np.asarray(values), dtype=t._type.numpy)  # as below
+                value = initial_values(t._type, np.asarray(values), f"tensor '{t.name}'")
                 vals = np.full(n, value, t._type.numpy)
                 self._state.initial_parts.append((t._type, range(start, start + n), vals))
                 return
@@ -483,7 +483,7 @@ class Graph(VertexMethods, BulkGraphMethods):
                 f"setInitialValue: tensor '{t.name}' has {t.numElements()} elements "
                 f"(shape {t.shape()}) but {arr.size} values were given"
             )
-        vals = np.asarray(arr, dtype=t.elementType().numpy).reshape(-1).copy()
+        vals = initial_values(t.elementType(), arr, f"tensor '{t.name}'").reshape(-1).copy()
         ids = t._flat_ids()  # a range for consecutive ids: no index array is made
         ids = ids if type(ids) is range else ids.copy()
         self._state.initial_parts.append((t.elementType(), ids, vals))

@@ -66,15 +66,22 @@ class _Space:
         self.var_bases: list[int] = []
         self.var_ids: list[int] = []
 
-    def allocate(self, n: int, var_id: int) -> int:
+    def allocate(self, n: int, var_id: int, name: str = "") -> int:
         base = self.size
-        self.size += n
-        if self.size > self.tile.size:
+        if base + n > self.tile.size:
             # 1.25x growth: amortised appends without doubling the largest space; the
             # spare capacity stays untouched (no host memory) until allocated
-            grown = np.empty(max(self.size * 5 // 4, 1024), np.int32)
+            try:
+                grown = np.empty(max((base + n) * 5 // 4, 1024), np.int32)
+            except MemoryError:
+                raise GraphError(
+                    f"tensor '{name or f'var{var_id}'}': {n:,} elements are more than this "
+                    f"host can keep the tile of (about {4 * n / 2**30:,.1f} GiB of host "
+                    "memory for the mapping alone); hint: a smaller tensor, or split it"
+                ) from None
             grown[:base] = self.tile[:base]
             self.tile = grown
+        self.size += n
         self.tile[base : self.size] = UNMAPPED
         self.var_bases.append(base)
         self.var_ids.append(var_id)
@@ -401,6 +408,44 @@ class Constants(Sequence[Tensor]):
             return Tensor._consecutive(self._state, type_, int(starts[0]), (rows, *after), name)
         ids = _runs(starts, sizes)
         return Tensor._new(self._state, type_, ids.reshape(rows, *after), name, name)
+
+
+def initial_values(type_: Type, values: Any, what: str) -> np.ndarray:
+    """``values`` as ``type_``'s storage dtype, refused when they are not numbers or, for
+    an integer type, lie outside its range (numpy would wrap them silently).
+
+    Raises
+    ------
+    TensorError
+        Naming ``what`` (the tensor), the value found and the range of the type.
+    """
+    arr = values if type(values) is np.ndarray else np.asarray(values)
+    if arr.dtype.kind not in "biuf":
+        raise TensorError(
+            f"{what}: initial values must be numbers for a {type_.name} tensor, got "
+            f"{arr.dtype.name} values (e.g. {arr.reshape(-1)[:1].tolist()}); hint: "
+            "pass numbers or a numeric numpy array"
+        )
+    if type_.is_integral and arr.size and arr.dtype.kind in "iuf":
+        info = np.iinfo(type_.numpy)
+        low, high = arr.min(), arr.max()
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise TensorError(
+                f"{what}: initial value {bad.item()} is outside the range of "
+                f"{type_.name} [{info.min}, {info.max}]; hint: use a wider type or "
+                "values in range"
+            )
+    if type_.is_floating and arr.size and arr.dtype.kind in "iuf":
+        big = np.abs(arr[np.isfinite(arr)]) if arr.dtype.kind == "f" else np.abs(arr)
+        limit = float(np.finfo(type_.numpy).max)
+        if big.size and float(big.max()) > limit:
+            raise TensorError(
+                f"{what}: initial value of magnitude {float(big.max()):g} is beyond the "
+                f"largest {type_.name} ({limit:g}) and would be stored as infinity; hint: "
+                "scale the values or use a wider type"
+            )
+    return arr.astype(type_.numpy, copy=False)
 
 
 def _per_constant(value: Any, n: int, kind: str, what: str) -> list[Any]:

@@ -100,8 +100,8 @@ class Sequence(Program):
         for p in programs:
             if isinstance(p, str):
                 continue
-            if isinstance(p, Program):
-                self.add(p)
+            if isinstance(p, Program) or not hasattr(p, "__iter__"):
+                self.programs.append(_check_program(p, "Sequence"))
             else:
                 for q in p:
                     self.add(q)
