@@ -60,6 +60,7 @@ from poplar_api import (
 from poplar_api import program as pprog
 from poplar_api.errors import OutOfMemoryError, PoplarError
 from poplar_api.graph import variable_count
+from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poputil import mapTensorLinearly
 
 #: PopART's log levels (``POPART_LOG_LEVEL``) -> Python logging levels.
@@ -294,6 +295,7 @@ class _Session(SessionIO):
         with progress.activity(f"{self._kind}.prepareDevice"):
             self._prepare_device(loadEngine)
 
+    @bulk_construction
     def _prepare_device(self, loadEngine: bool) -> None:
         """The body of :meth:`prepareDevice`."""
         _configure_logging()
