@@ -279,7 +279,7 @@ def detail(text: str) -> None:
 PROGRESS_ENV = "IPUSIM_PROGRESS"
 #: Seconds a piece of library work runs before its line appears: quicker work prints
 #: nothing, so a short script's output is untouched.
-ACTIVITY_DELAY = 0.5
+ACTIVITY_DELAY = 0.25
 #: Seconds without growth after which a watched graph's construction line is ended.
 IDLE_SECONDS = 1.5
 

@@ -104,10 +104,14 @@ def read_idx_labels(path: str | os.PathLike[str]) -> np.ndarray:
 
 
 def load_digits_as_mnist() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's digits as MNIST-like ``uint8[1797, 28, 28]`` images and labels."""
-    from sklearn.datasets import load_digits
+    """scikit-learn's digits as MNIST-like ``uint8[1797, 28, 28]`` images and labels
+    (importing scikit-learn takes a second or two: a terminal shows a line meanwhile)."""
+    from ipusim import progress
 
-    digits = load_digits()
+    with progress.activity("Loading the digits (scikit-learn)"):
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
     pixels = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
     src = (np.arange(MNIST_SIDE) * digits.images.shape[1]) // MNIST_SIDE
     images = pixels[:, src][:, :, src]
