@@ -8,7 +8,7 @@ from popart_api.errors import popart_exception
 
 #: PopART's level names -> Python logging levels.
 LEVELS = {
-    "TRACE": logging.DEBUG,
+    "TRACE": 5,  # below DEBUG, as PopART's trace level
     "DEBUG": logging.DEBUG,
     "INFO": logging.INFO,
     "WARN": logging.WARNING,
@@ -41,7 +41,7 @@ class Logger:
     def getLevel(self) -> str:
         """The level's PopART name."""
         value = self._logger.getEffectiveLevel()
-        return next((k for k, v in LEVELS.items() if v == value and k != "TRACE"), "INFO")
+        return next((k for k, v in LEVELS.items() if v == value), "INFO")
 
     def debug(self, msg: str) -> None:
         self._logger.debug(msg)

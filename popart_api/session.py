@@ -40,6 +40,7 @@ from popart_api.dataflow import (
 )
 from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
+from popart_api.logger import LEVELS
 from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model, node_attrs
 from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
@@ -64,15 +65,7 @@ from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poputil import mapTensorLinearly
 
 #: PopART's log levels (``POPART_LOG_LEVEL``) -> Python logging levels.
-LOG_LEVELS = {
-    "TRACE": 5,
-    "DEBUG": logging.DEBUG,
-    "INFO": logging.INFO,
-    "WARN": logging.WARNING,
-    "ERR": logging.ERROR,
-    "CRITICAL": logging.CRITICAL,
-    "OFF": logging.CRITICAL + 10,
-}
+LOG_LEVELS = LEVELS
 logger = logging.getLogger("popart")
 
 
