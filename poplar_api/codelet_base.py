@@ -79,6 +79,25 @@ def vertex_bounds_checks(enabled: bool) -> Iterator[None]:
         RUN_CHECKS_BOUNDS.reset(token)
 
 
+#: Whether a vertex that writes NaN or an infinity stops the run
+#: (:func:`floating_point_exceptions`).
+RUN_FP_EXCEPTIONS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ipusim_fp_exceptions", default=False
+)
+
+
+@contextlib.contextmanager
+def floating_point_exceptions(enabled: bool) -> Iterator[None]:
+    """Stop a run when a vertex writes NaN or an infinity into a FLOAT or HALF field,
+    inside a ``with`` block. The Engine enters this around every run with its option
+    ``debug.floatingPointExceptions`` (an ipusim extension, default false)."""
+    token = RUN_FP_EXCEPTIONS.set(bool(enabled))
+    try:
+        yield
+    finally:
+        RUN_FP_EXCEPTIONS.reset(token)
+
+
 def checking_bounds() -> bool:
     """Whether vertex code now runs bounds-checked (see :func:`vertex_bounds_checks`)."""
     return RUN_CHECKS_BOUNDS.get()
@@ -252,6 +271,7 @@ __all__ = [
     "BASE_CLASSES",
     "DEFAULT_NUM_WORKERS",
     "RUN_CHECKS_BOUNDS",
+    "RUN_FP_EXCEPTIONS",
     "RUN_NUM_WORKERS",
     "CodeletFileError",
     "MultiVertex",
@@ -260,6 +280,7 @@ __all__ = [
     "VertexError",
     "VertexType",
     "checking_bounds",
+    "floating_point_exceptions",
     "numWorkers",
     "vertex_bounds_checks",
 ]

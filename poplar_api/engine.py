@@ -37,6 +37,7 @@ from ipusim.machine import Machine
 from ipusim.timing import TimingModel
 from ipusim.trace import Trace
 from poplar_api.codelet import vertex_bounds_checks
+from poplar_api.codelet_base import floating_point_exceptions
 from poplar_api.device import Device
 from poplar_api.errors import (
     ApplicationRuntimeError,
@@ -328,14 +329,15 @@ class Engine:
                 f"{len(self._programs)} program(s))"
             )
         checks = self.options.get("debug.checkVertexBounds", "true").strip().lower() == "true"
+        fp = self.options.get("debug.floatingPointExceptions", "false").strip().lower() == "true"
         dp = _EngineDataPlane(self._lowered, checks, self._host, self._state)
         if self._machine is None:
-            with vertex_bounds_checks(checks):
+            with vertex_bounds_checks(checks), floating_point_exceptions(fp):
                 _interpret(self.ir_program.entries[index], self.ir_program, dp)
             return
         max_cycles = _max_cycles(self.options)
         try:
-            with vertex_bounds_checks(checks):
+            with vertex_bounds_checks(checks), floating_point_exceptions(fp):
                 trace = self._machine.run(
                     self.ir_program, data_plane=dp, entry=index, max_cycles=max_cycles
                 )

@@ -72,6 +72,27 @@ class StreamCallbackError(EngineError):
         self.method = method
 
 
+class FloatingPointException(EngineError):
+    """A vertex wrote NaN or an infinity into a FLOAT or HALF field while the engine
+    option ``debug.floatingPointExceptions`` was on (as an IPU whose floating-point
+    exceptions are enabled stops).
+
+    Attributes
+    ----------
+    compute_set, vertex, tile, field
+        Where: the compute set's name, the vertex's id, its tile, the field's name.
+    value
+        The value written (NaN, inf or -inf).
+    """
+
+    def __init__(
+        self, text: str, compute_set: str, vertex: int, tile: int, field: str, value: float
+    ) -> None:
+        super().__init__(text)
+        self.compute_set, self.vertex, self.tile = compute_set, vertex, tile
+        self.field, self.value = field, value
+
+
 class ApplicationRuntimeError(EngineError, RunAborted):
     """A run stopped by the program itself (``Abort``, ``AbortOnCondition``,
     ``ErrorProgram``), as Poplar's ``poplar::application_runtime_error``.

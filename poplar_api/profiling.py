@@ -150,6 +150,12 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "debug.loweredVarDumpFile": _s("", "file of lowered variables (not written)"),
     "debug.verify": _b("false", "Poplar's own compile-time checks"),
     "debug.checkVertexBounds": _b("true", "ipusim: bounds-check vertex code", True),
+    "debug.floatingPointExceptions": _b(
+        "false",
+        "ipusim: a vertex that writes NaN or an infinity into a FLOAT or HALF field stops "
+        "the run (FloatingPointException naming the vertex, tile and compute set)",
+        True,
+    ),
     "debug.vertexCycles": _e(
         ("estimate", "auto", "counted"),
         "estimate",

@@ -17,8 +17,9 @@ import numpy as np
 
 from ipusim.tile.counted import CountedCycles, CountedExecution, CountedPart
 from poplar_api.codelet import InPlaceField, VertexType, checking_bounds, execute_lowered
+from poplar_api.codelet_base import RUN_FP_EXCEPTIONS
 from poplar_api.counted import execute_counted
-from poplar_api.errors import EngineError
+from poplar_api.errors import EngineError, FloatingPointException
 from poplar_api.fields import FieldBatch, FieldSpec
 from poplar_api.lowering import runs
 from poplar_api.lowering.context import Storage
@@ -433,12 +434,39 @@ def make_runner(
             for ft, ix in zip(group.fields, index, strict=True):
                 if ft.spec.writes:
                     writes.append((ft.type, ix, fields[ft.spec.name].data))
+                    if ft.type.is_floating and RUN_FP_EXCEPTIONS.get():
+                        _check_finite(name, ft, fields[ft.spec.name], vertex_ids, tiles)
         for t, ix, data in writes:
             storage.write(t, ix, data)
         if counted is not None:
             counted.holder.put(CountedExecution(counted.static, tuple(parts)))
 
     return run
+
+
+def _check_finite(
+    cs_name: str, ft: Any, batch: Any, vertex_ids: np.ndarray, tiles: np.ndarray
+) -> None:
+    """Raise :class:`~poplar_api.errors.FloatingPointException` for the first NaN or
+    infinity a vertex wrote into ``ft`` (as stored: a HALF field overflows at 65504)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        stored = batch.data.astype(ft.type.numpy, copy=False)
+    bad = np.flatnonzero(~np.isfinite(stored))
+    if not bad.size:
+        return
+    at = int(bad[0])
+    if batch.inner_offsets is not None:  # a vector list: inner vector, then its vertex
+        at = int(np.searchsorted(batch.inner_offsets, at, side="right")) - 1
+    v = int(np.searchsorted(batch.offsets, at, side="right")) - 1
+    value = float(stored[bad[0]])
+    kind = "an invalid operation (NaN)" if np.isnan(value) else "an overflow or division by zero"
+    raise FloatingPointException(
+        f"compute set '{cs_name}': vertex {int(vertex_ids[v])} on tile {int(tiles[v])} wrote "
+        f"{value} into its {ft.type.name} field '{ft.spec.name}' ({kind}; {bad.size} "
+        "element(s) of the field are not finite); hint: the run stopped because the engine "
+        "option debug.floatingPointExceptions is true",
+        cs_name, int(vertex_ids[v]), int(tiles[v]), ft.spec.name, value,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
