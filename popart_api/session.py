@@ -691,6 +691,13 @@ class TrainingSession(_Session):
                 f"TrainingSession: loss '{self.loss}' is not a FLOAT tensor (got "
                 f"{type(loss).__name__}); hint: the output of a loss op"
             )
+        count = loss.numElements() if hasattr(loss, "numElements") else 1
+        if count != 1:
+            raise popart_exception(
+                f"TrainingSession: loss '{self.loss}' has shape {loss.shape()} ({count} "
+                "elements); the loss to train on must be a scalar; hint: reduce it "
+                "(a loss op with reduction Mean or Sum, or aiOnnx.reducemean)"
+            )
         trained = self._trained()
         sources = set(trained)
         sources |= {
