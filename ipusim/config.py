@@ -36,6 +36,7 @@ from ipusim.config_files import (
 from ipusim.config_limits import cross_problems
 from ipusim.config_sections import (
     CodeConfig,
+    CountedConfig,
     ExchangeConfig,
     GWLinksConfig,
     HostConfig,
@@ -56,6 +57,7 @@ from ipusim.errors import short_repr as _show
 
 __all__ = [
     "CodeConfig",
+    "CountedConfig",
     "ExchangeConfig",
     "GWLinksConfig",
     "HostConfig",

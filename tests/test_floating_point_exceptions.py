@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poplar_api import FLOAT, HALF, INT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.errors import FloatingPointException
@@ -98,7 +98,3 @@ def test_the_option_value_is_checked():
 
     with pytest.raises(EngineError, match=r"debug\.floatingPointExceptions"):
         _run(Gap, FLOAT, [1.0], [1.0], {"debug.floatingPointExceptions": "maybe"})
-
-
-def test_integer_fields_are_not_checked():
-    assert INT.is_floating is False
