@@ -15,6 +15,7 @@ barriers and syncs are in :mod:`ipusim.machine_groups`, the steps over shared li
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from collections.abc import Generator, Iterator
@@ -37,6 +38,7 @@ from ipusim.machine_groups import Barrier, TileGroup
 from ipusim.machine_links import LinkSteps, Prefetch
 from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost, execution_cycles
+from ipusim.tile.memory_port import memory_floor_cycles, memory_may_bind
 from ipusim.timing import ControllerSync, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
 
@@ -453,8 +455,17 @@ class _Run(LinkSteps):
         cfg = self.cfg
         cycles = execution_cycles(cfg.counted, cfg.tile.worker_contexts, executions)
         rec = self._new_record(n, step, step.with_cycles(cycles))
+        # the memory paths: a tile cannot move its counted bytes faster (tile.memory_port)
+        floor = None
+        if memory_may_bind(cfg.memory, cfg.counted):
+            floor = memory_floor_cycles(cfg.memory, executions, step.vertex_tile, cfg.num_tiles)
+            bound = floor if self.replicas == 1 else self._replicate(floor)
+            if (bound > rec.tile_cycles).any():
+                rec.tile_cycles = np.maximum(rec.tile_cycles, bound)
         cost = rec.details
         if type(cost) is ComputeCost:
+            if floor is not None:
+                cost = dataclasses.replace(cost, tile_cycles=np.maximum(cost.tile_cycles, floor))
             rec.details = CountedComputeCost(
                 tile_cycles=cost.tile_cycles,
                 active_cycles=cost.active_cycles,

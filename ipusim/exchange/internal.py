@@ -15,6 +15,17 @@ the set-up of each message is exchange code run by the tile's one instruction st
 so messages sent and received add up.
 
 A broadcast (several transfers sharing one message id) costs the sender once.
+
+**Exchange bus shared by tile pairs** (``exchange.tiles_per_shared_bus``, 2 on Mk2 and
+Bow). The tiles ``2k`` and ``2k + 1`` of an IPU share one exchange bus, twice as wide as
+one tile's port: data that both tiles of a pair receive in the same message arrives at
+``tiles_per_shared_bus * bytes_per_cycle``. This is the rule of Poplibs' exchange
+estimator (graphcore/poplibs, ``popops::modelling::ExchangeEstimator::getCycles``:
+the speed-up is the greatest common divisor of the consecutive tiles receiving the same
+data and the tiles sharing a bus, with 2 tiles per bus asserted). So a tile's receive
+side counts ``bytes_received - (1 - 1/tiles_per_shared_bus) * bytes shared with its
+pair``. An exchange given as per-tile totals (what lowering emits) does not say which
+bytes a pair shares, and gets no speed-up; an exchange given as transfers does.
 """
 
 from __future__ import annotations
@@ -285,7 +296,8 @@ def internal_exchange_cost(
     active[src] = True
     active[dst] = True
     messages_received = np.bincount(dst, minlength=n).astype(np.int64)
-    totals = (bytes_sent, bytes_received, messages_sent, messages_received, max_distance)
+    receive_side = _bus_receive_bytes(cfg, dst, nbytes, msg, bytes_received)
+    totals = (bytes_sent, receive_side, messages_sent, messages_received, max_distance)
     return ExchangeCost(
         cycles=_cycles(cfg, active, *totals),
         bytes_sent=bytes_sent,
@@ -294,6 +306,38 @@ def internal_exchange_cost(
         max_distance=max_distance,
         messages_received=messages_received,
     )
+
+
+def _bus_receive_bytes(
+    cfg: MachineConfig,
+    dst: np.ndarray,
+    nbytes: np.ndarray,
+    message: np.ndarray,
+    received: np.ndarray,
+) -> np.ndarray:
+    """Bytes each tile's receive side is charged, with the exchange bus shared by tile
+    pairs (module docstring): ``received`` less ``(1 - 1/tiles_per_shared_bus)`` of the
+    bytes that the tile's bus partner receives in the same message. ``received`` itself
+    when no bus is shared or no message lands on both tiles of a pair."""
+    per_bus = int(cfg.exchange.tiles_per_shared_bus)
+    if per_bus < 2 or dst.size < 2:
+        return received
+    n = cfg.num_tiles
+    tiles_per_ipu = cfg.tile.tiles_per_ipu
+    _, rank = np.unique(message, return_inverse=True)
+    rank = rank.reshape(-1).astype(np.int64)
+    keys = np.unique(rank * n + dst)
+    local = dst % tiles_per_ipu
+    partner = dst - local % per_bus + (local % per_bus + 1) % per_bus  # per_bus is 2
+    ok = (partner // tiles_per_ipu == dst // tiles_per_ipu) & (partner < n) & (partner != dst)
+    probe = rank * n + partner
+    found = np.searchsorted(keys, probe)
+    found = np.minimum(found, keys.size - 1)
+    shared = ok & (keys[found] == probe)
+    if not shared.any():
+        return received
+    shared_bytes = np.bincount(dst[shared], weights=nbytes[shared], minlength=n)
+    return received - shared_bytes * (1.0 - 1.0 / per_bus)
 
 
 def _cycles(
@@ -451,6 +495,7 @@ def _planned(
     if not first[0]:
         return None
     sent, received, msg_sent, msg_received, distance, active = first[1:]
+    received = _bus_receive_bytes(cfg, arrays[1], arrays[2], arrays[3], received)
     cycles = _cycles(cfg, active, sent, received, msg_sent, msg_received, distance)
     return ExchangeCost.deferred(cycles, totals)
 
