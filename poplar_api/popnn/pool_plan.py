@@ -177,6 +177,18 @@ class _Vertex:
     scaling: dict[str, Any] | None = None
 
 
+@dataclass
+class _Part:
+    """A partition: batch range ``[b0, b1)``, channel groups ``[g0, g1)`` and the
+    :class:`_Geometry` of its output field range."""
+
+    b0: int
+    b1: int
+    g0: int
+    g1: int
+    geo: _Geometry
+
+
 class _Builder:
     """Adds one pooling pass (``tilePartitions`` and ``generateVertices``)."""
 
@@ -378,64 +390,33 @@ class _Builder:
         split = _splits(self.num_tiles, [ng, batch, *ps.out_shape])
         # introspective tile choice (tilePartitions / getTileToMap)
         owner = local_tiles(graph, intro[0], self.name)[intro[1]]
-        per_tile = np.bincount(owner.ravel(), minlength=self.num_tiles)
-        map_order = np.argsort(per_tile, kind="stable")
-        taken = np.zeros(map_order.size, bool)  # positions of map_order already chosen
         cs_pool = graph.addComputeSet(f"{self.name}/Pool")
         self._cs_scale = None
-        zero_required = False
         cls = pv.pool_vertex(self.kind, typ)
         out_op = next(o for o in operands if o.field == "out")
-        out_pos: list[np.ndarray] = []
-        out_tiles: list[int] = []
-        planned: list[_Vertex] = []
+        parts = self._partitions(batch, ng, split)
+        tiles = self._choose_tiles(owner, parts)
+        zero_required = any(p.geo.empty or p.geo.partial for p in parts)
+        kept = [k for k, p in enumerate(parts) if not p.geo.empty]
         self._specs: list[tuple[Type, np.ndarray, int, str]] = []
         self._made: Any = None  # the pass's constants (Graph.addConstants' result)
-        field_ranges = [_ranges(s, k) for s, k in zip(ps.out_shape, split[2:], strict=True)]
-        vertex_layouts = [self._vertex_layout(o.pos) for o in operands]
-        for b0, b1 in _ranges(batch, split[1]):
-            for g0, g1 in _ranges(ng, split[0]):
-                for combo in np.ndindex(*split[2:]):
-                    begin = [field_ranges[d][i][0] for d, i in enumerate(combo)]
-                    end = [field_ranges[d][i][1] for d, i in enumerate(combo)]
-                    if b1 == b0 or g1 == g0 or any(e == b for b, e in zip(begin, end, strict=True)):
-                        continue
-                    geo = self.geometry(b1 - b0, begin, end)
-                    box = tuple(slice(a, b) for a, b in geo.in_box)
-                    sub = owner[(slice(g0 * cpg, g1 * cpg), slice(b0, b1), *box)]
-                    counts = np.bincount(sub.ravel(), minlength=self.num_tiles)
-                    ranked = counts[map_order]
-                    ranked[taken] = -1  # each tile once, as Poplibs removes it from the order
-                    best = int(np.argmax(ranked))  # first of the most used
-                    tile = int(map_order[best])
-                    taken[best] = True
-                    zero_required |= geo.empty or geo.partial
-                    if geo.empty:
-                        continue
-                    v = _Vertex(tile, self.estimate(geo, g1 - g0))
-                    for o, vpos in zip(operands, vertex_layouts, strict=True):
-                        w = self._window(vpos, g0, g1, b0, b1, geo, o.window)
-                        v.pos[o.field] = w.ravel()
-                        if o is out_op:
-                            out_pos.append(v.pos[o.field])
-                            out_tiles.append(tile)
-                            groups = [w[i].ravel() for i in range(w.shape[0])]
-                    self._constants(v, geo, groups, g1 - g0, out_op.tensor, avg, scale_value)
-                    planned.append(v)
-        self._make_constants(planned)
-        if any(v.scaling is not None for v in planned):  # vertices of two compute sets
-            for v in planned:
-                self._add_one(cs_pool, cls, operands, v)
-        elif planned:
-            self._add_all(cs_pool, cls, operands, planned)
-        if out_pos:
-            pos = np.concatenate(out_pos)
-            new = np.repeat(out_tiles, [p.size for p in out_pos])
-            _, last = np.unique(pos[::-1], return_index=True)  # a later partition wins
-            keep = pos.size - 1 - last
-            tiles = local_tiles(graph, out_op.tensor, self.name)
-            tiles[pos[keep]] = new[keep]
-            graph.mapElements(out_op.tensor, tiles)
+        if avg and any(self.avg_scale(parts[k].geo)[1] is not None for k in kept):
+            # some outputs have fewer kernel positions: SelectiveScaling vertices too
+            out_pos, out_tiles = self._add_each(
+                cs_pool, cls, operands, parts, tiles, kept, scale_value
+            )
+        elif kept:
+            out_pos, out_tiles = self._add_all(
+                cs_pool, cls, operands, [parts[k] for k in kept], tiles[kept], avg, scale_value
+            )
+        else:
+            out_pos, out_tiles = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if out_pos.size:
+            _, last = np.unique(out_pos[::-1], return_index=True)  # a later partition wins
+            keep = out_pos.size - 1 - last
+            mapped = local_tiles(graph, out_op.tensor, self.name)
+            mapped[out_pos[keep]] = out_tiles[keep]
+            graph.mapElements(out_op.tensor, mapped)
         if zero_required:
             from poplar_api.popops.elementwise import zero
 
@@ -444,6 +425,181 @@ class _Builder:
         prog.add(_program.Execute(cs_pool))
         if self._cs_scale is not None:
             prog.add(_program.Execute(self._cs_scale))
+
+    def _partitions(self, batch: int, ng: int, split: list[int]) -> list[_Part]:
+        """The partitions of the pass in Poplibs' order (batch, channel groups, field),
+        those with an empty range left out, each with its :class:`_Geometry`."""
+        field_ranges = [_ranges(s, k) for s, k in zip(self.ps.out_shape, split[2:], strict=True)]
+        boxes = [
+            ([field_ranges[d][i][0] for d, i in enumerate(combo)],
+             [field_ranges[d][i][1] for d, i in enumerate(combo)])
+            for combo in np.ndindex(*split[2:])
+        ]  # fmt: skip
+        boxes = [(b, e) for b, e in boxes if all(x < y for x, y in zip(b, e, strict=True))]
+        parts = []
+        for b0, b1 in _ranges(batch, split[1]):
+            if b1 == b0:
+                continue
+            geos = [self.geometry(b1 - b0, begin, end) for begin, end in boxes]
+            for g0, g1 in _ranges(ng, split[0]):
+                if g1 == g0:
+                    continue
+                parts += [_Part(b0, b1, g0, g1, geo) for geo in geos]
+        return parts
+
+    def _choose_tiles(self, owner: np.ndarray, parts: list[_Part]) -> np.ndarray:
+        """``getTileToMap`` for each partition in turn: the tile holding most of its input
+        window, each tile once (first in the order of fewest elements mapped on ties;
+        when every holder is taken, the first free tile in that order)."""
+        n, cpg = self.num_tiles, self.cpg
+        map_order = np.argsort(np.bincount(owner.ravel(), minlength=n), kind="stable")
+        rank = np.empty(n, np.int64)
+        rank[map_order] = np.arange(n)
+        subs = [
+            owner[(slice(p.g0 * cpg, p.g1 * cpg), slice(p.b0, p.b1),
+                   *(slice(a, b) for a, b in p.geo.in_box))].ravel()
+            for p in parts
+        ]  # fmt: skip
+        sizes = np.fromiter((s.size for s in subs), np.int64, len(subs))
+        pid = np.repeat(np.arange(len(parts), dtype=np.int64), sizes)
+        keys, counts = np.unique(pid * n + np.concatenate(subs), return_counts=True)
+        c_pid, c_pos = keys // n, rank[keys % n]
+        order = np.lexsort((c_pos, -counts, c_pid))  # per partition: most used first
+        c_pos = c_pos[order].tolist()
+        cuts = np.searchsorted(c_pid[order], np.arange(len(parts) + 1)).tolist()
+        taken = [False] * n
+        free = 0  # no position before it is free
+        chosen = np.empty(len(parts), np.int64)
+        for k in range(len(parts)):
+            best = next((c for c in c_pos[cuts[k] : cuts[k + 1]] if not taken[c]), -1)
+            if best < 0:
+                while free < n and taken[free]:
+                    free += 1
+                best = free if free < n else 0
+            taken[best] = True
+            chosen[k] = best
+        return map_order[chosen]
+
+    def _windows(self, o: _Operand, parts: list[_Part]) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of every partition's window of ``o`` (``[g, b, *box, c]`` of the
+        internal layout), concatenated in partition order, and each one's size.
+
+        A window's positions are those of the window of the same shape at the origin
+        shifted by one offset, so each distinct (geometry, channel groups) is indexed
+        once and its partitions get it in one array operation."""
+        layout = np.ascontiguousarray(self._vertex_layout(o.pos))
+        strides = np.array([s // layout.itemsize for s in layout.strides], np.int64)
+        geos: dict[int, int] = {}
+        shapes: list[tuple[int, ...]] = []
+        los: list[list[int]] = []
+        for p in parts:
+            if geos.setdefault(id(p.geo), len(geos)) == len(shapes):
+                out = o.window == "out"
+                shapes.append(tuple(p.geo.out_shape if out else p.geo.in_shape))
+                los.append(p.geo.out_lo if out else p.geo.in_lo)
+        n = len(parts)
+        gi = np.fromiter((geos[id(p.geo)] for p in parts), np.int64, n)
+        g0 = np.fromiter((p.g0 for p in parts), np.int64, n)
+        nchg = np.fromiter((p.g1 for p in parts), np.int64, n) - g0
+        b0 = np.fromiter((p.b0 for p in parts), np.int64, n)
+        offsets = g0 * strides[0] + b0 * strides[1] + np.array(los, np.int64)[gi] @ strides[2:-1]
+        code = gi * (int(nchg.max()) + 1) + nchg
+        _, first, group = np.unique(code, return_index=True, return_inverse=True)
+        group = group.reshape(-1)
+        rel = []
+        for k in first.tolist():
+            window = (int(nchg[k]), parts[k].b1 - parts[k].b0, *shapes[gi[k]], self.cpg)
+            rel.append(np.ravel_multi_index(np.indices(window).reshape(len(window), -1),
+                                            layout.shape).astype(np.int64))  # fmt: skip
+        sizes = np.array([r.size for r in rel], np.int64)[group]
+        starts = np.cumsum(sizes) - sizes
+        idx = np.empty(int(sizes.sum()), np.int64)
+        members = np.argsort(group, kind="stable")
+        bounds = np.searchsorted(group[members], np.arange(len(rel) + 1)).tolist()
+        for g, r in enumerate(rel):
+            m = members[bounds[g] : bounds[g + 1]]
+            idx[(starts[m][:, None] + np.arange(r.size)).ravel()] = (
+                offsets[m][:, None] + r
+            ).ravel()
+        return layout.ravel()[idx], sizes
+
+    def _add_each(self, cs, cls, operands, parts, tiles, kept, scale_value):
+        """Every partition's vertices one by one (:meth:`_add_one`): the path of a pass
+        with ``SelectiveScaling`` vertices. Returns the output positions and tiles."""
+        out_op = next(o for o in operands if o.field == "out")
+        layouts = [self._vertex_layout(o.pos) for o in operands]
+        planned: list[_Vertex] = []
+        out_pos: list[np.ndarray] = []
+        for k in kept:
+            p, tile = parts[k], int(tiles[k])
+            v = _Vertex(tile, self.estimate(p.geo, p.g1 - p.g0))
+            for o, vpos in zip(operands, layouts, strict=True):
+                w = self._window(vpos, p.g0, p.g1, p.b0, p.b1, p.geo, o.window)
+                v.pos[o.field] = w.ravel()
+                if o is out_op:
+                    out_pos.append(v.pos[o.field])
+                    groups = [w[i].ravel() for i in range(w.shape[0])]
+            self._constants(v, p.geo, groups, p.g1 - p.g0, out_op.tensor, True, scale_value)
+            planned.append(v)
+        self._make_constants(planned)
+        for v in planned:
+            self._add_one(cs, cls, operands, v)
+        sizes = [a.size for a in out_pos]
+        return np.concatenate(out_pos), np.repeat([v.tile for v in planned], sizes)
+
+    def _add_all(self, cs, cls, operands, parts, tiles, avg, scale_value):
+        """Every pooling vertex of the pass in one ``addVertices`` call, its constants in
+        one ``addConstants`` call (in Poplibs' order per vertex: ``startPos``,
+        ``offsetBase``, worklist, parameters, scale). Returns the output positions and
+        their tiles."""
+        n, cpg, name = len(parts), self.cpg, self.name
+        tile_list = tiles.tolist()
+        specs: list[tuple[Type, Any, int, str]] = []
+        params_of: dict[tuple[int, int], np.ndarray] = {}
+        for p, tile in zip(parts, tile_list, strict=True):
+            geo, nchg = p.geo, p.g1 - p.g0
+            params = params_of.get((id(geo), nchg))
+            if params is None:
+                ps = self.ps
+                params = np.array([geo.init_info, nchg - 1, cpg, ps.in_step, ps.out_step,
+                                   geo.in_slice * cpg, geo.init_info * cpg])  # fmt: skip
+                params_of[(id(geo), nchg)] = params
+            specs += [
+                (UNSIGNED_SHORT, geo.start_pos, tile, f"{name}/ContextStartPos"),
+                (UNSIGNED_SHORT, geo.base, tile, f"{name}/OffsetBase"),
+                (UNSIGNED_SHORT, geo.work_list, tile, f"{name}/worklist"),
+                (UNSIGNED_INT, params, tile, f"{name}/params"),
+            ]
+            if self.kind == "sum":
+                scale = self.avg_scale(geo)[0] if avg else scale_value
+                specs.append((self.typ, np.asarray([scale]), tile, f"{name}/scale"))
+        types, values, ctiles, names = zip(*specs, strict=True)
+        made = self.graph.addConstants(
+            list(types), [[a.size] for a in values], list(values), list(names), ctiles
+        )
+        conns: dict[str, Any] = {}
+        out_pos = out_sizes = None
+        for o in operands:
+            pos, sizes = self._windows(o, parts)
+            conns[o.field] = Segments(o.tensor.elements(pos), sizes)
+            if o.field == "out":
+                out_pos, out_sizes = pos, sizes
+        base = np.arange(n, dtype=np.int64) * (len(specs) // n)  # constants per vertex
+
+        def consts(which: int) -> Segments:
+            return Segments(made.concat(base + which), made.numElements(base + which))
+
+        conns["startPos"] = consts(0)
+        conns["offsetBase"] = consts(1)
+        rows = [np.array([b - a for a, b in p.geo.bounds], np.int64) for p in parts]
+        vectors = np.fromiter((r.size for r in rows), np.int64, n)
+        conns["workList"] = Segments(made.concat(base + 2), np.concatenate(rows), vectors)
+        conns["params"] = consts(3)
+        if self.kind == "sum":
+            conns["scale"] = consts(4)
+        estimates = np.fromiter((self.estimate(p.geo, p.g1 - p.g0) for p in parts), np.int64, n)
+        self.graph.addVertices(cs, cls, tiles, conns, estimates)
+        return out_pos, np.repeat(tiles, out_sizes)
 
     def _constants(self, v: _Vertex, geo, groups, nchg, out, avg, scale_value) -> None:
         """The constants of one partition's vertices, in Poplibs' order: the worklist,
@@ -490,36 +646,6 @@ class _Builder:
         vertex = graph.addVertex(cs, cls, conns)
         graph.setTileMapping(vertex, v.tile)
         graph.setPerfEstimate(vertex, v.estimate)
-
-    def _add_all(self, cs, cls, operands: list[_Operand], planned: list[_Vertex]) -> None:
-        """Every pooling vertex of the pass in one ``addVertices`` call: each field one
-        view of its tensor, dealt out to the vertices as :class:`Segments`."""
-        n = len(planned)
-
-        def pieces(t: Tensor, arrays: list[np.ndarray]) -> Segments:
-            sizes = np.fromiter((a.size for a in arrays), np.int64, len(arrays))
-            return Segments(t.elements(np.concatenate(arrays)), sizes)
-
-        made = self._made
-
-        def consts(indices: list[int]) -> Segments:
-            return Segments(made.concat(indices), made.numElements(indices))
-
-        conns: dict[str, Any] = {
-            o.field: pieces(o.tensor, [v.pos[o.field] for v in planned]) for o in operands
-        }
-        conns["startPos"] = consts([v.consts["startPos"] for v in planned])
-        conns["offsetBase"] = consts([v.consts["offsetBase"] for v in planned])
-        lists = made.concat([v.work_list for v in planned])
-        sizes = np.fromiter((b - a for v in planned for a, b in v.rows), np.int64)
-        vectors = np.fromiter((len(v.rows) for v in planned), np.int64, n)
-        conns["workList"] = Segments(lists, sizes, vectors)
-        conns["params"] = consts([v.consts["params"] for v in planned])
-        if self.kind == "sum":
-            conns["scale"] = consts([v.consts["scale"] for v in planned])
-        tiles = np.fromiter((v.tile for v in planned), np.int64, n)
-        estimates = np.fromiter((v.estimate for v in planned), np.int64, n)
-        self.graph.addVertices(cs, cls, tiles, conns, estimates)
 
     def _const(self, type_: Type, values: Any, tile: int, what: str) -> int:
         """A constant of the pass on ``tile``, made later with the others (its index)."""
