@@ -573,6 +573,19 @@ class CountedConfig(_Section):
         "float divide (estimate: fitted, docs/counted_cycles.md: the D pi loop; Poplibs' "
         "vectorised divide estimator has 10 cycles per 2 floats)",
     )
+    load_2x64_cycles: float = _issue(
+        1.0, "dual 64-bit load from two addresses in one instruction (ld2x64pace)"
+    )
+    load_2x64_store_64_cycles: float = _issue(
+        1.0, "dual 64-bit load and a 64-bit store in one instruction (ld2xst64pace)"
+    )
+    float2_arith_cycles: float = _issue(
+        1.0, "two-float vector operation (f32v2add, f32v2axpy, ...)"
+    )
+    half4_arith_cycles: float = _issue(1.0, "four-half vector operation (f16v4add, f16v4mul, ...)")
+    rpt_cycles: float = _issue(
+        1.0, "rpt (hardware repeat loop set-up; its iterations cost nothing more)"
+    )
     float_compare_cycles: float = _issue(1.0, "float compare (f32cmplt, ...)")
     convert_cycles: float = _issue(1.0, "integer/float conversion (f32toi32, ...)")
     branch_cycles: float = _issue(1.0, "conditional branch (brz, brnz, brnzdec)")

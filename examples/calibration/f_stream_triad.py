@@ -1,16 +1,20 @@
 """F: simehaa/IPU STREAM Triad on one Mk2 GC200: ``a = b + q * c`` on every tile.
 
 Rebuilt: float32 arrays ``a``, ``b``, ``c`` of shape ``[tiles, 6, n]``, row ``t`` on
-tile ``t``; one plain :class:`TriadVertex` per worker (6 per tile) over ``n`` elements;
-the measured program ``Repeat(R, Sequence{WriteUndef(a), Execute(cs)})``, data already
-on the device (written before the run, not timed).
+tile ``t``; one plain :class:`TriadVertex` per worker (6 per tile) over ``n`` elements
+(``n`` even: the measured vertex works on float2); the measured program
+``Repeat(R, Sequence{WriteUndef(a), Execute(cs)})``, data already on the device
+(written before the run, not timed).
 
-Approximated: the cycles of the compiled vertex are not visible to ipusim. The
-estimate is the inner loop of the assembly variant, whose figures are the published
-ones: one bundle per two floats (two 64-bit loads and a 64-bit store with
-``f32v2axpy``), :data:`BUNDLES_PER_ELEMENT` = 1/2 issue slot per element, plus
-:data:`FIXED_INSTRUCTIONS` (estimate: argument loads, ``rpt`` set-up, return) per
-vertex. No per-repeat fixed cost is added by the workload: whatever the repeat costs
+The kernel is the measured assembly variant (``TriadVertexAssembly`` of simehaa/IPU
+``STREAMTriad/codelets.cpp``) written with :mod:`poplar_api.ipu_intrinsics`: a first
+``ld2x64pace`` and ``f32v2axpy``, then an ``rpt`` loop of one bundle per two floats
+(``ld2xst64pace``: the next float2 of ``b`` and ``c`` loaded and the previous result
+stored, with ``f32v2axpy``), then the last store. Counted (``debug.vertexCycles``,
+docs/counted_cycles.md) it takes what those instructions take. The estimate (IPU
+Model) is the same loop by hand: :data:`BUNDLES_PER_ELEMENT` = 1/2 issue slot per
+element, plus :data:`FIXED_INSTRUCTIONS` (estimate: argument loads, ``rpt`` set-up,
+return) per vertex. No per-repeat fixed cost is added by the workload: whatever the repeat costs
 beyond the loop comes from the machine model (the compute set runs without an
 exchange, so lowering inserts no sync between repeats).
 
@@ -28,6 +32,14 @@ import numpy as np
 from ipusim.trace import Trace
 from poplar_api import FLOAT, Device, Engine, Graph, Input, Output, Vector, Vertex
 from poplar_api import program as prog
+from poplar_api.ipu_intrinsics import (
+    RPT_MAX_COUNT,
+    f32v2axpy,
+    ld2x64pace,
+    ld2xst64pace,
+    rpt,
+    store_float2,
+)
 from poplar_api.workload import Workload
 
 CONFIG = "mk2"
@@ -55,7 +67,7 @@ POINTS: dict[str, dict] = {
 
 
 class TriadVertex(Vertex):
-    """``a[i] = b[i] + Q * c[i]``."""
+    """``a[i] = b[i] + Q * c[i]``, two floats per instruction (the assembly variant)."""
 
     a = Output(Vector(FLOAT))
     b = Input(Vector(FLOAT))
@@ -63,8 +75,14 @@ class TriadVertex(Vertex):
 
     @staticmethod
     def compute(a, b, c):
-        for i in range(a.shape[0]):
-            a[i] = b[i] + np.float32(3.0) * c[i]
+        pairs = a.shape[0] >> 1
+        q = np.float32(Q)  # uput $TAS: the scalar of f32v2axpy
+        x = ld2x64pace(b, c, 0)
+        r = f32v2axpy(q, x[1], x[0])
+        for i in rpt(pairs - 1):  # one bundle per float2
+            x = ld2xst64pace(b, c, i + 1, a, i, r)
+            r = f32v2axpy(q, x[1], x[0])
+        store_float2(a, pairs - 1, r)
         return True
 
 
@@ -75,10 +93,17 @@ def vertex_cycles(n: int) -> int:
 
 def workload(device: Device, n: int = 64, repeats: int = 2, tiles: int = 0) -> Workload:
     """The triad over ``n`` floats per worker on ``tiles`` tiles (0 = all), ``repeats`` times."""
-    if n < 1 or repeats < 1:
+    if n < 2 or n % 2 or repeats < 1:
         raise ValueError(
-            f"f_stream_triad: n={n}, repeats={repeats}; both must be >= 1 (the measured "
-            "run had n=7500, repeats=100000)"
+            f"f_stream_triad: n={n}, repeats={repeats}; n must be even and >= 2 (the "
+            "vertex works on float2) and repeats >= 1 (the measured run had n=7500, "
+            "repeats=100000)"
+        )
+    if n // 2 - 1 > RPT_MAX_COUNT:
+        raise ValueError(
+            f"f_stream_triad: n={n} floats per vertex make {n // 2 - 1} iterations of the "
+            f"vertex's rpt loop; at most {RPT_MAX_COUNT} (the 12-bit repeat count); hint: "
+            f"n <= {2 * (RPT_MAX_COUNT + 1)}"
         )
     graph = Graph(device.getTarget())
     tiles = tiles or graph.getTarget().getNumTiles()

@@ -1,41 +1,51 @@
 """M: Poplibs ``Delay1000`` test: a supervisor codelet executing ``delay 1000``,
 bracketed by cycle-count reads; the simulator had to count 1000 <= cycles < 1150.
 
-Approximated: ``poplar_api`` has no supervisor vertex nor counter reads, so a
-:class:`~poplar_api.codelet.MultiVertex` on tile 0 whose estimate is the ``delay``
-operand (``delay N`` idles the supervisor for N cycles by definition of the
-instruction), in one compute set. ``measured_cycles_upper_bound`` is the tile's
-cycles in that compute set and its sync: the number the bound applies to.
+Rebuilt: the codelet as Poplibs writes it (``tests/codelets/Delay1000.S``: a
+``.supervisor`` function of one instruction, ``delay 1000``, and its return), a
+:class:`~poplar_api.codelet.SupervisorVertex` on tile 0 whose kernel is
+:func:`poplar_api.ipu_intrinsics.delay` of :data:`DELAY` cycles, in one compute set.
+Counted (``debug.vertexCycles``, docs/counted_cycles.md) it takes what the
+instruction takes; its estimate (the IPU Model's) is the ``delay`` parameter
+(``delay N`` idles the supervisor for N cycles by definition of the instruction).
+Approximated: ``poplar_api`` has no counter reads; ``measured_cycles_upper_bound`` is
+the tile's cycles in that compute set and its sync: the number the bound applies to.
 """
 
 from __future__ import annotations
 
 from ipusim.trace import Trace
-from poplar_api import UNSIGNED_INT, Device, Graph, MultiVertex, Output
+from poplar_api import UNSIGNED_INT, Device, Graph, Output
 from poplar_api import program as prog
+from poplar_api.codelet import SupervisorVertex
+from poplar_api.ipu_intrinsics import delay as ipu_delay
 from poplar_api.workload import Workload
 
 CONFIG = "mk2"
 TEST_CONFIG = "tiny"
 NAME = "delay"
 
-POINTS: dict[str, dict] = {"M.delay1000": {"delay": 1000}}
+#: The operand of the measured codelet's ``delay`` (an immediate: fixed in the kernel).
+DELAY = 1000
+
+POINTS: dict[str, dict] = {"M.delay1000": {"delay": DELAY}}
 
 
-class DelayVertex(MultiVertex):
-    """Does nothing for ``delay`` cycles (its estimate); writes 1 to ``done``."""
+class DelayVertex(SupervisorVertex):
+    """``delay 1000`` (:data:`DELAY`); writes 1 to ``done`` (so a run can be checked)."""
 
     done = Output(UNSIGNED_INT)
 
     @staticmethod
-    def compute(worker_id, num_workers, done):
-        if worker_id == 0:
-            done[0] = 1
+    def compute(done):
+        ipu_delay(DELAY)
+        done[0] = 1
         return True
 
 
 def workload(device: Device, delay: int = 1000, tile: int = 0) -> Workload:
-    """One DelayVertex of ``delay`` cycles on ``tile``."""
+    """One DelayVertex on ``tile``: ``delay`` cycles as its estimate; counted, the
+    kernel's ``delay`` (:data:`DELAY`) whatever ``delay`` is."""
     graph = Graph(device.getTarget())
     graph.addCodelets(DelayVertex)
     done = graph.addVariable(UNSIGNED_INT, [1], "done")

@@ -9,10 +9,12 @@ turns those counts into cycles with the machine config's ``counted`` section:
 * a block's cost is its operations priced per class, split over the worker's two
   pipelines (main: integer, memory, control; float), with a fraction ``pairing`` of the
   shorter pipeline bundled with the other:
-  ``main + float - pairing * min(main, float)`` thread cycles;
+  ``main + float - pairing * min(main, float)`` thread cycles; a block of an ``rpt``
+  loop body runs as bundles, ``max(main, float)``;
 * a worker vertex takes ``worker_entry_cycles + Σ_blocks runs * block cost`` thread
   cycles; a multi-vertex ``contexts * (its slowest worker) + supervisor_cycles`` tile
-  cycles (the same units as estimates, so :mod:`ipusim.tile.compute` costs both alike).
+  cycles (the same units as estimates, so :mod:`ipusim.tile.compute` costs both alike);
+  ``delay`` instructions add their operand in tile cycles.
 
 The step :class:`CountedCompute` is a compute step whose vertex cycles are found when it
 runs: its effect (the kernels) fills :attr:`CountedCompute.counted`, and the machine costs
@@ -31,8 +33,10 @@ from ipusim.config_sections import CountedConfig
 from ipusim.tile.compute import ComputeCost
 
 __all__ = [
+    "DELAY_CLASS",
     "FLOAT_PIPE",
     "OP_CLASSES",
+    "RPT_BODY_CLASS",
     "CountedCompute",
     "CountedComputeCost",
     "CountedCycles",
@@ -40,6 +44,7 @@ __all__ = [
     "CountedPart",
     "block_cycles",
     "class_costs",
+    "delay_cycles",
     "execution_cycles",
     "multi_vertex_cycles",
     "worker_vertex_cycles",
@@ -69,6 +74,13 @@ OP_CLASSES: tuple[str, ...] = (
     "math_call",
     "call",
     "array_op",
+    "load_2x64",
+    "load_2x64_store_64",
+    "float2_arith",
+    "half4_arith",
+    "rpt",
+    "rpt_body",
+    "delay",
 )
 
 #: Classes issued by the floating-point pipeline; the others use the main pipeline.
@@ -81,8 +93,18 @@ FLOAT_PIPE: frozenset[str] = frozenset(
         "float_compare",
         "convert",
         "math_call",
+        "float2_arith",
+        "half4_arith",
     }
 )
+
+#: The class whose count is tile cycles, not operations: the operands of ``delay``
+#: instructions (:func:`poplar_api.ipu_intrinsics.delay`), by the instruction's
+#: definition one tile cycle each; it costs nothing in :func:`class_costs`.
+DELAY_CLASS = "delay"
+#: The class that marks a block of an ``rpt`` loop's body (1 per run of the block, no
+#: cost): such blocks run as 64-bit bundles (see :func:`block_cycles`).
+RPT_BODY_CLASS = "rpt_body"
 
 
 def class_costs(cfg: CountedConfig) -> np.ndarray:
@@ -109,15 +131,29 @@ def class_costs(cfg: CountedConfig) -> np.ndarray:
         "math_call": cfg.math_call_cycles,
         "call": cfg.call_cycles,
         "array_op": cfg.array_op_cycles,
+        "load_2x64": cfg.load_2x64_cycles,
+        "load_2x64_store_64": cfg.load_2x64_store_64_cycles,
+        "float2_arith": cfg.float2_arith_cycles,
+        "half4_arith": cfg.half4_arith_cycles,
+        "rpt": cfg.rpt_cycles,
+        "rpt_body": 0.0,
+        "delay": 0.0,
     }
     return np.array([values[c] for c in OP_CLASSES], np.float64)
 
 
 _FLOAT_MASK = np.array([c in FLOAT_PIPE for c in OP_CLASSES], bool)
+_DELAY = OP_CLASSES.index(DELAY_CLASS)
+_RPT_BODY = OP_CLASSES.index(RPT_BODY_CLASS)
 
 
 def block_cycles(cfg: CountedConfig, profile: np.ndarray) -> np.ndarray:
     """Thread cycles of one run of each block.
+
+    A block is priced ``main + float - pairing * min(main, float)``; a block of an
+    ``rpt`` loop's body (marked in the ``rpt_body`` column) runs as 64-bit bundles, a
+    main-pipeline and a floating-point instruction each thread cycle (the ISA's rule
+    for repeat bodies): ``max(main, float)``.
 
     Parameters
     ----------
@@ -126,21 +162,34 @@ def block_cycles(cfg: CountedConfig, profile: np.ndarray) -> np.ndarray:
     profile
         ``[blocks, len(OP_CLASSES)]`` operations of each class in each block.
     """
-    priced = np.asarray(profile, np.float64) * class_costs(cfg)
-    main = priced[:, ~_FLOAT_MASK].sum(axis=1)
-    flt = priced[:, _FLOAT_MASK].sum(axis=1)
-    return main + flt - cfg.pairing * np.minimum(main, flt)
+    profile = np.asarray(profile)
+    priced = profile.astype(np.float64) * class_costs(cfg)[: profile.shape[1]]
+    mask = _FLOAT_MASK[: profile.shape[1]]
+    main = priced[:, ~mask].sum(axis=1)
+    flt = priced[:, mask].sum(axis=1)
+    cycles = main + flt - cfg.pairing * np.minimum(main, flt)
+    if profile.shape[1] > _RPT_BODY:
+        cycles = np.where(profile[:, _RPT_BODY] > 0, np.maximum(main, flt), cycles)
+    return cycles
 
 
 def worker_vertex_cycles(cfg: CountedConfig, profile: np.ndarray, runs: np.ndarray) -> np.ndarray:
     """Thread cycles of each execution of a worker kernel.
 
     ``runs[i, b]`` is how often execution ``i`` ran block ``b`` of ``profile``; the
-    result is int64, rounded up (an execution takes whole cycles).
+    result is int64, rounded up (an execution takes whole cycles). ``delay`` operands
+    are not included (they are tile cycles: :func:`delay_cycles`).
     """
     per_block = block_cycles(cfg, profile)
     total = np.asarray(runs, np.float64) @ per_block + cfg.worker_entry_cycles
     return np.ceil(np.round(total, 9)).astype(np.int64)
+
+
+def delay_cycles(profile: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """Tile cycles of the ``delay`` instructions each execution ran (int64)."""
+    if profile.shape[1] <= _DELAY:
+        return np.zeros(np.asarray(runs).shape[0], np.int64)
+    return np.asarray(runs, np.int64) @ np.asarray(profile, np.int64)[:, _DELAY]
 
 
 def multi_vertex_cycles(cfg: CountedConfig, worker_cycles: np.ndarray, contexts: int) -> np.ndarray:
@@ -220,8 +269,12 @@ class CountedPart:
         return values[self.which]
 
     def thread_cycles(self, cfg: CountedConfig) -> np.ndarray:
-        """Thread cycles of each kernel execution."""
+        """Thread cycles of each kernel execution (``delay`` operands excluded)."""
         return self._per_execution(worker_vertex_cycles(cfg, self.profile, self.rows))
+
+    def delay_cycles(self) -> np.ndarray:
+        """Tile cycles of the ``delay`` instructions of each kernel execution."""
+        return self._per_execution(delay_cycles(self.profile, self.rows))
 
     def operations(self) -> np.ndarray:
         """``int64[vertices, len(OP_CLASSES)]``: the operations each vertex executed."""
@@ -244,12 +297,15 @@ class CountedExecution:
         cycles = np.array(self.static, np.int64)
         for part in self.parts:
             thread = part.thread_cycles(cfg)
-            if part.kind == "multi":
-                found = multi_vertex_cycles(cfg, thread.reshape(-1, part.workers), contexts)
-            elif part.kind == "supervisor":  # supervisor code issues once per `contexts`
-                found = multi_vertex_cycles(cfg, thread.reshape(-1, 1), contexts)
-            else:
-                found = thread
+            waits = part.delay_cycles()
+            if part.kind == "supervisor":  # supervisor code issues once per `contexts`
+                found = multi_vertex_cycles(cfg, thread.reshape(-1, 1), contexts) + waits
+            else:  # a worker's delay in its own thread cycles
+                thread = thread + -(-waits // max(1, contexts))
+                if part.kind == "multi":
+                    found = multi_vertex_cycles(cfg, thread.reshape(-1, part.workers), contexts)
+                else:
+                    found = thread
             cycles[part.positions] = found
         return cycles
 
