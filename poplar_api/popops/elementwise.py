@@ -245,13 +245,14 @@ def binary_op(
         ref = out = A
     else:
         ref = A if A.shape() == shape else B
-        if ref.shape() == shape:
+        if ref.shape() == shape and not _has_aliases(ref):
             out = cloneTensor(graph, ref, f"{name}/out", out_t)
         else:
-            # Both operands broadcast (e.g. [3,1] and [1,4]): Poplibs'
-            # createOutputForElementWiseOp finds no unaliased input of the
-            # result shape and maps a new variable linearly.
-            views = [_broadcast_to(A, shape), _broadcast_to(B, shape)]
+            # An operand broadcast (e.g. [3,1] and [1,4], or a scalar expanded to
+            # the result's shape): Poplibs' createOutputForElementWiseOp skips
+            # aliased inputs, and maps a new variable linearly when none is left.
+            views = [_broadcast_to(A, shape)]
+            views += [] if constant else [_broadcast_to(B, shape)]
             out = _create_output(graph, views, out_t, name)
             ref = out
     dest = "in1Out" if in_place else "out"
