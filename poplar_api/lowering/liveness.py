@@ -307,7 +307,9 @@ def _undef_ranges(
         for t, ids in accesses.undefs[nid]:
             if state.find_space(t) is None or ids.size == 0:
                 continue
-            uniq = np.unique(ids)
+            # a whole variable's undef lists its ids in order: no sort needed
+            ordered = ids.size < 2 or bool((ids[1:] > ids[:-1]).all())
+            uniq = ids if ordered else np.unique(ids)
             vids, counts = np.unique(index.variables_of(t, uniq), return_counts=True)
             for vid, n in zip(vids.tolist(), counts.tolist(), strict=True):
                 if n == state.variables[vid].size and not always[vid]:
