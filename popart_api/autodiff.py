@@ -142,6 +142,8 @@ def unbroadcast(graph: Graph, grad: Tensor, shape: Sequence[int], prog: Any, nam
     dims += [lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1]
     if not dims:
         return grad.reshape(shape)
+    if all(gshape[d] == 1 for d in dims):  # summing over size-1 dimensions: a view
+        return grad.reshape(shape)
     out = popops.reduce(graph, grad, dims, Operation.ADD, prog, f"{name}/unbroadcast")
     return out.reshape(shape)
 

@@ -171,7 +171,15 @@ def _matmul_grad(g: GradContext) -> Grads:
     if g.needs_grad(0):
         da = ops.matmul(g.graph, dy2, _transpose_last(b2), g.prog, f"{g.name}/dA")
         out[0] = unbroadcast(g.graph, da, a2.shape(), g.prog, f"{g.name}/dA").reshape(a.shape())
-    if g.needs_grad(1):
+    if g.needs_grad(1) and b2.rank() == 2 and a2.rank() > 2 and 0 not in b2.shape():
+        # a weight shared by every batch row (PopART's MatMulRhsGradOp): one matmul
+        # of the flattened rows, [K, B·M] x [B·M, N], instead of B products summed
+        k, n = a2.shape()[-1], dy2.shape()[-1]
+        rows_a = a2.reshape([a2.numElements() // k, k])
+        rows_dy = dy2.reshape([dy2.numElements() // n, n])
+        db = ops.matmul(g.graph, rows_a.transpose(), rows_dy, g.prog, f"{g.name}/dB")
+        out[1] = db.reshape(b.shape())
+    elif g.needs_grad(1):
         db = ops.matmul(g.graph, _transpose_last(a2), dy2, g.prog, f"{g.name}/dB")
         out[1] = unbroadcast(g.graph, db, b2.shape(), g.prog, f"{g.name}/dB").reshape(b.shape())
     return out

@@ -323,6 +323,13 @@ def matmul(graph: Graph, a: Tensor, b: Tensor, prog: Any, name: str) -> Tensor:
         )
     if a.rank() == 2 and b.rank() == 2:
         out = poplin.matMul(graph, a, b, prog, name, context().options or None)
+    elif b.rank() == 2 and a.dim(a.rank() - 1) > 0:
+        # one weight for every batch row: a single [B·M, K] x [K, N] product, as
+        # PopART's MatMul lowering flattens the left operand's leading dimensions
+        k = a.dim(a.rank() - 1)
+        rows = a.reshape([a.numElements() // k, k])
+        out = poplin.matMul(graph, rows, b, prog, name, context().options or None)
+        out = out.reshape([*a.shape()[:-1], b.dim(1)])
     else:
         try:
             batch = list(np.broadcast_shapes(tuple(a.shape()[:-2]), tuple(b.shape()[:-2])))
