@@ -14,9 +14,10 @@ Two rules look beyond one statement:
   loop-step cost, and the blocks of its body are marked ``rpt_body`` (they run as
   bundles); a body with a conditional branch or a nested loop is refused, as the
   hardware's repeat body cannot hold one;
-* address folding: an integer ``index ± constant`` used only as index arguments of
-  the memory intrinsics is part of the instruction's addressing (an immediate offset
-  or a post-incremented pointer), not an ``int_alu``;
+* address folding: an integer ``index ± constant`` used only as indices of loads and
+  stores (``a[i + 1]``, a memory intrinsic's index) is part of the instruction's
+  addressing (``ld32 $a, $mBase, $mIndex, imm``: an immediate offset, or a
+  post-incremented pointer), not an ``int_alu``;
 * an integer ``//`` or ``%`` by a constant power of two is a shift or a mask.
 """
 
@@ -196,6 +197,8 @@ class _Scan:
 
 
 def _first_pass(blocks: dict[int, ir.Block], typemap: dict[str, Any]) -> _Scan:
+    """Constants, loop tests, ``rpt`` ranges and the index offsets folded into
+    addressing, over every statement of the kernel."""
     scan = _Scan(typemap)
     uses: dict[str, int] = {}
     index_uses: dict[str, int] = {}
@@ -225,6 +228,9 @@ def _first_pass(blocks: dict[int, ir.Block], typemap: dict[str, Any]) -> _Scan:
                         if pos < len(value.args):
                             name = value.args[pos].name
                             index_uses[name] = index_uses.get(name, 0) + 1
+                elif value.op == "getitem" and _addressable(typemap.get(value.value.name)):
+                    name = value.index.name
+                    index_uses[name] = index_uses.get(name, 0) + 1
                 elif value.op == "getiter" and value.value.name in scan.rpt_vars:
                     scan.rpt_vars.add(stmt.target.name)
                 elif value.op == "pair_second":
@@ -233,17 +239,30 @@ def _first_pass(blocks: dict[int, ir.Block], typemap: dict[str, Any]) -> _Scan:
                     offsets.append(stmt.target.name)
         else:
             used = stmt.list_vars()
+            if isinstance(stmt, ir.SetItem) and _addressable(typemap.get(stmt.target.name)):
+                index_uses[stmt.index.name] = index_uses.get(stmt.index.name, 0) + 1
         for var in used:
             uses[var.name] = uses.get(var.name, 0) + 1
     for name in offsets:
         if uses.get(name, 0) and index_uses.get(name, 0) == uses[name]:
             scan.folded.add(name)
-    for stmt in stmts:  # an offset folded only when one operand is a constant
+    for stmt in stmts:  # an integer offset by an integer constant only
         if isinstance(stmt, ir.Assign) and stmt.target.name in scan.folded:
             expr = stmt.value
-            if not (expr.lhs.name in scan.consts or expr.rhs.name in scan.consts):
+            const = [
+                scan.consts.get(v.name)
+                for v in (expr.lhs, expr.rhs)
+                if isinstance(scan.consts.get(v.name), int)
+            ]
+            if not const or not isinstance(typemap.get(stmt.target.name), nb_types.Integer):
                 scan.folded.discard(stmt.target.name)
     return scan
+
+
+def _addressable(typ: Any) -> bool:
+    """Whether indexing a value of ``typ`` is a load or store with an address (a field
+    array, or a VectorList's vectors)."""
+    return isinstance(typ, nb_types.Array | nb_types.List | nb_types.ListType)
 
 
 def _intrinsic_classes(found: Any, expr: ir.Expr, scan: _Scan) -> list[Any]:

@@ -49,7 +49,7 @@ def triad(a, b, c):
 
 def scalar_offsets(a, out):
     for i in range(a.shape[0] - 1):
-        out[i] = a[i + 1]  # a scalar load: its index arithmetic is counted
+        out[i] = a[i + 1]  # ld32 with an immediate offset
     return True
 
 
@@ -117,12 +117,12 @@ def test_the_triad_kernel_is_one_bundle_per_float2_in_its_rpt_loop(pairs):
         )
 
 
-def test_index_offsets_of_scalar_loads_stay_counted():
+def test_index_offsets_of_scalar_loads_are_addressing():
     a = np.arange(5, dtype=np.float32)
     out = np.zeros(4, np.float32)
     got, _, _ = _run_counted(scalar_offsets, a, out)
     np.testing.assert_array_equal(out, a[1:])
-    assert got["int_alu"] == 1 + 1 + 4  # shape - 1, the loop's set-up, i + 1 per element
+    assert got["int_alu"] == 2  # shape - 1 and the loop set-up; a[i + 1] is ld32 with offset 1
 
 
 def test_vector_arithmetic_gives_numpy_values_and_one_instruction_per_vector():
