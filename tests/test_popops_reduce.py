@@ -145,7 +145,8 @@ def test_local_rows_need_one_stage_and_stay_on_their_tile():
     seq = prog.Sequence()
     out = reduce(graph, x, [1], Operation.ADD, seq, "rows")
     names = [cs.name for cs in graph._state.compute_sets]
-    assert names == ["rows/Reduce/Stage1"]
+    # every column on one tile: Poplibs' inputToOutputNoExchange, one compute set
+    assert names == ["rows/ReduceOnTile/Reduce"]
     mapping = graph.getTileMapping(out)
     assert [[(iv.begin(), iv.end()) for iv in m] for m in mapping] == [
         [(row, row + 1)] for row in range(8)
@@ -161,10 +162,12 @@ def test_spread_columns_need_two_stages_and_a_linear_output():
     seq = prog.Sequence()
     out = reduce(graph, x, [1], Operation.ADD, seq, "cols")
     names = [cs.name for cs in graph._state.compute_sets]
-    assert names == ["cols/Reduce/Stage1", "cols/Reduce/Stage2"]
-    # 4 outputs linearly over the 8 input tiles: output k on tile k*8//4 = 2k.
+    # one element of a column per tile: the input is the first set of partials (no
+    # on-tile stage), and the final stage reduces at the output, which Poplibs maps
+    # linearly with at least 4 * vectorWidth(float) = 8 elements per tile: all on tile 0.
+    assert names == ["cols/ReduceFinalStage/Reduce"]
     tiles = graph._state.space(FLOAT).tile[out.flat_index()]
-    assert tiles.tolist() == [0, 2, 4, 6]
+    assert tiles.tolist() == [0, 0, 0, 0]
     data = np.arange(32, dtype=np.float32).reshape(4, 8)
     graph.createHostWrite("x", x)
     graph.createHostRead("out", out)
@@ -206,7 +209,7 @@ def test_single_output_reduction_is_a_continuous_reduce(type_, n):
     seq = prog.Sequence()
     reduce(graph, x, [1], Operation.ADD, seq, "s")
     _, engine = _run(graph, seq, device, {}, {})
-    rec = _stage1_record(engine, "s/Reduce/Stage1")
+    rec = _stage1_record(engine, "s/ReduceOnTile/Reduce")
     names = {v.vtype.name for v in graph._state.vertices}
     assert names == {f"popops::ContinuousReduce<popops::ReduceAdd,{type_.name},{type_.name},false>"}
     # getReductionVertexSpecialisation tries ALL_REGIONS_CONTINUOUS first, so one output
@@ -242,7 +245,7 @@ def test_all_regions_continuous_estimate_and_worker_split():
     seq = prog.Sequence()
     reduce(graph, x, [1], Operation.ADD, seq, "c")
     _, engine = _run(graph, seq, device, {}, {})
-    rec = _stage1_record(engine, "c/Reduce/Stage1")
+    rec = _stage1_record(engine, "c/ReduceOnTile/Reduce")
     # 12 outputs on tile 0 split over 6 workers -> 6 vertices of 2 outputs x 5 partials.
     # cpo * nOut * (nPartials // min(accVW=4, dpw=2)) + (odd ? 2 : 0) + 12 nOut + 10 + 7,
     # with nOut the field numOutputsM1 = 2 - 1 (as the source passes it).

@@ -91,7 +91,11 @@ def workload(
         dims = dims or [1]
         sub = graph if not tiles else graph.createVirtualGraph(0, tiles)
         x = sub.addVariable(HALF, list(shape), "in")
-        poputil.mapTensorLinearly(sub, x)
+        # Poplibs' mapTensorLinearly(graph, t) default (calcLinearTileMapping by type):
+        # grains of the vector width, at least 128 bytes per tile
+        target = sub.getTarget()
+        poputil.mapTensorLinearly(sub, x, -(-128 // target.getTypeSize(HALF)),
+                                  target.getVectorWidth(HALF))  # fmt: skip
         popops.reduce(sub, x, list(dims), Operation[op], seq, "reduce")
     else:
         raise ValueError(f"j_poplibs_bench: kind={kind!r}; expected 'gemm' or 'reduce'")

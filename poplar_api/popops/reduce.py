@@ -36,6 +36,9 @@ from poplar_api import program as _program
 from poplar_api.errors import GraphError, TensorIndexError, TypeMismatchError
 from poplar_api.graph import OUTSIDE, ComputeSet, Graph, Segments
 from poplar_api.graph_bulk import bulk_construction
+from poplar_api.popops import reduce_plan as _rp
+from poplar_api.popops.reduce_connect import Ctx
+from poplar_api.popops.reduce_plan import accumulate_type
 from poplar_api.popops.reduce_vertices import (
     _ARITHMETIC_TYPES,
     _LOGICAL_OPS,
@@ -46,7 +49,7 @@ from poplar_api.popops.reduce_vertices import (
 )
 from poplar_api.poputil import mapTensorLinearly
 from poplar_api.tensor import Tensor, concat
-from poplar_api.types import BOOL, FLOAT, HALF, Type
+from poplar_api.types import BOOL, FLOAT, Type
 
 __all__ = [
     "Operation",
@@ -317,7 +320,6 @@ def _plan(
             "map the input to this graph's tiles with graph.setTileMapping first"
         )
     name = debugName or "reduce"
-    num_tiles = graph.getTarget().getNumTiles()
     if out is not None:
         if not graph.owns(out):
             raise GraphError(f"reduceWithOutput: out must be a Tensor of this graph, got {out!r}")
@@ -345,93 +347,83 @@ def _plan(
     if n_out == 0:
         return out
 
-    # Group the input elements by (output, tile); groups keep input order inside.
-    o_idx = np.repeat(np.arange(n_out, dtype=np.int64), n_red)
-    key = o_idx * num_tiles + tiles.reshape(-1)
-    order = np.argsort(key, kind="stable")
-    pos_sorted = pos.reshape(-1)[order]
-    uniq, first = np.unique(key[order], return_index=True)
-    g_out = uniq // num_tiles
-    g_tile = uniq % num_tiles
-    per_out = np.bincount(g_out, minlength=n_out)
-
-    if out_tiles is None:
-        input_tiles = np.unique(g_tile) if g_tile.size else np.zeros(1, np.int64)
-        linear = input_tiles[(np.arange(n_out) * input_tiles.size) // n_out]
-        out_tiles = linear.astype(np.int64)
-        single_g = per_out[g_out] == 1
-        out_tiles[g_out[single_g]] = g_tile[single_g]
-        graph.mapElements(out, out_tiles)
-
-    part_type = FLOAT if in_type == HALF else in_type
-    stage1 = _Builder(graph, stages.next(f"{name}/Reduce/Stage1"))
-    all_out = np.arange(n_out, dtype=np.int64)
     if n_red == 0:
-        empty = np.zeros(0, np.int64)
-        stage1.add(
-            op=params.op,
-            partials_type=in_type,
-            out_type=in_type,
-            update=params.update,
-            scale=params.scale,
-            tiles=out_tiles,
-            source=flat_in,
-            partial_pos=[empty] * n_out,
-            out=flat_out,
-            out_pos=all_out,
-        )
+        _empty_reduction(graph, stages, name, params, in_type, flat_in, flat_out, out_tiles)
         return out
+    _plan_stages(graph, t, pos, tiles, params, stages, name, flat_out, out_tiles, out_shape)
+    return out
 
-    group_pos = np.split(pos_sorted, first[1:])
-    single = per_out[g_out] == 1
-    final_idx = np.flatnonzero(single)
-    multi_idx = np.flatnonzero(~single)
+
+def _empty_reduction(graph, stages, name, params, in_type, flat_in, flat_out, out_tiles):
+    """Outputs with nothing to reduce: one vertex per tile writes the identity."""
+    n_out = flat_out.numElements()
+    if out_tiles is None:
+        mapTensorLinearly(graph, flat_out)
+        out_tiles = graph.elementTiles(flat_out)
+    stage1 = _Builder(graph, stages.next(f"{name}/Reduce/Stage1"))
+    empty = np.zeros(0, np.int64)
     stage1.add(
         op=params.op,
         partials_type=in_type,
         out_type=in_type,
         update=params.update,
         scale=params.scale,
-        tiles=g_tile[final_idx],
+        tiles=out_tiles,
         source=flat_in,
-        partial_pos=[group_pos[i] for i in final_idx.tolist()],
+        partial_pos=[empty] * n_out,
         out=flat_out,
-        out_pos=g_out[final_idx],
+        out_pos=np.arange(n_out, dtype=np.int64),
     )
-    if multi_idx.size:
-        partials = graph.addVariable(part_type, [multi_idx.size], f"{name}/partials")
-        graph.mapElements(partials, g_tile[multi_idx])
-        stage1.add(
-            op=params.op,
-            partials_type=in_type,
-            out_type=part_type,
-            update=False,
-            scale=1.0,
-            tiles=g_tile[multi_idx],
-            source=flat_in,
-            partial_pos=[group_pos[i] for i in multi_idx.tolist()],
-            out=partials,
-            out_pos=np.arange(multi_idx.size, dtype=np.int64),
-        )
-        multi_outs, starts = np.unique(g_out[multi_idx], return_index=True)
-        bounds = np.append(starts, multi_idx.size)
-        stage2 = _Builder(graph, stages.next(f"{name}/Reduce/Stage2"))
-        op2 = Operation.ADD if params.op is Operation.SQUARE_ADD else params.op
-        stage2.add(
-            op=op2,
-            partials_type=part_type,
-            out_type=in_type,
-            update=params.update,
-            scale=params.scale,
-            tiles=out_tiles[multi_outs],
-            source=partials,
-            partial_pos=[
-                np.arange(a, b, dtype=np.int64) for a, b in itertools.pairwise(bounds.tolist())
-            ],
-            out=flat_out,
-            out_pos=multi_outs,
-        )
-    return out
+
+
+def _plan_stages(graph, t, pos, tiles, params, stages, name, flat_out, out_tiles, out_shape):
+    """Poplibs' stages (:mod:`.reduce_plan`): ``pos``/``tiles`` are ``[outputs, reduced]``."""
+    target = graph.getTarget()
+    in_type = t.elementType()
+    flat_in = t.flatten()
+    n_out = pos.shape[0]
+    acc = accumulate_type(in_type, params.op)
+    workers = target.getNumWorkerContexts()
+    num_tiles = target.getNumTiles()
+    srt = np.sort(tiles, axis=1)
+    distinct = 1 + (np.diff(srt, axis=1) != 0).sum(axis=1)
+    base = {"workers": workers, "scale": params.scale}
+    if int(distinct.max()) == 1:
+        if out_tiles is None:
+            graph.mapElements(flat_out, tiles[:, 0])
+        ctx = Ctx(params.op, params.update, params.scale != 1.0, in_type, acc, in_type,
+                  True, True, **base)  # fmt: skip
+        _rp.on_tile_stage(graph, stages, f"{name}/ReduceOnTile", flat_in, pos, tiles,
+                          num_tiles, ctx, flat_out, np.arange(n_out, dtype=np.int64))  # fmt: skip
+        return
+    op = params.op
+    if bool((distinct < pos.shape[1]).any()):
+        ctx = Ctx(op, False, False, in_type, acc, acc, True, True, **base)
+        ip = _rp.on_tile_stage(graph, stages, f"{name}/ReduceOnTile", flat_in, pos, tiles,
+                               num_tiles, ctx, None, None)  # fmt: skip
+        if op is Operation.SQUARE_ADD:
+            op = Operation.ADD
+    else:
+        col = np.repeat(np.arange(n_out, dtype=np.int64), pos.shape[1])
+        ip = _rp.Partials(flat_in, col, tiles.reshape(-1), pos.reshape(-1), in_type)
+    if out_tiles is None:
+        vw = target.getVectorWidth(ip.type)
+        mapTensorLinearly(graph, flat_out, 4 * vw, vw)
+        out_tiles = graph.elementTiles(flat_out)
+    stage = 0
+    while _rp.next_step(ip, n_out, target.getTilesPerIPU()) == "intermediate":
+        first = _rp.start_tile(t.shape(), out_shape, params.op, params.update,
+                               params.scale != 1.0, stage, 0, num_tiles)  # fmt: skip
+        ctx = Ctx(op, False, False, ip.type, ip.type, acc, False, False, **base)
+        ip = _rp.intermediate_stage(graph, stages, f"{name}/ReduceStage{stage}", ip, n_out,
+                                    ctx, first)  # fmt: skip
+        if op is Operation.SQUARE_ADD:
+            op = Operation.ADD
+        stage += 1
+    ctx = Ctx(op, params.update, params.scale != 1.0, ip.type, ip.type, in_type, False, True,
+              **base)  # fmt: skip
+    _rp.output_stage(graph, stages, f"{name}/ReduceFinalStage", ip, n_out, ctx, flat_out,
+                     out_tiles)  # fmt: skip
 
 
 def reduce(

@@ -140,3 +140,86 @@ def all_regions_continuous(
     cycles = CYCLES_PER_OP * n_out * (n_p // min(acc_vw, dpw))
     cycles += (2 if n_p % 2 == 1 else 0) + 12 * n_out + 10 + int(update) + 7
     return cycles
+
+
+def strided_reduce(
+    num_outputs: int,
+    num_partials: int,
+    *,
+    partials_half: bool,
+    out_half: bool,
+    op_name: str,
+    op_vw: int,
+    dpw: int,
+    update: bool,
+    num_outer_strides: int = 1,
+) -> int:
+    """``getCyclesEstimateForStridedReduce`` (``Reduce<…STRIDED_REDUCE>``).
+
+    ``5 + 11 + ceil(nOut / elemsPerLoop) · (3 + post + nOuterStrides·(3 + cpo·(nPartials
+    - 1)))`` with ``elemsPerLoop = min(opVW, dpw)`` and ``post`` the loop completion and
+    store cycles of the source's tables (HALF partials: 1 + {HALF: ADD 7/9, MAX/MIN
+    7/10; FLOAT: ADD 6/11, MAX/MIN 7/10}[out][op][update]; FLOAT partials: (ADD 3, else
+    2) + {HALF: 2/4, FLOAT: 2/5}[out][update]). ``nOut`` is the vertex's output count
+    rounded up to the partials grain (half 4, float 2), as the estimator reads it back
+    from ``numOutputsM1``. The source's ``gcd`` with the stride is left out: the stride
+    is a multiple of 64 bits whenever this specialisation is chosen, so the ``gcd`` is
+    ``elemsPerLoop`` (the source reads an unset optional there).
+    """
+    grain = 4 if partials_half else 2
+    n_out = iceil(num_outputs, grain) * grain
+    add = op_name in ("ADD", "SQUARE_ADD")
+    if partials_half:
+        table = {True: {True: 9, False: 7}, False: {True: 10, False: 7}}  # half out
+        ftable = {True: {True: 11, False: 6}, False: {True: 10, False: 7}}  # float out
+        post = 1 + (table if out_half else ftable)[add][bool(update)]
+    else:
+        post = (3 if op_name == "ADD" else 2) + (
+            {True: 4, False: 2} if out_half else {True: 5, False: 2}
+        )[bool(update)]
+    outer = 3 + post + int(num_outer_strides) * (3 + CYCLES_PER_OP * (int(num_partials) - 1))
+    return 5 + 11 + iceil(n_out, min(op_vw, dpw)) * outer
+
+
+def generic_reduce_regions(
+    out_sizes: Sequence[int],
+    partial_sizes: Sequence[Sequence[int]],
+    *,
+    op_vw: int,
+    dpw: int,
+    out_vw: int,
+    accumulator: bool,
+    update: bool,
+) -> int:
+    """``getCyclesEstimateForReduce`` (DEFAULT / SCALAR_OUTPUT_REGIONS) with several
+    partial vectors per output region: region ``r`` has output size ``out_sizes[r]``
+    and partial vectors of ``partial_sizes[r]`` elements (each a multiple of the
+    output size). The per-region terms are those of :func:`generic_reduce`, with the
+    ``numPartials[r]·(fetchPtr 7 + 3)`` cycles per vector loop and remainder."""
+    acc = 1 if accumulator else 0
+    checks = _ceil_log2(op_vw)
+
+    def store(width: int) -> int:
+        return (2 + int(update)) * min(width, out_vw) + acc
+
+    per_vector_load = (2 if acc else 0) + 2 + op_vw // min(op_vw, dpw)
+    cycles = 5 + 1 + 1 + 3 + 23
+    for out, parts in zip(out_sizes, partial_sizes, strict=True):
+        out = int(out)
+        n_parts = len(parts)
+        v_outer, remaining = divmod(out, op_vw)
+        cycles += 16 + 6 + 2 * checks + 2
+        cycles += v_outer * ((3 + 2 if acc else 3) + store(op_vw) + 1)
+        cycles += v_outer * n_parts * (7 + 3)
+        for i in range(checks):
+            bit = 1 << i
+            if remaining & bit:
+                cycles += (3 + 1 if acc else 2) + store(bit) + n_parts * (7 + 3)
+        for size in parts:
+            accumulations = int(size) // out
+            cycles += v_outer * accumulations * (per_vector_load + 3)
+            for i in range(checks):
+                bit = 1 << i
+                if remaining & bit:
+                    cycles += accumulations * (2 + bit // min(bit, dpw) + 3)
+    return cycles
