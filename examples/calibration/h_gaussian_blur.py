@@ -78,6 +78,16 @@ from poplar_api import (
     Vertex,
 )
 from poplar_api import program as prog
+from poplar_api.ipu_intrinsics import (
+    f16v4add,
+    f16v4mul,
+    f32v2add,
+    f32v2mul,
+    load_float2,
+    load_half4,
+    store_float2,
+    store_half4,
+)
 from poplar_api.workload import Workload
 
 CONFIG = "mk1"
@@ -113,8 +123,21 @@ POINT_OVERRIDES: dict[str, dict] = {
 POINT_METRICS: dict[str, str] = {row: f"phase_cycles.{row.rsplit('.', 1)[1]}" for row in POINTS}
 
 
+#: The stencil's weights, constants of the codelets (corners, edges, centre).
+SIXTEENTH = np.float32(1.0 / 16)
+EIGHTH = np.float32(2.0 / 16)
+QUARTER = np.float32(4.0 / 16)
+
+
 class GaussianBlur(Vertex):
-    """``out[k]`` = 3x3 blur of rows ``in[k..k+2]`` (each row: halo pixel, pixels, halo pixel)."""
+    """``out[k]`` = 3x3 blur of rows ``in[k..k+2]`` (each row: halo pixel, pixels, halo pixel).
+
+    The kernel of ``GaussianBlurCodelet<float>`` (lbm-graphcore,
+    ``main/codelets/GaussianBlurCodelets.cpp``): per channel nine loads, the stencil
+    ``1/16 (nw + ne + sw + se) + 4/16 m + 2/16 (e + w + s + n)`` with constant weights
+    (eleven float operations) and a store; its channel loop is unrolled (``#pragma
+    unroll 4``), so the four channels of a pixel are written out here.
+    """
 
     in_ = Input(VectorList(FLOAT))
     out = Output(VectorList(FLOAT))
@@ -124,24 +147,124 @@ class GaussianBlur(Vertex):
     def compute(in_, out, width):
         w = int(width[0])
         for k in range(len(out)):
+            up = in_[k]
+            mid = in_[k + 1]
+            dn = in_[k + 2]
             dst = out[k]
-            for j in range(w):
-                for ch in range(4):
-                    s = np.float32(0.0)
-                    for di in range(3):
-                        row = in_[k + di]
-                        for dj in range(3):
-                            wt = np.float32((2 - abs(di - 1)) * (2 - abs(dj - 1))) / 16
-                            s += wt * row[(j + dj) * 4 + ch]
-                    dst[j * 4 + ch] = s
+            for x in range(w):
+                b = 4 * x  # channel 0 of the pixel left of x (in) and of x (out)
+                dst[b] = (
+                    SIXTEENTH * (up[b] + up[b + 8] + dn[b] + dn[b + 8])
+                    + QUARTER * mid[b + 4]
+                    + EIGHTH * (mid[b + 8] + mid[b] + dn[b + 4] + up[b + 4])
+                )
+                dst[b + 1] = (
+                    SIXTEENTH * (up[b + 1] + up[b + 9] + dn[b + 1] + dn[b + 9])
+                    + QUARTER * mid[b + 5]
+                    + EIGHTH * (mid[b + 9] + mid[b + 1] + dn[b + 5] + up[b + 5])
+                )
+                dst[b + 2] = (
+                    SIXTEENTH * (up[b + 2] + up[b + 10] + dn[b + 2] + dn[b + 10])
+                    + QUARTER * mid[b + 6]
+                    + EIGHTH * (mid[b + 10] + mid[b + 2] + dn[b + 6] + up[b + 6])
+                )
+                dst[b + 3] = (
+                    SIXTEENTH * (up[b + 3] + up[b + 11] + dn[b + 3] + dn[b + 11])
+                    + QUARTER * mid[b + 7]
+                    + EIGHTH * (mid[b + 11] + mid[b + 3] + dn[b + 7] + up[b + 7])
+                )
+        return True
+
+
+class GaussianBlurFloat2(GaussianBlur):
+    """:class:`GaussianBlur` on ``float2`` (``GaussianBlurCodeletFloat2`` of
+    ``main/codelets/GaussianBlurCodeletsVectorised.cpp``): per pixel two float2 (RG,
+    BA; ``#pragma unroll 2``), each nine 64-bit loads, eleven ``f32v2`` operations and
+    a 64-bit store."""
+
+    @staticmethod
+    def compute(in_, out, width):
+        s16 = (SIXTEENTH, SIXTEENTH)
+        s8 = (EIGHTH, EIGHTH)
+        s4 = (QUARTER, QUARTER)
+        w = int(width[0])
+        for k in range(len(out)):
+            up = in_[k]
+            mid = in_[k + 1]
+            dn = in_[k + 2]
+            dst = out[k]
+            for x in range(w):
+                p = 2 * x  # float2 0 (RG) of the pixel left of x (in) and of x (out)
+                corners = f32v2add(
+                    f32v2add(load_float2(up, p), load_float2(up, p + 4)),
+                    f32v2add(load_float2(dn, p), load_float2(dn, p + 4)),
+                )
+                edges = f32v2add(
+                    f32v2add(load_float2(mid, p + 4), load_float2(mid, p)),
+                    f32v2add(load_float2(dn, p + 2), load_float2(up, p + 2)),
+                )
+                centre = f32v2mul(s4, load_float2(mid, p + 2))
+                store_float2(
+                    dst, p, f32v2add(f32v2add(f32v2mul(s16, corners), centre), f32v2mul(s8, edges))
+                )
+                corners = f32v2add(
+                    f32v2add(load_float2(up, p + 1), load_float2(up, p + 5)),
+                    f32v2add(load_float2(dn, p + 1), load_float2(dn, p + 5)),
+                )
+                edges = f32v2add(
+                    f32v2add(load_float2(mid, p + 5), load_float2(mid, p + 1)),
+                    f32v2add(load_float2(dn, p + 3), load_float2(up, p + 3)),
+                )
+                centre = f32v2mul(s4, load_float2(mid, p + 3))
+                store_float2(
+                    dst,
+                    p + 1,
+                    f32v2add(f32v2add(f32v2mul(s16, corners), centre), f32v2mul(s8, edges)),
+                )
         return True
 
 
 class GaussianBlurHalf(GaussianBlur):
-    """:class:`GaussianBlur` on half-precision pixels (``half4``: 8 bytes per pixel)."""
+    """:class:`GaussianBlur` on half-precision pixels (``GaussianBlurCodeletHalf4``:
+    one ``half4`` per pixel, 8 bytes): nine 64-bit loads, eleven ``f16v4`` operations
+    and a 64-bit store per pixel."""
 
     in_ = Input(VectorList(HALF))
     out = Output(VectorList(HALF))
+
+    @staticmethod
+    def compute(in_, out, width):
+        s16 = (SIXTEENTH, SIXTEENTH, SIXTEENTH, SIXTEENTH)
+        s8 = (EIGHTH, EIGHTH, EIGHTH, EIGHTH)
+        s4 = (QUARTER, QUARTER, QUARTER, QUARTER)
+        w = int(width[0])
+        for k in range(len(out)):
+            up = in_[k]
+            mid = in_[k + 1]
+            dn = in_[k + 2]
+            dst = out[k]
+            for x in range(w):
+                corners = f16v4add(
+                    f16v4add(load_half4(up, x), load_half4(up, x + 2)),
+                    f16v4add(load_half4(dn, x), load_half4(dn, x + 2)),
+                )
+                edges = f16v4add(
+                    f16v4add(load_half4(mid, x + 2), load_half4(mid, x)),
+                    f16v4add(load_half4(dn, x + 1), load_half4(up, x + 1)),
+                )
+                centre = f16v4mul(s4, load_half4(mid, x + 1))
+                store_half4(
+                    dst, x, f16v4add(f16v4add(f16v4mul(s16, corners), centre), f16v4mul(s8, edges))
+                )
+        return True
+
+
+#: The codelet of each data type, as the program chooses them.
+CODELETS: dict[str, type[GaussianBlur]] = {
+    "float": GaussianBlur,
+    "float2": GaussianBlurFloat2,
+    "half4": GaussianBlurHalf,
+}
 
 
 def blur_reference(img: np.ndarray) -> np.ndarray:
@@ -229,8 +352,8 @@ def workload(
             )
         grids.append(grid)
     half = data_type == "half4"
-    vertex = "GaussianBlurHalf" if half else "GaussianBlur"
-    graph.addCodelets(GaussianBlurHalf if half else GaussianBlur)
+    vertex = CODELETS[data_type].__name__
+    graph.addCodelets(CODELETS[data_type])
     dtype = HALF if half else FLOAT
     images = [graph.addVariable(dtype, [height, width, CHANNELS], n) for n in ("imgA", "imgB")]
     compute_sets = [graph.addComputeSet("inToOut"), graph.addComputeSet("outToIn")]
