@@ -250,3 +250,46 @@ def test_tile_cuts_match_a_plain_scan():
         assert (cuts.tolist(), contiguous) == expected
         split += not contiguous
     assert split > 10  # both outcomes are exercised
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_merge_received_equals_element_by_element(seed):
+    """The compiled merge of id ranges against sets of elements, counted in numpy."""
+    from poplar_api.lowering import runs
+
+    rng = np.random.default_rng(seed)
+    tiles, space = 12, 300
+    owner = np.repeat(rng.integers(0, tiles, 40), rng.integers(1, 15, 40))[:space]
+    owner = np.resize(owner, space)
+    changes = runs.change_points(owner, space)
+    column, row = np.arange(tiles) // 3, np.arange(tiles) % 3  # a 4 x 3 grid
+    dst = rng.integers(0, tiles, 200)
+    begin = rng.integers(0, space - 20, 200)
+    length = rng.integers(1, 20, 200)
+    stride = space + 1
+    lo = dst * stride + begin
+    order = np.argsort(lo)
+    a, b, elements, messages, distance = runs.merge_received(
+        lo[order], length[order], stride, changes, owner, (column, row), tiles
+    )
+    want_elements = np.zeros(tiles, np.int64)
+    want_messages = np.zeros(tiles, np.int64)
+    want_distance = np.zeros(tiles, np.int64)
+    for t in range(tiles):
+        mine = zip(begin[dst == t], length[dst == t], strict=True)
+        ids = np.unique(np.concatenate([np.arange(x, x + n) for x, n in mine] or [[]]))
+        ids = ids.astype(np.int64)
+        want_elements[t] = ids.size
+        if ids.size == 0:
+            continue
+        # a message: a run of consecutive ids of one owner
+        starts = np.r_[True, (np.diff(ids) != 1) | (np.diff(owner[ids]) != 0)]
+        want_messages[t] += int(starts.sum())
+        for s in np.unique(owner[ids[starts]]):
+            d = abs(column[t] - column[s]) + abs(row[t] - row[s])
+            want_distance[t] = max(want_distance[t], d)
+            want_distance[s] = max(want_distance[s], d)
+    assert elements.tolist() == want_elements.tolist()
+    assert messages.tolist() == want_messages.tolist()
+    assert distance.tolist() == want_distance.tolist()
+    assert int((b - a).sum()) == int(want_elements.sum())

@@ -37,7 +37,7 @@ import itertools
 import numpy as np
 
 from ipusim import ir
-from ipusim.tile.layout import tile_distance
+from ipusim.tile.layout import tile_coordinates, tile_distance
 from poplar_api.lowering import runs
 from poplar_api.types import Type
 
@@ -265,23 +265,17 @@ class ExchangePlanner:
         space = self.state.space(element_type).size
         stride = space + 1  # a range ends at most at ``space``: tiles never touch
         lo_key = dst * stride + begin
-        m_lo, m_hi = _merge(lo_key, lo_key + lengths)
-        m_dst = m_lo // stride
-        a, b = m_lo - m_dst * stride, m_hi - m_dst * stride
+        if lo_key.size > 1 and (lo_key[1:] < lo_key[:-1]).any():  # often sorted already
+            order = np.argsort(lo_key, kind="stable")
+            lo_key, lengths = lo_key[order], lengths[order]
         n = self.num_tiles
-        self.received += np.bincount(m_dst, weights=b - a, minlength=n).astype(np.int64) * size
-        inner, inner_ids = _changes_within(self.changes_of(size, owner, space), a, b)
-        msgs = np.bincount(m_dst, weights=1 + inner, minlength=n)
-        self.messages_received += msgs.astype(np.int64)
-        # first id of every message, and its receiving tile
-        msg_ids = np.concatenate((a, inner_ids))
-        msg_dst = np.concatenate((m_dst, np.repeat(m_dst, inner)))
-        pairs = _distinct(msg_dst * n + owner[msg_ids].astype(np.int64), n * n)
-        p_dst, peers = pairs // n, pairs % n
-        tpi = self.tiles_per_ipu
-        dist = tile_distance(self.cfg.tile, peers % tpi, p_dst % tpi).astype(np.int64)
-        np.maximum.at(self.max_distance, p_dst, dist)
-        np.maximum.at(self.max_distance, peers, dist)
+        changes = self.changes_of(size, owner, space)
+        a, b, elements, messages, distance = runs.merge_received(
+            lo_key, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n
+        )
+        self.received += elements * size
+        self.messages_received += messages
+        np.maximum(self.max_distance, distance, out=self.max_distance)
         sender = self.sender.get(size)
         if sender is not None:  # elements planned one by one too: paint the intervals in
             runs.copy_ranges(sender, owner, a, b)
@@ -448,13 +442,3 @@ def _changes_within(
     inner = np.searchsorted(changes, hi, side="left") - c_lo
     at = np.arange(int(inner.sum())) - np.repeat(np.cumsum(inner) - inner - c_lo, inner)
     return inner, changes[at]
-
-
-def _distinct(keys: np.ndarray, bound: int) -> np.ndarray:
-    """Sorted distinct values of ``keys`` (all in ``[0, bound)``): a bitmap when the
-    bound is small (no sort), else ``np.unique``."""
-    if bound > 1 << 22:
-        return np.unique(keys)
-    seen = np.zeros(bound, bool)
-    seen[keys] = True
-    return np.flatnonzero(seen)

@@ -504,3 +504,122 @@ def vertex_runs(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.nd
         ids = ids.astype(np.int64)
     begin, end, ok = _vertex_runs(ids, np.asarray(offsets, np.int64))
     return (begin, end) if ok else None
+
+
+@numba.njit(cache=True, inline="always")
+def _gallop(arr, x, start, right):  # pragma: no cover - compiled
+    # first i >= start with arr[i] > x (right) or arr[i] >= x (left); arr sorted and
+    # the answer known to be at or after start: an exponential then a binary search
+    n = arr.size
+    lo = start
+    step = 1
+    hi = start
+    while hi < n and (arr[hi] <= x if right else arr[hi] < x):
+        lo = hi + 1
+        hi = lo + step
+        step *= 2
+    if hi > n:
+        hi = n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if arr[mid] <= x if right else arr[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def _merge_received(
+    lo, length, stride, changes, owner, column, row, elements, messages, distance, out_a, out_b
+):  # pragma: no cover - compiled
+    # lo sorted; a range is [lo[k], lo[k] + length[k]) of key dst * stride + id
+    m = 0
+    cur_lo = lo[0]
+    cur_hi = lo[0] + length[0]
+    last_dst = -1
+    pos = 0
+    per_ipu = column.size
+    for k in range(1, lo.size + 1):
+        if k < lo.size:
+            x = lo[k]
+            if x <= cur_hi:  # overlapping or touching: the same interval
+                if x + length[k] > cur_hi:
+                    cur_hi = x + length[k]
+                continue
+        dst = cur_lo // stride
+        a = cur_lo - dst * stride
+        b = cur_hi - dst * stride
+        out_a[m] = a
+        out_b[m] = b
+        m += 1
+        elements[dst] += b - a
+        if dst != last_dst:  # the intervals of one tile come in id order
+            pos = 0
+            last_dst = dst
+        c_lo = _gallop(changes, a, pos, True)
+        c_hi = _gallop(changes, b, c_lo, False)
+        pos = c_lo
+        messages[dst] += 1 + c_hi - c_lo
+        here = dst % per_ipu
+        for c in range(c_lo - 1, c_hi):  # the interval's first id, then each change
+            sender = owner[a if c < c_lo else changes[c]]
+            there = sender % per_ipu
+            d = abs(column[here] - column[there]) + abs(row[here] - row[there])
+            if d > distance[dst]:
+                distance[dst] = d
+            if d > distance[sender]:
+                distance[sender] = d
+        if k < lo.size:
+            cur_lo = lo[k]
+            cur_hi = lo[k] + length[k]
+    return m
+
+
+def merge_received(
+    lo: np.ndarray,
+    length: np.ndarray,
+    stride: int,
+    changes: np.ndarray,
+    owner: np.ndarray,
+    coordinates: tuple[np.ndarray, np.ndarray],
+    num_tiles: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What each receiving tile gets of id ranges, in one compiled pass.
+
+    Parameters
+    ----------
+    lo, length
+        Ranges ``[lo, lo + length)`` of keys ``dst * stride + id`` (``stride`` above
+        every id, so the ranges of two tiles never touch), ``lo`` sorted.
+    changes
+        Sorted ids where the owning tile changes (:func:`change_points`).
+    owner
+        Tile of each id.
+    coordinates
+        ``(column, row)`` of each tile of an IPU on the layout grid
+        (:func:`ipusim.tile.layout.tile_coordinates`).
+    num_tiles
+        Tiles of the target.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(a, b, elements, messages, distance)``: the union of the ranges of each tile
+        as disjoint id intervals ``[a, b)`` (touching ones joined), tile after tile;
+        the elements and messages each tile receives (a message per interval and per
+        change of owner inside it); and per tile the longest grid distance of a
+        message it sends or receives.
+    """
+    elements = np.zeros(num_tiles, np.int64)
+    messages = np.zeros(num_tiles, np.int64)
+    distance = np.zeros(num_tiles, np.int64)
+    out_a, out_b = np.empty(lo.size, np.int64), np.empty(lo.size, np.int64)
+    m = 0
+    if lo.size:
+        column, row = coordinates
+        m = _merge_received(
+            lo, length, stride, changes, owner, column, row, elements, messages, distance,
+            out_a, out_b,
+        )  # fmt: skip
+    return out_a[:m], out_b[:m], elements, messages, distance
