@@ -52,6 +52,7 @@ from poplar_api.executable import (
     timing_for,
 )
 from poplar_api.graph import DataStream, Graph, is_nonreplicated, replication_factor
+from poplar_api.host_transfers import run_host_transfer
 from poplar_api.lowering import runs
 from poplar_api.lowering.context import Lowered
 from poplar_api.lowering.pipeline import Compiled
@@ -253,6 +254,7 @@ class Engine:
         self.timing: TimingModel | None = None
         self._trace: Trace | None = None
         self._traces: list[Trace] = []
+        self._host_traces: list[Trace] = []
         #: The tile memory placement of the compiled graph.
         self.memory = compiled.memory
 
@@ -381,6 +383,7 @@ class Engine:
     def resetExecutionProfile(self) -> None:
         """Forget the traces of earlier runs."""
         self._traces.clear()
+        self._host_traces.clear()
         self._trace = None
 
     # ---------------------------------------------------------------- host data
@@ -403,8 +406,29 @@ class Engine:
         (``[replicas, *shape]``), or the tensor's own number of values, written to
         every replica. A non-replicated view (``getNonReplicatedTensor``) takes its own
         shape, ``[replicas, *shape]``.
+
+        On an IPU Model the write takes simulated time on the host link
+        (:mod:`poplar_api.host_transfers`, :meth:`getHostTransferTraces`).
         """
         t = self._handle(self._state.host_writes, handle, "writeTensor")
+        self._write_values(t, handle, buffer)
+        self._time_host_transfer(t, True, f"writeTensor('{handle}')")
+
+    def getHostTransferTraces(self) -> list[Trace]:
+        """Traces of the host reads and writes (``writeTensor``, ``readTensor``) on an
+        IPU Model since the engine was made or the profile was reset, in order."""
+        return list(self._host_traces)
+
+    def _time_host_transfer(self, t: Any, to_device: bool, name: str) -> None:
+        """Run the host transfer of ``t`` on the device's machine (IPU Model only)."""
+        if self._machine is not None:
+            trace = run_host_transfer(self._machine, self._state, t, to_device, name,
+                                      self.ir_program.replicas)  # fmt: skip
+            if trace is not None:
+                self._host_traces.append(trace)
+
+    def _write_values(self, t: Any, handle: str, buffer: Any) -> None:
+        """Move ``buffer`` into the tensor's storage (the values of :meth:`writeTensor`)."""
         what = f"writeTensor('{handle}')"
         typ = t.elementType()
         if is_nonreplicated(t, self._state):
@@ -444,6 +468,7 @@ class Engine:
             shape = [self.replicas, *shape]
         else:  # a variable's block needs no index array
             values = self._storage.read(typ, runs.as_index(t._flat_ids()))
+        self._time_host_transfer(t, False, f"readTensor('{handle}')")
         if buffer is None:
             return values.reshape(shape)
         what = f"readTensor('{handle}')"
