@@ -548,18 +548,91 @@ def connect_tile(regions: tuple[tuple[int, int, int], ...], ctx: Ctx) -> TileTem
     return TileTemplate(tb.temp, tuple(tb.vertices))
 
 
+def _shape(tb: _TileBuilder, regs: list[tuple[int, int, int, int]]) -> dict:
+    """The facts :func:`choose_specialisation` needs about single-stage ``regs``."""
+    widths = [r[1] for r in regs]
+    adjacent = all(regs[i][0] + regs[i][1] == regs[i + 1][0] for i in range(len(regs) - 1))
+    pieces = [[w * inner] * max(1, rows // inner) for _, w, rows, inner in regs]
+    runs_whole = all(w == 1 and inner == rows for _, w, rows, inner in regs)
+    p_size = tb.ctx.in_type.size
+    return {
+        "widths": widths,
+        "per_out": [r[2] for r in regs],
+        "contiguous": adjacent and runs_whole and tb.ctx.uses_input,
+        "cheap": not _misaligned_follow([x for p in pieces for x in p], p_size),
+        "regular": tb.ctx.uses_input,
+        "adjacent": adjacent and all(r[3] == 1 for r in regs),
+        "pieces": pieces,
+    }
+
+
+def _spec(tb: _TileBuilder, regs: list[tuple[int, int, int, int]]) -> str:
+    f = _shape(tb, regs)
+    return choose_specialisation(
+        tb.ctx, "single", f["widths"], f["per_out"], contiguous=f["contiguous"],
+        cheap=f["cheap"], regular=f["regular"], adjacent=f["adjacent"],
+    )  # fmt: skip
+
+
+def _cost(spec: str, n: int) -> int:
+    """``getReductionCost``: memory plus base cycle cost of a vertex of ``n`` regions."""
+    if spec in (DEFAULT, SOR):
+        return 8 * n + 20 + 2
+    return 12
+
+
+def _multi_vertex_plan(tb: _TileBuilder, regs: list, threshold: int | None) -> tuple:
+    """``findMultiVertexPlan``: ranges of ``regs`` whose specialisation has no
+    per-reduction cost (ALL_REGIONS_CONTINUOUS, STRIDED_REDUCE) grown greedily; with a
+    length threshold (``threshold`` None) short ranges go back as remaining, with a
+    cost threshold the plan falls back to one vertex when the ranges cost more."""
+    plan: list[list] = []
+    remaining: list = []
+    total = 0
+    i = 0
+    while i < len(regs):
+        start = i
+        spec = _spec(tb, regs[i : i + 1])
+        end = len(regs)
+        for j in range(i + 1, len(regs)):
+            cand = _spec(tb, regs[start : j + 1])
+            if cand in (ALL, STRIDED):
+                i, spec = j, cand
+            else:
+                end = j
+                break
+        rng = regs[start:end]
+        if threshold is not None:
+            plan.append(rng)
+            total += _cost(spec, len(rng))
+            if total > threshold:
+                return [regs], []
+        elif spec in (ALL, STRIDED) and len(rng) >= 12 // 8:
+            plan.append(rng)
+        else:
+            remaining += rng
+        i = max(i + 1, end) if end > i + 1 else i + 1
+    return plan, remaining
+
+
 def _single(tb: _TileBuilder, regs: list[tuple[int, int, int, int]]) -> None:
-    """One single-stage vertex reducing ``regs`` = (c0, w, rows, inner) straight to
-    the destination."""
+    """The single-stage vertices of one worker's ``regs`` = (c0, w, rows, inner)
+    (``createVertex``: ``findVertexPlan`` may make several vertices)."""
+    plan = [regs]
+    if _spec(tb, regs) in (DEFAULT, SOR) and len(regs) > 1:
+        plan, remaining = _multi_vertex_plan(tb, regs, None)
+        if remaining:
+            whole = _cost(_spec(tb, remaining), len(remaining))
+            more, _ = _multi_vertex_plan(tb, remaining, whole)
+            plan += more
+    for rng in plan:
+        _one_vertex(tb, rng)
+
+
+def _one_vertex(tb: _TileBuilder, regs: list[tuple[int, int, int, int]]) -> None:
+    f = _shape(tb, regs)
     outs = np.concatenate([np.arange(c0, c0 + w, dtype=np.int64) for c0, w, _, _ in regs])
     plen = np.concatenate([np.full(w, rows, np.int64) for _, w, rows, _ in regs])
     prefs = np.concatenate([tb.refs(c0, w, 0, rows) for c0, w, rows, _ in regs])
-    widths = [r[1] for r in regs]
-    adjacent = all(regs[i][0] + regs[i][1] == regs[i + 1][0] for i in range(len(regs) - 1))
-    ctx = tb.ctx
-    pieces = [[w * inner] * max(1, rows // inner) for _, w, rows, inner in regs]
-    runs_whole = all(w == 1 and inner == rows for _, w, rows, inner in regs)
-    contiguous = adjacent and runs_whole and ctx.uses_input
-    tb.add(0, "single", outs, plen, prefs, widths, contiguous=contiguous,
-           regular=ctx.uses_input, piece_sizes=pieces,
-           adjacent=adjacent and all(r[3] == 1 for r in regs))  # fmt: skip
+    tb.add(0, "single", outs, plen, prefs, f["widths"], contiguous=f["contiguous"],
+           regular=f["regular"], piece_sizes=f["pieces"], adjacent=f["adjacent"])  # fmt: skip
