@@ -53,6 +53,12 @@ def scalar_offsets(a, out):
     return True
 
 
+def offset_as_value(a, out):
+    for i in range(a.shape[0] - 1):
+        j = i + 1
+        out[i] = a[j] + j  # j is a value too: its add is an instruction
+
+
 def branchy_rpt(a):
     for i in rpt(a.shape[0]):
         if a[i] > 0:
@@ -123,6 +129,14 @@ def test_index_offsets_of_scalar_loads_are_addressing():
     got, _, _ = _run_counted(scalar_offsets, a, out)
     np.testing.assert_array_equal(out, a[1:])
     assert got["int_alu"] == 2  # shape - 1 and the loop set-up; a[i + 1] is ld32 with offset 1
+
+
+def test_an_offset_that_is_also_a_value_is_counted():
+    a = np.arange(5, dtype=np.float32)
+    out = np.zeros(4, np.float32)
+    got, _, _ = _run_counted(offset_as_value, a, out)
+    np.testing.assert_array_equal(out, a[1:] + np.arange(1, 5))
+    assert got["int_alu"] == 2 + 4  # and i + 1 per element
 
 
 def test_vector_arithmetic_gives_numpy_values_and_one_instruction_per_vector():
