@@ -232,3 +232,36 @@ def variable_delay(n):
 def test_a_delay_whose_operand_is_not_a_constant_is_refused():
     with pytest.raises(CodeletError, match="constant"):
         _run_counted(variable_delay, np.array([5], np.int32))
+
+
+# ------------------------------------------------------------ the calibration kernels
+CAL = "examples/calibration/"
+
+
+def test_the_triad_workload_counted_is_its_rpt_loop_per_repeat():
+    from ipusim.runner import run_workload
+
+    n = 8
+    cfg = load_config("tiny")
+    with vertexCycles("counted"):
+        result = run_workload(CAL + "f_stream_triad.py", cfg, {"n": n, "repeats": 3})
+    assert result.ok
+    c = cfg.counted
+    pairs = n // 2
+    # entry block: a.shape, >> 1, pairs - 1, ld2x64pace, rpt (main); f32v2axpy (float)
+    main = c.load_32_cycles + 2 * c.int_alu_cycles + c.load_2x64_cycles + c.rpt_cycles
+    flt = c.float2_arith_cycles
+    entry = main + flt - c.pairing * min(main, flt)
+    body = (pairs - 1) * max(c.load_2x64_store_64_cycles, c.float2_arith_cycles)
+    thread = np.ceil(c.worker_entry_cycles + entry + body + c.store_64_cycles)
+    assert result.metrics["cycles_per_repeat"] == thread * cfg.tile.worker_contexts
+
+
+def test_the_delay_workload_counted_meets_the_poplibs_bound():
+    from ipusim.runner import run_workload
+
+    with vertexCycles("counted"):
+        result = run_workload(CAL + "m_delay.py", "mk2")
+    assert result.ok
+    # Poplibs' Popsys test: 1000 <= measured < 1000 + 150
+    assert 1000 <= result.metrics["measured_cycles_upper_bound"] < 1150
