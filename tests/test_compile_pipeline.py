@@ -317,3 +317,20 @@ def test_deserialize_names_a_vertex_class_stored_by_value_that_is_lost():
             reader.persistent_load(("vertex", "Lost", ("value", stored)))
     finally:
         del sys.modules[module.__name__]
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5])
+def test_unique_rows_equals_numpy_unique(width):
+    """The packed-key row unique gives what ``np.unique(axis=0)`` gives, in its order."""
+    from poplar_api.lowering.computeset import _unique_rows
+
+    rng = np.random.default_rng(width)
+    for _ in range(20):
+        rows = rng.integers(-3, int(rng.integers(1, 50)), (int(rng.integers(1, 200)), width))
+        want = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        got = _unique_rows(rows)
+        assert np.array_equal(got[0], want[0])
+        assert np.array_equal(got[1], want[1])
+        assert np.array_equal(got[2], want[2].reshape(-1))
+    wide = np.array([[2**40, 0], [0, 2**40], [2**40, 0]])  # too wide to pack: numpy's own
+    assert _unique_rows(wide)[2].tolist() == [1, 0, 1]

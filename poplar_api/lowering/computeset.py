@@ -573,7 +573,7 @@ def vertex_cycles(
         lists = [ft for spec, ft in fields if spec.kind == "vectorlist"]
         vectors = np.stack([np.diff(ft.offsets)[at] for ft in lists], axis=1) if lists else None
         shapes, which = (
-            np.unique(vectors, axis=0, return_inverse=True)
+            _unique_rows(vectors)[::2]
             if vectors is not None
             else (np.zeros((1, 0), np.int64), np.zeros(at.size, np.int64))
         )
@@ -597,6 +597,22 @@ def vertex_cycles(
     return cycles
 
 
+def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_index=True, return_inverse=True)`` of an int
+    matrix: rows packed into one int64 key each (lexicographic order kept) when their
+    ranges fit, which sorts numbers instead of byte strings."""
+    if rows.shape[0] == 0 or rows.shape[1] == 0:
+        return np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    low = rows.min(axis=0)
+    span = rows.max(axis=0).astype(np.int64) - low + 1
+    if float(np.prod(span.astype(np.float64))) >= 2.0**62:
+        return np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    weights = np.r_[np.cumprod(span[:0:-1])[::-1], 1]  # column k: product of later spans
+    keys = (rows - low).astype(np.int64) @ weights
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return rows[first], first, inverse.reshape(-1)
+
+
 def _estimate_rows(
     vtype: VertexType,
     fields: list[tuple[FieldSpec, FieldTable]],
@@ -610,7 +626,7 @@ def _estimate_rows(
     rows = np.concatenate(columns, axis=1) if columns else np.zeros((n, 1), np.int64)
     if rows.shape[1] == 0:
         rows = np.zeros((n, 1), np.int64)
-    uniq, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    uniq, first, inverse = _unique_rows(rows)
     found = np.zeros(uniq.shape[0], np.int64)
     for k in np.argsort(first).tolist():  # in order of first appearance
         row = uniq[k].tolist()

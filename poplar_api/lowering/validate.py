@@ -154,8 +154,13 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
         if not writes:
             continue
         w_ids = writes[0].ids if len(writes) == 1 else np.concatenate([w.ids for w in writes])
-        written = np.zeros(state.space(t).size, bool)
-        written[w_ids] = True
+        if w_ids.size == 0:
+            continue
+        # a bitmap of the span of written ids only (a compute set writes a small part
+        # of an element space, mostly in one place)
+        lo, hi = int(w_ids.min()), int(w_ids.max()) + 1
+        written = np.zeros(hi - lo, bool)
+        written[w_ids - lo] = True
         if np.count_nonzero(written) < w_ids.size:  # an element written twice
             problems += _double_writes(state, table, t, writes, w_ids)
         del w_ids
@@ -164,10 +169,12 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
         for ft in reads:
             if ft.runs is not None:
                 if marked is None:
-                    marked = np.flatnonzero(written)
+                    marked = np.flatnonzero(written) + lo
                 if not runs.runs_hit(marked, *ft.runs).any():
                     continue  # no read of a written element, found without the ids
-            refs = np.flatnonzero(written[ft.ids])
+            r_ids = ft.ids
+            refs = np.flatnonzero((r_ids >= lo) & (r_ids < hi))
+            refs = refs[written[r_ids[refs] - lo]]
             if refs.size == 0:
                 continue
             if writer is None:
@@ -175,10 +182,10 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
                 for w in reversed(writes):  # reversed assignment: the first writer wins
                     lengths = np.diff(w.bounds)
                     pos = np.repeat(w.positions.astype(np.int32), lengths)
-                    writer[w.ids[::-1]] = pos[::-1]
+                    writer[w.ids[::-1] - lo] = pos[::-1]
             ids = ft.ids[refs]
             reader_pos = ft.vertex_of(refs)
-            writer_pos = writer[ids]
+            writer_pos = writer[ids - lo]
             bad = np.flatnonzero(writer_pos != reader_pos)
             if bad.size:
                 k = int(bad[0])
