@@ -1,0 +1,303 @@
+"""Run a model of ``examples/models`` through popart_api and check it against ONNX's
+reference evaluator.
+
+Inference runs the model once on random inputs and compares the outputs with
+``onnx.reference.ReferenceEvaluator`` on the same ModelProto. A training step (one
+forward and backward pass, ``ConstSGD`` with learning rate 0, so the step is the
+gradient computation alone) anchors the loss and the gradients of some weights;
+the loss is compared with the reference evaluator and the gradients with a central
+finite difference of the reference evaluator run in float64 along one random
+direction: ``Σ_w <∂loss/∂w, d_w> ≈ (loss(w + εd) - loss(w - εd)) / 2ε``.
+
+Usage::
+
+    .venv/bin/python examples/models/run_model.py bert-tiny --train --tiles 16
+    .venv/bin/python examples/models/run_model.py resnet18
+
+prints the host seconds of each phase, the simulated cycles and whether the run
+matched the reference, as ``key: value`` lines (``--json`` prints one JSON object).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.reference
+from onnx import TensorProto, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bert import BERT_BASE, BERT_TINY, build_bert_layer
+from resnet import RESNET18, RESNET50, RESNET_TINY, ResNetConfig, build_resnet
+
+import popart_api as popart
+
+#: Model names this script runs -> (kind, size).
+MODELS: dict[str, tuple[str, Any]] = {
+    "bert-tiny": ("bert", BERT_TINY),
+    "bert-base": ("bert", BERT_BASE),
+    "resnet-tiny": ("resnet", RESNET_TINY),
+    "resnet-tiny50": ("resnet", ResNetConfig(blocks=(1, 1, 1, 1), bottleneck=True, width=8,
+                                             image=32, classes=10)),
+    "resnet18": ("resnet", RESNET18),
+    "resnet50": ("resnet", RESNET50),
+}  # fmt: skip
+
+
+@dataclass
+class ModelRun:
+    """What one run of a model gave.
+
+    Attributes
+    ----------
+    model, mode
+        Model name and ``inference`` or ``training``.
+    seconds
+        Host seconds: ``build`` (ONNX model), ``compile`` (``prepareDevice``), ``run``
+        (weights to the device and one step), ``reference`` (the checks).
+    cycles
+        Simulated cycles of the step.
+    vertices
+        Vertices of the compiled graph.
+    max_error, tolerance, matched
+        Largest difference from the reference (relative to the reference's largest
+        magnitude), the tolerance, and whether it is within it.
+    gradient_check
+        Training: the directional derivative from the anchored gradients and the
+        reference's central difference (see :func:`directional_check`).
+    """
+
+    model: str
+    mode: str
+    seconds: dict[str, float] = field(default_factory=dict)
+    cycles: int = 0
+    vertices: int = 0
+    max_error: float = 0.0
+    tolerance: float = 0.0
+    matched: bool = False
+    gradient_check: tuple[float, float] | None = None
+
+
+#: A built model: ModelProto, random inputs, outputs checked, loss id (training).
+Built = tuple[onnx.ModelProto, dict[str, np.ndarray], list[str], str | None]
+
+
+def build(name: str, train: bool, seed: int = 0) -> Built:
+    """The model ``name``: (ModelProto, random inputs, outputs checked, loss id)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}")
+    kind, cfg = MODELS[name]
+    rng = np.random.default_rng(seed + 1)
+    if kind == "bert":
+        m = build_bert_layer(cfg, seed=seed, loss=train)
+        x = rng.standard_normal((cfg.batch, cfg.seq, cfg.hidden)).astype(np.float32)
+        return m.proto, {m.x: x}, [m.y], m.loss
+    r = build_resnet(cfg, seed=seed, loss=train)
+    inputs = {r.x: rng.standard_normal((cfg.batch, 3, cfg.image, cfg.image)).astype(np.float32)}
+    if train:
+        labels = np.zeros((cfg.batch, cfg.classes), np.float32)
+        labels[np.arange(cfg.batch), rng.integers(0, cfg.classes, cfg.batch)] = 1.0
+        inputs[r.labels] = labels
+    return r.proto, inputs, [r.logits], r.loss
+
+
+def float64_model(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` computing in float64 (initializers, Constant values, FLOAT
+    inputs, outputs and value infos), for a finite difference the float32 rounding
+    does not swamp."""
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    g = m.graph
+
+    def widen(t: onnx.TensorProto) -> onnx.TensorProto:
+        if t.data_type != TensorProto.FLOAT:
+            return t
+        return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name)
+
+    inits = [widen(t) for t in g.initializer]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    for node in g.node:
+        for a in node.attribute:
+            if a.name == "value" and a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(widen(a.t))
+    for vi in [*g.input, *g.output, *g.value_info]:
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+            vi.type.tensor_type.elem_type = TensorProto.DOUBLE
+    return m
+
+
+def _initializers(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The float initializers that get a gradient (BatchNormalization's running
+    statistics are left out: training updates them by momentum, not by gradient)."""
+    stats = {
+        name
+        for node in proto.graph.node
+        if node.op_type == "BatchNormalization"
+        for name in node.input[3:5]
+    }
+    return {
+        t.name: numpy_helper.to_array(t)
+        for t in proto.graph.initializer
+        if t.data_type in (TensorProto.FLOAT, TensorProto.DOUBLE) and t.name not in stats
+    }
+
+
+def training_reference(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` whose BatchNormalization nodes use the batch's statistics
+    (``training_mode=1``), as a training step does."""
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    for node in m.graph.node:
+        if node.op_type == "BatchNormalization":
+            node.attribute.append(onnx.helper.make_attribute("training_mode", 1))
+    return m
+
+
+def directional_check(
+    proto: onnx.ModelProto,
+    inputs: dict[str, np.ndarray],
+    loss: str,
+    grads: dict[str, np.ndarray],
+    seed: int = 7,
+    eps: float = 1e-4,
+) -> tuple[float, float]:
+    """``(Σ <grad_w, d_w>, central difference of the float64 reference)`` along a
+    random unit direction ``d`` over the weights in ``grads``."""
+    rng = np.random.default_rng(seed)
+    wide = float64_model(training_reference(proto))
+    weights = _initializers(wide)
+    direction = {w: rng.standard_normal(weights[w].shape) for w in grads}
+    norm = np.sqrt(sum(float(np.sum(d * d)) for d in direction.values()))
+    feeds = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.items()}
+
+    def loss_at(sign: float) -> float:
+        m = onnx.ModelProto()
+        m.CopyFrom(wide)
+        for t in m.graph.initializer:
+            if t.name in direction:
+                moved = weights[t.name] + sign * eps * direction[t.name] / norm
+                t.CopyFrom(numpy_helper.from_array(moved, t.name))
+        return float(onnx.reference.ReferenceEvaluator(m).run([loss], feeds)[0])
+
+    analytic = sum(float(np.sum(grads[w] * direction[w])) for w in grads) / norm
+    numeric = (loss_at(1.0) - loss_at(-1.0)) / (2 * eps)
+    return analytic, numeric
+
+
+def run_model(
+    name: str,
+    train: bool = False,
+    tiles: int | None = None,
+    ipus: int = 1,
+    grad_weights: int = 3,
+    seed: int = 0,
+) -> ModelRun:
+    """Build, compile and run model ``name`` once; check it against the reference.
+
+    Parameters
+    ----------
+    name
+        A key of :data:`MODELS`.
+    train
+        One training step (forward and backward) instead of inference.
+    tiles, ipus
+        Tiles per IPU (None: the Mk2's 1472) and IPUs of the IPU Model device.
+    grad_weights
+        Weights whose gradients are anchored and checked (spread over the model).
+    seed
+        Seed of the weights and inputs.
+    """
+    result = ModelRun(name, "training" if train else "inference")
+    t0 = time.perf_counter()
+    proto, inputs, outputs, loss = build(name, train, seed)
+    result.seconds["build"] = time.perf_counter() - t0
+    options: dict[str, Any] = {"numIPUs": ipus}
+    if tiles:
+        options["tilesPerIPU"] = tiles
+    device = popart.DeviceManager().createIpuModelDevice(options)
+    every = popart.AnchorReturnType("ALL")
+    t0 = time.perf_counter()
+    if train:
+        assert loss is not None
+        names = list(_initializers(proto))
+        picked = [names[int(i)] for i in np.linspace(0, len(names) - 1, grad_weights)]
+        picked = list(dict.fromkeys(picked))
+        prefix = popart.reservedGradientPrefix()
+        anchors_ids = [loss, *(prefix + w for w in picked)]
+        session = popart.TrainingSession(
+            fnModel=proto.SerializeToString(),
+            dataFlow=popart.DataFlow(1, {a: every for a in anchors_ids}),
+            deviceInfo=device,
+            loss=loss,
+            optimizer=popart.ConstSGD(0.0),
+        )
+    else:
+        session = popart.InferenceSession(
+            fnModel=proto.SerializeToString(),
+            dataFlow=popart.DataFlow(1, {o: every for o in outputs}),
+            deviceInfo=device,
+        )
+    session.prepareDevice()
+    result.seconds["compile"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    session.weightsFromHost()
+    anchors = session.initAnchorArrays()
+    session.run(popart.PyStepIO(inputs, anchors))
+    result.seconds["run"] = time.perf_counter() - t0
+    result.cycles = int(session.getCycleCount())
+    result.vertices = int(session.getGraphReport()["graph"]["numVertices"])
+    t0 = time.perf_counter()
+    if train:
+        reference = onnx.reference.ReferenceEvaluator(training_reference(proto))
+        want = float(reference.run([loss], inputs)[0])
+        got = float(np.asarray(anchors[loss]).reshape(-1)[0])
+        grads = {w: np.asarray(anchors[prefix + w], np.float64) for w in picked}
+        analytic, numeric = directional_check(proto, inputs, loss, grads)
+        result.gradient_check = (analytic, numeric)
+        result.max_error = max(
+            abs(got - want) / max(abs(want), 1e-6),
+            abs(analytic - numeric) / max(abs(numeric), 1e-6),
+        )
+        result.tolerance = 1e-3
+    else:
+        refs = onnx.reference.ReferenceEvaluator(proto).run(outputs, inputs)
+        errs = [
+            float(np.max(np.abs(anchors[o].reshape(r.shape) - r)) / max(np.max(np.abs(r)), 1e-6))
+            for o, r in zip(outputs, refs, strict=True)
+        ]
+        result.max_error = max(errs)
+        result.tolerance = 1e-4
+    result.matched = bool(result.max_error <= result.tolerance)
+    result.seconds["reference"] = time.perf_counter() - t0
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: run one model and print its figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", choices=sorted(MODELS))
+    parser.add_argument("--train", action="store_true", help="one training step")
+    parser.add_argument("--tiles", type=int, default=None, help="tiles per IPU (Mk2: 1472)")
+    parser.add_argument("--ipus", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    result = run_model(args.model, args.train, args.tiles, args.ipus)
+    if args.json:
+        print(json.dumps(asdict(result)))
+    else:
+        for key, value in asdict(result).items():
+            print(f"{key}: {value}")
+    return 0 if result.matched else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
