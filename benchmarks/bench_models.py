@@ -1,0 +1,108 @@
+"""Host cost of real models on the simulator: ResNet-18/50 and a BERT-base encoder layer.
+
+Each row runs ``examples/models/run_model.py`` in a child process (so its peak host
+RAM is its own, measured by ``benchmarks/child.py``) on one Mk2 IPU Model (1472
+tiles): build the ONNX model, compile it (``prepareDevice``), run one step, check it
+against ``onnx.reference`` (inference: outputs; training: the loss and a directional
+derivative of the anchored gradients). Columns: vertices of the compiled graph, host
+seconds of build, compile and run, peak host RAM of the child, simulated cycles of
+the step, and whether it matched the reference.
+
+Run::
+
+    python benchmarks/bench_models.py                     # every row (long)
+    python benchmarks/bench_models.py --only bert-base    # rows whose name starts so
+    python benchmarks/bench_models.py --tiles 16 --only bert-tiny   # quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from child import child_peak
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = ROOT / "examples" / "models" / "run_model.py"
+
+#: (row name, model, training step).
+ROWS: tuple[tuple[str, str, bool], ...] = (
+    ("bert-base forward", "bert-base", False),
+    ("bert-base forward+backward", "bert-base", True),
+    ("resnet18 inference", "resnet18", False),
+    ("resnet18 training step", "resnet18", True),
+    ("resnet50 inference", "resnet50", False),
+    ("resnet50 training step", "resnet50", True),
+)
+QUICK_ROWS: tuple[tuple[str, str, bool], ...] = (
+    ("bert-tiny forward", "bert-tiny", False),
+    ("bert-tiny forward+backward", "bert-tiny", True),
+    ("resnet-tiny inference", "resnet-tiny", False),
+    ("resnet-tiny training step", "resnet-tiny", True),
+)
+
+
+def run_row(model: str, train: bool, tiles: int | None, timeout_note: str = "") -> dict:
+    """One model in a child process: its ``run_model`` figures plus wall seconds and
+    peak RSS bytes (``status`` is the child's exit code; 1 = did not match)."""
+    cmd = [sys.executable, str(RUNNER), model, "--json"]
+    if train:
+        cmd.append("--train")
+    if tiles:
+        cmd += ["--tiles", str(tiles)]
+    status, wall, peak, out = child_peak(cmd)
+    row: dict = {"status": status, "wall": wall, "peak_bytes": peak}
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if lines:
+        row.update(json.loads(lines[-1]))
+    return row
+
+
+def table(rows: Sequence[tuple[str, dict]]) -> str:
+    """Markdown table of the rows."""
+    head = (
+        "| model | vertices | build s | compile s | run s | total s | peak RAM GB "
+        "| cycles | matched |\n|---|---:|---:|---:|---:|---:|---:|---:|---|"
+    )
+    out = [head]
+    for name, r in rows:
+        if "seconds" not in r:
+            out.append(f"| {name} | failed (exit {r['status']}) | | | | {r['wall']:.1f} | "
+                       f"{r['peak_bytes'] / 1e9:.2f} | | no |")  # fmt: skip
+            continue
+        s = r["seconds"]
+        total = s["build"] + s["compile"] + s["run"]
+        out.append(
+            f"| {name} | {r['vertices']:,} | {s['build']:.1f} | {s['compile']:.1f} | "
+            f"{s['run']:.1f} | {total:.1f} | {r['peak_bytes'] / 1e9:.2f} | {r['cycles']:,} | "
+            f"{'yes' if r['matched'] else 'no'} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the rows and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", default=[], help="row name prefix")
+    parser.add_argument("--tiles", type=int, default=None, help="tiles per IPU (Mk2: 1472)")
+    parser.add_argument("--quick", action="store_true", help="the scaled-down models")
+    args = parser.parse_args(argv)
+    rows = QUICK_ROWS if args.quick else ROWS
+    if args.only:
+        rows = tuple(r for r in rows if any(r[0].startswith(p) for p in args.only))
+    done = []
+    for name, model, train in rows:
+        result = run_row(model, train, args.tiles)
+        done.append((name, result))
+        print(f"{name}: {json.dumps(result)}", file=sys.stderr, flush=True)
+    print(table(done))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
