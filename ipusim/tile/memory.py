@@ -392,24 +392,34 @@ def _same_sequence(sizes, aligns, regions, lo, hi, a, b, n):  # pragma: no cover
 @numba.njit(cache=True)
 def _first_fit(starts, ends, los, his, count, size, align, lo, hi):  # pragma: no cover - compiled
     """Lowest ``align``-aligned offset where ``size`` bytes overlap none of the first
-    ``count`` placed blocks live together with ``lo..hi``."""
-    m = 0
-    busy_start = np.empty(count, np.int64)
-    busy_end = np.empty(count, np.int64)
+    ``count`` placed blocks live together with ``lo..hi`` (the placed blocks kept in
+    order of start address, ties in order of placement)."""
+    addr = 0
     for k in range(count):
         if los[k] <= hi and lo <= his[k]:
-            busy_start[m] = starts[k]
-            busy_end[m] = ends[k]
-            m += 1
-    order = np.argsort(busy_start[:m], kind="mergesort")
-    addr = 0
-    for j in order:
-        if addr + size <= busy_start[j]:
-            break
-        aligned = -(-busy_end[j] // align) * align
-        if aligned > addr:
-            addr = aligned
+            if addr + size <= starts[k]:
+                break
+            aligned = -(-ends[k] // align) * align
+            if aligned > addr:
+                addr = aligned
     return addr
+
+
+@numba.njit(cache=True)
+def _insert(starts, ends, los, his, count, start, end, lo, hi):  # pragma: no cover - compiled
+    """Insert a placed block into the first ``count`` rows, kept in order of start
+    address (after the blocks of an equal start)."""
+    k = count
+    while k > 0 and starts[k - 1] > start:
+        starts[k] = starts[k - 1]
+        ends[k] = ends[k - 1]
+        los[k] = los[k - 1]
+        his[k] = his[k - 1]
+        k -= 1
+    starts[k] = start
+    ends[k] = end
+    los[k] = lo
+    his[k] = hi
 
 
 @numba.njit(cache=True)
@@ -480,12 +490,11 @@ def _place(
                     chosen = region
                     break
             if size:
-                k = count[chosen]
-                p_start[chosen, k] = addr
-                p_end[chosen, k] = addr + size
-                p_lo[chosen, k] = lo[i]
-                p_hi[chosen, k] = hi[i]
-                count[chosen] = k + 1
+                _insert(
+                    p_start[chosen], p_end[chosen], p_lo[chosen], p_hi[chosen],
+                    count[chosen], addr, addr + size, lo[i], hi[i],
+                )  # fmt: skip
+                count[chosen] += 1
                 top[chosen] = max(top[chosen], addr + size)
                 packed[chosen] = packed[chosen] and fast
             out_region[i] = chosen
@@ -632,13 +641,14 @@ def _union_and_top(
         return covered, top
     order = np.lexsort((start, key))
     k, s, e = key[order], start[order], end[order]
-    np.maximum.at(top, k, e)
+    first = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    top[k[first]] = np.maximum.reduceat(e, first)
     # running maximum of ends within each key (keys sorted, so a key offset separates them)
     shift = np.int64(1) << np.int64(40)
     run = np.maximum.accumulate(k * shift + e) - k * shift
     prev = np.concatenate(([0], run[:-1]))
-    prev[np.concatenate(([True], k[1:] != k[:-1]))] = 0
-    np.add.at(covered, k, np.maximum(0, e - np.maximum(s, prev)))
+    prev[first] = 0
+    covered[k[first]] = np.add.reduceat(np.maximum(0, e - np.maximum(s, prev)), first)
     return covered, top
 
 
