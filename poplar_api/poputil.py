@@ -134,11 +134,30 @@ def cloneTensor(graph: Graph, t: Tensor, name: str = "", type: Type | None = Non
     ``t`` may be any view (transposed, sliced, broadcast): element ``i`` of the clone
     (row-major) lives on the tile of element ``i`` of ``t``. Unmapped elements of ``t``
     stay unmapped in the clone. ``type`` gives the clone another element type.
+
+    As Poplar's ``Graph::clone`` (``TensorCloneMethod::PRESERVE_ORDER_UNLESS_ALIASES``),
+    the clone keeps the memory order of ``t``'s elements: when ``t`` is a reordering of
+    distinct elements (a transposed or regrouped view), the clone is the same view of a
+    new variable, so its elements on a tile form the same contiguous runs as ``t``'s.
+    A view with aliases (a broadcast) gets a row-major variable.
     """
     graph = _check_graph(graph, "cloneTensor")
     t = _check_tensor(graph, t, "cloneTensor")
     new_type = t.elementType() if type is None else type
-    clone = graph.addVariable(new_type, t.shape(), name or f"{t.name}.clone")
+    label = name or f"{t.name}.clone"
+    ids = t.flat_index()
+    order = np.argsort(ids, kind="stable") if ids.size > 1 else None
+    if order is None or bool((np.diff(order) == 1).all()):
+        clone = graph.addVariable(new_type, t.shape(), label)
+    else:
+        sorted_ids = ids[order]
+        if bool((sorted_ids[1:] == sorted_ids[:-1]).any()):  # aliases: row-major
+            clone = graph.addVariable(new_type, t.shape(), label)
+        else:
+            rank = np.empty(ids.size, np.int64)
+            rank[order] = np.arange(ids.size, dtype=np.int64)
+            var = graph.addVariable(new_type, [ids.size], label)
+            clone = var.elements(rank).reshape(t.shape())
     _map_like(graph, clone, t)
     return clone
 

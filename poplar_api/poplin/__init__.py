@@ -44,6 +44,7 @@ from poplar_api.poplin.matmul import (
     matMul,
     matMulAcc,
     matMulGrouped,
+    matMulReportPlan,
 )
 
 __all__ = [
@@ -72,5 +73,6 @@ __all__ = [
     "matMul",
     "matMulAcc",
     "matMulGrouped",
+    "matMulReportPlan",
     "reportPlanInfo",
 ]

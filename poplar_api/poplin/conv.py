@@ -31,6 +31,7 @@ import numpy as np
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Constants, Graph, Segments
 from poplar_api.graph_bulk import bulk_construction
+from poplar_api.poplin.conv_layout import grouped_output, partial_chans_per_group
 from poplar_api.poplin.conv_params import (
     ConvParams,
     dim_maps,
@@ -40,6 +41,7 @@ from poplar_api.poplin.conv_params import (
     getWeightUpdateParams,
 )
 from poplar_api.poplin.conv_planner import ConvPlan, parse_options, plan_convolution
+from poplar_api.poplin.conv_serial import PLAN_CACHE, co_ranges, lower_serial, plan_cache_key
 from poplar_api.poplin.conv_vertex_estimates import (
     largest_block_estimate,
     partial_estimate,
@@ -47,6 +49,7 @@ from poplar_api.poplin.conv_vertex_estimates import (
 )
 from poplar_api.poplin.conv_vertices import conv_vertex
 from poplar_api.poplin.conv_worklists import TileGeometry, relative_key, tile_geometry
+from poplar_api.poplin.plan_report import format_plan
 from poplar_api.poplin.vertices import reduce_add_vertex
 from poplar_api.program import Execute
 from poplar_api.program import Sequence as ProgramSequence
@@ -81,8 +84,8 @@ def getConvPlan(
 def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     """The cheaper of the plans of ``params`` and of its expanded (im2col) form."""
     target = graph.getTarget()
-    key = (target.getNumTiles(), params.key(), tuple(sorted((k, str(v)) for k, v in opts.items())))
-    cache = graph.libraryCache("poplin.conv.plans")
+    key = plan_cache_key(target, params, opts)
+    cache = graph.libraryCache(PLAN_CACHE)
     plan = cache.get(key)
     if plan is None:
         expand = opts.get("expand")
@@ -108,8 +111,9 @@ def _effective(plan: ConvPlan, params: ConvParams) -> ConvParams:
 def reportPlanInfo(
     out: Any, graph: Graph, params: ConvParams, options: Mapping[str, Any] | None = None
 ) -> None:
-    """Write the plan of ``params`` to the text stream ``out`` (Poplibs' ``reportPlanInfo``)."""
-    out.write(f"{params}\n{getConvPlan(graph, params, options)}\n")
+    """Write the plan of ``params`` to the text stream ``out`` (Poplibs' ``reportPlanInfo``:
+    the estimated cost, then per level the partition and types; see :mod:`.plan_report`)."""
+    out.write(format_plan(params, getConvPlan(graph, params, options)))
 
 
 # ------------------------------------------------------------------ checks
@@ -236,7 +240,7 @@ def createWeights(
         g, co, eff.inputChannelsPerConvGroup, -1
     )
     for gi, (g0, g1) in enumerate(rng[0]):
-        for oi, (o0, o1) in enumerate(rng[-2]):
+        for oi, o0, o1 in co_ranges(plan, co):
             for ii, (i0, i1) in enumerate(rng[-1]):
                 users = plan.tiles[gi, ..., oi, ii].reshape(-1)
                 blk = tiles[g0:g1, o0:o1, i0:i1]
@@ -417,6 +421,9 @@ def _conv(
     class, worklist values and, per group counts, their estimate; the views of every
     vertex are made from element positions in the operands."""
     plan = _plan(graph, params, opts)
+    if plan.serial > 1:
+        lower = lambda k, p, pr, n: _conv(graph, act, k, p, opts, pr, n)  # noqa: E731
+        return lower_serial(graph, ker, params, plan, opts, prog, name, lower)
     target = graph.getTarget()
     workers = target.getNumWorkerContexts()
     act_pos, ker_pos = _positions(act), _positions(ker)
@@ -436,9 +443,11 @@ def _conv(
     pci = plan.parts[-1]
     need_reduce = pci > 1 or partials_type != out_type
     cast_only = need_reduce and pci == 1
-    out_var = None if cast_only else graph.addVariable(out_type, [g_n, b_n, *out_field, co_n], name)
+    cpg = partial_chans_per_group(plan.method, co_n, plan.out_chans_per_group)
+    shape = (g_n, b_n, out_field, co_n, cpg)
+    out_var = None if cast_only else grouped_output(graph, out_type, [], *shape, name)
     partials = (
-        graph.addVariable(partials_type, [pci, g_n, b_n, *out_field, co_n], f"{name}/partials")
+        grouped_output(graph, partials_type, [pci], *shape, f"{name}/partials")
         if need_reduce
         else None
     )

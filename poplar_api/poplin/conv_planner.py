@@ -50,6 +50,7 @@ operands, expanding some dimensions only, flattening the batch into the field).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,9 +71,11 @@ DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6
 #: Candidates re-costed with the Poplibs estimators on real worklists.
 REFINE = 6
 #: Most options per split dimension (geometric subset beyond).
-MAX_OPTIONS = 48
+MAX_OPTIONS = 400
 #: Most candidates costed at once.
 MAX_CANDIDATES = 400_000
+#: Largest output-channel serial split tried.
+MAX_SERIAL = 16
 
 #: ipu2 AMP instantiations ``(fp, partials) -> (allowed numConvUnits, convInputLoadElems)``
 #: (``ConvPartial1x1Out`` / ``ConvPartialnx1`` template arguments in Poplibs).
@@ -181,6 +184,9 @@ class ConvPlan:
     #: Whether the plan is for the expanded (im2col, 1x1) form of the convolution
     #: (:func:`~poplar_api.poplin.conv_params.expand_all_dims`).
     expanded: bool = False
+    #: Output-channel serial split: the convolution runs as ``serial`` passes over
+    #: ``Co / serial`` channels each; ``parts`` and ``blocks`` describe one pass.
+    serial: int = 1
 
     @property
     def num_tiles_used(self) -> int:
@@ -196,7 +202,8 @@ class ConvPlan:
             f"ConvPlan({self.method}, parts {list(self.parts)}, blocks {list(self.blocks)}, "
             f"groups in {self.in_chans_per_group} out {self.out_chans_per_group}, partials "
             f"{self.partials_type.name}, {self.num_tiles_used} tiles, cost {self.cost}, "
-            f"{self.memory_bytes} B/tile{', expanded' if self.expanded else ''})"
+            f"{self.memory_bytes} B/tile{', expanded' if self.expanded else ''}"
+            f"{f', serial {self.serial}' if self.serial > 1 else ''})"
         )
 
 
@@ -215,6 +222,20 @@ def _options(size: int, max_parts: int, grain: int = 1) -> tuple[np.ndarray, np.
     return parts, block
 
 
+def _feasible(opts: list[tuple[np.ndarray, np.ndarray]], tiles: int) -> list[np.ndarray]:
+    """Option indices of every split whose parts multiply to at most ``tiles``, built
+    one dimension at a time (a partial product over ``tiles`` is dropped at once, so
+    the infeasible part of the full product is never made)."""
+    idx = [np.arange(opts[0][0].size)]
+    used = opts[0][0].copy()
+    for parts, _ in opts[1:]:
+        prod = used[:, None] * parts[None, :]
+        old_i, new_i = np.nonzero(prod <= tiles)
+        idx = [x[old_i] for x in idx] + [new_i]
+        used = prod[old_i, new_i]
+    return idx
+
+
 def _windows(maps: list[np.ndarray], blocks: np.ndarray, d: int) -> np.ndarray:
     """Largest input window (elements of dimension ``d``) over the blocks of each size."""
     m = maps[d]
@@ -223,14 +244,16 @@ def _windows(maps: list[np.ndarray], blocks: np.ndarray, d: int) -> np.ndarray:
     valid = m >= 0
     big = np.where(valid, m, np.iinfo(np.int64).max).min(axis=0)
     small = np.where(valid, m, -1).max(axis=0)
+    if n_out == 0:
+        return out
+    if m.shape[0] == 1 and bool(valid.all()) and bool((np.diff(big) == 1).all()):
+        return np.minimum(blocks, n_out).astype(np.int64)  # one-to-one: the block itself
     for i, b in enumerate(blocks.tolist()):
-        best = 0
-        for lo in range(0, n_out, b):
-            hi = min(lo + b, n_out)
-            lo_i, hi_i = big[lo:hi].min(), small[lo:hi].max()
-            if hi_i >= 0:
-                best = max(best, int(hi_i - lo_i + 1))
-        out[i] = best
+        starts = np.arange(0, n_out, b)
+        hi_i = np.maximum.reduceat(small, starts)
+        lo_i = np.minimum.reduceat(big, starts)
+        ok = hi_i >= 0
+        out[i] = int((hi_i[ok] - lo_i[ok] + 1).max()) if ok.any() else 0
     return out
 
 
@@ -284,22 +307,15 @@ def _candidates(
              params.outputChannelsPerConvGroup, params.inputChannelsPerConvGroup]  # fmt: skip
     grains = [cgpg, 1, *([1] * nd), ocg, icg]
     opts = [_options(s, tiles, g) for s, g in zip(sizes, grains, strict=True)]
-    count = int(np.prod([o[0].size for o in opts]))
-    while count > MAX_CANDIDATES:  # thin the largest option list
+    idx = _feasible(opts, tiles)
+    while idx[0].size > MAX_CANDIDATES:  # thin the largest option list
         i = int(np.argmax([o[0].size for o in opts]))
         opts[i] = (opts[i][0][::2], opts[i][1][::2])
-        count = int(np.prod([o[0].size for o in opts]))
+        idx = _feasible(opts, tiles)
     wins = [_windows(maps, opts[2 + d][1], d) for d in range(nd)]
-    idx = np.meshgrid(*[np.arange(o[0].size) for o in opts], indexing="ij")
-    idx = [x.reshape(-1) for x in idx]
     parts = [opts[i][0][idx[i]] for i in range(len(opts))]
     blocks = [opts[i][1][idx[i]] for i in range(len(opts))]
     used = np.prod(np.stack(parts), axis=0)
-    keep = used <= tiles
-    parts = [p[keep] for p in parts]
-    blocks = [b[keep] for b in blocks]
-    idx = [x[keep] for x in idx]
-    used = used[keep]
     bg, bb = blocks[0], blocks[1]
     bo = blocks[2 : 2 + nd]
     bco, bci = blocks[-2], blocks[-1]
@@ -338,17 +354,22 @@ def _candidates(
         0,
     )
     # without an input-channel split the partials are only cast (popops cast, on the
-    # tile that wrote them): Poplibs' Cast1D estimate, float -> half 4 elements per
-    # 2 worker cycles (load-bound)
+    # tile that wrote them), costed as Poplibs' planner does: ``estimateCastCycles``
+    # (lib/poplin/PerformanceEstimation.hpp at 7eac0f26), the larger of the partials'
+    # loads and the outputs' stores per worker, plus 26 cycles, times the workers
     cast_only = (pci == 1) & (partials != out_t)
     per_worker = -(-chunk // workers)
-    cast = 12 + workers * (19 + 18 + -(-per_worker // 2))
+    pvw, ovw = target.getVectorWidth(partials), target.getVectorWidth(out_t)
+    cast = workers * (np.maximum(-(-per_worker // pvw), -(-per_worker // ovw)) + 26)
     reduce = np.where(cast_only, PHASE_OVERHEAD_CYCLES + cast, reduce)
-    # temporary memory, as availableMemoryProportion bounds it in Poplibs: what a tile
-    # receives (input window, weights) and the partials it writes and receives; the
-    # operands' and the output's own storage is not part of it
-    partial_bytes = np.where(reduce_needed, bg * positions * bco * psz + red_recv, 0)
-    memory = recv + partial_bytes
+    # temporary memory, as availableMemoryProportion bounds it in Poplibs
+    # (``addConvTempMemoryEstimate`` and ``totalTempBytes`` in ``addEstimates``,
+    # lib/poplin/ConvModel.cpp at 7eac0f26): the tile's input window and weights block
+    # (its own copies, whether or not some elements were already there) and its
+    # partials, in the vertex output type; the reduction's temporary bytes (the partials
+    # of the outputs a tile reduces) are the larger of it and the convolution's, and are
+    # no larger; the operands' and the output's own storage is not part of it
+    memory = isz * (in_elems + w_elems) + psz * bg * positions * bco
     return {
         "parts": np.stack(parts, axis=1), "blocks": np.stack(blocks, axis=1),
         "used": used, "compute": compute, "exchange": exchange, "reduce": reduce,
@@ -356,6 +377,56 @@ def _candidates(
         "icg": np.full(used.size, icg), "ocg": np.full(used.size, ocg),
         "cgpg": np.full(used.size, cgpg),
     }  # fmt: skip
+
+
+def _with_out_chans(params: ConvParams, co: int) -> ConvParams:
+    """``params`` with ``co`` output channels per conv group (one serial iteration)."""
+    sub = copy.copy(params)
+    object.__setattr__(sub, "outputChannelsPerConvGroup", int(co))
+    return sub
+
+
+def serial_options(params: ConvParams) -> list[int]:
+    """Output-channel serial splits the planner tries: the divisors ``S`` (2 to
+    :data:`MAX_SERIAL`) of the output channels, so that every iteration has the same
+    channels (Poplibs' ``outChanSplit.serial``, ``ConvModel.cpp`` ``constructModel``,
+    allows any split up to the number of channel grains)."""
+    co = params.outputChannelsPerConvGroup
+    return [s for s in range(2, min(MAX_SERIAL, co) + 1) if co % s == 0]
+
+
+def _gather(
+    params: ConvParams, methods: list[Any], partials: Type, target: Any, serial: int
+) -> dict[str, np.ndarray]:
+    """The candidates of every method for ``serial`` iterations over ``Co / serial``
+    output channels each, with their costs for the whole convolution.
+
+    Poplibs' model of a serial split (``addEstimates``, ``ConvModel.cpp`` at 7eac0f26):
+    the cycles of one iteration times ``serial``; the temporary memory of one iteration
+    (``convTempBytes`` does not outlive it) plus, when split, the weights a tile holds
+    before the loop slices them (``addRearrangeBeforeSliceEstimate``). The dynamic slice
+    of the weights and update of the output in each iteration are not costed: the
+    lowering reads each iteration's weights where they lie and writes its outputs in
+    place, without those copies.
+    """
+    sub = _with_out_chans(params, params.outputChannelsPerConvGroup // serial)
+    maps = dim_maps(sub)
+    cands = [_candidates(sub, m, partials, target, maps) for m in methods]
+    cat = {k: np.concatenate([c[k] for c in cands]) for k in cands[0]}
+    cat["method"] = np.concatenate([np.full(c["used"].size, i) for i, c in enumerate(cands)])
+    cat["serial"] = np.full(cat["used"].size, serial)
+    if serial > 1:
+        for k in ("compute", "exchange", "reduce", "total"):
+            cat[k] = cat[k] * serial
+        weights = (
+            params.inputType.size
+            * params.numConvGroups
+            * int(np.prod(params.kernelShape))
+            * params.inputChannelsPerConvGroup
+            * params.outputChannelsPerConvGroup
+        )
+        cat["memory"] = cat["memory"] + -(-weights // cat["used"])
+    return cat
 
 
 def plan_convolution(
@@ -382,7 +453,6 @@ def plan_convolution(
     partials = options["partialsType"]
     if params.inputType == FLOAT:
         partials = FLOAT
-    maps = dim_maps(params)
     methods: list[Any] = [options["method"]] if options.get("method") else ["AMP", "HMAC"]
     if options.get("method") in (None, "VMAC") and vmac_groups(params):
         methods = [m for m in methods if m != "VMAC"] + ["VMAC"]
@@ -395,12 +465,20 @@ def plan_convolution(
         i = methods.index("AMP")
         units = amp_unit_options(params.inputType, partials, target)
         methods[i : i + 1] = [("AMP", u) for u in sorted(units, reverse=True)]
-    cands = [(_m, _candidates(params, _m, partials, target, maps)) for _m in methods]
-    method_ix = np.concatenate([np.full(c["used"].size, mi) for mi, (_, c) in enumerate(cands)])
-    cat = {k: np.concatenate([c[k] for _, c in cands]) for k in cands[0][1]}
-    fits = _fitting(cat["memory"], memory_limit(target, options), target.getBytesPerTile())
+    limit = memory_limit(target, options)
+    cat = _gather(params, methods, partials, target, 1)
+    if not (cat["memory"] <= limit).any():
+        # nothing fits in one pass: the first output-channel serial split that has a
+        # plan within the limit joins the candidates (more iterations cost more cycles)
+        for serial in serial_options(params):
+            more = _gather(params, methods, partials, target, serial)
+            if (more["memory"] <= limit).any():
+                cat = {k: np.concatenate([cat[k], more[k]]) for k in cat}
+                break
+    method_ix = cat["method"]
+    fits = _fitting(cat["memory"], limit, target.getBytesPerTile())
     primary = np.where(fits, cat["total"], np.iinfo(np.int64).max // 4)
-    order = np.lexsort((method_ix, cat["used"], primary))
+    order = np.lexsort((method_ix, cat["serial"], cat["used"], primary))
     top = order[: REFINE if exact_compute is not None else 1]
     tiles = target.getNumTiles()
 
@@ -408,7 +486,7 @@ def plan_convolution(
         parts = tuple(int(x) for x in cat["parts"][j])
         used = int(np.prod(parts))
         grid = (np.arange(used, dtype=np.int64) * tiles // used).reshape(parts)
-        m, units = cands[int(method_ix[j])][0], None
+        m, units = methods[int(method_ix[j])], None
         if isinstance(m, tuple):
             m, units = m
         _, _, units, elems = amp_groups(params.inputType, partials, target, units)
@@ -425,6 +503,7 @@ def plan_convolution(
             tiles=grid,
             cost=cost,
             memory_bytes=int(cat["memory"][j]),
+            serial=int(cat["serial"][j]),
         )
 
     best: tuple[int, ConvPlan] | None = None
@@ -432,7 +511,7 @@ def plan_convolution(
         cost = {k: int(cat[k][j]) for k in ("compute", "exchange", "reduce", "total")}
         plan = make(j, cost)
         if exact_compute is not None:
-            exact = int(exact_compute(plan))
+            exact = int(exact_compute(plan)) * plan.serial
             cost["compute"] = exact
             cost["total"] = exact + cost["exchange"] + cost["reduce"]
             plan = make(j, cost)

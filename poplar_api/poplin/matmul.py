@@ -125,6 +125,30 @@ def getPlan(
     return _conv._plan(graph, params, opts)
 
 
+def matMulReportPlan(
+    out: Any,
+    graph: Graph,
+    inputType: Type,
+    outputType: Type,
+    aShape: Sequence[int],
+    bShape: Sequence[int],
+    options: Mapping[str, Any] | None = None,
+) -> None:
+    """Write the plan of ``aShape x bShape`` to the text stream ``out`` (Poplibs'
+    ``matMulReportPlan`` / ``matMulGroupedReportPlan``: the plan of the convolution the
+    product becomes, as :func:`~poplar_api.poplin.reportPlanInfo` prints it).
+
+    ``aShape``/``bShape`` are ``[M, K]``/``[K, N]`` or grouped ``[G, M, K]``/``[G, K, N]``.
+    """
+    from poplar_api.poplin.plan_report import format_plan
+
+    _check_type(inputType, "matMulReportPlan")
+    dims = _dims(aShape, bShape, "matMulReportPlan", ("aShape", "bShape"))
+    opts = _options(options, "matMulReportPlan")
+    params = _params(dims, inputType, outputType)
+    out.write(format_plan(params, _conv._plan(graph, params, opts)))
+
+
 def _as3(t: Tensor) -> Tensor:
     return t.expand([0]) if t.rank() == 2 else t
 
@@ -347,4 +371,5 @@ __all__ = [
     "matMul",
     "matMulAcc",
     "matMulGrouped",
+    "matMulReportPlan",
 ]

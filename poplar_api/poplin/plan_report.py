@@ -1,0 +1,92 @@
+"""``reportPlanInfo``'s text: a convolution plan as Poplibs prints it.
+
+Poplibs' ``poplin::reportPlanInfo`` (``lib/poplin/Convolution.cpp`` at
+graphcore/poplibs ``7eac0f26``) writes the estimated cost (cycles and temporary
+bytes), then the plan (``operator<<(std::ostream &, const Plan &)`` in
+``ConvPlan.cpp``): per level of the hierarchy its transform, its partition and its
+types, then the vertex's channel grouping, method and tile count. ipusim's plans have
+two levels: level 0 splits the convolution over the IPU's tiles (serially over output
+channels, then in parallel), level 1 is the tile, whose vertex computes the block.
+The phases of the estimate are listed too (exchange, partial sums, reduction or cast).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from poplar_api.poplin.conv_params import ConvParams
+from poplar_api.poplin.conv_planner import ConvPlan
+
+__all__ = ["format_plan", "vertex_name"]
+
+#: Poplibs codelet of each planner method.
+_VERTICES = {
+    "AMP": "poplin::ConvPartialnx1",
+    "HMAC": "poplin::ConvPartialHorizontalMac",
+    "VMAC": "poplin::ConvPartialVerticalMac",
+}
+
+
+def vertex_name(plan: ConvPlan, params: ConvParams) -> str:
+    """The partial-sum vertex of ``plan``: ``ConvPartial1x1Out`` for an AMP plan whose
+    (possibly expanded) kernel is one position without striding, else by method."""
+    if plan.method == "AMP":
+        one = plan.expanded or int(np.prod(params.kernelShape)) == 1
+        if one and all(int(s) == 1 for s in params.outputTransform.stride):
+            return "poplin::ConvPartial1x1Out"
+    return _VERTICES.get(plan.method, plan.method)
+
+
+def format_plan(params: ConvParams, plan: ConvPlan) -> str:
+    """The text :func:`~poplar_api.poplin.reportPlanInfo` writes for ``plan``."""
+    nd = params.getNumFieldDims()
+    parts = plan.parts
+    out_type, partials = params.outputType.name.lower(), plan.partials_type.name.lower()
+    reduced = parts[-1] > 1 or plan.partials_type != params.outputType
+    cost = plan.cost
+    expanded = ", ".join(map(str, range(nd))) if plan.expanded else ""
+    lines = [
+        f"  Estimated cost {{cycles {cost.get('total', 0)}, temporary bytes {plan.memory_bytes}}}",
+        f"  Estimated cycles by phase {{exchange {cost.get('exchange', 0)}, partial sums "
+        f"{cost.get('compute', 0)}, {'reduction' if parts[-1] > 1 else 'cast'} "
+        f"{cost.get('reduce', 0)}}}"
+        + (f" for {plan.serial} serial passes" if plan.serial > 1 else ""),
+        "",
+        "Plan:",
+        "transform #0",
+        "        swapOperands             false",
+        f"        expandDims               {{{expanded}}}",
+        "        outChanFlattenDims       {}",
+        "",
+        "partition #0",
+        f"        fieldSplit               {{{', '.join(str(p) for p in parts[2 : 2 + nd])}}}",
+        f"        batchSplit               {parts[1]}",
+        f"        outChanSplit.serial      {plan.serial}",
+        f"        outChanSplit.parallel    {parts[-2]}",
+        f"        kernelSplit              {{{', '.join('1' for _ in range(nd))}}}",
+        "        inChanSplit.serial       1",
+        f"        inChanSplit.parallel     {parts[-1]}",
+        f"        convGroupSplit           {parts[0]}",
+        "",
+        "types #0",
+        f"        partialType              {partials}",
+        f"        resultType               {out_type}",
+        "",
+        "transform #1",
+        "        swapOperands             false",
+        "        expandDims               {}",
+        "",
+        "types #1",
+        f"        partialType              {partials}",
+        f"        resultType               {partials if reduced else out_type}",
+        "",
+        f"        tile block               {{G {plan.blocks[0]}, B {plan.blocks[1]}, field "
+        f"{list(plan.blocks[2 : 2 + nd])}, Co {plan.blocks[-2]}, Ci {plan.blocks[-1]}}}",
+        f"        convGroupsPerGroup       {plan.conv_groups_per_group}",
+        f"        inChansPerGroup          {plan.in_chans_per_group}",
+        f"        partialChansPerGroup     {plan.out_chans_per_group}",
+        f"        method                   {plan.method}",
+        f"        vertex                   {vertex_name(plan, params)}",
+        f"        totalTiles               {plan.num_tiles_used}",
+    ]
+    return "\n".join(lines) + "\n"
