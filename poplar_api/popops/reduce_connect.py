@@ -38,6 +38,7 @@ make one vertex) and STRIDED_REDUCE_OUTER.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from dataclasses import dataclass
@@ -377,8 +378,7 @@ def vertex_cycles(
 
 def _misaligned_follow(pieces: list[int], size: int) -> bool:
     """Whether a piece follows a misaligned one (``partialsCopyIsCheap`` false)."""
-    bad = (np.asarray(pieces[:-1], np.int64) * size) % ATOMIC_BYTES != 0
-    return bool(bad.any())
+    return any((p * size) % ATOMIC_BYTES for p in pieces[:-1])
 
 
 class _TileBuilder:
@@ -405,7 +405,11 @@ class _TileBuilder:
         adjacent: bool = False,
     ) -> None:
         ctx = self.ctx
-        per_out = [int(plen[int(np.sum(widths[:i]))]) for i in range(len(widths))]
+        starts = [0]
+        for w in widths[:-1]:
+            starts.append(starts[-1] + w)
+        plen_list = plen.tolist()
+        per_out = [plen_list[i] for i in starts]
         p_size = (ctx.part_type if kind == "second" else ctx.in_type).size
         flat_pieces = [s for p in piece_sizes for s in p]
         cheap = not _misaligned_follow(flat_pieces, p_size)
@@ -447,21 +451,13 @@ def connect_tile(regions: tuple[tuple[int, int, int], ...], ctx: Ctx) -> TileTem
         if simple:
             parts = max(workers - len(other), 1)
             grain = grain_for_op(ctx.in_type, ctx.op)
-            rows_of = {}
-            for c0, w, rows, _ in simple:
-                rows_of.update(dict.fromkeys(range(c0, c0 + w), rows))
+            # splitRegions cuts within the intervals, never across two of them
             pieces = [iv for p in split_regions([(s[0], s[0] + s[1]) for s in simple], grain,
                                                 parts) for iv in p]  # fmt: skip
-            # a piece never straddles two regions of different rows: cut it there
-            cut = []
-            for b, e in pieces:
-                start = b
-                for c in range(b + 1, e):
-                    if rows_of[c] != rows_of[c - 1] or c in starts:
-                        cut.append((start, c))
-                        start = c
-                cut.append((start, e))
-            subs = other + [(b, e - b, rows_of[b], 1) for b, e in cut]
+            firsts = [s[0] for s in simple]
+            subs = other + [
+                (b, e - b, simple[bisect.bisect_right(firsts, b) - 1][2], 1) for b, e in pieces
+            ]
     remaining = workers
     # connectLargeInnerFactorReductions
     large = [s for s in subs if s[3] != 1 and s[2] == s[3] and s[1] != 1]

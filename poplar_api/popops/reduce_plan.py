@@ -232,12 +232,17 @@ def on_tile_stage(
 
     ``pos``/``tiles``: ``[columns, rows]`` input positions and their tiles."""
     n_out, n_red = pos.shape
-    col = np.repeat(np.arange(n_out, dtype=np.int64), n_red)
     flat_pos = pos.reshape(-1)
-    flat_tile = tiles.reshape(-1)
-    order = np.lexsort((flat_pos, col, flat_tile))
-    s_tile, s_col, s_pos = flat_tile[order], col[order], flat_pos[order]
-    key = s_tile * n_out + s_col
+    # in memory order (pos is a permutation of the input's flat positions), then a
+    # stable sort by (tile, column) keeps each group's elements in memory order
+    col_m = np.empty(flat_pos.size, np.int64)
+    col_m[flat_pos] = np.repeat(np.arange(n_out, dtype=np.int64), n_red)
+    tile_m = np.empty(flat_pos.size, np.int64)
+    tile_m[flat_pos] = tiles.reshape(-1)
+    key_m = tile_m * n_out + col_m
+    s_pos = np.argsort(key_m, kind="stable")
+    key = key_m[s_pos]
+    s_tile, s_col = tile_m[s_pos], col_m[s_pos]
     first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     g_tile, g_col = s_tile[first], s_col[first]
     g_len = np.diff(np.append(first, s_pos.size))
@@ -249,9 +254,8 @@ def on_tile_stage(
     run_id = np.cumsum(brk) - 1
     run_len = np.bincount(run_id)
     g_of_run = np.repeat(np.arange(first.size), runs)
-    uneven = np.zeros(first.size, bool)
-    np.logical_or.at(uneven, g_of_run, run_len != inner[g_of_run])
-    inner = np.where(uneven, 1, inner)
+    uneven = np.bincount(g_of_run, weights=run_len != inner[g_of_run], minlength=first.size)
+    inner = np.where(uneven > 0, 1, inner)
     r_tile, r_first, r_w, r_rows, r_inner = _group_regions(g_tile, g_col, g_len, inner)
     if dest is None:
         part_t = ctx.out_type
