@@ -244,3 +244,47 @@ def test_half_add_layout_of_bert_reduce_2():
     res, _ = _run(graph, seq, device, {"x": data}, {"out": ([16, 16, 8], np.float16)})
     ref = data.astype(np.float64).sum(axis=(1, 3))
     np.testing.assert_allclose(res["out"], ref, rtol=2e-3)
+
+
+def test_bias_gradient_like_reduction_does_not_gather_from_every_tile():
+    # 1,216 x 64 floats, 64 per tile of a Mk1 IPU, summed to one value. The on-tile stage
+    # leaves 1,216 partials; calculateNextStep: 1,216 sources >= 2 * sqrt(1216) and
+    # 1,216 > 64 partials per output, so an intermediate stage. calculateSplit: one
+    # interval of depth 1,216, ideal piece 1,216 / 1,216 tiles = 1 partial; N = 1,216,
+    # but 1,216 / N < 64 so N = 1,216 // 64 = 19 (rows per piece 64 >= 2): 19 tiles each
+    # reduce 64 partials. Then 19 partials on 19 tiles: straight to the output.
+    device = IPUModel("mk1").createDevice()
+    graph = Graph(device.getTarget())
+    x = graph.addVariable(FLOAT, [1216 * 64], "x")
+    mapTensorLinearly(graph, x)
+    seq = prog.Sequence()
+    out = reduce(graph, x, [0], Operation.ADD, seq, "bias")
+    assert _names(graph) == ["bias/ReduceOnTile/Reduce", "bias/ReduceStage0/Reduce",
+                             "bias/ReduceFinalStage/Reduce"]  # fmt: skip
+    graph.createHostWrite("x", x)
+    graph.createHostRead("out", out)
+    data = np.random.default_rng(4).uniform(-1, 1, size=1216 * 64).astype(np.float32)
+    res, engine = _run(graph, seq, device, {"x": data}, {"out": ([], np.float32)})
+    np.testing.assert_allclose(res["out"], data.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
+    active = {r.name: int((r.active_cycles > 0).sum()) for r in engine.getTrace().records
+              if r.kind == "compute"}  # fmt: skip
+    assert active == {"bias/ReduceOnTile/Reduce": 1216, "bias/ReduceStage0/Reduce": 19,
+                      "bias/ReduceFinalStage/Reduce": 1}  # fmt: skip
+
+
+def test_arg_max_first_stage_split_follows_poplibs():
+    # popnn Loss.cpp argMinMaxSplitFirstReduction: at least 6 workers x 32 = 192
+    # elements a tile, tiles counted down from the last. 32 x 10 on 1,472 tiles: 320
+    # elements, so 2 tiles of 160 (16 rows each), every row one worker.
+    from poplar_api.popnn.loss import split_first_reduction
+
+    partials, info = split_first_reduction(1472, 6, 32, 10)
+    assert partials == [1] * 32
+    assert sorted({i[0] for i in info}) == [1470, 1471]
+    # 4 x 1,000 on 1,216 tiles: 4,000 / 192 -> 21 tiles, boundaries t * 4000 // 21;
+    # row 0 covers tiles 0..4 (190 or 191 elements, 6 workers of 32) and 48 elements of
+    # tile 5 (2 workers): 32 partials.
+    partials, info = split_first_reduction(1216, 6, 4, 1000)
+    assert len({i[0] for i in info}) == 21
+    assert partials[0] == 32
+    assert [i[3] for i in info if i[1] == 0] == [190, 190, 191, 190, 191, 48]
