@@ -345,6 +345,6 @@ def test_calibration_csv_reads() -> None:
     if not path.exists():
         pytest.fail("tests/data/calibration/measurements.csv is missing")
     points = read_measurements_csv(path)
-    assert len(points) == 252
+    assert len(points) == 292  # 252 + the 40 fully-connected rows of source J
     b1 = {p.id: p.value for p in points if p.id.startswith("B1.runA.tile")}
     assert b1 == {"B1.runA.tile0": 329, "B1.runA.tile1": 329, "B1.runA.tile2": 330}
