@@ -311,3 +311,29 @@ def test_hole_left_by_wider_alignment_is_used():
     ]
     p = allocate(TINY, 1, blocks)
     assert [where(p, n) for n in "avc"] == [(INTERLEAVED, 0), (INTERLEAVED, 16), (INTERLEAVED, 8)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_region_totals_are_the_union_of_the_placed_blocks(seed):
+    """Per tile and region, ``total`` is the bytes the placed blocks cover (blocks live
+    at different points may share bytes) and ``IncludingGaps`` the highest end,
+    recomputed from the placements byte by byte."""
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for k in range(60):
+        first = int(rng.integers(0, 6))
+        live = None if rng.random() < 0.3 else (first, first + int(rng.integers(-1, 4)))
+        region = [ANY, INTERLEAVED, NON_INTERLEAVED][int(rng.integers(0, 3))]
+        size = int(rng.integers(0, 3000))
+        blocks.append(Block(f"b{k}", "variable", int(rng.integers(0, 3)), size, 4, region, live))
+    r = plan(TINY, 3, blocks)
+    names = {"nonInterleaved": 0, "interleaved": 1, "overflowed": 2}
+    for name, index in names.items():
+        for tile in range(3):
+            mine = [p for p in r.placements if p.block.tile == tile and names[p.region] == index]
+            used = np.zeros(1 << 20, bool)
+            for p in mine:
+                used[p.offset : p.offset + p.block.size] = True
+            top = max((p.offset + p.block.size for p in mine), default=0)
+            assert r.by_tile[name][tile] == int(used.sum())
+            assert r.by_tile[f"{name}IncludingGaps"][tile] == top

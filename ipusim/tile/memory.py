@@ -439,10 +439,13 @@ def _place(
     limits,
     out_region,
     out_offset,
+    out_covered,
+    out_top,
 ):  # pragma: no cover - compiled
     """Lay out every tile's blocks (rows ``starts[t]:ends[t]`` in placement order),
     tiles taken in ``tile_order``; a tile whose sequence equals the previous one of the
-    same hash copies its layout."""
+    same hash copies its layout. ``out_covered[t, r]`` and ``out_top[t, r]`` get the
+    bytes of region ``r`` that blocks cover (their union) and the highest end."""
     try_order = np.array([[0, 2, -1], [1, 2, -1], [1, 0, 2]], np.int64)
     rep = -1
     for position in range(tile_order.shape[0]):
@@ -455,6 +458,9 @@ def _place(
                 for k in range(n):
                     out_region[a + k] = out_region[r0 + k]
                     out_offset[a + k] = out_offset[r0 + k]
+                for r in range(3):
+                    out_covered[t, r] = out_covered[rep, r]
+                    out_top[t, r] = out_top[rep, r]
                 continue
         rep = t
         p_start = np.empty((3, n), np.int64)
@@ -499,11 +505,29 @@ def _place(
                 packed[chosen] = packed[chosen] and fast
             out_region[i] = chosen
             out_offset[i] = addr
+            out_top[t, chosen] = max(out_top[t, chosen], addr + size)
+        for r in range(3):  # the union of the region's blocks, in address order
+            covered, reach = 0, 0
+            for k in range(count[r]):
+                s, e = max(p_start[r, k], reach), p_end[r, k]
+                if e > s:
+                    covered += e - s
+                    reach = e
+            out_covered[t, r] = covered
 
 
 def allocate_table(
     spec: MemorySpec, num_tiles: int, table: BlockTable
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Place the blocks of ``table`` by the module's rules: :func:`_allocate`'s region
+    and byte offset of every block."""
+    region, offset, _, _ = _allocate(spec, num_tiles, table)
+    return region, offset
+
+
+def _allocate(
+    spec: MemorySpec, num_tiles: int, table: BlockTable
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Place the blocks of ``table`` by the module's rules.
 
     Tiles are independent, and tiles given the same sequence of blocks (sizes,
@@ -514,7 +538,8 @@ def allocate_table(
     -------
     tuple of numpy.ndarray
         Region index (0 non-interleaved, 1 interleaved, 2 overflow) and byte offset
-        of every block, in table order.
+        of every block, in table order; per tile and region (``[num_tiles, 3]``) the
+        bytes the blocks cover (their union) and the highest end of a block.
 
     Raises
     ------
@@ -545,15 +570,17 @@ def allocate_table(
     region_o = np.zeros(n, np.int64)
     offset_o = np.zeros(n, np.int64)
     limits = np.array([spec.region_bytes(r) for r in range(3)], np.int64)
+    covered = np.zeros((num_tiles, 3), np.int64)
+    top = np.zeros((num_tiles, 3), np.int64)
     _place(
         sizes, aligns, regions, ident, lo_o, hi_o, always_o, starts, ends, tile_order, hashes,
-        spec.alignment_bytes, limits, region_o, offset_o,
+        spec.alignment_bytes, limits, region_o, offset_o, covered, top,
     )  # fmt: skip
     region = np.empty(n, np.int64)
     offset = np.empty(n, np.int64)
     region[order] = region_o
     offset[order] = offset_o
-    return region, offset
+    return region, offset, covered, top
 
 
 def allocate(spec: MemorySpec, num_tiles: int, blocks: Sequence[Block]) -> list[Placement]:
@@ -631,27 +658,6 @@ class MemoryReport:
         return sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def _union_and_top(
-    key: np.ndarray, start: np.ndarray, end: np.ndarray, num_keys: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per key: bytes covered by the union of ``[start, end)`` and the highest end."""
-    covered = np.zeros(num_keys, np.int64)
-    top = np.zeros(num_keys, np.int64)
-    if key.size == 0:
-        return covered, top
-    order = np.lexsort((start, key))
-    k, s, e = key[order], start[order], end[order]
-    first = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
-    top[k[first]] = np.maximum.reduceat(e, first)
-    # running maximum of ends within each key (keys sorted, so a key offset separates them)
-    shift = np.int64(1) << np.int64(40)
-    run = np.maximum.accumulate(k * shift + e) - k * shift
-    prev = np.concatenate(([0], run[:-1]))
-    prev[first] = 0
-    covered[k[first]] = np.add.reduceat(np.maximum(0, e - np.maximum(s, prev)), first)
-    return covered, top
-
-
 def plan(
     spec: MemorySpec,
     num_tiles: int,
@@ -672,10 +678,8 @@ def plan(
         Attributions the caller computed (passed through to the report).
     """
     table = blocks if isinstance(blocks, BlockTable) else BlockTable.from_blocks(blocks)
-    region, start = allocate_table(spec, num_tiles, table)
+    region, start, covered, top = _allocate(spec, num_tiles, table)
     tile, size = table.tile, table.size
-    covered, top = _union_and_top(tile * 3 + region, start, start + size, num_tiles * 3)
-    covered, top = covered.reshape(num_tiles, 3), top.reshape(num_tiles, 3)
     by_tile: dict[str, np.ndarray] = {
         "total": covered.sum(axis=1),
         "totalIncludingGaps": top.sum(axis=1),
