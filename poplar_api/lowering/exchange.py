@@ -264,11 +264,10 @@ class ExchangePlanner:
         size = element_type.size
         space = self.state.space(element_type).size
         stride = space + 1  # a range ends at most at ``space``: tiles never touch
+        n = self.num_tiles
         lo_key = dst * stride + begin
         if lo_key.size > 1 and (lo_key[1:] < lo_key[:-1]).any():  # often sorted already
-            order = np.argsort(lo_key, kind="stable")
-            lo_key, lengths = lo_key[order], lengths[order]
-        n = self.num_tiles
+            lo_key, lengths = runs.sorted_keys(dst, begin, lengths, stride, n)
         changes = self.changes_of(size, owner, space)
         a, b, elements, messages, distance = runs.merge_received(
             lo_key, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n
