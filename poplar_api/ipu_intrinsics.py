@@ -18,7 +18,8 @@ values. HALF fields reach a kernel as float32 arrays (``poplar_api.fields``), so
 ``f16v4`` arithmetic computes in float32 and a result is rounded to half where it is
 stored in the field, as a scalar kernel of HALF fields does. Indices of vector loads
 and stores count vectors, not elements: ``load_float2(a, i)`` reads ``a[2i]`` and
-``a[2i + 1]``.
+``a[2i + 1]``; a vector outside the field raises ``IndexError`` (always checked, and
+not counted: the check is the simulator's, not an instruction).
 
 A loop over :func:`rpt` is a hardware repeat loop: its body runs as 64-bit bundles
 (one main-pipeline and one floating-point instruction per thread cycle) with no
@@ -66,16 +67,26 @@ RPT_MAX_COUNT = 4095
 _njit = numba.njit(cache=False)
 
 
+@_njit
+def _check(a: Any, first: int, count: int) -> None:
+    """Refuse a vector access outside the field (the kernel's own bounds checks do not
+    reach into the intrinsics): elements ``first .. first + count - 1`` of ``a``."""
+    if first < 0 or first + count > a.shape[0]:
+        raise IndexError("ipu_intrinsics: vector load or store outside the field")
+
+
 # ------------------------------------------------------------------ memory (main pipe)
 @_njit
 def load_float2(a: Any, i: int) -> tuple[Any, Any]:
     """``ld64``: the ``i``-th float2 of ``a`` (``a[2i]``, ``a[2i + 1]``)."""
+    _check(a, 2 * i, 2)
     return (a[2 * i], a[2 * i + 1])
 
 
 @_njit
 def store_float2(a: Any, i: int, v: tuple[Any, Any]) -> None:
     """``st64``: write float2 ``v`` as the ``i``-th float2 of ``a``."""
+    _check(a, 2 * i, 2)
     a[2 * i] = v[0]
     a[2 * i + 1] = v[1]
 
@@ -84,6 +95,7 @@ def store_float2(a: Any, i: int, v: tuple[Any, Any]) -> None:
 def load_half4(a: Any, i: int) -> tuple[Any, Any, Any, Any]:
     """``ld64``: the ``i``-th half4 of ``a`` (``a[4i]`` … ``a[4i + 3]``)."""
     b = 4 * i
+    _check(a, b, 4)
     return (a[b], a[b + 1], a[b + 2], a[b + 3])
 
 
@@ -91,6 +103,7 @@ def load_half4(a: Any, i: int) -> tuple[Any, Any, Any, Any]:
 def store_half4(a: Any, i: int, v: tuple[Any, Any, Any, Any]) -> None:
     """``st64``: write half4 ``v`` as the ``i``-th half4 of ``a``."""
     b = 4 * i
+    _check(a, b, 4)
     a[b] = v[0]
     a[b + 1] = v[1]
     a[b + 2] = v[2]
@@ -101,6 +114,8 @@ def store_half4(a: Any, i: int, v: tuple[Any, Any, Any, Any]) -> None:
 def ld2x64pace(b: Any, c: Any, i: int) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     """``ld2x64pace``: the ``i``-th float2 of ``b`` and of ``c`` in one instruction (two
     64-bit loads from two memory elements, post-incrementing packed addresses)."""
+    _check(b, 2 * i, 2)
+    _check(c, 2 * i, 2)
     return ((b[2 * i], b[2 * i + 1]), (c[2 * i], c[2 * i + 1]))
 
 
@@ -110,6 +125,9 @@ def ld2xst64pace(
 ) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     """``ld2xst64pace``: load the ``i``-th float2 of ``b`` and of ``c`` and store float2
     ``v`` as the ``j``-th of ``a``, in one instruction."""
+    _check(b, 2 * i, 2)
+    _check(c, 2 * i, 2)
+    _check(a, 2 * j, 2)
     a[2 * j] = v[0]
     a[2 * j + 1] = v[1]
     return ((b[2 * i], b[2 * i + 1]), (c[2 * i], c[2 * i + 1]))

@@ -265,3 +265,16 @@ def test_the_delay_workload_counted_meets_the_poplibs_bound():
     assert result.ok
     # Poplibs' Popsys test: 1000 <= measured < 1000 + 150
     assert 1000 <= result.metrics["measured_cycles_upper_bound"] < 1150
+
+
+def past_the_end(a, out):
+    store_float2(out, 0, load_float2(a, a.shape[0] // 2))
+    return True
+
+
+def test_a_vector_access_outside_the_field_raises():
+    a = np.zeros(4, np.float32)
+    with pytest.raises(IndexError, match="outside the field"):
+        _run_counted(past_the_end, a, np.zeros(2, np.float32))
+    with pytest.raises(IndexError, match="outside the field"):
+        load_half4(a, 1)
