@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     ValidationInfo,
@@ -25,10 +24,11 @@ from pydantic import (
     model_validator,
 )
 
+from ipusim.config_base import Section as _Section
+from ipusim.config_host import HostConfig
 from ipusim.config_limits import (
     MAX_BYTES_PER_S,
     MAX_CLOCK_HZ,
-    MAX_COPY_BYTES,
     MAX_CYCLES,
     MAX_SECONDS,
     MAX_TILE_MEMORY_BYTES,
@@ -57,36 +57,6 @@ __all__ = [
     "section_model",
     "suggest_path",
 ]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        """Refuse ``true``/``yes``/``on`` where a number is expected.
-
-        Python's ``bool`` is an ``int`` and YAML 1.1 reads ``yes``, ``no``, ``on``,
-        ``off``, ``true`` and ``false`` as booleans, so without this check
-        ``tiles_per_ipu: yes`` would silently become 1 tile.
-        """
-        if isinstance(value, bool) and info.field_name is not None:
-            annotation = cls.model_fields[info.field_name].annotation
-            if _is_numeric(annotation):
-                raise ValueError(
-                    f"found {value!r} (a boolean); expected a number; hint: YAML reads "
-                    f"yes/no/on/off/true/false as booleans, write the number instead"
-                )
-        return value
-
-
-def _is_numeric(annotation: Any) -> bool:
-    """Whether a field annotation is ``int``, ``float`` or an optional one of them."""
-    if annotation in (int, float):
-        return True
-    args = getattr(annotation, "__args__", ())
-    return bool(args) and all(a in (int, float, type(None)) for a in args)
 
 
 class TileConfig(_Section):
@@ -255,37 +225,6 @@ class SyncConfig(_Section):
     model: str = Field(
         default="controller",
         description="Sync timing component (ipusim.timing.components('sync')).",
-    )
-
-
-class HostConfig(_Section):
-    """Host link (PCIe or RoCE) shared by the IPUs of a machine."""
-
-    bandwidth_bytes_per_s: BytesPerSecond = Field(
-        ge=MIN_BYTES_PER_S,
-        le=MAX_BYTES_PER_S,
-        description="Host link bandwidth, one direction; 1 MB/s..1 PB/s (no host link is "
-        "slower than PCIe 1.0 x1 or 1000x faster than PCIe 5).",
-    )
-    latency_s: Seconds = Field(
-        default=0.0,
-        ge=0,
-        le=MAX_SECONDS,
-        description="Latency of one host transfer; at most 1 s (1e11 cycles at 100 GHz).",
-    )
-    max_copy_bytes: Bytes = Field(
-        ge=1, le=MAX_COPY_BYTES, description="Largest single stream copy; at most 1 TiB."
-    )
-    ipus_per_link: int | None = Field(
-        default=None,
-        ge=1,
-        le=1024,
-        description="IPUs sharing one host link: IPU i uses link i // ipus_per_link (an "
-        "IPU-Machine's gateway serves its own IPUs); None: one link for the whole machine.",
-    )
-    model: str = Field(
-        default="shared_link",
-        description="Host link timing component (ipusim.timing.components('host')).",
     )
 
 

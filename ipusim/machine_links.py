@@ -20,6 +20,7 @@ import simpy
 from ipusim import ir
 from ipusim.exchange.collectives import ring_plan, run_ring
 from ipusim.exchange.fabric import LinkFabric
+from ipusim.host.link import host_work_cycles
 from ipusim.machine_groups import GroupBarriers, TileGroup
 from ipusim.trace import StepRecord
 
@@ -80,30 +81,45 @@ class LinkSteps(GroupBarriers):
         remote = isinstance(step, ir.RemoteBufferCopy)
         link = self.remote_link if remote else self.host_link
         ipu = g.ipu
+        to_device = step.direction == ir.Direction.HOST_TO_DEVICE
+        # the host's own work around the copy (StreamCopyBegin/End): the tiles wait,
+        # booked in no phase (host.link.host_work_cycles); remote buffers have none
+        before, after = (0, 0) if remote else host_work_cycles(self.cfg, total, to_device)
 
         def finish() -> Generator[simpy.Event, Any, None]:
             begin = int(self.clock[lo:hi].max())
             ahead = self.prefetched.pop((step.stream, ipu), None) if step.prefetch else None
             if ahead is not None and ahead.num_bytes == total:
-                yield ahead.done  # the transfer started at the previous copy's end
+                yield ahead.done  # prepared and sent from the previous copy's end
                 end = max(int(np.ceil(self.env.now)), begin + floor)
                 rec.details = _prefetched_ipus(rec.details, ipu)
+                waited = after
             else:
+                if before:
+                    yield self.env.timeout(before)
                 yield from link.transfer(total, ipu=ipu)
-                end = max(int(np.ceil(self.env.now)), begin + demand.latency_cycles + floor)
-            self._settle(rec, lo, hi, end)
+                end = max(
+                    int(np.ceil(self.env.now)), begin + before + demand.latency_cycles + floor
+                )
+                waited = before + after
+            self._settle(rec, lo, hi, end + after)
+            if waited:  # the host's work is in the total, not in the copy's cycles
+                rec.tile_cycles[lo:hi] -= waited
             if next_ready:
+                start = end + after
                 self.prefetched[(step.stream, ipu)] = Prefetch(
-                    total, self.env.process(self._transfer_at(link, end, total, ipu))
+                    total, self.env.process(self._transfer_at(link, start, total, ipu, before))
                 )
 
         yield from self._collective(g, (n, part), expected, finish)
 
     def _transfer_at(
-        self, link: Any, start: int, num_bytes: int, ipu: int
+        self, link: Any, start: int, num_bytes: int, ipu: int, prepare: int = 0
     ) -> Generator[simpy.Event, Any, None]:
-        """A background transfer of ``num_bytes`` over ``link`` from cycle ``start``: it
-        uses the link only while no copy the tiles wait for is in flight."""
+        """A background transfer of ``num_bytes`` over ``link`` from cycle ``start``,
+        after ``prepare`` cycles of the host's preparation: it uses the link only while
+        no copy the tiles wait for is in flight."""
+        start += prepare
         if start > self.env.now:
             yield self.env.timeout(start - self.env.now)
         yield from link.transfer(num_bytes, ipu=ipu, background=True)

@@ -1,16 +1,23 @@
-"""Host reads and writes (Engine.writeTensor/readTensor) take time on the host link."""
+"""Host reads and writes (Engine.writeTensor/readTensor) take time on the host link,
+and the host's own work around a stream copy (StreamCopyBegin/End) takes time in the
+total but in no phase."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from ipusim import ir
 from ipusim.config import load_config
+from ipusim.machine import Machine
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
 
-# 1 GHz, 8 bytes per cycle over the host link, 100 cycles of latency, 40 per host sync
+# 1 GHz, 8 bytes per cycle over the host link, 100 cycles of latency, 40 per host sync,
+# no host work around a copy
 ROUND = {
+    "host.copy_begin_s": 0.0,
+    "host.copy_end_s": 0.0,
     "tile.clock_hz": 1e9,
     "host.bandwidth_bytes_per_s": 8e9,
     "host.latency_s": 100e-9,
@@ -91,3 +98,46 @@ def test_run_traces_are_unchanged_by_host_transfers(per_tile: int) -> None:
     engine.run(0)
     assert len(engine.getTraces()) == 1
     assert len(engine.getHostTransferTraces()) == 1
+
+
+def copy_program(direction: str, prefetch: bool = False) -> ir.Node:
+    """A host sync and a copy of 400 bytes to or from each of tiles 0 and 1."""
+    copy = ir.StreamCopy(name="c", direction=direction, tile=[0, 1], num_bytes=[400, 400],
+                         stream="s", prefetch=prefetch)  # fmt: skip
+    return ir.Sequence([ir.Sync(name="h", sync_kind="host"), copy])
+
+
+@pytest.mark.parametrize(
+    ("extra", "direction", "host_work"),
+    [
+        ({"host.copy_begin_s": 1e-6}, "host_to_device", 1000),
+        ({"host.copy_end_s": 2e-6}, "device_to_host", 2000),
+        # 800 bytes at 1 byte per cycle: before the data phase into the device ...
+        ({"host.prepare_bandwidth_bytes_per_s": 1e9}, "host_to_device", 800),
+        # ... after it out of the device
+        ({"host.prepare_bandwidth_bytes_per_s": 1e9}, "device_to_host", 800),
+    ],
+)
+def test_host_work_is_in_the_total_and_in_no_phase(extra, direction, host_work) -> None:
+    plain = Machine(load_config("tiny", ROUND)).run(copy_program(direction))
+    trace = Machine(load_config("tiny", {**ROUND, **extra})).run(copy_program(direction))
+    # the copy alone: latency 100 + max(800 bytes / 8, busiest tile 400 / 4) = 200
+    assert plain.total_cycles == 40 + 200
+    assert trace.total_cycles == plain.total_cycles + host_work
+    assert trace.totals == plain.totals  # the tiles' phases do not hold the host's work
+    copy = trace.records[1]
+    assert copy.last_cycle - copy.first_cycle == 200 + host_work
+
+
+def test_a_prefetched_copy_was_prepared_in_the_background() -> None:
+    """Two copies of one stream with prefetch: the second waits for no preparation
+    (the host prepared and sent its data after the first ended), only its End."""
+    cfg = load_config("tiny", {**ROUND, "host.copy_begin_s": 1e-6, "host.copy_end_s": 5e-7})
+    one = copy_program("host_to_device", prefetch=True)
+    trace = Machine(cfg).run(ir.Sequence([one, one]))
+    first, second = (r for r in trace.records if r.kind == "stream_copy")
+    assert first.last_cycle - first.first_cycle == 1000 + 200 + 500
+    # the second copy's data was prepared (1000) and sent (100 + 800 / 8) from the first
+    # copy's end; after its host sync (40) the second copy waits 1200 - 40 = 1160 for
+    # it, then the host's End (500)
+    assert second.last_cycle - second.first_cycle == 1160 + 500

@@ -8,6 +8,10 @@ Two fits, each over several measured points, in physical units (docs/calibration
   syncs), the five A6 ``StreamCopyMid`` data phases of a 4-byte copy (an IR program of
   that one copy) and the three covered N1 tile-traffic rows (their durations as total
   cycles of the simulated iterations).
+* **prepare** (Mk2): ``host.copy_begin_s`` and ``host.copy_end_s``, the host's own
+  work before and after a stream copy's data phase, from the five A6 triplets of a
+  4-byte host-to-device copy (an IR program of that copy; measured: StreamCopyBegin +
+  Mid, then Begin + Mid + End, so each step has one unknown and five rows).
 * **exchange** (Mk1): ``exchange.cycles_per_message`` and
   ``exchange.fixed_latency_cycles`` against the H1 one-IPU halo exchange of ``float``
   and ``half4`` (same messages, half the bytes), as the ``internal_exchange`` phase
@@ -15,7 +19,7 @@ Two fits, each over several measured points, in physical units (docs/calibration
 
 Run from the repository root (prints both reports; writes nothing)::
 
-    .venv/bin/python examples/calibration/_fit_hardware.py [host|exchange]
+    .venv/bin/python examples/calibration/_fit_hardware.py [host|prepare|exchange|launch]
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ HOST_PARAMETERS = [
     ("host.latency_s", 1e-8, 1e-4),
     ("sync.host_sync_cycles", 0, 200000),
 ]
+#: The host's work around a copy switched off (for data that holds none of it).
+NO_HOST_WORK = {"host.copy_begin_s": 0.0, "host.copy_end_s": 0.0}
 EXCHANGE_PARAMETERS = [
     ("exchange.cycles_per_message", 0.0, 50.0),
     ("exchange.fixed_latency_cycles", 0, 1000),
@@ -101,19 +107,56 @@ def fit_host() -> list[CalibrationResult]:
     """Two steps (``calibrate`` compares the same phases in every pair): the latency
     from the five A6 data phases, then bandwidth and host sync from the T7 hardware
     host exchange and sync with that latency; N1 is reported with the result."""
-    base = load_config("mk2")
+    # the Mid phase, the host-exchange and sync phases and N1's remote-buffer traffic
+    # hold none of the host's work around a copy (StreamCopyBegin/End, step "prepare")
+    base = load_config("mk2", overrides=NO_HOST_WORK)
     pairs = host_pairs(base.tile.clock_hz, base.num_tiles)
     a6 = [p for p in pairs if p.label.startswith("A6")]
     t7 = [p for p in pairs if p.label == "T7 HW"]
     n1 = [p for p in pairs if p.label.startswith("N1")]
     first = calibrate(a6, base, [HOST_PARAMETERS[1]], phases=("total",), extends="mk2")
-    latency = load_config("mk2", overrides=first.values_after)
+    latency = load_config("mk2", overrides={**NO_HOST_WORK, **first.values_after})
     second = calibrate(t7, latency, [HOST_PARAMETERS[0], HOST_PARAMETERS[2]],
                        phases=("host_exchange", "sync"), extends="mk2")  # fmt: skip
-    fitted = load_config("mk2", overrides={**first.values_after, **second.values_after})
+    fitted = load_config(
+        "mk2", overrides={**NO_HOST_WORK, **first.values_after, **second.values_after}
+    )
     check = calibrate(n1, fitted, [("host.latency_s", 1e-8, 1e-4)], phases=("total",),
                       max_evaluations=1)  # fmt: skip
     return [first, second, check]
+
+
+PREPARE_PARAMETERS = [
+    ("host.copy_begin_s", 0.0, 1e-3),
+    ("host.copy_end_s", 0.0, 1e-3),
+]
+
+
+def fit_prepare() -> list[CalibrationResult]:
+    """The host's work around a stream copy from the A6 triplets (4-byte copies, so
+    the bytes cost nothing): first StreamCopyBegin against Begin + Mid of each triplet,
+    then StreamCopyEnd against Begin + Mid + End with that Begin."""
+    base = load_config("mk2", overrides=NO_HOST_WORK)
+    rows = csv_rows()
+    copy = ir.StreamCopy(name="in1", direction="host_to_device", tile=np.array([100]),
+                         num_bytes=np.array([4]), stream="in1")  # fmt: skip
+    program = ir.Program(entries=(ir.Sequence([copy]),))
+
+    def pairs(phases: tuple[str, ...]) -> list[Pair]:
+        out = []
+        for t in range(1, 6):
+            value = sum(float(rows[f"A6.t{t}.{p}"]["value"]) for p in phases)
+            label = f"A6.t{t}.{'+'.join(phases)}"
+            out.append(Pair(program, {}, measured(label, {"total": value}, base.num_tiles,
+                                                  base.tile.clock_hz), label=label))  # fmt: skip
+        return out
+
+    first = calibrate(pairs(("Begin", "Mid")), base, [PREPARE_PARAMETERS[0]], phases=("total",),
+                      extends="mk2")  # fmt: skip
+    begun = load_config("mk2", overrides={**NO_HOST_WORK, **first.values_after})
+    second = calibrate(pairs(("Begin", "Mid", "End")), begun, [PREPARE_PARAMETERS[1]],
+                       phases=("total",), extends="mk2")  # fmt: skip
+    return [first, second]
 
 
 def fit_exchange() -> CalibrationResult:
@@ -168,10 +211,16 @@ def fit_launch() -> CalibrationResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    which = (argv if argv is not None else sys.argv[1:]) or ["host", "exchange", "launch"]
+    which = (argv if argv is not None else sys.argv[1:]) or [
+        "host",
+        "prepare",
+        "exchange",
+        "launch",
+    ]
     for name in which:
         results = {
             "host": fit_host,
+            "prepare": fit_prepare,
             "exchange": lambda: [fit_exchange()],
             "launch": lambda: [fit_launch()],
         }[name]()

@@ -41,13 +41,17 @@ T7_DEVICE = {"sync.min_sync_delay_cycles": 0, "sync.relative_delay": "none"}
 #: estimate and nothing more (the IPU Model's compute rules, exact); exchanges are
 #: whole-IPU phases with Poplibs' planning figure of 100 fixed cycles, and a host
 #: transfer's time is its bytes over the bandwidth (a latency cannot be told apart from
-#: the bandwidth with the three copies of one profile).
+#: the bandwidth with the three copies of one profile), with no host work around it (the
+#: IPU Model's profile has no StreamCopyBegin/End phases).
 PINNED = {
     "tile.vertex_launch_cycles": 0,
     "tile.multi_vertex_launch_cycles": 0,
     "exchange.model": "phase",
     "exchange.fixed_latency_cycles": 100,
     "host.latency_s": 0.0,
+    "host.copy_begin_s": 0.0,
+    "host.copy_end_s": 0.0,
+    "host.prepare_bandwidth_bytes_per_s": None,
 }
 PARAMETERS = [
     ("host.bandwidth_bytes_per_s", 1e9, 64e9),

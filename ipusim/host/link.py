@@ -26,6 +26,7 @@ __all__ = [
     "busy_cycles_at",
     "busy_cycles_of",
     "check_copy_size",
+    "host_work_cycles",
     "stream_copy_cycles",
     "stream_copy_demand",
     "transfer_cycles",
@@ -77,6 +78,29 @@ def busy_cycles_at(bytes_per_cycle: float, num_bytes: int) -> int:
 def busy_cycles_of(cfg: MachineConfig, num_bytes: int) -> int:
     """Cycles a transfer of ``num_bytes`` holds the host link: ``ceil(bytes / bytes_per_cycle)``."""
     return busy_cycles_at(cfg.host_bytes_per_cycle, num_bytes)
+
+
+def host_work_cycles(cfg: MachineConfig, num_bytes: int, to_device: bool) -> tuple[int, int]:
+    """``(before, after)``: tile cycles of the host's own work around one stream copy of
+    ``num_bytes`` to or from one IPU (Poplar's StreamCopyBegin and StreamCopyEnd).
+
+    Before the data phase the host prepares the copy (``host.copy_begin_s``) and, for a
+    copy to the device, moves its bytes into the transfer buffers at
+    ``host.prepare_bandwidth_bytes_per_s``; after it the host finishes the copy
+    (``host.copy_end_s``) and, for a copy from the device, moves the bytes out of the
+    buffers. Without a preparation bandwidth the bytes cost nothing here.
+    """
+    host = cfg.host
+    clock = cfg.tile.clock_hz
+    before = math.ceil(round(host.copy_begin_s * clock, 9))
+    after = math.ceil(round(host.copy_end_s * clock, 9))
+    if host.prepare_bandwidth_bytes_per_s is not None and num_bytes > 0:
+        moved = busy_cycles_at(host.prepare_bandwidth_bytes_per_s / clock, num_bytes)
+        if to_device:
+            before += moved
+        else:
+            after += moved
+    return before, after
 
 
 def transfer_cycles(cfg: MachineConfig, num_bytes: int) -> int:
