@@ -2,9 +2,12 @@
 
 Approximated: the measured vertex is a ``SupervisorVertex`` running an empty
 100-iteration loop on a ``volatile int`` (``iterations`` times in example 2), timed by
-``Block`` instrumentation; ``poplar_api`` has neither supervisor vertices nor blocks.
-Rebuilt: one :class:`DummyVertex` (a MultiVertex, which occupies the tile like a
-supervisor) per compute set on the measured tile, in the measured program
+``Block`` instrumentation. Rebuilt: one :class:`DummyVertex` (a MultiVertex whose
+worker 0 runs the loop, which occupies the tile like a supervisor; the workload
+predates ``poplar_api``'s ``SupervisorVertex``, and its rows keep it:
+``examples/poplar/lightweight_profiling_counted.py`` runs the tutorial's
+``SupervisorVertex`` itself, 12 cycles fewer per block counted, without the worker
+test) per compute set on the measured tile, in the measured program
 (``example='a3'``: ``Repeat(5, Execute(cs))``; ``example='a2o'``: two IPUs,
 ``Repeat(5, {stage1, stage2})`` with op1, op2 on tile 0 of each IPU). Its estimate is
 an instruction count, :data:`INSTRUCTIONS_PER_LOOP_ITERATION` supervisor instructions
