@@ -436,7 +436,10 @@ class BulkGraphMethods:
         vertexType
             A registered vertex type name or a vertex class; or a sequence of ``n`` of
             them (vertex ``i`` of type ``vertexType[i]``: specialisations of one
-            vertex, whose connected fields agree in kind and element type).
+            vertex, whose connected fields agree in element type and in kind, except
+            that a field may be a Vector in some and a VectorList in others when it is
+            given as :class:`Segments` with ``vectors``: a Vector vertex takes exactly
+            one piece, as a 1-D and a 2-D form of one operation on a tile's regions).
         tiles
             int array of ``n`` tiles (this graph's numbering), vertex ``i`` on ``tiles[i]``.
         connections
@@ -494,10 +497,13 @@ class BulkGraphMethods:
                     "(the thread cycles of one run of the vertex)"
                 )
             estimates[:] = est
-        plan = _Connections(n)
+        plan = _Connections(n, which)
         for name, value in (connections or {}).items():
             specs = [k.field(name) for k in kinds]  # raises, listing the fields, if unknown
             spec = specs[0]
+            if _vector_or_list(specs, value):
+                plan.mixed(self, name, value, specs, f"{what} field '{name}'")
+                continue
             for other, k in zip(specs[1:], kinds[1:], strict=True):
                 if other.kind != spec.kind or other.element_type != spec.element_type:
                     raise GraphError(
@@ -542,12 +548,29 @@ class BulkGraphMethods:
         return kinds, (None if len(kinds) == 1 else which)
 
 
+def _vector_or_list(specs: list, value: Any) -> bool:
+    """Whether a field is a Vector in some of a call's types and a VectorList in the
+    others (one element type), given as :class:`Segments` with vectors."""
+    kinds = {s.kind for s in specs}
+    return (
+        kinds == {"vector", "vectorlist"}
+        and isinstance(value, Segments)
+        and value.vectors is not None
+        and len({s.element_type for s in specs}) == 1
+    )
+
+
 class _Connections:
     """The checked connections of one ``addVertices`` call, written once its vertices
     exist."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, which: np.ndarray | None = None) -> None:
         self.n = n
+        #: the type (position in the call's types) of each vertex; None for one type
+        self.which = which
+        #: vertices whose types have no VectorList among the list fields (their
+        #: entries in the call's list block are empty); None when there are none
+        self.not_lists: np.ndarray | None = None
         #: (field, vertices (None: all), run begins, run ends)
         self.runs: list[tuple[str, np.ndarray | None, np.ndarray, np.ndarray]] = []
         #: (field, vertices, the ids each of them gets)
@@ -601,6 +624,55 @@ class _Connections:
             self.runs.append((name, sel, ix[sel, 0], ix[sel, 0] + row_len))
         rest = np.flatnonzero(~is_run)
         self.ids.append((name, rest, [t._index[i] for i in rest.tolist()]))
+
+    def mixed(self, graph: Graph, name: str, value: Segments, specs: list, where: str) -> None:
+        """A field that is a Vector in some of the types and a VectorList in others:
+        each Vector vertex's one piece is connected as :meth:`_segments` connects a
+        Vector field, the VectorList vertices' pieces as one list block."""
+        t = graph.checkTensor(value.tensor, where)
+        vectors = value.vectors
+        if vectors.size != self.n:
+            raise GraphError(
+                f"{where}: {value!r} feeds {vectors.size} vertices but {self.n} are added; "
+                "hint: one count of vectors per vertex"
+            )
+        for spec in specs:
+            spec.check(0 if spec.kind == "vector" else [], t._type, where)
+        listed = np.array([s.kind == "vectorlist" for s in specs])[self.which]
+        if self.not_lists is not None and (self.not_lists != ~listed).any():
+            raise GraphError(
+                f"{where}: the types disagree on which of their fields are VectorLists; "
+                "hint: add them in separate calls"
+            )
+        self.not_lists = ~listed
+        single = np.flatnonzero(~listed)
+        if (vectors[single] != 1).any():
+            k = int(single[vectors[single] != 1][0])
+            raise GraphError(
+                f"{where}: vertex {k} has a Vector field but is given {int(vectors[k])} "
+                "pieces; hint: one piece for a Vector field"
+            )
+        sizes = value.sizes
+        begins = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        piece_of = np.cumsum(vectors) - vectors  # each vertex's first piece
+        ids = t.flat_index()
+        one = piece_of[single]
+        is_run = _runs_of(ids, begins[one], sizes[one])
+        if is_run.any():
+            at = one[is_run]
+            self.runs.append((name, single[is_run], ids[begins[at]], ids[begins[at]] + sizes[at]))
+        if not is_run.all():
+            rest = single[~is_run]
+            firsts = piece_of[rest]
+            pieces = [
+                ids[o : o + k]
+                for o, k in zip(begins[firsts].tolist(), sizes[firsts].tolist(), strict=True)
+            ]
+            self.ids.append((name, rest, pieces))
+        keep = np.ones(sizes.size, bool)
+        keep[one] = False
+        counts = np.where(listed, vectors, 0)
+        self.lists.append((name, begins[keep], sizes[keep], counts, ids))
 
     def _segments(self, graph: Graph, name: str, value: Segments, spec: Any, where: str) -> None:
         t = graph.checkTensor(value.tensor, where)
@@ -665,14 +737,18 @@ class _Connections:
             at = np.arange(n, dtype=np.int64) if sel is None else sel
             for k, vt in enumerate(kinds):
                 mine = which[at] == k
-                table.set_runs(vt, type_rows[at[mine]], name, begins[mine], ends[mine])
+                if mine.any():
+                    table.set_runs(vt, type_rows[at[mine]], name, begins[mine], ends[mine])
         extra = table.extra
         if self.lists and n:  # kept as one block: no Python object per vertex
             fields = {}
             for name, begins, sizes, vectors, ids in self.lists:
                 offsets = np.concatenate(([0], np.cumsum(vectors))).astype(np.int64)
                 fields[name] = (offsets, begins, begins + sizes, ids)
-            table.add_list_block(ListBlock(first, n, fields))
+            block = ListBlock(first, n, fields)
+            if self.not_lists is not None:  # their fields are runs or ids, not in the block
+                block.moved[:] = self.not_lists
+            table.add_list_block(block)
         for name, sel, rows in self.ids:
             # what addVertex keeps of a connection that is not a run: its index array
             for i, row in zip(sel.tolist(), rows, strict=True):

@@ -13,7 +13,6 @@ elements are exchanged by lowering.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -289,43 +288,44 @@ def add_vertices(
     operands: dict[str, ElemOperand | ScalarOperand],
 ) -> None:
     """Add ``vertices`` to ``cs`` in order, each of its class on its tile over its
-    pieces of output positions.
+    pieces of output positions, in one ``addVertices`` call.
 
     With ``rows`` a vertex's element fields get one vector per piece (a 2-D
     ``VectorList`` field); otherwise its pieces are concatenated into one vector. A
     scalar operand gives each vertex the element ``position_of`` picks for its tile.
-    Consecutive vertices of one layout (the classes of one op with vector fields, or
-    with 2-D fields) are added by one ``addVertices`` call, their connections as
-    :class:`~poplar_api.graph.Segments` of one view per operand.
+    The connections are :class:`~poplar_api.graph.Segments` of one view per operand;
+    1-D and 2-D vertices of one op (tiles of one region and of several) go in the same
+    call, each 1-D vertex taking one piece.
     """
-    for rows, group in itertools.groupby(vertices, key=lambda v: v[3]):
-        _add_group(graph, cs, rows, list(group), operands)
-
-
-def _add_group(
-    graph: Graph,
-    cs: ComputeSet,
-    rows: bool,
-    group: list[PlannedVertex],
-    operands: dict[str, ElemOperand | ScalarOperand],
-) -> None:
-    n = len(group)
-    tiles = np.fromiter((v[0] for v in group), np.int64, n)
-    pieces = [p for v in group for p in v[2]]
-    counts = np.fromiter((len(v[2]) for v in group), np.int64, n)
+    if not vertices:
+        return
+    n = len(vertices)
+    tiles = np.fromiter((v[0] for v in vertices), np.int64, n)
+    rows = np.fromiter((v[3] for v in vertices), bool, n)
+    pieces = [p for v in vertices for p in v[2]]
+    counts = np.fromiter((len(v[2]) for v in vertices), np.int64, n)
     sizes = np.fromiter((p.size for p in pieces), np.int64, len(pieces))
     positions = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-    if not rows:  # a vertex's pieces make one vector
-        owner = np.repeat(np.arange(n, dtype=np.int64), counts)
-        sizes = np.bincount(owner, weights=sizes, minlength=n).astype(np.int64)
+    vectors = counts if rows.any() else None
+    if not rows.all():  # a 1-D vertex's pieces make one vector: its one piece
+        vertex_of = np.repeat(np.arange(n, dtype=np.int64), counts)
+        out_counts = np.where(rows, counts, 1)
+        out_first = np.cumsum(out_counts) - out_counts
+        joined = np.zeros(int(out_counts.sum()), np.int64)
+        joined[out_first[~rows]] = np.bincount(vertex_of, weights=sizes, minlength=n)[~rows]
+        listed = rows[vertex_of]  # the pieces of 2-D vertices, each a vector
+        first = np.cumsum(counts) - counts
+        at = out_first[vertex_of] + np.arange(sizes.size) - first[vertex_of]
+        joined[at[listed]] = sizes[listed]
+        sizes = joined
+        vectors = out_counts if rows.any() else None
     connections: dict[str, object] = {}
     for field, op in operands.items():
         if isinstance(op, ScalarOperand):
             connections[field] = op.tensor.elements(op.position_of(tiles))
         else:
-            view = op.flat.elements(positions)
-            connections[field] = Segments(view, sizes, counts if rows else None)
-    graph.addVertices(cs, [v[1] for v in group], tiles, connections)
+            connections[field] = Segments(op.flat.elements(positions), sizes, vectors)
+    graph.addVertices(cs, [v[1] for v in vertices], tiles, connections)
 
 
 def add_vertex(
