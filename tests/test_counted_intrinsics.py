@@ -278,3 +278,39 @@ def test_a_vector_access_outside_the_field_raises():
         _run_counted(past_the_end, a, np.zeros(2, np.float32))
     with pytest.raises(IndexError, match="outside the field"):
         load_half4(a, 1)
+
+
+@pytest.mark.parametrize(
+    ("name", "per_pixel"),
+    [
+        # per pixel: loads, stores, float operations, index products (class names)
+        ("GaussianBlur", {"load_32": 36, "store_32": 4, "float_arith": 44, "int_mul": 1}),
+        ("GaussianBlurFloat2", {"load_64": 18, "store_64": 2, "float2_arith": 22, "int_mul": 1}),
+        ("GaussianBlurHalf", {"load_64": 9, "store_64": 1, "half4_arith": 11}),
+    ],
+)
+def test_the_blur_codelets_count_nine_loads_eleven_operations_and_a_store(name, per_pixel):
+    from examples_common import load_example
+    from numba.typed import List
+
+    h = load_example("calibration/h_gaussian_blur.py")
+    rows, width = 2, 3
+    rng = np.random.default_rng(1)
+    image = rng.random((rows + 2, width + 2, 4)).astype(np.float32)
+    in_ = List([image[r].reshape(-1).copy() for r in range(rows + 2)])
+    out = List([np.zeros(width * 4, np.float32) for _ in range(rows)])
+    kernel = getattr(h, name).__dict__["compute"].__func__
+    got, _, _ = _run_counted(kernel, in_, out, np.array([float(width)], np.float32))
+    want = h.blur_reference(image)[1:-1, 1:-1]
+    np.testing.assert_allclose(np.stack(list(out)).reshape(want.shape), want, rtol=1e-6)
+    pixels = rows * width
+    expected = {k: v * pixels for k, v in per_pixel.items()}
+    # per row: the in_ rows k, k + 1, k + 2 and out[k] (a VectorList vector: load_64)
+    expected["load_64"] = expected.get("load_64", 0) + 4 * rows
+    expected["load_32"] = expected.get("load_32", 0) + 2  # len(out), width[0]
+    expected.update(
+        int_alu=1 + rows,  # the loops' set-ups
+        convert=1,  # int(width[0])
+        loop_backedge=(rows + 1) + rows * (width + 1),
+    )
+    assert got == expected
