@@ -8,12 +8,14 @@ block ``k``. The driver loop of a compute set gives each execution (vertex, or w
 a multi-vertex) its own row of counters, so the run yields ``runs[execution, block]``.
 
 The operations of each block come from the same compilation's typed IR (Numba knows
-every value's type there): :func:`block_profile` classifies every statement into the
-classes of :data:`ipusim.tile.counted.OP_CLASSES` (loads and stores by width, integer
-and float arithmetic by type, compares, branches, loop iterations, math and other
-calls), giving ``profile[block, class]``. The counters' own statements are left out.
-``runs @ profile`` are the exact operation counts of the code the user wrote;
-:mod:`ipusim.tile.counted` prices them with the machine config's ``counted`` section.
+every value's type there): :func:`poplar_api.counted_ops.block_profile` classifies
+every statement into the classes of :data:`ipusim.tile.counted.OP_CLASSES` (loads and
+stores by width, integer and float arithmetic by type, compares, branches, loop
+iterations, math and other calls, and the instructions of
+:mod:`poplar_api.ipu_intrinsics`), giving ``profile[block, class]``. The counters'
+own statements are left out. ``runs @ profile`` are the exact operation counts of the
+code the user wrote; :mod:`ipusim.tile.counted` prices them with the machine config's
+``counted`` section.
 
 What the mapping from Numba operations to IPU instructions assumes is in
 docs/counted_cycles.md (one instruction per scalar operation; an iteration of a
