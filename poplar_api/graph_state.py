@@ -464,6 +464,29 @@ def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(starts - ends + lengths, lengths)
 
 
+def _fast_constants(
+    types: list, shapes: Any, values: Any, labels: list, vid0: int
+) -> tuple[np.ndarray, list[np.ndarray], list[tuple[int, ...]]] | None:
+    """Sizes, flat value arrays and dimensions of constants that all have a Type, a
+    one-int shape and a 1-D array of that many values (names filled in), or None
+    when one of them does not (then each is checked on its own)."""
+    n = len(types)
+    if not all(type(t) is Type for t in types):
+        return None
+    if not all(type(s) is list and len(s) == 1 and type(s[0]) is int for s in shapes):
+        return None
+    if not all(type(v) is np.ndarray and v.ndim == 1 for v in values):
+        return None
+    sizes = np.fromiter((s[0] for s in shapes), np.int64, n)
+    have = np.fromiter((v.size for v in values), np.int64, n)
+    if (sizes < 0).any() or (have != sizes).any():
+        return None
+    for i in range(n):
+        if not labels[i]:
+            labels[i] = f"var{vid0 + i}"
+    return sizes, list(values), [(int(k),) for k in sizes.tolist()]
+
+
 def add_constants(
     graph: Any, type_: Any, shapes: Any, values: Any, names: Any, tiles: Any
 ) -> Constants:
@@ -487,7 +510,10 @@ def add_constants(
     arrays: list[np.ndarray] = []
     sizes = np.empty(n, np.int64)
     ndarray = np.ndarray
-    for i in range(n):
+    fast = _fast_constants(types, shapes, values, labels, vid0)
+    if fast is not None:  # the common case checked a column at a time
+        sizes, arrays, dims_of = fast
+    for i in range(0 if fast is not None else n):
         t, shape, label = types[i], shapes[i], labels[i] or f"var{vid0 + i}"
         if type(t) is not Type and not isinstance(t, Type):
             raise TypeMismatchError(
@@ -541,17 +567,18 @@ def add_constants(
         root = graph._tiles[arr.astype(np.int64)]
     # the constants of each distinct type (equal types, in order of first use), found
     # by object identity first: hashing a Type per constant is slow
-    code_of: dict[int, int] = {}
+    idents, first, which = np.unique(
+        np.fromiter(map(id, types), np.int64, n), return_index=True, return_inverse=True
+    )
     distinct: list[Type] = []
-    codes = np.empty(n, np.int64)
-    for i, t in enumerate(types):
-        c = code_of.get(id(t))
-        if c is None:
-            c = next((k for k, r in enumerate(distinct) if r == t), len(distinct))
-            if c == len(distinct):
-                distinct.append(t)
-            code_of[id(t)] = c
-        codes[i] = c
+    code_of_ident = np.empty(idents.size, np.int64)
+    for k in np.argsort(first, kind="stable").tolist():  # in order of first use
+        t = types[int(first[k])]
+        c = next((j for j, r in enumerate(distinct) if r == t), len(distinct))
+        if c == len(distinct):
+            distinct.append(t)
+        code_of_ident[k] = c
+    codes = code_of_ident[which.reshape(-1)]
     by_type = {t: np.flatnonzero(codes == c) for c, t in enumerate(distinct)}
     # one allocation per element size, in the order of the constants
     bases = np.empty(n, np.int64)
