@@ -25,6 +25,7 @@ import heapq
 from collections.abc import Generator, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 import simpy
 
 __all__ = ["LinkFabric", "Route"]
@@ -46,15 +47,15 @@ class _Topology(Protocol):
 class _Flow:
     """A transfer on the fabric: bytes left at time ``t0`` and its rate since."""
 
-    __slots__ = ("caps", "done", "hops", "rate", "remaining", "serial", "t0", "version")
+    __slots__ = ("done", "hop_index", "hops", "rate", "remaining", "serial", "t0", "version")
 
     def __init__(
-        self, serial: int, remaining: float, hops: Route, caps: tuple[float, ...], now: float
+        self, serial: int, remaining: float, hops: Route, hop_index: np.ndarray, now: float
     ) -> None:
         self.serial = serial
         self.remaining = remaining
         self.hops = hops
-        self.caps = caps
+        self.hop_index = hop_index
         self.t0 = now
         self.rate = 0.0
         self.version = 0
@@ -87,7 +88,10 @@ class LinkFabric:
         self._starting: list[_Flow] = []
         self._serial = 0
         self._timer = 0
-        self._caps: dict[tuple[int, int], float] = {}
+        #: each hop seen so far: its index into the arrays below
+        self._hop_ids: dict[tuple[int, int], int] = {}
+        self._caps = np.zeros(16, np.float64)  # capacity of each hop
+        self._count = np.zeros(16, np.int64)  # transfers on each hop now
         self._latency: dict[Route, int] = {}
 
     def route_latency(self, route: Route) -> int:
@@ -97,11 +101,21 @@ class LinkFabric:
             latency = self._latency[route] = sum(int(self.topology.latency(h)) for h in route)
         return latency
 
-    def _capacity(self, hop: tuple[int, int]) -> float:
-        cap = self._caps.get(hop)
-        if cap is None:
-            cap = self._caps[hop] = float(self.topology.capacity(hop))
-        return cap
+    def _hop_index(self, route: Route) -> np.ndarray:
+        """The indices of a route's hops (new hops get their capacity recorded)."""
+        out = np.empty(len(route), np.int64)
+        for k, hop in enumerate(route):
+            i = self._hop_ids.get(hop)
+            if i is None:
+                i = self._hop_ids[hop] = len(self._hop_ids)
+                if i >= self._caps.size:
+                    self._caps = np.concatenate((self._caps, np.zeros(self._caps.size)))
+                    self._count = np.concatenate(
+                        (self._count, np.zeros(self._count.size, np.int64))
+                    )
+                self._caps[i] = float(self.topology.capacity(hop))
+            out[k] = i
+        return out
 
     def transfer(self, route: Route, num_bytes: int) -> Generator[simpy.Event, Any, None]:
         """Move ``num_bytes`` along ``route`` (SimPy process generator).
@@ -118,8 +132,8 @@ class LinkFabric:
         latency = self.route_latency(route)
         if latency:
             yield self.env.timeout(latency)
-        caps = tuple(self._capacity(h) for h in route)
-        flow = _Flow(self._serial, float(num_bytes), route, caps, float(self.env.now))
+        flow = _Flow(self._serial, float(num_bytes), route, self._hop_index(route),
+                     float(self.env.now))  # fmt: skip
         self._serial += 1
         flow.done = self.env.event()
         if not self._starting:  # transfers starting at the same time: one update
@@ -141,25 +155,33 @@ class LinkFabric:
         for flow in starting:
             for hop in flow.hops:
                 self._on.setdefault(hop, {})[flow.serial] = flow
+            self._count[flow.hop_index] += 1  # a route crosses a hop once
         self._update(starting)
 
     def _update(self, changed: list[_Flow]) -> None:
-        """New rates for every flow sharing a hop with ``changed``; re-arm the timer."""
+        """New rates for every flow sharing a hop with ``changed``; re-arm the timer.
+
+        A flow's rate is the smallest share ``capacity / transfers on the hop`` over its
+        hops, worked out for all affected flows at once (the same arithmetic, one
+        division per hop crossing).
+        """
         now = float(self.env.now)
         affected: dict[int, _Flow] = {}
-        for flow in changed:
-            for hop in flow.hops:
-                affected.update(self._on.get(hop, {}))
-        for serial in sorted(affected):
-            flow = affected[serial]
-            flow.remaining = max(flow.remaining - flow.rate * (now - flow.t0), 0.0)
-            flow.t0 = now
-            flow.rate = min(
-                cap / len(self._on[hop]) for hop, cap in zip(flow.hops, flow.caps, strict=True)
-            )
-            flow.version += 1
-            end = now + flow.remaining / flow.rate
-            heapq.heappush(self._heap, (end, flow.serial, flow.version, flow))
+        for hop in {hop for flow in changed for hop in flow.hops}:
+            affected.update(self._on.get(hop, {}))
+        if affected:
+            flows = [affected[serial] for serial in sorted(affected)]
+            index = np.concatenate([f.hop_index for f in flows])
+            starts = np.zeros(len(flows), np.int64)
+            np.cumsum([f.hop_index.size for f in flows[:-1]], out=starts[1:])
+            rates = np.minimum.reduceat(self._caps[index] / self._count[index], starts).tolist()
+            for flow, rate in zip(flows, rates, strict=True):
+                flow.remaining = max(flow.remaining - flow.rate * (now - flow.t0), 0.0)
+                flow.t0 = now
+                flow.rate = rate
+                flow.version += 1
+                end = now + flow.remaining / flow.rate
+                heapq.heappush(self._heap, (end, flow.serial, flow.version, flow))
         self._arm()
 
     def _valid(self, entry: tuple[float, int, int, _Flow]) -> bool:
@@ -190,6 +212,7 @@ class LinkFabric:
         for flow in finished:
             for hop in flow.hops:
                 del self._on[hop][flow.serial]
+            self._count[flow.hop_index] -= 1
         for flow in finished:
             assert flow.done is not None
             flow.done.succeed()
