@@ -145,11 +145,11 @@ def cloneTensor(graph: Graph, t: Tensor, name: str = "", type: Type | None = Non
     t = _check_tensor(graph, t, "cloneTensor")
     new_type = t.elementType() if type is None else type
     label = name or f"{t.name}.clone"
-    ids = t.flat_index()
-    order = np.argsort(ids, kind="stable") if ids.size > 1 else None
+    order = None if t.isContiguous() else np.argsort(t.flat_index(), kind="stable")
     if order is None or bool((np.diff(order) == 1).all()):
         clone = graph.addVariable(new_type, t.shape(), label)
     else:
+        ids = t.flat_index()
         sorted_ids = ids[order]
         if bool((sorted_ids[1:] == sorted_ids[:-1]).any()):  # aliases: row-major
             clone = graph.addVariable(new_type, t.shape(), label)
