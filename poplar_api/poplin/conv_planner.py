@@ -17,14 +17,22 @@ weighs, for every candidate:
 * **reduction**: when ``Ci`` is split, each output block is cut into as many chunks
   as ``Ci`` parts; each tile receives the other parts' partials of its chunk and runs
   ``ReduceAdd`` (casting to the output type); without a split, partials of another
-  type than the output are cast in place by ``popops.cast`` (as Poplibs does);
-* **memory**: the per-tile temporary memory (received input window and weights,
-  partials written and received; not the operands' and output's own storage, as in
-  Poplibs); candidates over ``availableMemoryProportion`` of tile memory are dropped.
-  When none fits, the bound is doubled until a candidate fits or it reaches twice the
-  tile's bytes, and past that the cheapest candidate is taken whatever its memory
-  (Poplibs' ``runPlanner`` ``minimizeMemory`` step in ``ConvPlan.cpp``); a plan that
-  does not fit then shows up as out-of-memory tiles in the memory report.
+  type than the output are cast in place by ``popops.cast`` (as Poplibs does),
+  costed by Poplibs' ``estimateCastCycles``;
+* **memory**: Poplibs' temporary memory (``addConvTempMemoryEstimate``): the tile's
+  input window and weights block and its partials (not the operands' and output's
+  own storage); candidates over ``availableMemoryProportion`` of tile memory are
+  dropped. When no one-pass candidate fits, the output channels are split serially
+  (:func:`serial_options`: ``S`` passes over ``Co / S`` channels, the first ``S`` with
+  a fitting candidate; Poplibs' ``outChanSplit.serial``). When still none fits, the
+  bound is doubled until a candidate fits or it reaches twice the tile's bytes, and
+  past that the cheapest candidate is taken whatever its memory (Poplibs'
+  ``runPlanner`` ``minimizeMemory`` step in ``ConvPlan.cpp``); a plan that does not
+  fit then shows up as out-of-memory tiles in the memory report.
+
+Every split whose parts multiply to at most the tile count is costed (built one
+dimension at a time, :func:`_feasible`); only beyond :data:`MAX_CANDIDATES` are the
+longest option lists thinned.
 
 The closed forms (derived: they keep the Poplibs estimators' leading terms, so the
 ranking follows them; the final choice uses the estimators themselves):
@@ -45,7 +53,8 @@ of ``getConvPartialVerticalMacCycleEstimate``.
 
 Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC
 family, input-channel serial splits and the planner's other transforms (swapping
-operands, expanding some dimensions only, flattening the batch into the field).
+operands, expanding some dimensions only, flattening the batch into the field);
+docs/planner.md compares ipusim's plans with Poplibs'.
 """
 
 from __future__ import annotations
