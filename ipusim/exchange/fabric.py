@@ -93,12 +93,17 @@ class LinkFabric:
         self._caps = np.zeros(16, np.float64)  # capacity of each hop
         self._count = np.zeros(16, np.int64)  # transfers on each hop now
         self._latency: dict[Route, int] = {}
+        self._hop_latency: dict[tuple[int, int], int] = {}
 
     def route_latency(self, route: Route) -> int:
         """Latency of a route in cycles: the sum of its hops' latencies."""
         latency = self._latency.get(route)
         if latency is None:
-            latency = self._latency[route] = sum(int(self.topology.latency(h)) for h in route)
+            hops = self._hop_latency
+            for hop in route:
+                if hop not in hops:
+                    hops[hop] = int(self.topology.latency(hop))
+            latency = self._latency[route] = sum(map(hops.__getitem__, route))
         return latency
 
     def _hop_index(self, route: Route) -> np.ndarray:
