@@ -19,11 +19,8 @@ steps refer to the same indices.
 
 from __future__ import annotations
 
-import difflib
 import json
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,6 +35,12 @@ from ipusim.sync.controller import relative_sync_delays
 from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost
 from ipusim.timing import TimingModel
+from poplar_api.engine_options import (
+    ENGINE_OPTIONS,
+    EngineOption,
+    check_engine_options,
+    option,
+)
 from poplar_api.errors import EngineError
 
 __all__ = [
@@ -53,7 +56,6 @@ __all__ = [
     "write_auto_report",
 ]
 
-_BOOL = ("true", "false")
 
 #: The graph profile's table of the steps of each phase (a sync has none): compute
 #: sets, internal exchanges, global exchanges and collectives, host copies.
@@ -69,226 +71,6 @@ _COMPUTE_TAGS = frozenset(k.tag for k in ir.STEP_KINDS.values() if k.phase == "c
 _EXTERNAL_TAGS = frozenset(
     k.tag for k in ir.STEP_KINDS.values() if k.phase in ("global_exchange", "host_exchange")
 )
-
-
-@dataclass(frozen=True)
-class EngineOption:
-    """One engine option: what values it takes, its default and what ipusim does with it.
-
-    Attributes
-    ----------
-    kind
-        ``"bool"`` (``true``/``false``), ``"enum"`` (one of ``choices``), ``"int"`` (a
-        non-negative integer, or one of ``choices`` such as ``unlimited``) or
-        ``"str"`` (any string; ``"regex"`` for a regular expression).
-    choices
-        Allowed words (enum) or extra words allowed besides an integer.
-    default
-        Poplar's default, as a string.
-    doc
-        What the option does.
-    honoured
-        Whether ipusim acts on it; False means accepted and recorded in the
-        profiles' options but a no-op (see docs/poplar_api.md, "Engine options").
-    """
-
-    kind: str
-    choices: tuple[str, ...] = ()
-    default: str = ""
-    doc: str = ""
-    honoured: bool = False
-
-    def __iter__(self) -> Any:  # (allowed, default, doc), the former tuple form
-        allowed = _BOOL if self.kind == "bool" else self.choices if self.kind == "enum" else None
-        return iter((allowed, self.default, self.doc))
-
-
-def _b(default: str, doc: str, honoured: bool = False) -> EngineOption:
-    return EngineOption("bool", _BOOL, default, doc, honoured)
-
-
-def _e(choices: tuple[str, ...], default: str, doc: str, honoured: bool = False) -> EngineOption:
-    return EngineOption("enum", choices, default, doc, honoured)
-
-
-def _i(default: str, doc: str, words: tuple[str, ...] = ()) -> EngineOption:
-    return EngineOption("int", words, default, doc)
-
-
-def _s(default: str, doc: str, honoured: bool = False, kind: str = "str") -> EngineOption:
-    return EngineOption(kind, (), default, doc, honoured)
-
-
-#: Every engine option the engine accepts: name -> :class:`EngineOption`. Names are
-#: those that Graphcore's published programs and documentation pass to ``Engine`` or
-#: in ``POPLAR_ENGINE_OPTIONS`` (sources in docs/poplar_api.md), plus the ipusim
-#: extensions ``debug.checkVertexBounds`` and ``debug.maxCycles``. The one place the
-#: known set is kept.
-ENGINE_OPTIONS: dict[str, EngineOption] = {
-    # ---- autoReport: profile files written after each run
-    "autoReport.all": _b("false", "write every profile file after each run", True),
-    "autoReport.directory": _s("./profiles", "directory of the autoReport files", True),
-    "autoReport.outputGraphProfile": _b("false", "write the graph profile", True),
-    "autoReport.outputExecutionProfile": _b("false", "write the execution profile", True),
-    "autoReport.outputLoweredVars": _b("false", "lowered variables file (not written)"),
-    "autoReport.outputArchive": _b("true", "graph archive (not written)"),
-    "autoReport.outputSerializedGraph": _b("false", "serialized graph (not written)"),
-    "autoReport.outputDebugInfo": _b("false", "debug information file (not written)"),
-    "autoReport.executionProfileProgramRunCount": _i("2", "runs to profile (all are kept)"),
-    "autoReport.streamAtEachRun": _b("true", "write after each run (always done)"),
-    # ---- debug
-    "debug.allowOutOfMemory": _b("false", "compile even if a tile overflows", True),
-    "debug.instrument": _b("false", "all instrumentation (compute, external exchange)", True),
-    "debug.instrumentCompute": _b("false", "per-tile/per-vertex compute cycles", True),
-    "debug.instrumentControlFlow": _b("false", "recorded; program trace is always kept", True),
-    "debug.instrumentExternalExchange": _b("false", "per-tile stream copy cycles", True),
-    "debug.computeInstrumentationLevel": _e(
-        ("vertex", "tile", "ipu", "device"), "tile", "detail of compute cycles", True
-    ),
-    "debug.outputAllSymbols": _b("false", "keep all symbols in the binary"),
-    "debug.retainDebugInformation": _b("false", "keep debug information"),
-    "debug.loweredVarDumpFile": _s("", "file of lowered variables (not written)"),
-    "debug.verify": _b("false", "Poplar's own compile-time checks"),
-    "debug.checkVertexBounds": _b("true", "ipusim: bounds-check vertex code", True),
-    "debug.floatingPointExceptions": _b(
-        "false",
-        "ipusim: a vertex that writes NaN or an infinity into a FLOAT or HALF field stops "
-        "the run (FloatingPointException naming the vertex, tile and compute set)",
-        True,
-    ),
-    "debug.vertexCycles": _e(
-        ("estimate", "auto", "counted"),
-        "estimate",
-        "ipusim: where vertex cycles come from: estimates; auto (as Poplar: counted "
-        "execution of codelets on hardware devices); counted (every kernel ipusim runs)",
-        True,
-    ),
-    "debug.maxCycles": EngineOption(
-        "int",
-        ("unlimited",),
-        "unlimited",
-        "ipusim: end a run whose tile clock passes this many cycles (SimulationTimeout, "
-        "partial profile kept)",
-        True,
-    ),
-    # ---- exchange
-    "exchange.streamBufferOverlap": _e(
-        ("none", "hostRearrangeOnly", "any"),
-        "hostRearrangeOnly",
-        "stream buffers sharing tile memory (not modelled)",
-    ),
-    "exchange.enablePrefetch": _b("true", "prefetch host-to-device streams", True),
-    "exchange.multicastPolicy": _s("", "multicast exchange policy"),
-    # ---- opt
-    "opt.maxCopyMergeSize": _i("", "largest merged stream copy in bytes"),
-    "opt.enableMultiAccessCopies": _b("true", "multi-access copies"),
-    "opt.useAutoloader": _b("true", "load code on demand"),
-    "opt.internalExchangeOptimisationTarget": _e(
-        ("balanced", "cycles", "memory"), "cycles", "what exchange code optimises"
-    ),
-    "opt.maxCompilationThreads": _i("0", "compile threads (0: all)"),
-    # ---- profiler
-    "profiler.format": _e(
-        ("json", "cbor", "v1", "v2", "v3"), "json", "format of the autoReport profiles", True
-    ),
-    "profiler.programs.filter": _s(
-        "", "programs to instrument with an implicit Block (regex)", True, kind="regex"
-    ),
-    "profiler.blocks.filter": _s("", "Block programs to instrument (regex)", True, kind="regex"),
-    "profiler.blocks.implicitFlush": _b("true", "flush block buffers implicitly"),
-    "profiler.includeFlopEstimates": _b("false", "FLOP estimates in the profile"),
-    "profiler.includeCycleEstimates": _b("false", "cycle estimates in the profile"),
-    "profiler.perExecutionStreamCopyCycles": _b("false", "stream copy cycles per run"),
-    "profiler.replicaToProfile": _i("", "replica whose execution is profiled"),
-    # ---- stream callbacks (also read from POPLAR_RUNTIME_OPTIONS by Poplar)
-    "streamCallbacks.maxLookahead": _i("0", "callbacks run ahead", ("unlimited",)),
-    "streamCallbacks.multiThreadMode": _e(
-        ("none", "collaborative", "dedicated"), "none", "host threads for callbacks"
-    ),
-    "streamCallbacks.numWorkerThreads": _i("0", "host callback threads", ("auto",)),
-    "streamCallbacks.numaAware": _b("false", "NUMA-aware callback threads"),
-    # ---- target
-    "target.syncReplicasIndependently": _b("false", "replicas sync with the host alone"),
-    "target.hostSyncTimeout": _i("300", "seconds to wait for a host sync"),
-    "target.saveArchive": _s("", "file to save the graph archive to (not written)"),
-    "target.extendedMemory": _b("false", "use extended memory addressing"),
-    "target.deterministicWorkers": _e(("true", "false", "portable"), "true", "worker seeds"),
-    "target.workerStackSizeInBytes": _i("", "worker stack size in bytes"),
-    "target.firstRuntimeReplica": _i("0", "first replica of this process"),
-    "target.numberRuntimeReplica": _i("", "replicas of this process"),
-}
-
-
-def _check_value(name: str, spec: EngineOption, value: str) -> str | None:
-    """The problem with ``value`` for option ``name`` (None when it is fine)."""
-    text = str(value).strip()
-    if spec.kind in ("bool", "enum"):
-        if text.lower() not in (c.lower() for c in spec.choices):
-            return f"engine option {name!r} has value {value!r}; allowed: {', '.join(spec.choices)}"
-    elif spec.kind == "int":
-        if text.lower() in spec.choices:
-            return None
-        try:
-            number = int(text)
-        except ValueError:
-            number = -1
-        if number < 0:
-            words = f" or {', '.join(spec.choices)}" if spec.choices else ""
-            return (
-                f"engine option {name!r} has value {value!r}; allowed: a non-negative "
-                f"integer{words}"
-            )
-    elif spec.kind == "regex":
-        try:
-            re.compile(text)
-        except re.error as exc:
-            return (
-                f"engine option {name!r} has value {value!r}, which is not a regular "
-                f"expression ({exc}); allowed: a regular expression such as 'stage.*'"
-            )
-    return None
-
-
-def check_engine_options(options: Mapping[str, str]) -> None:
-    """Raise if an option is unknown or has a value it cannot take.
-
-    Raises
-    ------
-    EngineError
-        Naming the option, the value found, the closest known name (for a
-        misspelling) or the allowed values, and the known options.
-    """
-    problems: list[str] = []
-    unknown = False
-    by_lower = {n.lower(): n for n in ENGINE_OPTIONS}
-    for name, value in options.items():
-        known = ENGINE_OPTIONS.get(name)
-        if known is None:
-            unknown = True
-            close = [by_lower[name.lower()]] if name.lower() in by_lower else []
-            close = close or difflib.get_close_matches(name, list(ENGINE_OPTIONS), 1, 0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(f"unknown engine option {name!r} (value {value!r}){hint}")
-            continue
-        problem = _check_value(name, known, value)
-        if problem is not None:
-            problems.append(problem)
-    if problems:
-        listed = ""
-        if unknown:
-            listed = "\nknown options: " + ", ".join(sorted(ENGINE_OPTIONS))
-        raise EngineError(
-            "bad engine options (from the Engine's options or POPLAR_ENGINE_OPTIONS):\n"
-            + "\n".join(f"  - {p}" for p in problems)
-            + listed
-        )
-
-
-def option(options: Mapping[str, str], name: str) -> str:
-    """Value of engine option ``name``, or its default (lower-cased for bool/enum options)."""
-    spec = ENGINE_OPTIONS[name]
-    value = str(options.get(name, spec.default)).strip()
-    return value.lower() if spec.kind in ("bool", "enum") else value
 
 
 def instrumentation(options: Mapping[str, str]) -> dict[str, Any]:

@@ -154,7 +154,7 @@ def test_misspelled_option_suggests_the_closest_name(wrong, right):
         ("debug.computeInstrumentationLevel", "thread", "allowed: vertex, tile, ipu, device"),
         ("exchange.streamBufferOverlap", "some", "allowed: none, hostRearrangeOnly, any"),
         ("opt.maxCopyMergeSize", "-3", "allowed: a non-negative integer"),
-        ("target.hostSyncTimeout", "soon", "allowed: a non-negative integer"),
+        ("target.hostSyncTimeout", "soon", "allowed: a non-negative decimal"),
         ("streamCallbacks.maxLookahead", "lots", "a non-negative integer or unlimited"),
         ("profiler.blocks.filter", "stage(", "not a regular expression"),
     ],
