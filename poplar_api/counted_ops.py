@@ -192,7 +192,7 @@ class _Scan:
     loop_tests: set[str] = field(default_factory=set)
     #: variables holding an rpt range or its iterator
     rpt_vars: set[str] = field(default_factory=set)
-    #: ``index ± constant`` results folded into a memory intrinsic's addressing
+    #: ``index ± constant`` results folded into a load's or store's addressing
     folded: set[str] = field(default_factory=set)
 
 
