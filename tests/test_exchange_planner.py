@@ -293,19 +293,3 @@ def test_merge_received_equals_element_by_element(seed):
     assert messages.tolist() == want_messages.tolist()
     assert distance.tolist() == want_distance.tolist()
     assert int((b - a).sum()) == int(want_elements.sum())
-
-
-def test_sorted_keys_sorts_by_tile_then_begin():
-    from poplar_api.lowering import runs
-
-    rng = np.random.default_rng(7)
-    dst = rng.integers(0, 9, 500)
-    begin = rng.integers(0, 1000, 500)
-    length = np.arange(500) + 1  # distinct: which length went where is checkable
-    keys, lengths = runs.sorted_keys(dst, begin, length, 1001, 9)
-    want = dst * 1001 + begin
-    assert keys.tolist() == np.sort(want).tolist()
-    # each range keeps its own length
-    assert sorted(zip(keys.tolist(), lengths.tolist(), strict=True)) == sorted(
-        zip(want.tolist(), length.tolist(), strict=True)
-    )

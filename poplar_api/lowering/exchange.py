@@ -267,7 +267,8 @@ class ExchangePlanner:
         n = self.num_tiles
         lo_key = dst * stride + begin
         if lo_key.size > 1 and (lo_key[1:] < lo_key[:-1]).any():  # often sorted already
-            lo_key, lengths = runs.sorted_keys(dst, begin, lengths, stride, n)
+            order = np.argsort(lo_key, kind="stable")  # timsort: runs of sorted keys
+            lo_key, lengths = lo_key[order], lengths[order]
         changes = self.changes_of(size, owner, space)
         a, b, elements, messages, distance = runs.merge_received(
             lo_key, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n

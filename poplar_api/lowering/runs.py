@@ -506,47 +506,6 @@ def vertex_runs(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.nd
     return (begin, end) if ok else None
 
 
-@numba.njit(cache=True)
-def _sorted_keys(dst, begin, length, stride, num_tiles, out_lo, out_len):  # pragma: no cover
-    # bucket the ranges by tile (stable), then sort each tile's by begin where needed
-    count = np.zeros(num_tiles + 1, np.int64)
-    for k in range(dst.size):
-        count[dst[k] + 1] += 1
-    for t in range(num_tiles):
-        count[t + 1] += count[t]
-    fill = count[:-1].copy()
-    for k in range(dst.size):
-        at = fill[dst[k]]
-        out_lo[at] = begin[k]
-        out_len[at] = length[k]
-        fill[dst[k]] = at + 1
-    for t in range(num_tiles):
-        a, b = count[t], count[t + 1]
-        ordered = True
-        for k in range(a + 1, b):
-            if out_lo[k] < out_lo[k - 1]:
-                ordered = False
-                break
-        if not ordered:
-            order = np.argsort(out_lo[a:b]) + a
-            out_lo[a:b] = out_lo[order]
-            out_len[a:b] = out_len[order]
-        for k in range(a, b):
-            out_lo[k] += t * stride
-
-
-def sorted_keys(
-    dst: np.ndarray, begin: np.ndarray, length: np.ndarray, stride: int, num_tiles: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Ranges ``[begin, begin + length)`` needed on tiles ``dst`` as sorted keys
-    ``dst * stride + begin`` with their lengths (the order :func:`merge_received`
-    takes): bucketed by tile in one pass, each tile's ranges sorted on their own."""
-    out_lo = np.empty(dst.size, np.int64)
-    out_len = np.empty(dst.size, np.int64)
-    _sorted_keys(dst, begin, length, stride, num_tiles, out_lo, out_len)
-    return out_lo, out_len
-
-
 @numba.njit(cache=True, inline="always")
 def _gallop(arr, x, start, right):  # pragma: no cover - compiled
     # first i >= start with arr[i] > x (right) or arr[i] >= x (left); arr sorted and
