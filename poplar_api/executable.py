@@ -31,6 +31,7 @@ import hashlib
 import importlib
 import io
 import json
+import logging
 import os
 import pickle
 import sys
@@ -143,10 +144,16 @@ def engine_options(options: Mapping[str, Any] | None) -> dict[str, str]:
 
 def check_options(options: Mapping[str, str]) -> None:
     """Engine options checked: known names, valid values (see
-    :func:`poplar_api.profiling.check_engine_options`)."""
-    from poplar_api.profiling import check_engine_options
+    :func:`poplar_api.engine_options.check_engine_options`); the options in use are
+    logged by the ENGINE module at DEBUG (``POPLAR_LOG_LEVEL=DEBUG``)."""
+    from poplar_api.engine_options import check_engine_options
+    from poplar_api.logging_config import logger
 
     check_engine_options(options)
+    log = logger("ENGINE")
+    if log.isEnabledFor(logging.DEBUG):
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or "(none)"
+        log.debug("Engine options: %s", shown)
 
 
 @bulk_construction

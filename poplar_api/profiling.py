@@ -42,6 +42,7 @@ from poplar_api.engine_options import (
     option,
 )
 from poplar_api.errors import EngineError
+from poplar_api.logging_config import logger
 
 __all__ = [
     "ENGINE_OPTIONS",
@@ -534,6 +535,7 @@ def write_auto_report(engine: Any) -> Path | None:
             "hint: set autoReport.directory to a writable path"
         ) from None
     fmt = option(opts, "profiler.format")
+    logger("PROFILER").info("Writing the autoReport profiles (%s) to %s", fmt, directory)
     gp = engine.getGraphProfile()
     ep = engine.getExecutionProfile()
     profiles = []
