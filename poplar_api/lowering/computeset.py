@@ -9,6 +9,7 @@ every vertex ran, so results never depend on vertex order.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -237,9 +238,13 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
     counts = np.zeros(members.size, np.int64)
     pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # begins, ends, ids
     order: list[np.ndarray] = []
-    for b in np.unique(k).tolist():
+    if k.size and (k[1:] >= k[:-1]).all():  # members in id order: each block's together
+        cuts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1], [True])))
+        spans = [(int(k[a]), np.arange(a, z)) for a, z in itertools.pairwise(cuts.tolist())]
+    else:
+        spans = [(b, np.flatnonzero(k == b)) for b in np.unique(k).tolist()]
+    for b, at in spans:
         block = table.list_blocks[b]
-        at = np.flatnonzero(k == b)
         local = members[at] - block.first
         if (local >= block.n).any() or block.moved[local].any() or name not in block.fields:
             return None
