@@ -1,7 +1,8 @@
 """Shared helpers of the popops op tests: a small IPU Model graph with host I/O.
 
-Not a test module (no ``test_`` prefix); imported by ``test_popops_exprops.py``,
-``test_popops_select_clamp.py`` and ``test_popops_reduce_many.py``.
+Not a test module (no ``test_`` prefix); imported by the popops op tests
+(``test_popops_exprops.py``, ``test_popops_select_clamp.py``, the reduction tests)
+and by the popnn tests that run a graph the same way.
 """
 
 from __future__ import annotations
@@ -64,6 +65,31 @@ class Harness:
         ex = self.seq.programs[cs_index]
         assert isinstance(ex, Execute)
         return {state.vertices[i].vtype.name for i in ex.computeSet.vertices}
+
+
+def run_graph(
+    graph: Graph,
+    seq: prog.Program,
+    device: object,
+    inputs: dict[str, np.ndarray],
+    outputs: dict[str, tuple[object, object]],
+) -> tuple[dict[str, np.ndarray], Engine]:
+    """Load ``graph`` and ``seq`` on ``device``, write ``inputs`` ({handle: array}), run
+    program 0 once and read ``outputs`` ({handle: (shape, numpy dtype)}).
+
+    Returns the arrays read, by handle, and the engine (for its profile).
+    """
+    engine = Engine(graph, seq)
+    engine.load(device)
+    for handle, value in inputs.items():
+        engine.writeTensor(handle, value)
+    engine.run(0)
+    result = {}
+    for handle, (shape, dtype) in outputs.items():
+        buf = np.zeros(shape, dtype)
+        engine.readTensor(handle, buf)
+        result[handle] = buf
+    return result, engine
 
 
 def random_values(type_, shape, seed: int, low=None, high=None) -> np.ndarray:

@@ -13,8 +13,9 @@ import itertools
 
 import numpy as np
 import pytest
+from popops_harness import run_graph
 
-from poplar_api import FLOAT, HALF, INT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, HALF, INT, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.popnn import PoolingType, PoolParams, pooling
@@ -113,17 +114,8 @@ def _run(build, inputs, preset="tiny"):
         graph.createHostRead(name, t)
     for name in inputs:
         graph.createHostWrite(name, graph.__dict__["_inputs"][name])
-    engine = Engine(graph, seq)
-    engine.load(device)
-    for name, value in inputs.items():
-        engine.writeTensor(name, value)
-    engine.run(0)
-    got = {}
-    for name, t in outs.items():
-        arr = np.zeros(t.shape(), t.elementType().numpy)
-        engine.readTensor(name, arr)
-        got[name] = arr
-    return got, engine
+    reads = {name: (t.shape(), t.elementType().numpy) for name, t in outs.items()}
+    return run_graph(graph, seq, device, inputs, reads)
 
 
 def _var(graph, type_, value_shape, name, tiles=3):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from popops_harness import run_graph
 
-from poplar_api import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph, IPUModel
+from poplar_api import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.errors import GraphError, PoplarError, TensorIndexError, TypeMismatchError
 from poplar_api.popops.reduce import (
@@ -36,21 +37,6 @@ def _scatter_map(graph: Graph, t, num_tiles: int, stride: int = 3) -> None:
     flat = t.flatten()
     for i in range(flat.numElements()):
         graph.setTileMapping(flat[i], (i * stride // 5) % num_tiles)
-
-
-def _run(graph, seq, device, inputs, outputs):
-    """Write ``inputs`` {handle: array}, run, return {handle: array} of ``outputs``."""
-    engine = Engine(graph, seq)
-    engine.load(device)
-    for handle, value in inputs.items():
-        engine.writeTensor(handle, value)
-    engine.run(0)
-    result = {}
-    for handle, (shape, dtype) in outputs.items():
-        buf = np.zeros(shape, dtype)
-        engine.readTensor(handle, buf)
-        result[handle] = buf
-    return result, engine
 
 
 def _data(shape, type_, rng):
@@ -92,7 +78,7 @@ def test_reduce_matches_numpy(op, type_, shape, dims):
     graph.createHostRead("out", out)
     data = _data(shape, type_, rng)
     expected = NUMPY[op](data.astype(np.float64) if type_.is_floating else data, tuple(dims))
-    res, _ = _run(graph, seq, device, {"x": data}, {"out": (out.shape(), type_.numpy)})
+    res, _ = run_graph(graph, seq, device, {"x": data}, {"out": (out.shape(), type_.numpy)})
     if type_.is_floating:
         rtol = 2e-3 if type_ == HALF else 1e-5
         np.testing.assert_allclose(res["out"], expected, rtol=rtol)
@@ -112,7 +98,7 @@ def test_reduce_of_a_view_with_scale():
     graph.createHostWrite("x", x)
     graph.createHostRead("out", out)
     data = rng.normal(size=(6, 9)).astype(np.float32)
-    res, _ = _run(graph, seq, device, {"x": data}, {"out": ([7], np.float32)})
+    res, _ = run_graph(graph, seq, device, {"x": data}, {"out": ([7], np.float32)})
     np.testing.assert_allclose(res["out"], -0.25 * data[:, 1:8].sum(axis=0), rtol=1e-5)
 
 
@@ -132,7 +118,9 @@ def test_reduce_with_output_update_adds_scaled_squares():
     graph.createHostRead("acc-read", acc)
     data = rng.normal(size=(4, 10)).astype(np.float32)
     start = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
-    res, _ = _run(graph, seq, device, {"x": data, "acc": start}, {"acc-read": ([4], np.float32)})
+    res, _ = run_graph(
+        graph, seq, device, {"x": data, "acc": start}, {"acc-read": ([4], np.float32)}
+    )
     np.testing.assert_allclose(res["acc-read"], start + 2.0 * (data**2).sum(axis=1), rtol=1e-5)
 
 
@@ -171,7 +159,7 @@ def test_spread_columns_need_two_stages_and_a_linear_output():
     data = np.arange(32, dtype=np.float32).reshape(4, 8)
     graph.createHostWrite("x", x)
     graph.createHostRead("out", out)
-    res, _ = _run(graph, seq, device, {"x": data}, {"out": ([4], np.float32)})
+    res, _ = run_graph(graph, seq, device, {"x": data}, {"out": ([4], np.float32)})
     np.testing.assert_array_equal(res["out"], data.sum(axis=1))
 
 
@@ -186,7 +174,7 @@ def test_reduce_on_mk2_spread_over_many_tiles():
     graph.createHostWrite("x", x)
     graph.createHostRead("out", out)
     data = np.random.default_rng(3).normal(size=(3, 2000)).astype(np.float32)
-    res, _ = _run(graph, seq, device, {"x": data}, {"out": ([3], np.float32)})
+    res, _ = run_graph(graph, seq, device, {"x": data}, {"out": ([3], np.float32)})
     np.testing.assert_array_equal(res["out"], data.max(axis=1))
 
 
@@ -208,7 +196,7 @@ def test_single_output_reduction_is_a_continuous_reduce(type_, n):
     graph.setTileMapping(x, 3)
     seq = prog.Sequence()
     reduce(graph, x, [1], Operation.ADD, seq, "s")
-    _, engine = _run(graph, seq, device, {}, {})
+    _, engine = run_graph(graph, seq, device, {}, {})
     rec = _stage1_record(engine, "s/ReduceOnTile/Reduce")
     names = {v.vtype.name for v in graph._state.vertices}
     assert names == {f"popops::ContinuousReduce<popops::ReduceAdd,{type_.name},{type_.name},false>"}
@@ -244,7 +232,7 @@ def test_all_regions_continuous_estimate_and_worker_split():
     graph.setTileMapping(x, 0)
     seq = prog.Sequence()
     reduce(graph, x, [1], Operation.ADD, seq, "c")
-    _, engine = _run(graph, seq, device, {}, {})
+    _, engine = run_graph(graph, seq, device, {}, {})
     rec = _stage1_record(engine, "c/ReduceOnTile/Reduce")
     # 12 outputs on tile 0 split over 6 workers -> 6 vertices of 2 outputs x 5 partials.
     # cpo * nOut * (nPartials // min(accVW=4, dpw=2)) + (odd ? 2 : 0) + 12 nOut + 10 + 7,
@@ -347,7 +335,7 @@ def test_empty_reduction_gives_the_identity_and_no_dims_is_a_scaled_copy():
         graph.createHostRead(name, t)
     graph.createHostWrite("y", y)
     data = np.arange(6, dtype=np.float32).reshape(2, 3)
-    res, _ = _run(
+    res, _ = run_graph(
         graph,
         seq,
         device,

@@ -6,27 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from poprand_reference import tile_draws
 
 from poplar_api import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph, IPUModel, poprand
 from poplar_api import program as prog
 from poplar_api.errors import GraphError, TypeMismatchError
 
 SHAPE = (30, 37)
-
-
-def _tile_draws(seed, modifier, tiles, gaussian=False):
-    """Independent restatement of the documented scheme after setSeed: per tile, the
-    state from SeedSequence([seed0, seed1, modifier ^ 0x55555555, (tile << 4) ^
-    0xAAAAAAA0]) (24 words), a Philox generator seeded with it, the tile's elements in
-    flat order."""
-    out = np.empty(tiles.size)
-    for tile in np.unique(tiles).tolist():
-        words = [seed[0], seed[1], modifier ^ 0x55555555, (tile << 4) ^ 0xAAAAAAA0]
-        state = np.random.SeedSequence(words).generate_state(24, np.uint32)
-        gen = np.random.Generator(np.random.Philox(np.random.SeedSequence(state.tolist())))
-        sel = np.flatnonzero(tiles == tile)
-        out[sel] = gen.standard_normal(sel.size) if gaussian else gen.random(sel.size)
-    return out
 
 
 def _ref_tiles(graph, ref):
@@ -72,7 +58,7 @@ def test_uniform_is_the_documented_stream_and_follows_the_mapping():
         # generated where the reference lives: same mapping
         got = graph._state.space(FLOAT).tile[u.flat_index()]
         np.testing.assert_array_equal(got, _ref_tiles(graph, ref))
-        expected = -2.0 + 5.0 * _tile_draws((5, 6), 9, _ref_tiles(graph, ref))
+        expected = -2.0 + 5.0 * tile_draws((5, 6), 9, _ref_tiles(graph, ref))
         np.testing.assert_allclose(res["u"].ravel(), expected, rtol=1e-6, atol=1e-6)
         results.append(res["u"])
     # as on the IPU, the tile takes part in the seed: another mapping, other values
@@ -125,7 +111,7 @@ def test_dropout_keeps_scaled_values_with_the_uniform_mask():
     graph.createHostRead("d", d)
     xv = np.random.default_rng(0).normal(size=SHAPE).astype(np.float32)
     res, _ = _run(device, graph, seq, {"d": (d, np.float32)}, writes={"x": xv})
-    u = _tile_draws((5, 6), 11, _ref_tiles(graph, ref))
+    u = tile_draws((5, 6), 11, _ref_tiles(graph, ref))
     keep = (u < int(0.7 * 65536) / 65536).reshape(SHAPE)
     np.testing.assert_allclose(res["d"], np.where(keep, xv / 0.7, 0), rtol=1e-6)
 
@@ -215,7 +201,7 @@ def test_on_mk2_values_follow_the_scheme():
     u = poprand.uniform(graph, seed, 2, ref, FLOAT, 0.0, 1.0, seq)
     graph.createHostRead("u", u)
     res, _ = _run(device, graph, seq, {"u": (u, np.float32)})
-    expected = _tile_draws((5, 6), 2, _ref_tiles(graph, ref))
+    expected = tile_draws((5, 6), 2, _ref_tiles(graph, ref))
     np.testing.assert_allclose(res["u"].ravel(), expected, rtol=1e-6)
 
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from poprand_reference import tile_draws
 
 from poplar_api import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph, IPUModel, poprand
 from poplar_api import program as prog
@@ -54,23 +55,11 @@ def _seeded(modifier, seed=(11, 22)):
     return _read(_engine(device, graph, seq, reads), reads, seed)["u"]
 
 
-def _scheme(seed, modifier, tiles):
-    """Independent restatement of the documented setSeed + generator scheme."""
-    out = np.empty(tiles.size)
-    for tile in np.unique(tiles).tolist():
-        words = [seed[0], seed[1], modifier ^ 0x55555555, (tile << 4) ^ 0xAAAAAAA0]
-        state = np.random.SeedSequence(words).generate_state(24, np.uint32)
-        gen = np.random.Generator(np.random.Philox(np.random.SeedSequence(state.tolist())))
-        sel = np.flatnonzero(tiles == tile)
-        out[sel] = gen.random(sel.size)
-    return out
-
-
 def test_same_seed_and_modifier_give_identical_values_on_two_engines():
     a, b = _seeded(7), _seeded(7)
     np.testing.assert_array_equal(a, b)
     tiles = np.repeat([1, 3, 5], 100)
-    np.testing.assert_allclose(a, _scheme((11, 22), 7, tiles), rtol=1e-6)
+    np.testing.assert_allclose(a, tile_draws((11, 22), 7, tiles), rtol=1e-6)
 
 
 def test_another_modifier_or_seed_gives_other_values():
@@ -113,14 +102,14 @@ def test_a_seeded_call_leaves_the_hardware_stream_untouched():
     np.testing.assert_array_equal(alone, after)
 
 
-def test_set_seed_then_unseeded_values_follow_the_scheme():
+def test_set_seed_then_unseeded_values_follow_thetile_draws():
     device, graph, ref, seed = _graph()
     seq = prog.Sequence()
     poprand.setSeed(graph, seed, 42, seq, "setSeed")
     u = poprand.uniform(graph, None, 0, ref, FLOAT, 0.0, 1.0, seq, "u")
     engine = _engine(device, graph, seq, {"u": u})
     got = _read(engine, {"u": u}, seed=(1, 2))["u"]
-    np.testing.assert_allclose(got, _scheme((1, 2), 42, np.repeat([1, 3, 5], 100)), rtol=1e-6)
+    np.testing.assert_allclose(got, tile_draws((1, 2), 42, np.repeat([1, 3, 5], 100)), rtol=1e-6)
     names = engine.getGraphProfile()["vertexTypes"]["names"]
     assert "poprand::SetSeed" in names
     assert "poprand::Uniform<float>" in names

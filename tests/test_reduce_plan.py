@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from popops_harness import run_graph
 
-from poplar_api import FLOAT, HALF, INT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, HALF, INT, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.popops.reduce import Operation, ReduceParams, reduce, reduceWithOutput
 from poplar_api.popops.reduce_connect import Ctx, choose_specialisation, connect_tile
@@ -153,20 +154,6 @@ def test_boost_hash_combine():
 # ------------------------------------------------------------------- stages and values
 
 
-def _run(graph, seq, device, inputs, outputs):
-    engine = Engine(graph, seq)
-    engine.load(device)
-    for handle, value in inputs.items():
-        engine.writeTensor(handle, value)
-    engine.run(0)
-    result = {}
-    for handle, (shape, dtype) in outputs.items():
-        buf = np.zeros(shape, dtype)
-        engine.readTensor(handle, buf)
-        result[handle] = buf
-    return result, engine
-
-
 def _names(graph):
     return [cs.name for cs in graph._state.compute_sets]
 
@@ -188,7 +175,7 @@ def test_many_tile_reduction_adds_an_intermediate_stage(op):
     graph.createHostWrite("x", x)
     graph.createHostRead("out", out)
     data = np.random.default_rng(1).uniform(-1, 1, size=shape).astype(np.float32)
-    res, _ = _run(graph, seq, device, {"x": data}, {"out": ([16, 16], np.float32)})
+    res, _ = run_graph(graph, seq, device, {"x": data}, {"out": ([16, 16], np.float32)})
     ref = {
         Operation.ADD: data.astype(np.float64).sum(axis=(0, 2)),
         Operation.MAX: data.max(axis=(0, 2)),
@@ -213,7 +200,7 @@ def test_update_and_scale_through_the_stages():
     rng = np.random.default_rng(2)
     data = rng.uniform(-1, 1, size=shape).astype(np.float32)
     start = rng.uniform(-1, 1, size=[16, 16]).astype(np.float32)
-    res, _ = _run(
+    res, _ = run_graph(
         graph, seq, device, {"x": data, "acc": start}, {"acc-read": ([16, 16], np.float32)}
     )
     want = start + 0.5 * data.astype(np.float64).sum(axis=(0, 2))
@@ -241,7 +228,7 @@ def test_half_add_layout_of_bert_reduce_2():
     graph.createHostWrite("x", x)
     graph.createHostRead("out", out)
     data = np.random.default_rng(3).uniform(0, 1, size=shape).astype(np.float16)
-    res, _ = _run(graph, seq, device, {"x": data}, {"out": ([16, 16, 8], np.float16)})
+    res, _ = run_graph(graph, seq, device, {"x": data}, {"out": ([16, 16, 8], np.float16)})
     ref = data.astype(np.float64).sum(axis=(1, 3))
     np.testing.assert_allclose(res["out"], ref, rtol=2e-3)
 
@@ -264,7 +251,7 @@ def test_bias_gradient_like_reduction_does_not_gather_from_every_tile():
     graph.createHostWrite("x", x)
     graph.createHostRead("out", out)
     data = np.random.default_rng(4).uniform(-1, 1, size=1216 * 64).astype(np.float32)
-    res, engine = _run(graph, seq, device, {"x": data}, {"out": ([], np.float32)})
+    res, engine = run_graph(graph, seq, device, {"x": data}, {"out": ([], np.float32)})
     np.testing.assert_allclose(res["out"], data.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
     active = {r.name: int((r.active_cycles > 0).sum()) for r in engine.getTrace().records
               if r.kind == "compute"}  # fmt: skip
