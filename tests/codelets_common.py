@@ -19,6 +19,7 @@ __all__ = [
     "Scale",
     "ScaleBy",
     "ShiftBy",
+    "SumVertex",
     "loaded",
     "mapped",
     "tiny_device",
@@ -36,6 +37,21 @@ class Bump(Vertex):
     @staticmethod
     def compute(c):
         c[0] += 1
+        return True
+
+
+class SumVertex(Vertex):
+    """``out = sum(in)``: a vector in, a scalar out (the vertex of the Poplar tutorials)."""
+
+    in_ = Input(Vector(FLOAT))
+    out = Output(FLOAT)
+
+    @staticmethod
+    def compute(in_, out):
+        s = 0.0
+        for i in range(in_.shape[0]):
+            s += in_[i]
+        out[0] = s
         return True
 
 

@@ -13,7 +13,7 @@ import warnings
 import numba
 import numpy as np
 import pytest
-from codelets_common import ListSums
+from codelets_common import ListSums, SumVertex
 
 import poplar_api.codelet_compile as codelet_compile
 from poplar_api.codelet import (
@@ -34,19 +34,6 @@ from poplar_api.errors import CodeletError, GraphError, PoplarError, TypeMismatc
 from poplar_api.types import BOOL, FLOAT, HALF, INT
 
 # ----------------------------------------------------------------- vertex classes
-
-
-class SumVertex(Vertex):
-    in_ = Input(Vector(FLOAT))
-    out = Output(FLOAT)
-
-    @staticmethod
-    def compute(in_, out):
-        s = 0.0
-        for i in range(in_.shape[0]):
-            s += in_[i]
-        out[0] = s
-        return True
 
 
 class DotProduct(Vertex):

@@ -214,29 +214,20 @@ def test_cli_measurements_csv_ids(capsys, tmp_path: Path) -> None:
 WORKLOAD = """
 from poplar_api import FLOAT, Graph
 from poplar_api import program as prog
-from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.workload import Workload
 
-
-class Twice(Vertex):
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for i in range(in_.shape[0]):
-            out[i] = 2 * in_[i]
+from codelets_common import Scale  # on sys.path under pytest
 
 
 def workload(device, n: int = 4):
     graph = Graph(device.getTarget())
-    graph.addCodelets(Twice)
+    graph.addCodelets(Scale)
     x = graph.addVariable(FLOAT, [n], "x")
     y = graph.addVariable(FLOAT, [n], "y")
     graph.setTileMapping(x, 0)
     graph.setTileMapping(y, 1)
     cs = graph.addComputeSet("twice")
-    v = graph.addVertex(cs, "Twice", {"in": x, "out": y})
+    v = graph.addVertex(cs, "Scale", {"in": x, "out": y})
     graph.setTileMapping(v, 1)
     graph.setPerfEstimate(v, 10 * n)
     return Workload(graph, prog.Sequence(prog.Execute(cs)))

@@ -10,11 +10,11 @@ import json
 import jsonschema
 import numpy as np
 import pytest
+from codelets_common import Scale, vertex_on
 
 from ipusim.profile.execution import schema
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.errors import EngineError
 from poplar_api.profiling import ENGINE_OPTIONS
 
@@ -73,16 +73,6 @@ VALID = {
 }
 
 
-class Twice(Vertex):
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for i in range(in_.shape[0]):
-            out[i] = 2.0 * in_[i]
-
-
 ESTIMATES = {0: 12, 3: 30}  # tile -> estimate (thread cycles) of its one vertex
 
 
@@ -96,11 +86,8 @@ def graph_and_program():
     for k, (tile, est) in enumerate(ESTIMATES.items()):
         graph.setTileMapping(x.slice(4 * k, 4 * k + 4), tile)
         graph.setTileMapping(y.slice(4 * k, 4 * k + 4), tile)
-        v = graph.addVertex(
-            cs, Twice, {"in": x.slice(4 * k, 4 * k + 4), "out": y.slice(4 * k, 4 * k + 4)}
-        )
-        graph.setTileMapping(v, tile)
-        graph.setPerfEstimate(v, est)
+        fields = {"in": x.slice(4 * k, 4 * k + 4), "out": y.slice(4 * k, 4 * k + 4)}
+        vertex_on(graph, cs, Scale, fields, tile, est)
     inq = graph.addHostToDeviceFIFO("in", FLOAT, 8)
     outq = graph.addDeviceToHostFIFO("out", FLOAT, 8)
     program = prog.Sequence([prog.Copy(inq, x), prog.Execute(cs), prog.Copy(y, outq)])
@@ -223,7 +210,7 @@ def test_vertex_level_records_every_vertex():
     step = compute_step(profile)
     assert step["vertexCycles"] == {
         "tiles": list(ESTIMATES),
-        "types": ["Twice", "Twice"],
+        "types": ["Scale", "Scale"],
         "cycles": list(ESTIMATES.values()),
     }
     assert "tileCycles" not in step

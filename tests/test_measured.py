@@ -211,20 +211,10 @@ def test_json_errors_name_the_field(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory):
     """A small program on the tiny preset: host copy, exchange, two compute sets."""
+    from codelets_common import SumVertex
+
     from poplar_api import FLOAT, Engine, Graph, IPUModel
     from poplar_api import program as prog
-    from poplar_api.codelet import Input, Output, Vector, Vertex
-
-    class SumVertex(Vertex):
-        in_ = Input(Vector(FLOAT))
-        out = Output(FLOAT)
-
-        @staticmethod
-        def compute(in_, out):
-            s = 0.0
-            for i in range(in_.shape[0]):
-                s += in_[i]
-            out[0] = s
 
     device = IPUModel("tiny").createDevice()
     graph = Graph(device.getTarget())
