@@ -293,3 +293,22 @@ def test_merge_received_equals_element_by_element(seed):
     assert messages.tolist() == want_messages.tolist()
     assert distance.tolist() == want_distance.tolist()
     assert int((b - a).sum()) == int(want_elements.sum())
+
+
+def test_pieces_beyond_the_first_room_come_from_a_second_pass(monkeypatch):
+    """A kernel that finds more pieces than it first has room for gives the same
+    pieces (a second pass with the room it counted)."""
+    from poplar_api.lowering import runs
+
+    rng = np.random.default_rng(3)
+    owner = rng.integers(0, 4, 500).astype(np.int32)
+    ids = rng.permutation(500)[:300].astype(np.int64)  # scattered: most ids a piece
+    bounds = np.array([0, 100, 180, 300])
+    vtiles = np.array([0, 1, 2])
+    dst = rng.integers(0, 4, ids.size)
+    roomy = runs.field_pieces(ids, bounds, vtiles, owner), runs.flat_pieces(ids, dst, owner)
+    monkeypatch.setattr(runs, "FIRST_ROOM", 16)
+    tight = runs.field_pieces(ids, bounds, vtiles, owner), runs.flat_pieces(ids, dst, owner)
+    assert roomy[0][0].size > 16 and roomy[1][0].size > 16
+    for a, b in zip(roomy, tight, strict=True):
+        assert [x.tolist() for x in a] == [x.tolist() for x in b]

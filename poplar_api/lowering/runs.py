@@ -38,10 +38,10 @@ def _field_pieces(
                 prev_id = -2
                 continue
             if i == prev_id + 1:
-                if out_length.size:
+                if count <= out_length.size:
                     out_length[count - 1] += 1
             else:
-                if out_length.size:
+                if count < out_length.size:
                     out_begin[count] = i
                     out_length[count] = 1
                     out_dst[count] = tile
@@ -64,10 +64,10 @@ def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no
             prev_id = -2
             continue
         if i == prev_id + 1 and d == prev_dst:
-            if out_length.size:
+            if count <= out_length.size:
                 out_length[count - 1] += 1
         else:
-            if out_length.size:
+            if count < out_length.size:
                 out_begin[count] = i
                 out_length[count] = 1
                 out_dst[count] = d
@@ -84,13 +84,23 @@ STRETCHES_FROM = 4096
 _NONE = np.zeros(0, np.int64)
 
 
-def _collect(kernel, *args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Count the pieces, then fill them (two passes, no element-sized arrays)."""
-    n = kernel(*args, _NONE, _NONE, _NONE)
-    begin, length, dst = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-    if n:  # no pieces (every read local): nothing to fill
-        kernel(*args, begin, length, dst)
-    return begin, length, dst
+#: Rows of pieces a kernel gets room for at first (more: a second pass, so that no
+#: temporary grows with the elements of a large graph).
+FIRST_ROOM = 1 << 22
+
+
+def _collect(kernel, guess: int, *args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces a kernel finds, into arrays of ``guess`` rows (at most
+    :data:`FIRST_ROOM`); a second pass with the room it counted when there were more (a
+    kernel writes the pieces that fit and counts them all)."""
+    n = -1
+    room = min(max(int(guess), 16), FIRST_ROOM)
+    while True:
+        begin, length, dst = (np.empty(room, np.int64) for _ in range(3))
+        n = kernel(*args, begin, length, dst)
+        if n <= room:
+            return begin[:n], length[:n], dst[:n]
+        room = n
 
 
 def field_pieces(
@@ -117,7 +127,7 @@ def field_pieces(
         other than ``dst`` and are read by a vertex on tile ``dst``; every remote
         reference is in exactly one run, in reference order.
     """
-    return _collect(_field_pieces, ids, _NONE, bounds, vtiles, owner)
+    return _collect(_field_pieces, ids.size, ids, _NONE, bounds, vtiles, owner)
 
 
 def run_pieces(
@@ -135,9 +145,9 @@ def run_pieces(
     those stretches, not the elements read.
     """
     if stretches is not None:
-        return _collect(_stretch_pieces, begin, end, vtiles, *stretches)
+        return _collect(_stretch_pieces, 2 * begin.size, begin, end, vtiles, *stretches)
     bounds = np.concatenate(([0], np.cumsum(end - begin)))
-    return _collect(_field_pieces, _NONE, begin, bounds, vtiles, owner)
+    return _collect(_field_pieces, 2 * begin.size, _NONE, begin, bounds, vtiles, owner)
 
 
 def tile_stretches(
@@ -192,7 +202,7 @@ def _stretch_pieces(
             if j < hi and starts[j] < e:
                 stop = max(starts[j], i)
             if stop > i:
-                if out_length.size:
+                if count < out_length.size:
                     out_begin[count] = i
                     out_length[count] = stop - i
                     out_dst[count] = tile
@@ -209,7 +219,7 @@ def flat_pieces(
     ids: np.ndarray, dst: np.ndarray, owner: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`field_pieces` for references with one destination tile each (``dst``)."""
-    return _collect(_flat_pieces, ids, dst, owner)
+    return _collect(_flat_pieces, ids.size, ids, dst, owner)
 
 
 @numba.njit(cache=True)
