@@ -151,7 +151,10 @@ class Halves(MultiVertex):
         return True
 
 
-def _loops_engine(device, repeats: int, estimate: int | None = None, options=None):
+def _loops_graph(device, estimate: int | None = None):
+    """One Loops vertex on tile 0 in compute set ``loops`` (its cycle estimate
+    ``estimate`` when given); the iteration count starts at 1 and is read as
+    ``iterations``."""
     graph = Graph(device.getTarget())
     graph.addCodelets(Loops)
     it = graph.addVariable(UNSIGNED_INT, [], "iterations")
@@ -165,6 +168,11 @@ def _loops_engine(device, repeats: int, estimate: int | None = None, options=Non
     graph.setTileMapping(v, 0)
     if estimate is not None:
         graph.setPerfEstimate(v, estimate)
+    return graph, cs
+
+
+def _loops_engine(device, repeats: int, estimate: int | None = None, options=None):
+    graph, cs = _loops_graph(device, estimate)
     engine = Engine(
         graph,
         prog.Repeat(repeats, prog.Execute(cs)),
@@ -236,17 +244,7 @@ def test_a_compiled_executable_keeps_its_mode_and_refuses_another():
     from poplar_api import compileGraph
     from poplar_api.errors import EngineError
 
-    device = IPUModel("tiny").createDevice()
-    graph = Graph(device.getTarget())
-    graph.addCodelets(Loops)
-    it = graph.addVariable(UNSIGNED_INT, [], "iterations")
-    acc = graph.addVariable(FLOAT, [1], "acc")
-    graph.setTileMapping(it, 0)
-    graph.setTileMapping(acc, 0)
-    cs = graph.addComputeSet("loops")
-    v = graph.addVertex(cs, "Loops", {"iterations": it, "acc": acc[0]})
-    graph.setTileMapping(v, 0)
-    graph.setPerfEstimate(v, 5)
+    graph, cs = _loops_graph(IPUModel("tiny").createDevice(), estimate=5)
     exe = compileGraph(graph, prog.Execute(cs), {"debug.vertexCycles": "counted"})
     with pytest.raises(EngineError, match=r"debug\.vertexCycles"):
         Engine(exe, {"debug.vertexCycles": "estimate"})
