@@ -405,15 +405,23 @@ def serial_options(params: ConvParams) -> list[int]:
 
 
 def _gather(
-    params: ConvParams, methods: list[Any], partials: Type, target: Any, serial: int
+    params: ConvParams,
+    methods: list[Any],
+    partials: Type,
+    target: Any,
+    serial: int,
+    rearrange: bool = False,
 ) -> dict[str, np.ndarray]:
     """The candidates of every method for ``serial`` iterations over ``Co / serial``
     output channels each, with their costs for the whole convolution.
 
     Poplibs' model of a serial split (``addEstimates``, ``ConvModel.cpp`` at 7eac0f26):
     the cycles of one iteration times ``serial``; the temporary memory of one iteration
-    (``convTempBytes`` does not outlive it) plus, when split, the weights a tile holds
-    before the loop slices them (``addRearrangeBeforeSliceEstimate``). The dynamic slice
+    (``convTempBytes`` does not outlive it) plus, when split and ``rearrange`` (the
+    fully-connected passes ``FC_INFERENCE_FWD``, ``FC_TRAINING_BWD``,
+    ``FC_TRAINING_WU``, which Poplibs does not plan jointly), the weights a tile holds
+    before the loop slices them (``addRearrangeBeforeSliceEstimate``; its rearranging
+    copy is not costed). The dynamic slice
     of the weights and update of the output in each iteration are not costed: the
     lowering reads each iteration's weights where they lie and writes its outputs in
     place, without those copies.
@@ -427,14 +435,15 @@ def _gather(
     if serial > 1:
         for k in ("compute", "exchange", "reduce", "total"):
             cat[k] = cat[k] * serial
-        weights = (
-            params.inputType.size
-            * params.numConvGroups
-            * int(np.prod(params.kernelShape))
-            * params.inputChannelsPerConvGroup
-            * params.outputChannelsPerConvGroup
-        )
-        cat["memory"] = cat["memory"] + -(-weights // cat["used"])
+        if rearrange:  # a fully-connected pass that is not planned jointly
+            weights = (
+                params.inputType.size
+                * params.numConvGroups
+                * int(np.prod(params.kernelShape))
+                * params.inputChannelsPerConvGroup
+                * params.outputChannelsPerConvGroup
+            )
+            cat["memory"] = cat["memory"] + -(-weights // cat["used"])
     return cat
 
 
@@ -475,12 +484,13 @@ def plan_convolution(
         units = amp_unit_options(params.inputType, partials, target)
         methods[i : i + 1] = [("AMP", u) for u in sorted(units, reverse=True)]
     limit = memory_limit(target, options)
+    rearrange = options.get("pass") in ("FC_INFERENCE_FWD", "FC_TRAINING_BWD", "FC_TRAINING_WU")
     cat = _gather(params, methods, partials, target, 1)
     if not (cat["memory"] <= limit).any():
         # nothing fits in one pass: the first output-channel serial split that has a
         # plan within the limit joins the candidates (more iterations cost more cycles)
         for serial in serial_options(params):
-            more = _gather(params, methods, partials, target, serial)
+            more = _gather(params, methods, partials, target, serial, rearrange)
             if (more["memory"] <= limit).any():
                 cat = {k: np.concatenate([cat[k], more[k]]) for k in cat}
                 break
