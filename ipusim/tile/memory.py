@@ -361,7 +361,7 @@ class BlockTable:
         raise MemoryPlanError(f"{where}: element_bytes {b.element_bytes} must be >= 1")
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _sequence_hash(sizes, aligns, regions, lo, hi, starts, ends):  # pragma: no cover
     """A hash of each tile's sequence of blocks (tiles with equal sequences share it)."""
     out = np.empty(starts.shape[0], np.uint64)
@@ -374,7 +374,7 @@ def _sequence_hash(sizes, aligns, regions, lo, hi, starts, ends):  # pragma: no 
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _same_sequence(sizes, aligns, regions, lo, hi, a, b, n):  # pragma: no cover
     for k in range(n):
         i, j = a + k, b + k
@@ -389,7 +389,7 @@ def _same_sequence(sizes, aligns, regions, lo, hi, a, b, n):  # pragma: no cover
     return True
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _first_fit(starts, ends, los, his, count, size, align, lo, hi):  # pragma: no cover - compiled
     """Lowest ``align``-aligned offset where ``size`` bytes overlap none of the first
     ``count`` placed blocks live together with ``lo..hi`` (the placed blocks kept in
@@ -405,7 +405,7 @@ def _first_fit(starts, ends, los, his, count, size, align, lo, hi):  # pragma: n
     return addr
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _insert(starts, ends, los, his, count, start, end, lo, hi):  # pragma: no cover - compiled
     """Insert a placed block into the first ``count`` rows, kept in order of start
     address (after the blocks of an equal start)."""
@@ -422,7 +422,7 @@ def _insert(starts, ends, los, his, count, start, end, lo, hi):  # pragma: no co
     his[k] = hi
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _place(
     sizes,
     aligns,

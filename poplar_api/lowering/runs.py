@@ -13,7 +13,7 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _field_pieces(
     ids, starts, bounds, vtiles, owner, out_begin, out_length, out_dst
 ):  # pragma: no cover
@@ -50,7 +50,7 @@ def _field_pieces(
     return count
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no cover
     # _field_pieces with a tile per reference; written out, as a shared helper made
     # both several times slower
@@ -174,7 +174,7 @@ def tile_stretches(
     return starts[order], ends[order], offsets
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _stretch_pieces(
     begin, end, vtiles, starts, ends, offsets, out_begin, out_length, out_dst
 ):  # pragma: no cover
@@ -222,7 +222,7 @@ def flat_pieces(
     return _collect(_flat_pieces, ids.size, ids, dst, owner)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _change_points(owner, size, out):  # pragma: no cover
     count = 0
     for i in range(1, size):
@@ -241,7 +241,7 @@ def change_points(owner: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def copy_ranges(target, source, begin, end):  # pragma: no cover
     """``target[begin[k]:end[k]] = source[begin[k]:end[k]]`` for every ``k``."""
     for k in range(begin.size):
@@ -249,7 +249,7 @@ def copy_ranges(target, source, begin, end):  # pragma: no cover
             target[i] = source[i]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _mark_variables(ids, bases, var_ids, mask):  # pragma: no cover
     n = bases.size
     lo = 1
@@ -320,7 +320,7 @@ def runs_hit(marked: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarr
     return np.searchsorted(marked, begin) < np.searchsorted(marked, end)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _transfer_counts(ids, owner, elements, messages):  # pragma: no cover
     prev_id = -2
     prev_tile = -1
@@ -337,7 +337,7 @@ def _transfer_counts(ids, owner, elements, messages):  # pragma: no cover
         prev_tile = t
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _block_transfer_counts(owner, lo, hi, elements, messages):  # pragma: no cover
     prev_tile = -1
     for i in range(lo, hi):
@@ -380,7 +380,7 @@ def transfer_counts(
     return elements, messages
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _tile_counts(owner, lo, hi, counts):  # pragma: no cover
     for i in range(lo, hi):
         t = owner[i]
@@ -416,7 +416,7 @@ def block_stretches(
     return owner[starts].astype(np.int64), ends - starts
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _consecutive(ids):  # pragma: no cover
     for p in range(1, ids.size):  # noqa: SIM110 (a loop Numba compiles)
         if ids[p] != ids[p - 1] + 1:
@@ -449,7 +449,7 @@ def as_index(ids: np.ndarray | range) -> np.ndarray | slice:
     return ids
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _tile_cuts(dst, num_tiles, step):  # pragma: no cover - compiled
     seen = np.zeros(num_tiles, np.bool_)
     cuts = np.empty(dst.shape[0] // step + 2, np.int64)
@@ -490,7 +490,7 @@ def expand(begin: np.ndarray, length: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(starts - begin, length)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _vertex_runs(ids, offsets):  # pragma: no cover - compiled
     n = offsets.shape[0] - 1
     begin = np.zeros(n, np.int64)
@@ -516,7 +516,7 @@ def vertex_runs(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.nd
     return (begin, end) if ok else None
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _gallop(arr, x, start, right):  # pragma: no cover - compiled
     # first i >= start with arr[i] > x (right) or arr[i] >= x (left); arr sorted and
     # the answer known to be at or after start: an exponential then a binary search
@@ -539,7 +539,7 @@ def _gallop(arr, x, start, right):  # pragma: no cover - compiled
     return lo
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _merge_received(
     lo, length, stride, changes, owner, column, row, elements, messages, distance, out_a, out_b
 ):  # pragma: no cover - compiled
