@@ -30,24 +30,27 @@ from child import child_peak
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "examples" / "models" / "run_model.py"
 
-#: (row name, model, training step).
-ROWS: tuple[tuple[str, str, bool], ...] = (
-    ("bert-base forward", "bert-base", False),
-    ("bert-base forward+backward", "bert-base", True),
-    ("resnet18 inference", "resnet18", False),
-    ("resnet18 training step", "resnet18", True),
-    ("resnet50 inference", "resnet50", False),
-    ("resnet50 training step", "resnet50", True),
+#: (row name, model, training step, IPUs: more than one shards the model).
+ROWS: tuple[tuple[str, str, bool, int], ...] = (
+    ("bert-base forward", "bert-base", False, 1),
+    ("bert-base forward+backward", "bert-base", True, 1),
+    ("resnet18 inference", "resnet18", False, 1),
+    ("resnet18 training step", "resnet18", True, 1),
+    ("resnet18 training step, 4 IPUs", "resnet18", True, 4),
+    ("resnet50 inference", "resnet50", False, 1),
+    ("resnet50 inference, 4 IPUs", "resnet50", False, 4),
+    ("resnet50 training step, 4 IPUs", "resnet50", True, 4),
 )
-QUICK_ROWS: tuple[tuple[str, str, bool], ...] = (
-    ("bert-tiny forward", "bert-tiny", False),
-    ("bert-tiny forward+backward", "bert-tiny", True),
-    ("resnet-tiny inference", "resnet-tiny", False),
-    ("resnet-tiny training step", "resnet-tiny", True),
+QUICK_ROWS: tuple[tuple[str, str, bool, int], ...] = (
+    ("bert-tiny forward", "bert-tiny", False, 1),
+    ("bert-tiny forward+backward", "bert-tiny", True, 1),
+    ("resnet-tiny inference", "resnet-tiny", False, 1),
+    ("resnet-tiny training step", "resnet-tiny", True, 1),
+    ("resnet-tiny inference, 2 IPUs", "resnet-tiny", False, 2),
 )
 
 
-def run_row(model: str, train: bool, tiles: int | None, timeout_note: str = "") -> dict:
+def run_row(model: str, train: bool, tiles: int | None, ipus: int = 1) -> dict:
     """One model in a child process: its ``run_model`` figures plus wall seconds and
     peak RSS bytes (``status`` is the child's exit code; 1 = did not match)."""
     cmd = [sys.executable, str(RUNNER), model, "--json"]
@@ -55,6 +58,8 @@ def run_row(model: str, train: bool, tiles: int | None, timeout_note: str = "") 
         cmd.append("--train")
     if tiles:
         cmd += ["--tiles", str(tiles)]
+    if ipus > 1:
+        cmd += ["--ipus", str(ipus)]
     status, wall, peak, out = child_peak(cmd)
     row: dict = {"status": status, "wall": wall, "peak_bytes": peak}
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
@@ -72,7 +77,8 @@ def table(rows: Sequence[tuple[str, dict]]) -> str:
     out = [head]
     for name, r in rows:
         if "seconds" not in r:
-            out.append(f"| {name} | failed (exit {r['status']}) | | | | {r['wall']:.1f} | "
+            why = r.get("error", f"exit status {r['status']}").replace("|", "/")[:160]
+            out.append(f"| {name} | failed: {why} | | | | {r['wall']:.1f} | "
                        f"{r['peak_bytes'] / 1e9:.2f} | | no |")  # fmt: skip
             continue
         s = r["seconds"]
@@ -96,8 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only:
         rows = tuple(r for r in rows if any(r[0].startswith(p) for p in args.only))
     done = []
-    for name, model, train in rows:
-        result = run_row(model, train, args.tiles)
+    for name, model, train, ipus in rows:
+        result = run_row(model, train, args.tiles, ipus)
         done.append((name, result))
         print(f"{name}: {json.dumps(result)}", file=sys.stderr, flush=True)
     print(table(done))
