@@ -180,206 +180,117 @@ def test_unknown_field_lists_fields_and_suggests_closest():
     assert "'SumVertex'" in msg and "'in', 'out'" in msg and "did you mean 'in'" in msg
 
 
-def _no_compute():
-    class NoCompute(Vertex):
-        in_ = Input(Vector(FLOAT))
-
-    return NoCompute, "has no compute"
+def _returns_true(_field):
+    return True
 
 
-def _plain_method():
-    class PlainMethod(Vertex):
-        in_ = Input(Vector(FLOAT))
-
-        def compute(self, in_):
-            return True
-
-    return PlainMethod, "must be a staticmethod"
-
-
-def _class_method():
-    class ClassMethod(Vertex):
-        in_ = Input(Vector(FLOAT))
-
-        @classmethod
-        def compute(cls, in_):
-            return True
-
-    return ClassMethod, "must be a staticmethod"
-
-
-def _too_few_params():
-    class TooFew(Vertex):
-        a = Input(Vector(FLOAT))
-        b = Output(FLOAT)
-
-        @staticmethod
-        def compute(a):
-            return True
-
-    return TooFew, "needs 2 positional parameters"
-
-
-def _multi_without_worker_params():
-    class MultiNoWorker(MultiVertex):
-        data = InOut(Vector(FLOAT))
-
-        @staticmethod
-        def compute(data):
-            return True
-
-    return MultiNoWorker, "compute(worker_id, num_workers, data)"
-
-
-def _varargs():
-    class VarArgs(Vertex):
-        data = InOut(Vector(FLOAT))
-
-        @staticmethod
-        def compute(*args):
-            return True
-
-    return VarArgs, "needs 1 positional parameters"
-
-
-def _no_direction():
-    class NoDirection(Vertex):
-        values = Vector(FLOAT)
-
-        @staticmethod
-        def compute(values):
-            return True
-
-    return NoDirection, "field 'values'"
-
-
-def _bare_type():
-    class BareType(Vertex):
-        out = FLOAT
-
-        @staticmethod
-        def compute(out):
-            return True
-
-    return BareType, "Output(FLOAT)"
-
-
-def _duplicate():
-    class Duplicate(Vertex):
-        in_ = Input(Vector(FLOAT))
-        other = Input(Vector(FLOAT), name="in")
-
-        @staticmethod
-        def compute(in_, other):
-            return True
-
-    return Duplicate, "'in_' and 'other' are both called 'in'"
-
-
-def _numpy_dtype_element():
-    class NumpyElement(Vertex):
-        in_ = Input(Vector(np.float32))
-
-        @staticmethod
-        def compute(in_):
-            return True
-
-    return NumpyElement, "field 'in_'"
-
-
-def _string_element():
-    class StringElement(Vertex):
-        out = Output("float")
-
-        @staticmethod
-        def compute(out):
-            return True
-
-    return StringElement, "'float'"
-
-
-def _vectorlist_int_element():
-    class ListOfInt(Vertex):
-        in_ = Input(VectorList(3))
-
-        @staticmethod
-        def compute(in_):
-            return True
-
-    return ListOfInt, "field 'in_'"
-
-
-def _interleaved_not_bool():
-    class Interleaved(Vertex):
-        in_ = Input(Vector(FLOAT), interleaved="yes")
-
-        @staticmethod
-        def compute(in_):
-            return True
-
-    return Interleaved, "interleaved"
-
-
-def _bad_explicit_name():
-    class BadName(Vertex):
-        in_ = Input(Vector(FLOAT), name="my field")
-
-        @staticmethod
-        def compute(in_):
-            return True
-
-    return BadName, "'my field'"
-
-
-def _empty_type_name():
-    class EmptyName(Vertex):
-        typeName = ""
-        in_ = Input(Vector(FLOAT))
-
-        @staticmethod
-        def compute(in_):
-            return True
-
-    return EmptyName, "non-empty"
-
-
-def _estimator_not_classmethod():
-    class PlainEstimator(Vertex):
-        in_ = Input(Vector(FLOAT))
-
-        @staticmethod
-        def compute(in_):
-            return True
-
-        def getCycleEstimate(self, sizes, target):
-            return 1
-
-    return PlainEstimator, "getCycleEstimate must be a classmethod"
+#: Wrong codelet declarations: (class name, base class, class attributes, what the
+#: error must say). Each class is made in the test with ``type(name, (base,), attrs)``.
+DECLARATION_ERRORS = [
+    ("NoCompute", Vertex, {"in_": Input(Vector(FLOAT))}, "has no compute"),
+    (
+        "PlainMethod",
+        Vertex,
+        {"in_": Input(Vector(FLOAT)), "compute": lambda self, in_: True},
+        "must be a staticmethod",
+    ),
+    (
+        "ClassMethod",
+        Vertex,
+        {"in_": Input(Vector(FLOAT)), "compute": classmethod(lambda cls, in_: True)},
+        "must be a staticmethod",
+    ),
+    (
+        "TooFew",
+        Vertex,
+        {"a": Input(Vector(FLOAT)), "b": Output(FLOAT), "compute": staticmethod(lambda a: True)},
+        "needs 2 positional parameters",
+    ),
+    (
+        "MultiNoWorker",
+        MultiVertex,
+        {"data": InOut(Vector(FLOAT)), "compute": staticmethod(_returns_true)},
+        "compute(worker_id, num_workers, data)",
+    ),
+    (
+        "VarArgs",
+        Vertex,
+        {"data": InOut(Vector(FLOAT)), "compute": staticmethod(lambda *args: True)},
+        "needs 1 positional parameters",
+    ),
+    (
+        "NoDirection",
+        Vertex,
+        {"values": Vector(FLOAT), "compute": staticmethod(_returns_true)},
+        "field 'values'",
+    ),
+    ("BareType", Vertex, {"out": FLOAT, "compute": staticmethod(_returns_true)}, "Output(FLOAT)"),
+    (
+        "Duplicate",
+        Vertex,
+        {
+            "in_": Input(Vector(FLOAT)),
+            "other": Input(Vector(FLOAT), name="in"),
+            "compute": staticmethod(lambda in_, other: True),
+        },
+        "'in_' and 'other' are both called 'in'",
+    ),
+    (
+        "NumpyElement",
+        Vertex,
+        {"in_": Input(Vector(np.float32)), "compute": staticmethod(_returns_true)},
+        "field 'in_'",
+    ),
+    (
+        "StringElement",
+        Vertex,
+        {"out": Output("float"), "compute": staticmethod(_returns_true)},
+        "'float'",
+    ),
+    (
+        "ListOfInt",
+        Vertex,
+        {"in_": Input(VectorList(3)), "compute": staticmethod(_returns_true)},
+        "field 'in_'",
+    ),
+    (
+        "Interleaved",
+        Vertex,
+        {"in_": Input(Vector(FLOAT), interleaved="yes"), "compute": staticmethod(_returns_true)},
+        "interleaved",
+    ),
+    (
+        "BadName",
+        Vertex,
+        {"in_": Input(Vector(FLOAT), name="my field"), "compute": staticmethod(_returns_true)},
+        "'my field'",
+    ),
+    (
+        "EmptyName",
+        Vertex,
+        {"typeName": "", "in_": Input(Vector(FLOAT)), "compute": staticmethod(_returns_true)},
+        "non-empty",
+    ),
+    (
+        "PlainEstimator",
+        Vertex,
+        {
+            "in_": Input(Vector(FLOAT)),
+            "compute": staticmethod(_returns_true),
+            "getCycleEstimate": lambda self, sizes, target: 1,
+        },
+        "getCycleEstimate must be a classmethod",
+    ),
+]
 
 
 @pytest.mark.parametrize(
-    "make",
-    [
-        _no_compute,
-        _plain_method,
-        _class_method,
-        _too_few_params,
-        _multi_without_worker_params,
-        _varargs,
-        _no_direction,
-        _bare_type,
-        _duplicate,
-        _numpy_dtype_element,
-        _string_element,
-        _vectorlist_int_element,
-        _interleaved_not_bool,
-        _bad_explicit_name,
-        _empty_type_name,
-        _estimator_not_classmethod,
-    ],
+    ("name", "base", "attrs", "expected"),
+    DECLARATION_ERRORS,
+    ids=[row[0] for row in DECLARATION_ERRORS],
 )
-def test_declaration_errors_name_class_and_field(make):
-    cls, expected = make()
+def test_declaration_errors_name_class_and_field(name, base, attrs, expected):
+    cls = type(name, (base,), dict(attrs))
     with pytest.raises(CodeletError) as info:
         vertex_type(cls)
     msg = str(info.value)
