@@ -141,3 +141,16 @@ def test_a_prefetched_copy_was_prepared_in_the_background() -> None:
     # copy's end; after its host sync (40) the second copy waits 1200 - 40 = 1160 for
     # it, then the host's End (500)
     assert second.last_cycle - second.first_cycle == 1160 + 500
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_host_work_is_the_same_at_tile_granularity(prefetch: bool) -> None:
+    extra = {**ROUND, "host.copy_begin_s": 1e-6, "host.copy_end_s": 5e-7, "num_ipus": 2}
+    one = copy_program("host_to_device", prefetch=prefetch)
+    program = ir.Sequence([one, one, copy_program("device_to_host")])
+    traces = [
+        Machine(load_config("tiny", {**extra, "sim.granularity": g})).run(program)
+        for g in ("ipu", "tile")
+    ]
+    assert traces[0].fingerprint() == traces[1].fingerprint()
+    assert traces[0].total_cycles > 3 * 1500
