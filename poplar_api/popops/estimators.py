@@ -95,7 +95,32 @@ def _table(rows: dict[str, dict[str, tuple]]) -> dict[tuple[str, str], OpPerform
     return {(op, t): _I(*v) for op, per_type in rows.items() for t, v in per_type.items()}
 
 
-# Tables restated from popopsCycleEstimators.hpp (every op; the types ipusim supports).
+#: Ops whose result is a bool whatever the operands' type (``IS_FINITE`` ... ``NOT_EQUAL``).
+_BOOL_RESULT = frozenset({
+    "IS_FINITE", "IS_INF", "IS_NAN", "EQUAL", "GREATER_THAN", "GREATER_THAN_EQUAL",
+    "LESS_THAN", "LESS_THAN_EQUAL", "NOT_EQUAL",
+})  # fmt: skip
+
+
+def _in_place(
+    out_of_place: dict[tuple[str, str], OpPerformanceInfo], changes: dict[str, dict[str, tuple]]
+) -> dict[tuple[str, str], OpPerformanceInfo]:
+    """An in-place table of popopsCycleEstimators.hpp from its out-of-place table.
+
+    Poplibs' in-place table has the rows of the out-of-place one where the result has
+    the operand's type (an in-place vertex writes its result over its input: a bool
+    result only over a bool input), with the costs of ``changes`` (the rows whose
+    entries differ in the source) replacing those entries.
+    """
+    table = {
+        (op, t): info for (op, t), info in out_of_place.items() if op not in _BOOL_RESULT or t == _B
+    }
+    table.update(_table(changes))
+    return table
+
+
+# Tables restated from popopsCycleEstimators.hpp (every op; the types ipusim supports);
+# each in-place table is written as its differences from the out-of-place one.
 _UNARY = _table({  # unaryOpPerfInfo
     "ABSOLUTE": {_F: (1, False), _H: (1, False), _S: (2, False)},
     "ASIN": {_H: (102, False), _F: (102, False)},
@@ -132,38 +157,16 @@ _UNARY = _table({  # unaryOpPerfInfo
     "TANH": {_F: (12, False, 2), _H: (4, False, 4)},
     "TRUNC": {_F: (3, False, 2), _H: (11, False, 4)},
 })  # fmt: skip
-_UNARY_IN_PLACE = _table({  # unaryOpInPlacePerfInfo
-    "ABSOLUTE": {_F: (1, True), _H: (1, True), _S: (2, False)},
-    "ASIN": {_H: (102, False), _F: (102, False)},
-    "BITWISE_NOT": {_S: (1, True), _U: (1, True)},
-    "CBRT": {_F: (27, True), _H: (17, True)},
-    "CEIL": {_F: (2, True), _H: (2, True)},
-    "COS": {_F: (2300, False), _H: (25, False, 1)},
-    "COUNT_LEADING_ZEROS": {_S: (1, False), _U: (1, False)},
-    "ERF": {_F: (41, False, 1), _H: (13, False, 1)},
-    "EXPONENT": {_F: (6, False, 2), _H: (4, False, 4)},
-    "EXPONENT2": {_F: (6, False, 2), _H: (4, False, 4)},
-    "EXPONENT_MINUS_ONE": {_F: (4, False), _H: (5, True)},
-    "FLOOR": {_F: (2, True), _H: (2, True)},
-    "GELU_ERF": {_H: (16, False, 1), _F: (22, False, 1)},
-    "INVERSE": {_H: (15, False, 4), _F: (6, False, 2)},
+_UNARY_IN_PLACE = _in_place(_UNARY, {  # unaryOpInPlacePerfInfo
+    "ABSOLUTE": {_F: (1, True), _H: (1, True)},
     "LOGARITHM": {_F: (14, False, 2), _H: (6, False, 4)},
-    "LOGARITHM_ONE_PLUS": {_F: (18, True), _H: (17, True)},
+    "LOGARITHM_ONE_PLUS": {_H: (17, True)},
     "LOGICAL_NOT": {_B: (17, True)},
-    "NEARBY_INT": {_F: (2, True), _H: (2, True)},
-    "NEGATE": {_F: (3, False, 2), _H: (3, False, 4), _S: (2, False)},
-    "POPCOUNT": {_S: (1, False), _U: (1, False)},
+    "NEGATE": {_F: (3, False, 2), _H: (3, False, 4)},
     "RELU": {_F: (2, False, 2), _H: (2, False, 4)},
-    "ROUND": {_F: (2, True), _H: (2, True)},
-    "RSQRT": {_F: (8, False, 2), _H: (19, False, 4)},
     "SIGMOID": {_F: (10, False, 2), _H: (4, False, 4)},
-    "SIGNUM": {_F: (5, True), _H: (5, True), _S: (5, False)},
-    "SIN": {_F: (2300, False), _H: (25, False, 1)},
-    "SQRT": {_F: (10, False, 2), _H: (23, False, 4), _S: (110, False)},
-    "SQUARE": {_F: (2, False, 2), _H: (2, False, 4), _S: (1, True), _U: (1, True)},
-    "TAN": {_F: (5100, False, 1), _H: (5700, False, 1)},
     "TANH": {_F: (10, False, 2), _H: (2, False, 4)},
-    "TRUNC": {_F: (4, False, 2), _H: (11, False, 4)},
+    "TRUNC": {_F: (4, False, 2)},
 })  # fmt: skip
 _BINARY = _table({  # binaryOpPerfInfo
     "ADD": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
@@ -198,32 +201,11 @@ _BINARY = _table({  # binaryOpPerfInfo
     "SHIFT_RIGHT_SIGN_EXTEND": {_S: (7, False, 1)},
     "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
 })  # fmt: skip
-_BINARY_IN_PLACE = _table({  # binaryOpInPlacePerfInfo
-    "ADD": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
-    "ATAN2": {_F: (272, False, 2), _H: (578, False, 4)},
-    "BITWISE_AND": {_S: (7, False, 1), _U: (7, False, 1)},
-    "BITWISE_OR": {_S: (7, False, 1), _U: (7, False, 1)},
-    "BITWISE_XNOR": {_S: (7, False, 1), _U: (7, False, 1)},
-    "BITWISE_XOR": {_S: (7, False, 1), _U: (7, False, 1)},
-    "DIVIDE": {_F: (10, False, 2), _H: (21, False, 4), _S: (277, False, 1), _U: (264, False, 1)},
-    "EQUAL": {_B: (6, False, 4)},
-    "GREATER_THAN": {_B: (31, False, 4)},
-    "GREATER_THAN_EQUAL": {_B: (28, False, 4)},
-    "LESS_THAN": {_B: (28, False, 4)},
-    "LESS_THAN_EQUAL": {_B: (28, False, 4)},
-    "LOGICAL_AND": {_B: (5, False, 4)},
-    "LOGICAL_OR": {_B: (5, False, 4)},
-    "MAXIMUM": {_F: (4, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
-    "MINIMUM": {_F: (4, False, 2), _H: (4, False, 4), _S: (7, False, 1), _U: (8, False, 1)},
-    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
-    "NOT_EQUAL": {_B: (5, False, 4)},
-    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (34, False, 1)},
-    "REMAINDER": {_F: (133, False, 2), _H: (300, False, 4), _S: (292, False, 1),
-        _U: (282, False, 1)},
-    "SHIFT_LEFT": {_S: (7, False, 1), _U: (7, False, 1)},
-    "SHIFT_RIGHT": {_S: (7, False, 1), _U: (7, False, 1)},
-    "SHIFT_RIGHT_SIGN_EXTEND": {_S: (7, False, 1)},
-    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (7, False, 1), _U: (7, False, 1)},
+_BINARY_IN_PLACE = _in_place(_BINARY, {  # binaryOpInPlacePerfInfo
+    "DIVIDE": {_U: (264, False, 1)},
+    "MAXIMUM": {_F: (4, False, 2)},
+    "MINIMUM": {_F: (4, False, 2)},
+    "POWER": {_S: (34, False, 1)},
 })  # fmt: skip
 _BROADCAST = _table({  # broadcastOpPerfInfo
     "ADD": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
@@ -260,34 +242,10 @@ _BROADCAST = _table({  # broadcastOpPerfInfo
     "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
     "VARIANCE_TO_INV_STD_DEV": {_F: (12, False, 2), _H: (24, False, 4)},
 })  # fmt: skip
-_BROADCAST_IN_PLACE = _table({  # broadcastOpInPlacePerfInfo
-    "ADD": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
-    "ATAN2": {_F: (272, False, 2), _H: (578, False, 4)},
-    "BITWISE_AND": {_S: (6, False, 1), _U: (6, False, 1)},
-    "BITWISE_OR": {_S: (6, False, 1), _U: (6, False, 1)},
-    "BITWISE_XNOR": {_S: (6, False, 1), _U: (6, False, 1)},
-    "BITWISE_XOR": {_S: (6, False, 1), _U: (6, False, 1)},
-    "DIVIDE": {_F: (6, False, 2), _H: (8, False, 2), _S: (277, False, 1), _U: (260, False, 1)},
+_BROADCAST_IN_PLACE = _in_place(_BROADCAST, {  # broadcastOpInPlacePerfInfo
     "EQUAL": {_B: (5, False, 4)},
-    "GREATER_THAN": {_B: (12, False, 4)},
-    "GREATER_THAN_EQUAL": {_B: (12, False, 4)},
-    "INV_STD_DEV_TO_VARIANCE": {_F: (7, True), _H: (10, False, 2)},
-    "LESS_THAN": {_B: (16, False, 4)},
-    "LESS_THAN_EQUAL": {_B: (16, False, 4)},
-    "LOGICAL_AND": {_B: (4, False, 4)},
-    "LOGICAL_OR": {_B: (4, False, 4)},
-    "MAXIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (7, False, 1)},
-    "MINIMUM": {_F: (3, False, 2), _H: (3, False, 4), _S: (6, False, 1), _U: (8, False, 1)},
-    "MULTIPLY": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
-    "NOT_EQUAL": {_B: (4, False, 4)},
-    "POWER": {_F: (312, False, 1), _H: (325, False, 1), _S: (25, False, 1)},
-    "REMAINDER": {_F: (93, False, 2), _H: (225, False, 4), _S: (280, False, 1),
-        _U: (267, False, 1)},
-    "SHIFT_LEFT": {_S: (6, False, 1), _U: (6, False, 1)},
-    "SHIFT_RIGHT": {_S: (6, False, 1), _U: (6, False, 1)},
-    "SHIFT_RIGHT_SIGN_EXTEND": {_S: (6, False, 1)},
-    "SUBTRACT": {_F: (1, True), _H: (1, True), _S: (6, False, 1), _U: (6, False, 1)},
-    "VARIANCE_TO_INV_STD_DEV": {_F: (12, False, 2), _H: (24, False, 4)},
+    "INV_STD_DEV_TO_VARIANCE": {_F: (7, True)},
+    "POWER": {_S: (25, False, 1)},
 })  # fmt: skip
 
 _TABLES = {
