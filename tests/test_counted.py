@@ -151,23 +151,28 @@ class Halves(MultiVertex):
         return True
 
 
-def _loops_graph(device, estimate: int | None = None):
-    """One Loops vertex on tile 0 in compute set ``loops`` (its cycle estimate
-    ``estimate`` when given); the iteration count starts at 1 and is read as
-    ``iterations``."""
-    graph = Graph(device.getTarget())
+def _add_loops(graph, estimate: int | None = None):
+    """One Loops vertex on tile 0 in a new compute set ``loops`` (its cycle estimate
+    ``estimate`` when given); returns the compute set and the iteration count."""
     graph.addCodelets(Loops)
     it = graph.addVariable(UNSIGNED_INT, [], "iterations")
     acc = graph.addVariable(FLOAT, [1], "acc")
     graph.setTileMapping(it, 0)
     graph.setTileMapping(acc, 0)
-    graph.setInitialValue(it, 1)
-    graph.createHostRead("iterations", it)
     cs = graph.addComputeSet("loops")
     v = graph.addVertex(cs, "Loops", {"iterations": it, "acc": acc[0]})
     graph.setTileMapping(v, 0)
     if estimate is not None:
         graph.setPerfEstimate(v, estimate)
+    return cs, it
+
+
+def _loops_graph(device, estimate: int | None = None):
+    """:func:`_add_loops` on a new graph, the iteration count 1 and read as ``iterations``."""
+    graph = Graph(device.getTarget())
+    cs, it = _add_loops(graph, estimate)
+    graph.setInitialValue(it, 1)
+    graph.createHostRead("iterations", it)
     return graph, cs
 
 
@@ -452,15 +457,8 @@ def test_replicas_with_different_work_take_the_slower_replicas_counted_time():
 
     def run(replicas: int, first: list[int]) -> list[int]:
         graph = Graph(device.getTarget(), replication_factor=replicas)
-        graph.addCodelets(Loops)
-        it = graph.addVariable(UNSIGNED_INT, [], "iterations")
-        acc = graph.addVariable(FLOAT, [1], "acc")
-        graph.setTileMapping(it, 0)
-        graph.setTileMapping(acc, 0)
+        cs, it = _add_loops(graph)
         graph.createHostWrite("it", it)
-        cs = graph.addComputeSet("loops")
-        v = graph.addVertex(cs, "Loops", {"iterations": it, "acc": acc[0]})
-        graph.setTileMapping(v, 0)
         with vertexCycles("counted"):
             engine = Engine(graph, prog.Execute(cs))
         engine.load(device)
