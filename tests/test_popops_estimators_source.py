@@ -44,6 +44,12 @@ BINARY = {  # binaryOpPerfInfo
     ("NOT_EQUAL", FLOAT): (20, False, 4), ("LESS_THAN", INT): (22, False, 4),
     ("GREATER_THAN_EQUAL", UNSIGNED_INT): (26, False, 4), ("EQUAL", BOOL): (6, False, 4),
     ("LOGICAL_AND", BOOL): (5, False, 4), ("POWER", FLOAT): (312, False, 1),
+    ("ATAN2", FLOAT): (272, False, 2), ("ATAN2", HALF): (578, False, 4),
+    ("BITWISE_AND", INT): (7, False, 1), ("BITWISE_XNOR", UNSIGNED_INT): (7, False, 1),
+    ("REMAINDER", FLOAT): (133, False, 2), ("REMAINDER", HALF): (300, False, 4),
+    ("REMAINDER", INT): (292, False, 1), ("REMAINDER", UNSIGNED_INT): (282, False, 1),
+    ("SHIFT_RIGHT_SIGN_EXTEND", INT): (7, False, 1), ("GREATER_THAN", BOOL): (31, False, 4),
+    ("LESS_THAN_EQUAL", BOOL): (28, False, 4),
 }  # fmt: skip
 BINARY_IN_PLACE = {  # binaryOpInPlacePerfInfo
     ("ADD", FLOAT): (1, True, 0), ("MAXIMUM", FLOAT): (4, False, 2),
@@ -53,6 +59,10 @@ BROADCAST = {  # broadcastOpPerfInfo
     ("ADD", FLOAT): (1, True, 0), ("MULTIPLY", HALF): (1, True, 0),
     ("ADD", INT): (6, False, 1), ("DIVIDE", FLOAT): (6, False, 2),
     ("GREATER_THAN", HALF): (8, False, 4), ("EQUAL", BOOL): (14, False, 4),
+    ("REMAINDER", FLOAT): (93, False, 2), ("REMAINDER", HALF): (225, False, 4),
+    ("REMAINDER", INT): (280, False, 1), ("SHIFT_LEFT", UNSIGNED_INT): (6, False, 1),
+    ("BITWISE_OR", INT): (6, False, 1), ("GREATER_THAN", BOOL): (12, False, 4),
+    ("VARIANCE_TO_INV_STD_DEV", HALF): (24, False, 4),
 }  # fmt: skip
 BROADCAST_IN_PLACE = {  # broadcastOpInPlacePerfInfo
     ("SUBTRACT", FLOAT): (1, True, 0), ("MINIMUM", UNSIGNED_INT): (8, False, 1),
@@ -62,10 +72,20 @@ UNARY = {  # unaryOpPerfInfo
     ("EXPONENT", FLOAT): (6, False, 2), ("RELU", HALF): (3, False, 4),
     ("ABSOLUTE", INT): (2, False, 0), ("SQUARE", UNSIGNED_INT): (1, True, 0),
     ("LOGICAL_NOT", BOOL): (17, False, 0), ("SQRT", HALF): (23, False, 4),
+    ("CBRT", FLOAT): (27, True, 0), ("CBRT", HALF): (17, True, 0),
+    ("COS", FLOAT): (2300, False, 0), ("COS", HALF): (25, False, 1),
+    ("INVERSE", FLOAT): (6, False, 2), ("INVERSE", HALF): (15, False, 4),
+    ("IS_FINITE", FLOAT): (5, True, 0), ("IS_INF", HALF): (5, True, 0),
+    ("EXPONENT_MINUS_ONE", FLOAT): (4, False, 0), ("EXPONENT_MINUS_ONE", HALF): (5, True, 0),
+    ("SIGNUM", INT): (5, False, 0), ("POPCOUNT", UNSIGNED_INT): (1, False, 0),
+    ("BITWISE_NOT", INT): (1, True, 0), ("COUNT_LEADING_ZEROS", INT): (1, False, 0),
+    ("TRUNC", HALF): (11, False, 4), ("RSQRT", FLOAT): (8, False, 2),
 }  # fmt: skip
 UNARY_IN_PLACE = {  # unaryOpInPlacePerfInfo
     ("ABSOLUTE", FLOAT): (1, True, 0), ("TANH", FLOAT): (10, False, 2),
     ("NEGATE", HALF): (3, False, 4), ("LOGICAL_NOT", BOOL): (17, True, 0),
+    ("LOGARITHM_ONE_PLUS", HALF): (17, True, 0), ("TRUNC", FLOAT): (4, False, 2),
+    ("BITWISE_NOT", UNSIGNED_INT): (1, True, 0), ("SIGNUM", FLOAT): (5, True, 0),
 }  # fmt: skip
 FAST = {"ADD", "SUBTRACT", "MULTIPLY"}
 
