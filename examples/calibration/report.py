@@ -224,11 +224,14 @@ def collect(
             metric = getattr(module, "POINT_METRICS", {}).get(p.row, csv_rows[p.row]["metric"])
             values = [_metric_value(metrics_fn(None, t), metric, p.row) for t in (unc, cal)]
             measured = float(csv_rows[p.row]["value"])
+            # the measured interval holds the workload's counter reads (C1), which the
+            # simulated steps do not: in cycles, or in microseconds at the tile clock
+            reads = getattr(module, "COUNTER_READS_IN_INTERVAL", 0)
+            counter = reads * float(csv_rows[COUNTER_ROW]["value"])
             if csv_rows[p.row]["unit"] == "cycles":
-                # the measured interval holds the workload's counter reads (C1), which
-                # the simulated vertex does not
-                reads = getattr(module, "COUNTER_READS_IN_INTERVAL", 0)
-                measured -= reads * float(csv_rows[COUNTER_ROW]["value"])
+                measured -= counter
+            elif csv_rows[p.row]["unit"] == "us" and counter:
+                measured -= counter / cal.clock_hz * 1e6
             out.append(RowResult(source_of(p.row, csv_rows), p.row, metric, measured, *values))
             if progress:
                 r = out[-1]
