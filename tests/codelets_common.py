@@ -84,12 +84,9 @@ class ScaleBy(Vertex):
         return True
 
 
-class ShiftBy(Vertex):
-    """``out[i] = in[i] + k``: the fields of :class:`ScaleBy`, another vertex type."""
-
-    in_ = Input(Vector(FLOAT))
-    k = Input(FLOAT)
-    out = Output(Vector(FLOAT))
+class ShiftBy(ScaleBy):
+    """``out[i] = in[i] + k``: the fields of :class:`ScaleBy` (inherited), another
+    vertex type."""
 
     @staticmethod
     def compute(in_, k, out):
