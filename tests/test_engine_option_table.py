@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from codelets_common import Scale, tiny_graph, variables, vertex_on
 
-from poplar_api import FLOAT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, Engine, IPUModel
 from poplar_api import program as prog
-from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.engine_options import ENGINE_OPTIONS
 from poplar_api.errors import EngineError
 
@@ -59,27 +59,11 @@ def other_value(values: str) -> str:
     return next(w for w in words if w != default)
 
 
-class Twice(Vertex):
-    inp = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(inp, out):
-        for i in range(len(inp)):
-            out[i] = 2.0 * inp[i]
-        return True
-
-
 def build():
-    graph = Graph(IPUModel("tiny").createDevice().getTarget())
-    x = graph.addVariable(FLOAT, [8], "x")
-    y = graph.addVariable(FLOAT, [8], "y")
-    graph.setTileMapping(x, 1)
-    graph.setTileMapping(y, 1)
+    graph = tiny_graph()
+    x, y = variables(graph, "xy", tile=1, n=8)
     cs = graph.addComputeSet("twice")
-    v = graph.addVertex(cs, Twice, {"inp": x, "out": y})
-    graph.setTileMapping(v, 1)
-    graph.setPerfEstimate(v, 40)
+    vertex_on(graph, cs, Scale, {"in": x, "out": y}, tile=1, cycles=40)
     inq = graph.addHostToDeviceFIFO("in", FLOAT, 8)
     outq = graph.addDeviceToHostFIFO("out", FLOAT, 8)
     return graph, [prog.Sequence([prog.Copy(inq, x), prog.Execute(cs), prog.Copy(y, outq)])]
