@@ -126,21 +126,6 @@ def test_inert_options_change_nothing_in_a_run(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # no inert option wrote a file
 
 
-@pytest.mark.parametrize(
-    ("name", "value", "allowed"),
-    [
-        ("opt.enableSwSyncs", "yes", "allowed: true, false"),
-        ("debug.supervisorStackSizeInBytes", "-4", "non-negative integer"),
-        ("target.syncMethod", "interrupt", "allowed: polling, hybrid, default"),
-        ("target.hostSyncTimeout", "-1.5", "non-negative decimal"),
-    ],
-)
-def test_a_bad_value_of_a_reference_option_is_refused(name, value, allowed):
-    with pytest.raises(EngineError, match=re.escape(allowed)) as info:
-        run({name: value})
-    assert repr(name) in str(info.value) and repr(value) in str(info.value)
-
-
 def test_hexadecimal_integers_are_read_as_poplar_does():
     from poplar_api.engine_options import check_engine_options
 

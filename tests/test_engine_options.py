@@ -144,6 +144,10 @@ def test_misspelled_option_suggests_the_closest_name(wrong, right):
         ("target.hostSyncTimeout", "soon", "allowed: a non-negative decimal"),
         ("streamCallbacks.maxLookahead", "lots", "a non-negative integer or unlimited"),
         ("profiler.blocks.filter", "stage(", "not a regular expression"),
+        ("opt.enableSwSyncs", "yes", "allowed: true, false"),
+        ("debug.supervisorStackSizeInBytes", "-4", "non-negative integer"),
+        ("target.syncMethod", "interrupt", "allowed: polling, hybrid, default"),
+        ("target.hostSyncTimeout", "-1.5", "non-negative decimal"),
     ],
 )
 def test_invalid_value_names_option_value_and_allowed(name, value, allowed):
