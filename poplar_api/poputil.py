@@ -14,6 +14,7 @@ import numpy as np
 
 from poplar_api.errors import GraphError
 from poplar_api.graph import UNMAPPED, Graph
+from poplar_api.graph_bulk import id_order
 from poplar_api.program import Copy, Sequence
 from poplar_api.tensor import Interval, Tensor
 from poplar_api.types import Type
@@ -145,7 +146,7 @@ def cloneTensor(graph: Graph, t: Tensor, name: str = "", type: Type | None = Non
     t = _check_tensor(graph, t, "cloneTensor")
     new_type = t.elementType() if type is None else type
     label = name or f"{t.name}.clone"
-    order = None if t.isContiguous() else np.argsort(t.flat_index(), kind="stable")
+    order = None if t.isContiguous() else id_order(t.flat_index())
     if order is None or bool((np.diff(order) == 1).all()):
         clone = graph.addVariable(new_type, t.shape(), label)
     else:

@@ -467,3 +467,17 @@ def test_add_vertices_of_1d_and_2d_forms_in_one_call_equal_add_vertex_calls() ->
     assert list(g._state.vertices.get_field(vs.start, "in")) == [0, 1]
     with pytest.raises(GraphError, match="vertex 0 has a Vector field but is given 2 pieces"):
         g.addVertices(cs, [Copy1D, Copy2D], [0, 1], {"in": Segments(x, [2, 2, 2], [2, 1])})
+
+
+@pytest.mark.parametrize("case", ["permutation", "repeats", "sparse", "tiny"])
+def test_id_order_equals_a_stable_argsort(case: str) -> None:
+    from poplar_api.graph_bulk import id_order
+
+    rng = np.random.default_rng(5)
+    ids = {
+        "permutation": rng.permutation(1000) + 77,
+        "repeats": rng.integers(0, 50, 400),
+        "sparse": rng.choice(10**7, 300, replace=False),
+        "tiny": np.array([4]),
+    }[case]
+    assert id_order(ids).tolist() == np.argsort(ids, kind="stable").tolist()

@@ -20,6 +20,7 @@ import numpy as np
 
 from poplar_api.errors import GraphError
 from poplar_api.graph import UNMAPPED, ComputeSet, Graph, Segments
+from poplar_api.graph_bulk import id_order
 from poplar_api.tensor import Tensor
 from poplar_api.types import Type
 
@@ -144,7 +145,7 @@ def tile_regions(graph: Graph, ref: Tensor, api: str) -> list[TileRegions]:
             "outside this virtual graph's tiles; hint: call it on a graph that holds the "
             f"tensor, or copy it to one of this graph's {graph.getTarget().getNumTiles()} tiles"
         )
-    order = np.argsort(ids, kind="stable")
+    order = id_order(ids)
     sid, stile = ids[order], tiles[order]
     breaks = np.flatnonzero((np.diff(sid) != 1) | (np.diff(stile) != 0)) + 1
     start = np.concatenate(([0], breaks)).astype(np.int64)
