@@ -317,8 +317,13 @@ def binary_inner_loop(op: str, type_name: str, n: int, vw: int, in_place: bool =
     return iceil(n, elems) * cycles
 
 
-def binary_op_1d(op: str, type_name: str, n: int, workers: int, vw: int) -> int:
-    """``BinaryOp1D``: ``W * ((float ? 29 : 26) + inner(iceil(N, W))) + 11``."""
+def binary_op_1d(
+    op: str, type_name: str, n: int, workers: int, vw: int, in_place: bool = False
+) -> int:
+    """``BinaryOp1D``: ``W * ((float ? 29 : 26) + inner(iceil(N, W))) + 11``
+    (:func:`binary_op_1d_in_place` when ``in_place``)."""
+    if in_place:
+        return binary_op_1d_in_place(op, type_name, n, workers, vw)
     base = 29 if type_name == _F else 26
     return workers * (base + binary_inner_loop(op, type_name, iceil(n, workers), vw)) + 11
 
@@ -329,8 +334,13 @@ def binary_op_1d_in_place(op: str, type_name: str, n: int, workers: int, vw: int
     return workers * (58 + inner) + SUPERVISOR_OVERHEAD
 
 
-def binary_op_2d(op: str, type_name: str, rows: Sequence[int], vw: int) -> int:
-    """``BinaryOp2D`` (worker vertex): ``5 + Σ_rows inner(row)``."""
+def binary_op_2d(
+    op: str, type_name: str, rows: Sequence[int], vw: int, in_place: bool = False
+) -> int:
+    """``BinaryOp2D`` (worker vertex): ``5 + Σ_rows inner(row)``
+    (:func:`binary_op_2d_in_place` when ``in_place``)."""
+    if in_place:
+        return binary_op_2d_in_place(op, type_name, rows, vw)
     return 5 + sum(binary_inner_loop(op, type_name, n, vw) for n in rows)
 
 

@@ -106,6 +106,28 @@ def _workers_vw(target: Any, t: Type) -> tuple[int, int]:
     return target.getNumWorkerContexts(), target.getVectorWidth(t)
 
 
+def _op_estimate(
+    one_d: Callable[..., int],
+    two_d: Callable[..., int],
+    op: str,
+    t: Type,
+    layout: str,
+    field: str,
+    in_place: bool,
+) -> Callable[[dict[str, Any], Any], int]:
+    """The estimator of an elementwise op vertex: ``one_d(op, type, total elements of
+    field, workers, vector width, in_place)`` for the 1D (multi-vertex) layout, else
+    ``two_d(op, type, row sizes of field, vector width, in_place)``."""
+
+    def estimate(sizes: dict[str, Any], target: Any) -> int:
+        w, vw = _workers_vw(target, t)
+        if layout == "1D":
+            return one_d(op, t.name, _total(sizes[field]), w, vw, in_place)
+        return two_d(op, t.name, _rows(sizes[field]), vw, in_place)
+
+    return estimate
+
+
 def _op_name(op: str, binary: bool) -> str:
     """The template argument Poplar profiles show for an op (``ExprOpUtil.hpp``)."""
     kind = "BinaryOpType" if binary else "UnaryOpType"
@@ -132,14 +154,7 @@ def binary_vertex(op: str, t: Type, layout: str, in_place: bool = False) -> type
     def compute(b: dict[str, FieldBatch]) -> None:
         b[dest].data[:] = opdef.fn(b[first].data, b["in2"].data)
 
-    def estimate(sizes: dict[str, Any], target: Any) -> int:
-        w, vw = _workers_vw(target, t)
-        if layout == "1D":
-            fn = est.binary_op_1d_in_place if in_place else est.binary_op_1d
-            return fn(op, t.name, _total(sizes[first]), w, vw)
-        fn2 = est.binary_op_2d_in_place if in_place else est.binary_op_2d
-        return fn2(op, t.name, _rows(sizes[first]), vw)
-
+    estimate = _op_estimate(est.binary_op_1d, est.binary_op_2d, op, t, layout, first, in_place)
     return _make(name, layout == "1D", fields, compute, estimate, f"Elementwise {op} of {t.name}.")
 
 
@@ -161,12 +176,7 @@ def unary_vertex(op: str, t: Type, layout: str, in_place: bool = False) -> type:
     def compute(b: dict[str, FieldBatch]) -> None:
         b[dest].data[:] = opdef.fn(b[src].data)
 
-    def estimate(sizes: dict[str, Any], target: Any) -> int:
-        w, vw = _workers_vw(target, t)
-        if layout == "1D":
-            return est.unary_op_1d(op, t.name, _total(sizes[src]), w, vw, in_place)
-        return est.unary_op_2d(op, t.name, _rows(sizes[src]), vw, in_place)
-
+    estimate = _op_estimate(est.unary_op_1d, est.unary_op_2d, op, t, layout, src, in_place)
     return _make(name, layout == "1D", fields, compute, estimate, f"Elementwise {op} of {t.name}.")
 
 
@@ -188,12 +198,9 @@ def broadcast_scalar_vertex(op: str, t: Type, layout: str, in_place: bool = Fals
         scalar = np.repeat(b["B"].data, _counts(b["data"]))
         b[dest].data[:] = opdef.fn(b["data"].data, scalar)
 
-    def estimate(sizes: dict[str, Any], target: Any) -> int:
-        w, vw = _workers_vw(target, t)
-        if layout == "1D":
-            return est.broadcast_scalar_1d(op, t.name, _total(sizes["data"]), w, vw, in_place)
-        return est.broadcast_scalar_2d_data(op, t.name, _rows(sizes["data"]), vw, in_place)
-
+    estimate = _op_estimate(
+        est.broadcast_scalar_1d, est.broadcast_scalar_2d_data, op, t, layout, "data", in_place
+    )
     return _make(name, layout == "1D", fields, compute, estimate, f"{op} of a vector and a scalar.")
 
 
