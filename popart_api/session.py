@@ -285,7 +285,14 @@ class _Session(SessionIO):
             that does not fit the tiles' memory keeps its memory report
             (``getGraphReport``).
         """
-        with progress.activity(f"{self._kind}.prepareDevice"):
+        self._nodes_lowered = 0
+        total = len(self.model.graph.node)
+
+        def status() -> str:  # the line shown while a long prepareDevice runs
+            done = self._nodes_lowered
+            return f"{done:,}/{total:,} nodes lowered" if done < total else f"{total:,} nodes"
+
+        with progress.activity(f"{self._kind}.prepareDevice", status):
             self._prepare_device(loadEngine)
 
     @bulk_construction
@@ -383,6 +390,7 @@ class _Session(SessionIO):
         first = variable_count(graph)
         for i, node in enumerate(self.model.graph.node):
             node_progs.append(self._lower(node, i, values))
+            self._nodes_lowered = i + 1
         #: ids of the variables the forward pass creates (its activations, temporaries)
         self.lowered.forward_variables = (first, variable_count(graph))
         self.lowered.node_progs = node_progs
