@@ -303,9 +303,16 @@ def test_report_stopped_while_plotting_leaves_only_complete_plots(tmp_path, prof
     assert leftovers(plots) == []
 
 
-def test_compare_stopped_while_writing_csv_leaves_nothing(tmp_path, profile_dir):
+def _compare_to_itself(tmp_path, profile_dir):
+    """``ipusim compare`` of ``profile_dir`` with itself, writing rows.csv and rows.png
+    in ``tmp_path``: the two paths and the argument list."""
     csv, plot = tmp_path / "rows.csv", tmp_path / "rows.png"
     argv = ["compare", str(profile_dir), str(profile_dir), "--csv", str(csv), "--plot", str(plot)]
+    return csv, plot, argv
+
+
+def test_compare_stopped_while_writing_csv_leaves_nothing(tmp_path, profile_dir):
+    csv, plot, argv = _compare_to_itself(tmp_path, profile_dir)
     proc = stopped(tmp_path, "SIGINT", 1, argv)
     assert_one_line(proc, 130, "ipusim: compare interrupted (Ctrl-C)")
     assert not csv.exists() and not plot.exists()
@@ -313,8 +320,7 @@ def test_compare_stopped_while_writing_csv_leaves_nothing(tmp_path, profile_dir)
 
 
 def test_compare_stopped_while_plotting_keeps_the_complete_csv(tmp_path, profile_dir):
-    csv, plot = tmp_path / "rows.csv", tmp_path / "rows.png"
-    argv = ["compare", str(profile_dir), str(profile_dir), "--csv", str(csv), "--plot", str(plot)]
+    csv, plot, argv = _compare_to_itself(tmp_path, profile_dir)
     proc = stopped(tmp_path, "SIGTERM", 2, argv)
     assert_one_line(proc, 143, "stopped by SIGTERM")
     lines = csv.read_text().splitlines()
