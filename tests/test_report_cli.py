@@ -214,22 +214,28 @@ def test_missing_matplotlib_through_an_import_hook(tmp_path, monkeypatch, capsys
     assert "No module named 'matplotlib'" in err and "pip install 'ipusim[plot]'" in err
 
 
-def test_malformed_memory_field_names_file_and_field(tmp_path, capsys):
-    profile = {"target": {"bytesPerTile": 1000}, "memory": {"byTile": {"total": [10, "x", 3]}}}
+@pytest.mark.parametrize(
+    ("profile", "field", "required"),
+    [
+        (
+            {"target": {"bytesPerTile": 1000}, "memory": {"byTile": {"total": [10, "x", 3]}}},
+            "field 'memory.byTile.total[1]': found 'x'",
+            "required a non-negative number of bytes",
+        ),
+        (
+            {"target": {"bytesPerTile": -4}, "memory": {"byTile": {"total": [10]}}},
+            "field 'target.bytesPerTile': found -4",
+            "required a positive number",
+        ),
+    ],
+    ids=["memory", "capacity"],
+)
+def test_malformed_memory_field_names_file_and_field(tmp_path, capsys, profile, field, required):
     d = write_dir(tmp_path / "p", execution=None, profile=profile)
     assert main(["report", str(d)]) == 2
     err = capsys.readouterr().err
-    assert f"{d / 'profile.json'}: field 'memory.byTile.total[1]': found 'x'" in err
-    assert "required a non-negative number of bytes" in err
-
-
-def test_malformed_capacity_names_file_and_field(tmp_path, capsys):
-    profile = {"target": {"bytesPerTile": -4}, "memory": {"byTile": {"total": [10]}}}
-    d = write_dir(tmp_path / "p", execution=None, profile=profile)
-    assert main(["report", str(d)]) == 2
-    err = capsys.readouterr().err
-    assert f"{d / 'profile.json'}: field 'target.bytesPerTile': found -4" in err
-    assert "required a positive number" in err
+    assert f"{d / 'profile.json'}: {field}" in err
+    assert required in err
 
 
 def test_malformed_total_cycles_names_the_field(tmp_path, capsys):
