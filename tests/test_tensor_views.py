@@ -38,12 +38,18 @@ def along(d: int, item) -> tuple:
 # Each returns (tensor, reference) or None when the op does not apply to this shape.
 
 
-def op_slice(data, t, ref):
-    if ref.ndim == 0:
-        return None
+def draw_range(data, ref):
+    """A dimension ``d`` of ``ref`` and a range ``b <= e`` of its indices."""
     d = data.draw(st.integers(0, ref.ndim - 1))
     b = data.draw(st.integers(0, ref.shape[d]))
     e = data.draw(st.integers(b, ref.shape[d]))
+    return d, b, e
+
+
+def op_slice(data, t, ref):
+    if ref.ndim == 0:
+        return None
+    d, b, e = draw_range(data, ref)
     form = data.draw(st.sampled_from(["ints", "interval"]))
     view = t.slice(b, e, d) if form == "ints" else t.slice(Interval(b, e), dimension=d)
     return view, np.take(ref, np.arange(b, e, dtype=np.int64), axis=d)
@@ -61,9 +67,7 @@ def op_slice_multi(data, t, ref):
 def op_slices(data, t, ref):
     if ref.ndim == 0:
         return None
-    d = data.draw(st.integers(0, ref.ndim - 1))
-    b = data.draw(st.integers(0, ref.shape[d]))
-    e = data.draw(st.integers(b, ref.shape[d]))
+    d, b, e = draw_range(data, ref)
     parts = t.slices([Interval(0, b), (b, e), Interval(e, ref.shape[d])], d)
     # Three consecutive slices joined again give back the whole tensor.
     assert [p.dim(d) for p in parts] == [b, e - b, ref.shape[d] - e]
