@@ -382,12 +382,28 @@ def test_one_tile_add_of_1000_floats_takes_1697_cycles():
 # ------------------------------------------------------------------- errors
 
 
-def test_shape_mismatch_names_both_tensors():
+@pytest.mark.parametrize(
+    ("a_shape", "b_name", "b_shape", "call", "pattern"),
+    [
+        # shapes that do not broadcast: both tensors named with their shapes
+        ((3, 5), "beta", (4,), popops.add, r"'alpha' \[3, 5\].*'beta' \[4\]"),
+        # a scale tensor of two elements
+        (
+            (3,),
+            "scale2",
+            (2,),
+            lambda g, a, b, seq: popops.scaledAddTo(g, a, a, b, seq),
+            r"'scale2' has shape \[2\].*exactly one element",
+        ),
+    ],
+    ids=["shape-mismatch", "non-scalar-scale"],
+)
+def test_operand_shape_errors_name_the_tensors(a_shape, b_name, b_shape, call, pattern):
     h = Harness()
-    a = h.var(FLOAT, np.zeros((3, 5)), "alpha")
-    b = h.var(FLOAT, np.zeros((4,)), "beta")
-    with pytest.raises(TensorError, match=r"'alpha' \[3, 5\].*'beta' \[4\]"):
-        popops.add(h.graph, a, b, h.seq)
+    a = h.var(FLOAT, np.zeros(a_shape), "alpha")
+    b = h.var(FLOAT, np.zeros(b_shape), b_name)
+    with pytest.raises(TensorError, match=pattern):
+        call(h.graph, a, b, h.seq)
 
 
 def test_type_mismatch_names_op_and_types():
@@ -400,14 +416,6 @@ def test_type_mismatch_names_op_and_types():
         popops.sqrt(h.graph, i, h.seq)
     with pytest.raises(TypeMismatchError, match=r"LOGICAL_AND.*float"):
         popops.logicalAnd(h.graph, a, a, h.seq)
-
-
-def test_non_scalar_scale_is_rejected():
-    h = Harness()
-    a = h.var(FLOAT, np.zeros(3), "a")
-    s = h.var(FLOAT, np.zeros(2), "scale2")
-    with pytest.raises(TensorError, match=r"'scale2' has shape \[2\].*exactly one element"):
-        popops.scaledAddTo(h.graph, a, a, s, h.seq)
 
 
 def test_in_place_into_aliased_view_and_unmapped_input_are_rejected():
