@@ -314,6 +314,14 @@ class LinksConfig(_Section):
     hop_latency_cycles: int = Field(
         default=0, ge=0, le=MAX_CYCLES, description="Latency per hop; at most 2^40."
     )
+    message_overhead_bytes: int = Field(
+        default=0,
+        ge=0,
+        le=1 << 20,
+        description="Link capacity one message (a tile-to-tile transfer of a global "
+        "exchange) takes on every hop beyond its payload: packet headers and the gap "
+        "between messages, in bytes; at most 1 MiB.",
+    )
     model: str = Field(
         default="topology",
         description="IPU-Link timing component (ipusim.timing.components('links')).",

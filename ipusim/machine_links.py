@@ -20,6 +20,7 @@ import simpy
 from ipusim import ir
 from ipusim.exchange.collectives import ring_plan, run_ring
 from ipusim.exchange.fabric import LinkFabric
+from ipusim.exchange.links import link_overhead_bytes
 from ipusim.host.link import host_work_cycles
 from ipusim.machine_groups import GroupBarriers, TileGroup
 from ipusim.trace import StepRecord
@@ -166,6 +167,7 @@ class LinkSteps(GroupBarriers):
         n = cfg.num_ipus
         key, inverse = np.unique(src_ipu * n + dst_ipu, return_inverse=True)
         pair_bytes = np.bincount(inverse.reshape(-1), weights=nbytes, minlength=key.size)
+        pair_bytes += link_overhead_bytes(cfg, inverse.reshape(-1), nbytes, key.size)
         pairs = [(int(k // n), int(k % n), int(b)) for k, b in zip(key, pair_bytes, strict=True)]
         shifts = (
             [0] if not step.replicated else [r * self.replica_ipus for r in range(self.replicas)]

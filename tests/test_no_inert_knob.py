@@ -191,6 +191,7 @@ KNOBS: dict[str, Knob] = {
     "links.links_between_neighbours": Knob(global_exchange(0, 1), (1, 2), TWO),
     "links.topology": Knob(global_exchange(0, 2), ("ring", "full"), {"num_ipus": 4}),
     "links.hop_latency_cycles": Knob(global_exchange(0, 1), (0, 100), TWO),
+    "links.message_overhead_bytes": Knob(global_exchange(0, 1), (0, 4096), TWO),
     "links.torus": Knob(global_exchange(0, 6), (False, True), LADDER8),
     "links.edges": Knob(
         global_exchange(0, 2), (((0, 1), (1, 2), (2, 3)), ((0, 2), (0, 1), (2, 3))), CUSTOM

@@ -10,9 +10,11 @@ neighbour met first going upward, so that
 * ``full``: one direct hop between any two IPUs;
 * ``ladder`` and ``custom``: the fewest hops of their links (docs/machine.md).
 
-Every directed hop carries the sum of the bytes routed over it. The exchange lasts as
-long as its most loaded hop (at that hop's capacity) or its most loaded tile, plus the
-latency of its slowest route (the sum of its hops' latencies).
+Every directed hop carries the sum of the bytes routed over it, plus
+``links.message_overhead_bytes`` for every message (non-empty transfer) routed over
+it. The exchange lasts as long as its most loaded hop (at that hop's capacity) or its
+most loaded tile, plus the latency of its slowest route (the sum of its hops'
+latencies).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ipusim.errors import IRValidationError
 from ipusim.exchange.internal import ceil_ratio, validate_transfers
 from ipusim.exchange.topology import LinkRoutingError, topology_of
 
-__all__ = ["GlobalExchangeCost", "global_exchange_cost", "link_hops"]
+__all__ = ["GlobalExchangeCost", "global_exchange_cost", "link_hops", "link_overhead_bytes"]
 
 
 def _ipu_ids(cfg: MachineConfig, values: np.ndarray, name: str) -> np.ndarray:
@@ -72,6 +74,40 @@ def link_hops(cfg: MachineConfig, src_ipu: np.ndarray, dst_ipu: np.ndarray) -> n
     src = _ipu_ids(cfg, src_ipu, "src_ipu")
     dst = _ipu_ids(cfg, dst_ipu, "dst_ipu")
     return topology_of(cfg).hop_counts(src, dst)
+
+
+def link_overhead_bytes(
+    cfg: MachineConfig, pair_of: np.ndarray, num_bytes: np.ndarray, num_pairs: int
+) -> np.ndarray:
+    """Link capacity the messages of each IPU pair take beyond their payload.
+
+    Every non-empty transfer between two IPUs is one message; on each hop of its route
+    it takes ``links.message_overhead_bytes`` of link capacity besides its payload
+    (packet headers and the gap between messages on the link). The overhead is per
+    message, so many small messages cost more link time than one large one of the
+    same bytes.
+
+    Parameters
+    ----------
+    cfg
+        Machine config (``links.message_overhead_bytes``).
+    pair_of
+        int[num_transfers]: the IPU pair (0 .. ``num_pairs`` - 1) of each transfer.
+    num_bytes
+        int[num_transfers]: payload of each transfer (empty transfers are no message).
+    num_pairs
+        Number of IPU pairs.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64[num_pairs]: ``message_overhead_bytes x (messages of the pair)``.
+    """
+    overhead = int(cfg.links.message_overhead_bytes)
+    if overhead == 0 or num_pairs == 0:
+        return np.zeros(num_pairs, dtype=np.int64)
+    messages = np.bincount(pair_of[np.asarray(num_bytes) > 0], minlength=num_pairs)
+    return messages.astype(np.int64) * overhead
 
 
 @dataclass(frozen=True)
@@ -161,6 +197,7 @@ def global_exchange_cost(
     pair_key, pair_of = np.unique(src_ipu[remote] * n + dst_ipu[remote], return_inverse=True)
     pair_bytes = np.zeros(pair_key.size, dtype=np.int64)
     np.add.at(pair_bytes, pair_of.reshape(-1), nbytes[remote])
+    pair_bytes += link_overhead_bytes(cfg, pair_of.reshape(-1), nbytes[remote], pair_key.size)
     link_bytes, route_latency = topology.route_traffic(pair_key // n, pair_key % n, pair_bytes)
 
     link_cycles = 0
