@@ -243,13 +243,17 @@ class GclCollective(Program):
 
 
 # ------------------------------------------------------------------ argument parsing
-def _api_name(kind: str, cross: bool) -> str:
-    return {
+def _api_name(kind: str, cross: bool, in_place: bool = False, destination: bool = False) -> str:
+    """The GCL function's name, for messages: ``allReduce`` + ``InPlace`` or
+    ``ToDestination`` + ``CrossReplica`` or ``WithinReplica``."""
+    base = {
         "all_reduce": "allReduce",
         "reduce_scatter": "reduceScatter",
         "all_gather": "allGather",
         "broadcast": "broadcast",
-    }[kind] + ("CrossReplica" if cross else "WithinReplica")
+    }[kind]
+    form = "InPlace" if in_place else "ToDestination" if destination else ""
+    return base + form + ("CrossReplica" if cross else "WithinReplica")
 
 
 def _tail(args: tuple[Any, ...], kwargs: dict[str, Any], what: str, with_group: bool) -> tuple:
@@ -411,10 +415,9 @@ def _cross(
     destination: Any = None,
     in_place: bool = False,
     root: int = 0,
-    api: str | None = None,
 ) -> Any:
     """Build a cross-replica collective; returns its result as GCL does."""
-    what = api or _api_name(kind, True)
+    what = _api_name(kind, True, in_place, destination is not None)
     graph = _graph(graph, what)
     if not isinstance(prog, ProgramSequence):
         raise GraphError(f"{what}: prog must be a program.Sequence, got {type(prog).__name__}")
@@ -493,17 +496,7 @@ def allReduceInPlaceCrossReplica(
     **kwargs: Any,
 ) -> None:
     """As :func:`allReduceCrossReplica`, writing the result into ``data``."""
-    _cross(
-        "all_reduce",
-        graph,
-        data,
-        op,
-        prog,
-        args,
-        kwargs,
-        in_place=True,
-        api="allReduceInPlaceCrossReplica",
-    )
+    _cross("all_reduce", graph, data, op, prog, args, kwargs, in_place=True)
 
 
 def allReduceToDestinationCrossReplica(
@@ -517,17 +510,7 @@ def allReduceToDestinationCrossReplica(
 ) -> None:
     """As :func:`allReduceCrossReplica`, writing the result into ``destination`` (same
     element type and shape as ``data``)."""
-    _cross(
-        "all_reduce",
-        graph,
-        data,
-        op,
-        prog,
-        args,
-        kwargs,
-        destination=destination,
-        api="allReduceToDestinationCrossReplica",
-    )
+    _cross("all_reduce", graph, data, op, prog, args, kwargs, destination=destination)
 
 
 def reduceScatterCrossReplica(
@@ -554,17 +537,7 @@ def reduceScatterToDestinationCrossReplica(
     **kwargs: Any,
 ) -> None:
     """As :func:`reduceScatterCrossReplica`, writing each chunk into ``destination``."""
-    _cross(
-        "reduce_scatter",
-        graph,
-        data,
-        op,
-        prog,
-        args,
-        kwargs,
-        destination=destination,
-        api="reduceScatterToDestinationCrossReplica",
-    )
+    _cross("reduce_scatter", graph, data, op, prog, args, kwargs, destination=destination)
 
 
 def allGatherCrossReplica(
@@ -586,17 +559,7 @@ def allGatherToDestinationCrossReplica(
 ) -> None:
     """As :func:`allGatherCrossReplica`, writing into ``destination``
     (``[groupSize, *data.shape]``)."""
-    _cross(
-        "all_gather",
-        graph,
-        data,
-        None,
-        prog,
-        args,
-        kwargs,
-        destination=destination,
-        api="allGatherToDestinationCrossReplica",
-    )
+    _cross("all_gather", graph, data, None, prog, args, kwargs, destination=destination)
 
 
 def broadcastCrossReplica(
