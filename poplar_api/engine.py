@@ -615,7 +615,11 @@ class Engine:
         from poplar_api.profiling import instrument_execution_profile
 
         profile = execution_profile(self._traces, self.ir_program, self.options)
-        return ExecutionProfile(instrument_execution_profile(profile, self._traces, self.options))
+        device = getattr(self, "_device", None)
+        kind = device.getTarget().getTargetType().value if device is not None else "IPU_MODEL"
+        return ExecutionProfile(
+            instrument_execution_profile(profile, self._traces, self.options, kind)
+        )
 
     def getBlockRecords(self, tile: int | None = None) -> list[dict[str, Any]]:
         """Lightweight-profiling block records of the runs since the last reset.

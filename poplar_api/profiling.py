@@ -52,6 +52,7 @@ __all__ = [
     "instrument_execution_profile",
     "instrumentation",
     "printProfileSummary",
+    "profiler_mode",
     "serializeToCBOR",
     "serializeToJSON",
     "write_auto_report",
@@ -95,11 +96,35 @@ def instrumentation(options: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def profiler_mode(target_type: str, options: Mapping[str, str]) -> str:
+    """The execution profile's ``profilerMode`` (Poplar Profile Data, 4.2.1) for a
+    device of ``target_type`` (``IPU_MODEL``, ``IPU``, ``CPU``) and the engine options.
+
+    An IPU Model's profile is ``IPU_MODEL`` and a CPU's ``CPU``. On hardware Poplar
+    names the instrumentation that gathered the cycles: compute sets per tile
+    (``COMPUTE_SETS``, level ``tile``), per compute set (``SINGLE_TILE_COMPUTE_SETS``,
+    levels ``ipu``/``device``), per vertex (``VERTICES``), external exchanges alone
+    (``EXTERNAL_EXCHANGES``), or ``NONE``. ipusim's steps keep their simulated cycles
+    in every mode.
+    """
+    if target_type in ("IPU_MODEL", "CPU"):
+        return target_type
+    inst = instrumentation(options)
+    if inst["compute"]:
+        level = inst["computeLevel"]
+        return {"vertex": "VERTICES", "tile": "COMPUTE_SETS"}.get(level, "SINGLE_TILE_COMPUTE_SETS")
+    return "EXTERNAL_EXCHANGES" if inst["externalExchange"] else "NONE"
+
+
 def instrument_execution_profile(
-    profile: dict[str, Any], traces: Sequence[Any], options: Mapping[str, str]
+    profile: dict[str, Any],
+    traces: Sequence[Any],
+    options: Mapping[str, str],
+    target_type: str = "IPU_MODEL",
 ) -> dict[str, Any]:
     """Add to an execution profile what the instrumentation options ask for (in place).
 
+    * ``profilerMode``: :func:`profiler_mode` of the device's ``target_type``.
     * ``simulation.instrumentation``: the :func:`instrumentation` settings, always.
     * ``simulation.vertexCycleSources``: vertex type -> ``counted`` or ``estimate``
       (where its cycles came from), and ``simulation.cyclesByVertexType``: vertex type
@@ -118,6 +143,7 @@ def instrument_execution_profile(
     The steps of ``profile`` must be those of ``traces`` (one per record, in order).
     """
     inst = instrumentation(options)
+    profile["profilerMode"] = profiler_mode(target_type, options)
     simulation = profile["simulation"]
     simulation["instrumentation"] = inst
     records = [rec for trace in traces for rec in trace.records]
@@ -387,10 +413,11 @@ class _ProgramDetails(ir.Visitor):
         return {"type": "Repeat", "count": int(node.count)}
 
     def visit_repeat_while(self, node: ir.RepeatWhile) -> dict[str, Any]:
-        return {"type": "RepeatWhile", "whileTrue": bool(node.while_true)}
+        tag = "RepeatWhileTrue" if node.while_true else "RepeatWhileFalse"
+        return {"type": tag, "whileTrue": bool(node.while_true)}
 
     def visit_if(self, node: ir.If) -> dict[str, Any]:
-        return {"type": "If"}
+        return {"type": "IfElse"}
 
     def visit_switch(self, node: ir.Switch) -> dict[str, Any]:
         return {"type": "Switch", "cases": [int(v) for v, _ in node.cases]}
@@ -460,6 +487,8 @@ def graph_profile(engine: Any) -> dict[str, Any]:
     options = dict(getattr(engine, "options", {}))
     return {
         "target": _target(engine, cfg),
+        # Poplar lists the compiler's optimisations here; ipusim's compiler runs none
+        "optimizationInfo": {},
         "graph": _graph(engine._state),
         "vertexTypes": {
             "names": type_names,
