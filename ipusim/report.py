@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from os import PathLike
 from pathlib import Path
@@ -78,7 +79,45 @@ def require_matplotlib() -> None:
         ) from None
 
 
+#: Bytes of Python objects per byte of a profile file, at most: a JSON profile is
+#: mostly lists of integers (about 6 characters each, each a 28-byte int object and an
+#: 8-byte list slot), so parsing needs about 6 times its size; 8 leaves room.
+PARSE_BYTES_PER_FILE_BYTE = 8
+
+
+def _available_memory() -> int | None:
+    """Bytes of physical memory free now (None where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_profile_size(path: Path) -> None:
+    """Refuse, before reading it, a profile that cannot be parsed in the memory free now.
+
+    Raises
+    ------
+    ReportError
+        Naming the file, its size, the memory parsing would need and the memory free,
+        with a hint.
+    """
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read the file ({exc.strerror})") from None
+    free = _available_memory()
+    need = size * PARSE_BYTES_PER_FILE_BYTE
+    if free is not None and need > free:
+        raise ReportError(
+            f"{path}: the profile is {size:,} bytes; reading it needs about {need:,} bytes "
+            f"of memory and {free:,} are free; hint: report on a machine with more memory, "
+            "or write fewer runs into the profile (engine.resetExecutionProfile())"
+        )
+
+
 def _load_profile(path: Path) -> Any:
+    check_profile_size(path)
     if path.suffix == ".cbor":
         import cbor2
 
