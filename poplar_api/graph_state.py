@@ -69,10 +69,10 @@ class _Space:
     def allocate(self, n: int, var_id: int, name: str = "") -> int:
         base = self.size
         if base + n > self.tile.size:
-            # 1.25x growth: amortised appends without doubling the largest space; the
-            # spare capacity stays untouched (no host memory) until allocated
+            # doubling: amortised appends copying each element about once; the spare
+            # capacity stays untouched (no host memory) until allocated
             try:
-                grown = np.empty(max((base + n) * 5 // 4, 1024), np.int32)
+                grown = np.empty(max((base + n) * 2, 1024), np.int32)
             except MemoryError:
                 raise GraphError(
                     f"tensor '{name or f'var{var_id}'}': {n:,} elements are more than this "
