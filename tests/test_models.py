@@ -103,8 +103,19 @@ def _session_gradient(proto, inputs, loss: str, weight: str) -> np.ndarray:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "train"),
-    [("bert-base", False), ("bert-base", True), ("resnet18", False), ("resnet50", False)],
+    [("bert-base", False), ("bert-base", True), ("resnet18", False)],
 )
 def test_full_size_model_on_one_mk2_matches_reference(model, train):
     result = run_model(model, train=train)
     assert result.matched, result
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    raises=popart.OutOfMemoryException,
+    strict=True,
+    reason="ResNet-50 does not fit one Mk2 yet: the internal exchange code overflows the "
+    "non-interleaved region (docs/models.md)",
+)
+def test_resnet50_inference_on_one_mk2():
+    assert run_model("resnet50").matched
