@@ -362,13 +362,17 @@ class _Planned:
     estimate: int = 0
 
 
-def _segments(t: Tensor, per_vertex: list[list[np.ndarray]]) -> Segments:
+def _segments(t: Tensor, per_vertex: list[list[np.ndarray]], join: int = 1 << 16) -> Segments:
     """One view of ``t`` for a VectorList field of many vertices: vertex ``i`` gets the
-    vectors at the positions ``per_vertex[i]``."""
+    vectors at the positions ``per_vertex[i]`` (pieces joined ``join`` per call: one call
+    joining millions would hold the GIL, and silence progress, for seconds)."""
     pieces = [p for vectors in per_vertex for p in vectors]
     sizes = np.fromiter((p.size for p in pieces), np.int64, len(pieces))
     vectors = np.fromiter((len(x) for x in per_vertex), np.int64, len(per_vertex))
-    flat = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    flat, ends = np.empty(int(sizes.sum()), np.int64), np.cumsum(sizes)
+    for k in range(0, len(pieces), join):
+        a, b = int(ends[k - 1]) if k else 0, int(ends[min(k + join, len(pieces)) - 1])
+        np.concatenate(pieces[k : k + join], out=flat[a:b])
     return Segments(t.elements(flat), sizes, vectors)
 
 
