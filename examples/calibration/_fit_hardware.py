@@ -174,6 +174,47 @@ def fit_exchange() -> CalibrationResult:
                      extends="mk1")  # fmt: skip
 
 
+#: IPU-Link figures fitted on the 16-IPU global exchange rows (``fit_links``).
+LINK_PARAMETERS = [
+    ("links.bandwidth_bytes_per_s", 4e9, 64e9),
+    ("links.message_overhead_bytes", 0, 4096),
+]
+#: The external sync's per-hop latency fitted on the 16-IPU sync rows (``fit_links``).
+SYNC_PARAMETERS = [("sync.global_sync_ns_per_hop", 5.0, 100.0)]
+
+
+def fit_links() -> list[CalibrationResult]:
+    """Mk1 IPU-Links and external sync from the H1 16-IPU rows (two steps).
+
+    Step 1: ``links.bandwidth_bytes_per_s`` (one link, one direction) and
+    ``links.message_overhead_bytes`` against the three ``globExchange`` rows (float and
+    float2 move 22,400 B per IPU boundary and direction, half4 11,200 B, in the same
+    messages: the byte difference gives the rate, the rest the per-message cost).
+    Step 2: ``sync.global_sync_ns_per_hop`` (Poplibs' hop model of the external sync)
+    against the three 16-IPU ``sync`` rows, with step 1's links.
+    """
+    rows = csv_rows()
+    base = load_config("mk1", overrides={"num_ipus": 16})
+
+    def pairs(phase: str) -> list[Pair]:
+        out = []
+        for dt in ("float", "float2", "half4"):
+            rid = f"H1.16ipu.{dt}.{phase}"
+            value = float(rows[rid]["value"])
+            prof = MeasuredProfile(source=rid, format="csv", phases={},
+                                   metrics={f"phase_cycles.{phase}": value})  # fmt: skip
+            params = {"data_type": dt, "height": 1400, "width": 2000}
+            out.append(Pair(H_WORKLOAD, params, prof, label=rid))
+        return out
+
+    step1 = calibrate(pairs("globExchange"), base, LINK_PARAMETERS, phases=(),
+                      metrics=["phase_cycles.globExchange"], extends="mk1")  # fmt: skip
+    base2 = load_config("mk1", overrides={"num_ipus": 16, **step1.values_after})
+    step2 = calibrate(pairs("sync"), base2, SYNC_PARAMETERS, phases=(),
+                      metrics=["phase_cycles.sync"], extends="mk1")  # fmt: skip
+    return [step1, step2]
+
+
 #: Cycles one ``ipu_cycle_count`` adds to a bracketed interval (row C1.overhead).
 COUNTER_CYCLES = 45.0
 
@@ -223,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             "prepare": fit_prepare,
             "exchange": lambda: [fit_exchange()],
             "launch": lambda: [fit_launch()],
+            "links": fit_links,
         }[name]()
         for i, result in enumerate(results):
             print(f"== {name} step {i + 1}")

@@ -53,6 +53,16 @@ PINNED = {
     "host.copy_end_s": 0.0,
     "host.prepare_bandwidth_bytes_per_s": None,
 }
+#: Rules of one generation's IPU Model preset on top of :data:`PINNED`: the Mk1 IPU
+#: Model keeps the published IPU-Link rate (C) and Poplibs' external-sync hop model
+#: (A), not the figures the ``mk1`` hardware preset fits on the 16-IPU H rows.
+PINNED_BY_BASE: dict[str, dict] = {
+    "mk1": {
+        "links.bandwidth_bytes_per_s": 64e9,
+        "links.message_overhead_bytes": 0,
+        "sync.global_sync_ns_per_hop": 15.0,
+    },
+}
 PARAMETERS = [
     ("host.bandwidth_bytes_per_s", 1e9, 64e9),
     ("exchange.cycles_per_message", 0.0, 50.0),
@@ -81,7 +91,8 @@ def preset_text(name: str, result) -> str:
     base, description = PRESETS[name]
     values = {p.path: result.values_after[p.path] for p in result.parameters}
     doc: dict = {"extends": base, "name": name, "description": description}
-    for path, value in {**PINNED, **values}.items():
+    pinned = {**PINNED, **PINNED_BY_BASE.get(base, {})}
+    for path, value in {**pinned, **values}.items():
         section, leaf = path.split(".")
         doc.setdefault(section, {})[leaf] = value
     provenance = result.provenance()
@@ -103,12 +114,15 @@ def preset_text(name: str, result) -> str:
     )
     body = yaml.safe_dump(doc, sort_keys=False, width=100)
     marked = []
+    section = ""
     for line in body.splitlines():
         key = line.strip().split(":")[0]
+        if not line.startswith(" "):
+            section = key
         top = line.startswith("  ") and not line.startswith("    ")
-        if top and key in {p.split(".")[1] for p in values}:
+        if top and f"{section}.{key}" in values:
             line += "  # estimate: fitted, see provenance"
-        elif top and key in {p.split(".")[1] for p in PINNED}:
+        elif top and f"{section}.{key}" in pinned:
             line += "  # docs/machine.md: IPU Model rule, not fitted"
         marked.append(line)
     return header + "\n".join(marked) + "\n"
