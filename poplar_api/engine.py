@@ -331,7 +331,10 @@ class Engine:
                 f"{len(self._programs)} program(s))"
             )
         checks = self.options.get("debug.checkVertexBounds", "true").strip().lower() == "true"
-        fp = self.options.get("debug.floatingPointExceptions", "false").strip().lower() == "true"
+        fp = any(  # Poplar's option, and ipusim's name for the same check
+            self.options.get(name, "false").strip().lower() == "true"
+            for name in ("debug.floatPointOpException", "debug.floatingPointExceptions")
+        )
         dp = _EngineDataPlane(self._lowered, checks, self._host, self._state)
         if self._machine is None:
             with vertex_bounds_checks(checks), floating_point_exceptions(fp):

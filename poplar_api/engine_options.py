@@ -116,7 +116,10 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
         "false", "IPU exception on a NaN result (see debug.floatingPointExceptions)"
     ),
     "debug.floatPointOpException": _b(
-        "false", "IPU exception on an invalid operation, division by zero or overflow"
+        "false",
+        "IPU exception on an invalid operation, division by zero or overflow: the check of "
+        "debug.floatingPointExceptions",
+        True,
     ),
     "debug.supervisorStackSizeInBytes": _i("", "supervisor stack size in bytes"),
     "debug.workerStackSizeInBytes": _i("", "worker stack size in bytes"),

@@ -68,10 +68,11 @@ def test_off_by_default_the_nan_is_stored():
     assert out[0] == 0.0 and np.isnan(out[1]) and np.isnan(out[2])
 
 
-def test_on_a_nan_stops_the_run_naming_vertex_tile_compute_set_and_field():
+@pytest.mark.parametrize("option", ["debug.floatingPointExceptions", "debug.floatPointOpException"])
+def test_on_a_nan_stops_the_run_naming_vertex_tile_compute_set_and_field(option):
+    """Poplar's option name and ipusim's turn on the same check."""
     with pytest.raises(FloatingPointException) as info:
-        _run(Gap, FLOAT, [1.0, 1e30, 1e30], [2.0, 1e30, 1e30],
-             {"debug.floatingPointExceptions": "true"})  # fmt: skip
+        _run(Gap, FLOAT, [1.0, 1e30, 1e30], [2.0, 1e30, 1e30], {option: "true"})
     exc = info.value
     assert (exc.compute_set, exc.tile, exc.field) == ("gap", 2, "out")
     assert np.isnan(exc.value)

@@ -469,7 +469,7 @@ def _check_finite(
         f"compute set '{cs_name}': vertex {int(vertex_ids[v])} on tile {int(tiles[v])} wrote "
         f"{value} into its {ft.type.name} field '{ft.spec.name}' ({kind}; {bad.size} "
         "element(s) of the field are not finite); hint: the run stopped because the engine "
-        "option debug.floatingPointExceptions is true",
+        "option debug.floatPointOpException (or debug.floatingPointExceptions) is true",
         cs_name, int(vertex_ids[v]), int(tiles[v]), ft.spec.name, value,
     )  # fmt: skip
 
