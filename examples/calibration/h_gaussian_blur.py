@@ -326,8 +326,13 @@ def workload(
     height: int = 20,
     width: int = 24,
     iterations: int = 1,
+    ipus: int = 0,
 ) -> Workload:
-    """``iterations`` blur iterations (2 compute sets each) of a ``height`` x ``width`` image."""
+    """``iterations`` blur iterations (2 compute sets each) of a ``height`` x ``width`` image.
+
+    ``ipus``: the image is cut over the first ``ipus`` IPUs of the device (0: all of
+    them), so rows measured on different IPU counts can be fitted on one config.
+    """
     if data_type not in INSTRUCTIONS_PER_PIXEL:
         raise ValueError(
             f"h_gaussian_blur: data_type={data_type!r}; expected one of "
@@ -335,7 +340,13 @@ def workload(
         )
     graph = Graph(device.getTarget())
     target = graph.getTarget()
-    ipus, tiles_per_ipu = target.getNumIPUs(), target.getTilesPerIPU()
+    device_ipus, tiles_per_ipu = target.getNumIPUs(), target.getTilesPerIPU()
+    if not 0 <= ipus <= device_ipus:
+        raise ValueError(
+            f"h_gaussian_blur: ipus={ipus}; expected 0 (all) .. {device_ipus}, the device's "
+            "IPUs; hint: a device with more IPUs (num_ipus) or a smaller -p ipus"
+        )
+    ipus = ipus or device_ipus
     if height < 3 or width < 3:
         raise ValueError(f"h_gaussian_blur: image {height}x{width}; expected at least 3x3")
     slices = ipu_slices(height, width, ipus)
@@ -430,8 +441,10 @@ def workload(
                 f"{len(glob)} global exchanges for {len(sync)} inToOut supersteps"
             )
         # a tile's sync cycles of one superstep: its external sync (several IPUs) + internal
+        used = slice(0, ipus * tiles_per_ipu)  # the tiles of the IPUs holding the image
         sync_tiles = [
-            r.tile_cycles + (external[i].tile_cycles if external else 0) for i, r in enumerate(sync)
+            (r.tile_cycles + (external[i].tile_cycles if external else 0))[used]
+            for i, r in enumerate(sync)
         ]
         glob_bytes = int(glob[0].step.num_bytes.sum()) if glob else 0
         return {
