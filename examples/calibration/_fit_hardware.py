@@ -174,6 +174,30 @@ def fit_exchange() -> CalibrationResult:
                      extends="mk1")  # fmt: skip
 
 
+def fit_exchange_all() -> CalibrationResult:
+    """Mk1 on-chip exchange from the four H1 halo-exchange rows (1 and 16 IPUs, float and
+    half4): ``exchange.cycles_per_message`` (the exchange code's instructions per message
+    on the sending and receiving tiles) and ``exchange.fixed_latency_cycles``, the
+    exchange rate kept at Poplibs' 4 B per cycle (A). The 1-IPU blocks send several
+    times the messages of the 16-IPU ones and the data types differ in bytes, so the
+    rows separate the per-message from the fixed part. All four run on 16 IPUs, the
+    1-IPU rows with the image on the first IPU only (the workload's ``ipus``).
+    """
+    rows = csv_rows()
+    pairs = []
+    for ipus in (1, 16):
+        for dt in ("float", "half4"):
+            rid = f"H1.{ipus}ipu.{dt}.exchange"
+            value = float(rows[rid]["value"])
+            prof = MeasuredProfile(source=rid, format="csv", phases={},
+                                   metrics={"phase_cycles.exchange": value})  # fmt: skip
+            params = {"data_type": dt, "height": 1400, "width": 2000, "ipus": ipus}
+            pairs.append(Pair(H_WORKLOAD, params, prof, label=rid))
+    base = load_config("mk1", overrides={"num_ipus": 16})
+    return calibrate(pairs, base, EXCHANGE_PARAMETERS, phases=(),
+                     metrics=["phase_cycles.exchange"], extends="mk1")  # fmt: skip
+
+
 #: IPU-Link figures fitted on the 16-IPU global exchange rows (``fit_links``).
 LINK_PARAMETERS = [
     ("links.bandwidth_bytes_per_s", 4e9, 64e9),
@@ -265,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             "exchange": lambda: [fit_exchange()],
             "launch": lambda: [fit_launch()],
             "links": fit_links,
+            "exchange_all": lambda: [fit_exchange_all()],
         }[name]()
         for i, result in enumerate(results):
             print(f"== {name} step {i + 1}")
