@@ -17,9 +17,17 @@ Two fits, each over several measured points, in physical units (docs/calibration
   and ``half4`` (same messages, half the bytes), as the ``internal_exchange`` phase
   of one blur iteration (two supersteps).
 
-Run from the repository root (prints both reports; writes nothing)::
+* **exchange_all** (Mk1): the same two parameters against the four H1 halo-exchange
+  rows of 1 and 16 IPUs (float and half4), all on 16 IPUs with the 1-IPU rows' image
+  on the first IPU; the values in ``mk1`` come from this fit.
+* **links** (Mk1): ``links.bandwidth_bytes_per_s`` and ``links.message_overhead_bytes``
+  against the three H1 16-IPU ``globExchange`` rows, then
+  ``sync.global_sync_ns_per_hop`` against the three 16-IPU ``sync`` rows.
 
-    .venv/bin/python examples/calibration/_fit_hardware.py [host|prepare|exchange|launch]
+Run from the repository root (prints the reports; writes nothing)::
+
+    .venv/bin/python examples/calibration/_fit_hardware.py \
+        [host|prepare|exchange|launch|exchange_all|links]
 """
 
 from __future__ import annotations
