@@ -392,81 +392,46 @@ def test_library_cache_is_per_top_level_graph() -> None:
     assert g.libraryCache("popops") == {}
 
 
-class Copy1D(Vertex):
-    """The 1-D form of a copy: one vector per field."""
-
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        out[:] = in_
-        return True
-
-
-class Copy2D(Vertex):
-    """The 2-D form: one vector per region."""
-
-    in_ = Input(VectorList(FLOAT))
-    out = Output(VectorList(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for k in range(len(in_)):
-            out[k][:] = in_[k]
-        return True
-
-
 def test_add_vertices_of_1d_and_2d_forms_in_one_call_equal_add_vertex_calls() -> None:
-    """A field that is a Vector in one type and a VectorList in the other, given as
-    Segments with vectors: a 1-D vertex takes one piece, a 2-D vertex its vectors."""
-    kinds = [Copy1D, Copy2D, Copy1D, Copy2D, Copy2D]
+    """A field that is a Vector in one type (ScaleBy's ``in``) and a VectorList in the
+    other (Pieces'), given as Segments with vectors: a Vector vertex takes one piece,
+    a VectorList vertex its vectors."""
+    kinds = ["ScaleBy", Pieces, "ScaleBy", Pieces, Pieces]
     vectors = [1, 2, 1, 3, 0]
     sizes = [4, 1, 2, 3, 2, 1, 1]  # pieces, vertex after vertex
     built = []
     for bulk in (True, False):
         g = _graph()
-        g.addCodelets([Copy1D, Copy2D])
+        g.addCodelets([Pieces])
         cs = g.addComputeSet("cs")
-        x = g.addVariable(FLOAT, [14], "x")
         y = g.addVariable(FLOAT, [2, 7], "y")
-        src = x
-        dst = y.transpose().flatten()  # ids not in runs
+        src = y.transpose().flatten()  # ids not in runs
         if bulk:
-            g.addVertices(
-                cs, kinds, [0, 1, 2, 3, 4],
-                {"in": Segments(src, sizes, vectors), "out": Segments(dst, sizes, vectors)},
-            )  # fmt: skip
+            g.addVertices(cs, kinds, [0, 1, 2, 3, 4], {"in": Segments(src, sizes, vectors)})
         else:
             offsets = np.concatenate(([0], np.cumsum(sizes))).tolist()
             at = 0
             for i, (kind, count) in enumerate(zip(kinds, vectors, strict=True)):
                 spans = list(itertools.pairwise(offsets[at : at + count + 1]))
-                if kind is Copy1D:
+                if kind == "ScaleBy":
                     (a, b), = spans  # fmt: skip
-                    conns = {"in": src.slice(a, b), "out": dst.slice(a, b)}
+                    conns = {"in": src.slice(a, b)}
                 else:
-                    conns = {
-                        "in": [src.slice(a, b) for a, b in spans],
-                        "out": [dst.slice(a, b) for a, b in spans],
-                    }
+                    conns = {"in": [src.slice(a, b) for a, b in spans]}
                 g.setTileMapping(g.addVertex(cs, kind, conns), i)
                 at += count
         built.append(_vertices(g))
     assert built[0] == built[1]
-    # a 1-D vertex reconnected later keeps its other field
+    # a Vector vertex connected again later keeps its other fields
     g = _graph()
-    g.addCodelets([Copy1D, Copy2D])
+    g.addCodelets([Pieces])
     cs = g.addComputeSet("cs")
     x = g.addVariable(FLOAT, [6], "x")
-    vs = g.addVertices(
-        cs, [Copy1D, Copy2D], [0, 1],
-        {"in": Segments(x, [2, 2, 2], [1, 2]), "out": Segments(x, [2, 2, 2], [1, 2])},
-    )  # fmt: skip
+    vs = g.addVertices(cs, ["ScaleBy", Pieces], [0, 1], {"in": Segments(x, [2, 2, 2], [1, 2])})
     g.connect(vs[0]["out"], x.slice(4, 6))
     assert list(g._state.vertices.get_field(vs.start, "in")) == [0, 1]
     with pytest.raises(GraphError, match="vertex 0 has a Vector field but is given 2 pieces"):
-        g.addVertices(cs, [Copy1D, Copy2D], [0, 1], {"in": Segments(x, [2, 2, 2], [2, 1])})
+        g.addVertices(cs, ["ScaleBy", Pieces], [0, 1], {"in": Segments(x, [2, 2, 2], [2, 1])})
 
 
 @pytest.mark.parametrize("case", ["permutation", "repeats", "sparse", "tiny"])
