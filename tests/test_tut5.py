@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import pytest
 from examples_common import load_example
 
 from poplar_api import IPUModel
@@ -70,6 +71,7 @@ def test_two_batches_match_numpy_sgd_and_print_the_counts():
     assert lines == expected
 
 
+@pytest.mark.slow  # a whole epoch: about a minute
 def test_one_epoch_on_the_bundled_digits_is_well_above_chance():
     # eta 0.01: the bundled set gives 1500 updates per epoch (MNIST: 60000), too few for
     # the tutorial's 0.0009 to move far from chance; see examples/tutorials/tut5.py.

@@ -78,6 +78,40 @@ def expand_entries(triples: np.ndarray, in_stride: int, out_stride: int) -> tupl
     return out_rows, in_rows
 
 
+#: Expanded worklists by content (vertices of one tile geometry share theirs, and
+#: every execution of a compute set asks again); cleared when it grows past this.
+_ROWS: dict[tuple, tuple[list, bool]] = {}
+_ROWS_KEPT = 4096
+
+
+def _rows_of(wl: FieldBatch, v: int, wls: list[np.ndarray], nk: int, p: np.ndarray) -> tuple:
+    """Vertex ``v``'s ``(out_rows, in_rows)`` per kernel position and whether every row
+    lies inside its field (``p``: the vertex's params), from its worklists ``wls``."""
+    lo, hi = int(wl.offsets[v]), int(wl.offsets[v + 1])
+    bounds = wl.inner_offsets[lo : hi + 1]
+    data = wl.data[bounds[0] : bounds[-1]]
+    key = (data.dtype.str, data.tobytes(), np.diff(bounds).tobytes(), nk, p.tobytes())
+    found = _ROWS.get(key)
+    if found is not None:
+        return found
+    in_rows, out_rows, in_stride, out_stride = (int(x) for x in p[4:8])
+    workers = len(wls) // max(nk, 1)
+    rows, ok = [], True
+    for k in range(nk):
+        parts = [wls[k * workers + w] for w in range(workers)]
+        flat = np.concatenate(parts) if parts else np.zeros(0)
+        o_r, i_r = expand_entries(flat, in_stride, out_stride)
+        if o_r.size and (
+            o_r.min() < 0 or o_r.max() >= out_rows or i_r.min() < 0 or i_r.max() >= in_rows
+        ):
+            ok = False
+        rows.append((o_r, i_r))
+    if len(_ROWS) >= _ROWS_KEPT:
+        _ROWS.clear()
+    _ROWS[key] = rows, ok
+    return rows, ok
+
+
 class _ConvPartialBase(MultiVertex):
     """Shared compute of the conv partial vertices (see the module docstring)."""
 
@@ -94,7 +128,7 @@ class _ConvPartialBase(MultiVertex):
             if p.size != len(PARAMS):
                 ok[v] = False
                 continue
-            ncg, nog, nig, nk, in_rows, out_rows, in_stride, out_stride = (int(x) for x in p)
+            ncg, nog, nig, nk, in_rows, out_rows = (int(x) for x in p[:6])
             ins, ws, outs, wls = _inner(a, v), _inner(b, v), _inner(c, v), _inner(wl, v)
             if (
                 len(ins) != ncg * nig
@@ -105,17 +139,7 @@ class _ConvPartialBase(MultiVertex):
             ):
                 ok[v] = False
                 continue
-            workers = len(wls) // max(nk, 1)
-            rows = []
-            for k in range(nk):
-                parts = [wls[k * workers + w] for w in range(workers)]
-                flat = np.concatenate(parts) if parts else np.zeros(0)
-                o_r, i_r = expand_entries(flat, in_stride, out_stride)
-                if o_r.size and (
-                    o_r.min() < 0 or o_r.max() >= out_rows or i_r.min() < 0 or i_r.max() >= in_rows
-                ):
-                    ok[v] = False
-                rows.append((o_r, i_r))
+            rows, ok[v] = _rows_of(wl, v, wls, nk, p)
             if not ok[v]:
                 continue
             for cg in range(ncg):
