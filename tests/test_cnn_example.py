@@ -301,6 +301,7 @@ def test_workload_runs_through_poplar_workload_run():
     assert 0 < result.metrics["percent_of_peak"] < 100
 
 
+@pytest.mark.slow  # a whole training epoch
 def test_one_epoch_learns_well_above_chance():
     """Batch 32, eta 0.1 (the defaults): one epoch (56 steps) on 32 tiles."""
     module = cnn()

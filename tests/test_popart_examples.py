@@ -107,6 +107,7 @@ def test_cnn_two_steps_match_numpy() -> None:
     assert result.losses[1] < result.losses[0]
 
 
+@pytest.mark.slow  # a whole training epoch
 def test_cnn_one_epoch_accuracy() -> None:
     """One epoch (56 steps; ~15 s on an idle host, so not marked slow): measured
     89.15 % on all 1,797 images, the same 1,602 images as the poplar_api example

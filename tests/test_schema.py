@@ -83,7 +83,9 @@ def test_unknown_schema_name():
         schema("lowered_variables")
 
 
-@pytest.mark.parametrize("tut", TUTS)
+@pytest.mark.parametrize(
+    "tut", [pytest.param(t, marks=pytest.mark.slow) if t == "tut5" else t for t in TUTS]
+)  # tutorial 5 trains for a while
 def test_real_profiles_validate(tut):
     gp, ep = profiles(tut)
     validator("graph_profile").validate(gp)
