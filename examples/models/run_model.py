@@ -39,6 +39,7 @@ from bert import BERT_BASE, BERT_TINY, build_bert_layer
 from resnet import RESNET18, RESNET50, RESNET_TINY, ResNetConfig, build_resnet
 
 import popart_api as popart
+from ipusim.progress import activity
 
 #: Model names this script runs -> (kind, size).
 MODELS: dict[str, tuple[str, Any]] = {
@@ -225,7 +226,8 @@ def run_model(
     """
     result = ModelRun(name, "training" if train else "inference")
     t0 = time.perf_counter()
-    proto, inputs, outputs, loss = build(name, train, seed)
+    with activity(f"Building {name} as ONNX"):  # a line on a terminal if it takes a while
+        proto, inputs, outputs, loss = build(name, train, seed)
     result.seconds["build"] = time.perf_counter() - t0
     options: dict[str, Any] = {"numIPUs": ipus}
     if tiles:
