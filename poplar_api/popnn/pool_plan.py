@@ -399,7 +399,6 @@ class _Builder:
         zero_required = any(p.geo.empty or p.geo.partial for p in parts)
         kept = [k for k, p in enumerate(parts) if not p.geo.empty]
         self._specs: list[tuple[Type, np.ndarray, int, str]] = []
-        self._made: Any = None  # the pass's constants (Graph.addConstants' result)
         if avg and any(self.avg_scale(parts[k].geo)[1] is not None for k in kept):
             # some outputs have fewer kernel positions: SelectiveScaling vertices too
             out_pos, out_tiles = self._add_each(
@@ -662,9 +661,6 @@ class _Builder:
         shapes = [[a.size] for a in values]
         made = self.graph.addConstants(list(types), shapes, list(values), list(names), tiles)
         self._specs = []
-        self._made = made
-        if all(v.scaling is None for v in planned):
-            return  # one addVertices call joins them (:meth:`_add_all`): keep the indices
         for v in planned:
             v.consts = {k: made[i] for k, i in v.consts.items()}
             v.work_list = made[v.work_list]
