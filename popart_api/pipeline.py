@@ -224,6 +224,45 @@ def _stash_set(session: _Session, stage: int) -> list[Tensor]:
     return out
 
 
+def _update_per_backward(
+    session: _Session,
+    used: list[str],
+    grads: dict[str, Tensor],
+    weight_stage: dict[str, int],
+    bwd: list[pprog.Sequence],
+    lowering: OptimizerLowering,
+    num: int,
+) -> None:
+    """Pipelining without gradient accumulation: each stage's backward ends with the
+    update of the weights it reads (all-reduced over the replicas first), as PopART's
+    VarUpdate ops take the pipeline stage of their weight's gradient. Adam's step
+    counter is one per stage, so each stage counts its own updates."""
+    graph = session.graph
+    shared = lowering.step_counter
+    for s in range(num):
+        mine = [w for w in used if weight_stage.get(w, 0) == s]
+        if not mine:
+            continue
+        prog = bwd[s]
+        if session.replicas > 1:
+            gcl.allReduceInPlaceCrossReplica(
+                graph,
+                [grads[w] for w in mine],
+                gcl.CollectiveOperator.ADD,
+                prog,
+                f"stage{s}/gradients/allReduce",
+            )
+        if shared is not None:
+            counter = graph.addVariable(shared.elementType(), [], f"optimizer/step/stage{s}")
+            graph.setTileMapping(counter, graph.getTileMapping(shared))
+            lowering.state[f"step/stage{s}"] = counter
+            lowering.step_counter = counter
+        lowering.begin_update(prog)
+        for w in mine:
+            lowering.update(w, session.lowered.weight_vars[w], grads[w], prog, f"update/{w}")
+    lowering.step_counter = shared
+
+
 def training_step(
     session: _Session,
     values: dict,
@@ -238,13 +277,24 @@ def training_step(
 
     graph = session.graph
     num = _stages(session)
-    af = session.accumulation
+    # With gradient accumulation the pipeline runs over the accumulationFactor
+    # micro-batches of a batch and updates once; without, over the batchesPerStep
+    # batches of a step, each stage updating its weights after every backward
+    # (PopART's ``PipelineInfo``: main-phase cycles = micro-batches - (stages - 1),
+    # which must be >= 1, with 2S - 1 stages in training).
+    accumulate = session.accumulation > 1
+    af = session.accumulation if accumulate else session.dataFlow.batchesPerStep
     if af < 2 * num - 1:
+        what = "accumulationFactor" if accumulate else "batchesPerStep"
+        hint = (
+            f"opts.accumulationFactor = {2 * num - 1}"
+            if accumulate
+            else f"popart.DataFlow({2 * num - 1}, ...) or gradient accumulation"
+        )
         raise popart_exception(
-            f"TrainingSession: pipelining {num} stages needs accumulationFactor >= "
-            f"{2 * num - 1} (2 x stages - 1), got {af}; hint: "
-            "opts.enableGradientAccumulation = True; opts.accumulationFactor = "
-            f"{2 * num - 1}"
+            f"TrainingSession: pipelining {num} stages needs {what} >= {2 * num - 1} "
+            f"(2 x stages - 1: the forward and backward stages of training), got {af}; "
+            f"hint: {hint}"
         )
     host, fwd = _stage_forward(session, num)
     bwd = [pprog.Sequence(debugContext=f"stage{s}/backward") for s in range(num)]
@@ -276,11 +326,15 @@ def training_step(
     for r in session.lowered.records:
         for i in r.input_ids:
             weight_stage.setdefault(i, r.stage)
-    accs = {w: like(graph, session.lowered.weight_vars[w], f"{w}/accum") for w in used}
     zero = pprog.Sequence(debugContext="accumulators/zero")
-    for w in used:
-        popops.zero(graph, accs[w], zero, f"{w}/accumZero")
-        popops.addInPlace(graph, accs[w], grads[w], bwd[weight_stage.get(w, 0)], f"{w}/accumulate")
+    if accumulate:
+        accs = {w: like(graph, session.lowered.weight_vars[w], f"{w}/accum") for w in used}
+        for w in used:
+            popops.zero(graph, accs[w], zero, f"{w}/accumZero")
+            stage = weight_stage.get(w, 0)
+            popops.addInPlace(graph, accs[w], grads[w], bwd[stage], f"{w}/accumulate")
+    else:
+        _update_per_backward(session, used, grads, weight_stage, bwd, lowering, num)
     for tid, g in grads.items():
         values[autodiff.GRADIENT_PREFIX + tid] = g
     after_fwd, after_bwd, (host_fwd, host_bwd), post, pre = _anchor_copies(session, values, num)
@@ -312,17 +366,18 @@ def training_step(
             cycles[c] += [*restore, bwd[s], after_bwd[s]]
         cycles[c] += [host_fwd[s] for s in forwards] + [host_bwd[s] for s in backwards]
     updates = pprog.Sequence(debugContext="optimizer")
-    if session.replicas > 1:
-        gcl.allReduceInPlaceCrossReplica(
-            graph,
-            [accs[w] for w in used],
-            gcl.CollectiveOperator.ADD,
-            updates,
-            "gradients/allReduce",
-        )
-    lowering.begin_update(updates)
-    for w in used:
-        lowering.update(w, session.lowered.weight_vars[w], accs[w], updates, f"update/{w}")
+    if accumulate:
+        if session.replicas > 1:
+            gcl.allReduceInPlaceCrossReplica(
+                graph,
+                [accs[w] for w in used],
+                gcl.CollectiveOperator.ADD,
+                updates,
+                "gradients/allReduce",
+            )
+        lowering.begin_update(updates)
+        for w in used:
+            lowering.update(w, session.lowered.weight_vars[w], accs[w], updates, f"update/{w}")
     program = pprog.Sequence(*undef, zero, _schedule(cycles), updates, debugContext="batch")
     return Step(program, pprog.Sequence()), grads, (post, pre)
 

@@ -158,7 +158,11 @@ def build_training(
         graph.createHostWrite(handle, t)
         dtype = np.float32 if t.elementType().name == "FLOAT" else np.float16
         slot_handles.append((handle, t.shape(), dtype))
-    program = session.main_program(step.program, every, post, pre, periods)
+    if pipelined and session.accumulation == 1:
+        # the pipeline itself runs the step's batchesPerStep batches
+        program: pprog.Program = pprog.Sequence(pre, step.program, post, debugContext="main")
+    else:
+        program = session.main_program(step.program, every, post, pre, periods)
     return TrainingBuild(program, lowering, seed_shape, slot_handles)
 
 
