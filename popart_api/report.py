@@ -3,10 +3,12 @@ what Graphcore's libpva (``pva.openReport``) gives a script.
 
 ``report.compilation.computeSets`` (each with ``name``, ``vertexCount``,
 ``cycleEstimate``: the largest tile's), ``report.compilation.tiles`` (each with
-``memory.total`` and ``memory.totalIncludingGaps`` in bytes),
+``memory.total`` and ``memory.totalIncludingGaps`` in bytes; ``memory.total`` also
+has libpva's ``excludingGaps`` and ``includingGaps``),
 ``report.compilation.target`` (``totalMemory``, ``bytesPerTile``, ``numTiles``,
 ``clockFrequency``) and ``report.execution.steps`` (each with ``name``, ``type``,
-``cyclesFrom``, ``cyclesTo``, ``cycles``) and ``report.execution.cycles``.
+``cyclesFrom``, ``cyclesTo``, ``cycles``) and ``report.execution.cycles`` (libpva's
+``report.execution.totalCycles.total``).
 """
 
 from __future__ import annotations
@@ -24,11 +26,28 @@ class ComputeSet:
     cycleEstimate: int
 
 
+class MemoryTotal(int):
+    """A tile's total bytes (an int, gaps excluded) with libpva's
+    ``excludingGaps`` and ``includingGaps`` attributes (``t.memory.total.excludingGaps``)."""
+
+    includingGaps: int
+
+    def __new__(cls, excluding: int, including: int) -> MemoryTotal:
+        obj = super().__new__(cls, excluding)
+        obj.includingGaps = int(including)
+        return obj
+
+    @property
+    def excludingGaps(self) -> int:
+        """Bytes without the gaps between allocations."""
+        return int(self)
+
+
 @dataclass(frozen=True)
 class TileMemory:
     """Bytes of one tile."""
 
-    total: int
+    total: MemoryTotal
     totalIncludingGaps: int
 
 
@@ -71,11 +90,23 @@ class Step:
 
 
 @dataclass(frozen=True)
+class TotalCycles:
+    """libpva's ``execution.totalCycles``: ``total`` cycles of the runs so far."""
+
+    total: int = 0
+
+
+@dataclass(frozen=True)
 class Execution:
     """The runs so far."""
 
     steps: list[Step] = field(default_factory=list)
     cycles: int = 0
+
+    @property
+    def totalCycles(self) -> TotalCycles:
+        """The cycles as libpva gives them (``report.execution.totalCycles.total``)."""
+        return TotalCycles(self.cycles)
 
 
 @dataclass(frozen=True)
@@ -102,7 +133,7 @@ def make_report(graph: dict[str, Any], execution: dict[str, Any]) -> Report:
     totals = mem.get("total", [])
     gaps = mem.get("totalIncludingGaps", totals)
     tiles = [
-        Tile(i, TileMemory(int(t), int(g)))
+        Tile(i, TileMemory(MemoryTotal(int(t), int(g)), int(g)))
         for i, (t, g) in enumerate(zip(totals, gaps, strict=False))
     ]
     target = graph.get("target", {})
@@ -134,4 +165,4 @@ def make_report(graph: dict[str, Any], execution: dict[str, Any]) -> Report:
     return Report(compilation, Execution(steps, cycles))
 
 
-__all__ = ["Report", "make_report"]
+__all__ = ["MemoryTotal", "Report", "TotalCycles", "make_report"]
