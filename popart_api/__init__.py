@@ -10,6 +10,7 @@ supported is listed in docs/popart.md.
 from popart_api import (  # noqa: F401
     grads,
     ops_activation,
+    ops_control,
     ops_integer,
     ops_loss,
     ops_math,

@@ -42,8 +42,9 @@ POPART_OPS = frozenset(
 _REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"]
 _REDUCE_OPS += ["ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"]
 #: Op type -> positions of the operands PopART needs known when it builds its graph
-#: (shapes, axes, pads, repeats, k, ratios, Clip's bounds). A test feeding one of
-#: them from a graph input gets it as a ``Constant`` node, as a PopART user would write it.
+#: (shapes, axes, pads, repeats, k, ratios, Clip's bounds, a Loop's trip count: ``LoopOp``
+#: reads its value). A test feeding one of them from a graph input gets it as a
+#: ``Constant`` node, as a PopART user would write it.
 CONST_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,),
     "Expand": (1,),
@@ -61,6 +62,7 @@ CONST_OPERANDS: dict[str, tuple[int, ...]] = {
     "CumSum": (1,),
     "Clip": (1, 2),
     "Dropout": (1, 2),
+    "Loop": (0,),
     **{op: (1,) for op in _REDUCE_OPS},
 }
 
@@ -94,9 +96,9 @@ def in_popart_scope(model: onnx.ModelProto) -> bool:
 
 def constant_inputs(model: onnx.ModelProto) -> set[str]:
     """Graph inputs of ``model`` that feed an operand PopART needs known when it builds
-    its graph (:data:`CONST_OPERANDS`), directly or, for INT64 inputs, through shape
-    arithmetic (``Max(Shape(x), shape)`` feeding a ``Pad``): the harness makes them
-    ``Constant`` nodes."""
+    its graph (:data:`CONST_OPERANDS`), directly or, for INT64 and scalar inputs, through
+    arithmetic (``Max(Shape(x), shape)`` feeding a ``Pad``; ``Range``'s start, limit and
+    delta giving a ``Loop``'s trip count): the harness makes them ``Constant`` nodes."""
     inits = {t.name for t in model.graph.initializer}
     inputs = {v.name: v for v in model.graph.input if v.name not in inits}
     needed: set[str] = set()
@@ -115,7 +117,9 @@ def constant_inputs(model: onnx.ModelProto) -> set[str]:
         if i < len(node.input)
     }
     for name, vi in inputs.items():
-        shape_like = vi.type.tensor_type.elem_type == TensorProto.INT64 and name in needed
+        tt = vi.type.tensor_type
+        scalar = tt.HasField("shape") and len(tt.shape.dim) == 0
+        shape_like = (tt.elem_type == TensorProto.INT64 or scalar) and name in needed
         if name in direct or shape_like:
             out.add(name)
     return out

@@ -94,6 +94,10 @@ class LoweringContext:
         write-back); ``None`` outside a session (use the node's ``prog``).
     num_outputs
         How many outputs the node has (``Split`` without a ``split`` list).
+    scope
+        The values lowered so far, by tensor id (``None`` outside a session): what
+        the subgraphs of ``If``, ``Loop`` and ``Scan`` read from the enclosing graph
+        by name.
     """
 
     training: bool = False
@@ -103,6 +107,7 @@ class LoweringContext:
     opset: int = 0
     seed_tensor: Any = None
     num_outputs: int = 1
+    scope: Any = None
 
 
 _CONTEXT: contextvars.ContextVar[LoweringContext | None] = contextvars.ContextVar(
@@ -253,8 +258,18 @@ for _op, _fn in (("Sqrt", popops.sqrt), ("Exp", popops.exp), ("Log", popops.log)
     register(_op, since=6)(_unary(_fn))
 
 
+#: numpy forms of the nonlinearities, for values known when the graph is built.
+_NL_NUMPY: dict[NonLinearityType, Callable[[np.ndarray], np.ndarray]] = {
+    NonLinearityType.RELU: lambda x: np.maximum(x, 0).astype(x.dtype),
+    NonLinearityType.SIGMOID: lambda x: (1 / (1 + np.exp(-x))).astype(x.dtype),
+    NonLinearityType.TANH: np.tanh,
+}
+
+
 def _nonlinearity(kind: NonLinearityType) -> Lowering:
     def lower(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
+        if not isinstance(inputs[0], Tensor) and np.asarray(inputs[0]).dtype.kind == "f":
+            return [_NL_NUMPY[kind](np.asarray(inputs[0]))]  # known: folded
         x = float_check(tensor(graph, inputs[0], name), kind.name.title(), name)
         return [popnn.nonLinearity(graph, kind, x, prog, name)]
 

@@ -494,6 +494,7 @@ class _Session(SessionIO):
             opset=opset,
             seed_tensor=self._seed,
             num_outputs=len(node.output),
+            scope=values,
         )
         try:
             with ops.lowering_context(ctx):

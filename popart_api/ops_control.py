@@ -1,0 +1,421 @@
+"""Control flow: ``If``, ``Loop`` and ``Scan``, lowered as PopART lowers them.
+
+PopART (graphcore/popart @d2f20d78) builds each ONNX subgraph as a graph of its IR
+and calls it from a Poplar control program:
+
+* ``If`` (``willow/src/op/if.cpp``, ``popx/op/ifx.cpp``): both branches are lowered,
+  each copies its outputs into the op's outputs, and a Poplar ``If`` on the scalar
+  condition runs one of them.
+* ``Loop`` (``willow/src/op/loop.cpp``, ``popx/op/loopx.cpp``, ``LoopOpx::grow``):
+  the trip count ``M`` must be known when the graph is built (``LoopOp`` reads its
+  value); the loop-carried values live in copies of the body's outputs; a
+  ``Repeat(M)`` runs ``exit = exit || !cond`` and then, in an ``If(exit)``, either
+  nothing or the body (body outputs copied to the body inputs, the iteration count
+  copied in, the body, its outputs copied back, the iteration count incremented).
+  Scan outputs (``LoopScanOutPattern``) are ``[M, ...]`` tensors each iteration
+  writes its row of.
+* ``Scan`` (opsets 9 and 11; ``willow/src/op/scan.cpp``, ``ScanToLoopPattern``): a
+  loop of as many iterations as the scan inputs are long along their axes, each
+  iteration reading one slice of every scan input (reversed when its direction is
+  1) and writing one slice of every scan output.
+
+Where PopART slices and updates by the iteration count with ``popops::dynamicSlice``
+and ``dynamicUpdate``, this lowering uses a Poplar ``Switch`` on the iteration count
+with one ``Copy`` per iteration (the trip count is known, so every case is): the same
+values, with copy programs instead of dynamic-slice vertices. Rows of a Loop's scan
+outputs that an early exit leaves unwritten are zero (PopART leaves them
+uninitialised). The body's ops see the enclosing graph's values by name
+(:attr:`LoweringContext.scope`), as ONNX's outer-scope references. Loop-carried values
+must keep their shape and type (PopART's tensors are static). There is no gradient
+through these ops (an ``If``, ``Loop`` or ``Scan`` on a trained weight's path to the
+loss is a named error in training).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import ChainMap
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from popart_api.errors import popart_exception
+from popart_api.onnx_model import node_attrs
+from popart_api.ops import Value, context, lookup, lowering_context, register, tensor
+from poplar_api import BOOL, INT, Graph, Tensor, popops
+from poplar_api import program as pprog
+from poplar_api.errors import PoplarError
+from poplar_api.poputil import mapTensorLinearly
+
+__all__ = ["lower_subgraph"]
+
+
+def lower_subgraph(
+    graph: Graph,
+    body: onnx.GraphProto,
+    bound: dict[str, Value],
+    prog: pprog.Sequence,
+    name: str,
+) -> list[Value]:
+    """Lower the nodes of ONNX subgraph ``body`` into ``prog``; return its outputs.
+
+    Parameters
+    ----------
+    graph
+        The graph the enclosing node is lowered on.
+    body
+        The subgraph (an ``If`` branch, a ``Loop`` or ``Scan`` body).
+    bound
+        Values of the subgraph's inputs by name (the loop's variables).
+    prog
+        The program the subgraph's ops append to (a branch or the loop body).
+    name
+        The enclosing node's name; the subgraph's nodes are named under it.
+
+    Raises
+    ------
+    popart_exception
+        An op that is not supported, an input no node, subgraph input or enclosing
+        value makes, or a lowering error (naming the subgraph's node).
+    """
+    parent = context()
+    local: dict[str, Value] = dict(bound)
+    for init in body.initializer:
+        local[init.name] = numpy_helper.to_array(init)
+    outer = parent.scope if parent.scope is not None else {}
+    scope = ChainMap(local, outer)
+    for i, node in enumerate(body.node):
+        nname = f"{name}/{node.name or f'{node.op_type}_{i}'}"
+        domain = node.domain or "ai.onnx"
+        opset = parent.opset if domain == "ai.onnx" else 1
+        fn = lookup(domain, node.op_type, opset, nname)
+        inputs: list[Value] = []
+        for tid in node.input:
+            if tid and tid not in scope:
+                raise popart_exception(
+                    f"{node.op_type} (node '{nname}' in subgraph '{body.name}'): input "
+                    f"'{tid}' is made by no earlier node of the subgraph, subgraph input or "
+                    "value of the enclosing graph"
+                )
+            inputs.append(scope[tid] if tid else None)
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        ctx = dataclasses.replace(parent, num_outputs=len(node.output), scope=scope)
+        try:
+            with lowering_context(ctx):
+                outs = list(fn(graph, inputs, node_attrs(node), prog, nname))
+        except PoplarError as exc:
+            raise popart_exception(f"{node.op_type} (node '{nname}'): {exc}") from None
+        for tid, v in zip(node.output, outs + [None] * len(node.output), strict=False):
+            if tid and v is None:
+                raise popart_exception(
+                    f"{node.op_type} (node '{nname}'): output '{tid}' is not supported by "
+                    "popart_api's lowering of this op"
+                )
+            if tid:
+                local[tid] = v
+    results = []
+    for vi in body.output:
+        if vi.name not in scope:
+            raise popart_exception(
+                f"subgraph '{body.name}' of node '{name}': output '{vi.name}' is made by no "
+                "node, input or enclosing value"
+            )
+        results.append(scope[vi.name])
+    return results
+
+
+def _variable(graph: Graph, like: Tensor, name: str, shape: list[int] | None = None) -> Tensor:
+    """A new variable of ``like``'s type (and shape unless given), mapped linearly."""
+    t = graph.addVariable(like.elementType(), like.shape() if shape is None else shape, name)
+    mapTensorLinearly(graph, t)
+    return t
+
+
+def _scalar(graph: Graph, typ: Any, name: str) -> Tensor:
+    t = graph.addVariable(typ, [], name)
+    graph.setTileMapping(t, 0)
+    return t
+
+
+def _copy(src: Tensor, dst: Tensor, prog: pprog.Sequence) -> None:
+    if dst.numElements():
+        prog.add(pprog.Copy(src, dst))
+
+
+def _matching(graph: Graph, value: Value, like: Tensor, op: str, name: str, what: str) -> Tensor:
+    """``value`` as a Tensor of ``like``'s shape and type, or an error naming ``what``."""
+    t = tensor(graph, value, name, like if not isinstance(value, Tensor) else None)
+    if t.shape() != like.shape() or t.elementType() != like.elementType():
+        raise popart_exception(
+            f"{op} (node '{name}'): {what} is {t.elementType().name} {t.shape()} but must be "
+            f"{like.elementType().name} {like.shape()} (the value it replaces); PopART's "
+            "tensors have static shapes and types; hint: keep the loop-carried value's "
+            "shape and type"
+        )
+    return t
+
+
+def _graph_attr(attrs: dict, key: str, op: str, name: str) -> onnx.GraphProto:
+    g = attrs.get(key)
+    if not isinstance(g, onnx.GraphProto):
+        raise popart_exception(f"{op} (node '{name}'): the graph attribute '{key}' is required")
+    return g
+
+
+def _scalar_pred(value: Tensor, op: str, what: str, name: str) -> Tensor:
+    if value.numElements() != 1:
+        raise popart_exception(
+            f"{op} (node '{name}'): {what} '{value.name}' has shape {value.shape()}; it must "
+            "hold one element (a BOOL scalar)"
+        )
+    return value.reshape([])
+
+
+# ------------------------------------------------------------------------- If
+@register("If", since=1)
+def _if(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
+    then_g = _graph_attr(attrs, "then_branch", "If", name)
+    else_g = _graph_attr(attrs, "else_branch", "If", name)
+    if len(then_g.output) != len(else_g.output):
+        raise popart_exception(
+            f"If (node '{name}'): then_branch has {len(then_g.output)} outputs and "
+            f"else_branch {len(else_g.output)}; both branches must give the node's outputs"
+        )
+    cond = inputs[0] if inputs else None
+    if cond is None:
+        raise popart_exception(f"If (node '{name}'): the condition input is required")
+    if not isinstance(cond, Tensor):  # known when the graph is built: one branch
+        arr = np.asarray(cond)
+        if arr.size != 1:
+            raise popart_exception(
+                f"If (node '{name}'): the condition has shape {list(arr.shape)}; it must "
+                "hold one element"
+            )
+        taken = bool(arr.reshape(-1)[0])
+        branch = then_g if taken else else_g
+        return lower_subgraph(graph, branch, {}, prog, f"{name}/{'then' if taken else 'else'}")
+    pred = _scalar_pred(cond, "If", "condition", name)
+    then_p = pprog.Sequence(debugContext=f"{name}/then")
+    else_p = pprog.Sequence(debugContext=f"{name}/else")
+    t_out = lower_subgraph(graph, then_g, {}, then_p, f"{name}/then")
+    e_out = lower_subgraph(graph, else_g, {}, else_p, f"{name}/else")
+    outs = []
+    for k, (a, b) in enumerate(zip(t_out, e_out, strict=True)):
+        like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+        a_t = tensor(graph, a, f"{name}/then", like)
+        b_t = tensor(graph, b, f"{name}/else", a_t)
+        if a_t.shape() != b_t.shape() or a_t.elementType() != b_t.elementType():
+            raise popart_exception(
+                f"If (node '{name}'): output {k} is {a_t.elementType().name} {a_t.shape()} "
+                f"in then_branch ('{then_g.output[k].name}') but {b_t.elementType().name} "
+                f"{b_t.shape()} in else_branch ('{else_g.output[k].name}'); PopART needs "
+                "both branches to give the same shapes and types"
+            )
+        out = _variable(graph, a_t, f"{name}/out{k}")
+        _copy(a_t, out, then_p)
+        _copy(b_t, out, else_p)
+        outs.append(out)
+    prog.add(pprog.If(pred, then_p, else_p, name))
+    return outs
+
+
+# ----------------------------------------------------------------------- Loop
+def _slot_copies(
+    graph: Graph,
+    outs: list[Tensor],
+    arrays: list[Tensor],
+    axes: list[int],
+    rows: list[list[int]],
+    counter: Tensor,
+    name: str,
+) -> pprog.Program:
+    """A ``Switch`` on ``counter``: case ``j`` copies ``outs[k]`` into row
+    ``rows[k][j]`` of ``arrays[k]`` along ``axes[k]`` (a scan output's update)."""
+    cases = []
+    for j in range(len(rows[0]) if rows else 0):
+        seq = pprog.Sequence()
+        for out, arr, axis, r in zip(outs, arrays, axes, rows, strict=True):
+            _copy(out, arr.slice(r[j], r[j] + 1, axis).squeeze([axis]), seq)
+        cases.append((j, seq))
+    return pprog.Switch(counter, cases, f"{name}/scanOut")
+
+
+def _loop_state(
+    graph: Graph, values: list[Tensor], name: str, prog: pprog.Sequence
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The body-input variables and the carried copies of ``values`` (PopART's body
+    output clones), the copies initialised from ``values`` in ``prog``."""
+    body_in, carried = [], []
+    for k, v in enumerate(values):
+        body_in.append(_variable(graph, v, f"{name}/in{k}"))
+        c = _variable(graph, v, f"{name}/carried{k}")
+        _copy(v, c, prog)
+        carried.append(c)
+    return body_in, carried
+
+
+@register("Loop", since=1)
+def _loop(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
+    body = _graph_attr(attrs, "body", "Loop", name)
+    inputs = list(inputs) + [None] * max(0, 2 - len(inputs))
+    m, cond, v_init = inputs[0], inputs[1], inputs[2:]
+    if m is None:
+        raise popart_exception(
+            f"Loop (node '{name}'): no trip count input 'M'; PopART needs the trip count "
+            "known when it builds its graph (it is the Repeat count); hint: give M as a "
+            "Constant or an initializer"
+        )
+    if isinstance(m, Tensor):
+        raise popart_exception(
+            f"Loop (node '{name}'): the trip count input 'M' ('{m.name}') is computed on "
+            "the device; PopART needs it known when it builds its graph (LoopOp reads "
+            "its value); hint: give M as a Constant or an initializer"
+        )
+    trips = max(int(np.asarray(m).reshape(-1)[0]), 0)
+    n = len(v_init)
+    if len(body.input) != 2 + n or len(body.output) < 1 + n:
+        raise popart_exception(
+            f"Loop (node '{name}'): the body has {len(body.input)} inputs and "
+            f"{len(body.output)} outputs; with {n} loop-carried values it needs {2 + n} "
+            f"inputs (iteration, condition, values) and at least {1 + n} outputs"
+        )
+    init = [tensor(graph, v, f"{name}/init{k}") for k, v in enumerate(v_init)]
+    it_in = _scalar(graph, INT, f"{name}/iteration")
+    cond_in = _scalar(graph, BOOL, f"{name}/cond")
+    cond_carried = _scalar(graph, BOOL, f"{name}/condOut")
+    if cond is None:
+        popops.fill(graph, cond_carried, True, prog, f"{name}/condTrue")
+    else:
+        c = tensor(graph, cond, f"{name}/cond", cond_carried)
+        prog.add(pprog.Copy(_scalar_pred(c, "Loop", "condition", name), cond_carried))
+    body_in, carried = _loop_state(graph, init, name, prog)
+    counter = _scalar(graph, INT, f"{name}/iterator")
+    popops.zero(graph, counter, prog, f"{name}/iterator0")
+    exit_ = _scalar(graph, BOOL, f"{name}/exit")
+    popops.fill(graph, exit_, False, prog, f"{name}/exitFalse")
+    cont = pprog.Sequence(debugContext=f"{name}/continue")
+    cont.add(pprog.Copy(cond_carried, cond_in))
+    for src, dst in zip(carried, body_in, strict=True):
+        _copy(src, dst, cont)
+    cont.add(pprog.Copy(counter, it_in))
+    bound = {body.input[0].name: it_in, body.input[1].name: cond_in}
+    bound.update({vi.name: t for vi, t in zip(body.input[2:], body_in, strict=True)})
+    outs = lower_subgraph(graph, body, bound, cont, f"{name}/body")
+    cond_out = tensor(graph, outs[0], f"{name}/condOut", cond_carried)
+    what = f"body output '{body.output[0].name}'"
+    cond_out = _matching(graph, _scalar_pred(cond_out, "Loop", what, name), cond_carried,
+                         "Loop", name, what)  # fmt: skip
+    cont.add(pprog.Copy(cond_out, cond_carried))
+    for k, c in enumerate(carried):
+        what = f"body output '{body.output[1 + k].name}'"
+        _copy(_matching(graph, outs[1 + k], c, "Loop", name, what), c, cont)
+    scan_outs = [tensor(graph, v, f"{name}/scan") for v in outs[1 + n :]]
+    arrays = [_variable(graph, s, f"{name}/scanOut{k}", [trips, *s.shape()])
+              for k, s in enumerate(scan_outs)]  # fmt: skip
+    for a in arrays:
+        if a.numElements():
+            popops.zero(graph, a, prog, f"{name}/scanZero")
+    if arrays and trips:
+        rows = [list(range(trips))] * len(arrays)
+        cont.add(_slot_copies(graph, scan_outs, arrays, [0] * len(arrays), rows, counter, name))
+    popops.addInPlace(graph, counter, 1, cont, f"{name}/iteratorUpdate")
+    step = pprog.Sequence(debugContext=f"{name}/loop")
+    popops.logicalOrInPlace(
+        graph, exit_, popops.logicalNot(graph, cond_carried, step, f"{name}/notCond"), step,
+        f"{name}/exitUpdate",
+    )  # fmt: skip
+    step.add(pprog.If(exit_, pprog.Sequence(debugContext=f"{name}/exit"), cont, f"{name}/cond"))
+    prog.add(pprog.Repeat(trips, step, f"{name}/loop"))
+    return [*carried, *arrays]
+
+
+# ----------------------------------------------------------------------- Scan
+def _axes(attrs: dict, key: str, count: int, ranks: list[int], op: str, name: str) -> list[int]:
+    raw = [int(a) for a in attrs.get(key, [0] * count)]
+    if len(raw) != count:
+        raise popart_exception(
+            f"{op} (node '{name}'): attribute '{key}' has {len(raw)} entries; {count} are "
+            "required (one per scan tensor)"
+        )
+    out = []
+    for a, r in zip(raw, ranks, strict=True):
+        if not -r <= a < max(r, 1):
+            raise popart_exception(
+                f"{op} (node '{name}'): '{key}' entry {a} is out of range for rank {r}; "
+                f"required: -{r} <= axis < {r}"
+            )
+        out.append(a % max(r, 1))
+    return out
+
+
+@register("Scan", since=9)
+def _scan(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
+    body = _graph_attr(attrs, "body", "Scan", name)
+    if "num_scan_inputs" not in attrs:
+        raise popart_exception(f"Scan (node '{name}'): attribute 'num_scan_inputs' is required")
+    n_scan = int(attrs["num_scan_inputs"])
+    n_state = len(inputs) - n_scan
+    if n_scan < 1 or n_state < 0:
+        raise popart_exception(
+            f"Scan (node '{name}'): num_scan_inputs is {n_scan} with {len(inputs)} inputs; "
+            "required: 1 <= num_scan_inputs <= the number of inputs"
+        )
+    values = [tensor(graph, v, f"{name}/in{k}") for k, v in enumerate(inputs)]
+    states, scans = values[:n_state], values[n_state:]
+    in_axes = _axes(attrs, "scan_input_axes", n_scan, [s.rank() for s in scans], "Scan", name)
+    in_dirs = [int(d) for d in attrs.get("scan_input_directions", [0] * n_scan)]
+    lengths = {s.dim(a) for s, a in zip(scans, in_axes, strict=True)}
+    if len(lengths) != 1:
+        raise popart_exception(
+            f"Scan (node '{name}'): the scan inputs "
+            f"{[f'{s.name} {s.shape()}' for s in scans]} have different lengths "
+            f"{sorted(lengths)} along their scan axes {in_axes}; they must be equal"
+        )
+    steps = lengths.pop()
+    if len(body.input) != n_state + n_scan or len(body.output) < n_state:
+        raise popart_exception(
+            f"Scan (node '{name}'): the body has {len(body.input)} inputs and "
+            f"{len(body.output)} outputs; with {n_state} states and {n_scan} scan inputs it "
+            f"needs {n_state + n_scan} inputs and at least {n_state} outputs"
+        )
+    body_in, carried = _loop_state(graph, states, name, prog)
+    slices = [
+        _variable(graph, s, f"{name}/slice{k}", [d for i, d in enumerate(s.shape()) if i != a])
+        for k, (s, a) in enumerate(zip(scans, in_axes, strict=True))
+    ]
+    counter = _scalar(graph, INT, f"{name}/iterator")
+    popops.zero(graph, counter, prog, f"{name}/iterator0")
+    step = pprog.Sequence(debugContext=f"{name}/body")
+    for src, dst in zip(carried, body_in, strict=True):
+        _copy(src, dst, step)
+    cases = []
+    for j in range(steps):
+        seq = pprog.Sequence()
+        for s, a, d, dst in zip(scans, in_axes, in_dirs, slices, strict=True):
+            row = steps - 1 - j if d else j
+            _copy(s.slice(row, row + 1, a).squeeze([a]), dst, seq)
+        cases.append((j, seq))
+    step.add(pprog.Switch(counter, cases, f"{name}/scanIn"))
+    bound = {vi.name: t for vi, t in zip(body.input, [*body_in, *slices], strict=True)}
+    outs = lower_subgraph(graph, body, bound, step, f"{name}/body")
+    for k, c in enumerate(carried):
+        _copy(_matching(graph, outs[k], c, "Scan", name, f"body output '{body.output[k].name}'"),
+              c, step)  # fmt: skip
+    scan_outs = [tensor(graph, v, f"{name}/scan") for v in outs[n_state:]]
+    n_out = len(scan_outs)
+    out_axes = _axes(attrs, "scan_output_axes", n_out, [s.rank() + 1 for s in scan_outs],
+                     "Scan", name)  # fmt: skip
+    out_dirs = [int(d) for d in attrs.get("scan_output_directions", [0] * n_out)]
+    arrays = []
+    for k, (s, a) in enumerate(zip(scan_outs, out_axes, strict=True)):
+        shape = s.shape()
+        arrays.append(_variable(graph, s, f"{name}/scanOut{k}", [*shape[:a], steps, *shape[a:]]))
+    if arrays and steps:
+        rows = [[steps - 1 - j if d else j for j in range(steps)] for d in out_dirs]
+        step.add(_slot_copies(graph, scan_outs, arrays, out_axes, rows, counter, name))
+    popops.addInPlace(graph, counter, 1, step, f"{name}/iteratorUpdate")
+    prog.add(pprog.Repeat(steps, step, f"{name}/loop"))
+    return [*carried, *arrays]
