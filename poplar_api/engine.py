@@ -257,6 +257,8 @@ class Engine:
         self._host_traces: list[Trace] = []
         #: The tile memory placement of the compiled graph.
         self.memory = compiled.memory
+        #: ids of the IR nodes ``WriteUndef`` programs lowered to (the profile tags them)
+        self.undef_nodes = frozenset(key for key, *_ in compiled.liveness.points.undefs)
 
     # -------------------------------------------------------------------- device
     def load(self, device: Device) -> None:

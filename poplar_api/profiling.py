@@ -31,6 +31,7 @@ from ipusim import ir
 from ipusim.config import MachineConfig, config_hash
 from ipusim.files import FileGroup
 from ipusim.profile.execution import ProgramTable, program_table
+from ipusim.profile.memory_categories import by_category
 from ipusim.sync.controller import relative_sync_delays
 from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost
@@ -317,14 +318,14 @@ def _exchanges(timing: TimingModel, steps: list[ir.Exchange]) -> dict[str, Any]:
         "names": [],
         "bytesReceivedByTile": [],
         "bytesSentByTile": [],
-        "cyclesByTile": [],
+        "estimatedCyclesByTile": [],
     }
     for step in steps:
         cost = timing.cost(step)
         out["names"].append(step.name)
         out["bytesReceivedByTile"].append(_ints(cost.bytes_received))
         out["bytesSentByTile"].append(_ints(cost.bytes_sent))
-        out["cyclesByTile"].append(_ints(cost.cycles))
+        out["estimatedCyclesByTile"].append(_ints(cost.cycles))
     return out
 
 
@@ -379,9 +380,12 @@ class _ProgramDetails(ir.Visitor):
     type tag, its name and what its kind adds (one method per kind of node; a
     :class:`~ipusim.ir.Block` is listed as the Sequence it is)."""
 
-    def __init__(self, where: dict[int, int], tiles_per_ipu: int) -> None:
+    def __init__(
+        self, where: dict[int, int], tiles_per_ipu: int, undefs: frozenset[int] = frozenset()
+    ) -> None:
         self.where = where
         self.tiles_per_ipu = tiles_per_ipu
+        self.undefs = undefs
 
     def visit_step(self, node: ir.Step) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -407,7 +411,9 @@ class _ProgramDetails(ir.Visitor):
         return entry
 
     def visit_sequence(self, node: ir.Sequence) -> dict[str, Any]:
-        return {"type": "Sequence", "name": node.name}
+        # a WriteUndef takes no cycles and lowers to an empty node: Poplar tags it
+        tag = "WriteUndef" if id(node) in self.undefs else "Sequence"
+        return {"type": tag, "name": node.name}
 
     def visit_repeat(self, node: ir.Repeat) -> dict[str, Any]:
         return {"type": "Repeat", "count": int(node.count)}
@@ -430,11 +436,15 @@ class _ProgramDetails(ir.Visitor):
 
 
 def _programs(
-    table: ProgramTable, where: dict[int, int], tiles_per_ipu: int
+    table: ProgramTable,
+    where: dict[int, int],
+    tiles_per_ipu: int,
+    undefs: frozenset[int] = frozenset(),
 ) -> list[dict[str, Any]]:
     """One entry per node: Poplar's type tag, name, children (indices) and details
-    (``ipus``: the IPUs a global exchange involves, or those a sync lists)."""
-    details = _ProgramDetails(where, tiles_per_ipu)
+    (``ipus``: the IPUs a global exchange involves, or those a sync lists);
+    ``undefs`` are the ids of the nodes ``WriteUndef`` programs lowered to."""
+    details = _ProgramDetails(where, tiles_per_ipu, undefs)
     progs: list[dict[str, Any]] = []
     for node in table.nodes:
         children = [table.index[id(c)] for c in ir.children(node)]
@@ -451,7 +461,7 @@ def _memory(report: Any) -> dict[str, Any] | None:
     return {
         "capacity": {k: int(v) for k, v in report.capacity.items()},
         "byTile": {k: _ints(v) for k, v in report.by_tile.items()},
-        "byCategory": {k: _ints(v) for k, v in report.by_category.items()},
+        "byCategory": by_category(report),
         "byComputeSet": {k: _ints(v) for k, v in report.by_compute_set.items()},
         "byVertexType": {k: int(v) for k, v in report.by_vertex_type.items()},
         "liveness": [
@@ -498,7 +508,9 @@ def graph_profile(engine: Any) -> dict[str, Any]:
         "exchanges": _exchanges(timing, groups["exchanges"]),
         "externalExchanges": _external_exchanges(timing, groups["externalExchanges"]),
         "hostExchanges": _host_exchanges(timing, groups["hostExchanges"]),
-        "programs": _programs(table, where, cfg.tile.tiles_per_ipu),
+        "programs": _programs(
+            table, where, cfg.tile.tiles_per_ipu, getattr(engine, "undef_nodes", frozenset())
+        ),
         "controlPrograms": list(table.entries),
         "functionPrograms": list(table.functions),
         "memory": _memory(memory),

@@ -44,6 +44,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from ipusim.profile.memory_categories import category_totals
+
 #: Buckets of the per-tile memory histogram (between 0 and the tile's capacity).
 HISTOGRAM_BUCKETS = 8
 #: Width in characters of the longest histogram bar.
@@ -127,8 +129,10 @@ def _memory(w: Any, gp: Mapping[str, Any], show_liveness: bool) -> None:
         incl = int(by_tile[f"{key}IncludingGaps"].sum())
         w(f"    {label + ':':<22}{excl:,} B / {incl:,} B\n")
     w("  Vertex and graph data by category:\n")
+    # Poplar's categories by region and overlap, added up; those with no bytes left out
+    totals = category_totals(mem["byCategory"])
     cats = sorted(
-        ((k, int(np.asarray(v, np.int64).sum())) for k, v in mem["byCategory"].items()),
+        ((k, int(v.sum())) for k, v in totals.items() if v.any()),
         key=lambda kv: -kv[1],
     )
     width = max((len(k) for k, _ in cats), default=0)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from examples_common import load_example
 
+from ipusim.tile.memory import BlockTable
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.profiling import printProfileSummary
@@ -222,6 +223,15 @@ def test_memory_section_from_a_report():
         liveness=[("mulCS", 4000, 96), ("reduceCS", 10, 96)],
         out_of_memory=True,
         tiles_out_of_memory=np.array([6]),
+        # the placed blocks the profile's byCategory is counted from
+        blocks=BlockTable.concat(
+            [
+                BlockTable.per_tile("v", "variable", excl - 100),
+                BlockTable.per_tile("code", "vertexCode", np.full(8, 100)),
+            ]
+        ),
+        block_region=np.zeros(16, np.int64),
+        block_offset=np.concatenate((np.zeros(8, np.int64), np.maximum(excl - 100, 0))),
     )
     text = summary_text(engine, showVarStorage="true")
     assert number(text, "Including gaps") == int(need.sum())

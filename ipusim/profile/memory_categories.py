@@ -1,0 +1,170 @@
+"""Tile memory by Poplar's storage categories, in the graph profile's shape.
+
+Poplar's graph profile holds ``memory.byCategory[category][region][kind]``: for each
+storage category (Poplar Profile Data, 1.2 "Storage categories"), each region
+(``nonInterleaved``, ``interleaved``, ``overflowed``) and each kind (``overlapped``:
+bytes of blocks that share an address with another block, as variables that are
+never live together do; ``nonOverlapped``: the rest), the bytes on every tile. The
+shape is the one Poplibs' tests read (``graphProfile["memory"]["byCategory"]
+["internalExchangeCode"]["nonInterleaved"]["nonOverlapped"]``, graphcore/poplibs,
+the popops multiUpdate tests).
+
+:func:`by_category` builds it from a placed :class:`~ipusim.tile.memory.MemoryReport`:
+every block the memory model placed is counted, in the region it went to, under the
+Poplar category of what it holds (:data:`IPUSIM_TO_POPLAR`). Categories the model
+does not place are present with zeros, so a reader finds every category the guide
+lists. A block counts in full as ``overlapped`` when any of its bytes share an
+address with another block of the same tile.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "IPUSIM_TO_POPLAR",
+    "KINDS",
+    "REGIONS",
+    "STORAGE_CATEGORIES",
+    "by_category",
+    "category_totals",
+    "overlapped_blocks",
+]
+
+#: Poplar's storage categories with where each name was read. ``guide``: the
+#: opening of Table 1.1 of *Poplar Profile Data* (docs.graphcore.ai,
+#: projects/profile-data, "1.2 Storage categories") and its index; ``graphcore``:
+#: Graphcore's own code reading these categories from profiles
+#: (graphcore/ipu_tensorflow_addons, its saved-model converter's list of
+#: non-layer memory, and graphcore/poplibs tests); ``recalled``: a name of the
+#: guide's table that could not be read again here (docs/profiles.md says so).
+STORAGE_CATEGORIES: dict[str, str] = {
+    "constant": "guide",
+    "controlCode": "guide",
+    "controlId": "guide",
+    "controlTable": "guide",
+    "copyDescriptor": "guide",
+    "globalExchangeCode": "graphcore",
+    "globalExchangePacketHeader": "graphcore",
+    "globalMessage": "recalled",
+    "hostExchangeCode": "graphcore",
+    "hostExchangePacketHeader": "graphcore",
+    "hostMessage": "recalled",
+    "instrumentation": "recalled",
+    "instrumentationResults": "graphcore",
+    "internalExchangeCode": "graphcore",
+    "message": "recalled",
+    "multiple": "recalled",
+    "outputEdge": "recalled",
+    "rearrangement": "recalled",
+    "sharedCodeStorage": "recalled",
+    "sharedDataStorage": "recalled",
+    "stack": "graphcore",
+    "variable": "guide",
+    "vectorListDescriptor": "graphcore",
+    "vertexCode": "graphcore",
+    "vertexFieldData": "graphcore",
+    "vertexInstanceState": "graphcore",
+}
+
+#: The memory model's category of a block -> Poplar's. Every category the model
+#: places is one of Poplar's except the exchange buffers of an ``Execute``, which
+#: Poplar keeps as ``message`` storage.
+IPUSIM_TO_POPLAR: dict[str, str] = {
+    "variable": "variable",
+    "constant": "constant",
+    "vertexCode": "vertexCode",
+    "vertexInstanceState": "vertexInstanceState",
+    "controlCode": "controlCode",
+    "internalExchangeCode": "internalExchangeCode",
+    "globalExchangeCode": "globalExchangeCode",
+    "hostExchangeCode": "hostExchangeCode",
+    "stack": "stack",
+    "messageBuffer": "message",
+}
+
+#: Regions in the order of :class:`~ipusim.tile.memory.MemoryReport`'s
+#: ``block_region`` codes (0, 1, 2).
+REGIONS = ("nonInterleaved", "interleaved", "overflowed")
+KINDS = ("nonOverlapped", "overlapped")
+
+
+def overlapped_blocks(
+    tile: np.ndarray, region: np.ndarray, start: np.ndarray, size: np.ndarray
+) -> np.ndarray:
+    """Which blocks share at least one byte address with another block of their tile
+    and region (empty blocks never do).
+
+    Blocks are sorted by tile, region and start; a block overlaps one before it when
+    it starts below the furthest end so far in its (tile, region), and one after it
+    when the next block of its (tile, region) starts below its own end. The furthest
+    end is a running maximum per group, so one numpy pass finds both.
+    """
+    n = int(tile.size)
+    out = np.zeros(n, bool)
+    live = np.flatnonzero(size > 0)
+    if live.size < 2:
+        return out
+    order = live[np.lexsort((start[live], region[live], tile[live]))]
+    t, r, s = tile[order], region[order], start[order]
+    e = s + size[order]
+    group = np.concatenate(([True], (t[1:] != t[:-1]) | (r[1:] != r[:-1])))
+    # running maximum of the ends within each group: offset each group above the last
+    gid = np.cumsum(group) - 1
+    span = int(e.max()) + 1
+    run_end = np.maximum.accumulate(e + gid * span) - gid * span
+    prev_end = np.concatenate(([0], run_end[:-1]))
+    hit = ~group & (s < prev_end)  # starts inside an earlier block of the group
+    same_next = np.concatenate((~group[1:], [False]))
+    next_start = np.concatenate((s[1:], [0]))
+    hit |= same_next & (next_start < e)  # a later block starts inside it
+    out[order] = hit
+    return out
+
+
+def by_category(report: Any) -> dict[str, dict[str, dict[str, list[int]]]]:
+    """``memory.byCategory`` of the graph profile from a placed memory report.
+
+    Parameters
+    ----------
+    report
+        A :class:`~ipusim.tile.memory.MemoryReport` (its ``blocks``,
+        ``block_region`` and ``block_offset``).
+
+    Returns
+    -------
+    dict
+        ``category -> region -> kind -> bytes per tile`` for every name of
+        :data:`STORAGE_CATEGORIES` (see the module docstring).
+    """
+    nt = int(report.num_tiles)
+    blocks = report.blocks
+    names = [IPUSIM_TO_POPLAR.get(c, c) for c in blocks.categories]
+    cats = list(dict.fromkeys([*STORAGE_CATEGORIES, *names]))
+    index = {c: i for i, c in enumerate(cats)}
+    cat = (
+        np.array([index[c] for c in names], np.int64)[blocks.category] if names else blocks.category
+    )
+    region = np.asarray(report.block_region, np.int64)
+    over = overlapped_blocks(blocks.tile, region, np.asarray(report.block_offset), blocks.size)
+    # one bincount over (category, region, kind, tile) cells
+    cells = ((cat * len(REGIONS) + region) * len(KINDS) + over) * nt + blocks.tile
+    total = np.bincount(cells, weights=blocks.size, minlength=len(cats) * 6 * nt)
+    table = np.rint(total).astype(np.int64).reshape(len(cats), len(REGIONS), len(KINDS), nt)
+    return {
+        c: {
+            reg: {kind: table[i, j, k].tolist() for k, kind in enumerate(KINDS)}
+            for j, reg in enumerate(REGIONS)
+        }
+        for i, c in enumerate(cats)
+    }
+
+
+def category_totals(by_cat: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Bytes per tile of each category, all regions and both kinds added."""
+    return {
+        c: np.sum([np.asarray(kinds[k], np.int64) for kinds in regions.values() for k in kinds], 0)
+        for c, regions in by_cat.items()
+    }
