@@ -56,22 +56,13 @@ def place_nodes(
     stage (``Builder.pipelineStage``, else its IPU).
 
     ``virtualGraphMode`` Manual takes each node's ``Builder.virtualGraph``; Auto cuts
-    the nodes, in order, into ``ipus`` runs of about equal cost (one per node plus the
-    elements of the initializers it reads); Off puts every node on IPU 0.
+    the nodes as PopART's ``AutoVirtualGraph`` does (:func:`auto_virtual_graphs`); Off
+    puts every node on IPU 0.
     """
     nodes = list(model.graph.node)
-    shapes: dict[str, list[int]] = {}
-    for t in model.graph.initializer:
-        shapes.setdefault(t.name, list(t.dims))
     placed: list[int] = []
     if mode is VirtualGraphMode.Auto and ipus > 1:
-        cost = []
-        for node in nodes:  # balance by the weights each node reads, then by count
-            size = sum(int(np.prod(shapes[i], dtype=np.int64)) for i in node.input if i in shapes)
-            cost.append(1 + size)
-        cum = np.cumsum(cost) / max(sum(cost), 1)
-        placed = [min(int(c * ipus - 1e-9), ipus - 1) for c in cum]
-        placed = list(np.maximum.accumulate(placed)) if placed else []
+        placed = auto_virtual_graphs(model, ipus, what == "TrainingSession", what)
     else:
         for i, node in enumerate(nodes):
             v = node_attrs(node).get(VIRTUAL_GRAPH_ATTRIBUTE)
@@ -95,6 +86,100 @@ def place_nodes(
         s = node_attrs(node).get(PIPELINE_STAGE_ATTRIBUTE)
         stages.append(int(s) if s is not None else ipu)
     return [int(x) for x in placed], stages
+
+
+def _tensor_bytes(model: onnx.ModelProto) -> tuple[dict[str, int], set[str]]:
+    """Bytes of every tensor whose shape the model records, and the initializers' ids."""
+    sizes: dict[str, int] = {}
+    for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
+            continue
+        try:
+            item = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
+        except Exception:  # an undefined or exotic type: no cost
+            continue
+        sizes[vi.name] = item * int(np.prod([d.dim_value for d in tt.shape.dim], dtype=np.int64))
+    weights = set()
+    for t in model.graph.initializer:
+        item = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        sizes[t.name] = item * int(np.prod(list(t.dims), dtype=np.int64))
+        weights.add(t.name)
+    return sizes, weights
+
+
+def auto_virtual_graphs(model: onnx.ModelProto, ipus: int, training: bool, what: str) -> list[int]:
+    """The IPU of each node under ``VirtualGraphMode.Auto``, as PopART's
+    ``AutoVirtualGraph`` transform places ops (graphcore/popart d2f20d78,
+    ``willow/src/transforms/auto_virtual_graph.cpp``, ``AutoVirtualGraph::apply`` and
+    ``Subgraph::best_split``).
+
+    An op costs the bytes of the weights and constants it reads, plus in training the
+    bytes of its other inputs and outputs (PopART adds those its gradient ops read,
+    ``Op::calcAutoVirtualGraphCost``; every input and output here). Ops may be cut
+    after an op that was the last pending consumer of everything made before it (the
+    only tensors crossing the cut are its outputs): a *split node* with the cumulative
+    cost up to it. For IPU ``i`` of ``n`` the budget is ``(i + 1) / n`` of the total
+    cost; the split node whose cumulative cost is the first at or above the budget is
+    taken, or the one before it when that is closer. The ops up to a split stay on the
+    IPU, the rest go to the next. The model's nodes are in topological order (PopART
+    walks its schedule), and they form one subgraph.
+
+    Raises
+    ------
+    popart_exception
+        Fewer split points than IPUs - 1 (PopART: "Couldn't find enough splits").
+    """
+    nodes = list(model.graph.node)
+    sizes, weights = _tensor_bytes(model)
+    consumers: dict[str, list[int]] = {}
+    for k, node in enumerate(nodes):
+        for i in node.input:
+            consumers.setdefault(i, []).append(k)
+    costs = []
+    for node in nodes:
+        cost = sum(sizes.get(i, 0) for i in set(node.input) if i in weights)
+        if training:
+            cost += sum(sizes.get(i, 0) for i in set(node.input) if i and i not in weights)
+            cost += sum(sizes.get(o, 0) for o in node.output if o)
+        costs.append(float(cost))
+    pending: set[int] = set()
+    splits: list[tuple[float, int]] = []  # (cumulative cost, node index), increasing
+    total = 0.0
+    for k, node in enumerate(nodes):
+        total += costs[k]
+        pending.discard(k)
+        if not pending:
+            splits.append((total, k))
+        for o in node.output:
+            pending.update(c for c in consumers.get(o, []) if c > k)
+    cut_after: list[int] = []
+    last = -1
+    for i in range(1, ipus):
+        budget = i / ipus * total
+        usable = [(c, k) for c, k in splits if k > last and k < len(nodes) - 1]
+        above = [x for x in usable if x[0] >= budget]
+        if not above:
+            break
+        best = above[0]
+        below = [x for x in usable if x[0] < budget]
+        if below and budget - below[-1][0] < best[0] - budget:
+            best = below[-1]
+        cut_after.append(best[1])
+        last = best[1]
+    if len(cut_after) != ipus - 1:
+        raise popart_exception(
+            f"{what}: virtualGraphMode Auto could not find {ipus - 1} places to cut the "
+            f"model for {ipus} IPUs (found {len(cut_after)}): the model has too few nodes "
+            "after which a single tensor crosses; hint: VirtualGraphMode.Manual with "
+            "builder.virtualGraph(ipu), or fewer IPUs per replica"
+        )
+    placed, ipu = [], 0
+    for k in range(len(nodes)):
+        placed.append(ipu)
+        if ipu < len(cut_after) and k == cut_after[ipu]:
+            ipu += 1
+    return placed
 
 
 def _stages(session: _Session) -> int:

@@ -13,6 +13,7 @@ depth), the backward the activations stashed by its own forward.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 import popart_api as popart
@@ -172,3 +173,53 @@ def test_auto_virtual_graphs_with_pipelining_train():
         s.run(popart.PyStepIO({x: X, lab: L}, a))
         first = a[loss][0] if first is None else first
     assert a[loss][-1] < first
+
+
+def _linear_model():
+    """The MNIST tutorial's model, no placement annotations: MatMul, Add, Softmax, Nll."""
+    bd = popart.Builder()
+    x = bd.addInputTensor(popart.TensorInfo("FLOAT", [B, 784]))
+    w = bd.addInitializedInputTensor(np.zeros([784, 10], np.float32))
+    b = bd.addInitializedInputTensor(np.zeros([10], np.float32))
+    out = bd.aiOnnx.add([bd.aiOnnx.matmul([x, w]), b])
+    lab = bd.addInputTensor(popart.TensorInfo("INT32", [B]))
+    loss = bd.aiGraphcore.nllloss([bd.aiOnnx.softmax([out]), lab], popart.ReductionType.Sum)
+    return bd, x, lab, loss
+
+
+def test_auto_virtual_graphs_cut_where_popart_does():
+    """PopART's AutoVirtualGraph: budget half the cost; the split node closest to it
+    is the MatMul (its weight is almost all the cost), so the MatMul stays on IPU 0
+    and the rest goes to IPU 1; an even cost gives an even cut."""
+    from popart_api.pipeline import auto_virtual_graphs
+
+    bd, *_ = _linear_model()
+    model = onnx.load_from_string(bd.getModelProto())
+    assert auto_virtual_graphs(model, 2, True, "test") == [0, 1, 1, 1]
+    bd4 = popart.Builder()
+    t = bd4.addInputTensor(popart.TensorInfo("FLOAT", [2, 8]))
+    for _ in range(4):
+        t = bd4.aiOnnx.matmul([t, bd4.addInitializedInputTensor(np.ones([8, 8], np.float32))])
+    model4 = onnx.load_from_string(bd4.getModelProto())
+    assert auto_virtual_graphs(model4, 2, False, "test") == [0, 0, 1, 1]
+    assert auto_virtual_graphs(model4, 4, False, "test") == [0, 1, 2, 3]
+    with pytest.raises(popart.popart_exception, match="could not find 4 places"):
+        auto_virtual_graphs(model4, 5, False, "test")
+
+
+def test_auto_virtual_graphs_with_pipelining_on_an_unannotated_model():
+    """The tutorial's case: Auto placement and pipelining without accumulation."""
+    bd, x, lab, loss = _linear_model()
+    s = _session(bd, loss, 3, mode=popart.VirtualGraphMode.Auto)
+    rng = np.random.default_rng(0)
+    data = {
+        x: rng.standard_normal((3, B, 784)).astype(np.float32),
+        lab: rng.integers(0, 10, (3, B)).astype(np.int32),
+    }
+    a = s.initAnchorArrays()
+    s.run(popart.PyStepIO(data, a))
+    # zero weights: uniform probabilities, a loss of B log 10, for the batches whose
+    # forwards run before the first update (batch 0's backward of stage 1, cycle 2,
+    # after that cycle's forwards); batch 2's second stage sees the updated bias
+    np.testing.assert_allclose(a[loss][:2], np.full(2, B * np.log(10)), rtol=1e-5)
+    assert abs(a[loss][2] - B * np.log(10)) > 1e-3
