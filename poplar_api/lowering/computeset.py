@@ -375,7 +375,11 @@ def _kind(vtype: VertexType) -> str:
 
 
 def make_runner(
-    table: ComputeSetTable, storage: Storage, num_workers: int, counted: CountedRun | None = None
+    table: ComputeSetTable,
+    storage: Storage,
+    num_workers: int,
+    counted: CountedRun | None = None,
+    replicas: int = 1,
 ):
     """The functional effect of executing the compute set.
 
@@ -384,9 +388,18 @@ def make_runner(
     set's results are stored only after every vertex has run, so it cannot change
     under a vertex); other fields are gathered into packed batches (a block copy when
     the whole field is one run).
+
+    With ``replicas`` > 1 the effect runs every replica at once (register it as a
+    global effect): each type's kernel is called once on a batch of ``replicas`` times
+    its vertices, replica ``k``'s copies after replica ``k - 1``'s, gathered from and
+    stored to every replica's image (:class:`_Replicated`). A vertex computes from its
+    own fields only, so each replica's values are those of running it alone.
     """
     # vertex ids and tiles of each type's batch (they name a vertex in errors)
     named = [(table.vertex_ids[g.positions], table.tiles[g.positions]) for g in table.groups]
+    wide = _Replicated(storage, replicas) if replicas > 1 else None
+    if wide is not None:
+        named = [(np.tile(ids, replicas), np.tile(tiles, replicas)) for ids, tiles in named]
     in_place = [[_in_place_bounds(ft, g.vtype) for ft in g.fields] for g in table.groups]
     # a field read in place keeps its runs only: its ids are made again if a run
     # without bounds checks gathers it
@@ -410,15 +423,21 @@ def make_runner(
             fields: dict[str, FieldBatch | InPlaceField] = {}
             for k, (ft, lies) in enumerate(zip(group.fields, bounds, strict=True)):
                 if lies is not None and checked:
-                    fields[ft.spec.name] = InPlaceField(storage.readonly(ft.type), *lies)
+                    if wide is None:
+                        fields[ft.spec.name] = InPlaceField(storage.readonly(ft.type), *lies)
+                    else:
+                        fields[ft.spec.name] = wide.in_place(ft.type, lies)
                     continue
                 if index[k] is None:  # kept for later unchecked runs
                     index[k] = runs.as_index(ft.ids)
                 ix = index[k]
+                if wide is not None:
+                    fields[ft.spec.name] = wide.gather(ft, ix)
+                    continue
                 # read gives a new array: converting in place of copying is safe
                 data = storage.read(ft.type, ix).astype(ft.spec.kernel_dtype, copy=False)
                 fields[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
-            n = int(group.positions.size)
+            n = int(group.positions.size) * replicas
             if counted is not None and counted.groups[g]:
                 ok, block_runs, profile = execute_counted(
                     group.vtype, fields, n, num_workers, vertex_ids=vertex_ids, tiles=tiles
@@ -432,9 +451,12 @@ def make_runner(
                 )
             if np.count_nonzero(ok) < ok.size:
                 bad = vertex_ids[~ok]
+                first = int(np.flatnonzero(~ok)[0]) // max(int(group.positions.size), 1)
+                where_bad = f" in replica {first}" if wide is not None else ""
                 raise EngineError(
                     f"compute set '{name}': {bad.size} vertex(es) of type "
-                    f"'{group.vtype.name}' returned False (first: vertex {int(bad[0])})"
+                    f"'{group.vtype.name}' returned False (first: vertex {int(bad[0])}"
+                    f"{where_bad})"
                 )
             for ft, ix in zip(group.fields, index, strict=True):
                 if ft.spec.writes:
@@ -442,11 +464,76 @@ def make_runner(
                     if ft.type.is_floating and RUN_FP_EXCEPTIONS.get():
                         _check_finite(name, ft, fields[ft.spec.name], vertex_ids, tiles)
         for t, ix, data in writes:
-            storage.write(t, ix, data)
+            if wide is None:
+                storage.write(t, ix, data)
+            else:
+                wide.scatter(t, ix, data)
         if counted is not None:
             counted.holder.put(CountedExecution(counted.static, tuple(parts)))
 
     return run
+
+
+class _Replicated:
+    """Fields of every replica gathered as one batch, and its results stored back.
+
+    The batch holds replica 0's vertices, then replica 1's, and so on: a field's
+    offsets repeat shifted by the field's size (made once per field and kept).
+    """
+
+    def __init__(self, storage: Storage, replicas: int) -> None:
+        self.storage = storage
+        self.replicas = replicas
+        self._offsets: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._images: dict[Type, np.ndarray] = {}
+
+    def _tiled(self, offsets: np.ndarray, step: int) -> np.ndarray:
+        """``offsets`` (``n + 1`` bounds) of ``replicas`` copies, each ``step`` further."""
+        shifts = np.arange(self.replicas, dtype=np.int64)[:, None] * step
+        body = (offsets[:-1].astype(np.int64)[None, :] + shifts).reshape(-1)
+        return np.append(body, np.int64(offsets[-1]) * self.replicas)
+
+    def gather(self, ft: FieldTable, ix: np.ndarray | slice) -> FieldBatch:
+        """Field ``ft`` (elements ``ix``) of every replica, packed replica after replica."""
+        raw = self.storage.full[ft.type.size][:, ix]  # a copy, or a view of a block
+        if isinstance(ix, slice):
+            raw = raw.copy()
+        typed = raw != 0 if ft.type.numpy.kind == "b" else raw.view(ft.type.numpy)
+        data = typed.reshape(-1).astype(ft.spec.kernel_dtype, copy=False)
+        found = self._offsets.get(id(ft))
+        if found is None:
+            if ft.inner_offsets is None:
+                found = (self._tiled(ft.offsets, int(ft.offsets[-1])), None)
+            else:
+                inner = ft.inner_offsets
+                found = (
+                    self._tiled(ft.offsets, int(ft.offsets[-1])),
+                    self._tiled(inner, int(inner[-1])),
+                )
+            self._offsets[id(ft)] = found
+        return FieldBatch(data, *found)
+
+    def in_place(self, t: Type, lies: tuple[np.ndarray, np.ndarray]) -> InPlaceField:
+        """A field read where it lies, in every replica's image (read-only)."""
+        image = self._images.get(t)
+        if image is None:
+            image = self.storage.full[t.size].reshape(-1).view(t.numpy)
+            image.flags.writeable = False
+            self._images[t] = image
+        key = id(lies)
+        found = self._runs.get(key)
+        if found is None:
+            size = self.storage.full[t.size].shape[1]
+            shifts = np.arange(self.replicas, dtype=np.int64)[:, None] * size
+            found = tuple((np.asarray(b, np.int64)[None, :] + shifts).reshape(-1) for b in lies)
+            self._runs[key] = found
+        return InPlaceField(image, *found)
+
+    def scatter(self, t: Type, ix: np.ndarray | slice, data: np.ndarray) -> None:
+        """Store a written field's batch into every replica's elements ``ix``."""
+        ids = range(ix.start, ix.stop) if isinstance(ix, slice) else ix
+        self.storage.write_replicas(t, ids, data.reshape(self.replicas, -1))
 
 
 def _check_finite(

@@ -5,7 +5,9 @@ outputs a sync and an exchange after it (:meth:`Emission.exchange_steps
 <poplar_api.lowering.emission.Emission.exchange_steps>`, which on several IPUs puts
 the elements that cross IPUs first). A compute set is validated and lowered once,
 however often it is executed: every ``Execute`` of it shares the IR node. Its vertex
-state is recorded for memory placement (:class:`ComputeSetRecord`).
+state is recorded for memory placement (:class:`ComputeSetRecord`). With several
+replicas (and no counted vertices) its effect runs every replica's vertices in one
+kernel call per vertex type.
 """
 
 from __future__ import annotations
@@ -103,14 +105,19 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
     contexts = em.cfg.tile.worker_contexts
     holder = CountedCycles(em.lowered.storage.replicas)
     run = CountedRun(counted, cycles, holder) if any(counted) else None
-    runner = make_runner(table, em.lowered.storage, contexts, run)
+    replicas = em.lowered.storage.replicas
+    if run is None and replicas > 1:  # every replica in one batch per vertex type
+        runner = make_runner(table, em.lowered.storage, contexts, None, replicas)
+        effect = em.lowered.global_effect(runner)
+    else:
+        effect = em.lowered.effect(make_runner(table, em.lowered.storage, contexts, run))
     pid = em.pid(prog)
     planner = ExchangePlanner(em.target, em.state, em.owners)
     plan_reads(planner, table, em.state)
     nodes = em.exchange_steps(planner, f"{cs.name}/ExchangeIn", f"{cs.name}/Sync", pid, "In")
     step = {
         "name": cs.name,
-        "effect": em.lowered.effect(runner),
+        "effect": effect,
         "program_id": pid,
         "vertex_tile": table.tiles,
         "vertex_cycles": cycles,

@@ -44,7 +44,7 @@ import numpy as np
 from poplar_api.codelet import FieldBatch, Input, MultiVertex, Output, Vector, VectorList
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 
-__all__ = ["PARAMS", "conv_vertex"]
+__all__ = ["PARAMS", "compute_one", "conv_vertex"]
 
 #: Order of the ``params`` field.
 PARAMS = (
@@ -121,52 +121,179 @@ class _ConvPartialBase(MultiVertex):
     def computeBatch(
         cls, batches: Mapping[str, FieldBatch], num_vertices: int, num_workers: int
     ) -> np.ndarray:
-        a, b, c, wl, pr = (batches[f] for f in ("in", "weights", "out", "worklists", "params"))
+        """Run every vertex of the batch, vertices of one geometry together.
+
+        Vertices whose params, vector counts, vector sizes and worklists are equal
+        (those of one tile geometry, and the copies of a vertex in every replica when
+        the replicas run as one batch) do the same products on different data: they
+        run as one stacked ``matmul`` per input-channel group and kernel position
+        (:func:`_run_class`). Each vertex's products are the BLAS calls of
+        :func:`compute_one` with the same shapes and strides, accumulated in the same
+        order, so the values are those of running the vertices one by one. A vertex
+        whose fields are not regular (wrong counts, sizes or rows) is run alone by
+        :func:`compute_one`, which says which.
+        """
+        fields = tuple(batches[f] for f in ("in", "weights", "out", "worklists", "params"))
         ok = np.ones(num_vertices, dtype=bool)
-        for v in range(num_vertices):
-            p = pr.data[pr.offsets[v] : pr.offsets[v + 1]].astype(np.int64)
-            if p.size != len(PARAMS):
-                ok[v] = False
-                continue
-            ncg, nog, nig, nk, in_rows, out_rows = (int(x) for x in p[:6])
-            ins, ws, outs, wls = _inner(a, v), _inner(b, v), _inner(c, v), _inner(wl, v)
-            if (
-                len(ins) != ncg * nig
-                or len(outs) != ncg * nog
-                or len(ws) != ncg * nog * nig
-                or len(wls) % max(nk, 1)
-                or min(in_rows, out_rows) < 0
-            ):
-                ok[v] = False
-                continue
-            rows, ok[v] = _rows_of(wl, v, wls, nk, p)
-            if not ok[v]:
-                continue
-            for cg in range(ncg):
-                for og in range(nog):
-                    dst = outs[cg * nog + og]
-                    if out_rows == 0 or dst.size % out_rows:
-                        ok[v] = False
-                        break
-                    oc = dst.size // out_rows
-                    acc = np.zeros((out_rows, oc), np.float32)
-                    for ig in range(nig):
-                        x = ins[cg * nig + ig]
-                        if in_rows == 0 or x.size % in_rows:
-                            ok[v] = False
-                            break
-                        ic = x.size // in_rows
-                        x2 = x.reshape(in_rows, ic).astype(np.float32)
-                        w = ws[(cg * nog + og) * nig + ig]
-                        if w.size != nk * oc * ic:
-                            ok[v] = False
-                            break
-                        w3 = w.reshape(nk, oc, ic).astype(np.float32)
-                        for k, (o_r, i_r) in enumerate(rows):
-                            if o_r.size:
-                                acc[o_r] += x2[i_r] @ w3[k].T
-                    dst[:] = acc.reshape(-1)
+        if num_vertices == 0:
+            return ok
+        regular, classes = _classes(fields, num_vertices)
+        for members, first in classes:
+            if not _run_class(fields, members, first):
+                regular[members] = False
+        for v in np.flatnonzero(~regular):
+            ok[v] = compute_one(fields, int(v))
         return ok
+
+
+def compute_one(fields: tuple[FieldBatch, ...], v: int) -> bool:
+    """Vertex ``v`` of the batch alone (``fields``: in, weights, out, worklists,
+    params); whether its fields were valid. The reference of :func:`_run_class`."""
+    a, b, c, wl, pr = fields
+    p = pr.data[pr.offsets[v] : pr.offsets[v + 1]].astype(np.int64)
+    if p.size != len(PARAMS):
+        return False
+    ncg, nog, nig, nk, in_rows, out_rows = (int(x) for x in p[:6])
+    ins, ws, outs, wls = _inner(a, v), _inner(b, v), _inner(c, v), _inner(wl, v)
+    if (
+        len(ins) != ncg * nig
+        or len(outs) != ncg * nog
+        or len(ws) != ncg * nog * nig
+        or len(wls) % max(nk, 1)
+        or min(in_rows, out_rows) < 0
+    ):
+        return False
+    rows, ok = _rows_of(wl, v, wls, nk, p)
+    if not ok:
+        return False
+    for cg in range(ncg):
+        for og in range(nog):
+            dst = outs[cg * nog + og]
+            if out_rows == 0 or dst.size % out_rows:
+                return False
+            oc = dst.size // out_rows
+            acc = np.zeros((out_rows, oc), np.float32)
+            for ig in range(nig):
+                x = ins[cg * nig + ig]
+                if in_rows == 0 or x.size % in_rows:
+                    return False
+                ic = x.size // in_rows
+                x2 = x.reshape(in_rows, ic).astype(np.float32)
+                w = ws[(cg * nog + og) * nig + ig]
+                if w.size != nk * oc * ic:
+                    return False
+                w3 = w.reshape(nk, oc, ic).astype(np.float32)
+                for k, (o_r, i_r) in enumerate(rows):
+                    if o_r.size:
+                        acc[o_r] += x2[i_r] @ w3[k].T
+            dst[:] = acc.reshape(-1)
+    return True
+
+
+def _segment_rows(batch: FieldBatch, members: np.ndarray, count: int) -> np.ndarray:
+    """``[len(members), count]`` indices into ``batch.inner_offsets`` of the inner
+    vectors of ``members`` (each has ``count``)."""
+    return batch.offsets[members][:, None] + np.arange(count, dtype=np.int64)
+
+
+def _classes(fields: tuple[FieldBatch, ...], n: int) -> tuple[np.ndarray, list]:
+    """Which vertices may run stacked, and their classes ``(members, first)``:
+    vertices of equal params, vector counts, inner sizes and worklist contents."""
+    a, b, c, wl, pr = fields
+    regular = np.diff(pr.offsets) == len(PARAMS)
+    classes: list[tuple[np.ndarray, int]] = []
+    idx = np.flatnonzero(regular)
+    if idx.size == 0:
+        return regular, classes
+    params = pr.data[pr.offsets[idx][:, None] + np.arange(len(PARAMS))].astype(np.int64)
+    counts = [np.diff(f.offsets)[idx] for f in (a, b, c, wl)]
+    wl_lo = np.zeros(pr.offsets.size - 1, np.int64)
+    wl_lo[idx] = wl.inner_offsets[wl.offsets[idx]]
+    wl_len = wl.inner_offsets[wl.offsets[idx] + counts[3]] - wl_lo[idx]
+    shape = np.column_stack([params, *counts, wl_len])
+    for members, first in _equal_rows(shape, idx):
+        row = shape[np.searchsorted(idx, first)]
+        if members.size == 1:
+            classes.append((members, first))
+            continue
+        parts = []
+        for f, count in zip((a, b, c, wl), row[8:12], strict=True):
+            seg = _segment_rows(f, members, int(count))
+            parts.append(f.inner_offsets[seg + 1] - f.inner_offsets[seg])
+        parts.append(wl.data[wl_lo[members][:, None] + np.arange(int(row[12]))])
+        key = np.concatenate([p.astype(np.int64, copy=False) for p in parts], axis=1)
+        classes += _equal_rows(key, members)
+    return regular, classes
+
+
+def _equal_rows(key: np.ndarray, members: np.ndarray) -> list[tuple[np.ndarray, int]]:
+    """``members`` split by equal rows of ``key``: rows hashed to one 64-bit number
+    (a sort of wide rows costs far more), then every row compared with its class's
+    first, so a hash collision only costs an exact ``np.unique``."""
+    weights = np.random.default_rng(len(PARAMS)).integers(1, 2**62, key.shape[1], np.int64)
+    with np.errstate(over="ignore"):
+        hashed = (key.view(np.uint64) * weights.view(np.uint64)).sum(axis=1, dtype=np.uint64)
+    _, first, inv = np.unique(hashed, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    if not np.array_equal(key, key[first[inv]]):  # a collision: exact rows
+        _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+    order = np.argsort(inv, kind="stable")
+    cuts = np.flatnonzero(np.diff(inv[order])) + 1
+    return [(members[part], int(members[first[inv[part[0]]]])) for part in np.split(order, cuts)]
+
+
+def _gather(batch: FieldBatch, members: np.ndarray, count: int, size: int) -> np.ndarray:
+    """``[len(members), count, size]`` float32: the inner vectors (all of ``size``
+    elements) of ``members``."""
+    starts = batch.inner_offsets[_segment_rows(batch, members, count)]
+    return batch.data[starts[:, :, None] + np.arange(size)].astype(np.float32, copy=False)
+
+
+def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) -> bool:
+    """Run the vertices ``members`` (one class of :func:`_classes`, ``first`` one of
+    them) as stacked products; False when they are not regular (then nothing is
+    written and :func:`compute_one` runs each, saying why)."""
+    a, b, c, wl, pr = fields
+    p = pr.data[pr.offsets[first] : pr.offsets[first + 1]].astype(np.int64)
+    ncg, nog, nig, nk, in_rows, out_rows = (int(x) for x in p[:6])
+    if min(in_rows, out_rows) <= 0 or min(ncg, nog, nig) <= 0:
+        return False
+    ins, ws, outs, wls = (_inner(f, first) for f in (a, b, c, wl))
+    if (
+        len(ins) != ncg * nig
+        or len(outs) != ncg * nog
+        or len(ws) != ncg * nog * nig
+        or len(wls) % max(nk, 1)
+    ):
+        return False
+    in_sizes = {x.size for x in ins}
+    out_sizes = {x.size for x in outs}
+    if len(in_sizes) != 1 or len(out_sizes) != 1:
+        return False  # channel groups of different sizes: one by one
+    (in_size,), (out_size,) = in_sizes, out_sizes
+    if in_size % in_rows or out_size % out_rows:
+        return False
+    ic, oc = in_size // in_rows, out_size // out_rows
+    if any(w.size != nk * oc * ic for w in ws):
+        return False
+    rows, ok = _rows_of(wl, first, wls, nk, p)
+    if not ok:
+        return False
+    g = members.size
+    x = _gather(a, members, ncg * nig, in_size).reshape(g, ncg, nig, in_rows, ic)
+    w = _gather(b, members, ncg * nog * nig, nk * oc * ic)
+    w = w.reshape(g, ncg, nog, nig, nk, oc, ic)
+    acc = np.zeros((g, ncg, nog, out_rows, oc), np.float32)
+    for ig in range(nig):
+        for k, (o_r, i_r) in enumerate(rows):
+            if o_r.size == 0:
+                continue
+            xs = np.take(x[:, :, ig], i_r, axis=2)[:, :, None]  # [g, ncg, 1, n, ic]
+            acc[:, :, :, o_r] += xs @ w[:, :, :, ig, k].swapaxes(-1, -2)
+    dst = c.inner_offsets[_segment_rows(c, members, ncg * nog)]
+    c.data[dst[:, :, None] + np.arange(out_size)] = acc.reshape(g, ncg * nog, out_size)
+    return True
 
 
 def _b(flag: bool) -> str:
