@@ -170,7 +170,8 @@ def lookup(domain: str, op_type: str, opset: int, node_name: str) -> Lowering:
     if not usable:
         raise popart_exception(
             f"op '{op_type}' (node '{node_name}'): opset {opset} of '{_domain(domain)}' is "
-            f"older than any supported version (from {entries[0][0]})"
+            f"older than any supported version: popart_api supports {op_type} from "
+            f"opset {entries[0][0]}; hint: export the model with opset >= {entries[0][0]}"
         )
     return usable[-1]
 

@@ -16,6 +16,9 @@ popops op each; the other poolings keep
 
 ``ConvTranspose`` is the convolution whose backward-data pass it is (see
 :func:`_conv_transpose`).
+
+``RoiAlign`` is Poplibs' ``roiAlignFwd`` (:mod:`poplar_api.popnn.roialign`), as
+PopART's ``RoiAlignOpx`` calls it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from popart_api.autodiff import GradContext, Grads, register_grad
 from popart_api.errors import popart_exception
 from popart_api.ops import REGISTRY, Lowering, context, float_check, register, tensor
 from popart_api.ops_nn import _ints, _moments, _norm_grad_x, _pads
-from poplar_api import Graph, Tensor, poplin, popops
+from poplar_api import INT, UNSIGNED_INT, Graph, Tensor, poplin, popops
+from poplar_api.popnn import roialign
 from poplar_api.popops import Operation
 from poplar_api.tensor import concat
 
@@ -318,3 +322,71 @@ def _conv_transpose(graph: Graph, inputs: list, attrs: dict, prog: Any, name: st
         b = tensor(graph, inputs[2], name, x)
         poplin.addBias(graph, y, b, prog, f"{name}/bias")
     return [y]
+
+
+# ------------------------------------------------------------------- RoiAlign
+#: ``coordinate_transformation_mode`` -> Poplibs' ``aligned`` (half-pixel shift).
+_ROI_MODES = {"half_pixel": True, "output_half_pixel": False}
+
+
+@register("RoiAlign", since=10)
+def _roi_align(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
+    """``popnn.roialign.roiAlignFwd`` (Poplibs' ``roiAlignFwd``, which PopART's
+    ``RoiAlignOpx`` calls). Defaults are PopART's (``willow/src/op/roialign.cpp``):
+    7x7 output, sampling ratio 1, scale 1. PopART (RoiAlign-10) always samples as
+    ``output_half_pixel``; here ``coordinate_transformation_mode`` (opset 16, default
+    ``half_pixel``) and ``mode="max"`` are honoured as ONNX defines them."""
+    if len(inputs) != 3 or any(v is None for v in inputs):
+        raise popart_exception(
+            f"RoiAlign (node '{name}'): needs 3 inputs (X, rois, batch_indices), got {len(inputs)}"
+        )
+    x = float_check(tensor(graph, inputs[0], name), "RoiAlign", name)
+    rois = tensor(graph, inputs[1], f"{name}/rois", x)
+    index = tensor(graph, inputs[2], f"{name}/batchIndices")
+    float_check(rois, "RoiAlign", name)
+    if rois.elementType() != x.elementType():
+        rois = popops.cast(graph, rois, x.elementType(), prog, f"{name}/roisCast")
+    if index.elementType() not in (INT, UNSIGNED_INT):
+        raise popart_exception(
+            f"RoiAlign (node '{name}'): batch_indices '{index.name}' is "
+            f"{index.elementType().name}; INT64 or INT32 is required"
+        )
+    if index.elementType() != INT:
+        index = popops.cast(graph, index, INT, prog, f"{name}/indexCast")
+    shapes = {"X": (x, 4), "rois": (rois, 2), "batch_indices": (index, 1)}
+    for what, (t, rank) in shapes.items():
+        if t.rank() != rank:
+            raise popart_exception(
+                f"RoiAlign (node '{name}'): input {what} '{t.name}' has shape {t.shape()}; "
+                f"it must be {rank}-D"
+            )
+    if rois.dim(1) != 4 or index.dim(0) != rois.dim(0):
+        raise popart_exception(
+            f"RoiAlign (node '{name}'): rois '{rois.name}' {rois.shape()} and batch_indices "
+            f"'{index.name}' {index.shape()}: required rois [R, 4] and batch_indices [R]"
+        )
+    ratio = int(attrs.get("sampling_ratio", 1))
+    if ratio <= 0:
+        raise popart_exception(
+            f"RoiAlign (node '{name}'): sampling_ratio {ratio} (ONNX's adaptive sampling) is "
+            "not supported: PopART's RoiAlign (Poplibs' roiAlignFwd) needs a fixed number "
+            "of samples per bin; hint: set sampling_ratio >= 1"
+        )
+    opset = context().opset
+    default = "half_pixel" if opset >= 16 else "output_half_pixel"
+    ctm = attrs.get("coordinate_transformation_mode", default)
+    mode = attrs.get("mode", "avg")
+    if ctm not in _ROI_MODES or mode not in ("avg", "max"):
+        raise popart_exception(
+            f"RoiAlign (node '{name}'): coordinate_transformation_mode {ctm!r} and mode "
+            f"{mode!r}; supported: {sorted(_ROI_MODES)} and 'avg', 'max'"
+        )
+    params = roialign.RoiAlignParams(
+        samplingRatio=ratio,
+        alignedHeight=int(attrs.get("output_height", 7)),
+        alignedWidth=int(attrs.get("output_width", 7)),
+        aligned=_ROI_MODES[ctm],
+        spatialScale=float(attrs.get("spatial_scale", 1.0)),
+        mode=mode,
+    )
+    return [roialign.roiAlignFwd(graph, prog, x, rois, index, params, name)]

@@ -1,0 +1,305 @@
+"""Region-of-interest align (``popnn::experimental::roiAlignFwd``), forward pass.
+
+As ``lib/popnn/ROIAlign.cpp`` ``roiAlignFwd`` (graphcore/poplibs @7eac0f26): one
+``popnn::ROIAlignForward<T>`` vertex per (region, channel, sample row ``iy``, sample
+column ``ix``), vertex ``k`` on tile ``k mod tiles``; each writes the bilinear sample
+``(iy, ix)`` of every output bin of its region and channel into
+``topDataGrid[roi][c][iy][ix]`` (``[R, C, gh, gw, outH, outW]``, zero-filled first);
+``popops.reduce`` adds the samples of a bin (dimensions 2 and 3) and ``popops.div``
+divides by the ``gh x gw`` samples.
+
+Where this differs from Poplibs (each noted so a reader of the Poplibs source is not
+surprised):
+
+* The vertex state Poplibs sets with ``setInitialValue`` (spatial scale, sizes,
+  ``iy``, ``ix``, grid, ``aligned``) is a constant ``params`` row per vertex, and the
+  vertex reads its channel's ``[batch * H * W]`` data as one vector and its region's
+  batch index as a scalar (Poplibs: one vector per batch entry and the whole index
+  vector with the region's position).
+* A sample point is dropped (contributes 0) when ``y < -1``, ``y > H``, ``x < -1`` or
+  ``x > W``, and one at or past the last row or column reads that row or column, as
+  ONNX's ``RoiAlign`` defines (the Poplibs codelet checks only ``y <= H`` and
+  ``x <= W``).
+* ``mode="max"`` (ONNX's, not in Poplibs): a sample is the largest of its four
+  weighted neighbours and the bin the largest sample (a MAX reduction, no division).
+
+The cycle estimate: Poplibs' ``ROIAlignForward`` estimator
+(``lib/popnn/popnnCycleEstimators.cpp``) is a placeholder returning 10. Here the
+estimate counts the compiled codelet's work, in worker-thread cycles (one instruction
+a cycle): :data:`SETUP_CYCLES` for the region's start, end and bin sizes (four float
+divisions in software), and :data:`POINT_CYCLES` for each output point (bounds
+checks, two float-to-int conversions, four indices, four loads, eight multiplies and
+three adds of the interpolation, the store and the loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from poplar_api import program as _program
+from poplar_api.codelet import Input, Output, Vector, Vertex
+from poplar_api.errors import GraphError, TypeMismatchError
+from poplar_api.graph import Graph
+from poplar_api.popops import Operation, div, fill, reduce
+from poplar_api.tensor import Tensor
+from poplar_api.types import FLOAT, HALF, INT, Type
+
+__all__ = ["RoiAlignParams", "roiAlignFwd", "roi_align_vertex"]
+
+#: Worker cycles of a vertex's set-up (region corners, sizes, four divisions).
+SETUP_CYCLES = 60
+#: Worker cycles of one output point of one sample (see the module docstring).
+POINT_CYCLES = 46
+#: Columns of a vertex's ``params`` row.
+_PARAMS = ("spatial_scale", "height", "width", "aligned_height", "aligned_width", "iy", "ix",
+           "bin_grid_h", "bin_grid_w", "aligned", "max")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RoiAlignParams:
+    """``popnn::experimental::roiAlignParams``.
+
+    Attributes
+    ----------
+    samplingRatio
+        Samples per bin along each axis (``> 0``; ONNX's adaptive 0 is not supported,
+        as in Poplibs).
+    alignedHeight, alignedWidth
+        Output bins per region.
+    aligned
+        Shift the region by half a pixel (ONNX's ``half_pixel``; False is
+        ``output_half_pixel``, opset 10's only behaviour).
+    spatialScale
+        Scale from region coordinates to input pixels (``> 0``).
+    mode
+        ``"avg"`` (Poplibs) or ``"max"`` (ONNX).
+    """
+
+    samplingRatio: int
+    alignedHeight: int
+    alignedWidth: int
+    aligned: bool
+    spatialScale: float
+    mode: str = "avg"
+
+
+def roi_align_cycles(points: int) -> int:
+    """Worker cycles of one ``ROIAlignForward`` vertex writing ``points`` samples."""
+    return SETUP_CYCLES + POINT_CYCLES * points
+
+
+def _compute(cls, batches, num_vertices, num_workers):
+    data, rois, index = batches["bottom_data"], batches["bottom_rois"], batches["batch_index"]
+    params, out = batches["params"], batches["top_data_grid"]
+    n = num_vertices
+    k = len(_PARAMS)
+    p = params.data[params.offsets[:n, None] + np.arange(k)].astype(np.float64)
+    for key in np.unique(p[:, 1:5], axis=0):  # one group per (H, W, outH, outW)
+        sel = np.flatnonzero((p[:, 1:5] == key).all(axis=1))
+        height, width, out_h, out_w = (int(v) for v in key)
+        _compute_group(cls, data, rois, index, out, p, sel, height, width, out_h, out_w)
+
+
+def _compute_group(cls, data, rois, index, out, p, sel, height, width, out_h, out_w) -> None:
+    f32 = np.float32
+    cols = {name: p[sel, i] for i, name in enumerate(_PARAMS)}
+    r = rois.data[rois.offsets[sel, None] + np.arange(4)].astype(f32)
+    scale = cols["spatial_scale"].astype(f32)[:, None]
+    offset = np.where(cols["aligned"] > 0, f32(0.5), f32(0.0))[:, None].astype(f32)
+    start_w, start_h, end_w, end_h = (r[:, j : j + 1] * scale - offset for j in range(4))
+    floor = np.where(cols["aligned"] > 0, f32(0.0), f32(1.0))[:, None].astype(f32)
+    roi_w = np.maximum(end_w - start_w, floor)
+    roi_h = np.maximum(end_h - start_h, floor)
+    bin_h, bin_w = roi_h / f32(out_h), roi_w / f32(out_w)
+    gh = cols["bin_grid_h"].astype(f32)[:, None]
+    gw = cols["bin_grid_w"].astype(f32)[:, None]
+    iy = cols["iy"].astype(f32)[:, None]
+    ix = cols["ix"].astype(f32)[:, None]
+    y = (start_h + np.arange(out_h, dtype=f32) * bin_h + (iy + f32(0.5)) * bin_h / gh)[:, :, None]
+    x = (start_w + np.arange(out_w, dtype=f32) * bin_w + (ix + f32(0.5)) * bin_w / gw)[:, None, :]
+    y, x = np.broadcast_arrays(y, x)
+    valid = (y >= -1) & (y <= height) & (x >= -1) & (x <= width)
+    y, x = np.maximum(y, f32(0)), np.maximum(x, f32(0))
+    y_low, x_low = y.astype(np.int64), x.astype(np.int64)
+    y_edge, x_edge = y_low >= height - 1, x_low >= width - 1
+    y_low = np.where(y_edge, height - 1, y_low)
+    x_low = np.where(x_edge, width - 1, x_low)
+    y = np.where(y_edge, y_low.astype(f32), y)
+    x = np.where(x_edge, x_low.astype(f32), x)
+    y_high = np.where(y_edge, y_low, y_low + 1)
+    x_high = np.where(x_edge, x_low, x_low + 1)
+    ly, lx = y - y_low.astype(f32), x - x_low.astype(f32)
+    hy, hx = f32(1) - ly, f32(1) - lx
+    batch = index.data[index.offsets[sel]].astype(np.int64)
+    base = (data.offsets[sel] + batch * height * width)[:, None, None]
+    vals = data.data.astype(f32)
+    terms = [
+        hy * hx * vals[base + y_low * width + x_low],
+        hy * lx * vals[base + y_low * width + x_high],
+        ly * hx * vals[base + y_high * width + x_low],
+        ly * lx * vals[base + y_high * width + x_high],
+    ]
+    is_max = cols["max"][:, None, None] > 0
+    sample = np.where(is_max, np.maximum.reduce(terms), terms[0] + terms[1] + terms[2] + terms[3])
+    sample = np.where(valid, sample, f32(0))
+    points = out_h * out_w
+    dst = out.offsets[sel, None] + np.arange(points)
+    out.data[dst] = sample.reshape(len(sel), points).astype(out.data.dtype)
+
+
+def _estimate(cls, sizes, target) -> int:
+    return roi_align_cycles(int(sizes["top_data_grid"]))
+
+
+_CACHE: dict[Type, type] = {}
+
+
+def roi_align_vertex(t: Type) -> type:
+    """``popnn::ROIAlignForward<t>`` (a worker vertex; fields as the module docstring)."""
+    cls = _CACHE.get(t)
+    if cls is None:
+        attrs: dict[str, Any] = {
+            "typeName": f"popnn::ROIAlignForward<{t.name}>",
+            "__doc__": "Bilinear samples (iy, ix) of every output bin of one region and channel.",
+            "__module__": __name__,
+            "bottom_data": Input(Vector(t)),
+            "bottom_rois": Input(Vector(t)),
+            "batch_index": Input(INT),
+            "params": Input(Vector(FLOAT)),
+            "top_data_grid": Output(Vector(t)),
+            "computeBatch": classmethod(_compute),
+            "getCycleEstimate": classmethod(_estimate),
+        }
+        cls = type(f"ROIAlignForward_{t.constant}", (Vertex,), attrs)
+        _CACHE[t] = cls
+    return cls
+
+
+def _check(bottomData: Tensor, bottomRois: Tensor, batchIndex: Tensor, p: RoiAlignParams) -> None:
+    fn = "roiAlignFwd"
+    for what, t, rank in (("bottomData", bottomData, 4), ("bottomRois", bottomRois, 2),
+                          ("bottomBatchIndex", batchIndex, 1)):  # fmt: skip
+        if t.rank() != rank:
+            raise GraphError(f"{fn}: {what} '{t.name}' has shape {t.shape()}; it must be {rank}-D")
+    if bottomRois.dim(1) != 4:
+        raise GraphError(
+            f"{fn}: bottomRois '{bottomRois.name}' has shape {bottomRois.shape()}; each "
+            "region must have 4 coordinates (x1, y1, x2, y2)"
+        )
+    if batchIndex.dim(0) != bottomRois.dim(0):
+        raise GraphError(
+            f"{fn}: bottomBatchIndex '{batchIndex.name}' has {batchIndex.dim(0)} entries for "
+            f"{bottomRois.dim(0)} regions; they must match"
+        )
+    if bottomData.elementType() not in (FLOAT, HALF):
+        raise TypeMismatchError(
+            f"{fn}: bottomData '{bottomData.name}' is {bottomData.elementType().name}; "
+            "float or half is required"
+        )
+    if bottomRois.elementType() != bottomData.elementType():
+        raise TypeMismatchError(
+            f"{fn}: bottomRois '{bottomRois.name}' is {bottomRois.elementType().name}; it "
+            f"must be {bottomData.elementType().name}, as bottomData"
+        )
+    if batchIndex.elementType() != INT:
+        raise TypeMismatchError(
+            f"{fn}: bottomBatchIndex '{batchIndex.name}' is {batchIndex.elementType().name}; "
+            "int is required"
+        )
+    if p.samplingRatio <= 0 or p.spatialScale <= 0:
+        raise GraphError(
+            f"{fn}: samplingRatio {p.samplingRatio} and spatialScale {p.spatialScale} must be > 0"
+        )
+    if p.alignedHeight <= 0 or p.alignedWidth <= 0 or p.mode not in ("avg", "max"):
+        raise GraphError(
+            f"{fn}: output {p.alignedHeight}x{p.alignedWidth} must be positive and mode "
+            f"{p.mode!r} 'avg' or 'max'"
+        )
+
+
+def roiAlignFwd(
+    graph: Graph,
+    prog: _program.Sequence,
+    bottomData: Tensor,
+    bottomRois: Tensor,
+    bottomBatchIndex: Tensor,
+    params: RoiAlignParams,
+    debugName: str = "",
+) -> Tensor:
+    """``[R, C, outH, outW]`` region features of ``bottomData`` (``[N, C, H, W]``) for
+    the regions ``bottomRois`` (``[R, 4]``: x1, y1, x2, y2) of images
+    ``bottomBatchIndex`` (``[R]``, int).
+
+    Raises
+    ------
+    GraphError
+        A tensor of the wrong rank or size, a non-positive sampling ratio, scale or
+        output size, an unknown mode.
+    TypeMismatchError
+        Data not float or half, regions of another type, indices not int.
+    """
+    _check(bottomData, bottomRois, bottomBatchIndex, params)
+    name = debugName or "roiAlignFwd"
+    t = bottomData.elementType()
+    batch, channels, height, width = bottomData.shape()
+    rois = bottomRois.dim(0)
+    g = int(params.samplingRatio)
+    out_h, out_w = int(params.alignedHeight), int(params.alignedWidth)
+    grid = graph.addVariable(t, [rois, channels, g, g, out_h, out_w], f"{name}/topDataGrid")
+    n = rois * channels * g * g
+    tiles = np.arange(n, dtype=np.int64) % graph.getTarget().getNumTiles()
+    graph.mapElements(grid, np.repeat(tiles, out_h * out_w))
+    if n == 0:
+        return _finish(graph, grid, params, prog, name)
+    rows = [rois, channels, g, g]
+    per_channel = bottomData.dimShuffle([1, 0, 2, 3]).reshape([channels, batch * height * width])
+    conns: dict[str, Any] = {
+        "bottom_data": _spread(per_channel, 1, rows).reshape([n, batch * height * width]),
+        "bottom_rois": _spread(bottomRois, 0, rows).reshape([n, 4]),
+        "batch_index": _spread(bottomBatchIndex, 0, rows).reshape([n]),
+        "top_data_grid": grid.reshape([n, out_h * out_w]),
+    }
+    r, c, iy, ix = np.unravel_index(np.arange(n), rows)
+    del r, c
+    table = np.zeros((n, len(_PARAMS)), np.float32)
+    fixed = {"spatial_scale": params.spatialScale, "height": height, "width": width,
+             "aligned_height": out_h, "aligned_width": out_w, "bin_grid_h": g,
+             "bin_grid_w": g, "aligned": float(params.aligned),
+             "max": float(params.mode == "max")}  # fmt: skip
+    for i, key in enumerate(_PARAMS):
+        table[:, i] = fixed.get(key, 0.0)
+    table[:, _PARAMS.index("iy")] = iy
+    table[:, _PARAMS.index("ix")] = ix
+    const = graph.addConstant(FLOAT, [n, len(_PARAMS)], table, f"{name}/params")
+    graph.mapElements(const, np.repeat(tiles, len(_PARAMS)))
+    conns["params"] = const
+    cs = graph.addComputeSet(f"{name}/roiAlignCS")
+    graph.addVertices(cs, roi_align_vertex(t), tiles, conns)
+    fill(graph, grid, 0.0, prog, f"{name}/zeroGrid")
+    prog.add(_program.Execute(cs))
+    return _finish(graph, grid, params, prog, name)
+
+
+def _spread(t: Tensor, dim: int, rows: Sequence[int]) -> Tensor:
+    """``t`` (its first dimension the ``dim``-th of ``rows``) broadcast, as a view, to
+    ``[*rows, *t.shape()[1:]]``."""
+    rest = t.shape()[1:]
+    view = t.reshape([1] * dim + [t.dim(0)] + [1] * (len(rows) - dim - 1) + rest)
+    for d, size in enumerate(rows):
+        if d != dim and size != 1:
+            view = view.broadcast(size, d)
+    return view
+
+
+def _finish(
+    graph: Graph, grid: Tensor, params: RoiAlignParams, prog: _program.Sequence, name: str
+) -> Tensor:
+    if params.mode == "max":
+        return reduce(graph, grid, [2, 3], Operation.MAX, prog, f"{name}/topDataReduce")
+    summed = reduce(graph, grid, [2, 3], Operation.ADD, prog, f"{name}/topDataReduce")
+    count = float(params.samplingRatio**2)
+    return div(graph, summed, count, prog, f"{name}/topDataDiv")
