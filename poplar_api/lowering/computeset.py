@@ -496,9 +496,9 @@ class _Replicated:
 
     def gather(self, ft: FieldTable, ix: np.ndarray | slice) -> FieldBatch:
         """Field ``ft`` (elements ``ix``) of every replica, packed replica after replica."""
-        raw = self.storage.full[ft.type.size][:, ix]  # a copy, or a view of a block
-        if isinstance(ix, slice):
-            raw = raw.copy()
+        full = self.storage.full[ft.type.size]
+        # (take gives C order; full[:, ix] may not be, and would be copied again)
+        raw = full[:, ix].copy() if isinstance(ix, slice) else full.take(ix, axis=1)
         typed = raw != 0 if ft.type.numpy.kind == "b" else raw.view(ft.type.numpy)
         data = typed.reshape(-1).astype(ft.spec.kernel_dtype, copy=False)
         found = self._offsets.get(id(ft))
