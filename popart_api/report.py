@@ -9,12 +9,30 @@ has libpva's ``excludingGaps`` and ``includingGaps``),
 ``clockFrequency``) and ``report.execution.steps`` (each with ``name``, ``type``,
 ``cyclesFrom``, ``cyclesTo``, ``cycles``) and ``report.execution.cycles`` (libpva's
 ``report.execution.totalCycles.total``).
+
+The session's text and JSON reports follow the PopART User Guide ("Retrieving
+profiling reports", graphcore/popart ``docs/user_guide/executing.rst``) and PopART's
+``Devicex::getSummaryReport``/``getGraphReport``/``getExecutionReport``
+(``willow/src/popx/devicex.cpp``, commit 28498dc): :func:`graph_report`,
+:func:`execution_report` and :func:`summary_report`.
 """
 
 from __future__ import annotations
 
+import io
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import cbor2
+
+from poplar_api.summary import printGraphSummary
+
+#: What the summary says in place of its Execution section, and the whole execution
+#: report, when profiling is not enabled (the PopART User Guide's words).
+NOT_ENABLED = "Execution profiling not enabled"
+NOT_ENABLED_PROFILE: dict[str, str] = {"profilerMode": "NONE"}
 
 
 @dataclass(frozen=True)
@@ -165,4 +183,99 @@ def make_report(graph: dict[str, Any], execution: dict[str, Any]) -> Report:
     return Report(compilation, Execution(steps, cycles))
 
 
-__all__ = ["MemoryTotal", "Report", "TotalCycles", "make_report"]
+class JsonReport(str):
+    """A JSON report as PopART returns it: the text (``json.loads`` reads it), which
+    also reads as the object it encodes (``report["memory"]``, ``get``, ``keys``,
+    ``items``; ``report.json()`` is the whole dict), as ipusim's reports always did."""
+
+    _data: dict[str, Any]
+
+    def __new__(cls, data: Mapping[str, Any]) -> JsonReport:
+        obj = super().__new__(cls, json.dumps(data, separators=(",", ":")))
+        obj._data = dict(data)
+        return obj
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            return self._data[key]
+        return str.__getitem__(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key`` in the report, else ``default``."""
+        return self._data.get(key, default)
+
+    def keys(self) -> Iterator[str]:
+        """The report's top-level keys."""
+        return iter(self._data.keys())
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        """The report's top-level items."""
+        return iter(self._data.items())
+
+    def json(self) -> dict[str, Any]:
+        """The report as a dict of JSON types."""
+        return self._data
+
+
+def profiling_enabled(execution: Mapping[str, Any]) -> bool:
+    """Whether an execution profile holds profiling: runs on an IPU Model device are
+    always simulated and profiled (``profilerMode`` ``IPU_MODEL``); a hardware device
+    is profiled only when instrumented (``debug.instrument`` and its kin, anything but
+    ``NONE``); a CPU device never is."""
+    return execution.get("profilerMode") not in ("NONE", "CPU")
+
+
+def _encode(profile: Mapping[str, Any], use_cbor: bool) -> JsonReport | bytes:
+    return cbor2.dumps(dict(profile)) if use_cbor else JsonReport(profile)
+
+
+def graph_report(engine: Any, use_cbor: bool = False) -> JsonReport | bytes:
+    """``getGraphReport(useCbor)``: the graph profile as JSON text, or CBOR bytes."""
+    return _encode(engine.getGraphProfile(), use_cbor)
+
+
+def execution_report(
+    engine: Any, use_cbor: bool = False, reset_profile: bool = True
+) -> JsonReport | bytes:
+    """``getExecutionReport(useCbor, resetProfile)``: the execution profile of the runs
+    since the last reset, as JSON text or CBOR bytes; ``{"profilerMode":"NONE"}`` when
+    profiling is not enabled. ``reset_profile`` forgets those runs afterwards."""
+    profile = engine.getExecutionProfile()
+    if not profiling_enabled(profile):
+        profile = NOT_ENABLED_PROFILE
+    if reset_profile:
+        engine.resetExecutionProfile()
+    return _encode(profile, use_cbor)
+
+
+def summary_report(
+    engine: Any, options: Mapping[str, Any] | None = None, reset_profile: bool = True
+) -> str:
+    """``getSummaryReport(resetProfile)``: the profile summary printed with the
+    session's ``reportOptions``; when profiling is not enabled, the graph's sections
+    and the line :data:`NOT_ENABLED` in place of the Execution section.
+    ``reset_profile`` forgets the runs afterwards."""
+    options = dict(options or {})
+    out = io.StringIO()
+    if profiling_enabled(engine.getExecutionProfile()):
+        engine.printProfileSummary(out, options)
+    else:
+        printGraphSummary(out, engine.getGraphProfile(), options)
+        out.write(NOT_ENABLED + "\n")
+    if reset_profile:
+        engine.resetExecutionProfile()
+    return out.getvalue()
+
+
+__all__ = [
+    "NOT_ENABLED",
+    "JsonReport",
+    "MemoryTotal",
+    "Report",
+    "TotalCycles",
+    "execution_report",
+    "graph_report",
+    "make_report",
+    "profiling_enabled",
+    "summary_report",
+]

@@ -9,7 +9,6 @@ on it.
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from popart_api import ops
+from popart_api.autodiff import GRADIENT_PREFIX
 from popart_api.builder import TensorInfo
 from popart_api.dataflow import AnchorReturnType, DataFlow, PyStepIO, PyStepIOCallback, PyWeightsIO
 from popart_api.devices import DeviceInfo
@@ -304,7 +304,9 @@ class SessionIO:
         }
         out = {}
         for aid in self.dataFlow.anchors():
-            vi = infos.get(aid)
+            # a gradient anchor has the shape and type of the tensor it is the gradient of
+            base = aid[len(GRADIENT_PREFIX) :] if self._is_grad_anchor(aid) else aid
+            vi = infos.get(base)
             tt = vi.type.tensor_type if vi is not None else None
             dims = list(tt.shape.dim) if tt is not None and tt.HasField("shape") else None
             if dims is None or any(not d.HasField("dim_value") for d in dims):
@@ -441,20 +443,27 @@ class SessionIO:
         return np.ascontiguousarray(arr, dtype=host).reshape([calls, *inp.shape])
 
     # -------------------------------------------------------------- reports
+    # as PopART's (popart_api/report.py): JSON text or CBOR bytes, the runs forgotten
+    # after a fetch unless resetProfile is False, "not enabled" without profiling
     def getSummaryReport(self, resetProfile: bool = True) -> str:
-        """ipusim's profile summary of the graph and the runs so far (text)."""
+        """The profile summary (text), printed with ``SessionOptions.reportOptions``."""
+        from popart_api.report import summary_report
+
         engine = self._engine("getSummaryReport")
-        out = io.StringIO()
-        engine.printProfileSummary(out)
-        return out.getvalue()
+        return summary_report(engine, self.options.reportOptions, resetProfile)
 
-    def getGraphReport(self) -> dict[str, Any]:
-        """The graph profile (a dict of JSON types)."""
-        return self._engine("getGraphReport").getGraphProfile()
+    def getGraphReport(self, useCbor: bool = False) -> Any:
+        """The graph profile as JSON text (which also reads as a dict), or CBOR bytes."""
+        from popart_api.report import graph_report
 
-    def getExecutionReport(self) -> dict[str, Any]:
-        """The execution profile of the runs so far (a dict of JSON types)."""
-        return self._engine("getExecutionReport").getExecutionProfile()
+        return graph_report(self._engine("getGraphReport"), useCbor)
+
+    def getExecutionReport(self, useCbor: bool = False, resetProfile: bool = True) -> Any:
+        """The execution profile of the runs since the last fetch, as JSON text (which
+        also reads as a dict) or CBOR bytes."""
+        from popart_api.report import execution_report
+
+        return execution_report(self._engine("getExecutionReport"), useCbor, resetProfile)
 
     def getReport(self) -> Any:
         """The graph and execution profiles as a report object (compute sets, tiles'
@@ -466,7 +475,7 @@ class SessionIO:
 
     def getCycleCount(self) -> int:
         """Simulated cycles of the last ``run``."""
-        runs = self.getExecutionReport().get("runs") or []
+        runs = self._engine("getCycleCount").getExecutionProfile().get("runs") or []
         if not runs:
             raise popart_exception(f"{self._kind}.getCycleCount: no run yet; call run() first")
         return int(runs[-1]["cyclesTo"] - runs[-1]["cyclesFrom"])

@@ -3,6 +3,8 @@ InferenceSession on a small IPU Model, compared with ONNX's reference evaluator.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -166,8 +168,8 @@ def test_mlp_inference_matches_reference_and_reports():
     np.testing.assert_allclose(anchors[p], _reference(proto, feeds)[0], rtol=1e-5, atol=1e-6)
     summary = session.getSummaryReport()
     assert "Tiles per IPU:          8" in summary
-    assert isinstance(session.getExecutionReport(), dict)
-    assert isinstance(session.getGraphReport(), dict)
+    assert isinstance(json.loads(session.getExecutionReport()), dict)
+    assert isinstance(json.loads(session.getGraphReport()), dict)
 
 
 def test_batches_per_step_all_and_final_anchors():

@@ -4,6 +4,8 @@ differences (``popart_harness.check_gradients``) or a float64 numpy derivation."
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -117,8 +119,8 @@ def test_conv_profile_has_cycles_and_memory():
     feeds = {"x": _rand(1, 4, 8, 8)}
     proto, outs = _model("Conv", feeds, {"w": _rand(8, 4, 3, 3)}, pads=[1, 1, 1, 1])
     session, _ = _run(proto, outs, feeds)
-    graph = session.getGraphReport()
-    execution = session.getExecutionReport()
+    graph = json.loads(session.getGraphReport())
+    execution = json.loads(session.getExecutionReport())
     summary = session.getSummaryReport()
     assert summary.strip()
     text = repr(graph)
