@@ -12,6 +12,7 @@ from popart_api import (  # noqa: F401
     ops_activation,
     ops_control,
     ops_integer,
+    ops_legacy,
     ops_loss,
     ops_math,
     ops_nn,

@@ -161,10 +161,17 @@ def lookup(domain: str, op_type: str, opset: int, node_name: str) -> Lowering:
     """
     entries = REGISTRY.get((_domain(domain), op_type))
     if not entries:
+        from popart_api.onnx_scope import POPART_OPS
+
+        why = (
+            "PopART's op registry has no such op either"
+            if _domain(domain) != "ai.onnx" or op_type not in POPART_OPS
+            else "PopART supports it but popart_api does not lower it yet"
+        )
         raise popart_exception(
             f"op '{op_type}' (domain '{_domain(domain)}', opset {opset}, node '{node_name}') is "
-            f"not supported by popart_api; supported: {', '.join(supported_ops())}; hint: see "
-            "docs/popart.md"
+            f"not supported by popart_api ({why}); supported: {', '.join(supported_ops())}; "
+            "hint: see the op table in docs/popart.md"
         )
     usable = [fn for since, fn in entries if since <= opset]
     if not usable:
