@@ -27,8 +27,11 @@ outputs that an early exit leaves unwritten are zero (PopART leaves them
 uninitialised). The body's ops see the enclosing graph's values by name
 (:attr:`LoweringContext.scope`), as ONNX's outer-scope references. Loop-carried values
 must keep their shape and type (PopART's tensors are static). There is no gradient
-through these ops (an ``If``, ``Loop`` or ``Scan`` on a trained weight's path to the
-loss is a named error in training).
+through these ops (PopART differentiates ``If``, not ``Loop`` or ``Scan``): in a
+``TrainingSession`` a subgraph that reads a float tensor of the enclosing graph is a
+named error (its gradient would otherwise be lost), and a ``Loop`` or ``Scan`` with a
+float input on a trained weight's path is the autodiff's error for an op without a
+gradient.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from onnx import numpy_helper
 from popart_api.errors import popart_exception
 from popart_api.onnx_model import node_attrs
 from popart_api.ops import Value, context, lookup, lowering_context, register, tensor
-from poplar_api import BOOL, INT, Graph, Tensor, popops
+from poplar_api import BOOL, FLOAT, HALF, INT, Graph, Tensor, popops
 from poplar_api import program as pprog
 from poplar_api.errors import PoplarError
 from poplar_api.poputil import mapTensorLinearly
@@ -99,7 +102,10 @@ def lower_subgraph(
                     f"'{tid}' is made by no earlier node of the subgraph, subgraph input or "
                     "value of the enclosing graph"
                 )
-            inputs.append(scope[tid] if tid else None)
+            value = scope[tid] if tid else None
+            if tid and tid not in local and parent.training:
+                _refuse_training(value, tid, node.op_type, nname, name)
+            inputs.append(value)
         while inputs and inputs[-1] is None:
             inputs.pop()
         ctx = dataclasses.replace(parent, num_outputs=len(node.output), scope=scope)
@@ -125,6 +131,20 @@ def lower_subgraph(
             )
         results.append(scope[vi.name])
     return results
+
+
+def _refuse_training(value: Value, tid: str, op: str, nname: str, name: str) -> None:
+    """In training, an error for a float device value a subgraph reads from the
+    enclosing graph: its gradient would be lost silently (the node's recorded inputs
+    do not include it)."""
+    if isinstance(value, Tensor) and value.elementType() in (FLOAT, HALF):
+        raise popart_exception(
+            f"{op} (node '{nname}'): this subgraph of node '{name}' reads '{tid}', a float "
+            "tensor of the enclosing graph; popart_api computes no gradient through the "
+            "subgraphs of If, Loop and Scan (PopART differentiates If, not Loop or Scan), "
+            "so a TrainingSession refuses it; hint: run the model in an InferenceSession, "
+            "or pass the value as a loop-carried input off the weights' path"
+        )
 
 
 def _variable(graph: Graph, like: Tensor, name: str, shape: list[int] | None = None) -> Tensor:

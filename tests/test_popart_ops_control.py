@@ -227,5 +227,56 @@ def test_scan_opset_8_is_refused_with_the_opsets_popart_supports():
                             num_scan_inputs=1)  # fmt: skip
     model = _model([node], [_vi("s0", F, [1, 1]), _vi("A", F, [1, 2, 1])], [_vi("s", F, [1, 1])],
                    opset=8)  # fmt: skip
-    with pytest.raises(popart.popart_exception, match=r"'Scan'.*'oldScan'.*opset 8.*from 9"):
+    with pytest.raises(popart.popart_exception, match=r"'Scan'.*'oldScan'.*opset 8.*from opset 9"):
         _run(model, [{}])
+
+
+def _training(nodes, inputs, inits, opset=11) -> popart.TrainingSession:
+    graph = helper.make_graph(
+        [*nodes, helper.make_node("L1", ["y"], ["loss"], domain="ai.graphcore", reduction="Sum",
+                                  **{"lambda": 1.0})],
+        "g", inputs, [_vi("loss", F, [])], initializer=inits,
+    )  # fmt: skip
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("ai.graphcore", 1)],
+    )
+    return popart.TrainingSession(
+        fnModel=model.SerializeToString(),
+        dataFlow=popart.DataFlow(1, {"loss": popart.AnchorReturnType("ALL")}),
+        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4}),
+        loss="loss",
+        optimizer=popart.ConstSGD(0.1),
+    )
+
+
+def test_training_refuses_a_branch_reading_a_weight():
+    """The If's recorded input is only its condition: a weight its branch reads would
+    get no gradient, so the TrainingSession refuses the model with the tensor named."""
+    w = numpy_helper.from_array(np.ones(3, np.float32), "w")
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["t"])], "then", [],
+                               [_vi("t", F, [3])])  # fmt: skip
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                               [_vi("e", F, [3])])  # fmt: skip
+    node = helper.make_node("If", ["c"], ["y"], name="gate", then_branch=then_g,
+                            else_branch=else_g)  # fmt: skip
+    session = _training([node], [_vi("c", TensorProto.BOOL, []), _vi("x", F, [3])], [w])
+    with pytest.raises(popart.popart_exception, match=r"node 'gate/then/Mul_0'.*reads 'x'.*TrainingSession"):
+        session.prepareDevice()
+
+
+def test_training_through_a_loop_on_the_weights_path_is_a_named_error():
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    body = helper.make_graph(
+        [helper.make_node("Add", ["v", "v"], ["v2"]), helper.make_node("Identity", ["c"], ["co"])],
+        "body", [_vi("i", TensorProto.INT64, []), _vi("c", TensorProto.BOOL, []), _vi("v", F, [2])],
+        [_vi("co", TensorProto.BOOL, []), _vi("v2", F, [2])],
+    )  # fmt: skip
+    nodes = [
+        _const("M", np.int64(2)),
+        helper.make_node("Mul", ["x", "w"], ["xw"]),
+        helper.make_node("Loop", ["M", "", "xw"], ["y"], name="twice", body=body),
+    ]
+    session = _training(nodes, [_vi("x", F, [2])], [w])
+    with pytest.raises(popart.popart_exception, match=r"Loop \(node 'twice'.*has no gradient"):
+        session.prepareDevice()
