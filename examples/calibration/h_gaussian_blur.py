@@ -16,8 +16,23 @@ vertex per worker partition computing the interior pixels of its partition from 
 from the neighbouring IPU, so Poplar-style lowering puts in front of each compute set
 an external sync and a global exchange over the IPU-Links (several IPUs only), then
 an internal sync and the on-chip exchange (docs/poplar_api.md, "Graphs spanning
-several IPUs"). One iteration is ``Execute(inToOut); Execute(outToIn)``; the border
-pixels stay as they are.
+several IPUs"). The border pixels stay as they are.
+
+**Halo copies** (``pre``/``post``): at the measured commit the codelet's ``in`` and
+``out`` fields are the worker's partition of the image (``applySlice(imgTensor,
+slice)``), connected to ``Vector`` fields, which Poplar needs contiguous; the rows of
+a partition are not, so Poplar copies them on the tile into a contiguous buffer
+before the compute set and the output back after it. The workload makes these copies
+explicit: per worker a ``pre`` :class:`CopyPieces` vertex (its rows of the source
+image into its buffer), the blur (the buffer, with the halo rows and pixels read from
+the image, into a contiguous output buffer) and a ``post`` copy (the output buffer into
+its rows of the destination image), each a compute set of its own, so one iteration is
+``inToOutPre, inToOut, inToOutPost, outToInPre, outToIn, outToInPost``. The copies
+touch only the tile's own data, so no sync or exchange comes in front of them. Their
+cycles are Poplibs' ``LongMemcpy`` estimate per row (:func:`copy_cycles`, graphcore/
+poplibs 7eac0f26 ``BroadcastSelectorSelectCycles``): an estimate, not fitted. The halo
+received by exchange goes straight into the blur's field (as Poplar's exchange writes
+into the field's buffer), so it is not copied on the tile.
 
 **Image size**: the data set does not state it. The program allows at most
 2000 x 1400 pixels per IPU; we take that size (:data:`IMAGE`), the largest image one
@@ -31,12 +46,16 @@ program's own ``generalTileGridStrategy`` with 1 minimum row and column, as its
 scaling runs used, would make 117 x 10 blocks of about 12 x 12.5 on 1170 tiles: about
 the same halo per tile, 56 pixels around our largest block against 54).
 
-Approximated: the codelets are compiled C++ (``-O3``), which ipusim cannot see. The
-vertex estimate is an instruction count per output pixel (:data:`INSTRUCTIONS_PER_PIXEL`,
-loads, multiply-adds and stores of 4 channels, vectorised as the type allows) plus
-:data:`FIXED_INSTRUCTIONS`; this is an estimate, not fitted. The image is float32
-for ``float`` and ``float2`` (16 B per pixel) and half for ``half4`` (8 B per pixel),
-so the halo exchange moves the measured bytes.
+Approximated: the codelets are compiled C++ (``-O3``), which ipusim cannot see. In
+estimate mode (the default) the vertex estimate is an instruction count per output
+pixel (:data:`INSTRUCTIONS_PER_PIXEL`, loads, multiply-adds and stores of 4 channels,
+vectorised as the type allows) plus :data:`FIXED_INSTRUCTIONS`; this is an estimate,
+not fitted. With counted cycles (engine option ``debug.vertexCycles=counted``,
+docs/counted_cycles.md) the kernels below are counted instead: each is the measured
+codelet written with the IPU intrinsics its type uses (``float2``/``half4`` 64-bit
+loads and stores, ``f32v2``/``f16v4`` arithmetic) and constant weights. The image is
+float32 for ``float`` and ``float2`` (16 B per pixel) and half for ``half4`` (8 B per
+pixel), so the halo exchange and the copies move the measured bytes.
 
 Metrics (``phase_cycles`` of the rows, one superstep, the ``inToOut`` compute set,
 averaged over its executions):
@@ -50,14 +69,13 @@ averaged over its executions):
   IPUs taking part (0 on one IPU); it starts when the last tile leaves the external
   sync, so the slowest tile's cycles include that sync's release skew (up to
   ``sync.max_relative_delay_cycles``; the on-chip exchange's phase model has none);
-* ``compute`` = the slowest tile's compute cycles.
+* ``compute`` = the slowest tile's compute cycles;
+* ``pre`` and ``post`` = the slowest tile of the ``inToOutPre`` and ``inToOutPost``
+  copies.
 
 Companion metrics, not rows: ``phase_cycles.externalSync`` (the external sync alone,
 fewest cycles of any tile) and ``global_exchange_bytes`` (bytes that cross the
 IPU-Links in one ``inToOut`` superstep).
-
-**Not covered**: ``pre``/``post`` (on-tile halo copies the program makes; ipusim
-lowers halo reads straight into the vertex fields).
 """
 
 from __future__ import annotations
@@ -76,6 +94,7 @@ from poplar_api import (
     Vector,
     VectorList,
     Vertex,
+    concat,
 )
 from poplar_api import program as prog
 from poplar_api.ipu_intrinsics import (
@@ -104,7 +123,7 @@ INSTRUCTIONS_PER_PIXEL = {"float": 76, "float2": 38, "half4": 19}
 FIXED_INSTRUCTIONS = 20
 WEIGHTS = np.array([[1, 2, 1], [2, 4, 2], [1, 2, 1]], np.float32) / 16
 
-PHASES = ("sync", "exchange", "globExchange", "compute")
+PHASES = ("sync", "exchange", "globExchange", "pre", "post", "compute")
 #: IPU counts of the measured rows (row prefix ``H1.<n>ipu``).
 IPU_COUNTS = (1, 16)
 POINTS: dict[str, dict] = {
@@ -259,6 +278,53 @@ class GaussianBlurHalf(GaussianBlur):
         return True
 
 
+class CopyPieces(Vertex):
+    """``out[k]`` = ``in[k]`` for every piece ``k``: the on-tile copies Poplar makes so
+    that a vertex's ``Vector`` field is contiguous (the ``pre`` copy gathers the
+    tile's own pieces of a worker's ``in`` field into one buffer, the ``post`` copy
+    scatters its contiguous ``out`` buffer back into the image rows)."""
+
+    in_ = Input(VectorList(FLOAT))
+    out = Output(VectorList(FLOAT))
+
+    @staticmethod
+    def compute(in_, out):
+        for k in range(len(out)):
+            src = in_[k]
+            dst = out[k]
+            for i in range(dst.shape[0]):
+                dst[i] = src[i]
+        return True
+
+
+class CopyPiecesHalf(CopyPieces):
+    """:class:`CopyPieces` of half-precision pieces."""
+
+    in_ = Input(VectorList(HALF))
+    out = Output(VectorList(HALF))
+
+
+#: Poplibs' estimate of a ``LongMemcpy`` of one piece (graphcore/poplibs 7eac0f26,
+#: ``lib/popops/popopsCycleEstimators.cpp``, ``BroadcastSelectorSelectCycles``: "an
+#: estimate, based on being able to use ld64/st64"): thread cycles per call and per 4
+#: bytes, 5 per byte of a remainder, and the vertex's own set-up.
+MEMCPY_CALL_CYCLES = 12 + 23
+MEMCPY_BYTES_PER_CYCLE = 4
+MEMCPY_REMAINDER_CYCLES_PER_BYTE = 5
+MEMCPY_VERTEX_CYCLES = 11 + 1
+
+
+def copy_cycles(piece_bytes: np.ndarray) -> int:
+    """Thread cycles of Poplibs' ``LongMemcpy`` estimate for pieces of ``piece_bytes``."""
+    b = np.asarray(piece_bytes, np.int64)
+    per_piece = (
+        MEMCPY_CALL_CYCLES
+        + b // MEMCPY_BYTES_PER_CYCLE
+        + (b % MEMCPY_BYTES_PER_CYCLE) * MEMCPY_REMAINDER_CYCLES_PER_BYTE
+    )
+    return int(MEMCPY_VERTEX_CYCLES + per_piece.sum())
+
+
 #: The codelet of each data type, as the program chooses them.
 CODELETS: dict[str, type[GaussianBlur]] = {
     "float": GaussianBlur,
@@ -320,6 +386,34 @@ def vertex_cycles(data_type: str, pixels: int, rows: int) -> int:
     return INSTRUCTIONS_PER_PIXEL[data_type] * pixels + FIXED_INSTRUCTIONS + 2 * rows
 
 
+def _worker_vertices(src, dst, own, rows, cols, width) -> tuple[dict, dict, dict]:
+    """Fields of one worker's three vertices: the ``pre`` copy of its rows of ``src``
+    into its buffer ``own[0]``, the blur of that buffer with the halo read from
+    ``src`` (the rows above and below, the pixels left and right) into ``own[1]``,
+    and the ``post`` copy of ``own[1]`` into its rows of ``dst``."""
+    (p0, p1), (q0, q1) = rows, cols
+    buf_in, buf_out = own
+    pre = {
+        "in": [src[r, q0:q1].flatten() for r in range(p0, p1)],
+        "out": [buf_in[k] for k in range(p1 - p0)],
+    }
+    blur = {
+        "in": [
+            concat([src[r, q0 - 1].flatten(), buf_in[r - p0], src[r, q1].flatten()])
+            if p0 <= r < p1
+            else src[r, q0 - 1 : q1 + 1].flatten()
+            for r in range(p0 - 1, p1 + 1)
+        ],
+        "out": [buf_out[k] for k in range(p1 - p0)],
+        "width": width,
+    }
+    post = {
+        "in": [buf_out[k] for k in range(p1 - p0)],
+        "out": [dst[r, q0:q1].flatten() for r in range(p0, p1)],
+    }
+    return pre, blur, post
+
+
 def workload(
     device: Device,
     data_type: str = "float",
@@ -367,7 +461,13 @@ def workload(
     graph.addCodelets(CODELETS[data_type])
     dtype = HALF if half else FLOAT
     images = [graph.addVariable(dtype, [height, width, CHANNELS], n) for n in ("imgA", "imgB")]
-    compute_sets = [graph.addComputeSet("inToOut"), graph.addComputeSet("outToIn")]
+    names = ("inToOut", "outToIn")
+    compute_sets = {
+        n + part: graph.addComputeSet(n + part) for n in names for part in ("Pre", "", "Post")
+    }
+    copy_vertex = (CopyPiecesHalf if half else CopyPieces).__name__
+    graph.addCodelets(CopyPiecesHalf if half else CopyPieces)
+    pixel_bytes = CHANNELS * (2 if half else 4)
     for ipu, ((rows, cols), (grid_r, grid_c)) in enumerate(zip(slices, grids, strict=True)):
         row_bands = np.array_split(rows, grid_r)
         col_bands = np.array_split(cols, grid_c)
@@ -383,26 +483,40 @@ def workload(
                 w = graph.addConstant(FLOAT, [1], [float(band_cols.size)], f"width{tile}")
                 graph.setTileMapping(w, tile)
                 q0, q1 = int(band_cols[0]), int(band_cols[-1]) + 1
+                row_bytes = [[(q1 - q0) * pixel_bytes] * k for k in range(band_rows.size + 1)]
+                # the pre copy's buffer of each worker's rows, and the blur's contiguous output
+                bufs = [
+                    graph.addVariable(dtype, [band_rows.size, (q1 - q0) * CHANNELS], f"{n}{tile}")
+                    for n in ("in", "out")
+                ]
+                for buf in bufs:
+                    graph.setTileMapping(buf, tile)
                 for part in np.array_split(band_rows, WORKERS):
                     p0, p1 = int(part[0]), int(part[-1]) + 1
-                    for cs, (src, dst) in zip(compute_sets, (images, images[::-1]), strict=True):
-                        fields = {
-                            "in": [
-                                src[r, q0 - 1 : q1 + 1].flatten() for r in range(p0 - 1, p1 + 1)
-                            ],
-                            "out": [dst[r, q0:q1].flatten() for r in range(p0, p1)],
-                            "width": w,
-                        }
-                        v = graph.addVertex(cs, vertex, fields)
-                        graph.setTileMapping(v, tile)
-                        graph.setPerfEstimate(
-                            v, vertex_cycles(data_type, part.size * band_cols.size, part.size)
-                        )
+                    own = [buf[p0 - int(band_rows[0]) : p1 - int(band_rows[0])] for buf in bufs]
+                    for name, (src, dst) in zip(names, (images, images[::-1]), strict=True):
+                        vertices = _worker_vertices(src, dst, own, (p0, p1), (q0, q1), w)
+                        for part_name, typ, fields, cycles in (
+                            ("Pre", copy_vertex, vertices[0], copy_cycles(row_bytes[p1 - p0])),
+                            (
+                                "",
+                                vertex,
+                                vertices[1],
+                                vertex_cycles(data_type, part.size * (q1 - q0), part.size),
+                            ),
+                            ("Post", copy_vertex, vertices[2], copy_cycles(row_bytes[p1 - p0])),
+                        ):
+                            v = graph.addVertex(compute_sets[name + part_name], typ, fields)
+                            graph.setTileMapping(v, tile)
+                            graph.setPerfEstimate(v, cycles)
     graph.createHostWrite("imgA", images[0])
     graph.createHostWrite("imgB", images[1])
     graph.createHostRead("imgA-read", images[0])
     program = prog.Repeat(
-        iterations, prog.Sequence(prog.Execute(compute_sets[0]), prog.Execute(compute_sets[1]))
+        iterations,
+        prog.Sequence(
+            *(prog.Execute(compute_sets[n + p]) for n in names for p in ("Pre", "", "Post"))
+        ),
     )
     rng = np.random.default_rng(3)
     host = rng.random((height, width, CHANNELS), dtype=np.float32)
@@ -428,9 +542,14 @@ def workload(
         sync = [r for r in trace.records if r.kind == "sync" and r.name == f"{name}/Sync"]
         exchange = [r for r in trace.records if r.name == f"{name}/ExchangeIn"]
         compute = [r for r in trace.records if r.kind == "compute" and r.name == name]
-        if not (sync and exchange and compute):
+        copies = {
+            part: [r for r in trace.records if r.kind == "compute" and r.name == name + part]
+            for part in ("Pre", "Post")
+        }
+        if not (sync and exchange and compute and copies["Pre"] and copies["Post"]):
             raise ValueError(
-                "h_gaussian_blur: the trace has no inToOut sync, exchange and compute steps; "
+                "h_gaussian_blur: the trace has no inToOut sync, exchange, compute and "
+                "copy (inToOutPre, inToOutPost) steps; "
                 f"found {sorted({r.name for r in trace.records})}"
             )
         external = [r for r in trace.records if r.name == f"{name}/ExternalSyncIn"]
@@ -451,6 +570,8 @@ def workload(
             "phase_cycles.sync": float(np.mean([t.min() for t in sync_tiles])),
             "phase_cycles.exchange": float(np.mean([r.tile_cycles.max() for r in exchange])),
             "phase_cycles.compute": float(np.mean([r.tile_cycles.max() for r in compute])),
+            "phase_cycles.pre": float(np.mean([r.tile_cycles.max() for r in copies["Pre"]])),
+            "phase_cycles.post": float(np.mean([r.tile_cycles.max() for r in copies["Post"]])),
             "phase_cycles.globExchange": (
                 float(np.mean([r.tile_cycles.max() for r in glob])) if glob else 0.0
             ),
