@@ -90,11 +90,20 @@ class _Recompute:
         members = [j for j, s in enumerate(self.segment) if s == seg and self.flags[j]]
         if members:
             replay = pprog.Sequence(debugContext=f"recompute/segment{seg}")
-            held = {id(v) for v in self.session.lowered.weight_vars.values()}
+            # Everything the replayed nodes create (outputs and Poplibs temporaries)
+            # is written again by the replay: undefined until then, so none of it is
+            # held between the forward pass and the replay.
+            lowered = self.session.lowered
+            held = {id(v) for v in lowered.weight_vars.values()}
             for j in members:
-                for t in _outputs(self.session.lowered.records[j]):
+                for t in _outputs(lowered.records[j]):
                     if id(t) not in held:
                         replay.add(pprog.WriteUndef(t))
+                if j < len(lowered.node_variables):
+                    spans = [lowered.node_variables[j]]
+                    for t in transient_variables(self.session.graph, spans):
+                        if id(t) not in held:
+                            replay.add(pprog.WriteUndef(t))
             for j in members:
                 replay.add(self.session.lowered.node_progs[j])
             self.prog.add(replay)
