@@ -129,6 +129,9 @@ class LoweredModel:
     forward_variables
         ``[first, last)``: ids of the variables the forward pass creates (its
         activations and temporaries).
+    node_variables
+        Per node: ``[first, last)`` ids of the variables its lowering created (its
+        outputs, Poplibs temporaries, copies from other IPUs).
     pipeline_sends
         ``(stage, copy)``: copies sending a pipeline stage's outputs to the next IPU.
     """
@@ -142,6 +145,7 @@ class LoweredModel:
     value_ipu: dict[str, int] = field(default_factory=dict)
     node_stage: list[int] = field(default_factory=list)
     forward_variables: tuple[int, int] = (0, 0)
+    node_variables: list[tuple[int, int]] = field(default_factory=list)
     pipeline_sends: list[tuple[int, pprog.Copy]] = field(default_factory=list)
 
 
@@ -388,8 +392,11 @@ class _Session(SessionIO):
         self.lowered.pipeline_sends = []
         node_progs = []
         first = variable_count(graph)
+        self.lowered.node_variables = []
         for i, node in enumerate(self.model.graph.node):
+            before = variable_count(graph)
             node_progs.append(self._lower(node, i, values))
+            self.lowered.node_variables.append((before, variable_count(graph)))
             self._nodes_lowered = i + 1
         #: ids of the variables the forward pass creates (its activations, temporaries)
         self.lowered.forward_variables = (first, variable_count(graph))
