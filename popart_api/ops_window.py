@@ -329,13 +329,9 @@ def _conv_transpose(graph: Graph, inputs: list, attrs: dict, prog: Any, name: st
 _ROI_MODES = {"half_pixel": True, "output_half_pixel": False}
 
 
-@register("RoiAlign", since=10)
-def _roi_align(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-    """``popnn.roialign.roiAlignFwd`` (Poplibs' ``roiAlignFwd``, which PopART's
-    ``RoiAlignOpx`` calls). Defaults are PopART's (``willow/src/op/roialign.cpp``):
-    7x7 output, sampling ratio 1, scale 1. PopART (RoiAlign-10) always samples as
-    ``output_half_pixel``; here ``coordinate_transformation_mode`` (opset 16, default
-    ``half_pixel``) and ``mode="max"`` are honoured as ONNX defines them."""
+def _roi_operands(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> tuple:
+    """``(X, rois, batch_indices, RoiAlignParams)`` of a RoiAlign node, checked; rois in
+    X's type and the indices INT (casts appended to ``prog``)."""
     if len(inputs) != 3 or any(v is None for v in inputs):
         raise popart_exception(
             f"RoiAlign (node '{name}'): needs 3 inputs (X, rois, batch_indices), got {len(inputs)}"
@@ -372,8 +368,7 @@ def _roi_align(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) ->
             "not supported: PopART's RoiAlign (Poplibs' roiAlignFwd) needs a fixed number "
             "of samples per bin; hint: set sampling_ratio >= 1"
         )
-    opset = context().opset
-    default = "half_pixel" if opset >= 16 else "output_half_pixel"
+    default = "half_pixel" if context().opset >= 16 else "output_half_pixel"
     ctm = attrs.get("coordinate_transformation_mode", default)
     mode = attrs.get("mode", "avg")
     if ctm not in _ROI_MODES or mode not in ("avg", "max"):
@@ -389,4 +384,31 @@ def _roi_align(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) ->
         spatialScale=float(attrs.get("spatial_scale", 1.0)),
         mode=mode,
     )
+    return x, rois, index, params
+
+
+@register("RoiAlign", since=10)
+def _roi_align(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
+    """``popnn.roialign.roiAlignFwd`` (Poplibs' ``roiAlignFwd``, which PopART's
+    ``RoiAlignOpx`` calls). Defaults are PopART's (``willow/src/op/roialign.cpp``):
+    7x7 output, sampling ratio 1, scale 1. PopART (RoiAlign-10) always samples as
+    ``output_half_pixel``; here ``coordinate_transformation_mode`` (opset 16, default
+    ``half_pixel``) and ``mode="max"`` are honoured as ONNX defines them."""
+    x, rois, index, params = _roi_operands(graph, inputs, attrs, prog, name)
     return [roialign.roiAlignFwd(graph, prog, x, rois, index, params, name)]
+
+
+@register_grad("RoiAlign")
+def _roi_align_grad(g: GradContext) -> Grads:
+    """X's gradient by ``roiAlignInputGradient`` (PopART's ``RoiAlignGradOpx``); the
+    regions and indices get none, as in PopART. ``mode="max"`` has no gradient."""
+    x, rois, index, params = _roi_operands(g.graph, g.inputs, g.attrs, g.prog, g.name)
+    if params.mode != "avg":
+        raise popart_exception(
+            f"RoiAlign (node '{g.name}'): mode 'max' has no gradient (PopART's RoiAlign "
+            "averages); hint: mode='avg' for training"
+        )
+    dx = roialign.roiAlignInputGradient(
+        g.graph, g.prog, x, rois, index, g.grad_output(0), params, g.name
+    )
+    return [dx, None, None]

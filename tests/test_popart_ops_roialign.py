@@ -117,3 +117,62 @@ def test_roialign_bad_input_is_named():
     with pytest.raises(TypeMismatchError, match=r"bottomRois 'ri'.*int"):
         roialign.roiAlignFwd(graph, pprog.Sequence(), x, graph.addVariable(INT, [2, 4], "ri"),
                              graph.addVariable(INT, [2], "j"), params)  # fmt: skip
+
+
+def test_roialign_gradient_matches_finite_differences():
+    """PopART's RoiAlignGradOp: X's gradient (Poplibs' roiAlignInputGradient, the
+    regions spread over compute sets in groups) against the reference evaluator."""
+    from popart_harness import check_gradients
+
+    rois = np.array([[0.5, 1.0, 5.0, 4.5], [-2.0, 0.0, 3.0, 7.5], [2.0, 2.0, 2.5, 2.2]], np.float32)
+
+    def build(b, ids):
+        r = b.aiOnnx.constant(rois)
+        return b.aiOnnx.roialign([ids[0], r, ids[1]], output_height=3, output_width=2,
+                                 sampling_ratio=2, spatial_scale=1.0,
+                                 coordinate_transformation_mode="output_half_pixel")  # fmt: skip
+
+    x = np.random.default_rng(11).standard_normal((2, 2, 6, 5)).astype(np.float32)
+    check_gradients(build, [x, np.array([1, 0, 1], np.int64)], tiles=4, rtol=1e-3, atol=1e-4,
+                    opsets={"ai.onnx": 16, "ai.graphcore": 1})  # fmt: skip
+
+
+def test_roialign_10_samples_as_output_half_pixel():
+    """RoiAlign-10 (PopART's) has no coordinate mode: it samples as opset 16's
+    ``output_half_pixel`` (onnx.reference 1.23 applies ``half_pixel`` to every opset,
+    so the opset-16 model with the mode spelled out is the reference)."""
+    x_shape, n_rois = [2, 2, 6, 5], 4
+    feeds = _feeds(np.random.default_rng(5), x_shape, n_rois)
+    s = _session(_model(x_shape, n_rois, opset=11, sampling_ratio=2, output_height=3,
+                        output_width=2))  # fmt: skip
+    anchors = s.initAnchorArrays()
+    s.run(popart.PyStepIO(feeds, anchors))
+    ref = _model(x_shape, n_rois, opset=16, sampling_ratio=2, output_height=3, output_width=2,
+                 coordinate_transformation_mode="output_half_pixel")  # fmt: skip
+    want = ReferenceEvaluator(ref).run(None, feeds)[0]
+    np.testing.assert_allclose(anchors["Y"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_roialign_gradient_groups_regions_as_poplibs():
+    """group = min(R, ceil(workers x tiles / (C x ratio^2))) regions per compute set,
+    one compute set per group of regions."""
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    target = graph.getTarget()
+    channels, ratio, rois = 3, 2, 40
+    x = graph.addVariable(FLOAT, [1, channels, 4, 4], "x")
+    r = graph.addVariable(FLOAT, [rois, 4], "r")
+    i = graph.addVariable(INT, [rois], "i")
+    top = graph.addVariable(FLOAT, [rois, channels, 2, 2], "top")
+    params = roialign.RoiAlignParams(ratio, 2, 2, False, 1.0)
+    group = min(rois, -(-target.getNumWorkerContexts() * target.getNumTiles()
+                        // (channels * ratio * ratio)))  # fmt: skip
+    assert group < rois  # the regions need several compute sets on this target
+    before = graph.getNumComputeSets()
+    out = roialign.roiAlignInputGradient(graph, pprog.Sequence(), x, r, i, top, params, "g")
+    assert out.shape() == [1, channels, 4, 4]
+    fills_and_reduce = graph.getNumComputeSets() - before - -(-rois // group)
+    assert 1 <= fills_and_reduce <= 4  # the zero fill and the reduction's stages
+    bad = roialign.RoiAlignParams(ratio, 3, 3, False, 1.0)
+    with pytest.raises(GraphError, match=r"topDataGrad 'top' is float \[40, 3, 2, 2\]; "
+                       r"required float \[40, 3, 3, 3\]"):  # fmt: skip
+        roialign.roiAlignInputGradient(graph, pprog.Sequence(), x, r, i, top, bad)

@@ -1,4 +1,5 @@
-"""Region-of-interest align (``popnn::experimental::roiAlignFwd``), forward pass.
+"""Region-of-interest align (``popnn::experimental::roiAlignFwd`` and
+``roiAlignInputGradient``).
 
 As ``lib/popnn/ROIAlign.cpp`` ``roiAlignFwd`` (graphcore/poplibs @7eac0f26): one
 ``popnn::ROIAlignForward<T>`` vertex per (region, channel, sample row ``iy``, sample
@@ -6,7 +7,10 @@ column ``ix``), vertex ``k`` on tile ``k mod tiles``; each writes the bilinear s
 ``(iy, ix)`` of every output bin of its region and channel into
 ``topDataGrid[roi][c][iy][ix]`` (``[R, C, gh, gw, outH, outW]``, zero-filled first);
 ``popops.reduce`` adds the samples of a bin (dimensions 2 and 3) and ``popops.div``
-divides by the ``gh x gw`` samples.
+divides by the ``gh x gw`` samples. The gradient (:func:`roiAlignInputGradient`) adds
+each output point's share into per-(channel, region group, sample) buffers with
+``popnn::ROIAlignBackward<T>`` vertices, a compute set per group of regions, and
+reduces them.
 
 Where this differs from Poplibs (each noted so a reader of the Poplibs source is not
 surprised):
@@ -41,19 +45,29 @@ from typing import Any
 import numpy as np
 
 from poplar_api import program as _program
-from poplar_api.codelet import Input, Output, Vector, Vertex
+from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.popops import Operation, div, fill, reduce
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF, INT, Type
 
-__all__ = ["RoiAlignParams", "roiAlignFwd", "roi_align_vertex"]
+__all__ = [
+    "RoiAlignParams",
+    "roiAlignFwd",
+    "roiAlignInputGradient",
+    "roi_align_grad_vertex",
+    "roi_align_vertex",
+]
 
 #: Worker cycles of a vertex's set-up (region corners, sizes, four divisions).
 SETUP_CYCLES = 60
 #: Worker cycles of one output point of one sample (see the module docstring).
 POINT_CYCLES = 46
+#: Worker cycles of one output point of the gradient: the forward point's work with
+#: the four loads made read-modify-writes (four more stores) and the four weighted
+#: terms scaled by the inverse sample count (four more multiplies).
+GRAD_POINT_CYCLES = POINT_CYCLES + 8
 #: Columns of a vertex's ``params`` row.
 _PARAMS = ("spatial_scale", "height", "width", "aligned_height", "aligned_width", "iy", "ix",
            "bin_grid_h", "bin_grid_w", "aligned", "max")  # fmt: skip
@@ -87,9 +101,10 @@ class RoiAlignParams:
     mode: str = "avg"
 
 
-def roi_align_cycles(points: int) -> int:
-    """Worker cycles of one ``ROIAlignForward`` vertex writing ``points`` samples."""
-    return SETUP_CYCLES + POINT_CYCLES * points
+def roi_align_cycles(points: int, grad: bool = False) -> int:
+    """Worker cycles of one ``ROIAlignForward`` (or ``ROIAlignBackward``) vertex over
+    ``points`` output points."""
+    return SETUP_CYCLES + (GRAD_POINT_CYCLES if grad else POINT_CYCLES) * points
 
 
 def _compute(cls, batches, num_vertices, num_workers):
@@ -104,7 +119,10 @@ def _compute(cls, batches, num_vertices, num_workers):
         _compute_group(cls, data, rois, index, out, p, sel, height, width, out_h, out_w)
 
 
-def _compute_group(cls, data, rois, index, out, p, sel, height, width, out_h, out_w) -> None:
+def _geometry(rois, index, p, sel, height, width, out_h, out_w):
+    """Per vertex of ``sel``: the four neighbours' flat positions in the vertex's
+    ``[batch * H * W]`` field, their bilinear weights and which points are inside
+    (arrays ``[len(sel), outH, outW]``), as ONNX's ``RoiAlign`` samples."""
     f32 = np.float32
     cols = {name: p[sel, i] for i, name in enumerate(_PARAMS)}
     r = rois.data[rois.offsets[sel, None] + np.arange(4)].astype(f32)
@@ -135,14 +153,23 @@ def _compute_group(cls, data, rois, index, out, p, sel, height, width, out_h, ou
     ly, lx = y - y_low.astype(f32), x - x_low.astype(f32)
     hy, hx = f32(1) - ly, f32(1) - lx
     batch = index.data[index.offsets[sel]].astype(np.int64)
-    base = (data.offsets[sel] + batch * height * width)[:, None, None]
-    vals = data.data.astype(f32)
-    terms = [
-        hy * hx * vals[base + y_low * width + x_low],
-        hy * lx * vals[base + y_low * width + x_high],
-        ly * hx * vals[base + y_high * width + x_low],
-        ly * lx * vals[base + y_high * width + x_high],
+    base = (batch * height * width)[:, None, None]
+    pos = [
+        base + y_low * width + x_low,
+        base + y_low * width + x_high,
+        base + y_high * width + x_low,
+        base + y_high * width + x_high,
     ]
+    weights = [hy * hx, hy * lx, ly * hx, ly * lx]
+    return pos, weights, valid, cols
+
+
+def _compute_group(cls, data, rois, index, out, p, sel, height, width, out_h, out_w) -> None:
+    f32 = np.float32
+    pos, weights, valid, cols = _geometry(rois, index, p, sel, height, width, out_h, out_w)
+    vals = data.data.astype(f32)
+    start = data.offsets[sel][:, None, None]
+    terms = [w * vals[start + q] for w, q in zip(weights, pos, strict=True)]
     is_max = cols["max"][:, None, None] > 0
     sample = np.where(is_max, np.maximum.reduce(terms), terms[0] + terms[1] + terms[2] + terms[3])
     sample = np.where(valid, sample, f32(0))
@@ -151,11 +178,58 @@ def _compute_group(cls, data, rois, index, out, p, sel, height, width, out_h, ou
     out.data[dst] = sample.reshape(len(sel), points).astype(out.data.dtype)
 
 
+def _compute_grad(cls, batches, num_vertices, num_workers):
+    diff, rois, index = batches["bottom_diff"], batches["bottom_rois"], batches["batch_index"]
+    params, top = batches["params"], batches["top_diff"]
+    n = num_vertices
+    p = params.data[params.offsets[:n, None] + np.arange(len(_PARAMS))].astype(np.float64)
+    for key in np.unique(p[:, 1:5], axis=0):
+        sel = np.flatnonzero((p[:, 1:5] == key).all(axis=1))
+        height, width, out_h, out_w = (int(v) for v in key)
+        pos, weights, valid, cols = _geometry(rois, index, p, sel, height, width, out_h, out_w)
+        f32 = np.float32
+        count = (cols["bin_grid_h"] * cols["bin_grid_w"]).astype(f32)[:, None, None]
+        g = top.data[top.offsets[sel, None] + np.arange(out_h * out_w)].astype(f32)
+        g = np.where(valid, g.reshape(len(sel), out_h, out_w) / count, f32(0))
+        start = diff.offsets[sel][:, None, None]
+        acc = diff.data.astype(f32)
+        for w, q in zip(weights, pos, strict=True):
+            np.add.at(acc, (start + q).reshape(-1), (w * g).reshape(-1))
+        diff.data[:] = acc.astype(diff.data.dtype)
+
+
 def _estimate(cls, sizes, target) -> int:
     return roi_align_cycles(int(sizes["top_data_grid"]))
 
 
+def _estimate_grad(cls, sizes, target) -> int:
+    return roi_align_cycles(int(sizes["top_diff"]), grad=True)
+
+
 _CACHE: dict[Type, type] = {}
+_GRAD_CACHE: dict[Type, type] = {}
+
+
+def roi_align_grad_vertex(t: Type) -> type:
+    """``popnn::ROIAlignBackward<t>``: adds the gradient of one sample (iy, ix) of every
+    output bin of one region and channel into its ``bottom_diff`` slot (InOut)."""
+    cls = _GRAD_CACHE.get(t)
+    if cls is None:
+        attrs: dict[str, Any] = {
+            "typeName": f"popnn::ROIAlignBackward<{t.name}>",
+            "__doc__": "Scatters one region's output gradient to its bilinear neighbours.",
+            "__module__": __name__,
+            "top_diff": Input(Vector(t)),
+            "bottom_rois": Input(Vector(t)),
+            "batch_index": Input(INT),
+            "params": Input(Vector(FLOAT)),
+            "bottom_diff": InOut(Vector(t)),
+            "computeBatch": classmethod(_compute_grad),
+            "getCycleEstimate": classmethod(_estimate_grad),
+        }
+        cls = type(f"ROIAlignBackward_{t.constant}", (Vertex,), attrs)
+        _GRAD_CACHE[t] = cls
+    return cls
 
 
 def roi_align_vertex(t: Type) -> type:
@@ -263,25 +337,115 @@ def roiAlignFwd(
         "batch_index": _spread(bottomBatchIndex, 0, rows).reshape([n]),
         "top_data_grid": grid.reshape([n, out_h * out_w]),
     }
-    r, c, iy, ix = np.unravel_index(np.arange(n), rows)
-    del r, c
-    table = np.zeros((n, len(_PARAMS)), np.float32)
+    conns["params"] = _params(graph, params, height, width, rows, tiles, name)
+    cs = graph.addComputeSet(f"{name}/roiAlignCS")
+    graph.addVertices(cs, roi_align_vertex(t), tiles, conns)
+    fill(graph, grid, 0.0, prog, f"{name}/zeroGrid")
+    prog.add(_program.Execute(cs))
+    return _finish(graph, grid, params, prog, name)
+
+
+def _params(
+    graph: Graph,
+    params: RoiAlignParams,
+    height: int,
+    width: int,
+    rows: Sequence[int],
+    tiles: np.ndarray,
+    name: str,
+) -> Tensor:
+    """The constant ``[n, len(_PARAMS)]`` vertex state of the vertices ``rows``
+    (``[..., iy, ix]`` in row-major order), each row on its vertex's tile."""
+    n = int(np.prod(rows))
+    iy, ix = np.unravel_index(np.arange(n), rows)[-2:]
     fixed = {"spatial_scale": params.spatialScale, "height": height, "width": width,
-             "aligned_height": out_h, "aligned_width": out_w, "bin_grid_h": g,
-             "bin_grid_w": g, "aligned": float(params.aligned),
-             "max": float(params.mode == "max")}  # fmt: skip
+             "aligned_height": params.alignedHeight, "aligned_width": params.alignedWidth,
+             "bin_grid_h": params.samplingRatio, "bin_grid_w": params.samplingRatio,
+             "aligned": float(params.aligned), "max": float(params.mode == "max")}  # fmt: skip
+    table = np.zeros((n, len(_PARAMS)), np.float32)
     for i, key in enumerate(_PARAMS):
         table[:, i] = fixed.get(key, 0.0)
     table[:, _PARAMS.index("iy")] = iy
     table[:, _PARAMS.index("ix")] = ix
     const = graph.addConstant(FLOAT, [n, len(_PARAMS)], table, f"{name}/params")
     graph.mapElements(const, np.repeat(tiles, len(_PARAMS)))
-    conns["params"] = const
-    cs = graph.addComputeSet(f"{name}/roiAlignCS")
-    graph.addVertices(cs, roi_align_vertex(t), tiles, conns)
-    fill(graph, grid, 0.0, prog, f"{name}/zeroGrid")
-    prog.add(_program.Execute(cs))
-    return _finish(graph, grid, params, prog, name)
+    return const
+
+
+def roiAlignInputGradient(
+    graph: Graph,
+    prog: _program.Sequence,
+    bottomData: Tensor,
+    bottomRois: Tensor,
+    bottomBatchIndex: Tensor,
+    topDataGrad: Tensor,
+    params: RoiAlignParams,
+    debugName: str = "",
+) -> Tensor:
+    """The gradient of :func:`roiAlignFwd` with respect to ``bottomData`` (its shape),
+    given ``topDataGrad`` (``[R, C, outH, outW]``); ``mode="avg"`` only.
+
+    As Poplibs' ``roiAlignInputGradient``: ``group = min(R, ceil(workers x tiles /
+    (C x ratio^2)))`` regions run in each compute set (``R / group + 1`` of them, in
+    order), one ``ROIAlignBackward`` vertex per (region, channel, sample) adding into
+    its slot of ``bottomBuffGrad`` (``[N, C, group, ratio, ratio, H, W]``, slot
+    ``(c, region mod group)`` on tile ``(c x group + region mod group) mod tiles``,
+    zero-filled first); ``popops.reduce`` adds dimensions 2, 3 and 4.
+
+    Raises
+    ------
+    GraphError, TypeMismatchError
+        As :func:`roiAlignFwd`; ``topDataGrad`` of another shape or type than the
+        forward output; ``mode="max"`` (no gradient defined).
+    """
+    _check(bottomData, bottomRois, bottomBatchIndex, params)
+    fn = "roiAlignInputGradient"
+    batch, channels, height, width = bottomData.shape()
+    rois = bottomRois.dim(0)
+    g = int(params.samplingRatio)
+    out_h, out_w = int(params.alignedHeight), int(params.alignedWidth)
+    want = [rois, channels, out_h, out_w]
+    if topDataGrad.shape() != want or topDataGrad.elementType() != bottomData.elementType():
+        raise GraphError(
+            f"{fn}: topDataGrad '{topDataGrad.name}' is {topDataGrad.elementType().name} "
+            f"{topDataGrad.shape()}; required {bottomData.elementType().name} {want}"
+        )
+    if params.mode != "avg":
+        raise GraphError(f"{fn}: mode {params.mode!r} has no gradient; only 'avg'")
+    name = debugName or fn
+    t = bottomData.elementType()
+    target = graph.getTarget()
+    num_tiles = target.getNumTiles()
+    group = max(1, min(rois, -(-target.getNumWorkerContexts() * num_tiles
+                                // max(channels * g * g, 1))))  # fmt: skip
+    buff = graph.addVariable(t, [batch, channels, group, g, g, height, width],
+                             f"{name}/bottomBuffGrad")  # fmt: skip
+    slot_tile = (np.arange(channels)[:, None] * group + np.arange(group)) % num_tiles
+    tiles_full = np.broadcast_to(
+        slot_tile[None, :, :, None, None, None, None], buff.shape()
+    ).reshape(-1)
+    graph.mapElements(buff, tiles_full)
+    fill(graph, buff, 0.0, prog, f"{name}/zeroBuff")
+    slots = buff.dimShuffle([2, 1, 3, 4, 0, 5, 6])  # [group, C, g, g, N, H, W]
+    for k, r0 in enumerate(range(0, rois, group)):
+        r1 = min(r0 + group, rois)
+        rows = [r1 - r0, channels, g, g]
+        n = int(np.prod(rows))
+        gi, c = np.unravel_index(np.arange(n), rows)[:2]
+        tiles = (c * group + gi) % num_tiles
+        top = topDataGrad.slice(r0, r1, 0).reshape([r1 - r0, channels, 1, 1, out_h * out_w])
+        top = top.broadcast(g, 2).broadcast(g, 3)
+        conns: dict[str, Any] = {
+            "top_diff": top.reshape([n, out_h * out_w]),
+            "bottom_rois": _spread(bottomRois.slice(r0, r1, 0), 0, rows).reshape([n, 4]),
+            "batch_index": _spread(bottomBatchIndex.slice(r0, r1, 0), 0, rows).reshape([n]),
+            "bottom_diff": slots.slice(0, r1 - r0, 0).reshape([n, batch * height * width]),
+            "params": _params(graph, params, height, width, rows, tiles, f"{name}/{k}"),
+        }
+        cs = graph.addComputeSet(f"{name}/roiAlignGradCS_{k}")
+        graph.addVertices(cs, roi_align_grad_vertex(t), tiles, conns)
+        prog.add(_program.Execute(cs))
+    return reduce(graph, buff, [2, 3, 4], Operation.ADD, prog, f"{name}/gradCSReduce")
 
 
 def _spread(t: Tensor, dim: int, rows: Sequence[int]) -> Tensor:
