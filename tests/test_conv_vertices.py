@@ -15,15 +15,16 @@ WORKERS = 6
 FIELDS = ("in", "weights", "out", "worklists", "params")
 
 
-def _worklists(nk: int, out_rows: int, in_rows: int, in_stride: int, rng) -> list:
+def _worklists(nk: int, out_rows: int, in_rows: int, in_stride: int, rng, runs=4) -> list:
     """``nk * WORKERS`` worklists: each kernel position covers every output row once,
-    split in runs over the workers (some idle), reading rows shifted by ``k``."""
+    split in ``runs`` runs over the workers (some idle), reading rows shifted by ``k``."""
     lists = []
     for k in range(nk):
-        cuts = np.sort(rng.choice(np.arange(1, out_rows), size=min(3, out_rows - 1), replace=False))
-        runs = np.split(np.arange(out_rows), cuts)
+        cut_count = min(runs - 1, out_rows - 1)
+        cuts = np.sort(rng.choice(np.arange(1, out_rows), size=cut_count, replace=False))
+        pieces = np.split(np.arange(out_rows), cuts)
         per = [[] for _ in range(WORKERS)]
-        for r, run in enumerate(runs):
+        for r, run in enumerate(pieces):
             first = int(run[0])
             start_in = min(first * in_stride + k, in_rows - 1 - (run.size - 1) * in_stride)
             per[(r * 2 + k) % WORKERS] += [first, run.size, start_in]
@@ -31,7 +32,7 @@ def _worklists(nk: int, out_rows: int, in_rows: int, in_stride: int, rng) -> lis
     return lists
 
 
-def _vertex(rng, ncg, nog, nig, nk, out_rows, oc, ic, in_stride=1, last_ic=None, wls=None):
+def _vertex(rng, ncg, nog, nig, nk, out_rows, oc, ic, in_stride=1, last_ic=None, wls=None, runs=4):
     """One vertex's fields: params, in, weights, out, worklists."""
     in_rows = out_rows * in_stride + nk
     ics = [ic] * nig
@@ -46,7 +47,7 @@ def _vertex(rng, ncg, nog, nig, nk, out_rows, oc, ic, in_stride=1, last_ic=None,
     ]
     outs = [np.full(out_rows * oc, np.nan) for _ in range(ncg * nog)]
     if wls is None:
-        wls = _worklists(nk, out_rows, in_rows, in_stride, rng)
+        wls = _worklists(nk, out_rows, in_rows, in_stride, rng, runs)
     params = np.array([ncg, nog, nig, nk, in_rows, out_rows, in_stride, 1])
     return {"params": params, "in": ins, "weights": ws, "out": outs, "worklists": wls}
 
@@ -120,6 +121,8 @@ def test_batched_vertices_match_one_by_one_and_the_formula(fp):
         _vertex(rng, 1, 1, 1, 1, 1, 1, 5),  # one row, one channel: vector products
         _vertex(rng, 1, 1, 1, 2, 4, 8, 4),
     ]
+    many = _vertex(rng, 1, 1, 1, 2, 30, 8, 4, runs=12)  # rows out of order: added by index
+    vertices += [many, _vertex(rng, 1, 1, 1, 2, 30, 8, 4, wls=many["worklists"])]
     vertices.append(dict(vertices[0]))  # same geometry again, after others
     batches = _batches(vertices, fp)
     cls = conv_vertex("AMP", FLOAT if fp is np.float32 else HALF, FLOAT)

@@ -39,6 +39,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+import numba
 import numpy as np
 
 from poplar_api.codelet import FieldBatch, Input, MultiVertex, Output, Vector, VectorList
@@ -243,11 +244,41 @@ def _equal_rows(key: np.ndarray, members: np.ndarray) -> list[tuple[np.ndarray, 
     return [(members[part], int(members[first[inv[part[0]]]])) for part in np.split(order, cuts)]
 
 
+@numba.njit(cache=True, nogil=True)
+def _copy_blocks(data, starts, size, out):  # pragma: no cover - compiled
+    """``out[i] = data[starts[i]:starts[i] + size]`` for every block ``i``."""
+    for i in range(starts.size):
+        out[i, :] = data[starts[i] : starts[i] + size]
+
+
+@numba.njit(cache=True, nogil=True)
+def _store_blocks(values, starts, size, data):  # pragma: no cover - compiled
+    """``data[starts[i]:starts[i] + size] = values[i]`` for every block ``i``."""
+    for i in range(starts.size):
+        data[starts[i] : starts[i] + size] = values[i, :]
+
+
 def _gather(batch: FieldBatch, members: np.ndarray, count: int, size: int) -> np.ndarray:
     """``[len(members), count, size]`` float32: the inner vectors (all of ``size``
     elements) of ``members``."""
     starts = batch.inner_offsets[_segment_rows(batch, members, count)]
+    if batch.data.dtype == np.float32:  # a block copy per vector, not an index per element
+        out = np.empty((starts.size, size), np.float32)
+        _copy_blocks(batch.data, starts.reshape(-1).astype(np.int64, copy=False), size, out)
+        return out.reshape(members.size, count, size)
     return batch.data[starts[:, :, None] + np.arange(size)].astype(np.float32, copy=False)
+
+
+def _scatter(batch: FieldBatch, members: np.ndarray, count: int, values: np.ndarray) -> None:
+    """Store ``values`` (``[len(members), count, size]`` float32) into the inner
+    vectors of ``members``, converted to the field's dtype."""
+    starts = batch.inner_offsets[_segment_rows(batch, members, count)]
+    size = values.shape[2]
+    if batch.data.dtype == np.float32:
+        flat = np.ascontiguousarray(values).reshape(-1, size)
+        _store_blocks(flat, starts.reshape(-1).astype(np.int64, copy=False), size, batch.data)
+        return
+    batch.data[starts[:, :, None] + np.arange(size)] = values
 
 
 def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) -> bool:
@@ -285,15 +316,40 @@ def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) 
     w = _gather(b, members, ncg * nog * nig, nk * oc * ic)
     w = w.reshape(g, ncg, nog, nig, nk, oc, ic)
     acc = np.zeros((g, ncg, nog, out_rows, oc), np.float32)
+    runs = [_row_runs(o_r) for o_r, _ in rows]
     for ig in range(nig):
         for k, (o_r, i_r) in enumerate(rows):
             if o_r.size == 0:
                 continue
             xs = np.take(x[:, :, ig], i_r, axis=2)[:, :, None]  # [g, ncg, 1, n, ic]
-            acc[:, :, :, o_r] += xs @ w[:, :, :, ig, k].swapaxes(-1, -2)
-    dst = c.inner_offsets[_segment_rows(c, members, ncg * nog)]
-    c.data[dst[:, :, None] + np.arange(out_size)] = acc.reshape(g, ncg * nog, out_size)
+            product = xs @ w[:, :, :, ig, k].swapaxes(-1, -2)
+            if runs[k] is None:
+                acc[:, :, :, o_r] += product
+                continue
+            for at, lo, hi in runs[k]:  # the same additions on slices (no gather)
+                acc[:, :, :, lo:hi] += product[:, :, :, at : at + hi - lo]
+    _scatter(c, members, ncg * nog, acc.reshape(g, ncg * nog, out_size))
     return True
+
+
+#: Runs of consecutive output rows worth adding slice by slice rather than by index.
+_MAX_RUNS = 8
+
+
+def _row_runs(o_r: np.ndarray) -> list[tuple[int, int, int]] | None:
+    """``(position in o_r, first row, end row)`` of each run of consecutive rows of
+    ``o_r``, when its rows are distinct and form at most :data:`_MAX_RUNS` runs
+    (else None: added by index, which keeps numpy's rule for repeated rows)."""
+    if o_r.size == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(o_r) != 1) + 1
+    if cuts.size >= _MAX_RUNS or np.unique(o_r).size != o_r.size:
+        return None
+    starts = np.concatenate(([0], cuts))
+    ends = np.append(cuts, o_r.size)
+    return [
+        (int(a), int(o_r[a]), int(o_r[a]) + int(b - a)) for a, b in zip(starts, ends, strict=True)
+    ]
 
 
 def _b(flag: bool) -> str:
