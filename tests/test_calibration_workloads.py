@@ -197,3 +197,14 @@ def test_gaussian_blur_halo_copies_cost_poplibs_memcpy_estimate():
                     row = band_cols.size * pixel_bytes
                     worst = max(worst, 11 + 1 + part.size * (12 + 23 + row // 4))
         assert h.metrics["phase_cycles.pre"] == h.metrics["phase_cycles.post"] == 6 * worst
+
+
+def test_t7_hardware_gap_candidates_use_the_independent_rows():
+    """The T7 gap script adds to a simulated total the time of the 40,004,000 bytes at
+    each N1 host-to-buffer rate and the A5 start-of-run copy (values worked out by hand:
+    4e7 B / (56.487 Gbit/s / 8) x 1.33 GHz, and so on)."""
+    gap = points.load(CAL / "_t7_hardware_gap.py")
+    rows = csv_rows()
+    got = [round(total) for _, total in gap.candidates(0.0, rows, 1.33e9)]
+    assert got == [7_535_177, 19_567_457, 35_183_056 + 1_531 + 205_246]
+    assert gap.BYTES_TO_DEVICE == 40_004_000
