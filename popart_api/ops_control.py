@@ -54,6 +54,9 @@ from poplar_api.poputil import mapTensorLinearly
 
 __all__ = ["lower_subgraph"]
 
+#: The largest trip count (``LoopOp`` casts ``M`` to int32).
+_INT32_MAX = 2**31 - 1
+
 
 def lower_subgraph(
     graph: Graph,
@@ -295,6 +298,12 @@ def _loop(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) 
             "its value); hint: give M as a Constant or an initializer"
         )
     trips = max(int(np.asarray(m).reshape(-1)[0]), 0)
+    if trips > _INT32_MAX:
+        raise popart_exception(
+            f"Loop (node '{name}'): trip count {trips} (an ONNX 'while' loop's unbounded M) "
+            f"exceeds {_INT32_MAX}; PopART holds it as an int32 Repeat count; hint: give the "
+            "largest number of iterations the loop can take"
+        )
     n = len(v_init)
     if len(body.input) != 2 + n or len(body.output) < 1 + n:
         raise popart_exception(

@@ -261,7 +261,9 @@ def test_training_refuses_a_branch_reading_a_weight():
     node = helper.make_node("If", ["c"], ["y"], name="gate", then_branch=then_g,
                             else_branch=else_g)  # fmt: skip
     session = _training([node], [_vi("c", TensorProto.BOOL, []), _vi("x", F, [3])], [w])
-    with pytest.raises(popart.popart_exception, match=r"node 'gate/then/Mul_0'.*reads 'x'.*TrainingSession"):
+    with pytest.raises(
+        popart.popart_exception, match=r"node 'gate/then/Mul_0'.*reads 'x'.*TrainingSession"
+    ):
         session.prepareDevice()
 
 
@@ -280,3 +282,39 @@ def test_training_through_a_loop_on_the_weights_path_is_a_named_error():
     session = _training(nodes, [_vi("x", F, [2])], [w])
     with pytest.raises(popart.popart_exception, match=r"Loop \(node 'twice'.*has no gradient"):
         session.prepareDevice()
+
+
+def test_an_unbounded_while_loop_is_refused():
+    model = _loop_model(trips=3, limit=9)
+    model.graph.node[0].attribute[0].t.CopyFrom(numpy_helper.from_array(np.int64(2**63 - 1), "M"))
+    with pytest.raises(popart.popart_exception, match=r"'myLoop'.*9223372036854775807.*int32"):
+        _run(model, [{}])
+
+
+def test_nested_subgraphs_read_every_enclosing_scope():
+    """A Scan inside an If branch reads the model's input and the branch's value."""
+    scan_body = helper.make_graph(
+        [helper.make_node("Add", ["s", "a"], ["s2"]), helper.make_node("Mul", ["s2", "k"], ["o"])],
+        "sb", [_vi("s", F, [2]), _vi("a", F, [2])], [_vi("s2", F, [2]), _vi("o", F, [2])],
+    )  # fmt: skip
+    then_g = helper.make_graph(
+        [
+            _const("half", np.float32(0.5)),
+            helper.make_node("Mul", ["x", "half"], ["k"]),
+            helper.make_node("Scan", ["s0", "seq"], ["t_s", "t_o"], body=scan_body,
+                             num_scan_inputs=1),
+        ],
+        "then", [], [_vi("t_o", F, [3, 2])],
+    )  # fmt: skip
+    else_g = helper.make_graph([helper.make_node("Identity", ["seq"], ["e"])], "else", [],
+                               [_vi("e", F, [3, 2])])  # fmt: skip
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
+    model = _model([node], [_vi("c", TensorProto.BOOL, []), _vi("x", F, [2]), _vi("s0", F, [2]),
+                            _vi("seq", F, [3, 2])], [_vi("y", F, [3, 2])])  # fmt: skip
+    rng = np.random.default_rng(4)
+    feed = {"c": np.array(True), "x": rng.standard_normal(2).astype(np.float32),
+            "s0": rng.standard_normal(2).astype(np.float32),
+            "seq": rng.standard_normal((3, 2)).astype(np.float32)}  # fmt: skip
+    got = _run(model, [feed, feed | {"c": np.array(False)}])
+    np.testing.assert_allclose(got[0]["y"], _reference(model, feed)["y"], rtol=1e-5)
+    np.testing.assert_allclose(got[1]["y"], feed["seq"])
