@@ -47,6 +47,7 @@ from popart_api.options import (
     SyntheticDataMode,
     VirtualGraphMode,
 )
+from popart_api.patterns import Patterns, PatternsLevel
 from popart_api.session import InferenceSession, TrainingSession
 
 __all__ = [
@@ -63,6 +64,8 @@ __all__ = [
     "InputShapeInfo",
     "Optimizer",
     "OutOfMemoryException",
+    "Patterns",
+    "PatternsLevel",
     "PopartError",
     "PyStepIO",
     "PyStepIOCallback",

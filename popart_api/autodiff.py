@@ -309,6 +309,7 @@ def backward(
     prog: Any,
     before_node: Callable[[NodeRecord], Any] | None = None,
     keep: Iterable[str] = (),
+    fuse: bool = True,
 ) -> dict[str, Tensor]:
     """Append the backward pass to ``prog``; return the gradient of every tensor reached.
 
@@ -326,6 +327,9 @@ def backward(
         append the gradient to (default ``prog``). Pipelining and recomputation use it.
     keep
         Tensor ids whose own gradient is wanted (anchored): no fused gradient skips them.
+    fuse
+        Whether fused gradients (``register_fused_grad``) are used at all (the
+        ``SoftmaxGradDirect`` / ``NlllWithSoftmaxGradDirect`` patterns).
 
     Raises
     ------
@@ -336,7 +340,7 @@ def backward(
     need = requires_grad(records, sources)
     per_record = callable(graph) and not isinstance(graph, Graph)
     grads: dict[str, Tensor] = dict(seeds)
-    fused = _fusions(records, set(keep))
+    fused = _fusions(records, set(keep)) if fuse else {}
     skipped: set[int] = set()
     for k in range(len(records) - 1, -1, -1):
         r = records[k]

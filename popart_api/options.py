@@ -80,6 +80,10 @@ _DEFAULTS: dict[str, Any] = {
     "cachePath": "session_cache",
     "logDir": "",
     "randomSeed": None,
+    # PopART's older names: enableVirtualGraphs (Manual placement) and
+    # autoVirtualGraph (Auto); setting either True sets virtualGraphMode
+    "enableVirtualGraphs": False,
+    "autoVirtualGraph": False,
 }
 
 _ENUMS = {
@@ -97,6 +101,8 @@ _BOOLS = {
     "enableOutlining",
     "constantWeights",
     "enableEngineCaching",
+    "enableVirtualGraphs",
+    "autoVirtualGraph",
 }
 _POSITIVE_INTS = {"accumulationFactor", "replicatedGraphCount"}
 _DICTS = {"engineOptions", "convolutionOptions", "matmulOptions", "lstmOptions", "reportOptions"}
@@ -111,8 +117,9 @@ class SessionOptions:
     ``accumulationAndReplicationReductionType`` (Sum or Mean),
     ``enableReplicatedGraphs`` with ``replicatedGraphCount``, ``autoRecomputation``,
     ``syntheticDataMode``, ``randomSeed`` and the option dicts passed through
-    (``engineOptions``, ``convolutionOptions``, ``matmulOptions``). The others are
-    accepted and recorded.
+    (``engineOptions``, ``convolutionOptions``, ``matmulOptions``); PopART's older
+    ``enableVirtualGraphs`` and ``autoVirtualGraph`` set ``virtualGraphMode`` to Manual
+    and Auto. The others are accepted and recorded.
     """
 
     def __init__(self) -> None:
@@ -125,6 +132,10 @@ class SessionOptions:
                 f"SessionOptions: no option '{key}'; known: {', '.join(sorted(_DEFAULTS))}"
             )
         object.__setattr__(self, key, _check(key, value))
+        if key == "autoVirtualGraph" and value:
+            object.__setattr__(self, "virtualGraphMode", VirtualGraphMode.Auto)
+        elif key == "enableVirtualGraphs" and value and not self.autoVirtualGraph:
+            object.__setattr__(self, "virtualGraphMode", VirtualGraphMode.Manual)
 
     def as_dict(self) -> dict[str, Any]:
         """Every option and its value."""

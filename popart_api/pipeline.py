@@ -397,6 +397,7 @@ def training_step(
         bwd[0],
         hook,
         keep,
+        session.patterns.fuse_softmax_grad,
     )
     from popart_api.training import transient_variables
 

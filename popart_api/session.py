@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,9 +40,11 @@ from popart_api.dataflow import (
 from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
 from popart_api.logger import LEVELS
+from popart_api.lowered import LoweredModel
 from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model, node_attrs
 from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
+from popart_api.patterns import as_patterns, inplace_candidates, inplace_lowering
 from popart_api.pipeline import place_nodes
 from popart_api.stepio import HostAnchor, HostInput, SessionIO
 from poplar_api import (
@@ -103,52 +104,6 @@ def _write_tile_map(graph: Graph, values: dict[str, Any], path: str) -> None:
         json.dump(out, f)
 
 
-@dataclass
-class LoweredModel:
-    """The forward pass ``prepareDevice`` lowered: what the training and pipelining
-    builds (:mod:`popart_api.training`, :mod:`popart_api.pipeline`) build on.
-
-    Attributes
-    ----------
-    graphs
-        The graph of each IPU of a replica (its virtual graph, or the whole graph).
-    records
-        Per ONNX node, in order: what it was lowered from and to (autodiff's input).
-    node_progs
-        Per node: the program computing its outputs.
-    fwd_progs
-        Per node: its program, then what runs once per forward pass.
-    input_progs
-        Per model input: the program filling it (a stream copy or synthetic data).
-    weight_vars
-        Per initializer of a device type: its variable.
-    value_ipu
-        Per tensor id: the IPU of a replica it lives on.
-    node_stage
-        Per node: its pipeline stage.
-    forward_variables
-        ``[first, last)``: ids of the variables the forward pass creates (its
-        activations and temporaries).
-    node_variables
-        Per node: ``[first, last)`` ids of the variables its lowering created (its
-        outputs, Poplibs temporaries, copies from other IPUs).
-    pipeline_sends
-        ``(stage, copy)``: copies sending a pipeline stage's outputs to the next IPU.
-    """
-
-    graphs: list[Graph] = field(default_factory=list)
-    records: list[autodiff.NodeRecord] = field(default_factory=list)
-    node_progs: list[pprog.Sequence] = field(default_factory=list)
-    fwd_progs: list[pprog.Sequence] = field(default_factory=list)
-    input_progs: dict[str, pprog.Sequence] = field(default_factory=dict)
-    weight_vars: dict[str, Tensor] = field(default_factory=dict)
-    value_ipu: dict[str, int] = field(default_factory=dict)
-    node_stage: list[int] = field(default_factory=list)
-    forward_variables: tuple[int, int] = (0, 0)
-    node_variables: list[tuple[int, int]] = field(default_factory=list)
-    pipeline_sends: list[tuple[int, pprog.Copy]] = field(default_factory=list)
-
-
 class _Session(SessionIO):
     """What inference and training sessions share: reading the model, placing it on
     the device's IPUs and replicas, lowering its nodes, streams, anchors and reports."""
@@ -184,7 +139,7 @@ class _Session(SessionIO):
         self.dataFlow = dataFlow
         self.deviceInfo = deviceInfo
         self.options = userOptions or SessionOptions()
-        self.patterns = patterns
+        self.patterns = as_patterns(patterns, what)
         self.name = name
         self._shape_info = inputShapeInfo or InputShapeInfo()
         graph = self.model.graph
@@ -393,6 +348,14 @@ class _Session(SessionIO):
         node_progs = []
         first = variable_count(graph)
         self.lowered.node_variables = []
+        self._inplace: set[int] = set()
+        if self.patterns.InPlace:
+            recomputed = None
+            if self._kind == "TrainingSession":
+                from popart_api.training import recompute_flags
+
+                recomputed = recompute_flags(self)
+            self._inplace = inplace_candidates(self.model, recomputed, self.dataFlow.anchors())
         for i, node in enumerate(self.model.graph.node):
             before = variable_count(graph)
             node_progs.append(self._lower(node, i, values))
@@ -470,6 +433,8 @@ class _Session(SessionIO):
         domain = node.domain or "ai.onnx"
         opset = self._opsets.get(domain, 1)
         fn = ops.lookup(domain, node.op_type, opset, name)
+        if i in self._inplace:  # the InPlace pattern
+            fn = inplace_lowering(node.op_type, fn)
         attrs = node_attrs(node)
         for key in (VIRTUAL_GRAPH_ATTRIBUTE, PIPELINE_STAGE_ATTRIBUTE, RECOMPUTE_ATTRIBUTE):
             attrs.pop(key, None)
@@ -596,7 +561,10 @@ class InferenceSession(_Session):
     userOptions
         :class:`~popart_api.options.SessionOptions` (virtual graphs, pipelining,
         replication, engine options).
-    patterns, name
+    patterns
+        A :class:`~popart_api.patterns.Patterns` (None: PopART's default set): the
+        ``InPlace`` and Softmax-gradient patterns change the graph.
+    name
         Accepted for PopART compatibility.
 
     Raises

@@ -225,7 +225,14 @@ def _training_step(
 
     first = variable_count(graph)
     grads = autodiff.backward(
-        graph_of, session.lowered.records, {session.loss: seed}, sources, bwd, hook, keep
+        graph_of,
+        session.lowered.records,
+        {session.loss: seed},
+        sources,
+        bwd,
+        hook,
+        keep,
+        session.patterns.fuse_softmax_grad,
     )
     spans = [session.lowered.forward_variables, (first, variable_count(graph))]
     for t in transient_variables(graph, spans):

@@ -223,3 +223,14 @@ def test_auto_virtual_graphs_with_pipelining_on_an_unannotated_model():
     # after that cycle's forwards); batch 2's second stage sees the updated bias
     np.testing.assert_allclose(a[loss][:2], np.full(2, B * np.log(10)), rtol=1e-5)
     assert abs(a[loss][2] - B * np.log(10)) > 1e-3
+
+
+def test_older_virtual_graph_options_set_the_mode():
+    """PopART's older enableVirtualGraphs / autoVirtualGraph set virtualGraphMode."""
+    o = popart.SessionOptions()
+    o.enableVirtualGraphs = True
+    assert o.virtualGraphMode is popart.VirtualGraphMode.Manual
+    o.autoVirtualGraph = True
+    assert o.virtualGraphMode is popart.VirtualGraphMode.Auto
+    with pytest.raises(popart.popart_exception, match="must be True or False"):
+        o.autoVirtualGraph = 1
