@@ -272,8 +272,8 @@ def inplace_candidates(
     """Indices of the nodes ``InPlace`` runs in place: a Relu, Sigmoid or Tanh whose
     input is the output of a MatMul, Gemm, Conv, Add or Sub (a fresh tensor whose
     gradient does not read it), read by that node only, neither a graph output nor
-    anchored, and neither node recomputed (the replay would read the overwritten
-    value)."""
+    anchored; recomputed only together with its producer and every node between them
+    (one replay writes the input again before the op overwrites it), never alone."""
     nodes = list(model.graph.node)
     made_by = {o: k for k, n in enumerate(nodes) for o in n.output if o}
     readers: dict[str, int] = {}
@@ -293,7 +293,10 @@ def inplace_candidates(
             continue
         if readers.get(src, 0) != 1 or src in outputs:
             continue
-        if recomputed and (recomputed[k] or recomputed[p]):
+        # recomputed: only with its producer in one segment (nothing kept between
+        # them), where the replay writes the input again before the op overwrites it
+        partly = recomputed and (recomputed[k] or recomputed[p])
+        if partly and not all(recomputed[p : k + 1]):
             continue
         out.add(k)
     return out
