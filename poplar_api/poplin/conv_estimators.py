@@ -91,6 +91,7 @@ Source quirks kept or resolved (see each function):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from poplar_api.poplin.conv_estimator_common import (
@@ -225,6 +226,15 @@ def nx1_worker_cycles(
     return cycles
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _nx1_worker_cycles_of(
+    entries: tuple[int, ...], float_activations: bool, float_partials: bool, num_conv_units: int
+) -> int:
+    """:func:`nx1_worker_cycles` of one worker's entries, remembered: a plan's candidates
+    and tiles repeat the same few worker partitions tens of thousands of times."""
+    return nx1_worker_cycles(list(entries), float_activations, float_partials, num_conv_units)
+
+
 def _check_nx1_args(
     num_conv_groups: int,
     num_out_groups: int,
@@ -344,7 +354,7 @@ def conv_partial_nx1_cycles(
     inner = kernel_outer_elems * (14 + kernel_inner_elems * (17 - 5 + passes * innermost))
     for k in range(kernel_size):
         per_worker = [
-            nx1_worker_cycles(p[k], float_activations, float_partials, num_conv_units)
+            _nx1_worker_cycles_of(tuple(p[k]), float_activations, float_partials, num_conv_units)
             for p in parts
         ]
         hi, lo = _balance(per_worker, num_worker_contexts)

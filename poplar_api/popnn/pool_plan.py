@@ -436,10 +436,13 @@ class _Builder:
         ]  # fmt: skip
         boxes = [(b, e) for b, e in boxes if all(x < y for x, y in zip(b, e, strict=True))]
         parts = []
+        by_size: dict[int, list[_Geometry]] = {}  # batch ranges of one size share them
         for b0, b1 in _ranges(batch, split[1]):
             if b1 == b0:
                 continue
-            geos = [self.geometry(b1 - b0, begin, end) for begin, end in boxes]
+            geos = by_size.get(b1 - b0)
+            if geos is None:
+                geos = by_size[b1 - b0] = [self.geometry(b1 - b0, b, e) for b, e in boxes]
             for g0, g1 in _ranges(ng, split[0]):
                 if g1 == g0:
                     continue
@@ -552,10 +555,9 @@ class _Builder:
         ``offsetBase``, worklist, parameters, scale). Returns the output positions and
         their tiles."""
         n, cpg, name = len(parts), self.cpg, self.name
-        tile_list = tiles.tolist()
-        specs: list[tuple[Type, Any, int, str]] = []
         params_of: dict[tuple[int, int], np.ndarray] = {}
-        for p, tile in zip(parts, tile_list, strict=True):
+        values: list[np.ndarray] = []
+        for p in parts:
             geo, nchg = p.geo, p.g1 - p.g0
             params = params_of.get((id(geo), nchg))
             if params is None:
@@ -563,18 +565,19 @@ class _Builder:
                 params = np.array([geo.init_info, nchg - 1, cpg, ps.in_step, ps.out_step,
                                    geo.in_slice * cpg, geo.init_info * cpg])  # fmt: skip
                 params_of[(id(geo), nchg)] = params
-            specs += [
-                (UNSIGNED_SHORT, geo.start_pos, tile, f"{name}/ContextStartPos"),
-                (UNSIGNED_SHORT, geo.base, tile, f"{name}/OffsetBase"),
-                (UNSIGNED_SHORT, geo.work_list, tile, f"{name}/worklist"),
-                (UNSIGNED_INT, params, tile, f"{name}/params"),
-            ]
+            values += (geo.start_pos, geo.base, geo.work_list, params)
             if self.kind == "sum":
                 scale = self.avg_scale(geo)[0] if avg else scale_value
-                specs.append((self.typ, np.asarray([scale]), tile, f"{name}/scale"))
-        types, values, ctiles, names = zip(*specs, strict=True)
+                values.append(np.asarray([scale]))
+        types = [UNSIGNED_SHORT, UNSIGNED_SHORT, UNSIGNED_SHORT, UNSIGNED_INT]
+        names = [f"{name}/ContextStartPos", f"{name}/OffsetBase", f"{name}/worklist",
+                 f"{name}/params"]  # fmt: skip
+        if self.kind == "sum":
+            types.append(self.typ)
+            names.append(f"{name}/scale")
+        per = len(types)
         made = self.graph.addConstants(
-            list(types), [[a.size] for a in values], list(values), list(names), ctiles
+            types * n, [[a.size] for a in values], values, names * n, np.repeat(tiles, per).tolist()
         )
         conns: dict[str, Any] = {}
         out_pos = out_sizes = None
@@ -583,7 +586,7 @@ class _Builder:
             conns[o.field] = Segments(o.tensor.elements(pos), sizes)
             if o.field == "out":
                 out_pos, out_sizes = pos, sizes
-        base = np.arange(n, dtype=np.int64) * (len(specs) // n)  # constants per vertex
+        base = np.arange(n, dtype=np.int64) * per  # constants per vertex
 
         def consts(which: int) -> Segments:
             return Segments(made.concat(base + which), made.numElements(base + which))
