@@ -112,6 +112,7 @@ def test_callbacks_round_trip_both_outputs(capsys):
 
 
 def _pipelining(no_pipelining: bool):
+    """Run the example; returns the session and the run's ids and arrays."""
     args = argparse.Namespace(
         test=True,
         export=None,
@@ -120,22 +121,21 @@ def _pipelining(no_pipelining: bool):
         hidden=64,
         batches_per_step=8,
     )
-    return pipelining.main(args)
+    return pipelining.main(args), dict(pipelining.LAST_RUN)
 
 
-def _first_batch_loss(session) -> float:
+def _first_batch_loss(run: dict) -> float:
     """Nll (Sum) of the first batch with the initial weights, in float64."""
-    ex = session.example
     np.random.seed(1971)  # the weights the example drew, in its order
     w0 = np.random.normal(0, 1, [784, 64]).astype(np.float32)
     b0 = np.random.normal(0, 1, [64]).astype(np.float32)
     w1 = np.random.normal(0, 1, [64, 10]).astype(np.float32)
     b1 = np.random.normal(0, 1, [10]).astype(np.float32)
-    x = ex["data"][0].astype(np.float64)
+    x = run["data"][0].astype(np.float64)
     z = np.maximum(np.maximum(x @ w0 + b0, 0) @ w1 + b1, 0)
     p = np.exp(z - z.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
-    return float(-np.log(np.maximum(p[np.arange(8), ex["labels"][0]], 1e-7)).sum())
+    return float(-np.log(np.maximum(p[np.arange(8), run["labels"][0]], 1e-7)).sum())
 
 
 def test_pipelining_example_runs_with_and_without_pipelining(small_ipu):
@@ -144,15 +144,15 @@ def test_pipelining_example_runs_with_and_without_pipelining(small_ipu):
     as pipelined forwards see weights not yet updated by the batches before."""
     piped = _pipelining(False)
     plain = _pipelining(True)
-    for s in (piped, plain):
+    for s, _run in (piped, plain):
         assert s.getReport().execution.totalCycles.total > 0
-    lp, ls = (s.example["anchors"][s.example["loss"]] for s in (piped, plain))
+    lp, ls = (run["anchors"][run["loss"]] for _s, run in (piped, plain))
     assert not np.allclose(lp[1:], ls[1:], rtol=1e-4)
-    for s in (piped, plain):
-        losses = s.example["anchors"][s.example["loss"]]
+    for _s, run in (piped, plain):
+        losses = run["anchors"][run["loss"]]
         assert losses.shape == (8,)
-        assert losses[0] == pytest.approx(_first_batch_loss(s), rel=1e-4)
-        grad = s.example["anchors"]["Gradient___" + s.example["x"]]
+        assert losses[0] == pytest.approx(_first_batch_loss(run), rel=1e-4)
+        grad = run["anchors"]["Gradient___" + run["x"]]
         assert grad.shape == (8, 8, 784) and np.isfinite(grad).all()
 
 
@@ -164,7 +164,7 @@ def _recomputing(mode: str):
     )
     session = recomputing.main(args)
     memory = sum(t.memory.total.excludingGaps for t in session.getReport().compilation.tiles)
-    return session, memory
+    return session, memory, dict(recomputing.LAST_RUN)
 
 
 @pytest.mark.slow
@@ -172,16 +172,15 @@ def test_recomputing_example_uses_less_memory(ipu64):
     """The original's test_manual_recomputing_use_less_memory and
     test_auto_recomputing: recomputing by hand takes less memory than not at all
     (and more cycles); the values are the same every way."""
-    on, mem_on = _recomputing("ON")
-    off, mem_off = _recomputing("OFF")
-    auto, mem_auto = _recomputing("AUTO")
+    on, mem_on, run_on = _recomputing("ON")
+    off, mem_off, run_off = _recomputing("OFF")
+    _auto, mem_auto, run_auto = _recomputing("AUTO")
     assert mem_on < mem_off
     assert mem_auto > 0
     cycles = [s.getReport().execution.totalCycles.total for s in (on, off)]
     assert cycles[0] > cycles[1]
-    for s in (on, auto):
-        assert (
-            s.example["anchors"][s.example["loss"]] == off.example["anchors"][off.example["loss"]]
-        )
-        grad = "Gradient___" + s.example["x"]
-        np.testing.assert_array_equal(s.example["anchors"][grad], off.example["anchors"][grad])
+    want = run_off["anchors"]
+    for run in (run_on, run_auto):
+        np.testing.assert_array_equal(run["anchors"][run["loss"]], want[run_off["loss"]])
+        grad = "Gradient___" + run["x"]
+        np.testing.assert_array_equal(run["anchors"][grad], want[grad])

@@ -33,6 +33,9 @@ import popart_api as popart
 
 ROWS = COLS = 28
 CLASSES = 10
+#: The last run's input and loss ids, data and anchors (for tests; a PopART session
+#: object takes no new attributes).
+LAST_RUN: dict = {}
 
 
 def create_pipelined_model(num_features: int, num_classes: int, batch_size: int, hidden: int):
@@ -101,9 +104,8 @@ def main(args: argparse.Namespace):
     label_data = np.random.randint(0, CLASSES, labels_shape).astype(np.int32)
     session.weightsFromHost()
     session.run(popart.PyStepIO({x0: data, labels: label_data}, anchors))
+    LAST_RUN.update(x=x0, data=data, labels=label_data, anchors=anchors, loss=loss)
     if args.test:
-        session.example = {"x": x0, "data": data, "labels": label_data, "anchors": anchors}
-        session.example["loss"] = loss
         return session
     return None
 

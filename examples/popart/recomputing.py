@@ -35,6 +35,9 @@ import popart_api as popart
 
 ROWS = COLS = 28
 CLASSES = 10
+#: The last run's input and loss ids, data and anchors (for tests; a PopART session
+#: object takes no new attributes).
+LAST_RUN: dict = {}
 #: Output width of each dense layer and whether ``--recomputing ON`` recomputes it.
 LAYERS = [(512, True), (512, True), (2048, False), (512, True), (128, False), (128, True)]
 
@@ -105,8 +108,8 @@ def main(args: argparse.Namespace):
     label_data = np.random.randint(0, CLASSES, [batch_size]).astype(np.int32)
     session.weightsFromHost()
     session.run(popart.PyStepIO({x0: data, labels: label_data}, anchors))
+    LAST_RUN.update(x=x0, anchors=anchors, loss=loss)
     if args.test:
-        session.example = {"anchors": anchors, "loss": loss, "x": x0}
         return session
     return None
 
