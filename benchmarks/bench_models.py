@@ -8,11 +8,18 @@ derivative of the anchored gradients). Columns: vertices of the compiled graph, 
 seconds of build, compile and run, peak host RAM of the child, simulated cycles of
 the step, and whether it matched the reference.
 
+``--replicas`` measures instead the host cost of replication (issue 31's "replicas at
+the cost of one"): the data-parallel MLP step of ``benchmarks/bench_multi_ipu.py`` on 1
+replica (one Mk2) and on 16 (``pod16``), each in its own child process, with the run
+seconds of the step (the simulated cycles differ: 16 replicas add the gradient
+all-reduce and share the host links).
+
 Run::
 
     python benchmarks/bench_models.py                     # every row (long)
     python benchmarks/bench_models.py --only bert-base    # rows whose name starts so
     python benchmarks/bench_models.py --tiles 16 --only bert-tiny   # quick check
+    python benchmarks/bench_models.py --replicas          # 1 and 16 replicas
 """
 
 from __future__ import annotations
@@ -68,6 +75,39 @@ def run_row(model: str, train: bool, tiles: int | None, ipus: int = 1) -> dict:
     return row
 
 
+#: The MLP step of ``bench_multi_ipu.py``: batch 16 per replica, hidden 128.
+MLP_BATCH, MLP_HIDDEN = 16, 128
+
+
+def replica_row(replicas: int) -> dict:
+    """The MLP step on ``replicas`` replicas in a child process: its figures (see
+    ``bench_multi_ipu.mlp_step``) plus wall seconds and peak RSS bytes."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--mlp-child", str(replicas)]
+    status, wall, peak, out = child_peak(cmd)
+    row: dict = {"status": status, "wall": wall, "peak_bytes": peak}
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if lines:
+        row.update(json.loads(lines[-1]))
+    return row
+
+
+def replica_table(one: dict, many: dict) -> str:
+    """Markdown table of the 1- and 16-replica rows and their ratio of run seconds."""
+    out = [
+        "| replicas | build s | compile s | run s | peak RAM GB | cycles |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in (one, many):
+        out.append(
+            f"| {r['ipus']} | {r['build']:.2f} | {r['compile']:.2f} | {r['seconds']:.3f} | "
+            f"{r['peak_bytes'] / 1e9:.2f} | {r['cycles']:,} |"
+        )
+    out.append(
+        f"\nrun seconds, {many['ipus']} replicas / 1: {many['seconds'] / one['seconds']:.1f}"
+    )
+    return "\n".join(out)
+
+
 def table(rows: Sequence[tuple[str, dict]]) -> str:
     """Markdown table of the rows."""
     head = (
@@ -97,7 +137,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="row name prefix")
     parser.add_argument("--tiles", type=int, default=None, help="tiles per IPU (Mk2: 1472)")
     parser.add_argument("--quick", action="store_true", help="the scaled-down models")
+    parser.add_argument("--replicas", action="store_true", help="the MLP step, 1 and 16 replicas")
+    parser.add_argument("--mlp-child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.mlp_child:  # one replicated MLP step, in this (child) process
+        from bench_multi_ipu import mlp_step
+
+        preset = {1: "mk2", 16: "pod16", 64: "pod64"}[args.mlp_child]
+        print(json.dumps(mlp_step(args.mlp_child, preset, MLP_BATCH, MLP_HIDDEN)))
+        return 0
+    if args.replicas:
+        one, many = replica_row(1), replica_row(16)
+        for r in (one, many):
+            print(json.dumps(r), file=sys.stderr, flush=True)
+        print(replica_table(one, many))
+        return 0
     rows = QUICK_ROWS if args.quick else ROWS
     if args.only:
         rows = tuple(r for r in rows if any(r[0].startswith(p) for p in args.only))
