@@ -158,7 +158,13 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "exchange.multicastPolicy": _s("", "multicast exchange policy"),
     "exchange.maxStreamBufferSize": _i("", "largest stream buffer in bytes"),
     # ---- opt
-    "opt.maxCopyMergeSize": _i("", "largest merged stream copy in bytes"),
+    "opt.maxCopyMergeSize": _i(
+        "",
+        "largest merged stream copy in bytes: adjacent stream copies share one host sync "
+        "up to this size (not set or 0: no merging)",
+        (),
+        True,
+    ),
     "opt.maxComputeSetsPerLoweredCopy": _i("6", "compute sets one lowered copy may use"),
     "opt.enableMultiAccessCopies": _b("true", "multi-access copies"),
     "opt.enableSwSyncs": _b("false", "software syncs in place of hardware syncs"),

@@ -44,6 +44,7 @@ from poplar_api.lowering.collective import (
     lower_nonreplicated_copy,
 )
 from poplar_api.lowering.copies import lower_copy, lower_print_tensor
+from poplar_api.lowering.copy_merge import max_copy_merge_size, merge_stream_copies
 from poplar_api.lowering.emission import Emission, HostIO, prefetch_option, with_effect
 from poplar_api.lowering.execute import lower_execute
 from poplar_api.printing import format_tensor
@@ -64,6 +65,8 @@ class Emitter:
         self.em = em
         #: function index -> its lowered program (each lowered once)
         self.functions: dict[int, ir.Node] = {}
+        #: opt.maxCopyMergeSize: most bytes of adjacent stream copies merged into one
+        self.merge_limit = max_copy_merge_size(em.options)
 
     def lower(self, prog: P.Program) -> ir.Node:
         """IR of one program (problems are appended to ``self.em.problems``)."""
@@ -94,7 +97,10 @@ class Emitter:
         return ir.Block((body,), name=prog.debugName, program_id=self.em.pid(prog))
 
     def _Sequence(self, prog: P.Sequence) -> ir.Node:
-        return ir.Sequence([self.lower(p) for p in prog.programs], name=prog.debugName)
+        nodes = [self.lower(p) for p in prog.programs]
+        # adjacent stream copies share one host sync (copy_merge.py)
+        nodes = merge_stream_copies(nodes, self.merge_limit, self.em.touches)
+        return ir.Sequence(nodes, name=prog.debugName)
 
     def _Repeat(self, prog: P.Repeat) -> ir.Node:
         return ir.Repeat(prog.count, self.lower(prog.body))
