@@ -17,6 +17,7 @@ import operator
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numba
 import numpy as np
 
 from poplar_api.errors import TensorError, TensorIndexError, TypeMismatchError
@@ -32,6 +33,31 @@ _SLICE = ".slice({},{})"
 _new_object = object.__new__
 _minimum = np.minimum.reduce
 _maximum = np.maximum.reduce
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan(flat):  # pragma: no cover - compiled
+    # (ascending consecutive?, min, max) of a non-empty int array, in one pass
+    lo = hi = flat[0]
+    run = True
+    for k in range(1, flat.size):
+        x = flat[k]
+        if x != flat[k - 1] + 1:
+            run = False
+        if x < lo:
+            lo = x
+        elif x > hi:
+            hi = x
+    return run, lo, hi
+
+
+@numba.njit(cache=True, nogil=True)
+def _is_run(flat):  # pragma: no cover - compiled
+    # ascending consecutive ids? (stops at the first break; no generators in Numba)
+    for k in range(1, flat.size):  # noqa: SIM110
+        if flat[k] != flat[k - 1] + 1:
+            return False
+    return True
 
 
 class UpsampleMethod(enum.Enum):
@@ -295,15 +321,14 @@ class TensorViews:
         size = idx.size
         if size:
             flat = idx.reshape(-1)
-            first, last = int(flat[0]), int(flat[-1])
-            if (  # ascending consecutive positions inside the tensor: a run
-                last - first == size - 1
-                and first >= 0
-                and last < n
-                and (size == 1 or bool((flat[1:] - flat[:-1] == 1).all()))
-            ):
-                return self._elements_run(first, idx.shape)
-            if int(_minimum(flat)) < 0 or int(_maximum(flat)) >= n:
+            if size > 64:
+                run, low, high = _scan(flat)
+            else:
+                run = size == 1 or bool((flat[1:] - flat[:-1] == 1).all())
+                low, high = _minimum(flat), _maximum(flat)
+            if run and low >= 0 and high < n:  # ascending consecutive positions: a run
+                return self._elements_run(int(flat[0]), idx.shape)
+            if int(low) < 0 or int(high) >= n:
                 k = int(np.flatnonzero((flat < 0) | (flat >= n))[0])
                 raise TensorIndexError(
                     f"{self._describe()}: elements(): indices[{k}] = {int(flat[k])} is out of "
@@ -328,7 +353,7 @@ class TensorViews:
             index.flags.writeable = False
         flat = index.reshape(-1)
         spans = flat.size and int(flat[-1]) - int(flat[0]) == flat.size - 1
-        consecutive = spans and (flat.size == 1 or bool((flat[1:] - flat[:-1] == 1).all()))
+        consecutive = spans and (flat.size == 1 or bool(_is_run(flat)))
         start = int(flat[0]) if consecutive else -1
         return self._view(index, ".elements(...)", start)
 

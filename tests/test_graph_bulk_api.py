@@ -372,6 +372,26 @@ def test_elements_gathers_flat_positions_like_numpy() -> None:
         x.elements([0.5])
 
 
+def test_elements_of_many_positions_find_runs_and_range_errors() -> None:
+    """Index arrays beyond 64 positions take the one-pass scan: the same runs, the same
+    gathered ids and the same first out-of-range position as short ones."""
+    g = _graph()
+    x = g.addVariable(FLOAT, [40, 50], "x")
+    view = x.dimShuffle([1, 0])
+    assert x.elements(np.arange(100, 1100))._start == 100
+    rng = np.random.default_rng(2)
+    idx = rng.integers(0, 2000, (30, 40))
+    np.testing.assert_array_equal(view.elements(idx).index, view.index.reshape(-1)[idx])
+    assert view.dimShuffle([1, 0]).elements(np.arange(300, 900))._start == 300
+    bad = np.arange(500, 600)
+    bad[70] = 2000
+    with pytest.raises(TensorIndexError, match=r"indices\[70\] = 2000 is out of range"):
+        x.elements(bad)
+    bad[70] = -3
+    with pytest.raises(TensorIndexError, match=r"indices\[70\] = -3 is out of range"):
+        x.elements(bad)
+
+
 def test_concat_of_runs_in_order_is_a_run() -> None:
     g = _graph()
     x = g.addVariable(FLOAT, [6, 2], "x")

@@ -340,3 +340,20 @@ def test_mapping_a_variable_needs_no_index_array() -> None:
             assert (tiles[b:e] == tile).all()
     assert sum(e - b for ivs in per_tile for b, e in ivs) == 12000
     assert owner[other.flat_index()].tolist() == [0] * 5 + [2] * 7
+
+
+def test_id_scans_match_numpy() -> None:
+    """``span``, ``mark_new`` and ``marked_refs`` (one-pass kernels of the conflict
+    check) agree with the numpy expressions they replace."""
+    rng = np.random.default_rng(5)
+    ids = rng.integers(100, 900, 5000)
+    assert runs.span(ids) == (int(ids.min()), int(ids.max()) + 1)
+    lo, hi = runs.span(ids)
+    marked = np.zeros(hi - lo, bool)
+    again = runs.mark_new(ids[:3000], lo, marked) + runs.mark_new(ids[3000:], lo, marked)
+    assert again == ids.size - np.unique(ids).size
+    assert np.array_equal(np.flatnonzero(marked) + lo, np.unique(ids))
+    reads = rng.integers(0, 1000, 7000)
+    inside = (reads >= lo) & (reads < hi)
+    expect = np.flatnonzero(inside)[marked[reads[inside] - lo]]
+    assert np.array_equal(runs.marked_refs(reads, lo, marked), expect)

@@ -294,3 +294,17 @@ def test_non_type_argument_is_refused():
     x = g.addVariable(FLOAT, [2], "x")
     with pytest.raises(TypeMismatchError, match=r"reinterpret needs an element type.*str 'int'"):
         x.reinterpret("int")
+
+
+def test_copy_between_scattered_views_counts_the_shared_elements():
+    """Scattered (non-block) source and destination ids: the overlap is the number of
+    distinct elements in both, and disjoint scattered views copy."""
+    g = tiny_graph()
+    x = mapped(g, FLOAT, [4, 4], "x", tile=0)
+    src = x.dimShuffle([1, 0])[0:2]  # column-major: elements 0,4,8,12 and 1,5,9,13
+    dst = x[1:3]  # elements 4..11
+    shared = np.intersect1d(src.flatten().index, dst.flatten().index).size
+    assert shared == 4
+    with pytest.raises(GraphValidationError, match=rf"overlap \({shared} of 8 element"):
+        Engine(g, prog.Copy(src, dst))
+    Engine(g, prog.Copy(x.dimShuffle([1, 0])[0:1, 0:2], x[3:4, 2:4]))  # disjoint: fine

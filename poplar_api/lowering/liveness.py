@@ -317,12 +317,13 @@ def _undef_ranges(
     if not cut:
         return {}
     spans: dict[int, list[tuple[int, int]]] = {vid: [] for vid in cut}
-    wanted = np.fromiter(cut, np.int64, len(cut))
+    wanted = np.zeros(len(state.variables), bool)
+    wanted[np.fromiter(cut, np.int64, len(cut))] = True
     for nid, lo, hi, _entry, _in_fn in points.touched:
         vids = cache.get(nid)
         if vids is None:
             vids = cache[nid] = index.mark(accesses.touches[nid])
-        for vid in np.intersect1d(vids, wanted).tolist():
+        for vid in vids[wanted[vids]].tolist():  # vids: sorted, distinct
             spans[vid].append((lo, hi))
     out: dict[int, tuple[tuple[int, int], ...]] = {}
     for vid, touched in spans.items():

@@ -321,6 +321,59 @@ def runs_hit(marked: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
+def _span(ids):  # pragma: no cover - compiled
+    lo = hi = ids[0]
+    for k in range(1, ids.size):
+        if ids[k] < lo:
+            lo = ids[k]
+        elif ids[k] > hi:
+            hi = ids[k]
+    return lo, hi + 1
+
+
+def span(ids: np.ndarray) -> tuple[int, int]:
+    """``(min, max + 1)`` of a non-empty id array, in one pass."""
+    lo, hi = _span(ids)
+    return int(lo), int(hi)
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_new(ids, lo, marked):  # pragma: no cover - compiled
+    again = 0
+    for k in range(ids.size):
+        i = ids[k] - lo
+        if marked[i]:
+            again += 1
+        marked[i] = True
+    return again
+
+
+def mark_new(ids: np.ndarray, lo: int, marked: np.ndarray) -> int:
+    """Set the bits of ``ids`` in ``marked`` (a bitmap of ids ``lo, lo + 1, ...`` that
+    holds them all); return how many were set already."""
+    return int(_mark_new(ids, lo, marked))
+
+
+@numba.njit(cache=True, nogil=True)
+def _marked_refs(ids, lo, marked, out):  # pragma: no cover - compiled
+    count = 0
+    n = marked.size
+    for p in range(ids.size):
+        k = ids[p] - lo
+        if k >= 0 and k < n and marked[k]:
+            out[count] = p
+            count += 1
+    return count
+
+
+def marked_refs(ids: np.ndarray, lo: int, marked: np.ndarray) -> np.ndarray:
+    """Positions in ``ids`` of the ids set in ``marked`` (a bitmap of ids ``lo,
+    lo + 1, ...``), in one pass without element-sized temporaries."""
+    out = np.empty(ids.size, np.int64)
+    return out[: _marked_refs(ids, lo, marked, out)].copy()
+
+
+@numba.njit(cache=True, nogil=True)
 def _transfer_counts(ids, owner, elements, messages):  # pragma: no cover
     prev_id = -2
     prev_tile = -1

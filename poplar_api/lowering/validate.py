@@ -153,17 +153,16 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
     for t, reads, writes in by_size.values():
         if not writes:
             continue
-        w_ids = writes[0].ids if len(writes) == 1 else np.concatenate([w.ids for w in writes])
-        if w_ids.size == 0:
+        w_arrays = [w.ids for w in writes if w.ids.size]
+        if not w_arrays:
             continue
         # a bitmap of the span of written ids only (a compute set writes a small part
         # of an element space, mostly in one place)
-        lo, hi = int(w_ids.min()), int(w_ids.max()) + 1
+        spans = [runs.span(a) for a in w_arrays]
+        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
         written = np.zeros(hi - lo, bool)
-        written[w_ids - lo] = True
-        if np.count_nonzero(written) < w_ids.size:  # an element written twice
-            problems += _double_writes(state, table, t, writes, w_ids)
-        del w_ids
+        if sum(runs.mark_new(a, lo, written) for a in w_arrays):  # an element written twice
+            problems += _double_writes(state, table, t, writes, np.concatenate(w_arrays))
         writer: np.ndarray | None = None  # first writer (position) of each written element
         marked: np.ndarray | None = None  # the written ids, sorted
         for ft in reads:
@@ -172,9 +171,7 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
                     marked = np.flatnonzero(written) + lo
                 if not runs.runs_hit(marked, *ft.runs).any():
                     continue  # no read of a written element, found without the ids
-            r_ids = ft.ids
-            refs = np.flatnonzero((r_ids >= lo) & (r_ids < hi))
-            refs = refs[written[r_ids[refs] - lo]]
+            refs = runs.marked_refs(ft.ids, lo, written)
             if refs.size == 0:
                 continue
             if writer is None:
