@@ -22,19 +22,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
-from poplar_api.graph import Constants, Graph, Segments
+from poplar_api.graph import Graph, Segments
 from poplar_api.graph_bulk import bulk_construction
+from poplar_api.poplin.conv_blocks import plan_partials
 from poplar_api.poplin.conv_layout import grouped_output, partial_chans_per_group
 from poplar_api.poplin.conv_params import (
     ConvParams,
-    dim_maps,
     expand_all_dims,
     expanded_input_index,
     getGradientParams,
@@ -44,17 +43,13 @@ from poplar_api.poplin.conv_planner import ConvPlan, parse_options, plan_convolu
 from poplar_api.poplin.conv_serial import PLAN_CACHE, co_ranges, lower_serial, plan_cache_key
 from poplar_api.poplin.conv_vertex_estimates import (
     largest_block_estimate,
-    partial_estimate,
-    vertex_method,
 )
-from poplar_api.poplin.conv_vertices import conv_vertex
-from poplar_api.poplin.conv_worklists import TileGeometry, relative_key, tile_geometry
 from poplar_api.poplin.plan_report import format_plan
 from poplar_api.poplin.vertices import reduce_add_vertex
 from poplar_api.program import Execute
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
-from poplar_api.types import INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
+from poplar_api.types import Type
 
 __all__ = [
     "addBias",
@@ -212,12 +207,13 @@ def createInput(
     pco = plan.parts[-2]
     last = np.arange(fshape[-1])
     co_i = (last * pco * plan.parts[1 + nd] // fshape[-1]) % pco
-    idx = np.ix_(gi, bi, *field_idx, ci_i)
-    tiles = np.empty([g, b, *fshape, ci], np.int64)
-    # index grid with co chosen by the innermost field position
-    full = [np.broadcast_to(x, tiles.shape) for x in idx]
-    co_full = np.broadcast_to(co_i.reshape([1, 1, *([1] * (nd - 1)), fshape[-1], 1]), tiles.shape)
-    tiles[...] = grid[(*full[: 2 + nd], co_full, full[-1])]
+    # the grid taken one axis at a time (whole rows copied), the innermost field
+    # position choosing its field part and output-channel part together
+    tiles = grid
+    for axis, take in enumerate([gi, bi, *field_idx[:-1]]):
+        tiles = np.take(tiles, take, axis=axis)
+    tiles = tiles[..., field_idx[-1], co_i, :]  # [G, B, *F, Ci parts]
+    tiles = np.take(tiles, ci_i, axis=-1).astype(np.int64, copy=False)
     _map_by_array(graph, var, tiles)
     perm = [1, 0, nd + 2, *range(2, nd + 2)]  # [G,B,*F,C] -> [B,G,C,*F]
     return var.dimShuffle(perm).reshape([b, g * ci, *fshape])
@@ -271,145 +267,6 @@ def _positions(t: Tensor) -> np.ndarray:
     return np.arange(t.numElements(), dtype=np.int64).reshape(t.shape())
 
 
-class _Source:
-    """The input as positions of one tensor: the input's own elements, then (with an
-    expanded, im2col, input whose position -1 marks a zero) one zero constant per tile
-    that reads zeros, asked for in ``specs`` on the tile's first use."""
-
-    def __init__(self, graph: Graph, t: Tensor, name: str, specs: list[tuple]) -> None:
-        self.graph, self.t, self.name, self.specs = graph, t.flatten(), name, specs
-        #: tile -> its one-element zero constant (its index in ``specs`` until made)
-        self.zeros: dict[int, Any] = {}
-        self.at: dict[int, int] = {}  # tile -> position of its zero
-
-    def positions(self, pos: np.ndarray, tile: int) -> np.ndarray:
-        """``pos`` with each -1 replaced by the position of ``tile``'s zero."""
-        pad = pos < 0
-        if not pad.any():
-            return pos
-        if tile not in self.zeros:
-            self.zeros[tile] = len(self.specs)
-            self.specs.append((self.t.elementType(), _ZERO, tile, f"{self.name}/zero"))
-            self.at[tile] = self.t.numElements() + len(self.at)
-        return np.where(pad, self.at[tile], pos)
-
-    def tensor(self, made: list[Tensor]) -> Tensor:
-        """The input followed by the zero constants (``made``: the constants of
-        ``specs``), in the order they were asked for."""
-        if not self.zeros:
-            return self.t
-        from poplar_api.tensor import concat
-
-        return concat([self.t, *(made[i] for i in self.zeros.values())])
-
-
-_ZERO = np.zeros(1, np.int64)
-
-
-def _make_constants(graph: Graph, specs: list[tuple]) -> Constants | list[Tensor]:
-    """The constants asked for in ``specs`` (type, values, tile, name), in order, made
-    in one ``addConstants`` call."""
-    if not specs:
-        return []
-    types, values, tiles, names = zip(*specs, strict=True)
-    shapes = [[a.size] for a in values]
-    return graph.addConstants(list(types), shapes, list(values), list(names), tiles)
-
-
-@dataclasses.dataclass
-class _TileKind:
-    """What the partial-sum vertices of one tile geometry share: the vertex method and
-    class, the worklists' type and values, and estimates by group counts."""
-
-    method: str
-    cls: type
-    wl_type: Type
-    wl_values: np.ndarray
-    wl_bounds: list[tuple[int, int]]
-    estimates: dict[tuple, int]
-
-
-def _tile_kind(
-    graph: Graph, plan: ConvPlan, geom: TileGeometry, kpos: int, fp: Type, acc_type: Type
-) -> _TileKind:
-    method = vertex_method(plan, geom, kpos)
-    flat = [w for per_k in geom.worklists for w in per_k]
-    wl_values = np.concatenate(flat).astype(np.int64)
-    limited = bool(wl_values.size == 0 or wl_values.max() <= np.iinfo(np.uint16).max)
-    cls = conv_vertex(method, fp, acc_type, limited, plan.num_conv_units,
-                      plan.conv_input_load_elems,
-                      max(plan.conv_groups_per_group, 4))  # fmt: skip
-    graph.addCodelets(cls)
-    ends = np.cumsum([w.size for w in flat]).tolist()
-    bounds = list(zip([0, *ends[:-1]], ends, strict=True))
-    return _TileKind(method, cls, UNSIGNED_SHORT if limited else UNSIGNED_INT, wl_values,
-                     bounds, {})  # fmt: skip
-
-
-@dataclasses.dataclass
-class _Planned:
-    """One partial-sum vertex: its tile geometry's kind, tile, the positions of each
-    vector of its ``in``, ``weights`` and ``out`` fields, its constants and estimate."""
-
-    kind: _TileKind
-    tile: int
-    ins: list[np.ndarray] = dataclasses.field(default_factory=list)
-    ws: list[np.ndarray] = dataclasses.field(default_factory=list)
-    outs: list[np.ndarray] = dataclasses.field(default_factory=list)
-    #: the worklists and parameters constants (their indices in the constant list until made)
-    worklists: Any = None
-    params: Any = None
-    estimate: int = 0
-
-
-def _segments(t: Tensor, per_vertex: list[list[np.ndarray]], join: int = 1 << 16) -> Segments:
-    """One view of ``t`` for a VectorList field of many vertices: vertex ``i`` gets the
-    vectors at the positions ``per_vertex[i]`` (pieces joined ``join`` per call: one call
-    joining millions would hold the GIL, and silence progress, for seconds)."""
-    pieces = [p for vectors in per_vertex for p in vectors]
-    sizes = np.fromiter((p.size for p in pieces), np.int64, len(pieces))
-    vectors = np.fromiter((len(x) for x in per_vertex), np.int64, len(per_vertex))
-    flat, ends = np.empty(int(sizes.sum()), np.int64), np.cumsum(sizes)
-    for k in range(0, len(pieces), join):
-        a, b = int(ends[k - 1]) if k else 0, int(ends[min(k + join, len(pieces)) - 1])
-        np.concatenate(pieces[k : k + join], out=flat[a:b])
-    return Segments(t.elements(flat), sizes, vectors)
-
-
-def _add_partials(
-    graph: Graph, cs: Any, cls: type, group: list[_Planned], source: Tensor, ker: Tensor,
-    dst: Tensor, made: Constants,
-) -> None:  # fmt: skip
-    """Add consecutive partial-sum vertices of one class in one ``addVertices`` call
-    (``made``: the pass's constants, which the vertices' worklists and parameters
-    index)."""
-
-    n = len(group)
-    wl_sizes = [b - a for v in group for a, b in v.kind.wl_bounds]
-    wl_vectors = [len(v.kind.wl_bounds) for v in group]
-    if all(v.kind.wl_values.size for v in group):
-        worklists = made.concat([v.worklists for v in group])
-    else:  # a vertex without entries has a placeholder element, not connected
-        from poplar_api.tensor import concat
-
-        parts = [made[v.worklists] for v in group]
-        parts = [
-            t if v.kind.wl_values.size else t.slice(0, 0) for t, v in zip(parts, group, strict=True)
-        ]
-        worklists = concat(parts) if n > 1 else parts[0]
-    params = made.concat([v.params for v in group])
-    connections = {
-        "in": _segments(source, [v.ins for v in group]),
-        "weights": _segments(ker, [v.ws for v in group]),
-        "out": _segments(dst, [v.outs for v in group]),
-        "worklists": Segments(worklists, wl_sizes, wl_vectors),
-        "params": params.reshape([n, params.numElements() // n]),
-    }
-    tiles = np.fromiter((v.tile for v in group), np.int64, n)
-    estimates = np.fromiter((v.estimate for v in group), np.int64, n)
-    graph.addVertices(cs, cls, tiles, connections, estimates)
-
-
 def _conv(
     graph: Graph,
     act: Tensor,
@@ -428,15 +285,12 @@ def _conv(
     if plan.serial > 1:
         lower = lambda k, p, pr, n: _conv(graph, act, k, p, opts, pr, n)  # noqa: E731
         return lower_serial(graph, ker, params, plan, opts, prog, name, lower)
-    target = graph.getTarget()
-    workers = target.getNumWorkerContexts()
     act_pos, ker_pos = _positions(act), _positions(ker)
     if plan.expanded:  # im2col: -1 marks a zero the tile reads from its own constant
         act_pos = expanded_input_index(params, act_pos)
         g_, co_ = ker_pos.shape[:2]
         ker_pos = ker_pos.reshape(g_, co_, -1, *([1] * params.getNumFieldDims()))
         params = expand_all_dims(params)
-    maps = dim_maps(params)
     nd = params.getNumFieldDims()
     g_n, b_n = params.numConvGroups, params.batchSize
     co_n = params.outputChannelsPerConvGroup
@@ -455,91 +309,21 @@ def _conv(
         if need_reduce
         else None
     )
-    kpos = int(np.prod(params.kernelShape))
     cs = graph.addComputeSet(f"{name}/Convolve")
-    fp = params.inputType
     acc_type = partials_type if need_reduce else out_type
     # positions in the operands, in the vertex layouts: [G,B,*F,Ci], [G,*K,Co,Ci]
     act_pos = act_pos.transpose([0, 1, *range(3, 3 + nd), 2])
     ker_pos = ker_pos.transpose([0, *range(3, 3 + nd), 1, 2])
-    specs: list[tuple] = []  # the pass's constants, made together after planning
-    src = _Source(graph, act, name, specs)
     dst_t = partials if need_reduce else out_var
-    dst_pos = _positions(dst_t)
-    geoms: dict[tuple, tuple[TileGeometry, _TileKind | None]] = {}
-    shifted: dict[tuple, tuple[TileGeometry, _TileKind | None, list[int]]] = {}
-    zeros: list[np.ndarray] = []
-    dst_tiles = np.full(dst_pos.shape, -1, np.int64)
-    planned: list[_Planned] = []
-    for block in itertools.product(*[list(enumerate(r)) for r in rng]):
-        ix = tuple(i for i, _ in block)
-        (g0, g1), (b0, b1) = block[0][1], block[1][1]
-        oranges = [r for _, r in block[2 : 2 + nd]]
-        (co0, co1), (ci0, ci1) = block[-2][1], block[-1][1]
-        tile = int(plan.tiles[ix])
-        key = (b1 - b0, tuple(oranges))
-        found = geoms.get(key)
-        if found is None:
-            rkey, lows = relative_key(maps, b1 - b0, oranges)
-            same = shifted.get(rkey)
-            if same is None:
-                geom = tile_geometry(maps, b1 - b0, oranges, workers)
-                kind = _tile_kind(graph, plan, geom, kpos, fp, acc_type) if geom.positions else None
-                shifted[rkey] = (geom, kind, lows)
-            else:  # the same block up to a shift of its input window
-                geom, kind, lows0 = same
-                window = [
-                    (a - l0 + lo, b - l0 + lo)
-                    for (a, b), l0, lo in zip(geom.window, lows0, lows, strict=True)
-                ]
-                geom = dataclasses.replace(geom, window=window)
-            found = geoms[key] = (geom, kind)
-        geom, kind = found
-        osl = tuple(slice(lo, hi) for lo, hi in oranges)
-        dst = dst_pos[ix[-1]] if need_reduce else dst_pos
-        tiles_view = dst_tiles[ix[-1]] if need_reduce else dst_tiles
-        tiles_view[g0:g1, b0:b1, *osl, co0:co1] = tile
-        if kind is None or ci1 <= ci0:
-            zeros.append(dst[g0:g1, b0:b1, *osl, co0:co1].reshape(-1))
-            continue
-        if plan.method in ("HMAC", "VMAC"):
-            ig_r, og_r = [(ci0, ci1)], [(co0, co1)]
-        else:
-            icg, ocg = plan.in_chans_per_group, plan.out_chans_per_group
-            ig_r = [(c, min(c + icg, ci1)) for c in range(ci0, ci1, icg)]
-            og_r = [(c, min(c + ocg, co1)) for c in range(co0, co1, ocg)]
-        wsl = tuple(slice(lo, hi) for lo, hi in geom.window)
-        v = _Planned(kind, tile)
-        for g in range(g0, g1):
-            win = act_pos[g, b0:b1, *wsl][..., ci0:ci1]
-            win = src.positions(win, tile) if plan.expanded else win
-            v.ins += [win[..., a - ci0 : b - ci0].reshape(-1) for a, b in ig_r]
-            for oa, ob in og_r:
-                v.outs.append(dst[g, b0:b1, *osl, oa:ob].reshape(-1))
-                v.ws += [ker_pos[g, ..., oa:ob, a:b].reshape(-1) for a, b in ig_r]
-        values = kind.wl_values if kind.wl_values.size else np.zeros(1, np.int64)
-        v.worklists = len(specs)
-        specs.append((kind.wl_type, values, tile, f"{name}/worklists"))
-        in_rows = (b1 - b0) * int(math.prod(geom.in_shape))
-        out_rows = (b1 - b0) * int(math.prod(geom.out_shape))
-        counts = (g1 - g0, len(ig_r), len(og_r))
-        pvals = [counts[0], counts[2], counts[1], kpos, in_rows, out_rows,
-                 geom.in_stride, geom.out_stride]  # fmt: skip
-        v.params = len(specs)
-        specs.append((INT, np.asarray(pvals), tile, f"{name}/params"))
-        chans = (ci1 - ci0, co1 - co0)
-        est = kind.estimates.get((counts, chans))
-        if est is None:
-            est = partial_estimate(plan, kind.method, geom, b1 - b0, counts, chans, params, target)
-            kind.estimates[(counts, chans)] = est = int(est)
-        v.estimate = est
-        planned.append(v)
-    made = _make_constants(graph, specs)
-    source = src.tensor(made)
-    for cls, group in itertools.groupby(planned, key=lambda v: v.kind.cls):
-        _add_partials(graph, cs, cls, list(group), source, ker, dst_t, made)
+    flat_act = act.flatten()
+    parts = plan_partials(graph, plan, params, rng, act_pos, ker_pos, _positions(dst_t),
+                          need_reduce, flat_act.numElements(), name, acc_type,
+                          flat_act.elementType())  # fmt: skip
+    made = parts.specs.make(graph)
+    parts.add_vertices(graph, cs, flat_act, ker, dst_t, made)
     prog.add(Execute(cs))
-    graph.mapElements(dst_t, dst_tiles)
+    graph.mapElements(dst_t, parts.dst_tiles)
+    zeros = parts.zeros
     if zeros:
         from poplar_api import popops
 

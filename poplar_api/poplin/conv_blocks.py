@@ -1,0 +1,465 @@
+"""The partial-sum vertices of one convolution pass, planned with array operations.
+
+A plan cuts the convolution ``[G, B, *O, Co, Ci]`` into blocks, one per tile; each
+block with work becomes one partial-sum vertex whose ``in``, ``weights`` and ``out``
+fields are lists of vectors of the operands' elements (one vector per input-channel
+group, per output-channel group and per conv group of the block). Blocks of the same
+*shape* (the same tile kind up to a shift of the input window and the same group,
+input- and output-channel extents) have the same vectors up to an offset in each
+operand, so their element positions are one index pattern plus one base per block:
+this module gathers them for every block of a shape at once, and assembles the fields
+of all vertices in block order (the order :func:`~poplar_api.poplin.conv._conv` adds
+them, so vertex ids, constants and the graph are those of one block at a time).
+
+Blocks without work (no output reads a real input, or an empty input-channel range)
+are zeroed instead; their outputs still live on the block's tile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+from poplar_api.graph import Constants, Graph, Segments
+from poplar_api.poplin.conv_planner import ConvPlan
+from poplar_api.poplin.conv_vertex_estimates import partial_estimate, vertex_method
+from poplar_api.poplin.conv_vertices import conv_vertex
+from poplar_api.poplin.conv_worklists import TileGeometry, relative_key, tile_geometry
+from poplar_api.tensor import Tensor, concat
+from poplar_api.types import INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
+
+__all__ = ["Partials", "plan_partials"]
+
+_ZERO = np.zeros(1, np.int64)
+
+
+@dataclasses.dataclass
+class TileKind:
+    """What the partial-sum vertices of one tile geometry share: the vertex method and
+    class, the worklists' type and values, and estimates by group counts."""
+
+    method: str
+    cls: type
+    wl_type: Type
+    wl_values: np.ndarray
+    wl_bounds: list[tuple[int, int]]
+    estimates: dict[tuple, int]
+
+
+def _tile_kind(
+    graph: Graph, plan: ConvPlan, geom: TileGeometry, kpos: int, fp: Type, acc_type: Type
+) -> TileKind:
+    method = vertex_method(plan, geom, kpos)
+    flat = [w for per_k in geom.worklists for w in per_k]
+    wl_values = np.concatenate(flat).astype(np.int64)
+    limited = bool(wl_values.size == 0 or wl_values.max() <= np.iinfo(np.uint16).max)
+    cls = conv_vertex(method, fp, acc_type, limited, plan.num_conv_units,
+                      plan.conv_input_load_elems,
+                      max(plan.conv_groups_per_group, 4))  # fmt: skip
+    graph.addCodelets(cls)
+    ends = np.cumsum([w.size for w in flat]).tolist()
+    bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+    return TileKind(method, cls, UNSIGNED_SHORT if limited else UNSIGNED_INT, wl_values,
+                    bounds, {})  # fmt: skip
+
+
+@dataclasses.dataclass
+class _Field:
+    """A VectorList field of every vertex, in vertex order: the operand positions of
+    all vectors (``flat``), each vector's size, each vertex's vector count, and where
+    each vertex's positions and vectors begin (one entry more than vertices)."""
+
+    flat: np.ndarray
+    sizes: np.ndarray
+    vectors: np.ndarray
+    at: np.ndarray
+    piece_at: np.ndarray
+
+    def segments(self, t: Tensor, i0: int, i1: int) -> Segments:
+        """The field of vertices ``i0 .. i1 - 1`` as a view of ``t``."""
+        a, b = int(self.at[i0]), int(self.at[i1])
+        p, q = int(self.piece_at[i0]), int(self.piece_at[i1])
+        return Segments(t.elements(self.flat[a:b]), self.sizes[p:q], self.vectors[i0:i1])
+
+
+@dataclasses.dataclass
+class _Specs:
+    """The constants of a pass, in the order they are made: element types, values
+    (1-D arrays), tiles and names."""
+
+    types: list[Type]
+    values: list[np.ndarray]
+    tiles: np.ndarray
+    names: list[str]
+
+    def make(self, graph: Graph) -> Constants | None:
+        """All of them, in one ``addConstants`` call (None when there are none)."""
+        if not self.types:
+            return None
+        shapes = [[a.size] for a in self.values]
+        return graph.addConstants(self.types, shapes, self.values, self.names, self.tiles.tolist())
+
+
+@dataclasses.dataclass
+class Partials:
+    """The partial-sum vertices of one pass, in block order, before their constants
+    exist: per vertex its tile, kind, estimate and the indices of its worklists and
+    parameters constants in ``specs``; the ``in``, ``weights`` and ``out`` fields; the
+    tile of every output element; the output positions of blocks without work."""
+
+    tiles: np.ndarray
+    kinds: list[TileKind]
+    estimates: np.ndarray
+    wl_spec: np.ndarray
+    params_spec: np.ndarray
+    ins: _Field
+    ws: _Field
+    outs: _Field
+    dst_tiles: np.ndarray
+    zeros: list[np.ndarray]
+    specs: _Specs
+    #: tile -> index in ``specs`` of the tile's zero constant (expanded inputs)
+    zero_specs: dict[int, int]
+
+    def add_vertices(
+        self, graph: Graph, cs: Any, act: Tensor, ker: Tensor, dst: Tensor, made: Constants
+    ) -> None:
+        """Add the vertices, consecutive ones of a class in one ``addVertices`` call
+        (``made``: the constants of ``specs``; ``act``: the flattened input, followed
+        by the zero constants when there are any)."""
+        if self.zero_specs:
+            act = concat([act, *(made[i] for i in self.zero_specs.values())])
+        n = len(self.kinds)
+        classes = [k.cls for k in self.kinds]
+        i0 = 0
+        for _, group in itertools.groupby(range(n), key=classes.__getitem__):
+            i1 = i0 + sum(1 for _ in group)
+            self._add(graph, cs, i0, i1, act, ker, dst, made)
+            i0 = i1
+
+    def _add(
+        self, graph: Graph, cs: Any, i0: int, i1: int, act: Tensor, ker: Tensor, dst: Tensor,
+        made: Constants,
+    ) -> None:  # fmt: skip
+        kinds = self.kinds[i0:i1]
+        wl_sizes = [b - a for k in kinds for a, b in k.wl_bounds]
+        wl_vectors = [len(k.wl_bounds) for k in kinds]
+        wl_idx = self.wl_spec[i0:i1]
+        if all(k.wl_values.size for k in kinds):
+            worklists = made.concat(wl_idx)
+        else:  # a vertex without entries has a placeholder element, not connected
+            parts = [
+                made[int(i)] if k.wl_values.size else made[int(i)].slice(0, 0)
+                for i, k in zip(wl_idx.tolist(), kinds, strict=True)
+            ]
+            worklists = concat(parts) if len(parts) > 1 else parts[0]
+        params = made.concat(self.params_spec[i0:i1])
+        n = i1 - i0
+        connections = {
+            "in": self.ins.segments(act, i0, i1),
+            "weights": self.ws.segments(ker, i0, i1),
+            "out": self.outs.segments(dst, i0, i1),
+            "worklists": Segments(worklists, wl_sizes, wl_vectors),
+            "params": params.reshape([n, params.numElements() // n]),
+        }
+        graph.addVertices(cs, kinds[0].cls, self.tiles[i0:i1], connections,
+                          self.estimates[i0:i1])  # fmt: skip
+
+
+def _block_table(rng: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every block in row-major order of its indices: ``(ix, lo, hi)``, each
+    ``int64[blocks, dims]``."""
+    counts = [len(r) for r in rng]
+    ix = np.indices(counts).reshape(len(counts), -1).T
+    lo = np.stack([np.array([a for a, _ in r], np.int64)[ix[:, d]] for d, r in enumerate(rng)], 1)
+    hi = np.stack([np.array([b for _, b in r], np.int64)[ix[:, d]] for d, r in enumerate(rng)], 1)
+    return ix, lo, hi
+
+
+def _owner(rng: list[tuple[int, int]], size: int) -> np.ndarray:
+    """For each index of a dimension of ``size``, the last range holding it (-1: none)."""
+    out = np.full(size, -1, np.int64)
+    for k, (a, b) in enumerate(rng):
+        out[a:b] = k
+    return out
+
+
+def _pattern(strides: np.ndarray, pieces: list[tuple[list[int], list[int]]]) -> tuple:
+    """Positions, relative to a base, of ``pieces`` (each ``(offsets, shape)`` per
+    dimension of an array of ``strides``) one after the other, and each piece's size."""
+    rel, sizes = [], []
+    for offsets, shape in pieces:
+        grid = np.zeros(shape, np.int64) + int(np.dot(offsets, strides))
+        for d, n in enumerate(shape):
+            ax = [1] * len(shape)
+            ax[d] = n
+            grid = grid + (np.arange(n, dtype=np.int64) * strides[d]).reshape(ax)
+        rel.append(grid.reshape(-1))
+        sizes.append(grid.size)
+    flat = np.concatenate(rel) if rel else np.zeros(0, np.int64)
+    return flat, np.asarray(sizes, np.int64)
+
+
+class _Assembler:
+    """Per-shape gathered rows put into one field in vertex order."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.lengths = np.zeros(n, np.int64)
+        self.npieces = np.zeros(n, np.int64)
+        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, members: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
+        self.lengths[members] = values.shape[1]
+        self.npieces[members] = sizes.size
+        self.rows.append((members, values, sizes))
+
+    def field(self) -> _Field:
+        at = np.zeros(self.n + 1, np.int64)
+        np.cumsum(self.lengths, out=at[1:])
+        piece_at = np.zeros(self.n + 1, np.int64)
+        np.cumsum(self.npieces, out=piece_at[1:])
+        flat = np.empty(int(at[-1]), np.int64)
+        sizes = np.empty(int(piece_at[-1]), np.int64)
+        for members, values, psizes in self.rows:
+            # runs of consecutive vertices take their rows as one slice each
+            cuts = np.flatnonzero(np.diff(members) != 1) + 1
+            if cuts.size < 64:
+                for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), members.size], strict=True):
+                    v0, v1 = int(members[a]), int(members[b - 1]) + 1
+                    flat[at[v0] : at[v1]] = values[a:b].ravel()
+                    sizes[piece_at[v0] : piece_at[v1]] = np.tile(psizes, b - a)
+                continue
+            flat[(at[members][:, None] + np.arange(values.shape[1])).reshape(-1)] = values.ravel()
+            where = piece_at[members][:, None] + np.arange(psizes.size)
+            sizes[where.reshape(-1)] = np.broadcast_to(psizes, where.shape).reshape(-1)
+        return _Field(flat, sizes, self.npieces, at, piece_at)
+
+
+def plan_partials(
+    graph: Graph,
+    plan: ConvPlan,
+    params: Any,
+    rng: list[list[tuple[int, int]]],
+    act_pos: np.ndarray,
+    ker_pos: np.ndarray,
+    dst_pos: np.ndarray,
+    need_reduce: bool,
+    act_size: int,
+    name: str,
+    acc_type: Type,
+    act_type: Type,
+) -> Partials:
+    """The vertices of the pass ``params`` (its effective form) under ``plan``.
+
+    ``act_pos`` ``[G, B, *F, Ci]`` and ``ker_pos`` ``[G, *K, Co, Ci]`` are the positions
+    of the operands' flattened elements in the vertex layouts (``-1`` in ``act_pos``
+    marks a zero of an expanded input, read from a one-element constant on the
+    vertex's tile at position ``act_size`` onwards); ``dst_pos`` the destination's
+    (``[Ci parts, G, B, *O, Co]`` with ``need_reduce``, else ``[G, B, *O, Co]``).
+    """
+    from poplar_api.poplin.conv_params import dim_maps
+
+    target = graph.getTarget()
+    workers = target.getNumWorkerContexts()
+    maps = dim_maps(params)
+    nd = params.getNumFieldDims()
+    kpos = int(np.prod(params.kernelShape))
+    fp = params.inputType
+    ix, lo, hi = _block_table(rng)
+    block_tiles = plan.tiles.reshape(-1).astype(np.int64)
+    # the tile kind of every (batch range, field ranges) combination, in the order
+    # blocks first meet them
+    combo_dims = list(range(1, 2 + nd))
+    combo_counts = [len(rng[d]) for d in combo_dims]
+    combo_of = np.ravel_multi_index(ix[:, combo_dims].T, combo_counts)
+    shift_id = np.empty(math.prod(combo_counts), np.int64)
+    windows = np.empty((shift_id.size, nd), np.int64)
+    shifted: dict[tuple, tuple[TileGeometry, TileKind | None, list[int], int]] = {}
+    combo_geom: list[TileGeometry] = []
+    kinds_by_shift: list[TileKind | None] = []
+    for c, cix in enumerate(itertools.product(*[range(n) for n in combo_counts])):
+        b0, b1 = rng[1][cix[0]]
+        oranges = [rng[2 + d][cix[1 + d]] for d in range(nd)]
+        rkey, lows = relative_key(maps, b1 - b0, oranges)
+        same = shifted.get(rkey)
+        if same is None:
+            geom = tile_geometry(maps, b1 - b0, oranges, workers)
+            kind = _tile_kind(graph, plan, geom, kpos, fp, acc_type) if geom.positions else None
+            shifted[rkey] = same = (geom, kind, lows, len(kinds_by_shift))
+            kinds_by_shift.append(kind)
+        else:  # the same block up to a shift of its input window
+            geom0, _, lows0, _ = same
+            window = [
+                (a - l0 + low, b - l0 + low)
+                for (a, b), l0, low in zip(geom0.window, lows0, lows, strict=True)
+            ]
+            geom = dataclasses.replace(geom0, window=window)
+        shift_id[c] = same[3]
+        windows[c] = [a for a, _ in geom.window] if nd else []
+        combo_geom.append(geom)
+    # the tile of every output element: the block holding it
+    dst_tiles = _dst_tiles(plan, rng, dst_pos.shape, need_reduce)
+    # blocks with work become vertices; the others are zeroed
+    sid = shift_id[combo_of]
+    has_kind = np.array([k is not None for k in kinds_by_shift], bool)[sid]
+    work = has_kind & (hi[:, -1] > lo[:, -1])
+    zeros = [_block_positions(dst_pos, lo[i], hi[i], need_reduce, ix[i])
+             for i in np.flatnonzero(~work).tolist()]  # fmt: skip
+    vb = np.flatnonzero(work)
+    n = vb.size
+    ext = hi[vb] - lo[vb]
+    # vertices of one shape: the same kind (shift class) and extents of every dimension
+    key = np.concatenate([sid[vb, None], ext], 1)
+    _, first, cls_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    cls_of = cls_of.reshape(-1)
+    act_c = np.ascontiguousarray(act_pos)
+    ker_c = np.ascontiguousarray(ker_pos)
+    act_st = np.array(act_c.strides, np.int64) // act_c.itemsize
+    ker_st = np.array(ker_c.strides, np.int64) // ker_c.itemsize
+    dst_st = np.array(dst_pos.strides, np.int64) // dst_pos.itemsize
+    dst_flat = dst_pos.reshape(-1)
+    ins, ws, outs = _Assembler(n), _Assembler(n), _Assembler(n)
+    estimates = np.empty(n, np.int64)
+    pvals = np.empty((n, 8), np.int64)
+    kinds: list[TileKind] = [None] * n  # type: ignore[list-item]
+    pad = np.zeros(n, bool)
+    for c, f in enumerate(first.tolist()):
+        members = np.flatnonzero(cls_of == c)
+        b = vb[members]
+        combo = combo_of[vb[f]]
+        geom, kind = combo_geom[combo], kinds_by_shift[sid[vb[f]]]
+        assert kind is not None
+        g_n, b_n = ext[f, 0], ext[f, 1]
+        osz = ext[f, 2 : 2 + nd].tolist()
+        co_n, ci_n = int(ext[f, -2]), int(ext[f, -1])
+        if plan.method in ("HMAC", "VMAC"):
+            ig_r, og_r = [(0, ci_n)], [(0, co_n)]
+        else:
+            icg, ocg = plan.in_chans_per_group, plan.out_chans_per_group
+            ig_r = [(a, min(a + icg, ci_n)) for a in range(0, ci_n, icg)]
+            og_r = [(a, min(a + ocg, co_n)) for a in range(0, co_n, ocg)]
+        wsz = [hi_ - lo_ for lo_, hi_ in geom.window]
+        zf = [0] * nd
+        kz = [0] * nd
+        in_pieces = [([g, 0, *zf, a], [1, int(b_n), *wsz, bb - a])
+                     for g in range(g_n) for a, bb in ig_r]  # fmt: skip
+        out_pieces, w_pieces = [], []
+        for g in range(g_n):
+            for oa, ob in og_r:
+                out_pieces.append(([g, 0, *zf, oa], [1, int(b_n), *osz, ob - oa]))
+                w_pieces += [([g, *kz, oa, a], [1, *params.kernelShape, ob - oa, bb - a])
+                             for a, bb in ig_r]  # fmt: skip
+        # bases of each member block in each operand
+        wlo = windows[combo_of[b]]
+        in_base = (lo[b, 0] * act_st[0] + lo[b, 1] * act_st[1] + wlo @ act_st[2 : 2 + nd]
+                   + lo[b, -1] * act_st[-1])  # fmt: skip
+        w_base = lo[b, 0] * ker_st[0] + lo[b, -2] * ker_st[-2] + lo[b, -1] * ker_st[-1]
+        o_st = dst_st[1:] if need_reduce else dst_st
+        o_base = lo[b, 0] * o_st[0] + lo[b, 1] * o_st[1] + lo[b, 2 : 2 + nd] @ o_st[2 : 2 + nd]
+        o_base = o_base + lo[b, -2] * o_st[-1]
+        if need_reduce:
+            o_base = o_base + ix[b, -1] * dst_st[0]
+        rel, sizes = _pattern(act_st, in_pieces)
+        vals = act_c.reshape(-1)[in_base[:, None] + rel]
+        if plan.expanded:
+            pad[members] = (vals < 0).any(1)
+        ins.add(members, vals, sizes)
+        rel, sizes = _pattern(ker_st, w_pieces)
+        ws.add(members, ker_c.reshape(-1)[w_base[:, None] + rel], sizes)
+        rel, sizes = _pattern(o_st, out_pieces)
+        outs.add(members, dst_flat[o_base[:, None] + rel], sizes)
+        counts = (int(g_n), len(ig_r), len(og_r))
+        chans = (ci_n, co_n)
+        est = kind.estimates.get((counts, chans))
+        if est is None:
+            est = partial_estimate(plan, kind.method, geom, int(b_n), counts, chans, params,
+                                   target)  # fmt: skip
+            kind.estimates[(counts, chans)] = est = int(est)
+        estimates[members] = est
+        in_rows = int(b_n) * int(math.prod(geom.in_shape))
+        out_rows = int(b_n) * int(math.prod(geom.out_shape))
+        pvals[members] = [counts[0], counts[2], counts[1], kpos, in_rows, out_rows,
+                          geom.in_stride, geom.out_stride]  # fmt: skip
+        for m in members.tolist():
+            kinds[m] = kind
+    tiles = block_tiles[vb]
+    # the constants, in block order: a tile's zero on its first padded vertex, then
+    # each vertex's worklists and parameters
+    padded = np.flatnonzero(pad)
+    _, firsts = np.unique(tiles[padded], return_index=True)
+    zero_v = padded[np.sort(firsts)]
+    has_zero = np.zeros(n, np.int64)
+    has_zero[zero_v] = 1
+    start = np.cumsum(2 + has_zero) - (2 + has_zero)
+    wl_spec, params_spec = start + has_zero, start + has_zero + 1
+    zero_spec = start[zero_v]
+    total = 2 * n + zero_v.size
+    types = np.empty(total, object)
+    types[wl_spec] = np.fromiter((k.wl_type for k in kinds), object, n)
+    types[params_spec] = INT
+    types[zero_spec] = act_type
+    values = np.empty(total, object)
+    values[wl_spec] = np.fromiter(
+        (k.wl_values if k.wl_values.size else _ZERO for k in kinds), object, n
+    )
+    values[params_spec] = np.fromiter(iter(pvals), object, n)
+    values[zero_spec] = np.fromiter((_ZERO for _ in range(zero_v.size)), object, zero_v.size)
+    names = np.empty(total, object)
+    names[wl_spec], names[params_spec], names[zero_spec] = (
+        f"{name}/worklists",
+        f"{name}/params",
+        f"{name}/zero",
+    )
+    spec_tiles = np.empty(total, np.int64)
+    spec_tiles[wl_spec] = spec_tiles[params_spec] = tiles
+    spec_tiles[zero_spec] = tiles[zero_v]
+    specs = _Specs(types.tolist(), values.tolist(), spec_tiles, names.tolist())
+    zero_tiles = tiles[zero_v].tolist()
+    zero_specs = dict(zip(zero_tiles, zero_spec.tolist(), strict=True))
+    zero_at = {t: act_size + r for r, t in enumerate(zero_tiles)}
+    ins_field = ins.field()
+    if pad.any():  # each -1 becomes the position of the tile's zero
+        per_elem = np.repeat(tiles, ins_field.at[1:] - ins_field.at[:-1])
+        miss = ins_field.flat < 0
+        where = np.full(int(tiles.max()) + 1, -1, np.int64)
+        where[list(zero_at)] = list(zero_at.values())
+        ins_field.flat[miss] = where[per_elem[miss]]
+    return Partials(tiles, kinds, estimates, wl_spec, params_spec, ins_field, ws.field(),
+                    outs.field(), dst_tiles, zeros, specs, zero_specs)  # fmt: skip
+
+
+def _dst_tiles(
+    plan: ConvPlan, rng: list[list[tuple[int, int]]], shape: tuple, need_reduce: bool
+) -> np.ndarray:
+    """The tile of every destination element: the last block holding it (-1: none)."""
+    dims = shape[1:] if need_reduce else shape
+    owners = [_owner(r, s) for r, s in zip(rng[:-1], dims, strict=True)]
+    if need_reduce:  # the input-channel part first, as in the partials
+        grid = np.moveaxis(plan.tiles, -1, 0)
+        owners.insert(0, np.arange(shape[0], dtype=np.int64))
+    else:
+        grid = plan.tiles[..., 0]
+    out = grid
+    for d, o in enumerate(owners):  # one axis at a time: whole rows copied
+        out = np.take(out, np.maximum(o, 0), axis=d)
+    for d, o in enumerate(owners):
+        if (o < 0).any():
+            sel = [slice(None)] * out.ndim
+            sel[d] = o < 0
+            out[tuple(sel)] = -1
+    return out.astype(np.int64, copy=False)
+
+
+def _block_positions(
+    dst_pos: np.ndarray, lo: np.ndarray, hi: np.ndarray, need_reduce: bool, ix: np.ndarray
+) -> np.ndarray:
+    """The destination positions of one block ``[G, B, *O, Co]`` (of its input-channel
+    part when the partials are reduced)."""
+    dst = dst_pos[int(ix[-1])] if need_reduce else dst_pos
+    box = tuple(slice(int(a), int(b)) for a, b in zip(lo[:-1], hi[:-1], strict=True))
+    return dst[box].reshape(-1)
