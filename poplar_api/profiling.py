@@ -249,7 +249,7 @@ def _target(engine: Any, cfg: MachineConfig) -> dict[str, Any]:
     device = getattr(engine, "_device", None)
     target = device.getTarget() if device is not None else engine._state.target
     per_tile = cfg.memory.tile_memory_bytes
-    return {
+    out = {
         "type": target.getTargetType().value,
         "configName": cfg.name,
         "arch": target.getTargetArchString(),
@@ -265,6 +265,17 @@ def _target(engine: Any, cfg: MachineConfig) -> dict[str, Any]:
         "relativeSyncDelayByTile": _ints(relative_sync_delays(cfg)),
         "minSyncDelay": int(cfg.sync.min_sync_delay_cycles),
     }
+    replicas = int(getattr(engine, "replicas", 1))
+    if replicas > 1:  # a replicated graph: each replica's share of the device
+        ipus = max(cfg.num_ipus // replicas, 1)
+        tiles = ipus * cfg.tile.tiles_per_ipu
+        out.update(
+            numReplicas=replicas,
+            ipusPerReplica=ipus,
+            tilesPerReplica=tiles,
+            memoryPerReplica=tiles * per_tile,
+        )
+    return out
 
 
 def _graph(state: Any) -> dict[str, int]:

@@ -24,6 +24,9 @@ target of several IPUs the phases are also split per IPU (from
 ``simulation.tileCyclesByIPU``; averages over each IPU's tiles, or sums), so the time
 each IPU spends in global exchanges and waiting at syncs shows apart.
 
+A replicated graph's Target section adds the number of replicas and each replica's
+IPUs, tiles and memory (``target.numReplicas`` and its kin in the graph profile).
+
 Options (strings): ``showExecutionSteps`` ("true") lists every step;
 ``showVarStorage`` ("true") lists the bytes live at each program point;
 ``showPerIpuMemoryUsage`` ("true") adds each IPU's memory use; ``colours`` ("true")
@@ -79,6 +82,11 @@ def _target(w: Any, gp: Mapping[str, Any]) -> None:
     w(f"  Memory Per-Tile:        {_bytes(t['bytesPerTile'])}\n")
     w(f"  Total Memory:           {_bytes(t['totalMemory'])}\n")
     w(f"  Clock Speed (approx):   {t['clockFrequency'] / 1e6:,.1f} MHz\n")
+    if "numReplicas" in t:  # a replicated graph
+        w(f"  Number of Replicas:     {t['numReplicas']:,}\n")
+        w(f"  IPUs per Replica:       {t['ipusPerReplica']:,}\n")
+        w(f"  Tiles per Replica:      {t['tilesPerReplica']:,}\n")
+        w(f"  Memory per Replica:     {_bytes(t['memoryPerReplica'])}\n")
 
 
 def _graph(w: Any, gp: Mapping[str, Any]) -> None:
