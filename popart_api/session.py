@@ -40,6 +40,7 @@ from popart_api.dataflow import (
 from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
 from popart_api.logger import LEVELS
+from popart_api.logger import configure as configure_logging
 from popart_api.lowered import LoweredModel
 from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model, node_attrs
 from popart_api.optimizers import Optimizer
@@ -71,19 +72,9 @@ logger = logging.getLogger("popart")
 
 
 def _configure_logging() -> None:
-    """Apply ``POPART_LOG_LEVEL`` (PopART's names) to the ``popart`` logger."""
-    level = os.environ.get("POPART_LOG_LEVEL")
-    if not level:
-        return
-    if level.upper() not in LOG_LEVELS:
-        raise popart_exception(
-            f"POPART_LOG_LEVEL={level!r} is not a level; use one of {sorted(LOG_LEVELS)}"
-        )
-    logger.setLevel(LOG_LEVELS[level.upper()])
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[popart] [%(levelname)s] %(message)s"))
-        logger.addHandler(handler)
+    """Apply ``POPART_LOG_LEVEL``, ``POPART_LOG_DEST`` and ``POPART_LOG_CONFIG``
+    (:func:`popart_api.logger.configure`)."""
+    configure_logging()
 
 
 def _write_tile_map(graph: Graph, values: dict[str, Any], path: str) -> None:
