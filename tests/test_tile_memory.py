@@ -337,3 +337,18 @@ def test_region_totals_are_the_union_of_the_placed_blocks(seed):
             top = max((p.offset + p.block.size for p in mine), default=0)
             assert r.by_tile[name][tile] == int(used.sum())
             assert r.by_tile[f"{name}IncludingGaps"][tile] == top
+
+
+@pytest.mark.parametrize("first_span", [50, 1 << 60])
+def test_placement_order_is_tile_then_always_live_then_first_point_then_row(first_span):
+    """The packed-key sort and its lexicographic fallback (keys beyond 63 bits) give the
+    order a lexicographic sort by (tile, not always live, first live point, row) gives."""
+    from ipusim.tile.memory import _placement_order
+
+    rng = np.random.default_rng(3)
+    n = 2000
+    tile = rng.integers(0, 40, n)
+    later = rng.random(n) < 0.7
+    first = rng.integers(0, first_span, n, dtype=np.int64)
+    expect = np.lexsort((np.arange(n), first, later, tile))
+    assert np.array_equal(_placement_order(tile, later, first), expect)

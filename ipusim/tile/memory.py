@@ -525,6 +525,26 @@ def allocate_table(
     return region, offset
 
 
+def _placement_order(tile: np.ndarray, later: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Row order of placement: by tile, then always-live blocks first, then by first
+    live point, then by row; one sort of packed int64 keys when they fit in 63 bits,
+    else a lexicographic sort."""
+    n = tile.size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    f_lo = int(first.min())
+    widths = [int(tile.max()).bit_length(), 1, (int(first.max()) - f_lo).bit_length(),
+              (n - 1).bit_length()]  # fmt: skip
+    if int(tile.min()) < 0 or sum(widths) > 63:
+        return np.lexsort((np.arange(n), first, later, tile))
+    key = tile.astype(np.int64)
+    for values, width in ((later.astype(np.int64), widths[1]),
+                          (first.astype(np.int64) - f_lo, widths[2]),
+                          (np.arange(n, dtype=np.int64), widths[3])):  # fmt: skip
+        key = (key << width) | values
+    return np.argsort(key)  # keys are distinct (the row is in them)
+
+
 def _allocate(
     spec: MemorySpec, num_tiles: int, table: BlockTable
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -554,9 +574,7 @@ def _allocate(
     lo = np.where(table.always | never, _ALWAYS[0], table.live_first)
     hi = np.where(table.always, _ALWAYS[1], np.where(never, _NEVER[1], table.live_last))
     first = np.where(table.always, _ALWAYS[0], table.live_first)
-    index = np.arange(n)
-    order = np.lexsort((index, first, ~table.always))
-    order = order[np.argsort(table.tile[order], kind="stable")]  # by tile, placement order
+    order = _placement_order(table.tile, ~table.always, first)
     sizes = table.size[order]
     aligns = np.maximum(spec.alignment_bytes, table.element_bytes[order])
     regions = table.region[order]
