@@ -257,8 +257,7 @@ class Engine:
         self._host_traces: list[Trace] = []
         #: The tile memory placement of the compiled graph.
         self.memory = compiled.memory
-        #: ids of the IR nodes ``WriteUndef`` programs lowered to (the profile tags them)
-        self.undef_nodes = frozenset(key for key, *_ in compiled.liveness.points.undefs)
+        self.undef_nodes = frozenset(k for k, *_ in compiled.liveness.points.undefs)  # WriteUndefs
 
     # -------------------------------------------------------------------- device
     def load(self, device: Device) -> None:
