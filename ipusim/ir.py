@@ -192,6 +192,10 @@ class Exchange(Step):
 
     ``host`` marks the on-chip side of a host stream copy (data delivered to, or
     gathered from, the tiles); its code is the copy's host exchange code.
+
+    ``senders_received`` (optional, aligned with ``tile``): how many distinct tiles
+    each tile receives from; it sizes the tile's receive code (memory placement),
+    not its time.
     """
 
     kind: ClassVar[str] = "exchange"
@@ -206,12 +210,16 @@ class Exchange(Step):
     messages_received: np.ndarray | None = None
     max_distance: np.ndarray | None = None
     host: bool = False
+    senders_received: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.tile is not None:
             for name in TOTALS:
                 value = getattr(self, name)
                 object.__setattr__(self, name, _array([] if value is None else value, np.int64))
+            if self.senders_received is not None:
+                senders = _array(self.senders_received, np.int64)
+                object.__setattr__(self, "senders_received", senders)
             return
         src = _array([] if self.src_tile is None else self.src_tile, np.int64)
         object.__setattr__(self, "src_tile", src)

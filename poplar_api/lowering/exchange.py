@@ -116,6 +116,9 @@ class ExchangePlanner:
         #: element size -> id intervals ``[a, b)`` some tile receives, with the owner
         #: array (sent by their owners; :meth:`_add_intervals`)
         self.intervals: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        #: keys ``receiving tile * num_tiles + sending tile`` of the on-chip messages
+        #: planned so far (a tile's distinct senders size its receive code)
+        self.sender_keys: list[np.ndarray] = []
 
     def add(self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray) -> None:
         """Elements ``ids`` (from tiles ``src``) needed on tile ``dst``.
@@ -139,6 +142,7 @@ class ExchangePlanner:
                     return
         self.received[dst] += ids.size * element_type.size
         self.messages_received[dst] += _runs(np.sort(ids), src[np.argsort(ids)]).size
+        self.sender_keys.append(dst * self.num_tiles + np.unique(src))
         sender = self.sender.get(element_type.size)
         if sender is None:
             size = self.state.space(element_type).size
@@ -275,6 +279,7 @@ class ExchangePlanner:
         )
         self.received += elements * size
         self.messages_received += messages
+        self.sender_keys.append(_sender_keys(lo_key, lengths, stride, changes, owner, n))
         np.maximum(self.max_distance, distance, out=self.max_distance)
         sender = self.sender.get(size)
         if sender is not None:  # elements planned one by one too: paint the intervals in
@@ -332,6 +337,8 @@ class ExchangePlanner:
         tiles = np.flatnonzero((sent > 0) | (self.received > 0))
         if tiles.size == 0:
             return None
+        keys = np.unique(np.concatenate(self.sender_keys)) if self.sender_keys else _NO_KEYS
+        senders = np.bincount(keys // n, minlength=n).astype(np.int64)
         return ir.Exchange(
             name=name,
             program_id=program_id,
@@ -341,6 +348,7 @@ class ExchangePlanner:
             messages_sent=messages_sent[tiles],
             messages_received=self.messages_received[tiles],
             max_distance=self.max_distance[tiles],
+            senders_received=senders[tiles],
         )
 
     def build_global(self, name: str, program_id: int) -> ir.GlobalExchange | None:
@@ -431,6 +439,36 @@ def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     new[1:] = lo[1:] > reach[:-1]
     first = np.flatnonzero(new)
     return lo[first], np.maximum.reduceat(hi, first)
+
+
+_NO_KEYS = np.zeros(0, np.int64)
+
+
+def _sender_keys(
+    lo_key: np.ndarray,
+    length: np.ndarray,
+    stride: int,
+    changes: np.ndarray,
+    owner: np.ndarray,
+    num_tiles: int,
+) -> np.ndarray:
+    """Distinct ``receiving tile * num_tiles + sending tile`` of ranges ``[lo_key,
+    lo_key + length)`` of keys ``tile * stride + id`` (``lo_key`` sorted): the owner
+    of the first id of every range's union interval and of every owner change inside."""
+    if lo_key.size == 0:
+        return _NO_KEYS
+    reach = np.maximum.accumulate(lo_key + length)
+    first = np.ones(lo_key.size, bool)
+    first[1:] = lo_key[1:] > reach[:-1]  # a range that starts a union interval
+    starts = np.flatnonzero(first)
+    key_lo = lo_key[starts]
+    key_hi = reach[np.append(starts[1:] - 1, lo_key.size - 1)]
+    tile = key_lo // stride
+    lo, hi = key_lo - tile * stride, key_hi - tile * stride
+    inner, inner_ids = _changes_within(changes, lo, hi)
+    ids = np.concatenate((lo, inner_ids))
+    tiles = np.concatenate((tile, np.repeat(tile, inner)))
+    return np.unique(tiles * num_tiles + owner[ids].astype(np.int64))
 
 
 def _changes_within(

@@ -30,6 +30,15 @@ variable.
 Code is stored once: a function's steps count in the control and exchange code at
 its first call only, however often it is called. The sizes come from the config's
 ``code`` section; none is measured on hardware (the presets mark them estimates).
+
+Exchange code per tile and exchange is ``exchange_code_base_bytes`` plus
+``exchange_code_bytes_per_message`` for each region the tile sends and for each
+distinct tile it receives from (:func:`_code_messages`): received data lands in the
+tile's message buffer in arrival order, so the receiving tile's code selects each
+sender once and lets the incoming data run on, whereas a sender addresses every
+region it sends. Counting every received run instead (each a few elements of a
+convolution's input window) put ResNet-50's exchange code at 590 MB; see
+``docs/models.md`` for the measurement and what is uncertain.
 """
 
 from __future__ import annotations
@@ -86,6 +95,19 @@ def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ..
     return sent, received, messages.astype(np.int64)
 
 
+def _code_messages(timing: TimingModel, step: ir.Step) -> np.ndarray:
+    """Messages of an exchange that its code handles, per tile: a tile sends each
+    region it sends with its own instructions, but takes what it receives sender
+    after sender into its message buffer, so its receive code is per distinct
+    sender (``Exchange.senders_received``; per message received when the exchange
+    does not say)."""
+    if isinstance(step, ir.Exchange) and step.is_totals and step.senders_received is not None:
+        senders = np.zeros(timing.config.num_tiles, np.int64)
+        senders[np.asarray(step.tile, np.int64)] = step.senders_received
+        return timing.cost(step).messages_sent + senders
+    return _exchange_totals(timing, step)[2]
+
+
 def _step_tiles(timing: TimingModel, step: ir.Step, num_tiles: int) -> np.ndarray:
     """Tiles a step runs on (a sync involves every tile, or those of the IPUs it
     lists)."""
@@ -127,7 +149,7 @@ def _code_blocks(walk: ProgramPoints, timing: TimingModel, nt: int) -> list[Bloc
         if isinstance(step, ir.Exchange | ir.GlobalExchange):
             into = global_code if isinstance(step, ir.GlobalExchange) else ex_code
             into[tiles] += code.exchange_code_base_bytes
-            into += code.exchange_code_bytes_per_message * _exchange_totals(timing, step)[2]
+            into += code.exchange_code_bytes_per_message * _code_messages(timing, step)
         elif isinstance(step, ir.StreamCopy):
             host_code[tiles] += code.host_exchange_code_bytes
     control = code.control_code_base_bytes + code.control_code_bytes_per_step * steps_on
