@@ -46,6 +46,7 @@ ROWS: tuple[tuple[str, str, bool, int], ...] = (
     ("resnet18 training step, 4 IPUs", "resnet18", True, 4),
     ("resnet50 inference", "resnet50", False, 1),
     ("resnet50 inference, 4 IPUs", "resnet50", False, 4),
+    ("resnet50 training step", "resnet50", True, 1),
     ("resnet50 training step, 4 IPUs", "resnet50", True, 4),
 )
 QUICK_ROWS: tuple[tuple[str, str, bool, int], ...] = (
