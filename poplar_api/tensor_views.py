@@ -321,10 +321,13 @@ class TensorViews:
         size = idx.size
         if size:
             flat = idx.reshape(-1)
+            if not flat.dtype.isnative:  # compiled code reads native byte order only
+                flat = flat.astype(flat.dtype.newbyteorder("="))
             if size > 64:
                 run, low, high = _scan(flat)
-            else:
-                run = size == 1 or bool((flat[1:] - flat[:-1] == 1).all())
+            else:  # differences in int64: unsigned ones would wrap around
+                wide = flat.astype(np.int64)
+                run = size == 1 or bool((wide[1:] - wide[:-1] == 1).all())
                 low, high = _minimum(flat), _maximum(flat)
             if run and low >= 0 and high < n:  # ascending consecutive positions: a run
                 return self._elements_run(int(flat[0]), idx.shape)

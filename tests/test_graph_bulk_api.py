@@ -390,6 +390,11 @@ def test_elements_of_many_positions_find_runs_and_range_errors() -> None:
     bad[70] = -3
     with pytest.raises(TensorIndexError, match=r"indices\[70\] = -3 is out of range"):
         x.elements(bad)
+    # unsigned positions that would wrap if subtracted in their own type, and
+    # positions in the other byte order: the elements numpy's gather gives
+    for idx in (np.array([1999, 0], np.uint16), np.array([255, 0], np.uint8),
+                np.arange(100, 200, dtype=">i8"), np.array([3, 4, 5], ">u4")):  # fmt: skip
+        np.testing.assert_array_equal(x.elements(idx).index, x.index.reshape(-1)[idx])
 
 
 def test_concat_of_runs_in_order_is_a_run() -> None:
