@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.graph import Constants, Graph, Segments
+from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.conv_vertex_estimates import partial_estimate, vertex_method
 from poplar_api.poplin.conv_vertices import conv_vertex
@@ -112,7 +113,10 @@ class Partials:
     tile of every output element; the output positions of blocks without work."""
 
     tiles: np.ndarray
-    kinds: list[TileKind]
+    #: the tile kinds of the pass (None: a geometry without work), and each vertex's
+    #: (an index into them)
+    kinds: list[TileKind | None]
+    kind_of: np.ndarray
     estimates: np.ndarray
     wl_spec: np.ndarray
     params_spec: np.ndarray
@@ -133,28 +137,43 @@ class Partials:
         by the zero constants when there are any)."""
         if self.zero_specs:
             act = concat([act, *(made[i] for i in self.zero_specs.values())])
-        n = len(self.kinds)
-        classes = [k.cls for k in self.kinds]
-        i0 = 0
-        for _, group in itertools.groupby(range(n), key=classes.__getitem__):
-            i1 = i0 + sum(1 for _ in group)
-            self._add(graph, cs, i0, i1, act, ker, dst, made)
-            i0 = i1
+        cls_id: dict[type, int] = {}
+        kind_cls = np.array(
+            [-1 if k is None else cls_id.setdefault(k.cls, len(cls_id)) for k in self.kinds],
+            np.int64,
+        )
+        per_vertex = kind_cls[self.kind_of]
+        cuts = [0, *(np.flatnonzero(np.diff(per_vertex)) + 1).tolist(), per_vertex.size]
+        for i0, i1 in itertools.pairwise(cuts):
+            if i1 > i0:
+                self._add(graph, cs, i0, i1, act, ker, dst, made)
 
     def _add(
         self, graph: Graph, cs: Any, i0: int, i1: int, act: Tensor, ker: Tensor, dst: Tensor,
         made: Constants,
     ) -> None:  # fmt: skip
-        kinds = self.kinds[i0:i1]
-        wl_sizes = [b - a for k in kinds for a, b in k.wl_bounds]
-        wl_vectors = [len(k.wl_bounds) for k in kinds]
+        ks = self.kind_of[i0:i1]
+        # each kind's worklist sizes, looked up for the vertices of the run
+        sizes = [
+            np.array([b - a for a, b in (k.wl_bounds if k else [])], np.int64) for k in self.kinds
+        ]
+        count = np.array([x.size for x in sizes], np.int64)
+        start = np.cumsum(count) - count
+        table = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+        wl_vectors = count[ks]
+        firsts = start[ks]
+        wl_sizes = table[
+            np.repeat(firsts - np.cumsum(wl_vectors) + wl_vectors, wl_vectors)
+            + np.arange(int(wl_vectors.sum()))
+        ]
         wl_idx = self.wl_spec[i0:i1]
-        if all(k.wl_values.size for k in kinds):
+        empty = np.array([k is None or k.wl_values.size == 0 for k in self.kinds], bool)[ks]
+        if not empty.any():
             worklists = made.concat(wl_idx)
-        else:  # a vertex without entries has a placeholder element, not connected
+        else:  # a vertex without entries has a placeholder element, not connected (rare)
             parts = [
-                made[int(i)] if k.wl_values.size else made[int(i)].slice(0, 0)
-                for i, k in zip(wl_idx.tolist(), kinds, strict=True)
+                made[int(i)].slice(0, 0) if e else made[int(i)]
+                for i, e in zip(wl_idx.tolist(), empty.tolist(), strict=True)
             ]
             worklists = concat(parts) if len(parts) > 1 else parts[0]
         params = made.concat(self.params_spec[i0:i1])
@@ -166,7 +185,7 @@ class Partials:
             "worklists": Segments(worklists, wl_sizes, wl_vectors),
             "params": params.reshape([n, params.numElements() // n]),
         }
-        graph.addVertices(cs, kinds[0].cls, self.tiles[i0:i1], connections,
+        graph.addVertices(cs, self.kinds[int(ks[0])].cls, self.tiles[i0:i1], connections,
                           self.estimates[i0:i1])  # fmt: skip
 
 
@@ -188,7 +207,9 @@ def _owner(rng: list[tuple[int, int]], size: int) -> np.ndarray:
     return out
 
 
-def _pattern(strides: np.ndarray, pieces: list[tuple[list[int], list[int]]]) -> tuple:
+def _pattern(
+    strides: np.ndarray, pieces: list[tuple[list[int], list[int]]]
+) -> tuple[np.ndarray, np.ndarray]:
     """Positions, relative to a base, of ``pieces`` (each ``(offsets, shape)`` per
     dimension of an array of ``strides``) one after the other, and each piece's size."""
     rel, sizes = [], []
@@ -243,7 +264,7 @@ class _Assembler:
 def plan_partials(
     graph: Graph,
     plan: ConvPlan,
-    params: Any,
+    params: ConvParams,
     rng: list[list[tuple[int, int]]],
     act_pos: np.ndarray,
     ker_pos: np.ndarray,
@@ -254,16 +275,37 @@ def plan_partials(
     acc_type: Type,
     act_type: Type,
 ) -> Partials:
-    """The vertices of the pass ``params`` (its effective form) under ``plan``.
+    """The partial-sum vertices of the pass ``params`` under ``plan``, planned for all
+    blocks of one shape at once, in the order one block at a time would add them.
 
-    ``act_pos`` ``[G, B, *F, Ci]`` and ``ker_pos`` ``[G, *K, Co, Ci]`` are the positions
-    of the operands' flattened elements in the vertex layouts (``-1`` in ``act_pos``
-    marks a zero of an expanded input, read from a one-element constant on the
-    vertex's tile at position ``act_size`` onwards); ``dst_pos`` the destination's
-    (``[Ci parts, G, B, *O, Co]`` with ``need_reduce``, else ``[G, B, *O, Co]``).
+    Parameters
+    ----------
+    graph, plan
+        The graph and the plan of the pass.
+    params
+        The convolution the plan splits (the expanded form for an im2col plan).
+    rng
+        Per dimension ``[G, B, *O, Co, Ci]`` the plan's block ranges.
+    act_pos, ker_pos
+        Positions of the operands' flattened elements in the vertex layouts:
+        ``[G, B, *F, Ci]`` (``-1`` marks a zero of an expanded input, read from a
+        one-element constant on the vertex's tile) and ``[G, *K, Co, Ci]``.
+    dst_pos
+        The destination's positions: ``[Ci parts, G, B, *O, Co]`` with
+        ``need_reduce``, else ``[G, B, *O, Co]``.
+    need_reduce
+        Whether the vertices write partials of the input-channel parts.
+    act_size
+        Elements of the input: the zero constants take positions from there on.
+    name, acc_type, act_type
+        Name prefix of the constants; the vertices' accumulator type; the input's
+        element type (that of the zero constants).
+
+    Returns
+    -------
+    Partials
+        Vertices, fields, constants to make, output tiles and blocks to zero.
     """
-    from poplar_api.poplin.conv_params import dim_maps
-
     target = graph.getTarget()
     workers = target.getNumWorkerContexts()
     maps = dim_maps(params)
@@ -326,7 +368,7 @@ def plan_partials(
     ins, ws, outs = _Assembler(n), _Assembler(n), _Assembler(n)
     estimates = np.empty(n, np.int64)
     pvals = np.empty((n, 8), np.int64)
-    kinds: list[TileKind] = [None] * n  # type: ignore[list-item]
+    kind_of = np.empty(n, np.int64)
     pad = np.zeros(n, bool)
     for c, f in enumerate(first.tolist()):
         members = np.flatnonzero(cls_of == c)
@@ -385,8 +427,7 @@ def plan_partials(
         out_rows = int(b_n) * int(math.prod(geom.out_shape))
         pvals[members] = [counts[0], counts[2], counts[1], kpos, in_rows, out_rows,
                           geom.in_stride, geom.out_stride]  # fmt: skip
-        for m in members.tolist():
-            kinds[m] = kind
+        kind_of[members] = sid[vb[f]]
     tiles = block_tiles[vb]
     # the constants, in block order: a tile's zero on its first padded vertex, then
     # each vertex's worklists and parameters
@@ -400,13 +441,19 @@ def plan_partials(
     zero_spec = start[zero_v]
     total = 2 * n + zero_v.size
     types = np.empty(total, object)
-    types[wl_spec] = np.fromiter((k.wl_type for k in kinds), object, n)
+    # per kind, then per vertex: a kind's worklists type and values (a placeholder
+    # element for a kind without entries)
+    kind_types = np.empty(len(kinds_by_shift), object)
+    kind_values = np.empty(len(kinds_by_shift), object)
+    for k, kind in enumerate(kinds_by_shift):
+        if kind is not None:
+            kind_types[k] = kind.wl_type
+            kind_values[k] = kind.wl_values if kind.wl_values.size else _ZERO
+    types[wl_spec] = kind_types[kind_of]
     types[params_spec] = INT
     types[zero_spec] = act_type
     values = np.empty(total, object)
-    values[wl_spec] = np.fromiter(
-        (k.wl_values if k.wl_values.size else _ZERO for k in kinds), object, n
-    )
+    values[wl_spec] = kind_values[kind_of]
     values[params_spec] = np.fromiter(iter(pvals), object, n)
     values[zero_spec] = np.fromiter((_ZERO for _ in range(zero_v.size)), object, zero_v.size)
     names = np.empty(total, object)
@@ -429,8 +476,9 @@ def plan_partials(
         where = np.full(int(tiles.max()) + 1, -1, np.int64)
         where[list(zero_at)] = list(zero_at.values())
         ins_field.flat[miss] = where[per_elem[miss]]
-    return Partials(tiles, kinds, estimates, wl_spec, params_spec, ins_field, ws.field(),
-                    outs.field(), dst_tiles, zeros, specs, zero_specs)  # fmt: skip
+    return Partials(tiles, kinds_by_shift, kind_of, estimates, wl_spec, params_spec,
+                    ins_field, ws.field(), outs.field(), dst_tiles, zeros, specs,
+                    zero_specs)  # fmt: skip
 
 
 def _dst_tiles(
