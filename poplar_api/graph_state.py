@@ -13,7 +13,7 @@ re-exported by :mod:`poplar_api.graph`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, overload
@@ -38,6 +38,7 @@ __all__ = [
     "NonReplicatedView",
     "ReplicatedStreamMode",
     "Variable",
+    "VariableTable",
     "is_nonreplicated",
     "replication_factor",
 ]
@@ -55,6 +56,88 @@ class Variable:
     shape: tuple[int, ...]
     name: str
     constant: bool = False
+
+
+class VariableTable(Sequence[Variable]):
+    """The variables and constants of a graph, in id order, held as columns.
+
+    Libraries make tens of thousands of small constants (a convolution's worklists and
+    parameters per vertex); one object per constant would be traversed again and again
+    by Python's cyclic garbage collector while the graph is built, and the compiler
+    reads whole columns (which are constants, their element sizes). Indexing gives a
+    :class:`Variable` made on demand.
+    """
+
+    __slots__ = ("_bases", "_constant", "_elements", "_names", "_shapes", "_sizes", "_types")
+
+    def __init__(self) -> None:
+        self._types: list[Type] = []
+        self._bases: list[int] = []
+        self._sizes: list[int] = []
+        self._shapes: list[tuple[int, ...]] = []
+        self._names: list[str] = []
+        self._constant: list[bool] = []
+        self._elements: list[int] = []  # bytes per element
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    @overload
+    def __getitem__(self, i: int) -> Variable: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Variable]: ...
+
+    def __getitem__(self, i: int | slice) -> Variable | list[Variable]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        i = int(i)
+        if i < 0:
+            i += len(self._types)
+        return Variable(i, self._types[i], self._bases[i], self._sizes[i], self._shapes[i],
+                        self._names[i], self._constant[i])  # fmt: skip
+
+    def __iter__(self) -> Iterator[Variable]:
+        columns = (self._types, self._bases, self._sizes, self._shapes, self._names,
+                   self._constant)  # fmt: skip
+        for i, row in enumerate(zip(*columns, strict=True)):
+            yield Variable(i, *row)
+
+    def append(self, var: Variable) -> None:
+        """Add ``var`` (its id must be the next one)."""
+        if var.id != len(self._types):
+            raise ValueError(f"variable id {var.id} is not the next id {len(self._types)}")
+        self.extend([var.type], [var.base], [var.size], [var.shape], [var.name], var.constant)
+
+    def extend(
+        self,
+        types: list[Type],
+        bases: list[int],
+        sizes: list[int],
+        shapes: list[tuple[int, ...]],
+        names: list[str],
+        constant: bool,
+    ) -> None:
+        """Add variables with the next ids, given column by column."""
+        self._types += types
+        self._bases += bases
+        self._sizes += sizes
+        self._shapes += shapes
+        self._names += names
+        self._constant += [constant] * len(types)
+        self._elements += [t.size for t in types]
+
+    def name(self, i: int) -> str:
+        """Name of variable ``i`` (without making its :class:`Variable`)."""
+        return self._names[i]
+
+    def constant_flags(self) -> np.ndarray:
+        """Whether each variable is a constant (bool, by id)."""
+        return np.array(self._constant, bool)
+
+    def element_sizes(self) -> np.ndarray:
+        """Bytes per element of each variable (int64, by id)."""
+        return np.array(self._elements, np.int64)
 
 
 class _Space:
@@ -192,7 +275,7 @@ class _GraphState:
         self.target = target
         #: element size in bytes -> the id space shared by the types of that size
         self.spaces: dict[int, _Space] = {}
-        self.variables: list[Variable] = []
+        self.variables = VariableTable()
         self.initial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # var id -> (ids, values)
         #: initial values: (element type, element ids (a range when consecutive), values)
         self.initial_parts: list[tuple[Type, np.ndarray | range, np.ndarray]] = []
@@ -593,10 +676,7 @@ def add_constants(
         if root is not None:
             space.tile[first : space.size] = np.repeat(root[sel], sizes[sel])
     base_list, size_list = bases.tolist(), sizes.tolist()
-    state.variables += [
-        Variable(vid0 + i, types[i], base_list[i], size_list[i], dims_of[i], labels[i], True)
-        for i in range(n)
-    ]
+    state.variables.extend(list(types), base_list, size_list, dims_of, labels, True)
     out = Constants(state, types, bases, sizes, dims_of, labels)
     # initial values: one part per element type (its ids a range when consecutive);
     # each value array is cast to the type on its own, as ``setInitialValue`` does

@@ -284,7 +284,7 @@ def liveness(
             m = used & (first <= hi) & (last >= lo)
             first[m] = np.minimum(first[m], lo)
             last[m] = np.maximum(last[m], hi)
-    always |= np.fromiter((v.constant for v in state.variables), bool, nv)
+    always |= state.variables.constant_flags()
     always[index.mark(_held_parts(state))] = True
     ranges = _undef_ranges(state, points, accesses, always, index, cache)
     return Liveness(points, first, last, always, ranges)

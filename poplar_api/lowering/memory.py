@@ -265,8 +265,8 @@ def _variable_blocks(
     if var.size == 0:
         return BlockTable.empty(), BlockTable.empty()
     variables = state.variables
-    constant = np.fromiter((v.constant for v in variables), bool, len(variables))
-    type_size = np.fromiter((v.type.size for v in variables), np.int64, len(variables))
+    constant = variables.constant_flags()
+    type_size = variables.element_sizes()
     inter = [r.interleaved for r in records if r.interleaved.size]
     inter = np.unique(np.concatenate(inter)) if inter else np.zeros(0, np.int64)
     # a variable whose live range a WriteUndef splits has a row per range on each tile
@@ -300,7 +300,7 @@ def _variable_blocks(
         region[np.isin(v * nt + t, inter)] = 1  # interleaved
     # names and categories in order of first appearance, as one table per variable
     present = np.unique(var)
-    names = [variables[k].name for k in present.tolist()]
+    names = [variables.name(k) for k in present.tolist()]
     name_of = np.searchsorted(present, v)
     cat_flag = constant[v]
     categories = ["constant" if cat_flag[0] else "variable"]
