@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from codelets_common import ScaleBy, ShiftBy
 
-from poplar_api import FLOAT, INT, Graph, IPUModel
+from poplar_api import FLOAT, HALF, INT, Graph, IPUModel
 from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import GraphError, TensorError, TensorIndexError, TypeMismatchError
 from poplar_api.graph import OUTSIDE, Segments, VertexRange
@@ -471,3 +471,21 @@ def test_id_order_equals_a_stable_argsort(case: str) -> None:
         "tiny": np.array([4]),
     }[case]
     assert id_order(ids).tolist() == np.argsort(ids, kind="stable").tolist()
+
+
+def test_variables_as_columns_give_the_variables_made() -> None:
+    """The graph's variables (held as columns) read back as the variables and constants
+    made, by index, slice and iteration, with their constant flags and element sizes."""
+    g = _graph()
+    a = g.addVariable(FLOAT, [2, 3], "a")
+    consts = g.addConstants([HALF, INT], [[4], [1]], [np.zeros(4), np.ones(1)], ["c0", "c1"])
+    table = g._state.variables
+    assert len(table) == 3 and [v.name for v in table] == ["a", "c0", "c1"]
+    v = table[0]
+    assert (v.id, v.type, v.size, v.shape, v.constant) == (0, FLOAT, 6, (2, 3), False)
+    assert v.base == a._start
+    assert table[-1].name == "c1" and [x.id for x in table[1:]] == [1, 2]
+    assert table[1].base == consts[0]._start and table[2].type == INT
+    np.testing.assert_array_equal(table.constant_flags(), [False, True, True])
+    np.testing.assert_array_equal(table.element_sizes(), [4, 2, 4])
+    assert g.getVariables()[1].name == "c0"
