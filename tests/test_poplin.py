@@ -163,7 +163,7 @@ def test_k_split_with_half_partials_option():
     names = {v.vtype.name for v in graph._state.vertices}
     assert names == {
         "poplin::ConvPartial1x1Out<half,half,true,true,16,4,false>",
-        "poplin::ReduceAdd<half,half>",
+        "poplin::ReduceAdd<half,half,false,false>",  # chunks not a multiple of 8
     }
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=4e-3)
@@ -269,17 +269,31 @@ def test_planner_respects_memory_proportion():
 
 # -------------------------------------------------------------------- estimators
 def test_reduce_add_estimates_follow_the_formula():
+    # getReduceCycleEstimate, lib/poplin/PerformanceEstimation.hpp at poplibs 7eac0f26
     target = IPUModel("ipu2").createDevice().getTarget()
-    # FLOAT->FLOAT, 4 partials of 100: accVW 4, cpl 4/min(4,2) = 2, outer 8,
-    #   vectors 25 -> 5 per worker: (20 + (2*4 + 8)*5)*6 + 33 = 633
-    vt = vertex_type(reduce_add_vertex(FLOAT, FLOAT))
-    assert vt.estimate({"partials": [100] * 4, "out": 100}, target) == 633
-    # HALF->HALF, 3 partials of 64: accVW 8, cpl 8/min(8,4) = 2, outer 10,
-    #   vectors 8 -> 2 per worker: (20 + (6 + 10)*2)*6 + 33 = 345
-    assert reduce_add_cycles(3, 64, 2, 2, 6) == 345
+    # single input, FLOAT->FLOAT, 4 exchanged partials of 100 (and the tile's own): accVW
+    #   4, cpl 4/min(4,2) = 2, outer 8, vectors 25 -> 5 per worker: (20 + (2*4 + 8)*5)*6
+    #   + 33 = 633
+    vt = vertex_type(reduce_add_vertex(FLOAT, FLOAT, single_input=True))
+    assert vt.estimate({"partials": 400, "initialPartial": 100, "out": 100}, target) == 633
+    # HALF->HALF single input, 3 partials of 64: accVW 8, cpl 8/min(8,4) = 2, outer 9
+    #   (HALF output), vectors 8 -> 2 per worker: (20 + (6 + 9)*2)*6 + 33 = 333
+    assert reduce_add_cycles(3, 64, 2, 2, 6) == 333
+    # constrained partials load 8 halves a cycle: cpl 1: (20 + (3 + 9)*2)*6 + 33 = 297
+    assert reduce_add_cycles(3, 64, 2, 2, 6, constrain_partials=True) == 297
     # scaled update adds 2 per vector to the outer cost: (20 + (8 + 10)*5)*6 + 33 = 693
-    up = vertex_type(reduce_add_vertex(FLOAT, FLOAT, update=True))
-    assert up.estimate({"partials": [100] * 4, "out": 100, "scale": 1}, target) == 693
+    up = vertex_type(reduce_add_vertex(FLOAT, FLOAT, update=True, single_input=True))
+    assert up.estimate({"partials": 400, "initialPartial": 100, "out": 100, "scale": 1},
+                       target) == 693  # fmt: skip
+    # several inputs, FLOAT->FLOAT, 4 partials of 100: cpl 4/2 + 1 = 3, loops 25 (100
+    #   has no bit below 4), 25 = 4*6 + 1 and 100 % 4 == 0 -> 5 per worker:
+    #   (32 + (3*4 + 7)*5)*6 = 762
+    mv = vertex_type(reduce_add_vertex(FLOAT, FLOAT))
+    assert mv.estimate({"partials": [100] * 4, "out": 100}, target) == 762
+    # several inputs, HALF->FLOAT, 2 partials of 13: accVW 8, loops 1 + bits 1 and 4
+    #   of 13 = 3, under 6 workers and 13 % 8 != 0: the remainder term 2*2 + 11 and
+    #   0 loops per worker: (32 + 15)*6 = 282
+    assert reduce_add_cycles(2, 13, 2, 4, 6, single_input=False) == 282
 
 
 def test_exchange_estimator():

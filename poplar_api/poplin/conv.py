@@ -21,14 +21,13 @@ returns.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
-from poplar_api.graph import Graph, Segments
+from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin.conv_blocks import plan_partials
 from poplar_api.poplin.conv_layout import grouped_output, partial_chans_per_group
@@ -40,12 +39,12 @@ from poplar_api.poplin.conv_params import (
     getWeightUpdateParams,
 )
 from poplar_api.poplin.conv_planner import ConvPlan, parse_options, plan_convolution
+from poplar_api.poplin.conv_reduce import reduce_partials
 from poplar_api.poplin.conv_serial import PLAN_CACHE, co_ranges, lower_serial, plan_cache_key
 from poplar_api.poplin.conv_vertex_estimates import (
     largest_block_estimate,
 )
 from poplar_api.poplin.plan_report import format_plan
-from poplar_api.poplin.vertices import reduce_add_vertex
 from poplar_api.program import Execute
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
@@ -333,65 +332,9 @@ def _conv(
 
         out_var = popops.cast(graph, partials[0], out_type, prog, f"{name}/cast")
     elif need_reduce:
-        _reduce(graph, partials, out_var, plan, rng, prog, name)
+        reduce_partials(graph, partials, out_var, plan, rng, prog, name)
     perm_out = [0, 1, nd + 2, *range(2, nd + 2)]  # [G,B,*O,Co] -> [G,B,Co,*O]
     return out_var.dimShuffle(perm_out)
-
-
-def _reduce(
-    graph: Graph,
-    partials: Tensor,
-    out_var: Tensor,
-    plan: ConvPlan,
-    rng: list,
-    prog: ProgramSequence,
-    name: str,
-) -> None:
-    """Sum the input-channel parts into ``out_var``: chunk ``p`` of each output block on
-    the tile of ci-part ``p`` (which already holds that part's partials). The vertices
-    are added in one ``addVertices`` call."""
-    cs = graph.addComputeSet(f"{name}/Reduce")
-    cls = reduce_add_vertex(partials.elementType(), out_var.elementType())
-    graph.addCodelets(cls)
-    nd = len(rng) - 4
-    pci = plan.parts[-1]
-    out_pos, part_pos = _positions(out_var), _positions(partials)
-    tiles_all = np.empty(out_pos.shape, np.int64)
-    v_tiles: list[int] = []
-    v_parts: list[np.ndarray] = []  # [pci, size] positions in the partials, per vertex
-    v_outs: list[np.ndarray] = []
-    for block in itertools.product(*[list(enumerate(r)) for r in rng[:-1]]):
-        ix = tuple(i for i, _ in block)
-        (g0, g1), (b0, b1) = block[0][1], block[1][1]
-        osl = tuple(slice(lo, hi) for _, (lo, hi) in block[2 : 2 + nd])
-        co0, co1 = block[-1][1]
-        box = (slice(g0, g1), slice(b0, b1), *osl, slice(co0, co1))
-        flat_out = out_pos[box].reshape(-1)
-        flat_parts = part_pos[(slice(None), *box)].reshape(pci, -1)
-        tiles = plan.tiles[ix].reshape(-1)
-        n = flat_out.size
-        c = -(-n // pci)
-        flat_tiles = np.empty(n, np.int64)
-        for p in range(pci):
-            lo, hi = min(p * c, n), min((p + 1) * c, n)
-            flat_tiles[lo:hi] = tiles[p]
-            if hi <= lo:
-                continue
-            v_parts.append(flat_parts[:, lo:hi])
-            v_outs.append(flat_out[lo:hi])
-            v_tiles.append(int(tiles[p]))
-        tiles_all[box] = flat_tiles.reshape(tiles_all[box].shape)
-    if v_tiles:
-        sizes = np.fromiter((x.shape[1] for x in v_parts), np.int64, len(v_parts))
-        parts = np.concatenate([x.reshape(-1) for x in v_parts])
-        connections = {
-            "partials": Segments(partials.elements(parts), np.repeat(sizes, pci),
-                                 np.full(sizes.size, pci, np.int64)),
-            "out": Segments(out_var.elements(np.concatenate(v_outs)), sizes),
-        }  # fmt: skip
-        graph.addVertices(cs, cls, np.asarray(v_tiles, np.int64), connections)
-    graph.mapElements(out_var, tiles_all)
-    prog.add(Execute(cs))
 
 
 # ------------------------------------------------------------------ public passes

@@ -68,7 +68,7 @@ import numpy as np
 
 from poplar_api.errors import GraphError
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
-from poplar_api.poplin.estimators import exchange_cycles, reduce_add_cycles
+from poplar_api.poplin.estimators import exchange_cycles, reduce_add_cycles, single_input_reduce
 from poplar_api.types import FLOAT, HALF, Type
 
 __all__ = ["ConvPlan", "amp_groups", "amp_unit_options", "plan_convolution", "vmac_groups"]
@@ -196,6 +196,9 @@ class ConvPlan:
     #: Output-channel serial split: the convolution runs as ``serial`` passes over
     #: ``Co / serial`` channels each; ``parts`` and ``blocks`` describe one pass.
     serial: int = 1
+    #: The ``enableFastReduce`` option: single-input ReduceAdd whenever the output
+    #: grain allows it, with the partials in interleaved memory (``constrainPartials``).
+    fast_reduce: bool = False
 
     @property
     def num_tiles_used(self) -> int:
@@ -295,7 +298,12 @@ def _fitting(memory: np.ndarray, limit: float, tile_bytes: int) -> np.ndarray:
 
 
 def _candidates(
-    params: ConvParams, method: str, partials: Type, target: Any, maps: list[np.ndarray]
+    params: ConvParams,
+    method: str,
+    partials: Type,
+    target: Any,
+    maps: list[np.ndarray],
+    fast: bool = False,
 ) -> dict[str, np.ndarray]:
     """Every split of one method with its closed-form costs (arrays of equal length)."""
     tiles = target.getNumTiles()
@@ -355,11 +363,18 @@ def _candidates(
     reduce_needed = (pci > 1) | (partials != out_t)
     chunk = -(-(bg * positions * bco) // pci)
     red_recv = (pci - 1) * chunk * psz
+    # the ReduceAdd variant as Poplibs' estimateReduceCycles picks it (one stage,
+    # PerformanceEstimation.hpp at 7eac0f26): single input when the chunk allows
+    # it, and then one partial fewer is read through the exchanged region
+    single = single_input_reduce(chunk, pci, psz, int(target.config.memory.bank_bytes),
+                                 target.getBytesPerTile(), fast)  # fmt: skip
+    red_vertex = reduce_add_cycles(pci - single, chunk, psz, osz, workers,
+                                   single_input=single, constrain_partials=fast)  # fmt: skip
     reduce = np.where(
         reduce_needed,
         exchange_cycles(red_recv, target.getExchangeBytesPerCycle())
         + PHASE_OVERHEAD_CYCLES
-        + reduce_add_cycles(pci, chunk, psz, osz, workers),
+        + red_vertex,
         0,
     )
     # without an input-channel split the partials are only cast (popops cast, on the
@@ -411,6 +426,7 @@ def _gather(
     target: Any,
     serial: int,
     rearrange: bool = False,
+    fast: bool = False,
 ) -> dict[str, np.ndarray]:
     """The candidates of every method for ``serial`` iterations over ``Co / serial``
     output channels each, with their costs for the whole convolution.
@@ -428,7 +444,7 @@ def _gather(
     """
     sub = _with_out_chans(params, params.outputChannelsPerConvGroup // serial)
     maps = dim_maps(sub)
-    cands = [_candidates(sub, m, partials, target, maps) for m in methods]
+    cands = [_candidates(sub, m, partials, target, maps, fast) for m in methods]
     cat = {k: np.concatenate([c[k] for c in cands]) for k in cands[0]}
     cat["method"] = np.concatenate([np.full(c["used"].size, i) for i, c in enumerate(cands)])
     cat["serial"] = np.full(cat["used"].size, serial)
@@ -485,12 +501,13 @@ def plan_convolution(
         methods[i : i + 1] = [("AMP", u) for u in sorted(units, reverse=True)]
     limit = memory_limit(target, options)
     rearrange = options.get("pass") in ("FC_INFERENCE_FWD", "FC_TRAINING_BWD", "FC_TRAINING_WU")
-    cat = _gather(params, methods, partials, target, 1)
+    fast = str(options.get("enableFastReduce", "false")).lower() == "true"
+    cat = _gather(params, methods, partials, target, 1, fast=fast)
     if not (cat["memory"] <= limit).any():
         # nothing fits in one pass: the first output-channel serial split that has a
         # plan within the limit joins the candidates (more iterations cost more cycles)
         for serial in serial_options(params):
-            more = _gather(params, methods, partials, target, serial, rearrange)
+            more = _gather(params, methods, partials, target, serial, rearrange, fast)
             if (more["memory"] <= limit).any():
                 cat = {k: np.concatenate([cat[k], more[k]]) for k in cat}
                 break
@@ -523,6 +540,7 @@ def plan_convolution(
             cost=cost,
             memory_bytes=int(cat["memory"][j]),
             serial=int(cat["serial"][j]),
+            fast_reduce=fast,
         )
 
     best: tuple[int, ConvPlan] | None = None
@@ -586,6 +604,10 @@ def parse_options(options: Mapping[str, Any] | None, what: str) -> dict[str, Any
             out[k] = s
         elif k == "planConstraints":
             out.update(_plan_constraints(s, what))
+        elif k in ("enableFastReduce", "enableMultiStageReduce"):
+            if s.lower() not in ("true", "false"):
+                raise GraphError(f"{what}: option {k}={v!r}; required 'true' or 'false'")
+            out[k] = s.lower()
         else:
             out[k] = s
     memory_limit_check = out.get("availableMemoryProportion")

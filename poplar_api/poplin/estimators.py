@@ -7,15 +7,31 @@ estimators are in :mod:`poplar_api.poplin.amp` and :mod:`poplar_api.poplin.conv_
 
 ReduceAdd estimate
 ------------------
-The poplin ``ReduceAdd`` formula, graphcore/poplibs ``7eac0f26``
-``lib/poplin/PerformanceEstimation.hpp`` ``getReduceCycleEstimate`` (single-input path,
-64-bit loads; ipusim rounds the loop count up where Poplibs truncates it):
-``(20 + (cpl * numPartials + outer) * ceil(ceil(numElems / accVW) / W)) * W + 33`` with
-accumulator vector width ``accVW`` 4 (FLOAT partials) / 8 (HALF partials), ``cpl =
-accVW / min(accVW, elements per 64-bit load)`` and ``outer`` 8 / 7 for FLOAT partials
-(FLOAT / HALF output) and 10 / 9 for HALF partials (HALF / FLOAT output). The scaled
-update variant (``out += scale * sum``) adds :data:`UPDATE_CYCLES_PER_VECTOR` per
-accumulator vector (load the old output, multiply-add).
+The poplin ``ReduceAdd<out, partials, singleInput, constrainPartials>`` formulas,
+graphcore/poplibs ``7eac0f26`` ``lib/poplin/PerformanceEstimation.hpp``
+``getReduceCycleEstimate`` (the estimator of ``lib/poplin/poplinCycleEstimators.cpp``
+passes the vertex's ``numPartials`` field), with accumulator vector width ``accVW`` 4
+(FLOAT partials) / 8 (HALF partials) and ``P`` partials per 64-bit load (2 / 4):
+
+* single input (one partial is the tile's own, ``initialPartial``; ``numPartials`` counts
+  the others): ``(20 + (cpl * numPartials + outer) * ceil(ceil(numElems / accVW) / W))
+  * W + 33`` with ``cpl = accVW / min(accVW, P * (1 + constrainPartials))`` and
+  ``outer`` 8 / 7 for FLOAT partials and 10 / 9 for HALF partials (FLOAT / HALF
+  output: ``outerLoopOverHead``); ipusim rounds the loop count up where Poplibs truncates it
+  (the same whenever the vertex applies: ``numElems`` is a multiple of ``accVW``);
+* several inputs (every partial exchanged, ``numPartials`` counts them all): ``W * (32
+  + (cpl * numPartials + outer) * perWorker [+ 2 * numPartials + 13 / 11])`` with
+  ``cpl = accVW / min(accVW, P) + 1``, ``outer`` 7 / 9 (FLOAT output, FLOAT / HALF
+  partials) or 6 / 8 (HALF output), ``loops = numElems / accVW`` plus one per set bit
+  of ``numElems`` below ``accVW``, ``perWorker = loops / W`` and the bracketed term
+  instead of one more loop when the loops do not divide over the workers and
+  ``numElems`` is not a multiple of ``accVW``.
+
+:func:`single_input_reduce` is Poplibs' choice between the two (``reduce`` in
+``lib/poplin/ConvReduce.cpp`` and ``estimateReduceCycles`` in
+``PerformanceEstimation.hpp``, both 7eac0f26). The scaled-update variant (``out +=
+scale * sum``, ipusim's own) adds :data:`UPDATE_CYCLES_PER_VECTOR` per accumulator
+vector (load the old output, multiply-add).
 """
 
 from __future__ import annotations
@@ -38,6 +54,41 @@ def _iceil(a: IntLike, b: IntLike) -> IntLike:
     return -(-a // b)
 
 
+#: Elements of the reduced output a single-input ReduceAdd needs a multiple of, by
+#: partials element size (``partialsGrain`` in ``reduce``, ``ConvReduce.cpp``).
+SINGLE_INPUT_GRAIN = {4: 4, 2: 8}
+
+
+def single_input_reduce(
+    num_elems: IntLike,
+    depth: IntLike,
+    partials_size: int,
+    bank_bytes: int,
+    tile_bytes: int,
+    fast: bool = False,
+) -> Any:
+    """Whether Poplibs reduces ``depth`` partials of ``num_elems`` with the single-input
+    ``ReduceAdd`` (True) or the several-input one (False), per element of the inputs.
+
+    Poplibs' rule (``reduce`` in ``lib/poplin/ConvReduce.cpp`` and
+    ``estimateReduceCycles`` in ``lib/poplin/PerformanceEstimation.hpp`` at 7eac0f26):
+    the output must be a multiple of :data:`SINGLE_INPUT_GRAIN`, and either the
+    ``enableFastReduce`` option is set (``fast``) or the exchanged partials,
+    ``num_elems * (depth - 1)`` elements rounded up to whole memory elements
+    (``bank_bytes``), take less than a sixteenth of the tile's memory
+    (``checkPartialsSizeForSingleInputReduce``, ``ConvReducePlan.hpp``: the span of
+    the memory element offsets, ``tile_bytes - bank_bytes``). On a 256 KiB Mk1 tile the
+    size test never passes (one 16 KiB element is not below 15 KiB).
+    """
+    n = np.asarray(num_elems, np.int64)
+    possible = n % SINGLE_INPUT_GRAIN[partials_size] == 0
+    exchanged = n * (np.asarray(depth, np.int64) - 1) * partials_size
+    occupied = _iceil(exchanged, bank_bytes) * bank_bytes
+    small = occupied < (tile_bytes - bank_bytes) // 16
+    out = possible & (bool(fast) | small)
+    return bool(out) if out.ndim == 0 else out
+
+
 def reduce_add_cycles(
     num_partials: IntLike,
     num_elems: IntLike,
@@ -45,19 +96,37 @@ def reduce_add_cycles(
     out_size: int,
     num_workers: int,
     update: bool = False,
+    single_input: Any = True,
+    constrain_partials: bool = False,
 ) -> IntLike:
-    """Tile cycles of poplin ReduceAdd over ``num_partials`` partials of ``num_elems``."""
+    """Tile cycles of poplin ReduceAdd: ``num_partials`` is the vertex's ``numPartials``
+    (single input: the partials besides the tile's own; otherwise all of them), of
+    ``num_elems`` each (see the module docstring). ``single_input`` may be an array."""
     acc_vw = REDUCE_ACC_VECTOR_WIDTH[partials_size]
     load_elems = 8 // partials_size
-    cpl = acc_vw // min(acc_vw, load_elems)
-    same = partials_size == out_size
-    outer = (8 if same else 7) if partials_size == 4 else (10 if same else 9)
-    if update:
-        outer += UPDATE_CYCLES_PER_VECTOR
-    vectors = _iceil(np.asarray(num_elems, np.int64), acc_vw)
-    per_worker = _iceil(vectors, num_workers)
-    out = (20 + (cpl * np.asarray(num_partials, np.int64) + outer) * per_worker) * num_workers + 33
-    out = np.asarray(out, np.int64)
+    pf, of = partials_size == 4, out_size == 4
+    n = np.asarray(num_elems, np.int64)
+    p = np.asarray(num_partials, np.int64)
+    upd = UPDATE_CYCLES_PER_VECTOR if update else 0
+    # single input
+    cpl = acc_vw // min(acc_vw, load_elems * (1 + bool(constrain_partials)))
+    outer = (8 if of else 7) if pf else (10 if of else 9)
+    per_worker = _iceil(_iceil(n, acc_vw), num_workers)
+    single = (20 + (cpl * p + outer + upd) * per_worker) * num_workers + 33
+    # several inputs
+    cpl_m = acc_vw // min(acc_vw, load_elems) + 1
+    loops = n // acc_vw
+    bit = 1
+    while bit < acc_vw:
+        loops = loops + ((n & bit) != 0)
+        bit <<= 1
+    base, rem = loops // num_workers, loops % num_workers
+    ragged = (rem != 0) & ((n & (acc_vw - 1)) != 0)
+    base = base + ((rem != 0) & ~ragged)
+    extra = np.where(ragged, 2 * p + (13 if pf else 11), 0)
+    outer_m = (7 if pf else 9) if of else (6 if pf else 8)
+    multi = (32 + extra + (cpl_m * p + outer_m + upd) * base) * num_workers
+    out = np.asarray(np.where(single_input, single, multi), np.int64)
     return int(out) if out.ndim == 0 else out
 
 
@@ -70,6 +139,8 @@ def exchange_cycles(num_bytes: IntLike, bytes_per_cycle: float) -> IntLike:
 
 
 __all__ = [
+    "SINGLE_INPUT_GRAIN",
     "exchange_cycles",
     "reduce_add_cycles",
+    "single_input_reduce",
 ]

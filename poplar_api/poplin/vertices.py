@@ -1,10 +1,20 @@
 """The poplin reduction of split partial sums: ``poplin::ReduceAdd``.
 
-A :class:`~poplar_api.codelet.MultiVertex` library vertex with a vectorised numpy
-``computeBatch`` and a ``getCycleEstimate`` from :mod:`poplar_api.poplin.estimators`;
-one class exists per element-type combination, named as Poplar templates are
-(``poplin::ReduceAdd<float,float>``). Convolutions and matMul use it when the input
-channels are split over tiles, and to cast float partials to a HALF output.
+:class:`~poplar_api.codelet.MultiVertex` library vertices with vectorised numpy
+``computeBatch`` and ``getCycleEstimate`` from :mod:`poplar_api.poplin.estimators`,
+one class per element types and variant, named as Poplar's templates are
+(``poplin::ReduceAdd<out,partials,singleInput,constrainPartials>``, graphcore/poplibs
+7eac0f26 ``lib/poplin/codelets/ReduceAdd.cpp``):
+
+* several inputs (``singleInput`` false): ``partials`` is a list of one vector per
+  partial;
+* single input: the tile's own partial is ``initialPartial`` and the others one flat
+  ``partials`` vector of ``numPartials * numElems`` elements (one exchanged region); with
+  ``constrainPartials`` they are in interleaved memory, so the vertex loads two vectors
+  a cycle (the ``enableFastReduce`` option).
+
+Convolutions and matMul use them when the input channels are split over tiles
+(:mod:`poplar_api.poplin.conv_reduce`).
 """
 
 from __future__ import annotations
@@ -23,7 +33,8 @@ MATMUL_TYPES = (FLOAT, HALF)
 
 
 class _ReduceAddBase(MultiVertex):
-    """``out = sum(partials)`` (or ``out += scale * sum`` when ``update``), float64 sum."""
+    """``out = sum(partials)`` (or ``out += scale * sum`` when ``update``), float64 sum:
+    the several-input ReduceAdd."""
 
     update: bool = False
     #: ``(partials type, output type)``.
@@ -64,6 +75,53 @@ class _ReduceAddBase(MultiVertex):
             cls.element_types[1].size,
             target.getNumWorkerContexts(),
             update=cls.update,
+            single_input=False,
+        )
+
+
+class _ReduceAddSingleBase(MultiVertex):
+    """``out = initialPartial + sum(partials)``: the single-input ReduceAdd, float64 sum."""
+
+    update: bool = False
+    constrain: bool = False
+    element_types: tuple[Type, Type] = (FLOAT, FLOAT)
+
+    @classmethod
+    def computeBatch(
+        cls, batches: Mapping[str, FieldBatch], num_vertices: int, num_workers: int
+    ) -> np.ndarray:
+        p, init, out = batches["partials"], batches["initialPartial"], batches["out"]
+        out_len = np.diff(out.offsets)
+        p_len = np.diff(p.offsets)
+        safe = np.maximum(out_len, 1)
+        ok = (np.diff(init.offsets) == out_len) & (p_len % safe == 0)
+        owner = np.repeat(np.arange(num_vertices, dtype=np.int64), p_len)
+        pos = np.arange(p.data.size, dtype=np.int64) - p.offsets[owner]
+        keep = ok[owner]
+        target = out.offsets[owner] + pos % safe[owner]
+        sums = np.bincount(target[keep], weights=p.data[keep], minlength=out.data.size)
+        sums = sums + init.data.astype(np.float64)
+        if cls.update:
+            scale = np.repeat(batches["scale"].data.astype(np.float64), out_len)
+            result = out.data.astype(np.float64) + scale * sums
+        else:
+            result = sums
+        has_out = np.repeat(ok, out_len)
+        out.data[has_out] = result[has_out]
+        return ok
+
+    @classmethod
+    def getCycleEstimate(cls, sizes: Mapping[str, Any], target: Any) -> int:
+        n = int(sizes["out"])
+        return reduce_add_cycles(
+            int(sizes["partials"]) // max(n, 1),
+            n,
+            cls.element_types[0].size,
+            cls.element_types[1].size,
+            target.getNumWorkerContexts(),
+            update=cls.update,
+            single_input=True,
+            constrain_partials=cls.constrain,
         )
 
 
@@ -71,34 +129,56 @@ def _tname(t: Type) -> str:
     return t.name
 
 
-def _make_reduce(partials_type: Type, out_type: Type, update: bool) -> type:
+def _make_reduce(
+    partials_type: Type, out_type: Type, update: bool, single: bool = False, constrain: bool = False
+) -> type:
     kind = "ReduceAddScaledUpdate" if update else "ReduceAdd"
-    name = f"{kind}_{out_type.constant}_{partials_type.constant}"
+    variant = f"{str(single).lower()},{str(constrain).lower()}"
+    name = f"{kind}_{out_type.constant}_{partials_type.constant}_{int(single)}{int(constrain)}"
     attrs: dict[str, Any] = {
         "__module__": __name__,
-        "__doc__": f"{kind}: {partials_type.name} partials into {out_type.name} output.",
-        "typeName": f"poplin::{kind}<{_tname(out_type)},{_tname(partials_type)}>",
+        "__doc__": f"{kind}: {partials_type.name} partials into {out_type.name} output"
+        + (" (single input)." if single else "."),
+        "typeName": f"poplin::{kind}<{_tname(out_type)},{_tname(partials_type)},{variant}>",
         "update": update,
         "element_types": (partials_type, out_type),
-        "partials": Input(VectorList(partials_type)),
+        "partials": Input(Vector(partials_type) if single else VectorList(partials_type)),
         "out": (InOut if update else Output)(Vector(out_type)),
     }
+    if single:
+        attrs["initialPartial"] = Input(Vector(partials_type))
+        attrs["constrain"] = constrain
     if update:
         attrs["scale"] = Input(FLOAT)
-    return type(name, (_ReduceAddBase,), attrs)
+    return type(name, (_ReduceAddSingleBase if single else _ReduceAddBase,), attrs)
 
 
+#: (single input, constrain partials) of Poplibs' ReduceAdd templates.
+_VARIANTS = ((False, False), (True, False), (True, True))
 _REDUCE = {
-    (p, o, u): _make_reduce(p, o, u)
+    (p, o, u, si, c): _make_reduce(p, o, u, si, c)
     for p in MATMUL_TYPES
     for o in MATMUL_TYPES
     for u in (False, True)
+    for si, c in _VARIANTS
 }
 
 
-def reduce_add_vertex(partials_type: Type, out_type: Type, update: bool = False) -> type:
-    """The ReduceAdd (or scaled-update) class for partials and output element types."""
-    return _REDUCE[(partials_type, out_type, update)]
+def reduce_add_vertex(
+    partials_type: Type,
+    out_type: Type,
+    update: bool = False,
+    single_input: bool = False,
+    constrain_partials: bool = False,
+) -> type:
+    """The ReduceAdd (or scaled-update) class for partials and output element types and
+    the variant (``single_input``, ``constrain_partials``; see the module docstring)."""
+    if constrain_partials and not single_input:
+        raise ValueError(
+            "reduce_add_vertex: constrain_partials=True needs single_input=True (Poplibs "
+            "has no several-input ReduceAdd with constrained partials)"
+        )
+    return _REDUCE[(partials_type, out_type, update, single_input, constrain_partials)]
 
 
 __all__ = ["MATMUL_TYPES", "reduce_add_vertex"]
