@@ -269,9 +269,11 @@ def test_merge_received_equals_element_by_element(seed):
     stride = space + 1
     lo = dst * stride + begin
     order = np.argsort(lo)
+    pairs = np.zeros(tiles * tiles, bool)
     a, b, elements, messages, distance = runs.merge_received(
-        lo[order], length[order], stride, changes, owner, (column, row), tiles
+        lo[order], length[order], stride, changes, owner, (column, row), tiles, pairs
     )
+    want_pairs = np.zeros((tiles, tiles), bool)
     want_elements = np.zeros(tiles, np.int64)
     want_messages = np.zeros(tiles, np.int64)
     want_distance = np.zeros(tiles, np.int64)
@@ -285,6 +287,7 @@ def test_merge_received_equals_element_by_element(seed):
         # a message: a run of consecutive ids of one owner
         starts = np.r_[True, (np.diff(ids) != 1) | (np.diff(owner[ids]) != 0)]
         want_messages[t] += int(starts.sum())
+        want_pairs[t, np.unique(owner[ids])] = True  # every tile it receives from
         for s in np.unique(owner[ids[starts]]):
             d = abs(column[t] - column[s]) + abs(row[t] - row[s])
             want_distance[t] = max(want_distance[t], d)
@@ -292,6 +295,7 @@ def test_merge_received_equals_element_by_element(seed):
     assert elements.tolist() == want_elements.tolist()
     assert messages.tolist() == want_messages.tolist()
     assert distance.tolist() == want_distance.tolist()
+    assert np.array_equal(pairs.reshape(tiles, tiles), want_pairs)
     assert int((b - a).sum()) == int(want_elements.sum())
 
 

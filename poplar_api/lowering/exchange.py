@@ -119,6 +119,9 @@ class ExchangePlanner:
         #: keys ``receiving tile * num_tiles + sending tile`` of the on-chip messages
         #: planned so far (a tile's distinct senders size its receive code)
         self.sender_keys: list[np.ndarray] = []
+        #: which tiles each tile receives from, ``[dst * tiles + sender]`` (made on first
+        #: use; with too many tiles for a bitmap, ``sender_keys`` holds them instead)
+        self.pair_map: np.ndarray | None = None
 
     def add(self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray) -> None:
         """Elements ``ids`` (from tiles ``src``) needed on tile ``dst``.
@@ -142,7 +145,12 @@ class ExchangePlanner:
                     return
         self.received[dst] += ids.size * element_type.size
         self.messages_received[dst] += _runs(np.sort(ids), src[np.argsort(ids)]).size
-        self.sender_keys.append(dst * self.num_tiles + np.unique(src))
+        keys = dst * self.num_tiles + np.unique(src)
+        pairs = self._pairs()
+        if pairs is None:
+            self.sender_keys.append(keys)
+        else:
+            pairs[keys] = True
         sender = self.sender.get(element_type.size)
         if sender is None:
             size = self.state.space(element_type).size
@@ -250,6 +258,14 @@ class ExchangePlanner:
             return
         self._add_intervals(element_type, begin, length, dst, owner)
 
+    def _pairs(self) -> np.ndarray | None:
+        """The bitmap of (receiving, sending) tile pairs, made on first use, or None
+        when the tiles are too many for one (2^26 pairs)."""
+        n = self.num_tiles
+        if self.pair_map is None and n * n <= 1 << 26:
+            self.pair_map = np.zeros(n * n, bool)
+        return self.pair_map
+
     def _add_intervals(
         self,
         element_type: Type,
@@ -274,12 +290,14 @@ class ExchangePlanner:
             order = np.argsort(lo_key, kind="stable")  # timsort: runs of sorted keys
             lo_key, lengths = lo_key[order], lengths[order]
         changes = self.changes_of(size, owner, space)
+        pairs = self._pairs()
         a, b, elements, messages, distance = runs.merge_received(
-            lo_key, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n
+            lo_key, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, pairs
         )
         self.received += elements * size
         self.messages_received += messages
-        self.sender_keys.append(_sender_keys(lo_key, lengths, stride, changes, owner, n))
+        if pairs is None:  # too many tiles for a bitmap of pairs
+            self.sender_keys.append(_sender_keys(lo_key, lengths, stride, changes, owner, n))
         np.maximum(self.max_distance, distance, out=self.max_distance)
         sender = self.sender.get(size)
         if sender is not None:  # elements planned one by one too: paint the intervals in
@@ -337,8 +355,12 @@ class ExchangePlanner:
         tiles = np.flatnonzero((sent > 0) | (self.received > 0))
         if tiles.size == 0:
             return None
-        keys = np.unique(np.concatenate(self.sender_keys)) if self.sender_keys else _NO_KEYS
-        senders = np.bincount(keys // n, minlength=n).astype(np.int64)
+        if self.pair_map is not None:
+            senders = self.pair_map.reshape(n, n).sum(1, dtype=np.int64)
+        else:
+            keys = self.sender_keys
+            keys = _distinct(np.concatenate(keys), n * n) if keys else _NO_KEYS
+            senders = np.bincount(keys // n, minlength=n).astype(np.int64)
         return ir.Exchange(
             name=name,
             program_id=program_id,
@@ -468,7 +490,22 @@ def _sender_keys(
     inner, inner_ids = _changes_within(changes, lo, hi)
     ids = np.concatenate((lo, inner_ids))
     tiles = np.concatenate((tile, np.repeat(tile, inner)))
-    return np.unique(tiles * num_tiles + owner[ids].astype(np.int64))
+    return _distinct(tiles * num_tiles + owner[ids].astype(np.int64), num_tiles * num_tiles)
+
+
+def _distinct(keys: np.ndarray, bound: int) -> np.ndarray:
+    """The distinct values of ``keys`` (all in ``[0, bound)``), sorted: marked on a
+    bitmap when there are many keys and ``bound`` is small enough, else sorted
+    (``np.unique`` hashes int64 arrays, several times slower on the hundreds of
+    thousands of sender keys of a big exchange)."""
+    if keys.size == 0:
+        return _NO_KEYS
+    if bound <= 1 << 26 and keys.size * 16 >= bound:  # many keys: the bitmap scan is cheap
+        seen = np.zeros(bound, bool)
+        seen[keys] = True
+        return np.flatnonzero(seen)
+    s = np.sort(keys)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))]
 
 
 def _changes_within(

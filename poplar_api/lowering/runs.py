@@ -594,7 +594,19 @@ def _gallop(arr, x, start, right):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _merge_received(
-    lo, length, stride, changes, owner, column, row, elements, messages, distance, out_a, out_b
+    lo,
+    length,
+    stride,
+    changes,
+    owner,
+    column,
+    row,
+    elements,
+    messages,
+    distance,
+    out_a,
+    out_b,
+    pairs,
 ):  # pragma: no cover - compiled
     # lo sorted; a range is [lo[k], lo[k] + length[k]) of key dst * stride + id
     m = 0
@@ -603,6 +615,7 @@ def _merge_received(
     last_dst = -1
     pos = 0
     per_ipu = column.size
+    n_pairs = elements.size if pairs.size else 0  # pairs[dst * tiles + sender]
     for k in range(1, lo.size + 1):
         if k < lo.size:
             x = lo[k]
@@ -627,6 +640,8 @@ def _merge_received(
         here = dst % per_ipu
         for c in range(c_lo - 1, c_hi):  # the interval's first id, then each change
             sender = owner[a if c < c_lo else changes[c]]
+            if n_pairs:
+                pairs[dst * n_pairs + sender] = True
             there = sender % per_ipu
             d = abs(column[here] - column[there]) + abs(row[here] - row[there])
             if d > distance[dst]:
@@ -639,6 +654,9 @@ def _merge_received(
     return m
 
 
+_NO_PAIRS = np.zeros(0, bool)
+
+
 def merge_received(
     lo: np.ndarray,
     length: np.ndarray,
@@ -647,6 +665,7 @@ def merge_received(
     owner: np.ndarray,
     coordinates: tuple[np.ndarray, np.ndarray],
     num_tiles: int,
+    pairs: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What each receiving tile gets of id ranges, in one compiled pass.
 
@@ -664,6 +683,9 @@ def merge_received(
         (:func:`ipusim.tile.layout.tile_coordinates`).
     num_tiles
         Tiles of the target.
+    pairs
+        Optional bool array of ``num_tiles ** 2``: ``pairs[dst * num_tiles + sender]``
+        is set for every tile a receiving tile gets a message from.
 
     Returns
     -------
@@ -683,6 +705,6 @@ def merge_received(
         column, row = coordinates
         m = _merge_received(
             lo, length, stride, changes, owner, column, row, elements, messages, distance,
-            out_a, out_b,
+            out_a, out_b, _NO_PAIRS if pairs is None else pairs,
         )  # fmt: skip
     return out_a[:m], out_b[:m], elements, messages, distance

@@ -34,9 +34,10 @@ def check_variables(state, num_tiles: int, owners=None) -> list[str]:
                 tiles, _ = runs.block_stretches(space.tile, changes, 0, space.size)
                 if ((tiles >= 0) & (tiles < num_tiles)).all():
                     passed.add(size)
-    for var in state.variables:
-        if var.type.size in passed:
-            continue
+    variables = state.variables
+    todo = np.flatnonzero(~np.isin(variables.element_sizes(), list(passed)))
+    for vid in todo.tolist():  # the variables of spaces not passed at once
+        var = variables[vid]
         tiles = state.space(var.type).tile[var.base : var.base + var.size]
         unmapped = np.flatnonzero(tiles == UNMAPPED)
         kind = "constant" if var.constant else "variable"
