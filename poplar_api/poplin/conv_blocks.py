@@ -33,7 +33,7 @@ from poplar_api.poplin.conv_worklists import TileGeometry, relative_key, tile_ge
 from poplar_api.tensor import Tensor, concat
 from poplar_api.types import INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 
-__all__ = ["Partials", "plan_partials"]
+__all__ = ["Assembler", "Partials", "block_table", "pattern", "plan_partials"]
 
 _ZERO = np.zeros(1, np.int64)
 
@@ -189,7 +189,7 @@ class Partials:
                           self.estimates[i0:i1])  # fmt: skip
 
 
-def _block_table(rng: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def block_table(rng: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every block in row-major order of its indices: ``(ix, lo, hi)``, each
     ``int64[blocks, dims]``."""
     counts = [len(r) for r in rng]
@@ -207,7 +207,7 @@ def _owner(rng: list[tuple[int, int]], size: int) -> np.ndarray:
     return out
 
 
-def _pattern(
+def pattern(
     strides: np.ndarray, pieces: list[tuple[list[int], list[int]]]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Positions, relative to a base, of ``pieces`` (each ``(offsets, shape)`` per
@@ -225,7 +225,7 @@ def _pattern(
     return flat, np.asarray(sizes, np.int64)
 
 
-class _Assembler:
+class Assembler:
     """Per-shape gathered rows put into one field in vertex order."""
 
     def __init__(self, n: int) -> None:
@@ -312,7 +312,7 @@ def plan_partials(
     nd = params.getNumFieldDims()
     kpos = int(np.prod(params.kernelShape))
     fp = params.inputType
-    ix, lo, hi = _block_table(rng)
+    ix, lo, hi = block_table(rng)
     block_tiles = plan.tiles.reshape(-1).astype(np.int64)
     # the tile kind of every (batch range, field ranges) combination, in the order
     # blocks first meet them
@@ -365,7 +365,7 @@ def plan_partials(
     ker_st = np.array(ker_c.strides, np.int64) // ker_c.itemsize
     dst_st = np.array(dst_pos.strides, np.int64) // dst_pos.itemsize
     dst_flat = dst_pos.reshape(-1)
-    ins, ws, outs = _Assembler(n), _Assembler(n), _Assembler(n)
+    ins, ws, outs = Assembler(n), Assembler(n), Assembler(n)
     estimates = np.empty(n, np.int64)
     pvals = np.empty((n, 8), np.int64)
     kind_of = np.empty(n, np.int64)
@@ -406,14 +406,14 @@ def plan_partials(
         o_base = o_base + lo[b, -2] * o_st[-1]
         if need_reduce:
             o_base = o_base + ix[b, -1] * dst_st[0]
-        rel, sizes = _pattern(act_st, in_pieces)
+        rel, sizes = pattern(act_st, in_pieces)
         vals = act_c.reshape(-1)[in_base[:, None] + rel]
         if plan.expanded:
             pad[members] = (vals < 0).any(1)
         ins.add(members, vals, sizes)
-        rel, sizes = _pattern(ker_st, w_pieces)
+        rel, sizes = pattern(ker_st, w_pieces)
         ws.add(members, ker_c.reshape(-1)[w_base[:, None] + rel], sizes)
-        rel, sizes = _pattern(o_st, out_pieces)
+        rel, sizes = pattern(o_st, out_pieces)
         outs.add(members, dst_flat[o_base[:, None] + rel], sizes)
         counts = (int(g_n), len(ig_r), len(og_r))
         chans = (ci_n, co_n)

@@ -11,17 +11,19 @@ as ``initialPartial`` and the ``pci - 1`` exchanged ones as one region (with
 ``enableFastReduce`` from interleaved memory, ``constrainPartials``); otherwise every
 partial is an input of the several-input vertex. Poplibs makes one vertex per tile over
 all the tile's regions; here a tile has one vertex per output block it reduces, and the
-choice is made per vertex.
+choice is made per vertex. Blocks of one shape are planned together (one index pattern
+plus a base per block, :mod:`~poplar_api.poplin.conv_blocks`).
 """
 
 from __future__ import annotations
 
-import itertools
+import math
 from typing import Any
 
 import numpy as np
 
 from poplar_api.graph import Graph, Segments
+from poplar_api.poplin.conv_blocks import Assembler, block_table, pattern
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.estimators import single_input_reduce
 from poplar_api.poplin.vertices import reduce_add_vertex
@@ -51,43 +53,53 @@ def reduce_partials(
     cs = graph.addComputeSet(f"{name}/Reduce")
     p_type, o_type = partials.elementType(), out_var.elementType()
     bank, tile_bytes = memory_elements(graph.getTarget())
-    nd = len(rng) - 4
     pci = plan.parts[-1]
-    out_pos = np.arange(out_var.numElements(), dtype=np.int64).reshape(out_var.shape())
-    part_pos = np.arange(partials.numElements(), dtype=np.int64).reshape(partials.shape())
-    tiles_all = np.empty(out_pos.shape, np.int64)
-    v_tiles: list[int] = []
-    v_parts: list[np.ndarray] = []  # [pci, size] positions in the partials, per vertex
-    v_outs: list[np.ndarray] = []
-    v_own: list[int] = []  # the row of the partials already on the vertex's tile
-    for block in itertools.product(*[list(enumerate(r)) for r in rng[:-1]]):
-        ix = tuple(i for i, _ in block)
-        (g0, g1), (b0, b1) = block[0][1], block[1][1]
-        osl = tuple(slice(lo, hi) for _, (lo, hi) in block[2 : 2 + nd])
-        co0, co1 = block[-1][1]
-        box = (slice(g0, g1), slice(b0, b1), *osl, slice(co0, co1))
-        flat_out = out_pos[box].reshape(-1)
-        flat_parts = part_pos[(slice(None), *box)].reshape(pci, -1)
-        tiles = plan.tiles[ix].reshape(-1)
-        n = flat_out.size
-        c = -(-n // pci)
-        flat_tiles = np.empty(n, np.int64)
-        for p in range(pci):
-            lo, hi = min(p * c, n), min((p + 1) * c, n)
-            flat_tiles[lo:hi] = tiles[p]
-            if hi <= lo:
-                continue
-            v_parts.append(flat_parts[:, lo:hi])
-            v_outs.append(flat_out[lo:hi])
-            v_tiles.append(int(tiles[p]))
-            v_own.append(p)
-        tiles_all[box] = flat_tiles.reshape(tiles_all[box].shape)
-    if v_tiles:
-        sizes = np.fromiter((x.shape[1] for x in v_parts), np.int64, len(v_parts))
+    shape = tuple(out_var.shape())
+    if tuple(partials.shape()) != (pci, *shape):
+        raise ValueError(f"conv reduce: partials {partials.shape()} do not match {shape}")
+    total = math.prod(shape)
+    # blocks of [G, B, *O, Co] in row-major order; per block the tiles of its parts
+    _, lo, hi = block_table(rng[:-1])
+    block_tiles = plan.tiles.reshape(-1, pci).astype(np.int64)
+    ext = np.maximum(hi - lo, 0)
+    size = ext.prod(1)
+    chunk = -(-size // pci)
+    # vertices: block after block, chunk after chunk (those with elements)
+    nonempty = np.where(size > 0, -(-size // np.maximum(chunk, 1)), 0)
+    first = np.cumsum(nonempty) - nonempty
+    nv = int(nonempty.sum())
+    out_st = np.array(np.empty(shape, np.int8).strides, np.int64)  # element strides
+    tiles_all = np.empty(total, np.int64)
+    groups = []  # (vertex ids, own part, out positions [m, s], tiles) per shape and chunk
+    _, cls_first, cls_of = np.unique(ext, axis=0, return_index=True, return_inverse=True)
+    cls_of = cls_of.reshape(-1)
+    for c, f in enumerate(cls_first.tolist()):
+        n = int(size[f])
+        if n == 0:
+            continue
+        members = np.flatnonzero(cls_of == c)
+        rel, _ = pattern(out_st, [([0] * len(shape), ext[f].tolist())])
+        pos = (lo[members] @ out_st)[:, None] + rel
+        step = int(chunk[f])
+        for p in range(int(nonempty[f])):
+            cols = pos[:, p * step : min((p + 1) * step, n)]
+            tile = block_tiles[members, p]
+            tiles_all[cols.reshape(-1)] = np.repeat(tile, cols.shape[1])
+            groups.append((first[members] + p, p, cols, tile))
+    if nv:
+        v_tiles = np.empty(nv, np.int64)
+        sizes = np.empty(nv, np.int64)
+        for vid, _, cols, tile in groups:
+            v_tiles[vid] = tile
+            sizes[vid] = cols.shape[1]
         single = np.asarray(
             single_input_reduce(sizes, pci, p_type.size, bank, tile_bytes, plan.fast_reduce)
         ).reshape(-1)
-        v_tile_arr = np.asarray(v_tiles, np.int64)
+        rank = np.empty(nv, np.int64)  # place of each vertex among those of its variant
+        for use_single in (False, True):
+            sel = np.flatnonzero(single == use_single)
+            rank[sel] = np.arange(sel.size)
+        part_rows = np.arange(pci, dtype=np.int64) * total
         for use_single in (False, True):
             sel = np.flatnonzero(single == use_single)
             if not sel.size:
@@ -97,25 +109,29 @@ def reduce_partials(
                 constrain_partials=use_single and plan.fast_reduce,
             )  # fmt: skip
             graph.addCodelets(cls)
-            outs = np.concatenate([v_outs[i] for i in sel])
-            connections: dict[str, Segments] = {"out": Segments(out_var.elements(outs), sizes[sel])}
+            outs, own, parts = Assembler(sel.size), Assembler(sel.size), Assembler(sel.size)
+            for vid, p, cols, _ in groups:
+                if bool(single[vid[0]]) != use_single:  # a group's vertices share a size
+                    continue
+                at, s = rank[vid], cols.shape[1]
+                outs.add(at, cols, np.array([s], np.int64))
+                rows = part_rows[part_rows != p * total] if use_single else part_rows
+                stacked = (cols[:, None, :] + rows[None, :, None]).reshape(cols.shape[0], -1)
+                if use_single:
+                    own.add(at, cols + p * total, np.array([s], np.int64))
+                    parts.add(at, stacked, np.array([s * (pci - 1)], np.int64))
+                else:
+                    parts.add(at, stacked, np.full(pci, s, np.int64))
+            of, pf = outs.field(), parts.field()
+            connections = {"out": Segments(out_var.elements(of.flat), of.sizes)}
             if use_single:
-                own = np.concatenate([v_parts[i][v_own[i]] for i in sel])
-                others = np.concatenate(
-                    [np.delete(v_parts[i], v_own[i], axis=0).reshape(-1) for i in sel]
-                )
-                connections["initialPartial"] = Segments(partials.elements(own), sizes[sel])
-                connections["partials"] = Segments(
-                    partials.elements(others), sizes[sel] * (pci - 1)
-                )
+                wf = own.field()
+                connections["initialPartial"] = Segments(partials.elements(wf.flat), wf.sizes)
+                connections["partials"] = Segments(partials.elements(pf.flat), pf.sizes)
             else:
-                parts = np.concatenate([v_parts[i].reshape(-1) for i in sel])
-                connections["partials"] = Segments(
-                    partials.elements(parts), np.repeat(sizes[sel], pci),
-                    np.full(sel.size, pci, np.int64),
-                )  # fmt: skip
-            graph.addVertices(cs, cls, v_tile_arr[sel], connections)
-    graph.mapElements(out_var, tiles_all)
+                connections["partials"] = Segments(partials.elements(pf.flat), pf.sizes, pf.vectors)
+            graph.addVertices(cs, cls, v_tiles[sel], connections)
+    graph.mapElements(out_var, tiles_all.reshape(shape))
     prog.add(Execute(cs))
 
 
