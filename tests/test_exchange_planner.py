@@ -269,9 +269,9 @@ def test_merge_received_equals_element_by_element(seed):
     stride = space + 1
     lo = dst * stride + begin
     order = np.argsort(lo)
-    pairs = np.zeros(tiles * tiles, bool)
+    pairs, senders = np.zeros(tiles * tiles, bool), np.zeros(tiles, np.int64)
     a, b, elements, messages, distance = runs.merge_received(
-        lo[order], length[order], stride, changes, owner, (column, row), tiles, pairs
+        lo[order], length[order], stride, changes, owner, (column, row), tiles, (pairs, senders)
     )
     want_pairs = np.zeros((tiles, tiles), bool)
     want_elements = np.zeros(tiles, np.int64)
@@ -296,6 +296,7 @@ def test_merge_received_equals_element_by_element(seed):
     assert messages.tolist() == want_messages.tolist()
     assert distance.tolist() == want_distance.tolist()
     assert np.array_equal(pairs.reshape(tiles, tiles), want_pairs)
+    assert senders.tolist() == want_pairs.sum(1).tolist()
     assert int((b - a).sum()) == int(want_elements.sum())
 
 

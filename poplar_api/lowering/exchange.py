@@ -119,9 +119,10 @@ class ExchangePlanner:
         #: keys ``receiving tile * num_tiles + sending tile`` of the on-chip messages
         #: planned so far (a tile's distinct senders size its receive code)
         self.sender_keys: list[np.ndarray] = []
-        #: which tiles each tile receives from, ``[dst * tiles + sender]`` (made on first
-        #: use; with too many tiles for a bitmap, ``sender_keys`` holds them instead)
-        self.pair_map: np.ndarray | None = None
+        #: which tiles each tile receives from, ``[dst * tiles + sender]``, and how many
+        #: per receiving tile (made on first use; with too many tiles for a bitmap,
+        #: ``sender_keys`` holds them instead)
+        self.pair_map: tuple[np.ndarray, np.ndarray] | None = None
 
     def add(self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray) -> None:
         """Elements ``ids`` (from tiles ``src``) needed on tile ``dst``.
@@ -150,7 +151,10 @@ class ExchangePlanner:
         if pairs is None:
             self.sender_keys.append(keys)
         else:
-            pairs[keys] = True
+            seen, senders = pairs
+            new = keys[~seen[keys]]
+            seen[new] = True
+            senders[dst] += new.size
         sender = self.sender.get(element_type.size)
         if sender is None:
             size = self.state.space(element_type).size
@@ -258,12 +262,13 @@ class ExchangePlanner:
             return
         self._add_intervals(element_type, begin, length, dst, owner)
 
-    def _pairs(self) -> np.ndarray | None:
-        """The bitmap of (receiving, sending) tile pairs, made on first use, or None
-        when the tiles are too many for one (2^26 pairs)."""
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The bitmap of (receiving, sending) tile pairs and the senders counted per
+        receiving tile, made on first use, or None when the tiles are too many for a
+        bitmap (2^26 pairs)."""
         n = self.num_tiles
         if self.pair_map is None and n * n <= 1 << 26:
-            self.pair_map = np.zeros(n * n, bool)
+            self.pair_map = (np.zeros(n * n, bool), np.zeros(n, np.int64))
         return self.pair_map
 
     def _add_intervals(
@@ -356,7 +361,7 @@ class ExchangePlanner:
         if tiles.size == 0:
             return None
         if self.pair_map is not None:
-            senders = self.pair_map.reshape(n, n).sum(1, dtype=np.int64)
+            senders = self.pair_map[1]
         else:
             keys = self.sender_keys
             keys = _distinct(np.concatenate(keys), n * n) if keys else _NO_KEYS

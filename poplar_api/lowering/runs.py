@@ -607,6 +607,7 @@ def _merge_received(
     out_a,
     out_b,
     pairs,
+    senders,
 ):  # pragma: no cover - compiled
     # lo sorted; a range is [lo[k], lo[k] + length[k]) of key dst * stride + id
     m = 0
@@ -640,8 +641,9 @@ def _merge_received(
         here = dst % per_ipu
         for c in range(c_lo - 1, c_hi):  # the interval's first id, then each change
             sender = owner[a if c < c_lo else changes[c]]
-            if n_pairs:
+            if n_pairs and not pairs[dst * n_pairs + sender]:
                 pairs[dst * n_pairs + sender] = True
+                senders[dst] += 1
             there = sender % per_ipu
             d = abs(column[here] - column[there]) + abs(row[here] - row[there])
             if d > distance[dst]:
@@ -654,7 +656,7 @@ def _merge_received(
     return m
 
 
-_NO_PAIRS = np.zeros(0, bool)
+_NO_PAIRS = (np.zeros(0, bool), np.zeros(0, np.int64))
 
 
 def merge_received(
@@ -665,7 +667,7 @@ def merge_received(
     owner: np.ndarray,
     coordinates: tuple[np.ndarray, np.ndarray],
     num_tiles: int,
-    pairs: np.ndarray | None = None,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What each receiving tile gets of id ranges, in one compiled pass.
 
@@ -684,8 +686,10 @@ def merge_received(
     num_tiles
         Tiles of the target.
     pairs
-        Optional bool array of ``num_tiles ** 2``: ``pairs[dst * num_tiles + sender]``
-        is set for every tile a receiving tile gets a message from.
+        Optional ``(seen, senders)``: a bool array of ``num_tiles ** 2`` where
+        ``seen[dst * num_tiles + sender]`` is set for every tile a receiving tile gets
+        a message from, and per receiving tile the count of such senders (raised when
+        a pair is first seen).
 
     Returns
     -------
@@ -705,6 +709,6 @@ def merge_received(
         column, row = coordinates
         m = _merge_received(
             lo, length, stride, changes, owner, column, row, elements, messages, distance,
-            out_a, out_b, _NO_PAIRS if pairs is None else pairs,
+            out_a, out_b, *(_NO_PAIRS if pairs is None else pairs),
         )  # fmt: skip
     return out_a[:m], out_b[:m], elements, messages, distance
