@@ -131,6 +131,11 @@ class VariableTable(Sequence[Variable]):
         """Name of variable ``i`` (without making its :class:`Variable`)."""
         return self._names[i]
 
+    def names(self, ids: np.ndarray) -> list[str]:
+        """Names of variables ``ids``, in that order."""
+        names = self._names
+        return [names[i] for i in ids.tolist()]
+
     def constant_flags(self) -> np.ndarray:
         """Whether each variable is a constant (bool, by id)."""
         return np.array(self._constant, bool)

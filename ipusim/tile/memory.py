@@ -289,8 +289,12 @@ class BlockTable:
         categories: dict[str, int] = {}
         name_parts, cat_parts = [], []
         for t in tables:
-            remap = np.array([names.setdefault(x, len(names)) for x in t.names], np.int64)
-            name_parts.append(remap[t.name] if t.name.size else t.name)
+            if not names and len(set(t.names)) == len(t.names):  # distinct: numbered in order
+                names = dict(zip(t.names, range(len(t.names)), strict=True))
+                name_parts.append(t.name.astype(np.int64, copy=False))
+            else:
+                remap = np.array([names.setdefault(x, len(names)) for x in t.names], np.int64)
+                name_parts.append(remap[t.name] if t.name.size else t.name)
             remap = np.array([categories.setdefault(x, len(categories)) for x in t.categories])
             cat_parts.append(remap.astype(np.int64)[t.category] if t.category.size else t.category)
 

@@ -299,8 +299,8 @@ def _variable_blocks(
     if inter.size:
         region[np.isin(v * nt + t, inter)] = 1  # interleaved
     # names and categories in order of first appearance, as one table per variable
-    present = np.unique(var)
-    names = [variables.name(k) for k in present.tolist()]
+    present = var[np.concatenate(([True], var[1:] != var[:-1]))]  # var is sorted
+    names = variables.names(present)
     name_of = np.searchsorted(present, v)
     cat_flag = constant[v]
     categories = ["constant" if cat_flag[0] else "variable"]
