@@ -210,47 +210,46 @@ _CACHE: dict[Type, type] = {}
 _GRAD_CACHE: dict[Type, type] = {}
 
 
-def roi_align_grad_vertex(t: Type) -> type:
-    """``popnn::ROIAlignBackward<t>``: adds the gradient of one sample (iy, ix) of every
-    output bin of one region and channel into its ``bottom_diff`` slot (InOut)."""
-    cls = _GRAD_CACHE.get(t)
+def _roi_vertex(
+    cache: dict[Type, type], t: Type, name: str, doc: str, data: tuple[str, Any],
+    result: tuple[str, Any], compute: Any, estimate: Any,
+) -> type:  # fmt: skip
+    """The vertex class ``popnn::name<t>`` (made once per type), its fields in the
+    codelet's order: the ``data`` field, the region's corners, its batch index, the
+    parameters, then the ``result`` field."""
+    cls = cache.get(t)
     if cls is None:
         attrs: dict[str, Any] = {
-            "typeName": f"popnn::ROIAlignBackward<{t.name}>",
-            "__doc__": "Scatters one region's output gradient to its bilinear neighbours.",
+            "typeName": f"popnn::{name}<{t.name}>",
+            "__doc__": doc,
             "__module__": __name__,
-            "top_diff": Input(Vector(t)),
+            data[0]: data[1],
             "bottom_rois": Input(Vector(t)),
             "batch_index": Input(INT),
             "params": Input(Vector(FLOAT)),
-            "bottom_diff": InOut(Vector(t)),
-            "computeBatch": classmethod(_compute_grad),
-            "getCycleEstimate": classmethod(_estimate_grad),
+            result[0]: result[1],
+            "computeBatch": classmethod(compute),
+            "getCycleEstimate": classmethod(estimate),
         }
-        cls = type(f"ROIAlignBackward_{t.constant}", (Vertex,), attrs)
-        _GRAD_CACHE[t] = cls
+        cls = cache[t] = type(f"{name}_{t.constant}", (Vertex,), attrs)
     return cls
+
+
+def roi_align_grad_vertex(t: Type) -> type:
+    """``popnn::ROIAlignBackward<t>``: adds the gradient of one sample (iy, ix) of every
+    output bin of one region and channel into its ``bottom_diff`` slot (InOut)."""
+    doc = "Scatters one region's output gradient to its bilinear neighbours."
+    return _roi_vertex(_GRAD_CACHE, t, "ROIAlignBackward", doc,
+                       ("top_diff", Input(Vector(t))), ("bottom_diff", InOut(Vector(t))),
+                       _compute_grad, _estimate_grad)  # fmt: skip
 
 
 def roi_align_vertex(t: Type) -> type:
     """``popnn::ROIAlignForward<t>`` (a worker vertex; fields as the module docstring)."""
-    cls = _CACHE.get(t)
-    if cls is None:
-        attrs: dict[str, Any] = {
-            "typeName": f"popnn::ROIAlignForward<{t.name}>",
-            "__doc__": "Bilinear samples (iy, ix) of every output bin of one region and channel.",
-            "__module__": __name__,
-            "bottom_data": Input(Vector(t)),
-            "bottom_rois": Input(Vector(t)),
-            "batch_index": Input(INT),
-            "params": Input(Vector(FLOAT)),
-            "top_data_grid": Output(Vector(t)),
-            "computeBatch": classmethod(_compute),
-            "getCycleEstimate": classmethod(_estimate),
-        }
-        cls = type(f"ROIAlignForward_{t.constant}", (Vertex,), attrs)
-        _CACHE[t] = cls
-    return cls
+    doc = "Bilinear samples (iy, ix) of every output bin of one region and channel."
+    return _roi_vertex(_CACHE, t, "ROIAlignForward", doc,
+                       ("bottom_data", Input(Vector(t))), ("top_data_grid", Output(Vector(t))),
+                       _compute, _estimate)  # fmt: skip
 
 
 def _check(bottomData: Tensor, bottomRois: Tensor, batchIndex: Tensor, p: RoiAlignParams) -> None:
