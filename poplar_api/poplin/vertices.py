@@ -57,14 +57,7 @@ class _ReduceAddBase(MultiVertex):
         target = out.offsets[owner[elem_vec]] + pos
         keep = ok[owner[elem_vec]]
         sums = np.bincount(target[keep], weights=p.data[keep], minlength=out.data.size)
-        if cls.update:
-            scale = np.repeat(batches["scale"].data.astype(np.float64), out_len)
-            result = out.data.astype(np.float64) + scale * sums
-        else:
-            result = sums
-        has_out = np.repeat(ok, out_len)
-        out.data[has_out] = result[has_out]
-        return ok
+        return _store(cls.update, batches, sums, out_len, ok)
 
     @classmethod
     def getCycleEstimate(cls, sizes: Mapping[str, Any], target: Any) -> int:
@@ -77,6 +70,21 @@ class _ReduceAddBase(MultiVertex):
             update=cls.update,
             single_input=False,
         )
+
+
+def _store(
+    update: bool, batches: Mapping[str, FieldBatch], sums: np.ndarray, out_len: np.ndarray,
+    ok: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """Write the float64 ``sums`` to the ``out`` of the vertices ``ok`` (with ``update``,
+    ``out += scale * sums``); return ``ok``."""
+    out = batches["out"]
+    if update:
+        scale = np.repeat(batches["scale"].data.astype(np.float64), out_len)
+        sums = out.data.astype(np.float64) + scale * sums
+    has_out = np.repeat(ok, out_len)
+    out.data[has_out] = sums[has_out]
+    return ok
 
 
 class _ReduceAddSingleBase(MultiVertex):
@@ -101,14 +109,7 @@ class _ReduceAddSingleBase(MultiVertex):
         target = out.offsets[owner] + pos % safe[owner]
         sums = np.bincount(target[keep], weights=p.data[keep], minlength=out.data.size)
         sums = sums + init.data.astype(np.float64)
-        if cls.update:
-            scale = np.repeat(batches["scale"].data.astype(np.float64), out_len)
-            result = out.data.astype(np.float64) + scale * sums
-        else:
-            result = sums
-        has_out = np.repeat(ok, out_len)
-        out.data[has_out] = result[has_out]
-        return ok
+        return _store(cls.update, batches, sums, out_len, ok)
 
     @classmethod
     def getCycleEstimate(cls, sizes: Mapping[str, Any], target: Any) -> int:
