@@ -457,7 +457,10 @@ class CodeConfig(_Section):
         default=16, ge=0, le=1 << 20, description="Exchange code per exchange per tile."
     )
     exchange_code_bytes_per_message: int = Field(
-        default=8, ge=0, le=1 << 20, description="Exchange code per message sent or received."
+        default=8,
+        ge=0,
+        le=1 << 20,
+        description="Exchange code per region a tile sends and per tile it receives from.",
     )
     host_exchange_code_bytes: int = Field(
         default=32, ge=0, le=1 << 20, description="Host exchange code per stream copy per tile."
