@@ -68,6 +68,8 @@ from poplar_api.poputil import mapTensorLinearly
 
 #: PopART's log levels (``POPART_LOG_LEVEL``) -> Python logging levels.
 LOG_LEVELS = LEVELS
+#: The oldest ``ai.onnx`` opset PopART builds (its opset tables cover 6 to 11).
+MIN_AI_ONNX_OPSET = 6
 logger = logging.getLogger("popart")
 
 
@@ -145,6 +147,17 @@ class _Session(SessionIO):
                     f"{self._kind}: the model imports opset {version} of '{domain}'; the "
                     f"newest there is {top}; hint: export the model with opset <= {top}"
                 )
+        # PopART's opset tables (graphcore/popart d2f20d78 willow/src/opsets.gen.hpp)
+        # start at ai.onnx 6; with strictOpVersions (its default) ``getOpid`` in
+        # willow/src/opsets.cpp refuses a model whose opset has no table.
+        oldest = self._opsets.get("ai.onnx", MIN_AI_ONNX_OPSET)
+        if oldest < MIN_AI_ONNX_OPSET:
+            raise popart_exception(
+                f"{self._kind}: the model imports opset {oldest} of 'ai.onnx'; PopART supports "
+                f"ai.onnx opsets from {MIN_AI_ONNX_OPSET} (its opset tables start there); "
+                f"hint: convert the model with onnx.version_converter.convert_version(model, "
+                f"{MIN_AI_ONNX_OPSET}) or newer"
+            )
         self._init_names = {t.name for t in graph.initializer}
         self._input_infos: dict[str, tuple[int, list[int]]] = {}
         for vi in graph.input:

@@ -47,10 +47,18 @@ def test_an_unknown_domain_is_named():
 
 
 def test_opsets_outside_the_supported_range_are_named():
-    old = helper.make_node("Add", ["x", "x"], ["y"], name="oldAdd")
-    with pytest.raises(popart.popart_exception, match=r"'Add' \(node 'oldAdd'\): opset 5.*from "
-                       r"opset 6"):  # fmt: skip
-        _prepare([old], [_vi("x", [2])], [_vi("y", [2])], opset=5)
+    # PopART's opset tables start at ai.onnx 6 (graphcore/popart opsets.gen.hpp): any
+    # older model is refused, whatever its ops
+    for opset, op in ((5, "Add"), (1, "Relu")):
+        old = helper.make_node(op, ["x", "x"][: 2 if op == "Add" else 1], ["y"], name="old")
+        with pytest.raises(popart.popart_exception, match=rf"opset {opset} of 'ai.onnx'; PopART "
+                           r"supports ai.onnx opsets from 6.*convert_version"):  # fmt: skip
+            _prepare([old], [_vi("x", [2])], [_vi("y", [2])], opset=opset)
+    # an op newer than the model's opset: named with the first opset that has it
+    late = helper.make_node("Mod", ["x", "x"], ["y"], name="lateMod")
+    with pytest.raises(popart.popart_exception, match=r"'Mod' \(node 'lateMod'\): opset 9.*from "
+                       r"opset 10"):  # fmt: skip
+        _prepare([late], [_vi("x", [2])], [_vi("y", [2])], opset=9)
     new = helper.make_node("Relu", ["x"], ["y"])
     top = onnx.defs.onnx_opset_version()
     with pytest.raises(popart.popart_exception, match=rf"opset {top + 1} of 'ai.onnx'.*{top}"):
