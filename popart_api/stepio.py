@@ -74,6 +74,7 @@ class SessionIO:
 
     _kind = "Session"
     _loaded = False
+    _last_cycles: int | None = None  # the last run's cycles, kept over a report fetch
     model: onnx.ModelProto
     dataFlow: DataFlow
     deviceInfo: DeviceInfo
@@ -450,6 +451,7 @@ class SessionIO:
         from popart_api.report import summary_report
 
         engine = self._engine("getSummaryReport")
+        self._keep_cycle_count(engine)
         return summary_report(engine, self.options.reportOptions, resetProfile)
 
     def getGraphReport(self, useCbor: bool = False) -> Any:
@@ -463,7 +465,9 @@ class SessionIO:
         also reads as a dict) or CBOR bytes."""
         from popart_api.report import execution_report
 
-        return execution_report(self._engine("getExecutionReport"), useCbor, resetProfile)
+        engine = self._engine("getExecutionReport")
+        self._keep_cycle_count(engine)
+        return execution_report(engine, useCbor, resetProfile)
 
     def getReport(self) -> Any:
         """The graph and execution profiles as a report object (compute sets, tiles'
@@ -473,12 +477,19 @@ class SessionIO:
         engine = self._engine("getReport")
         return make_report(engine.getGraphProfile(), engine.getExecutionProfile())
 
+    def _keep_cycle_count(self, engine: Engine) -> None:
+        """Remember the last run's cycles before a report fetch forgets the runs."""
+        runs = engine.getExecutionProfile().get("runs") or []
+        if runs:
+            self._last_cycles = int(runs[-1]["cyclesTo"] - runs[-1]["cyclesFrom"])
+
     def getCycleCount(self) -> int:
-        """Simulated cycles of the last ``run``."""
-        runs = self._engine("getCycleCount").getExecutionProfile().get("runs") or []
-        if not runs:
+        """Simulated cycles of the last ``run``, also after a report fetch has reset the
+        execution profile (PopART keeps the last run's cycle count)."""
+        self._keep_cycle_count(self._engine("getCycleCount"))
+        if self._last_cycles is None:
             raise popart_exception(f"{self._kind}.getCycleCount: no run yet; call run() first")
-        return int(runs[-1]["cyclesTo"] - runs[-1]["cyclesFrom"])
+        return self._last_cycles
 
 
 __all__ = ["HostAnchor", "HostInput", "SessionIO"]

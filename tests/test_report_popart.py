@@ -63,6 +63,27 @@ def test_execution_report_resets_the_profile_unless_asked_not_to():
     assert len(session.getExecutionReport()["runs"]) == 1
 
 
+@pytest.mark.parametrize("fetch", ["execution", "summary"])
+def test_cycle_count_of_the_last_run_survives_a_report_fetch(fetch):
+    session, run = _session()
+    with pytest.raises(popart.popart_exception, match="no run yet"):
+        session.getCycleCount()
+    run()
+    run_ = json.loads(session.getExecutionReport(resetProfile=False))["runs"][-1]
+    cycles = run_["cyclesTo"] - run_["cyclesFrom"]
+    assert cycles > 0
+    if fetch == "execution":
+        assert session.getExecutionReport()["runs"]  # this fetch resets the profile
+    else:
+        assert "Runs: 1;" in session.getSummaryReport()
+    assert session.getExecutionReport(resetProfile=False)["runs"] == []
+    assert session.getCycleCount() == cycles  # PopART keeps the last run's count
+    run()
+    again = session.getExecutionReport(resetProfile=False)["runs"]
+    assert len(again) == 1
+    assert session.getCycleCount() == again[0]["cyclesTo"] - again[0]["cyclesFrom"]
+
+
 def test_summary_report_applies_report_options_and_resets():
     session, run = _session(report_options={"showExecutionSteps": "true"})
     run()
