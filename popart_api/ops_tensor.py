@@ -46,11 +46,21 @@ def _rank(v: Any) -> int:
     return len(value_shape(v))
 
 
+#: Why PopART needs an operand's value when it builds its graph, per op.
+_WHY_KNOWN = {
+    # graphcore/popart d2f20d78 willow/src/op/slice.cpp, BaseSliceOp::connectInTensor:
+    # "Need the value of the ... input 'starts' to determine the output shape"
+    "Slice": " (PopART's SliceOp needs its value to determine the output shape: a slice "
+    "by a value computed on the device, e.g. a Loop's iteration count, is refused there too)",
+}
+
+
 def _const_ints(v: Any, op: str, name: str, what: str) -> list[int]:
     if isinstance(v, Tensor):
         raise popart_exception(
             f"{op} (node '{name}'): input '{what}' ('{v.name}') must be known when the graph "
-            "is built; hint: make it with aiOnnx.constant or addInitializedInputTensor"
+            f"is built{_WHY_KNOWN.get(op, '')}; hint: make it with aiOnnx.constant or "
+            "addInitializedInputTensor"
         )
     return [int(d) for d in np.asarray(v).reshape(-1)]
 
