@@ -22,6 +22,7 @@ from poplar_api import (
     UNSIGNED_INT,
     UNSIGNED_SHORT,
 )
+from poplar_api.types import ALL_TYPES
 
 #: ONNX element type -> (device type, host numpy dtype) of model inputs and weights.
 #: INT64 is held as INT32, as PopART does by default (the IPU has no 64-bit
@@ -48,18 +49,8 @@ WEIGHT_TYPES = frozenset(
         onnx.TensorProto.BOOL,
     }
 )
-#: Device type -> host numpy dtype of its arrays.
-HOST_DTYPES = {
-    FLOAT: np.float32,
-    HALF: np.float16,
-    INT: np.int32,
-    BOOL: np.bool_,
-    CHAR: np.int8,
-    UNSIGNED_CHAR: np.uint8,
-    SHORT: np.int16,
-    UNSIGNED_SHORT: np.uint16,
-    UNSIGNED_INT: np.uint32,
-}
+#: Device type -> host numpy dtype of its arrays (the type's storage dtype).
+HOST_DTYPES = {t: t.numpy.type for t in ALL_TYPES}
 
 
 def load_model(fnModel: Any, what: str) -> onnx.ModelProto:

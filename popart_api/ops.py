@@ -27,15 +27,9 @@ import numpy as np
 
 from popart_api.errors import popart_exception
 from poplar_api import (
-    BOOL,
-    CHAR,
     FLOAT,
     HALF,
     INT,
-    SHORT,
-    UNSIGNED_CHAR,
-    UNSIGNED_INT,
-    UNSIGNED_SHORT,
     Graph,
     Tensor,
     poplin,
@@ -44,6 +38,7 @@ from poplar_api import (
 )
 from poplar_api.popnn import NonLinearityType
 from poplar_api.poputil import mapTensorLinearly
+from poplar_api.types import ALL_TYPES
 
 Value = Any  # Tensor | np.ndarray
 Lowering = Callable[[Graph, list[Value], dict[str, Any], Any, str], list[Value]]
@@ -51,18 +46,9 @@ Lowering = Callable[[Graph, list[Value], dict[str, Any], Any, str], list[Value]]
 #: (domain, op type) -> [(since opset version, lowering)], oldest first.
 REGISTRY: dict[tuple[str, str], list[tuple[int, Lowering]]] = {}
 
-_NP_TO_POPLAR = {
-    np.dtype(np.float32): FLOAT,
-    np.dtype(np.float16): HALF,
-    np.dtype(np.int32): INT,
-    np.dtype(np.int64): INT,
-    np.dtype(np.bool_): BOOL,
-    np.dtype(np.int8): CHAR,
-    np.dtype(np.uint8): UNSIGNED_CHAR,
-    np.dtype(np.int16): SHORT,
-    np.dtype(np.uint16): UNSIGNED_SHORT,
-    np.dtype(np.uint32): UNSIGNED_INT,
-}
+#: Host numpy dtype -> device type of a constant: each type's storage dtype, and int64
+#: held as INT (the IPU has no 64-bit integers).
+_NP_TO_POPLAR = {t.numpy: t for t in ALL_TYPES} | {np.dtype(np.int64): INT}
 
 
 @dataclass
