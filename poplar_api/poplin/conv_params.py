@@ -69,6 +69,24 @@ def _ints(values: Any, n: int, default: int, what: str, *, minimum: int | None =
     return out
 
 
+def _transform_fields(cls: type, value: Any, what: str) -> dict[str, Any]:
+    """``value`` (None, a ``cls`` instance or a dict) as a dict of ``cls``'s fields.
+
+    Raises
+    ------
+    GraphError
+        ``value`` names a field ``cls`` does not have; the message lists the known ones.
+    """
+    if isinstance(value, cls):
+        value = dataclasses.asdict(value)
+    value = dict(value or {})
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = set(value) - set(known)
+    if unknown:
+        raise GraphError(f"ConvParams: {what} has unknown fields {sorted(unknown)}; known: {known}")
+    return value
+
+
 @dataclass(frozen=True)
 class InputTransform:
     """Truncation, dilation, padding and flip of the input or the kernel (per dimension).
@@ -87,15 +105,7 @@ class InputTransform:
     @classmethod
     def make(cls, n: int, what: str, value: Any = None, *, signed: bool = False) -> InputTransform:
         """An n-dimensional transform from ``value`` (None, an InputTransform or a dict)."""
-        if isinstance(value, InputTransform):
-            value = dataclasses.asdict(value)
-        value = dict(value or {})
-        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise GraphError(
-                f"ConvParams: {what} has unknown fields {sorted(unknown)}; known: "
-                f"{[f.name for f in dataclasses.fields(cls)]}"
-            )
+        value = _transform_fields(cls, value, what)
         pad_min = None if signed else 0
         flips = value.get("flip")
         flip = (False,) * n if flips is None or flips == () else tuple(bool(f) for f in flips)
@@ -150,16 +160,8 @@ class OutputTransform:
     @classmethod
     def make(cls, n: int, value: Any = None) -> OutputTransform:
         """An n-dimensional output transform from None, an OutputTransform or a dict."""
-        if isinstance(value, OutputTransform):
-            value = dataclasses.asdict(value)
-        value = dict(value or {})
-        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise GraphError(
-                f"ConvParams: outputTransform has unknown fields {sorted(unknown)}; known: "
-                f"{[f.name for f in dataclasses.fields(cls)]}"
-            )
         w = "outputTransform"
+        value = _transform_fields(cls, value, w)
         return cls(
             _ints(value.get("truncationLower") or None, n, 0, f"{w}.truncationLower"),
             _ints(value.get("truncationUpper") or None, n, 0, f"{w}.truncationUpper"),
