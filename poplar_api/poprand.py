@@ -54,6 +54,7 @@ from poplar_api import program as _program
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph, Segments
+from poplar_api.library_checks import check_graph
 from poplar_api.popnn.mapping import check_sequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, Type
@@ -251,7 +252,7 @@ def getHwSeeds(graph: Graph, prog: _program.Sequence, debugName: str = "") -> Te
     The copy is mapped like the state (each tile's words on the tile), so the
     ``Copy`` added to ``prog`` needs no exchange.
     """
-    _check_graph(graph, "getHwSeeds")
+    check_graph(graph, "getHwSeeds")
     check_sequence(prog, "getHwSeeds")
     state = _hw_seeds(graph)
     top = _top(graph)
@@ -268,7 +269,7 @@ def setHwSeeds(graph: Graph, hwSeeds: Tensor, prog: _program.Sequence, debugName
     TypeMismatchError
         ``hwSeeds`` is not UNSIGNED_INT of shape ``[numTiles, W, 4]``.
     """
-    _check_graph(graph, "setHwSeeds")
+    check_graph(graph, "setHwSeeds")
     check_sequence(prog, "setHwSeeds")
     state = _hw_seeds(graph)
     if not graph.owns(hwSeeds):
@@ -417,11 +418,6 @@ class SetSeedVertex(MultiVertex):
 # ------------------------------------------------------------------------- functions
 
 
-def _check_graph(graph: object, fn: str) -> None:
-    if not isinstance(graph, Graph):
-        raise GraphError(f"{fn}: graph must be a poplar_api Graph, got {type(graph).__name__}")
-
-
 def _check_seed(graph: Graph, seed: object, fn: str) -> None:
     """``seedTensorChecks`` (RandomGen.cpp): rank 1, 2 elements, UNSIGNED_INT; mapped."""
     if not graph.owns(seed):
@@ -472,7 +468,7 @@ def setSeed(
     GraphError
         A bad graph, program or modifier, or an unmapped seed.
     """
-    _check_graph(graph, "setSeed")
+    check_graph(graph, "setSeed")
     check_sequence(prog, "setSeed")
     _check_seed(graph, masterSeed, "setSeed")
     modifier = _check_modifier(seedModifier, "setSeed")
@@ -507,7 +503,7 @@ def _generate(
     source: Tensor | None = None,
     estimate: Any = None,
 ) -> Tensor:
-    _check_graph(graph, fn)
+    check_graph(graph, fn)
     if not graph.owns(reference):
         raise GraphError(f"{fn}: reference must be a Tensor of this graph, got {reference!r}")
     check_sequence(prog, fn)
@@ -697,7 +693,7 @@ def dropout(
         elements than the codelet's repeat count allows.
     """
     fn = "dropout"
-    _check_graph(graph, fn)
+    check_graph(graph, fn)
     if not isinstance(input, Tensor) or not isinstance(reference, Tensor):
         raise GraphError(f"{fn}: input and reference must be Tensors, got {input!r}")
     _check_type(input.elementType(), (FLOAT, HALF), fn)
@@ -753,7 +749,7 @@ def addCodelets(graph: Graph) -> None:
     GraphError
         ``graph`` is not a poplar_api Graph.
     """
-    _check_graph(graph, "poprand.addCodelets")
+    check_graph(graph, "poprand.addCodelets")
     classes: list[type] = [SetSeedVertex]
     for kind in _NAMES:
         types = (FLOAT, HALF, INT) if kind in ("uniform", "bernoulli") else (FLOAT, HALF)

@@ -6,8 +6,8 @@ Kept in its own module so the package's ``__init__`` can export it as
 
 from __future__ import annotations
 
-from poplar_api.errors import GraphError
 from poplar_api.graph import Graph
+from poplar_api.library_checks import add_library_codelets
 from poplar_api.poplin import vertices as vx
 from poplar_api.poplin.conv_planner import AMP_UNITS
 from poplar_api.poplin.conv_vertices import conv_vertex
@@ -50,8 +50,4 @@ def addCodelets(graph: Graph) -> None:
     GraphError
         ``graph`` is not a poplar_api Graph.
     """
-    if not isinstance(graph, Graph):
-        raise GraphError(
-            f"poplin.addCodelets: graph must be a poplar_api Graph, got {type(graph).__name__}"
-        )
-    graph.addCodelets(vertex_classes())
+    add_library_codelets(graph, vertex_classes(), "poplin.addCodelets")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from poplar_api.errors import GraphError
 from poplar_api.graph import Graph
+from poplar_api.library_checks import add_library_codelets
 from poplar_api.popnn import pool_vertices as pv
 from poplar_api.popnn import vertices as vx
 from poplar_api.popnn.nonlinearity import NonLinearityType
@@ -47,8 +47,4 @@ def addCodelets(graph: Graph) -> None:
     GraphError
         ``graph`` is not a poplar_api Graph.
     """
-    if not isinstance(graph, Graph):
-        raise GraphError(
-            f"popnn.addCodelets: graph must be a poplar_api Graph, got {type(graph).__name__}"
-        )
-    graph.addCodelets(vertex_classes())
+    add_library_codelets(graph, vertex_classes(), "popnn.addCodelets")

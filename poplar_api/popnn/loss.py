@@ -64,6 +64,7 @@ from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
+from poplar_api.library_checks import check_element_type, check_graph
 from poplar_api.popnn import vertices as vx
 from poplar_api.popnn.mapping import element_tiles, local_tiles
 from poplar_api.popnn.onehot import encodeOneHot
@@ -108,8 +109,7 @@ def _tensor(graph: Graph, t: object, what: str) -> Tensor:
 
 
 def _check_graph_prog(graph: object, prog: object, fn: str) -> _program.Sequence:
-    if not isinstance(graph, Graph):
-        raise GraphError(f"{fn}: graph must be a poplar_api Graph, got {type(graph).__name__}")
+    check_graph(graph, fn)
     prog = _program.Sequence() if prog is None else prog
     if not isinstance(prog, _program.Sequence):
         raise GraphError(f"{fn}: prog must be a program.Sequence, got {type(prog).__name__}")
@@ -117,8 +117,7 @@ def _check_graph_prog(graph: object, prog: object, fn: str) -> _program.Sequence
 
 
 def _check_outputs_labels(graph: Graph, model: object, expected: object, fn: str) -> tuple:
-    if not isinstance(graph, Graph):
-        raise GraphError(f"{fn}: graph must be a poplar_api Graph, got {type(graph).__name__}")
+    check_graph(graph, fn)
     model = _tensor(graph, model, f"{fn}: modelOutputs")
     expected = _tensor(graph, expected, f"{fn}: expected")
     if model.rank() != 2:
@@ -126,16 +125,10 @@ def _check_outputs_labels(graph: Graph, model: object, expected: object, fn: str
             f"{fn}: modelOutputs '{model.name}' has shape {model.shape()}; it must be "
             f"[batch, classes]"
         )
-    if model.elementType() not in (FLOAT, HALF):
-        raise TypeMismatchError(
-            f"{fn}: modelOutputs '{model.name}' is {model.elementType().name}; float or half "
-            f"is required"
-        )
-    if expected.elementType() not in (UNSIGNED_INT, INT):
-        raise TypeMismatchError(
-            f"{fn}: expected '{expected.name}' is {expected.elementType().name}; labels must "
-            f"be unsigned int or int"
-        )
+    check_element_type(model, "modelOutputs", (FLOAT, HALF), fn, "float or half is required")
+    check_element_type(
+        expected, "expected", (UNSIGNED_INT, INT), fn, "labels must be unsigned int or int"
+    )
     if expected.shape() != [model.dim(0)]:
         raise GraphError(
             f"{fn}: expected '{expected.name}' has shape {expected.shape()}, needs "
@@ -274,11 +267,13 @@ def _check_arg_input(graph: object, t: object, prog: object, fn: str) -> tuple:
     t = _tensor(graph, t, f"{fn}: input")
     if t.rank() != 2:
         raise GraphError(f"{fn}: input '{t.name}' has shape {t.shape()}; it must be rank 2")
-    if t.elementType() not in (FLOAT, HALF, INT, UNSIGNED_INT):
-        raise TypeMismatchError(
-            f"{fn}: input '{t.name}' is {t.elementType().name}; float, half, int or unsigned "
-            f"int is required"
-        )
+    check_element_type(
+        t,
+        "input",
+        (FLOAT, HALF, INT, UNSIGNED_INT),
+        fn,
+        "float, half, int or unsigned int is required",
+    )
     if t.numElements() == 0:
         raise GraphError(f"{fn}: input '{t.name}' has no elements (shape {t.shape()})")
     element_tiles(graph, t, fn)

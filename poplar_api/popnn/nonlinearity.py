@@ -38,6 +38,7 @@ from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
+from poplar_api.library_checks import check_element_type, check_graph
 from poplar_api.popnn import vertices as vx
 from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles
 from poplar_api.popops import vertices as popops_vx
@@ -131,18 +132,19 @@ def _elementwise(graph, op: str, t: Tensor, out: Tensor | None, prog, name: str)
 
 
 def _check(graph: object, nl: object, t: object, prog: object, what: str) -> None:
-    if not isinstance(graph, Graph):
-        raise GraphError(f"{what}: graph must be a poplar_api Graph, got {type(graph).__name__}")
+    check_graph(graph, what)
     if not isinstance(nl, NonLinearityType):
         names = ", ".join(n.name for n in NonLinearityType)
         raise GraphError(f"{what}: {nl!r} is not a NonLinearityType; use one of {names}")
     if not graph.owns(t):
         raise GraphError(f"{what}: expected a Tensor of this graph, got {t!r}")
-    if t.elementType() not in (FLOAT, HALF):
-        raise TypeMismatchError(
-            f"{what}: tensor '{t.name}' is {t.elementType().name}; non-linearities support "
-            f"float and half; hint: cast it first"
-        )
+    check_element_type(
+        t,
+        "tensor",
+        (FLOAT, HALF),
+        what,
+        "non-linearities support float and half; hint: cast it first",
+    )
     if nl in _SOFTMAXES and t.rank() == 0:
         raise GraphError(f"{what}: softmax needs a tensor of rank >= 1, '{t.name}' is a scalar")
     check_sequence(prog, what)

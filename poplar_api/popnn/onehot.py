@@ -26,8 +26,9 @@ import numpy as np
 
 from poplar_api import program as _program
 from poplar_api.codelet import InOut, Input, MultiVertex, Vector, Vertex, VertexError
-from poplar_api.errors import GraphError, TypeMismatchError
+from poplar_api.errors import GraphError
 from poplar_api.graph import Graph
+from poplar_api.library_checks import check_element_type, check_graph
 from poplar_api.popnn import estimators as est
 from poplar_api.popnn.mapping import check_sequence
 from poplar_api.popnn.vertices import MASKED_LABEL_CODE
@@ -127,8 +128,7 @@ def encodeOneHot(
         ``indices`` is not UNSIGNED_INT or INT, or ``encoded`` not float, half or int.
     """
     fn = "encodeOneHot"
-    if not isinstance(graph, Graph):
-        raise GraphError(f"{fn}: graph must be a poplar_api Graph, got {type(graph).__name__}")
+    check_graph(graph, fn)
     check_sequence(prog, fn)
     for what, t in (("indices", indices), ("encoded", encoded)):
         if not graph.owns(t):
@@ -148,17 +148,17 @@ def encodeOneHot(
             f"{fn}: encoded '{encoded.name}' has {encoded.dim(0)} rows but indices "
             f"'{indices.name}' has {indices.dim(0)} elements; they must match"
         )
-    if indices.elementType() not in (UNSIGNED_INT, INT):
-        raise TypeMismatchError(
-            f"{fn}: indices '{indices.name}' is {indices.elementType().name}; the index type "
-            f"must be unsigned int or int"
-        )
+    check_element_type(
+        indices, "indices", (UNSIGNED_INT, INT), fn, "the index type must be unsigned int or int"
+    )
+    check_element_type(
+        encoded,
+        "encoded",
+        (FLOAT, HALF, UNSIGNED_INT, INT),
+        fn,
+        "float, half, unsigned int or int is required",
+    )
     out_type = encoded.elementType()
-    if out_type not in (FLOAT, HALF, UNSIGNED_INT, INT):
-        raise TypeMismatchError(
-            f"{fn}: encoded '{encoded.name}' is {out_type.name}; float, half, unsigned int "
-            f"or int is required"
-        )
     name = debugName or fn
     target = graph.getTarget()
     num_tiles = target.getNumTiles()

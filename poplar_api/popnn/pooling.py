@@ -56,6 +56,7 @@ from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
+from poplar_api.library_checks import check_graph
 from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles
 from poplar_api.popnn.pool_plan import (
     MAX_GRAINS_PER_GROUP as MAX_GRAINS_PER_GROUP,
@@ -256,8 +257,7 @@ def _dims(params: PoolParams, fn: str) -> list[_Dim]:
 
 
 def _check_common(graph: object, params: object, prog: object, options: object, fn: str):
-    if not isinstance(graph, Graph):
-        raise GraphError(f"{fn}: graph must be a poplar_api Graph, got {type(graph).__name__}")
+    check_graph(graph, fn)
     if not isinstance(params, PoolParams):
         raise GraphError(f"{fn}: params must be a PoolParams, got {type(params).__name__}")
     dims = _dims(params, fn)

@@ -48,6 +48,7 @@ from poplar_api import program as _program
 from poplar_api.codelet import InOut, Input, Output, Vector, Vertex
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
+from poplar_api.library_checks import check_element_type
 from poplar_api.popops import Operation, div, fill, reduce
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF, INT, Type
@@ -268,21 +269,13 @@ def _check(bottomData: Tensor, bottomRois: Tensor, batchIndex: Tensor, p: RoiAli
             f"{fn}: bottomBatchIndex '{batchIndex.name}' has {batchIndex.dim(0)} entries for "
             f"{bottomRois.dim(0)} regions; they must match"
         )
-    if bottomData.elementType() not in (FLOAT, HALF):
-        raise TypeMismatchError(
-            f"{fn}: bottomData '{bottomData.name}' is {bottomData.elementType().name}; "
-            "float or half is required"
-        )
+    check_element_type(bottomData, "bottomData", (FLOAT, HALF), fn, "float or half is required")
     if bottomRois.elementType() != bottomData.elementType():
         raise TypeMismatchError(
             f"{fn}: bottomRois '{bottomRois.name}' is {bottomRois.elementType().name}; it "
             f"must be {bottomData.elementType().name}, as bottomData"
         )
-    if batchIndex.elementType() != INT:
-        raise TypeMismatchError(
-            f"{fn}: bottomBatchIndex '{batchIndex.name}' is {batchIndex.elementType().name}; "
-            "int is required"
-        )
+    check_element_type(batchIndex, "bottomBatchIndex", (INT,), fn, "int is required")
     if p.samplingRatio <= 0 or p.spatialScale <= 0:
         raise GraphError(
             f"{fn}: samplingRatio {p.samplingRatio} and spatialScale {p.spatialScale} must be > 0"
