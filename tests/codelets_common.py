@@ -15,6 +15,8 @@ from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
 
 __all__ = [
     "Bump",
+    "CopyVec",
+    "Gather",
     "ListSums",
     "Scale",
     "ScaleBy",
@@ -110,6 +112,29 @@ class ListSums(Vertex):
                 s += vec[i]
             out[k] = s
         return True
+
+
+class Gather(Vertex):
+    """Reads a list of vectors into a vector and computes nothing: a vertex whose
+    connections, rows and tiles (not its values) are what a test looks at."""
+
+    parts = Input(VectorList(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(parts, out):
+        return True
+
+
+class CopyVec(Vertex):
+    """``dst = src``, one numpy copy for every vertex of the type."""
+
+    src = Input(Vector(FLOAT))
+    dst = Output(Vector(FLOAT))
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        batches["dst"].data[:] = batches["src"].data
 
 
 def tiny_device() -> Device:

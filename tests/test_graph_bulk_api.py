@@ -6,25 +6,14 @@ import itertools
 
 import numpy as np
 import pytest
-from codelets_common import ScaleBy, ShiftBy
+from codelets_common import Gather, ScaleBy, ShiftBy
 
 from poplar_api import FLOAT, HALF, INT, Graph, IPUModel
-from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
+from poplar_api.codelet import Input, VectorList, Vertex
 from poplar_api.errors import GraphError, TensorError, TensorIndexError, TypeMismatchError
 from poplar_api.graph import OUTSIDE, Segments, VertexRange
 from poplar_api.tensor import concat
 from poplar_api.vertices import UNMAPPED
-
-
-class Gather(Vertex):
-    """``out[0] = sum of parts``."""
-
-    parts = Input(VectorList(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(parts, out):
-        return True
 
 
 class Pieces(Vertex):

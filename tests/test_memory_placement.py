@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codelets_common import tiny_graph, variables
+from codelets_common import CopyVec, tiny_graph, variables
 from examples_common import load_example
 
 from ipusim.config import load_config
@@ -35,17 +35,6 @@ class AddVecM(Vertex):
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
         batches["out"].data[:] = batches["a"].data + batches["b"].data
-
-
-class CopyM(Vertex):
-    """``dst = src``."""
-
-    src = Input(Vector(FLOAT))
-    dst = Output(Vector(FLOAT))
-
-    @classmethod
-    def computeBatch(cls, batches, num_vertices, num_workers):
-        batches["dst"].data[:] = batches["src"].data
 
 
 class ScaleM(Vertex):
@@ -219,11 +208,11 @@ def test_category_totals_of_a_compute_set(graph):
 
 
 def test_exchange_code_and_message_buffer(graph):
-    graph.addCodelets(CopyM)
+    graph.addCodelets(CopyVec)
     (src,) = variables(graph, ["src"], 0)
     (dst,) = variables(graph, ["dst"], 1)
     cs = graph.addComputeSet("pull")
-    v = graph.addVertex(cs, CopyM, {"src": src, "dst": dst})
+    v = graph.addVertex(cs, CopyVec, {"src": src, "dst": dst})
     graph.setTileMapping(v, 1)
     graph.setPerfEstimate(v, 10)
     e = Engine(graph, prog.Execute(cs))

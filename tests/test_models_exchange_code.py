@@ -8,40 +8,28 @@ from 2 senders, and each sender sends 6 regions.
 
 from __future__ import annotations
 
-from codelets_common import tiny_graph
+from codelets_common import CopyVec, tiny_graph
 
 from ipusim import ir
 from ipusim.config import load_config
 from poplar_api import FLOAT, Engine
 from poplar_api import program as prog
-from poplar_api.codelet import Input, Output, Vector, Vertex
 
 CODE = load_config("tiny").code
-
-
-class Gather(Vertex):
-    """``dst = src``."""
-
-    src = Input(Vector(FLOAT))
-    dst = Output(Vector(FLOAT))
-
-    @classmethod
-    def computeBatch(cls, batches, num_vertices, num_workers):
-        batches["dst"].data[:] = batches["src"].data
 
 
 def _engine(senders: int) -> Engine:
     """Tile 2 gathers x[::2] of x[24], whose pairs of elements cycle over ``senders``
     tiles (0, 1, ...)."""
     graph = tiny_graph()
-    graph.addCodelets(Gather)
+    graph.addCodelets(CopyVec)
     x = graph.addVariable(FLOAT, [24], "x")
     for k in range(12):
         graph.setTileMapping(x[2 * k : 2 * k + 2], k % senders)
     y = graph.addVariable(FLOAT, [12], "y")
     graph.setTileMapping(y, 2)
     cs = graph.addComputeSet("gather")
-    v = graph.addVertex(cs, Gather, {"src": x[::2], "dst": y})
+    v = graph.addVertex(cs, CopyVec, {"src": x[::2], "dst": y})
     graph.setTileMapping(v, 2)
     graph.setPerfEstimate(v, 10)
     return Engine(graph, prog.Execute(cs))

@@ -9,25 +9,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from codelets_common import ScaleBy
+from codelets_common import Gather, ScaleBy
 
 from poplar_api import FLOAT, INT, Graph, IPUModel
-from poplar_api.codelet import Input, Output, Vector, VectorList, Vertex
 from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Segments
 from poplar_api.tensor import Tensor
 from poplar_api.vertices import NO_ESTIMATE, UNMAPPED, VertexTable
-
-
-class Gather(Vertex):
-    """``out[j] = sum of parts[j]``."""
-
-    parts = Input(VectorList(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(parts, out):
-        return True
 
 
 @pytest.fixture()
