@@ -14,35 +14,15 @@ from collections import deque
 
 import numpy as np
 import pytest
+from links_common import exchange_cost, link_config
 from pydantic import ValidationError
 
 from ipusim.config import list_presets, load_config, preset_path
 from ipusim.errors import ConfigError, IpusimError
-from ipusim.exchange.links import global_exchange_cost, link_hops
+from ipusim.exchange.links import link_hops
 from ipusim.exchange.topology import LinkRoutingError, Topology, topology_of
 
 NEW_PRESETS = ("m2000", "bow2000", "pod16", "pod64")
-
-
-def _cfg(make_config, n, topology="ring", hop_latency=0, **links):
-    return make_config(
-        num_ipus=n,
-        links={
-            "bandwidth_bytes_per_s": 8e9,
-            "topology": topology,
-            "hop_latency_cycles": hop_latency,
-            **links,
-        },
-    )
-
-
-def _cost(cfg, src, dst, nbytes):
-    return global_exchange_cost(
-        cfg,
-        np.asarray(src, dtype=np.int64),
-        np.asarray(dst, dtype=np.int64),
-        np.asarray(nbytes, dtype=np.int64),
-    )
 
 
 # ------------------------------------------------------------------ reference routing
@@ -107,7 +87,7 @@ def test_every_route_is_a_shortest_path_with_the_upward_tie_break(
 ):
     if pairs is None:
         pairs = {tuple(e) for e in extra["edges"]}
-    cfg = _cfg(make_config, n, topology, **extra)
+    cfg = link_config(make_config, n, topology, **extra)
     topo = topology_of(cfg)
     adj = _adjacency(n, pairs)
     expected_hops = sorted({(a, b) for a, b in pairs} | {(b, a) for a, b in pairs})
@@ -129,14 +109,14 @@ def test_ring_line_and_full_keep_their_hop_formulas(make_config):
     rng = np.random.default_rng(3)
     src, dst = rng.integers(0, 9, 100), rng.integers(0, 9, 100)
     d = np.abs(dst - src)
-    ring = link_hops(_cfg(make_config, 9, "ring"), src, dst)
+    ring = link_hops(link_config(make_config, 9, "ring"), src, dst)
     np.testing.assert_array_equal(ring, np.minimum(d, 9 - d))
-    np.testing.assert_array_equal(link_hops(_cfg(make_config, 9, "line"), src, dst), d)
-    np.testing.assert_array_equal(link_hops(_cfg(make_config, 9, "full"), src, dst), d > 0)
+    np.testing.assert_array_equal(link_hops(link_config(make_config, 9, "line"), src, dst), d)
+    np.testing.assert_array_equal(link_hops(link_config(make_config, 9, "full"), src, dst), d > 0)
 
 
 def test_ring_ties_go_upward_and_shorter_ways_win(make_config):
-    topo = topology_of(_cfg(make_config, 6))
+    topo = topology_of(link_config(make_config, 6))
     assert topo.route(0, 3) == ((0, 1), (1, 2), (2, 3))  # 3 both ways: upward
     assert topo.route(4, 1) == ((4, 5), (5, 0), (0, 1))  # tie, upward across the wrap
     assert topo.route(0, 4) == ((0, 5), (5, 4))  # downward is shorter
@@ -145,7 +125,7 @@ def test_ring_ties_go_upward_and_shorter_ways_win(make_config):
 
 # ------------------------------------------------------------------------------ ladder
 def test_ladder_of_eight_by_hand(make_config):
-    topo = topology_of(_cfg(make_config, 8, "ladder"))
+    topo = topology_of(link_config(make_config, 8, "ladder"))
     # row r holds IPUs 2r (column 0) and 2r + 1 (column 1)
     assert topo.neighbours(0) == [1, 2]
     assert topo.neighbours(3) == [1, 2, 5]
@@ -153,7 +133,7 @@ def test_ladder_of_eight_by_hand(make_config):
     assert topo.route(0, 7) == ((0, 1), (1, 3), (3, 5), (5, 7))
     assert topo.route(1, 2) == ((1, 3), (3, 2))  # (3 - 1) mod 8 = 2 beats (0 - 1) mod 8 = 7
     assert int(topo.distances.max()) == 4
-    torus = topology_of(_cfg(make_config, 8, "ladder", torus=True))
+    torus = topology_of(link_config(make_config, 8, "ladder", torus=True))
     assert torus.neighbours(0) == [1, 2, 6]
     assert torus.neighbours(7) == [1, 5, 6]
     assert torus.route(0, 7) == ((0, 1), (1, 7))  # over the loop-back link
@@ -161,18 +141,18 @@ def test_ladder_of_eight_by_hand(make_config):
 
 
 def test_small_ladders(make_config):
-    assert topology_of(_cfg(make_config, 2, "ladder")).hops() == [(0, 1), (1, 0)]
-    two_rows = topology_of(_cfg(make_config, 4, "ladder"))
-    wrapped = topology_of(_cfg(make_config, 4, "ladder", torus=True))
+    assert topology_of(link_config(make_config, 2, "ladder")).hops() == [(0, 1), (1, 0)]
+    two_rows = topology_of(link_config(make_config, 4, "ladder"))
+    wrapped = topology_of(link_config(make_config, 4, "ladder", torus=True))
     assert two_rows.hops() == wrapped.hops()  # the wrap repeats the column links
     assert len(two_rows.hops()) == 8  # the 2 x 2 ladder is a ring 0-1-3-2
-    assert topology_of(_cfg(make_config, 1, "ladder")).hops() == []
+    assert topology_of(link_config(make_config, 1, "ladder")).hops() == []
 
 
 def test_ladder_exchange_cost_by_hand(make_config):
-    cfg = _cfg(make_config, 8, "ladder", hop_latency=10)
+    cfg = link_config(make_config, 8, "ladder", hop_latency=10)
     # IPU 0 -> IPU 7: 0 -> 1 -> 3 -> 5 -> 7; IPU 2 -> IPU 3: rung 2 -> 3
-    cost = _cost(cfg, [0, 16], [56, 24], [800, 80])
+    cost = exchange_cost(cfg, [0, 16], [56, 24], [800, 80])
     assert cost.link_bytes == {(0, 1): 800, (1, 3): 800, (3, 5): 800, (5, 7): 800, (2, 3): 80}
     # hops 800 / 8 = 100; tiles 800 / 4 = 200; + 10 x 4 hops -> 240
     assert cost.cycles == 240
@@ -181,18 +161,20 @@ def test_ladder_exchange_cost_by_hand(make_config):
 # ------------------------------------------------------------------------------ custom
 def test_custom_edges_route_and_carry_bytes(make_config):
     # a star around IPU 2 plus the edge 3-4
-    cfg = _cfg(make_config, 5, "custom", hop_latency=5, edges=[[2, 0], [2, 1], [2, 3], [3, 4]])
+    cfg = link_config(
+        make_config, 5, "custom", hop_latency=5, edges=[[2, 0], [2, 1], [2, 3], [3, 4]]
+    )
     topo = topology_of(cfg)
     assert topo.neighbours(2) == [0, 1, 3]
     assert topo.route(0, 4) == ((0, 2), (2, 3), (3, 4))
     assert topo.capacity((2, 3)) == 8.0 and topo.latency((2, 3)) == 5
-    cost = _cost(cfg, [0, 8], [32, 16], [160, 40])
+    cost = exchange_cost(cfg, [0, 8], [32, 16], [160, 40])
     assert cost.link_bytes == {(0, 2): 160, (2, 3): 160, (3, 4): 160, (1, 2): 40}
     assert cost.cycles == 40 + 3 * 5  # tile 0: 160 / 4 = 40 > hop 160 / 8 = 20
 
 
 def test_routing_off_allows_only_neighbours(make_config):
-    cfg = _cfg(make_config, 4, "ring", routing=False)
+    cfg = link_config(make_config, 4, "ring", routing=False)
     topo = topology_of(cfg)
     assert topo.route(0, 1) == ((0, 1),)
     assert topo.route(0, 3) == ((0, 3),)
@@ -206,13 +188,13 @@ def test_routing_off_allows_only_neighbours(make_config):
         link_hops(cfg, np.array([0, 1]), np.array([1, 3]))
     np.testing.assert_array_equal(link_hops(cfg, np.array([0, 2]), np.array([1, 2])), [1, 0])
     # a global exchange names the transfer, its tiles and IPUs
-    assert _cost(cfg, [0], [8], [4]).link_bytes == {(0, 1): 4}
+    assert exchange_cost(cfg, [0], [8], [4]).link_bytes == {(0, 1): 4}
     with pytest.raises(LinkRoutingError, match=r"transfer 1 \(tile 9 on IPU 1 -> tile 26"):
-        _cost(cfg, [0, 9], [8, 26], [4, 4])
+        exchange_cost(cfg, [0, 9], [8, 26], [4, 4])
 
 
 def test_routing_off_may_leave_a_custom_graph_disconnected(make_config):
-    cfg = _cfg(make_config, 4, "custom", edges=[[0, 1], [2, 3]], routing=False)
+    cfg = link_config(make_config, 4, "custom", edges=[[0, 1], [2, 3]], routing=False)
     topo = topology_of(cfg)
     assert topo.route(3, 2) == ((3, 2),)
     with pytest.raises(LinkRoutingError, match=r"from IPU 1 to IPU 2.*neighbours of IPU 1: \[0\]"):
@@ -234,7 +216,7 @@ def test_a_disconnected_topology_built_directly_names_what_is_reached():
 
 # ---------------------------------------------------------------------------- GW-Links
 def _racks(make_config, n=16, gw_topology="ring", **gw):
-    return _cfg(
+    return link_config(
         make_config,
         n,
         "ring",
@@ -266,12 +248,12 @@ def test_gw_links_join_the_gateways_of_neighbouring_racks(make_config):
 def test_inter_rack_exchange_pays_gw_capacity_and_latency(make_config):
     cfg = _racks(make_config, links_between_racks=2)  # 2 links: 4 bytes per cycle
     # tile 8 (IPU 1) -> tile 72 (IPU 9): route 1 -> 0 -> 8 -> 9
-    cost = _cost(cfg, [8], [72], [2000])
+    cost = exchange_cost(cfg, [8], [72], [2000])
     assert cost.link_bytes == {(1, 0): 2000, (0, 8): 2000, (8, 9): 2000}
     # GW hop 2000 / 4 = 500 = tile 2000 / 4 = 500 > IPU-Link 2000 / 8 = 250;
     # latency 10 + 1000 + 10
     assert cost.cycles == 500 + 1020
-    single = _cost(_racks(make_config), [8], [72], [2000])
+    single = exchange_cost(_racks(make_config), [8], [72], [2000])
     assert single.cycles == 1000 + 1020  # one GW-Link: 2000 / 2
 
 
@@ -369,9 +351,9 @@ def test_routing_a_64_ipu_machine_is_cheap():
 
 
 def test_topology_of_is_cached_by_content(make_config):
-    a = topology_of(_cfg(make_config, 6, "ladder"))
-    assert topology_of(_cfg(make_config, 6, "ladder")) is a
-    assert topology_of(_cfg(make_config, 6, "ring")) is not a
+    a = topology_of(link_config(make_config, 6, "ladder"))
+    assert topology_of(link_config(make_config, 6, "ladder")) is a
+    assert topology_of(link_config(make_config, 6, "ring")) is not a
 
 
 # ------------------------------------------------------------------------- bad configs
