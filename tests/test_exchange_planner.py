@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ipusim import ir
 from poplar_api import FLOAT, HALF, Graph, IPUModel
 from poplar_api.lowering.exchange import ExchangePlanner
 
@@ -63,17 +64,8 @@ def test_nothing_remote_gives_no_exchange():
 
 
 def _exchange_fields(ex):
-    return {
-        k: getattr(ex, k).tolist()
-        for k in (
-            "tile",
-            "bytes_sent",
-            "bytes_received",
-            "messages_sent",
-            "messages_received",
-            "max_distance",
-        )
-    }
+    """The per-tile columns of an Exchange (``ir.TOTALS``) as lists."""
+    return {k: getattr(ex, k).tolist() for k in ir.TOTALS}
 
 
 @pytest.mark.parametrize("per_pass", [None, 2])
