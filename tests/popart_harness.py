@@ -44,6 +44,31 @@ def _feeds(inputs: Sequence[np.ndarray], ids: list[str]) -> dict[str, np.ndarray
     }
 
 
+def run_model(
+    proto: bytes, feeds: dict[str, np.ndarray], outputs: Sequence[str], *, tiles: int = 8
+) -> dict[str, np.ndarray]:
+    """Run the model ``proto`` once on the simulator (an InferenceSession on a
+    ``tiles``-tile IPU Model) with ``outputs`` anchored; their values."""
+    flow = popart.DataFlow(1, {o: popart.AnchorReturnType("ALL") for o in outputs})
+    s = popart.InferenceSession(fnModel=proto, dataFlow=flow, deviceInfo=device(tiles))
+    s.prepareDevice()
+    s.weightsFromHost()
+    anchors = s.initAnchorArrays()
+    s.run(popart.PyStepIO(feeds, anchors))
+    return {o: np.array(anchors[o]) for o in outputs}
+
+
+def simulate(
+    build: Build, inputs: Sequence[np.ndarray], *, opsets: dict | None = None, tiles: int = 8
+) -> np.ndarray:
+    """Our output of the model ``build`` makes on ``inputs``, without a reference (for
+    cases ``onnx.reference`` does not evaluate, or that must fail)."""
+    b, ids = _builder(inputs, opsets)
+    out = build(b, ids)
+    b.addOutputTensor(out)
+    return run_model(b.getModelProto(), _feeds(inputs, ids), [out], tiles=tiles)[out]
+
+
 def reference(proto: bytes, feeds: dict[str, np.ndarray], out: str) -> np.ndarray:
     """``out`` of the model by ``onnx.reference`` (the ai.graphcore ops excluded)."""
     model = onnx.load_from_string(proto)
@@ -65,15 +90,10 @@ def check_forward(
     b.addOutputTensor(out)
     proto = b.getModelProto()
     feeds = _feeds(inputs, ids)
-    flow = popart.DataFlow(1, {out: popart.AnchorReturnType("ALL")})
-    s = popart.InferenceSession(fnModel=proto, dataFlow=flow, deviceInfo=device(tiles))
-    s.prepareDevice()
-    s.weightsFromHost()
-    anchors = s.initAnchorArrays()
-    s.run(popart.PyStepIO(feeds, anchors))
+    got = run_model(proto, feeds, [out], tiles=tiles)[out]
     want = reference(proto, feeds, out)
-    np.testing.assert_allclose(anchors[out], want, rtol=rtol, atol=atol)
-    return anchors[out]
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    return got
 
 
 def simulator_gradients(

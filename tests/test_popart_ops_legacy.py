@@ -8,6 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
+from popart_harness import run_model
 
 import popart_api as popart
 
@@ -25,14 +26,7 @@ def _vi(name, shape, elem=F):
 
 def _run(model: onnx.ModelProto, feeds: dict) -> dict:
     outs = [o.name for o in model.graph.output]
-    flow = popart.DataFlow(1, {o: popart.AnchorReturnType("ALL") for o in outs})
-    device = popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4})
-    s = popart.InferenceSession(model.SerializeToString(), flow, device)
-    s.prepareDevice()
-    s.weightsFromHost()
-    anchors = s.initAnchorArrays()
-    s.run(popart.PyStepIO(feeds, anchors))
-    return {o: np.array(anchors[o]) for o in outs}
+    return run_model(model.SerializeToString(), feeds, outs, tiles=4)
 
 
 @pytest.mark.parametrize(

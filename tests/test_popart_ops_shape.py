@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from popart_harness import check_forward, check_gradients
+from popart_harness import check_forward, check_gradients, simulate
 
 import popart_api as popart
 
@@ -62,26 +62,7 @@ def test_pad_modes(mode: str) -> None:
 
 def _run(build, inputs: list[np.ndarray]) -> np.ndarray:
     """Our output only (for cases onnx.reference does not evaluate)."""
-    b = popart.Builder(opsets=OPSET13)
-    ids = [
-        b.addInitializedInputTensor(x, f"in{k}")
-        if x.dtype == np.int64
-        else b.addInputTensor(popart.TensorInfo(x.dtype, list(x.shape)), f"in{k}")
-        for k, x in enumerate(inputs)
-    ]
-    out = build(b, ids)
-    b.addOutputTensor(out)
-    s = popart.InferenceSession(
-        fnModel=b.getModelProto(),
-        dataFlow=popart.DataFlow(1, {out: popart.AnchorReturnType("ALL")}),
-        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4}),
-    )
-    s.prepareDevice()
-    s.weightsFromHost()
-    anchors = s.initAnchorArrays()
-    feeds = {i: x for i, x in zip(ids, inputs, strict=True) if x.dtype != np.int64}
-    s.run(popart.PyStepIO(feeds, anchors))
-    return anchors[out]
+    return simulate(build, inputs, opsets=OPSET13, tiles=4)
 
 
 def test_negative_pads_crop() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from popart_harness import check_forward
+from popart_harness import check_forward, simulate
 
 OPSET13 = {"ai.onnx": 13, "ai.graphcore": 1}
 RNG = np.random.default_rng(23)
@@ -25,21 +25,7 @@ def test_instance_normalization() -> None:
 
 
 def _run(build, x: np.ndarray) -> np.ndarray:
-    import popart_api as popart
-
-    b = popart.Builder(opsets=OPSET13)
-    xid = b.addInputTensor(popart.TensorInfo("FLOAT", list(x.shape)), "x")
-    out = build(b, [xid])
-    b.addOutputTensor(out)
-    s = popart.InferenceSession(
-        fnModel=b.getModelProto(),
-        dataFlow=popart.DataFlow(1, {out: popart.AnchorReturnType("ALL")}),
-        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4}),
-    )
-    s.prepareDevice()
-    anchors = s.initAnchorArrays()
-    s.run(popart.PyStepIO({xid: x}, anchors))
-    return anchors[out]
+    return simulate(build, [x], opsets=OPSET13, tiles=4)
 
 
 @pytest.mark.parametrize("size", [3, 4])
