@@ -18,10 +18,9 @@ What the patterns change here (the others are accepted and recorded: their rewri
 are either what this layer lowers anyway, e.g. ``MatMulOp``, ``ConvDataGrad``, the
 ``...GradOp`` decompositions, or not modelled):
 
-* ``InPlace``: a Relu, Sigmoid or Tanh whose input is a fresh activation read by
-  nothing else runs in place on it (``popnn::nonLinearityInPlace``) instead of into a
-  new tensor: less memory; PopART's ``Inplace`` pattern turns such ops into their
-  ``...Inplace`` variants (``willow/src/patterns/inplace.cpp``).
+* ``InPlace``: elementwise ops overwrite their input when it is a fresh activation
+  nothing else reads, and view ops (Reshape, Transpose, Slice, Concat, ...) are views;
+  off, each op writes a new tensor and view ops copy (:mod:`popart_api.inplace`).
 * ``SoftmaxGradDirect`` / ``NlllWithSoftmaxGradDirect``: the gradient of the logits of
   a Softmax feeding only an Nll loss is ``(p - onehot)·w`` in one step; with both off,
   the Nll gradient and the Softmax gradient are computed one after the other (more
@@ -31,12 +30,10 @@ are either what this layer lowers anyway, e.g. ``MatMulOp``, ``ConvDataGrad``, t
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from popart_api.errors import popart_exception
-from poplar_api import FLOAT, HALF, Tensor, popnn
-from poplar_api.popnn import NonLinearityType
 
 #: PopART's pre-alias patterns: name -> (enabled by default, mandatory).
 PATTERNS: dict[str, tuple[bool, bool]] = {
@@ -259,74 +256,9 @@ def as_patterns(patterns: Any, what: str) -> Patterns:
     return out
 
 
-#: Ops ``InPlace`` runs in place (their gradients read their output, not their input).
-INPLACE_NONLINEARITIES = ("Relu", "Sigmoid", "Tanh")
-#: Producers of fresh activations whose gradient does not read their output: a
-#: non-linearity may overwrite that output.
-INPLACE_PRODUCERS = frozenset({"MatMul", "Gemm", "Conv", "Add", "Sub"})
-
-
-def inplace_candidates(
-    model: Any, recomputed: list[bool] | None, anchors: Iterable[str] = ()
-) -> set[int]:
-    """Indices of the nodes ``InPlace`` runs in place: a Relu, Sigmoid or Tanh whose
-    input is the output of a MatMul, Gemm, Conv, Add or Sub (a fresh tensor whose
-    gradient does not read it), read by that node only, neither a graph output nor
-    anchored; recomputed only together with its producer and every node between them
-    (one replay writes the input again before the op overwrites it), never alone."""
-    nodes = list(model.graph.node)
-    made_by = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-    readers: dict[str, int] = {}
-    for n in nodes:
-        for i in n.input:
-            readers[i] = readers.get(i, 0) + 1
-    outputs = {o.name for o in model.graph.output} | set(anchors)
-    out = set()
-    for k, node in enumerate(nodes):
-        if node.op_type not in INPLACE_NONLINEARITIES or (node.domain or "ai.onnx") != "ai.onnx":
-            continue
-        if not node.input:
-            continue
-        src = node.input[0]
-        p = made_by.get(src)
-        if p is None or nodes[p].op_type not in INPLACE_PRODUCERS:
-            continue
-        if readers.get(src, 0) != 1 or src in outputs:
-            continue
-        # recomputed: only with its producer in one segment (nothing kept between
-        # them), where the replay writes the input again before the op overwrites it
-        partly = recomputed and (recomputed[k] or recomputed[p])
-        if partly and not all(recomputed[p : k + 1]):
-            continue
-        out.add(k)
-    return out
-
-
-def inplace_lowering(op_type: str, fallback: Callable) -> Callable:
-    """The lowering of an in-placed ``op_type`` node: ``popnn.nonLinearityInPlace`` on
-    its input, which becomes its output; ``fallback`` (the op's own lowering) when the
-    input is not a float tensor of the graph."""
-    kind = {
-        "Relu": NonLinearityType.RELU,
-        "Sigmoid": NonLinearityType.SIGMOID,
-        "Tanh": NonLinearityType.TANH,
-    }[op_type]
-
-    def lower(graph: Any, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-        x = inputs[0] if inputs else None
-        if not isinstance(x, Tensor) or x.elementType() not in (FLOAT, HALF):
-            return fallback(graph, inputs, attrs, prog, name)
-        popnn.nonLinearityInPlace(graph, kind, x, prog, f"{name}/inplace")
-        return [x]
-
-    return lower
-
-
 __all__ = [
     "PATTERNS",
     "Patterns",
     "PatternsLevel",
     "as_patterns",
-    "inplace_candidates",
-    "inplace_lowering",
 ]

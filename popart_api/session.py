@@ -39,13 +39,19 @@ from popart_api.dataflow import (
 )
 from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
+from popart_api.inplace import (
+    VIEW_OPS,
+    copied_view_lowering,
+    inplace_candidates,
+    inplace_lowering,
+)
 from popart_api.logger import LEVELS
 from popart_api.logger import configure as configure_logging
 from popart_api.lowered import LoweredModel
 from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model, node_attrs
 from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
-from popart_api.patterns import as_patterns, inplace_candidates, inplace_lowering
+from popart_api.patterns import as_patterns
 from popart_api.pipeline import place_nodes
 from popart_api.stepio import HostAnchor, HostInput, SessionIO
 from poplar_api import (
@@ -352,14 +358,17 @@ class _Session(SessionIO):
         node_progs = []
         first = variable_count(graph)
         self.lowered.node_variables = []
-        self._inplace: set[int] = set()
+        self._inplace: dict[int, int] = {}
         if self.patterns.InPlace:
             recomputed = None
-            if self._kind == "TrainingSession":
+            training = self._kind == "TrainingSession"
+            if training:
                 from popart_api.training import recompute_flags
 
                 recomputed = recompute_flags(self)
-            self._inplace = inplace_candidates(self.model, recomputed, self.dataFlow.anchors())
+            self._inplace = inplace_candidates(
+                self.model, recomputed, self.dataFlow.anchors(), training
+            )
         for i, node in enumerate(self.model.graph.node):
             before = variable_count(graph)
             node_progs.append(self._lower(node, i, values))
@@ -438,7 +447,9 @@ class _Session(SessionIO):
         opset = self._opsets.get(domain, 1)
         fn = ops.lookup(domain, node.op_type, opset, name)
         if i in self._inplace:  # the InPlace pattern
-            fn = inplace_lowering(node.op_type, fn)
+            fn = inplace_lowering(node.op_type, self._inplace[i], fn)
+        elif node.op_type in VIEW_OPS and domain == "ai.onnx" and not self.patterns.InPlace:
+            fn = copied_view_lowering(fn)  # PopART's non-inplace view ops copy
         attrs = node_attrs(node)
         for key in (VIRTUAL_GRAPH_ATTRIBUTE, PIPELINE_STAGE_ATTRIBUTE, RECOMPUTE_ATTRIBUTE):
             attrs.pop(key, None)
