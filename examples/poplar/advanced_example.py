@@ -39,17 +39,19 @@ import numpy as np
 from poplar_api import (
     FLOAT,
     Device,
-    DeviceManager,
     Engine,
     Executable,
     Graph,
     IPUModel,
-    TargetType,
     compileGraph,
     concat,
     popops,
 )
 from poplar_api import program as prog
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from poplar_common import getIpuHwDevice
 
 #: The codelet file (the original's ``codelets.cpp``).
 CODELETS = Path(__file__).resolve().with_name("advanced_example_codelets.py")
@@ -236,21 +238,6 @@ def compileOrLoadExe(graph: Graph, progs: list[prog.Program], options: Options) 
             print(f"Error: Failed to load executable '{exeName}'", file=sys.stderr)
             raise
     return compileGraph(graph, progs)
-
-
-def getIpuHwDevice(numIpus: int) -> Device:
-    """The first free device of ``numIpus`` IPUs, attached.
-
-    Raises
-    ------
-    RuntimeError
-        No such device is free.
-    """
-    dm = DeviceManager.createDeviceManager()
-    for device in dm.getDevices(TargetType.IPU, numIpus):
-        if device.attach():
-            return device
-    raise RuntimeError("No IPU hardware available.")
 
 
 def getIpuModelDevice(numIpus: int) -> Device:

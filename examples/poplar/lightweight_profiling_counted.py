@@ -27,12 +27,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from poplar_api import UNSIGNED_INT, Device, DeviceManager, Engine, Graph, InOut, TargetType
+from poplar_api import UNSIGNED_INT, Device, Engine, Graph, InOut
 from poplar_api import program as prog
 from poplar_api.codelet import SupervisorVertex
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from poplar_common import getIpuHwDevice
 
 #: Executions of the compute set in one run.
 REPEATS = 5
@@ -55,21 +60,6 @@ class DummyVertex(SupervisorVertex):
                 j[0] += 1
         iterations[0] += 1
         return True
-
-
-def getIpuHwDevice(numIpus: int) -> Device:
-    """The first free device of ``numIpus`` IPUs of the (simulated) IPU system, attached.
-
-    Raises
-    ------
-    RuntimeError
-        No such device is free.
-    """
-    dm = DeviceManager.createDeviceManager()
-    for device in dm.getDevices(TargetType.IPU, numIpus):
-        if device.attach():
-            return device
-    raise RuntimeError("No IPU hardware available.")
 
 
 def build(device: Device) -> Engine:

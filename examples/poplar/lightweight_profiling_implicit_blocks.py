@@ -33,12 +33,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from poplar_api import UNSIGNED_INT, Device, DeviceManager, Engine, Graph, InOut, TargetType
+from poplar_api import UNSIGNED_INT, Device, Engine, Graph, InOut
 from poplar_api import program as prog
 from poplar_api.codelet import SupervisorVertex
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from poplar_common import getIpuHwDevice
 
 #: Executions of the compute set in one run.
 REPEATS = 5
@@ -61,21 +66,6 @@ class DummyVertex(SupervisorVertex):
                 count += 1
         iterations[0] += 1
         return count >= 0
-
-
-def getIpuHwDevice(numIpus: int) -> Device:
-    """The first free device of ``numIpus`` IPUs of the (simulated) IPU system, attached.
-
-    Raises
-    ------
-    RuntimeError
-        No such device is free.
-    """
-    dm = DeviceManager.createDeviceManager()
-    for device in dm.getDevices(TargetType.IPU, numIpus):
-        if device.attach():
-            return device
-    raise RuntimeError("No IPU hardware available.")
 
 
 def build(device: Device, runs: int = 1) -> Engine:

@@ -62,11 +62,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from poplar_api import Device, DeviceManager, Engine, Graph, TargetType
+from poplar_api import Device, Engine, Graph
 from poplar_api import program as prog
 from poplar_api.codelet import SupervisorVertex
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from poplar_common import getIpuHwDevice
 
 #: IPUs of the pipeline: one per stage.
 NUM_IPUS = 2
@@ -89,21 +94,6 @@ class DummyVertex(SupervisorVertex):
         for _ in range(100):
             count += 1
         return count >= 0
-
-
-def getIpuHwDevice(numIpus: int) -> Device:
-    """The first free device of ``numIpus`` IPUs of the (simulated) IPU system, attached.
-
-    Raises
-    ------
-    RuntimeError
-        No such device is free.
-    """
-    dm = DeviceManager.createDeviceManager()
-    for device in dm.getDevices(TargetType.IPU, numIpus):
-        if device.attach():
-            return device
-    raise RuntimeError("No IPU hardware available.")
 
 
 def build(
