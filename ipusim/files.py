@@ -157,23 +157,30 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
+def _handled_by(signums: tuple[int, ...], handler: Any) -> Iterator[dict[int, Any]]:
+    """While open, ``handler`` handles each of ``signums`` that can be set; yields the
+    handlers they had, which come back on exit. Does nothing outside the main thread,
+    where handlers cannot be set (it then yields an empty dict)."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in signums:
+            with contextlib.suppress(OSError, ValueError):
+                previous[signum] = signal.signal(signum, handler)
+    try:
+        yield previous
+    finally:
+        for signum, old in previous.items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(signum, old)
+
+
+@contextlib.contextmanager
 def signals_as_exceptions() -> Iterator[None]:
     """While open, SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread
     (SIGINT raises :class:`KeyboardInterrupt` as always); the previous handlers come
     back on exit. Does nothing outside the main thread, where handlers cannot be set."""
-    if threading.current_thread() is not threading.main_thread():
+    with _handled_by(_STOP_SIGNALS, _raise_interrupted):
         yield
-        return
-    previous = {}
-    for signum in _STOP_SIGNALS:
-        with contextlib.suppress(OSError, ValueError):
-            previous[signum] = signal.signal(signum, _raise_interrupted)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -185,20 +192,14 @@ def _signals_held() -> Iterator[None]:
     so the handlers themselves are swapped for ones that only note the signal (blocking
     it in this thread alone would not do). Outside the main thread nothing can
     interrupt the renames and nothing is done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     caught: list[int] = []
     previous: dict[int, Any] = {}
-    for signum in (signal.SIGINT, *_STOP_SIGNALS):
-        with contextlib.suppress(OSError, ValueError):
-            previous[signum] = signal.signal(signum, lambda n, f: caught.append(n))
     try:
-        yield
+        with _handled_by(
+            (signal.SIGINT, *_STOP_SIGNALS), lambda n, f: caught.append(n)
+        ) as previous:
+            yield
     finally:
-        for signum, handler in previous.items():
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                signal.signal(signum, handler)
         if caught:
             _deliver(caught[0], previous.get(caught[0], signal.SIG_DFL))
 
