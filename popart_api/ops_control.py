@@ -26,12 +26,17 @@ values, with copy programs instead of dynamic-slice vertices. Rows of a Loop's s
 outputs that an early exit leaves unwritten are zero (PopART leaves them
 uninitialised). The body's ops see the enclosing graph's values by name
 (:attr:`LoweringContext.scope`), as ONNX's outer-scope references. Loop-carried values
-must keep their shape and type (PopART's tensors are static). There is no gradient
-through these ops (PopART differentiates ``If``, not ``Loop`` or ``Scan``): in a
-``TrainingSession`` a subgraph that reads a float tensor of the enclosing graph is a
-named error (its gradient would otherwise be lost), and a ``Loop`` or ``Scan`` with a
-float input on a trained weight's path is the autodiff's error for an op without a
-gradient.
+must keep their shape and type (PopART's tensors are static).
+
+Gradients: PopART differentiates ``If`` (``IfOp::getGradOps`` makes an ``IfGradOp``
+running the backward graph of each branch under the same condition), not ``Loop`` or
+``Scan``. In a ``TrainingSession`` each ``If`` branch keeps its node records and the
+values of the enclosing graph it reads (the node's implicit inputs, recorded after its
+condition); the gradient runs each branch's backward pass in a Poplar ``If`` on the
+forward predicate, and a value one branch does not reach gets zeros there. A ``Loop``
+or ``Scan`` body reading a float tensor of the enclosing graph is a named error (its
+gradient would otherwise be lost), and a ``Loop`` or ``Scan`` with a float input on a
+trained weight's path is the autodiff's error for an op without a gradient.
 """
 
 from __future__ import annotations
@@ -44,6 +49,15 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from popart_api.autodiff import (
+    GradContext,
+    Grads,
+    NodeRecord,
+    add_grads,
+    backward,
+    is_float,
+    register_grad,
+)
 from popart_api.errors import popart_exception
 from popart_api.onnx_model import node_attrs
 from popart_api.ops import Value, context, lookup, lowering_context, register, tensor
@@ -52,7 +66,7 @@ from poplar_api import program as pprog
 from poplar_api.errors import PoplarError
 from poplar_api.poputil import mapTensorLinearly
 
-__all__ = ["lower_subgraph"]
+__all__ = ["IF_GRAD", "IfBranch", "IfGrad", "implicit_inputs", "lower_subgraph"]
 
 #: The largest trip count (``LoopOp`` casts ``M`` to int32).
 _INT32_MAX = 2**31 - 1
@@ -64,6 +78,8 @@ def lower_subgraph(
     bound: dict[str, Value],
     prog: pprog.Sequence,
     name: str,
+    records: list[NodeRecord] | None = None,
+    reads: dict[str, Value] | None = None,
 ) -> list[Value]:
     """Lower the nodes of ONNX subgraph ``body`` into ``prog``; return its outputs.
 
@@ -79,6 +95,13 @@ def lower_subgraph(
         The program the subgraph's ops append to (a branch or the loop body).
     name
         The enclosing node's name; the subgraph's nodes are named under it.
+    records
+        When given (an ``If`` branch in training), a :class:`NodeRecord` per lowered
+        node is appended, for the branch's backward pass.
+    reads
+        When given, the values of the enclosing graph the subgraph reads, by id (the
+        ``If``'s implicit inputs, which get gradients); otherwise, in training, a
+        float one is refused (a Loop or Scan body: no gradient through it).
 
     Raises
     ------
@@ -106,17 +129,40 @@ def lower_subgraph(
                     "value of the enclosing graph"
                 )
             value = scope[tid] if tid else None
-            if tid and tid not in local and parent.training:
-                _refuse_training(value, tid, node.op_type, nname, name)
+            if tid and tid not in local:
+                if reads is not None:
+                    reads.setdefault(tid, value)
+                elif parent.training:
+                    _refuse_training(value, tid, node.op_type, nname, name)
             inputs.append(value)
         while inputs and inputs[-1] is None:
             inputs.pop()
         ctx = dataclasses.replace(parent, num_outputs=len(node.output), scope=scope)
+        attrs = node_attrs(node)
         try:
             with lowering_context(ctx):
-                outs = list(fn(graph, inputs, node_attrs(node), prog, nname))
+                outs = list(fn(graph, inputs, attrs, prog, nname))
         except PoplarError as exc:
             raise popart_exception(f"{node.op_type} (node '{nname}'): {exc}") from None
+        extra_ids, extra_values = implicit_inputs(attrs)
+        if reads is not None:
+            for tid, value in zip(extra_ids, extra_values, strict=True):
+                if tid not in local:
+                    reads.setdefault(tid, value)
+        if records is not None:
+            records.append(
+                NodeRecord(
+                    domain=domain,
+                    op_type=node.op_type,
+                    name=nname,
+                    opset=opset,
+                    attrs=attrs,
+                    input_ids=[*node.input[: len(inputs)], *extra_ids],
+                    output_ids=list(node.output),
+                    inputs=[*inputs, *extra_values],
+                    outputs=outs,
+                )
+            )
         for tid, v in zip(node.output, outs + [None] * len(node.output), strict=False):
             if tid and v is None:
                 raise popart_exception(
@@ -143,10 +189,10 @@ def _refuse_training(value: Value, tid: str, op: str, nname: str, name: str) -> 
     if isinstance(value, Tensor) and value.elementType() in (FLOAT, HALF):
         raise popart_exception(
             f"{op} (node '{nname}'): this subgraph of node '{name}' reads '{tid}', a float "
-            "tensor of the enclosing graph; popart_api computes no gradient through the "
-            "subgraphs of If, Loop and Scan (PopART differentiates If, not Loop or Scan), "
-            "so a TrainingSession refuses it; hint: run the model in an InferenceSession, "
-            "or pass the value as a loop-carried input off the weights' path"
+            "tensor of the enclosing graph; there is no gradient through the body of a Loop "
+            "or Scan (PopART differentiates If, not Loop or Scan), so a TrainingSession "
+            "refuses it; hint: run the model in an InferenceSession, or pass the value as "
+            "a loop-carried input off the weights' path"
         )
 
 
@@ -198,6 +244,59 @@ def _scalar_pred(value: Tensor, op: str, what: str, name: str) -> Tensor:
 
 
 # ------------------------------------------------------------------------- If
+#: Attribute key under which a trained ``If`` keeps what its gradient needs.
+IF_GRAD = "__if_grad__"
+
+
+@dataclasses.dataclass
+class IfBranch:
+    """One lowered branch of an ``If`` in training: its node records, its output ids
+    and values (before they are copied into the node's outputs)."""
+
+    records: list[NodeRecord]
+    output_ids: list[str]
+    outputs: list[Value]
+
+
+@dataclasses.dataclass
+class IfGrad:
+    """What the gradient of an ``If`` (PopART's ``IfGradOp``) needs: the scalar
+    predicate (None when the condition was known and one branch was inlined), the
+    branches lowered (then, else; or the one inlined) and the values of the
+    enclosing graph they read (its implicit inputs), in order of first reading."""
+
+    pred: Tensor | None
+    branches: list[IfBranch] = dataclasses.field(default_factory=list)
+    reads: dict[str, Value] = dataclasses.field(default_factory=dict)
+
+
+def implicit_inputs(attrs: dict) -> tuple[list[str], list[Value]]:
+    """Ids and values of the enclosing graph a node's subgraphs read, when they get
+    gradients (an ``If`` in training): the node record lists them after its inputs."""
+    info = attrs.get(IF_GRAD)
+    if info is None:
+        return [], []
+    return list(info.reads), list(info.reads.values())
+
+
+def _branch(
+    graph: Graph,
+    body: onnx.GraphProto,
+    prog: pprog.Sequence,
+    name: str,
+    attrs: dict,
+    pred: Tensor | None,
+) -> list[Value]:
+    """Lower an ``If`` branch; in training, keep its records for the gradient."""
+    if not context().training:
+        return lower_subgraph(graph, body, {}, prog, name)
+    info = attrs.setdefault(IF_GRAD, IfGrad(pred))
+    records: list[NodeRecord] = []
+    outs = lower_subgraph(graph, body, {}, prog, name, records, info.reads)
+    info.branches.append(IfBranch(records, [o.name for o in body.output], outs))
+    return outs
+
+
 @register("If", since=1)
 def _if(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) -> list:
     then_g = _graph_attr(attrs, "then_branch", "If", name)
@@ -219,12 +318,12 @@ def _if(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) ->
             )
         taken = bool(arr.reshape(-1)[0])
         branch = then_g if taken else else_g
-        return lower_subgraph(graph, branch, {}, prog, f"{name}/{'then' if taken else 'else'}")
+        return _branch(graph, branch, prog, f"{name}/{'then' if taken else 'else'}", attrs, None)
     pred = _scalar_pred(cond, "If", "condition", name)
     then_p = pprog.Sequence(debugContext=f"{name}/then")
     else_p = pprog.Sequence(debugContext=f"{name}/else")
-    t_out = lower_subgraph(graph, then_g, {}, then_p, f"{name}/then")
-    e_out = lower_subgraph(graph, else_g, {}, else_p, f"{name}/else")
+    t_out = _branch(graph, then_g, then_p, f"{name}/then", attrs, pred)
+    e_out = _branch(graph, else_g, else_p, f"{name}/else", attrs, pred)
     outs = []
     for k, (a, b) in enumerate(zip(t_out, e_out, strict=True)):
         like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
@@ -243,6 +342,58 @@ def _if(graph: Graph, inputs: list[Value], attrs: dict, prog: Any, name: str) ->
         outs.append(out)
     prog.add(pprog.If(pred, then_p, else_p, name))
     return outs
+
+
+@register_grad("If")
+def _if_grad(g: GradContext) -> Grads:
+    """PopART's ``IfGradOp`` (``willow/src/op/if.cpp``, ``IfOp::getGradOps``): the
+    backward pass of each branch, run under the forward condition, gives the gradients
+    of the values of the enclosing graph the branches read (the If's implicit inputs,
+    after its condition in the record); a value one branch does not reach gets zeros
+    in that branch."""
+    info: IfGrad | None = g.attrs.get(IF_GRAD)
+    n_in = len(g.inputs)
+    if info is None:  # lowered outside a TrainingSession
+        return [None] * n_in
+    ids = list(info.reads)
+    first = n_in - len(ids)
+    wanted = [j for j in range(len(ids)) if g.needs_grad(first + j)]
+    out: list[Tensor | None] = [None] * n_in
+    if not wanted:
+        return out
+    sources = [ids[j] for j in wanted]
+    targets: dict[int, Tensor] = {}
+    progs = []
+    for b, branch in enumerate(info.branches):
+        bprog = g.prog if info.pred is None else pprog.Sequence(debugContext=f"{g.name}/{b}")
+        seeds: dict[str, Tensor] = {}
+        for k, (oid, value) in enumerate(zip(branch.output_ids, branch.outputs, strict=True)):
+            dy = g.grad_outputs[k] if k < len(g.grad_outputs) else None
+            if dy is None or not is_float(value):
+                continue
+            prev = seeds.get(oid)
+            seeds[oid] = dy if prev is None else add_grads(g.graph, prev, dy, bprog, g.name)
+        found = backward(g.graph, branch.records, seeds, sources, bprog)
+        for j in wanted:
+            x = g.inputs[first + j]
+            grad = found.get(ids[j])
+            if grad is not None and grad.elementType() != x.elementType():
+                grad = popops.cast(g.graph, grad, x.elementType(), bprog, f"{g.name}/cast")
+            if info.pred is None:  # one branch inlined: its gradients as they are
+                out[first + j] = grad
+                continue
+            if j not in targets:
+                targets[j] = _variable(g.graph, x, f"{g.name}/{ids[j]}")
+            if grad is None:
+                popops.zero(g.graph, targets[j], bprog, f"{g.name}/{b}/zero")
+            else:
+                _copy(grad, targets[j], bprog)
+        progs.append(bprog)
+    if info.pred is not None:
+        g.prog.add(pprog.If(info.pred, progs[0], progs[1], f"{g.name}/branches"))
+        for j, t in targets.items():
+            out[first + j] = t
+    return out
 
 
 # ----------------------------------------------------------------------- Loop

@@ -49,6 +49,7 @@ from popart_api.logger import LEVELS
 from popart_api.logger import configure as configure_logging
 from popart_api.lowered import LoweredModel
 from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model, node_attrs
+from popart_api.ops_control import implicit_inputs
 from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
 from popart_api.patterns import as_patterns
@@ -506,6 +507,7 @@ class _Session(SessionIO):
                 self.lowered.value_ipu[tid] = ipu
                 self._value_stage[tid] = self.lowered.node_stage[i]
         self._side_progs.append(side)
+        extra_ids, extra_values = implicit_inputs(attrs)  # what an If's branches read
         self.lowered.records.append(
             autodiff.NodeRecord(
                 domain=domain,
@@ -513,9 +515,9 @@ class _Session(SessionIO):
                 name=name,
                 opset=opset,
                 attrs=attrs,
-                input_ids=list(node.input[: len(inputs)]),
+                input_ids=[*node.input[: len(inputs)], *extra_ids],
                 output_ids=list(node.output),
-                inputs=inputs,
+                inputs=[*inputs, *extra_values],
                 outputs=outs,
                 ipu=ipu,
                 stage=self.lowered.node_stage[i],

@@ -250,19 +250,23 @@ def _training(nodes, inputs, inits, opset=11) -> popart.TrainingSession:
     )
 
 
-def test_training_refuses_a_branch_reading_a_weight():
-    """The If's recorded input is only its condition: a weight its branch reads would
-    get no gradient, so the TrainingSession refuses the model with the tensor named."""
-    w = numpy_helper.from_array(np.ones(3, np.float32), "w")
-    then_g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["t"])], "then", [],
-                               [_vi("t", F, [3])])  # fmt: skip
-    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
-                               [_vi("e", F, [3])])  # fmt: skip
-    node = helper.make_node("If", ["c"], ["y"], name="gate", then_branch=then_g,
-                            else_branch=else_g)  # fmt: skip
-    session = _training([node], [_vi("c", TensorProto.BOOL, []), _vi("x", F, [3])], [w])
+def test_training_refuses_a_loop_body_reading_a_weight():
+    """A Loop body's read of an enclosing float tensor would get no gradient (PopART
+    differentiates If, not Loop): the TrainingSession refuses it with the tensor named.
+    (If branches train: tests/test_popart_if_training.py.)"""
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["v", "w"], ["v2"]), helper.make_node("Identity", ["c"], ["co"])],
+        "body", [_vi("i", TensorProto.INT64, []), _vi("c", TensorProto.BOOL, []), _vi("v", F, [2])],
+        [_vi("co", TensorProto.BOOL, []), _vi("v2", F, [2])],
+    )  # fmt: skip
+    nodes = [
+        _const("M", np.int64(2)),
+        helper.make_node("Loop", ["M", "", "x"], ["y"], name="twice", body=body),
+    ]
+    session = _training(nodes, [_vi("x", F, [2])], [w])
     with pytest.raises(
-        popart.popart_exception, match=r"node 'gate/then/Mul_0'.*reads 'x'.*TrainingSession"
+        popart.popart_exception, match=r"node 'twice/body/Mul_0'.*reads 'w'.*body of a Loop"
     ):
         session.prepareDevice()
 
