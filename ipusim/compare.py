@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ipusim.errors import IpusimError
 from ipusim.measured import PHASES, MeasuredProfile
-from ipusim.sweep.cli import positive_int
+from ipusim.sweep.cli import positive_int, whole_number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -591,13 +591,7 @@ def _percent(text: str) -> float:
 
 def _step_count(text: str) -> int:
     """An argparse ``type``: a whole number >= 0, or -1 for all (``--steps``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"found {text!r}; required a whole number") from None
-    if value < -1:
-        raise argparse.ArgumentTypeError(f"found {value}; required N >= 0, or -1 for all")
-    return value
+    return whole_number(text, -1, "N >= 0, or -1 for all")
 
 
 def register(subparsers: Any) -> None:

@@ -47,6 +47,25 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     return [*args[: command + 1], "run", *args[command + 1 :]]
 
 
+def whole_number(text: str, minimum: int, required: str) -> int:
+    """``text`` read as a whole number of at least ``minimum``: the body of an argparse
+    ``type`` for a count on the command line.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If ``text`` is not a whole number or is below ``minimum``, with the value found
+        and ``required`` (what the option needs, e.g. ``"at least 1"``).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"found {text!r}; required a whole number") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"found {value}; required {required}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An argparse ``type`` for a whole number of at least 1 (a count on the command line).
 
@@ -55,13 +74,7 @@ def positive_int(text: str) -> int:
     argparse.ArgumentTypeError
         If ``text`` is not a whole number or is below 1, with the value found.
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"found {text!r}; required a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"found {value}; required at least 1")
-    return value
+    return whole_number(text, 1, "at least 1")
 
 
 def _run(args: argparse.Namespace) -> int:
