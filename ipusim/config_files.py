@@ -28,6 +28,7 @@ __all__ = [
     "load_yaml_text",
     "merge",
     "preset_path",
+    "read_yaml_mapping",
 ]
 
 # Presets --------------------------------------------------------------------------------
@@ -229,32 +230,53 @@ def load_yaml_text(text: str, label: str) -> Any:
         loader.dispose()
 
 
-def _read_yaml(path: Path, label: str) -> dict[str, Any]:
-    """Parse one YAML config file into a dict, or raise a one-problem ConfigError."""
+def read_yaml_mapping(path: Path, label: str, missing: str, wanted: str) -> dict[str, Any]:
+    """The mapping at the top of the YAML file ``path`` (a machine config or an
+    experiment), read safely (:func:`load_yaml_text`).
+
+    Parameters
+    ----------
+    path, label
+        The file, and how messages name it.
+    missing
+        What a message says after ``file not found;`` (what the file should have been).
+    wanted
+        What a message says of a top level that is not a mapping (``"expected a mapping
+        of ..."``).
+
+    Raises
+    ------
+    ConfigError
+        One problem: the file is missing or unreadable, a value cannot be read, or the
+        top level is not a mapping.
+    yaml.YAMLError
+        The text is not YAML; the caller words the problem for its kind of file.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(
-            [
-                f"{label}: file not found; expected a YAML machine config or a preset name "
-                f"({', '.join(list_presets())})"
-            ]
-        ) from None
+        raise ConfigError([f"{label}: file not found; {missing}"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{label}: cannot read the file ({exc})"]) from None
-    try:
-        data = load_yaml_text(text, label)
-    except yaml.YAMLError as exc:
-        raise ConfigError([_yaml_problem(label, exc)]) from None
+    data = load_yaml_text(text, label)
     if not isinstance(data, dict):
         found = "an empty file" if data is None else f"{_show(data)} ({type(data).__name__})"
-        raise ConfigError(
-            [
-                f"{label}: top level: found {found}; expected a mapping of config sections "
-                f"(name, tile, memory, exchange, sync, host, links, ...)"
-            ]
-        )
+        raise ConfigError([f"{label}: top level: found {found}; {wanted}"])
     return data
+
+
+def _read_yaml(path: Path, label: str) -> dict[str, Any]:
+    """Parse one YAML config file into a dict, or raise a one-problem ConfigError."""
+    try:
+        return read_yaml_mapping(
+            path,
+            label,
+            f"expected a YAML machine config or a preset name ({', '.join(list_presets())})",
+            "expected a mapping of config sections (name, tile, memory, exchange, sync, "
+            "host, links, ...)",
+        )
+    except yaml.YAMLError as exc:
+        raise ConfigError([_yaml_problem(label, exc)]) from None
 
 
 def _yaml_problem(label: str, exc: yaml.YAMLError) -> str:

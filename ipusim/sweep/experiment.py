@@ -56,7 +56,8 @@ from pydantic import (
     model_validator,
 )
 
-from ipusim.config import MachineConfig, list_presets, load_config, load_yaml_text, with_overrides
+from ipusim.config import MachineConfig, list_presets, load_config, with_overrides
+from ipusim.config_files import read_yaml_mapping
 from ipusim.config_sections import leaf_paths, suggest_path
 from ipusim.errors import ConfigError, IpusimError
 from ipusim.errors import short_repr as _show
@@ -402,15 +403,12 @@ def _read(source: str | os.PathLike[str]) -> tuple[dict[str, Any], str, Path]:
     path = Path(source)
     label = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ExperimentError(
-            [f"{label}: file not found; hint: give the path of an experiment YAML file"]
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExperimentError([f"{label}: cannot read the file ({exc})"]) from None
-    try:
-        data = load_yaml_text(text, label)
+        data = read_yaml_mapping(
+            path,
+            label,
+            "hint: give the path of an experiment YAML file",
+            "required a mapping with name, workloads, config, axes",
+        )
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -418,16 +416,8 @@ def _read(source: str | os.PathLike[str]) -> tuple[dict[str, Any], str, Path]:
         raise ExperimentError(
             [f"{label}: {where}YAML syntax error: {problem}; hint: check indentation and quotes"]
         ) from None
-    except ConfigError as exc:  # duplicate keys, alias bombs, ...
+    except ConfigError as exc:  # unreadable, not a mapping, duplicate keys, alias bombs, ...
         raise ExperimentError(exc.problems) from None
-    if not isinstance(data, dict):
-        found = "an empty file" if data is None else f"{_show(data)} ({type(data).__name__})"
-        raise ExperimentError(
-            [
-                f"{label}: top level: found {found}; required a mapping with name, workloads, "
-                "config, axes"
-            ]
-        )
     return data, label, path.resolve().parent
 
 
