@@ -308,6 +308,19 @@ def _names(names: list[str], limit: int = 6) -> str:
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
+def _subset(given: Iterable[str] | None, allowed: Sequence[str], what: str) -> list[str]:
+    """The names of ``given`` (stripped, blanks dropped), or every one of ``allowed``
+    when None; a name not in ``allowed`` is a CompareError naming it."""
+    names = list(allowed) if given is None else [n.strip() for n in given if n.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise CompareError(
+            f"unknown {what}(s) {', '.join(map(repr, bad))}; required a subset of "
+            f"{', '.join(allowed)}"
+        )
+    return names
+
+
 def compare(
     measured: MeasuredProfile,
     simulated: MeasuredProfile,
@@ -353,20 +366,8 @@ def compare(
             "(hint: simulate with a config of the same tile count, e.g. --config mk1 for "
             "1,216 tiles)"
         )
-    wanted = list(PHASES) if phases is None else [p.strip() for p in phases if p.strip()]
-    bad = [p for p in wanted if p not in PHASES]
-    if bad:
-        raise CompareError(
-            f"unknown phase(s) {', '.join(map(repr, bad))}; required a subset of "
-            f"{', '.join(PHASES)}"
-        )
-    use = list(LEVELS) if levels is None else [lv.strip() for lv in levels if lv.strip()]
-    bad = [lv for lv in use if lv not in LEVELS]
-    if bad:
-        raise CompareError(
-            f"unknown level(s) {', '.join(map(repr, bad))}; required a subset of "
-            f"{', '.join(LEVELS)}"
-        )
+    wanted = _subset(phases, PHASES, "phase")
+    use = _subset(levels, LEVELS, "level")
     frames = []
     unmatched: dict[str, tuple[list[str], list[str]]] = {}
 
