@@ -36,6 +36,7 @@ from ipusim.errors import IpusimError, SimulationTimeout
 from ipusim.machine import Machine
 from ipusim.timing import TimingModel
 from ipusim.trace import Trace
+from poplar_api import profiling
 from poplar_api.codelet import vertex_bounds_checks
 from poplar_api.codelet_base import floating_point_exceptions
 from poplar_api.device import Device
@@ -258,6 +259,7 @@ class Engine:
         #: The tile memory placement of the compiled graph.
         self.memory = compiled.memory
         self.undef_nodes = frozenset(k for k, *_ in compiled.liveness.points.undefs)  # WriteUndefs
+        profiling.write_graph_report(self)  # where POPLAR_GRAPH_REPORT_DEST says, if set
 
     # -------------------------------------------------------------------- device
     def load(self, device: Device) -> None:
@@ -374,7 +376,7 @@ class Engine:
             raise
         self._trace = trace
         self._traces.append(trace)
-        self._auto_report()
+        profiling.write_auto_report(self)  # the autoReport.* files the options ask for
 
     def getTrace(self) -> Trace | None:
         """The trace of the last run on an IPU Model (None before a run or on a CPU)."""
@@ -639,12 +641,6 @@ class Engine:
 
         records = block_records(self._traces, program_table(self.ir_program))
         return [r for r in records if tile is None or r["tile"] == tile]
-
-    def _auto_report(self) -> None:
-        """Write the ``autoReport.*`` files the options ask for (after each run)."""
-        from poplar_api.profiling import write_auto_report
-
-        write_auto_report(self)
 
 
 def _max_cycles(options: Mapping[str, str]) -> int | None:

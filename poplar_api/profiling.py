@@ -19,7 +19,10 @@ steps refer to the same indices.
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -31,7 +34,7 @@ from ipusim import ir
 from ipusim.config import MachineConfig, config_hash
 from ipusim.files import FileGroup
 from ipusim.profile.execution import ProgramTable, program_table
-from ipusim.profile.memory_categories import by_category
+from ipusim.profile.memory_categories import by_category, by_compute_set, by_vertex_type
 from ipusim.sync.controller import relative_sync_delays
 from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost
@@ -44,6 +47,7 @@ from poplar_api.engine_options import (
 )
 from poplar_api.errors import EngineError
 from poplar_api.logging_config import logger
+from poplar_api.lowering.memory import exchange_code
 
 __all__ = [
     "ENGINE_OPTIONS",
@@ -57,6 +61,7 @@ __all__ = [
     "serializeToCBOR",
     "serializeToJSON",
     "write_auto_report",
+    "write_graph_report",
 ]
 
 
@@ -325,18 +330,30 @@ def _compute_sets(
 
 
 def _exchanges(timing: TimingModel, steps: list[ir.Exchange]) -> dict[str, Any]:
+    """Internal exchanges; ``memoryByInstruction`` holds each one's exchange code per
+    tile by what the code does (``setup``, ``send``, ``receive``: the blocks memory
+    placement charges to ``internalExchangeCode``; none for the on-chip side of a
+    stream copy, whose code is the copy's ``hostExchangeCode``)."""
     out: dict[str, list[Any]] = {
         "names": [],
         "bytesReceivedByTile": [],
         "bytesSentByTile": [],
         "estimatedCyclesByTile": [],
+        "memoryByInstruction": [],
     }
+    none = np.zeros(timing.config.num_tiles, np.int64)
     for step in steps:
         cost = timing.cost(step)
         out["names"].append(step.name)
         out["bytesReceivedByTile"].append(_ints(cost.bytes_received))
         out["bytesSentByTile"].append(_ints(cost.bytes_sent))
         out["estimatedCyclesByTile"].append(_ints(cost.cycles))
+        code = (
+            {k: none for k in ("setup", "send", "receive")}
+            if step.host
+            else exchange_code(timing, step)
+        )
+        out["memoryByInstruction"].append({k: _ints(v) for k, v in code.items()})
     return out
 
 
@@ -465,16 +482,20 @@ def _programs(
     return progs
 
 
-def _memory(report: Any) -> dict[str, Any] | None:
-    """The memory section from a ``MemoryReport`` (None when the engine has none)."""
+def _memory(
+    report: Any, computes: list[ir.Compute], type_names: list[str]
+) -> dict[str, Any] | None:
+    """The memory section from a ``MemoryReport`` (None when the engine has none);
+    ``byComputeSet`` and ``byVertexType`` follow the order of the profile's
+    ``computeSets`` and ``vertexTypes``."""
     if report is None:
         return None
     return {
         "capacity": {k: int(v) for k, v in report.capacity.items()},
         "byTile": {k: _ints(v) for k, v in report.by_tile.items()},
         "byCategory": by_category(report),
-        "byComputeSet": {k: _ints(v) for k, v in report.by_compute_set.items()},
-        "byVertexType": {k: int(v) for k, v in report.by_vertex_type.items()},
+        "byComputeSet": by_compute_set(report, computes, type_names),
+        "byVertexType": by_vertex_type(report, type_names),
         "liveness": [
             {"name": str(n), "notAlwaysLive": int(a), "alwaysLive": int(b)}
             for n, a, b in report.liveness
@@ -524,7 +545,7 @@ def graph_profile(engine: Any) -> dict[str, Any]:
         ),
         "controlPrograms": list(table.entries),
         "functionPrograms": list(table.functions),
-        "memory": _memory(memory),
+        "memory": _memory(memory, computes, type_names),
         "engineOptions": options,
         "debug": {"instrument": option(options, "debug.instrument") == "true"},
     }
@@ -555,6 +576,45 @@ def printProfileSummary(
     from poplar_api.summary import render_summary
 
     render_summary(stream, graphProfile, executionProfile, options or {})
+
+
+# ------------------------------------------------------------- graph report dest
+#: Environment variable naming where every engine writes its graph summary once
+#: compiled: ``stdout``, ``stderr`` or a file name (unset or empty: nowhere).
+GRAPH_REPORT_DEST = "POPLAR_GRAPH_REPORT_DEST"
+
+
+def write_graph_report(engine: Any, environ: Mapping[str, str] | None = None) -> str | None:
+    """Write the graph summary of a compiled ``engine`` (Target, Graph and Memory
+    Usage, as :func:`~poplar_api.summary.printGraphSummary`) where
+    ``POPLAR_GRAPH_REPORT_DEST`` says: ``stdout``, ``stderr``, or a file (replaced
+    whole, atomically, by each engine's report).
+
+    Returns
+    -------
+    str or None
+        The destination written, or None when the variable is unset or empty.
+
+    Raises
+    ------
+    ipusim.files.FileWriteError
+        The file cannot be written (the message names the variable and the file).
+    """
+    from ipusim.files import write_text
+    from poplar_api.summary import printGraphSummary
+
+    dest = (os.environ if environ is None else environ).get(GRAPH_REPORT_DEST, "").strip()
+    if not dest:
+        return None
+    text = io.StringIO()
+    printGraphSummary(text, engine.getGraphProfile(), {})
+    if dest in ("stdout", "stderr"):
+        stream = getattr(sys, dest)
+        stream.write(text.getvalue())
+        stream.flush()
+    else:
+        write_text(dest, text.getvalue(), what=GRAPH_REPORT_DEST)
+    return dest
 
 
 # --------------------------------------------------------------------- autoReport

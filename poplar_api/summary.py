@@ -31,9 +31,10 @@ Options (strings): ``showExecutionSteps`` ("true") lists every step;
 ``showVarStorage`` ("true") lists the bytes live at each program point;
 ``showPerIpuMemoryUsage`` ("true") adds each IPU's memory use; ``colours`` ("true")
 prints the section headings in bold when the stream is a terminal;
-``showOptimizations`` is accepted and prints nothing (ipusim's compiler reports no
-optimisation passes); ``summaryLayout`` (``sdk1`` or ``sdk2``) chooses the layout of
-the Execution section instead of the target's default.
+``showOptimizations`` ("true") prints the graph profile's ``optimizationInfo`` after
+the Graph section (one line per entry; ipusim's compiler runs no optimisation passes,
+so for its own profiles the section says so); ``summaryLayout`` (``sdk1`` or
+``sdk2``) chooses the layout of the Execution section instead of the target's default.
 
 :func:`printGraphSummary` prints the Target, Graph and Memory Usage sections alone,
 :func:`printExecutionSummary` the Execution section alone (Poplar's functions of those
@@ -146,9 +147,11 @@ def _memory(w: Any, gp: Mapping[str, Any], show_liveness: bool) -> None:
     width = max((len(k) for k, _ in cats), default=0)
     for name, total in cats:
         w(f"    {name + ':':<{width + 1}} {total:>14,} B\n")
-    if mem["byVertexType"]:
+    names = gp["vertexTypes"]["names"]
+    sizes = [int(sum(row)) for row in mem["byVertexType"]["totalBytes"]]
+    if names:
         w("  Vertex data by type:\n")
-        types = sorted(mem["byVertexType"].items(), key=lambda kv: -kv[1])
+        types = sorted(zip(names, sizes, strict=True), key=lambda kv: -kv[1])
         width = max(len(k) for k, _ in types)
         for name, total in types:
             w(f"    {name + ':':<{width + 1}} {int(total):>14,} B\n")
@@ -418,9 +421,25 @@ def _writer(out: IO[str], options: Mapping[str, Any]) -> Any:
     return write
 
 
+def _optimizations(w: Any, gp: Mapping[str, Any]) -> None:
+    """The graph profile's ``optimizationInfo`` (option ``showOptimizations``): each
+    entry on a line, numbers with thousands separators."""
+    info = gp.get("optimizationInfo") or {}
+    w("Optimizations:\n")
+    if not info:
+        w("  (none: no optimisation pass reported anything)\n")
+        return
+    width = max(len(str(k)) for k in info) + 1
+    for key, value in sorted(info.items(), key=lambda kv: str(kv[0])):
+        shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+        w(f"  {str(key) + ':':<{width}} {shown}\n")
+
+
 def _graph_part(w: Any, gp: Mapping[str, Any], options: Mapping[str, Any]) -> None:
     _target(w, gp)
     _graph(w, gp)
+    if _truthy(options.get("showOptimizations", "false")):
+        _optimizations(w, gp)
     _memory(w, gp, _truthy(options.get("showVarStorage", "false")))
     if _truthy(options.get("showPerIpuMemoryUsage", "false")):
         _per_ipu_memory(w, gp)

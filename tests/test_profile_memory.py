@@ -164,6 +164,6 @@ def test_the_docs_table_lists_the_categories_with_their_sources():
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "profiles.md").read_text()
     start = text.index("### Memory by storage category")
-    rows = re.findall(r"^\| `(\w+)` \| (guide|Graphcore code|recalled) \|", text[start:], re.M)
-    sources = {"guide": "guide", "Graphcore code": "graphcore", "recalled": "recalled"}
+    rows = re.findall(r"^\| `(\w+)` \| (guide|Graphcore code|unconfirmed) \|", text[start:], re.M)
+    sources = {"guide": "guide", "Graphcore code": "graphcore", "unconfirmed": "unconfirmed"}
     assert {name: sources[src] for name, src in rows} == STORAGE_CATEGORIES

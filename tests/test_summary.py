@@ -199,6 +199,7 @@ def test_before_any_run_and_without_memory():
 
 def test_memory_section_from_a_report():
     engine = _plain_engine()
+    (copy_type,) = engine.getGraphProfile()["vertexTypes"]["names"]
     cap = 64 * 1024
     need = np.array([0, 100, 8192, 9000, 20000, cap, 70000, 30000], np.int64)
     excl = need - 8  # 8 bytes of gaps per tile
@@ -219,7 +220,8 @@ def test_memory_section_from_a_report():
         },
         by_category={"variable": excl - 100, "vertexCode": np.full(8, 100)},
         by_compute_set={},
-        by_vertex_type={"DotProductVertex": 1234},
+        by_vertex_type={copy_type: 1234},
+        vertex_data_by_type={copy_type: np.array([1000, 234, 0, 0, 0, 0, 0, 0])},
         liveness=[("mulCS", 4000, 96), ("reduceCS", 10, 96)],
         out_of_memory=True,
         tiles_out_of_memory=np.array([6]),
@@ -238,7 +240,7 @@ def test_memory_section_from_a_report():
     assert number(text, "Excluding gaps") == int(need.sum()) - 8 * 8
     assert value(text, "Overflowed") == f"{70000 - cap:,} B / {70000 - cap:,} B"
     assert number(text, "vertexCode") == 800
-    assert number(text, "DotProductVertex") == 1234
+    assert number(text, copy_type) == 1234
     # histogram: 8 buckets of 8 KiB; 65536 falls in the last (closed) one, 70000 is over
     bars = re.findall(r"^\s+(.+?)\s+(\d+) #*$", text, re.MULTILINE)
     counts = [int(c) for _, c in bars]

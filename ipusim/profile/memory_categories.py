@@ -29,6 +29,8 @@ __all__ = [
     "REGIONS",
     "STORAGE_CATEGORIES",
     "by_category",
+    "by_compute_set",
+    "by_vertex_type",
     "category_totals",
     "overlapped_blocks",
 ]
@@ -38,8 +40,10 @@ __all__ = [
 #: projects/profile-data, "1.2 Storage categories") and its index; ``graphcore``:
 #: Graphcore's own code reading these categories from profiles
 #: (graphcore/ipu_tensorflow_addons, its saved-model converter's list of
-#: non-layer memory, and graphcore/poplibs tests); ``recalled``: a name of the
-#: guide's table that could not be read again here (docs/profiles.md says so).
+#: non-layer memory, graphcore/ipu_tensorflow_addons' profile-analysis tests, and
+#: graphcore/poplibs tests); ``unconfirmed``: a name recalled from the guide's table
+#: that no public Graphcore page or code read here confirms (docs/profiles.md says
+#: so). Poplar has 27 categories; the one missing here was not found.
 STORAGE_CATEGORIES: dict[str, str] = {
     "constant": "guide",
     "controlCode": "guide",
@@ -48,19 +52,19 @@ STORAGE_CATEGORIES: dict[str, str] = {
     "copyDescriptor": "guide",
     "globalExchangeCode": "graphcore",
     "globalExchangePacketHeader": "graphcore",
-    "globalMessage": "recalled",
+    "globalMessage": "unconfirmed",
     "hostExchangeCode": "graphcore",
     "hostExchangePacketHeader": "graphcore",
-    "hostMessage": "recalled",
-    "instrumentation": "recalled",
+    "hostMessage": "unconfirmed",
+    "instrumentation": "unconfirmed",
     "instrumentationResults": "graphcore",
     "internalExchangeCode": "graphcore",
-    "message": "recalled",
-    "multiple": "recalled",
-    "outputEdge": "recalled",
-    "rearrangement": "recalled",
-    "sharedCodeStorage": "recalled",
-    "sharedDataStorage": "recalled",
+    "message": "unconfirmed",
+    "multiple": "unconfirmed",
+    "outputEdge": "unconfirmed",
+    "rearrangement": "unconfirmed",
+    "sharedCodeStorage": "unconfirmed",
+    "sharedDataStorage": "unconfirmed",
     "stack": "graphcore",
     "variable": "guide",
     "vectorListDescriptor": "graphcore",
@@ -77,6 +81,8 @@ IPUSIM_TO_POPLAR: dict[str, str] = {
     "constant": "constant",
     "vertexCode": "vertexCode",
     "vertexInstanceState": "vertexInstanceState",
+    "vectorListDescriptor": "vectorListDescriptor",
+    "copyDescriptor": "copyDescriptor",
     "controlCode": "controlCode",
     "internalExchangeCode": "internalExchangeCode",
     "globalExchangeCode": "globalExchangeCode",
@@ -168,3 +174,77 @@ def category_totals(by_cat: dict[str, Any]) -> dict[str, np.ndarray]:
         c: np.sum([np.asarray(kinds[k], np.int64) for kinds in regions.values() for k in kinds], 0)
         for c, regions in by_cat.items()
     }
+
+
+def _code_by_type(report: Any, type_names: list[str]) -> np.ndarray:
+    """Vertex code bytes of each type (rows, in ``type_names`` order) on each tile,
+    from the ``vertexCode`` blocks the memory model placed (one per type and tile)."""
+    nt = int(report.num_tiles)
+    table = np.zeros((len(type_names), nt), np.int64)
+    blocks = report.blocks
+    if "vertexCode" not in blocks.categories or not type_names:
+        return table
+    rows = np.flatnonzero(blocks.category == blocks.categories.index("vertexCode"))
+    row_of = {n: i for i, n in enumerate(type_names)}
+    # block name index -> row of its type (-1: a type no compute set lists)
+    lookup = np.array([row_of.get(n, -1) for n in blocks.names], np.int64)
+    which = lookup[blocks.name[rows]]
+    keep = which >= 0
+    cells = which[keep] * nt + blocks.tile[rows][keep]
+    sums = np.bincount(cells, weights=blocks.size[rows][keep], minlength=table.size)
+    return np.rint(sums).astype(np.int64).reshape(table.shape)
+
+
+def _breakdown(code: np.ndarray, data: np.ndarray) -> dict[str, list[list[int]]]:
+    return {
+        "codeBytes": code.tolist(),
+        "vertexDataBytes": data.tolist(),
+        "totalBytes": (code + data).tolist(),
+    }
+
+
+def by_vertex_type(report: Any, type_names: list[str]) -> dict[str, list[list[int]]]:
+    """``memory.byVertexType``: ``codeBytes``, ``vertexDataBytes`` and ``totalBytes``,
+    each a list (one entry per name of ``type_names``, the profile's
+    ``vertexTypes.names``) of bytes on every tile. Code is the type's ``vertexCode``
+    block on each tile; vertex data is the state of its vertices (vector-list and copy
+    descriptors included)."""
+    nt = int(report.num_tiles)
+    data = np.zeros((len(type_names), nt), np.int64)
+    held = getattr(report, "vertex_data_by_type", {}) or {}
+    for i, name in enumerate(type_names):
+        if name in held:
+            data[i] = held[name]
+    return _breakdown(_code_by_type(report, type_names), data)
+
+
+def by_compute_set(
+    report: Any, computes: list[Any], type_names: list[str]
+) -> dict[str, list[list[int]]]:
+    """``memory.byComputeSet``: ``codeBytes``, ``vertexDataBytes`` and ``totalBytes``,
+    each a list (one entry per compute step of ``computes``, the profile's
+    ``computeSets``) of bytes on every tile.
+
+    A compute set's code on a tile is the code of every vertex type it runs there (a
+    type's code is stored once per tile and counts in each compute set that uses it,
+    so these add up to more than the ``vertexCode`` category when sets share types).
+    Its vertex data is the memory model's state of the compute set of that name;
+    compute steps that share a name list it under the first of them.
+    """
+    nt = int(report.num_tiles)
+    code_table = _code_by_type(report, type_names)
+    row_of = {n: i for i, n in enumerate(type_names)}
+    code = np.zeros((len(computes), nt), np.int64)
+    data = np.zeros((len(computes), nt), np.int64)
+    seen: set[str] = set()
+    for i, step in enumerate(computes):
+        rows = np.array([row_of[n] for n in step.vertex_type_names], np.int64)
+        kinds = np.zeros(0, np.int64) if step.vertex_type is None else step.vertex_type
+        if len(kinds) != len(step.vertex_tile):
+            kinds = np.zeros(len(step.vertex_tile), np.int64)
+        pairs = np.unique(rows[np.asarray(kinds, np.int64)] * nt + step.vertex_tile)
+        np.add.at(code[i], pairs % nt, code_table.reshape(-1)[pairs])
+        if step.name not in seen and step.name in report.by_compute_set:
+            data[i] = report.by_compute_set[step.name]
+        seen.add(step.name)
+    return _breakdown(code, data)

@@ -648,6 +648,8 @@ class MemoryReport:
     blocks: BlockTable = field(default_factory=BlockTable.empty, repr=False)
     block_region: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     block_offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    #: vertex type -> bytes of its vertices' state on each tile (set by the lowering)
+    vertex_data_by_type: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @cached_property
     def placements(self) -> list[Placement]:

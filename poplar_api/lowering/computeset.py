@@ -581,6 +581,11 @@ class ComputeSetRecord:
     interleaved
         ``variable * num_tiles + tile`` of the (variable, tile) pairs connected to a
         field declared ``interleaved`` (sorted, distinct).
+    descriptors_per_tile
+        The part of ``state_per_tile`` that is vector-list descriptors (Poplar's
+        ``vectorListDescriptor`` storage); None means none.
+    state_by_type_tile
+        ``(vertex type name, bytes of vertex state on each tile)`` per type.
     """
 
     compute_set: int
@@ -589,6 +594,8 @@ class ComputeSetRecord:
     state_per_tile: np.ndarray
     state_by_type: tuple[tuple[str, int], ...]
     interleaved: np.ndarray
+    descriptors_per_tile: np.ndarray | None = None
+    state_by_type_tile: tuple[tuple[str, np.ndarray], ...] = ()
 
 
 def interleaved_keys(
@@ -611,9 +618,19 @@ def interleaved_keys(
     return np.unique(np.concatenate(keys))
 
 
-def vertex_state(
-    table: ComputeSetTable, code: Any, num_tiles: int
-) -> tuple[np.ndarray, tuple[tuple[str, int], ...]]:
+@dataclass(frozen=True)
+class VertexState:
+    """Vertex state of a compute set (:func:`vertex_state`): bytes on each tile, per
+    vertex type (in all and on each tile), and the vector-list descriptors' part of
+    the bytes on each tile."""
+
+    per_tile: np.ndarray
+    by_type: tuple[tuple[str, int], ...]
+    by_type_tile: tuple[tuple[str, np.ndarray], ...]
+    descriptors_per_tile: np.ndarray
+
+
+def vertex_state(table: ComputeSetTable, code: Any, num_tiles: int) -> VertexState:
     """Vertex state of a compute set: bytes per tile and per vertex type.
 
     A vertex holds a header, a pointer per field, a size word per vector and per
@@ -621,7 +638,8 @@ def vertex_state(
     config's ``code`` section).
     """
     sizes = np.zeros(table.vertex_ids.size, np.int64)
-    by_type = []
+    descriptors = np.zeros(table.vertex_ids.size, np.int64)
+    by_type, by_type_tile = [], []
     for group in table.groups:
         fixed = code.vertex_header_bytes
         per_vertex = np.zeros(group.positions.size, np.int64)
@@ -633,9 +651,15 @@ def vertex_state(
                 fixed += code.vector_size_bytes
                 per_vertex += code.vectorlist_descriptor_bytes * np.diff(ft.offsets)
         sizes[group.positions] = fixed + per_vertex
-        by_type.append((group.vtype.name, int(fixed * group.positions.size + per_vertex.sum())))
+        descriptors[group.positions] = per_vertex
+        name = group.vtype.name
+        by_type.append((name, int(fixed * group.positions.size + per_vertex.sum())))
+        tiles = table.tiles[group.positions]
+        on_tiles = np.bincount(tiles, weights=fixed + per_vertex, minlength=num_tiles)
+        by_type_tile.append((name, on_tiles.astype(np.int64)))
     per_tile = np.bincount(table.tiles, weights=sizes, minlength=num_tiles).astype(np.int64)
-    return per_tile, tuple(by_type)
+    lists = np.bincount(table.tiles, weights=descriptors, minlength=num_tiles).astype(np.int64)
+    return VertexState(per_tile, tuple(by_type), tuple(by_type_tile), lists)
 
 
 def vertex_cycles(

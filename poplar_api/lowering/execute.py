@@ -135,7 +135,10 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
     nodes += em.exchange_steps(planner, f"{cs.name}/ExchangeOut", f"{cs.name}/SyncOut", pid, "Out")
     node = ir.Sequence(nodes, name=cs.name)
     em.touches[id(node)] = [(ft.type, ft.touched()) for g in table.groups for ft in g.fields]
-    per_tile, by_type = vertex_state(table, em.cfg.code, em.num_tiles)
+    st = vertex_state(table, em.cfg.code, em.num_tiles)
     inter = interleaved_keys(table, em.state, em.variables, em.num_tiles)
-    em.compute_sets[cs.id] = ComputeSetRecord(cs.id, cs.name, node, per_tile, by_type, inter)
+    em.compute_sets[cs.id] = ComputeSetRecord(
+        cs.id, cs.name, node, st.per_tile, st.by_type, inter, st.descriptors_per_tile,
+        st.by_type_tile,
+    )  # fmt: skip
     return node

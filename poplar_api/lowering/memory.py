@@ -9,7 +9,9 @@ needs in tile memory and hands it to :func:`ipusim.tile.memory.plan`:
 * ``vertexInstanceState``: per vertex a header word plus its field words (sizes in
   the config's ``code`` section), summed per compute set and tile; kept in the
   non-interleaved region next to the code that walks it, so the interleaved region
-  holds only variables and buffers.
+  holds only variables and buffers. The descriptors of its vector lists are
+  ``vectorListDescriptor`` blocks beside it, and the state of the on-tile copy
+  vertices lowering inserts is ``copyDescriptor``.
 * ``vertexCode``: once per vertex type per tile; ``controlCode``: per tile, per
   program step run on it; ``internalExchangeCode`` / ``globalExchangeCode`` /
   ``hostExchangeCode``: per on-chip exchange, exchange between IPUs
@@ -33,7 +35,7 @@ its first call only, however often it is called. The sizes come from the config'
 
 Exchange code per tile and exchange is ``exchange_code_base_bytes`` plus
 ``exchange_code_bytes_per_message`` for each region the tile sends and for each
-distinct tile it receives from (:func:`_code_messages`): received data lands in the
+distinct tile it receives from (:func:`exchange_code`): received data lands in the
 tile's message buffer in arrival order, so the receiving tile's code selects each
 sender once and lets the incoming data run on, whereas a sender addresses every
 region it sends. Counting every received run instead (each a few elements of a
@@ -63,7 +65,7 @@ from poplar_api.lowering.computeset import ComputeSetRecord
 from poplar_api.lowering.exchange import OwnerCache
 from poplar_api.lowering.liveness import Liveness, ProgramPoints, VariableIndex
 
-__all__ = ["out_of_memory_message", "place_memory", "variable_tiles"]
+__all__ = ["exchange_code", "out_of_memory_message", "place_memory", "variable_tiles"]
 
 
 def copy_vertex_state_bytes(code: CodeConfig) -> int:
@@ -95,17 +97,34 @@ def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ..
     return sent, received, messages.astype(np.int64)
 
 
-def _code_messages(timing: TimingModel, step: ir.Step) -> np.ndarray:
-    """Messages of an exchange that its code handles, per tile: a tile sends each
-    region it sends with its own instructions, but takes what it receives sender
-    after sender into its message buffer, so its receive code is per distinct
-    sender (``Exchange.senders_received``; per message received when the exchange
-    does not say)."""
-    if isinstance(step, ir.Exchange) and step.is_totals and step.senders_received is not None:
-        senders = np.zeros(timing.config.num_tiles, np.int64)
-        senders[np.asarray(step.tile, np.int64)] = step.senders_received
-        return timing.cost(step).messages_sent + senders
-    return _exchange_totals(timing, step)[2]
+def exchange_code(timing: TimingModel, step: ir.Step) -> dict[str, np.ndarray]:
+    """Exchange code of one on-chip or global exchange per tile, by what it does:
+    ``setup`` (``exchange_code_base_bytes`` on each tile taking part), ``send`` (per
+    region the tile sends) and ``receive`` (per tile it receives from, or per message
+    received when the exchange does not count senders). A tile sends each region with
+    its own instructions but takes what it receives sender after sender into its
+    message buffer, so its receive code is per distinct sender
+    (``Exchange.senders_received``). The sum of the three is what the exchange adds to
+    its code category."""
+    code = timing.config.code
+    n = timing.config.num_tiles
+    if isinstance(step, ir.Exchange):
+        cost = timing.cost(step)
+        sent, received = cost.messages_sent, cost.messages_received
+        if step.is_totals and step.senders_received is not None:
+            received = np.zeros(n, np.int64)
+            received[np.asarray(step.tile, np.int64)] = step.senders_received
+    else:
+        sent = np.bincount(np.asarray(step.src_tile, np.int64) % n, minlength=n)
+        received = np.bincount(np.asarray(step.dst_tile, np.int64) % n, minlength=n)
+    setup = np.zeros(n, np.int64)
+    setup[_step_tiles(timing, step, n)] = code.exchange_code_base_bytes
+    per_message = code.exchange_code_bytes_per_message
+    return {
+        "setup": setup,
+        "send": per_message * np.asarray(sent, np.int64),
+        "receive": per_message * np.asarray(received, np.int64),
+    }
 
 
 def _step_tiles(timing: TimingModel, step: ir.Step, num_tiles: int) -> np.ndarray:
@@ -148,8 +167,8 @@ def _code_blocks(walk: ProgramPoints, timing: TimingModel, nt: int) -> list[Bloc
         steps_on[tiles] += 1
         if isinstance(step, ir.Exchange | ir.GlobalExchange):
             into = global_code if isinstance(step, ir.GlobalExchange) else ex_code
-            into[tiles] += code.exchange_code_base_bytes
-            into += code.exchange_code_bytes_per_message * _code_messages(timing, step)
+            for part in exchange_code(timing, step).values():
+                into += part
         elif isinstance(step, ir.StreamCopy):
             host_code[tiles] += code.host_exchange_code_bytes
     control = code.control_code_base_bytes + code.control_code_bytes_per_step * steps_on
@@ -329,9 +348,13 @@ def _vertex_state_blocks(
     by_compute_set: dict[str, np.ndarray],
     by_vertex_type: dict[str, int],
     code: CodeConfig,
+    data_by_type: dict[str, np.ndarray],
 ) -> list[BlockTable]:
-    """Vertex state per compute set and tile: the graph's compute sets, then the
-    on-tile copies lowering made (one copy vertex per tile)."""
+    """Vertex state per compute set and tile: the graph's compute sets (their
+    vector-list descriptors as ``vectorListDescriptor`` blocks beside the rest of the
+    state), then the on-tile copies lowering made (one copy vertex per tile, its state
+    held as ``copyDescriptor``, Poplar's storage of copy descriptors). ``data_by_type``
+    gets each vertex type's state bytes per tile."""
     kw = {"element_bytes": 4, "region": NON_INTERLEAVED}
     blocks: list[BlockTable] = []
     in_cs: set[int] = set()
@@ -339,9 +362,14 @@ def _vertex_state_blocks(
         in_cs.update(id(s) for s in record.node.body)
         for tname, nbytes in record.state_by_type:
             by_vertex_type[tname] = by_vertex_type.get(tname, 0) + nbytes
+        for tname, on_tiles in record.state_by_type_tile:
+            data_by_type[tname] = data_by_type.get(tname, 0) + on_tiles
         per_tile = record.state_per_tile
         by_compute_set[record.name] = by_compute_set.get(record.name, 0) + per_tile
-        blocks.append(_per_tile_blocks(record.name, "vertexInstanceState", per_tile, **kw))
+        lists = record.descriptors_per_tile
+        lists = np.zeros(nt, np.int64) if lists is None else lists
+        blocks.append(_per_tile_blocks(record.name, "vertexInstanceState", per_tile - lists, **kw))
+        blocks.append(_per_tile_blocks(record.name, "vectorListDescriptor", lists, **kw))
     for step in computes:
         if id(step) in in_cs:
             continue
@@ -350,7 +378,8 @@ def _vertex_state_blocks(
         by_compute_set[step.name] = by_compute_set.get(step.name, 0) + per_tile
         tname = step.vertex_type_names[0]
         by_vertex_type[tname] = by_vertex_type.get(tname, 0) + int(per_tile.sum())
-        blocks.append(_per_tile_blocks(step.name, "vertexInstanceState", per_tile, **kw))
+        data_by_type[tname] = data_by_type.get(tname, 0) + per_tile
+        blocks.append(_per_tile_blocks(step.name, "copyDescriptor", per_tile, **kw))
     return blocks
 
 
@@ -407,6 +436,7 @@ def place_memory(
     computes = list({id(s): s for s in walk.steps if isinstance(s, ir.Compute)}.values())
     by_compute_set: dict[str, np.ndarray] = {}
     by_vertex_type: dict[str, int] = {}
+    data_by_type: dict[str, np.ndarray] = {}
     owners = owners if owners is not None else OwnerCache()
     index = index if index is not None else VariableIndex(state)
     variables, extra = _variable_blocks(state, live, index, records, nt, owners)
@@ -415,13 +445,16 @@ def place_memory(
             *_code_blocks(walk, timing, nt),
             *_vertex_code_blocks(computes, nt, by_vertex_type, cfg.code),
             variables,
-            *_vertex_state_blocks(records, computes, nt, by_compute_set, by_vertex_type, cfg.code),
+            *_vertex_state_blocks(
+                records, computes, nt, by_compute_set, by_vertex_type, cfg.code, data_by_type
+            ),
             *_buffer_blocks(walk, timing, nt),
         ]
     )
     names = [s.name for s in walk.steps]
     spec = MemorySpec.from_config(cfg.memory)
     report = plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)
+    report.vertex_data_by_type = data_by_type
     for k, category in enumerate(extra.categories):  # later live ranges: bytes count once
         rows = extra.category == k
         np.subtract.at(report.by_category[category], extra.tile[rows], extra.size[rows])
