@@ -88,27 +88,26 @@ def test_usage_errors_return_2(capsys):
     assert "usage" in capsys.readouterr().err
 
 
-def test_python_m_ipusim_config_show():
-    result = subprocess.run(
-        [sys.executable, "-m", "ipusim", "config", "show", "mk2"],
+def _python_m_ipusim(*args: str) -> subprocess.CompletedProcess:
+    """``python -m ipusim ARGS`` in a new interpreter, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "ipusim", *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_python_m_ipusim_config_show():
+    result = _python_m_ipusim("config", "show", "mk2")
     assert result.returncode == 0, result.stderr
     _, digest = split_show_output(result.stdout)
     assert digest == config_hash(load_config("mk2"))
 
 
 def test_python_m_ipusim_error_has_no_traceback():
-    result = subprocess.run(
-        [sys.executable, "-m", "ipusim", "config", "show", "nope.yaml"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = _python_m_ipusim("config", "show", "nope.yaml")
     assert result.returncode == 2
     assert "nope.yaml" in result.stderr and "Traceback" not in result.stderr
 
