@@ -11,34 +11,40 @@ import onnx
 from onnx import helper, numpy_helper
 
 from popart_api.errors import popart_exception
-from poplar_api import (
-    BOOL,
-    CHAR,
-    FLOAT,
-    HALF,
-    INT,
-    SHORT,
-    UNSIGNED_CHAR,
-    UNSIGNED_INT,
-    UNSIGNED_SHORT,
-)
+from poplar_api import INT, Type
 from poplar_api.types import ALL_TYPES
 
+#: Host numpy dtype -> device type: each Poplar type's storage dtype, and int64 held as
+#: INT, as PopART does by default (the IPU has no 64-bit integers).
+DEVICE_TYPES = {t.numpy: t for t in ALL_TYPES} | {np.dtype(np.int64): INT}
+#: Device type -> host numpy dtype of its arrays (the type's storage dtype).
+HOST_DTYPES = {t: t.numpy.type for t in ALL_TYPES}
+#: ONNX element types a model's inputs and weights may have.
+_DEVICE_ONNX_TYPES = (
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.BOOL,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32,
+)
+
+
+def _device_type(onnx_type: int) -> tuple[Type, type]:
+    """(device type, host numpy dtype) of ONNX element type ``onnx_type``: the Poplar
+    type of the numpy dtype ONNX gives it (:data:`DEVICE_TYPES`)."""
+    typ = DEVICE_TYPES[np.dtype(helper.tensor_dtype_to_np_dtype(onnx_type))]
+    return typ, HOST_DTYPES[typ]
+
+
 #: ONNX element type -> (device type, host numpy dtype) of model inputs and weights.
-#: INT64 is held as INT32, as PopART does by default (the IPU has no 64-bit
-#: integers): int64 host arrays are cast on the way in, anchors come back as int32.
-ONNX_TYPES = {
-    onnx.TensorProto.FLOAT: (FLOAT, np.float32),
-    onnx.TensorProto.FLOAT16: (HALF, np.float16),
-    onnx.TensorProto.INT32: (INT, np.int32),
-    onnx.TensorProto.INT64: (INT, np.int32),
-    onnx.TensorProto.BOOL: (BOOL, np.bool_),
-    onnx.TensorProto.INT8: (CHAR, np.int8),
-    onnx.TensorProto.UINT8: (UNSIGNED_CHAR, np.uint8),
-    onnx.TensorProto.INT16: (SHORT, np.int16),
-    onnx.TensorProto.UINT16: (UNSIGNED_SHORT, np.uint16),
-    onnx.TensorProto.UINT32: (UNSIGNED_INT, np.uint32),
-}
+#: INT64 is held as INT32: int64 host arrays are cast on the way in, anchors come back
+#: as int32.
+ONNX_TYPES = {code: _device_type(code) for code in _DEVICE_ONNX_TYPES}
 #: Initializer types held as device variables (weights); other initializers (INT64
 #: shapes, axes, 8/16-bit tables) are values known when the graph is built.
 WEIGHT_TYPES = frozenset(
@@ -49,8 +55,6 @@ WEIGHT_TYPES = frozenset(
         onnx.TensorProto.BOOL,
     }
 )
-#: Device type -> host numpy dtype of its arrays (the type's storage dtype).
-HOST_DTYPES = {t: t.numpy.type for t in ALL_TYPES}
 
 
 def load_model(fnModel: Any, what: str) -> onnx.ModelProto:
@@ -93,4 +97,11 @@ def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return attrs
 
 
-__all__ = ["HOST_DTYPES", "ONNX_TYPES", "WEIGHT_TYPES", "load_model", "node_attrs"]
+__all__ = [
+    "DEVICE_TYPES",
+    "HOST_DTYPES",
+    "ONNX_TYPES",
+    "WEIGHT_TYPES",
+    "load_model",
+    "node_attrs",
+]

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from popart_api.errors import popart_exception
+from popart_api.onnx_model import DEVICE_TYPES
 from poplar_api import (
     FLOAT,
     HALF,
-    INT,
     Graph,
     Tensor,
     poplin,
@@ -38,17 +38,12 @@ from poplar_api import (
 )
 from poplar_api.popnn import NonLinearityType
 from poplar_api.poputil import mapTensorLinearly
-from poplar_api.types import ALL_TYPES
 
 Value = Any  # Tensor | np.ndarray
 Lowering = Callable[[Graph, list[Value], dict[str, Any], Any, str], list[Value]]
 
 #: (domain, op type) -> [(since opset version, lowering)], oldest first.
 REGISTRY: dict[tuple[str, str], list[tuple[int, Lowering]]] = {}
-
-#: Host numpy dtype -> device type of a constant: each type's storage dtype, and int64
-#: held as INT (the IPU has no 64-bit integers).
-_NP_TO_POPLAR = {t.numpy: t for t in ALL_TYPES} | {np.dtype(np.int64): INT}
 
 
 @dataclass
@@ -179,7 +174,7 @@ def tensor(graph: Graph, value: Value, name: str, like: Tensor | None = None) ->
     if like is not None:
         typ = like.elementType()
     else:
-        typ = _NP_TO_POPLAR.get(arr.dtype)
+        typ = DEVICE_TYPES.get(arr.dtype)
         if typ is None:
             raise popart_exception(
                 f"{name}: constant of dtype {arr.dtype} has no device type; supported: "
