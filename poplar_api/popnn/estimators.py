@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from poplar_api.popops.estimators import iceil
+
 __all__ = [
     "calc_accuracy",
     "encode_one_hot",
@@ -39,11 +41,6 @@ __all__ = [
 
 #: ``basicOpSupervisorOverhead()`` (popops, no ScaledPtr64 fields).
 BASIC_OP_SUPERVISOR_OVERHEAD = 11
-
-
-def iceil(a: int, b: int) -> int:
-    """Ceiling division of non-negative ``a`` by positive ``b``."""
-    return -(-int(a) // int(b))
 
 
 def op_cycles(op: str, is_float: bool, is_vector: bool) -> int:
