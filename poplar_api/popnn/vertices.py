@@ -279,7 +279,39 @@ def gather_worker_size(size: int, workers: int) -> int:
     return 32
 
 
-class _ClassGather(MultiVertex):
+class _ClassExtreme:
+    """What the ``Reduce{Max,Min}Class*`` vertices share: the extreme they look for, and
+    their result fields ``{max,min}Value`` and ``{max,min}Index``."""
+
+    is_max = True
+    integral = False
+
+    @classmethod
+    def results(cls, batches):
+        """The value and index result batches."""
+        which = "max" if cls.is_max else "min"
+        return batches[f"{which}Value"], batches[f"{which}Index"]
+
+
+def _class_extreme_vertex(
+    kind: str, base: type, in_type: Type, label_type: Type, is_max: bool, inputs: dict,
+    value: Any, index: Any,
+) -> type:  # fmt: skip
+    """``popnn::Reduce{Max,Min}Class<kind><in_type,label_type>`` from ``base``: its
+    ``inputs``, then the ``value`` and ``index`` result fields (the codelet's order)."""
+    which = "Max" if is_max else "Min"
+    attrs = {
+        "is_max": is_max,
+        "integral": in_type not in (FLOAT, HALF),
+        **inputs,
+        f"{which.lower()}Value": value,
+        f"{which.lower()}Index": index,
+    }
+    name = f"popnn::Reduce{which}Class{kind}<{in_type.name},{label_type.name}>"
+    return _make((kind.lower(), in_type, label_type, is_max), base, name, attrs)
+
+
+class _ClassGather(_ClassExtreme, MultiVertex):
     """``popnn::Reduce{Max,Min}ClassGather<InType, LabelType>``.
 
     ``activations`` is a piece of one row; workers take ``workerSize`` elements each and
@@ -288,14 +320,10 @@ class _ClassGather(MultiVertex):
     ``{max,min}Index``. ``params`` holds the vertex state ``(index, workerSize)``.
     """
 
-    is_max = True
-    integral = False
-
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
-        which = "max" if cls.is_max else "min"
         acts, par = batches["activations"], batches["params"]
-        val, idx = batches[f"{which}Value"], batches[f"{which}Index"]
+        val, idx = cls.results(batches)
         for v in range(num_vertices):
             data = acts.data[acts.offsets[v] : acts.offsets[v + 1]]
             index, worker_size = (int(x) for x in par.data[par.offsets[v] : par.offsets[v] + 2])
@@ -316,38 +344,27 @@ class _ClassGather(MultiVertex):
 
 def class_gather_vertex(in_type: Type, label_type: Type, is_max: bool = True) -> type:
     """``popnn::Reduce{Max,Min}ClassGather<InType,LabelType>`` (a MultiVertex)."""
-    which = "Max" if is_max else "Min"
-    low = which.lower()
-    integral = in_type not in (FLOAT, HALF)
-    out_type = in_type if integral else FLOAT
-    attrs = {
-        "is_max": is_max,
-        "integral": integral,
-        "activations": Input(Vector(in_type)),
-        "params": Input(Vector(UNSIGNED_INT)),
-        f"{low}Value": Output(Vector(out_type)),
-        f"{low}Index": Output(Vector(label_type)),
-    }
-    name = f"popnn::Reduce{which}ClassGather<{in_type.name},{label_type.name}>"
-    return _make(("gather", in_type, label_type, is_max), _ClassGather, name, attrs)
+    out_type = FLOAT if in_type in (FLOAT, HALF) else in_type
+    inputs = {"activations": Input(Vector(in_type)), "params": Input(Vector(UNSIGNED_INT))}
+    return _class_extreme_vertex(
+        "Gather", _ClassGather, in_type, label_type, is_max, inputs,
+        Output(Vector(out_type)), Output(Vector(label_type)),
+    )  # fmt: skip
 
 
-class _ClassSparse(Vertex):
+class _ClassSparse(_ClassExtreme, Vertex):
     """``popnn::Reduce{Max,Min}ClassSparse<InOutType, LabelType>``: the extreme of
     ``activations`` and the ``labels`` entry at its position."""
 
-    is_max = True
-    integral = False
-
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
-        which = "max" if cls.is_max else "min"
         acts, labels = batches["activations"], batches["labels"]
+        val, idx = cls.results(batches)
         for v in range(num_vertices):
             data = acts.data[acts.offsets[v] : acts.offsets[v + 1]]
             j = _first_extreme(data, cls.is_max)
-            batches[f"{which}Value"].data[v] = data[j]
-            batches[f"{which}Index"].data[v] = labels.data[labels.offsets[v] + j]
+            val.data[v] = data[j]
+            idx.data[v] = labels.data[labels.offsets[v] + j]
 
     @classmethod
     def getCycleEstimate(cls, sizes, target) -> int:
@@ -356,18 +373,11 @@ class _ClassSparse(Vertex):
 
 def class_sparse_vertex(in_out_type: Type, label_type: Type, is_max: bool = True) -> type:
     """``popnn::Reduce{Max,Min}ClassSparse<InOutType,LabelType>`` (a worker vertex)."""
-    which = "Max" if is_max else "Min"
-    low = which.lower()
-    attrs = {
-        "is_max": is_max,
-        "integral": in_out_type not in (FLOAT, HALF),
-        "activations": Input(Vector(in_out_type)),
-        "labels": Input(Vector(label_type)),
-        f"{low}Value": Output(in_out_type),
-        f"{low}Index": Output(label_type),
-    }
-    name = f"popnn::Reduce{which}ClassSparse<{in_out_type.name},{label_type.name}>"
-    return _make(("sparse", in_out_type, label_type, is_max), _ClassSparse, name, attrs)
+    inputs = {"activations": Input(Vector(in_out_type)), "labels": Input(Vector(label_type))}
+    return _class_extreme_vertex(
+        "Sparse", _ClassSparse, in_out_type, label_type, is_max, inputs,
+        Output(in_out_type), Output(label_type),
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------- accuracy
