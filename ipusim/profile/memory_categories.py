@@ -15,6 +15,11 @@ Poplar category of what it holds (:data:`IPUSIM_TO_POPLAR`). Categories the mode
 does not place are present with zeros, so a reader finds every category the guide
 lists. A block counts in full as ``overlapped`` when any of its bytes share an
 address with another block of the same tile.
+
+:func:`by_compute_set` and :func:`by_vertex_type` build ``memory.byComputeSet`` and
+``memory.byVertexType``: ``codeBytes``, ``vertexDataBytes`` and ``totalBytes`` tables
+with a row per compute set (vertex type) of the profile and a value per tile, from
+the same report's ``vertexCode`` blocks and vertex state.
 """
 
 from __future__ import annotations
