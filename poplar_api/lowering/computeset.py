@@ -26,7 +26,7 @@ from poplar_api.lowering import runs
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.types import Type
-from poplar_api.vertices import NO_ESTIMATE, NO_RUN, id_array, id_count, type_groups
+from poplar_api.vertices import NO_ESTIMATE, NO_RUN, id_count, type_groups
 
 
 class FieldTable:
@@ -200,21 +200,34 @@ def build_table(state, cs) -> ComputeSetTable:
                     offsets = np.concatenate(([0], np.cumsum(end - begin)))
                     tables.append(FieldTable(spec, None, offsets, None, positions, (begin, end)))
                     continue
-                arrays = [
-                    id_array(range(b, e)) if b != NO_RUN else extras[j].get(name)
-                    for j, (b, e) in enumerate(zip(begin.tolist(), end.tolist(), strict=True))
-                ]
-                none = np.fromiter(map(_is_none, arrays), bool, n)
-                if none.any():
-                    bad |= none
-                    arrays = [_NO_IDS if x is None else x for x in arrays]
-                per_vertex_len = np.fromiter(map(_size, arrays), np.int64, n)
-                offsets = np.concatenate(([0], np.cumsum(per_vertex_len)))
-                ids = _join(arrays, _id_dtype(state, spec))
+                offsets, ids = _mixed_field(begin, end, extras, name, bad, _id_dtype(state, spec))
             tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, positions))
         unconnected[positions] = bad
         groups.append(TypeGroup(vtype, positions, tables))
     return ComputeSetTable(cs.name, vids, tiles, groups, unconnected)
+
+
+def _mixed_field(
+    begin: np.ndarray, end: np.ndarray, extras: list[dict], name: str, bad: np.ndarray, dtype: type
+) -> tuple[np.ndarray, np.ndarray]:
+    """Field ``name`` of vertices some of which hold it as a run ``[begin, end)`` and
+    the rest (``begin == NO_RUN``) as ids in their ``extras``: ``(offsets, ids)`` in
+    vertex order. The runs are laid out with numpy, only the others one by one;
+    vertices with the field unconnected are flagged in ``bad``."""
+    listed = np.flatnonzero(begin == NO_RUN)
+    arrays = [extras[j].get(name) for j in listed.tolist()]
+    none = np.fromiter(map(_is_none, arrays), bool, listed.size)
+    if none.any():
+        bad[listed[none]] = True
+        arrays = [_NO_IDS if x is None else x for x in arrays]
+    lengths = end - begin
+    lengths[listed] = np.fromiter(map(_size, arrays), np.int64, listed.size)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    ids = np.empty(int(offsets[-1]), dtype)
+    held = np.flatnonzero(begin != NO_RUN)
+    ids[_ranges(offsets[held], offsets[held + 1])] = _ranges(begin[held], end[held])
+    ids[_ranges(offsets[listed], offsets[listed + 1])] = _join(arrays, dtype)
+    return offsets, ids
 
 
 def _ranges(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 
+import numba
 import numpy as np
 
 from ipusim import ir
@@ -291,9 +292,7 @@ class ExchangePlanner:
         stride = space + 1  # a range ends at most at ``space``: tiles never touch
         n = self.num_tiles
         lo_key = dst * stride + begin
-        if lo_key.size > 1 and (lo_key[1:] < lo_key[:-1]).any():  # often sorted already
-            order = np.argsort(lo_key, kind="stable")  # timsort: runs of sorted keys
-            lo_key, lengths = lo_key[order], lengths[order]
+        lo_key, lengths = runs.sort_ranges(lo_key, lengths)
         changes = self.changes_of(size, owner, space)
         pairs = self._pairs()
         a, b, elements, messages, distance = runs.merge_received(
@@ -319,13 +318,13 @@ class ExchangePlanner:
         u_lo, u_hi = _merge(
             np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         )
-        _, inner_ids = _changes_within(self.owners.changes[size], u_lo, u_hi)
-        starts = np.concatenate((u_lo, inner_ids))
-        starts.sort()
-        # every run ends where the next one starts, or at its union interval's end
-        u_of = np.searchsorted(u_lo, starts, side="right") - 1
-        ends = np.minimum(np.append(starts[1:], np.iinfo(np.int64).max), u_hi[u_of])
-        return owner[starts].astype(np.int64), ends - starts
+        changes = self.owners.changes[size]
+        c_lo = np.searchsorted(changes, u_lo, side="right")
+        c_hi = np.searchsorted(changes, u_hi, side="left")  # changes strictly inside
+        total = u_lo.size + int((c_hi - c_lo).sum())
+        tiles, counts = np.empty(total, np.int64), np.empty(total, np.int64)
+        _owner_runs(u_lo, u_hi, changes, c_lo, c_hi, owner, tiles, counts)
+        return tiles, counts
 
     def stretches_of(
         self, size: int, owner: np.ndarray, space: int, read: int
@@ -447,6 +446,23 @@ def _runs(ids: np.ndarray, src: np.ndarray) -> np.ndarray:
     return np.flatnonzero(new)
 
 
+@numba.njit(cache=True, nogil=True)
+def _owner_runs(lo, hi, changes, c_lo, c_hi, owner, out_tile, out_count):  # pragma: no cover
+    # the runs of one owner in disjoint sorted intervals [lo, hi): each interval is
+    # cut at the owner changes changes[c_lo[k]:c_hi[k]] strictly inside it
+    m = 0
+    for k in range(lo.size):
+        a = lo[k]
+        for c in range(c_lo[k], c_hi[k]):
+            out_tile[m] = owner[a]
+            out_count[m] = changes[c] - a
+            a = changes[c]
+            m += 1
+        out_tile[m] = owner[a]
+        out_count[m] = hi[k] - a
+        m += 1
+
+
 def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None:
     """Cut points splitting ``dst`` into parts of about ``step`` entries without
     splitting the entries of a tile, or None when some tile's entries are not
@@ -458,9 +474,7 @@ def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None
 def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of ranges ``[lo, hi)`` as sorted disjoint ranges (touching ones
     joined: consecutive ids travel together)."""
-    if lo.size > 1 and (lo[1:] < lo[:-1]).any():  # often sorted already: no sort then
-        order = np.argsort(lo, kind="stable")
-        lo, hi = lo[order], hi[order]
+    lo, hi = runs.sort_ranges(lo, hi)
     reach = np.maximum.accumulate(hi)
     new = np.ones(lo.size, bool)
     new[1:] = lo[1:] > reach[:-1]

@@ -77,6 +77,25 @@ class VariableIndex:
         bases, var_ids, _ = arrays
         return var_ids[np.searchsorted(bases, ids, side="right") - 1]
 
+    def counts_of(self, t: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The variables owning elements of ``ids`` (sorted, distinct ids of type
+        ``t``), sorted, and how many of the ids each owns.
+
+        Each variable's first and last position in ``ids`` is found by a binary
+        search of its base (one search per variable, not one per id: an undef of a
+        large tensor lists millions of ids).
+        """
+        arrays = self.arrays(t)
+        if arrays is None or ids.size == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        bases, var_ids, _ = arrays
+        edges = np.searchsorted(ids, bases, side="left")
+        per_base = np.diff(edges, append=ids.size)
+        held = np.flatnonzero(per_base)
+        vids, where = np.unique(var_ids[held], return_inverse=True)
+        counts = np.bincount(where.reshape(-1), weights=per_base[held], minlength=vids.size)
+        return vids, counts.astype(np.int64)
+
     def mark(self, parts: Iterable[tuple[Any, Any]]) -> np.ndarray:
         """Ids of the variables owning any element of ``parts`` (sorted): each part an
         element type and an id array, a ``range`` or a pair ``(begin, end)`` of arrays
@@ -310,7 +329,7 @@ def _undef_ranges(
             # a whole variable's undef lists its ids in order: no sort needed
             ordered = ids.size < 2 or bool((ids[1:] > ids[:-1]).all())
             uniq = ids if ordered else np.unique(ids)
-            vids, counts = np.unique(index.variables_of(t, uniq), return_counts=True)
+            vids, counts = index.counts_of(t, uniq)
             for vid, n in zip(vids.tolist(), counts.tolist(), strict=True):
                 if n == state.variables[vid].size and not always[vid]:
                     cut.setdefault(vid, []).append(pos)
