@@ -292,9 +292,10 @@ def test_merge_received_equals_element_by_element(seed):
     assert int((b - a).sum()) == int(want_elements.sum())
 
 
-def test_pieces_beyond_the_first_room_come_from_a_second_pass(monkeypatch):
+def test_pieces_beyond_the_first_room_are_the_same(monkeypatch):
     """A kernel that finds more pieces than it first has room for gives the same
-    pieces (a second pass with the room it counted)."""
+    pieces (a field's arrays grown between vertices, a flat kernel's second pass with
+    the room it counted)."""
     from poplar_api.lowering import runs
 
     rng = np.random.default_rng(3)
@@ -309,3 +310,30 @@ def test_pieces_beyond_the_first_room_come_from_a_second_pass(monkeypatch):
     assert roomy[0][0].size > 16 and roomy[1][0].size > 16
     for a, b in zip(roomy, tight, strict=True):
         assert [x.tolist() for x in a] == [x.tolist() for x in b]
+
+
+def test_pieces_of_several_fields_gathered_in_one_set_of_arrays(monkeypatch):
+    """Fields added one after another to one :class:`runs.Pieces` (growing from 16
+    rows) give the concatenation of each field's own pieces, in field order."""
+    from poplar_api.lowering import runs
+
+    rng = np.random.default_rng(5)
+    owner = rng.integers(0, 4, 800).astype(np.int32)
+    scattered = rng.permutation(800)[:400].astype(np.int64)
+    bounds = np.array([0, 150, 260, 400])
+    vtiles = np.array([0, 1, 2])
+    begin, end = np.array([10, 300, 520]), np.array([90, 480, 800])
+    alone = [
+        runs.field_pieces(scattered, bounds, vtiles, owner),
+        runs.run_pieces(begin, end, vtiles, owner),
+    ]
+    gathered = runs.Pieces(16)
+    runs.field_pieces(scattered, bounds, vtiles, owner, gathered)
+    together = runs.run_pieces(begin, end, vtiles, owner, None, gathered)
+    for k in range(3):
+        want = np.concatenate([alone[0][k], alone[1][k]])
+        assert together[k].tolist() == want.tolist()
+    # every remote reference is in exactly one piece: the pieces' lengths add up
+    remote = (owner[scattered] != np.repeat(vtiles, np.diff(bounds))).sum()
+    remote += sum(int((owner[b:e] != t).sum()) for b, e, t in zip(begin, end, vtiles, strict=True))
+    assert int(together[1].sum()) == int(remote)

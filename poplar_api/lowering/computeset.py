@@ -316,26 +316,14 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
         stretches = None
         if read * 8 >= space.size or typ.size in planner.owners.changes:
             stretches = planner.stretches_of(typ.size, owner, space.size, read)
-        pieces = [
-            runs.field_pieces(ft.ids, ft.bounds, vtiles, owner)
-            if ft.runs is None
-            else runs.run_pieces(*ft.runs, vtiles, owner, stretches)
-            for ft, vtiles in fields
-        ]
-        if len(pieces) == 1:
-            begin, length, dst = pieces.pop()
-        else:  # one array at a time, each field's part freed once copied
-            parts = [list(p) for p in zip(*pieces, strict=True)]
-            del pieces
-            begin, length, dst = (_concat_freeing(p) for p in parts)
-        planner.add_pieces(typ, begin, length, dst, owner)
-
-
-def _concat_freeing(parts: list[np.ndarray]) -> np.ndarray:
-    """``np.concatenate(parts)``, emptying ``parts`` (so the parts can be freed)."""
-    out = np.concatenate(parts)
-    parts.clear()
-    return out
+        # every field's pieces into one set of arrays (at most one piece per id read)
+        pieces = runs.Pieces(min(sum(ft.size for ft, _ in fields), runs.FIRST_ROOM))
+        for ft, vtiles in fields:
+            if ft.runs is None:
+                runs.field_pieces(ft.ids, ft.bounds, vtiles, owner, pieces)
+            else:
+                runs.run_pieces(*ft.runs, vtiles, owner, stretches, pieces)
+        planner.add_pieces(typ, *pieces.arrays(), owner)
 
 
 def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:

@@ -15,13 +15,17 @@ import numpy as np
 
 @numba.njit(cache=True, nogil=True)
 def _field_pieces(
-    ids, starts, bounds, vtiles, owner, out_begin, out_length, out_dst
+    ids, starts, bounds, vtiles, owner, v0, count, out_begin, out_length, out_dst
 ):  # pragma: no cover
     # vertex v's ids are ids[bounds[v]:bounds[v + 1]], or when starts are given the
-    # run of bounds[v + 1] - bounds[v] ids from starts[v]
+    # run of bounds[v + 1] - bounds[v] ids from starts[v]; vertices from v0 on, their
+    # pieces written from row ``count`` on, stopping before a vertex whose pieces
+    # (at most one per id) might not fit: returns (rows written, next vertex)
     by_run = starts.size > 0
-    count = 0
-    for v in range(bounds.size - 1):
+    room = out_length.size
+    for v in range(v0, bounds.size - 1):
+        if count + bounds[v + 1] - bounds[v] > room:
+            return count, v
         tile = vtiles[v]
         prev_id = -2
         first = starts[v] - bounds[v] if by_run else 0
@@ -38,16 +42,14 @@ def _field_pieces(
                 prev_id = -2
                 continue
             if i == prev_id + 1:
-                if count <= out_length.size:
-                    out_length[count - 1] += 1
+                out_length[count - 1] += 1
             else:
-                if count < out_length.size:
-                    out_begin[count] = i
-                    out_length[count] = 1
-                    out_dst[count] = tile
+                out_begin[count] = i
+                out_length[count] = 1
+                out_dst[count] = tile
                 count += 1
             prev_id = i
-    return count
+    return count, bounds.size - 1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -103,8 +105,68 @@ def _collect(kernel, guess: int, *args) -> tuple[np.ndarray, np.ndarray, np.ndar
         room = n
 
 
+class Pieces:
+    """Pieces ``(begin, length, dst)`` gathered from several fields into one set of
+    arrays, grown as needed (no concatenation of per-field parts afterwards, and a
+    field's pieces found in one pass however many there are).
+
+    Parameters
+    ----------
+    room
+        Rows to start with (grown by doubling).
+    """
+
+    def __init__(self, room: int) -> None:
+        room = max(int(room), 16)
+        self.begin, self.length, self.dst = (np.empty(room, np.int64) for _ in range(3))
+        #: rows filled so far
+        self.count = 0
+
+    def reserve(self, rows: int) -> None:
+        """Room for at least ``rows`` more rows."""
+        need = self.count + int(rows)
+        if need <= self.begin.size:
+            return
+        room = max(need, 2 * self.begin.size)
+        grown = []
+        for old in (self.begin, self.length, self.dst):
+            new = np.empty(room, np.int64)
+            new[: self.count] = old[: self.count]
+            grown.append(new)
+        self.begin, self.length, self.dst = grown
+
+    def append(self, begin: np.ndarray, length: np.ndarray, dst: np.ndarray) -> None:
+        """Add rows found elsewhere."""
+        self.reserve(begin.size)
+        end = self.count + begin.size
+        self.begin[self.count : end] = begin
+        self.length[self.count : end] = length
+        self.dst[self.count : end] = dst
+        self.count = end
+
+    def field(self, ids: np.ndarray, starts: np.ndarray, bounds: np.ndarray, vtiles, owner) -> None:
+        """Add the pieces of a field (see :func:`field_pieces`)."""
+        vertices = bounds.size - 1
+        v = 0
+        while v < vertices:
+            self.count, v = _field_pieces(
+                ids, starts, bounds, vtiles, owner, v, self.count, self.begin, self.length, self.dst
+            )
+            if v < vertices:  # the next vertex might not fit: make room for it and more
+                self.reserve(int(bounds[v + 1] - bounds[v]) + self.begin.size - self.count)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(begin, length, dst)`` of the rows filled."""
+        n = self.count
+        return self.begin[:n], self.length[:n], self.dst[:n]
+
+
 def field_pieces(
-    ids: np.ndarray, bounds: np.ndarray, vtiles: np.ndarray, owner: np.ndarray
+    ids: np.ndarray,
+    bounds: np.ndarray,
+    vtiles: np.ndarray,
+    owner: np.ndarray,
+    into: Pieces | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The remote reads of a field, as runs.
 
@@ -119,6 +181,8 @@ def field_pieces(
         Tile of each vertex (int64).
     owner
         Tile of each element id (the element space's tile array).
+    into
+        Pieces to add them to (then the returned arrays are all of its rows).
 
     Returns
     -------
@@ -127,7 +191,10 @@ def field_pieces(
         other than ``dst`` and are read by a vertex on tile ``dst``; every remote
         reference is in exactly one run, in reference order.
     """
-    return _collect(_field_pieces, ids.size, ids, _NONE, bounds, vtiles, owner)
+    if into is None:
+        into = Pieces(min(ids.size, FIRST_ROOM))
+    into.field(ids, _NONE, bounds, vtiles, owner)
+    return into.arrays()
 
 
 def run_pieces(
@@ -136,6 +203,7 @@ def run_pieces(
     vtiles: np.ndarray,
     owner: np.ndarray,
     stretches: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    into: Pieces | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`field_pieces` of a field whose vertex ``v`` reads the ids
     ``begin[v] .. end[v] - 1`` (the same pieces, without the ids array).
@@ -144,10 +212,13 @@ def run_pieces(
     is left of it between the stretches its vertex's tile owns: the cost follows
     those stretches, not the elements read.
     """
+    if into is None:
+        into = Pieces(min(2 * begin.size, FIRST_ROOM))
     if stretches is not None:
-        return _collect(_stretch_pieces, 2 * begin.size, begin, end, vtiles, *stretches)
-    bounds = np.concatenate(([0], np.cumsum(end - begin)))
-    return _collect(_field_pieces, 2 * begin.size, _NONE, begin, bounds, vtiles, owner)
+        into.append(*_collect(_stretch_pieces, 2 * begin.size, begin, end, vtiles, *stretches))
+    else:
+        into.field(_NONE, begin, np.concatenate(([0], np.cumsum(end - begin))), vtiles, owner)
+    return into.arrays()
 
 
 def tile_stretches(
