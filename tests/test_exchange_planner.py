@@ -7,6 +7,7 @@ import pytest
 
 from ipusim import ir
 from poplar_api import FLOAT, HALF, Graph, IPUModel
+from poplar_api.lowering import pieces as pk
 from poplar_api.lowering.exchange import ExchangePlanner
 
 
@@ -73,7 +74,7 @@ def test_runs_plan_equals_tile_by_tile_plan(monkeypatch, per_pass):
     """Random reads (runs, repeats, local and remote elements, owners changing inside
     runs) planned as id runs give the same exchange as tile by tile, element by element
     (also when the runs are planned a few tiles at a time)."""
-    from poplar_api.lowering import exchange, runs
+    from poplar_api.lowering import exchange
 
     if per_pass is not None:
         monkeypatch.setattr(exchange, "PIECES_PER_PASS", per_pass)
@@ -111,7 +112,7 @@ def test_runs_plan_equals_tile_by_tile_plan(monkeypatch, per_pass):
             sel = ids[dst == tile]
             by_tile.add(FLOAT, tile, sel, owner[sel].astype(np.int64))
         as_runs = ExchangePlanner(graph.getTarget(), graph._state)
-        as_runs.add_pieces(FLOAT, *runs.field_pieces(ids, bounds, vtiles, owner), owner)
+        as_runs.add_pieces(FLOAT, *pk.field_pieces(ids, bounds, vtiles, owner), owner)
         flat = ExchangePlanner(graph.getTarget(), graph._state)
         flat.add_owned(FLOAT, ids, dst, owner)
 
@@ -163,14 +164,14 @@ def test_runs_equal_their_expanded_ids():
         assert ids.tolist() == [i for b, e in zip(begin, end, strict=True) for i in range(b, e)], (
             trial
         )
-        got = runs.run_pieces(begin, end, vtiles, owner)
-        want = runs.field_pieces(ids, bounds, vtiles, owner)
+        got = pk.run_pieces(begin, end, vtiles, owner)
+        want = pk.field_pieces(ids, bounds, vtiles, owner)
         assert [a.tolist() for a in got] == [a.tolist() for a in want], trial
         # by the stretches of one owner between change points: the same pieces,
         # and a block's elements and messages per tile the same as element by element
         changes = runs.change_points(owner, space.size)
-        stretches = runs.tile_stretches(owner, changes, space.size)
-        by_stretch = runs.run_pieces(begin, end, vtiles, owner, stretches)
+        stretches = pk.tile_stretches(owner, changes, space.size)
+        by_stretch = pk.run_pieces(begin, end, vtiles, owner, stretches)
         assert [a.tolist() for a in by_stretch] == [a.tolist() for a in want], trial
         lo, hi = sorted(rng.integers(0, space.size + 1, 2).tolist())
         counted = runs.tile_counts(owner, lo, hi, n_tiles, changes)
@@ -296,7 +297,6 @@ def test_pieces_beyond_the_first_room_are_the_same(monkeypatch):
     """A kernel that finds more pieces than it first has room for gives the same
     pieces (a field's arrays grown between vertices, a flat kernel's second pass with
     the room it counted)."""
-    from poplar_api.lowering import runs
 
     rng = np.random.default_rng(3)
     owner = rng.integers(0, 4, 500).astype(np.int32)
@@ -304,18 +304,18 @@ def test_pieces_beyond_the_first_room_are_the_same(monkeypatch):
     bounds = np.array([0, 100, 180, 300])
     vtiles = np.array([0, 1, 2])
     dst = rng.integers(0, 4, ids.size)
-    roomy = runs.field_pieces(ids, bounds, vtiles, owner), runs.flat_pieces(ids, dst, owner)
-    monkeypatch.setattr(runs, "FIRST_ROOM", 16)
-    tight = runs.field_pieces(ids, bounds, vtiles, owner), runs.flat_pieces(ids, dst, owner)
+    roomy = pk.field_pieces(ids, bounds, vtiles, owner), pk.flat_pieces(ids, dst, owner)
+    monkeypatch.setattr(pk, "FIRST_ROOM", 16)
+    tight = pk.field_pieces(ids, bounds, vtiles, owner), pk.flat_pieces(ids, dst, owner)
     assert roomy[0][0].size > 16 and roomy[1][0].size > 16
     for a, b in zip(roomy, tight, strict=True):
         assert [x.tolist() for x in a] == [x.tolist() for x in b]
 
 
 def test_pieces_of_several_fields_gathered_in_one_set_of_arrays(monkeypatch):
-    """Fields added one after another to one :class:`runs.Pieces` (growing from 16
-    rows) give the concatenation of each field's own pieces, in field order."""
-    from poplar_api.lowering import runs
+    """Fields added one after another to one
+    :class:`~poplar_api.lowering.pieces.Pieces` (growing from 16 rows) give the
+    concatenation of each field's own pieces, in field order."""
 
     rng = np.random.default_rng(5)
     owner = rng.integers(0, 4, 800).astype(np.int32)
@@ -324,12 +324,12 @@ def test_pieces_of_several_fields_gathered_in_one_set_of_arrays(monkeypatch):
     vtiles = np.array([0, 1, 2])
     begin, end = np.array([10, 300, 520]), np.array([90, 480, 800])
     alone = [
-        runs.field_pieces(scattered, bounds, vtiles, owner),
-        runs.run_pieces(begin, end, vtiles, owner),
+        pk.field_pieces(scattered, bounds, vtiles, owner),
+        pk.run_pieces(begin, end, vtiles, owner),
     ]
-    gathered = runs.Pieces(16)
-    runs.field_pieces(scattered, bounds, vtiles, owner, gathered)
-    together = runs.run_pieces(begin, end, vtiles, owner, None, gathered)
+    gathered = pk.Pieces(16)
+    pk.field_pieces(scattered, bounds, vtiles, owner, gathered)
+    together = pk.run_pieces(begin, end, vtiles, owner, None, gathered)
     for k in range(3):
         want = np.concatenate([alone[0][k], alone[1][k]])
         assert together[k].tolist() == want.tolist()

@@ -22,7 +22,7 @@ from poplar_api.codelet_base import RUN_FP_EXCEPTIONS
 from poplar_api.counted import execute_counted
 from poplar_api.errors import EngineError, FloatingPointException
 from poplar_api.fields import FieldBatch, FieldSpec
-from poplar_api.lowering import runs
+from poplar_api.lowering import pieces, runs
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.types import Type
@@ -249,7 +249,7 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
     if (k < 0).any():
         return None
     counts = np.zeros(members.size, np.int64)
-    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # begins, ends, ids
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # begins, ends, ids
     order: list[np.ndarray] = []
     if k.size and (k[1:] >= k[:-1]).all():  # members in id order: each block's together
         cuts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1], [True])))
@@ -270,18 +270,18 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
             a, z = int(vec_offsets[local[0]]), int(vec_offsets[local[-1] + 1])
             b, e = begins[a:z], ends[a:z]
             if z > a and (b[1:] == e[:-1]).all():
-                pieces.append((b, e, ids[int(b[0]) : int(e[-1])]))
+                parts.append((b, e, ids[int(b[0]) : int(e[-1])]))
                 continue
         else:
             vectors = _ranges(vec_offsets[local], vec_offsets[local + 1])
             b, e = begins[vectors], ends[vectors]
-        pieces.append((b, e, ids[_ranges(b, e)]))
+        parts.append((b, e, ids[_ranges(b, e)]))
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     if len(order) > 1 and (np.diff(np.concatenate(order)) < 0).any():
         return None  # members of several blocks interleaved: rare, read one at a time
-    lengths = np.concatenate([e - b for b, e, _ in pieces]) if pieces else _NO_IDS
+    lengths = np.concatenate([e - b for b, e, _ in parts]) if parts else _NO_IDS
     inner_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    return offsets, inner_offsets, _join([ids for _, _, ids in pieces], dtype)
+    return offsets, inner_offsets, _join([ids for _, _, ids in parts], dtype)
 
 
 def connection_sizes(vtype: VertexType, fields: dict) -> dict[str, int | list[int]]:
@@ -317,13 +317,13 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
         if read * 8 >= space.size or typ.size in planner.owners.changes:
             stretches = planner.stretches_of(typ.size, owner, space.size, read)
         # every field's pieces into one set of arrays (at most one piece per id read)
-        pieces = runs.Pieces(min(sum(ft.size for ft, _ in fields), runs.FIRST_ROOM))
+        found = pieces.Pieces(min(sum(ft.size for ft, _ in fields), pieces.FIRST_ROOM))
         for ft, vtiles in fields:
             if ft.runs is None:
-                runs.field_pieces(ft.ids, ft.bounds, vtiles, owner, pieces)
+                pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner, found)
             else:
-                runs.run_pieces(*ft.runs, vtiles, owner, stretches, pieces)
-        planner.add_pieces(typ, *pieces.arrays(), owner)
+                pieces.run_pieces(*ft.runs, vtiles, owner, stretches, found)
+        planner.add_pieces(typ, *found.arrays(), owner)
 
 
 def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:

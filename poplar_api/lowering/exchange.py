@@ -39,7 +39,7 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.tile.layout import tile_coordinates, tile_distance
-from poplar_api.lowering import runs
+from poplar_api.lowering import pieces, runs
 from poplar_api.types import Type
 
 #: Runs planned together at most (bounds the planner's temporary arrays), when the runs
@@ -68,7 +68,7 @@ class OwnerCache:
     def stretches_of(
         self, size: int, owner: np.ndarray, space: int, read: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """:func:`~poplar_api.lowering.runs.tile_stretches` of the space of element
+        """:func:`~poplar_api.lowering.pieces.tile_stretches` of the space of element
         ``size``, or None when there are not far fewer stretches than the ``read``
         elements they would save looking at."""
         changes = self.changes_of(size, owner, space)
@@ -76,7 +76,7 @@ class OwnerCache:
             return None
         found = self.stretches.get(size)
         if found is None:
-            found = self.stretches[size] = runs.tile_stretches(owner, changes, space)
+            found = self.stretches[size] = pieces.tile_stretches(owner, changes, space)
         return found
 
 
@@ -229,7 +229,7 @@ class ExchangePlanner:
         ``src = owner[ids]``, planned as runs when no element crosses IPUs."""
         ids = np.asarray(ids, np.int64)
         dst = np.asarray(dst, np.int64)
-        self.add_pieces(element_type, *runs.flat_pieces(ids, dst, owner), owner)
+        self.add_pieces(element_type, *pieces.flat_pieces(ids, dst, owner), owner)
 
     def add_pieces(
         self,

@@ -1,0 +1,290 @@
+"""The pieces of element ids a compute set's vertices read from other tiles, found in
+compiled passes: the exchange planner's input.
+
+A piece is a run of consecutive ids living on tiles other than the reading vertex's,
+``(begin, length, dst)``; a field whose vertices read slices of tensors gives few
+long pieces, a strided read one piece per element. The kernels find them without
+building element-sized temporaries, and :class:`Pieces` gathers the pieces of all the
+fields of a compute set into one set of arrays.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+#: An empty int64 array: a kernel argument not given.
+_NONE = np.zeros(0, np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _field_pieces(
+    ids, starts, bounds, vtiles, owner, v0, count, out_begin, out_length, out_dst
+):  # pragma: no cover
+    # vertex v's ids are ids[bounds[v]:bounds[v + 1]], or when starts are given the
+    # run of bounds[v + 1] - bounds[v] ids from starts[v]; vertices from v0 on, their
+    # pieces written from row ``count`` on, stopping before a vertex whose pieces
+    # (at most one per id) might not fit: returns (rows written, next vertex)
+    by_run = starts.size > 0
+    room = out_length.size
+    for v in range(v0, bounds.size - 1):
+        if count + bounds[v + 1] - bounds[v] > room:
+            return count, v
+        tile = vtiles[v]
+        prev_id = -2
+        first = starts[v] - bounds[v] if by_run else 0
+        local = True  # most vertices read only their own tile's elements: a quick look
+        for p in range(bounds[v], bounds[v + 1]):
+            if owner[first + p if by_run else ids[p]] != tile:
+                local = False
+                break
+        if local:
+            continue
+        for p in range(bounds[v], bounds[v + 1]):
+            i = first + p if by_run else ids[p]
+            if owner[i] == tile:
+                prev_id = -2
+                continue
+            if i == prev_id + 1:
+                out_length[count - 1] += 1
+            else:
+                out_begin[count] = i
+                out_length[count] = 1
+                out_dst[count] = tile
+                count += 1
+            prev_id = i
+    return count, bounds.size - 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no cover
+    # _field_pieces with a tile per reference; written out, as a shared helper made
+    # both several times slower
+    count = 0
+    prev_id = -2
+    prev_dst = -1
+    for p in range(ids.size):
+        i = ids[p]
+        d = dst[p]
+        if owner[i] == d:
+            prev_id = -2
+            continue
+        if i == prev_id + 1 and d == prev_dst:
+            if count <= out_length.size:
+                out_length[count - 1] += 1
+        else:
+            if count < out_length.size:
+                out_begin[count] = i
+                out_length[count] = 1
+                out_dst[count] = d
+            count += 1
+        prev_id = i
+        prev_dst = d
+    return count
+
+
+#: Rows of pieces a kernel gets room for at first (more: a second pass, so that no
+#: temporary grows with the elements of a large graph).
+FIRST_ROOM = 1 << 22
+
+
+def _collect(kernel, guess: int, *args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces a kernel finds, into arrays of ``guess`` rows (at most
+    :data:`FIRST_ROOM`); a second pass with the room it counted when there were more (a
+    kernel writes the pieces that fit and counts them all)."""
+    n = -1
+    room = min(max(int(guess), 16), FIRST_ROOM)
+    while True:
+        begin, length, dst = (np.empty(room, np.int64) for _ in range(3))
+        n = kernel(*args, begin, length, dst)
+        if n <= room:
+            return begin[:n], length[:n], dst[:n]
+        room = n
+
+
+class Pieces:
+    """Pieces ``(begin, length, dst)`` gathered from several fields into one set of
+    arrays, grown as needed (no concatenation of per-field parts afterwards, and a
+    field's pieces found in one pass however many there are).
+
+    Parameters
+    ----------
+    room
+        Rows to start with (grown by doubling).
+    """
+
+    def __init__(self, room: int) -> None:
+        room = max(int(room), 16)
+        self.begin, self.length, self.dst = (np.empty(room, np.int64) for _ in range(3))
+        #: rows filled so far
+        self.count = 0
+
+    def reserve(self, rows: int) -> None:
+        """Room for at least ``rows`` more rows."""
+        need = self.count + int(rows)
+        if need <= self.begin.size:
+            return
+        room = max(need, 2 * self.begin.size)
+        grown = []
+        for old in (self.begin, self.length, self.dst):
+            new = np.empty(room, np.int64)
+            new[: self.count] = old[: self.count]
+            grown.append(new)
+        self.begin, self.length, self.dst = grown
+
+    def append(self, begin: np.ndarray, length: np.ndarray, dst: np.ndarray) -> None:
+        """Add rows found elsewhere."""
+        self.reserve(begin.size)
+        end = self.count + begin.size
+        self.begin[self.count : end] = begin
+        self.length[self.count : end] = length
+        self.dst[self.count : end] = dst
+        self.count = end
+
+    def field(self, ids: np.ndarray, starts: np.ndarray, bounds: np.ndarray, vtiles, owner) -> None:
+        """Add the pieces of a field (see :func:`field_pieces`)."""
+        vertices = bounds.size - 1
+        v = 0
+        while v < vertices:
+            self.count, v = _field_pieces(
+                ids, starts, bounds, vtiles, owner, v, self.count, self.begin, self.length, self.dst
+            )
+            if v < vertices:  # the next vertex might not fit: make room for it and more
+                self.reserve(int(bounds[v + 1] - bounds[v]) + self.begin.size - self.count)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(begin, length, dst)`` of the rows filled."""
+        n = self.count
+        return self.begin[:n], self.length[:n], self.dst[:n]
+
+
+def field_pieces(
+    ids: np.ndarray,
+    bounds: np.ndarray,
+    vtiles: np.ndarray,
+    owner: np.ndarray,
+    into: Pieces | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The remote reads of a field, as runs.
+
+    Parameters
+    ----------
+    ids
+        Element ids of the field, vertex after vertex (int64).
+    bounds
+        ``ids[bounds[v]:bounds[v + 1]]`` are vertex ``v``'s (int64, one more than
+        the vertices).
+    vtiles
+        Tile of each vertex (int64).
+    owner
+        Tile of each element id (the element space's tile array).
+    into
+        Pieces to add them to (then the returned arrays are all of its rows).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(begin, length, dst)``: ids ``begin .. begin + length - 1`` live on tiles
+        other than ``dst`` and are read by a vertex on tile ``dst``; every remote
+        reference is in exactly one run, in reference order.
+    """
+    if into is None:
+        into = Pieces(min(ids.size, FIRST_ROOM))
+    into.field(ids, _NONE, bounds, vtiles, owner)
+    return into.arrays()
+
+
+def run_pieces(
+    begin: np.ndarray,
+    end: np.ndarray,
+    vtiles: np.ndarray,
+    owner: np.ndarray,
+    stretches: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    into: Pieces | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`field_pieces` of a field whose vertex ``v`` reads the ids
+    ``begin[v] .. end[v] - 1`` (the same pieces, without the ids array).
+
+    With ``stretches`` (:func:`tile_stretches` of ``owner``), a run's pieces are what
+    is left of it between the stretches its vertex's tile owns: the cost follows
+    those stretches, not the elements read.
+    """
+    if into is None:
+        into = Pieces(min(2 * begin.size, FIRST_ROOM))
+    if stretches is not None:
+        into.append(*_collect(_stretch_pieces, 2 * begin.size, begin, end, vtiles, *stretches))
+    else:
+        into.field(_NONE, begin, np.concatenate(([0], np.cumsum(end - begin))), vtiles, owner)
+    return into.arrays()
+
+
+def tile_stretches(
+    owner: np.ndarray, changes: np.ndarray, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stretches of one owner between change points (``changes``, the
+    :func:`change_points` of ``owner[:size]``), grouped by owning tile.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(starts, ends, offsets)``: tile ``t``'s stretches are ``starts[k] ..
+        ends[k] - 1`` for ``offsets[t] <= k < offsets[t + 1]``, in id order. Unmapped
+        stretches belong to no tile.
+    """
+    starts = np.concatenate(([0], changes)).astype(np.int64) if size else _NONE
+    ends = np.append(starts[1:], size).astype(np.int64)
+    owners = owner[starts].astype(np.int64)
+    mapped = owners >= 0
+    starts, ends, owners = starts[mapped], ends[mapped], owners[mapped]
+    order = np.argsort(owners, kind="stable")
+    counts = np.bincount(owners, minlength=1)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    return starts[order], ends[order], offsets
+
+
+@numba.njit(cache=True, nogil=True)
+def _stretch_pieces(
+    begin, end, vtiles, starts, ends, offsets, out_begin, out_length, out_dst
+):  # pragma: no cover
+    # the pieces of _field_pieces: the parts of each run outside the stretches its
+    # vertex's tile owns (a stretch it owns ends a piece; other tiles' stretches next
+    # to each other make one piece)
+    count = 0
+    tiles = offsets.size - 1
+    for v in range(begin.size):
+        i = begin[v]
+        e = end[v]
+        tile = vtiles[v]
+        lo = 0
+        hi = 0
+        if 0 <= tile < tiles:
+            lo = offsets[tile]
+            hi = offsets[tile + 1]
+        j = lo + np.searchsorted(starts[lo:hi], i, side="right") - 1
+        if j < lo:
+            j = lo
+        while i < e:
+            while j < hi and ends[j] <= i:
+                j += 1
+            stop = e
+            if j < hi and starts[j] < e:
+                stop = max(starts[j], i)
+            if stop > i:
+                if count < out_length.size:
+                    out_begin[count] = i
+                    out_length[count] = stop - i
+                    out_dst[count] = tile
+                count += 1
+            if stop < e:  # a stretch of the vertex's own tile
+                i = min(ends[j], e)
+                j += 1
+            else:
+                i = e
+    return count
+
+
+def flat_pieces(
+    ids: np.ndarray, dst: np.ndarray, owner: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`field_pieces` for references with one destination tile each (``dst``)."""
+    return _collect(_flat_pieces, ids.size, ids, dst, owner)
