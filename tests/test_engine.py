@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codelets_common import Bump, ListSums, Scale
+from codelets_common import Bump, ListSums, Scale, vertex_on
 
 from poplar_api import FLOAT, HALF, INT, Device, Engine, Graph, IPUModel
 from poplar_api import program as prog
@@ -113,9 +113,7 @@ def int_var(graph: Graph, name: str, tile: int = 0, value: int = 0, size: int = 
 
 def incr_cs(graph: Graph, counter, tile: int = 0, name: str = "incr"):
     cs = graph.addComputeSet(name)
-    v = graph.addVertex(cs, Bump, {"c": counter})
-    graph.setTileMapping(v, tile)
-    graph.setPerfEstimate(v, 5)
+    vertex_on(graph, cs, Bump, {"c": counter}, tile, 5)
     return cs
 
 
@@ -237,9 +235,9 @@ def test_sync_programs_in_trace():
     )
     e = run_engine(g, seq)
     syncs = records(e, "sync")
-    assert [r.name for r in syncs] == ["s-int", "s-ext", "s-glob"]
-    # A global sync includes the host.
-    assert [r.step.sync_kind for r in syncs] == ["internal", "external", "host"]
+    assert [r.name for r in syncs] == ["s-int", "s-ext", "s-glob", "EndOfRun/Sync"]
+    # A global sync includes the host; every run ends with an internal sync.
+    assert [r.step.sync_kind for r in syncs] == ["internal", "external", "host", "internal"]
     assert all(r.phase == "sync" for r in syncs)
 
 
@@ -422,9 +420,7 @@ def test_multivertex_codelet():
     g.setInitialValue(data, values)
     g.createHostRead("data", data)
     cs = g.addComputeSet("triple")
-    v = g.addVertex(cs, Triple, {"data": data})
-    g.setTileMapping(v, 4)
-    g.setPerfEstimate(v, 40)
+    vertex_on(g, cs, Triple, {"data": data}, 4, 40)
     e = run_engine(g, prog.Execute(cs))
     np.testing.assert_array_equal(e.readTensor("data"), values * np.float32(3))
     [comp] = records(e, "compute")
@@ -485,9 +481,7 @@ def test_half_tensors_round_like_numpy():
     g.createHostRead("a", a)
     g.createHostRead("out", out)
     cs = g.addComputeSet("add")
-    v = g.addVertex(cs, AddHalf, {"a": a, "b": b, "out": out})
-    g.setTileMapping(v, 1)
-    g.setPerfEstimate(v, 10)
+    vertex_on(g, cs, AddHalf, {"a": a, "b": b, "out": out}, 1, 10)
     e = Engine(g, prog.Execute(cs))
     e.load(ipu())
     av = np.array([1 / 3, 0.1, 1000.3, 65504.0], np.float64)
@@ -520,9 +514,7 @@ def _multi_step(device: Device) -> tuple[np.ndarray, np.ndarray, list[list[float
     s_in = g.addHostToDeviceFIFO("in", FLOAT, 4)
     s_out = g.addDeviceToHostFIFO("out", FLOAT, 4)
     cs = g.addComputeSet("add")
-    v = g.addVertex(cs, AddVec, {"a": a, "b": b, "out": c})
-    g.setTileMapping(v, 5)
-    g.setPerfEstimate(v, 12)
+    vertex_on(g, cs, AddVec, {"a": a, "b": b, "out": c}, 5, 12)
     body = prog.Sequence(
         prog.Copy(s_in, a), prog.Execute(cs), prog.Copy(c, b.reverse(0)), prog.Copy(c, s_out)
     )
@@ -562,12 +554,8 @@ def test_compute_record_with_perf_estimates():
     g.setTileMapping(counters, 1)
     cs = g.addComputeSet("spread")
     for i, cycles in enumerate(estimates):
-        v = g.addVertex(cs, Bump, {"c": counters[i]})
-        g.setTileMapping(v, 1)
-        g.setPerfEstimate(v, cycles)
-    lone = g.addVertex(cs, Bump, {"c": counters[len(estimates)]})
-    g.setTileMapping(lone, 6)
-    g.setPerfEstimate(lone, 9)
+        vertex_on(g, cs, Bump, {"c": counters[i]}, 1, cycles)
+    vertex_on(g, cs, Bump, {"c": counters[len(estimates)]}, 6, 9)
     g.createHostRead("counters", counters)
     e = run_engine(g, prog.Execute(cs))
     assert e.readTensor("counters").tolist() == [1] * 9
@@ -603,9 +591,7 @@ def test_virtual_graph_tiles_shift_in_parent():
     vg.setTileMapping(c, 0)
     g.createHostRead("c", c)
     cs = vg.addComputeSet("virt")
-    v = vg.addVertex(cs, Bump, {"c": c})
-    vg.setTileMapping(v, 0)
-    vg.setPerfEstimate(v, 8)
+    vertex_on(vg, cs, Bump, {"c": c}, 0, 8)
     e = run_engine(g, prog.Execute(cs))
     assert int(e.readTensor("c")) == 1
     [comp] = records(e, "compute")
