@@ -70,6 +70,18 @@ def _check_program(value: Any, what: str) -> Program:
     return value
 
 
+def _made_by_graph(value: Any, kind: str, maker: str, what: str) -> Any:
+    """``value`` when it is a graph's ``kind`` (``"ComputeSet"``, ``"Function"``), the
+    object ``graph.<maker>`` returns; otherwise a GraphError naming ``what``."""
+    from poplar_api import graph
+
+    if not isinstance(value, getattr(graph, kind)):
+        raise GraphError(
+            f"{what}: expected a {kind} from graph.{maker}, got {type(value).__name__}"
+        )
+    return value
+
+
 def _tensor_type():
     from poplar_api.tensor import Tensor
 
@@ -120,13 +132,7 @@ class Execute(Program):
 
     def __init__(self, cs: Any, debugContext: DebugContext = "") -> None:
         super().__init__(debugContext)
-        from poplar_api.graph import ComputeSet
-
-        if not isinstance(cs, ComputeSet):
-            raise GraphError(
-                f"Execute: expected a ComputeSet from graph.addComputeSet, got {type(cs).__name__}"
-            )
-        self.computeSet = cs
+        self.computeSet = _made_by_graph(cs, "ComputeSet", "addComputeSet", "Execute")
 
 
 class Block(Program):
@@ -552,13 +558,7 @@ class Call(Program):
 
     def __init__(self, function: Any, debugContext: DebugContext = "") -> None:
         super().__init__(debugContext)
-        from poplar_api.graph import Function
-
-        if not isinstance(function, Function):
-            raise GraphError(
-                f"Call: expected a Function from graph.addFunction, got {type(function).__name__}"
-            )
-        self.function = function
+        self.function = _made_by_graph(function, "Function", "addFunction", "Call")
 
 
 def _message(value: Any, what: str) -> str:
