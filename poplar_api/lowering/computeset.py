@@ -316,8 +316,9 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
         stretches = None
         if read * 8 >= space.size or typ.size in planner.owners.changes:
             stretches = planner.stretches_of(typ.size, owner, space.size, read)
-        # every field's pieces into one set of arrays (at most one piece per id read)
-        found = pieces.Pieces(min(sum(ft.size for ft, _ in fields), pieces.FIRST_ROOM))
+        # every field's pieces into one set of arrays, with room for one piece per id
+        # read (the most there can be; pages no piece is written to are never touched)
+        found = pieces.Pieces(sum(ft.size for ft, _ in fields))
         for ft, vtiles in fields:
             if ft.runs is None:
                 pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner, found)
