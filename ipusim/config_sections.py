@@ -424,6 +424,16 @@ class RemoteConfig(_Section):
     )
 
 
+def _copy_cycles(default: float, part: str, kind: str, rows: str) -> Any:
+    """A thread-cycle part of one of Poplar's runtime copy vertices (ipusim.machine_copies)."""
+    return Field(
+        default=default,
+        ge=0.0,
+        le=1e6,
+        description=f"Thread cycles, {part}, of a {kind} copy vertex (fitted, H {rows} rows).",
+    )
+
+
 class CodeConfig(_Section):
     """What the graph compiler puts in tile memory and the cost of the copies it inserts.
 
@@ -474,6 +484,14 @@ class CodeConfig(_Section):
     copy_vertex_fixed_cycles: int = Field(
         default=13, ge=0, le=1 << 20, description="Fixed thread cycles of an on-tile copy vertex."
     )
+    # Poplar's runtime copy vertices that gather strided regions into a contiguous
+    # buffer (pre) or scatter one into strided regions (post); ipusim.machine_copies.
+    # Fitted on H's 12 pre/post rows (Mk1 hardware; the worker ISA is the same on every
+    # generation): docs/calibration.md, "On-tile copies".
+    copy_gather_fixed_cycles: float = _copy_cycles(150.0, "fixed", "gather", "pre")
+    copy_gather_region_cycles: float = _copy_cycles(47.8, "per region", "gather", "pre")
+    copy_scatter_fixed_cycles: float = _copy_cycles(21.1, "fixed", "scatter", "post")
+    copy_scatter_region_cycles: float = _copy_cycles(40.7, "per region", "scatter", "post")
 
 
 def _issue(default: float, what: str) -> Any:

@@ -178,25 +178,36 @@ def test_ipu_link_traffic_moves_both_directions_at_the_link_rate():
     assert 0.9 * hop < m["gbytes_per_s_per_direction"] <= hop
 
 
-def test_gaussian_blur_halo_copies_cost_poplibs_memcpy_estimate():
-    """The ``pre``/``post`` copies of each worker's rows are priced with Poplibs'
-    LongMemcpy estimate (``BroadcastSelectorSelectCycles``: 11 + 1, then 12 + 23 +
-    bytes / 4 thread cycles per row), one copy vertex per worker, so a tile takes six
-    times its busiest worker."""
+def test_gaussian_blur_halo_copies_cost_the_runtime_copy_vertices():
+    """The ``pre`` copy of each worker's rows is a gather vertex, the ``post`` copy a
+    scatter vertex (ipusim.machine_copies): fixed + rows x per row + 8 bytes per thread
+    cycle (the ldst64pace path), the fixed and per-row parts the config's, one vertex per
+    worker, so a tile takes six times its busiest worker. Changing the config's copy
+    fields moves the rows as the formula says."""
     module = points.load(CAL / "h_gaussian_blur.py")
     tiles = load_config("tiny").tile.tiles_per_ipu
+    fields = {
+        "code.copy_gather_fixed_cycles": 100.0,
+        "code.copy_gather_region_cycles": 30.0,
+        "code.copy_scatter_fixed_cycles": 7.0,
+        "code.copy_scatter_region_cycles": 55.0,
+    }
+    base = load_config("tiny", overrides=fields)
     for data_type, pixel_bytes in (("float", 16), ("half4", 8)):
-        h = run_workload(str(CAL / "h_gaussian_blur.py"), "tiny", {"data_type": data_type})
+        h = run_workload(str(CAL / "h_gaussian_blur.py"), base, {"data_type": data_type})
         assert h.ok, data_type  # the copies feed the blur: the image is still right
         ((rows, cols),) = module.ipu_slices(20, 24, 1)
         grid_r, grid_c = module.tile_grid(tiles, rows.size, cols.size)
-        worst = 0
+        worst = {"pre": 0.0, "post": 0.0}
         for band_rows in np.array_split(rows, grid_r):
             for band_cols in np.array_split(cols, grid_c):
                 for part in np.array_split(band_rows, 6):
-                    row = band_cols.size * pixel_bytes
-                    worst = max(worst, 11 + 1 + part.size * (12 + 23 + row // 4))
-        assert h.metrics["phase_cycles.pre"] == h.metrics["phase_cycles.post"] == 6 * worst
+                    moves = part.size * -(-band_cols.size * pixel_bytes // 8)
+                    pre = round(100.0 + 30.0 * part.size) + moves
+                    post = round(7.0 + 55.0 * part.size) + moves
+                    worst = {"pre": max(worst["pre"], pre), "post": max(worst["post"], post)}
+        assert h.metrics["phase_cycles.pre"] == 6 * worst["pre"]
+        assert h.metrics["phase_cycles.post"] == 6 * worst["post"]
 
 
 def test_t7_hardware_gap_candidates_use_the_independent_rows():

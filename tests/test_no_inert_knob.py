@@ -210,6 +210,11 @@ KNOBS: dict[str, Knob] = {
     "remote.latency_s": Knob(remote_copy, (1e-6, 0.0)),
     "remote.model": Knob(remote_copy, ("streaming_memory", "host_link")),
     "code.copy_vertex_fixed_cycles": Knob(lambda: None, (13, 50)),  # a Poplar copy, below
+    # runtime gather/scatter copy vertices, applied when a graph is built: below
+    "code.copy_gather_fixed_cycles": Knob(lambda: None, (150.0, 20.0)),
+    "code.copy_gather_region_cycles": Knob(lambda: None, (47.8, 5.0)),
+    "code.copy_scatter_fixed_cycles": Knob(lambda: None, (21.1, 90.0)),
+    "code.copy_scatter_region_cycles": Knob(lambda: None, (40.7, 5.0)),
     **{
         f"counted.{name}": Knob(counted_compute, (1.0, 4.0))
         for name in CountedConfig.model_fields
@@ -282,7 +287,14 @@ def _cycles(path: str, value: Any, knob: Knob) -> tuple[int, tuple[tuple[str, in
     return trace.total_cycles, tuple(sorted(trace.totals.items()))
 
 
-@pytest.mark.parametrize("path", sorted(p for p in KNOBS if p != "code.copy_vertex_fixed_cycles"))
+#: Knobs applied when a graph is built, each shown on a Poplar program by its own test.
+BUILD_KNOBS = (
+    "code.copy_vertex_fixed_cycles",
+    *(f"code.copy_{k}_{p}_cycles" for k in ("gather", "scatter") for p in ("fixed", "region")),
+)
+
+
+@pytest.mark.parametrize("path", sorted(p for p in KNOBS if p not in BUILD_KNOBS))
 def test_knob_changes_cycles(path: str) -> None:
     knob = KNOBS[path]
     a, b = (_cycles(path, value, knob) for value in knob.values)
@@ -307,3 +319,20 @@ def test_copy_vertex_cycles_change_an_on_tile_copy() -> None:
         engine.run(0)
         totals.append(engine.getTrace().total_cycles)
     assert totals[1] - totals[0] == 6 * (50 - 13)  # thread cycles of one worker vertex
+
+
+@pytest.mark.parametrize("path", BUILD_KNOBS[1:])
+def test_runtime_copy_fields_change_the_halo_copies(path: str) -> None:
+    """The gather (``pre``) and scatter (``post``) copy vertices of the H blur workload
+    on ``tiny`` take the config's copy fields when the graph is built."""
+    from pathlib import Path
+
+    from ipusim.runner import run_workload
+
+    workload = str(Path(__file__).resolve().parents[1] / "examples/calibration/h_gaussian_blur.py")
+    phase = "pre" if "gather" in path else "post"
+    got = [
+        run_workload(workload, load_config("tiny", {path: value})).metrics[f"phase_cycles.{phase}"]
+        for value in KNOBS[path].values
+    ]
+    assert got[0] != got[1], f"{path}: {KNOBS[path].values} give the same {phase} cycles {got[0]}"

@@ -24,10 +24,18 @@ Two fits, each over several measured points, in physical units (docs/calibration
   against the three H1 16-IPU ``globExchange`` rows, then
   ``sync.global_sync_ns_per_hop`` against the three 16-IPU ``sync`` rows.
 
+* **copies** (Mk1, applied to every generation as the ``code`` defaults): the fixed and
+  per-region thread cycles of Poplar's runtime gather (``pre``) and scatter (``post``)
+  copy vertices (:mod:`ipusim.machine_copies`) against the 12 H1 copy rows, the rate
+  kept at the ``ldst64pace`` path's 8 bytes per thread cycle. The copy vertices are made
+  when the graph is built, so ``calibrate`` (which re-times) cannot fit them: a linear
+  least-squares fit of relative errors on the workload's geometry (the busiest worker's
+  rows and bytes), with a leave-one-out check.
+
 Run from the repository root (prints the reports; writes nothing)::
 
     .venv/bin/python examples/calibration/_fit_hardware.py \
-        [host|prepare|exchange|launch|exchange_all|links]
+        [host|prepare|exchange|launch|exchange_all|links|copies]
 """
 
 from __future__ import annotations
@@ -283,6 +291,70 @@ def fit_launch() -> CalibrationResult:
     )
 
 
+def copy_geometry(ipus: int, data_type: str) -> tuple[int, int]:
+    """(rows, bytes per row) of the busiest worker's copy in the H workload at the
+    chosen image on ``ipus`` Mk1 IPUs (every row of a partition is one region)."""
+    h = _load_h()
+    height, width = h.IMAGE
+    pixel = h.CHANNELS * (2 if data_type == "half4" else 4)
+    worst = (0, 0)
+    for rows, cols in h.ipu_slices(height, width, ipus):
+        grid_r, grid_c = h.tile_grid(1216, rows.size, cols.size)
+        most_rows = max(
+            p.size for band in np.array_split(rows, grid_r) for p in np.array_split(band, h.WORKERS)
+        )
+        widest = max(band.size for band in np.array_split(cols, grid_c))
+        worst = max(worst, (most_rows, widest * pixel))
+    return worst
+
+
+def _load_h():
+    sys.path.insert(0, str(HERE))
+    import h_gaussian_blur
+
+    return h_gaussian_blur
+
+
+def fit_copies(report: bool = True) -> dict[str, float]:
+    """Fixed and per-region cycles of the gather (``pre``) and scatter (``post``) copy
+    vertices from the H1 copy rows (module docstring); prints the residuals and the
+    leave-one-out values, returns the fitted ``code.*`` values."""
+    rows = csv_rows()
+    rate = 8  # bytes per thread cycle: ldst64pace (64-bit load + 64-bit store)
+    workers = 6
+    out: dict[str, float] = {}
+    for phase, kind in (("pre", "gather"), ("post", "scatter")):
+        data = []
+        for ipus in (1, 16):
+            for dt in ("half4", "float2", "float"):
+                rid = f"H1.{ipus}ipu.{dt}.{phase}"
+                n, row_bytes = copy_geometry(ipus, dt)
+                data.append((rid, n, n * -(-row_bytes // rate), float(rows[rid]["value"])))
+
+        def solve(points: list) -> np.ndarray:
+            # tile cycles = workers x (fixed + n x region + moves), relative errors
+            a = np.array([[workers / y, workers * n / y] for _, n, _, y in points])
+            t = np.array([1 - workers * moves / y for _, _, moves, y in points])
+            return np.linalg.lstsq(a, t, rcond=None)[0]
+
+        fixed, region = solve(data)
+        out[f"code.copy_{kind}_fixed_cycles"] = round(float(fixed), 1)
+        out[f"code.copy_{kind}_region_cycles"] = round(float(region), 1)
+        if report:
+            print(f"== copies {kind} ({phase}): fixed {fixed:.1f}, per region {region:.2f}")
+            for rid, n, moves, y in data:
+                pred = workers * (round(fixed + n * region) + moves)
+                print(f"  {rid:22s} rows {n} measured {y:8.0f} model {pred:8.0f} "
+                      f"{100 * (pred / y - 1):+6.1f}%")  # fmt: skip
+            for i, held in enumerate(data):
+                f, r = solve(data[:i] + data[i + 1 :])
+                _, n, moves, y = held
+                pred = workers * (f + n * r + moves)
+                print(f"  leave out {held[0]:22s}: fixed {f:6.1f}, region {r:5.2f}, "
+                      f"held-out row {100 * (pred / y - 1):+6.1f}%")  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     which = (argv if argv is not None else sys.argv[1:]) or [
         "host",
@@ -291,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         "launch",
     ]
     for name in which:
+        if name == "copies":
+            print(fit_copies())
+            continue
         results = {
             "host": fit_host,
             "prepare": fit_prepare,

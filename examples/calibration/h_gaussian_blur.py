@@ -29,8 +29,11 @@ the image, into a contiguous output buffer) and a ``post`` copy (the output buff
 its rows of the destination image), each a compute set of its own, so one iteration is
 ``inToOutPre, inToOut, inToOutPost, outToInPre, outToIn, outToInPost``. The copies
 touch only the tile's own data, so no sync or exchange comes in front of them. Their
-cycles are Poplibs' ``LongMemcpy`` estimate per row (:func:`copy_cycles`, graphcore/
-poplibs 7eac0f26 ``BroadcastSelectorSelectCycles``): an estimate, not fitted. The halo
+cycles are those of Poplar's runtime copy vertices (:mod:`ipusim.machine_copies`): the
+``pre`` copy a gather (strided rows into one buffer), the ``post`` copy a scatter, each
+a fixed part, a part per row (region) and the bytes at 8 per thread cycle (the
+``ldst64pace`` load/store path); the fixed and per-row parts are fitted on the 12 copy
+rows (``_fit_hardware.py copies``, docs/calibration.md "On-tile copies"). The halo
 received by exchange goes straight into the blur's field (as Poplar's exchange writes
 into the field's buffer), so it is not copied on the tile.
 
@@ -82,6 +85,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ipusim.machine_copies import copy_vertex_cycles
 from ipusim.trace import Trace
 from poplar_api import (
     FLOAT,
@@ -304,27 +308,6 @@ class CopyPiecesHalf(CopyPieces):
     out = Output(VectorList(HALF))
 
 
-#: Poplibs' estimate of a ``LongMemcpy`` of one piece (graphcore/poplibs 7eac0f26,
-#: ``lib/popops/popopsCycleEstimators.cpp``, ``BroadcastSelectorSelectCycles``: "an
-#: estimate, based on being able to use ld64/st64"): thread cycles per call and per 4
-#: bytes, 5 per byte of a remainder, and the vertex's own set-up.
-MEMCPY_CALL_CYCLES = 12 + 23
-MEMCPY_BYTES_PER_CYCLE = 4
-MEMCPY_REMAINDER_CYCLES_PER_BYTE = 5
-MEMCPY_VERTEX_CYCLES = 11 + 1
-
-
-def copy_cycles(piece_bytes: np.ndarray) -> int:
-    """Thread cycles of Poplibs' ``LongMemcpy`` estimate for pieces of ``piece_bytes``."""
-    b = np.asarray(piece_bytes, np.int64)
-    per_piece = (
-        MEMCPY_CALL_CYCLES
-        + b // MEMCPY_BYTES_PER_CYCLE
-        + (b % MEMCPY_BYTES_PER_CYCLE) * MEMCPY_REMAINDER_CYCLES_PER_BYTE
-    )
-    return int(MEMCPY_VERTEX_CYCLES + per_piece.sum())
-
-
 #: The codelet of each data type, as the program chooses them.
 CODELETS: dict[str, type[GaussianBlur]] = {
     "float": GaussianBlur,
@@ -435,6 +418,7 @@ def workload(
     graph = Graph(device.getTarget())
     target = graph.getTarget()
     device_ipus, tiles_per_ipu = target.getNumIPUs(), target.getTilesPerIPU()
+    cfg = target.config
     if not 0 <= ipus <= device_ipus:
         raise ValueError(
             f"h_gaussian_blur: ipus={ipus}; expected 0 (all) .. {device_ipus}, the device's "
@@ -484,6 +468,10 @@ def workload(
                 graph.setTileMapping(w, tile)
                 q0, q1 = int(band_cols[0]), int(band_cols[-1]) + 1
                 row_bytes = [[(q1 - q0) * pixel_bytes] * k for k in range(band_rows.size + 1)]
+                copies = {  # the runtime copy vertices' cycles by rows (machine_copies)
+                    kind: [copy_vertex_cycles(cfg, b, kind) for b in row_bytes]
+                    for kind in ("gather", "scatter")
+                }
                 # the pre copy's buffer of each worker's rows, and the blur's contiguous output
                 bufs = [
                     graph.addVariable(dtype, [band_rows.size, (q1 - q0) * CHANNELS], f"{n}{tile}")
@@ -497,14 +485,14 @@ def workload(
                     for name, (src, dst) in zip(names, (images, images[::-1]), strict=True):
                         vertices = _worker_vertices(src, dst, own, (p0, p1), (q0, q1), w)
                         for part_name, typ, fields, cycles in (
-                            ("Pre", copy_vertex, vertices[0], copy_cycles(row_bytes[p1 - p0])),
+                            ("Pre", copy_vertex, vertices[0], copies["gather"][p1 - p0]),
                             (
                                 "",
                                 vertex,
                                 vertices[1],
                                 vertex_cycles(data_type, part.size * (q1 - q0), part.size),
                             ),
-                            ("Post", copy_vertex, vertices[2], copy_cycles(row_bytes[p1 - p0])),
+                            ("Post", copy_vertex, vertices[2], copies["scatter"][p1 - p0]),
                         ):
                             v = graph.addVertex(compute_sets[name + part_name], typ, fields)
                             graph.setTileMapping(v, tile)
