@@ -169,7 +169,8 @@ def test_liveness_ranges_follow_touches_and_loops(graph):
     )
     emitted = _emitted(graph, [program])
     live = liveness(graph._state, emitted.program, emitted.accesses)
-    assert len(live.points.steps) == 4 and live.points.loops == ((1, 2),)
+    # point 4: the sync that ends the run
+    assert len(live.points.steps) == 5 and live.points.loops == ((1, 2),)
     want = _expected_ranges({"a": [0], "b": [0, 1], "c": [1, 2], "d": [2, 3], "e": [3]}, [(1, 2)])
     by_name = {v.name: v.id for v in graph._state.variables}
     for name, rng in want.items():

@@ -88,8 +88,10 @@ def test_disjoint_variables_share_an_address(graph):
     assert e.memory.by_tile["interleaved"][0] == 32  # two 16 B ranges, each used twice
     assert e.memory.by_category["variable"][0] == 64
     lv = e.memory.liveness
-    assert [n for n, _, _ in lv] == ["Copy a -> b/OnTileCopy", "Copy c -> d/OnTileCopy"]
-    assert [b for _, b, _ in lv] == [32, 32]
+    assert [n for n, _, _ in lv] == [
+        "Copy a -> b/OnTileCopy", "Copy c -> d/OnTileCopy", "EndOfRun/Sync"
+    ]  # fmt: skip
+    assert [b for _, b, _ in lv] == [32, 32, 0]
 
 
 def test_overlapping_variables_do_not_share(graph):
@@ -115,7 +117,8 @@ def test_host_readable_variable_is_always_live(graph):
     # c first (always live), a and b at point 0 after it; d (point 1) reuses a's bytes
     assert data_at(e, 0) == interleaved_at(c=0, a=16, b=32, d=16)
     lv = e.memory.liveness
-    assert [b for _, b, _ in lv] == [32, 16]  # a + b, then d (c is always live)
+    # a + b, then d, then nothing at the run's last sync (c is always live)
+    assert [b for _, b, _ in lv] == [32, 16, 0]
 
 
 def test_variable_of_two_entry_programs_or_a_function_is_always_live(graph):
@@ -143,8 +146,9 @@ def test_interleaved_field_puts_its_data_in_the_interleaved_region(graph):
     e = Engine(graph, prog.Execute(cs))
     # x must be interleaved: it takes the last 16 B there. y may go anywhere and spills
     # to non-interleaved after the always-live code and state of tile 2:
-    # stack, control (base + 1 step), vertex code, vertex state (header + 2 vectors)
-    control = CODE.control_code_base_bytes + CODE.control_code_bytes_per_step
+    # stack, control (base + 2 steps: the compute and the run's last sync), vertex code,
+    # vertex state (header + 2 vectors)
+    control = CODE.control_code_base_bytes + 2 * CODE.control_code_bytes_per_step
     state = CODE.vertex_header_bytes + 2 * (CODE.field_pointer_bytes + CODE.vector_size_bytes)
     end_of_state = STACK + control + CODE.vertex_code_bytes + state
     y_offset = -(-end_of_state // 8) * 8
@@ -186,8 +190,8 @@ def test_category_totals_of_a_compute_set(graph):
     state = CODE.vertex_header_bytes + 3 * (CODE.field_pointer_bytes + CODE.vector_size_bytes)  # 28
     expected = {
         "stack": np.full(NUM_TILES, STACK),
-        # every tile has the base; tile 0 runs the one compute step
-        "controlCode": CODE.control_code_base_bytes + CODE.control_code_bytes_per_step * on0,
+        # every tile has the base and the run's last sync; tile 0 runs the compute step
+        "controlCode": CODE.control_code_base_bytes + CODE.control_code_bytes_per_step * (on0 + 1),
         "vertexCode": CODE.vertex_code_bytes * on0,
         "vertexInstanceState": state * on0,
         "variable": 3 * 16 * on0,
@@ -198,7 +202,7 @@ def test_category_totals_of_a_compute_set(graph):
         assert m.by_category.get(category, zeros).sum() == 0, category
     assert m.by_tile["total"].tolist() == sum(expected.values()).tolist()
     # non-interleaved: stack, control, code, state packed (all multiples of 8 but state)
-    ni = STACK + CODE.control_code_base_bytes + CODE.control_code_bytes_per_step
+    ni = STACK + CODE.control_code_base_bytes + 2 * CODE.control_code_bytes_per_step
     ni += CODE.vertex_code_bytes + state
     assert m.by_tile["nonInterleavedIncludingGaps"][0] == ni
     assert m.by_tile["interleavedIncludingGaps"][0] == 48
@@ -217,9 +221,10 @@ def test_exchange_code_and_message_buffer(graph):
     graph.setPerfEstimate(v, 10)
     e = Engine(graph, prog.Execute(cs))
     m = e.memory
-    # steps: sync (all tiles), exchange (tiles 0, 1), compute (tile 1); the exchange
-    # sends the 4 contiguous elements from tile 0 as one message, landing on tile 1
-    steps = np.array([2, 3, 1, 1, 1, 1, 1, 1])
+    # steps: sync (all tiles), exchange (tiles 0, 1), compute (tile 1), the run's last
+    # sync (all tiles); the exchange sends the 4 contiguous elements from tile 0 as one
+    # message, landing on tile 1
+    steps = np.array([3, 4, 2, 2, 2, 2, 2, 2])
     assert (
         m.by_category["controlCode"].tolist()
         == (CODE.control_code_base_bytes + CODE.control_code_bytes_per_step * steps).tolist()
@@ -228,8 +233,13 @@ def test_exchange_code_and_message_buffer(graph):
     assert m.by_category["internalExchangeCode"].tolist() == [code, code, 0, 0, 0, 0, 0, 0]
     assert m.by_category["messageBuffer"].tolist() == [0, 16, 0, 0, 0, 0, 0, 0]
     # src, dst and the buffer are live over the whole Execute: 3 x 16 B at each point
-    assert [b for _, b, _ in m.liveness] == [48, 48, 48]
-    assert [n for n, _, _ in m.liveness] == ["pull/Sync", "pull/ExchangeIn", "pull"]
+    assert [b for _, b, _ in m.liveness] == [48, 48, 48, 0]
+    assert [n for n, _, _ in m.liveness] == [
+        "pull/Sync",
+        "pull/ExchangeIn",
+        "pull",
+        "EndOfRun/Sync",
+    ]
 
 
 def big_graph(graph: Graph) -> None:
@@ -245,8 +255,9 @@ def test_out_of_memory_error_names_tile_and_sizes(graph):
         Engine(graph, prog.Sequence())
     err = info.value
     assert isinstance(err, MemoryError) and isinstance(err, PoplarError)
-    # tile 3 needs its stack and control code (no steps) plus the 80000 B that overflow
-    need = STACK + CODE.control_code_base_bytes + 80000
+    # tile 3 needs its stack and control code (one step: the run's last sync) plus the
+    # 80000 B that overflow
+    need = STACK + CODE.control_code_base_bytes + CODE.control_code_bytes_per_step + 80000
     text = str(err)
     assert f"tile 3: needs {need} B ({need / 1024:.1f} KiB)" in text
     assert "capacity 65536 B (64.0 KiB)" in text
@@ -262,7 +273,8 @@ def test_allow_out_of_memory_compiles_and_runs(graph):
     assert m.out_of_memory
     assert m.tiles_out_of_memory.tolist() == [3]
     assert m.by_tile["overflowed"].tolist() == [0, 0, 0, 80000, 0, 0, 0, 0]
-    assert m.worst_tiles(1) == [(3, STACK + CODE.control_code_base_bytes + 80000, 65536)]
+    control = CODE.control_code_base_bytes + CODE.control_code_bytes_per_step  # the last sync
+    assert m.worst_tiles(1) == [(3, STACK + control + 80000, 65536)]
     assert m.variables_on_tile(3) == [("big", 80000)]
     e.load(IPUModel("tiny").createDevice())
     values = np.arange(20000, dtype=np.float32)

@@ -262,6 +262,7 @@ def test_single_ipu_lowering_is_unchanged():
         ("sync", "Sync"),
         ("sync", "Copy z -> x/Sync"),
         ("exchange", "Copy z -> x/Exchange"),
+        ("sync", "EndOfRun/Sync"),
     ]
     syncs = [s for s in steps(engine) if isinstance(s, ir.Sync)]
     assert all(s.ipus is None and s.sync_kind is ir.SyncKind.INTERNAL for s in syncs)

@@ -73,15 +73,13 @@ def workload(
     dims: list | None = None,
     op: str = "ADD",
     tiles: int = 0,
-    end_sync: bool = False,
 ) -> Workload:
     """A GEMM ``C += A B`` (``kind='gemm'``) or a reduction (``kind='reduce'``); ``tiles``
     0 means every tile.
 
-    ``end_sync`` appends an internal sync after the operation: the sync that ends a
-    Poplar run on the IPU Model, which ipusim's engine does not emit. Off by default
-    (the rows are compared without it); docs/reductions.md ("J-bert_reduce residuals")
-    shows what it and the IPU Model's default sync delay explain.
+    The run ends with the engine's end-of-run sync, as Poplar's does; on the IPU Model
+    presets every sync pays their default sync delay, fitted on these reductions
+    (``_fit_ipumodel_sync.py``; docs/reductions.md, "J-bert_reduce residuals").
     """
     graph = Graph(device.getTarget())
     seq = prog.Sequence()
@@ -106,8 +104,6 @@ def workload(
         popops.reduce(sub, x, list(dims), Operation[op], seq, "reduce")
     else:
         raise ValueError(f"j_poplibs_bench: kind={kind!r}; expected 'gemm' or 'reduce'")
-    if end_sync:
-        seq.add(prog.Sync(prog.SyncType.INTERNAL, "end_of_run"))
     # ipusim's matMul planner is not Poplibs': a plan that does not fit a Mk1 tile is
     # still timed (its memory report says by how much it overflows)
     return Workload(graph, seq, metrics=metrics, options={"debug.allowOutOfMemory": "true"})

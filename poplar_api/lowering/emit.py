@@ -21,6 +21,9 @@ Here:
   blocks), become IR ``Block`` nodes; the machine records their per-tile cycles. Both
   options are regular expressions that must match the whole name (``re.fullmatch``).
   Other ``Block`` programs lower to their body alone.
+* Every entry program (what ``Engine.run`` runs) ends with an internal sync of all
+  tiles (:meth:`Emitter.entry`), as a Poplar run does before control returns to the
+  host.
 * ``WriteUndef`` lowers to no step; it is recorded for memory liveness
   (``Emission.undefs``). ``Call`` lowers a function's program once.
 * ``Abort`` is an internal sync whose effect stops the run
@@ -49,7 +52,10 @@ from poplar_api.lowering.emission import Emission, HostIO, prefetch_option, with
 from poplar_api.lowering.execute import lower_execute
 from poplar_api.printing import format_tensor
 
-__all__ = ["Emitter", "HostIO", "prefetch_option"]
+__all__ = ["END_OF_RUN_SYNC", "Emitter", "HostIO", "prefetch_option"]
+
+#: Name of the internal sync that ends every run (:meth:`Emitter.entry`).
+END_OF_RUN_SYNC = "EndOfRun/Sync"
 
 
 class Emitter:
@@ -88,6 +94,18 @@ class Emitter:
         if wrap and implicit.fullmatch(name):
             node = ir.Block((node,), name=name, program_id=self.em.pid(prog))
         return node
+
+    def entry(self, prog: P.Program) -> ir.Node:
+        """IR of an entry program (what ``Engine.run`` runs): the program, then an
+        internal sync of every tile of each IPU.
+
+        A Poplar run hands control back to the host only once every tile has finished,
+        so it ends with a sync whose delay the run pays (nothing with
+        ``minIPUSyncDelay = 0`` and ``NO_DELAY``; docs/machine.md, "The end of a run").
+        """
+        body = self.lower(prog)
+        end = self.em.sync(self.em.pid(prog), "internal", END_OF_RUN_SYNC)
+        return ir.Sequence((body, end))
 
     def _Block(self, prog: P.Block) -> ir.Node:
         body = self.lower(prog.program)

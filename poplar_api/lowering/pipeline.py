@@ -128,7 +128,7 @@ def emit(
     if index is not None:
         em.variables = index
     emitter = Emitter(em)
-    entries = tuple(emitter.lower(p) for p in programs)
+    entries = tuple(emitter.entry(p) for p in programs)  # each ends with a sync
     replicas = lowered.storage.replicas
     program = ir.Program(entries=entries, functions=emitter.function_nodes(), replicas=replicas)
     for step in ir.iter_steps(program):  # the host is ready when every replica's is
