@@ -44,18 +44,26 @@ def _feeds(inputs: Sequence[np.ndarray], ids: list[str]) -> dict[str, np.ndarray
     }
 
 
-def run_model(
+def run_session(
     proto: bytes, feeds: dict[str, np.ndarray], outputs: Sequence[str], *, tiles: int = 8
-) -> dict[str, np.ndarray]:
+) -> tuple[popart.InferenceSession, dict[str, np.ndarray]]:
     """Run the model ``proto`` once on the simulator (an InferenceSession on a
-    ``tiles``-tile IPU Model) with ``outputs`` anchored; their values."""
+    ``tiles``-tile IPU Model) with ``outputs`` anchored: the session (for its reports
+    and cycle count) and the outputs' values."""
     flow = popart.DataFlow(1, {o: popart.AnchorReturnType("ALL") for o in outputs})
     s = popart.InferenceSession(fnModel=proto, dataFlow=flow, deviceInfo=device(tiles))
     s.prepareDevice()
     s.weightsFromHost()
     anchors = s.initAnchorArrays()
     s.run(popart.PyStepIO(feeds, anchors))
-    return {o: np.array(anchors[o]) for o in outputs}
+    return s, {o: np.array(anchors[o]) for o in outputs}
+
+
+def run_model(
+    proto: bytes, feeds: dict[str, np.ndarray], outputs: Sequence[str], *, tiles: int = 8
+) -> dict[str, np.ndarray]:
+    """The values of ``outputs`` of one run of the model ``proto`` (:func:`run_session`)."""
+    return run_session(proto, feeds, outputs, tiles=tiles)[1]
 
 
 def simulate(

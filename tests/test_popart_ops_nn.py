@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from popart_harness import run_session
 
 import popart_api as popart
 from popart_api import ops_nn
@@ -59,13 +60,8 @@ def _device(tiles: int = 8) -> popart.DeviceInfo:
 
 
 def _run(proto: bytes, outs: list[str], feeds: dict[str, np.ndarray]):
-    flow = popart.DataFlow(1, {o: popart.AnchorReturnType("ALL") for o in outs})
-    session = popart.InferenceSession(fnModel=proto, dataFlow=flow, deviceInfo=_device())
-    session.prepareDevice()
-    session.weightsFromHost()
-    anchors = session.initAnchorArrays()
-    session.run(popart.PyStepIO(feeds, anchors))
-    return session, [anchors[o] for o in outs]
+    session, got = run_session(proto, feeds, outs)
+    return session, [got[o] for o in outs]
 
 
 def _reference(proto: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

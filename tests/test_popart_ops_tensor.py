@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from popart_harness import check_forward, check_gradients, device, simulator_gradients
+from popart_harness import check_forward, check_gradients, device, run_model, simulator_gradients
 
 import popart_api as popart
 
@@ -42,13 +42,8 @@ def _i64(*values: int) -> np.ndarray:
 
 
 def _run(proto: bytes, feeds: dict[str, np.ndarray], outs: list[str]) -> list[np.ndarray]:
-    flow = popart.DataFlow(1, {o: popart.AnchorReturnType("ALL") for o in outs})
-    s = popart.InferenceSession(fnModel=proto, dataFlow=flow, deviceInfo=device())
-    s.prepareDevice()
-    s.weightsFromHost()
-    anchors = s.initAnchorArrays()
-    s.run(popart.PyStepIO(feeds, anchors))
-    return [anchors[o] for o in outs]
+    got = run_model(proto, feeds, outs)
+    return [got[o] for o in outs]
 
 
 def _check_exact(build, inputs: list[np.ndarray], opsets: dict | None = None) -> None:
