@@ -81,14 +81,18 @@ class VariableIndex:
         """The variables owning elements of ``ids`` (sorted, distinct ids of type
         ``t``), sorted, and how many of the ids each owns.
 
-        Each variable's first and last position in ``ids`` is found by a binary
-        search of its base (one search per variable, not one per id: an undef of a
-        large tensor lists millions of ids).
+        Each variable's first position in ``ids`` is found by a binary search of its
+        base (one search per variable, not one per id: an undef of a large tensor
+        lists millions of ids), over only the variables between the first and the
+        last id (an undef of one small tensor among many variables stays cheap).
         """
         arrays = self.arrays(t)
         if arrays is None or ids.size == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         bases, var_ids, _ = arrays
+        first = max(int(np.searchsorted(bases, ids[0], side="right")) - 1, 0)
+        last = int(np.searchsorted(bases, ids[-1], side="right"))
+        bases, var_ids = bases[first:last], var_ids[first:last]
         edges = np.searchsorted(ids, bases, side="left")
         per_base = np.diff(edges, append=ids.size)
         held = np.flatnonzero(per_base)

@@ -331,9 +331,9 @@ def tile_cuts(dst: np.ndarray, num_tiles: int, step: int) -> tuple[np.ndarray, b
 
 
 def sort_ranges(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ranges ``(lo, other)`` (an end or a length each) in order of ``lo``, ties in
-    order of ``other``, for merging into disjoint intervals (which only needs ``lo``
-    sorted).
+    """Ranges ``(lo, other)`` (an end or a length each) in order of ``lo``, for
+    merging into disjoint intervals (which only needs ``lo`` sorted; ties come in
+    order of ``other`` when packed, in their first order otherwise).
 
     Often sorted already (no work then); when every range has the same ``other`` (a
     strided read gives single-element ranges) only ``lo`` is sorted. Otherwise, when
