@@ -64,6 +64,18 @@ def _run(proto: bytes, outs: list[str], feeds: dict[str, np.ndarray]):
     return session, [got[o] for o in outs]
 
 
+def _refused(proto: onnx.ModelProto, match: str) -> str:
+    """The message of the error that preparing a session of ``proto`` (output ``y0``
+    anchored) raises; it must match ``match``."""
+    flow = popart.DataFlow(1, {"y0": popart.AnchorReturnType("ALL")})
+    session = popart.InferenceSession(
+        fnModel=proto.SerializeToString(), dataFlow=flow, deviceInfo=_device()
+    )
+    with pytest.raises(popart.popart_exception, match=match) as info:
+        session.prepareDevice()
+    return str(info.value)
+
+
 def _reference(proto: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return ReferenceEvaluator(onnx.load_from_string(proto)).run(None, feeds)
 
@@ -219,13 +231,7 @@ def test_conv_errors_name_the_problem(xs, ws, attrs, match):
         [numpy_helper.from_array(inits["w"], "w")],
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    flow = popart.DataFlow(1, {"y0": popart.AnchorReturnType("ALL")})
-    session = popart.InferenceSession(
-        fnModel=proto.SerializeToString(), dataFlow=flow, deviceInfo=_device()
-    )
-    with pytest.raises(popart.popart_exception, match=match) as info:
-        session.prepareDevice()
-    assert "node" in str(info.value)
+    assert "node" in _refused(proto, match)
 
 
 # ------------------------------------------------------------------ pooling forward
@@ -338,12 +344,7 @@ def test_pool_errors_name_the_problem(op, attrs, match):
         [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)],
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
-    flow = popart.DataFlow(1, {"y0": popart.AnchorReturnType("ALL")})
-    session = popart.InferenceSession(
-        fnModel=proto.SerializeToString(), dataFlow=flow, deviceInfo=_device()
-    )
-    with pytest.raises(popart.popart_exception, match=match):
-        session.prepareDevice()
+    _refused(proto, match)
 
 
 # ------------------------------------------------------------------ normalisation forward
@@ -400,13 +401,7 @@ def test_norm_errors_name_the_problem(op, shapes, attrs, opset, domain, match):
     if domain:
         imports.append(helper.make_opsetid(domain, opset))
     proto = helper.make_model(graph, opset_imports=imports)
-    flow = popart.DataFlow(1, {"y0": popart.AnchorReturnType("ALL")})
-    session = popart.InferenceSession(
-        fnModel=proto.SerializeToString(), dataFlow=flow, deviceInfo=_device()
-    )
-    with pytest.raises(popart.popart_exception, match=match) as info:
-        session.prepareDevice()
-    assert "node 'node'" in str(info.value)
+    assert "node 'node'" in _refused(proto, match)
 
 
 def _bn_train_numpy(x, scale, b, mean, var, eps, momentum):
