@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from poplar_api import FLOAT, INT, ComputeSet, Device, Engine, Graph, IPUModel, Tensor, VertexRef
 from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
 
@@ -24,6 +26,7 @@ __all__ = [
     "SumVertex",
     "loaded",
     "mapped",
+    "read_floats",
     "tiny_device",
     "tiny_graph",
     "variables",
@@ -176,6 +179,17 @@ def vertex_on(
     graph.setTileMapping(v, tile)
     graph.setPerfEstimate(v, cycles)
     return v
+
+
+def read_floats(engine: Engine, reads: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
+    """Each host-readable tensor of ``reads`` (handle -> tensor) read from ``engine``
+    into a float32 array of the tensor's shape."""
+    out = {}
+    for name, t in reads.items():
+        buf = np.zeros(t.shape(), np.float32)
+        engine.readTensor(name, buf)
+        out[name] = buf
+    return out
 
 
 def loaded(

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from codelets_common import read_floats
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from popart_harness import run_session
@@ -625,11 +626,7 @@ def _direct(op, attrs, arrays, dy, *, opset=11, domain="ai.onnx", training=True)
         engine.writeTensor(f"in{i}", a)
     engine.writeTensor("dy", dy)
     engine.run(0)
-    values = {}
-    for k, t in reads.items():
-        buf = np.zeros(t.shape(), np.float32)
-        engine.readTensor(k, buf)
-        values[k] = buf
+    values = read_floats(engine, reads)
     n_out = len(outs)
     return [values[f"out{i}"] for i in range(n_out)], [
         values.get(f"grad{i}") for i in range(len(grads))

@@ -11,13 +11,20 @@ OPSET13 = {"ai.onnx": 13, "ai.graphcore": 1}
 RNG = np.random.default_rng(23)
 
 
+def _instance_normalization(b, ids):
+    return b.aiOnnx.instancenormalization(ids, epsilon=1e-3)
+
+
+def _instance_normalization_inputs(shape: list[int]) -> list[np.ndarray]:
+    """``x`` of ``shape`` (channels second) and a scale and bias per channel."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    return [x, *(RNG.standard_normal([shape[1]]).astype(np.float32) for _ in range(2))]
+
+
 def test_instance_normalization() -> None:
-    x = RNG.standard_normal([2, 3, 4, 5]).astype(np.float32)
-    scale = RNG.standard_normal([3]).astype(np.float32)
-    bias = RNG.standard_normal([3]).astype(np.float32)
     check_forward(
-        lambda b, ids: b.aiOnnx.instancenormalization(ids, epsilon=1e-3),
-        [x, scale, bias],
+        _instance_normalization,
+        _instance_normalization_inputs([2, 3, 4, 5]),
         opsets=OPSET13,
         rtol=1e-4,
         atol=1e-5,
@@ -116,11 +123,6 @@ def test_maxpool_indices(order: int) -> None:
 def test_instance_normalization_gradients() -> None:
     from popart_harness import check_gradients
 
-    x = RNG.standard_normal([2, 3, 2, 3]).astype(np.float32)
-    scale = RNG.standard_normal([3]).astype(np.float32)
-    bias = RNG.standard_normal([3]).astype(np.float32)
     check_gradients(
-        lambda b, ids: b.aiOnnx.instancenormalization(ids, epsilon=1e-3),
-        [x, scale, bias],
-        opsets=OPSET13,
+        _instance_normalization, _instance_normalization_inputs([2, 3, 2, 3]), opsets=OPSET13
     )

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from codelets_common import read_floats
 from poprand_reference import tile_draws
 
 from poplar_api import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph, IPUModel, poprand
@@ -39,12 +40,7 @@ def _read(engine, reads, seed=(11, 22), run=True):
     engine.writeTensor("seed", np.array(seed, np.uint32))
     if run:
         engine.run(0)
-    out = {}
-    for name, t in reads.items():
-        buf = np.zeros(t.shape(), np.float32)
-        engine.readTensor(name, buf)
-        out[name] = buf
-    return out
+    return read_floats(engine, reads)
 
 
 def _seeded(modifier, seed=(11, 22)):
