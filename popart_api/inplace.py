@@ -13,7 +13,9 @@ of the ONNX graph:
   its input (``popops::<op>InPlace``, ``popnn::nonLinearityInPlace``) instead of a
   new tensor. The input must be a fresh activation (made by one of
   :data:`FRESH_PRODUCERS`, not a weight, a model input or a view), read by this node
-  only, neither a graph output nor anchored nor read inside a subgraph. In training
+  only (directly or through views of it: Identity, Reshape, Transpose, ... each read
+  by the next only), neither a graph output nor anchored nor read inside a
+  subgraph. In training
   the overwritten values must not be read by a gradient either (PopART's gradient ops
   are later consumers of the forward tensors, which blocks the in-place variant): the
   op's own gradient must not read that input, and its producer's gradient must not
@@ -39,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from popart_api import ops
+from popart_api.graph_patterns import subgraph_reads
 from poplar_api import FLOAT, HALF, Tensor, popnn, popops
 from poplar_api import program as pprog
 from poplar_api.graph import variable_count
@@ -121,15 +124,10 @@ VIEW_OPS = frozenset(
 )
 
 
-def _subgraph_reads(graph: Any) -> set[str]:
-    """Names read by the nodes of ``graph`` and of the subgraphs inside it."""
-    out: set[str] = set()
-    for node in graph.node:
-        out.update(node.input)
-        for attr in node.attribute:
-            for g in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                out |= _subgraph_reads(g)
-    return out
+#: Views of their first input whose gradients read no forward value: an op may
+#: overwrite a fresh activation through them (PopART's in-place variants alias along
+#: such chains).
+_LOOK_THROUGH = frozenset({"Identity", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze"})
 
 
 def inplace_candidates(
@@ -159,9 +157,7 @@ def inplace_candidates(
             readers[i] = readers.get(i, 0) + 1
     blocked = {o.name for o in model.graph.output} | set(anchors)
     for n in nodes:  # read inside an If/Loop/Scan body: the body runs later
-        for attr in n.attribute:
-            for g in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                blocked |= _subgraph_reads(g)
+        blocked |= subgraph_reads(n)
     out: dict[int, int] = {}
     for k, node in enumerate(nodes):
         if (node.domain or "ai.onnx") not in ("ai.onnx", "ai.graphcore"):
@@ -177,6 +173,12 @@ def inplace_candidates(
         for j in options:
             src = node.input[j]
             p = made_by.get(src)
+            # through views of one input (each read by the next only) to their source
+            while p is not None and nodes[p].op_type in _LOOK_THROUGH and nodes[p].input:
+                if readers.get(src, 0) != 1 or src in blocked:
+                    break
+                src = nodes[p].input[0]
+                p = made_by.get(src)
             if p is None or nodes[p].op_type not in FRESH_PRODUCERS:
                 continue
             if training and FRESH_PRODUCERS[nodes[p].op_type]:

@@ -36,8 +36,9 @@ be equal. An int64 expected output is compared by value with the device's int32.
 Statuses: ``pass``; ``fail`` (wrong shape or values; the reason has the largest
 difference); ``error`` (an exception: ``kind`` is ``"popart"`` for a
 ``popart_exception``, a clear refusal, or ``"crash"`` for any other exception, a bug);
-``unsupported`` (an op missing from the registry or older than its first registered
-opset, or a model input/output type the session does not take); ``too_large`` (an
+``unsupported`` (an ai.onnx opset older than PopART's oldest, 6; an op missing from
+the registry or older than its first registered opset; or a model input/output type
+the session does not take); ``too_large`` (an
 input of more than :data:`MAX_INPUT_ELEMENTS` elements; not run).
 """
 
@@ -363,8 +364,14 @@ def unsupported_reason(model: onnx.ModelProto) -> str | None:
     """Why the session cannot run ``model`` (checked against the live registry), or
     None."""
     from popart_api import ops
+    from popart_api.session import MIN_AI_ONNX_OPSET
 
     opsets = {_domain(o.domain): o.version for o in model.opset_import}
+    if opsets.get("ai.onnx", MIN_AI_ONNX_OPSET) < MIN_AI_ONNX_OPSET:
+        return (
+            f"the model imports ai.onnx opset {opsets['ai.onnx']}; PopART supports opsets "
+            f"from {MIN_AI_ONNX_OPSET}"
+        )
     missing: list[str] = []
     for node in _walk_nodes(model.graph):
         domain = _domain(node.domain)

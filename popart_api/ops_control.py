@@ -66,7 +66,7 @@ from poplar_api import program as pprog
 from poplar_api.errors import PoplarError
 from poplar_api.poputil import mapTensorLinearly
 
-__all__ = ["IF_GRAD", "IfBranch", "IfGrad", "implicit_inputs", "lower_subgraph"]
+__all__ = ["IF_GRAD", "IfBranch", "IfGrad", "implicit_inputs", "lower_subgraph", "node_record"]
 
 #: The largest trip count (``LoopOp`` casts ``M`` to int32).
 _INT32_MAX = 2**31 - 1
@@ -144,25 +144,13 @@ def lower_subgraph(
                 outs = list(fn(graph, inputs, attrs, prog, nname))
         except PoplarError as exc:
             raise popart_exception(f"{node.op_type} (node '{nname}'): {exc}") from None
-        extra_ids, extra_values = implicit_inputs(attrs)
-        if reads is not None:
-            for tid, value in zip(extra_ids, extra_values, strict=True):
-                if tid not in local:
+        record = node_record(node, nname, domain, opset, attrs, inputs, outs)
+        if reads is not None:  # a nested If's reads of this subgraph's enclosing scope
+            for tid, value in zip(record.input_ids, record.inputs, strict=True):
+                if tid and tid not in local:
                     reads.setdefault(tid, value)
         if records is not None:
-            records.append(
-                NodeRecord(
-                    domain=domain,
-                    op_type=node.op_type,
-                    name=nname,
-                    opset=opset,
-                    attrs=attrs,
-                    input_ids=[*node.input[: len(inputs)], *extra_ids],
-                    output_ids=list(node.output),
-                    inputs=[*inputs, *extra_values],
-                    outputs=outs,
-                )
-            )
+            records.append(record)
         for tid, v in zip(node.output, outs + [None] * len(node.output), strict=False):
             if tid and v is None:
                 raise popart_exception(
@@ -277,6 +265,35 @@ def implicit_inputs(attrs: dict) -> tuple[list[str], list[Value]]:
     if info is None:
         return [], []
     return list(info.reads), list(info.reads.values())
+
+
+def node_record(
+    node: onnx.NodeProto,
+    name: str,
+    domain: str,
+    opset: int,
+    attrs: dict,
+    inputs: list[Value],
+    outputs: list[Value],
+    ipu: int = 0,
+    stage: int | None = None,
+) -> NodeRecord:
+    """The autodiff record of a lowered node: its inputs, then the values of the
+    enclosing graph its subgraphs read when they get gradients (an If in training)."""
+    extra_ids, extra_values = implicit_inputs(attrs)
+    return NodeRecord(
+        domain=domain,
+        op_type=node.op_type,
+        name=name,
+        opset=opset,
+        attrs=attrs,
+        input_ids=[*node.input[: len(inputs)], *extra_ids],
+        output_ids=list(node.output),
+        inputs=[*inputs, *extra_values],
+        outputs=outputs,
+        ipu=ipu,
+        stage=stage,
+    )
 
 
 def _branch(

@@ -39,6 +39,7 @@ from popart_api.dataflow import (
 )
 from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
+from popart_api.graph_patterns import rewrite_session_model
 from popart_api.inplace import (
     VIEW_OPS,
     copied_view_lowering,
@@ -49,7 +50,7 @@ from popart_api.logger import LEVELS
 from popart_api.logger import configure as configure_logging
 from popart_api.lowered import LoweredModel
 from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model, node_attrs
-from popart_api.ops_control import implicit_inputs
+from popart_api.ops_control import node_record
 from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
 from popart_api.patterns import as_patterns
@@ -270,6 +271,8 @@ class _Session(SessionIO):
         """The body of :meth:`prepareDevice`."""
         _configure_logging()
         started = time.perf_counter()
+        applied = rewrite_session_model(self, autodiff.GRADIENT_PREFIX)  # PopART's patterns
+        logger.info("patterns applied: %s", applied)
         logger.info(
             "%s.prepareDevice: %d nodes, %d IPUs (%d replicas), pipelining %s",
             self._kind,
@@ -507,22 +510,9 @@ class _Session(SessionIO):
                 self.lowered.value_ipu[tid] = ipu
                 self._value_stage[tid] = self.lowered.node_stage[i]
         self._side_progs.append(side)
-        extra_ids, extra_values = implicit_inputs(attrs)  # what an If's branches read
-        self.lowered.records.append(
-            autodiff.NodeRecord(
-                domain=domain,
-                op_type=node.op_type,
-                name=name,
-                opset=opset,
-                attrs=attrs,
-                input_ids=[*node.input[: len(inputs)], *extra_ids],
-                output_ids=list(node.output),
-                inputs=[*inputs, *extra_values],
-                outputs=outs,
-                ipu=ipu,
-                stage=self.lowered.node_stage[i],
-            )
-        )
+        stage = self.lowered.node_stage[i]
+        record = node_record(node, name, domain, opset, attrs, inputs, outs, ipu, stage)
+        self.lowered.records.append(record)
         return prog
 
     def compile_program(self, main: pprog.Program) -> None:
