@@ -761,8 +761,8 @@ def variable_tensors(graph: Graph, first: int, last: int) -> list[Tensor]:
     for var in state.variables[first:last]:
         if var.constant or var.size == 0:
             continue
-        index = np.arange(var.base, var.base + var.size, dtype=np.int64).reshape(var.shape)
-        out.append(Tensor(state, var.type, index, var.name))
+        # consecutive ids: the index array is made only if a caller asks for it
+        out.append(Tensor._consecutive(state, var.type, var.base, tuple(var.shape), var.name))
     return out
 
 

@@ -171,6 +171,17 @@ class Segments:
         return f"Segments('{self.tensor.name}', {self.sizes.size} pieces)"
 
 
+def _list_ids(graph: Graph, t: Tensor, ids: np.ndarray) -> np.ndarray:
+    """The ids of a list block's VectorList ``t`` as int32 when every id of its element
+    size fits (half the host memory: the convolutions of a model hold hundreds of
+    millions of them), else as they are."""
+    space = graph._state.find_space(t._type)
+    if space is not None and space.size <= np.iinfo(np.int32).max:
+        ids = ids.astype(np.int32)
+        ids.flags.writeable = False
+    return ids
+
+
 def _runs_of(ids: np.ndarray, begins: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """Whether each piece ``ids[begins[i] : begins[i] + sizes[i]]`` is a run of
     consecutive ids (empty pieces are not)."""
@@ -693,7 +704,7 @@ class _Connections:
         keep = np.ones(sizes.size, bool)
         keep[one] = False
         counts = np.where(listed, vectors, 0)
-        self.lists.append((name, begins[keep], sizes[keep], counts, ids))
+        self.lists.append((name, begins[keep], sizes[keep], counts, _list_ids(graph, t, ids)))
 
     def _segments(self, graph: Graph, name: str, value: Segments, spec: Any, where: str) -> None:
         t = graph.checkTensor(value.tensor, where)
@@ -712,7 +723,7 @@ class _Connections:
                 )
             spec.check(sizes.tolist()[:1], t._type, where)
             vectors = np.ones(self.n, np.int64) if value.vectors is None else value.vectors
-            self.lists.append((name, begins, sizes, vectors, t.flat_index()))
+            self.lists.append((name, begins, sizes, vectors, _list_ids(graph, t, t.flat_index())))
             return
         if spec.kind == "scalar" and sizes.size and (sizes != 1).any():
             k = int(np.flatnonzero(sizes != 1)[0])

@@ -124,7 +124,14 @@ class ListBlock:
         """The id arrays of field ``name`` of the block's vertex ``i``."""
         offsets, begins, ends, ids = self.fields[name]
         a, b = int(offsets[i]), int(offsets[i + 1])
-        return [ids[o:e] for o, e in zip(begins[a:b].tolist(), ends[a:b].tolist(), strict=True)]
+        # int64 as every connection's ids (a block may hold them as int32), read-only
+        out = [
+            ids[o:e].astype(np.int64, copy=False)
+            for o, e in zip(begins[a:b].tolist(), ends[a:b].tolist(), strict=True)
+        ]
+        for vector in out:
+            vector.flags.writeable = False
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}

@@ -134,9 +134,15 @@ def _id_dtype(state, spec: FieldSpec) -> type:
 
 
 def _join(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
-    """The ids of ``arrays``, each flattened in row-major order, one after another."""
+    """The ids of ``arrays``, each flattened in row-major order, one after another
+    (read-only: a single flat array of ``dtype``, such as a graph's list block of one
+    compute set, is shared, not copied)."""
     if not arrays:
         return _NO_IDS.astype(dtype)
+    if len(arrays) == 1 and arrays[0].ndim == 1 and arrays[0].dtype == dtype:
+        shared = arrays[0].view()
+        shared.flags.writeable = False
+        return shared
     return np.concatenate(arrays, axis=None, dtype=dtype, casting="same_kind")
 
 

@@ -1,0 +1,61 @@
+"""Host memory of large graphs: compact id tables that read back as the ids they hold.
+
+A real model's convolutions connect hundreds of millions of element ids through
+VectorList fields. The graph keeps a bulk-added VectorList block's ids as int32 when
+its id space fits (half the bytes of int64), compute sets share a single such block
+instead of copying it, and a session's variable tensors are consecutive views made
+without an index array. Each must read back exactly what was connected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from codelets_common import Gather
+
+from poplar_api import FLOAT, Graph, IPUModel
+from poplar_api.graph import Segments, variable_count, variable_tensors
+from poplar_api.lowering.computeset import build_table
+
+
+def _graph() -> Graph:
+    g = Graph(IPUModel("ipu2").createDevice().getTarget())
+    g.addCodelets([Gather])
+    return g
+
+
+def test_list_block_ids_are_int32_and_read_back_as_the_int64_ids_connected() -> None:
+    g = _graph()
+    cs = g.addComputeSet("cs")
+    y = g.addVariable(FLOAT, [4, 5], "y")
+    out = g.addVariable(FLOAT, [2], "out")
+    g.setTileMapping(y, 0)
+    g.setTileMapping(out, 1)
+    scattered = y.transpose().flatten()  # ids 0, 5, 10, 15, 1, 6, ...
+    sizes, vectors = [3, 2, 15], [2, 1]
+    g.addVertices(cs, Gather, [0, 1], {"parts": Segments(scattered, sizes, vectors), "out": out})
+    ids = scattered.flat_index()
+    want = [[ids[0:3], ids[3:5]], [ids[5:20]]]  # the pieces in order, per vertex
+    table = g._state.vertices
+    (block,) = table.list_blocks
+    assert block.fields["parts"][3].dtype == np.int32
+    for k, vid in enumerate(range(block.first, block.first + block.n)):
+        got = table.get_field(vid, "parts")
+        assert [v.dtype for v in got] == [np.dtype(np.int64)] * len(want[k])
+        assert all(not v.flags.writeable for v in got)
+        assert [v.tolist() for v in got] == [w.tolist() for w in want[k]]
+    # the compute set's table reads the block: every vertex's ids in vertex order
+    (group,) = build_table(g._state, g._state.compute_sets[cs.id]).groups
+    parts = next(ft for ft in group.fields if ft.spec.name == "parts")
+    assert parts.ids.tolist() == ids.tolist()
+    assert not parts.ids.flags.writeable
+
+
+def test_variable_tensors_are_the_variables_ids_without_an_index_array() -> None:
+    g = _graph()
+    first = variable_count(g)
+    a = g.addVariable(FLOAT, [3, 4], "a")
+    b = g.addVariable(FLOAT, [5], "b")
+    got = variable_tensors(g, first, variable_count(g))
+    assert [t.shape() for t in got] == [[3, 4], [5]]
+    assert got[0].flat_index().tolist() == a.flat_index().tolist()
+    assert got[1].flat_index().tolist() == b.flat_index().tolist()
