@@ -45,13 +45,20 @@ def _feeds(inputs: Sequence[np.ndarray], ids: list[str]) -> dict[str, np.ndarray
 
 
 def run_session(
-    proto: bytes, feeds: dict[str, np.ndarray], outputs: Sequence[str], *, tiles: int = 8
+    proto: bytes,
+    feeds: dict[str, np.ndarray],
+    outputs: Sequence[str],
+    *,
+    tiles: int = 8,
+    patterns: popart.Patterns | None = None,
 ) -> tuple[popart.InferenceSession, dict[str, np.ndarray]]:
     """Run the model ``proto`` once on the simulator (an InferenceSession on a
-    ``tiles``-tile IPU Model) with ``outputs`` anchored: the session (for its reports
-    and cycle count) and the outputs' values."""
+    ``tiles``-tile IPU Model, with ``patterns``) with ``outputs`` anchored: the session
+    (for its reports and cycle count) and the outputs' values."""
     flow = popart.DataFlow(1, {o: popart.AnchorReturnType("ALL") for o in outputs})
-    s = popart.InferenceSession(fnModel=proto, dataFlow=flow, deviceInfo=device(tiles))
+    s = popart.InferenceSession(
+        fnModel=proto, dataFlow=flow, deviceInfo=device(tiles), patterns=patterns
+    )
     s.prepareDevice()
     s.weightsFromHost()
     anchors = s.initAnchorArrays()

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from popart_harness import run_session
 
 import popart_api as popart
 from popart_api.graph_patterns import apply_graph_patterns
@@ -34,21 +35,11 @@ def _model(nodes, out="y", shape=(B, D), out_type=F, inits=(), graphcore=False):
 
 
 def _run(model, patterns=None, anchor="y"):
-    device = popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 8})
-    s = popart.InferenceSession(
-        fnModel=model.SerializeToString(),
-        dataFlow=popart.DataFlow(1, {anchor: popart.AnchorReturnType("ALL")}),
-        deviceInfo=device,
-        patterns=patterns,
-    )
-    s.prepareDevice()
-    s.weightsFromHost()
-    anchors = s.initAnchorArrays()
     x = np.random.default_rng(1).standard_normal((B, D)).astype(np.float32)
-    s.run(popart.PyStepIO({"x": x}, anchors))
+    s, out = run_session(model.SerializeToString(), {"x": x}, [anchor], patterns=patterns)
     memory = sum(t.memory.total for t in s.getReport().compilation.tiles)
     ops = [n.op_type for n in s.model.graph.node]
-    return ops, np.array(anchors[anchor]), s.getCycleCount(), memory, x
+    return ops, out[anchor], s.getCycleCount(), memory, x
 
 
 def _without(*names):
@@ -191,8 +182,6 @@ def test_sum_of_two_becomes_add():
 
 @pytest.mark.parametrize("inference", [True, False])
 def test_dropout_is_an_identity_only_in_inference(inference):
-    model = _model(
-        [helper.make_node("Dropout", ["x"], ["y"], ratio=0.5)], shape=(B, D)
-    )
+    model = _model([helper.make_node("Dropout", ["x"], ["y"], ratio=0.5)], shape=(B, D))
     apply_graph_patterns(model, lambda n: n == "OpToIdentity", inference, ["y"])
     assert [n.op_type for n in model.graph.node] == ["Identity" if inference else "Dropout"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from popart_harness import device, run_session
 
 import popart_api as popart
 from popart_api.inplace import inplace_candidates
@@ -17,27 +18,24 @@ B, D = 32, 48
 
 
 def _session(bd, anchor, patterns, data, training_loss=None):
-    device = popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 8})
-    flow = popart.DataFlow(1, {anchor: popart.AnchorReturnType("ALL")})
     if training_loss is None:
-        s = popart.InferenceSession(
-            fnModel=bd.getModelProto(), dataFlow=flow, deviceInfo=device, patterns=patterns
-        )
+        s, out = run_session(bd.getModelProto(), data, [anchor], patterns=patterns)
     else:
         s = popart.TrainingSession(
             fnModel=bd.getModelProto(),
-            dataFlow=flow,
-            deviceInfo=device,
+            dataFlow=popart.DataFlow(1, {anchor: popart.AnchorReturnType("ALL")}),
+            deviceInfo=device(8),
             loss=training_loss,
             optimizer=popart.ConstSGD(0.05),
             patterns=patterns,
         )
-    s.prepareDevice()
-    s.weightsFromHost()
-    anchors = s.initAnchorArrays()
-    s.run(popart.PyStepIO(data, anchors))
+        s.prepareDevice()
+        s.weightsFromHost()
+        anchors = s.initAnchorArrays()
+        s.run(popart.PyStepIO(data, anchors))
+        out = {anchor: anchors[anchor]}
     memory = sum(t.memory.total for t in s.getReport().compilation.tiles)
-    return s, anchors[anchor], memory, s.getCycleCount()
+    return s, out[anchor], memory, s.getCycleCount()
 
 
 def _off():
