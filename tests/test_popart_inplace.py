@@ -208,3 +208,40 @@ def test_overwritten_inputs_are_read_by_nothing_else():
     branch = helper.make_node("If", ["c"], ["z"], then_branch=then, else_branch=then)
     model = _node_model([mm, relu, cond, branch], ("y", "z"))
     assert inplace_candidates(model, None, ()) == {}
+
+
+def _view_training_model():
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((D, D)) * 0.1).astype(np.float32)
+    x = rng.standard_normal((B, D)).astype(np.float32)
+    bd = popart.Builder()
+    xi = bd.addInputTensor(popart.TensorInfo("FLOAT", [B, D]), "x")
+    t = bd.aiOnnx.matmul([xi, bd.addInitializedInputTensor(w, "w")])
+    t = bd.aiOnnx.transpose([t], perm=[1, 0])
+    t = bd.aiOnnx.reshape([t, bd.aiOnnx.constant(np.array([D * B], np.int64))])
+    t = bd.aiOnnx.sigmoid([t])
+    loss = bd.aiGraphcore.identityloss([t], reduction=popart.ReductionType.Sum)
+    return bd, xi, loss, x, w
+
+
+def test_training_through_views_is_the_same_copied_or_not():
+    """Transpose and Reshape between a MatMul and a Sigmoid: views with InPlace (the
+    Sigmoid overwrites the MatMul's output through them), copies without; the trained
+    weight is numpy's either way."""
+    bd, *_ = _view_training_model()
+    model = _proto(bd)
+    sigmoid = [n.op_type for n in model.graph.node].index("Sigmoid")
+    assert inplace_candidates(model, None, (), training=True) == {sigmoid: 0}
+    outs = []
+    for patterns in (None, _off()):
+        bd, xi, loss, x, w = _view_training_model()
+        s, _, _, _ = _session(bd, loss, patterns, {xi: x}, training_loss=loss)
+        got = {"w": np.zeros_like(w)}
+        s.weightsToHost()
+        s.readWeights(popart.PyWeightsIO(got))
+        outs.append(got["w"])
+    m = x.astype(np.float64) @ w
+    sig = 1 / (1 + np.exp(-m))
+    want = w - 0.05 * (x.T @ (sig * (1 - sig)))
+    for got in outs:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
