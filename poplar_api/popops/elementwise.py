@@ -23,6 +23,7 @@ from poplar_api.popops.layout import (
     ScalarOperand,
     add_vertices,
     per_tile_constant,
+    plan_tiles,
     tile_regions,
 )
 from poplar_api.popops.ops import (
@@ -184,12 +185,7 @@ def _execute(
 ) -> None:
     """Add the vertices ``plan_tile(regions)`` chooses on every tile; append the Execute."""
     cs = graph.addComputeSet(name)
-    planned = [
-        (tr.tile, cls, pieces, rows)
-        for tr in tile_regions(graph, ref, name)
-        for cls, pieces, rows in plan_tile(tr.regions)
-    ]
-    add_vertices(graph, cs, planned, operands)
+    add_vertices(graph, cs, plan_tiles(graph, ref, name, plan_tile), operands)
     prog.add(Execute(cs))
 
 

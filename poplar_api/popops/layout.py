@@ -13,6 +13,7 @@ elements are exchanged by lowering.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,11 +31,13 @@ __all__ = [
     "UINT_MAX",
     "ElemOperand",
     "PlannedVertex",
+    "PlannedVertices",
     "ScalarOperand",
     "TileRegions",
     "add_vertex",
     "add_vertices",
     "per_tile_constant",
+    "plan_tiles",
     "split_pieces",
     "split_regions",
     "tile_regions",
@@ -119,18 +122,24 @@ class TileRegions:
         return [int(r.size) for r in self.regions]
 
 
-def tile_regions(graph: Graph, ref: Tensor, api: str) -> list[TileRegions]:
-    """Contiguous regions of ``ref``'s elements on every tile that holds some.
+def _regions(
+    ids: np.ndarray, tiles: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The contiguous regions of elements ``ids`` on ``tiles``: ``(order, start, end,
+    tile, by_tile)``; region ``r`` holds the positions ``order[start[r]:end[r]]``
+    (ascending element ids, one tile), ``by_tile`` lists the regions tile by tile,
+    each tile's in element-id order."""
+    order = id_order(ids)
+    sid, stile = ids[order], tiles[order]
+    breaks = np.flatnonzero((np.diff(sid) != 1) | (np.diff(stile) != 0)) + 1
+    start = np.concatenate(([0], breaks)).astype(np.int64)
+    end = np.concatenate((breaks, [ids.size])).astype(np.int64)
+    rtile = stile[start]
+    return order, start, end, rtile, np.argsort(rtile, kind="stable")
 
-    Raises
-    ------
-    GraphError
-        Some element of ``ref`` is not mapped to a tile, or (in a virtual graph) is on a
-        tile outside the graph.
-    """
-    ids = ref.flat_index()
-    if ids.size == 0:
-        return []
+
+def _checked_tiles(graph: Graph, ref: Tensor, api: str) -> np.ndarray:
+    """The tile of every element of ``ref``, all mapped and in the graph."""
     tiles = graph.elementTiles(ref)
     if (tiles == UNMAPPED).any():
         first = int(np.flatnonzero(tiles == UNMAPPED)[0])
@@ -145,13 +154,23 @@ def tile_regions(graph: Graph, ref: Tensor, api: str) -> list[TileRegions]:
             "outside this virtual graph's tiles; hint: call it on a graph that holds the "
             f"tensor, or copy it to one of this graph's {graph.getTarget().getNumTiles()} tiles"
         )
-    order = id_order(ids)
-    sid, stile = ids[order], tiles[order]
-    breaks = np.flatnonzero((np.diff(sid) != 1) | (np.diff(stile) != 0)) + 1
-    start = np.concatenate(([0], breaks)).astype(np.int64)
-    end = np.concatenate((breaks, [ids.size])).astype(np.int64)
-    rtile = stile[start]
-    by_tile = np.argsort(rtile, kind="stable")
+    return tiles
+
+
+def tile_regions(graph: Graph, ref: Tensor, api: str) -> list[TileRegions]:
+    """Contiguous regions of ``ref``'s elements on every tile that holds some.
+
+    Raises
+    ------
+    GraphError
+        Some element of ``ref`` is not mapped to a tile, or (in a virtual graph) is on a
+        tile outside the graph.
+    """
+    ids = ref.flat_index()
+    if ids.size == 0:
+        return []
+    tiles = _checked_tiles(graph, ref, api)
+    order, start, end, rtile, by_tile = _regions(ids, tiles)
     out: list[TileRegions] = []
     current: list[np.ndarray] = []
     current_tile = None
@@ -282,10 +301,109 @@ def split_pieces(
 PlannedVertex = tuple[int, type, list[np.ndarray], bool]
 
 
+@dataclass(frozen=True)
+class PlannedVertices:
+    """Vertices planned over output positions, as columns (see :class:`PlannedVertex`).
+
+    Vertex ``v`` of class ``classes[v]`` sits on ``tiles[v]`` and has ``counts[v]``
+    pieces; piece ``k`` (all vertices' pieces in order) covers ``sizes[k]`` of the
+    ``positions``, one piece after another.
+    """
+
+    classes: list[type]
+    tiles: np.ndarray
+    rows: np.ndarray
+    counts: np.ndarray
+    sizes: np.ndarray
+    positions: np.ndarray
+
+    @staticmethod
+    def of(vertices: Sequence[PlannedVertex]) -> PlannedVertices:
+        """The columns of a list of planned vertices."""
+        n = len(vertices)
+        pieces = [p for v in vertices for p in v[2]]
+        return PlannedVertices(
+            [v[1] for v in vertices],
+            np.fromiter((v[0] for v in vertices), np.int64, n),
+            np.fromiter((v[3] for v in vertices), bool, n),
+            np.fromiter((len(v[2]) for v in vertices), np.int64, n),
+            np.fromiter((p.size for p in pieces), np.int64, len(pieces)),
+            np.concatenate(pieces) if pieces else np.zeros(0, np.int64),
+        )
+
+
+def _spans(begins: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The integers ``begins[k] .. begins[k] + lengths[k] - 1`` of each span in turn."""
+    total = int(lengths.sum())
+    firsts = np.cumsum(lengths) - lengths
+    return np.arange(total, dtype=np.int64) + np.repeat(begins - firsts, lengths)
+
+
+def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> PlannedVertices:
+    """The vertices ``plan_tile(regions)`` chooses on every tile holding elements of
+    ``ref``, tile after tile (as :func:`tile_regions` lists them).
+
+    A per-tile plan depends only on the sizes of the tile's regions and takes its
+    pieces from them, so it is asked once per distinct list of sizes (a linearly
+    mapped tensor has one or two), with stand-in regions of local positions; every
+    tile with those sizes gets the same vertices over its own positions, laid out
+    for all those tiles at once.
+    """
+    ids = ref.flat_index()
+    if ids.size == 0:
+        return PlannedVertices.of([])
+    order, start, end, rtile, by_tile = _regions(ids, _checked_tiles(graph, ref, api))
+    r_start, r_size, r_tile = start[by_tile], (end - start)[by_tile], rtile[by_tile]
+    first = np.flatnonzero(np.concatenate(([True], r_tile[1:] != r_tile[:-1])))
+    count = np.diff(np.append(first, r_tile.size))
+    tile_of = r_tile[first].astype(np.int64)
+    sizes = r_size.tolist()
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for k, (f, n) in enumerate(zip(first.tolist(), count.tolist(), strict=True)):
+        groups.setdefault(tuple(sizes[f : f + n]), []).append(k)
+    t = tile_of.size
+    lens = np.zeros((3, t), np.int64)  # per tile: vertices, pieces, positions
+    parts: list[tuple] = []  # per group: its columns, tile after tile
+    for signature, members in groups.items():
+        ks = np.asarray(members, np.int64)
+        offsets = np.cumsum((0, *signature))
+        template = plan_tile([np.arange(a, b) for a, b in itertools.pairwise(offsets.tolist())])
+        local = [p for _, pieces, _ in template for p in pieces]
+        at = np.concatenate(local) if local else np.zeros(0, np.int64)
+        held = np.empty((ks.size, int(offsets[-1])), np.int64)  # each tile's positions
+        for j, (a, b) in enumerate(itertools.pairwise(offsets.tolist())):
+            held[:, a:b] = r_start[first[ks] + j][:, None] + np.arange(b - a)
+        m = ks.size
+        parts.append((
+            ks,
+            [c for c, _, _ in template] * m,
+            np.tile(np.fromiter((r for *_, r in template), bool, len(template)), m),
+            np.tile(np.fromiter((len(p) for _, p, _ in template), np.int64, len(template)), m),
+            np.tile(np.fromiter((p.size for p in local), np.int64, len(local)), m),
+            order[held][:, at].reshape(-1),
+        ))  # fmt: skip
+        lens[:, ks] = np.array([[len(template)], [len(local)], [at.size]])
+    # the groups' columns, put back in tile order
+    in_groups = np.concatenate([p[0] for p in parts])
+    starts = np.zeros((3, t), np.int64)
+    starts[:, in_groups] = np.cumsum(lens[:, in_groups], axis=1) - lens[:, in_groups]
+    vertex, piece, element = (_spans(starts[i], lens[i]) for i in range(3))
+    classes = np.empty(int(lens[0].sum()), object)
+    classes[:] = [c for p in parts for c in p[1]]
+    return PlannedVertices(
+        classes[vertex].tolist(),
+        np.repeat(tile_of, lens[0]),
+        np.concatenate([p[2] for p in parts])[vertex],
+        np.concatenate([p[3] for p in parts])[vertex],
+        np.concatenate([p[4] for p in parts])[piece],
+        np.concatenate([p[5] for p in parts])[element],
+    )
+
+
 def add_vertices(
     graph: Graph,
     cs: ComputeSet,
-    vertices: Sequence[PlannedVertex],
+    vertices: Sequence[PlannedVertex] | PlannedVertices,
     operands: dict[str, ElemOperand | ScalarOperand],
 ) -> None:
     """Add ``vertices`` to ``cs`` in order, each of its class on its tile over its
@@ -298,15 +416,13 @@ def add_vertices(
     1-D and 2-D vertices of one op (tiles of one region and of several) go in the same
     call, each 1-D vertex taking one piece.
     """
-    if not vertices:
+    if not isinstance(vertices, PlannedVertices):
+        vertices = PlannedVertices.of(vertices)
+    n = len(vertices.classes)
+    if not n:
         return
-    n = len(vertices)
-    tiles = np.fromiter((v[0] for v in vertices), np.int64, n)
-    rows = np.fromiter((v[3] for v in vertices), bool, n)
-    pieces = [p for v in vertices for p in v[2]]
-    counts = np.fromiter((len(v[2]) for v in vertices), np.int64, n)
-    sizes = np.fromiter((p.size for p in pieces), np.int64, len(pieces))
-    positions = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    tiles, rows, counts = vertices.tiles, vertices.rows, vertices.counts
+    sizes, positions = vertices.sizes, vertices.positions
     vectors = counts if rows.any() else None
     if not rows.all():  # a 1-D vertex's pieces make one vector: its one piece
         vertex_of = np.repeat(np.arange(n, dtype=np.int64), counts)
@@ -326,7 +442,7 @@ def add_vertices(
             connections[field] = op.tensor.elements(op.position_of(tiles))
         else:
             connections[field] = Segments(op.flat.elements(positions), sizes, vectors)
-    graph.addVertices(cs, [v[1] for v in vertices], tiles, connections)
+    graph.addVertices(cs, vertices.classes, tiles, connections)
 
 
 def add_vertex(

@@ -1,0 +1,91 @@
+"""popops plans each distinct list of region sizes once (``layout.plan_tiles``): the
+vertices are those of planning every tile on its own (``tile_regions`` and the plan per
+tile), vertex for vertex, for every kind of per-tile plan and irregular mappings."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, HALF, INT, Graph, IPUModel
+from poplar_api.popops import plans
+from poplar_api.popops.layout import PlannedVertices, plan_tiles, tile_regions
+from poplar_api.popops.maps import _map_plan
+
+
+def _graph(tiles: int) -> Graph:
+    device = IPUModel("ipu2")
+    device.tilesPerIPU = tiles
+    return Graph(device.createDevice().getTarget())
+
+
+def _mapped(graph: Graph, t, n: int, seed: int, shuffle: bool):
+    """A tensor of ``n`` elements mapped in runs of random lengths to random tiles
+    (several regions on some tiles, one on others, tiles in no order)."""
+    rng = np.random.default_rng(seed)
+    x = graph.addVariable(t, [n], "x")
+    cuts = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, 40), replace=False))
+    bounds = [0, *cuts.tolist(), n]
+    tiles = rng.integers(0, graph.getTarget().getNumTiles(), len(bounds) - 1)
+    for (a, b), tile in zip(itertools.pairwise(bounds), tiles, strict=True):
+        graph.setTileMapping(x.slice(a, b), int(tile))
+    view = x
+    if shuffle:  # a permuted view: regions follow element ids, not view order
+        view = x.reshape([n // 4, 4]).transpose().flatten() if n % 4 == 0 else x
+    return view
+
+
+def _per_tile(graph, ref, plan_tile) -> PlannedVertices:
+    return PlannedVertices.of(
+        [
+            (tr.tile, cls, pieces, rows)
+            for tr in tile_regions(graph, ref, "test")
+            for cls, pieces, rows in plan_tile(tr.regions)
+        ]
+    )
+
+
+def _plans(graph):
+    return {
+        "general": plans.general_plan(graph, 2, plans.region_limits(2, False), "A", "B"),
+        "unary": plans.unary_plan(graph, "EXPONENT", FLOAT, False),
+        "broadcast": plans.broadcast_scalar_plan(graph, "ADD", HALF, HALF, True),
+        "ternary": plans.ternary_plan(graph, "Select", FLOAT, False),
+        "cast": plans.cast_plan(graph, FLOAT, HALF),
+        "scaled": plans.scaled_plan(graph, FLOAT, False),
+        "fill": plans.fill_plan(graph, INT),
+    }
+
+
+KINDS = ["general", "unary", "broadcast", "ternary", "cast", "scaled", "fill"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed,n,shuffle", [(0, 4000, False), (1, 4000, True), (2, 37, False)])
+def test_planned_once_per_region_sizes_equals_planned_per_tile(kind, seed, n, shuffle):
+    graph = _graph(16)
+    ref = _mapped(graph, FLOAT, n, seed, shuffle)
+    plan_tile = _plans(graph)[kind]
+    got, want = plan_tiles(graph, ref, "test", plan_tile), _per_tile(graph, ref, plan_tile)
+    assert got.classes == want.classes
+    for field in ("tiles", "rows", "counts", "sizes", "positions"):
+        assert getattr(got, field).tolist() == getattr(want, field).tolist(), field
+
+
+def test_map_plan_and_a_linear_mapping_over_a_full_chip():
+    """The generated-map plan, and a tensor spread linearly over 1,472 tiles (one or
+    two distinct region sizes)."""
+    from poplar_api.popops import expr as pe
+    from poplar_api.poputil import mapTensorLinearly
+
+    graph = _graph(1472)
+    x = graph.addVariable(FLOAT, [100_003], "x")
+    mapTensorLinearly(graph, x)
+    plan_tile = _map_plan(graph, pe.Add(pe._1, pe._2), (FLOAT, FLOAT), FLOAT, False)
+    got, want = plan_tiles(graph, x, "test", plan_tile), _per_tile(graph, x, plan_tile)
+    assert len(got.classes) == len(want.classes) > 1000
+    assert got.classes == want.classes
+    for field in ("tiles", "rows", "counts", "sizes", "positions"):
+        assert getattr(got, field).tolist() == getattr(want, field).tolist(), field
