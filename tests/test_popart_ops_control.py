@@ -250,16 +250,22 @@ def _training(nodes, inputs, inits, opset=11) -> popart.TrainingSession:
     )
 
 
+def _loop_body(step: onnx.NodeProto) -> onnx.GraphProto:
+    """A Loop body carrying one FLOAT [2] value ``v`` to ``v2`` through ``step``, its
+    condition passed on."""
+    return helper.make_graph(
+        [step, helper.make_node("Identity", ["c"], ["co"])],
+        "body", [_vi("i", TensorProto.INT64, []), _vi("c", TensorProto.BOOL, []), _vi("v", F, [2])],
+        [_vi("co", TensorProto.BOOL, []), _vi("v2", F, [2])],
+    )  # fmt: skip
+
+
 def test_training_refuses_a_loop_body_reading_a_weight():
     """A Loop body's read of an enclosing float tensor would get no gradient (PopART
     differentiates If, not Loop): the TrainingSession refuses it with the tensor named.
     (If branches train: tests/test_popart_if_training.py.)"""
     w = numpy_helper.from_array(np.ones(2, np.float32), "w")
-    body = helper.make_graph(
-        [helper.make_node("Mul", ["v", "w"], ["v2"]), helper.make_node("Identity", ["c"], ["co"])],
-        "body", [_vi("i", TensorProto.INT64, []), _vi("c", TensorProto.BOOL, []), _vi("v", F, [2])],
-        [_vi("co", TensorProto.BOOL, []), _vi("v2", F, [2])],
-    )  # fmt: skip
+    body = _loop_body(helper.make_node("Mul", ["v", "w"], ["v2"]))
     nodes = [
         _const("M", np.int64(2)),
         helper.make_node("Loop", ["M", "", "x"], ["y"], name="twice", body=body),
@@ -273,11 +279,7 @@ def test_training_refuses_a_loop_body_reading_a_weight():
 
 def test_training_through_a_loop_on_the_weights_path_is_a_named_error():
     w = numpy_helper.from_array(np.ones(2, np.float32), "w")
-    body = helper.make_graph(
-        [helper.make_node("Add", ["v", "v"], ["v2"]), helper.make_node("Identity", ["c"], ["co"])],
-        "body", [_vi("i", TensorProto.INT64, []), _vi("c", TensorProto.BOOL, []), _vi("v", F, [2])],
-        [_vi("co", TensorProto.BOOL, []), _vi("v2", F, [2])],
-    )  # fmt: skip
+    body = _loop_body(helper.make_node("Add", ["v", "v"], ["v2"]))
     nodes = [
         _const("M", np.int64(2)),
         helper.make_node("Mul", ["x", "w"], ["xw"]),
