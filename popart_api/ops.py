@@ -79,6 +79,10 @@ class LoweringContext:
         The values lowered so far, by tensor id (``None`` outside a session): what
         the subgraphs of ``If``, ``Loop`` and ``Scan`` read from the enclosing graph
         by name.
+    fetch
+        ``fetch(tid, value)``: a value of the enclosing graph as the node's IPU sees
+        it (copied there once when it lives on another IPU); ``None`` outside a
+        session.
     """
 
     training: bool = False
@@ -89,6 +93,7 @@ class LoweringContext:
     seed_tensor: Any = None
     num_outputs: int = 1
     scope: Any = None
+    fetch: Any = None
 
 
 _CONTEXT: contextvars.ContextVar[LoweringContext | None] = contextvars.ContextVar(

@@ -129,6 +129,8 @@ def lower_subgraph(
                     "value of the enclosing graph"
                 )
             value = scope[tid] if tid else None
+            if tid and tid not in local and parent.fetch is not None:
+                value = parent.fetch(tid, value)  # on this node's IPU
             if tid and tid not in local:
                 if reads is not None:
                     reads.setdefault(tid, value)

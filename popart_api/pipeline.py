@@ -348,6 +348,24 @@ def _update_per_backward(
     lowering.step_counter = shared
 
 
+def _refuse_if_gradients(session: _Session, sources: set[str]) -> None:
+    """A named error for an If on the weights' path to the loss, pipelined: its
+    gradient reads its branches' activations, which the stash (a record's inputs and
+    outputs) does not hold, so a later micro-batch would overwrite them."""
+    from popart_api.ops_control import IF_GRAD
+
+    need = autodiff.requires_grad(session.lowered.records, sources)
+    for r in session.lowered.records:
+        info = r.attrs.get(IF_GRAD)
+        if info is not None and any(i in need for i in info.reads):
+            raise popart_exception(
+                f"If (node '{r.name}'): training through an If is not supported with "
+                "pipelining here (the pipeline stash holds node inputs and outputs, not the "
+                "activations of an If's branches); hint: train without "
+                "SessionOptions.enablePipelining, or keep the If off the weights' path"
+            )
+
+
 def training_step(
     session: _Session,
     values: dict,
@@ -362,6 +380,7 @@ def training_step(
 
     graph = session.graph
     num = _stages(session)
+    _refuse_if_gradients(session, sources)
     # With gradient accumulation the pipeline runs over the accumulationFactor
     # micro-batches of a batch and updates once; without, over the batchesPerStep
     # batches of a step, each stage updating its weights after every backward

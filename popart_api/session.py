@@ -477,6 +477,13 @@ class _Session(SessionIO):
             options["availableMemoryProportion"] = str(proportion)
         seed = self.options.randomSeed or 0
         side = pprog.Sequence(debugContext=f"{name}/once")
+        fetched: dict[str, Any] = {}  # enclosing values a subgraph reads, on this IPU
+
+        def fetch(tid: str, value: Any) -> Any:
+            if tid not in fetched:
+                fetched[tid] = self._on_ipu(tid, value, ipu, prog)
+            return fetched[tid]
+
         ctx = ops.LoweringContext(
             training=self._kind == "TrainingSession",
             options=options,
@@ -486,6 +493,7 @@ class _Session(SessionIO):
             seed_tensor=self._seed,
             num_outputs=len(node.output),
             scope=values,
+            fetch=fetch,
         )
         try:
             with ops.lowering_context(ctx):

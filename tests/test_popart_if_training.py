@@ -171,3 +171,101 @@ def test_if_input_gradient_matches_finite_differences():
         fd[i] = (loss(up.astype(np.float32)) - loss(down.astype(np.float32))) / (2 * h)
     _, gx = _train(model, {"c": np.array(True), "x": x})
     np.testing.assert_allclose(gx, fd, rtol=2e-2, atol=2e-3)
+
+
+def test_pipelined_training_through_an_if_is_refused():
+    """Pipelined, the stash holds node inputs and outputs, not the activations of an
+    If's branches its gradient reads: a named error instead of a silently wrong
+    gradient."""
+    then_g = helper.make_graph(
+        [helper.make_node("Mul", ["h", "V"], ["ty"])], "then", [], [_vi("ty", F, [2, 3])]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Sub", ["h", "V"], ["ey"])], "else", [], [_vi("ey", F, [2, 3])]
+    )
+
+    def place(ipu):
+        return {"__ipu_number": ipu, "__pipeline_stage": ipu}
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"], **place(0)),
+        helper.make_node(
+            "If", ["c"], ["y"], name="gate", then_branch=then_g, else_branch=else_g, **place(1)
+        ),
+        helper.make_node(
+            "L1",
+            ["y"],
+            ["loss"],
+            domain="ai.graphcore",
+            reduction="Sum",
+            **{"lambda": 1.0},
+            **place(1),
+        ),
+    ]
+    inits = [numpy_helper.from_array(v, k) for k, v in _weights().items()]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [_vi("c", TensorProto.BOOL, []), _vi("x", F, [2, 4])],
+        [_vi("loss", F, [])],
+        initializer=inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid("ai.graphcore", 1)]
+    )
+    o = popart.SessionOptions()
+    o.virtualGraphMode = popart.VirtualGraphMode.Manual
+    o.enablePipelining = True
+    s = popart.TrainingSession(
+        fnModel=model.SerializeToString(),
+        dataFlow=popart.DataFlow(3, {"loss": popart.AnchorReturnType("ALL")}),
+        deviceInfo=popart.DeviceManager().createIpuModelDevice({"numIPUs": 2, "tilesPerIPU": 4}),
+        loss="loss",
+        optimizer=popart.ConstSGD(LR),
+        userOptions=o,
+    )
+    with pytest.raises(popart.popart_exception, match=r"If \(node 'gate'\).*pipelining"):
+        s.prepareDevice()
+
+
+def test_an_if_on_another_ipu_reads_the_enclosing_value_there():
+    """Sharded: the If's branch on IPU 1 reads ``h`` made on IPU 0; the value is copied
+    to IPU 1 (PopART's IpuCopy) and the output is numpy's."""
+    then_g = helper.make_graph(
+        [helper.make_node("Mul", ["h", "V"], ["ty"])], "then", [], [_vi("ty", F, [2, 3])]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Sub", ["h", "V"], ["ey"])], "else", [], [_vi("ey", F, [2, 3])]
+    )
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"], __ipu_number=0),
+        helper.make_node(
+            "If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, __ipu_number=1
+        ),
+    ]
+    w = _weights()
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [_vi("c", TensorProto.BOOL, []), _vi("x", F, [2, 4])],
+        [_vi("y", F, [2, 3])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    o = popart.SessionOptions()
+    o.virtualGraphMode = popart.VirtualGraphMode.Manual
+    s = popart.InferenceSession(
+        fnModel=model.SerializeToString(),
+        dataFlow=popart.DataFlow(1, {"y": popart.AnchorReturnType("ALL")}),
+        deviceInfo=popart.DeviceManager().createIpuModelDevice({"numIPUs": 2, "tilesPerIPU": 4}),
+        userOptions=o,
+    )
+    s.prepareDevice()
+    s.weightsFromHost()
+    x = np.random.default_rng(8).standard_normal((2, 4)).astype(np.float32)
+    for taken in (True, False):
+        anchors = s.initAnchorArrays()
+        s.run(popart.PyStepIO({"c": np.array(taken), "x": x}, anchors))
+        h = x @ w["W"]
+        want = h * w["V"] if taken else h - w["V"]
+        np.testing.assert_allclose(anchors["y"], want, rtol=1e-5, atol=1e-6)
