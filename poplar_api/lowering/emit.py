@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ipusim import ir
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
 from poplar_api.errors import ApplicationRuntimeError
@@ -172,7 +174,12 @@ class Emitter:
         t = self.em.tensor(prog.tensor, "WriteUndef")
         node = ir.Sequence(name=prog.debugName or "WriteUndef")
         if t is not None:
-            self.em.undefs[id(node)] = [(t.elementType(), t.flat_index())]
+            # a variable's ids are made here, not cached on the program's tensor (a
+            # model's activations would keep an index array each for the session's life)
+            ids = t._flat_ids()
+            if isinstance(ids, range):
+                ids = np.arange(ids.start, ids.stop, dtype=np.int64)
+            self.em.undefs[id(node)] = [(t.elementType(), ids)]
         return node
 
     # ------------------------------------------------------------------ abort
