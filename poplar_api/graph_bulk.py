@@ -172,9 +172,10 @@ class Segments:
 
 
 def _list_ids(graph: Graph, t: Tensor, ids: np.ndarray) -> np.ndarray:
-    """The ids of a list block's VectorList ``t`` as int32 when every id of its element
-    size fits (half the host memory: the convolutions of a model hold hundreds of
-    millions of them), else as they are."""
+    """The ids of ``t`` kept for a list block's VectorList or for pieces that are not
+    runs: int32 when every id of its element size fits (half the host memory: the
+    convolutions and reductions of a model hold hundreds of millions of them), else
+    as they are. They read back as int64 (:meth:`VertexTable.get_field`)."""
     space = graph._state.find_space(t._type)
     if space is not None and space.size <= np.iinfo(np.int32).max:
         ids = ids.astype(np.int32)
@@ -741,8 +742,9 @@ class _Connections:
             self.runs.append((name, sel, ids[b], ids[b] + k))
         if not is_run.all():
             rest = np.flatnonzero(~is_run)
+            kept = _list_ids(graph, t, ids)  # int32 where it fits, as a list block's
             pieces = [
-                ids[o : o + k]
+                kept[o : o + k]
                 for o, k in zip(begins[rest].tolist(), sizes[rest].tolist(), strict=True)
             ]
             self.ids.append((name, rest, pieces))

@@ -347,7 +347,11 @@ class VertexTable:
                 return range(begin, runs.runs[at + 1])
         extra = self.extra.get(vid)
         if extra is not None and name in extra:
-            return extra[name]
+            value = extra[name]
+            if type(value) is np.ndarray and value.dtype != np.int64:
+                value = value.astype(np.int64)  # kept as int32: read back as int64
+                value.flags.writeable = False
+            return value
         if self.list_blocks:
             block, i = self.block_of(vid)
             if block is not None and name in block.fields:

@@ -59,3 +59,28 @@ def test_variable_tensors_are_the_variables_ids_without_an_index_array() -> None
     assert [t.shape() for t in got] == [[3, 4], [5]]
     assert got[0].flat_index().tolist() == a.flat_index().tolist()
     assert got[1].flat_index().tolist() == b.flat_index().tolist()
+
+
+def test_pieces_that_are_not_runs_are_int32_and_read_back_as_int64() -> None:
+    g = _graph()
+    cs = g.addComputeSet("cs")
+    y = g.addVariable(FLOAT, [4, 3], "y")
+    parts = g.addVariable(FLOAT, [4], "parts")
+    g.setTileMapping(y, 0)
+    g.setTileMapping(parts, 1)
+    scattered = y.transpose().flatten()  # ids 0, 3, 6, 9, 1, 4, ...: no run of two
+    sizes = [5, 7]
+    g.addVertices(
+        cs,
+        Gather,
+        [0, 1],
+        {"parts": Segments(parts, [2, 2], [1, 1]), "out": Segments(scattered, sizes)},
+    )
+    ids = scattered.flat_index()
+    table = g._state.vertices
+    first = len(table) - 2
+    assert [table.extra[first + k]["out"].dtype for k in range(2)] == [np.dtype(np.int32)] * 2
+    for k, (a, b) in enumerate([(0, 5), (5, 12)]):
+        got = table.get_field(first + k, "out")
+        assert got.dtype == np.int64 and not got.flags.writeable
+        assert got.tolist() == ids[a:b].tolist()
