@@ -65,9 +65,11 @@ class _Graph:
         #: element type and shape per tensor id (shared by the rewrites: one that
         #: changes a tensor drops it)
         self.info = info
+        #: values of the small constants (bounds, ratios): weights are not read
         self.consts: dict[str, np.ndarray] = {}
         for init in model.graph.initializer:
-            self.consts[init.name] = numpy_helper.to_array(init)
+            if _small(init):
+                self.consts[init.name] = numpy_helper.to_array(init)
         for n in self.nodes:
             if n.op_type == "Constant" and n.output and n.attribute:
                 a = n.attribute[0]
@@ -283,13 +285,42 @@ GRAPH_PATTERNS: dict[str, Callable[[_Graph, bool], int]] = {
 }
 
 
+def _small(init: onnx.TensorProto) -> bool:
+    """Whether an initializer is small enough to be a shape, axes or bound operand."""
+    return int(np.prod(init.dims, dtype=np.int64)) <= _SMALL
+
+
+#: Initializers of at most this many elements keep their values for shape inference.
+_SMALL = 64
+
+
 def _tensor_info(model: onnx.ModelProto) -> dict[str, tuple[int, list[int] | None]]:
     """Element type and shape of every tensor of ``model`` ONNX's shape inference
-    finds (ops it does not know, e.g. ``ai.graphcore``'s, leave theirs out)."""
+    finds (ops it does not know, e.g. ``ai.graphcore``'s, leave theirs out). Inference
+    runs on a copy whose large initializers (weights) are declared inputs of their
+    type and shape, so the weights' bytes are neither copied nor serialised."""
+    g = model.graph
+    declared = {vi.name for vi in g.input}
+    big = [
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in g.initializer
+        if not _small(t) and t.name not in declared
+    ]
+    light = helper.make_model(
+        helper.make_graph(
+            list(g.node),
+            g.name,
+            [*g.input, *big],
+            list(g.output),
+            [t for t in g.initializer if _small(t)],
+            value_info=list(g.value_info),
+        ),
+        opset_imports=list(model.opset_import),
+    )
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(light)
     except Exception:  # an invalid model: the session reports it when it lowers
-        inferred = model
+        inferred = light
     info: dict[str, tuple[int, list[int] | None]] = {}
     g = inferred.graph
     for vi in [*g.input, *g.value_info, *g.output]:
