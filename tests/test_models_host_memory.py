@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from codelets_common import Gather
 
-from poplar_api import FLOAT, Graph, IPUModel
+from poplar_api import FLOAT, ComputeSet, Graph, IPUModel, Tensor
 from poplar_api.graph import Segments, variable_count, variable_tensors
 from poplar_api.lowering.computeset import build_table
 
@@ -23,14 +23,20 @@ def _graph() -> Graph:
     return g
 
 
-def test_list_block_ids_are_int32_and_read_back_as_the_int64_ids_connected() -> None:
+def _scattered(rows: int, cols: int, other: int) -> tuple[Graph, ComputeSet, Tensor, Tensor]:
+    """A graph, a compute set, the transpose of a ``rows x cols`` variable flattened
+    (ids 0, cols, 2 cols, ...: no two consecutive) and another variable of ``other``
+    elements, each mapped to one tile."""
     g = _graph()
-    cs = g.addComputeSet("cs")
-    y = g.addVariable(FLOAT, [4, 5], "y")
-    out = g.addVariable(FLOAT, [2], "out")
+    y = g.addVariable(FLOAT, [rows, cols], "y")
+    z = g.addVariable(FLOAT, [other], "z")
     g.setTileMapping(y, 0)
-    g.setTileMapping(out, 1)
-    scattered = y.transpose().flatten()  # ids 0, 5, 10, 15, 1, 6, ...
+    g.setTileMapping(z, 1)
+    return g, g.addComputeSet("cs"), y.transpose().flatten(), z
+
+
+def test_list_block_ids_are_int32_and_read_back_as_the_int64_ids_connected() -> None:
+    g, cs, scattered, out = _scattered(4, 5, 2)
     sizes, vectors = [3, 2, 15], [2, 1]
     g.addVertices(cs, Gather, [0, 1], {"parts": Segments(scattered, sizes, vectors), "out": out})
     ids = scattered.flat_index()
@@ -48,6 +54,10 @@ def test_list_block_ids_are_int32_and_read_back_as_the_int64_ids_connected() -> 
     parts = next(ft for ft in group.fields if ft.spec.name == "parts")
     assert parts.ids.tolist() == ids.tolist()
     assert not parts.ids.flags.writeable
+    # a field held as runs expands to int32 ids when they fit
+    outs = next(ft for ft in group.fields if ft.spec.name == "out")
+    assert outs.ids.dtype == np.int32
+    assert outs.ids.tolist() == out.flat_index().tolist()  # one element per vertex
 
 
 def test_variable_tensors_are_the_variables_ids_without_an_index_array() -> None:
@@ -62,13 +72,7 @@ def test_variable_tensors_are_the_variables_ids_without_an_index_array() -> None
 
 
 def test_pieces_that_are_not_runs_are_int32_and_read_back_as_int64() -> None:
-    g = _graph()
-    cs = g.addComputeSet("cs")
-    y = g.addVariable(FLOAT, [4, 3], "y")
-    parts = g.addVariable(FLOAT, [4], "parts")
-    g.setTileMapping(y, 0)
-    g.setTileMapping(parts, 1)
-    scattered = y.transpose().flatten()  # ids 0, 3, 6, 9, 1, 4, ...: no run of two
+    g, cs, scattered, parts = _scattered(4, 3, 4)
     sizes = [5, 7]
     g.addVertices(
         cs,
