@@ -25,6 +25,11 @@ are either what this layer lowers anyway, e.g. ``MatMulOp``, ``ConvDataGrad``, t
   a Softmax feeding only an Nll loss is ``(p - onehot)·w`` in one step; with both off,
   the Nll gradient and the Softmax gradient are computed one after the other (more
   cycles and memory).
+* ``OpToIdentity``, ``PostNRepl``, ``PreUniRepl``, ``NegativeOneScale``, ``ExpandCast``,
+  ``SumToAdd``: rewrites of the ONNX model before it is lowered
+  (:mod:`popart_api.graph_patterns`).
+
+``docs/popart.md`` has the table of all 55 and what each does here.
 """
 
 from __future__ import annotations
