@@ -8,6 +8,10 @@ derivative of the anchored gradients). Columns: vertices of the compiled graph, 
 seconds of build, compile and run, peak host RAM of the child, simulated cycles of
 the step, and whether it matched the reference.
 
+``--all-to-all`` measures the fabric at scale instead: an all-to-all global exchange
+on ``pod64`` (every IPU sends 1 MiB to every other, 4,032 transfers in one
+``GlobalExchange`` step run by the machine model), three times, host seconds each.
+
 ``--replicas`` measures instead the host cost of replication (issue 31's "replicas at
 the cost of one"): the data-parallel MLP step of ``benchmarks/bench_multi_ipu.py`` on 1
 replica (one Mk2) and on 16 (``pod16``), each in its own child process, with the run
@@ -20,6 +24,7 @@ Run::
     python benchmarks/bench_models.py --only bert-base    # rows whose name starts so
     python benchmarks/bench_models.py --tiles 16 --only bert-tiny   # quick check
     python benchmarks/bench_models.py --replicas          # 1 and 16 replicas
+    python benchmarks/bench_models.py --all-to-all        # 64-IPU all-to-all
 """
 
 from __future__ import annotations
@@ -109,6 +114,39 @@ def replica_table(one: dict, many: dict) -> str:
     return "\n".join(out)
 
 
+def all_to_all(preset: str = "pod64", nbytes: int = 1 << 20, repeats: int = 3) -> list[str]:
+    """Host seconds of an all-to-all global exchange on ``preset``: every IPU sends
+    ``nbytes`` from its tile 0 to tile 0 of every other IPU, in one step."""
+    import time
+
+    import numpy as np
+
+    from ipusim import ir
+    from ipusim.config import load_config
+    from ipusim.machine import Machine
+
+    cfg = load_config(preset)
+    n, tpi = cfg.num_ipus, cfg.tile.tiles_per_ipu
+    src, dst = np.divmod(np.arange(n * n), n)
+    keep = src != dst
+    step = ir.GlobalExchange(
+        name="all-to-all",
+        src_tile=src[keep] * tpi,
+        dst_tile=dst[keep] * tpi,
+        num_bytes=np.full(int(keep.sum()), nbytes),
+    )
+    lines = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        trace = Machine(cfg).run(step)
+        seconds = time.perf_counter() - start
+        lines.append(
+            f"{preset}: {n} IPUs, {int(keep.sum()):,} transfers of {nbytes:,} B: "
+            f"{trace.total_cycles:,} cycles, {seconds:.3f} s host"
+        )
+    return lines
+
+
 def table(rows: Sequence[tuple[str, dict]]) -> str:
     """Markdown table of the rows."""
     head = (
@@ -139,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tiles", type=int, default=None, help="tiles per IPU (Mk2: 1472)")
     parser.add_argument("--quick", action="store_true", help="the scaled-down models")
     parser.add_argument("--replicas", action="store_true", help="the MLP step, 1 and 16 replicas")
+    parser.add_argument("--all-to-all", action="store_true", help="64-IPU all-to-all")
     parser.add_argument("--mlp-child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.mlp_child:  # one replicated MLP step, in this (child) process
@@ -146,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         preset = {1: "mk2", 16: "pod16", 64: "pod64"}[args.mlp_child]
         print(json.dumps(mlp_step(args.mlp_child, preset, MLP_BATCH, MLP_HIDDEN)))
+        return 0
+    if args.all_to_all:
+        print("\n".join(all_to_all()))
         return 0
     if args.replicas:
         one, many = replica_row(1), replica_row(16)
