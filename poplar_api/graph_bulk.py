@@ -778,7 +778,10 @@ class _Connections:
             fields = {}
             for name, begins, sizes, vectors, ids in self.lists:
                 offsets = np.concatenate(([0], np.cumsum(vectors))).astype(np.int64)
-                fields[name] = (offsets, begins, begins + sizes, ids)
+                ends = begins + sizes
+                if ids.size <= np.iinfo(np.int32).max:  # positions in ids: int32 (half)
+                    begins, ends = begins.astype(np.int32), ends.astype(np.int32)
+                fields[name] = (offsets, begins, ends, ids)
             block = ListBlock(first, n, fields)
             if self.not_lists is not None:  # their fields are runs or ids, not in the block
                 block.moved[:] = self.not_lists

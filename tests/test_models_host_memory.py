@@ -43,7 +43,10 @@ def test_list_block_ids_are_int32_and_read_back_as_the_int64_ids_connected() -> 
     want = [[ids[0:3], ids[3:5]], [ids[5:20]]]  # the pieces in order, per vertex
     table = g._state.vertices
     (block,) = table.list_blocks
-    assert block.fields["parts"][3].dtype == np.int32
+    # piece begins, piece ends and ids as int32 (vector offsets stay int64)
+    assert [a.dtype for a in block.fields["parts"]] == [np.dtype(np.int64)] + [
+        np.dtype(np.int32)
+    ] * 3
     for k, vid in enumerate(range(block.first, block.first + block.n)):
         got = table.get_field(vid, "parts")
         assert [v.dtype for v in got] == [np.dtype(np.int64)] * len(want[k])
