@@ -73,6 +73,12 @@ def run_row(model: str, train: bool, tiles: int | None, ipus: int = 1) -> dict:
         cmd += ["--tiles", str(tiles)]
     if ipus > 1:
         cmd += ["--ipus", str(ipus)]
+    return _child_row(cmd)
+
+
+def _child_row(cmd: list[str]) -> dict:
+    """Run ``cmd`` in a child process: its exit status, wall seconds and peak RSS bytes,
+    with the figures of the last JSON line it printed."""
     status, wall, peak, out = child_peak(cmd)
     row: dict = {"status": status, "wall": wall, "peak_bytes": peak}
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
@@ -89,12 +95,7 @@ def replica_row(replicas: int) -> dict:
     """The MLP step on ``replicas`` replicas in a child process: its figures (see
     ``bench_multi_ipu.mlp_step``) plus wall seconds and peak RSS bytes."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--mlp-child", str(replicas)]
-    status, wall, peak, out = child_peak(cmd)
-    row: dict = {"status": status, "wall": wall, "peak_bytes": peak}
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if lines:
-        row.update(json.loads(lines[-1]))
-    return row
+    return _child_row(cmd)
 
 
 def replica_table(one: dict, many: dict) -> str:
