@@ -36,9 +36,14 @@ from popart_api.errors import popart_exception
 from popart_api.onnx_model import node_attrs
 from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import VirtualGraphMode
-from poplar_api import Tensor, gcl, popops
+from poplar_api import UNSIGNED_INT, Tensor, gcl, popops
 from poplar_api import program as pprog
 from poplar_api.graph import touches_constant, variable_count
+from poplar_api.popops.dynamic_slice import (
+    createSliceableTensorFromSlice,
+    dynamicSlice,
+    dynamicUpdate,
+)
 
 if TYPE_CHECKING:  # the session imports this module when it builds
     from popart_api.session import _Session
@@ -266,10 +271,21 @@ def _anchor_copies(session: _Session, values: dict, num_stages: int):
     return after_fwd, after_bwd, (to_host_fwd, to_host_bwd), post, pre
 
 
-def _schedule(cycles: list[list[pprog.Program]]) -> pprog.Sequence:
+def _schedule(cycles: list[list[pprog.Program]], kinds: list[tuple]) -> pprog.Sequence:
+    """The pipeline cycles as PopART runs them (graphcore/popart d2f20d78,
+    ``willow/src/popx/popprograms.cpp``, ``getFullProgramFromPipelineFragments``): the
+    fill cycles one after another, the main phase's cycles, which all run every stage
+    and so are one program, once inside a ``Repeat``, then the flush cycles. ``kinds[c]``
+    names the stages cycle ``c`` runs; a run of equal kinds is one repeated cycle."""
     out = pprog.Sequence(debugContext="pipeline")
-    for c, progs in enumerate(cycles):
-        out.add(pprog.Sequence(*progs, debugContext=f"pipelineCycle{c}"))
+    c = 0
+    while c < len(cycles):
+        n = 1
+        while c + n < len(cycles) and kinds[c + n] == kinds[c]:
+            n += 1
+        body = pprog.Sequence(*cycles[c], debugContext=f"pipelineCycle{c}")
+        out.add(body if n == 1 else pprog.Repeat(n, body, debugContext="pipelineMain"))
+        c += n
     return out
 
 
@@ -280,12 +296,14 @@ def inference_program(session: _Session, values: dict) -> pprog.Program:
     after_fwd, _after_bwd, (to_host, _), post, pre = _anchor_copies(session, values, num)
     n = session.dataFlow.batchesPerStep
     cycles: list[list[pprog.Program]] = [[] for _ in range(n + num - 1)]
+    kinds = []
     for c in range(n + num - 1):
         active = [s for s in range(num) if 0 <= c - s < n]
+        kinds.append(tuple(active))
         cycles[c] += [host[s] for s in active]
         cycles[c] += [p for s in reversed(active) for p in (fwd[s], after_fwd[s])]
         cycles[c] += [to_host[s] for s in active]
-    return pprog.Sequence(pre, _schedule(cycles), post, debugContext="main")
+    return pprog.Sequence(pre, _schedule(cycles, kinds), post, debugContext="main")
 
 
 def _stash_set(session: _Session, stage: int) -> list[Tensor]:
@@ -366,6 +384,49 @@ def _refuse_if_gradients(session: _Session, sources: set[str]) -> None:
             )
 
 
+def _stash_programs(session: _Session, num: int) -> tuple[list[pprog.Sequence], list]:
+    """Per stage: the program that stashes its activations after its forward and the
+    one that restores them before its backward, as PopART's ``StashOp`` and
+    ``RestoreInplaceOp`` (graphcore/popart d2f20d78, ``willow/src/popx/op/stashx.cpp``
+    ``StashOpx::grow`` and ``restorex.cpp`` ``RestoreBaseOpx::growRestore``).
+
+    Each stashed tensor gets a stash of ``D = 2(S - s)`` copies
+    (``popops::createSliceableTensorFromSlice``) and two ``UNSIGNED_INT`` index
+    variables, one for the stash and one for the restore, each on its own tile counted
+    down from the IPU's last (``IrLowering::getScalarVariable``). The stash writes the
+    tensor at its index with ``popops::dynamicUpdate``; the restore reads the entry at
+    its index with ``popops::dynamicSlice`` and copies it into the tensor; each then
+    adds 1 to its index and takes the remainder by ``D``. Micro-batch ``k``'s forward
+    and backward both find entry ``k mod D``, whatever pipeline cycle they run in, so
+    one program serves every cycle and the main phase can be a ``Repeat``.
+    """
+    ipu_of = {r.stage: r.ipu for r in session.lowered.records}
+    saves = [pprog.Sequence(debugContext=f"stage{s}/stash") for s in range(num)]
+    restores = [pprog.Sequence(debugContext=f"stage{s}/restore") for s in range(num)]
+    scalars = 0
+    for s in range(num):
+        depth = 2 * (num - s)
+        g = session.lowered.graphs[ipu_of.get(s, 0)]
+        tiles = g.getTarget().getNumTiles()
+        for t in _stash_set(session, s):
+            name = f"stash/stage{s}/{t.name}"
+            stash = createSliceableTensorFromSlice(g, t.expand([0]), [0], [depth], name)
+            indices = []
+            for what in ("stash", "restore"):
+                scalars += 1
+                index = g.addVariable(UNSIGNED_INT, [1], f"{name}/{what}_index")
+                g.setTileMapping(index, (tiles - scalars % tiles) % tiles)
+                g.setInitialValue(index, 0)
+                indices.append(index)
+            dynamicUpdate(g, stash, t.expand([0]), indices[0], [0], [1], saves[s], name)
+            restored = dynamicSlice(g, stash, indices[1], [0], [1], restores[s], f"{name}/restore")
+            for index, prog in zip(indices, (saves[s], restores[s]), strict=True):
+                popops.addInPlace(g, index, 1, prog, f"{name}/index")
+                popops.remInPlace(g, index, depth, prog, f"{name}/index")
+            restores[s].add(pprog.Copy(restored.reshape(t.shape()), t))
+    return saves, restores
+
+
 def training_step(
     session: _Session,
     values: dict,
@@ -443,32 +504,21 @@ def training_step(
     for tid, g in grads.items():
         values[autodiff.GRADIENT_PREFIX + tid] = g
     after_fwd, after_bwd, (host_fwd, host_bwd), post, pre = _anchor_copies(session, values, num)
-    stash = []
-    for s in range(num):
-        depth = 2 * (num - s)
-        tensors = _stash_set(session, s)
-        slots = [
-            [like(graph, t, f"stash/stage{s}/{k}/{t.name}") for t in tensors] for k in range(depth)
-        ]
-        stash.append((tensors, slots))
+    saves, restores = _stash_programs(session, num)
     cycles: list[list[pprog.Program]] = [[] for _ in range(af + 2 * num - 1)]
+    kinds = []
     advance = session.seed_step()
     for c in range(len(cycles)):
         # Host inputs first and anchors last: a stream copy syncs every IPU with the
         # host, so in the middle of a cycle it would hold the stages back in turn.
         forwards = [s for s in reversed(range(num)) if 0 <= c - s < af]
         backwards = [s for s in range(num) if 0 <= c - (2 * num - 1 - s) < af]
+        kinds.append((tuple(forwards), tuple(backwards)))
         cycles[c] += [advance, *[host[s] for s in forwards]]
         for s in forwards:
-            tensors, slots = stash[s]
-            slot = slots[(c - s) % len(slots)]
-            save = [pprog.Copy(t, d) for t, d in zip(tensors, slot, strict=True)]
-            cycles[c] += [fwd[s], after_fwd[s], *save]
+            cycles[c] += [fwd[s], after_fwd[s], saves[s]]
         for s in backwards:
-            tensors, slots = stash[s]
-            slot = slots[(c - (2 * num - 1 - s)) % len(slots)]
-            restore = [pprog.Copy(d, t) for t, d in zip(tensors, slot, strict=True)]
-            cycles[c] += [*restore, bwd[s], after_bwd[s]]
+            cycles[c] += [restores[s], bwd[s], after_bwd[s]]
         cycles[c] += [host_fwd[s] for s in forwards] + [host_bwd[s] for s in backwards]
     updates = pprog.Sequence(debugContext="optimizer")
     if accumulate:
@@ -483,7 +533,7 @@ def training_step(
         lowering.begin_update(updates)
         for w in used:
             lowering.update(w, session.lowered.weight_vars[w], accs[w], updates, f"update/{w}")
-    program = pprog.Sequence(*undef, zero, _schedule(cycles), updates, debugContext="batch")
+    program = pprog.Sequence(*undef, zero, _schedule(cycles, kinds), updates, debugContext="batch")
     return Step(program, pprog.Sequence()), grads, (post, pre)
 
 

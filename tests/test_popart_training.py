@@ -519,15 +519,17 @@ def test_pipelining_needs_enough_micro_batches():
 def test_pipelined_stages_overlap():
     """Pipelined, the stages of a pipeline cycle run on their IPUs at the same time: a
     larger share of the compute cycles overlap another IPU's work than when the same
-    stages run one after the other, and the step takes fewer cycles."""
-    kw = {"batch": 16, "d": 64, "h": 128, "layers": 2}
+    stages run one after the other, and the step takes fewer cycles once the stages'
+    compute outweighs what the pipeline adds (each stashed activation's dynamic update,
+    dynamic slice and index updates, as PopART's StashOp and RestoreOp)."""
+    kw = {"batch": 64, "d": 64, "h": 256, "layers": 2}
     shares, totals = {}, {}
     for pipelining in (False, True):
         s, x, lab, _loss, _ = _pipeline_session(pipelining, 6, **kw)
         rng = np.random.default_rng(2)
         data = {
-            x: rng.standard_normal((6, 16, 64)).astype(np.float32),
-            lab: rng.integers(0, C, (6, 16)).astype(np.int32),
+            x: rng.standard_normal((6, 64, 64)).astype(np.float32),
+            lab: rng.integers(0, C, (6, 64)).astype(np.int32),
         }
         s.run(popart.PyStepIO(data, s.initAnchorArrays()))
         report = s.getExecutionReport()  # PopART's fetch resets the profile
@@ -538,8 +540,8 @@ def test_pipelined_stages_overlap():
             st["cyclesOverlapped"] + st["cycles"] for st in compute
         )
         totals[pipelining] = report["simulation"]["cycles"]
-    # measured: 33 % of the compute overlapped against 14 %; 584,207 cycles against
-    # 682,338
+    # measured: 3,910,649 cycles against 4,489,107 (at batch 16 and width 128 the
+    # stash costs more than the overlap gains: 926,322 against 790,275)
     assert shares[True] > shares[False] + 0.1
     assert totals[True] < 0.95 * totals[False]
 
