@@ -155,9 +155,15 @@ class HostLink:
     Concurrent transfers share the bandwidth equally (processor sharing): with ``n``
     transfers in flight each progresses at ``1/n`` of the link rate. Background
     transfers (prefetches of data no copy waits for yet) use the link only while no
-    other transfer is in flight, and then share it equally among themselves. Time is
-    kept as exact fractions, so finish times depend only on the transfers' start
+    other transfer is in flight, and then share it equally among themselves.
+
+    The link keeps its own exact clock (:class:`fractions.Fraction`, touched only when
+    a transfer starts or ends), so finish times depend only on the transfers' start
     times and sizes, never on the order SimPy happens to process simultaneous events.
+    A transfer that ends at the exact time ``T`` is reported at the whole cycle
+    ``ceil(T)`` (every caller rounds a transfer's end up to a whole cycle), so the
+    simulation clock only ever holds whole cycles from here: the other processes'
+    events compare and add plain numbers, not fractions.
 
     Parameters
     ----------
@@ -192,7 +198,7 @@ class HostLink:
         self.busy_cycles: int = 0
         self._active: dict[int, list] = {}  # id -> [remaining work, done event, background]
         self._next_id = 0
-        self._last = Fraction(0)
+        self._last = Fraction(0)  # the link's exact clock
         self._version = 0
 
     def transfer(
@@ -203,9 +209,10 @@ class HostLink:
         Waits the latency (transfers pipeline, so latency does not hold the link),
         then needs ``ceil(num_bytes / bytes_per_cycle)`` cycles of link work, shared
         with every other transfer in flight; a ``background`` transfer progresses
-        only while no foreground transfer is in flight. A transfer of 0 bytes returns
-        at once. ``ipu`` (the IPU moving the data) does not matter: one link serves
-        the whole machine. Use as ``env.process(link.transfer(n))`` or ``yield from``.
+        only while no foreground transfer is in flight. It returns at the first whole
+        cycle at or after its exact end. A transfer of 0 bytes returns at once.
+        ``ipu`` (the IPU moving the data) does not matter: one link serves the whole
+        machine. Use as ``env.process(link.transfer(n))`` or ``yield from``.
         """
         work = busy_cycles_at(self.bytes_per_cycle, num_bytes)
         if work == 0:
@@ -213,7 +220,7 @@ class HostLink:
         latency = self.latency_cycles
         if latency:
             yield self.env.timeout(latency)
-        self._advance()
+        self._advance(Fraction(self.env.now))
         done = self.env.event()
         self._active[self._next_id] = [Fraction(work), done, background]
         self._next_id += 1
@@ -226,9 +233,28 @@ class HostLink:
         foreground = [entry for entry in self._active.values() if not entry[2]]
         return foreground or list(self._active.values())
 
-    def _advance(self) -> None:
-        """Credit every transfer served with its share of the time since the last event."""
-        now = Fraction(self.env.now)
+    def _next_end(self) -> Fraction | None:
+        """The exact time the first transfer served now ends, if none starts before."""
+        served = self._served()
+        if not served:
+            return None
+        return self._last + min(entry[0] for entry in served) * len(served)
+
+    def _advance(self, now: Fraction) -> None:
+        """Run the link up to ``now``: every transfer served gets its share of the
+        time, transfer after transfer ending at its exact time (which may lie before
+        ``now``: a transfer is reported at the next whole cycle); those that ended are
+        reported done."""
+        end = self._next_end()
+        while end is not None and end <= now:
+            self._credit(end)
+            for key in [k for k, entry in self._active.items() if entry[0] <= 0]:
+                self._active.pop(key)[1].succeed()
+            end = self._next_end()
+        self._credit(now)
+
+    def _credit(self, now: Fraction) -> None:
+        """Credit every transfer served with its share of the time since the link's clock."""
         served = self._served()
         if served:
             share = (now - self._last) / len(served)
@@ -237,26 +263,19 @@ class HostLink:
         self._last = now
 
     def _reschedule(self) -> None:
-        """Schedule the next completion; older schedules become stale."""
+        """Schedule a timer at the whole cycle of the next end; older timers go stale."""
         self._version += 1
-        served = self._served()
-        if not served:
+        end = self._next_end()
+        if end is None:
             return
         version = self._version
-        first = min(entry[0] for entry in served)
-        # the transfers this timer is for: they end when it fires, even where the float
-        # clock lands a hair before the exact fraction (so the link always progresses)
-        due = [id(entry) for entry in served if entry[0] == first]
-        timer = self.env.timeout(first * len(served))
-        timer.callbacks.append(lambda _event: self._complete(version, due))
+        timer = self.env.timeout(max(math.ceil(end) - self.env.now, 0))
+        timer.callbacks.append(lambda _event: self._complete(version))
 
-    def _complete(self, version: int, due: list[int]) -> None:
+    def _complete(self, version: int) -> None:
         if version != self._version:
             return
-        self._advance()
-        ended = [k for k, entry in self._active.items() if entry[0] <= 0 or id(entry) in due]
-        for key in ended:
-            self._active.pop(key)[1].succeed()
+        self._advance(Fraction(self.env.now))
         self._reschedule()
 
 
