@@ -31,6 +31,12 @@ DEFAULT_NUM_WORKERS = 6
 RUN_NUM_WORKERS: contextvars.ContextVar[int] = contextvars.ContextVar(
     "ipusim_num_workers", default=DEFAULT_NUM_WORKERS
 )
+#: Replicas whose copies of the same vertices make up the batch of the kernel call in
+#: progress, replica after replica (vertex ``v`` of replica ``r`` at ``r * n // R + v``,
+#: each reading its own replica's data); set by a replicated compute set's runner. A
+#: Python ``computeBatch`` may plan from replica 0's vertices and run every replica at
+#: once, as long as what it plans from is equal in every replica.
+RUN_REPLICAS: contextvars.ContextVar[int] = contextvars.ContextVar("ipusim_replicas", default=1)
 #: Whether vertex code now runs bounds-checked (:func:`vertex_bounds_checks`).
 RUN_CHECKS_BOUNDS: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "ipusim_check_vertex_bounds", default=True
@@ -273,6 +279,7 @@ __all__ = [
     "RUN_CHECKS_BOUNDS",
     "RUN_FP_EXCEPTIONS",
     "RUN_NUM_WORKERS",
+    "RUN_REPLICAS",
     "CodeletFileError",
     "MultiVertex",
     "SupervisorVertex",

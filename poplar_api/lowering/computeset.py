@@ -18,7 +18,7 @@ import numpy as np
 
 from ipusim.tile.counted import CountedCycles, CountedExecution, CountedPart
 from poplar_api.codelet import InPlaceField, VertexType, checking_bounds, execute_lowered
-from poplar_api.codelet_base import RUN_FP_EXCEPTIONS
+from poplar_api.codelet_base import RUN_FP_EXCEPTIONS, RUN_REPLICAS
 from poplar_api.counted import execute_counted
 from poplar_api.errors import EngineError, FloatingPointException
 from poplar_api.fields import FieldBatch, FieldSpec
@@ -457,9 +457,13 @@ def make_runner(
                 workers = num_workers if kind == "multi" else 1
                 parts.append(CountedPart.of(group.positions, kind, workers, profile, block_runs))
             else:
-                ok = execute_lowered(
-                    group.vtype, fields, n, num_workers, vertex_ids=vertex_ids, tiles=tiles
-                )
+                token = RUN_REPLICAS.set(replicas)  # the batch is replica after replica
+                try:
+                    ok = execute_lowered(
+                        group.vtype, fields, n, num_workers, vertex_ids=vertex_ids, tiles=tiles
+                    )
+                finally:
+                    RUN_REPLICAS.reset(token)
             if np.count_nonzero(ok) < ok.size:
                 bad = vertex_ids[~ok]
                 first = int(np.flatnonzero(~ok)[0]) // max(int(group.positions.size), 1)

@@ -43,6 +43,7 @@ import numba
 import numpy as np
 
 from poplar_api.codelet import FieldBatch, Input, MultiVertex, Output, Vector, VectorList
+from poplar_api.codelet_base import RUN_REPLICAS
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 
 __all__ = ["PARAMS", "compute_one", "conv_vertex"]
@@ -138,13 +139,55 @@ class _ConvPartialBase(MultiVertex):
         ok = np.ones(num_vertices, dtype=bool)
         if num_vertices == 0:
             return ok
-        regular, classes = _classes(fields, num_vertices)
+        replicas = RUN_REPLICAS.get()
+        first_replica = _replica_zero(fields, num_vertices, replicas)
+        if first_replica is None:
+            regular, classes = _classes(fields, num_vertices)
+        else:  # planned on replica 0, run for every replica's copies
+            n = num_vertices // replicas
+            regular, classes = _classes(first_replica, n)
+            shifts = np.arange(replicas, dtype=np.int64)[:, None] * n
+            regular = np.tile(regular, replicas)
+            classes = [((m[None, :] + shifts).reshape(-1), f) for m, f in classes]
         for members, first in classes:
             if not _run_class(fields, members, first):
                 regular[members] = False
         for v in np.flatnonzero(~regular):
             ok[v] = compute_one(fields, int(v))
         return ok
+
+
+def _replica_zero(
+    fields: tuple[FieldBatch, ...], n: int, replicas: int
+) -> tuple[FieldBatch, ...] | None:
+    """Replica 0's part of a batch of ``replicas`` copies of the same vertices (see
+    ``RUN_REPLICAS``), when what the classes are planned from is equal in every replica:
+    the layout of every field (replica ``r``'s vectors are replica 0's, shifted) and the
+    contents of ``worklists`` and ``params`` (inputs, so a program could make them
+    differ). None otherwise: then the classes are found over the whole batch."""
+    if replicas <= 1 or n % replicas:
+        return None
+    k = n // replicas
+    part = []
+    for f in fields:
+        outer = f.offsets[:-1].reshape(replicas, k)
+        step = int(f.offsets[k])
+        if not (outer - outer[:1] == np.arange(replicas)[:, None] * step).all():
+            return None
+        if f.inner_offsets is None:
+            part.append(FieldBatch(f.data[:step], f.offsets[: k + 1]))
+            continue
+        inner = f.inner_offsets[:-1].reshape(replicas, step)
+        size = int(f.inner_offsets[step])
+        if not (inner - inner[:1] == np.arange(replicas)[:, None] * size).all():
+            return None
+        part.append(FieldBatch(f.data[:size], f.offsets[: k + 1], f.inner_offsets[: step + 1]))
+    for f, p in zip(fields[3:], part[3:], strict=True):  # worklists and params
+        if f.data.size != p.data.size * replicas:
+            return None
+        if not (f.data.reshape(replicas, -1) == p.data).all():
+            return None
+    return tuple(part)
 
 
 def compute_one(fields: tuple[FieldBatch, ...], v: int) -> bool:
@@ -248,14 +291,18 @@ def _equal_rows(key: np.ndarray, members: np.ndarray) -> list[tuple[np.ndarray, 
 def _copy_blocks(data, starts, size, out):  # pragma: no cover - compiled
     """``out[i] = data[starts[i]:starts[i] + size]`` for every block ``i``."""
     for i in range(starts.size):
-        out[i, :] = data[starts[i] : starts[i] + size]
+        at = starts[i]
+        for j in range(size):  # (an element loop: a slice per block costs more)
+            out[i, j] = data[at + j]
 
 
 @numba.njit(cache=True, nogil=True)
 def _store_blocks(values, starts, size, data):  # pragma: no cover - compiled
     """``data[starts[i]:starts[i] + size] = values[i]`` for every block ``i``."""
     for i in range(starts.size):
-        data[starts[i] : starts[i] + size] = values[i, :]
+        at = starts[i]
+        for j in range(size):
+            data[at + j] = values[i, j]
 
 
 def _gather(batch: FieldBatch, members: np.ndarray, count: int, size: int) -> np.ndarray:
@@ -317,11 +364,15 @@ def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) 
     w = w.reshape(g, ncg, nog, nig, nk, oc, ic)
     acc = np.zeros((g, ncg, nog, out_rows, oc), np.float32)
     runs = [_row_runs(o_r) for o_r, _ in rows]
+    same = [i_r.size == in_rows and bool((i_r == np.arange(in_rows)).all()) for _, i_r in rows]
     for ig in range(nig):
         for k, (o_r, i_r) in enumerate(rows):
             if o_r.size == 0:
                 continue
-            xs = np.take(x[:, :, ig], i_r, axis=2)[:, :, None]  # [g, ncg, 1, n, ic]
+            if same[k]:  # every input row in order: no gather
+                xs = x[:, :, ig][:, :, None]  # [g, ncg, 1, n, ic]
+            else:
+                xs = np.take(x[:, :, ig], i_r, axis=2)[:, :, None]
             product = xs @ w[:, :, :, ig, k].swapaxes(-1, -2)
             if runs[k] is None:
                 acc[:, :, :, o_r] += product

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numba
 import numpy as np
 
 from poplar_api.codelet import FieldBatch, InOut, Input, MultiVertex, Output, Vector, VectorList
@@ -46,17 +47,9 @@ class _ReduceAddBase(MultiVertex):
     ) -> np.ndarray:
         p, out = batches["partials"], batches["out"]
         out_len = np.diff(out.offsets)
-        inner_len = np.diff(p.inner_offsets)
-        owner = np.repeat(np.arange(num_vertices, dtype=np.int64), np.diff(p.offsets))
         ok = np.ones(num_vertices, dtype=bool)
-        bad = inner_len != out_len[owner]
-        ok[owner[bad]] = False
-        # element e of inner vector j adds into out element offsets[owner(j)] + e
-        elem_vec = np.repeat(np.arange(inner_len.size, dtype=np.int64), inner_len)
-        pos = np.arange(p.data.size, dtype=np.int64) - p.inner_offsets[elem_vec]
-        target = out.offsets[owner[elem_vec]] + pos
-        keep = ok[owner[elem_vec]]
-        sums = np.bincount(target[keep], weights=p.data[keep], minlength=out.data.size)
+        sums = np.zeros(out.data.size, np.float64)
+        _sum_lists(p.data, p.offsets, p.inner_offsets, out.offsets, ok, sums)
         return _store(cls.update, batches, sums, out_len, ok)
 
     @classmethod
@@ -70,6 +63,43 @@ class _ReduceAddBase(MultiVertex):
             update=cls.update,
             single_input=False,
         )
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_lists(data, offsets, inner_offsets, out_offsets, ok, sums):  # pragma: no cover
+    """Several-input sums: vertex ``v``'s partials (inner vectors ``offsets[v]`` to
+    ``offsets[v + 1]``) added element by element into ``sums`` at ``out_offsets[v]``,
+    in float64, partial after partial; a vertex with a partial whose length is not its
+    output's is marked not ``ok`` and adds nothing."""
+    for v in range(ok.size):
+        base = out_offsets[v]
+        size = out_offsets[v + 1] - base
+        for j in range(offsets[v], offsets[v + 1]):
+            if inner_offsets[j + 1] - inner_offsets[j] != size:
+                ok[v] = False
+        if not ok[v]:
+            continue
+        for j in range(offsets[v], offsets[v + 1]):
+            at = inner_offsets[j]
+            for e in range(size):
+                sums[base + e] += np.float64(data[at + e])
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_flat(data, offsets, out_offsets, ok, sums):  # pragma: no cover
+    """Single-input sums: element ``k`` of vertex ``v``'s flat partials added into
+    ``sums`` at ``out_offsets[v] + k % size``, in float64 and in order (vertices not
+    ``ok`` add nothing)."""
+    for v in range(ok.size):
+        if not ok[v]:
+            continue
+        base = out_offsets[v]
+        size = out_offsets[v + 1] - base
+        if size == 0:  # no output: nothing to add into
+            continue
+        lo = offsets[v]
+        for k in range(offsets[v + 1] - lo):
+            sums[base + k % size] += np.float64(data[lo + k])
 
 
 def _store(
@@ -103,11 +133,8 @@ class _ReduceAddSingleBase(MultiVertex):
         p_len = np.diff(p.offsets)
         safe = np.maximum(out_len, 1)
         ok = (np.diff(init.offsets) == out_len) & (p_len % safe == 0)
-        owner = np.repeat(np.arange(num_vertices, dtype=np.int64), p_len)
-        pos = np.arange(p.data.size, dtype=np.int64) - p.offsets[owner]
-        keep = ok[owner]
-        target = out.offsets[owner] + pos % safe[owner]
-        sums = np.bincount(target[keep], weights=p.data[keep], minlength=out.data.size)
+        sums = np.zeros(out.data.size, np.float64)
+        _sum_flat(p.data, p.offsets, out.offsets, ok, sums)
         sums = sums + init.data.astype(np.float64)
         return _store(cls.update, batches, sums, out_len, ok)
 
