@@ -18,9 +18,12 @@ same time, meeting at the copies between IPUs (PopART's IpuCopy). A stage's
 activations are stashed after its forward and restored before its backward (a
 circular stash of ``2(S - s)`` entries: ``2(S - 1 - s) + 1`` micro-batches are in
 flight between the two, plus the one whose forward runs earlier in the cycle of the
-backward; PopART's stash and restore), since later micro-batches overwrite them in
-between. The weight gradients are accumulated
-over the micro-batches and the optimizer runs once per batch.
+backward), since later micro-batches overwrite them in between; the stash is
+addressed by index tensors (:func:`_stash_programs`, PopART's StashOp and RestoreOp),
+so every cycle in which all stages run is the same program and the main phase is one
+cycle in a ``Repeat`` between the fill and flush cycles (:func:`_schedule`). The
+weight gradients are accumulated over the micro-batches and the optimizer runs once
+per batch.
 """
 
 from __future__ import annotations
