@@ -21,6 +21,8 @@ from poplar_api.poplin import conv as _conv
 from poplar_api.poplin.conv_params import CONV_TYPES as MATMUL_TYPES
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan, parse_options
+from poplar_api.poplin.conv_rearrange import operand_rearrangements
+from poplar_api.program import Copy
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, Type
@@ -88,10 +90,18 @@ _PASSED_ON = {
 }  # fmt: skip
 
 
-def _options(options: Mapping[str, Any] | None, what: str = "matMul") -> dict[str, Any]:
-    """Checked matMul options, as the convolution options they become."""
+#: ``fullyConnectedPass`` -> the convolution's ``pass`` (Poplibs' ``getConvOptionFlags``
+#: in ``MatMul.cpp``; ``NONE`` is a plain matmul, left without a pass here).
+_FC_PASSES = {
+    "NONE": None, "INFERENCE_FWD": "FC_INFERENCE_FWD", "TRAINING_FWD": "FC_TRAINING_FWD",
+    "TRAINING_BWD": "FC_TRAINING_BWD", "TRAINING_WU": "FC_TRAINING_WU",
+}  # fmt: skip
+
+
+def _conv_options(options: Mapping[str, Any] | None, what: str) -> dict[str, str]:
+    """The convolution options (as strings) that matMul ``options`` become."""
     if options is None:
-        return parse_options({}, what)
+        return {}
     if not isinstance(options, Mapping):
         raise GraphError(f"{what} options must be a mapping of str to str, got {options!r}")
     unknown = sorted(set(map(str, options)) - _MATMUL_OPTIONS)
@@ -100,7 +110,19 @@ def _options(options: Mapping[str, Any] | None, what: str = "matMul") -> dict[st
             f"{what} options {unknown} are not recognised; known options: {sorted(_MATMUL_OPTIONS)}"
         )
     conv = {str(k): str(v) for k, v in options.items() if str(k) in _PASSED_ON}
-    return parse_options(conv, what)
+    fc = str(options.get("fullyConnectedPass", "NONE"))
+    if fc not in _FC_PASSES:
+        raise GraphError(
+            f"{what}: option fullyConnectedPass={fc!r}; required one of {sorted(_FC_PASSES)}"
+        )
+    if _FC_PASSES[fc] is not None:
+        conv["pass"] = _FC_PASSES[fc]
+    return conv
+
+
+def _options(options: Mapping[str, Any] | None, what: str = "matMul") -> dict[str, Any]:
+    """Checked matMul options, as the convolution options they become."""
+    return parse_options(_conv_options(options, what), what)
 
 
 def _params(shape: tuple[int, int, int, int], in_type: Type, out_type: Type) -> ConvParams:
@@ -166,17 +188,24 @@ def _create_input(
     what = "createMatMulInputLHS" if lhs else "createMatMulInputRHS"
     _check_type(type_, what)
     g, m, k, n = _dims(aShape, bShape, what, ("aShape", "bShape"))
-    opts = _options(options, what)
+    conv_opts = _conv_options(options, what)
     params = _params((g, m, k, n), type_, type_)
-    _conv._plan(graph, params, opts)
-    conv_opts = {key: val for key, val in (options or {}).items() if key in _PASSED_ON}
+    t3 = _laid_out(graph, params, name, conv_opts, lhs)
+    return t3 if len(aShape) == 3 else t3[0]
+
+
+def _laid_out(
+    graph: Graph, params: ConvParams, name: str, conv_opts: dict[str, str], lhs: bool
+) -> Tensor:
+    """A new ``[G, M, K]`` (``lhs``) or ``[G, K, N]`` operand laid out as the plan of
+    ``params`` wants (the convolution's ``createInput`` / ``createWeights``)."""
+    g, m, k, n = (params.numConvGroups, params.inputFieldShape[0],
+                  params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup)  # fmt: skip
     if lhs:
         act = _conv.createInput(graph, params, name, conv_opts)  # [1, G*K, M]
-        t3 = act.reshape([g, k, m]).dimShuffle([0, 2, 1])
-    else:
-        w = _conv.createWeights(graph, params, name, conv_opts)  # [G, N, K, 1]
-        t3 = w.reshape([g, n, k]).dimShuffle([0, 2, 1])
-    return t3 if len(aShape) == 3 else t3[0]
+        return act.reshape([g, k, m]).dimShuffle([0, 2, 1])
+    w = _conv.createWeights(graph, params, name, conv_opts)  # [G, N, K, 1]
+    return w.reshape([g, n, k]).dimShuffle([0, 2, 1])
 
 
 @bulk_construction
@@ -239,10 +268,22 @@ def _build(
     if not isinstance(prog, ProgramSequence):
         raise GraphError(f"{name}: prog must be a program.Sequence, got {type(prog).__name__}")
     _check_type(out_type, f"{name}: outputType")
-    opts = _options(options, name)
+    conv_opts = _conv_options(options, name)
+    opts = parse_options(conv_opts, name)
     params = _params((g, m, k, n), in_type, out_type)
-    act = _as3(A).dimShuffle([0, 2, 1]).expand([1])  # [G, 1, K, M]
-    ker = _as3(B).dimShuffle([0, 2, 1]).expand([3])  # [G, N, K, 1]
+    a3, b3 = _as3(A), _as3(B)
+    # Poplibs copies an operand into the plan's layout before the exchange where its
+    # convolutionPreprocess does (see conv_rearrange)
+    plan = _conv._plan(graph, params, opts)
+    re_a, re_b = operand_rearrangements(graph, plan, opts.get("pass"), a3, b3.dimShuffle([0, 2, 1]))
+    for again, lhs, label in ((re_a, True, "actsRearranged"), (re_b, False, "weightsRearranged")):
+        if again:
+            src = a3 if lhs else b3
+            dst = _laid_out(graph, params, f"{name}/{label}", conv_opts, lhs)
+            prog.add(Copy(src, dst, debugContext=f"{name}/{label}"))
+            a3, b3 = (dst, b3) if lhs else (a3, dst)
+    act = a3.dimShuffle([0, 2, 1]).expand([1])  # [G, 1, K, M]
+    ker = b3.dimShuffle([0, 2, 1]).expand([3])  # [G, N, K, 1]
     out = _conv._conv(graph, act, ker, params, opts, prog, name)  # [G, 1, N, M]
     c3 = out.squeeze([1]).dimShuffle([0, 2, 1])
     return c3 if A.rank() == 3 else c3[0]
