@@ -1,0 +1,160 @@
+"""Batch kernels given every replica's copies of the same vertices at once (``RUN_REPLICAS``).
+
+The convolution partial vertices plan their classes on replica 0's vertices when every
+replica's plan inputs (layout, worklists, params) are equal, and on the whole batch
+otherwise; either way each vertex's values are those of running it alone
+(:func:`~poplar_api.poplin.conv_vertices.compute_one`), bit for bit, and the formula's
+in float64. ``poplin::ReduceAdd`` sums against numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_conv_vertices import (
+    FIELDS,
+    WORKERS,
+    _batches,
+    _copy,
+    _reference,
+    _vertex,
+    _worklists,
+)
+
+from poplar_api.codelet_base import RUN_REPLICAS
+from poplar_api.fields import FieldBatch
+from poplar_api.poplin import conv_vertices
+from poplar_api.poplin.conv_vertices import compute_one, conv_vertex
+from poplar_api.poplin.vertices import reduce_add_vertex
+from poplar_api.types import FLOAT
+
+R = 3
+#: The module's own class planner (counted in the tests).
+CLASSES = conv_vertices._classes
+
+
+def _replicas(rng, change: str = "") -> list[dict]:
+    """R copies of four vertices: the same geometry and worklists, new data each."""
+    shapes = [(1, 2, 2, 3, 7, 8, 4), (1, 2, 2, 3, 7, 8, 4), (2, 3, 1, 1, 5, 16, 16)]
+    first = [_vertex(rng, *s) for s in shapes] + [_vertex(rng, 1, 1, 3, 2, 9, 4, 8, in_stride=2)]
+    out = list(first)
+    for _ in range(1, R):
+        out += [
+            {  # v's geometry and worklists, new values
+                "params": v["params"].copy(),
+                "worklists": [w.copy() for w in v["worklists"]],
+                "in": [rng.standard_normal(x.size) for x in v["in"]],
+                "weights": [rng.standard_normal(x.size) for x in v["weights"]],
+                "out": [np.full(x.size, np.nan) for x in v["out"]],
+            }
+            for v in first
+        ]
+    v = out[len(first)]  # replica 1's first vertex
+    if change == "split":  # its rows split otherwise (other worklist sizes)
+        _, _, _, nk, in_rows, out_rows, in_stride, _ = (int(x) for x in v["params"])
+        lists = _worklists(nk, out_rows, in_rows, in_stride, np.random.default_rng(99), runs=3)
+        assert any(a.size != b.size for a, b in zip(lists, v["worklists"], strict=True))
+        v["worklists"] = lists
+    elif change == "swap":  # two workers' lists of one size swapped: other contents only
+        wls = v["worklists"]
+        i, j = next(
+            (i, j)
+            for i in range(len(wls))
+            for j in range(i + 1, len(wls))
+            if i // WORKERS == j // WORKERS  # one kernel position: the same rows in all
+            and wls[i].size == wls[j].size
+            and not np.array_equal(wls[i], wls[j])
+        )
+        wls[i], wls[j] = wls[j], wls[i]
+    return out
+
+
+def _run(batches, n: int, replicas: int, monkeypatch) -> tuple[np.ndarray, list[int]]:
+    """computeBatch with ``RUN_REPLICAS = replicas``; (ok, vertex counts _classes saw)."""
+    seen: list[int] = []
+
+    def counting(fields, count):
+        seen.append(count)
+        return CLASSES(fields, count)
+
+    monkeypatch.setattr(conv_vertices, "_classes", counting)
+    token = RUN_REPLICAS.set(replicas)
+    try:
+        ok = conv_vertex("AMP", FLOAT, FLOAT).computeBatch(batches, n, WORKERS)
+    finally:
+        RUN_REPLICAS.reset(token)
+    return ok, seen
+
+
+@pytest.mark.parametrize("change", ["", "split", "swap"])
+def test_replicas_planned_once_equal_vertex_by_vertex(monkeypatch, change):
+    rng = np.random.default_rng(31)
+    vertices = _replicas(rng, change)
+    n = len(vertices)
+    batches = _batches(vertices)
+    one = _copy(batches)
+    whole = _copy(batches)
+    ok_one = [compute_one(tuple(one[f] for f in FIELDS), v) for v in range(n)]
+    ok, seen = _run(batches, n, R, monkeypatch)
+    ok_whole, seen_whole = _run(whole, n, 1, monkeypatch)
+    assert ok.tolist() == ok_whole.tolist() == ok_one == [True] * n
+    # planned on replica 0 alone, unless a replica's worklists differ
+    assert seen == ([n] if change else [n // R]) and seen_whole == [n]
+    np.testing.assert_array_equal(batches["out"].data, one["out"].data)  # bit for bit
+    np.testing.assert_array_equal(whole["out"].data, one["out"].data)
+    out = batches["out"]
+    for v, vertex in enumerate(vertices):
+        lo, hi = out.offsets[v], out.offsets[v + 1]
+        for j, want in zip(range(lo, hi), _reference(vertex, np.float32), strict=True):
+            got = out.data[out.inner_offsets[j] : out.inner_offsets[j + 1]]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def _lists(vectors: list[list[np.ndarray]]) -> FieldBatch:
+    counts = [len(v) for v in vectors]
+    flat = [x for v in vectors for x in v]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    inner = np.concatenate([[0], np.cumsum([x.size for x in flat])]).astype(np.int64)
+    return FieldBatch(np.concatenate(flat).astype(np.float32), offsets, inner)
+
+
+def test_reduce_add_sums_partials_and_refuses_a_wrong_length():
+    rng = np.random.default_rng(5)
+    sizes = [(3, 4), (1, 2), (5, 1), (2, 3)]  # (partials, elements) per vertex
+    partials = [[rng.standard_normal(e).astype(np.float32) for _ in range(p)] for p, e in sizes]
+    partials[3][1] = partials[3][1][:2]  # vertex 3: a partial shorter than its output
+    out_len = [e for _, e in sizes]
+    out = FieldBatch(
+        np.full(sum(out_len), -7.0, np.float32),
+        np.concatenate([[0], np.cumsum(out_len)]).astype(np.int64),
+    )
+    cls = reduce_add_vertex(FLOAT, FLOAT)
+    ok = cls.computeBatch({"partials": _lists(partials), "out": out}, len(sizes), WORKERS)
+    assert ok.tolist() == [True, True, True, False]
+    for v in range(3):
+        want = np.sum([p.astype(np.float64) for p in partials[v]], axis=0).astype(np.float32)
+        got = out.data[out.offsets[v] : out.offsets[v + 1]]
+        np.testing.assert_array_equal(got, want)
+    assert (out.data[out.offsets[3] :] == -7.0).all()  # a refused vertex writes nothing
+
+
+def test_single_input_reduce_add_adds_the_flat_partials_to_the_initial_one():
+    rng = np.random.default_rng(6)
+    elems, parts = [4, 0, 2], [3, 0, 5]
+    flat = [
+        rng.standard_normal(e * p).astype(np.float32) for e, p in zip(elems, parts, strict=True)
+    ]
+    init = [rng.standard_normal(e).astype(np.float32) for e in elems]
+
+    def vec(arrays):
+        offsets = np.concatenate([[0], np.cumsum([a.size for a in arrays])]).astype(np.int64)
+        return FieldBatch(np.concatenate(arrays).astype(np.float32), offsets)
+
+    out = vec([np.zeros(e, np.float32) for e in elems])
+    cls = reduce_add_vertex(FLOAT, FLOAT, single_input=True)
+    batches = {"partials": vec(flat), "initialPartial": vec(init), "out": out}
+    assert cls.computeBatch(batches, 3, WORKERS).tolist() == [True, True, True]
+    for v, (e, p) in enumerate(zip(elems, parts, strict=True)):
+        rows = flat[v].astype(np.float64).reshape(p, e) if e else np.zeros((0, 0))
+        want = (init[v].astype(np.float64) + rows.sum(axis=0)).astype(np.float32)
+        np.testing.assert_array_equal(out.data[out.offsets[v] : out.offsets[v + 1]], want)
