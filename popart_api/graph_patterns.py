@@ -23,7 +23,12 @@ Each is one of PopART's ``PreAliasPattern`` classes (graphcore/popart d2f20d78,
 * ``ExpandCast`` (``expandcast.cpp``): an ``Expand`` read only by a ``Cast`` on the
   same IPU, which adds elements, swaps with it: the cast then runs on the fewer
   elements.
+* ``PadSum`` (``padsum.cpp``): a ``Sum``/``Add`` of zero-padded inputs whose values
+  do not overlap becomes a ``Concat`` of the inputs padded only by the gaps.
 * ``SumToAdd`` (``sumtoaddpattern.cpp``): a ``Sum`` of two inputs becomes ``Add``.
+* ``TransposeToIdentityOrReshapePattern`` (``transposetoidentityorreshape.cpp``): a
+  Transpose undoing an earlier one (through Identities and one Reshape inserting size-1
+  dimensions) becomes an ``Identity`` of, or a ``Reshape`` of, that one's input.
 
 Node attributes the Builder sets (``__ipu_number``, ``__pipeline_stage``,
 ``__recompute_output_in_backward_pass``, ...) move to the replacing node.
@@ -31,6 +36,7 @@ Node attributes the Builder sets (``__ipu_number``, ``__pipeline_stage``,
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -274,12 +280,245 @@ def _sum_to_add(g: _Graph) -> int:
     return count
 
 
+def _ints(g: _Graph, n: onnx.NodeProto, attr: str, index: int) -> list[int] | None:
+    """An integer list given as attribute ``attr`` (older opsets) or as the constant
+    input ``index``; None when it is neither (computed on the device)."""
+    if len(n.input) > index and n.input[index]:
+        v = g.consts.get(n.input[index])
+        return None if v is None else [int(x) for x in np.asarray(v).reshape(-1)]
+    v = _attr(n, attr, None)
+    return None if v is None else [int(x) for x in v]
+
+
+def _zero_constant_pad(g: _Graph, n: onnx.NodeProto | None) -> list[int] | None:
+    """The pads of ``n`` when it is an ai.onnx ``Pad`` of constant 0 over all axes
+    (PopART's ``BasePadOutplaceOp`` with ``getPadValue() == 0`` and mode constant)."""
+    if n is None or n.op_type != "Pad" or (n.domain or "ai.onnx") != "ai.onnx":
+        return None
+    if len(n.input) > 3 and n.input[3]:  # axes (opset 18): not matched
+        return None
+    mode = _attr(n, "mode", b"constant")
+    if (mode.decode() if isinstance(mode, bytes) else str(mode)) != "constant":
+        return None
+    value = float(_attr(n, "value", 0.0))
+    if len(n.input) > 2 and n.input[2]:
+        v = g.consts.get(n.input[2])
+        if v is None or np.asarray(v).size != 1:
+            return None
+        value = float(np.asarray(v).reshape(-1)[0])
+    pads = _ints(g, n, "pads", 1)
+    return pads if value == 0.0 and pads is not None else None
+
+
+def _gap_pads(spans: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """PadSum's ``createPadOps``: the (before, after) padding of each input, ``spans``
+    its values' range along the axis (sorted, disjoint) in ``[0, size)``. The ranges
+    not covered (the non-empty gaps) are dealt out: an input with a gap just before it
+    takes that gap and also the gap just after it; an input without one takes the gap
+    just after it only when that is the last gap."""
+    edges = [0, *[e for span in spans for e in span], size]
+    gaps = [(a, b) for a, b in zip(edges[::2], edges[1::2], strict=True) if a != b]
+    out, first = [], 0
+    for lo, hi in spans:
+        rest = gaps[first:]
+        left = next((g for g in reversed(rest) if g[0] < lo), None)
+        at = next((i for i, g in enumerate(rest) if g[0] >= lo), None)
+        right = None if at is None else rest[at]
+        before = after = 0
+        if left is not None and left[1] == lo:
+            before = left[1] - left[0]
+            if right is not None and right[0] == hi:
+                after, first = right[1] - right[0], first + at + 1
+        elif right is not None and right == gaps[-1] and right[0] == hi:
+            after, first = right[1] - right[0], first + at + 1
+        out.append((before, after))
+    return out
+
+
+def _pad_sum(g: _Graph) -> int:
+    """PopART's ``PadSumPattern`` (``willow/src/patterns/padsum.cpp``): a ``Sum`` or
+    ``Add`` of at least two inputs, each made by a constant-zero ``Pad`` along the same
+    single axis, their values in disjoint ranges of it, becomes a ``Concat`` along that
+    axis of the inputs, ordered by their pads, each padded only by gaps next to it
+    (:func:`_gap_pads`). Here the pads must be read only by the sum (PopART removes
+    them)."""
+    count = 0
+    for n in list(g.nodes):
+        ins = [i for i in n.input if i]
+        if n.op_type not in ("Sum", "Add") or (n.domain or "ai.onnx") != "ai.onnx":
+            continue
+        if len(ins) < 2 or len(set(ins)) != len(ins) or len(n.output) != 1:
+            continue
+        pads_of = [_zero_constant_pad(g, g.producer(i)) for i in ins]
+        if any(p is None for p in pads_of):
+            continue
+        rank = len(pads_of[0]) // 2
+        if any(len(p) != 2 * rank for p in pads_of):
+            continue
+        dims = [{d for d in range(rank) if p[d] or p[rank + d]} for p in pads_of]
+        if any(len(d) != 1 or d != dims[0] for d in dims):
+            continue
+        axis = next(iter(dims[0]))
+        producers = [g.producer(i) for i in ins]
+        sources = [p.input[0] for p in producers]
+        shapes = [g.shape(x) for x in sources]
+        out_shape = g.shape(n.output[0])
+        if any(s is None or len(s) != rank for s in shapes) or out_shape is None:
+            continue
+        if any(p[axis] < 0 or p[rank + axis] < 0 for p in pads_of):
+            continue
+        if any(i in g.blocked or len(g.readers(i)) != 1 for i in ins):
+            continue
+        spans = [(p[axis], p[axis] + s[axis]) for p, s in zip(pads_of, shapes, strict=True)]
+        order = sorted(range(len(ins)), key=lambda k: pads_of[k])
+        spans = [spans[k] for k in order]
+        if any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
+            continue  # overlapping values (sorted by their start)
+        new: list[onnx.NodeProto] = []
+        padded = []
+        attr_form = _attr(producers[0], "pads", None) is not None
+        for j, (k, (lo, hi)) in enumerate(
+            zip(order, _gap_pads(spans, out_shape[axis]), strict=True)
+        ):
+            pads = [0] * (2 * rank)
+            pads[axis], pads[rank + axis] = lo, hi
+            y = f"{n.output[0]}/PadSum/{j}"
+            if attr_form:
+                new.append(helper.make_node("Pad", [sources[k]], [y], pads=pads))
+            else:
+                c = f"{y}/pads"
+                value = helper.make_tensor(c, onnx.TensorProto.INT64, [2 * rank], pads)
+                new.append(helper.make_node("Constant", [], [c], value=value))
+                g.consts[c] = np.asarray(pads, np.int64)
+                new.append(helper.make_node("Pad", [sources[k], c], [y]))
+            padded.append(y)
+        new.append(helper.make_node("Concat", padded, [n.output[0]], axis=axis, name=n.name))
+        g.replace(n, new)
+        for p in producers:
+            g.replace(p, [])
+        count += 1
+    return count
+
+
+def _perm(g: _Graph, n: onnx.NodeProto) -> list[int] | None:
+    perm = _attr(n, "perm", None)
+    if perm is not None:
+        return [int(p) for p in perm]
+    shape = g.shape(n.input[0])
+    return None if shape is None else list(range(len(shape)))[::-1]
+
+
+def _reverse_transpose(g: _Graph, t: onnx.NodeProto) -> tuple[onnx.NodeProto, list[int]] | None:
+    """``findReverseTransposeWithReshapes``: walking back from ``t``'s input through
+    Identity nodes and at most one Reshape that only inserts size-1 dimensions the
+    permutation leaves in place, a Transpose whose permutation reverses ``t``'s (those
+    dimensions removed); with the inserted dimensions."""
+    perm = _perm(g, t)
+    if perm is None:
+        return None
+    dims: list[int] = []
+    x = t.input[0]
+    while True:
+        p = g.producer(x)
+        if p is None or (p.domain or "ai.onnx") != "ai.onnx":
+            return None
+        if p.op_type == "Identity":
+            x = p.input[0]
+            continue
+        if p.op_type == "Reshape" and not dims:
+            src, dst = g.shape(p.input[0]), g.shape(p.output[0])
+            if src is None or dst is None or len(src) > len(dst):
+                return None
+            dims = _unsqueezed(src, dst)
+            if not dims or any(perm[d] != d for d in dims):
+                return None
+            x = p.input[0]
+            continue
+        if p.op_type != "Transpose":
+            return None
+        first = _perm(g, p)
+        if first is None:
+            return None
+        inverse = [0] * len(first)
+        for i, d in enumerate(first):
+            inverse[d] = i
+        kept = [d - sum(r < d for r in dims) for d in perm if d not in dims]
+        return (p, dims) if inverse == kept else None
+
+
+def _unsqueezed(src: list[int], dst: list[int]) -> list[int]:
+    """``unsqueezedDimensionsInReshape``: the dimensions of ``dst`` a reshape from
+    ``src`` inserted (size 1), or none when it does anything else."""
+    dims, i = [], 0
+    for o, d in enumerate(dst):
+        if i < len(src) and src[i] == d:
+            i += 1
+        elif d == 1:
+            dims.append(o)
+        else:
+            return []
+    return dims if i == len(src) else []
+
+
+def _transpose_to_identity_or_reshape(g: _Graph) -> int:
+    """PopART's ``TransposeToIdentityOrReshapePattern``
+    (``willow/src/patterns/transposetoidentityorreshape.cpp``): a Transpose that undoes
+    an earlier one (:func:`_reverse_transpose`) reads that one's input instead, as an
+    ``Identity``, or as a ``Reshape`` to its output shape when a Reshape inserted
+    dimensions in between."""
+    count = 0
+    for n in list(g.nodes):
+        if n.op_type != "Transpose" or (n.domain or "ai.onnx") != "ai.onnx":
+            continue
+        found = _reverse_transpose(g, n)
+        if found is None:
+            continue
+        first, dims = found
+        x, y, was = first.input[0], n.output[0], n.input[0]
+        if not dims:
+            g.replace(n, [helper.make_node("Identity", [x], [y], name=n.name)])
+        else:
+            shape = g.shape(y)
+            if shape is None:
+                continue
+            c = f"{y}/TransposeToReshape/shape"
+            value = helper.make_tensor(c, onnx.TensorProto.INT64, [len(shape)], shape)
+            g.consts[c] = np.asarray(shape, np.int64)
+            g.replace(n, [
+                helper.make_node("Constant", [], [c], value=value),
+                helper.make_node("Reshape", [x, c], [y], name=n.name),
+            ])  # fmt: skip
+        _drop_unread(g, was)
+        count += 1
+    return count
+
+
+def _drop_unread(g: _Graph, tid: str) -> None:
+    """Remove the Identity, Reshape, Transpose or Constant node making ``tid`` when
+    nothing reads its outputs any more (none is blocked), then the same for its inputs:
+    the ops the rewrite left without readers, as PopART's ``Prune`` transform removes
+    them after its patterns."""
+    p = g.producer(tid)
+    if p is None or p.op_type not in ("Identity", "Reshape", "Transpose", "Constant"):
+        return
+    if any(o in g.blocked or g.readers(o) for o in p.output if o):
+        return
+    g.replace(p, [])
+    for i in p.input:
+        if i:
+            _drop_unread(g, i)
+
+
 #: Pattern name -> rewrite, in the order they are applied.
 GRAPH_PATTERNS: dict[str, Callable[[_Graph, bool], int]] = {
     "OpToIdentity": _op_to_identity,
     "NegativeOneScale": lambda g, _inference: _negative_one_scale(g),
     "ExpandCast": lambda g, _inference: _expand_cast(g),
+    "PadSum": lambda g, _inference: _pad_sum(g),
     "SumToAdd": lambda g, _inference: _sum_to_add(g),
+    "TransposeToIdentityOrReshapePattern": (
+        lambda g, _inference: _transpose_to_identity_or_reshape(g)
+    ),
     "PreUniRepl": lambda g, _inference: _pre_uni_repl(g),
     "PostNRepl": lambda g, _inference: _post_n_repl(g),
 }

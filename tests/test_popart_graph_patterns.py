@@ -185,3 +185,93 @@ def test_dropout_is_an_identity_only_in_inference(inference):
     model = _model([helper.make_node("Dropout", ["x"], ["y"], ratio=0.5)], shape=(B, D))
     apply_graph_patterns(model, lambda n: n == "OpToIdentity", inference, ["y"])
     assert [n.op_type for n in model.graph.node] == ["Identity" if inference else "Dropout"]
+
+
+def _pads(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def test_pad_sum_becomes_a_concat_of_the_inputs():
+    """Relu(x) in columns [0, D) and -x in [D + 4, 2D + 4), each zero-padded to
+    2D + 4 and summed: PadSum makes one Concat; the gap [D, D + 4) goes to the first
+    input as its right padding (the last gap, PopART's createPadOps). The values stay
+    numpy's; off by name, the pads and the Sum run."""
+    width = 2 * D + 4
+    model = _model(
+        [
+            helper.make_node("Relu", ["x"], ["a"]),
+            helper.make_node("Neg", ["x"], ["b"]),
+            helper.make_node("Pad", ["a", "pa"], ["pa_out"]),
+            helper.make_node("Pad", ["b", "pb"], ["pb_out"]),
+            helper.make_node("Sum", ["pb_out", "pa_out"], ["y"]),
+        ],
+        shape=(B, width),
+        inits=[_pads("pa", [0, 0, 0, D + 4]), _pads("pb", [0, D + 4, 0, 0])],
+    )
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    assert apply_graph_patterns(copy, lambda n: n == "PadSum", False, [])["PadSum"] == 1
+    pads = [n for n in copy.graph.node if n.op_type == "Constant"]
+    got = [numpy_helper.to_array(n.attribute[0].t).tolist() for n in pads]
+    assert got == [[0, 0, 0, 4], [0, 0, 0, 0]]
+    ops, on, cycles_on, _, x = _run(model)
+    assert ops == ["Relu", "Neg", "Constant", "Pad", "Constant", "Pad", "Concat"]
+    want = np.concatenate([np.maximum(x, 0), np.zeros((B, 4), np.float32), -x], axis=1)
+    np.testing.assert_array_equal(on, want)
+    ops_off, off, cycles_off, _, _ = _run(model, _without("PadSum"))
+    assert ops_off == ["Relu", "Neg", "Pad", "Pad", "Add"]  # SumToAdd
+    np.testing.assert_array_equal(off, want)
+    assert cycles_on < cycles_off
+
+
+def test_pad_sum_leaves_overlapping_or_shared_pads():
+    overlap = _model(
+        [
+            helper.make_node("Pad", ["x", "pa"], ["pa_out"]),
+            helper.make_node("Pad", ["x", "pb"], ["pb_out"]),
+            helper.make_node("Add", ["pa_out", "pb_out"], ["y"]),
+        ],
+        shape=(B, D + 4),
+        inits=[_pads("pa", [0, 0, 0, 4]), _pads("pb", [0, 4, 0, 0])],
+    )
+    assert apply_graph_patterns(overlap, lambda n: n == "PadSum", False, [])["PadSum"] == 0
+
+
+def _transposes(reshape: bool):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0]),
+        helper.make_node("Identity", ["t"], ["i"]),
+    ]
+    inits = []
+    if reshape:  # [D, B] -> [D, 1, B], then back with the size-1 axis left in place
+        inits = [numpy_helper.from_array(np.array([D, 1, B], np.int64), "s")]
+        nodes.append(helper.make_node("Reshape", ["i", "s"], ["i3"]))
+        nodes.append(helper.make_node("Transpose", ["i3"], ["u"], perm=[2, 1, 0]))
+    else:
+        nodes.append(helper.make_node("Transpose", ["i"], ["u"], perm=[1, 0]))
+    nodes.append(helper.make_node("Neg", ["u"], ["y"]))
+    shape = (B, 1, D) if reshape else (B, D)
+    return _model(nodes, shape=shape, inits=inits)
+
+
+@pytest.mark.parametrize("reshape", [False, True])
+def test_transpose_undoing_a_transpose_becomes_identity_or_reshape(reshape):
+    """Relu, Transpose, Identity[, Reshape inserting a size-1 axis], Transpose back:
+    the second Transpose reads the Relu's output through an Identity (or a Reshape to
+    [B, 1, D]) and the ops between, left unread, go; with InPlace off (transposes copy)
+    that saves the copies. Off by name, both transposes run; the values stay numpy's."""
+    copy = _transposes(reshape)
+    name = "TransposeToIdentityOrReshapePattern"
+    assert apply_graph_patterns(copy, lambda n: n == name, False, [])[name] == 1
+    last = next(n for n in copy.graph.node if n.output[0] == "u")
+    assert (last.op_type, last.input[0]) == ("Reshape" if reshape else "Identity", "r")
+    on = _run(_transposes(reshape), _without("InPlace"))
+    off = _run(_transposes(reshape), _without("InPlace", name))
+    x = on[4]
+    want = -np.maximum(x, 0).reshape((B, 1, D) if reshape else (B, D))
+    np.testing.assert_array_equal(on[1], want)
+    np.testing.assert_array_equal(off[1], want)
+    assert on[0] == (["Relu", "Constant", "Reshape", "Neg"] if reshape else ["Relu", "Neg"])
+    assert off[0].count("Transpose") == 2
+    assert on[2] < off[2] and on[3] < off[3]
