@@ -115,6 +115,9 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "debug.nanOverflowException": _b(
         "false", "IPU exception on a NaN result (see debug.floatingPointExceptions)"
     ),
+    "debug.nanOverflowMode": _b(
+        "false", "NaN on overflow (the tiles' NANOO mode); ipusim's arithmetic is IEEE"
+    ),
     "debug.floatPointOpException": _b(
         "false",
         "IPU exception on an invalid operation, division by zero or overflow: the check of "
@@ -174,6 +177,9 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
         ("balanced", "cycles", "memory"), "cycles", "what exchange code optimises"
     ),
     "opt.maxCompilationThreads": _i("0", "compile threads (0: all)"),
+    "opt.maxLinkerThreads": _i("0", "link threads (0: all)"),
+    "opt.maxComputeSetsPerLoweringThread": _i("", "compute sets one lowering thread takes"),
+    "opt.enableInlining": _b("true", "inline called functions in the binary"),
     # ---- prng
     "prng.enableStochasticRounding": _b("false", "stochastic rounding of float results"),
     "prng.seed": _i("", "seed of the hardware random number generators"),
@@ -207,6 +213,7 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "target.exceptionPollPeriodUs": _i("250000", "device exception polling period (us)"),
     "target.hostSyncTimeout": _f("300.00", "seconds to wait for a host sync (0: none)"),
     "target.syncReplicasIndependently": _b("false", "replicas sync with the host alone"),
+    "target.useBufferedCompletions": _b("true", "host learns of finished copies in batches"),
     "target.saveArchive": _s("", "file to save the graph archive to (not written)"),
     "target.extendedMemory": _b("false", "use extended memory addressing"),
     "target.deterministicWorkers": _e(("true", "false", "portable"), "true", "worker seeds"),
