@@ -223,12 +223,45 @@ class _StructureCheck(Visitor):
         self.problems.append(f"{args[0]}: {type(node).__name__} is not an IR node")
 
 
+#: Arrays of at most this many entries are checked with numpy, so that validating a
+#: program of small steps does not load Numba's compiled checks (a fresh process spends
+#: about half a second loading Numba's first compiled function).
+_SMALL = 1 << 16
+
+
+def _outside(values: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
+    """(first index of a value outside ``[lo, hi]``, how many) or (-1, 0)."""
+    if values.shape[0] > _SMALL:
+        return _outside_compiled(values, lo, hi)
+    bad = np.flatnonzero((values < lo) | (values > hi))
+    return (int(bad[0]), int(bad.size)) if bad.size else (-1, 0)
+
+
+def _repeats(tiles: np.ndarray, limit: int) -> bool:
+    """Whether a tile id in ``[0, limit)`` occurs more than once (others are ignored)."""
+    if tiles.shape[0] > _SMALL:
+        return bool(_repeats_compiled(tiles, limit))
+    inside = tiles[(tiles >= 0) & (tiles < limit)]
+    return bool(np.unique(inside).size != inside.size)
+
+
+def _wrong_ipu(src: np.ndarray, dst: np.ndarray, limit: int, tiles_per_ipu: int, same: bool) -> int:
+    """First transfer with both ends in ``[0, limit)`` whose ends are on different IPUs
+    (``same``) or on one IPU (not ``same``); -1 if none."""
+    if src.shape[0] > _SMALL:
+        return int(_wrong_ipu_compiled(src, dst, limit, tiles_per_ipu, same))
+    inside = (src >= 0) & (src < limit) & (dst >= 0) & (dst < limit)
+    wrong = inside & ((src // tiles_per_ipu == dst // tiles_per_ipu) != same)
+    at = np.flatnonzero(wrong)
+    return int(at[0]) if at.size else -1
+
+
 #: Upper bound of the non-negative checks.
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 @numba.njit(cache=True)
-def _outside(values, lo, hi):  # pragma: no cover - compiled
+def _outside_compiled(values, lo, hi):  # pragma: no cover - compiled
     """(first index of a value outside ``[lo, hi]``, how many) or (-1, 0)."""
     first = -1
     count = 0
@@ -242,7 +275,7 @@ def _outside(values, lo, hi):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _repeats(tiles, limit):  # pragma: no cover - compiled
+def _repeats_compiled(tiles, limit):  # pragma: no cover - compiled
     """Whether a tile id in ``[0, limit)`` occurs more than once (others are ignored)."""
     seen = np.zeros(limit, np.bool_)
     for i in range(tiles.shape[0]):
@@ -255,7 +288,7 @@ def _repeats(tiles, limit):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _wrong_ipu(src, dst, limit, tiles_per_ipu, same):  # pragma: no cover - compiled
+def _wrong_ipu_compiled(src, dst, limit, tiles_per_ipu, same):  # pragma: no cover - compiled
     """First transfer with both ends in ``[0, limit)`` whose ends are on different IPUs
     (``same``) or on one IPU (not ``same``); -1 if none."""
     for k in range(src.shape[0]):
