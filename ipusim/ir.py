@@ -196,6 +196,11 @@ class Exchange(Step):
     ``senders_received`` (optional, aligned with ``tile``): how many distinct tiles
     each tile receives from; it sizes the tile's receive code (memory placement),
     not its time.
+
+    ``bytes_shared`` (optional, aligned with ``tile``): of the bytes a tile receives,
+    those its exchange-bus partner (tile ``2k`` with ``2k + 1`` of the same IPU)
+    receives too, in the same message; with ``exchange.tiles_per_shared_bus`` 2 they
+    arrive at twice the tile's rate (:mod:`ipusim.exchange.internal`).
     """
 
     kind: ClassVar[str] = "exchange"
@@ -211,15 +216,17 @@ class Exchange(Step):
     max_distance: np.ndarray | None = None
     host: bool = False
     senders_received: np.ndarray | None = None
+    bytes_shared: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.tile is not None:
             for name in TOTALS:
                 value = getattr(self, name)
                 object.__setattr__(self, name, _array([] if value is None else value, np.int64))
-            if self.senders_received is not None:
-                senders = _array(self.senders_received, np.int64)
-                object.__setattr__(self, "senders_received", senders)
+            for name in ("senders_received", "bytes_shared"):
+                value = getattr(self, name)
+                if value is not None:
+                    object.__setattr__(self, name, _array(value, np.int64))
             return
         src = _array([] if self.src_tile is None else self.src_tile, np.int64)
         object.__setattr__(self, "src_tile", src)
@@ -257,16 +264,23 @@ class Sync(Step):
     run by each listed IPU on its own and skipped by the others; an external sync
     joins the listed IPUs (a host sync always joins every IPU). In a replicated
     program the ids are those of replica 0 and every replica takes part alike.
+
+    ``tiles`` (internal and host syncs): only these tiles (global ids of replica 0,
+    ascending) take part; the other tiles go on. A tile set that does its own host
+    copies (I/O tiles) syncs with the host without stopping the tiles that compute.
     """
 
     kind: ClassVar[str] = "sync"
     sync_kind: SyncKind = SyncKind.INTERNAL
     ipus: tuple[int, ...] | None = None
+    tiles: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sync_kind", SyncKind(self.sync_kind))
         if self.ipus is not None:
             object.__setattr__(self, "ipus", tuple(sorted({int(i) for i in self.ipus})))
+        if self.tiles is not None:
+            object.__setattr__(self, "tiles", _array(np.unique(self.tiles), np.int64))
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -285,6 +299,9 @@ class StreamCopy(Step):
     had that data ready is the data plane's answer to ``prefetch_predicate`` (asked
     after this step's effect; non-zero: ready); without a predicate it is assumed
     ready.
+
+    ``tiles``: only these tiles (global ids of replica 0, ascending; I/O tiles) wait
+    for the copy; None: every tile of each IPU the copy moves bytes for.
     """
 
     kind: ClassVar[str] = "stream_copy"
@@ -295,11 +312,14 @@ class StreamCopy(Step):
     exchanged: bool = False
     prefetch: bool = False
     prefetch_predicate: int | None = None
+    tiles: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "direction", Direction(self.direction))
         object.__setattr__(self, "tile", _array(self.tile, np.int64))
         object.__setattr__(self, "num_bytes", _array(self.num_bytes, np.int64))
+        if self.tiles is not None:
+            object.__setattr__(self, "tiles", _array(np.unique(self.tiles), np.int64))
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

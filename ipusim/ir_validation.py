@@ -31,6 +31,7 @@ from ipusim.ir import (
     StreamCopy,
     Switch,
     Sync,
+    SyncKind,
     Visitor,
     as_program,
     iter_steps,
@@ -134,6 +135,16 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
                     check_nonneg(step, name, getattr(step, name))
                 if _repeats(step.tile, num_tiles):
                     problems.append(f"{where(step, 'tile')}: a tile is listed more than once")
+                shared = step.bytes_shared
+                if shared is not None and check_lengths(step, ("tile", "bytes_shared")):
+                    over = np.flatnonzero((shared < 0) | (shared > step.bytes_received))
+                    if over.size:
+                        k = int(over[0])
+                        problems.append(
+                            f"{where(step, 'bytes_shared')}: {int(shared[k])} at index {k} "
+                            f"(tile {int(step.tile[k])}); required 0 <= bytes_shared <= "
+                            f"bytes_received ({int(step.bytes_received[k])})"
+                        )
         elif isinstance(step, Exchange | GlobalExchange):
             names = ("src_tile", "dst_tile", "num_bytes")
             if isinstance(step, Exchange):
@@ -159,11 +170,27 @@ def validate_program(program: Program | Node, num_tiles: int, tiles_per_ipu: int
                     problems.append(f"{where(step, 'dst_tile')}: transfer {k} ({s}->{d}) {msg}")
         elif isinstance(step, Sync):
             check_ipus(step, "ipus", step.ipus, replica_ipus)
+            if step.tiles is not None:
+                check_tiles(step, "tiles", step.tiles)
+                if step.sync_kind is SyncKind.EXTERNAL:
+                    problems.append(
+                        f"{where(step, 'tiles')}: set on an external sync; only internal "
+                        "and host syncs take some tiles; hint: use ipus"
+                    )
         elif isinstance(step, Collective):
             _check_collective(step, num_ipus, problems)
         elif isinstance(step, StreamCopy) and check_lengths(step, ("tile", "num_bytes")):
             check_tiles(step, "tile", step.tile)
             check_nonneg(step, "num_bytes", step.num_bytes)
+            if step.tiles is not None:
+                check_tiles(step, "tiles", step.tiles)
+                outside = np.setdiff1d(step.tile[step.num_bytes > 0], step.tiles)
+                if outside.size:
+                    problems.append(
+                        f"{where(step, 'tiles')}: tile {int(outside[0])} moves bytes but is "
+                        f"not among the tiles taking part ({outside.size} such tiles); "
+                        "hint: list every tile of the copy in tiles"
+                    )
             prefetchable = step.direction is Direction.HOST_TO_DEVICE and not isinstance(
                 step, RemoteBufferCopy
             )

@@ -233,6 +233,8 @@ class _Run(LinkSteps):
         self.replica_tiles = self.replica_ipus * tpi
         self._fabric: LinkFabric | None = None
         self._scope_tiles: dict[frozenset[int], np.ndarray] = {}
+        #: (step id, IPU or -1) -> (expected groups, tiles) of steps on some tiles only
+        self._tile_scopes: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
         self._flow_cache: dict[int, tuple[ir.GlobalExchange, Any]] = {}
         self._active_ipus: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         #: per step (by id): replica 0's costs repeated for every replica (_replicated)
@@ -509,6 +511,11 @@ class _Run(LinkSteps):
         """
         rec = self._record(n, step)
         end = self._group_end(g)
+        if isinstance(step, ir.StreamCopy) and step.tiles is not None:
+            # only some tiles (I/O tiles) take part: their clocks say when it starts
+            local = np.arange(g.lo, g.hi) % self.replica_tiles  # replica 0's ids
+            mine = self.clock[g.lo : g.hi][np.isin(local, step.tiles)]
+            end = int(mine.max()) if mine.size else end
         if end > self.env.now:
             yield self.env.timeout(end - self.env.now)
         if isinstance(step, ir.StreamCopy):

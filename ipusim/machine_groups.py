@@ -70,6 +70,8 @@ class GroupBarriers:
     _controller: bool
     _scopes: list[tuple[tuple[int, int, int, int], tuple[int, int, int, int]]]
     _scope_tiles: dict[frozenset[int], np.ndarray]
+    _tile_scopes: dict[tuple[int, int], tuple[int, np.ndarray]]
+    replica_tiles: int
     _record: Callable[[int, ir.Step], StepRecord]
     _timeout: Callable[[int, ir.Step, int], None]
 
@@ -92,6 +94,29 @@ class GroupBarriers:
             )
             self._scope_tiles[ipus] = tiles
         return tiles
+
+    def _tile_scope(
+        self, g: TileGroup, step: ir.Sync | ir.StreamCopy, machine_wide: bool
+    ) -> tuple[int, int, np.ndarray] | None:
+        """(key part, expected groups, global tiles) of a step that only some tiles take
+        part in (``step.tiles``, replica 0's ids: every replica's copy of them, on the
+        machine or on ``g``'s IPU only), or None when none of ``g``'s tiles do."""
+        part = -1 if machine_wide else g.ipu
+        found = self._tile_scopes.get((id(step), part))
+        if found is None:
+            tpi = self.cfg.tile.tiles_per_ipu
+            replica = np.arange(self.replicas, dtype=np.int64)[:, None] * self.replica_tiles
+            tiles = (np.asarray(step.tiles, np.int64)[None, :] + replica).ravel()
+            if not machine_wide:
+                tiles = tiles[tiles // tpi == g.ipu]
+            per_group = tpi // self.groups_per_ipu
+            found = (int(np.unique(tiles // per_group).size), tiles)
+            self._tile_scopes[(id(step), part)] = found
+        expected, tiles = found
+        lo, hi = np.searchsorted(tiles, (g.lo, g.hi))
+        if hi <= lo:
+            return None
+        return part, expected, tiles
 
     @staticmethod
     def _span(rec: StepRecord, start: np.ndarray, end: np.ndarray) -> None:
@@ -153,6 +178,18 @@ class GroupBarriers:
         if rec is None:
             rec = self._record(n, step)
         kind = step.sync_kind
+        if step.tiles is not None and kind != ir.SyncKind.EXTERNAL:  # some tiles only
+            scope = self._tile_scope(g, step, kind is ir.SyncKind.HOST)
+            if scope is None:
+                return None  # none of this group's tiles take part
+            part, expected, tiles = scope
+            barrier = self._arrive((n, part), expected)
+            if barrier is not None and barrier.arrived < expected:
+                return barrier.event
+            release = self.timing.sync.release(self.clock[tiles], self.delays[tiles], kind.value)
+            self._settle_tiles(rec, tiles, release)
+            self._leave(n, step, barrier)
+            return None
         if step.ipus is not None and kind != ir.SyncKind.HOST:
             scope = self._machine_ipus(step.ipus)
             if g.ipu not in scope:

@@ -70,7 +70,14 @@ class LinkSteps(GroupBarriers):
         as many bytes, waits only for what is left of that transfer (no new latency);
         otherwise it transfers its data itself.
         """
-        part, expected, lo, hi = self._scope(g, True)
+        scoped = None
+        if step.tiles is not None:  # only some tiles (I/O tiles) wait for the copy
+            scope = self._tile_scope(g, step, False)
+            if scope is None:
+                return
+            part, expected, scoped = scope
+        else:
+            part, expected, lo, hi = self._scope(g, True)
         demand = self.timing.cost(step)
         next_ready = step.prefetch
         if step.prefetch and step.prefetch_predicate is not None:
@@ -88,7 +95,7 @@ class LinkSteps(GroupBarriers):
         before, after = (0, 0) if remote else host_work_cycles(self.cfg, total, to_device)
 
         def finish() -> Generator[simpy.Event, Any, None]:
-            begin = int(self.clock[lo:hi].max())
+            begin = int((self.clock[lo:hi] if scoped is None else self.clock[scoped]).max())
             ahead = self.prefetched.pop((step.stream, ipu), None) if step.prefetch else None
             if ahead is not None and ahead.num_bytes == total:
                 yield ahead.done  # prepared and sent from the previous copy's end
@@ -103,9 +110,12 @@ class LinkSteps(GroupBarriers):
                     int(np.ceil(self.env.now)), begin + before + demand.latency_cycles + floor
                 )
                 waited = before + after
-            self._settle(rec, lo, hi, end + after)
+            if scoped is None:
+                self._settle(rec, lo, hi, end + after)
+            else:
+                self._settle_tiles(rec, scoped, end + after)
             if waited:  # the host's work is in the total, not in the copy's cycles
-                rec.tile_cycles[lo:hi] -= waited
+                rec.tile_cycles[slice(lo, hi) if scoped is None else scoped] -= waited
             if next_ready:
                 start = end + after
                 self.prefetched[(step.stream, ipu)] = Prefetch(

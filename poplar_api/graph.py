@@ -663,9 +663,9 @@ class Graph(VertexMethods, BulkGraphMethods):
                 "hint: ReplicatedStreamMode.REPLICATE (each replica its own data) or "
                 "ReplicatedStreamMode.BROADCAST (the same data to every replica)"
             ) from None
-        s = DataStream(handle, type_, int(n), to_device, mode, self.getReplicationFactor())
-        self._state.streams[handle] = s
-        return s
+        tiles = None if self._parent is None else tuple(self._root_tiles)
+        s = DataStream(handle, type_, int(n), to_device, mode, self.getReplicationFactor(), tiles)
+        return self._state.streams.setdefault(handle, s)  # a new handle: stored and returned
 
     def addHostToDeviceFIFO(
         self,

@@ -241,6 +241,10 @@ class DataStream:
     graph serves each of its replicas (``replicatedMode`` ``REPLICATE``), or sends
     every replica the same data (``BROADCAST``); 1 for a stream of a graph that is
     not replicated (including the non-replicated parent of a replicated graph).
+
+    ``tiles``: the top-level tiles of the virtual graph that made the stream (its
+    I/O tiles), or None for a stream of a top-level graph. Copies of such a stream
+    involve only those tiles, so the other tiles compute meanwhile (overlapped I/O).
     """
 
     handle: str
@@ -249,6 +253,7 @@ class DataStream:
     toDevice: bool
     replicatedMode: ReplicatedStreamMode = ReplicatedStreamMode.REPLICATE
     replicationFactor: int = 1
+    tiles: tuple[int, ...] | None = None
 
     def numElementsTotal(self) -> int:
         return self.numElements

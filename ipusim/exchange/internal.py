@@ -24,8 +24,12 @@ estimator (graphcore/poplibs, ``popops::modelling::ExchangeEstimator::getCycles`
 the speed-up is the greatest common divisor of the consecutive tiles receiving the same
 data and the tiles sharing a bus, with 2 tiles per bus asserted). So a tile's receive
 side counts ``bytes_received - (1 - 1/tiles_per_shared_bus) * bytes shared with its
-pair``. An exchange given as per-tile totals (what lowering emits) does not say which
-bytes a pair shares, and gets no speed-up; an exchange given as transfers does.
+pair``. An exchange given as transfers says it through its message ids; one given as
+per-tile totals (what lowering emits) through ``Exchange.bytes_shared``, the bytes of
+each tile that its partner receives too (the lowering's exchange planner works them
+out from the element ids both tiles receive: one sender sends an element once, so the
+same element landing on both tiles of a pair is one message on their shared bus).
+Totals without ``bytes_shared`` get no speed-up.
 """
 
 from __future__ import annotations
@@ -530,10 +534,15 @@ def exchange_cost(cfg: MachineConfig, step: Any) -> ExchangeCost:
 
     ex = cfg.exchange
     cycles = np.zeros(n, np.int64)
+    per_bus = int(ex.tiles_per_shared_bus)
+    listed = sparse
+    if per_bus > 1 and step.bytes_shared is not None and step.bytes_shared.any():
+        receive_side = step.bytes_received - step.bytes_shared * (1.0 - 1.0 / per_bus)
+        listed = (sparse[0], receive_side, *sparse[2:])
     _listed_cycles(
         cycles,
         tiles,
-        *sparse,
+        *listed,
         float(ex.bytes_per_cycle),
         int(ex.fixed_latency_cycles),
         float(ex.cycles_per_hop),

@@ -216,8 +216,9 @@ def stream_copy(
     if to_device and em.prefetch:
         ready = em.lowered.predicate(lambda: int(host.prefetched(stream)))
     return em.host_transfer(
-        prog, t, stream.handle, to_device, em.lowered.effect(effect), prefetch=ready
-    )
+        prog, t, stream.handle, to_device, em.lowered.effect(effect), prefetch=ready,
+        scope=stream.tiles,
+    )  # fmt: skip
 
 
 def remote_copy(

@@ -249,10 +249,12 @@ class Emission:
         kind: str = "internal",
         name: str = "Sync",
         ipus: tuple[int, ...] | None = None,
+        tiles: np.ndarray | None = None,
     ) -> ir.Sync:
         """A sync step of ``kind`` (``internal``, ``external``, ``host``) for program
-        ``pid``; ``ipus`` lists the IPUs taking part (None: all)."""
-        return ir.Sync(name=name, program_id=pid, sync_kind=kind, ipus=ipus)
+        ``pid``; ``ipus`` lists the IPUs taking part (None: all), ``tiles`` the tiles
+        (None: all of them)."""
+        return ir.Sync(name=name, program_id=pid, sync_kind=kind, ipus=ipus, tiles=tiles)
 
     def predicate_sync(self, pid: int) -> ir.Sync:
         """The sync before a control-flow predicate is read: internal on one IPU; on
@@ -322,6 +324,7 @@ class Emission:
         effect: int,
         prefetch: int | None = None,
         remote: str | None = None,
+        scope: tuple[int, ...] | None = None,
     ) -> ir.Node:
         """A host transfer as the machine runs it: a host sync, then the host link part
         (``StreamCopy``) and the on-chip part (an ``Exchange`` delivering the data to its
@@ -332,7 +335,10 @@ class Emission:
         ``prefetch`` is the predicate telling whether the stream's next data is ready
         (the copy is then prefetched). With ``remote`` (a remote buffer's handle) it is a
         Streaming Memory transfer instead: an internal sync (the host takes no part)
-        and a ``RemoteBufferCopy``.
+        and a ``RemoteBufferCopy``. With ``scope`` (the tiles of the virtual graph
+        that made the stream) covering part of an IPU (I/O tiles), only those tiles
+        sync with the host and wait for the copy; the others go on (docs/machine.md,
+        "I/O tiles"). A virtual graph of whole IPUs keeps the copy IPU-wide.
         """
         space = self.state.space(t.elementType())
         ids = t._flat_ids()
@@ -355,15 +361,25 @@ class Emission:
         if remote is not None:
             step: ir.StreamCopy = ir.RemoteBufferCopy(stream=remote, **common)
         else:
+            scoped = None
+            if scope is not None:  # the stream's tiles, and any tile of the tensor outside
+                scoped = np.union1d(np.asarray(scope, np.int64), tiles)
+                per_ipu = np.bincount(scoped // self.tiles_per_ipu)
+                if np.all(per_ipu[per_ipu > 0] == self.tiles_per_ipu):
+                    scoped = None  # whole IPUs (a graph per IPU): not an I/O tile set
             step = ir.StreamCopy(
-                stream=label, prefetch=prefetch is not None, prefetch_predicate=prefetch, **common
+                stream=label,
+                prefetch=prefetch is not None,
+                prefetch_predicate=prefetch,
+                tiles=scoped,
+                **common,
             )
         on_chip = stream_exchange(label, pid, tiles, nbytes[tiles], messages[tiles], to_device)
         parts = [step, on_chip] if to_device else [on_chip, step]
         if remote is not None:
             sync = self.sync(pid, "internal", f"{label}/Sync")
         else:
-            sync = self.sync(pid, "host", f"{label}/HostSync")
+            sync = self.sync(pid, "host", f"{label}/HostSync", tiles=step.tiles)
         node = ir.Sequence([sync, *parts], name=label)
         return self.touch(node, t)
 

@@ -120,6 +120,9 @@ class ExchangePlanner:
         #: keys ``receiving tile * num_tiles + sending tile`` of the on-chip messages
         #: planned so far (a tile's distinct senders size its receive code)
         self.sender_keys: list[np.ndarray] = []
+        #: element size -> (receiving tile, id interval begin, end) of what tiles receive
+        #: on chip, for the bytes that tiles sharing an exchange bus both receive
+        self.received_runs: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         #: which tiles each tile receives from, ``[dst * tiles + sender]``, and how many
         #: per receiving tile (made on first use; with too many tiles for a bitmap,
         #: ``sender_keys`` holds them instead)
@@ -147,6 +150,12 @@ class ExchangePlanner:
                     return
         self.received[dst] += ids.size * element_type.size
         self.messages_received[dst] += _runs(np.sort(ids), src[np.argsort(ids)]).size
+        in_order = np.sort(ids)
+        starts = np.flatnonzero(np.diff(in_order, prepend=in_order[0] - 2) != 1)
+        ends = np.append(starts[1:], in_order.size) - 1
+        self.received_runs.setdefault(element_type.size, []).append(
+            (np.full(starts.size, dst, np.int64), in_order[starts], in_order[ends] + 1)
+        )
         keys = dst * self.num_tiles + np.unique(src)
         pairs = self._pairs()
         if pairs is None:
@@ -300,6 +309,10 @@ class ExchangePlanner:
         )
         self.received += elements * size
         self.messages_received += messages
+        receivers = np.flatnonzero(elements)
+        bounds = np.cumsum(elements[receivers])
+        where = np.searchsorted(bounds, np.cumsum(b - a), side="left")
+        self.received_runs.setdefault(size, []).append((receivers[where], a, b))
         if pairs is None:  # too many tiles for a bitmap of pairs
             self.sender_keys.append(_sender_keys(lo_key, lengths, stride, changes, owner, n))
         np.maximum(self.max_distance, distance, out=self.max_distance)
@@ -359,6 +372,7 @@ class ExchangePlanner:
         tiles = np.flatnonzero((sent > 0) | (self.received > 0))
         if tiles.size == 0:
             return None
+        shared = self._bus_shared()
         if self.pair_map is not None:
             senders = self.pair_map[1]
         else:
@@ -375,7 +389,32 @@ class ExchangePlanner:
             messages_received=self.messages_received[tiles],
             max_distance=self.max_distance[tiles],
             senders_received=senders[tiles],
+            bytes_shared=shared[tiles] if shared.any() else None,
         )
+
+    def _bus_shared(self) -> np.ndarray:
+        """int64 per tile: bytes it receives on chip that its exchange-bus partner
+        (local tile ``2k`` with ``2k + 1`` of the same IPU) receives too. An element is
+        sent once by one tile, so the same element received by both tiles of a pair is
+        one message on their shared bus (``ir.Exchange.bytes_shared``)."""
+        n, tpi = self.num_tiles, self.tiles_per_ipu
+        shared = np.zeros(n, np.int64)
+        every = np.arange(n, dtype=np.int64)
+        pair_of = (every // tpi) * ((tpi + 1) // 2) + (every % tpi) // 2
+        pairs = int(pair_of[-1]) + 1 if n else 0
+        for size, parts in self.received_runs.items():
+            tile = np.concatenate([p[0] for p in parts])
+            lo = np.concatenate([p[1] for p in parts])
+            hi = np.concatenate([p[2] for p in parts])
+            if tile.size < 2:
+                continue
+            stride = int(hi.max()) + 1
+            own = _union_length(tile * stride + lo, tile * stride + hi, tile, n)
+            pair = pair_of[tile]
+            both = _union_length(pair * stride + lo, pair * stride + hi, pair, pairs)
+            alone = np.bincount(pair_of, weights=own, minlength=pairs).astype(np.int64)
+            shared += (alone - both)[pair_of] * size
+        return shared
 
     def build_global(self, name: str, program_id: int) -> ir.GlobalExchange | None:
         """The IR global exchange of the elements that cross IPUs, or None.
@@ -480,6 +519,16 @@ def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     new[1:] = lo[1:] > reach[:-1]
     first = np.flatnonzero(new)
     return lo[first], np.maximum.reduceat(hi, first)
+
+
+def _union_length(lo: np.ndarray, hi: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
+    """int64[n]: per group, the length of the union of its key ranges ``[lo, hi)``
+    (keys ``group * stride + id``, so the ranges of two groups never touch)."""
+    order = np.argsort(lo, kind="stable")
+    u_lo, u_hi = _merge(lo, hi)
+    # a merged range starts at one of the ranges, and lies within that range's group
+    owner = group[order][np.searchsorted(lo[order], u_lo)]
+    return np.bincount(owner, weights=u_hi - u_lo, minlength=n).astype(np.int64)
 
 
 _NO_KEYS = np.zeros(0, np.int64)

@@ -1,0 +1,160 @@
+"""Exchange detail in compiled Poplar programs: the bus shared by tile pairs and the
+distance cost, each changing a compiled program's exchange cycles by its formula.
+
+The program: a vector of ``N`` floats on one tile, read whole by a vertex on each of
+two or more other tiles (a broadcast), so the lowering's exchange planner says which
+bytes the tiles of a bus pair both receive (``ir.Exchange.bytes_shared``). The
+expected cycles are the exchange formula of docs/machine.md written out here, with the
+receive side of each tile of a pair reduced by half of the bytes it shares.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ipusim import ir
+from ipusim.config import load_config
+from ipusim.errors import IRValidationError
+from ipusim.ir_validation import validate_program
+from poplar_api import FLOAT, Engine, Graph, IPUModel
+from poplar_api import program as prog
+from poplar_api.codelet import Input, Output, Vector, Vertex
+
+N = 64  # floats read by every reader: 256 bytes
+BASE = {
+    "tile.columns": 2,  # tiny: 8 tiles, tile i at column i // 4, row i % 4
+    "exchange.model": "static",
+    "exchange.bytes_per_cycle": 4,
+    "exchange.fixed_latency_cycles": 10,
+    "exchange.cycles_per_message": 0,
+    "exchange.cycles_per_hop": 0,
+    "sync.min_sync_delay_cycles": 0,
+    "sync.relative_delay": "none",
+}
+
+
+class Total(Vertex):
+    """``out[0] = sum(x)``."""
+
+    x = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        pass
+
+    @classmethod
+    def getCycleEstimate(cls, sizes, target):
+        return 10
+
+
+def _exchange_record(readers: tuple[int, ...], overrides: dict, source: int = 0):
+    """The on-chip exchange of a program whose vertices on ``readers`` read a vector of
+    ``N`` floats on ``source``: (IR step, trace record)."""
+    cfg = load_config("tiny", {**BASE, **overrides})
+    device = IPUModel(cfg).createDevice()
+    graph = Graph(device.getTarget())
+    graph.addCodelets(Total)
+    x = graph.addVariable(FLOAT, [N], "x")
+    graph.setTileMapping(x, source)
+    cs = graph.addComputeSet("readers")
+    for tile in readers:
+        out = graph.addVariable(FLOAT, [1], f"out{tile}")
+        graph.setTileMapping(out, tile)
+        v = graph.addVertex(cs, "Total", {"x": x, "out": out})
+        graph.setTileMapping(v, tile)
+    engine = Engine(graph, prog.Execute(cs))
+    engine.load(device)
+    engine.run(0)
+    records = [r for r in engine.getTrace().records if r.kind == "exchange"]
+    assert len(records) == 1
+    steps = [s for s in ir.iter_steps(engine.ir_program) if isinstance(s, ir.Exchange)]
+    assert len(steps) == 1
+    return steps[0], records[0]
+
+
+def _formula(receive_bytes: float, per_cycle: float = 4, fixed: int = 10) -> int:
+    return math.ceil(receive_bytes / per_cycle) + fixed
+
+
+@pytest.mark.parametrize("ipus", [1, 2])
+def test_a_pair_receiving_a_broadcast_shares_the_bus(ipus: int) -> None:
+    """Tiles 2 and 3 (a bus pair) both read ``x`` on tile 0: each receives 256 B, all
+    shared; with 2 tiles per bus each takes them in at 8 B per cycle. On a target of
+    two IPUs the planner takes its element-by-element path (an element may cross
+    IPUs); the answer is the same."""
+    base = {"num_ipus": ipus}
+    step, one = _exchange_record((2, 3), {**base, "exchange.tiles_per_shared_bus": 1})
+    listed = dict(zip(step.tile.tolist(), step.bytes_shared.tolist(), strict=True))
+    assert listed == {0: 0, 2: 4 * N, 3: 4 * N}
+    _, two = _exchange_record((2, 3), {**base, "exchange.tiles_per_shared_bus": 2})
+    for tile in (2, 3):
+        assert one.tile_cycles[tile] == _formula(4 * N)
+        assert two.tile_cycles[tile] == _formula(4 * N - 4 * N * (1 - 1 / 2))
+    # the sender sends the broadcast once: 256 B at its own rate either way
+    assert one.tile_cycles[0] == two.tile_cycles[0] == _formula(4 * N)
+
+
+def test_tiles_of_different_pairs_share_nothing() -> None:
+    """Tiles 3 and 4 are in different pairs: no bytes shared, the same cycles."""
+    step, one = _exchange_record((3, 4), {"exchange.tiles_per_shared_bus": 1})
+    assert step.bytes_shared is None
+    _, two = _exchange_record((3, 4), {"exchange.tiles_per_shared_bus": 2})
+    np.testing.assert_array_equal(one.tile_cycles, two.tile_cycles)
+
+
+def test_a_pair_shares_only_what_both_receive() -> None:
+    """Tile 2 reads all of ``x``, tile 3 its second half: the pair shares the half."""
+    cfg = load_config("tiny", {**BASE, "exchange.tiles_per_shared_bus": 2})
+    device = IPUModel(cfg).createDevice()
+    graph = Graph(device.getTarget())
+    graph.addCodelets(Total)
+    x = graph.addVariable(FLOAT, [N], "x")
+    graph.setTileMapping(x, 0)
+    cs = graph.addComputeSet("readers")
+    for tile, part in ((2, x), (3, x[N // 2 :])):
+        out = graph.addVariable(FLOAT, [1], f"out{tile}")
+        graph.setTileMapping(out, tile)
+        v = graph.addVertex(cs, "Total", {"x": part, "out": out})
+        graph.setTileMapping(v, tile)
+    engine = Engine(graph, prog.Execute(cs))
+    engine.load(device)
+    engine.run(0)
+    (step,) = [s for s in ir.iter_steps(engine.ir_program) if isinstance(s, ir.Exchange)]
+    listed = dict(zip(step.tile.tolist(), step.bytes_shared.tolist(), strict=True))
+    assert listed == {0: 0, 2: 2 * N, 3: 2 * N}
+    (record,) = [r for r in engine.getTrace().records if r.kind == "exchange"]
+    assert record.tile_cycles[2] == _formula(4 * N - 2 * N / 2)
+    assert record.tile_cycles[3] == _formula(2 * N - 2 * N / 2)
+
+
+def test_cycles_per_hop_in_a_compiled_program() -> None:
+    """The distance term: a reader ``d`` layout hops from the sender pays
+    ``ceil(cycles_per_hop * d)`` more than with no distance cost, and the sender pays
+    it for its farthest reader."""
+    readers = (1, 7)  # (column, row) (0, 1) and (1, 3): 1 and 1 + 3 = 4 hops from (0, 0)
+    hops = {1: 1, 7: 4}
+    _, flat = _exchange_record(readers, {"exchange.cycles_per_hop": 0})
+    _, far = _exchange_record(readers, {"exchange.cycles_per_hop": 2.5})
+    for tile, d in hops.items():
+        assert far.tile_cycles[tile] - flat.tile_cycles[tile] == math.ceil(2.5 * d)
+    assert far.tile_cycles[0] - flat.tile_cycles[0] == math.ceil(2.5 * max(hops.values()))
+
+
+@pytest.mark.parametrize("bad", [-1, 4 * N + 1])
+def test_shared_bytes_outside_the_received_are_refused(bad: int) -> None:
+    step = ir.Exchange(
+        name="x",
+        tile=[0, 2, 3],
+        bytes_sent=[4 * N, 0, 0],
+        bytes_received=[0, 4 * N, 4 * N],
+        messages_sent=[1, 0, 0],
+        messages_received=[0, 1, 1],
+        max_distance=[0, 2, 3],
+        bytes_shared=[0, bad, 4 * N],
+    )
+    with pytest.raises(IRValidationError, match="bytes_shared"):
+        validate_program(ir.Program((ir.Sequence([step]),)), num_tiles=8, tiles_per_ipu=8)

@@ -1,0 +1,139 @@
+"""I/O tiles: a stream made on a virtual graph of some tiles is copied by those tiles
+only, so the other tiles compute meanwhile (Poplar's overlapped I/O, as in
+markp-gc/poplar_explorer ``src/tools/OverlappedIO.cpp``: an I/O graph and a compute
+graph over disjoint tiles, whose copy and compute programs in one ``Sequence`` run in
+parallel; PopART's ``numIOTiles`` builds the same split).
+
+The machine is ``tiny`` with round numbers (1 GHz, 4 bytes per cycle on the host link
+and on chip, a host sync of 50 cycles, no latencies or sync delays), so every time is
+written out below from the config:
+
+* compute: one worker vertex of estimate ``E`` thread cycles on each compute tile,
+  ``6 E`` tile cycles (the barrel: six contexts, each issuing every sixth cycle);
+* the copy of ``B`` bytes to the I/O tiles: host sync 50, the link ``B / 4``, then
+  the on-chip exchange of each I/O tile's ``B / 2`` bytes at 4 per cycle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ipusim.config import load_config
+from poplar_api import FLOAT, Engine, Graph, IPUModel
+from poplar_api import program as prog
+from poplar_api.codelet import Input, Output, Vector, Vertex
+
+E = 100  # thread cycles of the compute vertex
+N = 256  # floats per copy: B = 1024 bytes
+IO = (6, 7)  # the I/O tiles; tiles 0..5 compute
+HOST_SYNC = 50
+ROUND = {
+    "tile.clock_hz": 1e9,
+    "exchange.bytes_per_cycle": 4,
+    "exchange.fixed_latency_cycles": 0,
+    "exchange.cycles_per_message": 0,
+    "exchange.cycles_per_hop": 0,
+    "sync.min_sync_delay_cycles": 0,
+    "sync.relative_delay": "none",
+    "sync.host_sync_cycles": HOST_SYNC,
+    "host.latency_s": 0.0,
+    "host.bandwidth_bytes_per_s": 4e9,
+}
+COMPUTE = 6 * E
+COPY = HOST_SYNC + 4 * N // 4 + (4 * N // len(IO)) // 4
+
+
+class Work(Vertex):
+    """A vertex of fixed estimate (its values do not matter here)."""
+
+    x = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @classmethod
+    def computeBatch(cls, batches, num_vertices, num_workers):
+        batches["out"].data[:] = batches["x"].data
+
+    @classmethod
+    def getCycleEstimate(cls, sizes, target):
+        return E
+
+
+def _run(io_graph: bool, granularity: str = "ipu", copies: int = 1):
+    """A program ``Repeat(copies, [compute on tiles 0..5, copy into the I/O tiles])``;
+    the stream is made on the I/O tiles' virtual graph, or on the top-level graph."""
+    cfg = load_config("tiny", {**ROUND, "sim.granularity": granularity})
+    device = IPUModel(cfg).createDevice()
+    graph = Graph(device.getTarget())
+    graph.addCodelets(Work)
+    io = graph.createVirtualGraph(IO[0], IO[-1] + 1)
+    compute = graph.createVirtualGraph(0, IO[0])
+    landing = io.addVariable(FLOAT, [len(IO), N // len(IO)], "io_in")
+    for i in range(len(IO)):
+        io.setTileMapping(landing[i], i)
+    graph.createHostRead("io_in", landing)
+    cs = compute.addComputeSet("work")
+    for tile in range(IO[0]):
+        x = compute.addVariable(FLOAT, [4], f"x{tile}")
+        y = compute.addVariable(FLOAT, [4], f"y{tile}")
+        compute.setTileMapping(x, tile)
+        compute.setTileMapping(y, tile)
+        v = compute.addVertex(cs, "Work", {"x": x, "out": y})
+        compute.setTileMapping(v, tile)
+    owner = io if io_graph else graph
+    stream = owner.addHostToDeviceFIFO("in", FLOAT, N)
+    body = prog.Sequence([prog.Execute(cs), prog.Copy(stream, landing)])
+    engine = Engine(graph, prog.Repeat(copies, body), {"exchange.enablePrefetch": "false"})
+    engine.load(device)
+    data = np.arange(N * copies, dtype=np.float32)
+    engine.connectStream("in", data)
+    engine.run(0)
+    return engine
+
+
+def test_copy_on_io_tiles_overlaps_compute() -> None:
+    """With the stream on the I/O tiles the step lasts max(compute, copy); with it on
+    the top-level graph every tile syncs with the host first: compute + copy."""
+    overlapped = _run(io_graph=True).getTrace()
+    serial = _run(io_graph=False).getTrace()
+    assert COPY < COMPUTE
+    assert int(overlapped.tile_end_cycles.max()) == max(COMPUTE, COPY)
+    assert int(serial.tile_end_cycles.max()) == COMPUTE + COPY
+    # the I/O tiles took the copy while the compute tiles computed
+    ends = overlapped.tile_end_cycles
+    assert ends[list(IO)].tolist() == [max(COMPUTE, COPY)] * len(IO)  # the run's end sync
+
+
+def test_io_tiles_hold_the_landing_buffer_and_the_values_arrive() -> None:
+    engine = _run(io_graph=True)
+    by_tile = engine.memory.by_tile
+    landing = 4 * N // len(IO)
+    for tile in IO:
+        assert sum(int(v[tile]) for v in by_tile.values()) >= landing
+    got = np.zeros((len(IO), N // len(IO)), np.float32)
+    engine.readTensor("io_in", got)
+    np.testing.assert_array_equal(got.ravel(), np.arange(N, dtype=np.float32))
+
+
+@pytest.mark.parametrize("copies", [1, 3])
+def test_tile_granularity_gives_the_same_trace(copies: int) -> None:
+    a = _run(io_graph=True, copies=copies).getTrace()
+    b = _run(io_graph=True, granularity="tile", copies=copies).getTrace()
+    np.testing.assert_array_equal(a.tile_end_cycles, b.tile_end_cycles)
+    assert [r.tile_cycles.tolist() for r in a.records] == [
+        r.tile_cycles.tolist() for r in b.records
+    ]
+
+
+def test_a_copy_whose_bytes_leave_its_tiles_is_refused() -> None:
+    from ipusim import ir
+    from ipusim.errors import IRValidationError
+    from ipusim.ir_validation import validate_program
+
+    copy = ir.StreamCopy(
+        name="in", direction="host_to_device", tile=[5, 6], num_bytes=[4, 4], tiles=[6, 7]
+    )
+    external = ir.Sync(name="s", sync_kind="external", tiles=[6])
+    with pytest.raises(IRValidationError, match="tile 5 moves bytes") as info:
+        validate_program(ir.Program((ir.Sequence([copy, external]),)), 8, 8)
+    assert "external sync" in str(info.value)
