@@ -14,14 +14,14 @@ import math
 
 import numpy as np
 import pytest
+from codelets_common import SumVertex, loaded, mapped, vertex_on
 
 from ipusim import ir
 from ipusim.config import load_config
 from ipusim.errors import IRValidationError
 from ipusim.ir_validation import validate_program
-from poplar_api import FLOAT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.codelet import Input, Output, Vector, Vertex
 
 N = 64  # floats read by every reader: 256 bytes
 BASE = {
@@ -36,44 +36,26 @@ BASE = {
 }
 
 
-class Total(Vertex):
-    """``out[0] = sum(x)``."""
-
-    x = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @classmethod
-    def computeBatch(cls, batches, num_vertices, num_workers):
-        pass
-
-    @classmethod
-    def getCycleEstimate(cls, sizes, target):
-        return 10
-
-
-def _exchange_record(readers: tuple[int, ...], overrides: dict, source: int = 0):
-    """The on-chip exchange of a program whose vertices on ``readers`` read a vector of
-    ``N`` floats on ``source``: (IR step, trace record)."""
+def _exchange_record(readers, overrides: dict, source: int = 0):
+    """The on-chip exchange of a program whose vertices read parts of a vector ``x`` of
+    ``N`` floats on ``source``: ``readers`` maps a tile to the slice of ``x`` its vertex
+    reads (a tuple of tiles: all of ``x``). Returns (IR step, trace record)."""
+    if not isinstance(readers, dict):
+        readers = dict.fromkeys(readers, slice(None))
     cfg = load_config("tiny", {**BASE, **overrides})
     device = IPUModel(cfg).createDevice()
     graph = Graph(device.getTarget())
-    graph.addCodelets(Total)
-    x = graph.addVariable(FLOAT, [N], "x")
-    graph.setTileMapping(x, source)
+    graph.addCodelets(SumVertex)
+    x = mapped(graph, FLOAT, [N], "x", source)
     cs = graph.addComputeSet("readers")
-    for tile in readers:
-        out = graph.addVariable(FLOAT, [1], f"out{tile}")
-        graph.setTileMapping(out, tile)
-        v = graph.addVertex(cs, "Total", {"x": x, "out": out})
-        graph.setTileMapping(v, tile)
-    engine = Engine(graph, prog.Execute(cs))
-    engine.load(device)
+    for tile, part in readers.items():
+        out = mapped(graph, FLOAT, [1], f"out{tile}", tile)
+        vertex_on(graph, cs, "SumVertex", {"in": x[part], "out": out[0]}, tile, 10)
+    engine = loaded(graph, prog.Execute(cs), device)
     engine.run(0)
-    records = [r for r in engine.getTrace().records if r.kind == "exchange"]
-    assert len(records) == 1
-    steps = [s for s in ir.iter_steps(engine.ir_program) if isinstance(s, ir.Exchange)]
-    assert len(steps) == 1
-    return steps[0], records[0]
+    (record,) = [r for r in engine.getTrace().records if r.kind == "exchange"]
+    (step,) = [s for s in ir.iter_steps(engine.ir_program) if isinstance(s, ir.Exchange)]
+    return step, record
 
 
 def _formula(receive_bytes: float, per_cycle: float = 4, fixed: int = 10) -> int:
@@ -108,25 +90,10 @@ def test_tiles_of_different_pairs_share_nothing() -> None:
 
 def test_a_pair_shares_only_what_both_receive() -> None:
     """Tile 2 reads all of ``x``, tile 3 its second half: the pair shares the half."""
-    cfg = load_config("tiny", {**BASE, "exchange.tiles_per_shared_bus": 2})
-    device = IPUModel(cfg).createDevice()
-    graph = Graph(device.getTarget())
-    graph.addCodelets(Total)
-    x = graph.addVariable(FLOAT, [N], "x")
-    graph.setTileMapping(x, 0)
-    cs = graph.addComputeSet("readers")
-    for tile, part in ((2, x), (3, x[N // 2 :])):
-        out = graph.addVariable(FLOAT, [1], f"out{tile}")
-        graph.setTileMapping(out, tile)
-        v = graph.addVertex(cs, "Total", {"x": part, "out": out})
-        graph.setTileMapping(v, tile)
-    engine = Engine(graph, prog.Execute(cs))
-    engine.load(device)
-    engine.run(0)
-    (step,) = [s for s in ir.iter_steps(engine.ir_program) if isinstance(s, ir.Exchange)]
+    readers = {2: slice(None), 3: slice(N // 2, None)}
+    step, record = _exchange_record(readers, {"exchange.tiles_per_shared_bus": 2})
     listed = dict(zip(step.tile.tolist(), step.bytes_shared.tolist(), strict=True))
     assert listed == {0: 0, 2: 2 * N, 3: 2 * N}
-    (record,) = [r for r in engine.getTrace().records if r.kind == "exchange"]
     assert record.tile_cycles[2] == _formula(4 * N - 2 * N / 2)
     assert record.tile_cycles[3] == _formula(2 * N - 2 * N / 2)
 

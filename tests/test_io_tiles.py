@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codelets_common import CopyVec, vertex_on
 
 from ipusim.config import load_config
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.codelet import Input, Output, Vector, Vertex
 
 E = 100  # thread cycles of the compute vertex
 N = 256  # floats per copy: B = 1024 bytes
@@ -44,28 +44,13 @@ COMPUTE = 6 * E
 COPY = HOST_SYNC + 4 * N // 4 + (4 * N // len(IO)) // 4
 
 
-class Work(Vertex):
-    """A vertex of fixed estimate (its values do not matter here)."""
-
-    x = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @classmethod
-    def computeBatch(cls, batches, num_vertices, num_workers):
-        batches["out"].data[:] = batches["x"].data
-
-    @classmethod
-    def getCycleEstimate(cls, sizes, target):
-        return E
-
-
 def _run(io_graph: bool, granularity: str = "ipu", copies: int = 1):
     """A program ``Repeat(copies, [compute on tiles 0..5, copy into the I/O tiles])``;
     the stream is made on the I/O tiles' virtual graph, or on the top-level graph."""
     cfg = load_config("tiny", {**ROUND, "sim.granularity": granularity})
     device = IPUModel(cfg).createDevice()
     graph = Graph(device.getTarget())
-    graph.addCodelets(Work)
+    graph.addCodelets(CopyVec)
     io = graph.createVirtualGraph(IO[0], IO[-1] + 1)
     compute = graph.createVirtualGraph(0, IO[0])
     landing = io.addVariable(FLOAT, [len(IO), N // len(IO)], "io_in")
@@ -78,8 +63,7 @@ def _run(io_graph: bool, granularity: str = "ipu", copies: int = 1):
         y = compute.addVariable(FLOAT, [4], f"y{tile}")
         compute.setTileMapping(x, tile)
         compute.setTileMapping(y, tile)
-        v = compute.addVertex(cs, "Work", {"x": x, "out": y})
-        compute.setTileMapping(v, tile)
+        vertex_on(compute, cs, "CopyVec", {"src": x, "dst": y}, tile, E)
     owner = io if io_graph else graph
     stream = owner.addHostToDeviceFIFO("in", FLOAT, N)
     body = prog.Sequence([prog.Execute(cs), prog.Copy(stream, landing)])
