@@ -91,3 +91,69 @@ def test_pieces_that_are_not_runs_are_int32_and_read_back_as_int64() -> None:
         got = table.get_field(first + k, "out")
         assert got.dtype == np.int64 and not got.flags.writeable
         assert got.tolist() == ids[a:b].tolist()
+
+
+def test_placed_memory_report_keeps_its_blocks_in_narrow_columns() -> None:
+    from ipusim.tile.memory import BlockTable, MemorySpec, allocate_table, plan
+
+    rng = np.random.default_rng(3)
+    n = 500
+    table = BlockTable.concat(
+        [
+            BlockTable.rows("w", "variable", rng.integers(0, 8, n), rng.integers(0, 900, n), 4),
+            BlockTable.rows("code", "controlCode", np.arange(8), np.full(8, 70_000), 1,
+                            "nonInterleaved"),
+            BlockTable.rows("act", "variable", rng.integers(0, 8, n), rng.integers(1, 50, n), 2,
+                            live=(3, 9)),
+        ]
+    )  # fmt: skip
+    spec = MemorySpec(65_536, 200_000, 16_384, 8)
+    report = plan(spec, 8, table, [f"p{i}" for i in range(12)])
+    blocks = report.blocks
+    # every column reads back the values it was given, in fewer bytes
+    for col in ("name", "category", "tile", "size", "element_bytes", "region", "live_first",
+                "live_last", "always"):  # fmt: skip
+        assert getattr(blocks, col).tolist() == getattr(table, col).tolist()
+    assert blocks.tile.dtype == np.int8 and blocks.size.dtype == np.int32
+    assert blocks.category.dtype == np.int8 and blocks.region.dtype == np.int8
+    # tile int8, size int32, live_first int8: 6 bytes a block where int64 took 24
+    assert sum(getattr(blocks, c).nbytes for c in ("tile", "size", "live_first")) == 6 * len(table)
+    # the placement kept is the one the int64 table gets
+    region, offset = allocate_table(spec, 8, table)
+    assert report.block_region.tolist() == region.tolist()
+    assert report.block_offset.tolist() == offset.tolist()
+    assert report.block_region.dtype == np.int8
+    # a 70,000-byte block in a 65,536-byte region overflowed: sizes above int16 stay exact
+    assert int(blocks.size[blocks.category == blocks.categories.index("controlCode")][0]) == 70_000
+    assert report.variables_on_tile(0) == sorted(
+        report.variables_on_tile(0), key=lambda kv: (-kv[1], kv[0])
+    )
+
+
+def test_session_keeps_no_per_node_records_once_compiled() -> None:
+    """The per-node records (each node's input and output tensors, with their index
+    arrays) are what the training and pipelining builds read; a compiled session
+    drops them and still runs."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "models"))
+    from run_model import run_model
+
+    import popart_api as popart
+
+    result = run_model("resnet-tiny", train=True, tiles=16)
+    assert result.matched
+    proto, inputs, outputs, _ = __import__("run_model").build("resnet-tiny", False)
+    device = popart.DeviceManager().createIpuModelDevice({"numIPUs": 1, "tilesPerIPU": 16})
+    session = popart.InferenceSession(
+        fnModel=proto.SerializeToString(),
+        dataFlow=popart.DataFlow(1, {o: popart.AnchorReturnType("ALL") for o in outputs}),
+        deviceInfo=device,
+    )
+    session.prepareDevice()
+    assert session.lowered.records == []
+    session.weightsFromHost()
+    anchors = session.initAnchorArrays()
+    session.run(popart.PyStepIO(inputs, anchors))
+    assert np.isfinite(anchors[outputs[0]]).all()

@@ -178,6 +178,24 @@ class Placement:
         return self.offset + self.block.size
 
 
+#: The integer columns of a :class:`BlockTable`, in field order.
+_INT_COLUMNS = (
+    "name", "category", "tile", "size", "element_bytes", "region", "live_first", "live_last",
+)  # fmt: skip
+
+
+def _narrowest(values: np.ndarray) -> np.ndarray:
+    """``values`` as the narrowest signed integer type (int8 to int64) holding them all."""
+    if values.size == 0:
+        return values
+    lo, hi = int(values.min()), int(values.max())
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max:
+            return values.astype(dtype)
+    return values.astype(np.int64, copy=False)
+
+
 #: Request code of each region name in a :class:`BlockTable`.
 _REQUEST_CODE = {NON_INTERLEAVED: 0, INTERLEAVED: 1, ANY: 2}
 _REQUEST_NAMES = (NON_INTERLEAVED, INTERLEAVED, ANY)
@@ -320,20 +338,23 @@ class BlockTable:
         return BlockTable(
             self.names,
             self.categories,
-            *(
-                getattr(self, a)[rows]
-                for a in (
-                    "name",
-                    "category",
-                    "tile",
-                    "size",
-                    "element_bytes",
-                    "region",
-                    "live_first",
-                    "live_last",
-                    "always",
-                )
-            ),
+            *(getattr(self, a)[rows] for a in (*_INT_COLUMNS, "always")),
+        )
+
+    def compact(self) -> BlockTable:
+        """The same rows, each column in the narrowest signed integer type holding its
+        values (int8 to int64).
+
+        A placed :class:`MemoryReport` keeps its table for the engine's life; there
+        every column was int64, 65 bytes a block (1.8 M blocks, 115 MB, in ResNet-50
+        inference). Values read from the table are unchanged; sums over a column are
+        taken in int64 by numpy.
+        """
+        return BlockTable(
+            self.names,
+            self.categories,
+            *(_narrowest(getattr(self, a)) for a in _INT_COLUMNS),
+            self.always,
         )
 
     def block(self, i: int) -> Block:
@@ -743,7 +764,7 @@ def plan(
         liveness=liveness,
         out_of_memory=bool(oom_tiles.size),
         tiles_out_of_memory=oom_tiles,
-        blocks=table,
-        block_region=region,
-        block_offset=start,
+        blocks=table.compact(),
+        block_region=region.astype(np.int8),
+        block_offset=_narrowest(start),
     )
