@@ -397,23 +397,21 @@ class ExchangePlanner:
         (local tile ``2k`` with ``2k + 1`` of the same IPU) receives too. An element is
         sent once by one tile, so the same element received by both tiles of a pair is
         one message on their shared bus (``ir.Exchange.bytes_shared``)."""
-        n, tpi = self.num_tiles, self.tiles_per_ipu
+        n = self.num_tiles
         shared = np.zeros(n, np.int64)
-        every = np.arange(n, dtype=np.int64)
-        pair_of = (every // tpi) * ((tpi + 1) // 2) + (every % tpi) // 2
-        pairs = int(pair_of[-1]) + 1 if n else 0
         for size, parts in self.received_runs.items():
-            tile = np.concatenate([p[0] for p in parts])
-            lo = np.concatenate([p[1] for p in parts])
-            hi = np.concatenate([p[2] for p in parts])
+            if len(parts) == 1:
+                tile, lo, hi = parts[0]
+            else:
+                tile, lo, hi = (np.concatenate([p[i] for p in parts]) for i in range(3))
             if tile.size < 2:
                 continue
-            stride = int(hi.max()) + 1
-            own = _union_length(tile * stride + lo, tile * stride + hi, tile, n)
-            pair = pair_of[tile]
-            both = _union_length(pair * stride + lo, pair * stride + hi, pair, pairs)
-            alone = np.bincount(pair_of, weights=own, minlength=pairs).astype(np.int64)
-            shared += (alone - both)[pair_of] * size
+            if not _in_order(tile, lo):  # planned in (tile, id) order, mostly
+                order = np.lexsort((lo, tile))
+                tile, lo, hi = tile[order], lo[order], hi[order]
+            common = np.zeros(n, np.int64)
+            _pair_overlap(tile, lo, hi, self.tiles_per_ipu, common)
+            shared += common * size
         return shared
 
     def build_global(self, name: str, program_id: int) -> ir.GlobalExchange | None:
@@ -521,14 +519,66 @@ def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo[first], np.maximum.reduceat(hi, first)
 
 
-def _union_length(lo: np.ndarray, hi: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
-    """int64[n]: per group, the length of the union of its key ranges ``[lo, hi)``
-    (keys ``group * stride + id``, so the ranges of two groups never touch)."""
-    order = np.argsort(lo, kind="stable")
-    u_lo, u_hi = _merge(lo, hi)
-    # a merged range starts at one of the ranges, and lies within that range's group
-    owner = group[order][np.searchsorted(lo[order], u_lo)]
-    return np.bincount(owner, weights=u_hi - u_lo, minlength=n).astype(np.int64)
+@numba.njit(cache=True)
+def _in_order(tile, lo):  # pragma: no cover - compiled
+    """Whether ranges are sorted by (tile, lo)."""
+    for i in range(1, tile.shape[0]):
+        if tile[i] < tile[i - 1] or (tile[i] == tile[i - 1] and lo[i] < lo[i - 1]):
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _pair_overlap(tile, lo, hi, tiles_per_ipu, common):  # pragma: no cover - compiled
+    """Per tile, the ids it receives that its bus partner (local tile ``2k`` with
+    ``2k + 1``) receives too (``common``, added to), from id ranges ``[lo, hi)`` sorted
+    by (tile, lo), overlapping or not: a walk over the pair's two lists of ranges, each
+    side's overlapping or touching ranges joined as it goes."""
+    m = tile.shape[0]
+    i = 0
+    while i < m:
+        t = tile[i]
+        j = i
+        while j < m and tile[j] == t:
+            j += 1
+        local = t % tiles_per_ipu
+        if local % 2 == 0 and local + 1 < tiles_per_ipu and j < m and tile[j] == t + 1:
+            k = j
+            while k < m and tile[k] == t + 1:
+                k += 1
+            a, b = i + 1, j + 1  # the next range of each side
+            a0, a1, b0, b1 = lo[i], hi[i], lo[j], hi[j]
+            while a < j and lo[a] <= a1:
+                a1 = max(a1, hi[a])
+                a += 1
+            while b < k and lo[b] <= b1:
+                b1 = max(b1, hi[b])
+                b += 1
+            both = 0
+            while True:
+                overlap = min(a1, b1) - max(a0, b0)
+                if overlap > 0:
+                    both += overlap
+                if a1 < b1:
+                    if a == j:
+                        break
+                    a0, a1 = lo[a], hi[a]
+                    a += 1
+                    while a < j and lo[a] <= a1:
+                        a1 = max(a1, hi[a])
+                        a += 1
+                else:
+                    if b == k:
+                        break
+                    b0, b1 = lo[b], hi[b]
+                    b += 1
+                    while b < k and lo[b] <= b1:
+                        b1 = max(b1, hi[b])
+                        b += 1
+            common[t] += both
+            common[t + 1] += both
+            j = k
+        i = j
 
 
 _NO_KEYS = np.zeros(0, np.int64)
