@@ -89,11 +89,14 @@ def test_copy_on_io_tiles_overlaps_compute() -> None:
 
 
 def test_io_tiles_hold_the_landing_buffer_and_the_values_arrive() -> None:
+    """The I/O tiles hold the landing tensor (half of it each) and the copy's host
+    exchange code; the compute tiles hold neither."""
     engine = _run(io_graph=True)
-    by_tile = engine.memory.by_tile
-    landing = 4 * N // len(IO)
-    for tile in IO:
-        assert sum(int(v[tile]) for v in by_tile.values()) >= landing
+    memory = engine.memory.by_category
+    compute_tiles = list(range(IO[0]))
+    assert memory["variable"][list(IO)].tolist() == [4 * N // len(IO)] * len(IO)
+    assert (memory["hostExchangeCode"][list(IO)] > 0).all()
+    assert not memory["hostExchangeCode"][compute_tiles].any()
     got = np.zeros((len(IO), N // len(IO)), np.float32)
     engine.readTensor("io_in", got)
     np.testing.assert_array_equal(got.ravel(), np.arange(N, dtype=np.float32))
