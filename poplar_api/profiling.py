@@ -34,7 +34,12 @@ from ipusim import ir
 from ipusim.config import MachineConfig, config_hash
 from ipusim.files import FileGroup
 from ipusim.profile.execution import ProgramTable, program_table
-from ipusim.profile.memory_categories import by_category, by_compute_set, by_vertex_type
+from ipusim.profile.memory_categories import (
+    by_category,
+    by_compute_set,
+    by_vertex_type,
+    liveness,
+)
 from ipusim.sync.controller import relative_sync_delays
 from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost
@@ -333,13 +338,16 @@ def _exchanges(timing: TimingModel, steps: list[ir.Exchange]) -> dict[str, Any]:
     """Internal exchanges; ``memoryByInstruction`` holds each one's exchange code per
     tile by what the code does (``setup``, ``send``, ``receive``: the blocks memory
     placement charges to ``internalExchangeCode``; none for the on-chip side of a
-    stream copy, whose code is the copy's ``hostExchangeCode``)."""
+    stream copy, whose code is the copy's ``hostExchangeCode``), ``codeBytesByTile``
+    their sum on each tile (the name Poplar's profile gives it: graphcore/poplibs
+    ``tools/plot_metric_variation.py`` sums ``exchanges.codeBytesByTile``)."""
     out: dict[str, list[Any]] = {
         "names": [],
         "bytesReceivedByTile": [],
         "bytesSentByTile": [],
         "estimatedCyclesByTile": [],
         "memoryByInstruction": [],
+        "codeBytesByTile": [],
     }
     none = np.zeros(timing.config.num_tiles, np.int64)
     for step in steps:
@@ -354,6 +362,7 @@ def _exchanges(timing: TimingModel, steps: list[ir.Exchange]) -> dict[str, Any]:
             else exchange_code(timing, step)
         )
         out["memoryByInstruction"].append({k: _ints(v) for k, v in code.items()})
+        out["codeBytesByTile"].append(_ints(sum(code.values(), none)))
     return out
 
 
@@ -496,10 +505,7 @@ def _memory(
         "byCategory": by_category(report),
         "byComputeSet": by_compute_set(report, computes, type_names),
         "byVertexType": by_vertex_type(report, type_names),
-        "liveness": [
-            {"name": str(n), "notAlwaysLive": int(a), "alwaysLive": int(b)}
-            for n, a, b in report.liveness
-        ],
+        "liveness": liveness(report),
         "outOfMemory": bool(report.out_of_memory),
         "tilesOutOfMemory": _ints(report.tiles_out_of_memory),
     }

@@ -170,7 +170,9 @@ def _memory(w: Any, gp: Mapping[str, Any], show_liveness: bool) -> None:
     if show_liveness:
         w("  Variable storage by program point (bytes, all tiles):\n")
         w(f"    {'#':>5}  {'not always live':>16}  {'always live':>14}  program point\n")
-        for i, p in enumerate(mem["liveness"]):
+        points = mem["liveness"]
+        points = points["programPoints"] if isinstance(points, Mapping) else points
+        for i, p in enumerate(points):
             w(f"    {i:>5}  {p['notAlwaysLive']:>16,}  {p['alwaysLive']:>14,}  {p['name']}\n")
 
 

@@ -71,3 +71,21 @@ def test_exchanges_add_up_to_the_internal_exchange_code_category():
     by_cat = category_totals(profile["memory"]["byCategory"])
     assert total.tolist() == by_cat["internalExchangeCode"].tolist()
     assert total.sum() > 0
+
+
+def test_code_bytes_by_tile_is_each_exchanges_code_on_every_tile():
+    """``exchanges.codeBytesByTile`` (the name Poplar's profile gives each exchange's
+    code, as a Graphcore tool reads it): worked out from the copies' layout."""
+    engine = _engine()
+    profile = engine.getGraphProfile()
+    code = engine._state.target.config.code
+    base, per = code.exchange_code_base_bytes, code.exchange_code_bytes_per_message
+    n = profile["target"]["numTiles"]
+    first, second = (np.zeros(n, np.int64) for _ in range(2))
+    first[[0, 3]] = base + per  # tile 0 sends one region, tile 3 receives from one tile
+    second[[1, 2]] = base + per
+    second[3] = base + 2 * per  # two senders
+    got = profile["exchanges"]["codeBytesByTile"]
+    assert got == [first.tolist(), second.tolist()]
+    by_cat = category_totals(profile["memory"]["byCategory"])
+    assert (first + second).tolist() == by_cat["internalExchangeCode"].tolist()

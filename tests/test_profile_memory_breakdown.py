@@ -1,7 +1,8 @@
 """Vertex memory in the graph profile: vector-list descriptors and on-tile copies as
 Poplar's own storage categories (``vectorListDescriptor``, ``copyDescriptor``), and
 ``memory.byComputeSet`` / ``memory.byVertexType`` as per-tile ``codeBytes``,
-``vertexDataBytes`` and ``totalBytes`` tables.
+``vertexDataBytes``, ``edgePtrBytes``, ``descriptorBytes``, ``copyPtrBytes`` (the names
+a Graphcore tool reads from Poplar's profile) and ``totalBytes`` tables.
 
 Expected bytes are worked out here from the vertices built and the config's ``code``
 sizes (header, field pointers, size words, one descriptor per inner vector).
@@ -14,7 +15,7 @@ import numpy as np
 from codelets_common import ListSums, SumVertex, mapped, tiny_graph
 
 from ipusim.profile.execution import schema
-from ipusim.profile.memory_categories import category_totals
+from ipusim.profile.memory_categories import DATA_PARTS, category_totals
 from poplar_api import FLOAT, Engine
 from poplar_api import program as prog
 
@@ -79,26 +80,48 @@ def test_by_vertex_type_and_by_compute_set_are_code_and_data_per_tile():
     names = gp["vertexTypes"]["names"]
     by_type = {k: np.asarray(v) for k, v in mem["byVertexType"].items()}
     assert all(t.shape == (len(names), nt) for t in by_type.values())
-    np.testing.assert_array_equal(
-        by_type["totalBytes"], by_type["codeBytes"] + by_type["vertexDataBytes"]
-    )
+    data = sum(by_type[k] for k in ("vertexDataBytes", *DATA_PARTS))
+    np.testing.assert_array_equal(by_type["totalBytes"], by_type["codeBytes"] + data)
     # over all types: the vertex code and the three vertex-state categories
     np.testing.assert_array_equal(by_type["codeBytes"].sum(0), totals["vertexCode"])
-    state = (
-        totals["vertexInstanceState"] + totals["vectorListDescriptor"] + totals["copyDescriptor"]
+    np.testing.assert_array_equal(by_type["descriptorBytes"].sum(0), totals["vectorListDescriptor"])
+    np.testing.assert_array_equal(by_type["copyPtrBytes"].sum(0), totals["copyDescriptor"])
+    np.testing.assert_array_equal(
+        (by_type["vertexDataBytes"] + by_type["edgePtrBytes"]).sum(0),
+        totals["vertexInstanceState"],
     )
-    np.testing.assert_array_equal(by_type["vertexDataBytes"].sum(0), state)
     lists = names.index("ListSums")
     want = np.zeros(nt, np.int64)
     want[[1, 2]] = code.vertex_code_bytes  # ListSums runs on tiles 1 and 2
     assert by_type["codeBytes"][lists].tolist() == want.tolist()
+    # ListSums: a header each (its own state), two field pointers and two size words
+    # each (edge pointers), one descriptor per inner vector
+    headers, edges, descs = (np.zeros(nt, np.int64) for _ in range(3))
+    for tile, count in LISTS:
+        headers[tile] += code.vertex_header_bytes
+        edges[tile] += 2 * (code.field_pointer_bytes + code.vector_size_bytes)
+        descs[tile] += code.vectorlist_descriptor_bytes * count
+    assert by_type["vertexDataBytes"][lists].tolist() == headers.tolist()
+    assert by_type["edgePtrBytes"][lists].tolist() == edges.tolist()
+    assert by_type["descriptorBytes"][lists].tolist() == descs.tolist()
+    # the copy vertex type: all its state is copy pointers
+    copy_row = next(i for i, n in enumerate(names) if n not in ("ListSums", "SumVertex"))
+    copy = np.zeros(nt, np.int64)
+    copy[5] = code.vertex_header_bytes + 2 * (code.field_pointer_bytes + code.vector_size_bytes)
+    assert by_type["copyPtrBytes"][copy_row].tolist() == copy.tolist()
+    assert not by_type["vertexDataBytes"][copy_row].any()
     # the compute set ``lists``: two types on tile 1, one on tile 2
     by_cs = {k: np.asarray(v) for k, v in mem["byComputeSet"].items()}
     row = gp["computeSets"]["names"].index("lists")
     want = np.zeros(nt, np.int64)
     want[1], want[2] = 2 * code.vertex_code_bytes, code.vertex_code_bytes
     assert by_cs["codeBytes"][row].tolist() == want.tolist()
-    on_lists = state.copy()
-    on_lists[5] = 0  # the copy's state is its own compute step's
-    assert by_cs["vertexDataBytes"][row].tolist() == on_lists.tolist()
-    assert by_cs["vertexDataBytes"].sum(0).tolist() == state.tolist()
+    # SumVertex on tile 1: a header, two field pointers and one size word
+    headers[1] += code.vertex_header_bytes
+    edges[1] += 2 * code.field_pointer_bytes + code.vector_size_bytes
+    assert by_cs["vertexDataBytes"][row].tolist() == headers.tolist()
+    assert by_cs["edgePtrBytes"][row].tolist() == edges.tolist()
+    assert by_cs["descriptorBytes"][row].tolist() == descs.tolist()
+    assert not by_cs["copyPtrBytes"][row].any()
+    for k in ("vertexDataBytes", *DATA_PARTS):
+        np.testing.assert_array_equal(by_cs[k].sum(0), by_type[k].sum(0))

@@ -17,9 +17,12 @@ lists. A block counts in full as ``overlapped`` when any of its bytes share an
 address with another block of the same tile.
 
 :func:`by_compute_set` and :func:`by_vertex_type` build ``memory.byComputeSet`` and
-``memory.byVertexType``: ``codeBytes``, ``vertexDataBytes`` and ``totalBytes`` tables
-with a row per compute set (vertex type) of the profile and a value per tile, from
-the same report's ``vertexCode`` blocks and vertex state.
+``memory.byVertexType``: tables with a row per compute set (vertex type) of the
+profile and a value per tile, of code (``codeBytes``) and of vertex data split as
+Poplar splits it (``vertexDataBytes``, ``edgePtrBytes``, ``descriptorBytes``,
+``copyPtrBytes``: the names a Graphcore tool reads from Poplar's profile,
+graphcore/poplibs ``tools/plot_metric_variation.py``), from the same report's
+``vertexCode`` blocks and vertex state.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DATA_PARTS",
     "IPUSIM_TO_POPLAR",
     "KINDS",
     "REGIONS",
@@ -37,6 +41,7 @@ __all__ = [
     "by_compute_set",
     "by_vertex_type",
     "category_totals",
+    "liveness",
     "overlapped_blocks",
 ]
 
@@ -200,35 +205,57 @@ def _code_by_type(report: Any, type_names: list[str]) -> np.ndarray:
     return np.rint(sums).astype(np.int64).reshape(table.shape)
 
 
-def _breakdown(code: np.ndarray, data: np.ndarray) -> dict[str, list[list[int]]]:
-    return {
-        "codeBytes": code.tolist(),
-        "vertexDataBytes": data.tolist(),
-        "totalBytes": (code + data).tolist(),
-    }
+#: The parts of vertex data besides the vertices' own state, in the row order of the
+#: lowering's ``vertex_data_parts`` tables.
+DATA_PARTS = ("edgePtrBytes", "descriptorBytes", "copyPtrBytes")
+
+
+def _parts(report: Any, key: str, names: list[str]) -> np.ndarray:
+    """Rows of :data:`DATA_PARTS` (first axis) per name (second) on every tile, from
+    the lowering's ``vertex_data_parts[key]`` (zeros where it has none)."""
+    nt = int(report.num_tiles)
+    out = np.zeros((len(DATA_PARTS), len(names), nt), np.int64)
+    held = (getattr(report, "vertex_data_parts", None) or {}).get(key, {})
+    for i, name in enumerate(names):
+        if name in held:
+            out[:, i] = held[name]
+    return out
+
+
+def _breakdown(code: np.ndarray, data: np.ndarray, parts: np.ndarray) -> dict[str, Any]:
+    """The tables of one breakdown: ``data`` is all vertex data, of which ``parts``
+    (rows of :data:`DATA_PARTS`) are edge pointers, descriptors and copy pointers and
+    the rest, ``vertexDataBytes``, the vertices' own state."""
+    out = {"codeBytes": code.tolist(), "vertexDataBytes": (data - parts.sum(0)).tolist()}
+    out.update({name: parts[k].tolist() for k, name in enumerate(DATA_PARTS)})
+    out["totalBytes"] = (code + data).tolist()
+    return out
 
 
 def by_vertex_type(report: Any, type_names: list[str]) -> dict[str, list[list[int]]]:
-    """``memory.byVertexType``: ``codeBytes``, ``vertexDataBytes`` and ``totalBytes``,
-    each a list (one entry per name of ``type_names``, the profile's
-    ``vertexTypes.names``) of bytes on every tile. Code is the type's ``vertexCode``
-    block on each tile; vertex data is the state of its vertices (vector-list and copy
-    descriptors included)."""
+    """``memory.byVertexType``: tables with one entry per name of ``type_names`` (the
+    profile's ``vertexTypes.names``), each the bytes on every tile: ``codeBytes`` (the
+    type's ``vertexCode`` block), its vertices' data split as Poplar's graph profile
+    splits it (graphcore/poplibs ``tools/plot_metric_variation.py``, 4a2c5f11, reads
+    these names) into ``vertexDataBytes`` (the vertex header), ``edgePtrBytes``
+    (field pointers and size words), ``descriptorBytes`` (vector-list descriptors)
+    and ``copyPtrBytes`` (state of on-tile copy vertices), and ``totalBytes``, code
+    and all vertex data (ipusim's sum)."""
     nt = int(report.num_tiles)
     data = np.zeros((len(type_names), nt), np.int64)
     held = getattr(report, "vertex_data_by_type", {}) or {}
     for i, name in enumerate(type_names):
         if name in held:
             data[i] = held[name]
-    return _breakdown(_code_by_type(report, type_names), data)
+    parts = _parts(report, "byType", type_names)
+    return _breakdown(_code_by_type(report, type_names), data, parts)
 
 
 def by_compute_set(
     report: Any, computes: list[Any], type_names: list[str]
 ) -> dict[str, list[list[int]]]:
-    """``memory.byComputeSet``: ``codeBytes``, ``vertexDataBytes`` and ``totalBytes``,
-    each a list (one entry per compute step of ``computes``, the profile's
-    ``computeSets``) of bytes on every tile.
+    """``memory.byComputeSet``: the tables of :func:`by_vertex_type`, with one entry
+    per compute step of ``computes`` (the profile's ``computeSets``).
 
     A compute set's code on a tile is the code of every vertex type it runs there (a
     type's code is stored once per tile and counts in each compute set that uses it,
@@ -241,6 +268,8 @@ def by_compute_set(
     row_of = {n: i for i, n in enumerate(type_names)}
     code = np.zeros((len(computes), nt), np.int64)
     data = np.zeros((len(computes), nt), np.int64)
+    parts = np.zeros((len(DATA_PARTS), len(computes), nt), np.int64)
+    held = (getattr(report, "vertex_data_parts", None) or {}).get("byComputeSet", {})
     seen: set[str] = set()
     for i, step in enumerate(computes):
         rows = np.array([row_of[n] for n in step.vertex_type_names], np.int64)
@@ -251,5 +280,46 @@ def by_compute_set(
         np.add.at(code[i], pairs % nt, code_table.reshape(-1)[pairs])
         if step.name not in seen and step.name in report.by_compute_set:
             data[i] = report.by_compute_set[step.name]
+            if step.name in held:
+                parts[:, i] = held[step.name]
         seen.add(step.name)
-    return _breakdown(code, data)
+    return _breakdown(code, data, parts)
+
+
+def liveness(report: Any) -> dict[str, Any]:
+    """``memory.liveness`` in the shape Graphcore's readers of Poplar's graph profile
+    use (graphcore/poplibs ``tools/bench.py`` and graphcore/tensorflow's Poplar test
+    utilities read ``alwaysLive.bytesByTile`` and ``notAlwaysLive.maxBytesByTile``),
+    with ipusim's per-program-point totals under ``programPoints``.
+
+    ``alwaysLive.bytesByTile`` are the bytes of always-live blocks on each tile;
+    ``notAlwaysLive.maxBytesByTile`` the most bytes of not-always-live blocks live at
+    one program point on each tile (a block is live from its first to its last point;
+    one that ends at a point and one that starts at the next never count together);
+    ``programPoints`` one entry per program point: its name and the bytes of
+    not-always-live and of always-live blocks, summed over tiles.
+    """
+    nt = int(report.num_tiles)
+    b = report.blocks
+    points = len(report.liveness)
+    always = np.asarray(b.always, bool)
+    held = np.bincount(b.tile[always], weights=b.size[always], minlength=nt)
+    lo, hi = b.live_first, b.live_last
+    ok = ~always & (lo <= hi) & (hi >= 0) & (lo < points)
+    tiles = np.concatenate((b.tile[ok], b.tile[ok])).astype(np.int64)
+    where = np.concatenate((np.clip(lo[ok], 0, points), np.clip(hi[ok] + 1, 0, points)))
+    delta = np.concatenate((b.size[ok], -b.size[ok])).astype(np.int64)
+    # by tile, then point, ends before starts: every tile's deltas add up to 0, so one
+    # running sum over all of them is each tile's live bytes after each event
+    order = np.lexsort((delta, where, tiles))
+    running = np.cumsum(delta[order])
+    peak = np.zeros(nt, np.int64)
+    np.maximum.at(peak, tiles[order], running)
+    return {
+        "alwaysLive": {"bytesByTile": np.rint(held).astype(np.int64).tolist()},
+        "notAlwaysLive": {"maxBytesByTile": peak.tolist()},
+        "programPoints": [
+            {"name": str(n), "notAlwaysLive": int(a), "alwaysLive": int(c)}
+            for n, a, c in report.liveness
+        ],
+    }

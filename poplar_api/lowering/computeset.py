@@ -601,6 +601,10 @@ class ComputeSetRecord:
         ``vectorListDescriptor`` storage); None means none.
     state_by_type_tile
         ``(vertex type name, bytes of vertex state on each tile)`` per type.
+    parts_by_type_tile
+        ``(vertex type name, edge pointer bytes, descriptor bytes)`` per type, each on
+        every tile: the parts of its state that are field pointers and size words, and
+        vector-list descriptors (the rest is the vertex header).
     """
 
     compute_set: int
@@ -611,6 +615,7 @@ class ComputeSetRecord:
     interleaved: np.ndarray
     descriptors_per_tile: np.ndarray | None = None
     state_by_type_tile: tuple[tuple[str, np.ndarray], ...] = ()
+    parts_by_type_tile: tuple[tuple[str, np.ndarray, np.ndarray], ...] = ()
 
 
 def interleaved_keys(
@@ -637,12 +642,14 @@ def interleaved_keys(
 class VertexState:
     """Vertex state of a compute set (:func:`vertex_state`): bytes on each tile, per
     vertex type (in all and on each tile), and the vector-list descriptors' part of
-    the bytes on each tile."""
+    the bytes on each tile; per type, the edge pointer and descriptor parts on each
+    tile."""
 
     per_tile: np.ndarray
     by_type: tuple[tuple[str, int], ...]
     by_type_tile: tuple[tuple[str, np.ndarray], ...]
     descriptors_per_tile: np.ndarray
+    parts_by_type_tile: tuple[tuple[str, np.ndarray, np.ndarray], ...] = ()
 
 
 def vertex_state(table: ComputeSetTable, code: Any, num_tiles: int) -> VertexState:
@@ -654,7 +661,7 @@ def vertex_state(table: ComputeSetTable, code: Any, num_tiles: int) -> VertexSta
     """
     sizes = np.zeros(table.vertex_ids.size, np.int64)
     descriptors = np.zeros(table.vertex_ids.size, np.int64)
-    by_type, by_type_tile = [], []
+    by_type, by_type_tile, parts = [], [], []
     for group in table.groups:
         fixed = code.vertex_header_bytes
         per_vertex = np.zeros(group.positions.size, np.int64)
@@ -672,9 +679,13 @@ def vertex_state(table: ComputeSetTable, code: Any, num_tiles: int) -> VertexSta
         tiles = table.tiles[group.positions]
         on_tiles = np.bincount(tiles, weights=fixed + per_vertex, minlength=num_tiles)
         by_type_tile.append((name, on_tiles.astype(np.int64)))
+        count = np.bincount(tiles, minlength=num_tiles).astype(np.int64)
+        of_lists = np.bincount(tiles, weights=per_vertex, minlength=num_tiles)
+        edges = (fixed - code.vertex_header_bytes) * count
+        parts.append((name, edges, of_lists.astype(np.int64)))
     per_tile = np.bincount(table.tiles, weights=sizes, minlength=num_tiles).astype(np.int64)
     lists = np.bincount(table.tiles, weights=descriptors, minlength=num_tiles).astype(np.int64)
-    return VertexState(per_tile, tuple(by_type), tuple(by_type_tile), lists)
+    return VertexState(per_tile, tuple(by_type), tuple(by_type_tile), lists, tuple(parts))
 
 
 def vertex_cycles(

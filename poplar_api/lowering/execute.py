@@ -139,6 +139,6 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
     inter = interleaved_keys(table, em.state, em.variables, em.num_tiles)
     em.compute_sets[cs.id] = ComputeSetRecord(
         cs.id, cs.name, node, st.per_tile, st.by_type, inter, st.descriptors_per_tile,
-        st.by_type_tile,
+        st.by_type_tile, st.parts_by_type_tile,
     )  # fmt: skip
     return node

@@ -349,25 +349,37 @@ def _vertex_state_blocks(
     by_vertex_type: dict[str, int],
     code: CodeConfig,
     data_by_type: dict[str, np.ndarray],
+    parts: dict[str, dict[str, np.ndarray]] | None = None,
 ) -> list[BlockTable]:
     """Vertex state per compute set and tile: the graph's compute sets (their
     vector-list descriptors as ``vectorListDescriptor`` blocks beside the rest of the
     state), then the on-tile copies lowering made (one copy vertex per tile, its state
     held as ``copyDescriptor``, Poplar's storage of copy descriptors). ``data_by_type``
-    gets each vertex type's state bytes per tile."""
+    gets each vertex type's state bytes per tile; ``parts`` (``"byType"`` and
+    ``"byComputeSet"``: name -> rows edge pointers, descriptors, copy pointers, each
+    on every tile) the parts of that state."""
     kw = {"element_bytes": 4, "region": NON_INTERLEAVED}
     blocks: list[BlockTable] = []
     in_cs: set[int] = set()
+    parts = parts if parts is not None else {"byType": {}, "byComputeSet": {}}
+    zero = np.zeros(nt, np.int64)
     for record in records:
         in_cs.update(id(s) for s in record.node.body)
         for tname, nbytes in record.state_by_type:
             by_vertex_type[tname] = by_vertex_type.get(tname, 0) + nbytes
         for tname, on_tiles in record.state_by_type_tile:
             data_by_type[tname] = data_by_type.get(tname, 0) + on_tiles
+        edges = zero
+        for tname, on_edges, on_lists in record.parts_by_type_tile:
+            add = np.stack((on_edges, on_lists, zero))
+            parts["byType"][tname] = parts["byType"].get(tname, 0) + add
+            edges = edges + on_edges
         per_tile = record.state_per_tile
         by_compute_set[record.name] = by_compute_set.get(record.name, 0) + per_tile
         lists = record.descriptors_per_tile
         lists = np.zeros(nt, np.int64) if lists is None else lists
+        add = np.stack((edges, lists, zero))
+        parts["byComputeSet"][record.name] = parts["byComputeSet"].get(record.name, 0) + add
         blocks.append(_per_tile_blocks(record.name, "vertexInstanceState", per_tile - lists, **kw))
         blocks.append(_per_tile_blocks(record.name, "vectorListDescriptor", lists, **kw))
     for step in computes:
@@ -379,6 +391,9 @@ def _vertex_state_blocks(
         tname = step.vertex_type_names[0]
         by_vertex_type[tname] = by_vertex_type.get(tname, 0) + int(per_tile.sum())
         data_by_type[tname] = data_by_type.get(tname, 0) + per_tile
+        add = np.stack((zero, zero, per_tile))
+        parts["byType"][tname] = parts["byType"].get(tname, 0) + add
+        parts["byComputeSet"][step.name] = parts["byComputeSet"].get(step.name, 0) + add
         blocks.append(_per_tile_blocks(step.name, "copyDescriptor", per_tile, **kw))
     return blocks
 
@@ -437,6 +452,7 @@ def place_memory(
     by_compute_set: dict[str, np.ndarray] = {}
     by_vertex_type: dict[str, int] = {}
     data_by_type: dict[str, np.ndarray] = {}
+    parts: dict[str, dict[str, np.ndarray]] = {"byType": {}, "byComputeSet": {}}
     owners = owners if owners is not None else OwnerCache()
     index = index if index is not None else VariableIndex(state)
     variables, extra = _variable_blocks(state, live, index, records, nt, owners)
@@ -446,7 +462,7 @@ def place_memory(
             *_vertex_code_blocks(computes, nt, by_vertex_type, cfg.code),
             variables,
             *_vertex_state_blocks(
-                records, computes, nt, by_compute_set, by_vertex_type, cfg.code, data_by_type
+                records, computes, nt, by_compute_set, by_vertex_type, cfg.code, data_by_type, parts
             ),
             *_buffer_blocks(walk, timing, nt),
         ]
@@ -455,6 +471,9 @@ def place_memory(
     spec = MemorySpec.from_config(cfg.memory)
     report = plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)
     report.vertex_data_by_type = data_by_type
+    # the parts of that state (edge pointers, descriptors, copy pointers) the graph
+    # profile's byVertexType and byComputeSet list; read with getattr there
+    report.vertex_data_parts = parts
     for k, category in enumerate(extra.categories):  # later live ranges: bytes count once
         rows = extra.category == k
         np.subtract.at(report.by_category[category], extra.tile[rows], extra.size[rows])
