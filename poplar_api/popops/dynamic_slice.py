@@ -41,7 +41,7 @@ from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, Vector
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph, Segments
 from poplar_api.library_checks import check_graph
-from poplar_api.popops.layout import UINT_MAX, _checked_tiles, _regions, split_regions
+from poplar_api.popops.layout import UINT_MAX, _checked_tiles, _regions, _spans, split_regions
 from poplar_api.poputil import cloneTensor
 from poplar_api.program import Execute, Sequence
 from poplar_api.tensor import Tensor
@@ -109,13 +109,6 @@ def slice_2d_estimate(
 def _scalars(batch: Any) -> np.ndarray:
     """Each vertex's value of a one-element field."""
     return batch.data[batch.offsets[:-1]].astype(np.int64)
-
-
-def _spans(begins: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``begins[k] .. begins[k] + lengths[k] - 1`` of every span in turn."""
-    lengths = np.asarray(lengths, np.int64)
-    firsts = np.cumsum(lengths) - lengths
-    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(begins - firsts, lengths)
 
 
 def _copy(src: np.ndarray, src_at: np.ndarray, dst: np.ndarray, dst_at: np.ndarray) -> None:
