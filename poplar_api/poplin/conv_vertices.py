@@ -133,7 +133,10 @@ class _ConvPartialBase(MultiVertex):
         :func:`compute_one` with the same shapes and strides, accumulated in the same
         order, so the values are those of running the vertices one by one. A vertex
         whose fields are not regular (wrong counts, sizes or rows) is run alone by
-        :func:`compute_one`, which says which.
+        :func:`compute_one`, which says which. When the batch is the copies of the same
+        vertices in every replica (``RUN_REPLICAS``), the classes are found on replica
+        0's vertices only (:func:`_replica_zero`) and each class runs every replica's
+        copies: the same classes, in the same order, as planning the whole batch.
         """
         fields = tuple(batches[f] for f in ("in", "weights", "out", "worklists", "params"))
         ok = np.ones(num_vertices, dtype=bool)
