@@ -158,3 +158,15 @@ def test_single_input_reduce_add_adds_the_flat_partials_to_the_initial_one():
         rows = flat[v].astype(np.float64).reshape(p, e) if e else np.zeros((0, 0))
         want = (init[v].astype(np.float64) + rows.sum(axis=0)).astype(np.float32)
         np.testing.assert_array_equal(out.data[out.offsets[v] : out.offsets[v + 1]], want)
+
+
+def test_every_replicas_elements_are_gathered_as_numpy_takes_them():
+    from poplar_api.lowering.runs import take_rows
+
+    rng = np.random.default_rng(8)
+    for dtype, index in ((np.uint32, np.int64), (np.uint16, np.int32), (np.uint8, np.int64)):
+        full = rng.integers(0, 200, (5, 97)).astype(dtype)
+        ix = rng.integers(0, 97, 300).astype(index)
+        out = np.empty((5, ix.size), dtype)
+        take_rows(full, ix, out)
+        np.testing.assert_array_equal(out, full.take(ix, axis=1))

@@ -512,8 +512,12 @@ class _Replicated:
     def gather(self, ft: FieldTable, ix: np.ndarray | slice) -> FieldBatch:
         """Field ``ft`` (elements ``ix``) of every replica, packed replica after replica."""
         full = self.storage.full[ft.type.size]
-        # (take gives C order; full[:, ix] may not be, and would be copied again)
-        raw = full[:, ix].copy() if isinstance(ix, slice) else full.take(ix, axis=1)
+        # (a gather gives C order; full[:, ix] may not be, and would be copied again)
+        if isinstance(ix, slice):
+            raw = full[:, ix].copy()
+        else:
+            raw = np.empty((full.shape[0], ix.size), full.dtype)
+            runs.take_rows(full, ix, raw)
         typed = raw != 0 if ft.type.numpy.kind == "b" else raw.view(ft.type.numpy)
         data = typed.reshape(-1).astype(ft.spec.kernel_dtype, copy=False)
         found = self._offsets.get(id(ft))

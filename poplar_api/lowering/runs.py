@@ -37,6 +37,17 @@ def change_points(owner: np.ndarray, size: int) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
+def take_rows(full, ix, out):  # pragma: no cover
+    """``out[r] = full[r, ix]`` for every row ``r`` (every replica's elements ``ix``; a
+    third faster than ``np.take`` on axis 1, which moves an element at a time through a
+    generic loop)."""
+    for r in range(full.shape[0]):
+        row, dst = full[r], out[r]
+        for i in range(ix.shape[0]):
+            dst[i] = row[ix[i]]
+
+
+@numba.njit(cache=True, nogil=True)
 def copy_ranges(target, source, begin, end):  # pragma: no cover
     """``target[begin[k]:end[k]] = source[begin[k]:end[k]]`` for every ``k``."""
     for k in range(begin.size):
