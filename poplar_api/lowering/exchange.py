@@ -529,6 +529,18 @@ def _in_order(tile, lo):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
+def _joined(lo, hi, p, end):  # pragma: no cover - compiled
+    """Range ``p`` joined with the ranges after it (up to ``end``, sorted by ``lo``)
+    that overlap or touch it: (its lo, its hi, the first range after them)."""
+    a, b = lo[p], hi[p]
+    p += 1
+    while p < end and lo[p] <= b:
+        b = max(b, hi[p])
+        p += 1
+    return a, b, p
+
+
+@numba.njit(cache=True)
 def _pair_overlap(tile, lo, hi, tiles_per_ipu, common):  # pragma: no cover - compiled
     """Per tile, the ids it receives that its bus partner (local tile ``2k`` with
     ``2k + 1``) receives too (``common``, added to), from id ranges ``[lo, hi)`` sorted
@@ -546,14 +558,8 @@ def _pair_overlap(tile, lo, hi, tiles_per_ipu, common):  # pragma: no cover - co
             k = j
             while k < m and tile[k] == t + 1:
                 k += 1
-            a, b = i + 1, j + 1  # the next range of each side
-            a0, a1, b0, b1 = lo[i], hi[i], lo[j], hi[j]
-            while a < j and lo[a] <= a1:
-                a1 = max(a1, hi[a])
-                a += 1
-            while b < k and lo[b] <= b1:
-                b1 = max(b1, hi[b])
-                b += 1
+            a0, a1, a = _joined(lo, hi, i, j)
+            b0, b1, b = _joined(lo, hi, j, k)
             both = 0
             while True:
                 overlap = min(a1, b1) - max(a0, b0)
@@ -562,19 +568,11 @@ def _pair_overlap(tile, lo, hi, tiles_per_ipu, common):  # pragma: no cover - co
                 if a1 < b1:
                     if a == j:
                         break
-                    a0, a1 = lo[a], hi[a]
-                    a += 1
-                    while a < j and lo[a] <= a1:
-                        a1 = max(a1, hi[a])
-                        a += 1
+                    a0, a1, a = _joined(lo, hi, a, j)
                 else:
                     if b == k:
                         break
-                    b0, b1 = lo[b], hi[b]
-                    b += 1
-                    while b < k and lo[b] <= b1:
-                        b1 = max(b1, hi[b])
-                        b += 1
+                    b0, b1, b = _joined(lo, hi, b, k)
             common[t] += both
             common[t + 1] += both
             j = k
