@@ -74,6 +74,10 @@ def test_liveness_has_the_shape_graphcores_readers_use():
     points = lv["programPoints"]
     assert [p["notAlwaysLive"] for p in points] == live.sum(axis=1).tolist()
     assert {p["alwaysLive"] for p in points} == {int(always.sum())}
+    tree = lv["notAlwaysLive"]["byProgram"]
+    assert [(n["name"], n["bytes"], n["children"]) for n in tree] == [
+        (p["name"], p["notAlwaysLive"], []) for p in points
+    ]
 
 
 def test_temporaries_that_never_live_together_peak_at_the_larger():

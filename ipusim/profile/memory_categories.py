@@ -296,8 +296,11 @@ def liveness(report: Any) -> dict[str, Any]:
     ``notAlwaysLive.maxBytesByTile`` the most bytes of not-always-live blocks live at
     one program point on each tile (a block is live from its first to its last point;
     one that ends at a point and one that starts at the next never count together);
-    ``programPoints`` one entry per program point: its name and the bytes of
-    not-always-live and of always-live blocks, summed over tiles.
+    ``notAlwaysLive.byProgram`` the tree of ``bytes`` and ``children`` that
+    graphcore/tensorflow's Poplar test utilities walk for the peak (Poplar nests it by
+    program; here every program point is a leaf with its not-always-live bytes summed
+    over tiles); ``programPoints`` one entry per program point: its name and the bytes
+    of not-always-live and of always-live blocks, summed over tiles.
     """
     nt = int(report.num_tiles)
     b = report.blocks
@@ -317,7 +320,12 @@ def liveness(report: Any) -> dict[str, Any]:
     np.maximum.at(peak, tiles[order], running)
     return {
         "alwaysLive": {"bytesByTile": np.rint(held).astype(np.int64).tolist()},
-        "notAlwaysLive": {"maxBytesByTile": peak.tolist()},
+        "notAlwaysLive": {
+            "maxBytesByTile": peak.tolist(),
+            "byProgram": [
+                {"name": str(n), "bytes": int(a), "children": []} for n, a, _ in report.liveness
+            ],
+        },
         "programPoints": [
             {"name": str(n), "notAlwaysLive": int(a), "alwaysLive": int(c)}
             for n, a, c in report.liveness
