@@ -21,7 +21,7 @@ import pytest
 from codelets_common import CopyVec, vertex_on
 
 from ipusim.config import load_config
-from poplar_api import FLOAT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, Engine, Graph, IPUModel, concat
 from poplar_api import program as prog
 
 E = 100  # thread cycles of the compute vertex
@@ -44,9 +44,11 @@ COMPUTE = 6 * E
 COPY = HOST_SYNC + 4 * N // 4 + (4 * N // len(IO)) // 4
 
 
-def _run(io_graph: bool, granularity: str = "ipu", copies: int = 1):
+def _run(io_graph: bool, granularity: str = "ipu", copies: int = 1, pipeline: bool = False):
     """A program ``Repeat(copies, [compute on tiles 0..5, copy into the I/O tiles])``;
-    the stream is made on the I/O tiles' virtual graph, or on the top-level graph."""
+    the stream is made on the I/O tiles' virtual graph, or on the top-level graph.
+    ``pipeline``: the steady state of OverlappedIO.cpp instead, ``[copy into the I/O
+    tiles, compute, copy from the I/O tiles to the compute tiles]``."""
     cfg = load_config("tiny", {**ROUND, "sim.granularity": granularity})
     device = IPUModel(cfg).createDevice()
     graph = Graph(device.getTarget())
@@ -58,15 +60,22 @@ def _run(io_graph: bool, granularity: str = "ipu", copies: int = 1):
         io.setTileMapping(landing[i], i)
     graph.createHostRead("io_in", landing)
     cs = compute.addComputeSet("work")
+    inputs = []
     for tile in range(IO[0]):
         x = compute.addVariable(FLOAT, [4], f"x{tile}")
         y = compute.addVariable(FLOAT, [4], f"y{tile}")
         compute.setTileMapping(x, tile)
         compute.setTileMapping(y, tile)
         vertex_on(compute, cs, "CopyVec", {"src": x, "dst": y}, tile, E)
+        inputs.append(x)
     owner = io if io_graph else graph
     stream = owner.addHostToDeviceFIFO("in", FLOAT, N)
-    body = prog.Sequence([prog.Execute(cs), prog.Copy(stream, landing)])
+    host_in = prog.Copy(stream, landing)
+    if pipeline:  # the compute tiles take 4 floats each of what the I/O tiles hold
+        hand_over = prog.Copy(landing.flatten()[: 4 * IO[0]], concat(inputs))
+        body = prog.Sequence([host_in, prog.Execute(cs), hand_over])
+    else:
+        body = prog.Sequence([prog.Execute(cs), host_in])
     engine = Engine(graph, prog.Repeat(copies, body), {"exchange.enablePrefetch": "false"})
     engine.load(device)
     data = np.arange(N * copies, dtype=np.float32)
@@ -100,6 +109,26 @@ def test_io_tiles_hold_the_landing_buffer_and_the_values_arrive() -> None:
     got = np.zeros((len(IO), N // len(IO)), np.float32)
     engine.readTensor("io_in", got)
     np.testing.assert_array_equal(got.ravel(), np.arange(N, dtype=np.float32))
+
+
+def test_double_buffered_pipeline_period() -> None:
+    """OverlappedIO.cpp's steady state, [host copy into the I/O tiles, compute, hand
+    24 floats over from I/O tile 6 to the compute tiles (4 each)]. The hand-over
+    takes ``S`` = 96 B / 4 cycles on the sending I/O tile and ``R`` = 16 B / 4 on each
+    compute tile. With I/O tiles an iteration lasts max(S + copy, R + compute); with
+    the stream on the top-level graph every tile waits for the host sync and the link
+    first: S + host sync + link + max(on-chip delivery, compute)."""
+    send, receive = 4 * 24 // 4, 4 * 4 // 4
+    link, on_chip = 4 * N // 4, (4 * N // len(IO)) // 4
+    expected = {
+        True: max(send + COPY, receive + COMPUTE),
+        False: send + HOST_SYNC + link + max(on_chip, COMPUTE),
+    }
+    for io_graph, period in expected.items():
+        trace = _run(io_graph=io_graph, copies=3, pipeline=True).getTrace()
+        ends = [r.last_cycle for r in trace.records if r.name.endswith("/Exchange")]
+        assert len(ends) == 3
+        assert [ends[2] - ends[1], ends[1] - ends[0]] == [period, period]
 
 
 @pytest.mark.parametrize("copies", [1, 3])
