@@ -9,11 +9,14 @@ the program builds.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jsonschema
 import numpy as np
 from codelets_common import mapped, tiny_graph
 
 from ipusim.profile.execution import schema
+from ipusim.profile.memory_categories import liveness, overlapped_blocks
 from poplar_api import FLOAT, Engine
 from poplar_api import program as prog
 
@@ -88,3 +91,27 @@ def test_temporaries_that_never_live_together_peak_at_the_larger():
     assert peak[1] == 8 * 4
     # tile 0: keep is read by the host, so it is live throughout
     assert lv["alwaysLive"]["bytesByTile"][0] >= 16 * 4
+
+
+def test_narrow_integer_columns_are_widened_before_adding():
+    """A placed report keeps its block columns in the narrowest integer types; a block
+    live up to point 127 in int8 columns (127 + 1 would wrap) and offsets near the top
+    of int16 (offset + size would wrap) give what int64 columns give."""
+    blocks = SimpleNamespace(
+        tile=np.array([0, 0, 1], np.int8),
+        size=np.array([100, 27, 5], np.int8),
+        always=np.array([False, False, True]),
+        live_first=np.array([120, 127, 0], np.int8),
+        live_last=np.array([127, 127, 0], np.int8),
+    )
+    report = SimpleNamespace(
+        num_tiles=2, blocks=blocks, liveness=[(f"p{i}", 0, 0) for i in range(200)]
+    )
+    lv = liveness(report)
+    # tile 0: both blocks live at point 127 only together; tile 1: always live
+    assert lv["notAlwaysLive"]["maxBytesByTile"] == [127, 0]
+    assert lv["alwaysLive"]["bytesByTile"] == [0, 5]
+    start = np.array([32700, 32760], np.int16)  # the first ends at 32800, past int16
+    size = np.array([100, 4], np.int16)
+    zeros = np.zeros(2, np.int8)
+    assert overlapped_blocks(zeros, zeros, start, size).tolist() == [True, True]

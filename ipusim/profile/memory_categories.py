@@ -118,6 +118,8 @@ def overlapped_blocks(
     when the next block of its (tile, region) starts below its own end. The furthest
     end is a running maximum per group, so one numpy pass finds both.
     """
+    # the report keeps its columns in the narrowest integer types: widen before adding
+    tile, region, start, size = (np.asarray(a, np.int64) for a in (tile, region, start, size))
     n = int(tile.size)
     out = np.zeros(n, bool)
     live = np.flatnonzero(size > 0)
@@ -306,12 +308,15 @@ def liveness(report: Any) -> dict[str, Any]:
     b = report.blocks
     points = len(report.liveness)
     always = np.asarray(b.always, bool)
-    held = np.bincount(b.tile[always], weights=b.size[always], minlength=nt)
-    lo, hi = b.live_first, b.live_last
+    # the report keeps its columns in the narrowest integer types: widen before adding
+    tile, size, lo, hi = (
+        np.asarray(a, np.int64) for a in (b.tile, b.size, b.live_first, b.live_last)
+    )
+    held = np.bincount(tile[always], weights=size[always], minlength=nt)
     ok = ~always & (lo <= hi) & (hi >= 0) & (lo < points)
-    tiles = np.concatenate((b.tile[ok], b.tile[ok])).astype(np.int64)
+    tiles = np.concatenate((tile[ok], tile[ok]))
     where = np.concatenate((np.clip(lo[ok], 0, points), np.clip(hi[ok] + 1, 0, points)))
-    delta = np.concatenate((b.size[ok], -b.size[ok])).astype(np.int64)
+    delta = np.concatenate((size[ok], -size[ok]))
     # by tile, then point, ends before starts: every tile's deltas add up to 0, so one
     # running sum over all of them is each tile's live bytes after each event
     order = np.lexsort((delta, where, tiles))
