@@ -9,7 +9,11 @@ without an index array. Each must read back exactly what was connected.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
+import pytest
 from codelets_common import Gather
 
 from poplar_api import FLOAT, ComputeSet, Graph, IPUModel, Tensor
@@ -134,7 +138,6 @@ def test_session_keeps_no_per_node_records_once_compiled() -> None:
     """The per-node records (each node's input and output tensors, with their index
     arrays) are what the training and pipelining builds read; a compiled session
     drops them and still runs."""
-    import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "models"))
@@ -157,3 +160,27 @@ def test_session_keeps_no_per_node_records_once_compiled() -> None:
     anchors = session.initAnchorArrays()
     session.run(popart.PyStepIO(inputs, anchors))
     assert np.isfinite(anchors[outputs[0]]).all()
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_freed_heap_pages_go_back_to_the_system() -> None:
+    """Arrays of a few hundred KiB come from glibc's heap once a freed large array has
+    raised the mmap threshold; freeing every other one leaves their pages resident
+    until :func:`release_free_heap` returns them."""
+    from ipusim.host_heap import release_free_heap
+
+    big = np.ones(40_000_000 // 8)  # mmapped; freeing it raises the mmap threshold
+    del big
+    arrays = [np.ones(1_000_000 // 8) for _ in range(300)]  # 300 MB from the heap
+    del arrays[::2]  # 150 MB free, between live chunks: no trim of the heap's top
+    before = _resident_bytes()
+    if not release_free_heap():
+        pytest.skip("this C library has no malloc_trim or had nothing to release")
+    released = before - _resident_bytes()
+    assert released > 100e6, f"{released / 1e6:.0f} MB released"
+    assert all(float(a[-1]) == 1.0 for a in arrays)  # the live arrays are untouched

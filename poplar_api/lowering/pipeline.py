@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ipusim import ir
+from ipusim.host_heap import release_free_heap
 from ipusim.tile.memory import MemoryReport
 from ipusim.timing import TimingModel
 from poplar_api.errors import GraphValidationError, OutOfMemoryError
@@ -175,6 +176,9 @@ def compile(
         The placement does not fit and ``debug.allowOutOfMemory`` is not ``true``.
     """
     options = options or {}
+    # each step frees large temporaries; their heap pages go back to the system
+    # before the next (``ipusim.host_heap``), so the peak resident set is what is live
+    release_free_heap()
     owners = OwnerCache()
     index = VariableIndex(state)
     checked = validate_graph(state, owners)
@@ -190,10 +194,14 @@ def compile(
     problems = [*checked.problems, *emitted.problems]
     if problems:
         raise GraphValidationError(problems)
+    release_free_heap()
     live = liveness(state, emitted.program, emitted.accesses, index)
     timing = timing if timing is not None else TimingModel(state.target.config)
     memory = place_memory(state, live, emitted.compute_sets, timing, owners, index)
     allow_oom = str(options.get("debug.allowOutOfMemory", "false")).lower() == "true"
     if memory.out_of_memory and not allow_oom:
         raise OutOfMemoryError(out_of_memory_message(memory), memory)
-    return Compiled(emitted.program, lowered, lowered.storage, host, live, memory)
+    compiled = Compiled(emitted.program, lowered, lowered.storage, host, live, memory)
+    del emitted, owners, index  # the accesses and look-ups: freed before the heap is trimmed
+    release_free_heap()
+    return compiled
