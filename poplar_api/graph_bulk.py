@@ -29,6 +29,7 @@ import numpy as np
 
 from poplar_api.errors import GraphError, TensorError
 from poplar_api.tensor import Tensor
+from poplar_api.tensor_views import piece_runs
 from poplar_api.vertices import NO_ESTIMATE, UNMAPPED, ListBlock
 
 if TYPE_CHECKING:
@@ -185,13 +186,15 @@ def _list_ids(graph: Graph, t: Tensor, ids: np.ndarray) -> np.ndarray:
 
 def _runs_of(ids: np.ndarray, begins: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """Whether each piece ``ids[begins[i] : begins[i] + sizes[i]]`` is a run of
-    consecutive ids (empty pieces are not)."""
-    if ids.size == 0:
-        return np.zeros(sizes.size, bool)
-    breaks = np.concatenate(([0], np.cumsum(ids[1:] - ids[:-1] != 1)))
-    last = np.maximum(begins + sizes - 1, 0)
-    safe = np.minimum(begins, ids.size - 1)
-    return (sizes > 0) & (breaks[np.minimum(last, ids.size - 1)] == breaks[safe])
+    consecutive ids (empty pieces are not); the pieces lie within ``ids``."""
+    out = np.zeros(sizes.size, bool)
+    if not (ids.size and sizes.size):
+        return out
+    begins, sizes = begins.astype(np.int64, copy=False), sizes.astype(np.int64, copy=False)
+    if int(begins.min()) < 0 or int((begins + sizes).max()) > ids.size:
+        raise ValueError(f"pieces outside the {ids.size} ids they are taken from")
+    piece_runs(ids, begins, sizes, out)
+    return out
 
 
 class VertexRange(Sequence):
@@ -566,19 +569,19 @@ class BulkGraphMethods:
                 f"addVertices: {len(vertexType)} vertex types given for {n} tiles; hint: one "
                 "type per vertex, or a single type for all"
             )
+        # the distinct types in order of first appearance, then each vertex's position
+        # in them (two passes in C over the sequence, no Python statement per vertex)
+        seen = dict.fromkeys(vertexType)
         kinds: list = []
-        seen: dict[Any, int] = {}
-        which = np.empty(n, np.int64)
-        for i, v in enumerate(vertexType):
-            k = seen.get(v)
-            if k is None:
-                vt = codelets.get(v) if type(v) is str else None
-                kinds.append(vt if vt is not None else self._vertex_type(v))
-                k = seen[v] = len(kinds) - 1
-            which[i] = k
+        for k, v in enumerate(seen):
+            vt = codelets.get(v) if type(v) is str else None
+            kinds.append(vt if vt is not None else self._vertex_type(v))
+            seen[v] = k
         if not kinds:
             raise GraphError("addVertices: an empty sequence of vertex types; give a type")
-        return kinds, (None if len(kinds) == 1 else which)
+        if len(kinds) == 1:
+            return kinds, None
+        return kinds, np.fromiter(map(seen.__getitem__, vertexType), np.int64, n)
 
 
 def _vector_or_list(specs: list, value: Any) -> bool:

@@ -25,7 +25,7 @@ from poplar_api.errors import TensorError, TensorIndexError, TypeMismatchError
 if TYPE_CHECKING:
     from poplar_api.tensor import Tensor
 
-__all__ = ["Interval", "TensorViews", "UpsampleMethod"]
+__all__ = ["Interval", "TensorViews", "UpsampleMethod", "piece_runs"]
 
 #: Operations of lazily named views (``(parent label, format, a, b)`` labels).
 _ITEM = "[{}]"
@@ -58,6 +58,21 @@ def _is_run(flat):  # pragma: no cover - compiled
         if flat[k] != flat[k - 1] + 1:
             return False
     return True
+
+
+@numba.njit(cache=True, nogil=True)
+def piece_runs(ids, begins, sizes, out):  # pragma: no cover - compiled
+    """``out[i]``: whether piece ``ids[begins[i] : begins[i] + sizes[i]]`` is a run of
+    ascending consecutive ids (empty pieces are not); each piece compared until its
+    first break. The pieces must lie within ``ids``."""
+    for i in range(sizes.shape[0]):
+        a, n = begins[i], sizes[i]
+        run = n > 0
+        for k in range(a + 1, a + n):
+            if ids[k] != ids[k - 1] + 1:
+                run = False
+                break
+        out[i] = run
 
 
 class UpsampleMethod(enum.Enum):

@@ -22,6 +22,7 @@ import itertools
 import math
 from typing import Any
 
+import numba
 import numpy as np
 
 from poplar_api.graph import Constants, Graph, Segments
@@ -226,18 +227,34 @@ def pattern(
 
 
 class Assembler:
-    """Per-shape gathered rows put into one field in vertex order."""
+    """Per-shape gathered rows put into one field in vertex order.
+
+    A shape's rows are either given (:meth:`add`) or gathered from a source array by
+    one index pattern plus a base per member (:meth:`gather`); :meth:`field` writes
+    them straight into the field's array in one compiled pass per shape (no
+    members-by-pattern array made first)."""
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.lengths = np.zeros(n, np.int64)
         self.npieces = np.zeros(n, np.int64)
-        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        #: (members, source, base per member, pattern, piece sizes)
+        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, members: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
-        self.lengths[members] = values.shape[1]
+        """Row ``k`` of ``values`` is vertex ``members[k]``'s, in pieces of ``sizes``."""
+        width = values.shape[1]
+        base = np.arange(members.size, dtype=np.int64) * width
+        self.gather(members, values.reshape(-1), base, np.arange(width, dtype=np.int64), sizes)
+
+    def gather(
+        self, members: np.ndarray, source: np.ndarray, base: np.ndarray, rel: np.ndarray,
+        sizes: np.ndarray,
+    ) -> None:  # fmt: skip
+        """Vertex ``members[k]`` gets ``source[base[k] + rel]``, in pieces of ``sizes``."""
+        self.lengths[members] = rel.size
         self.npieces[members] = sizes.size
-        self.rows.append((members, values, sizes))
+        self.rows.append((members, source, base.astype(np.int64, copy=False), rel, sizes))
 
     def field(self) -> _Field:
         at = np.zeros(self.n + 1, np.int64)
@@ -246,19 +263,30 @@ class Assembler:
         np.cumsum(self.npieces, out=piece_at[1:])
         flat = np.empty(int(at[-1]), np.int64)
         sizes = np.empty(int(piece_at[-1]), np.int64)
-        for members, values, psizes in self.rows:
-            # runs of consecutive vertices take their rows as one slice each
-            cuts = np.flatnonzero(np.diff(members) != 1) + 1
-            if cuts.size < 64:
-                for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), members.size], strict=True):
-                    v0, v1 = int(members[a]), int(members[b - 1]) + 1
-                    flat[at[v0] : at[v1]] = values[a:b].ravel()
-                    sizes[piece_at[v0] : piece_at[v1]] = np.tile(psizes, b - a)
+        for members, source, base, rel, psizes in self.rows:
+            if not (members.size and rel.size):
                 continue
-            flat[(at[members][:, None] + np.arange(values.shape[1])).reshape(-1)] = values.ravel()
-            where = piece_at[members][:, None] + np.arange(psizes.size)
-            sizes[where.reshape(-1)] = np.broadcast_to(psizes, where.shape).reshape(-1)
+            lowest = int(base.min()) + int(rel.min())
+            if lowest < 0 or int(base.max()) + int(rel.max()) >= source.size:
+                # not a plain gather (numpy's negative positions count from the end)
+                dst = (at[members][:, None] + np.arange(rel.size)).reshape(-1)
+                flat[dst] = source[(base[:, None] + rel).reshape(-1)]
+            else:
+                _gather_rows(source, base, rel, members, at, flat)
+            every = np.arange(psizes.size, dtype=np.int64)  # each member all piece sizes
+            _gather_rows(psizes, np.zeros(members.size, np.int64), every, members, piece_at, sizes)
         return _Field(flat, sizes, self.npieces, at, piece_at)
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_rows(source, base, rel, members, at, out):  # pragma: no cover - compiled
+    """``out[at[members[k]] + j] = source[base[k] + rel[j]]`` for every member ``k``
+    and pattern position ``j`` (positions checked by the caller)."""
+    width = rel.shape[0]
+    for k in range(members.shape[0]):
+        s, b = at[members[k]], base[k]
+        for j in range(width):
+            out[s + j] = source[b + rel[j]]
 
 
 def plan_partials(
@@ -365,6 +393,7 @@ def plan_partials(
     ker_st = np.array(ker_c.strides, np.int64) // ker_c.itemsize
     dst_st = np.array(dst_pos.strides, np.int64) // dst_pos.itemsize
     dst_flat = dst_pos.reshape(-1)
+    act_flat, ker_flat = act_c.reshape(-1), ker_c.reshape(-1)
     ins, ws, outs = Assembler(n), Assembler(n), Assembler(n)
     estimates = np.empty(n, np.int64)
     pvals = np.empty((n, 8), np.int64)
@@ -406,15 +435,9 @@ def plan_partials(
         o_base = o_base + lo[b, -2] * o_st[-1]
         if need_reduce:
             o_base = o_base + ix[b, -1] * dst_st[0]
-        rel, sizes = pattern(act_st, in_pieces)
-        vals = act_c.reshape(-1)[in_base[:, None] + rel]
-        if plan.expanded:
-            pad[members] = (vals < 0).any(1)
-        ins.add(members, vals, sizes)
-        rel, sizes = pattern(ker_st, w_pieces)
-        ws.add(members, ker_c.reshape(-1)[w_base[:, None] + rel], sizes)
-        rel, sizes = pattern(o_st, out_pieces)
-        outs.add(members, dst_flat[o_base[:, None] + rel], sizes)
+        ins.gather(members, act_flat, in_base, *pattern(act_st, in_pieces))
+        ws.gather(members, ker_flat, w_base, *pattern(ker_st, w_pieces))
+        outs.gather(members, dst_flat, o_base, *pattern(o_st, out_pieces))
         counts = (int(g_n), len(ig_r), len(og_r))
         chans = (ci_n, co_n)
         est = kind.estimates.get((counts, chans))
@@ -429,6 +452,11 @@ def plan_partials(
                           geom.in_stride, geom.out_stride]  # fmt: skip
         kind_of[members] = sid[vb[f]]
     tiles = block_tiles[vb]
+    ins_field = ins.field()
+    if plan.expanded:  # vertices reading a zero of the expanded input (position -1)
+        pad = np.zeros(n, bool)
+        zeros_at = np.flatnonzero(ins_field.flat < 0)
+        pad[np.searchsorted(ins_field.at, zeros_at, side="right") - 1] = True
     # the constants, in block order: a tile's zero on its first padded vertex, then
     # each vertex's worklists and parameters
     padded = np.flatnonzero(pad)
@@ -469,7 +497,6 @@ def plan_partials(
     zero_tiles = tiles[zero_v].tolist()
     zero_specs = dict(zip(zero_tiles, zero_spec.tolist(), strict=True))
     zero_at = {t: act_size + r for r, t in enumerate(zero_tiles)}
-    ins_field = ins.field()
     if pad.any():  # each -1 becomes the position of the tile's zero
         per_elem = np.repeat(tiles, ins_field.at[1:] - ins_field.at[:-1])
         miss = ins_field.flat < 0

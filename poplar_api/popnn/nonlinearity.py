@@ -33,6 +33,8 @@ from __future__ import annotations
 import enum
 import math
 
+import numpy as np
+
 from poplar_api import popops
 from poplar_api import program as _program
 from poplar_api.errors import GraphError, TypeMismatchError
@@ -46,10 +48,11 @@ from poplar_api.popops.layout import (
     RPT_COUNT_MAX,
     UINT_MAX,
     ElemOperand,
+    PlannedVertices,
     add_vertices,
+    plan_tiles,
     split_pieces,
     split_regions,
-    tile_regions,
 )
 from poplar_api.popops.reduce import Operation
 from poplar_api.tensor import Tensor
@@ -89,23 +92,27 @@ _POPOPS = ("RELU", "SIGMOID", "TANH")
 _MAX_N_FIELD = 0xFFFF
 
 
-def _plan(graph: Graph, ref: Tensor, cls_1d: type, cls_2d: type, limit_1d: int, grad: bool):
-    """``(tile, class, pieces, rows)`` per vertex, as ``NonLinearity.cpp`` chooses."""
+def _plan(
+    graph: Graph, ref: Tensor, cls_1d: type, cls_2d: type, limit_1d: int, grad: bool
+) -> PlannedVertices:
+    """The vertices of every tile, as ``NonLinearity.cpp`` chooses them from the sizes
+    of the tile's regions (planned once per distinct list of sizes, see
+    :func:`~poplar_api.popops.layout.plan_tiles`)."""
     target = graph.getTarget()
     workers = target.getNumWorkerContexts()
     vw = target.getVectorWidth(ref.elementType())
     max_2d = RPT_COUNT_MAX * vw
-    out = []
-    for tr in tile_regions(graph, ref, "nonLinearity"):
-        sizes = tr.sizes
+
+    def plan_tile(regions: list[np.ndarray]) -> list[tuple[type, list[np.ndarray], bool]]:
+        sizes = [int(r.size) for r in regions]
         if len(sizes) == 1 and sizes[0] <= limit_1d:
-            out.append((tr.tile, cls_1d, tr.regions, False))
-            continue
+            return [(cls_1d, regions, False)]
         total = sum(sizes)
         min_vectors = 2 if grad or total > vw * workers else 1
         split = split_regions(sizes, vw, workers, min_vectors * vw, UINT_MAX, max_2d)
-        out.extend((tr.tile, cls_2d, p, True) for p in split_pieces(tr.regions, split))
-    return out
+        return [(cls_2d, p, True) for p in split_pieces(regions, split)]
+
+    return plan_tiles(graph, ref, "nonLinearity", plan_tile)
 
 
 def _elementwise(graph, op: str, t: Tensor, out: Tensor | None, prog, name: str) -> None:

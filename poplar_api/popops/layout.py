@@ -376,7 +376,7 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
         m = ks.size
         parts.append((
             ks,
-            [c for c, _, _ in template] * m,
+            [c for c, _, _ in template],
             np.tile(np.fromiter((r for *_, r in template), bool, len(template)), m),
             np.tile(np.fromiter((len(p) for _, p, _ in template), np.int64, len(template)), m),
             np.tile(np.fromiter((p.size for p in local), np.int64, len(local)), m),
@@ -388,10 +388,16 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
     starts = np.zeros((3, t), np.int64)
     starts[:, in_groups] = np.cumsum(lens[:, in_groups], axis=1) - lens[:, in_groups]
     vertex, piece, element = (_spans(starts[i], lens[i]) for i in range(3))
-    classes = np.empty(int(lens[0].sum()), object)
-    classes[:] = [c for p in parts for c in p[1]]
+    # each vertex's class as a position in the groups' templates (no list per vertex)
+    templates = np.empty(sum(len(p[1]) for p in parts), object)
+    templates[:] = [c for p in parts for c in p[1]]
+    firsts = np.cumsum([0] + [len(p[1]) for p in parts[:-1]])
+    code = np.concatenate([
+        np.tile(np.arange(len(p[1]), dtype=np.int64) + f, p[0].size)
+        for p, f in zip(parts, firsts.tolist(), strict=True)
+    ])  # fmt: skip
     return PlannedVertices(
-        classes[vertex].tolist(),
+        templates[code[vertex]].tolist(),
         np.repeat(tile_of, lens[0]),
         np.concatenate([p[2] for p in parts])[vertex],
         np.concatenate([p[3] for p in parts])[vertex],
