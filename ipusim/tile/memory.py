@@ -567,7 +567,9 @@ def _placement_order(tile: np.ndarray, later: np.ndarray, first: np.ndarray) -> 
                           (first.astype(np.int64) - f_lo, widths[2]),
                           (np.arange(n, dtype=np.int64), widths[3])):  # fmt: skip
         key = (key << width) | values
-    return np.argsort(key)  # keys are distinct (the row is in them)
+    # keys are distinct (the row is in them): sorting them and keeping the row bits
+    # gives the argsort, several times faster
+    return np.sort(key) & ((1 << widths[3]) - 1)
 
 
 def _allocate(

@@ -342,11 +342,19 @@ def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None
         for ft in group.fields:
             if not ft.spec.writes or ft.size == 0:
                 continue
-            lengths = np.diff(ft.bounds)
-            # tiles as int32: one per written element, and there may be tens of millions
-            vtile = np.repeat(table.tiles[ft.positions].astype(np.int32), lengths)
-            owner = state.space(ft.type).tile[ft.ids].astype(np.int32, copy=False)
-            planner.add_grouped(ft.type, ft.ids, vtile, owner)
+            # the written elements another tile owns, found as runs in compiled passes
+            # (no tile array per written element: most writes are to the vertex's own
+            # tile), in reference order; each goes from the vertex's tile to its owner
+            owner = state.space(ft.type).tile
+            vtiles = table.tiles[ft.positions]
+            if ft.runs is None:
+                begin, length, src = pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner)
+            else:
+                begin, length, src = pieces.run_pieces(*ft.runs, vtiles, owner)
+            if begin.size == 0:
+                continue
+            ids = runs.expand(begin, length)
+            planner.add_grouped(ft.type, ids, np.repeat(src, length), owner[ids])
 
 
 def _in_place_bounds(ft: FieldTable, vtype: VertexType) -> tuple[np.ndarray, np.ndarray] | None:

@@ -511,12 +511,7 @@ def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None
 def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of ranges ``[lo, hi)`` as sorted disjoint ranges (touching ones
     joined: consecutive ids travel together)."""
-    lo, hi = runs.sort_ranges(lo, hi)
-    reach = np.maximum.accumulate(hi)
-    new = np.ones(lo.size, bool)
-    new[1:] = lo[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    return lo[first], np.maximum.reduceat(hi, first)
+    return runs.union_sorted(*runs.sort_ranges(lo, hi))
 
 
 @numba.njit(cache=True)

@@ -61,6 +61,7 @@ from ipusim.tile.memory import (
     plan,
 )
 from ipusim.timing import TimingModel
+from poplar_api.lowering import runs
 from poplar_api.lowering.computeset import ComputeSetRecord
 from poplar_api.lowering.exchange import OwnerCache
 from poplar_api.lowering.liveness import Liveness, ProgramPoints, VariableIndex
@@ -220,14 +221,13 @@ def variable_tiles(
             continue
         bases, var_ids, _ = arrays
         changes = owners.changes_of(size, space.tile, n)
-        # both sorted: a stable sort merges the two runs in linear time
-        starts = np.sort(np.concatenate(([0], changes, bases[bases < n])), kind="stable")
-        starts = starts[np.concatenate(([True], starts[1:] != starts[:-1]))]
+        # both ascending: merged in one pass, each start with the variable holding it
+        starts, holder = runs.stretch_starts(changes, bases, n)
         lengths = np.append(starts[1:], n) - starts
         tiles = space.tile[starts].astype(np.int64)
         mapped = tiles >= 0
         # variables are id ranges in id order: the stretches' variables never decrease
-        vids = var_ids[np.searchsorted(bases, starts[mapped], side="right") - 1]
+        vids = var_ids[holder[mapped]]
         var, tile, count = _pair_counts(vids, tiles[mapped], lengths[mapped], nt)
         out_var.append(var)
         out_tile.append(tile)

@@ -371,6 +371,67 @@ def sort_ranges(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return lo[order], other[order]
 
 
+@numba.njit(cache=True, nogil=True)
+def _stretch_starts(changes, bases, size):  # pragma: no cover - compiled
+    # one merge of the two ascending arrays: each start and the last base at or before it
+    starts = np.empty(1 + changes.size + bases.size, np.int64)
+    holder = np.empty(starts.size, np.int64)
+    i = j = k = 0
+    x = 0
+    while True:
+        while j < bases.size and bases[j] <= x:
+            j += 1
+        starts[k] = x
+        holder[k] = j - 1 if j > 0 else bases.size - 1  # numpy's index -1 when none
+        k += 1
+        while i < changes.size and changes[i] <= x:
+            i += 1
+        nxt = size
+        if i < changes.size and changes[i] < nxt:
+            nxt = changes[i]
+        if j < bases.size and bases[j] < nxt:
+            nxt = bases[j]
+        if nxt >= size:
+            return starts[:k], holder[:k]
+        x = nxt
+
+
+def stretch_starts(
+    changes: np.ndarray, bases: np.ndarray, size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The starts of the stretches of ``[0, size)`` cut at owner ``changes`` and at
+    variable ``bases`` (both ascending): the distinct values of ``0``, ``changes`` and
+    ``bases`` below ``size``, in order, and for each the position in ``bases`` of the
+    last base at or before it (``np.searchsorted(bases, starts, "right") - 1``, with
+    ``-1`` taken as numpy takes it: the last), in one pass instead of a sort."""
+    return _stretch_starts(np.asarray(changes, np.int64), np.asarray(bases, np.int64), int(size))
+
+
+@numba.njit(cache=True, nogil=True)
+def _union_sorted(lo, hi):  # pragma: no cover - compiled
+    out_lo = np.empty(lo.size, np.int64)
+    out_hi = np.empty(lo.size, np.int64)
+    k = 0
+    out_lo[0], reach = lo[0], hi[0]
+    for i in range(1, lo.size):
+        if lo[i] > reach:  # a gap: the interval so far is complete
+            out_hi[k] = reach
+            k += 1
+            out_lo[k], reach = lo[i], hi[i]
+        elif hi[i] > reach:
+            reach = hi[i]
+    out_hi[k] = reach
+    return out_lo[: k + 1], out_hi[: k + 1]
+
+
+def union_sorted(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of ranges ``[lo, hi)`` (``lo`` ascending, ``hi >= lo``) as disjoint
+    ranges in order, touching ones joined, in one pass."""
+    if lo.size == 0:
+        return lo.astype(np.int64), hi.astype(np.int64)
+    return _union_sorted(lo.astype(np.int64, copy=False), hi.astype(np.int64, copy=False))
+
+
 def expand(begin: np.ndarray, length: np.ndarray) -> np.ndarray:
     """The ids of runs ``[begin, begin + length)``, run after run (int64)."""
     length = np.asarray(length, np.int64)
