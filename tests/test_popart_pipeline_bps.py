@@ -252,26 +252,26 @@ def test_main_phase_repeats_one_cycle_with_counter_addressed_stash():
         s = _session(bd, loss, bps)
         sizes[bps] = _memory(s)
     rng = np.random.default_rng(4)
-    X = rng.standard_normal((9, B, D)).astype(np.float32)
-    L = rng.integers(0, C, (9, B)).astype(np.int32)
-    a = s.initAnchorArrays()
-    s.run(popart.PyStepIO({x: X, lab: L}, a))
-    want, losses = _numpy_pipeline(w0, X, L)
-    got = _read(s, w0)
-    for k in w0:
-        np.testing.assert_allclose(got[k], want[k], atol=2e-5, err_msg=k)
-    np.testing.assert_allclose(a[loss], losses, rtol=1e-5)
+    weights = _step_equals_numpy(s, x, lab, loss, w0, w0, rng, 9, 2e-5)
     assert sizes[5] == sizes[9]
     names = {cs.name for cs in s.getReport().compilation.computeSets}
     assert any(n.startswith("stash/stage0/") and n.endswith("/update") for n in names)
     assert any(n.startswith("stash/stage1/") and n.endswith("/restore/slice") for n in names)
     # a second step continues from the indices the first left (9 mod depth)
-    X2 = rng.standard_normal((9, B, D)).astype(np.float32)
-    L2 = rng.integers(0, C, (9, B)).astype(np.int32)
-    a2 = s.initAnchorArrays()
-    s.run(popart.PyStepIO({x: X2, lab: L2}, a2))
-    want2, losses2 = _numpy_pipeline({k: v.astype(np.float32) for k, v in want.items()}, X2, L2)
-    np.testing.assert_allclose(a2[loss], losses2, rtol=1e-4)
-    got2 = _read(s, w0)
+    start = {k: v.astype(np.float32) for k, v in weights.items()}
+    _step_equals_numpy(s, x, lab, loss, w0, start, rng, 9, 5e-5)
+
+
+def _step_equals_numpy(s, x, lab, loss, w0, start, rng, bps, atol):
+    """Run one step of ``bps`` random batches; its losses and the weights after it
+    equal the numpy replay from weights ``start``. Returns the replay's weights."""
+    X = rng.standard_normal((bps, B, D)).astype(np.float32)
+    L = rng.integers(0, C, (bps, B)).astype(np.int32)
+    a = s.initAnchorArrays()
+    s.run(popart.PyStepIO({x: X, lab: L}, a))
+    want, losses = _numpy_pipeline(start, X, L)
+    np.testing.assert_allclose(a[loss], losses, rtol=1e-4)
+    got = _read(s, w0)
     for k in w0:
-        np.testing.assert_allclose(got2[k], want2[k], atol=5e-5, err_msg=k)
+        np.testing.assert_allclose(got[k], want[k], atol=atol, err_msg=k)
+    return want

@@ -111,6 +111,14 @@ def _scalars(batch: Any) -> np.ndarray:
     return batch.data[batch.offsets[:-1]].astype(np.int64)
 
 
+def _fields(batches: dict, last: str) -> tuple:
+    """``baseT``, ``subT``, each vertex's offset, ``numBaseElements``,
+    ``numSubElements`` and ``last``, and which vertices copy (offset in range)."""
+    off, nb = _scalars(batches["offset"]), _scalars(batches["numBaseElements"])
+    ns, extra = _scalars(batches["numSubElements"]), _scalars(batches[last])
+    return batches["baseT"], batches["subT"], off, nb, ns, extra, off < nb
+
+
 def _copy(src: np.ndarray, src_at: np.ndarray, dst: np.ndarray, dst_at: np.ndarray) -> None:
     dst[dst_at] = src[src_at]
 
@@ -123,10 +131,7 @@ class _Slice1D(MultiVertex):
 
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
-        base, sub = batches["baseT"], batches["subT"]
-        off, nb = _scalars(batches["offset"]), _scalars(batches["numBaseElements"])
-        ns, rs = _scalars(batches["numSubElements"]), _scalars(batches["regionSize"])
-        go = off < nb
+        base, sub, off, nb, ns, rs, go = _fields(batches, "regionSize")
         if not go.any():
             return
         n = (ns * rs)[go]
@@ -149,10 +154,7 @@ class _Slice2D(Vertex):
 
     @classmethod
     def computeBatch(cls, batches, num_vertices, num_workers):
-        base, sub = batches["baseT"], batches["subT"]
-        off, nb = _scalars(batches["offset"]), _scalars(batches["numBaseElements"])
-        ns, nr = _scalars(batches["numSubElements"]), _scalars(batches["numRegions"])
-        go = off < nb
+        base, sub, off, nb, ns, nr, go = _fields(batches, "numRegions")
         if not go.any():
             return
         pairs = (nr * ns)[go]  # (region, sub row) pairs of each vertex
