@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from ipusim.runner import run_workload
-from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel, poplin
+from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api import program as prog
 from poplar_api.errors import GraphError
 from poplar_api.poplin.conv_rearrange import detect_innermost_grouping
+from tests.test_poplin import run_product
 
 RNG = np.random.default_rng(28)
 FC = str(Path(__file__).resolve().parents[1] / "examples/calibration/fc_fully_connected.py")
@@ -126,25 +127,20 @@ def test_bad_fully_connected_pass_is_named():
 # ------------------------------------------------------------ values
 @pytest.mark.parametrize("fc_pass", ["TRAINING_WU", "TRAINING_BWD", "NONE"])
 def test_rearranged_products_match_numpy(fc_pass):
-    device, graph = _graph("tiny")
     a = RNG.uniform(-1, 1, (24, 20)).astype(np.float32)
     bt = RNG.uniform(-1, 1, (12, 20)).astype(np.float32)
-    A = graph.addVariable(FLOAT, [24, 20], "A")
-    Bt = graph.addVariable(FLOAT, [12, 20], "Bt")
-    poputil_map(graph, A)
-    poputil_map(graph, Bt)
-    seq = prog.Sequence()
-    C = poplin.matMul(graph, A, Bt.transpose(), seq, "mm", {"fullyConnectedPass": fc_pass})
-    graph.createHostWrite("A", A)
-    graph.createHostWrite("Bt", Bt)
-    graph.createHostRead("C", C)
-    engine = Engine(graph, seq)
-    engine.load(device)
-    engine.writeTensor("A", a)
-    engine.writeTensor("Bt", bt)
-    engine.run(0)
+
+    def linear_with_transposed_b(graph):
+        A = graph.addVariable(FLOAT, [24, 20], "A")
+        Bt = graph.addVariable(FLOAT, [12, 20], "Bt")
+        poputil_map(graph, A)
+        poputil_map(graph, Bt)
+        return A, Bt.transpose(), [(A, a), (Bt, bt)]
+
+    opts = {"fullyConnectedPass": fc_pass}
+    c, _, _ = run_product("tiny", None, None, make=linear_with_transposed_b, opts=opts)
     ref = a.astype(np.float64) @ bt.astype(np.float64).T
-    np.testing.assert_allclose(engine.readTensor("C"), ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------ the fully-connected tool
