@@ -6,7 +6,10 @@ convolution: conv groups ``G``, batch 1, a 1-D field of ``M`` positions, a 1-wid
 kernel, ``K`` input and ``N`` output channels. It is planned and lowered by
 :mod:`poplar_api.poplin.conv`, so profiles show the Poplibs vertices
 (``ConvPartial1x1Out`` where the AMP applies) and, when ``K`` is split over tiles,
-``ReduceAdd``. Operands are read where they live; the engine exchanges what a tile lacks.
+``ReduceAdd``. Operands are read where they live, except where Poplibs first copies one
+into the plan's layout (:mod:`.conv_rearrange`: weight-update passes, operands broadcast
+to more than 7 tiles, an ungrouped innermost dimension); the engine exchanges what a
+tile lacks. ``fullyConnectedPass`` becomes the convolution's ``pass``.
 """
 
 from __future__ import annotations
