@@ -264,15 +264,18 @@ class Assembler:
         flat = np.empty(int(at[-1]), np.int64)
         sizes = np.empty(int(piece_at[-1]), np.int64)
         for members, source, base, rel, psizes in self.rows:
-            if not (members.size and rel.size):
+            if not members.size:
                 continue
-            lowest = int(base.min()) + int(rel.min())
-            if lowest < 0 or int(base.max()) + int(rel.max()) >= source.size:
-                # not a plain gather (numpy's negative positions count from the end)
+            # (pieces of no elements have only their sizes, 0, to write)
+            plain = not rel.size or (
+                int(base.min()) + int(rel.min()) >= 0
+                and int(base.max()) + int(rel.max()) < source.size
+            )
+            if plain:
+                _gather_rows(source, base, rel, members, at, flat)
+            else:  # numpy's negative positions count from the end
                 dst = (at[members][:, None] + np.arange(rel.size)).reshape(-1)
                 flat[dst] = source[(base[:, None] + rel).reshape(-1)]
-            else:
-                _gather_rows(source, base, rel, members, at, flat)
             every = np.arange(psizes.size, dtype=np.int64)  # each member all piece sizes
             _gather_rows(psizes, np.zeros(members.size, np.int64), every, members, piece_at, sizes)
         return _Field(flat, sizes, self.npieces, at, piece_at)
