@@ -246,3 +246,24 @@ def test_placement_order_is_the_lexicographic_order() -> None:
     first = rng.integers(-3, 40, n)
     want = np.lexsort((np.arange(n), first, later, tile))
     np.testing.assert_array_equal(_placement_order(tile, later, first), want)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fill_field_lays_out_runs_and_listed_ids(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, no_run = 30, -1
+    lengths = rng.integers(0, 6, n)
+    begin = np.where(rng.random(n) < 0.6, rng.integers(0, 1000, n), no_run)
+    listed = np.flatnonzero(begin == no_run)
+    lists = [rng.integers(0, 1000, int(lengths[v])) for v in listed.tolist()]
+    want: list[int] = []
+    for v in range(n):
+        if begin[v] != no_run:
+            want += range(int(begin[v]), int(begin[v] + lengths[v]))
+        else:
+            want += lists[int(np.searchsorted(listed, v))].tolist()
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    ids = np.empty(int(offsets[-1]), np.int32)
+    joined = np.concatenate([np.zeros(0, np.int64), *lists])
+    runs.fill_field(ids, offsets, begin, no_run, listed, joined)
+    assert ids.tolist() == want

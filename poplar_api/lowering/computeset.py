@@ -233,9 +233,8 @@ def _mixed_field(
     lengths[listed] = np.fromiter(map(_size, arrays), np.int64, listed.size)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     ids = np.empty(int(offsets[-1]), dtype)
-    held = np.flatnonzero(begin != NO_RUN)
-    ids[_ranges(offsets[held], offsets[held + 1])] = _ranges(begin[held], end[held])
-    ids[_ranges(offsets[listed], offsets[listed + 1])] = _join(arrays, dtype)
+    joined = _join(arrays, dtype)
+    runs.fill_field(ids, offsets, begin, NO_RUN, listed, joined)
     return offsets, ids
 
 

@@ -432,6 +432,37 @@ def union_sorted(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return _union_sorted(lo.astype(np.int64, copy=False), hi.astype(np.int64, copy=False))
 
 
+@numba.njit(cache=True, nogil=True)
+def _fill_field(ids, offsets, begin, no_run, listed, joined):  # pragma: no cover
+    for v in range(begin.shape[0]):  # the runs
+        b = begin[v]
+        if b != no_run:
+            at = offsets[v]
+            for k in range(offsets[v + 1] - at):
+                ids[at + k] = b + k
+    j = 0
+    for v in listed:  # the others' ids, one vertex after another
+        for k in range(offsets[v], offsets[v + 1]):
+            ids[k] = joined[j]
+            j += 1
+
+
+def fill_field(
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    begin: np.ndarray,
+    no_run: int,
+    listed: np.ndarray,
+    joined: np.ndarray,
+) -> None:
+    """Lay out a field's ids in vertex order (``ids[offsets[v]:offsets[v + 1]]``):
+    vertex ``v`` with ``begin[v] != no_run`` holds the run from ``begin[v]``; the
+    vertices ``listed`` (ascending) hold the ids ``joined``, one after another."""
+    if int(offsets[-1]) != ids.size or ids.size < joined.size:
+        raise ValueError(f"a field of {ids.size} ids laid out over {int(offsets[-1])}")
+    _fill_field(ids, offsets, begin, no_run, listed, joined)
+
+
 def expand(begin: np.ndarray, length: np.ndarray) -> np.ndarray:
     """The ids of runs ``[begin, begin + length)``, run after run (int64)."""
     length = np.asarray(length, np.int64)
