@@ -42,14 +42,14 @@ def _model(seed=0):
     return bd, x, lab, loss, w
 
 
-def _session(bd, loss, bps, mode=popart.VirtualGraphMode.Manual, pipelining=True):
+def _session(bd, loss, bps, mode=popart.VirtualGraphMode.Manual, pipelining=True, ipus=2):
     o = popart.SessionOptions()
     o.virtualGraphMode = mode
     o.enablePipelining = pipelining
     s = popart.TrainingSession(
         fnModel=bd.getModelProto(),
         dataFlow=popart.DataFlow(bps, {loss: popart.AnchorReturnType("ALL")}),
-        deviceInfo=popart.DeviceManager().createIpuModelDevice({"numIPUs": 2, "tilesPerIPU": 8}),
+        deviceInfo=popart.DeviceManager().createIpuModelDevice({"numIPUs": ipus, "tilesPerIPU": 8}),
         loss=loss,
         optimizer=popart.ConstSGD(LR),
         userOptions=o,

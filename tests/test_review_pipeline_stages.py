@@ -12,12 +12,12 @@ each stage updating its weights right after its backward (no gradient accumulati
 from __future__ import annotations
 
 import numpy as np
+from test_popart_pipeline_bps import LR, _session
 
 import popart_api as popart
 
 B, D, C = 4, 5, 3
 STAGES = 3
-LR = 0.05
 
 
 def _model():
@@ -78,31 +78,13 @@ def _replay(w, X, L):
     return w, losses
 
 
-def _session(bd, loss, bps):
-    o = popart.SessionOptions()
-    o.virtualGraphMode = popart.VirtualGraphMode.Manual
-    o.enablePipelining = True
-    device = popart.DeviceManager().createIpuModelDevice({"numIPUs": 4, "tilesPerIPU": 8})
-    s = popart.TrainingSession(
-        fnModel=bd.getModelProto(),
-        dataFlow=popart.DataFlow(bps, {loss: popart.AnchorReturnType("ALL")}),
-        deviceInfo=device,
-        loss=loss,
-        optimizer=popart.ConstSGD(LR),
-        userOptions=o,
-    )
-    s.prepareDevice()
-    s.weightsFromHost()
-    return s
-
-
 def test_three_stage_pipeline_with_repeated_main_cycle_equals_numpy_over_two_steps():
     """7 batches per step over 3 stages: fill 5 cycles, the main cycle repeated twice,
     flush 5. After the first step the stage stashes' counters stand at 7 mod 6, 7 mod 4
     and 7 mod 2 (not 0), so the second step's values check that the stash and restore
     counters stay in step across steps."""
     bd, x, lab, loss, w0 = _model()
-    s = _session(bd, loss, 7)
+    s = _session(bd, loss, 7, ipus=4)
     rng = np.random.default_rng(5)
     w_ref = dict(w0)
     for _step in range(2):
