@@ -121,16 +121,40 @@ def test_host_readable_variable_is_always_live(graph):
     assert [b for _, b, _ in lv] == [32, 16, 0]
 
 
-def test_variable_of_two_entry_programs_or_a_function_is_always_live(graph):
+def test_variable_of_two_entry_programs_is_always_live_and_a_functions_is_not(graph):
     a, b, c, p, q, r, s = variables(graph, "abcpqrs", 0)
     fn = graph.addFunction(prog.Copy(p, q))
     e = Engine(
         graph,
         [prog.Copy(a, b), prog.Sequence([prog.Copy(a, c), prog.Call(fn), prog.Copy(r, s)])],
     )
-    # always live: a (two entries), p and q (function), in variable order: a, p, q;
-    # then b (point 0) and c (point 1) share, and r, s (point 3) reuse them
-    assert data_at(e, 0) == interleaved_at(a=0, p=16, q=32, b=48, c=48, r=48, s=64)
+    # always live: a (two entries); b (point 0), c (point 1) and p (the call, point 2)
+    # share the bytes after it, q (with p) takes the next; r and s (point 3) reuse both
+    assert data_at(e, 0) == interleaved_at(a=0, b=16, c=16, p=16, q=32, r=16, s=32)
+
+
+def test_variable_of_a_function_is_live_from_its_first_call_to_its_last(graph):
+    p, q, x, y, z, w = variables(graph, "pqxyzw", 0)
+    fn = graph.addFunction(prog.Copy(p, q))
+    e = Engine(graph, prog.Sequence([prog.Call(fn), prog.Copy(x, y), prog.Call(fn),
+                                     prog.Copy(z, w)]))  # fmt: skip
+    # p and q (points 0 to 2: one address over both calls) share with neither x nor y
+    # (point 1, between the calls); z and w (point 3, after the last call) reuse theirs
+    assert data_at(e, 0) == interleaved_at(p=0, q=16, x=32, y=48, z=0, w=16)
+    # the function's code is stored at its first call only
+    twice = e.memory.by_category["controlCode"][0]
+    once = Engine(graph, prog.Sequence([prog.Call(fn), prog.Copy(x, y), prog.Copy(z, w)]))
+    assert twice == once.memory.by_category["controlCode"][0]
+
+
+def test_undef_between_calls_does_not_split_a_functions_variable(graph):
+    p, q, x, y = variables(graph, "pqxy", 0)
+    fn = graph.addFunction(prog.Copy(p, q))
+    body = [prog.Call(fn), prog.WriteUndef(q), prog.Copy(x, y), prog.Call(fn)]
+    e = Engine(graph, prog.Sequence(body))
+    # q is undefined between the calls, but the function's code addresses it: it keeps
+    # one address over both calls, so x and y (between them) do not take it
+    assert data_at(e, 0) == interleaved_at(p=0, q=16, x=32, y=48)
 
 
 def test_interleaved_field_puts_its_data_in_the_interleaved_region(graph):

@@ -4,12 +4,16 @@ The executed IR steps of every entry program, in order (entry 0 first), are prog
 points; a function's steps are walked where it is called (through
 :func:`ipusim.ir.children`). A variable is live from the first to the last point that
 touches it, widened to the whole of any loop (``Repeat``, ``RepeatWhile``) it is
-touched in. It is *always live* when it is a constant, has an initial value, has a
-host read/write handle, or is touched by more than one entry program or by a
-function. A ``WriteUndef`` covering all of a variable's elements (outside a function)
-ends its live range there: the next access starts a new one. A range in a loop is
-widened to the whole loop unless a ``WriteUndef`` of the variable in the loop precedes
-the range (then its value does not carry over to the next iteration).
+touched in. A variable a function touches is live from the first point of its first
+call to the last point of its last call: the function's code exists once (it is
+outlined), so its variables keep one address over all calls, but nothing requires
+them before the first call or after the last. It is *always live* when it is a
+constant, has an initial value, has a host read/write handle, or is touched by more
+than one entry program. A ``WriteUndef`` covering all of a variable's elements
+(outside a function, of a variable no function touches) ends its live range there:
+the next access starts a new one. A range in a loop is widened to the whole loop
+unless a ``WriteUndef`` of the variable in the loop precedes the range (then its
+value does not carry over to the next iteration).
 
 Which variable owns an element is looked up by :class:`VariableIndex`: each element
 space's variable bases as arrays made once per lowering, and every access of a node
@@ -290,17 +294,17 @@ def liveness(
     entry_of = np.full(nv, -1, np.int64)
     always = np.zeros(nv, bool)
     cache: dict[int, np.ndarray] = {}
+    in_fn_vars = np.zeros(nv, bool)  # touched by a function: one address, one range
     for nid, lo, hi, entry, in_fn in points.touched:
         vids = cache.get(nid)
         if vids is None:
             vids = cache[nid] = index.mark(accesses.touches[nid])
+        in_fn_vars[vids] |= in_fn
         np.minimum.at(first, vids, lo)
         np.maximum.at(last, vids, hi)
         prev = entry_of[vids]
         always[vids[(prev >= 0) & (prev != entry)]] = True
         entry_of[vids] = entry
-        if in_fn:
-            always[vids] = True
     used = last >= 0
     for _ in range(2):  # loops nest or are disjoint: a second pass settles any order
         for lo, hi in points.loops:
@@ -309,7 +313,7 @@ def liveness(
             last[m] = np.maximum(last[m], hi)
     always |= state.variables.constant_flags()
     always[index.mark(_held_parts(state))] = True
-    ranges = _undef_ranges(state, points, accesses, always, index, cache)
+    ranges = _undef_ranges(state, points, accesses, always | in_fn_vars, index, cache)
     return Liveness(points, first, last, always, ranges)
 
 
@@ -322,11 +326,11 @@ def _undef_ranges(
     cache: dict[int, np.ndarray],
 ) -> dict[int, tuple[tuple[int, int], ...]]:
     """Live ranges of the variables a ``WriteUndef`` covers in full (and that are not
-    always live): variable id -> inclusive ``(first, last)`` ranges, in order."""
+    marked in ``always``): variable id -> inclusive ``(first, last)`` ranges, in order."""
     cut: dict[int, list[int]] = {}  # variable -> positions of its undefs
     for nid, pos, _entry, in_fn in points.undefs:
         if in_fn:
-            continue  # a function's undef: the variable is always live anyway
+            continue  # a function's undef: its variables keep one range over the calls
         for t, ids in accesses.undefs[nid]:
             if state.find_space(t) is None or ids.size == 0:
                 continue
