@@ -154,7 +154,7 @@ class Emission:
         #: id(IR node) -> (element type, element ids) its steps read or write (liveness)
         self.touches: dict[int, list[tuple[Any, Any]]] = {}
         #: id(IR node of a WriteUndef) -> (element type, element ids) it makes undefined
-        self.undefs: dict[int, list[tuple[Any, np.ndarray]]] = {}
+        self.undefs: dict[int, list[tuple[Any, np.ndarray | range]]] = {}
         #: compute set id -> its lowered compute set (each is lowered once)
         self.compute_sets: dict[int, ComputeSetRecord] = {}
         options = options or {}

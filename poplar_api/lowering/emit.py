@@ -38,8 +38,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from ipusim import ir
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
 from poplar_api.errors import ApplicationRuntimeError
@@ -174,12 +172,10 @@ class Emitter:
         t = self.em.tensor(prog.tensor, "WriteUndef")
         node = ir.Sequence(name=prog.debugName or "WriteUndef")
         if t is not None:
-            # a variable's ids are made here, not cached on the program's tensor (a
-            # model's activations would keep an index array each for the session's life)
-            ids = t._flat_ids()
-            if isinstance(ids, range):
-                ids = np.arange(ids.start, ids.stop, dtype=np.int64)
-            self.em.undefs[id(node)] = [(t.elementType(), ids)]
+            # a variable's ids stay a range until liveness reads them, one undef at a
+            # time (a training step undefines every activation: as int64 arrays their
+            # ids would all be held at once until the compile ends)
+            self.em.undefs[id(node)] = [(t.elementType(), t._flat_ids())]
         return node
 
     # ------------------------------------------------------------------ abort

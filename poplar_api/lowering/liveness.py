@@ -141,7 +141,8 @@ class Accesses:
     touches
         Node -> the elements its steps read or write (see :data:`Parts`).
     undefs
-        Node of a ``WriteUndef`` -> the elements it makes undefined.
+        Node of a ``WriteUndef`` -> the elements it makes undefined (an id array or,
+        for consecutive ids, a ``range``).
     executes
         Nodes of ``Execute`` programs (their exchange buffers live while they run).
     """
@@ -332,6 +333,8 @@ def _undef_ranges(
         if in_fn:
             continue  # a function's undef: its variables keep one range over the calls
         for t, ids in accesses.undefs[nid]:
+            if isinstance(ids, range):  # a variable's consecutive ids, made for this undef
+                ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
             if state.find_space(t) is None or ids.size == 0:
                 continue
             # a whole variable's undef lists its ids in order: no sort needed
