@@ -263,7 +263,7 @@ def test_merge_received_equals_element_by_element(seed):
     lo = dst * stride + begin
     order = np.argsort(lo)
     pairs, senders = np.zeros(tiles * tiles, bool), np.zeros(tiles, np.int64)
-    a, b, elements, messages, distance = runs.merge_received(
+    a, b, receiver, elements, messages, distance = runs.merge_received(
         lo[order], length[order], stride, changes, owner, (column, row), tiles, (pairs, senders)
     )
     want_pairs = np.zeros((tiles, tiles), bool)
@@ -291,6 +291,14 @@ def test_merge_received_equals_element_by_element(seed):
     assert np.array_equal(pairs.reshape(tiles, tiles), want_pairs)
     assert senders.tolist() == want_pairs.sum(1).tolist()
     assert int((b - a).sum()) == int(want_elements.sum())
+    # each interval's receiving tile: its ids are among the ids that tile asked for
+    assert np.all(np.diff(receiver) >= 0)  # tile after tile
+    for t, x, y in zip(receiver, a, b, strict=True):
+        asked = np.zeros(space, bool)
+        for s, n in zip(begin[dst == t], length[dst == t], strict=True):
+            asked[s : s + n] = True
+        assert asked[x:y].all()
+    assert np.bincount(receiver, weights=b - a, minlength=tiles).tolist() == want_elements.tolist()
 
 
 def test_pieces_beyond_the_first_room_are_the_same(monkeypatch):

@@ -304,15 +304,12 @@ class ExchangePlanner:
         lo_key, lengths = runs.sort_ranges(lo_key, lengths)
         changes = self.changes_of(size, owner, space)
         pairs = self._pairs()
-        a, b, elements, messages, distance = runs.merge_received(
+        a, b, receiver, elements, messages, distance = runs.merge_received(
             lo_key, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, pairs
         )
         self.received += elements * size
         self.messages_received += messages
-        receivers = np.flatnonzero(elements)
-        bounds = np.cumsum(elements[receivers])
-        where = np.searchsorted(bounds, np.cumsum(b - a), side="left")
-        self.received_runs.setdefault(size, []).append((receivers[where], a, b))
+        self.received_runs.setdefault(size, []).append((receiver, a, b))
         if pairs is None:  # too many tiles for a bitmap of pairs
             self.sender_keys.append(_sender_keys(lo_key, lengths, stride, changes, owner, n))
         np.maximum(self.max_distance, distance, out=self.max_distance)

@@ -534,6 +534,7 @@ def _merge_received(
     distance,
     out_a,
     out_b,
+    out_tile,
     pairs,
     senders,
 ):  # pragma: no cover - compiled
@@ -557,6 +558,7 @@ def _merge_received(
         b = cur_hi - dst * stride
         out_a[m] = a
         out_b[m] = b
+        out_tile[m] = dst
         m += 1
         elements[dst] += b - a
         if dst != last_dst:  # the intervals of one tile come in id order
@@ -596,7 +598,7 @@ def merge_received(
     coordinates: tuple[np.ndarray, np.ndarray],
     num_tiles: int,
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What each receiving tile gets of id ranges, in one compiled pass.
 
     Parameters
@@ -622,9 +624,11 @@ def merge_received(
     Returns
     -------
     tuple of numpy.ndarray
-        ``(a, b, elements, messages, distance)``: the union of the ranges of each tile
-        as disjoint id intervals ``[a, b)`` (touching ones joined), tile after tile;
-        the elements and messages each tile receives (a message per interval and per
+        ``(a, b, tile, elements, messages, distance)``: the union of the ranges of
+        each tile as disjoint id intervals ``[a, b)`` (touching ones joined), tile
+        after tile, and the receiving tile of each (``lo // stride``, known to the
+        pass, so no search of the per-tile element counts finds it again); the
+        elements and messages each tile receives (a message per interval and per
         change of owner inside it); and per tile the longest grid distance of a
         message it sends or receives.
     """
@@ -632,11 +636,12 @@ def merge_received(
     messages = np.zeros(num_tiles, np.int64)
     distance = np.zeros(num_tiles, np.int64)
     out_a, out_b = np.empty(lo.size, np.int64), np.empty(lo.size, np.int64)
+    out_tile = np.empty(lo.size, np.int64)
     m = 0
     if lo.size:
         column, row = coordinates
         m = _merge_received(
             lo, length, stride, changes, owner, column, row, elements, messages, distance,
-            out_a, out_b, *(_NO_PAIRS if pairs is None else pairs),
+            out_a, out_b, out_tile, *(_NO_PAIRS if pairs is None else pairs),
         )  # fmt: skip
-    return out_a[:m], out_b[:m], elements, messages, distance
+    return out_a[:m], out_b[:m], out_tile[:m], elements, messages, distance

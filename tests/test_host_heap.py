@@ -1,0 +1,50 @@
+"""The host heap's trim between compile steps: skipped when little of the heap is free."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ipusim import host_heap
+
+
+def _heap_with_free(megabytes: int) -> list[np.ndarray]:
+    """Arrays of 1 MB from glibc's heap with ``megabytes`` MB freed between live ones."""
+    big = np.ones(20_000_000 // 8)  # mmapped; freeing it raises the mmap threshold (to 20 MB)
+    del big
+    arrays = [np.ones(1_000_000 // 8) for _ in range(2 * megabytes)]
+    del arrays[::2]
+    return arrays
+
+
+def test_free_heap_bytes_counts_freed_chunks():
+    """Freeing 120 chunks of 1 MB between live ones adds about 120 MB of free heap."""
+    if host_heap.free_heap_bytes() is None:
+        pytest.skip("this C library does not report its free heap (mallinfo2)")
+    host_heap.release_free_heap(min_free=0)
+    before = host_heap.free_heap_bytes()
+    arrays = _heap_with_free(120)
+    after = host_heap.free_heap_bytes()
+    assert after is not None and before is not None
+    assert after - before > 100e6, f"{(after - before) / 1e6:.0f} MB more free"
+    assert all(float(a[0]) == 1.0 for a in arrays)
+
+
+def test_small_free_heap_is_not_trimmed(monkeypatch):
+    """Below ``min_free`` free bytes the trim is not called; at or above it, it is."""
+    free = host_heap.free_heap_bytes()
+    if free is None or host_heap._malloc_trim() is None:
+        pytest.skip("this C library has no malloc_trim or mallinfo2")
+    calls: list[int] = []
+
+    def trim(pad: int) -> int:
+        calls.append(pad)
+        return 1
+
+    monkeypatch.setattr(host_heap, "_malloc_trim", lambda: trim)
+    monkeypatch.setattr(host_heap, "free_heap_bytes", lambda: 10 << 20)
+    assert host_heap.release_free_heap(min_free=11 << 20) is False
+    assert calls == []
+    assert host_heap.release_free_heap(min_free=10 << 20) is True
+    assert calls == [0]
+    assert host_heap.MIN_FREE_BYTES == 64 << 20
