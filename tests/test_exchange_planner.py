@@ -345,3 +345,34 @@ def test_pieces_of_several_fields_gathered_in_one_set_of_arrays(monkeypatch):
     remote = (owner[scattered] != np.repeat(vtiles, np.diff(bounds))).sum()
     remote += sum(int((owner[b:e] != t).sum()) for b, e, t in zip(begin, end, vtiles, strict=True))
     assert int(together[1].sum()) == int(remote)
+
+
+def test_planners_sharing_a_pair_bitmap_count_their_own_senders():
+    """Planners of one lowering reuse one (receiving, sending) bitmap in turn: each
+    counts the distinct tiles its receivers hear from, as counted here in numpy."""
+    from poplar_api.lowering.exchange import OwnerCache
+
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    n = graph.getTarget().getNumTiles()
+    f = graph.addVariable(FLOAT, [64], "f")
+    graph.setTileMapping(f, 0)
+    rng = np.random.default_rng(7)
+    ids = f.flat_index()
+    owners = OwnerCache()
+    for _ in range(4):
+        src = rng.integers(0, n, 64)
+        for i, t in enumerate(src):
+            graph.setTileMapping(f[i], int(t))
+        planner = ExchangePlanner(graph.getTarget(), graph._state, owners)
+        wanted = {}
+        for dst in rng.choice(n, 3, replace=False).tolist():
+            pick = rng.choice(64, 10, replace=False)
+            planner.add(FLOAT, dst, ids[pick], src[pick])
+            wanted[dst] = len({int(s) for s in src[pick] if s != dst})
+        ex = planner.build("ex", 0)
+        got = dict(zip(ex.tile.tolist(), ex.senders_received.tolist(), strict=True))
+        assert {t: got.get(t, 0) for t in wanted} == wanted
+        with pytest.raises(RuntimeError, match="added after build"):
+            planner.add(FLOAT, 0, ids[:2], np.array([1, 2]))
+    (seen, senders), *more = owners.free_pairs[n]
+    assert not more and not seen.any() and not senders.any()  # handed back cleared

@@ -57,6 +57,27 @@ class OwnerCache:
         self.changes: dict[int, np.ndarray] = {}
         #: element size -> stretches of one owner by tile
         self.stretches: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: cleared (receiving, sending) pair bitmaps and sender counts that planners
+        #: have finished with, by tile count: a lowering plans an exchange or two per
+        #: compute set, and a fresh bitmap of ``tiles ** 2`` bytes each time costs its
+        #: zeroing and page faults
+        self.free_pairs: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def take_pairs(self, num_tiles: int) -> tuple[np.ndarray, np.ndarray]:
+        """A pair bitmap of ``num_tiles ** 2`` and sender counts, all zero."""
+        free = self.free_pairs.get(num_tiles)
+        if free:
+            return free.pop()
+        return np.zeros(num_tiles * num_tiles, bool), np.zeros(num_tiles, np.int64)
+
+    def give_back_pairs(self, pairs: tuple[np.ndarray, np.ndarray]) -> None:
+        """Clear ``pairs`` (the rows of receiving tiles with a sender, the only ones
+        set) and keep it for the next :meth:`take_pairs`."""
+        seen, senders = pairs
+        n = senders.size
+        seen.reshape(n, n)[senders > 0] = False
+        senders[:] = 0
+        self.free_pairs.setdefault(n, []).append(pairs)
 
     def changes_of(self, size: int, owner: np.ndarray, space: int) -> np.ndarray:
         """Ids where the owning tile changes in the space of element ``size``."""
@@ -127,6 +148,9 @@ class ExchangePlanner:
         #: per receiving tile (made on first use; with too many tiles for a bitmap,
         #: ``sender_keys`` holds them instead)
         self.pair_map: tuple[np.ndarray, np.ndarray] | None = None
+        #: distinct senders per receiving tile, once :meth:`build` has counted them
+        #: (no more elements may be added then)
+        self.senders_counted: np.ndarray | None = None
 
     def add(self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray) -> None:
         """Elements ``ids`` (from tiles ``src``) needed on tile ``dst``.
@@ -276,9 +300,14 @@ class ExchangePlanner:
         """The bitmap of (receiving, sending) tile pairs and the senders counted per
         receiving tile, made on first use, or None when the tiles are too many for a
         bitmap (2^26 pairs)."""
+        if self.senders_counted is not None:
+            raise RuntimeError(
+                "ExchangePlanner: elements added after build(); hint: plan each exchange "
+                "with a new planner"
+            )
         n = self.num_tiles
         if self.pair_map is None and n * n <= 1 << 26:
-            self.pair_map = (np.zeros(n * n, bool), np.zeros(n, np.int64))
+            self.pair_map = self.owners.take_pairs(n)
         return self.pair_map
 
     def _add_intervals(
@@ -366,16 +395,11 @@ class ExchangePlanner:
             tiles = self.landing[(element_size, ipu)].get(ids)
             sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
             messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
+        senders = self._senders()
         tiles = np.flatnonzero((sent > 0) | (self.received > 0))
         if tiles.size == 0:
             return None
         shared = self._bus_shared()
-        if self.pair_map is not None:
-            senders = self.pair_map[1]
-        else:
-            keys = self.sender_keys
-            keys = _distinct(np.concatenate(keys), n * n) if keys else _NO_KEYS
-            senders = np.bincount(keys // n, minlength=n).astype(np.int64)
         return ir.Exchange(
             name=name,
             program_id=program_id,
@@ -388,6 +412,22 @@ class ExchangePlanner:
             senders_received=senders[tiles],
             bytes_shared=shared[tiles] if shared.any() else None,
         )
+
+    def _senders(self) -> np.ndarray:
+        """int64 per tile: the distinct tiles it receives from on chip. The first call
+        ends the planning (the pair bitmap goes back to ``owners`` for the next
+        planner); later calls give the same counts."""
+        if self.senders_counted is None:
+            n = self.num_tiles
+            if self.pair_map is not None:
+                self.senders_counted = self.pair_map[1].copy()
+                self.owners.give_back_pairs(self.pair_map)
+                self.pair_map = None
+            else:
+                keys = self.sender_keys
+                keys = _distinct(np.concatenate(keys), n * n) if keys else _NO_KEYS
+                self.senders_counted = np.bincount(keys // n, minlength=n).astype(np.int64)
+        return self.senders_counted
 
     def _bus_shared(self) -> np.ndarray:
         """int64 per tile: bytes it receives on chip that its exchange-bus partner
