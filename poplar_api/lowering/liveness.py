@@ -13,7 +13,8 @@ than one entry program. A ``WriteUndef`` covering all of a variable's elements
 (outside a function, of a variable no function touches) ends its live range there:
 the next access starts a new one. A range in a loop is widened to the whole loop
 unless a ``WriteUndef`` of the variable in the loop precedes the range (then its
-value does not carry over to the next iteration).
+value does not carry over to the next iteration); so too for a variable a function
+touches, whose one range over the calls is then not widened to the loop.
 
 Which variable owns an element is looked up by :class:`VariableIndex`: each element
 space's variable bases as arrays made once per lowering, and every access of a node
@@ -314,7 +315,7 @@ def liveness(
             last[m] = np.maximum(last[m], hi)
     always |= state.variables.constant_flags()
     always[index.mark(_held_parts(state))] = True
-    ranges = _undef_ranges(state, points, accesses, always | in_fn_vars, index, cache)
+    ranges = _undef_ranges(state, points, accesses, always, index, cache, in_fn_vars)
     return Liveness(points, first, last, always, ranges)
 
 
@@ -325,9 +326,13 @@ def _undef_ranges(
     always: np.ndarray,
     index: VariableIndex,
     cache: dict[int, np.ndarray],
+    joined: np.ndarray,
 ) -> dict[int, tuple[tuple[int, int], ...]]:
     """Live ranges of the variables a ``WriteUndef`` covers in full (and that are not
-    marked in ``always``): variable id -> inclusive ``(first, last)`` ranges, in order."""
+    marked in ``always``): variable id -> inclusive ``(first, last)`` ranges, in order.
+    A variable marked in ``joined`` (a function touches it) keeps one range from its
+    first call to its last; an undef only stops that range being widened to a loop
+    it precedes in (its value does not carry over to the next iteration)."""
     cut: dict[int, list[int]] = {}  # variable -> positions of its undefs
     for nid, pos, _entry, in_fn in points.undefs:
         if in_fn:
@@ -364,6 +369,8 @@ def _undef_ranges(
                 ranges[-1][1] = max(ranges[-1][1], hi)
             else:
                 ranges.append([lo, hi])
+        if joined[vid] and ranges:  # one address over the calls: one range
+            ranges = [[ranges[0][0], max(r[1] for r in ranges)]]
         for _ in range(2):  # loops nest or are disjoint, as in liveness
             for loop_lo, loop_hi in points.loops:
                 for r in ranges:
