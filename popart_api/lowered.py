@@ -26,6 +26,9 @@ class LoweredModel:
         Per node: the program computing its outputs.
     fwd_progs
         Per node: its program, then what runs once per forward pass.
+    side_progs
+        Per node: what runs once per forward pass after its program and never when
+        it is recomputed (BatchNormalization's running statistics).
     input_progs
         Per model input: the program filling it (a stream copy or synthetic data).
     weight_vars
@@ -48,6 +51,7 @@ class LoweredModel:
     records: list[autodiff.NodeRecord] = field(default_factory=list)
     node_progs: list[pprog.Sequence] = field(default_factory=list)
     fwd_progs: list[pprog.Sequence] = field(default_factory=list)
+    side_progs: list[pprog.Sequence] = field(default_factory=list)
     input_progs: dict[str, pprog.Sequence] = field(default_factory=dict)
     weight_vars: dict[str, Tensor] = field(default_factory=dict)
     value_ipu: dict[str, int] = field(default_factory=dict)

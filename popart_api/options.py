@@ -74,7 +74,9 @@ _DEFAULTS: dict[str, Any] = {
     "instrumentWithHardwareCycleCounter": False,
     "enableStochasticRounding": False,
     "syntheticDataMode": SyntheticDataMode.Off,
-    "enableOutlining": True,
+    # PopART's default is True; ipusim's is False (popart_api.outline: a function's
+    # variables keep their memory from its first call to its last)
+    "enableOutlining": False,
     "constantWeights": True,
     "enableEngineCaching": False,
     "cachePath": "session_cache",
@@ -116,7 +118,9 @@ class SessionOptions:
     ``enableGradientAccumulation`` with ``accumulationFactor``,
     ``accumulationAndReplicationReductionType`` (Sum or Mean),
     ``enableReplicatedGraphs`` with ``replicatedGraphCount``, ``autoRecomputation``,
-    ``syntheticDataMode``, ``randomSeed`` and the option dicts passed through
+    ``syntheticDataMode``, ``randomSeed``, ``enableOutlining`` (recomputed nodes'
+    replays call the forward pass's code, :mod:`popart_api.outline`; default False
+    here, True in PopART) and the option dicts passed through
     (``engineOptions``, ``convolutionOptions``, ``matmulOptions``); PopART's older
     ``enableVirtualGraphs`` and ``autoVirtualGraph`` set ``virtualGraphMode`` to Manual
     and Auto. The others are accepted and recorded.

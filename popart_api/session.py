@@ -379,6 +379,7 @@ class _Session(SessionIO):
         #: ids of the variables the forward pass creates (its activations, temporaries)
         self.lowered.forward_variables = (first, variable_count(graph))
         self.lowered.node_progs = node_progs
+        self.lowered.side_progs = self._side_progs
         #: per node: its program, then what runs once per forward pass
         self.lowered.fwd_progs = [
             pprog.Sequence(p, side) for p, side in zip(node_progs, self._side_progs, strict=True)

@@ -14,6 +14,9 @@ Recomputation (``SessionOptions.autoRecomputation`` or
 ending at checkpoints; the backward pass replays a segment's recomputed nodes just
 before the first gradient that needs them, after marking their outputs undefined
 (``WriteUndef``) so their memory is free between the forward pass and the replay.
+With ``SessionOptions.enableOutlining`` the forward pass and the replay call one
+function per recomputed node (:mod:`popart_api.outline`, as PopART outlines a fragment
+and its recomputation), so the replay adds no code.
 Every micro-batch starts by marking undefined every variable the forward and backward
 passes create (activations, gradients, Poplibs temporaries), so each is live from its
 write to its last read in the micro-batch only, not across the loop.
@@ -31,9 +34,10 @@ from popart_api.builder import RECOMPUTE_ATTRIBUTE
 from popart_api.errors import popart_exception
 from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import RecomputationType, RecomputeType, ReductionType
+from popart_api.outline import outline_recomputed
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
-from poplar_api.graph import variable_count, variable_tensors
+from poplar_api.graph import Function, variable_count, variable_tensors
 from poplar_api.poputil import mapTensorLinearly
 
 if TYPE_CHECKING:  # the session imports this module when it builds
@@ -67,10 +71,18 @@ def recompute_flags(session: TrainingSession) -> list[bool]:
 class _Recompute:
     """The backward hook replaying recomputed segments."""
 
-    def __init__(self, session: TrainingSession, flags: list[bool], prog: pprog.Sequence) -> None:
+    def __init__(
+        self,
+        session: TrainingSession,
+        flags: list[bool],
+        prog: pprog.Sequence,
+        functions: dict[int, Function],
+    ) -> None:
         self.session = session
         self.flags = flags
         self.prog = prog
+        #: per recomputed node: the function its forward program was outlined into
+        self.functions = functions
         records = session.lowered.records
         self.index = {id(r): k for k, r in enumerate(records)}
         self.segment = []
@@ -105,7 +117,11 @@ class _Recompute:
                         if id(t) not in held:
                             replay.add(pprog.WriteUndef(t))
             for j in members:
-                replay.add(self.session.lowered.node_progs[j])
+                fn = self.functions.get(j)
+                if fn is None:  # not outlined: the node's programs compiled again
+                    replay.add(self.session.lowered.node_progs[j])
+                else:  # the forward pass's function called again: code stored once
+                    replay.add(pprog.Call(fn, debugContext=f"recompute/node{j}"))
             self.prog.add(replay)
         return self.prog
 
@@ -213,11 +229,15 @@ def _training_step(
     micro.add(session.seed_step())
     for p in session.lowered.input_progs.values():
         micro.add(p)
-    for p in session.lowered.fwd_progs:
-        micro.add(p)
     bwd = pprog.Sequence(debugContext="backward")
     flags = recompute_flags(session)
-    hook = _Recompute(session, flags, bwd) if any(flags) else None
+    forward: list[pprog.Program] = list(session.lowered.fwd_progs)
+    functions: dict[int, Function] = {}
+    if session.options.enableOutlining and any(flags):
+        forward, functions = outline_recomputed(graph, session.lowered, flags)
+    for p in forward:
+        micro.add(p)
+    hook = _Recompute(session, flags, bwd, functions) if any(flags) else None
     keep = {a[len(autodiff.GRADIENT_PREFIX) :] for a in session.dataFlow.anchors()}
 
     def graph_of(r: autodiff.NodeRecord):
