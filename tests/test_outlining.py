@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from codelets_common import tiny_graph, variables
 from test_memory_placement import data_at, interleaved_at
+from test_popart_training import _deep_model, _device, _session
 
 import popart_api as popart
 from poplar_api import Engine
@@ -42,50 +43,21 @@ def test_function_variable_undefined_in_a_loop_is_not_held_over_the_loop():
     assert data_at(e, 0) == interleaved_at(p=0, q=16, y=16)
 
 
-def _model(seed: int = 0):
-    rng = np.random.default_rng(seed)
-    bd = popart.Builder()
-    x = bd.addInputTensor(popart.TensorInfo("FLOAT", [64, 32]), "x")
-    lab = bd.addInputTensor(popart.TensorInfo("INT32", [64]), "label")
-    t, d = x, 32
-    for k in range(3):
-        w = bd.addInitializedInputTensor(
-            (rng.standard_normal((d, 48)) * 0.2).astype(np.float32), f"W{k}"
-        )
-        t = bd.aiOnnx.tanh([bd.aiOnnx.sigmoid([bd.aiOnnx.matmul([t, w])])])
-        d = 48
-    w = bd.addInitializedInputTensor((rng.standard_normal((d, 10)) * 0.2).astype(np.float32), "Wo")
-    probs = bd.aiOnnx.softmax([bd.aiOnnx.matmul([t, w])], axis=1)
-    loss = bd.aiGraphcore.nllloss([probs, lab])
-    data = {x: rng.standard_normal((64, 32)).astype(np.float32), lab: rng.integers(0, 10, 64)}
-    data[lab] = data[lab].astype(np.int32)
-    return bd, loss, data
-
-
 def _train(mode: str, outline: bool):
-    bd, loss, data = _model()
+    """One step of the four-layer model of tests/test_popart_training.py: the loss,
+    the weights after it and the bytes of each code category."""
+    bd, loss, data = _deep_model(np.random.default_rng(0))
     opts = popart.SessionOptions()
     opts.autoRecomputation = popart.RecomputationType(mode)
     opts.enableOutlining = outline
-    device = popart.DeviceManager().createIpuModelDevice({"numIPUs": 1, "tilesPerIPU": 8})
-    s = popart.TrainingSession(
-        fnModel=bd.getModelProto(),
-        dataFlow=popart.DataFlow(1, {loss: popart.AnchorReturnType("ALL")}),
-        deviceInfo=device,
-        loss=loss,
-        optimizer=popart.ConstSGD(0.1),
-        userOptions=opts,
-        # without in-placing, whose choices depend on what is recomputed, the forward
-        # programs are the same in every mode
-        patterns=popart.Patterns().enablePattern("InPlace", False),
-    )
-    s.prepareDevice()
-    s.weightsFromHost()
+    # without in-placing, whose choices depend on what is recomputed, the forward
+    # programs are the same in every mode
+    patterns = popart.Patterns().enablePattern("InPlace", False)
+    s = _session(bd, loss, popart.ConstSGD(0.1), options=opts, device=_device(8), patterns=patterns)
     anchors = s.initAnchorArrays()
     s.run(popart.PyStepIO(data, anchors))
     s.weightsToHost()
-    shapes = {"W0": (32, 48), "W1": (48, 48), "W2": (48, 48), "Wo": (48, 10)}
-    weights = {k: np.zeros(v, np.float32) for k, v in shapes.items()}
+    weights = {f"W{k}": np.zeros((64 if k == 0 else 128, 128), np.float32) for k in range(4)}
     s.readWeights(popart.PyWeightsIO(weights))
     cats = s.getGraphReport()["memory"]["byCategory"]
     code = {

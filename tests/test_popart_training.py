@@ -61,7 +61,7 @@ def _np_grads(p: dict, X: np.ndarray, L: np.ndarray, mean: bool = True, ignore=N
     return per.sum() / count, {"W1": X.T @ dz1, "b1": dz1.sum(0), "W2": gw2}
 
 
-def _session(bd, loss, optimizer, bps=1, anchors=None, options=None, device=None):
+def _session(bd, loss, optimizer, bps=1, anchors=None, options=None, device=None, patterns=None):
     flow = popart.DataFlow(
         bps, anchors if anchors is not None else {loss: popart.AnchorReturnType("ALL")}
     )
@@ -72,6 +72,7 @@ def _session(bd, loss, optimizer, bps=1, anchors=None, options=None, device=None
         loss=loss,
         optimizer=optimizer,
         userOptions=options,
+        patterns=patterns,
     )
     s.prepareDevice()
     s.weightsFromHost()
@@ -277,8 +278,9 @@ def test_replicas_with_mean_reduction_equal_one_replica_on_the_whole_batch():
         assert a[loss].reshape(-1)[k] == pytest.approx(want, rel=1e-5)
 
 
-def _deep(mode: str):
-    rng = np.random.default_rng(0)
+def _deep_model(rng: np.random.Generator):
+    """Four sigmoid/tanh layers (256x64 input, 128 wide) and an Nll loss: the builder,
+    the loss and a batch of data."""
     bd = popart.Builder()
     x = bd.addInputTensor(popart.TensorInfo("FLOAT", [256, 64]), "x")
     lab = bd.addInputTensor(popart.TensorInfo("INT32", [256]), "label")
@@ -293,13 +295,19 @@ def _deep(mode: str):
         (rng.standard_normal((d, 10)) * 0.1).astype(np.float32), "Wout"
     )
     loss = bd.aiGraphcore.nllloss([bd.aiOnnx.softmax([bd.aiOnnx.matmul([t, w])], axis=1), lab])
-    o = popart.SessionOptions()
-    o.autoRecomputation = popart.RecomputationType(mode)
-    s = _session(bd, loss, popart.ConstSGD(0.1), options=o, device=_device(16))
     data = {
         x: rng.standard_normal((256, 64)).astype(np.float32),
         lab: rng.integers(0, 10, 256).astype(np.int32),
     }
+    return bd, loss, data
+
+
+def _deep(mode: str):
+    rng = np.random.default_rng(0)
+    bd, loss, data = _deep_model(rng)
+    o = popart.SessionOptions()
+    o.autoRecomputation = popart.RecomputationType(mode)
+    s = _session(bd, loss, popart.ConstSGD(0.1), options=o, device=_device(16))
     a = s.initAnchorArrays()
     s.run(popart.PyStepIO(data, a))
     report = s.getSummaryReport()
