@@ -376,3 +376,35 @@ def test_planners_sharing_a_pair_bitmap_count_their_own_senders():
             planner.add(FLOAT, 0, ids[:2], np.array([1, 2]))
     (seen, senders), *more = owners.free_pairs[n]
     assert not more and not seen.any() and not senders.any()  # handed back cleared
+
+
+def test_merge_received_in_blocks_of_tiles_gives_every_pairs_distance():
+    """A planner merges the ranges of a block of tiles at a time, sharing one pair
+    bitmap; a pair seen in an earlier block is not measured again, and the largest
+    distance per tile over the blocks is that of every message, counted in numpy."""
+    from poplar_api.lowering import runs
+
+    rng = np.random.default_rng(11)
+    tiles, space = 16, 400
+    owner = np.resize(np.repeat(rng.integers(0, tiles, 60), rng.integers(1, 12, 60)), space)
+    changes = runs.change_points(owner, space)
+    column, row = np.arange(tiles) // 4, np.arange(tiles) % 4
+    dst = np.sort(rng.integers(0, tiles, 300))
+    begin = rng.integers(0, space - 10, 300)
+    length = rng.integers(1, 10, 300)
+    stride = space + 1
+    pairs = (np.zeros(tiles * tiles, bool), np.zeros(tiles, np.int64))
+    got = np.zeros(tiles, np.int64)
+    for block in (dst < 5, (dst >= 5) & (dst < 11), dst >= 11):
+        lo, n = runs.sort_ranges(dst[block] * stride + begin[block], length[block])
+        *_, distance = runs.merge_received(
+            lo, n, stride, changes, owner, (column, row), tiles, pairs
+        )
+        np.maximum(got, distance, out=got)
+    want = np.zeros(tiles, np.int64)
+    for t, x, k in zip(dst, begin, length, strict=True):
+        for s in np.unique(owner[x : x + k]):
+            if s != t:
+                d = abs(column[t] - column[s]) + abs(row[t] - row[s])
+                want[t], want[s] = max(want[t], d), max(want[s], d)
+    assert got.tolist() == want.tolist()

@@ -571,7 +571,9 @@ def _merge_received(
         here = dst % per_ipu
         for c in range(c_lo - 1, c_hi):  # the interval's first id, then each change
             sender = owner[a if c < c_lo else changes[c]]
-            if n_pairs and not pairs[dst * n_pairs + sender]:
+            if n_pairs:
+                if pairs[dst * n_pairs + sender]:
+                    continue  # a pair seen before: its distance is counted already
                 pairs[dst * n_pairs + sender] = True
                 senders[dst] += 1
             there = sender % per_ipu
