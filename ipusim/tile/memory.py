@@ -23,6 +23,11 @@ Placement rules
   order the blocks were given in. Each block takes the lowest aligned address of the
   first region (in the order above) where it overlaps no placed block it is live
   together with (first fit).
+* Joint groups: blocks sharing a ``joint`` key on one tile are the disjoint live
+  ranges of one thing with one address (a variable a Poplar function touches, whose
+  code is compiled once for one address). They are placed together when the first
+  of them comes up, at the lowest address free over the union of their ranges
+  (:mod:`ipusim.tile.first_fit`); other blocks may use that address between them.
 * A block that fits nowhere goes to a per-tile *overflow* area with the same rules;
   its bytes are the tile's ``overflowed`` figures and the tile is out of memory.
 
@@ -39,10 +44,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import numba
 import numpy as np
 
 from ipusim.errors import IpusimError
+from ipusim.tile.first_fit import joint_links, place, sequence_hash
 
 __all__ = [
     "ANY",
@@ -153,6 +158,12 @@ class Block:
     live
         Inclusive ``(first, last)`` program point it is live at, or None when always
         live. ``last < first`` means live at no point (it still gets an address).
+    joint
+        Joint group key, ``-1`` for none: the blocks of one key on one tile are the
+        live ranges of one thing that keeps one address (a variable a function
+        touches: the function's code is compiled for one address); they must have
+        equal sizes, element sizes and regions, and are placed at the lowest address
+        free over all their ranges. Other blocks may use it between the ranges.
     """
 
     name: str
@@ -162,6 +173,7 @@ class Block:
     element_bytes: int = 1
     region: str = ANY
     live: tuple[int, int] | None = None
+    joint: int = -1
 
 
 @dataclass(frozen=True)
@@ -209,7 +221,8 @@ class BlockTable:
     ``name`` and ``category`` index :attr:`names` and :attr:`categories`; ``region``
     is 0 (non-interleaved), 1 (interleaved) or 2 (any); a block is always live where
     ``always`` is set, else live over ``live_first..live_last`` (as
-    :attr:`Block.live`).
+    :attr:`Block.live`). ``joint`` (None: no block is in a group) gives each block's
+    joint group key, ``-1`` for none (as :attr:`Block.joint`).
     """
 
     names: list[str]
@@ -223,6 +236,7 @@ class BlockTable:
     live_first: np.ndarray
     live_last: np.ndarray
     always: np.ndarray
+    joint: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.tile.size)
@@ -293,9 +307,12 @@ class BlockTable:
             where = f"memory block '{b.name}' ({b.category}) on tile {b.tile}"
             if b.live is not None and len(b.live) != 2:
                 raise MemoryPlanError(f"{where}: live {b.live!r} must be (first, last) or None")
-            parts.append(
-                cls.rows(b.name, b.category, [b.tile], [b.size], b.element_bytes, b.region, b.live)
+            row = cls.rows(
+                b.name, b.category, [b.tile], [b.size], b.element_bytes, b.region, b.live
             )
+            if b.joint >= 0:
+                row.joint = np.array([b.joint], np.int64)
+            parts.append(row)
         return cls.concat(parts)
 
     @classmethod
@@ -331,7 +348,18 @@ class BlockTable:
             live_first=cat("live_first"),
             live_last=cat("live_last"),
             always=cat("always"),
+            joint=(
+                np.concatenate([t.joint_keys() for t in tables])
+                if any(t.joint is not None for t in tables)
+                else None
+            ),
         )
+
+    def joint_keys(self) -> np.ndarray:
+        """Each block's joint group key (``-1``: none), as int64."""
+        if self.joint is None:
+            return np.full(len(self), -1, np.int64)
+        return self.joint.astype(np.int64, copy=False)
 
     def take(self, rows: np.ndarray) -> BlockTable:
         """The table of rows ``rows`` (in that order)."""
@@ -339,6 +367,7 @@ class BlockTable:
             self.names,
             self.categories,
             *(getattr(self, a)[rows] for a in (*_INT_COLUMNS, "always")),
+            None if self.joint is None else self.joint[rows],
         )
 
     def compact(self) -> BlockTable:
@@ -355,6 +384,7 @@ class BlockTable:
             self.categories,
             *(_narrowest(getattr(self, a)) for a in _INT_COLUMNS),
             self.always,
+            None if self.joint is None else _narrowest(self.joint),
         )
 
     def block(self, i: int) -> Block:
@@ -368,6 +398,7 @@ class BlockTable:
             int(self.element_bytes[i]),
             _REQUEST_NAMES[self.region[i]],
             live,
+            -1 if self.joint is None else int(self.joint[i]),
         )
 
     def check(self, num_tiles: int) -> None:
@@ -385,160 +416,24 @@ class BlockTable:
             raise MemoryPlanError(f"{where}: size {b.size} must be >= 0 bytes")
         raise MemoryPlanError(f"{where}: element_bytes {b.element_bytes} must be >= 1")
 
-
-@numba.njit(cache=True, nogil=True)
-def _sequence_hash(sizes, aligns, regions, lo, hi, starts, ends):  # pragma: no cover
-    """A hash of each tile's sequence of blocks (tiles with equal sequences share it)."""
-    out = np.empty(starts.shape[0], np.uint64)
-    for t in range(starts.shape[0]):
-        h = np.uint64(1469598103934665603) ^ np.uint64(ends[t] - starts[t])
-        for i in range(starts[t], ends[t]):
-            for v in (sizes[i], aligns[i], regions[i], lo[i], hi[i]):
-                h = (h ^ np.uint64(v)) * np.uint64(1099511628211)
-        out[t] = h
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _same_sequence(sizes, aligns, regions, lo, hi, a, b, n):  # pragma: no cover
-    for k in range(n):
-        i, j = a + k, b + k
-        if (
-            sizes[i] != sizes[j]
-            or aligns[i] != aligns[j]
-            or regions[i] != regions[j]
-            or lo[i] != lo[j]
-            or hi[i] != hi[j]
-        ):
-            return False
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def _first_fit(starts, ends, los, his, count, size, align, lo, hi):  # pragma: no cover - compiled
-    """Lowest ``align``-aligned offset where ``size`` bytes overlap none of the first
-    ``count`` placed blocks live together with ``lo..hi`` (the placed blocks kept in
-    order of start address, ties in order of placement)."""
-    addr = 0
-    for k in range(count):
-        if los[k] <= hi and lo <= his[k]:
-            if addr + size <= starts[k]:
-                break
-            aligned = -(-ends[k] // align) * align
-            if aligned > addr:
-                addr = aligned
-    return addr
-
-
-@numba.njit(cache=True, nogil=True)
-def _insert(starts, ends, los, his, count, start, end, lo, hi):  # pragma: no cover - compiled
-    """Insert a placed block into the first ``count`` rows, kept in order of start
-    address (after the blocks of an equal start)."""
-    k = count
-    while k > 0 and starts[k - 1] > start:
-        starts[k] = starts[k - 1]
-        ends[k] = ends[k - 1]
-        los[k] = los[k - 1]
-        his[k] = his[k - 1]
-        k -= 1
-    starts[k] = start
-    ends[k] = end
-    los[k] = lo
-    his[k] = hi
-
-
-@numba.njit(cache=True, nogil=True)
-def _place(
-    sizes,
-    aligns,
-    regions,
-    ident,
-    lo,
-    hi,
-    always,
-    starts,
-    ends,
-    tile_order,
-    hashes,
-    min_align,
-    limits,
-    out_region,
-    out_offset,
-    out_covered,
-    out_top,
-):  # pragma: no cover - compiled
-    """Lay out every tile's blocks (rows ``starts[t]:ends[t]`` in placement order),
-    tiles taken in ``tile_order``; a tile whose sequence equals the previous one of the
-    same hash copies its layout. ``out_covered[t, r]`` and ``out_top[t, r]`` get the
-    bytes of region ``r`` that blocks cover (their union) and the highest end."""
-    try_order = np.array([[0, 2, -1], [1, 2, -1], [1, 0, 2]], np.int64)
-    rep = -1
-    for position in range(tile_order.shape[0]):
-        t = tile_order[position]
-        a, b = starts[t], ends[t]
-        n = b - a
-        if rep >= 0 and hashes[rep] == hashes[t] and ends[rep] - starts[rep] == n:
-            r0 = starts[rep]
-            if _same_sequence(sizes, aligns, ident, lo, hi, r0, a, n):
-                for k in range(n):
-                    out_region[a + k] = out_region[r0 + k]
-                    out_offset[a + k] = out_offset[r0 + k]
-                for r in range(3):
-                    out_covered[t, r] = out_covered[rep, r]
-                    out_top[t, r] = out_top[rep, r]
-                continue
-        rep = t
-        p_start = np.empty((3, n), np.int64)
-        p_end = np.empty((3, n), np.int64)
-        p_lo = np.empty((3, n), np.int64)
-        p_hi = np.empty((3, n), np.int64)
-        count = np.zeros(3, np.int64)
-        top = np.zeros(3, np.int64)
-        packed = np.ones(3, np.bool_)
-        for i in range(a, b):
-            size, align = sizes[i], aligns[i]
-            fast = always[i] and align == min_align
-            chosen, addr = 2, 0
-            for c in range(3):
-                region = try_order[regions[i], c]
-                if region < 0:
-                    break
-                if fast and packed[region]:
-                    addr = -(-top[region] // align) * align
-                else:
-                    addr = _first_fit(
-                        p_start[region],
-                        p_end[region],
-                        p_lo[region],
-                        p_hi[region],
-                        count[region],
-                        size,
-                        align,
-                        lo[i],
-                        hi[i],
-                    )
-                if addr + size <= limits[region]:
-                    chosen = region
-                    break
-            if size:
-                _insert(
-                    p_start[chosen], p_end[chosen], p_lo[chosen], p_hi[chosen],
-                    count[chosen], addr, addr + size, lo[i], hi[i],
-                )  # fmt: skip
-                count[chosen] += 1
-                top[chosen] = max(top[chosen], addr + size)
-                packed[chosen] = packed[chosen] and fast
-            out_region[i] = chosen
-            out_offset[i] = addr
-            out_top[t, chosen] = max(out_top[t, chosen], addr + size)
-        for r in range(3):  # the union of the region's blocks, in address order
-            covered, reach = 0, 0
-            for k in range(count[r]):
-                s, e = max(p_start[r, k], reach), p_end[r, k]
-                if e > s:
-                    covered += e - s
-                    reach = e
-            out_covered[t, r] = covered
+    def check_joint(self, lead: np.ndarray, order: np.ndarray) -> None:
+        """Raise :class:`MemoryPlanError` naming the first block of a joint group whose
+        size, element size or region differs from its group's first block (``lead``:
+        per position of ``order``, the position of the group's first block)."""
+        rows, leads = order, order[lead]
+        bad = (self.size[rows] != self.size[leads]) | (self.region[rows] != self.region[leads])
+        bad |= self.element_bytes[rows] != self.element_bytes[leads]
+        if not bad.any():
+            return
+        k = int(np.argmax(bad))
+        b, first = self.block(int(rows[k])), self.block(int(leads[k]))
+        raise MemoryPlanError(
+            f"memory block '{b.name}' ({b.category}) on tile {b.tile}: joint group {b.joint} "
+            f"needs one size, element size and region for all its blocks; this one has "
+            f"{b.size} B, {b.element_bytes} B elements, region {b.region!r}, the group's "
+            f"first ('{first.name}') {first.size} B, {first.element_bytes} B, "
+            f"{first.region!r}; hint: give each live range of one thing the same block"
+        )
 
 
 def allocate_table(
@@ -610,15 +505,21 @@ def _allocate(
     ends = np.cumsum(counts)
     starts = ends - counts
     ident = regions * 2 + always_o  # what else, with size, alignment and range, a layout uses
-    hashes = _sequence_hash(sizes, aligns, ident, lo_o, hi_o, starts, ends)
+    lead, after = joint_links(table.tile[order], table.joint_keys()[order])
+    if table.joint is not None:
+        table.check_joint(lead, order)
+    hashes = sequence_hash(
+        sizes, aligns, ident, lo_o, hi_o, np.arange(n, dtype=np.int64) - lead, starts, ends
+    )
     tile_order = np.argsort(hashes, kind="stable")
     region_o = np.zeros(n, np.int64)
     offset_o = np.zeros(n, np.int64)
     limits = np.array([spec.region_bytes(r) for r in range(3)], np.int64)
     covered = np.zeros((num_tiles, 3), np.int64)
     top = np.zeros((num_tiles, 3), np.int64)
-    _place(
-        sizes, aligns, regions, ident, lo_o, hi_o, always_o, starts, ends, tile_order, hashes,
+    place(
+        sizes, aligns, regions, ident, lo_o, hi_o, always_o, lead, after, starts, ends,
+        tile_order, hashes,
         spec.alignment_bytes, limits, region_o, offset_o, covered, top,
     )  # fmt: skip
     region = np.empty(n, np.int64)

@@ -1,0 +1,243 @@
+"""Compiled first-fit placement of one tile's blocks, for :mod:`ipusim.tile.memory`.
+
+Each tile's blocks arrive in placement order (rows ``starts[t]:ends[t]``). A block
+takes the lowest aligned address of the first region it may use where it overlaps no
+placed block it is live together with. Blocks of one *joint group* (the live ranges
+of one variable on one tile that must keep one address, e.g. those of a variable a
+function touches: its code is compiled once, at fixed addresses, and runs at every
+call) are placed together when their first block comes up: at the lowest address
+free over every one of their ranges, and each range is then recorded at that address
+on its own, so that other blocks may use the address in the gaps between the ranges.
+This is how an interference-based allocator treats a variable with a live range of
+several disjoint intervals.
+
+Tiles whose sequences of blocks are equal (sizes, alignments, regions, live ranges
+and joint groups) get one layout, computed once and copied.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["joint_links", "place", "sequence_hash"]
+
+
+def joint_links(tile: np.ndarray, joint: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Links of the joint groups of blocks given in placement order.
+
+    Parameters
+    ----------
+    tile
+        Tile of each block, in placement order.
+    joint
+        Joint group key of each block (``-1``: none); blocks of one key on one tile
+        share an address.
+
+    Returns
+    -------
+    lead, after
+        Per block: the position of its group's first block (itself when it is not
+        in a group or leads it), and of the next block of its group (``-1`` at the
+        last or outside a group).
+    """
+    n = tile.size
+    lead = np.arange(n, dtype=np.int64)
+    after = np.full(n, -1, np.int64)
+    grouped = np.flatnonzero(joint >= 0)
+    if grouped.size < 2:
+        return lead, after
+    order = grouped[np.lexsort((grouped, joint[grouped], tile[grouped]))]
+    same = (tile[order][1:] == tile[order][:-1]) & (joint[order][1:] == joint[order][:-1])
+    after[order[:-1][same]] = order[1:][same]
+    starts = np.concatenate(([True], ~same))
+    run_lead = order[starts]
+    lead[order] = run_lead[np.cumsum(starts) - 1]
+    return lead, after
+
+
+@numba.njit(cache=True, nogil=True)
+def sequence_hash(sizes, aligns, regions, lo, hi, link, starts, ends):  # pragma: no cover
+    """A hash of each tile's sequence of blocks (tiles with equal sequences share it);
+    ``link`` is each block's distance back to its joint group's first block."""
+    out = np.empty(starts.shape[0], np.uint64)
+    for t in range(starts.shape[0]):
+        h = np.uint64(1469598103934665603) ^ np.uint64(ends[t] - starts[t])
+        for i in range(starts[t], ends[t]):
+            for v in (sizes[i], aligns[i], regions[i], lo[i], hi[i], link[i]):
+                h = (h ^ np.uint64(v)) * np.uint64(1099511628211)
+        out[t] = h
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _same_sequence(sizes, aligns, regions, lo, hi, link, a, b, n):  # pragma: no cover
+    for k in range(n):
+        i, j = a + k, b + k
+        if (
+            sizes[i] != sizes[j]
+            or aligns[i] != aligns[j]
+            or regions[i] != regions[j]
+            or lo[i] != lo[j]
+            or hi[i] != hi[j]
+            or link[i] != link[j]
+        ):
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_fit(starts, ends, los, his, count, size, align, lo, hi, addr):  # pragma: no cover
+    """Lowest ``align``-aligned offset from ``addr`` (aligned) where ``size`` bytes
+    overlap none of the first ``count`` placed blocks live together with ``lo..hi``
+    (the placed blocks kept in order of start address, ties in order of placement)."""
+    for k in range(count):
+        if los[k] <= hi and lo <= his[k]:
+            if addr + size <= starts[k]:
+                break
+            aligned = -(-ends[k] // align) * align
+            if aligned > addr:
+                addr = aligned
+    return addr
+
+
+@numba.njit(cache=True, nogil=True)
+def _joint_fit(
+    starts, ends, los, his, count, size, align, lo, hi, first, after
+):  # pragma: no cover
+    """Lowest aligned offset free over the live ranges of every block of the joint
+    group that starts at block ``first`` (linked by ``after``): each range's first
+    fit from the current candidate, until no range moves it."""
+    addr = 0
+    moved = True
+    while moved:
+        moved = False
+        j = first
+        while j >= 0:
+            found = _first_fit(starts, ends, los, his, count, size, align, lo[j], hi[j], addr)
+            if found != addr:
+                addr = found
+                moved = True
+            j = after[j]
+    return addr
+
+
+@numba.njit(cache=True, nogil=True)
+def _insert(starts, ends, los, his, count, start, end, lo, hi):  # pragma: no cover - compiled
+    """Insert a placed block into the first ``count`` rows, kept in order of start
+    address (after the blocks of an equal start)."""
+    k = count
+    while k > 0 and starts[k - 1] > start:
+        starts[k] = starts[k - 1]
+        ends[k] = ends[k - 1]
+        los[k] = los[k - 1]
+        his[k] = his[k - 1]
+        k -= 1
+    starts[k] = start
+    ends[k] = end
+    los[k] = lo
+    his[k] = hi
+
+
+@numba.njit(cache=True, nogil=True)
+def place(
+    sizes,
+    aligns,
+    regions,
+    ident,
+    lo,
+    hi,
+    always,
+    lead,
+    after,
+    starts,
+    ends,
+    tile_order,
+    hashes,
+    min_align,
+    limits,
+    out_region,
+    out_offset,
+    out_covered,
+    out_top,
+):  # pragma: no cover - compiled
+    """Lay out every tile's blocks (rows ``starts[t]:ends[t]`` in placement order),
+    tiles taken in ``tile_order``; a tile whose sequence equals the previous one of the
+    same hash copies its layout. A block leading a joint group (``after[i] >= 0``)
+    places its whole group (see the module docstring); the group's later blocks are
+    then skipped. ``out_covered[t, r]`` and ``out_top[t, r]`` get the bytes of region
+    ``r`` that blocks cover (their union) and the highest end."""
+    try_order = np.array([[0, 2, -1], [1, 2, -1], [1, 0, 2]], np.int64)
+    link = np.arange(sizes.shape[0]) - lead
+    rep = -1
+    for position in range(tile_order.shape[0]):
+        t = tile_order[position]
+        a, b = starts[t], ends[t]
+        n = b - a
+        if rep >= 0 and hashes[rep] == hashes[t] and ends[rep] - starts[rep] == n:
+            r0 = starts[rep]
+            if _same_sequence(sizes, aligns, ident, lo, hi, link, r0, a, n):
+                for k in range(n):
+                    out_region[a + k] = out_region[r0 + k]
+                    out_offset[a + k] = out_offset[r0 + k]
+                for r in range(3):
+                    out_covered[t, r] = out_covered[rep, r]
+                    out_top[t, r] = out_top[rep, r]
+                continue
+        rep = t
+        p_start = np.empty((3, n), np.int64)
+        p_end = np.empty((3, n), np.int64)
+        p_lo = np.empty((3, n), np.int64)
+        p_hi = np.empty((3, n), np.int64)
+        count = np.zeros(3, np.int64)
+        top = np.zeros(3, np.int64)
+        packed = np.ones(3, np.bool_)
+        for i in range(a, b):
+            if lead[i] != i:
+                continue  # placed with its group's first block
+            size, align = sizes[i], aligns[i]
+            group = after[i] >= 0
+            fast = always[i] and align == min_align and not group
+            chosen, addr = 2, 0
+            for c in range(3):
+                region = try_order[regions[i], c]
+                if region < 0:
+                    break
+                if fast and packed[region]:
+                    addr = -(-top[region] // align) * align
+                elif group:
+                    addr = _joint_fit(
+                        p_start[region], p_end[region], p_lo[region], p_hi[region],
+                        count[region], size, align, lo, hi, i, after,
+                    )  # fmt: skip
+                else:
+                    addr = _first_fit(
+                        p_start[region], p_end[region], p_lo[region], p_hi[region],
+                        count[region], size, align, lo[i], hi[i], 0,
+                    )  # fmt: skip
+                if addr + size <= limits[region]:
+                    chosen = region
+                    break
+            j = i
+            while j >= 0:
+                if size:
+                    _insert(
+                        p_start[chosen], p_end[chosen], p_lo[chosen], p_hi[chosen],
+                        count[chosen], addr, addr + size, lo[j], hi[j],
+                    )  # fmt: skip
+                    count[chosen] += 1
+                out_region[j] = chosen
+                out_offset[j] = addr
+                j = after[j]
+            if size:
+                top[chosen] = max(top[chosen], addr + size)
+                packed[chosen] = packed[chosen] and fast
+            out_top[t, chosen] = max(out_top[t, chosen], addr + size)
+        for r in range(3):  # the union of the region's blocks, in address order
+            covered, reach = 0, 0
+            for k in range(count[r]):
+                s, e = max(p_start[r, k], reach), p_end[r, k]
+                if e > s:
+                    covered += e - s
+                    reach = e
+            out_covered[t, r] = covered
