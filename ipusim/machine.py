@@ -36,10 +36,10 @@ from ipusim.host.link import check_copy_size
 from ipusim.ir_validation import validate_program
 from ipusim.machine_groups import Barrier, TileGroup
 from ipusim.machine_links import LinkSteps, Prefetch
-from ipusim.tile.compute import ComputeCost
+from ipusim.tile.compute import ComputeCost, compute_cost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost, execution_cycles
 from ipusim.tile.memory_port import memory_floor_cycles, memory_may_bind
-from ipusim.timing import ControllerSync, TimingModel
+from ipusim.timing import BarrelCompute, ControllerSync, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
 
 
@@ -239,6 +239,11 @@ class _Run(LinkSteps):
         self._active_ipus: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         #: per step (by id): replica 0's costs repeated for every replica (_replicated)
         self._replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]] = {}
+        #: per compute step (by id) of a replicated program: its cost on replica 0's
+        #: tiles (_replica_cost); None when replicas are not costed apart
+        self._replica_costs: dict[int, tuple[ir.Step, ComputeCost]] | None = None
+        if self.replicas > 1 and type(self.timing.compute) is BarrelCompute:
+            self._replica_costs = {}
         #: record -> groups not yet done with it, for records whose per-tile array is
         #: their own (see _passed); per step (by id), the last final such array
         self.pending: dict[int, int] = {}
@@ -558,6 +563,9 @@ class _Run(LinkSteps):
             if tile_cycles is not None:
                 details = self.timing.cost(costed)
                 active = getattr(details, "active_cycles", None)
+        elif not once and isinstance(step, ir.Compute) and self._replica_costs is not None:
+            details = self._replica_cost(step)
+            tile_cycles, active = details.tile_cycles, details.active_cycles
         elif isinstance(step, _LOCAL_STEPS):  # what TimingModel.tile_cycles gives
             details = self.timing.compute.cost(costed) if once else self.timing.cost(step)
             if isinstance(step, ir.Compute):
@@ -607,6 +615,22 @@ class _Run(LinkSteps):
             rec.tile_cycles = last
         else:
             self._final_cycles[key] = rec.tile_cycles
+
+    def _replica_cost(self, step: ir.Compute) -> ComputeCost:
+        """A compute step's cost on replica 0's tiles only (its vertices are on them, and
+        a tile's cycles depend on its own vertices only), so that a replicated program
+        assigns its vertices once, not on every replica's tiles (kept per step)."""
+        costs = self._replica_costs
+        assert costs is not None
+        hit = costs.get(id(step))
+        if hit is not None and hit[0] is step:
+            return hit[1]
+        cost = compute_cost(
+            self.cfg.tile, self.replica_tiles, step.vertex_tile, step.vertex_cycles,
+            step.vertex_multi,
+        )  # fmt: skip
+        costs[id(step)] = (step, cost)
+        return cost
 
     def _replicated(
         self, step: ir.Step, tile_cycles: np.ndarray, active: np.ndarray | None
