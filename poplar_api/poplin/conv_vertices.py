@@ -309,14 +309,52 @@ def _store_blocks(values, starts, size, data):  # pragma: no cover - compiled
 
 
 def _gather(batch: FieldBatch, members: np.ndarray, count: int, size: int) -> np.ndarray:
-    """``[len(members), count, size]`` float32: the inner vectors (all of ``size``
-    elements) of ``members``."""
-    starts = batch.inner_offsets[_segment_rows(batch, members, count)]
-    if batch.data.dtype == np.float32:  # a block copy per vector, not an index per element
+    """``[*lead, count, size]`` float32: the inner vectors (all of ``size`` elements) of
+    ``members``, where ``lead`` is ``(replicas, len(members) // replicas)`` when the batch
+    is replicas (``RUN_REPLICAS``, members listed replica after replica) and
+    ``(len(members),)`` otherwise.
+
+    Where the vectors lie one after another in the batch (for the members of one
+    replica, each replica's at the same distance from the previous one's), the result
+    is a view of the batch's data: no copy.
+    """
+    g = members.size
+    replicas = RUN_REPLICAS.get()
+    lead = (replicas, g // replicas) if replicas > 1 and g % replicas == 0 else (g,)
+    starts = batch.inner_offsets[_segment_rows(batch, members, count)].reshape(lead[0], -1)
+    if batch.data.dtype == np.float32:
+        view = _block_view(batch.data, starts, size)
+        if view is not None:
+            return view.reshape(*lead, count, size)
         out = np.empty((starts.size, size), np.float32)
         _copy_blocks(batch.data, starts.reshape(-1).astype(np.int64, copy=False), size, out)
-        return out.reshape(members.size, count, size)
-    return batch.data[starts[:, :, None] + np.arange(size)].astype(np.float32, copy=False)
+        return out.reshape(*lead, count, size)
+    flat = starts.reshape(-1)
+    return (
+        batch.data[flat[:, None] + np.arange(size)]
+        .astype(np.float32, copy=False)
+        .reshape(*lead, count, size)
+    )
+
+
+def _block_view(data: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray | None:
+    """``data`` seen as ``[len(starts), starts.shape[1] * size]``, row ``r`` beginning at
+    ``starts[r, 0]``, when each row's blocks follow one another and the rows are evenly
+    spaced (a view, not a copy); else None."""
+    rows, per_row = starts.shape
+    first = starts[:, 0]
+    if per_row == 0 or not (starts == first[:, None] + np.arange(per_row) * size).all():
+        return None
+    step = int(first[1] - first[0]) if rows > 1 else 0
+    if rows > 1 and (step < 0 or not (np.diff(first) == step).all()):
+        return None
+    base = int(first[0])
+    if base + step * (rows - 1) + per_row * size > data.size:
+        return None
+    item = data.itemsize
+    return np.lib.stride_tricks.as_strided(
+        data[base:], shape=(rows, per_row * size), strides=(step * item, item), writeable=False
+    )
 
 
 def _scatter(batch: FieldBatch, members: np.ndarray, count: int, values: np.ndarray) -> None:
@@ -361,11 +399,12 @@ def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) 
     rows, ok = _rows_of(wl, first, wls, nk, p)
     if not ok:
         return False
-    g = members.size
-    x = _gather(a, members, ncg * nig, in_size).reshape(g, ncg, nig, in_rows, ic)
+    x = _gather(a, members, ncg * nig, in_size)
+    lead = x.shape[:-2]  # (vertices,) or (replicas, vertices of a replica)
+    x = x.reshape(*lead, ncg, nig, in_rows, ic)
     w = _gather(b, members, ncg * nog * nig, nk * oc * ic)
-    w = w.reshape(g, ncg, nog, nig, nk, oc, ic)
-    acc = np.zeros((g, ncg, nog, out_rows, oc), np.float32)
+    w = w.reshape(*lead, ncg, nog, nig, nk, oc, ic)
+    acc = np.zeros((*lead, ncg, nog, out_rows, oc), np.float32)
     runs = [_row_runs(o_r) for o_r, _ in rows]
     same = [i_r.size == in_rows and bool((i_r == np.arange(in_rows)).all()) for _, i_r in rows]
     for ig in range(nig):
@@ -373,15 +412,16 @@ def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) 
             if o_r.size == 0:
                 continue
             if same[k]:  # every input row in order: no gather
-                xs = x[:, :, ig][:, :, None]  # [g, ncg, 1, n, ic]
+                xs = x[..., ig, :, :][..., None, :, :]  # [*lead, ncg, 1, n, ic]
             else:
-                xs = np.take(x[:, :, ig], i_r, axis=2)[:, :, None]
-            product = xs @ w[:, :, :, ig, k].swapaxes(-1, -2)
+                xs = np.take(x[..., ig, :, :], i_r, axis=-2)[..., None, :, :]
+            product = xs @ w[..., ig, k, :, :].swapaxes(-1, -2)
             if runs[k] is None:
-                acc[:, :, :, o_r] += product
+                acc[..., o_r, :] += product
                 continue
             for at, lo, hi in runs[k]:  # the same additions on slices (no gather)
-                acc[:, :, :, lo:hi] += product[:, :, :, at : at + hi - lo]
+                acc[..., lo:hi, :] += product[..., at : at + hi - lo, :]
+    g = members.size
     _scatter(c, members, ncg * nog, acc.reshape(g, ncg * nog, out_size))
     return True
 
