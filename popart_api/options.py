@@ -74,9 +74,8 @@ _DEFAULTS: dict[str, Any] = {
     "instrumentWithHardwareCycleCounter": False,
     "enableStochasticRounding": False,
     "syntheticDataMode": SyntheticDataMode.Off,
-    # PopART's default is True; ipusim's is False (popart_api.outline: a function's
-    # variables keep their memory from its first call to its last)
-    "enableOutlining": False,
+    # PopART's default (popart_api.outline)
+    "enableOutlining": True,
     "constantWeights": True,
     "enableEngineCaching": False,
     "cachePath": "session_cache",
@@ -119,8 +118,8 @@ class SessionOptions:
     ``accumulationAndReplicationReductionType`` (Sum or Mean),
     ``enableReplicatedGraphs`` with ``replicatedGraphCount``, ``autoRecomputation``,
     ``syntheticDataMode``, ``randomSeed``, ``enableOutlining`` (recomputed nodes'
-    replays call the forward pass's code, :mod:`popart_api.outline`; default False
-    here, True in PopART) and the option dicts passed through
+    replays call the forward pass's code, :mod:`popart_api.outline`; default True,
+    as PopART's) and the option dicts passed through
     (``engineOptions``, ``convolutionOptions``, ``matmulOptions``); PopART's older
     ``enableVirtualGraphs`` and ``autoVirtualGraph`` set ``virtualGraphMode`` to Manual
     and Auto. The others are accepted and recorded.
