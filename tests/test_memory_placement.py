@@ -147,14 +147,34 @@ def test_variable_of_a_function_is_live_from_its_first_call_to_its_last(graph):
     assert twice == once.memory.by_category["controlCode"][0]
 
 
-def test_undef_between_calls_does_not_split_a_functions_variable(graph):
+def test_undef_between_calls_lets_others_use_a_functions_variables_address(graph):
     p, q, x, y = variables(graph, "pqxy", 0)
     fn = graph.addFunction(prog.Copy(p, q))
     body = [prog.Call(fn), prog.WriteUndef(q), prog.Copy(x, y), prog.Call(fn)]
     e = Engine(graph, prog.Sequence(body))
-    # q is undefined between the calls, but the function's code addresses it: it keeps
-    # one address over both calls, so x and y (between them) do not take it
-    assert data_at(e, 0) == interleaved_at(p=0, q=16, x=32, y=48)
+    # q is undefined between the calls: two live ranges (points 0 and 2) at one address,
+    # since the function's code addresses it, and free in between, so x (point 1) takes
+    # it; p, never undefined, holds its bytes from the first call to the last
+    assert data_at(e, 0) == interleaved_at(p=0, q=16, x=16, y=32)
+    q_blocks = [pl for pl in e.memory.placements if pl.block.name == "q"]
+    assert [pl.block.live[0] for pl in q_blocks] == [0, 2]
+    assert {(pl.region, pl.offset) for pl in q_blocks} == {("interleaved", 16)}
+    # q is counted once in the report's variable bytes: p, q, x and y of 16 B each
+    assert e.memory.by_category["variable"][0] == 4 * 16
+
+
+def test_a_functions_variable_keeps_its_address_free_over_every_range(graph):
+    p, q, x, y, z, w = variables(graph, "pqxyzw", 0)
+    fn = graph.addFunction(prog.Copy(p, q))
+    body = [prog.Copy(x, y), prog.Call(fn), prog.WriteUndef(q), prog.Copy(y, z),
+            prog.Call(fn), prog.Copy(z, w)]  # fmt: skip
+    e = Engine(graph, prog.Sequence(body))
+    # points: 0 x->y, 1 call, 2 y->z, 3 call, 4 z->w. x dies at 0, so p (1..3) takes 0;
+    # z (2..4) takes 32 above p and y (0..2). q (ranges at 1 and 3) comes up at its last
+    # range: it must avoid y (live with its first range) and p and z (live with its
+    # second), so both ranges go to 48; w (4) reuses x's and p's bytes.
+    assert data_at(e, 0) == interleaved_at(x=0, y=16, p=0, z=32, q=48, w=0)
+    assert {pl.offset for pl in e.memory.placements if pl.block.name == "q"} == {48}
 
 
 def test_interleaved_field_puts_its_data_in_the_interleaved_region(graph):

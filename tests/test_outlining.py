@@ -67,8 +67,9 @@ def _train(mode: str, outline: bool):
     return anchors[loss], weights, code
 
 
-def test_enable_outlining_is_off_by_default():
-    assert popart.SessionOptions().enableOutlining is False
+def test_enable_outlining_is_on_by_default_as_in_popart():
+    # PopART's SessionOptions: enableOutlining = true (willow/include/popart/sessionoptions.hpp)
+    assert popart.SessionOptions().enableOutlining is True
 
 
 @pytest.fixture(scope="module")

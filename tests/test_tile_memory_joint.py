@@ -24,17 +24,26 @@ SPEC = MemorySpec(
 def _reference(spec: MemorySpec, blocks: list[Block]) -> list[tuple[int, int]]:
     """The placement rules written out plainly: (region index, offset) per block.
 
-    Blocks of one tile in order (always live first, then by live start, then given
-    order); a joint group is placed when its first block comes up, at the lowest
-    aligned address free over all its ranges; every byte of memory is checked."""
+    Blocks of one tile in order (always live first, then by live start, a joint
+    group's blocks by the start of its last range, then given order); a joint group
+    is placed when its first block in that order comes up, at the lowest aligned
+    address free over all its ranges; every candidate address is checked."""
     out: list[tuple[int, int] | None] = [None] * len(blocks)
     try_order = {"nonInterleaved": (0, 2), "interleaved": (1, 2), "any": (1, 0, 2)}
     limits = (spec.non_interleaved_bytes, spec.interleaved_bytes, 1 << 40)
     big = 1 << 40
     for tile in sorted({b.tile for b in blocks}):
         rows = [i for i, b in enumerate(blocks) if b.tile == tile]
-        rows.sort(key=lambda i: (blocks[i].live is not None, -1 if blocks[i].live is None
-                                 else blocks[i].live[0], i))  # fmt: skip
+
+        def start(i: int, tile: int = tile) -> int:
+            b = blocks[i]
+            if b.live is None:
+                return -1
+            if b.joint < 0:
+                return b.live[0]
+            return max(c.live[0] for c in blocks if c.tile == tile and c.joint == b.joint)
+
+        rows.sort(key=lambda i: (blocks[i].live is not None, start(i), i))
         placed: list[tuple[int, int, int, int, int]] = []  # region, start, end, lo, hi
 
         def span(b: Block) -> tuple[int, int]:
@@ -179,7 +188,8 @@ def test_tiles_alike_but_for_their_groups_get_their_own_layouts():
     got = _placed(blocks)
     assert got == _reference(SPEC, blocks)
     assert got[:3] == [(1, 0), (1, 0), (1, 64)]
-    assert got[3:] == [(1, 0), (1, 64), (1, 0)]
+    # the group comes up at its last range (point 2), after y, and avoids it there
+    assert got[3:] == [(1, 64), (1, 0), (1, 64)]
 
 
 def test_a_joint_group_of_unequal_blocks_is_refused_by_name():

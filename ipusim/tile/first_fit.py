@@ -5,7 +5,8 @@ takes the lowest aligned address of the first region it may use where it overlap
 placed block it is live together with. Blocks of one *joint group* (the live ranges
 of one variable on one tile that must keep one address, e.g. those of a variable a
 function touches: its code is compiled once, at fixed addresses, and runs at every
-call) are placed together when their first block comes up: at the lowest address
+call) are placed together when the first of them comes up in placement order
+(:mod:`ipusim.tile.memory` gives a group the place of its last range): at the lowest address
 free over every one of their ranges, and each range is then recorded at that address
 on its own, so that other blocks may use the address in the gaps between the ranges.
 This is how an interference-based allocator treats a variable with a live range of

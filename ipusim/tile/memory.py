@@ -25,9 +25,12 @@ Placement rules
   together with (first fit).
 * Joint groups: blocks sharing a ``joint`` key on one tile are the disjoint live
   ranges of one thing with one address (a variable a Poplar function touches, whose
-  code is compiled once for one address). They are placed together when the first
-  of them comes up, at the lowest address free over the union of their ranges
-  (:mod:`ipusim.tile.first_fit`); other blocks may use that address between them.
+  code is compiled once for one address). They are placed together when the last
+  of their ranges comes up in the order above, at the lowest address free over the
+  union of their ranges (:mod:`ipusim.tile.first_fit`); other blocks may use that
+  address between them. By then every block live together with one of the earlier
+  ranges is placed (it began before that range ended), so the address is chosen
+  knowing all of them, as an ordinary block's is at its start.
 * A block that fits nowhere goes to a per-tile *overflow* area with the same rules;
   its bytes are the tile's ``overflowed`` figures and the tile is out of memory.
 
@@ -467,6 +470,21 @@ def _placement_order(tile: np.ndarray, later: np.ndarray, first: np.ndarray) -> 
     return np.sort(key) & ((1 << widths[3]) - 1)
 
 
+def _last_range_starts(tile: np.ndarray, joint: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """``first`` with each joint group's blocks given the latest first point of the
+    group (its last range's start), as the placement order uses it."""
+    grouped = np.flatnonzero(joint >= 0)
+    if not grouped.size:
+        return first
+    key = tile[grouped].astype(np.int64) * (int(joint.max()) + 1) + joint[grouped]
+    _, where = np.unique(key, return_inverse=True)
+    latest = np.full(int(where.max()) + 1, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(latest, where, first[grouped])
+    out = first.astype(np.int64, copy=True)
+    out[grouped] = latest[where]
+    return out
+
+
 def _allocate(
     spec: MemorySpec, num_tiles: int, table: BlockTable
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -496,6 +514,8 @@ def _allocate(
     lo = np.where(table.always | never, _ALWAYS[0], table.live_first)
     hi = np.where(table.always, _ALWAYS[1], np.where(never, _NEVER[1], table.live_last))
     first = np.where(table.always, _ALWAYS[0], table.live_first)
+    if table.joint is not None:  # a joint group comes up when its last range begins
+        first = _last_range_starts(table.tile, table.joint_keys(), first)
     order = _placement_order(table.tile, ~table.always, first)
     sizes = table.size[order]
     aligns = np.maximum(spec.alignment_bytes, table.element_bytes[order])

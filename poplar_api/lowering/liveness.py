@@ -4,17 +4,20 @@ The executed IR steps of every entry program, in order (entry 0 first), are prog
 points; a function's steps are walked where it is called (through
 :func:`ipusim.ir.children`). A variable is live from the first to the last point that
 touches it, widened to the whole of any loop (``Repeat``, ``RepeatWhile``) it is
-touched in. A variable a function touches is live from the first point of its first
-call to the last point of its last call: the function's code exists once (it is
-outlined), so its variables keep one address over all calls, but nothing requires
-them before the first call or after the last. It is *always live* when it is a
-constant, has an initial value, has a host read/write handle, or is touched by more
-than one entry program. A ``WriteUndef`` covering all of a variable's elements
-(outside a function, of a variable no function touches) ends its live range there:
-the next access starts a new one. A range in a loop is widened to the whole loop
-unless a ``WriteUndef`` of the variable in the loop precedes the range (then its
-value does not carry over to the next iteration); so too for a variable a function
-touches, whose one range over the calls is then not widened to the loop.
+touched in. It is *always live* when it is a constant, has an initial value, has a
+host read/write handle, or is touched by more than one entry program. A
+``WriteUndef`` covering all of a variable's elements ends its live range there: the
+next access starts a new one. A range in a loop is widened to the whole loop unless
+a ``WriteUndef`` of the variable in the loop precedes the range (then its value
+does not carry over to the next iteration).
+
+A variable a function touches keeps one address over all calls (the function's code
+exists once, compiled for that address), but need not hold it between its live
+ranges: without an undef it is live from the first point of its first call to the
+last point of its last call; with undefs its ranges are split as any variable's and
+listed in :attr:`Liveness.joint`, so that the allocator places them at one address
+free over all of them and lets other variables use it in the gaps (as Poplar's
+allocator, which works on the interference of whole live intervals, may).
 
 Which variable owns an element is looked up by :class:`VariableIndex`: each element
 space's variable bases as arrays made once per lowering, and every access of a node
@@ -245,6 +248,9 @@ class Liveness:
     ranges
         Variables whose live range a ``WriteUndef`` splits: variable id -> inclusive
         ``(first, last)`` ranges, in order.
+    joint
+        Variables of :attr:`ranges` that a function touches: their ranges keep one
+        address.
     """
 
     points: ProgramPoints
@@ -252,6 +258,7 @@ class Liveness:
     last: np.ndarray
     always: np.ndarray
     ranges: Mapping[int, tuple[tuple[int, int], ...]]
+    joint: frozenset[int] = frozenset()
 
     def ranges_of(self, vid: int) -> list[tuple[int, int] | None]:
         """Live ranges of variable ``vid``: ``[None]`` when always live, ``[(0, -1)]``
@@ -315,8 +322,9 @@ def liveness(
             last[m] = np.maximum(last[m], hi)
     always |= state.variables.constant_flags()
     always[index.mark(_held_parts(state))] = True
-    ranges = _undef_ranges(state, points, accesses, always, index, cache, in_fn_vars)
-    return Liveness(points, first, last, always, ranges)
+    ranges = _undef_ranges(state, points, accesses, always, index, cache)
+    joint = frozenset(vid for vid, r in ranges.items() if in_fn_vars[vid] and len(r) > 1)
+    return Liveness(points, first, last, always, ranges, joint)
 
 
 def _undef_ranges(
@@ -326,17 +334,13 @@ def _undef_ranges(
     always: np.ndarray,
     index: VariableIndex,
     cache: dict[int, np.ndarray],
-    joined: np.ndarray,
 ) -> dict[int, tuple[tuple[int, int], ...]]:
     """Live ranges of the variables a ``WriteUndef`` covers in full (and that are not
     marked in ``always``): variable id -> inclusive ``(first, last)`` ranges, in order.
-    A variable marked in ``joined`` (a function touches it) keeps one range from its
-    first call to its last; an undef only stops that range being widened to a loop
-    it precedes in (its value does not carry over to the next iteration)."""
+    An undef inside a function cuts at every call, as the function's steps are walked
+    at every call."""
     cut: dict[int, list[int]] = {}  # variable -> positions of its undefs
-    for nid, pos, _entry, in_fn in points.undefs:
-        if in_fn:
-            continue  # a function's undef: its variables keep one range over the calls
+    for nid, pos, _entry, _in_fn in points.undefs:
         for t, ids in accesses.undefs[nid]:
             if isinstance(ids, range):  # a variable's consecutive ids, made for this undef
                 ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
@@ -369,8 +373,6 @@ def _undef_ranges(
                 ranges[-1][1] = max(ranges[-1][1], hi)
             else:
                 ranges.append([lo, hi])
-        if joined[vid] and ranges:  # one address over the calls: one range
-            ranges = [[ranges[0][0], max(r[1] for r in ranges)]]
         for _ in range(2):  # loops nest or are disjoint, as in liveness
             for loop_lo, loop_hi in points.loops:
                 for r in ranges:

@@ -338,6 +338,9 @@ def _variable_blocks(
         live_last=last.astype(np.int64),
         always=always,
     )
+    if live.joint:  # a function's variable: its ranges keep one address on each tile
+        joint = np.fromiter(live.joint, np.int64, len(live.joint))
+        table.joint = np.where(np.isin(v, joint), v, -1)
     return table, table.take(np.flatnonzero(copy > 0))
 
 
