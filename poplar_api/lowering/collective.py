@@ -37,6 +37,7 @@ from ipusim.exchange.topology import topology_of
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
 from poplar_api.gcl import GclCollective, collective_values
 from poplar_api.graph import DataStream, is_nonreplicated, replication_factor
+from poplar_api.lowering import runs
 from poplar_api.lowering.context import split_wide
 from poplar_api.lowering.emission import Emission, stream_exchange, with_effect
 from poplar_api.lowering.exchange import ExchangePlanner
@@ -104,12 +105,20 @@ def lower_collective(em: Emission, prog: GclCollective) -> ir.Node:
     ]
     kind, op, root = prog.kind, prog.op, prog.root
     if prog.crossReplica:
+        # a tensor's consecutive elements are read and written as blocks (slices)
+        blocks = [(runs.as_index(src), runs.as_index(dst)) for src, dst in pairs]
+        everyone = groups == [list(range(replicas))]  # one group, every replica in order
 
         def run() -> None:
-            values = [storage.read_replicas(typ, src) for src, _ in pairs]
-            for (_, dst), vals in zip(pairs, values, strict=True):
+            # (copies: an output may be another pair's input)
+            values = [np.array(storage.read_replicas(typ, src)) for src, _ in blocks]
+            for (_, dst), vals in zip(blocks, values, strict=True):
                 for group in groups:
-                    outs = collective_values(kind, op, vals[group], root)
+                    outs = collective_values(kind, op, vals if everyone else vals[group], root)
+                    if everyone and all(out is outs[0] for out in outs):
+                        # the same values for every replica: converted and stored once
+                        storage.write_replicas(typ, _ids(dst), outs[0])
+                        continue
                     for member, out in zip(group, outs, strict=True):
                         storage.write_replica(member, typ, dst, out)
 
@@ -127,6 +136,11 @@ def lower_collective(em: Emission, prog: GclCollective) -> ir.Node:
         effect = em.lowered.effect(run_within)
         step = _within_step(em, prog, effect, pid)
     return em.touch(step, *prog.inputs, *prog.outputs)
+
+
+def _ids(index: np.ndarray | slice) -> np.ndarray | range:
+    """Element ids of ``index`` as ``Storage.write_replicas`` takes them."""
+    return range(index.start, index.stop) if isinstance(index, slice) else index
 
 
 def _trivial(em: Emission, prog: GclCollective, effect: int, pid: int) -> ir.Node:
