@@ -330,16 +330,17 @@ class ExchangePlanner:
         stride = space + 1  # a range ends at most at ``space``: tiles never touch
         n = self.num_tiles
         lo_key = dst * stride + begin
-        lo_key, lengths = runs.sort_ranges(lo_key, lengths)
+        keys, lengths, bits = runs.sorted_keys(lo_key, lengths)
         changes = self.changes_of(size, owner, space)
         pairs = self._pairs()
         a, b, receiver, elements, messages, distance = runs.merge_received(
-            lo_key, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, pairs
+            keys, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, pairs, bits
         )
         self.received += elements * size
         self.messages_received += messages
         self.received_runs.setdefault(size, []).append((receiver, a, b))
         if pairs is None:  # too many tiles for a bitmap of pairs
+            lo_key, lengths = runs.unpack(keys, lengths, bits)
             self.sender_keys.append(_sender_keys(lo_key, lengths, stride, changes, owner, n))
         np.maximum(self.max_distance, distance, out=self.max_distance)
         sender = self.sender.get(size)

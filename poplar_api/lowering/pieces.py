@@ -33,14 +33,14 @@ def _field_pieces(
         tile = vtiles[v]
         prev_id = -2
         first = starts[v] - bounds[v] if by_run else 0
-        local = True  # most vertices read only their own tile's elements: a quick look
+        # most vertices read only their own tile's elements: a quick look for the
+        # first remote one, from which the pieces are found
+        remote = bounds[v + 1]
         for p in range(bounds[v], bounds[v + 1]):
             if owner[first + p if by_run else ids[p]] != tile:
-                local = False
+                remote = p
                 break
-        if local:
-            continue
-        for p in range(bounds[v], bounds[v + 1]):
+        for p in range(remote, bounds[v + 1]):
             i = first + p if by_run else ids[p]
             if owner[i] == tile:
                 prev_id = -2

@@ -341,34 +341,91 @@ def tile_cuts(dst: np.ndarray, num_tiles: int, step: int) -> tuple[np.ndarray, b
     return _tile_cuts(np.asarray(dst, np.int64), int(num_tiles), int(step))
 
 
-def sort_ranges(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ranges ``(lo, other)`` (an end or a length each) in order of ``lo``, for
-    merging into disjoint intervals (which only needs ``lo`` sorted; ties come in
-    order of ``other`` when packed, in their first order otherwise).
+@numba.njit(cache=True, nogil=True)
+def _range_stats(lo, other):  # pragma: no cover - compiled
+    # one pass: whether lo ascends; min and max of lo and of other
+    ascending = True
+    lo_min = lo_max = lo[0]
+    o_min = o_max = other[0]
+    for k in range(1, lo.size):
+        x = lo[k]
+        if x < lo[k - 1]:
+            ascending = False
+        if x < lo_min:
+            lo_min = x
+        elif x > lo_max:
+            lo_max = x
+        y = other[k]
+        if y < o_min:
+            o_min = y
+        elif y > o_max:
+            o_max = y
+    return ascending, lo_min, lo_max, o_min, o_max
 
-    Often sorted already (no work then); when every range has the same ``other`` (a
-    strided read gives single-element ranges) only ``lo`` is sorted. Otherwise, when
-    both fit in one int64
-    (non-negative, their bits together at most 62), the pairs are packed into one key
-    and sorted in place, several times faster than a stable ``argsort`` and two
-    gathers on the interleaved windows a convolution's vertices read; else sorted
-    with ``argsort``.
+
+@numba.njit(cache=True, nogil=True)
+def _pack(lo, other, bits, out):  # pragma: no cover - compiled
+    for k in range(lo.size):
+        out[k] = (np.int64(lo[k]) << bits) | other[k]
+
+
+@numba.njit(cache=True, nogil=True)
+def _unpack(keys, bits, lo, other):  # pragma: no cover - compiled
+    mask = (np.int64(1) << bits) - 1
+    for k in range(keys.size):
+        lo[k] = keys[k] >> bits
+        other[k] = keys[k] & mask
+
+
+def sorted_keys(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Ranges ``(lo, other)`` (an end or a length each) in order of ``lo``, as
+    ``(keys, other, bits)``: with ``bits == 0`` the keys are the ``lo`` in order and
+    ``other`` is beside them; with ``bits > 0`` each key is ``lo << bits | other`` and
+    the returned ``other`` is empty (:func:`merge_received` reads such keys as they
+    are, so they are never unpacked into two arrays).
+
+    Merging into disjoint intervals only needs ``lo`` sorted; ties come in order of
+    ``other`` when packed, in their first order otherwise. Often sorted already (no
+    work then, found in the one compiled pass that also takes the bounds); when every
+    range has the same ``other`` (a strided read gives single-element ranges) only
+    ``lo`` is sorted. Otherwise, when both fit in one int64 (non-negative, their bits
+    together at most 62), the pairs are packed into one key in a compiled pass and
+    sorted in place, several times faster than a stable ``argsort`` and two gathers on
+    the interleaved windows a convolution's vertices read; else sorted with
+    ``argsort``.
     """
-    if lo.size < 2 or not (lo[1:] < lo[:-1]).any():
-        return lo, other
+    if lo.size < 2:
+        return lo, other, 0
+    ascending, lo_min, lo_max, o_min, o_max = _range_stats(lo, other)
+    if ascending:
+        return lo, other, 0
     lo = lo.astype(np.int64, copy=False)
     other = other.astype(np.int64, copy=False)
-    first = other[0]
-    if (other == first).all():  # one length for all (often single elements): keys only
-        return np.sort(lo), other
-    bits = int(other.max()).bit_length()
-    if int(lo.min()) >= 0 and int(other.min()) >= 0 and int(lo.max()).bit_length() + bits <= 62:
-        packed = lo << bits
-        packed |= other
+    if o_min == o_max:  # one length for all (often single elements): keys only
+        return np.sort(lo), other, 0
+    bits = int(o_max).bit_length()
+    if lo_min >= 0 and o_min >= 0 and int(lo_max).bit_length() + bits <= 62:
+        packed = np.empty(lo.size, np.int64)
+        _pack(lo, other, bits, packed)
         packed.sort()
-        return packed >> bits, packed & ((1 << bits) - 1)
+        return packed, other[:0], bits
     order = np.argsort(lo, kind="stable")
-    return lo[order], other[order]
+    return lo[order], other[order], 0
+
+
+def unpack(keys: np.ndarray, other: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, other)`` of what :func:`sorted_keys` returns, as two arrays."""
+    if bits == 0:
+        return keys, other
+    lo, other = np.empty(keys.size, np.int64), np.empty(keys.size, np.int64)
+    _unpack(keys, bits, lo, other)
+    return lo, other
+
+
+def sort_ranges(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ranges ``(lo, other)`` (an end or a length each) in order of ``lo``, as two
+    arrays (:func:`sorted_keys` says how and in which order ties come)."""
+    return unpack(*sorted_keys(lo, other))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -537,21 +594,34 @@ def _merge_received(
     out_tile,
     pairs,
     senders,
+    bits,
 ):  # pragma: no cover - compiled
-    # lo sorted; a range is [lo[k], lo[k] + length[k]) of key dst * stride + id
+    # lo sorted; a range is [lo[k], lo[k] + length[k]) of key dst * stride + id, or
+    # with bits > 0 lo[k] is that key << bits | length[k]
     m = 0
-    cur_lo = lo[0]
-    cur_hi = lo[0] + length[0]
+    mask = (np.int64(1) << bits) - 1
+    if bits:
+        cur_lo = lo[0] >> bits
+        cur_hi = cur_lo + (lo[0] & mask)
+    else:
+        cur_lo = lo[0]
+        cur_hi = lo[0] + length[0]
     last_dst = -1
     pos = 0
     per_ipu = column.size
     n_pairs = elements.size if pairs.size else 0  # pairs[dst * tiles + sender]
+    x = ln = 0
     for k in range(1, lo.size + 1):
         if k < lo.size:
-            x = lo[k]
+            if bits:
+                x = lo[k] >> bits
+                ln = lo[k] & mask
+            else:
+                x = lo[k]
+                ln = length[k]
             if x <= cur_hi:  # overlapping or touching: the same interval
-                if x + length[k] > cur_hi:
-                    cur_hi = x + length[k]
+                if x + ln > cur_hi:
+                    cur_hi = x + ln
                 continue
         dst = cur_lo // stride
         a = cur_lo - dst * stride
@@ -583,8 +653,8 @@ def _merge_received(
             if d > distance[sender]:
                 distance[sender] = d
         if k < lo.size:
-            cur_lo = lo[k]
-            cur_hi = lo[k] + length[k]
+            cur_lo = x
+            cur_hi = x + ln
     return m
 
 
@@ -600,6 +670,7 @@ def merge_received(
     coordinates: tuple[np.ndarray, np.ndarray],
     num_tiles: int,
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    bits: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What each receiving tile gets of id ranges, in one compiled pass.
 
@@ -607,7 +678,10 @@ def merge_received(
     ----------
     lo, length
         Ranges ``[lo, lo + length)`` of keys ``dst * stride + id`` (``stride`` above
-        every id, so the ranges of two tiles never touch), ``lo`` sorted.
+        every id, so the ranges of two tiles never touch), ``lo`` sorted; or, when
+        ``bits > 0``, ``lo`` holds the packed keys of :func:`sorted_keys` (each
+        range's key shifted left by ``bits``, its length in the low bits) and
+        ``length`` is not read.
     changes
         Sorted ids where the owning tile changes (:func:`change_points`).
     owner
@@ -644,6 +718,6 @@ def merge_received(
         column, row = coordinates
         m = _merge_received(
             lo, length, stride, changes, owner, column, row, elements, messages, distance,
-            out_a, out_b, out_tile, *(_NO_PAIRS if pairs is None else pairs),
+            out_a, out_b, out_tile, *(_NO_PAIRS if pairs is None else pairs), int(bits),
         )  # fmt: skip
     return out_a[:m], out_b[:m], out_tile[:m], elements, messages, distance
