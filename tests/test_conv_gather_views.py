@@ -9,7 +9,7 @@ import pytest
 
 from poplar_api.codelet_base import RUN_REPLICAS
 from poplar_api.fields import FieldBatch
-from poplar_api.poplin.conv_vertices import _gather
+from poplar_api.poplin.conv_vertices import _gather, _scatter
 
 
 def _vector_list(starts: list[int], size: int, count: int, total: int) -> FieldBatch:
@@ -31,10 +31,14 @@ def _expected(batch: FieldBatch, members: np.ndarray, count: int, size: int) -> 
     return np.stack(rows).reshape(members.size, count, size)
 
 
-def _gathered(batch, members, count, size, replicas):
+def _gathered(batch, members, count, size, replicas, values=None):
+    """``_gather``'s result, or with ``values`` what ``_scatter`` stores, with
+    ``RUN_REPLICAS = replicas``."""
     token = RUN_REPLICAS.set(replicas)
     try:
-        return _gather(batch, members, count, size)
+        if values is None:
+            return _gather(batch, members, count, size)
+        return _scatter(batch, members, count, values)
     finally:
         RUN_REPLICAS.reset(token)
 
@@ -70,6 +74,15 @@ def test_members_vectors_are_views_where_they_lie_in_order(layout, replicas, sha
         got.reshape(n, count, size), _expected(batch, members, count, size)
     )
     assert np.shares_memory(got, batch.data) == shared
+    # stored back: each vector's elements, and nothing else of the batch
+    values = np.random.default_rng(7).standard_normal((n, count, size)).astype(np.float32)
+    want = batch.data.copy()
+    for i, v in enumerate(members.tolist()):
+        for j in range(count):
+            at = int(batch.inner_offsets[batch.offsets[v] + j])
+            want[at : at + size] = values[i, j]
+    _gathered(batch, members, count, size, replicas, values)
+    np.testing.assert_array_equal(batch.data, want)
 
 
 def test_a_members_subset_of_a_packed_batch_is_a_view_of_its_part():

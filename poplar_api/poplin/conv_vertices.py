@@ -337,10 +337,12 @@ def _gather(batch: FieldBatch, members: np.ndarray, count: int, size: int) -> np
     )
 
 
-def _block_view(data: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray | None:
+def _block_view(
+    data: np.ndarray, starts: np.ndarray, size: int, writeable: bool = False
+) -> np.ndarray | None:
     """``data`` seen as ``[len(starts), starts.shape[1] * size]``, row ``r`` beginning at
     ``starts[r, 0]``, when each row's blocks follow one another and the rows are evenly
-    spaced (a view, not a copy); else None."""
+    spaced and do not overlap (a view, not a copy); else None."""
     rows, per_row = starts.shape
     first = starts[:, 0]
     if per_row == 0 or not (starts == first[:, None] + np.arange(per_row) * size).all():
@@ -348,25 +350,34 @@ def _block_view(data: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray |
     step = int(first[1] - first[0]) if rows > 1 else 0
     if rows > 1 and (step < 0 or not (np.diff(first) == step).all()):
         return None
+    if writeable and rows > 1 and step < per_row * size:  # rows that overlap
+        return None
     base = int(first[0])
     if base + step * (rows - 1) + per_row * size > data.size:
         return None
     item = data.itemsize
     return np.lib.stride_tricks.as_strided(
-        data[base:], shape=(rows, per_row * size), strides=(step * item, item), writeable=False
+        data[base:], shape=(rows, per_row * size), strides=(step * item, item), writeable=writeable
     )
 
 
 def _scatter(batch: FieldBatch, members: np.ndarray, count: int, values: np.ndarray) -> None:
     """Store ``values`` (``[len(members), count, size]`` float32) into the inner
-    vectors of ``members``, converted to the field's dtype."""
-    starts = batch.inner_offsets[_segment_rows(batch, members, count)]
-    size = values.shape[2]
+    vectors of ``members``, converted to the field's dtype (through a view of the
+    batch where the vectors lie one after another, as :func:`_gather` reads them)."""
+    g, size = members.size, values.shape[2]
+    replicas = RUN_REPLICAS.get()
+    rows = replicas if replicas > 1 and g % replicas == 0 else g
+    starts = batch.inner_offsets[_segment_rows(batch, members, count)].reshape(rows, -1)
+    view = _block_view(batch.data, starts, size, writeable=True)
+    if view is not None:
+        view[...] = values.reshape(view.shape)
+        return
     if batch.data.dtype == np.float32:
         flat = np.ascontiguousarray(values).reshape(-1, size)
         _store_blocks(flat, starts.reshape(-1).astype(np.int64, copy=False), size, batch.data)
         return
-    batch.data[starts[:, :, None] + np.arange(size)] = values
+    batch.data[starts.reshape(-1)[:, None] + np.arange(size)] = values.reshape(-1, size)
 
 
 def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) -> bool:
