@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.codelet import VertexType
+from poplar_api.run_ids import RunIds, as_runs
 from poplar_api.tensor import Tensor
 
 __all__ = [
@@ -106,7 +107,9 @@ class ListBlock:
     fields
         Field name -> ``(vector offsets, piece begins, piece ends, ids)``: vertex ``i``
         has the vectors ``vector offsets[i]`` to ``vector offsets[i + 1]``; vector ``k``
-        is ``ids[piece begins[k]:piece ends[k]]``.
+        is ``ids[piece begins[k]:piece ends[k]]``. Ids that are mostly runs of
+        consecutive elements are kept as :class:`~poplar_api.run_ids.RunIds` (what a
+        convolution reading operands laid out as its plan wants connects).
     moved
         Per vertex, whether its VectorLists moved to the table's per-vertex dicts (then
         this block no longer holds them).
@@ -114,10 +117,10 @@ class ListBlock:
 
     __slots__ = ("fields", "first", "moved", "n")
 
-    def __init__(self, first: int, n: int, fields: dict[str, tuple[np.ndarray, ...]]) -> None:
+    def __init__(self, first: int, n: int, fields: dict[str, tuple[Any, ...]]) -> None:
         self.first = first
         self.n = n
-        self.fields = fields
+        self.fields = {name: _compact(value) for name, value in fields.items()}
         self.moved = np.zeros(n, bool)
 
     def vectors(self, i: int, name: str) -> list[np.ndarray]:
@@ -139,6 +142,13 @@ class ListBlock:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
             setattr(self, k, v)
+
+
+def _compact(field: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A list block's field with its ids as runs where they are mostly runs."""
+    ids = field[3]
+    runs = None if isinstance(ids, RunIds) else as_runs(ids)
+    return field if runs is None else (*field[:3], runs)
 
 
 class VertexTable:

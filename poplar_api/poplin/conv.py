@@ -30,7 +30,12 @@ from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin.conv_blocks import plan_partials
-from poplar_api.poplin.conv_layout import grouped_output, partial_chans_per_group
+from poplar_api.poplin.conv_layout import (
+    grouped_input,
+    grouped_output,
+    grouped_weights,
+    partial_chans_per_group,
+)
 from poplar_api.poplin.conv_params import (
     ConvParams,
     expand_all_dims,
@@ -39,15 +44,16 @@ from poplar_api.poplin.conv_params import (
     getWeightUpdateParams,
 )
 from poplar_api.poplin.conv_planner import ConvPlan, parse_options, plan_convolution
+from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.conv_reduce import reduce_partials
-from poplar_api.poplin.conv_serial import PLAN_CACHE, co_ranges, lower_serial, plan_cache_key
+from poplar_api.poplin.conv_serial import PLAN_CACHE, lower_serial, plan_cache_key
 from poplar_api.poplin.conv_vertex_estimates import (
     largest_block_estimate,
 )
 from poplar_api.poplin.plan_report import format_plan
-from poplar_api.program import Execute
+from poplar_api.program import Copy, Execute
 from poplar_api.program import Sequence as ProgramSequence
-from poplar_api.tensor import Tensor
+from poplar_api.tensor import Tensor, concat
 from poplar_api.types import Type
 
 __all__ = [
@@ -95,11 +101,6 @@ def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
                 plan = dataclasses.replace(alt, expanded=True)
         cache[key] = plan
     return plan
-
-
-def _effective(plan: ConvPlan, params: ConvParams) -> ConvParams:
-    """The convolution the plan splits: ``params`` or its expanded form."""
-    return expand_all_dims(params) if plan.expanded else params
 
 
 def reportPlanInfo(
@@ -182,68 +183,27 @@ def createInput(
 ) -> Tensor:
     """Activations ``[B, G*Ci, *field]`` laid out for ``params``' plan.
 
-    Each input element goes to a tile whose block reads it: along every field dimension
-    the input is cut in proportion to the output blocks, and the result is spread over
-    the output-channel blocks, so the tiles only receive halos and the other channel
-    blocks' share.
+    Each input element goes to a tile whose block reads it, in the memory order of
+    Poplibs' ``createInputImpl`` (see :func:`~poplar_api.poplin.conv_layout.grouped_input`).
     """
     params = _check_params(params, "createInput")
     opts = parse_options(options, "createInput")
     plan = _plan(graph, params, opts)
-    g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
-    fshape = list(params.inputFieldShape)
-    nd = len(fshape)
-    var = graph.addVariable(params.inputType, [g, b, *fshape, ci], name or "input")
-    grid = plan.tiles  # [G, B, *O, Co, Ci]
-    gi = np.minimum(np.arange(g) // plan.blocks[0], plan.parts[0] - 1)
-    bi = np.minimum(np.arange(b) // plan.blocks[1], plan.parts[1] - 1)
-    ktot = int(np.prod(params.kernelShape)) if plan.expanded else 1
-    ci_i = np.minimum(np.arange(ci) * ktot // plan.blocks[-1], plan.parts[-1] - 1)
-    field_idx = [
-        np.minimum(np.arange(fshape[d]) * plan.parts[2 + d] // fshape[d], plan.parts[2 + d] - 1)
-        for d in range(nd)
-    ]
-    pco = plan.parts[-2]
-    last = np.arange(fshape[-1])
-    co_i = (last * pco * plan.parts[1 + nd] // fshape[-1]) % pco
-    # the grid taken one axis at a time (whole rows copied), the innermost field
-    # position choosing its field part and output-channel part together
-    tiles = grid
-    for axis, take in enumerate([gi, bi, *field_idx[:-1]]):
-        tiles = np.take(tiles, take, axis=axis)
-    tiles = tiles[..., field_idx[-1], co_i, :]  # [G, B, *F, Ci parts]
-    tiles = np.take(tiles, ci_i, axis=-1).astype(np.int64, copy=False)
-    _map_by_array(graph, var, tiles)
-    perm = [1, 0, nd + 2, *range(2, nd + 2)]  # [G,B,*F,C] -> [B,G,C,*F]
-    return var.dimShuffle(perm).reshape([b, g * ci, *fshape])
+    canonical = grouped_input(graph, params, plan, name or "input")  # [G, B, Ci, *F]
+    return _public_act(canonical)
 
 
 @bulk_construction
 def createWeights(
     graph: Graph, params: ConvParams, name: str = "", options: Mapping[str, Any] | None = None
 ) -> Tensor:
-    """Weights ``[G, Co, Ci, *kernel]``, each plan block spread over the tiles that use it."""
+    """Weights ``[G, Co, Ci, *kernel]``, each plan block spread over the tiles that use it,
+    in the memory order of Poplibs' ``createWeightsImpl`` (see
+    :func:`~poplar_api.poplin.conv_layout.grouped_weights`)."""
     params = _check_params(params, "createWeights")
     opts = parse_options(options, "createWeights")
     plan = _plan(graph, params, opts)
-    var = graph.addVariable(params.inputType, params.weightsShape(), name or "weights")
-    eff = _effective(plan, params)
-    rng = _ranges(plan, eff)
-    # weights as the effective convolution sees them: [G, Co, Ci * (kernel if expanded)]
-    g, co = params.numConvGroups, params.outputChannelsPerConvGroup
-    tiles = np.empty(params.weightsShape(), np.int64).reshape(
-        g, co, eff.inputChannelsPerConvGroup, -1
-    )
-    for gi, (g0, g1) in enumerate(rng[0]):
-        for oi, o0, o1 in co_ranges(plan, co):
-            for ii, (i0, i1) in enumerate(rng[-1]):
-                users = plan.tiles[gi, ..., oi, ii].reshape(-1)
-                blk = tiles[g0:g1, o0:o1, i0:i1]
-                n = blk.size
-                owner = users[np.arange(n) * users.size // max(n, 1)]
-                blk[...] = owner.reshape(blk.shape)
-    _map_by_array(graph, var, tiles.reshape(params.weightsShape()))
-    return var
+    return grouped_weights(graph, params, plan, name or "weights")
 
 
 def createBiases(graph: Graph, activations: Tensor, name: str = "") -> Tensor:
@@ -274,13 +234,18 @@ def _conv(
     opts: dict[str, Any],
     prog: ProgramSequence,
     name: str,
+    rearrange: bool = False,
 ) -> Tensor:
     """Lower ``params`` on canonical views; return the canonical output ``[G, B, Co, *O]``.
 
+    With ``rearrange``, an operand is first copied into a tensor laid out as the plan
+    wants where Poplibs' ``convolutionPreprocess`` does (:func:`_rearrange`).
     Vertices of one tile geometry (batch and output field range) share their method,
     class, worklist values and, per group counts, their estimate; the views of every
     vertex are made from element positions in the operands."""
     plan = _plan(graph, params, opts)
+    if rearrange:
+        act, ker, params, plan = _rearrange(graph, act, ker, params, plan, opts, prog, name)
     if plan.serial > 1:
         lower = lambda k, p, pr, n: _conv(graph, act, k, p, opts, pr, n)  # noqa: E731
         return lower_serial(graph, ker, params, plan, opts, prog, name, lower)
@@ -335,6 +300,54 @@ def _conv(
         reduce_partials(graph, partials, out_var, plan, rng, prog, name)
     perm_out = [0, 1, nd + 2, *range(2, nd + 2)]  # [G,B,*O,Co] -> [G,B,Co,*O]
     return out_var.dimShuffle(perm_out)
+
+
+def _rearrange(
+    graph: Graph,
+    act: Tensor,
+    ker: Tensor,
+    params: ConvParams,
+    plan: ConvPlan,
+    opts: dict[str, Any],
+    prog: ProgramSequence,
+    name: str,
+) -> tuple[Tensor, Tensor, ConvParams, ConvPlan]:
+    """The operands the partial vertices read, the convolution and the plan they lower.
+
+    ``act`` ``[G, B, Ci, *F]`` and ``ker`` ``[G, Co, Ci, *K]`` are each copied first into
+    a new tensor laid out as the plan wants
+    (:func:`~poplar_api.poplin.conv_layout.grouped_input`, ``grouped_weights``) where
+    Poplibs' ``convolutionPreprocess`` rearranges it (graphcore/poplibs ``7eac0f26``,
+    ``lib/poplin/Convolution.cpp``; the conditions in :mod:`.conv_rearrange`), else read
+    where they lie. An expanded (im2col) plan rearranges both, after the expansion as
+    Poplibs does: the copy gathers the expanded input (its zeros from one constant on
+    tile 0, as ``popops::pad`` maps padding by default), and the convolution lowered is
+    then the expanded 1x1 one on tensors that need no expanding.
+    """
+    nd = params.getNumFieldDims()
+    inner = [0, 1, *range(3, 3 + nd), 2]  # channels innermost
+    re_act, re_ker = operand_rearrangements(
+        graph, plan, opts.get("pass"), act.dimShuffle(inner), ker.dimShuffle(inner)
+    )
+    if plan.expanded:
+        eff = expand_all_dims(params)
+        ids = expanded_input_index(params, _positions(act))
+        zero = graph.addConstant(act.elementType(), [1], 0, f"{name}/actsRearranged/padding")
+        graph.setTileMapping(zero, 0)
+        whole = concat([act.flatten(), zero])
+        act = whole.elements(np.where(ids < 0, act.numElements(), ids)).reshape(list(ids.shape))
+        g, co = ker.dim(0), ker.dim(1)
+        ker = ker.reshape([g, co, eff.inputChannelsPerConvGroup, *([1] * nd)])
+        params, plan = eff, dataclasses.replace(plan, expanded=False)
+    if re_act:
+        dst = grouped_input(graph, params, plan, f"{name}/actsRearranged")
+        prog.add(Copy(act, dst, debugContext=f"{name}/actsRearranged"))
+        act = dst
+    if re_ker:
+        dst = grouped_weights(graph, params, plan, f"{name}/weightsRearranged")
+        prog.add(Copy(ker, dst, debugContext=f"{name}/weightsRearranged"))
+        ker = dst
+    return act, ker, params, plan
 
 
 # ------------------------------------------------------------------ public passes
@@ -394,7 +407,7 @@ def convolution(
         _check_tensor(graph, weights, what, "weights", params.weightsShape(), params.inputType)
         ker = weights
     act = _canonical_act(in_, g, ci)
-    out_c = _conv(graph, act, ker, params, opts, prog, debugPrefix or "conv")
+    out_c = _conv(graph, act, ker, params, opts, prog, debugPrefix or "conv", rearrange=True)
     return _public_act(out_c)
 
 
@@ -432,7 +445,8 @@ def calculateWeightDeltas(
     # zDeltas [B, G*Co, *O] -> ker' [G, Co, B, *O]
     z = zDeltas.reshape([b, g, co, *params.getOutputFieldShape()])
     ker = z.dimShuffle([1, 2, 0, *range(3, 3 + nd)])
-    out = _conv(graph, act, ker, wu, opts, prog, debugPrefix or "wu")  # [G, Ci, Co, *K]
+    # [G, Ci, Co, *K]
+    out = _conv(graph, act, ker, wu, opts, prog, debugPrefix or "wu", rearrange=True)
     return out.dimShuffle([0, 2, 1, *range(3, 3 + nd)])
 
 
