@@ -16,7 +16,8 @@ on ``pod64`` (every IPU sends 1 MiB to every other, 4,032 transfers in one
 the cost of one"): the data-parallel MLP step of ``benchmarks/bench_multi_ipu.py`` on 1
 replica (one Mk2) and on 16 (``pod16``), each in its own child process, with the run
 seconds of the step (the simulated cycles differ: 16 replicas add the gradient
-all-reduce and share the host links).
+all-reduce and share the host links) and the CPU seconds of build, compile and run
+together.
 
 Run::
 
@@ -114,6 +115,12 @@ def replica_table(one: dict, many: dict) -> str:
         f"\nrun seconds, {many['ipus']} replicas / 1: {many['seconds'] / one['seconds']:.1f} "
         f"(CPU: {many['cpu_seconds'] / one['cpu_seconds']:.1f})"
     )
+    if "build_cpu" in one and "build_cpu" in many:
+        total = [r["build_cpu"] + r["compile_cpu"] + r["cpu_seconds"] for r in (one, many)]
+        out.append(
+            f"build + compile + run CPU seconds: {total[0]:.3f} and {total[1]:.3f}, "
+            f"{many['ipus']} replicas / 1: {total[1] / total[0]:.2f}"
+        )
     return "\n".join(out)
 
 
