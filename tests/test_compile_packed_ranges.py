@@ -141,3 +141,23 @@ def test_merge_received_of_packed_keys_equals_element_sets(seed: int) -> None:
             d = abs(column[t] - column[s]) + abs(row[t] - row[s])
             want[t], want[s] = max(want[t], d), max(want[s], d)
     assert distance == want.tolist()
+
+
+def test_pair_map_turns_never_see_an_earlier_turns_pairs() -> None:
+    """Planners take the one pair map in turn, 600 turns (past the 255 stamps of a
+    uint8 map, so it is zeroed and the stamps restart): each turn marks random pairs,
+    and the next turn finds none of them seen and its sender counts zero."""
+    from poplar_api.lowering.exchange import OwnerCache
+
+    owners = OwnerCache()
+    n = 7
+    rng = np.random.default_rng(3)
+    for _ in range(600):
+        seen, senders, stamp = owners.take_pairs(n)
+        assert seen.size == n * n and 1 <= stamp <= 255
+        assert not (seen == stamp).any() and not senders.any()
+        marked = rng.choice(n * n, 10, replace=False)
+        seen[marked] = stamp
+        senders[marked // n] += 1
+        owners.give_back_pairs((seen, senders, stamp))
+    assert len(owners.free_pairs[n]) == 1

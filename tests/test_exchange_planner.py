@@ -374,8 +374,11 @@ def test_planners_sharing_a_pair_bitmap_count_their_own_senders():
         assert {t: got.get(t, 0) for t in wanted} == wanted
         with pytest.raises(RuntimeError, match="added after build"):
             planner.add(FLOAT, 0, ids[:2], np.array([1, 2]))
-    (seen, senders), *more = owners.free_pairs[n]
-    assert not more and not seen.any() and not senders.any()  # handed back cleared
+    (kept, *more) = owners.free_pairs[n]
+    assert not more  # one map, handed back after each planner's turn
+    seen, senders, stamp = owners.take_pairs(n)
+    assert seen is kept[0] and stamp == kept[2] + 1
+    assert not (seen == stamp).any() and not senders.any()  # no pair seen in the new turn
 
 
 def test_merge_received_in_blocks_of_tiles_gives_every_pairs_distance():

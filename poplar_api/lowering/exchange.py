@@ -46,6 +46,9 @@ from poplar_api.types import Type
 #: of each receiving tile come together.
 PIECES_PER_PASS = 1 << 20
 
+#: Turns a map of tile pairs serves before it is zeroed (its stamps are uint8).
+MAX_STAMP = 255
+
 
 class OwnerCache:
     """Where the owning tile of each element space changes, found once per lowering
@@ -57,27 +60,34 @@ class OwnerCache:
         self.changes: dict[int, np.ndarray] = {}
         #: element size -> stretches of one owner by tile
         self.stretches: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        #: cleared (receiving, sending) pair bitmaps and sender counts that planners
-        #: have finished with, by tile count: a lowering plans an exchange or two per
-        #: compute set, and a fresh bitmap of ``tiles ** 2`` bytes each time costs its
-        #: zeroing and page faults
-        self.free_pairs: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        #: (receiving, sending) pair maps that planners have finished with, by tile
+        #: count: a lowering plans an exchange or two per compute set, and a fresh map
+        #: of ``tiles ** 2`` bytes each time costs its zeroing and page faults
+        self.free_pairs: dict[int, list[tuple[np.ndarray, np.ndarray, int]]] = {}
 
-    def take_pairs(self, num_tiles: int) -> tuple[np.ndarray, np.ndarray]:
-        """A pair bitmap of ``num_tiles ** 2`` and sender counts, all zero."""
+    def take_pairs(self, num_tiles: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """A map of ``num_tiles ** 2`` (receiving, sending) pairs, sender counts (all
+        zero) and the stamp that marks a pair seen in this planner's turn.
+
+        The map is uint8 stamps: a map handed back is not cleared, the next planner
+        marks with the next stamp, so no pair looks seen to it (clearing 2 MB per
+        exchange cost more than a merge of small exchanges); after 255 turns it is
+        zeroed once and the stamps start again.
+        """
         free = self.free_pairs.get(num_tiles)
         if free:
-            return free.pop()
-        return np.zeros(num_tiles * num_tiles, bool), np.zeros(num_tiles, np.int64)
+            seen, senders, stamp = free.pop()
+            stamp += 1
+            if stamp > MAX_STAMP:
+                seen.fill(0)
+                stamp = 1
+            senders[:] = 0
+            return seen, senders, stamp
+        return np.zeros(num_tiles * num_tiles, np.uint8), np.zeros(num_tiles, np.int64), 1
 
-    def give_back_pairs(self, pairs: tuple[np.ndarray, np.ndarray]) -> None:
-        """Clear ``pairs`` (the rows of receiving tiles with a sender, the only ones
-        set) and keep it for the next :meth:`take_pairs`."""
-        seen, senders = pairs
-        n = senders.size
-        seen.reshape(n, n)[senders > 0] = False
-        senders[:] = 0
-        self.free_pairs.setdefault(n, []).append(pairs)
+    def give_back_pairs(self, pairs: tuple[np.ndarray, np.ndarray, int]) -> None:
+        """Keep ``pairs`` (of :meth:`take_pairs`) for the next :meth:`take_pairs`."""
+        self.free_pairs.setdefault(pairs[1].size, []).append(pairs)
 
     def changes_of(self, size: int, owner: np.ndarray, space: int) -> np.ndarray:
         """Ids where the owning tile changes in the space of element ``size``."""
@@ -147,7 +157,7 @@ class ExchangePlanner:
         #: which tiles each tile receives from, ``[dst * tiles + sender]``, and how many
         #: per receiving tile (made on first use; with too many tiles for a bitmap,
         #: ``sender_keys`` holds them instead)
-        self.pair_map: tuple[np.ndarray, np.ndarray] | None = None
+        self.pair_map: tuple[np.ndarray, np.ndarray, int] | None = None
         #: distinct senders per receiving tile, once :meth:`build` has counted them
         #: (no more elements may be added then)
         self.senders_counted: np.ndarray | None = None
@@ -185,9 +195,9 @@ class ExchangePlanner:
         if pairs is None:
             self.sender_keys.append(keys)
         else:
-            seen, senders = pairs
-            new = keys[~seen[keys]]
-            seen[new] = True
+            seen, senders, stamp = pairs
+            new = keys[seen[keys] != stamp]
+            seen[new] = stamp
             senders[dst] += new.size
         sender = self.sender.get(element_type.size)
         if sender is None:
@@ -296,10 +306,11 @@ class ExchangePlanner:
             return
         self._add_intervals(element_type, begin, length, dst, owner)
 
-    def _pairs(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The bitmap of (receiving, sending) tile pairs and the senders counted per
-        receiving tile, made on first use, or None when the tiles are too many for a
-        bitmap (2^26 pairs)."""
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The map of (receiving, sending) tile pairs, the senders counted per
+        receiving tile and the stamp of a pair seen (:meth:`OwnerCache.take_pairs`),
+        taken on first use, or None when the tiles are too many for a map (2^26
+        pairs)."""
         if self.senders_counted is not None:
             raise RuntimeError(
                 "ExchangePlanner: elements added after build(); hint: plan each exchange "
@@ -333,9 +344,11 @@ class ExchangePlanner:
         keys, lengths, bits = runs.sorted_keys(lo_key, lengths)
         changes = self.changes_of(size, owner, space)
         pairs = self._pairs()
+        seen, stamp = (None, 1) if pairs is None else (pairs[:2], pairs[2])
         a, b, receiver, elements, messages, distance = runs.merge_received(
-            keys, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, pairs, bits
-        )
+            keys, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, seen,
+            bits, stamp,
+        )  # fmt: skip
         self.received += elements * size
         self.messages_received += messages
         self.received_runs.setdefault(size, []).append((receiver, a, b))

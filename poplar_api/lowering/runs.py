@@ -595,6 +595,7 @@ def _merge_received(
     pairs,
     senders,
     bits,
+    stamp,
 ):  # pragma: no cover - compiled
     # lo sorted; a range is [lo[k], lo[k] + length[k]) of key dst * stride + id, or
     # with bits > 0 lo[k] is that key << bits | length[k]
@@ -642,9 +643,9 @@ def _merge_received(
         for c in range(c_lo - 1, c_hi):  # the interval's first id, then each change
             sender = owner[a if c < c_lo else changes[c]]
             if n_pairs:
-                if pairs[dst * n_pairs + sender]:
+                if pairs[dst * n_pairs + sender] == stamp:
                     continue  # a pair seen before: its distance is counted already
-                pairs[dst * n_pairs + sender] = True
+                pairs[dst * n_pairs + sender] = stamp
                 senders[dst] += 1
             there = sender % per_ipu
             d = abs(column[here] - column[there]) + abs(row[here] - row[there])
@@ -671,6 +672,7 @@ def merge_received(
     num_tiles: int,
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
     bits: int = 0,
+    stamp: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What each receiving tile gets of id ranges, in one compiled pass.
 
@@ -692,10 +694,11 @@ def merge_received(
     num_tiles
         Tiles of the target.
     pairs
-        Optional ``(seen, senders)``: a bool array of ``num_tiles ** 2`` where
-        ``seen[dst * num_tiles + sender]`` is set for every tile a receiving tile gets
-        a message from, and per receiving tile the count of such senders (raised when
-        a pair is first seen).
+        Optional ``(seen, senders)``: an array of ``num_tiles ** 2`` where
+        ``seen[dst * num_tiles + sender]`` is set to ``stamp`` for every tile a
+        receiving tile gets a message from (a pair holding ``stamp`` already is seen;
+        a bool array with ``stamp`` 1 is a plain bitmap), and per receiving tile the
+        count of such senders (raised when a pair is first seen).
 
     Returns
     -------
@@ -719,5 +722,6 @@ def merge_received(
         m = _merge_received(
             lo, length, stride, changes, owner, column, row, elements, messages, distance,
             out_a, out_b, out_tile, *(_NO_PAIRS if pairs is None else pairs), int(bits),
+            int(stamp),
         )  # fmt: skip
     return out_a[:m], out_b[:m], out_tile[:m], elements, messages, distance
