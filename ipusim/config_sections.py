@@ -438,7 +438,7 @@ class CodeConfig(_Section):
     """What the graph compiler puts in tile memory and the cost of the copies it inserts.
 
     Sizes of compiled code, stacks and vertex state, and the cycles of the on-tile copy
-    vertex Poplar inserts for copies within a tile. None is published; every value is an
+    vertices Poplar inserts for copies within a tile. None is published; every value is an
     estimate (see the presets).
     """
 
@@ -481,8 +481,11 @@ class CodeConfig(_Section):
     supervisor_stack_bytes: int = Field(
         default=128, ge=0, le=1 << 20, description="Stack of the supervisor context."
     )
-    copy_vertex_fixed_cycles: int = Field(
-        default=13, ge=0, le=1 << 20, description="Fixed thread cycles of an on-tile copy vertex."
+    copy_estimate: Literal["runtime", "poplibs"] = Field(
+        default="runtime",
+        description="Cost of an on-tile copy vertex (ipusim.machine_copies): 'runtime' "
+        "(the copy_* fields below, the ISA's 8 B per cycle; fitted on H) or 'poplibs' "
+        "(Poplibs' LongMemcpy estimate, popopsCycleEstimators.cpp).",
     )
     # Poplar's runtime copy vertices that gather strided regions into a contiguous
     # buffer (pre) or scatter one into strided regions (post); ipusim.machine_copies.

@@ -26,9 +26,26 @@ side). The rate is the ISA's, not fitted; the fixed and per-region parts
 and ``half4`` copies of the same rows on one IPU is one thread cycle per 8.0 bytes
 (``pre``), the rate of the ISA.
 
-They are applied when a graph is built (Poplar decides its copy vertices when it
-compiles), so ``ipusim calibrate``, which re-times a lowered program, cannot fit them;
-``examples/calibration/_fit_hardware.py copies`` fits them on the workload's geometry.
+They are applied when a graph is built or a program compiled (Poplar decides its copy
+vertices when it compiles), so ``ipusim calibrate``, which re-times a lowered program,
+cannot fit them; ``examples/calibration/_fit_hardware.py copies`` fits them on the
+workload's geometry.
+
+**The ``Copy`` program's on-tile part** (:func:`on_tile_copy_vertices`) is made of the
+same vertices: the elements a ``Copy`` moves within a tile form regions (runs that are
+contiguous on both sides), a tile's bytes are split between its worker contexts in
+chunks of whole 64-bit words (one copy vertex per worker, as the SDK 1.x profiles
+above show, so the chunks split regions where they fall), and each vertex is costed by
+:func:`copy_vertex_cycles` with the kind of its tile (``gather`` where the source side
+has more runs than the destination side, ``scatter`` otherwise).
+
+``code.copy_estimate: poplibs`` costs the same vertices with Poplibs' estimate of the
+runtime ``LongMemcpy`` instead (graphcore/poplibs 7eac0f26,
+``lib/popops/popopsCycleEstimators.cpp``, ``BroadcastSelectorSelectCycles``: 11 + 1
+thread cycles per vertex, then per row ``12 + 23 + bytes / 4 + (bytes % 4) * 5``), the
+only memcpy estimate Poplibs publishes. The default, ``runtime``, keeps the rate of the
+ISA and the H fit: on H's 12 copy rows Poplibs' estimate is 39.1 % off and the runtime
+vertices 3.0 % (docs/calibration.md, "H with the runtime copy vertices").
 """
 
 from __future__ import annotations
@@ -40,7 +57,13 @@ from numpy.typing import ArrayLike
 
 from ipusim.config import MachineConfig
 
-__all__ = ["COPY_KINDS", "copy_bytes_per_cycle", "copy_vertex_cycles"]
+__all__ = [
+    "COPY_KINDS",
+    "copy_bytes_per_cycle",
+    "copy_vertex_cycles",
+    "on_tile_copy_vertices",
+    "poplibs_memcpy_cycles",
+]
 
 #: The kinds of runtime copy vertex (module docstring).
 COPY_KINDS = ("gather", "scatter")
@@ -77,6 +100,8 @@ def copy_vertex_cycles(
             f"copy_vertex_cycles: a region of {int(b.min())} bytes; sizes must be >= 0"
         )
     code = cfg.code
+    if code.copy_estimate == "poplibs":
+        return poplibs_memcpy_cycles(b)
     if kind == "gather":
         fixed, per_region = code.copy_gather_fixed_cycles, code.copy_gather_region_cycles
     else:
@@ -84,3 +109,64 @@ def copy_vertex_cycles(
     rate = copy_bytes_per_cycle(cfg)
     moves = int((-(-b // rate)).sum())
     return round(fixed + b.size * per_region) + moves
+
+
+def poplibs_memcpy_cycles(region_bytes: ArrayLike) -> int:
+    """Thread cycles of one copy vertex moving ``region_bytes`` (one entry per row) by
+    Poplibs' ``LongMemcpy`` estimate (graphcore/poplibs 7eac0f26,
+    ``lib/popops/popopsCycleEstimators.cpp``, ``BroadcastSelectorSelectCycles``):
+    ``11 + 1`` for the vertex, then ``12 + 23 + bytes // 4 + (bytes % 4) * 5`` per row."""
+    b = np.asarray(region_bytes, np.int64).reshape(-1)
+    return 12 + int((35 + b // 4 + (b % 4) * 5).sum())
+
+
+def on_tile_copy_vertices(
+    cfg: MachineConfig, region_tile: ArrayLike, region_bytes: ArrayLike, gather: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """The copy vertices of an on-tile copy: ``(vertex tile, thread cycles)``.
+
+    Region ``k`` (contiguous on both sides) lies on ``region_tile[k]`` and holds
+    ``region_bytes[k]`` (> 0) bytes; ``gather[k]`` says whether its tile's copy is a
+    gather (else a scatter). A tile's regions, in the order given, are cut into one chunk
+    per worker context of ``ceil(tile bytes / (contexts * 8)) * 8`` bytes (whole 64-bit
+    words), so a chunk boundary splits the region it falls in; each chunk is one vertex,
+    costed as :func:`copy_vertex_cycles` costs its pieces (vectorised over all vertices).
+    """
+    tile = np.asarray(region_tile, np.int64).reshape(-1)
+    nbytes = np.asarray(region_bytes, np.int64).reshape(-1)
+    kind = np.asarray(gather, bool).reshape(-1)
+    if not tile.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(tile, kind="stable")
+    tile, nbytes, kind = tile[order], nbytes[order], kind[order]
+    first = np.flatnonzero(np.r_[True, tile[1:] != tile[:-1]])
+    end = np.cumsum(nbytes)
+    start = end - nbytes
+    base = start[first]
+    tile_bytes = np.add.reduceat(nbytes, first)
+    contexts = int(cfg.tile.worker_contexts)
+    chunk = -(-tile_bytes // (contexts * 8)) * 8
+    workers = -(-tile_bytes // chunk)
+    # chunk boundaries inside each tile: base + k * chunk for k = 1 .. workers - 1
+    cuts = workers - 1
+    owner = np.repeat(np.arange(first.size), cuts)
+    k = np.arange(owner.size) - np.repeat(np.cumsum(cuts) - cuts, cuts) + 1
+    starts = np.union1d(start, base[owner] + k * chunk[owner])
+    pieces = np.diff(np.r_[starts, end[-1]])
+    t_of = np.searchsorted(base, starts, side="right") - 1
+    vertex = t_of * contexts + (starts - base[t_of]) // chunk[t_of]
+    keys, inverse, count = np.unique(vertex, return_inverse=True, return_counts=True)
+    t_index = keys // contexts  # index of the vertex's tile among ``first``
+    v_tile = tile[first][t_index]
+    if cfg.code.copy_estimate == "poplibs":
+        per_piece = 35 + pieces // 4 + (pieces % 4) * 5
+        cycles = 12 + np.bincount(inverse, per_piece, keys.size).astype(np.int64)
+        return v_tile, cycles
+    rate = copy_bytes_per_cycle(cfg)
+    moves = np.bincount(inverse, -(-pieces // rate), keys.size).astype(np.int64)
+    code = cfg.code
+    is_gather = kind[first][t_index]
+    fixed = np.where(is_gather, code.copy_gather_fixed_cycles, code.copy_scatter_fixed_cycles)
+    per = np.where(is_gather, code.copy_gather_region_cycles, code.copy_scatter_region_cycles)
+    cycles = np.rint(fixed + count * per).astype(np.int64) + moves
+    return v_tile, cycles

@@ -1,7 +1,9 @@
 """Lowering of ``Copy`` and ``PrintTensor`` programs.
 
 * ``Copy`` between tensors: elements already on their destination tile are copied by
-  an on-tile copy vertex per tile, the rest by an exchange
+  Poplar's runtime copy vertices, one per worker context of each tile, costed by
+  :mod:`ipusim.machine_copies` (regions contiguous on both sides, a gather or a scatter
+  by the side with more runs; :func:`on_tile_copy_steps`), the rest by an exchange
   (:meth:`~poplar_api.lowering.emission.Emission.exchange_steps`).
 * ``Copy`` from or to a stream, and ``PrintTensor``: a host sync and a stream copy.
   With the engine option ``exchange.enablePrefetch`` (default true) a host-to-device
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ipusim import ir
+from ipusim.machine_copies import on_tile_copy_vertices
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
 from poplar_api.errors import EngineError
 from poplar_api.graph import DataStream, replication_factor
@@ -117,13 +120,7 @@ def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
     nodes: list[ir.Node] = []
     local = s_tile == d_tile
     if local.any():
-        nbytes = np.bincount(d_tile[local], minlength=em.num_tiles) * typ.size
-        tiles = np.flatnonzero(nbytes)
-        # A copy vertex: fixed set-up (code.copy_vertex_fixed_cycles), then moves the
-        # data at the slower of the tile's load and store bandwidths.
-        mem = em.cfg.memory
-        per_cycle = min(mem.load_bytes_per_cycle, mem.store_bytes_per_cycle)
-        cycles = em.cfg.code.copy_vertex_fixed_cycles + -(-nbytes[tiles] // per_cycle)
+        tiles, cycles = on_tile_copy_steps(em.cfg, s_ids, d_ids, d_tile, local, typ.size)
         nodes.append(
             ir.Compute(
                 name=f"{name}/OnTileCopy",
@@ -141,6 +138,41 @@ def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
     last = nodes[-1]
     nodes[-1] = with_effect(last, em.lowered.effect(copy))
     return em.touch(ir.Sequence(nodes, name=name), s, d)
+
+
+def on_tile_copy_steps(
+    cfg: Any,
+    s_ids: np.ndarray | range,
+    d_ids: np.ndarray | range,
+    d_tile: np.ndarray,
+    local: np.ndarray,
+    item_bytes: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Copy vertices ``(tile, thread cycles)`` of the elements a ``Copy`` moves within a
+    tile (``local``): Poplar's runtime copy vertices
+    (:func:`ipusim.machine_copies.on_tile_copy_vertices`).
+
+    A region is a run of copied elements on one tile whose source and destination
+    element ids both step by one (a variable's elements on a tile lie in one block of
+    memory in id order); a tile's copy is a gather when its source side has more such
+    runs than its destination side (strided reads into a contiguous buffer), else a
+    scatter.
+    """
+    idx = np.flatnonzero(local)
+    order = idx[np.argsort(d_tile[idx], kind="stable")]
+    tile = d_tile[order]
+    src = id_array(s_ids)[order].astype(np.int64)
+    dst = id_array(d_ids)[order].astype(np.int64)
+    new_tile = np.r_[True, tile[1:] != tile[:-1]]
+    src_break = new_tile | np.r_[True, np.diff(src) != 1]
+    dst_break = new_tile | np.r_[True, np.diff(dst) != 1]
+    starts = np.flatnonzero(src_break | dst_break)
+    firsts = np.flatnonzero(new_tile)
+    src_runs = np.add.reduceat(src_break, firsts)
+    dst_runs = np.add.reduceat(dst_break, firsts)
+    gather_of_tile = np.repeat(dst_runs < src_runs, np.diff(np.r_[firsts, tile.size]))
+    region_bytes = np.diff(np.r_[starts, tile.size]) * item_bytes
+    return on_tile_copy_vertices(cfg, tile[starts], region_bytes, gather_of_tile[starts])
 
 
 def stream_copy(
