@@ -8,6 +8,14 @@ group are innermost, the batch and field outside them. A tile's block of outputs
 then a few long runs of consecutive elements (one per channel group) instead of one
 short run per field position, and what reads the output where it lies (the cast of the
 partials, an elementwise update, the clone of the output) sees those few runs.
+
+The operands are laid out the same way (``createInputImpl`` / ``createWeightsImpl``):
+the input ``[G][Ci / icg][B][*field][icg]`` and the weights
+``[G][Co / ocg][Ci / icg][*kernel][ocg][icg]``, on the tiles of the plan's blocks that
+read them. ``createInput``/``createWeights`` return such tensors, and a convolution
+copies an operand into one where Poplibs rearranges it (:mod:`.conv_rearrange`); the
+partial vertices' ``in`` and ``weights`` vectors are then long runs of consecutive
+elements, which the graph keeps as runs (:mod:`poplar_api.run_ids`).
 """
 
 from __future__ import annotations

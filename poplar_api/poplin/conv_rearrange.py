@@ -19,8 +19,13 @@ level of ``createConvPartialsAndReduce``'s transform step, then
   (its input channels) has no grouping (``detectInnermostGrouping`` returns 1), as the
   transposed weights of a fully-connected input-gradient pass.
 
-The copy is a ``Copy`` program before the convolution's compute set: where the operand
-already lies as the plan wants it is a copy on each tile, otherwise an exchange too.
+The copy is a ``Copy`` program before the convolution's compute set, into a tensor
+laid out as ``createInput`` / ``createWeights`` lay it out
+(:mod:`.conv_layout`): where the operand already lies as the plan wants it is a copy
+on each tile, otherwise an exchange too. ``matMul`` and every pass of
+``poplin.convolution`` (forward, backward-data, weight update) apply these rules; an
+expanded plan copies its expanded input, gathering the zeros of its padding from one
+constant on tile 0.
 Not modelled: ``regroupIfBeneficialForPlan``'s transpose compute set before the copy
 (when both groupings are multiples of the minimum regroup grain).
 """
