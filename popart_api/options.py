@@ -74,6 +74,8 @@ _DEFAULTS: dict[str, Any] = {
     "instrumentWithHardwareCycleCounter": False,
     "enableStochasticRounding": False,
     "syntheticDataMode": SyntheticDataMode.Off,
+    # I/O tiles per IPU (popart_api.io_tiles); 0: none
+    "numIOTiles": 0,
     # PopART's default (popart_api.outline)
     "enableOutlining": True,
     "constantWeights": True,
@@ -117,7 +119,8 @@ class SessionOptions:
     ``enableGradientAccumulation`` with ``accumulationFactor``,
     ``accumulationAndReplicationReductionType`` (Sum or Mean),
     ``enableReplicatedGraphs`` with ``replicatedGraphCount``, ``autoRecomputation``,
-    ``syntheticDataMode``, ``randomSeed``, ``enableOutlining`` (recomputed nodes'
+    ``syntheticDataMode``, ``randomSeed``, ``numIOTiles`` (:mod:`popart_api.io_tiles`),
+    ``enableOutlining`` (recomputed nodes'
     replays call the forward pass's code, :mod:`popart_api.outline`; default True,
     as PopART's) and the option dicts passed through
     (``engineOptions``, ``convolutionOptions``, ``matmulOptions``); PopART's older
@@ -176,6 +179,8 @@ def _check(key: str, value: Any) -> Any:
                 f"SessionOptions.{key}: {value!r} must be a dict of option name -> value"
             )
         return {str(k): str(v) for k, v in value.items()}
+    if key == "numIOTiles" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise popart_exception(f"SessionOptions.numIOTiles: {value!r} must be an int >= 0")
     if (
         key == "randomSeed"
         and value is not None

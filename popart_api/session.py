@@ -46,6 +46,7 @@ from popart_api.inplace import (
     inplace_candidates,
     inplace_lowering,
 )
+from popart_api.io_tiles import input_program, overlapped_program, split_graphs
 from popart_api.logger import LEVELS
 from popart_api.logger import configure as configure_logging
 from popart_api.lowered import LoweredModel
@@ -289,7 +290,10 @@ class _Session(SessionIO):
         for add_codelets in (popops.addCodelets, poplin.addCodelets, popnn.addCodelets):
             add_codelets(graph)
         tiles = graph.getTarget().getTilesPerIPU()
-        if self.options.virtualGraphMode is VirtualGraphMode.Off or self.ipus == 1:
+        split = split_graphs(self, graph, tiles)  # SessionOptions.numIOTiles
+        if split is not None:
+            self.lowered.graphs, self._whole = split, False
+        elif self.options.virtualGraphMode is VirtualGraphMode.Off or self.ipus == 1:
             self.lowered.graphs = [graph] * max(self.ipus, 1)
             self._whole = True
         else:
@@ -347,9 +351,7 @@ class _Session(SessionIO):
                 self.lowered.input_progs[tid] = self._synthetic_input(var, tid, synthetic)
                 self._synthetic[tid] = HostInput(tid, typ, shape)
                 continue
-            stream = graph.addHostToDeviceFIFO(f"input:{tid}", typ, max(var.numElements(), 1))
-            copies = [pprog.Copy(stream, var)] if var.numElements() else []
-            self.lowered.input_progs[tid] = pprog.Sequence(*copies, debugContext=f"input/{tid}")
+            self.lowered.input_progs[tid] = input_program(self, graph, tid, typ, var, ipu)
             self._inputs[tid] = HostInput(tid, typ, shape)
         self._copies: dict[tuple[str, int], Any] = {}
         self._copy_progs: dict[tuple[str, int], pprog.Copy] = {}
@@ -607,6 +609,9 @@ class InferenceSession(_Session):
         super().__init__(fnModel, dataFlow, deviceInfo, inputShapeInfo, patterns, userOptions, name)
 
     def _finish_build(self, values: dict) -> None:
+        if self.io_graphs:  # PopART's overlapped I/O on the I/O tiles
+            self.compile_program(overlapped_program(self, values))
+            return
         if self.options.enablePipelining and self.ipus > 1:
             from popart_api.pipeline import inference_program
 

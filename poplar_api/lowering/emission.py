@@ -147,6 +147,7 @@ class Emission:
         #: which variable owns each element (arrays made once per lowering)
         self.variables = VariableIndex(state)
         self.copy_vertex_type: tuple[str, ...] = ("Copy",)
+        self._io_tiles: np.ndarray | None = None  # see sync_tiles
         #: id of an id array -> (the array, its slice or itself): see :meth:`index`
         self._indices: dict[int, tuple[np.ndarray, np.ndarray | slice]] = {}
         self.program_ids: dict[int, int] = {}
@@ -285,8 +286,30 @@ class Emission:
         on_chip = planner.build(name, pid)
         if on_chip is not None:
             ipus = exchange_ipus(on_chip, self.tiles_per_ipu) if self.num_ipus > 1 else None
-            nodes += [self.sync(pid, name=sync_name, ipus=ipus), on_chip]
+            tiles = self.sync_tiles(on_chip)
+            nodes += [self.sync(pid, name=sync_name, ipus=ipus, tiles=tiles), on_chip]
         return nodes
+
+    def sync_tiles(self, exchange: ir.Exchange) -> np.ndarray | None:
+        """The tiles of the internal sync before ``exchange``: all (None), except that an
+        exchange among the other tiles leaves the I/O tiles out, so their host copies
+        go on while the compute tiles sync (docs/machine.md, "I/O tiles"). I/O tiles are
+        those of streams made on a virtual graph covering part of an IPU."""
+        if self._io_tiles is None:
+            io = [np.asarray(s.tiles, np.int64) for s in self.state.streams.values() if s.tiles]
+            io = np.unique(np.concatenate(io)) if io else np.zeros(0, np.int64)
+            per_ipu = np.bincount(io // self.tiles_per_ipu)
+            whole = np.flatnonzero(per_ipu == self.tiles_per_ipu)
+            self._io_tiles = io[~np.isin(io // self.tiles_per_ipu, whole)]
+        if not self._io_tiles.size:
+            return None
+        if exchange.tile is not None:
+            used = exchange.tile
+        else:
+            used = np.union1d(exchange.src_tile, exchange.dst_tile)
+        if np.isin(used, self._io_tiles).any():
+            return None
+        return np.setdiff1d(np.arange(self.num_tiles, dtype=np.int64), self._io_tiles)
 
     def touch(self, node: Any, *tensors: Any) -> Any:
         """Record that ``node``'s steps access ``tensors`` (for memory liveness): their
