@@ -78,6 +78,11 @@ _DEFAULTS: dict[str, Any] = {
     "numIOTiles": 0,
     # PopART's default (popart_api.outline)
     "enableOutlining": True,
+    # PopART's outliner (popart_api.outline): the least value of an outlined sequence,
+    # and the penalty for splitting ops PopART schedules as one sequence
+    "outlineThreshold": 1.0,
+    "outlineSequenceBreakCost": 10000.0,
+    "enableOutliningCopyCostPruning": True,
     "constantWeights": True,
     "enableEngineCaching": False,
     "cachePath": "session_cache",
@@ -102,12 +107,14 @@ _BOOLS = {
     "instrumentWithHardwareCycleCounter",
     "enableStochasticRounding",
     "enableOutlining",
+    "enableOutliningCopyCostPruning",
     "constantWeights",
     "enableEngineCaching",
     "enableVirtualGraphs",
     "autoVirtualGraph",
 }
 _POSITIVE_INTS = {"accumulationFactor", "replicatedGraphCount"}
+_FLOATS = {"outlineThreshold", "outlineSequenceBreakCost"}
 _DICTS = {"engineOptions", "convolutionOptions", "matmulOptions", "lstmOptions", "reportOptions"}
 
 
@@ -122,7 +129,8 @@ class SessionOptions:
     ``syntheticDataMode``, ``randomSeed``, ``numIOTiles`` (:mod:`popart_api.io_tiles`),
     ``enableOutlining`` (recomputed nodes'
     replays call the forward pass's code, :mod:`popart_api.outline`; default True,
-    as PopART's) and the option dicts passed through
+    as PopART's) with ``outlineThreshold``, ``outlineSequenceBreakCost`` and
+    ``enableOutliningCopyCostPruning``, and the option dicts passed through
     (``engineOptions``, ``convolutionOptions``, ``matmulOptions``); PopART's older
     ``enableVirtualGraphs`` and ``autoVirtualGraph`` set ``virtualGraphMode`` to Manual
     and Auto. The others are accepted and recorded.
@@ -173,6 +181,10 @@ def _check(key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise popart_exception(f"SessionOptions.{key}: {value!r} must be an int >= 1")
         return value
+    if key in _FLOATS:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            raise popart_exception(f"SessionOptions.{key}: {value!r} must be a number")
+        return float(value)
     if key in _DICTS:
         if not isinstance(value, dict):
             raise popart_exception(

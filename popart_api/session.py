@@ -24,12 +24,6 @@ from onnx import numpy_helper
 
 from ipusim import progress
 from popart_api import autodiff, ops
-from popart_api.builder import (
-    MEMORY_PROPORTION_ATTRIBUTE,
-    PIPELINE_STAGE_ATTRIBUTE,
-    RECOMPUTE_ATTRIBUTE,
-    VIRTUAL_GRAPH_ATTRIBUTE,
-)
 from popart_api.dataflow import (
     AnchorReturnType,
     DataFlow,
@@ -40,20 +34,17 @@ from popart_api.dataflow import (
 from popart_api.devices import DeviceInfo
 from popart_api.errors import OutOfMemoryException, popart_exception
 from popart_api.graph_patterns import rewrite_session_model
-from popart_api.inplace import (
-    VIEW_OPS,
-    copied_view_lowering,
-    inplace_candidates,
-    inplace_lowering,
-)
+from popart_api.inplace import inplace_candidates
 from popart_api.io_tiles import input_program, overlapped_program, split_graphs
 from popart_api.logger import LEVELS
 from popart_api.logger import configure as configure_logging
 from popart_api.lowered import LoweredModel
-from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model, node_attrs
+from popart_api.node_lowering import node_lowering
+from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model
 from popart_api.ops_control import node_record
 from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
+from popart_api.outline import outline_repeats
 from popart_api.patterns import as_patterns
 from popart_api.pipeline import place_nodes
 from popart_api.stepio import HostAnchor, HostInput, SessionIO
@@ -451,18 +442,8 @@ class _Session(SessionIO):
         return self._copies[key]
 
     def _lower(self, node: onnx.NodeProto, i: int, values: dict) -> pprog.Sequence:
-        name = node.name or f"{node.op_type}_{i}"
-        domain = node.domain or "ai.onnx"
-        opset = self._opsets.get(domain, 1)
-        fn = ops.lookup(domain, node.op_type, opset, name)
-        if i in self._inplace:  # the InPlace pattern
-            fn = inplace_lowering(node.op_type, self._inplace[i], fn)
-        elif node.op_type in VIEW_OPS and domain == "ai.onnx" and not self.patterns.InPlace:
-            fn = copied_view_lowering(fn)  # PopART's non-inplace view ops copy
-        attrs = node_attrs(node)
-        for key in (VIRTUAL_GRAPH_ATTRIBUTE, PIPELINE_STAGE_ATTRIBUTE, RECOMPUTE_ATTRIBUTE):
-            attrs.pop(key, None)
-        proportion = attrs.pop(MEMORY_PROPORTION_ATTRIBUTE, None)
+        how = node_lowering(self, node, i)
+        name, domain, opset, fn, attrs = how.name, how.domain, how.opset, how.fn, how.attrs
         ipu = self._node_ipu[i]
         logger.debug("lowering %s '%s' on IPU %d", node.op_type, name, ipu)
         prog = pprog.Sequence(debugContext=name)
@@ -476,11 +457,6 @@ class _Session(SessionIO):
             inputs.append(self._on_ipu(tid, values[tid], ipu, prog) if tid else None)
         while inputs and inputs[-1] is None:
             inputs.pop()
-        options = dict(self.options.convolutionOptions)
-        options.update(self.options.matmulOptions)
-        if proportion is not None:
-            options["availableMemoryProportion"] = str(proportion)
-        seed = self.options.randomSeed or 0
         side = pprog.Sequence(debugContext=f"{name}/once")
         fetched: dict[str, Any] = {}  # enclosing values a subgraph reads, on this IPU
 
@@ -489,17 +465,7 @@ class _Session(SessionIO):
                 fetched[tid] = self._on_ipu(tid, value, ipu, prog)
             return fetched[tid]
 
-        ctx = ops.LoweringContext(
-            training=self._kind == "TrainingSession",
-            options=options,
-            seed=seed,
-            side_effects=side,
-            opset=opset,
-            seed_tensor=self._seed,
-            num_outputs=len(node.output),
-            scope=values,
-            fetch=fetch,
-        )
+        ctx = how.context(self, node, side, values, fetch)
         try:
             with ops.lowering_context(ctx):
                 outs = list(fn(self.lowered.graphs[ipu], inputs, attrs, prog, name))
@@ -627,7 +593,7 @@ class InferenceSession(_Session):
         batch = pprog.Sequence(
             *undef,
             *self.lowered.input_progs.values(),
-            *self.lowered.fwd_progs,
+            *outline_repeats(self)[0],
             micro,
             debugContext="batch",
         )

@@ -34,7 +34,7 @@ from popart_api.builder import RECOMPUTE_ATTRIBUTE
 from popart_api.errors import popart_exception
 from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import RecomputationType, RecomputeType, ReductionType
-from popart_api.outline import outline_recomputed
+from popart_api.outline import outline_recomputed, outline_repeats
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
 from poplar_api.graph import Function, variable_count, variable_tensors
@@ -231,10 +231,12 @@ def _training_step(
         micro.add(p)
     bwd = pprog.Sequence(debugContext="backward")
     flags = recompute_flags(session)
-    forward: list[pprog.Program] = list(session.lowered.fwd_progs)
+    # repeated sequences outlined (recomputed nodes apart: each is its own function)
+    forward, _ = outline_repeats(session, flags)
     functions: dict[int, Function] = {}
     if session.options.enableOutlining and any(flags):
-        forward, functions = outline_recomputed(graph, session.lowered, flags)
+        replayed, functions = outline_recomputed(graph, session.lowered, flags)
+        forward = [replayed[k] if k in functions else p for k, p in enumerate(forward)]
     for p in forward:
         micro.add(p)
     hook = _Recompute(session, flags, bwd, functions) if any(flags) else None

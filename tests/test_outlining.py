@@ -50,6 +50,8 @@ def _train(mode: str, outline: bool):
     opts = popart.SessionOptions()
     opts.autoRecomputation = popart.RecomputationType(mode)
     opts.enableOutlining = outline
+    # only the recomputed nodes' functions: no repeated sequence is worth infinity
+    opts.outlineThreshold = float("inf")
     # without in-placing, whose choices depend on what is recomputed, the forward
     # programs are the same in every mode
     patterns = popart.Patterns().enablePattern("InPlace", False)

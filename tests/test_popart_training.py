@@ -307,6 +307,10 @@ def _deep(mode: str):
     bd, loss, data = _deep_model(rng)
     o = popart.SessionOptions()
     o.autoRecomputation = popart.RecomputationType(mode)
+    # recomputation alone: the replay compiled again, no outlined functions (with
+    # PopART's default outlining the recomputed nodes' variables keep one address over
+    # the forward pass and the replay: docs/popart.md, Outlining)
+    o.enableOutlining = False
     s = _session(bd, loss, popart.ConstSGD(0.1), options=o, device=_device(16))
     a = s.initAnchorArrays()
     s.run(popart.PyStepIO(data, a))
