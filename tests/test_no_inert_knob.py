@@ -302,22 +302,11 @@ def test_knob_changes_cycles(path: str) -> None:
 
 
 def test_copy_estimate_changes_an_on_tile_copy() -> None:
-    from poplar_api import FLOAT, Engine, Graph, IPUModel
-    from poplar_api import program as prog
+    from test_on_tile_copies import copy_total_cycles
 
-    totals = []
-    for value in KNOBS["code.copy_estimate"].values:
-        device = IPUModel(load_config("tiny", {"code.copy_estimate": value}))
-        device = device.createDevice()
-        graph = Graph(device.getTarget())
-        a = graph.addVariable(FLOAT, [16], "a")
-        b = graph.addVariable(FLOAT, [16], "b")
-        graph.setTileMapping(a, 0)
-        graph.setTileMapping(b, 0)
-        engine = Engine(graph, [prog.Copy(a, b)])
-        engine.load(device)
-        engine.run(0)
-        totals.append(engine.getTrace().total_cycles)
+    totals = [
+        copy_total_cycles({"code.copy_estimate": v}, 16) for v in KNOBS["code.copy_estimate"].values
+    ]
     # one region of 64 B in chunks of ceil(64 / (6 x 8)) x 8 = 16 B: four workers of
     # 16 B each; the tile takes its slowest worker's thread cycles x 6
     cfg = load_config("tiny").code

@@ -118,21 +118,25 @@ def test_only_elements_already_on_their_tile_are_copied_on_tile() -> None:
     assert _vertices(step) == [(0, runtime([16], False))] * 5
 
 
+def copy_total_cycles(overrides: dict, n: int) -> int:
+    """Total cycles of ``Copy(a, b)`` of ``n`` floats, both on tile 0 of ``tiny`` with
+    ``overrides``."""
+    device = IPUModel(load_config("tiny", overrides)).createDevice()
+    graph = Graph(device.getTarget())
+    a = graph.addVariable(FLOAT, [n], "a")
+    b = graph.addVariable(FLOAT, [n], "b")
+    graph.setTileMapping(a, 0)
+    graph.setTileMapping(b, 0)
+    engine = Engine(graph, [prog.Copy(a, b)])
+    engine.load(device)
+    engine.run(0)
+    return engine.getTrace().total_cycles
+
+
 @pytest.mark.parametrize("estimate", ["runtime", "poplibs"])
 def test_the_copy_lasts_the_slowest_worker_times_the_contexts(estimate: str) -> None:
-    cycles = []
-    for n in (240, 480):  # 960 B and 1,920 B of float on tile 0
-        device = IPUModel(load_config("tiny", {**FIELDS, "code.copy_estimate": estimate}))
-        device = device.createDevice()
-        graph = Graph(device.getTarget())
-        a = graph.addVariable(FLOAT, [n], "a")
-        b = graph.addVariable(FLOAT, [n], "b")
-        graph.setTileMapping(a, 0)
-        graph.setTileMapping(b, 0)
-        engine = Engine(graph, [prog.Copy(a, b)])
-        engine.load(device)
-        engine.run(0)
-        cycles.append(engine.getTrace().total_cycles)
+    # 960 B and 1,920 B of float on tile 0
+    cycles = [copy_total_cycles({**FIELDS, "code.copy_estimate": estimate}, n) for n in (240, 480)]
     # six workers of 160 B, then of 320 B: the tile's time grows by 6 x the bytes added
     # to one worker at the vertex's rate
     per_worker = {"runtime": 160 // 8, "poplibs": 160 // 4}[estimate]
