@@ -52,10 +52,9 @@ from typing import Any
 import numpy as np
 
 from popart_api import ops
-from popart_api.lowered import LoweredModel
 from popart_api.node_lowering import node_lowering
 from popart_api.optimizers import like
-from poplar_api import Graph, Tensor
+from poplar_api import Tensor
 from poplar_api import program as pprog
 from poplar_api.graph import Function
 
@@ -75,38 +74,34 @@ NOT_OUTLINED = frozenset({
 
 
 def outline_recomputed(
-    graph: Graph, lowered: LoweredModel, flags: list[bool]
-) -> tuple[list[pprog.Program], dict[int, Function]]:
-    """Make each recomputed node's program a function of ``graph``.
+    session: Any, flags: list[bool]
+) -> tuple[list[pprog.Program], dict[int, pprog.Program]]:
+    """Make each recomputed node's program a function called by the forward pass and
+    again by the backward replay.
 
-    Parameters
-    ----------
-    graph
-        The session's (whole) graph; the functions are made on it.
-    lowered
-        The forward pass as the session lowered it.
-    flags
-        Per forward node: whether the backward pass recomputes it.
+    The function is the node's own program, so both calls write the forward pass's
+    tensors and no copies are needed; the variables it touches keep one address, and
+    an undef before the replay (:class:`popart_api.training._Recompute`) lets other
+    variables use it in between (:mod:`ipusim.tile.memory`, joint groups). Its side
+    effects (BatchNormalization's running statistics) run after the forward pass's
+    call only.
 
     Returns
     -------
-    forward, functions
-        Per node, the program the forward pass runs (a ``Call`` of the node's
-        function then its side effects for a recomputed node, the node's program
-        otherwise); and, per recomputed node index, its function, which the backward
-        replay calls again.
+    forward, replays
+        Per node, the program the forward pass runs; per recomputed node index, the
+        program the backward replay runs (a call of the node's function).
     """
-    functions: dict[int, Function] = {}
-    forward: list[pprog.Program] = []
-    for k, fwd in enumerate(lowered.fwd_progs):
+    lowered = session.lowered
+    forward: list[pprog.Program] = list(lowered.fwd_progs)
+    replays: dict[int, pprog.Program] = {}
+    for k in range(len(forward)):
         if k < len(flags) and flags[k]:
-            fn = graph.addFunction(lowered.node_progs[k])
-            functions[k] = fn
+            fn = session.graph.addFunction(lowered.node_progs[k])
             call = pprog.Call(fn, debugContext=f"outlined/node{k}")
-            forward.append(pprog.Sequence(call, lowered.side_progs[k]))
-        else:
-            forward.append(fwd)
-    return forward, functions
+            forward[k] = pprog.Sequence(call, lowered.side_progs[k])
+            replays[k] = pprog.Call(fn, debugContext=f"recompute/node{k}")
+    return forward, replays
 
 
 def op_value(op_type: str) -> float:
@@ -377,65 +372,91 @@ def prune_by_copy_cost(sched: _Schedule, matches: Sequence[Match], threshold: fl
     return pruned
 
 
-def _lower_match(session: Any, sched: _Schedule, m: Match, number: int) -> list[pprog.Program]:
-    """Lower ``m`` once as a function; the program of each occurrence (copies in, the
-    call, copies out)."""
+@dataclass
+class _Function:
+    """A sequence of nodes lowered once more as a function: the copies of its inputs
+    (by the ``(delta, input index)`` of their first use), its outputs per node, and
+    the variables it made (written by every call before they are read)."""
+
+    function: Function
+    clones: dict[tuple[int, int], Tensor]
+    outputs: list[list[Any]]
+    fresh: list[Tensor]
+
+
+def _build_function(session: Any, s0: int, length: int, tag: str) -> _Function:
+    """Lower nodes ``s0 .. s0 + length - 1`` once more, on copies of their outside
+    inputs (same shapes and tile mappings), as a function (they have no side
+    effects)."""
     from poplar_api.graph import variable_count, variable_tensors
 
-    records, s0 = sched.records, m.starts[0]
+    records = session.lowered.records
     graph = session.lowered.graphs[records[s0].ipu]
     first = variable_count(graph)
-    tag = f"outlined/subgraph{number}"
-    clones: dict[str, Tensor] = {}
-    ext: list[tuple[int, int]] = []  # (delta, input index) of each copied-in input
+    by_id: dict[str, Tensor] = {}
+    clones: dict[tuple[int, int], Tensor] = {}
     inside: dict[str, Any] = {}
     body = pprog.Sequence(debugContext=tag)
     outputs: list[list[Any]] = []
-    for delta in range(m.length):
+    for delta in range(length):
         k, rec = s0 + delta, records[s0 + delta]
         inputs: list[Any] = []
         for idx, (tid, v) in enumerate(zip(rec.input_ids, rec.inputs, strict=True)):
             if v is None or tid in inside:
                 inputs.append(None if v is None else inside[tid])
                 continue
-            if tid not in clones:
-                clones[tid] = like(graph, v, f"{tag}/input{len(ext)}")
-                ext.append((delta, idx))
-            inputs.append(clones[tid])
+            if tid not in by_id:
+                by_id[tid] = clones[delta, idx] = like(graph, v, f"{tag}/input{len(clones)}")
+            inputs.append(by_id[tid])
         node = session.model.graph.node[k]
         how = node_lowering(session, node, k)
-        side = pprog.Sequence()
-        with ops.lowering_context(how.context(session, node, side, None, None)):
+        with ops.lowering_context(how.context(session, node, pprog.Sequence(), None, None)):
             outs = list(how.fn(graph, inputs, how.attrs, body, f"{tag}/{how.name}"))
         outs = outs[: len(rec.outputs)]
         for tid, v in zip(rec.output_ids, outs, strict=False):
             inside[tid] = v
         outputs.append(outs)
     fn = graph.addFunction(body)
-    # the function's variables are written by every call before they are read
-    fresh = variable_tensors(graph, first, variable_count(graph))
+    return _Function(fn, clones, outputs, variable_tensors(graph, first, variable_count(graph)))
+
+
+def _call_site(
+    session: Any, built: _Function, s0: int, start: int, keep: Any, tag: str
+) -> pprog.Sequence:
+    """The program of the occurrence at ``start`` of the function built from the nodes
+    at ``s0``: its variables undefined, the occurrence's inputs copied in, the call,
+    and the outputs ``keep(delta, j, output id)`` says are used after it copied out."""
+    records = session.lowered.records
+    seq = pprog.Sequence(debugContext=tag)
+    for t in built.fresh:
+        seq.add(pprog.WriteUndef(t))
+    for (delta, idx), clone in built.clones.items():
+        seq.add(pprog.Copy(records[start + delta].inputs[idx], clone))
+    seq.add(pprog.Call(built.function, debugContext=tag))
+    for delta, mine in enumerate(built.outputs):
+        rec = records[start + delta]
+        for j, (value, out) in enumerate(zip(mine, rec.outputs, strict=False)):
+            tid = rec.output_ids[j] if j < len(rec.output_ids) else None
+            if keep(delta, j, tid) and isinstance(value, Tensor) and isinstance(out, Tensor):
+                seq.add(pprog.Copy(value, out))
+    return seq
+
+
+def _lower_match(session: Any, sched: _Schedule, m: Match, number: int) -> list[pprog.Program]:
+    """Lower ``m`` once as a function; the program of each occurrence (copies in, the
+    call, copies out)."""
+    tag = f"outlined/subgraph{number}"
+    built = _build_function(session, m.starts[0], m.length, tag)
     progs: list[pprog.Program] = []
     for c, s in enumerate(m.starts):
-        seq = pprog.Sequence(debugContext=f"{tag}/call{c}")
-        for t in fresh:
-            seq.add(pprog.WriteUndef(t))
-        for delta, idx in ext:
-            seq.add(
-                pprog.Copy(
-                    records[s + delta].inputs[idx], clones[records[s0 + delta].input_ids[idx]]
-                )
-            )
-        seq.add(pprog.Call(fn, debugContext=f"{tag}/call{c}"))
-        for delta in range(m.length):
-            rec = records[s + delta]
-            for j, (mine, out) in enumerate(zip(outputs[delta], rec.outputs, strict=False)):
-                tid = rec.output_ids[j] if j < len(rec.output_ids) else None
-                wanted = sched.keep_all or (
-                    tid is not None and sched.external_output(s, m.length, s + delta, tid)
-                )
-                if wanted and isinstance(mine, Tensor) and isinstance(out, Tensor):
-                    seq.add(pprog.Copy(mine, out))
-        progs.append(seq)
+
+        def keep(delta: int, _j: int, tid: str | None, s: int = s) -> bool:
+            if sched.keep_all:
+                return True
+            return tid is not None and sched.external_output(s, m.length, s + delta, tid)
+
+        progs.append(_call_site(session, built, s0=m.starts[0], start=s, keep=keep,
+                                tag=f"{tag}/call{c}"))  # fmt: skip
     return progs
 
 

@@ -14,9 +14,11 @@ Recomputation (``SessionOptions.autoRecomputation`` or
 ending at checkpoints; the backward pass replays a segment's recomputed nodes just
 before the first gradient that needs them, after marking their outputs undefined
 (``WriteUndef``) so their memory is free between the forward pass and the replay.
-With ``SessionOptions.enableOutlining`` the forward pass and the replay call one
-function per recomputed node (:mod:`popart_api.outline`, as PopART outlines a fragment
-and its recomputation), so the replay adds no code.
+With ``SessionOptions.enableOutlining`` (PopART's default) the forward pass and the
+replay call one function per recomputed node, copying its inputs in and its outputs
+out (:mod:`popart_api.outline`, as PopART outlines a fragment and its recomputation),
+so the replay adds no compute-set code. Repeated sequences of other nodes are
+outlined as PopART's outliner would (:func:`popart_api.outline.outline_repeats`).
 Every micro-batch starts by marking undefined every variable the forward and backward
 passes create (activations, gradients, Poplibs temporaries), so each is live from its
 write to its last read in the micro-batch only, not across the loop.
@@ -37,7 +39,7 @@ from popart_api.options import RecomputationType, RecomputeType, ReductionType
 from popart_api.outline import outline_recomputed, outline_repeats
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
-from poplar_api.graph import Function, variable_count, variable_tensors
+from poplar_api.graph import variable_count, variable_tensors
 from poplar_api.poputil import mapTensorLinearly
 
 if TYPE_CHECKING:  # the session imports this module when it builds
@@ -76,13 +78,13 @@ class _Recompute:
         session: TrainingSession,
         flags: list[bool],
         prog: pprog.Sequence,
-        functions: dict[int, Function],
+        replays: dict[int, pprog.Program],
     ) -> None:
         self.session = session
         self.flags = flags
         self.prog = prog
-        #: per recomputed node: the function its forward program was outlined into
-        self.functions = functions
+        #: per outlined recomputed node: what its replay runs (a call of its function)
+        self.replays = replays
         records = session.lowered.records
         self.index = {id(r): k for k, r in enumerate(records)}
         self.segment = []
@@ -117,11 +119,9 @@ class _Recompute:
                         if id(t) not in held:
                             replay.add(pprog.WriteUndef(t))
             for j in members:
-                fn = self.functions.get(j)
-                if fn is None:  # not outlined: the node's programs compiled again
-                    replay.add(self.session.lowered.node_progs[j])
-                else:  # the forward pass's function called again: code stored once
-                    replay.add(pprog.Call(fn, debugContext=f"recompute/node{j}"))
+                # outlined: the forward pass's function called again (code stored
+                # once); else the node's programs compiled again
+                replay.add(self.replays.get(j, self.session.lowered.node_progs[j]))
             self.prog.add(replay)
         return self.prog
 
@@ -233,13 +233,13 @@ def _training_step(
     flags = recompute_flags(session)
     # repeated sequences outlined (recomputed nodes apart: each is its own function)
     forward, _ = outline_repeats(session, flags)
-    functions: dict[int, Function] = {}
+    replays: dict[int, pprog.Program] = {}
     if session.options.enableOutlining and any(flags):
-        replayed, functions = outline_recomputed(graph, session.lowered, flags)
-        forward = [replayed[k] if k in functions else p for k, p in enumerate(forward)]
+        outlined, replays = outline_recomputed(session, flags)
+        forward = [outlined[k] if k in replays else p for k, p in enumerate(forward)]
     for p in forward:
         micro.add(p)
-    hook = _Recompute(session, flags, bwd, functions) if any(flags) else None
+    hook = _Recompute(session, flags, bwd, replays) if any(flags) else None
     keep = {a[len(autodiff.GRADIENT_PREFIX) :] for a in session.dataFlow.anchors()}
 
     def graph_of(r: autodiff.NodeRecord):
