@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 
 __all__ = ["RunIds", "as_runs"]
@@ -36,19 +37,20 @@ class RunIds:
         int64, the id at each run's start.
     size
         The length of the sequence.
+    dtype
+        The integer type of the ids given back (that of the array they came from:
+        int32 where every id fits, as the graph keeps them).
     """
 
-    __slots__ = ("firsts", "size", "starts")
+    __slots__ = ("dtype", "firsts", "size", "starts")
 
-    def __init__(self, starts: np.ndarray, firsts: np.ndarray, size: int) -> None:
+    def __init__(
+        self, starts: np.ndarray, firsts: np.ndarray, size: int, dtype: Any = np.int64
+    ) -> None:
         self.starts = starts
         self.firsts = firsts
         self.size = int(size)
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The type of the ids given back (int64)."""
-        return np.dtype(np.int64)
+        self.dtype = np.dtype(dtype)
 
     @property
     def nbytes(self) -> int:
@@ -59,32 +61,27 @@ class RunIds:
         return self.size
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        """The ids at a slice (step 1) or at an array of positions, as an int64 array."""
+        """The ids at a slice (step 1) or at an array of positions, as an array of
+        :attr:`dtype`."""
         if isinstance(key, slice):
             a, b, step = key.indices(self.size)
             if step != 1:
                 return self[np.arange(a, b, step, dtype=np.int64)]
             return self._range(a, max(a, b))
-        pos = np.asarray(key, np.int64)
+        pos = np.asarray(key, np.int64).reshape(-1)
         if pos.size and (int(pos.min()) < -self.size or int(pos.max()) >= self.size):
             raise IndexError(f"positions outside the {self.size} ids of the runs")
         pos = np.where(pos < 0, pos + self.size, pos)
-        run = np.searchsorted(self.starts, pos, side="right") - 1
-        return self.firsts[run] + (pos - self.starts[run])
+        out = np.empty(pos.size, self.dtype)
+        _ids_at(self.starts, self.firsts, pos, out)
+        return out.reshape(np.shape(key))
 
     def _range(self, a: int, b: int) -> np.ndarray:
-        if b <= a:
-            return np.zeros(0, np.int64)
-        r0 = int(np.searchsorted(self.starts, a, side="right")) - 1
-        r1 = int(np.searchsorted(self.starts, b, side="left"))
-        starts = self.starts[r0:r1].copy()
-        firsts = self.firsts[r0:r1].copy()
-        firsts[0] += a - starts[0]
-        starts[0] = a
-        ends = np.append(starts[1:], b)
-        lengths = ends - starts
-        offsets = np.cumsum(lengths) - lengths
-        return np.repeat(firsts - offsets, lengths) + np.arange(b - a, dtype=np.int64)
+        out = np.empty(max(b - a, 0), self.dtype)
+        if b > a:
+            r0 = int(np.searchsorted(self.starts, a, side="right")) - 1
+            _fill_range(self.starts, self.firsts, self.size, r0, a, out)
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self._range(0, self.size)
@@ -98,7 +95,7 @@ class RunIds:
             setattr(self, k, v)
 
     def __repr__(self) -> str:
-        return f"RunIds({self.starts.size} runs, {self.size} ids)"
+        return f"RunIds({self.starts.size} runs, {self.size} ids of {self.dtype})"
 
 
 def as_runs(ids: np.ndarray) -> RunIds | None:
@@ -112,4 +109,36 @@ def as_runs(ids: np.ndarray) -> RunIds | None:
     if (breaks.size + 1) * MIN_ELEMENTS_PER_RUN > n:
         return None
     starts = np.concatenate(([0], breaks)).astype(np.int64)
-    return RunIds(starts, ids[starts].astype(np.int64), n)
+    return RunIds(starts, ids[starts].astype(np.int64), n, ids.dtype)
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_range(starts, firsts, size, r, a, out):  # pragma: no cover - compiled
+    """``out[j]`` = the id at position ``a + j``, walking the runs from run ``r`` (the
+    run holding position ``a``)."""
+    nruns = starts.shape[0]
+    p = a
+    n = out.shape[0]
+    j = 0
+    while j < n:
+        end = starts[r + 1] if r + 1 < nruns else size
+        base = firsts[r] - starts[r]
+        stop = min(end, a + n)
+        while p < stop:
+            out[j] = base + p
+            p += 1
+            j += 1
+        r += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _ids_at(starts, firsts, pos, out):  # pragma: no cover - compiled
+    """``out[k]`` = the id at position ``pos[k]`` (positions within the runs)."""
+    nruns = starts.shape[0]
+    r = 0
+    for k in range(pos.shape[0]):
+        p = pos[k]
+        # positions mostly ascend: walk forward from the last run, else search
+        if r >= nruns or starts[r] > p or (r + 1 < nruns and starts[r + 1] <= p):
+            r = np.searchsorted(starts, p, side="right") - 1
+        out[k] = firsts[r] + (p - starts[r])
