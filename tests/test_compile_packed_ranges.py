@@ -161,3 +161,31 @@ def test_pair_map_turns_never_see_an_earlier_turns_pairs() -> None:
         senders[marked // n] += 1
         owners.give_back_pairs((seen, senders, stamp))
     assert len(owners.free_pairs[n]) == 1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sent_by_cover_counts_owner_runs_of_the_union(seed: int) -> None:
+    """Elements and messages each owner sends of overlapping, touching and repeated
+    intervals: a message per run of consecutive ids of one owner in their union, the
+    union taken as a set of ids in the test."""
+    from poplar_api.lowering.exchange import _sent_by_cover
+
+    rng = np.random.default_rng(seed)
+    tiles, space = 8, 300
+    owner = np.resize(np.repeat(rng.integers(0, tiles, 50), rng.integers(1, 9, 50)), space)
+    owner = owner.astype(np.int32)
+    m = int(rng.integers(1, 60))
+    a = rng.integers(20, space - 30, m)
+    b = a + rng.integers(1, 25, m)
+    a[: m // 4] = b[m // 2 : m // 2 + m // 4]  # some intervals touch others
+    b[: m // 4] = np.maximum(b[: m // 4], a[: m // 4] + 1)
+    elements, messages = np.zeros(tiles, np.int64), np.zeros(tiles, np.int64)
+    _sent_by_cover(a, b, int(a.min()), int(b.max()), owner, elements, messages)
+    ids = sorted({i for x, y in zip(a.tolist(), b.tolist(), strict=True) for i in range(x, y)})
+    want_elements, want_messages = [0] * tiles, [0] * tiles
+    for k, i in enumerate(ids):
+        want_elements[owner[i]] += 1
+        if k == 0 or i != ids[k - 1] + 1 or owner[i] != owner[ids[k - 1]]:
+            want_messages[owner[i]] += 1
+    assert elements.tolist() == want_elements
+    assert messages.tolist() == want_messages

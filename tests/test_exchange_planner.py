@@ -69,15 +69,18 @@ def _exchange_fields(ex):
     return {k: getattr(ex, k).tolist() for k in ir.TOTALS}
 
 
+@pytest.mark.parametrize("cover", [True, False])
 @pytest.mark.parametrize("per_pass", [None, 2])
-def test_runs_plan_equals_tile_by_tile_plan(monkeypatch, per_pass):
+def test_runs_plan_equals_tile_by_tile_plan(monkeypatch, per_pass, cover):
     """Random reads (runs, repeats, local and remote elements, owners changing inside
     runs) planned as id runs give the same exchange as tile by tile, element by element
-    (also when the runs are planned a few tiles at a time)."""
+    (also when the runs are planned a few tiles at a time, and with the sent runs found
+    by counting cover or by sorting the received intervals)."""
     from poplar_api.lowering import exchange
 
     if per_pass is not None:
         monkeypatch.setattr(exchange, "PIECES_PER_PASS", per_pass)
+    monkeypatch.setattr(exchange, "COVER_SPAN_PER_INTERVAL", 1 << 40 if cover else 0)
     rng = np.random.default_rng(7)
     for trial in range(30):
         graph = Graph(IPUModel("tiny").createDevice().getTarget())

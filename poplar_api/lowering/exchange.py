@@ -46,6 +46,11 @@ from poplar_api.types import Type
 #: of each receiving tile come together.
 PIECES_PER_PASS = 1 << 20
 
+#: Ids of span per interval up to which the union of sent intervals is found by
+#: counting cover over the span (a pass over it) rather than by sorting the intervals
+#: (a sort of them costs tens of passes over its entries).
+COVER_SPAN_PER_INTERVAL = 16
+
 #: Turns a map of tile pairs serves before it is zeroed (its stamps are uint8).
 MAX_STAMP = 255
 
@@ -365,19 +370,33 @@ class ExchangePlanner:
     def _sent_runs(
         self, size: int, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Messages sent of intervals received by some tile: (sending tile, elements)
-        of every run of consecutive ids of one owner in their union."""
+        """Elements and messages each tile sends of intervals received by some tile:
+        per tile, of every run of consecutive ids of one owner in their union.
+
+        When the intervals' span is small beside their count, the union is found by
+        counting how many intervals cover each id of the span (one compiled pass,
+        :func:`_sent_by_cover`); else the intervals are sorted and merged."""
         owner = parts[0][2]
-        u_lo, u_hi = _merge(
-            np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-        )
+        n = self.num_tiles
+        a = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+        b = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+        elements, messages = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        if a.size == 0:
+            return elements, messages
+        lo, hi = runs.span(a)[0], runs.span(b)[1]
+        if hi - lo <= COVER_SPAN_PER_INTERVAL * a.size:
+            _sent_by_cover(a, b, lo, hi, owner, elements, messages)
+            return elements, messages
+        u_lo, u_hi = _merge(a, b)
         changes = self.owners.changes[size]
         c_lo = np.searchsorted(changes, u_lo, side="right")
         c_hi = np.searchsorted(changes, u_hi, side="left")  # changes strictly inside
         total = u_lo.size + int((c_hi - c_lo).sum())
         tiles, counts = np.empty(total, np.int64), np.empty(total, np.int64)
         _owner_runs(u_lo, u_hi, changes, c_lo, c_hi, owner, tiles, counts)
-        return tiles, counts
+        elements += np.bincount(tiles, weights=counts, minlength=n).astype(np.int64)
+        messages += np.bincount(tiles, minlength=n).astype(np.int64)
+        return elements, messages
 
     def stretches_of(
         self, size: int, owner: np.ndarray, space: int, read: int
@@ -401,9 +420,9 @@ class ExchangePlanner:
             sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
             messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
         for element_size, parts in self.intervals.items():
-            tiles, count = self._sent_runs(element_size, parts)
-            sent += np.bincount(tiles, weights=count, minlength=n).astype(np.int64) * element_size
-            messages_sent += np.bincount(tiles, minlength=n).astype(np.int64)
+            elements, messages = self._sent_runs(element_size, parts)
+            sent += elements * element_size
+            messages_sent += messages
         for (element_size, ipu), parts in self.relayed.items():
             ids = np.unique(np.concatenate(parts))
             tiles = self.landing[(element_size, ipu)].get(ids)
@@ -549,6 +568,31 @@ def _owner_runs(lo, hi, changes, c_lo, c_hi, owner, out_tile, out_count):  # pra
         out_tile[m] = owner[a]
         out_count[m] = hi[k] - a
         m += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _sent_by_cover(a, b, lo, hi, owner, elements, messages):  # pragma: no cover - compiled
+    # intervals [a, b) within [lo, hi): an id is in their union when the intervals
+    # begun at or before it outnumber those ended; a message is a run of consecutive
+    # ids of the union with one owner (touching intervals are one run)
+    delta = np.zeros(hi - lo + 1, np.int32)
+    for k in range(a.size):
+        delta[a[k] - lo] += 1
+        delta[b[k] - lo] -= 1
+    depth = 0
+    inside = False
+    prev = 0
+    for i in range(hi - lo):
+        depth += delta[i]
+        if depth > 0:
+            t = owner[lo + i]
+            if not inside or t != prev:
+                messages[t] += 1
+                prev = t
+                inside = True
+            elements[t] += 1
+        else:
+            inside = False
 
 
 def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None:
