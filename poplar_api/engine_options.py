@@ -130,6 +130,15 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "debug.branchRecordTile": _i("", "tile that records branches"),
     "debug.branchRecordFlush": _b("false", "flush the branch record"),
     "debug.cpuMultiThreadExecution": _b("true", "run a CPU device's vertices on threads"),
+    "debug.executionProfile": _e(
+        ("none", "compute_sets", "single_tile_compute_sets", "vertices", "external_exchanges"),
+        "none",
+        "SDK 1.x name of the execution profile's instrumentation (its profilerMode): "
+        "compute_sets, vertices and single_tile_compute_sets instrument compute at level "
+        "tile, vertex and ipu, external_exchanges the stream copies",
+        True,
+    ),
+    "debug.globalExchangeViaDebug": _b("false", "global exchange through the debug path"),
     "debug.checkVertexBounds": _b("true", "ipusim: bounds-check vertex code", True),
     "debug.floatingPointExceptions": _b(
         "false",
@@ -180,7 +189,10 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "opt.maxLinkerThreads": _i("0", "link threads (0: all)"),
     "opt.maxComputeSetsPerLoweringThread": _i("", "compute sets one lowering thread takes"),
     "opt.enableInlining": _b("true", "inline called functions in the binary"),
+    "opt.shareAll": _b("false", "share identical vertex state structures between tiles"),
+    "opt.sharedStructureBytesPerStep": _i("", "bytes of shared structures copied per step"),
     # ---- prng
+    "prng.enable": _b("false", "SDK 1.x switch of the hardware random number generators"),
     "prng.enableStochasticRounding": _b("false", "stochastic rounding of float results"),
     "prng.seed": _i("", "seed of the hardware random number generators"),
     # ---- profiler
@@ -196,6 +208,7 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "profiler.includeCycleEstimates": _b("false", "cycle estimates in the profile"),
     "profiler.perExecutionStreamCopyCycles": _b("false", "stream copy cycles per run"),
     "profiler.replicaToProfile": _i("", "replica whose execution is profiled"),
+    "profiler.useUnstableFormat": _b("false", "profile in the format under development"),
     # ---- stream callbacks (runtime options: also POPLAR_RUNTIME_OPTIONS in Poplar)
     "streamCallbacks.maxLookahead": _i("0", "callbacks run ahead", ("unlimited",)),
     "streamCallbacks.multiThreadMode": _e(
@@ -223,6 +236,9 @@ ENGINE_OPTIONS: dict[str, EngineOption] = {
     "target.gatewayWriteCombining": _b("false", "combine writes through the gateway"),
     "target.firstRuntimeReplica": _i("0", "first replica of this process"),
     "target.numberRuntimeReplica": _i("", "replicas of this process"),
+    "target.maxStreamCallbackThreadsPerNumaNode": _i(
+        "", "host threads for stream callbacks on each NUMA node", ("auto",)
+    ),
 }
 
 

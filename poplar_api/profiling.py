@@ -86,10 +86,19 @@ _EXTERNAL_TAGS = frozenset(
 )
 
 
+#: ``debug.executionProfile`` (SDK 1.x) -> the compute instrumentation level it asks for.
+_MODE_LEVEL = {"compute_sets": "tile", "vertices": "vertex", "single_tile_compute_sets": "ipu"}
+
+
 def instrumentation(options: Mapping[str, str]) -> dict[str, Any]:
     """What the execution profile records, from the ``debug.instrument*`` options.
 
-    ``debug.instrument`` turns on every kind of instrumentation, as on Poplar.
+    ``debug.instrument`` turns on every kind of instrumentation, as on Poplar. The
+    SDK 1.x option ``debug.executionProfile`` names the same choices by the profile's
+    ``profilerMode`` (``compute_sets``: compute at level ``tile``, ``vertices``: level
+    ``vertex``, ``single_tile_compute_sets``: level ``ipu``, ``external_exchanges``:
+    the stream copies); an explicit ``debug.computeInstrumentationLevel`` wins over
+    the level it implies.
 
     Returns
     -------
@@ -98,10 +107,18 @@ def instrumentation(options: Mapping[str, str]) -> dict[str, Any]:
         ``computeLevel`` (``vertex``, ``tile`` or ``ipu``; ``device`` is read as ``ipu``).
     """
     every = option(options, "debug.instrument") == "true"
+    mode = option(options, "debug.executionProfile")
+    mode_level = _MODE_LEVEL.get(mode)
     level = option(options, "debug.computeInstrumentationLevel")
+    if mode_level is not None and "debug.computeInstrumentationLevel" not in options:
+        level = mode_level
     return {
-        "compute": every or option(options, "debug.instrumentCompute") == "true",
-        "externalExchange": every or option(options, "debug.instrumentExternalExchange") == "true",
+        "compute": every
+        or mode_level is not None
+        or option(options, "debug.instrumentCompute") == "true",
+        "externalExchange": every
+        or mode == "external_exchanges"
+        or option(options, "debug.instrumentExternalExchange") == "true",
         "controlFlow": every or option(options, "debug.instrumentControlFlow") == "true",
         "computeLevel": "ipu" if level == "device" else level,
     }

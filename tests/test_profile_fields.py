@@ -115,6 +115,17 @@ def test_programs_carry_the_guides_tags_and_the_profiles_validate():
             "SINGLE_TILE_COMPUTE_SETS",
         ),
         ({"debug.instrumentExternalExchange": "true"}, "EXTERNAL_EXCHANGES"),
+        # SDK 1.x: the mode named by debug.executionProfile (as Poplibs' tools pass it)
+        ({"debug.executionProfile": "compute_sets"}, "COMPUTE_SETS"),
+        ({"debug.executionProfile": "vertices"}, "VERTICES"),
+        ({"debug.executionProfile": "single_tile_compute_sets"}, "SINGLE_TILE_COMPUTE_SETS"),
+        ({"debug.executionProfile": "external_exchanges"}, "EXTERNAL_EXCHANGES"),
+        ({"debug.executionProfile": "none"}, "NONE"),
+        # a level given with it wins over the level the mode implies
+        (
+            {"debug.executionProfile": "vertices", "debug.computeInstrumentationLevel": "tile"},
+            "COMPUTE_SETS",
+        ),
     ],
 )
 def test_profiler_mode_comes_from_a_hardware_device_and_its_instrumentation(options, mode):
