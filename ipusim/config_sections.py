@@ -481,11 +481,12 @@ class CodeConfig(_Section):
     supervisor_stack_bytes: int = Field(
         default=128, ge=0, le=1 << 20, description="Stack of the supervisor context."
     )
-    copy_estimate: Literal["runtime", "poplibs"] = Field(
-        default="runtime",
-        description="Cost of an on-tile copy vertex (ipusim.machine_copies): 'runtime' "
-        "(the copy_* fields below, the ISA's 8 B per cycle; fitted on H) or 'poplibs' "
-        "(Poplibs' LongMemcpy estimate, popopsCycleEstimators.cpp).",
+    copy_estimate: Literal["planner", "runtime", "poplibs"] = Field(
+        default="planner",
+        description="Cost of the Copy program's on-tile copy vertices (ipusim.machine_copies): "
+        "'planner' (Poplibs' planner: min(8 B, contiguous bytes) per thread cycle), "
+        "'runtime' (the copy_* fields below, fitted on H) or 'poplibs' (Poplibs' "
+        "LongMemcpy estimate).",
     )
     # Poplar's runtime copy vertices that gather strided regions into a contiguous
     # buffer (pre) or scatter one into strided regions (post); ipusim.machine_copies.

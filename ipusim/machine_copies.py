@@ -32,20 +32,35 @@ cannot fit them; ``examples/calibration/_fit_hardware.py copies`` fits them on t
 workload's geometry.
 
 **The ``Copy`` program's on-tile part** (:func:`on_tile_copy_vertices`) is made of the
-same vertices: the elements a ``Copy`` moves within a tile form regions (runs that are
+same kind of vertices: the elements a ``Copy`` moves within a tile form pieces (runs
 contiguous on both sides), a tile's bytes are split between its worker contexts in
 chunks of whole 64-bit words (one copy vertex per worker, as the SDK 1.x profiles
-above show, so the chunks split regions where they fall), and each vertex is costed by
-:func:`copy_vertex_cycles` with the kind of its tile (``gather`` where the source side
-has more runs than the destination side, ``scatter`` otherwise).
+above show, so the chunks split pieces where they fall), and each vertex is costed by
+``code.copy_estimate``:
 
-``code.copy_estimate: poplibs`` costs the same vertices with Poplibs' estimate of the
-runtime ``LongMemcpy`` instead (graphcore/poplibs 7eac0f26,
-``lib/popops/popopsCycleEstimators.cpp``, ``BroadcastSelectorSelectCycles``: 11 + 1
-thread cycles per vertex, then per row ``12 + 23 + bytes / 4 + (bytes % 4) * 5``), the
-only memcpy estimate Poplibs publishes. The default, ``runtime``, keeps the rate of the
-ISA and the H fit: on H's 12 copy rows Poplibs' estimate is 39.1 % off and the runtime
-vertices 3.0 % (docs/calibration.md, "H with the runtime copy vertices").
+* ``planner`` (the default): Poplibs' own estimate of the copies that rearrange
+  operands, which its convolution planner prices at ``min(memcpy bytes per cycle,
+  contiguous bytes)`` per cycle (graphcore/poplibs 7eac0f26, ``lib/poplin/ConvModel.cpp``,
+  the ``inputsCopyCycles``/``weightsCopyCycles`` estimates with
+  ``target.getMemcpyBytesPerCycle()``): each piece moves at the ``ldst64pace`` rate,
+  at least one thread cycle a piece, no per-region part; the planner has no fixed
+  part either, but a vertex has one (its entry, reading its state, its exit): the
+  scatter's fixed part of the H fit, the one without the gather's unexplained extra
+  ("H with the runtime copy vertices" in docs/calibration.md);
+* ``runtime``: the H fit above (fixed + regions x per region + the moves), a region
+  being a strided run of pieces (one length, constant strides on both sides), the kind
+  a gather where the tile's source side has more runs than its destination side;
+* ``poplibs``: Poplibs' ``LongMemcpy`` estimate (``popopsCycleEstimators.cpp``,
+  ``BroadcastSelectorSelectCycles``: 11 + 1 thread cycles per vertex, then per row
+  ``12 + 23 + bytes / 4 + (bytes % 4) * 5``), each piece a row.
+
+H's rows are the only measured on-tile copies, and they are not ``Copy`` programs:
+Poplar's copies for a vertex's ``Vector`` fields, contiguous rows of about 200 bytes.
+A ``Copy`` that rearranges an operand (a matMul's, say) moves many pieces of a few
+bytes, for which the per-row part fitted on H (48 thread cycles a row) would cost
+several times the copy's bytes; Poplibs' planner, which prices those very copies,
+charges a cycle a piece. So the planner is the default for ``Copy`` programs, and
+:func:`copy_vertex_cycles` (H's copies) keeps the fit.
 """
 
 from __future__ import annotations
@@ -100,8 +115,6 @@ def copy_vertex_cycles(
             f"copy_vertex_cycles: a region of {int(b.min())} bytes; sizes must be >= 0"
         )
     code = cfg.code
-    if code.copy_estimate == "poplibs":
-        return poplibs_memcpy_cycles(b)
     if kind == "gather":
         fixed, per_region = code.copy_gather_fixed_cycles, code.copy_gather_region_cycles
     else:
@@ -121,24 +134,36 @@ def poplibs_memcpy_cycles(region_bytes: ArrayLike) -> int:
 
 
 def on_tile_copy_vertices(
-    cfg: MachineConfig, region_tile: ArrayLike, region_bytes: ArrayLike, gather: ArrayLike
+    cfg: MachineConfig,
+    region_tile: ArrayLike,
+    region_bytes: ArrayLike,
+    gather: ArrayLike,
+    new_region: ArrayLike | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The copy vertices of an on-tile copy: ``(vertex tile, thread cycles)``.
 
-    Region ``k`` (contiguous on both sides) lies on ``region_tile[k]`` and holds
+    Piece ``k`` (contiguous on both sides) lies on ``region_tile[k]`` and holds
     ``region_bytes[k]`` (> 0) bytes; ``gather[k]`` says whether its tile's copy is a
-    gather (else a scatter). A tile's regions, in the order given, are cut into one chunk
-    per worker context of ``ceil(tile bytes / (contexts * 8)) * 8`` bytes (whole 64-bit
-    words), so a chunk boundary splits the region it falls in; each chunk is one vertex,
-    costed as :func:`copy_vertex_cycles` costs its pieces (vectorised over all vertices).
+    gather (else a scatter); ``new_region[k]`` (default all True) whether the piece
+    starts a region of its own, False where it continues a strided region (pieces of
+    one length at constant source and destination strides, which one loop of a strided
+    copy vertex walks). A tile's pieces, in the order given, are cut into one chunk per
+    worker context of ``ceil(tile bytes / (contexts * 8)) * 8`` bytes (whole 64-bit
+    words), so a chunk boundary splits the piece it falls in; each chunk is one vertex,
+    costed by ``code.copy_estimate`` (module docstring): every piece moves at the rate,
+    rounded up to whole cycles (at least one cycle a piece: Poplibs' planner prices
+    rearranging copies at ``min(memcpy bytes per cycle, contiguous bytes)`` per cycle),
+    and ``runtime`` adds :func:`copy_vertex_cycles`' fixed and per-region parts.
     """
     tile = np.asarray(region_tile, np.int64).reshape(-1)
     nbytes = np.asarray(region_bytes, np.int64).reshape(-1)
     kind = np.asarray(gather, bool).reshape(-1)
+    fresh = np.ones(tile.size, bool) if new_region is None else np.asarray(new_region, bool)
     if not tile.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     order = np.argsort(tile, kind="stable")
-    tile, nbytes, kind = tile[order], nbytes[order], kind[order]
+    tile, nbytes, kind, fresh = tile[order], nbytes[order], kind[order], fresh[order].copy()
+    fresh[np.r_[True, tile[1:] != tile[:-1]]] = True
     first = np.flatnonzero(np.r_[True, tile[1:] != tile[:-1]])
     end = np.cumsum(nbytes)
     start = end - nbytes
@@ -155,15 +180,22 @@ def on_tile_copy_vertices(
     pieces = np.diff(np.r_[starts, end[-1]])
     t_of = np.searchsorted(base, starts, side="right") - 1
     vertex = t_of * contexts + (starts - base[t_of]) // chunk[t_of]
-    keys, inverse, count = np.unique(vertex, return_inverse=True, return_counts=True)
+    keys, inverse = np.unique(vertex, return_inverse=True)
+    # a region setup where a piece starts a region, and where a vertex starts mid-region
+    piece = np.searchsorted(start, starts, side="right") - 1
+    setup = (fresh[piece] & (starts == start[piece])) | np.r_[True, vertex[1:] != vertex[:-1]]
+    count = np.bincount(inverse, setup, keys.size)
     t_index = keys // contexts  # index of the vertex's tile among ``first``
     v_tile = tile[first][t_index]
-    if cfg.code.copy_estimate == "poplibs":
+    estimate = cfg.code.copy_estimate
+    if estimate == "poplibs":
         per_piece = 35 + pieces // 4 + (pieces % 4) * 5
         cycles = 12 + np.bincount(inverse, per_piece, keys.size).astype(np.int64)
         return v_tile, cycles
     rate = copy_bytes_per_cycle(cfg)
     moves = np.bincount(inverse, -(-pieces // rate), keys.size).astype(np.int64)
+    if estimate == "planner":  # plus the vertex's entry and exit (module docstring)
+        return v_tile, round(cfg.code.copy_scatter_fixed_cycles) + moves
     code = cfg.code
     is_gather = kind[first][t_index]
     fixed = np.where(is_gather, code.copy_gather_fixed_cycles, code.copy_scatter_fixed_cycles)

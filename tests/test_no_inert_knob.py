@@ -209,7 +209,7 @@ KNOBS: dict[str, Knob] = {
     "remote.bandwidth_bytes_per_s": Knob(remote_copy, (15.75e9, 4e9)),
     "remote.latency_s": Knob(remote_copy, (1e-6, 0.0)),
     "remote.model": Knob(remote_copy, ("streaming_memory", "host_link")),
-    "code.copy_estimate": Knob(lambda: None, ("runtime", "poplibs")),  # a Poplar copy, below
+    "code.copy_estimate": Knob(lambda: None, ("planner", "poplibs")),  # a Poplar copy, below
     # runtime gather/scatter copy vertices, applied when a graph is built: below
     "code.copy_gather_fixed_cycles": Knob(lambda: None, (150.0, 20.0)),
     "code.copy_gather_region_cycles": Knob(lambda: None, (47.8, 5.0)),
@@ -310,9 +310,9 @@ def test_copy_estimate_changes_an_on_tile_copy() -> None:
     # one region of 64 B in chunks of ceil(64 / (6 x 8)) x 8 = 16 B: four workers of
     # 16 B each; the tile takes its slowest worker's thread cycles x 6
     cfg = load_config("tiny").code
-    runtime = round(cfg.copy_scatter_fixed_cycles + cfg.copy_scatter_region_cycles) + 16 // 8
+    planner = round(cfg.copy_scatter_fixed_cycles) + 16 // 8
     poplibs = 12 + 35 + 16 // 4
-    assert totals[1] - totals[0] == 6 * (poplibs - runtime)
+    assert totals[1] - totals[0] == 6 * (poplibs - planner)
 
 
 @pytest.mark.parametrize("path", BUILD_KNOBS[1:])

@@ -1,6 +1,7 @@
-"""The ``Copy`` program's on-tile part: Poplar's runtime copy vertices, one per worker
-context, each costed by the runtime copy model or Poplibs' ``LongMemcpy`` estimate
-(ipusim.machine_copies); the expected cycles are written out here from the formulas."""
+"""The ``Copy`` program's on-tile part: copy vertices, one per worker context, each
+costed by Poplibs' planner rule (the default), the runtime copy model fitted on H or
+Poplibs' ``LongMemcpy`` estimate (ipusim.machine_copies); the expected cycles are
+written out here from the formulas."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import pytest
 from ipusim import ir
 from ipusim.config import load_config
 from ipusim.machine_copies import on_tile_copy_vertices, poplibs_memcpy_cycles
-from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
+from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel, concat
 from poplar_api import program as prog
 
 FIELDS = {
+    "code.copy_estimate": "runtime",
     "code.copy_gather_fixed_cycles": 100.0,
     "code.copy_gather_region_cycles": 10.5,
     "code.copy_scatter_fixed_cycles": 3.0,
@@ -23,12 +25,19 @@ FIELDS = {
 }
 
 
-def runtime(pieces: list[int], gather: bool) -> int:
-    """Thread cycles of one runtime copy vertex over ``pieces`` bytes (FIELDS, 8 B per
-    thread cycle per piece, rounded up)."""
+def runtime(pieces: list[int], gather: bool, regions: int | None = None) -> int:
+    """Thread cycles of one runtime copy vertex over ``pieces`` bytes in ``regions``
+    regions (default one per piece): FIELDS, 8 B per thread cycle per piece, rounded up."""
     kind = "gather" if gather else "scatter"
     fixed, per = FIELDS[f"code.copy_{kind}_fixed_cycles"], FIELDS[f"code.copy_{kind}_region_cycles"]
-    return round(fixed + len(pieces) * per) + sum(math.ceil(p / 8) for p in pieces)
+    regions = len(pieces) if regions is None else regions
+    return round(fixed + regions * per) + sum(math.ceil(p / 8) for p in pieces)
+
+
+def planner(pieces: list[int]) -> int:
+    """Poplibs' planner rule: a piece's bytes at min(8, its bytes) per thread cycle, with
+    the vertex's entry and exit (the scatter's fixed part of FIELDS)."""
+    return round(FIELDS["code.copy_scatter_fixed_cycles"]) + sum(math.ceil(p / 8) for p in pieces)
 
 
 def poplibs(pieces: list[int]) -> int:
@@ -52,6 +61,10 @@ def test_regions_are_cut_into_one_chunk_per_worker() -> None:
     got = sorted(zip(tiles.tolist(), cycles.tolist(), strict=True))
     assert got == sorted([(1, poplibs([8]))] + [(3, poplibs([24]))] * 4 + [(3, poplibs([4, 20]))])
     assert poplibs_memcpy_cycles([4, 20, 7]) == poplibs([4, 20, 7])
+    rule = load_config("tiny", {**FIELDS, "code.copy_estimate": "planner"})
+    tiles, cycles = on_tile_copy_vertices(rule, [3, 1, 3], [100, 8, 20], [True] * 3)
+    got = sorted(zip(tiles.tolist(), cycles.tolist(), strict=True))
+    assert got == sorted([(1, planner([8]))] + [(3, planner([24]))] * 4 + [(3, planner([4, 20]))])
 
 
 def test_no_regions_no_vertices() -> None:
@@ -84,12 +97,14 @@ def test_a_strided_source_is_a_gather_and_a_strided_destination_a_scatter() -> N
         graph.setTileMapping(b, 2)
         return prog.Copy(a.slice([0, 0], [8, 4]), b)
 
-    # 8 regions of 16 B (source strided, destination one run): 128 B in chunks of
+    # 8 pieces of 16 B (source strided, destination one run), one strided region (the
+    # rows step by 40 B in the source and 16 B in the destination): 128 B in chunks of
     # ceil(128 / 48) x 8 = 24 B: 6 vertices, each cut where the 16 B rows and 24 B
-    # chunks fall: [16, 8], [8, 16], [16, 8], [8, 16], [16, 8], [8]
+    # chunks fall: [16, 8], [8, 16], [16, 8], [8, 16], [16, 8], [8]; each vertex sets
+    # the region up once (its part of it), and moves each piece
     pieces = [[16, 8], [8, 16], [16, 8], [8, 16], [16, 8], [8]]
     step = _copy_step({}, gather)
-    assert _vertices(step) == sorted((2, runtime(p, True)) for p in pieces)
+    assert _vertices(step) == sorted((2, runtime(p, True, 1)) for p in pieces)
 
     def scatter(graph: Graph) -> prog.Program:
         a = graph.addVariable(FLOAT, [8, 4], "a")
@@ -99,9 +114,31 @@ def test_a_strided_source_is_a_gather_and_a_strided_destination_a_scatter() -> N
         return prog.Copy(a, b.slice([0, 0], [8, 4]))
 
     step = _copy_step({}, scatter)
-    assert _vertices(step) == sorted((2, runtime(p, False)) for p in pieces)
+    assert _vertices(step) == sorted((2, runtime(p, False, 1)) for p in pieces)
     step = _copy_step({"code.copy_estimate": "poplibs"}, scatter)
     assert _vertices(step) == sorted((2, poplibs(p)) for p in pieces)
+    step = _copy_step({"code.copy_estimate": "planner"}, scatter)
+    assert _vertices(step) == sorted((2, planner(p)) for p in pieces)
+
+
+def test_pieces_at_changing_strides_are_regions_of_their_own() -> None:
+    def build(graph: Graph) -> prog.Program:
+        a = graph.addVariable(FLOAT, [30], "a")
+        b = graph.addVariable(FLOAT, [6], "b")
+        graph.setTileMapping(a, 1)
+        graph.setTileMapping(b, 1)
+        # single elements 0, 5, 10 (stride 5), then 11, 17, 23 (stride 6 after a step
+        # of 1): the destination is one run, so the tile gathers
+        picks = [a[i : i + 1] for i in (0, 5, 10, 11, 17, 23)]
+        return prog.Copy(concat(picks), b)
+
+    # 10 and 11 are one 8 B piece (consecutive on both sides); pieces 4, 4, 8, 4, 4 B;
+    # 24 B in chunks of 8 B, three vertices: [0, 5] one region (5 continues 0 at the
+    # same length); [10-11] a new region (another length); [17, 23] two regions (17:
+    # another length, 23: another stride, 6 after 7)
+    step = _copy_step({}, build)
+    want = [runtime([4, 4], True, 1), runtime([8], True, 1), runtime([4, 4], True, 2)]
+    assert _vertices(step) == sorted((1, c) for c in want)
 
 
 def test_only_elements_already_on_their_tile_are_copied_on_tile() -> None:
@@ -133,12 +170,12 @@ def copy_total_cycles(overrides: dict, n: int) -> int:
     return engine.getTrace().total_cycles
 
 
-@pytest.mark.parametrize("estimate", ["runtime", "poplibs"])
+@pytest.mark.parametrize("estimate", ["planner", "runtime", "poplibs"])
 def test_the_copy_lasts_the_slowest_worker_times_the_contexts(estimate: str) -> None:
     # 960 B and 1,920 B of float on tile 0
     cycles = [copy_total_cycles({**FIELDS, "code.copy_estimate": estimate}, n) for n in (240, 480)]
     # six workers of 160 B, then of 320 B: the tile's time grows by 6 x the bytes added
     # to one worker at the vertex's rate
-    per_worker = {"runtime": 160 // 8, "poplibs": 160 // 4}[estimate]
+    per_worker = {"planner": 160 // 8, "runtime": 160 // 8, "poplibs": 160 // 4}[estimate]
     assert cycles[1] - cycles[0] == 6 * per_worker
     assert np.all(np.diff(cycles) > 0)

@@ -152,9 +152,11 @@ def on_tile_copy_steps(
     tile (``local``): Poplar's runtime copy vertices
     (:func:`ipusim.machine_copies.on_tile_copy_vertices`).
 
-    A region is a run of copied elements on one tile whose source and destination
+    A piece is a run of copied elements on one tile whose source and destination
     element ids both step by one (a variable's elements on a tile lie in one block of
-    memory in id order); a tile's copy is a gather when its source side has more such
+    memory in id order); consecutive pieces of one length whose starts step by the same
+    strides on both sides form one strided region (a transpose's column, say), which a
+    copy vertex sets up once. A tile's copy is a gather when its source side has more
     runs than its destination side (strided reads into a contiguous buffer), else a
     scatter.
     """
@@ -171,8 +173,18 @@ def on_tile_copy_steps(
     src_runs = np.add.reduceat(src_break, firsts)
     dst_runs = np.add.reduceat(dst_break, firsts)
     gather_of_tile = np.repeat(dst_runs < src_runs, np.diff(np.r_[firsts, tile.size]))
-    region_bytes = np.diff(np.r_[starts, tile.size]) * item_bytes
-    return on_tile_copy_vertices(cfg, tile[starts], region_bytes, gather_of_tile[starts])
+    length = np.diff(np.r_[starts, tile.size])
+    first = new_tile[starts]
+    # strided regions: pieces of one length at constant strides on both sides
+    step_s = np.diff(src[starts], prepend=0)
+    step_d = np.diff(dst[starts], prepend=0)
+    prev_first = np.r_[True, first[:-1]]
+    same = np.r_[False, length[1:] == length[:-1]]
+    stride_kept = np.r_[False, (step_s[1:] == step_s[:-1]) & (step_d[1:] == step_d[:-1])]
+    new_region = first | ~same | (~prev_first & ~stride_kept)
+    return on_tile_copy_vertices(
+        cfg, tile[starts], length * item_bytes, gather_of_tile[starts], new_region
+    )
 
 
 def stream_copy(
