@@ -42,7 +42,8 @@ LEVELS = {
 }
 
 
-#: PopART's logging modules.
+#: PopART's logging modules: ``enum class Module`` of graphcore/popart
+#: ``willow/include/popart/logging.hpp`` (d2f20d78), without its ``none``.
 MODULES = (
     "session",
     "ir",
