@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 
 from ipusim import ir
@@ -178,13 +179,24 @@ def on_tile_copy_steps(
     # strided regions: pieces of one length at constant strides on both sides
     step_s = np.diff(src[starts], prepend=0)
     step_d = np.diff(dst[starts], prepend=0)
-    prev_first = np.r_[True, first[:-1]]
     same = np.r_[False, length[1:] == length[:-1]]
     stride_kept = np.r_[False, (step_s[1:] == step_s[:-1]) & (step_d[1:] == step_d[:-1])]
-    new_region = first | ~same | (~prev_first & ~stride_kept)
+    new_region = _region_starts(first | ~same, stride_kept)
     return on_tile_copy_vertices(
         cfg, tile[starts], length * item_bytes, gather_of_tile[starts], new_region
     )
+
+
+@numba.njit(cache=True, nogil=True)
+def _region_starts(forced, kept):  # pragma: no cover - compiled
+    # piece k starts a strided region when ``forced`` (a tile's first piece, another
+    # length), or when its region already has two pieces or more and k's strides are
+    # not theirs (``kept``: the same strides as from the piece before); the second
+    # piece of a region sets its strides, whatever they are
+    out = np.empty(forced.size, np.bool_)
+    for k in range(forced.size):
+        out[k] = forced[k] or (k > 0 and not out[k - 1] and not kept[k])
+    return out
 
 
 def stream_copy(
