@@ -61,34 +61,6 @@ def test_field_pieces_after_a_local_prefix(seed: int, by_run: bool) -> None:
     assert got == [list(x) for x in _python_pieces(ids_of, vtiles, owner)]
 
 
-@pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("shape", ["lengths", "one_length", "sorted", "wide"])
-def test_sorted_keys_unpack_to_the_ranges_in_order(seed: int, shape: str) -> None:
-    """Packed keys unpack to every range, ``lo`` ascending, ties by ``other``; one
-    length, already sorted and too-wide ranges stay two arrays (``bits == 0``)."""
-    rng = np.random.default_rng(seed)
-    n = 300
-    top = 1 << 50 if shape == "wide" else 5000
-    lo = rng.integers(0, top, n)
-    lo[rng.integers(0, n, 40)] = lo[1]  # ties
-    other = rng.integers(1, 1 << 20 if shape == "wide" else 9, n)
-    if shape == "one_length":
-        other[:] = 3
-    if shape == "sorted":
-        lo.sort()
-    keys, rest, bits = runs.sorted_keys(lo, other)
-    assert (bits > 0) == (shape == "lengths")
-    if bits:
-        assert rest.size == 0
-        want = sorted(zip(lo.tolist(), other.tolist(), strict=True))
-        assert keys.tolist() == [(a << bits) | b for a, b in want]
-    got_lo, got_other = runs.unpack(keys, rest, bits)
-    assert got_lo.tolist() == sorted(lo.tolist())
-    assert sorted(zip(got_lo.tolist(), got_other.tolist(), strict=True)) == sorted(
-        zip(lo.tolist(), other.tolist(), strict=True)
-    )
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_merge_received_of_packed_keys_equals_element_sets(seed: int) -> None:
     """The merge reading packed keys gives each tile the union of its ranges, its

@@ -30,8 +30,18 @@ def test_sort_ranges_orders_by_begin_then_other(seed, shape):
         other[:] = 7
     if shape == "sorted":
         lo.sort()
-    got_lo, got_other = runs.sort_ranges(lo.astype(np.int32) if top < 1 << 31 else lo, other)
+    given = lo.astype(np.int32) if top < 1 << 31 else lo
+    got_lo, got_other = runs.sort_ranges(given, other)
     assert got_lo.tolist() == sorted(lo.tolist())
+    # the same order as packed keys (begin << bits | other) when they are packed
+    keys, rest, bits = runs.sorted_keys(given, other)
+    assert (bits > 0) == (shape == "small")
+    if bits:
+        assert rest.size == 0
+        want = sorted(zip(lo.tolist(), other.tolist(), strict=True))
+        assert keys.tolist() == [(a << bits) | b for a, b in want]
+    unpacked = runs.unpack(keys, rest, bits)
+    assert [a.tolist() for a in unpacked] == [got_lo.tolist(), got_other.tolist()]
     pairs = sorted(zip(lo.tolist(), other.tolist(), strict=True))
     got = list(zip(got_lo.tolist(), got_other.tolist(), strict=True))
     if shape in ("sorted", "wide"):  # ties in their first order
