@@ -183,7 +183,12 @@ def table(rows: Sequence[tuple[str, dict]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the rows and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", action="append", default=[], help="row name prefix")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="row name prefix, or a whole row's name for that row alone",
+    )
     parser.add_argument("--tiles", type=int, default=None, help="tiles per IPU (Mk2: 1472)")
     parser.add_argument("--quick", action="store_true", help="the scaled-down models")
     parser.add_argument("--replicas", action="store_true", help="the MLP step, 1 and 16 replicas")
@@ -207,7 +212,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     rows = QUICK_ROWS if args.quick else ROWS
     if args.only:
-        rows = tuple(r for r in rows if any(r[0].startswith(p) for p in args.only))
+        # a name that is a whole row's picks that row alone (not its 4-IPU variant)
+        exact = {r[0] for r in rows} & set(args.only)
+        rows = tuple(
+            r
+            for r in rows
+            if r[0] in exact or any(r[0].startswith(p) for p in set(args.only) - exact)
+        )
     done = []
     for name, model, train, ipus in rows:
         result = run_row(model, train, args.tiles, ipus)
