@@ -240,3 +240,40 @@ def test_scattered_ids_stay_an_array():
     ids = np.arange(0, 4 * MIN_ELEMENTS_PER_RUN * 10, 4)  # no two consecutive
     assert as_runs(ids) is None
     assert as_runs(np.arange(MIN_ELEMENTS_PER_RUN)) is None  # too short to matter
+
+
+def test_a_compiled_convolution_with_ids_as_runs_survives_a_file(tmp_path):
+    """The list blocks holding ids as runs are saved and loaded with the executable,
+    and the loaded one computes what the graph does."""
+    from poplar_api import Engine, compileGraph
+    from poplar_api.executable import Executable
+
+    params, options = CASES["direct, broadcast operands"]
+    device = IPUModel("ipu1").createDevice()
+    graph = Graph(device.getTarget())
+    x = poplin.createInput(graph, params, "x", options)
+    w = poplin.createWeights(graph, params, "w", options)
+    seq = prog.Sequence()
+    y = poplin.convolution(graph, x, w, params, False, seq, "fwd", options)
+    for name, t in (("x", x), ("w", w)):
+        graph.createHostWrite(name, t)
+    graph.createHostRead("y", y)
+    blocks = graph._state.vertices.list_blocks
+    assert any(isinstance(v[3], RunIds) for b in blocks for v in b.fields.values())
+    path = tmp_path / "conv.ipuexe"
+    compileGraph(graph, seq).serialize(path)
+    exe = Executable.deserialize(path)
+    rng = np.random.default_rng(2)
+    xv = rng.standard_normal(params.inputShape()).astype(np.float32)
+    wv = rng.standard_normal(params.weightsShape()).astype(np.float32)
+
+    def result(engine):
+        engine.load(IPUModel("ipu1").createDevice())
+        engine.writeTensor("x", xv)
+        engine.writeTensor("w", wv)
+        engine.run(0)
+        return engine.readTensor("y")
+
+    loaded = result(Engine(exe))
+    np.testing.assert_allclose(loaded, ref_conv(xv, wv, params), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(loaded, result(Engine(graph, seq)))
