@@ -105,11 +105,29 @@ def as_runs(ids: np.ndarray) -> RunIds | None:
     n = ids.size
     if n < 2 * MIN_ELEMENTS_PER_RUN:
         return None
-    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
-    if (breaks.size + 1) * MIN_ELEMENTS_PER_RUN > n:
+    limit = n // MIN_ELEMENTS_PER_RUN  # more runs than this: not worth it
+    starts = np.empty(limit, np.int64)
+    count = _run_starts(ids, starts)
+    if count < 0:
         return None
-    starts = np.concatenate(([0], breaks)).astype(np.int64)
+    starts = starts[:count].copy()
     return RunIds(starts, ids[starts].astype(np.int64), n, ids.dtype)
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_starts(ids, starts):  # pragma: no cover - compiled
+    """Write where each run of consecutive ids begins into ``starts`` and return how
+    many there are, or -1 as soon as there are more than ``starts`` holds."""
+    limit = starts.shape[0]
+    count = 1
+    starts[0] = 0
+    for i in range(1, ids.shape[0]):
+        if ids[i] != ids[i - 1] + 1:
+            if count == limit:
+                return -1
+            starts[count] = i
+            count += 1
+    return count
 
 
 @numba.njit(cache=True, nogil=True)
