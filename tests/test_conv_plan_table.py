@@ -1,56 +1,83 @@
-"""docs/planner.md's table of plans: ipusim's planner picks, for every listed product
-and pass, a plan with each property of the "Poplibs' plan" column (reasoned from
-Poplibs' source in that document), and the ipusim column states the whole plan it picks:
-partition, blocks, serial passes, tiles and temporary bytes."""
+"""docs/planner.md's tables of plans: for every listed product, pass and convolution
+ipusim's planner picks a plan with each property of the "Poplibs' plan" column (reasoned
+from Poplibs' source in that document; a property the document says is not
+established is not checked), the ipusim column states the whole plan it picks
+(:func:`~poplar_api.poplin.plan_report.plan_summary`: vertex, transforms, serial passes,
+partition and blocks, tiles, temporary bytes), and for the products the last column
+gives the estimates of both operand orders that the swap rule compares."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from poplar_api import HALF, Graph, IPUModel, poplin
+from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
+from poplar_api.poplin.conv_params import expand_all_dims
 from poplar_api.poplin.conv_planner import memory_limit
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
-from poplar_api.poplin.plan_report import vertex_name
+from poplar_api.poplin.plan_report import plan_summary, vertex_name
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "planner.md"
 
+#: The convolutions of the second table, by the name its rows give: the CNN step's
+#: (``examples/cnn/cnn_digits.py``, batch 32) and ResNet-like layers.
+_CNN2 = poplin.ConvParams(FLOAT, 32, [14, 14], [3, 3], 8, 16, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+CONVS = {
+    "cnn conv1": poplin.ConvParams(FLOAT, 32, [28, 28], [3, 3], 1, 8, paddingLower=[1, 1],
+                                   paddingUpper=[1, 1]),
+    "cnn conv2": _CNN2,
+    "cnn conv2 input gradient": poplin.getGradientParams(_CNN2),
+    "resnet 3x3 64": poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 64, 64, paddingLower=[1, 1],
+                                       paddingUpper=[1, 1]),
+    "resnet 1x1 64-256": poplin.ConvParams(HALF, 1, [56, 56], [1, 1], 64, 256),
+    "resnet 3x3 128": poplin.ConvParams(HALF, 4, [28, 28], [3, 3], 128, 128, paddingLower=[1, 1],
+                                        paddingUpper=[1, 1]),
+}  # fmt: skip
 
-def table_rows() -> list[tuple[str, ...]]:
-    """The rows of the table whose header has "Poplibs' plan"."""
+
+def table_rows(first_header_cell: str) -> list[tuple[str, ...]]:
+    """The rows of the table whose header has "Poplibs' plan" and whose second column is
+    ``first_header_cell``."""
     rows: list[tuple[str, ...]] = []
     inside = False
     for line in DOC.read_text(encoding="utf-8").splitlines():
+        cells = tuple(c.strip() for c in line.strip().strip("|").split("|"))
         if line.startswith("| #") and "Poplibs' plan" in line:
-            inside = True
+            inside = cells[1] == first_header_cell
             continue
         if inside:
             if not line.startswith("|"):
-                break
-            cells = tuple(c.strip() for c in line.strip("|").split("|"))
+                inside = False
+                continue
             if set(cells[0]) <= {"-"}:
                 continue
             rows.append(cells)
     return rows
 
 
-ROWS = table_rows()
+PRODUCTS = table_rows("product")
+CONV_ROWS = table_rows("convolution")
 
 
-def test_the_table_is_there() -> None:
-    assert len(ROWS) >= 5
+def test_the_tables_are_there() -> None:
+    assert len(PRODUCTS) >= 12 and len(CONV_ROWS) == len(CONVS)
 
 
-def _holds(claim: str, plan, params, rearranged: tuple[bool, bool]) -> bool:
+def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None) -> bool:
     """One property of the Poplibs column on ipusim's ``plan`` (``rearranged``: whether
     matMul copies the activations and the weights before the exchange)."""
     claim = claim.strip()
     if " or " in claim:
         return any(_holds(c, plan, params, rearranged) for c in claim.split(" or "))
     if claim in ("acts rearranged", "weights rearranged"):
+        assert rearranged is not None, claim
         return rearranged[0 if claim.startswith("acts") else 1]
+    if claim == "swapped":
+        return plan.swapped
     if claim.startswith("method "):
         return plan.method == claim.split()[1]
     if claim.startswith("vertex "):
@@ -62,34 +89,52 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool]) -> bool:
     return value > n if m.group(2) == ">" else value == n
 
 
-def partition_text(plan) -> str:
-    """ipusim's partition as the table writes it (``field F`` times ``Co C`` [times ``Ci
-    P``], then the blocks; "S serial passes of" first when split serially), from the
-    plan's ``(G, B, field, Co, Ci)`` split."""
-    p, b = plan.parts, plan.blocks
-    assert p[0] == 1 and p[1] == 1, "the table's products have one group and batch 1"
-    x = " \N{MULTIPLICATION SIGN} "
-    text = f"field {p[2]}{x}Co {p[3]}" + (f"{x}Ci {p[4]}" if p[4] > 1 else "")
-    text += f" (blocks {b[2]}{x}{b[3]}{x}{b[4]})"
-    return f"{plan.serial} serial passes of {text}" if plan.serial > 1 else text
+def _claims(cell: str) -> list[str]:
+    """The checked properties of a Poplibs cell (those not marked "not established")."""
+    return [c for c in cell.split(";") if c.strip() and "not established" not in c]
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
-def test_ipusim_picks_a_plan_with_poplibs_properties(row) -> None:
-    _, product, preset, fc_pass, poplibs, ipusim = row
+def _forced(swap: bool, opts: dict[str, str] | None) -> dict[str, str]:
+    return {**(opts or {}), "planConstraints": json.dumps({"transform": {"swapOperands": swap}})}
+
+
+@pytest.mark.parametrize("row", PRODUCTS, ids=[r[0] for r in PRODUCTS])
+def test_products(row) -> None:
+    _, product, preset, fc_pass, poplibs, ipusim, forms = row
     g, m, k, n = (int(x) for x in product.split("\N{MULTIPLICATION SIGN}"))
     graph = Graph(IPUModel(preset).createDevice().getTarget())
     opts = None if fc_pass == "NONE" else {"fullyConnectedPass": fc_pass}
     plan = poplin.getPlan(graph, (g, m, k, n), HALF, HALF, opts)
-    params = poplin.matmul._params((g, m, k, n), HALF, HALF)
+    # the convolution the plan runs: A B, or B^T A^T when swapped
+    run = (g, n, k, m) if plan.swapped else (g, m, k, n)
+    params = poplin.matmul._params(run, HALF, HALF)
     a = poplin.createMatMulInputLHS(graph, HALF, [g, m, k], [g, k, n], "A", opts)
     b = poplin.createMatMulInputRHS(graph, HALF, [g, m, k], [g, k, n], "B", opts)
+    acts, weights = (b.dimShuffle([0, 2, 1]), a) if plan.swapped else (a, b.dimShuffle([0, 2, 1]))
     conv_pass = None if opts is None else f"FC_{fc_pass}"
-    rearranged = operand_rearrangements(graph, plan, conv_pass, a, b.dimShuffle([0, 2, 1]))
-    for claim in poplibs.split(";"):
+    rearranged = operand_rearrangements(graph, plan, conv_pass, acts, weights)
+    for claim in _claims(poplibs):
         assert _holds(claim, plan, params, rearranged), (
             f"{product} ({fc_pass}) on {preset}: {claim!r} fails for {plan}"
         )
-    # the ipusim column states this plan: partition and blocks, tiles, temporary bytes
-    assert f"AMP 1x1, {partition_text(plan)}, {plan.num_tiles_used} tiles, " in ipusim
-    assert f"{plan.memory_bytes:,} B of {round(memory_limit(graph.getTarget(), {})):,}" in ipusim
+    limit = memory_limit(graph.getTarget(), {})
+    assert ipusim == plan_summary(plan, params, limit)
+    # the two operand orders the rule compares, each forced
+    costs = []
+    for swap in (True, False):
+        p = poplin.getPlan(graph, (g, m, k, n), HALF, HALF, _forced(swap, opts))
+        costs.append(f"{p.cost['total']:,} / {p.memory_bytes:,} B")
+    assert forms == f"swapped {costs[0]}; unswapped {costs[1]}"
+
+
+@pytest.mark.parametrize("row", CONV_ROWS, ids=[r[0] for r in CONV_ROWS])
+def test_convolutions(row) -> None:
+    _, name, preset, conv_pass, poplibs, ipusim = row
+    params = CONVS[name]
+    graph = Graph(IPUModel(preset).createDevice().getTarget())
+    opts = None if conv_pass == "NONE" else {"pass": conv_pass}
+    plan = poplin.getConvPlan(graph, params, opts)
+    eff = expand_all_dims(params) if plan.expanded else params
+    for claim in _claims(poplibs):
+        assert _holds(claim, plan, params, None), f"{name} on {preset}: {claim!r} fails: {plan}"
+    assert ipusim == plan_summary(plan, eff, memory_limit(graph.getTarget(), {}))

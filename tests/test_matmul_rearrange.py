@@ -87,7 +87,10 @@ def poputil_map(graph: Graph, t) -> None:
 
 
 def _expected(plan, wu: bool, a_grouped: bool, b_grouped: bool) -> set[str]:
-    """The rule, from the plan's partition ``(G, B, field, Co, Ci)``."""
+    """The rule, from the plan's partition ``(G, B, field, Co, Ci)``; with swapped
+    operands the convolution's activations are ``B^T`` and its weights ``A``."""
+    if plan.swapped:
+        a_grouped, b_grouped = b_grouped, a_grouped
     acts = wu or plan.parts[-2] > 7 or (plan.in_chans_per_group > 1 and not a_grouped)
     weights = (
         wu or plan.parts[1] * plan.parts[2] > 7 or (plan.in_chans_per_group > 1 and not b_grouped)
@@ -109,9 +112,13 @@ def test_weight_update_pass_copies_both_operands():
     assert names == _expected(plan, True, True, True)
 
 
+#: Plan constraints that keep a product unswapped (Poplibs' ``0.transform.swapOperands``).
+UNSWAPPED = {"planConstraints": '{"0": {"transform": {"swapOperands": false}}}'}
+
+
 def test_transposed_weights_are_copied_when_the_plan_groups_channels():
-    plan, names = _copies("mk2", (32, 64), (64, 48), None, None, HALF)
-    assert plan.in_chans_per_group > 1
+    plan, names = _copies("mk2", (32, 64), (64, 48), UNSWAPPED, None, HALF)
+    assert plan.in_chans_per_group > 1 and not plan.swapped
     assert "mm/weightsRearranged" in names  # B's innermost (K) has stride N in memory
     assert names == _expected(plan, False, True, False)
 

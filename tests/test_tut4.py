@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import resource
 import subprocess
 import sys
@@ -72,7 +73,8 @@ def test_oversized_products_do_not_fit_and_allow_out_of_memory_still_reports():
     engine.run(0)
     out = io.StringIO()
     engine.printProfileSummary(out, {"showExecutionSteps": "true"})
-    assert "Memory Usage:" in out.getvalue() and "m4/Convolve" in out.getvalue()
+    text = out.getvalue()  # m4 may run as serial passes (m4/serial0/Convolve, ...)
+    assert "Memory Usage:" in text and re.search(r"m4/(serial\d+/)?Convolve", text)
 
 
 @pytest.mark.slow

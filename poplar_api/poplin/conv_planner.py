@@ -51,9 +51,14 @@ The vertical MAC (``ConvPartialVerticalMac``) is a candidate for HALF depthwise
 convolutions (:func:`vmac_groups`); its closed form is derived from the leading terms
 of ``getConvPartialVerticalMacCycleEstimate``.
 
+Swapped operands (Poplibs' ``swapOperands``) are a candidate for matMul products:
+:mod:`~poplar_api.poplin.matmul` plans the product and its swap and keeps the cheaper
+(:func:`bound_step`).
+
 Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC
-family, input-channel serial splits and the planner's other transforms (swapping
-operands, expanding some dimensions only, flattening the batch into the field);
+family, input-channel serial splits and the planner's other transforms (swapping the
+operands of a convolution that is not a matMul, expanding some dimensions only,
+flattening the batch into the field, the joint plan of the fully-connected passes);
 docs/planner.md compares ipusim's plans with Poplibs'.
 """
 
@@ -71,7 +76,9 @@ from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.estimators import exchange_cycles, reduce_add_cycles, single_input_reduce
 from poplar_api.types import FLOAT, HALF, Type
 
-__all__ = ["ConvPlan", "amp_groups", "amp_unit_options", "plan_convolution", "vmac_groups"]
+__all__ = [
+    "ConvPlan", "amp_groups", "amp_unit_options", "bound_step", "plan_convolution", "vmac_groups",
+]  # fmt: skip
 
 #: Cycles per extra BSP phase (sync + exchange set-up), as the matmul planner charges.
 PHASE_OVERHEAD_CYCLES = 190
@@ -199,6 +206,10 @@ class ConvPlan:
     #: The ``enableFastReduce`` option: single-input ReduceAdd whenever the output
     #: grain allows it, with the partials in interleaved memory (``constrainPartials``).
     fast_reduce: bool = False
+    #: Swapped operands (Poplibs' ``swapOperands`` transform): the plan is of the
+    #: convolution whose batch (field) and output channels are exchanged, i.e. a matmul
+    #: ``A B`` planned and run as ``(B^T A^T)^T`` (:mod:`~poplar_api.poplin.matmul`).
+    swapped: bool = False
 
     @property
     def num_tiles_used(self) -> int:
@@ -215,7 +226,8 @@ class ConvPlan:
             f"groups in {self.in_chans_per_group} out {self.out_chans_per_group}, partials "
             f"{self.partials_type.name}, {self.num_tiles_used} tiles, cost {self.cost}, "
             f"{self.memory_bytes} B/tile{', expanded' if self.expanded else ''}"
-            f"{f', serial {self.serial}' if self.serial > 1 else ''})"
+            f"{f', serial {self.serial}' if self.serial > 1 else ''}"
+            f"{', swapped operands' if self.swapped else ''})"
         )
 
 
@@ -282,6 +294,23 @@ def memory_limit(target: Any, options: Mapping[str, Any]) -> float:
             f"number in (0, 1], e.g. '0.6'"
         )
     return prop * target.getBytesPerTile()
+
+
+def bound_step(memory: int, limit: float, tile_bytes: int) -> int:
+    """At which memory bound of Poplibs' ``runPlanner`` a plan of ``memory`` temporary
+    bytes becomes a candidate: 0 within ``limit``, ``k`` within ``2**k limit`` (the
+    ``minimizeMemory`` steps, which double the bound while it is below twice
+    ``tile_bytes``), and one more step past the last bound (the search without one).
+
+    Comparing plans of two problems (a matmul and its swapped product) by ``(step,
+    cycles, bytes)`` is what one ``createPlan`` over both does at each bound."""
+    bound, step = limit, 0
+    while memory > bound:
+        if bound >= 2 * tile_bytes:
+            return step + 1
+        bound *= 2
+        step += 1
+    return step
 
 
 def _fitting(memory: np.ndarray, limit: float, tile_bytes: int) -> np.ndarray:
@@ -403,6 +432,88 @@ def _candidates(
     }  # fmt: skip
 
 
+#: The passes of a matmul product (Poplibs' ``isMatmulOrFullyConnectedLayer``).
+MATMUL_PASSES = ("NONE_MATMUL", "FC_INFERENCE_FWD", "FC_TRAINING_FWD", "FC_TRAINING_BWD",
+                 "FC_TRAINING_WU")  # fmt: skip
+
+
+def _transform_factor(type_: Type, size: int) -> tuple[int, int]:
+    """Poplibs' ``getScaleFactorForTransform``: 5/4 when ``size`` is a multiple of the
+    type's grain (2 FLOAT, 4 HALF), else 5/3."""
+    return (5, 4) if size % (2 if type_ == FLOAT else 4) == 0 else (5, 3)
+
+
+def transform_estimates(
+    params: ConvParams,
+    conv_pass: str | None,
+    swapped: bool,
+    icg: np.ndarray,
+    ocg: np.ndarray,
+    used: np.ndarray,
+    target: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(cycles, temporary bytes)`` of the operand and output rearrangements Poplibs'
+    cost model charges a matmul product's candidates (``addTransformCycleEstimate``,
+    ``lib/poplin/ConvModel.cpp`` at graphcore/poplibs 7eac0f26, default options).
+
+    For a product (``NONE_MATMUL`` or a fully-connected pass) the operands and the output
+    are rearranged unless the operands are swapped (``swapOperands !=
+    isMatmulOrFullyConnectedLayer``), and also when the input channels are not a
+    multiple of the vertex's input grouping (``padInChannels``), the output channels
+    not of its partials grouping (``padPartialChannels``: weights and output), in
+    ``FC_TRAINING_WU`` (input, output) and in ``FC_TRAINING_BWD`` (input; the plans are
+    not joint here). A plain matmul's output is regrouped (a copy on the tile) when its
+    partials grouping is not the conv unit's weights (``regroupOutput``). Each
+    rearrangement spreads its tensor's bytes (channels padded to the groupings) over the
+    used tiles: a copy of ``5 / f`` cycles per ``min(memcpy, element)`` bytes (``f`` 4 or
+    3, :func:`_transform_factor`; memcpy bytes per cycle = the data path width) and an
+    exchange at the target's rate; a regroup copies ``min(memcpy, group bytes)`` per
+    cycle. The temporary bytes are twice the largest tensor's bytes per tile. Other
+    passes get no estimate here (ipusim's convolutions are not rearranged by the
+    planner's model).
+    """
+    n = used.size
+    if conv_pass not in MATMUL_PASSES:
+        return np.zeros(n, np.int64), np.zeros(n, np.int64)
+    g = params.numConvGroups
+    field = params.batchSize * int(np.prod(params.getOutputFieldShape()))
+    ci, co = params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup
+    ci_p, co_p = -(-ci // icg) * icg, -(-co // ocg) * ocg
+    in_b, out_b = params.outputType.size, params.outputType.size
+    memcpy = max(target.getDataPathWidth() // 8, 1)
+    xbpc = target.getExchangeBytesPerCycle()
+    wpcu = amp_groups(params.inputType, FLOAT if params.inputType == FLOAT else HALF)[0]
+    pad_in, pad_partial = ci % icg != 0, co % ocg != 0
+    unswapped = not swapped
+    re_in = unswapped | pad_in | (conv_pass in ("FC_TRAINING_WU", "FC_TRAINING_BWD"))
+    re_w = unswapped | pad_in | pad_partial
+    re_out = unswapped | pad_partial | (conv_pass == "FC_TRAINING_WU")
+    regroup = (conv_pass == "NONE_MATMUL") & (ocg != wpcu)
+
+    def per_tile(elements: np.ndarray, size: int) -> np.ndarray:
+        return -(-(elements * size) // used)
+
+    f0, f1 = _transform_factor(params.inputType, ci * co)
+    bpc = min(memcpy, in_b)
+    in_t = per_tile(field * ci_p * g, in_b)
+    w_t = per_tile(ci_p * co_p * g * int(np.prod(params.kernelShape)), in_b)
+    out_t = per_tile(field * co_p * g, out_b)
+    o0, o1 = _transform_factor(params.outputType, co)
+    move = lambda b, rate: -(-(b * f0) // (rate * f1))  # noqa: E731
+    xch = lambda b: np.ceil(b / xbpc).astype(np.int64)  # noqa: E731
+    cycles = np.where(re_in, move(in_t, bpc) + xch(in_t), 0)
+    cycles = cycles + np.where(re_w, move(w_t, bpc) + xch(w_t), 0)
+    out_copy = np.where(
+        re_out,
+        -(-(out_t * o0) // (min(memcpy, out_b) * o1)) + xch(out_t),
+        np.where(regroup, -(-(out_t * o0) // (np.minimum(memcpy, ocg * out_b) * o1)), 0),
+    )
+    cycles = cycles + out_copy
+    temp = 2 * np.maximum.reduce([np.where(re_in, in_t, 0), np.where(re_w, w_t, 0),
+                                  np.where(re_out | regroup, out_t, 0)])  # fmt: skip
+    return cycles.astype(np.int64), temp.astype(np.int64)
+
+
 def _with_out_chans(params: ConvParams, co: int) -> ConvParams:
     """``params`` with ``co`` output channels per conv group (one serial iteration)."""
     sub = copy.copy(params)
@@ -427,6 +538,8 @@ def _gather(
     serial: int,
     rearrange: bool = False,
     fast: bool = False,
+    conv_pass: str | None = None,
+    swapped: bool = False,
 ) -> dict[str, np.ndarray]:
     """The candidates of every method for ``serial`` iterations over ``Co / serial``
     output channels each, with their costs for the whole convolution.
@@ -446,10 +559,15 @@ def _gather(
     maps = dim_maps(sub)
     cands = [_candidates(sub, m, partials, target, maps, fast) for m in methods]
     cat = {k: np.concatenate([c[k] for c in cands]) for k in cands[0]}
+    cycles, temp = transform_estimates(sub, conv_pass, swapped, cat["icg"], cat["ocg"],
+                                       cat["used"], target)  # fmt: skip
+    cat["transform"] = cycles
+    cat["total"] = cat["total"] + cycles
+    cat["memory"] = np.maximum(cat["memory"], temp)
     cat["method"] = np.concatenate([np.full(c["used"].size, i) for i, c in enumerate(cands)])
     cat["serial"] = np.full(cat["used"].size, serial)
     if serial > 1:
-        for k in ("compute", "exchange", "reduce", "total"):
+        for k in ("compute", "exchange", "reduce", "transform", "total"):
             cat[k] = cat[k] * serial
         if rearrange:  # a fully-connected pass that is not planned jointly
             weights = (
@@ -484,6 +602,12 @@ def plan_convolution(
         ``exact_compute(plan) -> cycles``: the Poplibs estimate of a plan's largest
         vertex (used to refine the best candidates); None ranks by the closed forms.
     """
+    if options.get("swap") and options.get("pass") not in MATMUL_PASSES:
+        raise GraphError(
+            f"planConstraints transform.swapOperands=true is not modelled for {params}: ipusim "
+            f"swaps the operands of matMul products only (hint: drop the constraint, or "
+            f"express the product with poplin.matMul)"
+        )
     partials = options["partialsType"]
     if params.inputType == FLOAT:
         partials = FLOAT
@@ -502,12 +626,14 @@ def plan_convolution(
     limit = memory_limit(target, options)
     rearrange = options.get("pass") in ("FC_INFERENCE_FWD", "FC_TRAINING_BWD", "FC_TRAINING_WU")
     fast = str(options.get("enableFastReduce", "false")).lower() == "true"
-    cat = _gather(params, methods, partials, target, 1, fast=fast)
+    conv_pass, swapped = options.get("pass"), bool(options.get("swap"))
+    cat = _gather(params, methods, partials, target, 1, False, fast, conv_pass, swapped)
     if not (cat["memory"] <= limit).any():
         # nothing fits in one pass: the first output-channel serial split that has a
         # plan within the limit joins the candidates (more iterations cost more cycles)
         for serial in serial_options(params):
-            more = _gather(params, methods, partials, target, serial, rearrange, fast)
+            more = _gather(params, methods, partials, target, serial, rearrange, fast,
+                           conv_pass, swapped)  # fmt: skip
             if (more["memory"] <= limit).any():
                 cat = {k: np.concatenate([cat[k], more[k]]) for k in cat}
                 break
@@ -541,16 +667,17 @@ def plan_convolution(
             memory_bytes=int(cat["memory"][j]),
             serial=int(cat["serial"][j]),
             fast_reduce=fast,
+            swapped=swapped,
         )
 
     best: tuple[int, ConvPlan] | None = None
     for j in top.tolist():
-        cost = {k: int(cat[k][j]) for k in ("compute", "exchange", "reduce", "total")}
+        cost = {k: int(cat[k][j]) for k in ("compute", "exchange", "reduce", "transform", "total")}
         plan = make(j, cost)
         if exact_compute is not None:
             exact = int(exact_compute(plan)) * plan.serial
             cost["compute"] = exact
-            cost["total"] = exact + cost["exchange"] + cost["reduce"]
+            cost["total"] = exact + cost["exchange"] + cost["reduce"] + cost["transform"]
             plan = make(j, cost)
         key = cost["total"] if fits[j] else np.iinfo(np.int64).max
         if best is None or key < best[0]:
@@ -625,9 +752,10 @@ def parse_options(options: Mapping[str, Any] | None, what: str) -> dict[str, Any
 
 
 def _plan_constraints(text: str, what: str) -> dict[str, Any]:
-    """The parts of a Poplibs plan-constraints JSON ipusim honours: the ``method`` and the
-    ``expandDims`` transform (``[]``: no expansion; every field dimension: expand); at the
-    top level or under level ``"0"``. Other constraints are accepted and ignored."""
+    """The parts of a Poplibs plan-constraints JSON ipusim honours: the ``method``, the
+    ``expandDims`` transform (``[]``: no expansion; every field dimension: expand) and
+    the ``swapOperands`` transform (matMul products only); at the top level or under
+    level ``"0"``. Other constraints are accepted and ignored."""
     import json
 
     if not text.strip():
@@ -652,6 +780,13 @@ def _plan_constraints(text: str, what: str) -> dict[str, Any]:
             )
         out["method"] = m
     transform = data.get("transform", level.get("transform"))
+    if isinstance(transform, dict) and "swapOperands" in transform:
+        swap = transform["swapOperands"]
+        if not isinstance(swap, bool):
+            raise GraphError(
+                f"{what}: planConstraints transform.swapOperands={swap!r} must be true or false"
+            )
+        out["swap"] = swap
     if isinstance(transform, dict) and "expandDims" in transform:
         dims = transform["expandDims"]
         if not isinstance(dims, list):

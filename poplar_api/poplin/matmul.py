@@ -14,6 +14,7 @@ tile lacks. ``fullyConnectedPass`` becomes the convolution's ``pass``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin import conv as _conv
 from poplar_api.poplin.conv_params import CONV_TYPES as MATMUL_TYPES
 from poplar_api.poplin.conv_params import ConvParams
-from poplar_api.poplin.conv_planner import ConvPlan, parse_options
+from poplar_api.poplin.conv_planner import ConvPlan, bound_step, memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.program import Copy
 from poplar_api.program import Sequence as ProgramSequence
@@ -94,17 +95,19 @@ _PASSED_ON = {
 
 
 #: ``fullyConnectedPass`` -> the convolution's ``pass`` (Poplibs' ``getConvOptionFlags``
-#: in ``MatMul.cpp``; ``NONE`` is a plain matmul, left without a pass here).
+#: in ``MatMul.cpp``).
 _FC_PASSES = {
-    "NONE": None, "INFERENCE_FWD": "FC_INFERENCE_FWD", "TRAINING_FWD": "FC_TRAINING_FWD",
+    "NONE": "NONE_MATMUL", "INFERENCE_FWD": "FC_INFERENCE_FWD", "TRAINING_FWD": "FC_TRAINING_FWD",
     "TRAINING_BWD": "FC_TRAINING_BWD", "TRAINING_WU": "FC_TRAINING_WU",
 }  # fmt: skip
 
 
 def _conv_options(options: Mapping[str, Any] | None, what: str) -> dict[str, str]:
-    """The convolution options (as strings) that matMul ``options`` become."""
+    """The convolution options (as strings) that matMul ``options`` become: ``pass`` is
+    ``fullyConnectedPass``'s, ``NONE_MATMUL`` for a plain product (``getConvOptionFlags``
+    in Poplibs' ``MatMul.cpp``)."""
     if options is None:
-        return {}
+        options = {}
     if not isinstance(options, Mapping):
         raise GraphError(f"{what} options must be a mapping of str to str, got {options!r}")
     unknown = sorted(set(map(str, options)) - _MATMUL_OPTIONS)
@@ -118,9 +121,18 @@ def _conv_options(options: Mapping[str, Any] | None, what: str) -> dict[str, str
         raise GraphError(
             f"{what}: option fullyConnectedPass={fc!r}; required one of {sorted(_FC_PASSES)}"
         )
-    if _FC_PASSES[fc] is not None:
-        conv["pass"] = _FC_PASSES[fc]
+    conv["pass"] = _FC_PASSES[fc]
     return conv
+
+
+def _form_options(conv: Mapping[str, str], swap: bool) -> dict[str, str]:
+    """``conv`` with the ``planConstraints`` transform ``swapOperands`` set to ``swap``:
+    the options of one operand order, under which its convolution is planned, laid out
+    and lowered (one plan-cache entry per order)."""
+    data = json.loads(conv.get("planConstraints") or "{}")
+    level = data if isinstance(data.get("transform"), dict) else data.setdefault("0", {})
+    level.setdefault("transform", {})["swapOperands"] = swap
+    return {**conv, "planConstraints": json.dumps(data, sort_keys=True)}
 
 
 def _options(options: Mapping[str, Any] | None, what: str = "matMul") -> dict[str, Any]:
@@ -134,6 +146,58 @@ def _params(shape: tuple[int, int, int, int], in_type: Type, out_type: Type) -> 
     return ConvParams(in_type, 1, [m], [1], k, n, g, outputType=out_type)
 
 
+def _swap_candidates(opts: Mapping[str, Any]) -> tuple[bool, ...]:
+    """Whether to plan the swapped product, in the order Poplibs tries them.
+
+    Poplibs' ``getSwapOperandCandidates`` (``lib/poplin/ConvPlan.cpp`` at graphcore/poplibs
+    ``7eac0f26``) tries swapped operands first for the fully-connected passes and for
+    ``NONE_MATMUL``, so for every matMul; a ``planConstraints`` ``transform.swapOperands``
+    leaves the one it names."""
+    forced = opts.get("swap")
+    return (bool(forced),) if forced is not None else (True, False)
+
+
+def _plan_product(
+    graph: Graph,
+    dims: tuple[int, int, int, int],
+    in_type: Type,
+    out_type: Type,
+    conv: Mapping[str, str],
+    what: str,
+) -> tuple[ConvParams, ConvPlan, dict[str, str]]:
+    """The convolution ``matMul`` runs for a ``(G, M, K, N)`` product, its plan and the
+    convolution options (strings) it is planned, laid out and lowered with.
+
+    Poplibs' ``createPlan`` searches the product (batch ``M``, ``N`` output channels) and
+    its swapped form (``swapOperands``: batch ``N``, ``M`` output channels, i.e. ``B^T
+    A^T``), swapped first, and a later candidate replaces the best only at a strictly
+    lower ``(cycles, temporary bytes)`` (``PlanningObjective::lowerCost``), so a tie
+    keeps the swapped plan. Both are planned here with ipusim's cost model (which charges
+    the unswapped form Poplibs' operand and output rearrangements:
+    :func:`~poplar_api.poplin.conv_planner.transform_estimates`) and compared at the
+    first memory bound of ``runPlanner`` that either meets
+    (:func:`~poplar_api.poplin.conv_planner.bound_step`). A swapped plan has ``swapped``
+    set; its split dimensions are ``(G, 1, N, M, K)``.
+    """
+    g, m, k, n = dims
+    target = graph.getTarget()
+    limit = memory_limit(target, conv)
+    best: tuple[tuple[int, int, int], ConvParams, ConvPlan, dict[str, str]] | None = None
+    for swap in _swap_candidates(parse_options(conv, what)):
+        form = _form_options(conv, swap)
+        params = _params((g, n, k, m) if swap else dims, in_type, out_type)
+        plan = _conv._plan(graph, params, parse_options(form, what))
+        key = (
+            bound_step(plan.memory_bytes, limit, target.getBytesPerTile()),
+            int(plan.cost["total"]),
+            int(plan.memory_bytes),
+        )
+        if best is None or key < best[0]:
+            best = (key, params, plan, form)
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
 def getPlan(
     graph: Graph,
     shape: tuple[int, int, int, int],
@@ -143,11 +207,13 @@ def getPlan(
 ) -> ConvPlan:
     """The convolution plan ``matMul`` uses for a ``(G, M, K, N)`` product (cached).
 
-    Its split dimensions are ``(G, batch = 1, M, N, K)``.
+    Its split dimensions are ``(G, batch = 1, M, N, K)``, or ``(G, 1, N, M, K)`` when
+    ``plan.swapped`` (the product is run as ``B^T A^T``).
     """
-    opts = _options(options, "getPlan")
-    params = _params(shape, inputType, inputType if outputType is None else outputType)
-    return _conv._plan(graph, params, opts)
+    conv = _conv_options(options, "getPlan")
+    out_type = inputType if outputType is None else outputType
+    dims = tuple(int(x) for x in shape)
+    return _plan_product(graph, dims, inputType, out_type, conv, "getPlan")[1]
 
 
 def matMulReportPlan(
@@ -169,9 +235,9 @@ def matMulReportPlan(
 
     _check_type(inputType, "matMulReportPlan")
     dims = _dims(aShape, bShape, "matMulReportPlan", ("aShape", "bShape"))
-    opts = _options(options, "matMulReportPlan")
-    params = _params(dims, inputType, outputType)
-    out.write(format_plan(params, _conv._plan(graph, params, opts)))
+    conv = _conv_options(options, "matMulReportPlan")
+    params, plan, _ = _plan_product(graph, dims, inputType, outputType, conv, "matMulReportPlan")
+    out.write(format_plan(params, plan))
 
 
 def _as3(t: Tensor) -> Tensor:
@@ -191,24 +257,30 @@ def _create_input(
     what = "createMatMulInputLHS" if lhs else "createMatMulInputRHS"
     _check_type(type_, what)
     g, m, k, n = _dims(aShape, bShape, what, ("aShape", "bShape"))
-    conv_opts = _conv_options(options, what)
-    params = _params((g, m, k, n), type_, type_)
-    t3 = _laid_out(graph, params, name, conv_opts, lhs)
+    conv = _conv_options(options, what)
+    params, plan, conv_opts = _plan_product(graph, (g, m, k, n), type_, type_, conv, what)
+    # the left operand is the convolution's input, or its weights when swapped
+    if lhs != plan.swapped:
+        t3 = _laid_out(graph, params, name, conv_opts, True)  # [G, M, K] (or [G, N, K])
+    else:
+        t3 = _laid_out(graph, params, name, conv_opts, False)  # [G, N, K] (or [G, M, K])
+    if not lhs:
+        t3 = t3.dimShuffle([0, 2, 1])  # [G, K, N]
     return t3 if len(aShape) == 3 else t3[0]
 
 
 def _laid_out(
-    graph: Graph, params: ConvParams, name: str, conv_opts: dict[str, str], lhs: bool
+    graph: Graph, params: ConvParams, name: str, conv_opts: Mapping[str, Any], acts: bool
 ) -> Tensor:
-    """A new ``[G, M, K]`` (``lhs``) or ``[G, K, N]`` operand laid out as the plan of
-    ``params`` wants (the convolution's ``createInput`` / ``createWeights``)."""
-    g, m, k, n = (params.numConvGroups, params.inputFieldShape[0],
+    """A new operand of the convolution ``params`` laid out as its plan wants (the
+    convolution's ``createInput`` / ``createWeights``), with the input channels innermost:
+    ``[G, field, Ci]`` (``acts``) or ``[G, Co, Ci]``."""
+    g, f, k, n = (params.numConvGroups, params.inputFieldShape[0],
                   params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup)  # fmt: skip
-    if lhs:
-        act = _conv.createInput(graph, params, name, conv_opts)  # [1, G*K, M]
-        return act.reshape([g, k, m]).dimShuffle([0, 2, 1])
-    w = _conv.createWeights(graph, params, name, conv_opts)  # [G, N, K, 1]
-    return w.reshape([g, n, k]).dimShuffle([0, 2, 1])
+    if acts:
+        act = _conv.createInput(graph, params, name, conv_opts)  # [1, G*K, F]
+        return act.reshape([g, k, f]).dimShuffle([0, 2, 1])
+    return _conv.createWeights(graph, params, name, conv_opts).reshape([g, n, k])  # [G, N, K, 1]
 
 
 @bulk_construction
@@ -271,24 +343,30 @@ def _build(
     if not isinstance(prog, ProgramSequence):
         raise GraphError(f"{name}: prog must be a program.Sequence, got {type(prog).__name__}")
     _check_type(out_type, f"{name}: outputType")
-    conv_opts = _conv_options(options, name)
+    conv = _conv_options(options, name)
+    params, plan, conv_opts = _plan_product(graph, (g, m, k, n), in_type, out_type, conv, name)
     opts = parse_options(conv_opts, name)
-    params = _params((g, m, k, n), in_type, out_type)
     a3, b3 = _as3(A), _as3(B)
+    # the convolution's operands, input channels innermost: A [G, M, K] and B^T [G, N, K]
+    # are the activations and weights, or the weights and activations when swapped
+    acts, weights = (
+        (b3.dimShuffle([0, 2, 1]), a3) if plan.swapped else (a3, b3.dimShuffle([0, 2, 1]))
+    )
     # Poplibs copies an operand into the plan's layout before the exchange where its
     # convolutionPreprocess does (see conv_rearrange)
-    plan = _conv._plan(graph, params, opts)
-    re_a, re_b = operand_rearrangements(graph, plan, opts.get("pass"), a3, b3.dimShuffle([0, 2, 1]))
-    for again, lhs, label in ((re_a, True, "actsRearranged"), (re_b, False, "weightsRearranged")):
-        if again:
-            src = a3 if lhs else b3
-            dst = _laid_out(graph, params, f"{name}/{label}", conv_opts, lhs)
-            prog.add(Copy(src, dst, debugContext=f"{name}/{label}"))
-            a3, b3 = (dst, b3) if lhs else (a3, dst)
-    act = a3.dimShuffle([0, 2, 1]).expand([1])  # [G, 1, K, M]
-    ker = b3.dimShuffle([0, 2, 1]).expand([3])  # [G, N, K, 1]
-    out = _conv._conv(graph, act, ker, params, opts, prog, name)  # [G, 1, N, M]
-    c3 = out.squeeze([1]).dimShuffle([0, 2, 1])
+    re_a, re_w = operand_rearrangements(graph, plan, opts.get("pass"), acts, weights)
+    if re_a:
+        dst = _laid_out(graph, params, f"{name}/actsRearranged", conv_opts, True)
+        prog.add(Copy(acts, dst, debugContext=f"{name}/actsRearranged"))
+        acts = dst
+    if re_w:
+        dst = _laid_out(graph, params, f"{name}/weightsRearranged", conv_opts, False)
+        prog.add(Copy(weights, dst, debugContext=f"{name}/weightsRearranged"))
+        weights = dst
+    act = acts.dimShuffle([0, 2, 1]).expand([1])  # [G, 1, K, field]
+    ker = weights.expand([3])  # [G, Co, K, 1]
+    out = _conv._conv(graph, act, ker, params, opts, prog, name).squeeze([1])
+    c3 = out if plan.swapped else out.dimShuffle([0, 2, 1])
     return c3 if A.rank() == 3 else c3[0]
 
 

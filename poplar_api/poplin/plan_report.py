@@ -8,6 +8,8 @@ types, then the vertex's channel grouping, method and tile count. ipusim's plans
 two levels: level 0 splits the convolution over the IPU's tiles (serially over output
 channels, then in parallel), level 1 is the tile, whose vertex computes the block.
 The phases of the estimate are listed too (exchange, partial sums, reduction or cast).
+A matMul product planned with swapped operands (``plan.swapped``) is printed with the
+convolution it runs, ``B^T A^T``, and ``swapOperands true`` at level 0.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
 
-__all__ = ["format_plan", "vertex_name"]
+__all__ = ["format_plan", "plan_summary", "vertex_name"]
 
 #: Poplibs codelet of each planner method.
 _VERTICES = {
@@ -54,7 +56,7 @@ def format_plan(params: ConvParams, plan: ConvPlan) -> str:
         "",
         "Plan:",
         "transform #0",
-        "        swapOperands             false",
+        f"        swapOperands             {'true' if plan.swapped else 'false'}",
         f"        expandDims               {{{expanded}}}",
         "        outChanFlattenDims       {}",
         "",
@@ -90,3 +92,40 @@ def format_plan(params: ConvParams, plan: ConvPlan) -> str:
         f"        totalTiles               {plan.num_tiles_used}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _short_vertex(plan: ConvPlan, params: ConvParams) -> str:
+    name = vertex_name(plan, params).split("::")[-1]
+    return {"ConvPartial1x1Out": "AMP 1x1", "ConvPartialnx1": "AMP nx1"}.get(name, plan.method)
+
+
+def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None) -> str:
+    """One line of ``plan`` as docs/planner.md's tables give it.
+
+    The vertex (``AMP 1x1``, ``AMP nx1``, ``HMAC``, ``VMAC``), the transforms
+    (``expanded``, ``swapped``), the serial passes, then the parallel split of the
+    convolution the plan runs (``params``: for a swapped matMul, ``B^T A^T``) as parts of
+    each dimension (groups and batch only when the convolution has more than one, field
+    dimensions joined by a dot) with the blocks of one tile, the tiles used and the
+    temporary bytes of the largest tile (``of limit`` when given).
+    """
+    sep = " \N{MULTIPLICATION SIGN} "
+    nd = params.getNumFieldDims()
+    names = ["G", "B", "field", "Co", "Ci"]
+    keep = [params.numConvGroups > 1, params.batchSize > 1, True, True, True]
+    groups = [[0], [1], list(range(2, 2 + nd)), [2 + nd], [3 + nd]]
+    parts, blocks = [], []
+    for name, on, dims in zip(names, keep, groups, strict=True):
+        if on:
+            parts.append(f"{name} " + "\N{MIDDLE DOT}".join(str(plan.parts[d]) for d in dims))
+            blocks.append("\N{MIDDLE DOT}".join(str(plan.blocks[d]) for d in dims))
+    head = ", ".join(
+        [_short_vertex(plan, params)]
+        + (["expanded"] if plan.expanded else [])
+        + (["swapped"] if plan.swapped else [])
+    )
+    split = f"{sep.join(parts)} (blocks {sep.join(blocks)})"
+    if plan.serial > 1:
+        split = f"{plan.serial} serial passes of {split}"
+    memory = f"{plan.memory_bytes:,} B" + (f" of {round(limit):,}" if limit is not None else "")
+    return f"{head}, {split}, {plan.num_tiles_used} tiles, {memory}"
