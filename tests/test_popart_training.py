@@ -486,16 +486,14 @@ def _np_stack_grads(weights, X, L, layers):
     return grads
 
 
-def _pipeline_session(pipelining: bool, accumulation: int, **kw):
+def _pipeline_session(pipelining: bool, accumulation: int, tiles: int = 8, **kw):
     bd, x, lab, loss, weights = _two_stage(**kw)
     o = popart.SessionOptions()
     o.virtualGraphMode = popart.VirtualGraphMode.Manual
     o.enablePipelining = pipelining
     o.enableGradientAccumulation = True
     o.accumulationFactor = accumulation
-    s = _session(
-        bd, loss, popart.ConstSGD(0.05), options=o, device=_device(kw.get("tiles", 8), ipus=2)
-    )
+    s = _session(bd, loss, popart.ConstSGD(0.05), options=o, device=_device(tiles, ipus=2))
     return s, x, lab, loss, weights
 
 
@@ -537,7 +535,7 @@ def test_pipelined_stages_overlap():
     kw = {"batch": 64, "d": 64, "h": 256, "layers": 2}
     shares, totals = {}, {}
     for pipelining in (False, True):
-        s, x, lab, _loss, _ = _pipeline_session(pipelining, 6, **kw)
+        s, x, lab, _loss, _ = _pipeline_session(pipelining, 6, tiles=16, **kw)
         rng = np.random.default_rng(2)
         data = {
             x: rng.standard_normal((6, 64, 64)).astype(np.float32),
@@ -552,8 +550,10 @@ def test_pipelined_stages_overlap():
             st["cyclesOverlapped"] + st["cycles"] for st in compute
         )
         totals[pipelining] = report["simulation"]["cycles"]
-    # measured: 3,910,649 cycles against 4,489,107 (at batch 16 and width 128 the
-    # stash costs more than the overlap gains: 926,322 against 790,275)
+    # measured on 8 tiles per IPU: 3,910,649 cycles against 4,489,107 (at batch 16 and
+    # width 128 the stash costs more than the overlap gains: 926,322 against 790,275);
+    # 16 tiles per IPU since matMul plans swapped operands, whose plans leave 8 tiles of
+    # the 8-tile IPUs about 65 KB over their memory
     assert shares[True] > shares[False] + 0.1
     assert totals[True] < 0.95 * totals[False]
 
