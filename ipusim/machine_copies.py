@@ -133,6 +133,27 @@ def poplibs_memcpy_cycles(region_bytes: ArrayLike) -> int:
     return 12 + int((35 + b // 4 + (b % 4) * 5).sum())
 
 
+def _cut_pieces(start: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte offsets ``start`` of pieces (strictly ascending) cut again at ``cuts``
+    (ascending): ``(starts, piece, whole)``, the sorted union of both, the piece each
+    start lies in and whether it is a piece's own start (not a cut inside it).
+
+    Both inputs are sorted, so the union is a merge: each cut's place among the piece
+    starts is found by one binary search, and a cut that falls on a piece's start adds
+    nothing (``np.union1d`` would sort the two together again)."""
+    at = np.searchsorted(start, cuts)
+    inside = (at == start.size) | (start[np.minimum(at, start.size - 1)] != cuts)
+    cuts, at = cuts[inside], at[inside]
+    where = at + np.arange(cuts.size)  # the cuts' places in the union
+    whole = np.ones(start.size + cuts.size, bool)
+    whole[where] = False
+    starts = np.empty(whole.size, np.int64)
+    starts[whole] = start
+    starts[where] = cuts
+    piece = np.cumsum(whole) - 1
+    return starts, piece, whole
+
+
 def on_tile_copy_vertices(
     cfg: MachineConfig,
     region_tile: ArrayLike,
@@ -163,8 +184,9 @@ def on_tile_copy_vertices(
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     order = np.argsort(tile, kind="stable")
     tile, nbytes, kind, fresh = tile[order], nbytes[order], kind[order], fresh[order].copy()
-    fresh[np.r_[True, tile[1:] != tile[:-1]]] = True
-    first = np.flatnonzero(np.r_[True, tile[1:] != tile[:-1]])
+    new_tile = np.r_[True, tile[1:] != tile[:-1]]
+    fresh[new_tile] = True
+    first = np.flatnonzero(new_tile)
     end = np.cumsum(nbytes)
     start = end - nbytes
     base = start[first]
@@ -176,14 +198,15 @@ def on_tile_copy_vertices(
     cuts = workers - 1
     owner = np.repeat(np.arange(first.size), cuts)
     k = np.arange(owner.size) - np.repeat(np.cumsum(cuts) - cuts, cuts) + 1
-    starts = np.union1d(start, base[owner] + k * chunk[owner])
+    group = np.cumsum(new_tile) - 1  # index among ``first`` of each piece's tile
+    starts, piece, whole = _cut_pieces(start, base[owner] + k * chunk[owner])
     pieces = np.diff(np.r_[starts, end[-1]])
-    t_of = np.searchsorted(base, starts, side="right") - 1
+    t_of = group[piece]
     vertex = t_of * contexts + (starts - base[t_of]) // chunk[t_of]
-    keys, inverse = np.unique(vertex, return_inverse=True)
+    new_vertex = np.r_[True, vertex[1:] != vertex[:-1]]  # ``vertex`` ascends
+    keys, inverse = vertex[new_vertex], np.cumsum(new_vertex) - 1
     # a region setup where a piece starts a region, and where a vertex starts mid-region
-    piece = np.searchsorted(start, starts, side="right") - 1
-    setup = (fresh[piece] & (starts == start[piece])) | np.r_[True, vertex[1:] != vertex[:-1]]
+    setup = (fresh[piece] & whole) | new_vertex
     count = np.bincount(inverse, setup, keys.size)
     t_index = keys // contexts  # index of the vertex's tile among ``first``
     v_tile = tile[first][t_index]
