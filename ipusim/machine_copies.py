@@ -67,6 +67,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numba
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -133,25 +134,57 @@ def poplibs_memcpy_cycles(region_bytes: ArrayLike) -> int:
     return 12 + int((35 + b // 4 + (b % 4) * 5).sum())
 
 
-def _cut_pieces(start: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Byte offsets ``start`` of pieces (strictly ascending) cut again at ``cuts``
-    (ascending): ``(starts, piece, whole)``, the sorted union of both, the piece each
-    start lies in and whether it is a piece's own start (not a cut inside it).
-
-    Both inputs are sorted, so the union is a merge: each cut's place among the piece
-    starts is found by one binary search, and a cut that falls on a piece's start adds
-    nothing (``np.union1d`` would sort the two together again)."""
-    at = np.searchsorted(start, cuts)
-    inside = (at == start.size) | (start[np.minimum(at, start.size - 1)] != cuts)
-    cuts, at = cuts[inside], at[inside]
-    where = at + np.arange(cuts.size)  # the cuts' places in the union
-    whole = np.ones(start.size + cuts.size, bool)
-    whole[where] = False
-    starts = np.empty(whole.size, np.int64)
-    starts[whole] = start
-    starts[where] = cuts
-    piece = np.cumsum(whole) - 1
-    return starts, piece, whole
+@numba.njit(cache=True, nogil=True)
+def _chunk_walk(tile, nbytes, fresh, contexts, rate):  # pragma: no cover - compiled
+    # pieces sorted by tile; each tile's bytes cut into chunks of ceil(bytes / (contexts
+    # * 8)) * 8, a vertex per chunk: its tile, its first piece, the thread cycles of its
+    # moves at ``rate``, Poplibs' memcpy estimate of its segments and its region setups
+    n = tile.size
+    room = 0
+    k = 0
+    while k < n:  # at most ``contexts`` vertices per tile
+        j = k
+        while j < n and tile[j] == tile[k]:
+            j += 1
+        room += contexts
+        k = j
+    v_tile = np.empty(room, np.int64)
+    v_row = np.empty(room, np.int64)
+    moves = np.zeros(room, np.int64)
+    memcpy = np.zeros(room, np.int64)
+    setups = np.zeros(room, np.int64)
+    m = 0
+    k = 0
+    while k < n:
+        j = k
+        total = 0
+        while j < n and tile[j] == tile[k]:
+            total += nbytes[j]
+            j += 1
+        chunk = -(-total // (contexts * 8)) * 8
+        offset = 0
+        current = -1
+        for p in range(k, j):
+            x = offset
+            end = offset + nbytes[p]
+            while x < end:
+                v = x // chunk
+                y = min(end, (v + 1) * chunk)
+                if v != current:  # a vertex starts: it sets up its first region
+                    current = v
+                    v_tile[m] = tile[p]
+                    v_row[m] = p
+                    m += 1
+                    setups[m - 1] += 1
+                elif x == offset and fresh[p]:
+                    setups[m - 1] += 1
+                seg = y - x
+                moves[m - 1] += -(-seg // rate)
+                memcpy[m - 1] += 35 + seg // 4 + (seg % 4) * 5  # poplibs_memcpy_cycles
+                x = y
+            offset = end
+        k = j
+    return v_tile[:m], v_row[:m], moves[:m], memcpy[:m], setups[:m]
 
 
 def on_tile_copy_vertices(
@@ -183,44 +216,18 @@ def on_tile_copy_vertices(
     if not tile.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     order = np.argsort(tile, kind="stable")
-    tile, nbytes, kind, fresh = tile[order], nbytes[order], kind[order], fresh[order].copy()
-    new_tile = np.r_[True, tile[1:] != tile[:-1]]
-    fresh[new_tile] = True
-    first = np.flatnonzero(new_tile)
-    end = np.cumsum(nbytes)
-    start = end - nbytes
-    base = start[first]
-    tile_bytes = np.add.reduceat(nbytes, first)
+    tile, nbytes, kind, fresh = tile[order], nbytes[order], kind[order], fresh[order]
     contexts = int(cfg.tile.worker_contexts)
-    chunk = -(-tile_bytes // (contexts * 8)) * 8
-    workers = -(-tile_bytes // chunk)
-    # chunk boundaries inside each tile: base + k * chunk for k = 1 .. workers - 1
-    cuts = workers - 1
-    owner = np.repeat(np.arange(first.size), cuts)
-    k = np.arange(owner.size) - np.repeat(np.cumsum(cuts) - cuts, cuts) + 1
-    group = np.cumsum(new_tile) - 1  # index among ``first`` of each piece's tile
-    starts, piece, whole = _cut_pieces(start, base[owner] + k * chunk[owner])
-    pieces = np.diff(np.r_[starts, end[-1]])
-    t_of = group[piece]
-    vertex = t_of * contexts + (starts - base[t_of]) // chunk[t_of]
-    new_vertex = np.r_[True, vertex[1:] != vertex[:-1]]  # ``vertex`` ascends
-    keys, inverse = vertex[new_vertex], np.cumsum(new_vertex) - 1
-    # a region setup where a piece starts a region, and where a vertex starts mid-region
-    setup = (fresh[piece] & whole) | new_vertex
-    count = np.bincount(inverse, setup, keys.size)
-    t_index = keys // contexts  # index of the vertex's tile among ``first``
-    v_tile = tile[first][t_index]
+    v_tile, row, moves, memcpy, count = _chunk_walk(
+        tile, nbytes, fresh, contexts, copy_bytes_per_cycle(cfg)
+    )
     estimate = cfg.code.copy_estimate
     if estimate == "poplibs":
-        per_piece = 35 + pieces // 4 + (pieces % 4) * 5
-        cycles = 12 + np.bincount(inverse, per_piece, keys.size).astype(np.int64)
-        return v_tile, cycles
-    rate = copy_bytes_per_cycle(cfg)
-    moves = np.bincount(inverse, -(-pieces // rate), keys.size).astype(np.int64)
+        return v_tile, 12 + memcpy
     if estimate == "planner":  # plus the vertex's entry and exit (module docstring)
         return v_tile, round(cfg.code.copy_scatter_fixed_cycles) + moves
     code = cfg.code
-    is_gather = kind[first][t_index]
+    is_gather = kind[row]
     fixed = np.where(is_gather, code.copy_gather_fixed_cycles, code.copy_scatter_fixed_cycles)
     per = np.where(is_gather, code.copy_gather_region_cycles, code.copy_scatter_region_cycles)
     cycles = np.rint(fixed + count * per).astype(np.int64) + moves

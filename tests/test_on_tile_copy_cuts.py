@@ -1,7 +1,6 @@
 """The chunking of an on-tile copy into worker vertices (ipusim.machine_copies) on
 random pieces, against a reference that walks each tile's pieces one segment at a
-time in plain Python, and the merge of piece starts with chunk cuts against
-``np.union1d``."""
+time in plain Python, and the pieces of an on-tile copy against a plain loop."""
 
 from __future__ import annotations
 
@@ -11,7 +10,8 @@ import numpy as np
 import pytest
 
 from ipusim.config import load_config
-from ipusim.machine_copies import _cut_pieces, on_tile_copy_vertices
+from ipusim.machine_copies import on_tile_copy_vertices
+from poplar_api.lowering.copies import _copy_pieces
 
 FIELDS = {
     "code.copy_gather_fixed_cycles": 100.0,
@@ -81,17 +81,26 @@ def test_vertices_match_a_segment_walk(estimate: str) -> None:
         assert got == walk(cfg, tiles, nbytes, gather, fresh), (trial, tiles, nbytes)
 
 
-def test_cuts_merge_like_a_union() -> None:
-    rng = np.random.default_rng(3)
-    for _ in range(200):
-        start = np.cumsum(rng.integers(1, 6, int(rng.integers(1, 30)))) - 1
-        cuts = np.sort(
-            rng.choice(
-                start[-1] + 4, min(int(rng.integers(0, 12)), int(start[-1]) + 4), replace=False
-            )
-        )
-        starts, piece, whole = _cut_pieces(start, cuts)
-        want = np.union1d(start, cuts)
-        assert starts.tolist() == want.tolist()
-        assert piece.tolist() == (np.searchsorted(start, want, side="right") - 1).tolist()
-        assert whole.tolist() == np.isin(want, start).tolist()
+def test_copy_pieces_match_a_plain_loop() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(100):
+        n = int(rng.integers(0, 80))
+        tile = np.sort(rng.integers(0, 4, n))
+        # runs of consecutive ids with random jumps, on each side
+        src = np.cumsum(np.where(rng.random(n) < 0.7, 1, rng.integers(-5, 9, n)))
+        dst = np.cumsum(np.where(rng.random(n) < 0.5, 1, rng.integers(2, 9, n)))
+        starts, first, gather = _copy_pieces(tile, src, dst)
+        want_starts, want_first, runs = [], [], {}
+        for i in range(n):
+            new = i == 0 or tile[i] != tile[i - 1]
+            s_break = new or src[i] != src[i - 1] + 1
+            d_break = new or dst[i] != dst[i - 1] + 1
+            s_runs, d_runs = runs.get(int(tile[i]), (0, 0))
+            runs[int(tile[i])] = (s_runs + s_break, d_runs + d_break)
+            if s_break or d_break:
+                want_starts.append(i)
+                want_first.append(new)
+        assert starts.tolist() == want_starts
+        assert first.tolist() == want_first
+        want_gather = [runs[int(tile[i])][1] < runs[int(tile[i])][0] for i in want_starts]
+        assert gather.tolist() == want_gather

@@ -166,25 +166,47 @@ def on_tile_copy_steps(
     tile = d_tile[order]
     src = id_array(s_ids)[order].astype(np.int64)
     dst = id_array(d_ids)[order].astype(np.int64)
-    new_tile = np.r_[True, tile[1:] != tile[:-1]]
-    src_break = new_tile | np.r_[True, np.diff(src) != 1]
-    dst_break = new_tile | np.r_[True, np.diff(dst) != 1]
-    starts = np.flatnonzero(src_break | dst_break)
-    firsts = np.flatnonzero(new_tile)
-    src_runs = np.add.reduceat(src_break, firsts)
-    dst_runs = np.add.reduceat(dst_break, firsts)
-    gather_of_tile = np.repeat(dst_runs < src_runs, np.diff(np.r_[firsts, tile.size]))
+    starts, first, gather = _copy_pieces(tile, src, dst)
     length = np.diff(np.r_[starts, tile.size])
-    first = new_tile[starts]
     # strided regions: pieces of one length at constant strides on both sides
     step_s = np.diff(src[starts], prepend=0)
     step_d = np.diff(dst[starts], prepend=0)
     same = np.r_[False, length[1:] == length[:-1]]
     stride_kept = np.r_[False, (step_s[1:] == step_s[:-1]) & (step_d[1:] == step_d[:-1])]
     new_region = _region_starts(first | ~same, stride_kept)
-    return on_tile_copy_vertices(
-        cfg, tile[starts], length * item_bytes, gather_of_tile[starts], new_region
-    )
+    return on_tile_copy_vertices(cfg, tile[starts], length * item_bytes, gather, new_region)
+
+
+@numba.njit(cache=True, nogil=True)
+def _copy_pieces(tile, src, dst):  # pragma: no cover - compiled
+    # elements sorted by tile: where a piece starts (a new tile, or a step other than
+    # one on either side), whether it is its tile's first, and whether its tile's copy
+    # is a gather (more runs on the source side than on the destination side)
+    n = tile.size
+    starts = np.empty(n, np.int64)
+    first = np.empty(n, np.bool_)
+    gather = np.empty(n, np.bool_)
+    m = 0
+    lo = 0  # the first piece of the current tile
+    src_runs = dst_runs = 0
+    for i in range(n + 1):
+        new_tile = i == n or i == 0 or tile[i] != tile[i - 1]
+        if new_tile and i > 0:
+            for p in range(lo, m):
+                gather[p] = dst_runs < src_runs
+            lo = m
+            src_runs = dst_runs = 0
+        if i == n:
+            break
+        src_break = new_tile or src[i] != src[i - 1] + 1
+        dst_break = new_tile or dst[i] != dst[i - 1] + 1
+        src_runs += src_break
+        dst_runs += dst_break
+        if src_break or dst_break:
+            starts[m] = i
+            first[m] = new_tile
+            m += 1
+    return starts[:m], first[:m], gather[:m]
 
 
 @numba.njit(cache=True, nogil=True)
