@@ -90,8 +90,12 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None) -> bo
 
 
 def _claims(cell: str) -> list[str]:
-    """The checked properties of a Poplibs cell (those not marked "not established")."""
-    return [c for c in cell.split(";") if c.strip() and "not established" not in c]
+    """The checked properties of a Poplibs cell (those not marked "not established" and
+    not stated as what "ipusim does not" pick)."""
+    return [
+        c for c in cell.split(";")
+        if c.strip() and "not established" not in c and "ipusim does not" not in c
+    ]  # fmt: skip
 
 
 def _forced(swap: bool, opts: dict[str, str] | None) -> dict[str, str]:

@@ -468,12 +468,13 @@ def transform_estimates(
     used tiles: a copy of ``5 / f`` cycles per ``min(memcpy, element)`` bytes (``f`` 4 or
     3, :func:`_transform_factor`; memcpy bytes per cycle = the data path width) and an
     exchange at the target's rate; a regroup copies ``min(memcpy, group bytes)`` per
-    cycle. The temporary bytes are twice the largest tensor's bytes per tile. Other
-    passes get no estimate here (ipusim's convolutions are not rearranged by the
-    planner's model).
+    cycle. The temporary bytes are twice the largest tensor's bytes per tile. Only a
+    plain product (``NONE_MATMUL``) gets the estimate here: the fully-connected passes,
+    whose operand order ipusim does not choose (their joint plan is not modelled), and
+    convolutions are costed without it.
     """
     n = used.size
-    if conv_pass not in MATMUL_PASSES:
+    if conv_pass != "NONE_MATMUL":  # fully-connected passes: see matmul._swap_candidates
         return np.zeros(n, np.int64), np.zeros(n, np.int64)
     g = params.numConvGroups
     field = params.batchSize * int(np.prod(params.getOutputFieldShape()))

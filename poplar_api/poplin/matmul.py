@@ -151,10 +151,16 @@ def _swap_candidates(opts: Mapping[str, Any]) -> tuple[bool, ...]:
 
     Poplibs' ``getSwapOperandCandidates`` (``lib/poplin/ConvPlan.cpp`` at graphcore/poplibs
     ``7eac0f26``) tries swapped operands first for the fully-connected passes and for
-    ``NONE_MATMUL``, so for every matMul; a ``planConstraints`` ``transform.swapOperands``
-    leaves the one it names."""
+    ``NONE_MATMUL``, so for every matMul; here only for ``NONE_MATMUL`` (see below). A
+    ``planConstraints`` ``transform.swapOperands`` leaves the one it names."""
     forced = opts.get("swap")
-    return (bool(forced),) if forced is not None else (True, False)
+    if forced is not None:
+        return (bool(forced),)
+    # a fully-connected pass keeps its operands: Poplibs plans the three passes jointly
+    # (swapped) or separately, and ipusim models neither the joint plan nor the passes
+    # derived from it; with the swap alone the J fully-connected rows move away from
+    # Poplibs' measurements (docs/planner.md)
+    return (False,) if opts.get("pass") != "NONE_MATMUL" else (True, False)
 
 
 def _plan_product(
