@@ -51,9 +51,9 @@ The vertical MAC (``ConvPartialVerticalMac``) is a candidate for HALF depthwise
 convolutions (:func:`vmac_groups`); its closed form is derived from the leading terms
 of ``getConvPartialVerticalMacCycleEstimate``.
 
-Swapped operands (Poplibs' ``swapOperands``) are a candidate for matMul products:
-:mod:`~poplar_api.poplin.matmul` plans the product and its swap and keeps the cheaper
-(:func:`bound_step`).
+Swapped operands (Poplibs' ``swapOperands``) are a candidate for plain matMul products:
+:mod:`~poplar_api.poplin.matmul` plans the product and its swap, each with
+:func:`transform_estimates`, and keeps the cheaper (:func:`bound_step`).
 
 Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC
 family, input-channel serial splits and the planner's other transforms (swapping the
