@@ -38,6 +38,7 @@ __all__ = [
     "grouped_weights",
     "input_tiles",
     "partial_chans_per_group",
+    "spread_by_use",
     "weight_tiles",
 ]
 
@@ -76,59 +77,131 @@ def grouped_output(
 
 
 # ------------------------------------------------------------------ operand layouts
+#: The fewest bytes of an operand Poplibs puts on one tile ("to reduce the amount of
+#: exchange code", ``mapActivationsOrWeights`` in ``lib/poplin/Convolution.cpp``,
+#: graphcore/poplibs ``7eac0f26``): 128 for the activations, 256 for the weights.
+MIN_INPUT_BYTES_PER_TILE = 128
+MIN_WEIGHT_BYTES_PER_TILE = 256
+
+
+def spread_by_use(block: np.ndarray, users: np.ndarray, grain: int, min_elems: int) -> np.ndarray:
+    """The tile of every element of an operand, given in its memory order.
+
+    ``block`` (any shape, the tensor's memory order) is the plan block each element
+    belongs to and ``users[block]`` the tiles that read that block. A block's elements,
+    taken in memory order, are cut into consecutive chunks of whole ``grain``-element
+    grains and of at least ``min_elems`` elements, one chunk per user while there are
+    enough elements, as Poplibs' ``TensorUseTracker::mapTensorsByUse`` does with
+    ``mapActivationsOrWeights``' grain and minimum: a tile then holds a few long runs of
+    the operand instead of one region per element, which keeps the exchange code small.
+    """
+    flat = np.asarray(block, np.int64).reshape(-1)
+    grain = max(int(grain), 1)
+    counts = np.bincount(flat, minlength=users.shape[0])
+    starts = np.cumsum(counts) - counts
+    order = np.argsort(flat, kind="stable")
+    rank = np.empty(flat.size, np.int64)
+    rank[order] = np.arange(flat.size) - starts[flat[order]]
+    unit = -(-max(int(min_elems), 1) // grain) * grain
+    chunks = np.clip(counts // unit, 1, users.shape[1])
+    grains = np.maximum(-(-counts // grain), 1)
+    chunk = (rank // grain) * chunks[flat] // grains[flat]
+    return users[flat, chunk].reshape(np.shape(block))
+
+
+def _min_elems(params: ConvParams, min_bytes: int) -> int:
+    """``min_bytes`` of the operand type in elements (rounded up)."""
+    size = int(params.inputType.size)
+    return -(-min_bytes // size)
+
+
 def input_tiles(plan: ConvPlan, params: ConvParams) -> np.ndarray:
     """The tile of every input element ``[G, B, *field, Ci]`` in the layout ``plan`` wants.
 
-    Each input element goes to a tile whose block reads it: along every field dimension
-    the input is cut in proportion to the output blocks, and the result is spread over
-    the output-channel blocks, so the tiles only receive halos and the other channel
-    blocks' share.
+    Each input element belongs to a block the plan reads it in: along every field
+    dimension the input is cut in proportion to the output blocks. A block's elements
+    are spread over the tiles of its output-channel parts in memory-contiguous chunks
+    of whole ``icg`` grains and at least 128 bytes (:func:`spread_by_use`), in the
+    memory order ``[G][Ci / icg][B][*field][icg]`` of :func:`grouped_input`.
     """
     g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
-    fshape = list(params.inputFieldShape)
+    fshape = [int(x) for x in params.inputFieldShape]
     nd = len(fshape)
-    grid = plan.tiles  # [G, B, *O, Co, Ci]
-    gi = np.minimum(np.arange(g) // plan.blocks[0], plan.parts[0] - 1)
-    bi = np.minimum(np.arange(b) // plan.blocks[1], plan.parts[1] - 1)
+    icg = _grouping(ci, plan.in_chans_per_group)
+    parts = [int(p) for p in plan.parts]
     ktot = int(np.prod(params.kernelShape)) if plan.expanded else 1
-    ci_i = np.minimum(np.arange(ci) * ktot // plan.blocks[-1], plan.parts[-1] - 1)
-    field_idx = [
-        np.minimum(np.arange(fshape[d]) * plan.parts[2 + d] // fshape[d], plan.parts[2 + d] - 1)
-        for d in range(nd)
+    # part index of every coordinate, laid out along its axis of the memory shape
+    # [G, Ci/icg, B, *F, icg]
+    ndim = 4 + nd
+
+    def along(ix: np.ndarray, axis: int) -> np.ndarray:
+        shape = [1] * ndim
+        shape[axis] = ix.size
+        return ix.reshape(shape)
+
+    gi = along(np.minimum(np.arange(g) // plan.blocks[0], parts[0] - 1), 0)
+    bi = along(np.minimum(np.arange(b) // plan.blocks[1], parts[1] - 1), 2)
+    ci_i = np.minimum(np.arange(ci) * ktot // plan.blocks[-1], parts[-1] - 1)
+    ci_i = ci_i.reshape(1, ci // icg, *[1] * (1 + nd), icg)
+    fi = [
+        along(np.minimum(np.arange(f) * parts[2 + d] // f, parts[2 + d] - 1), 3 + d)
+        for d, f in enumerate(fshape)
     ]
-    pco = plan.parts[-2]
-    last = np.arange(fshape[-1])
-    co_i = (last * pco * plan.parts[1 + nd] // fshape[-1]) % pco
-    # the grid taken one axis at a time (whole rows copied), the innermost field
-    # position choosing its field part and output-channel part together
-    tiles = grid
-    for axis, take in enumerate([gi, bi, *field_idx[:-1]]):
-        tiles = np.take(tiles, take, axis=axis)
-    tiles = tiles[..., field_idx[-1], co_i, :]  # [G, B, *F, Ci parts]
-    return np.take(tiles, ci_i, axis=-1).astype(np.int64, copy=False)
+    block = gi
+    for idx, n in zip([bi, *fi, ci_i], [parts[1], *parts[2 : 2 + nd], parts[-1]], strict=True):
+        block = block * n + idx
+    block = np.broadcast_to(block, [g, ci // icg, b, *fshape, icg])
+    users = np.moveaxis(plan.tiles, -2, -1).reshape(-1, parts[-2])  # [block, Co part]
+    mem = spread_by_use(block, users, icg, _min_elems(params, MIN_INPUT_BYTES_PER_TILE))
+    # [G, Ci/icg, B, *F, icg] -> [G, B, *F, Ci/icg, icg] -> [G, B, *F, Ci]
+    perm = [0, 2, *range(3, 3 + nd), 1, 3 + nd]
+    return mem.transpose(perm).reshape(g, b, *fshape, ci).astype(np.int64, copy=False)
 
 
 def weight_tiles(plan: ConvPlan, params: ConvParams) -> np.ndarray:
-    """The tile of every weight ``[G, Co, Ci, *kernel]``: each plan block's weights
-    spread over the tiles that use it."""
+    """The tile of every weight ``[G, Co, Ci, *kernel]``.
+
+    Each plan block's weights are spread over the tiles that use it in
+    memory-contiguous chunks of whole ``ocg * icg`` grains and at least 256 bytes
+    (:func:`spread_by_use`), in the memory order ``[G][Co / ocg][Ci / icg][*kernel]
+    [ocg][icg]`` of :func:`grouped_weights`.
+    """
     eff = expand_all_dims(params) if plan.expanded else params
-    out_field = eff.getOutputFieldShape()
-    sizes = [eff.numConvGroups, eff.batchSize, *out_field,
-             eff.outputChannelsPerConvGroup, eff.inputChannelsPerConvGroup]  # fmt: skip
-    rng = [plan.ranges(d, s) for d, s in enumerate(sizes)]
-    g, co = params.numConvGroups, params.outputChannelsPerConvGroup
-    tiles = np.empty(params.weightsShape(), np.int64).reshape(
-        g, co, eff.inputChannelsPerConvGroup, -1
+    g, co, ci = (params.numConvGroups, params.outputChannelsPerConvGroup,
+                 params.inputChannelsPerConvGroup)  # fmt: skip
+    kernel = [int(x) for x in params.kernelShape]
+    nk = len(kernel)
+    icg = _grouping(ci, plan.in_chans_per_group)
+    ocg = _grouping(co, plan.out_chans_per_group)
+    parts = [int(p) for p in plan.parts]
+    gblk = np.minimum(np.arange(g) // plan.blocks[0], parts[0] - 1)
+    cor = co_ranges(plan, co)
+    coblk = np.zeros(co, np.int64)
+    for k, (_, o0, o1) in enumerate(cor):
+        coblk[o0:o1] = k
+    eci = int(eff.inputChannelsPerConvGroup)
+    ciblk = np.minimum(np.arange(eci) // plan.blocks[-1], parts[-1] - 1)
+    # the expanded input channel of weight (c, *k) is c * prod(kernel) + k (row-major)
+    ktot = int(np.prod(kernel))
+    kprod = ktot if plan.expanded else 1
+    kk = np.arange(ktot) if plan.expanded else np.zeros(ktot, np.int64)
+    ce = np.arange(ci).reshape(ci, 1) * kprod + kk.reshape(1, ktot)
+    cik = ciblk[ce].reshape(ci // icg, icg, *kernel)  # [Ci/icg, icg, *K]
+    cik = np.moveaxis(cik, 1, -1)  # [Ci/icg, *K, icg]
+    shape = [g, co // ocg, ci // icg, *kernel, ocg, icg]
+    gpart = gblk.reshape(g, *[1] * (len(shape) - 1))
+    cpart = coblk.reshape(co // ocg, ocg)
+    cpart = cpart.reshape(1, co // ocg, *[1] * (1 + nk), ocg, 1)
+    kpart = cik.reshape(1, 1, ci // icg, *kernel, 1, icg)
+    block = np.broadcast_to((gpart * len(cor) + cpart) * parts[-1] + kpart, shape)
+    grid = np.moveaxis(plan.tiles, [0, -2, -1], [0, 1, 2]).reshape(
+        parts[0], parts[-2], parts[-1], -1
     )
-    for gi, (g0, g1) in enumerate(rng[0]):
-        for oi, o0, o1 in co_ranges(plan, co):
-            for ii, (i0, i1) in enumerate(rng[-1]):
-                users = plan.tiles[gi, ..., oi, ii].reshape(-1)
-                blk = tiles[g0:g1, o0:o1, i0:i1]
-                n = blk.size
-                owner = users[np.arange(n) * users.size // max(n, 1)]
-                blk[...] = owner.reshape(blk.shape)
-    return tiles.reshape(params.weightsShape())
+    users = grid[:, [oi for oi, _, _ in cor]].reshape(-1, grid.shape[-1])
+    mem = spread_by_use(block, users, ocg * icg, _min_elems(params, MIN_WEIGHT_BYTES_PER_TILE))
+    # [G, Co/ocg, Ci/icg, *K, ocg, icg] -> [G, Co/ocg, ocg, Ci/icg, icg, *K] -> [G, Co, Ci, *K]
+    perm = [0, 1, 3 + nk, 2, 4 + nk, *range(3, 3 + nk)]
+    return mem.transpose(perm).reshape(g, co, ci, *kernel).astype(np.int64, copy=False)
 
 
 def _grouping(chans: int, per_group: int) -> int:
