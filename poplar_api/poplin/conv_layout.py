@@ -167,12 +167,8 @@ def weight_tiles(plan: ConvPlan, params: ConvParams) -> np.ndarray:
     [ocg][icg]`` of :func:`grouped_weights`.
     """
     eff = expand_all_dims(params) if plan.expanded else params
-    g, co, ci = (params.numConvGroups, params.outputChannelsPerConvGroup,
-                 params.inputChannelsPerConvGroup)  # fmt: skip
-    kernel = [int(x) for x in params.kernelShape]
+    g, co, ci, kernel, ocg, icg = _weight_groups(params, plan)
     nk = len(kernel)
-    icg = _grouping(ci, plan.in_chans_per_group)
-    ocg = _grouping(co, plan.out_chans_per_group)
     parts = [int(p) for p in plan.parts]
     gblk = np.minimum(np.arange(g) // plan.blocks[0], parts[0] - 1)
     cor = co_ranges(plan, co)
@@ -210,6 +206,16 @@ def _grouping(chans: int, per_group: int) -> int:
     return math.gcd(int(chans), max(int(per_group), 1)) or 1
 
 
+def _weight_groups(params: ConvParams, plan: ConvPlan) -> tuple[int, int, int, list[int], int, int]:
+    """``G, Co, Ci, kernel, ocg, icg`` of the weights' memory order
+    ``[G][Co / ocg][Ci / icg][*kernel][ocg][icg]``."""
+    g, co, ci = (params.numConvGroups, params.outputChannelsPerConvGroup,
+                 params.inputChannelsPerConvGroup)  # fmt: skip
+    ocg = _grouping(co, plan.out_chans_per_group)
+    icg = _grouping(ci, plan.in_chans_per_group)
+    return g, co, ci, [int(x) for x in params.kernelShape], ocg, icg
+
+
 def grouped_input(graph: Graph, params: ConvParams, plan: ConvPlan, name: str) -> Tensor:
     """A new input ``[G, B, C, *field]`` (the canonical view) laid out as the plan wants.
 
@@ -238,12 +244,8 @@ def grouped_weights(graph: Graph, params: ConvParams, plan: ConvPlan, name: str)
     vertex's output- and input-channel group are one run. Their tiles are
     :func:`weight_tiles`.
     """
-    g, co, ci = (params.numConvGroups, params.outputChannelsPerConvGroup,
-                 params.inputChannelsPerConvGroup)  # fmt: skip
-    kernel = [int(x) for x in params.kernelShape]
+    g, co, ci, kernel, ocg, icg = _weight_groups(params, plan)
     nk = len(kernel)
-    icg = _grouping(ci, plan.in_chans_per_group)
-    ocg = _grouping(co, plan.out_chans_per_group)
     var = graph.addVariable(params.inputType, [g, co // ocg, ci // icg, *kernel, ocg, icg], name)
     # -> [G, Co/ocg, ocg, Ci/icg, icg, *K] -> [G, Co, Ci, *K]
     perm = [0, 1, 3 + nk, 2, 4 + nk, *range(3, 3 + nk)]
