@@ -26,7 +26,7 @@ LISTS = ((1, 3), (1, 2), (2, 1))
 
 def _engine() -> tuple[Engine, int]:
     """A compute set ``lists`` of ListSums vertices (vector lists) and SumVertex ones,
-    and an on-tile copy on tile 5 (one copy vertex there)."""
+    and an on-tile copy of 8 floats on tile 5 (its copy vertices there)."""
     g = tiny_graph()
     cs = g.addComputeSet("lists")
     for k, (tile, count) in enumerate(LISTS):
@@ -47,6 +47,19 @@ def _engine() -> tuple[Engine, int]:
     return engine, g.getTarget().getNumTiles()
 
 
+def _copy_state(code) -> int:
+    """State bytes of one copy vertex: a header and two vector fields."""
+    return code.vertex_header_bytes + 2 * (code.field_pointer_bytes + code.vector_size_bytes)
+
+
+def _copy_vertices(engine: Engine) -> int:
+    """Copy vertices of the 32 bytes copied on tile 5: one per worker context, each a
+    chunk of whole 64-bit words (``ceil(32 / (contexts * 8)) * 8`` bytes)."""
+    contexts = engine._state.target.config.tile.worker_contexts
+    chunk = -(-32 // (contexts * 8)) * 8
+    return -(-32 // chunk)
+
+
 def test_descriptors_are_their_own_categories():
     engine, nt = _engine()
     code = engine._state.target.config.code
@@ -57,9 +70,9 @@ def test_descriptors_are_their_own_categories():
     for tile, count in LISTS:
         lists[tile] += code.vectorlist_descriptor_bytes * count
     assert totals["vectorListDescriptor"].tolist() == lists.tolist()
-    # one copy vertex on tile 5: a header and two vector fields (pointer and size each)
+    # the copy vertices on tile 5: a header and two vector fields (pointer and size) each
     copy = np.zeros(nt, np.int64)
-    copy[5] = code.vertex_header_bytes + 2 * (code.field_pointer_bytes + code.vector_size_bytes)
+    copy[5] = _copy_vertices(engine) * _copy_state(code)
     assert totals["copyDescriptor"].tolist() == copy.tolist()
     # the rest of the state: header, a pointer per field, a size word per vector and list
     state = np.zeros(nt, np.int64)
@@ -107,7 +120,7 @@ def test_by_vertex_type_and_by_compute_set_are_code_and_data_per_tile():
     # the copy vertex type: all its state is copy pointers
     copy_row = next(i for i, n in enumerate(names) if n not in ("ListSums", "SumVertex"))
     copy = np.zeros(nt, np.int64)
-    copy[5] = code.vertex_header_bytes + 2 * (code.field_pointer_bytes + code.vector_size_bytes)
+    copy[5] = _copy_vertices(engine) * _copy_state(code)
     assert by_type["copyPtrBytes"][copy_row].tolist() == copy.tolist()
     assert not by_type["vertexDataBytes"][copy_row].any()
     # the compute set ``lists``: two types on tile 1, one on tile 2
