@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
 from poplar_api.graph import Graph
@@ -95,18 +96,28 @@ def spread_by_use(block: np.ndarray, users: np.ndarray, grain: int, min_elems: i
     ``mapActivationsOrWeights``' grain and minimum: a tile then holds a few long runs of
     the operand instead of one region per element, which keeps the exchange code small.
     """
-    flat = np.asarray(block, np.int64).reshape(-1)
+    flat = np.ascontiguousarray(block, np.int64).reshape(-1)
     grain = max(int(grain), 1)
     counts = np.bincount(flat, minlength=users.shape[0])
-    starts = np.cumsum(counts) - counts
-    order = np.argsort(flat, kind="stable")
-    rank = np.empty(flat.size, np.int64)
-    rank[order] = np.arange(flat.size) - starts[flat[order]]
     unit = -(-max(int(min_elems), 1) // grain) * grain
     chunks = np.clip(counts // unit, 1, users.shape[1])
     grains = np.maximum(-(-counts // grain), 1)
-    chunk = (rank // grain) * chunks[flat] // grains[flat]
-    return users[flat, chunk].reshape(np.shape(block))
+    users = np.ascontiguousarray(users, np.int64)
+    out = _spread(flat, users, grain, chunks.astype(np.int64), grains.astype(np.int64))
+    return out.reshape(np.shape(block))
+
+
+@numba.njit(cache=True, nogil=True)
+def _spread(flat, users, grain, chunks, grains):  # pragma: no cover - compiled
+    """One pass in memory order: an element's rank within its block picks its chunk."""
+    seen = np.zeros(users.shape[0], np.int64)
+    out = np.empty(flat.size, np.int64)
+    for i in range(flat.size):
+        b = flat[i]
+        r = seen[b]
+        seen[b] = r + 1
+        out[i] = users[b, (r // grain) * chunks[b] // grains[b]]
+    return out
 
 
 def _min_elems(params: ConvParams, min_bytes: int) -> int:
