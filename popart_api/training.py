@@ -15,9 +15,10 @@ ending at checkpoints; the backward pass replays a segment's recomputed nodes ju
 before the first gradient that needs them, after marking their outputs undefined
 (``WriteUndef``) so their memory is free between the forward pass and the replay.
 With ``SessionOptions.enableOutlining`` (PopART's default) the forward pass and the
-replay call one function per recomputed node, copying its inputs in and its outputs
-out (:mod:`popart_api.outline`, as PopART outlines a fragment and its recomputation),
-so the replay adds no compute-set code. Repeated sequences of other nodes are
+replay call one function per recomputed node, the node's own program, which writes
+the forward pass's tensors, so no copies are made (:mod:`popart_api.outline`, as
+PopART outlines a fragment and its recomputation) and the replay adds no compute-set
+code. Repeated sequences of other nodes are
 outlined as PopART's outliner would (:func:`popart_api.outline.outline_repeats`).
 Every micro-batch starts by marking undefined every variable the forward and backward
 passes create (activations, gradients, Poplibs temporaries), so each is live from its
