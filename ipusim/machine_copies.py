@@ -38,11 +38,14 @@ chunks of whole 64-bit words (one copy vertex per worker, as the SDK 1.x profile
 above show, so the chunks split pieces where they fall), and each vertex is costed by
 ``code.copy_estimate``:
 
-* ``planner`` (the default): Poplibs' own estimate of the copies that rearrange
-  operands, which its convolution planner prices at ``min(memcpy bytes per cycle,
-  contiguous bytes)`` per cycle (graphcore/poplibs 7eac0f26, ``lib/poplin/ConvModel.cpp``,
-  the ``inputsCopyCycles``/``weightsCopyCycles`` estimates with
-  ``target.getMemcpyBytesPerCycle()``): each piece moves at the ``ldst64pace`` rate,
+* ``planner`` (the default): modelled on Poplibs' planner estimate of the copies that
+  rearrange operands (graphcore/poplibs 7eac0f26, ``lib/poplin/ConvModel.cpp``, the
+  ``inputsCopyCycles``/``weightsCopyCycles`` estimates with
+  ``target.getMemcpyBytesPerCycle()``), but not equal to it: Poplibs moves
+  ``min(memcpy bytes per cycle, element bytes)`` per cycle scaled by 4/5 or 3/5
+  (``getScaleFactorForTransform``), 3.2 B a cycle for FLOAT, where this rule moves each
+  contiguous piece at ``min(memcpy bytes per cycle, piece bytes)`` (the copy vertices do
+  not know the element type yet): each piece moves at the ``ldst64pace`` rate,
   at least one thread cycle a piece, no per-region part; the planner has no fixed
   part either, but a vertex has one (its entry, reading its state, its exit): the
   scatter's fixed part of the H fit, the one without the gather's unexplained extra
@@ -205,8 +208,8 @@ def on_tile_copy_vertices(
     worker context of ``ceil(tile bytes / (contexts * 8)) * 8`` bytes (whole 64-bit
     words), so a chunk boundary splits the piece it falls in; each chunk is one vertex,
     costed by ``code.copy_estimate`` (module docstring): every piece moves at the rate,
-    rounded up to whole cycles (at least one cycle a piece: Poplibs' planner prices
-    rearranging copies at ``min(memcpy bytes per cycle, contiguous bytes)`` per cycle),
+    rounded up to whole cycles (at least one cycle a piece: ``min(memcpy bytes per cycle, piece bytes)`` per
+    cycle, see the module docstring for how this differs from Poplibs' planner),
     and ``runtime`` adds :func:`copy_vertex_cycles`' fixed and per-region parts.
     """
     tile = np.asarray(region_tile, np.int64).reshape(-1)
