@@ -208,8 +208,9 @@ def on_tile_copy_vertices(
     worker context of ``ceil(tile bytes / (contexts * 8)) * 8`` bytes (whole 64-bit
     words), so a chunk boundary splits the piece it falls in; each chunk is one vertex,
     costed by ``code.copy_estimate`` (module docstring): every piece moves at the rate,
-    rounded up to whole cycles (at least one cycle a piece: ``min(memcpy bytes per cycle, piece bytes)`` per
-    cycle, see the module docstring for how this differs from Poplibs' planner),
+    rounded up to whole cycles (at least one cycle a piece: ``min(memcpy bytes per
+    cycle, piece bytes)`` per cycle; the module docstring says how this differs from
+    Poplibs' planner),
     and ``runtime`` adds :func:`copy_vertex_cycles`' fixed and per-region parts.
     """
     tile = np.asarray(region_tile, np.int64).reshape(-1)
