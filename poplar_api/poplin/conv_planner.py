@@ -456,13 +456,13 @@ def transform_estimates(
     cost model charges a matmul product's candidates (``addTransformCycleEstimate``,
     ``lib/poplin/ConvModel.cpp`` at graphcore/poplibs 7eac0f26, default options).
 
-    For a product (``NONE_MATMUL`` or a fully-connected pass) the operands and the output
-    are rearranged unless the operands are swapped (``swapOperands !=
-    isMatmulOrFullyConnectedLayer``), and also when the input channels are not a
-    multiple of the vertex's input grouping (``padInChannels``), the output channels
-    not of its partials grouping (``padPartialChannels``: weights and output), in
-    ``FC_TRAINING_WU`` (input, output) and in ``FC_TRAINING_BWD`` (input; the plans are
-    not joint here). A plain matmul's output is regrouped (a copy on the tile) when its
+    For a plain product the operands and the output are rearranged unless the operands
+    are swapped (``swapOperands != isMatmulOrFullyConnectedLayer``), and also when the
+    input channels are not a multiple of the vertex's input grouping
+    (``padInChannels``) or the output channels not of its partials grouping
+    (``padPartialChannels``: weights and output); Poplibs also rearranges in
+    ``FC_TRAINING_WU`` (input, output) and ``FC_TRAINING_BWD`` (input), which are not
+    costed here (below). A plain matmul's output is regrouped (a copy on the tile) when its
     partials grouping is not the conv unit's weights (``regroupOutput``). Each
     rearrangement spreads its tensor's bytes (channels padded to the groupings) over the
     used tiles: a copy of ``5 / f`` cycles per ``min(memcpy, element)`` bytes (``f`` 4 or
@@ -486,10 +486,10 @@ def transform_estimates(
     wpcu = amp_groups(params.inputType, FLOAT if params.inputType == FLOAT else HALF)[0]
     pad_in, pad_partial = ci % icg != 0, co % ocg != 0
     unswapped = not swapped
-    re_in = unswapped | pad_in | (conv_pass in ("FC_TRAINING_WU", "FC_TRAINING_BWD"))
+    re_in = unswapped | pad_in
     re_w = unswapped | pad_in | pad_partial
-    re_out = unswapped | pad_partial | (conv_pass == "FC_TRAINING_WU")
-    regroup = (conv_pass == "NONE_MATMUL") & (ocg != wpcu)
+    re_out = unswapped | pad_partial
+    regroup = ocg != wpcu
 
     def per_tile(elements: np.ndarray, size: int) -> np.ndarray:
         return -(-(elements * size) // used)
