@@ -74,7 +74,7 @@ def test_op_to_identity_and_post_n_repl_remove_ops_that_change_nothing():
     assert on_ops == ["MatMul", "Relu"]
     np.testing.assert_allclose(on, np.maximum(x @ _w(), 0), rtol=1e-5, atol=1e-6)
     # OpToIdentity off: the ops run (PostNRepl still drops the one-input Sum)
-    off_ops, off, off_cycles, off_mem, _ = _run(_identity_chain(), _without("OpToIdentity"))
+    off_ops, off, _, off_mem, _ = _run(_identity_chain(), _without("OpToIdentity"))
     assert off_ops == ["MatMul", "Scale", "Cast", "Transpose", "Dropout", "Relu"]
     np.testing.assert_array_equal(off, on)
     # the removed ops' tensors are gone; cycles are not compared: the MatMul's product
@@ -82,7 +82,7 @@ def test_op_to_identity_and_post_n_repl_remove_ops_that_change_nothing():
     # Relu and the anchor's exchange cost more (422 and 310 cycles) than after the
     # identities' copies, which lay a new tensor out linearly (230 and 201; the whole run
     # 6,289 cycles with the patterns, 6,191 without)
-    assert off_mem > on_mem and off_cycles != on_cycles
+    assert off_mem > on_mem
     # PostNRepl off: the identities stay (views while InPlace is on: same cycles)
     kept, same, kept_cycles, _, _ = _run(_identity_chain(), _without("PostNRepl", "PreUniRepl"))
     assert kept.count("Identity") == 5
