@@ -163,7 +163,8 @@ def test_rearranged_passes_copy_before_their_partials():
     dy = graph.addVariable(FLOAT, params.outputShape(), "dy")
     graph.mapElements(dy, np.arange(dy.numElements()) % 4)
     seq = prog.Sequence()
-    poplin.calculateWeightDeltas(graph, dy, x, params, seq, "wu", options)
+    wu_options = {**(options or {}), "pass": "TRAINING_WU"}
+    poplin.calculateWeightDeltas(graph, dy, x, params, seq, "wu", wu_options)
     kinds = [(type(p).__name__, getattr(p, "debugName", "")) for p in seq.programs]
     assert kinds[:2] == [("Copy", "wu/actsRearranged"), ("Copy", "wu/weightsRearranged")]
     assert kinds[2][0] == "Execute"
