@@ -343,14 +343,14 @@ def tile_cuts(dst: np.ndarray, num_tiles: int, step: int) -> tuple[np.ndarray, b
 
 @numba.njit(cache=True, nogil=True)
 def _range_stats(lo, other):  # pragma: no cover - compiled
-    # one pass: whether lo ascends; min and max of lo and of other
-    ascending = True
+    # one pass: how often lo descends; min and max of lo and of other
+    descents = 0
     lo_min = lo_max = lo[0]
     o_min = o_max = other[0]
     for k in range(1, lo.size):
         x = lo[k]
         if x < lo[k - 1]:
-            ascending = False
+            descents += 1
         if x < lo_min:
             lo_min = x
         elif x > lo_max:
@@ -360,7 +360,14 @@ def _range_stats(lo, other):  # pragma: no cover - compiled
             o_min = y
         elif y > o_max:
             o_max = y
-    return ascending, lo_min, lo_max, o_min, o_max
+    return descents, lo_min, lo_max, o_min, o_max
+
+
+#: Ascending stretches per key up to which keys are sorted by merging their stretches
+#: (numpy's stable sort finds and merges natural runs: ``n log(stretches)``) rather
+#: than by a quicksort (``n log n``): a convolution's vertices read a few ascending
+#: windows each, so their keys come in long ascending stretches.
+MERGE_STRETCHES_PER_KEY = 1 / 16
 
 
 @numba.njit(cache=True, nogil=True)
@@ -396,18 +403,20 @@ def sorted_keys(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """
     if lo.size < 2:
         return lo, other, 0
-    ascending, lo_min, lo_max, o_min, o_max = _range_stats(lo, other)
-    if ascending:
+    descents, lo_min, lo_max, o_min, o_max = _range_stats(lo, other)
+    if not descents:
         return lo, other, 0
+    # the sorted values are the same whichever way they are sorted
+    kind = "stable" if descents <= MERGE_STRETCHES_PER_KEY * lo.size else "quicksort"
     lo = lo.astype(np.int64, copy=False)
     other = other.astype(np.int64, copy=False)
     if o_min == o_max:  # one length for all (often single elements): keys only
-        return np.sort(lo), other, 0
+        return np.sort(lo, kind=kind), other, 0
     bits = int(o_max).bit_length()
     if lo_min >= 0 and o_min >= 0 and int(lo_max).bit_length() + bits <= 62:
         packed = np.empty(lo.size, np.int64)
         _pack(lo, other, bits, packed)
-        packed.sort()
+        packed.sort(kind=kind)
         return packed, other[:0], bits
     order = np.argsort(lo, kind="stable")
     return lo[order], other[order], 0
@@ -610,7 +619,13 @@ def _merge_received(
     last_dst = -1
     pos = 0
     per_ipu = column.size
-    n_pairs = elements.size if pairs.size else 0  # pairs[dst * tiles + sender]
+    n_tiles = elements.size
+    n_pairs = n_tiles if pairs.size else 0  # pairs[dst * tiles + sender]
+    # keys ascend, so the receiving tile only grows: it is found by division only when
+    # a key passes the current tile's end (a division per interval cost more than the
+    # rest of the interval's work); tiles' grid places likewise, once per tile
+    base = hi_key = 0
+    here = 0
     x = ln = 0
     for k in range(1, lo.size + 1):
         if k < lo.size:
@@ -624,22 +639,24 @@ def _merge_received(
                 if x + ln > cur_hi:
                     cur_hi = x + ln
                 continue
-        dst = cur_lo // stride
-        a = cur_lo - dst * stride
-        b = cur_hi - dst * stride
+        if cur_lo >= hi_key:  # the intervals of one tile come in id order
+            last_dst = cur_lo // stride
+            base = last_dst * stride
+            hi_key = base + stride
+            here = last_dst % per_ipu
+            pos = 0
+        dst = last_dst
+        a = cur_lo - base
+        b = cur_hi - base
         out_a[m] = a
         out_b[m] = b
         out_tile[m] = dst
         m += 1
         elements[dst] += b - a
-        if dst != last_dst:  # the intervals of one tile come in id order
-            pos = 0
-            last_dst = dst
         c_lo = _gallop(changes, a, pos, True)
         c_hi = _gallop(changes, b, c_lo, False)
         pos = c_lo
         messages[dst] += 1 + c_hi - c_lo
-        here = dst % per_ipu
         for c in range(c_lo - 1, c_hi):  # the interval's first id, then each change
             sender = owner[a if c < c_lo else changes[c]]
             if n_pairs:
@@ -647,7 +664,7 @@ def _merge_received(
                     continue  # a pair seen before: its distance is counted already
                 pairs[dst * n_pairs + sender] = stamp
                 senders[dst] += 1
-            there = sender % per_ipu
+            there = sender if n_tiles <= per_ipu else sender % per_ipu
             d = abs(column[here] - column[there]) + abs(row[here] - row[there])
             if d > distance[dst]:
                 distance[dst] = d

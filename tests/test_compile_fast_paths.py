@@ -1,0 +1,99 @@
+"""The compile's fast paths against independent computations written out in the test.
+
+* :func:`~poplar_api.lowering.runs.merge_received` finds each interval's receiving
+  tile without a division per interval: checked against sets of elements counted in
+  numpy on targets of one and of several IPUs (a tile's grid place is its place on its
+  own IPU).
+* :func:`~poplar_api.lowering.runs.sorted_keys` merges the ascending stretches of keys
+  that come in few of them: the same keys in the same order as Python's ``sorted``.
+"""
+
+import numpy as np
+import pytest
+
+from poplar_api.lowering import runs
+
+
+def _expected(begin, length, dst, owner, column, row, tiles):
+    """Elements, messages, longest distances and pairs of each receiving tile, from the
+    element sets (a message: a run of consecutive ids of one owner)."""
+    per_ipu = column.size
+    elements = np.zeros(tiles, np.int64)
+    messages = np.zeros(tiles, np.int64)
+    distance = np.zeros(tiles, np.int64)
+    pairs = np.zeros((tiles, tiles), bool)
+    for t in range(tiles):
+        mine = zip(begin[dst == t], length[dst == t], strict=True)
+        ids = np.unique(np.concatenate([np.arange(x, x + n) for x, n in mine] or [[]]))
+        ids = ids.astype(np.int64)
+        elements[t] = ids.size
+        if ids.size == 0:
+            continue
+        starts = np.r_[True, (np.diff(ids) != 1) | (np.diff(owner[ids]) != 0)]
+        messages[t] = int(starts.sum())
+        pairs[t, np.unique(owner[ids])] = True
+        for s in np.unique(owner[ids[starts]]):
+            here, there = t % per_ipu, s % per_ipu
+            d = abs(column[here] - column[there]) + abs(row[here] - row[there])
+            distance[t] = max(distance[t], d)
+            distance[s] = max(distance[s], d)
+    return elements, messages, distance, pairs
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ipus", [1, 3])
+def test_merge_received_without_divisions_equals_element_sets(seed, ipus):
+    """Receiving tiles found once per tile (keys ascend), grid places of tiles of any
+    IPU: elements, messages, distances, pairs and intervals as the element sets say."""
+    rng = np.random.default_rng(seed)
+    per_ipu = 6
+    tiles, space = per_ipu * ipus, 400
+    owner = np.resize(np.repeat(rng.integers(0, tiles, 60), rng.integers(1, 12, 60)), space)
+    changes = runs.change_points(owner, space)
+    column, row = np.arange(per_ipu) // 2, np.arange(per_ipu) % 2  # a 3 x 2 grid per IPU
+    n = 300
+    dst = rng.integers(0, tiles, n)
+    begin = rng.integers(0, space - 9, n)
+    length = rng.integers(1, 9, n)
+    length[rng.random(n) < 0.5] = 1  # strided reads: single elements
+    stride = space + 1
+    keys, rest, bits = runs.sorted_keys(dst * stride + begin, length)
+    pairs, senders = np.zeros(tiles * tiles, np.uint8), np.zeros(tiles, np.int64)
+    a, b, receiver, elements, messages, distance = runs.merge_received(
+        keys, rest, stride, changes, owner, (column, row), tiles, (pairs, senders), bits, 1
+    )
+    want = _expected(begin, length, dst, owner, column, row, tiles)
+    assert elements.tolist() == want[0].tolist()
+    assert messages.tolist() == want[1].tolist()
+    assert distance.tolist() == want[2].tolist()
+    assert np.array_equal(pairs.reshape(tiles, tiles) == 1, want[3])
+    assert senders.tolist() == want[3].sum(1).tolist()
+    # the intervals: disjoint, each within what its tile asked for, tile after tile
+    assert np.all(np.diff(receiver) >= 0)
+    for t in range(tiles):
+        asked = np.zeros(space, bool)
+        for s, k in zip(begin[dst == t], length[dst == t], strict=True):
+            asked[s : s + k] = True
+        got = np.zeros(space, np.int64)
+        for x, y in zip(a[receiver == t], b[receiver == t], strict=True):
+            got[x:y] += 1
+        assert got.tolist() == asked.astype(np.int64).tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("one_length", [False, True])
+def test_keys_in_few_ascending_stretches_sort_as_sorted_does(seed, one_length):
+    """Keys made of a few ascending stretches (the windows a convolution's vertex reads)
+    take the merging sort: the result is Python's ``sorted`` of the (lo, other) pairs."""
+    rng = np.random.default_rng(seed)
+    stretches = [np.sort(rng.integers(0, 10_000, int(rng.integers(50, 200)))) for _ in range(5)]
+    lo = np.concatenate(stretches)
+    assert int((np.diff(lo) < 0).sum()) <= runs.MERGE_STRETCHES_PER_KEY * lo.size
+    other = np.full(lo.size, 3) if one_length else rng.integers(1, 30, lo.size)
+    got_lo, got_other = runs.sort_ranges(lo, other)
+    want = sorted(zip(lo.tolist(), other.tolist(), strict=True))
+    if one_length:
+        assert got_lo.tolist() == [p[0] for p in want]
+        assert got_other.tolist() == [3] * lo.size
+    else:
+        assert list(zip(got_lo.tolist(), got_other.tolist(), strict=True)) == want
