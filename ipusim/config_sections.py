@@ -484,7 +484,9 @@ class CodeConfig(_Section):
     copy_estimate: Literal["planner", "runtime", "poplibs"] = Field(
         default="planner",
         description="Cost of the Copy program's on-tile copy vertices (ipusim.machine_copies): "
-        "'planner' (Poplibs' planner: min(8 B, contiguous bytes) per thread cycle), "
+        "'planner' (Poplibs' planner estimate, ConvModel.cpp addTransformCycleEstimate: "
+        "min(memcpy bytes per cycle, element bytes) x 4/5 per thread cycle, x 3/5 where a "
+        "piece's elements are not a multiple of 2 (FLOAT) or 4 (other types)), "
         "'runtime' (the copy_* fields below, fitted on H) or 'poplibs' (Poplibs' "
         "LongMemcpy estimate).",
     )

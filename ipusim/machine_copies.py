@@ -38,18 +38,28 @@ chunks of whole 64-bit words (one copy vertex per worker, as the SDK 1.x profile
 above show, so the chunks split pieces where they fall), and each vertex is costed by
 ``code.copy_estimate``:
 
-* ``planner`` (the default): modelled on Poplibs' planner estimate of the copies that
-  rearrange operands (graphcore/poplibs 7eac0f26, ``lib/poplin/ConvModel.cpp``, the
-  ``inputsCopyCycles``/``weightsCopyCycles`` estimates with
-  ``target.getMemcpyBytesPerCycle()``), but not equal to it: Poplibs moves
-  ``min(memcpy bytes per cycle, element bytes)`` per cycle scaled by 4/5 or 3/5
-  (``getScaleFactorForTransform``), 3.2 B a cycle for FLOAT, where this rule moves each
-  contiguous piece at ``min(memcpy bytes per cycle, piece bytes)`` (the copy vertices do
-  not know the element type yet): each piece moves at the ``ldst64pace`` rate,
-  at least one thread cycle a piece, no per-region part; the planner has no fixed
-  part either, but a vertex has one (its entry, reading its state, its exit): the
-  scatter's fixed part of the H fit, the one without the gather's unexplained extra
-  ("H with the runtime copy vertices" in docs/calibration.md);
+* ``planner`` (the default): Poplibs' planner estimate of the copies that rearrange a
+  convolution's or matMul's operands and output (graphcore/poplibs 7eac0f26,
+  ``lib/poplin/ConvModel.cpp``, ``addTransformCycleEstimate`` with
+  ``getScaleFactorForTransform``), line by line: ``reorderBytesPerCycle =
+  min(target.getMemcpyBytesPerCycle(), bytes per element)`` (the memcpy rate here being
+  :func:`copy_bytes_per_cycle`, 8 B on every preset); a transform factor ``{5, 4}``
+  when the transformed dimension's size is a multiple of the type's granularity (2
+  elements for FLOAT, 4 for every other type), else ``{5, 3}``; and
+  ``copyCycles = ceildiv(bytesPerTile * 5, reorderBytesPerCycle * 4 or 3)``, rounded up
+  once, with no part per piece, per region or per vertex. Poplibs' estimate is a
+  tile's: its bytes at that rate per tile cycle. Here a tile's bytes are shared by its
+  worker vertices, each moving its chunk at the same rate per thread cycle (a thread
+  cycle is ``worker_contexts`` tile cycles, so six workers together keep Poplibs'
+  rate), rounded up once per vertex (:func:`planner_copy_cycles`). Poplibs' dimension
+  is a channel count of the convolution (``inputChannelsPerConvGroup *
+  outputChannelsPerConvGroup`` for inputs and weights, ``outputChannelsPerConvGroup``
+  for the output), which a ``Copy`` program does not know; its analogue here is what
+  the copy regroups, each piece's length in elements (a piece of whole granules moves
+  in whole 64-bit words for FLOAT and HALF). Poplibs' planner has no fixed part, but a
+  vertex has one (its entry, reading its state, its exit): the scatter's fixed part of
+  the H fit, the one without the gather's unexplained extra ("H with the runtime copy
+  vertices" in docs/calibration.md);
 * ``runtime``: the H fit above (fixed + regions x per region + the moves), a region
   being a strided run of pieces (one length, constant strides on both sides), the kind
   a gather where the tile's source side has more runs than its destination side;
@@ -62,8 +72,8 @@ Poplar's copies for a vertex's ``Vector`` fields, contiguous rows of about 200 b
 A ``Copy`` that rearranges an operand (a matMul's, say) moves many pieces of a few
 bytes, for which the per-row part fitted on H (48 thread cycles a row) would cost
 several times the copy's bytes; Poplibs' planner, which prices those very copies,
-charges a cycle a piece. So the planner is the default for ``Copy`` programs, and
-:func:`copy_vertex_cycles` (H's copies) keeps the fit.
+charges them by their bytes and element type alone. So the planner is the default for
+``Copy`` programs, and :func:`copy_vertex_cycles` (H's copies) keeps the fit.
 """
 
 from __future__ import annotations
@@ -78,14 +88,23 @@ from ipusim.config import MachineConfig
 
 __all__ = [
     "COPY_KINDS",
+    "ELEMENT_BYTES",
     "copy_bytes_per_cycle",
     "copy_vertex_cycles",
     "on_tile_copy_vertices",
+    "planner_copy_cycles",
     "poplibs_memcpy_cycles",
+    "transform_factor",
 ]
 
 #: The kinds of runtime copy vertex (module docstring).
 COPY_KINDS = ("gather", "scatter")
+
+#: Bytes of one element of each Poplar element type, by Poplar's spelling.
+ELEMENT_BYTES = {
+    "float": 4, "half": 2, "int": 4, "unsigned int": 4, "short": 2, "unsigned short": 2,
+    "char": 1, "unsigned char": 1, "bool": 1,
+}  # fmt: skip
 
 
 def copy_bytes_per_cycle(cfg: MachineConfig) -> int:
@@ -128,6 +147,74 @@ def copy_vertex_cycles(
     return round(fixed + b.size * per_region) + moves
 
 
+def transform_factor(element_type: str, size: ArrayLike) -> tuple[int, np.ndarray]:
+    """Poplibs' scale factor of a rearranging copy, ``(5, 4)`` when ``size`` (elements)
+    is a multiple of the type's granularity, 2 for FLOAT and 4 for every other type,
+    else ``(5, 3)`` (graphcore/poplibs 7eac0f26, ``lib/poplin/ConvModel.cpp``,
+    ``getScaleFactorForTransform``): the copy moves ``rate * f1 / 5`` bytes a cycle.
+    Returns ``5`` and ``f1`` (an array shaped as ``size``)."""
+    grain = 2 if element_type == "float" else 4
+    return 5, np.where(np.asarray(size, np.int64) % grain == 0, 4, 3)
+
+
+def planner_copy_cycles(
+    cfg: MachineConfig, piece_bytes: ArrayLike, element_type: str | ArrayLike
+) -> int:
+    """Thread cycles of one copy vertex moving ``piece_bytes`` (one entry per piece, each
+    piece of ``element_type``: one name for all or one per piece) by Poplibs' planner
+    rule (module docstring): each piece at ``min(memcpy bytes per cycle, element
+    bytes) * f1 / 5`` bytes a cycle (:func:`transform_factor` of its length in
+    elements), the sum rounded up once, plus the vertex's entry and exit."""
+    b = np.asarray(piece_bytes, np.int64).reshape(-1)
+    weight, scale = _planner_weights(cfg, b, element_type)
+    moved = int((b * weight).sum())
+    return round(cfg.code.copy_scatter_fixed_cycles) + -(-moved // scale)
+
+
+def _planner_weights(
+    cfg: MachineConfig, nbytes: np.ndarray, element_type: str | ArrayLike | None
+) -> tuple[np.ndarray, int]:
+    """Per piece, the cycles a byte costs by the planner rule, as an integer count of
+    ``1 / scale`` cycles: ``5 * scale / (rate * f1)``, ``scale`` the least common
+    multiple of the pieces' ``rate * f1`` (so that summing and rounding are exact)."""
+    if element_type is None:
+        raise ValueError(
+            "on-tile copy: code.copy_estimate='planner' needs the copied elements' type "
+            "(element_type=None); Poplibs' planner rate is min(memcpy bytes per cycle, "
+            "element bytes); hint: pass the tensor's element type name, e.g. 'half'"
+        )
+    names = np.asarray(element_type).reshape(-1)
+    if names.size not in (1, nbytes.size):
+        raise ValueError(
+            f"on-tile copy: {names.size} element types for {nbytes.size} pieces; give one "
+            "type for the whole copy or one per piece"
+        )
+    kinds, which = np.unique(names, return_inverse=True)
+    which = np.broadcast_to(which.reshape(-1), nbytes.shape)
+    memcpy = copy_bytes_per_cycle(cfg)
+    denominator = np.empty(nbytes.size, np.int64)
+    numerator = np.empty(nbytes.size, np.int64)
+    for k, name in enumerate(kinds.tolist()):
+        size = ELEMENT_BYTES.get(name)
+        if size is None:
+            raise ValueError(
+                f"on-tile copy: element type {name!r} is not a Poplar element type; "
+                f"expected one of {', '.join(ELEMENT_BYTES)}"
+            )
+        mine = which == k
+        if np.any(nbytes[mine] % size):
+            bad = int(nbytes[mine][nbytes[mine] % size != 0][0])
+            raise ValueError(
+                f"on-tile copy: a piece of {bad} bytes of {name}; pieces must be whole "
+                f"elements of {size} bytes"
+            )
+        f0, f1 = transform_factor(name, nbytes[mine] // size)
+        numerator[mine] = f0
+        denominator[mine] = min(memcpy, size) * f1
+    scale = int(np.lcm.reduce(np.unique(denominator))) if nbytes.size else 1
+    return numerator * (scale // denominator), scale
+
+
 def poplibs_memcpy_cycles(region_bytes: ArrayLike) -> int:
     """Thread cycles of one copy vertex moving ``region_bytes`` (one entry per row) by
     Poplibs' ``LongMemcpy`` estimate (graphcore/poplibs 7eac0f26,
@@ -138,10 +225,11 @@ def poplibs_memcpy_cycles(region_bytes: ArrayLike) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _chunk_walk(tile, nbytes, fresh, contexts, rate):  # pragma: no cover - compiled
+def _chunk_walk(tile, nbytes, fresh, weight, contexts, rate):  # pragma: no cover - compiled
     # pieces sorted by tile; each tile's bytes cut into chunks of ceil(bytes / (contexts
     # * 8)) * 8, a vertex per chunk: its tile, its first piece, the thread cycles of its
-    # moves at ``rate``, Poplibs' memcpy estimate of its segments and its region setups
+    # moves at ``rate``, Poplibs' memcpy estimate of its segments, its region setups and
+    # its bytes times their pieces' ``weight`` (the planner rule's cost of a byte)
     n = tile.size
     room = 0
     k = 0
@@ -156,6 +244,7 @@ def _chunk_walk(tile, nbytes, fresh, contexts, rate):  # pragma: no cover - comp
     moves = np.zeros(room, np.int64)
     memcpy = np.zeros(room, np.int64)
     setups = np.zeros(room, np.int64)
+    weighed = np.zeros(room, np.int64)
     m = 0
     k = 0
     while k < n:
@@ -184,10 +273,11 @@ def _chunk_walk(tile, nbytes, fresh, contexts, rate):  # pragma: no cover - comp
                 seg = y - x
                 moves[m - 1] += -(-seg // rate)
                 memcpy[m - 1] += 35 + seg // 4 + (seg % 4) * 5  # poplibs_memcpy_cycles
+                weighed[m - 1] += seg * weight[p]
                 x = y
             offset = end
         k = j
-    return v_tile[:m], v_row[:m], moves[:m], memcpy[:m], setups[:m]
+    return v_tile[:m], v_row[:m], moves[:m], memcpy[:m], setups[:m], weighed[:m]
 
 
 def on_tile_copy_vertices(
@@ -196,6 +286,7 @@ def on_tile_copy_vertices(
     region_bytes: ArrayLike,
     gather: ArrayLike,
     new_region: ArrayLike | None = None,
+    element_type: str | ArrayLike | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The copy vertices of an on-tile copy: ``(vertex tile, thread cycles)``.
 
@@ -204,14 +295,22 @@ def on_tile_copy_vertices(
     gather (else a scatter); ``new_region[k]`` (default all True) whether the piece
     starts a region of its own, False where it continues a strided region (pieces of
     one length at constant source and destination strides, which one loop of a strided
-    copy vertex walks). A tile's pieces, in the order given, are cut into one chunk per
-    worker context of ``ceil(tile bytes / (contexts * 8)) * 8`` bytes (whole 64-bit
-    words), so a chunk boundary splits the piece it falls in; each chunk is one vertex,
-    costed by ``code.copy_estimate`` (module docstring): every piece moves at the rate,
-    rounded up to whole cycles (at least one cycle a piece: ``min(memcpy bytes per
-    cycle, piece bytes)`` per cycle; the module docstring says how this differs from
-    Poplibs' planner),
-    and ``runtime`` adds :func:`copy_vertex_cycles`' fixed and per-region parts.
+    copy vertex walks); ``element_type`` is the Poplar name of the pieces' element type
+    (one for all, or one per piece), which the ``planner`` rule needs. A tile's pieces,
+    in the order given, are cut into one chunk per worker context of
+    ``ceil(tile bytes / (contexts * 8)) * 8`` bytes (whole 64-bit words), so a chunk
+    boundary splits the piece it falls in; each chunk is one vertex, costed by
+    ``code.copy_estimate`` (module docstring): ``planner`` by
+    :func:`planner_copy_cycles` over its segments (a split piece's segments keep the
+    piece's transform factor), ``runtime`` by :func:`copy_vertex_cycles`' fixed and
+    per-region parts plus every segment at the ``ldst64pace`` rate rounded up,
+    ``poplibs`` by :func:`poplibs_memcpy_cycles`.
+
+    Raises
+    ------
+    ValueError
+        With ``planner``: no element type, an unknown one, or a piece that is not a
+        whole number of elements.
     """
     tile = np.asarray(region_tile, np.int64).reshape(-1)
     nbytes = np.asarray(region_bytes, np.int64).reshape(-1)
@@ -219,17 +318,20 @@ def on_tile_copy_vertices(
     fresh = np.ones(tile.size, bool) if new_region is None else np.asarray(new_region, bool)
     if not tile.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    estimate = cfg.code.copy_estimate
+    weight, scale = np.zeros(tile.size, np.int64), 1
+    if estimate == "planner":
+        weight, scale = _planner_weights(cfg, nbytes, element_type)
     order = np.argsort(tile, kind="stable")
     tile, nbytes, kind, fresh = tile[order], nbytes[order], kind[order], fresh[order]
     contexts = int(cfg.tile.worker_contexts)
-    v_tile, row, moves, memcpy, count = _chunk_walk(
-        tile, nbytes, fresh, contexts, copy_bytes_per_cycle(cfg)
+    v_tile, row, moves, memcpy, count, weighed = _chunk_walk(
+        tile, nbytes, fresh, weight[order], contexts, copy_bytes_per_cycle(cfg)
     )
-    estimate = cfg.code.copy_estimate
     if estimate == "poplibs":
         return v_tile, 12 + memcpy
     if estimate == "planner":  # plus the vertex's entry and exit (module docstring)
-        return v_tile, round(cfg.code.copy_scatter_fixed_cycles) + moves
+        return v_tile, round(cfg.code.copy_scatter_fixed_cycles) + -(-weighed // scale)
     code = cfg.code
     is_gather = kind[row]
     fixed = np.where(is_gather, code.copy_gather_fixed_cycles, code.copy_scatter_fixed_cycles)

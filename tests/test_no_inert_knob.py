@@ -308,9 +308,10 @@ def test_copy_estimate_changes_an_on_tile_copy() -> None:
         copy_total_cycles({"code.copy_estimate": v}, 16) for v in KNOBS["code.copy_estimate"].values
     ]
     # one region of 64 B in chunks of ceil(64 / (6 x 8)) x 8 = 16 B: four workers of
-    # 16 B each; the tile takes its slowest worker's thread cycles x 6
+    # 16 B each; the tile takes its slowest worker's thread cycles x 6; the planner rule
+    # moves 16 floats (a multiple of FLOAT's granularity 2) at min(8, 4) x 4 / 5 B a cycle
     cfg = load_config("tiny").code
-    planner = round(cfg.copy_scatter_fixed_cycles) + 16 // 8
+    planner = round(cfg.copy_scatter_fixed_cycles) + 16 * 5 // (4 * 4)
     poplibs = 12 + 35 + 16 // 4
     assert totals[1] - totals[0] == 6 * (poplibs - planner)
 

@@ -6,6 +6,7 @@ written out here from the formulas."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -34,10 +35,18 @@ def runtime(pieces: list[int], gather: bool, regions: int | None = None) -> int:
     return round(fixed + regions * per) + sum(math.ceil(p / 8) for p in pieces)
 
 
-def planner(pieces: list[int]) -> int:
-    """Poplibs' planner rule: a piece's bytes at min(8, its bytes) per thread cycle, with
-    the vertex's entry and exit (the scatter's fixed part of FIELDS)."""
-    return round(FIELDS["code.copy_scatter_fixed_cycles"]) + sum(math.ceil(p / 8) for p in pieces)
+def planner(segments: list[tuple[int, int]], size: int = 4, grain: int = 2) -> int:
+    """Poplibs' planner rule (ConvModel.cpp addTransformCycleEstimate) for one vertex
+    over ``segments`` ``(bytes, bytes of the whole piece)`` of elements of ``size``
+    bytes (FLOAT by default, granularity 2): each segment at min(8, size) x f1 / 5 bytes
+    a cycle, f1 4 when its piece's elements are a multiple of the granularity else 3,
+    the sum rounded up once, with the vertex's entry and exit (the scatter's fixed part
+    of FIELDS)."""
+    cycles = Fraction(0)
+    for seg, piece in segments:
+        f1 = 4 if (piece // size) % grain == 0 else 3
+        cycles += Fraction(seg * 5, min(8, size) * f1)
+    return round(FIELDS["code.copy_scatter_fixed_cycles"]) + math.ceil(cycles)
 
 
 def poplibs(pieces: list[int]) -> int:
@@ -62,9 +71,11 @@ def test_regions_are_cut_into_one_chunk_per_worker() -> None:
     assert got == sorted([(1, poplibs([8]))] + [(3, poplibs([24]))] * 4 + [(3, poplibs([4, 20]))])
     assert poplibs_memcpy_cycles([4, 20, 7]) == poplibs([4, 20, 7])
     rule = load_config("tiny", {**FIELDS, "code.copy_estimate": "planner"})
-    tiles, cycles = on_tile_copy_vertices(rule, [3, 1, 3], [100, 8, 20], [True] * 3)
+    tiles, cycles = on_tile_copy_vertices(rule, [3, 1, 3], [100, 8, 20], [True] * 3, None, "float")
     got = sorted(zip(tiles.tolist(), cycles.tolist(), strict=True))
-    assert got == sorted([(1, planner([8]))] + [(3, planner([24]))] * 4 + [(3, planner([4, 20]))])
+    # FLOAT: 25 and 5 elements (odd: factor 5/3), 2 elements (even: 5/4)
+    want = [(1, planner([(8, 8)]))] + [(3, planner([(24, 100)]))] * 4
+    assert got == sorted([*want, (3, planner([(4, 100), (20, 20)]))])
 
 
 def test_no_regions_no_vertices() -> None:
@@ -118,7 +129,7 @@ def test_a_strided_source_is_a_gather_and_a_strided_destination_a_scatter() -> N
     step = _copy_step({"code.copy_estimate": "poplibs"}, scatter)
     assert _vertices(step) == sorted((2, poplibs(p)) for p in pieces)
     step = _copy_step({"code.copy_estimate": "planner"}, scatter)
-    assert _vertices(step) == sorted((2, planner(p)) for p in pieces)
+    assert _vertices(step) == sorted((2, planner([(b, 16) for b in p])) for p in pieces)
 
 
 def test_pieces_at_changing_strides_are_regions_of_their_own() -> None:
@@ -176,7 +187,8 @@ def test_the_copy_lasts_the_slowest_worker_times_the_contexts(estimate: str) -> 
     # 960 B and 1,920 B of float on tile 0
     cycles = [copy_total_cycles({**FIELDS, "code.copy_estimate": estimate}, n) for n in (240, 480)]
     # six workers of 160 B, then of 320 B: the tile's time grows by 6 x the bytes added
-    # to one worker at the vertex's rate
-    per_worker = {"planner": 160 // 8, "runtime": 160 // 8, "poplibs": 160 // 4}[estimate]
+    # to one worker at the vertex's rate (planner: FLOAT, an even number of elements,
+    # min(8, 4) x 4 / 5 bytes a cycle)
+    per_worker = {"planner": 160 * 5 // 16, "runtime": 160 // 8, "poplibs": 160 // 4}[estimate]
     assert cycles[1] - cycles[0] == 6 * per_worker
     assert np.all(np.diff(cycles) > 0)

@@ -5,6 +5,7 @@ time in plain Python, and the pieces of an on-tile copy against a plain loop."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -21,9 +22,14 @@ FIELDS = {
 }
 
 
-def walk(cfg, tiles, nbytes, gather, fresh) -> list[tuple[int, int]]:
+#: Bytes and Poplibs' transform granularity (getScaleFactorForTransform) of some types.
+TYPES = {"float": (4, 2), "half": (2, 4), "int": (4, 4), "char": (1, 4)}
+
+
+def walk(cfg, tiles, nbytes, gather, fresh, types=None) -> list[tuple[int, int]]:
     """Sorted ``(tile, cycles)`` of the copy vertices: each tile's pieces in the given
-    order cut at multiples of its chunk, every segment priced on its own."""
+    order cut at multiples of its chunk, every segment priced on its own (the planner
+    rule: as a fraction of a cycle, the vertex's sum rounded up once)."""
     contexts = cfg.tile.worker_contexts
     rate = min(cfg.memory.load_bytes_per_cycle, cfg.memory.store_bytes_per_cycle)
     code = cfg.code
@@ -35,6 +41,7 @@ def walk(cfg, tiles, nbytes, gather, fresh) -> list[tuple[int, int]]:
         moves: dict[int, int] = {}
         setups: dict[int, int] = {}
         per_piece: dict[int, int] = {}
+        planned: dict[int, Fraction] = {}
         offset = 0
         for n, k in enumerate(mine):
             x, end = offset, offset + nbytes[k]
@@ -44,6 +51,11 @@ def walk(cfg, tiles, nbytes, gather, fresh) -> list[tuple[int, int]]:
                 first_of_vertex = v not in moves
                 moves[v] = moves.get(v, 0) + math.ceil((y - x) / rate)
                 per_piece[v] = per_piece.get(v, 0) + 35 + (y - x) // 4 + (y - x) % 4 * 5
+                if types is not None:
+                    size, grain = TYPES[types[k]]
+                    f1 = 4 if (nbytes[k] // size) % grain == 0 else 3
+                    share = Fraction((y - x) * 5, min(rate, size) * f1)
+                    planned[v] = planned.get(v, Fraction(0)) + share
                 starts_region = x == offset and (fresh[k] or n == 0)
                 setups[v] = setups.get(v, 0) + (starts_region or first_of_vertex)
                 x = y
@@ -53,7 +65,7 @@ def walk(cfg, tiles, nbytes, gather, fresh) -> list[tuple[int, int]]:
             if code.copy_estimate == "poplibs":
                 cycles = 12 + per_piece[v]
             elif code.copy_estimate == "planner":
-                cycles = round(code.copy_scatter_fixed_cycles) + moves[v]
+                cycles = round(code.copy_scatter_fixed_cycles) + math.ceil(planned[v])
             else:
                 fixed = code.copy_gather_fixed_cycles if g else code.copy_scatter_fixed_cycles
                 per = code.copy_gather_region_cycles if g else code.copy_scatter_region_cycles
@@ -70,15 +82,21 @@ def test_vertices_match_a_segment_walk(estimate: str) -> None:
         n = int(rng.integers(1, 60))
         tiles = rng.integers(0, 5, n).tolist()
         # small pieces (many in one chunk) and large ones (cut by several chunk bounds)
-        nbytes = (rng.integers(1, 9, n) * (4 if trial % 2 else 1)).tolist()
+        # element types: one for the copy, or one per piece (a mixed copy)
+        names = list(TYPES)
+        types = [names[trial % 4]] * n if trial % 5 else rng.choice(names, n).tolist()
+        size = np.array([TYPES[t][0] for t in types])
+        elements = rng.integers(1, 9, n) * (4 if trial % 2 else 1)
         if trial % 3 == 0:
-            nbytes = rng.integers(1, 400, n).tolist()
+            elements = rng.integers(1, 100, n)
+        nbytes = (elements * size).tolist()
         tile_gather = rng.random(5) < 0.5
         gather = [bool(tile_gather[t]) for t in tiles]
         fresh = (rng.random(n) < 0.6).tolist()
-        got_t, got_c = on_tile_copy_vertices(cfg, tiles, nbytes, gather, fresh)
+        got_t, got_c = on_tile_copy_vertices(cfg, tiles, nbytes, gather, fresh, types)
         got = sorted(zip(got_t.tolist(), got_c.tolist(), strict=True))
-        assert got == walk(cfg, tiles, nbytes, gather, fresh), (trial, tiles, nbytes)
+        want = walk(cfg, tiles, nbytes, gather, fresh, types)
+        assert got == want, (trial, tiles, nbytes, types)
 
 
 def test_copy_pieces_match_a_plain_loop() -> None:
