@@ -121,7 +121,7 @@ def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
     nodes: list[ir.Node] = []
     local = s_tile == d_tile
     if local.any():
-        tiles, cycles = on_tile_copy_steps(em.cfg, s_ids, d_ids, d_tile, local, typ.size)
+        tiles, cycles = on_tile_copy_steps(em.cfg, s_ids, d_ids, d_tile, local, typ.size, typ.name)
         nodes.append(
             ir.Compute(
                 name=f"{name}/OnTileCopy",
@@ -148,6 +148,7 @@ def on_tile_copy_steps(
     d_tile: np.ndarray,
     local: np.ndarray,
     item_bytes: int,
+    element_type: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Copy vertices ``(tile, thread cycles)`` of the elements a ``Copy`` moves within a
     tile (``local``): Poplar's runtime copy vertices
@@ -159,7 +160,8 @@ def on_tile_copy_steps(
     strides on both sides form one strided region (a transpose's column, say), which a
     copy vertex sets up once. A tile's copy is a gather when its source side has more
     runs than its destination side (strided reads into a contiguous buffer), else a
-    scatter.
+    scatter. ``element_type`` (Poplar's name of the elements' type, ``item_bytes`` each)
+    sets the rate of the default ``planner`` estimate.
     """
     idx = np.flatnonzero(local)
     order = idx[np.argsort(d_tile[idx], kind="stable")]
@@ -174,7 +176,8 @@ def on_tile_copy_steps(
     same = np.r_[False, length[1:] == length[:-1]]
     stride_kept = np.r_[False, (step_s[1:] == step_s[:-1]) & (step_d[1:] == step_d[:-1])]
     new_region = _region_starts(first | ~same, stride_kept)
-    return on_tile_copy_vertices(cfg, tile[starts], length * item_bytes, gather, new_region)
+    pieces = length * item_bytes
+    return on_tile_copy_vertices(cfg, tile[starts], pieces, gather, new_region, element_type)
 
 
 @numba.njit(cache=True, nogil=True)
