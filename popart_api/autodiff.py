@@ -310,6 +310,7 @@ def backward(
     before_node: Callable[[NodeRecord], Any] | None = None,
     keep: Iterable[str] = (),
     fuse: bool = True,
+    outline: Callable[[NodeRecord, GradFn, GradContext], Grads] | None = None,
 ) -> dict[str, Tensor]:
     """Append the backward pass to ``prog``; return the gradient of every tensor reached.
 
@@ -330,6 +331,10 @@ def backward(
     fuse
         Whether fused gradients (``register_fused_grad``) are used at all (the
         ``SoftmaxGradDirect`` / ``NlllWithSoftmaxGradDirect`` patterns).
+    outline
+        Called as ``outline(record, gradient function, context)`` instead of the
+        gradient function (:class:`popart_api.outline_grads.GradOutliner`: equivalent
+        gradient ops lowered once as functions).
 
     Raises
     ------
@@ -385,7 +390,7 @@ def backward(
         target = prog if target is None else target
         outs = _local_grads(g_graph, outs, target, r.name, per_record)
         ctx = _context(r, g_graph, target, outs, wanted)
-        in_grads = list(fn(ctx))
+        in_grads = list(fn(ctx) if outline is None else outline(r, fn, ctx))
         for tid, want, g, x in zip(r.input_ids, wanted, in_grads, r.inputs, strict=False):
             if not want or g is None:
                 continue

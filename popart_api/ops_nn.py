@@ -490,7 +490,6 @@ def _batchnorm_grad(g: GradContext) -> Grads:
     batch and field), ``dscale = Σ dY·x̂``, ``dB = Σ dY``. Inference: the statistics are
     constants, ``dX = dY·scale·invStd``. The mean/var inputs get no gradient."""
     dy = g.grad_output(0)
-    x = g.inputs[0]
     rank, c = dy.rank(), dy.dim(1)
     dims = [0, *range(2, rank)]
     scale = tensor(g.graph, g.inputs[1], g.name, dy)
@@ -500,6 +499,7 @@ def _batchnorm_grad(g: GradContext) -> Grads:
         xhat = g.outputs[6]
     else:
         mean = tensor(g.graph, g.inputs[3], g.name, dy)
+        x = g.inputs[0]  # read only here: training reads x̂
         xc = popops.sub(g.graph, x, _channel_view(mean, rank), g.prog, f"{g.name}/centre")
         xhat = popops.mul(g.graph, xc, _channel_view(inv_std, rank), g.prog, f"{g.name}/whiten")
     out: list[Tensor | None] = [None] * len(g.inputs)

@@ -19,7 +19,9 @@ replay call one function per recomputed node, the node's own program, which writ
 the forward pass's tensors, so no copies are made (:mod:`popart_api.outline`, as
 PopART outlines a fragment and its recomputation) and the replay adds no compute-set
 code. Repeated sequences of other nodes are
-outlined as PopART's outliner would (:func:`popart_api.outline.outline_repeats`).
+outlined as PopART's outliner would (:func:`popart_api.outline.outline_repeats`), and
+so are the gradients of equivalent high-value ops in the backward pass
+(:class:`popart_api.outline_grads.GradOutliner`).
 Every micro-batch starts by marking undefined every variable the forward and backward
 passes create (activations, gradients, Poplibs temporaries), so each is live from its
 write to its last read in the micro-batch only, not across the loop.
@@ -38,6 +40,7 @@ from popart_api.errors import popart_exception
 from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import RecomputationType, RecomputeType, ReductionType
 from popart_api.outline import outline_recomputed, outline_repeats
+from popart_api.outline_grads import GradOutliner
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
 from poplar_api.graph import variable_count, variable_tensors
@@ -247,15 +250,21 @@ def _training_step(
         return session.lowered.graphs[r.ipu]
 
     first = variable_count(graph)
+    records = session.lowered.records
+    outliner = None
+    if session.options.enableOutlining:  # the backward pass too, as PopART's outliner
+        need = autodiff.requires_grad(records, sources)
+        outliner = GradOutliner(records, need, session.options.outlineThreshold)
     grads = autodiff.backward(
         graph_of,
-        session.lowered.records,
+        records,
         {session.loss: seed},
         sources,
         bwd,
         hook,
         keep,
         session.patterns.fuse_softmax_grad,
+        outliner,
     )
     spans = [session.lowered.forward_variables, (first, variable_count(graph))]
     for t in transient_variables(graph, spans):
