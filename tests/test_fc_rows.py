@@ -30,14 +30,6 @@ def _fc_module():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="J-fc_layer_4_1000_1000_half.ipum2 is -50.4 % since convolution operands are "
-    "mapped in 128/256-byte grains (16ec9b9): 12,733 cycles against 25,657 measured; the "
-    "means hold (Mk1 14.2 %, Mk2 11.1 %). The on-tile copies' planner rule charges up to "
-    "8 B a cycle where Poplibs' planner estimate moves 1.6 B a cycle for HALF (see "
-    "ipusim/machine_copies.py): a known under-estimate, not yet modelled",
-)
 def test_fully_connected_rows_within_the_issue_bar() -> None:
     fc = _fc_module()
     measured = {r["id"]: float(r["value"]) for r in csv.DictReader(CSV.open())}
