@@ -97,3 +97,19 @@ def test_keys_in_few_ascending_stretches_sort_as_sorted_does(seed, one_length):
         assert got_other.tolist() == [3] * lo.size
     else:
         assert list(zip(got_lo.tolist(), got_other.tolist(), strict=True)) == want
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_runs_hit_bitmap_equals_a_set_lookup(seed):
+    """Whether any id of some runs is set in a bitmap of a span (runs inside, across
+    and outside the span), against Python sets."""
+    rng = np.random.default_rng(seed)
+    lo, size = int(rng.integers(0, 50)), int(rng.integers(1, 200))
+    marked = rng.random(size) < rng.choice([0.0, 0.01, 0.2])
+    begin = rng.integers(0, lo + size + 50, int(rng.integers(0, 6)))
+    end = begin + rng.integers(0, 30, begin.size)
+    want = {lo + int(i) for i in np.flatnonzero(marked)}
+    hit = any(
+        i in want for b, e in zip(begin.tolist(), end.tolist(), strict=True) for i in range(b, e)
+    )
+    assert runs.runs_hit_bitmap(marked, lo, begin, end) == hit

@@ -127,6 +127,27 @@ def runs_hit(marked: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
+def _runs_hit_bitmap(marked, lo, begin, end):  # pragma: no cover - compiled
+    hi = lo + marked.size
+    for k in range(begin.size):
+        a = max(begin[k], lo)
+        b = min(end[k], hi)
+        for i in range(a, b):
+            if marked[i - lo]:
+                return True
+    return False
+
+
+def runs_hit_bitmap(marked: np.ndarray, lo: int, begin: np.ndarray, end: np.ndarray) -> bool:
+    """Whether any id of the runs ``begin[k] .. end[k] - 1`` is set in ``marked`` (a
+    bitmap of ids ``lo, lo + 1, ...``): one compiled pass over the runs' ids inside the
+    bitmap, stopping at the first set one (no list of the set ids is made)."""
+    if begin.size == 0:
+        return False
+    return bool(_runs_hit_bitmap(marked, int(lo), begin, end))
+
+
+@numba.njit(cache=True, nogil=True)
 def _span(ids):  # pragma: no cover - compiled
     lo = hi = ids[0]
     for k in range(1, ids.size):

@@ -165,13 +165,18 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
         if sum(runs.mark_new(a, lo, written) for a in w_arrays):  # an element written twice
             problems += _double_writes(state, table, t, writes, np.concatenate(w_arrays))
         writer: np.ndarray | None = None  # first writer (position) of each written element
-        marked: np.ndarray | None = None  # the written ids, sorted
         for ft in reads:
+            # most reads are of other tensors than the writes: a read whose span misses
+            # the written span, or whose runs hit no written id, needs no look at its ids
+            if ft.size == 0:
+                continue
             if ft.runs is not None:
-                if marked is None:
-                    marked = np.flatnonzero(written) + lo
-                if not runs.runs_hit(marked, *ft.runs).any():
-                    continue  # no read of a written element, found without the ids
+                if not runs.runs_hit_bitmap(written, lo, *ft.runs):
+                    continue
+            else:
+                r_lo, r_hi = runs.span(ft.ids)
+                if r_hi <= lo or r_lo >= hi:
+                    continue
             refs = runs.marked_refs(ft.ids, lo, written)
             if refs.size == 0:
                 continue
