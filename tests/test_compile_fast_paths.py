@@ -113,3 +113,59 @@ def test_runs_hit_bitmap_equals_a_set_lookup(seed):
         i in want for b, e in zip(begin.tolist(), end.tolist(), strict=True) for i in range(b, e)
     )
     assert runs.runs_hit_bitmap(marked, lo, begin, end) == hit
+
+
+def _old_copy_steps(cfg, s_ids, d_ids, d_tile, local, item_bytes):
+    """The on-tile part of a Copy as it was found before the fused pass: a stable
+    argsort by tile, then the pieces and regions in whole-array numpy steps."""
+    from ipusim.machine_copies import on_tile_copy_vertices
+
+    idx = np.flatnonzero(local)
+    order = idx[np.argsort(d_tile[idx], kind="stable")]
+    tile = d_tile[order]
+    src = np.asarray(s_ids)[order].astype(np.int64)
+    dst = np.asarray(d_ids)[order].astype(np.int64)
+    n = tile.size
+    new_tile = np.r_[True, tile[1:] != tile[:-1]]
+    s_break = new_tile | np.r_[True, src[1:] != src[:-1] + 1]
+    d_break = new_tile | np.r_[True, dst[1:] != dst[:-1] + 1]
+    starts = np.flatnonzero(s_break | d_break)
+    first = new_tile[starts]
+    group = np.cumsum(new_tile) - 1
+    s_runs = np.bincount(group, weights=s_break, minlength=group.max() + 1 if n else 0)
+    d_runs = np.bincount(group, weights=d_break, minlength=group.max() + 1 if n else 0)
+    gather = (d_runs < s_runs)[group[starts]]
+    length = np.diff(np.r_[starts, n])
+    step_s = np.diff(src[starts], prepend=0)
+    step_d = np.diff(dst[starts], prepend=0)
+    same = np.r_[False, length[1:] == length[:-1]]
+    kept = np.r_[False, (step_s[1:] == step_s[:-1]) & (step_d[1:] == step_d[:-1])]
+    forced = first | ~same
+    new_region = np.zeros(starts.size, bool)
+    for k in range(starts.size):
+        new_region[k] = forced[k] or (k > 0 and not new_region[k - 1] and not kept[k])
+    return on_tile_copy_vertices(cfg, tile[starts], length * item_bytes, gather, new_region)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_on_tile_copy_steps_in_one_pass_equal_the_whole_array_steps(seed):
+    """The fused pass (counting sort by tile, pieces and regions together) gives the
+    copy vertices of the numpy steps it replaced: tiles in any order, some elements
+    not local, ids given as arrays or ranges."""
+    from ipusim.config import load_config
+    from poplar_api.lowering.copies import on_tile_copy_steps
+
+    rng = np.random.default_rng(seed)
+    cfg = load_config("tiny", {"code.copy_estimate": "runtime"})
+    n = int(rng.integers(1, 300))
+    blocks = rng.integers(1, 6, n)
+    d_tile = np.repeat(rng.integers(0, 4, n), blocks)[:n]
+    if seed % 2:
+        d_tile = np.sort(d_tile)
+    local = rng.random(n) < 0.8
+    src = np.cumsum(np.where(rng.random(n) < 0.6, 1, rng.integers(-4, 12, n))) + 100
+    dst = range(5, 5 + n) if seed % 3 == 0 else np.cumsum(rng.integers(1, 3, n))
+    got = on_tile_copy_steps(cfg, src, dst, d_tile, local, 4)
+    want = _old_copy_steps(cfg, src, np.asarray(dst), d_tile, local, 4)
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist()

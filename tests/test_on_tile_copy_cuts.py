@@ -12,7 +12,7 @@ import pytest
 
 from ipusim.config import load_config
 from ipusim.machine_copies import on_tile_copy_vertices
-from poplar_api.lowering.copies import _copy_pieces
+from poplar_api.lowering.copies import _copy_regions
 
 FIELDS = {
     "code.copy_gather_fixed_cycles": 100.0,
@@ -107,7 +107,9 @@ def test_copy_pieces_match_a_plain_loop() -> None:
         # runs of consecutive ids with random jumps, on each side
         src = np.cumsum(np.where(rng.random(n) < 0.7, 1, rng.integers(-5, 9, n)))
         dst = np.cumsum(np.where(rng.random(n) < 0.5, 1, rng.integers(2, 9, n)))
-        starts, first, gather = _copy_pieces(tile, src, dst)
+        tiles, length, gather, _ = _copy_regions(tile, np.arange(n), src, dst)
+        starts = np.cumsum(length) - length
+        first = np.r_[True, tiles[1:] != tiles[:-1]] if n else np.zeros(0, bool)
         want_starts, want_first, runs = [], [], {}
         for i in range(n):
             new = i == 0 or tile[i] != tile[i - 1]

@@ -163,37 +163,68 @@ def on_tile_copy_steps(
     scatter. ``element_type`` (Poplar's name of the elements' type, ``item_bytes`` each)
     sets the rate of the default ``planner`` estimate.
     """
+    # the local elements by destination tile (a stable counting sort), then their
+    # pieces and strided regions in one compiled pass: no element-sized temporaries
+    # beyond the order and the gathered ids
     idx = np.flatnonzero(local)
-    order = idx[np.argsort(d_tile[idx], kind="stable")]
-    tile = d_tile[order]
-    src = id_array(s_ids)[order].astype(np.int64)
-    dst = id_array(d_ids)[order].astype(np.int64)
-    starts, first, gather = _copy_pieces(tile, src, dst)
-    length = np.diff(np.r_[starts, tile.size])
-    # strided regions: pieces of one length at constant strides on both sides
-    step_s = np.diff(src[starts], prepend=0)
-    step_d = np.diff(dst[starts], prepend=0)
-    same = np.r_[False, length[1:] == length[:-1]]
-    stride_kept = np.r_[False, (step_s[1:] == step_s[:-1]) & (step_d[1:] == step_d[:-1])]
-    new_region = _region_starts(first | ~same, stride_kept)
+    tile_of = d_tile[idx]
+    if idx.size and not _ascending(tile_of):
+        idx = idx[_stable_order(tile_of, int(tile_of.max()) + 1)]
+    src, dst = _gathered(s_ids, idx), _gathered(d_ids, idx)
+    tiles, length, gather, new_region = _copy_regions(d_tile, idx, src, dst)
     pieces = length * item_bytes
-    return on_tile_copy_vertices(cfg, tile[starts], pieces, gather, new_region, element_type)
+    return on_tile_copy_vertices(cfg, tiles, pieces, gather, new_region, element_type)
+
+
+def _gathered(ids: np.ndarray | range, at: np.ndarray) -> np.ndarray:
+    """``ids[at]`` as int64: of a ``range`` computed, not gathered from a made array."""
+    if isinstance(ids, range):
+        return ids.start + ids.step * at.astype(np.int64)
+    return np.asarray(ids)[at].astype(np.int64, copy=False)
 
 
 @numba.njit(cache=True, nogil=True)
-def _copy_pieces(tile, src, dst):  # pragma: no cover - compiled
-    # elements sorted by tile: where a piece starts (a new tile, or a step other than
-    # one on either side), whether it is its tile's first, and whether its tile's copy
-    # is a gather (more runs on the source side than on the destination side)
-    n = tile.size
-    starts = np.empty(n, np.int64)
+def _ascending(values):  # pragma: no cover - compiled
+    for k in range(1, values.size):  # noqa: SIM110 (a loop Numba compiles)
+        if values[k] < values[k - 1]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _stable_order(keys, bound):  # pragma: no cover - compiled
+    # ``np.argsort(keys, kind="stable")`` of keys in [0, bound): a counting sort
+    starts = np.zeros(bound + 1, np.int64)
+    for k in range(keys.size):
+        starts[keys[k] + 1] += 1
+    for t in range(bound):
+        starts[t + 1] += starts[t]
+    order = np.empty(keys.size, np.int64)
+    for k in range(keys.size):
+        t = keys[k]
+        order[starts[t]] = k
+        starts[t] += 1
+    return order
+
+
+@numba.njit(cache=True, nogil=True)
+def _copy_regions(d_tile, idx, src, dst):  # pragma: no cover - compiled
+    # elements idx (sorted by tile) with source and destination ids src, dst: the
+    # pieces (a new tile, or a step other than one on either side), each piece's tile
+    # and length, whether its tile's copy is a gather (more runs on the source side
+    # than on the destination side) and whether it starts a strided region (a tile's
+    # first piece, another length than the piece before, or strides on either side
+    # other than those from the piece before when its region has two pieces already;
+    # a region's second piece sets its strides, whatever they are)
+    n = idx.size
+    start = np.empty(n, np.int64)
     first = np.empty(n, np.bool_)
     gather = np.empty(n, np.bool_)
     m = 0
     lo = 0  # the first piece of the current tile
     src_runs = dst_runs = 0
     for i in range(n + 1):
-        new_tile = i == n or i == 0 or tile[i] != tile[i - 1]
+        new_tile = i == n or i == 0 or d_tile[idx[i]] != d_tile[idx[i - 1]]
         if new_tile and i > 0:
             for p in range(lo, m):
                 gather[p] = dst_runs < src_runs
@@ -206,22 +237,24 @@ def _copy_pieces(tile, src, dst):  # pragma: no cover - compiled
         src_runs += src_break
         dst_runs += dst_break
         if src_break or dst_break:
-            starts[m] = i
+            start[m] = i
             first[m] = new_tile
             m += 1
-    return starts[:m], first[:m], gather[:m]
-
-
-@numba.njit(cache=True, nogil=True)
-def _region_starts(forced, kept):  # pragma: no cover - compiled
-    # piece k starts a strided region when ``forced`` (a tile's first piece, another
-    # length), or when its region already has two pieces or more and k's strides are
-    # not theirs (``kept``: the same strides as from the piece before); the second
-    # piece of a region sets its strides, whatever they are
-    out = np.empty(forced.size, np.bool_)
-    for k in range(forced.size):
-        out[k] = forced[k] or (k > 0 and not out[k - 1] and not kept[k])
-    return out
+    tiles = np.empty(m, np.int64)
+    length = np.empty(m, np.int64)
+    new_region = np.empty(m, np.bool_)
+    step_s = step_d = 0
+    for k in range(m):
+        at = start[k]
+        tiles[k] = d_tile[idx[at]]
+        length[k] = (start[k + 1] if k + 1 < m else n) - at
+        prev_s, prev_d = (src[start[k - 1]], dst[start[k - 1]]) if k > 0 else (0, 0)
+        new_s, new_d = src[at] - prev_s, dst[at] - prev_d
+        kept = k > 0 and new_s == step_s and new_d == step_d
+        forced = first[k] or k == 0 or length[k] != length[k - 1]
+        new_region[k] = forced or (not new_region[k - 1] and not kept)
+        step_s, step_d = new_s, new_d
+    return tiles, length, gather[:m], new_region
 
 
 def stream_copy(
