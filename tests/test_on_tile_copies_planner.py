@@ -15,11 +15,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from test_on_tile_copies import _copy_step, _vertices
 
-from ipusim import ir
 from ipusim.config import load_config
 from ipusim.machine_copies import on_tile_copy_vertices, planner_copy_cycles, transform_factor
-from poplar_api import FLOAT, HALF, INT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, HALF, INT, Graph
 from poplar_api import program as prog
 
 MEMCPY = 8  # bytes a cycle: the tile's 64-bit load/store path on the presets
@@ -27,9 +27,13 @@ BYTES = {"float": 4, "half": 2, "int": 4, "char": 1}
 GRAIN = {"float": 2, "half": 4, "int": 4, "char": 4}  # getScaleFactorForTransform
 
 
+#: The vertex's entry and exit: the scatter's fixed part of the H fit (the default).
+ENTRY = {"code.copy_scatter_fixed_cycles": load_config("tiny").code.copy_scatter_fixed_cycles}
+
+
 def entry() -> int:
-    """The vertex's entry and exit: the scatter's fixed part of the H fit."""
-    return round(load_config("tiny").code.copy_scatter_fixed_cycles)
+    """The vertex's entry and exit in thread cycles."""
+    return round(ENTRY["code.copy_scatter_fixed_cycles"])
 
 
 def share(seg: int, piece: int, name: str) -> Fraction:
@@ -48,19 +52,16 @@ def test_transform_factor_is_poplibs_table() -> None:
 def _copy_vertices(typ, n: int) -> list[tuple[int, int]]:
     """Vertices of ``Copy(a, b)`` of ``n`` elements of ``typ``, both on tile 0 of
     ``tiny`` (one piece), with the default estimate."""
-    device = IPUModel(load_config("tiny")).createDevice()
-    graph = Graph(device.getTarget())
-    a = graph.addVariable(typ, [n], "a")
-    b = graph.addVariable(typ, [n], "b")
-    graph.setTileMapping(a, 0)
-    graph.setTileMapping(b, 0)
-    engine = Engine(graph, [prog.Copy(a, b)])
-    (step,) = [
-        s
-        for s in ir.iter_steps(engine.ir_program)
-        if isinstance(s, ir.Compute) and s.name.endswith("/OnTileCopy")
-    ]
-    return sorted(zip(step.vertex_tile.tolist(), step.vertex_cycles.tolist(), strict=True))
+
+    def build(graph: Graph) -> prog.Program:
+        a = graph.addVariable(typ, [n], "a")
+        b = graph.addVariable(typ, [n], "b")
+        graph.setTileMapping(a, 0)
+        graph.setTileMapping(b, 0)
+        return prog.Copy(a, b)
+
+    step = _copy_step({"code.copy_estimate": "planner", **ENTRY}, build)
+    return _vertices(step)
 
 
 @pytest.mark.parametrize(
