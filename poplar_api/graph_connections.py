@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from poplar_api.errors import GraphError
+from poplar_api.run_ids import RunIds, as_runs
 from poplar_api.tensor import Tensor
 from poplar_api.tensor_views import piece_runs
 from poplar_api.vertices import ListBlock
@@ -103,6 +104,19 @@ def _list_ids(graph: Graph, t: Tensor, ids: np.ndarray) -> np.ndarray:
         ids = ids.astype(np.int32)
         ids.flags.writeable = False
     return ids
+
+
+def list_block_ids(graph: Graph, t: Tensor, ids: np.ndarray) -> np.ndarray | RunIds:
+    """The ids of ``t`` as a list block keeps them: as :class:`~poplar_api.run_ids.RunIds`
+    when they are mostly runs of consecutive ids (found on ``ids`` as they are, in the
+    type :func:`_list_ids` would give them, so no converted copy of every id is made
+    first), else as :func:`_list_ids` gives them."""
+    runs = as_runs(ids)
+    if runs is None:
+        return _list_ids(graph, t, ids)
+    space = graph._state.find_space(t._type)
+    narrow = space is not None and space.size <= np.iinfo(np.int32).max
+    return RunIds(runs.starts, runs.firsts, runs.size, np.int32 if narrow else runs.dtype)
 
 
 def _runs_of(ids: np.ndarray, begins: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -242,7 +256,7 @@ class _Connections:
         keep = np.ones(sizes.size, bool)
         keep[one] = False
         counts = np.where(listed, vectors, 0)
-        self.lists.append((name, begins[keep], sizes[keep], counts, _list_ids(graph, t, ids)))
+        self.lists.append((name, begins[keep], sizes[keep], counts, list_block_ids(graph, t, ids)))
 
     def _segments(self, graph: Graph, name: str, value: Segments, spec: Any, where: str) -> None:
         t = graph.checkTensor(value.tensor, where)
@@ -261,7 +275,8 @@ class _Connections:
                 )
             spec.check(sizes.tolist()[:1], t._type, where)
             vectors = np.ones(self.n, np.int64) if value.vectors is None else value.vectors
-            self.lists.append((name, begins, sizes, vectors, _list_ids(graph, t, t.flat_index())))
+            ids = list_block_ids(graph, t, t.flat_index())
+            self.lists.append((name, begins, sizes, vectors, ids))
             return
         if spec.kind == "scalar" and sizes.size and (sizes != 1).any():
             k = int(np.flatnonzero(sizes != 1)[0])

@@ -36,19 +36,24 @@ _maximum = np.maximum.reduce
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan(flat):  # pragma: no cover - compiled
-    # (ascending consecutive?, min, max) of a non-empty int array, in one pass
-    lo = hi = flat[0]
-    run = True
-    for k in range(1, flat.size):
-        x = flat[k]
-        if x != flat[k - 1] + 1:
-            run = False
-        if x < lo:
-            lo = x
-        elif x > hi:
-            hi = x
-    return run, lo, hi
+def _take(src, start, pos, n, out):  # pragma: no cover - compiled
+    # out[k] = src[pos[k]] (start + pos[k] when start >= 0: consecutive ids), in one
+    # pass: (first k whose position is outside [0, n) or -1, positions ascending
+    # consecutive?, ids ascending consecutive?)
+    pos_run = True
+    id_run = True
+    for k in range(pos.size):
+        p = pos[k]
+        if p < 0 or p >= n:
+            return k, False, False
+        v = start + p if start >= 0 else src[p]
+        out[k] = v
+        if k:
+            if p != pos[k - 1] + 1:
+                pos_run = False
+            if v != out[k - 1] + 1:
+                id_run = False
+    return -1, pos_run, id_run
 
 
 @numba.njit(cache=True, nogil=True)
@@ -334,16 +339,15 @@ class TensorViews:
                 )
             idx = idx.astype(np.int64)
         size = idx.size
+        if size > 64:
+            return self._elements_gathered(idx, n)
         if size:
             flat = idx.reshape(-1)
             if not flat.dtype.isnative:  # compiled code reads native byte order only
                 flat = flat.astype(flat.dtype.newbyteorder("="))
-            if size > 64:
-                run, low, high = _scan(flat)
-            else:  # differences in int64: unsigned ones would wrap around
-                wide = flat.astype(np.int64)
-                run = size == 1 or bool((wide[1:] - wide[:-1] == 1).all())
-                low, high = _minimum(flat), _maximum(flat)
+            wide = flat.astype(np.int64)  # differences in int64: unsigned ones would wrap
+            run = size == 1 or bool((wide[1:] - wide[:-1] == 1).all())
+            low, high = _minimum(flat), _maximum(flat)
             if run and low >= 0 and high < n:  # ascending consecutive positions: a run
                 return self._elements_run(int(flat[0]), idx.shape)
             if int(low) < 0 or int(high) >= n:
@@ -358,6 +362,28 @@ class TensorViews:
             index.flags.writeable = False
             return self._view(index, ".elements(...)")
         return self._elements_of(self.flat_index()[idx])
+
+    def _elements_gathered(self, idx: np.ndarray, n: int) -> Tensor:
+        """:meth:`elements` of more than a few positions: ids gathered, positions checked
+        and both tested for runs in one compiled pass."""
+        flat = idx.reshape(-1)
+        if flat.dtype not in (np.int64, np.int32):  # native signed ints: no wrap-around
+            flat = flat.astype(np.int64)
+        out = np.empty(flat.size, np.int64)
+        src = self.flat_index() if self._start < 0 else out[:0]
+        bad, pos_run, id_run = _take(src, self._start, flat, n, out)
+        if bad >= 0:
+            raise TensorIndexError(
+                f"{self._describe()}: elements(): indices[{bad}] = {idx.reshape(-1)[bad]} is "
+                f"out of range; flat positions are 0..{n - 1}; hint: positions index the "
+                "flattened tensor (row-major)"
+            )
+        if pos_run:  # ascending consecutive positions: a run of this tensor
+            return self._elements_run(int(flat[0]), idx.shape)
+        index = out.reshape(idx.shape)
+        index.flags.writeable = False
+        start = int(out[0]) if id_run and self._start < 0 else -1
+        return self._view(index, ".elements(...)", start)
 
     def _elements_run(self, begin: int, shape: tuple[int, ...]) -> Tensor:
         """:meth:`elements` of the consecutive positions ``begin, begin + 1, ...``."""

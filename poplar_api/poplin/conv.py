@@ -249,7 +249,9 @@ def _conv(
     if plan.serial > 1:
         lower = lambda k, p, pr, n: _conv(graph, act, k, p, opts, pr, n)  # noqa: E731
         return lower_serial(graph, ker, params, plan, opts, prog, name, lower)
-    act_pos, ker_pos = _positions(act), _positions(ker)
+    # the operands' element ids, in their shapes: the vertices' fields are gathered from
+    # them straight (no positions made first and looked up again)
+    act_pos, ker_pos = act.index, ker.index
     if plan.expanded:  # im2col: -1 marks a zero the tile reads from its own constant
         act_pos = expanded_input_index(params, act_pos)
         g_, co_ = ker_pos.shape[:2]
@@ -279,12 +281,10 @@ def _conv(
     act_pos = act_pos.transpose([0, 1, *range(3, 3 + nd), 2])
     ker_pos = ker_pos.transpose([0, *range(3, 3 + nd), 1, 2])
     dst_t = partials if need_reduce else out_var
-    flat_act = act.flatten()
-    parts = plan_partials(graph, plan, params, rng, act_pos, ker_pos, _positions(dst_t),
-                          need_reduce, flat_act.numElements(), name, acc_type,
-                          flat_act.elementType())  # fmt: skip
+    parts = plan_partials(graph, plan, params, rng, act_pos, ker_pos, dst_t.index,
+                          need_reduce, name, acc_type, act.elementType())  # fmt: skip
     made = parts.specs.make(graph)
-    parts.add_vertices(graph, cs, flat_act, ker, dst_t, made)
+    parts.add_vertices(graph, cs, act, ker, dst_t, made)
     prog.add(Execute(cs))
     graph.mapElements(dst_t, parts.dst_tiles)
     zeros = parts.zeros

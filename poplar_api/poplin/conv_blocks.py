@@ -34,7 +34,7 @@ from poplar_api.poplin.conv_worklists import TileGeometry, relative_key, tile_ge
 from poplar_api.tensor import Tensor, concat
 from poplar_api.types import INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 
-__all__ = ["Assembler", "Partials", "block_table", "pattern", "plan_partials"]
+__all__ = ["Assembler", "Partials", "block_table", "ids_view", "pattern", "plan_partials"]
 
 _ZERO = np.zeros(1, np.int64)
 
@@ -69,6 +69,13 @@ def _tile_kind(
                     bounds, {})  # fmt: skip
 
 
+def ids_view(t: Tensor, ids: np.ndarray) -> Tensor:
+    """A tensor of ``ids``, element ids of ``t`` (or of constants of its type) gathered
+    for the fields of vertices: made from the ids as they are, where ``t.elements``
+    would look every position up again."""
+    return Tensor(t.graph, t.elementType(), ids, "convolution fields")
+
+
 @dataclasses.dataclass
 class _Field:
     """A VectorList field of every vertex, in vertex order: the operand positions of
@@ -82,10 +89,11 @@ class _Field:
     piece_at: np.ndarray
 
     def segments(self, t: Tensor, i0: int, i1: int) -> Segments:
-        """The field of vertices ``i0 .. i1 - 1`` as a view of ``t``."""
+        """The field of vertices ``i0 .. i1 - 1`` as a tensor of the element ids gathered
+        (of ``t``, and of the zero constants of an expanded input)."""
         a, b = int(self.at[i0]), int(self.at[i1])
         p, q = int(self.piece_at[i0]), int(self.piece_at[i1])
-        return Segments(t.elements(self.flat[a:b]), self.sizes[p:q], self.vectors[i0:i1])
+        return Segments(ids_view(t, self.flat[a:b]), self.sizes[p:q], self.vectors[i0:i1])
 
 
 @dataclasses.dataclass
@@ -134,10 +142,16 @@ class Partials:
         self, graph: Graph, cs: Any, act: Tensor, ker: Tensor, dst: Tensor, made: Constants
     ) -> None:
         """Add the vertices, consecutive ones of a class in one ``addVertices`` call
-        (``made``: the constants of ``specs``; ``act``: the flattened input, followed
-        by the zero constants when there are any)."""
+        (``made``: the constants of ``specs``; each -1 of the ``in`` field, a zero of an
+        expanded input, becomes the id of its tile's zero constant)."""
         if self.zero_specs:
-            act = concat([act, *(made[i] for i in self.zero_specs.values())])
+            ins = self.ins
+            zero_id = np.full(int(self.tiles.max()) + 1, -1, np.int64)
+            for tile, i in self.zero_specs.items():
+                zero_id[tile] = int(made[i].flat_index()[0])
+            per_elem = np.repeat(self.tiles, ins.at[1:] - ins.at[:-1])
+            miss = ins.flat < 0
+            ins.flat[miss] = zero_id[per_elem[miss]]
         cls_id: dict[type, int] = {}
         kind_cls = np.array(
             [-1 if k is None else cls_id.setdefault(k.cls, len(cls_id)) for k in self.kinds],
@@ -301,7 +315,6 @@ def plan_partials(
     ker_pos: np.ndarray,
     dst_pos: np.ndarray,
     need_reduce: bool,
-    act_size: int,
     name: str,
     acc_type: Type,
     act_type: Type,
@@ -318,16 +331,15 @@ def plan_partials(
     rng
         Per dimension ``[G, B, *O, Co, Ci]`` the plan's block ranges.
     act_pos, ker_pos
-        Positions of the operands' flattened elements in the vertex layouts:
-        ``[G, B, *F, Ci]`` (``-1`` marks a zero of an expanded input, read from a
-        one-element constant on the vertex's tile) and ``[G, *K, Co, Ci]``.
+        The operands' element ids in the vertex layouts: ``[G, B, *F, Ci]`` (``-1``
+        marks a zero of an expanded input, read from a one-element constant on the
+        vertex's tile, whose id :meth:`Partials.add_vertices` puts in) and
+        ``[G, *K, Co, Ci]``.
     dst_pos
-        The destination's positions: ``[Ci parts, G, B, *O, Co]`` with
+        The destination's element ids: ``[Ci parts, G, B, *O, Co]`` with
         ``need_reduce``, else ``[G, B, *O, Co]``.
     need_reduce
         Whether the vertices write partials of the input-channel parts.
-    act_size
-        Elements of the input: the zero constants take positions from there on.
     name, acc_type, act_type
         Name prefix of the constants; the vertices' accumulator type; the input's
         element type (that of the zero constants).
@@ -335,7 +347,8 @@ def plan_partials(
     Returns
     -------
     Partials
-        Vertices, fields, constants to make, output tiles and blocks to zero.
+        Vertices, fields (element ids), constants to make, output tiles and the
+        positions in the destination of blocks to zero.
     """
     target = graph.getTarget()
     workers = target.getNumWorkerContexts()
@@ -381,8 +394,9 @@ def plan_partials(
     sid = shift_id[combo_of]
     has_kind = np.array([k is not None for k in kinds_by_shift], bool)[sid]
     work = has_kind & (hi[:, -1] > lo[:, -1])
-    zeros = [_block_positions(dst_pos, lo[i], hi[i], need_reduce, ix[i])
-             for i in np.flatnonzero(~work).tolist()]  # fmt: skip
+    idle = np.flatnonzero(~work).tolist()
+    positions = np.arange(dst_pos.size, dtype=np.int64).reshape(dst_pos.shape) if idle else None
+    zeros = [_block_positions(positions, lo[i], hi[i], need_reduce, ix[i]) for i in idle]
     vb = np.flatnonzero(work)
     n = vb.size
     ext = hi[vb] - lo[vb]
@@ -394,8 +408,9 @@ def plan_partials(
     ker_c = np.ascontiguousarray(ker_pos)
     act_st = np.array(act_c.strides, np.int64) // act_c.itemsize
     ker_st = np.array(ker_c.strides, np.int64) // ker_c.itemsize
-    dst_st = np.array(dst_pos.strides, np.int64) // dst_pos.itemsize
-    dst_flat = dst_pos.reshape(-1)
+    dst_c = np.ascontiguousarray(dst_pos)
+    dst_st = np.array(dst_c.strides, np.int64) // dst_c.itemsize
+    dst_flat = dst_c.reshape(-1)
     act_flat, ker_flat = act_c.reshape(-1), ker_c.reshape(-1)
     ins, ws, outs = Assembler(n), Assembler(n), Assembler(n)
     estimates = np.empty(n, np.int64)
@@ -497,15 +512,7 @@ def plan_partials(
     spec_tiles[wl_spec] = spec_tiles[params_spec] = tiles
     spec_tiles[zero_spec] = tiles[zero_v]
     specs = _Specs(types.tolist(), values.tolist(), spec_tiles, names.tolist())
-    zero_tiles = tiles[zero_v].tolist()
-    zero_specs = dict(zip(zero_tiles, zero_spec.tolist(), strict=True))
-    zero_at = {t: act_size + r for r, t in enumerate(zero_tiles)}
-    if pad.any():  # each -1 becomes the position of the tile's zero
-        per_elem = np.repeat(tiles, ins_field.at[1:] - ins_field.at[:-1])
-        miss = ins_field.flat < 0
-        where = np.full(int(tiles.max()) + 1, -1, np.int64)
-        where[list(zero_at)] = list(zero_at.values())
-        ins_field.flat[miss] = where[per_elem[miss]]
+    zero_specs = dict(zip(tiles[zero_v].tolist(), zero_spec.tolist(), strict=True))
     return Partials(tiles, kinds_by_shift, kind_of, estimates, wl_spec, params_spec,
                     ins_field, ws.field(), outs.field(), dst_tiles, zeros, specs,
                     zero_specs)  # fmt: skip

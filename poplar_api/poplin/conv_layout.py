@@ -38,9 +38,11 @@ __all__ = [
     "grouped_output",
     "grouped_weights",
     "input_tiles",
+    "input_tiles_in_memory_order",
     "partial_chans_per_group",
     "spread_by_use",
     "weight_tiles",
+    "weight_tiles_in_memory_order",
 ]
 
 
@@ -127,7 +129,21 @@ def _min_elems(params: ConvParams, min_bytes: int) -> int:
 
 
 def input_tiles(plan: ConvPlan, params: ConvParams) -> np.ndarray:
-    """The tile of every input element ``[G, B, *field, Ci]`` in the layout ``plan`` wants.
+    """The tile of every input element ``[G, B, *field, Ci]`` in the layout ``plan`` wants
+    (:func:`input_tiles_in_memory_order` in the canonical order).
+    """
+    g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
+    fshape = [int(x) for x in params.inputFieldShape]
+    nd = len(fshape)
+    mem = input_tiles_in_memory_order(plan, params)
+    # [G, Ci/icg, B, *F, icg] -> [G, B, *F, Ci/icg, icg] -> [G, B, *F, Ci]
+    perm = [0, 2, *range(3, 3 + nd), 1, 3 + nd]
+    return mem.transpose(perm).reshape(g, b, *fshape, ci)
+
+
+def input_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarray:
+    """The tile of every input element ``[G, Ci / icg, B, *field, icg]`` (the memory
+    order of :func:`grouped_input`) in the layout ``plan`` wants.
 
     Each input element belongs to a block the plan reads it in: along every field
     dimension the input is cut in proportion to the output blocks. A block's elements
@@ -163,14 +179,23 @@ def input_tiles(plan: ConvPlan, params: ConvParams) -> np.ndarray:
         block = block * n + idx
     block = np.broadcast_to(block, [g, ci // icg, b, *fshape, icg])
     users = np.moveaxis(plan.tiles, -2, -1).reshape(-1, parts[-2])  # [block, Co part]
-    mem = spread_by_use(block, users, icg, _min_elems(params, MIN_INPUT_BYTES_PER_TILE))
-    # [G, Ci/icg, B, *F, icg] -> [G, B, *F, Ci/icg, icg] -> [G, B, *F, Ci]
-    perm = [0, 2, *range(3, 3 + nd), 1, 3 + nd]
-    return mem.transpose(perm).reshape(g, b, *fshape, ci).astype(np.int64, copy=False)
+    return spread_by_use(block, users, icg, _min_elems(params, MIN_INPUT_BYTES_PER_TILE))
 
 
 def weight_tiles(plan: ConvPlan, params: ConvParams) -> np.ndarray:
-    """The tile of every weight ``[G, Co, Ci, *kernel]``.
+    """The tile of every weight ``[G, Co, Ci, *kernel]`` (:func:`weight_tiles_in_memory_order`
+    in the canonical order)."""
+    g, co, ci, kernel, _, _ = _weight_groups(params, plan)
+    nk = len(kernel)
+    mem = weight_tiles_in_memory_order(plan, params)
+    # [G, Co/ocg, Ci/icg, *K, ocg, icg] -> [G, Co/ocg, ocg, Ci/icg, icg, *K] -> [G, Co, Ci, *K]
+    perm = [0, 1, 3 + nk, 2, 4 + nk, *range(3, 3 + nk)]
+    return mem.transpose(perm).reshape(g, co, ci, *kernel)
+
+
+def weight_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarray:
+    """The tile of every weight ``[G, Co / ocg, Ci / icg, *kernel, ocg, icg]`` (the memory
+    order of :func:`grouped_weights`).
 
     Each plan block's weights are spread over the tiles that use it in
     memory-contiguous chunks of whole ``ocg * icg`` grains and at least 256 bytes
@@ -205,10 +230,7 @@ def weight_tiles(plan: ConvPlan, params: ConvParams) -> np.ndarray:
         parts[0], parts[-2], parts[-1], -1
     )
     users = grid[:, [oi for oi, _, _ in cor]].reshape(-1, grid.shape[-1])
-    mem = spread_by_use(block, users, ocg * icg, _min_elems(params, MIN_WEIGHT_BYTES_PER_TILE))
-    # [G, Co/ocg, Ci/icg, *K, ocg, icg] -> [G, Co/ocg, ocg, Ci/icg, icg, *K] -> [G, Co, Ci, *K]
-    perm = [0, 1, 3 + nk, 2, 4 + nk, *range(3, 3 + nk)]
-    return mem.transpose(perm).reshape(g, co, ci, *kernel).astype(np.int64, copy=False)
+    return spread_by_use(block, users, ocg * icg, _min_elems(params, MIN_WEIGHT_BYTES_PER_TILE))
 
 
 def _grouping(chans: int, per_group: int) -> int:
@@ -241,9 +263,9 @@ def grouped_input(graph: Graph, params: ConvParams, plan: ConvPlan, name: str) -
     nd = len(field)
     icg = _grouping(ci, plan.in_chans_per_group)
     var = graph.addVariable(params.inputType, [g, ci // icg, b, *field, icg], name)
+    graph.mapElements(var, input_tiles_in_memory_order(plan, params))  # no view's ids gathered
     # [G, Ci/icg, B, *F, icg] -> [G, B, *F, Ci/icg, icg] -> [G, B, *F, Ci]
     view = var.dimShuffle([0, 2, *range(3, 3 + nd), 1, 3 + nd]).reshape([g, b, *field, ci])
-    graph.mapElements(view, input_tiles(plan, params))
     return view.dimShuffle([0, 1, 2 + nd, *range(2, 2 + nd)])
 
 
@@ -260,6 +282,5 @@ def grouped_weights(graph: Graph, params: ConvParams, plan: ConvPlan, name: str)
     var = graph.addVariable(params.inputType, [g, co // ocg, ci // icg, *kernel, ocg, icg], name)
     # -> [G, Co/ocg, ocg, Ci/icg, icg, *K] -> [G, Co, Ci, *K]
     perm = [0, 1, 3 + nk, 2, 4 + nk, *range(3, 3 + nk)]
-    view = var.dimShuffle(perm).reshape([g, co, ci, *kernel])
-    graph.mapElements(view, weight_tiles(plan, params))
-    return view
+    graph.mapElements(var, weight_tiles_in_memory_order(plan, params))
+    return var.dimShuffle(perm).reshape([g, co, ci, *kernel])

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.graph import Graph, Segments
-from poplar_api.poplin.conv_blocks import Assembler, block_table, pattern
+from poplar_api.poplin.conv_blocks import Assembler, block_table, ids_view, pattern
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.estimators import single_input_reduce
 from poplar_api.poplin.vertices import reduce_add_vertex
@@ -70,7 +70,8 @@ def reduce_partials(
     nv = int(nonempty.sum())
     out_st = np.array(np.empty(shape, np.int8).strides, np.int64)  # element strides
     tiles_all = np.empty(total, np.int64)
-    groups = []  # (vertex ids, own part, out positions [m, s], tiles) per shape and chunk
+    groups = []  # (vertex ids, own part, block bases, chunk pattern) per shape and chunk
+    v_tiles = np.empty(nv, np.int64)
     _, cls_first, cls_of = np.unique(ext, axis=0, return_index=True, return_inverse=True)
     cls_of = cls_of.reshape(-1)
     for c, f in enumerate(cls_first.tolist()):
@@ -79,19 +80,18 @@ def reduce_partials(
             continue
         members = np.flatnonzero(cls_of == c)
         rel, _ = pattern(out_st, [([0] * len(shape), ext[f].tolist())])
-        pos = (lo[members] @ out_st)[:, None] + rel
+        base = lo[members] @ out_st
         step = int(chunk[f])
         for p in range(int(nonempty[f])):
-            cols = pos[:, p * step : min((p + 1) * step, n)]
+            part = rel[p * step : min((p + 1) * step, n)]
             tile = block_tiles[members, p]
-            tiles_all[cols.reshape(-1)] = np.repeat(tile, cols.shape[1])
-            groups.append((first[members] + p, p, cols, tile))
+            tiles_all[(base[:, None] + part).reshape(-1)] = np.repeat(tile, part.size)
+            groups.append((first[members] + p, p, base, part))
+            v_tiles[first[members] + p] = tile
     if nv:
-        v_tiles = np.empty(nv, np.int64)
         sizes = np.empty(nv, np.int64)
-        for vid, _, cols, tile in groups:
-            v_tiles[vid] = tile
-            sizes[vid] = cols.shape[1]
+        for vid, _, _, part in groups:
+            sizes[vid] = part.size
         single = np.asarray(
             single_input_reduce(sizes, pci, p_type.size, bank, tile_bytes, plan.fast_reduce)
         ).reshape(-1)
@@ -100,6 +100,10 @@ def reduce_partials(
             sel = np.flatnonzero(single == use_single)
             rank[sel] = np.arange(sel.size)
         part_rows = np.arange(pci, dtype=np.int64) * total
+        # the vertices' fields gathered straight from the element ids (one pattern plus
+        # a base per block of a group; no positions made first and looked up again)
+        out_ids = np.ascontiguousarray(out_var.index).reshape(-1)
+        part_ids = np.ascontiguousarray(partials.index).reshape(-1)
         for use_single in (False, True):
             sel = np.flatnonzero(single == use_single)
             if not sel.size:
@@ -110,26 +114,27 @@ def reduce_partials(
             )  # fmt: skip
             graph.addCodelets(cls)
             outs, own, parts = Assembler(sel.size), Assembler(sel.size), Assembler(sel.size)
-            for vid, p, cols, _ in groups:
+            for vid, p, base, rel in groups:
                 if bool(single[vid[0]]) != use_single:  # a group's vertices share a size
                     continue
-                at, s = rank[vid], cols.shape[1]
-                outs.add(at, cols, np.array([s], np.int64))
+                at, s = rank[vid], rel.size
+                outs.gather(at, out_ids, base, rel, np.array([s], np.int64))
                 rows = part_rows[part_rows != p * total] if use_single else part_rows
-                stacked = (cols[:, None, :] + rows[None, :, None]).reshape(cols.shape[0], -1)
+                stacked = (rows[:, None] + rel[None, :]).reshape(-1)
                 if use_single:
-                    own.add(at, cols + p * total, np.array([s], np.int64))
-                    parts.add(at, stacked, np.array([s * (pci - 1)], np.int64))
+                    own.gather(at, part_ids, base + p * total, rel, np.array([s], np.int64))
+                    parts.gather(at, part_ids, base, stacked, np.array([s * (pci - 1)], np.int64))
                 else:
-                    parts.add(at, stacked, np.full(pci, s, np.int64))
+                    parts.gather(at, part_ids, base, stacked, np.full(pci, s, np.int64))
             of, pf = outs.field(), parts.field()
-            connections = {"out": Segments(out_var.elements(of.flat), of.sizes)}
+            connections = {"out": Segments(ids_view(out_var, of.flat), of.sizes)}
             if use_single:
                 wf = own.field()
-                connections["initialPartial"] = Segments(partials.elements(wf.flat), wf.sizes)
-                connections["partials"] = Segments(partials.elements(pf.flat), pf.sizes)
+                connections["initialPartial"] = Segments(ids_view(partials, wf.flat), wf.sizes)
+                connections["partials"] = Segments(ids_view(partials, pf.flat), pf.sizes)
             else:
-                connections["partials"] = Segments(partials.elements(pf.flat), pf.sizes, pf.vectors)
+                view = ids_view(partials, pf.flat)
+                connections["partials"] = Segments(view, pf.sizes, pf.vectors)
             graph.addVertices(cs, cls, v_tiles[sel], connections)
     graph.mapElements(out_var, tiles_all.reshape(shape))
     prog.add(Execute(cs))
