@@ -44,16 +44,28 @@ _MIN_GRAINS_PER_TILE = 4
 
 
 def _compute(cls, batches, num_vertices, num_workers):
+    """Every vertex's ones at once (each index of vertex ``v`` is compared with ``v``'s
+    own ``params``); the first bad index in vertex order raises, as vertex by vertex."""
     idx, out, par = batches["indices"], batches["out"], batches["params"]
-    for v in range(num_vertices):
-        p0 = par.offsets[v]
-        offset, length, classes, first = (int(x) for x in par.data[p0 : p0 + 4])
-        ind = idx.data[idx.offsets[v] : idx.offsets[v + 1]].astype(np.int64) & 0xFFFFFFFF
-        bad = np.flatnonzero((ind >= classes) & (ind != MASKED_LABEL_CODE))
-        if bad.size:
-            _raise_bad_index(cls, int(ind[bad[0]]), first + int(bad[0]), classes)
-        hit = np.flatnonzero((ind >= offset) & (ind < offset + length))
-        out.data[out.offsets[v] + hit * length + (ind[hit] - offset)] = 1
+    n = int(num_vertices)
+    counts = np.diff(idx.offsets[: n + 1]).astype(np.int64)
+    if n == 0 or int(counts.sum()) == 0:
+        return
+    params = par.data[par.offsets[:n, None] + np.arange(4)].astype(np.int64)
+    offset, length, classes, first = params.T
+    lo = int(idx.offsets[0])
+    vertex = np.repeat(np.arange(n), counts)
+    position = np.arange(vertex.size, dtype=np.int64) - (idx.offsets[vertex] - lo)
+    ind = idx.data[lo : lo + vertex.size].astype(np.int64) & 0xFFFFFFFF
+    bad = np.flatnonzero((ind >= classes[vertex]) & (ind != MASKED_LABEL_CODE))
+    if bad.size:
+        at = int(bad[0])
+        v = int(vertex[at])
+        _raise_bad_index(cls, int(ind[at]), int(first[v]) + int(position[at]), int(classes[v]))
+    start = offset[vertex]
+    hit = np.flatnonzero((ind >= start) & (ind < start + length[vertex]))
+    v = vertex[hit]
+    out.data[out.offsets[v] + position[hit] * length[v] + (ind[hit] - start[hit])] = 1
 
 
 def _raise_bad_index(cls, value: int, position: int, classes: int) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+import numba
 import numpy as np
 
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
@@ -204,6 +205,38 @@ def broadcast_scalar_vertex(op: str, t: Type, layout: str, in_place: bool = Fals
     return _make(name, layout == "1D", fields, compute, estimate, f"{op} of a vector and a scalar.")
 
 
+@numba.njit(cache=True, nogil=True)
+def _scaled_add(a, b, scale, counts, subtract):  # pragma: no cover - compiled
+    """``a ± scale[v] * b`` over vertex ``v``'s ``counts[v]`` elements, rounding the
+    product to float32 and then the sum, as the numpy expression does."""
+    at = 0
+    for v in range(counts.size):
+        s = scale[v]
+        end = at + counts[v]
+        if subtract:
+            for i in range(at, end):
+                a[i] = a[i] - s * b[i]
+        else:
+            for i in range(at, end):
+                a[i] = a[i] + s * b[i]
+        at = end
+
+
+def _scaled_add_compiled(
+    a: np.ndarray, b: np.ndarray, scale: np.ndarray, counts: np.ndarray, subtract: bool
+) -> bool:
+    """:func:`_scaled_add` on float32 batches (the FLOAT and HALF kernels' arrays: the
+    half codelets scale and accumulate in single precision); whether it ran (other
+    types, or batches not one element of ``B`` per element of ``A``, take numpy)."""
+    f32 = np.dtype(np.float32)
+    if a.dtype != f32 or b.dtype != f32 or scale.dtype != f32 or a.size != b.size:
+        return False
+    if scale.size != counts.size or int(counts.sum()) != a.size:
+        return False
+    _scaled_add(a, b, scale, counts.astype(np.int64, copy=False), bool(subtract))
+    return True
+
+
 @cache
 def scaled_add_vertex(t: Type, layout: str, subtract: bool = False) -> type:
     """``popops::ScaledAddSupervisor`` / ``ScaledAdd2D`` (or the Subtract forms): A += s*B.
@@ -221,8 +254,10 @@ def scaled_add_vertex(t: Type, layout: str, subtract: bool = False) -> type:
     sign = -1 if subtract else 1
 
     def compute(b: dict[str, FieldBatch]) -> None:
-        scale = np.repeat(b["scaleB"].data, _counts(b["A"]))
-        a = b["A"].data
+        a, scales = b["A"].data, b["scaleB"].data
+        if _scaled_add_compiled(a, b["B"].data, scales, _counts(b["A"]), subtract):
+            return
+        scale = np.repeat(scales, _counts(b["A"]))
         if t is HALF:
             # The half codelets scale and accumulate in single precision.
             a[:] = a + sign * scale * b["B"].data

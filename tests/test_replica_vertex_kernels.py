@@ -1,0 +1,180 @@
+"""Batch kernels of a replicated step's element-wise vertices, each replica its own data.
+
+``popops::ScaledAdd*``/``ScaledSubtract*`` (a weight update) run as one compiled pass
+over every vertex of the batch, and ``popops::EncodeOneHot`` (the loss's labels) as
+one vectorised pass; each vertex still uses its own scale, params and data. Checked
+against numpy formulas written here, bit for bit, for FLOAT and HALF, on batches whose
+vertices all differ; and, through an engine, a replicated graph with different data in
+every replica against one-replica runs of the same data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel, popops
+from poplar_api import program as prog
+from poplar_api.codelet import VertexError
+from poplar_api.fields import FieldBatch
+from poplar_api.popnn.onehot import one_hot_vertex
+from poplar_api.popnn.vertices import MASKED_LABEL_CODE
+from poplar_api.popops import vertices
+from poplar_api.popops.vertices import scaled_add_vertex
+from poplar_api.types import UNSIGNED_INT
+
+
+def _offsets(counts) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+@pytest.mark.parametrize("t", [FLOAT, HALF])
+@pytest.mark.parametrize("subtract", [False, True])
+@pytest.mark.parametrize("layout", ["1D", "2D"])
+def test_scaled_add_batch_equals_the_numpy_formula(t, subtract, layout, monkeypatch):
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, 40, 37)
+    n = counts.size
+    a = rng.standard_normal(int(counts.sum())).astype(np.float32)
+    b = rng.standard_normal(a.size).astype(np.float32) * np.float32(3.0)
+    scale = rng.standard_normal(n).astype(np.float32)
+    if t is HALF:  # the kernel sees HALF values widened to float32
+        a, b, scale = (x.astype(np.float16).astype(np.float32) for x in (a, b, scale))
+    per_element = np.repeat(scale, counts)
+    product = (per_element * b).astype(np.float32)  # rounded to float32 first
+    want = (a - product) if subtract else (a + product)
+    offsets = _offsets(counts)
+    if layout == "1D":
+        batches = {
+            "A": FieldBatch(a.copy(), offsets),
+            "B": FieldBatch(b.copy(), offsets),
+            "scaleB": FieldBatch(scale.copy(), np.arange(n + 1, dtype=np.int64)),
+        }
+    else:  # one inner vector per vertex
+        per_vertex = np.arange(n + 1, dtype=np.int64)
+        batches = {
+            "A": FieldBatch(a.copy(), per_vertex, offsets),
+            "B": FieldBatch(b.copy(), per_vertex, offsets),
+            "scaleB": FieldBatch(scale.copy(), np.arange(n + 1, dtype=np.int64)),
+        }
+    cls = scaled_add_vertex(t, layout, subtract)
+    calls = []
+    real = vertices._scaled_add
+    monkeypatch.setattr(vertices, "_scaled_add", lambda *args: calls.append(1) or real(*args))
+    cls.computeBatch(batches, n, 6)
+    assert calls == [1]  # the compiled pass ran
+    assert want.dtype == np.float32
+    np.testing.assert_array_equal(batches["A"].data.view(np.uint32), want.view(np.uint32))
+
+
+def _one_hot_reference(indices, params, counts, out_sizes) -> list[np.ndarray]:
+    """Each vertex's block, written index by index."""
+    out, at = [], 0
+    for v, c in enumerate(counts):
+        offset, length, classes, _ = (int(x) for x in params[v])
+        block = np.zeros(out_sizes[v], np.float32)
+        for i in range(c):
+            index = int(indices[at + i]) & 0xFFFFFFFF
+            if index == MASKED_LABEL_CODE:
+                continue
+            assert index < classes
+            if offset <= index < offset + length:
+                block[i * length + index - offset] = 1
+        out.append(block)
+        at += c
+    return out
+
+
+def _one_hot_batches(rng, counts, bad_at=None):
+    n = len(counts)
+    classes = rng.integers(3, 12, n)
+    offset = np.array([rng.integers(0, c) for c in classes])
+    length = np.array([rng.integers(1, c - o + 1) for c, o in zip(classes, offset, strict=True)])
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]) + 100
+    params = np.column_stack([offset, length, classes, first]).astype(np.uint32)
+    indices = np.concatenate([rng.integers(0, c, k) for c, k in zip(classes, counts, strict=True)])
+    indices = indices.astype(np.uint32)
+    indices[rng.random(indices.size) < 0.2] = MASKED_LABEL_CODE
+    if bad_at is not None:
+        for v, i in bad_at:
+            indices[int(np.sum(counts[:v])) + i] = classes[v] + 1
+    out_sizes = counts * length
+    batches = {
+        "indices": FieldBatch(indices.astype(np.uint32), _offsets(counts)),
+        "params": FieldBatch(params.reshape(-1), _offsets(np.full(n, 4))),
+        "out": FieldBatch(np.zeros(int(out_sizes.sum()), np.float32), _offsets(out_sizes)),
+    }
+    return batches, indices, params, out_sizes
+
+
+def test_one_hot_batch_equals_writing_each_index():
+    rng = np.random.default_rng(11)
+    counts = rng.integers(0, 9, 23)
+    batches, indices, params, out_sizes = _one_hot_batches(rng, counts)
+    cls = one_hot_vertex(UNSIGNED_INT, FLOAT)
+    cls.computeBatch(batches, len(counts), 6)
+    want = _one_hot_reference(indices, params, counts, out_sizes)
+    np.testing.assert_array_equal(batches["out"].data, np.concatenate(want))
+
+
+def test_one_hot_names_the_first_bad_index_in_vertex_order():
+    rng = np.random.default_rng(12)
+    counts = np.array([3, 0, 4, 5, 2])
+    batches, indices, params, _ = _one_hot_batches(rng, counts, bad_at=[(3, 1), (2, 2), (4, 0)])
+    cls = one_hot_vertex(UNSIGNED_INT, FLOAT)
+    with pytest.raises(VertexError) as info:
+        cls.computeBatch(batches, len(counts), 6)
+    at = int(np.sum(counts[:2])) + 2  # vertex 2's third index comes first
+    assert f"holds {int(indices[at])} at position {int(params[2, 3]) + 2}" in str(info.value)
+    assert f"[0, {int(params[2, 2])})" in str(info.value)
+
+
+def _scaled_engine(replicas: int, t):
+    """``a += s * b; a -= s2 * b`` on a replicated graph (``tiny`` IPU Model)."""
+    m = IPUModel("tiny")
+    m.numIPUs = replicas
+    device = m.createDevice()
+    g = Graph(device.getTarget(), replication_factor=replicas)
+    popops.addCodelets(g)
+    a = g.addVariable(t, [40, 7], "a")
+    b = g.addVariable(t, [40, 7], "b")
+    s = g.addVariable(t, [1], "s")
+    for k, x in enumerate((a, b)):
+        g.setTileMapping(x, k)
+    g.setTileMapping(s, 2)
+    for name, x in (("a", a), ("b", b), ("s", s)):
+        g.createHostWrite(name, x)
+    g.createHostRead("a", a)
+    seq = prog.Sequence()
+    popops.scaledAddTo(g, a, b, s, seq, "add")
+    popops.scaledSubtractFrom(g, a, b, 0.375, seq, "sub")
+    e = Engine(g, seq)
+    e.load(device)
+    return e
+
+
+@pytest.mark.parametrize("t", [FLOAT, HALF])
+def test_replicas_with_different_data_equal_one_replica_runs(t):
+    replicas = 4
+    rng = np.random.default_rng(3)
+    dtype = np.float32 if t is FLOAT else np.float16
+    a = rng.standard_normal((replicas, 40, 7)).astype(dtype)
+    b = rng.standard_normal((replicas, 40, 7)).astype(dtype)
+    s = rng.standard_normal((replicas, 1)).astype(dtype)
+    e = _scaled_engine(replicas, t)
+    for name, x in (("a", a), ("b", b), ("s", s)):
+        e.writeTensor(name, x)
+    e.run(0)
+    got = np.asarray(e.readTensor("a")).reshape(replicas, 40, 7)
+    for r in range(replicas):
+        one = _scaled_engine(1, t)
+        for name, x in (("a", a[r]), ("b", b[r]), ("s", s[r])):
+            one.writeTensor(name, x)
+        one.run(0)
+        alone = np.asarray(one.readTensor("a")).reshape(40, 7)
+        np.testing.assert_array_equal(got[r].view(np.uint8), alone.view(np.uint8))
+        a32, b32, s32 = (x.astype(np.float32) for x in (a[r], b[r], s[r]))
+        step = (a32 + (s32[0] * b32).astype(np.float32)).astype(dtype).astype(np.float32)
+        want = (step - (np.float32(0.375) * b32).astype(np.float32)).astype(dtype)
+        np.testing.assert_array_equal(alone.view(np.uint8), want.view(np.uint8))
+    assert not np.array_equal(got[0], got[1])  # the replicas did not merge
