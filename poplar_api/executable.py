@@ -35,6 +35,7 @@ import logging
 import os
 import pickle
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
@@ -162,11 +163,21 @@ def compile_programs(
 ) -> Compiled:
     """:func:`poplar_api.lowering.compile` of ``programs`` with the engine's host side
     (host streams of every replica) and timing model."""
+    from poplar_api.logging_config import logger
+
     replicas = replication_factor(state)
     host = HostStreams(prefetch_option(options), replicas)
     model = timing_for(timing, state.target.config)
+    wall, cpu = time.perf_counter(), time.process_time()
     with progress.activity("Graph compilation"):
-        return lowering.compile(state, programs, host, options, model, replicas)
+        compiled = lowering.compile(state, programs, host, options, model, replicas)
+    logger("ENGINE").info(
+        "compiled %d vertices in %.3f s (%.3f CPU s)",
+        len(state.vertices),
+        time.perf_counter() - wall,
+        time.process_time() - cpu,
+    )
+    return compiled
 
 
 def compileGraph(
