@@ -1,0 +1,312 @@
+"""Fast paths of library-built graphs, each against the computation it replaces.
+
+* ``Tensor.elements`` of many positions gathers ids, checks positions and finds runs of
+  positions and of ids in one compiled pass: compared with numpy's lookup of
+  ``flat_index()`` and the consecutive-id rule written out here.
+* A VectorList's ids that are mostly runs are found as runs on the ids as given, in the
+  type the graph keeps: compared with narrowing every id first and finding runs then.
+* Convolution operands are mapped in their memory order: compared with mapping the
+  canonical view by the canonical tiles, as the layouts did before.
+* A convolution's partial-sum fields are gathered from the operands' element ids:
+  compared with gathering positions and looking each up in the operand's ids.
+* The reduction of input-channel partials connects each output to the partials at its
+  own position: written out from the definition of the reduction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
+from poplar_api import program as prog
+from poplar_api.errors import TensorIndexError
+from poplar_api.graph_connections import _list_ids, list_block_ids
+from poplar_api.poplin.conv import _plan, _ranges, parse_options
+from poplar_api.poplin.conv_blocks import plan_partials
+from poplar_api.poplin.conv_layout import (
+    grouped_input,
+    grouped_output,
+    grouped_weights,
+    input_tiles,
+    partial_chans_per_group,
+    weight_tiles,
+)
+from poplar_api.poplin.conv_reduce import reduce_partials
+from poplar_api.run_ids import RunIds, as_runs
+
+
+def _graph(preset: str = "ipu2") -> Graph:
+    return Graph(IPUModel(preset).createDevice().getTarget())
+
+
+# ------------------------------------------------------------------ Tensor.elements
+def _parents(graph: Graph) -> dict:
+    var = graph.addVariable(FLOAT, [6, 50], "v")
+    return {"consecutive": var, "permuted": var.transpose(), "reversed": var.reverse(1)}
+
+
+def _expected_start(parent, positions: np.ndarray, ids: np.ndarray) -> int:
+    """The first id when the view is known to be consecutive, else -1: positions in one
+    ascending run of a consecutive parent, or ids ascending consecutive otherwise
+    (scattered positions of a consecutive parent are not marked)."""
+    pos_run = bool((np.diff(positions.astype(np.int64)) == 1).all())
+    id_run = bool((np.diff(ids) == 1).all())
+    if parent._start >= 0 and not pos_run:
+        return -1
+    return int(ids[0]) if id_run else -1
+
+
+@pytest.mark.parametrize("parent", ["consecutive", "permuted", "reversed"])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint16", ">i8"])
+@pytest.mark.parametrize("kind", ["scattered", "run", "ids run"])
+def test_elements_of_many_positions_match_numpy(parent, dtype, kind):
+    graph = _graph("ipu1")
+    t = _parents(graph)[parent]
+    n = t.numElements()
+    rng = np.random.default_rng(5)
+    if kind == "scattered":
+        pos = rng.integers(0, n, size=(9, 13))
+    elif kind == "run":
+        pos = np.arange(40, 40 + 117).reshape(9, 13)
+    else:  # positions whose ids are consecutive in the permuted/reversed parents
+        flat = t.flat_index()
+        order = np.argsort(flat, kind="stable")
+        pos = order[100:217].reshape(9, 13)
+    pos = pos.astype(np.dtype(dtype))
+    view = t.elements(pos)
+    want = t.flat_index()[pos.astype(np.int64)]
+    assert view.shape() == [9, 13]
+    np.testing.assert_array_equal(view.index, want)
+    assert view._start == _expected_start(t, pos.reshape(-1), want.reshape(-1))
+
+
+def test_elements_out_of_range_names_the_first_position():
+    graph = _graph("ipu1")
+    t = _parents(graph)["permuted"]
+    pos = np.arange(100, dtype=np.int64)
+    pos[70], pos[80] = 300, -1
+    with pytest.raises(TensorIndexError, match=r"indices\[70\] = 300 is out of range"):
+        t.elements(pos)
+
+
+# ------------------------------------------------------------------ list-block runs
+@pytest.mark.parametrize("kind", ["runs", "scattered"])
+def test_list_block_ids_equal_narrowed_ids_kept_as_runs(kind):
+    graph = _graph("ipu1")
+    var = graph.addVariable(FLOAT, [4000], "v")
+    rng = np.random.default_rng(2)
+    if kind == "runs":  # runs of 16 at random starts
+        starts = rng.integers(0, 4000 - 16, size=60)
+        ids = (starts[:, None] + np.arange(16)).reshape(-1)
+    else:
+        ids = rng.integers(0, 4000, size=900)
+    t = var.elements(ids)
+    got = list_block_ids(graph, t, t.flat_index())
+    # before: every id narrowed to int32, then the list block found its runs
+    narrowed = _list_ids(graph, t, t.flat_index())
+    want = as_runs(narrowed)
+    if want is None:
+        assert isinstance(got, np.ndarray) and got.dtype == narrowed.dtype
+        np.testing.assert_array_equal(got, narrowed)
+    else:
+        assert isinstance(got, RunIds) and got.dtype == want.dtype == np.int32
+        np.testing.assert_array_equal(got.starts, want.starts)
+        np.testing.assert_array_equal(got.firsts, want.firsts)
+        assert got.size == want.size
+        np.testing.assert_array_equal(np.asarray(got), narrowed)
+
+
+# ------------------------------------------------------------------ operand layouts
+LAYOUTS = [
+    ("ipu2", poplin.ConvParams(FLOAT, 4, [12, 12], [3, 3], 16, 24, 1)),
+    ("ipu1", poplin.ConvParams(HALF, 2, [9, 7], [3, 2], 8, 12, 3, stride=[2, 1])),
+    ("ipu2", poplin.ConvParams(FLOAT, 2, [6, 6], [1, 1], 64, 32, 1)),
+]
+
+
+@pytest.mark.parametrize("preset,params", LAYOUTS)
+def test_operands_mapped_in_memory_order_as_their_canonical_views_were(preset, params):
+    new, old = _graph(preset), _graph(preset)
+    opts = parse_options(None, "test")
+    plan = _plan(new, params, opts)
+    x = grouped_input(new, params, plan, "x")
+    w = grouped_weights(new, params, plan, "w")
+    # before: the canonical views mapped with the canonical tiles
+    g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
+    field = [int(f) for f in params.inputFieldShape]
+    nd = len(field)
+    x_mem = x.dimShuffle([0, 1, *range(3, 3 + nd), 2])  # [G, B, *F, Ci], same elements
+    x_old = old.addVariable(params.inputType, x.shape(), "x")
+    old.mapElements(x_old.dimShuffle([0, 1, *range(3, 3 + nd), 2]), input_tiles(plan, params))
+    w_old = old.addVariable(params.inputType, w.shape(), "w")
+    old.mapElements(w_old, weight_tiles(plan, params))
+    # each element of the canonical views on the same tile both ways
+    np.testing.assert_array_equal(
+        new.elementTiles(x_mem),
+        old.elementTiles(x_old.dimShuffle([0, 1, *range(3, 3 + nd), 2])),
+    )
+    np.testing.assert_array_equal(new.elementTiles(w), old.elementTiles(w_old))
+    assert x.shape() == [g, b, ci, *field]
+
+
+# ------------------------------------------------------------------ partial-sum fields
+FIELDS = [
+    (
+        "ipu2",
+        poplin.ConvParams(
+            FLOAT, 2, [10, 10], [3, 3], 8, 16, 1, paddingLower=[1, 1], paddingUpper=[1, 1]
+        ),
+    ),
+    ("ipu1", poplin.ConvParams(HALF, 2, [9, 9], [3, 3], 8, 8, 2, stride=[2, 2])),
+    ("ipu2", poplin.ConvParams(FLOAT, 1, [4, 4], [1, 1], 512, 16, 1)),
+]
+
+
+DIRECT = parse_options({"planConstraints": '{"transform": {"expandDims": []}}'}, "test")
+
+
+def _partials(graph, params, plan, act_src, ker_src, dst_src):
+    """The partial-sum vertices planned from ``act_src`` ``[G, B, Ci, *F]``, ``ker_src``
+    ``[G, Co, Ci, *K]`` and ``dst_src`` (ids or positions of the operands)."""
+    need_reduce = plan.parts[-1] > 1 or plan.partials_type != params.outputType
+    nd = params.getNumFieldDims()
+    act_src = act_src.transpose([0, 1, *range(3, 3 + nd), 2])
+    ker_src = ker_src.transpose([0, *range(3, 3 + nd), 1, 2])
+    rng = _ranges(plan, params)
+    return plan_partials(graph, plan, params, rng, act_src, ker_src, dst_src, need_reduce,
+                         "c", plan.partials_type, params.inputType)  # fmt: skip
+
+
+@pytest.mark.parametrize("preset,params", FIELDS)
+def test_partial_fields_from_ids_equal_positions_looked_up(preset, params):
+    """Gathering ids equals gathering positions, then each position's id (the old path),
+    with a destination whose ids are not in row-major order (a grouped layout)."""
+    graph = _graph(preset)
+    plan = _plan(graph, params, DIRECT)
+    act = graph.addVariable(params.inputType, params.inputShape(), "x")
+    g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
+    act = act.reshape([b, g, ci, *params.inputFieldShape]).dimShuffle(
+        [1, 0, 2, *range(3, 3 + params.getNumFieldDims())]
+    )
+    ker = graph.addVariable(params.inputType, params.weightsShape(), "w")
+    co = params.outputChannelsPerConvGroup
+    cpg = partial_chans_per_group(plan.method, co, plan.out_chans_per_group)
+    need_reduce = plan.parts[-1] > 1 or plan.partials_type != params.outputType
+    lead = [plan.parts[-1]] if need_reduce else []
+    dst = grouped_output(graph, FLOAT, lead, g, b, params.getOutputFieldShape(), co, cpg, "d")
+    assert not dst.index.flags.c_contiguous or cpg == 1
+
+    def positions(t):
+        return np.arange(t.numElements(), dtype=np.int64).reshape(t.shape())
+
+    by_ids = _partials(graph, params, plan, act.index, ker.index, dst.index)
+    by_pos = _partials(graph, params, plan, positions(act), positions(ker), positions(dst))
+    for name, t in (("ins", act), ("ws", ker), ("outs", dst)):
+        a, p = getattr(by_ids, name), getattr(by_pos, name)
+        np.testing.assert_array_equal(a.flat, t.flat_index()[p.flat], err_msg=name)
+        np.testing.assert_array_equal(a.sizes, p.sizes)
+        np.testing.assert_array_equal(a.vectors, p.vectors)
+
+
+def test_expanded_zeros_read_the_constant_on_their_own_tile():
+    """An im2col pass lowered without rearranging (as a serial split lowers its parts):
+    each zero the vertices read is the zero constant of the vertex's tile, and the
+    output equals numpy's."""
+    from poplar_api import Engine
+    from poplar_api.poplin.conv import _canonical_act, _conv, _public_act
+    from tests.test_poplin_conv import ref_conv
+
+    params = poplin.ConvParams(FLOAT, 2, [6, 6], [3, 3], 4, 8, 1,
+                               paddingLower=[1, 1], paddingUpper=[1, 1])  # fmt: skip
+    device = IPUModel("ipu1").createDevice()
+    graph = Graph(device.getTarget())
+    opts = parse_options({"planConstraints": '{"transform": {"expandDims": [0, 1]}}'}, "t")
+    plan = _plan(graph, params, opts)
+    assert plan.expanded
+    x = graph.addVariable(FLOAT, params.inputShape(), "x")
+    graph.mapElements(x, 0)
+    w = graph.addVariable(FLOAT, params.weightsShape(), "w")
+    graph.mapElements(w, 1)
+    seq = prog.Sequence()
+    act = _canonical_act(x, 1, params.inputChannelsPerConvGroup)
+    y = _public_act(_conv(graph, act, w, params, opts, seq, "c"))
+    st = graph._state
+    zeros_read = 0
+    for vid in range(graph.getNumVertices()):
+        inst = st.vertices[vid]
+        if "in" not in inst.fields:
+            continue
+        ids = np.concatenate([np.asarray(v) for v in inst.fields["in"]])
+        const = ids >= x.numElements() + w.numElements()  # not an operand's element
+        zeros_read += int(const.sum())
+        if const.any():
+            tiles = st.spaces[4].tile[ids[const]]
+            assert (tiles == inst.tile).all()
+    assert zeros_read > 0
+    graph.createHostWrite("x", x)
+    graph.createHostWrite("w", w)
+    graph.createHostRead("y", y)
+    rng = np.random.default_rng(3)
+    xv = rng.standard_normal(params.inputShape()).astype(np.float32)
+    wv = rng.standard_normal(params.weightsShape()).astype(np.float32)
+    eng = Engine(graph, seq)
+    eng.load(device)
+    eng.writeTensor("x", xv)
+    eng.writeTensor("w", wv)
+    eng.run(0)
+    out = np.zeros(params.outputShape(), np.float32)
+    eng.readTensor("y", out)
+    np.testing.assert_allclose(out, ref_conv(xv, wv, params), rtol=1e-5, atol=1e-4)
+
+
+# ------------------------------------------------------------------ reduction fields
+def test_reduction_connects_each_output_to_its_partials():
+    params = poplin.ConvParams(FLOAT, 1, [4, 4], [1, 1], 512, 16, 1)
+    graph = _graph("ipu2")
+    opts = parse_options(None, "t")
+    plan = _plan(graph, params, opts)
+    pci = plan.parts[-1]
+    assert pci > 1
+    g, b, co = 1, 1, 16
+    field = params.getOutputFieldShape()
+    out_var = grouped_output(graph, FLOAT, [], g, b, field, co, 1, "out")
+    partials = grouped_output(graph, FLOAT, [pci], g, b, field, co, 1, "partials")
+    seq = prog.Sequence()
+    first = graph.getNumVertices()
+    reduce_partials(graph, partials, out_var, plan, _ranges(plan, params), seq, "r")
+    # position of every id in the output and in each part of the partials
+    out_pos = {int(i): k for k, i in enumerate(out_var.flat_index())}
+    total = out_var.numElements()
+    part_pos = {int(i): k for k, i in enumerate(partials.flat_index())}
+    seen = np.zeros(total, np.int64)
+    tiles = graph.elementTiles(out_var)
+    st = graph._state
+    for vid in range(first, graph.getNumVertices()):
+        inst = st.vertices[vid]
+        fields = inst.fields
+        out = np.concatenate([np.atleast_1d(np.asarray(v)) for v in _vectors(fields["out"])])
+        pos = np.array([out_pos[int(i)] for i in out])
+        seen[pos] += 1
+        assert (tiles[pos] == inst.tile).all()
+        parts = [np.asarray(v) for v in _vectors(fields["partials"])]
+        got = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        got_pos = np.array([part_pos[int(i)] for i in got])
+        if "initialPartial" in fields:
+            own = np.asarray(_vectors(fields["initialPartial"])[0])
+            own_pos = np.array([part_pos[int(i)] for i in own])
+            p = int(own_pos[0]) // total
+            np.testing.assert_array_equal(own_pos, p * total + pos)
+            rows = [r for r in range(pci) if r != p]
+        else:
+            rows = list(range(pci))
+        want = np.concatenate([r * total + pos for r in rows])
+        np.testing.assert_array_equal(got_pos, want)
+    np.testing.assert_array_equal(seen, np.ones(total, np.int64))
+
+
+def _vectors(value) -> list:
+    """A field's connection as a list of id arrays (a Vector field is one)."""
+    if isinstance(value, list):
+        return value
+    return [np.asarray(value)]
