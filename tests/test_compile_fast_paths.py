@@ -169,3 +169,29 @@ def test_on_tile_copy_steps_in_one_pass_equal_the_whole_array_steps(seed):
     want = _old_copy_steps(cfg, src, np.asarray(dst), d_tile, local, 4)
     assert got[0].tolist() == want[0].tolist()
     assert got[1].tolist() == want[1].tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_copy_pieces_from_known_source_tiles_equal_a_plain_loop(seed):
+    """A Copy's remote pieces found from the tiles it compared (int32, no owner looked
+    up again) against a loop over the references."""
+    from poplar_api.lowering import pieces
+
+    rng = np.random.default_rng(seed)
+    owner = rng.integers(0, 4, 300).astype(np.int32)
+    ids = np.where(rng.random(200) < 0.7, np.arange(200) + 50, rng.integers(0, 300, 200))
+    ids = ids.astype(np.int32)
+    dst = np.repeat(rng.integers(0, 4, 40), 5)[:200].astype(np.int32)
+    got = pieces.flat_pieces(ids, dst, owner, owner[ids])
+    want: list[list[int]] = []  # [begin, length, dst]
+    prev = None
+    for i, d in zip(ids.tolist(), dst.tolist(), strict=True):
+        if owner[i] == d:
+            prev = None
+            continue
+        if prev is not None and i == prev[0] + 1 and d == prev[1]:
+            want[-1][1] += 1
+        else:
+            want.append([i, 1, d])
+        prev = (i, d)
+    assert [list(x) for x in zip(*(a.tolist() for a in got), strict=True)] == want

@@ -110,7 +110,8 @@ def _overlap(s_ids: np.ndarray, d_ids: np.ndarray) -> int:
 def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
     typ = s.elementType()
     s_ids, d_ids = s._flat_ids(), d._flat_ids()
-    s_tile, d_tile = em.tiles(s), em.tiles(d)
+    # the tiles as the space holds them (int32): compared here and in compiled passes
+    s_tile, d_tile = em.tiles(s, np.int32), em.tiles(d, np.int32)
     storage = em.lowered.storage
     s_where, d_where = em.where(s_ids), em.where(d_ids)
 
@@ -132,7 +133,7 @@ def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
             )
         )
     planner = ExchangePlanner(em.state.target, em.state, em.owners)
-    planner.add_owned(typ, id_array(s_ids), d_tile, em.state.space(typ).tile)
+    planner.add_owned(typ, id_array(s_ids), d_tile, em.state.space(typ).tile, s_tile)
     nodes += em.exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", em.pid(prog))
     if not nodes:  # nothing to copy
         return ir.Sequence()

@@ -195,9 +195,9 @@ class Emission:
         """:meth:`index` of a tensor's ids as :meth:`Tensor._flat_ids` gives them."""
         return runs.as_index(ids) if isinstance(ids, range) else self.index(ids)
 
-    def tiles(self, t: Tensor) -> np.ndarray:
-        """Tile of each element of ``t`` (int64, in its row-major order)."""
-        return self.state.space(t.elementType()).tile[t._id_index()].astype(np.int64)
+    def tiles(self, t: Tensor, dtype: type = np.int64) -> np.ndarray:
+        """Tile of each element of ``t`` (int64, or ``dtype``; in its row-major order)."""
+        return self.state.space(t.elementType()).tile[t._id_index()].astype(dtype, copy=False)
 
     def predicate(
         self, t: Any, what: str, integral: bool = False, cases: tuple[int, ...] | None = None

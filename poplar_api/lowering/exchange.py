@@ -270,14 +270,19 @@ class ExchangePlanner:
             self.add(element_type, int(dst[a]), ids[a:b], src[a:b])
 
     def add_owned(
-        self, element_type: Type, ids: np.ndarray, dst: np.ndarray, owner: np.ndarray
+        self,
+        element_type: Type,
+        ids: np.ndarray,
+        dst: np.ndarray,
+        owner: np.ndarray,
+        src: np.ndarray | None = None,
     ) -> None:
         """References ``ids`` needed on tiles ``dst``, each sent by the tile that owns
-        it (``owner[id]``, the element space's tile array): :meth:`add_grouped` with
-        ``src = owner[ids]``, planned as runs when no element crosses IPUs."""
-        ids = np.asarray(ids, np.int64)
-        dst = np.asarray(dst, np.int64)
-        self.add_pieces(element_type, *pieces.flat_pieces(ids, dst, owner), owner)
+        it (``owner[id]``, the element space's tile array, or ``src`` per reference when
+        known): :meth:`add_grouped` with ``src = owner[ids]``, planned as runs when no
+        element crosses IPUs."""
+        found = pieces.flat_pieces(np.asarray(ids), np.asarray(dst), owner, src)
+        self.add_pieces(element_type, *found, owner)
 
     def add_pieces(
         self,

@@ -57,16 +57,16 @@ def _field_pieces(
 
 
 @numba.njit(cache=True, nogil=True)
-def _flat_pieces(ids, dst, owner, out_begin, out_length, out_dst):  # pragma: no cover
-    # _field_pieces with a tile per reference; written out, as a shared helper made
-    # both several times slower
+def _flat_pieces(ids, src, dst, out_begin, out_length, out_dst):  # pragma: no cover
+    # _field_pieces with a sending and a receiving tile per reference; written out, as
+    # a shared helper made both several times slower
     count = 0
     prev_id = -2
     prev_dst = -1
     for p in range(ids.size):
         i = ids[p]
         d = dst[p]
-        if owner[i] == d:
+        if src[p] == d:
             prev_id = -2
             continue
         if i == prev_id + 1 and d == prev_dst:
@@ -284,7 +284,12 @@ def _stretch_pieces(
 
 
 def flat_pieces(
-    ids: np.ndarray, dst: np.ndarray, owner: np.ndarray
+    ids: np.ndarray, dst: np.ndarray, owner: np.ndarray, src: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`field_pieces` for references with one destination tile each (``dst``)."""
-    return _collect(_flat_pieces, ids.size, ids, dst, owner)
+    """:func:`field_pieces` for references with one destination tile each (``dst``).
+
+    ``src`` is the owning tile of each reference when the caller has it already (a
+    ``Copy`` compares both sides' tiles anyway): then no owner is looked up again."""
+    if src is None:
+        src = owner[ids]
+    return _collect(_flat_pieces, ids.size, ids, src, dst)
