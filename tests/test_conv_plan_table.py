@@ -4,7 +4,8 @@ from Poplibs' source in that document; a property the document says is not
 established is not checked), the ipusim column states the whole plan it picks
 (:func:`~poplar_api.poplin.plan_report.plan_summary`: vertex, transforms, serial passes,
 partition and blocks, tiles, temporary bytes), and for the products the last column
-gives the estimates of both operand orders that the swap rule compares."""
+gives the estimates of both operand orders that the swap rule compares, or, for the
+fully-connected passes, those of the layer's joint and separate plans."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import pytest
 
 from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api.poplin.conv_params import expand_all_dims
-from poplar_api.poplin.conv_planner import memory_limit
+from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
+from poplar_api.poplin.fc_joint import FC_TRAINING, fwd_layer, pass_product, plan_joint
 from poplar_api.poplin.plan_report import plan_summary, vertex_name
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "planner.md"
@@ -67,17 +69,21 @@ def test_the_tables_are_there() -> None:
     assert len(PRODUCTS) >= 12 and len(CONV_ROWS) == len(CONVS)
 
 
-def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None) -> bool:
+def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint=None) -> bool:
     """One property of the Poplibs column on ipusim's ``plan`` (``rearranged``: whether
-    matMul copies the activations and the weights before the exchange)."""
+    matMul copies the activations and the weights before the exchange; ``joint``:
+    whether a fully-connected layer is planned jointly, and its costs)."""
     claim = claim.strip()
     if " or " in claim:
-        return any(_holds(c, plan, params, rearranged) for c in claim.split(" or "))
+        return any(_holds(c, plan, params, rearranged, joint) for c in claim.split(" or "))
     if claim in ("acts rearranged", "weights rearranged"):
         assert rearranged is not None, claim
         return rearranged[0 if claim.startswith("acts") else 1]
     if claim == "swapped":
         return plan.swapped
+    if claim in ("joint", "separate"):
+        assert joint is not None, claim
+        return joint[0] == (claim == "joint")
     if claim.startswith("method "):
         return plan.method == claim.split()[1]
     if claim.startswith("vertex "):
@@ -102,6 +108,24 @@ def _forced(swap: bool, opts: dict[str, str] | None) -> dict[str, str]:
     return {**(opts or {}), "planConstraints": json.dumps({"transform": {"swapOperands": swap}})}
 
 
+def _layer_costs(graph, dims, conv_pass: str) -> tuple[bool, str]:
+    """Whether the fully-connected layer of the ``conv_pass`` product ``dims`` is planned
+    jointly, and the joint and separate plans' estimated cycles and bytes (summed cycles
+    and largest bytes of the three passes) as the table gives them."""
+    layer = fwd_layer(conv_pass, dims)
+    opts = parse_options({"pass": "FC_TRAINING_FWD"}, "t")
+    joint = plan_joint(layer, HALF, HALF, opts, graph.getTarget())
+    alone = [
+        poplin.matmul._plan_alone(graph, pass_product(p, layer), HALF, HALF, {"pass": p}, "t")[1]
+        for p in FC_TRAINING
+    ]
+    cycles = sum(int(q.cost["total"]) for q in alone)
+    memory = max(q.memory_bytes for q in alone)
+    text = f"joint {joint.cycles:,} / {joint.memory_bytes:,} B; separate {cycles:,} / {memory:,} B"
+    chosen = poplin.matmul._fc_layer(graph, layer, HALF, HALF, {"pass": conv_pass}, "t")
+    return chosen is not None, text
+
+
 @pytest.mark.parametrize("row", PRODUCTS, ids=[r[0] for r in PRODUCTS])
 def test_products(row) -> None:
     _, product, preset, fc_pass, poplibs, ipusim, forms = row
@@ -117,12 +141,16 @@ def test_products(row) -> None:
     acts, weights = (b.dimShuffle([0, 2, 1]), a) if plan.swapped else (a, b.dimShuffle([0, 2, 1]))
     conv_pass = None if opts is None else f"FC_{fc_pass}"
     rearranged = operand_rearrangements(graph, plan, conv_pass, acts, weights)
+    joint = _layer_costs(graph, (g, m, k, n), conv_pass) if opts else None
     for claim in _claims(poplibs):
-        assert _holds(claim, plan, params, rearranged), (
+        assert _holds(claim, plan, params, rearranged, joint), (
             f"{product} ({fc_pass}) on {preset}: {claim!r} fails for {plan}"
         )
     limit = memory_limit(graph.getTarget(), {})
     assert ipusim == plan_summary(plan, params, limit)
+    if joint is not None:  # the joint and separate plans of the layer that the rule compares
+        assert forms == joint[1]
+        return
     # the two operand orders the rule compares, each forced
     costs = []
     for swap in (True, False):

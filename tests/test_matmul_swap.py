@@ -6,8 +6,8 @@ transform, as that of ``B^T`` with ``A^T`` (batch and output channels exchanged)
 ``getSwapOperandCandidates`` tries the swapped form first for matmuls and the
 fully-connected passes, and ``createPlan`` replaces its best plan only at a strictly
 lower ``(cycles, temporary bytes)``, so a tie keeps the swapped plan. The tests check
-the rule (plain products only: a fully-connected pass keeps its operands, since its
-joint plan is not modelled) against the two forms' plans (each forced through
+the rule (for a fully-connected training pass when its layer is not planned jointly,
+:mod:`poplar_api.poplin.fc_joint`) against the two forms' plans (each forced through
 ``planConstraints`` ``0.transform.swapOperands``), the values against numpy, and the
 memory-bound steps of ``runPlanner`` written out again.
 """
@@ -24,6 +24,7 @@ from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api import program as prog
 from poplar_api.errors import GraphError
 from poplar_api.poplin.conv_planner import bound_step, memory_limit
+from poplar_api.poplin.fc_joint import fwd_layer
 from tests.test_poplin import run_product
 
 RNG = np.random.default_rng(2828)
@@ -79,9 +80,18 @@ def test_the_form_with_the_lower_cost_is_kept(preset, shape, fc_pass) -> None:
     def key(p):
         return (bound_step(p.memory_bytes, limit, tile), p.cost["total"], p.memory_bytes)
 
-    # swapped first, the unswapped form only when strictly cheaper; a fully-connected
-    # pass keeps its operands (its joint plan is not modelled)
-    want = fc_pass == "NONE" and not key(forms[False]) < key(forms[True])
+    # a fully-connected training pass planned jointly is its pass of the joint plan
+    # (always swapped); otherwise swapped first, the unswapped form only when strictly
+    # cheaper
+    joint = None
+    if fc_pass != "NONE":
+        conv_pass = f"FC_{fc_pass}"
+        layer = fwd_layer(conv_pass, shape)
+        joint = poplin.matmul._fc_layer(graph, layer, HALF, HALF, {"pass": conv_pass}, "t")
+    if joint is not None:
+        assert plan.swapped and plan == joint.plans[f"FC_{fc_pass}"]
+        return
+    want = not key(forms[False]) < key(forms[True])
     assert plan.swapped == want
     assert plan == forms[want]
 

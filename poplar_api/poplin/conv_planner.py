@@ -51,15 +51,18 @@ The vertical MAC (``ConvPartialVerticalMac``) is a candidate for HALF depthwise
 convolutions (:func:`vmac_groups`); its closed form is derived from the leading terms
 of ``getConvPartialVerticalMacCycleEstimate``.
 
-Swapped operands (Poplibs' ``swapOperands``) are a candidate for plain matMul products:
+Swapped operands (Poplibs' ``swapOperands``) are a candidate for every matMul product:
 :mod:`~poplar_api.poplin.matmul` plans the product and its swap, each with
-:func:`transform_estimates`, and keeps the cheaper (:func:`bound_step`).
+:func:`~poplar_api.poplin.conv_transform.transform_estimates`, and keeps the cheaper
+(:func:`bound_step`); the training passes of a fully-connected layer may instead be
+planned jointly (:mod:`~poplar_api.poplin.fc_joint`, which costs given splits with
+:func:`_candidates`). Option parsing is in :mod:`~poplar_api.poplin.conv_options`.
 
 Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC
 family, input-channel serial splits and the planner's other transforms (swapping the
 operands of a convolution that is not a matMul, expanding some dimensions only,
-flattening the batch into the field, the joint plan of the fully-connected passes);
-docs/planner.md compares ipusim's plans with Poplibs'.
+flattening the batch into the field); docs/planner.md compares ipusim's plans with
+Poplibs'.
 """
 
 from __future__ import annotations
@@ -72,12 +75,15 @@ from typing import Any
 import numpy as np
 
 from poplar_api.errors import GraphError
+from poplar_api.poplin.conv_options import parse_options
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
+from poplar_api.poplin.conv_transform import MATMUL_PASSES, transform_estimates
 from poplar_api.poplin.estimators import exchange_cycles, reduce_add_cycles, single_input_reduce
 from poplar_api.types import FLOAT, HALF, Type
 
 __all__ = [
-    "ConvPlan", "amp_groups", "amp_unit_options", "bound_step", "plan_convolution", "vmac_groups",
+    "ConvPlan", "amp_groups", "amp_unit_options", "bound_step", "parse_options",
+    "plan_convolution", "vmac_groups",
 ]  # fmt: skip
 
 #: Cycles per extra BSP phase (sync + exchange set-up), as the matmul planner charges.
@@ -159,6 +165,13 @@ def amp_groups(
     elif units not in allowed:
         raise ValueError(f"amp_groups: units={units}; instantiated: {allowed}")
     return AMP_CHAIN * elems, units, units, elems
+
+
+def weights_per_conv_unit(params: ConvParams) -> int:
+    """Poplibs' ``getWeightsPerConvUnit`` of the input type: the AMP chain times its
+    input load elements (16 HALF, 8 FLOAT), the input-channel grouping Poplibs assumes
+    the next layer wants."""
+    return amp_groups(params.inputType, FLOAT if params.inputType == FLOAT else HALF)[0]
 
 
 @dataclass(frozen=True)
@@ -326,6 +339,25 @@ def _fitting(memory: np.ndarray, limit: float, tile_bytes: int) -> np.ndarray:
     return fits if fits.any() else np.ones(memory.shape, bool)
 
 
+def _enumerate(
+    sizes: list[int], grains: list[int], tiles: int, co_unsplit: bool = False
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``(parts, blocks)`` of every split of the dimensions ``(G, B, *field, Co, Ci)``
+    whose parts multiply to at most ``tiles`` (blocks in multiples of ``grains``); with
+    ``co_unsplit`` the output channels are one block."""
+    opts = [_options(s, tiles, g) for s, g in zip(sizes, grains, strict=True)]
+    if co_unsplit:
+        opts[-2] = (np.ones(1, np.int64), np.full(1, sizes[-2], np.int64))
+    idx = _feasible(opts, tiles)
+    while idx[0].size > MAX_CANDIDATES:  # thin the largest option list
+        i = int(np.argmax([o[0].size for o in opts]))
+        opts[i] = (opts[i][0][::2], opts[i][1][::2])
+        idx = _feasible(opts, tiles)
+    parts = [opts[i][0][idx[i]] for i in range(len(opts))]
+    blocks = [opts[i][1][idx[i]] for i in range(len(opts))]
+    return parts, blocks
+
+
 def _candidates(
     params: ConvParams,
     method: str,
@@ -333,8 +365,16 @@ def _candidates(
     target: Any,
     maps: list[np.ndarray],
     fast: bool = False,
+    splits: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
+    field_grain: int = 1,
+    co_unsplit: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Every split of one method with its closed-form costs (arrays of equal length)."""
+    """Every split of one method with its closed-form costs (arrays of equal length).
+
+    ``splits`` (``parts``, ``blocks``: one array per split dimension) costs the given
+    splits instead; ``field_grain`` makes the innermost field dimension's blocks
+    multiples of it and ``co_unsplit`` keeps the output channels on every tile (the
+    joint plan of the fully-connected passes, :mod:`.fc_joint`)."""
     tiles = target.getNumTiles()
     workers = target.getNumWorkerContexts()
     in_t, out_t = params.inputType, params.outputType
@@ -351,16 +391,15 @@ def _candidates(
     nd = len(out_field)
     sizes = [params.numConvGroups, params.batchSize, *out_field,
              params.outputChannelsPerConvGroup, params.inputChannelsPerConvGroup]  # fmt: skip
-    grains = [cgpg, 1, *([1] * nd), ocg, icg]
-    opts = [_options(s, tiles, g) for s, g in zip(sizes, grains, strict=True)]
-    idx = _feasible(opts, tiles)
-    while idx[0].size > MAX_CANDIDATES:  # thin the largest option list
-        i = int(np.argmax([o[0].size for o in opts]))
-        opts[i] = (opts[i][0][::2], opts[i][1][::2])
-        idx = _feasible(opts, tiles)
-    wins = [_windows(maps, opts[2 + d][1], d) for d in range(nd)]
-    parts = [opts[i][0][idx[i]] for i in range(len(opts))]
-    blocks = [opts[i][1][idx[i]] for i in range(len(opts))]
+    if splits is None:
+        parts, blocks = _enumerate(sizes, [cgpg, 1, *([1] * (nd - 1)), field_grain, ocg, icg],
+                                   tiles, co_unsplit)  # fmt: skip
+    else:
+        parts, blocks = splits
+    wins = []
+    for d in range(nd):
+        uniq, inv = np.unique(blocks[2 + d], return_inverse=True)
+        wins.append(_windows(maps, uniq, d)[inv])
     used = np.prod(np.stack(parts), axis=0)
     bg, bb = blocks[0], blocks[1]
     bo = blocks[2 : 2 + nd]
@@ -368,7 +407,7 @@ def _candidates(
     pco, pci = parts[-2], parts[-1]
     p_field = np.prod(np.stack(parts[1 : 2 + nd]), axis=0)  # batch x field parts
     positions = bb * np.prod(np.stack(bo), axis=0)
-    window = bb * np.prod(np.stack([wins[d][idx[2 + d]] for d in range(nd)]), axis=0)
+    window = bb * np.prod(np.stack(wins), axis=0)
     kpos = int(np.prod(params.kernelShape))
     in_elems = bg * window * bci
     w_elems = bg * bco * bci * kpos
@@ -432,89 +471,6 @@ def _candidates(
     }  # fmt: skip
 
 
-#: The passes of a matmul product (Poplibs' ``isMatmulOrFullyConnectedLayer``).
-MATMUL_PASSES = ("NONE_MATMUL", "FC_INFERENCE_FWD", "FC_TRAINING_FWD", "FC_TRAINING_BWD",
-                 "FC_TRAINING_WU")  # fmt: skip
-
-
-def _transform_factor(type_: Type, size: int) -> tuple[int, int]:
-    """Poplibs' ``getScaleFactorForTransform``: 5/4 when ``size`` is a multiple of the
-    type's grain (2 FLOAT, 4 HALF), else 5/3."""
-    return (5, 4) if size % (2 if type_ == FLOAT else 4) == 0 else (5, 3)
-
-
-def transform_estimates(
-    params: ConvParams,
-    conv_pass: str | None,
-    swapped: bool,
-    icg: np.ndarray,
-    ocg: np.ndarray,
-    used: np.ndarray,
-    target: Any,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(cycles, temporary bytes)`` of the operand and output rearrangements Poplibs'
-    cost model charges a matmul product's candidates (``addTransformCycleEstimate``,
-    ``lib/poplin/ConvModel.cpp`` at graphcore/poplibs 7eac0f26, default options).
-
-    For a plain product the operands and the output are rearranged unless the operands
-    are swapped (``swapOperands != isMatmulOrFullyConnectedLayer``), and also when the
-    input channels are not a multiple of the vertex's input grouping
-    (``padInChannels``) or the output channels not of its partials grouping
-    (``padPartialChannels``: weights and output); Poplibs also rearranges in
-    ``FC_TRAINING_WU`` (input, output) and ``FC_TRAINING_BWD`` (input), which are not
-    costed here (below). A plain matmul's output is regrouped (a copy on the tile) when its
-    partials grouping is not the conv unit's weights (``regroupOutput``). Each
-    rearrangement spreads its tensor's bytes (channels padded to the groupings) over the
-    used tiles: a copy of ``5 / f`` cycles per ``min(memcpy, element)`` bytes (``f`` 4 or
-    3, :func:`_transform_factor`; memcpy bytes per cycle = the data path width) and an
-    exchange at the target's rate; a regroup copies ``min(memcpy, group bytes)`` per
-    cycle. The temporary bytes are twice the largest tensor's bytes per tile. Only a
-    plain product (``NONE_MATMUL``) gets the estimate here: the fully-connected passes,
-    whose operand order ipusim does not choose (their joint plan is not modelled), and
-    convolutions are costed without it.
-    """
-    n = used.size
-    if conv_pass != "NONE_MATMUL":  # fully-connected passes: see matmul._swap_candidates
-        return np.zeros(n, np.int64), np.zeros(n, np.int64)
-    g = params.numConvGroups
-    field = params.batchSize * int(np.prod(params.getOutputFieldShape()))
-    ci, co = params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup
-    ci_p, co_p = -(-ci // icg) * icg, -(-co // ocg) * ocg
-    in_b, out_b = params.outputType.size, params.outputType.size
-    memcpy = max(target.getDataPathWidth() // 8, 1)
-    xbpc = target.getExchangeBytesPerCycle()
-    wpcu = amp_groups(params.inputType, FLOAT if params.inputType == FLOAT else HALF)[0]
-    pad_in, pad_partial = ci % icg != 0, co % ocg != 0
-    unswapped = not swapped
-    re_in = unswapped | pad_in
-    re_w = unswapped | pad_in | pad_partial
-    re_out = unswapped | pad_partial
-    regroup = ocg != wpcu
-
-    def per_tile(elements: np.ndarray, size: int) -> np.ndarray:
-        return -(-(elements * size) // used)
-
-    f0, f1 = _transform_factor(params.inputType, ci * co)
-    bpc = min(memcpy, in_b)
-    in_t = per_tile(field * ci_p * g, in_b)
-    w_t = per_tile(ci_p * co_p * g * int(np.prod(params.kernelShape)), in_b)
-    out_t = per_tile(field * co_p * g, out_b)
-    o0, o1 = _transform_factor(params.outputType, co)
-    move = lambda b, rate: -(-(b * f0) // (rate * f1))  # noqa: E731
-    xch = lambda b: np.ceil(b / xbpc).astype(np.int64)  # noqa: E731
-    cycles = np.where(re_in, move(in_t, bpc) + xch(in_t), 0)
-    cycles = cycles + np.where(re_w, move(w_t, bpc) + xch(w_t), 0)
-    out_copy = np.where(
-        re_out,
-        -(-(out_t * o0) // (min(memcpy, out_b) * o1)) + xch(out_t),
-        np.where(regroup, -(-(out_t * o0) // (np.minimum(memcpy, ocg * out_b) * o1)), 0),
-    )
-    cycles = cycles + out_copy
-    temp = 2 * np.maximum.reduce([np.where(re_in, in_t, 0), np.where(re_w, w_t, 0),
-                                  np.where(re_out | regroup, out_t, 0)])  # fmt: skip
-    return cycles.astype(np.int64), temp.astype(np.int64)
-
-
 def _with_out_chans(params: ConvParams, co: int) -> ConvParams:
     """``params`` with ``co`` output channels per conv group (one serial iteration)."""
     sub = copy.copy(params)
@@ -548,8 +504,8 @@ def _gather(
     Poplibs' model of a serial split (``addEstimates``, ``ConvModel.cpp`` at 7eac0f26):
     the cycles of one iteration times ``serial``; the temporary memory of one iteration
     (``convTempBytes`` does not outlive it) plus, when split and ``rearrange`` (the
-    fully-connected passes ``FC_INFERENCE_FWD``, ``FC_TRAINING_BWD``,
-    ``FC_TRAINING_WU``, which Poplibs does not plan jointly), the weights a tile holds
+    fully-connected passes planned alone, i.e. not as Poplibs' joint plan of
+    :mod:`.fc_joint`), the weights a tile holds
     before the loop slices them (``addRearrangeBeforeSliceEstimate``; its rearranging
     copy is not costed). The dynamic slice
     of the weights and update of the output in each iteration are not costed: the
@@ -561,7 +517,7 @@ def _gather(
     cands = [_candidates(sub, m, partials, target, maps, fast) for m in methods]
     cat = {k: np.concatenate([c[k] for c in cands]) for k in cands[0]}
     cycles, temp = transform_estimates(sub, conv_pass, swapped, cat["icg"], cat["ocg"],
-                                       cat["used"], target)  # fmt: skip
+                                       cat["used"], target, weights_per_conv_unit(sub))  # fmt: skip
     cat["transform"] = cycles
     cat["total"] = cat["total"] + cycles
     cat["memory"] = np.maximum(cat["memory"], temp)
@@ -580,6 +536,48 @@ def _gather(
             )
             cat["memory"] = cat["memory"] + -(-weights // cat["used"])
     return cat
+
+
+def plan_from(
+    cat: Mapping[str, np.ndarray],
+    j: int,
+    methods: list[Any],
+    params: ConvParams,
+    partials: Type,
+    target: Any,
+    cost: dict[str, int],
+    fast: bool = False,
+    swapped: bool = False,
+    tiles: np.ndarray | None = None,
+) -> ConvPlan:
+    """The :class:`ConvPlan` of candidate ``j`` of ``cat`` (a :func:`_gather` result)
+    with ``cost``; its blocks go to tiles spread evenly over the target in block order,
+    or to ``tiles`` when given."""
+    parts = tuple(int(x) for x in cat["parts"][j])
+    used = int(np.prod(parts))
+    if tiles is None:
+        tiles = (np.arange(used, dtype=np.int64) * target.getNumTiles() // used).reshape(parts)
+    m, units = methods[int(cat["method"][j])], None
+    if isinstance(m, tuple):
+        m, units = m
+    _, _, units, elems = amp_groups(params.inputType, partials, target, units)
+    return ConvPlan(
+        method=m,
+        parts=parts,
+        blocks=tuple(int(x) for x in cat["blocks"][j]),
+        in_chans_per_group=int(cat["icg"][j]),
+        out_chans_per_group=int(cat["ocg"][j]),
+        num_conv_units=units,
+        conv_input_load_elems=elems,
+        partials_type=partials if m in ("AMP", "VMAC") or params.inputType == FLOAT else FLOAT,
+        conv_groups_per_group=int(cat["cgpg"][j]),
+        tiles=tiles,
+        cost=cost,
+        memory_bytes=int(cat["memory"][j]),
+        serial=int(cat["serial"][j]),
+        fast_reduce=fast,
+        swapped=swapped,
+    )
 
 
 def plan_convolution(
@@ -625,7 +623,7 @@ def plan_convolution(
         units = amp_unit_options(params.inputType, partials, target)
         methods[i : i + 1] = [("AMP", u) for u in sorted(units, reverse=True)]
     limit = memory_limit(target, options)
-    rearrange = options.get("pass") in ("FC_INFERENCE_FWD", "FC_TRAINING_BWD", "FC_TRAINING_WU")
+    rearrange = options.get("pass") in MATMUL_PASSES[1:]  # planned alone (not jointly)
     fast = str(options.get("enableFastReduce", "false")).lower() == "true"
     conv_pass, swapped = options.get("pass"), bool(options.get("swap"))
     cat = _gather(params, methods, partials, target, 1, False, fast, conv_pass, swapped)
@@ -643,33 +641,9 @@ def plan_convolution(
     primary = np.where(fits, cat["total"], np.iinfo(np.int64).max // 4)
     order = np.lexsort((method_ix, cat["serial"], cat["used"], primary))
     top = order[: REFINE if exact_compute is not None else 1]
-    tiles = target.getNumTiles()
 
     def make(j: int, cost: dict[str, int]) -> ConvPlan:
-        parts = tuple(int(x) for x in cat["parts"][j])
-        used = int(np.prod(parts))
-        grid = (np.arange(used, dtype=np.int64) * tiles // used).reshape(parts)
-        m, units = methods[int(method_ix[j])], None
-        if isinstance(m, tuple):
-            m, units = m
-        _, _, units, elems = amp_groups(params.inputType, partials, target, units)
-        return ConvPlan(
-            method=m,
-            parts=parts,
-            blocks=tuple(int(x) for x in cat["blocks"][j]),
-            in_chans_per_group=int(cat["icg"][j]),
-            out_chans_per_group=int(cat["ocg"][j]),
-            num_conv_units=units,
-            conv_input_load_elems=elems,
-            partials_type=partials if m in ("AMP", "VMAC") or params.inputType == FLOAT else FLOAT,
-            conv_groups_per_group=int(cat["cgpg"][j]),
-            tiles=grid,
-            cost=cost,
-            memory_bytes=int(cat["memory"][j]),
-            serial=int(cat["serial"][j]),
-            fast_reduce=fast,
-            swapped=swapped,
-        )
+        return plan_from(cat, j, methods, params, partials, target, cost, fast, swapped)
 
     best: tuple[int, ConvPlan] | None = None
     for j in top.tolist():
@@ -685,115 +659,3 @@ def plan_convolution(
             best = (key, plan)
     assert best is not None
     return best[1]
-
-
-_KNOWN = {
-    "availableMemoryProportion", "partialsType", "pass", "use128BitConvUnitLoad",
-    "enableMultiStageReduce", "enableFastReduce", "enableConvDithering",
-    "remapOutputTensor", "gatherConvOutput", "planConstraints", "numIPUs", "tilesPerIPU",
-    "startTileMultiplier", "disableSRForAMPVertices", "insertTransformsCycleCountProgs",
-    "enableTransformsLayoutSelection", "partialsType.interIPU", "partialsType.interTile",
-    "partialsType.intraTile", "use128BitLoad",
-}  # fmt: skip
-
-_PASSES = {
-    "NONE", "NONE_MATMUL", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU",
-    "FC_INFERENCE_FWD", "FC_TRAINING_FWD", "FC_TRAINING_BWD", "FC_TRAINING_WU",
-}  # fmt: skip
-
-
-def parse_options(options: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
-    """Checked convolution options: unknown names and bad values are errors."""
-    import difflib
-
-    if options is None:
-        options = {}
-    if not isinstance(options, Mapping):
-        raise GraphError(f"{what}: options must be a mapping of str to str, got {options!r}")
-    out: dict[str, Any] = {"partialsType": FLOAT, "method": None, "expand": None}
-    for k, v in options.items():
-        k = str(k)
-        if k not in _KNOWN:
-            close = difflib.get_close_matches(k, sorted(_KNOWN), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise GraphError(
-                f"{what}: option {k!r} is not a convolution option{hint} (known: "
-                f"{', '.join(sorted(_KNOWN))})"
-            )
-        s = str(v)
-        if k == "partialsType":
-            low = s.lower()
-            if low not in ("float", "half"):
-                raise GraphError(f"{what}: option partialsType={v!r}; required 'float' or 'half'")
-            out[k] = FLOAT if low == "float" else HALF
-        elif k == "pass":
-            if s not in _PASSES:
-                raise GraphError(f"{what}: option pass={v!r}; required one of {sorted(_PASSES)}")
-            out[k] = s
-        elif k == "planConstraints":
-            out.update(_plan_constraints(s, what))
-        elif k in ("enableFastReduce", "enableMultiStageReduce"):
-            if s.lower() not in ("true", "false"):
-                raise GraphError(f"{what}: option {k}={v!r}; required 'true' or 'false'")
-            out[k] = s.lower()
-        else:
-            out[k] = s
-    memory_limit_check = out.get("availableMemoryProportion")
-    if memory_limit_check is not None:
-        try:
-            prop = float(memory_limit_check)
-        except ValueError:
-            prop = -1.0
-        if not 0.0 < prop <= 1.0:
-            raise GraphError(
-                f"{what}: option availableMemoryProportion={memory_limit_check!r}; required a "
-                f"number in (0, 1], e.g. '0.6'"
-            )
-    return out
-
-
-def _plan_constraints(text: str, what: str) -> dict[str, Any]:
-    """The parts of a Poplibs plan-constraints JSON ipusim honours: the ``method``, the
-    ``expandDims`` transform (``[]``: no expansion; every field dimension: expand) and
-    the ``swapOperands`` transform (matMul products only); at the top level or under
-    level ``"0"``. Other constraints are accepted and ignored."""
-    import json
-
-    if not text.strip():
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GraphError(f"{what}: option planConstraints is not JSON ({exc}): {text!r}") from None
-    if not isinstance(data, dict):
-        raise GraphError(f"{what}: option planConstraints must be a JSON object, got {text!r}")
-    out: dict[str, Any] = {}
-    level = data.get("0") if isinstance(data.get("0"), dict) else {}
-    method = data.get("method", level.get("method"))
-    if isinstance(method, dict):
-        method = method.get("type")
-    if method is not None:
-        m = str(method).upper()
-        if m not in ("AMP", "HMAC", "VMAC"):
-            raise GraphError(
-                f"{what}: planConstraints method {method!r} is not modelled; required AMP, "
-                f"HMAC or VMAC"
-            )
-        out["method"] = m
-    transform = data.get("transform", level.get("transform"))
-    if isinstance(transform, dict) and "swapOperands" in transform:
-        swap = transform["swapOperands"]
-        if not isinstance(swap, bool):
-            raise GraphError(
-                f"{what}: planConstraints transform.swapOperands={swap!r} must be true or false"
-            )
-        out["swap"] = swap
-    if isinstance(transform, dict) and "expandDims" in transform:
-        dims = transform["expandDims"]
-        if not isinstance(dims, list):
-            raise GraphError(
-                f"{what}: planConstraints transform.expandDims={dims!r} must be a list of "
-                f"field dimensions"
-            )
-        out["expand"] = bool(dims)
-    return out

@@ -26,6 +26,15 @@ from poplar_api.poplin.conv_params import CONV_TYPES as MATMUL_TYPES
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan, bound_step, memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
+from poplar_api.poplin.conv_serial import PLAN_CACHE, plan_cache_key
+from poplar_api.poplin.fc_joint import (
+    FC_TRAINING,
+    JointPlan,
+    fwd_layer,
+    pass_product,
+    plan_joint,
+    separate_wins,
+)
 from poplar_api.program import Copy
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
@@ -150,20 +159,14 @@ def _swap_candidates(opts: Mapping[str, Any]) -> tuple[bool, ...]:
     """Whether to plan the swapped product, in the order Poplibs tries them.
 
     Poplibs' ``getSwapOperandCandidates`` (``lib/poplin/ConvPlan.cpp`` at graphcore/poplibs
-    ``7eac0f26``) tries swapped operands first for the fully-connected passes and for
-    ``NONE_MATMUL``, so for every matMul; here only for ``NONE_MATMUL`` (see below). A
-    ``planConstraints`` ``transform.swapOperands`` leaves the one it names."""
+    ``7eac0f26``) tries swapped operands first for ``NONE_MATMUL`` and the
+    fully-connected passes, so for every matMul. A ``planConstraints``
+    ``transform.swapOperands`` leaves the one it names."""
     forced = opts.get("swap")
-    if forced is not None:
-        return (bool(forced),)
-    # a fully-connected pass keeps its operands: Poplibs plans the three passes jointly
-    # (swapped) or separately, and ipusim models neither the joint plan nor the passes
-    # derived from it; with the swap alone the J fully-connected rows move away from
-    # Poplibs' measurements (docs/planner.md)
-    return (False,) if opts.get("pass") != "NONE_MATMUL" else (True, False)
+    return (True, False) if forced is None else (bool(forced),)
 
 
-def _plan_product(
+def _plan_alone(
     graph: Graph,
     dims: tuple[int, int, int, int],
     in_type: Type,
@@ -171,19 +174,17 @@ def _plan_product(
     conv: Mapping[str, str],
     what: str,
 ) -> tuple[ConvParams, ConvPlan, dict[str, str]]:
-    """The convolution ``matMul`` runs for a ``(G, M, K, N)`` product, its plan and the
-    convolution options (strings) it is planned, laid out and lowered with.
+    """The product planned on its own (not as a pass of a joint fully-connected plan).
 
     Poplibs' ``createPlan`` searches the product (batch ``M``, ``N`` output channels) and
     its swapped form (``swapOperands``: batch ``N``, ``M`` output channels, i.e. ``B^T
     A^T``), swapped first, and a later candidate replaces the best only at a strictly
     lower ``(cycles, temporary bytes)`` (``PlanningObjective::lowerCost``), so a tie
     keeps the swapped plan. Both are planned here with ipusim's cost model (which charges
-    the unswapped form Poplibs' operand and output rearrangements:
-    :func:`~poplar_api.poplin.conv_planner.transform_estimates`) and compared at the
+    the operand and output rearrangements as Poplibs does:
+    :func:`~poplar_api.poplin.conv_transform.transform_estimates`) and compared at the
     first memory bound of ``runPlanner`` that either meets
-    (:func:`~poplar_api.poplin.conv_planner.bound_step`). A swapped plan has ``swapped``
-    set; its split dimensions are ``(G, 1, N, M, K)``.
+    (:func:`~poplar_api.poplin.conv_planner.bound_step`).
     """
     g, m, k, n = dims
     target = graph.getTarget()
@@ -202,6 +203,71 @@ def _plan_product(
             best = (key, params, plan, form)
     assert best is not None
     return best[1], best[2], best[3]
+
+
+#: Name of the graph's library cache of fully-connected layers' plans.
+FC_LAYER_CACHE = "poplin.fc.layers"
+
+
+def _fc_layer(
+    graph: Graph,
+    layer: tuple[int, int, int, int],
+    in_type: Type,
+    out_type: Type,
+    conv: Mapping[str, str],
+    what: str,
+) -> JointPlan | None:
+    """The joint plan of the fully-connected layer ``(G, B, I, O)``, or None when Poplibs
+    plans its passes separately (:func:`~poplar_api.poplin.fc_joint.separate_wins`
+    against the three passes planned alone); cached per graph."""
+    target = graph.getTarget()
+    rest = tuple(sorted((k, v) for k, v in conv.items() if k != "pass"))
+    key = (target.getNumTiles(), layer, in_type.name, out_type.name, rest)
+    cache = graph.libraryCache(FC_LAYER_CACHE)
+    if key not in cache:
+        fwd = {**conv, "pass": "FC_TRAINING_FWD"}
+        joint = plan_joint(layer, in_type, out_type, parse_options(fwd, what), target)
+        if joint is not None:
+            alone = [
+                _plan_alone(graph, pass_product(p, layer), in_type, out_type,
+                            {**conv, "pass": p}, what)[1]
+                for p in FC_TRAINING
+            ]  # fmt: skip
+            cycles = sum(int(q.cost["total"]) for q in alone)
+            memory = max(q.memory_bytes for q in alone)
+            if separate_wins(joint, cycles, memory, memory_limit(target, conv)):
+                joint = None
+        cache[key] = joint
+    return cache[key]
+
+
+def _plan_product(
+    graph: Graph,
+    dims: tuple[int, int, int, int],
+    in_type: Type,
+    out_type: Type,
+    conv: Mapping[str, str],
+    what: str,
+) -> tuple[ConvParams, ConvPlan, dict[str, str]]:
+    """The convolution ``matMul`` runs for a ``(G, M, K, N)`` product, its plan and the
+    convolution options (strings) it is planned, laid out and lowered with.
+
+    A fully-connected training pass gets its pass of the layer's joint plan when Poplibs
+    would plan the layer jointly (:mod:`~poplar_api.poplin.fc_joint`; always swapped),
+    other products and passes are planned alone (:func:`_plan_alone`). A swapped plan
+    has ``swapped`` set; its split dimensions are ``(G, 1, N, M, K)``.
+    """
+    opts = parse_options(conv, what)
+    conv_pass = opts.get("pass")
+    if conv_pass in FC_TRAINING and opts.get("swap") is None:
+        joint = _fc_layer(graph, fwd_layer(conv_pass, dims), in_type, out_type, conv, what)
+        if joint is not None:
+            form = _form_options(conv, True)
+            params, plan = joint.params[conv_pass], joint.plans[conv_pass]
+            key = plan_cache_key(graph.getTarget(), params, parse_options(form, what))
+            graph.libraryCache(PLAN_CACHE)[key] = plan
+            return params, plan, form
+    return _plan_alone(graph, dims, in_type, out_type, conv, what)
 
 
 def getPlan(

@@ -1,0 +1,127 @@
+"""Convolution options: checked names and values, and the plan constraints ipusim honours.
+
+The option names are Poplibs' ``ConvOptions`` (``lib/poplin/ConvOptions.cpp`` at
+graphcore/poplibs ``7eac0f26``); unknown names and bad values are errors naming the
+option, the value and what is required.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from poplar_api.errors import GraphError
+from poplar_api.types import FLOAT, HALF
+
+__all__ = ["parse_options"]
+
+_KNOWN = {
+    "availableMemoryProportion", "partialsType", "pass", "use128BitConvUnitLoad",
+    "enableMultiStageReduce", "enableFastReduce", "enableConvDithering",
+    "remapOutputTensor", "gatherConvOutput", "planConstraints", "numIPUs", "tilesPerIPU",
+    "startTileMultiplier", "disableSRForAMPVertices", "insertTransformsCycleCountProgs",
+    "enableTransformsLayoutSelection", "partialsType.interIPU", "partialsType.interTile",
+    "partialsType.intraTile", "use128BitLoad",
+}  # fmt: skip
+
+_PASSES = {
+    "NONE", "NONE_MATMUL", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU",
+    "FC_INFERENCE_FWD", "FC_TRAINING_FWD", "FC_TRAINING_BWD", "FC_TRAINING_WU",
+}  # fmt: skip
+
+
+def parse_options(options: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    """Checked convolution options: unknown names and bad values are errors."""
+    import difflib
+
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        raise GraphError(f"{what}: options must be a mapping of str to str, got {options!r}")
+    out: dict[str, Any] = {"partialsType": FLOAT, "method": None, "expand": None}
+    for k, v in options.items():
+        k = str(k)
+        if k not in _KNOWN:
+            close = difflib.get_close_matches(k, sorted(_KNOWN), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise GraphError(
+                f"{what}: option {k!r} is not a convolution option{hint} (known: "
+                f"{', '.join(sorted(_KNOWN))})"
+            )
+        s = str(v)
+        if k == "partialsType":
+            low = s.lower()
+            if low not in ("float", "half"):
+                raise GraphError(f"{what}: option partialsType={v!r}; required 'float' or 'half'")
+            out[k] = FLOAT if low == "float" else HALF
+        elif k == "pass":
+            if s not in _PASSES:
+                raise GraphError(f"{what}: option pass={v!r}; required one of {sorted(_PASSES)}")
+            out[k] = s
+        elif k == "planConstraints":
+            out.update(_plan_constraints(s, what))
+        elif k in ("enableFastReduce", "enableMultiStageReduce"):
+            if s.lower() not in ("true", "false"):
+                raise GraphError(f"{what}: option {k}={v!r}; required 'true' or 'false'")
+            out[k] = s.lower()
+        else:
+            out[k] = s
+    memory_limit_check = out.get("availableMemoryProportion")
+    if memory_limit_check is not None:
+        try:
+            prop = float(memory_limit_check)
+        except ValueError:
+            prop = -1.0
+        if not 0.0 < prop <= 1.0:
+            raise GraphError(
+                f"{what}: option availableMemoryProportion={memory_limit_check!r}; required a "
+                f"number in (0, 1], e.g. '0.6'"
+            )
+    return out
+
+
+def _plan_constraints(text: str, what: str) -> dict[str, Any]:
+    """The parts of a Poplibs plan-constraints JSON ipusim honours: the ``method``, the
+    ``expandDims`` transform (``[]``: no expansion; every field dimension: expand) and
+    the ``swapOperands`` transform (matMul products only); at the top level or under
+    level ``"0"``. Other constraints are accepted and ignored."""
+    import json
+
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GraphError(f"{what}: option planConstraints is not JSON ({exc}): {text!r}") from None
+    if not isinstance(data, dict):
+        raise GraphError(f"{what}: option planConstraints must be a JSON object, got {text!r}")
+    out: dict[str, Any] = {}
+    level = data.get("0") if isinstance(data.get("0"), dict) else {}
+    method = data.get("method", level.get("method"))
+    if isinstance(method, dict):
+        method = method.get("type")
+    if method is not None:
+        m = str(method).upper()
+        if m not in ("AMP", "HMAC", "VMAC"):
+            raise GraphError(
+                f"{what}: planConstraints method {method!r} is not modelled; required AMP, "
+                f"HMAC or VMAC"
+            )
+        out["method"] = m
+    transform = data.get("transform", level.get("transform"))
+    if isinstance(transform, dict) and "swapOperands" in transform:
+        swap = transform["swapOperands"]
+        if not isinstance(swap, bool):
+            raise GraphError(
+                f"{what}: planConstraints transform.swapOperands={swap!r} must be true or false"
+            )
+        out["swap"] = swap
+    if isinstance(transform, dict) and "expandDims" in transform:
+        dims = transform["expandDims"]
+        if not isinstance(dims, list):
+            raise GraphError(
+                f"{what}: planConstraints transform.expandDims={dims!r} must be a list of "
+                f"field dimensions"
+            )
+        out["expand"] = bool(dims)
+    return out
