@@ -19,7 +19,7 @@ from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api.poplin.conv_params import expand_all_dims
 from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
-from poplar_api.poplin.fc_joint import FC_TRAINING, fwd_layer, pass_product, plan_joint
+from poplar_api.poplin.fc_joint import fwd_layer, plan_joint
 from poplar_api.poplin.plan_report import plan_summary, vertex_name
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "planner.md"
@@ -115,12 +115,7 @@ def _layer_costs(graph, dims, conv_pass: str) -> tuple[bool, str]:
     layer = fwd_layer(conv_pass, dims)
     opts = parse_options({"pass": "FC_TRAINING_FWD"}, "t")
     joint = plan_joint(layer, HALF, HALF, opts, graph.getTarget())
-    alone = [
-        poplin.matmul._plan_alone(graph, pass_product(p, layer), HALF, HALF, {"pass": p}, "t")[1]
-        for p in FC_TRAINING
-    ]
-    cycles = sum(int(q.cost["total"]) for q in alone)
-    memory = max(q.memory_bytes for q in alone)
+    cycles, memory = poplin.matmul._separate_cost(graph, layer, HALF, HALF, {}, "t")
     text = f"joint {joint.cycles:,} / {joint.memory_bytes:,} B; separate {cycles:,} / {memory:,} B"
     chosen = poplin.matmul._fc_layer(graph, layer, HALF, HALF, {"pass": conv_pass}, "t")
     return chosen is not None, text

@@ -83,25 +83,27 @@ _AXES = {"FC_TRAINING_FWD": None, "FC_TRAINING_BWD": (2, 4), "FC_TRAINING_WU": (
 _COST_KEYS = ("compute", "exchange", "reduce", "transform", "total")
 
 
+#: Per pass, the positions in the layer ``(G, B, I, O)`` of its product's ``(G, M, K,
+#: N)``: ``x W`` is ``[B, I] x [I, O]``, ``dy W^T`` ``[B, O] x [O, I]``, ``x^T dy``
+#: ``[I, B] x [B, O]`` (Poplibs' ``getFullyConnectedPassParams``).
+_PRODUCT = {
+    "FC_TRAINING_FWD": (0, 1, 2, 3), "FC_TRAINING_BWD": (0, 1, 3, 2),
+    "FC_TRAINING_WU": (0, 2, 1, 3),
+}  # fmt: skip
+
+
 def fwd_layer(conv_pass: str, dims: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-    """``(G, B, I, O)`` of the layer whose ``conv_pass`` product is ``dims`` ``(G, M, K, N)``
-    (Poplibs' ``getFullyConnectedPassParams``, from the pass to the forward pass)."""
-    g, m, k, n = dims
-    if conv_pass == "FC_TRAINING_BWD":
-        return g, m, n, k
-    if conv_pass == "FC_TRAINING_WU":
-        return g, k, m, n
-    return g, m, k, n
+    """``(G, B, I, O)`` of the layer whose ``conv_pass`` product is ``dims`` ``(G, M, K, N)``."""
+    layer = [0] * 4
+    for d, j in zip(dims, _PRODUCT[conv_pass], strict=True):
+        layer[j] = int(d)
+    return layer[0], layer[1], layer[2], layer[3]
 
 
 def pass_product(conv_pass: str, layer: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
     """``(G, M, K, N)`` of the ``conv_pass`` product of the layer ``(G, B, I, O)``."""
-    g, b, i, o = layer
-    if conv_pass == "FC_TRAINING_BWD":
-        return g, b, o, i
-    if conv_pass == "FC_TRAINING_WU":
-        return g, i, b, o
-    return g, b, i, o
+    g, m, k, n = (int(layer[j]) for j in _PRODUCT[conv_pass])
+    return g, m, k, n
 
 
 def swapped_params(dims: tuple[int, int, int, int], in_type: Type, out_type: Type) -> ConvParams:

@@ -209,6 +209,23 @@ def _plan_alone(
 FC_LAYER_CACHE = "poplin.fc.layers"
 
 
+def _separate_cost(
+    graph: Graph,
+    layer: tuple[int, int, int, int],
+    in_type: Type,
+    out_type: Type,
+    conv: Mapping[str, str],
+    what: str,
+) -> tuple[int, int]:
+    """``(summed cycles, largest temporary bytes)`` of the fully-connected layer's three
+    training passes each planned alone (Poplibs' separate plans)."""
+    alone = [
+        _plan_alone(graph, pass_product(p, layer), in_type, out_type, {**conv, "pass": p}, what)[1]
+        for p in FC_TRAINING
+    ]
+    return sum(int(q.cost["total"]) for q in alone), max(q.memory_bytes for q in alone)
+
+
 def _fc_layer(
     graph: Graph,
     layer: tuple[int, int, int, int],
@@ -228,13 +245,7 @@ def _fc_layer(
         fwd = {**conv, "pass": "FC_TRAINING_FWD"}
         joint = plan_joint(layer, in_type, out_type, parse_options(fwd, what), target)
         if joint is not None:
-            alone = [
-                _plan_alone(graph, pass_product(p, layer), in_type, out_type,
-                            {**conv, "pass": p}, what)[1]
-                for p in FC_TRAINING
-            ]  # fmt: skip
-            cycles = sum(int(q.cost["total"]) for q in alone)
-            memory = max(q.memory_bytes for q in alone)
+            cycles, memory = _separate_cost(graph, layer, in_type, out_type, conv, what)
             if separate_wins(joint, cycles, memory, memory_limit(target, conv)):
                 joint = None
         cache[key] = joint
