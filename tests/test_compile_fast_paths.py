@@ -195,3 +195,48 @@ def test_copy_pieces_from_known_source_tiles_equal_a_plain_loop(seed):
             want.append([i, 1, d])
         prev = (i, d)
     assert [list(x) for x in zip(*(a.tolist() for a in got), strict=True)] == want
+
+
+def _old_variable_tiles(starts, holder, size, tile, var_ids, nt):
+    """Elements per (variable, tile) as they were counted before the compiled pass:
+    stretch lengths, then a stable argsort of packed (variable, tile) keys."""
+    lengths = np.append(starts[1:], size) - starts
+    tiles = tile[starts].astype(np.int64)
+    mapped = tiles >= 0
+    vids = var_ids[holder[mapped]]
+    tiles, lengths = tiles[mapped], lengths[mapped]
+    if not vids.size:
+        return vids, tiles, lengths
+    new = np.concatenate(([True], vids[1:] != vids[:-1]))
+    present = vids[new]
+    key = (np.cumsum(new) - 1) * nt + tiles
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    at = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    totals = np.add.reduceat(lengths[order], at)
+    key = key[at]
+    return present[key // nt], key % nt, totals.astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_variable_tile_counts_equal_the_sorted_pair_counts(seed):
+    """Each variable's elements per tile in one compiled pass (tiles revisited out of
+    order, unmapped stretches, variables of no mapped element) against the argsort of
+    (variable, tile) keys."""
+    rng = np.random.default_rng(seed)
+    nt, size = 9, 600
+    tile = np.repeat(rng.integers(-1, nt, 120), rng.integers(1, 10, 120))[:size]
+    tile = np.resize(tile, size).astype(np.int32)
+    if seed % 2:  # ascending tiles within variables, as linear mappings give
+        tile = np.sort(tile)
+    bases = np.unique(np.r_[0, rng.integers(0, size, 25)])
+    var_ids = rng.permutation(bases.size).astype(np.int64)
+    var_ids.sort()
+    changes = runs.change_points(tile, size)
+    starts, holder = runs.stretch_starts(changes, bases, size)
+    got = runs.variable_tile_counts(starts, holder, size, tile, var_ids, nt)
+    want = _old_variable_tiles(starts, holder, size, tile, var_ids, nt)
+    for g, w in zip(got, want, strict=True):
+        assert g.tolist() == w.tolist()
+    with pytest.raises(ValueError, match="beyond the target's 3 tiles"):
+        runs.variable_tile_counts(starts, holder, size, tile, var_ids, 3)

@@ -223,12 +223,8 @@ def variable_tiles(
         changes = owners.changes_of(size, space.tile, n)
         # both ascending: merged in one pass, each start with the variable holding it
         starts, holder = runs.stretch_starts(changes, bases, n)
-        lengths = np.append(starts[1:], n) - starts
-        tiles = space.tile[starts].astype(np.int64)
-        mapped = tiles >= 0
         # variables are id ranges in id order: the stretches' variables never decrease
-        vids = var_ids[holder[mapped]]
-        var, tile, count = _pair_counts(vids, tiles[mapped], lengths[mapped], nt)
+        var, tile, count = runs.variable_tile_counts(starts, holder, n, space.tile, var_ids, nt)
         out_var.append(var)
         out_tile.append(tile)
         out_count.append(count)
@@ -240,31 +236,6 @@ def variable_tiles(
         order = np.lexsort((tile, var))
         var, tile, count = var[order], tile[order], count[order]
     return var, tile, count
-
-
-def _pair_counts(
-    vids: np.ndarray, tiles: np.ndarray, lengths: np.ndarray, nt: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Elements per ``(variable, tile)`` of stretches with non-decreasing ``vids``,
-    sorted by variable then tile: counted in a dense table of the variables present
-    when it is small, else by sorting the pairs."""
-    if not vids.size:
-        return vids, tiles, lengths
-    new = np.concatenate(([True], vids[1:] != vids[:-1]))
-    present = vids[new]
-    compact = np.cumsum(new) - 1
-    if present.size * nt <= 8 * vids.size + (1 << 20):
-        totals = np.bincount(compact * nt + tiles, weights=lengths, minlength=present.size * nt)
-        cells = np.flatnonzero(totals)
-        return present[cells // nt], cells % nt, totals[cells].astype(np.int64)
-    key = compact * nt + tiles
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    first = np.concatenate(([True], key[1:] != key[:-1]))
-    at = np.flatnonzero(first)
-    totals = np.add.reduceat(lengths[order], at)
-    key = key[at]
-    return present[key // nt], key % nt, totals.astype(np.int64)
 
 
 def _variable_blocks(

@@ -495,6 +495,75 @@ def stretch_starts(
 
 
 @numba.njit(cache=True, nogil=True)
+def _variable_tile_counts(starts, holder, size, tile, var_ids, num_tiles):  # pragma: no cover
+    # stretches starts[k] .. starts[k + 1] - 1 (the last to size) of one owner, in id
+    # order, held by variable var_ids[holder[k]] (non-decreasing): elements per
+    # (variable, tile), variable after variable, tiles ascending; a per-tile
+    # accumulator and the list of tiles each variable touches, sorted when they are
+    # not already in order (a variable mapped over ascending tiles, mostly)
+    m = starts.size
+    out_var = np.empty(m, np.int64)
+    out_tile = np.empty(m, np.int64)
+    out_count = np.empty(m, np.int64)
+    acc = np.zeros(num_tiles, np.int64)
+    touched = np.empty(num_tiles, np.int64)
+    r = 0
+    k = 0
+    while k < m:
+        vid = var_ids[holder[k]]
+        count = 0
+        ascending = True
+        while k < m and var_ids[holder[k]] == vid:
+            t = tile[starts[k]]
+            if t >= num_tiles:  # not a tile of the target: validation reports it
+                return out_var[:0], out_tile[:0], out_count[:0], False
+            if t >= 0:  # unmapped elements belong to no tile
+                if acc[t] == 0:
+                    if count > 0 and t < touched[count - 1]:
+                        ascending = False
+                    touched[count] = t
+                    count += 1
+                acc[t] += (starts[k + 1] if k + 1 < m else size) - starts[k]
+            k += 1
+        if not ascending:
+            touched[:count] = np.sort(touched[:count])
+        for j in range(count):
+            t = touched[j]
+            out_var[r] = vid
+            out_tile[r] = t
+            out_count[r] = acc[t]
+            acc[t] = 0
+            r += 1
+    return out_var[:r], out_tile[:r], out_count[:r], True
+
+
+def variable_tile_counts(
+    starts: np.ndarray,
+    holder: np.ndarray,
+    size: int,
+    tile: np.ndarray,
+    var_ids: np.ndarray,
+    num_tiles: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Elements of each variable on each tile from the stretches of
+    :func:`stretch_starts` (``starts``, each ``holder``'s variable ``var_ids[holder]``,
+    non-decreasing; the last stretch ends at ``size``) of a space with tile array
+    ``tile``, in one compiled pass: ``(variable, tile, elements)`` sorted by variable
+    then tile; unmapped stretches left out."""
+    var, tiles, count, ok = _variable_tile_counts(
+        np.asarray(starts, np.int64), np.asarray(holder, np.int64), int(size), tile,
+        np.asarray(var_ids, np.int64), int(num_tiles),
+    )  # fmt: skip
+    if not ok:
+        bad = int(tile[np.asarray(starts, np.int64)].max())
+        raise ValueError(
+            f"an element is mapped to tile {bad}, beyond the target's {num_tiles} tiles; "
+            "hint: validate the graph's tile mapping first"
+        )
+    return var, tiles, count
+
+
+@numba.njit(cache=True, nogil=True)
 def _union_sorted(lo, hi):  # pragma: no cover - compiled
     out_lo = np.empty(lo.size, np.int64)
     out_hi = np.empty(lo.size, np.int64)
