@@ -1,17 +1,17 @@
 """The compile's fast paths against independent computations written out in the test.
 
-* :func:`~poplar_api.lowering.runs.merge_received` finds each interval's receiving
+* :func:`~poplar_api.lowering.received.merge_received` finds each interval's receiving
   tile without a division per interval: checked against sets of elements counted in
   numpy on targets of one and of several IPUs (a tile's grid place is its place on its
   own IPU).
-* :func:`~poplar_api.lowering.runs.sorted_keys` merges the ascending stretches of keys
+* :func:`~poplar_api.lowering.received.sorted_keys` merges the ascending stretches of keys
   that come in few of them: the same keys in the same order as Python's ``sorted``.
 """
 
 import numpy as np
 import pytest
 
-from poplar_api.lowering import runs
+from poplar_api.lowering import received, runs
 
 
 def _expected(begin, length, dst, owner, column, row, tiles):
@@ -57,9 +57,9 @@ def test_merge_received_without_divisions_equals_element_sets(seed, ipus):
     length = rng.integers(1, 9, n)
     length[rng.random(n) < 0.5] = 1  # strided reads: single elements
     stride = space + 1
-    keys, rest, bits = runs.sorted_keys(dst * stride + begin, length)
+    keys, rest, bits = received.sorted_keys(dst * stride + begin, length)
     pairs, senders = np.zeros(tiles * tiles, np.uint8), np.zeros(tiles, np.int64)
-    a, b, receiver, elements, messages, distance = runs.merge_received(
+    a, b, receiver, elements, messages, distance = received.merge_received(
         keys, rest, stride, changes, owner, (column, row), tiles, (pairs, senders), bits, 1
     )
     want = _expected(begin, length, dst, owner, column, row, tiles)
@@ -88,9 +88,9 @@ def test_keys_in_few_ascending_stretches_sort_as_sorted_does(seed, one_length):
     rng = np.random.default_rng(seed)
     stretches = [np.sort(rng.integers(0, 10_000, int(rng.integers(50, 200)))) for _ in range(5)]
     lo = np.concatenate(stretches)
-    assert int((np.diff(lo) < 0).sum()) <= runs.MERGE_STRETCHES_PER_KEY * lo.size
+    assert int((np.diff(lo) < 0).sum()) <= received.MERGE_STRETCHES_PER_KEY * lo.size
     other = np.full(lo.size, 3) if one_length else rng.integers(1, 30, lo.size)
-    got_lo, got_other = runs.sort_ranges(lo, other)
+    got_lo, got_other = received.sort_ranges(lo, other)
     want = sorted(zip(lo.tolist(), other.tolist(), strict=True))
     if one_length:
         assert got_lo.tolist() == [p[0] for p in want]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poplar_api.lowering import pieces, runs
+from poplar_api.lowering import pieces, received, runs
 
 
 def _python_pieces(ids_of, vtiles, owner):
@@ -76,12 +76,12 @@ def test_merge_received_of_packed_keys_equals_element_sets(seed: int) -> None:
     begin = rng.integers(0, space - 10, m)
     length = rng.integers(1, 10, m)
     stride = space + 1
-    keys, rest, bits = runs.sorted_keys(dst * stride + begin, length)
+    keys, rest, bits = received.sorted_keys(dst * stride + begin, length)
     assert bits > 0
     results = []
-    for args in ((keys, rest, bits), (*runs.unpack(keys, rest, bits), 0)):
+    for args in ((keys, rest, bits), (*received.unpack(keys, rest, bits), 0)):
         pairs = (np.zeros(tiles * tiles, bool), np.zeros(tiles, np.int64))
-        out = runs.merge_received(
+        out = received.merge_received(
             args[0], args[1], stride, changes, owner, (column, row), tiles, pairs, args[2]
         )
         results.append(([a.tolist() for a in out], pairs[0].tolist(), pairs[1].tolist()))

@@ -251,7 +251,7 @@ def test_tile_cuts_match_a_plain_scan():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_merge_received_equals_element_by_element(seed):
     """The compiled merge of id ranges against sets of elements, counted in numpy."""
-    from poplar_api.lowering import runs
+    from poplar_api.lowering import received, runs
 
     rng = np.random.default_rng(seed)
     tiles, space = 12, 300
@@ -266,7 +266,7 @@ def test_merge_received_equals_element_by_element(seed):
     lo = dst * stride + begin
     order = np.argsort(lo)
     pairs, senders = np.zeros(tiles * tiles, bool), np.zeros(tiles, np.int64)
-    a, b, receiver, elements, messages, distance = runs.merge_received(
+    a, b, receiver, elements, messages, distance = received.merge_received(
         lo[order], length[order], stride, changes, owner, (column, row), tiles, (pairs, senders)
     )
     want_pairs = np.zeros((tiles, tiles), bool)
@@ -388,7 +388,7 @@ def test_merge_received_in_blocks_of_tiles_gives_every_pairs_distance():
     """A planner merges the ranges of a block of tiles at a time, sharing one pair
     bitmap; a pair seen in an earlier block is not measured again, and the largest
     distance per tile over the blocks is that of every message, counted in numpy."""
-    from poplar_api.lowering import runs
+    from poplar_api.lowering import received, runs
 
     rng = np.random.default_rng(11)
     tiles, space = 16, 400
@@ -402,8 +402,8 @@ def test_merge_received_in_blocks_of_tiles_gives_every_pairs_distance():
     pairs = (np.zeros(tiles * tiles, bool), np.zeros(tiles, np.int64))
     got = np.zeros(tiles, np.int64)
     for block in (dst < 5, (dst >= 5) & (dst < 11), dst >= 11):
-        lo, n = runs.sort_ranges(dst[block] * stride + begin[block], length[block])
-        *_, distance = runs.merge_received(
+        lo, n = received.sort_ranges(dst[block] * stride + begin[block], length[block])
+        *_, distance = received.merge_received(
             lo, n, stride, changes, owner, (column, row), tiles, pairs
         )
         np.maximum(got, distance, out=got)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from poplar_api.lowering import pieces, runs
+from poplar_api.lowering import pieces, received
 from poplar_api.lowering.computeset import _mixed_field
 from poplar_api.lowering.exchange import _owner_runs
 from poplar_api.lowering.liveness import VariableIndex
@@ -31,16 +31,16 @@ def test_sort_ranges_orders_by_begin_then_other(seed, shape):
     if shape == "sorted":
         lo.sort()
     given = lo.astype(np.int32) if top < 1 << 31 else lo
-    got_lo, got_other = runs.sort_ranges(given, other)
+    got_lo, got_other = received.sort_ranges(given, other)
     assert got_lo.tolist() == sorted(lo.tolist())
     # the same order as packed keys (begin << bits | other) when they are packed
-    keys, rest, bits = runs.sorted_keys(given, other)
+    keys, rest, bits = received.sorted_keys(given, other)
     assert (bits > 0) == (shape == "small")
     if bits:
         assert rest.size == 0
         want = sorted(zip(lo.tolist(), other.tolist(), strict=True))
         assert keys.tolist() == [(a << bits) | b for a, b in want]
-    unpacked = runs.unpack(keys, rest, bits)
+    unpacked = received.unpack(keys, rest, bits)
     assert [a.tolist() for a in unpacked] == [got_lo.tolist(), got_other.tolist()]
     pairs = sorted(zip(lo.tolist(), other.tolist(), strict=True))
     got = list(zip(got_lo.tolist(), got_other.tolist(), strict=True))
@@ -57,7 +57,7 @@ def test_sort_ranges_at_the_bit_width_guard():
     for lo_bits, packed in ((31, True), (32, False), (40, False)):
         lo = np.array([(1 << lo_bits) - 1, 5, (1 << lo_bits) - 1, 0], np.int64)
         other = np.array([(1 << 31) - 1, 3, 2, (1 << 31) - 1], np.int64)
-        got_lo, got_other = runs.sort_ranges(lo, other)
+        got_lo, got_other = received.sort_ranges(lo, other)
         pairs = list(zip(lo.tolist(), other.tolist(), strict=True))
         want = sorted(pairs) if packed else sorted(pairs, key=lambda p: p[0])
         assert list(zip(got_lo.tolist(), got_other.tolist(), strict=True)) == want

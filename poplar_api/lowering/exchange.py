@@ -39,7 +39,7 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.tile.layout import tile_coordinates, tile_distance
-from poplar_api.lowering import pieces, runs
+from poplar_api.lowering import pieces, received, runs
 from poplar_api.types import Type
 
 #: Runs planned together at most (bounds the planner's temporary arrays), when the runs
@@ -351,11 +351,11 @@ class ExchangePlanner:
         stride = space + 1  # a range ends at most at ``space``: tiles never touch
         n = self.num_tiles
         lo_key = dst * stride + begin
-        keys, lengths, bits = runs.sorted_keys(lo_key, lengths)
+        keys, lengths, bits = received.sorted_keys(lo_key, lengths)
         changes = self.changes_of(size, owner, space)
         pairs = self._pairs()
         seen, stamp = (None, 1) if pairs is None else (pairs[:2], pairs[2])
-        a, b, receiver, elements, messages, distance = runs.merge_received(
+        a, b, receiver, elements, messages, distance = received.merge_received(
             keys, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, seen,
             bits, stamp,
         )  # fmt: skip
@@ -363,7 +363,7 @@ class ExchangePlanner:
         self.messages_received += messages
         self.received_runs.setdefault(size, []).append((receiver, a, b))
         if pairs is None:  # too many tiles for a bitmap of pairs
-            lo_key, lengths = runs.unpack(keys, lengths, bits)
+            lo_key, lengths = received.unpack(keys, lengths, bits)
             self.sender_keys.append(_sender_keys(lo_key, lengths, stride, changes, owner, n))
         np.maximum(self.max_distance, distance, out=self.max_distance)
         sender = self.sender.get(size)
@@ -611,7 +611,7 @@ def _tile_blocks(dst: np.ndarray, num_tiles: int, step: int) -> list[int] | None
 def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of ranges ``[lo, hi)`` as sorted disjoint ranges (touching ones
     joined: consecutive ids travel together)."""
-    return runs.union_sorted(*runs.sort_ranges(lo, hi))
+    return runs.union_sorted(*received.sort_ranges(lo, hi))
 
 
 @numba.njit(cache=True)

@@ -1,0 +1,291 @@
+"""Received id ranges: sorted as packed keys and merged into what each tile receives,
+in compiled passes (the exchange planner's core; :mod:`~poplar_api.lowering.exchange`).
+
+A receiving tile's ranges ``[lo, lo + length)`` of keys ``tile * stride + id`` are
+sorted (:func:`sorted_keys`: often in order already, or in few ascending stretches),
+then merged into disjoint intervals in one pass (:func:`merge_received`) that also
+counts the elements and messages each tile receives, its distinct senders and the
+longest grid distance of its messages.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def _range_stats(lo, other):  # pragma: no cover - compiled
+    # one pass: how often lo descends; min and max of lo and of other
+    descents = 0
+    lo_min = lo_max = lo[0]
+    o_min = o_max = other[0]
+    for k in range(1, lo.size):
+        x = lo[k]
+        if x < lo[k - 1]:
+            descents += 1
+        if x < lo_min:
+            lo_min = x
+        elif x > lo_max:
+            lo_max = x
+        y = other[k]
+        if y < o_min:
+            o_min = y
+        elif y > o_max:
+            o_max = y
+    return descents, lo_min, lo_max, o_min, o_max
+
+
+#: Ascending stretches per key up to which keys are sorted by merging their stretches
+#: (numpy's stable sort finds and merges natural runs: ``n log(stretches)``) rather
+#: than by a quicksort (``n log n``): a convolution's vertices read a few ascending
+#: windows each, so their keys come in long ascending stretches.
+MERGE_STRETCHES_PER_KEY = 1 / 16
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack(lo, other, bits, out):  # pragma: no cover - compiled
+    for k in range(lo.size):
+        out[k] = (np.int64(lo[k]) << bits) | other[k]
+
+
+@numba.njit(cache=True, nogil=True)
+def _unpack(keys, bits, lo, other):  # pragma: no cover - compiled
+    mask = (np.int64(1) << bits) - 1
+    for k in range(keys.size):
+        lo[k] = keys[k] >> bits
+        other[k] = keys[k] & mask
+
+
+def sorted_keys(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Ranges ``(lo, other)`` (an end or a length each) in order of ``lo``, as
+    ``(keys, other, bits)``: with ``bits == 0`` the keys are the ``lo`` in order and
+    ``other`` is beside them; with ``bits > 0`` each key is ``lo << bits | other`` and
+    the returned ``other`` is empty (:func:`merge_received` reads such keys as they
+    are, so they are never unpacked into two arrays).
+
+    Merging into disjoint intervals only needs ``lo`` sorted; ties come in order of
+    ``other`` when packed, in their first order otherwise. Often sorted already (no
+    work then, found in the one compiled pass that also takes the bounds); when every
+    range has the same ``other`` (a strided read gives single-element ranges) only
+    ``lo`` is sorted. Otherwise, when both fit in one int64 (non-negative, their bits
+    together at most 62), the pairs are packed into one key in a compiled pass and
+    sorted in place, several times faster than a stable ``argsort`` and two gathers on
+    the interleaved windows a convolution's vertices read; else sorted with
+    ``argsort``.
+    """
+    if lo.size < 2:
+        return lo, other, 0
+    descents, lo_min, lo_max, o_min, o_max = _range_stats(lo, other)
+    if not descents:
+        return lo, other, 0
+    # the sorted values are the same whichever way they are sorted
+    kind = "stable" if descents <= MERGE_STRETCHES_PER_KEY * lo.size else "quicksort"
+    lo = lo.astype(np.int64, copy=False)
+    other = other.astype(np.int64, copy=False)
+    if o_min == o_max:  # one length for all (often single elements): keys only
+        return np.sort(lo, kind=kind), other, 0
+    bits = int(o_max).bit_length()
+    if lo_min >= 0 and o_min >= 0 and int(lo_max).bit_length() + bits <= 62:
+        packed = np.empty(lo.size, np.int64)
+        _pack(lo, other, bits, packed)
+        packed.sort(kind=kind)
+        return packed, other[:0], bits
+    order = np.argsort(lo, kind="stable")
+    return lo[order], other[order], 0
+
+
+def unpack(keys: np.ndarray, other: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, other)`` of what :func:`sorted_keys` returns, as two arrays."""
+    if bits == 0:
+        return keys, other
+    lo, other = np.empty(keys.size, np.int64), np.empty(keys.size, np.int64)
+    _unpack(keys, bits, lo, other)
+    return lo, other
+
+
+def sort_ranges(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ranges ``(lo, other)`` (an end or a length each) in order of ``lo``, as two
+    arrays (:func:`sorted_keys` says how and in which order ties come)."""
+    return unpack(*sorted_keys(lo, other))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _gallop(arr, x, start, right):  # pragma: no cover - compiled
+    # first i >= start with arr[i] > x (right) or arr[i] >= x (left); arr sorted and
+    # the answer known to be at or after start: an exponential then a binary search
+    n = arr.size
+    lo = start
+    step = 1
+    hi = start
+    while hi < n and (arr[hi] <= x if right else arr[hi] < x):
+        lo = hi + 1
+        hi = lo + step
+        step *= 2
+    if hi > n:
+        hi = n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if arr[mid] <= x if right else arr[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True)
+def _merge_received(
+    lo,
+    length,
+    stride,
+    changes,
+    owner,
+    column,
+    row,
+    elements,
+    messages,
+    distance,
+    out_a,
+    out_b,
+    out_tile,
+    pairs,
+    senders,
+    bits,
+    stamp,
+):  # pragma: no cover - compiled
+    # lo sorted; a range is [lo[k], lo[k] + length[k]) of key dst * stride + id, or
+    # with bits > 0 lo[k] is that key << bits | length[k]
+    m = 0
+    mask = (np.int64(1) << bits) - 1
+    if bits:
+        cur_lo = lo[0] >> bits
+        cur_hi = cur_lo + (lo[0] & mask)
+    else:
+        cur_lo = lo[0]
+        cur_hi = lo[0] + length[0]
+    last_dst = -1
+    pos = 0
+    per_ipu = column.size
+    n_tiles = elements.size
+    n_pairs = n_tiles if pairs.size else 0  # pairs[dst * tiles + sender]
+    # keys ascend, so the receiving tile only grows: it is found by division only when
+    # a key passes the current tile's end (a division per interval cost more than the
+    # rest of the interval's work); tiles' grid places likewise, once per tile
+    base = hi_key = 0
+    here = 0
+    x = ln = 0
+    for k in range(1, lo.size + 1):
+        if k < lo.size:
+            if bits:
+                x = lo[k] >> bits
+                ln = lo[k] & mask
+            else:
+                x = lo[k]
+                ln = length[k]
+            if x <= cur_hi:  # overlapping or touching: the same interval
+                if x + ln > cur_hi:
+                    cur_hi = x + ln
+                continue
+        if cur_lo >= hi_key:  # the intervals of one tile come in id order
+            last_dst = cur_lo // stride
+            base = last_dst * stride
+            hi_key = base + stride
+            here = last_dst % per_ipu
+            pos = 0
+        dst = last_dst
+        a = cur_lo - base
+        b = cur_hi - base
+        out_a[m] = a
+        out_b[m] = b
+        out_tile[m] = dst
+        m += 1
+        elements[dst] += b - a
+        c_lo = _gallop(changes, a, pos, True)
+        c_hi = _gallop(changes, b, c_lo, False)
+        pos = c_lo
+        messages[dst] += 1 + c_hi - c_lo
+        for c in range(c_lo - 1, c_hi):  # the interval's first id, then each change
+            sender = owner[a if c < c_lo else changes[c]]
+            if n_pairs:
+                if pairs[dst * n_pairs + sender] == stamp:
+                    continue  # a pair seen before: its distance is counted already
+                pairs[dst * n_pairs + sender] = stamp
+                senders[dst] += 1
+            there = sender if n_tiles <= per_ipu else sender % per_ipu
+            d = abs(column[here] - column[there]) + abs(row[here] - row[there])
+            if d > distance[dst]:
+                distance[dst] = d
+            if d > distance[sender]:
+                distance[sender] = d
+        if k < lo.size:
+            cur_lo = x
+            cur_hi = x + ln
+    return m
+
+
+_NO_PAIRS = (np.zeros(0, bool), np.zeros(0, np.int64))
+
+
+def merge_received(
+    lo: np.ndarray,
+    length: np.ndarray,
+    stride: int,
+    changes: np.ndarray,
+    owner: np.ndarray,
+    coordinates: tuple[np.ndarray, np.ndarray],
+    num_tiles: int,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    bits: int = 0,
+    stamp: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What each receiving tile gets of id ranges, in one compiled pass.
+
+    Parameters
+    ----------
+    lo, length
+        Ranges ``[lo, lo + length)`` of keys ``dst * stride + id`` (``stride`` above
+        every id, so the ranges of two tiles never touch), ``lo`` sorted; or, when
+        ``bits > 0``, ``lo`` holds the packed keys of :func:`sorted_keys` (each
+        range's key shifted left by ``bits``, its length in the low bits) and
+        ``length`` is not read.
+    changes
+        Sorted ids where the owning tile changes (:func:`change_points`).
+    owner
+        Tile of each id.
+    coordinates
+        ``(column, row)`` of each tile of an IPU on the layout grid
+        (:func:`ipusim.tile.layout.tile_coordinates`).
+    num_tiles
+        Tiles of the target.
+    pairs
+        Optional ``(seen, senders)``: an array of ``num_tiles ** 2`` where
+        ``seen[dst * num_tiles + sender]`` is set to ``stamp`` for every tile a
+        receiving tile gets a message from (a pair holding ``stamp`` already is seen;
+        a bool array with ``stamp`` 1 is a plain bitmap), and per receiving tile the
+        count of such senders (raised when a pair is first seen).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(a, b, tile, elements, messages, distance)``: the union of the ranges of
+        each tile as disjoint id intervals ``[a, b)`` (touching ones joined), tile
+        after tile, and the receiving tile of each (``lo // stride``, known to the
+        pass, so no search of the per-tile element counts finds it again); the
+        elements and messages each tile receives (a message per interval and per
+        change of owner inside it); and per tile the longest grid distance of a
+        message it sends or receives.
+    """
+    elements = np.zeros(num_tiles, np.int64)
+    messages = np.zeros(num_tiles, np.int64)
+    distance = np.zeros(num_tiles, np.int64)
+    out_a, out_b = np.empty(lo.size, np.int64), np.empty(lo.size, np.int64)
+    out_tile = np.empty(lo.size, np.int64)
+    m = 0
+    if lo.size:
+        column, row = coordinates
+        m = _merge_received(
+            lo, length, stride, changes, owner, column, row, elements, messages, distance,
+            out_a, out_b, out_tile, *(_NO_PAIRS if pairs is None else pairs), int(bits),
+            int(stamp),
+        )  # fmt: skip
+    return out_a[:m], out_b[:m], out_tile[:m], elements, messages, distance
