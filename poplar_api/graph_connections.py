@@ -26,7 +26,7 @@ from poplar_api.vertices import ListBlock
 if TYPE_CHECKING:
     from poplar_api.graph import Graph
 
-__all__ = ["Segments"]
+__all__ = ["RunSegments", "Segments"]
 
 
 def _int_array(values: Any, what: str) -> np.ndarray:
@@ -92,6 +92,68 @@ class Segments:
 
     def __repr__(self) -> str:
         return f"Segments('{self.tensor.name}', {self.sizes.size} pieces)"
+
+
+class RunSegments:
+    """VectorList connections for :meth:`~poplar_api.graph_bulk.BulkGraphMethods.addVertices`
+    whose element ids are given as runs of consecutive ids, not as a tensor's elements:
+    pieces and vectors as :class:`Segments`, over the ids of ``runs`` in order.
+
+    A library that gathers the fields of thousands of vertices from its operands' ids
+    (a convolution's partial-sum vertices read a few long runs each) finds their runs
+    as it gathers and gives them here, so no array of one id per element connected is
+    made; the graph keeps them as the runs they are
+    (:class:`~poplar_api.run_ids.RunIds`).
+
+    Parameters
+    ----------
+    t
+        A tensor of the graph with the connections' element type (the one the ids were
+        gathered from): its graph and type are those of the connections.
+    runs
+        The ids of all pieces, in order.
+    sizes, vectors
+        As :class:`Segments`: the elements of each piece, and how many pieces each
+        vertex gets as its vectors (None: one each).
+    """
+
+    __slots__ = ("runs", "sizes", "tensor", "vectors")
+
+    def __init__(self, t: Tensor, runs: RunIds, sizes: Any, vectors: Any = None) -> None:
+        if not isinstance(t, Tensor):
+            raise GraphError(f"RunSegments: expected a Tensor, got {type(t).__name__}")
+        if not isinstance(runs, RunIds):
+            raise GraphError(f"RunSegments: runs must be a RunIds, got {type(runs).__name__}")
+        self.tensor = t
+        self.runs = runs
+        what = f"RunSegments of type {t.elementType().name} ({runs.size} ids)"
+        self.sizes = _int_array(sizes, f"{what}: sizes").reshape(-1)
+        self.vectors = (
+            np.ones(self.sizes.size, np.int64)
+            if vectors is None
+            else _int_array(vectors, f"{what}: vectors").reshape(-1)
+        )
+        if self.sizes.size and int(self.sizes.min()) < 0:
+            raise GraphError(f"{what}: piece sizes must be >= 0, found {int(self.sizes.min())}")
+        if int(self.sizes.sum()) != runs.size:
+            raise GraphError(
+                f"{what}: the pieces hold {int(self.sizes.sum())} elements; they must cover "
+                f"the {runs.size} ids exactly"
+            )
+        if int(self.vectors.sum()) != self.sizes.size or (
+            self.vectors.size and int(self.vectors.min()) < 0
+        ):
+            raise GraphError(
+                f"{what}: vectors {self.vectors.tolist()[:8]} must be >= 0 and add up to the "
+                f"{self.sizes.size} pieces"
+            )
+
+    def count(self) -> int:
+        """Vertices the segments feed."""
+        return int(self.vectors.size)
+
+    def __repr__(self) -> str:
+        return f"RunSegments({self.runs!r}, {self.sizes.size} pieces)"
 
 
 def _list_ids(graph: Graph, t: Tensor, ids: np.ndarray) -> np.ndarray:
@@ -168,6 +230,9 @@ class _Connections:
         n = self.n
         if isinstance(value, Segments):
             self._segments(graph, name, value, spec, where)
+            return
+        if isinstance(value, RunSegments):
+            self._run_segments(graph, name, value, spec, where)
             return
         if not isinstance(value, Tensor):
             if isinstance(value, str | bytes) or not isinstance(value, Sequence):
@@ -257,6 +322,39 @@ class _Connections:
         keep[one] = False
         counts = np.where(listed, vectors, 0)
         self.lists.append((name, begins[keep], sizes[keep], counts, list_block_ids(graph, t, ids)))
+
+    def _run_segments(
+        self, graph: Graph, name: str, value: RunSegments, spec: Any, where: str
+    ) -> None:
+        """A VectorList field given as runs: kept as they are, in a list block."""
+        t = graph.checkTensor(value.tensor, where)
+        if value.count() != self.n:
+            raise GraphError(
+                f"{where}: {value!r} feeds {value.count()} vertices but {self.n} are added; "
+                "hint: one count of vectors per vertex"
+            )
+        if spec.kind != "vectorlist":
+            raise GraphError(
+                f"{where}: RunSegments feed VectorList fields; this one is {spec.describe()}"
+            )
+        sizes = value.sizes
+        spec.check(sizes.tolist()[:1], t._type, where)
+        runs = value.runs
+        space = graph._state.find_space(t._type)
+        bound = 0 if space is None else space.size
+        if runs.starts.size:
+            lengths = np.diff(np.append(runs.starts, runs.size))
+            low, high = int(runs.firsts.min()), int((runs.firsts + lengths).max())
+            if low < 0 or high > bound:
+                raise GraphError(
+                    f"{where}: {value!r} has ids in [{low}, {high}), outside the {bound} "
+                    f"elements of type {t._type.name} of this graph"
+                )
+        # the type _list_ids keeps ids in
+        narrow = space is not None and space.size <= np.iinfo(np.int32).max
+        ids = RunIds(runs.starts, runs.firsts, runs.size, np.int32 if narrow else np.int64)
+        begins = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        self.lists.append((name, begins, sizes, value.vectors, ids))
 
     def _segments(self, graph: Graph, name: str, value: Segments, spec: Any, where: str) -> None:
         t = graph.checkTensor(value.tensor, where)

@@ -23,7 +23,7 @@ from poplar_api import program as prog
 from poplar_api.errors import TensorIndexError
 from poplar_api.graph_connections import _list_ids, list_block_ids
 from poplar_api.poplin.conv import _plan, _ranges, parse_options
-from poplar_api.poplin.conv_blocks import plan_partials
+from poplar_api.poplin.conv_blocks import Assembler, plan_partials, runs_between
 from poplar_api.poplin.conv_layout import (
     grouped_input,
     grouped_output,
@@ -204,7 +204,9 @@ def test_partial_fields_from_ids_equal_positions_looked_up(preset, params):
     by_pos = _partials(graph, params, plan, positions(act), positions(ker), positions(dst))
     for name, t in (("ins", act), ("ws", ker), ("outs", dst)):
         a, p = getattr(by_ids, name), getattr(by_pos, name)
-        np.testing.assert_array_equal(a.flat, t.flat_index()[p.flat], err_msg=name)
+        got = a.flat if a.runs is None else np.asarray(a.runs)  # ids found as runs
+        pos = p.flat if p.runs is None else np.asarray(p.runs)
+        np.testing.assert_array_equal(got, t.flat_index()[pos], err_msg=name)
         np.testing.assert_array_equal(a.sizes, p.sizes)
         np.testing.assert_array_equal(a.vectors, p.vectors)
 
@@ -310,3 +312,118 @@ def _vectors(value) -> list:
     if isinstance(value, list):
         return value
     return [np.asarray(value)]
+
+
+# ------------------------------------------------------------------ fields as runs
+def _assembler(seed: int) -> Assembler:
+    """Rows of three shapes over one source, interleaved in vertex order: runs inside
+    rows, runs going on from one vertex into the next, and single ids."""
+    rng = np.random.default_rng(seed)
+    source = np.arange(1000, 5000, dtype=np.int64)
+    source[2004:2010] = rng.permutation(source[2004:2010])  # a scattered stretch
+    asm = Assembler(9)
+    asm.gather(
+        np.array([0, 1, 2]), source, np.array([0, 40, 80]), np.arange(40), np.array([25, 15])
+    )  # fmt: skip  (0 -> 1 -> 2: one run on)
+    asm.gather(np.array([4, 6]), source, np.array([300, 2000]), np.r_[0:16, 32:48],
+               np.array([32]))  # fmt: skip
+    asm.gather(np.array([3, 5, 7]), source, np.array([120, 700, 2050]),
+               np.r_[0:10, 30:40], np.array([10, 10]))  # fmt: skip
+    asm.gather(np.array([8]), source, np.array([0]), np.zeros(0, np.int64), np.array([0]))
+    return asm
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fields_found_as_runs_equal_the_ids_gathered(seed):
+    ids = _assembler(seed).field()
+    runs = _assembler(seed).run_field()
+    assert runs is not None and runs.flat is None
+    np.testing.assert_array_equal(np.asarray(runs.runs), ids.flat)
+    want = as_runs(ids.flat) or RunIds(*_all_runs(ids.flat), ids.flat.size)
+    np.testing.assert_array_equal(runs.runs.starts, want.starts)  # maximal runs
+    np.testing.assert_array_equal(runs.runs.firsts, want.firsts)
+    for name in ("sizes", "vectors", "at", "piece_at"):
+        np.testing.assert_array_equal(getattr(runs, name), getattr(ids, name))
+
+
+def _all_runs(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every run's start and first id, written out (no limit on their number)."""
+    starts = np.flatnonzero(np.r_[True, np.diff(flat) != 1])
+    return starts, flat[starts]
+
+
+def test_rows_with_negative_sources_are_not_found_as_runs():
+    asm = Assembler(1)
+    asm.gather(np.array([0]), np.array([5, -1, 7]), np.array([0]), np.arange(3), np.array([3]))
+    assert asm.run_field() is None
+
+
+def test_runs_between_equal_the_runs_of_the_slice():
+    flat = _assembler(0).field().flat
+    runs = RunIds(*_all_runs(flat), flat.size)
+    for a, b in [(0, flat.size), (3, 70), (40, 41), (100, 180), (25, 200), (0, 15), (60, 62)]:
+        got = runs_between(runs, a, b)
+        want = as_runs(flat[a:b])
+        if want is None:
+            assert got is None
+        else:
+            np.testing.assert_array_equal(got.starts, want.starts)
+            np.testing.assert_array_equal(got.firsts, want.firsts)
+            assert got.size == want.size
+
+
+def _vertex_class():
+    from poplar_api.codelet import Input, VectorList, Vertex
+
+    class RunsProbe(Vertex):
+        a = Input(VectorList(FLOAT))
+
+        @staticmethod
+        def compute(a):  # pragma: no cover - compiled, never run here
+            return True
+
+    return RunsProbe
+
+
+def test_run_segments_make_the_list_block_segments_make():
+    from poplar_api.graph_connections import RunSegments, Segments
+
+    cls = _vertex_class()
+    blocks = []
+    for kind in ("ids", "runs"):
+        graph = _graph("ipu1")
+        graph.addCodelets(cls)
+        var = graph.addVariable(FLOAT, [400], "v")
+        graph.mapElements(var, 0)
+        flat = np.r_[0:100, 200:300, 150:160]
+        sizes, vectors = np.array([50, 50, 100, 10]), np.array([1, 3])
+        cs = graph.addComputeSet("cs")
+        if kind == "ids":
+            value = Segments(var.elements(flat), sizes, vectors)
+        else:
+            value = RunSegments(var, RunIds(*_all_runs(flat), flat.size), sizes, vectors)
+        graph.addVertices(cs, cls, [0, 0], {"a": value})
+        blocks.append(graph._state.vertices.list_blocks[-1].fields["a"])
+    (o1, b1, e1, i1), (o2, b2, e2, i2) = blocks
+    for x, y in ((o1, o2), (b1, b2), (e1, e2)):
+        np.testing.assert_array_equal(x, y)
+    assert isinstance(i1, RunIds) and isinstance(i2, RunIds) and i1.dtype == i2.dtype
+    np.testing.assert_array_equal(i1.starts, i2.starts)
+    np.testing.assert_array_equal(i1.firsts, i2.firsts)
+
+
+def test_run_segments_outside_the_graph_name_the_field():
+    from poplar_api.errors import GraphError
+    from poplar_api.graph_connections import RunSegments
+
+    cls = _vertex_class()
+    graph = _graph("ipu1")
+    graph.addCodelets(cls)
+    var = graph.addVariable(FLOAT, [40], "v")
+    graph.mapElements(var, 0)
+    cs = graph.addComputeSet("cs")
+    runs = RunIds(np.array([0]), np.array([30]), 20)  # ids 30..49 of 40
+    with pytest.raises(GraphError, match=r"field 'a'.*ids in \[30, 50\), outside the 40"):
+        graph.addVertices(cs, cls, [0], {"a": RunSegments(var, runs, [20])})
+    with pytest.raises(GraphError, match="must cover the 20 ids"):
+        RunSegments(var, runs, [10])

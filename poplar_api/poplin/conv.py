@@ -32,8 +32,9 @@ from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin.conv_blocks import plan_partials
 from poplar_api.poplin.conv_layout import (
     grouped_input,
-    grouped_output,
+    grouped_output_variable,
     grouped_weights,
+    map_grouped_output,
     partial_chans_per_group,
 )
 from poplar_api.poplin.conv_params import (
@@ -269,11 +270,13 @@ def _conv(
     cast_only = need_reduce and pci == 1
     cpg = partial_chans_per_group(plan.method, co_n, plan.out_chans_per_group)
     shape = (g_n, b_n, out_field, co_n, cpg)
-    out_var = None if cast_only else grouped_output(graph, out_type, [], *shape, name)
-    partials = (
-        grouped_output(graph, partials_type, [pci], *shape, f"{name}/partials")
+    out_mem, out_var = (
+        (None, None) if cast_only else grouped_output_variable(graph, out_type, [], *shape, name)
+    )
+    part_mem, partials = (
+        grouped_output_variable(graph, partials_type, [pci], *shape, f"{name}/partials")
         if need_reduce
-        else None
+        else (None, None)
     )
     cs = graph.addComputeSet(f"{name}/Convolve")
     acc_type = partials_type if need_reduce else out_type
@@ -286,7 +289,8 @@ def _conv(
     made = parts.specs.make(graph)
     parts.add_vertices(graph, cs, act, ker, dst_t, made)
     prog.add(Execute(cs))
-    graph.mapElements(dst_t, parts.dst_tiles)
+    map_grouped_output(graph, part_mem if need_reduce else out_mem, parts.dst_tiles,
+                       1 if need_reduce else 0)  # fmt: skip
     zeros = parts.zeros
     if zeros:
         from poplar_api import popops

@@ -26,11 +26,13 @@ import numba
 import numpy as np
 
 from poplar_api.graph import Constants, Graph, Segments
+from poplar_api.graph_connections import RunSegments
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.conv_vertex_estimates import partial_estimate, vertex_method
 from poplar_api.poplin.conv_vertices import conv_vertex
 from poplar_api.poplin.conv_worklists import TileGeometry, relative_key, tile_geometry
+from poplar_api.run_ids import MIN_ELEMENTS_PER_RUN, RunIds
 from poplar_api.tensor import Tensor, concat
 from poplar_api.types import INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 
@@ -78,22 +80,49 @@ def ids_view(t: Tensor, ids: np.ndarray) -> Tensor:
 
 @dataclasses.dataclass
 class _Field:
-    """A VectorList field of every vertex, in vertex order: the operand positions of
-    all vectors (``flat``), each vector's size, each vertex's vector count, and where
-    each vertex's positions and vectors begin (one entry more than vertices)."""
+    """A VectorList field of every vertex, in vertex order: the element ids of all
+    vectors (``flat``, or ``runs`` when they were found as runs), each vector's size,
+    each vertex's vector count, and where each vertex's ids and vectors begin (one entry
+    more than vertices)."""
 
-    flat: np.ndarray
+    flat: np.ndarray | None
     sizes: np.ndarray
     vectors: np.ndarray
     at: np.ndarray
     piece_at: np.ndarray
+    runs: RunIds | None = None
 
-    def segments(self, t: Tensor, i0: int, i1: int) -> Segments:
-        """The field of vertices ``i0 .. i1 - 1`` as a tensor of the element ids gathered
-        (of ``t``, and of the zero constants of an expanded input)."""
+    def segments(self, t: Tensor, i0: int, i1: int) -> Segments | RunSegments:
+        """The field of vertices ``i0 .. i1 - 1``: runs where a list block would keep
+        its ids as runs, else a tensor of the element ids (of ``t``, and of the zero
+        constants of an expanded input)."""
         a, b = int(self.at[i0]), int(self.at[i1])
         p, q = int(self.piece_at[i0]), int(self.piece_at[i1])
-        return Segments(ids_view(t, self.flat[a:b]), self.sizes[p:q], self.vectors[i0:i1])
+        sizes, vectors = self.sizes[p:q], self.vectors[i0:i1]
+        if self.runs is None:
+            return Segments(ids_view(t, self.flat[a:b]), sizes, vectors)
+        sub = runs_between(self.runs, a, b)
+        if sub is None:
+            return Segments(ids_view(t, self.runs[a:b]), sizes, vectors)
+        return RunSegments(t, sub, sizes, vectors)
+
+
+def runs_between(runs: RunIds, a: int, b: int) -> RunIds | None:
+    """Positions ``a .. b - 1`` of ``runs`` as runs of their own, or None where
+    :func:`~poplar_api.run_ids.as_runs` would keep their ids as an array (fewer than
+    ``MIN_ELEMENTS_PER_RUN`` ids per run on average, or too few ids)."""
+    n = b - a
+    if n < 2 * MIN_ELEMENTS_PER_RUN:
+        return None
+    r0 = int(np.searchsorted(runs.starts, a, side="right")) - 1
+    r1 = int(np.searchsorted(runs.starts, b, side="left"))
+    if r1 - r0 > n // MIN_ELEMENTS_PER_RUN:
+        return None
+    starts = runs.starts[r0:r1] - a
+    firsts = runs.firsts[r0:r1].copy()
+    firsts[0] += a - int(runs.starts[r0])  # the first run may begin before a
+    starts[0] = 0
+    return RunIds(starts, firsts, n, np.int64)
 
 
 @dataclasses.dataclass
@@ -270,29 +299,95 @@ class Assembler:
         self.npieces[members] = sizes.size
         self.rows.append((members, source, base.astype(np.int64, copy=False), rel, sizes))
 
-    def field(self) -> _Field:
+    def _bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where each vertex's elements and pieces begin, and every piece's size."""
         at = np.zeros(self.n + 1, np.int64)
         np.cumsum(self.lengths, out=at[1:])
         piece_at = np.zeros(self.n + 1, np.int64)
         np.cumsum(self.npieces, out=piece_at[1:])
-        flat = np.empty(int(at[-1]), np.int64)
         sizes = np.empty(int(piece_at[-1]), np.int64)
-        for members, source, base, rel, psizes in self.rows:
+        for members, _, _, _, psizes in self.rows:
+            if members.size:  # (pieces of no elements have only their sizes, 0, to write)
+                every = np.arange(psizes.size, dtype=np.int64)  # each member all sizes
+                zero = np.zeros(members.size, np.int64)
+                _gather_rows(psizes, zero, every, members, piece_at, sizes)
+        return at, piece_at, sizes
+
+    def field(self) -> _Field:
+        at, piece_at, sizes = self._bounds()
+        flat = np.empty(int(at[-1]), np.int64)
+        for members, source, base, rel, _ in self.rows:
             if not members.size:
                 continue
-            # (pieces of no elements have only their sizes, 0, to write)
-            plain = not rel.size or (
-                int(base.min()) + int(rel.min()) >= 0
-                and int(base.max()) + int(rel.max()) < source.size
-            )
-            if plain:
+            if _plain(source, base, rel):
                 _gather_rows(source, base, rel, members, at, flat)
             else:  # numpy's negative positions count from the end
                 dst = (at[members][:, None] + np.arange(rel.size)).reshape(-1)
                 flat[dst] = source[(base[:, None] + rel).reshape(-1)]
-            every = np.arange(psizes.size, dtype=np.int64)  # each member all piece sizes
-            _gather_rows(psizes, np.zeros(members.size, np.int64), every, members, piece_at, sizes)
         return _Field(flat, sizes, self.npieces, at, piece_at)
+
+    def run_field(self) -> _Field | None:
+        """The field with its ids found as runs, without an array of every id: one
+        compiled pass per shape finds each row's runs, which are then put in vertex
+        order and joined where a run goes on into the next row. None when a source
+        holds negative values (zeros of an expanded input) or positions outside it,
+        or the rows hold too many runs (:meth:`field` then)."""
+        at, piece_at, sizes = self._bounds()
+        total = int(at[-1])
+        limit = total // MIN_ELEMENTS_PER_RUN + self.n
+        vert = np.empty(limit, np.int64)
+        off = np.empty(limit, np.int64)
+        first = np.empty(limit, np.int64)
+        count = 0
+        clean: dict[int, bool] = {}
+        for members, source, base, rel, _ in self.rows:
+            if not members.size or not rel.size:
+                continue
+            ok = clean.get(id(source))
+            if ok is None:
+                ok = clean[id(source)] = bool(source.size == 0 or int(source.min()) >= 0)
+            if not ok or not _plain(source, base, rel):
+                return None
+            count = _row_runs(source, base, rel, members, vert, off, first, count)
+            if count < 0:
+                return None
+        pos = at[vert[:count]] + off[:count]
+        order = np.argsort(pos, kind="stable")
+        pos, first = pos[order], first[:count][order]
+        # a run that goes on from the one before it (across rows) is part of it
+        keep = np.ones(count, bool)
+        keep[1:] = first[1:] != first[:-1] + (pos[1:] - pos[:-1])
+        runs = RunIds(pos[keep], first[keep], total, np.int64)
+        return _Field(None, sizes, self.npieces, at, piece_at, runs)
+
+
+def _plain(source: np.ndarray, base: np.ndarray, rel: np.ndarray) -> bool:
+    """Whether every position ``base[k] + rel[j]`` lies in ``source``."""
+    return not rel.size or (
+        int(base.min()) + int(rel.min()) >= 0 and int(base.max()) + int(rel.max()) < source.size
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_runs(source, base, rel, members, vert, off, first, count):  # pragma: no cover
+    """Append the runs of consecutive ids of each row ``source[base[k] + rel]``: member
+    ``members[k]``, the position in the row and the id where each begins; the new count,
+    or -1 when the buffers are full (positions checked by the caller)."""
+    limit = vert.shape[0]
+    for k in range(members.shape[0]):
+        b = base[k]
+        prev = source[b + rel[0]] - 1
+        for j in range(rel.shape[0]):
+            v = source[b + rel[j]]
+            if j == 0 or v != prev + 1:
+                if count == limit:
+                    return -1
+                vert[count] = members[k]
+                off[count] = j
+                first[count] = v
+                count += 1
+            prev = v
+    return count
 
 
 @numba.njit(cache=True, nogil=True)
@@ -470,7 +565,7 @@ def plan_partials(
                           geom.in_stride, geom.out_stride]  # fmt: skip
         kind_of[members] = sid[vb[f]]
     tiles = block_tiles[vb]
-    ins_field = ins.field()
+    ins_field = ins.field() if plan.expanded else _fields(ins)
     if plan.expanded:  # vertices reading a zero of the expanded input (position -1)
         pad = np.zeros(n, bool)
         zeros_at = np.flatnonzero(ins_field.flat < 0)
@@ -514,8 +609,14 @@ def plan_partials(
     specs = _Specs(types.tolist(), values.tolist(), spec_tiles, names.tolist())
     zero_specs = dict(zip(tiles[zero_v].tolist(), zero_spec.tolist(), strict=True))
     return Partials(tiles, kinds_by_shift, kind_of, estimates, wl_spec, params_spec,
-                    ins_field, ws.field(), outs.field(), dst_tiles, zeros, specs,
+                    ins_field, _fields(ws), _fields(outs), dst_tiles, zeros, specs,
                     zero_specs)  # fmt: skip
+
+
+def _fields(asm: Assembler) -> _Field:
+    """The field of ``asm`` as runs where it can be, else as ids."""
+    field = asm.run_field()
+    return asm.field() if field is None else field
 
 
 def _dst_tiles(

@@ -36,9 +36,11 @@ from poplar_api.types import Type
 __all__ = [
     "grouped_input",
     "grouped_output",
+    "grouped_output_variable",
     "grouped_weights",
     "input_tiles",
     "input_tiles_in_memory_order",
+    "map_grouped_output",
     "partial_chans_per_group",
     "spread_by_use",
     "weight_tiles",
@@ -72,11 +74,44 @@ def grouped_output(
 ) -> Tensor:
     """A new variable ``[*lead, G, B, *field, Co]`` whose memory order is Poplibs'
     ``[*lead, G, Co / cpg, B, *field, cpg]`` (see the module docstring)."""
+    return grouped_output_variable(graph, type_, lead, groups, batch, field, chans, cpg, name)[1]
+
+
+def _output_perm(nl: int, nd: int) -> list[int]:
+    """The memory order ``[*lead, G, Co / cpg, B, *field, cpg]`` as ``[*lead, G, B,
+    *field, Co / cpg, cpg]``."""
+    return [*range(nl), nl, nl + 2, *range(nl + 3, nl + 3 + nd), nl + 1, nl + 3 + nd]
+
+
+def grouped_output_variable(
+    graph: Graph,
+    type_: Type,
+    lead: Sequence[int],
+    groups: int,
+    batch: int,
+    field: Sequence[int],
+    chans: int,
+    cpg: int,
+    name: str,
+) -> tuple[Tensor, Tensor]:
+    """:func:`grouped_output` and the variable under it, in its memory order (what
+    :func:`map_grouped_output` maps)."""
     lead, field = [int(x) for x in lead], [int(x) for x in field]
     nl, nd = len(lead), len(field)
     var = graph.addVariable(type_, [*lead, groups, chans // cpg, batch, *field, cpg], name)
-    perm = [*range(nl), nl, nl + 2, *range(nl + 3, nl + 3 + nd), nl + 1, nl + 3 + nd]
-    return var.dimShuffle(perm).reshape([*lead, groups, batch, *field, chans])
+    view = var.dimShuffle(_output_perm(nl, nd)).reshape([*lead, groups, batch, *field, chans])
+    return var, view
+
+
+def map_grouped_output(graph: Graph, var: Tensor, tiles: np.ndarray, lead: int) -> None:
+    """Map the variable of :func:`grouped_output_variable` (with ``lead`` leading
+    dimensions) by ``tiles``, the tile of every element of its view ``[*lead, G, B,
+    *field, Co]``: the tiles are put in the variable's memory order (one transpose) and
+    written as one run, instead of looking up every element of the view."""
+    mem = var.shape()
+    perm = _output_perm(lead, len(mem) - 4 - lead)
+    shuffled = tiles.reshape([mem[p] for p in perm])
+    graph.mapElements(var, shuffled.transpose(np.argsort(perm)))
 
 
 # ------------------------------------------------------------------ operand layouts

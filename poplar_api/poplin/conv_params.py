@@ -607,8 +607,16 @@ def expanded_input_index(params: ConvParams, act_ids: np.ndarray) -> np.ndarray:
     valid = np.ones(np.broadcast_shapes(*[i.shape for i in idx]), bool)
     for i in idx:
         valid &= i >= 0
-    safe = [np.maximum(i, 0) for i in idx]
+    # the flat field position read at each [*K, *O], then one gather along the rows of
+    # [G * B * C, field] (not a gather of every element by n index arrays)
+    field = act_ids.shape[3:]
+    offset = np.zeros(valid.shape, np.int64)
+    for d, i in enumerate(idx):
+        offset = offset * int(field[d]) + np.maximum(i, 0)
     g, b, c = act_ids.shape[:3]
-    out = act_ids[(slice(None), slice(None), slice(None), *safe)]  # [G, B, C, *K, *O]
-    out = np.where(valid, out, -1)
+    rows = np.ascontiguousarray(act_ids).reshape(g * b * c, -1)
+    out = np.take(rows, offset.reshape(-1), axis=1)  # [G * B * C, *K, *O]
+    invalid = ~valid.reshape(-1)
+    if invalid.any():
+        out[:, invalid] = -1
     return out.reshape(g, b, c * int(np.prod(params.kernelShape)), *valid.shape[n:])
