@@ -130,28 +130,57 @@ def test_one_hot_names_the_first_bad_index_in_vertex_order():
     assert f"[0, {int(params[2, 2])})" in str(info.value)
 
 
-def _scaled_engine(replicas: int, t):
-    """``a += s * b; a -= s2 * b`` on a replicated graph (``tiny`` IPU Model)."""
+def _engine(replicas: int, build) -> Engine:
+    """An engine of the program ``build(graph)`` returns, on a graph of ``replicas``
+    replicas of one ``tiny`` IPU Model each."""
     m = IPUModel("tiny")
     m.numIPUs = replicas
     device = m.createDevice()
     g = Graph(device.getTarget(), replication_factor=replicas)
     popops.addCodelets(g)
-    a = g.addVariable(t, [40, 7], "a")
-    b = g.addVariable(t, [40, 7], "b")
-    s = g.addVariable(t, [1], "s")
-    for k, x in enumerate((a, b)):
-        g.setTileMapping(x, k)
-    g.setTileMapping(s, 2)
-    for name, x in (("a", a), ("b", b), ("s", s)):
-        g.createHostWrite(name, x)
-    g.createHostRead("a", a)
-    seq = prog.Sequence()
-    popops.scaledAddTo(g, a, b, s, seq, "add")
-    popops.scaledSubtractFrom(g, a, b, 0.375, seq, "sub")
-    e = Engine(g, seq)
+    poplin.addCodelets(g)
+    e = Engine(g, build(g))
     e.load(device)
     return e
+
+
+def _replicated_and_alone(build, inputs: dict, out: str, shape: tuple) -> tuple:
+    """``out`` of every replica of one replicated run (``inputs``: per replica) and of
+    a one-replica run of each replica's inputs: ``([replicas, *shape], [...])``."""
+    replicas = len(next(iter(inputs.values())))
+    e = _engine(replicas, build)
+    for name, x in inputs.items():
+        e.writeTensor(name, x)
+    e.run(0)
+    got = np.asarray(e.readTensor(out)).reshape(replicas, *shape)
+    alone = []
+    for r in range(replicas):
+        one = _engine(1, build)
+        for name, x in inputs.items():
+            one.writeTensor(name, x[r])
+        one.run(0)
+        alone.append(np.asarray(one.readTensor(out)).reshape(shape))
+    return got, np.stack(alone)
+
+
+def _scaled_program(t):
+    """``a += s * b; a -= 0.375 * b``."""
+
+    def build(g: Graph) -> prog.Sequence:
+        a = g.addVariable(t, [40, 7], "a")
+        b = g.addVariable(t, [40, 7], "b")
+        s = g.addVariable(t, [1], "s")
+        for tile, x in enumerate((a, b, s)):
+            g.setTileMapping(x, tile)
+        for name, x in (("a", a), ("b", b), ("s", s)):
+            g.createHostWrite(name, x)
+        g.createHostRead("a", a)
+        seq = prog.Sequence()
+        popops.scaledAddTo(g, a, b, s, seq, "add")
+        popops.scaledSubtractFrom(g, a, b, 0.375, seq, "sub")
+        return seq
+
+    return build
 
 
 @pytest.mark.parametrize("t", [FLOAT, HALF])
@@ -162,44 +191,31 @@ def test_replicas_with_different_data_equal_one_replica_runs(t):
     a = rng.standard_normal((replicas, 40, 7)).astype(dtype)
     b = rng.standard_normal((replicas, 40, 7)).astype(dtype)
     s = rng.standard_normal((replicas, 1)).astype(dtype)
-    e = _scaled_engine(replicas, t)
-    for name, x in (("a", a), ("b", b), ("s", s)):
-        e.writeTensor(name, x)
-    e.run(0)
-    got = np.asarray(e.readTensor("a")).reshape(replicas, 40, 7)
+    inputs = {"a": a, "b": b, "s": s}
+    got, alone = _replicated_and_alone(_scaled_program(t), inputs, "a", (40, 7))
+    np.testing.assert_array_equal(got.view(np.uint8), alone.view(np.uint8))
     for r in range(replicas):
-        one = _scaled_engine(1, t)
-        for name, x in (("a", a[r]), ("b", b[r]), ("s", s[r])):
-            one.writeTensor(name, x)
-        one.run(0)
-        alone = np.asarray(one.readTensor("a")).reshape(40, 7)
-        np.testing.assert_array_equal(got[r].view(np.uint8), alone.view(np.uint8))
         a32, b32, s32 = (x.astype(np.float32) for x in (a[r], b[r], s[r]))
         step = (a32 + (s32[0] * b32).astype(np.float32)).astype(dtype).astype(np.float32)
         want = (step - (np.float32(0.375) * b32).astype(np.float32)).astype(dtype)
-        np.testing.assert_array_equal(alone.view(np.uint8), want.view(np.uint8))
+        np.testing.assert_array_equal(got[r].view(np.uint8), want.view(np.uint8))
     assert not np.array_equal(got[0], got[1])  # the replicas did not merge
 
 
-def _matmul_engine(replicas: int, t):
-    """``x @ w`` by ``poplin.matMul`` (the convolution partial vertices) on a replicated
-    graph (``tiny`` IPU Model), ``x`` and ``w`` written per replica."""
-    m = IPUModel("tiny")
-    m.numIPUs = replicas
-    device = m.createDevice()
-    g = Graph(device.getTarget(), replication_factor=replicas)
-    popops.addCodelets(g)
-    poplin.addCodelets(g)
-    x = poplin.createMatMulInputLHS(g, t, [12, 16], [16, 10], "x")
-    w = poplin.createMatMulInputRHS(g, t, [12, 16], [16, 10], "w")
-    seq = prog.Sequence()
-    y = poplin.matMul(g, x, w, seq, "mm")
-    for name, tensor in (("x", x), ("w", w)):
-        g.createHostWrite(name, tensor)
-    g.createHostRead("y", y)
-    e = Engine(g, seq)
-    e.load(device)
-    return e
+def _matmul_program(t):
+    """``y = x @ w`` by ``poplin.matMul`` (the convolution partial vertices)."""
+
+    def build(g: Graph) -> prog.Sequence:
+        x = poplin.createMatMulInputLHS(g, t, [12, 16], [16, 10], "x")
+        w = poplin.createMatMulInputRHS(g, t, [12, 16], [16, 10], "w")
+        seq = prog.Sequence()
+        y = poplin.matMul(g, x, w, seq, "mm")
+        for name, tensor in (("x", x), ("w", w)):
+            g.createHostWrite(name, tensor)
+        g.createHostRead("y", y)
+        return seq
+
+    return build
 
 
 @pytest.mark.parametrize("t", [FLOAT, HALF])
@@ -209,19 +225,10 @@ def test_replicated_matmul_with_different_data_equals_one_replica_runs(t):
     dtype = np.float32 if t is FLOAT else np.float16
     x = rng.standard_normal((replicas, 12, 16)).astype(dtype)
     w = rng.standard_normal((replicas, 16, 10)).astype(dtype)
-    e = _matmul_engine(replicas, t)
-    e.writeTensor("x", x)
-    e.writeTensor("w", w)
-    e.run(0)
-    got = np.asarray(e.readTensor("y")).reshape(replicas, 12, 10)
+    got, alone = _replicated_and_alone(_matmul_program(t), {"x": x, "w": w}, "y", (12, 10))
+    np.testing.assert_array_equal(got.view(np.uint8), alone.view(np.uint8))
+    tol = 1e-5 if t is FLOAT else 2e-2
     for r in range(replicas):
-        one = _matmul_engine(1, t)
-        one.writeTensor("x", x[r])
-        one.writeTensor("w", w[r])
-        one.run(0)
-        alone = np.asarray(one.readTensor("y")).reshape(12, 10)
-        np.testing.assert_array_equal(got[r].view(np.uint8), alone.view(np.uint8))
         want = x[r].astype(np.float64) @ w[r].astype(np.float64)
-        tol = 1e-5 if t is FLOAT else 2e-2
         np.testing.assert_allclose(got[r].astype(np.float64), want, rtol=tol, atol=tol * 4)
     assert not np.array_equal(got[0], got[1])
