@@ -240,3 +240,43 @@ def test_variable_tile_counts_equal_the_sorted_pair_counts(seed):
         assert g.tolist() == w.tolist()
     with pytest.raises(ValueError, match="beyond the target's 3 tiles"):
         runs.variable_tile_counts(starts, holder, size, tile, var_ids, 3)
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("shape", ["sorted", "stretches", "random", "one_length", "wide", "one"])
+def test_tile_keys_made_in_place_equal_sorted_keys(seed, shape):
+    """Keys computed, packed and sorted in one array, and intervals written over them,
+    equal :func:`sorted_keys` of ``dst * stride + begin`` and a merge into fresh arrays
+    (every branch: sorted already, few stretches, random, one length, keys too wide to
+    pack, a single range)."""
+    rng = np.random.default_rng(seed)
+    n = 1 if shape == "one" else 400
+    tiles, space = 6, 1 << 40 if shape == "wide" else 500
+    stride = space + 1
+    owner = np.resize(np.repeat(rng.integers(0, tiles, 50), rng.integers(1, 20, 50)), 500)
+    dst = rng.integers(0, tiles, n)
+    begin = rng.integers(0, 480, n)
+    length = np.full(n, 2) if shape == "one_length" else rng.integers(1, 20, n)
+    if shape == "sorted":
+        order = np.lexsort((begin, dst))
+        dst, begin = dst[order], begin[order]
+    elif shape == "stretches":
+        dst = np.sort(dst)
+        begin = np.concatenate([np.sort(part) for part in np.array_split(begin, 8)])
+    want = received.sorted_keys(dst * stride + begin, length)
+    got = received.tile_sorted_keys(dst, begin, length, stride)
+    assert got[2] == want[2]
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist()
+    if shape == "wide":
+        return  # ids beyond the owner array: the merge is not asked for them
+    changes = runs.change_points(owner, 500)
+    column, row = np.arange(tiles) // 2, np.arange(tiles) % 2
+    fresh = received.merge_received(
+        want[0].copy(), want[1], stride, changes, owner, (column, row), tiles, None, want[2]
+    )
+    kept = received.merge_received(
+        got[0], got[1], stride, changes, owner, (column, row), tiles, None, got[2], 1, True
+    )
+    for a, b in zip(fresh, kept, strict=True):
+        assert a.tolist() == b.tolist()

@@ -317,6 +317,7 @@ def test_pieces_beyond_the_first_room_are_the_same(monkeypatch):
     dst = rng.integers(0, 4, ids.size)
     roomy = pk.field_pieces(ids, bounds, vtiles, owner), pk.flat_pieces(ids, dst, owner)
     monkeypatch.setattr(pk, "FIRST_ROOM", 16)
+    monkeypatch.setattr(pk, "BOUNDED_ROOM", 16)  # the flat kernel's room: all pieces at most
     tight = pk.field_pieces(ids, bounds, vtiles, owner), pk.flat_pieces(ids, dst, owner)
     assert roomy[0][0].size > 16 and roomy[1][0].size > 16
     for a, b in zip(roomy, tight, strict=True):

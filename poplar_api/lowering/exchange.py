@@ -350,14 +350,15 @@ class ExchangePlanner:
         space = self.state.space(element_type).size
         stride = space + 1  # a range ends at most at ``space``: tiles never touch
         n = self.num_tiles
-        lo_key = dst * stride + begin
-        keys, lengths, bits = received.sorted_keys(lo_key, lengths)
+        keys, lengths, bits = received.tile_sorted_keys(dst, begin, lengths, stride)
         changes = self.changes_of(size, owner, space)
         pairs = self._pairs()
         seen, stamp = (None, 1) if pairs is None else (pairs[:2], pairs[2])
+        # the keys are this call's own: the intervals are written over them unless the
+        # keys are read again (senders counted without a map of pairs)
         a, b, receiver, elements, messages, distance = received.merge_received(
             keys, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, seen,
-            bits, stamp,
+            bits, stamp, in_place=pairs is not None,
         )  # fmt: skip
         self.received += elements * size
         self.messages_received += messages

@@ -88,12 +88,22 @@ def _flat_pieces(ids, src, dst, out_begin, out_length, out_dst):  # pragma: no c
 FIRST_ROOM = 1 << 22
 
 
-def _collect(kernel, guess: int, *args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: Rows up to which a kernel whose pieces are bounded (at most one per reference) gets
+#: room for all of them at once: one pass, however many there are (a transpose's
+#: copy gives a piece per element; a second pass and fresh arrays cost more than the
+#: first). Pages no piece is written to are never touched.
+BOUNDED_ROOM = 1 << 26
+
+
+def _collect(
+    kernel, guess: int, *args, bounded: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pieces a kernel finds, into arrays of ``guess`` rows (at most
-    :data:`FIRST_ROOM`); a second pass with the room it counted when there were more (a
+    :data:`FIRST_ROOM`, or :data:`BOUNDED_ROOM` when ``guess`` is ``bounded``: the most
+    there can be); a second pass with the room it counted when there were more (a
     kernel writes the pieces that fit and counts them all)."""
     n = -1
-    room = min(max(int(guess), 16), FIRST_ROOM)
+    room = min(max(int(guess), 16), BOUNDED_ROOM if bounded else FIRST_ROOM)
     while True:
         begin, length, dst = (np.empty(room, np.int64) for _ in range(3))
         n = kernel(*args, begin, length, dst)
@@ -292,4 +302,4 @@ def flat_pieces(
     ``Copy`` compares both sides' tiles anyway): then no owner is looked up again."""
     if src is None:
         src = owner[ids]
-    return _collect(_flat_pieces, ids.size, ids, src, dst)
+    return _collect(_flat_pieces, ids.size, ids, src, dst, bounded=True)

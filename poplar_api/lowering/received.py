@@ -95,6 +95,62 @@ def sorted_keys(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return lo[order], other[order], 0
 
 
+@numba.njit(cache=True, nogil=True)
+def _tile_key_stats(dst, begin, other, stride, out):  # pragma: no cover - compiled
+    # out[k] = dst[k] * stride + begin[k], with _range_stats of (out, other) in the pass
+    descents = 0
+    lo_min = lo_max = out[0] = np.int64(dst[0]) * stride + begin[0]
+    o_min = o_max = other[0]
+    for k in range(1, out.size):
+        x = out[k] = np.int64(dst[k]) * stride + begin[k]
+        if x < out[k - 1]:
+            descents += 1
+        if x < lo_min:
+            lo_min = x
+        elif x > lo_max:
+            lo_max = x
+        y = other[k]
+        if y < o_min:
+            o_min = y
+        elif y > o_max:
+            o_max = y
+    return descents, lo_min, lo_max, o_min, o_max
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_in_place(keys, other, bits):  # pragma: no cover - compiled
+    for k in range(keys.size):
+        keys[k] = (keys[k] << bits) | other[k]
+
+
+def tile_sorted_keys(
+    dst: np.ndarray, begin: np.ndarray, other: np.ndarray, stride: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`sorted_keys` of the ranges ``(dst * stride + begin, other)``, made in one
+    array (the keys are computed, packed and sorted in place; a large exchange's
+    temporaries cost more in fresh pages than the passes that fill them)."""
+    n = begin.size
+    keys = np.empty(n, np.int64)
+    if n < 2:
+        keys[:] = np.asarray(dst, np.int64) * stride + begin
+        return keys, other, 0
+    descents, lo_min, lo_max, o_min, o_max = _tile_key_stats(dst, begin, other, stride, keys)
+    if not descents:
+        return keys, other, 0
+    kind = "stable" if descents <= MERGE_STRETCHES_PER_KEY * n else "quicksort"
+    other = other.astype(np.int64, copy=False)
+    if o_min == o_max:
+        keys.sort(kind=kind)
+        return keys, other, 0
+    bits = int(o_max).bit_length()
+    if lo_min >= 0 and o_min >= 0 and int(lo_max).bit_length() + bits <= 62:
+        _pack_in_place(keys, other, bits)
+        keys.sort(kind=kind)
+        return keys, other[:0], bits
+    order = np.argsort(keys, kind="stable")
+    return keys[order], other[order], 0
+
+
 def unpack(keys: np.ndarray, other: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
     """``(lo, other)`` of what :func:`sorted_keys` returns, as two arrays."""
     if bits == 0:
@@ -237,6 +293,7 @@ def merge_received(
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
     bits: int = 0,
     stamp: int = 1,
+    in_place: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What each receiving tile gets of id ranges, in one compiled pass.
 
@@ -263,6 +320,9 @@ def merge_received(
         receiving tile gets a message from (a pair holding ``stamp`` already is seen;
         a bool array with ``stamp`` 1 is a plain bitmap), and per receiving tile the
         count of such senders (raised when a pair is first seen).
+    in_place
+        Write the intervals' begins over ``lo`` (an int64 array the caller no longer
+        needs; the returned ``a`` is then a view of it).
 
     Returns
     -------
@@ -278,7 +338,10 @@ def merge_received(
     elements = np.zeros(num_tiles, np.int64)
     messages = np.zeros(num_tiles, np.int64)
     distance = np.zeros(num_tiles, np.int64)
-    out_a, out_b = np.empty(lo.size, np.int64), np.empty(lo.size, np.int64)
+    # the intervals' begins may overwrite the keys: the m-th interval is written once
+    # keys up to the m-th at least are read
+    out_a = lo if in_place else np.empty(lo.size, np.int64)
+    out_b = np.empty(lo.size, np.int64)
     out_tile = np.empty(lo.size, np.int64)
     m = 0
     if lo.size:
