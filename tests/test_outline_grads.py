@@ -72,16 +72,16 @@ def _numpy_grads(x: np.ndarray, label: np.ndarray, weights: dict[str, np.ndarray
     return grads
 
 
-def _grads(outline: bool):
-    bd, loss, data, weights = _mlp(np.random.default_rng(3))
+def _step(model, loss: str, data: dict, weights, tiles: int, outline: bool):
+    """One ``ConstSGD(0)`` step with outlining on or off: each weight's gradient and
+    the session."""
     prefix = popart.reservedGradientPrefix()
-    every = popart.AnchorReturnType("ALL")
     opts = popart.SessionOptions()
     opts.enableOutlining = outline
     s = popart.TrainingSession(
-        fnModel=bd.getModelProto(),
-        dataFlow=popart.DataFlow(1, {prefix + w: every for w in weights}),
-        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 8}),
+        fnModel=model,
+        dataFlow=popart.DataFlow(1, {prefix + w: popart.AnchorReturnType("ALL") for w in weights}),
+        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": tiles}),
         loss=loss,
         optimizer=popart.ConstSGD(0.0),
         userOptions=opts,
@@ -90,7 +90,12 @@ def _grads(outline: bool):
     s.weightsFromHost()
     anchors = s.initAnchorArrays()
     s.run(popart.PyStepIO(data, anchors))
-    got = {w: np.asarray(anchors[prefix + w]) for w in weights}
+    return {w: np.asarray(anchors[prefix + w]) for w in weights}, s
+
+
+def _grads(outline: bool):
+    bd, loss, data, weights = _mlp(np.random.default_rng(3))
+    got, s = _step(bd.getModelProto(), loss, data, weights, 8, outline)
     calls = Counter(p["function"] for p in s.getGraphReport()["programs"] if p["type"] == "Call")
     return got, data, weights, sorted(calls.values())
 
@@ -127,27 +132,13 @@ def _conv_step(outline: bool):
     """One training step of the scaled-down ResNet (width 8 on 32x32, 16 tiles): every
     weight's gradient and the code bytes over all tiles."""
     proto, inputs, _outputs, loss = build("resnet-tiny", True)
-    prefix = popart.reservedGradientPrefix()
     names = list(_initializers(proto))
-    opts = popart.SessionOptions()
-    opts.enableOutlining = outline
-    s = popart.TrainingSession(
-        fnModel=proto.SerializeToString(),
-        dataFlow=popart.DataFlow(1, {prefix + w: popart.AnchorReturnType("ALL") for w in names}),
-        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 16}),
-        loss=loss,
-        optimizer=popart.ConstSGD(0.0),
-        userOptions=opts,
-    )
-    s.prepareDevice()
-    s.weightsFromHost()
-    anchors = s.initAnchorArrays()
-    s.run(popart.PyStepIO(inputs, anchors))
+    got, s = _step(proto.SerializeToString(), loss, inputs, names, 16, outline)
     cats = s.getGraphReport()["memory"]["byCategory"]
     code = {
         c: sum(sum(part) for region in cats[c].values() for part in region.values()) for c in CODE
     }
-    return {w: np.asarray(anchors[prefix + w]) for w in names}, code
+    return got, code
 
 
 def test_outlined_convolution_and_batchnorm_gradients_are_bit_identical():
