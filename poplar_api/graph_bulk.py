@@ -252,6 +252,14 @@ class BulkGraphMethods:
                 f"{what}: {arr.size} tiles given for {count} {item}s; hint: one tile per "
                 f"{item} (or a single tile for all)"
             )
+        self._check_tile_range(arr, what, item)
+        return arr if self._parent is None else self._tiles[arr]
+
+    def _check_tile_range(self: Graph, arr: np.ndarray, what: str, item: str) -> None:
+        """Raise naming the first of ``arr`` (row-major) outside this graph's tiles."""
+        if not arr.size or (int(arr.min()) >= 0 and int(arr.max()) < self._num_tiles):
+            return  # two reductions, no array of flags, when all are in range
+        arr = arr.reshape(-1)
         bad = (arr < 0) | (arr >= self._num_tiles)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
@@ -260,7 +268,6 @@ class BulkGraphMethods:
                 f"{self._num_tiles}) of this graph ({int(bad.sum())} {item}(s) out of range); "
                 "hint: tiles are numbered in the graph called, 0..getTarget().getNumTiles()-1"
             )
-        return arr if self._parent is None else self._tiles[arr]
 
     def mapElements(self: Graph, t: Tensor, tiles: Any) -> None:
         """Map each element of ``t`` to a tile: the bulk form of ``setTileMapping``.
@@ -284,7 +291,16 @@ class BulkGraphMethods:
         self._refuse_on_parent("mapElements")
         t = self.checkTensor(t, "mapElements")
         what = f"mapElements of tensor '{t.name}' ({t.numElements()} elements)"
-        roots = self._check_tiles(tiles, t.numElements(), what, "element")
+        arr = _int_array(tiles, what)
+        n = t.numElements()
+        if t._start >= 0 and self._parent is None and arr.ndim and arr.size == n:
+            # consecutive ids of a top-level graph: the tiles (of any shape and strides,
+            # e.g. a transposed array in a variable's memory order) written as one run
+            self._check_tile_range(arr, what, "element")
+            column = self._state.space(t._type).tile[t._start : t._start + n]
+            column.reshape(arr.shape)[...] = arr
+            return
+        roots = self._check_tiles(arr, n, what, "element")
         self._state.space(t._type).tile[t._id_index()] = roots
 
     def setVertexTiles(self: Graph, vertices: Any, tiles: Any) -> None:

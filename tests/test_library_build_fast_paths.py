@@ -29,9 +29,12 @@ from poplar_api.poplin.conv_layout import (
     grouped_output,
     grouped_weights,
     input_tiles,
+    input_tiles_in_memory_order,
     partial_chans_per_group,
+    spread_by_use,
     weight_tiles,
 )
+from poplar_api.poplin.conv_params import expand_all_dims
 from poplar_api.poplin.conv_reduce import reduce_partials
 from poplar_api.run_ids import RunIds, as_runs
 
@@ -148,6 +151,54 @@ def test_operands_mapped_in_memory_order_as_their_canonical_views_were(preset, p
     )
     np.testing.assert_array_equal(new.elementTiles(w), old.elementTiles(w_old))
     assert x.shape() == [g, b, ci, *field]
+
+
+def _input_tiles_by_block_array(plan, params):
+    """The input's tiles as the layout computed them before: the block of every element
+    made as an array, then :func:`spread_by_use`."""
+    g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
+    fshape = [int(x) for x in params.inputFieldShape]
+    icg = np.gcd(ci, max(plan.in_chans_per_group, 1))
+    parts = [int(p) for p in plan.parts]
+    ktot = int(np.prod(params.kernelShape)) if plan.expanded else 1
+    grid = np.indices([g, ci // icg, b, *fshape, icg])
+    gi = np.minimum(grid[0] // plan.blocks[0], parts[0] - 1)
+    bi = np.minimum(grid[2] // plan.blocks[1], parts[1] - 1)
+    chan = grid[1] * icg + grid[-1]
+    block = gi * parts[1] + bi
+    for d, f in enumerate(fshape):
+        block = block * parts[2 + d] + np.minimum(grid[3 + d] * parts[2 + d] // f, parts[2 + d] - 1)
+    block = block * parts[-1] + np.minimum(chan * ktot // plan.blocks[-1], parts[-1] - 1)
+    users = np.moveaxis(plan.tiles, -2, -1).reshape(-1, parts[-2])
+    min_elems = -(-128 // int(params.inputType.size))
+    return spread_by_use(block, users, icg, min_elems)
+
+
+TILES = [
+    *LAYOUTS,
+    (
+        "ipu2",
+        poplin.ConvParams(
+            FLOAT, 8, [32, 32], [3, 3], 64, 64, 1, paddingLower=[1, 1], paddingUpper=[1, 1]
+        ),
+    ),
+    ("ipu1", poplin.ConvParams(HALF, 3, [17], [3], 12, 20, 1)),
+]
+
+
+@pytest.mark.parametrize("preset,params", TILES)
+@pytest.mark.parametrize("expand", [False, True])
+def test_input_tiles_equal_the_block_array_spread(preset, params, expand):
+    graph = _graph(preset)
+    dims = "[0, 1]" if expand and params.getNumFieldDims() == 2 else "[]"
+    if expand and params.getNumFieldDims() == 1:
+        dims = "[0]"
+    opts = parse_options({"planConstraints": f'{{"transform": {{"expandDims": {dims}}}}}'}, "t")
+    plan = _plan(graph, params, opts)
+    eff = expand_all_dims(params) if plan.expanded else params
+    np.testing.assert_array_equal(
+        input_tiles_in_memory_order(plan, eff), _input_tiles_by_block_array(plan, eff)
+    )
 
 
 # ------------------------------------------------------------------ partial-sum fields

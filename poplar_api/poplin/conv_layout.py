@@ -192,29 +192,74 @@ def input_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarra
     icg = _grouping(ci, plan.in_chans_per_group)
     parts = [int(p) for p in plan.parts]
     ktot = int(np.prod(params.kernelShape)) if plan.expanded else 1
-    # part index of every coordinate, laid out along its axis of the memory shape
-    # [G, Ci/icg, B, *F, icg]
-    ndim = 4 + nd
-
-    def along(ix: np.ndarray, axis: int) -> np.ndarray:
-        shape = [1] * ndim
-        shape[axis] = ix.size
-        return ix.reshape(shape)
-
-    gi = along(np.minimum(np.arange(g) // plan.blocks[0], parts[0] - 1), 0)
-    bi = along(np.minimum(np.arange(b) // plan.blocks[1], parts[1] - 1), 2)
+    # the block of [G, Ci/icg, B, *F, icg] is the sum of one term per axis (the field
+    # dimensions flattened, the channels' term over [Ci/icg, icg]): the block ids are
+    # never made as an array (see _spread_terms)
+    pb, pci = parts[1], parts[-1]
+    pf = int(np.prod(parts[2 : 2 + nd]))
+    gi = np.minimum(np.arange(g) // plan.blocks[0], parts[0] - 1)
+    bi = np.minimum(np.arange(b) // plan.blocks[1], parts[1] - 1)
     ci_i = np.minimum(np.arange(ci) * ktot // plan.blocks[-1], parts[-1] - 1)
-    ci_i = ci_i.reshape(1, ci // icg, *[1] * (1 + nd), icg)
-    fi = [
-        along(np.minimum(np.arange(f) * parts[2 + d] // f, parts[2 + d] - 1), 3 + d)
-        for d, f in enumerate(fshape)
-    ]
-    block = gi
-    for idx, n in zip([bi, *fi, ci_i], [parts[1], *parts[2 : 2 + nd], parts[-1]], strict=True):
-        block = block * n + idx
-    block = np.broadcast_to(block, [g, ci // icg, b, *fshape, icg])
+    f_term = np.zeros(1, np.int64)
+    for d, f in enumerate(fshape):
+        fi = np.minimum(np.arange(f) * parts[2 + d] // f, parts[2 + d] - 1)
+        f_term = (f_term[:, None] * parts[2 + d] + fi[None, :]).reshape(-1)
     users = np.moveaxis(plan.tiles, -2, -1).reshape(-1, parts[-2])  # [block, Co part]
-    return spread_by_use(block, users, icg, _min_elems(params, MIN_INPUT_BYTES_PER_TILE))
+    out = _spread_terms(
+        (gi * pb * pf * pci).astype(np.int64),
+        ci_i.reshape(ci // icg, icg).astype(np.int64),
+        (bi * pf * pci).astype(np.int64),
+        (f_term * pci).astype(np.int64),
+        np.ascontiguousarray(users, np.int64),
+        icg,
+        _min_elems(params, MIN_INPUT_BYTES_PER_TILE),
+    )
+    return out.reshape(g, ci // icg, b, *fshape, icg)
+
+
+@numba.njit(cache=True, nogil=True)
+def _spread_terms(tg, tc, tb, tf, users, grain, min_elems):  # pragma: no cover - compiled
+    """:func:`spread_by_use` of an input whose block at ``[g, cg, b, f, c]`` (memory
+    order, the field flattened) is ``tg[g] + tc[cg, c] + tb[b] + tf[f]``: one pass
+    counts each block's elements, a second gives each element its user, moving to a
+    block's next grain by a counter (no division per element)."""
+    nb = users.shape[0]
+    parts = users.shape[1]
+    counts = np.zeros(nb, np.int64)
+    for g in range(tg.shape[0]):
+        for cg in range(tc.shape[0]):
+            for b in range(tb.shape[0]):
+                for f in range(tf.shape[0]):
+                    base = tg[g] + tb[b] + tf[f]
+                    for c in range(tc.shape[1]):
+                        counts[base + tc[cg, c]] += 1
+    unit = -(-max(min_elems, 1) // grain) * grain
+    chunks = np.empty(nb, np.int64)
+    grains = np.empty(nb, np.int64)
+    for k in range(nb):
+        chunks[k] = min(max(counts[k] // unit, 1), parts)
+        grains[k] = max(-(-counts[k] // grain), 1)
+    # per block: elements into its current grain, grains done, the current user
+    into = np.zeros(nb, np.int64)
+    done = np.zeros(nb, np.int64)
+    user = users[:, 0].copy()
+    out = np.empty(tg.shape[0] * tc.size * tb.shape[0] * tf.shape[0], np.int64)
+    i = 0
+    for g in range(tg.shape[0]):
+        for cg in range(tc.shape[0]):
+            for b in range(tb.shape[0]):
+                for f in range(tf.shape[0]):
+                    base = tg[g] + tb[b] + tf[f]
+                    for c in range(tc.shape[1]):
+                        k = base + tc[cg, c]
+                        if into[k] == grain:
+                            into[k] = 0
+                            done[k] += 1
+                            user[k] = users[k, done[k] * chunks[k] // grains[k]]
+                        into[k] += 1
+                        out[i] = user[k]
+                        i += 1
+    return out
 
 
 def weight_tiles(plan: ConvPlan, params: ConvParams) -> np.ndarray:
