@@ -170,3 +170,52 @@ def test_every_replicas_elements_are_gathered_as_numpy_takes_them():
         out = np.empty((5, ix.size), dtype)
         take_rows(full, ix, out)
         np.testing.assert_array_equal(out, full.take(ix, axis=1))
+
+
+def _one_by_one(batches: dict[str, FieldBatch], n: int) -> np.ndarray:
+    """``out`` of running each vertex alone on a copy of ``batches``."""
+    one = _copy(batches)
+    assert all(compute_one(tuple(one[f] for f in FIELDS), v) for v in range(n))
+    return one["out"].data
+
+
+def test_a_later_execution_reuses_the_plan_until_worklists_change(monkeypatch):
+    rng = np.random.default_rng(41)
+    vertices = _replicas(rng)
+    n = len(vertices)
+    batches = _batches(vertices)  # one layout (offset arrays), as a compute set's runner
+    first = _copy(batches)
+    ok, seen = _run(first, n, R, monkeypatch)
+    assert ok.all() and seen == [n // R]
+    np.testing.assert_array_equal(first["out"].data, _one_by_one(batches, n))
+    again = _copy(batches)  # the same layout and worklists, new inputs
+    for f in ("in", "weights"):
+        again[f].data[:] = rng.standard_normal(again[f].data.size)
+    ok, seen = _run(_copy(again), n, R, monkeypatch)
+    assert ok.all() and seen == []  # the plan is reused
+    reused = _copy(again)
+    _run(reused, n, R, monkeypatch)
+    np.testing.assert_array_equal(reused["out"].data, _one_by_one(again, n))
+    # replica 1's first vertex: two workers' lists of one kernel position swapped in
+    # place (same sizes, same offsets): the classes must be found again
+    changed = _copy(again)
+    wl = changed["worklists"]
+    k = n // R  # replica 1's first vertex
+    lists = [
+        (wl.inner_offsets[j], wl.inner_offsets[j + 1])
+        for j in range(wl.offsets[k], wl.offsets[k + 1])
+    ]
+    i, j = next(
+        (i, j)
+        for i in range(len(lists))
+        for j in range(i + 1, len(lists))
+        if i // WORKERS == j // WORKERS
+        and lists[i][1] - lists[i][0] == lists[j][1] - lists[j][0]
+        and not np.array_equal(wl.data[slice(*lists[i])], wl.data[slice(*lists[j])])
+    )
+    a, b = wl.data[slice(*lists[i])].copy(), wl.data[slice(*lists[j])].copy()
+    wl.data[slice(*lists[i])], wl.data[slice(*lists[j])] = b, a
+    want = _one_by_one(changed, n)
+    ok, seen = _run(changed, n, R, monkeypatch)
+    assert ok.all() and seen == [n]  # planned again, over the whole batch
+    np.testing.assert_array_equal(changed["out"].data, want)

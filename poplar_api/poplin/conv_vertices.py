@@ -142,22 +142,63 @@ class _ConvPartialBase(MultiVertex):
         ok = np.ones(num_vertices, dtype=bool)
         if num_vertices == 0:
             return ok
-        replicas = RUN_REPLICAS.get()
-        first_replica = _replica_zero(fields, num_vertices, replicas)
-        if first_replica is None:
-            regular, classes = _classes(fields, num_vertices)
-        else:  # planned on replica 0, run for every replica's copies
-            n = num_vertices // replicas
-            regular, classes = _classes(first_replica, n)
-            shifts = np.arange(replicas, dtype=np.int64)[:, None] * n
-            regular = np.tile(regular, replicas)
-            classes = [((m[None, :] + shifts).reshape(-1), f) for m, f in classes]
+        regular, classes = _plan(fields, num_vertices, RUN_REPLICAS.get())
         for members, first in classes:
             if not _run_class(fields, members, first):
                 regular[members] = False
         for v in np.flatnonzero(~regular):
             ok[v] = compute_one(fields, int(v))
         return ok
+
+
+#: Plans of earlier executions: ``(layout arrays, worklists, params, replicas, vertices,
+#: (regular, classes))`` by the ids of the layout arrays (kept alive by the entry), and
+#: the bytes of the worklists and params they keep (cleared past :data:`_PLANS_BYTES`).
+_PLANS: dict[tuple[int, ...], tuple] = {}
+_PLANS_KEPT = 256
+_PLANS_BYTES = 64 << 20
+_plans_bytes = [0]
+
+
+def _plan(fields: tuple[FieldBatch, ...], num_vertices: int, replicas: int) -> tuple:
+    """``(regular, classes)`` of the batch (see ``computeBatch``).
+
+    Made once per layout: a compute set's runner hands every execution the same offset
+    arrays, and the classes depend only on them and on the contents of ``worklists``
+    and ``params`` (compared with the last plan's, since a program could write them),
+    so a later execution of the same compute set reuses the plan.
+    """
+    layout = tuple(a for f in fields for a in (f.offsets, f.inner_offsets))
+    key = tuple(id(a) for a in layout)
+    wl, pr = fields[3].data, fields[4].data
+    hit = _PLANS.get(key)
+    if (
+        hit is not None
+        and all(a is b for a, b in zip(hit[0], layout, strict=True))
+        and hit[3:5] == (replicas, num_vertices)
+        and np.array_equal(hit[1], wl)
+        and np.array_equal(hit[2], pr)
+    ):
+        regular, classes = hit[5]
+        return regular.copy(), classes
+    first_replica = _replica_zero(fields, num_vertices, replicas)
+    if first_replica is None:
+        regular, classes = _classes(fields, num_vertices)
+    else:  # planned on replica 0, run for every replica's copies
+        n = num_vertices // replicas
+        regular, classes = _classes(first_replica, n)
+        shifts = np.arange(replicas, dtype=np.int64)[:, None] * n
+        regular = np.tile(regular, replicas)
+        classes = [((m[None, :] + shifts).reshape(-1), f) for m, f in classes]
+    size = wl.nbytes + pr.nbytes
+    if size > _PLANS_BYTES // 4:  # (a plan this large is not kept)
+        return regular, classes
+    if len(_PLANS) >= _PLANS_KEPT or _plans_bytes[0] + size > _PLANS_BYTES:
+        _PLANS.clear()
+        _plans_bytes[0] = 0
+    _plans_bytes[0] += size
+    _PLANS[key] = (layout, wl.copy(), pr.copy(), replicas, num_vertices, (regular.copy(), classes))
+    return regular, classes
 
 
 def _replica_zero(
