@@ -280,3 +280,26 @@ def test_tile_keys_made_in_place_equal_sorted_keys(seed, shape):
     )
     for a, b in zip(fresh, kept, strict=True):
         assert a.tolist() == b.tolist()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_copy_sides_same_or_overlapping_as_sets_say(seed):
+    """A copy's sides compared through their spans first (blocks given as ranges, no
+    arrays made) against Python sets: the same view, or how many ids both hold."""
+    from poplar_api.lowering.copies import _same_or_overlap
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    s = rng.permutation(200)[:n] + int(rng.integers(0, 100))
+    if seed % 4 == 0:
+        d = s.copy()  # the same view
+    elif seed % 4 == 1:
+        d = range(int(rng.integers(0, 400)), 0)  # a block
+        d = range(d.start, d.start + n)
+    else:
+        d = rng.permutation(200)[:n] + int(rng.integers(0, 300))
+    s_side = range(int(s.min()), int(s.min()) + n) if seed % 3 == 0 else s
+    same, overlap = _same_or_overlap(s_side, d)
+    s_list, d_list = list(s_side), list(d)
+    assert same == (s_list == d_list)
+    assert (overlap if not same else 0) == (0 if same else len(set(s_list) & set(d_list)))

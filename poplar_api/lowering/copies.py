@@ -75,14 +75,7 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
             "be written; hint: copy into a variable (graph.addVariable)"
         )
     if not problems and s.elementType() == d.elementType():
-        s_ids, d_ids = s._flat_ids(), d._flat_ids()
-        if isinstance(s_ids, range) and isinstance(d_ids, range):  # two blocks
-            same = s_ids == d_ids
-            overlap = max(0, min(s_ids.stop, d_ids.stop) - max(s_ids.start, d_ids.start))
-        else:
-            s_ids, d_ids = id_array(s_ids), id_array(d_ids)
-            same = np.array_equal(s_ids, d_ids)
-            overlap = 0 if same or not s_ids.size else _overlap(s_ids, d_ids)
+        same, overlap = _same_or_overlap(s._flat_ids(), d._flat_ids())
         if overlap and not same:  # copying a view onto itself is allowed
             problems.append(
                 f"{where}: source and destination overlap ({overlap} of "
@@ -93,6 +86,29 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
         em.problems += problems
         return ir.Sequence()
     return device_copy(em, prog, s, d)
+
+
+def _same_or_overlap(s_ids: np.ndarray | range, d_ids: np.ndarray | range) -> tuple[bool, int]:
+    """Whether a copy's two sides are the same view, and how many distinct element ids
+    they share. Sides whose id spans are disjoint (a copy into a new tensor, mostly)
+    are neither, found from the spans alone (no id array made of a block, no bitmap)."""
+    if isinstance(s_ids, range) and isinstance(d_ids, range) and s_ids.step == d_ids.step == 1:
+        overlap = max(0, min(s_ids.stop, d_ids.stop) - max(s_ids.start, d_ids.start))
+        return s_ids == d_ids, overlap
+    if len(s_ids) and len(d_ids):
+        (s_lo, s_hi), (d_lo, d_hi) = _span(s_ids), _span(d_ids)
+        if s_hi <= d_lo or d_hi <= s_lo:
+            return False, 0
+    s_ids, d_ids = id_array(s_ids), id_array(d_ids)
+    same = np.array_equal(s_ids, d_ids)
+    return same, 0 if same or not s_ids.size else _overlap(s_ids, d_ids)
+
+
+def _span(ids: np.ndarray | range) -> tuple[int, int]:
+    """``(min, max + 1)`` of non-empty ids."""
+    if isinstance(ids, range) and ids.step == 1:
+        return ids.start, ids.stop
+    return runs.span(id_array(ids))
 
 
 def _overlap(s_ids: np.ndarray, d_ids: np.ndarray) -> int:
