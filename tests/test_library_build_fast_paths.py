@@ -245,7 +245,7 @@ def test_partial_fields_from_ids_equal_positions_looked_up(preset, params):
     cpg = partial_chans_per_group(plan.method, co, plan.out_chans_per_group)
     need_reduce = plan.parts[-1] > 1 or plan.partials_type != params.outputType
     lead = [plan.parts[-1]] if need_reduce else []
-    dst = grouped_output(graph, FLOAT, lead, g, b, params.getOutputFieldShape(), co, cpg, "d")
+    _, dst = grouped_output(graph, FLOAT, lead, g, b, params.getOutputFieldShape(), co, cpg, "d")
     assert not dst.index.flags.c_contiguous or cpg == 1
 
     def positions(t):
@@ -323,8 +323,8 @@ def test_reduction_connects_each_output_to_its_partials():
     assert pci > 1
     g, b, co = 1, 1, 16
     field = params.getOutputFieldShape()
-    out_var = grouped_output(graph, FLOAT, [], g, b, field, co, 1, "out")
-    partials = grouped_output(graph, FLOAT, [pci], g, b, field, co, 1, "partials")
+    _, out_var = grouped_output(graph, FLOAT, [], g, b, field, co, 1, "out")
+    _, partials = grouped_output(graph, FLOAT, [pci], g, b, field, co, 1, "partials")
     seq = prog.Sequence()
     first = graph.getNumVertices()
     reduce_partials(graph, partials, out_var, plan, _ranges(plan, params), seq, "r")

@@ -32,7 +32,7 @@ from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin.conv_blocks import plan_partials
 from poplar_api.poplin.conv_layout import (
     grouped_input,
-    grouped_output_variable,
+    grouped_output,
     grouped_weights,
     map_grouped_output,
     partial_chans_per_group,
@@ -271,10 +271,10 @@ def _conv(
     cpg = partial_chans_per_group(plan.method, co_n, plan.out_chans_per_group)
     shape = (g_n, b_n, out_field, co_n, cpg)
     out_mem, out_var = (
-        (None, None) if cast_only else grouped_output_variable(graph, out_type, [], *shape, name)
+        (None, None) if cast_only else grouped_output(graph, out_type, [], *shape, name)
     )
     part_mem, partials = (
-        grouped_output_variable(graph, partials_type, [pci], *shape, f"{name}/partials")
+        grouped_output(graph, partials_type, [pci], *shape, f"{name}/partials")
         if need_reduce
         else (None, None)
     )

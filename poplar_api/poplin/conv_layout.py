@@ -36,7 +36,6 @@ from poplar_api.types import Type
 __all__ = [
     "grouped_input",
     "grouped_output",
-    "grouped_output_variable",
     "grouped_weights",
     "input_tiles",
     "input_tiles_in_memory_order",
@@ -61,6 +60,12 @@ def partial_chans_per_group(method: str, out_chans: int, out_chans_per_group: in
     return math.gcd(int(out_chans), int(out_chans_per_group)) or 1
 
 
+def _output_perm(nl: int, nd: int) -> list[int]:
+    """The memory order ``[*lead, G, Co / cpg, B, *field, cpg]`` as ``[*lead, G, B,
+    *field, Co / cpg, cpg]``."""
+    return [*range(nl), nl, nl + 2, *range(nl + 3, nl + 3 + nd), nl + 1, nl + 3 + nd]
+
+
 def grouped_output(
     graph: Graph,
     type_: Type,
@@ -71,31 +76,10 @@ def grouped_output(
     chans: int,
     cpg: int,
     name: str,
-) -> Tensor:
-    """A new variable ``[*lead, G, B, *field, Co]`` whose memory order is Poplibs'
-    ``[*lead, G, Co / cpg, B, *field, cpg]`` (see the module docstring)."""
-    return grouped_output_variable(graph, type_, lead, groups, batch, field, chans, cpg, name)[1]
-
-
-def _output_perm(nl: int, nd: int) -> list[int]:
-    """The memory order ``[*lead, G, Co / cpg, B, *field, cpg]`` as ``[*lead, G, B,
-    *field, Co / cpg, cpg]``."""
-    return [*range(nl), nl, nl + 2, *range(nl + 3, nl + 3 + nd), nl + 1, nl + 3 + nd]
-
-
-def grouped_output_variable(
-    graph: Graph,
-    type_: Type,
-    lead: Sequence[int],
-    groups: int,
-    batch: int,
-    field: Sequence[int],
-    chans: int,
-    cpg: int,
-    name: str,
 ) -> tuple[Tensor, Tensor]:
-    """:func:`grouped_output` and the variable under it, in its memory order (what
-    :func:`map_grouped_output` maps)."""
+    """A new variable ``[*lead, G, Co / cpg, B, *field, cpg]`` (Poplibs' memory order, see
+    the module docstring) and its view ``[*lead, G, B, *field, Co]``: ``(variable,
+    view)`` (the variable is what :func:`map_grouped_output` maps)."""
     lead, field = [int(x) for x in lead], [int(x) for x in field]
     nl, nd = len(lead), len(field)
     var = graph.addVariable(type_, [*lead, groups, chans // cpg, batch, *field, cpg], name)
@@ -104,7 +88,7 @@ def grouped_output_variable(
 
 
 def map_grouped_output(graph: Graph, var: Tensor, tiles: np.ndarray, lead: int) -> None:
-    """Map the variable of :func:`grouped_output_variable` (with ``lead`` leading
+    """Map the variable of :func:`grouped_output` (with ``lead`` leading
     dimensions) by ``tiles``, the tile of every element of its view ``[*lead, G, B,
     *field, Co]``: the tiles are put in the variable's memory order (one transpose) and
     written as one run, instead of looking up every element of the view."""
@@ -221,28 +205,11 @@ def input_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarra
 def _spread_terms(tg, tc, tb, tf, users, grain, min_elems):  # pragma: no cover - compiled
     """:func:`spread_by_use` of an input whose block at ``[g, cg, b, f, c]`` (memory
     order, the field flattened) is ``tg[g] + tc[cg, c] + tb[b] + tf[f]``: one pass
-    counts each block's elements, a second gives each element its user, moving to a
-    block's next grain by a counter (no division per element)."""
+    writes each element's block into the result and counts the blocks' elements, a
+    second replaces each block by its user, moving to a block's next grain by a
+    counter (no division per element)."""
     nb = users.shape[0]
-    parts = users.shape[1]
     counts = np.zeros(nb, np.int64)
-    for g in range(tg.shape[0]):
-        for cg in range(tc.shape[0]):
-            for b in range(tb.shape[0]):
-                for f in range(tf.shape[0]):
-                    base = tg[g] + tb[b] + tf[f]
-                    for c in range(tc.shape[1]):
-                        counts[base + tc[cg, c]] += 1
-    unit = -(-max(min_elems, 1) // grain) * grain
-    chunks = np.empty(nb, np.int64)
-    grains = np.empty(nb, np.int64)
-    for k in range(nb):
-        chunks[k] = min(max(counts[k] // unit, 1), parts)
-        grains[k] = max(-(-counts[k] // grain), 1)
-    # per block: elements into its current grain, grains done, the current user
-    into = np.zeros(nb, np.int64)
-    done = np.zeros(nb, np.int64)
-    user = users[:, 0].copy()
     out = np.empty(tg.shape[0] * tc.size * tb.shape[0] * tf.shape[0], np.int64)
     i = 0
     for g in range(tg.shape[0]):
@@ -252,13 +219,27 @@ def _spread_terms(tg, tc, tb, tf, users, grain, min_elems):  # pragma: no cover 
                     base = tg[g] + tb[b] + tf[f]
                     for c in range(tc.shape[1]):
                         k = base + tc[cg, c]
-                        if into[k] == grain:
-                            into[k] = 0
-                            done[k] += 1
-                            user[k] = users[k, done[k] * chunks[k] // grains[k]]
-                        into[k] += 1
-                        out[i] = user[k]
+                        counts[k] += 1
+                        out[i] = k
                         i += 1
+    unit = -(-max(min_elems, 1) // grain) * grain
+    chunks = np.empty(nb, np.int64)
+    grains = np.empty(nb, np.int64)
+    for k in range(nb):
+        chunks[k] = min(max(counts[k] // unit, 1), users.shape[1])
+        grains[k] = max(-(-counts[k] // grain), 1)
+    # per block: elements into its current grain, grains done, the current user
+    into = np.zeros(nb, np.int64)
+    done = np.zeros(nb, np.int64)
+    user = users[:, 0].copy()
+    for i in range(out.size):
+        k = out[i]
+        if into[k] == grain:
+            into[k] = 0
+            done[k] += 1
+            user[k] = users[k, done[k] * chunks[k] // grains[k]]
+        into[k] += 1
+        out[i] = user[k]
     return out
 
 
