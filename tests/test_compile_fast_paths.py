@@ -303,3 +303,22 @@ def test_copy_sides_same_or_overlapping_as_sets_say(seed):
     s_list, d_list = list(s_side), list(d)
     assert same == (s_list == d_list)
     assert (overlap if not same else 0) == (0 if same else len(set(s_list) & set(d_list)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_variables_marked_from_a_span_equal_a_lookup_per_id(seed):
+    """Ids within one variable are marked from their span; ids of several variables one
+    by one: both as numpy's search of every id says."""
+    rng = np.random.default_rng(seed)
+    bases = np.unique(np.r_[0, rng.integers(1, 1000, 30)]).astype(np.int64)
+    var_ids = rng.permutation(bases.size).astype(np.int64)
+    k = int(rng.integers(0, bases.size - 1))
+    inside = rng.integers(bases[k], bases[k + 1], 50)
+    anywhere = rng.integers(0, 1100, 50)
+    for ids in (inside, anywhere, inside.astype(np.int32), np.array([bases[-1] + 5])):
+        mask = np.zeros(bases.size, bool)
+        runs.mark_variables_in(bases, var_ids, ids, mask)
+        want = np.zeros(bases.size, bool)
+        want[var_ids[np.searchsorted(bases, ids, side="right") - 1]] = True
+        assert mask.tolist() == want.tolist()
+    assert runs.span(np.array([5, -3, 9, 2], np.int32)) == (-3, 10)

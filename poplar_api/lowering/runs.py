@@ -86,9 +86,19 @@ def mark_variables_in(
     bases: np.ndarray, var_ids: np.ndarray, ids: np.ndarray, mask: np.ndarray
 ) -> None:
     """:func:`mark_variables` with the space's variable ``bases`` and ``var_ids`` given
-    as arrays (made once per lowering, not per call)."""
-    if ids.size:
-        _mark_variables(np.asarray(ids), bases, var_ids, mask)
+    as arrays (made once per lowering, not per call).
+
+    Ids mostly lie in one variable (a field reads one tensor): when the variable of
+    the least id holds the greatest too, it is marked from the span alone (a pass
+    that vectorises), without looking up the ids one by one."""
+    if ids.size and bases.size:
+        ids = np.asarray(ids)
+        lo, hi = span(ids)
+        first, last = np.searchsorted(bases, (lo, hi - 1), side="right") - 1
+        if first == last:
+            mask[var_ids[first]] = True
+            return
+        _mark_variables(ids, bases, var_ids, mask)
 
 
 def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: np.ndarray) -> None:
@@ -149,12 +159,12 @@ def runs_hit_bitmap(marked: np.ndarray, lo: int, begin: np.ndarray, end: np.ndar
 
 @numba.njit(cache=True, nogil=True)
 def _span(ids):  # pragma: no cover - compiled
+    # min and max without branches: the loop vectorises (several times faster)
     lo = hi = ids[0]
     for k in range(1, ids.size):
-        if ids[k] < lo:
-            lo = ids[k]
-        elif ids[k] > hi:
-            hi = ids[k]
+        x = ids[k]
+        lo = min(lo, x)
+        hi = max(hi, x)
     return lo, hi + 1
 
 
