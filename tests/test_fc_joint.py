@@ -102,15 +102,16 @@ def test_separate_plans_win_as_create_plan_decides(joint_cycles, joint_bytes, cy
     assert separate_wins(None, cycles, memory, limit)
 
 
+@pytest.mark.parametrize("layer", [LAYER, (2, 8, 64, 48)])
 @pytest.mark.parametrize("in_type", [FLOAT, HALF])
-def test_the_three_passes_of_a_joint_plan_match_numpy(in_type) -> None:
-    g, b, i, o = LAYER
+def test_the_three_passes_of_a_joint_plan_match_numpy(in_type, layer) -> None:
+    g, b, i, o = layer
     device = IPUModel("tiny").createDevice()
     graph = Graph(device.getTarget())
     fwd_o = {"fullyConnectedPass": "TRAINING_FWD"}
     bwd_o = {"fullyConnectedPass": "TRAINING_BWD"}
     wu_o = {"fullyConnectedPass": "TRAINING_WU"}
-    assert matmul._fc_layer(graph, LAYER, in_type, in_type, {"pass": "FC_TRAINING_FWD"}, "t")
+    assert matmul._fc_layer(graph, layer, in_type, in_type, {"pass": "FC_TRAINING_FWD"}, "t")
     a_shape, w_shape = [g, b, i], [g, i, o]
     x = poplin.createMatMulInputLHS(graph, in_type, a_shape, w_shape, "x", fwd_o)
     w = poplin.createMatMulInputRHS(graph, in_type, a_shape, w_shape, "w", fwd_o)
