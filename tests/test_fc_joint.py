@@ -14,6 +14,8 @@ plans written out from ``createPlan``, and the three products' values against nu
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -52,7 +54,12 @@ def test_derived_plans_follow_the_forward_partition(in_type) -> None:
     joint = matmul._fc_layer(graph, LAYER, in_type, in_type, {"pass": "FC_TRAINING_FWD"}, "t")
     assert isinstance(joint, JointPlan)
     fwd, bwd, wu = (joint.plans[p] for p in FC_TRAINING)
-    assert fwd.swapped and bwd.swapped and wu.swapped
+    assert all(p.swapped and p.joint for p in (fwd, bwd, wu))
+    out = io.StringIO()
+    dims = pass_product("FC_TRAINING_BWD", LAYER)
+    opts = {"fullyConnectedPass": "TRAINING_BWD"}
+    poplin.matMulReportPlan(out, graph, in_type, in_type, dims[1:3], dims[2:], opts)
+    assert "isJointPlan              true" in out.getvalue()
     # (G, B, field, Co, Ci): the batch (Co of the swapped forward pass) is not split
     assert fwd.parts[3] == 1 and fwd.blocks[3] == LAYER[1]
     icg = amp_groups(in_type, FLOAT if in_type == FLOAT else HALF, graph.getTarget())[0]

@@ -223,6 +223,9 @@ class ConvPlan:
     #: convolution whose batch (field) and output channels are exchanged, i.e. a matmul
     #: ``A B`` planned and run as ``(B^T A^T)^T`` (:mod:`~poplar_api.poplin.matmul`).
     swapped: bool = False
+    #: A pass of the joint plan of a fully-connected layer's training passes (Poplibs'
+    #: ``isJointPlan``, :mod:`~poplar_api.poplin.fc_joint`).
+    joint: bool = False
 
     @property
     def num_tiles_used(self) -> int:
@@ -240,7 +243,8 @@ class ConvPlan:
             f"{self.partials_type.name}, {self.num_tiles_used} tiles, cost {self.cost}, "
             f"{self.memory_bytes} B/tile{', expanded' if self.expanded else ''}"
             f"{f', serial {self.serial}' if self.serial > 1 else ''}"
-            f"{', swapped operands' if self.swapped else ''})"
+            f"{', swapped operands' if self.swapped else ''}"
+            f"{', joint' if self.joint else ''})"
         )
 
 

@@ -50,6 +50,7 @@ as a view, rearranged where needed).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -202,8 +203,9 @@ def plan_joint(
             plan = plan_from(cat, j, methods, params[p], partials, target, cost, fast, True, tiles)
             cost["compute"] = int(exact[p](plan))
             cost["total"] = sum(cost[k] for k in _COST_KEYS[:4])
-            plans[p] = plan_from(cat, j, methods, params[p], partials, target, cost, fast, True,
-                                 plan.tiles)  # fmt: skip
+            plan = plan_from(cat, j, methods, params[p], partials, target, cost, fast, True,
+                             plan.tiles)  # fmt: skip
+            plans[p] = dataclasses.replace(plan, joint=True)
             grid = plan.tiles if grid is None else grid
         cycles = sum(plans[p].cost["total"] for p in FC_TRAINING)
         key = (0 if fits[j] else 1, cycles)

@@ -9,7 +9,8 @@ two levels: level 0 splits the convolution over the IPU's tiles (serially over o
 channels, then in parallel), level 1 is the tile, whose vertex computes the block.
 The phases of the estimate are listed too (exchange, partial sums, reduction or cast).
 A matMul product planned with swapped operands (``plan.swapped``) is printed with the
-convolution it runs, ``B^T A^T``, and ``swapOperands true`` at level 0.
+convolution it runs, ``B^T A^T``, and ``swapOperands true`` at level 0; a pass of a
+fully-connected layer's joint plan with ``isJointPlan true``.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def format_plan(params: ConvParams, plan: ConvPlan) -> str:
         f"        inChansPerGroup          {plan.in_chans_per_group}",
         f"        partialChansPerGroup     {plan.out_chans_per_group}",
         f"        method                   {plan.method}",
+        f"        isJointPlan              {'true' if plan.joint else 'false'}",
         f"        vertex                   {vertex_name(plan, params)}",
         f"        totalTiles               {plan.num_tiles_used}",
     ]
@@ -103,11 +105,12 @@ def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None)
     """One line of ``plan`` as docs/planner.md's tables give it.
 
     The vertex (``AMP 1x1``, ``AMP nx1``, ``HMAC``, ``VMAC``), the transforms
-    (``expanded``, ``swapped``), the serial passes, then the parallel split of the
-    convolution the plan runs (``params``: for a swapped matMul, ``B^T A^T``) as parts of
-    each dimension (groups and batch only when the convolution has more than one, field
-    dimensions joined by a dot) with the blocks of one tile, the tiles used and the
-    temporary bytes of the largest tile (``of limit`` when given).
+    (``expanded``, ``swapped``; ``joint`` for a pass of a joint plan), the serial passes,
+    then the parallel split of the convolution the plan runs (``params``: for a swapped
+    matMul, ``B^T A^T``) as parts of each dimension (groups and batch only when the
+    convolution has more than one, field dimensions joined by a dot) with the blocks of
+    one tile, the tiles used and the temporary bytes of the largest tile (``of limit``
+    when given).
     """
     sep = " \N{MULTIPLICATION SIGN} "
     nd = params.getNumFieldDims()
@@ -123,6 +126,7 @@ def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None)
         [_short_vertex(plan, params)]
         + (["expanded"] if plan.expanded else [])
         + (["swapped"] if plan.swapped else [])
+        + (["joint"] if plan.joint else [])
     )
     split = f"{sep.join(parts)} (blocks {sep.join(blocks)})"
     if plan.serial > 1:
