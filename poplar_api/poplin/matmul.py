@@ -155,6 +155,13 @@ def _params(shape: tuple[int, int, int, int], in_type: Type, out_type: Type) -> 
     return ConvParams(in_type, 1, [m], [1], k, n, g, outputType=out_type)
 
 
+#: A product ``(G, M, K, N)`` or a fully-connected layer ``(G, B, I, O)``; convolution
+#: options as strings; a product's convolution, plan and the options it runs with.
+_Dims = tuple[int, int, int, int]
+_Opts = Mapping[str, str]
+_Planned = tuple[ConvParams, ConvPlan, dict[str, str]]
+
+
 def _swap_candidates(opts: Mapping[str, Any]) -> tuple[bool, ...]:
     """Whether to plan the swapped product, in the order Poplibs tries them.
 
@@ -167,13 +174,8 @@ def _swap_candidates(opts: Mapping[str, Any]) -> tuple[bool, ...]:
 
 
 def _plan_alone(
-    graph: Graph,
-    dims: tuple[int, int, int, int],
-    in_type: Type,
-    out_type: Type,
-    conv: Mapping[str, str],
-    what: str,
-) -> tuple[ConvParams, ConvPlan, dict[str, str]]:
+    graph: Graph, dims: _Dims, in_type: Type, out_type: Type, conv: _Opts, what: str
+) -> _Planned:
     """The product planned on its own (not as a pass of a joint fully-connected plan).
 
     Poplibs' ``createPlan`` searches the product (batch ``M``, ``N`` output channels) and
@@ -210,12 +212,7 @@ FC_LAYER_CACHE = "poplin.fc.layers"
 
 
 def _separate_cost(
-    graph: Graph,
-    layer: tuple[int, int, int, int],
-    in_type: Type,
-    out_type: Type,
-    conv: Mapping[str, str],
-    what: str,
+    graph: Graph, layer: _Dims, in_type: Type, out_type: Type, conv: _Opts, what: str
 ) -> tuple[int, int]:
     """``(summed cycles, largest temporary bytes)`` of the fully-connected layer's three
     training passes each planned alone (Poplibs' separate plans)."""
@@ -227,12 +224,7 @@ def _separate_cost(
 
 
 def _fc_layer(
-    graph: Graph,
-    layer: tuple[int, int, int, int],
-    in_type: Type,
-    out_type: Type,
-    conv: Mapping[str, str],
-    what: str,
+    graph: Graph, layer: _Dims, in_type: Type, out_type: Type, conv: _Opts, what: str
 ) -> JointPlan | None:
     """The joint plan of the fully-connected layer ``(G, B, I, O)``, or None when Poplibs
     plans its passes separately (:func:`~poplar_api.poplin.fc_joint.separate_wins`
@@ -253,13 +245,8 @@ def _fc_layer(
 
 
 def _plan_product(
-    graph: Graph,
-    dims: tuple[int, int, int, int],
-    in_type: Type,
-    out_type: Type,
-    conv: Mapping[str, str],
-    what: str,
-) -> tuple[ConvParams, ConvPlan, dict[str, str]]:
+    graph: Graph, dims: _Dims, in_type: Type, out_type: Type, conv: _Opts, what: str
+) -> _Planned:
     """The convolution ``matMul`` runs for a ``(G, M, K, N)`` product, its plan and the
     convolution options (strings) it is planned, laid out and lowered with.
 
