@@ -153,6 +153,8 @@ class _Geometry:
     base: np.ndarray | None = None
     work_list: np.ndarray | None = None
     bounds: list[tuple[int, int]] = field(default_factory=list)
+    #: elements of each worklist row (``end - begin`` of ``bounds``)
+    row_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     init_info: int = 0
     in_slice: int = 0
     out_sorted: np.ndarray | None = None
@@ -310,13 +312,14 @@ class _Builder:
         sp, base, trip, starts, ends, geo.out_sorted, geo.n_sorted = self.worklists(e, opos, ipos)
         geo.start_pos, geo.base, geo.work_list = sp, base, trip
         geo.bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
+        geo.row_sizes = (ends - starts).astype(np.int64)
         return geo
 
     def estimate(self, geo: _Geometry, nchg: int) -> int:
         """``getPoolingCycles`` of a partition with ``nchg`` channel groups."""
         cycles = geo.estimates.get(nchg)
         if cycles is None:
-            row_entries = np.array([(b - a) // 3 for a, b in geo.bounds], np.int64)
+            row_entries = geo.row_sizes // 3
             cycles = est.pooling_cycles_of_arrays(
                 geo.init_info, -(-self.cpg // self.vw), nchg - 1, geo.start_pos, row_entries,
                 geo.work_list[2::3], is_max=self.kind != "sum", is_bwd=self.kind == "maxGrad",
@@ -593,7 +596,7 @@ class _Builder:
 
         conns["startPos"] = consts(0)
         conns["offsetBase"] = consts(1)
-        rows = [np.array([b - a for a, b in p.geo.bounds], np.int64) for p in parts]
+        rows = [p.geo.row_sizes for p in parts]
         vectors = np.fromiter((r.size for r in rows), np.int64, n)
         conns["workList"] = Segments(made.concat(base + 2), np.concatenate(rows), vectors)
         conns["params"] = consts(3)
