@@ -31,7 +31,12 @@ from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.conv_vertex_estimates import partial_estimate, vertex_method
 from poplar_api.poplin.conv_vertices import conv_vertex
-from poplar_api.poplin.conv_worklists import TileGeometry, relative_key, tile_geometry
+from poplar_api.poplin.conv_worklists import (
+    TileGeometry,
+    relative_dim_key,
+    relative_key,
+    tile_geometry,
+)
 from poplar_api.run_ids import MIN_ELEMENTS_PER_RUN, RunIds
 from poplar_api.tensor import Tensor, concat
 from poplar_api.types import INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
@@ -463,10 +468,12 @@ def plan_partials(
     shifted: dict[tuple, tuple[TileGeometry, TileKind | None, list[int], int]] = {}
     combo_geom: list[TileGeometry] = []
     kinds_by_shift: list[TileKind | None] = []
+    # each field range's part of the blocks' keys, made once per range
+    dim_keys = [[relative_dim_key(maps[d], a, b) for a, b in rng[2 + d]] for d in range(nd)]
     for c, cix in enumerate(itertools.product(*[range(n) for n in combo_counts])):
         b0, b1 = rng[1][cix[0]]
         oranges = [rng[2 + d][cix[1 + d]] for d in range(nd)]
-        rkey, lows = relative_key(maps, b1 - b0, oranges)
+        rkey, lows = relative_key(b1 - b0, [dim_keys[d][cix[1 + d]] for d in range(nd)])
         same = shifted.get(rkey)
         if same is None:
             geom = tile_geometry(maps, b1 - b0, oranges, workers)

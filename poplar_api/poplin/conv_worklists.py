@@ -23,7 +23,7 @@ import numpy as np
 
 from poplar_api.poplin.conv_estimator_common import CountLists
 
-__all__ = ["TileGeometry", "relative_key", "tile_geometry"]
+__all__ = ["TileGeometry", "relative_dim_key", "relative_key", "tile_geometry"]
 
 
 @dataclass
@@ -188,17 +188,21 @@ def tile_geometry(
 
 
 def relative_key(
-    maps: list[np.ndarray], batch: int, oranges: list[tuple[int, int]]
+    batch: int, dim_keys: list[tuple[int, tuple[int, bytes]]]
 ) -> tuple[tuple, list[int]]:
     """A block's geometry key up to a shift of its input window, and the window's first
-    input index per dimension: blocks whose input indices differ by a shift (away from
+    input index per dimension, from its batch size and its field ranges' parts
+    (:func:`relative_dim_key`): blocks whose input indices differ by a shift (away from
     the padding) share their worklists, partitions and vertex kind, so
     :func:`tile_geometry` runs once for them."""
-    lows, parts = [], []
-    for m, (lo, hi) in zip(maps, oranges, strict=True):
-        s = m[:, lo:hi]
-        ok = s >= 0
-        first = int(s[ok].min()) if ok.any() else 0
-        lows.append(first)
-        parts.append((hi - lo, np.where(ok, s - first, -1).tobytes()))
-    return (batch, tuple(parts)), lows
+    return (batch, tuple(k for _, k in dim_keys)), [first for first, _ in dim_keys]
+
+
+def relative_dim_key(m: np.ndarray, lo: int, hi: int) -> tuple[int, tuple[int, bytes]]:
+    """One field dimension's part of :func:`relative_key` for outputs ``lo .. hi - 1``
+    of its map ``m``: ``(first input index, key)`` (the same for every block with that
+    range, so a caller may make it once per range)."""
+    s = m[:, lo:hi]
+    ok = s >= 0
+    first = int(s[ok].min()) if ok.any() else 0
+    return first, (hi - lo, np.where(ok, s - first, -1).tobytes())
