@@ -345,10 +345,11 @@ def _fitting(memory: np.ndarray, limit: float, tile_bytes: int) -> np.ndarray:
 
 def _enumerate(
     sizes: list[int], grains: list[int], tiles: int, co_unsplit: bool = False
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """``(parts, blocks)`` of every split of the dimensions ``(G, B, *field, Co, Ci)``
-    whose parts multiply to at most ``tiles`` (blocks in multiples of ``grains``); with
-    ``co_unsplit`` the output channels are one block."""
+) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
+    """``(parts, blocks, options)`` of every split of the dimensions ``(G, B, *field, Co,
+    Ci)`` whose parts multiply to at most ``tiles`` (blocks in multiples of ``grains``;
+    with ``co_unsplit`` the output channels are one block); ``options`` per dimension
+    the distinct blocks and each split's index into them."""
     opts = [_options(s, tiles, g) for s, g in zip(sizes, grains, strict=True)]
     if co_unsplit:
         opts[-2] = (np.ones(1, np.int64), np.full(1, sizes[-2], np.int64))
@@ -359,7 +360,7 @@ def _enumerate(
         idx = _feasible(opts, tiles)
     parts = [opts[i][0][idx[i]] for i in range(len(opts))]
     blocks = [opts[i][1][idx[i]] for i in range(len(opts))]
-    return parts, blocks
+    return parts, blocks, [(opts[i][1], idx[i]) for i in range(len(opts))]
 
 
 def _candidates(
@@ -396,14 +397,14 @@ def _candidates(
     sizes = [params.numConvGroups, params.batchSize, *out_field,
              params.outputChannelsPerConvGroup, params.inputChannelsPerConvGroup]  # fmt: skip
     if splits is None:
-        parts, blocks = _enumerate(sizes, [cgpg, 1, *([1] * (nd - 1)), field_grain, ocg, icg],
-                                   tiles, co_unsplit)  # fmt: skip
+        parts, blocks, options = _enumerate(
+            sizes, [cgpg, 1, *([1] * (nd - 1)), field_grain, ocg, icg], tiles, co_unsplit
+        )
     else:
         parts, blocks = splits
-    wins = []
-    for d in range(nd):
-        uniq, inv = np.unique(blocks[2 + d], return_inverse=True)
-        wins.append(_windows(maps, uniq, d)[inv])
+        options = [np.unique(b, return_inverse=True) for b in blocks]
+    # the input window of each distinct field block, then of every split
+    wins = [_windows(maps, options[2 + d][0], d)[options[2 + d][1]] for d in range(nd)]
     used = np.prod(np.stack(parts), axis=0)
     bg, bb = blocks[0], blocks[1]
     bo = blocks[2 : 2 + nd]
