@@ -30,11 +30,12 @@ from poplar_api.poplin.conv_layout import (
     grouped_weights,
     input_tiles,
     input_tiles_in_memory_order,
+    map_grouped_output,
     partial_chans_per_group,
     spread_by_use,
     weight_tiles,
 )
-from poplar_api.poplin.conv_params import expand_all_dims
+from poplar_api.poplin.conv_params import dim_maps, expand_all_dims
 from poplar_api.poplin.conv_reduce import reduce_partials
 from poplar_api.run_ids import RunIds, as_runs
 
@@ -478,3 +479,62 @@ def test_run_segments_outside_the_graph_name_the_field():
         graph.addVertices(cs, cls, [0], {"a": RunSegments(var, runs, [20])})
     with pytest.raises(GraphError, match="must cover the 20 ids"):
         RunSegments(var, runs, [10])
+
+
+# ------------------------------------------------------------------ mappings, expansion
+@pytest.mark.parametrize("lead,cpg", [([], 4), ([3], 8), ([2], 1)])
+def test_grouped_output_mapped_in_memory_order_as_its_view_was(lead, cpg):
+    new, old = _graph("ipu1"), _graph("ipu1")
+    args = (FLOAT, lead, 2, 3, [5, 4], 16, cpg, "o")
+    var, view = grouped_output(new, *args)
+    old_var, old_view = grouped_output(old, *args)
+    rng = np.random.default_rng(4)
+    tiles = rng.integers(0, new.getTarget().getNumTiles(), size=view.shape())
+    map_grouped_output(new, var, tiles, len(lead))
+    old.mapElements(old_view, tiles)  # before: every element of the view looked up
+    np.testing.assert_array_equal(new.elementTiles(view), tiles.reshape(-1))
+    np.testing.assert_array_equal(new.elementTiles(var), old.elementTiles(old_var))
+
+
+def test_map_elements_of_consecutive_ids_in_any_memory_order():
+    from poplar_api.errors import GraphError
+
+    graph = _graph("ipu1")
+    var = graph.addVariable(FLOAT, [6, 10], "v")
+    tiles = np.arange(60).reshape(10, 6).T  # a transposed (non-contiguous) array
+    graph.mapElements(var, tiles)
+    np.testing.assert_array_equal(graph.elementTiles(var), np.ascontiguousarray(tiles).reshape(-1))
+    bad = tiles.copy()
+    bad[2, 3] = graph.getTarget().getNumTiles()
+    with pytest.raises(GraphError, match=r"tensor 'v'.*element 23 has tile"):
+        graph.mapElements(var, bad.T.T)
+
+
+EXPANDED = [
+    poplin.ConvParams(FLOAT, 2, [6, 5], [3, 2], 3, 4, 1, paddingLower=[1, 0], paddingUpper=[1, 1]),
+    poplin.ConvParams(FLOAT, 1, [9], [3], 2, 2, 2, stride=[2]),
+]
+
+
+@pytest.mark.parametrize("params", EXPANDED)
+def test_expanded_input_ids_equal_a_gather_by_index_arrays(params):
+    from poplar_api.poplin.conv_params import expanded_input_index
+
+    g, b, c = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
+    shape = [g, b, c, *params.inputFieldShape]
+    ids = np.random.default_rng(1).permutation(int(np.prod(shape))).reshape(shape)
+    # before: one index array per field dimension, every element gathered by all of them
+    ot, n = params.outputTransform, params.getNumFieldDims()
+    cols = []
+    for d, m in enumerate(dim_maps(params)):
+        inner = params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
+        col = m[:, ot.paddingLower[d] : ot.paddingLower[d] + inner]
+        shape = [1] * (2 * n)
+        shape[d], shape[n + d] = col.shape
+        cols.append(col.reshape(shape))
+    valid = np.ones(np.broadcast_shapes(*[c.shape for c in cols]), bool)
+    for c in cols:
+        valid &= c >= 0
+    want = ids[(slice(None), slice(None), slice(None), *[np.maximum(x, 0) for x in cols])]
+    want = np.where(valid, want, -1).reshape(g, b, -1, *valid.shape[n:])
+    np.testing.assert_array_equal(expanded_input_index(params, ids), want)
