@@ -1,83 +1,19 @@
 """The compile's fast paths against independent computations written out in the test.
 
-* :func:`~poplar_api.lowering.received.merge_received` finds each interval's receiving
-  tile without a division per interval: checked against sets of elements counted in
-  numpy on targets of one and of several IPUs (a tile's grid place is its place on its
-  own IPU).
+* :func:`~poplar_api.lowering.received.merge_received` with its intervals written over
+  its keys equals a merge into fresh arrays (``tests/test_exchange_planner.py`` checks
+  the merge against element sets on one IPU and several).
 * :func:`~poplar_api.lowering.received.sorted_keys` merges the ascending stretches of keys
   that come in few of them: the same keys in the same order as Python's ``sorted``.
+* A Copy's on-tile vertices, remote pieces and overlap check, validation's bitmap of
+  written ids, liveness marks from spans and each variable's elements per tile: each
+  against the path it replaced (kept here) or a loop written out in the test.
 """
 
 import numpy as np
 import pytest
 
 from poplar_api.lowering import received, runs
-
-
-def _expected(begin, length, dst, owner, column, row, tiles):
-    """Elements, messages, longest distances and pairs of each receiving tile, from the
-    element sets (a message: a run of consecutive ids of one owner)."""
-    per_ipu = column.size
-    elements = np.zeros(tiles, np.int64)
-    messages = np.zeros(tiles, np.int64)
-    distance = np.zeros(tiles, np.int64)
-    pairs = np.zeros((tiles, tiles), bool)
-    for t in range(tiles):
-        mine = zip(begin[dst == t], length[dst == t], strict=True)
-        ids = np.unique(np.concatenate([np.arange(x, x + n) for x, n in mine] or [[]]))
-        ids = ids.astype(np.int64)
-        elements[t] = ids.size
-        if ids.size == 0:
-            continue
-        starts = np.r_[True, (np.diff(ids) != 1) | (np.diff(owner[ids]) != 0)]
-        messages[t] = int(starts.sum())
-        pairs[t, np.unique(owner[ids])] = True
-        for s in np.unique(owner[ids[starts]]):
-            here, there = t % per_ipu, s % per_ipu
-            d = abs(column[here] - column[there]) + abs(row[here] - row[there])
-            distance[t] = max(distance[t], d)
-            distance[s] = max(distance[s], d)
-    return elements, messages, distance, pairs
-
-
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("ipus", [1, 3])
-def test_merge_received_without_divisions_equals_element_sets(seed, ipus):
-    """Receiving tiles found once per tile (keys ascend), grid places of tiles of any
-    IPU: elements, messages, distances, pairs and intervals as the element sets say."""
-    rng = np.random.default_rng(seed)
-    per_ipu = 6
-    tiles, space = per_ipu * ipus, 400
-    owner = np.resize(np.repeat(rng.integers(0, tiles, 60), rng.integers(1, 12, 60)), space)
-    changes = runs.change_points(owner, space)
-    column, row = np.arange(per_ipu) // 2, np.arange(per_ipu) % 2  # a 3 x 2 grid per IPU
-    n = 300
-    dst = rng.integers(0, tiles, n)
-    begin = rng.integers(0, space - 9, n)
-    length = rng.integers(1, 9, n)
-    length[rng.random(n) < 0.5] = 1  # strided reads: single elements
-    stride = space + 1
-    keys, rest, bits = received.sorted_keys(dst * stride + begin, length)
-    pairs, senders = np.zeros(tiles * tiles, np.uint8), np.zeros(tiles, np.int64)
-    a, b, receiver, elements, messages, distance = received.merge_received(
-        keys, rest, stride, changes, owner, (column, row), tiles, (pairs, senders), bits, 1
-    )
-    want = _expected(begin, length, dst, owner, column, row, tiles)
-    assert elements.tolist() == want[0].tolist()
-    assert messages.tolist() == want[1].tolist()
-    assert distance.tolist() == want[2].tolist()
-    assert np.array_equal(pairs.reshape(tiles, tiles) == 1, want[3])
-    assert senders.tolist() == want[3].sum(1).tolist()
-    # the intervals: disjoint, each within what its tile asked for, tile after tile
-    assert np.all(np.diff(receiver) >= 0)
-    for t in range(tiles):
-        asked = np.zeros(space, bool)
-        for s, k in zip(begin[dst == t], length[dst == t], strict=True):
-            asked[s : s + k] = True
-        got = np.zeros(space, np.int64)
-        for x, y in zip(a[receiver == t], b[receiver == t], strict=True):
-            got[x:y] += 1
-        assert got.tolist() == asked.astype(np.int64).tolist()
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -249,19 +249,24 @@ def test_tile_cuts_match_a_plain_scan():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_merge_received_equals_element_by_element(seed):
-    """The compiled merge of id ranges against sets of elements, counted in numpy."""
+@pytest.mark.parametrize("ipus", [1, 3])
+def test_merge_received_equals_element_by_element(seed, ipus):
+    """The compiled merge of id ranges against sets of elements, counted in numpy, on
+    one IPU and on three (a tile's grid place is its place on its own IPU; each tile's
+    receiving tile found once, not by a division per interval)."""
     from poplar_api.lowering import received, runs
 
     rng = np.random.default_rng(seed)
     tiles, space = 12, 300
+    per_ipu = tiles // ipus
     owner = np.repeat(rng.integers(0, tiles, 40), rng.integers(1, 15, 40))[:space]
     owner = np.resize(owner, space)
     changes = runs.change_points(owner, space)
-    column, row = np.arange(tiles) // 3, np.arange(tiles) % 3  # a 4 x 3 grid
+    column, row = np.arange(per_ipu) // 2, np.arange(per_ipu) % 2  # a grid of 2 rows
     dst = rng.integers(0, tiles, 200)
     begin = rng.integers(0, space - 20, 200)
     length = rng.integers(1, 20, 200)
+    length[rng.random(200) < 0.4] = 1  # strided reads: single elements
     stride = space + 1
     lo = dst * stride + begin
     order = np.argsort(lo)
@@ -285,7 +290,8 @@ def test_merge_received_equals_element_by_element(seed):
         want_messages[t] += int(starts.sum())
         want_pairs[t, np.unique(owner[ids])] = True  # every tile it receives from
         for s in np.unique(owner[ids[starts]]):
-            d = abs(column[t] - column[s]) + abs(row[t] - row[s])
+            here, there = t % per_ipu, s % per_ipu
+            d = abs(column[here] - column[there]) + abs(row[here] - row[there])
             want_distance[t] = max(want_distance[t], d)
             want_distance[s] = max(want_distance[s], d)
     assert elements.tolist() == want_elements.tolist()

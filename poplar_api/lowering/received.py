@@ -13,29 +13,6 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-
-@numba.njit(cache=True, nogil=True)
-def _range_stats(lo, other):  # pragma: no cover - compiled
-    # one pass: how often lo descends; min and max of lo and of other
-    descents = 0
-    lo_min = lo_max = lo[0]
-    o_min = o_max = other[0]
-    for k in range(1, lo.size):
-        x = lo[k]
-        if x < lo[k - 1]:
-            descents += 1
-        if x < lo_min:
-            lo_min = x
-        elif x > lo_max:
-            lo_max = x
-        y = other[k]
-        if y < o_min:
-            o_min = y
-        elif y > o_max:
-            o_max = y
-    return descents, lo_min, lo_max, o_min, o_max
-
-
 #: Ascending stretches per key up to which keys are sorted by merging their stretches
 #: (numpy's stable sort finds and merges natural runs: ``n log(stretches)``) rather
 #: than by a quicksort (``n log n``): a convolution's vertices read a few ascending
@@ -44,9 +21,31 @@ MERGE_STRETCHES_PER_KEY = 1 / 16
 
 
 @numba.njit(cache=True, nogil=True)
-def _pack(lo, other, bits, out):  # pragma: no cover - compiled
-    for k in range(lo.size):
-        out[k] = (np.int64(lo[k]) << bits) | other[k]
+def _key_stats(dst, begin, other, stride, out):  # pragma: no cover - compiled
+    # out[k] = dst[k] * stride + begin[k] (begin[k] when dst is empty), and in the same
+    # pass: how often the keys descend, their min and max, and those of other
+    tiled = dst.size > 0
+    descents = 0
+    for k in range(out.size):
+        x = out[k] = np.int64(dst[k]) * stride + begin[k] if tiled else np.int64(begin[k])
+        y = other[k]
+        if k == 0:
+            lo_min = lo_max = x
+            o_min = o_max = y
+            continue
+        if x < out[k - 1]:
+            descents += 1
+        lo_min = min(lo_min, x)
+        lo_max = max(lo_max, x)
+        o_min = min(o_min, y)
+        o_max = max(o_max, y)
+    return descents, lo_min, lo_max, o_min, o_max
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_in_place(keys, other, bits):  # pragma: no cover - compiled
+    for k in range(keys.size):
+        keys[k] = (keys[k] << bits) | other[k]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -57,6 +56,9 @@ def _unpack(keys, bits, lo, other):  # pragma: no cover - compiled
         other[k] = keys[k] & mask
 
 
+_NO_TILES = np.zeros(0, np.int64)
+
+
 def sorted_keys(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Ranges ``(lo, other)`` (an end or a length each) in order of ``lo``, as
     ``(keys, other, bits)``: with ``bits == 0`` the keys are the ``lo`` in order and
@@ -65,81 +67,37 @@ def sorted_keys(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarr
     are, so they are never unpacked into two arrays).
 
     Merging into disjoint intervals only needs ``lo`` sorted; ties come in order of
-    ``other`` when packed, in their first order otherwise. Often sorted already (no
-    work then, found in the one compiled pass that also takes the bounds); when every
-    range has the same ``other`` (a strided read gives single-element ranges) only
-    ``lo`` is sorted. Otherwise, when both fit in one int64 (non-negative, their bits
-    together at most 62), the pairs are packed into one key in a compiled pass and
-    sorted in place, several times faster than a stable ``argsort`` and two gathers on
-    the interleaved windows a convolution's vertices read; else sorted with
-    ``argsort``.
+    ``other`` when packed, in their first order otherwise. The keys are made in one
+    array (an int64 copy of ``lo``) with their bounds and order in the same compiled
+    pass: often in order already (no more work then); when every range has the same
+    ``other`` (a strided read gives single-element ranges) only the keys are sorted.
+    Otherwise, when both fit in one int64 (non-negative, their bits together at most
+    62), the pairs are packed into the keys in place and sorted there, several times
+    faster than a stable ``argsort`` and two gathers on the interleaved windows a
+    convolution's vertices read; else sorted with ``argsort``. Keys in few ascending
+    stretches are sorted by merging them (:data:`MERGE_STRETCHES_PER_KEY`).
     """
-    if lo.size < 2:
-        return lo, other, 0
-    descents, lo_min, lo_max, o_min, o_max = _range_stats(lo, other)
-    if not descents:
-        return lo, other, 0
-    # the sorted values are the same whichever way they are sorted
-    kind = "stable" if descents <= MERGE_STRETCHES_PER_KEY * lo.size else "quicksort"
-    lo = lo.astype(np.int64, copy=False)
-    other = other.astype(np.int64, copy=False)
-    if o_min == o_max:  # one length for all (often single elements): keys only
-        return np.sort(lo, kind=kind), other, 0
-    bits = int(o_max).bit_length()
-    if lo_min >= 0 and o_min >= 0 and int(lo_max).bit_length() + bits <= 62:
-        packed = np.empty(lo.size, np.int64)
-        _pack(lo, other, bits, packed)
-        packed.sort(kind=kind)
-        return packed, other[:0], bits
-    order = np.argsort(lo, kind="stable")
-    return lo[order], other[order], 0
-
-
-@numba.njit(cache=True, nogil=True)
-def _tile_key_stats(dst, begin, other, stride, out):  # pragma: no cover - compiled
-    # out[k] = dst[k] * stride + begin[k], with _range_stats of (out, other) in the pass
-    descents = 0
-    lo_min = lo_max = out[0] = np.int64(dst[0]) * stride + begin[0]
-    o_min = o_max = other[0]
-    for k in range(1, out.size):
-        x = out[k] = np.int64(dst[k]) * stride + begin[k]
-        if x < out[k - 1]:
-            descents += 1
-        if x < lo_min:
-            lo_min = x
-        elif x > lo_max:
-            lo_max = x
-        y = other[k]
-        if y < o_min:
-            o_min = y
-        elif y > o_max:
-            o_max = y
-    return descents, lo_min, lo_max, o_min, o_max
-
-
-@numba.njit(cache=True, nogil=True)
-def _pack_in_place(keys, other, bits):  # pragma: no cover - compiled
-    for k in range(keys.size):
-        keys[k] = (keys[k] << bits) | other[k]
+    return tile_sorted_keys(_NO_TILES, lo, other, 0)
 
 
 def tile_sorted_keys(
     dst: np.ndarray, begin: np.ndarray, other: np.ndarray, stride: int
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """:func:`sorted_keys` of the ranges ``(dst * stride + begin, other)``, made in one
-    array (the keys are computed, packed and sorted in place; a large exchange's
-    temporaries cost more in fresh pages than the passes that fill them)."""
+    """:func:`sorted_keys` of the ranges ``(dst * stride + begin, other)`` (of ``begin``
+    when ``dst`` is empty), made in one array: the keys are computed, packed and
+    sorted in place (a large exchange's temporaries cost more in fresh pages than the
+    passes that fill them)."""
     n = begin.size
     keys = np.empty(n, np.int64)
-    if n < 2:
-        keys[:] = np.asarray(dst, np.int64) * stride + begin
+    if n == 0:
         return keys, other, 0
-    descents, lo_min, lo_max, o_min, o_max = _tile_key_stats(dst, begin, other, stride, keys)
+    descents, lo_min, lo_max, o_min, o_max = _key_stats(dst, begin, other, stride, keys)
     if not descents:
         return keys, other, 0
+    # the sorted values are the same whichever way they are sorted
     kind = "stable" if descents <= MERGE_STRETCHES_PER_KEY * n else "quicksort"
     other = other.astype(np.int64, copy=False)
-    if o_min == o_max:
+    if o_min == o_max:  # one length for all (often single elements): keys only
         keys.sort(kind=kind)
         return keys, other, 0
     bits = int(o_max).bit_length()
