@@ -112,13 +112,20 @@ def test_separate_plans_win_as_create_plan_decides(joint_cycles, joint_bytes, cy
 @pytest.mark.parametrize("layer", [LAYER, (2, 8, 64, 48)])
 @pytest.mark.parametrize("in_type", [FLOAT, HALF])
 def test_the_three_passes_of_a_joint_plan_match_numpy(in_type, layer) -> None:
+    graph = _graph()
+    assert matmul._fc_layer(graph, layer, in_type, in_type, {"pass": "FC_TRAINING_FWD"}, "t")
+    check_fc_passes(layer, in_type)
+
+
+def check_fc_passes(layer: tuple[int, int, int, int], in_type) -> None:
+    """The ``fullyConnectedPass`` products of ``layer`` ``(G, B, I, O)`` on ``tiny``
+    (planned jointly or separately, as the planner decides) against numpy."""
     g, b, i, o = layer
     device = IPUModel("tiny").createDevice()
     graph = Graph(device.getTarget())
     fwd_o = {"fullyConnectedPass": "TRAINING_FWD"}
     bwd_o = {"fullyConnectedPass": "TRAINING_BWD"}
     wu_o = {"fullyConnectedPass": "TRAINING_WU"}
-    assert matmul._fc_layer(graph, layer, in_type, in_type, {"pass": "FC_TRAINING_FWD"}, "t")
     a_shape, w_shape = [g, b, i], [g, i, o]
     x = poplin.createMatMulInputLHS(graph, in_type, a_shape, w_shape, "x", fwd_o)
     w = poplin.createMatMulInputRHS(graph, in_type, a_shape, w_shape, "w", fwd_o)
@@ -148,6 +155,7 @@ def test_the_three_passes_of_a_joint_plan_match_numpy(in_type, layer) -> None:
     }
     for name, ref in want.items():
         got = engine.readTensor(name).astype(np.float64)
+        assert got.shape == ref.shape, name
         k = {"y": i, "dx": o, "dw": b}[name]
         if in_type == HALF:  # float partials, one rounding to half at the end
             np.testing.assert_allclose(got, ref, rtol=2**-10, atol=2**-11 * np.sqrt(k))
