@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from test_on_tile_copies import _copy_step, _vertices
+from test_on_tile_copies_planner import _copy_vertices, entry
 
 from ipusim.config import load_config
 from poplar_api import (
@@ -106,7 +106,6 @@ def test_elements_of_many_positions_gathers_flat_index(start: int | None) -> Non
 
 BYTES = {"float": 4, "half": 2, "int": 4, "unsigned int": 4, "short": 2}
 BYTES |= {"unsigned short": 2, "char": 1, "unsigned char": 1, "bool": 1}
-ENTRY = {"code.copy_scatter_fixed_cycles": load_config("tiny").code.copy_scatter_fixed_cycles}
 
 
 @pytest.mark.parametrize(
@@ -114,21 +113,13 @@ ENTRY = {"code.copy_scatter_fixed_cycles": load_config("tiny").code.copy_scatter
 )
 @pytest.mark.parametrize("n", [96, 98])
 def test_on_tile_copy_of_every_type_at_its_rate(typ, n: int) -> None:
-    def build(graph: Graph) -> prog.Program:
-        a = graph.addVariable(typ, [n], "a")
-        b = graph.addVariable(typ, [n], "b")
-        graph.setTileMapping(a, 1)
-        graph.setTileMapping(b, 1)
-        return prog.Copy(a, b)
-
     size = BYTES[typ.name]
     total = n * size
     grain = 2 if typ.name == "float" else 4
     f1 = 4 if n % grain == 0 else 3
     chunk = math.ceil(total / (6 * 8)) * 8
     want = sorted(
-        (1, round(ENTRY["code.copy_scatter_fixed_cycles"])
-         + math.ceil(Fraction(min(chunk, total - k) * 5, min(8, size) * f1)))
+        (0, entry() + math.ceil(Fraction(min(chunk, total - k) * 5, min(8, size) * f1)))
         for k in range(0, total, chunk)
-    )  # fmt: skip
-    assert _vertices(_copy_step({"code.copy_estimate": "planner", **ENTRY}, build)) == want
+    )
+    assert _copy_vertices(typ, n) == want
