@@ -258,3 +258,27 @@ def test_variables_marked_from_a_span_equal_a_lookup_per_id(seed):
         want[var_ids[np.searchsorted(bases, ids, side="right") - 1]] = True
         assert mask.tolist() == want.tolist()
     assert runs.span(np.array([5, -3, 9, 2], np.int32)) == (-3, 10)
+
+
+def test_large_space_passed_from_its_stretch_owners_only_when_all_are_mapped():
+    """A space of several thousand elements is passed at once when the owner at id 0
+    and at every change is a tile of the target: an unmapped first element (one change
+    after it), or a space with no change and nothing mapped, is still reported."""
+    from codelets_common import tiny_graph
+
+    from poplar_api import FLOAT, Engine
+    from poplar_api import program as prog
+    from poplar_api.errors import GraphValidationError
+
+    g = tiny_graph()
+    first = g.addVariable(FLOAT, [5000], "first")
+    g.setTileMapping(first.slice(1, 5000), 3)  # element 0 left out
+    with pytest.raises(GraphValidationError, match=r"variable 'first'.*1 of 5000"):
+        Engine(g, prog.Sequence())
+    g = tiny_graph()
+    g.addVariable(FLOAT, [5000], "none")
+    with pytest.raises(GraphValidationError, match=r"variable 'none'.*5000 of 5000"):
+        Engine(g, prog.Sequence())
+    g = tiny_graph()
+    g.setTileMapping(g.addVariable(FLOAT, [5000], "all"), 1)
+    Engine(g, prog.Sequence())

@@ -31,8 +31,10 @@ def check_variables(state, num_tiles: int, owners=None) -> list[str]:
         for size, space in state.spaces.items():
             if space.size >= runs.STRETCHES_FROM:
                 changes = owners.changes_of(size, space.tile, space.size)
-                tiles, _ = runs.block_stretches(space.tile, changes, 0, space.size)
-                if ((tiles >= 0) & (tiles < num_tiles)).all():
+                # the owner of each stretch of one owner: at id 0 and at each change
+                lo, hi = runs.span(space.tile[changes]) if changes.size else (0, 0)
+                first = int(space.tile[0])
+                if min(lo, first) >= 0 and max(hi - 1, first) < num_tiles:
                     passed.add(size)
     variables = state.variables
     todo = np.flatnonzero(~np.isin(variables.element_sizes(), list(passed)))
