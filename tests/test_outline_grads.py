@@ -72,12 +72,15 @@ def _numpy_grads(x: np.ndarray, label: np.ndarray, weights: dict[str, np.ndarray
     return grads
 
 
-def _step(model, loss: str, data: dict, weights, tiles: int, outline: bool):
-    """One ``ConstSGD(0)`` step with outlining on or off: each weight's gradient and
-    the session."""
+def _step(
+    model, loss: str, data: dict, weights, tiles: int, outline: bool, recompute="NoRecompute"
+):
+    """One ``ConstSGD(0)`` step with outlining on or off (and the ``autoRecomputation``
+    mode named): each weight's gradient and the session."""
     prefix = popart.reservedGradientPrefix()
     opts = popart.SessionOptions()
     opts.enableOutlining = outline
+    opts.autoRecomputation = popart.RecomputationType(recompute)
     s = popart.TrainingSession(
         fnModel=model,
         dataFlow=popart.DataFlow(1, {prefix + w: popart.AnchorReturnType("ALL") for w in weights}),
