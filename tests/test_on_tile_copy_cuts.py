@@ -107,7 +107,7 @@ def test_copy_pieces_match_a_plain_loop() -> None:
         # runs of consecutive ids with random jumps, on each side
         src = np.cumsum(np.where(rng.random(n) < 0.7, 1, rng.integers(-5, 9, n)))
         dst = np.cumsum(np.where(rng.random(n) < 0.5, 1, rng.integers(2, 9, n)))
-        tiles, length, gather, _ = _copy_regions(tile, np.arange(n), src, dst)
+        tiles, length, gather, _ = _copy_regions(tile, src, dst)
         starts = np.cumsum(length) - length
         first = np.r_[True, tiles[1:] != tiles[:-1]] if n else np.zeros(0, bool)
         want_starts, want_first, runs = [], [], {}

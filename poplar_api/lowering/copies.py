@@ -184,11 +184,12 @@ def on_tile_copy_steps(
     # pieces and strided regions in one compiled pass: no element-sized temporaries
     # beyond the order and the gathered ids
     idx = np.flatnonzero(local)
-    tile_of = d_tile[idx]
-    if idx.size and not _ascending(tile_of):
-        idx = idx[_stable_order(tile_of, int(tile_of.max()) + 1)]
+    tile = d_tile[idx]
+    if idx.size and not _ascending(tile):
+        order = _stable_order(tile, int(tile.max()) + 1)
+        idx, tile = idx[order], tile[order]
     src, dst = _gathered(s_ids, idx), _gathered(d_ids, idx)
-    tiles, length, gather, new_region = _copy_regions(d_tile, idx, src, dst)
+    tiles, length, gather, new_region = _copy_regions(tile, src, dst)
     pieces = length * item_bytes
     return on_tile_copy_vertices(cfg, tiles, pieces, gather, new_region, element_type)
 
@@ -225,15 +226,15 @@ def _stable_order(keys, bound):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _copy_regions(d_tile, idx, src, dst):  # pragma: no cover - compiled
-    # elements idx (sorted by tile) with source and destination ids src, dst: the
+def _copy_regions(tile, src, dst):  # pragma: no cover - compiled
+    # elements on tiles ``tile`` (sorted) with source and destination ids src, dst: the
     # pieces (a new tile, or a step other than one on either side), each piece's tile
     # and length, whether its tile's copy is a gather (more runs on the source side
     # than on the destination side) and whether it starts a strided region (a tile's
     # first piece, another length than the piece before, or strides on either side
     # other than those from the piece before when its region has two pieces already;
     # a region's second piece sets its strides, whatever they are)
-    n = idx.size
+    n = tile.size
     start = np.empty(n, np.int64)
     first = np.empty(n, np.bool_)
     gather = np.empty(n, np.bool_)
@@ -241,7 +242,7 @@ def _copy_regions(d_tile, idx, src, dst):  # pragma: no cover - compiled
     lo = 0  # the first piece of the current tile
     src_runs = dst_runs = 0
     for i in range(n + 1):
-        new_tile = i == n or i == 0 or d_tile[idx[i]] != d_tile[idx[i - 1]]
+        new_tile = i == n or i == 0 or tile[i] != tile[i - 1]
         if new_tile and i > 0:
             for p in range(lo, m):
                 gather[p] = dst_runs < src_runs
@@ -263,7 +264,7 @@ def _copy_regions(d_tile, idx, src, dst):  # pragma: no cover - compiled
     step_s = step_d = 0
     for k in range(m):
         at = start[k]
-        tiles[k] = d_tile[idx[at]]
+        tiles[k] = tile[at]
         length[k] = (start[k + 1] if k + 1 < m else n) - at
         prev_s, prev_d = (src[start[k - 1]], dst[start[k - 1]]) if k > 0 else (0, 0)
         new_s, new_d = src[at] - prev_s, dst[at] - prev_d
