@@ -103,7 +103,7 @@ def _session_gradient(proto, inputs, loss: str, weight: str) -> np.ndarray:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "train"),
-    [("bert-base", False), ("bert-base", True), ("resnet18", False)],
+    [("bert-base", False), ("bert-base", True), ("resnet18", False), ("resnet18", True)],
 )
 def test_full_size_model_on_one_mk2_matches_reference(model, train):
     result = run_model(model, train=train)
