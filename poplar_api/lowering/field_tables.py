@@ -1,0 +1,289 @@
+"""Field tables of a compute set: the element ids of each field over its vertices.
+
+A compute set's vertices are grouped by vertex type; for each field the element ids of
+every vertex are concatenated once (or kept as one run per vertex when every vertex
+holds the field as a run), read from the graph's vertex table: its run columns, its
+list blocks (bulk-connected VectorLists) or, for the rest, one vertex at a time.
+Everything after (exchange planning, the kernel runner, vertex state, liveness) reads
+these tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+
+from poplar_api.codelet import VertexType
+from poplar_api.fields import FieldSpec
+from poplar_api.lowering import runs
+from poplar_api.types import Type
+from poplar_api.vertices import NO_RUN, type_groups
+
+__all__ = ["ComputeSetTable", "FieldTable", "TypeGroup", "build_table"]
+
+
+class FieldTable:
+    """Elements of one field over the vertices of one type group.
+
+    The ids of vertex ``i`` are ``ids[bounds[i]:bounds[i + 1]]``. When every vertex's
+    ids form one ascending run, ``runs`` holds each run's ``(begin, end)`` and the ids
+    array is made only if something asks for it (most of lowering works on the runs).
+    """
+
+    __slots__ = ("_ids", "inner_offsets", "offsets", "positions", "runs", "spec")
+
+    def __init__(
+        self,
+        spec: FieldSpec,
+        ids: np.ndarray | None,
+        offsets: np.ndarray,
+        inner_offsets: np.ndarray | None,
+        positions: np.ndarray,
+        runs: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        if ids is None and runs is None:
+            raise ValueError("a field table needs its ids or its runs")
+        self.spec = spec
+        self._ids = ids
+        self.offsets = offsets
+        self.inner_offsets = inner_offsets
+        self.positions = positions  # position in the compute set of each vertex of the group
+        self.runs = runs
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Element ids of every vertex, vertex after vertex (int32 or int64)."""
+        if self._ids is None:
+            begin, end = self.runs
+            ids = runs.expand(begin, end - begin)
+            if end.size and int(end.max()) <= np.iinfo(np.int32).max:
+                ids = ids.astype(np.int32)  # kept by the runner: half the host memory
+            self._ids = ids
+        return self._ids
+
+    @property
+    def size(self) -> int:
+        """Number of element references."""
+        return int(self.bounds[-1])
+
+    def without_ids(self, vertex_runs: tuple[np.ndarray, np.ndarray]) -> FieldTable:
+        """The same table keeping only its runs (which must describe its ids)."""
+        return FieldTable(
+            self.spec, None, self.offsets, self.inner_offsets, self.positions, vertex_runs
+        )
+
+    def touched(self) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """The ids, or the runs when the ids were never made (for memory liveness)."""
+        return self.runs if self._ids is None else self._ids
+
+    @property
+    def type(self) -> Type:
+        return self.spec.element_type
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """``int64[vertices + 1]``: vertex ``i`` owns ``ids[bounds[i]:bounds[i + 1]]``."""
+        if self.inner_offsets is None:
+            return self.offsets
+        return self.inner_offsets[self.offsets]
+
+    def vertex_of(self, refs: np.ndarray) -> np.ndarray:
+        """Compute-set position of the vertex owning each reference index in ``refs``."""
+        return self.positions[np.searchsorted(self.bounds, refs, side="right") - 1]
+
+
+@dataclass
+class TypeGroup:
+    """The vertices of one type in a compute set."""
+
+    vtype: VertexType
+    positions: np.ndarray
+    fields: list[FieldTable]
+
+
+@dataclass
+class ComputeSetTable:
+    """Everything lowering and validation need to know about a compute set."""
+
+    name: str
+    vertex_ids: np.ndarray
+    tiles: np.ndarray
+    groups: list[TypeGroup]
+    #: per vertex: whether a field (or a vector of a vector list) is unconnected
+    unconnected: np.ndarray | None = None
+
+
+#: The ids of an unconnected field.
+_NO_IDS = np.zeros(0, np.int64)
+#: The connections kept as ids of a vertex that has none.
+_NO_FIELDS: dict = {}
+_size = operator.attrgetter("size")
+#: Whether a connection is missing (``None``), as a C-level callable for ``map``.
+_is_none = functools.partial(operator.is_, None)
+
+
+def _id_dtype(state, spec: FieldSpec) -> type:
+    """Type of a field table's ids: int32 when every id of the field's element size fits
+    (half the memory of int64; a table may hold tens of millions of ids)."""
+    space = state.find_space(spec.element_type)
+    return np.int32 if space is None or space.size <= np.iinfo(np.int32).max else np.int64
+
+
+def _join(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The ids of ``arrays``, each flattened in row-major order, one after another
+    (read-only: a single flat array of ``dtype``, such as a graph's list block of one
+    compute set, is shared, not copied)."""
+    if not arrays:
+        return _NO_IDS.astype(dtype)
+    if len(arrays) == 1 and arrays[0].ndim == 1 and arrays[0].dtype == dtype:
+        shared = arrays[0].view()
+        shared.flags.writeable = False
+        return shared
+    return np.concatenate(arrays, axis=None, dtype=dtype, casting="same_kind")
+
+
+def build_table(state, cs) -> ComputeSetTable:
+    """Tables of a compute set; unconnected fields count as empty (validation reports
+    them: :attr:`ComputeSetTable.unconnected`).
+
+    Fields held as runs are read from the type's run columns; the rest (vector lists,
+    connections kept as ids) in one look at each such vertex's connections.
+    """
+    table = state.vertices
+    vids = np.asarray(cs.vertices, np.int64)
+    tiles = table.column("tile", vids)
+    codes = table.column("type_code", vids)
+    rows = table.column("row", vids)
+    unconnected = np.zeros(vids.size, bool)
+    extra_of = table.extra.get
+    groups = []
+    for code, positions in type_groups(codes):
+        vtype = table.types[code]
+        type_runs = table.type_runs[code]
+        member_runs = type_runs.rows(rows[positions])
+        n = positions.size
+        has_lists = any(spec.kind == "vectorlist" for spec in vtype.fields)
+        extras: list[dict] = []
+        if (has_lists and not table.list_blocks) or (member_runs[:, ::2] == NO_RUN).any():
+            extras = [extra_of(v) or _NO_FIELDS for v in vids[positions].tolist()]
+        bad = np.zeros(n, bool)
+        tables = []
+        for spec in vtype.fields:
+            name = spec.name
+            if spec.kind == "vectorlist" and table.list_blocks:
+                found = _block_lists(table, vids[positions], name, _id_dtype(state, spec))
+            else:
+                found = None
+            if found is not None:
+                offsets, inner_offsets, ids = found
+            elif spec.kind == "vectorlist":
+                if table.list_blocks:
+                    values = [table.get_field(v, name) for v in vids[positions].tolist()]
+                else:
+                    values = [e.get(name) for e in extras]
+                bad |= np.fromiter(map(_is_none, values), bool, n)
+                lists = [x or () for x in values]
+                counts = np.fromiter(map(len, lists), np.int64, n)
+                inner = [ids for x in lists for ids in x]
+                missing = np.fromiter(map(_is_none, inner), bool, len(inner))
+                if missing.any():
+                    bad[np.repeat(np.arange(n), counts)[missing]] = True
+                    inner = [_NO_IDS if ids is None else ids for ids in inner]
+                inner_len = np.fromiter(map(_size, inner), np.int64, len(inner))
+                offsets = np.concatenate(([0], np.cumsum(counts)))
+                inner_offsets = np.concatenate(([0], np.cumsum(inner_len)))
+                ids = _join(inner, _id_dtype(state, spec))
+            else:
+                slot = type_runs.slot[name]
+                begin = np.ascontiguousarray(member_runs[:, slot])
+                end = np.ascontiguousarray(member_runs[:, slot + 1])
+                inner_offsets = None
+                if (begin != NO_RUN).all():  # every vertex one run
+                    offsets = np.concatenate(([0], np.cumsum(end - begin)))
+                    tables.append(FieldTable(spec, None, offsets, None, positions, (begin, end)))
+                    continue
+                offsets, ids = _mixed_field(begin, end, extras, name, bad, _id_dtype(state, spec))
+            tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, positions))
+        unconnected[positions] = bad
+        groups.append(TypeGroup(vtype, positions, tables))
+    return ComputeSetTable(cs.name, vids, tiles, groups, unconnected)
+
+
+def _mixed_field(
+    begin: np.ndarray, end: np.ndarray, extras: list[dict], name: str, bad: np.ndarray, dtype: type
+) -> tuple[np.ndarray, np.ndarray]:
+    """Field ``name`` of vertices some of which hold it as a run ``[begin, end)`` and
+    the rest (``begin == NO_RUN``) as ids in their ``extras``: ``(offsets, ids)`` in
+    vertex order. The runs are laid out with numpy, only the others one by one;
+    vertices with the field unconnected are flagged in ``bad``."""
+    listed = np.flatnonzero(begin == NO_RUN)
+    arrays = [extras[j].get(name) for j in listed.tolist()]
+    none = np.fromiter(map(_is_none, arrays), bool, listed.size)
+    if none.any():
+        bad[listed[none]] = True
+        arrays = [_NO_IDS if x is None else x for x in arrays]
+    lengths = end - begin
+    lengths[listed] = np.fromiter(map(_size, arrays), np.int64, listed.size)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    ids = np.empty(int(offsets[-1]), dtype)
+    joined = _join(arrays, dtype)
+    runs.fill_field(ids, offsets, begin, NO_RUN, listed, joined)
+    return offsets, ids
+
+
+def _ranges(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The integers of the ranges ``[begins[k], ends[k])``, one range after another."""
+    lengths = ends - begins
+    total = int(lengths.sum())
+    if not total:
+        return _NO_IDS
+    starts = np.cumsum(lengths) - lengths
+    return np.repeat(begins - starts, lengths) + np.arange(total, dtype=np.int64)
+
+
+def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | None:
+    """VectorList ``name`` of the vertices ``members`` as ``(offsets, inner offsets,
+    ids)`` read from the table's list blocks with numpy, or ``None`` when one of them
+    is not held in a block (then they are read one vertex at a time)."""
+    firsts = np.asarray(table.block_first, np.int64)
+    k = np.searchsorted(firsts, members, side="right") - 1
+    if (k < 0).any():
+        return None
+    counts = np.zeros(members.size, np.int64)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # begins, ends, ids
+    order: list[np.ndarray] = []
+    if k.size and (k[1:] >= k[:-1]).all():  # members in id order: each block's together
+        cuts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1], [True])))
+        spans = [(int(k[a]), np.arange(a, z)) for a, z in itertools.pairwise(cuts.tolist())]
+    else:
+        spans = [(b, np.flatnonzero(k == b)) for b in np.unique(k).tolist()]
+    for b, at in spans:
+        block = table.list_blocks[b]
+        local = members[at] - block.first
+        if (local >= block.n).any() or block.moved[local].any() or name not in block.fields:
+            return None
+        vec_offsets, begins, ends, ids = block.fields[name]
+        counts[at] = vec_offsets[local + 1] - vec_offsets[local]
+        order.append(at)
+        if local.size and int(local[-1] - local[0]) == local.size - 1:
+            # consecutive vertices: their vectors are consecutive too, and so are the
+            # pieces of each vector when they follow one another in the ids
+            a, z = int(vec_offsets[local[0]]), int(vec_offsets[local[-1] + 1])
+            b, e = begins[a:z], ends[a:z]
+            if z > a and (b[1:] == e[:-1]).all():
+                parts.append((b, e, ids[int(b[0]) : int(e[-1])]))
+                continue
+        else:
+            vectors = _ranges(vec_offsets[local], vec_offsets[local + 1])
+            b, e = begins[vectors], ends[vectors]
+        parts.append((b, e, ids[_ranges(b, e)]))
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    if len(order) > 1 and (np.diff(np.concatenate(order)) < 0).any():
+        return None  # members of several blocks interleaved: rare, read one at a time
+    lengths = np.concatenate([e - b for b, e, _ in parts]) if parts else _NO_IDS
+    inner_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    return offsets, inner_offsets, _join([ids for _, _, ids in parts], dtype)
