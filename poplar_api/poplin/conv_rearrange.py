@@ -32,12 +32,11 @@ Not modelled: ``regroupIfBeneficialForPlan``'s transpose compute set before the 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from poplar_api.graph import Graph
 from poplar_api.poplin.conv_planner import ConvPlan
+from poplar_api.popops.rearrange import detectInnermostGrouping
 from poplar_api.tensor import Tensor
 
 #: ``inViewMaxBroadcastDests`` / ``weightViewMaxBroadcastDests`` (Convolution.cpp).
@@ -46,30 +45,10 @@ MAX_BROADCAST_DESTS = 7
 #: Passes whose operands are always rearranged (``inputRearrangementIsExpensive``).
 _WEIGHT_UPDATE_PASSES = ("TRAINING_WU", "FC_TRAINING_WU")
 
+#: ``poputil::detectInnermostGrouping``, kept under this module's name.
+detect_innermost_grouping = detectInnermostGrouping
+
 __all__ = ["MAX_BROADCAST_DESTS", "detect_innermost_grouping", "operand_rearrangements"]
-
-
-def detect_innermost_grouping(graph: Graph, t: Tensor) -> int:
-    """Poplibs' ``detectInnermostGrouping`` (``lib/poputil/VarStructure.cpp``).
-
-    Along the innermost dimension of ``t``'s first row: the longest prefix whose
-    elements are consecutive in memory, and the longest run of the row on one tile;
-    their greatest common divisor, or 1 when it does not divide the row's length.
-    """
-    if t.rank() == 0:
-        raise ValueError("detect_innermost_grouping: a 0-rank tensor has no grouping")
-    if t.numElements() == 0:
-        return 1
-    row = t
-    while row.rank() != 1:
-        row = row[0]
-    n = row.numElements()
-    ids = row.flat_index()
-    breaks = np.flatnonzero(np.diff(ids) != 1)
-    contiguous = int(breaks[0]) + 1 if breaks.size else n
-    longest = max((iv.size() for regions in graph.getTileMapping(row) for iv in regions), default=0)
-    grouping = math.gcd(int(longest), contiguous)
-    return grouping if grouping and n % grouping == 0 else 1
 
 
 def operand_rearrangements(

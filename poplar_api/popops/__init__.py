@@ -17,7 +17,7 @@ from collections.abc import Callable
 from numbers import Number
 
 from poplar_api.graph import Graph
-from poplar_api.popops import expr
+from poplar_api.popops import expr, rearrange
 from poplar_api.popops.collectives import (
     CollectiveOperator,
     replicatedAllGather,
@@ -308,7 +308,7 @@ __all__ = [
     "logicalNotInPlace", "logicalOr", "logicalOrInPlace", "lt", "ltInPlace", "lteq",
     "lteqInPlace", "map", "mapInPlace", "max", "maxInPlace", "min", "minInPlace", "mul",
     "mulInPlace", "nearbyint", "nearbyintInPlace", "neg", "negInPlace", "neq",
-    "neqInPlace", "popcount", "popcountInPlace", "pow", "powInPlace", "reduce",
+    "neqInPlace", "popcount", "popcountInPlace", "pow", "powInPlace", "rearrange", "reduce",
     "reduceMany", "reduceWithOutput", "relu", "reluInPlace", "rem", "remInPlace",
     "replicatedAllGather", "replicatedAllReduce", "replicatedAllReduceInPlace",
     "replicatedAllReduceWithOutput", "replicatedReduceScatter", "round", "roundInPlace",

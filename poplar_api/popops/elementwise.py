@@ -45,6 +45,7 @@ from poplar_api.popops.plans import (
     ternary_plan,
     unary_plan,
 )
+from poplar_api.popops.rearrange import regroupIfBeneficial
 from poplar_api.poputil import cloneTensor, mapTensorLinearly
 from poplar_api.program import Execute, Sequence
 from poplar_api.tensor import Tensor
@@ -540,6 +541,9 @@ def _scaled(graph, A, B, scale, prog, debugName, subtract: bool) -> None:
         raise GraphError(
             f"popops.{api}: scale must be a number or a one-element Tensor, got {scale!r}"
         )
+    # ScaledAdd.cpp scaledArithmetic (attemptRegroup): B is first regrouped to A's
+    # grouping when the two differ (popops::rearrange::regroupIfBeneficial).
+    B = regroupIfBeneficial(graph, B, A, prog, f"{name}/regroup")
     operands = {"A": _elem(A, A.shape(), A.name), "B": _elem(B, A.shape(), B.name), "scaleB": s}
     _execute(graph, prog, name, A, operands, scaled_plan(graph, t, subtract))
 
