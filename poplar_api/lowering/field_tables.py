@@ -14,12 +14,14 @@ import functools
 import itertools
 import operator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from poplar_api.codelet import VertexType
 from poplar_api.fields import FieldSpec
 from poplar_api.lowering import runs
+from poplar_api.run_ids import RunIds
 from poplar_api.types import Type
 from poplar_api.vertices import NO_RUN, type_groups
 
@@ -59,10 +61,9 @@ class FieldTable:
         """Element ids of every vertex, vertex after vertex (int32 or int64)."""
         if self._ids is None:
             begin, end = self.runs
-            ids = runs.expand(begin, end - begin)
-            if end.size and int(end.max()) <= np.iinfo(np.int32).max:
-                ids = ids.astype(np.int32)  # kept by the runner: half the host memory
-            self._ids = ids
+            # int32 where every id fits (kept by the runner: half the host memory)
+            narrow = end.size and int(end.max()) <= np.iinfo(np.int32).max
+            self._ids = runs.expand_as(begin, end - begin, np.int32 if narrow else np.int64)
         return self._ids
 
     @property
@@ -254,7 +255,7 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
     if (k < 0).any():
         return None
     counts = np.zeros(members.size, np.int64)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # begins, ends, ids
+    parts: list[tuple[np.ndarray, np.ndarray, Any]] = []  # begins, ends, block ids
     order: list[np.ndarray] = []
     if k.size and (k[1:] >= k[:-1]).all():  # members in id order: each block's together
         cuts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1], [True])))
@@ -270,20 +271,40 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
         counts[at] = vec_offsets[local + 1] - vec_offsets[local]
         order.append(at)
         if local.size and int(local[-1] - local[0]) == local.size - 1:
-            # consecutive vertices: their vectors are consecutive too, and so are the
-            # pieces of each vector when they follow one another in the ids
+            # consecutive vertices: their vectors are consecutive too
             a, z = int(vec_offsets[local[0]]), int(vec_offsets[local[-1] + 1])
             b, e = begins[a:z], ends[a:z]
-            if z > a and (b[1:] == e[:-1]).all():
-                parts.append((b, e, ids[int(b[0]) : int(e[-1])]))
-                continue
         else:
             vectors = _ranges(vec_offsets[local], vec_offsets[local + 1])
             b, e = begins[vectors], ends[vectors]
-        parts.append((b, e, ids[_ranges(b, e)]))
+        parts.append((b, e, ids))
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     if len(order) > 1 and (np.diff(np.concatenate(order)) < 0).any():
         return None  # members of several blocks interleaved: rare, read one at a time
     lengths = np.concatenate([e - b for b, e, _ in parts]) if parts else _NO_IDS
     inner_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    return offsets, inner_offsets, _join([ids for _, _, ids in parts], dtype)
+    return offsets, inner_offsets, _take_pieces(parts, int(inner_offsets[-1]), dtype)
+
+
+def _take_pieces(parts: list[tuple[np.ndarray, np.ndarray, Any]], total: int, dtype: type):
+    """The ids of the pieces ``[b, e)`` of each part's block ids (an array or
+    :class:`~poplar_api.run_ids.RunIds`), piece after piece, as one array of ``dtype``.
+
+    Written straight into the result, from the runs where the block holds runs, so
+    neither an array of positions nor an array per block is made on the way. Pieces of
+    one block array that follow one another are that array's slice, shared as it is
+    when its type is ``dtype``."""
+    if len(parts) == 1 and isinstance(parts[0][2], np.ndarray):
+        b, e, ids = parts[0]
+        if b.size and (b[1:] == e[:-1]).all():
+            return _join([ids[int(b[0]) : int(e[-1])]], dtype)
+    out = np.empty(total, dtype)
+    at = 0
+    for b, e, ids in parts:
+        b = np.ascontiguousarray(b, np.int64)
+        e = np.ascontiguousarray(e, np.int64)
+        if isinstance(ids, RunIds):
+            at = runs.take_run_ranges(ids.starts, ids.firsts, ids.size, b, e, out, at)
+        else:
+            at = runs.take_ranges(np.asarray(ids), b, e, out, at)
+    return out

@@ -565,3 +565,65 @@ def vertex_runs(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.nd
         ids = ids.astype(np.int64)
     begin, end, ok = _vertex_runs(ids, np.asarray(offsets, np.int64))
     return (begin, end) if ok else None
+
+
+def expand_as(begin: np.ndarray, length: np.ndarray, dtype: type) -> np.ndarray:
+    """:func:`expand`'s ids written straight into an array of ``dtype`` (int32 where the
+    ids fit: no int64 copy of every id on the way)."""
+    length = np.asarray(length, np.int64)
+    out = np.empty(int(length.sum()), dtype)
+    _fill_runs(np.asarray(begin, np.int64), length, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_runs(begin, length, out):  # pragma: no cover - compiled
+    j = 0
+    for r in range(begin.shape[0]):
+        b = begin[r]
+        for k in range(length[r]):
+            out[j] = b + k
+            j += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def take_ranges(src, begins, ends, out, at):  # pragma: no cover - compiled
+    """Write ``src[begins[q]:ends[q]]``, range after range, into ``out`` from ``at``;
+    return the position after the last written (no array of positions is made)."""
+    j = at
+    for q in range(begins.shape[0]):
+        for p in range(begins[q], ends[q]):
+            out[j] = src[p]
+            j += 1
+    return j
+
+
+@numba.njit(cache=True, nogil=True)
+def take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no cover
+    """:func:`take_ranges` over a sequence held as runs of consecutive ids (run ``r``
+    starts at position ``starts[r]`` with id ``firsts[r]``; ``size`` positions in all,
+    as :class:`~poplar_api.run_ids.RunIds` keeps them): the ids are made from the runs
+    as they are written, never expanded first."""
+    j = at
+    nruns = starts.shape[0]
+    for q in range(begins.shape[0]):
+        p, hi = begins[q], ends[q]
+        if hi <= p:
+            continue
+        lo_r, hi_r = 0, nruns  # the last run starting at or before p
+        while hi_r - lo_r > 1:
+            mid = (lo_r + hi_r) // 2
+            if starts[mid] <= p:
+                lo_r = mid
+            else:
+                hi_r = mid
+        r = lo_r
+        while p < hi:
+            stop = min(starts[r + 1] if r + 1 < nruns else size, hi)
+            base = firsts[r] - starts[r]
+            while p < stop:
+                out[j] = base + p
+                p += 1
+                j += 1
+            r += 1
+    return j

@@ -1,0 +1,160 @@
+"""Field tables of bulk-connected VectorLists: the ids are taken straight from the list
+blocks (arrays or runs) and must be exactly those of the former way, which made an
+array of positions and an array per block and then joined them (kept here as the
+reference, :func:`_reference_block_lists`)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, Graph, IPUModel
+from poplar_api.graph_connections import RunSegments, Segments
+from poplar_api.lowering import runs
+from poplar_api.lowering.field_tables import _block_lists, _join, _ranges
+from poplar_api.run_ids import RunIds
+
+
+def _reference_block_lists(table, members, name, dtype):
+    """The former reading of VectorList ``name`` of ``members`` from the list blocks."""
+    firsts = np.asarray(table.block_first, np.int64)
+    k = np.searchsorted(firsts, members, side="right") - 1
+    if (k < 0).any():
+        return None
+    counts = np.zeros(members.size, np.int64)
+    parts, order = [], []
+    for b in np.unique(k).tolist():
+        at = np.flatnonzero(k == b)
+        block = table.list_blocks[b]
+        local = members[at] - block.first
+        if (local >= block.n).any() or block.moved[local].any() or name not in block.fields:
+            return None
+        vec_offsets, begins, ends, ids = block.fields[name]
+        counts[at] = vec_offsets[local + 1] - vec_offsets[local]
+        order.append(at)
+        vectors = _ranges(vec_offsets[local], vec_offsets[local + 1])
+        b_, e_ = begins[vectors], ends[vectors]
+        parts.append((b_, e_, np.asarray(ids[_ranges(b_, e_)])))
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    if len(order) > 1 and (np.diff(np.concatenate(order)) < 0).any():
+        return None
+    lengths = np.concatenate([e - b for b, e, _ in parts]) if parts else np.zeros(0, np.int64)
+    inner_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    return offsets, inner_offsets, _join([ids for _, _, ids in parts], dtype)
+
+
+def _probe():
+    from poplar_api.codelet import Input, VectorList, Vertex
+
+    class ListProbe(Vertex):
+        a = Input(VectorList(FLOAT))
+
+        @staticmethod
+        def compute(a):  # pragma: no cover - compiled, never run here
+            return True
+
+    return ListProbe
+
+
+def _all_runs(flat: np.ndarray) -> RunIds:
+    starts = np.flatnonzero(np.r_[True, np.diff(flat) != 1])
+    return RunIds(starts, flat[starts].astype(np.int64), flat.size, np.int32)
+
+
+@pytest.fixture(scope="module")
+def blocks_graph():
+    """A graph with three list blocks: ids as runs, ids that are no runs, runs again."""
+    cls = _probe()
+    graph = Graph(IPUModel("ipu1").createDevice().getTarget())
+    graph.addCodelets(cls)
+    var = graph.addVariable(FLOAT, [2000], "v")
+    graph.mapElements(var, 0)
+    cs = graph.addComputeSet("cs")
+    rng = np.random.default_rng(7)
+    # block 0: 6 vertices, runs of consecutive ids (pieces across run borders)
+    flat = np.r_[0:100, 300:420, 50:90, 1000:1130]
+    sizes = np.array([30, 70, 20, 60, 40, 40, 5, 45, 50, 30])
+    vectors = np.array([1, 2, 0, 3, 2, 2])
+    graph.addVertices(cs, cls, [0] * 6, {"a": RunSegments(var, _all_runs(flat), sizes, vectors)})
+    # block 1: 5 vertices, scattered ids (kept as an array)
+    ids = rng.permutation(2000)[:300]
+    sizes = np.array([10, 50, 40, 100, 20, 30, 50])
+    vectors = np.array([2, 1, 1, 2, 1])
+    graph.addVertices(cs, cls, [0] * 5, {"a": Segments(var.elements(ids), sizes, vectors)})
+    # block 2: 4 vertices, one long run each
+    flat = np.arange(1200, 1600)
+    graph.addVertices(
+        cs, cls, [0] * 4, {"a": RunSegments(var, _all_runs(flat), [100] * 4, [1] * 4)}
+    )
+    return graph
+
+
+def _member_sets(n: int) -> list[np.ndarray]:
+    every = np.arange(n)
+    return [
+        every,
+        every[:6],
+        every[6:11],
+        every[11:],
+        every[::2],
+        every[[1, 3, 4, 7, 12]],
+        np.array([2]),
+        every[::-1],  # out of order: read one vertex at a time
+        np.array([11, 0, 1]),
+        np.zeros(0, np.int64),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_block_lists_match_the_former_way(blocks_graph, dtype) -> None:
+    table = blocks_graph._state.vertices
+    kinds = {type(b.fields["a"][3]).__name__ for b in table.list_blocks}
+    assert kinds == {"RunIds", "ndarray"}  # both ways of holding ids are read
+    read = []
+    for members in _member_sets(15):
+        got = _block_lists(table, members.astype(np.int64), "a", dtype)
+        want = _reference_block_lists(table, members.astype(np.int64), "a", dtype)
+        if want is None:
+            assert got is None
+            continue
+        read.append(int(got[2].size))
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+        assert got[2].dtype == dtype
+    # sizes per vertex: 30, 90, 0, 140, 50, 80 | 60, 40, 100, 50, 50 | 100 x 4
+    assert read == [1090, 390, 300, 400, 490, 420, 0, 0]  # all but the two out of order
+
+
+def test_take_ranges_of_runs_and_arrays_equal_numpy() -> None:
+    rng = np.random.default_rng(3)
+    flat = np.concatenate(
+        [np.arange(s, s + n) for s, n in zip([5, 900, 40, 0], [30, 7, 60, 3], strict=True)]
+    )
+    held = _all_runs(flat)
+    begins = rng.integers(0, flat.size, 40)
+    ends = np.minimum(begins + rng.integers(0, 25, 40), flat.size)
+    want = np.concatenate([flat[b:e] for b, e in zip(begins, ends, strict=True)])
+    for dtype in (np.int32, np.int64):
+        a = np.full(want.size + 2, -9, dtype)
+        b = np.full(want.size + 2, -9, dtype)
+        assert runs.take_run_ranges(held.starts, held.firsts, held.size, begins, ends, a, 1) == (
+            want.size + 1
+        )
+        assert runs.take_ranges(flat, begins, ends, b, 1) == want.size + 1
+        for out in (a, b):
+            assert out[0] == -9 and out[-1] == -9
+            np.testing.assert_array_equal(out[1:-1], want)
+
+
+def test_expand_as_equals_expand() -> None:
+    begin = np.array([7, 0, 100, 3], np.int64)
+    length = np.array([4, 0, 9, 1], np.int64)
+    for dtype in (np.int32, np.int64):
+        got = runs.expand_as(begin, length, dtype)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, runs.expand(begin, length))
+    assert list(
+        itertools.chain(*(range(b, b + n) for b, n in zip(begin, length, strict=True)))
+    ) == (runs.expand(begin, length).tolist())
