@@ -15,6 +15,7 @@ from poplar_api.graph_connections import RunSegments, Segments
 from poplar_api.lowering import runs
 from poplar_api.lowering.field_tables import _block_lists, _join, _ranges
 from poplar_api.run_ids import RunIds
+from tests.test_library_build_fast_paths import _vertex_class
 
 
 def _reference_block_lists(table, members, name, dtype):
@@ -45,19 +46,6 @@ def _reference_block_lists(table, members, name, dtype):
     return offsets, inner_offsets, _join([ids for _, _, ids in parts], dtype)
 
 
-def _probe():
-    from poplar_api.codelet import Input, VectorList, Vertex
-
-    class ListProbe(Vertex):
-        a = Input(VectorList(FLOAT))
-
-        @staticmethod
-        def compute(a):  # pragma: no cover - compiled, never run here
-            return True
-
-    return ListProbe
-
-
 def _all_runs(flat: np.ndarray) -> RunIds:
     starts = np.flatnonzero(np.r_[True, np.diff(flat) != 1])
     return RunIds(starts, flat[starts].astype(np.int64), flat.size, np.int32)
@@ -66,7 +54,7 @@ def _all_runs(flat: np.ndarray) -> RunIds:
 @pytest.fixture(scope="module")
 def blocks_graph():
     """A graph with three list blocks: ids as runs, ids that are no runs, runs again."""
-    cls = _probe()
+    cls = _vertex_class()
     graph = Graph(IPUModel("ipu1").createDevice().getTarget())
     graph.addCodelets(cls)
     var = graph.addVariable(FLOAT, [2000], "v")
