@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from poplar_api.lowering import pieces, received
-from poplar_api.lowering.field_tables import _mixed_field
 from poplar_api.lowering.exchange import _owner_runs
+from poplar_api.lowering.field_tables import _mixed_field
 from poplar_api.lowering.liveness import VariableIndex
 from poplar_api.vertices import NO_RUN
 
