@@ -13,20 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from ipusim.machine_copies import transform_factor
 from poplar_api.poplin.conv_params import ConvParams
-from poplar_api.types import FLOAT, Type
 
 __all__ = ["MATMUL_PASSES", "transform_estimates"]
 
 #: The passes of a matmul product (Poplibs' ``isMatmulOrFullyConnectedLayer``).
 MATMUL_PASSES = ("NONE_MATMUL", "FC_INFERENCE_FWD", "FC_TRAINING_FWD", "FC_TRAINING_BWD",
                  "FC_TRAINING_WU")  # fmt: skip
-
-
-def _transform_factor(type_: Type, size: int) -> tuple[int, int]:
-    """Poplibs' ``getScaleFactorForTransform``: 5/4 when ``size`` is a multiple of the
-    type's grain (2 FLOAT, 4 HALF), else 5/3."""
-    return (5, 4) if size % (2 if type_ == FLOAT else 4) == 0 else (5, 3)
 
 
 def transform_estimates(
@@ -56,7 +50,8 @@ def transform_estimates(
     (``regroupOutput``, which does not apply to the fully-connected passes). Each
     rearrangement spreads its tensor's bytes (channels padded to the groupings) over
     the used tiles: a copy of ``5 / f`` cycles per ``min(memcpy, element)`` bytes (``f``
-    4 or 3, :func:`_transform_factor`; memcpy bytes per cycle = the data path width)
+    4 or 3, :func:`ipusim.machine_copies.transform_factor`; memcpy bytes per cycle = the
+    data path width)
     and an exchange at the target's rate; a regroup copies ``min(memcpy, group
     bytes)`` per cycle. The temporary bytes are twice the largest tensor's bytes per
     tile. Convolutions (other passes) are costed without it.
@@ -82,12 +77,12 @@ def transform_estimates(
     def per_tile(elements: np.ndarray, size: int) -> np.ndarray:
         return -(-(elements * size) // used)
 
-    f0, f1 = _transform_factor(params.inputType, ci * co)
+    f0, f1 = transform_factor(params.inputType.name, ci * co)
     bpc = min(memcpy, in_b)
     in_t = per_tile(field * ci_p * g, in_b)
     w_t = per_tile(ci_p * co_p * g * int(np.prod(params.kernelShape)), in_b)
-    out_t = per_tile(field * co_p * g, out_b)
-    o0, o1 = _transform_factor(params.outputType, co)
+    out_t = -(-(field * co_p * g) // used) * out_b  # elements per tile, then bytes
+    o0, o1 = transform_factor(params.outputType.name, co)
     move = lambda b, rate: -(-(b * f0) // (rate * f1))  # noqa: E731
     xch = lambda b: np.ceil(b / xbpc).astype(np.int64)  # noqa: E731
     cycles = np.where(re_in, move(in_t, bpc) + xch(in_t), 0)
