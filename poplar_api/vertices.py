@@ -516,7 +516,7 @@ def id_count(value: range | np.ndarray) -> int:
 def id_array(value: range | np.ndarray) -> np.ndarray:
     """A connection's ids as a 1-D int64 array in row-major order."""
     if type(value) is range:
-        return np.arange(value.start, value.stop, dtype=np.int64)
+        return np.arange(value.start, value.stop, value.step, dtype=np.int64)
     return np.asarray(value, np.int64).reshape(-1)
 
 

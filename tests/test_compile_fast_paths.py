@@ -174,7 +174,9 @@ def test_variable_tile_counts_equal_the_sorted_pair_counts(seed):
     want = _old_variable_tiles(starts, holder, size, tile, var_ids, nt)
     for g, w in zip(got, want, strict=True):
         assert g.tolist() == w.tolist()
-    with pytest.raises(ValueError, match="beyond the target's 3 tiles"):
+    k = int(np.argmax(tile[starts]))  # the stretch on the highest tile
+    named = rf"variable id {var_ids[holder[k]]} is mapped to tile {tile[starts][k]}, "
+    with pytest.raises(ValueError, match=named + "beyond the target's 3 tiles"):
         runs.variable_tile_counts(starts, holder, size, tile, var_ids, 3)
 
 

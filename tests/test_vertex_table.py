@@ -181,6 +181,7 @@ def test_estimators_see_the_sizes_of_ranges_and_arrays(graph: Graph) -> None:
 
     assert id_count(range(7, 107)) == 100 and id_count(np.zeros((3, 4), np.int64)) == 12
     assert id_array(range(3, 6)).tolist() == [3, 4, 5]
+    assert id_array(range(9, 2, -3)).tolist() == list(range(9, 2, -3)) == [9, 6, 3]
     assert id_array(np.array([[4, 2], [9, 1]])).tolist() == [4, 2, 9, 1]
     cs = graph.addComputeSet("cs")
     m = graph.addVariable(FLOAT, [3, 5], "m")

@@ -469,9 +469,12 @@ def variable_tile_counts(
         np.asarray(var_ids, np.int64), int(num_tiles),
     )  # fmt: skip
     if not ok:
-        bad = int(tile[np.asarray(starts, np.int64)].max())
+        at = tile[np.asarray(starts, np.int64)]
+        k = int(np.argmax(at))
+        bad, vid = int(at[k]), int(np.asarray(var_ids, np.int64)[np.asarray(holder)[k]])
         raise ValueError(
-            f"an element is mapped to tile {bad}, beyond the target's {num_tiles} tiles; "
+            f"an element of variable id {vid} is mapped to tile {bad}, beyond the "
+            f"target's {num_tiles} tiles; "
             "hint: validate the graph's tile mapping first"
         )
     return var, tiles, count
