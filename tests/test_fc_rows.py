@@ -4,7 +4,9 @@ Every ``J-fc_layer_*`` row of ``tests/data/calibration/measurements.csv`` (Popli
 ``tests/benchmark_results.csv`` at f927358: the ``fully_connected_layer`` tool's two runs,
 forward then backward with the weight update) is run as ``report.py`` runs it, on its
 row's IPU Model preset. Issue 28's bar: no row beyond +-50 % and, per generation, a mean
-absolute error of at most 15 %.
+absolute error of at most 15 %. The same CSV records each run's largest tile memory, which
+says whether Poplibs' plan of the layer used the AMP in any pass; ipusim's plans are held
+against that too.
 """
 
 from __future__ import annotations
@@ -56,3 +58,91 @@ def test_fully_connected_rows_within_the_issue_bar() -> None:
         assert abs(errs[worst]) <= 0.50, f"{worst}: {errs[worst]:+.1%}"
         mean = sum(abs(e) for e in errs.values()) / len(errs)
         assert mean <= 0.15, f"{gen}: mean |error| {mean:.1%}"
+
+
+#: ``MaxTileMemory`` (bytes) of every fully-connected row in Poplibs'
+#: ``tests/benchmark_results.csv`` at f927358 (the runs whose cycles are the J rows): the
+#: highest address used on any tile, counted from the start of tile memory. A tile holding
+#: anything in the interleaved region (which starts after the non-interleaved one: 128 KiB
+#: on Mk1, 208 KiB on Mk2) reports more than the non-interleaved region's size.
+POPLIBS_MAX_TILE_MEMORY = {
+    "ipum1": {
+        "1440x100x200": 132696, "1440x200x400": 135896, "16_1000_1000_float": 134936,
+        "16_1000_1000_half": 132792, "16_1000_5_float": 131160, "16_1000_5_half": 131160,
+        "16x1324x100": 131608, "1_1000_1000_float": 32952, "1_1000_1000_half": 32872,
+        "1_1000_5_float": 131128, "1_1000_5_half": 131112, "4_1000_1000_float": 134936,
+        "4_1000_1000_half": 132792, "4_1000_5_float": 131160, "4_1000_5_half": 131144,
+        "80_1324_100": 132536, "8_1000_1000_float": 134936, "8_1000_1000_half": 132792,
+        "8_1000_5_float": 131160, "8_1000_5_half": 131144,
+    },
+    "ipum2": {
+        "1440x100x200": 214872, "1440x200x400": 217304, "16_1000_1000_float": 215832,
+        "16_1000_1000_half": 214488, "16_1000_5_float": 213112, "16_1000_5_half": 213080,
+        "16x1324x100": 213464, "1_1000_1000_float": 216088, "1_1000_1000_half": 32872,
+        "1_1000_5_float": 213048, "1_1000_5_half": 213064, "4_1000_1000_float": 216088,
+        "4_1000_1000_half": 214424, "4_1000_5_float": 213080, "4_1000_5_half": 213064,
+        "80_1324_100": 214936, "8_1000_1000_float": 216088, "8_1000_1000_half": 214424,
+        "8_1000_5_float": 213080, "8_1000_5_half": 213064,
+    },
+}  # fmt: skip
+_NO_AMP_HERE = (
+    "Poplibs' plan of this layer has no AMP vertex in any pass (no tile uses the interleaved "
+    "region), ipusim's has one: Poplibs' candidates for a batch-1 layer include a joint "
+    "horizontal-MAC plan whose weight update runs on the OuterProduct vertex "
+    "(getFullyConnectedWUMethod) and, planned alone, the OuterProduct for the weight update's "
+    "one input channel; ipusim models neither"
+)
+_AMP_HERE = (
+    "Poplibs' plan of this layer has an AMP vertex in some pass (a tile uses the interleaved "
+    "region), ipusim plans all three passes with the horizontal MAC"
+)
+#: Rows whose plans differ from Poplibs' in this respect, and why.
+_AMP_DIFFERENT = {
+    "J-fc_layer_1_1000_1000_float.ipum1": _NO_AMP_HERE,
+    "J-fc_layer_1_1000_1000_half.ipum1": _NO_AMP_HERE,
+    "J-fc_layer_1_1000_1000_half.ipum2": _NO_AMP_HERE,
+    **{f"J-fc_layer_{n}.{g}": _AMP_HERE for n in ("1_1000_5_half", "4_1000_5_half",
+                                                  "4_1000_5_float") for g in ("ipum1", "ipum2")},
+}  # fmt: skip
+_PASS_OPTIONS = {"FC_TRAINING_FWD": "TRAINING_FWD", "FC_TRAINING_BWD": "TRAINING_BWD",
+                 "FC_TRAINING_WU": "TRAINING_WU"}  # fmt: skip
+
+
+def _amp_rows() -> list:
+    params = []
+    for gen, rows in POPLIBS_MAX_TILE_MEMORY.items():
+        for name in rows:
+            row = f"J-fc_layer_{name}.{gen}"
+            marks = []
+            if row in _AMP_DIFFERENT:
+                marks = [pytest.mark.xfail(strict=True, reason=_AMP_DIFFERENT[row])]
+            params.append(pytest.param(row, marks=marks, id=row))
+    return params
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", _amp_rows())
+def test_layers_use_the_amp_where_poplibs_does(row: str) -> None:
+    """An AMP vertex's partial sums lie in the interleaved region (``ConvPartial1x1Out`` and
+    ``ConvPartialnx1`` declare their ``out`` vectors interleaved, lib/poplin/codelets at
+    graphcore/poplibs f927358; the horizontal MAC, vertical MAC and OuterProduct do not),
+    so a row whose Poplibs run used the interleaved region on no tile planned no pass with
+    the AMP. ipusim's plans of the layer's three passes must agree."""
+    from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
+    from poplar_api.poplin.fc_joint import FC_TRAINING, pass_product
+
+    fc = _fc_module()
+    gen = row.rsplit(".", 1)[1]
+    p = fc.POINTS[row]
+    graph = Graph(IPUModel(fc.POINT_CONFIGS[row]).createDevice().getTarget())
+    region = int(graph.getTarget().config.memory.non_interleaved_bytes)
+    name = row[len("J-fc_layer_") : -len(gen) - 1]
+    poplibs_amp = POPLIBS_MAX_TILE_MEMORY[gen][name] > region
+    dtype = FLOAT if p["data_type"] == "float" else HALF
+    layer = (1, p["batch"], p["input_size"], p["output_size"])
+    methods = [
+        poplin.getPlan(graph, pass_product(q, layer), dtype, dtype,
+                       {"fullyConnectedPass": _PASS_OPTIONS[q]}).method
+        for q in FC_TRAINING
+    ]  # fmt: skip
+    assert ("AMP" in methods) == poplibs_amp, f"{row}: ipusim plans {methods}"
