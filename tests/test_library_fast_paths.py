@@ -252,10 +252,12 @@ def test_conv_worklists_are_partition_by_worker(seed: int) -> None:
     nd = int(rng.integers(1, 4))
     maps, ranges = [], []
     for _ in range(nd):
-        size, k, dil = int(rng.integers(3, 9)), int(rng.integers(1, 4)), 1
+        size, k = int(rng.integers(3, 9)), int(rng.integers(1, 4))
+        stride, dil = (1, 1) if seed < 10 else (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        dil = dil if dil * (k - 1) < size else 1  # the kernel fits the field
         pad = int(rng.integers(0, 2))
-        out = size + 2 * pad - (k - 1)
-        maps.append(_map(size, out, 1, dil, pad, k))
+        out = (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
+        maps.append(_map(size, out, stride, dil, pad, k))
         a = int(rng.integers(0, out))
         ranges.append((a, int(rng.integers(a + 1, out + 1))))
     batch, workers = int(rng.integers(1, 4)), int(rng.integers(1, 7))
@@ -263,6 +265,18 @@ def test_conv_worklists_are_partition_by_worker(seed: int) -> None:
     want = partition_by_worker(maps, batch, ranges, workers)
     got = [[w.tolist() for w in per_k] for per_k in geom.worklists]
     assert got == want
+    assert len(geom.worklists) == len(want)
+    assert [w.tolist() for w in geom.worklists[-1]] == want[-1]
+    # the estimators' counts: worker w's entry sizes at each kernel position
+    counts = [[per_k[w][1::3] for per_k in want] for w in range(workers)]
+    assert geom.partitions == counts
+    # one element apart: the first two of a kernel position's entries of 2 or more
+    # elements (the same for every kernel position in these transforms)
+    steps = {(int(np.diff(np.flatnonzero(m[k] >= 0)[:2])[0]),
+              int(np.diff(m[k][m[k] >= 0][:2])[0]))
+             for m in [maps[-1][:, ranges[-1][0]: ranges[-1][1]]]
+             for k in range(m.shape[0]) if np.count_nonzero(m[k] >= 0) >= 2}  # fmt: skip
+    assert {(geom.out_stride, geom.in_stride)} == (steps or {(1, 1)})
 
 
 def test_split_regions_repeated_calls_keep_every_argument_apart() -> None:

@@ -63,15 +63,15 @@ def _tile_kind(
     graph: Graph, plan: ConvPlan, geom: TileGeometry, kpos: int, fp: Type, acc_type: Type
 ) -> TileKind:
     method = vertex_method(plan, geom, kpos)
-    flat = [w for per_k in geom.worklists for w in per_k]
-    wl_values = np.concatenate(flat).astype(np.int64)
+    # the worklists, one after another (kernel position, then worker), are the entries
+    wl_values = geom.entries
     limited = bool(wl_values.size == 0 or wl_values.max() <= np.iinfo(np.uint16).max)
     cls = conv_vertex(method, fp, acc_type, limited, plan.num_conv_units,
                       plan.conv_input_load_elems,
                       max(plan.conv_groups_per_group, 4))  # fmt: skip
     graph.addCodelets(cls)
-    ends = np.cumsum([w.size for w in flat]).tolist()
-    bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+    ends = [3 * b for b in geom.entry_bounds]
+    bounds = list(itertools.pairwise(ends))
     return TileKind(method, cls, UNSIGNED_SHORT if limited else UNSIGNED_INT, wl_values,
                     bounds, {})  # fmt: skip
 

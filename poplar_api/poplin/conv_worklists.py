@@ -17,13 +17,16 @@ batch range and one range per field dimension) determines:
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
 from poplar_api.poplin.conv_estimator_common import CountLists
 
-__all__ = ["TileGeometry", "relative_dim_key", "relative_key", "tile_geometry"]
+__all__ = ["TileGeometry", "Worklists", "relative_dim_key", "relative_key", "tile_geometry"]
 
 
 @dataclass
@@ -36,8 +39,14 @@ class TileGeometry:
         Per field dimension ``(begin, end)`` of the input indices read.
     out_shape, in_shape
         Field shapes of the output block and of the input window (without batch).
-    worklists
-        ``kernelPositions x workers`` lists of flat ``(outRow, num, inRow)`` triples.
+    entries
+        Every worklist entry's ``(outRow, num, inRow)``, flat, in the order of kernel
+        position, then worker (the worklists one after another).
+    entry_bounds
+        Entry ``entry_bounds[k * workers + w]`` is the first of kernel position ``k``'s
+        worker ``w`` (one bound more than lists).
+    workers
+        Worker contexts the entries are split over.
     partitions
         ``partitions[w][k]``: the ``num`` of each entry of worker ``w`` at kernel
         position ``k`` (the estimators' ``workerPartitions``).
@@ -51,18 +60,50 @@ class TileGeometry:
     window: list[tuple[int, int]]
     out_shape: list[int]
     in_shape: list[int]
-    worklists: list[list[np.ndarray]]
+    entries: np.ndarray
+    entry_bounds: list[int]
+    workers: int
     partitions: list[list[list[int]]]
     in_stride: int
     out_stride: int
     positions: int
 
+    @property
+    def worklists(self) -> Worklists:
+        """``kernelPositions x workers`` lists of flat ``(outRow, num, inRow)`` triples
+        (slices of :attr:`entries`, made when read)."""
+        return Worklists(self.entries, self.entry_bounds, self.workers)
 
-def _ap(idx: np.ndarray) -> int:
-    """Step of an arithmetic progression of indices (1 for fewer than two)."""
-    if idx.size < 2:
-        return 1
-    return int(idx[1] - idx[0])
+
+class Worklists(Sequence[list[np.ndarray]]):
+    """The worklists of a :class:`TileGeometry` by kernel position: item ``k`` is the
+    list of its workers' flat ``(outRow, num, inRow)`` triples. Only the lists read
+    are made (the planner's estimates read the number of kernel positions, and the
+    first position's lists of a 1x1 kernel)."""
+
+    __slots__ = ("_bounds", "_entries", "_workers")
+
+    def __init__(self, entries: np.ndarray, bounds: list[int], workers: int) -> None:
+        self._entries, self._bounds, self._workers = entries, bounds, workers
+
+    def __len__(self) -> int:
+        return (len(self._bounds) - 1) // self._workers
+
+    @overload
+    def __getitem__(self, k: int) -> list[np.ndarray]: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[list[np.ndarray]]: ...
+
+    def __getitem__(self, k: int | slice) -> list[np.ndarray] | list[list[np.ndarray]]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        n = len(self)
+        if not -n <= k < n:
+            raise IndexError(f"kernel position {k} of {n}")
+        k %= n
+        b, nw, flat = self._bounds, self._workers, self._entries
+        return [flat[3 * b[i] : 3 * b[i + 1]] for i in range(k * nw, (k + 1) * nw)]
 
 
 def tile_geometry(
@@ -114,20 +155,24 @@ def tile_geometry(
     rows = batch * np.prod(counts[:-1], 0) if n > 1 else np.full(live.size, batch)
     total = np.where(live, rows * per_row, 0)
     positions = int(total.sum())
-    # the inner dimension's steps (one out and one in stride for every kernel position)
+    # the inner dimension's steps (one out and one in stride for every kernel position):
+    # the first two active outputs of each kernel position's inner kernel index
+    steps = np.flatnonzero(live & (per_row >= 2))
     in_step = out_step = None
-    for k in np.flatnonzero(live & (per_row >= 2)).tolist():
-        kin = int(kidx[-1][k])
-        inner = act[-1][off[-1][kin] : off[-1][kin] + per_row[k]]
-        inner_in = sub[-1][kin, inner] - window[-1][0]
-        o_s, i_s = int(inner[1] - inner[0]), int(inner_in[1] - inner_in[0])
-        out_step = o_s if out_step is None else out_step
-        in_step = i_s if in_step is None else in_step
-        if (o_s, i_s) != (out_step, in_step) or _ap(inner) != o_s:
+    if steps.size:
+        first_at = off[-1][kidx[-1][steps]]
+        o_a, o_b = act[-1][first_at], act[-1][first_at + 1]
+        kin_s = kidx[-1][steps]
+        o_s = o_b - o_a
+        i_s = sub[-1][kin_s, o_b] - sub[-1][kin_s, o_a]
+        out_step, in_step = int(o_s[0]), int(i_s[0])
+        bad = np.flatnonzero((o_s != out_step) | (i_s != in_step))
+        if bad.size:
+            j = int(bad[0])
             raise ValueError(
                 "conv worklists: kernel positions need different strides "
-                f"({o_s}, {i_s}) vs ({out_step}, {in_step}); this transform is "
-                "not supported"
+                f"({int(o_s[j])}, {int(i_s[j])}) vs ({out_step}, {in_step}); this transform "
+                "is not supported"
             )
     # per (kernel position, worker): the rows its contiguous range of elements touches
     wv = np.arange(nw, dtype=np.int64)
@@ -162,25 +207,20 @@ def tile_geometry(
     i_row = i_row + r * in_field
     num = x1 - x0
     entries = np.stack([o_row, num, i_row], 1).astype(np.int64)
-    # entry ranges per (kernel position, worker); plain slices (np.split is slow
-    # for thousands of pieces)
+    # entry ranges per (kernel position, worker), index k * workers + w: one list of
+    # counts per range made in one pass (the estimators read them per worker), the
+    # worklists only when asked for (the planner's estimates need the counts alone)
     bounds = [0, *np.cumsum(cnt).tolist()]
-    flat = entries.reshape(-1)
     nums = num.astype(np.int64).tolist()
-    worklists = [
-        [flat[3 * bounds[k * nw + w] : 3 * bounds[k * nw + w + 1]] for w in range(nw)]
-        for k in range(live.size)
-    ]
-    partitions = CountLists(
-        [nums[bounds[k * nw + w] : bounds[k * nw + w + 1]] for k in range(live.size)]
-        for w in range(nw)
-    )
+    per_pair = [nums[a:b] for a, b in itertools.pairwise(bounds)]
     return TileGeometry(
         window=window,
         out_shape=out_shape,
         in_shape=in_shape,
-        worklists=worklists,
-        partitions=partitions,
+        entries=entries.reshape(-1),
+        entry_bounds=bounds,
+        workers=nw,
+        partitions=CountLists(per_pair[w::nw] for w in range(nw)),
         in_stride=1 if in_step is None else in_step,
         out_stride=1 if out_step is None else out_step,
         positions=positions,
