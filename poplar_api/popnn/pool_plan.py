@@ -7,14 +7,17 @@ A pass is split into partitions (channel groups x batch x output field ranges, s
 groups and tile — the worklist rows, the field windows, the constants' values and the
 cycle estimate — depends only on its batch size and output field range, so it is
 computed once per distinct range (:class:`_Geometry`) and shared by the partitions of
-every channel-group range; the tile choice is one ``argmax`` over the tiles not yet
-used. The vertices, their constants and estimates are then added in partition order.
+every channel-group range; ranges that differ only by a shift (away from the padding)
+share one worked-out geometry, moved. The partitions are kept as columns
+(:mod:`poplar_api.popnn.pool_parts`): their windows' positions are gathered one
+pattern per shape, and their tiles chosen in one compiled pass. The vertices, their
+constants and estimates are then added in partition order.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +28,7 @@ from poplar_api.graph import Graph, Segments
 from poplar_api.popnn import estimators as est
 from poplar_api.popnn import pool_vertices as pv
 from poplar_api.popnn.mapping import local_tiles
+from poplar_api.popnn.pool_parts import Parts, box_positions, choose_tiles, put_in_order
 from poplar_api.tensor import Tensor
 from poplar_api.types import UNSIGNED_INT, UNSIGNED_SHORT, Type
 
@@ -161,6 +165,9 @@ class _Geometry:
     n_sorted: np.ndarray | None = None
     avg: tuple[float, np.ndarray | None, list[tuple[int, int]]] | None = None
     estimates: dict[int, int] = field(default_factory=dict)
+    #: geometries of one range shape share this number (and their worklists, shapes
+    #: and estimates); only their origins differ
+    shape_id: int = -1
 
 
 @dataclass
@@ -177,18 +184,6 @@ class _Vertex:
     work_list: Any = None
     rows: list[tuple[int, int]] = field(default_factory=list)
     scaling: dict[str, Any] | None = None
-
-
-@dataclass
-class _Part:
-    """A partition: batch range ``[b0, b1)``, channel groups ``[g0, g1)`` and the
-    :class:`_Geometry` of its output field range."""
-
-    b0: int
-    b1: int
-    g0: int
-    g1: int
-    geo: _Geometry
 
 
 class _Builder:
@@ -210,6 +205,10 @@ class _Builder:
         self.next = nxt
         self.kidx = np.array(np.unravel_index(np.arange(int(np.prod(ps.kernel))), ps.kernel))
         self._geometries: dict[tuple, _Geometry] = {}
+        #: geometries up to a shift: the first worked out, its output range's begin
+        #: and its first input index per dimension
+        self._relative: dict[tuple, tuple[_Geometry, list[int], list[int]]] = {}
+        self._dim_keys: dict[tuple[int, int, int], tuple[int, tuple, bytes]] = {}
 
     # -------------------------------------------------------------- one partition
     def rows(self, nb: int, shape: list[int]) -> tuple[np.ndarray, ...]:
@@ -288,13 +287,52 @@ class _Builder:
         return start_pos, base, trip, 3 * starts, 3 * ends, op, n
 
     def geometry(self, nb: int, begin: list[int], end: list[int]) -> _Geometry:
-        """The :class:`_Geometry` of a partition (made once per distinct range)."""
+        """The :class:`_Geometry` of a partition (made once per distinct range, and
+        worked out once per range shape: see :meth:`_relative_key`)."""
         key = (nb, tuple(begin), tuple(end))
         geo = self._geometries.get(key)
         if geo is not None:
             return geo
-        geo = _Geometry(self._input_box(begin, end))
+        rkey, firsts = self._relative_key(nb, begin, end)
+        same = self._relative.get(rkey)
+        if same is None:
+            geo = self._new_geometry(nb, begin, end)
+            geo.shape_id = len(self._relative)
+            self._relative[rkey] = (geo, begin, firsts)
+        else:  # the same partition up to a shift of its output range and input box
+            rep, begin0, firsts0 = same
+            d_out = [b - b0 for b, b0 in zip(begin, begin0, strict=True)]
+            d_in = [f - f0 for f, f0 in zip(firsts, firsts0, strict=True)]
+            box = [(a + s, b + s) for (a, b), s in zip(rep.in_box, d_in, strict=True)]
+            geo = replace(rep, in_box=box)
+            if not rep.empty:  # (an empty partition has no windows)
+                geo.out_lo = [x + s for x, s in zip(rep.out_lo, d_out, strict=True)]
+                geo.in_lo = [x + s for x, s in zip(rep.in_lo, d_in, strict=True)]
         self._geometries[key] = geo
+        return geo
+
+    def _relative_key(self, nb: int, begin: list[int], end: list[int]) -> tuple[tuple, list[int]]:
+        """A partition's geometry key up to a shift, and its first input index per
+        dimension: partitions whose output ranges have the same length, the same valid
+        kernel positions, and input indices that differ by one shift per dimension have
+        the same worklists, window shapes and estimates (only the windows' origins
+        move), as the padding does not reach them differently."""
+        parts, firsts = [nb], []
+        for d in range(len(begin)):
+            dk = self._dim_keys.get((d, begin[d], end[d]))
+            if dk is None:
+                valid = self.ps.valid[d][begin[d] : end[d]]
+                src = self.ps.src[d][begin[d] : end[d]]
+                first = int(src[valid].min()) if valid.any() else 0
+                rel = np.where(valid, src - first, -1)
+                dk = self._dim_keys[(d, begin[d], end[d])] = (first, rel.shape, rel.tobytes())
+            firsts.append(dk[0])
+            parts.append(dk[1:])
+        return tuple(parts), firsts
+
+    def _new_geometry(self, nb: int, begin: list[int], end: list[int]) -> _Geometry:
+        """The :class:`_Geometry` of a partition, worked out."""
+        geo = _Geometry(self._input_box(begin, end))
         e = self.entries(nb, begin, end)
         if e is None:
             return geo
@@ -399,25 +437,24 @@ class _Builder:
         out_op = next(o for o in operands if o.field == "out")
         parts = self._partitions(batch, ng, split)
         tiles = self._choose_tiles(owner, parts)
-        zero_required = any(p.geo.empty or p.geo.partial for p in parts)
-        kept = [k for k, p in enumerate(parts) if not p.geo.empty]
+        empty = parts.flags("empty")
+        zero_required = bool(empty.any() or parts.flags("partial").any())
+        kept = np.flatnonzero(~empty)
+        mine = parts.take(kept)
         self._specs: list[tuple[Type, np.ndarray, int, str]] = []
-        if avg and any(self.avg_scale(parts[k].geo)[1] is not None for k in kept):
+        used = [mine.geos[i] for i in np.unique(mine.geo).tolist()]
+        if avg and any(self.avg_scale(geo)[1] is not None for geo in used):
             # some outputs have fewer kernel positions: SelectiveScaling vertices too
-            out_pos, out_tiles = self._add_each(
-                cs_pool, cls, operands, parts, tiles, kept, scale_value
-            )
-        elif kept:
-            out_pos, out_tiles = self._add_all(
-                cs_pool, cls, operands, [parts[k] for k in kept], tiles[kept], avg, scale_value
-            )
+            out_pos, out_tiles = self._add_each(cs_pool, cls, operands, mine, tiles[kept],
+                                                scale_value)  # fmt: skip
+        elif kept.size:
+            out_pos, out_tiles = self._add_all(cs_pool, cls, operands, mine, tiles[kept], avg,
+                                               scale_value)  # fmt: skip
         else:
             out_pos, out_tiles = np.zeros(0, np.int64), np.zeros(0, np.int64)
         if out_pos.size:
-            _, last = np.unique(out_pos[::-1], return_index=True)  # a later partition wins
-            keep = out_pos.size - 1 - last
             mapped = local_tiles(graph, out_op.tensor, self.name)
-            mapped[out_pos[keep]] = out_tiles[keep]
+            put_in_order(mapped, out_pos, out_tiles)  # a later partition wins
             graph.mapElements(out_op.tensor, mapped)
         if zero_required:
             from poplar_api.popops.elementwise import zero
@@ -428,7 +465,7 @@ class _Builder:
         if self._cs_scale is not None:
             prog.add(_program.Execute(self._cs_scale))
 
-    def _partitions(self, batch: int, ng: int, split: list[int]) -> list[_Part]:
+    def _partitions(self, batch: int, ng: int, split: list[int]) -> Parts:
         """The partitions of the pass in Poplibs' order (batch, channel groups, field),
         those with an empty range left out, each with its :class:`_Geometry`."""
         field_ranges = [_ranges(s, k) for s, k in zip(self.ps.out_shape, split[2:], strict=True)]
@@ -438,113 +475,80 @@ class _Builder:
             for combo in np.ndindex(*split[2:])
         ]  # fmt: skip
         boxes = [(b, e) for b, e in boxes if all(x < y for x, y in zip(b, e, strict=True))]
-        parts = []
-        by_size: dict[int, list[_Geometry]] = {}  # batch ranges of one size share them
-        for b0, b1 in _ranges(batch, split[1]):
-            if b1 == b0:
-                continue
-            geos = by_size.get(b1 - b0)
-            if geos is None:
-                geos = by_size[b1 - b0] = [self.geometry(b1 - b0, b, e) for b, e in boxes]
-            for g0, g1 in _ranges(ng, split[0]):
-                if g1 == g0:
-                    continue
-                parts += [_Part(b0, b1, g0, g1, geo) for geo in geos]
-        return parts
+        b_ranges = np.array([r for r in _ranges(batch, split[1]) if r[1] > r[0]], np.int64)
+        g_ranges = np.array([r for r in _ranges(ng, split[0]) if r[1] > r[0]], np.int64)
+        geos: list[_Geometry] = []
+        first_of: dict[int, int] = {}  # batch ranges of one size share their geometries
+        for nb in np.unique(b_ranges[:, 1] - b_ranges[:, 0]).tolist():
+            first_of[nb] = len(geos)
+            geos += [self.geometry(nb, b, e) for b, e in boxes]
+        nbox, ngr = len(boxes), len(g_ranges)
+        per_batch = ngr * nbox
+        first = np.array([first_of[int(b1 - b0)] for b0, b1 in b_ranges.tolist()], np.int64)
+        geo = np.repeat(first, per_batch) + np.tile(np.arange(nbox), len(b_ranges) * ngr)
+        return Parts(
+            np.repeat(b_ranges[:, 0], per_batch), np.repeat(b_ranges[:, 1], per_batch),
+            np.tile(np.repeat(g_ranges[:, 0], nbox), len(b_ranges)),
+            np.tile(np.repeat(g_ranges[:, 1], nbox), len(b_ranges)),
+            geo.astype(np.int64), geos,
+        )  # fmt: skip
 
-    def _choose_tiles(self, owner: np.ndarray, parts: list[_Part]) -> np.ndarray:
-        """``getTileToMap`` for each partition in turn: the tile holding most of its input
-        window, each tile once (first in the order of fewest elements mapped on ties;
-        when every holder is taken, the first free tile in that order)."""
-        n, cpg = self.num_tiles, self.cpg
-        map_order = np.argsort(np.bincount(owner.ravel(), minlength=n), kind="stable")
-        rank = np.empty(n, np.int64)
-        rank[map_order] = np.arange(n)
-        subs = [
-            owner[(slice(p.g0 * cpg, p.g1 * cpg), slice(p.b0, p.b1),
-                   *(slice(a, b) for a, b in p.geo.in_box))].ravel()
-            for p in parts
-        ]  # fmt: skip
-        sizes = np.fromiter((s.size for s in subs), np.int64, len(subs))
-        pid = np.repeat(np.arange(len(parts), dtype=np.int64), sizes)
-        keys, counts = np.unique(pid * n + np.concatenate(subs), return_counts=True)
-        c_pid, c_pos = keys // n, rank[keys % n]
-        order = np.lexsort((c_pos, -counts, c_pid))  # per partition: most used first
-        c_pos = c_pos[order].tolist()
-        cuts = np.searchsorted(c_pid[order], np.arange(len(parts) + 1)).tolist()
-        taken = [False] * n
-        free = 0  # no position before it is free
-        chosen = np.empty(len(parts), np.int64)
-        for k in range(len(parts)):
-            best = next((c for c in c_pos[cuts[k] : cuts[k + 1]] if not taken[c]), -1)
-            if best < 0:
-                while free < n and taken[free]:
-                    free += 1
-                best = free if free < n else 0
-            taken[best] = True
-            chosen[k] = best
-        return map_order[chosen]
+    def _choose_tiles(self, owner: np.ndarray, parts: Parts) -> np.ndarray:
+        """``getTileToMap`` for each partition in turn (:func:`.pool_parts.choose_tiles`)
+        over the elements of its input box (all its channels and batch elements)."""
+        cpg = self.cpg
+        layout = np.ascontiguousarray(owner)
+        strides = np.array(layout.strides, np.int64) // layout.itemsize
+        boxes = np.array([g.in_box for g in parts.geos], np.int64).reshape(len(parts.geos), -1, 2)
+        box_lo, box_n = boxes[:, :, 0], boxes[:, :, 1] - boxes[:, :, 0]
+        origins = parts.g0 * cpg * strides[0] + parts.b0 * strides[1]
+        origins = origins + box_lo[parts.geo] @ strides[2:]
+        shapes = np.concatenate([((parts.g1 - parts.g0) * cpg)[:, None],
+                                 (parts.b1 - parts.b0)[:, None], box_n[parts.geo]], 1)  # fmt: skip
+        pos, sizes = box_positions(strides, origins, shapes)
+        return choose_tiles(owner, layout.reshape(-1)[pos], sizes, self.num_tiles)
 
-    def _windows(self, o: _Operand, parts: list[_Part]) -> tuple[np.ndarray, np.ndarray]:
+    def _windows(self, o: _Operand, parts: Parts) -> tuple[np.ndarray, np.ndarray]:
         """Positions of every partition's window of ``o`` (``[g, b, *box, c]`` of the
-        internal layout), concatenated in partition order, and each one's size.
-
-        A window's positions are those of the window of the same shape at the origin
-        shifted by one offset, so each distinct (geometry, channel groups) is indexed
-        once and its partitions get it in one array operation."""
+        internal layout), concatenated in partition order, and each one's size: one
+        pattern per window shape placed at every partition's origin
+        (:func:`.pool_parts.box_positions`)."""
         layout = np.ascontiguousarray(self._vertex_layout(o.pos))
         strides = np.array([s // layout.itemsize for s in layout.strides], np.int64)
-        geos: dict[int, int] = {}
-        shapes: list[tuple[int, ...]] = []
-        los: list[list[int]] = []
-        for p in parts:
-            if geos.setdefault(id(p.geo), len(geos)) == len(shapes):
-                out = o.window == "out"
-                shapes.append(tuple(p.geo.out_shape if out else p.geo.in_shape))
-                los.append(p.geo.out_lo if out else p.geo.in_lo)
+        out = o.window == "out"
+        geos = parts.geos
+        nd = len(self.ps.out_shape)
+        lo = np.zeros((len(geos), nd), np.int64)
+        shape = np.zeros((len(geos), nd), np.int64)
+        for i, g in enumerate(geos):
+            if not g.empty:
+                lo[i] = g.out_lo if out else g.in_lo
+                shape[i] = g.out_shape if out else g.in_shape
+        origins = parts.g0 * strides[0] + parts.b0 * strides[1] + lo[parts.geo] @ strides[2:-1]
         n = len(parts)
-        gi = np.fromiter((geos[id(p.geo)] for p in parts), np.int64, n)
-        g0 = np.fromiter((p.g0 for p in parts), np.int64, n)
-        nchg = np.fromiter((p.g1 for p in parts), np.int64, n) - g0
-        b0 = np.fromiter((p.b0 for p in parts), np.int64, n)
-        offsets = g0 * strides[0] + b0 * strides[1] + np.array(los, np.int64)[gi] @ strides[2:-1]
-        code = gi * (int(nchg.max()) + 1) + nchg
-        _, first, group = np.unique(code, return_index=True, return_inverse=True)
-        group = group.reshape(-1)
-        rel = []
-        for k in first.tolist():
-            window = (int(nchg[k]), parts[k].b1 - parts[k].b0, *shapes[gi[k]], self.cpg)
-            rel.append(np.ravel_multi_index(np.indices(window).reshape(len(window), -1),
-                                            layout.shape).astype(np.int64))  # fmt: skip
-        sizes = np.array([r.size for r in rel], np.int64)[group]
-        starts = np.cumsum(sizes) - sizes
-        idx = np.empty(int(sizes.sum()), np.int64)
-        members = np.argsort(group, kind="stable")
-        bounds = np.searchsorted(group[members], np.arange(len(rel) + 1)).tolist()
-        for g, r in enumerate(rel):
-            m = members[bounds[g] : bounds[g + 1]]
-            idx[(starts[m][:, None] + np.arange(r.size)).ravel()] = (
-                offsets[m][:, None] + r
-            ).ravel()
-        return layout.ravel()[idx], sizes
+        shapes = np.concatenate([(parts.g1 - parts.g0)[:, None], (parts.b1 - parts.b0)[:, None],
+                                 shape[parts.geo], np.full((n, 1), self.cpg)], 1)  # fmt: skip
+        pos, sizes = box_positions(strides, origins, shapes)
+        return layout.reshape(-1)[pos], sizes
 
-    def _add_each(self, cs, cls, operands, parts, tiles, kept, scale_value):
+    def _add_each(self, cs, cls, operands, parts: Parts, tiles, scale_value):
         """Every partition's vertices one by one (:meth:`_add_one`): the path of a pass
         with ``SelectiveScaling`` vertices. Returns the output positions and tiles."""
         out_op = next(o for o in operands if o.field == "out")
         layouts = [self._vertex_layout(o.pos) for o in operands]
         planned: list[_Vertex] = []
         out_pos: list[np.ndarray] = []
-        for k in kept:
-            p, tile = parts[k], int(tiles[k])
-            v = _Vertex(tile, self.estimate(p.geo, p.g1 - p.g0))
+        columns = [c.tolist() for c in (parts.g0, parts.g1, parts.b0, parts.b1, tiles)]
+        for geo, *row in zip(parts.geometries(), *columns, strict=True):
+            g0, g1, b0, b1, tile = row
+            v = _Vertex(tile, self.estimate(geo, g1 - g0))
             for o, vpos in zip(operands, layouts, strict=True):
-                w = self._window(vpos, p.g0, p.g1, p.b0, p.b1, p.geo, o.window)
+                w = self._window(vpos, g0, g1, b0, b1, geo, o.window)
                 v.pos[o.field] = w.ravel()
                 if o is out_op:
                     out_pos.append(v.pos[o.field])
                     groups = [w[i].ravel() for i in range(w.shape[0])]
-            self._constants(v, p.geo, groups, p.g1 - p.g0, out_op.tensor, True, scale_value)
+            self._constants(v, geo, groups, g1 - g0, out_op.tensor, True, scale_value)
             planned.append(v)
         self._make_constants(planned)
         for v in planned:
@@ -557,21 +561,23 @@ class _Builder:
         one ``addConstants`` call (in Poplibs' order per vertex: ``startPos``,
         ``offsetBase``, worklist, parameters, scale). Returns the output positions and
         their tiles."""
-        n, cpg, name = len(parts), self.cpg, self.name
-        params_of: dict[tuple[int, int], np.ndarray] = {}
-        values: list[np.ndarray] = []
-        for p in parts:
-            geo, nchg = p.geo, p.g1 - p.g0
-            params = params_of.get((id(geo), nchg))
-            if params is None:
-                ps = self.ps
+        n, cpg, name, ps = len(parts), self.cpg, self.name, self.ps
+        # a vertex's constants and estimate depend on its geometry and channel groups
+        keys = list(zip(parts.geo.tolist(), (parts.g1 - parts.g0).tolist(), strict=True))
+        of_key: dict[tuple[int, int], tuple[tuple[np.ndarray, ...], int]] = {}
+        for key in keys:
+            if key not in of_key:
+                geo, nchg = parts.geos[key[0]], key[1]
                 params = np.array([geo.init_info, nchg - 1, cpg, ps.in_step, ps.out_step,
                                    geo.in_slice * cpg, geo.init_info * cpg])  # fmt: skip
-                params_of[(id(geo), nchg)] = params
-            values += (geo.start_pos, geo.base, geo.work_list, params)
-            if self.kind == "sum":
-                scale = self.avg_scale(geo)[0] if avg else scale_value
-                values.append(np.asarray([scale]))
+                arrays: tuple[np.ndarray, ...] = (geo.start_pos, geo.base, geo.work_list, params)
+                if self.kind == "sum":
+                    scale = self.avg_scale(geo)[0] if avg else scale_value
+                    arrays += (np.asarray([scale]),)
+                of_key[key] = arrays, self.estimate(geo, nchg)
+        values: list[np.ndarray] = []
+        for key in keys:
+            values += of_key[key][0]
         types = [UNSIGNED_SHORT, UNSIGNED_SHORT, UNSIGNED_SHORT, UNSIGNED_INT]
         names = [f"{name}/ContextStartPos", f"{name}/OffsetBase", f"{name}/worklist",
                  f"{name}/params"]  # fmt: skip
@@ -596,13 +602,13 @@ class _Builder:
 
         conns["startPos"] = consts(0)
         conns["offsetBase"] = consts(1)
-        rows = [p.geo.row_sizes for p in parts]
+        rows = [g.row_sizes for g in parts.geometries()]
         vectors = np.fromiter((r.size for r in rows), np.int64, n)
         conns["workList"] = Segments(made.concat(base + 2), np.concatenate(rows), vectors)
         conns["params"] = consts(3)
         if self.kind == "sum":
             conns["scale"] = consts(4)
-        estimates = np.fromiter((self.estimate(p.geo, p.g1 - p.g0) for p in parts), np.int64, n)
+        estimates = np.fromiter((of_key[key][1] for key in keys), np.int64, n)
         self.graph.addVertices(cs, cls, tiles, conns, estimates)
         return out_pos, np.repeat(tiles, out_sizes)
 

@@ -1,0 +1,155 @@
+"""The partitions of a pooling pass as columns, and what is worked out for all of them
+at once: the positions of their boxes in a layout and the tile each is mapped to.
+
+A pass has one partition per (batch range, channel-group range, output field range)
+(:mod:`poplar_api.popnn.pool_plan`); a pass over a 28x28 field of 32 images has over
+a thousand. Partitions of one shape (channel groups, batch size, box shape) differ only
+in where their box starts, so their element positions are one pattern plus an origin
+each, gathered in one array operation per shape; the tile choice of Poplibs'
+``getTileToMap`` (``lib/popnn/Pooling.cpp`` at graphcore/poplibs ``7eac0f26``) is one
+compiled pass over those positions' tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+__all__ = ["Parts", "box_positions", "choose_tiles", "put_in_order"]
+
+
+@dataclass
+class Parts:
+    """Partitions of a pass, partition ``k`` being batch range ``[b0[k], b1[k])``,
+    channel groups ``[g0[k], g1[k])`` and the field geometry ``geos[geo[k]]`` (a
+    ``pool_plan._Geometry``), in Poplibs' order (batch, channel groups, field)."""
+
+    b0: np.ndarray
+    b1: np.ndarray
+    g0: np.ndarray
+    g1: np.ndarray
+    geo: np.ndarray
+    geos: list[Any]
+
+    def __len__(self) -> int:
+        return int(self.b0.size)
+
+    def take(self, which: np.ndarray) -> Parts:
+        """The partitions at positions ``which`` (in that order)."""
+        return Parts(self.b0[which], self.b1[which], self.g0[which], self.g1[which],
+                     self.geo[which], self.geos)  # fmt: skip
+
+    def geometries(self) -> list[Any]:
+        """The geometry of every partition, in order."""
+        geos = self.geos
+        return [geos[i] for i in self.geo.tolist()]
+
+    def flags(self, attr: str) -> np.ndarray:
+        """The boolean attribute ``attr`` of every partition's geometry."""
+        per_geo = np.fromiter((bool(getattr(g, attr)) for g in self.geos), bool, len(self.geos))
+        return per_geo[self.geo]
+
+
+def box_positions(
+    strides: np.ndarray, origins: np.ndarray, shapes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The flat positions of boxes in a C-ordered layout of element ``strides``: box
+    ``k`` holds the positions ``origins[k] + sum_d i_d * strides[d]`` for every index
+    ``i`` of a box of shape ``shapes[k]`` (row-major), the boxes concatenated in order;
+    and each box's size.
+
+    Boxes of one shape share their pattern, made once; every box of it is placed in one
+    array operation."""
+    n = origins.size
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    try:  # one integer per shape: a unique of rows is much slower
+        codes = np.ravel_multi_index(shapes.T, shapes.max(0) + 1)
+        _, first, group = np.unique(codes, return_index=True, return_inverse=True)
+        kinds = shapes[first]
+    except ValueError:  # (shapes too large to number)
+        kinds, group = np.unique(shapes, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    rel = []
+    for shape in kinds.tolist():
+        index = np.indices(shape, dtype=np.int64).reshape(len(shape), -1)
+        rel.append(strides @ index if index.size else np.zeros(0, np.int64))
+    sizes = np.array([r.size for r in rel], np.int64)[group]
+    starts = np.cumsum(sizes) - sizes
+    out = np.empty(int(sizes.sum()), np.int64)
+    members = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[members], np.arange(len(rel) + 1)).tolist()
+    for g, r in enumerate(rel):
+        m = members[bounds[g] : bounds[g + 1]]
+        if r.size:
+            at = (starts[m][:, None] + np.arange(r.size)).ravel()
+            out[at] = (origins[m][:, None] + r).ravel()
+    return out, sizes
+
+
+@numba.njit(cache=True, nogil=True)
+def _put(out, pos, values):  # pragma: no cover - compiled
+    for k in range(pos.size):
+        out[pos[k]] = values[k]
+
+
+def put_in_order(out: np.ndarray, pos: np.ndarray, values: np.ndarray) -> None:
+    """``out[pos[k]] = values[k]`` for ``k`` in order, so that of positions given more
+    than once the last one's value stays (numpy's ``out[pos] = values`` does not
+    promise which). ``pos`` must lie within ``out``."""
+    _put(out, np.ascontiguousarray(pos, np.int64), np.ascontiguousarray(values, out.dtype))
+
+
+@numba.njit(cache=True, nogil=True)
+def _greedy(tiles, sizes, rank, n):  # pragma: no cover - compiled
+    # per box in order: the untaken tile holding most of its elements (ties: lowest
+    # rank), else the first untaken rank; returns ranks
+    count = np.zeros(n, np.int64)
+    touched = np.empty(n, np.int64)
+    taken = np.zeros(n, np.bool_)
+    chosen = np.empty(sizes.size, np.int64)
+    free = 0
+    at = 0
+    for k in range(sizes.size):
+        nt = 0
+        for j in range(at, at + sizes[k]):
+            t = tiles[j]
+            if count[t] == 0:
+                touched[nt] = t
+                nt += 1
+            count[t] += 1
+        at += sizes[k]
+        best, best_count = -1, -1
+        for i in range(nt):
+            t = touched[i]
+            r = rank[t]
+            c = count[t]
+            count[t] = 0
+            if not taken[r] and (c > best_count or (c == best_count and r < best)):
+                best, best_count = r, c
+        if best < 0:
+            while free < n and taken[free]:
+                free += 1
+            best = free if free < n else 0
+        taken[best] = True
+        chosen[k] = best
+    return chosen
+
+
+def choose_tiles(owner: np.ndarray, tiles: np.ndarray, sizes: np.ndarray, n: int) -> np.ndarray:
+    """``getTileToMap`` for each box in turn: the tile holding most of its elements,
+    each tile once, first in the order of fewest elements mapped (``owner``: the tile
+    of every element of the tensor whose mapping decides) on ties; when every holder
+    is taken, the first free tile in that order.
+
+    ``tiles`` are the tiles of the boxes' elements, concatenated (``sizes`` each), all
+    in ``[0, n)``."""
+    map_order = np.argsort(np.bincount(owner.ravel(), minlength=n), kind="stable")
+    rank = np.empty(n, np.int64)
+    rank[map_order] = np.arange(n)
+    chosen = _greedy(np.ascontiguousarray(tiles, np.int64), np.ascontiguousarray(sizes, np.int64),
+                     rank, n)  # fmt: skip
+    return map_order[chosen]

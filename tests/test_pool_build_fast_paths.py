@@ -1,0 +1,135 @@
+"""Fast paths of building a pooling pass, each against the computation it replaces.
+
+* Partitions whose output ranges differ by a shift share one worked-out geometry, moved:
+  compared with working every range's geometry out on its own.
+* The positions of many boxes in a layout, one pattern per box shape: compared with
+  ``numpy.ravel_multi_index`` of each box's indices.
+* ``getTileToMap`` over all partitions in one compiled pass: compared with counting
+  each partition's tiles by ``numpy.unique`` and taking them in sorted order, as
+  Poplibs' ``getTileToMap`` (``lib/popnn/Pooling.cpp`` at graphcore/poplibs
+  ``7eac0f26``) describes it.
+* The last write to a position wins: compared with a Python loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, Graph, IPUModel
+from poplar_api.popnn.pool_parts import box_positions, choose_tiles, put_in_order
+from poplar_api.popnn.pool_plan import _Builder, _bwd_pass, _Dim, _fwd_pass, _ranges
+
+_FIELDS = ("in_box", "empty", "partial", "out_lo", "out_shape", "in_lo", "in_shape",
+           "init_info", "in_slice")  # fmt: skip
+_ARRAYS = ("start_pos", "base", "work_list", "row_sizes", "out_sorted", "n_sorted")
+
+
+def _dims(rng: np.random.Generator) -> list[_Dim]:
+    dims = []
+    for _ in range(int(rng.integers(1, 3))):
+        size, kernel = int(rng.integers(4, 13)), int(rng.integers(1, 4))
+        stride = int(rng.integers(1, 3))
+        lower, upper = (int(x) for x in rng.integers(-1, 2, 2))
+        if size + lower + upper < kernel:
+            lower = upper = 0
+        dims.append(_Dim(size, kernel, stride, lower, upper))
+    return dims
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_shifted_geometries_equal_those_worked_out_alone(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    dims = _dims(rng)
+    ps = _fwd_pass(dims) if seed % 2 == 0 else _bwd_pass(dims)
+    graph = Graph(IPUModel("ipu2").createDevice().getTarget())
+    shared = _Builder(graph, "pool", FLOAT, "max", ps, 4)
+    alone = _Builder(graph, "pool", FLOAT, "max", ps, 4)
+    split = [int(rng.integers(1, s + 1)) for s in ps.out_shape]
+    ranges = [_ranges(s, k) for s, k in zip(ps.out_shape, split, strict=True)]
+    nb = int(rng.integers(1, 4))
+    shifted = 0
+    for combo in np.ndindex(*split):
+        begin = [ranges[d][i][0] for d, i in enumerate(combo)]
+        end = [ranges[d][i][1] for d, i in enumerate(combo)]
+        if any(b >= e for b, e in zip(begin, end, strict=True)):
+            continue
+        got = shared.geometry(nb, begin, end)
+        want = alone._new_geometry(nb, begin, end)
+        shifted += got.shape_id != len(shared._relative) - 1
+        for name in _FIELDS:
+            assert getattr(got, name) == getattr(want, name), (name, begin, end)
+        for name in _ARRAYS:
+            a, b = getattr(got, name), getattr(want, name)
+            assert (a is None) == (b is None), name
+            if a is not None:
+                np.testing.assert_array_equal(a, b, err_msg=name)
+        assert got.bounds == want.bounds
+    if seed == 0:
+        assert shifted, "no range shared another's geometry: the test proves nothing"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_box_positions_equal_each_box_raveled(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    nd = int(rng.integers(1, 5))
+    layout = tuple(int(x) for x in rng.integers(1, 7, nd))
+    strides = np.cumprod((1, *layout[::-1]))[::-1][1:].astype(np.int64)
+    n = int(rng.integers(0, 40))
+    lo = np.array([[int(rng.integers(0, s)) for s in layout] for _ in range(n)], np.int64)
+    lo = lo.reshape(n, nd)
+    shape = np.array([[int(rng.integers(0, s - a + 1)) for s, a in zip(layout, row, strict=True)]
+                      for row in lo], np.int64).reshape(n, nd)  # fmt: skip
+    got, sizes = box_positions(strides, lo @ strides, shape)
+    want = [
+        np.ravel_multi_index(tuple(a[:, None] + np.indices(s).reshape(nd, -1)), layout)
+        if np.prod(s) else np.zeros(0, np.int64)
+        for a, s in zip(lo, shape, strict=True)
+    ]  # fmt: skip
+    np.testing.assert_array_equal(sizes, [w.size for w in want])
+    np.testing.assert_array_equal(got, np.concatenate([np.zeros(0, np.int64), *want]))
+
+
+def _tile_to_map(owner: np.ndarray, boxes: list[np.ndarray], n: int) -> np.ndarray:
+    """``getTileToMap`` one partition at a time: its tiles counted and sorted (most
+    elements first, then the tile with fewest elements of ``owner`` mapped), the first
+    not yet taken; when all are taken the first free tile in that order."""
+    order = np.argsort(np.bincount(owner, minlength=n), kind="stable")
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    taken: set[int] = set()
+    chosen = []
+    for box in boxes:
+        tiles, counts = np.unique(box, return_counts=True)
+        ranked = sorted(zip((-counts).tolist(), rank[tiles].tolist(), strict=True))
+        best = next((r for _, r in ranked if r not in taken), None)
+        if best is None:
+            best = next((r for r in range(n) if r not in taken), 0)
+        taken.add(best)
+        chosen.append(int(order[best]))
+    return np.array(chosen, np.int64)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_tile_choice_equals_counting_each_partition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 12))
+    owner = rng.integers(0, n, int(rng.integers(20, 200)))
+    boxes = [
+        rng.choice(owner, int(rng.integers(0, 12))) for _ in range(int(rng.integers(1, 2 * n)))
+    ]
+    sizes = np.array([b.size for b in boxes], np.int64)
+    got = choose_tiles(owner, np.concatenate([np.zeros(0, np.int64), *boxes]), sizes, n)
+    np.testing.assert_array_equal(got, _tile_to_map(owner, boxes, n))
+
+
+def test_put_in_order_keeps_the_last_write() -> None:
+    rng = np.random.default_rng(3)
+    out = rng.integers(0, 9, 50)
+    pos = rng.integers(0, 50, 400)
+    values = rng.integers(100, 200, 400)
+    want = out.copy()
+    for p, v in zip(pos.tolist(), values.tolist(), strict=True):
+        want[p] = v
+    put_in_order(out, pos, values)
+    np.testing.assert_array_equal(out, want)
