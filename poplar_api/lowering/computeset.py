@@ -18,6 +18,7 @@ from poplar_api.codelet import InPlaceField, VertexType, checking_bounds, execut
 from poplar_api.codelet_base import RUN_FP_EXCEPTIONS, RUN_REPLICAS
 from poplar_api.counted import execute_counted
 from poplar_api.errors import EngineError, FloatingPointException
+from poplar_api.field_images import ImageField, tiled_offsets
 from poplar_api.fields import FieldBatch, FieldSpec
 from poplar_api.lowering import pieces, runs
 from poplar_api.lowering.context import Storage
@@ -185,6 +186,9 @@ def make_runner(
         kept = [ft if b is None else ft.without_ids(b) for ft, b in pairs]
         groups.append(TypeGroup(g.vtype, g.positions, kept))
     name = table.name
+    images = [
+        _image_fields(g, storage, wide is not None) if _reads_images(g) else None for g in groups
+    ]
 
     def run() -> None:
         # unchecked kernels read past a field into the packed batch, as documented
@@ -194,8 +198,12 @@ def make_runner(
         for g, (group, (vertex_ids, tiles), index, bounds) in enumerate(
             zip(groups, named, where, in_place, strict=True)
         ):
-            fields: dict[str, FieldBatch | InPlaceField] = {}
+            fields: dict[str, FieldBatch | InPlaceField | ImageField] = {}
+            if images[g] is not None:  # the kernel reads every replica's image itself
+                fields.update(images[g](index))
             for k, (ft, lies) in enumerate(zip(group.fields, bounds, strict=True)):
+                if ft.spec.name in fields:
+                    continue
                 if lies is not None and checked:
                     if wide is None:
                         fields[ft.spec.name] = InPlaceField(storage.readonly(ft.type), *lies)
@@ -238,9 +246,13 @@ def make_runner(
                 )
             for ft, ix in zip(group.fields, index, strict=True):
                 if ft.spec.writes:
-                    writes.append((ft.type, ix, fields[ft.spec.name].data))
-                    if ft.type.is_floating and RUN_FP_EXCEPTIONS.get():
-                        _check_finite(name, ft, fields[ft.spec.name], vertex_ids, tiles)
+                    batch = fields[ft.spec.name]
+                    if isinstance(batch, ImageField):  # stored where it lies already
+                        batch = batch.packed() if RUN_FP_EXCEPTIONS.get() else None
+                    else:
+                        writes.append((ft.type, ix, batch.data))
+                    if batch is not None and ft.type.is_floating and RUN_FP_EXCEPTIONS.get():
+                        _check_finite(name, ft, batch, vertex_ids, tiles)
         for t, ix, data in writes:
             if wide is None:
                 storage.write(t, ix, data)
@@ -250,6 +262,47 @@ def make_runner(
             counted.holder.put(CountedExecution(counted.static, tuple(parts)))
 
     return run
+
+
+def _reads_images(group: TypeGroup) -> bool:
+    """Whether the group's kernel reads its fields in every replica's image (its vertex
+    class sets ``readsImages``; BOOL fields, whose values are not their bits, have no
+    typed image)."""
+    return bool(getattr(group.vtype.cls, "readsImages", False)) and all(
+        ft.type.numpy.kind != "b" for ft in group.fields
+    )
+
+
+def _image_fields(group: TypeGroup, storage: Storage, every_replica: bool):
+    """A function of the group's gather indices giving its fields as
+    :class:`~poplar_api.field_images.ImageField`: over every replica's image when the
+    runner runs them all at once, else over the selected replica's (made once, and per
+    replica)."""
+    made: dict[int, dict[str, ImageField]] = {}
+
+    def fields(index: list) -> dict[str, ImageField]:
+        replica = -1 if every_replica else storage.replica
+        found = made.get(replica)
+        if found is None:
+            found = made[replica] = {}
+            for ft, ix in zip(group.fields, index, strict=True):
+                if ix is None:
+                    ix = runs.as_index(ft.ids)
+                if isinstance(ix, slice):
+                    ix = np.arange(ix.start, ix.stop, dtype=_ids_dtype(ix.stop))
+                full = storage.full[ft.type.size]
+                image = full if every_replica else full[replica : replica + 1]
+                found[ft.spec.name] = ImageField(
+                    image, np.dtype(ft.type.numpy), ix, ft.offsets, ft.inner_offsets,
+                    ft.spec.kernel_dtype,
+                )  # fmt: skip
+        return found
+
+    return fields
+
+
+def _ids_dtype(end: int) -> type:
+    return np.int32 if end <= np.iinfo(np.int32).max else np.int64
 
 
 class _Replicated:
@@ -266,12 +319,6 @@ class _Replicated:
         self._runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._images: dict[Type, np.ndarray] = {}
 
-    def _tiled(self, offsets: np.ndarray, step: int) -> np.ndarray:
-        """``offsets`` (``n + 1`` bounds) of ``replicas`` copies, each ``step`` further."""
-        shifts = np.arange(self.replicas, dtype=np.int64)[:, None] * step
-        body = (offsets[:-1].astype(np.int64)[None, :] + shifts).reshape(-1)
-        return np.append(body, np.int64(offsets[-1]) * self.replicas)
-
     def gather(self, ft: FieldTable, ix: np.ndarray | slice) -> FieldBatch:
         """Field ``ft`` (elements ``ix``) of every replica, packed replica after replica."""
         full = self.storage.full[ft.type.size]
@@ -287,14 +334,11 @@ class _Replicated:
         data = typed.reshape(-1).astype(ft.spec.kernel_dtype, copy=False)
         found = self._offsets.get(id(ft))
         if found is None:
-            if ft.inner_offsets is None:
-                found = (self._tiled(ft.offsets, int(ft.offsets[-1])), None)
-            else:
-                inner = ft.inner_offsets
-                found = (
-                    self._tiled(ft.offsets, int(ft.offsets[-1])),
-                    self._tiled(inner, int(inner[-1])),
-                )
+            inner = ft.inner_offsets
+            found = (
+                tiled_offsets(ft.offsets, self.replicas),
+                None if inner is None else tiled_offsets(inner, self.replicas),
+            )
             self._offsets[id(ft)] = found
         return FieldBatch(data, *found)
 

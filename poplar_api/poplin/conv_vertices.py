@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numba
@@ -44,6 +45,7 @@ import numpy as np
 
 from poplar_api.codelet import FieldBatch, Input, MultiVertex, Output, Vector, VectorList
 from poplar_api.codelet_base import RUN_REPLICAS
+from poplar_api.field_images import ImageAccess, ImageField
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 
 __all__ = ["PARAMS", "compute_one", "conv_vertex"]
@@ -53,6 +55,9 @@ PARAMS = (
     "numConvGroups", "numOutGroups", "numInGroups", "kernelPositions",
     "inRows", "outRows", "inStride", "outStride",
 )  # fmt: skip
+
+#: The fields, in the order the kernel's helpers take them.
+FIELDS = ("in", "weights", "out", "worklists", "params")
 
 #: Vertex families and their Poplibs template names.
 METHODS = ("AMP_1x1", "AMP", "HMAC", "VMAC")
@@ -118,6 +123,9 @@ class _ConvPartialBase(MultiVertex):
     """Shared compute of the conv partial vertices (see the module docstring)."""
 
     method: str = "AMP"
+    #: The runner hands the fields where they lie in every replica's image
+    #: (:class:`~poplar_api.field_images.ImageField`; see :func:`_run_in_place`).
+    readsImages: bool = True
 
     @classmethod
     def computeBatch(
@@ -138,7 +146,20 @@ class _ConvPartialBase(MultiVertex):
         0's vertices only (:func:`_replica_zero`) and each class runs every replica's
         copies: the same classes, in the same order, as planning the whole batch.
         """
-        fields = tuple(batches[f] for f in ("in", "weights", "out", "worklists", "params"))
+        fields = tuple(batches[f] for f in FIELDS)
+        if num_vertices and any(isinstance(f, ImageField) for f in fields):
+            if _run_in_place(fields, num_vertices):
+                return np.ones(num_vertices, dtype=bool)
+            packed = tuple(f.packed() if isinstance(f, ImageField) else f for f in fields)
+            ok = cls._run_packed(packed, num_vertices)
+            if isinstance(fields[2], ImageField):  # (the runner stores no in-place output)
+                fields[2].store_packed(packed[2])
+            return ok
+        return cls._run_packed(fields, num_vertices)
+
+    @staticmethod
+    def _run_packed(fields: tuple[FieldBatch, ...], num_vertices: int) -> np.ndarray:
+        """``computeBatch`` of packed fields."""
         ok = np.ones(num_vertices, dtype=bool)
         if num_vertices == 0:
             return ok
@@ -421,46 +442,88 @@ def _scatter(batch: FieldBatch, members: np.ndarray, count: int, values: np.ndar
     batch.data[starts.reshape(-1)[:, None] + np.arange(size)] = values.reshape(-1, size)
 
 
-def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) -> bool:
-    """Run the vertices ``members`` (one class of :func:`_classes`, ``first`` one of
-    them) as stacked products; False when they are not regular (then nothing is
-    written and :func:`compute_one` runs each, saying why)."""
+@dataclass(frozen=True)
+class _Geometry:
+    """What every vertex of a class shares: its params, vector sizes and rows."""
+
+    ncg: int
+    nog: int
+    nig: int
+    in_rows: int
+    out_rows: int
+    ic: int
+    oc: int
+    nk: int
+    rows: list
+
+    @property
+    def in_size(self) -> int:
+        return self.in_rows * self.ic
+
+    @property
+    def out_size(self) -> int:
+        return self.out_rows * self.oc
+
+    @property
+    def weight_size(self) -> int:
+        return self.nk * self.oc * self.ic
+
+
+def _sizes(f: Any, v: int) -> np.ndarray:
+    """Sizes of vertex ``v``'s inner vectors (``f``: packed or in place)."""
+    lo, hi = int(f.offsets[v]), int(f.offsets[v + 1])
+    return np.diff(f.inner_offsets[lo : hi + 1])
+
+
+def _geometry(fields: tuple, first: int) -> _Geometry | None:
+    """The geometry of vertex ``first`` when it may run stacked (None when it is not
+    regular: then :func:`compute_one` runs it, saying why). ``fields``: ``in``,
+    ``weights`` and ``out`` packed or in place, ``worklists`` and ``params`` packed."""
     a, b, c, wl, pr = fields
     p = pr.data[pr.offsets[first] : pr.offsets[first + 1]].astype(np.int64)
     ncg, nog, nig, nk, in_rows, out_rows = (int(x) for x in p[:6])
     if min(in_rows, out_rows) <= 0 or min(ncg, nog, nig) <= 0:
-        return False
-    ins, ws, outs, wls = (_inner(f, first) for f in (a, b, c, wl))
+        return None
+    ins, ws, outs = (_sizes(f, first) for f in (a, b, c))
+    wls = _inner(wl, first)
     if (
-        len(ins) != ncg * nig
-        or len(outs) != ncg * nog
-        or len(ws) != ncg * nog * nig
+        ins.size != ncg * nig
+        or outs.size != ncg * nog
+        or ws.size != ncg * nog * nig
         or len(wls) % max(nk, 1)
     ):
-        return False
-    in_sizes = {x.size for x in ins}
-    out_sizes = {x.size for x in outs}
-    if len(in_sizes) != 1 or len(out_sizes) != 1:
-        return False  # channel groups of different sizes: one by one
-    (in_size,), (out_size,) = in_sizes, out_sizes
+        return None
+    if (ins != ins[0]).any() or (outs != outs[0]).any():
+        return None  # channel groups of different sizes: one by one
+    in_size, out_size = int(ins[0]), int(outs[0])
     if in_size % in_rows or out_size % out_rows:
-        return False
+        return None
     ic, oc = in_size // in_rows, out_size // out_rows
-    if any(w.size != nk * oc * ic for w in ws):
-        return False
+    if (ws != nk * oc * ic).any():
+        return None
     rows, ok = _rows_of(wl, first, wls, nk, p)
     if not ok:
-        return False
-    x = _gather(a, members, ncg * nig, in_size)
-    lead = x.shape[:-2]  # (vertices,) or (replicas, vertices of a replica)
+        return None
+    return _Geometry(ncg, nog, nig, in_rows, out_rows, ic, oc, nk, rows)
+
+
+def _products(x: np.ndarray, w: np.ndarray, geo: _Geometry) -> np.ndarray:
+    """``[*lead, ncg * nog, out_size]`` partial sums of a class from its inputs ``x``
+    (``[*lead, ncg * nig, in_size]``) and weights ``w`` (``[*lead, ncg * nog * nig,
+    weight_size]``), ``lead`` being ``(vertices,)`` or ``(replicas, vertices)``: per
+    input-channel group and kernel position one stacked ``matmul``, whose every slice
+    is the BLAS call :func:`compute_one` makes, accumulated in its order."""
+    ncg, nog, nig, in_rows, out_rows, ic, oc, nk = (
+        geo.ncg, geo.nog, geo.nig, geo.in_rows, geo.out_rows, geo.ic, geo.oc, geo.nk,
+    )  # fmt: skip
+    lead = x.shape[:-2]
     x = x.reshape(*lead, ncg, nig, in_rows, ic)
-    w = _gather(b, members, ncg * nog * nig, nk * oc * ic)
     w = w.reshape(*lead, ncg, nog, nig, nk, oc, ic)
     acc = np.zeros((*lead, ncg, nog, out_rows, oc), np.float32)
-    runs = [_row_runs(o_r) for o_r, _ in rows]
-    same = [i_r.size == in_rows and bool((i_r == np.arange(in_rows)).all()) for _, i_r in rows]
+    runs = [_row_runs(o_r) for o_r, _ in geo.rows]
+    same = [i_r.size == in_rows and bool((i_r == np.arange(in_rows)).all()) for _, i_r in geo.rows]
     for ig in range(nig):
-        for k, (o_r, i_r) in enumerate(rows):
+        for k, (o_r, i_r) in enumerate(geo.rows):
             if o_r.size == 0:
                 continue
             if same[k]:  # every input row in order: no gather
@@ -473,8 +536,114 @@ def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) 
                 continue
             for at, lo, hi in runs[k]:  # the same additions on slices (no gather)
                 acc[..., lo:hi, :] += product[..., at : at + hi - lo, :]
-    g = members.size
-    _scatter(c, members, ncg * nog, acc.reshape(g, ncg * nog, out_size))
+    return acc.reshape(*lead, ncg * nog, out_rows * oc)
+
+
+def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) -> bool:
+    """Run the vertices ``members`` (one class of :func:`_classes`, ``first`` one of
+    them) as stacked products; False when they are not regular (then nothing is
+    written and :func:`compute_one` runs each, saying why)."""
+    a, b, c, _, _ = fields
+    geo = _geometry(fields, first)
+    if geo is None:
+        return False
+    x = _gather(a, members, geo.ncg * geo.nig, geo.in_size)
+    w = _gather(b, members, geo.ncg * geo.nog * geo.nig, geo.weight_size)
+    acc = _products(x, w, geo)
+    _scatter(c, members, geo.ncg * geo.nog, acc.reshape(members.size, geo.ncg * geo.nog, -1))
+    return True
+
+
+def _run_in_place(fields: tuple[Any, ...], num_vertices: int) -> bool:
+    """Run a batch whose fields lie in every replica's image (:class:`ImageField`, the
+    layout replica 0's): classes planned on replica 0 (:func:`_plan`), each class's
+    operands read through one view or index for every replica (:func:`_accesses`: the
+    weights many vertices share are not copied per vertex where they lie regularly) and
+    its partial sums stored where they lie. The products are those of the packed
+    batch, slice for slice. False, having written nothing, when the batch is not such
+    (worklists or params differ between replicas, a vertex is not regular): then it
+    runs packed."""
+    if not all(isinstance(f, ImageField) for f in fields):
+        return False
+    a, b, c, wl, pr = fields
+    replicas, n = a.replicas, a.offsets.size - 1
+    if num_vertices != n * replicas or any(
+        f.replicas != replicas or f.offsets.size != n + 1 for f in fields
+    ):
+        return False
+    lists, params = wl.first_replica(), pr.first_replica()
+    if lists is None or params is None:  # they differ between replicas
+        return False
+    first = (a, b, c, lists, params)
+    regular, classes = _plan(first, n, 1)
+    if not regular.all():
+        return False
+    shapes = [_geometry(first, v) for _, v in classes]
+    if any(geo is None for geo in shapes):
+        return False
+    for (members, _), geo, (ax, bx, cx, distinct) in zip(
+        classes, shapes, _accesses(fields, classes, shapes), strict=True
+    ):
+        acc = _products(a.read(ax), b.read(bx), geo)
+        c.write(cx, acc.reshape(replicas, members.size, *acc.shape[-2:]), distinct)
+    return True
+
+
+#: Per plan of classes and fields in place: how each class reaches its operands (see
+#: :func:`_accesses`), with the objects keyed on kept alive; cleared past a budget.
+_ACCESSES: dict[tuple[int, ...], tuple] = {}
+_ACCESSES_BYTES = 64 << 20
+_accesses_bytes = [0]
+
+
+def _accesses(fields: tuple[Any, ...], classes: list, shapes: list[_Geometry]) -> list:
+    """Per class, ``(in, weights, out)`` accesses of its members' vectors and whether
+    its output elements are distinct: found once per plan (they depend only on the
+    fields' ids and the classes) and kept."""
+    a, b, c = fields[:3]
+    key = (id(classes), id(a.ids), id(b.ids), id(c.ids))
+    hit = _ACCESSES.get(key)
+    if (
+        hit is not None
+        and hit[0][0] is classes
+        and all(x is y.ids for x, y in zip(hit[0][1:], (a, b, c), strict=True))
+    ):
+        return hit[1]
+    found, size = [], 0
+    for (members, _), geo in zip(classes, shapes, strict=True):
+        per = []
+        for f, count, width in (
+            (a, geo.ncg * geo.nig, geo.in_size),
+            (b, geo.ncg * geo.nog * geo.nig, geo.weight_size),
+            (c, geo.ncg * geo.nog, geo.out_size),
+        ):
+            per.append(f.access(f.inner_offsets[_segment_rows(f, members, count)], width))
+        out: ImageAccess = per[2]
+        distinct = out.strides is not None and _distinct(out)
+        found.append((*per, distinct))
+        size += sum(x.index.nbytes for x in per if x.index is not None)
+    if _accesses_bytes[0] + size > _ACCESSES_BYTES:
+        _ACCESSES.clear()
+        _accesses_bytes[0] = 0
+    if size <= _ACCESSES_BYTES // 4:
+        _ACCESSES[key] = ((classes, a.ids, b.ids, c.ids), found)
+        _accesses_bytes[0] += size
+    return found
+
+
+def _distinct(acc: ImageAccess) -> bool:
+    """Whether an affine access reaches every element once (its axes, largest stride
+    first, each step past everything the axes below it span)."""
+    assert acc.strides is not None
+    axes = sorted(
+        ((abs(s), n) for s, n in zip(acc.strides, acc.shape, strict=True) if n > 1),
+        reverse=True,
+    )
+    span = 1
+    for stride, n in reversed(axes):
+        if stride < span:
+            return False
+        span = stride * (n - 1) + span
     return True
 
 

@@ -1,0 +1,215 @@
+"""Fields read and written where their elements lie, in every replica's memory image.
+
+A batch kernel (``computeBatch``) normally receives its fields packed: the runner
+gathers each vertex's elements into one array per field, replica after replica when
+the replicas run as one batch. A vertex type that sets ``readsImages = True`` receives
+:class:`ImageField` objects instead: the replicas' memory images (``[replicas, size]``
+raw bits, :attr:`poplar_api.lowering.context.Storage.full`) and the element id of every
+position of replica 0's packed layout. The ids are the same in every replica (a
+replicated graph is lowered once), so a kernel computes an index or a strided view once
+and reads every replica through it, and operands that many vertices share (the weights
+of a convolution, read by every tile's partial sums) are not copied once per reader.
+
+Values are those of the packed fields: an element is read as its type and converted to
+the kernel dtype as the runner converts it, and a result is converted to the field's
+type and stored as the runner stores it (for outputs whose elements are distinct, the
+only ones a compute set may write; see ``validate.check_conflicts``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from poplar_api.fields import FieldBatch
+from poplar_api.lowering.runs import take_rows as _take_rows
+
+__all__ = ["ImageAccess", "ImageField", "tiled_offsets"]
+
+
+def _read_only(ix: np.ndarray) -> np.ndarray:
+    """``ix`` read-only (the runner's gathers take read-only ids: one compiled signature
+    per id dtype)."""
+    if ix.flags.writeable:
+        ix = ix.view()
+        ix.flags.writeable = False
+    return ix
+
+
+@dataclass(frozen=True)
+class ImageAccess:
+    """How a block of a field's elements is reached in every replica's image: a strided
+    view (``strides`` in elements, from element ``base`` of replica 0) when the ids are
+    an affine function of the block's indices, else the ids (``index``) to gather."""
+
+    shape: tuple[int, ...]
+    base: int = 0
+    strides: tuple[int, ...] | None = None
+    index: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class ImageField:
+    """One field of a vertex type over every replica, where its elements lie.
+
+    Attributes
+    ----------
+    image
+        ``[replicas, size]`` raw bits of the field's element size (rows of
+        ``Storage.full``; a single replica's row when the runner runs replica by
+        replica).
+    dtype
+        The numpy dtype of the field's element type (the bits are read as it).
+    ids
+        Element id of every position of the field's packed layout (replica 0's, the
+        same in every replica).
+    offsets, inner_offsets
+        The packed layout, as :class:`~poplar_api.fields.FieldBatch` has it, for the
+        vertices of one replica.
+    kernel_dtype
+        The dtype the kernel computes in (HALF fields are float32).
+    """
+
+    image: np.ndarray
+    dtype: np.dtype
+    ids: np.ndarray
+    offsets: np.ndarray
+    inner_offsets: np.ndarray | None
+    kernel_dtype: np.dtype
+
+    @property
+    def replicas(self) -> int:
+        """Replicas the image holds."""
+        return int(self.image.shape[0])
+
+    @property
+    def data(self) -> np.ndarray:
+        """The raw image (so that code handling packed fields can pass it along)."""
+        return self.image
+
+    def _typed(self, raw: np.ndarray) -> np.ndarray:
+        return raw.view(self.dtype).astype(self.kernel_dtype, copy=False)
+
+    def first_replica(self) -> FieldBatch | None:
+        """Replica 0's elements packed in the kernel dtype, when every replica holds
+        the same bits in this field (else None)."""
+        if self.replicas == 1:
+            raw = self.image[0, self.ids]
+        else:
+            every = np.empty((self.replicas, self.ids.size), self.image.dtype)
+            _take_rows(self.image, _read_only(self.ids), every)
+            if not (every[1:] == every[0]).all():
+                return None
+            raw = every[0]
+        return FieldBatch(self._typed(raw), self.offsets, self.inner_offsets)
+
+    def packed(self) -> FieldBatch:
+        """Every replica's elements packed replica after replica (a copy), as the runner
+        packs a field for a batch of every replica's vertices."""
+        r, n = self.replicas, self.ids.size
+        raw = np.empty((r, n), self.image.dtype)
+        _take_rows(self.image, _read_only(self.ids), raw)
+        data = self._typed(raw.reshape(-1))
+        outer = tiled_offsets(self.offsets, r)
+        inner = None if self.inner_offsets is None else tiled_offsets(self.inner_offsets, r)
+        return FieldBatch(data, outer, inner)
+
+    def store_packed(self, batch: FieldBatch) -> None:
+        """Store a batch made by :meth:`packed` (after a kernel wrote it) back."""
+        values = _raw(batch.data, self.dtype, self.image.dtype)
+        self.image[:, self.ids] = values.reshape(self.replicas, -1)
+
+    def access(self, starts: np.ndarray, size: int) -> ImageAccess:
+        """How to reach, in every replica, the ``size`` elements from each packed
+        position of ``starts`` (any shape): ``read`` gives ``[replicas, *starts.shape,
+        size]``. Worth keeping: it looks at every id once."""
+        shape = (*starts.shape, size)
+        ids = self.ids[starts.reshape(-1)[:, None] + np.arange(size)].reshape(shape)
+        strides = _affine_strides(ids.astype(np.int64, copy=False))
+        if strides is None:
+            return ImageAccess(shape, index=_read_only(ids.reshape(-1)))
+        return ImageAccess(shape, int(ids.reshape(-1)[0]) if ids.size else 0, strides)
+
+    def _view(self, acc: ImageAccess, writeable: bool) -> np.ndarray:
+        typed = self.image.view(self.dtype)
+        item = typed.itemsize
+        assert acc.strides is not None
+        return np.lib.stride_tricks.as_strided(
+            typed.reshape(-1)[acc.base :],
+            shape=(self.replicas, *acc.shape),
+            strides=(typed.shape[1] * item, *(s * item for s in acc.strides)),
+            writeable=writeable,
+        )
+
+    def read(self, acc: ImageAccess) -> np.ndarray:
+        """The elements of ``acc`` in every replica, in the kernel dtype (a read-only
+        view where the dtypes agree and the ids are affine, else a copy)."""
+        if acc.strides is not None:
+            return self._typed(self._view(acc, False))
+        assert acc.index is not None
+        raw = np.empty((self.replicas, acc.index.size), self.image.dtype)
+        _take_rows(self.image, acc.index, raw)
+        return self._typed(raw).reshape(self.replicas, *acc.shape)
+
+    def write(self, acc: ImageAccess, values: np.ndarray, distinct: bool) -> None:
+        """Store ``values`` (``[replicas, *acc.shape]``) into the elements of ``acc``,
+        converted to the field's type. ``distinct``: no element appears twice in
+        ``acc`` (then a view is written; else the positions are stored in order)."""
+        if acc.strides is not None and distinct:
+            with np.errstate(over="ignore"):  # HALF overflows to inf, as stored
+                self._view(acc, True)[...] = values
+            return
+        index = acc.index
+        if index is None:  # affine, but an element appears twice: the ids in order
+            index = _read_only(_ids_of(acc).astype(self.ids.dtype))
+        raw = _raw(values, self.dtype, self.image.dtype)
+        self.image[:, index] = raw.reshape(self.replicas, -1)
+
+
+def _ids_of(acc: ImageAccess) -> np.ndarray:
+    """The ids of an affine access, in order."""
+    assert acc.strides is not None
+    ids = np.full(acc.shape, acc.base, np.int64)
+    for axis, (n, s) in enumerate(zip(acc.shape, acc.strides, strict=True)):
+        shape = [1] * len(acc.shape)
+        shape[axis] = n
+        ids += (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    return ids.reshape(-1)
+
+
+def _affine_strides(ids: np.ndarray) -> tuple[int, ...] | None:
+    """Strides ``s`` with ``ids[i] == ids[0] + sum(i * s)`` for every index ``i``, or
+    None when the ids are no such function of their indices."""
+    if ids.size == 0:
+        return None
+    origin = ids[(0,) * ids.ndim]
+    strides = []
+    expect = np.full(ids.shape, origin, np.int64)
+    for axis, n in enumerate(ids.shape):
+        at = [0] * ids.ndim
+        at[axis] = 1 if n > 1 else 0
+        step = int(ids[tuple(at)] - origin) if n > 1 else 0
+        strides.append(step)
+        shape = [1] * ids.ndim
+        shape[axis] = n
+        expect += (np.arange(n, dtype=np.int64) * step).reshape(shape)
+    if not np.array_equal(expect, ids):
+        return None
+    return tuple(strides)
+
+
+def _raw(values: np.ndarray, dtype: np.dtype, raw: np.dtype) -> np.ndarray:
+    """``values`` converted to ``dtype`` (rounding, overflowing to inf), as raw bits."""
+    with np.errstate(over="ignore"):
+        typed = np.ascontiguousarray(np.asarray(values).astype(dtype, copy=False))
+    return typed.view(raw)
+
+
+def tiled_offsets(offsets: np.ndarray, replicas: int) -> np.ndarray:
+    """``offsets`` (``n + 1`` bounds) of ``replicas`` copies of a layout, each copy
+    ``offsets[-1]`` further (a packed field of every replica, replica after replica)."""
+    step = int(offsets[-1])
+    shifts = np.arange(replicas, dtype=np.int64)[:, None] * step
+    body = (offsets[:-1].astype(np.int64)[None, :] + shifts).reshape(-1)
+    return np.append(body, np.int64(step) * replicas)

@@ -1,0 +1,292 @@
+"""Convolution partial vertices reading every replica's memory image in place.
+
+The kernel receives its fields as :class:`~poplar_api.field_images.ImageField` (the
+replicas' images and replica 0's element ids); each replica's values must be those of
+running its vertices alone on packed fields (:func:`compute_one`), bit for bit, and the
+formula's in float64, whatever the layout: vectors lying regularly (strided views),
+vectors in any order (an index), elements scattered one by one, weights shared by every
+vertex, replicas whose worklists differ (the packed path), FLOAT and HALF.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_conv_vertices import FIELDS, WORKERS, _batches, _copy, _reference, _vertex
+
+from poplar_api.codelet_base import RUN_REPLICAS
+from poplar_api.field_images import ImageAccess, ImageField
+from poplar_api.fields import FieldBatch
+from poplar_api.poplin import conv_vertices
+from poplar_api.poplin.conv_vertices import compute_one, conv_vertex
+from poplar_api.types import FLOAT, HALF
+
+R = 3
+RAW = {4: np.uint32, 2: np.uint16}
+
+
+def _geometries(rng) -> list[dict]:
+    """Replica 0's vertices: two classes of several vertices, and single ones."""
+    shared = _vertex(rng, 1, 2, 2, 3, 7, 8, 4)
+    wide = _vertex(rng, 2, 3, 1, 1, 5, 16, 16)
+    out = [_vertex(rng, 1, 2, 2, 3, 7, 8, 4, wls=shared["worklists"]) for _ in range(4)]
+    out += [_vertex(rng, 2, 3, 1, 1, 5, 16, 16, wls=wide["worklists"]) for _ in range(3)]
+    out += [
+        _vertex(rng, 1, 1, 3, 2, 9, 4, 8, in_stride=2),  # strided input rows
+        _vertex(rng, 1, 1, 1, 1, 1, 1, 5),  # one row, one channel
+    ]
+    many = _vertex(rng, 1, 1, 1, 2, 30, 8, 4, runs=12)  # rows out of order
+    return [*out, many]
+
+
+def _replica(rng, first: list[dict], shared_weights: bool) -> list[dict]:
+    """``first``'s geometry and worklists with new values (the same weights in every
+    vertex of a geometry when ``shared_weights``)."""
+    out = []
+    for v in first:
+        new = {
+            "params": v["params"].copy(),
+            "worklists": [w.copy() for w in v["worklists"]],
+            "in": [rng.standard_normal(x.size) for x in v["in"]],
+            "weights": [rng.standard_normal(x.size) for x in v["weights"]],
+            "out": [np.full(x.size, np.nan) for x in v["out"]],
+        }
+        out.append(new)
+    if shared_weights:
+        by_shape: dict[tuple, list] = {}
+        for v in out:
+            key = tuple(x.size for x in v["weights"]) + tuple(v["params"])
+            v["weights"] = by_shape.setdefault(key, v["weights"])
+    return out
+
+
+def _ids(batch: FieldBatch, layout: str, rng, share: bool) -> tuple[np.ndarray, int]:
+    """Element ids of the packed positions of ``batch`` and the size of the id space.
+
+    ``regular``: in packed order after a gap; ``blocks``: each inner vector a run, the
+    vectors in random order with gaps; ``scattered``: every element anywhere. ``share``:
+    inner vectors of equal contents (shared weights) get the same ids."""
+    n = batch.data.size
+    if layout == "scattered":
+        ids = rng.permutation(n + 50)[:n]
+    elif layout == "regular":
+        ids = np.arange(n) + 17
+    else:
+        inner = batch.offsets if batch.inner_offsets is None else batch.inner_offsets
+        sizes = np.diff(inner)
+        order = rng.permutation(sizes.size)
+        starts = np.zeros(sizes.size, np.int64)
+        at = 5
+        for j in order:
+            starts[j] = at
+            at += int(sizes[j]) + int(rng.integers(0, 4))
+        ids = np.repeat(starts - inner[:-1], sizes) + np.arange(n)
+    if share and batch.inner_offsets is not None:
+        inner = batch.inner_offsets
+        seen: dict[bytes, int] = {}
+        for j in range(inner.size - 1):
+            lo, hi = inner[j], inner[j + 1]
+            key = batch.data[lo:hi].tobytes() + str(hi - lo).encode()
+            first = seen.setdefault(key, j)
+            ids[lo:hi] = ids[inner[first] : inner[first] + hi - lo]
+    return ids.astype(np.int32), int(ids.max()) + 1
+
+
+def _image_fields(replicas: list[dict], layout: str, fp, rng, share=False, out=np.float32) -> dict:
+    """The replicas' packed batches laid out in per-field images (every replica the
+    same ids), as ``ImageField``s; ``out`` is the type of the partial sums."""
+    packed = [_batches(vs, fp) for vs in replicas]
+    types = {"in": fp, "weights": fp, "out": out}
+    fields = {}
+    for name in FIELDS:
+        first = packed[0][name]
+        ids, space = _ids(first, layout, rng, share and name == "weights")
+        dtype = np.dtype(types.get(name, first.data.dtype))
+        raw = RAW.get(dtype.itemsize, np.uint16)
+        image = np.zeros((len(replicas), space), raw)
+        typed = image.view(dtype)
+        for r, batch in enumerate(packed):
+            typed[r, ids] = batch[name].data.astype(dtype)
+        kernel = np.float32 if dtype.kind == "f" else dtype
+        fields[name] = ImageField(
+            image, dtype, ids, first.offsets, first.inner_offsets, np.dtype(kernel)
+        )
+    return fields
+
+
+def _run(cls, fields: dict, n: int) -> np.ndarray:
+    token = RUN_REPLICAS.set(fields["in"].replicas)
+    try:
+        return cls.computeBatch(fields, n, WORKERS)
+    finally:
+        RUN_REPLICAS.reset(token)
+
+
+def _check(cls, replicas: list[dict], fields: dict, fp, out_type) -> None:
+    """Each replica's ``out`` in the image: bit for bit the vertices run alone on its
+    packed fields, and the formula's values."""
+    out = fields["out"]
+    for r, vertices in enumerate(replicas):
+        one = _copy(_batches(vertices, fp))
+        ok = [compute_one(tuple(one[f] for f in FIELDS), v) for v in range(len(vertices))]
+        assert ok == [True] * len(vertices)
+        want = one["out"].data.astype(out_type)
+        got = out.image[r].view(out_type)[out.ids]
+        np.testing.assert_array_equal(got, want)
+        for v, vertex in enumerate(vertices):
+            lo, hi = out.offsets[v], out.offsets[v + 1]
+            for j, ref in zip(range(lo, hi), _reference(vertex, fp), strict=True):
+                seg = got[out.inner_offsets[j] : out.inner_offsets[j + 1]].astype(np.float64)
+                tol = 2e-2 if out_type == np.float16 else 1e-4
+                np.testing.assert_allclose(seg, ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("layout", ["regular", "blocks", "scattered"])
+@pytest.mark.parametrize("fp", [np.float32, np.float16])
+def test_each_replica_computes_its_own_values_in_place(monkeypatch, layout, fp):
+    rng = np.random.default_rng(5)
+    first = _geometries(rng)
+    replicas = [_replica(rng, first, shared_weights=False) for _ in range(R)]
+    fields = _image_fields(replicas, layout, fp, rng, out=fp)
+    packed = []
+    monkeypatch.setattr(
+        ImageField, "packed", lambda self: packed.append(1) or pytest.fail("packed")
+    )
+    accum = FLOAT if fp is np.float32 else HALF
+    cls = conv_vertex("AMP", FLOAT if fp is np.float32 else HALF, accum)
+    ok = _run(cls, fields, R * len(first))
+    assert ok.tolist() == [True] * (R * len(first)) and not packed
+    _check(cls, replicas, fields, fp, fp)
+    assert not np.array_equal(fields["out"].image[0], fields["out"].image[1])
+
+
+def test_weights_shared_by_every_vertex_are_read_where_they_lie():
+    rng = np.random.default_rng(9)
+    first = _geometries(rng)[:7]  # two classes
+    replicas = [_replica(rng, first, shared_weights=True) for _ in range(R)]
+    fields = _image_fields(replicas, "blocks", np.float32, rng, share=True)
+    ids = fields["weights"].ids
+    assert np.unique(ids).size < ids.size  # vertices read the same elements
+    cls = conv_vertex("AMP", FLOAT, FLOAT)
+    assert _run(cls, fields, R * len(first)).all()
+    _check(cls, replicas, fields, np.float32, np.float32)
+
+
+def test_replicas_whose_worklists_differ_run_packed_with_their_own_values(monkeypatch):
+    rng = np.random.default_rng(13)
+    first = _geometries(rng)
+    replicas = [_replica(rng, first, shared_weights=False) for _ in range(R)]
+    wls = replicas[1][0]["worklists"]  # replica 1's first vertex: two lists swapped
+    i, j = next(
+        (i, j)
+        for i in range(len(wls))
+        for j in range(i + 1, len(wls))
+        if i // WORKERS == j // WORKERS
+        and wls[i].size == wls[j].size
+        and not np.array_equal(wls[i], wls[j])
+    )
+    wls[i], wls[j] = wls[j], wls[i]
+    fields = _image_fields(replicas, "blocks", np.float32, rng)
+    calls = []
+    real = ImageField.packed
+    monkeypatch.setattr(ImageField, "packed", lambda self: calls.append(1) or real(self))
+    cls = conv_vertex("AMP", FLOAT, FLOAT)
+    assert _run(cls, fields, R * len(first)).all()
+    assert len(calls) == len(FIELDS)  # every field packed, as the runner packed them
+    _check(cls, replicas, fields, np.float32, np.float32)
+
+
+def test_an_irregular_vertex_runs_packed_and_says_so():
+    rng = np.random.default_rng(17)
+    first = _geometries(rng)[:4]
+    first[2]["worklists"] = [w.copy() for w in first[2]["worklists"]]
+    nonempty = next(i for i, w in enumerate(first[2]["worklists"]) if w.size)
+    first[2]["worklists"][nonempty][0] = 99  # an output row past the vertex's rows
+    replicas = [_replica(rng, first, shared_weights=False) for _ in range(R)]
+    fields = _image_fields(replicas, "regular", np.float32, rng)
+    before = fields["out"].image.copy()
+    ok = _run(conv_vertex("AMP", FLOAT, FLOAT), fields, R * len(first))
+    assert ok.tolist() == [True, True, False, True] * R
+    out = fields["out"]
+    v2 = out.ids[out.inner_offsets[out.offsets[2]] : out.inner_offsets[out.offsets[3]]]
+    np.testing.assert_array_equal(out.image[:, v2], before[:, v2])  # nothing written
+
+
+def test_an_access_is_a_view_exactly_when_its_ids_are_affine():
+    ids = np.array([40, 41, 42, 50, 51, 52, 60, 61, 62, 70, 71, 72], np.int32)
+    image = np.arange(2 * 100, dtype=np.uint32).reshape(2, 100)
+    f = ImageField(image, np.dtype(np.uint32), ids, np.array([0, 4]), np.arange(0, 13, 3),
+                   np.dtype(np.uint32))  # fmt: skip
+    starts = np.array([[0, 3], [6, 9]])
+    acc = f.access(starts, 3)
+    assert acc == ImageAccess((2, 2, 3), 40, (20, 10, 1))
+    np.testing.assert_array_equal(f.read(acc), image[:, ids].reshape(2, 2, 2, 3))
+    f.write(acc, np.full((2, 2, 2, 3), 7, np.uint32), distinct=True)
+    assert (image[:, ids] == 7).all() and image.sum() == 7 * 24 + (
+        np.arange(200).sum() - np.arange(200).reshape(2, 100)[:, ids].sum()
+    )
+    bent = ids.copy()
+    bent[4] = 99
+    g = ImageField(image, np.dtype(np.uint32), bent, f.offsets, f.inner_offsets,
+                   np.dtype(np.uint32))  # fmt: skip
+    acc = g.access(starts, 3)
+    assert acc.strides is None
+    np.testing.assert_array_equal(acc.index, bent)
+    np.testing.assert_array_equal(g.read(acc), image[:, bent].reshape(2, 2, 2, 3))
+
+
+def test_distinct_accesses():
+    distinct = conv_vertices._distinct
+    assert distinct(ImageAccess((2, 3, 4), 0, (12, 4, 1)))
+    assert distinct(ImageAccess((2, 3, 4), 0, (-20, 5, 1)))
+    assert not distinct(ImageAccess((2, 3, 4), 0, (12, 3, 1)))  # rows overlap
+    assert not distinct(ImageAccess((2, 3, 4), 0, (0, 4, 1)))  # a repeated block
+    assert distinct(ImageAccess((1, 3, 4), 0, (0, 4, 1)))  # one block: stride unused
+
+
+def _matmul_engine(replicas: int, dtype, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x @ w`` of every replica (``poplin.matMul`` on the ``tiny`` IPU Model, one IPU per
+    replica, the convolution partial vertices), as the engine computes it."""
+    from poplar_api import Engine, Graph, IPUModel, poplin
+    from poplar_api import program as prog
+
+    m, k, n = x.shape[1], x.shape[2], w.shape[2]
+    model = IPUModel("tiny")
+    model.numIPUs = replicas
+    device = model.createDevice()
+    g = Graph(device.getTarget(), replication_factor=replicas)
+    poplin.addCodelets(g)
+    a = poplin.createMatMulInputLHS(g, dtype, [m, k], [k, n], "x")
+    b = poplin.createMatMulInputRHS(g, dtype, [m, k], [k, n], "w")
+    seq = prog.Sequence(prog.Copy(g.addHostToDeviceFIFO("in", dtype, m * k), a))
+    y = poplin.matMul(g, a, b, seq, "mm")
+    seq.add(prog.Copy(y, g.addDeviceToHostFIFO("out", dtype, m * n)))
+    g.createHostWrite("w", b)
+    e = Engine(g, seq)
+    e.load(device)
+    e.writeTensor("w", w if replicas > 1 else w[0])
+    out = np.zeros((replicas, m * n), x.dtype)
+    e.connectStream("in", x.reshape(replicas, -1))
+    e.connectStream("out", out)
+    e.run(0)
+    return out.reshape(replicas, m, n)
+
+
+@pytest.mark.parametrize("fp", [np.float32, np.float16])
+def test_replicated_matmul_equals_each_replica_run_alone(monkeypatch, fp):
+    from poplar_api import FLOAT as F
+    from poplar_api import HALF as H
+
+    dtype = F if fp is np.float32 else H
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((4, 12, 40)).astype(fp)
+    w = rng.standard_normal((4, 40, 20)).astype(fp)
+    together = _matmul_engine(4, dtype, x, w)
+    alone = np.stack([_matmul_engine(1, dtype, x[r : r + 1], w[r : r + 1])[0] for r in range(4)])
+    np.testing.assert_array_equal(together, alone)  # bit for bit
+    want = np.einsum("rmk,rkn->rmn", x.astype(np.float64), w.astype(np.float64))
+    tol = 2e-2 if fp is np.float16 else 1e-5
+    np.testing.assert_allclose(together, want, rtol=tol, atol=tol * np.abs(want).max())
+    # and as the fields packed by the runner give them
+    monkeypatch.setattr(conv_vertices._ConvPartialBase, "readsImages", False)
+    np.testing.assert_array_equal(_matmul_engine(4, dtype, x, w), together)
