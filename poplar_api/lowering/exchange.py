@@ -39,7 +39,7 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.tile.layout import tile_coordinates, tile_distance
-from poplar_api.lowering import pieces, received, runs
+from poplar_api.lowering import crossing, pieces, received, runs
 from poplar_api.types import Type
 
 #: Runs planned together at most (bounds the planner's temporary arrays), when the runs
@@ -69,6 +69,8 @@ class OwnerCache:
         #: count: a lowering plans an exchange or two per compute set, and a fresh map
         #: of ``tiles ** 2`` bytes each time costs its zeroing and page faults
         self.free_pairs: dict[int, list[tuple[np.ndarray, np.ndarray, int]]] = {}
+        #: element size -> stretches of ids owned on one IPU (multi-IPU targets)
+        self.ipu_stretches: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def take_pairs(self, num_tiles: int) -> tuple[np.ndarray, np.ndarray, int]:
         """A map of ``num_tiles ** 2`` (receiving, sending) pairs, sender counts (all
@@ -100,6 +102,18 @@ class OwnerCache:
         if cached is None:
             cached = self.changes[size] = runs.change_points(owner, space)
         return cached
+
+    def ipu_stretches_of(
+        self, size: int, owner: np.ndarray, space: int, tiles_per_ipu: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`~poplar_api.lowering.crossing.ipu_stretches` of the space of element
+        ``size``."""
+        found = self.ipu_stretches.get(size)
+        if found is None:
+            changes = self.changes_of(size, owner, space)
+            found = crossing.ipu_stretches(owner, changes, tiles_per_ipu, space)
+            self.ipu_stretches[size] = found
+        return found
 
     def stretches_of(
         self, size: int, owner: np.ndarray, space: int, read: int
@@ -204,18 +218,18 @@ class ExchangePlanner:
             new = keys[seen[keys] != stamp]
             seen[new] = stamp
             senders[dst] += new.size
-        sender = self.sender.get(element_type.size)
-        if sender is None:
-            size = self.state.space(element_type).size
-            sender = self.sender[element_type.size] = np.full(size, -1, np.int32)
-            for a, b, owner in self.intervals.pop(element_type.size, []):
-                runs.copy_ranges(sender, owner, a, b)
-        if relayed is None:
-            sender[ids] = src
-        else:
-            sender[ids[~relayed]] = src[~relayed]
-            key = (element_type.size, dst // tpi)
-            self.relayed.setdefault(key, []).append(ids[relayed])
+        owned_ids, owned_src = ids, src  # sent by their owners (the rest by landing tiles)
+        if relayed is not None:
+            self.relayed.setdefault((element_type.size, dst // tpi), []).append(ids[relayed])
+            owned_ids, owned_src = ids[~relayed], src[~relayed]
+        if owned_ids.size:  # the space's sender array is made only when some owner sends
+            sender = self.sender.get(element_type.size)
+            if sender is None:
+                size = self.state.space(element_type).size
+                sender = self.sender[element_type.size] = np.full(size, -1, np.int32)
+                for a, b, owner in self.intervals.pop(element_type.size, []):
+                    runs.copy_ranges(sender, owner, a, b)
+            sender[owned_ids] = owned_src
         peers = np.unique(src)
         dist = tile_distance(self.cfg.tile, peers % tpi, np.full(peers.size, dst % tpi))
         self.max_distance[dst] = max(int(self.max_distance[dst]), int(dist.max()))
@@ -296,13 +310,29 @@ class ExchangePlanner:
         run on ``dst`` (:mod:`~poplar_api.lowering.runs` finds them), each element sent
         by its owner.
 
-        Every run bound for a tile must come in one call. On a target of several IPUs
-        the runs are planned element by element (:meth:`add_grouped`: an element may
-        cross IPUs); otherwise as intervals (:meth:`_add_intervals`).
+        Every run bound for a tile must come in one call. The runs are planned as
+        intervals (:meth:`_add_intervals`), except on a target of several IPUs those of
+        the tiles that receive some element from another IPU: these are planned element
+        by element (:meth:`add_grouped`), as an element crossing IPUs lands once per IPU
+        (:func:`~poplar_api.lowering.crossing.receivers_from_other_ipus` tells them).
         """
         if begin.size == 0:
             return
-        if begin.size > PIECES_PER_PASS and self.num_ipus == 1:
+        if self.num_ipus > 1:
+            size, tpi = element_type.size, self.tiles_per_ipu
+            space = self.state.space(element_type).size
+            stretches = self.owners.ipu_stretches_of(size, owner, space, tpi)
+            far = crossing.receivers_from_other_ipus(begin, length, dst, stretches, tpi)
+            if far.any():
+                ids = runs.expand(begin[far], length[far])
+                to = np.repeat(dst[far], length[far])
+                self.add_grouped(element_type, ids, owner[ids].astype(np.int64), to)
+                del ids, to
+                near = ~far
+                begin, length, dst = begin[near], length[near], dst[near]
+                if begin.size == 0:
+                    return
+        if begin.size > PIECES_PER_PASS:
             cuts = _tile_blocks(dst, self.num_tiles, PIECES_PER_PASS)
             if cuts is not None:  # each tile's runs in one block: plan a block of tiles at a time
                 for lo, hi in itertools.pairwise(cuts):
@@ -310,10 +340,6 @@ class ExchangePlanner:
                         element_type, begin[lo:hi], length[lo:hi], dst[lo:hi], owner
                     )
                 return
-        if self.num_ipus > 1:
-            ids = runs.expand(begin, length)
-            self.add_grouped(element_type, ids, owner[ids].astype(np.int64), np.repeat(dst, length))
-            return
         self._add_intervals(element_type, begin, length, dst, owner)
 
     def _pairs(self) -> tuple[np.ndarray, np.ndarray, int] | None:
