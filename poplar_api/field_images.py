@@ -123,13 +123,45 @@ class ImageField:
     def access(self, starts: np.ndarray, size: int) -> ImageAccess:
         """How to reach, in every replica, the ``size`` elements from each packed
         position of ``starts`` (any shape): ``read`` gives ``[replicas, *starts.shape,
-        size]``. Worth keeping: it looks at every id once."""
+        size]``, a view when the ids are an affine function of the indices with
+        consecutive elements in each block. Worth keeping: it looks at every id once."""
         shape = (*starts.shape, size)
         ids = self.ids[starts.reshape(-1)[:, None] + np.arange(size)].reshape(shape)
         strides = _affine_strides(ids.astype(np.int64, copy=False))
-        if strides is None:
+        if strides is not None and size == 1:  # (any stride: the packed one)
+            strides = (*strides[:-1], 1)
+        if strides is None or strides[-1] != 1:
+            # a view only where each block's elements follow one another, as packed:
+            # a kernel's products then see the strides they see on packed fields
             return ImageAccess(shape, index=_read_only(ids.reshape(-1)))
         return ImageAccess(shape, int(ids.reshape(-1)[0]) if ids.size else 0, strides)
+
+    def piece_accesses(self, starts: np.ndarray, size: int, cuts: list[int]) -> list:
+        """:meth:`access` of each piece ``starts[cuts[k]:cuts[k + 1]]`` of a ``[members,
+        count]`` array of packed positions, found for all pieces in a few array passes
+        (a piece is a view when its ids follow the affine function its first ids give)."""
+        m, count = starts.shape
+        ids = self.ids[starts[:, :, None] + np.arange(size)].astype(np.int64, copy=False)
+        lo, hi = np.asarray(cuts[:-1], np.int64), np.asarray(cuts[1:], np.int64)
+        piece = np.repeat(np.arange(lo.size), hi - lo)
+        base = ids[lo, 0, 0]
+        member = np.where(hi - lo > 1, ids[np.minimum(lo + 1, m - 1), 0, 0] - base, 0)
+        block = ids[lo, 1, 0] - base if count > 1 else np.zeros(lo.size, np.int64)
+        at = np.arange(m, dtype=np.int64) - lo[piece]
+        guess = base[piece][:, None, None] + (at * member[piece])[:, None, None]
+        guess = guess + np.arange(count)[None, :, None] * block[piece][:, None, None]
+        guess = guess + np.arange(size)[None, None, :]
+        fits = np.logical_and.reduceat((guess == ids).reshape(m, -1).all(axis=1), lo)
+        found = []
+        for k in range(lo.size):
+            shape = (int(hi[k] - lo[k]), count, size)
+            if fits[k]:
+                steps = (int(member[k]), int(block[k]), 1)
+                found.append(ImageAccess(shape, int(base[k]), steps))
+            else:
+                index = ids[lo[k] : hi[k]].reshape(-1).astype(self.ids.dtype)
+                found.append(ImageAccess(shape, index=_read_only(index)))
+        return found
 
     def _view(self, acc: ImageAccess, writeable: bool) -> np.ndarray:
         typed = self.image.view(self.dtype)

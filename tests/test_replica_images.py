@@ -63,7 +63,7 @@ def _replica(rng, first: list[dict], shared_weights: bool) -> list[dict]:
 def _ids(batch: FieldBatch, layout: str, rng, share: bool) -> tuple[np.ndarray, int]:
     """Element ids of the packed positions of ``batch`` and the size of the id space.
 
-    ``regular``: in packed order after a gap; ``blocks``: each inner vector a run, the
+    ``regular``: in packed order after a gap; ``strided``: every third id; ``blocks``: each inner vector a run, the
     vectors in random order with gaps; ``scattered``: every element anywhere. ``share``:
     inner vectors of equal contents (shared weights) get the same ids."""
     n = batch.data.size
@@ -71,6 +71,8 @@ def _ids(batch: FieldBatch, layout: str, rng, share: bool) -> tuple[np.ndarray, 
         ids = rng.permutation(n + 50)[:n]
     elif layout == "regular":
         ids = np.arange(n) + 17
+    elif layout == "strided":  # every third element: views would change the products
+        ids = np.arange(n) * 3 + 2
     else:
         inner = batch.offsets if batch.inner_offsets is None else batch.inner_offsets
         sizes = np.diff(inner)
@@ -141,9 +143,12 @@ def _check(cls, replicas: list[dict], fields: dict, fp, out_type) -> None:
                 np.testing.assert_allclose(seg, ref, rtol=tol, atol=tol * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("layout", ["regular", "blocks", "scattered"])
+@pytest.mark.parametrize("pieces", [False, True])
+@pytest.mark.parametrize("layout", ["regular", "strided", "blocks", "scattered"])
 @pytest.mark.parametrize("fp", [np.float32, np.float16])
-def test_each_replica_computes_its_own_values_in_place(monkeypatch, layout, fp):
+def test_each_replica_computes_its_own_values_in_place(monkeypatch, layout, fp, pieces):
+    if pieces:  # every class cut where its vectors stop lying evenly spaced
+        monkeypatch.setattr(conv_vertices, "_PIECE_ELEMENTS", 0)
     rng = np.random.default_rng(5)
     first = _geometries(rng)
     replicas = [_replica(rng, first, shared_weights=False) for _ in range(R)]

@@ -455,6 +455,10 @@ class _Geometry:
     oc: int
     nk: int
     rows: list
+    #: per kernel position: its output rows as runs (:func:`_row_runs`), and whether
+    #: it reads every input row in order
+    runs: list
+    same: list
 
     @property
     def in_size(self) -> int:
@@ -504,7 +508,9 @@ def _geometry(fields: tuple, first: int) -> _Geometry | None:
     rows, ok = _rows_of(wl, first, wls, nk, p)
     if not ok:
         return None
-    return _Geometry(ncg, nog, nig, in_rows, out_rows, ic, oc, nk, rows)
+    runs = [_row_runs(o_r) for o_r, _ in rows]
+    same = [i_r.size == in_rows and bool((i_r == np.arange(in_rows)).all()) for _, i_r in rows]
+    return _Geometry(ncg, nog, nig, in_rows, out_rows, ic, oc, nk, rows, runs, same)
 
 
 def _products(x: np.ndarray, w: np.ndarray, geo: _Geometry) -> np.ndarray:
@@ -520,8 +526,7 @@ def _products(x: np.ndarray, w: np.ndarray, geo: _Geometry) -> np.ndarray:
     x = x.reshape(*lead, ncg, nig, in_rows, ic)
     w = w.reshape(*lead, ncg, nog, nig, nk, oc, ic)
     acc = np.zeros((*lead, ncg, nog, out_rows, oc), np.float32)
-    runs = [_row_runs(o_r) for o_r, _ in geo.rows]
-    same = [i_r.size == in_rows and bool((i_r == np.arange(in_rows)).all()) for _, i_r in geo.rows]
+    runs, same = geo.runs, geo.same
     for ig in range(nig):
         for k, (o_r, i_r) in enumerate(geo.rows):
             if o_r.size == 0:
@@ -581,11 +586,9 @@ def _run_in_place(fields: tuple[Any, ...], num_vertices: int) -> bool:
     shapes = [_geometry(first, v) for _, v in classes]
     if any(geo is None for geo in shapes):
         return False
-    for (members, _), geo, (ax, bx, cx, distinct) in zip(
-        classes, shapes, _accesses(fields, classes, shapes), strict=True
-    ):
-        acc = _products(a.read(ax), b.read(bx), geo)
-        c.write(cx, acc.reshape(replicas, members.size, *acc.shape[-2:]), distinct)
+    for geo, pieces in zip(shapes, _accesses(fields, classes, shapes), strict=True):
+        for ax, bx, cx, distinct in pieces:
+            c.write(cx, _products(a.read(ax), b.read(bx), geo), distinct)
     return True
 
 
@@ -597,11 +600,11 @@ _accesses_bytes = [0]
 
 
 def _accesses(fields: tuple[Any, ...], classes: list, shapes: list[_Geometry]) -> list:
-    """Per class, ``(in, weights, out)`` accesses of its members' vectors and whether
-    its output elements are distinct: found once per plan (they depend only on the
-    fields' ids and the classes) and kept."""
+    """Per class, its pieces (:func:`_pieces`), each as ``(in, weights, out)`` accesses
+    of its members' vectors and whether its output elements are distinct: found once
+    per plan (they depend only on the fields' ids and the classes) and kept."""
     a, b, c = fields[:3]
-    key = (id(classes), id(a.ids), id(b.ids), id(c.ids))
+    key = (id(classes), id(a.ids), id(b.ids), id(c.ids), a.replicas)
     hit = _ACCESSES.get(key)
     if (
         hit is not None
@@ -611,17 +614,25 @@ def _accesses(fields: tuple[Any, ...], classes: list, shapes: list[_Geometry]) -
         return hit[1]
     found, size = [], 0
     for (members, _), geo in zip(classes, shapes, strict=True):
-        per = []
-        for f, count, width in (
-            (a, geo.ncg * geo.nig, geo.in_size),
-            (b, geo.ncg * geo.nog * geo.nig, geo.weight_size),
-            (c, geo.ncg * geo.nog, geo.out_size),
-        ):
-            per.append(f.access(f.inner_offsets[_segment_rows(f, members, count)], width))
-        out: ImageAccess = per[2]
-        distinct = out.strides is not None and _distinct(out)
-        found.append((*per, distinct))
-        size += sum(x.index.nbytes for x in per if x.index is not None)
+        parts = [
+            (f, f.inner_offsets[_segment_rows(f, members, count)], width)
+            for f, count, width in (
+                (a, geo.ncg * geo.nig, geo.in_size),
+                (b, geo.ncg * geo.nog * geo.nig, geo.weight_size),
+                (c, geo.ncg * geo.nog, geo.out_size),
+            )
+        ]
+        cuts = _pieces(parts, a.replicas)
+        if len(cuts) == 2:  # one piece: a view or an index for the whole class
+            each = [[f.access(starts, width)] for f, starts, width in parts]
+        else:
+            each = [f.piece_accesses(starts, width, cuts) for f, starts, width in parts]
+        pieces = []
+        for per in zip(*each, strict=True):
+            out: ImageAccess = per[2]
+            pieces.append((*per, out.strides is not None and _distinct(out)))
+            size += sum(x.index.nbytes for x in per if x.index is not None)
+        found.append(pieces)
     if _accesses_bytes[0] + size > _ACCESSES_BYTES:
         _ACCESSES.clear()
         _accesses_bytes[0] = 0
@@ -629,6 +640,33 @@ def _accesses(fields: tuple[Any, ...], classes: list, shapes: list[_Geometry]) -
         _ACCESSES[key] = ((classes, a.ids, b.ids, c.ids), found)
         _accesses_bytes[0] += size
     return found
+
+
+#: Elements of every replica a piece of a class should read, on average, to be run as
+#: views of its own (about what copying them costs against the numpy calls of a piece).
+_PIECE_ELEMENTS = 1 << 14
+
+
+def _pieces(parts: list[tuple[ImageField, np.ndarray, int]], replicas: int) -> list[int]:
+    """Cuts of a class's members into ranges in which every field's vectors start at
+    evenly spaced ids (their blocks are then strided views of the images, read and
+    written with no copy), when the pieces are large enough to be worth a call each;
+    else ``[0, members]``: the whole class as one piece."""
+    m = parts[0][1].shape[0]
+    if m < 3:
+        return [0, m]
+    firsts = [f.ids[starts].astype(np.int64).reshape(m, -1) for f, starts, _ in parts]
+    steps = np.concatenate([np.diff(x, axis=0) for x in firsts], axis=1)
+    # member i continues its piece when the step into it is the step into i - 1
+    breaks = np.flatnonzero((steps[1:] != steps[:-1]).any(axis=1)) + 2
+    cuts = [0]
+    while cuts[-1] < m:
+        k = int(np.searchsorted(breaks, cuts[-1] + 2))
+        cuts.append(int(breaks[k]) if k < breaks.size else m)
+    per_member = sum(s.shape[1] * width for _, s, width in parts) * replicas
+    if m * per_member < _PIECE_ELEMENTS * (len(cuts) - 1):
+        return [0, m]
+    return cuts
 
 
 def _distinct(acc: ImageAccess) -> bool:
