@@ -468,12 +468,37 @@ def _candidates(
     # no larger; the operands' and the output's own storage is not part of it
     memory = isz * (in_elems + w_elems) + psz * bg * positions * bco
     return {
-        "parts": np.stack(parts, axis=1), "blocks": np.stack(blocks, axis=1),
+        "parts": _rows(parts), "blocks": _rows(blocks),
         "used": used, "compute": compute, "exchange": exchange, "reduce": reduce,
         "total": compute + exchange + reduce, "memory": memory,
         "icg": np.full(used.size, icg), "ocg": np.full(used.size, ocg),
         "cgpg": np.full(used.size, cgpg),
     }  # fmt: skip
+
+
+def _rows(columns: list[np.ndarray]) -> np.ndarray:
+    """``(n, len(columns))``: the columns side by side (``np.stack(columns, axis=1)``'s
+    values, laid out column after column: made and joined without strided copies)."""
+    return np.array(columns).T
+
+
+def _join(arrays: list[np.ndarray]) -> np.ndarray:
+    """The candidates of ``arrays`` one after another (split rows: :func:`_rows`)."""
+    if arrays[0].ndim == 2:
+        return np.concatenate([a.T for a in arrays], axis=1).T
+    return np.concatenate(arrays)
+
+
+def _first_in_order(keys: tuple[np.ndarray, ...], k: int) -> np.ndarray:
+    """The first ``k`` positions of ``np.lexsort(keys)`` (last key primary, ties in
+    position order), sorting only the candidates whose primary key is within the
+    ``k`` smallest."""
+    primary = keys[-1]
+    if primary.size <= k:
+        return np.lexsort(keys)
+    kth = np.partition(primary, k - 1)[k - 1]
+    near = np.flatnonzero(primary <= kth)
+    return near[np.lexsort(tuple(key[near] for key in keys))[:k]]
 
 
 def _with_out_chans(params: ConvParams, co: int) -> ConvParams:
@@ -520,7 +545,7 @@ def _gather(
     sub = _with_out_chans(params, params.outputChannelsPerConvGroup // serial)
     maps = dim_maps(sub)
     cands = [_candidates(sub, m, partials, target, maps, fast) for m in methods]
-    cat = {k: np.concatenate([c[k] for c in cands]) for k in cands[0]}
+    cat = {k: _join([c[k] for c in cands]) for k in cands[0]}
     cycles, temp = transform_estimates(sub, conv_pass, swapped, cat["icg"], cat["ocg"],
                                        cat["used"], target, weights_per_conv_unit(sub))  # fmt: skip
     cat["transform"] = cycles
@@ -639,13 +664,13 @@ def plan_convolution(
             more = _gather(params, methods, partials, target, serial, rearrange, fast,
                            conv_pass, swapped)  # fmt: skip
             if (more["memory"] <= limit).any():
-                cat = {k: np.concatenate([cat[k], more[k]]) for k in cat}
+                cat = {k: _join([cat[k], more[k]]) for k in cat}
                 break
     method_ix = cat["method"]
     fits = _fitting(cat["memory"], limit, target.getBytesPerTile())
     primary = np.where(fits, cat["total"], np.iinfo(np.int64).max // 4)
-    order = np.lexsort((method_ix, cat["serial"], cat["used"], primary))
-    top = order[: REFINE if exact_compute is not None else 1]
+    top = _first_in_order((method_ix, cat["serial"], cat["used"], primary),
+                          REFINE if exact_compute is not None else 1)  # fmt: skip
 
     def make(j: int, cost: dict[str, int]) -> ConvPlan:
         return plan_from(cat, j, methods, params, partials, target, cost, fast, swapped)
