@@ -134,6 +134,10 @@ def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
     def copy() -> None:
         storage.copy(typ, d_where, s_where)
 
+    def copy_every_replica() -> None:  # one copy of every replica's rows at once
+        full = storage.full[typ.size]
+        full[:, d_where] = full[:, s_where]  # (numpy copies first where they overlap)
+
     name = prog.debugName or f"Copy {s.name} -> {d.name}"
     nodes: list[ir.Node] = []
     local = s_tile == d_tile
@@ -154,7 +158,11 @@ def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
     if not nodes:  # nothing to copy
         return ir.Sequence()
     last = nodes[-1]
-    nodes[-1] = with_effect(last, em.lowered.effect(copy))
+    if storage.replicas > 1 and typ.numpy.kind != "b":  # (BOOL: any non-zero is True)
+        effect = em.lowered.global_effect(copy_every_replica)
+    else:
+        effect = em.lowered.effect(copy)
+    nodes[-1] = with_effect(last, effect)
     return em.touch(ir.Sequence(nodes, name=name), s, d)
 
 

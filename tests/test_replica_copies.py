@@ -1,0 +1,82 @@
+"""``Copy`` programs of a replicated graph move every replica's elements in one pass.
+
+Each replica holds its own values (written per replica); copies between tensors, within
+one tensor, through permuted views, of INT and BOOL elements, must give each replica what numpy's copy of its own values gives (the
+same as a one-replica run of that replica's values).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import BOOL, FLOAT, INT, Device, Engine, Graph, IPUModel, poputil
+from poplar_api import program as prog
+
+N = 12
+
+
+def _device(replicas: int, kind: str) -> Device:
+    m = IPUModel("tiny")
+    m.numIPUs = replicas
+    device = m.createDevice()
+    return device if kind == "model" else Device.createCPUDevice(device.getTarget().config)
+
+
+def _run(replicas: int, values: dict[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
+    """The graph's tensors after its copies, per replica (``values``: per replica)."""
+    device = _device(replicas, kind)
+    g = Graph(device.getTarget(), replication_factor=replicas)
+    t = {}
+    for name, typ in (("a", FLOAT), ("b", FLOAT), ("i", INT), ("j", INT), ("p", BOOL), ("q", BOOL)):
+        t[name] = g.addVariable(typ, [N], name)
+        poputil.mapTensorLinearly(g, t[name])
+    a, b = t["a"], t["b"]
+    seq = prog.Sequence(
+        prog.Copy(a, b),  # between tensors
+        prog.Copy(a[0:6], a[6:12]),  # within one tensor
+        prog.Copy(b[::-1], a),  # a permuted view
+        prog.Copy(t["i"][::2], t["j"][1::2]),  # INT, strided
+        prog.Copy(t["p"], t["q"]),  # BOOL
+    )
+    for name in t:
+        g.createHostWrite(name, t[name])
+        g.createHostRead(name, t[name])
+    e = Engine(g, seq)
+    e.load(device)
+    for name, v in values.items():
+        e.writeTensor(name, v if replicas > 1 else v[0])
+    e.run(0)
+    return {name: e.readTensor(name).reshape(replicas, N) for name in t}
+
+
+def _want(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    v = {k: x.copy() for k, x in values.items()}
+    v["b"][:] = v["a"]
+    v["a"][:, 6:12] = v["a"][:, 0:6]
+    v["a"][:] = v["b"][:, ::-1]
+    v["j"][:, 1::2] = v["i"][:, ::2]
+    v["q"][:] = v["p"]
+    return v
+
+
+@pytest.mark.parametrize("kind", ["model", "cpu"])
+def test_every_replica_copies_its_own_values(kind):
+    rng = np.random.default_rng(3)
+    r = 4
+    values = {
+        "a": rng.standard_normal((r, N)).astype(np.float32),
+        "b": rng.standard_normal((r, N)).astype(np.float32),
+        "i": rng.integers(-50, 50, (r, N)).astype(np.int32),
+        "j": rng.integers(-50, 50, (r, N)).astype(np.int32),
+        "p": rng.integers(0, 2, (r, N)).astype(bool),
+        "q": rng.integers(0, 2, (r, N)).astype(bool),
+    }
+    got = _run(r, values, kind)
+    want = _want(values)
+    for name in values:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    assert not np.array_equal(got["a"][0], got["a"][1])  # the replicas differ
+    one = _run(1, {k: v[2:3] for k, v in values.items()}, kind)  # replica 2 alone
+    for name in values:
+        np.testing.assert_array_equal(one[name][0], got[name][2], err_msg=name)
