@@ -151,9 +151,13 @@ class ExchangePlanner:
         self.received = np.zeros(n, np.int64)
         self.messages_received = np.zeros(n, np.int64)
         self.max_distance = np.zeros(n, np.int64)
-        #: element size -> (element id -> tile that sends it, or -1); types of one size
-        #: share element ids, so a reinterpreted view's element is sent once
-        self.sender: dict[int, np.ndarray] = {}
+        #: element size -> (ids, sending tiles) of the elements planned one by one and,
+        #: once there are some, of the intervals planned after them (their owners send
+        #: them), in planning order: an id's last sender sends it (:func:`_last_senders`);
+        #: types of one size share element ids, so a reinterpreted view's element is sent
+        #: once. Kept per planned part, not as an array over the element space: a
+        #: planner of a multi-IPU graph's copy would fill one of hundreds of MB
+        self.sender: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         #: (element size, IPU) -> element id -> tile of that IPU the element landed on
         #: from another IPU (sparse: only the elements that crossed into that IPU)
         self.landing: dict[tuple[int, int], _SparseMap] = {}
@@ -222,14 +226,14 @@ class ExchangePlanner:
         if relayed is not None:
             self.relayed.setdefault((element_type.size, dst // tpi), []).append(ids[relayed])
             owned_ids, owned_src = ids[~relayed], src[~relayed]
-        if owned_ids.size:  # the space's sender array is made only when some owner sends
+        if owned_ids.size:
             sender = self.sender.get(element_type.size)
-            if sender is None:
-                size = self.state.space(element_type).size
-                sender = self.sender[element_type.size] = np.full(size, -1, np.int32)
-                for a, b, owner in self.intervals.pop(element_type.size, []):
-                    runs.copy_ranges(sender, owner, a, b)
-            sender[owned_ids] = owned_src
+            if sender is None:  # the intervals planned before, then these
+                sender = self.sender[element_type.size] = [
+                    _interval_senders(a, b, owner)
+                    for a, b, owner in self.intervals.pop(element_type.size, [])
+                ]
+            sender.append((owned_ids, owned_src))
         peers = np.unique(src)
         dist = tile_distance(self.cfg.tile, peers % tpi, np.full(peers.size, dst % tpi))
         self.max_distance[dst] = max(int(self.max_distance[dst]), int(dist.max()))
@@ -394,8 +398,8 @@ class ExchangePlanner:
             self.sender_keys.append(_sender_keys(lo_key, lengths, stride, changes, owner, n))
         np.maximum(self.max_distance, distance, out=self.max_distance)
         sender = self.sender.get(size)
-        if sender is not None:  # elements planned one by one too: paint the intervals in
-            runs.copy_ranges(sender, owner, a, b)
+        if sender is not None:  # elements planned one by one too: after them in order
+            sender.append(_interval_senders(a, b, owner))
         else:
             self.intervals.setdefault(size, []).append((a, b, owner))
 
@@ -446,9 +450,8 @@ class ExchangePlanner:
         n = self.num_tiles
         sent = np.zeros(n, np.int64)
         messages_sent = np.zeros(n, np.int64)
-        for element_size, sender in self.sender.items():
-            ids = np.flatnonzero(sender >= 0)
-            tiles = sender[ids].astype(np.int64)
+        for element_size, parts in self.sender.items():
+            ids, tiles = _last_senders(parts)
             sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
             messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
         for element_size, parts in self.intervals.items():
@@ -571,6 +574,26 @@ def exchange_ipus(step: ir.Exchange | ir.GlobalExchange, tiles_per_ipu: int) -> 
     else:
         tiles = np.concatenate((step.src_tile, step.dst_tile))
     return tuple(int(i) for i in np.unique(tiles // tiles_per_ipu))
+
+
+def _interval_senders(
+    a: np.ndarray, b: np.ndarray, owner: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of intervals ``[a, b)`` and their owners, who send them."""
+    ids = runs.expand(a, b - a)
+    return ids, owner[ids]
+
+
+def _last_senders(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct ids of ``parts`` (ids, sending tiles) and the int64 tile that
+    sends each: the last given for it."""
+    ids = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
+    tiles = np.concatenate([p[1] for p in parts])
+    order = np.argsort(ids, kind="stable")
+    ids, tiles = ids[order], tiles[order]
+    last = np.ones(ids.size, bool)
+    last[:-1] = ids[1:] != ids[:-1]
+    return ids[last], tiles[last].astype(np.int64)
 
 
 def _runs(ids: np.ndarray, src: np.ndarray) -> np.ndarray:
