@@ -69,6 +69,11 @@ class Machine:
         #: programs checked by :meth:`prepare` (IR arrays are read-only, so a program
         #: once checked stays valid)
         self._prepared: weakref.WeakSet[ir.Program] = weakref.WeakSet()
+        #: a replicated program's step costs, kept from run to run (see _Run._replicated
+        #: and _Run._replica_cost): by step id, with the step (its id is not reused while
+        #: the entry keeps it); read-only arrays, shared by the records of every run
+        self._replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]] = {}
+        self._replica_costs: dict[int, tuple[ir.Step, ComputeCost]] = {}
 
     @property
     def num_tiles(self) -> int:
@@ -238,12 +243,15 @@ class _Run(LinkSteps):
         self._flow_cache: dict[int, tuple[ir.GlobalExchange, Any]] = {}
         self._active_ipus: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         #: per step (by id): replica 0's costs repeated for every replica (_replicated)
-        self._replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]] = {}
+        self._replicas_of = machine._replicas_of
         #: per compute step (by id) of a replicated program: its cost on replica 0's
         #: tiles (_replica_cost); None when replicas are not costed apart
         self._replica_costs: dict[int, tuple[ir.Step, ComputeCost]] | None = None
         if self.replicas > 1 and type(self.timing.compute) is BarrelCompute:
-            self._replica_costs = {}
+            self._replica_costs = machine._replica_costs
+        if len(self._replicas_of) + len(machine._replica_costs) > _KEPT_STEPS:
+            self._replicas_of.clear()
+            machine._replica_costs.clear()
         #: record -> groups not yet done with it, for records whose per-tile array is
         #: their own (see _passed); per step (by id), the last final such array
         self.pending: dict[int, int] = {}
@@ -638,11 +646,11 @@ class _Run(LinkSteps):
         """A local step's per-tile cycles and active cycles for every replica (made once
         per step, as its costs are)."""
         hit = self._replicas_of.get(id(step))
-        if hit is None or hit[0] is not step:
+        if hit is None or hit[0] is not step or hit[1].size != self.cfg.num_tiles:
             hit = (
                 step,
-                self._replicate(tile_cycles),
-                None if active is None else self._replicate(active),
+                _read_only(self._replicate(tile_cycles)),
+                None if active is None else _read_only(self._replicate(active)),
             )
             self._replicas_of[id(step)] = hit
         return hit[1], hit[2]
@@ -673,6 +681,15 @@ class _Run(LinkSteps):
         out = np.empty((self.replicas, first.size), first.dtype)
         out[...] = first
         return out.reshape(-1)
+
+
+#: Steps whose replicated costs a machine keeps from run to run, at most.
+_KEPT_STEPS = 1 << 14
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    values.flags.writeable = False
+    return values
 
 
 @numba.njit(cache=True)
