@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +15,32 @@ import pytest
 from ipusim import ir
 from ipusim.config import MachineConfig, load_config
 from ipusim.errors import ConfigError
+
+
+def _keep_bytecode_out_of_the_tree() -> None:
+    """Cache compiled bytecode under ``.pytest_cache/pycache`` when the environment
+    asks Python not to write it (``PYTHONDONTWRITEBYTECODE``).
+
+    The suite starts hundreds of Python processes (the two test workers, every script
+    and command a test runs as a user would); without a bytecode cache each of them
+    compiles every module it imports from source again, about 1.4 s of CPU a process,
+    and each worker rewrites the asserts of every test module again. The setting's
+    purpose, no ``__pycache__`` beside the sources, is kept: the cache goes under
+    pytest's own cache directory (``PYTHONPYCACHEPREFIX``), which the processes started
+    from here inherit. A prefix the user set is left as it is.
+    """
+    if not sys.dont_write_bytecode:
+        return
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or str(
+        Path(__file__).resolve().parents[1] / ".pytest_cache" / "pycache"
+    )
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+
+
+_keep_bytecode_out_of_the_tree()
 
 # A small machine with round numbers: 8 tiles in 2 columns (4 rows), 1 GHz clock,
 # 4 exchange bytes per cycle, 4 host bytes per cycle, 8 link bytes per cycle.

@@ -179,19 +179,27 @@ def test_a_write_stopped_at_any_byte_keeps_the_old_content(tmp_path, data, cut):
 
 def test_the_file_size_limit_is_one_line_naming_the_file(tmp_path):
     """A real EFBIG (RLIMIT_FSIZE, with SIGXFSZ ignored) while `ipusim run` writes its
-    profiles: one line naming the file, exit status 2, no profile left."""
+    profiles: one line naming the file, exit status 2, no profile left.
+
+    Before the limit the child imports everything and runs once, so that Numba's kernel
+    cache is on disk (a cold cache would hit the limit first); it writes no bytecode
+    (``-B``): under the limit Python would leave truncated ``.pyc`` files behind."""
     out = tmp_path / "out"
+    warm = tmp_path / "warm"
     code = textwrap.dedent(
         f"""
         import resource, signal, sys
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         from ipusim.cli import main
         import ipusim.runner  # everything imported before the limit
+        assert main(["run", {TUT3!r}, "--config", "tiny", "--out", {str(warm)!r}]) == 0
         resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
         sys.exit(main(["run", {TUT3!r}, "--config", "tiny", "--out", {str(out)!r}]))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-B", "-c", code], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
@@ -431,7 +439,10 @@ def test_file_size_limit_in_process_for_the_writer(tmp_path):
             print(exc)
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    # -B: no bytecode written under the limit (it would be left truncated)
+    proc = subprocess.run(
+        [sys.executable, "-B", "-c", code], capture_output=True, text=True, cwd=ROOT
+    )
     assert "File too large" in proc.stdout and "file size limit" in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] != 1000  # this process untouched
