@@ -103,6 +103,28 @@ def _first_fit(starts, ends, los, his, count, size, align, lo, hi, addr):  # pra
 
 
 @numba.njit(cache=True, nogil=True)
+def _after_packed(
+    starts, ends, los, his, count, size, align, lo, hi, fixed, fixed_top, min_align
+):  # pragma: no cover - compiled
+    """:func:`_first_fit` from address 0, when the first ``fixed`` placed blocks are
+    always live and packed from address 0, each at the ``min_align``-aligned end of the
+    one before (``fixed_top`` the end of the last).
+
+    Such blocks overlap every live range and leave no gap a block of ``size > 0``
+    bytes fits in when ``align`` is a multiple of ``min_align`` (the gaps are shorter
+    than ``min_align`` and end at an aligned address), so the scan over them ends at
+    the aligned ``fixed_top``; the rest is scanned from there. Otherwise (an empty
+    block, another alignment) every block is scanned."""
+    if fixed == 0 or size == 0 or align % min_align != 0:
+        return _first_fit(starts, ends, los, his, count, size, align, lo, hi, 0)
+    addr = -(-fixed_top // align) * align
+    return _first_fit(
+        starts[fixed:], ends[fixed:], los[fixed:], his[fixed:], count - fixed, size, align,
+        lo, hi, addr,
+    )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
 def _joint_fit(
     starts, ends, los, his, count, size, align, lo, hi, first, after
 ):  # pragma: no cover
@@ -193,6 +215,11 @@ def place(
         count = np.zeros(3, np.int64)
         top = np.zeros(3, np.int64)
         packed = np.ones(3, np.bool_)
+        # the always-live blocks packed from address 0 while the region was packed:
+        # the first ``fixed[r]`` rows of region r (no later block goes below their
+        # top), so a first fit needs no look at them (see _after_packed)
+        fixed = np.zeros(3, np.int64)
+        fixed_top = np.zeros(3, np.int64)
         for i in range(a, b):
             if lead[i] != i:
                 continue  # placed with its group's first block
@@ -212,9 +239,10 @@ def place(
                         count[region], size, align, lo, hi, i, after,
                     )  # fmt: skip
                 else:
-                    addr = _first_fit(
+                    addr = _after_packed(
                         p_start[region], p_end[region], p_lo[region], p_hi[region],
-                        count[region], size, align, lo[i], hi[i], 0,
+                        count[region], size, align, lo[i], hi[i], fixed[region],
+                        fixed_top[region], min_align,
                     )  # fmt: skip
                 if addr + size <= limits[region]:
                     chosen = region
@@ -233,6 +261,9 @@ def place(
             if size:
                 top[chosen] = max(top[chosen], addr + size)
                 packed[chosen] = packed[chosen] and fast
+                if packed[chosen]:
+                    fixed[chosen] = count[chosen]
+                    fixed_top[chosen] = top[chosen]
             out_top[t, chosen] = max(out_top[t, chosen], addr + size)
         for r in range(3):  # the union of the region's blocks, in address order
             covered, reach = 0, 0

@@ -89,7 +89,7 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
                 pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner, found)
             else:
                 pieces.run_pieces(*ft.runs, vtiles, owner, stretches, found)
-        planner.add_pieces(typ, *found.arrays(), owner)
+        planner.add_pieces(typ, *found.arrays(), owner, scratch=True)
 
 
 def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:

@@ -300,7 +300,7 @@ class ExchangePlanner:
         known): :meth:`add_grouped` with ``src = owner[ids]``, planned as runs when no
         element crosses IPUs."""
         found = pieces.flat_pieces(np.asarray(ids), np.asarray(dst), owner, src)
-        self.add_pieces(element_type, *found, owner)
+        self.add_pieces(element_type, *found, owner, scratch=True)
 
     def add_pieces(
         self,
@@ -309,10 +309,13 @@ class ExchangePlanner:
         length: np.ndarray,
         dst: np.ndarray,
         owner: np.ndarray,
+        scratch: bool = False,
     ) -> None:
         """Id runs ``[begin, begin + length)`` needed on tiles ``dst``, no element of a
         run on ``dst`` (:mod:`~poplar_api.lowering.runs` finds them), each element sent
-        by its owner.
+        by its owner. With ``scratch`` the arrays are the caller's no longer: the sort
+        keys and merged intervals are written over them (fresh temporaries of a large
+        exchange cost more in page faults than the passes that fill them).
 
         Every run bound for a tile must come in one call. The runs are planned as
         intervals (:meth:`_add_intervals`), except on a target of several IPUs those of
@@ -341,10 +344,10 @@ class ExchangePlanner:
             if cuts is not None:  # each tile's runs in one block: plan a block of tiles at a time
                 for lo, hi in itertools.pairwise(cuts):
                     self._add_intervals(
-                        element_type, begin[lo:hi], length[lo:hi], dst[lo:hi], owner
+                        element_type, begin[lo:hi], length[lo:hi], dst[lo:hi], owner, scratch
                     )
                 return
-        self._add_intervals(element_type, begin, length, dst, owner)
+        self._add_intervals(element_type, begin, length, dst, owner, scratch)
 
     def _pairs(self) -> tuple[np.ndarray, np.ndarray, int] | None:
         """The map of (receiving, sending) tile pairs, the senders counted per
@@ -368,9 +371,10 @@ class ExchangePlanner:
         lengths: np.ndarray,
         dst: np.ndarray,
         owner: np.ndarray,
+        scratch: bool = False,
     ) -> None:
         """Id ranges ``[begin, begin + lengths)`` needed on tiles ``dst`` (all remote,
-        on one IPU), each element sent by its owner.
+        on one IPU), each element sent by its owner (``scratch``: :meth:`add_pieces`).
 
         The ranges of each receiving tile are merged into disjoint intervals, which
         give the bytes it receives; a message is a run of consecutive ids from one
@@ -380,7 +384,8 @@ class ExchangePlanner:
         space = self.state.space(element_type).size
         stride = space + 1  # a range ends at most at ``space``: tiles never touch
         n = self.num_tiles
-        keys, lengths, bits = received.tile_sorted_keys(dst, begin, lengths, stride)
+        given = lengths
+        keys, lengths, bits = received.tile_sorted_keys(dst, begin, lengths, stride, scratch)
         changes = self.changes_of(size, owner, space)
         pairs = self._pairs()
         seen, stamp = (None, 1) if pairs is None else (pairs[:2], pairs[2])
@@ -389,6 +394,7 @@ class ExchangePlanner:
         a, b, receiver, elements, messages, distance = received.merge_received(
             keys, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, seen,
             bits, stamp, in_place=pairs is not None,
+            scratch=(given, dst) if scratch and pairs is not None else None,
         )  # fmt: skip
         self.received += elements * size
         self.messages_received += messages

@@ -81,14 +81,15 @@ def sorted_keys(lo: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def tile_sorted_keys(
-    dst: np.ndarray, begin: np.ndarray, other: np.ndarray, stride: int
+    dst: np.ndarray, begin: np.ndarray, other: np.ndarray, stride: int, in_place: bool = False
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`sorted_keys` of the ranges ``(dst * stride + begin, other)`` (of ``begin``
     when ``dst`` is empty), made in one array: the keys are computed, packed and
     sorted in place (a large exchange's temporaries cost more in fresh pages than the
-    passes that fill them)."""
+    passes that fill them). With ``in_place`` the keys are written over ``begin`` when
+    it is a writable int64 array (the caller no longer needs it): no fresh array then."""
     n = begin.size
-    keys = np.empty(n, np.int64)
+    keys = begin if in_place and _scratch(begin) else np.empty(n, np.int64)
     if n == 0:
         return keys, other, 0
     descents, lo_min, lo_max, o_min, o_max = _key_stats(dst, begin, other, stride, keys)
@@ -107,6 +108,11 @@ def tile_sorted_keys(
         return keys, other[:0], bits
     order = np.argsort(keys, kind="stable")
     return keys[order], other[order], 0
+
+
+def _scratch(a: np.ndarray) -> bool:
+    """Whether results may be written over ``a``: a writable, contiguous int64 array."""
+    return a.dtype == np.int64 and a.flags.writeable and a.flags.c_contiguous
 
 
 def unpack(keys: np.ndarray, other: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -252,6 +258,7 @@ def merge_received(
     bits: int = 0,
     stamp: int = 1,
     in_place: bool = False,
+    scratch: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What each receiving tile gets of id ranges, in one compiled pass.
 
@@ -281,6 +288,11 @@ def merge_received(
     in_place
         Write the intervals' begins over ``lo`` (an int64 array the caller no longer
         needs; the returned ``a`` is then a view of it).
+    scratch
+        Optional ``(ends, tiles)``: arrays of at least ``lo.size`` rows the caller no
+        longer needs, written over with the intervals' ends and receiving tiles where
+        they are writable int64 arrays (``length`` itself may be one: the m-th interval
+        is written once the m-th range at least is read).
 
     Returns
     -------
@@ -299,8 +311,9 @@ def merge_received(
     # the intervals' begins may overwrite the keys: the m-th interval is written once
     # keys up to the m-th at least are read
     out_a = lo if in_place else np.empty(lo.size, np.int64)
-    out_b = np.empty(lo.size, np.int64)
-    out_tile = np.empty(lo.size, np.int64)
+    spare_b, spare_tile = (None, None) if scratch is None else scratch
+    out_b = _rows_for(spare_b, lo.size)
+    out_tile = _rows_for(spare_tile, lo.size)
     m = 0
     if lo.size:
         column, row = coordinates
@@ -310,3 +323,11 @@ def merge_received(
             int(stamp),
         )  # fmt: skip
     return out_a[:m], out_b[:m], out_tile[:m], elements, messages, distance
+
+
+def _rows_for(spare: np.ndarray | None, n: int) -> np.ndarray:
+    """``spare[:n]`` when results may be written over it (:func:`_scratch`), else a new
+    int64 array of ``n`` rows."""
+    if spare is not None and spare.size >= n and _scratch(spare):
+        return spare[:n]
+    return np.empty(n, np.int64)
