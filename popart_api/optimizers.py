@@ -421,12 +421,15 @@ class OptimizerLowering:
 
 
 def like(graph: Graph, t: Tensor, name: str) -> Tensor:
-    """A new variable of ``t``'s type and shape, mapped as ``t`` is."""
+    """A new variable of ``t``'s type and shape, mapped as ``t`` is (element by element,
+    in one bulk call: a tile mapping as per-tile interval lists costs a Python object
+    per interval, tens of thousands for a convolution's weights)."""
     new = graph.addVariable(t.elementType(), t.shape(), name)
-    try:
-        graph.setTileMapping(new, graph.getTileMapping(t))
-    except Exception:  # a view without one mapping: spread it instead
-        mapTensorLinearly(graph, new)
+    tiles = graph.elementTiles(t)
+    if tiles.size and int(tiles.min()) < 0:  # unmapped, or on tiles not of this graph
+        mapTensorLinearly(graph, new)  # no mapping to copy: spread it instead
+    else:
+        graph.mapElements(new, tiles)
     return new
 
 
