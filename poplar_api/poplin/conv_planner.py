@@ -252,7 +252,8 @@ def _options(size: int, max_parts: int, grain: int = 1) -> tuple[np.ndarray, np.
     """``(parts, block)`` options of a dimension: blocks in multiples of ``grain``."""
     units = -(-size // grain)
     s = np.arange(1, max(1, min(units, max_parts)) + 1, dtype=np.int64)
-    block_units = np.unique(-(-units // s))[::-1]
+    per = -(-units // s)  # non-increasing in s: its distinct values where it steps down
+    block_units = per[np.concatenate(([True], per[1:] != per[:-1]))]
     block = np.minimum(block_units * grain, size)
     parts = -(-size // block)
     keep = parts <= max_parts
@@ -405,19 +406,19 @@ def _candidates(
         options = [np.unique(b, return_inverse=True) for b in blocks]
     # the input window of each distinct field block, then of every split
     wins = [_windows(maps, options[2 + d][0], d)[options[2 + d][1]] for d in range(nd)]
-    used = np.prod(np.stack(parts), axis=0)
+    used = _product(parts)
     bg, bb = blocks[0], blocks[1]
     bo = blocks[2 : 2 + nd]
     bco, bci = blocks[-2], blocks[-1]
     pco, pci = parts[-2], parts[-1]
-    p_field = np.prod(np.stack(parts[1 : 2 + nd]), axis=0)  # batch x field parts
-    positions = bb * np.prod(np.stack(bo), axis=0)
-    window = bb * np.prod(np.stack(wins), axis=0)
+    p_field = _product(parts[1 : 2 + nd])  # batch x field parts
+    positions = bb * _product(bo)
+    window = bb * _product(wins)
     kpos = int(np.prod(params.kernelShape))
     in_elems = bg * window * bci
     w_elems = bg * bco * bci * kpos
     owned_in = bg * bci * params.batchSize * int(np.prod(params.inputFieldShape))
-    owned_in = owned_in // np.maximum(np.prod(np.stack(parts[1 : 2 + nd]), axis=0), 1) // pco
+    owned_in = owned_in // np.maximum(p_field, 1) // pco
     recv = isz * (np.maximum(in_elems - owned_in, 0) + w_elems - w_elems // p_field)
     exchange = exchange_cycles(recv, target.getExchangeBytesPerCycle()) + PHASE_OVERHEAD_CYCLES
     rows = -(-positions // workers)
@@ -474,6 +475,15 @@ def _candidates(
         "icg": np.full(used.size, icg), "ocg": np.full(used.size, ocg),
         "cgpg": np.full(used.size, cgpg),
     }  # fmt: skip
+
+
+def _product(columns: list[np.ndarray]) -> np.ndarray:
+    """The element-wise product of equal-length integer ``columns`` (that of
+    ``np.prod(np.stack(columns), axis=0)``, without stacking them)."""
+    out = columns[0].astype(np.int64)
+    for c in columns[1:]:
+        out = out * c
+    return out
 
 
 def _rows(columns: list[np.ndarray]) -> np.ndarray:
