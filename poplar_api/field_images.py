@@ -94,14 +94,9 @@ class ImageField:
     def first_replica(self) -> FieldBatch | None:
         """Replica 0's elements packed in the kernel dtype, when every replica holds
         the same bits in this field (else None)."""
-        if self.replicas == 1:
-            raw = self.image[0, self.ids]
-        else:
-            every = np.empty((self.replicas, self.ids.size), self.image.dtype)
-            _take_rows(self.image, _read_only(self.ids), every)
-            if not (every[1:] == every[0]).all():
-                return None
-            raw = every[0]
+        raw = self.image[0, self.ids]  # (numpy's gathers: no compiled signature per type)
+        if self.replicas > 1 and not (self.image[1:, self.ids] == raw).all():
+            return None
         return FieldBatch(self._typed(raw), self.offsets, self.inner_offsets)
 
     def packed(self) -> FieldBatch:
@@ -127,7 +122,7 @@ class ImageField:
         consecutive elements in each block. Worth keeping: it looks at every id once."""
         shape = (*starts.shape, size)
         ids = self.ids[starts.reshape(-1)[:, None] + np.arange(size)].reshape(shape)
-        strides = _affine_strides(ids.astype(np.int64, copy=False))
+        strides = _affine_strides(ids)
         if strides is not None and size == 1:  # (any stride: the packed one)
             strides = (*strides[:-1], 1)
         if strides is None or strides[-1] != 1:
@@ -141,17 +136,20 @@ class ImageField:
         count]`` array of packed positions, found for all pieces in a few array passes
         (a piece is a view when its ids follow the affine function its first ids give)."""
         m, count = starts.shape
-        ids = self.ids[starts[:, :, None] + np.arange(size)].astype(np.int64, copy=False)
+        ids = self.ids[starts[:, :, None] + np.arange(size)]
+        # every block's elements consecutive, and its first id the piece's function
+        fits = (np.diff(ids, axis=2) == 1).reshape(m, -1).all(axis=1)
+        first = ids[:, :, 0].astype(np.int64)
         lo, hi = np.asarray(cuts[:-1], np.int64), np.asarray(cuts[1:], np.int64)
         piece = np.repeat(np.arange(lo.size), hi - lo)
-        base = ids[lo, 0, 0]
-        member = np.where(hi - lo > 1, ids[np.minimum(lo + 1, m - 1), 0, 0] - base, 0)
-        block = ids[lo, 1, 0] - base if count > 1 else np.zeros(lo.size, np.int64)
+        base = first[lo, 0]
+        member = np.where(hi - lo > 1, first[np.minimum(lo + 1, m - 1), 0] - base, 0)
+        block = first[lo, 1] - base if count > 1 else np.zeros(lo.size, np.int64)
         at = np.arange(m, dtype=np.int64) - lo[piece]
-        guess = base[piece][:, None, None] + (at * member[piece])[:, None, None]
-        guess = guess + np.arange(count)[None, :, None] * block[piece][:, None, None]
-        guess = guess + np.arange(size)[None, None, :]
-        fits = np.logical_and.reduceat((guess == ids).reshape(m, -1).all(axis=1), lo)
+        guess = base[piece][:, None] + (at * member[piece])[:, None]
+        guess = guess + np.arange(count)[None, :] * block[piece][:, None]
+        fits &= (guess == first).all(axis=1)
+        fits = np.logical_and.reduceat(fits, lo)
         found = []
         for k in range(lo.size):
             shape = (int(hi[k] - lo[k]), count, size)
@@ -159,7 +157,7 @@ class ImageField:
                 steps = (int(member[k]), int(block[k]), 1)
                 found.append(ImageAccess(shape, int(base[k]), steps))
             else:
-                index = ids[lo[k] : hi[k]].reshape(-1).astype(self.ids.dtype)
+                index = ids[lo[k] : hi[k]].reshape(-1)
                 found.append(ImageAccess(shape, index=_read_only(index)))
         return found
 
@@ -215,14 +213,17 @@ def _affine_strides(ids: np.ndarray) -> tuple[int, ...] | None:
     None when the ids are no such function of their indices."""
     if ids.size == 0:
         return None
-    origin = ids[(0,) * ids.ndim]
+    origin = int(ids[(0,) * ids.ndim])
     strides = []
-    expect = np.full(ids.shape, origin, np.int64)
     for axis, n in enumerate(ids.shape):
         at = [0] * ids.ndim
-        at[axis] = 1 if n > 1 else 0
-        step = int(ids[tuple(at)] - origin) if n > 1 else 0
-        strides.append(step)
+        at[axis] = 1
+        strides.append(int(ids[tuple(at)]) - origin if n > 1 else 0)
+    last = tuple(n - 1 for n in ids.shape)  # most ids that are not affine fail here
+    if int(ids[last]) != origin + sum(i * s for i, s in zip(last, strides, strict=True)):
+        return None
+    expect = np.full(ids.shape, origin, np.int64)
+    for axis, (n, step) in enumerate(zip(ids.shape, strides, strict=True)):
         shape = [1] * ids.ndim
         shape[axis] = n
         expect += (np.arange(n, dtype=np.int64) * step).reshape(shape)
