@@ -211,8 +211,13 @@ def tile_geometry(
     # counts per range made in one pass (the estimators read them per worker), the
     # worklists only when asked for (the planner's estimates need the counts alone)
     bounds = [0, *np.cumsum(cnt).tolist()]
-    nums = num.astype(np.int64).tolist()
-    per_pair = [nums[a:b] for a, b in itertools.pairwise(bounds)]
+    if cnt.size and int(cnt.max()) == 1:  # at most one entry per range (a large kernel)
+        one = np.full(cnt.size, -1, np.int64)
+        one[cnt > 0] = num
+        per_pair = [[x] if x >= 0 else [] for x in one.tolist()]
+    else:
+        nums = num.astype(np.int64).tolist()
+        per_pair = [nums[a:b] for a, b in itertools.pairwise(bounds)]
     return TileGeometry(
         window=window,
         out_shape=out_shape,
