@@ -186,9 +186,9 @@ def make_runner(
         kept = [ft if b is None else ft.without_ids(b) for ft, b in pairs]
         groups.append(TypeGroup(g.vtype, g.positions, kept))
     name = table.name
-    images = [
-        _image_fields(g, storage, wide is not None) if _reads_images(g) else None for g in groups
-    ]
+    # every replica's images for kernels that read them (one replica's packed fields are
+    # gathered in one pass and viewed, which costs a kernel less than finding its views)
+    images = [_image_fields(g, storage) if wide and _reads_images(g) else None for g in groups]
 
     def run() -> None:
         # unchecked kernels read past a field into the packed batch, as documented
@@ -273,30 +273,25 @@ def _reads_images(group: TypeGroup) -> bool:
     )
 
 
-def _image_fields(group: TypeGroup, storage: Storage, every_replica: bool):
+def _image_fields(group: TypeGroup, storage: Storage):
     """A function of the group's gather indices giving its fields as
-    :class:`~poplar_api.field_images.ImageField`: over every replica's image when the
-    runner runs them all at once, else over the selected replica's (made once, and per
-    replica)."""
-    made: dict[int, dict[str, ImageField]] = {}
+    :class:`~poplar_api.field_images.ImageField` over every replica's image (made
+    once: the images are never reallocated)."""
+    made: dict[str, ImageField] = {}
 
     def fields(index: list) -> dict[str, ImageField]:
-        replica = -1 if every_replica else storage.replica
-        found = made.get(replica)
-        if found is None:
-            found = made[replica] = {}
-            for ft, ix in zip(group.fields, index, strict=True):
-                if ix is None:
-                    ix = runs.as_index(ft.ids)
-                if isinstance(ix, slice):
-                    ix = np.arange(ix.start, ix.stop, dtype=_ids_dtype(ix.stop))
-                full = storage.full[ft.type.size]
-                image = full if every_replica else full[replica : replica + 1]
-                found[ft.spec.name] = ImageField(
-                    image, np.dtype(ft.type.numpy), ix, ft.offsets, ft.inner_offsets,
-                    ft.spec.kernel_dtype,
-                )  # fmt: skip
-        return found
+        if made:
+            return made
+        for ft, ix in zip(group.fields, index, strict=True):
+            if ix is None:
+                ix = runs.as_index(ft.ids)
+            if isinstance(ix, slice):
+                ix = np.arange(ix.start, ix.stop, dtype=_ids_dtype(ix.stop))
+            made[ft.spec.name] = ImageField(
+                storage.full[ft.type.size], np.dtype(ft.type.numpy), ix, ft.offsets,
+                ft.inner_offsets, ft.spec.kernel_dtype,
+            )  # fmt: skip
+        return made
 
     return fields
 
