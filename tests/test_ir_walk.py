@@ -4,6 +4,7 @@ walk of a program's control nodes goes through ir.children and ir.Visitor."""
 from __future__ import annotations
 
 import ast
+import collections
 import pathlib
 import subprocess
 import sys
@@ -171,30 +172,43 @@ def _control_dispatches(tree: ast.AST, defines: bool = False) -> list[tuple[str,
     imported = {"ir"}  # names bound to the module ipusim.ir, and its classes
     if defines:
         imported |= {f".{name}" for name in CONTROL_CLASSES}
-    for node in ast.walk(tree):
+    # One breadth-first walk (the order of ast.walk) collects the imports, the functions
+    # and each isinstance call with the functions around it (a call inside a nested
+    # function counts for the outer one too).
+    functions: list[ast.FunctionDef] = []
+    calls: list[tuple[ast.Call, tuple[int, ...]]] = []
+    queue = collections.deque([(tree, ())])
+    while queue:
+        node, around = queue.popleft()
         if isinstance(node, ast.ImportFrom) and node.module in ("ipusim", "ipusim.ir"):
             for alias in node.names:
                 if node.module == "ipusim.ir" and alias.name in CONTROL_CLASSES:
                     imported.add(f".{alias.asname or alias.name}")
                 elif alias.name == "ir":
                     imported.add(alias.asname or "ir")
+        elif isinstance(node, ast.FunctionDef):
+            around = (*around, len(functions))
+            functions.append(node)
+        elif around and isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance":
+            calls.append((node, around))
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, ast.AST):
+                queue.append((value, around))
+            elif isinstance(value, list):
+                queue.extend((item, around) for item in value if isinstance(item, ast.AST))
 
     def control(n: ast.AST) -> bool:
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
             return n.value.id in imported and n.attr in CONTROL_CLASSES
         return isinstance(n, ast.Name) and f".{n.id}" in imported
 
-    found = []
-    for func in ast.walk(tree):
-        if not isinstance(func, ast.FunctionDef):
-            continue
-        tests = 0
-        for node in ast.walk(func):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance":
-                tests += any(control(n) for n in ast.walk(node.args[1]))
-        if tests >= 2:
-            found.append((func.name, func.lineno))
-    return found
+    tests = [0] * len(functions)
+    for call, around in calls:
+        if any(control(n) for n in ast.walk(call.args[1])):
+            for index in around:
+                tests[index] += 1
+    return [(f.name, f.lineno) for f, n in zip(functions, tests, strict=True) if n >= 2]
 
 
 def test_no_module_dispatches_on_control_nodes_outside_ir():

@@ -12,6 +12,8 @@ the cycle check (but not of the layer rules).
 from __future__ import annotations
 
 import ast
+import collections
+import functools
 import itertools
 import pathlib
 import subprocess
@@ -67,29 +69,51 @@ def _module_names(root: pathlib.Path, packages: tuple[str, ...]) -> dict[str, pa
     return out
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    """Ids of every node inside an ``if TYPE_CHECKING:`` block."""
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(inner) for stmt in node.body for inner in ast.walk(stmt))
-    return skip
+#: Nodes that are or hold statements.
+_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
-def _imported_names(module: str, is_package: bool, tree: ast.AST, skip: set[int]):
+def _is_type_checking(node: ast.AST) -> bool:
+    """Whether ``node`` is an ``if TYPE_CHECKING:`` block."""
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(tree: ast.AST):
+    """``(node, for annotations only)`` of every import statement in ``tree``.
+
+    Imports are statements, so only statements (and the except handlers and match cases
+    that hold them) are visited, breadth first in the order of :func:`ast.walk`; an
+    import in the body of an ``if TYPE_CHECKING:`` block (at any depth) is for
+    annotations only.
+    """
+    queue = collections.deque([(tree, False)])
+    while queue:
+        node, hidden = queue.popleft()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node, hidden
+            continue
+        checking = _is_type_checking(node)
+        for field, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                inner = hidden or (checking and field == "body")
+                queue.extend((child, inner) for child in value if isinstance(child, _HOLDERS))
+
+
+def _imported_names(module: str, is_package: bool, tree: ast.AST, annotations: bool = True):
     """(dotted name, line) of everything a module imports; relative imports resolved.
 
     ``from a.b import c`` yields ``a.b.c`` (which :func:`import_graph` reads as module
-    ``a.b.c`` when there is one, else as ``a.b``).
+    ``a.b.c`` when there is one, else as ``a.b``). Without ``annotations``, imports
+    under ``if TYPE_CHECKING:`` are left out.
     """
     base = module.split(".") if is_package else module.split(".")[:-1]
-    for node in ast.walk(tree):
-        if id(node) in skip:
+    for node, hidden in _imports(tree):
+        if hidden and not annotations:
             continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
-        elif isinstance(node, ast.ImportFrom):
+        else:
             if node.level:
                 anchor = base[: len(base) - (node.level - 1)]
                 target = ".".join([*anchor, *([node.module] if node.module else [])])
@@ -97,6 +121,22 @@ def _imported_names(module: str, is_package: bool, tree: ast.AST, skip: set[int]
                 target = node.module or ""
             for alias in node.names:
                 yield f"{target}.{alias.name}", node.lineno
+
+
+@functools.cache
+def _file_imports(
+    module: str, path: pathlib.Path, stamp: tuple[int, int], annotations: bool
+) -> tuple[tuple[str, int], ...]:
+    """:func:`_imported_names` of the file ``path`` as it is at ``stamp`` (modification
+    time, size): each file is parsed once per test process, not once per test."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return tuple(_imported_names(module, path.name == "__init__.py", tree, annotations))
+
+
+def file_imports(module: str, path: pathlib.Path, annotations: bool = True):
+    """(dotted name, line) of everything module ``module`` (file ``path``) imports."""
+    stat = path.stat()
+    return _file_imports(module, path, (stat.st_mtime_ns, stat.st_size), annotations)
 
 
 def import_graph(
@@ -110,10 +150,8 @@ def import_graph(
     files = _module_names(root, packages)
     graph: dict[str, dict[str, int]] = {}
     for module, path in files.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        skip = set() if annotations else _type_checking_nodes(tree)
         edges: dict[str, int] = {}
-        for name, line in _imported_names(module, path.name == "__init__.py", tree, skip):
+        for name, line in file_imports(module, path, annotations):
             while name and name not in files:
                 name = name.rpartition(".")[0]
             if name and name != module:
@@ -197,8 +235,7 @@ def _describe(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
 def test_layers_import_downwards_only(package, forbidden):
     offenders = []
     for module, path in _module_names(ROOT, (package,)).items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for name, line in _imported_names(module, path.name == "__init__.py", tree, set()):
+        for name, line in file_imports(module, path):
             if name.split(".")[0] == forbidden:
                 offenders.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
     assert offenders == [], f"{package} must never import {forbidden}:\n" + "\n".join(offenders)
