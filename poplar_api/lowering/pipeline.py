@@ -176,9 +176,12 @@ def compile(
         The placement does not fit and ``debug.allowOutOfMemory`` is not ``true``.
     """
     options = options or {}
-    # each step frees large temporaries; their heap pages go back to the system
-    # before the next (``ipusim.host_heap``), so the peak resident set is what is live
-    release_free_heap()
+    # each step frees large temporaries; their heap pages go back to the system after
+    # emission and at the end (``ipusim.host_heap``), so the peak resident set (in
+    # memory placement for large graphs) is what is live. Not before emission: its
+    # temporaries reuse the free pages the graph's build left (trimmed then, they were
+    # faulted in again: half a small CNN step's page faults), and what it does not
+    # reuse is trimmed after it, before placement
     owners = OwnerCache()
     index = VariableIndex(state)
     checked = validate_graph(state, owners)
