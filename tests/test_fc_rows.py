@@ -34,15 +34,12 @@ def _fc_module():
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
-    reason="with the training passes planned as Poplibs' createPlan does (joint or separate, "
-    "separate passes in either operand order, b0546cf) and scaledAddTo regrouping the weight "
-    "update's product as Poplibs' regroupIfBeneficial does, the means are Mk1 16.3 %, Mk2 "
-    "15.1 % and J-fc_layer_1_1000_1000_float.ipum1 is -53.9 % (15,749 cycles against 34,192 "
-    "measured). The regroup runs on 4 rows (1440x100x200.ipum1, 4_1000_1000_half.ipum1, "
-    "80_1324_100 on both), each moving closer to its measurement; on the others Poplibs' "
-    "rule does not regroup: J-fc_layer_1_1000_1000_half.ipum2's weights, laid out by a "
-    "swapped HMAC forward plan (5 output channels per tile), group by 5, which is off the "
-    "half regroup grain of 4",
+    reason="measured at fae8165: means Mk1 16.3 %, Mk2 15.1 %, and "
+    "J-fc_layer_1_1000_1000_float.ipum1 is -53.9 % (15,749 cycles against 34,192 measured). "
+    "Poplibs ran that layer on Mk1, and the batch-1 half layer (+48.7 %, +48.5 %) on both "
+    "generations, without any AMP vertex (test_layers_use_the_amp_where_poplibs_does), most "
+    "likely as a joint horizontal-MAC plan whose weight update runs on the OuterProduct "
+    "vertex (getFullyConnectedWUMethod); ipusim models neither and plans an AMP pass there",
 )
 def test_fully_connected_rows_within_the_issue_bar() -> None:
     fc = _fc_module()
