@@ -17,9 +17,14 @@ the owning tile changes (:func:`ipu_stretches`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["ipu_stretches", "receivers_from_other_ipus"]
+from ipusim.tile.layout import tile_distance
+from poplar_api.types import Type
+
+__all__ = ["LandingMap", "ipu_stretches", "plan_references", "receivers_from_other_ipus"]
 
 
 def ipu_stretches(
@@ -92,3 +97,126 @@ def receivers_from_other_ipus(
     far = np.zeros(int(dst.max()) + 1, bool)
     far[dst[crossing]] = True
     return far[dst]
+
+
+class LandingMap:
+    """Element id -> the tile of one IPU it landed on from another IPU, for the few
+    elements of a large id space that crossed (sorted keys; an id without one gives
+    -1)."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, np.int64)
+        self.tiles = np.zeros(0, np.int64)
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        """int64 tile of each id, -1 where none is set."""
+        ids = np.asarray(ids, np.int64)
+        if self.keys.size == 0:
+            return np.full(ids.size, -1, np.int64)
+        pos = np.minimum(np.searchsorted(self.keys, ids), self.keys.size - 1)
+        return np.where(self.keys[pos] == ids, self.tiles[pos], -1)
+
+    def insert(self, ids: np.ndarray, tiles: np.ndarray | int) -> None:
+        """Set ``tiles`` (one per id, or one for all) for ``ids`` (distinct, none set
+        before)."""
+        ids = np.asarray(ids, np.int64)
+        keys = np.concatenate((self.keys, ids))
+        tiles = np.concatenate((self.tiles, np.broadcast_to(np.int64(tiles), ids.shape)))
+        order = np.argsort(keys, kind="stable")
+        self.keys, self.tiles = keys[order], tiles[order]
+
+
+def plan_references(planner: Any, element_type: Type, ids: Any, src: Any, dst: Any) -> None:
+    """References ``ids`` (sent by tiles ``src``) needed on tiles ``dst``, added to an
+    :class:`~poplar_api.lowering.exchange.ExchangePlanner` for every receiving tile at
+    once, as if tile after tile in ascending order.
+
+    A reference on its own tile costs nothing; a tile receives each id once (the first
+    reference's sender sends it). An id from another IPU crosses the links once per
+    destination IPU: it lands on the lowest tile of that IPU that needs it (a global
+    transfer from its sender), unless it landed there in an earlier call, and every
+    other tile of the IPU needing it gets it on chip from the landing tile. Every
+    reference bound for a tile must come in one call.
+    """
+    n, tpi, size = planner.num_tiles, planner.tiles_per_ipu, element_type.size
+    ids, src, dst = (np.asarray(a, np.int64).reshape(-1) for a in (ids, src, dst))
+    remote = src != dst
+    if not remote.any():
+        return
+    ids, src, dst = ids[remote], src[remote], dst[remote]
+    order = np.lexsort((ids, dst))  # stable: a tile's first reference of an id first
+    ids, src, dst = ids[order], src[order], dst[order]
+    first = np.ones(ids.size, bool)
+    first[1:] = (ids[1:] != ids[:-1]) | (dst[1:] != dst[:-1])
+    ids, src, dst = ids[first], src[first], dst[first]
+    relayed = np.zeros(ids.size, bool)
+    if planner.num_ipus > 1:
+        crossing = src // tpi != dst // tpi
+        if crossing.any():
+            landed = _land(planner, size, ids, src, dst, crossing)
+            relayed = crossing[~landed]
+            ids, src, dst = ids[~landed], src[~landed], dst[~landed]
+            if ids.size == 0:
+                return
+    planner.received += np.bincount(dst, minlength=n).astype(np.int64) * size
+    step = np.ones(ids.size, bool)  # a new run of consecutive ids on a tile
+    step[1:] = (dst[1:] != dst[:-1]) | (ids[1:] != ids[:-1] + 1)
+    message = step.copy()  # ... or of one sender
+    message[1:] |= src[1:] != src[:-1]
+    planner.messages_received += np.bincount(dst[message], minlength=n).astype(np.int64)
+    starts = np.flatnonzero(step)
+    ends = np.append(starts[1:], ids.size) - 1
+    planner.received_runs.setdefault(size, []).append((dst[starts], ids[starts], ids[ends] + 1))
+    keys = np.unique(dst * n + src)
+    pairs = planner.take_pair_map()
+    if pairs is None:
+        planner.sender_keys.append(keys)
+    else:
+        seen, senders, stamp = pairs
+        new = keys[seen[keys] != stamp]
+        seen[new] = stamp
+        senders += np.bincount(new // n, minlength=n).astype(np.int64)
+    if relayed.any():
+        for ipu in np.unique(dst[relayed] // tpi).tolist():
+            here = relayed & (dst // tpi == ipu)
+            planner.relayed.setdefault((size, ipu), []).append(ids[here])
+    if not relayed.all():
+        planner.owned_senders(size).append((ids[~relayed], src[~relayed]))
+    to, peer = keys // n, keys % n
+    dist = tile_distance(planner.cfg.tile, peer % tpi, to % tpi).astype(np.int64)
+    np.maximum.at(planner.max_distance, to, dist)
+    np.maximum.at(planner.max_distance, peer, dist)
+
+
+def _land(
+    planner: Any, size: int, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, crossing: np.ndarray
+) -> np.ndarray:
+    """Plan the references (sorted by tile, then id) that come from another IPU: an id
+    not on the tile's IPU yet lands on the lowest tile needing it (a global transfer
+    from its sender); the other tiles get it from there. Writes the landing tile as
+    the sender of the relayed ones (``src``); returns which references landed."""
+    n, tpi = planner.num_tiles, planner.tiles_per_ipu
+    landed = np.zeros(ids.size, bool)
+    cross = np.flatnonzero(crossing)
+    ipu = dst[cross] // tpi
+    for i in np.unique(ipu).tolist():
+        at = cross[ipu == i]  # ascending tile, then id
+        landing = planner.landing.get((size, i))
+        if landing is None:
+            landing = planner.landing[(size, i)] = LandingMap()
+        prior = landing.get(ids[at])
+        fresh = at[prior < 0]
+        by_id = fresh[np.argsort(ids[fresh], kind="stable")]  # lowest tile first per id
+        lead = np.ones(by_id.size, bool)
+        lead[1:] = ids[by_id[1:]] != ids[by_id[:-1]]
+        lands = by_id[lead]
+        landed[lands] = True
+        landing.insert(ids[lands], dst[lands])
+        planner.global_keys.append(src[lands] * n + dst[lands])
+        planner.global_bytes.append(np.full(lands.size, size, np.int64))
+        src[at] = np.where(prior >= 0, prior, src[at])
+        follower = by_id[~lead]  # relayed from the id's landing tile in this call
+        src[follower] = np.repeat(
+            dst[lands], np.diff(np.append(np.flatnonzero(lead), by_id.size)) - 1
+        )
+    return landed

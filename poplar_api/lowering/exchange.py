@@ -12,8 +12,8 @@ Vertices mostly read slices, so references come in runs of consecutive ids
 planner merges the runs of each receiving tile into disjoint id intervals: their
 lengths are the elements it receives, and an interval is one message plus one per
 change of owning tile inside it (:meth:`ExchangePlanner.add_pieces`). The general
-path (:meth:`ExchangePlanner.add`) works one receiving tile at a time, element by
-element; it serves references that may cross IPUs and the other callers.
+path (:meth:`ExchangePlanner.add_grouped`) works element by element, for every
+receiving tile at once; it serves references that cross IPUs and the other callers.
 
 Elements that cross IPUs (multi-IPU targets)
 --------------------------------------------
@@ -38,7 +38,7 @@ import numba
 import numpy as np
 
 from ipusim import ir
-from ipusim.tile.layout import tile_coordinates, tile_distance
+from ipusim.tile.layout import tile_coordinates
 from poplar_api.lowering import crossing, pieces, received, runs
 from poplar_api.types import Type
 
@@ -160,7 +160,7 @@ class ExchangePlanner:
         self.sender: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         #: (element size, IPU) -> element id -> tile of that IPU the element landed on
         #: from another IPU (sparse: only the elements that crossed into that IPU)
-        self.landing: dict[tuple[int, int], _SparseMap] = {}
+        self.landing: dict[tuple[int, int], crossing.LandingMap] = {}
         #: (element size, IPU) -> ids of elements the landing tile sends on chip
         self.relayed: dict[tuple[int, int], list[np.ndarray]] = {}
         #: global transfers so far: keys ``src * num_tiles + dst`` and their bytes
@@ -191,101 +191,26 @@ class ExchangePlanner:
         Every reference of ``element_type`` (or another type of its size) bound for
         ``dst`` must come in one call, so that an element is received once.
         """
-        remote = src != dst
-        if not remote.any():
-            return
-        ids, src = ids[remote], src[remote]
-        first = np.sort(np.unique(ids, return_index=True)[1])  # first reference of each id
-        ids, src = ids[first], src[first].astype(np.int64)
-        tpi = self.tiles_per_ipu
-        relayed = None
-        if self.num_ipus > 1:
-            crossing = src // tpi != dst // tpi
-            if crossing.any():
-                ids, src, relayed = self._cross(element_type, dst, ids, src, crossing)
-                if ids.size == 0:
-                    return
-        self.received[dst] += ids.size * element_type.size
-        self.messages_received[dst] += _runs(np.sort(ids), src[np.argsort(ids)]).size
-        in_order = np.sort(ids)
-        starts = np.flatnonzero(np.diff(in_order, prepend=in_order[0] - 2) != 1)
-        ends = np.append(starts[1:], in_order.size) - 1
-        self.received_runs.setdefault(element_type.size, []).append(
-            (np.full(starts.size, dst, np.int64), in_order[starts], in_order[ends] + 1)
-        )
-        keys = dst * self.num_tiles + np.unique(src)
-        pairs = self._pairs()
-        if pairs is None:
-            self.sender_keys.append(keys)
-        else:
-            seen, senders, stamp = pairs
-            new = keys[seen[keys] != stamp]
-            seen[new] = stamp
-            senders[dst] += new.size
-        owned_ids, owned_src = ids, src  # sent by their owners (the rest by landing tiles)
-        if relayed is not None:
-            self.relayed.setdefault((element_type.size, dst // tpi), []).append(ids[relayed])
-            owned_ids, owned_src = ids[~relayed], src[~relayed]
-        if owned_ids.size:
-            sender = self.sender.get(element_type.size)
-            if sender is None:  # the intervals planned before, then these
-                sender = self.sender[element_type.size] = [
-                    _interval_senders(a, b, owner)
-                    for a, b, owner in self.intervals.pop(element_type.size, [])
-                ]
-            sender.append((owned_ids, owned_src))
-        peers = np.unique(src)
-        dist = tile_distance(self.cfg.tile, peers % tpi, np.full(peers.size, dst % tpi))
-        self.max_distance[dst] = max(int(self.max_distance[dst]), int(dist.max()))
-        np.maximum.at(self.max_distance, peers, dist.astype(np.int64))
-
-    def _cross(
-        self, element_type: Type, dst: int, ids: np.ndarray, src: np.ndarray, crossing: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Plan the elements of ``dst`` that come from another IPU.
-
-        An element not yet on ``dst``'s IPU lands on ``dst`` (a global transfer from
-        its owner); one already landed on another tile of the IPU is relayed from
-        there on chip. Returns the on-chip references left for ``dst``: (ids, sending
-        tiles, whether each is relayed from a landing tile).
-        """
-        size = element_type.size
-        key = (size, dst // self.tiles_per_ipu)
-        landing = self.landing.get(key)
-        if landing is None:
-            landing = self.landing[key] = _SparseMap()
-        c_ids, c_src = ids[crossing], src[crossing]
-        prior = landing.get(c_ids)
-        new = prior < 0
-        if new.any():
-            landing.insert(c_ids[new], dst)
-            tiles, counts = np.unique(c_src[new], return_counts=True)
-            self.global_keys.append(tiles * self.num_tiles + dst)
-            self.global_bytes.append(counts.astype(np.int64) * size)
-        keep = ~crossing
-        relay = ~new
-        out_ids = np.concatenate((ids[keep], c_ids[relay]))
-        out_src = np.concatenate((src[keep], prior[relay].astype(np.int64)))
-        relayed = np.zeros(out_ids.size, bool)
-        relayed[int(keep.sum()) :] = True
-        return out_ids, out_src, relayed
+        ids = np.asarray(ids)
+        self.add_grouped(element_type, ids, src, np.full(ids.size, dst, np.int64))
 
     def add_grouped(
         self, element_type: Type, ids: np.ndarray, src: np.ndarray, dst: np.ndarray
     ) -> None:
-        """References with arbitrary destinations: grouped by destination, then added."""
-        remote = np.flatnonzero(src != dst)
-        if remote.size == 0:
-            return
-        order = remote[np.argsort(dst[remote], kind="stable")]
-        del remote
-        ids, src, dst = ids[order], src[order], dst[order]
-        del order
-        cuts = np.flatnonzero(np.diff(dst)) + 1
-        starts = np.concatenate(([0], cuts))
-        ends = np.concatenate((cuts, [dst.size]))
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            self.add(element_type, int(dst[a]), ids[a:b], src[a:b])
+        """References with arbitrary destinations, planned for every receiving tile at
+        once as if tile after tile (:func:`~poplar_api.lowering.crossing.plan_references`:
+        each tile receives an id once; an id from another IPU lands once per IPU)."""
+        crossing.plan_references(self, element_type, ids, src, dst)
+
+    def owned_senders(self, size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The list that the (ids, sending tiles) of elements of ``size`` planned one
+        by one go to (``sender``; made with the intervals planned so far)."""
+        sender = self.sender.get(size)
+        if sender is None:  # the intervals planned before, then what comes
+            sender = self.sender[size] = [
+                _interval_senders(a, b, owner) for a, b, owner in self.intervals.pop(size, [])
+            ]
+        return sender
 
     def add_owned(
         self,
@@ -349,7 +274,7 @@ class ExchangePlanner:
                 return
         self._add_intervals(element_type, begin, length, dst, owner, scratch)
 
-    def _pairs(self) -> tuple[np.ndarray, np.ndarray, int] | None:
+    def take_pair_map(self) -> tuple[np.ndarray, np.ndarray, int] | None:
         """The map of (receiving, sending) tile pairs, the senders counted per
         receiving tile and the stamp of a pair seen (:meth:`OwnerCache.take_pairs`),
         taken on first use, or None when the tiles are too many for a map (2^26
@@ -387,7 +312,7 @@ class ExchangePlanner:
         given = lengths
         keys, lengths, bits = received.tile_sorted_keys(dst, begin, lengths, stride, scratch)
         changes = self.changes_of(size, owner, space)
-        pairs = self._pairs()
+        pairs = self.take_pair_map()
         seen, stamp = (None, 1) if pairs is None else (pairs[:2], pairs[2])
         # the keys are this call's own: the intervals are written over them unless the
         # keys are read again (senders counted without a map of pairs)
@@ -545,30 +470,6 @@ class ExchangePlanner:
             dst_tile=pairs % self.num_tiles,
             num_bytes=total,
         )
-
-
-class _SparseMap:
-    """Element id -> tile for the few elements of a large id space that have one
-    (sorted keys; looking up an id without one gives -1)."""
-
-    def __init__(self) -> None:
-        self.keys = np.zeros(0, np.int64)
-        self.tiles = np.zeros(0, np.int64)
-
-    def get(self, ids: np.ndarray) -> np.ndarray:
-        """int64 tile of each id, -1 where none is set."""
-        ids = np.asarray(ids, np.int64)
-        if self.keys.size == 0:
-            return np.full(ids.size, -1, np.int64)
-        pos = np.minimum(np.searchsorted(self.keys, ids), self.keys.size - 1)
-        return np.where(self.keys[pos] == ids, self.tiles[pos], -1)
-
-    def insert(self, ids: np.ndarray, tile: int) -> None:
-        """Set ``tile`` for ``ids`` (unique, none set before)."""
-        keys = np.concatenate((self.keys, np.asarray(ids, np.int64)))
-        tiles = np.concatenate((self.tiles, np.full(len(ids), tile, np.int64)))
-        order = np.argsort(keys, kind="stable")
-        self.keys, self.tiles = keys[order], tiles[order]
 
 
 def exchange_ipus(step: ir.Exchange | ir.GlobalExchange, tiles_per_ipu: int) -> tuple[int, ...]:
