@@ -212,6 +212,24 @@ class ExchangePlanner:
             ]
         return sender
 
+    def sent_one_by_one(self, element_type: Type, ids: np.ndarray, src: np.ndarray) -> None:
+        """Elements ``ids`` (repeats allowed) that tiles ``src`` send on chip, planned one
+        by one. When their owners send them (every reference but a write's) and no other
+        sender of the size was planned, they join the intervals as runs of ids: an
+        id's sender is then its owner whatever the order, and the intervals of the
+        other tiles stay intervals (as ids and senders they would cost bytes per element
+        every tile receives). Otherwise they go to :meth:`owned_senders`, in order."""
+        size = element_type.size
+        space = self.state.space(element_type)
+        if ids.size and size not in self.sender and (space.tile[ids] == src).all():
+            u = np.unique(ids)
+            cut = np.flatnonzero(np.diff(u) != 1) + 1
+            a, b = u[np.append(0, cut)], u[np.append(cut - 1, u.size - 1)] + 1
+            self.changes_of(size, space.tile, space.size)  # (_sent_runs reads them)
+            self.intervals.setdefault(size, []).append((a, b, space.tile))
+        elif ids.size:
+            self.owned_senders(size).append((ids, src))
+
     def add_owned(
         self,
         element_type: Type,
