@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 
 from ipusim.tile.layout import tile_distance
@@ -87,16 +88,37 @@ def receivers_from_other_ipus(
         bool per run: its receiving tile gets elements from another IPU.
     """
     ends, ipu = stretches
-    begin = np.asarray(begin, np.int64)
-    dst = np.asarray(dst, np.int64)
-    k = np.searchsorted(ends, begin, side="right")  # the stretch holding each begin
-    k = np.minimum(k, ends.size - 1)
-    crossing = (ipu[k] != dst // tiles_per_ipu) | (begin + length > ends[k])
-    if not crossing.any():
-        return crossing
-    far = np.zeros(int(dst.max()) + 1, bool)
-    far[dst[crossing]] = True
+    dst = np.asarray(dst)
+    far = np.zeros(int(dst.max()) + 1 if dst.size else 0, bool)
+    if not _mark_far(np.asarray(begin), np.asarray(length), dst, ends, ipu, tiles_per_ipu, far):
+        return np.zeros(dst.size, bool)
     return far[dst]
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_far(begin, length, dst, ends, ipu, tiles_per_ipu, far):  # pragma: no cover - compiled
+    # far[t] for every receiving tile t with a run not within one stretch of t's IPU;
+    # whether there is any. Runs come mostly in id order: the stretch of the last run
+    # is tried before a binary search
+    found = False
+    m = ends.size
+    k = 0
+    for i in range(begin.size):
+        b = begin[i]
+        if not (ends[k] > b and (k == 0 or ends[k - 1] <= b)):
+            lo, hi = 0, m - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ends[mid] <= b:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            k = lo
+        d = dst[i]
+        if ipu[k] != d // tiles_per_ipu or b + length[i] > ends[k]:
+            far[d] = True
+            found = True
+    return found
 
 
 class LandingMap:
