@@ -230,8 +230,14 @@ def parse_block_lines(text: str) -> list[tuple[str, int, int, int]]:
     return rows
 
 
-def test_two_ipu_blocks_print_both_stages_with_nested_op2():
-    proc = run_script("lightweight_profiling_two_ipus.py")
+@pytest.fixture(scope="module")
+def two_ipus_run() -> subprocess.CompletedProcess[str]:
+    """The two-IPU example run with its defaults (read by two tests)."""
+    return run_script("lightweight_profiling_two_ipus.py")
+
+
+def test_two_ipu_blocks_print_both_stages_with_nested_op2(two_ipus_run):
+    proc = two_ipus_run
     rows = parse_block_lines(proc.stdout)
     # tile 0 of IPU 0 first (stage1 and its op2, five times), then IPU 1 (stage2)
     names = ["stage1", "op2"] * 5 + ["stage2", "op2"] * 5
@@ -248,7 +254,7 @@ def test_two_ipu_blocks_print_both_stages_with_nested_op2():
     assert proc.stderr == ""
 
 
-def test_two_ipu_blocks_without_op_blocks():
+def test_two_ipu_blocks_without_op_blocks(two_ipus_run):
     # The README's first listing: operations are plain Execute, filter "stage.*".
     proc = run_script(
         "lightweight_profiling_two_ipus.py", "--no-op-blocks", "--blocks-filter", "stage.*"
@@ -256,7 +262,7 @@ def test_two_ipu_blocks_without_op_blocks():
     rows = parse_block_lines(proc.stdout)
     assert [r[0] for r in rows] == ["stage1"] * 5 + ["stage2"] * 5
     # no instrumentation cost is modelled: the stage takes what it takes with op2 blocks
-    nested = parse_block_lines(run_script("lightweight_profiling_two_ipus.py").stdout)
+    nested = parse_block_lines(two_ipus_run.stdout)
     assert [r[1:] for r in rows] == [r[1:] for r in nested if r[0] != "op2"]
 
 
