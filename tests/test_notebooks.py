@@ -124,6 +124,10 @@ def test_getting_started_runs(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
 
 
+# A kernel and a sweep of 50 points or more: about 15 s of CPU. The sweep, its results
+# and their plots are checked by test_sweep.py (a 64-point grid on two workers) and
+# test_sweep_analysis.py; `make notebooks` and `make test-all` run the notebook itself.
+@pytest.mark.slow
 def test_architecture_experiment_runs(tmp_path):
     nb = execute(NOTEBOOK_DIR / "architecture_experiment.ipynb", tmp_path)
     from ipusim.sweep.analysis import load_results
