@@ -151,9 +151,10 @@ class ExchangePlanner:
         self.received = np.zeros(n, np.int64)
         self.messages_received = np.zeros(n, np.int64)
         self.max_distance = np.zeros(n, np.int64)
-        #: element size -> (ids, sending tiles) of the elements planned one by one and,
-        #: once there are some, of the intervals planned after them (their owners send
-        #: them), in planning order: an id's last sender sends it (:func:`_last_senders`);
+        #: element size -> (ids, sending tiles) of the elements planned one by one that
+        #: a tile other than their owner sends (a write's vertex) and, once there are
+        #: some, of everything planned after them, in planning order: an id's last
+        #: sender sends it (:func:`_last_senders`);
         #: types of one size share element ids, so a reinterpreted view's element is sent
         #: once. Kept per planned part, not as an array over the element space: a
         #: planner of a multi-IPU graph's copy would fill one of hundreds of MB
@@ -169,7 +170,8 @@ class ExchangePlanner:
         #: where owners change, shared by the planners of one lowering
         self.owners = OwnerCache() if owners is None else owners
         #: element size -> id intervals ``[a, b)`` some tile receives, with the owner
-        #: array (sent by their owners; :meth:`_add_intervals`)
+        #: array (sent by their owners; :meth:`_add_intervals`, and the runs of the
+        #: elements planned one by one that their owners send, :meth:`sent_one_by_one`)
         self.intervals: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         #: keys ``receiving tile * num_tiles + sending tile`` of the on-chip messages
         #: planned so far (a tile's distinct senders size its receive code)
