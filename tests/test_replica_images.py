@@ -63,9 +63,10 @@ def _replica(rng, first: list[dict], shared_weights: bool) -> list[dict]:
 def _ids(batch: FieldBatch, layout: str, rng, share: bool) -> tuple[np.ndarray, int]:
     """Element ids of the packed positions of ``batch`` and the size of the id space.
 
-    ``regular``: in packed order after a gap; ``strided``: every third id; ``blocks``: each inner vector a run, the
-    vectors in random order with gaps; ``scattered``: every element anywhere. ``share``:
-    inner vectors of equal contents (shared weights) get the same ids."""
+    ``regular``: in packed order after a gap; ``strided``: every third id; ``blocks``:
+    each inner vector a run, the vectors in random order with gaps; ``scattered``: every
+    element anywhere. ``share``: inner vectors of equal contents (shared weights) get
+    the same ids."""
     n = batch.data.size
     if layout == "scattered":
         ids = rng.permutation(n + 50)[:n]
@@ -249,7 +250,9 @@ def test_distinct_accesses():
     assert distinct(ImageAccess((1, 3, 4), 0, (0, 4, 1)))  # one block: stride unused
 
 
-def _matmul_engine(replicas: int, dtype, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def _matmul_engine(
+    replicas: int, dtype, x: np.ndarray, w: np.ndarray, options: dict | None = None
+) -> np.ndarray:
     """``x @ w`` of every replica (``poplin.matMul`` on the ``tiny`` IPU Model, one IPU per
     replica, the convolution partial vertices), as the engine computes it."""
     from poplar_api import Engine, Graph, IPUModel, poplin
@@ -267,7 +270,7 @@ def _matmul_engine(replicas: int, dtype, x: np.ndarray, w: np.ndarray) -> np.nda
     y = poplin.matMul(g, a, b, seq, "mm")
     seq.add(prog.Copy(y, g.addDeviceToHostFIFO("out", dtype, m * n)))
     g.createHostWrite("w", b)
-    e = Engine(g, seq)
+    e = Engine(g, seq, options or {})
     e.load(device)
     e.writeTensor("w", w if replicas > 1 else w[0])
     out = np.zeros((replicas, m * n), x.dtype)
@@ -295,3 +298,18 @@ def test_replicated_matmul_equals_each_replica_run_alone(monkeypatch, fp):
     # and as the fields packed by the runner give them
     monkeypatch.setattr(conv_vertices._ConvPartialBase, "readsImages", False)
     np.testing.assert_array_equal(_matmul_engine(4, dtype, x, w), together)
+
+
+def test_a_partial_sum_overflowing_in_one_replica_stops_the_run_when_checked():
+    from poplar_api import FLOAT as F
+    from poplar_api.errors import FloatingPointException
+
+    rng = np.random.default_rng(29)
+    x = rng.standard_normal((4, 12, 40)).astype(np.float32)
+    w = rng.standard_normal((4, 40, 20)).astype(np.float32)
+    x[2, 3, :] = 1e30  # replica 2 only: its products overflow to infinities
+    w[2] = np.abs(w[2]) + 1e10
+    out = _matmul_engine(4, F, x, w)  # unchecked, the infinities are stored
+    assert np.isinf(out[2, 3]).all() and np.isfinite(np.delete(out, 2, axis=0)).all()
+    with pytest.raises(FloatingPointException, match=r"into its float field 'out'"):
+        _matmul_engine(4, F, x, w, {"debug.floatingPointExceptions": "true"})
