@@ -1,8 +1,9 @@
 """``Copy`` programs of a replicated graph move every replica's elements in one pass.
 
 Each replica holds its own values (written per replica); copies between tensors, within
-one tensor, through permuted views, of INT and BOOL elements, must give each replica what numpy's copy of its own values gives (the
-same as a one-replica run of that replica's values).
+one tensor, through permuted views, of INT and BOOL elements, must give each replica
+what numpy's copy of its own values gives (the same as a one-replica run of that
+replica's values).
 """
 
 from __future__ import annotations
