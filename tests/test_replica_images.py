@@ -17,7 +17,7 @@ from test_conv_vertices import FIELDS, WORKERS, _batches, _copy, _reference, _ve
 from poplar_api.codelet_base import RUN_REPLICAS
 from poplar_api.field_images import ImageAccess, ImageField
 from poplar_api.fields import FieldBatch
-from poplar_api.poplin import conv_vertices
+from poplar_api.poplin import conv_access, conv_vertices
 from poplar_api.poplin.conv_vertices import compute_one, conv_vertex
 from poplar_api.types import FLOAT, HALF
 
@@ -149,7 +149,7 @@ def _check(cls, replicas: list[dict], fields: dict, fp, out_type) -> None:
 @pytest.mark.parametrize("fp", [np.float32, np.float16])
 def test_each_replica_computes_its_own_values_in_place(monkeypatch, layout, fp, pieces):
     if pieces:  # every class cut where its vectors stop lying evenly spaced
-        monkeypatch.setattr(conv_vertices, "_PIECE_ELEMENTS", 0)
+        monkeypatch.setattr(conv_access, "_PIECE_ELEMENTS", 0)
     rng = np.random.default_rng(5)
     first = _geometries(rng)
     replicas = [_replica(rng, first, shared_weights=False) for _ in range(R)]
@@ -242,7 +242,7 @@ def test_an_access_is_a_view_exactly_when_its_ids_are_affine():
 
 
 def test_distinct_accesses():
-    distinct = conv_vertices._distinct
+    distinct = conv_access._distinct
     assert distinct(ImageAccess((2, 3, 4), 0, (12, 4, 1)))
     assert distinct(ImageAccess((2, 3, 4), 0, (-20, 5, 1)))
     assert not distinct(ImageAccess((2, 3, 4), 0, (12, 3, 1)))  # rows overlap
