@@ -480,7 +480,9 @@ class TensorViews:
                     )
                 d += 1
         full = tuple(norm) if ellipses else (*norm, Ellipsis)
-        return self._derive(self._index[full], "[" + ",".join(map(_fmt_key, norm)) + "]")
+        ix = self._ix
+        index = _block_ids(self._start, self._shape, full) if ix is None else ix[full]
+        return self._derive(index, "[" + ",".join(map(_fmt_key, norm)) + "]")
 
     def __len__(self) -> int:
         if self.rank() == 0:
@@ -694,6 +696,22 @@ class TensorViews:
         )
         new = [*old[:d], old[d] * s, *old[d + 1 :]]
         return self._derive(spread.reshape(new), f".upsample({s},{d})")
+
+
+def _block_ids(start: int, shape: tuple[int, ...], key: tuple) -> np.ndarray:
+    """The ids of ``key`` (basic indexing) in a tensor of ``shape`` holding the
+    consecutive ids from ``start``, made without the ids of the whole tensor (a slice
+    of a large weight, a serial convolution's, would keep them all as its base): the
+    sum of each dimension's id step, broadcast over the shape and indexed by ``key``."""
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+    out = np.full((), start, np.int64)
+    for d, (size, stride) in enumerate(zip(shape, strides, strict=True)):
+        axis = np.arange(size, dtype=np.int64) * stride
+        axis = axis.reshape((1,) * d + (size,) + (1,) * (len(shape) - d - 1))
+        out = out + np.broadcast_to(axis, shape)[key]
+    out = np.asarray(out, np.int64)  # (a numpy scalar for one element: made an array)
+    out.flags.writeable = False
+    return out
 
 
 def _fmt_key(item: Any) -> str:
