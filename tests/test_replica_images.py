@@ -300,6 +300,7 @@ def test_replicated_matmul_equals_each_replica_run_alone(monkeypatch, fp):
     np.testing.assert_array_equal(_matmul_engine(4, dtype, x, w), together)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in matmul:RuntimeWarning")
 def test_a_partial_sum_overflowing_in_one_replica_stops_the_run_when_checked():
     from poplar_api import FLOAT as F
     from poplar_api.errors import FloatingPointException
