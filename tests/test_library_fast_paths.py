@@ -279,6 +279,26 @@ def test_conv_worklists_are_partition_by_worker(seed: int) -> None:
     assert {(geom.out_stride, geom.in_stride)} == (steps or {(1, 1)})
 
 
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ([0, -1, 1, 2], "step by 1 at output 2, not by 2"),  # outputs 0, 2, 3
+        ([0, 1, -1, -1, 2], "step by 3 at output 1, not by 1"),  # outputs 0, 1, 4
+    ],
+)
+def test_conv_worklists_refuse_unevenly_spaced_outputs(row: list[int], message: str) -> None:
+    """A worklist entry covers a row of outputs at one stride: a kernel position whose
+    active outputs are not evenly spaced (beyond its first two) is refused, not made
+    into worklists that skip or repeat outputs."""
+    from poplar_api.poplin.conv_worklists import tile_geometry
+
+    maps = [np.array([row])]
+    with pytest.raises(ValueError, match=message):
+        tile_geometry(maps, 1, [(0, len(row))], 6)
+    even = [np.array([[0, -1, 1, -1, 2]])]  # outputs 0, 2, 4
+    assert tile_geometry(even, 1, [(0, 5)], 6).out_stride == 2
+
+
 def test_split_regions_repeated_calls_keep_every_argument_apart() -> None:
     """Regions [5, 3] in grains of 2 over 2 vertices: 4 grains, 2 each; with pieces
     of at most 2 elements the same vertices hold shorter pieces. Asked again (the

@@ -174,6 +174,21 @@ def tile_geometry(
                 f"({int(o_s[j])}, {int(i_s[j])}) vs ({out_step}, {in_step}); this transform "
                 "is not supported"
             )
+        # every active output of those inner kernel indices steps by out_step, not only
+        # the first two (a worklist entry covers a row of outputs at one stride)
+        kin_u = np.unique(kin_s)
+        gaps = cnt_d[-1][kin_u] - 1
+        seg = np.repeat(np.arange(kin_u.size), gaps)
+        at = off[-1][kin_u][seg] + np.arange(seg.size) - np.repeat(np.cumsum(gaps) - gaps, gaps)
+        uneven = np.flatnonzero(act[-1][at + 1] - act[-1][at] != out_step)
+        if uneven.size:
+            u = int(uneven[0])
+            raise ValueError(
+                f"conv worklists: the active outputs of inner kernel index {int(kin_u[seg[u]])} "
+                f"step by {int(act[-1][at[u] + 1] - act[-1][at[u]])} at output "
+                f"{int(act[-1][at[u]])}, not by {out_step}; a worklist row needs evenly "
+                "spaced outputs: this transform is not supported"
+            )
     # per (kernel position, worker): the rows its contiguous range of elements touches
     wv = np.arange(nw, dtype=np.int64)
     beg = (wv[None, :] * total[:, None]) // nw  # [K, W]
