@@ -209,8 +209,8 @@ def outer_product_conv(
     # blocks: (conv group, field part, channel part), then worker pieces of the field
     pg, pf, pco = tiles.shape
     g_lo = np.arange(pg) * bg
-    bgi, bfi, bci = (x.reshape(-1) for x in np.meshgrid(np.arange(pg), np.arange(pf),
-                                                         np.arange(pco), indexing="ij"))  # fmt: skip
+    grid = np.meshgrid(np.arange(pg), np.arange(pf), np.arange(pco), indexing="ij")
+    bgi, bfi, bci = (x.reshape(-1) for x in grid)
     f_lo, f_hi = bfi * bf, np.minimum((bfi + 1) * bf, n_f)
     c_lo, c_hi = bci * bco, np.minimum((bci + 1) * bco, cog * cpg)
     live = (f_hi > f_lo) & (c_hi > c_lo) & (g_lo[bgi] < n_g)
