@@ -17,10 +17,10 @@ from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
+from poplar_api.poplin.estimators import outer_product_cycles
 from poplar_api.poplin.outer_product import (
     OUTER_PRODUCT,
     outer_product_conv,
-    outer_product_cycles,
 )
 
 RNG = np.random.default_rng(28)
@@ -105,3 +105,20 @@ def test_vertex_estimate_reads_the_grouping_from_its_fields(t) -> None:
     assert cls.typeName == f"poplin::OuterProduct<{t.name}>"
     sizes = {"in": 7, "weights": 24, "out": [56, 56, 56], "chansPerGroup": 1}
     assert cls.getCycleEstimate(sizes, None) == _formula(t == FLOAT, 7, 24, 8)
+
+
+@pytest.mark.parametrize("t", [FLOAT, HALF])
+@pytest.mark.parametrize("layer", [(1, 1, 128, 96), (2, 1, 128, 96)])
+def test_batch_one_layer_updates_weights_on_the_outer_product(t, layer) -> None:
+    """A batch-1 layer planned jointly with the horizontal MAC on ``tiny``: its weight
+    update runs on OuterProduct vertices (``getFullyConnectedWUMethod``), and the three
+    products agree with numpy (the update's exactly: one rounded product per element)."""
+    from poplar_api import poplin
+    from poplar_api.poplin.fc_joint import pass_product
+    from tests.test_fc_joint import check_fc_passes
+
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    opts = {"fullyConnectedPass": "TRAINING_WU"}
+    plan = poplin.getPlan(graph, pass_product("FC_TRAINING_WU", layer), t, t, opts)
+    assert plan.method == OUTER_PRODUCT and plan.joint
+    check_fc_passes(layer, t)

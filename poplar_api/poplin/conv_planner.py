@@ -78,8 +78,16 @@ from poplar_api.errors import GraphError
 from poplar_api.poplin.conv_options import parse_options
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.conv_transform import MATMUL_PASSES, transform_estimates
-from poplar_api.poplin.estimators import exchange_cycles, reduce_add_cycles, single_input_reduce
+from poplar_api.poplin.estimators import (
+    exchange_cycles,
+    outer_product_cycles,
+    reduce_add_cycles,
+    single_input_reduce,
+)
 from poplar_api.types import FLOAT, HALF, Type
+
+#: The outer-product method (Poplibs' ``Plan::OuterProduct``; :mod:`.outer_product`).
+OUTER_PRODUCT = "OUTER_PRODUCT"
 
 __all__ = [
     "ConvPlan", "amp_groups", "amp_unit_options", "bound_step", "parse_options",
@@ -181,8 +189,9 @@ class ConvPlan:
     Attributes
     ----------
     method
-        ``"AMP"`` (``ConvPartialnx1``, or ``ConvPartial1x1Out`` where it applies) or
-        ``"HMAC"``.
+        ``"AMP"`` (``ConvPartialnx1``, or ``ConvPartial1x1Out`` where it applies),
+        ``"HMAC"``, ``"VMAC"`` or ``"OUTER_PRODUCT"`` (:mod:`.outer_product`; planned
+        only as a pass of a fully-connected layer's joint plan, :mod:`.fc_joint`).
     parts, blocks
         Per split dimension ``(G, B, *outField, Co, Ci)``: number of blocks and block size.
     in_chans_per_group, out_chans_per_group
@@ -389,8 +398,11 @@ def _candidates(
     cgpg = 1
     if method == "AMP":
         icg, ocg, _, _ = amp_groups(in_t, partials, target, units)
-    else:
-        icg = ocg = 1
+    elif method == OUTER_PRODUCT:  # ``units``: the output channels per group
+        icg, ocg, partials = 1, int(units or 1), in_t
+        psz = partials.size
+    else:  # HMAC / VMAC; ``("HMAC", icg)`` groups the input channels by ``icg``
+        icg, ocg = int(units or 1), 1
     if method == "VMAC":
         cgpg = vmac_groups(params)
     out_field = params.getOutputFieldShape()
@@ -426,6 +438,14 @@ def _candidates(
         core = 8 if in_t == FLOAT else 4
         nig, nog = -(-bci // icg), -(-bco // ocg)
         compute = 50 + bg * nig * nog * kpos * (62 + workers * (20 + rows * core))
+    elif method == OUTER_PRODUCT:
+        # addPartialCalcCycleEstimate's outer product: one worker's share of the field
+        # (ceil(field / workers)) over the block's padded channels, times the workers
+        chans = bg * -(-bco // ocg) * ocg
+        op = outer_product_cycles(
+            in_t == FLOAT, -(-positions // workers), chans, np.full(chans.shape, ocg)
+        )
+        compute = workers * op
     elif method == "VMAC":
         # per group of cgpg conv groups: supervisor 100, and per kernel position a worker
         # pass of 10 + 3 cycles per field position and 8 conv groups (the VMAC loop)
@@ -600,7 +620,15 @@ def plan_from(
     m, units = methods[int(cat["method"][j])], None
     if isinstance(m, tuple):
         m, units = m
+    if m != "AMP":  # the second element groups channels, not conv units
+        units = None
     _, _, units, elems = amp_groups(params.inputType, partials, target, units)
+    if m == OUTER_PRODUCT:  # products in the input type, nothing accumulated
+        vertex_partials = params.inputType
+    elif m in ("AMP", "VMAC") or params.inputType == FLOAT:
+        vertex_partials = partials
+    else:
+        vertex_partials = FLOAT
     return ConvPlan(
         method=m,
         parts=parts,
@@ -609,7 +637,7 @@ def plan_from(
         out_chans_per_group=int(cat["ocg"][j]),
         num_conv_units=units,
         conv_input_load_elems=elems,
-        partials_type=partials if m in ("AMP", "VMAC") or params.inputType == FLOAT else FLOAT,
+        partials_type=vertex_partials,
         conv_groups_per_group=int(cat["cgpg"][j]),
         tiles=tiles,
         cost=cost,

@@ -1,4 +1,5 @@
-"""Cycle estimators of the poplin ``ReduceAdd`` vertex and of the exchanges a plan needs.
+"""Cycle estimators of the poplin ``ReduceAdd`` and ``OuterProduct`` vertices and of the
+exchanges a plan needs.
 
 Every function works on Python ints and, element-wise, on numpy integer arrays, so the
 planners can cost thousands of candidate splits in one call and the vertex estimators
@@ -39,6 +40,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from poplar_api.popops.layout import RPT_COUNT_MAX
 
 #: ReduceAdd accumulator vector width by partials element size.
 REDUCE_ACC_VECTOR_WIDTH = {4: 4, 2: 8}
@@ -138,9 +141,44 @@ def exchange_cycles(num_bytes: IntLike, bytes_per_cycle: float) -> IntLike:
     return int(out) if out.ndim == 0 else out
 
 
+def outer_product_cycles(
+    is_float: bool, width: Any, num_channels: Any, chans_per_group: Any,
+    rpt_count_max: int = RPT_COUNT_MAX,
+) -> Any:  # fmt: skip
+    """``getOuterProductCycleEstimate``: cycles of one ``OuterProduct`` vertex over
+    ``width`` field positions and ``num_channels`` channels in groups of
+    ``chans_per_group`` (scalars or equal-shape integer arrays).
+
+    FLOAT: the fast path (``chans_per_group`` at least 6, even, within the repeat count
+    and a stride below 512) costs ``25 + groups (11 + width (6 + (cpg - 6) / 2))``, the
+    slow one ``25 + groups (11 + width (10 + 2 cpg))``; HALF: at least 12 channels, a
+    multiple of 4, ``25 + groups (10 + width (6 + (cpg - 12) / 4))``, else ``25 + groups
+    (10 + width (10 + 5 cpg / 2))`` (integer division throughout, as the C++ does).
+    """
+    w = np.asarray(width, np.int64)
+    c = np.asarray(num_channels, np.int64)
+    cpg = np.asarray(chans_per_group, np.int64)
+    if np.any(cpg < 1) or np.any(c % cpg):
+        raise ValueError(
+            f"outer_product_cycles: num_channels={num_channels} must be a multiple of "
+            f"chans_per_group={chans_per_group} >= 1 (Poplibs asserts it)"
+        )
+    groups = c // cpg
+    if is_float:
+        fast = (cpg >= 6) & (cpg % 2 == 0) & (cpg // 2 - 3 <= rpt_count_max) & (cpg // 2 + 1 < 512)
+        per = np.where(fast, 6 + (cpg - 6) // 2, 10 + cpg * 2)
+        out = 25 + groups * (11 + w * per)
+    else:
+        fast = (cpg >= 12) & (cpg % 4 == 0) & (cpg // 4 - 3 <= rpt_count_max) & (cpg // 4 + 1 < 512)
+        per = np.where(fast, 6 + (cpg - 12) // 4, 10 + (cpg * 5) // 2)
+        out = 25 + groups * (10 + w * per)
+    return int(out) if out.ndim == 0 else out
+
+
 __all__ = [
     "SINGLE_INPUT_GRAIN",
     "exchange_cycles",
+    "outer_product_cycles",
     "reduce_add_cycles",
     "single_input_reduce",
 ]

@@ -59,6 +59,7 @@ import numpy as np
 
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.conv_planner import (
+    OUTER_PRODUCT,
     REFINE,
     ConvPlan,
     _candidates,
@@ -82,6 +83,8 @@ FC_TRAINING = ("FC_TRAINING_FWD", "FC_TRAINING_BWD", "FC_TRAINING_WU")
 #: the weight update).
 _AXES = {"FC_TRAINING_FWD": None, "FC_TRAINING_BWD": (2, 4), "FC_TRAINING_WU": (3, 4)}
 _COST_KEYS = ("compute", "exchange", "reduce", "transform", "total")
+#: Horizontal-MAC input groupings a joint plan tries (the smallest of Poplibs' candidates).
+HMAC_GROUPINGS = 3
 
 
 #: Per pass, the positions in the layer ``(G, B, I, O)`` of its product's ``(G, M, K,
@@ -134,6 +137,60 @@ def _derive(fwd: np.ndarray, axes: tuple[int, int] | None) -> np.ndarray:
     return out
 
 
+def _fwd_vertex_types(
+    layer: tuple[int, int, int, int], in_type: Type, partials: Type, target: Any
+) -> list[tuple[Any, int, int]]:
+    """``(method, inChansPerGroup, outChansPerGroup)`` of the forward pass's vertex
+    candidates in a joint plan (``getConvVertexTypeCandidates`` with ``isJointPlan``,
+    ``ConvVertexType.cpp``; SLIC is off for the fully-connected passes).
+
+    * AMP, per unit count: the input grouping must be a multiple of the units (the
+      forward input channels become the weight update's output channels);
+    * the horizontal MAC (``getConvVertexHMACCandidates``): input groupings from the
+      type's grain (1 FLOAT, 2 HALF) up to the input channels rounded to it, skipping a
+      grouping that does not lower the number of groups and, in a joint plan, any
+      that is not 1 or a multiple of the conv units; one output channel per group
+      (float partials). ipusim tries the :data:`HMAC_GROUPINGS` smallest of them.
+    """
+    out: list[tuple[Any, int, int]] = []
+    units_all = sorted(amp_unit_options(in_type, partials, target), reverse=True)
+    for units in units_all:
+        icg, ocg, _, _ = amp_groups(in_type, partials, target, units)
+        if icg % units == 0:
+            out.append((("AMP", units), icg, ocg))
+    units = units_all[0]
+    grain = 1 if in_type == FLOAT else 2
+    rounded = -(-layer[2] // grain) * grain
+    previous, hmac = 0, []
+    for icg in range(grain, rounded + 1, grain):
+        groups = -(-rounded // icg)
+        if groups == previous or (icg != 1 and icg % units):
+            continue
+        previous = groups
+        hmac.append((("HMAC", icg), icg, 1))
+        if len(hmac) == HMAC_GROUPINGS:
+            break
+    return out + hmac
+
+
+def wu_method(
+    batch: int, fwd_method: Any, icg: int, ocg: int, in_type: Type, partials: Type, target: Any
+) -> Any:
+    """The weight update's method in a joint plan whose forward pass runs ``fwd_method``
+    with groupings ``icg`` / ``ocg`` (``getFullyConnectedWUMethod``, ``ConvModel.cpp``):
+    the outer product when the update has one input channel (``batch`` 1) and the
+    forward pass one output channel per group, its channels grouped by the forward
+    input grouping; else the AMP when the forward input grouping is not 1 (the
+    horizontal MAC writes one output channel per group); else the forward method."""
+    if batch == 1 and ocg == 1:
+        return (OUTER_PRODUCT, icg)
+    if icg != 1:
+        if fwd_method[0] == "AMP":
+            return fwd_method
+        return ("AMP", max(amp_unit_options(in_type, partials, target)))
+    return fwd_method
+
+
 def plan_joint(
     layer: tuple[int, int, int, int],
     in_type: Type,
@@ -144,21 +201,26 @@ def plan_joint(
     """The joint plan of the layer ``(G, B, I, O)`` under the parsed convolution
     ``options`` (see the module docstring), or None where Poplibs makes none (input and
     output types differ) or ipusim models none (a method other than AMP constrained)."""
-    if in_type != out_type or options.get("method") not in (None, "AMP"):
+    if in_type != out_type or options.get("method") not in (None, "AMP", "HMAC"):
         return None
     partials = FLOAT if in_type == FLOAT else options["partialsType"]
     fast = str(options.get("enableFastReduce", "false")).lower() == "true"
     params = {p: swapped_params(pass_product(p, layer), in_type, out_type) for p in FC_TRAINING}
     maps = {p: dim_maps(q) for p, q in params.items()}
     wpcu = weights_per_conv_unit(params["FC_TRAINING_FWD"])
-    methods, cats = [], []
-    for units in sorted(amp_unit_options(in_type, partials, target), reverse=True):
-        icg, ocg, _, _ = amp_groups(in_type, partials, target, units)
-        if icg % units:  # the forward input channels become the update's output channels
+    methods: list[dict[str, Any]] = []
+    cats = []
+    forced = options.get("method")
+    for fwd_method, icg, ocg in _fwd_vertex_types(layer, in_type, partials, target):
+        if forced is not None and fwd_method[0] != forced:
             continue
-        method = ("AMP", units)
+        # the weight update's method and groupings (getFullyConnectedWuConvVertexType):
+        # the forward pass's groupings exchanged
+        pass_method = {"FC_TRAINING_FWD": fwd_method, "FC_TRAINING_BWD": fwd_method,
+                       "FC_TRAINING_WU": wu_method(layer[1], fwd_method, icg, ocg, in_type,
+                                                   partials, target)}  # fmt: skip
         f = "FC_TRAINING_FWD"
-        fwd = _candidates(params[f], method, partials, target, maps[f], fast,
+        fwd = _candidates(params[f], fwd_method, partials, target, maps[f], fast,
                           field_grain=icg, co_unsplit=True)  # fmt: skip
         per: dict[str, dict[str, np.ndarray]] = {}
         for p in FC_TRAINING:
@@ -168,8 +230,8 @@ def plan_joint(
             else:
                 rows = (_derive(fwd["parts"], axes), _derive(fwd["blocks"], axes))
                 splits = ([rows[0][:, d] for d in range(5)], [rows[1][:, d] for d in range(5)])
-                cat = _candidates(params[p], method, partials, target, maps[p], fast, splits)
-            # Poplibs' weight update groups channels as the forward pass's exchanged
+                cat = _candidates(params[p], pass_method[p], partials, target, maps[p], fast,
+                                  splits)  # fmt: skip
             ig, og = (ocg, icg) if p == "FC_TRAINING_WU" else (icg, ocg)
             n = cat["used"].size
             cyc, temp = transform_estimates(params[p], p, True, np.full(n, ig), np.full(n, og),
@@ -177,7 +239,7 @@ def plan_joint(
             cat = dict(cat, transform=cyc, total=cat["total"] + cyc,
                        memory=np.maximum(cat["memory"], temp))  # fmt: skip
             per[p] = cat
-        methods.append(method)
+        methods.append(pass_method)
         cats.append(per)
     if not cats:
         return None
@@ -200,11 +262,13 @@ def plan_joint(
             cat = per[p]
             cost = {k: int(cat[k][j]) for k in _COST_KEYS}
             tiles = None if grid is None else np.swapaxes(grid, *_AXES[p])
-            plan = plan_from(cat, j, methods, params[p], partials, target, cost, fast, True, tiles)
-            cost["compute"] = int(exact[p](plan))
-            cost["total"] = sum(cost[k] for k in _COST_KEYS[:4])
-            plan = plan_from(cat, j, methods, params[p], partials, target, cost, fast, True,
-                             plan.tiles)  # fmt: skip
+            ms = [m[p] for m in methods]
+            plan = plan_from(cat, j, ms, params[p], partials, target, cost, fast, True, tiles)
+            if plan.method != OUTER_PRODUCT:  # its closed form is Poplibs' estimate
+                cost["compute"] = int(exact[p](plan))
+                cost["total"] = sum(cost[k] for k in _COST_KEYS[:4])
+                plan = plan_from(cat, j, ms, params[p], partials, target, cost, fast, True,
+                                 plan.tiles)  # fmt: skip
             plans[p] = dataclasses.replace(plan, joint=True)
             grid = plan.tiles if grid is None else grid
         cycles = sum(plans[p].cost["total"] for p in FC_TRAINING)

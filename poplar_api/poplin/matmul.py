@@ -24,7 +24,13 @@ from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin import conv as _conv
 from poplar_api.poplin.conv_params import CONV_TYPES as MATMUL_TYPES
 from poplar_api.poplin.conv_params import ConvParams
-from poplar_api.poplin.conv_planner import ConvPlan, bound_step, memory_limit, parse_options
+from poplar_api.poplin.conv_planner import (
+    OUTER_PRODUCT,
+    ConvPlan,
+    bound_step,
+    memory_limit,
+    parse_options,
+)
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.conv_serial import PLAN_CACHE, plan_cache_key
 from poplar_api.poplin.fc_joint import (
@@ -35,6 +41,7 @@ from poplar_api.poplin.fc_joint import (
     plan_joint,
     separate_wins,
 )
+from poplar_api.poplin.outer_product import outer_product_conv
 from poplar_api.program import Copy
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
@@ -433,9 +440,12 @@ def _build(
         dst = _laid_out(graph, params, f"{name}/weightsRearranged", conv_opts, False)
         prog.add(Copy(weights, dst, debugContext=f"{name}/weightsRearranged"))
         weights = dst
-    act = acts.dimShuffle([0, 2, 1]).expand([1])  # [G, 1, K, field]
-    ker = weights.expand([3])  # [G, Co, K, 1]
-    out = _conv._conv(graph, act, ker, params, opts, prog, name).squeeze([1])
+    if plan.method == OUTER_PRODUCT:  # [G, Co, field] from [G, field, 1] and [G, Co, 1]
+        out = outer_product_conv(graph, acts, weights, params, plan, prog, name)
+    else:
+        act = acts.dimShuffle([0, 2, 1]).expand([1])  # [G, 1, K, field]
+        ker = weights.expand([3])  # [G, Co, K, 1]
+        out = _conv._conv(graph, act, ker, params, opts, prog, name).squeeze([1])
     c3 = out if plan.swapped else out.dimShuffle([0, 2, 1])
     return c3 if A.rank() == 3 else c3[0]
 

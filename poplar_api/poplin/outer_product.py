@@ -43,51 +43,15 @@ import numpy as np
 from poplar_api.codelet import FieldBatch, Input, Output, Vector, VectorList, Vertex
 from poplar_api.graph import Graph, Segments
 from poplar_api.poplin.conv_params import ConvParams
-from poplar_api.poplin.conv_planner import ConvPlan
-from poplar_api.popops.layout import RPT_COUNT_MAX, _spans
+from poplar_api.poplin.conv_planner import OUTER_PRODUCT, ConvPlan
+from poplar_api.poplin.estimators import outer_product_cycles
+from poplar_api.popops.layout import _spans
 from poplar_api.program import Execute
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor, concat
 from poplar_api.types import FLOAT, HALF, UNSIGNED_INT, Type
 
 __all__ = ["OUTER_PRODUCT", "outer_product_conv", "outer_product_cycles", "outer_product_vertex"]
-
-#: The plan method name of the outer product.
-OUTER_PRODUCT = "OUTER_PRODUCT"
-
-
-def outer_product_cycles(
-    is_float: bool, width: Any, num_channels: Any, chans_per_group: Any,
-    rpt_count_max: int = RPT_COUNT_MAX,
-) -> Any:  # fmt: skip
-    """``getOuterProductCycleEstimate``: cycles of one ``OuterProduct`` vertex over
-    ``width`` field positions and ``num_channels`` channels in groups of
-    ``chans_per_group`` (scalars or equal-shape integer arrays).
-
-    FLOAT: the fast path (``chans_per_group`` at least 6, even, within the repeat count
-    and a stride below 512) costs ``25 + groups (11 + width (6 + (cpg - 6) / 2))``, the
-    slow one ``25 + groups (11 + width (10 + 2 cpg))``; HALF: at least 12 channels, a
-    multiple of 4, ``25 + groups (10 + width (6 + (cpg - 12) / 4))``, else ``25 + groups
-    (10 + width (10 + 5 cpg / 2))`` (integer division throughout, as the C++ does).
-    """
-    w = np.asarray(width, np.int64)
-    c = np.asarray(num_channels, np.int64)
-    cpg = np.asarray(chans_per_group, np.int64)
-    if np.any(cpg < 1) or np.any(c % cpg):
-        raise ValueError(
-            f"outer_product_cycles: num_channels={num_channels} must be a multiple of "
-            f"chans_per_group={chans_per_group} >= 1 (Poplibs asserts it)"
-        )
-    groups = c // cpg
-    if is_float:
-        fast = (cpg >= 6) & (cpg % 2 == 0) & (cpg // 2 - 3 <= rpt_count_max) & (cpg // 2 + 1 < 512)
-        per = np.where(fast, 6 + (cpg - 6) // 2, 10 + cpg * 2)
-        out = 25 + groups * (11 + w * per)
-    else:
-        fast = (cpg >= 12) & (cpg % 4 == 0) & (cpg // 4 - 3 <= rpt_count_max) & (cpg // 4 + 1 < 512)
-        per = np.where(fast, 6 + (cpg - 12) // 4, 10 + (cpg * 5) // 2)
-        out = 25 + groups * (10 + w * per)
-    return int(out) if out.ndim == 0 else out
 
 
 class _OuterProduct(Vertex):
