@@ -78,6 +78,7 @@ charges them by their bytes and element type alone. So the planner is the defaul
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numba
@@ -147,14 +148,37 @@ def copy_vertex_cycles(
     return round(fixed + b.size * per_region) + moves
 
 
+#: The numerator of Poplibs' transform factor ``{5, f1}`` (:func:`transform_factor`).
+_F0 = 5
+
+
 def transform_factor(element_type: str, size: ArrayLike) -> tuple[int, np.ndarray]:
     """Poplibs' scale factor of a rearranging copy, ``(5, 4)`` when ``size`` (elements)
     is a multiple of the type's granularity, 2 for FLOAT and 4 for every other type,
     else ``(5, 3)`` (graphcore/poplibs 7eac0f26, ``lib/poplin/ConvModel.cpp``,
     ``getScaleFactorForTransform``): the copy moves ``rate * f1 / 5`` bytes a cycle.
     Returns ``5`` and ``f1`` (an array shaped as ``size``)."""
-    grain = 2 if element_type == "float" else 4
-    return 5, np.where(np.asarray(size, np.int64) % grain == 0, 4, 3)
+    grain = _granularity(element_type)
+    return _F0, np.where(np.asarray(size, np.int64) % grain == 0, 4, 3)
+
+
+def _granularity(element_type: str) -> int:
+    """Elements of ``element_type`` a transform's dimension is a multiple of for the
+    faster factor (:func:`transform_factor`): 2 for FLOAT, 4 for every other type."""
+    return 2 if element_type == "float" else 4
+
+
+@numba.njit(cache=True, nogil=True)
+def _granular_pieces(nbytes, size, grain):  # pragma: no cover - compiled
+    # per piece of ``size``-byte elements whether its length in elements is a multiple
+    # of ``grain`` (transform factor 4, else 3), in one pass; and the first piece that
+    # is not whole elements (-1: none)
+    four = np.empty(nbytes.size, np.bool_)
+    for k in range(nbytes.size):
+        if nbytes[k] % size:
+            return four, k
+        four[k] = (nbytes[k] // size) % grain == 0
+    return four, -1
 
 
 def planner_copy_cycles(
@@ -189,11 +213,10 @@ def _planner_weights(
             f"on-tile copy: {names.size} element types for {nbytes.size} pieces; give one "
             "type for the whole copy or one per piece"
         )
-    kinds, which = np.unique(names, return_inverse=True)
-    which = np.broadcast_to(which.reshape(-1), nbytes.shape)
+    # one type for the whole copy (every Copy program's): no grouping by type
+    kinds, which = (names, None) if names.size == 1 else np.unique(names, return_inverse=True)
     memcpy = copy_bytes_per_cycle(cfg)
-    denominator = np.empty(nbytes.size, np.int64)
-    numerator = np.empty(nbytes.size, np.int64)
+    groups = []  # per type: its pieces, their rate, and per piece whether f1 is 4
     for k, name in enumerate(kinds.tolist()):
         size = ELEMENT_BYTES.get(name)
         if size is None:
@@ -201,18 +224,27 @@ def _planner_weights(
                 f"on-tile copy: element type {name!r} is not a Poplar element type; "
                 f"expected one of {', '.join(ELEMENT_BYTES)}"
             )
-        mine = which == k
-        if np.any(nbytes[mine] % size):
-            bad = int(nbytes[mine][nbytes[mine] % size != 0][0])
+        mine = slice(None) if which is None else which.reshape(-1) == k
+        mine_bytes = nbytes[mine]
+        four, bad = _granular_pieces(mine_bytes, size, _granularity(name))
+        if bad >= 0:
             raise ValueError(
-                f"on-tile copy: a piece of {bad} bytes of {name}; pieces must be whole "
-                f"elements of {size} bytes"
+                f"on-tile copy: a piece of {int(mine_bytes[bad])} bytes of {name}; pieces "
+                f"must be whole elements of {size} bytes"
             )
-        f0, f1 = transform_factor(name, nbytes[mine] // size)
-        numerator[mine] = f0
-        denominator[mine] = min(memcpy, size) * f1
-    scale = int(np.lcm.reduce(np.unique(denominator))) if nbytes.size else 1
-    return numerator * (scale // denominator), scale
+        groups.append((mine, min(memcpy, size), four))
+    # the denominators ``rate * f1`` that occur (f1 is 4 or 3: transform_factor), then
+    # each piece's weight ``f0 * scale / (rate * f1)``
+    denominators = set()
+    for _, rate, four in groups:
+        n_four = int(np.count_nonzero(four))
+        denominators.update([rate * 4] if n_four else [])
+        denominators.update([rate * 3] if n_four < four.size else [])
+    scale = math.lcm(*denominators) if denominators else 1
+    weight = np.empty(nbytes.size, np.int64)
+    for mine, rate, four in groups:
+        weight[mine] = np.where(four, _F0 * (scale // (rate * 4)), _F0 * (scale // (rate * 3)))
+    return weight, scale
 
 
 def poplibs_memcpy_cycles(region_bytes: ArrayLike) -> int:
@@ -322,11 +354,13 @@ def on_tile_copy_vertices(
     weight, scale = np.zeros(tile.size, np.int64), 1
     if estimate == "planner":
         weight, scale = _planner_weights(cfg, nbytes, element_type)
-    order = np.argsort(tile, kind="stable")
-    tile, nbytes, kind, fresh = tile[order], nbytes[order], kind[order], fresh[order]
+    if tile.size > 1 and np.any(tile[1:] < tile[:-1]):  # (a Copy's pieces come in tile order)
+        order = np.argsort(tile, kind="stable")
+        tile, nbytes, kind, fresh = tile[order], nbytes[order], kind[order], fresh[order]
+        weight = weight[order]
     contexts = int(cfg.tile.worker_contexts)
     v_tile, row, moves, memcpy, count, weighed = _chunk_walk(
-        tile, nbytes, fresh, weight[order], contexts, copy_bytes_per_cycle(cfg)
+        tile, nbytes, fresh, weight, contexts, copy_bytes_per_cycle(cfg)
     )
     if estimate == "poplibs":
         return v_tile, 12 + memcpy
