@@ -648,6 +648,22 @@ def plan_from(
     )
 
 
+def outer_product_applies(params: ConvParams, conv_pass: str | None) -> bool:
+    """Whether the outer product is a candidate for ``params`` planned alone: Poplibs
+    offers it for every convolution (``getConvMethodCandidates``) whose vertex output
+    may be the input type (``getConvVertexOuterProductCandidates``) and constrains the
+    tile's batch and input channels to 1, the kernel to 1 and no field transforms
+    (``addOuterProductConstraints``, ``ConvModel.cpp``). ipusim runs it for matMul
+    products (1-wide, untransformed) with one input channel, batch 1 and one type."""
+    return (
+        conv_pass in MATMUL_PASSES
+        and params.inputChannelsPerConvGroup == 1
+        and params.batchSize == 1
+        and params.outputType == params.inputType
+        and int(np.prod(params.kernelShape)) == 1
+    )
+
+
 def plan_convolution(
     params: ConvParams,
     target: Any,
@@ -686,6 +702,8 @@ def plan_convolution(
             f"planConstraints method VMAC does not apply to {params}: it needs HALF inputs, "
             f"one input and one output channel per conv group and at least 4 conv groups"
         )
+    if options.get("method") is None and outer_product_applies(params, options.get("pass")):
+        methods.append((OUTER_PRODUCT, target.getVectorWidth(params.inputType)))
     if "AMP" in methods:
         i = methods.index("AMP")
         units = amp_unit_options(params.inputType, partials, target)
@@ -698,8 +716,11 @@ def plan_convolution(
     if not (cat["memory"] <= limit).any():
         # nothing fits in one pass: the first output-channel serial split that has a
         # plan within the limit joins the candidates (more iterations cost more cycles)
+        # the outer product (last when present) runs in one pass only: its lowering
+        # has no serial loop; the other methods keep their indices
+        one_pass = methods[:-1] if methods[-1][0] == OUTER_PRODUCT else methods
         for serial in serial_options(params):
-            more = _gather(params, methods, partials, target, serial, rearrange, fast,
+            more = _gather(params, one_pass, partials, target, serial, rearrange, fast,
                            conv_pass, swapped)  # fmt: skip
             if (more["memory"] <= limit).any():
                 cat = {k: _join([cat[k], more[k]]) for k in cat}
@@ -717,7 +738,8 @@ def plan_convolution(
     for j in top.tolist():
         cost = {k: int(cat[k][j]) for k in ("compute", "exchange", "reduce", "transform", "total")}
         plan = make(j, cost)
-        if exact_compute is not None:
+        if exact_compute is not None and plan.method != OUTER_PRODUCT:  # (its closed
+            # form is already Poplibs' estimate)
             exact = int(exact_compute(plan)) * plan.serial
             cost["compute"] = exact
             cost["total"] = exact + cost["exchange"] + cost["reduce"] + cost["transform"]

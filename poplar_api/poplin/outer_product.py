@@ -147,6 +147,8 @@ def outer_product_conv(
             f"outer_product_conv: {params} needs one input channel, batch 1 and the output "
             f"type of the input (got output {params.outputType.name})"
         )
+    if plan.serial != 1:
+        raise ValueError(f"outer_product_conv: {plan} has {plan.serial} serial passes; required 1")
     n_g, n_f = int(acts.shape()[0]), int(acts.shape()[1])
     n_co = int(weights.shape()[1])
     cpg = int(plan.out_chans_per_group)
