@@ -12,16 +12,12 @@ field out of bounds is re-run in Python on guarded copies of its data, so that t
 
 from __future__ import annotations
 
-import importlib
-import importlib.machinery
 import inspect
 import re
-import types
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from numbers import Integral
-from pathlib import Path
 from typing import Any
 
 import numba
@@ -35,124 +31,19 @@ from poplar_api.codelet_base import (
     DEFAULT_NUM_WORKERS,
     RUN_CHECKS_BOUNDS,
     RUN_NUM_WORKERS,
-    MultiVertex,
     VertexError,
     VertexType,
 )
+from poplar_api.codelet_kernels import _copy_function, _worker_globals, compile_kernel
+from poplar_api.driver_cache import compile_for, jit_source
 from poplar_api.errors import CodeletError, GraphError, TypeMismatchError
 from poplar_api.fields import FieldBatch, FieldSpec
 
-_KERNELS: dict[tuple[Callable[..., Any], bool, int | None], Any] = {}
 _DRIVERS: dict[tuple[type, bool, int | None], Any] = {}
 #: Whether each compiled driver has its kernel inlined.
 _INLINED: dict[Any, bool] = {}
 #: drivers that have run once (compiled for the arguments lowering passes them)
 _RAN: set[Any] = set()
-
-
-# ----------------------------------------------------------------------------- kernels
-def _worker_globals(py_func: Callable[..., Any], num_workers: int) -> dict[str, Any] | None:
-    """Globals of ``py_func`` with ``numWorkers`` bound to ``num_workers``, or None.
-
-    Numba freezes globals at compile time, so a kernel calling ``numWorkers()`` or
-    ``SomeMultiVertex.numWorkers()`` is compiled once per worker count with those
-    names replaced by a compiled constant function (a module stand-in for a class).
-    """
-    code_names = set(py_func.__code__.co_names)
-    glob = py_func.__globals__
-    const = numba.njit(lambda: num_workers)
-    rebound: dict[str, Any] = {}
-    for name in code_names:
-        value = glob.get(name)
-        if name == "numWorkers" and callable(value):
-            rebound[name] = const
-        elif isinstance(value, type) and issubclass(value, MultiVertex):
-            shim = types.ModuleType(f"{value.__name__}<numWorkers={num_workers}>")
-            shim.numWorkers = const  # type: ignore[attr-defined]
-            rebound[name] = shim
-    if not rebound:
-        return None
-    return {**glob, **rebound}
-
-
-def compile_kernel(
-    py_func: Callable[..., Any], *, checked: bool, num_workers: int | None, inline: bool = False
-) -> Any:
-    """The (cached) Numba dispatcher of ``py_func`` with or without bounds checks.
-
-    Numba's disk cache does not key on ``boundscheck``, so the checked kernel is
-    compiled from a copy of the function with its own qualified name (and so its own
-    cache files). Kernels whose ``numWorkers`` was bound are not cached on disk.
-
-    ``inline``: a kernel for a driver loop, compiled into the loop's own code (Numba
-    inlines it before typing, so the caller's ``boundscheck`` applies): a call per
-    vertex to separately compiled code costs several times a small vertex's work.
-    """
-    bound = _worker_globals(py_func, num_workers) if num_workers is not None else None
-    key = (py_func, checked, num_workers if bound is not None else None, inline)
-    kernel = _KERNELS.get(key)
-    if kernel is not None:
-        return kernel
-    if inline:  # not cached on disk: compiled as part of its loop
-        func = py_func if bound is None else _copy_function(py_func, bound, "")
-        kernel = _KERNELS[key] = numba.njit(inline="always")(func)
-        return kernel
-    func = py_func
-    if checked or bound is not None:
-        func = _copy_function(py_func, bound, "__boundscheck" if checked else "")
-    cache = bound is None and _cacheable(py_func)
-    try:
-        kernel = numba.njit(cache=cache, boundscheck=checked or None)(func)
-    except RuntimeError:  # no cache locator: exec'd code, some REPLs
-        kernel = numba.njit(boundscheck=checked or None)(func)
-    _KERNELS[key] = kernel
-    return kernel
-
-
-def _copy_function(
-    py_func: Callable[..., Any], bound: dict[str, Any] | None, suffix: str
-) -> Callable[..., Any]:
-    """A copy of ``py_func`` with globals ``bound`` (None: its own) and ``suffix``
-    added to its qualified name (Numba compiles and caches the copy on its own)."""
-    func = types.FunctionType(
-        py_func.__code__,
-        bound if bound is not None else py_func.__globals__,
-        py_func.__name__,
-        py_func.__defaults__,
-        py_func.__closure__,
-    )
-    func.__qualname__ = py_func.__qualname__ + suffix
-    func.__module__ = py_func.__module__
-    return func
-
-
-def _cacheable(py_func: Callable[..., Any]) -> bool:
-    """Whether a kernel may be cached on disk.
-
-    Numba keys its cache by source file but records the module name; a kernel
-    cached while its file was loaded under one name (a script run as ``__main__``,
-    a file loaded by path under an alias) breaks a later process that loads the same
-    file under another name. So only kernels of modules importable by their own name
-    from that same file are cached.
-    """
-    name = getattr(py_func, "__module__", None)
-    if not name or name == "__main__":
-        return False
-    try:
-        parent, _, _ = name.rpartition(".")
-        search = None
-        if parent:  # a submodule: look in its package's path
-            search = getattr(importlib.import_module(parent), "__path__", None)
-            if search is None:
-                return False
-        # the path finder ignores sys.modules, where an alias may have been put
-        spec = importlib.machinery.PathFinder.find_spec(name, search)
-        source = inspect.getsourcefile(py_func)
-    except (ImportError, ValueError, TypeError):
-        return False
-    if spec is None or spec.origin is None or source is None:
-        return False
-    return Path(spec.origin).resolve() == Path(source).resolve()
 
 
 # --------------------------------------------------------------------------- execution
@@ -254,10 +145,10 @@ def _driver(vtype: VertexType, checked: bool, num_workers: int, inline: bool = T
                 inline=inline,
             )  # fmt: skip
         namespace = {"kernel": kernel, "List": List, "_as_ok": _as_ok}
-        code = compile(_driver_source(vtype), f"<driver of vertex type {vtype.name}>", "exec")
-        exec(code, namespace)
-        # an inlined kernel is compiled with the loop's flags
-        driver = numba.njit(boundscheck=(checked or None) if inline else None)(namespace["driver"])
+        text = f"# driver of vertex type {vtype.name}\n{_driver_source(vtype)}"
+        # an inlined kernel is compiled with the loop's flags; on disk when it can be
+        boundscheck = (checked or None) if inline else None
+        driver = jit_source(text, "driver", namespace, namespace.values(), boundscheck=boundscheck)
         _DRIVERS[key] = driver
         _INLINED[driver] = inline
     return driver
@@ -519,7 +410,9 @@ def _first_call(
         warnings.filterwarnings(
             "ignore", message="Cannot cache compiled function", category=Warning
         )
-        driver(num_vertices, num_workers, ok, where, *args)
+        call = (num_vertices, num_workers, ok, where, *args)
+        compile_for(driver, call)  # loaded from the disk cache when it is there
+        driver(*call)
 
 
 def _run_driver(

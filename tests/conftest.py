@@ -42,6 +42,22 @@ def _keep_bytecode_out_of_the_tree() -> None:
 
 _keep_bytecode_out_of_the_tree()
 
+
+def _driver_cache_under_pytest_cache() -> None:
+    """Keep the disk cache of compiled vertex drivers (``poplar_api.driver_cache``)
+    under ``.pytest_cache/ipusim`` unless the user chose a place (``IPUSIM_CACHE_DIR``).
+
+    The suite then neither reads nor fills the user's own cache, and its two workers
+    and every process a test starts (they inherit the variable) share one cache that
+    lasts from one run of the suite to the next.
+    """
+    os.environ.setdefault(
+        "IPUSIM_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "ipusim")
+    )
+
+
+_driver_cache_under_pytest_cache()
+
 # A small machine with round numbers: 8 tiles in 2 columns (4 rows), 1 GHz clock,
 # 4 exchange bytes per cycle, 4 host bytes per cycle, 8 link bytes per cycle.
 BASE_CONFIG: dict[str, Any] = {
