@@ -693,6 +693,9 @@ def reduce_values(op: CollectiveOperator, block: np.ndarray) -> np.ndarray:
     reduction (the caller keeps each member's own values).
     """
     k = block.shape[0]
+    if k and block.dtype.kind == "f" and op in (CollectiveOperator.ADD, CollectiveOperator.MEAN):
+        total = _member_sum(block)
+        return total if op is CollectiveOperator.ADD else total / k
     if block.dtype.kind == "f":
         wide = block.astype(np.float64)
     elif block.dtype.kind == "b":
@@ -717,6 +720,17 @@ def reduce_values(op: CollectiveOperator, block: np.ndarray) -> np.ndarray:
     if op is CollectiveOperator.SQUARE_ADD:
         return (wide * wide).sum(axis=0)
     raise GraphError(f"reduce_values: {op} is not a reduction")  # LOCAL is handled by callers
+
+
+def _member_sum(block: np.ndarray) -> np.ndarray:
+    """Float64 sum of the rows of ``block``, member after member: what
+    ``block.astype(np.float64).sum(axis=0)`` gives on rows laid out one after another
+    (each row widened exactly, then added in order), without a float64 copy of the
+    whole block."""
+    total = block[0].astype(np.float64)
+    for row in block[1:]:
+        total += row
+    return total
 
 
 def collective_values(

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from poplar_api.lowering.runs import take_rows
 from poplar_api.types import Type
 
 #: The raw storage dtype of each element size: the bits of every type of that size.
@@ -208,9 +209,18 @@ class Storage:
         """Store ``values`` into elements ``ids`` of replica ``replica``."""
         self.images[replica][t.size][ids] = _raw(t, values).reshape(-1)
 
-    def read_replicas(self, t: Type, ids: np.ndarray) -> np.ndarray:
-        """Values of elements ``ids`` in every replica: ``[replicas, len(ids)]``."""
-        return _typed(t, self.full[t.size][:, ids])
+    def read_replicas(self, t: Type, ids: np.ndarray | slice) -> np.ndarray:
+        """Values of elements ``ids`` in every replica: ``[replicas, len(ids)]``, each
+        replica's row contiguous (numpy's ``full[:, ids]`` lays an index's result out
+        element after element, so a sum over the replicas would add within each
+        element's 16 bytes, and in numpy's pairwise order rather than replica after
+        replica as it does for a slice)."""
+        full = self.full[t.size]
+        if isinstance(ids, slice):
+            return _typed(t, full[:, ids])
+        raw = np.empty((full.shape[0], np.size(ids)), full.dtype)
+        take_rows(full, _gather_ids(ids, full.shape[1]), raw)
+        return _typed(t, raw)
 
     def write_replicas(self, t: Type, ids: np.ndarray | range, values: np.ndarray) -> None:
         """Store ``values`` into elements ``ids`` of every replica: ``values`` is
@@ -244,6 +254,19 @@ def _expand(begins: list[int], lengths: list[int]) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(
         starts - np.asarray(begins, np.int64), length
     )
+
+
+def _gather_ids(ids: np.ndarray, size: int) -> np.ndarray:
+    """``ids`` as the runner's compiled gathers take them (read-only, int32 where the
+    image allows: one compiled signature, loaded once per process)."""
+    ix = np.asarray(ids).reshape(-1)
+    want = np.int32 if size <= np.iinfo(np.int32).max else np.int64
+    if ix.dtype != want:
+        ix = ix.astype(want)
+    elif ix.flags.writeable:
+        ix = ix.view()
+    ix.flags.writeable = False
+    return ix
 
 
 def _typed(t: Type, raw: np.ndarray) -> np.ndarray:
