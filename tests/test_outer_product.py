@@ -10,6 +10,8 @@ formulas written out here.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -121,4 +123,41 @@ def test_batch_one_layer_updates_weights_on_the_outer_product(t, layer) -> None:
     opts = {"fullyConnectedPass": "TRAINING_WU"}
     plan = poplin.getPlan(graph, pass_product("FC_TRAINING_WU", layer), t, t, opts)
     assert plan.method == OUTER_PRODUCT and plan.joint
+    assert plan.in_chans_per_group == 1 and plan.partials_type == t
+    text = io.StringIO()
+    dims = pass_product("FC_TRAINING_WU", layer)
+    poplin.matMulReportPlan(text, graph, t, t, dims[1:3], dims[2:], opts)
+    assert "method                   OUTER_PRODUCT" in text.getvalue()
+    assert "vertex                   poplin::OuterProduct" in text.getvalue()
     check_fc_passes(layer, t)
+
+
+@pytest.mark.parametrize(("preset", "m", "n"), [("tiny", 1000, 5), ("mk2-ipumodel", 7, 1000)])
+def test_product_of_one_input_channel_planned_alone(preset, m, n) -> None:
+    """A HALF matMul ``[m, 1] x [1, n]`` planned alone takes the outer product where it
+    is the cheapest candidate (Poplibs offers it: ``addOuterProductConstraints``), in
+    either operand order, and its values are numpy's products rounded to half."""
+    from poplar_api import poplin
+
+    device = IPUModel(preset).createDevice()
+    graph = Graph(device.getTarget())
+    plan = poplin.getPlan(graph, (1, m, 1, n), HALF, HALF, {})
+    assert plan.method == OUTER_PRODUCT and not plan.joint
+    a = graph.addVariable(HALF, [m, 1], "a")
+    b = graph.addVariable(HALF, [1, n], "b")
+    graph.setTileMapping(a, 0)
+    graph.setTileMapping(b, 1)
+    seq = prog.Sequence()
+    c = poplin.matMul(graph, a, b, seq, "op")
+    for name, t in (("a", a), ("b", b)):
+        graph.createHostWrite(name, t)
+    graph.createHostRead("c", c)
+    av = RNG.standard_normal((m, 1)).astype(np.float16)
+    bv = RNG.standard_normal((1, n)).astype(np.float16)
+    eng = Engine(graph, seq)
+    eng.load(device)
+    eng.writeTensor("a", av)
+    eng.writeTensor("b", bv)
+    eng.run()
+    want = (av.astype(np.float32) * bv.astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(eng.readTensor("c"), want)

@@ -27,6 +27,7 @@ _VERTICES = {
     "AMP": "poplin::ConvPartialnx1",
     "HMAC": "poplin::ConvPartialHorizontalMac",
     "VMAC": "poplin::ConvPartialVerticalMac",
+    "OUTER_PRODUCT": "poplin::OuterProduct",
 }
 
 
@@ -104,7 +105,7 @@ def _short_vertex(plan: ConvPlan, params: ConvParams) -> str:
 def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None) -> str:
     """One line of ``plan`` as docs/planner.md's tables give it.
 
-    The vertex (``AMP 1x1``, ``AMP nx1``, ``HMAC``, ``VMAC``), the transforms
+    The vertex (``AMP 1x1``, ``AMP nx1``, ``HMAC``, ``VMAC``, ``OUTER_PRODUCT``), the transforms
     (``expanded``, ``swapped``; ``joint`` for a pass of a joint plan), the serial passes,
     then the parallel split of the convolution the plan runs (``params``: for a swapped
     matMul, ``B^T A^T``) as parts of each dimension (groups and batch only when the
