@@ -58,6 +58,11 @@ Swapped operands (Poplibs' ``swapOperands``) are a candidate for every matMul pr
 planned jointly (:mod:`~poplar_api.poplin.fc_joint`, which costs given splits with
 :func:`_candidates`). Option parsing is in :mod:`~poplar_api.poplin.conv_options`.
 
+The outer product (``OuterProduct``, :mod:`.outer_product`) is a candidate for a matMul
+product with one input channel and batch 1 (:func:`outer_product_applies`; one pass,
+its closed form being Poplibs' own estimate) and the weight update of a joint
+fully-connected plan whose forward pass runs the horizontal MAC.
+
 Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC
 family, input-channel serial splits and the planner's other transforms (swapping the
 operands of a convolution that is not a matMul, expanding some dimensions only,

@@ -37,15 +37,25 @@ the same weights in all three passes (``LinearizeTileOrder::FC_BWD_AS_CONV`` /
 axes exchanged. Poplibs also skips a joint plan when the input and output types
 differ (``createPlan``).
 
-Differences kept: the joint candidates are AMP plans in one pass (Poplibs also tries
-the horizontal MAC, and a serial split of the batch, which becomes an input-channel
-serial split of the weight update that ipusim does not model); the weight-update pass
-runs ipusim's AMP grouping of its type (Poplibs uses the forward pass's groupings
+Vertex candidates of the forward pass (:func:`_fwd_vertex_types`): the AMP per unit
+count, and the horizontal MAC with Poplibs' input groupings (``getConvVertexHMACCandidates``:
+1 or multiples of the conv units in a joint plan; ipusim tries the smallest
+:data:`HMAC_GROUPINGS`). The backward pass runs the forward method; the weight update
+the method :func:`wu_method` gives (``getFullyConnectedWUMethod``): the outer product
+(:mod:`.outer_product`) for a batch-1 layer whose forward pass writes one channel per
+group (the horizontal MAC), grouping its output channels by the forward input grouping;
+else the AMP when that grouping is not 1; else the forward method.
+
+Differences kept: no serial split of the batch (it becomes an input-channel serial
+split of the weight update, which ipusim does not model); an AMP weight update runs
+ipusim's AMP grouping of its type (Poplibs uses the forward pass's groupings
 exchanged, ``getFullyConnectedWuConvVertexType``: 8 input and 16 output channels per
 group for HALF with float partials where the forward pass has 16 and 8), while its
-rearrangement estimate uses Poplibs' groupings; the weights are not transposed by a
-``fullyConnectedWeightTranspose`` compute set before the backward pass (it reads them
-as a view, rearranged where needed).
+rearrangement estimate uses Poplibs' groupings; the horizontal MAC runs a tile's
+channels as one group whatever its grouping (the grouping sets the split grains and
+the layout); the weights are not transposed by a ``fullyConnectedWeightTranspose``
+compute set before the backward pass (it reads them as a view, rearranged where
+needed).
 """
 
 from __future__ import annotations
