@@ -188,49 +188,55 @@ def on_tile_copy_steps(
     scatter. ``element_type`` (Poplar's name of the elements' type, ``item_bytes`` each)
     sets the rate of the default ``planner`` estimate.
     """
-    # the local elements by destination tile (a stable counting sort), then their
-    # pieces and strided regions in one compiled pass: no element-sized temporaries
-    # beyond the order and the gathered ids
-    idx = np.flatnonzero(local)
-    tile = d_tile[idx]
-    if idx.size and not _ascending(tile):
-        order = _stable_order(tile, int(tile.max()) + 1)
-        idx, tile = idx[order], tile[order]
-    src, dst = _gathered(s_ids, idx), _gathered(d_ids, idx)
+    # the local elements by destination tile (a stable counting sort) with their ids,
+    # then their pieces and strided regions: two compiled passes, no element-sized
+    # temporaries beyond the sorted elements
+    bound = int(d_tile.max()) + 1 if d_tile.size else 1
+    tile, src, dst = _local_elements(local, d_tile, *_id_source(s_ids), *_id_source(d_ids), bound)
     tiles, length, gather, new_region = _copy_regions(tile, src, dst)
     pieces = length * item_bytes
     return on_tile_copy_vertices(cfg, tiles, pieces, gather, new_region, element_type)
 
 
-def _gathered(ids: np.ndarray | range, at: np.ndarray) -> np.ndarray:
-    """``ids[at]`` as int64: of a ``range`` computed, not gathered from a made array."""
+_NO_IDS = np.zeros(0, np.int64)
+
+
+def _id_source(ids: np.ndarray | range) -> tuple[np.ndarray, bool, int, int]:
+    """A side's ids for :func:`_local_elements`: ``(ids, is_range, start, step)``, a
+    ``range`` as its start and step (its ids are computed, not made as an array)."""
     if isinstance(ids, range):
-        return ids.start + ids.step * at.astype(np.int64)
-    return np.asarray(ids)[at].astype(np.int64, copy=False)
+        return _NO_IDS, True, ids.start, ids.step
+    return np.asarray(ids), False, 0, 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _ascending(values):  # pragma: no cover - compiled
-    for k in range(1, values.size):  # noqa: SIM110 (a loop Numba compiles)
-        if values[k] < values[k - 1]:
-            return False
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def _stable_order(keys, bound):  # pragma: no cover - compiled
-    # ``np.argsort(keys, kind="stable")`` of keys in [0, bound): a counting sort
+def _local_elements(
+    local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step, bound
+):  # pragma: no cover - compiled
+    # the positions ``local`` marks, ordered by their tile in ``d_tile`` (< bound) and
+    # by position within a tile: each one's tile and its source and destination id
+    # (``ids[k]``, or ``start + step * k`` for a side that is a range)
     starts = np.zeros(bound + 1, np.int64)
-    for k in range(keys.size):
-        starts[keys[k] + 1] += 1
+    for k in range(local.size):
+        if local[k]:
+            if d_tile[k] < 0:  # (an unmapped element: the graph's validation names it)
+                raise ValueError("a copied element is on no tile")
+            starts[d_tile[k] + 1] += 1
     for t in range(bound):
         starts[t + 1] += starts[t]
-    order = np.empty(keys.size, np.int64)
-    for k in range(keys.size):
-        t = keys[k]
-        order[starts[t]] = k
-        starts[t] += 1
-    return order
+    n = starts[bound]
+    tile = np.empty(n, d_tile.dtype)
+    src = np.empty(n, np.int64)
+    dst = np.empty(n, np.int64)
+    for k in range(local.size):
+        if local[k]:
+            t = d_tile[k]
+            at = starts[t]
+            starts[t] += 1
+            tile[at] = t
+            src[at] = s_start + s_step * k if s_range else s_ids[k]
+            dst[at] = d_start + d_step * k if d_range else d_ids[k]
+    return tile, src, dst
 
 
 @numba.njit(cache=True, nogil=True)
