@@ -51,6 +51,10 @@ MODELS: dict[str, tuple[str, Any]] = {
                                              image=32, classes=10)),
     "resnet18": ("resnet", RESNET18),
     "resnet50": ("resnet", RESNET50),
+    # ResNet-50's stages and widths, one block per stage, on 64x64 images: the full
+    # model's kinds of layers at a tenth of its host memory (for memory inventories)
+    "resnet50-small": ("resnet", ResNetConfig(blocks=(1, 1, 1, 1), bottleneck=True,
+                                              image=64)),
 }  # fmt: skip
 
 
