@@ -199,16 +199,32 @@ _INT_COLUMNS = (
 )  # fmt: skip
 
 
-def _narrowest(values: np.ndarray) -> np.ndarray:
-    """``values`` as the narrowest signed integer type (int8 to int64) holding them all."""
-    if values.size == 0:
-        return values
-    lo, hi = int(values.min()), int(values.max())
+def _narrowest_type(lo: int, hi: int) -> type:
+    """The narrowest signed integer type (int8 to int64) holding ``lo`` and ``hi``."""
     for dtype in (np.int8, np.int16, np.int32):
         info = np.iinfo(dtype)
         if info.min <= lo and hi <= info.max:
-            return values.astype(dtype)
-    return values.astype(np.int64, copy=False)
+            return dtype
+    return np.int64
+
+
+def _narrowest(values: np.ndarray) -> np.ndarray:
+    """``values`` as the narrowest signed integer type (int8 to int64) holding them all
+    (the array itself when it already has that type)."""
+    if values.size == 0:
+        return values
+    return values.astype(_narrowest_type(int(values.min()), int(values.max())), copy=False)
+
+
+def _joined(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """``parts`` concatenated into the narrowest signed integer type holding them all
+    (one output array, no widened copy of any part)."""
+    full = [p for p in parts if p.size]
+    if not full:
+        return np.zeros(0, np.int64)
+    lo = min(int(p.min()) for p in full)
+    hi = max(int(p.max()) for p in full)
+    return np.concatenate(full, dtype=_narrowest_type(lo, hi))
 
 
 #: Request code of each region name in a :class:`BlockTable`.
@@ -319,8 +335,14 @@ class BlockTable:
         return cls.concat(parts)
 
     @classmethod
-    def concat(cls, tables: Sequence[BlockTable]) -> BlockTable:
-        """The rows of ``tables``, in order."""
+    def concat(cls, tables: Sequence[BlockTable], release: bool = False) -> BlockTable:
+        """The rows of ``tables``, in order, each integer column in the narrowest signed
+        integer type holding all its values (int8 to int64).
+
+        ``release=True`` empties each column of ``tables`` once it is copied, so that a
+        caller handing over its only references (memory placement's millions of
+        variable blocks) holds one column twice at a time, not the whole table.
+        """
         if not tables:
             return cls.empty()
         names: dict[str, int] = {}
@@ -329,33 +351,41 @@ class BlockTable:
         for t in tables:
             if not names and len(set(t.names)) == len(t.names):  # distinct: numbered in order
                 names = dict(zip(t.names, range(len(t.names)), strict=True))
-                name_parts.append(t.name.astype(np.int64, copy=False))
+                name_parts.append(t.name)
             else:
                 remap = np.array([names.setdefault(x, len(names)) for x in t.names], np.int64)
                 name_parts.append(remap[t.name] if t.name.size else t.name)
             remap = np.array([categories.setdefault(x, len(categories)) for x in t.categories])
             cat_parts.append(remap.astype(np.int64)[t.category] if t.category.size else t.category)
+        grouped = any(t.joint is not None for t in tables)
+        lengths = [len(t) for t in tables]
 
         def cat(attr: str) -> np.ndarray:
-            return np.concatenate([getattr(t, attr) for t in tables])
+            if attr == "joint":
+                parts = [t.joint if t.joint is not None else np.full(k, -1, np.int8)
+                         for t, k in zip(tables, lengths, strict=True)]  # fmt: skip
+            else:
+                parts = [getattr(t, attr) for t in tables]
+            out = np.concatenate(parts) if attr == "always" else _joined(parts)
+            if release:
+                for t in tables:
+                    setattr(t, attr, None if attr == "joint" else parts[0][:0])
+            return out
 
+        name, category = _joined(name_parts), _joined(cat_parts)
+        del name_parts, cat_parts
+        if release:
+            for t in tables:
+                t.name, t.category = t.name[:0], t.category[:0]
+        columns = {a: cat(a) for a in _INT_COLUMNS[2:]}
         return cls(
             names=list(names),
             categories=list(categories),
-            name=np.concatenate(name_parts),
-            category=np.concatenate(cat_parts),
-            tile=cat("tile"),
-            size=cat("size"),
-            element_bytes=cat("element_bytes"),
-            region=cat("region"),
-            live_first=cat("live_first"),
-            live_last=cat("live_last"),
+            name=name,
+            category=category,
+            **columns,
             always=cat("always"),
-            joint=(
-                np.concatenate([t.joint_keys() for t in tables])
-                if any(t.joint is not None for t in tables)
-                else None
-            ),
+            joint=cat("joint") if grouped else None,
         )
 
     def joint_keys(self) -> np.ndarray:
@@ -466,23 +496,53 @@ def _placement_order(tile: np.ndarray, later: np.ndarray, first: np.ndarray) -> 
                           (np.arange(n, dtype=np.int64), widths[3])):  # fmt: skip
         key = (key << width) | values
     # keys are distinct (the row is in them): sorting them and keeping the row bits
-    # gives the argsort, several times faster
-    return np.sort(key) & ((1 << widths[3]) - 1)
+    # gives the argsort, several times faster (in place: no second array of keys)
+    key.sort()
+    key &= (1 << widths[3]) - 1
+    return key
 
 
 def _last_range_starts(tile: np.ndarray, joint: np.ndarray, first: np.ndarray) -> np.ndarray:
     """``first`` with each joint group's blocks given the latest first point of the
-    group (its last range's start), as the placement order uses it."""
+    group (its last range's start), as the placement order uses it.
+
+    A group is a joint key on one tile. When the grouped blocks come in key order, as
+    lowering gives them (variables by id, each one's tiles in order), each group is one
+    run of rows and its latest start is a reduction over the run; otherwise the keys
+    are sorted (``np.unique``).
+    """
     grouped = np.flatnonzero(joint >= 0)
     if not grouped.size:
         return first
-    key = tile[grouped].astype(np.int64) * (int(joint.max()) + 1) + joint[grouped]
+    key = joint[grouped].astype(np.int64) * (int(tile.max()) + 1) + tile[grouped]
+    out = first.copy()
+    if bool((key[1:] >= key[:-1]).all()):
+        bounds = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+        del key
+        latest = np.maximum.reduceat(first[grouped], bounds)
+        out[grouped] = np.repeat(latest, np.diff(bounds, append=grouped.size))
+        return out
     _, where = np.unique(key, return_inverse=True)
     latest = np.full(int(where.max()) + 1, np.iinfo(np.int64).min, np.int64)
     np.maximum.at(latest, where, first[grouped])
-    out = first.astype(np.int64, copy=True)
     out[grouped] = latest[where]
     return out
+
+
+#: Blocks laid out per pass of :func:`_allocate` (whole tiles): bounds the per-block
+#: arrays the compiled layout needs, whatever the size of the table.
+ALLOCATE_CHUNK_BLOCKS = 1 << 21
+
+
+def _tile_chunks(ends: np.ndarray, chunk: int) -> list[tuple[int, int]]:
+    """Ranges ``[t0, t1)`` of tiles whose blocks (ending at ``ends[t]`` in placement
+    order) number about ``chunk`` each; a tile is never split."""
+    nt = ends.size
+    if nt == 0:
+        return []
+    cuts = np.searchsorted(ends, np.arange(chunk, int(ends[-1]), chunk), side="left") + 1
+    bounds = np.unique(np.concatenate(([0], np.minimum(cuts, nt), [nt])))
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
 
 
 def _allocate(
@@ -509,49 +569,57 @@ def _allocate(
     """
     table.check(num_tiles)
     n = len(table)
-    # effective live ranges: always live overlaps everything, "live at no point" only that
-    never = ~table.always & (table.live_last < table.live_first)
-    lo = np.where(table.always | never, _ALWAYS[0], table.live_first)
-    hi = np.where(table.always, _ALWAYS[1], np.where(never, _NEVER[1], table.live_last))
     first = np.where(table.always, _ALWAYS[0], table.live_first)
     if table.joint is not None:  # a joint group comes up when its last range begins
-        first = _last_range_starts(table.tile, table.joint_keys(), first)
+        first = _last_range_starts(table.tile, table.joint, first)
     order = _placement_order(table.tile, ~table.always, first)
     del first
-    sizes = table.size[order]
-    aligns = np.maximum(spec.alignment_bytes, table.element_bytes[order])
-    regions = table.region[order]
-    lo_o, hi_o, always_o = lo[order], hi[order], table.always[order]
-    # per-block temporaries freed before the layout's own arrays are made (a training
-    # step of ResNet-50 places millions of blocks)
-    del lo, hi, never
     counts = np.bincount(table.tile, minlength=num_tiles)
     ends = np.cumsum(counts)
     starts = ends - counts
-    ident = regions * 2 + always_o  # what else, with size, alignment and range, a layout uses
-    lead, after = joint_links(table.tile[order], table.joint_keys()[order])
-    if table.joint is not None:
-        table.check_joint(lead, order)
-    hashes = sequence_hash(
-        sizes, aligns, ident, lo_o, hi_o, np.arange(n, dtype=np.int64) - lead, starts, ends
-    )
-    tile_order = np.argsort(hashes, kind="stable")
-    region_o = np.zeros(n, np.int64)
-    offset_o = np.zeros(n, np.int64)
     limits = np.array([spec.region_bytes(r) for r in range(3)], np.int64)
     covered = np.zeros((num_tiles, 3), np.int64)
     top = np.zeros((num_tiles, 3), np.int64)
-    place(
-        sizes, aligns, regions, ident, lo_o, hi_o, always_o, lead, after, starts, ends,
-        tile_order, hashes,
-        spec.alignment_bytes, limits, region_o, offset_o, covered, top,
-    )  # fmt: skip
-    del sizes, aligns, regions, lo_o, hi_o, always_o, ident, lead, after
     region = np.empty(n, np.int8)  # 0, 1 or 2
-    region[order] = region_o
-    del region_o
     offset = np.empty(n, np.int64)
-    offset[order] = offset_o
+    # tiles are independent: laid out a chunk of whole tiles at a time, so that the
+    # per-block arrays of the compiled pass exist for one chunk only (a training step
+    # of ResNet-50 places tens of millions of blocks)
+    for t0, t1 in _tile_chunks(ends, ALLOCATE_CHUNK_BLOCKS):
+        r0, r1 = int(starts[t0]), int(ends[t1 - 1])
+        rows = order[r0:r1]
+        m = rows.size
+        always_o = table.always[rows]
+        first_o = table.live_first[rows].astype(np.int64)
+        last_o = table.live_last[rows].astype(np.int64)
+        # effective live ranges: always live overlaps everything, "live at no point" only that
+        never = ~always_o & (last_o < first_o)
+        lo_o = np.where(always_o | never, _ALWAYS[0], first_o)
+        hi_o = np.where(always_o, _ALWAYS[1], np.where(never, _NEVER[1], last_o))
+        del first_o, last_o, never
+        sizes = table.size[rows].astype(np.int64)
+        aligns = np.maximum(spec.alignment_bytes, table.element_bytes[rows].astype(np.int64))
+        regions = table.region[rows].astype(np.int64)
+        ident = regions * 2 + always_o  # what else, with size, alignment and range, a layout uses
+        joint = np.full(m, -1, np.int64) if table.joint is None else table.joint[rows]
+        lead, after = joint_links(table.tile[rows], joint)
+        del joint
+        if table.joint is not None:
+            table.check_joint(lead, rows)
+        c_starts, c_ends = starts[t0:t1] - r0, ends[t0:t1] - r0
+        link = np.arange(m, dtype=np.int64) - lead
+        hashes = sequence_hash(sizes, aligns, ident, lo_o, hi_o, link, c_starts, c_ends)
+        del link
+        tile_order = np.argsort(hashes, kind="stable")
+        region_o = np.zeros(m, np.int64)
+        offset_o = np.zeros(m, np.int64)
+        place(
+            sizes, aligns, regions, ident, lo_o, hi_o, always_o, lead, after, c_starts, c_ends,
+            tile_order, hashes,
+            spec.alignment_bytes, limits, region_o, offset_o, covered[t0:t1], top[t0:t1],
+        )  # fmt: skip
+        region[rows] = region_o
+        offset[rows] = offset_o
     return region, offset, covered, top
 
 

@@ -257,62 +257,102 @@ def _variable_blocks(
     variables = state.variables
     constant = variables.constant_flags()
     type_size = variables.element_sizes()
+    # per (variable, tile): the interleaved request, the name's index (names in order
+    # of first appearance: var is sorted) and the bytes; narrow columns throughout
+    # (a ResNet-50 training step over 4 IPUs has tens of millions of rows)
+    region = np.full(var.size, 2, np.int8)  # any region
     inter = [r.interleaved for r in records if r.interleaved.size]
-    inter = np.unique(np.concatenate(inter)) if inter else np.zeros(0, np.int64)
+    if inter:
+        inter = np.unique(np.concatenate(inter))
+        key = var * nt + tile
+        at = np.minimum(np.searchsorted(inter, key), inter.size - 1)
+        region[inter[at] == key] = 1  # interleaved
+        del key, at
+    starts = np.concatenate(([True], var[1:] != var[:-1]))
+    names = variables.names(var[starts])
+    name_of = _narrow(np.cumsum(starts) - 1)
+    del starts
+    size = _narrow(count * type_size[var])
+    del count
+    tile = _narrow(tile)
     # a variable whose live range a WriteUndef splits has a row per range on each tile
-    reps = np.ones(var.size, np.int64)
-    extra_ranges = {vid: r for vid, r in live.ranges.items() if r}
-    if extra_ranges:
-        split = np.fromiter(extra_ranges, np.int64, len(extra_ranges))
-        lengths = np.fromiter(map(len, extra_ranges.values()), np.int64, len(extra_ranges))
-        order = np.argsort(split)
-        split, lengths = split[order], lengths[order]
-        at = np.searchsorted(split, var)
-        found = (at < split.size) & (split[np.minimum(at, split.size - 1)] == var)
-        reps[found] = lengths[at[found]]
-    rows = np.repeat(np.arange(var.size), reps)
-    copy = np.arange(rows.size) - np.repeat(np.cumsum(reps) - reps, reps)
-    v, t = var[rows], tile[rows]
-    always = live.always[v].copy()
-    first = np.where(always, 0, live.first[v])
-    last = np.where(always, 0, live.last[v])
+    split, rows, copy = _split_rows(live, var)
+    if rows is not None:  # rows of the split variables' ranges next to each other
+        var, tile, size, region, name_of = (a[rows] for a in (var, tile, size, region, name_of))
+    always = live.always[var]
+    first = np.where(always, 0, live.first[var])
+    last = np.where(always, 0, live.last[var])
     unused = ~always & (last < 0)
     first[unused], last[unused] = 0, -1
-    if extra_ranges:
-        for vid, ranges in extra_ranges.items():
-            mine = np.flatnonzero(v == vid)
-            if not mine.size:
-                continue
-            r = np.asarray(ranges, np.int64)[copy[mine]]
-            first[mine], last[mine], always[mine] = r[:, 0], r[:, 1], False
-    region = np.full(rows.size, 2, np.int64)  # any region
-    if inter.size:
-        region[np.isin(v * nt + t, inter)] = 1  # interleaved
-    # names and categories in order of first appearance, as one table per variable
-    present = var[np.concatenate(([True], var[1:] != var[:-1]))]  # var is sorted
-    names = variables.names(present)
-    name_of = np.searchsorted(present, v)
-    cat_flag = constant[v]
+    del unused
+    first, last = _narrow(first), _narrow(last)
+    if split is not None:  # the split variables' rows: their own ranges
+        at, range_at, flat = split
+        mine = np.flatnonzero(np.isin(var, at))
+        r = flat[range_at[np.searchsorted(at, var[mine])] + copy[mine]]
+        first[mine], last[mine], always[mine] = r[:, 0], r[:, 1], False
+        del mine, r
+    cat_flag = constant[var]
     categories = ["constant" if cat_flag[0] else "variable"]
     if (cat_flag != cat_flag[0]).any():
         categories.append("variable" if cat_flag[0] else "constant")
     table = BlockTable(
         names=names,
         categories=categories,
-        name=name_of.astype(np.int64),
-        category=(cat_flag != cat_flag[0]).astype(np.int64),
-        tile=t,
-        size=count[rows] * type_size[v],
-        element_bytes=type_size[v],
+        name=name_of,
+        category=(cat_flag != cat_flag[0]).astype(np.int8),
+        tile=tile,
+        size=size,
+        element_bytes=type_size[var].astype(np.int8),
         region=region,
-        live_first=first.astype(np.int64),
-        live_last=last.astype(np.int64),
+        live_first=first,
+        live_last=last,
         always=always,
     )
     if live.joint:  # a function's variable: its ranges keep one address on each tile
         joint = np.fromiter(live.joint, np.int64, len(live.joint))
-        table.joint = np.where(np.isin(v, joint), v, -1)
-    return table, table.take(np.flatnonzero(copy > 0))
+        table.joint = _narrow(np.where(np.isin(var, joint), var, -1))
+    extra = table.take(np.flatnonzero(copy > 0)) if copy is not None else BlockTable.empty()
+    return table, extra
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """``values`` as int32 when they fit (element counts, tiles, bytes, program points
+    of a compiled graph do), else unchanged."""
+    if values.size and (int(values.min()) < -(2**31) or int(values.max()) >= 2**31):
+        return values
+    return values.astype(np.int32, copy=False)
+
+
+def _split_rows(
+    live: Liveness, var: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, np.ndarray | None, np.ndarray | None]:
+    """The rows of the variable blocks when ``WriteUndef`` splits live ranges.
+
+    Returns ``(split, rows, copy)``: ``split`` is ``(variables, first range's index,
+    ranges [k, 2])`` of the split variables (sorted; None when none is), ``rows`` the
+    row of ``var`` each block repeats (one per range of a split variable) and
+    ``copy`` which of its variable's ranges each block is (None, None when no
+    variable of ``var`` is split)."""
+    extra_ranges = {vid: r for vid, r in live.ranges.items() if r}
+    if not extra_ranges:
+        return None, None, None
+    vids = np.fromiter(extra_ranges, np.int64, len(extra_ranges))
+    lengths = np.fromiter(map(len, extra_ranges.values()), np.int64, len(extra_ranges))
+    flat = np.array([r for ranges in extra_ranges.values() for r in ranges], np.int64)
+    range_at = np.cumsum(lengths) - lengths
+    order = np.argsort(vids)
+    vids, lengths, range_at = vids[order], lengths[order], range_at[order]
+    at = np.minimum(np.searchsorted(vids, var), vids.size - 1)
+    found = vids[at] == var
+    if not found.any():
+        return None, None, None
+    reps = np.ones(var.size, np.int64)
+    reps[found] = lengths[at[found]]
+    del at, found
+    rows = np.repeat(np.arange(var.size, dtype=np.int64), reps)
+    copy = np.arange(rows.size, dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
+    return (vids, range_at, flat.reshape(-1, 2)), rows, copy
 
 
 def _vertex_state_blocks(
@@ -430,17 +470,18 @@ def place_memory(
     owners = owners if owners is not None else OwnerCache()
     index = index if index is not None else VariableIndex(state)
     variables, extra = _variable_blocks(state, live, index, records, nt, owners)
-    blocks = BlockTable.concat(
-        [
-            *_code_blocks(walk, timing, nt),
-            *_vertex_code_blocks(computes, nt, by_vertex_type, cfg.code),
-            variables,
-            *_vertex_state_blocks(
-                records, computes, nt, by_compute_set, by_vertex_type, cfg.code, data_by_type, parts
-            ),
-            *_buffer_blocks(walk, timing, nt),
-        ]
-    )
+    tables = [
+        *_code_blocks(walk, timing, nt),
+        *_vertex_code_blocks(computes, nt, by_vertex_type, cfg.code),
+        variables,
+        *_vertex_state_blocks(
+            records, computes, nt, by_compute_set, by_vertex_type, cfg.code, data_by_type, parts
+        ),
+        *_buffer_blocks(walk, timing, nt),
+    ]
+    del variables  # the tables are emptied column by column as the blocks are joined
+    blocks = BlockTable.concat(tables, release=True)
+    del tables
     names = [s.name for s in walk.steps]
     spec = MemorySpec.from_config(cfg.memory)
     report = plan(spec, nt, blocks, names, by_compute_set, by_vertex_type)
