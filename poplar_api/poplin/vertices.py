@@ -26,6 +26,7 @@ import numba
 import numpy as np
 
 from poplar_api.codelet import FieldBatch, InOut, Input, MultiVertex, Output, Vector, VectorList
+from poplar_api.field_images import ImageAccess, ImageField
 from poplar_api.poplin.estimators import reduce_add_cycles
 from poplar_api.types import FLOAT, HALF, Type
 
@@ -40,11 +41,25 @@ class _ReduceAddBase(MultiVertex):
     update: bool = False
     #: ``(partials type, output type)``.
     element_types: tuple[Type, Type] = (FLOAT, FLOAT)
+    #: With the replicas run as one batch, the runner hands every replica's image
+    #: (:class:`~poplar_api.field_images.ImageField`): FLOAT partials are summed where
+    #: they lie (:func:`_reduce_in_place`), not gathered into a packed copy first.
+    readsImages: bool = True
 
     @classmethod
     def computeBatch(
         cls, batches: Mapping[str, FieldBatch], num_vertices: int, num_workers: int
     ) -> np.ndarray:
+        if any(isinstance(f, ImageField) for f in batches.values()):
+            ok = _reduce_in_place(cls.update, batches, num_vertices)
+            if ok is not None:
+                return ok
+            packed = {k: f.packed() if isinstance(f, ImageField) else f for k, f in batches.items()}
+            ok = cls.computeBatch(packed, num_vertices, num_workers)
+            out = batches["out"]
+            if isinstance(out, ImageField):  # (the runner stores no in-place output)
+                out.store_packed(packed["out"])
+            return ok
         p, out = batches["partials"], batches["out"]
         out_len = np.diff(out.offsets)
         ok = np.ones(num_vertices, dtype=bool)
@@ -83,6 +98,71 @@ def _sum_lists(data, offsets, inner_offsets, out_offsets, ok, sums):  # pragma: 
             at = inner_offsets[j]
             for e in range(size):
                 sums[base + e] += np.float64(data[at + e])
+
+
+def _reduce_in_place(update: bool, batches: Mapping[str, Any], num_vertices: int) -> Any:
+    """The several-input ReduceAdd of every replica's vertices, the partials read where
+    they lie in each replica's image (:class:`ImageField`, replica 0's layout, the same
+    in every replica) and the sums stored where the outputs lie: the float64 sums of
+    :func:`_sum_lists`, element by element and partial after partial, rounded to the
+    kernel dtype and then to the output's type as the packed run stores them. None,
+    having written nothing, when the fields are not such (HALF partials, which the
+    compiled pass cannot read as they lie; then the batch runs packed)."""
+    p, out = batches["partials"], batches["out"]
+    fields = [p, out, batches["scale"]] if update else [p, out]
+    if not all(isinstance(f, ImageField) for f in fields) or p.dtype != np.float32:
+        return None
+    replicas, n = p.replicas, p.offsets.size - 1
+    if num_vertices != n * replicas or out.offsets.size != n + 1:
+        return None
+    ok = np.ones(n, dtype=bool)
+    sums = np.zeros((replicas, out.ids.size), np.float64)
+    _sum_lists_images(
+        p.image.view(np.float32), p.ids, p.offsets, p.inner_offsets, out.offsets, ok, sums
+    )
+    out_len = np.diff(out.offsets)
+    has_out = np.repeat(ok, out_len)
+    ids = out.ids[has_out]
+    sums = sums[:, has_out]
+    if update:  # out += scale * sums, as _store computes it on the packed fields
+        scale = np.repeat(_kernel_values(batches["scale"], batches["scale"].ids), out_len, axis=1)
+        sums = _kernel_values(out, ids) + scale[:, has_out] * sums
+    ids.flags.writeable = False  # (a new array: the runner's gathers take read-only ids)
+    out.write(ImageAccess((ids.size,), index=ids), sums.astype(out.kernel_dtype), True)
+    return np.tile(ok, replicas)
+
+
+def _kernel_values(field: ImageField, ids: np.ndarray) -> np.ndarray:
+    """``[replicas, ids.size]`` float64 values of elements ``ids`` of ``field`` in every
+    replica, converted to the kernel dtype first (as the runner packs them)."""
+    typed = field.image.view(field.dtype)[:, ids]
+    return typed.astype(field.kernel_dtype).astype(np.float64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_lists_images(
+    images, ids, offsets, inner_offsets, out_offsets, ok, sums
+):  # pragma: no cover
+    """:func:`_sum_lists` of every replica: the partials' element ``ids`` (replica 0's
+    packed layout) read in each replica's row of ``images``, summed into that row of
+    ``sums``, in the same order."""
+    for v in range(ok.size):
+        base = out_offsets[v]
+        size = out_offsets[v + 1] - base
+        for j in range(offsets[v], offsets[v + 1]):
+            if inner_offsets[j + 1] - inner_offsets[j] != size:
+                ok[v] = False
+    for r in range(images.shape[0]):
+        image, total = images[r], sums[r]
+        for v in range(ok.size):
+            if not ok[v]:
+                continue
+            base = out_offsets[v]
+            size = out_offsets[v + 1] - base
+            for j in range(offsets[v], offsets[v + 1]):
+                at = inner_offsets[j]
+                for e in range(size):
+                    total[base + e] += np.float64(image[ids[at + e]])
 
 
 @numba.njit(cache=True, nogil=True)

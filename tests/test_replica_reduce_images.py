@@ -1,0 +1,181 @@
+"""``poplin::ReduceAdd`` summing every replica's partials where they lie.
+
+With the replicas run as one batch the several-input ReduceAdd receives its fields as
+:class:`~poplar_api.field_images.ImageField` (every replica's image, replica 0's element
+ids). Each replica's outputs must be, bit for bit, those of the same vertices run on
+that replica's packed fields alone, and the float64 sum of the partials rounded once
+(twice for a HALF output: to the float32 kernel dtype, then to HALF, as stored), with
+different data in every replica, partials scattered or in blocks, FLOAT and HALF, the
+scaled-update variant, and a vertex whose partial has the wrong length (refused in
+every replica, nothing written). HALF partials run packed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api.codelet_base import RUN_REPLICAS
+from poplar_api.field_images import ImageField
+from poplar_api.fields import FieldBatch
+from poplar_api.poplin import vertices as poplin_vertices
+from poplar_api.poplin.vertices import reduce_add_vertex
+from poplar_api.types import FLOAT, HALF
+
+R = 3
+RAW = {4: np.uint32, 2: np.uint16}
+#: (partials per vertex, output length) of replica 0's vertices
+SHAPES = [(3, 5), (1, 4), (4, 1), (2, 7), (5, 3)]
+
+
+def _layout(sizes: list[int], how: str, rng) -> tuple[np.ndarray, int]:
+    """Element ids of packed positions whose vectors have ``sizes`` elements:
+    ``scattered`` anywhere, ``blocks`` each vector a run, in random order with gaps."""
+    n = int(sum(sizes))
+    if how == "scattered":
+        ids = rng.permutation(n + 40)[:n]
+    else:
+        starts, at = np.zeros(len(sizes), np.int64), 3
+        for j in rng.permutation(len(sizes)):
+            starts[j] = at
+            at += sizes[j] + int(rng.integers(0, 3))
+        ids = np.concatenate([np.arange(s, s + k) for s, k in zip(starts, sizes, strict=True)])
+    return ids.astype(np.int32), int(ids.max()) + 1
+
+
+def _field(values: list[np.ndarray], ids, space, dtype, offsets, inner) -> ImageField:
+    """Every replica's packed ``values`` laid out at ``ids`` in an image of ``dtype``."""
+    image = np.zeros((len(values), space), RAW[np.dtype(dtype).itemsize])
+    for r, v in enumerate(values):
+        image[r].view(dtype)[ids] = v.astype(dtype)
+    return ImageField(image, np.dtype(dtype), ids, offsets, inner, np.dtype(np.float32))
+
+
+def _packed(field: ImageField, r: int) -> FieldBatch:
+    """Replica ``r``'s field packed in the kernel dtype, as the runner packs one replica."""
+    data = field.image[r].view(field.dtype)[field.ids].astype(np.float32)
+    return FieldBatch(data, field.offsets, field.inner_offsets)
+
+
+def _case(pt, ot, update: bool, how: str, seed: int, wrong: bool = False):
+    """ImageFields of ``R`` replicas' ReduceAdd vertices (different data in each)."""
+    rng = np.random.default_rng(seed)
+    lengths = [[k] * m for m, k in SHAPES]
+    if wrong:
+        lengths[1][0] += 1  # vertex 1's partial is one element too long
+    inner_sizes = [k for ks in lengths for k in ks]
+    inner = np.concatenate(([0], np.cumsum(inner_sizes))).astype(np.int64)
+    outer = np.concatenate(([0], np.cumsum([m for m, _ in SHAPES]))).astype(np.int64)
+    out_offsets = np.concatenate(([0], np.cumsum([k for _, k in SHAPES]))).astype(np.int64)
+    p_ids, p_space = _layout(inner_sizes, how, rng)
+    o_ids, o_space = _layout([k for _, k in SHAPES], how, rng)
+    scale = 2.0 ** rng.integers(-8, 8, (R, 1))
+    partials = [
+        rng.standard_normal(inner[-1]) * scale[r] * 2.0 ** rng.integers(-12, 12, inner[-1])
+        for r in range(R)
+    ]
+    outs = [rng.standard_normal(out_offsets[-1]) for _ in range(R)]
+    fields = {
+        "partials": _field(partials, p_ids, p_space, pt, outer, inner),
+        "out": _field(outs, o_ids, o_space, ot, out_offsets, None),
+    }
+    if update:
+        s_ids = rng.permutation(len(SHAPES) + 9)[: len(SHAPES)].astype(np.int32)
+        scales = [rng.standard_normal(len(SHAPES)) for _ in range(R)]
+        fields["scale"] = _field(
+            scales, s_ids, len(SHAPES) + 9, np.float32, np.arange(len(SHAPES) + 1), None
+        )
+    return fields
+
+
+def _run(cls, fields: dict, n: int) -> np.ndarray:
+    token = RUN_REPLICAS.set(R)
+    try:
+        return cls.computeBatch(fields, n, 6)
+    finally:
+        RUN_REPLICAS.reset(token)
+
+
+@pytest.mark.parametrize("update", [False, True])
+@pytest.mark.parametrize("how", ["scattered", "blocks"])
+@pytest.mark.parametrize(
+    ("pt", "ot"), [(np.float32, np.float32), (np.float32, np.float16), (np.float16, np.float16)]
+)
+def test_each_replica_sums_its_own_partials_in_place(monkeypatch, pt, ot, how, update):
+    types = {np.float32: FLOAT, np.float16: HALF}
+    cls = reduce_add_vertex(types[pt], types[ot], update=update)
+    fields = _case(pt, ot, update, how, seed=7)
+    n = len(SHAPES)
+    before = [f.image.copy() for f in fields.values()]
+    alone = []  # each replica's vertices run on its packed fields
+    for r in range(R):
+        one = {k: _packed(f, r) for k, f in fields.items()}
+        assert cls.computeBatch(one, n, 6).all()
+        alone.append(one["out"].data.astype(ot))
+    in_place = []
+    real = poplin_vertices._reduce_in_place
+    monkeypatch.setattr(
+        poplin_vertices, "_reduce_in_place", lambda *a: in_place.append(real(*a)) or in_place[-1]
+    )
+    assert _run(cls, fields, n * R).all()
+    assert (in_place[0] is not None) == (pt == np.float32)  # HALF partials run packed
+    out = fields["out"]
+    for r in range(R):
+        got = out.image[r].view(ot)[out.ids]
+        assert got.tobytes() == alone[r].tobytes(), f"replica {r}"
+        # the formula: float64 sums of the (kernel dtype) partials, rounded as stored
+        p = fields["partials"].image[r].view(pt)[fields["partials"].ids].astype(np.float64)
+        inner, outer = fields["partials"].inner_offsets, fields["partials"].offsets
+        want = []
+        for v in range(n):
+            vecs = [p[inner[j] : inner[j + 1]] for j in range(outer[v], outer[v + 1])]
+            total = np.zeros(vecs[0].size)
+            for vec in vecs:
+                total = total + vec
+            want.append(total)
+        want = np.concatenate(want)
+        if update:
+            old = before[1][r].view(ot)[out.ids].astype(np.float32).astype(np.float64)
+            sc = fields["scale"].image[r].view(np.float32)[fields["scale"].ids]
+            want = old + np.repeat(sc.astype(np.float64), np.diff(out.offsets)) * want
+        assert got.tobytes() == want.astype(np.float32).astype(ot).tobytes(), f"replica {r}"
+    # nothing but the outputs was written
+    for (name, f), image in zip(fields.items(), before, strict=True):
+        if name != "out":
+            assert np.array_equal(f.image, image)
+
+
+def test_a_partial_of_the_wrong_length_is_refused_in_every_replica():
+    cls = reduce_add_vertex(FLOAT, FLOAT)
+    fields = _case(np.float32, np.float32, False, "scattered", seed=3, wrong=True)
+    out = fields["out"]
+    before = out.image.copy()
+    ok = _run(cls, fields, len(SHAPES) * R)
+    assert ok.tolist() == [v != 1 for v in range(len(SHAPES))] * R
+    lo, hi = out.offsets[1], out.offsets[2]
+    untouched = out.ids[lo:hi]
+    assert np.array_equal(out.image[:, untouched], before[:, untouched])
+    assert not np.array_equal(out.image, before)  # the other vertices wrote
+
+
+def test_replicated_matmul_reductions_equal_each_replica_run_alone(monkeypatch):
+    """A replicated matMul whose input channels are split over tiles (ReduceAdd of the
+    partial sums) equals each replica run alone, and the packed path."""
+    from test_replica_images import _matmul_engine
+
+    from poplar_api import FLOAT as F
+
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((4, 4, 600)).astype(np.float32)
+    w = rng.standard_normal((4, 600, 6)).astype(np.float32)
+    calls = []
+    real = poplin_vertices._reduce_in_place
+    monkeypatch.setattr(
+        poplin_vertices, "_reduce_in_place", lambda *a: calls.append(real(*a)) or calls[-1]
+    )
+    together = _matmul_engine(4, F, x, w)
+    assert calls and all(c is not None for c in calls)  # the reductions ran in place
+    alone = np.stack([_matmul_engine(1, F, x[r : r + 1], w[r : r + 1])[0] for r in range(4)])
+    assert together.tobytes() == alone.tobytes()
+    monkeypatch.setattr(poplin_vertices._ReduceAddBase, "readsImages", False)
+    assert _matmul_engine(4, F, x, w).tobytes() == together.tobytes()
