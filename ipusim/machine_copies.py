@@ -287,15 +287,16 @@ def _chunk_walk(tile, nbytes, fresh, weight, contexts, rate):  # pragma: no cove
             j += 1
         chunk = -(-total // (contexts * 8)) * 8
         offset = 0
-        current = -1
+        limit = 0  # where the current chunk ends (segments never cross it)
         for p in range(k, j):
             x = offset
             end = offset + nbytes[p]
             while x < end:
-                v = x // chunk
-                y = min(end, (v + 1) * chunk)
-                if v != current:  # a vertex starts: it sets up its first region
-                    current = v
+                starts = x == limit
+                if starts:
+                    limit += chunk
+                y = min(end, limit)
+                if starts:  # a vertex starts: it sets up its first region
                     v_tile[m] = tile[p]
                     v_row[m] = p
                     m += 1
