@@ -36,7 +36,8 @@ from ipusim.host.link import check_copy_size
 from ipusim.ir_validation import validate_program
 from ipusim.machine_groups import Barrier, TileGroup
 from ipusim.machine_links import LinkSteps, Prefetch
-from ipusim.tile.compute import ComputeCost, compute_cost
+from ipusim.machine_replicas import KEPT_STEPS, ReplicaSteps
+from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost, execution_cycles
 from ipusim.tile.memory_port import memory_floor_cycles, memory_may_bind
 from ipusim.timing import BarrelCompute, ControllerSync, TimingModel
@@ -193,7 +194,7 @@ class Machine:
                     raise type(exc)(f"{step.kind} step '{step.name}': {exc}") from None
 
 
-class _Run(LinkSteps):
+class _Run(LinkSteps, ReplicaSteps):
     """State of one run: clocks, records, barriers, cached step costs."""
 
     def __init__(
@@ -249,7 +250,7 @@ class _Run(LinkSteps):
         self._replica_costs: dict[int, tuple[ir.Step, ComputeCost]] | None = None
         if self.replicas > 1 and type(self.timing.compute) is BarrelCompute:
             self._replica_costs = machine._replica_costs
-        if len(self._replicas_of) + len(machine._replica_costs) > _KEPT_STEPS:
+        if len(self._replicas_of) + len(machine._replica_costs) > KEPT_STEPS:
             self._replicas_of.clear()
             machine._replica_costs.clear()
         #: record -> groups not yet done with it, for records whose per-tile array is
@@ -623,73 +624,6 @@ class _Run(LinkSteps):
             rec.tile_cycles = last
         else:
             self._final_cycles[key] = rec.tile_cycles
-
-    def _replica_cost(self, step: ir.Compute) -> ComputeCost:
-        """A compute step's cost on replica 0's tiles only (its vertices are on them, and
-        a tile's cycles depend on its own vertices only), so that a replicated program
-        assigns its vertices once, not on every replica's tiles (kept per step)."""
-        costs = self._replica_costs
-        assert costs is not None
-        hit = costs.get(id(step))
-        if hit is not None and hit[0] is step:
-            return hit[1]
-        cost = compute_cost(
-            self.cfg.tile, self.replica_tiles, step.vertex_tile, step.vertex_cycles,
-            step.vertex_multi,
-        )  # fmt: skip
-        costs[id(step)] = (step, cost)
-        return cost
-
-    def _replicated(
-        self, step: ir.Step, tile_cycles: np.ndarray, active: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """A local step's per-tile cycles and active cycles for every replica (made once
-        per step, as its costs are)."""
-        hit = self._replicas_of.get(id(step))
-        if hit is None or hit[0] is not step or hit[1].size != self.cfg.num_tiles:
-            hit = (
-                step,
-                _read_only(self._replicate(tile_cycles)),
-                None if active is None else _read_only(self._replicate(active)),
-            )
-            self._replicas_of[id(step)] = hit
-        return hit[1], hit[2]
-
-    def _ipu_takes_part(self, rec: StepRecord, ipu: int) -> bool:
-        """Whether IPU ``ipu`` has a tile with cycles in a compute or exchange step.
-
-        Only those IPUs place the step in time (its first and last cycle), so a step
-        of one IPU is not stretched by another IPU's clock; a step with no cycles
-        anywhere spans every IPU, as on a single IPU.
-        """
-        if self.one_ipu:  # a step with no cycles anywhere spans every IPU
-            return True
-        key = id(rec.tile_cycles)  # a local step's array is the same in every execution
-        active = self._active_ipus.get(key)
-        if active is None or active[0] is not rec.tile_cycles:
-            cfg = self.cfg
-            busy = rec.tile_cycles.reshape(cfg.num_ipus, cfg.tile.tiles_per_ipu).any(axis=1)
-            if not busy.any():
-                busy[:] = True
-            active = self._active_ipus[key] = (rec.tile_cycles, busy)
-        return bool(active[1][ipu])
-
-    def _replicate(self, per_tile: np.ndarray) -> np.ndarray:
-        """A per-tile array of replica 0 repeated for every replica (one broadcast copy:
-        ``np.tile`` goes through ``repeat``, several times slower on 23,552 tiles)."""
-        first = np.asarray(per_tile)[: self.replica_tiles]
-        out = np.empty((self.replicas, first.size), first.dtype)
-        out[...] = first
-        return out.reshape(-1)
-
-
-#: Steps whose replicated costs a machine keeps from run to run, at most.
-_KEPT_STEPS = 1 << 14
-
-
-def _read_only(values: np.ndarray) -> np.ndarray:
-    values.flags.writeable = False
-    return values
 
 
 @numba.njit(cache=True)
