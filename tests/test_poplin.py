@@ -34,6 +34,9 @@ def tile_flops(graph: Graph, cs_name: str, num_tiles: int) -> np.ndarray:
     flops = np.zeros(num_tiles, np.int64)
     for vid in cs.vertices:
         v = st.vertices[vid]
+        if v.vtype.name.startswith("poplin::OuterProduct"):  # one multiply per output
+            flops[v.tile] += sum(ids.size for ids in v.fields["out"])
+            continue
         ins, ws, outs = ([ids.size for ids in v.fields[f]] for f in ("in", "weights", "out"))
         ncg = len(ins) * len(outs) // len(ws)
         nig, nog = len(ins) // ncg, len(outs) // ncg

@@ -199,7 +199,7 @@ def outer_product_conv(
     kk = np.repeat(k0, nk) + (np.arange(kv.size) - np.repeat(np.cumsum(nk) - nk, nk))
     o_begin = ((g[kv] * cog + kk) * n_f + x0[kv]) * cpg
     o_len = width[kv] * cpg
-    cs = graph.addComputeSet(f"{name}/OuterProduct")
+    cs = graph.addComputeSet(f"{name}/Convolve")  # Poplibs: the convolveCS
     chans = graph.addConstant(UNSIGNED_INT, [g.size], np.full(g.size, cpg), f"{name}/chansPerGroup")
     graph.mapElements(chans, vtiles)
     cycles = outer_product_cycles(t == FLOAT, width, nk * cpg, np.full(g.size, cpg))
