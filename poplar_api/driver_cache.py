@@ -59,6 +59,7 @@ __all__ = [
     "SWITCH_ENV",
     "Uncacheable",
     "cache_directory",
+    "clear",
     "compile_for",
     "fingerprint",
     "jit_source",
