@@ -85,24 +85,29 @@ class VariableIndex:
         bases, var_ids, _ = arrays
         return var_ids[np.searchsorted(bases, ids, side="right") - 1]
 
-    def counts_of(self, t: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def counts_of(self, t: Any, ids: np.ndarray | range) -> tuple[np.ndarray, np.ndarray]:
         """The variables owning elements of ``ids`` (sorted, distinct ids of type
-        ``t``), sorted, and how many of the ids each owns.
+        ``t``, or a ``range`` of step 1), sorted, and how many of the ids each owns.
 
         Each variable's first position in ``ids`` is found by a binary search of its
         base (one search per variable, not one per id: an undef of a large tensor
-        lists millions of ids), over only the variables between the first and the
-        last id (an undef of one small tensor among many variables stays cheap).
+        lists millions of ids), or for a range by subtracting its start, over only
+        the variables between the first and the last id (an undef of one small tensor
+        among many variables stays cheap).
         """
         arrays = self.arrays(t)
-        if arrays is None or ids.size == 0:
+        n = len(ids)
+        if arrays is None or n == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         bases, var_ids, _ = arrays
         first = max(int(np.searchsorted(bases, ids[0], side="right")) - 1, 0)
         last = int(np.searchsorted(bases, ids[-1], side="right"))
         bases, var_ids = bases[first:last], var_ids[first:last]
-        edges = np.searchsorted(ids, bases, side="left")
-        per_base = np.diff(edges, append=ids.size)
+        if isinstance(ids, range):
+            edges = np.clip(bases - ids.start, 0, n)
+        else:
+            edges = np.searchsorted(ids, bases, side="left")
+        per_base = np.diff(edges, append=n)
         held = np.flatnonzero(per_base)
         vids, where = np.unique(var_ids[held], return_inverse=True)
         counts = np.bincount(where.reshape(-1), weights=per_base[held], minlength=vids.size)
@@ -342,12 +347,13 @@ def _undef_ranges(
     cut: dict[int, list[int]] = {}  # variable -> positions of its undefs
     for nid, pos, _entry, _in_fn in points.undefs:
         for t, ids in accesses.undefs[nid]:
-            if isinstance(ids, range):  # a variable's consecutive ids, made for this undef
+            if isinstance(ids, range) and ids.step != 1:
                 ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
-            if state.find_space(t) is None or ids.size == 0:
+            if state.find_space(t) is None or len(ids) == 0:
                 continue
-            # a whole variable's undef lists its ids in order: no sort needed
-            ordered = ids.size < 2 or bool((ids[1:] > ids[:-1]).all())
+            # a whole variable's undef lists its ids in order (a range of a variable's
+            # consecutive ids, made for this undef, is counted as it is): no sort needed
+            ordered = isinstance(ids, range) or ids.size < 2 or bool((ids[1:] > ids[:-1]).all())
             uniq = ids if ordered else np.unique(ids)
             vids, counts = index.counts_of(t, uniq)
             for vid, n in zip(vids.tolist(), counts.tolist(), strict=True):
