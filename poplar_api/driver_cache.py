@@ -409,10 +409,11 @@ def jit_source(
     return dispatcher
 
 
-def _drop_entry(path: Path) -> None:
-    """Remove the files Numba cached for entry ``path`` (the source stays)."""
-    pycache = path.parent / "__pycache__"
-    for item in pycache.glob(f"{path.stem}.*"):
+def _drop_entry(path: Path, cache_path: str | None) -> None:
+    """Remove the files Numba cached for entry ``path`` in ``cache_path`` (its
+    ``__pycache__``, or ``NUMBA_CACHE_DIR``'s folder); the source stays."""
+    folder = Path(cache_path) if cache_path else path.parent / "__pycache__"
+    for item in folder.glob(f"{path.stem}.*"):
         with contextlib.suppress(OSError):
             item.unlink()
 
@@ -425,17 +426,16 @@ def compile_for(dispatcher: Any, args: Iterable[Any]) -> None:
     file; a full disk) is removed and the driver compiled in memory; Numba's own
     errors (a kernel that does not compile) are raised as they are.
     """
-    sig = tuple(dispatcher.typeof_pyval(a) for a in args)
     path = _ENTRIES.get(dispatcher)
-    if path is None:
-        dispatcher.compile(sig)
+    if path is None:  # not on disk: its first call compiles it
         return
+    sig = tuple(dispatcher.typeof_pyval(a) for a in args)
     try:
         dispatcher.compile(sig)
     except numba_errors.NumbaError:
         raise
     except Exception:
-        _drop_entry(path)
+        _drop_entry(path, getattr(dispatcher.stats, "cache_path", None))
         # Numba has no public switch to stop caching one dispatcher
         dispatcher._cache = NullCache()
         del _ENTRIES[dispatcher]

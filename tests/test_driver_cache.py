@@ -191,11 +191,18 @@ def test_the_worker_count_a_kernel_reads_is_part_of_the_key(cache: Path, tmp_pat
         assert batches["out"].data[0] == workers
 
 
-def test_a_corrupt_entry_is_compiled_again(cache: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("numba_cache_dir", [False, True])
+def test_a_corrupt_entry_is_compiled_again(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, numba_cache_dir: bool
+) -> None:
+    """Numba's files beside the entry, or where ``NUMBA_CACHE_DIR`` puts them."""
+    if numba_cache_dir:
+        monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "numba_dir"))
     path = _write(tmp_path / "scale_c.py", SCALE.format(factor=4.0, extra="- 0.5"))
     expected = DATA * np.float32(4.0) - np.float32(0.5)
     _run(_load(path, "n7_scale_c").Scale, DATA)
-    files = sorted((cache / "__pycache__").glob("drv_*"))
+    files = sorted(tmp_path.rglob("drv_*.nb*"))
+    assert files and all((tmp_path / "numba_dir" in f.parents) == numba_cache_dir for f in files)
     assert {f.suffix for f in files} == {".nbi", ".nbc"}
     for item in files:  # garbage in the index and the data
         item.write_bytes(item.read_bytes()[:40] + b"\x00garbage")
