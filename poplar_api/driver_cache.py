@@ -356,6 +356,13 @@ def _entry_module(path: Path, text: str, namespace: dict[str, Any]) -> types.Mod
     return module
 
 
+def _in_memory(text: str, name: str, namespace: dict[str, Any], options: dict[str, Any]) -> Any:
+    """``name`` of ``text`` compiled with ``numba.njit(**options)``, not cached on disk."""
+    scope = dict(namespace)
+    exec(compile(text, f"<generated {name}>", "exec"), scope)
+    return numba.njit(**options)(scope[name])
+
+
 def jit_source(
     text: str,
     name: str,
@@ -394,16 +401,12 @@ def jit_source(
         except (Uncacheable, RecursionError):
             key = None
     if key is None:
-        scope = dict(namespace)
-        exec(compile(text, f"<generated {name}>", "exec"), scope)
-        return numba.njit(**options)(scope[name])
+        return _in_memory(text, name, namespace, options)
     path = directory / f"drv_{key[:40]}.py"
     try:
         module = _entry_module(path, text, namespace)
-    except OSError:  # the directory went away or filled up: compile in memory
-        scope = dict(namespace)
-        exec(compile(text, f"<generated {name}>", "exec"), scope)
-        return numba.njit(**options)(scope[name])
+    except OSError:  # the directory went away or filled up
+        return _in_memory(text, name, namespace, options)
     dispatcher = numba.njit(cache=True, **options)(getattr(module, name))
     _ENTRIES[dispatcher] = path
     return dispatcher
