@@ -36,7 +36,15 @@ from ipusim.host.link import check_copy_size
 from ipusim.ir_validation import validate_program
 from ipusim.machine_groups import Barrier, TileGroup
 from ipusim.machine_links import LinkSteps, Prefetch
-from ipusim.machine_replicas import KEPT_STEPS, ReplicaSteps
+from ipusim.machine_replicas import (
+    BLOCK_FROM,
+    BLOCK_TO,
+    KEPT_STEPS,
+    RECORD,
+    ReplicaSteps,
+    Segment,
+    own_sync,
+)
 from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost, execution_cycles
 from ipusim.tile.memory_port import memory_floor_cycles, memory_may_bind
@@ -275,6 +283,14 @@ class _Run(LinkSteps, ReplicaSteps):
         self.barriers: dict[tuple[int, int], Barrier] = {}
         #: (stream, ipu) -> the prefetched transfer its next host-to-device copy uses
         self.prefetched: dict[tuple[str, int], Prefetch] = {}
+        #: segments a group ran, for the other replicas' copies of its IPU (see
+        #: ipusim.machine_replicas)
+        self._segments: dict[tuple[int, int], Segment] | None = self._segment_table(
+            self.groups_per_ipu == 1
+            and self._stock_timing
+            and self._controller
+            and max_cycles is None
+        )
 
     # ------------------------------------------------------------------ driver
     def execute(self, root: ir.Node) -> Trace:
@@ -334,8 +350,16 @@ class _Run(LinkSteps, ReplicaSteps):
         limited = self.max_cycles is not None
         replayed = len(self.groups) > 1  # a lone group keeps no path: none replays it
         pending = self.pending
+        segments = self._segments  # (None: every group runs every step itself)
+        seg_start, seg_clock, seg_writes = -1, self.clock[:0], []
         i = 0
         while self.stop_at < 0 or i < self.stop_at:
+            if segments is not None and seg_start < 0 and segments:
+                # another replica ran the segment from these clocks: take its result
+                j = self._take_segment(g, i)
+                if j != i:
+                    i = j
+                    continue
             try:
                 if replayed and i < len(path):
                     code, obj, n = path[i]
@@ -346,6 +370,16 @@ class _Run(LinkSteps, ReplicaSteps):
                     if replayed:
                         path.append(item)
                     code, obj, n = item
+                if segments is not None:
+                    inside = code in (local, enter, leave)
+                    if inside or (code == sync and own_sync(obj)):
+                        if seg_start < 0:
+                            seg_start, seg_clock, seg_writes = i, self.clock[g.lo : g.hi].copy(), []
+                        if code != local:
+                            seg_writes.append((_WRITES[code], n))
+                    elif seg_start >= 0:
+                        self._keep_segment(g, seg_start, seg_clock, seg_writes, i)
+                        seg_start = -1
                 if code == local:
                     self._local_step(g, n, obj)
                 elif code == sync:
@@ -643,6 +677,8 @@ _LOCAL_STEPS = (ir.Compute, ir.Exchange)
 #: Codes of the items of a program's walk: a step of _LOCAL_STEPS, a sync, another
 #: step, a block's start and end.
 _LOCAL, _SYNC, _STEP, _ENTER, _EXIT = range(5)
+#: What an item of a segment writes besides the clocks (see _group_main).
+_WRITES = {_SYNC: RECORD, _ENTER: BLOCK_FROM, _EXIT: BLOCK_TO}
 
 
 #: ``first_cycle`` of a record no tile has entered yet.

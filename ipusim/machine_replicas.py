@@ -1,14 +1,29 @@
 """Replicated programs on the machine: a step's costs on replica 0's tiles, repeated
-for every replica and kept from run to run (a part of a run's state,
+for every replica and kept from run to run, and the stretches of a program that every
+replica's IPU runs alike, run once (a part of a run's state,
 :class:`ipusim.machine.Machine`).
 
 A replicated program's steps name replica 0's tiles (see :class:`ipusim.ir.Program`);
 every replica runs the same steps on its own IPUs, so a local step's per-tile costs are
 replica 0's repeated.
+
+Between two items of the program's walk where an IPU meets others or a shared link (a
+sync beyond the IPU, a stream copy, a global exchange, a collective), an IPU's group
+runs a *segment*: compute sets and on-chip exchanges (each tile adds its own cost),
+syncs of its own tiles and block marks. What a segment does to the IPU's tile clocks
+and to its slices of the records depends only on the clocks it starts from and on the
+steps' per-tile costs, which are the same on every replica's copy of an IPU; and no
+group waits in simulated time inside one (no SimPy event). So the first group to run
+a segment keeps what it did (:class:`Segment`), and every other replica's copy of that
+IPU reaching the segment with the same tile clocks takes the result instead of running
+it step by step: the same clocks, records and SimPy events, without the Python of
+every step on every IPU. A group whose clocks differ (the host links or the fabric
+ended its last copy at another time) runs the segment itself.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +32,41 @@ from ipusim import ir
 from ipusim.tile.compute import ComputeCost, compute_cost
 from ipusim.trace import StepRecord
 
-__all__ = ["KEPT_STEPS", "ReplicaSteps"]
+__all__ = ["BLOCK_FROM", "BLOCK_TO", "KEPT_STEPS", "RECORD", "ReplicaSteps", "Segment", "own_sync"]
+
+#: What a segment wrote besides the clocks: a record's per-tile cycles, a block's
+#: clocks at its start, at its end.
+RECORD, BLOCK_FROM, BLOCK_TO = range(3)
+
+
+@dataclass
+class Segment:
+    """What one group did from item ``start`` of the walk up to item ``end``.
+
+    Attributes
+    ----------
+    end
+        The item after the segment (it involves other groups or a link).
+    clock_in, clock_out
+        The group's tile clocks when the segment started and ended.
+    writes
+        ``(what, number, values)``: the group's slice of record ``number``'s per-tile
+        cycles (a sync of its tiles), or of block ``number``'s clocks at start or end.
+    left
+        Groups (other replicas' copies of the IPU) still to reach the segment.
+    """
+
+    end: int
+    clock_in: np.ndarray
+    clock_out: np.ndarray
+    writes: list[tuple[int, int, np.ndarray]] = field(default_factory=list)
+    left: int = 0
+
+
+def own_sync(step: ir.Sync) -> bool:
+    """Whether a sync involves only the tiles of the IPU that reaches it (an internal
+    sync of all its tiles): part of a segment."""
+    return step.sync_kind is ir.SyncKind.INTERNAL and step.tiles is None and step.ipus is None
 
 
 class ReplicaSteps:
@@ -30,6 +79,77 @@ class ReplicaSteps:
     _replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]]
     _replica_costs: dict[int, tuple[ir.Step, ComputeCost]] | None
     _active_ipus: dict[int, tuple[np.ndarray, np.ndarray]]
+    clock: np.ndarray
+    delays: np.ndarray
+    replica_ipus: int
+    stop_at: int
+    _segments: dict[tuple[int, int], Segment] | None
+    pending: dict[int, int]
+    records: dict[int, StepRecord]
+    blocks: dict[int, Any]
+    _passed: Any
+
+    def _segment_table(self, shared: bool) -> dict[tuple[int, int], Segment] | None:
+        """An empty table of segments by (first item, IPU within the replica), or None
+        when groups do not share segments: one replica, a group other than a whole IPU,
+        a timing model or sync model of the user's (their costs need not repeat per
+        replica), ``max_cycles`` (every group yields after each step), or sync delays
+        that differ between the replicas' copies of a tile (``shared`` says whether
+        the run allows it)."""
+        if not shared or self.replicas == 1:
+            return None
+        delays = np.asarray(self.delays).reshape(self.replicas, -1)
+        if not (delays == delays[0]).all():
+            return None
+        return {}
+
+    def _keep_segment(
+        self, g: Any, start: int, clock_in: np.ndarray, writes: list, end: int
+    ) -> None:
+        """Keep what group ``g`` did from item ``start`` to ``end`` (its clocks now)."""
+        key = (start, g.ipu % self.replica_ipus)
+        if key in self._segments:
+            return
+        lo, hi = g.lo, g.hi
+        kept = []
+        for what, n in writes:
+            if what == RECORD:
+                values = self.records[n].tile_cycles[lo:hi]
+            elif what == BLOCK_FROM:
+                values = self.blocks[n].cycles_from[lo:hi]
+            else:
+                values = self.blocks[n].cycles_to[lo:hi]
+            kept.append((what, n, values.copy()))
+        out = self.clock[lo:hi].copy()
+        self._segments[key] = Segment(end, clock_in, out, kept, self.replicas - 1)
+
+    def _take_segment(self, g: Any, start: int) -> int:
+        """Apply the kept segment starting at item ``start`` to group ``g`` when its
+        clocks are those it started from: the item after it, else ``start``."""
+        key = (start, g.ipu % self.replica_ipus)
+        seg = self._segments.get(key)
+        if seg is None:
+            return start
+        seg.left -= 1
+        if seg.left <= 0:
+            del self._segments[key]
+        if 0 <= self.stop_at < seg.end:  # a failure inside it: run up to it step by step
+            return start
+        lo, hi = g.lo, g.hi
+        clock = self.clock[lo:hi]
+        if not np.array_equal(clock, seg.clock_in):
+            return start
+        clock[...] = seg.clock_out
+        for what, n, values in seg.writes:
+            if what == RECORD:
+                self.records[n].tile_cycles[lo:hi] = values
+                if n in self.pending:
+                    self._passed(n)
+            elif what == BLOCK_FROM:
+                self.blocks[n].cycles_from[lo:hi] = values
+            else:
+                self.blocks[n].cycles_to[lo:hi] = values
+        return seg.end
 
     def _replica_cost(self, step: ir.Compute) -> ComputeCost:
         """A compute step's cost on replica 0's tiles only (its vertices are on them, and
