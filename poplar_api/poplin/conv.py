@@ -292,6 +292,9 @@ def _conv(
     map_grouped_output(graph, part_mem if need_reduce else out_mem, parts.dst_tiles,
                        1 if need_reduce else 0)  # fmt: skip
     zeros = parts.zeros
+    # the plan's fields, worklists and tiles are in the graph now: freed before the
+    # zeroing and the reduction build theirs
+    del parts, made, act_pos, ker_pos
     if zeros:
         from poplar_api import popops
 
