@@ -28,6 +28,7 @@ from poplar_api.fields import FieldBatch
 REPO = Path(__file__).resolve().parents[1]
 
 SCALE = """
+import numba
 import numpy as np
 from poplar_api import FLOAT
 from poplar_api.codelet import Input, Output, Vector, Vertex
@@ -39,7 +40,7 @@ class Scale(Vertex):
     in_ = Input(Vector(FLOAT))
     out = Output(Vector(FLOAT))
 
-    @staticmethod
+    @staticmethod{jit}
     def compute(in_, out):
         for i in range(in_.shape[0]):
             out[i] = in_[i] * FACTOR {extra}
@@ -97,7 +98,7 @@ DATA = np.arange(6, dtype=np.float32) - 2.5
 
 
 def test_a_driver_is_loaded_from_disk_the_second_time(cache: Path, tmp_path: Path) -> None:
-    path = _write(tmp_path / "scale_a.py", SCALE.format(factor=2.0, extra=""))
+    path = _write(tmp_path / "scale_a.py", SCALE.format(factor=2.0, extra="", jit=""))
     out, first = _run(_load(path, "n7_scale_a").Scale, DATA)
     np.testing.assert_array_equal(out, DATA * np.float32(2.0))
     assert _misses(first) == 1 and _hits(first) == 0
@@ -110,11 +111,13 @@ def test_a_driver_is_loaded_from_disk_the_second_time(cache: Path, tmp_path: Pat
     assert _hits(second) == 1 and _misses(second) == 0
 
 
-def test_an_edited_codelet_file_runs_its_new_code(cache: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("jit", ["", "\n    @numba.njit"], ids=["plain", "users_own_njit"])
+def test_an_edited_codelet_file_runs_its_new_code(cache: Path, tmp_path: Path, jit: str) -> None:
+    """A compute given as a plain function (inlined) or compiled by the user (called)."""
     path = tmp_path / "scale_b.py"
     results = []
     for factor, extra in [(2.0, ""), (2.0, "+ 1.0"), (3.0, "+ 1.0"), (2.0, "")]:
-        _write(path, SCALE.format(factor=factor, extra=extra))
+        _write(path, SCALE.format(factor=factor, extra=extra, jit=jit))
         out, _ = _run(load_codelet_file(path).Scale, DATA)
         results.append(out.copy())
     np.testing.assert_array_equal(results[0], DATA * np.float32(2.0))
@@ -198,7 +201,7 @@ def test_a_corrupt_entry_is_compiled_again(
     """Numba's files beside the entry, or where ``NUMBA_CACHE_DIR`` puts them."""
     if numba_cache_dir:
         monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "numba_dir"))
-    path = _write(tmp_path / "scale_c.py", SCALE.format(factor=4.0, extra="- 0.5"))
+    path = _write(tmp_path / "scale_c.py", SCALE.format(factor=4.0, extra="- 0.5", jit=""))
     expected = DATA * np.float32(4.0) - np.float32(0.5)
     _run(_load(path, "n7_scale_c").Scale, DATA)
     files = sorted(tmp_path.rglob("drv_*.nb*"))
@@ -227,7 +230,7 @@ def test_the_cache_can_be_turned_off(
 ) -> None:
     monkeypatch.setenv(driver_cache.SWITCH_ENV, "off")
     assert driver_cache.cache_directory() is None
-    path = _write(tmp_path / "scale_d.py", SCALE.format(factor=5.0, extra=""))
+    path = _write(tmp_path / "scale_d.py", SCALE.format(factor=5.0, extra="", jit=""))
     out, driver = _run(_load(path, "n7_scale_d").Scale, DATA)
     np.testing.assert_array_equal(out, DATA * np.float32(5.0))
     assert driver not in driver_cache._ENTRIES and not cache.exists()
@@ -240,7 +243,7 @@ def test_an_unwritable_cache_directory_leaves_drivers_in_memory(
     blocker.write_text("not a directory")
     monkeypatch.setenv(driver_cache.CACHE_DIR_ENV, str(blocker))
     assert driver_cache.cache_directory() is None
-    path = _write(tmp_path / "scale_e.py", SCALE.format(factor=6.0, extra=""))
+    path = _write(tmp_path / "scale_e.py", SCALE.format(factor=6.0, extra="", jit=""))
     out, driver = _run(_load(path, "n7_scale_e").Scale, DATA)
     np.testing.assert_array_equal(out, DATA * np.float32(6.0))
     assert driver not in driver_cache._ENTRIES
@@ -316,7 +319,7 @@ print(sum(driver.stats.cache_hits.values()), *b["out"].data.tolist())
 
 def test_processes_share_the_cache(cache: Path, tmp_path: Path) -> None:
     """Two processes filling the same entry at once, then a third loading it."""
-    codelet = _write(tmp_path / "scale_p.py", SCALE.format(factor=1.5, extra="+ 2.0"))
+    codelet = _write(tmp_path / "scale_p.py", SCALE.format(factor=1.5, extra="+ 2.0", jit=""))
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     command = [sys.executable, str(script), str(codelet)]
