@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,16 +19,7 @@ import pytest
 from ipusim.config import load_config
 from ipusim.machine_copies import ELEMENT_BYTES, _planner_weights, copy_bytes_per_cycle
 from poplar_api.lowering.copies import on_tile_copy_steps
-from poplar_api.lowering.liveness import VariableIndex
-
-
-def _index(sizes: np.ndarray) -> tuple[VariableIndex, SimpleNamespace]:
-    bases = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    space = SimpleNamespace(
-        var_bases=bases.tolist(), var_ids=list(range(sizes.size)), size=int(sizes.sum())
-    )
-    state = SimpleNamespace(variables=[None] * sizes.size, spaces={4: space})
-    return VariableIndex(state), SimpleNamespace(size=4)
+from tests.test_review_lowering_kernels import _index
 
 
 @pytest.mark.parametrize("seed", range(6))
