@@ -11,13 +11,15 @@ from poplar_api.library_checks import add_library_codelets
 from poplar_api.poplin import vertices as vx
 from poplar_api.poplin.conv_planner import AMP_UNITS
 from poplar_api.poplin.conv_vertices import conv_vertex
+from poplar_api.poplin.outer_product import outer_product_vertex
 from poplar_api.types import FLOAT, HALF
 
 __all__ = ["addCodelets", "vertex_classes"]
 
 
 def vertex_classes() -> list[type]:
-    """The convolution partial-sum and reduction vertex classes of every instantiation.
+    """The convolution partial-sum (and outer-product) and reduction vertex classes of
+    every instantiation.
 
     The solver vertices (``poplin::Cholesky<...>`` and friends) exist in estimator
     versions that share one Poplar name, so they are registered when a solver adds
@@ -35,6 +37,7 @@ def vertex_classes() -> list[type]:
         for acc in ("half", "float"):
             for cgpg in (4, 8, 16):
                 out.append(conv_vertex("VMAC", HALF, types[acc], limited, 8, 2, cgpg))
+    out += [outer_product_vertex(t) for t in (FLOAT, HALF)]
     return out + list(vx._REDUCE.values())
 
 
