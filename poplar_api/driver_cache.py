@@ -169,6 +169,18 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
+def _numba_wrapped_function(obj: Any) -> types.FunctionType | None:
+    """The Python function a Numba object was made from (``@intrinsic``'s definition,
+    ``@vectorize``'s and ``@cfunc``'s function), or None for any other object."""
+    if _top_package(type(obj).__module__) != "numba" or isinstance(obj, Dispatcher | type):
+        return None
+    for attr in ("_defn", "_pyfunc", "__wrapped__"):
+        func = getattr(obj, attr, None)
+        if isinstance(func, types.FunctionType):
+            return func
+    return None
+
+
 class _Hasher:
     """Feeds a canonical description of values into one SHA-256."""
 
@@ -229,6 +241,11 @@ class _Hasher:
             self.module(obj, names)
         elif isinstance(obj, type):
             self.cls(obj, names)
+        elif (wrapped := _numba_wrapped_function(obj)) is not None:
+            # an intrinsic, a vectorized or a C callback function: its repr does not
+            # describe its code, the Python function it was made from does
+            self.text("numba wrapper", type(obj).__module__, type(obj).__qualname__)
+            self.value(wrapped, names)
         elif isinstance(obj, types.BuiltinFunctionType | np.ufunc):
             module = getattr(obj, "__module__", None) or "builtins"
             if not _is_versioned(module) and not isinstance(obj, np.ufunc):

@@ -57,9 +57,13 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _write(path: Path, text: str) -> Path:
+    before = path.stat().st_mtime_ns if path.exists() else 0
     path.write_text(textwrap.dedent(text))
-    stat = path.stat()  # a later mtime: load_codelet_file sees an edited file
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    # a later mtime than the file's last one (two writes can fall in one tick of the
+    # file system's clock): load_codelet_file sees an edited file
+    stat = path.stat()
+    later = max(stat.st_mtime_ns, before) + 1_000_000_000
+    os.utime(path, ns=(stat.st_atime_ns, later))
     return path
 
 
