@@ -253,6 +253,9 @@ class OptimizerLowering:
         self._cache: dict[tuple, Tensor] = {}
         self.state: dict[str, Tensor] = {}
         self.step_counter: Tensor | None = None
+        #: a scalar read by the update of a weight -> the tensor that update reads
+        #: (in a sharded graph the scalar's copy on the weight's IPU; None: itself)
+        self.scalar_on: Any = None
         if isinstance(optimizer, Adam):
             self.step_counter = graph.addVariable(FLOAT, [], "optimizer/step")
             graph.setTileMapping(self.step_counter, 0)
@@ -267,7 +270,8 @@ class OptimizerLowering:
             self.graph.setTileMapping(t, 0)
             self._cache[key] = t
             self.scalars.append(Scalar(t, name, None if shared else weight, compute))
-        return self._cache[key]
+        t = self._cache[key]
+        return t if self.scalar_on is None else self.scalar_on(t, weight)
 
     def _slot(self, weight: Tensor, wid: str, what: str) -> Tensor:
         """A new optimizer state tensor (velocity, moment) of weight ``wid``, laid out
@@ -373,18 +377,21 @@ class OptimizerLowering:
             g, pe._1 * pe._3 + pe._2 * pe._2 * (1.0 - pe._3), [v, s, b2], prog, f"{name}/v"
         )
         eps = self._scalar("eps", wid, lambda o, k: o.value("eps", k)[0])
+        step = self.step_counter
+        if step is not None and self.scalar_on is not None:
+            step = self.scalar_on(step, wid)
         if opt.mode is AdamMode.Adam:
             c1 = popops.map(
                 g,
                 1.0 / (1.0 - pe.Pow(pe._1, pe._2)),
-                [b1, self.step_counter],
+                [b1, step],
                 prog,
                 f"{name}/biasCorrection1",
             )
             c2 = popops.map(
                 g,
                 1.0 / (1.0 - pe.Pow(pe._1, pe._2)),
-                [b2, self.step_counter],
+                [b2, step],
                 prog,
                 f"{name}/biasCorrection2",
             )

@@ -28,7 +28,7 @@ per batch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -41,12 +41,13 @@ from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import VirtualGraphMode
 from poplar_api import UNSIGNED_INT, Tensor, gcl, popops
 from poplar_api import program as pprog
-from poplar_api.graph import touches_constant, variable_count
+from poplar_api.graph import OUTSIDE, touches_constant, variable_count
 from poplar_api.popops.dynamic_slice import (
     createSliceableTensorFromSlice,
     dynamicSlice,
     dynamicUpdate,
 )
+from poplar_api.poputil import mapTensorLinearly
 
 if TYPE_CHECKING:  # the session imports this module when it builds
     from popart_api.session import _Session
@@ -188,6 +189,61 @@ def auto_virtual_graphs(model: onnx.ModelProto, ipus: int, training: bool, what:
         if ipu < len(cut_after) and k == cut_after[ipu]:
             ipu += 1
     return placed
+
+
+def on_weight_ipu(session: _Session, wid: str, grad: Tensor, prog: pprog.Sequence) -> Tensor:
+    """Weight ``wid``'s gradient ``grad`` on the weight's IPU, for its update.
+
+    In a sharded graph the backward pass may leave a gradient on another IPU than its
+    weight (an outlined gradient lowered once on the IPU of its first occurrence, a
+    weight read on several IPUs). PopART then copies it over (``IpuCopyOp``, inserted
+    by its ``InterIpuCopy`` transform, graphcore/popart ``willow/src/transforms/
+    interipucopy.cpp``): no compute set reads another IPU's memory. So here: when any
+    element of ``grad`` lies outside the weight's IPU, ``grad`` is copied (a ``Copy``
+    added to ``prog``) into a new variable mapped as the weight, which is returned;
+    else ``grad`` itself. A graph on one IPU, or not split into virtual graphs, is left
+    as it is.
+    """
+    ipu = session.lowered.value_ipu.get(wid)
+    if session._whole or session.ipus <= 1 or ipu is None:
+        return grad
+    tiles = session.lowered.graphs[ipu].elementTiles(grad)
+    if not (tiles == OUTSIDE).any():
+        return grad
+    local = like(session.graph, session.lowered.weight_vars[wid], f"{wid}/gradient/toIpu{ipu}")
+    prog.add(pprog.Copy(grad, local))
+    return local
+
+
+def scalar_copies(session: _Session, prog: pprog.Sequence) -> Any:
+    """For a sharded graph, the :attr:`~popart_api.optimizers.OptimizerLowering.scalar_on`
+    of its optimizer: an optimizer scalar (learning rate, momentum, Adam's step, ...)
+    lives on tile 0, and the update of a weight on another IPU reads a copy of it on
+    that IPU, made once per IPU by a ``Copy`` added to ``prog`` where it is first
+    needed (PopART's ``InterIpuCopy`` transform copies an optimizer tensor to each IPU
+    whose ``VarUpdateOp`` consumes it). None when the graph is not sharded."""
+    if session._whole or session.ipus <= 1:
+        return None
+    copies: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+
+    def on(scalar: Tensor, wid: str) -> Tensor:
+        ipu = session.lowered.value_ipu.get(wid)
+        if ipu is None:
+            return scalar
+        key = (id(scalar), ipu)
+        if key not in copies:
+            graph = session.lowered.graphs[ipu]
+            local = scalar
+            if (graph.elementTiles(scalar) == OUTSIDE).any():
+                local = graph.addVariable(
+                    scalar.elementType(), scalar.shape(), f"{scalar.name}/toIpu{ipu}"
+                )
+                mapTensorLinearly(graph, local)
+                prog.add(pprog.Copy(scalar, local))
+            copies[key] = (scalar, local)  # the scalar kept: its id stays its own
+        return copies[key][1]
+
+    return on
 
 
 def _stages(session: _Session) -> int:

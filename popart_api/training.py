@@ -41,6 +41,7 @@ from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import RecomputationType, RecomputeType, ReductionType
 from popart_api.outline import outline_recomputed, outline_repeats
 from popart_api.outline_grads import GradOutliner
+from popart_api.pipeline import on_weight_ipu, scalar_copies
 from poplar_api import Tensor, gcl, popops
 from poplar_api import program as pprog
 from poplar_api.graph import variable_count, variable_tensors
@@ -278,17 +279,18 @@ def _training_step(
             f"{trained}"
         )
     used = [w for w in trained if w in grads]
+    local = {w: on_weight_ipu(session, w, grads[w], micro) for w in used}  # IpuCopy
     if af > 1:
         accs = {w: like(graph, session.lowered.weight_vars[w], f"{w}/accum") for w in used}
         zero = pprog.Sequence(debugContext="accumulators/zero")
         for w in used:
             popops.zero(graph, accs[w], zero, f"{w}/accumZero")
-            popops.addInPlace(graph, accs[w], grads[w], micro, f"{w}/accumulate")
+            popops.addInPlace(graph, accs[w], local[w], micro, f"{w}/accumulate")
         body: list[pprog.Program] = [zero, pprog.Repeat(af, micro)]
         totals = accs
     else:
         body = [micro]
-        totals = {w: grads[w] for w in used}
+        totals = local
     if reps > 1 and used:
         gcl.allReduceInPlaceCrossReplica(
             graph,
@@ -298,6 +300,7 @@ def _training_step(
             "gradients/allReduce",
         )
     lowering.begin_update(updates)
+    lowering.scalar_on = scalar_copies(session, updates)  # sharded: IpuCopy of each scalar
     for w in used:
         lowering.update(w, session.lowered.weight_vars[w], totals[w], updates, f"update/{w}")
     return Step(pprog.Sequence(*body, updates, debugContext="batch"), micro), grads
