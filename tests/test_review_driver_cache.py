@@ -14,11 +14,24 @@ import pytest
 
 from tests.test_driver_cache import DATA, _load, _run, _write, cache  # noqa: F401
 
+SCALE = """
+from poplar_api import FLOAT
+from poplar_api.codelet import Input, Output, Vector, Vertex
+
+
+class Scale(Vertex):
+    in_ = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, out):
+        for i in range(in_.shape[0]):
+            out[i] = {call}
+"""
+
 INTRINSIC = """
 from numba.core import types as nbt
 from numba.extending import intrinsic
-from poplar_api import FLOAT
-from poplar_api.codelet import Input, Output, Vector, Vertex
 
 
 @intrinsic
@@ -26,38 +39,16 @@ def factor(typingctx):
     def codegen(context, builder, signature, args):
         return context.get_constant(nbt.float32, {factor})
     return nbt.float32(), codegen
-
-
-class Scale(Vertex):
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for i in range(in_.shape[0]):
-            out[i] = in_[i] * factor()
-"""
+""" + SCALE.replace("{call}", "in_[i] * factor()")
 
 VECTORIZE = """
 import numba
-from poplar_api import FLOAT
-from poplar_api.codelet import Input, Output, Vector, Vertex
 
 
 @numba.vectorize(["float32(float32)"])
 def factor(x):
     return x * {factor}
-
-
-class Scale(Vertex):
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for i in range(in_.shape[0]):
-            out[i] = factor(in_[i])
-"""
+""" + SCALE.replace("{call}", "factor(in_[i])")
 
 
 @pytest.mark.parametrize("source", [INTRINSIC, VECTORIZE], ids=["intrinsic", "vectorize"])
