@@ -15,9 +15,10 @@ code instead of compiling them:
 * ``<key>`` hashes the file's text *and* everything compiled into it that Numba's
   cache does not look at: the bytecode, constants, defaults and closure values of the
   kernel and of every function, dispatcher, module attribute and global value it
-  reaches (recursively), the compile options of each dispatcher, the Python, Numba,
-  llvmlite and NumPy versions, Numba's optimisation settings and the CPU (Numba's
-  ``magic_tuple``: target triple, CPU name and features). A codelet whose code or
+  reaches (recursively), every ``@overload`` registered outside Numba, the compile
+  options of each dispatcher, the Python, Numba, llvmlite and NumPy versions, Numba's
+  optimisation settings and the CPU (Numba's ``magic_tuple``: target triple, CPU name
+  and features). A codelet whose code or
   constants change gets a new key, so stale machine code is never run; an object
   that cannot be fingerprinted (one Numba could only use through an extension this
   module does not know) leaves its driver uncached, compiled in memory as before.
@@ -74,6 +75,8 @@ _FORMAT = 1
 #: Packages whose functions are fingerprinted by name and the package's version only.
 _VERSIONED = frozenset({"numpy", "numba", "llvmlite", "scipy"})
 
+#: Numba's own source directory (functions Numba made with ``exec`` have no module).
+_NUMBA_DIR = os.path.dirname(numba.__file__) + os.sep
 #: Disk-cached dispatchers and the entry file each was compiled from.
 _ENTRIES: dict[Any, Path] = {}
 
@@ -179,6 +182,58 @@ def _numba_wrapped_function(obj: Any) -> types.FunctionType | None:
         if isinstance(func, types.FunctionType):
             return func
     return None
+
+
+def _project_function(func: Any) -> bool:
+    """Whether ``func`` is a Python function of neither Numba nor another versioned
+    package (a function Numba got from ``exec`` has no module: its file tells)."""
+    if not isinstance(func, types.FunctionType):
+        return False
+    if func.__module__ is None:
+        return not func.__code__.co_filename.startswith(_NUMBA_DIR)
+    return not _is_versioned(func.__module__)
+
+
+def _registered_overloads() -> list[types.FunctionType]:
+    """The implementations of every ``@overload``, ``@overload_method``,
+    ``@overload_attribute`` and ``@register_jitable`` registered so far by code outside
+    Numba and the versioned packages, in a stable order.
+
+    Numba finds an overload through its registry, not through the kernel's globals, so
+    an overload of a NumPy function (or of a function defined in another file) would
+    otherwise change without changing any key.
+    """
+    from numba.core.typing import templates
+
+    found: dict[tuple[str, str, str, int], types.FunctionType] = {}
+    stack = [templates._OverloadFunctionTemplate, templates._OverloadAttributeTemplate]
+    seen: set[type] = set()
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub in seen:
+                continue
+            seen.add(sub)
+            stack.append(sub)
+            impl = vars(sub).get("_overload_func")
+            impl = getattr(impl, "__func__", impl)
+            if not isinstance(impl, types.FunctionType):
+                continue
+            # register_jitable wraps the user's function in one of Numba's
+            cells = [c.cell_contents for c in impl.__closure__ or () if _cell_is_set(c)]
+            for func in [impl, *cells]:
+                if _project_function(func):
+                    code = func.__code__
+                    key = (str(func.__module__), func.__qualname__, code.co_filename)
+                    found[(*key, code.co_firstlineno)] = func
+    return [found[k] for k in sorted(found)]
+
+
+def _cell_is_set(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - raises ValueError for an empty cell
+    except ValueError:
+        return False
+    return True
 
 
 class _Hasher:
@@ -331,7 +386,8 @@ class _Hasher:
 
 def fingerprint(text: str, objects: Iterable[Any]) -> str:
     """The cache key of a driver: ``text`` (its file) and everything ``objects``
-    reach, with the compile environment (:func:`_environment`).
+    reach, with the compile environment (:func:`_environment`) and the overloads
+    registered outside Numba (:func:`_registered_overloads`).
 
     Raises
     ------
@@ -343,6 +399,9 @@ def fingerprint(text: str, objects: Iterable[Any]) -> str:
     hasher.text(text)
     for obj in objects:
         hasher.value(obj, set())
+    for func in _registered_overloads():
+        hasher.text("overload")
+        hasher.value(func, set())
     return hasher.hexdigest()
 
 

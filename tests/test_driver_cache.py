@@ -339,3 +339,71 @@ def test_processes_share_the_cache(cache: Path, tmp_path: Path) -> None:
         assert [float(v) for v in values[1:]] == expected
     assert outputs[2][0] == "1"  # the third process loaded the driver
     assert len(list(cache.glob("drv_*.py"))) == 1
+
+
+OVERLOADED = """
+import sys
+import numpy as np
+from poplar_api.codelet import execute, load_codelet_file, vertex_type
+from poplar_api.fields import FieldBatch
+
+cls = load_codelet_file(sys.argv[1]).Bumped
+data = np.arange(4, dtype=np.float32)
+at = np.array([0, 4])
+b = {"in": FieldBatch(data, at), "out": FieldBatch(np.zeros(4, np.float32), at)}
+execute(vertex_type(cls), b, 1, check_bounds=True)
+print(*b["out"].data.tolist())
+"""
+
+
+def test_an_overload_edited_in_another_file_is_not_run_stale(cache: Path, tmp_path: Path) -> None:
+    """Numba finds an ``@overload`` through its registry, not the kernel's globals: the
+    kernel, its file and the overloaded function stay the same, only the overload's
+    file changes between two processes."""
+    (tmp_path / "n7_stub.py").write_text("def bump(x):\n    return x\n")
+    overload = textwrap.dedent(
+        """
+        from numba.extending import overload
+        import n7_stub
+
+
+        @overload(n7_stub.bump)
+        def _bump(x):
+            def impl(x):
+                return x + {step}
+            return impl
+        """
+    )
+    codelet = _write(
+        tmp_path / "bumped.py",
+        """
+        import n7_overload  # registers the overload of n7_stub.bump
+        import n7_stub
+        from poplar_api import FLOAT
+        from poplar_api.codelet import Input, Output, Vector, Vertex
+
+
+        class Bumped(Vertex):
+            in_ = Input(Vector(FLOAT))
+            out = Output(Vector(FLOAT))
+
+            @staticmethod
+            def compute(in_, out):
+                for i in range(in_.shape[0]):
+                    out[i] = n7_stub.bump(in_[i])
+        """,
+    )
+    script = tmp_path / "run_overloaded.py"
+    script.write_text(OVERLOADED)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    for step in (1.0, 5.0):
+        (tmp_path / "n7_overload.py").write_text(overload.format(step=step))
+        run = subprocess.run(
+            [sys.executable, str(script), str(codelet)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr
+        assert [float(v) for v in run.stdout.split()] == [x + step for x in range(4)]
