@@ -77,7 +77,7 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
         owner = space.tile
         # runs are cut by the stretches of one owner when they read many more
         # elements than there are stretches (finding them costs a pass over the space)
-        read = sum(int(ft.offsets[-1]) for ft, _ in fields if ft.runs is not None)
+        read = sum(ft.size for ft, _ in fields if ft.runs is not None or ft.ref_runs is not None)
         stretches = None
         if read * 8 >= space.size or typ.size in planner.owners.changes:
             stretches = planner.stretches_of(typ.size, owner, space.size, read)
@@ -85,10 +85,12 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
         # read (the most there can be; pages no piece is written to are never touched)
         found = pieces.Pieces(sum(ft.size for ft, _ in fields))
         for ft, vtiles in fields:
-            if ft.runs is None:
-                pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner, found)
-            else:
+            if ft.runs is not None:
                 pieces.run_pieces(*ft.runs, vtiles, owner, stretches, found)
+            elif ft.ref_runs is not None:  # the runs, each on its vertex's tile
+                pieces.run_pieces(*ft.ref_runs, ft.run_tiles(vtiles), owner, stretches, found)
+            else:
+                pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner, found)
         planner.add_pieces(typ, *found.arrays(), owner, scratch=True)
 
 
@@ -103,10 +105,12 @@ def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None
             # tile), in reference order; each goes from the vertex's tile to its owner
             owner = state.space(ft.type).tile
             vtiles = table.tiles[ft.positions]
-            if ft.runs is None:
-                begin, length, src = pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner)
-            else:
+            if ft.runs is not None:
                 begin, length, src = pieces.run_pieces(*ft.runs, vtiles, owner)
+            elif ft.ref_runs is not None:
+                begin, length, src = pieces.run_pieces(*ft.ref_runs, ft.run_tiles(vtiles), owner)
+            else:
+                begin, length, src = pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner)
             if begin.size == 0:
                 continue
             ids = runs.expand(begin, length)
@@ -182,7 +186,9 @@ def make_runner(
     groups = []
     for g, bounds in zip(table.groups, in_place, strict=True):
         pairs = list(zip(g.fields, bounds, strict=True))
-        where.append([None if b is not None else runs.as_index(ft.ids) for ft, b in pairs])
+        where.append(
+            [None if b is not None or _by_ranges(ft) else runs.as_index(ft.ids) for ft, b in pairs]
+        )
         kept = [ft if b is None else ft.without_ids(b) for ft, b in pairs]
         groups.append(TypeGroup(g.vtype, g.positions, kept))
     name = table.name
@@ -209,6 +215,10 @@ def make_runner(
                         fields[ft.spec.name] = InPlaceField(storage.readonly(ft.type), *lies)
                     else:
                         fields[ft.spec.name] = wide.in_place(ft.type, lies)
+                    continue
+                if wide is None and index[k] is None and _by_ranges(ft) and not ft.spec.writes:
+                    data = _gather_runs(storage, ft).astype(ft.spec.kernel_dtype, copy=False)
+                    fields[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
                     continue
                 if index[k] is None:  # kept for later unchecked runs
                     index[k] = runs.as_index(ft.ids)
@@ -262,6 +272,22 @@ def make_runner(
             counted.holder.put(CountedExecution(counted.static, tuple(parts)))
 
     return run
+
+
+def _by_ranges(ft: FieldTable) -> bool:
+    """Whether the runner reads field ``ft`` by its runs of ids (:attr:`FieldTable.ref_runs`,
+    never made into ids for a read) rather than by a gather index; BOOL fields, whose
+    values are not their bits, are gathered."""
+    return ft.ref_runs is not None and ft.type.numpy.kind != "b"
+
+
+def _gather_runs(storage: Storage, ft: FieldTable) -> np.ndarray:
+    """The values of a field read by its runs (:func:`_by_ranges`): each run's block of
+    the image copied in turn, as :meth:`Storage.read` of its ids gives them."""
+    raw = storage.arrays[ft.type.size]
+    out = np.empty(ft.size, raw.dtype)
+    runs.take_ranges(raw, *ft.ref_runs, out, 0)
+    return out.view(ft.type.numpy)
 
 
 def _reads_images(group: TypeGroup) -> bool:

@@ -34,9 +34,14 @@ class FieldTable:
     The ids of vertex ``i`` are ``ids[bounds[i]:bounds[i + 1]]``. When every vertex's
     ids form one ascending run, ``runs`` holds each run's ``(begin, end)`` and the ids
     array is made only if something asks for it (most of lowering works on the runs).
+    A field read as longer runs of consecutive ids, several per vertex (the vector
+    lists of a convolution whose operands are laid out as its plan wants), keeps them
+    as ``ref_runs``: ``(begin, end)`` of each, in reference order, none crossing from
+    one vertex to the next; its ids are likewise made only when asked for (exchange
+    planning, liveness and the runner's gather read the runs).
     """
 
-    __slots__ = ("_ids", "inner_offsets", "offsets", "positions", "runs", "spec")
+    __slots__ = ("_ids", "inner_offsets", "offsets", "positions", "ref_runs", "runs", "spec")
 
     def __init__(
         self,
@@ -46,8 +51,9 @@ class FieldTable:
         inner_offsets: np.ndarray | None,
         positions: np.ndarray,
         runs: tuple[np.ndarray, np.ndarray] | None = None,
+        ref_runs: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        if ids is None and runs is None:
+        if ids is None and runs is None and ref_runs is None:
             raise ValueError("a field table needs its ids or its runs")
         self.spec = spec
         self._ids = ids
@@ -55,12 +61,13 @@ class FieldTable:
         self.inner_offsets = inner_offsets
         self.positions = positions  # position in the compute set of each vertex of the group
         self.runs = runs
+        self.ref_runs = ref_runs
 
     @property
     def ids(self) -> np.ndarray:
         """Element ids of every vertex, vertex after vertex (int32 or int64)."""
         if self._ids is None:
-            begin, end = self.runs
+            begin, end = self.runs if self.runs is not None else self.ref_runs
             # int32 where every id fits (kept by the runner: half the host memory)
             narrow = end.size and int(end.max()) <= np.iinfo(np.int32).max
             self._ids = runs.expand_as(begin, end - begin, np.int32 if narrow else np.int64)
@@ -79,7 +86,16 @@ class FieldTable:
 
     def touched(self) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """The ids, or the runs when the ids were never made (for memory liveness)."""
-        return self.runs if self._ids is None else self._ids
+        if self._ids is not None:
+            return self._ids
+        return self.runs if self.runs is not None else self.ref_runs
+
+    def run_tiles(self, vtiles: np.ndarray) -> np.ndarray:
+        """The tile of each of :attr:`ref_runs` (its vertex's, from ``vtiles``: the tile
+        of each vertex of the group)."""
+        begin, end = self.ref_runs
+        at = np.cumsum(end - begin) - (end - begin)  # the reference each run starts at
+        return vtiles[np.searchsorted(self.bounds, at, side="right") - 1]
 
     @property
     def type(self) -> Type:
@@ -180,7 +196,12 @@ def build_table(state, cs) -> ComputeSetTable:
             else:
                 found = None
             if found is not None:
-                offsets, inner_offsets, ids = found
+                offsets, inner_offsets, ids, ref_runs = found
+                if ref_runs is not None:
+                    tables.append(
+                        FieldTable(spec, None, offsets, inner_offsets, positions, None, ref_runs)
+                    )
+                    continue
             elif spec.kind == "vectorlist":
                 if table.list_blocks:
                     values = [table.get_field(v, name) for v in vids[positions].tolist()]
@@ -248,8 +269,13 @@ def _ranges(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | None:
     """VectorList ``name`` of the vertices ``members`` as ``(offsets, inner offsets,
-    ids)`` read from the table's list blocks with numpy, or ``None`` when one of them
-    is not held in a block (then they are read one vertex at a time)."""
+    ids, ref runs)`` read from the table's list blocks with numpy, or ``None`` when one
+    of them is not held in a block (then they are read one vertex at a time).
+
+    Where every block holds its ids as runs (:class:`~poplar_api.run_ids.RunIds`) and
+    the vectors read them as runs of :data:`MIN_REFS_PER_RUN` ids or more on average,
+    the field is the id runs ``(begin, end)`` of its vectors and ``ids`` is None;
+    else ``ref runs`` is None."""
     firsts = np.asarray(table.block_first, np.int64)
     k = np.searchsorted(firsts, members, side="right") - 1
     if (k < 0).any():
@@ -283,7 +309,30 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
         return None  # members of several blocks interleaved: rare, read one at a time
     lengths = np.concatenate([e - b for b, e, _ in parts]) if parts else _NO_IDS
     inner_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    return offsets, inner_offsets, _take_pieces(parts, int(inner_offsets[-1]), dtype)
+    total = int(inner_offsets[-1])
+    if parts and all(isinstance(ids, RunIds) for _, _, ids in parts):
+        found = _ref_runs(parts, total)
+        if found is not None:
+            return offsets, inner_offsets, None, found
+    return offsets, inner_offsets, _take_pieces(parts, total, dtype), None
+
+
+#: References per run, on average, from which a vector list held as runs is tabled as
+#: its runs rather than one id per reference.
+MIN_REFS_PER_RUN = 4
+
+
+def _ref_runs(parts: list[tuple[np.ndarray, np.ndarray, Any]], total: int) -> tuple | None:
+    """The id runs ``(begin, end)`` of the pieces ``[b, e)`` of each part's
+    :class:`~poplar_api.run_ids.RunIds`, piece after piece, or None when they would
+    average fewer than :data:`MIN_REFS_PER_RUN` references each."""
+    found = [runs.run_ranges(ids.starts, ids.firsts, ids.size, b, e) for b, e, ids in parts]
+    count = sum(b.size for b, _ in found)
+    if count * MIN_REFS_PER_RUN > total:
+        return None
+    if len(found) == 1:
+        return found[0]
+    return np.concatenate([b for b, _ in found]), np.concatenate([e for _, e in found])
 
 
 def _take_pieces(parts: list[tuple[np.ndarray, np.ndarray, Any]], total: int, dtype: type):

@@ -172,8 +172,9 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
             # the written span, or whose runs hit no written id, needs no look at its ids
             if ft.size == 0:
                 continue
-            if ft.runs is not None:
-                if not runs.runs_hit_bitmap(written, lo, *ft.runs):
+            held = ft.runs if ft.runs is not None else ft.ref_runs
+            if held is not None:
+                if not runs.runs_hit_bitmap(written, lo, *held):
                     continue
             else:
                 r_lo, r_hi = runs.span(ft.ids)
