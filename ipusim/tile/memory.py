@@ -531,7 +531,7 @@ def _last_range_starts(tile: np.ndarray, joint: np.ndarray, first: np.ndarray) -
 
 #: Blocks laid out per pass of :func:`_allocate` (whole tiles): bounds the per-block
 #: arrays the compiled layout needs, whatever the size of the table.
-ALLOCATE_CHUNK_BLOCKS = 1 << 21
+ALLOCATE_CHUNK_BLOCKS = 1 << 19
 
 
 def _tile_chunks(ends: np.ndarray, chunk: int) -> list[tuple[int, int]]:

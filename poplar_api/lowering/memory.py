@@ -60,7 +60,7 @@ from ipusim.tile.memory import (
     MemorySpec,
     plan,
 )
-from ipusim.timing import TimingModel
+from ipusim.timing import PhaseExchange, StaticExchange, TimingModel
 from poplar_api.lowering import runs
 from poplar_api.lowering.computeset import ComputeSetRecord
 from poplar_api.lowering.exchange import OwnerCache
@@ -81,11 +81,39 @@ def _present(values: np.ndarray, n: int) -> np.ndarray:
     return np.flatnonzero(mask)
 
 
+def _step_totals(timing: TimingModel, step: ir.Exchange) -> tuple[np.ndarray, ...]:
+    """(bytes sent, bytes received, messages sent, messages received) per tile of an
+    on-chip exchange, as its cost gives them.
+
+    An exchange given as per-tile totals is read from the step itself when the timing
+    model costs it with a default exchange component, which takes those totals as they
+    are: asking the cost instead keeps its four arrays over all tiles in the model's
+    cache of costs for the engine's life, for every exchange (a few hundred MB in a
+    sharded ResNet-50 training step).
+    """
+    default = type(timing).cost is TimingModel.cost and type(timing.exchange) in (
+        StaticExchange,
+        PhaseExchange,
+    )
+    if not (default and step.is_totals):
+        cost = timing.cost(step)
+        return cost.bytes_sent, cost.bytes_received, cost.messages_sent, cost.messages_received
+    n = timing.config.num_tiles
+    tiles = np.asarray(step.tile, np.int64)
+    out = []
+    for values in (step.bytes_sent, step.bytes_received, step.messages_sent,
+                   step.messages_received):  # fmt: skip
+        full = np.zeros(n, np.int64)
+        full[tiles] = values
+        out.append(full)
+    return tuple(out)
+
+
 def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ...]:
     """(bytes sent once per message, bytes received, messages sent + received) per tile."""
     if isinstance(step, ir.Exchange):
-        cost = timing.cost(step)
-        return cost.bytes_sent, cost.bytes_received, cost.messages_sent + cost.messages_received
+        sent, received, messages_sent, messages_received = _step_totals(timing, step)
+        return sent, received, messages_sent + messages_received
     n = timing.config.num_tiles
     # a global exchange between replicas (``replicated`` False) names machine-wide
     # tiles: every replica holds its share of the code on its own tile ``t % n``
@@ -110,8 +138,7 @@ def exchange_code(timing: TimingModel, step: ir.Step) -> dict[str, np.ndarray]:
     code = timing.config.code
     n = timing.config.num_tiles
     if isinstance(step, ir.Exchange):
-        cost = timing.cost(step)
-        sent, received = cost.messages_sent, cost.messages_received
+        _, _, sent, received = _step_totals(timing, step)
         if step.is_totals and step.senders_received is not None:
             received = np.zeros(n, np.int64)
             received[np.asarray(step.tile, np.int64)] = step.senders_received
@@ -389,11 +416,14 @@ def _vertex_state_blocks(
             parts["byType"][tname] = parts["byType"].get(tname, 0) + add
             edges = edges + on_edges
         per_tile = record.state_per_tile
-        by_compute_set[record.name] = by_compute_set.get(record.name, 0) + per_tile
+        # kept in the report for every compute set and tile: int32 (half the bytes of
+        # the lowering's int64, thousands of compute sets over all tiles of 4 IPUs)
+        by_compute_set[record.name] = _narrow(by_compute_set.get(record.name, 0) + per_tile)
         lists = record.descriptors_per_tile
         lists = np.zeros(nt, np.int64) if lists is None else lists
         add = np.stack((edges, lists, zero))
-        parts["byComputeSet"][record.name] = parts["byComputeSet"].get(record.name, 0) + add
+        held = parts["byComputeSet"]
+        held[record.name] = _narrow(held.get(record.name, 0) + add)
         blocks.append(_per_tile_blocks(record.name, "vertexInstanceState", per_tile - lists, **kw))
         blocks.append(_per_tile_blocks(record.name, "vectorListDescriptor", lists, **kw))
     for step in computes:
@@ -401,13 +431,14 @@ def _vertex_state_blocks(
             continue
         per_tile = np.bincount(step.vertex_tile, minlength=nt).astype(np.int64)
         per_tile *= copy_vertex_state_bytes(code)
-        by_compute_set[step.name] = by_compute_set.get(step.name, 0) + per_tile
+        by_compute_set[step.name] = _narrow(by_compute_set.get(step.name, 0) + per_tile)
         tname = step.vertex_type_names[0]
         by_vertex_type[tname] = by_vertex_type.get(tname, 0) + int(per_tile.sum())
         data_by_type[tname] = data_by_type.get(tname, 0) + per_tile
         add = np.stack((zero, zero, per_tile))
         parts["byType"][tname] = parts["byType"].get(tname, 0) + add
-        parts["byComputeSet"][step.name] = parts["byComputeSet"].get(step.name, 0) + add
+        held = parts["byComputeSet"]
+        held[step.name] = _narrow(held.get(step.name, 0) + add)
         blocks.append(_per_tile_blocks(step.name, "copyDescriptor", per_tile, **kw))
     return blocks
 
