@@ -232,3 +232,84 @@ def test_replicated_matmul_with_different_data_equals_one_replica_runs(t):
         want = x[r].astype(np.float64) @ w[r].astype(np.float64)
         np.testing.assert_allclose(got[r].astype(np.float64), want, rtol=tol, atol=tol * 4)
     assert not np.array_equal(got[0], got[1])
+
+
+def _scaled_2d_program(t):
+    """``a[:, :5] += s * b`` on a 2-D layout (rows of a on several tiles), then
+    ``a -= 0.5 * b`` over all of it."""
+
+    def build(g: Graph) -> prog.Sequence:
+        a = g.addVariable(t, [24, 9], "a")
+        b = g.addVariable(t, [24, 9], "b")
+        s = g.addVariable(t, [1], "s")
+        for row in range(24):
+            g.setTileMapping(a[row], row % 5)
+            g.setTileMapping(b[row], (row + 2) % 5)
+        g.setTileMapping(s, 6)
+        for name, x in (("a", a), ("b", b), ("s", s)):
+            g.createHostWrite(name, x)
+        g.createHostRead("a", a)
+        seq = prog.Sequence()
+        popops.scaledAddTo(g, a.slice(0, 5, 1), b.slice(0, 5, 1), s, seq, "add")
+        popops.scaledSubtractFrom(g, a, b, 0.5, seq, "sub")
+        return seq
+
+    return build
+
+
+def test_replicated_float_updates_run_where_the_fields_lie(monkeypatch):
+    """FLOAT scaled adds of a replicated graph update every replica's image in place:
+    bit for bit the one-replica runs and the formula."""
+    calls = []
+    real = vertices._scaled_add_in_place
+    monkeypatch.setattr(
+        vertices, "_scaled_add_in_place", lambda *a: calls.append(real(*a)) or calls[-1]
+    )
+    replicas = 3
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((replicas, 24, 9)).astype(np.float32)
+    b = rng.standard_normal((replicas, 24, 9)).astype(np.float32)
+    s = rng.standard_normal((replicas, 1)).astype(np.float32)
+    got, alone = _replicated_and_alone(
+        _scaled_2d_program(FLOAT), {"a": a, "b": b, "s": s}, "a", (24, 9)
+    )
+    assert calls and all(calls)  # in place (the one-replica runs do not call it)
+    assert got.tobytes() == alone.tobytes()
+    for r in range(replicas):
+        want = a[r].copy()
+        want[:, :5] = want[:, :5] + (s[r, 0] * b[r, :, :5]).astype(np.float32)
+        want = want - (np.float32(0.5) * b[r]).astype(np.float32)
+        assert got[r].tobytes() == want.tobytes(), f"replica {r}"
+
+
+def test_an_update_reading_what_it_writes_runs_packed(monkeypatch):
+    """B's elements among A's (``a[1:] += s * a[:-1]``): the packed pass reads all of B
+    before writing A, so the update is not done in place."""
+    calls = []
+    real = vertices._scaled_add_in_place
+    monkeypatch.setattr(
+        vertices, "_scaled_add_in_place", lambda *a: calls.append(real(*a)) or calls[-1]
+    )
+
+    def build(g: Graph) -> prog.Sequence:
+        a = g.addVariable(FLOAT, [30], "a")
+        s = g.addVariable(FLOAT, [1], "s")
+        g.setTileMapping(a, 0)
+        g.setTileMapping(s, 1)
+        g.createHostWrite("a", a)
+        g.createHostWrite("s", s)
+        g.createHostRead("a", a)
+        seq = prog.Sequence()
+        popops.scaledAddTo(g, a.slice(1, 30), a.slice(0, 29), s, seq, "shift")
+        return seq
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 30)).astype(np.float32)
+    s = rng.standard_normal((2, 1)).astype(np.float32)
+    got, alone = _replicated_and_alone(build, {"a": a, "s": s}, "a", (30,))
+    assert calls == [False]  # asked, and refused: packed
+    assert got.tobytes() == alone.tobytes()
+    for r in range(2):
+        want = a[r].copy()
+        want[1:] = a[r, 1:] + (s[r, 0] * a[r, :-1]).astype(np.float32)
+        assert got[r].tobytes() == want.tobytes()

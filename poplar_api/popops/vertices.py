@@ -22,11 +22,12 @@ import numba
 import numpy as np
 
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
+from poplar_api.field_images import ImageField
 from poplar_api.fields import FieldBatch
 from poplar_api.popops import estimators as est
 from poplar_api.popops.expr import Expr, _round
 from poplar_api.popops.ops import BINARY_OPS, UNARY_OPS
-from poplar_api.types import BOOL, HALF, Type
+from poplar_api.types import BOOL, FLOAT, HALF, Type
 
 __all__ = [
     "binary_vertex",
@@ -237,6 +238,58 @@ def _scaled_add_compiled(
     return True
 
 
+def _scaled_add_in_place(b: dict[str, Any], subtract: bool) -> bool:
+    """:func:`_scaled_add` of every replica's vertices on FLOAT fields lying in every
+    replica's image (:class:`ImageField`, replica 0's layout): each element of ``A``
+    read, updated and stored where it lies, with the arithmetic of the packed pass.
+    False, having written nothing, when the fields are not such or when ``B``'s
+    elements may be among ``A``'s (the packed pass reads all of ``B`` before it writes
+    ``A``): then the batch runs packed."""
+    a, other, scale = b["A"], b["B"], b["scaleB"]
+    fields = (a, other, scale)
+    f32 = np.dtype(np.float32)
+    if not all(isinstance(f, ImageField) and f.dtype == f32 for f in fields):
+        return False
+    counts = _counts(a).astype(np.int64)
+    if other.ids.size != a.ids.size or scale.ids.size != counts.size:
+        return False
+    if int(counts.sum()) != a.ids.size or not _apart(a.ids, other.ids):
+        return False
+    scales = np.ascontiguousarray(scale.image.view(f32)[:, scale.ids])
+    a_img, b_img = a.image.view(f32), other.image.view(f32)
+    _scaled_add_images(a_img, a.ids, b_img, other.ids, scales, counts, bool(subtract))
+    return True
+
+
+def _apart(a_ids: np.ndarray, b_ids: np.ndarray) -> bool:
+    """Whether no id of ``b_ids`` is one of ``a_ids`` (spans apart, else exactly)."""
+    if not a_ids.size or not b_ids.size:
+        return True
+    if a_ids.max() < b_ids.min() or b_ids.max() < a_ids.min():
+        return True
+    return not np.isin(b_ids, a_ids).any()
+
+
+@numba.njit(cache=True, nogil=True)
+def _scaled_add_images(a, a_ids, b, b_ids, scale, counts, subtract):  # pragma: no cover
+    """:func:`_scaled_add` of every replica ``r``: element ``a_ids[i]`` of row ``r`` of
+    ``a`` updated with element ``b_ids[i]`` of row ``r`` of ``b`` and vertex ``v``'s
+    ``scale[r, v]``, in float32 as the packed pass computes it."""
+    for r in range(a.shape[0]):
+        arow, brow = a[r], b[r]
+        at = 0
+        for v in range(counts.size):
+            s = scale[r, v]
+            end = at + counts[v]
+            if subtract:
+                for i in range(at, end):
+                    arow[a_ids[i]] = arow[a_ids[i]] - s * brow[b_ids[i]]
+            else:
+                for i in range(at, end):
+                    arow[a_ids[i]] = arow[a_ids[i]] + s * brow[b_ids[i]]
+            at = end
+
+
 @cache
 def scaled_add_vertex(t: Type, layout: str, subtract: bool = False) -> type:
     """``popops::ScaledAddSupervisor`` / ``ScaledAdd2D`` (or the Subtract forms): A += s*B.
@@ -254,6 +307,13 @@ def scaled_add_vertex(t: Type, layout: str, subtract: bool = False) -> type:
     sign = -1 if subtract else 1
 
     def compute(b: dict[str, FieldBatch]) -> None:
+        if isinstance(b["A"], ImageField):  # every replica, where the fields lie
+            if _scaled_add_in_place(b, subtract):
+                return
+            packed = {k: f.packed() if isinstance(f, ImageField) else f for k, f in b.items()}
+            compute(packed)
+            b["A"].store_packed(packed["A"])
+            return
         a, scales = b["A"].data, b["scaleB"].data
         if _scaled_add_compiled(a, b["B"].data, scales, _counts(b["A"]), subtract):
             return
@@ -271,7 +331,11 @@ def scaled_add_vertex(t: Type, layout: str, subtract: bool = False) -> type:
             return est.scaled_add_supervisor(t.name, _total(sizes["A"]), w, vw, subtract)
         return est.scaled_add_2d(t.name, _rows(sizes["A"]), vw, subtract)
 
-    return _make(name, layout == "1D", fields, compute, estimate, "A += scale * B.")
+    cls = _make(name, layout == "1D", fields, compute, estimate, "A += scale * B.")
+    # FLOAT: with the replicas run as one batch, the fields come where they lie in every
+    # replica's image (ImageField) and the update is done there (_scaled_add_in_place)
+    cls.readsImages = t is FLOAT
+    return cls
 
 
 @cache
