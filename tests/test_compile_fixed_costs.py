@@ -51,7 +51,7 @@ def test_an_empty_range_owns_no_variable():
 def test_a_local_copy_element_on_no_tile_is_refused():
     cfg = load_config("tiny")
     d_tile = np.array([0, -1, 1], np.int32)
-    with pytest.raises(ValueError, match="on no tile"):
+    with pytest.raises(ValueError, match="has no tile"):
         on_tile_copy_steps(cfg, range(0, 3), np.array([5, 6, 7]), d_tile, np.ones(3, bool), 4)
 
 

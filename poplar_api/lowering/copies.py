@@ -220,7 +220,12 @@ def _local_elements(
     for k in range(local.size):
         if local[k]:
             if d_tile[k] < 0:  # (an unmapped element: the graph's validation names it)
-                raise ValueError("a copied element is on no tile")
+                raise ValueError(
+                    "Copy: an element the copy moves within a tile has no tile (tile -1); "
+                    "the graph's validation refuses unmapped elements before lowering, so "
+                    "this is a defect of ipusim's lowering; hint: map every element of the "
+                    "copy's source and destination (graph.setTileMapping) and report it"
+                )
             starts[d_tile[k] + 1] += 1
     for t in range(bound):
         starts[t + 1] += starts[t]
