@@ -92,6 +92,7 @@ Source quirks kept or resolved (see each function):
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Sequence
 
 from poplar_api.poplin.conv_estimator_common import (
@@ -352,13 +353,18 @@ def conv_partial_nx1_cycles(
         + 3
     )
     inner = kernel_outer_elems * (14 + kernel_inner_elems * (17 - 5 + passes * innermost))
-    for k in range(kernel_size):
+    # each kernel position adds its slowest worker; positions whose contexts have the
+    # same entry counts (most of a large kernel's) are costed once
+    columns = (
+        Counter(zip(*(map(tuple, p) for p in parts), strict=True)) if parts else {(): kernel_size}
+    )
+    for lists, count in columns.items():
         per_worker = [
-            _nx1_worker_cycles_of(tuple(p[k]), float_activations, float_partials, num_conv_units)
-            for p in parts
+            _nx1_worker_cycles_of(t, float_activations, float_partials, num_conv_units)
+            for t in lists
         ]
         hi, lo = _balance(per_worker, num_worker_contexts)
-        inner += max(hi, lo + _NX1_WORKER_TAG) * passes
+        inner += max(hi, lo + _NX1_WORKER_TAG) * passes * count
     cg, og, ig, w = num_conv_groups, num_out_groups, num_in_groups, num_worker_contexts
     return (
         _NX1_OVERHEAD

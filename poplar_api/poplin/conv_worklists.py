@@ -49,7 +49,8 @@ class TileGeometry:
         Worker contexts the entries are split over.
     partitions
         ``partitions[w][k]``: the ``num`` of each entry of worker ``w`` at kernel
-        position ``k`` (the estimators' ``workerPartitions``).
+        position ``k`` (the estimators' ``workerPartitions``); equal lists are one
+        object, so they are read only.
     in_stride, out_stride
         Row strides of consecutive elements of an entry.
     positions
@@ -226,13 +227,7 @@ def tile_geometry(
     # counts per range made in one pass (the estimators read them per worker), the
     # worklists only when asked for (the planner's estimates need the counts alone)
     bounds = [0, *np.cumsum(cnt).tolist()]
-    if cnt.size and int(cnt.max()) == 1:  # at most one entry per range (a large kernel)
-        one = np.full(cnt.size, -1, np.int64)
-        one[cnt > 0] = num
-        per_pair = [[x] if x >= 0 else [] for x in one.tolist()]
-    else:
-        nums = num.astype(np.int64).tolist()
-        per_pair = [nums[a:b] for a, b in itertools.pairwise(bounds)]
+    per_pair = _shared_count_lists(cnt, num)
     return TileGeometry(
         window=window,
         out_shape=out_shape,
@@ -245,6 +240,32 @@ def tile_geometry(
         out_stride=1 if out_step is None else out_step,
         positions=positions,
     )
+
+
+def _shared_count_lists(cnt: np.ndarray, num: np.ndarray) -> list[list[int]]:
+    """The entry counts of every entry range (``cnt[i]`` entries of sizes ``num``, one
+    range after another) as lists, one list per distinct range shared by the ranges
+    that have it: a large kernel has thousands of ranges and a few distinct ones, and
+    the lists are read, never changed (making one per range was most of a plan's
+    estimate, in allocation and garbage collection)."""
+    if not cnt.size:
+        return []
+    width = int(cnt.max())
+    if cnt.size * width > 4 * num.size + 4096:  # a few long ranges: padding costs more
+        nums = num.astype(np.int64).tolist()
+        bounds = [0, *np.cumsum(cnt).tolist()]
+        return [nums[a:b] for a, b in itertools.pairwise(bounds)]
+    pair = np.repeat(np.arange(cnt.size), cnt)
+    padded = np.full((cnt.size, width), -1, np.int64)  # counts are >= 0
+    padded[pair, np.arange(num.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)] = num
+    order = np.lexsort(padded.T)  # equal rows next to each other
+    ordered = padded[order]
+    first = np.ones(order.size, bool)
+    first[1:] = (ordered[1:] != ordered[:-1]).any(1)
+    which = np.empty(order.size, np.int64)
+    which[order] = np.cumsum(first) - 1
+    lists = [[x for x in row if x >= 0] for row in ordered[first].tolist()]
+    return [lists[i] for i in which.tolist()]
 
 
 def relative_key(

@@ -1,0 +1,115 @@
+"""Large kernels in the planner's estimates: kernel positions whose workers have the
+same entry counts are costed once, and a tile's count lists are shared between the
+entry ranges that have the same counts.
+
+The ``ConvPartialnx1`` estimate is checked against its per-position formula written
+here (``getConvPartialnx1SupervisorCycleEstimate``, graphcore/poplibs 7eac0f26: each
+kernel position adds ``max(W * slowest worker, W * fastest worker + 9)`` per pass, the
+fastest counted as 0 with fewer than ``W`` contexts); the shared count lists against
+the slices of the entry counts they stand for.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from poplar_api.poplin.conv_estimators import conv_partial_nx1_cycles, nx1_worker_cycles
+from poplar_api.poplin.conv_params import dim_maps
+from poplar_api.poplin.conv_worklists import _shared_count_lists, tile_geometry
+from poplar_api.types import FLOAT
+
+W = 6
+KW = dict(
+    num_conv_groups=1,
+    num_out_groups=2,
+    num_in_groups=3,
+    kernel_outer_elems=1,
+    filter_height=1,
+    in_chans_per_group=8,
+    out_chans_per_group=16,
+    weight_bytes_per_conv_unit=32,
+    num_conv_units=8,
+    coeff_load_bytes_per_cycle=16,
+    num_worker_contexts=W,
+    float_activations=False,
+    float_partials=True,
+)
+
+
+def _reference(parts: list[list[list[int]]], kernel: int) -> int:
+    """The estimate with every kernel position's workers costed one position at a time."""
+    base = conv_partial_nx1_cycles(
+        [[[] for _ in range(kernel)] for _ in range(W)], kernel_inner_elems=kernel, **KW
+    )
+    empty = nx1_worker_cycles([], False, True, 8)
+    passes = KW["out_chans_per_group"] // KW["num_conv_units"]
+    og, ig = KW["num_out_groups"], KW["num_in_groups"]
+    delta = 0
+    for k in range(kernel):
+        cycles = [nx1_worker_cycles(p[k], False, True, 8) for p in parts]
+        hi = W * max(cycles, default=0)
+        lo = W * min(cycles) if len(cycles) == W else 0
+        delta += max(hi, lo + 9) - max(W * empty, W * empty + 9)
+    return base + ig * og * delta * passes
+
+
+@pytest.mark.parametrize("contexts", [W, 4])
+def test_repeated_kernel_positions_cost_as_each_position(contexts: int) -> None:
+    rng = np.random.default_rng(7)
+    kernel = 40
+    patterns = [[int(x) for x in rng.integers(0, 9, size=rng.integers(0, 3))] for _ in range(5)]
+    choice = rng.integers(0, len(patterns), size=(contexts, kernel))
+    parts = [[list(patterns[i]) for i in row] for row in choice.tolist()]
+    got = conv_partial_nx1_cycles(parts, kernel_inner_elems=kernel, **KW)
+    assert got == _reference(parts, kernel)
+
+
+def test_no_contexts_cost_the_tag_at_every_position() -> None:
+    kernel = 12
+    empty = conv_partial_nx1_cycles([], kernel_inner_elems=kernel, **KW)
+    one = conv_partial_nx1_cycles([[[] for _ in range(kernel)]], kernel_inner_elems=kernel, **KW)
+    # one idle context: each position costs max(W * its cycles, 9) instead of 9
+    worker = W * nx1_worker_cycles([], False, True, 8)
+    passes, groups = 2, KW["num_out_groups"] * KW["num_in_groups"]
+    assert one - empty == groups * kernel * passes * (max(worker, 9) - 9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_shared_count_lists_are_the_ranges_counts(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cnt = rng.integers(0, 4, size=300)
+    num = rng.integers(0, 5, size=int(cnt.sum()))
+    got = _shared_count_lists(cnt, num)
+    bounds = np.concatenate(([0], np.cumsum(cnt)))
+    assert got == [num[a:b].tolist() for a, b in itertools.pairwise(bounds)]
+    # equal ranges share one list
+    by_value: dict[tuple[int, ...], int] = {}
+    for lst in got:
+        assert by_value.setdefault(tuple(lst), id(lst)) == id(lst)
+
+
+def test_shared_count_lists_long_ranges_and_none() -> None:
+    cnt = np.array([5000, 0, 1])
+    num = np.arange(5001) % 7
+    got = _shared_count_lists(cnt, num)
+    assert got == [num[:5000].tolist(), [], [int(num[5000])]]
+    assert _shared_count_lists(np.zeros(0, np.int64), np.zeros(0, np.int64)) == []
+
+
+def test_large_kernel_geometry_partitions_match_entries() -> None:
+    # a 28x28 kernel over a 28x28 field padded by 1 (a weight update's shape): the
+    # partitions are the entries' counts per worker and kernel position
+    from poplar_api.poplin.conv_params import ConvParams
+
+    params = ConvParams(FLOAT, 1, [28, 28], [28, 28], 32, 8, paddingLower=1, paddingUpper=1)
+    maps = dim_maps(params)
+    geom = tile_geometry(maps, 1, [(0, 3), (0, 2)], W)
+    entries = geom.entries.reshape(-1, 3)
+    b = geom.entry_bounds
+    for w in range(W):
+        for k in (0, 1, 377, 783):
+            i = k * W + w
+            assert geom.partitions[w][k] == entries[b[i] : b[i + 1], 1].tolist()
