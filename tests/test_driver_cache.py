@@ -47,6 +47,24 @@ class Scale(Vertex):
 """
 
 
+#: A codelet whose compute calls a function defined elsewhere (``call``).
+CALLER = """
+{imports}
+from poplar_api import FLOAT
+from poplar_api.codelet import Input, Output, Vector, Vertex
+
+
+class Caller(Vertex):
+    in_ = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, out):
+        for i in range(in_.shape[0]):
+            out[i] = {call}(in_[i])
+"""
+
+
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh, empty cache directory (``IPUSIM_CACHE_DIR``) with the cache on."""
@@ -137,24 +155,7 @@ def test_a_changed_helper_in_another_module_is_not_run_stale(
     """The kernel's own bytecode stays the same; only a function it calls changes."""
     monkeypatch.syspath_prepend(str(tmp_path))
     codelet = tmp_path / "uses_helper.py"
-    _write(
-        codelet,
-        """
-        import n7_helper
-        from poplar_api import FLOAT
-        from poplar_api.codelet import Input, Output, Vector, Vertex
-
-
-        class Twice(Vertex):
-            in_ = Input(Vector(FLOAT))
-            out = Output(Vector(FLOAT))
-
-            @staticmethod
-            def compute(in_, out):
-                for i in range(in_.shape[0]):
-                    out[i] = n7_helper.step(in_[i])
-        """,
-    )
+    _write(codelet, CALLER.format(imports="import n7_helper", call="n7_helper.step"))
     helper = """
         import numba
 
@@ -166,7 +167,7 @@ def test_a_changed_helper_in_another_module_is_not_run_stale(
     for body in ["* 2.0", "* 2.0 - 7.0"]:
         _write(tmp_path / "n7_helper.py", helper.format(body=body))
         sys.modules.pop("n7_helper", None)
-        out, driver = _run(_load(codelet, "n7_uses_helper").Twice, DATA)
+        out, driver = _run(_load(codelet, "n7_uses_helper").Caller, DATA)
         outs.append((out.copy(), _hits(driver)))
     sys.modules.pop("n7_helper", None)
     np.testing.assert_array_equal(outs[0][0], DATA * np.float32(2.0))
@@ -365,7 +366,7 @@ import numpy as np
 from poplar_api.codelet import execute, load_codelet_file, vertex_type
 from poplar_api.fields import FieldBatch
 
-cls = load_codelet_file(sys.argv[1]).Bumped
+cls = load_codelet_file(sys.argv[1]).Caller
 data = np.arange(4, dtype=np.float32)
 at = np.array([0, 4])
 b = {"in": FieldBatch(data, at), "out": FieldBatch(np.zeros(4, np.float32), at)}
@@ -392,25 +393,8 @@ def test_an_overload_edited_in_another_file_is_not_run_stale(cache: Path, tmp_pa
             return impl
         """
     )
-    codelet = _write(
-        tmp_path / "bumped.py",
-        """
-        import n7_overload  # registers the overload of n7_stub.bump
-        import n7_stub
-        from poplar_api import FLOAT
-        from poplar_api.codelet import Input, Output, Vector, Vertex
-
-
-        class Bumped(Vertex):
-            in_ = Input(Vector(FLOAT))
-            out = Output(Vector(FLOAT))
-
-            @staticmethod
-            def compute(in_, out):
-                for i in range(in_.shape[0]):
-                    out[i] = n7_stub.bump(in_[i])
-        """,
-    )
+    imports = "import n7_overload  # registers the overload of n7_stub.bump\nimport n7_stub"
+    codelet = _write(tmp_path / "bumped.py", CALLER.format(imports=imports, call="n7_stub.bump"))
     script = tmp_path / "run_overloaded.py"
     script.write_text(OVERLOADED)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
