@@ -91,11 +91,12 @@ def test_shared_count_lists_are_the_ranges_counts(seed: int) -> None:
         assert by_value.setdefault(tuple(lst), id(lst)) == id(lst)
 
 
-def test_shared_count_lists_long_ranges_and_none() -> None:
-    cnt = np.array([5000, 0, 1])
-    num = np.arange(5001) % 7
-    got = _shared_count_lists(cnt, num)
-    assert got == [num[:5000].tolist(), [], [int(num[5000])]]
+def test_shared_count_lists_long_ranges_few_ranges_and_none() -> None:
+    for cnt in (np.array([5000, 0, *[1] * 100]), np.array([3, 0, 1])):  # long; few
+        num = np.arange(int(cnt.sum())) % 7
+        bounds = np.concatenate(([0], np.cumsum(cnt)))
+        want = [num[a:b].tolist() for a, b in itertools.pairwise(bounds)]
+        assert _shared_count_lists(cnt, num) == want
     assert _shared_count_lists(np.zeros(0, np.int64), np.zeros(0, np.int64)) == []
 
 

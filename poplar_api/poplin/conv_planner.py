@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -748,7 +748,7 @@ def plan_convolution(
             exact = int(exact_compute(plan)) * plan.serial
             cost["compute"] = exact
             cost["total"] = exact + cost["exchange"] + cost["reduce"] + cost["transform"]
-            plan = make(j, cost)
+            plan = replace(plan, cost=cost)
         key = cost["total"] if fits[j] else np.iinfo(np.int64).max
         if best is None or key < best[0]:
             best = (key, plan)

@@ -28,6 +28,10 @@ from poplar_api.poplin.conv_estimator_common import CountLists
 
 __all__ = ["TileGeometry", "Worklists", "relative_dim_key", "relative_key", "tile_geometry"]
 
+#: Entry ranges (kernel positions x workers) from which a tile's equal count lists
+#: are found and shared (:func:`_shared_count_lists`); fewer are sliced one by one.
+SHARE_MIN_RANGES = 64
+
 
 @dataclass
 class TileGeometry:
@@ -244,14 +248,15 @@ def tile_geometry(
 
 def _shared_count_lists(cnt: np.ndarray, num: np.ndarray) -> list[list[int]]:
     """The entry counts of every entry range (``cnt[i]`` entries of sizes ``num``, one
-    range after another) as lists, one list per distinct range shared by the ranges
-    that have it: a large kernel has thousands of ranges and a few distinct ones, and
-    the lists are read, never changed (making one per range was most of a plan's
-    estimate, in allocation and garbage collection)."""
+    range after another) as lists; past :data:`SHARE_MIN_RANGES` ranges one list per
+    distinct range, shared by the ranges that have it: a large kernel has thousands of
+    ranges and a few distinct ones, and the lists are read, never changed (making one
+    per range was most of a plan's estimate, in allocation and garbage collection)."""
     if not cnt.size:
         return []
     width = int(cnt.max())
-    if cnt.size * width > 4 * num.size + 4096:  # a few long ranges: padding costs more
+    # few ranges, or a few long ones: slicing costs less than finding the equal ones
+    if cnt.size <= SHARE_MIN_RANGES or cnt.size * width > 4 * num.size + 4096:
         nums = num.astype(np.int64).tolist()
         bounds = [0, *np.cumsum(cnt).tolist()]
         return [nums[a:b] for a, b in itertools.pairwise(bounds)]
