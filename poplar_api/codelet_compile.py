@@ -5,7 +5,8 @@ one driver loop over every vertex of a compute set, run from packed field batche
 :class:`~poplar_api.fields.FieldBatch` arrays; :func:`execute_lowered` does the same for
 fields the graph's lowering laid out (inputs read in place from device memory). The
 driver loop of a vertex type is generated Python source compiled with Numba, with the
-kernel inlined into it when Numba can (else called from it). A kernel that indexes a
+kernel inlined into it when Numba can (else called from it), and kept on disk for later
+processes (:mod:`poplar_api.driver_cache`). A kernel that indexes a
 field out of bounds is re-run in Python on guarded copies of its data, so that the
 :class:`~poplar_api.codelet_base.VertexError` names the field, the index and its size.
 """
