@@ -38,7 +38,7 @@ from poplar_api.graph import OUTSIDE, ComputeSet, Graph, Segments
 from poplar_api.graph_bulk import bulk_construction
 from poplar_api.popops import reduce_plan as _rp
 from poplar_api.popops.reduce_connect import Ctx
-from poplar_api.popops.reduce_plan import accumulate_type
+from poplar_api.popops.reduce_plan import accumulate_type, stable_order
 from poplar_api.popops.reduce_vertices import (
     _ARITHMETIC_TYPES,
     _LOGICAL_OPS,
@@ -244,7 +244,7 @@ class _Builder:
         if tiles.size == 0:
             return
         scaled = scale != 1.0
-        order = np.argsort(tiles, kind="stable")
+        order = stable_order(np.asarray(tiles, np.int64))
         tiles_sorted = tiles[order]
         uniq, starts = np.unique(tiles_sorted, return_index=True)
         ends = np.append(starts[1:], tiles_sorted.size)

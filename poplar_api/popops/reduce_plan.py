@@ -39,7 +39,7 @@ from poplar_api.popops.reduce_connect import Ctx, connect_tile, grain_for_op, sp
 from poplar_api.popops.reduce_vertices import Operation, reduce_vertex
 from poplar_api.types import FLOAT, HALF, Type
 
-__all__ = ["Partials", "accumulate_type", "start_tile"]
+__all__ = ["Partials", "accumulate_type", "stable_order", "start_tile"]
 
 #: ``reductionFactorThresholdToAddMoreStages`` (ReductionPlan.hpp).
 THRESHOLD = 64
@@ -110,6 +110,16 @@ class Stage:
     r_w: np.ndarray
     r_rows: np.ndarray
     r_inner: np.ndarray
+
+
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")``. Keys in ``[0, 2**16)`` (tiles, or tile and
+    column of a reduction's elements) are sorted as 16-bit integers, which numpy sorts
+    by radix: the same order, several times faster than its merge sort of 64-bit keys
+    (a 200,000-element input's group order in 2 ms instead of 14)."""
+    if keys.size and int(keys.min()) >= 0 and int(keys.max()) < 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
 
 
 def _group_regions(g_tile: np.ndarray, g_col: np.ndarray, g_len: np.ndarray,
@@ -240,7 +250,7 @@ def on_tile_stage(
     tile_m = np.empty(flat_pos.size, np.int64)
     tile_m[flat_pos] = tiles.reshape(-1)
     key_m = tile_m * n_out + col_m
-    s_pos = np.argsort(key_m, kind="stable")
+    s_pos = stable_order(key_m)
     key = key_m[s_pos]
     s_tile, s_col = tile_m[s_pos], col_m[s_pos]
     first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
@@ -360,7 +370,7 @@ def intermediate_stage(
             red_r1.append(min((i + 1) * rf, dd))
             tile = (tile + 1) % num_tiles
     rt = np.asarray(red_tile, np.int64)
-    order_r = np.argsort(rt, kind="stable")
+    order_r = stable_order(rt)
     rt = rt[order_r]
     rb, re_ = np.asarray(red_b)[order_r], np.asarray(red_e)[order_r]
     r0, r1 = np.asarray(red_r0)[order_r], np.asarray(red_r1)[order_r]
