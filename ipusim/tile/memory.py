@@ -490,11 +490,17 @@ def _placement_order(tile: np.ndarray, later: np.ndarray, first: np.ndarray) -> 
               (n - 1).bit_length()]  # fmt: skip
     if int(tile.min()) < 0 or sum(widths) > 63:
         return np.lexsort((np.arange(n), first, later, tile))
+    # built in place, the row added a slice at a time: one int64 array over the blocks
     key = tile.astype(np.int64)
-    for values, width in ((later.astype(np.int64), widths[1]),
-                          (first.astype(np.int64) - f_lo, widths[2]),
-                          (np.arange(n, dtype=np.int64), widths[3])):  # fmt: skip
-        key = (key << width) | values
+    key <<= widths[1]
+    key |= later
+    key <<= widths[2]
+    key += first
+    key -= f_lo
+    key <<= widths[3]
+    step = 1 << 20
+    for at in range(0, n, step):
+        key[at : at + step] += np.arange(at, min(at + step, n), dtype=np.int64)
     # keys are distinct (the row is in them): sorting them and keeping the row bits
     # gives the argsort, several times faster (in place: no second array of keys)
     key.sort()
