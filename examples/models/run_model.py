@@ -211,6 +211,7 @@ def run_model(
     ipus: int = 1,
     grad_weights: int = 3,
     seed: int = 0,
+    allow_oom: bool = False,
 ) -> ModelRun:
     """Build, compile and run model ``name`` once; check it against the reference.
 
@@ -228,6 +229,10 @@ def run_model(
         Weights whose gradients are anchored and checked (spread over the model).
     seed
         Seed of the weights and inputs.
+    allow_oom
+        Compile and run even when the step does not fit the device's tile memory
+        (engine option ``debug.allowOutOfMemory``): the host cost of a model that does
+        not fit, with values computed as if it did.
     """
     result = ModelRun(name, "training" if train else "inference")
     t0 = time.perf_counter()
@@ -242,6 +247,8 @@ def run_model(
     user = popart.SessionOptions()
     if ipus > 1:  # sharded: the nodes in order, one contiguous chunk per IPU
         user.virtualGraphMode = popart.VirtualGraphMode.Auto
+    if allow_oom:
+        user.engineOptions = {"debug.allowOutOfMemory": "true"}
     t0 = time.perf_counter()
     if train:
         assert loss is not None
@@ -314,9 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiles", type=int, default=None, help="tiles per IPU (Mk2: 1472)")
     parser.add_argument("--ipus", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--allow-oom", action="store_true", help="run even if it does not fit tile memory"
+    )
     args = parser.parse_args(argv)
     try:
-        result = run_model(args.model, args.train, args.tiles, args.ipus)
+        result = run_model(args.model, args.train, args.tiles, args.ipus, allow_oom=args.allow_oom)
     except Exception as exc:  # a model that does not compile or run: say why, exit 2
         first = str(exc).splitlines()[0] if str(exc) else ""
         message = f"{type(exc).__name__}: {first}"

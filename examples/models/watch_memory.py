@@ -108,11 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=float, default=15.0, help="GB at which to stop")
     parser.add_argument("--log", type=Path, default=None, help="also write samples here")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--allow-oom", action="store_true", help="run even if over tile memory")
     args = parser.parse_args(argv)
     log = args.log.open("w") if args.log else None
     watch = Watch(args.every, args.limit * 1e9, log)
     watch.start()
-    result = run_model(args.model, args.train, args.tiles, args.ipus)
+    result = run_model(args.model, args.train, args.tiles, args.ipus, allow_oom=args.allow_oom)
     watch.halt.set()
     watch.sample()
     figures = {
