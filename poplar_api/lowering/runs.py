@@ -632,37 +632,6 @@ def take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no 
     return j
 
 
-@numba.njit(cache=True, nogil=True)
-def _run_ranges(starts, firsts, size, begins, ends, out_begin, out_end, at):  # pragma: no cover
-    # the id runs of positions begins[q] .. ends[q] - 1 of a sequence held as runs,
-    # range after range, written from row at (or only counted when out_begin is empty)
-    count = at
-    write = out_begin.size > 0
-    nruns = starts.shape[0]
-    for q in range(begins.shape[0]):
-        p, hi = begins[q], ends[q]
-        if hi <= p:
-            continue
-        lo_r, hi_r = 0, nruns  # the last run starting at or before p
-        while hi_r - lo_r > 1:
-            mid = (lo_r + hi_r) // 2
-            if starts[mid] <= p:
-                lo_r = mid
-            else:
-                hi_r = mid
-        r = lo_r
-        while p < hi:
-            stop = min(starts[r + 1] if r + 1 < nruns else size, hi)
-            if write:
-                base = firsts[r] - starts[r]
-                out_begin[count] = base + p
-                out_end[count] = base + stop
-            count += 1
-            p = stop
-            r += 1
-    return count
-
-
 def run_ranges(
     starts: np.ndarray, firsts: np.ndarray, size: int, begins: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -670,10 +639,20 @@ def run_ranges(
     consecutive ids (as :func:`take_run_ranges` reads it), as id runs ``[begin, end)``,
     range after range, a run cut where a range ends: :func:`take_run_ranges`' ids
     without one array entry per id."""
-    begins = np.ascontiguousarray(begins, np.int64)
-    ends = np.ascontiguousarray(ends, np.int64)
-    none = np.zeros(0, np.int64)
-    n = _run_ranges(starts, firsts, size, begins, ends, none, none, 0)
-    out_begin, out_end = np.empty(n, np.int64), np.empty(n, np.int64)
-    _run_ranges(starts, firsts, size, begins, ends, out_begin, out_end, 0)
-    return out_begin, out_end
+    begins = np.asarray(begins, np.int64)
+    ends = np.asarray(ends, np.int64)
+    full = ends > begins
+    begins, ends = begins[full], ends[full]
+    # the runs holding each range's first and last positions, and every run between
+    first = np.searchsorted(starts, begins, side="right") - 1
+    last = np.searchsorted(starts, ends - 1, side="right") - 1
+    count = last - first + 1
+    at = np.cumsum(count) - count  # each range's first row
+    row = np.arange(int(count.sum()), dtype=np.int64)
+    k = np.repeat(np.arange(begins.size), count)  # the range of each row
+    r = first[k] + (row - at[k])  # its run
+    stops = np.append(np.asarray(starts[1:], np.int64), size)
+    lo = np.maximum(starts[r], begins[k])
+    hi = np.minimum(stops[r], ends[k])
+    shift = firsts[r] - starts[r]
+    return lo + shift, hi + shift
