@@ -115,12 +115,15 @@ def _reduce_in_place(update: bool, batches: Mapping[str, Any], num_vertices: int
     replicas, n = p.replicas, p.offsets.size - 1
     if num_vertices != n * replicas or out.offsets.size != n + 1:
         return None
-    ok = np.ones(n, dtype=bool)
+    out_len = np.diff(out.offsets)
+    # a vertex with a partial whose length is not its output's adds nothing
+    vertex = np.repeat(np.arange(n), np.diff(p.offsets))
+    wrong = np.diff(p.inner_offsets) != out_len[vertex]
+    ok = np.bincount(vertex[wrong], minlength=n) == 0
     sums = np.zeros((replicas, out.ids.size), np.float64)
     _sum_lists_images(
         p.image.view(np.float32), p.ids, p.offsets, p.inner_offsets, out.offsets, ok, sums
     )
-    out_len = np.diff(out.offsets)
     has_out = np.repeat(ok, out_len)
     ids = out.ids[has_out]
     sums = sums[:, has_out]
@@ -143,15 +146,10 @@ def _kernel_values(field: ImageField, ids: np.ndarray) -> np.ndarray:
 def _sum_lists_images(
     images, ids, offsets, inner_offsets, out_offsets, ok, sums
 ):  # pragma: no cover
-    """:func:`_sum_lists` of every replica: the partials' element ``ids`` (replica 0's
-    packed layout) read in each replica's row of ``images``, summed into that row of
-    ``sums``, in the same order."""
-    for v in range(ok.size):
-        base = out_offsets[v]
-        size = out_offsets[v + 1] - base
-        for j in range(offsets[v], offsets[v + 1]):
-            if inner_offsets[j + 1] - inner_offsets[j] != size:
-                ok[v] = False
+    """:func:`_sum_lists` of every replica, for the vertices ``ok`` (whose partials
+    have their output's length): the partials' element ``ids`` (replica 0's packed
+    layout) read in each replica's row of ``images``, summed into that row of ``sums``,
+    in the same order."""
     for r in range(images.shape[0]):
         image, total = images[r], sums[r]
         for v in range(ok.size):
