@@ -96,7 +96,8 @@ _NO_AMP_HERE = (
 )
 _AMP_HERE = (
     "Poplibs' plan of this layer has an AMP vertex in some pass (a tile uses the interleaved "
-    "region), ipusim plans all three passes with the horizontal MAC"
+    "region), ipusim plans all three passes with the horizontal MAC "
+    "(the batch-1 half layer's weight update with the outer product)"
 )
 #: Rows whose plans differ from Poplibs' in this respect, and why.
 _AMP_DIFFERENT = {
