@@ -130,3 +130,27 @@ def test_fitted_values_are_marked_in_the_yaml():
                 "host_sync_cycles: 45123"):  # fmt: skip
         line = next(x for x in text.splitlines() if key in x)
         assert "# estimate: fitted (docs/calibration.md)" in line
+
+
+def test_a_workload_reading_every_run_is_reported_as_run_directly(tmp_path):
+    """The fully-connected rows' metrics read each of the tool's two runs
+    (``engine.getTraces()``): the report gives them every re-timed run of a config,
+    so its cycles are those of the workload run directly on that config."""
+    from ipusim.runner import run_workload
+
+    row = "J-fc_layer_1_1000_5_half.ipum2"
+    with open(CSV, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    one = tmp_path / "one_row.csv"
+    with open(one, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(r for r in rows if r["id"] in (row, report.COUNTER_ROW))
+    (got,) = report.collect(["J"], csv_path=one)
+    workload = CAL / "fc_fully_connected.py"
+    params = report.points.load(workload).POINTS[row]
+    for calibrated, value in ((False, got.uncalibrated), (True, got.calibrated)):
+        cfg = report.row_config(str(workload), row, calibrated)
+        direct = run_workload(str(workload), cfg, params)
+        assert len(direct.traces) == 2
+        assert value == direct.metrics["total_cycles"]

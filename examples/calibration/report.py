@@ -150,8 +150,26 @@ def run_group(
     result = run_workload(spec, configs[0], params)
     if result.ok is False:
         raise RuntimeError(f"report: workload {workload} {params}: its check failed")
-    traces = [result.trace if i == 0 else result.retime(c) for i, c in enumerate(configs)]
-    return traces, (sink[-1] if sink else None)
+    runs = [result.traces if i == 0 else result.retime_all(c) for i, c in enumerate(configs)]
+    fn = sink[-1] if sink else None
+    if fn is None:
+        return [r[-1] for r in runs], None
+    # a workload's metrics may read every run of its engine (``engine.getTraces()``, as
+    # the fully-connected tool's forward and backward runs): each config's metrics are
+    # given that config's re-timed runs
+    by_trace = {id(r[-1]): _RetimedRuns(r) for r in runs}
+    return [r[-1] for r in runs], lambda _engine, t: fn(by_trace[id(t)], t)
+
+
+@dataclass(frozen=True)
+class _RetimedRuns:
+    """What a workload's ``metrics`` reads of its engine, for a re-timed result: the
+    trace of every run, in order (``Engine.getTraces``)."""
+
+    traces: list[Trace]
+
+    def getTraces(self) -> list[Trace]:
+        return list(self.traces)
 
 
 def _metric_value(metrics: dict[str, float], key: str, row: str) -> float:
