@@ -121,3 +121,21 @@ def test_gradient_on_another_ipu_is_copied_to_its_weight():
     assert [type(p).__name__ for p in prog.programs] == ["Copy"]
     assert on_weight_ipu(s, "Wout", weight, prog) is weight
     assert len(prog.programs) == 1
+
+
+def test_sharded_adam_reads_its_step_on_each_ipu(cross_ipu_reads):
+    """Adam's step counter and scalars are copied as well: no compute set reads
+    across IPUs, and two steps give the weights of the same model unsharded."""
+    adam = popart.Adam({"defaultLearningRate": (0.01, False)})
+    s, x, lab, w0 = _sharded(adam)
+    assert cross_ipu_reads == {}
+    got, _ = _weights_after(s, x, lab, w0, 2)
+    bd, x1, lab1, loss, _ = _two_stage()
+    o = popart.SessionOptions()
+    o.virtualGraphMode = popart.VirtualGraphMode.Off
+    whole = _session(bd, loss, popart.Adam({"defaultLearningRate": (0.01, False)}), options=o,
+                     device=_device(8, ipus=2))  # fmt: skip
+    want, _ = _weights_after(whole, x1, lab1, w0, 2)
+    for k in w0:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+        assert not np.array_equal(got[k], w0[k])
