@@ -120,3 +120,38 @@ def test_split_rows_repeat_each_split_variable_once_per_range():
             at = int(np.searchsorted(vids, var[i]))
             assert tuple(flat[range_at[at] + c]) == r
     assert _split_rows(live, np.array([0, 1, 2])) == (None, None, None)
+
+
+def test_exchange_totals_read_from_the_step_equal_the_cost_and_stay_out_of_its_cache():
+    """Placement reads a per-tile-totals exchange's totals from its step: the values
+    its cost gives (transfers and totals forms, the phase model too), while the
+    timing model's cached cost is not asked for them; a model whose ``cost`` is its
+    own is asked."""
+    from ipusim import ir
+    from ipusim.config import load_config
+    from ipusim.timing import TimingModel
+    from poplar_api.lowering.memory import _step_totals, exchange_code
+
+    cfg = load_config("mk2")
+    timing = TimingModel(cfg)
+    totals = ir.Exchange(
+        name="ex", tile=[3, 7, 1200], bytes_sent=[64, 0, 12], bytes_received=[0, 76, 0],
+        messages_sent=[2, 0, 1], messages_received=[0, 3, 0], max_distance=[1, 1, 2],
+    )  # fmt: skip
+    transfers = ir.Exchange(name="tx", src_tile=[0, 0, 5], dst_tile=[9, 4, 0],
+                            num_bytes=[8, 16, 4])  # fmt: skip
+
+    class Own(TimingModel):
+        def cost(self, step):
+            return super().cost(step)
+
+    for step in (totals, transfers):
+        cost = TimingModel(cfg).cost(step)
+        want = (cost.bytes_sent, cost.bytes_received, cost.messages_sent, cost.messages_received)
+        for model in (timing, Own(cfg)):
+            got = _step_totals(model, step)
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, w)
+    exchange_code(timing, totals)
+    cached = timing._cache.get(id(totals))
+    assert cached is None or "bytes_sent" not in cached[1].__dict__
