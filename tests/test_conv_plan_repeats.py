@@ -114,3 +114,25 @@ def test_large_kernel_geometry_partitions_match_entries() -> None:
         for k in (0, 1, 377, 783):
             i = k * W + w
             assert geom.partitions[w][k] == entries[b[i] : b[i + 1], 1].tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_feasible_splits_are_the_full_products_in_order(seed: int) -> None:
+    # the splits whose parts multiply to at most ``tiles``, in the row-major order of
+    # the full product of the options (each dimension's parts ascending, or not)
+    from poplar_api.poplin.conv_planner import _feasible
+
+    rng = np.random.default_rng(seed)
+    tiles = int(rng.integers(8, 200))
+    opts = []
+    for d in range(4):
+        parts = np.unique(rng.integers(1, 40, size=int(rng.integers(1, 9))))
+        if d == 2 and seed % 2:
+            parts = parts[::-1].copy()  # not ascending: the product is made
+        opts.append((parts.astype(np.int64), parts.astype(np.int64)))
+    grids = np.meshgrid(*[p for p, _ in opts], indexing="ij")
+    ids = np.meshgrid(*[np.arange(p.size) for p, _ in opts], indexing="ij")
+    ok = (grids[0] * grids[1] * grids[2] * grids[3] <= tiles).reshape(-1)
+    got = _feasible(opts, tiles)
+    for d in range(4):
+        np.testing.assert_array_equal(got[d], ids[d].reshape(-1)[ok])

@@ -285,6 +285,16 @@ def _feasible(opts: list[tuple[np.ndarray, np.ndarray]], tiles: int) -> list[np.
     idx = [np.arange(opts[0][0].size)]
     used = opts[0][0].copy()
     for parts, _ in opts[1:]:
+        if parts.size and bool((parts[1:] >= parts[:-1]).all()) and int(parts[0]) >= 1:
+            # parts ascending (as :func:`_options` makes them): each split's feasible
+            # options are a prefix, up to tiles // used; taken in the order of the full
+            # product's row-major scan, without making it
+            take = np.searchsorted(parts, tiles // used, side="right")
+            old_i = np.repeat(np.arange(used.size), take)
+            new_i = np.arange(old_i.size) - np.repeat(np.cumsum(take) - take, take)
+            idx = [x[old_i] for x in idx] + [new_i]
+            used = used[old_i] * parts[new_i]
+            continue
         prod = used[:, None] * parts[None, :]
         old_i, new_i = np.nonzero(prod <= tiles)
         idx = [x[old_i] for x in idx] + [new_i]
