@@ -161,3 +161,61 @@ def test_product_of_one_input_channel_planned_alone(preset, m, n) -> None:
     eng.run()
     want = (av.astype(np.float32) * bv.astype(np.float32)).astype(np.float16)
     np.testing.assert_array_equal(eng.readTensor("c"), want)
+
+
+def test_half_partials_group_the_horizontal_mac_outputs_in_twos() -> None:
+    """With HALF partials the horizontal MAC writes two partial channels per group
+    (Poplibs' ``getConvVertexHMACCandidates``: its half-partials loop handles two), so
+    a batch-1 layer's joint plan never gives the weight update to the outer product
+    (``getFullyConnectedWUMethod`` asks for one output channel per group); with FLOAT
+    partials it does (the test above)."""
+    from poplar_api import poplin
+    from poplar_api.poplin.conv_planner import hmac_partial_chans
+    from poplar_api.poplin.fc_joint import _fwd_vertex_types, pass_product
+
+    assert (hmac_partial_chans("HMAC", HALF), hmac_partial_chans("HMAC", FLOAT)) == (2, 1)
+    assert hmac_partial_chans("VMAC", HALF) == 1
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    layer = (1, 1, 128, 96)
+    for t, partials in ((HALF, HALF), (HALF, FLOAT)):
+        cands = _fwd_vertex_types(layer, t, partials, graph.getTarget())
+        hmac = [ocg for method, _, ocg in cands if method[0] == "HMAC"]
+        assert hmac and set(hmac) == {2 if partials == HALF else 1}
+    opts = {"fullyConnectedPass": "TRAINING_WU", "partialsType": "half"}
+    plan = poplin.getPlan(graph, pass_product("FC_TRAINING_WU", layer), HALF, HALF, opts)
+    assert plan.method != OUTER_PRODUCT
+    fwd = {"fullyConnectedPass": "TRAINING_FWD", "partialsType": "half"}
+    plan = poplin.getPlan(graph, pass_product("FC_TRAINING_FWD", layer), HALF, HALF, fwd)
+    assert plan.method == "HMAC" and plan.out_chans_per_group == 2
+
+
+@pytest.mark.parametrize("n", [7, 8])
+def test_half_partials_horizontal_mac_values(n) -> None:
+    """A HALF product with HALF partials planned on the horizontal MAC (two partial
+    channels per group, ``n`` output channels odd or even) gives numpy's product to
+    half precision."""
+    from poplar_api import poplin
+
+    device = IPUModel("tiny").createDevice()
+    graph = Graph(device.getTarget())
+    opts = {"partialsType": "half"}
+    assert poplin.getPlan(graph, (1, 2, 64, n), HALF, HALF, opts).out_chans_per_group == 2
+    a = poplin.createMatMulInputLHS(graph, HALF, [2, 64], [64, n], "a", opts)
+    b = poplin.createMatMulInputRHS(graph, HALF, [2, 64], [64, n], "b", opts)
+    seq = prog.Sequence()
+    c = poplin.matMul(graph, a, b, seq, "c", opts)
+    graph.createHostWrite("a", a)
+    graph.createHostWrite("b", b)
+    graph.createHostRead("c", c)
+    rng = np.random.default_rng(7)
+    av = rng.uniform(-1, 1, (2, 64)).astype(np.float16)
+    bv = rng.uniform(-1, 1, (64, n)).astype(np.float16)
+    engine = Engine(graph, seq)
+    engine.load(device)
+    engine.writeTensor("a", av)
+    engine.writeTensor("b", bv)
+    engine.run(0)
+    got = np.empty((2, n), np.float16)
+    engine.readTensor("c", got)
+    want = av.astype(np.float64) @ bv.astype(np.float64)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=0.06)

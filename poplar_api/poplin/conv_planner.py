@@ -95,7 +95,8 @@ from poplar_api.types import FLOAT, HALF, Type
 OUTER_PRODUCT = "OUTER_PRODUCT"
 
 __all__ = [
-    "ConvPlan", "amp_groups", "amp_unit_options", "bound_step", "parse_options",
+    "ConvPlan", "amp_groups", "amp_unit_options", "bound_step", "hmac_partial_chans",
+    "parse_options",
     "plan_convolution", "vmac_groups",
 ]  # fmt: skip
 
@@ -154,6 +155,14 @@ def amp_unit_options(in_type: Type, partials_type: Type, target: Any) -> list[in
     per_unit = AMP_CHAIN * elems / AMP_CORE_CYCLES[in_type.name]
     fitting = sorted(u for u in allowed if u * per_unit <= peak_macs)
     return fitting or [min(allowed)]
+
+
+def hmac_partial_chans(method: str, partials: Type) -> int:
+    """Output (partial) channels per group of a MAC vertex: the horizontal MAC
+    processes two partials per inner loop when they are not FLOAT, so Poplibs groups
+    them in twos (``getConvVertexHMACCandidates``, ConvVertexType.cpp at 7eac0f26);
+    the vertical MAC and a FLOAT horizontal MAC write one channel per group."""
+    return 2 if method == "HMAC" and partials != FLOAT else 1
 
 
 def amp_groups(
@@ -417,7 +426,7 @@ def _candidates(
         icg, ocg, partials = 1, int(units or 1), in_t
         psz = partials.size
     else:  # HMAC / VMAC; ``("HMAC", icg)`` groups the input channels by ``icg``
-        icg, ocg = int(units or 1), 1
+        icg, ocg = int(units or 1), hmac_partial_chans(method, partials)
     if method == "VMAC":
         cgpg = vmac_groups(params)
     out_field = params.getOutputFieldShape()

@@ -76,6 +76,7 @@ from poplar_api.poplin.conv_planner import (
     _fitting,
     amp_groups,
     amp_unit_options,
+    hmac_partial_chans,
     memory_limit,
     plan_from,
     weights_per_conv_unit,
@@ -160,7 +161,9 @@ def _fwd_vertex_types(
       type's grain (1 FLOAT, 2 HALF) up to the input channels rounded to it, skipping a
       grouping that does not lower the number of groups and, in a joint plan, any
       that is not 1 or a multiple of the conv units; one output channel per group
-      (float partials). ipusim tries the :data:`HMAC_GROUPINGS` smallest of them.
+      with FLOAT partials, two otherwise (:func:`.conv_planner.hmac_partial_chans`),
+      so a layer of HALF partials never takes the outer-product weight update.
+      ipusim tries the :data:`HMAC_GROUPINGS` smallest of them.
     """
     out: list[tuple[Any, int, int]] = []
     units_all = sorted(amp_unit_options(in_type, partials, target), reverse=True)
@@ -177,7 +180,7 @@ def _fwd_vertex_types(
         if groups == previous or (icg != 1 and icg % units):
             continue
         previous = groups
-        hmac.append((("HMAC", icg), icg, 1))
+        hmac.append((("HMAC", icg), icg, hmac_partial_chans("HMAC", partials)))
         if len(hmac) == HMAC_GROUPINGS:
             break
     return out + hmac
