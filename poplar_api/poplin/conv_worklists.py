@@ -255,6 +255,8 @@ def _shared_count_lists(cnt: np.ndarray, num: np.ndarray) -> list[list[int]]:
     if not cnt.size:
         return []
     width = int(cnt.max())
+    if width == 0:  # no range has entries (a block that reads only padding)
+        return [[]] * cnt.size
     # few ranges, or a few long ones: slicing costs less than finding the equal ones
     if cnt.size <= SHARE_MIN_RANGES or cnt.size * width > 4 * num.size + 4096:
         nums = num.astype(np.int64).tolist()
