@@ -191,15 +191,16 @@ def test_half_partials_group_the_horizontal_mac_outputs_in_twos() -> None:
 
 @pytest.mark.parametrize("n", [7, 8])
 def test_half_partials_horizontal_mac_values(n) -> None:
-    """A HALF product with HALF partials planned on the horizontal MAC (two partial
-    channels per group, ``n`` output channels odd or even) gives numpy's product to
-    half precision."""
+    """A HALF product with HALF partials planned on the horizontal MAC runs the
+    ``<half,half>`` vertex (two partial channels per group, as Poplibs pairs them;
+    ``n`` output channels odd or even) and gives numpy's product to half precision."""
     from poplar_api import poplin
 
     device = IPUModel("tiny").createDevice()
     graph = Graph(device.getTarget())
     opts = {"partialsType": "half"}
-    assert poplin.getPlan(graph, (1, 2, 64, n), HALF, HALF, opts).out_chans_per_group == 2
+    plan = poplin.getPlan(graph, (1, 2, 64, n), HALF, HALF, opts)
+    assert (plan.method, plan.out_chans_per_group, plan.partials_type) == ("HMAC", 2, HALF)
     a = poplin.createMatMulInputLHS(graph, HALF, [2, 64], [64, n], "a", opts)
     b = poplin.createMatMulInputRHS(graph, HALF, [2, 64], [64, n], "b", opts)
     seq = prog.Sequence()

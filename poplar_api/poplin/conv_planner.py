@@ -649,10 +649,8 @@ def plan_from(
     _, _, units, elems = amp_groups(params.inputType, partials, target, units)
     if m == OUTER_PRODUCT:  # products in the input type, nothing accumulated
         vertex_partials = params.inputType
-    elif m in ("AMP", "VMAC") or params.inputType == FLOAT:
+    else:  # the partials asked for (FLOAT for FLOAT inputs, set above)
         vertex_partials = partials
-    else:
-        vertex_partials = FLOAT
     return ConvPlan(
         method=m,
         parts=parts,
