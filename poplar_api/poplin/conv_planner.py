@@ -647,10 +647,9 @@ def plan_from(
     if m != "AMP":  # the second element groups channels, not conv units
         units = None
     _, _, units, elems = amp_groups(params.inputType, partials, target, units)
-    if m == OUTER_PRODUCT:  # products in the input type, nothing accumulated
-        vertex_partials = params.inputType
-    else:  # the partials asked for (FLOAT for FLOAT inputs, set above)
-        vertex_partials = partials
+    # the outer product's products are in the input type (nothing accumulated); every
+    # other vertex runs the partials asked for (FLOAT for FLOAT inputs, set above)
+    vertex_partials = params.inputType if m == OUTER_PRODUCT else partials
     return ConvPlan(
         method=m,
         parts=parts,
