@@ -337,6 +337,7 @@ print(sum(driver.stats.cache_hits.values()), *b["out"].data.tolist())
 """
 
 
+@pytest.mark.slow
 def test_processes_share_the_cache(cache: Path, tmp_path: Path) -> None:
     """Two processes filling the same entry at once, then a third loading it."""
     codelet = _write(tmp_path / "scale_p.py", SCALE.format(factor=1.5, extra="+ 2.0", jit=""))

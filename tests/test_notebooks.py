@@ -143,6 +143,7 @@ def test_architecture_experiment_runs(tmp_path):
     assert "Doubling `exchange.bytes_per_cycle` cuts the on-chip exchange cycles by" in text
 
 
+@pytest.mark.slow
 def test_compare_and_calibrate_runs(tmp_path):
     execute(NOTEBOOK_DIR / "compare_and_calibrate.ipynb", tmp_path)
     assert (tmp_path / "compare_hardware.png").stat().st_size > 0

@@ -410,6 +410,7 @@ def test_rerun_runs_nothing(grid_sweep):
     pd.testing.assert_frame_equal(ResultStore(out).rows(), before)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_sweep_then_restart_gives_each_row_once(grid_sweep, tmp_path):
     path, reference_out, _ = grid_sweep
     out = tmp_path / "killed"
@@ -499,6 +500,7 @@ def test_a_worker_that_dies_costs_only_its_point(tmp_path):
     assert (rows[~rows["workload.crash"]]["status"] == "ok").all()
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_gives_the_same_rows(tmp_path):
     exp = load_experiment(small_experiment(tmp_path))
     run_sweep(exp, tmp_path / "serial", progress=False)
