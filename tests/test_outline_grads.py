@@ -144,6 +144,7 @@ def _conv_step(outline: bool):
     return got, code
 
 
+@pytest.mark.slow
 def test_outlined_convolution_and_batchnorm_gradients_are_bit_identical():
     """The ResNet's repeated convolutions and batch norms: gradients equal to outlining
     off (the reference check of the same step is tests/test_models.py), and their
