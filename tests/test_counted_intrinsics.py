@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from examples_common import load_example
 
 from ipusim.config import load_config
 from ipusim.tile.counted import OP_CLASSES, worker_vertex_cycles
@@ -24,7 +25,6 @@ from poplar_api.ipu_intrinsics import (
     f32v2mul,
     f32v2sub,
     ld2x64pace,
-    ld2xst64pace,
     load_float2,
     load_half4,
     rpt,
@@ -32,19 +32,12 @@ from poplar_api.ipu_intrinsics import (
     store_half4,
 )
 
-Q = 3.0
-
-
-def triad(a, b, c):
-    pairs = a.shape[0] >> 1
-    q = np.float32(Q)
-    x = ld2x64pace(b, c, 0)
-    r = f32v2axpy(q, x[1], x[0])
-    for i in rpt(pairs - 1):
-        x = ld2xst64pace(b, c, i + 1, a, i, r)
-        r = f32v2axpy(q, x[1], x[0])
-    store_float2(a, pairs - 1, r)
-    return True
+#: The vector triad of the counted-kernel example (``a = b + Q c``, an ``rpt`` loop of
+#: ``ld2xst64pace`` and ``f32v2axpy`` bundles): the kernel these tests count is the one
+#: the example runs.
+_VECTOR_EXAMPLE = load_example("poplar/counted_vector_kernel.py")
+Q = _VECTOR_EXAMPLE.Q
+triad = _VECTOR_EXAMPLE.VectorTriad.compute
 
 
 def scalar_offsets(a, out):
@@ -290,7 +283,6 @@ def test_a_vector_access_outside_the_field_raises():
     ],
 )
 def test_the_blur_codelets_count_nine_loads_eleven_operations_and_a_store(name, per_pixel):
-    from examples_common import load_example
     from numba.typed import List
 
     h = load_example("calibration/h_gaussian_blur.py")
