@@ -279,7 +279,28 @@ class HostLink:
         self._reschedule()
 
 
-class HostLinks:
+class _LinkGroup:
+    """Links each shared by ``ipus_per_link`` consecutive IPUs: IPU ``i`` uses link
+    ``i // ipus_per_link``, a :class:`HostLink` no other IPU's transfers slow down."""
+
+    links: list[HostLink]
+    ipus_per_link: int
+
+    @property
+    def busy_cycles(self) -> int:
+        """Cycles of link work done so far, over all the links."""
+        return sum(link.busy_cycles for link in self.links)
+
+    def transfer(
+        self, num_bytes: int, ipu: int = 0, background: bool = False
+    ) -> Generator[simpy.Event, object, None]:
+        """Move ``num_bytes`` to or from IPU ``ipu`` over that IPU's link (see
+        :meth:`HostLink.transfer`)."""
+        link = self.links[ipu // self.ipus_per_link]
+        yield from link.transfer(num_bytes, background=background)
+
+
+class HostLinks(_LinkGroup):
     """The host links of a machine whose IPUs are served by several links: IPU ``i``
     uses link ``i // host.ipus_per_link`` (each IPU-Machine's gateway carries the host
     traffic of its own IPUs), each a :class:`HostLink` shared only by its IPUs.
@@ -297,21 +318,8 @@ class HostLinks:
         self.ipus_per_link = per_link
         self.links = [HostLink(env, cfg) for _ in range(-(-cfg.num_ipus // per_link))]
 
-    @property
-    def busy_cycles(self) -> int:
-        """Cycles of link work done so far, over all the links."""
-        return sum(link.busy_cycles for link in self.links)
 
-    def transfer(
-        self, num_bytes: int, ipu: int = 0, background: bool = False
-    ) -> Generator[simpy.Event, object, None]:
-        """Move ``num_bytes`` between the host and IPU ``ipu`` over that IPU's link (see
-        :meth:`HostLink.transfer`)."""
-        link = self.links[ipu // self.ipus_per_link]
-        yield from link.transfer(num_bytes, background=background)
-
-
-class StreamingMemoryLinks:
+class StreamingMemoryLinks(_LinkGroup):
     """The Streaming Memory links of a machine: one per IPU, each shared only by the
     transfers of its IPU.
 
@@ -332,16 +340,5 @@ class StreamingMemoryLinks:
     def __init__(self, env: simpy.Environment, cfg: MachineConfig) -> None:
         rate = cfg.remote.bandwidth_bytes_per_s / cfg.tile.clock_hz
         latency = math.ceil(round(cfg.remote.latency_s * cfg.tile.clock_hz, 9))
+        self.ipus_per_link = 1
         self.links = [HostLink(env, cfg, rate, latency) for _ in range(cfg.num_ipus)]
-
-    @property
-    def busy_cycles(self) -> int:
-        """Cycles of link work done so far, over all the IPUs' links."""
-        return sum(link.busy_cycles for link in self.links)
-
-    def transfer(
-        self, num_bytes: int, ipu: int = 0, background: bool = False
-    ) -> Generator[simpy.Event, object, None]:
-        """Move ``num_bytes`` between IPU ``ipu`` and its Streaming Memory (see
-        :meth:`HostLink.transfer`)."""
-        yield from self.links[ipu].transfer(num_bytes, background=background)
