@@ -124,6 +124,21 @@ def _us(cycles: Any, scale: float) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
+def _slice(rec: Any, ts: float, te: float, pid: int, tid: int, args: dict) -> dict[str, Any]:
+    """The complete event ("ph": "X") of step record ``rec`` on track ``(pid, tid)``, from
+    ``ts`` to ``te`` microseconds: an IPU's step row (tid 0) or a tile's slice."""
+    return {
+        "name": rec.name,
+        "cat": rec.kind,
+        "ph": "X",
+        "ts": ts,
+        "dur": round(te - ts, _TS_DECIMALS),
+        "pid": pid,
+        "tid": tid,
+        "args": args,
+    }
+
+
 def _metadata(num_ipus: int, chosen: np.ndarray, tiles_per_ipu: int) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for ipu in range(num_ipus):
@@ -291,49 +306,29 @@ def trace_events(trace: Trace, tiles: Any = None, max_tiles: int = 16) -> dict[s
         shown = step_ipus(rec, num_ipus, tpi) if num_ipus > 1 else np.ones(1, bool)
         for ipu in np.flatnonzero(shown).tolist():
             lo, hi = int(ipu_start[ipu]), int(ipu_end[ipu])
-            timed.append(
-                {
-                    "name": rec.name,
-                    "cat": rec.kind,
-                    "ph": "X",
-                    "ts": float(ts[ipu]),
-                    "dur": round(float(te[ipu]) - float(ts[ipu]), _TS_DECIMALS),
-                    "pid": ipu,
-                    "tid": 0,
-                    "args": {
-                        "cycles": int(step_to[ipu] - cursor[ipu]),
-                        "overlapped": max(0, min(int(cursor[ipu]), hi) - lo),
-                        "first_cycle": lo,
-                        "last_cycle": hi,
-                        "phase": rec.phase,
-                        "program_id": int(rec.program_id),
-                        "step": int(rec.index),
-                        "active_tiles": int(ipu_active[ipu]),
-                    },
-                }
-            )
+            args = {
+                "cycles": int(step_to[ipu] - cursor[ipu]),
+                "overlapped": max(0, min(int(cursor[ipu]), hi) - lo),
+                "first_cycle": lo,
+                "last_cycle": hi,
+                "phase": rec.phase,
+                "program_id": int(rec.program_id),
+                "step": int(rec.index),
+                "active_tiles": int(ipu_active[ipu]),
+            }
+            timed.append(_slice(rec, float(ts[ipu]), float(te[ipu]), ipu, 0, args))
             if rec.kind == "compute":
                 samples.append((ipu, lo, hi, int(ipu_active[ipu])))
         run = chosen[(cycles[chosen] > 0) & (end[chosen] <= tile_end[chosen])]
         t_start, t_end = _us(start[run], scale), _us(end[run], scale)
         for j, t in enumerate(run.tolist()):
-            timed.append(
-                {
-                    "name": rec.name,
-                    "cat": rec.kind,
-                    "ph": "X",
-                    "ts": float(t_start[j]),
-                    "dur": round(float(t_end[j]) - float(t_start[j]), _TS_DECIMALS),
-                    "pid": t // tpi,
-                    "tid": t + 1,
-                    "args": {
-                        "cycles": int(cycles[t]),
-                        "first_cycle": int(start[t]),
-                        "phase": rec.phase,
-                        "step": int(rec.index),
-                    },
-                }
-            )
+            args = {
+                "cycles": int(cycles[t]),
+                "first_cycle": int(start[t]),
+                "phase": rec.phase,
+                "step": int(rec.index),
+            }
+            timed.append(_slice(rec, float(t_start[j]), float(t_end[j]), t // tpi, t + 1, args))
         clock = end
         cursor = step_to
     timed.extend(_counter_events(samples, scale))
