@@ -73,30 +73,43 @@ def _bytes(n: float) -> str:
     return f"{n / 1024**2:,.2f} MiB"
 
 
+def _fields(w: Any, title: str, rows: list[tuple[str, str]]) -> None:
+    """A titled block of ``label: value`` lines, the values aligned in one column."""
+    w(f"{title}:\n")
+    for label, value in rows:
+        w(f"  {label + ':':<24}{value}\n")
+
+
 def _target(w: Any, gp: Mapping[str, Any]) -> None:
     t = gp["target"]
-    w("Target:\n")
-    w(f"  Type:                   {t['type']} ({t['configName']})\n")
-    w(f"  Number of IPUs:         {t['numIPUs']:,}\n")
-    w(f"  Tiles per IPU:          {t['tilesPerIPU']:,}\n")
-    w(f"  Total Tiles:            {t['numTiles']:,}\n")
-    w(f"  Memory Per-Tile:        {_bytes(t['bytesPerTile'])}\n")
-    w(f"  Total Memory:           {_bytes(t['totalMemory'])}\n")
-    w(f"  Clock Speed (approx):   {t['clockFrequency'] / 1e6:,.1f} MHz\n")
+    rows = [
+        ("Type", f"{t['type']} ({t['configName']})"),
+        ("Number of IPUs", f"{t['numIPUs']:,}"),
+        ("Tiles per IPU", f"{t['tilesPerIPU']:,}"),
+        ("Total Tiles", f"{t['numTiles']:,}"),
+        ("Memory Per-Tile", _bytes(t["bytesPerTile"])),
+        ("Total Memory", _bytes(t["totalMemory"])),
+        ("Clock Speed (approx)", f"{t['clockFrequency'] / 1e6:,.1f} MHz"),
+    ]
     if "numReplicas" in t:  # a replicated graph
-        w(f"  Number of Replicas:     {t['numReplicas']:,}\n")
-        w(f"  IPUs per Replica:       {t['ipusPerReplica']:,}\n")
-        w(f"  Tiles per Replica:      {t['tilesPerReplica']:,}\n")
-        w(f"  Memory per Replica:     {_bytes(t['memoryPerReplica'])}\n")
+        rows += [
+            ("Number of Replicas", f"{t['numReplicas']:,}"),
+            ("IPUs per Replica", f"{t['ipusPerReplica']:,}"),
+            ("Tiles per Replica", f"{t['tilesPerReplica']:,}"),
+            ("Memory per Replica", _bytes(t["memoryPerReplica"])),
+        ]
+    _fields(w, "Target", rows)
 
 
 def _graph(w: Any, gp: Mapping[str, Any]) -> None:
     g = gp["graph"]
-    w("Graph:\n")
-    w(f"  Number of vertices:     {g['numVertices']:,}\n")
-    w(f"  Number of edges:        {g['numEdges']:,}\n")
-    w(f"  Number of variables:    {g['numVars']:,}\n")
-    w(f"  Number of compute sets: {g['numComputeSets']:,}\n")
+    rows = [
+        ("Number of vertices", f"{g['numVertices']:,}"),
+        ("Number of edges", f"{g['numEdges']:,}"),
+        ("Number of variables", f"{g['numVars']:,}"),
+        ("Number of compute sets", f"{g['numComputeSets']:,}"),
+    ]
+    _fields(w, "Graph", rows)
 
 
 def _histogram(w: Any, need: np.ndarray, capacity: int) -> None:
