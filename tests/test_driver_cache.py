@@ -47,7 +47,8 @@ class Scale(Vertex):
 """
 
 
-#: A codelet whose compute calls a function defined elsewhere (``call``).
+#: A codelet whose ``out[i]`` is the expression ``call`` of ``in_[i]``, which may call a
+#: function defined elsewhere (imported by ``imports``).
 CALLER = """
 {imports}
 from poplar_api import FLOAT
@@ -61,7 +62,7 @@ class Caller(Vertex):
     @staticmethod
     def compute(in_, out):
         for i in range(in_.shape[0]):
-            out[i] = {call}(in_[i])
+            out[i] = {call}
 """
 
 
@@ -155,7 +156,7 @@ def test_a_changed_helper_in_another_module_is_not_run_stale(
     """The kernel's own bytecode stays the same; only a function it calls changes."""
     monkeypatch.syspath_prepend(str(tmp_path))
     codelet = tmp_path / "uses_helper.py"
-    _write(codelet, CALLER.format(imports="import n7_helper", call="n7_helper.step"))
+    _write(codelet, CALLER.format(imports="import n7_helper", call="n7_helper.step(in_[i])"))
     helper = """
         import numba
 
@@ -395,7 +396,9 @@ def test_an_overload_edited_in_another_file_is_not_run_stale(cache: Path, tmp_pa
         """
     )
     imports = "import n7_overload  # registers the overload of n7_stub.bump\nimport n7_stub"
-    codelet = _write(tmp_path / "bumped.py", CALLER.format(imports=imports, call="n7_stub.bump"))
+    codelet = _write(
+        tmp_path / "bumped.py", CALLER.format(imports=imports, call="n7_stub.bump(in_[i])")
+    )
     script = tmp_path / "run_overloaded.py"
     script.write_text(OVERLOADED)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}

@@ -12,22 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_driver_cache import DATA, _load, _run, _write, cache  # noqa: F401
+from tests.test_driver_cache import CALLER, DATA, _load, _run, _write, cache  # noqa: F401
 
-SCALE = """
-from poplar_api import FLOAT
-from poplar_api.codelet import Input, Output, Vector, Vertex
-
-
-class Scale(Vertex):
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        for i in range(in_.shape[0]):
-            out[i] = {call}
-"""
+#: The codelet of :data:`tests.test_driver_cache.CALLER` (vertex ``Caller``), its
+#: ``out[i]`` the expression ``call`` of ``in_[i]`` and a ``factor`` defined above it.
+SCALE = CALLER.replace("{imports}", "")
 
 INTRINSIC = """
 from numba.core import types as nbt
@@ -60,7 +49,7 @@ def test_an_edited_numba_helper_is_not_run_stale(
     path = tmp_path / "numba_helper.py"
     for factor in (2.0, 5.0, 2.0):
         _write(path, source.format(factor=factor))
-        out, _ = _run(_load(path, "r7_numba_helper").Scale, DATA)
+        out, _ = _run(_load(path, "r7_numba_helper").Caller, DATA)
         np.testing.assert_array_equal(out, DATA * np.float32(factor))
     # one entry per definition: the first is found again for the third run
     assert len(list(cache.glob("drv_*.py"))) == 2
