@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_replica_vertex_kernels import _engine as replicated_engine
 
-from poplar_api import FLOAT, Engine, Graph, IPUModel, poplin, popops
+from poplar_api import FLOAT, Engine, Graph, poplin, popops
 from poplar_api import program as prog
 from poplar_api.errors import EngineError
 from poplar_api.poplin import conv_vertices
@@ -28,23 +29,19 @@ def _engine(replicas: int, monkeypatch, calls: list[int]) -> Engine:
         return REAL(cls, batches, num_vertices, num_workers)
 
     monkeypatch.setattr(conv_vertices._ConvPartialBase, "computeBatch", classmethod(counting))
-    m = IPUModel("tiny")
-    m.numIPUs = replicas
-    device = m.createDevice()
-    g = Graph(device.getTarget(), replication_factor=replicas)
-    popops.addCodelets(g)
-    poplin.addCodelets(g)
-    x = poplin.createMatMulInputLHS(g, FLOAT, [M, K], [K, N], "x")
-    w = poplin.createMatMulInputRHS(g, FLOAT, [M, K], [K, N], "w")
-    seq = prog.Sequence(prog.Copy(g.addHostToDeviceFIFO("in", FLOAT, M * K), x))
-    y = poplin.matMul(g, x, w, seq, "mm")
-    expr = popops.expr
-    z = popops.map(g, expr.Mul(expr.Max(expr._1, 0.0), 2.0), [y], seq)
-    seq.add(prog.Copy(z, g.addDeviceToHostFIFO("out", FLOAT, M * N)))
-    g.createHostWrite("w", w)
-    e = Engine(g, seq)
-    e.load(device)
-    return e
+
+    def build(g: Graph) -> prog.Sequence:
+        x = poplin.createMatMulInputLHS(g, FLOAT, [M, K], [K, N], "x")
+        w = poplin.createMatMulInputRHS(g, FLOAT, [M, K], [K, N], "w")
+        seq = prog.Sequence(prog.Copy(g.addHostToDeviceFIFO("in", FLOAT, M * K), x))
+        y = poplin.matMul(g, x, w, seq, "mm")
+        expr = popops.expr
+        z = popops.map(g, expr.Mul(expr.Max(expr._1, 0.0), 2.0), [y], seq)
+        seq.add(prog.Copy(z, g.addDeviceToHostFIFO("out", FLOAT, M * N)))
+        g.createHostWrite("w", w)
+        return seq
+
+    return replicated_engine(replicas, build)
 
 
 def _run(replicas: int, monkeypatch) -> tuple[np.ndarray, np.ndarray, list[int], Engine]:
