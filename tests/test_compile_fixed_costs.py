@@ -19,19 +19,14 @@ import pytest
 from ipusim.config import load_config
 from ipusim.machine_copies import ELEMENT_BYTES, _planner_weights, copy_bytes_per_cycle
 from poplar_api.lowering.copies import on_tile_copy_steps
-from tests.test_review_lowering_kernels import _index
+from tests.test_review_lowering_kernels import _index, _random_space
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_counts_of_a_range_equal_those_of_its_ids(seed):
     """Ranges of step 1 anywhere in a space of variables (empty ones among them): the
     variables and counts of the ids made as an array, and those counted in the test."""
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(0, 7, 200)
-    sizes[0] = sizes[-1] = 2
-    index, t = _index(sizes)
-    owner_of = np.repeat(np.arange(sizes.size), sizes)
-    space = int(sizes.sum())
+    rng, _, index, t, owner_of, space = _random_space(seed, 200, 7, 2)
     starts = [0, space - 1, *rng.integers(0, space, 20).tolist()]
     for start in starts:
         stop = int(rng.integers(start + 1, space + 1))

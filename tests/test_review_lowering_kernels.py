@@ -96,16 +96,23 @@ def _index(sizes: np.ndarray) -> tuple[VariableIndex, SimpleNamespace]:
     return VariableIndex(state), SimpleNamespace(size=4)
 
 
+def _random_space(seed: int, count: int, max_size: int, end_size: int) -> tuple:
+    """A space of ``count`` variables of random sizes in ``[0, max_size)`` (empty ones
+    among them), the first and the last ``end_size`` long, and its index:
+    ``(rng, sizes, index, t, owner_of, space)``, with ``rng`` for the test's further
+    draws, ``owner_of[id]`` the variable of each id and ``space`` the number of ids."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, max_size, count)
+    sizes[0] = sizes[-1] = end_size
+    index, t = _index(sizes)
+    return rng, sizes, index, t, np.repeat(np.arange(sizes.size), sizes), int(sizes.sum())
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_counts_of_counts_each_variables_ids(seed):
     """How many of some sorted ids each variable owns (empty variables among them, ids
     at either end of the space, one small variable among many): counted in the test."""
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(0, 6, 300)
-    sizes[0] = sizes[-1] = 3
-    index, t = _index(sizes)
-    owner_of = np.repeat(np.arange(sizes.size), sizes)
-    space = int(sizes.sum())
+    rng, sizes, index, t, owner_of, space = _random_space(seed, 300, 6, 3)
     picks = [
         np.unique(rng.integers(0, space, 40)),
         np.arange(space),
