@@ -9,6 +9,7 @@ arrays initializers) and returns the output id.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -42,6 +43,19 @@ def _feeds(inputs: Sequence[np.ndarray], ids: list[str]) -> dict[str, np.ndarray
         for i, x in zip(ids, inputs, strict=True)
         if np.asarray(x).dtype != np.int64
     }
+
+
+def train_once(
+    data: dict[str, np.ndarray], **session_args: Any
+) -> tuple[popart.TrainingSession, dict[str, np.ndarray]]:
+    """PopART's training sequence: a ``TrainingSession(**session_args)`` prepared, its
+    weights written to the device and one run fed ``data``; the session and its anchors."""
+    s = popart.TrainingSession(**session_args)
+    s.prepareDevice()
+    s.weightsFromHost()
+    anchors = s.initAnchorArrays()
+    s.run(popart.PyStepIO(data, anchors))
+    return s, anchors
 
 
 def run_session(
@@ -136,17 +150,14 @@ def simulator_gradients(
     anchors_wanted = {out: popart.AnchorReturnType("ALL")}
     for i in floats:
         anchors_wanted[popart.reservedGradientPrefix() + i] = popart.AnchorReturnType("ALL")
-    s = popart.TrainingSession(
+    _, anchors = train_once(
+        _feeds(inputs, ids),
         fnModel=proto,
         dataFlow=popart.DataFlow(1, anchors_wanted),
         deviceInfo=device(tiles),
         loss=loss,
         optimizer=popart.ConstSGD(0.0),
     )
-    s.prepareDevice()
-    s.weightsFromHost()
-    anchors = s.initAnchorArrays()
-    s.run(popart.PyStepIO(_feeds(inputs, ids), anchors))
     grads = {i: anchors[popart.reservedGradientPrefix() + i] for i in floats}
     return anchors[out], grads, forward_proto, ids, out, np.asarray(r, np.float64)
 
@@ -202,4 +213,11 @@ def check_gradients(
     return grads
 
 
-__all__ = ["check_forward", "check_gradients", "device", "reference", "simulator_gradients"]
+__all__ = [
+    "check_forward",
+    "check_gradients",
+    "device",
+    "reference",
+    "simulator_gradients",
+    "train_once",
+]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from popart_harness import device, train_once
 
 import popart_api as popart
 
@@ -81,18 +82,15 @@ def _step(
     opts = popart.SessionOptions()
     opts.enableOutlining = outline
     opts.autoRecomputation = popart.RecomputationType(recompute)
-    s = popart.TrainingSession(
+    s, anchors = train_once(
+        data,
         fnModel=model,
         dataFlow=popart.DataFlow(1, {prefix + w: popart.AnchorReturnType("ALL") for w in weights}),
-        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": tiles}),
+        deviceInfo=device(tiles),
         loss=loss,
         optimizer=popart.ConstSGD(0.0),
         userOptions=opts,
     )
-    s.prepareDevice()
-    s.weightsFromHost()
-    anchors = s.initAnchorArrays()
-    s.run(popart.PyStepIO(data, anchors))
     return {w: np.asarray(anchors[prefix + w]) for w in weights}, s
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
-from popart_harness import device, run_session
+from popart_harness import device, run_session, train_once
 
 import popart_api as popart
 from popart_api.inplace import inplace_candidates
@@ -21,7 +21,8 @@ def _session(bd, anchor, patterns, data, training_loss=None):
     if training_loss is None:
         s, out = run_session(bd.getModelProto(), data, [anchor], patterns=patterns)
     else:
-        s = popart.TrainingSession(
+        s, out = train_once(
+            data,
             fnModel=bd.getModelProto(),
             dataFlow=popart.DataFlow(1, {anchor: popart.AnchorReturnType("ALL")}),
             deviceInfo=device(8),
@@ -29,11 +30,6 @@ def _session(bd, anchor, patterns, data, training_loss=None):
             optimizer=popart.ConstSGD(0.05),
             patterns=patterns,
         )
-        s.prepareDevice()
-        s.weightsFromHost()
-        anchors = s.initAnchorArrays()
-        s.run(popart.PyStepIO(data, anchors))
-        out = {anchor: anchors[anchor]}
     memory = sum(t.memory.total for t in s.getReport().compilation.tiles)
     return s, out[anchor], memory, s.getCycleCount()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from popart_harness import device, train_once
 
 import popart_api as popart
 
@@ -140,23 +141,20 @@ def test_training_lands_its_inputs_on_the_io_tiles_with_equal_values() -> None:
         opts = popart.SessionOptions()
         opts.virtualGraphMode = popart.VirtualGraphMode.Auto
         opts.numIOTiles = n_io
-        session = popart.TrainingSession(
-            b.getModelProto(),
-            popart.DataFlow(3, {loss: popart.AnchorReturnType("ALL")}),
-            popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": TILES}),
-            loss=loss,
-            optimizer=popart.ConstSGD(0.1),
-            userOptions=opts,
-        )
-        session.prepareDevice()
-        session.weightsFromHost()
-        anchors = session.initAnchorArrays()
         rng = np.random.default_rng(1)
         data = {
             x: rng.standard_normal((3, 8, 32)).astype(np.float32),
             lab: rng.integers(0, 10, (3, 8)).astype(np.int32),
         }
-        session.run(popart.PyStepIO(data, anchors))
+        session, anchors = train_once(
+            data,
+            fnModel=b.getModelProto(),
+            dataFlow=popart.DataFlow(3, {loss: popart.AnchorReturnType("ALL")}),
+            deviceInfo=device(TILES),
+            loss=loss,
+            optimizer=popart.ConstSGD(0.1),
+            userOptions=opts,
+        )
         variable = session.engine.memory.by_category["variable"]
         return anchors[loss], int(variable[:IO].sum())
 
