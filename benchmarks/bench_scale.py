@@ -223,29 +223,13 @@ def numpy_matvec_seconds(rows: int, cols: int, repeats: int = 20) -> float:
 
 def sweep_point(rows: int) -> dict[str, float]:
     """Build, compile and run tutorial 7's graph for ``rows`` rows (in this process)."""
-    tut7 = load_tut7()
-    device = tut7.create_device("model-ipu2")
-    graph = Graph(device.getTarget())
-    t0 = time.perf_counter()
-    built = tut7.build(graph, rows, SWEEP_COLS, SWEEP_SPLIT)
-    t1 = time.perf_counter()
-    engine = Engine(graph, built.program)
-    t2 = time.perf_counter()
-    engine.load(device)
-    matrix, vector = tut7.host_data(rows, SWEEP_COLS)
-    result = np.zeros(rows, np.float32)
-    tut7.connect_streams(engine, matrix, vector, result)
-    t3 = time.perf_counter()
-    engine.run(0)
-    t4 = time.perf_counter()
-    expected = matrix.astype(np.float64) @ vector.astype(np.float64)
-    ok = bool((tut7.relative_errors(result, expected) <= tut7.RELATIVE_TOLERANCE).all())
+    t = time_tut7(load_tut7(), "model-ipu2", rows, SWEEP_COLS, split=SWEEP_SPLIT)
     return {
-        "vertices": graph.getNumVertices(),
-        "build_s": t1 - t0,
-        "compile_s": t2 - t1,
-        "run_s": t4 - t3,
-        "ok": ok,
+        "vertices": t.vertices,
+        "build_s": t.build_s,
+        "compile_s": t.compile_s,
+        "run_s": t.run_s,
+        "ok": t.ok,
     }
 
 
