@@ -36,6 +36,7 @@ import onnx
 from popart_api import autodiff
 from popart_api.builder import PIPELINE_STAGE_ATTRIBUTE, VIRTUAL_GRAPH_ATTRIBUTE
 from popart_api.errors import popart_exception
+from popart_api.graph_patterns import _tensor_info
 from popart_api.onnx_model import node_attrs
 from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import VirtualGraphMode
@@ -98,23 +99,20 @@ def place_nodes(
 
 
 def _tensor_bytes(model: onnx.ModelProto) -> tuple[dict[str, int], set[str]]:
-    """Bytes of every tensor whose shape the model records, and the initializers' ids."""
+    """Bytes of every tensor whose type and shape ONNX's shape inference finds (PopART
+    knows every tensor's info when it places ops; a model built with ``onnx.helper``
+    records no ``value_info``, and without inference its activations would cost
+    nothing), and the initializers' ids."""
     sizes: dict[str, int] = {}
-    for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
+    for name, (elem, shape) in _tensor_info(model).items():
+        if shape is None:
             continue
         try:
-            item = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
+            item = onnx.helper.tensor_dtype_to_np_dtype(elem).itemsize
         except Exception:  # an undefined or exotic type: no cost
             continue
-        sizes[vi.name] = item * int(np.prod([d.dim_value for d in tt.shape.dim], dtype=np.int64))
-    weights = set()
-    for t in model.graph.initializer:
-        item = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-        sizes[t.name] = item * int(np.prod(list(t.dims), dtype=np.int64))
-        weights.add(t.name)
-    return sizes, weights
+        sizes[name] = item * int(np.prod(shape, dtype=np.int64))
+    return sizes, {t.name for t in model.graph.initializer}
 
 
 def auto_virtual_graphs(model: onnx.ModelProto, ipus: int, training: bool, what: str) -> list[int]:
@@ -125,7 +123,8 @@ def auto_virtual_graphs(model: onnx.ModelProto, ipus: int, training: bool, what:
 
     An op costs the bytes of the weights and constants it reads, plus in training the
     bytes of its other inputs and outputs (PopART adds those its gradient ops read,
-    ``Op::calcAutoVirtualGraphCost``; every input and output here). Ops may be cut
+    ``AutoVirtualGraph::costFn`` at 3a6002b; every input and output here), every
+    tensor's size from ONNX's shape inference (:func:`_tensor_bytes`). Ops may be cut
     after an op that was the last pending consumer of everything made before it (the
     only tensors crossing the cut are its outputs): a *split node* with the cumulative
     cost up to it. For IPU ``i`` of ``n`` the budget is ``(i + 1) / n`` of the total
