@@ -168,6 +168,61 @@ def training_reference(proto: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
+def freeze_kinks(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` that is smooth in its weights and agrees with it, value and
+    gradient, at the weights it has and the inputs ``feeds``.
+
+    Each ``Relu(x)`` becomes ``x * mask``, the mask the 0/1 pattern of ``x > 0`` there,
+    and each ``MaxPool`` a ``Gather`` of the elements its windows picked there (ONNX's
+    ``Indices``: offsets into the flattened input). Near those weights the model is
+    the same piecewise-smooth branch without the kinks: a finite difference of it
+    converges as the step squared, where one of the model converges only as the
+    step, since a step of ``eps`` crosses the kinks of the units within ``eps`` of
+    one (measured on ResNet-50's training step in ``docs/models.md``).
+    """
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    wanted = []
+    for node in probe.graph.node:
+        if node.op_type == "Relu":
+            wanted.append(node.input[0])
+        elif node.op_type == "MaxPool":
+            if len(node.output) != 1:
+                raise ValueError(
+                    f"freeze_kinks: MaxPool '{node.name}' has {len(node.output)} outputs, "
+                    "1 required (its Indices output is added here); hint: drop the Indices "
+                    "output from the model checked"
+                )
+            node.output.append(f"{node.output[0]}/argmax")
+            wanted.append(node.output[1])
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(w) for w in wanted)
+    found = onnx.reference.ReferenceEvaluator(probe).run(wanted, feeds)
+    values = dict(zip(wanted, found, strict=True))
+    frozen = onnx.ModelProto()
+    frozen.CopyFrom(model)
+    nodes, inits = [], []
+    for node in frozen.graph.node:
+        if node.op_type == "Relu":
+            x = node.input[0]
+            mask = f"{node.output[0]}/mask"
+            inits.append(numpy_helper.from_array((values[x] > 0).astype(values[x].dtype), mask))
+            nodes.append(onnx.helper.make_node("Mul", [x, mask], list(node.output), node.name))
+        elif node.op_type == "MaxPool":
+            out, picked = node.output[0], f"{node.output[0]}/argmax"
+            flat = f"{out}/flat"
+            inits.append(numpy_helper.from_array(np.array([-1], np.int64), f"{flat}/shape"))
+            inits.append(numpy_helper.from_array(values[picked], picked))
+            nodes.append(onnx.helper.make_node("Reshape", [node.input[0], f"{flat}/shape"], [flat]))
+            nodes.append(onnx.helper.make_node("Gather", [flat, picked], [out], node.name, axis=0))
+        else:
+            nodes.append(node)
+    del frozen.graph.node[:]
+    frozen.graph.node.extend(nodes)
+    frozen.graph.initializer.extend(inits)
+    return frozen
+
+
 def directional_check(
     proto: onnx.ModelProto,
     inputs: dict[str, np.ndarray],
@@ -182,15 +237,18 @@ def directional_check(
     agree; a gradient scaled wrong or pointing elsewhere gives a smaller difference
     than it claims. The derivative is as large as it can be, so float32 rounding in
     the session's gradient stays small beside it (a random direction's derivative
-    is ``~|g| / sqrt(n)`` and drowns in it).
+    is ``~|g| / sqrt(n)`` and drowns in it). The difference is taken of the model
+    with its ReLU and max pool branches frozen at the weights (:func:`freeze_kinks`):
+    along the steepest direction of ResNet-50 a step of ``eps`` crosses enough ReLU
+    kinks that the plain difference is 1.4 % short of the exact derivative.
     """
-    wide = float64_model(training_reference(proto))
-    weights = _initializers(wide)
+    feeds = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.items()}
+    wide = freeze_kinks(float64_model(training_reference(proto)), feeds)
+    weights = {t.name: numpy_helper.to_array(t) for t in wide.graph.initializer if t.name in grads}
     norm = float(np.sqrt(sum(float(np.sum(g * g)) for g in grads.values())))
     if norm == 0.0:
         return 0.0, 0.0
     direction = {w: np.asarray(g, np.float64) / norm for w, g in grads.items()}
-    feeds = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.items()}
 
     def loss_at(sign: float) -> float:
         m = onnx.ModelProto()
