@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import popart_api as popart
@@ -43,6 +44,18 @@ def _feeds(inputs: Sequence[np.ndarray], ids: list[str]) -> dict[str, np.ndarray
         for i, x in zip(ids, inputs, strict=True)
         if np.asarray(x).dtype != np.int64
     }
+
+
+def relu_model(opset: int) -> onnx.ModelProto:
+    """A one-node ONNX model, ``y = Relu(x)`` on two floats, importing ``ai.onnx`` at
+    ``opset``: the smallest model a check of opsets or of the op registry needs."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def train_once(
@@ -218,6 +231,7 @@ __all__ = [
     "check_gradients",
     "device",
     "reference",
+    "relu_model",
     "simulator_gradients",
     "train_once",
 ]

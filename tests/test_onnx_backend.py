@@ -96,17 +96,12 @@ def test_compare_reports_the_difference() -> None:
 
 
 def test_classification_uses_the_live_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    from onnx import TensorProto, helper
+    from onnx import TensorProto
+    from popart_harness import relu_model
 
     from popart_api import ops
 
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model = relu_model(14)
     assert onnx_tests.unsupported_reason(model) is None
     monkeypatch.delitem(ops.REGISTRY, ("ai.onnx", "Relu"))
     assert "ai.onnx::Relu" in onnx_tests.unsupported_reason(model)

@@ -8,7 +8,7 @@ import logging
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from popart_harness import relu_model, run_session
 
 import popart_api as popart
 
@@ -100,13 +100,7 @@ def test_set_random_seed_is_recorded() -> None:
 
 
 def test_opsets_newer_than_onnx_are_refused() -> None:
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)])
+    model = relu_model(99)
     with pytest.raises(popart.popart_exception, match=r"opset 99 of 'ai\.onnx'"):
         popart.InferenceSession(
             fnModel=model.SerializeToString(),
@@ -120,15 +114,9 @@ def test_nll_clamps_a_zero_probability() -> None:
     p = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]), "p")
     label = b.addInputTensor(popart.TensorInfo("INT32", [2]), "label")
     loss = b.aiGraphcore.nllloss([p, label], reduction=popart.ReductionType.NoReduction)
-    s = popart.InferenceSession(
-        fnModel=b.getModelProto(),
-        dataFlow=popart.DataFlow(1, {loss: popart.AnchorReturnType("ALL")}),
-        deviceInfo=popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4}),
-    )
-    s.prepareDevice()
-    anchors = s.initAnchorArrays()
     probs = np.array([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]], np.float32)
-    s.run(popart.PyStepIO({p: probs, label: np.array([0, 2], np.int32)}, anchors))
+    feeds = {p: probs, label: np.array([0, 2], np.int32)}
+    _, anchors = run_session(b.getModelProto(), feeds, [loss], tiles=4)
     np.testing.assert_allclose(anchors[loss], [-np.log(1e-7), -np.log(0.5)], rtol=1e-5)
 
 
