@@ -144,6 +144,16 @@ def _engine(replicas: int, build) -> Engine:
     return e
 
 
+def _replica_inputs(seed: int, replicas: int, dtype: type, **shapes: tuple) -> dict:
+    """Standard-normal inputs of every replica, drawn in the order named: ``name ->
+    [replicas, *shape]`` in ``dtype``."""
+    rng = np.random.default_rng(seed)
+    return {
+        name: rng.standard_normal((replicas, *shape)).astype(dtype)
+        for name, shape in shapes.items()
+    }
+
+
 def _replicated_and_alone(build, inputs: dict, out: str, shape: tuple) -> tuple:
     """``out`` of every replica of one replicated run (``inputs``: per replica) and of
     a one-replica run of each replica's inputs: ``([replicas, *shape], [...])``."""
@@ -186,12 +196,9 @@ def _scaled_program(t):
 @pytest.mark.parametrize("t", [FLOAT, HALF])
 def test_replicas_with_different_data_equal_one_replica_runs(t):
     replicas = 4
-    rng = np.random.default_rng(3)
     dtype = np.float32 if t is FLOAT else np.float16
-    a = rng.standard_normal((replicas, 40, 7)).astype(dtype)
-    b = rng.standard_normal((replicas, 40, 7)).astype(dtype)
-    s = rng.standard_normal((replicas, 1)).astype(dtype)
-    inputs = {"a": a, "b": b, "s": s}
+    inputs = _replica_inputs(3, replicas, dtype, a=(40, 7), b=(40, 7), s=(1,))
+    a, b, s = inputs["a"], inputs["b"], inputs["s"]
     got, alone = _replicated_and_alone(_scaled_program(t), inputs, "a", (40, 7))
     np.testing.assert_array_equal(got.view(np.uint8), alone.view(np.uint8))
     for r in range(replicas):
@@ -221,11 +228,10 @@ def _matmul_program(t):
 @pytest.mark.parametrize("t", [FLOAT, HALF])
 def test_replicated_matmul_with_different_data_equals_one_replica_runs(t):
     replicas = 3
-    rng = np.random.default_rng(8)
     dtype = np.float32 if t is FLOAT else np.float16
-    x = rng.standard_normal((replicas, 12, 16)).astype(dtype)
-    w = rng.standard_normal((replicas, 16, 10)).astype(dtype)
-    got, alone = _replicated_and_alone(_matmul_program(t), {"x": x, "w": w}, "y", (12, 10))
+    inputs = _replica_inputs(8, replicas, dtype, x=(12, 16), w=(16, 10))
+    x, w = inputs["x"], inputs["w"]
+    got, alone = _replicated_and_alone(_matmul_program(t), inputs, "y", (12, 10))
     np.testing.assert_array_equal(got.view(np.uint8), alone.view(np.uint8))
     tol = 1e-5 if t is FLOAT else 2e-2
     for r in range(replicas):
@@ -266,13 +272,9 @@ def test_replicated_float_updates_run_where_the_fields_lie(monkeypatch):
         vertices, "_scaled_add_in_place", lambda *a: calls.append(real(*a)) or calls[-1]
     )
     replicas = 3
-    rng = np.random.default_rng(11)
-    a = rng.standard_normal((replicas, 24, 9)).astype(np.float32)
-    b = rng.standard_normal((replicas, 24, 9)).astype(np.float32)
-    s = rng.standard_normal((replicas, 1)).astype(np.float32)
-    got, alone = _replicated_and_alone(
-        _scaled_2d_program(FLOAT), {"a": a, "b": b, "s": s}, "a", (24, 9)
-    )
+    inputs = _replica_inputs(11, replicas, np.float32, a=(24, 9), b=(24, 9), s=(1,))
+    a, b, s = inputs["a"], inputs["b"], inputs["s"]
+    got, alone = _replicated_and_alone(_scaled_2d_program(FLOAT), inputs, "a", (24, 9))
     assert calls and all(calls)  # in place (the one-replica runs do not call it)
     assert got.tobytes() == alone.tobytes()
     for r in range(replicas):
@@ -303,10 +305,9 @@ def test_an_update_reading_what_it_writes_runs_packed(monkeypatch):
         popops.scaledAddTo(g, a.slice(1, 30), a.slice(0, 29), s, seq, "shift")
         return seq
 
-    rng = np.random.default_rng(5)
-    a = rng.standard_normal((2, 30)).astype(np.float32)
-    s = rng.standard_normal((2, 1)).astype(np.float32)
-    got, alone = _replicated_and_alone(build, {"a": a, "s": s}, "a", (30,))
+    inputs = _replica_inputs(5, 2, np.float32, a=(30,), s=(1,))
+    a, s = inputs["a"], inputs["s"]
+    got, alone = _replicated_and_alone(build, inputs, "a", (30,))
     assert calls == [False]  # asked, and refused: packed
     assert got.tobytes() == alone.tobytes()
     for r in range(2):
