@@ -478,10 +478,16 @@ class SessionIO:
         return make_report(engine.getGraphProfile(), engine.getExecutionProfile())
 
     def _keep_cycle_count(self, engine: Engine) -> None:
-        """Remember the last run's cycles before a report fetch forgets the runs."""
-        runs = engine.getExecutionProfile().get("runs") or []
-        if runs:
-            self._last_cycles = int(runs[-1]["cyclesTo"] - runs[-1]["cyclesFrom"])
+        """Remember the last run's cycles before a report fetch forgets the runs.
+
+        The cycles are the last trace's total, which is what the execution profile's
+        last run spans (``cyclesTo - cyclesFrom``); read from the trace because making
+        the profile lists every step of every run again, a record per step and tile
+        block, for one number.
+        """
+        traces = engine.getTraces()
+        if traces:
+            self._last_cycles = int(traces[-1].total_cycles)
 
     def getCycleCount(self) -> int:
         """Simulated cycles of the last ``run``, also after a report fetch has reset the

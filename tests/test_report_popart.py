@@ -126,3 +126,20 @@ def test_a_hardware_device_is_profiled_only_when_instrumented(instrument):
     else:
         assert report == {"profilerMode": "NONE"}
         assert NOT_ENABLED in summary
+
+
+def test_cycle_count_is_read_from_the_last_trace_without_making_the_profile(monkeypatch):
+    """``getCycleCount`` reads the last run's trace: the execution profile (a record of
+    every step of every run) is not made for it, and the count is the profile's span of
+    that run."""
+    session, run = _session()
+    run()
+    run()
+    spans = [r["cyclesTo"] - r["cyclesFrom"] for r in session.engine.getExecutionProfile()["runs"]]
+    assert len(spans) == 2
+
+    def no_profile():
+        raise AssertionError("getCycleCount made the execution profile")
+
+    monkeypatch.setattr(session.engine, "getExecutionProfile", no_profile)
+    assert session.getCycleCount() == spans[-1]
