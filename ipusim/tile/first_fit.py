@@ -115,11 +115,15 @@ def _after_packed(
     than ``min_align`` and end at an aligned address), so the scan over them ends at
     the aligned ``fixed_top``; the rest is scanned from there. Otherwise (an empty
     block, another alignment) every block is scanned."""
-    if fixed == 0 or size == 0 or align % min_align != 0:
-        return _first_fit(starts, ends, los, his, count, size, align, lo, hi, 0)
-    addr = -(-fixed_top // align) * align
+    # one call with an int64 ``addr``: a call with the constant 0 would compile a
+    # second specialisation of _first_fit (for the literal type of 0)
+    skip = 0
+    addr = 0
+    if fixed != 0 and size != 0 and align % min_align == 0:
+        skip = fixed
+        addr = -(-fixed_top // align) * align
     return _first_fit(
-        starts[fixed:], ends[fixed:], los[fixed:], his[fixed:], count - fixed, size, align,
+        starts[skip:], ends[skip:], los[skip:], his[skip:], count - skip, size, align,
         lo, hi, addr,
     )  # fmt: skip
 

@@ -1,0 +1,47 @@
+"""The compiled kernels are typed once for the calls the simulator makes.
+
+Numba compiles a kernel once per distinct tuple of argument types: an int32 and an
+int64 array, a read-only and a writable one, or the constant ``0`` (typed as the
+literal ``Literal[int](0)``) and an ``int64`` each give another specialisation, which
+costs its compile time (0.3-3 s of CPU each) in every process that has no disk cache
+yet: a fresh clone's first test run, a new sweep or Dask worker.
+
+These checks type a kernel's callers afresh (an uncached copy of the caller, so that
+Numba types every call inside it instead of loading the caller's machine code) and
+look at the specialisations its callees got.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba.core import types
+
+from ipusim.tile import first_fit
+
+
+def _literal_signatures(dispatcher) -> list[tuple]:
+    """The signatures of ``dispatcher`` that hold a literal (constant) type."""
+    return [sig for sig in dispatcher.signatures if any(isinstance(t, types.Literal) for t in sig)]
+
+
+def test_first_fit_is_called_with_an_int64_start_from_every_path():
+    """``_after_packed`` scans from address 0 (no packed prefix) or from the packed
+    prefix's aligned top: both paths call ``_first_fit`` with one ``int64`` start, so
+    the placement compiles one ``_first_fit``, never one more for the constant 0."""
+    caller = numba.njit(first_fit._after_packed.py_func)  # uncached: typed here
+    n = 4
+    starts = np.array([0, 8, 16, 40], np.int64)
+    ends = np.array([8, 16, 20, 48], np.int64)
+    los = np.zeros(n, np.int64)
+    his = np.full(n, 9, np.int64)
+    # no prefix: the plain first fit from 0 finds the gap at 20..40
+    assert caller(starts, ends, los, his, n, 16, 4, 0, 9, 0, 0, 4) == 20
+    # a prefix of 2 blocks ending at 16, alignment 8: scanned from 16, the gap at 24
+    assert caller(starts, ends, los, his, n, 16, 8, 0, 9, 2, 16, 4) == 24
+    # an alignment that is not a multiple of the minimum: every block scanned
+    assert caller(starts, ends, los, his, n, 16, 6, 0, 9, 2, 16, 4) == 24
+    assert _literal_signatures(first_fit._first_fit) == []
+    int64 = types.int64
+    called = {sig[4:] for sig in first_fit._first_fit.signatures}
+    assert called == {(int64,) * 6}
