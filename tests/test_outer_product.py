@@ -184,7 +184,8 @@ def test_half_partials_group_the_horizontal_mac_outputs_in_twos() -> None:
     opts = {"fullyConnectedPass": "TRAINING_WU", "partialsType": "half"}
     plan = poplin.getPlan(graph, pass_product("FC_TRAINING_WU", layer), HALF, HALF, opts)
     assert plan.method != OUTER_PRODUCT
-    fwd = {"fullyConnectedPass": "TRAINING_FWD", "partialsType": "half"}
+    fwd = {"fullyConnectedPass": "TRAINING_FWD", "partialsType": "half",
+           "planConstraints": '{"method": "HMAC"}'}  # fmt: skip
     plan = poplin.getPlan(graph, pass_product("FC_TRAINING_FWD", layer), HALF, HALF, fwd)
     assert plan.method == "HMAC" and plan.out_chans_per_group == 2
 

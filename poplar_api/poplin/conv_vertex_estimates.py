@@ -67,6 +67,13 @@ def partial_estimate(
         )
     if method == "HMAC":
         ic, oc = chans
+        if plan.joint:
+            # a joint plan's grouping is fixed (the forward input grouping, a multiple
+            # of the conv units): Poplibs' vertex loops over the tile's channels in
+            # groups of it (``tileNumInGroups = ceildiv(inChanSize, inChansPerGroup)``,
+            # ``addPartialCalcCycleEstimate``, ConvModel.cpp at 7eac0f26)
+            ic, oc = plan.in_chans_per_group, plan.out_chans_per_group
+            nig, nog = -(-chans[0] // ic), -(-chans[1] // oc)
         zero = conv_estimators.zero_supervisor_cycles(
             conv_estimators.zero_worklist(out_rows * oc, workers),
             ncg * nog,
@@ -118,6 +125,9 @@ def partial_estimate(
 
 
 def group_counts(plan: ConvPlan, bg: int, bci: int, bco: int) -> tuple[int, int, int]:
+    """``(conv, input, output)`` groups of a block's partial vertex. A MAC vertex counts
+    one group of the block's channels here (``chans`` carries them); a horizontal MAC of
+    a joint plan is split into its grouping's groups by :func:`partial_estimate`."""
     if plan.method in ("HMAC", "VMAC"):
         return bg, 1, 1
     return bg, -(-bci // plan.in_chans_per_group), -(-bco // plan.out_chans_per_group)

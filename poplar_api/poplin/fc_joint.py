@@ -39,23 +39,33 @@ differ (``createPlan``).
 
 Vertex candidates of the forward pass (:func:`_fwd_vertex_types`): the AMP per unit
 count, and the horizontal MAC with Poplibs' input groupings (``getConvVertexHMACCandidates``:
-1 or multiples of the conv units in a joint plan; ipusim tries the smallest
-:data:`HMAC_GROUPINGS`). The backward pass runs the forward method; the weight update
-the method :func:`wu_method` gives (``getFullyConnectedWUMethod``): the outer product
-(:mod:`.outer_product`) for a batch-1 layer whose forward pass writes one channel per
-group (the horizontal MAC), grouping its output channels by the forward input grouping;
-else the AMP when that grouping is not 1; else the forward method.
+1 or multiples of the conv units in a joint plan, every one of them). The backward
+pass runs the forward method; the weight update the method :func:`wu_method` gives
+(``getFullyConnectedWUMethod``): the outer product (:mod:`.outer_product`) for a batch-1
+layer whose forward pass writes one channel per group (the horizontal MAC), grouping
+its output channels by the forward input grouping; else the AMP when that grouping is
+not 1; else the forward method.
+
+A horizontal MAC of a joint plan runs its grouping: Poplibs' vertex loops over a tile's
+``ceil(channels / inChansPerGroup)`` input groups and ``ceil(channels /
+outChansPerGroup)`` output groups, each pass of a group paying the supervisor's and the
+workers' loop overheads and a dot product of ``inChansPerGroup`` elements per output
+position (``addPartialCalcCycleEstimate``, ``ConvModel.cpp``;
+``getConvPartialHorizontalMacSupervisorOuterLoopCycleEstimate`` and
+``getConvPartialHorizontalMacCycleEstimate``, ``PerformanceEstimation.hpp``), so the
+joint candidates are costed with :func:`grouped_hmac_compute` and the vertices with the
+grouping (:func:`~poplar_api.poplin.conv_vertex_estimates.partial_estimate`). A plan made
+alone keeps one group of a tile's channels: its candidates range over every grouping up
+to all the channels, and the one that makes a tile's block one group is the cheapest.
 
 Differences kept: no serial split of the batch (it becomes an input-channel serial
 split of the weight update, which ipusim does not model); an AMP weight update runs
 ipusim's AMP grouping of its type (Poplibs uses the forward pass's groupings
 exchanged, ``getFullyConnectedWuConvVertexType``: 8 input and 16 output channels per
 group for HALF with float partials where the forward pass has 16 and 8), while its
-rearrangement estimate uses Poplibs' groupings; the horizontal MAC runs a tile's
-channels as one group whatever its grouping (the grouping sets the split grains and
-the layout); the weights are not transposed by a ``fullyConnectedWeightTranspose``
-compute set before the backward pass (it reads them as a view, rearranged where
-needed).
+rearrangement estimate uses Poplibs' groupings; the weights are not transposed by a
+``fullyConnectedWeightTranspose`` compute set before the backward pass (it reads them
+as a view, rearranged where needed).
 """
 
 from __future__ import annotations
@@ -94,8 +104,6 @@ FC_TRAINING = ("FC_TRAINING_FWD", "FC_TRAINING_BWD", "FC_TRAINING_WU")
 #: the weight update).
 _AXES = {"FC_TRAINING_FWD": None, "FC_TRAINING_BWD": (2, 4), "FC_TRAINING_WU": (3, 4)}
 _COST_KEYS = ("compute", "exchange", "reduce", "transform", "total")
-#: Horizontal-MAC input groupings a joint plan tries (the smallest of Poplibs' candidates).
-HMAC_GROUPINGS = 3
 
 
 #: Per pass, the positions in the layer ``(G, B, I, O)`` of its product's ``(G, M, K,
@@ -163,7 +171,6 @@ def _fwd_vertex_types(
       that is not 1 or a multiple of the conv units; one output channel per group
       with FLOAT partials, two otherwise (:func:`.conv_planner.hmac_partial_chans`),
       so a layer of HALF partials never takes the outer-product weight update.
-      ipusim tries the :data:`HMAC_GROUPINGS` smallest of them.
     """
     out: list[tuple[Any, int, int]] = []
     units_all = sorted(amp_unit_options(in_type, partials, target), reverse=True)
@@ -181,9 +188,25 @@ def _fwd_vertex_types(
             continue
         previous = groups
         hmac.append((("HMAC", icg), icg, hmac_partial_chans("HMAC", partials)))
-        if len(hmac) == HMAC_GROUPINGS:
-            break
     return out + hmac
+
+
+def grouped_hmac_compute(
+    blocks: np.ndarray, icg: int, ocg: int, in_type: Type, target: Any
+) -> np.ndarray:
+    """Closed-form cycles of the horizontal MAC of a joint plan over the split blocks
+    ``blocks`` (rows of ``(G, B, field, Co, Ci)``) grouped ``icg`` / ``ocg``: the leading
+    terms of Poplibs' estimate (``PerformanceEstimation.hpp`` at 7eac0f26), per conv group
+    ``23 + IG (15 + OG (10 + W (51 + P (7 + ocg D))))`` plus 50, with ``IG`` / ``OG`` the
+    block's input / output groups, ``P`` a worker's output positions (the block's batch
+    times field, over the ``W`` workers) and ``D = 7 + ceil(icg / vectorWidth)`` the dot
+    product over one group (the final plan is costed with the estimator itself)."""
+    w = target.getNumWorkerContexts()
+    rows = -(-(blocks[:, 1] * np.prod(blocks[:, 2:-2], axis=1)) // w)
+    nig, nog = -(-blocks[:, -1] // icg), -(-blocks[:, -2] // ocg)
+    dot = 7 + -(-icg // target.getVectorWidth(in_type))
+    per_group = 23 + nig * (15 + nog * (10 + w * (51 + rows * (7 + ocg * dot))))
+    return 50 + blocks[:, 0] * per_group
 
 
 def wu_method(
@@ -246,6 +269,9 @@ def plan_joint(
                 cat = _candidates(params[p], pass_method[p], partials, target, maps[p], fast,
                                   splits)  # fmt: skip
             ig, og = (ocg, icg) if p == "FC_TRAINING_WU" else (icg, ocg)
+            if pass_method[p][0] == "HMAC":
+                hmac = grouped_hmac_compute(cat["blocks"], ig, og, in_type, target)
+                cat = dict(cat, compute=hmac, total=cat["total"] - cat["compute"] + hmac)
             n = cat["used"].size
             cyc, temp = transform_estimates(params[p], p, True, np.full(n, ig), np.full(n, og),
                                             cat["used"], target, wpcu, joint=True)  # fmt: skip
@@ -277,6 +303,7 @@ def plan_joint(
             tiles = None if grid is None else np.swapaxes(grid, *_AXES[p])
             ms = [m[p] for m in methods]
             plan = plan_from(cat, j, ms, params[p], partials, target, cost, fast, True, tiles)
+            plan = dataclasses.replace(plan, joint=True)  # its vertices run its grouping
             if plan.method != OUTER_PRODUCT:  # its closed form is Poplibs' estimate
                 cost["compute"] = int(exact[p](plan))
                 cost["total"] = sum(cost[k] for k in _COST_KEYS[:4])

@@ -41,6 +41,7 @@ from poplar_api.poplin.fc_joint import (
     plan_joint,
     separate_wins,
 )
+from poplar_api.poplin.fc_transpose import group_sizes, weight_transpose
 from poplar_api.poplin.outer_product import outer_product_conv
 from poplar_api.program import Copy
 from poplar_api.program import Sequence as ProgramSequence
@@ -429,6 +430,9 @@ def _build(
     acts, weights = (
         (b3.dimShuffle([0, 2, 1]), a3) if plan.swapped else (a3, b3.dimShuffle([0, 2, 1]))
     )
+    if opts.get("pass") == "FC_TRAINING_BWD" and plan.joint:
+        acts = _transposed_weights(graph, acts, (g, m, k, n), params, plan, (conv, conv_opts),
+                                   prog, name)  # fmt: skip
     # Poplibs copies an operand into the plan's layout before the exchange where its
     # convolutionPreprocess does (see conv_rearrange)
     re_a, re_w = operand_rearrangements(graph, plan, opts.get("pass"), acts, weights)
@@ -448,6 +452,30 @@ def _build(
         out = _conv._conv(graph, act, ker, params, opts, prog, name).squeeze([1])
     c3 = out if plan.swapped else out.dimShuffle([0, 2, 1])
     return c3 if A.rank() == 3 else c3[0]
+
+
+def _transposed_weights(
+    graph: Graph,
+    acts: Tensor,
+    dims: _Dims,
+    params: ConvParams,
+    plan: ConvPlan,
+    conv: tuple[_Opts, _Opts],
+    prog: ProgramSequence,
+    name: str,
+) -> Tensor:
+    """The weights of a jointly planned layer's input-gradient pass (``acts``: ``[G, I,
+    O]``) as Poplibs' ``fullyConnectedWeightTranspose`` makes them (:mod:`.fc_transpose`),
+    or the view ``acts`` itself when its group sizes leave nothing to transpose."""
+    layer = fwd_layer("FC_TRAINING_BWD", dims)
+    joint = _fc_layer(graph, layer, params.inputType, params.outputType, conv[0], name)
+    assert joint is not None and plan.swapped
+    fwd_icg = joint.plans["FC_TRAINING_FWD"].in_chans_per_group
+    sizes = group_sizes(fwd_icg, plan.in_chans_per_group, layer[2], layer[3])
+    if min(sizes) == 1:  # useCopyImpl
+        return acts
+    laid_out = _laid_out(graph, params, f"{name}/weightTranspose/transposed", conv[1], True)
+    return weight_transpose(graph, acts, laid_out, sizes, prog, f"{name}/weightTranspose")
 
 
 def _check_scale(k: Any, name: str) -> Any:
