@@ -83,8 +83,32 @@ def grouped_output(
     lead, field = [int(x) for x in lead], [int(x) for x in field]
     nl, nd = len(lead), len(field)
     var = graph.addVariable(type_, [*lead, groups, chans // cpg, batch, *field, cpg], name)
-    view = var.dimShuffle(_output_perm(nl, nd)).reshape([*lead, groups, batch, *field, chans])
-    return var, view
+    perm = _output_perm(nl, nd)
+    if not nl:  # the output: the user's tensor is a view of this one, named after it
+        return var, var.dimShuffle(perm).reshape([*lead, groups, batch, *field, chans])
+    # the partials (internal, eight or more times the output's elements): the view's
+    # ids summed from each dimension's offsets, written once in the view's order
+    # (dimShuffle then reshape gathers them from an array of every id, read across)
+    start = int(var.flatten().slice(0, 1).index[0])
+    return var, Tensor(var.graph, type_, grouped_ids(start, var.shape(), perm), name)
+
+
+def grouped_ids(start: int, shape: Sequence[int], perm: Sequence[int]) -> np.ndarray:
+    """The ids of ``v.dimShuffle(perm)`` with its last two dimensions merged, where
+    ``v`` is a variable of ``shape`` whose ids are consecutive from ``start``: the
+    offsets of the leading dimensions summed over their (small) grid, plus those of the
+    last two, in one pass over the result."""
+    st = np.array(np.empty(tuple(shape), np.int8).strides, np.int64)  # element strides
+    outer_dims = [int(d) for d in perm[:-2]]
+    outer = np.full([1] * len(outer_dims), start, np.int64)
+    for i, d in enumerate(outer_dims):
+        ax = [1] * len(outer_dims)
+        ax[i] = shape[d]
+        outer = outer + (np.arange(shape[d], dtype=np.int64) * st[d]).reshape(ax)
+    a, b = int(perm[-2]), int(perm[-1])
+    inner = np.add.outer(np.arange(shape[a], dtype=np.int64) * st[a],
+                         np.arange(shape[b], dtype=np.int64) * st[b]).reshape(-1)  # fmt: skip
+    return np.add(outer[..., None], inner)
 
 
 def map_grouped_output(graph: Graph, var: Tensor, tiles: np.ndarray, lead: int) -> None:

@@ -1,0 +1,48 @@
+"""Fast paths of building convolutions and PopART graphs, each checked against the plain
+computation it replaces (numpy written out in the test, or the slower library path)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, HALF, Graph, IPUModel
+from poplar_api.poplin.conv_layout import grouped_ids, grouped_output
+
+
+def _graph(preset: str = "ipu1") -> Graph:
+    return Graph(IPUModel(preset).createDevice().getTarget())
+
+
+# ------------------------------------------------------------------ partials' view ids
+@pytest.mark.parametrize(
+    "shape,perm",
+    [
+        ((8, 1, 4, 8, 32, 32, 16), [0, 1, 3, 4, 5, 2, 6]),  # [pci, G, Co/cpg, B, H, W, cpg]
+        ((3, 2, 3, 2, 5, 4, 2), [0, 1, 3, 4, 5, 2, 6]),
+        ((2, 1, 1, 3, 7, 1), [0, 1, 3, 4, 2, 5]),  # one field dimension, cpg 1
+        ((4, 2, 5, 3, 6), [1, 0, 3, 2, 4]),  # any order of the leading dimensions
+    ],
+)
+def test_grouped_ids_equal_a_transposed_arange_with_its_last_two_dimensions_merged(shape, perm):
+    start = 1234
+    plain = (np.arange(np.prod(shape)) + start).reshape(shape).transpose(perm)
+    plain = plain.reshape(*plain.shape[:-2], -1)
+    got = grouped_ids(start, shape, perm)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, plain)
+
+
+@pytest.mark.parametrize("lead,field,cpg", [([4], [5, 3], 8), ([2], [7], 1), ([3], [], 2)])
+@pytest.mark.parametrize("dtype", [FLOAT, HALF])
+def test_partials_view_has_the_ids_of_the_shuffled_variable(lead, field, cpg, dtype):
+    graph = _graph()
+    graph.addVariable(dtype, [17], "before")  # the partials' ids do not start at 0
+    groups, batch, chans = 2, 3, 16
+    var, view = grouped_output(graph, dtype, lead, groups, batch, field, chans, cpg, "p")
+    nl, nd = len(lead), len(field)
+    perm = [*range(nl), nl, nl + 2, *range(nl + 3, nl + 3 + nd), nl + 1, nl + 3 + nd]
+    plain = var.dimShuffle(perm).reshape([*lead, groups, batch, *field, chans])
+    assert view.shape() == plain.shape()
+    assert view.elementType() == dtype and graph.owns(view)
+    np.testing.assert_array_equal(view.index, plain.index)
