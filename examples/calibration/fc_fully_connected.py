@@ -24,10 +24,10 @@ them.
 Each pass passes ``fullyConnectedPass`` to ``matMul``, which rearranges an operand
 before the exchange where Poplibs does (``convolutionPreprocess``: always in the weight
 update, and where the operand's layout is not the plan's, as the transposed weights of
-the input gradient; see :mod:`poplar_api.poplin.matmul`). Approximated: Poplibs plans
-the three passes jointly (``createPlan`` with ``FC_TRAINING_FWD``, swapped operands)
-and keeps the joint plan when its estimate is lower than the three separate plans';
-ipusim plans each pass separately. Measured: the ``fc_layer_*`` rows of Poplibs'
+the input gradient; see :mod:`poplar_api.poplin.matmul`). The three passes are planned
+jointly or separately as Poplibs' ``createPlan`` does (:mod:`poplar_api.poplin.fc_joint`),
+and a joint plan's input gradient first transposes the weights into its grouping
+(:mod:`poplar_api.poplin.fc_transpose`). Measured: the ``fc_layer_*`` rows of Poplibs'
 ``tests/benchmark_results.csv`` at f927358 (source J, IPU Model Mk1 and Mk2,
 ``--bias 0 --ignore-data``): the total cycles of the tool's runs.
 """
