@@ -52,6 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tutorials"))
 
 import mnist
+from tut5 import format_float  # 6 significant digits, as the tutorials print
 
 from poplar_api import FLOAT, UNSIGNED_INT, Device, Engine, Graph, IPUModel, poplin, popnn, popops
 from poplar_api import program as prog
@@ -487,11 +488,6 @@ def write_parameters(engine: Engine, parameters: Parameters) -> None:
 
 
 # ------------------------------------------------------------------------ running
-def format_float(value: float) -> str:
-    """A float with 6 significant digits, as the tutorials print them."""
-    return f"{value:.6g}"
-
-
 def run(
     device: Device,
     images: np.ndarray,

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ipusim.sweep.cli import positive_int
 from poplar_api import FLOAT, Device, Engine, Graph, IPUModel, SyncDelayType, poplin, popnn
 from poplar_api import program as prog
 from poplar_api.errors import GraphError
@@ -276,17 +277,6 @@ def run(device: Device, shape: Shape = Shape(), timeline: str | None = None) -> 
 
         print(f"Timeline written to {write_timeline(trace, timeline)}")
     return Result(result, expected, ok, total, stages, engine)
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
