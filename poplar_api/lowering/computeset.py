@@ -20,7 +20,7 @@ from poplar_api.counted import execute_counted
 from poplar_api.errors import EngineError, FloatingPointException
 from poplar_api.field_images import ImageField, tiled_offsets
 from poplar_api.fields import FieldBatch, FieldSpec
-from poplar_api.lowering import pieces, runs
+from poplar_api.lowering import pieces, runs, strided
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.lowering.field_tables import (
@@ -84,13 +84,17 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
         # every field's pieces into one set of arrays, with room for one piece per id
         # read (the most there can be; pages no piece is written to are never touched)
         found = pieces.Pieces(sum(ft.size for ft, _ in fields))
+        steps = strided.StridedPieces()  # reads stepping through ids at a stride
         for ft, vtiles in fields:
             if ft.runs is not None:
                 pieces.run_pieces(*ft.runs, vtiles, owner, stretches, found)
             elif ft.ref_runs is not None:  # the runs, each on its vertex's tile
                 pieces.run_pieces(*ft.ref_runs, ft.run_tiles(vtiles), owner, stretches, found)
             else:
-                pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner, found)
+                strided.field_pieces(ft.ids, ft.bounds, vtiles, owner, found, steps)
+        if steps.rows:  # planned as progressions where exact, else as one-element pieces
+            planned = planner.add_strided(typ, found.arrays(), steps.arrays(), owner)
+            strided.expand_into(found, steps.arrays(), planned)
         planner.add_pieces(typ, *found.arrays(), owner, scratch=True)
 
 
@@ -186,8 +190,9 @@ def make_runner(
     groups = []
     for g, bounds in zip(table.groups, in_place, strict=True):
         pairs = list(zip(g.fields, bounds, strict=True))
+        held = [b is not None or _by_ranges(ft) or _stored_by_runs(ft) for ft, b in pairs]
         where.append(
-            [None if b is not None or _by_ranges(ft) else runs.as_index(ft.ids) for ft, b in pairs]
+            [None if h else runs.as_index(ft.ids) for (ft, _), h in zip(pairs, held, strict=True)]
         )
         kept = [ft if b is None else ft.without_ids(b) for ft, b in pairs]
         groups.append(TypeGroup(g.vtype, g.positions, kept))
@@ -216,7 +221,7 @@ def make_runner(
                     else:
                         fields[ft.spec.name] = wide.in_place(ft.type, lies)
                     continue
-                if wide is None and index[k] is None and _by_ranges(ft) and not ft.spec.writes:
+                if wide is None and index[k] is None and (_by_ranges(ft) or _stored_by_runs(ft)):
                     data = _gather_runs(storage, ft).astype(ft.spec.kernel_dtype, copy=False)
                     fields[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
                     continue
@@ -260,14 +265,16 @@ def make_runner(
                     if isinstance(batch, ImageField):  # stored where it lies already
                         batch = batch.packed() if RUN_FP_EXCEPTIONS.get() else None
                     else:
-                        writes.append((ft.type, ix, batch.data))
+                        writes.append((ft, ix, batch.data))
                     if batch is not None and ft.type.is_floating and RUN_FP_EXCEPTIONS.get():
                         _check_finite(name, ft, batch, vertex_ids, tiles)
-        for t, ix, data in writes:
-            if wide is None:
-                storage.write(t, ix, data)
+        for ft, ix, data in writes:
+            if wide is not None:
+                wide.scatter(ft.type, ix, data)
+            elif ix is None:  # (_stored_by_runs)
+                storage.write_runs(ft.type, *_held_runs(ft), data)
             else:
-                wide.scatter(t, ix, data)
+                storage.write(ft.type, ix, data)
         if counted is not None:
             counted.holder.put(CountedExecution(counted.static, tuple(parts)))
 
@@ -281,12 +288,27 @@ def _by_ranges(ft: FieldTable) -> bool:
     return ft.ref_runs is not None and ft.type.numpy.kind != "b"
 
 
+def _stored_by_runs(ft: FieldTable) -> bool:
+    """Whether the runner reads and stores written field ``ft`` through its runs (one per
+    vertex or several, :func:`_held_runs`) rather than an index of its ids, which are
+    then never made (they were 1 GB of a ResNet-50 training step's host memory); not
+    BOOL, whose values are not their bits."""
+    held = ft.runs is not None or ft.ref_runs is not None
+    return ft.spec.writes and held and ft.type.numpy.kind != "b"
+
+
+def _held_runs(ft: FieldTable) -> tuple[np.ndarray, np.ndarray]:
+    """``(begin, end)`` of the runs a field's table holds, in reference order."""
+    return ft.ref_runs if ft.ref_runs is not None else ft.runs
+
+
 def _gather_runs(storage: Storage, ft: FieldTable) -> np.ndarray:
-    """The values of a field read by its runs (:func:`_by_ranges`): each run's block of
-    the image copied in turn, as :meth:`Storage.read` of its ids gives them."""
+    """The values of a field read by its runs (:func:`_by_ranges`, :func:`_stored_by_runs`):
+    each run's block of the image copied in turn, as :meth:`Storage.read` of its ids
+    gives them."""
     raw = storage.arrays[ft.type.size]
     out = np.empty(ft.size, raw.dtype)
-    runs.take_ranges(raw, *ft.ref_runs, out, 0)
+    runs.take_ranges(raw, *_held_runs(ft), out, 0)
     return out.view(ft.type.numpy)
 
 

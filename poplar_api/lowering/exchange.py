@@ -39,7 +39,7 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.tile.layout import tile_coordinates
-from poplar_api.lowering import crossing, pieces, received, runs
+from poplar_api.lowering import crossing, pieces, received, runs, strided
 from poplar_api.types import Type
 
 #: Runs planned together at most (bounds the planner's temporary arrays), when the runs
@@ -183,6 +183,10 @@ class ExchangePlanner:
         #: per receiving tile (made on first use; with too many tiles for a bitmap,
         #: ``sender_keys`` holds them instead)
         self.pair_map: tuple[np.ndarray, np.ndarray, int] | None = None
+        #: element size -> progressions ``(first, count, stride)`` some tile receives,
+        #: sent by their owners (:meth:`_add_strided`), with the owner array, like
+        #: ``intervals``
+        self.strided: dict[int, list[tuple[np.ndarray, ...]]] = {}
         #: distinct senders per receiving tile, once :meth:`build` has counted them
         #: (no more elements may be added then)
         self.senders_counted: np.ndarray | None = None
@@ -212,6 +216,9 @@ class ExchangePlanner:
             sender = self.sender[size] = [
                 _interval_senders(a, b, owner) for a, b, owner in self.intervals.pop(size, [])
             ]
+            for first, count, step, owner in self.strided.pop(size, []):
+                ids = strided.expand(first, count, step)
+                sender.append((ids, owner[ids]))
         return sender
 
     def sent_one_by_one(self, element_type: Type, ids: np.ndarray, src: np.ndarray) -> None:
@@ -294,6 +301,54 @@ class ExchangePlanner:
                 return
         self._add_intervals(element_type, begin, length, dst, owner, scratch)
 
+    def add_strided(
+        self,
+        element_type: Type,
+        ordinary: tuple[np.ndarray, np.ndarray, np.ndarray],
+        found: tuple[np.ndarray, ...],
+        owner: np.ndarray,
+    ) -> np.ndarray:
+        """Plan the strided pieces ``found`` ``(first, count, stride, dst, sender)``
+        (:mod:`~poplar_api.lowering.strided`; ``sender`` owns every element of its
+        piece) of the tiles where counting them as progressions is exact
+        (:func:`~poplar_api.lowering.strided.isolated_tiles`: one IPU, a map of tile
+        pairs, nothing of the size planned before); bool per piece, whether it was.
+
+        The ordinary pieces ``(begin, length, dst)`` and the strided pieces not
+        planned here (as one-element runs) must be planned next, in one
+        :meth:`add_pieces`. On the tiles planned here every element is a message of
+        its own, received once (the union of each residue class), from the pieces'
+        senders.
+        """
+        begin, length, dst = ordinary
+        size = element_type.size
+        first, count, stride, sdst, sender = found
+        self.changes_of(size, owner, self.state.space(element_type).size)  # (_sent_runs)
+        pairs = None
+        if self.num_ipus == 1 and not (size in self.sender or size in self.received_runs):
+            pairs = self.take_pair_map()
+        if pairs is None:
+            fit = np.zeros(first.size, bool)
+        else:
+            n, tpi = self.num_tiles, self.tiles_per_ipu
+            fit = strided.isolated_tiles(begin, length, dst, found, n, tpi)
+        if fit.any():
+            u_first, u_count, u_stride, u_tile = strided.merge_classes(
+                first[fit], count[fit], stride[fit], sdst[fit]
+            )
+            elements = np.bincount(u_tile, weights=u_count, minlength=self.num_tiles)
+            elements = elements.astype(np.int64)
+            self.received += elements * size
+            self.messages_received += elements
+            column, row = tile_coordinates(self.cfg.tile)
+            seen, senders, stamp = pairs
+            strided.mark_senders(
+                sdst[fit], sender[fit], self.tiles_per_ipu, column, row, seen, senders,
+                self.max_distance, stamp,
+            )  # fmt: skip
+            self.strided.setdefault(size, []).append((u_first, u_count, u_stride, owner))
+        return fit
+
     def take_pair_map(self) -> tuple[np.ndarray, np.ndarray, int] | None:
         """The map of (receiving, sending) tile pairs, the senders counted per
         receiving tile and the stamp of a pair seen (:meth:`OwnerCache.take_pairs`),
@@ -355,25 +410,45 @@ class ExchangePlanner:
             self.intervals.setdefault(size, []).append((a, b, owner))
 
     def _sent_runs(
-        self, size: int, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+        self,
+        size: int,
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+        progressions: list[tuple[np.ndarray, ...]] = (),
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Elements and messages each tile sends of intervals received by some tile:
-        per tile, of every run of consecutive ids of one owner in their union.
+        """Elements and messages each tile sends of intervals (and ``progressions``,
+        :attr:`strided`) received by some tile: per tile, of every run of consecutive
+        ids of one owner in their union.
 
         When the intervals' span is small beside their count, the union is found by
         counting how many intervals cover each id of the span (one compiled pass,
-        :func:`_sent_by_cover`); else the intervals are sorted and merged."""
-        owner = parts[0][2]
+        :func:`_sent_by_cover`); else the intervals are sorted and merged. A
+        progression's elements are one-element intervals here (those of several tiles
+        may make runs together)."""
+        owner = (parts or progressions)[0][-1]
         n = self.num_tiles
-        a = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-        b = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
         elements, messages = np.zeros(n, np.int64), np.zeros(n, np.int64)
-        if a.size == 0:
+        if progressions:
+            first, count, step = (np.concatenate([p[k] for p in progressions]) for k in range(3))
+            s_lo, s_hi = runs.span(first)[0], runs.span(first + (count - 1) * step)[1] + 1
+            s_elements = int(count.sum())
+        else:
+            first = count = step = _NO_KEYS
+            s_lo, s_hi, s_elements = np.iinfo(np.int64).max, 0, 0
+        a = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else _NO_KEYS
+        b = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else _NO_KEYS
+        if len(parts) == 1:
+            a, b = parts[0][:2]
+        if a.size + s_elements == 0:
             return elements, messages
-        lo, hi = runs.span(a)[0], runs.span(b)[1]
-        if hi - lo <= COVER_SPAN_PER_INTERVAL * a.size:
-            _sent_by_cover(a, b, lo, hi, owner, elements, messages)
+        lo, hi = s_lo, s_hi
+        if a.size:
+            lo, hi = min(lo, runs.span(a)[0]), max(hi, runs.span(b)[1])
+        if hi - lo <= COVER_SPAN_PER_INTERVAL * (a.size + s_elements):
+            _sent_by_cover(a, b, first, count, step, lo, hi, owner, elements, messages)
             return elements, messages
+        if s_elements:  # the progressions' elements as one-element intervals
+            ids = strided.expand(first, count, step)
+            a, b = np.concatenate((a, ids)), np.concatenate((b, ids + 1))
         u_lo, u_hi = _merge(a, b)
         changes = self.owners.changes[size]
         c_lo = np.searchsorted(changes, u_lo, side="right")
@@ -405,8 +480,11 @@ class ExchangePlanner:
             ids, tiles = _last_senders(parts)
             sent += np.bincount(tiles, minlength=n).astype(np.int64) * element_size
             messages_sent += np.bincount(tiles[_runs(ids, tiles)], minlength=n).astype(np.int64)
-        for element_size, parts in self.intervals.items():
-            elements, messages = self._sent_runs(element_size, parts)
+        for element_size in {**self.intervals, **self.strided}:
+            parts = self.intervals.get(element_size, [])
+            elements, messages = self._sent_runs(
+                element_size, parts, self.strided.get(element_size, [])
+            )
             sent += elements * element_size
             messages_sent += messages
         for (element_size, ipu), parts in self.relayed.items():
@@ -553,14 +631,21 @@ def _owner_runs(lo, hi, changes, c_lo, c_hi, owner, out_tile, out_count):  # pra
 
 
 @numba.njit(cache=True, nogil=True)
-def _sent_by_cover(a, b, lo, hi, owner, elements, messages):  # pragma: no cover - compiled
-    # intervals [a, b) within [lo, hi): an id is in their union when the intervals
-    # begun at or before it outnumber those ended; a message is a run of consecutive
-    # ids of the union with one owner (touching intervals are one run)
+def _sent_by_cover(
+    a, b, first, count, step, lo, hi, owner, elements, messages
+):  # pragma: no cover - compiled
+    # intervals [a, b) and the elements of progressions first + k * step (k < count)
+    # within [lo, hi): an id is in their union when the intervals begun at or before it
+    # outnumber those ended; a message is a run of consecutive ids of the union with
+    # one owner (touching intervals are one run)
     delta = np.zeros(hi - lo + 1, np.int32)
     for k in range(a.size):
         delta[a[k] - lo] += 1
         delta[b[k] - lo] -= 1
+    for k in range(first.size):
+        for i in range(first[k] - lo, first[k] - lo + count[k] * step[k], step[k]):
+            delta[i] += 1
+            delta[i + 1] -= 1
     depth = 0
     inside = False
     prev = 0

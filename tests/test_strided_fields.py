@@ -1,0 +1,205 @@
+"""Strided pieces (``poplar_api.lowering.strided``) against plain per-element plans.
+
+Remote reads that step through the ids at a stride are found as progressions
+``(first, count, stride, dst, sender)`` and, on the tiles where that is exact, planned
+without expanding them. Every result here is compared with the element-by-element
+computation: the remote references themselves, and the exchange planned tile by tile
+from the ids (``ExchangePlanner.add``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from ipusim import ir
+from poplar_api import FLOAT, Graph, IPUModel
+from poplar_api.lowering import exchange
+from poplar_api.lowering import pieces as pk
+from poplar_api.lowering import strided as sp
+from poplar_api.lowering.exchange import ExchangePlanner
+
+
+def _remote_refs(ids, bounds, vtiles, owner):
+    """Counter of (dst, id) of every reference whose element another tile owns."""
+    dst = np.repeat(vtiles, np.diff(bounds))
+    remote = owner[ids] != dst
+    return Counter(zip(dst[remote].tolist(), ids[remote].tolist(), strict=True))
+
+
+def _found_refs(into, steps):
+    """Counter of (dst, id) named by ordinary and strided pieces."""
+    begin, length, dst = into.arrays()
+    first, count, stride, sdst, _ = steps.arrays()
+    got = Counter()
+    for b, n, d in zip(begin.tolist(), length.tolist(), dst.tolist(), strict=True):
+        got.update((d, i) for i in range(b, b + n))
+    for f, n, s, d in zip(
+        first.tolist(), count.tolist(), stride.tolist(), sdst.tolist(), strict=True
+    ):
+        got.update((d, f + k * s) for k in range(n))
+    return got
+
+
+def _random_field(rng, size, n_tiles, min_run):
+    """Vertices each reading a few progressions (strides 1 to 12, some long enough to
+    be strided pieces, some crossing owners) and a few loose ids."""
+    parts, bounds, vtiles = [], [0], []
+    for _ in range(int(rng.integers(1, 10))):
+        refs = []
+        for _ in range(int(rng.integers(1, 4))):
+            step = int(rng.integers(1, 13))
+            n = int(rng.integers(1, 2 * min_run + 4))
+            a = int(rng.integers(0, size))
+            refs.append(np.arange(a, min(size, a + n * step), step))
+        refs.append(rng.integers(0, size, int(rng.integers(0, 4))))
+        ids = np.concatenate(refs).astype(np.int64)
+        parts.append(ids)
+        bounds.append(bounds[-1] + ids.size)
+        vtiles.append(int(rng.integers(0, n_tiles)))
+    return (
+        np.concatenate(parts),
+        np.asarray(bounds, np.int64),
+        np.asarray(vtiles, np.int64),
+    )
+
+
+def _owner(rng, size, n_tiles, period):
+    """Owning tiles in stretches, interleaved with ``period`` (ids ``i`` and ``i +
+    period`` of one stretch share an owner, as conv1's input in the CNN step)."""
+    stretch = np.repeat(rng.integers(0, n_tiles, size), rng.integers(1, 40, size))[:size]
+    lanes = rng.integers(0, n_tiles, period)
+    return ((stretch + lanes[np.arange(size) % period]) % n_tiles).astype(np.int32)
+
+
+@pytest.mark.parametrize("min_run", [2, 4, sp.MIN_STRIDED])
+def test_pieces_name_every_remote_reference_once(min_run):
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        size = int(rng.integers(20, 400))
+        owner = _owner(rng, size, 8, int(rng.integers(1, 5)))
+        ids, bounds, vtiles = _random_field(rng, size, 8, min_run)
+        into, steps = pk.Pieces(4), sp.StridedPieces(1)  # small: grown as they fill
+        sp.field_pieces(ids, bounds, vtiles, owner, into, steps, min_run)
+        assert _found_refs(into, steps) == _remote_refs(ids, bounds, vtiles, owner), trial
+        _, count, stride, _, _ = steps.arrays()
+        assert (stride >= 2).all() and (count >= min_run).all(), trial
+        for f, n, s, d, o in zip(*(a.tolist() for a in steps.arrays()), strict=True):
+            # one owner per progression, never the reading tile
+            assert set(owner[f : f + n * s : s].tolist()) == {o} and o != d, trial
+
+
+def test_stride_one_and_short_progressions_stay_ordinary():
+    owner = np.zeros(100, np.int32)  # tile 0 owns everything; the vertex is on tile 1
+    ids = np.concatenate((np.arange(0, 40), np.arange(50, 50 + 3 * 5, 3))).astype(np.int64)
+    into, steps = pk.Pieces(4), sp.StridedPieces()
+    sp.field_pieces(ids, np.array([0, ids.size]), np.array([1]), owner, into, steps, 8)
+    assert steps.rows == 0  # stride 1 is a run; five at stride 3 are too few
+    begin, length, _ = into.arrays()
+    assert begin.tolist() == [0, 50, 53, 56, 59, 62] and length.tolist() == [40, 1, 1, 1, 1, 1]
+
+
+def test_a_stride_across_owners_is_cut_where_the_owner_changes():
+    owner = np.repeat(np.array([2, 3], np.int32), 50)  # ids 0..49 on tile 2, 50.. on 3
+    ids = np.arange(4, 100, 4).astype(np.int64)  # 24 refs at stride 4, across both
+    into, steps = pk.Pieces(4), sp.StridedPieces()
+    sp.field_pieces(ids, np.array([0, ids.size]), np.array([0]), owner, into, steps, 4)
+    first, count, stride, dst, sender = (a.tolist() for a in steps.arrays())
+    assert (first, count, stride, dst, sender) == ([4, 52], [12, 12], [4, 4], [0, 0], [2, 3])
+    assert into.count == 0
+
+
+@pytest.mark.parametrize(
+    ("first", "count", "stride", "word"),
+    [([0], [-1], [2], "count -1"), ([0], [0], [2], "count 0"), ([0], [3], [0], "stride 0")],
+)
+def test_bad_progressions_are_rejected(first, count, stride, word):
+    with pytest.raises(ValueError, match=word):
+        sp.expand(np.array(first), np.array(count), np.array(stride))
+
+
+def test_min_run_below_two_is_rejected():
+    ids = np.arange(3, dtype=np.int64)
+    with pytest.raises(ValueError, match="min_run 1"):
+        sp.field_pieces(
+            ids, np.array([0, 3]), np.array([0]), np.ones(3, np.int32), pk.Pieces(4),
+            sp.StridedPieces(), 1,
+        )  # fmt: skip
+
+
+def test_expand_lists_each_progression():
+    got = sp.expand(np.array([3, 10]), np.array([3, 2]), np.array([4, 7]))
+    assert got.tolist() == [3, 7, 11, 10, 17]
+
+
+def _plan_both(graph, ids, bounds, vtiles, min_run):
+    """The exchange planned from strided pieces (as ``plan_reads``) and tile by tile."""
+    owner = graph._state.space(FLOAT).tile
+    dst = np.repeat(vtiles, np.diff(bounds))
+    by_tile = ExchangePlanner(graph.getTarget(), graph._state)
+    for tile in np.unique(dst).tolist():
+        sel = ids[dst == tile]
+        by_tile.add(FLOAT, tile, sel, owner[sel].astype(np.int64))
+    planner = ExchangePlanner(graph.getTarget(), graph._state)
+    into, steps = pk.Pieces(ids.size), sp.StridedPieces()
+    sp.field_pieces(ids, bounds, vtiles, owner, into, steps, min_run)
+    planned = np.zeros(0, bool)
+    if steps.rows:
+        planned = planner.add_strided(FLOAT, into.arrays(), steps.arrays(), owner)
+        sp.expand_into(into, steps.arrays(), planned)
+    planner.add_pieces(FLOAT, *into.arrays(), owner, scratch=True)
+    return by_tile.build("ex", 0), planner.build("ex", 0), planned
+
+
+@pytest.mark.parametrize("cover", [True, False])
+def test_strided_plan_equals_tile_by_tile_plan(monkeypatch, cover):
+    """Random strided reads (interleaved residues, neighbouring residues, bus partners
+    reading inside each other's spans, owners changing along a stride) give the same
+    exchange as planned element by element; some tiles' progressions are counted as
+    such, others expanded."""
+    monkeypatch.setattr(exchange, "COVER_SPAN_PER_INTERVAL", 1 << 40 if cover else 0)
+    rng = np.random.default_rng(17)
+    counted = expanded = 0
+    for trial in range(80):
+        graph = Graph(IPUModel("tiny").createDevice().getTarget())
+        n_tiles = graph.getTarget().getNumTiles()
+        size = int(rng.integers(50, 600))
+        x = graph.addVariable(FLOAT, [size], "x")
+        owner = _owner(rng, size, n_tiles, int(rng.integers(1, 4)))
+        graph._state.space(FLOAT).tile[x.flat_index()] = owner
+        min_run = int(rng.integers(2, 6))
+        ids, bounds, vtiles = _random_field(rng, size, n_tiles, min_run)
+        want, got, planned = _plan_both(graph, ids, bounds, vtiles, min_run)
+        counted += int(planned.sum())
+        expanded += int((~planned).sum())
+        if want is None:
+            assert got is None, trial
+        else:
+            fields = ir.TOTALS
+            assert {k: getattr(got, k).tolist() for k in fields} == {
+                k: getattr(want, k).tolist() for k in fields
+            }, trial
+            shared = [(e.bytes_shared if e.bytes_shared is not None else 0) for e in (got, want)]
+            assert np.array_equal(shared[0], shared[1]), trial
+    assert counted and expanded  # both paths taken
+
+
+def test_interleaved_progressions_of_one_tile_are_counted_once():
+    """Three progressions at stride 9, offset by 3 (conv1's weight update reads its
+    input so): each element is a message of its own; elements read twice count once;
+    the tile receiving them is counted as progressions."""
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    x = graph.addVariable(FLOAT, [400], "x")
+    owner = np.where(np.arange(400) < 200, 2, 5).astype(np.int32)
+    graph._state.space(FLOAT).tile[x.flat_index()] = owner
+    reads = [np.arange(o, o + 9 * 20, 9) for o in (0, 3, 6)] + [np.arange(9, 9 * 10, 9)]
+    ids = np.concatenate(reads).astype(np.int64)  # the last repeats part of the first
+    want, got, planned = _plan_both(graph, ids, np.array([0, ids.size]), np.array([0]), 8)
+    assert planned.all()
+    assert {k: getattr(got, k).tolist() for k in ir.TOTALS} == {
+        k: getattr(want, k).tolist() for k in ir.TOTALS
+    }
+    assert got.bytes_received[got.tile == 0].tolist() == [60 * 4]  # 60 distinct floats
+    assert got.messages_received[got.tile == 0].tolist() == [60]
