@@ -17,6 +17,7 @@ import pytest
 
 from poplar_api import FLOAT, Engine, Graph, IPUModel, poplin
 from poplar_api import program as prog
+from poplar_api.errors import GraphError
 from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate, partial_estimate
 from poplar_api.poplin.fc_joint import FC_TRAINING, pass_product, swapped_params
 from poplar_api.poplin.fc_transpose import group_sizes, weight_transpose
@@ -130,3 +131,12 @@ def test_joint_horizontal_mac_runs_its_grouping() -> None:
     inner = workers * (16 + 16 + 19 + 7 * (7 + (7 + icg // 2)))
     assert two - one == 15 + (10 + inner)
     assert merged < two  # one group of 80 channels: no second pass of the loops
+
+
+def test_unmapped_weights_are_refused() -> None:
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    w = graph.addVariable(FLOAT, [1, 8, 8], "w")
+    laid_out = graph.addVariable(FLOAT, [1, 8, 8], "t")
+    graph.setTileMapping(laid_out, 0)
+    with pytest.raises(GraphError, match="'w' have 1 of 1 transposition blocks on no tile"):
+        weight_transpose(graph, w, laid_out, (8, 8), prog.Sequence(), "bwd")

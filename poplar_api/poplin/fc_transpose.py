@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from poplar_api.errors import GraphError
 from poplar_api.graph import Graph
 from poplar_api.popops.rearrange import _add_transpose_vertices
 from poplar_api.program import Execute
@@ -75,6 +76,13 @@ def weight_transpose(
     block = gf * gb
     n = weights.numElements() // block
     first = graph.elementTiles(src)[::block]
+    if first.size and int(first.min()) < 0:
+        raise GraphError(
+            f"{name}: the weights '{weights.name}' have {int((first < 0).sum())} of "
+            f"{first.size} transposition blocks on no tile of this graph; Poplibs transposes "
+            "each block on its first element's tile (hint: map the weights, e.g. with "
+            "createMatMulInputRHS, before the input-gradient product)"
+        )
     order = np.argsort(first, kind="stable")  # a tile's transpositions together
     tile_of = first[order]
     idx = (order[:, None] * block + np.arange(block)).reshape(-1)
