@@ -46,3 +46,24 @@ def test_partials_view_has_the_ids_of_the_shuffled_variable(lead, field, cpg, dt
     assert view.shape() == plain.shape()
     assert view.elementType() == dtype and graph.owns(view)
     np.testing.assert_array_equal(view.index, plain.index)
+
+
+@pytest.mark.parametrize(
+    "field,kernel,chans,batch",
+    [([9, 7], [3, 3], (16, 8), 2), ([12], [3], (6, 4), 3), ([5, 5], [1, 1], (32, 16), 1)],
+)
+def test_internal_input_view_has_the_ids_of_the_named_one(field, kernel, chans, batch):
+    from poplar_api import poplin
+    from poplar_api.poplin.conv import getConvPlan
+    from poplar_api.poplin.conv_layout import grouped_input
+
+    graph = _graph()
+    params = poplin.ConvParams(FLOAT, batch, field, kernel, chans[0], chans[1], 1)
+    plan = getConvPlan(graph, params)
+    named = grouped_input(graph, params, plan, "x")
+    internal = grouped_input(graph, params, plan, "y", internal=True)
+    assert internal.shape() == named.shape() == [1, batch, chans[0], *field]
+    # the second variable's ids follow the first's: the same layout, shifted
+    offset = named.numElements()
+    np.testing.assert_array_equal(internal.index, named.index + offset)
+    np.testing.assert_array_equal(graph.elementTiles(internal), graph.elementTiles(named))

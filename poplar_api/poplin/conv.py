@@ -347,7 +347,7 @@ def _rearrange(
         ker = ker.reshape([g, co, eff.inputChannelsPerConvGroup, *([1] * nd)])
         params, plan = eff, dataclasses.replace(plan, expanded=False)
     if re_act:
-        dst = grouped_input(graph, params, plan, f"{name}/actsRearranged")
+        dst = grouped_input(graph, params, plan, f"{name}/actsRearranged", internal=True)
         prog.add(Copy(act, dst, debugContext=f"{name}/actsRearranged"))
         act = dst
     if re_ker:

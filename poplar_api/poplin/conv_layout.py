@@ -334,14 +334,19 @@ def _weight_groups(params: ConvParams, plan: ConvPlan) -> tuple[int, int, int, l
     return g, co, ci, [int(x) for x in params.kernelShape], ocg, icg
 
 
-def grouped_input(graph: Graph, params: ConvParams, plan: ConvPlan, name: str) -> Tensor:
+def grouped_input(
+    graph: Graph, params: ConvParams, plan: ConvPlan, name: str, internal: bool = False
+) -> Tensor:
     """A new input ``[G, B, C, *field]`` (the canonical view) laid out as the plan wants.
 
     Its memory order is Poplibs' ``[G][Ci / icg][B][*field][icg]`` (``createInputImpl``
     in ``lib/poplin/Convolution.cpp``, graphcore/poplibs ``7eac0f26``, with one conv
     group per group): the ``icg`` input channels a partial vertex reads together are
     innermost and a tile's window of one channel group is a few long runs. Its tiles
-    are :func:`input_tiles`.
+    are :func:`input_tiles`. With ``internal`` (a copy the convolution makes for
+    itself), the view is made from its ids (:func:`grouped_ids`) and named after the
+    variable, not derived by ``dimShuffle`` and ``reshape``, which copy an array of
+    every id across.
     """
     g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
     field = [int(x) for x in params.inputFieldShape]
@@ -350,7 +355,12 @@ def grouped_input(graph: Graph, params: ConvParams, plan: ConvPlan, name: str) -
     var = graph.addVariable(params.inputType, [g, ci // icg, b, *field, icg], name)
     graph.mapElements(var, input_tiles_in_memory_order(plan, params))  # no view's ids gathered
     # [G, Ci/icg, B, *F, icg] -> [G, B, *F, Ci/icg, icg] -> [G, B, *F, Ci]
-    view = var.dimShuffle([0, 2, *range(3, 3 + nd), 1, 3 + nd]).reshape([g, b, *field, ci])
+    perm = [0, 2, *range(3, 3 + nd), 1, 3 + nd]
+    if internal:
+        ids = grouped_ids(int(var.flatten().slice(0, 1).index[0]), var.shape(), perm)
+        view = Tensor(var.graph, params.inputType, ids, name)
+    else:
+        view = var.dimShuffle(perm).reshape([g, b, *field, ci])
     return view.dimShuffle([0, 1, 2 + nd, *range(2, 2 + nd)])
 
 
