@@ -349,9 +349,11 @@ class BlockTable:
         categories: dict[str, int] = {}
         name_parts, cat_parts = [], []
         for t in tables:
-            if not names and len(set(t.names)) == len(t.names):  # distinct: numbered in order
-                names = dict(zip(t.names, range(len(t.names)), strict=True))
-                name_parts.append(t.name)
+            if len(set(t.names)) == len(t.names) and names.keys().isdisjoint(t.names):
+                # distinct and new (a table of variables' blocks): numbered in order
+                start = len(names)
+                names.update(zip(t.names, range(start, start + len(t.names)), strict=True))
+                name_parts.append(np.add(t.name, start, dtype=np.int64) if start else t.name)
             else:
                 remap = np.array([names.setdefault(x, len(names)) for x in t.names], np.int64)
                 name_parts.append(remap[t.name] if t.name.size else t.name)
@@ -750,8 +752,11 @@ def plan(
     lo, hi = table.live_first, table.live_last
     diff = np.zeros(len(names) + 1, np.int64)
     ok = ~always & (lo <= hi) & (hi >= 0) & (lo < len(names))
-    np.add.at(diff, np.clip(lo[ok], 0, len(names)), size[ok])
-    np.add.at(diff, np.clip(hi[ok] + 1, 0, len(names)), -size[ok])
+    # per point, bytes of blocks live from there on minus those dead (integral sums of
+    # float64 weights: exact below 2**53 bytes)
+    weights, bins = size[ok], len(names) + 1
+    diff += np.bincount(np.clip(lo[ok], 0, len(names)), weights, bins).astype(np.int64)
+    diff -= np.bincount(np.clip(hi[ok] + 1, 0, len(names)), weights, bins).astype(np.int64)
     live_bytes = np.cumsum(diff)[: len(names)]
     always_bytes = int(size[always].sum())
     liveness = [(nm, int(b), always_bytes) for nm, b in zip(names, live_bytes, strict=True)]
