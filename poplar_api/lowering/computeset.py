@@ -24,6 +24,7 @@ from poplar_api.lowering import pieces, runs, strided
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.lowering.field_tables import (
+    MIN_REFS_PER_RUN,
     ComputeSetTable,
     FieldTable,
     TypeGroup,
@@ -189,12 +190,12 @@ def make_runner(
     where: list[list[np.ndarray | slice | None]] = []
     groups = []
     for g, bounds in zip(table.groups, in_place, strict=True):
-        pairs = list(zip(g.fields, bounds, strict=True))
+        kept = [_kept_table(ft, b) for ft, b in zip(g.fields, bounds, strict=True)]
+        pairs = list(zip(kept, bounds, strict=True))
         held = [b is not None or _by_ranges(ft) or _stored_by_runs(ft) for ft, b in pairs]
         where.append(
             [None if h else runs.as_index(ft.ids) for (ft, _), h in zip(pairs, held, strict=True)]
         )
-        kept = [ft if b is None else ft.without_ids(b) for ft, b in pairs]
         groups.append(TypeGroup(g.vtype, g.positions, kept))
     name = table.name
     # every replica's images for kernels that read them (one replica's packed fields are
@@ -286,6 +287,30 @@ def _by_ranges(ft: FieldTable) -> bool:
     never made into ids for a read) rather than by a gather index; BOOL fields, whose
     values are not their bits, are gathered."""
     return ft.ref_runs is not None and ft.type.numpy.kind != "b"
+
+
+def _kept_table(ft: FieldTable, bounds: tuple[np.ndarray, np.ndarray] | None) -> FieldTable:
+    """The table of field ``ft`` the runner keeps: its runs only when it is read in place
+    (``bounds``, each vertex's run), or when it is read by ids that lie in runs of
+    :data:`~poplar_api.lowering.field_tables.MIN_REFS_PER_RUN` or more on average (a
+    reduction's partials, a 1-D operand's slices): then those runs, cut at each vertex,
+    as a vector list's :attr:`~FieldTable.ref_runs`, gathered by them
+    (:func:`_by_ranges`); else ``ft`` itself."""
+    if bounds is not None:
+        return ft.without_ids(bounds)
+    plain = ft.runs is None and ft.ref_runs is None and ft.type.numpy.kind != "b"
+    if not plain or ft.spec.writes or ft.size < 2 * MIN_REFS_PER_RUN:
+        return ft
+    ids = ft.ids
+    cut = np.diff(ids) != 1
+    firsts = ft.bounds[1:-1]  # a vertex's first reference starts a run
+    cut[firsts[(firsts > 0) & (firsts < ids.size)] - 1] = True
+    starts = np.flatnonzero(np.concatenate(([True], cut)))
+    if starts.size * MIN_REFS_PER_RUN > ids.size:
+        return ft
+    ends = np.append(starts[1:], ids.size)
+    held = (ids[starts], ids[ends - 1] + 1)
+    return FieldTable(ft.spec, None, ft.offsets, ft.inner_offsets, ft.positions, None, held)
 
 
 def _stored_by_runs(ft: FieldTable) -> bool:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from poplar_api.lowering.runs import take_rows
+from poplar_api.lowering.runs import put_ranges, take_rows
 from poplar_api.types import Type
 
 #: The raw storage dtype of each element size: the bits of every type of that size.
@@ -189,6 +189,15 @@ class Storage:
             self.arrays[t.size][ids] = values.view(RAW_DTYPES[t.size])  # the bits as they are
             return
         self.arrays[t.size][ids] = _raw(t, values).reshape(-1)
+
+    def write_runs(self, t: Type, begin: np.ndarray, end: np.ndarray, values: np.ndarray) -> None:
+        """:meth:`write` of the elements of the runs ``[begin[k], end[k])``, run after run
+        (their ids are never made; not BOOL, whose bits are not its values)."""
+        if type(values) is np.ndarray and values.dtype == t.numpy and values.ndim == 1:
+            raw = values.view(RAW_DTYPES[t.size])  # the bits as they are
+        else:
+            raw = _raw(t, values).reshape(-1)
+        put_ranges(self.arrays[t.size], begin, end, raw)
 
     def copy(self, t: Type, dst: np.ndarray | slice, src: np.ndarray | slice) -> None:
         """Copy elements ``src`` to elements ``dst`` (ids or slices) as type ``t``:

@@ -602,6 +602,18 @@ def take_ranges(src, begins, ends, out, at):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def put_ranges(dst, begins, ends, src):  # pragma: no cover - compiled
+    """The inverse of :func:`take_ranges`: ``src``, in order, into ``dst[begins[q]:ends[q]]``
+    range after range (an element listed twice keeps the later value, as a numpy
+    assignment through an index array)."""
+    j = 0
+    for q in range(begins.shape[0]):
+        for p in range(begins[q], ends[q]):
+            dst[p] = src[j]
+            j += 1
+
+
+@numba.njit(cache=True, nogil=True)
 def take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no cover
     """:func:`take_ranges` over a sequence held as runs of consecutive ids (run ``r``
     starts at position ``starts[r]`` with id ``firsts[r]``; ``size`` positions in all,

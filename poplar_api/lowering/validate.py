@@ -156,7 +156,8 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
     for t, reads, writes in by_size.values():
         if not writes:
             continue
-        w_arrays = [w.ids for w in writes if w.ids.size]
+        w_ids = [w.passing_ids() for w in writes]  # (not kept: see FieldTable.passing_ids)
+        w_arrays = [a for a in w_ids if a.size]
         if not w_arrays:
             continue
         # a bitmap of the span of written ids only (a compute set writes a small part
@@ -165,7 +166,7 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
         lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
         written = np.zeros(hi - lo, bool)
         if sum(runs.mark_new(a, lo, written) for a in w_arrays):  # an element written twice
-            problems += _double_writes(state, table, t, writes, np.concatenate(w_arrays))
+            problems += _double_writes(state, table, t, writes, w_ids)
         writer: np.ndarray | None = None  # first writer (position) of each written element
         for ft in reads:
             # most reads are of other tensors than the writes: a read whose span misses
@@ -185,10 +186,10 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
                 continue
             if writer is None:
                 writer = np.full(written.size, -1, np.int32)
-                for w in reversed(writes):  # reversed assignment: the first writer wins
-                    lengths = np.diff(w.bounds)
+                for w, w_at in zip(reversed(writes), reversed(w_ids), strict=True):
+                    lengths = np.diff(w.bounds)  # (reversed assignment: the first writer wins)
                     pos = np.repeat(w.positions.astype(np.int32), lengths)
-                    writer[w.ids[::-1] - lo] = pos[::-1]
+                    writer[w_at[::-1] - lo] = pos[::-1]
             ids = ft.ids[refs]
             reader_pos = ft.vertex_of(refs)
             writer_pos = writer[ids - lo]
@@ -199,8 +200,8 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
                 other = state.vertices[int(vids[writer_pos[k]])]
                 wfield = next(
                     w.spec.name
-                    for w in writes
-                    if np.any(w.ids[w.vertex_of(np.arange(w.ids.size)) == writer_pos[k]] == ids[k])
+                    for w, w_at in zip(writes, w_ids, strict=True)
+                    if np.any(w_at[w.vertex_of(np.arange(w_at.size)) == writer_pos[k]] == ids[k])
                 )
                 problems.append(
                     f"compute set '{table.name}': {reader.describe()} field '{ft.spec.name}' "
@@ -211,11 +212,12 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
     return problems
 
 
-def _double_writes(state, table: ComputeSetTable, t, writes: list, w_ids: np.ndarray) -> list[str]:
+def _double_writes(state, table: ComputeSetTable, t, writes: list, ids: list) -> list[str]:
     """The problem of elements written by two vertices of one compute set, if any (an
-    element written twice by one vertex is allowed)."""
+    element written twice by one vertex is allowed); ``ids``: each write's ids."""
     vids = table.vertex_ids
-    w_vtx = np.concatenate([w.vertex_of(np.arange(w.ids.size)) for w in writes])
+    w_ids = np.concatenate(ids)
+    w_vtx = np.concatenate([w.vertex_of(np.arange(w.size)) for w in writes])
     order = np.argsort(w_ids, kind="stable")
     s_ids, s_vtx = w_ids[order], w_vtx[order]
     clash = np.flatnonzero((s_ids[1:] == s_ids[:-1]) & (s_vtx[1:] != s_vtx[:-1]))

@@ -1,0 +1,231 @@
+"""Written fields stored through their runs of ids: a field the table holds as runs (one
+per vertex, or a vector list's runs) is checked for conflicts, read and stored by its
+runs, and its table keeps no ids (a ResNet-50 training step's written fields kept 1 GB
+of them). The values are computed here with numpy over the fields' ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
+from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
+from poplar_api.graph_connections import RunSegments
+from poplar_api.lowering import context, runs, validate
+from poplar_api.lowering.context import Storage
+from poplar_api.lowering.field_tables import build_table
+from poplar_api.program import Execute, Sequence
+from poplar_api.run_ids import RunIds
+
+
+def test_put_ranges_stores_as_an_index_assignment() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        begins = rng.integers(0, 90, rng.integers(0, 12))
+        ends = begins + rng.integers(0, 10, begins.size)  # overlapping, some empty
+        ids = runs.expand(begins, ends - begins)
+        src = rng.integers(0, 1 << 30, ids.size).astype(np.uint32)
+        want = np.zeros(100, np.uint32)
+        want[ids] = src  # numpy: an id listed twice keeps the later value
+        got = np.zeros(100, np.uint32)
+        runs.put_ranges(got, begins.astype(np.int32), ends.astype(np.int32), src)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("typ", [FLOAT, HALF])
+def test_write_runs_stores_the_bits_write_stores(typ) -> None:
+    class _Space:
+        size = 64
+
+    class _State:
+        spaces = {typ.size: _Space()}
+        initial_parts: list = []
+
+    begins, ends = np.array([3, 40, 10]), np.array([9, 41, 20])
+    ids = runs.expand(begins, ends - begins)
+    values = np.linspace(-3.3, 7.7, ids.size).astype(np.float32)  # the kernel's dtype
+    by_ids, by_runs = Storage(_State()), Storage(_State())
+    by_ids.write(typ, ids, values)
+    by_runs.write_runs(typ, begins, ends, values)
+    np.testing.assert_array_equal(by_runs.arrays[typ.size], by_ids.arrays[typ.size])
+    by_runs.write_runs(typ, begins, ends, values.astype(typ.numpy))  # bits as they are
+    np.testing.assert_array_equal(by_runs.arrays[typ.size], by_ids.arrays[typ.size])
+
+
+class Scale(Vertex):
+    """``out[i] = 2 * in_[i] + out[i]`` (``out`` is read as well: an InOut)."""
+
+    in_ = Input(Vector(FLOAT))
+    out = InOut(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, out):
+        for i in range(out.shape[0]):
+            out[i] = 2 * in_[i] + out[i]
+        return True
+
+    @staticmethod
+    def getCycleEstimate(sizes, target):
+        return 10 + sizes["out"]
+
+
+class Spread(Vertex):
+    """Every vector ``k`` of ``out`` set to ``x[0] + k`` and its position."""
+
+    x = Input(Vector(FLOAT))
+    out = Output(VectorList(FLOAT))
+
+    @staticmethod
+    def compute(x, out):
+        for k in range(len(out)):
+            vec = out[k]
+            for i in range(vec.shape[0]):
+                vec[i] = x[0] + k + 0.25 * i
+        return True
+
+    @staticmethod
+    def getCycleEstimate(sizes, target):
+        return 10 + sum(sizes["out"])
+
+
+def _held(flat: np.ndarray) -> RunIds:
+    starts = np.flatnonzero(np.r_[True, np.diff(flat) != 1])
+    return RunIds(starts, flat[starts].astype(np.int64), flat.size, np.int32)
+
+
+def test_written_fields_are_stored_by_their_runs_and_keep_no_ids(monkeypatch) -> None:
+    device = IPUModel("tiny").createDevice()
+    graph = Graph(device.getTarget())
+    graph.addCodelets([Scale, Spread])
+    n = 48
+    y = graph.addVariable(FLOAT, [n], "y")  # first: its element ids are 0 to n - 1
+    a = graph.addVariable(FLOAT, [4, 12], "a")
+    b = graph.addVariable(FLOAT, [4, 12], "b")
+    xs = graph.addVariable(FLOAT, [2, 1], "xs")
+    for v in (y, a, b):
+        graph.mapElements(v, np.arange(n) // 12)
+    graph.setTileMapping(xs, 0)
+    a0 = np.arange(n, dtype=np.float32).reshape(4, 12) - 7
+    b0 = np.arange(n, dtype=np.float32).reshape(4, 12) * 0.5
+    x0 = np.array([[1.5], [-2.0]], np.float32)
+    for v, values in ((y, np.zeros(n, np.float32)), (a, a0), (b, b0), (xs, x0)):
+        graph.setInitialValues(v, values)
+    cs = graph.addComputeSet("cs")
+    for t in range(4):  # a row of b per vertex: one run each
+        graph.setTileMapping(graph.addVertex(cs, Scale, {"in": a[t], "out": b[t]}), t)
+    # vector lists of y whose vectors are runs: vertex 0 writes ids 0 to 9 and 20 to 23,
+    # vertex 1 writes 30 to 47 as two vectors
+    flat = np.r_[np.arange(0, 10), np.arange(20, 24), np.arange(30, 40), np.arange(40, 48)]
+    sizes, vectors = np.array([10, 4, 10, 8]), np.array([2, 2])
+    graph.addVertices(
+        cs, Spread, [0, 3], {"x": xs, "out": RunSegments(y, _held(flat), sizes, vectors)}
+    )
+    for name, v in (("b", b), ("y", y)):
+        graph.createHostRead(name, v)
+
+    table = build_table(graph._state, graph._state.compute_sets[cs.id])
+    written = {g.vtype.name: ft for g in table.groups for ft in g.fields if ft.spec.writes}
+    assert written["Scale"].runs is not None and written["Spread"].ref_runs is not None
+    assert validate.check_conflicts(graph._state, table) == []
+    for ft in written.values():  # checked without keeping the ids
+        assert isinstance(ft.touched(), tuple)
+
+    stored = []
+    plain = context.Storage.write_runs
+
+    def spy(self, t, begin, end, values):
+        stored.append(runs.expand(begin, end - begin))
+        plain(self, t, begin, end, values)
+
+    monkeypatch.setattr(context.Storage, "write_runs", spy)
+    engine = Engine(graph, Execute(cs))
+    engine.load(device)
+    engine.run(0)
+    b_ids = np.arange(2 * n, 3 * n)  # (y, then a, then b)
+    assert sorted(np.concatenate(stored).tolist()) == sorted([*flat.tolist(), *b_ids.tolist()])
+
+    got_b, got_y = np.zeros((4, 12), np.float32), np.zeros(n, np.float32)
+    engine.readTensor("b", got_b)
+    engine.readTensor("y", got_y)
+    np.testing.assert_array_equal(got_b, 2 * a0 + b0)
+    want_y = np.zeros(n, np.float32)
+    at = 0
+    for vertex in range(2):
+        for k in range(vectors[vertex]):
+            size = sizes[vertex * 2 + k]
+            want_y[flat[at : at + size]] = x0[vertex, 0] + k + 0.25 * np.arange(size)
+            at += size
+    np.testing.assert_array_equal(got_y, want_y)
+
+
+class Total(Vertex):
+    """``out[0]`` = the sum of ``in_``."""
+
+    in_ = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(in_, out):
+        s = 0.0
+        for i in range(in_.shape[0]):
+            s += in_[i]
+        out[0] = s
+        return True
+
+    @staticmethod
+    def getCycleEstimate(sizes, target):
+        return 10 + sizes["in"]
+
+
+def test_read_ids_in_long_runs_are_kept_as_runs_cut_at_each_vertex() -> None:
+    from poplar_api.lowering.computeset import _kept_table
+    from poplar_api.tensor import concat
+
+    device = IPUModel("tiny").createDevice()
+    graph = Graph(device.getTarget())
+    graph.addCodelets(Total)
+    m = graph.addVariable(FLOAT, [6, 8], "m")
+    s = graph.addVariable(FLOAT, [3], "s")
+    graph.mapElements(m, np.repeat(np.arange(3), 16))
+    graph.mapElements(s, np.arange(3))
+    m0 = np.arange(48, dtype=np.float32).reshape(6, 8) * 0.5 - 3
+    graph.setInitialValues(m, m0)
+    cs = graph.addComputeSet("cs")
+    # vertex t reads rows 2t + 1 and 2t, in that order: two runs of 8, the second of
+    # vertex t followed by the first of vertex t + 1 in id order only across vertices
+    rows = [concat([m[2 * t + 1], m[2 * t]]) for t in range(3)]
+    for t in range(3):
+        graph.setTileMapping(graph.addVertex(cs, Total, {"in": rows[t], "out": s[t : t + 1]}), t)
+    # columns: runs of one id, kept as ids
+    cols = graph.addComputeSet("cols")
+    c = graph.addVariable(FLOAT, [8], "c")
+    graph.mapElements(c, np.arange(8) % 3)
+    for j in range(8):
+        graph.setTileMapping(
+            graph.addVertex(cols, Total, {"in": m[:, j], "out": c[j : j + 1]}), j % 3
+        )
+    graph.createHostRead("s", s)
+    graph.createHostRead("c", c)
+
+    (group,) = build_table(graph._state, graph._state.compute_sets[cs.id]).groups
+    ft = next(f for f in group.fields if f.spec.name == "in")
+    assert ft.runs is None and ft.ref_runs is None  # ids in the compile's table
+    kept = _kept_table(ft, None)
+    begin, end = kept.ref_runs
+    np.testing.assert_array_equal(runs.expand(begin, end - begin), ft.ids)
+    starts = np.cumsum(end - begin) - (end - begin)
+    assert set(ft.bounds[:-1].tolist()) <= set(starts.tolist())  # cut at each vertex
+    assert begin.size == 6
+    (group,) = build_table(graph._state, graph._state.compute_sets[cols.id]).groups
+    by_column = next(f for f in group.fields if f.spec.name == "in")
+    assert _kept_table(by_column, None) is by_column
+
+    engine = Engine(graph, Sequence([Execute(cs), Execute(cols)]))
+    engine.load(device)
+    engine.run(0)
+    got_s, got_c = np.zeros(3, np.float32), np.zeros(8, np.float32)
+    engine.readTensor("s", got_s)
+    engine.readTensor("c", got_c)
+    want_s = [np.float32(0) + np.add.reduce(np.r_[m0[2 * t + 1], m0[2 * t]]) for t in range(3)]
+    np.testing.assert_allclose(got_s, want_s, rtol=1e-6)
+    np.testing.assert_allclose(got_c, m0.sum(axis=0), rtol=1e-6)
