@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poplar_api import FLOAT, HALF, Graph, IPUModel
-from poplar_api.poplin.conv_layout import grouped_ids, grouped_output
+from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
+from poplar_api.poplin.conv import getConvPlan
+from poplar_api.poplin.conv_layout import grouped_ids, grouped_input, grouped_output
+from tests.test_poplin_conv import jacobians, ref_conv, run_passes
 
 
 def _graph(preset: str = "ipu1") -> Graph:
@@ -53,10 +55,6 @@ def test_partials_view_has_the_ids_of_the_shuffled_variable(lead, field, cpg, dt
     [([9, 7], [3, 3], (16, 8), 2), ([12], [3], (6, 4), 3), ([5, 5], [1, 1], (32, 16), 1)],
 )
 def test_internal_input_view_has_the_ids_of_the_named_one(field, kernel, chans, batch):
-    from poplar_api import poplin
-    from poplar_api.poplin.conv import getConvPlan
-    from poplar_api.poplin.conv_layout import grouped_input
-
     graph = _graph()
     params = poplin.ConvParams(FLOAT, batch, field, kernel, chans[0], chans[1], 1)
     plan = getConvPlan(graph, params)
@@ -67,3 +65,34 @@ def test_internal_input_view_has_the_ids_of_the_named_one(field, kernel, chans, 
     offset = named.numElements()
     np.testing.assert_array_equal(internal.index, named.index + offset)
     np.testing.assert_array_equal(graph.elementTiles(internal), graph.elementTiles(named))
+
+
+# ------------------------------------------------------------------ expanded inputs
+EXPAND = {"planConstraints": '{"transform": {"expandDims": [0, 1]}}'}
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(field=[7, 6], kernel=[3, 2], chans=(3, 4), paddingLower=[1, 0], paddingUpper=[1, 1]),
+        dict(field=[6, 5], kernel=[2, 3], chans=(2, 3), stride=[2, 1], dilation=[1, 2]),
+    ],
+)
+def test_expanded_convolution_reads_its_input_ids_and_the_zero_constant(params):
+    """An expanded (im2col) plan copies the input's ids and, for padding, a zero
+    constant's: the passes still equal numpy's convolution and its gradient."""
+    cin, cout = params.pop("chans")
+    p = poplin.ConvParams(
+        FLOAT, 2, params.pop("field"), params.pop("kernel"), cin, cout, 1, **params
+    )
+    graph = _graph()
+    assert getConvPlan(graph, p, EXPAND).expanded
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(p.inputShape()).astype(np.float32)
+    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
+    dy = rng.standard_normal(p.outputShape()).astype(np.float32)
+    out, _, _ = run_passes(p, x, w, dy, preset="ipu1", options=EXPAND, passes=("fwd", "wu"))
+    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    _, jw = jacobians(x, w, p)
+    dw = (jw.T @ dy.reshape(-1)).reshape(w.shape)
+    np.testing.assert_allclose(out["dw"], dw, rtol=1e-5, atol=1e-4)

@@ -54,7 +54,7 @@ from poplar_api.poplin.conv_vertex_estimates import (
 from poplar_api.poplin.plan_report import format_plan
 from poplar_api.program import Copy, Execute
 from poplar_api.program import Sequence as ProgramSequence
-from poplar_api.tensor import Tensor, concat
+from poplar_api.tensor import Tensor
 from poplar_api.types import Type
 
 __all__ = [
@@ -222,11 +222,6 @@ def createBiases(graph: Graph, activations: Tensor, name: str = "") -> Tensor:
 
 
 # ------------------------------------------------------------------ the lowering
-def _positions(t: Tensor) -> np.ndarray:
-    """Positions of ``t``'s flattened elements, in ``t``'s shape (for :meth:`Tensor.elements`)."""
-    return np.arange(t.numElements(), dtype=np.int64).reshape(t.shape())
-
-
 def _conv(
     graph: Graph,
     act: Tensor,
@@ -338,11 +333,13 @@ def _rearrange(
     )
     if plan.expanded:
         eff = expand_all_dims(params)
-        ids = expanded_input_index(params, _positions(act))
         zero = graph.addConstant(act.elementType(), [1], 0, f"{name}/actsRearranged/padding")
         graph.setTileMapping(zero, 0)
-        whole = concat([act.flatten(), zero])
-        act = whole.elements(np.where(ids < 0, act.numElements(), ids)).reshape(list(ids.shape))
+        # the expanded input's element ids straight from the input's (-1: the zero's),
+        # not positions made first and looked up again
+        ids = expanded_input_index(params, act.index)
+        np.copyto(ids, zero.index[0], where=ids < 0)
+        act = Tensor(act.graph, act.elementType(), ids, f"{name}/actsExpanded")
         g, co = ker.dim(0), ker.dim(1)
         ker = ker.reshape([g, co, eff.inputChannelsPerConvGroup, *([1] * nd)])
         params, plan = eff, dataclasses.replace(plan, expanded=False)
