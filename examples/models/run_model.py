@@ -7,7 +7,8 @@ forward and backward pass, ``ConstSGD`` with learning rate 0, so the step is the
 gradient computation alone) anchors the loss and the gradients of some weights;
 the loss is compared with the reference evaluator and the gradients with a central
 finite difference of the reference evaluator run in float64 along the gradient's
-own direction ``d = g / |g|``: ``|g| ≈ (loss(w + εd) - loss(w - εd)) / 2ε``.
+own direction ``d = g / |g|``: ``|g| ≈ (loss(w + εd) - loss(w - εd)) / 2ε``, with the
+ReLU masks and max pool choices frozen at ``w`` (:func:`freeze_kinks`).
 
 Usage::
 
@@ -282,7 +283,8 @@ def run_model(
     tiles, ipus
         Tiles per IPU (None: the Mk2's 1472) and IPUs of the IPU Model device; with
         several IPUs the model is sharded (``VirtualGraphMode.Auto``: the nodes in
-        order split into one chunk per IPU, balanced by the weights they read).
+        order split into one chunk per IPU, balanced by the weights they read and, in
+        training, the activations they keep for the backward pass).
     grad_weights
         Weights whose gradients are anchored and checked (spread over the model).
     seed
