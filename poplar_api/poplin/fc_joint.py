@@ -63,9 +63,9 @@ split of the weight update, which ipusim does not model); an AMP weight update r
 ipusim's AMP grouping of its type (Poplibs uses the forward pass's groupings
 exchanged, ``getFullyConnectedWuConvVertexType``: 8 input and 16 output channels per
 group for HALF with float partials where the forward pass has 16 and 8), while its
-rearrangement estimate uses Poplibs' groupings; the weights are not transposed by a
-``fullyConnectedWeightTranspose`` compute set before the backward pass (it reads them
-as a view, rearranged where needed).
+rearrangement estimate uses Poplibs' groupings; the planner has no term for the
+``fullyConnectedWeightTranspose`` compute set that transposes the weights before the
+backward pass (:mod:`.fc_transpose`), as Poplibs' has none for a joint plan.
 """
 
 from __future__ import annotations
