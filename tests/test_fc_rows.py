@@ -82,13 +82,6 @@ POPLIBS_MAX_TILE_MEMORY = {
 #: The row suffixes of the two generations, in the order of the table's pairs.
 GENERATIONS = ("ipum1", "ipum2")
 _AMP_HERE = (
-    "Poplibs' plan of this layer has no AMP vertex in any pass (no tile uses the interleaved "
-    "region), ipusim's has one: ipusim's cost model puts the separate AMP plans of the three "
-    "passes (7,546 cycles on Mk2, 8,206 on Mk1) below the joint horizontal-MAC plan with the "
-    "OuterProduct weight update (7,944 and 8,800), while Poplibs' own estimates ordered them "
-    "the other way"
-)
-_AMP_HERE = (
     "Poplibs' plan of this layer has an AMP vertex in some pass (a tile uses the interleaved "
     "region), ipusim plans all three passes with the horizontal MAC "
     "(the batch-1 half layer's weight update with the outer product)"
