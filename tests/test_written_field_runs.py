@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codelets_common import SumVertex
 
 from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
 from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
@@ -158,34 +159,15 @@ def test_written_fields_are_stored_by_their_runs_and_keep_no_ids(monkeypatch) ->
     np.testing.assert_array_equal(got_y, want_y)
 
 
-class Total(Vertex):
-    """``out[0]`` = the sum of ``in_``."""
-
-    in_ = Input(Vector(FLOAT))
-    out = Output(Vector(FLOAT))
-
-    @staticmethod
-    def compute(in_, out):
-        s = 0.0
-        for i in range(in_.shape[0]):
-            s += in_[i]
-        out[0] = s
-        return True
-
-    @staticmethod
-    def getCycleEstimate(sizes, target):
-        return 10 + sizes["in"]
-
-
 def test_read_ids_in_long_runs_are_kept_as_runs_cut_at_each_vertex() -> None:
     from poplar_api.lowering.computeset import _kept_table
     from poplar_api.tensor import concat
 
     device = IPUModel("tiny").createDevice()
     graph = Graph(device.getTarget())
-    graph.addCodelets(Total)
+    graph.addCodelets(SumVertex)
     m = graph.addVariable(FLOAT, [6, 8], "m")
-    s = graph.addVariable(FLOAT, [3], "s")
+    s = graph.addVariable(FLOAT, [3], "s")  # SumVertex: out = the sum of in
     graph.mapElements(m, np.repeat(np.arange(3), 16))
     graph.mapElements(s, np.arange(3))
     m0 = np.arange(48, dtype=np.float32).reshape(6, 8) * 0.5 - 3
@@ -195,15 +177,17 @@ def test_read_ids_in_long_runs_are_kept_as_runs_cut_at_each_vertex() -> None:
     # vertex t followed by the first of vertex t + 1 in id order only across vertices
     rows = [concat([m[2 * t + 1], m[2 * t]]) for t in range(3)]
     for t in range(3):
-        graph.setTileMapping(graph.addVertex(cs, Total, {"in": rows[t], "out": s[t : t + 1]}), t)
+        v = graph.addVertex(cs, SumVertex, {"in": rows[t], "out": s[t]})
+        graph.setTileMapping(v, t)
+        graph.setPerfEstimate(v, 30)
     # columns: runs of one id, kept as ids
     cols = graph.addComputeSet("cols")
     c = graph.addVariable(FLOAT, [8], "c")
     graph.mapElements(c, np.arange(8) % 3)
     for j in range(8):
-        graph.setTileMapping(
-            graph.addVertex(cols, Total, {"in": m[:, j], "out": c[j : j + 1]}), j % 3
-        )
+        v = graph.addVertex(cols, SumVertex, {"in": m[:, j], "out": c[j]})
+        graph.setTileMapping(v, j % 3)
+        graph.setPerfEstimate(v, 30)
     graph.createHostRead("s", s)
     graph.createHostRead("c", c)
 
