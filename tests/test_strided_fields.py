@@ -3,8 +3,8 @@
 Remote reads that step through the ids at a stride are found as progressions
 ``(first, count, stride, dst, sender)`` and, on the tiles where that is exact, planned
 without expanding them. Every result here is compared with the element-by-element
-computation: the remote references themselves, and the exchange planned tile by tile
-from the ids (``ExchangePlanner.add``).
+computation: the remote references themselves, and the exchange planned element by
+element from the ids (``ExchangePlanner.add_grouped``).
 """
 
 from __future__ import annotations
@@ -135,13 +135,13 @@ def test_expand_lists_each_progression():
 
 
 def _plan_both(graph, ids, bounds, vtiles, min_run):
-    """The exchange planned from strided pieces (as ``plan_reads``) and tile by tile."""
+    """The exchange planned from strided pieces (as ``plan_reads``) and element by
+    element (every reference with its receiving and sending tile)."""
     owner = graph._state.space(FLOAT).tile
-    dst = np.repeat(vtiles, np.diff(bounds))
-    by_tile = ExchangePlanner(graph.getTarget(), graph._state)
-    for tile in np.unique(dst).tolist():
-        sel = ids[dst == tile]
-        by_tile.add(FLOAT, tile, sel, owner[sel].astype(np.int64))
+    by_element = ExchangePlanner(graph.getTarget(), graph._state)
+    by_element.add_grouped(
+        FLOAT, ids, owner[ids].astype(np.int64), np.repeat(vtiles, np.diff(bounds))
+    )
     planner = ExchangePlanner(graph.getTarget(), graph._state)
     into, steps = pk.Pieces(ids.size), sp.StridedPieces()
     sp.field_pieces(ids, bounds, vtiles, owner, into, steps, min_run)
@@ -150,11 +150,11 @@ def _plan_both(graph, ids, bounds, vtiles, min_run):
         planned = planner.add_strided(FLOAT, into.arrays(), steps.arrays(), owner)
         sp.expand_into(into, steps.arrays(), planned)
     planner.add_pieces(FLOAT, *into.arrays(), owner, scratch=True)
-    return by_tile.build("ex", 0), planner.build("ex", 0), planned
+    return by_element.build("ex", 0), planner.build("ex", 0), planned
 
 
 @pytest.mark.parametrize("cover", [True, False])
-def test_strided_plan_equals_tile_by_tile_plan(monkeypatch, cover):
+def test_strided_plan_equals_element_by_element_plan(monkeypatch, cover):
     """Random strided reads (interleaved residues, neighbouring residues, bus partners
     reading inside each other's spans, owners changing along a stride) give the same
     exchange as planned element by element; some tiles' progressions are counted as

@@ -45,15 +45,23 @@ def _field_pieces(
             if owner[i] == tile:
                 prev_id = -2
                 continue
-            if i == prev_id + 1:
-                out_length[count - 1] += 1
-            else:
-                out_begin[count] = i
-                out_length[count] = 1
-                out_dst[count] = tile
-                count += 1
+            count = put_piece(i, tile, prev_id, count, out_begin, out_length, out_dst)
             prev_id = i
     return count, bounds.size - 1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def put_piece(i, tile, prev_id, count, out_begin, out_length, out_dst):  # pragma: no cover
+    """Remote id ``i`` read on ``tile`` into the pieces (rows ``0 .. count - 1``
+    filled): the last piece grows when ``i`` follows ``prev_id``, else a piece
+    starts; the rows filled after."""
+    if i == prev_id + 1:
+        out_length[count - 1] += 1
+        return count
+    out_begin[count] = i
+    out_length[count] = 1
+    out_dst[count] = tile
+    return count + 1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -112,6 +120,22 @@ def _collect(
         room = n
 
 
+def grown(columns: tuple[np.ndarray, ...], filled: int, rows: int) -> tuple[np.ndarray, ...]:
+    """``columns`` (int64 arrays of one length, ``filled`` rows used) with room for at
+    least ``rows`` more: the same arrays when they have it, else new ones of twice the
+    length or more, the used rows copied."""
+    need = filled + int(rows)
+    if need <= columns[0].size:
+        return columns
+    room = max(need, 2 * columns[0].size)
+    out = []
+    for old in columns:
+        new = np.empty(room, np.int64)
+        new[:filled] = old[:filled]
+        out.append(new)
+    return tuple(out)
+
+
 class Pieces:
     """Pieces ``(begin, length, dst)`` gathered from several fields into one set of
     arrays, grown as needed (no concatenation of per-field parts afterwards, and a
@@ -131,16 +155,9 @@ class Pieces:
 
     def reserve(self, rows: int) -> None:
         """Room for at least ``rows`` more rows."""
-        need = self.count + int(rows)
-        if need <= self.begin.size:
-            return
-        room = max(need, 2 * self.begin.size)
-        grown = []
-        for old in (self.begin, self.length, self.dst):
-            new = np.empty(room, np.int64)
-            new[: self.count] = old[: self.count]
-            grown.append(new)
-        self.begin, self.length, self.dst = grown
+        self.begin, self.length, self.dst = grown(
+            (self.begin, self.length, self.dst), self.count, rows
+        )
 
     def append(self, begin: np.ndarray, length: np.ndarray, dst: np.ndarray) -> None:
         """Add rows found elsewhere."""

@@ -153,6 +153,19 @@ def _gallop(arr, x, start, right):  # pragma: no cover - compiled
     return lo
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def raise_distance(dst, sender, here, per_ipu, column, row, distance):  # pragma: no cover
+    """Raise the longest grid distance of tiles ``dst`` (at local place ``here``) and
+    ``sender`` to that of a message between them (``column``, ``row``: the places of
+    one IPU's tiles; ``distance`` over every tile)."""
+    there = sender if distance.size <= per_ipu else sender % per_ipu
+    d = abs(column[here] - column[there]) + abs(row[here] - row[there])
+    if d > distance[dst]:
+        distance[dst] = d
+    if d > distance[sender]:
+        distance[sender] = d
+
+
 @numba.njit(cache=True, nogil=True)
 def _merge_received(
     lo,
@@ -231,12 +244,7 @@ def _merge_received(
                     continue  # a pair seen before: its distance is counted already
                 pairs[dst * n_pairs + sender] = stamp
                 senders[dst] += 1
-            there = sender if n_tiles <= per_ipu else sender % per_ipu
-            d = abs(column[here] - column[there]) + abs(row[here] - row[there])
-            if d > distance[dst]:
-                distance[dst] = d
-            if d > distance[sender]:
-                distance[sender] = d
+            raise_distance(dst, sender, here, per_ipu, column, row, distance)
         if k < lo.size:
             cur_lo = x
             cur_hi = x + ln

@@ -27,6 +27,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from poplar_api.lowering.pieces import grown, put_piece
+from poplar_api.lowering.received import raise_distance
+
 __all__ = [
     "MIN_STRIDED",
     "StridedPieces",
@@ -98,13 +101,7 @@ def _field_pieces(
                 q = p + 1
             for r in range(p, q):
                 i = np.int64(ids[r])
-                if i == prev_id + 1:
-                    out_length[count - 1] += 1
-                else:
-                    out_begin[count] = i
-                    out_length[count] = 1
-                    out_dst[count] = tile
-                    count += 1
+                count = put_piece(i, tile, prev_id, count, out_begin, out_length, out_dst)
                 prev_id = i
             p = q
     return count, s_count, bounds.size - 1
@@ -127,14 +124,9 @@ class StridedPieces:
 
     def reserve(self, rows: int) -> None:
         """Room for at least ``rows`` more rows."""
-        need = self.rows + int(rows)
-        if need <= self.first.size:
-            return
-        room = max(need, 2 * self.first.size)
-        for name in self._COLUMNS:
-            new = np.empty(room, np.int64)
-            new[: self.rows] = getattr(self, name)[: self.rows]
-            setattr(self, name, new)
+        columns = grown(tuple(getattr(self, c) for c in self._COLUMNS), self.rows, rows)
+        for name, column in zip(self._COLUMNS, columns, strict=True):
+            setattr(self, name, column)
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         """``(first, count, stride, dst, sender)`` of the rows filled."""
@@ -369,10 +361,4 @@ def mark_senders(
             continue
         pairs[at] = stamp
         senders[d_tile] += 1
-        here = d_tile % per_ipu
-        there = s_tile if n_tiles <= per_ipu else s_tile % per_ipu
-        d = abs(column[here] - column[there]) + abs(row[here] - row[there])
-        if d > distance[d_tile]:
-            distance[d_tile] = d
-        if d > distance[s_tile]:
-            distance[s_tile] = d
+        raise_distance(d_tile, s_tile, d_tile % per_ipu, per_ipu, column, row, distance)
