@@ -67,7 +67,9 @@ RPT_MAX_COUNT = 4095
 _njit = numba.njit(cache=False)
 
 
-@_njit
+# inlined into each intrinsic: called on its own, Numba would compile it once per
+# constant ``count`` (each constant has its own literal type) and array flavour
+@numba.njit(cache=False, inline="always")
 def _check(a: Any, first: int, count: int) -> None:
     """Refuse a vector access outside the field (the kernel's own bounds checks do not
     reach into the intrinsics): elements ``first .. first + count - 1`` of ``a``."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+import pytest
 from numba.core import types
 
 from ipusim.tile import first_fit
@@ -45,3 +46,20 @@ def test_first_fit_is_called_with_an_int64_start_from_every_path():
     int64 = types.int64
     called = {sig[4:] for sig in first_fit._first_fit.signatures}
     assert called == {(int64,) * 6}
+
+
+def test_the_intrinsics_bounds_check_is_inlined_not_compiled_per_constant():
+    """The vector loads and stores check their indices with ``_check`` inlined, so
+    the constants 2 and 4 of the float2 and half4 accesses compile no copies of it,
+    and an access outside the field still raises ``IndexError``."""
+    from poplar_api import ipu_intrinsics as intr
+
+    before = len(intr._check.signatures)
+    a = np.arange(8, dtype=np.float32)
+    assert intr.load_float2(a, 3) == (6.0, 7.0)
+    assert intr.load_half4(a, 1) == (4.0, 5.0, 6.0, 7.0)
+    intr.store_float2(a, 0, (np.float32(9), np.float32(8)))
+    assert a[:2].tolist() == [9.0, 8.0]
+    with pytest.raises(IndexError, match="outside the field"):
+        intr.load_float2(a, 4)
+    assert len(intr._check.signatures) == before == 0
