@@ -105,6 +105,9 @@ def as_runs(ids: np.ndarray) -> RunIds | None:
     n = ids.size
     if n < 2 * MIN_ELEMENTS_PER_RUN:
         return None
+    if ids.flags.writeable:  # read-only, as a tensor's index is: one compiled _run_starts
+        ids = ids.view()
+        ids.flags.writeable = False
     limit = n // MIN_ELEMENTS_PER_RUN  # more runs than this: not worth it
     starts = np.empty(limit, np.int64)
     count = _run_starts(ids, starts)

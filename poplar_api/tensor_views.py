@@ -29,6 +29,10 @@ __all__ = ["Interval", "TensorViews", "UpsampleMethod", "piece_runs"]
 
 #: Operations of lazily named views (``(parent label, format, a, b)`` labels).
 _ITEM = "[{}]"
+#: The ids :func:`_take` gets when a view's ids are computed from its start: read-only
+#: like a tensor's own index, so that both calls use one compiled ``_take``.
+_NO_IDS = np.empty(0, np.int64)
+_NO_IDS.flags.writeable = False
 _SLICE = ".slice({},{})"
 _new_object = object.__new__
 _minimum = np.minimum.reduce
@@ -370,7 +374,7 @@ class TensorViews:
         if flat.dtype not in (np.int64, np.int32):  # native signed ints: no wrap-around
             flat = flat.astype(np.int64)
         out = np.empty(flat.size, np.int64)
-        src = self.flat_index() if self._start < 0 else out[:0]
+        src = self.flat_index() if self._start < 0 else _NO_IDS
         bad, pos_run, id_run = _take(src, self._start, flat, n, out)
         if bad >= 0:
             raise TensorIndexError(

@@ -63,3 +63,39 @@ def test_the_intrinsics_bounds_check_is_inlined_not_compiled_per_constant():
     with pytest.raises(IndexError, match="outside the field"):
         intr.load_float2(a, 4)
     assert len(intr._check.signatures) == before == 0
+
+
+def _read_only(dispatcher, arg: int) -> set[bool]:
+    """Whether argument ``arg`` is a read-only array, over the signatures of
+    ``dispatcher`` compiled (or loaded) in this process."""
+    return {not sig[arg].mutable for sig in dispatcher.signatures}
+
+
+def test_run_starts_gets_read_only_ids_from_writable_and_read_only_arrays():
+    """``as_runs`` hands ``_run_starts`` read-only ids whatever the caller passed (a
+    tensor's index is read-only, a vertex field's ids are not): one specialisation."""
+    from poplar_api import run_ids
+
+    ids = np.r_[np.arange(100, 140), np.arange(7, 47)].astype(np.int64)
+    frozen = ids.copy()
+    frozen.flags.writeable = False
+    for given in (ids, frozen):
+        runs = run_ids.as_runs(given)
+        assert runs is not None and runs.starts.tolist() == [0, 40]
+        assert runs.firsts.tolist() == [100, 7]
+    assert ids.flags.writeable  # the caller's array is left as it was
+    assert _read_only(run_ids._run_starts, 0) == {True}
+
+
+def test_take_gets_read_only_ids_for_views_with_and_without_an_index():
+    """``Tensor.elements`` of many positions, of a tensor whose ids follow from its
+    start and of one with an index of its own, passes ``_take`` read-only ids both
+    times (one specialisation, not one more for a writable empty array)."""
+    from poplar_api import FLOAT, Graph, IPUModel, tensor_views
+
+    graph = Graph(IPUModel("ipu2").createDevice().getTarget())
+    t = graph.addVariable(FLOAT, [400], "t")
+    gathered = t.elements(np.arange(399, 99, -2))  # 150 positions, not a run
+    again = gathered.elements(np.arange(140, 0, -1))
+    assert again.numElements() == 140
+    assert _read_only(tensor_views._take, 0) == {True}
