@@ -152,7 +152,8 @@ def test_sent_by_cover_counts_owner_runs_of_the_union(seed: int) -> None:
     a[: m // 4] = b[m // 2 : m // 2 + m // 4]  # some intervals touch others
     b[: m // 4] = np.maximum(b[: m // 4], a[: m // 4] + 1)
     elements, messages = np.zeros(tiles, np.int64), np.zeros(tiles, np.int64)
-    _sent_by_cover(a, b, int(a.min()), int(b.max()), owner, elements, messages)
+    none = np.zeros(0, np.int64)  # no progressions (tests/test_strided_fields.py has them)
+    _sent_by_cover(a, b, none, none, none, int(a.min()), int(b.max()), owner, elements, messages)
     ids = sorted({i for x, y in zip(a.tolist(), b.tolist(), strict=True) for i in range(x, y)})
     want_elements, want_messages = [0] * tiles, [0] * tiles
     for k, i in enumerate(ids):
