@@ -203,3 +203,18 @@ def test_interleaved_progressions_of_one_tile_are_counted_once():
     }
     assert got.bytes_received[got.tile == 0].tolist() == [60 * 4]  # 60 distinct floats
     assert got.messages_received[got.tile == 0].tolist() == [60]
+
+
+def test_room_grows_with_the_pieces_found_not_with_each_stop():
+    # many vertices, each with one long progression and no ordinary piece: the strided
+    # room fills again and again, and the ordinary room must not double each time it does
+    vertices, n, stride = 4096, 32, 3
+    size = n * stride * vertices
+    owner = np.zeros(size, np.int32)  # tile 0 owns everything; the vertices are on tile 1
+    ids = np.arange(0, size, stride, dtype=np.int64)
+    bounds = np.arange(0, ids.size + 1, n, dtype=np.int64)
+    into, steps = pk.Pieces(4), sp.StridedPieces(1)
+    sp.field_pieces(ids, bounds, np.ones(vertices, np.int64), owner, into, steps, 16)
+    assert steps.rows == vertices and into.count == 0
+    assert steps.first.size <= 2 * vertices + 16  # grown by doubling
+    assert into.begin.size <= 2 * n + 16  # one vertex's refs at most, doubled once

@@ -165,10 +165,12 @@ def field_pieces(
             ids, bounds, vtiles, owner, v, into.count, strided.rows, min_run,
             into.begin, into.length, into.dst, *(getattr(strided, c) for c in strided._COLUMNS),
         )  # fmt: skip
-        if v < vertices:  # the next vertex might not fit: room for it and more
+        if v < vertices:  # the next vertex might not fit: room for it (grown by doubling)
             refs = int(bounds[v + 1] - bounds[v])
-            into.reserve(refs + into.begin.size - into.count)
-            strided.reserve(refs // min_run + 1 + strided.first.size - strided.rows)
+            if into.count + refs > into.begin.size:
+                into.reserve(refs)
+            if strided.rows + refs // min_run + 1 > strided.first.size:
+                strided.reserve(refs // min_run + 1)
 
 
 @numba.njit(cache=True, nogil=True)
