@@ -37,7 +37,7 @@ import numpy as np
 
 from poplar_api.errors import GraphError
 from poplar_api.graph import Graph
-from poplar_api.popops.rearrange import _add_transpose_vertices
+from poplar_api.popops.rearrange import addTransposeVertices
 from poplar_api.program import Execute
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
@@ -89,6 +89,6 @@ def weight_transpose(
     graph.mapElements(out, np.repeat(tile_of, block))
     cs = graph.addComputeSet(f"{name}/Transpose")
     t = weights.elementType()
-    _add_transpose_vertices(graph, cs, t, gb, gf, tile_of, pre, out, name)
+    addTransposeVertices(graph, cs, t, gb, gf, tile_of, pre, out, name)
     prog.add(Execute(cs, debugContext=f"{name}/Transpose"))
     return laid_out

@@ -49,6 +49,7 @@ from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, Type
 
 __all__ = [
+    "addTransposeVertices",
     "canUseFastTranspose",
     "detectDimGroupings",
     "detectInnermostGrouping",
@@ -280,7 +281,7 @@ def regroupTensor(
     graph.mapElements(out, np.repeat(tile_of, block).reshape(out_shape))
     prog.add(Copy(grouped, pre))
     cs = graph.addComputeSet(f"{name}/Transpose")
-    _add_transpose_vertices(graph, cs, t.elementType(), rows, cols, tile_of, pre, out, name)
+    addTransposeVertices(graph, cs, t.elementType(), rows, cols, tile_of, pre, out, name)
     prog.add(Execute(cs))
     return _ungroup(out, frm_u, to_u)
 
@@ -410,7 +411,7 @@ def _per_count(counts: np.ndarray, f: Any) -> np.ndarray:
     return np.array([f(int(c)) for c in distinct], np.int64)[at.reshape(-1)]
 
 
-def _add_transpose_vertices(
+def addTransposeVertices(
     graph: Graph,
     cs: Any,
     t: Type,
