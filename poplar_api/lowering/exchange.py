@@ -434,10 +434,12 @@ class ExchangePlanner:
         else:
             first = count = step = _NO_KEYS
             s_lo, s_hi, s_elements = np.iinfo(np.int64).max, 0, 0
-        a = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else _NO_KEYS
-        b = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else _NO_KEYS
         if len(parts) == 1:
             a, b = parts[0][:2]
+        elif parts:
+            a, b = (np.concatenate([p[k] for p in parts]) for k in range(2))
+        else:
+            a = b = _NO_KEYS
         if a.size + s_elements == 0:
             return elements, messages
         lo, hi = s_lo, s_hi
