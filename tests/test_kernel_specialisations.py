@@ -42,6 +42,13 @@ def test_first_fit_is_called_with_an_int64_start_from_every_path():
     assert caller(starts, ends, los, his, n, 16, 8, 0, 9, 2, 16, 4) == 24
     # an alignment that is not a multiple of the minimum: every block scanned
     assert caller(starts, ends, los, his, n, 16, 6, 0, 9, 2, 16, 4) == 24
+    # the joint fit of a group of live ranges starts its candidate at 0 as well
+    joint = numba.njit(first_fit._joint_fit.py_func)  # uncached: typed here
+    lo = np.zeros(2, np.int64)
+    hi = np.full(2, 9, np.int64)
+    after = np.array([1, -1], np.int64)
+    assert joint(starts, ends, los, his, n, 16, 4, lo, hi, 0, after) == 20
+    assert joint(starts, ends, los, his, n, 24, 8, lo, hi, 0, after) == 48
     assert _literal_signatures(first_fit._first_fit) == []
     int64 = types.int64
     called = {sig[4:] for sig in first_fit._first_fit.signatures}

@@ -118,7 +118,7 @@ def _after_packed(
     # one call with an int64 ``addr``: a call with the constant 0 would compile a
     # second specialisation of _first_fit (for the literal type of 0)
     skip = 0
-    addr = 0
+    addr = np.int64(0)
     if fixed != 0 and size != 0 and align % min_align == 0:
         skip = fixed
         addr = -(-fixed_top // align) * align
@@ -135,7 +135,10 @@ def _joint_fit(
     """Lowest aligned offset free over the live ranges of every block of the joint
     group that starts at block ``first`` (linked by ``after``): each range's first
     fit from the current candidate, until no range moves it."""
-    addr = 0
+    # an int64 from the start: ``addr = 0`` lets Numba's type inference call
+    # _first_fit with the literal 0 once before it widens ``addr`` to int64, which
+    # compiles a second specialisation in every process without a disk cache
+    addr = np.int64(0)
     moved = True
     while moved:
         moved = False
