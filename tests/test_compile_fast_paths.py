@@ -133,6 +133,35 @@ def test_copy_pieces_from_known_source_tiles_equal_a_plain_loop(seed):
     assert [list(x) for x in zip(*(a.tolist() for a in got), strict=True)] == want
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_copy_pieces_grouped_by_tile_are_each_tiles_runs(seed):
+    """References whose neighbours go to different tiles and whose ids repeat (a
+    transposing copy of an expanded input): the pieces are, per receiving tile, the
+    maximal runs of the distinct remote ids it needs (ids at both ends of the space
+    included), found against sets built in Python."""
+    from poplar_api.lowering import pieces
+
+    rng = np.random.default_rng(seed)
+    size, n_tiles, n = 400, 6, 3000
+    owner = np.repeat(rng.integers(0, n_tiles, 80), 5)[:size].astype(np.int32)
+    ids = np.concatenate(([0, size - 1], rng.integers(0, size, n - 2)))
+    dst = rng.integers(0, n_tiles, n).astype(np.int32)
+    got = pieces.flat_pieces(ids, dst, owner, owner[ids], n_tiles)
+    want = set()
+    pairs = list(zip(ids.tolist(), dst.tolist(), strict=True))
+    for t in range(n_tiles):
+        needed = {i for i, d in pairs if d == t and owner[i] != t}
+        for i in needed:
+            if i - 1 not in needed:
+                j = i
+                while j + 1 in needed:
+                    j += 1
+                want.add((i, j + 1 - i, t))
+    rows = list(zip(*(a.tolist() for a in got), strict=True))
+    assert len(rows) == len(want)
+    assert set(rows) == want
+
+
 def _old_variable_tiles(starts, holder, size, tile, var_ids, nt):
     """Elements per (variable, tile) as they were counted before the compiled pass:
     stretch lengths, then a stable argsort of packed (variable, tile) keys."""

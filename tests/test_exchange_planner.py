@@ -71,15 +71,18 @@ def _exchange_fields(ex):
 
 @pytest.mark.parametrize("cover", [True, False])
 @pytest.mark.parametrize("per_pass", [None, 2])
-def test_runs_plan_equals_tile_by_tile_plan(monkeypatch, per_pass, cover):
+@pytest.mark.parametrize("grouped", [False, True])
+def test_runs_plan_equals_tile_by_tile_plan(monkeypatch, per_pass, cover, grouped):
     """Random reads (runs, repeats, local and remote elements, owners changing inside
     runs) planned as id runs give the same exchange as tile by tile, element by element
-    (also when the runs are planned a few tiles at a time, and with the sent runs found
-    by counting cover or by sorting the received intervals)."""
+    (also when the runs are planned a few tiles at a time, with the sent runs found
+    by counting cover or by sorting the received intervals, and with a flat set of
+    references grouped by tile into each tile's runs first)."""
     from poplar_api.lowering import exchange
 
     if per_pass is not None:
         monkeypatch.setattr(exchange, "PIECES_PER_PASS", per_pass)
+    monkeypatch.setattr(pk, "SHORT_PIECES", -1 if grouped else 2)
     monkeypatch.setattr(exchange, "COVER_SPAN_PER_INTERVAL", 1 << 40 if cover else 0)
     rng = np.random.default_rng(7)
     for trial in range(30):

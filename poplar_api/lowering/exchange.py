@@ -251,7 +251,7 @@ class ExchangePlanner:
         it (``owner[id]``, the element space's tile array, or ``src`` per reference when
         known): :meth:`add_grouped` with ``src = owner[ids]``, planned as runs when no
         element crosses IPUs."""
-        found = pieces.flat_pieces(np.asarray(ids), np.asarray(dst), owner, src)
+        found = pieces.flat_pieces(np.asarray(ids), np.asarray(dst), owner, src, self.num_tiles)
         self.add_pieces(element_type, *found, owner, scratch=True)
 
     def add_pieces(

@@ -310,13 +310,85 @@ def _stretch_pieces(
     return count
 
 
+@numba.njit(cache=True, nogil=True)
+def _tile_pieces(
+    ids, src, dst, num_tiles, marked, out_begin, out_length, out_dst
+):  # pragma: no cover - compiled
+    # the remote references grouped by receiving tile (a counting sort), then per
+    # tile the maximal runs of the ids it needs, with no sort: its ids are marked,
+    # and from each marked id with no marked id before it the run is walked (and
+    # unmarked; ``marked`` is all False again at the end): rows written
+    ends = np.zeros(num_tiles + 1, np.int64)
+    for p in range(ids.size):
+        if src[p] != dst[p]:
+            ends[dst[p] + 1] += 1
+    for t in range(num_tiles):
+        ends[t + 1] += ends[t]
+    by_tile = np.empty(ends[num_tiles], np.int64)
+    for p in range(ids.size):
+        d = dst[p]
+        if src[p] != d:
+            by_tile[ends[d]] = ids[p]
+            ends[d] += 1
+    count = 0
+    lo = 0
+    last = marked.size - 1
+    for t in range(num_tiles):  # (ends[t] is now the end of tile t's references)
+        for k in range(lo, ends[t]):
+            marked[by_tile[k]] = True
+        for k in range(lo, ends[t]):
+            i = by_tile[k]
+            if not marked[i] or (i > 0 and marked[i - 1]):
+                continue  # in a run found already, or not its first id
+            j = i
+            while True:
+                marked[j] = False
+                if j == last or not marked[j + 1]:
+                    break
+                j += 1
+            out_begin[count] = i
+            out_length[count] = j + 1 - i
+            out_dst[count] = t
+            count += 1
+        lo = ends[t]
+    return count
+
+
+#: Pieces per reference above which :func:`flat_pieces` groups the references by
+#: receiving tile and finds each tile's runs as a set (mostly single-element pieces:
+#: a transposing copy, or an expanded input whose ids repeat on a tile), judged on
+#: the first :data:`SAMPLE` references.
+SHORT_PIECES = 1 / 4
+SAMPLE = 1 << 16
+
+
 def flat_pieces(
-    ids: np.ndarray, dst: np.ndarray, owner: np.ndarray, src: np.ndarray | None = None
+    ids: np.ndarray,
+    dst: np.ndarray,
+    owner: np.ndarray,
+    src: np.ndarray | None = None,
+    num_tiles: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`field_pieces` for references with one destination tile each (``dst``).
 
     ``src`` is the owning tile of each reference when the caller has it already (a
-    ``Copy`` compares both sides' tiles anyway): then no owner is looked up again."""
+    ``Copy`` compares both sides' tiles anyway): then no owner is looked up again.
+
+    With ``num_tiles`` (above every tile), references whose runs in their own order
+    are short (more than :data:`SHORT_PIECES` pieces per reference: neighbouring
+    references go to different tiles, or repeat ids) are grouped by receiving tile
+    and each tile's maximal runs found, in compiled passes: the runs then cover the
+    same ids of each tile (what the planner merges them into), in fewer pieces, with
+    no repeats and no longer in reference order."""
     if src is None:
         src = owner[ids]
+    if num_tiles is None:
+        return _collect(_flat_pieces, ids.size, ids, src, dst, bounded=True)
+    k = min(ids.size, SAMPLE)
+    found = _collect(_flat_pieces, k, ids[:k], src[:k], dst[:k], bounded=True)
+    if found[0].size > SHORT_PIECES * k:
+        marked = np.zeros(owner.size, bool)
+        return _collect(_tile_pieces, ids.size, ids, src, dst, num_tiles, marked, bounded=True)
+    if k == ids.size:
+        return found
     return _collect(_flat_pieces, ids.size, ids, src, dst, bounded=True)
