@@ -14,7 +14,7 @@ from codelets_common import Bump, loaded, mapped, tiny_graph, vertex_on
 
 from ipusim.config import load_config, with_overrides
 from ipusim.profile.execution import schema
-from poplar_api import FLOAT, INT, Engine, Graph, IPUModel
+from poplar_api import FLOAT, INT, Engine, Graph, IPUModel, concat
 from poplar_api import program as prog
 from poplar_api.errors import EngineError, GraphError, GraphValidationError, PoplarError
 
@@ -342,6 +342,21 @@ def test_copy_errors_name_both_tensors():
         prog.Copy(a, b, 3.5)
     with pytest.raises(GraphError, match=r"no such copy.*RemoteBuffer"):
         prog.Copy(a, "buffer")
+
+
+def test_copy_into_views_around_a_constant():
+    """A destination whose ids span a constant without holding any of its elements is
+    no constant's (checked by ids, not by their span); one holding an element is."""
+    g = tiny_graph()
+    src = _floats(g, "src", 8, 0)
+    x = _floats(g, "x", 4, 1)
+    k = g.addConstant(FLOAT, [4], 1.0, "k")
+    g.setTileMapping(k, 0)
+    y = _floats(g, "y", 4, 2)
+    around = concat([y[::-1], x])  # ids on both sides of k's, out of order
+    Engine(g, prog.Copy(src, around))  # compiles: no problem
+    (const,) = problems(g, prog.Copy(src, concat([y[::-1], x[:3], k[2:3]])))
+    assert "constant 'k'" in const
 
 
 def test_copy_with_a_tensor_of_another_graph():

@@ -330,13 +330,21 @@ class Emission:
         where = self.where(t._flat_ids())
         if isinstance(where, slice):  # one block of ids: the variables it overlaps
             block = (np.array([where.start], np.int64), np.array([where.stop], np.int64))
-            vids = self.variables.mark([(typ, block)])
-        else:
-            vids = self.variables.mark([(typ, where)])
+        else:  # the variables of the ids' span first (a rearranged tensor's is one)
+            lo, hi = runs.span(where)
+            block = (np.array([lo], np.int64), np.array([hi], np.int64))
+        vids = self.variables.mark([(typ, block)])
+        if not isinstance(where, slice) and self._any_constant(vids):
+            vids = self.variables.mark([(typ, where)])  # the variables of the ids themselves
         for vid in vids.tolist():
             if self.state.variables[vid].constant:
                 return self.state.variables[vid].name
         return None
+
+    def _any_constant(self, vids: np.ndarray) -> bool:
+        """Whether any of the variables ``vids`` is a constant."""
+        variables = self.state.variables
+        return any(variables[vid].constant for vid in vids.tolist())
 
     def host_transfer(
         self,
