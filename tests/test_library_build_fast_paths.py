@@ -398,6 +398,32 @@ def test_fields_found_as_runs_equal_the_ids_gathered(seed):
         np.testing.assert_array_equal(getattr(runs, name), getattr(ids, name))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_rows_walked_by_stretches_find_the_runs_of_their_ids(monkeypatch, seed):
+    """Rows walked a stretch at a time (pattern and source both going up by one) find
+    the maximal runs of the ids gathered: sources of random runs (some continuing
+    where the pattern jumps, some repeating), patterns of random stretches (room for
+    any number of runs)."""
+    from poplar_api.poplin import conv_blocks
+
+    monkeypatch.setattr(conv_blocks, "MIN_ELEMENTS_PER_RUN", 1)
+    rng = np.random.default_rng(seed)
+    blocks = [np.arange(a, a + int(rng.integers(1, 40))) for a in rng.integers(0, 600, 60)]
+    source = np.concatenate(blocks).astype(np.int64)
+    rel = np.cumsum(rng.choice([1] * 12 + [2, 5], 60)).astype(np.int64)
+    members = rng.permutation(12)[:8]
+    base = rng.integers(0, source.size - int(rel.max()), members.size)
+    asm, again = Assembler(12), Assembler(12)
+    for a in (asm, again):
+        a.gather(members, source, base, rel, np.array([rel.size]))
+    ids = asm.field()
+    found = again.run_field()
+    np.testing.assert_array_equal(np.asarray(found.runs), ids.flat)
+    want = RunIds(*_all_runs(ids.flat), ids.flat.size)
+    np.testing.assert_array_equal(found.runs.starts, want.starts)
+    np.testing.assert_array_equal(found.runs.firsts, want.firsts)
+
+
 def _all_runs(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every run's start and first id, written out (no limit on their number)."""
     starts = np.flatnonzero(np.r_[True, np.diff(flat) != 1])
