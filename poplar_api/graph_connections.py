@@ -29,14 +29,17 @@ if TYPE_CHECKING:
 __all__ = ["RunSegments", "Segments"]
 
 
-def _int_array(values: Any, what: str) -> np.ndarray:
-    """``values`` as an int64 array (checked to hold integers)."""
+def _int_array(values: Any, what: str, wide: bool = True) -> np.ndarray:
+    """``values`` as an int64 array (checked to hold integers); with ``wide`` False an
+    integer array of any width as it is (no copy of a large int32 array of tiles)."""
     arr = np.asarray(values)
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
         raise GraphError(
             f"{what}: expected integers, got an array of dtype {arr.dtype}; hint: pass "
             "an int array (e.g. numpy int64)"
         )
+    if not wide and arr.dtype.kind in "iu":
+        return arr
     return arr.astype(np.int64, copy=False)
 
 

@@ -109,6 +109,24 @@ def test_map_elements_equals_per_element_set_tile_mapping() -> None:
     np.testing.assert_array_equal(a.elementTiles(xa), np.full(24, 13))
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint64])
+def test_map_elements_takes_tiles_of_any_integer_width(dtype) -> None:
+    """Tiles of any integer type map as int64 ones do (a variable's consecutive ids,
+    tiles in a transposed order), and one out of range is named whatever its width."""
+    rng = np.random.default_rng(2)
+    g = _graph()
+    x, y = g.addVariable(FLOAT, [6, 4], "x"), g.addVariable(FLOAT, [6, 4], "y")
+    tiles = rng.integers(0, 100, size=(4, 6))
+    g.mapElements(x, tiles.T)
+    g.mapElements(y, tiles.astype(dtype).T)
+    np.testing.assert_array_equal(g.elementTiles(y), g.elementTiles(x))
+    np.testing.assert_array_equal(g.elementTiles(y), tiles.T.reshape(-1))
+    bad = np.zeros(24, dtype)
+    bad[5] = -3 if np.issubdtype(dtype, np.signedinteger) else 60000
+    with pytest.raises(GraphError, match=rf"element 5 has tile {bad[5]}, out of range"):
+        g.mapElements(y, bad)
+
+
 def test_map_elements_errors_name_element_tile_and_tensor() -> None:
     g, other = _graph(), _graph()
     sub = g.createVirtualGraph(0, 8)
