@@ -399,11 +399,10 @@ def test_fields_found_as_runs_equal_the_ids_gathered(seed):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_rows_walked_by_stretches_find_the_runs_of_their_ids(monkeypatch, seed):
-    """Rows walked a stretch at a time (pattern and source both going up by one) find
-    the maximal runs of the ids gathered: sources of random runs (some continuing
-    where the pattern jumps, some repeating), patterns of random stretches (room for
-    any number of runs)."""
+def test_rows_of_random_runs_find_the_runs_of_their_ids(monkeypatch, seed):
+    """Rows gathered from a source by a pattern find the maximal runs of the ids
+    gathered: sources of random runs (some continuing where the pattern jumps, some
+    repeating), patterns of random stretches (room for any number of runs)."""
     from poplar_api.poplin import conv_blocks
 
     monkeypatch.setattr(conv_blocks, "MIN_ELEMENTS_PER_RUN", 1)

@@ -345,7 +345,6 @@ class Assembler:
         first = np.empty(limit, np.int64)
         count = 0
         clean: dict[int, bool] = {}
-        stretches: dict[int, np.ndarray] = {}  # per source: its runs' lengths
         for members, source, base, rel, _ in self.rows:
             if not members.size or not rel.size:
                 continue
@@ -354,12 +353,7 @@ class Assembler:
                 ok = clean[id(source)] = bool(source.size == 0 or int(source.min()) >= 0)
             if not ok or not _plain(source, base, rel):
                 return None
-            src_len = stretches.get(id(source))
-            if src_len is None:
-                src_len = stretches[id(source)] = _run_lengths(source)
-            count = _row_runs(
-                source, src_len, base, rel, _run_lengths(rel), members, vert, off, first, count
-            )
+            count = _row_runs(source, base, rel, members, vert, off, first, count)
             if count < 0:
                 return None
         pos = at[vert[:count]] + off[:count]
@@ -380,36 +374,16 @@ def _plain(source: np.ndarray, base: np.ndarray, rel: np.ndarray) -> bool:
 
 
 @numba.njit(cache=True, nogil=True)
-def _run_lengths(a):  # pragma: no cover - compiled
-    """Per position ``p``: how many values from ``a[p]`` on go up by one each."""
-    out = np.ones(a.shape[0], np.int64)
-    for p in range(a.shape[0] - 2, -1, -1):
-        if a[p + 1] == a[p] + 1:
-            out[p] = out[p + 1] + 1
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _row_runs(
-    source, src_len, base, rel, rel_len, members, vert, off, first, count
-):  # pragma: no cover - compiled
+def _row_runs(source, base, rel, members, vert, off, first, count):  # pragma: no cover
     """Append the runs of consecutive ids of each row ``source[base[k] + rel]``: member
     ``members[k]``, the position in the row and the id where each begins; the new count,
-    or -1 when the buffers are full (positions checked by the caller).
-
-    A row is walked a stretch at a time, not an element at a time: from pattern
-    position ``j`` (source position ``p``), ``rel_len[j]`` positions of the pattern
-    and ``src_len[p]`` ids of the source (:func:`_run_lengths`) go up by one, so the
-    fewer of the two elements carry on the run of the first."""
+    or -1 when the buffers are full (positions checked by the caller)."""
     limit = vert.shape[0]
-    width = rel.shape[0]
     for k in range(members.shape[0]):
         b = base[k]
-        prev = 0
-        j = 0
-        while j < width:
-            p = b + rel[j]
-            v = source[p]
+        prev = source[b + rel[0]] - 1
+        for j in range(rel.shape[0]):
+            v = source[b + rel[j]]
             if j == 0 or v != prev + 1:
                 if count == limit:
                     return -1
@@ -417,9 +391,7 @@ def _row_runs(
                 off[count] = j
                 first[count] = v
                 count += 1
-            step = min(rel_len[j], src_len[p])
-            prev = v + step - 1
-            j += step
+            prev = v
     return count
 
 
