@@ -53,6 +53,7 @@ from poplar_api.executable import (
     timing_for,
 )
 from poplar_api.graph import DataStream, Graph, is_nonreplicated, replication_factor
+from poplar_api.graph_bulk import collect_new_objects_only
 from poplar_api.host_transfers import run_host_transfer
 from poplar_api.lowering import runs
 from poplar_api.lowering.context import Lowered
@@ -317,7 +318,7 @@ class Engine:
         """
         self._host.begin_run(index, debugName)  # named in stream callbacks' errors
         try:
-            with progress.activity(f"Engine.run({index})"):
+            with progress.activity(f"Engine.run({index})"), collect_new_objects_only():
                 self._run_program(index, debugName)
         finally:
             self._host.end_run()

@@ -1,16 +1,20 @@
 """Library calls that build or compile large graphs run with Python's cyclic garbage
 collector paused and resume it as it was: enabled again after the call (also after an
-exception), left alone when the caller had paused it."""
+exception), left alone when the caller had paused it. An engine's run has the collector
+walk only the objects the run makes, and leaves every object collectable after it."""
 
 from __future__ import annotations
 
 import gc
+import weakref
 
+import numpy as np
 import pytest
 
-from poplar_api import poplin, popnn
+from poplar_api import INT, Engine, Graph, IPUModel, poplin, popnn
+from poplar_api import program as prog
 from poplar_api.executable import compile_programs
-from poplar_api.graph_bulk import bulk_construction
+from poplar_api.graph_bulk import bulk_construction, collect_new_objects_only
 
 
 @bulk_construction
@@ -64,3 +68,58 @@ def test_a_caller_that_paused_it_keeps_it_paused(collector):
 def test_the_large_library_calls_pause_it(fn):
     assert getattr(fn, "__wrapped__", None) is not None, fn.__name__
     assert fn.__wrapped__.__name__ == fn.__name__
+
+
+class _Cycle:
+    """An object in a reference cycle (freed by the cyclic collector only)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_block_freezes_the_objects_before_it_and_unfreezes_them_after(collector):
+    gc.enable()
+    assert gc.get_freeze_count() == 0
+    garbage = _Cycle()
+    dead = weakref.ref(garbage)
+    del garbage
+    with collect_new_objects_only():
+        assert gc.get_freeze_count() > 0
+        gc.collect()  # walks the block's own objects: the older cycle stays
+        assert dead() is not None
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert dead() is None  # collectable again after the block
+
+
+def test_a_block_leaves_frozen_objects_and_a_paused_collector_alone(collector):
+    gc.disable()
+    with collect_new_objects_only():
+        assert gc.get_freeze_count() == 0
+    gc.enable()
+    gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        with collect_new_objects_only():
+            pass
+        assert gc.get_freeze_count() == count  # the caller's freeze is kept
+    finally:
+        gc.unfreeze()
+
+
+def test_an_engine_run_freezes_older_objects_only_while_it_runs(collector):
+    gc.enable()
+    device = IPUModel("tiny").createDevice()
+    graph = Graph(device.getTarget())
+    v = graph.addVariable(INT, [3], "v")
+    graph.setTileMapping(v, 1)
+    graph.setInitialValue(v, np.array([4, 5, 6], np.int32))
+    engine = Engine(graph, prog.Copy(v, graph.addDeviceToHostFIFO("out", INT, 3)))
+    engine.load(device)
+    frozen = []
+    engine.connectStreamToCallback(
+        "out", lambda a: frozen.append((a.tolist(), gc.get_freeze_count()))
+    )
+    engine.run(0)
+    assert frozen[0][0] == [4, 5, 6] and frozen[0][1] > 0
+    assert gc.get_freeze_count() == 0
