@@ -3,7 +3,8 @@
 Each replica holds its own values (written per replica); copies between tensors, within
 one tensor, through permuted views, of INT and BOOL elements, must give each replica
 what numpy's copy of its own values gives (the same as a one-replica run of that
-replica's values).
+replica's values), whether every replica's elements move as one index of all replicas
+or replica by replica (the way copies and writes by a long index go).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from poplar_api import BOOL, FLOAT, INT, Device, Engine, Graph, IPUModel, poputil
 from poplar_api import program as prog
+from poplar_api.lowering import runs
 
 N = 12
 
@@ -62,7 +64,10 @@ def _want(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("kind", ["model", "cpu"])
-def test_every_replica_copies_its_own_values(kind):
+@pytest.mark.parametrize("rows_apart", [False, True])
+def test_every_replica_copies_its_own_values(kind, rows_apart, monkeypatch):
+    if rows_apart:  # every indexed copy replica by replica
+        monkeypatch.setattr(runs, "ROWS_APART", 1)
     rng = np.random.default_rng(3)
     r = 4
     values = {
@@ -81,3 +86,12 @@ def test_every_replica_copies_its_own_values(kind):
     one = _run(1, {k: v[2:3] for k, v in values.items()}, kind)  # replica 2 alone
     for name in values:
         np.testing.assert_array_equal(one[name][0], got[name][2], err_msg=name)
+
+
+def test_which_copies_go_replica_by_replica():
+    index = np.arange(runs.ROWS_APART)
+    whole = slice(0, index.size)
+    assert runs.rows_apart(index, whole) and runs.rows_apart(whole, index)
+    assert runs.rows_apart(index)
+    assert not runs.rows_apart(whole, whole)  # blocks: one copy of every replica
+    assert not runs.rows_apart(index[1:], index[1:])  # short: one index for all

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from poplar_api.lowering.runs import put_ranges, take_rows
+from poplar_api.lowering.runs import put_ranges, rows_apart, take_rows
 from poplar_api.types import Type
 
 #: The raw storage dtype of each element size: the bits of every type of that size.
@@ -242,7 +242,12 @@ class Storage:
         raw = _raw(t, values)
         if raw.size == n:
             raw = np.broadcast_to(raw.reshape(1, -1), (self.replicas, n))
-        self.full[t.size][:, index] = raw.reshape(self.replicas, n)
+        raw, full = raw.reshape(self.replicas, n), self.full[t.size]
+        if rows_apart(index):
+            for row, values_of_row in zip(full, raw, strict=True):
+                row[index] = values_of_row
+        else:
+            full[:, index] = raw
 
     def read_wide(self, t: Type, ids: np.ndarray) -> np.ndarray:
         """Values of non-replicated (wide) element ids, any replica each."""

@@ -134,9 +134,15 @@ def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
     def copy() -> None:
         storage.copy(typ, d_where, s_where)
 
+    rows_apart = runs.rows_apart(s_where, d_where)
+
     def copy_every_replica() -> None:  # one copy of every replica's rows at once
         full = storage.full[typ.size]
-        full[:, d_where] = full[:, s_where]  # (numpy copies first where they overlap)
+        if rows_apart:  # each replica's row as one replica's copy
+            for row in full:
+                row[d_where] = row[s_where]
+        else:
+            full[:, d_where] = full[:, s_where]  # (numpy copies first where they overlap)
 
     name = prog.debugName or f"Copy {s.name} -> {d.name}"
     nodes: list[ir.Node] = []

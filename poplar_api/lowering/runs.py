@@ -36,6 +36,20 @@ def change_points(owner: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+#: Elements gathered or scattered by index from which every replica's row is moved
+#: apart: numpy's ``full[:, index]`` moves a column of every replica per element, which
+#: past the caches costs about three times as much (a copy of 100,352 elements on 16
+#: replicas: 18 against 6 ms; the same either way from 2,048 to 12,544).
+ROWS_APART = 1 << 12
+
+
+def rows_apart(*where: np.ndarray | slice) -> bool:
+    """Whether elements ``where`` (slices, or index arrays of one length) of every
+    replica move row by row (see :data:`ROWS_APART`)."""
+    index = [w for w in where if not isinstance(w, slice)]
+    return bool(index) and index[0].size >= ROWS_APART
+
+
 @numba.njit(cache=True, nogil=True)
 def take_rows(full, ix, out):  # pragma: no cover
     """``out[r] = full[r, ix]`` for every row ``r`` (every replica's elements ``ix``; a
