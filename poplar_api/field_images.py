@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from poplar_api.fields import FieldBatch
+from poplar_api.lowering.runs import rows_apart
 from poplar_api.lowering.runs import take_rows as _take_rows
 
 __all__ = ["ImageAccess", "ImageField", "tiled_offsets"]
@@ -95,7 +96,11 @@ class ImageField:
         """Replica 0's elements packed in the kernel dtype, when every replica holds
         the same bits in this field (else None)."""
         raw = self.image[0, self.ids]  # (numpy's gathers: no compiled signature per type)
-        if self.replicas > 1 and not (self.image[1:, self.ids] == raw).all():
+        if self.replicas > 1 and not (
+            all(np.array_equal(row[self.ids], raw) for row in self.image[1:])
+            if rows_apart(self.ids)
+            else (self.image[1:, self.ids] == raw).all()
+        ):
             return None
         return FieldBatch(self._typed(raw), self.offsets, self.inner_offsets)
 

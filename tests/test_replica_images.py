@@ -17,6 +17,7 @@ from test_conv_vertices import FIELDS, WORKERS, _batches, _copy, _reference, _ve
 from poplar_api.codelet_base import RUN_REPLICAS
 from poplar_api.field_images import ImageAccess, ImageField
 from poplar_api.fields import FieldBatch
+from poplar_api.lowering import runs
 from poplar_api.poplin import conv_access, conv_vertices
 from poplar_api.poplin.conv_vertices import compute_one, conv_vertex
 from poplar_api.types import FLOAT, HALF
@@ -314,3 +315,21 @@ def test_a_partial_sum_overflowing_in_one_replica_stops_the_run_when_checked():
     assert np.isinf(out[2, 3]).all() and np.isfinite(np.delete(out, 2, axis=0)).all()
     with pytest.raises(FloatingPointException, match=r"into its float field 'out'"):
         _matmul_engine(4, F, x, w, {"debug.floatingPointExceptions": "true"})
+
+
+@pytest.mark.parametrize("size", [5, 2 * runs.ROWS_APART])  # one index, or row by row
+def test_first_replica_is_replica_0s_values_only_when_every_replica_holds_them(size):
+    rng = np.random.default_rng(11)
+    ids = rng.permutation(3 * size)[:size]
+    image = np.tile(rng.integers(0, 1 << 30, 3 * size, dtype=np.uint32), (R, 1))
+    offsets = np.array([0, size // 2, size])
+    field = ImageField(image, np.dtype(np.float32), ids, offsets, None, np.dtype(np.float32))
+    same = field.first_replica()
+    assert same is not None
+    np.testing.assert_array_equal(same.data, image[0, ids].view(np.float32))
+    np.testing.assert_array_equal(same.offsets, offsets)
+    image[R - 1, ids[-1]] ^= 1  # one bit of one element in the last replica
+    assert field.first_replica() is None
+    image[R - 1, ids[-1]] ^= 1
+    image[R - 1, np.setdiff1d(np.arange(3 * size), ids)[0]] ^= 1  # not a field element
+    assert field.first_replica() is not None
