@@ -155,3 +155,45 @@ def test_exchange_totals_read_from_the_step_equal_the_cost_and_stay_out_of_its_c
     exchange_code(timing, totals)
     cached = timing._cache.get(id(totals))
     assert cached is None or "bytes_sent" not in cached[1].__dict__
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_concat_of_many_parts_numbers_names_and_narrows_as_one_table(seed):
+    # hundreds of small tables (per-tile blocks), one large one with repeated names
+    # (variables of one name) and parts whose extremes fall in different chunks of
+    # the bounds pass: every column's values and type against numpy on the parts
+    rng = np.random.default_rng(seed)
+    tables = []
+    for k in range(300):
+        n = int(rng.integers(1, 1500))
+        tiles = rng.integers(0, 1472, n)
+        tables.append(BlockTable.rows(f"cs{k % 40}", ["stack", "vertexCode"][k % 2], tiles,
+                                      rng.integers(1, 5000, n), 4, "any", (k, k + 3)))  # fmt: skip
+    big = 70_000
+    names = [f"v{i}" for i in rng.integers(0, 5000, 3000)]
+    tables.insert(150, BlockTable(
+        names=names, categories=["variable"], name=rng.integers(0, 3000, big),
+        category=np.zeros(big, np.int64), tile=rng.integers(0, 1472, big),
+        size=rng.integers(1, 2**20, big), element_bytes=np.full(big, 4),
+        region=np.full(big, 2), live_first=np.zeros(big, np.int64),
+        live_last=np.full(big, 7), always=np.zeros(big, bool),
+    ))  # fmt: skip
+    tables[-1].size[0] = 3_000_000_000  # the largest value in the last, small part
+    got = BlockTable.concat(tables)
+    order: dict[str, int] = {}
+    want_name = []
+    for t in tables:
+        labels = [t.names[i] for i in t.name.tolist()]
+        for x in t.names:
+            order.setdefault(x, len(order))
+        want_name += [order[x] for x in labels]
+    assert got.names == list(order)
+    np.testing.assert_array_equal(got.name, want_name)
+    for col in ("tile", "size", "element_bytes", "region", "live_first", "live_last"):
+        want = np.concatenate([getattr(t, col).astype(np.int64) for t in tables])
+        np.testing.assert_array_equal(getattr(got, col), want)
+        lo, hi = int(want.min()), int(want.max())
+        narrowest = next(d for d in (np.int8, np.int16, np.int32, np.int64)
+                         if np.iinfo(d).min <= lo and hi <= np.iinfo(d).max)  # fmt: skip
+        assert getattr(got, col).dtype == narrowest, col
+    assert got.size.dtype == np.int64 and got.tile.dtype == np.int16

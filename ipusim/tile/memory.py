@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import filterfalse
 from typing import Any
 
 import numpy as np
@@ -222,9 +223,36 @@ def _joined(parts: Sequence[np.ndarray]) -> np.ndarray:
     full = [p for p in parts if p.size]
     if not full:
         return np.zeros(0, np.int64)
-    lo = min(int(p.min()) for p in full)
-    hi = max(int(p.max()) for p in full)
+    lo, hi = _bounds(full)
     return np.concatenate(full, dtype=_narrowest_type(lo, hi))
+
+
+#: Rows up to which small parts are joined to find their bounds in one pass.
+_BOUNDS_CHUNK_ROWS = 1 << 16
+
+
+def _bounds(parts: Sequence[np.ndarray]) -> tuple[int, int]:
+    """Smallest and largest value of non-empty integer ``parts``: a large part on its
+    own, small ones (memory placement's hundreds of per-tile tables) joined a chunk of
+    :data:`_BOUNDS_CHUNK_ROWS` rows at a time, so that a bound costs a pass per chunk
+    rather than two calls per part."""
+    lows, highs, chunk, rows = [], [], [], 0
+    for p in [*parts, None]:
+        if p is None or rows + p.size > _BOUNDS_CHUNK_ROWS:
+            if chunk:  # the chunk so far, in one array
+                joined = chunk[0] if len(chunk) == 1 else np.concatenate(chunk, dtype=np.int64)
+                lows.append(int(joined.min()))
+                highs.append(int(joined.max()))
+            chunk, rows = [], 0
+        if p is None:
+            break
+        if p.size > _BOUNDS_CHUNK_ROWS:
+            lows.append(int(p.min()))
+            highs.append(int(p.max()))
+        else:
+            chunk.append(p)
+            rows += p.size
+    return min(lows), max(highs)
 
 
 #: Request code of each region name in a :class:`BlockTable`.
@@ -354,8 +382,10 @@ class BlockTable:
                 start = len(names)
                 names.update(zip(t.names, range(start, start + len(t.names)), strict=True))
                 name_parts.append(np.add(t.name, start, dtype=np.int64) if start else t.name)
-            else:
-                remap = np.array([names.setdefault(x, len(names)) for x in t.names], np.int64)
+            else:  # numbered in order of first appearance (C-level passes over the names)
+                fresh = list(filterfalse(names.__contains__, dict.fromkeys(t.names)))
+                names.update(zip(fresh, range(len(names), len(names) + len(fresh)), strict=True))
+                remap = np.fromiter(map(names.__getitem__, t.names), np.int64, len(t.names))
                 name_parts.append(remap[t.name] if t.name.size else t.name)
             remap = np.array([categories.setdefault(x, len(categories)) for x in t.categories])
             cat_parts.append(remap.astype(np.int64)[t.category] if t.category.size else t.category)
