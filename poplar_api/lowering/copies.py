@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from copy import copy as shallow_copy
 from typing import Any
 
 import numba
@@ -49,6 +50,9 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
         return remote_copy(em, prog, src, dst, to_device=True)
     if isinstance(dst, RemoteBuffer):
         return remote_copy(em, prog, dst, src, to_device=False)
+    planned = em.device_copies.get(id(prog))
+    if planned is not None and planned[0] is prog:  # a program met again: checked, planned
+        return device_copy(em, prog, src, dst, [shallow_copy(step) for step in planned[1]])
     s = em.tensor(src, f"Copy #{em.pid(prog)} source")
     d = em.tensor(dst, f"Copy #{em.pid(prog)} destination")
     if s is None or d is None:
@@ -123,11 +127,15 @@ def _overlap(s_ids: np.ndarray, d_ids: np.ndarray) -> int:
     return int(np.intersect1d(s_ids, d_ids).size)
 
 
-def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
+def device_copy(
+    em: Emission, prog: P.Copy, s: Tensor, d: Tensor, steps: list[ir.Node] | None = None
+) -> ir.Node:
+    """IR of a checked ``Copy`` between tensors of the graph: its on-tile copy vertices
+    and exchange (``steps``, when this program was planned before: copies of the steps
+    planned then, so that each occurrence has steps of its own), the last step carrying
+    the copy's effect."""
     typ = s.elementType()
     s_ids, d_ids = s._flat_ids(), d._flat_ids()
-    # the tiles as the space holds them (int32): compared here and in compiled passes
-    s_tile, d_tile = em.tiles(s, np.int32), em.tiles(d, np.int32)
     storage = em.lowered.storage
     s_where, d_where = em.where(s_ids), em.where(d_ids)
 
@@ -144,6 +152,28 @@ def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
         else:
             full[:, d_where] = full[:, s_where]  # (numpy copies first where they overlap)
 
+    if steps is None:
+        steps = _planned_copy_steps(em, prog, s, d)
+        em.device_copies[id(prog)] = (prog, tuple(steps))
+    nodes = list(steps)
+    if not nodes:  # nothing to copy
+        return ir.Sequence()
+    last = nodes[-1]
+    if storage.replicas > 1 and typ.numpy.kind != "b":  # (BOOL: any non-zero is True)
+        effect = em.lowered.global_effect(copy_every_replica)
+    else:
+        effect = em.lowered.effect(copy)
+    nodes[-1] = with_effect(last, effect)
+    name = prog.debugName or f"Copy {s.name} -> {d.name}"
+    return em.touch(ir.Sequence(nodes, name=name), s, d)
+
+
+def _planned_copy_steps(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> list[ir.Node]:
+    """The on-tile copy vertices and the exchange of a ``Copy`` between tensors."""
+    typ = s.elementType()
+    s_ids, d_ids = s._flat_ids(), d._flat_ids()
+    # the tiles as the space holds them (int32): compared here and in compiled passes
+    s_tile, d_tile = em.tiles(s, np.int32), em.tiles(d, np.int32)
     name = prog.debugName or f"Copy {s.name} -> {d.name}"
     nodes: list[ir.Node] = []
     local = s_tile == d_tile
@@ -161,15 +191,7 @@ def device_copy(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> ir.Node:
     planner = ExchangePlanner(em.state.target, em.state, em.owners)
     planner.add_owned(typ, id_array(s_ids), d_tile, em.state.space(typ).tile, s_tile)
     nodes += em.exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", em.pid(prog))
-    if not nodes:  # nothing to copy
-        return ir.Sequence()
-    last = nodes[-1]
-    if storage.replicas > 1 and typ.numpy.kind != "b":  # (BOOL: any non-zero is True)
-        effect = em.lowered.global_effect(copy_every_replica)
-    else:
-        effect = em.lowered.effect(copy)
-    nodes[-1] = with_effect(last, effect)
-    return em.touch(ir.Sequence(nodes, name=name), s, d)
+    return nodes
 
 
 def on_tile_copy_steps(

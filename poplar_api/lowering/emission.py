@@ -158,6 +158,9 @@ class Emission:
         self.undefs: dict[int, list[tuple[Any, np.ndarray | range]]] = {}
         #: compute set id -> its lowered compute set (each is lowered once)
         self.compute_sets: dict[int, ComputeSetRecord] = {}
+        #: id of a checked Copy between tensors -> (the program, its planned steps): a
+        #: program met again gets copies of them (lowering.copies.device_copy)
+        self.device_copies: dict[int, tuple[Any, tuple[Any, ...]]] = {}
         options = options or {}
         #: the engine options (``debug.vertexCycles`` chooses counted execution)
         self.options = options
