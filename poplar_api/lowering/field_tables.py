@@ -195,7 +195,8 @@ def build_table(state, cs) -> ComputeSetTable:
         has_lists = any(spec.kind == "vectorlist" for spec in vtype.fields)
         extras: list[dict] = []
         if (has_lists and not table.list_blocks) or (member_runs[:, ::2] == NO_RUN).any():
-            extras = [extra_of(v) or _NO_FIELDS for v in vids[positions].tolist()]
+            # (C-level passes: an empty dict reads as _NO_FIELDS does)
+            extras = list(map(extra_of, vids[positions].tolist(), itertools.repeat(_NO_FIELDS)))
         bad = np.zeros(n, bool)
         tables = []
         for spec in vtype.fields:
@@ -252,7 +253,7 @@ def _mixed_field(
     vertex order. The runs are laid out with numpy, only the others one by one;
     vertices with the field unconnected are flagged in ``bad``."""
     listed = np.flatnonzero(begin == NO_RUN)
-    arrays = [extras[j].get(name) for j in listed.tolist()]
+    arrays = list(map(dict.get, map(extras.__getitem__, listed.tolist()), itertools.repeat(name)))
     none = np.fromiter(map(_is_none, arrays), bool, listed.size)
     if none.any():
         bad[listed[none]] = True
