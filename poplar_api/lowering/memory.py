@@ -81,9 +81,17 @@ def _present(values: np.ndarray, n: int) -> np.ndarray:
     return np.flatnonzero(mask)
 
 
-def _step_totals(timing: TimingModel, step: ir.Exchange) -> tuple[np.ndarray, ...]:
+#: id of an exchange step -> (the step, its :func:`_step_totals`): what memory
+#: placement asks of each exchange several times (its tiles, code and buffers)
+Totals = dict[int, tuple[ir.Step, tuple[np.ndarray, ...]]]
+
+
+def _step_totals(
+    timing: TimingModel, step: ir.Exchange, known: Totals | None = None
+) -> tuple[np.ndarray, ...]:
     """(bytes sent, bytes received, messages sent, messages received) per tile of an
-    on-chip exchange, as its cost gives them.
+    on-chip exchange, as its cost gives them (kept in ``known`` when given; the arrays
+    are not to be written).
 
     An exchange given as per-tile totals is read from the step itself when the timing
     model costs it with a default exchange component, which takes those totals as they
@@ -91,28 +99,36 @@ def _step_totals(timing: TimingModel, step: ir.Exchange) -> tuple[np.ndarray, ..
     cache of costs for the engine's life, for every exchange (a few hundred MB in a
     sharded ResNet-50 training step).
     """
+    if known is not None:
+        found = known.get(id(step))
+        if found is not None and found[0] is step:
+            return found[1]
     default = type(timing).cost is TimingModel.cost and type(timing.exchange) in (
         StaticExchange,
         PhaseExchange,
     )
     if not (default and step.is_totals):
         cost = timing.cost(step)
-        return cost.bytes_sent, cost.bytes_received, cost.messages_sent, cost.messages_received
-    n = timing.config.num_tiles
-    tiles = np.asarray(step.tile, np.int64)
-    out = []
-    for values in (step.bytes_sent, step.bytes_received, step.messages_sent,
-                   step.messages_received):  # fmt: skip
-        full = np.zeros(n, np.int64)
-        full[tiles] = values
-        out.append(full)
-    return tuple(out)
+        out = (cost.bytes_sent, cost.bytes_received, cost.messages_sent, cost.messages_received)
+    else:
+        n = timing.config.num_tiles
+        tiles = np.asarray(step.tile, np.int64)
+        full = np.zeros((4, n), np.int64)
+        for k, values in enumerate((step.bytes_sent, step.bytes_received, step.messages_sent,
+                                    step.messages_received)):  # fmt: skip
+            full[k, tiles] = values
+        out = tuple(full)
+    if known is not None:
+        known[id(step)] = (step, out)
+    return out
 
 
-def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ...]:
+def _exchange_totals(
+    timing: TimingModel, step: ir.Step, known: Totals | None = None
+) -> tuple[np.ndarray, ...]:
     """(bytes sent once per message, bytes received, messages sent + received) per tile."""
     if isinstance(step, ir.Exchange):
-        sent, received, messages_sent, messages_received = _step_totals(timing, step)
+        sent, received, messages_sent, messages_received = _step_totals(timing, step, known)
         return sent, received, messages_sent + messages_received
     n = timing.config.num_tiles
     # a global exchange between replicas (``replicated`` False) names machine-wide
@@ -126,7 +142,9 @@ def _exchange_totals(timing: TimingModel, step: ir.Step) -> tuple[np.ndarray, ..
     return sent, received, messages.astype(np.int64)
 
 
-def exchange_code(timing: TimingModel, step: ir.Step) -> dict[str, np.ndarray]:
+def exchange_code(
+    timing: TimingModel, step: ir.Step, known: Totals | None = None
+) -> dict[str, np.ndarray]:
     """Exchange code of one on-chip or global exchange per tile, by what it does:
     ``setup`` (``exchange_code_base_bytes`` on each tile taking part), ``send`` (per
     region the tile sends) and ``receive`` (per tile it receives from, or per message
@@ -134,11 +152,11 @@ def exchange_code(timing: TimingModel, step: ir.Step) -> dict[str, np.ndarray]:
     its own instructions but takes what it receives sender after sender into its
     message buffer, so its receive code is per distinct sender
     (``Exchange.senders_received``). The sum of the three is what the exchange adds to
-    its code category."""
+    its code category. ``known``: totals of exchanges asked before (:data:`Totals`)."""
     code = timing.config.code
     n = timing.config.num_tiles
     if isinstance(step, ir.Exchange):
-        _, _, sent, received = _step_totals(timing, step)
+        _, _, sent, received = _step_totals(timing, step, known)
         if step.is_totals and step.senders_received is not None:
             received = np.zeros(n, np.int64)
             received[np.asarray(step.tile, np.int64)] = step.senders_received
@@ -146,7 +164,7 @@ def exchange_code(timing: TimingModel, step: ir.Step) -> dict[str, np.ndarray]:
         sent = np.bincount(np.asarray(step.src_tile, np.int64) % n, minlength=n)
         received = np.bincount(np.asarray(step.dst_tile, np.int64) % n, minlength=n)
     setup = np.zeros(n, np.int64)
-    setup[_step_tiles(timing, step, n)] = code.exchange_code_base_bytes
+    setup[_step_tiles(timing, step, n, known)] = code.exchange_code_base_bytes
     per_message = code.exchange_code_bytes_per_message
     return {
         "setup": setup,
@@ -155,13 +173,15 @@ def exchange_code(timing: TimingModel, step: ir.Step) -> dict[str, np.ndarray]:
     }
 
 
-def _step_tiles(timing: TimingModel, step: ir.Step, num_tiles: int) -> np.ndarray:
+def _step_tiles(
+    timing: TimingModel, step: ir.Step, num_tiles: int, known: Totals | None = None
+) -> np.ndarray:
     """Tiles a step runs on (a sync involves every tile, or those of the IPUs it
     lists)."""
     if isinstance(step, ir.Compute):
         return _present(np.asarray(step.vertex_tile, np.int64), num_tiles)
     if isinstance(step, ir.Exchange | ir.GlobalExchange):
-        sent, received, messages = _exchange_totals(timing, step)
+        sent, received, messages = _exchange_totals(timing, step, known)
         return np.flatnonzero((sent > 0) | (received > 0) | (messages > 0))
     if isinstance(step, ir.StreamCopy):
         return _present(np.asarray(step.tile, np.int64), num_tiles)
@@ -176,7 +196,9 @@ def _per_tile_blocks(name: str, category: str, nbytes: np.ndarray, **kw: Any) ->
     return BlockTable.per_tile(name, category, nbytes, **kw)
 
 
-def _code_blocks(walk: ProgramPoints, timing: TimingModel, nt: int) -> list[BlockTable]:
+def _code_blocks(
+    walk: ProgramPoints, timing: TimingModel, nt: int, known: Totals | None = None
+) -> list[BlockTable]:
     """Stacks, control code and exchange code of every tile (non-interleaved, always live)."""
     nonint = {"region": NON_INTERLEAVED}
     cfg = timing.config
@@ -191,11 +213,11 @@ def _code_blocks(walk: ProgramPoints, timing: TimingModel, nt: int) -> list[Bloc
             continue  # a function called again: its code is already stored
         if isinstance(step, ir.Exchange) and step.host:
             continue  # the on-chip side of a stream copy: its code is the copy's
-        tiles = _step_tiles(timing, step, nt)
+        tiles = _step_tiles(timing, step, nt, known)
         steps_on[tiles] += 1
         if isinstance(step, ir.Exchange | ir.GlobalExchange):
             into = global_code if isinstance(step, ir.GlobalExchange) else ex_code
-            for part in exchange_code(timing, step).values():
+            for part in exchange_code(timing, step, known).values():
                 into += part
         elif isinstance(step, ir.StreamCopy):
             host_code[tiles] += code.host_exchange_code_bytes
@@ -443,7 +465,9 @@ def _vertex_state_blocks(
     return blocks
 
 
-def _buffer_blocks(walk: ProgramPoints, timing: TimingModel, nt: int) -> list[BlockTable]:
+def _buffer_blocks(
+    walk: ProgramPoints, timing: TimingModel, nt: int, known: Totals | None = None
+) -> list[BlockTable]:
     """Exchange buffers of each Execute, live while it runs: elements received before
     its compute step (on the receivers), elements sent after it (on the senders), by
     on-chip and global exchanges alike."""
@@ -455,7 +479,7 @@ def _buffer_blocks(walk: ProgramPoints, timing: TimingModel, nt: int) -> list[Bl
             if isinstance(step, ir.Compute):
                 seen_compute = True
             elif isinstance(step, ir.Exchange | ir.GlobalExchange):
-                sent, received, _ = _exchange_totals(timing, step)
+                sent, received, _ = _exchange_totals(timing, step, known)
                 nbytes = sent if seen_compute else received
                 blocks.append(_per_tile_blocks(step.name, "messageBuffer", nbytes, live=(lo, hi)))
     return blocks
@@ -501,15 +525,17 @@ def place_memory(
     owners = owners if owners is not None else OwnerCache()
     index = index if index is not None else VariableIndex(state)
     variables, extra = _variable_blocks(state, live, index, records, nt, owners)
+    known: Totals = {}  # each exchange's totals, asked for its tiles, code and buffers
     tables = [
-        *_code_blocks(walk, timing, nt),
+        *_code_blocks(walk, timing, nt, known),
         *_vertex_code_blocks(computes, nt, by_vertex_type, cfg.code),
         variables,
         *_vertex_state_blocks(
             records, computes, nt, by_compute_set, by_vertex_type, cfg.code, data_by_type, parts
         ),
-        *_buffer_blocks(walk, timing, nt),
+        *_buffer_blocks(walk, timing, nt, known),
     ]
+    del known
     del variables  # the tables are emptied column by column as the blocks are joined
     blocks = BlockTable.concat(tables, release=True)
     del tables
