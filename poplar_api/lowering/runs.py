@@ -138,10 +138,14 @@ def mark_runs_in(
     first = np.searchsorted(bases, begin[full], side="right") - 1
     last = np.searchsorted(bases, end[full] - 1, side="right") - 1
     # variables are id ranges in id order: a run covers every variable from its first
-    # element's to its last element's, except variables of no elements
-    cover = np.bincount(first, minlength=bases.size + 1)[: bases.size + 1]
-    cover = cover - np.bincount(last + 1, minlength=bases.size + 1)[: bases.size + 1]
-    mask[var_ids[(np.cumsum(cover[:-1]) > 0) & nonempty]] = True
+    # element's to its last element's, except variables of no elements; counted over
+    # the variables between the least first and the greatest last only (a node touches
+    # a few of a graph's tens of thousands of variables)
+    lo, hi = int(first.min()), int(last.max()) + 1
+    cover = np.bincount(first - lo, minlength=hi - lo + 1)
+    cover -= np.bincount(last + 1 - lo, minlength=hi - lo + 1)
+    covered = (np.cumsum(cover[:-1]) > 0) & nonempty[lo:hi]
+    mask[var_ids[lo:hi][covered]] = True
 
 
 def runs_hit(marked: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
