@@ -333,5 +333,11 @@ def test_unique_rows_equals_numpy_unique(width):
         assert np.array_equal(got[0], want[0])
         assert np.array_equal(got[1], want[1])
         assert np.array_equal(got[2], want[2].reshape(-1))
+    for n in (1, 2, 150):  # one row repeated (every vertex of one shape)
+        rows = np.repeat(rng.integers(-3, 50, (1, width)), n, axis=0)
+        want = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        got = _unique_rows(rows)
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g, w.reshape(g.shape)) and g.dtype == w.dtype
     wide = np.array([[2**40, 0], [0, 2**40], [2**40, 0]])  # too wide to pack: numpy's own
     assert _unique_rows(wide)[2].tolist() == [1, 0, 1]

@@ -626,6 +626,9 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ranges fit, which sorts numbers instead of byte strings."""
     if rows.shape[0] == 0 or rows.shape[1] == 0:
         return np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    if (rows == rows[0]).all():  # one row repeated (a library's vertices of one shape)
+        n = rows.shape[0]
+        return rows[:1], np.zeros(1, np.intp), np.zeros(n, np.intp)
     low = rows.min(axis=0)
     span = rows.max(axis=0).astype(np.int64) - low + 1
     if float(np.prod(span.astype(np.float64))) >= 2.0**62:
