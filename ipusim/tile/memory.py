@@ -232,27 +232,19 @@ _BOUNDS_CHUNK_ROWS = 1 << 16
 
 
 def _bounds(parts: Sequence[np.ndarray]) -> tuple[int, int]:
-    """Smallest and largest value of non-empty integer ``parts``: a large part on its
-    own, small ones (memory placement's hundreds of per-tile tables) joined a chunk of
-    :data:`_BOUNDS_CHUNK_ROWS` rows at a time, so that a bound costs a pass per chunk
-    rather than two calls per part."""
-    lows, highs, chunk, rows = [], [], [], 0
+    """Least and greatest value of non-empty integer ``parts``, a chunk of about
+    :data:`_BOUNDS_CHUNK_ROWS` rows at a time (a large part alone, not widened): a pass
+    per chunk, not two calls per part (memory placement's hundreds of per-tile tables)."""
+    bounds, chunk, rows = [], [], 0
     for p in [*parts, None]:
-        if p is None or rows + p.size > _BOUNDS_CHUNK_ROWS:
-            if chunk:  # the chunk so far, in one array
-                joined = chunk[0] if len(chunk) == 1 else np.concatenate(chunk, dtype=np.int64)
-                lows.append(int(joined.min()))
-                highs.append(int(joined.max()))
+        if chunk and (p is None or rows + p.size > _BOUNDS_CHUNK_ROWS):
+            joined = chunk[0] if len(chunk) == 1 else np.concatenate(chunk, dtype=np.int64)
+            bounds += [int(joined.min()), int(joined.max())]
             chunk, rows = [], 0
-        if p is None:
-            break
-        if p.size > _BOUNDS_CHUNK_ROWS:
-            lows.append(int(p.min()))
-            highs.append(int(p.max()))
-        else:
+        if p is not None:
             chunk.append(p)
             rows += p.size
-    return min(lows), max(highs)
+    return min(bounds), max(bounds)
 
 
 #: Request code of each region name in a :class:`BlockTable`.
