@@ -151,3 +151,30 @@ def test_expand_as_equals_expand() -> None:
     assert list(
         itertools.chain(*(range(b, b + n) for b, n in zip(begin, length, strict=True)))
     ) == (runs.expand(begin, length).tolist())
+
+
+def test_joined_slices_of_one_array_in_order_are_a_view_of_it() -> None:
+    """Consecutive slices of one array, in order (empty ones too), join as a read-only
+    view of it; slices out of order, with a gap, of another type or of two arrays are
+    copied. Either way the ids are those numpy's concatenation gives."""
+    ids = np.arange(100, 160, dtype=np.int32)
+    other = np.arange(0, 10, dtype=np.int32)
+    cuts = [0, 7, 7, 20, 41, 60]
+    in_order = [ids[a:b] for a, b in itertools.pairwise(cuts)]
+    cases = {
+        "in order": (in_order, True),
+        "from the middle": (in_order[2:4], True),
+        "out of order": ([*in_order[:2], in_order[3], in_order[2], in_order[4]], False),
+        "a gap": ([in_order[0], in_order[3]], False),
+        "two arrays": ([in_order[0], other[0:4]], False),
+        "a stride": ([ids[0:10:2], ids[10:20:2]], False),
+    }
+    for name, (arrays, shared) in cases.items():
+        got = _join(arrays, np.int32)
+        np.testing.assert_array_equal(got, np.concatenate(arrays), err_msg=name)
+        assert np.shares_memory(got, ids) == shared, name
+        if shared:
+            assert not got.flags.writeable, name
+    wider = _join(in_order, np.int64)  # another type: converted
+    assert wider.dtype == np.int64 and not np.shares_memory(wider, ids)
+    np.testing.assert_array_equal(wider, ids)

@@ -169,7 +169,36 @@ def _join(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
         shared = arrays[0].view()
         shared.flags.writeable = False
         return shared
+    adjacent = _adjacent(arrays, dtype)
+    if adjacent is not None:
+        return adjacent
     return np.concatenate(arrays, axis=None, dtype=dtype, casting="same_kind")
+
+
+def _adjacent(arrays: list[np.ndarray], dtype: type) -> np.ndarray | None:
+    """The ids of ``arrays`` as one read-only view of the array they are slices of, when
+    they are its consecutive pieces in order (a library's vertices each given the next
+    slice of one array of ids: a reduction's partials), else None."""
+    first = arrays[0]
+    base = first.base
+    if (
+        not isinstance(base, np.ndarray)
+        or base.ndim != 1
+        or base.dtype != dtype
+        or not base.flags.c_contiguous
+        or any(a.base is not base or a.ndim != 1 or a.strides != base.strides for a in arrays)
+    ):
+        return None
+    item = base.itemsize
+    filled = [a for a in arrays if a.size]  # (an empty slice's address may be any)
+    at = [a.ctypes.data for a in filled]
+    ends = [p + a.size * item for p, a in zip(at, filled, strict=True)]
+    if not filled or at[1:] != ends[:-1]:
+        return None
+    start = (at[0] - base.ctypes.data) // item
+    shared = base[start : start + (ends[-1] - at[0]) // item]
+    shared.flags.writeable = False
+    return shared
 
 
 def build_table(state, cs) -> ComputeSetTable:
@@ -261,8 +290,10 @@ def _mixed_field(
     lengths = end - begin
     lengths[listed] = np.fromiter(map(_size, arrays), np.int64, listed.size)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
-    ids = np.empty(int(offsets[-1]), dtype)
     joined = _join(arrays, dtype)
+    if listed.size == begin.size and joined.dtype == dtype:  # (no runs: the ids as joined)
+        return offsets, joined
+    ids = np.empty(int(offsets[-1]), dtype)
     runs.fill_field(ids, offsets, begin, NO_RUN, listed, joined)
     return offsets, ids
 
