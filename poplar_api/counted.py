@@ -28,11 +28,16 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
+import functools
+import hashlib
 import inspect
+import io
 import operator
+import sys
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numba
@@ -43,7 +48,10 @@ from numba.core.compiler_machinery import FunctionPass, register_pass
 from numba.core.untyped_passes import IRProcessing
 from numba.typed import List
 
+import ipusim.tile.counted
+from ipusim.files import write_bytes
 from ipusim.tile.counted import OP_CLASSES
+from poplar_api import counted_ops, driver_cache
 from poplar_api.codelet_base import RUN_CHECKS_BOUNDS, RUN_NUM_WORKERS, VertexType
 from poplar_api.codelet_compile import (
     InPlaceField,
@@ -228,6 +236,8 @@ class CountingKernel:
 _COUNTING: dict[tuple[Any, bool, int | None], CountingKernel] = {}
 #: drivers of counted execution, by (codelet class, bounds checks, worker count)
 _DRIVERS: dict[tuple[type, bool, int | None], Any] = {}
+#: the kernel profile of each driver and call signature run so far
+_PROFILES: dict[tuple[Any, tuple[Any, ...]], np.ndarray] = {}
 
 
 def counting_kernel(
@@ -241,6 +251,34 @@ def counting_kernel(
         dispatcher = numba.njit(pipeline_class=_CountingCompiler, boundscheck=checked or None)(func)
         kernel = _COUNTING[cache_key] = CountingKernel(dispatcher, func._ipusim_blocks, {})
     return kernel
+
+
+@functools.lru_cache(maxsize=1)
+def _counting_code() -> str:
+    """Digest of the code a counted driver depends on besides its kernel: the counting
+    pass (this module), the classification of operations (:mod:`counted_ops`) and the
+    operation classes (:mod:`ipusim.tile.counted`); part of the disk cache's keys."""
+    modules = (sys.modules[__name__], counted_ops, ipusim.tile.counted)
+    digests = [hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest() for m in modules]
+    return "counted " + " ".join(digests)
+
+
+def _stored_profile(path: Path, num_blocks: int) -> np.ndarray | None:
+    """The kernel profile stored at ``path`` beside a disk-cached counted driver, or
+    None when it is missing or unusable (an unusable file is removed)."""
+    try:
+        profile = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, EOFError):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    if profile.dtype != np.int64 or profile.shape != (num_blocks, len(OP_CLASSES)):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    return profile
 
 
 def execute_counted(
@@ -275,32 +313,48 @@ def execute_counted(
     driver = _DRIVERS.get(key)
     if driver is None:
         namespace = {"kernel": kernel.dispatcher, "List": List, "_as_ok": _as_ok}
-        code = compile(
-            _driver_source(vtype, counted=True), f"<counted driver of {vtype.name}>", "exec"
-        )
-        exec(code, namespace)
-        driver = _DRIVERS[key] = numba.njit(namespace["driver"])
+        text = f"# counted driver of vertex type {vtype.name}\n" + _driver_source(vtype, True)
+        reached = [*namespace.values(), _counting_code()]
+        driver = _DRIVERS[key] = driver_cache.jit_source(text, "driver", namespace, reached)
     rows = num_vertices * num_workers if vtype.kind == "multi" else num_vertices
     counts = np.zeros((rows, kernel.num_blocks), np.int64)
     ok = np.ones(num_vertices, np.bool_)
     where = np.array((-1, -1), np.int64)
+    if not num_vertices:
+        return ok, counts, np.zeros((kernel.num_blocks, 0), np.int64)
+    call = (num_vertices, num_workers, ok, where, counts, *args)
+    sig = tuple(driver.typeof_pyval(a) for a in call)
+    profile = _PROFILES.get((driver, sig))
+    side = None if profile is not None else driver_cache.side_file(driver, call, "profile.npy")
+    if side is not None:
+        profile = _stored_profile(side, kernel.num_blocks)
+        if profile is None:  # the code may be on disk, its profile is not: compile
+            driver_cache.forget(driver)
     token = RUN_NUM_WORKERS.set(num_workers)
     try:
-        if num_vertices:
-            try:
-                _first_call(driver, num_vertices, num_workers, ok, where, [counts, *args])
-            except Exception as exc:
-                _run_driver(
-                    vtype, batches, args, num_vertices, num_workers, None, vertex_ids, tiles
-                )
-                raise CodeletError(
-                    f"vertex type {vtype.name!r}: counted execution failed: "
-                    f"{type(exc).__name__}: {_numba_summary(exc)}; hint: run with the engine "
-                    "option debug.vertexCycles=estimate"
-                ) from exc
+        try:
+            _first_call(driver, num_vertices, num_workers, ok, where, [counts, *args])
+        except Exception as exc:
+            _run_driver(vtype, batches, args, num_vertices, num_workers, None, vertex_ids, tiles)
+            raise CodeletError(
+                f"vertex type {vtype.name!r}: counted execution failed: "
+                f"{type(exc).__name__}: {_numba_summary(exc)}; hint: run with the engine "
+                "option debug.vertexCycles=estimate"
+            ) from exc
     finally:
         RUN_NUM_WORKERS.reset(token)
-    profile = kernel.profile() if num_vertices else np.zeros((kernel.num_blocks, 0), np.int64)
+    if profile is None:
+        # the kernel the driver calls: an entry's module made before holds its first one
+        called = driver.py_func.__globals__["kernel"]
+        if called is not kernel.dispatcher:
+            kernel = CountingKernel(called, kernel.num_blocks, {})
+        profile = kernel.profile()
+        if side is not None:
+            with contextlib.suppress(OSError):
+                buffer = io.BytesIO()
+                np.save(buffer, profile)
+                write_bytes(side, buffer.getvalue(), what="counted kernel profile")
+    _PROFILES[(driver, sig)] = profile
     return ok, counts, profile
 
 

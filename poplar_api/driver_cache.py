@@ -63,7 +63,9 @@ __all__ = [
     "clear",
     "compile_for",
     "fingerprint",
+    "forget",
     "jit_source",
+    "side_file",
 ]
 
 #: Environment variable naming the root of ipusim's caches (drivers go to ``numba/``).
@@ -519,6 +521,37 @@ def compile_for(dispatcher: Any, args: Iterable[Any]) -> None:
         dispatcher._cache = NullCache()
         del _ENTRIES[dispatcher]
         dispatcher.compile(sig)
+
+
+def side_file(dispatcher: Any, args: Iterable[Any], suffix: str) -> Path | None:
+    """The file beside the disk entry of ``dispatcher`` for data derived from its
+    compilation for a call with ``args`` (what Numba's cache does not keep, such as an
+    analysis of the typed IR), or None when ``dispatcher`` is not cached on disk.
+
+    Parameters
+    ----------
+    dispatcher
+        A dispatcher made by :func:`jit_source`.
+    args
+        The arguments of the call (their Numba types name the file).
+    suffix
+        The end of the file's name (``"profile.npy"``).
+    """
+    path = _ENTRIES.get(dispatcher)
+    if path is None:
+        return None
+    sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+    digest = hashlib.sha256(repr(sig).encode()).hexdigest()[:16]
+    return path.with_name(f"{path.stem}.{digest}.{suffix}")
+
+
+def forget(dispatcher: Any) -> None:
+    """Remove the machine code Numba cached on disk for ``dispatcher`` (made by
+    :func:`jit_source`), so that its next compilation compiles (and caches again):
+    for a caller that needs the compilation itself, not only its code."""
+    path = _ENTRIES.get(dispatcher)
+    if path is not None:
+        _drop_entry(path, getattr(dispatcher.stats, "cache_path", None))
 
 
 def clear(directory: Path | None = None) -> None:

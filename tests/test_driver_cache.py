@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import poplar_api.codelet_compile as codelet_compile
-from poplar_api import driver_cache
+from poplar_api import counted, driver_cache
 from poplar_api.codelet import execute, load_codelet_file, vertex_type
 from poplar_api.fields import FieldBatch
 
@@ -244,6 +244,55 @@ def test_an_index_whose_data_file_is_missing_is_compiled_again(cache: Path, tmp_
     out, driver = _run(_load(path, "n7_scale_m").Scale, DATA)
     np.testing.assert_array_equal(out, DATA * np.float32(7.0))
     assert _hits(driver) == 1
+
+
+def _run_counted(cls: type, data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, object]:
+    """``cls`` counted over two vertices: outputs, block runs, profile and driver."""
+    half = data.size // 2
+    offsets = np.array([0, half, data.size], np.int64)
+    batches = {
+        "in": FieldBatch(data.astype(np.float32), offsets),
+        "out": FieldBatch(np.zeros(data.size, np.float32), offsets),
+    }
+    vtype = vertex_type(cls)
+    ids = np.arange(2, dtype=np.int64)
+    ok, runs, profile = counted.execute_counted(vtype, batches, 2, 6, vertex_ids=ids, tiles=ids)
+    assert ok.tolist() == [True, True]
+    key = (cls, counted.RUN_CHECKS_BOUNDS.get(), None)
+    return batches["out"].data, runs, profile, counted._DRIVERS[key]
+
+
+def test_a_counted_driver_and_its_profile_are_loaded_from_disk(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted execution's driver is cached like the others, and the kernel's profile
+    (from the typed IR, which Numba's cache does not keep) is stored beside it: a
+    process that loads the driver compiles nothing and counts as one that compiled it
+    (the reference: the same codelet counted with the cache off)."""
+    path = _write(tmp_path / "scale_k.py", SCALE.format(factor=3.0, extra="+ 1.0", jit=""))
+    expected = DATA * np.float32(3.0) + np.float32(1.0)
+    monkeypatch.setenv(driver_cache.SWITCH_ENV, "off")
+    out, want_runs, want_profile, driver = _run_counted(_load(path, "n7_scale_k").Scale, DATA)
+    np.testing.assert_array_equal(out, expected)
+    assert driver not in driver_cache._ENTRIES and not cache.exists()
+    assert want_runs.sum() > 0 and want_profile.sum() > 0
+    monkeypatch.delenv(driver_cache.SWITCH_ENV)
+    for attempt in ("compiled", "loaded", "profile lost"):
+        if attempt == "profile lost":
+            for item in cache.glob("drv_*.profile.npy"):
+                item.write_bytes(b"not an array")
+        for entry in cache.glob("drv_*.py"):  # its module made afresh, as in a new process
+            sys.modules.pop(f"_ipusim_driver_{entry.stem}")
+        module = _load(path, "n7_scale_k")
+        out, runs, profile, driver = _run_counted(module.Scale, DATA)
+        np.testing.assert_array_equal(out, expected)
+        np.testing.assert_array_equal(runs, want_runs)
+        np.testing.assert_array_equal(profile, want_profile)
+        checked = counted.RUN_CHECKS_BOUNDS.get()
+        kernel = counted._COUNTING[(module.Scale.compute, checked, None)].dispatcher
+        assert (_hits(driver), _misses(driver)) == ((1, 0) if attempt == "loaded" else (0, 1))
+        assert bool(kernel.overloads) == (attempt != "loaded"), attempt
+        assert len(list(cache.glob("drv_*.profile.npy"))) == 1
 
 
 def test_the_cache_can_be_turned_off(
