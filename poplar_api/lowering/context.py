@@ -123,10 +123,15 @@ class Storage:
             raws.append(values.view(RAW_DTYPES[size]))
         if blocks:
             index = _expand(begins, lengths)
-        else:  # the parts' ids in turn (an int64 array as it is, no copy)
+        else:  # the parts' ids in turn (an int64 array as it is, no copy; a range made
+            # by arange, not element by element: a CNN's constants are 570 k ids of ranges)
             index = np.concatenate(
                 [
-                    ids if type(ids) is np.ndarray else np.asarray(ids, np.int64).reshape(-1)
+                    ids
+                    if type(ids) is np.ndarray
+                    else np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
+                    if type(ids) is range
+                    else np.asarray(ids, np.int64).reshape(-1)
                     for _, ids, _ in group
                 ],
                 axis=None,
