@@ -11,6 +11,7 @@ from codelets_common import SumVertex
 
 from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
 from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
+from poplar_api.fields import FieldSpec
 from poplar_api.graph_connections import RunSegments
 from poplar_api.lowering import context, runs, validate
 from poplar_api.lowering.context import Storage
@@ -213,3 +214,46 @@ def test_read_ids_in_long_runs_are_kept_as_runs_cut_at_each_vertex() -> None:
     want_s = [np.float32(0) + np.add.reduce(np.r_[m0[2 * t + 1], m0[2 * t]]) for t in range(3)]
     np.testing.assert_allclose(got_s, want_s, rtol=1e-6)
     np.testing.assert_allclose(got_c, m0.sum(axis=0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kept_runs_of_random_reads_match_runs_found_one_by_one(seed) -> None:
+    """Random reads (runs of random lengths, strided stretches, vertices of random
+    sizes, near the threshold of runs per reference both ways): kept as runs exactly
+    when, cut at each vertex, they average MIN_REFS_PER_RUN references or more, and
+    then the runs are those found reference by reference."""
+    from poplar_api.lowering.computeset import _kept_table
+    from poplar_api.lowering.field_tables import MIN_REFS_PER_RUN, FieldTable
+
+    spec = FieldSpec("in", "in", "vector", FLOAT)
+    rng = np.random.default_rng(seed)
+    outcomes = set()
+    for trial in range(60):
+        parts, at = [], int(rng.integers(0, 50))
+        share = rng.uniform(0.5, 1.0)  # of runs among the parts
+        for _ in range(int(rng.integers(1, 40))):
+            if rng.random() < share:  # a run
+                n = int(rng.integers(1, 3 * MIN_REFS_PER_RUN + 2))
+                parts.append(np.arange(at, at + n))
+            else:  # a strided stretch: every id a run of its own
+                n = int(rng.integers(1, 12))
+                parts.append(at + 3 * np.arange(n))
+            at += int(rng.integers(-30, 80)) + 3 * n
+            at = max(at, 0)
+        ids = np.concatenate(parts).astype(np.int32)
+        cuts = np.sort(rng.choice(np.arange(1, ids.size), min(ids.size - 1, 5), replace=False))
+        offsets = np.concatenate(([0], cuts, [ids.size])).astype(np.int64)
+        ft = FieldTable(spec, ids, offsets, None, np.arange(offsets.size - 1))
+        starts = [k for k in range(ids.size)
+                  if k == 0 or ids[k] != ids[k - 1] + 1 or k in offsets[1:-1]]  # fmt: skip
+        kept = _kept_table(ft, None)
+        if ids.size < 2 * MIN_REFS_PER_RUN or len(starts) * MIN_REFS_PER_RUN > ids.size:
+            assert kept is ft, trial
+            outcomes.add(False)
+            continue
+        outcomes.add(True)
+        begin, end = kept.ref_runs
+        ends = [*starts[1:], ids.size]
+        assert begin.tolist() == [int(ids[s]) for s in starts], trial
+        assert end.tolist() == [int(ids[e - 1]) + 1 for e in ends], trial
+    assert outcomes == {True, False}  # both kept and left as ids

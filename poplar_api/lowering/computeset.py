@@ -302,6 +302,9 @@ def _kept_table(ft: FieldTable, bounds: tuple[np.ndarray, np.ndarray] | None) ->
     if not plain or ft.spec.writes or ft.size < 2 * MIN_REFS_PER_RUN:
         return ft
     ids = ft.ids
+    limit = ids.size // MIN_REFS_PER_RUN  # more runs than this: the ids are kept
+    if np.count_nonzero(np.diff(ids[: limit + 1]) != 1) >= limit:
+        return ft  # runs enough in the first ids already (a strided read: a quarter read)
     cut = np.diff(ids) != 1
     firsts = ft.bounds[1:-1]  # a vertex's first reference starts a run
     cut[firsts[(firsts > 0) & (firsts < ids.size)] - 1] = True
