@@ -601,7 +601,7 @@ class Graph(VertexMethods, BulkGraphMethods):
     def getTileMapping(self, t: Tensor, throwOnUnmapped: bool = True) -> list[list[Interval]]:
         """For each tile of this graph, the intervals of ``t``'s flat elements on it."""
         t = self.checkTensor(t, "getTileMapping")
-        tiles = self._state.space(t.elementType()).tile[t._id_index()].astype(np.int64)
+        tiles = self._state.space(t.elementType()).tiles_of(t._id_index()).astype(np.int64)
         if throwOnUnmapped and (tiles == UNMAPPED).any():
             first = int(np.flatnonzero(tiles == UNMAPPED)[0])
             raise GraphError(

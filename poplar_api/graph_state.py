@@ -146,32 +146,120 @@ class VariableTable(Sequence[Variable]):
         return np.array(self._elements, np.int64)
 
 
-class _Space:
-    """The element ids of one element size: tile of each element and the owning variable."""
+def tile_dtype(num_tiles: int) -> np.dtype:
+    """The integer type of an element space's tile array for a device of ``num_tiles``
+    tiles: the narrowest of ``int16`` and ``int32`` holding every tile number and
+    ``UNMAPPED`` (-1).
 
-    def __init__(self) -> None:
-        self.tile = np.zeros(0, np.int32)
+    The tile array holds one entry per element, the largest array a model's graph
+    keeps (hundreds of millions of entries for a training step): ``int16`` halves it
+    for every device up to 32,767 tiles (22 Mk2 IPUs of 1,472 tiles). ``int8`` would
+    fit only toy devices of under 128 tiles, whose arrays are small, and would give
+    every compiled kernel reading the array one more specialisation.
+
+    Parameters
+    ----------
+    num_tiles
+        Tiles of the whole device (every replica's), >= 1.
+
+    Returns
+    -------
+    numpy.dtype
+        ``int16`` when ``num_tiles - 1 <= 32767``, else ``int32``.
+    """
+    if num_tiles < 1 or num_tiles - 1 > np.iinfo(np.int32).max:
+        raise GraphError(
+            f"element space: a device of {num_tiles:,} tiles cannot be mapped; tile "
+            f"numbers must fit an int32 (1 to {np.iinfo(np.int32).max + 1:,} tiles)"
+        )
+    if num_tiles - 1 <= np.iinfo(np.int16).max:
+        return np.dtype(np.int16)
+    return np.dtype(np.int32)
+
+
+class _Space:
+    """The element ids of one element size: tile of each element and the owning variable.
+
+    The tile of each element is an array (:attr:`tile`) while the graph is built and
+    compiled. Once compiled the lowering no longer reads it, and a model's array is
+    hundreds of megabytes held through the run: :meth:`compact` keeps it as runs of
+    one tile instead (a mapping comes in long runs), :meth:`tiles_of` reads tiles from
+    either form, and :attr:`tile` makes the array again when next asked for.
+
+    Parameters
+    ----------
+    num_tiles
+        Tiles of the whole device; the tile array's type is :func:`tile_dtype` of it.
+    """
+
+    def __init__(self, num_tiles: int = 2**15) -> None:
+        self._tile = np.zeros(0, tile_dtype(num_tiles))
+        #: the tiles as runs (first id of each run, its tile) while compacted, else None
+        self._runs: tuple[np.ndarray, np.ndarray] | None = None
         self.size = 0
         self.var_bases: list[int] = []
         self.var_ids: list[int] = []
 
+    @property
+    def tile(self) -> np.ndarray:
+        """Tile of each element (``UNMAPPED`` if none), by id; its first :attr:`size`
+        entries are the elements'. Made again from the runs when compacted."""
+        if self._runs is not None:
+            starts, values = self._runs
+            lengths = np.diff(np.append(starts, self.size))
+            self._tile = np.repeat(values, lengths)
+            self._runs = None
+        return self._tile
+
+    @tile.setter
+    def tile(self, value: np.ndarray) -> None:
+        self._tile, self._runs = value, None
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, tiles)``: the first id (int64) and the tile of each run of
+        elements of one tile, in id order."""
+        if self._runs is not None:
+            return self._runs
+        tiles = self._tile[: self.size]
+        starts = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1
+        starts = np.concatenate(([0], starts)) if tiles.size else starts
+        return starts.astype(np.int64, copy=False), tiles[starts]
+
+    def compact(self) -> None:
+        """Keep the tiles as runs (:meth:`runs`) and free the array."""
+        if self._runs is None:
+            self._runs = self.runs()
+            self._tile = self._tile[:0].copy()
+
+    def tiles_of(self, ids: np.ndarray | slice) -> np.ndarray:
+        """Tile of elements ``ids`` (ids or a slice of them), the array not made again
+        when compacted."""
+        if self._runs is None:
+            return self._tile[ids]
+        starts, values = self._runs
+        if isinstance(ids, slice):  # the ids of the slice alone
+            ids = np.arange(*ids.indices(self.size), dtype=np.int64)
+        return values[np.searchsorted(starts, ids, side="right") - 1]
+
     def allocate(self, n: int, var_id: int, name: str = "") -> int:
         base = self.size
-        if base + n > self.tile.size:
+        tile = self.tile
+        if base + n > tile.size:
             # doubling: amortised appends copying each element about once; the spare
             # capacity stays untouched (no host memory) until allocated
             try:
-                grown = np.empty(max((base + n) * 2, 1024), np.int32)
+                grown = np.empty(max((base + n) * 2, 1024), tile.dtype)
             except MemoryError:
+                gib = tile.itemsize * n / 2**30
                 raise GraphError(
                     f"tensor '{name or f'var{var_id}'}': {n:,} elements are more than this "
-                    f"host can keep the tile of (about {4 * n / 2**30:,.1f} GiB of host "
+                    f"host can keep the tile of (about {gib:,.1f} GiB of host "
                     "memory for the mapping alone); hint: a smaller tensor, or split it"
                 ) from None
-            grown[:base] = self.tile[:base]
-            self.tile = grown
+            grown[:base] = tile[:base]
+            self.tile = tile = grown
         self.size += n
-        self.tile[base : self.size] = UNMAPPED
+        tile[base : self.size] = UNMAPPED
         self.var_bases.append(base)
         self.var_ids.append(var_id)
         return base
@@ -188,20 +276,19 @@ class _Space:
         return bases
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled state (executable files): the tile of each element, run-length coded
-        (mappings come in long runs), without the spare capacity of the array."""
-        tiles = self.tile[: self.size]
-        starts = np.flatnonzero(np.diff(tiles)) + 1 if tiles.size else np.zeros(0, np.int64)
-        starts = np.concatenate(([0], starts)) if tiles.size else starts
-        lengths = np.diff(np.concatenate((starts, [tiles.size])))
+        """Pickled state (executable files): the tiles as runs (:meth:`runs`), without
+        the spare capacity of the array."""
         state = dict(self.__dict__)
-        state["tile"] = (tiles[starts].astype(np.int32), lengths.astype(np.int64))
+        state["_tile"] = self._tile[:0].copy()  # the type, no elements
+        state["_runs"] = self.runs()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        values, lengths = state.pop("tile")
+        if "tile" in state:  # saved as (tile of each run, its length)
+            values, lengths = state.pop("tile")
+            starts = np.concatenate(([0], np.cumsum(lengths[:-1], dtype=np.int64)))
+            state["_tile"], state["_runs"] = values[:0].copy(), (starts[: values.size], values)
         self.__dict__.update(state)
-        self.tile = np.repeat(values, lengths).astype(np.int32)
 
     def variables_of(self, ids: np.ndarray) -> np.ndarray:
         """Variable id owning each element id."""
@@ -308,7 +395,7 @@ class _GraphState:
         """The id space of element type ``t`` (shared by every type of its size)."""
         sp = self.spaces.get(t.size)
         if sp is None:
-            sp = self.spaces[t.size] = _Space()
+            sp = self.spaces[t.size] = _Space(self.device_target.getNumTiles())
         return sp
 
     def find_space(self, t: Type) -> _Space | None:

@@ -37,13 +37,13 @@ def run_host_transfer(
     other tensor moves its elements in every replica."""
     typ = t.elementType()
     cfg = machine.config
-    tile_of = state.space(typ).tile
+    space = state.space(typ)
     if is_nonreplicated(t, state):  # elements of named replicas: machine-wide tiles
         replica, local = split_wide(t._id_index())
-        tiles = tile_of[local] + replica * (cfg.num_tiles // replicas)
+        tiles = space.tiles_of(local) + replica * (cfg.num_tiles // replicas)
         replicas = 1
     else:
-        tiles = tile_of[t._id_index()]
+        tiles = space.tiles_of(t._id_index())
     program = host_transfer_program(
         tiles, typ.size, to_device, name, cfg.num_tiles, cfg.host.max_copy_bytes, replicas
     )

@@ -206,5 +206,7 @@ def compile(
         raise OutOfMemoryError(out_of_memory_message(memory), memory)
     compiled = Compiled(emitted.program, lowered, lowered.storage, host, live, memory)
     del emitted, owners, index  # the accesses and look-ups: freed before the heap is trimmed
+    for space in state.spaces.values():  # the lowering's last read of the tile arrays
+        space.compact()
     release_free_heap()
     return compiled

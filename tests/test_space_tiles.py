@@ -1,0 +1,143 @@
+"""The tile of each element: held in the narrowest integer type that fits the device's
+tile numbers, and as runs once the graph is compiled; values, cycles and traces are
+those of the int32 array it replaces."""
+
+from __future__ import annotations
+
+import pickle
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from ipusim.config import load_config
+from poplar_api import FLOAT, Engine, Graph, IPUModel, graph_state, poplin
+from poplar_api import program as prog
+from poplar_api.errors import GraphError
+from poplar_api.graph_state import _Space, tile_dtype
+from poplar_api.vertices import UNMAPPED
+
+
+@pytest.mark.parametrize(
+    ("num_tiles", "dtype"),
+    [
+        (1, np.int16),
+        (4 * 1472, np.int16),  # four Mk2 IPUs
+        (22 * 1472, np.int16),  # 32,384 tiles: tile 32,383 fits
+        (32768, np.int16),  # tiles 0 to 32,767: the largest int16
+        (32769, np.int32),  # tile 32,768 does not fit
+        (64 * 1472, np.int32),  # a POD64
+    ],
+)
+def test_tile_dtype_is_the_narrowest_holding_every_tile_and_unmapped(num_tiles, dtype):
+    got = tile_dtype(num_tiles)
+    assert got == np.dtype(dtype)
+    info = np.iinfo(got)
+    assert info.min <= UNMAPPED and num_tiles - 1 <= info.max
+
+
+def test_tile_dtype_refuses_a_device_without_tiles():
+    with pytest.raises(GraphError, match=r"0 tiles.*1 to"):
+        tile_dtype(0)
+
+
+def test_a_space_of_a_large_device_keeps_its_highest_tile():
+    space = _Space(64 * 1472)
+    base = space.allocate(3, 0)
+    space.tile[base : base + 3] = [0, 64 * 1472 - 1, UNMAPPED]
+    assert space.tile[:3].tolist() == [0, 94207, -1]
+
+
+def _mapped_space(rng: np.random.Generator) -> tuple[_Space, np.ndarray]:
+    """A space of 10,000 elements mapped in runs of random lengths to random tiles,
+    some unmapped, and the int64 tile of each element."""
+    space = _Space(5888)
+    space.allocate(10_000, 0)
+    lengths = rng.integers(1, 60, 400)
+    tiles = np.repeat(rng.integers(-1, 5888, lengths.size), lengths)[:10_000]
+    tiles = np.pad(tiles, (0, 10_000 - tiles.size), constant_values=7)
+    space.tile[:10_000] = tiles
+    return space, tiles.astype(np.int64)
+
+
+def test_compacted_tiles_read_as_the_array_did():
+    rng = np.random.default_rng(5)
+    space, want = _mapped_space(rng)
+    starts, values = space.runs()
+    assert np.array_equal(np.repeat(values, np.diff(np.append(starts, 10_000))), want)
+    space.compact()
+    assert space._tile.size == 0  # the array is freed
+    ids = rng.integers(0, 10_000, 3000)
+    assert np.array_equal(space.tiles_of(ids), want[ids])
+    assert np.array_equal(space.tiles_of(slice(17, 9000, 7)), want[17:9000:7])
+    # pickled compacted (an executable file) and loaded, then made again on demand
+    loaded = pickle.loads(pickle.dumps(space))
+    assert np.array_equal(loaded.tiles_of(ids), want[ids])
+    assert np.array_equal(space.tile[:10_000], want)
+    assert space._runs is None
+    # writes after compaction land in the array made again
+    space.tile[5] = 3
+    space.allocate(10, 1)
+    assert space.tile[5] == 3 and (space.tile[10_000:10_010] == UNMAPPED).all()
+
+
+def test_executables_saved_as_tile_and_run_length_load():
+    # the earlier pickled form: (tile of each run, run lengths)
+    space = _Space(8)
+    state = {"size": 6, "var_bases": [0], "var_ids": [0]}
+    state["tile"] = (np.array([3, -1, 2], np.int32), np.array([2, 3, 1], np.int64))
+    space.__setstate__(state)
+    assert space.tiles_of(np.arange(6)).tolist() == [3, 3, -1, -1, -1, 2]
+    assert space.tile[:6].tolist() == [3, 3, -1, -1, -1, 2]
+
+
+def _matmul_run(tiles: int) -> tuple[np.ndarray, str, Graph]:
+    """A [12,40] x [40,20] matMul on ``tiles`` tiles, its inputs written and result read
+    by the host: the product, the trace's fingerprint and the graph."""
+    device = IPUModel(load_config("tiny", {"tile.tiles_per_ipu": tiles})).createDevice()
+    graph = Graph(device.getTarget())
+    poplin.addCodelets(graph)
+    a = poplin.createMatMulInputLHS(graph, FLOAT, [12, 40], [40, 20], "a")
+    b = poplin.createMatMulInputRHS(graph, FLOAT, [12, 40], [40, 20], "b")
+    seq = prog.Sequence()
+    c = poplin.matMul(graph, a, b, seq, "mm")
+    for name, t in (("a", a), ("b", b)):
+        graph.createHostWrite(name, t)
+    graph.createHostRead("c", c)
+    engine = Engine(graph, [seq])
+    engine.load(device)
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((12, 40), np.float32), rng.standard_normal((40, 20), np.float32)
+    engine.writeTensor("a", x)
+    engine.writeTensor("b", y)
+    engine.run(0)
+    got = engine.readTensor("c").reshape(12, 20)
+    np.testing.assert_allclose(got, x @ y, rtol=1e-5, atol=1e-5)
+    return got, engine.getTrace().fingerprint(), graph
+
+
+def test_int16_and_compacted_tiles_give_the_int32_runs_values_and_trace(monkeypatch):
+    got, fingerprint, graph = _matmul_run(8)
+    spaces = graph._state.spaces.values()
+    assert {sp._tile.dtype for sp in spaces} == {np.dtype(np.int16)}
+    # compiled, loaded, written, run and read without the arrays made again
+    assert all(sp._runs is not None for sp in spaces)
+    monkeypatch.setattr(graph_state, "tile_dtype", lambda n: np.dtype(np.int32))
+    monkeypatch.setattr(_Space, "compact", lambda self: None)
+    want, want_fingerprint, graph32 = _matmul_run(8)
+    assert {sp.tile.dtype for sp in graph32._state.spaces.values()} == {np.dtype(np.int32)}
+    assert np.array_equal(got, want)
+    assert fingerprint == want_fingerprint
+
+
+def test_tiles_of_a_slice_of_a_compacted_space_makes_only_the_slices_ids():
+    space = _Space(1472)
+    space.allocate(4_000_000, 0)
+    space.tile[:4_000_000] = np.arange(4_000_000) // 5000
+    space.compact()
+    tracemalloc.start()
+    got = space.tiles_of(slice(3_000_000, 3_000_010))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert got.tolist() == [600] * 10
+    assert peak < 100_000  # an id array over the space would be 32 MB
