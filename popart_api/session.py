@@ -494,9 +494,17 @@ class _Session(SessionIO):
         self.lowered.records.append(record)
         return prog
 
-    def compile_program(self, main: pprog.Program) -> None:
+    def compile_program(self, main: pprog.Program, values: dict | None = None) -> None:
         """Compile ``main`` (the step program) into the session's engine and connect
-        the input and anchor streams to the host arrays."""
+        the input and anchor streams to the host arrays.
+
+        What only the build reads is freed first, since the compile and the load are
+        the session's largest host memory: the per-node records and, given the build's
+        ``values`` (model tensor id -> tensor), those values, whose index arrays no
+        program keeps (unless ``POPART_TENSOR_TILE_MAP`` asks for their mapping)."""
+        self.lowered.records = []
+        if values is not None and not os.environ.get("POPART_TENSOR_TILE_MAP"):
+            values.clear()
         try:
             self.engine = Engine(self.graph, [main], self.options.engineOptions or None)
         except OutOfMemoryError as exc:
@@ -576,12 +584,12 @@ class InferenceSession(_Session):
 
     def _finish_build(self, values: dict) -> None:
         if self.io_graphs:  # PopART's overlapped I/O on the I/O tiles
-            self.compile_program(overlapped_program(self, values))
+            self.compile_program(overlapped_program(self, values), values)
             return
         if self.options.enablePipelining and self.ipus > 1:
             from popart_api.pipeline import inference_program
 
-            self.compile_program(inference_program(self, values))
+            self.compile_program(inference_program(self, values), values)
             return
         from popart_api.training import transient_variables
 
@@ -597,7 +605,7 @@ class InferenceSession(_Session):
             micro,
             debugContext="batch",
         )
-        self.compile_program(self.main_program(batch, every, post, pre, periods))
+        self.compile_program(self.main_program(batch, every, post, pre, periods), values)
 
 
 class TrainingSession(_Session):
@@ -684,7 +692,7 @@ class TrainingSession(_Session):
         self._opt_lowering = built.lowering
         self._seed_shape = built.seed_shape
         self._slot_handles = built.slot_handles
-        self.compile_program(built.program)
+        self.compile_program(built.program, values)
 
     def weightsFromHost(self) -> None:
         """Write the weights and the optimizer's values to the device; zero the
