@@ -85,7 +85,7 @@ def collect_new_objects_only() -> Iterator[None]:
 
     A compiled graph is hundreds of thousands of objects that :func:`bulk_construction`
     kept from the collector while they were made, so a full collection is due when an
-    engine first runs; walking them all (0.1 to 0.2 s of CPU for the replicated MLP
+    engine first runs; walking them all (0.2 to 0.33 s of CPU for the replicated MLP
     step of ``benchmarks/bench_models.py --replicas``) frees nothing the run made. Runs
     as it is when the collector is paused, or when objects are frozen already (by the
     caller, or by an enclosing block: a run from a stream callback).
