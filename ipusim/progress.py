@@ -505,8 +505,9 @@ def watch_graph(graph: Any, count: Callable[[Any], tuple[int, int]]) -> None:
     """Show the construction of ``graph`` when it takes long; ``count(graph)`` gives its
     vertices (shown) and a size that grows with any addition (variables, compute sets:
     growth keeps the line open). Nothing when :func:`activity_wanted` says no. For
-    graphs built by user code, which has no phases to name."""
-    if not activity_wanted():
+    graphs built by user code, which has no phases to name: inside a command's
+    :class:`Progress` (shown or silenced, ``--no-progress``) nothing either."""
+    if _CURRENT.get() is not None or not activity_wanted():
         return
     with _WATCH_LOCK:
         _WATCHER.add(graph, count)

@@ -112,6 +112,22 @@ def test_no_progress_silences_a_terminal(monkeypatch, tmp_path):
     assert code == 0 and err == ""
 
 
+def test_a_graph_built_inside_a_command_is_not_watched(monkeypatch):
+    """A command's graph shows no construction line of its own, even when building it
+    takes long (``--no-progress`` on a loaded machine printed one): only graphs built
+    outside a command's reporter are watched."""
+    monkeypatch.setattr(sys, "stderr", FakeTerminal())
+
+    class Graph:
+        pass
+
+    for enabled in (False, True):
+        graph = Graph()
+        with Progress("demo", enabled=enabled, stream=io.StringIO()):
+            progress.watch_graph(graph, lambda g: (0, 0))
+        assert graph not in progress._WATCHER.graphs
+
+
 def test_progress_and_no_progress_together_are_a_usage_error(monkeypatch, tmp_path):
     code, _, err = run_cli(monkeypatch, tmp_path, "--progress", "--no-progress", terminal=False)
     assert code == 2 and "not allowed with argument" in err
