@@ -67,7 +67,10 @@ def test_prefetch_prints_the_callback_protocol():
 
 
 # ----------------------------------------------------------- advanced example
+@pytest.mark.slow
 def test_advanced_example_on_the_ipu_model():
+    """Slow only because test_advanced_example_saves_and_loads_the_executable runs the
+    same ``--model`` path (plus saving) in the default suite, with the same checks."""
     proc = run_script("advanced_example.py", "--model")
     assert proc.stderr.splitlines() == ["Using IPU model", "Results match."]
     assert proc.stdout == ""
@@ -83,6 +86,7 @@ def test_advanced_example_saves_and_loads_the_executable(tmp_path):
     name = str(tmp_path / "example")
     saved = run_script("advanced_example.py", "--model", "--save-exe", "--exe-name", name)
     assert saved.stderr.splitlines() == ["Using IPU model", "Results match."]
+    assert saved.stdout == ""
     exe = tmp_path / "example.poplar"
     assert exe.read_bytes().startswith(b"IPUSIM-EXECUTABLE\n")
     # Loading skips building the graph and the programs: run from another directory.
