@@ -316,7 +316,7 @@ class BulkGraphMethods:
         self._refuse_on_parent("mapElements")
         t = self.checkTensor(t, "mapElements")
         what = f"mapElements of tensor '{t.name}' ({t.numElements()} elements)"
-        arr = _int_array(tiles, what, wide=False)  # (written into the int32 tile column)
+        arr = _int_array(tiles, what, wide=False)  # (written into the space's tile column)
         n = t.numElements()
         if t._start >= 0 and self._parent is None and arr.ndim and arr.size == n:
             # consecutive ids of a top-level graph: the tiles (of any shape and strides,

@@ -172,7 +172,8 @@ def _planned_copy_steps(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> lis
     """The on-tile copy vertices and the exchange of a ``Copy`` between tensors."""
     typ = s.elementType()
     s_ids, d_ids = s._flat_ids(), d._flat_ids()
-    # the tiles as the space holds them (int32): compared here and in compiled passes
+    # the tiles as int32 (the space holds int16 or int32, graph_state.tile_dtype):
+    # compared here and in compiled passes
     s_tile, d_tile = em.tiles(s, np.int32), em.tiles(d, np.int32)
     name = prog.debugName or f"Copy {s.name} -> {d.name}"
     nodes: list[ir.Node] = []
