@@ -304,8 +304,8 @@ class _Run(LinkSteps, ReplicaSteps):
         its environment and its processes refer to one another: a cycle that only the
         cyclic collector frees. An engine's run keeps the collector off the objects alive
         before it (:func:`poplar_api.graph_bulk.collect_new_objects_only`), so a previous
-        run left to the collector stayed in memory through the next one (1.6-1.9 GB in
-        ResNet-50's 4-IPU training step). The trace returned keeps what it needs.
+        run left to the collector stayed in memory through the next one (1.9 GB of the
+        peak of ResNet-50's 4-IPU training step). The trace returned keeps what it needs.
         """
         self.__dict__.clear()
 
