@@ -302,10 +302,11 @@ class _Run(LinkSteps, ReplicaSteps):
 
         The environment's processes are generators of this run's methods, so the run,
         its environment and its processes refer to one another: a cycle that only the
-        cyclic collector frees. An engine's run keeps the collector off the objects alive
-        before it (:func:`poplar_api.graph_bulk.collect_new_objects_only`), so a previous
-        run left to the collector stayed in memory through the next one (1.9 GB of the
-        peak of ResNet-50's 4-IPU training step). The trace returned keeps what it needs.
+        cyclic collector frees, and not at once: while every run of an engine froze the
+        objects alive before it (:func:`poplar_api.graph_bulk.collect_new_objects_only`,
+        now an engine's first run only), a previous run stayed in memory through the next
+        one (1.9 GB of the peak of ResNet-50's 4-IPU training step). The trace returned
+        keeps what it needs.
         """
         self.__dict__.clear()
 

@@ -318,7 +318,7 @@ class Engine:
         """
         self._host.begin_run(index, debugName)  # named in stream callbacks' errors
         try:
-            with progress.activity(f"Engine.run({index})"), collect_new_objects_only():
+            with progress.activity(f"Engine.run({index})"), collect_new_objects_only(self):
                 self._run_program(index, debugName)
         finally:
             self._host.end_run()

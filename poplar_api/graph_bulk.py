@@ -77,11 +77,18 @@ def bulk_construction(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     return paused
 
 
+#: Owners (engines) whose first block has run: later blocks of theirs freeze nothing.
+_FROZEN_ONCE: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 @contextlib.contextmanager
-def collect_new_objects_only() -> Iterator[None]:
+def collect_new_objects_only(owner: Any = None) -> Iterator[None]:
     """Within the block, Python's cyclic garbage collector walks only the objects made
     in it: those alive when it starts are frozen (``gc.freeze``) and handed back to the
     collector's oldest generation when it ends (``gc.unfreeze``), collectable as before.
+    With ``owner`` (an engine) only its first block does so: a freeze at every run
+    would take the cycles made between runs out of the young generations each time and
+    hand them to the oldest, where a loop of short runs never collects them.
 
     A compiled graph is hundreds of thousands of objects that :func:`bulk_construction`
     kept from the collector while they were made, so a full collection is due when an
@@ -90,6 +97,11 @@ def collect_new_objects_only() -> Iterator[None]:
     as it is when the collector is paused, or when objects are frozen already (by the
     caller, or by an enclosing block: a run from a stream callback).
     """
+    if owner is not None and owner in _FROZEN_ONCE:
+        yield
+        return
+    if owner is not None:
+        _FROZEN_ONCE.add(owner)
     if not gc.isenabled() or gc.get_freeze_count():
         yield
         return

@@ -1,9 +1,9 @@
 """A finished machine run frees its state by reference counting.
 
 A run's SimPy processes are generators of the run's own methods, so the run, its
-environment and its processes refer to one another. An engine's run keeps the cyclic
-collector off every object alive before it (``collect_new_objects_only``), so state left
-for the collector outlived the run into the next one. These checks hold the collector
+environment and its processes refer to one another: state left for the cyclic collector
+outlives the run (into the next one while every engine run froze the objects alive before
+it, ``collect_new_objects_only``). These checks hold the collector
 off and look at what a finished run still keeps alive.
 """
 
