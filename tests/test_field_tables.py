@@ -155,19 +155,23 @@ def test_expand_as_equals_expand() -> None:
 
 def test_joined_slices_of_one_array_in_order_are_a_view_of_it() -> None:
     """Consecutive slices of one array, in order (empty ones too), join as a read-only
-    view of it; slices out of order, with a gap, of another type or of two arrays are
-    copied. Either way the ids are those numpy's concatenation gives."""
-    ids = np.arange(100, 160, dtype=np.int32)
-    other = np.arange(0, 10, dtype=np.int32)
-    cuts = [0, 7, 7, 20, 41, 60]
+    view of it when they are long (1,024 ids or more on average); slices out of order,
+    with a gap, of another type, of two arrays or short ones are copied. Either way the
+    ids are those numpy's concatenation gives."""
+    scale = 200  # slices of 1,400 to 4,200 ids
+    ids = np.arange(100, 100 + 60 * scale, dtype=np.int32)
+    other = np.arange(0, 10 * scale, dtype=np.int32)
+    cuts = [scale * c for c in (0, 7, 7, 20, 41, 60)]
     in_order = [ids[a:b] for a, b in itertools.pairwise(cuts)]
+    short = [ids[a : a + 7] for a in range(0, 700, 7)]  # consecutive, 7 ids each
     cases = {
         "in order": (in_order, True),
         "from the middle": (in_order[2:4], True),
         "out of order": ([*in_order[:2], in_order[3], in_order[2], in_order[4]], False),
         "a gap": ([in_order[0], in_order[3]], False),
-        "two arrays": ([in_order[0], other[0:4]], False),
-        "a stride": ([ids[0:10:2], ids[10:20:2]], False),
+        "two arrays": ([in_order[0], other[0 : 4 * scale]], False),
+        "a stride": ([ids[0 : 10 * scale : 2], ids[10 * scale : 20 * scale : 2]], False),
+        "short slices": (short, False),
     }
     for name, (arrays, shared) in cases.items():
         got = _join(arrays, np.int32)
