@@ -96,13 +96,32 @@ class ImageField:
         """Replica 0's elements packed in the kernel dtype, when every replica holds
         the same bits in this field (else None)."""
         raw = self.image[0, self.ids]  # (numpy's gathers: no compiled signature per type)
-        if self.replicas > 1 and not (
-            all(np.array_equal(row[self.ids], raw) for row in self.image[1:])
-            if rows_apart(self.ids)
-            else (self.image[1:, self.ids] == raw).all()
+        if (
+            self.replicas > 1
+            and not self._same_span()
+            and not (
+                all(np.array_equal(row[self.ids], raw) for row in self.image[1:])
+                if rows_apart(self.ids)
+                else (self.image[1:, self.ids] == raw).all()
+            )
         ):
             return None
         return FieldBatch(self._typed(raw), self.offsets, self.inner_offsets)
+
+    def _same_span(self) -> bool:
+        """Whether every replica holds replica 0's bits throughout the span of the ids
+        (then it does at each id), compared as one block where the span is not much
+        wider than the ids: a field's elements usually lie together (worklists, params),
+        and a block compares at the speed of memory where a gather per replica does not.
+        False says nothing (an element between the ids may differ)."""
+        ids = self.ids
+        if not ids.size:
+            return True
+        lo, hi = int(ids.min()), int(ids.max()) + 1
+        if hi - lo > 2 * ids.size:
+            return False
+        block = self.image[:, lo:hi]
+        return bool((block[1:] == block[0]).all())
 
     def packed(self) -> FieldBatch:
         """Every replica's elements packed replica after replica (a copy), as the runner
@@ -170,12 +189,18 @@ class ImageField:
         typed = self.image.view(self.dtype)
         item = typed.itemsize
         assert acc.strides is not None
-        return np.lib.stride_tricks.as_strided(
-            typed.reshape(-1)[acc.base :],
-            shape=(self.replicas, *acc.shape),
-            strides=(typed.shape[1] * item, *(s * item for s in acc.strides)),
-            writeable=writeable,
-        )
+        shape = (self.replicas, *acc.shape)
+        strides = (typed.strides[0], *(s * item for s in acc.strides))
+        if not typed.flags.c_contiguous:  # (rows of a wider array, say)
+            return np.lib.stride_tricks.as_strided(
+                typed[0, acc.base :], shape=shape, strides=strides, writeable=writeable
+            )
+        # made directly on the image's buffer: a fraction of as_strided's Python, which
+        # a kernel pays per class and operand on every run
+        view = np.ndarray(shape, typed.dtype, buffer=typed, offset=acc.base * item, strides=strides)
+        if not writeable:
+            view.flags.writeable = False
+        return view
 
     def read(self, acc: ImageAccess) -> np.ndarray:
         """The elements of ``acc`` in every replica, in the kernel dtype (a read-only
@@ -192,6 +217,10 @@ class ImageField:
         converted to the field's type. ``distinct``: no element appears twice in
         ``acc`` (then a view is written; else the positions are stored in order)."""
         if acc.strides is not None and distinct:
+            if isinstance(values, np.ndarray) and values.dtype == self.dtype:  # no conversion:
+                # nothing can overflow (and numpy checks no error flags)
+                self._view(acc, True)[...] = values
+                return
             with np.errstate(over="ignore"):  # HALF overflows to inf, as stored
                 self._view(acc, True)[...] = values
             return

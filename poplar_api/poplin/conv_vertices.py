@@ -216,6 +216,7 @@ def _plan(fields: tuple[FieldBatch, ...], num_vertices: int, replicas: int) -> t
         return regular, classes
     if len(_PLANS) >= _PLANS_KEPT or _plans_bytes[0] + size > _PLANS_BYTES:
         _PLANS.clear()
+        _SHAPES.clear()
         _plans_bytes[0] = 0
     _plans_bytes[0] += size
     _PLANS[key] = (layout, wl.copy(), pr.copy(), replicas, num_vertices, (regular.copy(), classes))
@@ -417,6 +418,25 @@ def _geometry(fields: tuple, first: int) -> _Geometry | None:
     return _Geometry(ncg, nog, nig, in_rows, out_rows, ic, oc, nk, rows, runs, same)
 
 
+#: The geometries of a kept plan's classes, by the plan's list of classes (kept with
+#: it, so its id names it): a plan is reused only for the same layout and the same
+#: worklists and params (:func:`_plan`), from which alone the geometries follow.
+_SHAPES: dict[int, tuple[list, list]] = {}
+
+
+def _shapes(fields: tuple, classes: list) -> list:
+    """:func:`_geometry` of each class of ``classes`` (found by :func:`_plan` for
+    ``fields``), found once per plan."""
+    hit = _SHAPES.get(id(classes))
+    if hit is not None and hit[0] is classes:
+        return hit[1]
+    shapes = [_geometry(fields, v) for _, v in classes]
+    if len(_SHAPES) >= _PLANS_KEPT:
+        _SHAPES.clear()
+    _SHAPES[id(classes)] = (classes, shapes)
+    return shapes
+
+
 def _products(x: np.ndarray, w: np.ndarray, geo: _Geometry) -> np.ndarray:
     """``[*lead, ncg * nog, out_size]`` partial sums of a class from its inputs ``x``
     (``[*lead, ncg * nig, in_size]``) and weights ``w`` (``[*lead, ncg * nog * nig,
@@ -487,7 +507,7 @@ def _run_in_place(fields: tuple[Any, ...], num_vertices: int) -> bool:
     regular, classes = _plan(first, n, 1)
     if not regular.all():
         return False
-    shapes = [_geometry(first, v) for _, v in classes]
+    shapes = _shapes(first, classes)
     if any(geo is None for geo in shapes):
         return False
     for geo, pieces in zip(shapes, _accesses(fields, classes, shapes), strict=True):
