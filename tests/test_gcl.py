@@ -327,3 +327,23 @@ def test_top_level_graph_and_groups_of_one():
     e.run(0)
     np.testing.assert_array_equal(e.readTensor("total"), np.tile(xv.sum(0), (R, 1)))
     np.testing.assert_array_equal(e.readTensor("alone"), xv * xv)
+
+
+def test_every_pair_reads_its_values_before_any_pair_writes():
+    """An in-place all-reduce of ``a``'s transpose (read through an index) and of ``a``
+    (a block): each pair reduces the values the replicas held before the
+    collective, not those another pair wrote."""
+    device = model()
+    g = Graph(device.getTarget(), replication_factor=R)
+    seq = prog.Sequence()
+    a = g.addVariable(FLOAT, [3, 4], "a")
+    spread(g, a)
+    g.createHostWrite("a", a)
+    g.createHostRead("a", a)
+    gcl.allReduceInPlaceCrossReplica(g, [a.transpose(), a], Op.ADD, seq, "twice")
+    e = Engine(g, seq)
+    e.load(device)
+    av = np.random.default_rng(17).integers(-8, 8, (R, 3, 4)).astype(np.float32)
+    e.writeTensor("a", av)
+    e.run(0)
+    np.testing.assert_array_equal(e.readTensor("a"), np.broadcast_to(av.sum(0), (R, 3, 4)))

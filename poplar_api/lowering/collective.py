@@ -110,8 +110,14 @@ def lower_collective(em: Emission, prog: GclCollective) -> ir.Node:
         everyone = groups == [list(range(replicas))]  # one group, every replica in order
 
         def run() -> None:
-            # (copies: an output may be another pair's input)
-            values = [np.array(storage.read_replicas(typ, src)) for src, _ in blocks]
+            # copies, as an output may be another pair's input (read through an index,
+            # the values are a new array already)
+            values = [
+                np.array(storage.read_replicas(typ, src))
+                if isinstance(src, slice)
+                else storage.read_replicas(typ, src)
+                for src, _ in blocks
+            ]
             for (_, dst), vals in zip(blocks, values, strict=True):
                 for group in groups:
                     outs = collective_values(kind, op, vals if everyone else vals[group], root)
