@@ -314,3 +314,32 @@ def test_an_update_reading_what_it_writes_runs_packed(monkeypatch):
         want = a[r].copy()
         want[1:] = a[r, 1:] + (s[r, 0] * a[r, :-1]).astype(np.float32)
         assert got[r].tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("frozen", [(False, False), (False, True), (True, False), (True, True)])
+def test_an_update_in_place_takes_writeable_and_read_only_ids_alike(frozen):
+    """Fields' ids come writeable or read-only: the in-place update computes the same
+    float32 formula either way, through one compiled signature."""
+    from poplar_api.field_images import ImageField
+
+    rng = np.random.default_rng(13)
+    replicas, f32 = 3, np.dtype(np.float32)
+    image = rng.standard_normal((replicas, 64)).astype(np.float32).view(np.uint32)
+    before = image.view(np.float32).copy()
+    a_ids, b_ids = np.arange(10, 22, dtype=np.int32), np.arange(40, 52, dtype=np.int32)
+    s_ids = np.array([60, 61], np.int32)
+    for ids, ro in zip((a_ids, b_ids), frozen, strict=True):
+        ids.flags.writeable = not ro
+    offsets = np.array([0, 5, 12])
+
+    def field(ids, offs):
+        return ImageField(image, f32, ids, offs, None, f32)
+
+    batches = {"A": field(a_ids, offsets), "B": field(b_ids, offsets),
+               "scaleB": field(s_ids, np.arange(3))}  # fmt: skip
+    assert vertices._scaled_add_in_place(batches, False)
+    got = image.view(np.float32)
+    scale = np.repeat(before[:, s_ids], [5, 7], axis=1)
+    want = before[:, a_ids] + (scale * before[:, b_ids]).astype(np.float32)
+    np.testing.assert_array_equal(got[:, a_ids], want)
+    assert len(vertices._scaled_add_images.signatures) == 1

@@ -257,8 +257,18 @@ def _scaled_add_in_place(b: dict[str, Any], subtract: bool) -> bool:
         return False
     scales = np.ascontiguousarray(scale.image.view(f32)[:, scale.ids])
     a_img, b_img = a.image.view(f32), other.image.view(f32)
-    _scaled_add_images(a_img, a.ids, b_img, other.ids, scales, counts, bool(subtract))
+    ids = [_frozen(a.ids), _frozen(other.ids)]
+    _scaled_add_images(a_img, ids[0], b_img, ids[1], scales, counts, bool(subtract))
     return True
+
+
+def _frozen(ids: np.ndarray) -> np.ndarray:
+    """``ids`` read-only (a view where they are writeable): the fields' ids come either
+    way, and each mix would be a compiled signature of its own to load."""
+    if ids.flags.writeable:
+        ids = ids.view()
+        ids.flags.writeable = False
+    return ids
 
 
 def _apart(a_ids: np.ndarray, b_ids: np.ndarray) -> bool:
