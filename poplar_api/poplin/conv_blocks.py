@@ -480,16 +480,16 @@ def plan_partials(
             kind = _tile_kind(graph, plan, geom, kpos, fp, acc_type) if geom.positions else None
             shifted[rkey] = same = (geom, kind, lows, len(kinds_by_shift))
             kinds_by_shift.append(kind)
-        else:  # the same block up to a shift of its input window
-            geom0, _, lows0, _ = same
-            window = [
-                (a - l0 + low, b - l0 + low)
-                for (a, b), l0, low in zip(geom0.window, lows0, lows, strict=True)
+            starts = [a for a, _ in geom.window]
+        else:  # the same block up to a shift of its input window: its class's geometry
+            # (whose window has the same sizes), the window's begin shifted
+            geom, _, lows0, _ = same
+            starts = [
+                a - l0 + low for (a, _), l0, low in zip(geom.window, lows0, lows, strict=True)
             ]
-            geom = dataclasses.replace(geom0, window=window)
         shift_id[c] = same[3]
-        windows[c] = [a for a, _ in geom.window] if nd else []
-        combo_geom.append(geom)
+        windows[c] = starts if nd else []
+        combo_geom.append(geom)  # (only the sizes of its window are read: ``windows``)
     # the tile of every output element: the block holding it
     dst_tiles = _dst_tiles(plan, rng, dst_pos.shape, need_reduce)
     # blocks with work become vertices; the others are zeroed
