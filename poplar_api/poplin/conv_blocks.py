@@ -27,6 +27,7 @@ import numpy as np
 
 from poplar_api.graph import Constants, Graph, Segments
 from poplar_api.graph_connections import RunSegments
+from poplar_api.poplin.conv_ids import SeparableIds, piece_positions, separable_ids
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.conv_vertex_estimates import partial_estimate, vertex_method
@@ -280,14 +281,19 @@ class Assembler:
     A shape's rows are either given (:meth:`add`) or gathered from a source array by
     one index pattern plus a base per member (:meth:`gather`); :meth:`field` writes
     them straight into the field's array in one compiled pass per shape (no
-    members-by-pattern array made first)."""
+    members-by-pattern array made first). When the source's ids are a sum of one term
+    per dimension (:mod:`~poplar_api.poplin.conv_ids`, :meth:`gather_separable`), a
+    row's ids are also given as one id pattern plus an id base per member: they are
+    then computed, not read from the source at positions far apart, and its runs are
+    the pattern's."""
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.lengths = np.zeros(n, np.int64)
         self.npieces = np.zeros(n, np.int64)
-        #: (members, source, base per member, pattern, piece sizes)
-        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        #: (members, source, base per member, pattern, piece sizes, the ids as
+        #: (id base per member, id pattern) or None)
+        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]] = []
 
     def add(self, members: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
         """Row ``k`` of ``values`` is vertex ``members[k]``'s, in pieces of ``sizes``."""
@@ -297,12 +303,30 @@ class Assembler:
 
     def gather(
         self, members: np.ndarray, source: np.ndarray, base: np.ndarray, rel: np.ndarray,
-        sizes: np.ndarray,
+        sizes: np.ndarray, ids: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:  # fmt: skip
-        """Vertex ``members[k]`` gets ``source[base[k] + rel]``, in pieces of ``sizes``."""
+        """Vertex ``members[k]`` gets ``source[base[k] + rel]``, in pieces of ``sizes``;
+        ``ids``, when given, is ``(id_base, id_rel)`` with ``source[base[k] + rel] ==
+        id_base[k] + id_rel`` for every ``k``."""
         self.lengths[members] = rel.size
         self.npieces[members] = sizes.size
-        self.rows.append((members, source, base.astype(np.int64, copy=False), rel, sizes))
+        base = base.astype(np.int64, copy=False)
+        self.rows.append((members, source, base, rel, sizes, ids))
+
+    def gather_separable(
+        self, members: np.ndarray, source: np.ndarray, base: np.ndarray, rel: np.ndarray,
+        sizes: np.ndarray, sep: SeparableIds, index: np.ndarray, positions: np.ndarray,
+    ) -> None:  # fmt: skip
+        """:meth:`gather` from a source whose ids are ``sep``: member ``k``'s block
+        begins at position ``index[k]`` of it and reads ``positions`` from there (the
+        multi-dimensional forms of ``base`` and ``rel``), so its ids are computed
+        (:meth:`SeparableIds.blocks`; gathered when they cannot be)."""
+        found = sep.blocks(index, positions)
+        if found is None:
+            self.gather(members, source, base, rel, sizes)
+            return
+        for which, bases, ids in found:
+            self.gather(members[which], source, base[which], rel, sizes, (bases, ids))
 
     def _bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each vertex's elements and pieces begin, and every piece's size."""
@@ -311,7 +335,7 @@ class Assembler:
         piece_at = np.zeros(self.n + 1, np.int64)
         np.cumsum(self.npieces, out=piece_at[1:])
         sizes = np.empty(int(piece_at[-1]), np.int64)
-        for members, _, _, _, psizes in self.rows:
+        for members, _, _, _, psizes, _ in self.rows:
             if members.size:  # (pieces of no elements have only their sizes, 0, to write)
                 every = np.arange(psizes.size, dtype=np.int64)  # each member all sizes
                 zero = np.zeros(members.size, np.int64)
@@ -321,11 +345,14 @@ class Assembler:
     def field(self) -> _Field:
         at, piece_at, sizes = self._bounds()
         flat = np.empty(int(at[-1]), np.int64)
-        for members, source, base, rel, _ in self.rows:
+        for members, source, base, rel, _, ids in self.rows:
             if not members.size:
                 continue
             if _plain(source, base, rel):
-                _gather_rows(source, base, rel, members, at, flat)
+                if ids is not None:
+                    _pattern_rows(ids[0], ids[1], members, at, flat)
+                else:
+                    _gather_rows(source, base, rel, members, at, flat)
             else:  # numpy's negative positions count from the end
                 dst = (at[members][:, None] + np.arange(rel.size)).reshape(-1)
                 flat[dst] = source[(base[:, None] + rel).reshape(-1)]
@@ -345,7 +372,7 @@ class Assembler:
         first = np.empty(limit, np.int64)
         count = 0
         clean: dict[int, bool] = {}
-        for members, source, base, rel, _ in self.rows:
+        for members, source, base, rel, _, ids in self.rows:
             if not members.size or not rel.size:
                 continue
             ok = clean.get(id(source))
@@ -353,7 +380,11 @@ class Assembler:
                 ok = clean[id(source)] = bool(source.size == 0 or int(source.min()) >= 0)
             if not ok or not _plain(source, base, rel):
                 return None
-            count = _row_runs(source, base, rel, members, vert, off, first, count)
+            if ids is not None:  # the pattern's runs, at each member's id base
+                starts = np.flatnonzero(np.diff(ids[1], prepend=ids[1][0] - 2) != 1)
+                count = _pattern_runs(ids[0], ids[1], starts, members, vert, off, first, count)
+            else:
+                count = _row_runs(source, base, rel, members, vert, off, first, count)
             if count < 0:
                 return None
         pos = at[vert[:count]] + off[:count]
@@ -393,6 +424,34 @@ def _row_runs(source, base, rel, members, vert, off, first, count):  # pragma: n
                 count += 1
             prev = v
     return count
+
+
+@numba.njit(cache=True, nogil=True)
+def _pattern_runs(id_base, id_rel, starts, members, vert, off, first, count):  # pragma: no cover
+    """:func:`_row_runs` of rows ``id_base[k] + id_rel``: the runs of ``id_rel``
+    (beginning at ``starts``) at each member's base."""
+    limit = vert.shape[0]
+    for k in range(members.shape[0]):
+        for s in range(starts.shape[0]):
+            if count == limit:
+                return -1
+            j = starts[s]
+            vert[count] = members[k]
+            off[count] = j
+            first[count] = id_base[k] + id_rel[j]
+            count += 1
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
+def _pattern_rows(id_base, id_rel, members, at, out):  # pragma: no cover - compiled
+    """``out[at[members[k]] + j] = id_base[k] + id_rel[j]`` for every member ``k`` and
+    pattern position ``j``."""
+    width = id_rel.shape[0]
+    for k in range(members.shape[0]):
+        s, b = at[members[k]], id_base[k]
+        for j in range(width):
+            out[s + j] = b + id_rel[j]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -514,6 +573,8 @@ def plan_partials(
     dst_st = np.array(dst_c.strides, np.int64) // dst_c.itemsize
     dst_flat = dst_c.reshape(-1)
     act_flat, ker_flat = act_c.reshape(-1), ker_c.reshape(-1)
+    # the operands whose ids are a sum of one term per dimension: fields computed
+    act_sep, ker_sep, dst_sep = (separable_ids(a) for a in (act_c, ker_c, dst_c))
     ins, ws, outs = Assembler(n), Assembler(n), Assembler(n)
     estimates = np.empty(n, np.int64)
     pvals = np.empty((n, 8), np.int64)
@@ -555,9 +616,17 @@ def plan_partials(
         o_base = o_base + lo[b, -2] * o_st[-1]
         if need_reduce:
             o_base = o_base + ix[b, -1] * dst_st[0]
-        ins.gather(members, act_flat, in_base, *pattern(act_st, in_pieces))
-        ws.gather(members, ker_flat, w_base, *pattern(ker_st, w_pieces))
-        outs.gather(members, dst_flat, o_base, *pattern(o_st, out_pieces))
+        zb = np.zeros((b.size, nd), np.int64)
+        _gather(ins, members, act_flat, in_base, in_pieces, act_st, act_sep,
+                [lo[b, :2], wlo, lo[b, -1:]])  # fmt: skip
+        _gather(ws, members, ker_flat, w_base, w_pieces, ker_st, ker_sep,
+                [lo[b, :1], zb, lo[b, -2:]])  # fmt: skip
+        if need_reduce:  # (the pieces within one input-channel part's partials)
+            _gather(outs, members, dst_flat, o_base, out_pieces, o_st, dst_sep,
+                    [ix[b, -1:], lo[b, : 2 + nd], lo[b, -2:-1]], part=True)  # fmt: skip
+        else:
+            _gather(outs, members, dst_flat, o_base, out_pieces, o_st, dst_sep,
+                    [lo[b, : 2 + nd], lo[b, -2:-1]])  # fmt: skip
         counts = (int(g_n), len(ig_r), len(og_r))
         chans = (ci_n, co_n)
         est = kind.estimates.get((counts, chans))
@@ -618,6 +687,25 @@ def plan_partials(
     return Partials(tiles, kinds_by_shift, kind_of, estimates, wl_spec, params_spec,
                     ins_field, _fields(ws), _fields(outs), dst_tiles, zeros, specs,
                     zero_specs)  # fmt: skip
+
+
+def _gather(
+    asm: Assembler, members: np.ndarray, source: np.ndarray, base: np.ndarray,
+    pieces: list[tuple[list[int], list[int]]], strides: np.ndarray,
+    sep: SeparableIds | None, at: list[np.ndarray], part: bool = False,
+) -> None:  # fmt: skip
+    """``asm.gather`` of ``pieces`` of ``source`` (element ``strides``) for the blocks
+    of ``members`` (positions ``base``), with the ids computed where ``sep`` gives
+    them (the blocks beginning at the positions whose columns ``at`` gives; with
+    ``part`` the first is the input-channel part of the partials, which the pieces
+    leave out)."""
+    rel, sizes = pattern(strides, pieces)
+    if sep is None:
+        asm.gather(members, source, base, rel, sizes)
+        return
+    index = np.concatenate(at, 1).astype(np.int64, copy=False)
+    positions = piece_positions([([0, *o], [1, *s]) for o, s in pieces] if part else pieces)
+    asm.gather_separable(members, source, base, rel, sizes, sep, index, positions)
 
 
 def _fields(asm: Assembler) -> _Field:

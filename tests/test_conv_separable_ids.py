@@ -1,0 +1,83 @@
+"""Operand ids as a sum of one term per dimension (``poplar_api/poplin/conv_ids.py``)
+and the convolution fields computed from them (``Assembler.gather_separable``): the
+ids and runs are those gathered from the array of every id, position by position."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api.poplin.conv_blocks import Assembler, pattern
+from poplar_api.poplin.conv_ids import piece_positions, separable_ids
+
+
+def grouped_view(groups: int, batch: int, rows: int, cols: int, chans: int, g: int) -> np.ndarray:
+    """The ids of a ``[G, B, H, W, C]`` view of a variable laid out ``[G, C / g, B, H,
+    W, g]`` (Poplibs' grouped memory order), from id 7 on."""
+    mem = np.arange(7, 7 + groups * chans * batch * rows * cols)
+    mem = mem.reshape(groups, chans // g, batch, rows, cols, g)
+    return np.ascontiguousarray(
+        mem.transpose(0, 2, 3, 4, 1, 5).reshape(groups, batch, rows, cols, chans)
+    )
+
+
+@pytest.mark.parametrize("g", [1, 4, 8, 16])
+def test_blocks_give_the_ids_gathered_position_by_position(g: int) -> None:
+    view = grouped_view(2, 3, 5, 4, 16, g)
+    sep = separable_ids(view)
+    assert sep is not None
+    rng = np.random.default_rng(g)
+    strides = np.array(view.strides, np.int64) // view.itemsize
+    flat = view.reshape(-1)
+    for _ in range(40):
+        pieces = [([0, 0, 0, 0, 0], [1, 2, 2, 2, int(rng.integers(1, 5))]),
+                  ([0, 1, 1, 0, int(rng.integers(0, 4))], [1, 1, 1, 2, 3])]  # fmt: skip
+        index = np.stack([rng.integers(0, 2, 6), rng.integers(0, 2, 6), rng.integers(0, 4, 6),
+                          rng.integers(0, 3, 6), rng.integers(0, 10, 6)], 1)  # fmt: skip
+        found = sep.blocks(index, piece_positions(pieces))
+        assert found is not None
+        rel, _ = pattern(strides, pieces)
+        covered = np.zeros(6, bool)
+        for which, bases, ids in found:
+            covered[which] = True
+            for k, b in zip(which.tolist(), bases.tolist(), strict=True):
+                want = flat[int(index[k] @ strides) + rel]  # gathered from every id
+                assert (b + ids).tolist() == want.tolist()
+        assert covered.all()
+
+
+def test_ids_not_a_sum_of_terms_are_refused() -> None:
+    view = grouped_view(1, 2, 3, 3, 8, 4)
+    view[0, 1, 2, 0, 5] += 1
+    assert separable_ids(view) is None
+
+
+def test_blocks_reading_past_the_array_are_refused() -> None:
+    sep = separable_ids(grouped_view(1, 1, 2, 2, 8, 4))
+    assert sep is not None
+    positions = piece_positions([([0, 0, 0, 0, 0], [1, 1, 2, 2, 4])])
+    assert sep.blocks(np.array([[0, 0, 0, 0, 4]]), positions) is not None
+    assert sep.blocks(np.array([[0, 0, 1, 0, 4]]), positions) is None
+
+
+def test_fields_computed_equal_fields_gathered() -> None:
+    """The same rows given with their ids computed give the same field and runs."""
+    view = grouped_view(1, 2, 6, 6, 16, 8)
+    sep = separable_ids(view)
+    strides = np.array(view.strides, np.int64) // view.itemsize
+    pieces = [([0, 0, 0, 0, 0], [1, 2, 3, 3, 8])]
+    rel, sizes = pattern(strides, pieces)
+    index = np.array([[0, 0, r, c, ch] for r in (0, 3) for c in (0, 3) for ch in (0, 8)])
+    members = np.arange(index.shape[0])[::-1].copy()
+    base = index @ strides
+    plain, computed = Assembler(members.size), Assembler(members.size)
+    plain.gather(members, view.reshape(-1), base, rel, sizes)
+    computed.gather_separable(members, view.reshape(-1), base, rel, sizes, sep, index,
+                              piece_positions(pieces))  # fmt: skip
+    assert all(row[5] is not None for row in computed.rows)
+    a, b = plain.field(), computed.field()
+    assert a.flat.tolist() == b.flat.tolist()
+    ra, rb = plain.run_field(), computed.run_field()
+    assert ra is not None and rb is not None
+    assert ra.runs.starts.tolist() == rb.runs.starts.tolist()
+    assert ra.runs.firsts.tolist() == rb.runs.firsts.tolist()
