@@ -161,3 +161,16 @@ def test_pair_overlap_against_sets() -> None:
             if 0 <= partner < n and partner // tpi == t // tpi and partner != t:
                 want[t] = 2 * len(ids[t] & ids[partner])
         np.testing.assert_array_equal(got, want)
+
+
+def test_shared_and_unshared_receive_sides_cost_through_one_signature() -> None:
+    """The receive side is passed as float64 whether or not a pair shares bytes, so
+    both programs are costed by one compiled signature, with the formula's cycles."""
+    from ipusim.exchange import internal
+
+    _, plain = _exchange_record((3, 4), {"exchange.tiles_per_shared_bus": 2})
+    _, shared = _exchange_record((2, 3), {"exchange.tiles_per_shared_bus": 2})
+    for tile in (3, 4):
+        assert plain.tile_cycles[tile] == _formula(4 * N)
+    assert shared.tile_cycles[2] == _formula(4 * N - 4 * N * (1 - 1 / 2))
+    assert len(internal._listed_cycles.signatures) == 1

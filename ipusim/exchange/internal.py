@@ -535,10 +535,12 @@ def exchange_cost(cfg: MachineConfig, step: Any) -> ExchangeCost:
     ex = cfg.exchange
     cycles = np.zeros(n, np.int64)
     per_bus = int(ex.tiles_per_shared_bus)
-    listed = sparse
+    receive_side = step.bytes_received
     if per_bus > 1 and step.bytes_shared is not None and step.bytes_shared.any():
         receive_side = step.bytes_received - step.bytes_shared * (1.0 - 1.0 / per_bus)
-        listed = (sparse[0], receive_side, *sparse[2:])
+    # the received bytes as float64 either way (exact below 2**53, and the formula takes
+    # the larger of sent and received as a float): one compiled signature to load
+    listed = (sparse[0], np.asarray(receive_side, np.float64), *sparse[2:])
     _listed_cycles(
         cycles,
         tiles,
