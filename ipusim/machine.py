@@ -16,6 +16,7 @@ barriers and syncs are in :mod:`ipusim.machine_groups`, the steps over shared li
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 import weakref
 from collections.abc import Generator, Iterator
@@ -83,6 +84,14 @@ class Machine:
         #: the entry keeps it); read-only arrays, shared by the records of every run
         self._replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]] = {}
         self._replica_costs: dict[int, tuple[ir.Step, ComputeCost]] = {}
+        #: per step (by id, with the step): the last final per-tile array of a record
+        #: filled in as it ran (see _Run._passed), shared, read-only, by the records of
+        #: later executions and runs that end with the same cycles; and arrays such
+        #: records filled and then gave up, to be filled again (a fresh array of every
+        #: tile's cycles costs its pages' first touch, about a tenth of a millisecond on
+        #: a POD16's 23,552 tiles)
+        self._final_cycles: dict[int, tuple[ir.Step, np.ndarray]] = {}
+        self._spare_cycles: list[np.ndarray] = []
 
     @property
     def num_tiles(self) -> int:
@@ -264,10 +273,14 @@ class _Run(LinkSteps, ReplicaSteps):
         if len(self._replicas_of) + len(machine._replica_costs) > KEPT_STEPS:
             self._replicas_of.clear()
             machine._replica_costs.clear()
+        if len(machine._final_cycles) > KEPT_STEPS:
+            machine._final_cycles.clear()
         #: record -> groups not yet done with it, for records whose per-tile array is
-        #: their own (see _passed); per step (by id), the last final such array
+        #: their own (see _passed); per step, the last final such array (kept by the
+        #: machine from run to run) and arrays to fill again
         self.pending: dict[int, int] = {}
-        self._final_cycles: dict[int, np.ndarray] = {}
+        self._final_cycles = machine._final_cycles
+        self._spare_cycles = machine._spare_cycles
         #: the items of the program's walk so far, shared by every group (see _walk)
         self.path: list[tuple[int, Any, int]] = []
         #: the error an effect or predicate raised, and the item of the path where
@@ -640,7 +653,11 @@ class _Run(LinkSteps, ReplicaSteps):
             elif self.replicas > 1:  # replica 0's costs are every replica's
                 tile_cycles, active = self._replicated(step, tile_cycles, active)
         else:  # filled in as the step runs
-            tile_cycles = np.zeros(self.cfg.num_tiles, np.int64)
+            if self._spare_cycles:
+                tile_cycles = self._spare_cycles.pop()
+                tile_cycles.fill(0)
+            else:
+                tile_cycles = np.zeros(self.cfg.num_tiles, np.int64)
             self.pending[n] = len(self.groups)
         rec = StepRecord(
             index=n,
@@ -669,12 +686,25 @@ class _Run(LinkSteps, ReplicaSteps):
             return
         del self.pending[n]
         rec = self.records[n]
-        key = id(rec.step)  # the program, and so the step, lives as long as the run
-        last = self._final_cycles.get(key)
-        if last is not None and np.array_equal(last, rec.tile_cycles):
-            rec.tile_cycles = last
+        hit = self._final_cycles.get(id(rec.step))  # (the entry keeps its step alive)
+        if hit is not None and hit[0] is rec.step and np.array_equal(hit[1], rec.tile_cycles):
+            own, rec.tile_cycles = rec.tile_cycles, hit[1]
+            self._spare(own)
         else:
-            self._final_cycles[key] = rec.tile_cycles
+            rec.tile_cycles.flags.writeable = False  # final, and maybe shared from now
+            self._final_cycles[id(rec.step)] = (rec.step, rec.tile_cycles)
+
+    def _spare(self, own: np.ndarray) -> None:
+        """Keep a record's array it gave up for a later record to fill, when nothing
+        else refers to it (no view, no cache: the references counted are the caller's
+        and this call's)."""
+        if (
+            len(self._spare_cycles) < _SPARE_ARRAYS
+            and own.base is None
+            and own.size == self.cfg.num_tiles
+            and sys.getrefcount(own) <= _OWN_REFERENCES
+        ):
+            self._spare_cycles.append(own)
 
 
 @numba.njit(cache=True)
@@ -697,6 +727,12 @@ _LOCAL, _SYNC, _STEP, _ENTER, _EXIT = range(5)
 #: What an item of a segment writes besides the clocks (see _group_main).
 _WRITES = {_SYNC: RECORD, _ENTER: BLOCK_FROM, _EXIT: BLOCK_TO}
 
+
+#: Arrays given up by records kept for later records to fill, at most.
+_SPARE_ARRAYS = 256
+#: References to an array given up by a record when only _passed and _spare hold it
+#: (their two names and getrefcount's argument).
+_OWN_REFERENCES = 3
 
 #: ``first_cycle`` of a record no tile has entered yet.
 _NOT_STARTED = int(np.iinfo(np.int64).max)

@@ -15,6 +15,7 @@ import weakref
 import numpy as np
 import pytest
 
+from ipusim import ir
 from ipusim import machine as machine_module
 from ipusim.errors import SimulationTimeout
 from ipusim.machine import Machine
@@ -70,3 +71,35 @@ def test_a_run_stopped_by_its_cycle_limit_is_released_too(watched, make_config):
     # what the run held is freed; the error's traceback (frames and the error they
     # hold: a cycle) may keep locals of the run's frames until the collector runs
     assert watched[1]() is None
+
+
+def test_records_filled_as_they_ran_share_their_final_arrays_from_run_to_run(make_config):
+    """A sync's per-tile cycles, filled in as it runs, are shared read-only by the next
+    runs that end with the same cycles; the array a record gave up is filled again by a
+    later record (zeroed first): every record equals a fresh machine's."""
+    cfg = make_config()
+    node = round_tiny_superstep()
+    compute = ir.Compute(name="cs", vertex_tile=[0, 5], vertex_cycles=[10, 90],
+                         vertex_multi=[False, True])  # fmt: skip
+    other = ir.Sequence([compute, ir.Sync(name="sync", sync_kind="internal")])
+    machine = Machine(cfg)
+    runs = [machine.run(node) for _ in range(3)]
+    want = Machine(cfg).run(node)
+    syncs = [i for i, r in enumerate(want.records) if r.kind == "sync"]
+    assert syncs
+    for trace in runs:
+        for rec, ref in zip(trace.records, want.records, strict=True):
+            np.testing.assert_array_equal(rec.tile_cycles, ref.tile_cycles)
+    for i in syncs:
+        first = runs[0].records[i].tile_cycles
+        assert all(t.records[i].tile_cycles is first for t in runs[1:])
+        assert not first.flags.writeable
+    spares = [id(a) for a in machine._spare_cycles]
+    assert len(spares) == len(syncs)  # given up by the second run, by the third again
+    got = machine.run(other)
+    fresh = Machine(cfg).run(other)
+    assert fresh.total_cycles != want.total_cycles
+    for rec, ref in zip(got.records, fresh.records, strict=True):
+        np.testing.assert_array_equal(rec.tile_cycles, ref.tile_cycles)
+    (sync,) = [r for r in got.records if r.kind == "sync"]
+    assert id(sync.tile_cycles) in spares  # an array given up before, filled again
