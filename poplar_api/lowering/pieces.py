@@ -91,6 +91,9 @@ def _flat_pieces(ids, src, dst, out_begin, out_length, out_dst):  # pragma: no c
     return count
 
 
+#: Ids of an element space up to which an id fits an int32.
+_INT32_IDS = int(np.iinfo(np.int32).max) + 1
+
 #: Rows of pieces a kernel gets room for at first (more: a second pass, so that no
 #: temporary grows with the elements of a large graph).
 FIRST_ROOM = 1 << 22
@@ -312,19 +315,19 @@ def _stretch_pieces(
 
 @numba.njit(cache=True, nogil=True)
 def _tile_pieces(
-    ids, src, dst, num_tiles, marked, out_begin, out_length, out_dst
+    ids, src, dst, num_tiles, marked, by_tile, out_begin, out_length, out_dst
 ):  # pragma: no cover - compiled
-    # the remote references grouped by receiving tile (a counting sort), then per
-    # tile the maximal runs of the ids it needs, with no sort: its ids are marked,
-    # and from each marked id with no marked id before it the run is walked (and
-    # unmarked; ``marked`` is all False again at the end): rows written
+    # the remote references grouped by receiving tile (a counting sort into
+    # ``by_tile``, room for every reference), then per tile the maximal runs of the
+    # ids it needs, with no sort: its ids are marked, and from each marked id with no
+    # marked id before it the run is walked (and unmarked; ``marked`` is all False
+    # again at the end): rows written
     ends = np.zeros(num_tiles + 1, np.int64)
     for p in range(ids.size):
         if src[p] != dst[p]:
             ends[dst[p] + 1] += 1
     for t in range(num_tiles):
         ends[t + 1] += ends[t]
-    by_tile = np.empty(ends[num_tiles], np.int64)
     for p in range(ids.size):
         d = dst[p]
         if src[p] != d:
@@ -388,7 +391,13 @@ def flat_pieces(
     found = _collect(_flat_pieces, k, ids[:k], src[:k], dst[:k], bounded=True)
     if found[0].size > SHORT_PIECES * k:
         marked = np.zeros(owner.size, bool)
-        return _collect(_tile_pieces, ids.size, ids, src, dst, num_tiles, marked, bounded=True)
+        # the references' ids grouped by tile: int32 where every id fits (the counting
+        # sort writes them to places far apart; half the bytes, half the memory
+        # traffic: 80 -> 45 ms for the 4.7 million references of bench_conv's weight
+        # update copy)
+        by_tile = np.empty(ids.size, np.int32 if owner.size <= _INT32_IDS else np.int64)
+        return _collect(_tile_pieces, ids.size, ids, src, dst, num_tiles, marked, by_tile,
+                        bounded=True)  # fmt: skip
     if k == ids.size:
         return found
     return _collect(_flat_pieces, ids.size, ids, src, dst, bounded=True)
