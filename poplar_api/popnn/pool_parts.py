@@ -61,8 +61,8 @@ def box_positions(
     ``i`` of a box of shape ``shapes[k]`` (row-major), the boxes concatenated in order;
     and each box's size.
 
-    Boxes of one shape share their pattern, made once; every box of it is placed in one
-    array operation."""
+    Boxes of one shape share their pattern, made once; the boxes are written in one
+    compiled pass (no array of every position's destination is made)."""
     n = origins.size
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -77,17 +77,27 @@ def box_positions(
     for shape in kinds.tolist():
         index = np.indices(shape, dtype=np.int64).reshape(len(shape), -1)
         rel.append(strides @ index if index.size else np.zeros(0, np.int64))
-    sizes = np.array([r.size for r in rel], np.int64)[group]
-    starts = np.cumsum(sizes) - sizes
+    kind_sizes = np.array([r.size for r in rel], np.int64)
+    pattern_at = np.zeros(kind_sizes.size + 1, np.int64)
+    np.cumsum(kind_sizes, out=pattern_at[1:])
+    patterns = np.concatenate(rel).astype(np.int64, copy=False)
+    sizes = kind_sizes[group]
     out = np.empty(int(sizes.sum()), np.int64)
-    members = np.argsort(group, kind="stable")
-    bounds = np.searchsorted(group[members], np.arange(len(rel) + 1)).tolist()
-    for g, r in enumerate(rel):
-        m = members[bounds[g] : bounds[g + 1]]
-        if r.size:
-            at = (starts[m][:, None] + np.arange(r.size)).ravel()
-            out[at] = (origins[m][:, None] + r).ravel()
+    _place_boxes(out, np.asarray(origins, np.int64), group.astype(np.int64, copy=False),
+                 patterns, pattern_at)  # fmt: skip
     return out, sizes
+
+
+@numba.njit(cache=True, nogil=True)
+def _place_boxes(out, origins, group, patterns, pattern_at):  # pragma: no cover - compiled
+    """Box after box: ``origins[k]`` plus the pattern of its shape ``group[k]``."""
+    at = 0
+    for k in range(group.size):
+        g = group[k]
+        o = origins[k]
+        for j in range(pattern_at[g], pattern_at[g + 1]):
+            out[at] = o + patterns[j]
+            at += 1
 
 
 @numba.njit(cache=True, nogil=True)
