@@ -81,3 +81,27 @@ def test_fields_computed_equal_fields_gathered() -> None:
     assert ra is not None and rb is not None
     assert ra.runs.starts.tolist() == rb.runs.starts.tolist()
     assert ra.runs.firsts.tolist() == rb.runs.firsts.tolist()
+
+
+@pytest.mark.parametrize("g", [2, 4])
+def test_blocks_of_a_grouped_first_dimension_give_the_ids_gathered(g: int) -> None:
+    """The first dimension's table holds the id at position 0: where that dimension is
+    grouped in memory (conv groups grouped, a view ``[G, H, W]`` of ``[G / g, H, W,
+    g]`` from id 11 on), a block's ids still count it once."""
+    groups, rows, cols = 8, 3, 5
+    mem = np.arange(11, 11 + groups * rows * cols).reshape(groups // g, rows, cols, g)
+    view = np.ascontiguousarray(mem.transpose(0, 3, 1, 2).reshape(groups, rows, cols))
+    sep = separable_ids(view)
+    assert sep is not None
+    pieces = [([0, 0, 0], [3, 2, 2]), ([1, 1, 0], [1, 1, 4])]
+    positions = piece_positions(pieces)
+    index = np.array([[0, 0, 0], [1, 1, 1], [3, 0, 1], [4, 1, 0], [5, 1, 1]])
+    found = sep.blocks(index, positions)
+    assert found is not None
+    covered = np.zeros(index.shape[0], bool)
+    for which, bases, ids in found:
+        covered[which] = True
+        for k, b in zip(which.tolist(), bases.tolist(), strict=True):
+            want = [int(view[tuple(index[k] + p)]) for p in positions]  # one by one
+            assert (b + ids).tolist() == want
+    assert covered.all()

@@ -85,8 +85,9 @@ class SeparableIds:
             classes[:, c] = of_start[inverse.reshape(-1)]
         bases = index @ self.steps + self.first
         pattern = rel @ self.steps  # the terms of the tables that keep one step
-        for d in odd:
-            bases += self.tables[d][index[:, d]] - index[:, d] * self.steps[d]
+        for d in odd:  # (its entry 0 is in ``first`` already: the first table's holds it)
+            table = self.tables[d]
+            bases += table[index[:, d]] - table[0] - index[:, d] * self.steps[d]
             pattern -= rel[:, d] * self.steps[d]
         if not classes.any():
             everyone = np.arange(index.shape[0])
