@@ -162,6 +162,35 @@ def test_copy_pieces_grouped_by_tile_are_each_tiles_runs(seed):
     assert set(rows) == want
 
 
+def test_copy_pieces_grouped_by_tile_keep_to_the_room_they_are_given(monkeypatch):
+    """With less room than pieces, the tile-grouped pass writes only the rows that fit
+    (nothing past them) and counts them all; the second pass, with that room, gives
+    the pieces found with room for every one."""
+    from poplar_api.lowering import pieces
+
+    rng = np.random.default_rng(5)
+    size, n_tiles, n = 400, 6, 3000
+    owner = np.repeat(rng.integers(0, n_tiles, 80), 5)[:size].astype(np.int32)
+    ids = rng.integers(0, size, n)
+    dst = rng.integers(0, n_tiles, n).astype(np.int32)
+    want = pieces.flat_pieces(ids, dst, owner, owner[ids], n_tiles)
+    assert want[0].size > 64
+    # one pass of the kernel, into the first rows of larger arrays holding a mark
+    room, marked = 16, np.zeros(size, bool)
+    by_tile = np.empty(n, np.int32)
+    outs = [np.full(want[0].size + 8, -7, np.int64) for _ in range(3)]
+    count = pieces._tile_pieces(ids, owner[ids], dst, n_tiles, marked, by_tile,
+                                *(o[:room] for o in outs))  # fmt: skip
+    assert count == want[0].size
+    for out, column in zip(outs, want, strict=True):
+        assert out[:room].tolist() == column[:room].tolist()
+        assert (out[room:] == -7).all()  # nothing written past the room
+    assert not marked.any()
+    monkeypatch.setattr(pieces, "BOUNDED_ROOM", room)  # so: a second pass
+    got = pieces.flat_pieces(ids, dst, owner, owner[ids], n_tiles)
+    assert [a.tolist() for a in got] == [a.tolist() for a in want]
+
+
 def _old_variable_tiles(starts, holder, size, tile, var_ids, nt):
     """Elements per (variable, tile) as they were counted before the compiled pass:
     stretch lengths, then a stable argsort of packed (variable, tile) keys."""

@@ -321,7 +321,7 @@ def _tile_pieces(
     # ``by_tile``, room for every reference), then per tile the maximal runs of the
     # ids it needs, with no sort: its ids are marked, and from each marked id with no
     # marked id before it the run is walked (and unmarked; ``marked`` is all False
-    # again at the end): rows written
+    # again at the end): the rows found, of which those that fit are written
     ends = np.zeros(num_tiles + 1, np.int64)
     for p in range(ids.size):
         if src[p] != dst[p]:
@@ -349,9 +349,10 @@ def _tile_pieces(
                 if j == last or not marked[j + 1]:
                     break
                 j += 1
-            out_begin[count] = i
-            out_length[count] = j + 1 - i
-            out_dst[count] = t
+            if count < out_begin.size:  # (past the room: counted only)
+                out_begin[count] = i
+                out_length[count] = j + 1 - i
+                out_dst[count] = t
             count += 1
         lo = ends[t]
     return count
