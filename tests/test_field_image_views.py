@@ -118,3 +118,26 @@ def test_a_plans_geometries_are_found_once_and_are_each_vertexs():
             np.testing.assert_array_equal(i_r, wi)
     assert conv_vertices._shapes(packed, classes) is shapes  # the same plan: kept
     assert conv_vertices._shapes(packed, list(classes)) is not shapes  # another: found
+
+
+def test_the_geometries_of_a_plan_not_kept_are_not_kept(monkeypatch):
+    """A plan too large to keep gives new classes on every run: their geometries are
+    found, equal to those of a kept plan, and not kept (nothing would find them again,
+    and they hold the plan's classes)."""
+    rng = np.random.default_rng(6)
+    first = _geometries(rng)
+    replicas = [_replica(rng, first, shared_weights=False) for _ in range(R)]
+    fields = _image_fields(replicas, "regular", np.float32, rng, out=np.float32)
+    a, b, c, wl, pr = (fields[f] for f in FIELDS)
+    packed = (a, b, c, wl.first_replica(), pr.first_replica())
+    monkeypatch.setattr(conv_vertices, "_PLANS", {})
+    monkeypatch.setattr(conv_vertices, "_SHAPES", {})
+    monkeypatch.setattr(conv_vertices, "_plans_bytes", [0])
+    monkeypatch.setattr(conv_vertices, "_PLANS_BYTES", 0)  # every plan too large to keep
+    _, classes = conv_vertices._plan(packed, len(first), 1)
+    shapes = conv_vertices._shapes(packed, classes)
+    assert not conv_vertices._PLANS and not conv_vertices._SHAPES
+    want = [conv_vertices._geometry(packed, v) for _, v in classes]
+    assert [(g.ncg, g.nog, g.nig, g.in_rows, g.out_rows) for g in shapes] == [
+        (g.ncg, g.nog, g.nig, g.in_rows, g.out_rows) for g in want
+    ]

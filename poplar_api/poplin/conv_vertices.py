@@ -220,6 +220,9 @@ def _plan(fields: tuple[FieldBatch, ...], num_vertices: int, replicas: int) -> t
         _plans_bytes[0] = 0
     _plans_bytes[0] += size
     _PLANS[key] = (layout, wl.copy(), pr.copy(), replicas, num_vertices, (regular.copy(), classes))
+    if len(_SHAPES) >= _PLANS_KEPT:  # (entries of plans replaced under their key)
+        _SHAPES.clear()
+    _SHAPES[id(classes)] = (classes, None)  # its geometries, once asked for
     return regular, classes
 
 
@@ -418,22 +421,24 @@ def _geometry(fields: tuple, first: int) -> _Geometry | None:
     return _Geometry(ncg, nog, nig, in_rows, out_rows, ic, oc, nk, rows, runs, same)
 
 
-#: The geometries of a kept plan's classes, by the plan's list of classes (kept with
-#: it, so its id names it): a plan is reused only for the same layout and the same
-#: worklists and params (:func:`_plan`), from which alone the geometries follow.
-_SHAPES: dict[int, tuple[list, list]] = {}
+#: The geometries of a kept plan's classes (None until asked for), by the plan's list
+#: of classes (kept with it, so its id names it; entered by :func:`_plan` as it keeps
+#: the plan and cleared with the plans): a plan is reused only for the same layout and
+#: the same worklists and params (:func:`_plan`), from which alone the geometries
+#: follow. A plan not kept (too large) has no entry: its classes are new on every run.
+_SHAPES: dict[int, tuple[list, list | None]] = {}
 
 
 def _shapes(fields: tuple, classes: list) -> list:
     """:func:`_geometry` of each class of ``classes`` (found by :func:`_plan` for
-    ``fields``), found once per plan."""
+    ``fields``), found once per kept plan."""
     hit = _SHAPES.get(id(classes))
-    if hit is not None and hit[0] is classes:
+    kept = hit is not None and hit[0] is classes
+    if kept and hit[1] is not None:
         return hit[1]
     shapes = [_geometry(fields, v) for _, v in classes]
-    if len(_SHAPES) >= _PLANS_KEPT:
-        _SHAPES.clear()
-    _SHAPES[id(classes)] = (classes, shapes)
+    if kept:
+        _SHAPES[id(classes)] = (classes, shapes)
     return shapes
 
 
