@@ -227,7 +227,7 @@ def on_tile_copy_steps(
     return on_tile_copy_vertices(cfg, tiles, pieces, gather, new_region, element_type)
 
 
-_NO_IDS = np.zeros(0, np.int64)
+_NO_IDS = runs.read_only(np.zeros(0, np.int64))
 
 
 def _id_source(ids: np.ndarray | range) -> tuple[np.ndarray, bool, int, int]:
@@ -235,7 +235,7 @@ def _id_source(ids: np.ndarray | range) -> tuple[np.ndarray, bool, int, int]:
     ``range`` as its start and step (its ids are computed, not made as an array)."""
     if isinstance(ids, range):
         return _NO_IDS, True, ids.start, ids.step
-    return np.asarray(ids), False, 0, 0
+    return runs.read_only(np.asarray(ids)), False, 0, 0
 
 
 @numba.njit(cache=True, nogil=True)

@@ -402,5 +402,5 @@ def _take_pieces(parts: list[tuple[np.ndarray, np.ndarray, Any]], total: int, dt
         if isinstance(ids, RunIds):
             at = runs.take_run_ranges(ids.starts, ids.firsts, ids.size, b, e, out, at)
         else:
-            at = runs.take_ranges(np.asarray(ids), b, e, out, at)
+            at = runs.take_ranges(runs.read_only(np.asarray(ids)), b, e, out, at)
     return out

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from poplar_api.lowering.runs import read_only
+
 #: An empty int64 array: a kernel argument not given.
 _NONE = np.zeros(0, np.int64)
 
@@ -174,6 +176,7 @@ class Pieces:
     def field(self, ids: np.ndarray, starts: np.ndarray, bounds: np.ndarray, vtiles, owner) -> None:
         """Add the pieces of a field (see :func:`field_pieces`)."""
         vertices = bounds.size - 1
+        ids = read_only(ids)
         v = 0
         while v < vertices:
             self.count, v = _field_pieces(
@@ -384,6 +387,7 @@ def flat_pieces(
     and each tile's maximal runs found, in compiled passes: the runs then cover the
     same ids of each tile (what the planner merges them into), in fewer pieces, with
     no repeats and no longer in reference order."""
+    ids = read_only(ids)
     if src is None:
         src = owner[ids]
     if num_tiles is None:

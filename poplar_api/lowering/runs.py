@@ -112,7 +112,7 @@ def mark_variables_in(
         if first == last:
             mask[var_ids[first]] = True
             return
-        _mark_variables(ids, bases, var_ids, mask)
+        _mark_variables(read_only(ids), bases, var_ids, mask)
 
 
 def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: np.ndarray) -> None:
@@ -186,9 +186,25 @@ def _span(ids):  # pragma: no cover - compiled
     return lo, hi + 1
 
 
+def read_only(ids: np.ndarray) -> np.ndarray:
+    """``ids`` as the compiled passes here take them: C-contiguous and read-only (a
+    read-only view where they are writeable, a copy where they are strided).
+
+    Numba compiles, and every process then loads from its cache, one machine-code
+    version of a pass per argument type, and writeable, read-only and strided arrays
+    are three types: the ids of fields and tensors come all three ways, so a pass
+    called with each as it comes had up to three versions per id type to compile on
+    a fresh checkout and to load in every process."""
+    ids = np.ascontiguousarray(ids)
+    if ids.flags.writeable:
+        ids = ids.view()
+        ids.flags.writeable = False
+    return ids
+
+
 def span(ids: np.ndarray) -> tuple[int, int]:
     """``(min, max + 1)`` of a non-empty id array, in one pass."""
-    lo, hi = _span(ids)
+    lo, hi = _span(read_only(ids))
     return int(lo), int(hi)
 
 
@@ -206,7 +222,7 @@ def _mark_new(ids, lo, marked):  # pragma: no cover - compiled
 def mark_new(ids: np.ndarray, lo: int, marked: np.ndarray) -> int:
     """Set the bits of ``ids`` in ``marked`` (a bitmap of ids ``lo, lo + 1, ...`` that
     holds them all); return how many were set already."""
-    return int(_mark_new(ids, lo, marked))
+    return int(_mark_new(read_only(ids), lo, marked))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -225,7 +241,7 @@ def marked_refs(ids: np.ndarray, lo: int, marked: np.ndarray) -> np.ndarray:
     """Positions in ``ids`` of the ids set in ``marked`` (a bitmap of ids ``lo,
     lo + 1, ...``), in one pass without element-sized temporaries."""
     out = np.empty(ids.size, np.int64)
-    return out[: _marked_refs(ids, lo, marked, out)].copy()
+    return out[: _marked_refs(read_only(ids), lo, marked, out)].copy()
 
 
 @numba.njit(cache=True, nogil=True)
@@ -352,7 +368,7 @@ def as_index(ids: np.ndarray | range) -> np.ndarray | slice:
     if isinstance(ids, range) and ids.step == 1:
         return slice(ids.start, ids.stop) if len(ids) else np.empty(0, np.int64)
     ids = np.asarray(ids)
-    if ids.ndim == 1 and ids.size and ids.dtype in _ID_TYPES and _consecutive(ids):
+    if ids.ndim == 1 and ids.size and ids.dtype in _ID_TYPES and _consecutive(read_only(ids)):
         return slice(int(ids[0]), int(ids[0]) + ids.size)
     return ids
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from poplar_api.lowering.pieces import grown, put_piece
 from poplar_api.lowering.received import raise_distance
+from poplar_api.lowering.runs import read_only
 
 __all__ = [
     "MIN_STRIDED",
@@ -159,6 +160,7 @@ def field_pieces(
             "two references at least"
         )
     vertices = bounds.size - 1
+    ids = read_only(ids)
     v = 0
     while v < vertices:
         into.count, strided.rows, v = _field_pieces(
