@@ -106,3 +106,30 @@ def test_take_gets_read_only_ids_for_views_with_and_without_an_index():
     again = gathered.elements(np.arange(140, 0, -1))
     assert again.numElements() == 140
     assert _read_only(tensor_views._take, 0) == {True}
+
+
+def test_the_id_passes_get_read_only_contiguous_ids_however_the_ids_come():
+    """The id passes of the lowering (span, consecutive ids, marking) take the ids
+    writeable, read-only or strided, and give the same answers as numpy, with one
+    read-only C-contiguous type each (a strided or writeable argument would be another
+    specialisation to compile and load)."""
+    from poplar_api.lowering import runs
+
+    base = np.r_[np.arange(50, 90), np.arange(3, 13)].astype(np.int64)
+    frozen = base.copy()
+    frozen.flags.writeable = False
+    strided = np.repeat(base, 2)[::2]  # the same ids, a stride of 16 bytes
+    assert not strided.flags.c_contiguous
+    for given in (base, frozen, strided):
+        assert runs.span(given) == (int(base.min()), int(base.max()) + 1)
+        assert runs.as_index(given[:40]) == slice(50, 90)
+        lo, hi = runs.span(given)
+        marked = np.zeros(hi - lo, bool)
+        assert runs.mark_new(given, lo, marked) == 0
+        assert runs.mark_new(given[:5], lo, marked) == 5  # set already
+        hits = runs.marked_refs(given, lo, marked)
+        np.testing.assert_array_equal(hits, np.flatnonzero(np.isin(base, base)))
+    assert base.flags.writeable  # the caller's array is left as it was
+    for kernel in (runs._span, runs._consecutive, runs._mark_new, runs._marked_refs):
+        layouts = {(sig[0].mutable, sig[0].layout) for sig in kernel.signatures}
+        assert layouts == {(False, "C")}, (kernel.__name__, layouts)
