@@ -23,19 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from poplar_api.fields import FieldBatch
-from poplar_api.lowering.runs import rows_apart
+from poplar_api.lowering.runs import read_only, rows_apart
 from poplar_api.lowering.runs import take_rows as _take_rows
 
 __all__ = ["ImageAccess", "ImageField", "tiled_offsets"]
-
-
-def _read_only(ix: np.ndarray) -> np.ndarray:
-    """``ix`` read-only (the runner's gathers take read-only ids: one compiled signature
-    per id dtype)."""
-    if ix.flags.writeable:
-        ix = ix.view()
-        ix.flags.writeable = False
-    return ix
 
 
 @dataclass(frozen=True)
@@ -128,7 +119,7 @@ class ImageField:
         packs a field for a batch of every replica's vertices."""
         r, n = self.replicas, self.ids.size
         raw = np.empty((r, n), self.image.dtype)
-        _take_rows(self.image, _read_only(self.ids), raw)
+        _take_rows(self.image, read_only(self.ids), raw)
         data = self._typed(raw.reshape(-1))
         outer = tiled_offsets(self.offsets, r)
         inner = None if self.inner_offsets is None else tiled_offsets(self.inner_offsets, r)
@@ -152,7 +143,7 @@ class ImageField:
         if strides is None or strides[-1] != 1:
             # a view only where each block's elements follow one another, as packed:
             # a kernel's products then see the strides they see on packed fields
-            return ImageAccess(shape, index=_read_only(ids.reshape(-1)))
+            return ImageAccess(shape, index=read_only(ids.reshape(-1)))
         return ImageAccess(shape, int(ids.reshape(-1)[0]) if ids.size else 0, strides)
 
     def piece_accesses(self, starts: np.ndarray, size: int, cuts: list[int]) -> list:
@@ -182,7 +173,7 @@ class ImageField:
                 found.append(ImageAccess(shape, int(base[k]), steps))
             else:
                 index = ids[lo[k] : hi[k]].reshape(-1)
-                found.append(ImageAccess(shape, index=_read_only(index)))
+                found.append(ImageAccess(shape, index=read_only(index)))
         return found
 
     def _view(self, acc: ImageAccess, writeable: bool) -> np.ndarray:
@@ -226,7 +217,7 @@ class ImageField:
             return
         index = acc.index
         if index is None:  # affine, but an element appears twice: the ids in order
-            index = _read_only(_ids_of(acc).astype(self.ids.dtype))
+            index = read_only(_ids_of(acc).astype(self.ids.dtype))
         raw = _raw(values, self.dtype, self.image.dtype)
         self.image[:, index] = raw.reshape(self.replicas, -1)
 

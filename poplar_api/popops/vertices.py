@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
-from poplar_api.field_images import ImageField
+from poplar_api.field_images import ImageField, read_only
 from poplar_api.fields import FieldBatch
 from poplar_api.popops import estimators as est
 from poplar_api.popops.expr import Expr, _round
@@ -257,18 +257,9 @@ def _scaled_add_in_place(b: dict[str, Any], subtract: bool) -> bool:
         return False
     scales = np.ascontiguousarray(scale.image.view(f32)[:, scale.ids])
     a_img, b_img = a.image.view(f32), other.image.view(f32)
-    ids = [_frozen(a.ids), _frozen(other.ids)]
+    ids = [read_only(a.ids), read_only(other.ids)]
     _scaled_add_images(a_img, ids[0], b_img, ids[1], scales, counts, bool(subtract))
     return True
-
-
-def _frozen(ids: np.ndarray) -> np.ndarray:
-    """``ids`` read-only (a view where they are writeable): the fields' ids come either
-    way, and each mix would be a compiled signature of its own to load."""
-    if ids.flags.writeable:
-        ids = ids.view()
-        ids.flags.writeable = False
-    return ids
 
 
 def _apart(a_ids: np.ndarray, b_ids: np.ndarray) -> bool:
