@@ -99,13 +99,18 @@ def test_first_replica_looks_at_the_ids_only(gap):
     assert field.first_replica() is None
 
 
-def test_a_plans_geometries_are_found_once_and_are_each_vertexs():
-    rng = np.random.default_rng(5)
+def _planned_fields(rng: np.random.Generator) -> tuple[list, tuple]:
+    """Regular conv partials' geometries and their replicas' fields as ``_plan`` takes
+    them (in, weights and out in place; worklists and params replica 0's)."""
     first = _geometries(rng)
     replicas = [_replica(rng, first, shared_weights=False) for _ in range(R)]
     fields = _image_fields(replicas, "regular", np.float32, rng, out=np.float32)
     a, b, c, wl, pr = (fields[f] for f in FIELDS)
-    packed = (a, b, c, wl.first_replica(), pr.first_replica())
+    return first, (a, b, c, wl.first_replica(), pr.first_replica())
+
+
+def test_a_plans_geometries_are_found_once_and_are_each_vertexs():
+    first, packed = _planned_fields(np.random.default_rng(5))
     _, classes = conv_vertices._plan(packed, len(first), 1)
     shapes = conv_vertices._shapes(packed, classes)
     assert len(shapes) == len(classes) > 1
@@ -124,12 +129,7 @@ def test_the_geometries_of_a_plan_not_kept_are_not_kept(monkeypatch):
     """A plan too large to keep gives new classes on every run: their geometries are
     found, equal to those of a kept plan, and not kept (nothing would find them again,
     and they hold the plan's classes)."""
-    rng = np.random.default_rng(6)
-    first = _geometries(rng)
-    replicas = [_replica(rng, first, shared_weights=False) for _ in range(R)]
-    fields = _image_fields(replicas, "regular", np.float32, rng, out=np.float32)
-    a, b, c, wl, pr = (fields[f] for f in FIELDS)
-    packed = (a, b, c, wl.first_replica(), pr.first_replica())
+    first, packed = _planned_fields(np.random.default_rng(6))
     monkeypatch.setattr(conv_vertices, "_PLANS", {})
     monkeypatch.setattr(conv_vertices, "_SHAPES", {})
     monkeypatch.setattr(conv_vertices, "_plans_bytes", [0])
