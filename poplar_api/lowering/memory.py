@@ -46,6 +46,7 @@ convolution's input window) put ResNet-50's exchange code at 590 MB; see
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,7 @@ import numpy as np
 from ipusim import ir
 from ipusim.config import CodeConfig
 from ipusim.tile.memory import (
+    ANY,
     INTERLEAVED,
     NON_INTERLEAVED,
     BlockTable,
@@ -192,13 +194,68 @@ def _step_tiles(
     return np.arange(num_tiles)
 
 
-def _per_tile_blocks(name: str, category: str, nbytes: np.ndarray, **kw: Any) -> BlockTable:
-    return BlockTable.per_tile(name, category, nbytes, **kw)
+#: :attr:`BlockTable.region`'s code of each region request
+_REGION_CODE = {NON_INTERLEAVED: 0, INTERLEAVED: 1, ANY: 2}
+
+
+@dataclass(frozen=True)
+class _PerTile:
+    """Blocks named ``name`` of ``nbytes[t]`` bytes on every tile ``t`` where that is not
+    0 (:meth:`BlockTable.per_tile`'s blocks), kept as a row of bytes until
+    :func:`_per_tile_table` makes one table of many such rows."""
+
+    name: str
+    category: str
+    nbytes: np.ndarray
+    element_bytes: int = 1
+    region: str = ANY
+    live: tuple[int, int] | None = None
+
+
+def _per_tile_blocks(name: str, category: str, nbytes: np.ndarray, **kw: Any) -> _PerTile:
+    return _PerTile(name, category, nbytes, **kw)
+
+
+def _per_tile_table(parts: Sequence[_PerTile], nt: int) -> BlockTable:
+    """One table of the blocks of ``parts``: the rows, names and categories that
+    :meth:`BlockTable.concat` gives of their :meth:`BlockTable.per_tile` tables (part
+    after part, each one's tiles ascending; names and categories in order of first
+    appearance, those of parts without blocks included), found in one pass over a
+    ``[parts, tiles]`` matrix of bytes. Memory placement has a few hundred such parts
+    (the state of every compute set, its exchange buffers): a table of a dozen small
+    arrays each, then a join of them all, cost more than the blocks they hold."""
+    if not parts:
+        return BlockTable.empty()
+    nbytes = np.empty((len(parts), nt), np.int64)
+    for k, part in enumerate(parts):
+        nbytes[k] = part.nbytes
+    at = np.flatnonzero(nbytes)  # row-major: part after part, tiles ascending
+    of, tile = np.divmod(at, nt)
+    names = {x: k for k, x in enumerate(dict.fromkeys(p.name for p in parts))}
+    categories = {x: k for k, x in enumerate(dict.fromkeys(p.category for p in parts))}
+
+    def column(values: Any) -> np.ndarray:  # a value per part, one per block
+        return np.fromiter(values, np.int64, len(parts))[of]
+
+    live = [(0, 0) if p.live is None else (int(p.live[0]), int(p.live[1])) for p in parts]
+    return BlockTable(
+        names=list(names),
+        categories=list(categories),
+        name=column(names[p.name] for p in parts),
+        category=column(categories[p.category] for p in parts),
+        tile=tile,
+        size=nbytes.reshape(-1)[at],
+        element_bytes=column(p.element_bytes for p in parts),
+        region=column(_REGION_CODE[p.region] for p in parts),
+        live_first=column(lo for lo, _ in live),
+        live_last=column(hi for _, hi in live),
+        always=np.fromiter((p.live is None for p in parts), bool, len(parts))[of],
+    )
 
 
 def _code_blocks(
     walk: ProgramPoints, timing: TimingModel, nt: int, known: Totals | None = None
-) -> list[BlockTable]:
+) -> list[_PerTile]:
     """Stacks, control code and exchange code of every tile (non-interleaved, always live)."""
     nonint = {"region": NON_INTERLEAVED}
     cfg = timing.config
@@ -233,7 +290,7 @@ def _code_blocks(
 
 def _vertex_code_blocks(
     computes: list[ir.Compute], nt: int, by_vertex_type: dict[str, int], code: CodeConfig
-) -> list[BlockTable]:
+) -> list[_PerTile]:
     """Code of each vertex type on each tile that runs one (counted in ``by_vertex_type``)."""
     code_tiles: dict[str, np.ndarray] = {}
     for step in computes:
@@ -247,7 +304,7 @@ def _vertex_code_blocks(
     blocks = []
     for tname, on in code_tiles.items():
         nbytes = np.where(on, code.vertex_code_bytes, 0)
-        blocks.append(BlockTable.per_tile(tname, "vertexCode", nbytes, region=NON_INTERLEAVED))
+        blocks.append(_per_tile_blocks(tname, "vertexCode", nbytes, region=NON_INTERLEAVED))
         count = int(np.count_nonzero(on))
         by_vertex_type[tname] = by_vertex_type.get(tname, 0) + code.vertex_code_bytes * count
     return blocks
@@ -413,7 +470,7 @@ def _vertex_state_blocks(
     code: CodeConfig,
     data_by_type: dict[str, np.ndarray],
     parts: dict[str, dict[str, np.ndarray]] | None = None,
-) -> list[BlockTable]:
+) -> list[_PerTile]:
     """Vertex state per compute set and tile: the graph's compute sets (their
     vector-list descriptors as ``vectorListDescriptor`` blocks beside the rest of the
     state), then the on-tile copies lowering made (one copy vertex per tile, its state
@@ -422,7 +479,7 @@ def _vertex_state_blocks(
     ``"byComputeSet"``: name -> rows edge pointers, descriptors, copy pointers, each
     on every tile) the parts of that state."""
     kw = {"element_bytes": 4, "region": NON_INTERLEAVED}
-    blocks: list[BlockTable] = []
+    blocks: list[_PerTile] = []
     in_cs: set[int] = set()
     parts = parts if parts is not None else {"byType": {}, "byComputeSet": {}}
     zero = np.zeros(nt, np.int64)
@@ -467,11 +524,11 @@ def _vertex_state_blocks(
 
 def _buffer_blocks(
     walk: ProgramPoints, timing: TimingModel, nt: int, known: Totals | None = None
-) -> list[BlockTable]:
+) -> list[_PerTile]:
     """Exchange buffers of each Execute, live while it runs: elements received before
     its compute step (on the receivers), elements sent after it (on the senders), by
     on-chip and global exchanges alike."""
-    blocks: list[BlockTable] = []
+    blocks: list[_PerTile] = []
     for lo, hi in walk.executes:
         seen_compute = False
         for p in range(lo, hi + 1):
@@ -526,15 +583,14 @@ def place_memory(
     index = index if index is not None else VariableIndex(state)
     variables, extra = _variable_blocks(state, live, index, records, nt, owners)
     known: Totals = {}  # each exchange's totals, asked for its tiles, code and buffers
-    tables = [
-        *_code_blocks(walk, timing, nt, known),
-        *_vertex_code_blocks(computes, nt, by_vertex_type, cfg.code),
-        variables,
-        *_vertex_state_blocks(
-            records, computes, nt, by_compute_set, by_vertex_type, cfg.code, data_by_type, parts
-        ),
-        *_buffer_blocks(walk, timing, nt, known),
-    ]
+    code = _code_blocks(walk, timing, nt, known)
+    code += _vertex_code_blocks(computes, nt, by_vertex_type, cfg.code)
+    state_blocks = _vertex_state_blocks(
+        records, computes, nt, by_compute_set, by_vertex_type, cfg.code, data_by_type, parts
+    )
+    state_blocks += _buffer_blocks(walk, timing, nt, known)
+    tables = [_per_tile_table(code, nt), variables, _per_tile_table(state_blocks, nt)]
+    del code, state_blocks
     del known
     del variables  # the tables are emptied column by column as the blocks are joined
     blocks = BlockTable.concat(tables, release=True)
