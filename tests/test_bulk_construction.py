@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import weakref
 
+import numba
 import numpy as np
 import pytest
 
@@ -75,6 +76,49 @@ class _Cycle:
 
     def __init__(self) -> None:
         self.me = self
+
+
+def _fresh_kernel():
+    """A function Numba has not compiled (a new one each call, not cached on disk)."""
+
+    def add_one(x):
+        return x + 1
+
+    return numba.njit(add_one)
+
+
+def test_a_numba_compile_in_a_paused_call_frees_the_young_cyclic_garbage(collector):
+    # the compiler's own cyclic garbage goes with the cycles made before the compile
+    gc.enable()
+    refs = {}
+
+    @bulk_construction
+    def build() -> tuple[bool, bool]:
+        cycle = _Cycle()
+        refs["cycle"] = weakref.ref(cycle)
+        del cycle
+        kept = refs["cycle"]() is not None  # paused: nothing collects it yet
+        assert _fresh_kernel()(np.int64(2)) == 3  # compiled here
+        return kept, refs["cycle"]() is None
+
+    assert build() == (True, True)
+    assert gc.isenabled()
+
+
+def test_a_numba_compile_leaves_a_collector_the_caller_paused_alone(collector):
+    gc.disable()
+    cycle = _Cycle()
+    ref = weakref.ref(cycle)
+    del cycle
+
+    @bulk_construction
+    def build() -> None:
+        assert _fresh_kernel()(np.int64(2)) == 3
+
+    build()
+    assert _fresh_kernel()(np.int64(4)) == 5
+    assert ref() is not None
+    assert not gc.isenabled()
 
 
 def test_a_block_freezes_the_objects_before_it_and_unfreezes_them_after(collector):
