@@ -64,7 +64,10 @@ __all__ = [
 #: Largest count of an ``rpt`` loop (12-bit repeat count register).
 RPT_MAX_COUNT = 4095
 
-_njit = numba.njit(cache=False)
+# Cached on disk as the project's other kernels are: a kernel or driver that calls an
+# intrinsic loads its machine code in a later process instead of compiling it again.
+# Counted kernels, whose counting compilation is never cached, call them in every run.
+_njit = numba.njit(cache=True, nogil=True)
 
 
 # inlined into each intrinsic: called on its own, Numba would compile it once per

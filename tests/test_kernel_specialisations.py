@@ -72,6 +72,17 @@ def test_the_intrinsics_bounds_check_is_inlined_not_compiled_per_constant():
     assert len(intr._check.signatures) == before == 0
 
 
+def test_the_intrinsics_are_cached_on_disk():
+    """Every intrinsic keeps its machine code in Numba's disk cache, as the other
+    kernels do, so a process that compiles a driver or a counted kernel calling it
+    loads the intrinsic instead of compiling it again (a dispatcher without a disk
+    cache has no cache path)."""
+    from poplar_api import ipu_intrinsics as intr
+
+    uncached = [f.__name__ for f in intr.INSTRUCTIONS if f.stats.cache_path is None]
+    assert uncached == []
+
+
 def _read_only(dispatcher, arg: int) -> set[bool]:
     """Whether argument ``arg`` is a read-only array, over the signatures of
     ``dispatcher`` compiled (or loaded) in this process."""
