@@ -342,3 +342,23 @@ def test_large_space_passed_from_its_stretch_owners_only_when_all_are_mapped():
     g = tiny_graph()
     g.setTileMapping(g.addVariable(FLOAT, [5000], "all"), 1)
     Engine(g, prog.Sequence())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_written_runs_marked_and_spanned_as_their_ids(seed):
+    """Validation marks written fields held as runs from the runs: the bitmap and the
+    count of ids met again equal those of the ids written out in the test, and the span
+    is that of the ids (None with no id)."""
+    rng = np.random.default_rng(seed)
+    begin = rng.integers(0, 300, int(rng.integers(0, 12)))
+    end = begin + rng.integers(0, 25, begin.size) * (rng.random(begin.size) < 0.8)
+    ids = [i for b, e in zip(begin.tolist(), end.tolist(), strict=True) for i in range(b, e)]
+    got = runs.runs_span(begin, end)
+    assert got == ((min(ids), max(ids) + 1) if ids else None)
+    if not ids:
+        return
+    lo = min(ids) - int(rng.integers(0, 5))
+    marked = np.zeros(max(ids) + 1 - lo, bool)
+    again = runs.mark_new_runs(begin, end, lo, marked)
+    assert again == len(ids) - len(set(ids))
+    assert set((np.flatnonzero(marked) + lo).tolist()) == set(ids)

@@ -41,7 +41,9 @@ class FieldTable:
     planning, liveness and the runner's gather read the runs).
     """
 
-    __slots__ = ("_ids", "inner_offsets", "offsets", "positions", "ref_runs", "runs", "spec")
+    __slots__ = (
+        "_bounds", "_ids", "inner_offsets", "offsets", "positions", "ref_runs", "runs", "spec",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -62,6 +64,7 @@ class FieldTable:
         self.positions = positions  # position in the compute set of each vertex of the group
         self.runs = runs
         self.ref_runs = ref_runs
+        self._bounds: np.ndarray | None = None
 
     @property
     def ids(self) -> np.ndarray:
@@ -112,10 +115,15 @@ class FieldTable:
 
     @property
     def bounds(self) -> np.ndarray:
-        """``int64[vertices + 1]``: vertex ``i`` owns ``ids[bounds[i]:bounds[i + 1]]``."""
+        """``int64[vertices + 1]``: vertex ``i`` owns ``ids[bounds[i]:bounds[i + 1]]``
+        (a vector list's: made once, on first use; :attr:`size` and the passes over the
+        field ask for it several times per compute set)."""
         if self.inner_offsets is None:
             return self.offsets
-        return self.inner_offsets[self.offsets]
+        if self._bounds is None:
+            self._bounds = self.inner_offsets[self.offsets]
+            self._bounds.flags.writeable = False  # (shared by every caller)
+        return self._bounds
 
     def vertex_of(self, refs: np.ndarray) -> np.ndarray:
         """Compute-set position of the vertex owning each reference index in ``refs``."""

@@ -226,6 +226,36 @@ def mark_new(ids: np.ndarray, lo: int, marked: np.ndarray) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
+def _mark_new_runs(begin, end, lo, marked):  # pragma: no cover - compiled
+    again = 0
+    for k in range(begin.size):
+        for i in range(begin[k] - lo, end[k] - lo):
+            if marked[i]:
+                again += 1
+            marked[i] = True
+    return again
+
+
+def mark_new_runs(begin: np.ndarray, end: np.ndarray, lo: int, marked: np.ndarray) -> int:
+    """:func:`mark_new` of the ids ``begin[k] .. end[k] - 1`` of every run ``k``, in
+    order (the same count, without the ids made)."""
+    begin = read_only(np.asarray(begin, np.int64))
+    end = read_only(np.asarray(end, np.int64))
+    return int(_mark_new_runs(begin, end, np.int64(lo), marked))
+
+
+def runs_span(begin: np.ndarray, end: np.ndarray) -> tuple[int, int] | None:
+    """``(least id, greatest id + 1)`` of the ids of runs ``[begin[k], end[k])``, or
+    None when every run is empty."""
+    full = end > begin
+    if not full.any():
+        return None
+    if not full.all():
+        begin, end = begin[full], end[full]
+    return int(begin.min()), int(end.max())
+
+
+@numba.njit(cache=True, nogil=True)
 def _marked_refs(ids, lo, marked, out):  # pragma: no cover - compiled
     count = 0
     n = marked.size

@@ -156,16 +156,32 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
     for t, reads, writes in by_size.values():
         if not writes:
             continue
-        w_ids = [w.passing_ids() for w in writes]  # (not kept: see FieldTable.passing_ids)
-        w_arrays = [a for a in w_ids if a.size]
-        if not w_arrays:
+        # the written fields held as runs are marked from their runs (most written
+        # fields are one run per vertex); the ids of every written field are made only
+        # where an element is written twice or read by another vertex
+        held = [w.runs if w.runs is not None else w.ref_runs for w in writes]
+        spans = [
+            runs.runs_span(*h) if h is not None else runs.span(w.ids) if w.size else None
+            for w, h in zip(writes, held, strict=True)
+        ]
+        if all(x is None for x in spans):
             continue
         # a bitmap of the span of written ids only (a compute set writes a small part
         # of an element space, mostly in one place)
-        spans = [runs.span(a) for a in w_arrays]
-        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+        lo = min(x[0] for x in spans if x is not None)
+        hi = max(x[1] for x in spans if x is not None)
         written = np.zeros(hi - lo, bool)
-        if sum(runs.mark_new(a, lo, written) for a in w_arrays):  # an element written twice
+        again = 0
+        for w, h, x in zip(writes, held, spans, strict=True):
+            if x is not None:
+                again += (
+                    runs.mark_new_runs(*h, lo, written)
+                    if h is not None
+                    else runs.mark_new(w.ids, lo, written)
+                )
+        w_ids: list[np.ndarray] = []  # (made when needed; not kept: FieldTable.passing_ids)
+        if again:  # an element written twice
+            w_ids = [w.passing_ids() for w in writes]
             problems += _double_writes(state, table, t, writes, w_ids)
         writer: np.ndarray | None = None  # first writer (position) of each written element
         for ft in reads:
@@ -185,6 +201,7 @@ def check_conflicts(state, table: ComputeSetTable) -> list[str]:
             if refs.size == 0:
                 continue
             if writer is None:
+                w_ids = w_ids or [w.passing_ids() for w in writes]
                 writer = np.full(written.size, -1, np.int32)
                 for w, w_at in zip(reversed(writes), reversed(w_ids), strict=True):
                     lengths = np.diff(w.bounds)  # (reversed assignment: the first writer wins)
