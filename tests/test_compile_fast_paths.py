@@ -362,3 +362,38 @@ def test_written_runs_marked_and_spanned_as_their_ids(seed):
     again = runs.mark_new_runs(begin, end, lo, marked)
     assert again == len(ids) - len(set(ids))
     assert set((np.flatnonzero(marked) + lo).tolist()) == set(ids)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_variables_marked_chunk_by_chunk_and_by_runs_equal_a_lookup_per_id(seed):
+    """Liveness marks the variables of ids a chunk at a time (chunks inside the variable
+    found last passed over) and of runs one run at a time (runs across several
+    variables, empty ones among them): both as numpy's search of every id says, empty
+    variables never marked."""
+    rng = np.random.default_rng(seed)
+    bases = np.sort(np.r_[0, rng.integers(1, 5000, 40), rng.integers(1, 5000, 5)])
+    bases = bases.astype(np.int64)  # repeated bases: variables without elements
+    space = 5200
+    var_ids = rng.permutation(bases.size).astype(np.int64)
+    nonempty = np.diff(bases, append=space) > 0
+
+    def want_of(ids):
+        want = np.zeros(bases.size, bool)
+        want[var_ids[np.searchsorted(bases, ids, side="right") - 1]] = True
+        return want
+
+    # long stretches of ascending ids (many whole chunks in one variable), then noise
+    stretches = [np.arange(a, a + int(rng.integers(1, 900))) for a in rng.integers(0, 4000, 6)]
+    ids = np.concatenate([*stretches, rng.integers(0, space, 40)])
+    for dtype in (np.int64, np.int32):
+        mask = np.zeros(bases.size, bool)
+        runs.mark_variables_in(bases, var_ids, ids.astype(dtype), mask)
+        assert mask.tolist() == want_of(ids).tolist()
+    begin = rng.integers(0, space, 60)
+    end = np.minimum(begin + rng.integers(0, 400, begin.size), space)
+    end[::7] = begin[::7]  # empty runs mark nothing
+    mask = np.zeros(bases.size, bool)
+    runs.mark_runs_in(bases, var_ids, nonempty, begin, end, mask)
+    expanded = np.concatenate([np.arange(b, e) for b, e in zip(begin, end, strict=True)])
+    assert mask.tolist() == want_of(expanded).tolist()
+    assert not mask[var_ids[~nonempty]].any()

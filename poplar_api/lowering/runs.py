@@ -69,20 +69,35 @@ def copy_ranges(target, source, begin, end):  # pragma: no cover
             target[i] = source[i]
 
 
+#: Ids per chunk of :func:`_mark_variables`: a chunk within the variable found last is
+#: passed over by its least and greatest id (a loop that vectorises).
+MARK_CHUNK = 256
+
+
 @numba.njit(cache=True, nogil=True)
-def _mark_variables(ids, bases, var_ids, mask):  # pragma: no cover
+def _mark_variables(ids, bases, var_ids, mask):  # pragma: no cover - compiled
     n = bases.size
     lo = 1
     hi = 0  # the id range of the variable found last (empty before the first)
     vid = -1
-    for p in range(ids.size):
-        i = ids[p]
-        if i < lo or i >= hi:
-            k = np.searchsorted(bases, i, side="right") - 1
-            lo = bases[k]
-            hi = bases[k + 1] if k + 1 < n else np.iinfo(np.int64).max
-            vid = var_ids[k]
-        mask[vid] = True
+    size = ids.size
+    for p in range(0, size, MARK_CHUNK):
+        q = min(p + MARK_CHUNK, size)
+        c_lo = c_hi = ids[p]
+        for k in range(p + 1, q):  # min and max without branches: vectorises
+            x = ids[k]
+            c_lo = min(c_lo, x)
+            c_hi = max(c_hi, x)
+        if c_lo >= lo and c_hi < hi:
+            continue  # the whole chunk in the variable found last
+        for k in range(p, q):
+            i = ids[k]
+            if i < lo or i >= hi:
+                j = np.searchsorted(bases, i, side="right") - 1
+                lo = bases[j]
+                hi = bases[j + 1] if j + 1 < n else np.iinfo(np.int64).max
+                vid = var_ids[j]
+            mask[vid] = True
 
 
 def mark_variables(space: object, ids: np.ndarray, mask: np.ndarray) -> None:
@@ -102,17 +117,12 @@ def mark_variables_in(
     """:func:`mark_variables` with the space's variable ``bases`` and ``var_ids`` given
     as arrays (made once per lowering, not per call).
 
-    Ids mostly lie in one variable (a field reads one tensor): when the variable of
-    the least id holds the greatest too, it is marked from the span alone (a pass
-    that vectorises), without looking up the ids one by one."""
+    One compiled pass: ids mostly lie in one variable (a field reads one tensor), so
+    the ids are taken a chunk of :data:`MARK_CHUNK` at a time and a chunk within the
+    variable found last is passed over by its least and greatest id alone; the
+    variable is looked up (a binary search of ``bases``) only for an id outside it."""
     if ids.size and bases.size:
-        ids = np.asarray(ids)
-        lo, hi = span(ids)
-        first, last = np.searchsorted(bases, (lo, hi - 1), side="right") - 1
-        if first == last:
-            mask[var_ids[first]] = True
-            return
-        _mark_variables(read_only(ids), bases, var_ids, mask)
+        _mark_variables(read_only(np.asarray(ids)), bases, var_ids, mask)
 
 
 def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: np.ndarray) -> None:
@@ -120,6 +130,32 @@ def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: 
     bases = np.asarray(space.var_bases, np.int64)
     nonempty = np.diff(bases, append=space.size) > 0
     mark_runs_in(bases, np.asarray(space.var_ids, np.int64), nonempty, begin, end, mask)
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_runs(bases, var_ids, nonempty, begin, end, mask):  # pragma: no cover - compiled
+    n = bases.size
+    top = np.iinfo(np.int64).max
+    lo = 1
+    hi = 0  # the id range of the variable found last (empty before the first)
+    j = -1
+    for r in range(begin.size):
+        b = begin[r]
+        e = end[r]
+        if e <= b:
+            continue
+        if b < lo or b >= hi:  # the run starts outside the variable found last
+            j = np.searchsorted(bases, b, side="right") - 1
+            lo = bases[j]
+            hi = bases[j + 1] if j + 1 < n else top
+        if nonempty[j]:
+            mask[var_ids[j]] = True
+        while e > hi:  # the run reaches the next variables: each with elements
+            j += 1
+            lo = bases[j]
+            hi = bases[j + 1] if j + 1 < n else top
+            if nonempty[j]:
+                mask[var_ids[j]] = True
 
 
 def mark_runs_in(
@@ -131,21 +167,17 @@ def mark_runs_in(
     mask: np.ndarray,
 ) -> None:
     """:func:`mark_variable_runs` with the space's variable ``bases``, ``var_ids`` and
-    whether each variable has elements (``nonempty``) given as arrays."""
-    full = end > begin
-    if not full.any() or bases.size == 0:
+    whether each variable has elements (``nonempty``) given as arrays.
+
+    Variables are id ranges in id order: a run covers every variable from its first
+    element's to its last element's, except variables of no elements. One compiled
+    pass over the runs, the variable looked up (a binary search of ``bases``) only for
+    a run starting outside the one found last (a field's runs mostly lie in one)."""
+    if begin.size == 0 or bases.size == 0:
         return
-    first = np.searchsorted(bases, begin[full], side="right") - 1
-    last = np.searchsorted(bases, end[full] - 1, side="right") - 1
-    # variables are id ranges in id order: a run covers every variable from its first
-    # element's to its last element's, except variables of no elements; counted over
-    # the variables between the least first and the greatest last only (a node touches
-    # a few of a graph's tens of thousands of variables)
-    lo, hi = int(first.min()), int(last.max()) + 1
-    cover = np.bincount(first - lo, minlength=hi - lo + 1)
-    cover -= np.bincount(last + 1 - lo, minlength=hi - lo + 1)
-    covered = (np.cumsum(cover[:-1]) > 0) & nonempty[lo:hi]
-    mask[var_ids[lo:hi][covered]] = True
+    begin = read_only(np.asarray(begin, np.int64))
+    end = read_only(np.asarray(end, np.int64))
+    _mark_runs(bases, var_ids, nonempty, begin, end, mask)
 
 
 def runs_hit(marked: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
