@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import shutil
+import subprocess
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("ipusim", "poplar_api", "popart_api")
@@ -85,3 +89,38 @@ def test_private_use_check_finds_a_use(tmp_path: pathlib.Path) -> None:
     bad = tmp_path / "lib.py"
     bad.write_text("def f(graph):\n    return graph._state.space\n\nclass A:\n    _state = 1\n")
     assert private_uses(bad, tmp_path) == ["lib.py:2 ._state"]
+
+
+def tracked_links(root: pathlib.Path = ROOT) -> list[str] | None:
+    """Paths git tracks as symbolic links under ``root`` (mode 120000), or None when
+    ``root`` is not a git checkout or git is missing (a source archive)."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-s", "-z"],
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    entries = (e.split("\t", 1) for e in listed.split("\0") if e)
+    return sorted(path for info, path in entries if info.split()[0] == "120000")
+
+
+def test_the_tree_tracks_no_symbolic_links() -> None:
+    # a tracked link (a .venv pointing at another checkout's venv) points nowhere in
+    # a fresh clone and shadows the venv `make` would create there
+    links = tracked_links()
+    if links is None:
+        pytest.skip("not a git checkout")
+    assert links == [], f"symbolic links tracked by git: {links}"
+
+
+def test_tracked_link_check_finds_a_link(tmp_path: pathlib.Path) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("")
+    (tmp_path / ".venv").symlink_to(tmp_path / "elsewhere")
+    subprocess.run([*git, "add", "-f", "a.py", ".venv"], check=True)
+    assert tracked_links(tmp_path) == [".venv"]
