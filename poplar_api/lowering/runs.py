@@ -740,27 +740,58 @@ def take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no 
     return j
 
 
+@numba.njit(cache=True, nogil=True)
+def _run_ranges(starts, firsts, size, begins, ends, out_lo, out_hi, fill):  # pragma: no cover
+    # rows of every non-empty range: each run from the last starting at or before its
+    # first position to the last starting at or before its last (counted, or written
+    # with ``fill``)
+    j = r = 0
+    nruns = starts.shape[0]
+    for q in range(begins.shape[0]):
+        b, e = begins[q], ends[q]
+        if e <= b:
+            continue
+        lo_r, hi_r = 0, nruns  # the last run starting at or before b: searched from
+        if starts[r] <= b:  # the last range's when after it (ranges mostly ascend)
+            lo_r, hi_r, step = r, r + 1, 1
+            while hi_r < nruns and starts[hi_r] <= b:
+                lo_r, hi_r, step = hi_r, hi_r + step, 2 * step
+            hi_r = min(hi_r, nruns)
+        while hi_r - lo_r > 1:
+            mid = (lo_r + hi_r) // 2
+            if starts[mid] <= b:
+                lo_r = mid
+            else:
+                hi_r = mid
+        r = lo_r
+        while True:
+            if fill:
+                stop = starts[r + 1] if r + 1 < nruns else size
+                shift = firsts[r] - starts[r]
+                out_lo[j] = max(starts[r], b) + shift
+                out_hi[j] = min(stop, e) + shift
+            j += 1
+            if r + 1 >= nruns or starts[r + 1] > e - 1:
+                break
+            r += 1
+    return j
+
+
 def run_ranges(
     starts: np.ndarray, firsts: np.ndarray, size: int, begins: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ids at positions ``begins[q] .. ends[q] - 1`` of a sequence held as runs of
     consecutive ids (as :func:`take_run_ranges` reads it), as id runs ``[begin, end)``,
     range after range, a run cut where a range ends: :func:`take_run_ranges`' ids
-    without one array entry per id."""
-    begins = np.asarray(begins, np.int64)
-    ends = np.asarray(ends, np.int64)
-    full = ends > begins
-    begins, ends = begins[full], ends[full]
-    # the runs holding each range's first and last positions, and every run between
-    first = np.searchsorted(starts, begins, side="right") - 1
-    last = np.searchsorted(starts, ends - 1, side="right") - 1
-    count = last - first + 1
-    at = np.cumsum(count) - count  # each range's first row
-    row = np.arange(int(count.sum()), dtype=np.int64)
-    k = np.repeat(np.arange(begins.size), count)  # the range of each row
-    r = first[k] + (row - at[k])  # its run
-    stops = np.append(np.asarray(starts[1:], np.int64), size)
-    lo = np.maximum(starts[r], begins[k])
-    hi = np.minimum(stops[r], ends[k])
-    shift = firsts[r] - starts[r]
-    return lo + shift, hi + shift
+    without one array entry per id (two compiled passes: the rows counted, then
+    written)."""
+    starts, firsts = (read_only(np.asarray(a, np.int64)) for a in (starts, firsts))
+    begins, ends = (read_only(np.asarray(a, np.int64)) for a in (begins, ends))
+    size = np.int64(size)
+    n = _run_ranges(starts, firsts, size, begins, ends, _NO_ROWS, _NO_ROWS, False)
+    lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
+    _run_ranges(starts, firsts, size, begins, ends, lo, hi, True)
+    return lo, hi
+
+
+_NO_ROWS = np.zeros(0, np.int64)
