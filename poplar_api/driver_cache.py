@@ -351,7 +351,10 @@ class _Hasher:
         if plain:
             self.text("file", _source_file_digest(func))
         code = func.__code__
-        self.text("function", str(module), func.__qualname__)
+        # not the module's name: one file imported under two names (a script run as
+        # ``__main__`` and imported, an example a test loads by path) compiles to the
+        # same machine code, so its drivers share one entry
+        self.text("function", func.__qualname__)
         self.code(code)
         names = _code_names(code)
         self.value(func.__defaults__, names)

@@ -361,6 +361,27 @@ def test_fingerprints_follow_what_a_kernel_reaches() -> None:
     assert driver_cache.fingerprint("text", [numba.njit(through_module)]) != first
 
 
+def test_one_file_imported_under_two_names_gives_one_key(tmp_path: Path) -> None:
+    """A script run as ``__main__`` and imported by name, or an example a test loads
+    by path, is one code under two module names: its drivers share an entry."""
+    path = _write(tmp_path / "scale_n.py", SCALE.format(factor=2.0, extra="", jit=""))
+
+    def key(name: str) -> str:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return driver_cache.fingerprint("text", [numba.njit(module.Scale.compute)])
+
+    assert key("n7_as_main") == key("n7_imported")
+    other = _write(tmp_path / "scale_o.py", SCALE.format(factor=3.0, extra="", jit=""))
+    spec = importlib.util.spec_from_file_location("n7_other", other)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert driver_cache.fingerprint("text", [numba.njit(module.Scale.compute)]) != key("n7_a")
+
+
 def test_an_unknown_global_makes_a_driver_uncacheable() -> None:
     class Opaque:
         pass
