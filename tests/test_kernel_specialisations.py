@@ -144,3 +144,30 @@ def test_the_id_passes_get_read_only_contiguous_ids_however_the_ids_come():
     for kernel in (runs._span, runs._consecutive, runs._mark_new, runs._marked_refs):
         layouts = {(sig[0].mutable, sig[0].layout) for sig in kernel.signatures}
         assert layouts == {(False, "C")}, (kernel.__name__, layouts)
+
+
+def test_the_field_pieces_get_read_only_bounds_however_the_table_holds_them():
+    """A field table's ``bounds`` are its writeable offsets, or for a vector list a
+    read-only array made once: the passes finding a field's remote reads take them
+    read-only either way (one specialisation each, not one more per flavour)."""
+    from poplar_api.lowering import pieces, strided
+
+    ids = np.array([0, 1, 2, 9, 10, 5, 6, 7, 8, 3], np.int64)
+    owner = np.repeat(np.arange(4, dtype=np.int64), 3)  # 12 elements, 3 per tile
+    vtiles = np.array([3, 0, 1], np.int64)
+    bounds = np.array([0, 3, 5, 10], np.int64)
+    frozen = bounds.copy()
+    frozen.flags.writeable = False
+    found = []
+    for given in (bounds, frozen):
+        into = pieces.Pieces(ids.size)
+        strided.field_pieces(ids, given, vtiles, owner, into, strided.StridedPieces())
+        found.append([a.tolist() for a in into.arrays()])
+        found.append([a.tolist() for a in pieces.field_pieces(ids, given, vtiles, owner)])
+    # vertex 0 on tile 3 reads 0..2 (tile 0); vertex 1 on tile 0 reads 9 (tile 3) and
+    # 10 (tile 3); vertex 2 on tile 1 reads 5 (its own), 6..8 (tile 2) and 3 (its own)
+    expected = [[0, 9, 6], [3, 2, 3], [3, 0, 1]]
+    assert found == [expected] * 4
+    assert bounds.flags.writeable  # the caller's array is left as it was
+    assert _read_only(pieces._field_pieces, 2) == {True}
+    assert _read_only(strided._field_pieces, 1) == {True}

@@ -177,6 +177,7 @@ class Pieces:
         """Add the pieces of a field (see :func:`field_pieces`)."""
         vertices = bounds.size - 1
         ids = read_only(ids)
+        bounds = read_only(bounds)  # a table's offsets, or a vector list's frozen bounds
         v = 0
         while v < vertices:
             self.count, v = _field_pieces(

@@ -161,6 +161,7 @@ def field_pieces(
         )
     vertices = bounds.size - 1
     ids = read_only(ids)
+    bounds = read_only(bounds)  # a table's offsets, or a vector list's frozen bounds
     v = 0
     while v < vertices:
         into.count, strided.rows, v = _field_pieces(
