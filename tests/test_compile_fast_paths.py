@@ -160,6 +160,12 @@ def test_copy_pieces_grouped_by_tile_are_each_tiles_runs(seed):
     rows = list(zip(*(a.tolist() for a in got), strict=True))
     assert len(rows) == len(want)
     assert set(rows) == want
+    # with a kept map of marks: the same pieces, twice, from one map left all False
+    marks: dict = {}
+    for _ in range(2):
+        again = pieces.flat_pieces(ids, dst, owner, owner[ids], n_tiles, marks)
+        assert [a.tolist() for a in again] == [a.tolist() for a in got]
+        assert list(marks) == [size] and not marks[size].any()
 
 
 def test_copy_pieces_grouped_by_tile_keep_to_the_room_they_are_given(monkeypatch):

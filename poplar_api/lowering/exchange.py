@@ -71,6 +71,8 @@ class OwnerCache:
         self.free_pairs: dict[int, list[tuple[np.ndarray, np.ndarray, int]]] = {}
         #: element size -> stretches of ids owned on one IPU (multi-IPU targets)
         self.ipu_stretches: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        #: space size -> all-False bool map of its ids (:func:`pieces.flat_pieces`)
+        self.marks: dict[int, np.ndarray] = {}
 
     def take_pairs(self, num_tiles: int) -> tuple[np.ndarray, np.ndarray, int]:
         """A map of ``num_tiles ** 2`` (receiving, sending) pairs, sender counts (all
@@ -251,7 +253,8 @@ class ExchangePlanner:
         it (``owner[id]``, the element space's tile array, or ``src`` per reference when
         known): :meth:`add_grouped` with ``src = owner[ids]``, planned as runs when no
         element crosses IPUs."""
-        found = pieces.flat_pieces(np.asarray(ids), np.asarray(dst), owner, src, self.num_tiles)
+        ids, dst, n = np.asarray(ids), np.asarray(dst), self.num_tiles
+        found = pieces.flat_pieces(ids, dst, owner, src, n, self.owners.marks)
         self.add_pieces(element_type, *found, owner, scratch=True)
 
     def add_pieces(
