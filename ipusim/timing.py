@@ -28,7 +28,9 @@ others: :func:`register_component` adds an implementation (a factory taking the
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +58,7 @@ from ipusim.tile.compute import ComputeCost, compute_cost
 
 __all__ = [
     "COMPONENTS",
+    "SharedArrays",
     "StreamDemand",
     "TimingModel",
     "component_names",
@@ -299,6 +302,43 @@ def _build(cfg: MachineConfig, component: str) -> Any:
     return factory(cfg)
 
 
+class SharedArrays:
+    """Per-tile int64 arrays held once per distinct contents.
+
+    A run keeps the cost of every distinct compute set and exchange, each with int64
+    arrays over all the machine's tiles; many of them are equal (the same operation on
+    tensors laid out alike: half of the compute costs' arrays and more than half of the
+    exchanges' in ResNet-50's training step), and a model sharded over several IPUs has
+    most of each array zero. :meth:`get` hands back the first array seen with the same
+    contents, made read-only, so equal costs share one.
+    """
+
+    #: Arrays with fewer elements are not looked up (their bytes are not worth it).
+    MIN_SIZE = 256
+
+    def __init__(self) -> None:
+        self._arrays: dict[bytes, np.ndarray] = {}
+
+    def get(self, arr: Any) -> Any:
+        """``arr``, or an equal array met before (read-only); other values as given."""
+        if (
+            type(arr) is not np.ndarray
+            or arr.dtype != np.int64
+            or arr.ndim != 1
+            or arr.size < self.MIN_SIZE
+            or not arr.flags.c_contiguous
+        ):
+            return arr
+        key = hashlib.blake2b(arr.data, digest_size=16).digest()
+        seen = self._arrays.get(key)
+        if seen is not None and seen.size == arr.size and np.array_equal(seen, arr):
+            return seen
+        if seen is None:
+            arr.flags.writeable = False
+            self._arrays[key] = arr
+        return arr
+
+
 class TimingModel:
     """Cycles of every kind of step on one machine config.
 
@@ -327,10 +367,14 @@ class TimingModel:
         self.links: LinksModel = components.get("links") or _build(config, "links")
         self.remote: HostModel = components.get("remote") or _build(config, "remote")
         self._cache: dict[int, tuple[ir.Step, Any]] = {}
+        self._shared = SharedArrays()
 
     def cost(self, step: ir.Step) -> Any:
         """The cost of ``step``: ComputeCost, ExchangeCost, GlobalExchangeCost,
-        StreamDemand, or None for a sync (whose time depends on arrival)."""
+        StreamDemand, or None for a sync (whose time depends on arrival).
+
+        The per-tile cycles of the compute and exchange costs kept are read-only, and
+        equal ones are one array (:class:`SharedArrays`)."""
         hit = self._cache.get(id(step))
         if hit is not None and hit[0] is step:
             return hit[1]
@@ -338,7 +382,21 @@ class TimingModel:
         if kind.component is None:
             return None
         cost = getattr(getattr(self, kind.component), kind.method)(step)
+        cost = self._share(cost)
         self._cache[id(step)] = (step, cost)
+        return cost
+
+    def _share(self, cost: Any) -> Any:
+        """``cost`` with its per-tile cycles those of an earlier cost when equal."""
+        shared = self._shared.get
+        if type(cost) is ComputeCost:
+            tile, active = shared(cost.tile_cycles), shared(cost.active_cycles)
+            if tile is not cost.tile_cycles or active is not cost.active_cycles:
+                cost = dataclasses.replace(cost, tile_cycles=tile, active_cycles=active)
+        elif type(cost) is ExchangeCost:
+            cycles = shared(cost.cycles)
+            if cycles is not cost.cycles:
+                cost = cost.with_cycles(cycles)
         return cost
 
     @property

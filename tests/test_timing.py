@@ -158,3 +158,34 @@ def test_a_timing_model_subclass_gives_the_records_its_tile_cycles():
     plain = Machine(cfg).run(step).records[0].tile_cycles
     doubled = Machine(cfg, timing=Doubled(cfg)).run(step).records[0].tile_cycles
     assert plain.any() and doubled.tolist() == (2 * plain).tolist()
+
+
+def test_equal_per_tile_costs_are_one_read_only_array():
+    """Compute sets and exchanges whose per-tile cycles are equal share one array (the
+    values are those each step's component computes alone); different ones do not."""
+    cfg = load_config("mk2")
+    tm = TimingModel(cfg)
+    tiles = np.arange(0, cfg.num_tiles, 3)
+    a = ir.Compute(name="a", vertex_tile=tiles, vertex_cycles=np.full(tiles.size, 50))
+    b = ir.Compute(name="b", vertex_tile=tiles, vertex_cycles=np.full(tiles.size, 50))
+    c = ir.Compute(name="c", vertex_tile=tiles, vertex_cycles=np.full(tiles.size, 51))
+    ca, cb, cc = tm.cost(a), tm.cost(b), tm.cost(c)
+    assert cb.tile_cycles is ca.tile_cycles and cb.active_cycles is ca.active_cycles
+    assert cc.tile_cycles is not ca.tile_cycles
+    assert not ca.tile_cycles.flags.writeable
+    for step, cost in ((a, ca), (b, cb), (c, cc)):
+        alone = tm.compute.cost(step)
+        assert np.array_equal(cost.tile_cycles, alone.tile_cycles)
+        assert np.array_equal(cost.active_cycles, alone.active_cycles)
+        assert np.array_equal(cost.vertex_context, alone.vertex_context)
+    n = tiles.size
+    x = _exchange(tiles, [8] * n, [8] * n)
+    y = _exchange(tiles, [8] * n, [8] * n)
+    z = _exchange(tiles, [16] * n, [16] * n)
+    cx, cy, cz = tm.cost(x), tm.cost(y), tm.cost(z)
+    assert cy.cycles is cx.cycles and cz.cycles is not cx.cycles
+    for step, cost in ((x, cx), (y, cy), (z, cz)):
+        alone = tm.exchange.cost(step)
+        assert np.array_equal(cost.cycles, alone.cycles)
+        assert np.array_equal(cost.bytes_received, alone.bytes_received)
+    assert tm.cost(a) is ca  # cached per step as before
