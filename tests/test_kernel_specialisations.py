@@ -171,3 +171,24 @@ def test_the_field_pieces_get_read_only_bounds_however_the_table_holds_them():
     assert bounds.flags.writeable  # the caller's array is left as it was
     assert _read_only(pieces._field_pieces, 2) == {True}
     assert _read_only(strided._field_pieces, 1) == {True}
+
+
+def test_the_separable_ids_check_gets_read_only_ids_from_writable_and_read_only_ids():
+    """``separable_ids`` hands its compiled check the ids read-only whether the caller's
+    ids are writable or not (one specialisation, not one more for writable ids), and
+    leaves the caller's array writable."""
+    from poplar_api.poplin import conv_ids
+
+    ids = (np.arange(4)[:, None] * 10 + np.arange(3)[None, :]).astype(np.int64)
+    frozen = ids.copy()
+    frozen.flags.writeable = False
+    for given in (ids, frozen):
+        sep = conv_ids.separable_ids(given)
+        assert sep is not None
+        np.testing.assert_array_equal(sep.tables[0][:, None] + sep.tables[1][None, :], ids)
+    broken = ids.copy()
+    broken[2, 1] += 1
+    broken.flags.writeable = False
+    assert conv_ids.separable_ids(broken) is None  # one id off the sum
+    assert ids.flags.writeable
+    assert _read_only(conv_ids._is_separable, 0) == {True}

@@ -137,7 +137,10 @@ def separable_ids(ids: np.ndarray) -> SeparableIds | None:
     dims = np.array(ids.shape, np.int64)
     flat_tables = np.concatenate(tables)
     offsets = np.concatenate(([0], np.cumsum(dims)[:-1])).astype(np.int64)
-    if not _is_separable(ids.reshape(-1), dims, flat_tables, offsets):
+    # read-only whatever the caller holds: one machine-code version of the pass
+    flat = ids.reshape(-1).view()
+    flat.flags.writeable = False
+    if not _is_separable(flat, dims, flat_tables, offsets):
         return None
     return SeparableIds(tables)
 
