@@ -197,6 +197,11 @@ def compile(
     problems = [*checked.problems, *emitted.problems]
     if problems:
         raise GraphValidationError(problems)
+    # every exchange is planned: the maps kept for the next one's planning (an element
+    # space's id marks, a large target's tile-pair maps: tens to hundreds of MB) are
+    # not held through liveness and memory placement, where the host memory peaks
+    owners.marks.clear()
+    owners.free_pairs.clear()
     release_free_heap()
     live = liveness(state, emitted.program, emitted.accesses, index)
     timing = timing if timing is not None else TimingModel(state.target.config)
