@@ -220,3 +220,13 @@ def test_t7_hardware_gap_candidates_use_the_independent_rows():
     got = [round(total) for _, total in gap.candidates(0.0, rows, 1.33e9)]
     assert got == [7_535_177, 19_567_457, 35_183_056 + 1_531 + 205_246]
     assert gap.BYTES_TO_DEVICE == 40_004_000
+
+
+def test_the_calibration_doc_gives_the_rounds_n2_runs():
+    """docs/calibration.md describes the N2 workload with the rounds its points run
+    (the run's closing sync weighs on the row by the round count)."""
+    module = points.load(CAL / "n2_ipu_link_traffic.py")
+    text = (ROOT / "docs" / "calibration.md").read_text(encoding="utf-8")
+    start = text.index("**N2**: `n2_ipu_link_traffic.py`")
+    described = " ".join(text[start : text.index("\n\n", start)].split())
+    assert f"{module.POINT_ITERATIONS} rounds as the tool ran" in described
