@@ -308,9 +308,10 @@ class SharedArrays:
     A run keeps the cost of every distinct compute set and exchange, each with int64
     arrays over all the machine's tiles; many of them are equal (the same operation on
     tensors laid out alike: half of the compute costs' arrays and more than half of the
-    exchanges' in ResNet-50's training step), and a model sharded over several IPUs has
-    most of each array zero. :meth:`get` hands back the first array seen with the same
-    contents, made read-only, so equal costs share one.
+    exchanges' in the 4-IPU training step of ``run_model.py resnet50-small``), and a
+    model sharded over several IPUs has most of each array zero. :meth:`get` hands back
+    the first array seen with the same contents, made read-only, so equal costs share
+    one.
     """
 
     #: Arrays with fewer elements are not looked up (their bytes are not worth it).
