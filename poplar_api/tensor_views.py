@@ -373,6 +373,8 @@ class TensorViews:
         flat = idx.reshape(-1)
         if flat.dtype not in (np.int64, np.int32):  # native signed ints: no wrap-around
             flat = flat.astype(np.int64)
+        flat = flat.view()  # read-only however the caller holds it: one compiled _take
+        flat.flags.writeable = False
         out = np.empty(flat.size, np.int64)
         src = self.flat_index() if self._start < 0 else _NO_IDS
         bad, pos_run, id_run = _take(src, self._start, flat, n, out)

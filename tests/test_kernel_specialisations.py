@@ -192,3 +192,66 @@ def test_the_separable_ids_check_gets_read_only_ids_from_writable_and_read_only_
     assert conv_ids.separable_ids(broken) is None  # one id off the sum
     assert ids.flags.writeable
     assert _read_only(conv_ids._is_separable, 0) == {True}
+
+
+def test_take_gets_read_only_positions_from_writable_and_read_only_positions():
+    """``Tensor.elements`` of many positions hands ``_take`` the positions read-only
+    whether the caller's array is writable or not (one specialisation), leaving the
+    caller's array writable."""
+    from poplar_api import FLOAT, Graph, IPUModel, tensor_views
+
+    graph = Graph(IPUModel("ipu2").createDevice().getTarget())
+    t = graph.addVariable(FLOAT, [400], "t")
+    view = t.elements(np.arange(399, -1, -1))  # a view with an index of its own
+    positions = np.arange(300, 100, -1)  # 200 positions, many enough to be gathered
+    frozen = positions.copy()
+    frozen.flags.writeable = False
+    for given in (positions, frozen):
+        got = view.elements(given)
+        assert got.numElements() == 200
+        # view's position p is t's element 399 - p
+        assert np.array_equal(got.flat_index() - t.flat_index()[0], 399 - positions)
+    assert positions.flags.writeable
+    assert _read_only(tensor_views._take, 2) == {True}
+
+
+def test_spread_by_use_hands_its_pass_a_read_only_block_map():
+    """``spread_by_use`` gives ``_spread`` the block of each element read-only whether
+    the caller's map is an int64 array it may write or a read-only one (one
+    specialisation), with the same tiles either way."""
+    from poplar_api.poplin import conv_layout
+
+    block = np.repeat(np.arange(3, dtype=np.int64), 8)  # 3 blocks of 8 elements
+    users = np.array([[0, 1], [2, 3], [4, 5]], np.int64)
+    frozen = block.copy()
+    frozen.flags.writeable = False
+    got = [conv_layout.spread_by_use(b, users, 2, 4).tolist() for b in (block, frozen)]
+    # each block's 8 elements in two chunks of 4 (grain 2, at least 4), one per user
+    expected = [t for b in range(3) for t in [2 * b] * 4 + [2 * b + 1] * 4]
+    assert got == [expected, expected]
+    assert block.flags.writeable
+    assert _read_only(conv_layout._spread, 0) == {True}
+
+
+def test_the_assembled_rows_are_gathered_from_a_read_only_source():
+    """``Assembler`` hands ``_gather_rows`` its source (the ids gathered, or the piece
+    sizes) read-only whether the caller's array is writable or not (one
+    specialisation), with the same field either way."""
+    from poplar_api.poplin import conv_blocks
+
+    source = np.arange(100, 120, dtype=np.int64)
+    frozen = source.copy()
+    frozen.flags.writeable = False
+    fields = []
+    for given in (source, frozen):
+        asm = conv_blocks.Assembler(3)
+        sizes = np.array([2, 1], np.int64)
+        asm.gather(np.array([2, 0]), given, np.array([5, 1]), np.array([0, 1, 4]), sizes)
+        asm.add(np.array([1]), np.array([[7, 8, 9]], np.int64), sizes)
+        field = asm.field()
+        fields.append((field.flat.tolist(), field.sizes.tolist()))
+    # vertex 0: source[1 + (0, 1, 4)], vertex 1: (7, 8, 9), vertex 2: source[5 + ...]
+    expected = ([101, 102, 105, 7, 8, 9, 105, 106, 109], [2, 1] * 3)
+    assert fields == [expected, expected]
+    assert source.flags.writeable
+    assert _read_only(conv_blocks._gather_rows, 0) == {True}

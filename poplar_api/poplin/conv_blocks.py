@@ -339,7 +339,7 @@ class Assembler:
             if members.size:  # (pieces of no elements have only their sizes, 0, to write)
                 every = np.arange(psizes.size, dtype=np.int64)  # each member all sizes
                 zero = np.zeros(members.size, np.int64)
-                _gather_rows(psizes, zero, every, members, piece_at, sizes)
+                _gather_rows(_read_only(psizes), zero, every, members, piece_at, sizes)
         return at, piece_at, sizes
 
     def field(self) -> _Field:
@@ -352,7 +352,7 @@ class Assembler:
                 if ids is not None:
                     _pattern_rows(ids[0], ids[1], members, at, flat)
                 else:
-                    _gather_rows(source, base, rel, members, at, flat)
+                    _gather_rows(_read_only(source), base, rel, members, at, flat)
             else:  # numpy's negative positions count from the end
                 dst = (at[members][:, None] + np.arange(rel.size)).reshape(-1)
                 flat[dst] = source[(base[:, None] + rel).reshape(-1)]
@@ -452,6 +452,14 @@ def _pattern_rows(id_base, id_rel, members, at, out):  # pragma: no cover - comp
         s, b = at[members[k]], id_base[k]
         for j in range(width):
             out[s + j] = b + id_rel[j]
+
+
+def _read_only(source: np.ndarray) -> np.ndarray:
+    """``source`` viewed read-only (the caller's array as it was): what
+    :func:`_gather_rows` reads, one compiled version however the rows were given."""
+    view = source.view()
+    view.flags.writeable = False
+    return view
 
 
 @numba.njit(cache=True, nogil=True)

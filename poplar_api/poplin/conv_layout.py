@@ -141,7 +141,8 @@ def spread_by_use(block: np.ndarray, users: np.ndarray, grain: int, min_elems: i
     ``mapActivationsOrWeights``' grain and minimum: a tile then holds a few long runs of
     the operand instead of one region per element, which keeps the exchange code small.
     """
-    flat = np.ascontiguousarray(block, np.int64).reshape(-1)
+    flat = np.ascontiguousarray(block, np.int64).reshape(-1).view()
+    flat.flags.writeable = False  # however the caller holds it: one compiled _spread
     grain = max(int(grain), 1)
     counts = np.bincount(flat, minlength=users.shape[0])
     unit = -(-max(int(min_elems), 1) // grain) * grain
