@@ -649,6 +649,7 @@ class _Run(LinkSteps, ReplicaSteps):
         if tile_cycles is not None:
             if self.replicas > 1 and once:  # this execution's costs, for every replica
                 tile_cycles = self._replicate(tile_cycles)
+                tile_cycles.flags.writeable = False  # as every local step's: one _advance
                 active = None if active is None else self._replicate(active)
             elif self.replicas > 1:  # replica 0's costs are every replica's
                 tile_cycles, active = self._replicated(step, tile_cycles, active)

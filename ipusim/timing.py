@@ -321,21 +321,25 @@ class SharedArrays:
         self._arrays: dict[bytes, np.ndarray] = {}
 
     def get(self, arr: Any) -> Any:
-        """``arr``, or an equal array met before (read-only); other values as given."""
+        """An equal array met before, else ``arr``; read-only either way (an array not
+        looked up too: the machine's compiled passes then take one kind of array);
+        other values as given."""
+        if type(arr) is not np.ndarray:
+            return arr
         if (
-            type(arr) is not np.ndarray
-            or arr.dtype != np.int64
+            arr.dtype != np.int64
             or arr.ndim != 1
             or arr.size < self.MIN_SIZE
             or not arr.flags.c_contiguous
         ):
+            arr.flags.writeable = False
             return arr
         key = hashlib.blake2b(arr.data, digest_size=16).digest()
         seen = self._arrays.get(key)
         if seen is not None and seen.size == arr.size and np.array_equal(seen, arr):
             return seen
+        arr.flags.writeable = False
         if seen is None:
-            arr.flags.writeable = False
             self._arrays[key] = arr
         return arr
 
