@@ -282,3 +282,22 @@ def test_the_machine_advances_its_clocks_by_read_only_cycles_on_any_machine():
         engine.run(0)
         assert not got.any()  # a variable never written reads as zeros: 0 + 0
     assert _read_only(machine._advance, 1) == {True}
+
+
+def test_a_field_is_filled_from_read_only_joined_ids_however_they_were_joined():
+    """The ids of a field's listed vertices come joined into a new array or as a
+    read-only view of the graph's own: ``fill_field`` hands ``_fill_field`` them
+    read-only either way (one specialisation), with the same field."""
+    from poplar_api.lowering import runs
+
+    offsets = np.array([0, 3, 5, 7], np.int64)
+    begin = np.array([10, -1, 40], np.int64)  # vertex 1 listed, the others runs
+    joined = np.array([7, 3], np.int64)
+    frozen = joined.copy()
+    frozen.flags.writeable = False
+    for given in (joined, frozen):
+        ids = np.empty(7, np.int64)
+        runs.fill_field(ids, offsets, begin, -1, np.array([1], np.int64), given)
+        assert ids.tolist() == [10, 11, 12, 7, 3, 40, 41]
+    assert joined.flags.writeable
+    assert _read_only(runs._fill_field, 5) == {True}

@@ -629,7 +629,7 @@ def fill_field(
     vertices ``listed`` (ascending) hold the ids ``joined``, one after another."""
     if int(offsets[-1]) != ids.size or ids.size < joined.size:
         raise ValueError(f"a field of {ids.size} ids laid out over {int(offsets[-1])}")
-    _fill_field(ids, offsets, begin, no_run, listed, joined)
+    _fill_field(ids, offsets, begin, no_run, listed, read_only(joined))  # one compiled kind
 
 
 def expand(begin: np.ndarray, length: np.ndarray) -> np.ndarray:
