@@ -721,14 +721,7 @@ def take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no 
         p, hi = begins[q], ends[q]
         if hi <= p:
             continue
-        lo_r, hi_r = 0, nruns  # the last run starting at or before p
-        while hi_r - lo_r > 1:
-            mid = (lo_r + hi_r) // 2
-            if starts[mid] <= p:
-                lo_r = mid
-            else:
-                hi_r = mid
-        r = lo_r
+        r = _last_at_or_before(starts, 0, nruns, p)
         while p < hi:
             stop = min(starts[r + 1] if r + 1 < nruns else size, hi)
             base = firsts[r] - starts[r]
@@ -738,6 +731,19 @@ def take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no 
                 j += 1
             r += 1
     return j
+
+
+@numba.njit(cache=True, nogil=True)
+def _last_at_or_before(starts, lo, hi, p):  # pragma: no cover - compiled
+    # binary search in starts[lo:hi] (ascending, starts[lo] <= p or lo == 0): the last
+    # index whose start is at or before p
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if starts[mid] <= p:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @numba.njit(cache=True, nogil=True)
@@ -757,13 +763,7 @@ def _run_ranges(starts, firsts, size, begins, ends, out_lo, out_hi, fill):  # pr
             while hi_r < nruns and starts[hi_r] <= b:
                 lo_r, hi_r, step = hi_r, hi_r + step, 2 * step
             hi_r = min(hi_r, nruns)
-        while hi_r - lo_r > 1:
-            mid = (lo_r + hi_r) // 2
-            if starts[mid] <= b:
-                lo_r = mid
-            else:
-                hi_r = mid
-        r = lo_r
+        r = _last_at_or_before(starts, lo_r, hi_r, b)
         while True:
             if fill:
                 stop = starts[r + 1] if r + 1 < nruns else size
