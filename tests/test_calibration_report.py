@@ -154,3 +154,15 @@ def test_a_workload_reading_every_run_is_reported_as_run_directly(tmp_path):
         direct = run_workload(str(workload), cfg, params)
         assert len(direct.traces) == 2
         assert value == direct.metrics["total_cycles"]
+
+
+def test_an_unknown_source_key_is_refused_before_anything_runs(capsys, monkeypatch):
+    def no_run(*args, **kwargs):
+        raise AssertionError("a workload ran")
+
+    monkeypatch.setattr(report, "run_group", no_run)
+    assert report.main(["--sources", "B,N2"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown source key(s) N2" in err
+    assert "rows N2.* belong to source N" in err
+    assert "B" in err.split("the keys are")[1]

@@ -188,6 +188,38 @@ def source_of(row: str, csv_rows: dict[str, dict[str, str]]) -> str:
     return csv_rows[row]["source"].split("-")[0]
 
 
+def check_sources(
+    wanted: set[str], every: list[points.Point], csv_rows: dict[str, dict[str, str]]
+) -> None:
+    """Refuse source keys that no covered row has, before anything runs.
+
+    A key such as ``N2`` names rows (``N2.ipu2_ipu3``) of source ``N``, not a source:
+    taken silently, it would run nothing for it and report the other keys as if it had
+    been covered.
+
+    Raises
+    ------
+    ValueError
+        Naming each unknown key, the keys there are, and the source a key's rows belong
+        to where it is the start of row names.
+    """
+    known = {source_of(p.row, csv_rows).upper() for p in every}
+    unknown = sorted(wanted - known)
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        owners = sorted(
+            {source_of(p.row, csv_rows) for p in every if p.row.upper().startswith(key)}
+        )
+        if owners:
+            hints.append(f"rows {key}.* belong to source {', '.join(owners)}")
+    raise ValueError(
+        f"--sources: unknown source key(s) {', '.join(unknown)}; the keys are "
+        f"{', '.join(sorted(known))}" + (f" ({'; '.join(hints)})" if hints else "")
+    )
+
+
 #: The row giving the cycles one ``ipu_cycle_count`` adds to a bracketed interval.
 COUNTER_ROW = "C1.overhead"
 
@@ -203,9 +235,12 @@ def collect(
     with open(csv_path, newline="", encoding="utf-8") as f:
         csv_rows = {r["id"]: r for r in csv.DictReader(f)}
     wanted = None if sources is None else {s.upper() for s in sources}
+    every = list(points.iter_points(csv_path))
+    if wanted is not None:
+        check_sources(wanted, every, csv_rows)
     todo = [
         p
-        for p in points.iter_points(csv_path)
+        for p in every
         if source_of(p.row, csv_rows) not in BOUND_SOURCES
         and (wanted is None or source_of(p.row, csv_rows).upper() in wanted)
         and not (quick and any(fnmatch.fnmatch(p.row, g) for g in BIG_ROWS))
@@ -332,8 +367,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="directory of the uncalibrated presets")  # fmt: skip
     args = parser.parse_args(argv)
     sources = [s.strip() for s in args.sources.split(",")] if args.sources else None
-    results = collect(sources, args.quick, baseline_dir=Path(args.baseline),
-                      progress=lambda m: print(f"running {m}", file=sys.stderr))  # fmt: skip
+    try:
+        results = collect(sources, args.quick, baseline_dir=Path(args.baseline),
+                          progress=lambda m: print(f"running {m}", file=sys.stderr))  # fmt: skip
+    except ValueError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
     if not results:
         print(f"report: no covered rows for sources {args.sources!r}", file=sys.stderr)
         return 2
