@@ -571,7 +571,10 @@ class _Run(LinkSteps, ReplicaSteps):
             end = first + rec.tile_cycles.item(lo)
             clock[lo] = end
         else:
-            first, end = _advance(self.clock[lo : g.hi], rec.tile_cycles[lo : g.hi])
+            cycles = rec.tile_cycles[lo : g.hi]
+            if cycles.flags.writeable:  # a view: _advance has one, read-only, version
+                cycles.flags.writeable = False
+            first, end = _advance(self.clock[lo : g.hi], cycles)
         if self.one_ipu or self._ipu_takes_part(rec, g.ipu):
             if first < rec.first_cycle:
                 rec.first_cycle = first

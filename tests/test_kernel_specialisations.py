@@ -19,6 +19,8 @@ import pytest
 from numba.core import types
 
 from ipusim.tile import first_fit
+from poplar_api.codelet import Input, Output, Vector, Vertex
+from poplar_api.types import FLOAT
 
 
 def _literal_signatures(dispatcher) -> list[tuple]:
@@ -301,3 +303,50 @@ def test_a_field_is_filled_from_read_only_joined_ids_however_they_were_joined():
         assert ids.tolist() == [10, 11, 12, 7, 3, 40, 41]
     assert joined.flags.writeable
     assert _read_only(runs._fill_field, 5) == {True}
+
+
+class _Doubles(Vertex):
+    """``out = 2 a`` element by element: a loop whose cycles counted mode counts."""
+
+    a = Input(Vector(FLOAT))
+    out = Output(Vector(FLOAT))
+
+    @staticmethod
+    def compute(a, out):
+        for i in range(a.shape[0]):
+            out[i] = a[i] + a[i]
+        return True
+
+
+def test_counted_cycles_reach_the_machine_read_only():
+    """A counted compute set's per-tile cycles are the counting's own (writeable)
+    array; the machine still adds them to its clocks through the one read-only
+    ``_advance``, and the counted cycles, doubled values and clocks are unchanged."""
+    from ipusim import machine
+    from poplar_api import DeviceManager, Engine, Graph, TargetType
+    from poplar_api import program as prog
+    from poplar_api.counted import vertexCycles
+
+    device = DeviceManager("tiny", 1).getDevices(TargetType.IPU, 1)[0]
+    assert device.attach()
+    graph = Graph(device.getTarget())
+    graph.addCodelets(_Doubles)
+    a = graph.addVariable(FLOAT, [4, 8], "a")
+    out = graph.addVariable(FLOAT, [4, 8], "out")
+    cs = graph.addComputeSet("doubles")
+    for tile in range(4):
+        graph.setTileMapping(a[tile], tile)
+        graph.setTileMapping(out[tile], tile)
+        v = graph.addVertex(cs, "_Doubles", {"a": a[tile], "out": out[tile]})
+        graph.setTileMapping(v, tile)
+    values = np.arange(32, dtype=np.float32)
+    graph.setInitialValue(a, values.reshape(4, 8))
+    graph.createHostRead("out", out)
+    with vertexCycles("counted"):
+        engine = Engine(graph, prog.Execute(cs))
+    engine.load(device)
+    engine.run()
+    got = np.zeros(32, np.float32)
+    engine.readTensor("out", got)
+    assert np.array_equal(got, 2 * values)
+    assert _read_only(machine._advance, 1) == {True}
