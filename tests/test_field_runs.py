@@ -51,6 +51,20 @@ def test_run_ranges_are_the_runs_of_the_ids_at_the_positions() -> None:
         assert set(cut[ends > begins].tolist()) <= set(np.cumsum(e - b).tolist())
 
 
+
+def test_run_ranges_refuses_ranges_outside_the_sequence() -> None:
+    """A range beyond the held positions (or any non-empty range of a sequence without
+    runs) would read past the run arrays in the compiled pass: refused with the
+    positions; empty ranges of an empty sequence are no rows."""
+    held = _held(np.arange(10, 20))
+    with pytest.raises(ValueError, match=r"positions 8\.\.10 lie outside the 10 held"):
+        runs.run_ranges(held.starts, held.firsts, held.size, np.array([8]), np.array([11]))
+    none = np.zeros(0, np.int64)
+    with pytest.raises(ValueError, match=r"positions 0\.\.0 lie outside the 0 held"):
+        runs.run_ranges(none, none, 0, np.array([0]), np.array([1]))
+    b, e = runs.run_ranges(none, none, 0, np.array([0, 0]), np.array([0, 0]))
+    assert b.size == e.size == 0
+
 def _probe(typ):
     class RunsSum(Vertex):
         """``out`` = the sum of every element of every vector of ``in_``."""

@@ -248,7 +248,7 @@ def _bounds(parts: Sequence[np.ndarray]) -> tuple[int, int]:
 
 
 #: Request code of each region name in a :class:`BlockTable`.
-_REQUEST_CODE = {NON_INTERLEAVED: 0, INTERLEAVED: 1, ANY: 2}
+REGION_CODE = {NON_INTERLEAVED: 0, INTERLEAVED: 1, ANY: 2}
 _REQUEST_NAMES = (NON_INTERLEAVED, INTERLEAVED, ANY)
 
 
@@ -316,13 +316,13 @@ class BlockTable:
         of request codes (one per block)."""
         n = int(np.size(tiles))
         if isinstance(region, str):
-            if region not in _REQUEST_CODE:
+            if region not in REGION_CODE:
                 on = f" on tile {int(np.ravel(tiles)[0])}" if n == 1 else ""
                 raise MemoryPlanError(
                     f"memory block '{name}' ({category}){on}: region {region!r} is not one "
-                    f"of {sorted(_REQUEST_CODE)}"
+                    f"of {sorted(REGION_CODE)}"
                 )
-            region = np.full(n, _REQUEST_CODE[region], np.int64)
+            region = np.full(n, REGION_CODE[region], np.int64)
         first, last = (0, 0) if live is None else (int(live[0]), int(live[1]))
         return cls(
             names=[name],

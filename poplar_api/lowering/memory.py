@@ -57,6 +57,7 @@ from ipusim.tile.memory import (
     ANY,
     INTERLEAVED,
     NON_INTERLEAVED,
+    REGION_CODE,
     BlockTable,
     MemoryReport,
     MemorySpec,
@@ -194,10 +195,6 @@ def _step_tiles(
     return np.arange(num_tiles)
 
 
-#: :attr:`BlockTable.region`'s code of each region request
-_REGION_CODE = {NON_INTERLEAVED: 0, INTERLEAVED: 1, ANY: 2}
-
-
 @dataclass(frozen=True)
 class _PerTile:
     """Blocks named ``name`` of ``nbytes[t]`` bytes on every tile ``t`` where that is not
@@ -246,7 +243,7 @@ def _per_tile_table(parts: Sequence[_PerTile], nt: int) -> BlockTable:
         tile=tile,
         size=nbytes.reshape(-1)[at],
         element_bytes=column(p.element_bytes for p in parts),
-        region=column(_REGION_CODE[p.region] for p in parts),
+        region=column(REGION_CODE[p.region] for p in parts),
         live_first=column(lo for lo, _ in live),
         live_last=column(hi for _, hi in live),
         always=np.fromiter((p.live is None for p in parts), bool, len(parts))[of],
