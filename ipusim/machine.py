@@ -734,9 +734,23 @@ _WRITES = {_SYNC: RECORD, _ENTER: BLOCK_FROM, _EXIT: BLOCK_TO}
 
 #: Arrays given up by records kept for later records to fill, at most.
 _SPARE_ARRAYS = 256
-#: References to an array given up by a record when only _passed and _spare hold it
-#: (their two names and getrefcount's argument).
-_OWN_REFERENCES = 3
+
+
+def _references(own: np.ndarray) -> int:
+    # called as Machine._spare calls getrefcount: one frame's name, one parameter
+    return sys.getrefcount(own)
+
+
+def _unshared_references() -> int:
+    # what getrefcount reports for an array held by a caller's name and a parameter only,
+    # as _passed and _spare hold a record's array: measured, not assumed, since
+    # interpreters differ in the references they count (borrowed stack references)
+    held = np.zeros(1)
+    return _references(held)
+
+
+#: References to an array given up by a record when only _passed and _spare hold it.
+_OWN_REFERENCES = _unshared_references()
 
 #: ``first_cycle`` of a record no tile has entered yet.
 _NOT_STARTED = int(np.iinfo(np.int64).max)
