@@ -376,6 +376,8 @@ class Collective(Step):
     ``num_bytes[k]`` is the size of the data each member of group ``k`` holds
     (for ``all_gather``, the size of the gathered result), ``max_tile_bytes[k]`` the
     most any one tile of a member holds of it (the on-chip side of each ring step),
+    ``member_tiles[k]`` how many tiles of a member hold some of it (each sends its part
+    of a chunk as one message in every ring step; 1 when not given),
     ``element_bytes`` the size of one element (reductions). ``root`` is the
     position in each group of the member that broadcasts. Groups run at the same
     time; the IPUs of all groups take part in the step. The cost model is in
@@ -387,6 +389,7 @@ class Collective(Step):
     groups: tuple[tuple[int, ...], ...]
     num_bytes: tuple[int, ...]
     max_tile_bytes: tuple[int, ...] = ()
+    member_tiles: tuple[int, ...] = ()
     element_bytes: int = 4
     algorithm: str = "ring"
     root: int = 0
@@ -397,6 +400,8 @@ class Collective(Step):
         object.__setattr__(self, "num_bytes", tuple(int(b) for b in self.num_bytes))
         tile_bytes = self.max_tile_bytes or self.num_bytes
         object.__setattr__(self, "max_tile_bytes", tuple(int(b) for b in tile_bytes))
+        tiles = self.member_tiles or (1,) * len(groups)
+        object.__setattr__(self, "member_tiles", tuple(int(t) for t in tiles))
 
     @property
     def ipus(self) -> tuple[int, ...]:

@@ -346,6 +346,11 @@ def _check_collective(step: Collective, num_ipus: int, problems: list[str]) -> N
         )
     if any(b < 0 for b in (*step.num_bytes, *step.max_tile_bytes)) or step.element_bytes < 1:
         problems.append(f"{where}: byte counts must be >= 0 and element_bytes >= 1")
+    if len(step.member_tiles) != len(step.groups) or any(t < 1 for t in step.member_tiles):
+        problems.append(
+            f"{where}: member_tiles {step.member_tiles} must give one count >= 1 per group "
+            f"({len(step.groups)} group(s))"
+        )
     seen: set[int] = set()
     for k, group in enumerate(step.groups):
         if not group:

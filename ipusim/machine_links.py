@@ -20,7 +20,7 @@ import simpy
 from ipusim import ir
 from ipusim.exchange.collectives import ring_plan, run_ring
 from ipusim.exchange.fabric import LinkFabric
-from ipusim.exchange.links import link_overhead_bytes
+from ipusim.exchange.links import global_tile_cycles, link_overhead_bytes
 from ipusim.host.link import host_work_cycles
 from ipusim.machine_groups import GroupBarriers, TileGroup
 from ipusim.trace import StepRecord
@@ -145,7 +145,8 @@ class LinkSteps(GroupBarriers):
         (source IPU, destination IPU) pair and routed on the topology; the step ends
         for all of them when the last transfer has arrived, and lasts at least as long
         as its busiest tile needs at ``exchange.bytes_per_cycle`` plus the longest
-        route's latency.
+        route's latency; a tile's side includes the exchange code it runs per message
+        (:func:`~ipusim.exchange.links.global_tile_cycles`).
         """
         flows, ipus, floor = self._global_flows(step)
         if g.ipu not in ipus:
@@ -191,10 +192,7 @@ class LinkSteps(GroupBarriers):
         ]
         own = {int(i) for i in np.concatenate((src_ipu, dst_ipu))} | set(step.ipus or ())
         ipus = self._machine_ipus(sorted(own), step.replicated)
-        sent = np.bincount(src, weights=nbytes, minlength=1)
-        received = np.bincount(dst, weights=nbytes, minlength=1)
-        busiest = max(float(sent.max(initial=0)), float(received.max(initial=0)))
-        floor = math.ceil(busiest / cfg.exchange.bytes_per_cycle)
+        floor = global_tile_cycles(cfg, src, dst, nbytes)
         result = (flows, ipus, floor)
         self._flow_cache[id(step)] = (step, result)
         return result

@@ -149,6 +149,7 @@ def test_collective_step_carries_groups_and_bytes():
     assert steps[0].groups == ((0 * m + 0, 1 * m + 0), (0 * m + 1, 1 * m + 1))
     assert steps[0].num_bytes == (8 * 4, 4 * 4)
     assert steps[0].max_tile_bytes == (2 * 4, 4 * 4)
+    assert steps[0].member_tiles == (4, 1)  # tiles 0..3 on IPU 0, tile 9 on IPU 1
     assert steps[0].element_bytes == 4 and steps[0].algorithm == "ring"
     assert steps[1].num_bytes == (2 * 8 * 4, 2 * 4 * 4)  # gathered: two replicas' data
     assert steps[1].algorithm == "bidirectional_ring"
@@ -159,6 +160,7 @@ def test_collective_step_carries_groups_and_bytes():
     gcl.allReduceInPlaceCrossReplica(g2, y, Op.MAX, s2, CommGroup(CommGroupType.ORTHOGONAL, 2))
     (step,) = [s for s in ir.iter_steps(Engine(g2, s2).ir_program) if isinstance(s, ir.Collective)]
     assert step.groups == ((0, 2), (1, 3)) and step.num_bytes == (12, 12)
+    assert step.member_tiles == (1, 1)
 
 
 def test_in_place_destination_and_lists():
@@ -214,7 +216,8 @@ def test_within_replica_collectives():
     seq = prog.Sequence()
     x = g.addVariable(FLOAT, [2, 6], "x")
     g.setTileMapping(x[0], 3)
-    g.setTileMapping(x[1], TILES + 5)
+    g.setTileMapping(x[1][:4], TILES + 5)  # row 1 on two tiles
+    g.setTileMapping(x[1][4:], TILES + 6)
     g.createHostWrite("x", x)
     total = gcl.allReduceWithinReplica(g, x, Op.ADD, seq, "sum")
     scattered = gcl.reduceScatterWithinReplica(g, x, Op.MAX, seq, "max")
@@ -226,6 +229,7 @@ def test_within_replica_collectives():
     steps = [s for s in ir.iter_steps(e.ir_program) if isinstance(s, ir.Collective)]
     assert [s.groups for s in steps] == [((0, 1), (2, 3))] * 3
     assert steps[0].num_bytes == (24, 24) and steps[2].num_bytes == (48, 48)
+    assert steps[0].member_tiles == (2, 2)  # the most tiles a member's row is on
     e.load(device)
     xv = np.random.default_rng(5).normal(size=(2, 2, 6)).astype(np.float32)
     e.writeTensor("x", xv)

@@ -110,6 +110,38 @@ def all_reduce() -> ir.Node:
     )
 
 
+def global_fan_out() -> ir.Node:
+    """Tile 0 of IPU 0 sends 64 messages of 64 B to the tiles of IPU 1: the sending
+    tile, not the link, sets the time."""
+    return ir.Sequence(
+        [
+            ir.GlobalExchange(
+                name="gx",
+                src_tile=np.zeros(64, np.int64),
+                dst_tile=8 + np.arange(64) % 8,
+                num_bytes=np.full(64, 64),
+            )
+        ]
+    )
+
+
+def spread_all_reduce() -> ir.Node:
+    """An all-reduce of 64 KiB held by all 8 tiles of each member (8 messages per ring
+    transfer): the links, not the tiles, set the time."""
+    return ir.Sequence(
+        [
+            ir.Collective(
+                name="ar",
+                op="all_reduce",
+                groups=((0, 1),),
+                num_bytes=(1 << 16,),
+                max_tile_bytes=(1 << 13,),
+                member_tiles=(8,),
+            )
+        ]
+    )
+
+
 def counted_compute() -> ir.Node:
     """A counted compute set: a worker vertex whose kernel ran one block of one
     operation of every priced class 100 times (not an ``rpt`` body, no ``delay``), and
@@ -225,6 +257,16 @@ KNOBS: dict[str, Knob] = {
     "counted.supervisor_cycles": Knob(counted_compute, (11.0, 40.0)),
 }
 
+#: Fields whose mechanism covers several kinds of step, each further kind shown by its
+#: own program (the one in ``KNOBS`` shows the first).
+FURTHER: dict[str, tuple[Knob, ...]] = {
+    "exchange.cycles_per_message": (
+        Knob(global_fan_out, (0.0, 2.28), TWO),  # the tiles of a global exchange
+        Knob(all_reduce, (0.0, 2.28), TWO),  # the tiles of a collective's ring steps
+    ),
+    "links.message_overhead_bytes": (Knob(spread_all_reduce, (0, 51), TWO),),
+}
+
 NOT_TIMING: dict[str, str] = {
     "name": "a label",
     "description": "a label",
@@ -297,6 +339,15 @@ BUILD_KNOBS = (
 @pytest.mark.parametrize("path", sorted(p for p in KNOBS if p not in BUILD_KNOBS))
 def test_knob_changes_cycles(path: str) -> None:
     knob = KNOBS[path]
+    a, b = (_cycles(path, value, knob) for value in knob.values)
+    assert a != b, f"{path}: {knob.values[0]!r} and {knob.values[1]!r} give the same cycles {a}"
+
+
+@pytest.mark.parametrize(
+    "path,k", [(path, k) for path, knobs in sorted(FURTHER.items()) for k in range(len(knobs))]
+)
+def test_knob_changes_each_kind_of_step_it_covers(path: str, k: int) -> None:
+    knob = FURTHER[path][k]
     a, b = (_cycles(path, value, knob) for value in knob.values)
     assert a != b, f"{path}: {knob.values[0]!r} and {knob.values[1]!r} give the same cycles {a}"
 

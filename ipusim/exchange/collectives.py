@@ -24,10 +24,16 @@ One ring step costs
 
 * ``sync``: the external sync that starts the step (``cfg.global_sync_cycles``);
 * a transfer's rate is its share of the links it crosses (see
-  :mod:`ipusim.exchange.fabric`; alone on its links, the link's full bandwidth);
-* ``on_chip = ceil(t / exchange.bytes_per_cycle)`` with ``t = ceil(max_tile_bytes /
-  N)``: the busiest tile sends its part of the chunk and receives the next one at
-  the tile's exchange rate, overlapping the link transfer;
+  :mod:`ipusim.exchange.fabric`; alone on its links, the link's full bandwidth). Every
+  tile of a member that holds some of the data (``member_tiles``) sends its part of
+  the chunk as one message, so a transfer carries its chunk plus
+  ``links.message_overhead_bytes x member_tiles`` on every hop (the packet headers
+  and gaps of :func:`ipusim.exchange.links.link_overhead_bytes`);
+* ``on_chip = ceil(t / exchange.bytes_per_cycle) + ceil(exchange.cycles_per_message x
+  m)`` with ``t = ceil(max_tile_bytes / N)``: the busiest tile sends its part of the
+  chunk and receives the next one at the tile's exchange rate, overlapping the link
+  transfer, and runs the exchange code of its ``m`` messages (one sent and one
+  received per direction of the ring: 2, or 4 for ``bidirectional_ring``);
 * ``reduce = ceil(t / memory.store_bytes_per_cycle)`` on reduction steps: the tile
   combines the received part with its own, limited by the store of the result
   (an estimate, docs/machine.md).
@@ -137,7 +143,8 @@ class RingPlan:
     reduce_steps
         How many of the first steps end with a reduction.
     transfers
-        ``(src_ipu, dst_ipu, bytes)`` every ring step makes (the same each step).
+        ``(src_ipu, dst_ipu, bytes)`` every ring step makes (the same each step); the
+        bytes include the per-message link overhead.
     on_chip_cycles, reduce_cycles, sync_cycles
         The per-step terms of the module docstring.
     """
@@ -167,12 +174,18 @@ def ring_plan(cfg: MachineConfig, step: ir.Collective, group: int) -> RingPlan:
         half = -(-chunk // 2)
         transfers = [(members[i], members[(i + 1) % n], half) for i in range(n)]
         transfers += [(members[i], members[(i - 1) % n], chunk - half) for i in range(n)]
+        directions = 2
     else:
         transfers = [(members[i], members[(i + 1) % n], chunk) for i in range(n)]
+        directions = 1
     tile_part = -(-step.max_tile_bytes[group] // n)
-    on_chip = math.ceil(tile_part / cfg.exchange.bytes_per_cycle)
+    ex = cfg.exchange
+    on_chip = math.ceil(tile_part / ex.bytes_per_cycle)
+    # the exchange code of one message sent and one received per ring direction
+    on_chip += math.ceil(round(ex.cycles_per_message * 2 * directions, 9))
     reduce = math.ceil(tile_part / cfg.memory.store_bytes_per_cycle)
-    transfers = [t for t in transfers if t[2] > 0]
+    overhead = int(cfg.links.message_overhead_bytes) * step.member_tiles[group]
+    transfers = [(a, b, nbytes + overhead) for a, b, nbytes in transfers if nbytes > 0]
     return RingPlan(
         members, steps, reduce_steps, tuple(transfers), on_chip, reduce, cfg.global_sync_cycles
     )

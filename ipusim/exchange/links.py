@@ -14,7 +14,11 @@ Every directed hop carries the sum of the bytes routed over it, plus
 ``links.message_overhead_bytes`` for every message (non-empty transfer) routed over
 it. The exchange lasts as long as its most loaded hop (at that hop's capacity) or its
 most loaded tile, plus the latency of its slowest route (the sum of its hops'
-latencies).
+latencies). A tile's side is its bytes at ``exchange.bytes_per_cycle`` (the larger
+direction) plus the exchange code it runs per message,
+``ceil(exchange.cycles_per_message x (messages sent + messages received))``, every
+non-empty transfer being one message at each end, as on chip
+(:mod:`ipusim.exchange.internal`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ from ipusim.errors import IRValidationError
 from ipusim.exchange.internal import ceil_ratio, validate_transfers
 from ipusim.exchange.topology import LinkRoutingError, topology_of
 
-__all__ = ["GlobalExchangeCost", "global_exchange_cost", "link_hops", "link_overhead_bytes"]
+__all__ = [
+    "GlobalExchangeCost",
+    "global_exchange_cost",
+    "global_tile_cycles",
+    "link_hops",
+    "link_overhead_bytes",
+]
 
 
 def _ipu_ids(cfg: MachineConfig, values: np.ndarray, name: str) -> np.ndarray:
@@ -110,6 +120,49 @@ def link_overhead_bytes(
     return messages.astype(np.int64) * overhead
 
 
+def global_tile_cycles(
+    cfg: MachineConfig, src_tile: np.ndarray, dst_tile: np.ndarray, num_bytes: np.ndarray
+) -> int:
+    """The busiest tile's side of a global exchange, in cycles.
+
+    A tile pushes out what it sends and takes in what it receives at
+    ``exchange.bytes_per_cycle`` (the larger direction counts, both run at once), and
+    runs the exchange code of every message it sends or receives on its one
+    instruction stream: ``ceil(exchange.cycles_per_message x (messages sent +
+    messages received))``, each non-empty transfer being one message at either end.
+    This is the on-chip exchange's rule (:mod:`ipusim.exchange.internal`) without its
+    fixed latency, which the links' route latency takes the place of.
+
+    Parameters
+    ----------
+    cfg
+        Machine config (``exchange.bytes_per_cycle``, ``exchange.cycles_per_message``).
+    src_tile, dst_tile, num_bytes
+        int[num_transfers]: the transfers (global tile ids, checked by the caller).
+
+    Returns
+    -------
+    int
+        The largest ``ceil(max(sent, received) / bytes_per_cycle) + ceil(cycles_per_message
+        x messages)`` over the tiles; 0 without transfers.
+    """
+    src = np.asarray(src_tile, np.int64)
+    if src.size == 0:
+        return 0
+    dst = np.asarray(dst_tile, np.int64)
+    nbytes = np.asarray(num_bytes, np.int64)
+    size = int(max(src.max(), dst.max())) + 1
+    sent = np.bincount(src, weights=nbytes, minlength=size)
+    received = np.bincount(dst, weights=nbytes, minlength=size)
+    ex = cfg.exchange
+    cycles = ceil_ratio(np.maximum(sent, received), ex.bytes_per_cycle)
+    if ex.cycles_per_message:
+        real = nbytes > 0
+        messages = np.bincount(src[real], minlength=size) + np.bincount(dst[real], minlength=size)
+        cycles = cycles + ceil_ratio(ex.cycles_per_message * messages, 1.0)
+    return int(cycles.max())
+
+
 @dataclass(frozen=True)
 class GlobalExchangeCost:
     """Cost of one inter-IPU (global) exchange.
@@ -154,9 +207,10 @@ def global_exchange_cost(
     Returns
     -------
     GlobalExchangeCost
-        ``cycles = max(max_hop ceil(hop_bytes / hop capacity),
-        max_tile ceil(max(sent, received) / exchange.bytes_per_cycle))
-        + max_route (sum of its hops' latencies)``; 0 without transfers. With IPU-Links
+        ``cycles = max(max_hop ceil(hop_bytes / hop capacity), max_tile (ceil(max(sent,
+        received) / exchange.bytes_per_cycle) + ceil(exchange.cycles_per_message x
+        messages))) + max_route (sum of its hops' latencies)``; 0 without transfers
+        (:func:`global_tile_cycles` is the tile term). With IPU-Links
         only, the capacity is ``link_bytes_per_cycle`` and the last term
         ``links.hop_latency_cycles * (longest route in hops)``.
 
@@ -206,9 +260,7 @@ def global_exchange_cost(
         loads = np.fromiter(link_bytes.values(), dtype=np.int64, count=len(link_bytes))
         capacity = topology.capacities(hops[:, 0], hops[:, 1])
         link_cycles = int(np.ceil(np.round(loads / capacity, 9)).max())
-    tile_cycles = int(
-        ceil_ratio(np.maximum(bytes_sent, bytes_received), cfg.exchange.bytes_per_cycle).max()
-    )
+    tile_cycles = global_tile_cycles(cfg, src, dst, nbytes)
     latency = int(route_latency.max()) if route_latency.size else 0
     cycles = max(link_cycles, tile_cycles) + latency
     return GlobalExchangeCost(int(cycles), bytes_sent, bytes_received, link_bytes)

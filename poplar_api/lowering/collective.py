@@ -5,7 +5,8 @@
   holds some of the data forms a ring of the IPUs ``j`` of the group's replicas
   (machine-wide ids: replica ``k``'s IPU ``j`` is ``k·m + j`` for replicas of ``m``
   IPUs); ``num_bytes`` is what each member holds on that IPU (the gathered size for an
-  all-gather) and ``max_tile_bytes`` the most one tile of it holds. Within a replica,
+  all-gather), ``max_tile_bytes`` the most one tile of it holds and ``member_tiles``
+  how many tiles hold some of it (one message each per ring step). Within a replica,
   the IPUs of the data's rows form the ring in every replica. Each ring is laid
   along the links (``ipusim.exchange.collectives.ring_order``: the members' order
   when each is a neighbour of the next, else a tour over the links). The
@@ -164,7 +165,8 @@ def _cross_step(
     per_tile = np.bincount(tiles, minlength=replica_tiles)[:replica_tiles] * size
     per_ipu = per_tile.reshape(m, tpi).sum(axis=1)
     tile_max = per_tile.reshape(m, tpi).max(axis=1)
-    ring_groups, num_bytes, max_tile = [], [], []
+    held = np.count_nonzero(per_tile.reshape(m, tpi), axis=1)
+    ring_groups, num_bytes, max_tile, member_tiles = [], [], [], []
     topology = topology_of(em.state.device_target.config)
     for group in groups:
         factor = len(group) if prog.kind == "all_gather" else 1
@@ -173,6 +175,7 @@ def _cross_step(
             ring_groups.append(ring_order(topology, [k * m + j for k in group]))
             num_bytes.append(int(per_ipu[j]) * factor)
             max_tile.append(int(tile_max[j]) * factor)
+            member_tiles.append(int(held[j]))
     if not ring_groups or max(len(g) for g in groups) == 1:
         return _trivial(em, prog, effect, pid)
     return ir.Collective(
@@ -183,6 +186,7 @@ def _cross_step(
         groups=tuple(ring_groups),
         num_bytes=tuple(num_bytes),
         max_tile_bytes=tuple(max_tile),
+        member_tiles=tuple(member_tiles),
         element_bytes=size,
         algorithm=prog.algorithm,
         root=prog.root,
@@ -206,6 +210,10 @@ def _within_step(em: Emission, prog: GclCollective, effect: int, pid: int) -> ir
         tile_bytes = max(tile_bytes, int(counts.max(initial=0)) * size * factor)
     if rows <= 1 or member_bytes == 0:
         return _trivial(em, prog, effect, pid)
+    # the tiles holding each member's row, over all the tensors
+    held = max(
+        np.unique(np.concatenate([em.tiles(t[i]) for t in prog.inputs])).size for i in range(rows)
+    )
     topology = topology_of(em.state.device_target.config)
     ring_groups = tuple(ring_order(topology, [k * m + i for i in ipus]) for k in range(replicas))
     return ir.Collective(
@@ -216,6 +224,7 @@ def _within_step(em: Emission, prog: GclCollective, effect: int, pid: int) -> ir
         groups=ring_groups,
         num_bytes=(member_bytes,) * replicas,
         max_tile_bytes=(tile_bytes,) * replicas,
+        member_tiles=(max(int(held), 1),) * replicas,
         element_bytes=size,
         algorithm=prog.algorithm,
         root=prog.root,
