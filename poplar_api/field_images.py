@@ -70,6 +70,11 @@ class ImageField:
     inner_offsets: np.ndarray | None
     kernel_dtype: np.dtype
 
+    def __post_init__(self) -> None:
+        # the ids reach compiled passes (the replicas' gathers, ReduceAdd's sums)
+        # read-only and contiguous however they were made: one signature of each
+        object.__setattr__(self, "ids", read_only(self.ids))
+
     @property
     def replicas(self) -> int:
         """Replicas the image holds."""

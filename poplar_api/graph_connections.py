@@ -193,6 +193,11 @@ def _runs_of(ids: np.ndarray, begins: np.ndarray, sizes: np.ndarray) -> np.ndarr
     begins, sizes = begins.astype(np.int64, copy=False), sizes.astype(np.int64, copy=False)
     if int(begins.min()) < 0 or int((begins + sizes).max()) > ids.size:
         raise ValueError(f"pieces outside the {ids.size} ids they are taken from")
+    # contiguous and read-only, as a tensor's own index is: one compiled piece_runs
+    ids = np.ascontiguousarray(ids)
+    if ids.flags.writeable:
+        ids = ids.view()
+        ids.flags.writeable = False
     piece_runs(ids, begins, sizes, out)
     return out
 

@@ -185,8 +185,9 @@ def test_copy_pieces_grouped_by_tile_keep_to_the_room_they_are_given(monkeypatch
     room, marked = 16, np.zeros(size, bool)
     by_tile = np.empty(n, np.int32)
     outs = [np.full(want[0].size + 8, -7, np.int64) for _ in range(3)]
-    count = pieces._tile_pieces(ids, owner[ids], dst, n_tiles, marked, by_tile,
-                                *(o[:room] for o in outs))  # fmt: skip
+    # read-only ids, as flat_pieces hands them on (runs.read_only)
+    count = pieces._tile_pieces(runs.read_only(ids), owner[ids], dst, n_tiles, marked,
+                                by_tile, *(o[:room] for o in outs))  # fmt: skip
     assert count == want[0].size
     for out, column in zip(outs, want, strict=True):
         assert out[:room].tolist() == column[:room].tolist()

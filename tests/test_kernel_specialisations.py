@@ -350,3 +350,104 @@ def test_counted_cycles_reach_the_machine_read_only():
     engine.readTensor("out", got)
     assert np.array_equal(got, 2 * values)
     assert _read_only(machine._advance, 1) == {True}
+
+
+def test_the_run_search_and_the_range_join_are_inlined_into_their_passes():
+    """The binary search over runs (``_last_at_or_before``) and the join of touching
+    ranges (``_joined``) are inlined into the passes that call them, so they compile no
+    versions of their own (there were two each: writeable runs with the constant 0
+    from ``take_run_ranges``, read-only runs from ``_run_ranges``; the constant first
+    range 0 and a later one from ``_pair_overlap``). The passes, typed afresh here,
+    still give the ids and overlaps worked out by hand."""
+    from poplar_api.lowering import exchange, runs
+
+    take = numba.njit(runs.take_run_ranges.py_func)  # uncached: typed here
+    ranges = numba.njit(runs._run_ranges.py_func)
+    overlap = numba.njit(exchange._pair_overlap.py_func)
+    # runs: positions 0..3 hold ids 10..13, positions 4..7 ids 100..103
+    starts = np.array([0, 4], np.int64)
+    firsts = np.array([10, 100], np.int64)
+    begins = np.array([1, 3], np.int64)
+    ends = np.array([3, 7], np.int64)
+    out = np.zeros(6, np.int64)
+    assert take(starts, firsts, 8, begins, ends, out, 0) == 6
+    assert out.tolist() == [11, 12, 13, 100, 101, 102]
+    frozen = [runs.read_only(a) for a in (starts, firsts, begins, ends)]
+    lo, hi = np.zeros(3, np.int64), np.zeros(3, np.int64)
+    assert ranges(frozen[0], frozen[1], np.int64(8), frozen[2], frozen[3], lo, hi, True)
+    assert list(zip(lo.tolist(), hi.tolist(), strict=True)) == [(11, 13), (13, 14), (100, 103)]
+    # tile 0 receives [0, 3) and [3, 8) (touching: joined), tile 1 [2, 6): 4 in common
+    tile = np.array([0, 0, 1], np.int64)
+    common = np.zeros(4, np.int64)
+    overlap(tile, np.array([0, 3, 2], np.int64), np.array([3, 8, 6], np.int64), 4, common)
+    assert common.tolist() == [4, 4, 0, 0]
+    assert runs._last_at_or_before.signatures == []
+    assert exchange._joined.signatures == []
+
+
+def test_an_image_fields_ids_are_read_only_however_they_were_made():
+    """An :class:`ImageField` keeps its ids read-only and contiguous (a view of
+    writeable ids, the caller's array left as it was), so the replicas' gathers and
+    ReduceAdd's sums over images take one type of ids. ReduceAdd over the images of
+    two replicas, from writeable ids, gives the sums worked out with numpy."""
+    from poplar_api.codelet_base import RUN_REPLICAS
+    from poplar_api.field_images import ImageField
+    from poplar_api.poplin import vertices as poplin_vertices
+
+    ids = np.array([5, 0, 3, 1, 4, 2], np.int32)  # two partials of 3 in a space of 6
+    out_ids = np.array([2, 0, 1], np.int32)
+    rng = np.random.default_rng(3)
+    partials = rng.standard_normal((2, 6)).astype(np.float32)
+    field = ImageField(
+        partials.view(np.uint32), np.dtype(np.float32), ids, np.array([0, 2]),
+        np.array([0, 3, 6]), np.dtype(np.float32),
+    )  # fmt: skip
+    assert not field.ids.flags.writeable and field.ids.tolist() == ids.tolist()
+    assert ids.flags.writeable  # the caller's array is left as it was
+    image = np.zeros((2, 3), np.float32)
+    out = ImageField(
+        image.view(np.uint32), np.dtype(np.float32), out_ids, np.array([0, 3]), None,
+        np.dtype(np.float32),
+    )  # fmt: skip
+    cls = poplin_vertices.reduce_add_vertex(FLOAT, FLOAT, update=False)
+    token = RUN_REPLICAS.set(2)
+    try:
+        assert cls.computeBatch({"partials": field, "out": out}, 2, 6).all()
+    finally:
+        RUN_REPLICAS.reset(token)
+    for r in range(2):
+        p = partials[r][ids].astype(np.float64)
+        want = (p[:3] + p[3:]).astype(np.float32)
+        assert image[r][out_ids].tolist() == want.tolist()
+    assert _read_only(poplin_vertices._sum_lists_images, 1) == {True}
+
+
+def test_piece_runs_and_transfer_counts_get_read_only_contiguous_ids():
+    """The test for runs of a connection's pieces (``piece_runs``) and the count of a
+    transfer's elements and messages per tile (``_transfer_counts``) take their ids
+    read-only (and contiguous) whether the caller's are writeable, read-only or
+    strided: one signature each, with the answers worked out by hand."""
+    from poplar_api import graph_connections, tensor_views
+    from poplar_api.lowering import runs
+
+    ids = np.array([4, 5, 6, 9, 1, 2], np.int64)
+    frozen = ids.copy()
+    frozen.flags.writeable = False
+    begins, sizes = np.array([0, 3, 4], np.int64), np.array([3, 1, 2], np.int64)
+    strided = np.repeat(ids, 2)[::2]
+    for given in (ids, frozen, strided):
+        runs_of = graph_connections._runs_of(given, begins, sizes)
+        assert runs_of.tolist() == [True, True, True]
+    assert graph_connections._runs_of(ids, np.array([2]), np.array([2])).tolist() == [False]
+    owner = np.array([0, 1, 1, 0, 0, 0, 1, 1, 1, 0], np.int16)
+    for given in (ids, frozen, strided):
+        elements, messages = runs.transfer_counts(given, owner, 2)
+        # ids 4 5 | 6 | 9 | 1 2 on tiles 0 0 | 1 | 0 | 1 1: runs of both kinds
+        assert elements.tolist() == [3, 3] and messages.tolist() == [2, 2]
+    assert ids.flags.writeable
+    assert {(not s[0].mutable, s[0].layout) for s in tensor_views.piece_runs.signatures} == {
+        (True, "C")
+    }
+    assert {(not s[0].mutable, s[0].layout) for s in runs._transfer_counts.signatures} == {
+        (True, "C")
+    }

@@ -690,7 +690,9 @@ def _in_order(tile, lo):  # pragma: no cover - compiled
     return True
 
 
-@numba.njit(cache=True)
+# inlined into _pair_overlap: compiled on its own it had a version for the constant
+# first range 0 and one for a range found later
+@numba.njit(cache=True, inline="always")
 def _joined(lo, hi, p, end):  # pragma: no cover - compiled
     """Range ``p`` joined with the ranges after it (up to ``end``, sorted by ``lo``)
     that overlap or touch it: (its lo, its hi, the first range after them)."""

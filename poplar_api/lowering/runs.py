@@ -362,7 +362,7 @@ def transfer_counts(
         elif len(ids):
             _block_transfer_counts(owner, ids.start, ids.stop, elements, messages)
     elif len(ids):
-        _transfer_counts(np.asarray(ids, np.int64), owner, elements, messages)
+        _transfer_counts(read_only(np.asarray(ids, np.int64)), owner, elements, messages)
     return elements, messages
 
 
@@ -733,7 +733,9 @@ def take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no 
     return j
 
 
-@numba.njit(cache=True, nogil=True)
+# inlined into its callers: compiled on its own it had a version per caller's types
+# (take_run_ranges' writable runs and constant 0, _run_ranges' read-only runs)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _last_at_or_before(starts, lo, hi, p):  # pragma: no cover - compiled
     # binary search in starts[lo:hi] (ascending, starts[lo] <= p or lo == 0): the last
     # index whose start is at or before p
