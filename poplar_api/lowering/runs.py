@@ -733,9 +733,7 @@ def take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no 
     return j
 
 
-# inlined into its callers: compiled on its own it had a version per caller's types
-# (take_run_ranges' writable runs and constant 0, _run_ranges' read-only runs)
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")  # inlined: no version per caller
 def _last_at_or_before(starts, lo, hi, p):  # pragma: no cover - compiled
     # binary search in starts[lo:hi] (ascending, starts[lo] <= p or lo == 0): the last
     # index whose start is at or before p
