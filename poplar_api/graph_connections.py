@@ -98,15 +98,18 @@ class Segments:
 
 
 class RunSegments:
-    """VectorList connections for :meth:`~poplar_api.graph_bulk.BulkGraphMethods.addVertices`
-    whose element ids are given as runs of consecutive ids, not as a tensor's elements:
-    pieces and vectors as :class:`Segments`, over the ids of ``runs`` in order.
+    """VectorList or Vector connections for
+    :meth:`~poplar_api.graph_bulk.BulkGraphMethods.addVertices` whose element ids are
+    given as runs of consecutive ids, not as a tensor's elements: pieces and vectors as
+    :class:`Segments`, over the ids of ``runs`` in order.
 
     A library that gathers the fields of thousands of vertices from its operands' ids
     (a convolution's partial-sum vertices read a few long runs each) finds their runs
     as it gathers and gives them here, so no array of one id per element connected is
-    made; the graph keeps them as the runs they are
-    (:class:`~poplar_api.run_ids.RunIds`).
+    made; the graph keeps a VectorList's as the runs they are
+    (:class:`~poplar_api.run_ids.RunIds`). A Vector field (one piece per vertex) is
+    kept as :class:`Segments` keeps it: a piece within one run as that run, any other
+    piece as its ids (made from the runs, in the type the graph keeps ids in).
 
     Parameters
     ----------
@@ -334,19 +337,30 @@ class _Connections:
     def _run_segments(
         self, graph: Graph, name: str, value: RunSegments, spec: Any, where: str
     ) -> None:
-        """A VectorList field given as runs: kept as they are, in a list block."""
+        """A VectorList field given as runs: kept as they are, in a list block (a Vector
+        field: :meth:`_run_vector`)."""
         t = graph.checkTensor(value.tensor, where)
         if value.count() != self.n:
             raise GraphError(
                 f"{where}: {value!r} feeds {value.count()} vertices but {self.n} are added; "
                 "hint: one count of vectors per vertex"
             )
-        if spec.kind != "vectorlist":
+        if spec.kind not in ("vectorlist", "vector"):
             raise GraphError(
-                f"{where}: RunSegments feed VectorList fields; this one is {spec.describe()}"
+                f"{where}: RunSegments feed VectorList and Vector fields; this one is "
+                f"{spec.describe()}"
             )
         sizes = value.sizes
-        spec.check(sizes.tolist()[:1], t._type, where)
+        if spec.kind == "vector":
+            if value.vectors.size and (value.vectors != 1).any():
+                k = int(np.flatnonzero(value.vectors != 1)[0])
+                raise GraphError(
+                    f"{where}: vertex {k} has a Vector field but is given "
+                    f"{int(value.vectors[k])} pieces; hint: one piece for a Vector field"
+                )
+            spec.check(0, t._type, where)
+        else:
+            spec.check(sizes.tolist()[:1], t._type, where)
         runs = value.runs
         space = graph._state.find_space(t._type)
         bound = 0 if space is None else space.size
@@ -362,7 +376,43 @@ class _Connections:
         narrow = space is not None and space.size <= np.iinfo(np.int32).max
         ids = RunIds(runs.starts, runs.firsts, runs.size, np.int32 if narrow else np.int64)
         begins = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        if spec.kind == "vector":
+            self._run_vector(name, ids, begins, sizes)
+            return
         self.lists.append((name, begins, sizes, value.vectors, ids))
+
+    def _run_vector(self, name: str, ids: RunIds, begins: np.ndarray, sizes: np.ndarray) -> None:
+        """A Vector field whose vertex ``i`` gets the ids at positions ``begins[i] ..
+        begins[i] + sizes[i] - 1`` of ``ids``: what :meth:`_segments` keeps of the same
+        ids (a piece of consecutive ids as its run, any other as an array of the ids'
+        type), found from the runs (only the ids of pieces that are not runs are made)."""
+        starts, firsts = ids.starts, ids.firsts
+        if starts.size > 1:  # runs that go on into the next: one run
+            cont = firsts[1:] == firsts[:-1] + (starts[1:] - starts[:-1])
+            if cont.any():
+                keep = np.concatenate(([True], ~cont))
+                starts, firsts = starts[keep], firsts[keep]
+        is_run = sizes > 0
+        first_run = np.zeros(sizes.size, np.int64)
+        if starts.size and is_run.any():
+            first_run = np.searchsorted(starts, begins, side="right") - 1
+            last_run = np.searchsorted(starts, begins + sizes - 1, side="right") - 1
+            is_run &= first_run == last_run
+        if is_run.any():
+            sel = None if is_run.all() else np.flatnonzero(is_run)
+            at = first_run if sel is None else first_run[sel]
+            b = firsts[at] + ((begins if sel is None else begins[sel]) - starts[at])
+            self.runs.append((name, sel, b, b + (sizes if sel is None else sizes[sel])))
+        if not is_run.all():
+            rest = np.flatnonzero(~is_run)
+            lo, hi = int(begins[rest[0]]), int(begins[rest[-1]] + sizes[rest[-1]])
+            kept = ids[lo:hi]  # the ids from the first such piece to the last one's end
+            kept.flags.writeable = False
+            pieces = [
+                kept[o : o + k]
+                for o, k in zip((begins[rest] - lo).tolist(), sizes[rest].tolist(), strict=True)
+            ]
+            self.ids.append((name, rest, pieces))
 
     def _segments(self, graph: Graph, name: str, value: Segments, spec: Any, where: str) -> None:
         t = graph.checkTensor(value.tensor, where)

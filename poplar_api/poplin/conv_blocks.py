@@ -358,12 +358,13 @@ class Assembler:
                 flat[dst] = source[(base[:, None] + rel).reshape(-1)]
         return _Field(flat, sizes, self.npieces, at, piece_at)
 
-    def run_field(self) -> _Field | None:
+    def run_field(self, ids_of: tuple[np.ndarray, ...] = ()) -> _Field | None:
         """The field with its ids found as runs, without an array of every id: one
         compiled pass per shape finds each row's runs, which are then put in vertex
         order and joined where a run goes on into the next row. None when a source
         holds negative values (zeros of an expanded input) or positions outside it,
-        or the rows hold too many runs (:meth:`field` then)."""
+        or the rows hold too many runs (:meth:`field` then). Sources in ``ids_of``
+        are a tensor's element ids (none negative: not looked at for them)."""
         at, piece_at, sizes = self._bounds()
         total = int(at[-1])
         limit = total // MIN_ELEMENTS_PER_RUN + self.n
@@ -371,7 +372,7 @@ class Assembler:
         off = np.empty(limit, np.int64)
         first = np.empty(limit, np.int64)
         count = 0
-        clean: dict[int, bool] = {}
+        clean: dict[int, bool] = {id(s): True for s in ids_of}
         for members, source, base, rel, _, ids in self.rows:
             if not members.size or not rel.size:
                 continue

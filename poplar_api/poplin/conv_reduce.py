@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.graph import Graph, Segments
+from poplar_api.graph_connections import RunSegments
 from poplar_api.poplin.conv_blocks import Assembler, block_table, ids_view, pattern
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.estimators import single_input_reduce
@@ -126,18 +127,28 @@ def reduce_partials(
                     parts.gather(at, part_ids, base, stacked, np.array([s * (pci - 1)], np.int64))
                 else:
                     parts.gather(at, part_ids, base, stacked, np.full(pci, s, np.int64))
-            of, pf = outs.field(), parts.field()
-            connections = {"out": Segments(ids_view(out_var, of.flat), of.sizes)}
+            connections = {"out": _vector(outs, out_var, out_ids)}
             if use_single:
-                wf = own.field()
-                connections["initialPartial"] = Segments(ids_view(partials, wf.flat), wf.sizes)
-                connections["partials"] = Segments(ids_view(partials, pf.flat), pf.sizes)
+                connections["initialPartial"] = _vector(own, partials, part_ids)
+                connections["partials"] = _vector(parts, partials, part_ids)
             else:
-                view = ids_view(partials, pf.flat)
-                connections["partials"] = Segments(view, pf.sizes, pf.vectors)
+                pf = parts.run_field((part_ids,)) or parts.field()
+                connections["partials"] = pf.segments(partials, 0, sel.size)
             graph.addVertices(cs, cls, v_tiles[sel], connections)
     graph.mapElements(out_var, tiles_all.reshape(shape))
     prog.add(Execute(cs))
+
+
+def _vector(asm: Assembler, t: Tensor, ids: np.ndarray) -> Segments | RunSegments:
+    """The Vector field of ``asm``'s vertices (one piece each), gathered from ``ids``
+    (element ids of ``t``): as the runs its rows were found in, where they were (no
+    array of every id made and converted; the graph keeps a piece within one run as
+    that run, any other as its ids), else as the ids."""
+    field = asm.run_field((ids,))
+    if field is not None:
+        return RunSegments(t, field.runs, field.sizes)
+    field = asm.field()
+    return Segments(ids_view(t, field.flat), field.sizes)
 
 
 __all__ = ["memory_elements", "reduce_partials"]
