@@ -51,7 +51,6 @@ def test_run_ranges_are_the_runs_of_the_ids_at_the_positions() -> None:
         assert set(cut[ends > begins].tolist()) <= set(np.cumsum(e - b).tolist())
 
 
-
 def test_run_ranges_refuses_ranges_outside_the_sequence() -> None:
     """A range beyond the held positions (or any non-empty range of a sequence without
     runs) would read past the run arrays in the compiled pass: refused with the
@@ -64,6 +63,7 @@ def test_run_ranges_refuses_ranges_outside_the_sequence() -> None:
         runs.run_ranges(none, none, 0, np.array([0]), np.array([1]))
     b, e = runs.run_ranges(none, none, 0, np.array([0, 0]), np.array([0, 0]))
     assert b.size == e.size == 0
+
 
 def _probe(typ):
     class RunsSum(Vertex):
