@@ -219,6 +219,26 @@ class SyncConfig(_Section):
         description="Used when global_sync_cycles is None; at most 1e9 ns (a latency "
         "is under 1 s).",
     )
+    ipus_per_card: int = Field(
+        default=2,
+        ge=1,
+        le=65536,
+        description="Consecutive IPUs behind one sync hop (a card); the cards of a chassis "
+        "are chained (ipusim.sync.placement).",
+    )
+    ipus_per_chassis: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="Consecutive IPUs per chassis (IPU-Machine), chained by Sync-Links; "
+        "None: one chassis per rack.",
+    )
+    chassis_hop_ns: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e9,
+        description="Sync latency of one hop between chassis; None: global_sync_ns_per_hop.",
+    )
     host_sync_cycles: int = Field(
         default=0, ge=0, le=MAX_CYCLES, description="Extra cycles of a host sync; at most 2^40."
     )
@@ -226,6 +246,17 @@ class SyncConfig(_Section):
         default="controller",
         description="Sync timing component (ipusim.timing.components('sync')).",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_default_placement(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Dumps leave the placement fields out while they hold their defaults, so
+        configs that never set them keep their content hash."""
+        values = handler(self)
+        if isinstance(values, dict):
+            for name, default in _SYNC_PLACEMENT.items():
+                if values.get(name, default) == default:
+                    values.pop(name, None)
+        return values
 
 
 class GWLinksConfig(_Section):
@@ -677,15 +708,16 @@ class MachineConfig(_Section):
 
     @property
     def global_sync_cycles(self) -> int:
-        """Extra cycles of an external sync: the config value or the hop formula."""
-        if self.sync.global_sync_cycles is not None:
-            return self.sync.global_sync_cycles
-        hops = 1 + (self.num_ipus // 2) // 2
-        ns = self.sync.global_sync_ns_per_hop * 1e-9
-        return math.ceil(round(ns * self.tile.clock_hz * hops * 2, 9))
+        """Extra cycles of an external sync of every IPU: the config value or the path
+        of the sync by placement (:mod:`ipusim.sync.placement`)."""
+        from ipusim.sync.placement import external_sync_cycles
+
+        return external_sync_cycles(self)
 
 
 _DEFAULT_COUNTED = CountedConfig()
+#: The sync fields of the placement path (ipusim.sync.placement) and their defaults.
+_SYNC_PLACEMENT = {"ipus_per_card": 2, "ipus_per_chassis": None, "chassis_hop_ns": None}
 
 
 # The schema, for suggestions and dotted paths ---------------------------------------------

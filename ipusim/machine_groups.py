@@ -200,7 +200,7 @@ class GroupBarriers:
                 if barrier is not None and barrier.arrived < barrier.expected:
                     return barrier.event
                 release = self.timing.sync.release(
-                    self.clock[tiles], self.delays[tiles], kind.value
+                    self.clock[tiles], self.delays[tiles], kind.value, tuple(sorted(scope))
                 )
                 self._settle_tiles(rec, tiles, release)
                 self._leave(n, step, barrier)

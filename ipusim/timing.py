@@ -78,7 +78,13 @@ class ExchangeModel(Protocol):
 class SyncModel(Protocol):
     def delays(self) -> np.ndarray: ...
 
-    def release(self, arrival: np.ndarray, delays: np.ndarray, kind: str) -> np.ndarray: ...
+    def release(
+        self,
+        arrival: np.ndarray,
+        delays: np.ndarray,
+        kind: str,
+        ipus: tuple[int, ...] | None = None,
+    ) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -160,8 +166,16 @@ class ControllerSync:
     def delays(self) -> np.ndarray:
         return self._delays
 
-    def release(self, arrival: np.ndarray, delays: np.ndarray, kind: str) -> np.ndarray:
-        return sync_release(arrival, delays, sync_extra_cycles(self.cfg, kind))
+    def release(
+        self,
+        arrival: np.ndarray,
+        delays: np.ndarray,
+        kind: str,
+        ipus: tuple[int, ...] | None = None,
+    ) -> np.ndarray:
+        """Exit times of the arriving tiles; ``ipus``: the IPUs of an external sync
+        (its path through the sync fabric; None: all of the machine)."""
+        return sync_release(arrival, delays, sync_extra_cycles(self.cfg, kind, ipus))
 
 
 class SharedHostLink:

@@ -212,6 +212,13 @@ KNOBS: dict[str, Knob] = {
     "sync.controller_tile": Knob(superstep, (0, 2)),
     "sync.global_sync_cycles": Knob(external_sync, (None, 600), TWO),
     "sync.global_sync_ns_per_hop": Knob(external_sync, (15.0, 30.0), TWO),
+    "sync.ipus_per_card": Knob(external_sync, (2, 8), {"num_ipus": 8}),
+    "sync.ipus_per_chassis": Knob(
+        external_sync, (None, 4), {"num_ipus": 8, "sync.chassis_hop_ns": 100.0}
+    ),
+    "sync.chassis_hop_ns": Knob(
+        external_sync, (None, 100.0), {"num_ipus": 8, "sync.ipus_per_chassis": 4}
+    ),
     "sync.host_sync_cycles": Knob(host_sync, (0, 372)),
     "host.bandwidth_bytes_per_s": Knob(stream_copies, (20e9, 8e9), TWO),
     "host.latency_s": Knob(stream_copies, (0.0, 2e-6), TWO),

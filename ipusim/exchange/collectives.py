@@ -22,7 +22,8 @@ One ring step costs
 
 ``sync + max(ceil(max over transfers (route latency + bytes / rate)), on_chip) + reduce``
 
-* ``sync``: the external sync that starts the step (``cfg.global_sync_cycles``);
+* ``sync``: the external sync of the ring's IPUs that starts the step (their path
+  through the sync fabric, :func:`ipusim.sync.placement.external_sync_cycles`);
 * a transfer's rate is its share of the links it crosses (see
   :mod:`ipusim.exchange.fabric`; alone on its links, the link's full bandwidth). Every
   tile of a member that holds some of the data (``member_tiles``) sends its part of
@@ -58,6 +59,7 @@ import simpy
 
 from ipusim import ir
 from ipusim.config import MachineConfig
+from ipusim.sync.placement import external_sync_cycles
 
 __all__ = [
     "CollectiveCost",
@@ -186,9 +188,8 @@ def ring_plan(cfg: MachineConfig, step: ir.Collective, group: int) -> RingPlan:
     reduce = math.ceil(tile_part / cfg.memory.store_bytes_per_cycle)
     overhead = int(cfg.links.message_overhead_bytes) * step.member_tiles[group]
     transfers = [(a, b, nbytes + overhead) for a, b, nbytes in transfers if nbytes > 0]
-    return RingPlan(
-        members, steps, reduce_steps, tuple(transfers), on_chip, reduce, cfg.global_sync_cycles
-    )
+    sync = external_sync_cycles(cfg, members)
+    return RingPlan(members, steps, reduce_steps, tuple(transfers), on_chip, reduce, sync)
 
 
 @dataclass(frozen=True)

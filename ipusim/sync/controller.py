@@ -10,11 +10,14 @@ zero (``none``, as on the IPU Model devices). A tile's sync cycles are its wait,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from ipusim import ir
 from ipusim.config import MachineConfig
 from ipusim.errors import IRValidationError
+from ipusim.sync.placement import external_sync_cycles
 from ipusim.tile.layout import tile_distance
 
 __all__ = ["relative_sync_delays", "sync_delays", "sync_extra_cycles", "sync_release"]
@@ -102,11 +105,12 @@ def sync_release(arrival: np.ndarray, delays: np.ndarray, extra_cycles: int = 0)
     return (release + delays).astype(np.int64)
 
 
-def sync_extra_cycles(cfg: MachineConfig, kind: str) -> int:
+def sync_extra_cycles(cfg: MachineConfig, kind: str, ipus: Iterable[int] | None = None) -> int:
     """Extra cycles the controller adds before releasing a sync of the given kind.
 
-    ``"internal"``: 0; ``"external"``: ``cfg.global_sync_cycles``; ``"host"``:
-    ``cfg.sync.host_sync_cycles``.
+    ``"internal"``: 0; ``"external"``: the sync fabric's path between the IPUs ``ipus``
+    (all of the machine when None; :func:`ipusim.sync.placement.external_sync_cycles`,
+    ``cfg.global_sync_cycles`` for all IPUs); ``"host"``: ``cfg.sync.host_sync_cycles``.
 
     Raises
     ------
@@ -116,7 +120,7 @@ def sync_extra_cycles(cfg: MachineConfig, kind: str) -> int:
     if kind == ir.SyncKind.INTERNAL:
         return 0
     if kind == ir.SyncKind.EXTERNAL:
-        return int(cfg.global_sync_cycles)
+        return external_sync_cycles(cfg, ipus)
     if kind == ir.SyncKind.HOST:
         return int(cfg.sync.host_sync_cycles)
     raise IRValidationError(
