@@ -88,9 +88,11 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
         return plan.method == claim.split()[1]
     if claim.startswith("vertex "):
         return vertex_name(plan, params) == f"poplin::{claim.split()[1]}"
-    m = re.fullmatch(r"(serial|Ci split) (>|=)? ?(\d+)", claim)
+    m = re.fullmatch(r"(serial|input-channel serial|Ci split) (>|=)? ?(\d+)", claim)
     assert m, f"unknown claim {claim!r} in docs/planner.md"
-    value = plan.serial if m.group(1) == "serial" else plan.parts[-1]
+    value = {"serial": plan.serial, "input-channel serial": plan.in_serial}.get(
+        m.group(1), plan.parts[-1]
+    )
     n = int(m.group(3))
     return value > n if m.group(2) == ">" else value == n
 

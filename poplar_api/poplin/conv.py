@@ -47,7 +47,12 @@ from poplar_api.poplin.conv_params import (
 from poplar_api.poplin.conv_planner import ConvPlan, parse_options, plan_convolution
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.conv_reduce import reduce_partials
-from poplar_api.poplin.conv_serial import PLAN_CACHE, lower_serial, plan_cache_key
+from poplar_api.poplin.conv_serial import (
+    PLAN_CACHE,
+    lower_in_serial,
+    lower_serial,
+    plan_cache_key,
+)
 from poplar_api.poplin.conv_vertex_estimates import (
     largest_block_estimate,
 )
@@ -97,7 +102,8 @@ def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
             plan = plan_convolution(params, target, opts, largest_block_estimate(params, target))
         if expand is not False and int(np.prod(params.kernelShape)) > 1:
             eff = expand_all_dims(params)
-            alt = plan_convolution(eff, target, opts, largest_block_estimate(eff, target))
+            estimate = largest_block_estimate(eff, target)
+            alt = plan_convolution(eff, target, opts, estimate, in_serial=False)
             if plan is None or alt.cost["total"] < plan.cost["total"]:
                 plan = dataclasses.replace(alt, expanded=True)
         cache[key] = plan
@@ -245,6 +251,9 @@ def _conv(
     if plan.serial > 1:
         lower = lambda k, p, pr, n: _conv(graph, act, k, p, opts, pr, n)  # noqa: E731
         return lower_serial(graph, ker, params, plan, opts, prog, name, lower)
+    if plan.in_serial > 1:
+        lower_in = lambda a, k, p, pr, n: _conv(graph, a, k, p, opts, pr, n)  # noqa: E731
+        return lower_in_serial(graph, act, ker, params, plan, opts, prog, name, lower_in)
     # the operands' element ids, in their shapes: the vertices' fields are gathered from
     # them straight (no positions made first and looked up again)
     act_pos, ker_pos = act.index, ker.index

@@ -208,7 +208,11 @@ def input_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarra
     pf = int(np.prod(parts[2 : 2 + nd]))
     gi = np.minimum(np.arange(g) // plan.blocks[0], parts[0] - 1)
     bi = np.minimum(np.arange(b) // plan.blocks[1], parts[1] - 1)
-    ci_i = np.minimum(np.arange(ci) * ktot // plan.blocks[-1], parts[-1] - 1)
+    # an input-channel serial split's iterations reuse the blocks: channel c is in
+    # block (c mod Ci / in_serial) of its iteration
+    ci_i = np.minimum(
+        np.arange(ci) % (ci // plan.in_serial) * ktot // plan.blocks[-1], parts[-1] - 1
+    )
     f_term = np.zeros(1, np.int64)
     for d, f in enumerate(fshape):
         fi = np.minimum(np.arange(f) * parts[2 + d] // f, parts[2 + d] - 1)
@@ -298,7 +302,7 @@ def weight_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarr
     for k, (_, o0, o1) in enumerate(cor):
         coblk[o0:o1] = k
     eci = int(eff.inputChannelsPerConvGroup)
-    ciblk = np.minimum(np.arange(eci) // plan.blocks[-1], parts[-1] - 1)
+    ciblk = np.minimum(np.arange(eci) % (eci // plan.in_serial) // plan.blocks[-1], parts[-1] - 1)
     # the expanded input channel of weight (c, *k) is c * prod(kernel) + k (row-major)
     ktot = int(np.prod(kernel))
     kprod = ktot if plan.expanded else 1

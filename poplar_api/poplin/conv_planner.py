@@ -22,9 +22,11 @@ weighs, for every candidate:
 * **memory**: Poplibs' temporary memory (``addConvTempMemoryEstimate``): the tile's
   input window and weights block and its partials (not the operands' and output's
   own storage); candidates over ``availableMemoryProportion`` of tile memory are
-  dropped. When no one-pass candidate fits, the output channels are split serially
-  (:func:`serial_options`: ``S`` passes over ``Co / S`` channels, the first ``S`` with
-  a fitting candidate; Poplibs' ``outChanSplit.serial``). When still none fits, the
+  dropped. When no one-pass candidate fits, every serial split joins the search
+  (:mod:`.serial_estimates`: ``S`` passes over ``Co / S`` output channels, Poplibs'
+  ``outChanSplit.serial``, or over ``Ci / S`` input channels, ``inChanSplit.serial``,
+  each with Poplibs' per-iteration slice, update and accumulation costs) and the
+  cheapest fitting one is taken. When still none fits, the
   bound is doubled until a candidate fits or it reaches twice the tile's bytes, and
   past that the cheapest candidate is taken whatever its memory (Poplibs'
   ``runPlanner`` ``minimizeMemory`` step in ``ConvPlan.cpp``); a plan that does not
@@ -64,7 +66,8 @@ its closed form being Poplibs' own estimate) and the weight update of a joint
 fully-connected plan whose forward pass runs the horizontal MAC.
 
 Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC
-family, input-channel serial splits and the planner's other transforms (swapping the
+family, input-channel serial splits of an expanded convolution and the planner's
+other transforms (swapping the
 operands of a convolution that is not a matMul, expanding some dimensions only,
 flattening the batch into the field); docs/planner.md compares ipusim's plans with
 Poplibs'.
@@ -72,7 +75,6 @@ Poplibs'.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -89,6 +91,7 @@ from poplar_api.poplin.estimators import (
     reduce_add_cycles,
     single_input_reduce,
 )
+from poplar_api.poplin.serial_estimates import serial_options, serial_terms, split_params
 from poplar_api.types import FLOAT, HALF, Type
 
 #: The outer-product method (Poplibs' ``Plan::OuterProduct``; :mod:`.outer_product`).
@@ -102,6 +105,8 @@ __all__ = [
 
 #: Cycles per extra BSP phase (sync + exchange set-up), as the matmul planner charges.
 PHASE_OVERHEAD_CYCLES = 190
+#: The phases of a plan's estimated cycles (``ConvPlan.cost``), ``total`` their sum.
+COST_KEYS = ("compute", "exchange", "reduce", "transform", "serial_copy", "total")
 #: Default share of tile memory a convolution may use (Poplibs' default).
 DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6
 #: Candidates re-costed with the Poplibs estimators on real worklists.
@@ -110,8 +115,6 @@ REFINE = 6
 MAX_OPTIONS = 400
 #: Most candidates costed at once.
 MAX_CANDIDATES = 400_000
-#: Largest output-channel serial split tried.
-MAX_SERIAL = 16
 
 #: ipu2 AMP instantiations ``(fp, partials) -> (allowed numConvUnits, convInputLoadElems)``
 #: (``ConvPartial1x1Out`` / ``ConvPartialnx1`` template arguments in Poplibs).
@@ -239,6 +242,10 @@ class ConvPlan:
     #: Output-channel serial split: the convolution runs as ``serial`` passes over
     #: ``Co / serial`` channels each; ``parts`` and ``blocks`` describe one pass.
     serial: int = 1
+    #: Input-channel serial split (Poplibs' ``inChanSplit.serial``; never with
+    #: ``serial``): ``in_serial`` passes over ``Ci / in_serial`` channels each, their
+    #: partials added up in the partials type and cast once after the loop.
+    in_serial: int = 1
     #: The ``enableFastReduce`` option: single-input ReduceAdd whenever the output
     #: grain allows it, with the partials in interleaved memory (``constrainPartials``).
     fast_reduce: bool = False
@@ -266,6 +273,7 @@ class ConvPlan:
             f"{self.partials_type.name}, {self.num_tiles_used} tiles, cost {self.cost}, "
             f"{self.memory_bytes} B/tile{', expanded' if self.expanded else ''}"
             f"{f', serial {self.serial}' if self.serial > 1 else ''}"
+            f"{f', input-channel serial {self.in_serial}' if self.in_serial > 1 else ''}"
             f"{', swapped operands' if self.swapped else ''}"
             f"{', joint' if self.joint else ''})"
         )
@@ -555,22 +563,6 @@ def _first_in_order(keys: tuple[np.ndarray, ...], k: int) -> np.ndarray:
     return near[np.lexsort(tuple(key[near] for key in keys))[:k]]
 
 
-def _with_out_chans(params: ConvParams, co: int) -> ConvParams:
-    """``params`` with ``co`` output channels per conv group (one serial iteration)."""
-    sub = copy.copy(params)
-    object.__setattr__(sub, "outputChannelsPerConvGroup", int(co))
-    return sub
-
-
-def serial_options(params: ConvParams) -> list[int]:
-    """Output-channel serial splits the planner tries: the divisors ``S`` (2 to
-    :data:`MAX_SERIAL`) of the output channels, so that every iteration has the same
-    channels (Poplibs' ``outChanSplit.serial``, ``ConvModel.cpp`` ``constructModel``,
-    allows any split up to the number of channel grains)."""
-    co = params.outputChannelsPerConvGroup
-    return [s for s in range(2, min(MAX_SERIAL, co) + 1) if co % s == 0]
-
-
 def _gather(
     params: ConvParams,
     methods: list[Any],
@@ -581,35 +573,42 @@ def _gather(
     fast: bool = False,
     conv_pass: str | None = None,
     swapped: bool = False,
+    kind: str = "out",
 ) -> dict[str, np.ndarray]:
-    """The candidates of every method for ``serial`` iterations over ``Co / serial``
-    output channels each, with their costs for the whole convolution.
+    """The candidates of every method for ``serial`` iterations over ``1 / serial`` of the
+    ``kind`` ("out" or "in") channels each, with their costs for the whole convolution.
 
     Poplibs' model of a serial split (``addEstimates``, ``ConvModel.cpp`` at 7eac0f26):
-    the cycles of one iteration times ``serial``; the temporary memory of one iteration
-    (``convTempBytes`` does not outlive it) plus, when split and ``rearrange`` (the
+    the cycles of one iteration, with its dynamic slices, update or in-place addition
+    (:func:`~.serial_estimates.serial_terms`, cost ``"serial"``), times ``serial``, plus
+    the cast after an input-channel loop (whose iterations cast nothing); the temporary
+    memory of one iteration (``convTempBytes`` does not outlive it), plus the accumulated
+    partials of an input-channel loop, plus, when split and ``rearrange`` (the
     fully-connected passes planned alone, i.e. not as Poplibs' joint plan of
-    :mod:`.fc_joint`), the weights a tile holds
-    before the loop slices them (``addRearrangeBeforeSliceEstimate``; its rearranging
-    copy is not costed). The dynamic slice
-    of the weights and update of the output in each iteration are not costed: the
-    lowering reads each iteration's weights where they lie and writes its outputs in
-    place, without those copies.
+    :mod:`.fc_joint`), the weights a tile holds before the loop slices them
+    (``addRearrangeBeforeSliceEstimate``; its rearranging copy is not costed).
     """
-    sub = _with_out_chans(params, params.outputChannelsPerConvGroup // serial)
+    sub = split_params(params, kind, serial) if serial > 1 else params
     maps = dim_maps(sub)
     cands = [_candidates(sub, m, partials, target, maps, fast) for m in methods]
     cat = {k: _join([c[k] for c in cands]) for k in cands[0]}
     cycles, temp = transform_estimates(sub, conv_pass, swapped, cat["icg"], cat["ocg"],
                                        cat["used"], target, weights_per_conv_unit(sub))  # fmt: skip
     cat["transform"] = cycles
-    cat["total"] = cat["total"] + cycles
     cat["memory"] = np.maximum(cat["memory"], temp)
     cat["method"] = np.concatenate([np.full(c["used"].size, i) for i, c in enumerate(cands)])
-    cat["serial"] = np.full(cat["used"].size, serial)
+    n = cat["used"].size
+    cat["serial"] = np.full(n, serial if kind == "out" else 1)
+    cat["in_serial"] = np.full(n, serial if kind == "in" else 1)
+    cat["serial_copy"] = np.zeros(n, np.int64)
     if serial > 1:
-        for k in ("compute", "exchange", "reduce", "transform", "total"):
+        per_iter, once, extra = serial_terms(params, cat, serial, kind, partials, target)
+        if kind == "in":  # an iteration's partials are cast only after the loop
+            cat["reduce"] = np.where(cat["parts"][:, -1] > 1, cat["reduce"], 0)
+        for k in ("compute", "exchange", "reduce", "transform"):
             cat[k] = cat[k] * serial
+        cat["serial_copy"] = per_iter * serial + once
+        cat["memory"] = cat["memory"] + extra
         if rearrange:  # a fully-connected pass that is not planned jointly
             weights = (
                 params.inputType.size
@@ -619,6 +618,8 @@ def _gather(
                 * params.outputChannelsPerConvGroup
             )
             cat["memory"] = cat["memory"] + -(-weights // cat["used"])
+    cat["total"] = cat["compute"] + cat["exchange"] + cat["reduce"] + cat["transform"]
+    cat["total"] = cat["total"] + cat["serial_copy"]
     return cat
 
 
@@ -664,6 +665,7 @@ def plan_from(
         cost=cost,
         memory_bytes=int(cat["memory"][j]),
         serial=int(cat["serial"][j]),
+        in_serial=int(cat["in_serial"][j]) if "in_serial" in cat else 1,
         fast_reduce=fast,
         swapped=swapped,
     )
@@ -690,6 +692,7 @@ def plan_convolution(
     target: Any,
     options: Mapping[str, Any],
     exact_compute: Any = None,
+    in_serial: bool = True,
 ) -> ConvPlan:
     """The cheapest plan of ``params`` on ``target`` (see the module docstring).
 
@@ -705,6 +708,9 @@ def plan_convolution(
     exact_compute
         ``exact_compute(plan) -> cycles``: the Poplibs estimate of a plan's largest
         vertex (used to refine the best candidates); None ranks by the closed forms.
+    in_serial
+        Whether input-channel serial splits are candidates (not for an expanded
+        convolution: its lowering slices the unexpanded operands).
     """
     if options.get("swap") and options.get("pass") not in MATMUL_PASSES:
         raise GraphError(
@@ -735,21 +741,24 @@ def plan_convolution(
     conv_pass, swapped = options.get("pass"), bool(options.get("swap"))
     cat = _gather(params, methods, partials, target, 1, False, fast, conv_pass, swapped)
     if not (cat["memory"] <= limit).any():
-        # nothing fits in one pass: the first output-channel serial split that has a
-        # plan within the limit joins the candidates (more iterations cost more cycles)
-        # the outer product (last when present) runs in one pass only: its lowering
-        # has no serial loop; the other methods keep their indices
+        # nothing fits in one pass: every serial split over the output channels, and
+        # (``in_serial``) over the input channels, joins the candidates; the outer
+        # product (last when present) runs in one pass only: its lowering has no serial
+        # loop; the other methods keep their indices
         one_pass = methods[:-1] if methods[-1][0] == OUTER_PRODUCT else methods
-        for serial in serial_options(params):
-            more = _gather(params, one_pass, partials, target, serial, rearrange, fast,
-                           conv_pass, swapped)  # fmt: skip
-            if (more["memory"] <= limit).any():
-                cat = {k: _join([cat[k], more[k]]) for k in cat}
-                break
+        kinds = [("out", params.outputChannelsPerConvGroup)]
+        if in_serial:
+            kinds.append(("in", params.inputChannelsPerConvGroup))
+        more = [
+            _gather(params, one_pass, partials, target, s, rearrange, fast, conv_pass, swapped, k)
+            for k, chans in kinds
+            for s in serial_options(chans)
+        ]
+        cat = {k: _join([cat[k]] + [m[k] for m in more]) for k in cat}
     method_ix = cat["method"]
     fits = _fitting(cat["memory"], limit, target.getBytesPerTile())
     primary = np.where(fits, cat["total"], np.iinfo(np.int64).max // 4)
-    top = _first_in_order((method_ix, cat["serial"], cat["used"], primary),
+    top = _first_in_order((method_ix, cat["in_serial"], cat["serial"], cat["used"], primary),
                           REFINE if exact_compute is not None else 1)  # fmt: skip
 
     def make(j: int, cost: dict[str, int]) -> ConvPlan:
@@ -757,13 +766,13 @@ def plan_convolution(
 
     best: tuple[int, ConvPlan] | None = None
     for j in top.tolist():
-        cost = {k: int(cat[k][j]) for k in ("compute", "exchange", "reduce", "transform", "total")}
+        cost = {k: int(cat[k][j]) for k in COST_KEYS}
         plan = make(j, cost)
         if exact_compute is not None and plan.method != OUTER_PRODUCT:  # (its closed
             # form is already Poplibs' estimate)
-            exact = int(exact_compute(plan)) * plan.serial
+            exact = int(exact_compute(plan)) * plan.serial * plan.in_serial
             cost["compute"] = exact
-            cost["total"] = exact + cost["exchange"] + cost["reduce"] + cost["transform"]
+            cost["total"] = sum(cost[k] for k in COST_KEYS[:-1])
             plan = replace(plan, cost=cost)
         key = cost["total"] if fits[j] else np.iinfo(np.int64).max
         if best is None or key < best[0]:

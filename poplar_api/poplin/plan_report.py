@@ -6,7 +6,7 @@ bytes), then the plan (``operator<<(std::ostream &, const Plan &)`` in
 ``ConvPlan.cpp``): per level of the hierarchy its transform, its partition and its
 types, then the vertex's channel grouping, method and tile count. ipusim's plans have
 two levels: level 0 splits the convolution over the IPU's tiles (serially over output
-channels, then in parallel), level 1 is the tile, whose vertex computes the block.
+or input channels, then in parallel), level 1 is the tile, whose vertex computes the block.
 The phases of the estimate are listed too (exchange, partial sums, reduction or cast).
 A matMul product planned with swapped operands (``plan.swapped``) is printed with the
 convolution it runs, ``B^T A^T``, and ``swapOperands true`` at level 0; a pass of a
@@ -48,13 +48,19 @@ def format_plan(params: ConvParams, plan: ConvPlan) -> str:
     out_type, partials = params.outputType.name.lower(), plan.partials_type.name.lower()
     reduced = parts[-1] > 1 or plan.partials_type != params.outputType
     cost = plan.cost
+    serial = plan.serial > 1 or plan.in_serial > 1
     expanded = ", ".join(map(str, range(nd))) if plan.expanded else ""
     lines = [
         f"  Estimated cost {{cycles {cost.get('total', 0)}, temporary bytes {plan.memory_bytes}}}",
         f"  Estimated cycles by phase {{exchange {cost.get('exchange', 0)}, partial sums "
         f"{cost.get('compute', 0)}, {'reduction' if parts[-1] > 1 else 'cast'} "
-        f"{cost.get('reduce', 0)}}}"
-        + (f" for {plan.serial} serial passes" if plan.serial > 1 else ""),
+        f"{cost.get('reduce', 0)}"
+        + (
+            f", serial slices, updates and sums {cost.get('serial_copy', 0)}}} for "
+            f"{plan.serial * plan.in_serial} serial passes"
+            if serial
+            else "}"
+        ),
         "",
         "Plan:",
         "transform #0",
@@ -68,7 +74,7 @@ def format_plan(params: ConvParams, plan: ConvPlan) -> str:
         f"        outChanSplit.serial      {plan.serial}",
         f"        outChanSplit.parallel    {parts[-2]}",
         f"        kernelSplit              {{{', '.join('1' for _ in range(nd))}}}",
-        "        inChanSplit.serial       1",
+        f"        inChanSplit.serial       {plan.in_serial}",
         f"        inChanSplit.parallel     {parts[-1]}",
         f"        convGroupSplit           {parts[0]}",
         "",
@@ -132,5 +138,7 @@ def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None)
     split = f"{sep.join(parts)} (blocks {sep.join(blocks)})"
     if plan.serial > 1:
         split = f"{plan.serial} serial passes of {split}"
+    if plan.in_serial > 1:
+        split = f"{plan.in_serial} input-channel serial passes of {split}"
     memory = f"{plan.memory_bytes:,} B" + (f" of {round(limit):,}" if limit is not None else "")
     return f"{head}, {split}, {plan.num_tiles_used} tiles, {memory}"
