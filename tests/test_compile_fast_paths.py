@@ -257,6 +257,7 @@ def test_tile_keys_made_in_place_equal_sorted_keys(seed, shape):
     tiles, space = 6, 1 << 40 if shape == "wide" else 500
     stride = space + 1
     owner = np.resize(np.repeat(rng.integers(0, tiles, 50), rng.integers(1, 20, 50)), 500)
+    owner = owner.astype(np.int16)  # a space's tiles, as the graph holds them
     dst = rng.integers(0, tiles, n)
     begin = rng.integers(0, 480, n)
     length = np.full(n, 2) if shape == "one_length" else rng.integers(1, 20, n)

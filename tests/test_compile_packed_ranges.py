@@ -69,6 +69,7 @@ def test_merge_received_of_packed_keys_equals_element_sets(seed: int) -> None:
     rng = np.random.default_rng(seed)
     tiles, space = 10, 500
     owner = np.resize(np.repeat(rng.integers(0, tiles, 60), rng.integers(1, 12, 60)), space)
+    owner = owner.astype(np.int16)  # a space's tiles, as the graph holds them
     changes = runs.change_points(owner, space)
     column, row = np.arange(tiles) // 2, np.arange(tiles) % 2
     m = 400
@@ -80,7 +81,7 @@ def test_merge_received_of_packed_keys_equals_element_sets(seed: int) -> None:
     assert bits > 0
     results = []
     for args in ((keys, rest, bits), (*received.unpack(keys, rest, bits), 0)):
-        pairs = (np.zeros(tiles * tiles, bool), np.zeros(tiles, np.int64))
+        pairs = (np.zeros(tiles * tiles, np.uint8), np.zeros(tiles, np.int64))  # stamp 1
         out = received.merge_received(
             args[0], args[1], stride, changes, owner, (column, row), tiles, pairs, args[2]
         )

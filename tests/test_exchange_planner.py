@@ -263,7 +263,7 @@ def test_merge_received_equals_element_by_element(seed, ipus):
     tiles, space = 12, 300
     per_ipu = tiles // ipus
     owner = np.repeat(rng.integers(0, tiles, 40), rng.integers(1, 15, 40))[:space]
-    owner = np.resize(owner, space)
+    owner = np.resize(owner, space).astype(np.int16)  # a space's tiles, as the graph holds them
     changes = runs.change_points(owner, space)
     column, row = np.arange(per_ipu) // 2, np.arange(per_ipu) % 2  # a grid of 2 rows
     dst = rng.integers(0, tiles, 200)
@@ -273,7 +273,7 @@ def test_merge_received_equals_element_by_element(seed, ipus):
     stride = space + 1
     lo = dst * stride + begin
     order = np.argsort(lo)
-    pairs, senders = np.zeros(tiles * tiles, bool), np.zeros(tiles, np.int64)
+    pairs, senders = np.zeros(tiles * tiles, np.uint8), np.zeros(tiles, np.int64)  # stamp 1
     a, b, receiver, elements, messages, distance = received.merge_received(
         lo[order], length[order], stride, changes, owner, (column, row), tiles, (pairs, senders)
     )
@@ -403,13 +403,14 @@ def test_merge_received_in_blocks_of_tiles_gives_every_pairs_distance():
     rng = np.random.default_rng(11)
     tiles, space = 16, 400
     owner = np.resize(np.repeat(rng.integers(0, tiles, 60), rng.integers(1, 12, 60)), space)
+    owner = owner.astype(np.int16)  # a space's tiles, as the graph holds them
     changes = runs.change_points(owner, space)
     column, row = np.arange(tiles) // 4, np.arange(tiles) % 4
     dst = np.sort(rng.integers(0, tiles, 300))
     begin = rng.integers(0, space - 10, 300)
     length = rng.integers(1, 10, 300)
     stride = space + 1
-    pairs = (np.zeros(tiles * tiles, bool), np.zeros(tiles, np.int64))
+    pairs = (np.zeros(tiles * tiles, np.uint8), np.zeros(tiles, np.int64))  # stamp 1
     got = np.zeros(tiles, np.int64)
     for block in (dst < 5, (dst >= 5) & (dst < 11), dst >= 11):
         lo, n = received.sort_ranges(dst[block] * stride + begin[block], length[block])

@@ -451,3 +451,29 @@ def test_piece_runs_and_transfer_counts_get_read_only_contiguous_ids():
     assert {(not s[0].mutable, s[0].layout) for s in runs._transfer_counts.signatures} == {
         (True, "C")
     }
+
+
+def test_merge_received_without_pairs_shares_the_planners_compiled_pass():
+    """Without a pair map the merge passes an empty one of the planners' type (uint8
+    stamps), so a call without pairs and the planners' calls with their maps share one
+    compiled pass for a space's int16 tiles; the elements and messages (runs of one
+    owner) are those worked out by hand."""
+    from poplar_api.lowering import received, runs
+
+    owner = np.array([0, 0, 1, 1, 1, 2, 2, 0, 0, 0], np.int16)
+    changes = runs.change_points(owner, owner.size)
+    stride = owner.size + 1
+    # tile 0 asks for ids 5..7 (owners 2 2 0: 2 messages), tile 1 for 2..5 (1 1 1 2: 2)
+    lo = np.array([0 * stride + 5, 1 * stride + 2], np.int64)
+    length = np.array([3, 4], np.int64)
+    zeros = np.zeros(3, np.int64)
+    a, b, tile, elements, messages, _ = received.merge_received(
+        lo, length, stride, changes, owner, (zeros, zeros), 3
+    )
+    assert (a.tolist(), b.tolist(), tile.tolist()) == ([5, 2], [8, 6], [0, 1])
+    assert elements.tolist() == [3, 4, 0] and messages.tolist() == [2, 2, 0]
+    seen, senders = np.zeros(9, np.uint8), np.zeros(3, np.int64)
+    received.merge_received(lo, length, stride, changes, owner, (zeros, zeros), 3, (seen, senders))
+    assert senders.tolist() == [2, 2, 0]  # tile 0 from tiles 2 and 0, tile 1 from 1 and 2
+    maps = {sig[13].dtype for sig in received._merge_received.signatures}
+    assert maps == {types.uint8}

@@ -251,7 +251,8 @@ def _merge_received(
     return m
 
 
-_NO_PAIRS = (np.zeros(0, bool), np.zeros(0, np.int64))
+# uint8 as the planners' pair maps are: a call without pairs shares their compiled pass
+_NO_PAIRS = (np.zeros(0, np.uint8), np.zeros(0, np.int64))
 
 
 def merge_received(
