@@ -93,8 +93,9 @@ def test_a_product_whose_partials_are_small_splits_its_input_channels() -> None:
 
 @pytest.mark.parametrize("dtype", [FLOAT, HALF])
 def test_input_channel_serial_plans_compute_the_product(dtype) -> None:
-    """The first iteration's partials are copied into an accumulator, the others added to
-    it in place, and (HALF) the sum cast once at the end."""
+    """Poplibs' loop (``Convolution.cpp``): each iteration slices its inputs and weights at
+    the loop counter; the first iteration's partials are copied into an accumulator, the
+    others added to it in place, and (HALF) the sum is cast once after the loop."""
     m, k, n = SHAPE
     device = IPUModel("tiny").createDevice()
     graph = Graph(device.getTarget())
@@ -122,11 +123,15 @@ def test_input_channel_serial_plans_compute_the_product(dtype) -> None:
     rtol = 2e-3 if dtype == HALF else 1e-5
     np.testing.assert_allclose(engine.readTensor("c"), want, rtol=rtol)
     names = [r.name for r in engine.getTrace().records]
-    assert sum(x.endswith("/Convolve") for x in names) == plan.in_serial
-    assert sum(x.endswith("/accumulate") for x in names) == plan.in_serial - 1
+    n = plan.in_serial
+    # one loop body run n times: the slices at the counter, the convolution, the sum
+    for step in ("inputSerialSlice/slice", "weightsSerialSlice/slice", "serial/Convolve",
+                 "loopIncrement"):  # fmt: skip
+        assert names.count(f"mm/{step}") == n, step
     # the first iteration's partials are copied into the accumulator where they lie
-    first = [x for x in names if x.startswith("mm/serial0/accumulate")]
-    assert first == ["mm/serial0/accumulate/OnTileCopy"]
+    assert names.count("mm/serialInChanAccum") == n - 1
+    first = [x for x in names if x.startswith("mm/serialInChanAccum/")]
+    assert first == ["mm/serialInChanAccum/OnTileCopy"]
     assert any(x == "mm/cast" for x in names) == (dtype == HALF)
 
 

@@ -164,6 +164,12 @@ def test_serial_plans_compute_the_product(shape) -> None:
     plan = poplin.getPlan(graph, (1, m, k, n), FLOAT, options=opts)
     passes = [r for r in engine.getTrace().records if r.name.endswith("/Convolve")]
     assert len(passes) == plan.serial
+    # Poplibs' loop: one body, run once per pass, slices the weights at the loop counter
+    # and updates the output at it (Convolution.cpp's weightsSerialSlice, serialUpdate)
+    names = [r.name for r in engine.getTrace().records]
+    for step in ("weightsSerialSlice/slice", "serial/Convolve", "serialUpdate/update",
+                 "loopIncrement"):  # fmt: skip
+        assert names.count(f"mm/{step}") == plan.serial, step
 
 
 def _runs(ids: np.ndarray) -> int:
