@@ -477,3 +477,38 @@ def test_merge_received_without_pairs_shares_the_planners_compiled_pass():
     assert senders.tolist() == [2, 2, 0]  # tile 0 from tiles 2 and 0, tile 1 from 1 and 2
     maps = {sig[13].dtype for sig in received._merge_received.signatures}
     assert maps == {types.uint8}
+
+
+def test_exchange_tile_cycles_take_the_received_bytes_as_float64_either_way():
+    """The received bytes are int64 totals, or float64 where bus sharing takes a part
+    off; the per-tile formula gets them as float64 both times (one compiled
+    ``_tile_cycles``), with the cycles of the module's formula worked out in numpy."""
+    from ipusim.config import load_config
+    from ipusim.exchange import internal
+
+    cfg = load_config("tiny")
+    ex = cfg.exchange
+    active = np.array([True, True, False, True] + [False] * (cfg.num_tiles - 4))
+    n = cfg.num_tiles
+    sent = np.zeros(n, np.int64)
+    sent[:4] = [40, 0, 0, 7]
+    received = np.zeros(n, np.int64)
+    received[:4] = [0, 45, 9, 3]
+    msg_sent = (sent > 0).astype(np.int64)
+    msg_received = (received > 0).astype(np.int64)
+    distance = np.zeros(n, np.int64)
+    distance[:4] = [1, 1, 0, 2]
+
+    def ceil9(q):
+        return np.ceil(np.rint(q * 1e9) / 1e9).astype(np.int64)
+
+    for given in (received, received - 0.5):
+        got = internal._cycles(cfg, active, sent, given, msg_sent, msg_received, distance)
+        want = (
+            ceil9(np.maximum(sent, given) / ex.bytes_per_cycle)
+            + ex.fixed_latency_cycles
+            + ceil9(ex.cycles_per_hop * distance)
+            + ceil9(ex.cycles_per_message * (msg_sent + msg_received))
+        )
+        assert got.tolist() == np.where(active, want, 0).tolist()
+    assert {sig[3].dtype for sig in internal._tile_cycles.signatures} == {types.float64}

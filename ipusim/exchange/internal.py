@@ -360,7 +360,8 @@ def _cycles(
         cycles,
         active,
         bytes_sent,
-        bytes_received,
+        # float64 whether or not bus sharing made them fractional: one compiled pass
+        np.asarray(bytes_received, np.float64),
         messages_sent,
         messages_received,
         max_distance,
