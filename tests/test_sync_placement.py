@@ -35,6 +35,18 @@ def test_all_ipus_without_chassis_give_poplibs_test_model(num_ipus: int) -> None
     assert external_sync_cycles(cfg, range(num_ipus)) == cfg.global_sync_cycles
 
 
+@pytest.mark.parametrize(("num_ipus", "hops"), [(3, 2), (5, 2), (7, 3), (11, 4)])
+def test_an_odd_ipu_count_counts_its_half_card(num_ipus: int, hops: int) -> None:
+    """With an odd number of IPUs the last card holds one IPU and is a card of the chain
+    (Poplibs' comment: "one hop per card pair"); Poplibs' integer division
+    ``(numIPUs / 2) / 2`` drops it for 3, 7, 11 (1, 2, 3 hops there). Hops written out:
+    ``ceil(num_ipus / 2)`` cards, ``1 + cards // 2``."""
+    cfg = load_config("mk2", {"num_ipus": num_ipus})
+    assert cfg.global_sync_cycles == _cycles(hops * HOP)
+    poplibs = 1 + (num_ipus // 2) // 2
+    assert (hops == poplibs) == (num_ipus % 4 == 1)
+
+
 def test_mk1_keeps_its_fitted_16_ipu_sync() -> None:
     # 34.2 ns per hop (fitted on H's 16-IPU rows), 5 hops at 1.6 GHz
     assert load_config("mk1", {"num_ipus": 16}).global_sync_cycles == math.ceil(

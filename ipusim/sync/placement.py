@@ -22,8 +22,12 @@ level of packaging between the IPUs taking part:
 The release comes back the same way, so the sync costs twice the one-way path:
 ``ceil(2 x clock x (ns_per_hop x (1 + card hops) + chassis_hop x chassis hops +
 gw hop x rack hops))`` cycles. With no chassis and no racks configured (one chassis,
-one rack) this is Poplibs' formula for the IPUs taking part; an explicit
-``sync.global_sync_cycles`` replaces the whole path (Bow: 600 cycles, grade B).
+one rack) this is Poplibs' formula for all IPUs of a machine with an even number of
+them. With an odd number the last card holds one IPU and is a card of the chain, as
+Poplibs' comment ("one hop per card pair") counts it, where its integer division
+``(numIPUs / 2) / 2`` drops it: 3 IPUs take 2 hops here, 1 there (7: 3 and 2). A
+subset of the IPUs takes the hops of the cards it spans, not those of its count. An
+explicit ``sync.global_sync_cycles`` replaces the whole path (Bow: 600 cycles, grade B).
 """
 
 from __future__ import annotations
