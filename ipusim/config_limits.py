@@ -268,6 +268,29 @@ def _topology_problems(num_ipus: int, links: LinksConfig) -> list[tuple[tuple[st
     return out
 
 
+def _sync_placement_problem(sync: SyncConfig, links: LinksConfig | None) -> str | None:
+    """Why the chassis of ``sync.ipus_per_chassis`` IPUs cannot hold whole cards or fill
+    whole racks (the external sync's path by placement, :mod:`ipusim.sync.placement`)."""
+    chassis = sync.ipus_per_chassis
+    if chassis is None:
+        return None
+    card = sync.ipus_per_card
+    if chassis % card:
+        return (
+            f"found {chassis} with sync.ipus_per_card = {card}; expected a multiple of "
+            f"ipus_per_card (a chassis holds whole cards); hint: sync.ipus_per_card = 2 "
+            f"or 4 with 4 IPUs per IPU-M2000 or Bow-2000"
+        )
+    rack = None if links is None else links.gw_links.ipus_per_rack
+    if rack is not None and rack % chassis:
+        return (
+            f"found {chassis} with links.gw_links.ipus_per_rack = {rack}; expected a "
+            f"divisor of ipus_per_rack (a rack holds whole chassis); hint: 4 IPUs per "
+            f"IPU-M2000 or Bow-2000"
+        )
+    return None
+
+
 def cross_problems(
     num_ipus: int | None,
     tile: TileConfig | None,
@@ -299,6 +322,8 @@ def cross_problems(
         if sync is not None:
             add(("sync", "controller_tile"), _controller_tile_problem(tile, sync))
         out += _transfer_problems(tile, memory, exchange, host, links)
+    if sync is not None:
+        add(("sync", "ipus_per_chassis"), _sync_placement_problem(sync, links))
     if links is not None and num_ipus is not None:
         out += _topology_problems(num_ipus, links)
     return out

@@ -230,8 +230,9 @@ class SyncConfig(_Section):
         default=None,
         ge=1,
         le=65536,
-        description="Consecutive IPUs per chassis (IPU-Machine), chained by Sync-Links; "
-        "None: one chassis per rack.",
+        description="Consecutive IPUs per chassis (IPU-Machine), chained by Sync-Links: "
+        "whole cards (a multiple of ipus_per_card), a divisor of "
+        "links.gw_links.ipus_per_rack; None: one chassis per rack.",
     )
     chassis_hop_ns: float | None = Field(
         default=None,

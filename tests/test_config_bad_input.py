@@ -247,6 +247,19 @@ def test_too_many_tiles_over_all_ipus():
     assert "67,108,864 tiles" in line and "at most 2,097,152" in line
 
 
+def test_a_chassis_holds_whole_cards():
+    (line,) = config_problems("m2000", {"sync.ipus_per_card": 3})
+    # the preset sets ipus_per_chassis, the override ipus_per_card
+    assert "m2000.yaml: sync.ipus_per_chassis: found 4 with sync.ipus_per_card = 3;" in line
+    assert "a multiple of ipus_per_card (a chassis holds whole cards)" in line
+
+
+def test_a_rack_holds_whole_chassis():
+    (line,) = config_problems("pod64", {"sync.ipus_per_chassis": 6})
+    assert line.startswith("<overrides>: sync.ipus_per_chassis: found 6 with links.gw_links")
+    assert "ipus_per_rack = 64" in line and "a divisor of" in line
+
+
 def test_the_presets_pass_every_check():
     from ipusim.config import list_presets
 
