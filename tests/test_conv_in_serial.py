@@ -178,3 +178,23 @@ def test_the_cheapest_serial_split_is_taken_not_the_first_that_fits() -> None:
     assert cheapest == ("out", 5) and best[cheapest] < best[("out", 4)]
     plan = poplin.getPlan(graph, (1, 1000, 256, 30000), HALF)
     assert plan.swapped and plan.serial == 5 and plan.in_serial == 1
+
+
+def test_an_input_channel_loop_leaves_the_plans_of_other_products_alone() -> None:
+    """The product of one iteration's input channels, built after the loop in the same
+    graph, is planned as in a graph of its own (not as the loop's cached iteration)."""
+    m, k, n = SHAPE
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    opts = {"availableMemoryProportion": PROPORTION}
+    serial = poplin.getPlan(graph, (1, m, k, n), FLOAT, options=opts).in_serial
+    assert serial > 1
+    a = graph.addVariable(FLOAT, [m, k], "a")
+    b = graph.addVariable(FLOAT, [k, n], "b")
+    poputil.mapTensorLinearly(graph, a)
+    poputil.mapTensorLinearly(graph, b)
+    poplin.matMul(graph, a, b, prog.Sequence(), "mm", opts)
+    shape = (1, m, k // serial, n)
+    alone = Graph(IPUModel("tiny").createDevice().getTarget())
+    assert poplin.getPlan(graph, shape, FLOAT, options=opts) == poplin.getPlan(
+        alone, shape, FLOAT, options=opts
+    )

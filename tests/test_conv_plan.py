@@ -172,6 +172,27 @@ def test_serial_plans_compute_the_product(shape) -> None:
         assert names.count(f"mm/{step}") == plan.serial, step
 
 
+def test_a_serial_product_leaves_the_plans_of_other_products_alone() -> None:
+    """A serial plan's loop body is lowered with the plan of one iteration; a product of
+    the iteration's shape built later in the same graph is planned as in a graph of its
+    own (before, it found the serial plan's iteration in the graph's plan cache, with
+    the whole loop's cost, and took the other operand order)."""
+    m, k, n = 40, 64, 96
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    opts = _serial_options(graph, m, k, n)
+    serial = poplin.getPlan(graph, (1, m, k, n), FLOAT, options=opts).serial
+    a = graph.addVariable(FLOAT, [m, k], "a")
+    b = graph.addVariable(FLOAT, [k, n], "b")
+    poputil.mapTensorLinearly(graph, a)
+    poputil.mapTensorLinearly(graph, b)
+    poplin.matMul(graph, a, b, prog.Sequence(), "mm", opts)
+    for shape in ((1, m, k, n // serial), (1, m // serial, k, n)):
+        alone = Graph(IPUModel("tiny").createDevice().getTarget())
+        assert poplin.getPlan(graph, shape, FLOAT, options=opts) == poplin.getPlan(
+            alone, shape, FLOAT, options=opts
+        ), shape
+
+
 def _runs(ids: np.ndarray) -> int:
     """Number of runs of consecutive element ids."""
     s = np.sort(ids)

@@ -27,8 +27,9 @@ The planner's estimates of these steps are :mod:`.serial_estimates`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from poplar_api.graph import Graph
@@ -78,6 +79,28 @@ def plan_cache_key(target: Any, params: ConvParams, opts: Mapping[str, Any]) -> 
     return (target.getNumTiles(), params.key(), tuple(sorted((k, str(v)) for k, v in opts.items())))
 
 
+@contextlib.contextmanager
+def _iteration_plan(
+    graph: Graph, params: ConvParams, opts: Mapping[str, Any], plan: ConvPlan
+) -> Iterator[None]:
+    """``plan`` (one iteration's) as the plan of ``params`` in the graph's plan cache while
+    the loop's body is lowered, and the cache as it was afterwards: a convolution of the
+    iteration's parameters built elsewhere in the graph is planned on its own (the
+    iteration's plan is not its cheapest, and carries the whole loop's cost)."""
+    cache = graph.libraryCache(PLAN_CACHE)
+    key = plan_cache_key(graph.getTarget(), params, opts)
+    missing = object()
+    before = cache.get(key, missing)
+    cache[key] = plan
+    try:
+        yield
+    finally:
+        if before is missing:
+            cache.pop(key, None)
+        else:
+            cache[key] = before
+
+
 def _loop_counter(graph: Graph, prog: ProgramSequence, name: str) -> Tensor:
     """Poplibs' ``loopCounter``: an ``UNSIGNED_INT`` on tile 0, zeroed before the loop."""
     counter = graph.addVariable(UNSIGNED_INT, [1], f"{name}/loopCounter")
@@ -125,7 +148,7 @@ def lower_serial(
 
     ``ker`` is the canonical ``[G, Co, Ci, *K]`` view; ``lower(ker_slice, params, prog,
     name)`` lowers one iteration, whose plan (the one-pass plan the serial plan was made
-    of) is put in the graph's plan cache first. As ``Convolution.cpp`` at 7eac0f26: a
+    of) is in the graph's plan cache while it does. As ``Convolution.cpp`` at 7eac0f26: a
     ``Repeat`` of ``serial`` iterations of one body, which slices the iteration's weights
     at the loop counter (``popops.dynamicSlice``), convolves them, writes the outputs
     into the output at the counter (``popops.dynamicUpdate`` of a tensor made by
@@ -134,13 +157,12 @@ def lower_serial(
     from poplar_api import popops
 
     sub = iteration_params(params, plan)
-    key = plan_cache_key(graph.getTarget(), sub, opts)
-    graph.libraryCache(PLAN_CACHE)[key] = dataclasses.replace(plan, serial=1)
     n = plan.serial
     counter = _loop_counter(graph, prog, name)
     body = ProgramSequence()
     w = _sliced(graph, ker, 1, n, counter, body, f"{name}/weightsSerialSlice")
-    out = lower(w, sub, body, f"{name}/serial").expand([0])
+    with _iteration_plan(graph, sub, opts, dataclasses.replace(plan, serial=1)):
+        out = lower(w, sub, body, f"{name}/serial").expand([0])
     serial_out = createSliceableTensorFromSlice(graph, out, [0], [n], f"{name}/serialOut")
     dynamicUpdate(graph, serial_out, out, counter, [0], [1], body, f"{name}/serialUpdate")
     popops.addInPlace(graph, counter, 1, body, f"{name}/loopIncrement")
@@ -165,8 +187,8 @@ def lower_in_serial(
 
     ``act`` ``[G, B, Ci, *F]`` and ``ker`` ``[G, Co, Ci, *K]`` are the canonical views;
     ``lower(act_slice, ker_slice, params, prog, name)`` lowers one iteration (its plan,
-    the one-pass plan the serial plan was made of, put in the graph's plan cache first)
-    into partials. The loop's body slices the iteration's inputs and weights at the
+    the one-pass plan the serial plan was made of, in the graph's plan cache while it
+    does) into partials. The loop's body slices the iteration's inputs and weights at the
     loop counter, convolves them, copies the partials into the accumulator when the
     counter is 0 and adds them to it otherwise (``If``), and increments the counter;
     after the loop the sum is cast to the output type.
@@ -174,14 +196,13 @@ def lower_in_serial(
     from poplar_api import popops
 
     sub = iteration_params(params, plan)
-    key = plan_cache_key(graph.getTarget(), sub, opts)
-    graph.libraryCache(PLAN_CACHE)[key] = dataclasses.replace(plan, in_serial=1)
     n = plan.in_serial
     counter = _loop_counter(graph, prog, name)
     body = ProgramSequence()
     a = _sliced(graph, act, 2, n, counter, body, f"{name}/inputSerialSlice")
     w = _sliced(graph, ker, 2, n, counter, body, f"{name}/weightsSerialSlice")
-    out = lower(a, w, sub, body, f"{name}/serial")
+    with _iteration_plan(graph, sub, opts, dataclasses.replace(plan, in_serial=1)):
+        out = lower(a, w, sub, body, f"{name}/serial")
     acc = cloneTensor(graph, out, f"{name}/serialOut")
     first = ProgramSequence([Copy(out, acc, debugContext=f"{name}/serialInChanAccum")])
     later = ProgramSequence()
