@@ -357,29 +357,29 @@ def test_the_run_search_and_the_range_join_are_inlined_into_their_passes():
     ranges (``_joined``) are inlined into the passes that call them, so they compile no
     versions of their own (there were two each: writeable runs with the constant 0
     from ``take_run_ranges``, read-only runs from ``_run_ranges``; the constant first
-    range 0 and a later one from ``_pair_overlap``). The passes, typed afresh here,
-    still give the ids and overlaps worked out by hand."""
+    range 0 and a later one from ``_pair_overlap``). The passes still give the ids and
+    overlaps worked out by hand (the passes as cached: typing uncached copies here
+    would compile three large passes in every run of the suite)."""
     from poplar_api.lowering import exchange, runs
 
-    take = numba.njit(runs.take_run_ranges.py_func)  # uncached: typed here
-    ranges = numba.njit(runs._run_ranges.py_func)
-    overlap = numba.njit(exchange._pair_overlap.py_func)
+    for helper in (runs._last_at_or_before, exchange._joined):
+        assert helper.targetoptions.get("inline") == "always", helper.__name__
     # runs: positions 0..3 hold ids 10..13, positions 4..7 ids 100..103
     starts = np.array([0, 4], np.int64)
     firsts = np.array([10, 100], np.int64)
     begins = np.array([1, 3], np.int64)
     ends = np.array([3, 7], np.int64)
     out = np.zeros(6, np.int64)
-    assert take(starts, firsts, 8, begins, ends, out, 0) == 6
+    assert runs.take_run_ranges(starts, firsts, 8, begins, ends, out, 0) == 6
     assert out.tolist() == [11, 12, 13, 100, 101, 102]
-    frozen = [runs.read_only(a) for a in (starts, firsts, begins, ends)]
-    lo, hi = np.zeros(3, np.int64), np.zeros(3, np.int64)
-    assert ranges(frozen[0], frozen[1], np.int64(8), frozen[2], frozen[3], lo, hi, True)
+    lo, hi = runs.run_ranges(starts, firsts, 8, begins, ends)
     assert list(zip(lo.tolist(), hi.tolist(), strict=True)) == [(11, 13), (13, 14), (100, 103)]
     # tile 0 receives [0, 3) and [3, 8) (touching: joined), tile 1 [2, 6): 4 in common
     tile = np.array([0, 0, 1], np.int64)
     common = np.zeros(4, np.int64)
-    overlap(tile, np.array([0, 3, 2], np.int64), np.array([3, 8, 6], np.int64), 4, common)
+    exchange._pair_overlap(
+        tile, np.array([0, 3, 2], np.int64), np.array([3, 8, 6], np.int64), 4, common
+    )
     assert common.tolist() == [4, 4, 0, 0]
     assert runs._last_at_or_before.signatures == []
     assert exchange._joined.signatures == []
