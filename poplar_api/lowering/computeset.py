@@ -543,32 +543,40 @@ def vertex_state(table: ComputeSetTable, code: Any, num_tiles: int) -> VertexSta
     vector list, and a descriptor per vector of a vector list (sizes from the
     config's ``code`` section).
     """
-    sizes = np.zeros(table.vertex_ids.size, np.int64)
-    descriptors = np.zeros(table.vertex_ids.size, np.int64)
+    # integer bytes counted per tile: a type group's vertices each hold the same fixed
+    # bytes, so only the descriptors of vector lists need a weighted count (the fixed
+    # cost of a compute set is a few passes over the tiles, not several per group)
+    per_tile = np.zeros(num_tiles, np.int64)
+    lists = np.zeros(num_tiles, np.int64)
     by_type, by_type_tile, parts = [], [], []
     for group in table.groups:
         fixed = code.vertex_header_bytes
-        per_vertex = np.zeros(group.positions.size, np.int64)
+        per_vertex = None
         for spec, ft in zip(group.vtype.fields, group.fields, strict=True):
             fixed += code.field_pointer_bytes
             if spec.kind == "vector":
                 fixed += code.vector_size_bytes
             elif spec.kind == "vectorlist":
                 fixed += code.vector_size_bytes
-                per_vertex += code.vectorlist_descriptor_bytes * np.diff(ft.offsets)
-        sizes[group.positions] = fixed + per_vertex
-        descriptors[group.positions] = per_vertex
-        name = group.vtype.name
-        by_type.append((name, int(fixed * group.positions.size + per_vertex.sum())))
+                add = code.vectorlist_descriptor_bytes * np.diff(ft.offsets)
+                per_vertex = add if per_vertex is None else per_vertex + add
         tiles = table.tiles[group.positions]
-        on_tiles = np.bincount(tiles, weights=fixed + per_vertex, minlength=num_tiles)
-        by_type_tile.append((name, on_tiles.astype(np.int64)))
-        count = np.bincount(tiles, minlength=num_tiles).astype(np.int64)
-        of_lists = np.bincount(tiles, weights=per_vertex, minlength=num_tiles)
+        count = np.bincount(tiles, minlength=num_tiles).astype(np.int64, copy=False)
+        if per_vertex is None:
+            listed = 0
+            of_lists = np.zeros(num_tiles, np.int64)
+        else:
+            listed = int(per_vertex.sum())
+            of_lists = np.bincount(tiles, weights=per_vertex, minlength=num_tiles)
+            of_lists = of_lists.astype(np.int64)
+        name = group.vtype.name
+        by_type.append((name, int(fixed * group.positions.size + listed)))
+        on_tiles = fixed * count + of_lists
+        by_type_tile.append((name, on_tiles))
+        per_tile += on_tiles
+        lists += of_lists
         edges = (fixed - code.vertex_header_bytes) * count
-        parts.append((name, edges, of_lists.astype(np.int64)))
-    per_tile = np.bincount(table.tiles, weights=sizes, minlength=num_tiles).astype(np.int64)
-    lists = np.bincount(table.tiles, weights=descriptors, minlength=num_tiles).astype(np.int64)
+        parts.append((name, edges, of_lists))
     return VertexState(per_tile, tuple(by_type), tuple(by_type_tile), lists, tuple(parts))
 
 

@@ -280,6 +280,8 @@ class Emission:
         up to its last ``/``).
         """
         nodes: list[ir.Node] = []
+        if _planned_nothing(planner):
+            return nodes
         base = name.rsplit("/", 1)[0]
         glob = planner.build_global(f"{base}/GlobalExchange{suffix}", pid)
         if glob is not None:
@@ -421,3 +423,15 @@ class Emission:
 def with_effect(step: ir.Step, effect: int) -> ir.Step:
     """A copy of ``step`` carrying ``effect``."""
     return dataclasses.replace(step, effect=effect)
+
+
+def _planned_nothing(planner: ExchangePlanner) -> bool:
+    """Whether no element crosses tiles in what ``planner`` was given (then its
+    ``build`` and ``build_global`` give None): a compute set whose vertices read and
+    write only their own tiles' elements, found before any per-tile totals are made."""
+    return (
+        not (planner.sender or planner.intervals or planner.strided or planner.relayed)
+        and not planner.global_keys
+        and planner.pair_map is None
+        and not planner.received.any()
+    )
