@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 from codelets_common import ListSums
 
-from poplar_api import FLOAT, Graph, IPUModel
+from poplar_api import FLOAT, Engine, Graph, IPUModel
+from poplar_api import program as prog
 from poplar_api.codelet import Input, Output, Vector, Vertex
 from poplar_api.executable import HostStreams
 from poplar_api.lowering.computeset import plan_reads, plan_writes, vertex_state
@@ -165,3 +166,45 @@ def test_an_element_read_from_another_tile_is_still_exchanged():
     steps = _exchange_steps(graph, cs2, plan_writes)
     assert [type(s).__name__ for s in steps] == ["Sync", "Exchange"]
     assert steps[1].bytes_sent.tolist() == [0, 16]
+
+
+def test_a_type_in_several_compute_sets_sums_its_state_parts_in_the_profile():
+    # byVertexType adds each type's parts over every compute set it is in (and the
+    # copies' pointers under the copy vertex type); byComputeSet keeps each set's own
+    graph = _graph()
+    code = graph._state.target.config.code
+    one, _ = _mixed(graph)
+    two = graph.addComputeSet("second")
+    x = graph.addVariable(FLOAT, [2, 6], "x")
+    graph.setTileMapping(x, 6)
+    for k in range(2):
+        vx = graph.addVertex(two, "ListSums", {"in": [x[k].slice(0, 3)], "out": x[k].slice(3, 4)})
+        graph.setTileMapping(vx, 6)
+        graph.setPerfEstimate(vx, 10)
+    a = graph.addVariable(FLOAT, [8], "a")
+    b = graph.addVariable(FLOAT, [8], "b")
+    graph.setTileMapping(a, 4)
+    graph.setTileMapping(b, 4)
+    engine = Engine(graph, prog.Sequence([prog.Execute(one), prog.Execute(two), prog.Copy(a, b)]))
+    profile = engine.getGraphProfile()
+    mem, names = profile["memory"], profile["vertexTypes"]["names"]
+    by_type = {k: np.asarray(v) for k, v in mem["byVertexType"].items()}
+    by_cs = {k: np.asarray(v) for k, v in mem["byComputeSet"].items()}
+    edges_per_vertex = 2 * (code.field_pointer_bytes + code.vector_size_bytes)
+    # ListSums: tiles 3 and 5 (the first set: 1, 1 and 2 vectors), tile 6 (1 vector each)
+    edges, descs = np.zeros(NUM_TILES, np.int64), np.zeros(NUM_TILES, np.int64)
+    for tile, vectors in ((3, 1), (5, 1), (5, 2), (6, 1), (6, 1)):
+        edges[tile] += edges_per_vertex
+        descs[tile] += code.vectorlist_descriptor_bytes * vectors
+    row = names.index("ListSums")
+    assert by_type["edgePtrBytes"][row].tolist() == edges.tolist()
+    assert by_type["descriptorBytes"][row].tolist() == descs.tolist()
+    assert not by_type["copyPtrBytes"][row].any()
+    second = profile["computeSets"]["names"].index("second")
+    want = np.zeros(NUM_TILES, np.int64)
+    want[6] = 2 * edges_per_vertex
+    assert by_cs["edgePtrBytes"][second].tolist() == want.tolist()
+    copy_row = next(i for i, n in enumerate(names) if n not in ("ListSums", "AddOne"))
+    copies = by_type["copyPtrBytes"][copy_row]
+    assert copies[4] > 0 and copies.sum() == copies[4]
+    assert not by_type["edgePtrBytes"][copy_row].any()

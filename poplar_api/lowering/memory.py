@@ -480,6 +480,10 @@ def _vertex_state_blocks(
     in_cs: set[int] = set()
     parts = parts if parts is not None else {"byType": {}, "byComputeSet": {}}
     zero = np.zeros(nt, np.int64)
+    # the byType parts of each vertex type summed row by row and stacked once at the
+    # end (a compute set's few types each added as a [3, tiles] stack cost more than
+    # the bytes they add: a fixed cost per compute set)
+    type_rows: dict[str, list[Any]] = {}
     for record in records:
         in_cs.update(id(s) for s in record.node.body)
         for tname, nbytes in record.state_by_type:
@@ -488,18 +492,20 @@ def _vertex_state_blocks(
             data_by_type[tname] = data_by_type.get(tname, 0) + on_tiles
         edges = zero
         for tname, on_edges, on_lists in record.parts_by_type_tile:
-            add = np.stack((on_edges, on_lists, zero))
-            parts["byType"][tname] = parts["byType"].get(tname, 0) + add
+            rows = type_rows.setdefault(tname, [0, 0, 0])
+            rows[0] = rows[0] + on_edges
+            rows[1] = rows[1] + on_lists
             edges = edges + on_edges
         per_tile = record.state_per_tile
         # kept in the report for every compute set and tile: int32 (half the bytes of
         # the lowering's int64, thousands of compute sets over all tiles of 4 IPUs)
         by_compute_set[record.name] = _narrow(by_compute_set.get(record.name, 0) + per_tile)
         lists = record.descriptors_per_tile
-        lists = np.zeros(nt, np.int64) if lists is None else lists
-        add = np.stack((edges, lists, zero))
+        lists = zero if lists is None else lists
+        add = _rows(nt, edges, lists)
         held = parts["byComputeSet"]
-        held[record.name] = _narrow(held.get(record.name, 0) + add)
+        prev = held.get(record.name)
+        held[record.name] = _narrow(add if prev is None else prev + add)
         blocks.append(_per_tile_blocks(record.name, "vertexInstanceState", per_tile - lists, **kw))
         blocks.append(_per_tile_blocks(record.name, "vectorListDescriptor", lists, **kw))
     for step in computes:
@@ -511,12 +517,27 @@ def _vertex_state_blocks(
         tname = step.vertex_type_names[0]
         by_vertex_type[tname] = by_vertex_type.get(tname, 0) + int(per_tile.sum())
         data_by_type[tname] = data_by_type.get(tname, 0) + per_tile
-        add = np.stack((zero, zero, per_tile))
-        parts["byType"][tname] = parts["byType"].get(tname, 0) + add
+        rows = type_rows.setdefault(tname, [0, 0, 0])
+        rows[2] = rows[2] + per_tile
+        add = _rows(nt, None, None, per_tile)
         held = parts["byComputeSet"]
-        held[step.name] = _narrow(held.get(step.name, 0) + add)
+        prev = held.get(step.name)
+        held[step.name] = _narrow(add if prev is None else prev + add)
         blocks.append(_per_tile_blocks(step.name, "copyDescriptor", per_tile, **kw))
+    for tname, (on_edges, on_lists, copies) in type_rows.items():
+        add = _rows(nt, on_edges, on_lists, copies)
+        parts["byType"][tname] = parts["byType"].get(tname, 0) + add
     return blocks
+
+
+def _rows(nt: int, *rows: Any) -> np.ndarray:
+    """A ``[3, nt]`` int64 array of ``rows`` (edge pointers, descriptors, copy
+    pointers), each an array of ``nt`` or 0 / None for zeros."""
+    out = np.zeros((3, nt), np.int64)
+    for k, row in enumerate(rows):
+        if row is not None and not isinstance(row, int):
+            out[k] = row
+    return out
 
 
 def _buffer_blocks(
