@@ -19,7 +19,7 @@ from poplar_api.lowering.computeset import plan_reads, plan_writes, vertex_state
 from poplar_api.lowering.context import Lowered, Storage
 from poplar_api.lowering.emission import Emission
 from poplar_api.lowering.exchange import ExchangePlanner, OwnerCache
-from poplar_api.lowering.field_tables import build_table
+from poplar_api.lowering.field_tables import _run_offsets, build_table
 from poplar_api.vertices import type_groups
 
 NUM_TILES = 8
@@ -208,3 +208,16 @@ def test_a_type_in_several_compute_sets_sums_its_state_parts_in_the_profile():
     copies = by_type["copyPtrBytes"][copy_row]
     assert copies[4] > 0 and copies.sum() == copies[4]
     assert not by_type["edgePtrBytes"][copy_row].any()
+
+
+def test_run_offsets_are_the_running_total_of_the_run_lengths():
+    rng = np.random.default_rng(7)
+    begin = rng.integers(0, 1000, 50).astype(np.int64)
+    end = begin + rng.integers(0, 20, 50)
+    got = _run_offsets(begin, end)
+    want = [0]
+    for b, e in zip(begin.tolist(), end.tolist(), strict=True):
+        want.append(want[-1] + e - b)
+    assert got.dtype == np.int64 and got.tolist() == want
+    none = np.zeros(0, np.int64)
+    assert _run_offsets(none, none).tolist() == [0]
