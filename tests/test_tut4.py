@@ -73,8 +73,8 @@ def test_oversized_products_do_not_fit_and_allow_out_of_memory_still_reports():
     engine.run(0)
     out = io.StringIO()
     engine.printProfileSummary(out, {"showExecutionSteps": "true"})
-    text = out.getvalue()  # m4 may run as serial passes (m4/serial0/Convolve, ...)
-    assert "Memory Usage:" in text and re.search(r"m4/(serial\d+/)?Convolve", text)
+    text = out.getvalue()  # m4 may run as a serial loop (m4/serial/Convolve)
+    assert "Memory Usage:" in text and re.search(r"m4/(serial/)?Convolve", text)
 
 
 @pytest.mark.slow
