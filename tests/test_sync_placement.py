@@ -117,3 +117,18 @@ def test_a_collective_ring_step_syncs_its_own_ipus() -> None:
     reduce = math.ceil(32 / cfg.memory.store_bytes_per_cycle)
     assert rec.cycles == 2 * per_step + reduce
     assert np.all(trace.tile_end_cycles.reshape(4, -1)[2:] == rec.cycles)
+
+
+def test_a_sync_of_an_ipu_the_machine_does_not_have_is_refused() -> None:
+    """An IPU id past the machine (or negative) would be priced as a chassis or rack the
+    machine does not have: refused with the id and the machine's range, with an
+    explicit global_sync_cycles too."""
+    cfg = load_config("m2000")
+    with pytest.raises(ValueError, match=r"IPU 4 is not on this machine of 4 IPUs \(ids 0\.\.3\)"):
+        external_sync_cycles(cfg, (2, 4))
+    with pytest.raises(ValueError, match=r"IPU -1 is not on this machine"):
+        external_sync_cycles(cfg, (-1, 0))
+    bow = load_config("bow2000")
+    assert bow.sync.global_sync_cycles is not None
+    with pytest.raises(ValueError, match=r"IPU 9 is not on this machine"):
+        external_sync_cycles(bow, (9,))

@@ -91,11 +91,33 @@ def sync_path_hops(
 def external_sync_cycles(cfg: MachineConfig, ipus: Iterable[int] | None = None) -> int:
     """Extra cycles of an external sync of ``ipus`` (all of the machine when None).
 
-    ``sync.global_sync_cycles``,
-    when set, is the answer whatever the IPUs; otherwise the path of the module
-    docstring. Cached per distinct parameters and set of IPUs.
+    Parameters
+    ----------
+    cfg
+        The machine: its IPU count, clock, ``sync`` placement fields and GW-Links.
+    ipus
+        The IPUs the sync joins (machine-wide ids), or None for every IPU.
+
+    Returns
+    -------
+    int
+        ``sync.global_sync_cycles`` when set, whatever the IPUs; otherwise the path of
+        the module docstring. Cached per distinct parameters and set of IPUs.
+
+    Raises
+    ------
+    ValueError
+        An IPU id outside ``0 .. num_ipus - 1``.
     """
     sync = cfg.sync
+    if ipus is not None:
+        ipus = tuple(sorted({int(i) for i in ipus}))
+        bad = [i for i in ipus if not 0 <= i < cfg.num_ipus]
+        if bad:
+            raise ValueError(
+                f"external sync: IPU {bad[0]} is not on this machine of {cfg.num_ipus} "
+                f"IPUs (ids 0..{cfg.num_ipus - 1}); a sync may join only the machine's IPUs"
+            )
     if sync.global_sync_cycles is not None:
         return int(sync.global_sync_cycles)
     gw = cfg.links.gw_links
@@ -109,7 +131,7 @@ def external_sync_cycles(cfg: MachineConfig, ipus: Iterable[int] | None = None) 
         gw.ipus_per_rack,
         float(gw.hop_latency_s),
     )
-    return _cycles(key, None if ipus is None else tuple(sorted({int(i) for i in ipus})))
+    return _cycles(key, ipus)
 
 
 @functools.lru_cache(maxsize=4096)

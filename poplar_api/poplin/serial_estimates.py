@@ -82,6 +82,28 @@ def serial_terms(
     accumulated partials ("in"). A tile's outputs are its block's partials (output
     channels padded to the vertex's partial grouping) over its input-channel parts
     (``addPartialsPerTile``, ``outputsPerLevel``).
+
+    Parameters
+    ----------
+    params
+        The whole convolution's parameters (``ConvParams``).
+    cat
+        One iteration's candidate columns: ``used`` tiles, ``blocks``, ``parts`` and the
+        partial grouping ``ocg``, one row per candidate.
+    serial
+        The number of iterations.
+    kind
+        "in" or "out": the channels split serially.
+    partials
+        The partials' type.
+    target
+        The target (worker contexts, vector widths).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Per candidate: cycles per iteration, cycles once after the loop, temporary bytes
+        (int64 each).
     """
     used = cat["used"]
     workers = target.getNumWorkerContexts()
