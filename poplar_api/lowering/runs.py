@@ -781,16 +781,16 @@ def run_ranges(
     starts: np.ndarray, firsts: np.ndarray, size: int, begins: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ids at positions ``begins[q] .. ends[q] - 1`` of a sequence held as runs of
-    consecutive ids (as :func:`take_run_ranges` reads it), as id runs ``[begin, end)``,
-    range after range, a run cut where a range ends: :func:`take_run_ranges`' ids
-    without one array entry per id (two compiled passes: rows counted, then written)."""
+    consecutive ids, as id runs ``[begin, end)``, range after range, a run cut where a
+    range ends: :func:`take_run_ranges`' ids without an entry per id (two passes)."""
     starts, firsts = (read_only(np.asarray(a, np.int64)) for a in (starts, firsts))
     begins, ends = (read_only(np.asarray(a, np.int64)) for a in (begins, ends))
     size = np.int64(size)
-    used = ends > begins
-    if used.any() and (starts.size == 0 or begins[used].min() < 0 or ends[used].max() > size):
-        lo, hi = int(begins[used].min()), int(ends[used].max())
-        raise ValueError(f"run_ranges: positions {lo}..{hi - 1} lie outside the {size} held")
+    if begins.size and (starts.size == 0 or begins.min() < 0 or ends.max() > size):
+        used = ends > begins  # masks only when a range may lie outside (rare)
+        if used.any() and (starts.size == 0 or begins[used].min() < 0 or ends[used].max() > size):
+            lo, hi = int(begins[used].min()), int(ends[used].max())
+            raise ValueError(f"run_ranges: positions {lo}..{hi - 1} lie outside the {size} held")
     n = _run_ranges(starts, firsts, size, begins, ends, _NO_ROWS, _NO_ROWS, False)
     lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
     _run_ranges(starts, firsts, size, begins, ends, lo, hi, True)
