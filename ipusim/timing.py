@@ -10,7 +10,10 @@ component     config key             signature
 compute       ``tile.model``         ``cost(step: ir.Compute) -> ComputeCost``
 exchange      ``exchange.model``     ``cost(step: ir.Exchange) -> ExchangeCost``
 sync          ``sync.model``         ``delays() -> int64[num_tiles]``;
-                                     ``release(arrival, delays, kind) -> exit times``
+                                     ``release(arrival, delays, kind, ipus=None)``
+                                     ``-> exit times`` (a three-argument ``release``
+                                     is adapted: it prices every external sync
+                                     without its IPUs' placement)
 host          ``host.model``         ``demand(step: ir.StreamCopy) -> StreamDemand``;
                                      ``link(env) -> shared link``
 links         ``links.model``        ``cost(step: ir.GlobalExchange) -> GlobalExchangeCost``;
@@ -31,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -176,6 +180,52 @@ class ControllerSync:
         """Exit times of the arriving tiles; ``ipus``: the IPUs of an external sync
         (its path through the sync fabric; None: all of the machine)."""
         return sync_release(arrival, delays, sync_extra_cycles(self.cfg, kind, ipus))
+
+
+class PlacementFreeSync:
+    """A sync component whose ``release`` takes no ``ipus`` argument, adapted to
+    :class:`SyncModel`.
+
+    ``release`` gained ``ipus`` (the IPUs of an external sync, whose placement sets its
+    path through the sync fabric); a component written for the three-argument form
+    keeps working, and prices every external sync as it did: without placement.
+    Every other attribute is the wrapped component's.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def delays(self) -> np.ndarray:
+        return self.inner.delays()
+
+    def release(
+        self,
+        arrival: np.ndarray,
+        delays: np.ndarray,
+        kind: str,
+        ipus: tuple[int, ...] | None = None,
+    ) -> np.ndarray:
+        """Exit times from the wrapped three-argument ``release`` (``ipus`` unused)."""
+        return self.inner.release(arrival, delays, kind)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _with_placement(sync: Any) -> Any:
+    """``sync`` itself if its ``release`` accepts ``ipus``, else adapted to it."""
+    try:
+        signature = inspect.signature(sync.release)
+    except (AttributeError, TypeError, ValueError):
+        return sync  # no introspectable release: used as given
+    params = signature.parameters.values()
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return sync
+    try:
+        signature.bind(None, None, None, None)
+    except TypeError:
+        return PlacementFreeSync(sync)
+    return sync
 
 
 class SharedHostLink:
@@ -381,7 +431,7 @@ class TimingModel:
         self.config = config
         self.compute: ComputeModel = components.get("compute") or _build(config, "compute")
         self.exchange: ExchangeModel = components.get("exchange") or _build(config, "exchange")
-        self.sync: SyncModel = components.get("sync") or _build(config, "sync")
+        self.sync: SyncModel = _with_placement(components.get("sync") or _build(config, "sync"))
         self.host: HostModel = components.get("host") or _build(config, "host")
         self.links: LinksModel = components.get("links") or _build(config, "links")
         self.remote: HostModel = components.get("remote") or _build(config, "remote")

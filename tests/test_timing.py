@@ -189,3 +189,31 @@ def test_equal_per_tile_costs_are_one_read_only_array():
         assert np.array_equal(cost.cycles, alone.cycles)
         assert np.array_equal(cost.bytes_received, alone.bytes_received)
     assert tm.cost(a) is ca  # cached per step as before
+
+
+class _ThreeArgSync:
+    """A custom sync component written before ``release`` took the IPUs of an external
+    sync: every tile leaves 1,000 cycles after the last arrival, plus its delay."""
+
+    def __init__(self, cfg):
+        self._delays = np.arange(cfg.num_tiles, dtype=np.int64) % 3
+
+    def delays(self):
+        return self._delays
+
+    def release(self, arrival, delays, kind):
+        return int(arrival.max()) + 1000 + delays
+
+
+def test_a_three_argument_sync_component_still_prices_external_syncs():
+    cfg = load_config("tiny", overrides={"num_ipus": 4})
+    sync = ir.Sync(name="x", sync_kind=ir.SyncKind.EXTERNAL, ipus=(1, 2))
+    cs = ir.Compute(name="cs", vertex_tile=[8, 17], vertex_cycles=[50, 90])
+    timing = TimingModel(cfg, sync=_ThreeArgSync(cfg))
+    ends = Machine(cfg, timing=timing).run(ir.Sequence([cs, sync])).tile_end_cycles
+    before = Machine(cfg).run(cs).tile_end_cycles  # when each tile reaches the sync
+    tiles = np.arange(8, 24)  # IPUs 1 and 2, 8 tiles each
+    # the component's own rule over the two IPUs' tiles: last arrival + 1000 + delay
+    expected = int(before[tiles].max()) + 1000 + tiles % 3
+    assert np.asarray(ends)[tiles].tolist() == expected.tolist()
+    assert np.asarray(ends)[:8].tolist() == np.asarray(before)[:8].tolist()  # IPU 0 not in it
