@@ -142,6 +142,20 @@ class MemoryConfig(_Section):
     store_bytes_per_cycle: int = Field(
         default=8, ge=1, le=1024, description="Peak store bandwidth per tile; at most 1 KiB."
     )
+    bank_conflicts: bool = Field(
+        default=False,
+        description="Charge the bank conflicts of counted ld2x64pace/ld2xst64pace from "
+        "where memory placement put the data they read and write (docs/machine.md).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_default_switch(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Dumps leave ``bank_conflicts`` out while it is off, so configs that never set
+        it keep their content hash."""
+        values = handler(self)
+        if isinstance(values, dict) and not values.get("bank_conflicts", False):
+            values.pop("bank_conflicts", None)
+        return values
 
     @field_validator("alignment_bytes")
     @classmethod

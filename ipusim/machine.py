@@ -48,7 +48,7 @@ from ipusim.machine_replicas import (
 )
 from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost, execution_cycles
-from ipusim.tile.memory_port import memory_floor_cycles, memory_may_bind
+from ipusim.tile.memory_port import conflict_cycles, memory_floor_cycles, memory_may_bind
 from ipusim.timing import BarrelCompute, ControllerSync, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
 
@@ -542,10 +542,20 @@ class _Run(LinkSteps, ReplicaSteps):
             bound = floor if self.replicas == 1 else self._replicate(floor)
             if (bound > rec.tile_cycles).any():
                 rec.tile_cycles = np.maximum(rec.tile_cycles, bound)
+        # bank conflicts of dual-access instructions, where an architect asks (tile.banks)
+        waits, placed = None, step.placement.data
+        if cfg.memory.bank_conflicts and placed is not None:
+            waits = conflict_cycles(cfg.memory, executions, step.vertex_tile, cfg.num_tiles, placed)
+            if waits.any():
+                rec.tile_cycles = rec.tile_cycles + (
+                    waits if self.replicas == 1 else self._replicate(waits)
+                )
         cost = rec.details
         if type(cost) is ComputeCost:
             if floor is not None:
                 cost = dataclasses.replace(cost, tile_cycles=np.maximum(cost.tile_cycles, floor))
+            if waits is not None:
+                cost = dataclasses.replace(cost, tile_cycles=cost.tile_cycles + waits)
             rec.details = CountedComputeCost(
                 tile_cycles=cost.tile_cycles,
                 active_cycles=cost.active_cycles,

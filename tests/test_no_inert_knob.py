@@ -26,6 +26,7 @@ from ipusim import ir
 from ipusim.config import load_config
 from ipusim.config_sections import CountedConfig, leaf_paths
 from ipusim.machine import Machine
+from ipusim.tile.banks import PlacedData
 from ipusim.tile.counted import OP_CLASSES, CountedCompute, CountedExecution, CountedPart
 
 # ----------------------------------------------------------------------- programs
@@ -173,6 +174,20 @@ def counted_loads() -> ir.Node:
     return ir.Sequence([step])
 
 
+def counted_dual_loads() -> ir.Node:
+    """A counted multi-vertex whose six workers each ran 100 ``ld2x64pace``, reading a
+    32 KiB block that memory placement put at the start of the interleaved region: one
+    element of two 16 KiB banks on ``tiny``, or two elements of four 8 KiB banks."""
+    profile = np.zeros((1, len(OP_CLASSES)), np.int64)
+    profile[0, OP_CLASSES.index("load_2x64")] = 1
+    part = CountedPart.of(np.array([0]), "multi", 6, profile, np.full((6, 1), 100))
+    step = CountedCompute(name="dual", vertex_tile=[0], vertex_cycles=[0], vertex_multi=[True])
+    step.counted.put(CountedExecution(static=np.zeros(1, np.int64), parts=(part,)))
+    one = np.ones(1, np.int64)
+    step.placement.data = PlacedData(0 * one, one, 0 * one, one << 15, one << 15, 0 * one)
+    return ir.Sequence([step])
+
+
 # --------------------------------------------------------------------- the knobs
 
 
@@ -200,6 +215,8 @@ KNOBS: dict[str, Knob] = {
     "tile.columns": Knob(superstep, (2, 1), {"exchange.cycles_per_hop": 3.0}),
     "memory.load_bytes_per_cycle": Knob(counted_loads, (16, 1)),
     "memory.store_bytes_per_cycle": Knob(all_reduce, (8, 1), TWO),
+    "memory.bank_conflicts": Knob(counted_dual_loads, (False, True)),
+    "memory.bank_bytes": Knob(counted_dual_loads, (16384, 8192), {"memory.bank_conflicts": True}),
     "exchange.bytes_per_cycle": Knob(superstep, (4, 8)),
     "exchange.fixed_latency_cycles": Knob(superstep, (0, 100)),
     "exchange.cycles_per_hop": Knob(superstep, (0.0, 3.0)),
@@ -294,8 +311,6 @@ NOT_TIMING: dict[str, str] = {
     "memory.tile_memory_bytes": "a size: where data is placed, and out-of-memory errors",
     "memory.non_interleaved_bytes": "a size: where data is placed",
     "memory.interleaved_bytes": "a size: where data is placed",
-    "memory.bank_bytes": "a size: which bank an address is in (bank conflicts are not "
-    "modelled, docs/machine.md)",
     "memory.alignment_bytes": "a size: where data is placed",
     **{
         f"code.{name}": "a size of compiled code or state: tile memory only"

@@ -30,6 +30,7 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.config_sections import CountedConfig
+from ipusim.tile.banks import DataPlacement
 from ipusim.tile.compute import ComputeCost
 
 __all__ = [
@@ -355,9 +356,12 @@ class CountedCompute(ir.Compute):
     ``vertex_cycles`` are the static estimates (0 for a vertex without one); when the
     step's effect runs it puts the counts of that execution into ``counted``, and the
     machine costs the execution from them with its config's ``counted`` section.
+    ``placement`` says where the data its vertices read and write lies, once memory is
+    placed (for the bank conflicts of ``memory.bank_conflicts``).
     """
 
     counted: CountedCycles = field(default_factory=CountedCycles)
+    placement: DataPlacement = field(default_factory=DataPlacement)
     #: per vertex type (``vertex_type_names``): "counted" or "estimate"
     cycle_sources: tuple[str, ...] = ()
 

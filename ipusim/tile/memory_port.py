@@ -19,9 +19,12 @@ memory ports allow::
 Loads and stores use separate paths (a Colossus instruction can load and store in the
 same cycle), so the two floors do not add. An 8- or 16-bit access moves the 32-bit
 word that holds it (estimate: sub-word accesses read the whole word). Counted
-operations do not say which region an address lies in, nor which bank, so a load is
-charged the same from either region and bank conflicts are not modelled
-(docs/machine.md, "What is not modelled yet").
+operations do not say which region an address lies in; a 64-bit load takes a cycle of
+one bank in either region, and the tile's 16 bytes per cycle need the two accesses of a
+dual load to hit different banks. With ``memory.bank_conflicts`` on, those collisions
+are charged from where memory placement put the data (:func:`conflict_cycles`,
+:mod:`ipusim.tile.banks`): that is where the regions differ, the interleaved region
+spreading consecutive 64-bit words over a pair of banks.
 """
 
 from __future__ import annotations
@@ -29,12 +32,14 @@ from __future__ import annotations
 import numpy as np
 
 from ipusim.config import CountedConfig, MemoryConfig
+from ipusim.tile.banks import PlacedData, collision_rates
 from ipusim.tile.counted import OP_CLASSES, CountedExecution
 
 __all__ = [
     "ACCESS_BYTES",
     "LOADED_BYTES",
     "STORED_BYTES",
+    "conflict_cycles",
     "memory_floor_cycles",
     "memory_may_bind",
     "tile_access_bytes",
@@ -113,3 +118,38 @@ def memory_floor_cycles(
         stores = -(-stored // int(memory.store_bytes_per_cycle))
         np.maximum(floor, np.maximum(loads, stores), out=floor)
     return floor
+
+
+_TWO_LOADS = OP_CLASSES.index("load_2x64")
+_TWO_LOADS_STORE = OP_CLASSES.index("load_2x64_store_64")
+
+
+def conflict_cycles(
+    memory: MemoryConfig,
+    executions: list[CountedExecution],
+    vertex_tile: np.ndarray,
+    num_tiles: int,
+    placed: PlacedData,
+) -> np.ndarray:
+    """int64[num_tiles]: the tile cycles bank conflicts add to one counted execution of
+    a compute set (with several replicas' executions, the largest of theirs).
+
+    Each tile's ``ld2x64pace`` and ``ld2xst64pace`` instructions, as counted, times the
+    expected extra cycles of one of them on that tile
+    (:func:`ipusim.tile.banks.collision_rates`), rounded up: a colliding access waits a
+    cycle of the tile's memory, and the tile's pipeline with it.
+    """
+    two, three = collision_rates(memory, placed, num_tiles)
+    extra = np.zeros(num_tiles, np.int64)
+    tiles_of = np.asarray(vertex_tile)
+    for execution in executions:
+        expected = np.zeros(num_tiles, np.float64)
+        for part in execution.parts:
+            ops = part.operations()
+            tiles = tiles_of[part.positions]
+            expected += np.bincount(tiles, weights=ops[:, _TWO_LOADS], minlength=num_tiles) * two
+            expected += (
+                np.bincount(tiles, weights=ops[:, _TWO_LOADS_STORE], minlength=num_tiles) * three
+            )
+        np.maximum(extra, np.ceil(np.round(expected, 9)).astype(np.int64), out=extra)
+    return extra

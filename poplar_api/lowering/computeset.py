@@ -45,6 +45,7 @@ __all__ = [
     "make_runner",
     "plan_reads",
     "plan_writes",
+    "touched_keys",
     "vertex_cycles",
     "vertex_state",
 ]
@@ -520,6 +521,33 @@ def interleaved_keys(
     if not keys:
         return np.zeros(0, np.int64)
     return np.unique(np.concatenate(keys))
+
+
+def touched_keys(
+    table: ComputeSetTable, state: Any, variables: Any, num_tiles: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(read, read elements, written, written elements)``: the distinct ``variable *
+    num_tiles + tile`` keys of the elements the compute set's fields read (``in``,
+    ``inout``) and write (``out``, ``inout``), each with how many references to them
+    the fields hold (for the bank conflicts of counted execution, :mod:`ipusim.tile.banks`)."""
+    found: dict[bool, list[np.ndarray]] = {False: [], True: []}
+    for group in table.groups:
+        for ft in group.fields:
+            if ft.size == 0:
+                continue
+            held = ft.touched()
+            ids = runs.expand(held[0], held[1] - held[0]) if isinstance(held, tuple) else held
+            tiles = state.space(ft.type).tile[ids].astype(np.int64)
+            keys = variables.variables_of(ft.type, ids) * num_tiles + tiles
+            if ft.spec.direction in ("in", "inout"):
+                found[False].append(keys)
+            if ft.spec.direction in ("out", "inout"):
+                found[True].append(keys)
+    out: list[np.ndarray] = []
+    for written in (False, True):
+        keys = np.concatenate(found[written]) if found[written] else np.zeros(0, np.int64)
+        out += np.unique(keys, return_counts=True)
+    return out[0], out[1], out[2], out[3]
 
 
 @dataclass(frozen=True)

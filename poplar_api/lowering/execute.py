@@ -31,6 +31,7 @@ from poplar_api.lowering.computeset import (
     make_runner,
     plan_reads,
     plan_writes,
+    touched_keys,
     vertex_cycles,
     vertex_state,
 )
@@ -129,7 +130,10 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
         nodes.append(ir.Compute(**step))
     else:
         sources = tuple("counted" if c else "estimate" for c in counted)
-        nodes.append(CountedCompute(**step, counted=holder, cycle_sources=sources))
+        counted_step = CountedCompute(**step, counted=holder, cycle_sources=sources)
+        # where its data lies is known once memory is placed (place_memory fills it in)
+        counted_step.placement.touched = touched_keys(table, em.state, em.variables, em.num_tiles)
+        nodes.append(counted_step)
     planner = ExchangePlanner(em.target, em.state, em.owners)
     plan_writes(planner, table, em.state)
     nodes += em.exchange_steps(planner, f"{cs.name}/ExchangeOut", f"{cs.name}/SyncOut", pid, "Out")

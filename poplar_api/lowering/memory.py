@@ -53,6 +53,8 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.config import CodeConfig
+from ipusim.tile.banks import DataPlacement, PlacedData
+from ipusim.tile.counted import CountedCompute
 from ipusim.tile.memory import (
     ANY,
     INTERLEAVED,
@@ -348,15 +350,16 @@ def _variable_blocks(
     records: Sequence[ComputeSetRecord],
     nt: int,
     owners: OwnerCache,
-) -> tuple[BlockTable, BlockTable]:
+    keyed: bool = False,
+) -> tuple[BlockTable, BlockTable, np.ndarray | None]:
     """Each variable's (or constant's) elements on each tile, with its live range: one
     block per live range when ``WriteUndef`` splits it, a variable's blocks tile by
     tile (its ranges next to each other), variables by id. Returns the blocks and,
     apart, the second and later ranges' blocks (so that the report counts a variable
-    once)."""
+    once), and with ``keyed`` each block's ``variable * nt + tile`` (else None)."""
     var, tile, count = variable_tiles(state, index, owners, nt)
     if var.size == 0:
-        return BlockTable.empty(), BlockTable.empty()
+        return BlockTable.empty(), BlockTable.empty(), None
     variables = state.variables
     constant = variables.constant_flags()
     type_size = variables.element_sizes()
@@ -416,7 +419,8 @@ def _variable_blocks(
         joint = np.fromiter(live.joint, np.int64, len(live.joint))
         table.joint = _narrow(np.where(np.isin(var, joint), var, -1))
     extra = table.take(np.flatnonzero(copy > 0)) if copy is not None else BlockTable.empty()
-    return table, extra
+    keys = var.astype(np.int64) * nt + tile if keyed else None
+    return table, extra, keys
 
 
 def _narrow(values: np.ndarray) -> np.ndarray:
@@ -599,7 +603,10 @@ def place_memory(
     parts: dict[str, dict[str, np.ndarray]] = {"byType": {}, "byComputeSet": {}}
     owners = owners if owners is not None else OwnerCache()
     index = index if index is not None else VariableIndex(state)
-    variables, extra = _variable_blocks(state, live, index, records, nt, owners)
+    placements = _counted_placements(records)
+    variables, extra, keys = _variable_blocks(
+        state, live, index, records, nt, owners, keyed=bool(placements)
+    )
     known: Totals = {}  # each exchange's totals, asked for its tiles, code and buffers
     code = _code_blocks(walk, timing, nt, known)
     code += _vertex_code_blocks(computes, nt, by_vertex_type, cfg.code)
@@ -608,6 +615,7 @@ def place_memory(
     )
     state_blocks += _buffer_blocks(walk, timing, nt, known)
     tables = [_per_tile_table(code, nt), variables, _per_tile_table(state_blocks, nt)]
+    first_variable, variable_sizes = len(tables[0]), variables.size.astype(np.int64)
     del code, state_blocks
     del known
     del variables  # the tables are emptied column by column as the blocks are joined
@@ -620,10 +628,65 @@ def place_memory(
     # the parts of that state (edge pointers, descriptors, copy pointers) the graph
     # profile's byVertexType and byComputeSet list; read with getattr there
     report.vertex_data_parts = parts
+    if placements and keys is not None:
+        rows = first_variable + np.arange(keys.size)
+        where = (keys, report.block_region[rows], report.block_offset[rows], variable_sizes)
+        _place_counted(placements, where, state.variables.element_sizes(), nt)
     for k, category in enumerate(extra.categories):  # later live ranges: bytes count once
         rows = extra.category == k
         np.subtract.at(report.by_category[category], extra.tile[rows], extra.size[rows])
     return report
+
+
+def _counted_placements(records: Sequence[ComputeSetRecord]) -> list[DataPlacement]:
+    """The data placements of the counted compute steps among ``records`` that wait for
+    memory to be placed."""
+    found = []
+    for record in records:
+        nodes = [record.node]
+        while nodes:
+            node = nodes.pop()
+            if isinstance(node, CountedCompute) and node.placement.touched is not None:
+                found.append(node.placement)
+            elif not isinstance(node, ir.Step):
+                nodes.extend(ir.children(node))
+    return found
+
+
+def _place_counted(
+    placements: Sequence[DataPlacement],
+    where: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    element_sizes: np.ndarray,
+    nt: int,
+) -> None:
+    """Fill in where the data each counted compute step touches lies: per (variable,
+    tile) block its region, offset and size, and the bytes its fields read and write
+    (a variable whose live range is split has a block per range: the first is taken)."""
+    keys, region, offset, size = where
+    known, first = np.unique(keys, return_index=True)
+    for placement in placements:
+        read, read_n, written, written_n = placement.touched
+        parts = []
+        for found, n, is_read in ((read, read_n, True), (written, written_n, False)):
+            if known.size:
+                at = np.minimum(np.searchsorted(known, found), known.size - 1)
+                ok = known[at] == found
+            else:  # nothing placed
+                at, ok = np.zeros(found.size, np.int64), np.zeros(found.size, bool)
+            row = first[at[ok]] if known.size else np.zeros(0, np.int64)
+            nbytes = n[ok] * element_sizes[found[ok] // nt]
+            zero = np.zeros(row.size, np.int64)
+            parts.append((row, nbytes if is_read else zero, zero if is_read else nbytes))
+        row = np.concatenate([p[0] for p in parts])
+        placement.data = PlacedData(
+            tile=keys[row] % nt,
+            region=region[row].astype(np.int8),
+            offset=offset[row].astype(np.int64),
+            size=size[row],
+            read=np.concatenate([p[1] for p in parts]).astype(np.int64),
+            written=np.concatenate([p[2] for p in parts]).astype(np.int64),
+        )
+        placement.touched = None
 
 
 def _kib(n: int) -> str:
