@@ -5,7 +5,10 @@ established is not checked), the ipusim column states the whole plan it picks
 (:func:`~poplar_api.poplin.plan_report.plan_summary`: vertex, transforms, serial passes,
 partition and blocks, tiles, temporary bytes), and for the products the last column
 gives the estimates of both operand orders that the swap rule compares, or, for the
-fully-connected passes, those of the layer's joint and separate plans."""
+fully-connected passes, those of the layer's joint and separate plans. A product row's
+"Poplibs' estimate" is the plan of Poplibs' cost model and search as
+:mod:`~poplar_api.poplin.poplibs_matmul_model` restates them, and the row's operand
+order, serial passes and partition claims are that plan's."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.fc_joint import fwd_layer, plan_joint
 from poplar_api.poplin.plan_report import plan_summary, vertex_name
+from poplar_api.poplin.poplibs_matmul_model import describe, poplibs_matmul_plan
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "planner.md"
 
@@ -88,6 +92,8 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
         return plan.method == claim.split()[1]
     if claim.startswith("vertex "):
         return vertex_name(plan, params) == f"poplin::{claim.split()[1]}"
+    if claim.startswith("partition "):
+        return claim == "partition " + _partition(plan.parts[2], plan.parts[3], plan.parts[4])
     m = re.fullmatch(r"(serial|input-channel serial|Ci split) (>|=)? ?(\d+)", claim)
     assert m, f"unknown claim {claim!r} in docs/planner.md"
     value = {"serial": plan.serial, "input-channel serial": plan.in_serial}.get(
@@ -97,12 +103,18 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
     return value > n if m.group(2) == ">" else value == n
 
 
+def _partition(field: int, co: int, ci: int) -> str:
+    """A product's partition as the table states it (field, output and input channels)."""
+    return " \N{MULTIPLICATION SIGN} ".join([f"field {field}", f"Co {co}", f"Ci {ci}"])
+
+
 def _claims(cell: str) -> list[str]:
-    """The checked properties of a Poplibs cell (those not marked "not established" and
-    not stated as what "ipusim does not" pick)."""
+    """The checked properties of a Poplibs cell (those not marked "not established", not
+    stated as what "ipusim does not" pick and not Poplibs' estimate)."""
     return [
         c for c in cell.split(";")
         if c.strip() and "not established" not in c and "ipusim does not" not in c
+        and not c.strip().startswith("Poplibs' estimate")
     ]  # fmt: skip
 
 
@@ -167,3 +179,45 @@ def test_convolutions(row) -> None:
     for claim in _claims(poplibs):
         assert _holds(claim, plan, params, None), f"{name} on {preset}: {claim!r} fails: {plan}"
     assert ipusim == plan_summary(plan, eff, memory_limit(graph.getTarget(), {}))
+
+
+#: Product rows whose Poplibs plan is established by Poplibs' cost model, and whether its
+#: search takes long enough (a serial plan of a large product) to run with the slow tests.
+ESTIMATED = [r for r in PRODUCTS if "Poplibs' estimate: " in r[4]]
+_SLOW = {"2", "3"}
+
+
+@pytest.mark.parametrize(
+    "row",
+    [pytest.param(r, marks=pytest.mark.slow) if r[0] in _SLOW else r for r in ESTIMATED],
+    ids=[r[0] for r in ESTIMATED],
+)
+def test_poplibs_plans_are_its_cost_models(row) -> None:
+    """The Poplibs column of an established product row is the plan of Poplibs' cost
+    model and search (:func:`poplibs_matmul_plan`): its estimate as stated, and its
+    operand order, serial passes, broadcast and partition claims, whether or not
+    ipusim picks them."""
+    _, product, preset, fc_pass, poplibs, _, _ = row
+    dims = tuple(int(x) for x in product.split("\N{MULTIPLICATION SIGN}"))
+    target = Graph(IPUModel(preset).createDevice().getTarget()).getTarget()
+    conv_pass = "NONE_MATMUL" if fc_pass == "NONE" else f"FC_{fc_pass}"
+    plan = poplibs_matmul_plan(dims, target, conv_pass)
+    assert plan["ties"] == 1
+    splits = plan["splits"]
+    for claim in (c.strip() for c in poplibs.split(";")):
+        claim = claim.replace(" (ipusim does not pick)", "")
+        if claim.startswith("Poplibs' estimate: "):
+            assert claim.removeprefix("Poplibs' estimate: ") == describe(plan)
+        elif claim.startswith("partition "):
+            assert claim == "partition " + _partition(
+                splits["fieldSplit"], splits["outChanSplit.parallel"],
+                splits["inChanSplit.parallel"],
+            )  # fmt: skip
+        elif claim == "swapped":
+            assert plan["swapped"]
+        elif claim == "inputs broadcast before the loop":
+            assert plan["broadcast"]
+        elif m := re.fullmatch(r"(serial|input-channel serial) (>)? ?(\d+)", claim):
+            key = "outChanSplit.serial" if m.group(1) == "serial" else "inChanSplit.serial"
+            n = int(m.group(3))
+            assert splits[key] > n if m.group(2) else splits[key] == n, claim
