@@ -341,3 +341,24 @@ def test_unique_rows_equals_numpy_unique(width):
             assert np.array_equal(g, w.reshape(g.shape)) and g.dtype == w.dtype
     wide = np.array([[2**40, 0], [0, 2**40], [2**40, 0]])  # too wide to pack: numpy's own
     assert _unique_rows(wide)[2].tolist() == [1, 0, 1]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_unique_rows_dense_and_sorted_paths_equal_numpy_unique(dtype):
+    """Rows of few distinct sizes (keys marked over their span, no sort) and rows of
+    many (keys sorted) both give ``np.unique(axis=0)``'s rows, first indices and
+    inverse, for the int32 and int64 matrices the lowering passes."""
+    from poplar_api.lowering.computeset import DENSE_KEYS_PER_ROW, _unique_rows
+
+    rng = np.random.default_rng(7)
+    n = 3000
+    few = rng.choice(np.array([[4, 8, 1], [16, 8, 1], [4, 9, 2], [-5, 0, 7]]), n).astype(dtype)
+    many = rng.integers(-(10**6), 10**6, (n, 3)).astype(dtype)  # span far above 4 per row
+    spans = [int(np.prod(r.max(axis=0).astype(float) - r.min(axis=0) + 1)) for r in (few, many)]
+    assert spans[0] <= DENSE_KEYS_PER_ROW * n < spans[1]  # one of each path
+    for rows in (few, many):
+        want = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        got = _unique_rows(rows)
+        assert np.array_equal(got[0], want[0]) and got[0].dtype == rows.dtype
+        assert np.array_equal(got[1], want[1])
+        assert np.array_equal(got[2], want[2].reshape(-1))
