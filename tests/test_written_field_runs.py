@@ -257,3 +257,21 @@ def test_kept_runs_of_random_reads_match_runs_found_one_by_one(seed) -> None:
         assert begin.tolist() == [int(ids[s]) for s in starts], trial
         assert end.tolist() == [int(ids[e - 1]) + 1 for e in ends], trial
     assert outcomes == {True, False}  # both kept and left as ids
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_vertex_id_runs_cut_at_vertices_keep_the_id_type_and_stop_past_most(dtype) -> None:
+    """The runs of a field's ids cut at each vertex's first reference (empty vertices
+    too) are those found reference by reference, in the ids' type; more than ``most``
+    of them give None."""
+    from poplar_api.lowering.field_tables import vertex_id_runs
+
+    ids = np.array([5, 6, 7, 9, 10, 11, 12, 3, 4, 20, 21, 22, 23, 24], dtype)
+    bounds = np.array([0, 2, 2, 7, 7, 11, 14], np.int64)  # vertices 1 and 3 hold nothing
+    begin, end = vertex_id_runs(ids, bounds, 6)
+    # runs: 5-6 | 7 | 9-12 | 3-4 | 20-21 (cut at vertex 5's start, position 11) | 22-24
+    assert begin.tolist() == [5, 7, 9, 3, 20, 22] and end.tolist() == [7, 8, 13, 5, 22, 25]
+    assert begin.dtype == dtype and end.dtype == dtype
+    assert vertex_id_runs(ids, bounds, 5) is None
+    one = vertex_id_runs(ids[:3], np.array([0, 3], np.int64), 1)
+    assert one[0].tolist() == [5] and one[1].tolist() == [8]

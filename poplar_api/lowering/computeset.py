@@ -30,6 +30,7 @@ from poplar_api.lowering.field_tables import (
     FieldTable,
     TypeGroup,
     build_table,
+    vertex_id_runs,
 )
 from poplar_api.types import Type
 from poplar_api.vertices import NO_ESTIMATE, id_count
@@ -303,18 +304,11 @@ def _kept_table(ft: FieldTable, bounds: tuple[np.ndarray, np.ndarray] | None) ->
     plain = ft.runs is None and ft.ref_runs is None and ft.type.numpy.kind != "b"
     if not plain or ft.spec.writes or ft.size < 2 * MIN_REFS_PER_RUN:
         return ft
-    ids = ft.ids
-    limit = ids.size // MIN_REFS_PER_RUN  # more runs than this: the ids are kept
-    if np.count_nonzero(np.diff(ids[: limit + 1]) != 1) >= limit:
-        return ft  # runs enough in the first ids already (a strided read: a quarter read)
-    cut = np.diff(ids) != 1
-    firsts = ft.bounds[1:-1]  # a vertex's first reference starts a run
-    cut[firsts[(firsts > 0) & (firsts < ids.size)] - 1] = True
-    starts = np.flatnonzero(np.concatenate(([True], cut)))
-    if starts.size * MIN_REFS_PER_RUN > ids.size:
+    # more runs than a quarter of the ids: the ids are kept (the count stops there, so
+    # a strided read is given up after a few of its ids)
+    held = vertex_id_runs(ft.ids, ft.bounds, ft.size // MIN_REFS_PER_RUN)
+    if held is None:
         return ft
-    ends = np.append(starts[1:], ids.size)
-    held = (ids[starts], ids[ends - 1] + 1)
     return FieldTable(ft.spec, None, ft.offsets, ft.inner_offsets, ft.positions, None, held)
 
 

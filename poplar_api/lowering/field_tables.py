@@ -16,6 +16,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from poplar_api.codelet import VertexType
@@ -25,7 +26,7 @@ from poplar_api.run_ids import RunIds
 from poplar_api.types import Type
 from poplar_api.vertices import NO_RUN, type_groups
 
-__all__ = ["ComputeSetTable", "FieldTable", "TypeGroup", "build_table"]
+__all__ = ["ComputeSetTable", "FieldTable", "TypeGroup", "build_table", "vertex_id_runs"]
 
 
 class FieldTable:
@@ -398,6 +399,55 @@ def _ref_runs(parts: list[tuple[np.ndarray, np.ndarray, Any]], total: int) -> tu
     if len(found) == 1:
         return found[0]
     return np.concatenate([b for b, _ in found]), np.concatenate([e for _, e in found])
+
+
+@numba.njit(cache=True, nogil=True)
+def _vertex_id_runs(ids, bounds, most, begin, end):  # pragma: no cover - compiled
+    # the runs of consecutive ids, each also cut where a vertex's references start
+    # (bounds[1:-1]); their first ids and ends go to begin and end when these have
+    # room; returns how many runs, or -1 as soon as there are more than ``most``
+    n = ids.size
+    fill = begin.size > 0
+    count = 0
+    v = 1
+    last = bounds.size - 1  # bounds[1:last]: where the second and later vertices start
+    for i in range(n):
+        while v < last and bounds[v] < i:
+            v += 1
+        start = i == 0 or np.int64(ids[i]) != np.int64(ids[i - 1]) + 1
+        if not start and v < last and bounds[v] == i:
+            start = True
+        if start:
+            if count == most:
+                return -1
+            if fill:
+                begin[count] = ids[i]
+                if count:
+                    end[count - 1] = ids[i - 1] + 1
+            count += 1
+    if fill and count:
+        end[count - 1] = ids[n - 1] + 1
+    return count
+
+
+def vertex_id_runs(
+    ids: np.ndarray, bounds: np.ndarray, most: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(begin, end)`` of the runs of consecutive ids in ``ids``, none crossing from one
+    vertex's references to the next (vertex ``i`` holds ``ids[bounds[i]:bounds[i + 1]]``),
+    in the ids' type; None when there are more than ``most`` runs.
+
+    Two compiled passes (a count that stops once it passes ``most``, then the runs):
+    no mask, difference or index array per id."""
+    ids = runs.read_only(ids)
+    bounds = runs.read_only(np.asarray(bounds, np.int64))
+    none = np.zeros(0, ids.dtype)
+    count = int(_vertex_id_runs(ids, bounds, np.int64(most), none, none))
+    if count < 0:
+        return None
+    begin, end = np.empty(count, ids.dtype), np.empty(count, ids.dtype)
+    _vertex_id_runs(ids, bounds, np.int64(most), begin, end)
+    return begin, end
 
 
 def _take_pieces(parts: list[tuple[np.ndarray, np.ndarray, Any]], total: int, dtype: type):
