@@ -13,7 +13,7 @@
 import numpy as np
 import pytest
 
-from poplar_api.lowering import received, runs
+from poplar_api.lowering import received, runs, variable_marks
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -309,6 +309,21 @@ def test_copy_sides_same_or_overlapping_as_sets_say(seed):
     assert (overlap if not same else 0) == (0 if same else len(set(s_list) & set(d_list)))
 
 
+def test_variables_of_ids_alternating_between_variables_are_all_marked():
+    """Ids that go back and forth between two variables (a transposing copy's operand
+    and padding), then on to others and back, mark every variable they touch and no
+    other, as numpy's search of every id says."""
+    bases = np.array([0, 10, 25, 40, 41, 60], np.int64)  # variable 3 holds one id
+    var_ids = np.array([4, 2, 0, 5, 1, 3], np.int64)
+    pattern = np.array([12, 3, 13, 4, 14, 5, 15, 6, 40, 13, 45, 2])  # ends back in two
+    for ids in (pattern, np.tile(pattern, 300), np.r_[np.tile([11, 1], 500), 70]):
+        mask = np.zeros(bases.size, bool)
+        variable_marks.mark_variables_in(bases, var_ids, ids, mask)
+        want = np.zeros(bases.size, bool)
+        want[var_ids[np.searchsorted(bases, ids, side="right") - 1]] = True
+        assert mask.tolist() == want.tolist()
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_variables_marked_from_a_span_equal_a_lookup_per_id(seed):
     """Ids within one variable are marked from their span; ids of several variables one
@@ -321,7 +336,7 @@ def test_variables_marked_from_a_span_equal_a_lookup_per_id(seed):
     anywhere = rng.integers(0, 1100, 50)
     for ids in (inside, anywhere, inside.astype(np.int32), np.array([bases[-1] + 5])):
         mask = np.zeros(bases.size, bool)
-        runs.mark_variables_in(bases, var_ids, ids, mask)
+        variable_marks.mark_variables_in(bases, var_ids, ids, mask)
         want = np.zeros(bases.size, bool)
         want[var_ids[np.searchsorted(bases, ids, side="right") - 1]] = True
         assert mask.tolist() == want.tolist()
@@ -395,13 +410,13 @@ def test_variables_marked_chunk_by_chunk_and_by_runs_equal_a_lookup_per_id(seed)
     ids = np.concatenate([*stretches, rng.integers(0, space, 40)])
     for dtype in (np.int64, np.int32):
         mask = np.zeros(bases.size, bool)
-        runs.mark_variables_in(bases, var_ids, ids.astype(dtype), mask)
+        variable_marks.mark_variables_in(bases, var_ids, ids.astype(dtype), mask)
         assert mask.tolist() == want_of(ids).tolist()
     begin = rng.integers(0, space, 60)
     end = np.minimum(begin + rng.integers(0, 400, begin.size), space)
     end[::7] = begin[::7]  # empty runs mark nothing
     mask = np.zeros(bases.size, bool)
-    runs.mark_runs_in(bases, var_ids, nonempty, begin, end, mask)
+    variable_marks.mark_runs_in(bases, var_ids, nonempty, begin, end, mask)
     expanded = np.concatenate([np.arange(b, e) for b, e in zip(begin, end, strict=True)])
     assert mask.tolist() == want_of(expanded).tolist()
     assert not mask[var_ids[~nonempty]].any()

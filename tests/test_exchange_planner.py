@@ -131,7 +131,7 @@ def test_runs_plan_equals_tile_by_tile_plan(monkeypatch, per_pass, cover, groupe
 
 
 def test_mark_variables_equals_variables_of():
-    from poplar_api.lowering import runs
+    from poplar_api.lowering import variable_marks
 
     graph = Graph(IPUModel("tiny").createDevice().getTarget())
     for k, n in enumerate([3, 0, 5, 1, 7]):
@@ -141,7 +141,7 @@ def test_mark_variables_equals_variables_of():
     for _ in range(20):
         ids = rng.integers(0, space.size, int(rng.integers(1, 30)))
         mask = np.zeros(len(graph._state.variables), bool)
-        runs.mark_variables(space, ids, mask)
+        variable_marks.mark_variables(space, ids, mask)
         assert np.flatnonzero(mask).tolist() == np.unique(space.variables_of(ids)).tolist()
 
 
@@ -149,7 +149,7 @@ def test_runs_equal_their_expanded_ids():
     """The run forms of the field kernels agree with the id forms on the expanded ids:
     remote pieces, variables touched and hits of a mask (random cases, with empty runs
     and runs across variables)."""
-    from poplar_api.lowering import runs
+    from poplar_api.lowering import runs, variable_marks
 
     graph = Graph(IPUModel("tiny").createDevice().getTarget())
     for k, n in enumerate([7, 0, 12, 1, 30, 5]):
@@ -191,8 +191,8 @@ def test_runs_equal_their_expanded_ids():
         assert [a.tolist() for a in block] == [a.tolist() for a in one_by_one], trial
         by_runs = np.zeros(len(graph._state.variables), bool)
         by_ids = np.zeros_like(by_runs)
-        runs.mark_variable_runs(space, begin, end, by_runs)
-        runs.mark_variables(space, ids, by_ids)
+        variable_marks.mark_variable_runs(space, begin, end, by_runs)
+        variable_marks.mark_variables(space, ids, by_ids)
         assert by_runs.tolist() == by_ids.tolist(), trial
         mask = rng.random(space.size) < 0.1
         hit = runs.runs_hit(np.flatnonzero(mask), begin, end)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ipusim import ir
-from poplar_api.lowering import runs
+from poplar_api.lowering import variable_marks
 
 __all__ = ["Accesses", "Liveness", "ProgramPoints", "VariableIndex", "liveness", "program_points"]
 
@@ -130,13 +130,13 @@ class VariableIndex:
             ids = np.asarray(ids)
             arrays = self.arrays(t) if ids.size else None
             if arrays is not None:
-                runs.mark_variables_in(arrays[0], arrays[1], ids, mask)
+                variable_marks.mark_variables_in(arrays[0], arrays[1], ids, mask)
         for t, begins, ends in by_size.values():
             arrays = self.arrays(t)
             if arrays is not None:
                 begin = begins[0] if len(begins) == 1 else np.concatenate(begins)
                 end = ends[0] if len(ends) == 1 else np.concatenate(ends)
-                runs.mark_runs_in(*arrays, begin, end, mask)
+                variable_marks.mark_runs_in(*arrays, begin, end, mask)
         return np.flatnonzero(mask)
 
 

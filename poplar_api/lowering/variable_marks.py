@@ -1,0 +1,142 @@
+"""The variables owning element ids or id runs, marked in compiled passes (liveness
+asks which variables each node of a lowered program touches).
+
+Variables are id ranges in id order: ``bases`` (ascending) holds each variable's
+first id in an element space and ``var_ids`` its variable id. Ids mostly come in runs
+within one variable, so a variable is looked up (a binary search of ``bases``) only
+when an id or a run leaves the one found last.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from poplar_api.lowering.runs import read_only
+
+__all__ = ["mark_runs_in", "mark_variable_runs", "mark_variables", "mark_variables_in"]
+
+#: Ids per chunk of :func:`_mark_variables`: a chunk within the variables marked last
+#: is passed over by its least and greatest id (a loop that vectorises).
+MARK_CHUNK = 256
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_variables(ids, bases, var_ids, mask):  # pragma: no cover - compiled
+    n = bases.size
+    top = np.iinfo(np.int64).max
+    lo = 1
+    hi = 0  # ids [lo, hi): every variable they hold is marked (empty before the first)
+    vid = -1
+    size = ids.size
+    for p in range(0, size, MARK_CHUNK):
+        q = min(p + MARK_CHUNK, size)
+        c_lo = c_hi = ids[p]
+        for k in range(p + 1, q):  # min and max without branches: vectorises
+            x = ids[k]
+            c_lo = min(c_lo, x)
+            c_hi = max(c_hi, x)
+        if c_lo >= lo and c_hi < hi:
+            continue  # the whole chunk in variables marked already
+        # the variables of the chunk's least and greatest id hold an id of it each: when
+        # they are one variable or neighbours, they are all it touches (ids going back
+        # and forth between an operand and its padding: no look-up per id)
+        j_lo = np.searchsorted(bases, c_lo, side="right") - 1
+        j_hi = np.searchsorted(bases, c_hi, side="right") - 1
+        if j_hi <= j_lo + 1:
+            mask[var_ids[j_lo]] = True
+            mask[var_ids[j_hi]] = True
+            lo = bases[j_lo]
+            hi = bases[j_hi + 1] if j_hi + 1 < n else top
+            continue
+        for k in range(p, q):
+            i = ids[k]
+            if i < lo or i >= hi:
+                j = np.searchsorted(bases, i, side="right") - 1
+                lo = bases[j]
+                hi = bases[j + 1] if j + 1 < n else top
+                vid = var_ids[j]
+                mask[vid] = True
+
+
+def mark_variables(space: object, ids: np.ndarray, mask: np.ndarray) -> None:
+    """Set ``mask[v]`` for every variable ``v`` owning an element of ``ids``.
+
+    The result of ``mask[space.variables_of(ids)] = True`` in one pass: ids mostly
+    come in runs within one variable, so the variable is looked up again only when an
+    id leaves the range of the last one.
+    """
+    bases = np.asarray(space.var_bases, np.int64)
+    mark_variables_in(bases, np.asarray(space.var_ids, np.int64), ids, mask)
+
+
+def mark_variables_in(
+    bases: np.ndarray, var_ids: np.ndarray, ids: np.ndarray, mask: np.ndarray
+) -> None:
+    """:func:`mark_variables` with the space's variable ``bases`` and ``var_ids`` given
+    as arrays (made once per lowering, not per call).
+
+    One compiled pass: ids mostly lie in one variable (a field reads one tensor), so
+    the ids are taken a chunk of :data:`MARK_CHUNK` at a time and a chunk within the
+    variable found last is passed over by its least and greatest id alone; the
+    variable is looked up (a binary search of ``bases``) only for an id outside it.
+    A chunk whose least and greatest ids lie in one variable or in two neighbours
+    marks those two and no id of it is looked up (a transposing copy's ids alternate
+    between an operand and its padding: 6 ns per id one by one)."""
+    if ids.size and bases.size:
+        _mark_variables(read_only(np.asarray(ids)), bases, var_ids, mask)
+
+
+def mark_variable_runs(space: object, begin: np.ndarray, end: np.ndarray, mask: np.ndarray) -> None:
+    """:func:`mark_variables` of the ids ``begin[k] .. end[k] - 1`` of every run ``k``."""
+    bases = np.asarray(space.var_bases, np.int64)
+    nonempty = np.diff(bases, append=space.size) > 0
+    mark_runs_in(bases, np.asarray(space.var_ids, np.int64), nonempty, begin, end, mask)
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_runs(bases, var_ids, nonempty, begin, end, mask):  # pragma: no cover - compiled
+    n = bases.size
+    top = np.iinfo(np.int64).max
+    lo = 1
+    hi = 0  # the id range of the variable found last (empty before the first)
+    j = -1
+    for r in range(begin.size):
+        b = begin[r]
+        e = end[r]
+        if e <= b:
+            continue
+        if b < lo or b >= hi:  # the run starts outside the variable found last
+            j = np.searchsorted(bases, b, side="right") - 1
+            lo = bases[j]
+            hi = bases[j + 1] if j + 1 < n else top
+        if nonempty[j]:
+            mask[var_ids[j]] = True
+        while e > hi:  # the run reaches the next variables: each with elements
+            j += 1
+            lo = bases[j]
+            hi = bases[j + 1] if j + 1 < n else top
+            if nonempty[j]:
+                mask[var_ids[j]] = True
+
+
+def mark_runs_in(
+    bases: np.ndarray,
+    var_ids: np.ndarray,
+    nonempty: np.ndarray,
+    begin: np.ndarray,
+    end: np.ndarray,
+    mask: np.ndarray,
+) -> None:
+    """:func:`mark_variable_runs` with the space's variable ``bases``, ``var_ids`` and
+    whether each variable has elements (``nonempty``) given as arrays.
+
+    Variables are id ranges in id order: a run covers every variable from its first
+    element's to its last element's, except variables of no elements. One compiled
+    pass over the runs, the variable looked up (a binary search of ``bases``) only for
+    a run starting outside the one found last (a field's runs mostly lie in one)."""
+    if begin.size == 0 or bases.size == 0:
+        return
+    begin = read_only(np.asarray(begin, np.int64))
+    end = read_only(np.asarray(end, np.int64))
+    _mark_runs(bases, var_ids, nonempty, begin, end, mask)
