@@ -142,3 +142,135 @@ def test_bad_arguments_are_named():
         dynamicSlice(h.graph, x, good, [1], [4], h.seq)
     with pytest.raises(errors.TensorError, match=r"required float \[1, 3\]"):
         dynamicUpdate(h.graph, x, x, good, [0], [1], h.seq)
+
+
+def _field_forms(h: Harness, field: str) -> set[str]:
+    """How the graph holds ``field`` of the dynamic slice vertices: "run" (a range of
+    consecutive ids), "runs" (a list block's ids kept as runs) or "ids" (an id array)."""
+    from poplar_api.run_ids import RunIds
+
+    table = h.graph._state.vertices
+    forms = set()
+    for vid, v in enumerate(table):
+        if "Dynamic" not in v.vtype.name:
+            continue
+        value = table.get_field(vid, field)
+        if isinstance(value, range):
+            forms.add("run")
+            continue
+        block, _ = table.block_of(vid)
+        if block is not None and field in block.fields:
+            forms.add("runs" if isinstance(block.fields[field][3], RunIds) else "ids")
+        else:
+            forms.add("ids")
+    return forms
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_slice_fields_of_contiguous_rows_are_runs(interleaved):
+    """A stash of a tensor (one region per tile: 1D vertices; several: 2D): every
+    field of the slice and update vertices is held as runs of consecutive ids, none as
+    an array of one id per element."""
+    h = Harness()
+    x = h.graph.addVariable(FLOAT, [4, 96], "x")
+    if interleaved:  # columns in blocks of 8 dealt round 4 tiles: 12 regions per tile
+        h.graph.mapElements(x, np.tile(np.repeat(np.arange(4), 8), 12))
+    else:
+        poputil.mapTensorLinearly(h.graph, x)
+    stash = createSliceableTensorFromSlice(h.graph, x.expand([0]), [0], [5], "stash")
+    off = h.var(UNSIGNED_INT, [0], "off", tile=0)
+    dynamicSlice(h.graph, stash, off, [0], [1], h.seq, "restore")
+    dynamicUpdate(h.graph, stash, x.expand([0]), off, [0], [1], h.seq, "save")
+    kind = "2D" if interleaved else "1D"
+    assert {n.split("<")[0][-2:] for n in _estimates(h)} == {kind}
+    want = {"runs"} if interleaved else {"run"}
+    assert _field_forms(h, "baseT") == want
+    assert _field_forms(h, "subT") == want
+
+
+def test_slicing_and_updating_bounds_the_host_memory_per_element():
+    """Slicing and updating a stash of 8 copies of 120,000 elements takes less than 16
+    bytes of host memory per element of the stash at its peak (no array of positions or
+    ids per element connected: the fields are found as runs)."""
+    import tracemalloc
+
+    h = Harness()
+    m, copies = 120_000, 8
+    x = h.graph.addVariable(FLOAT, [m], "x")
+    poputil.mapTensorLinearly(h.graph, x)
+    stash = createSliceableTensorFromSlice(h.graph, x.expand([0]), [0], [copies], "stash")
+    off = h.var(UNSIGNED_INT, [0], "off", tile=0)
+    dynamicSlice(h.graph, x.expand([0]), off, [0], [1], h.seq, "warm")  # kernels loaded
+    for op in (
+        lambda: dynamicSlice(h.graph, stash, off, [0], [1], h.seq, "restore"),
+        lambda: dynamicUpdate(h.graph, stash, x.expand([0]), off, [0], [1], h.seq, "save"),
+    ):
+        tracemalloc.start()
+        try:
+            op()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 16 * copies * m, peak / (copies * m)
+
+
+@pytest.mark.parametrize("dim,offset", [(0, 1), (1, 3), (2, 5)])
+def test_slices_of_scattered_ids_equal_numpy(dim, offset):
+    """A base whose elements lie in a random order of a variable's (no runs), mapped
+    round 3 tiles, sliced 2 wide along ``dim`` at ``offset`` (wrapping past the end)
+    and then updated there with other values: the slice and the updated base are
+    numpy's."""
+    h = Harness()
+    rng = np.random.default_rng(dim)
+    shape = [4, 6, 7]
+    n = int(np.prod(shape))
+    var = h.graph.addVariable(FLOAT, [n], "var")
+    h.graph.mapElements(var, rng.integers(0, 3, n))
+    base = var.elements(rng.permutation(n)).reshape(shape)
+    init = rng.standard_normal(shape).astype(np.float32)
+    h.graph.createHostWrite("w-base", base)
+    h.values["w-base"] = init
+    off = h.var(UNSIGNED_INT, [offset], "off", tile=0)
+    got = dynamicSlice(h.graph, base, off, [dim], [2], h.seq, "slice")
+    h.read(got, "got")
+    size = [2 if i == dim else x for i, x in enumerate(shape)]
+    new = rng.standard_normal(size).astype(np.float32)
+    s = h.var(FLOAT, new, "s")
+    dynamicUpdate(h.graph, base, s, off, [dim], [2], h.seq, "update")
+    h.read(base, "base")
+    out = h.run()
+    rows = (offset + np.arange(2)) % shape[dim]
+    np.testing.assert_array_equal(out["got"], np.take(init, rows, axis=dim))
+    want = init.copy()
+    index = [slice(None)] * 3
+    index[dim] = rows
+    want[tuple(index)] = new
+    np.testing.assert_array_equal(out["base"], want)
+
+
+def test_sliceable_tensor_along_an_inner_dimension():
+    """createSliceableTensorFromSlice along dimension 1 of a [3, 1, 10] tensor mapped
+    round 2 tiles in blocks of 5: 4 copies, shape [3, 4, 10]; each copy's element on the
+    element's tile, and on a tile the copies of one region of the slice lie one after
+    another (region after region in the order of the slice's ids, each region's block
+    holding copy 0, then copy 1, ...): the ids as numpy lays them out."""
+    h = Harness()
+    s = h.graph.addVariable(FLOAT, [3, 1, 10], "s")
+    tiles = np.tile(np.repeat([0, 1], 5), 3)  # regions of 5, alternately on tiles 0, 1
+    h.graph.mapElements(s, tiles)
+    stash = createSliceableTensorFromSlice(h.graph, s, [1], [4], "stash")
+    assert stash.shape() == [3, 4, 10]
+    got_tiles = h.graph.elementTiles(stash).reshape(3, 4, 10)
+    assert (got_tiles == tiles.reshape(3, 1, 10)).all()
+    ids = stash.flat_index().reshape(3, 4, 10)
+    ids = ids - ids.min()
+    # the 6 regions of 5 elements (flat order r = 0..5 of s): tile 0 holds r = 0, 2, 4,
+    # tile 1 r = 1, 3, 5; tile 0's regions first, each a block of 4 copies x 5
+    order = [0, 2, 4, 1, 3, 5]
+    want = np.empty((3, 4, 10), np.int64)
+    for r in range(6):
+        a, half = divmod(r, 2)
+        block = order.index(r) * 20
+        for c in range(4):
+            want[a, c, 5 * half : 5 * half + 5] = block + 5 * c + np.arange(5)
+    np.testing.assert_array_equal(ids, want)

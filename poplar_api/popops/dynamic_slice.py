@@ -35,15 +35,18 @@ from __future__ import annotations
 from collections.abc import Sequence as SequenceT
 from typing import Any
 
+import numba
 import numpy as np
 
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph, Segments
+from poplar_api.graph_connections import RunSegments
 from poplar_api.library_checks import check_graph
 from poplar_api.popops.layout import UINT_MAX, _checked_tiles, _regions, _spans, split_regions
 from poplar_api.poputil import cloneTensor
 from poplar_api.program import Execute, Sequence
+from poplar_api.run_ids import MIN_ELEMENTS_PER_RUN, RunIds
 from poplar_api.tensor import Tensor
 from poplar_api.types import HALF, UNSIGNED_INT, Type
 
@@ -54,6 +57,9 @@ __all__ = [
     "slice_1d_estimate",
     "slice_2d_estimate",
 ]
+
+#: An empty int64 array: the kernels' outputs when they only count.
+_NONE = np.empty(0, np.int64)
 
 #: ``basicOpSupervisorOverhead()`` (``PerformanceEstimation.cpp``, no ScaledPtr64 fields).
 _SUPERVISOR_OVERHEAD = 11
@@ -286,32 +292,126 @@ def createSliceableTensorFromSlice(
     tiles = _checked_tiles(graph, flat, api)
     order, start, end, rtile, by_tile = _regions(flat.flat_index(), tiles)
     lengths = (end - start)[by_tile]  # regions tile after tile
-    begins = copies * (np.cumsum(lengths) - lengths)  # each region's block in var
-    positions = order[_spans(start[by_tile], lengths)]  # s's positions, region by region
-    within = np.arange(m, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    first = np.repeat(begins, lengths) + within  # var element of copy 0, per position
-    ids = np.empty(m, np.int64)
-    ids[positions] = first
-    step = np.zeros(m, np.int64)
-    step[positions] = np.repeat(lengths, lengths)
-    graph.mapElements(var, np.repeat(rtile[by_tile], copies * lengths))
-    at = ids[None, :] + np.arange(copies, dtype=np.int64)[:, None] * step[None, :]
-    stacked = var.elements(at.reshape(-1)).reshape([copies, *s.shape()])
-    return stacked.dimRoll(0, d).flatten(d, d + 2)
+    tile32 = rtile[by_tile].astype(np.int32)  # (a tile per element of var: 4 bytes each)
+    graph.mapElements(var, np.repeat(tile32, copies * lengths))
+    shape = s.shape()
+    outer = int(np.prod(shape[:d], dtype=np.int64))
+    wide = copies * m > np.iinfo(np.int32).max
+    positions = np.empty(copies * m, np.int64 if wide else np.int32)
+    _sliceable_positions(
+        _readonly(order), _readonly(start[by_tile]), _readonly(lengths), np.int64(copies),
+        np.int64(outer), positions,
+    )  # fmt: skip
+    return var.elements(positions).reshape(
+        [copies * x if i == d else x for i, x in enumerate(shape)]
+    )
 
 
-def _rows_positions(
-    positions: np.ndarray, lengths: np.ndarray, rows: int, row_length: int
-) -> np.ndarray:
-    """For each group of ``positions`` (``lengths`` long, in turn): the flat positions
-    of those columns in every one of ``rows`` rows of ``row_length``, row after row."""
-    lengths = np.asarray(lengths, np.int64)
-    group_start = np.cumsum(lengths) - lengths
-    n = lengths * rows
-    g = np.repeat(np.arange(lengths.size, dtype=np.int64), n)
-    e = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
-    row, col = e // lengths[g], e % lengths[g]
-    return row * row_length + positions[group_start[g] + col]
+@numba.njit(cache=True, nogil=True)
+def _sliceable_positions(order, starts, lengths, copies, outer, out):  # pragma: no cover
+    # The positions in the sliceable variable of createSliceableTensorFromSlice's
+    # result, row-major: s flattened as [outer, inner], copy c of s's element
+    # (a, i) at out[(a * copies + c) * inner + i]. Region g (s's positions
+    # order[starts[g] : starts[g] + lengths[g]], tile after tile) holds its copies one
+    # after another from copies * (the elements of the regions before it).
+    m = order.size
+    inner = m // outer
+    first = np.empty(m, np.int64)
+    step = np.empty(m, np.int64)
+    block = 0
+    for g in range(lengths.size):
+        n = lengths[g]
+        for j in range(n):
+            p = order[starts[g] + j]
+            first[p] = block + j
+            step[p] = n
+        block += copies * n
+    for a in range(outer):
+        for c in range(copies):
+            row = (a * copies + c) * inner
+            for i in range(inner):
+                p = a * inner + i
+                out[row + i] = first[p] + c * step[p]
+
+
+# ------------------------------------------------------------------ id runs
+@numba.njit(cache=True, nogil=True)
+def _piece_runs(ids, m, cols, begins, lengths, rows, starts, firsts):  # pragma: no cover
+    # The sequence of ids, piece after piece, row after row within a piece, column after
+    # column within a row: ids[r * m + cols[begins[p] + k]]. Returns the number of runs
+    # of consecutive ids in it and, per piece, the run breaks inside it (its first id
+    # excluded); with room in starts / firsts, also each run's position and first id.
+    fill = starts.size > 0
+    inner = np.zeros(lengths.size, np.int64)
+    count = 0
+    at = 0
+    prev = np.int64(-2)
+    for p in range(lengths.size):
+        b, n = begins[p], lengths[p]
+        for r in range(rows):
+            row = r * m
+            for k in range(n):
+                v = ids[row + cols[b + k]]
+                if v != prev + 1:
+                    if fill:
+                        starts[count] = at
+                        firsts[count] = v
+                    count += 1
+                    if r or k:
+                        inner[p] += 1
+                prev = v
+                at += 1
+    return count, inner
+
+
+@numba.njit(cache=True, nogil=True)
+def _piece_positions(m, cols, begins, lengths, rows, out):  # pragma: no cover - compiled
+    # The flat positions of the sequence _piece_runs walks, into out.
+    at = 0
+    for p in range(lengths.size):
+        b, n = begins[p], lengths[p]
+        for r in range(rows):
+            for k in range(n):
+                out[at] = r * m + cols[b + k]
+                at += 1
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """``a`` as a contiguous read-only int64 array (one compiled form of the kernels)."""
+    a = np.ascontiguousarray(a, np.int64)
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+def _pieces(
+    t2d: Tensor,
+    ids: np.ndarray,
+    cols: np.ndarray,
+    begins: np.ndarray,
+    lengths: np.ndarray,
+    vectors: np.ndarray | None,
+) -> RunSegments | Segments:
+    """A field of the rows of ``t2d`` at the columns of each piece (``cols[begins[p] :
+    begins[p] + lengths[p]]``), piece after piece: for a Vector field (``vectors``
+    None) the piece's rows one after another, else each row of a piece a vector and
+    ``vectors[v]`` pieces to vertex ``v``. Connected as the runs of consecutive ids they
+    are (found in one compiled pass, no array of the ids); pieces whose ids are mostly
+    not runs are connected as a view of the elements, as they are."""
+    rows, m = t2d.dim(0), t2d.dim(1)
+    args = (ids, np.int64(m), cols, _readonly(begins), _readonly(lengths), np.int64(rows))
+    count, _ = _piece_runs(*args, _NONE, _NONE)
+    total = int(lengths.sum()) * rows
+    sizes = lengths * rows if vectors is None else np.repeat(lengths, rows)
+    per = None if vectors is None else vectors * rows
+    if count * MIN_ELEMENTS_PER_RUN <= total:
+        starts, firsts = np.empty(count, np.int64), np.empty(count, np.int64)
+        _piece_runs(*args, starts, firsts)
+        return RunSegments(t2d, RunIds(starts, firsts, total), sizes, per)
+    positions = np.empty(total, np.int64)
+    _piece_positions(*args[1:], positions)
+    return Segments(t2d.flatten().elements(positions), sizes, per)
 
 
 def _generate(
@@ -324,7 +424,9 @@ def _generate(
     name: str,
     api: str,
 ) -> None:
-    """``generateVertices``: one compute set over the tiles of ``t2d[0]``."""
+    """``generateVertices``: one compute set over the tiles of ``t2d[0]``. The fields
+    are the rows of ``t2d`` and ``s2d`` at each region's (or piece of a region's)
+    columns, connected as the runs of consecutive ids they are (:func:`_pieces`)."""
     nb, m = t2d.dim(0), t2d.dim(1)
     ns = s2d.dim(0)
     t = t2d.elementType()
@@ -332,8 +434,6 @@ def _generate(
     workers, vw = target.getNumWorkerContexts(), _vector_width(graph, t)
     row0 = t2d.slice(0, 1, 0).flatten()
     cs = graph.addComputeSet(name)
-    base_flat, sub_flat = t2d.flatten(), s2d.flatten()
-    base_ids = t2d.flat_index().reshape(nb, m) if m else np.zeros((nb, 0), np.int64)
     order, start, end, rtile, by_tile = _regions(
         row0.flat_index(), _checked_tiles(graph, row0, api)
     )
@@ -341,21 +441,17 @@ def _generate(
     per_tile = np.bincount(r_tile, minlength=int(r_tile.max()) + 1 if r_tile.size else 0)
     single = per_tile[r_tile] == 1  # regions alone on their tile
     lengths = (end - start)[by_tile]
-    # 1D where the tile's base block (every row's columns of the region) is contiguous
-    cols = order[_spans(start[by_tile], lengths)]
-    region_of = np.repeat(np.arange(lengths.size), lengths)
-    first_col = np.repeat(cols[np.cumsum(lengths) - lengths], lengths)
-    expect = (
-        base_ids[0, first_col][None, :]
-        + np.arange(nb)[:, None] * np.repeat(lengths, lengths)[None, :]
-        + (np.arange(cols.size) - np.repeat(np.cumsum(lengths) - lengths, lengths))[None, :]
-    )
-    bad = np.bincount(
-        region_of, weights=(base_ids[:, cols] != expect).sum(0), minlength=lengths.size
-    )
-    one_d = single & (bad == 0)
+    region_start = np.cumsum(lengths) - lengths  # each region's columns in cols
+    cols = _readonly(order[_spans(start[by_tile], lengths)])  # t2d's columns, region by region
+    base_ids, sub_ids = _readonly(t2d.flat_index()), _readonly(s2d.flat_index())
+    # 1D where the tile's base block (every row's columns of the region) is one run
+    _, inner = _piece_runs(
+        base_ids, np.int64(m), cols, _readonly(region_start), _readonly(lengths), np.int64(nb),
+        _NONE, _NONE,
+    )  # fmt: skip
+    one_d = single & (inner == 0)
 
-    def add(cls: type, tiles: np.ndarray, base: Segments, sub: Segments, state: dict, est) -> None:
+    def add(cls: type, tiles: np.ndarray, base: Any, sub: Any, state: dict, est) -> None:
         n = tiles.size
         conn: dict[str, Any] = {"offset": offset.elements(np.zeros(n, np.int64)), "baseT": base}
         conn["subT"] = sub
@@ -367,20 +463,20 @@ def _generate(
 
     if one_d.any():
         k = np.flatnonzero(one_d)
-        lens = lengths[k]
-        pos = cols[_spans((np.cumsum(lengths) - lengths)[k], lens)]
-        base = Segments(base_flat.elements(_rows_positions(pos, lens, nb, m)), lens * nb)
-        sub = Segments(sub_flat.elements(_rows_positions(pos, lens, ns, m)), lens * ns)
+        lens, begins = lengths[k], region_start[k]
+        sizes = lens * nb  # each one run, from the region's first id in row 0
+        runs = RunIds(np.cumsum(sizes) - sizes, base_ids[cols[begins]], int(sizes.sum()))
+        base = RunSegments(t2d, runs, sizes)
+        sub = _pieces(s2d, sub_ids, cols, begins, lens, None)
         est = slice_1d_estimate(lens, ns, workers, vw, t.size == 1)
         state = {"numBaseElements": np.full(k.size, nb), "numSubElements": np.full(k.size, ns),
                  "regionSize": lens}  # fmt: skip
         add(_vertex_class(t, "1D", update), r_tile[k], base, sub, state, est)
     rest = np.flatnonzero(~one_d)
     if rest.size:
-        v_tiles, piece_pos, piece_len, piece_vertex = [], [], [], []
+        v_tiles, piece_begin, piece_len, piece_vertex = [], [], [], []
         tile_first = np.flatnonzero(np.r_[True, r_tile[rest][1:] != r_tile[rest][:-1]])
         bounds = np.append(tile_first, rest.size)
-        region_start = np.cumsum(lengths) - lengths
         nv = 0
         splits: dict[tuple[int, ...], Any] = {}
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
@@ -391,24 +487,17 @@ def _generate(
                 split = splits[sizes] = split_regions(sizes, vw, workers, 2 * vw, UINT_MAX)
             for pieces in split:
                 for r, o, n in pieces:
-                    s0 = region_start[regs[r]] + o
-                    piece_pos.append(cols[s0 : s0 + n])
+                    piece_begin.append(int(region_start[regs[r]]) + o)
                     piece_len.append(n)
                     piece_vertex.append(nv)
                 v_tiles.append(int(r_tile[regs[0]]))
                 nv += 1
         plen = np.asarray(piece_len, np.int64)
+        pbegin = np.asarray(piece_begin, np.int64)
         pvert = np.asarray(piece_vertex, np.int64)
-        pos = np.concatenate(piece_pos)
         per_vertex = np.bincount(pvert, minlength=nv)
-        base = Segments(
-            base_flat.elements(_rows_positions(pos, plen, nb, m)), np.repeat(plen, nb),
-            per_vertex * nb,
-        )  # fmt: skip
-        sub = Segments(
-            sub_flat.elements(_rows_positions(pos, plen, ns, m)), np.repeat(plen, ns),
-            per_vertex * ns,
-        )  # fmt: skip
+        base = _pieces(t2d, base_ids, cols, pbegin, plen, per_vertex)
+        sub = _pieces(s2d, sub_ids, cols, pbegin, plen, per_vertex)
         est = slice_2d_estimate(plen, pvert, nv, ns, vw, t, update)
         state = {"numBaseElements": np.full(nv, nb), "numSubElements": np.full(nv, ns),
                  "numRegions": per_vertex}  # fmt: skip
