@@ -12,6 +12,7 @@ re-exported by :mod:`poplar_api.graph`.
 
 from __future__ import annotations
 
+import array
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -77,8 +78,8 @@ class VariableTable(Sequence[Variable]):
         self._sizes: list[int] = []
         self._shapes: list[tuple[int, ...]] = []
         self._names: list[str] = []
-        self._constant: list[bool] = []
-        self._elements: list[int] = []  # bytes per element
+        self._constant = array.array("b")  # (as C arrays: a column is one copy)
+        self._elements = array.array("q")  # bytes per element
 
     def __len__(self) -> int:
         return len(self._types)
@@ -96,11 +97,11 @@ class VariableTable(Sequence[Variable]):
         if i < 0:
             i += len(self._types)
         return Variable(i, self._types[i], self._bases[i], self._sizes[i], self._shapes[i],
-                        self._names[i], self._constant[i])  # fmt: skip
+                        self._names[i], bool(self._constant[i]))  # fmt: skip
 
     def __iter__(self) -> Iterator[Variable]:
         columns = (self._types, self._bases, self._sizes, self._shapes, self._names,
-                   self._constant)  # fmt: skip
+                   map(bool, self._constant))  # fmt: skip
         for i, row in enumerate(zip(*columns, strict=True)):
             yield Variable(i, *row)
 
@@ -125,8 +126,8 @@ class VariableTable(Sequence[Variable]):
         self._sizes += sizes
         self._shapes += shapes
         self._names += names
-        self._constant += [constant] * len(types)
-        self._elements += [t.size for t in types]
+        self._constant.extend([bool(constant)] * len(types))
+        self._elements.extend([t.size for t in types])
 
     def name(self, i: int) -> str:
         """Name of variable ``i`` (without making its :class:`Variable`)."""
@@ -134,16 +135,15 @@ class VariableTable(Sequence[Variable]):
 
     def names(self, ids: np.ndarray) -> list[str]:
         """Names of variables ``ids``, in that order."""
-        names = self._names
-        return [names[i] for i in ids.tolist()]
+        return list(map(self._names.__getitem__, ids.tolist()))
 
     def constant_flags(self) -> np.ndarray:
         """Whether each variable is a constant (bool, by id)."""
-        return np.array(self._constant, bool)
+        return np.array(self._constant, bool)  # (a C array's bytes: no loop over objects)
 
     def element_sizes(self) -> np.ndarray:
         """Bytes per element of each variable (int64, by id)."""
-        return np.array(self._elements, np.int64)
+        return np.frombuffer(self._elements, np.int64).copy()  # (the view dropped here)
 
 
 def tile_dtype(num_tiles: int) -> np.dtype:

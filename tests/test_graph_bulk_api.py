@@ -496,3 +496,11 @@ def test_variables_as_columns_give_the_variables_made() -> None:
     np.testing.assert_array_equal(table.constant_flags(), [False, True, True])
     np.testing.assert_array_equal(table.element_sizes(), [4, 2, 4])
     assert g.getVariables()[1].name == "c0"
+    # flags are bools whichever way a variable is read; the columns are copies
+    assert table[1].constant is True and [x.constant for x in table] == [False, True, True]
+    flags, sizes = table.constant_flags(), table.element_sizes()
+    assert flags.dtype == bool and sizes.dtype == np.int64
+    flags[:], sizes[:] = True, 0
+    assert table.constant_flags().tolist() == [False, True, True]
+    assert table.element_sizes().tolist() == [4, 2, 4]
+    assert table.names(np.array([2, 0, 2])) == ["c1", "a", "c1"]
