@@ -362,3 +362,21 @@ def test_unique_rows_dense_and_sorted_paths_equal_numpy_unique(dtype):
         assert np.array_equal(got[0], want[0]) and got[0].dtype == rows.dtype
         assert np.array_equal(got[1], want[1])
         assert np.array_equal(got[2], want[2].reshape(-1))
+
+
+def test_unique_rows_keys_exact_when_spans_pass_float_precision():
+    """Rows whose columns' spans multiply past 2**53 (below 2**62, so still packed)
+    keep distinct keys: ``[1, 0, 0]`` and ``[0, 2**27, 2**27]`` collide when a key's
+    weights are rounded floats (``(2**27 + 1)**2`` is not a float); and columns whose
+    span passes int64 go to numpy's unique, not a wrapped span."""
+    from poplar_api.lowering.computeset import _unique_rows
+
+    big = 2**27
+    rows = np.array([[0, 0, 0], [1, 0, 0], [0, big, big], [2, 0, 0]], np.int64)
+    extreme = np.array([[np.iinfo(np.int64).min, 0], [np.iinfo(np.int64).max, 1], [0, 0]])
+    for r in (rows, np.tile(rows, (3, 1)), extreme):
+        want = np.unique(r, axis=0, return_index=True, return_inverse=True)
+        got = _unique_rows(r)
+        assert got[0].tolist() == want[0].tolist()
+        assert got[1].tolist() == want[1].tolist()
+        assert got[2].tolist() == want[2].reshape(-1).tolist()

@@ -663,7 +663,9 @@ DENSE_KEYS_PER_ROW = 4
 def _row_keys(rows, out):  # pragma: no cover - compiled
     # out[i]: row i packed into one int64 (each column's offset from its least value,
     # in the mixed radix of the columns' spans: lexicographic order kept); returns how
-    # many keys the spans allow, or -1 when that reaches 2**62 (keys are not made then)
+    # many keys the spans allow, or -1 when that reaches 2**62 (keys are not made then).
+    # The bound is taken in floats (a column's span can pass int64), the weights in
+    # int64: a float product is inexact past 2**53 and would let two rows share a key
     n, w = rows.shape
     low = np.empty(w, np.int64)
     high = np.empty(w, np.int64)
@@ -676,19 +678,22 @@ def _row_keys(rows, out):  # pragma: no cover - compiled
                 low[j] = x
             elif x > high[j]:
                 high[j] = x
-    weight = np.empty(w, np.int64)
-    total = 1.0
-    for j in range(w - 1, -1, -1):
-        weight[j] = np.int64(total) if total < 2.0**62 else 0
-        total *= float(high[j] - low[j] + 1)
-    if total >= 2.0**62:
+    bound = 1.0
+    for j in range(w):
+        bound *= float(high[j]) - float(low[j]) + 1.0
+    if bound >= 2.0**62:
         return -1
+    weight = np.empty(w, np.int64)
+    total = np.int64(1)
+    for j in range(w - 1, -1, -1):
+        weight[j] = total
+        total *= high[j] - low[j] + 1  # exact: the whole product is below 2**63
     for i in range(n):
         k = np.int64(0)
         for j in range(w):
             k += (np.int64(rows[i, j]) - low[j]) * weight[j]
         out[i] = k
-    return np.int64(total)
+    return total
 
 
 @numba.njit(cache=True, nogil=True)
