@@ -44,6 +44,26 @@ def test_binary_op_2d_add_float_rows(target):
     assert vt.estimate({"in1": rows, "in2": rows, "out": rows}, target) == 230
 
 
+@pytest.mark.parametrize(
+    "op,type_name,vw", [("ADD", "float", 2), ("ADD", "half", 4), ("DIVIDE", "half", 4)]
+)
+def test_in_place_1d_estimate_of_many_counts_is_the_formula(op, type_name, vw):
+    """binary_op_1d_in_place_array: W * (58 + ceil(ceil(N / W) / e) * c) + 11 for every
+    count, e and c the loop's elements and cycles (ADD float: 2 and 1 + 2; ADD half: 4
+    and 1 + 2; DIVIDE half, no natural width: unroll 4, 21 cycles), as the scalar
+    estimator gives each."""
+    import numpy as np
+
+    n = np.array([0, 1, 5, 6, 7, 11, 12, 13, 100, 1000, 4097, 123457])
+    e, c = {"float": (2, 3), "half": (4, 3)}[type_name] if op == "ADD" else (4, 21)
+    loops = ((n + W - 1) // W + e - 1) // e
+    want = W * (58 + loops * c) + 11
+    got = est.binary_op_1d_in_place_array(op, type_name, n, W, vw)
+    assert got.dtype == np.int64
+    assert got.tolist() == want.tolist()
+    assert got.tolist() == [est.binary_op_1d_in_place(op, type_name, int(k), W, vw) for k in n]
+
+
 def test_binary_in_place_and_non_natural_ops(target):
     # BinaryOp1DInPlace ADD float N=1000: 6 * (58 + 84*3) + 11
     assert est.binary_op_1d_in_place("ADD", "float", 1000, W, 2) == 6 * (58 + 252) + 11

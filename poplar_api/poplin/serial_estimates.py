@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.popops.dynamic_slice import slice_1d_estimate
-from poplar_api.popops.estimators import binary_op_1d_in_place
+from poplar_api.popops.estimators import binary_op_1d_in_place_array
 from poplar_api.types import HALF, Type
 
 __all__ = ["MAX_SERIAL", "serial_options", "serial_terms", "split_params"]
@@ -55,12 +55,6 @@ def _slice_cycles(elements: np.ndarray, serial: int, type_: Type, target: Any) -
     vw = 4 if type_.size == 1 else target.getDataPathWidth() // (16 if type_ == HALF else 32)
     region = -(-np.asarray(elements, np.int64) // serial)
     return slice_1d_estimate(region, 1, target.getNumWorkerContexts(), vw, type_.size == 1)
-
-
-def _per_value(values: np.ndarray, fn: Any) -> np.ndarray:
-    """``fn`` of every element of ``values``, computed once per distinct value."""
-    uniq, inverse = np.unique(values, return_inverse=True)
-    return np.array([fn(int(v)) for v in uniq.tolist()], np.int64)[inverse]
 
 
 def serial_terms(
@@ -123,8 +117,7 @@ def serial_terms(
         return per_iter, zero, zero
     per_iter = per_iter + _slice_cycles(inputs, serial, params.inputType, target)
     pvw = target.getVectorWidth(partials)
-    add = _per_value(outputs, lambda n: binary_op_1d_in_place("ADD", partials.name.lower(), n,
-                                                              workers, pvw))  # fmt: skip
+    add = binary_op_1d_in_place_array("ADD", partials.name.lower(), outputs, workers, pvw)
     per_worker = -(-outputs // workers)
     ovw = target.getVectorWidth(params.outputType)
     cast = workers * (np.maximum(-(-per_worker // pvw), -(-per_worker // ovw)) + 26)

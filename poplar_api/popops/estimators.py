@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = [
     "SOURCE_COMMIT",
     "OpPerformanceInfo",
@@ -35,6 +37,7 @@ __all__ = [
     "binary_inner_loop",
     "binary_op_1d",
     "binary_op_1d_in_place",
+    "binary_op_1d_in_place_array",
     "binary_op_2d",
     "binary_op_2d_in_place",
     "broadcast_info",
@@ -307,14 +310,16 @@ def binary_inner_loop(op: str, type_name: str, n: int, vw: int, in_place: bool =
     ``loopUnrollFactor`` elements in ``cyclesPerLoop``. ``in_place`` picks the in-place
     table (the forced-interleaved 1-cycle overhead is not used).
     """
-    info = binary_info(op, type_name, in_place)
-    cycles = info.cycles_per_loop
-    if info.natural_vector_width:
-        cycles += 2 if _has_external_codelet(op, type_name) else 5
-        elems = vw
-    else:
-        elems = info.loop_unroll_factor
+    elems, cycles = _inner_loop_step(op, type_name, vw, in_place)
     return iceil(n, elems) * cycles
+
+
+def _inner_loop_step(op: str, type_name: str, vw: int, in_place: bool) -> tuple[int, int]:
+    """``(elements, cycles)`` of one loop of :func:`binary_inner_loop`."""
+    info = binary_info(op, type_name, in_place)
+    if info.natural_vector_width:
+        return vw, info.cycles_per_loop + (2 if _has_external_codelet(op, type_name) else 5)
+    return info.loop_unroll_factor, info.cycles_per_loop
 
 
 def binary_op_1d(
@@ -332,6 +337,16 @@ def binary_op_1d_in_place(op: str, type_name: str, n: int, workers: int, vw: int
     """``getBinaryOp1DInPlaceEstimate``: ``W * (58 + inner(iceil(N, W), inPlace)) + 11``."""
     inner = binary_inner_loop(op, type_name, iceil(n, workers), vw, in_place=True)
     return workers * (58 + inner) + SUPERVISOR_OVERHEAD
+
+
+def binary_op_1d_in_place_array(
+    op: str, type_name: str, n: np.ndarray, workers: int, vw: int
+) -> np.ndarray:
+    """:func:`binary_op_1d_in_place` of every element count in ``n`` (int64 array of
+    its shape): a planner prices the in-place additions of thousands of candidates."""
+    elems, cycles = _inner_loop_step(op, type_name, vw, True)
+    per_worker = -(-np.asarray(n, np.int64) // workers)
+    return workers * (58 + -(-per_worker // elems) * cycles) + SUPERVISOR_OVERHEAD
 
 
 def binary_op_2d(
