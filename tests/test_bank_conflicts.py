@@ -53,13 +53,23 @@ def test_data_read_from_one_bank_makes_every_dual_load_wait_a_cycle() -> None:
 
 
 def test_reads_spread_over_banks_collide_by_the_sum_of_squared_shares() -> None:
-    # 24 KiB in the interleaved region from offset 8 KiB: element 0 (banks 1, 2) holds
-    # 24 KiB, element 1 (banks 3, 4) 8 KiB, each split evenly between its two banks
-    p = np.array([12, 12, 4, 4]) / 32
+    # 32 KiB in the interleaved region from offset 8 KiB: element 0 (banks 1, 2) holds
+    # 24 KiB, split evenly between its two banks; the 8 KiB past it lie in bank 3, the
+    # last of tiny's three interleaved banks, which has no partner
+    p = np.array([12, 12, 8]) / 32
     placed = blocks((1, 8 * KIB, 32 * KIB, 32 * KIB, 0))
     assert extra_cycles("load_2x64", placed) == int(np.ceil(100 * (p**2).sum()))
     # an interleaved element is a pair of banks: half the loads of one element collide
     assert extra_cycles("load_2x64", blocks((1, 0, 16 * KIB, 16 * KIB, 0))) == 50
+
+
+def test_the_odd_bank_at_the_end_of_the_interleaved_region_is_an_element_alone() -> None:
+    # tiny's interleaved region is three banks: the third (its last 16 KiB) has no
+    # partner to alternate words with, so data read from it make every dual load wait
+    assert extra_cycles("load_2x64", blocks((1, 32 * KIB, 16 * KIB, 16 * KIB, 0))) == 100
+    # with 8 KiB banks the region is three whole pairs: the same data spread over two
+    assert extra_cycles("load_2x64", blocks((1, 32 * KIB, 16 * KIB, 16 * KIB, 0)),
+                        **{"memory.bank_bytes": 8 * KIB}) == 50  # fmt: skip
 
 
 def test_smaller_banks_spread_the_same_data_wider() -> None:

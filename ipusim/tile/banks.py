@@ -97,10 +97,13 @@ def bank_shares(
     the non-interleaved ones).
 
     A block's bytes read and written are spread over its extent; in the interleaved
-    region each element's part is split evenly between the element's two banks.
+    region each element's part is split evenly between the element's two banks. An
+    interleaved region of an odd number of banks (``tiny``'s three) ends in a bank with
+    no partner: it is an element of its own, and holds all of its part.
     """
     bank = int(memory.bank_bytes)
     first_interleaved = int(memory.non_interleaved_bytes) // bank
+    pairs = int(memory.interleaved_bytes) // (2 * bank)  # whole pairs of banks
     keep = (np.asarray(placed.size) > 0) & (np.asarray(placed.region) <= INTERLEAVED)
     tile = np.asarray(placed.tile, np.int64)[keep]
     inter = np.asarray(placed.region)[keep] == INTERLEAVED
@@ -119,9 +122,9 @@ def bank_shares(
         start[rows], element * unit[rows]
     )
     share = overlap / size[rows]
-    pair = inter[rows]
+    pair = inter[rows] & (element < pairs)  # (the odd bank at the end: no partner)
     # a non-interleaved element is its bank; an interleaved one gives half to each bank
-    banks = np.where(pair, first_interleaved + 2 * element, element)
+    banks = np.where(inter[rows], first_interleaved + 2 * element, element)
     halves = np.where(pair, 0.5, 1.0) * share
     all_rows = np.concatenate([rows, rows[pair]])
     all_banks = np.concatenate([banks, banks[pair] + 1])
