@@ -209,6 +209,8 @@ class PlacementFreeSync:
         return self.inner.release(arrival, delays, kind)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet: an instance being copied or unpickled
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 

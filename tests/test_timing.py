@@ -217,3 +217,20 @@ def test_a_three_argument_sync_component_still_prices_external_syncs():
     expected = int(before[tiles].max()) + 1000 + tiles % 3
     assert np.asarray(ends)[tiles].tolist() == expected.tolist()
     assert np.asarray(ends)[:8].tolist() == np.asarray(before)[:8].tolist()  # IPU 0 not in it
+
+
+def test_a_timing_model_with_an_adapted_sync_component_copies_and_pickles():
+    """The adapted three-argument component is an attribute of a timing model like any
+    other: the model deep-copies and pickles, and the copy prices the sync as before."""
+    import copy
+    import pickle
+
+    cfg = load_config("tiny", overrides={"num_ipus": 4})
+    sync = ir.Sync(name="x", sync_kind=ir.SyncKind.EXTERNAL, ipus=(1, 2))
+    cs = ir.Compute(name="cs", vertex_tile=[8, 17], vertex_cycles=[50, 90])
+    timing = TimingModel(cfg, sync=_ThreeArgSync(cfg))
+    want = Machine(cfg, timing=timing).run(ir.Sequence([cs, sync])).tile_end_cycles
+    for other in (copy.deepcopy(timing), pickle.loads(pickle.dumps(timing))):
+        got = Machine(cfg, timing=other).run(ir.Sequence([cs, sync])).tile_end_cycles
+        assert np.asarray(got).tolist() == np.asarray(want).tolist()
+        assert other.sync.inner.delays().tolist() == timing.sync.inner.delays().tolist()
