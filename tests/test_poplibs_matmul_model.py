@@ -162,3 +162,21 @@ def test_the_plan_is_the_least_fitting_candidate() -> None:
                     best = (cyc, b)
     assert plan["cost"] == best
     assert plan["one_pass"] == best and plan["ties"] == 1
+
+
+def test_the_amp_inner_loop_is_the_vertex_estimators() -> None:
+    """The closed form of the planner's ``ConvPartial1x1Out`` inner loop equals the vertex
+    estimator's (:func:`~poplar_api.poplin.amp.inner_loop_cycles`) on every tile field up
+    to 400 positions, with and without zeroing."""
+    from poplar_api.poplin import amp
+    from poplar_api.poplin.poplibs_matmul_model import _amp_inner
+
+    fields = np.arange(1, 401)
+    for zeroing in (True, False):
+        got = _amp_inner(fields, 6, zeroing)
+        want = [
+            amp.inner_loop_cycles([n for n in amp.split_field_elems(int(f), 6) if n],
+                                  6, zeroing, False, True, 8)
+            for f in fields
+        ]  # fmt: skip
+        assert got.tolist() == want

@@ -58,6 +58,7 @@ port.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,7 @@ def amp_vertex_types(units: int) -> list[tuple[int, int]]:
     return out
 
 
+@functools.lru_cache(maxsize=256)
 def _splits(grains: int, tiles: int) -> tuple[np.ndarray, np.ndarray]:
     """``(split, grains per part)`` of every smallest divisor of ``grains`` grains up to
     ``tiles`` parts (``ceildivConstrainDivisor``: ``split`` is the least giving its
@@ -191,14 +193,23 @@ def _reduce_cycles(outputs: np.ndarray, depth: int, psz: int, osz: int, target: 
     return cycles
 
 
-def _amp_1x1(field: int, units: int, target: Any, float_partials: bool) -> tuple[int, int]:
-    """``(inner loop with zeroing, without)`` of ``getConvPartial1x1InnerLoopCycleEstimate``
-    for a tile field of ``field`` positions (HALF inputs)."""
-    workers = target.getNumWorkerContexts()
-    elems = [n for n in amp.split_field_elems(field, workers) if n > 0]
-    args = (False, float_partials, units)
-    return (amp.inner_loop_cycles(elems, workers, True, *args),
-            amp.inner_loop_cycles(elems, workers, False, *args))  # fmt: skip
+def _amp_inner(field: np.ndarray, workers: int, zeroing: bool) -> np.ndarray:
+    """``getConvPartial1x1InnerLoopCycleEstimate`` (HALF inputs, FLOAT partials: the common
+    code path, retention savings of 7) for tile fields of ``field`` positions: the field
+    split over the workers (``partitionConvPartialByWorker``), the slowest worker's
+    ``getConvPartial1x1SupervisorInnerLoopCycleEstimateHalfFloat`` cycles times the
+    workers, at least the fastest's plus 14 (an idle worker counts 0)."""
+    tail = 1 if zeroing else 2
+    fixed = np.array([20 + tail, 31 + tail, 40 + tail], np.int64)
+
+    def worker(n: np.ndarray) -> np.ndarray:
+        big = (37 if zeroing else 38) + (n - 3) * 4
+        return np.where(n < 3, fixed[np.minimum(n, 2)], big) - 7
+
+    hi = workers * worker(-(-field // workers))  # the workers with one position more
+    lo = field // workers
+    lo = np.where(lo > 0, workers * worker(np.maximum(lo, 1)), 0)  # (an idle worker: 0)
+    return np.maximum(np.maximum(hi, lo), np.minimum(hi, lo) + 14)
 
 
 def _per_depth(values: np.ndarray, depth: np.ndarray, fn: Any) -> np.ndarray:
@@ -352,9 +363,7 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     x_p = x_p + _per_depth(outputs, pi, later)
     tr = _transforms(p, used)
     # the partial sums (addPartialCalcCycleEstimate, AMP, ConvPartial1x1Out)
-    uniq, inv = np.unique(ft, return_inverse=True)
-    inner = np.array([_amp_1x1(int(f), p.units, target, True) for f in uniq], np.int64)
-    inner_z, inner_nz = inner[inv.ravel(), 0], inner[inv.ravel(), 1]
+    inner_z, inner_nz = _amp_inner(ft, workers, True), _amp_inner(ft, workers, False)
     nig, nog, ncg = cit // icg, cot // ocg, gt
     loads = amp.weight_load_cycles(WEIGHTS_PER_CONV_UNIT["half"] * isz, p.units,
                                    CONV_COEFF_LOAD_BYTES_PER_CYCLE // 2)  # fmt: skip
@@ -451,13 +460,61 @@ def partitions(p: Product, out_serial: int = 1, in_serial: int = 1) -> dict[str,
     }  # fmt: skip
 
 
-def _iteration_floor(p: Product) -> int:
-    """A lower bound of one iteration's cycles of any partition: the partial sums of
-    one position, one group of each kind (every other term is at least 0)."""
+def _iteration_floors(p: Product) -> dict[str, int]:
+    """Lower bounds of one iteration's cycles of any partition with a serial split over
+    the output (``"out"``) or input (``"in"``) channels: the partial sums of one
+    position and one group of each kind, the dynamic slices (and update or in-place
+    addition) of one element, and, over the output channels, the least reduction or
+    cast (``getReduceCycleEstimate``'s 32 or 20 + 33 / W cycles a worker, the cast's
+    27); every other term is at least 0."""
     one = {k: np.ones(1, np.int64) for k in SPLIT_NAMES}
     q = Product((1, 1, p.groups[0], p.groups[1]), p.target, False, p.groups, p.conv_pass,
                 p.units)  # fmt: skip
-    return int(costs(q, one).terms["compute"][0])
+    compute = int(costs(q, one).terms["compute"][0])
+    w = p.target.getNumWorkerContexts()
+    elem, two = np.ones(1, np.int64), np.full(1, 2, np.int64)
+    half, flt = int(_slice(elem, two, 4, w)[0]), int(_slice(elem, two, 2, w)[0])
+    add = binary_op_1d_in_place("ADD", "float", 1, w, 2)
+    least_reduce = min(32 * w, 20 * w + 33, 27 * w)
+    return {"out": compute + half + flt + least_reduce, "in": compute + 2 * half + add}
+
+
+def _prune(p: Product, splits: dict[str, np.ndarray], limit: float, bound: int) -> dict:
+    """``splits`` less the partitions that cannot be taken: those whose partial sums alone
+    (their cycles times the serial split, a lower bound of the total) exceed ``limit``,
+    or whose inputs, weights and partials of a tile alone (a lower bound of the
+    temporary bytes) exceed ``bound``."""
+    g = p.dims[0]
+    icg, ocg = p.groups
+    co_g, ci_g = p.grains
+    so, si = splits["outChanSplit.serial"], splits["inChanSplit.serial"]
+    gt, ft = -(-g // splits["convGroupSplit"]), -(-p.field // splits["fieldSplit"])
+    cot = -(-co_g // (splits["outChanSplit.parallel"] * so)) * ocg
+    cit = -(-ci_g // (splits["inChanSplit.parallel"] * si)) * icg
+    temp = HALF.size * (ft * cit + cit * cot) * gt + FLOAT.size * ft * cot * gt
+    inner_z = _amp_inner(ft, p.target.getNumWorkerContexts(), True)
+    # the partial sums' estimate without its per-group overheads: at least this
+    lower = gt * (cit // icg) * (cot // ocg) * -(-ocg // p.units) * inner_z * so * si
+    keep = (temp <= bound) & (lower <= limit)
+    return {k: v[keep] for k, v in splits.items()}
+
+
+def _serial_pool(
+    p: Product, kind: str, first: int, last: int, limit: float, bound: int
+) -> MatmulCandidates | None:
+    """The candidates of every ``kind`` ("out" or "in") serial split from ``first`` to
+    ``last`` that :func:`_prune` keeps, costed together."""
+    parts = [partitions(p, s, 1) if kind == "out" else partitions(p, 1, s)
+             for s in range(first, last + 1)]  # fmt: skip
+    joined = _prune(p, {k: np.concatenate([x[k] for x in parts]) for k in SPLIT_NAMES},
+                    limit, bound)  # fmt: skip
+    if not joined["fieldSplit"].size:
+        return None
+    return costs(p, joined)
+
+
+#: Serial splits costed together in one call of :func:`costs`.
+SERIAL_CHUNK = 24
 
 
 def _best(c: MatmulCandidates, bound: int) -> int | None:
@@ -476,6 +533,7 @@ def poplibs_matmul_plan(
     conv_pass: str = "NONE_MATMUL",
     proportion: float = 0.6,
     units: int = 8,
+    swaps: tuple[bool, ...] = (True, False),
 ) -> dict[str, Any]:
     """The AMP plan Poplibs' ``createPlan`` picks for a product planned alone among the
     candidates this module models: both operand orders, swapped first, each vertex type
@@ -484,42 +542,45 @@ def poplibs_matmul_plan(
     bytes)`` within ``proportion`` of the tile's bytes (``choosePlan``), a later vertex
     type or order replacing an earlier only when strictly lower
     (``PlanningObjective::lowerCost``). Serial splits are searched while ``S`` times
-    a lower bound of one iteration (:func:`_iteration_floor`) is below the best cost
-    found.
+    a lower bound of one iteration (:func:`_iteration_floors`) is within the best cost
+    found (so the best of each operand order in ``forms`` is of the candidates searched:
+    serial plans of the later order that cannot beat the earlier's best are not costed).
 
     Returns the plan's ``swapped``, ``groups``, splits (by :data:`SPLIT_NAMES`),
     ``broadcast``, ``cost`` ``(cycles, bytes)``, ``terms``, ``ties`` (how many
     candidates of its search share its cost: popsolver's order picks between them),
     ``one_pass``: the best one-pass plan's cost, and ``forms``: the best cost of each
-    operand order (by ``swapped``).
+    operand order (by ``swapped``). ``swaps`` are the operand orders searched (one when
+    a ``planConstraints`` ``transform.swapOperands`` forces it).
     """
     bound = int(target.getBytesPerTile() * proportion)
     best: dict[str, Any] | None = None
     best_one: tuple[int, int] | None = None
     forms: dict[bool, tuple[int, int]] = {}
-    for swapped in (True, False):
+    for swapped in swaps:
         for groups in amp_vertex_types(units):
             p = Product(tuple(int(x) for x in dims), target, swapped, groups, conv_pass, units)
-            pools = [costs(p, partitions(p))]
+            pools = [costs(p, _prune(p, partitions(p), np.inf, bound))]
             j = _best(pools[0], bound)
             one = None if j is None else (int(pools[0].cycles[j]), int(pools[0].temp_bytes[j]))
             if one is not None and (best_one is None or one < best_one):
                 best_one = one
-            floor = _iteration_floor(p)
+            floors = _iteration_floors(p)
             limit = (best or {}).get("cost", (None,))[0]
             limit = min(x for x in (limit, one and one[0], np.iinfo(np.int64).max) if x)
             co_g, ci_g = p.grains
             for kind, grains in (("out", co_g), ("in", ci_g)):
-                for s in range(2, grains + 1):
-                    if s * floor > limit:
-                        break
-                    part = partitions(p, s, 1) if kind == "out" else partitions(p, 1, s)
-                    if part["fieldSplit"].size:
-                        c = costs(p, part)
-                        pools.append(c)
-                        k = _best(c, bound)
-                        if k is not None:
-                            limit = min(limit, int(c.cycles[k]))
+                first = 2
+                while first <= grains and first * floors[kind] <= limit:
+                    last = min(grains, first + SERIAL_CHUNK - 1, limit // floors[kind])
+                    c = _serial_pool(p, kind, first, last, limit, bound)
+                    first = last + 1
+                    if c is None:
+                        continue
+                    pools.append(c)
+                    k = _best(c, bound)
+                    if k is not None:
+                        limit = min(limit, int(c.cycles[k]))
             c = MatmulCandidates(
                 {k: np.concatenate([x.splits[k] for x in pools]) for k in SPLIT_NAMES},
                 np.concatenate([x.broadcast for x in pools]),
