@@ -89,7 +89,9 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
         return known.node
     table = build_table(em.state, cs)
     counts = _counted_types(em)
-    problems = validate.check_vertices(em.state, cs, em.num_tiles, table.unconnected, counts)
+    problems = validate.check_vertices(
+        em.state, cs, em.num_tiles, table.unconnected, counts, cs_table=table
+    )
     problems += validate.check_conflicts(em.state, table)
     em.problems += problems
     if problems:

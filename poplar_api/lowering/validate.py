@@ -64,17 +64,22 @@ def check_vertices(
     num_tiles: int,
     unconnected: np.ndarray | None = None,
     counted: Callable[[Any], bool] | None = None,
+    cs_table: ComputeSetTable | None = None,
 ) -> list[str]:
     """Vertices of a compute set: mapped, fully connected, with an estimate.
 
     ``unconnected`` (per vertex of the compute set, as
     :attr:`~poplar_api.lowering.computeset.ComputeSetTable.unconnected` finds it)
     saves looking at the connections again. ``counted(vertex type)`` says whether the
-    type's cycles are counted (then it needs no estimate).
+    type's cycles are counted (then it needs no estimate). ``cs_table`` (the compute
+    set's table) gives its vertex ids and tiles as read already.
     """
     table = state.vertices
-    vids = np.asarray(cs.vertices, np.int64)
-    tiles = table.column("tile", vids)
+    if cs_table is not None:
+        vids, tiles = cs_table.vertex_ids, cs_table.tiles
+    else:
+        vids = np.asarray(cs.vertices, np.int64)
+        tiles = table.column("tile", vids)
     codes = table.column("type_code", vids)
     estimated = table.column("estimate", vids) != NO_ESTIMATE
     has_estimator = np.array(
