@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
+import numba
 import numpy as np
 from numba.core import event as numba_event
 
@@ -166,8 +167,10 @@ def id_order(ids: np.ndarray) -> np.ndarray:
     """``np.argsort(ids, kind="stable")`` of element ids.
 
     The ids of a tensor view are mostly distinct and span a range not much wider than
-    their count: then the order comes from one scatter into that range (linear time,
-    where a sort of tens of millions of ids takes seconds); otherwise from the sort.
+    their count: then the order comes from one compiled scatter into that range and one
+    walk over it (linear time, where a sort of tens of millions of ids takes seconds;
+    no array per id beyond the order itself, the range's slots int32 where positions
+    fit); otherwise from the sort.
     """
     ids = np.asarray(ids).reshape(-1)
     if ids.size < 2:
@@ -175,12 +178,34 @@ def id_order(ids: np.ndarray) -> np.ndarray:
     lo, hi = int(ids.min()), int(ids.max())
     if hi - lo + 1 > 4 * ids.size:
         return np.argsort(ids, kind="stable")
-    slot = np.full(hi - lo + 1, -1, np.int64)
-    slot[ids - lo] = np.arange(ids.size, dtype=np.int64)
-    order = slot[slot >= 0]
-    if order.size != ids.size:  # repeated ids: the sort keeps them in order
+    if ids.dtype != np.int64 or not ids.flags.c_contiguous:
+        ids = np.ascontiguousarray(ids, np.int64)
+    if ids.flags.writeable:  # read-only, as a tensor's index is: one compiled form
+        ids = ids.view()
+        ids.flags.writeable = False
+    narrow = ids.size <= np.iinfo(np.int32).max
+    slot = np.full(hi - lo + 1, -1, np.int32 if narrow else np.int64)
+    order = np.empty(ids.size, np.int64)
+    if not _scatter_order(ids, np.int64(lo), slot, order):  # repeated ids: the sort
         return np.argsort(ids, kind="stable")
     return order
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_order(ids, lo, slot, order):  # pragma: no cover - compiled
+    # slot[id - lo] = its position, then the positions in id order into order; False
+    # as soon as an id repeats.
+    for k in range(ids.size):
+        s = ids[k] - lo
+        if slot[s] >= 0:
+            return False
+        slot[s] = k
+    j = 0
+    for s in range(slot.size):
+        if slot[s] >= 0:
+            order[j] = slot[s]
+            j += 1
+    return True
 
 
 class VertexRange(Sequence):

@@ -466,7 +466,9 @@ def test_add_vertices_of_1d_and_2d_forms_in_one_call_equal_add_vertex_calls() ->
         g.addVertices(cs, ["ScaleBy", Pieces], [0, 1], {"in": Segments(x, [2, 2, 2], [2, 1])})
 
 
-@pytest.mark.parametrize("case", ["permutation", "repeats", "sparse", "tiny"])
+@pytest.mark.parametrize(
+    "case", ["permutation", "repeats", "sparse", "tiny", "int32", "blocks", "late repeat"]
+)
 def test_id_order_equals_a_stable_argsort(case: str) -> None:
     from poplar_api.graph_bulk import id_order
 
@@ -476,6 +478,10 @@ def test_id_order_equals_a_stable_argsort(case: str) -> None:
         "repeats": rng.integers(0, 50, 400),
         "sparse": rng.choice(10**7, 300, replace=False),
         "tiny": np.array([4]),
+        "int32": (rng.permutation(500) + 3).astype(np.int32),
+        # copies of regions laid out copy after copy (a sliceable tensor's view)
+        "blocks": np.arange(60).reshape(4, 3, 5).transpose(1, 0, 2).reshape(-1),
+        "late repeat": np.append(rng.permutation(300), 299),
     }[case]
     assert id_order(ids).tolist() == np.argsort(ids, kind="stable").tolist()
 
