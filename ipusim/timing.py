@@ -220,10 +220,7 @@ def _with_placement(sync: Any) -> Any:
         signature = inspect.signature(sync.release)
     except (AttributeError, TypeError, ValueError):
         return sync  # no introspectable release: used as given
-    params = signature.parameters.values()
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
-        return sync
-    try:
+    try:  # the machine passes ipus as a fourth positional argument (``*args`` takes it)
         signature.bind(None, None, None, None)
     except TypeError:
         return PlacementFreeSync(sync)

@@ -234,3 +234,23 @@ def test_a_timing_model_with_an_adapted_sync_component_copies_and_pickles():
         got = Machine(cfg, timing=other).run(ir.Sequence([cs, sync])).tile_end_cycles
         assert np.asarray(got).tolist() == np.asarray(want).tolist()
         assert other.sync.inner.delays().tolist() == timing.sync.inner.delays().tolist()
+
+
+class _ThreeArgSyncWithOptions(_ThreeArgSync):
+    """The three-argument rule with keyword options: still no fourth positional."""
+
+    def release(self, arrival, delays, kind, **options):
+        return super().release(arrival, delays, kind)
+
+
+def test_a_three_argument_release_with_keyword_options_is_adapted_too():
+    """``**options`` takes no positional argument: the component is adapted like one
+    without them, and prices the external sync by its own rule."""
+    cfg = load_config("tiny", overrides={"num_ipus": 4})
+    sync = ir.Sync(name="x", sync_kind=ir.SyncKind.EXTERNAL, ipus=(1, 2))
+    cs = ir.Compute(name="cs", vertex_tile=[8, 17], vertex_cycles=[50, 90])
+    timing = TimingModel(cfg, sync=_ThreeArgSyncWithOptions(cfg))
+    ends = Machine(cfg, timing=timing).run(ir.Sequence([cs, sync])).tile_end_cycles
+    before = Machine(cfg).run(cs).tile_end_cycles
+    tiles = np.arange(8, 24)
+    assert np.asarray(ends)[tiles].tolist() == (before[tiles].max() + 1000 + tiles % 3).tolist()
