@@ -14,7 +14,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from examples_common import load_example
+from examples_common import MainRun, call_main, load_example
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "poplar"
 
@@ -41,6 +41,12 @@ def run_script(
 def example(name: str) -> ModuleType:
     """``examples/poplar/<name>.py`` as a module."""
     return load_example(f"poplar/{name}.py")
+
+
+def run_main(name: str, *args: str, status: int = 0) -> MainRun:
+    """``main(args)`` of ``examples/poplar/<name>`` in this process (a variant of a
+    command whose separate-process run is tested here too); check its return."""
+    return call_main(f"poplar/{name}", *args, status=status)
 
 
 # ------------------------------------------------------------------- prefetch
@@ -98,7 +104,7 @@ def test_advanced_example_saves_and_loads_the_executable(tmp_path):
 
 def test_advanced_example_profile_summary(tmp_path):
     out = tmp_path / "profile.txt"
-    run_script("advanced_example.py", "--model", "--profile", "--profile-name", str(out))
+    run_main("advanced_example.py", "--model", "--profile", "--profile-name", str(out))
     text = out.read_text()
     assert "Number of IPUs:         1" in text
     # cs1 plus the reduction's compute sets
@@ -106,21 +112,19 @@ def test_advanced_example_profile_summary(tmp_path):
 
 
 def test_advanced_example_errors(tmp_path):
-    proc = run_script("advanced_example.py", "--model", "--load-exe", status=1)
+    proc = run_main("advanced_example.py", "--model", "--load-exe", status=1)
     # The options are checked before a device is chosen.
     assert proc.stderr.splitlines() == [
         "Exception: To save/load an executable you must set 'exe-name'"
     ]
-    proc = run_script(
+    proc = run_main(
         "advanced_example.py", "--model", "--load-exe", "--profile", "--exe-name", "x", status=1
     )
     assert proc.stderr.splitlines() == [
         "Exception: It is not possible to run profiling on a loaded executable."
     ]
     missing = str(tmp_path / "missing")
-    proc = run_script(
-        "advanced_example.py", "--model", "--load-exe", "--exe-name", missing, status=1
-    )
+    proc = run_main("advanced_example.py", "--model", "--load-exe", "--exe-name", missing, status=1)
     lines = proc.stderr.splitlines()
     assert lines[:2] == ["Using IPU model", f"Error: Failed to load executable '{missing}.poplar'"]
     assert lines[2].startswith("Exception: ") and "missing.poplar" in lines[2]
@@ -134,19 +138,25 @@ def leaky_relu_lines(values: list[float], alpha: float, device_line: str) -> lis
     return [device_line, f"alpha={alpha}", f"X={x}", "RESULT X", str({"LeakyRelu:0": out})]
 
 
+def test_leaky_relu_prints_the_anchors():
+    values, alpha = [0.3, -2.7, 1.2, -5.0], 0.02
+    proc = run_script("leaky_relu.py", *map(str, values))
+    assert proc.stdout.splitlines() == leaky_relu_lines(values, alpha, "Running on IPU Model")
+    # The form the original's test searches for.
+    assert "{'LeakyRelu:0': array([" in proc.stdout and "dtype=float32)}" in proc.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "values", "alpha"),
     [
-        ((), [0.3, -2.7, 1.2, -5.0], 0.02),
         (("--alpha", "0.01"), [0.3, -2.7, 1.2, -5.0], 0.01),
         (("--alpha", "5.0"), [-0.1, 0.1, 0.2, -1.2], 5.0),
     ],
 )
-def test_leaky_relu_prints_the_anchors(args, values, alpha):
-    proc = run_script("leaky_relu.py", *args, *map(str, values))
-    assert proc.stdout.splitlines() == leaky_relu_lines(values, alpha, "Running on IPU Model")
-    # The form the original's test searches for.
-    assert "{'LeakyRelu:0': array([" in proc.stdout and "dtype=float32)}" in proc.stdout
+def test_leaky_relu_prints_the_anchors_of_another_alpha(args, values, alpha):
+    run = run_main("leaky_relu.py", *args, *map(str, values))
+    assert run.stdout.splitlines() == leaky_relu_lines(values, alpha, "Running on IPU Model")
+    assert "{'LeakyRelu:0': array([" in run.stdout and "dtype=float32)}" in run.stdout
 
 
 def test_leaky_relu_on_a_hardware_device():
@@ -179,7 +189,7 @@ def test_repeat_while_true_gives_the_checked_values():
 
 
 def test_repeat_while_true_other_start():
-    proc = run_script("repeat_while_true.py", "--init", "3", "7")
+    proc = run_main("repeat_while_true.py", "--init", "3", "7")
     a, b = countdown(3, 7)
     assert proc.stdout.splitlines() == [f"output: {{{a},{b}}}"]
 
@@ -260,7 +270,7 @@ def test_two_ipu_blocks_print_both_stages_with_nested_op2(two_ipus_run):
 
 def test_two_ipu_blocks_without_op_blocks(two_ipus_run):
     # The README's first listing: operations are plain Execute, filter "stage.*".
-    proc = run_script(
+    proc = run_main(
         "lightweight_profiling_two_ipus.py", "--no-op-blocks", "--blocks-filter", "stage.*"
     )
     rows = parse_block_lines(proc.stdout)
@@ -271,9 +281,9 @@ def test_two_ipu_blocks_without_op_blocks(two_ipus_run):
 
 
 def test_two_ipu_blocks_with_other_filters():
-    proc = run_script("lightweight_profiling_two_ipus.py", "--blocks-filter", "op1", status=0)
+    proc = run_main("lightweight_profiling_two_ipus.py", "--blocks-filter", "op1", status=0)
     assert [r[0] for r in parse_block_lines(proc.stdout)] == ["op1"] * 10
-    proc = run_script("lightweight_profiling_two_ipus.py", "--blocks-filter", "stage1", status=1)
+    proc = run_main("lightweight_profiling_two_ipus.py", "--blocks-filter", "stage1", status=1)
     assert [r[0] for r in parse_block_lines(proc.stdout)] == ["stage1"] * 5
     assert proc.stderr.splitlines() == ["IPU 1: no block was recorded on its first tile"]
 
