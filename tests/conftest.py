@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
+import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,68 @@ def _keep_bytecode_out_of_the_tree() -> None:
     """
     if not sys.dont_write_bytecode:
         return
-    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or str(
-        Path(__file__).resolve().parents[1] / ".pytest_cache" / "pycache"
-    )
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    if not prefix:
+        prefix = str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "pycache")
+        _link_installed_bytecode(Path(prefix))
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = prefix
     sys.pycache_prefix = prefix
     sys.dont_write_bytecode = False
+
+
+def _link_installed_bytecode(prefix: Path) -> None:
+    """Give a new bytecode prefix the bytecode the interpreter already has for the
+    standard library and the installed packages.
+
+    Under a prefix Python looks for every module's bytecode there only, so in a fresh
+    checkout each of the first processes (pytest and its two workers, started
+    together) compiled the library modules they import (Numba, NumPy, SciPy, pandas,
+    pytest...) from source again, although their ``__pycache__`` holds it. Each such
+    file is linked (hard, else symbolic) to where the prefix looks for it, once, by
+    the process that makes the prefix; the project's modules are not there and are
+    compiled into the prefix as before. A file is only used when it matches its
+    source (Python checks the source's time and size), as in place.
+    """
+    done = prefix / ".installed-bytecode"
+    if done.exists() or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    libraries = {
+        Path(sysconfig.get_path(kind)).resolve()
+        for kind in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+    tail = f".{sys.implementation.cache_tag}.pyc"
+    # the library folders as the import system spells them (a linked venv: unresolved)
+    tops = dict.fromkeys(
+        os.path.abspath(entry) for entry in sys.path if entry and Path(entry).resolve() in libraries
+    )
+    for top in tops:
+        for folder, dirs, _files in os.walk(top):
+            if folder == top:  # not the standard library's own tests or another installation
+                dirs[:] = [d for d in dirs if d not in ("test", "idlelib", "site-packages")]
+            if "__pycache__" not in dirs:
+                continue
+            dirs.remove("__pycache__")
+            cached = os.path.join(folder, "__pycache__")
+            target = prefix / os.path.relpath(folder, os.sep)
+            for name in os.listdir(cached):
+                if not name.endswith(tail) or name.count(".") != 2:
+                    continue  # another interpreter's, or optimised (.opt-1) bytecode
+                source, dest = os.path.join(cached, name), target / name
+                try:
+                    target.mkdir(parents=True, exist_ok=True)
+                    try:
+                        os.link(source, dest)
+                    except FileExistsError:
+                        continue
+                    except OSError:  # another file system
+                        os.symlink(source, dest)
+                except FileExistsError:
+                    continue
+                except OSError:
+                    return  # an unwritable cache: the modules are compiled as before
+    prefix.mkdir(parents=True, exist_ok=True)
+    done.touch()
 
 
 _keep_bytecode_out_of_the_tree()
