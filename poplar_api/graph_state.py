@@ -216,20 +216,20 @@ class _Space:
     def tile(self, value: np.ndarray) -> None:
         self._tile, self._runs = value, None
 
-    def runs(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(starts, tiles)``: the first id (int64) and the tile of each run of
-        elements of one tile, in id order."""
+    def runs(self, changes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, tiles)``: the first id (int64) and the tile of each run of elements
+        of one tile, in id order (``changes``: the ids where the tile changes, if known)."""
         if self._runs is not None:
             return self._runs
         tiles = self._tile[: self.size]
-        starts = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1
+        starts = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1 if changes is None else changes
         starts = np.concatenate(([0], starts)) if tiles.size else starts
         return starts.astype(np.int64, copy=False), tiles[starts]
 
-    def compact(self) -> None:
-        """Keep the tiles as runs (:meth:`runs`) and free the array."""
+    def compact(self, changes: np.ndarray | None = None) -> None:
+        """Keep the tiles as runs (:meth:`runs` of ``changes``) and free the array."""
         if self._runs is None:
-            self._runs = self.runs()
+            self._runs = self.runs(changes)
             self._tile = self._tile[:0].copy()
 
     def tiles_of(self, ids: np.ndarray | slice) -> np.ndarray:

@@ -420,3 +420,27 @@ def test_variables_marked_chunk_by_chunk_and_by_runs_equal_a_lookup_per_id(seed)
     expanded = np.concatenate([np.arange(b, e) for b, e in zip(begin, end, strict=True)])
     assert mask.tolist() == want_of(expanded).tolist()
     assert not mask[var_ids[~nonempty]].any()
+
+
+def test_space_runs_from_the_lowering_change_points_equal_those_found_again():
+    """A compile compacts each element space from the change points its lowering found
+    (the ids where the tile changes): the runs kept, and every element's tile read from
+    them, are those found from the tile array itself, empty space included."""
+    from poplar_api import FLOAT, Graph, IPUModel
+
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    rng = np.random.default_rng(11)
+    for k in range(5):
+        v = graph.addVariable(FLOAT, [int(rng.integers(1, 60))], f"v{k}")
+        graph.mapElements(v, np.repeat(rng.integers(0, 4, 8), 8)[: v.numElements()])
+    space = graph._state.space(FLOAT)
+    want_tiles = space.tile[: space.size].copy()
+    want = space.runs()
+    changes = runs.change_points(space.tile, space.size)
+    got = space.runs(changes)
+    assert [a.tolist() for a in got] == [a.tolist() for a in want]
+    assert got[0].dtype == want[0].dtype and got[1].dtype == want[1].dtype
+    space.compact(changes)
+    assert space.tiles_of(np.arange(space.size)).tolist() == want_tiles.tolist()
+    empty = Graph(IPUModel("tiny").createDevice().getTarget())._state.space(FLOAT)
+    assert [a.size for a in empty.runs(np.zeros(0, np.int64))] == [0, 0]

@@ -210,8 +210,10 @@ def compile(
     if memory.out_of_memory and not allow_oom:
         raise OutOfMemoryError(out_of_memory_message(memory), memory)
     compiled = Compiled(emitted.program, lowered, lowered.storage, host, live, memory)
+    changes = owners.changes  # where each space's tile changes (the lowering's mappings)
     del emitted, owners, index  # the accesses and look-ups: freed before the heap is trimmed
-    for space in state.spaces.values():  # the lowering's last read of the tile arrays
-        space.compact()
+    for size, space in state.spaces.items():  # the lowering's last read of the tile arrays
+        space.compact(changes.get(size))  # (its runs from those changes: no pass over it)
+    del changes
     release_free_heap()
     return compiled
