@@ -444,3 +444,33 @@ def test_space_runs_from_the_lowering_change_points_equal_those_found_again():
     assert space.tiles_of(np.arange(space.size)).tolist() == want_tiles.tolist()
     empty = Graph(IPUModel("tiny").createDevice().getTarget())._state.space(FLOAT)
     assert [a.size for a in empty.runs(np.zeros(0, np.int64))] == [0, 0]
+
+
+def test_variable_tiles_of_several_spaces_are_ordered_by_variable_then_tile():
+    """Variables of several element sizes made in turn (their ids interleave across the
+    spaces), mapped to tiles at random: memory placement's (variable, tile, elements)
+    rows are every pair with elements, in order of variable then tile, with the counts
+    numpy finds from the tile of each element."""
+    from poplar_api import FLOAT, HALF, INT, Graph, IPUModel
+    from poplar_api.lowering.exchange import OwnerCache
+    from poplar_api.lowering.liveness import VariableIndex
+    from poplar_api.lowering.memory import variable_tiles
+
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    nt = graph.getTarget().getNumTiles()
+    rng = np.random.default_rng(4)
+    made = []
+    for k in range(12):
+        v = graph.addVariable([FLOAT, HALF, INT][k % 3], [int(rng.integers(1, 40))], f"v{k}")
+        tiles = rng.permutation(nt)[rng.integers(0, nt, v.numElements())]  # any order
+        graph.mapElements(v, tiles)
+        made.append((k, tiles))
+    state = graph._state
+    var, tile, count = variable_tiles(state, VariableIndex(state), OwnerCache(), nt)
+    want = [
+        (k, t, int(n))
+        for k, tiles in made
+        for t, n in enumerate(np.bincount(tiles, minlength=nt))
+        if n
+    ]
+    assert list(zip(var.tolist(), tile.tolist(), count.tolist(), strict=True)) == want

@@ -338,7 +338,10 @@ def variable_tiles(
         return none, none, none
     var, tile, count = (np.concatenate(x) for x in (out_var, out_tile, out_count))
     if len(out_var) > 1:  # spaces interleave variable ids
-        order = np.lexsort((tile, var))
+        # each space's rows are in order of (variable, tile) and a variable is in one
+        # space: a stable sort by variable alone (a merge of the spaces' runs) orders
+        # the pairs as a sort of both would
+        order = np.argsort(var, kind="stable")
         var, tile, count = var[order], tile[order], count[order]
     return var, tile, count
 
