@@ -474,3 +474,41 @@ def test_variable_tiles_of_several_spaces_are_ordered_by_variable_then_tile():
         if n
     ]
     assert list(zip(var.tolist(), tile.tolist(), count.tolist(), strict=True)) == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_variable_tile_counts_sum_to_a_lookup_per_id(seed):
+    """The (variable, tile) keys of ids and of runs, one per stretch with its number of
+    ids, sum per key to the counts of numpy's lookup of every id (empty variables,
+    tiles changing inside a variable, ids going back to a key seen before; int32 and
+    int64 ids)."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 40, 30)
+    sizes[[3, 7]] = 0
+    bases = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    var_ids = rng.permutation(bases.size).astype(np.int64)
+    space = int(sizes.sum())
+    tile = np.repeat(rng.integers(-1, 6, space // 5 + 1), 5)[:space].astype(np.int16)
+    nt = 6
+
+    def want(ids):
+        keys = var_ids[np.searchsorted(bases, ids, side="right") - 1] * nt + tile[ids]
+        return np.unique(keys, return_counts=True)
+
+    def summed(keys, counts):
+        distinct, at = np.unique(keys, return_inverse=True)
+        return distinct, np.bincount(at, counts, distinct.size).astype(np.int64)
+
+    ids = np.concatenate([np.arange(10, 60), rng.integers(0, space, 200), np.arange(5, 15)])
+    begin = rng.integers(0, space, 40)
+    end = np.minimum(begin + rng.integers(0, 30, begin.size), space)
+    expanded = np.concatenate([np.arange(b, e) for b, e in zip(begin, end, strict=True)])
+    for dtype in (np.int64, np.int32):
+        got = summed(*variable_marks.variable_tile_counts(ids.astype(dtype), tile, bases,
+                                                          var_ids, nt))  # fmt: skip
+        assert [g.tolist() for g in got] == [w.tolist() for w in want(ids)]
+        held = (begin.astype(dtype), end.astype(dtype))
+        got = summed(*variable_marks.variable_tile_counts(held, tile, bases, var_ids, nt))
+        assert [g.tolist() for g in got] == [w.tolist() for w in want(expanded)]
+    keys, counts = variable_marks.variable_tile_counts(np.arange(10, 20), tile, bases, var_ids, nt)
+    assert counts.sum() == 10 and keys.size < 10  # stretches, not ids

@@ -32,6 +32,7 @@ from poplar_api.lowering.field_tables import (
     build_table,
     vertex_id_runs,
 )
+from poplar_api.lowering.variable_marks import variable_tile_counts
 from poplar_api.types import Type
 from poplar_api.vertices import NO_ESTIMATE, id_count
 
@@ -525,23 +526,24 @@ def touched_keys(
     num_tiles + tile`` keys of the elements the compute set's fields read (``in``,
     ``inout``) and write (``out``, ``inout``), each with how many references to them
     the fields hold (for the bank conflicts of counted execution, :mod:`ipusim.tile.banks`)."""
-    found: dict[bool, list[np.ndarray]] = {False: [], True: []}
+    found: dict[bool, list[tuple[np.ndarray, np.ndarray]]] = {False: [], True: []}
     for group in table.groups:
         for ft in group.fields:
-            if ft.size == 0:
+            arrays = variables.arrays(ft.type) if ft.size else None
+            if arrays is None:
                 continue
-            held = ft.touched()
-            ids = runs.expand(held[0], held[1] - held[0]) if isinstance(held, tuple) else held
-            tiles = state.space(ft.type).tile[ids].astype(np.int64)
-            keys = variables.variables_of(ft.type, ids) * num_tiles + tiles
+            tile = state.space(ft.type).tile
+            keyed = variable_tile_counts(ft.touched(), tile, arrays[0], arrays[1], num_tiles)
             if ft.spec.direction in ("in", "inout"):
-                found[False].append(keys)
+                found[False].append(keyed)
             if ft.spec.direction in ("out", "inout"):
-                found[True].append(keys)
+                found[True].append(keyed)
     out: list[np.ndarray] = []
     for written in (False, True):
-        keys = np.concatenate(found[written]) if found[written] else np.zeros(0, np.int64)
-        out += np.unique(keys, return_counts=True)
+        keys = np.concatenate([k for k, _ in found[written]] or [np.zeros(0, np.int64)])
+        counts = np.concatenate([c for _, c in found[written]] or [np.zeros(0, np.int64)])
+        distinct, at = np.unique(keys, return_inverse=True)
+        out += [distinct, np.bincount(at.reshape(-1), counts, distinct.size).astype(np.int64)]
     return out[0], out[1], out[2], out[3]
 
 

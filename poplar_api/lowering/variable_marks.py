@@ -14,7 +14,13 @@ import numpy as np
 
 from poplar_api.lowering.runs import read_only
 
-__all__ = ["mark_runs_in", "mark_variable_runs", "mark_variables", "mark_variables_in"]
+__all__ = [
+    "mark_runs_in",
+    "mark_variable_runs",
+    "mark_variables",
+    "mark_variables_in",
+    "variable_tile_counts",
+]
 
 #: Ids per chunk of :func:`_mark_variables`: a chunk within the variables marked last
 #: is passed over by its least and greatest id (a loop that vectorises).
@@ -140,3 +146,66 @@ def mark_runs_in(
     begin = read_only(np.asarray(begin, np.int64))
     end = read_only(np.asarray(end, np.int64))
     _mark_runs(bases, var_ids, nonempty, begin, end, mask)
+
+
+@numba.njit(cache=True, nogil=True)
+def _variable_tile_counts(
+    begin, end, runs, tile, bases, var_ids, nt, keys, counts
+):  # pragma: no cover - compiled
+    # the ids begin[k] (or, with runs, begin[k] .. end[k] - 1), each stretch of them in
+    # one variable and on one tile as one key (variable * nt + tile) and its number of
+    # ids, into keys and counts when they have room; returns how many stretches
+    fill = keys.size > 0
+    n = bases.size
+    top = np.iinfo(np.int64).max
+    lo = 1
+    hi = 0  # the id range of the variable found last (empty before the first)
+    vid = np.int64(0)
+    last = np.int64(-1)
+    m = 0
+    for r in range(begin.size):
+        b = np.int64(begin[r])
+        e = np.int64(end[r]) if runs else b + 1
+        for i in range(b, e):
+            if i < lo or i >= hi:
+                j = np.searchsorted(bases, i, side="right") - 1
+                lo = bases[j]
+                hi = bases[j + 1] if j + 1 < n else top
+                vid = var_ids[j]
+            key = vid * nt + np.int64(tile[i])
+            if m and key == last:
+                if fill:
+                    counts[m - 1] += 1
+                continue
+            if fill:
+                keys[m] = key
+                counts[m] = 1
+            last = key
+            m += 1
+    return m
+
+
+def variable_tile_counts(
+    held: np.ndarray | tuple[np.ndarray, np.ndarray],
+    tile: np.ndarray,
+    bases: np.ndarray,
+    var_ids: np.ndarray,
+    nt: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, counts)``: ``variable * nt + tile`` of the ids ``held`` (an id array, or
+    runs ``(begin, end)``), the variable from ``bases`` and ``var_ids`` and the tile from
+    ``tile`` (by id), one key per stretch of consecutive ids with the same key and how
+    many ids it holds (keys repeat when a stretch comes back; sum the counts per key).
+
+    Two compiled passes (a count, then the stretches): runs are never expanded into ids
+    and there is no sort, where a per-id lookup, gather and sort of a counted compute
+    set's ids took most of its compile."""
+    is_runs = isinstance(held, tuple)
+    begin = read_only(np.asarray(held[0] if is_runs else held))
+    end = read_only(np.asarray(held[1], begin.dtype)) if is_runs else begin
+    none = np.zeros(0, np.int64)
+    args = (begin, end, is_runs, tile, bases, var_ids, np.int64(nt))
+    m = int(_variable_tile_counts(*args, none, none))
+    keys, counts = np.empty(m, np.int64), np.empty(m, np.int64)
+    _variable_tile_counts(*args, keys, counts)
+    return keys, counts
