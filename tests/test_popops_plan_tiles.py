@@ -89,3 +89,32 @@ def test_map_plan_and_a_linear_mapping_over_a_full_chip():
     assert got.classes == want.classes
     for field in ("tiles", "rows", "counts", "sizes", "positions"):
         assert getattr(got, field).tolist() == getattr(want, field).tolist(), field
+
+
+@pytest.mark.parametrize("case", ["permutation", "consecutive", "repeats", "one", "empty"])
+def test_regions_are_runs_of_consecutive_ids_on_one_tile(case: str) -> None:
+    """layout._regions against numpy: the positions sorted by id (stable), cut where the
+    next id is not one more or the tile changes; each region's tile; the regions
+    listed tile by tile (stable)."""
+    from poplar_api.popops.layout import _regions
+
+    rng = np.random.default_rng(3)
+    n = {"one": 1, "empty": 0}.get(case, 500)
+    ids = {
+        "permutation": rng.permutation(n) + 9,
+        "consecutive": np.arange(n),
+        "repeats": rng.integers(0, 2 * n, n),
+    }.get(case, np.arange(n))
+    tiles = (
+        np.repeat(np.arange(n // 7 + 1), 7)[:n] if case == "consecutive" else rng.integers(0, 3, n)
+    )
+    order = np.argsort(ids, kind="stable")
+    sid, stile = ids[order], tiles[order]
+    cut = [k for k in range(1, n) if sid[k] != sid[k - 1] + 1 or stile[k] != stile[k - 1]]
+    start = np.array([0, *cut] if n else [], np.int64)
+    end = np.array([*cut, n] if n else [], np.int64)
+    rtile = stile[start]
+    got = _regions(ids, tiles)
+    want = (order, start, end, rtile, np.argsort(rtile, kind="stable"))
+    for g, w in zip(got, want, strict=True):
+        assert g.tolist() == w.tolist()

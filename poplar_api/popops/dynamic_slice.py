@@ -43,7 +43,14 @@ from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph, Segments
 from poplar_api.graph_connections import RunSegments
 from poplar_api.library_checks import check_graph
-from poplar_api.popops.layout import UINT_MAX, _checked_tiles, _regions, _spans, split_regions
+from poplar_api.popops.layout import (
+    UINT_MAX,
+    _checked_tiles,
+    _readonly,
+    _regions,
+    _spans,
+    split_regions,
+)
 from poplar_api.poputil import cloneTensor
 from poplar_api.program import Execute, Sequence
 from poplar_api.run_ids import MIN_ELEMENTS_PER_RUN, RunIds
@@ -374,15 +381,6 @@ def _piece_positions(m, cols, begins, lengths, rows, out):  # pragma: no cover -
             for k in range(n):
                 out[at] = r * m + cols[b + k]
                 at += 1
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    """``a`` as a contiguous read-only int64 array (one compiled form of the kernels)."""
-    a = np.ascontiguousarray(a, np.int64)
-    if a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
 
 
 def _pieces(

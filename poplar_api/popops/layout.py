@@ -17,6 +17,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from poplar_api.errors import GraphError
@@ -130,12 +131,42 @@ def _regions(
     (ascending element ids, one tile), ``by_tile`` lists the regions tile by tile,
     each tile's in element-id order."""
     order = id_order(ids)
-    sid, stile = ids[order], tiles[order]
-    breaks = np.flatnonzero((np.diff(sid) != 1) | (np.diff(stile) != 0)) + 1
-    start = np.concatenate(([0], breaks)).astype(np.int64)
-    end = np.concatenate((breaks, [ids.size])).astype(np.int64)
-    rtile = stile[start]
+    ids, tiles = _readonly(ids), _readonly(tiles)
+    count = _region_starts(ids, tiles, order, _NO_STARTS)  # (no array of the ids in order)
+    start = np.empty(count, np.int64)
+    _region_starts(ids, tiles, order, start)
+    end = np.append(start[1:], ids.size) if count else start.copy()
+    rtile = tiles[order[start]]
     return order, start, end, rtile, np.argsort(rtile, kind="stable")
+
+
+#: The starts given to :func:`_region_starts` when it only counts.
+_NO_STARTS = np.empty(0, np.int64)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """``a`` as a contiguous read-only int64 array (one compiled form of the kernels)."""
+    a = np.ascontiguousarray(a, np.int64)
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+@numba.njit(cache=True, nogil=True)
+def _region_starts(ids, tiles, order, starts):  # pragma: no cover - compiled
+    # Walk the ids in order: a region starts where the id is not the one before plus 1
+    # or the tile changes. Returns the number of regions; writes where each starts (a
+    # position in order) when starts has room.
+    count = 0
+    fill = starts.size > 0
+    for k in range(order.size):
+        p = order[k]
+        if k == 0 or ids[p] != ids[order[k - 1]] + 1 or tiles[p] != tiles[order[k - 1]]:
+            if fill:
+                starts[count] = k
+            count += 1
+    return count
 
 
 def _checked_tiles(graph: Graph, ref: Tensor, api: str) -> np.ndarray:
