@@ -141,3 +141,28 @@ def test_a_poplar_program_is_charged_from_where_memory_placement_put_its_data() 
     three = 3 - 2 * (1 - 0.5**2 * 0.5)
     per_worker = two + (n // 2 - 1) * three
     assert charged - base == int(np.ceil(6 * per_worker))
+
+
+@pytest.mark.parametrize("bank_kib", [16, 8])
+def test_bank_shares_of_whole_elements_count_the_words_bank_of_places(bank_kib) -> None:
+    """Blocks of whole elements: the bytes bank_shares puts in each bank are those of
+    the 64-bit words bank_of (and MemorySpec.bank) places there, word by word."""
+    from ipusim.tile.banks import bank_of, bank_shares
+    from ipusim.tile.memory import INTERLEAVED as REGION_NAME
+    from ipusim.tile.memory import MemorySpec
+
+    memory = load_config("tiny", {"memory.bank_bytes": bank_kib * KIB}).memory
+    spec = MemorySpec.from_config(memory)
+    pair = 2 * bank_kib * KIB
+    rows = [(0, 0, 16 * KIB, 16 * KIB, 0), (1, 0, pair, pair, 0), (1, pair, 48 * KIB - pair, 1, 0)]
+    for region, offset, size, read, _ in rows:
+        _, bank, got, _ = bank_shares(memory, blocks((region, offset, size, read, 0)))
+        words = np.arange(offset, offset + size, 8)
+        want = np.bincount([bank_of(memory, region, int(w)) for w in words]) * 8 * read / size
+        assert dict(zip(bank.tolist(), got.tolist(), strict=True)) == {
+            k: v for k, v in enumerate(want.tolist()) if v
+        }
+        if region == 1:
+            assert [spec.bank(REGION_NAME, int(w)) for w in words[:4]] == [
+                bank_of(memory, 1, int(w)) for w in words[:4]
+            ]

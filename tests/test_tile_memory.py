@@ -37,6 +37,11 @@ def test_spec_from_tiny_config():
     assert spec.bank(INTERLEAVED, 0) == 1
     assert spec.bank(INTERLEAVED, 49151) == 3
     assert spec.bank(NON_INTERLEAVED, 16383) == 0
+    # the interleaved element of banks 1 and 2 alternates them by 64-bit word; tiny's
+    # third interleaved bank has no partner and holds its 16 KiB alone
+    assert [spec.bank(INTERLEAVED, o) for o in (7, 8, 16, 16384, 16392, 32768, 32776)] == [
+        1, 2, 1, 1, 2, 3, 3,
+    ]  # fmt: skip
 
 
 def test_align_up():

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DataPlacement", "PlacedData", "bank_shares", "collision_rates"]
+__all__ = ["DataPlacement", "PlacedData", "bank_of", "bank_shares", "collision_rates"]
 
 #: Region index of a placed block: the non-interleaved and the interleaved region.
 NON_INTERLEAVED, INTERLEAVED = 0, 1
@@ -87,6 +87,19 @@ def _restore(data: PlacedData | None) -> DataPlacement:
     placement = DataPlacement()
     placement.data = data
     return placement
+
+
+def bank_of(memory: Any, region: int, offset: int) -> int:
+    """The bank holding byte ``offset`` of ``region`` (0 non-interleaved, 1 interleaved),
+    numbered as :func:`bank_shares` numbers them: the interleaved banks after the
+    non-interleaved ones, each pair's 64-bit words alternating between its two banks
+    (the first word in the first), an odd last bank an element alone."""
+    bank, o = int(memory.bank_bytes), int(offset)
+    if region != INTERLEAVED:
+        return o // bank
+    element = o // (2 * bank)
+    pair = element < int(memory.interleaved_bytes) // (2 * bank)
+    return int(memory.non_interleaved_bytes) // bank + 2 * element + (o // 8 % 2 if pair else 0)
 
 
 def bank_shares(

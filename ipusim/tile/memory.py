@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from ipusim.errors import IpusimError
+from ipusim.tile.banks import bank_of
 from ipusim.tile.first_fit import joint_links, place, sequence_hash
 
 __all__ = [
@@ -135,10 +136,8 @@ class MemorySpec:
         return np.iinfo(np.int64).max // 4
 
     def bank(self, region: str, offset: int) -> int:
-        """Bank index of byte ``offset`` of ``region``; the interleaved banks follow
-        the non-interleaved ones (the non-interleaved region is at the low addresses)."""
-        base = 0 if region == NON_INTERLEAVED else self.non_interleaved_bytes
-        return (base + int(offset)) // self.bank_bytes
+        """Bank of byte ``offset`` of ``region`` (:func:`ipusim.tile.banks.bank_of`)."""
+        return bank_of(self, 0 if region == NON_INTERLEAVED else 1, offset)
 
 
 @dataclass(frozen=True)
