@@ -268,3 +268,40 @@ def test_planning_a_large_product_is_quick() -> None:
     poplin.getPlan(graph, (1, 1000, 512, 30000), HALF)
     assert time.perf_counter() - start < 3.0
     assert conv_planner.MAX_OPTIONS >= 300
+
+
+def _poplibs_tile(g, b, f, co, ci, parts):
+    """graphcore/poplibs ``linearizeConvIndices`` (7eac0f26) for one field dimension:
+    conv group, input channels, batch, field, output channels innermost."""
+    _, pb, pf, pco, pci = parts
+    return (((g * pci + ci) * pb + b) * pf + f) * pco + co
+
+
+@pytest.mark.parametrize("parts", [(1, 1, 35, 42, 1), (2, 3, 5, 4, 2), (1, 1, 67, 9, 2)])
+def test_blocks_go_to_tiles_in_poplibs_order_on_one_ipu(parts) -> None:
+    tiles = conv_planner.block_tiles(parts, 1472, 1472)
+    assert tiles.shape == parts
+    for index in itertools.product(*(range(p) for p in parts)):
+        assert tiles[index] == _poplibs_tile(*index, parts)
+
+
+def test_both_tiles_of_a_bus_pair_receive_one_input_block() -> None:
+    """J-gemm-1.ipum2's swapped product split as Poplibs' cost model splits it (field
+    35 x Co 42 on 1472 tiles): the tiles 2k and 2k + 1 hold two output-channel parts of
+    one field block, so both receive its inputs (Poplibs' estimator counts them at
+    twice a tile's rate). Spread evenly over the 1472 tiles, as before, 17 pairs held
+    blocks of two field parts."""
+    parts = (1, 1, 35, 42, 1)
+    field_of = {}
+    for index in itertools.product(*(range(p) for p in parts)):
+        field_of[int(conv_planner.block_tiles(parts, 1472, 1472)[index])] = index[2]
+    assert all(field_of[2 * k] == field_of[2 * k + 1] for k in range(35 * 42 // 2))
+    spread = (np.arange(35 * 42) * 1472 // (35 * 42)).reshape(parts)
+    old = {int(spread[i]): i[2] for i in itertools.product(*(range(p) for p in parts))}
+    split = [k for k in range(736) if 2 * k in old and 2 * k + 1 in old]
+    assert sum(old[2 * k] != old[2 * k + 1] for k in split) == 17
+
+
+def test_blocks_are_spread_over_the_tiles_of_several_ipus() -> None:
+    tiles = conv_planner.block_tiles((1, 1, 3, 2, 1), 16, 8)
+    assert tiles.reshape(-1).tolist() == [0, 2, 5, 8, 10, 13]

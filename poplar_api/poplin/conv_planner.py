@@ -623,6 +623,26 @@ def _gather(
     return cat
 
 
+def block_tiles(parts: tuple[int, ...], num_tiles: int, tiles_per_ipu: int) -> np.ndarray:
+    """``int64[*parts]``: the tile of each block of a split ``(G, B, *field, Co, Ci)``.
+
+    On one IPU, Poplibs' order (``linearizeTileIndices``, ``linearizeConvIndices`` in
+    graphcore/poplibs ``lib/poplin/Convolution.cpp`` at ``7eac0f26``; start tile 0,
+    ascending, as ``getStartTile`` gives without ``enableConvDithering``): block ``(g,
+    b, *f, co, ci)`` is on tile ``(((g Pci + ci) Pb + b) Pf + f) Pco + co``, the output
+    channels innermost, so the output-channel parts of one input block sit on
+    consecutive tiles and both tiles of an exchange-bus pair ``2k``, ``2k + 1`` receive
+    the same inputs. On several IPUs (Poplibs' level per IPU is not modelled) the
+    blocks are spread evenly over all tiles in block order."""
+    used = int(np.prod(parts))
+    if num_tiles != tiles_per_ipu:
+        return (np.arange(used, dtype=np.int64) * num_tiles // used).reshape(parts)
+    nd = len(parts)
+    order = (0, nd - 1, *range(1, nd - 1))  # G, Ci, B, *field, Co
+    linear = np.arange(used, dtype=np.int64).reshape([parts[k] for k in order])
+    return np.ascontiguousarray(np.moveaxis(linear, 1, nd - 1))
+
+
 def plan_from(
     cat: Mapping[str, np.ndarray],
     j: int,
@@ -636,12 +656,11 @@ def plan_from(
     tiles: np.ndarray | None = None,
 ) -> ConvPlan:
     """The :class:`ConvPlan` of candidate ``j`` of ``cat`` (a :func:`_gather` result)
-    with ``cost``; its blocks go to tiles spread evenly over the target in block order,
-    or to ``tiles`` when given."""
+    with ``cost``; its blocks go to the tiles :func:`block_tiles` gives, or to ``tiles``
+    when given."""
     parts = tuple(int(x) for x in cat["parts"][j])
-    used = int(np.prod(parts))
     if tiles is None:
-        tiles = (np.arange(used, dtype=np.int64) * target.getNumTiles() // used).reshape(parts)
+        tiles = block_tiles(parts, target.getNumTiles(), target.getTilesPerIPU())
     m, units = methods[int(cat["method"][j])], None
     if isinstance(m, tuple):
         m, units = m
