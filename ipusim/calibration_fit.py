@@ -68,8 +68,8 @@ READ_ONLY: dict[str, str] = {
     "does not place it again",
     "memory.interleaved_bytes": "memory is placed when the program is lowered; re-timing "
     "does not place it again",
-    "memory.bank_bytes": "memory is placed when the program is lowered; re-timing does not "
-    "place it again",
+    "memory.bank_bytes": "a bank's size is a published hardware size, not a rate; it moves "
+    "cycles only through memory.bank_conflicts, off in every preset",
     "memory.alignment_bytes": "memory is placed when the program is lowered; re-timing does "
     "not place it again",
     "sim.": "simulation settings do not change simulated numbers",

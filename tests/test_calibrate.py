@@ -206,7 +206,7 @@ def test_insensitive_parameter_is_reported_and_not_fitted(tiny):
         ("arch", r"arch: cannot be fitted"),
         ("provenance", r"provenance: cannot be fitted"),
         ("code.worker_stack_bytes", r"code.worker_stack_bytes: cannot be fitted: code and stack"),
-        ("memory.bank_bytes", r"memory.bank_bytes: cannot be fitted: memory is placed"),
+        ("memory.bank_bytes", r"memory.bank_bytes: cannot be fitted: a bank.s size is a published"),
         ("sync.relative_delay", r"sync.relative_delay: the field is of type Literal.*not a number"),
         ("sync.global_sync_cycles", r"sync.global_sync_cycles: .*unset.*give bounds"),
         (("tile.worker_contexts", 0, 10), r"tile.worker_contexts: lower bound 0 .*\[1, 64\]"),
