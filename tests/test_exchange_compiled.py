@@ -22,7 +22,7 @@ from ipusim.errors import IRValidationError
 from ipusim.ir_validation import validate_program
 from poplar_api import FLOAT, Graph, IPUModel
 from poplar_api import program as prog
-from poplar_api.lowering.exchange import ExchangePlanner
+from poplar_api.lowering import bus
 
 N = 64  # floats read by every reader: 256 bytes
 BASE = {
@@ -132,10 +132,6 @@ def test_pair_overlap_against_sets() -> None:
     """The planner's count of what a bus pair both receive, on random id ranges (in
     and out of order, overlapping, split over calls, IPUs of odd and even tile counts),
     against the intersection of Python sets."""
-
-    class Planner:  # the two attributes ``_bus_shared`` reads, and the ranges
-        pass
-
     rng = np.random.default_rng(7)
     for _ in range(200):
         tpi = int(rng.integers(1, 6))
@@ -145,13 +141,11 @@ def test_pair_overlap_against_sets() -> None:
         lo = rng.integers(0, 40, count)
         hi = lo + rng.integers(1, 10, count)
         cut = int(rng.integers(0, count + 1))
-        planner = Planner()
-        planner.num_tiles, planner.tiles_per_ipu = n, tpi
-        planner.received_runs = {
+        received_runs = {
             2: [p for p in ((tile[:cut], lo[:cut], hi[:cut]), (tile[cut:], lo[cut:], hi[cut:]))
                 if p[0].size]
         }  # fmt: skip
-        got = ExchangePlanner._bus_shared(planner)
+        got = bus.shared_bytes(received_runs, n, tpi)
         ids = [set() for _ in range(n)]
         for t, a, b in zip(tile, lo, hi, strict=True):
             ids[t].update(range(a, b))

@@ -357,12 +357,12 @@ def test_the_run_search_and_the_range_join_are_inlined_into_their_passes():
     ranges (``_joined``) are inlined into the passes that call them, so they compile no
     versions of their own (there were two each: writeable runs with the constant 0
     from ``take_run_ranges``, read-only runs from ``_run_ranges``; the constant first
-    range 0 and a later one from ``_pair_overlap``). The passes still give the ids and
+    range 0 and a later one from ``pair_overlap``). The passes still give the ids and
     overlaps worked out by hand (the passes as cached: typing uncached copies here
     would compile three large passes in every run of the suite)."""
-    from poplar_api.lowering import exchange, runs
+    from poplar_api.lowering import bus, runs
 
-    for helper in (runs._last_at_or_before, exchange._joined):
+    for helper in (runs._last_at_or_before, bus._joined):
         assert helper.targetoptions.get("inline") == "always", helper.__name__
     # runs: positions 0..3 hold ids 10..13, positions 4..7 ids 100..103
     starts = np.array([0, 4], np.int64)
@@ -377,12 +377,10 @@ def test_the_run_search_and_the_range_join_are_inlined_into_their_passes():
     # tile 0 receives [0, 3) and [3, 8) (touching: joined), tile 1 [2, 6): 4 in common
     tile = np.array([0, 0, 1], np.int64)
     common = np.zeros(4, np.int64)
-    exchange._pair_overlap(
-        tile, np.array([0, 3, 2], np.int64), np.array([3, 8, 6], np.int64), 4, common
-    )
+    bus.pair_overlap(tile, np.array([0, 3, 2], np.int64), np.array([3, 8, 6], np.int64), 4, common)
     assert common.tolist() == [4, 4, 0, 0]
     assert runs._last_at_or_before.signatures == []
-    assert exchange._joined.signatures == []
+    assert bus._joined.signatures == []
 
 
 def test_an_image_fields_ids_are_read_only_however_they_were_made():

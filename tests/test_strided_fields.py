@@ -205,6 +205,55 @@ def test_interleaved_progressions_of_one_tile_are_counted_once():
     assert got.messages_received[got.tile == 0].tolist() == [60]
 
 
+def _equal_plans(want, got):
+    """Whether two exchanges agree in every per-tile total and in the bytes shared."""
+    same = {k: getattr(got, k).tolist() for k in ir.TOTALS} == {
+        k: getattr(want, k).tolist() for k in ir.TOTALS
+    }
+    shared = [(e.bytes_shared if e.bytes_shared is not None else 0) for e in (got, want)]
+    return same and np.array_equal(shared[0], shared[1])
+
+
+def test_bus_partners_reading_one_span_at_one_stride_are_counted_as_progressions():
+    """Tiles 0 and 1 share an exchange bus and read interleaved progressions of one
+    span at stride 9 (as conv1's weight update in the CNN step): both are counted as
+    progressions, and the bytes both receive are those of the classes they share,
+    as planned element by element. Tile 2 reads at stride 9 in the span of tile 3's
+    stride-7 reads: those two are expanded."""
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    x = graph.addVariable(FLOAT, [1000], "x")
+    owner = np.where(np.arange(1000) < 500, 5, 6).astype(np.int32)
+    graph._state.space(FLOAT).tile[x.flat_index()] = owner
+    t0 = [np.arange(o, o + 9 * 20, 9) for o in (0, 3, 6)]
+    t1 = [np.arange(o, o + 9 * 30, 9) for o in (45, 48)]  # residues 0 and 3, shifted
+    t2 = [np.arange(600, 600 + 9 * 20, 9)]
+    t3 = [np.arange(601, 601 + 7 * 20, 7)]
+    parts = [np.concatenate(t).astype(np.int64) for t in (t0, t1, t2, t3)]
+    ids = np.concatenate(parts)
+    bounds = np.cumsum([0] + [p.size for p in parts])
+    want, got, planned = _plan_both(graph, ids, bounds, np.arange(4), 8)
+    assert planned.tolist() == [True] * 5 + [False, False]
+    assert _equal_plans(want, got)
+    # residue 0: indices [0, 20) and [5, 35) share 15; residue 3 likewise: 30 floats
+    assert got.bytes_shared[got.tile == 0].tolist() == [30 * 4]
+
+
+def test_a_partner_expanded_makes_the_other_expanded_where_its_pieces_reach():
+    """Tile 1's progressions have neighbouring residues (so they are expanded) and lie
+    in tile 0's span: tile 0 must be expanded too, as planned element by element."""
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    x = graph.addVariable(FLOAT, [400], "x")
+    graph._state.space(FLOAT).tile[x.flat_index()] = 5
+    t0 = np.arange(0, 9 * 30, 9)
+    t1 = np.concatenate([np.arange(o, o + 9 * 10, 9) for o in (18, 19)])
+    ids = np.concatenate((t0, t1)).astype(np.int64)
+    bounds = np.array([0, t0.size, ids.size])
+    want, got, planned = _plan_both(graph, ids, bounds, np.arange(2), 8)
+    assert not planned.any()
+    assert _equal_plans(want, got)
+    assert got.bytes_shared[got.tile == 0].tolist() == [10 * 4]
+
+
 def test_room_grows_with_the_pieces_found_not_with_each_stop():
     # many vertices, each with one long progression and no ordinary piece: the strided
     # room fills again and again, and the ordinary room must not double each time it does

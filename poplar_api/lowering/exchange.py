@@ -39,7 +39,7 @@ import numpy as np
 
 from ipusim import ir
 from ipusim.tile.layout import tile_coordinates
-from poplar_api.lowering import crossing, pieces, received, runs, strided
+from poplar_api.lowering import bus, crossing, pieces, received, runs, strided
 from poplar_api.types import Type
 
 #: Runs planned together at most (bounds the planner's temporary arrays), when the runs
@@ -189,6 +189,9 @@ class ExchangePlanner:
         #: sent by their owners (:meth:`_add_strided`), with the owner array, like
         #: ``intervals``
         self.strided: dict[int, list[tuple[np.ndarray, ...]]] = {}
+        #: int64 per tile: bytes of progressions counted as such (:meth:`add_strided`)
+        #: that its exchange-bus partner receives too, or None when there are none
+        self.strided_shared: np.ndarray | None = None
         #: distinct senders per receiving tile, once :meth:`build` has counted them
         #: (no more elements may be added then)
         self.senders_counted: np.ndarray | None = None
@@ -341,6 +344,11 @@ class ExchangePlanner:
             )
             elements = np.bincount(u_tile, weights=u_count, minlength=self.num_tiles)
             elements = elements.astype(np.int64)
+            common = np.zeros(self.num_tiles, np.int64)
+            strided.pair_common(u_first, u_count, u_stride, u_tile, self.tiles_per_ipu, common)
+            if common.any():
+                earlier = self.strided_shared
+                self.strided_shared = common * size if earlier is None else earlier + common * size
             self.received += elements * size
             self.messages_received += elements
             column, row = tile_coordinates(self.cfg.tile)
@@ -533,24 +541,11 @@ class ExchangePlanner:
 
     def _bus_shared(self) -> np.ndarray:
         """int64 per tile: bytes it receives on chip that its exchange-bus partner
-        (local tile ``2k`` with ``2k + 1`` of the same IPU) receives too. An element is
-        sent once by one tile, so the same element received by both tiles of a pair is
-        one message on their shared bus (``ir.Exchange.bytes_shared``)."""
-        n = self.num_tiles
-        shared = np.zeros(n, np.int64)
-        for size, parts in self.received_runs.items():
-            if len(parts) == 1:
-                tile, lo, hi = parts[0]
-            else:
-                tile, lo, hi = (np.concatenate([p[i] for p in parts]) for i in range(3))
-            if tile.size < 2:
-                continue
-            if not _in_order(tile, lo):  # planned in (tile, id) order, mostly
-                order = np.lexsort((lo, tile))
-                tile, lo, hi = tile[order], lo[order], hi[order]
-            common = np.zeros(n, np.int64)
-            _pair_overlap(tile, lo, hi, self.tiles_per_ipu, common)
-            shared += common * size
+        receives too (:func:`~poplar_api.lowering.bus.shared_bytes` of the intervals
+        received, plus what the pair both receive of progressions counted as such)."""
+        shared = bus.shared_bytes(self.received_runs, self.num_tiles, self.tiles_per_ipu)
+        if self.strided_shared is not None:
+            shared += self.strided_shared
         return shared
 
     def build_global(self, name: str, program_id: int) -> ir.GlobalExchange | None:
@@ -679,68 +674,6 @@ def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of ranges ``[lo, hi)`` as sorted disjoint ranges (touching ones
     joined: consecutive ids travel together)."""
     return runs.union_sorted(*received.sort_ranges(lo, hi))
-
-
-@numba.njit(cache=True)
-def _in_order(tile, lo):  # pragma: no cover - compiled
-    """Whether ranges are sorted by (tile, lo)."""
-    for i in range(1, tile.shape[0]):
-        if tile[i] < tile[i - 1] or (tile[i] == tile[i - 1] and lo[i] < lo[i - 1]):
-            return False
-    return True
-
-
-# inlined into _pair_overlap: compiled on its own it had a version for the constant
-# first range 0 and one for a range found later
-@numba.njit(cache=True, inline="always")
-def _joined(lo, hi, p, end):  # pragma: no cover - compiled
-    """Range ``p`` joined with the ranges after it (up to ``end``, sorted by ``lo``)
-    that overlap or touch it: (its lo, its hi, the first range after them)."""
-    a, b = lo[p], hi[p]
-    p += 1
-    while p < end and lo[p] <= b:
-        b = max(b, hi[p])
-        p += 1
-    return a, b, p
-
-
-@numba.njit(cache=True)
-def _pair_overlap(tile, lo, hi, tiles_per_ipu, common):  # pragma: no cover - compiled
-    """Per tile, the ids it receives that its bus partner (local tile ``2k`` with
-    ``2k + 1``) receives too (``common``, added to), from id ranges ``[lo, hi)`` sorted
-    by (tile, lo), overlapping or not: a walk over the pair's two lists of ranges, each
-    side's overlapping or touching ranges joined as it goes."""
-    m = tile.shape[0]
-    i = 0
-    while i < m:
-        t = tile[i]
-        j = i
-        while j < m and tile[j] == t:
-            j += 1
-        local = t % tiles_per_ipu
-        if local % 2 == 0 and local + 1 < tiles_per_ipu and j < m and tile[j] == t + 1:
-            k = j
-            while k < m and tile[k] == t + 1:
-                k += 1
-            a0, a1, a = _joined(lo, hi, i, j)
-            b0, b1, b = _joined(lo, hi, j, k)
-            both = 0
-            while True:
-                overlap = min(a1, b1) - max(a0, b0)
-                if overlap > 0:
-                    both += overlap
-                if a1 < b1:
-                    if a == j:
-                        break
-                    a0, a1, a = _joined(lo, hi, a, j)
-                else:
-                    if b == k:
-                        break
-                    b0, b1, b = _joined(lo, hi, b, k)
-            common[t] += both
-            common[t + 1] += both
-            j = k
-        i = j
 
 
 _NO_KEYS = np.zeros(0, np.int64)

@@ -1,0 +1,110 @@
+"""Exchange-bus sharing: the bytes two tiles of a bus pair both receive.
+
+Local tiles ``2k`` and ``2k + 1`` of an IPU share an exchange bus. An element is sent
+once by one tile, so the same element received by both tiles of a pair is one message
+on their shared bus (``ir.Exchange.bytes_shared``). The exchange planner
+(:mod:`~poplar_api.lowering.exchange`) keeps what each tile receives as id intervals;
+:func:`shared_bytes` intersects the intervals of the two tiles of every pair in one
+compiled walk.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["pair_overlap", "shared_bytes"]
+
+
+def shared_bytes(
+    received_runs: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]],
+    num_tiles: int,
+    tiles_per_ipu: int,
+) -> np.ndarray:
+    """int64 per tile: bytes it receives that its exchange-bus partner receives too.
+
+    Parameters
+    ----------
+    received_runs
+        Element size -> parts ``(tile, lo, hi)``: id intervals ``[lo, hi)`` each
+        receiving tile gets (overlapping or not, mostly in (tile, id) order).
+    num_tiles, tiles_per_ipu
+        Tiles of the target and of one IPU.
+    """
+    shared = np.zeros(num_tiles, np.int64)
+    for size, parts in received_runs.items():
+        if len(parts) == 1:
+            tile, lo, hi = parts[0]
+        else:
+            tile, lo, hi = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        if tile.size < 2:
+            continue
+        if not _in_order(tile, lo):  # planned in (tile, id) order, mostly
+            order = np.lexsort((lo, tile))
+            tile, lo, hi = tile[order], lo[order], hi[order]
+        common = np.zeros(num_tiles, np.int64)
+        pair_overlap(tile, lo, hi, tiles_per_ipu, common)
+        shared += common * size
+    return shared
+
+
+@numba.njit(cache=True)
+def _in_order(tile, lo):  # pragma: no cover - compiled
+    """Whether ranges are sorted by (tile, lo)."""
+    for i in range(1, tile.shape[0]):
+        if tile[i] < tile[i - 1] or (tile[i] == tile[i - 1] and lo[i] < lo[i - 1]):
+            return False
+    return True
+
+
+# inlined into pair_overlap: compiled on its own it had a version for the constant
+# first range 0 and one for a range found later
+@numba.njit(cache=True, inline="always")
+def _joined(lo, hi, p, end):  # pragma: no cover - compiled
+    """Range ``p`` joined with the ranges after it (up to ``end``, sorted by ``lo``)
+    that overlap or touch it: (its lo, its hi, the first range after them)."""
+    a, b = lo[p], hi[p]
+    p += 1
+    while p < end and lo[p] <= b:
+        b = max(b, hi[p])
+        p += 1
+    return a, b, p
+
+
+@numba.njit(cache=True)
+def pair_overlap(tile, lo, hi, tiles_per_ipu, common):  # pragma: no cover - compiled
+    """Per tile, the ids it receives that its bus partner (local tile ``2k`` with
+    ``2k + 1``) receives too (``common``, added to), from id ranges ``[lo, hi)`` sorted
+    by (tile, lo), overlapping or not: a walk over the pair's two lists of ranges, each
+    side's overlapping or touching ranges joined as it goes."""
+    m = tile.shape[0]
+    i = 0
+    while i < m:
+        t = tile[i]
+        j = i
+        while j < m and tile[j] == t:
+            j += 1
+        local = t % tiles_per_ipu
+        if local % 2 == 0 and local + 1 < tiles_per_ipu and j < m and tile[j] == t + 1:
+            k = j
+            while k < m and tile[k] == t + 1:
+                k += 1
+            a0, a1, a = _joined(lo, hi, i, j)
+            b0, b1, b = _joined(lo, hi, j, k)
+            both = 0
+            while True:
+                overlap = min(a1, b1) - max(a0, b0)
+                if overlap > 0:
+                    both += overlap
+                if a1 < b1:
+                    if a == j:
+                        break
+                    a0, a1, a = _joined(lo, hi, a, j)
+                else:
+                    if b == k:
+                        break
+                    b0, b1, b = _joined(lo, hi, b, k)
+            common[t] += both
+            common[t + 1] += both
+            j = k
+        i = j
