@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poplar_api.poplin.conv_planner import _first_in_order, _join, _options, _product, _rows
+from poplar_api.poplin.conv_planner import _first_in_order, _join, _product, _rows
+from poplar_api.poplin.conv_splits import options as _options
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -120,7 +120,7 @@ def test_large_kernel_geometry_partitions_match_entries() -> None:
 def test_feasible_splits_are_the_full_products_in_order(seed: int) -> None:
     # the splits whose parts multiply to at most ``tiles``, in the row-major order of
     # the full product of the options (each dimension's parts ascending, or not)
-    from poplar_api.poplin.conv_planner import _feasible
+    from poplar_api.poplin.conv_splits import feasible as _feasible
 
     rng = np.random.default_rng(seed)
     tiles = int(rng.integers(8, 200))

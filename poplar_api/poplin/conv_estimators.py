@@ -355,13 +355,17 @@ def conv_partial_nx1_cycles(
     inner = kernel_outer_elems * (14 + kernel_inner_elems * (17 - 5 + passes * innermost))
     # each kernel position adds its slowest worker; positions whose contexts have the
     # same entry counts (most of a large kernel's) are costed once
+    # (counted by list object: the planner's equal lists are one object, and a tuple is
+    # made only for each distinct one)
+    by_id = {id(x): x for p in parts for x in p}
+    units = num_conv_units
     columns = (
-        Counter(zip(*(map(tuple, p) for p in parts), strict=True)) if parts else {(): kernel_size}
+        Counter(zip(*(map(id, p) for p in parts), strict=True)) if parts else {(): kernel_size}
     )
-    for lists, count in columns.items():
+    for ids, count in columns.items():
         per_worker = [
-            _nx1_worker_cycles_of(t, float_activations, float_partials, num_conv_units)
-            for t in lists
+            _nx1_worker_cycles_of(tuple(by_id[i]), float_activations, float_partials, units)
+            for i in ids
         ]
         hi, lo = _balance(per_worker, num_worker_contexts)
         inner += max(hi, lo + _NX1_WORKER_TAG) * passes * count

@@ -32,9 +32,9 @@ weighs, for every candidate:
   ``runPlanner`` ``minimizeMemory`` step in ``ConvPlan.cpp``); a plan that does not
   fit then shows up as out-of-memory tiles in the memory report.
 
-Every split whose parts multiply to at most the tile count is costed (built one
-dimension at a time, :func:`_feasible`); only beyond :data:`MAX_CANDIDATES` are the
-longest option lists thinned.
+Every split whose parts multiply to at most the tile count is costed (enumerated by
+:mod:`.conv_splits`); only beyond its ``MAX_CANDIDATES`` are the longest option lists
+thinned.
 
 The closed forms (derived: they keep the Poplibs estimators' leading terms, so the
 ranking follows them; the final choice uses the estimators themselves):
@@ -84,6 +84,8 @@ import numpy as np
 from poplar_api.errors import GraphError
 from poplar_api.poplin.conv_options import parse_options
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
+from poplar_api.poplin.conv_splits import enumerate_splits as _enumerate
+from poplar_api.poplin.conv_splits import windows as _windows
 from poplar_api.poplin.conv_transform import MATMUL_PASSES, transform_estimates
 from poplar_api.poplin.estimators import (
     exchange_cycles,
@@ -111,10 +113,6 @@ COST_KEYS = ("compute", "exchange", "reduce", "transform", "serial_copy", "total
 DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6
 #: Candidates re-costed with the Poplibs estimators on real worklists.
 REFINE = 6
-#: Most options per split dimension (geometric subset beyond).
-MAX_OPTIONS = 400
-#: Most candidates costed at once.
-MAX_CANDIDATES = 400_000
 
 #: ipu2 AMP instantiations ``(fp, partials) -> (allowed numConvUnits, convInputLoadElems)``
 #: (``ConvPartial1x1Out`` / ``ConvPartialnx1`` template arguments in Poplibs).
@@ -279,67 +277,6 @@ class ConvPlan:
         )
 
 
-def _options(size: int, max_parts: int, grain: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """``(parts, block)`` options of a dimension: blocks in multiples of ``grain``."""
-    units = -(-size // grain)
-    s = np.arange(1, max(1, min(units, max_parts)) + 1, dtype=np.int64)
-    per = -(-units // s)  # non-increasing in s: its distinct values where it steps down
-    block_units = per[np.concatenate(([True], per[1:] != per[:-1]))]
-    block = np.minimum(block_units * grain, size)
-    parts = -(-size // block)
-    keep = parts <= max_parts
-    parts, block = parts[keep], block[keep]
-    if parts.size > MAX_OPTIONS:
-        pick = np.unique(np.round(np.geomspace(1, parts.size, MAX_OPTIONS)).astype(int) - 1)
-        parts, block = parts[pick], block[pick]
-    return parts, block
-
-
-def _feasible(opts: list[tuple[np.ndarray, np.ndarray]], tiles: int) -> list[np.ndarray]:
-    """Option indices of every split whose parts multiply to at most ``tiles``, built
-    one dimension at a time (a partial product over ``tiles`` is dropped at once, so
-    the infeasible part of the full product is never made)."""
-    idx = [np.arange(opts[0][0].size)]
-    used = opts[0][0].copy()
-    for parts, _ in opts[1:]:
-        if parts.size and bool((parts[1:] >= parts[:-1]).all()) and int(parts[0]) >= 1:
-            # parts ascending (as :func:`_options` makes them): each split's feasible
-            # options are a prefix, up to tiles // used; taken in the order of the full
-            # product's row-major scan, without making it
-            take = np.searchsorted(parts, tiles // used, side="right")
-            old_i = np.repeat(np.arange(used.size), take)
-            new_i = np.arange(old_i.size) - np.repeat(np.cumsum(take) - take, take)
-            idx = [x[old_i] for x in idx] + [new_i]
-            used = used[old_i] * parts[new_i]
-            continue
-        prod = used[:, None] * parts[None, :]
-        old_i, new_i = np.nonzero(prod <= tiles)
-        idx = [x[old_i] for x in idx] + [new_i]
-        used = prod[old_i, new_i]
-    return idx
-
-
-def _windows(maps: list[np.ndarray], blocks: np.ndarray, d: int) -> np.ndarray:
-    """Largest input window (elements of dimension ``d``) over the blocks of each size."""
-    m = maps[d]
-    n_out = m.shape[1]
-    out = np.zeros(blocks.size, np.int64)
-    valid = m >= 0
-    big = np.where(valid, m, np.iinfo(np.int64).max).min(axis=0)
-    small = np.where(valid, m, -1).max(axis=0)
-    if n_out == 0:
-        return out
-    if m.shape[0] == 1 and bool(valid.all()) and bool((np.diff(big) == 1).all()):
-        return np.minimum(blocks, n_out).astype(np.int64)  # one-to-one: the block itself
-    for i, b in enumerate(blocks.tolist()):
-        starts = np.arange(0, n_out, b)
-        hi_i = np.maximum.reduceat(small, starts)
-        lo_i = np.minimum.reduceat(big, starts)
-        ok = hi_i >= 0
-        out[i] = int((hi_i[ok] - lo_i[ok] + 1).max()) if ok.any() else 0
-    return out
-
-
 def memory_limit(target: Any, options: Mapping[str, Any]) -> float:
     """Bytes per tile a convolution may use under ``availableMemoryProportion``."""
     raw = options.get("availableMemoryProportion", DEFAULT_AVAILABLE_MEMORY_PROPORTION)
@@ -383,26 +320,6 @@ def _fitting(memory: np.ndarray, limit: float, tile_bytes: int) -> np.ndarray:
         bound *= 2
         fits = memory <= bound
     return fits if fits.any() else np.ones(memory.shape, bool)
-
-
-def _enumerate(
-    sizes: list[int], grains: list[int], tiles: int, co_unsplit: bool = False
-) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
-    """``(parts, blocks, options)`` of every split of the dimensions ``(G, B, *field, Co,
-    Ci)`` whose parts multiply to at most ``tiles`` (blocks in multiples of ``grains``;
-    with ``co_unsplit`` the output channels are one block); ``options`` per dimension
-    the distinct blocks and each split's index into them."""
-    opts = [_options(s, tiles, g) for s, g in zip(sizes, grains, strict=True)]
-    if co_unsplit:
-        opts[-2] = (np.ones(1, np.int64), np.full(1, sizes[-2], np.int64))
-    idx = _feasible(opts, tiles)
-    while idx[0].size > MAX_CANDIDATES:  # thin the largest option list
-        i = int(np.argmax([o[0].size for o in opts]))
-        opts[i] = (opts[i][0][::2], opts[i][1][::2])
-        idx = _feasible(opts, tiles)
-    parts = [opts[i][0][idx[i]] for i in range(len(opts))]
-    blocks = [opts[i][1][idx[i]] for i in range(len(opts))]
-    return parts, blocks, [(opts[i][1], idx[i]) for i in range(len(opts))]
 
 
 def _candidates(
@@ -780,13 +697,14 @@ def plan_convolution(
     top = _first_in_order((method_ix, cat["in_serial"], cat["serial"], cat["used"], primary),
                           REFINE if exact_compute is not None else 1)  # fmt: skip
 
-    def make(j: int, cost: dict[str, int]) -> ConvPlan:
-        return plan_from(cat, j, methods, params, partials, target, cost, fast, swapped)
-
+    # the refined candidates' estimates do not read the tiles: only the plan returned
+    # is given them
+    no_tiles = np.zeros(0, np.int64)
     best: tuple[int, ConvPlan] | None = None
     for j in top.tolist():
         cost = {k: int(cat[k][j]) for k in COST_KEYS}
-        plan = make(j, cost)
+        plan = plan_from(cat, j, methods, params, partials, target, cost, fast, swapped,
+                         no_tiles)  # fmt: skip
         if exact_compute is not None and plan.method != OUTER_PRODUCT:  # (its closed
             # form is already Poplibs' estimate)
             exact = int(exact_compute(plan)) * plan.serial * plan.in_serial
@@ -797,4 +715,6 @@ def plan_convolution(
         if best is None or key < best[0]:
             best = (key, plan)
     assert best is not None
-    return best[1]
+    plan = best[1]
+    return replace(plan, tiles=block_tiles(plan.parts, target.getNumTiles(),
+                                           target.getTilesPerIPU()))  # fmt: skip

@@ -33,6 +33,7 @@ Formulas (``W`` worker contexts; ``fa``/``fp`` = float activations/partials as 0
 from __future__ import annotations
 
 import numbers
+from collections import Counter
 from collections.abc import Sequence
 
 from poplar_api.poplin.conv_estimator_common import (
@@ -257,7 +258,15 @@ def conv_partial_hmac_cycles(
             )
         return cycles
 
-    per_worker = [_HMAC_WORKER_NONLOOP + sum(worker_cycles(sizes) for sizes in p) for p in parts]
+    # a worker's kernel positions counted by list object (the planner's equal lists are
+    # one object): each distinct object looked up once, not a tuple made per position
+    per_worker = []
+    for p in parts:
+        lists = {id(sizes): sizes for sizes in p}
+        per_worker.append(
+            _HMAC_WORKER_NONLOOP
+            + sum(worker_cycles(lists[i]) * n for i, n in Counter(map(id, p)).items())
+        )
     hi, lo = _balance(per_worker, num_worker_contexts)
     inner = max(hi, lo)  # no tag cost here
     w = num_worker_contexts

@@ -1,0 +1,158 @@
+"""The splits the convolution planner costs: options per dimension, the feasible
+combinations and the input window of each block size.
+
+A split of the dimensions ``(G, B, *field, Co, Ci)`` gives each dimension a number of
+parts; the planner (:mod:`~poplar_api.poplin.conv_planner`) costs every split whose
+parts multiply to at most the tile count. Planning a small convolution on 1,472 tiles
+makes a few thousand to some 50,000 such splits per vertex family, and the planner
+runs for every family and both forms of every pass, so the two per-split walks here
+(the feasible combinations in the row-major order of the full product, and the
+largest input window of each block size) are compiled loops rather than a chain of
+numpy calls per dimension or per block size.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["MAX_CANDIDATES", "MAX_OPTIONS", "enumerate_splits", "feasible", "options", "windows"]
+
+#: Most options per split dimension (geometric subset beyond).
+MAX_OPTIONS = 400
+#: Most candidates costed at once.
+MAX_CANDIDATES = 400_000
+
+
+def options(size: int, max_parts: int, grain: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """``(parts, block)`` options of a dimension: blocks in multiples of ``grain``."""
+    units = -(-size // grain)
+    s = np.arange(1, max(1, min(units, max_parts)) + 1, dtype=np.int64)
+    per = -(-units // s)  # non-increasing in s: its distinct values where it steps down
+    block_units = per[np.concatenate(([True], per[1:] != per[:-1]))]
+    block = np.minimum(block_units * grain, size)
+    parts = -(-size // block)
+    keep = parts <= max_parts
+    parts, block = parts[keep], block[keep]
+    if parts.size > MAX_OPTIONS:
+        pick = np.unique(np.round(np.geomspace(1, parts.size, MAX_OPTIONS)).astype(int) - 1)
+        parts, block = parts[pick], block[pick]
+    return parts, block
+
+
+def feasible(opts: list[tuple[np.ndarray, np.ndarray]], tiles: int) -> list[np.ndarray]:
+    """Option indices (one array per dimension) of every split whose parts multiply to
+    at most ``tiles``, in the row-major order of the full product of the options (the
+    first dimension's options all taken; a prefix whose product exceeds ``tiles`` is
+    left at once, so the infeasible part of the product is never made)."""
+    parts = [np.asarray(p, np.int64).reshape(-1) for p, _ in opts]
+    starts = np.zeros(len(parts) + 1, np.int64)
+    starts[1:] = np.cumsum([p.size for p in parts])
+    flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    ascending = np.array([bool((p[1:] >= p[:-1]).all()) for p in parts], np.bool_)
+    rows = _feasible_rows(flat, starts, ascending, np.int64(tiles))
+    return list(rows)
+
+
+@numba.njit(cache=True, nogil=True)
+def _feasible_rows(parts, starts, ascending, tiles):  # pragma: no cover - compiled
+    """``int64[dims, splits]``: :func:`feasible` over the options of every dimension,
+    dimension ``d``'s parts at ``parts[starts[d]:starts[d + 1]]`` (an odometer over
+    the option indices, counted in a first pass and written in a second; past the
+    first option over ``tiles`` of an ``ascending`` dimension no later one fits)."""
+    nd = starts.shape[0] - 1
+    sizes = starts[1:] - starts[:-1]
+    out = np.empty((nd, 0), np.int64)
+    total = 0
+    for fill in range(2):
+        if fill:
+            out = np.empty((nd, total), np.int64)
+        row = 0
+        pos = np.zeros(nd, np.int64)
+        used = np.ones(nd + 1, np.int64)
+        d = 0
+        pos[0] = -1
+        while d >= 0:
+            pos[d] += 1
+            if pos[d] >= sizes[d]:
+                d -= 1
+                continue
+            u = used[d] * parts[starts[d] + pos[d]]
+            if d > 0 and u > tiles:
+                if ascending[d]:
+                    pos[d] = sizes[d]  # (the rest are larger)
+                continue
+            used[d + 1] = u
+            if d == nd - 1:
+                if fill:
+                    for k in range(nd):
+                        out[k, row] = pos[k]
+                row += 1
+            else:
+                d += 1
+                pos[d] = -1
+        total = row
+    return out
+
+
+def enumerate_splits(
+    sizes: list[int], grains: list[int], tiles: int, co_unsplit: bool = False
+) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
+    """``(parts, blocks, options)`` of every split of the dimensions ``(G, B, *field, Co,
+    Ci)`` whose parts multiply to at most ``tiles`` (blocks in multiples of ``grains``;
+    with ``co_unsplit`` the output channels are one block); ``options`` per dimension
+    the distinct blocks and each split's index into them."""
+    opts = [options(s, tiles, g) for s, g in zip(sizes, grains, strict=True)]
+    if co_unsplit:
+        opts[-2] = (np.ones(1, np.int64), np.full(1, sizes[-2], np.int64))
+    idx = feasible(opts, tiles)
+    while idx[0].size > MAX_CANDIDATES:  # thin the largest option list
+        i = int(np.argmax([o[0].size for o in opts]))
+        opts[i] = (opts[i][0][::2], opts[i][1][::2])
+        idx = feasible(opts, tiles)
+    parts = [opts[i][0][idx[i]] for i in range(len(opts))]
+    blocks = [opts[i][1][idx[i]] for i in range(len(opts))]
+    return parts, blocks, [(opts[i][1], idx[i]) for i in range(len(opts))]
+
+
+def windows(maps: list[np.ndarray], blocks: np.ndarray, d: int) -> np.ndarray:
+    """Largest input window (elements of dimension ``d``) over the blocks of each size:
+    for block size ``b``, the outputs cut into ``[0, b), [b, 2b), ...``, the widest
+    range of input indices any chunk reads (0 when no chunk reads a real input)."""
+    m = maps[d]
+    n_out = m.shape[1]
+    if n_out == 0:
+        return np.zeros(blocks.size, np.int64)
+    valid = m >= 0
+    big = np.where(valid, m, np.iinfo(np.int64).max).min(axis=0)
+    small = np.where(valid, m, -1).max(axis=0)
+    if m.shape[0] == 1 and bool(valid.all()) and bool((np.diff(big) == 1).all()):
+        return np.minimum(blocks, n_out).astype(np.int64)  # one-to-one: the block itself
+    return _window_rows(small.astype(np.int64), big.astype(np.int64),
+                        np.asarray(blocks, np.int64).reshape(-1))  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def _window_rows(small, big, blocks):  # pragma: no cover - compiled
+    """:func:`windows` from each output's greatest (``small``, -1 when it reads only
+    padding) and least (``big``) input index."""
+    n_out = small.shape[0]
+    out = np.zeros(blocks.shape[0], np.int64)
+    for i in range(blocks.shape[0]):
+        b = blocks[i]
+        best = 0
+        a = 0
+        while a < n_out:
+            e = min(a + b, n_out)
+            hi = small[a]
+            lo = big[a]
+            for j in range(a + 1, e):
+                if small[j] > hi:
+                    hi = small[j]
+                if big[j] < lo:
+                    lo = big[j]
+            if hi >= 0 and hi - lo + 1 > best:
+                best = hi - lo + 1
+            a = e
+        out[i] = best
+    return out
