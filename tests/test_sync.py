@@ -109,3 +109,27 @@ def test_global_sync_cycles_derivation(make_config):
     # an explicit value wins over the formula
     fixed = make_config(num_ipus=4, sync={"global_sync_cycles": 600})
     assert sync_extra_cycles(fixed, "external") == 600
+
+
+@pytest.mark.parametrize("used", [1, 2, 4, 8])
+def test_a_compute_set_after_a_sync_spans_the_release_skew_of_its_tiles(make_config, used):
+    """Each tile starts the compute set when the sync's release reaches it, so the compute
+    set's span (first start to last end) is one tile's compute plus the spread of the
+    release delays over the tiles it uses: it grows with the farthest tile."""
+    from ipusim import ir
+    from ipusim.machine import Machine
+
+    cfg = make_config(
+        sync={"relative_delay": "auto", "max_relative_delay_cycles": 10, "min_sync_delay_cycles": 3}
+    )
+    relative = [0, 2, 5, 8, 2, 5, 8, 10]  # as in test_auto_delay_grows_with_distance
+
+    def span(tiles: int) -> int:
+        compute = ir.Compute(
+            vertex_tile=np.arange(tiles), vertex_cycles=np.full(tiles, 60), name="cs"
+        )
+        trace = Machine(cfg).run(ir.Program(entries=(ir.Sequence([ir.Sync(name="s"), compute]),)))
+        return next(r for r in trace.records if r.name == "cs").cycles
+
+    one_tile = span(1)  # tile 0, the controller's: no relative delay
+    assert span(used) == one_tile + max(relative[:used]) - min(relative[:used])
