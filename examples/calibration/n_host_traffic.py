@@ -9,12 +9,15 @@ copy: a host sync, the host-link transfer and the on-chip exchange to or from th
 tiles.
 
 Approximated: the tool moves tile data through remote buffers in Streaming Memory
-while the host moves other data to or from those buffers at the same time; ipusim
-has no Streaming Memory apart from the host link (``remote.model: host_link``), so
-the tile traffic is modelled as host stream copies and the concurrent host traffic is
-not modelled. **Not covered**: the ``N1.*.host`` rows (host <-> buffer traffic never
-reaches the IPU). ``N2`` (IPU-Link traffic between two IPUs) is its own workload,
-``n2_ipu_link_traffic.py``.
+while the host moves other data to or from those buffers at the same time. The tile
+traffic is modelled as host stream copies (each with its host sync), not as ipusim's
+remote-buffer copies (``remote.model: streaming_memory`` on ``mk2``, whose gateway
+link figures are estimates and which no host traffic shares; docs/machine.md,
+"Streaming Memory"), and the concurrent host traffic is not modelled. The rows
+therefore check the host-link fit rather than set it (docs/calibration.md, "The host
+link fitted on T7 and N1 together"). **Not covered**: the ``N1.*.host`` rows (host <->
+buffer traffic never reaches the IPU). ``N2`` (IPU-Link traffic between two IPUs) is
+its own workload, ``n2_ipu_link_traffic.py``.
 
 Metric, as the CSV rows define it: ``tile_transfer_speed`` = tile bytes x 8 / run
 seconds / 1e9 (Gbit/s). The points use :data:`POINT_ITERATIONS` iterations (the
