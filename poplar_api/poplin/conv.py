@@ -53,9 +53,7 @@ from poplar_api.poplin.conv_serial import (
     lower_serial,
     plan_cache_key,
 )
-from poplar_api.poplin.conv_vertex_estimates import (
-    largest_block_estimate,
-)
+from poplar_api.poplin.conv_vertex_estimates import geometry_cache, largest_block_estimate
 from poplar_api.poplin.plan_report import format_plan
 from poplar_api.program import Copy, Execute
 from poplar_api.program import Sequence as ProgramSequence
@@ -99,10 +97,11 @@ def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
             expand = False  # the expanded form has many input channels: no VMAC
         plan = None
         if expand is not True or int(np.prod(params.kernelShape)) == 1:
-            plan = plan_convolution(params, target, opts, largest_block_estimate(params, target))
+            estimate = largest_block_estimate(params, target, geometry_cache(graph, params))
+            plan = plan_convolution(params, target, opts, estimate)
         if expand is not False and int(np.prod(params.kernelShape)) > 1:
             eff = expand_all_dims(params)
-            estimate = largest_block_estimate(eff, target)
+            estimate = largest_block_estimate(eff, target, geometry_cache(graph, eff))
             alt = plan_convolution(eff, target, opts, estimate, in_serial=False)
             if plan is None or alt.cost["total"] < plan.cost["total"]:
                 plan = dataclasses.replace(alt, expanded=True)

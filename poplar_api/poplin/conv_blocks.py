@@ -30,7 +30,7 @@ from poplar_api.graph_connections import RunSegments
 from poplar_api.poplin.conv_ids import SeparableIds, piece_positions, separable_ids
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.conv_planner import ConvPlan
-from poplar_api.poplin.conv_vertex_estimates import partial_estimate, vertex_method
+from poplar_api.poplin.conv_vertex_estimates import geometry_cache, partial_estimate, vertex_method
 from poplar_api.poplin.conv_vertices import conv_vertex
 from poplar_api.poplin.conv_worklists import (
     TileGeometry,
@@ -538,13 +538,17 @@ def plan_partials(
     kinds_by_shift: list[TileKind | None] = []
     # each field range's part of the blocks' keys, made once per range
     dim_keys = [[relative_dim_key(maps[d], a, b) for a, b in rng[2 + d]] for d in range(nd)]
+    geoms = geometry_cache(graph, params)  # (the planner's, of the blocks it costed)
     for c, cix in enumerate(itertools.product(*[range(n) for n in combo_counts])):
         b0, b1 = rng[1][cix[0]]
         oranges = [rng[2 + d][cix[1 + d]] for d in range(nd)]
         rkey, lows = relative_key(b1 - b0, [dim_keys[d][cix[1 + d]] for d in range(nd)])
         same = shifted.get(rkey)
         if same is None:
-            geom = tile_geometry(maps, b1 - b0, oranges, workers)
+            gkey = (b1 - b0, tuple(oranges))
+            geom = geoms.get(gkey)
+            if geom is None:
+                geom = geoms[gkey] = tile_geometry(maps, b1 - b0, oranges, workers)
             kind = _tile_kind(graph, plan, geom, kpos, fp, acc_type) if geom.positions else None
             shifted[rkey] = same = (geom, kind, lows, len(kinds_by_shift))
             kinds_by_shift.append(kind)

@@ -133,13 +133,17 @@ def group_counts(plan: ConvPlan, bg: int, bci: int, bco: int) -> tuple[int, int,
     return bg, -(-bci // plan.in_chans_per_group), -(-bco // plan.out_chans_per_group)
 
 
-def largest_block_estimate(params: ConvParams, target: Any) -> Any:
+def largest_block_estimate(
+    params: ConvParams, target: Any, geoms: dict[tuple, TileGeometry] | None = None
+) -> Any:
     """The planner's cost of a plan: the estimate of its largest block's vertex. Plans
-    with the same batch and field block share that block's geometry (made once)."""
+    with the same batch and field block share that block's geometry (made once, and
+    kept in ``geoms`` when given: :func:`geometry_cache`, which the lowering reads)."""
     maps = dim_maps(params)
     nd = params.getNumFieldDims()
     workers = target.getNumWorkerContexts()
-    geoms: dict[tuple, TileGeometry] = {}
+    if geoms is None:
+        geoms = {}
 
     def exact(plan: ConvPlan) -> int:
         blocks = plan.blocks
@@ -156,3 +160,15 @@ def largest_block_estimate(params: ConvParams, target: Any) -> Any:
         return partial_estimate(plan, method, geom, bb, counts, chans, params, target)
 
     return exact
+
+
+#: The graph's :meth:`~poplar_api.Graph.libraryCache` of tile geometries.
+GEOMETRY_CACHE = "poplin.tile_geometry"
+
+
+def geometry_cache(graph: Any, params: ConvParams) -> dict[tuple, TileGeometry]:
+    """The tile geometries of ``params`` on ``graph``'s target made so far, by ``(batch,
+    ((begin, end) per field dimension))`` of the block: the planner's estimates and the
+    lowering of the plan share the blocks they both look at (a geometry is read only)."""
+    workers = graph.getTarget().getNumWorkerContexts()
+    return graph.libraryCache(GEOMETRY_CACHE).setdefault((params.key(), workers), {})
