@@ -48,9 +48,9 @@ from poplar_api.graph_bulk import (
     Segments,
     VertexRange,
 )
+from poplar_api.graph_constants import Constants, add_constants
 from poplar_api.graph_state import (
     ComputeSet,
-    Constants,
     DataStream,
     Function,
     NonReplicatedView,
@@ -63,7 +63,6 @@ from poplar_api.graph_state import (
     _shape_of,
     _Space,
     _VirtualTarget,
-    add_constants,
     initial_values,
     is_nonreplicated,
     replication_factor,

@@ -18,7 +18,7 @@ from ipusim.tile.memory import _placement_order
 from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel
 from poplar_api import program as prog
 from poplar_api.graph_connections import _runs_of
-from poplar_api.graph_state import _fast_constants
+from poplar_api.graph_constants import _fast_constants
 from poplar_api.lowering import runs
 from poplar_api.poplin.conv_blocks import Assembler
 from poplar_api.popnn import nonlinearity

@@ -158,3 +158,18 @@ def test_concat_of_constants_of_two_types_is_refused_as_concat_refuses():
         made.concat([0, 1])
     with pytest.raises(TensorError, match="at least one"):
         made.concat([])
+
+
+@pytest.mark.parametrize("shapes", [[[2], [0], [3], [1]], [[1, 2], [0, 2], [2, 2], [1, 2]]])
+def test_concat_of_constants_of_one_type_is_the_concat_of_their_tensors(shapes):
+    # one element type: 1-D constants are joined without a look at each (their rows
+    # are their sizes), 2-D ones with it; either way as concat of their tensors
+    g = _graph()
+    values = [np.arange(int(np.prod(s)), dtype=np.int64) + 10 * i for i, s in enumerate(shapes)]
+    made = g.addConstants(UNSIGNED_SHORT, shapes, values, ["a", "b", "c", "d"], [0, 1, 1, 2])
+    for idx in ([0, 1, 2, 3], [3, 0], [2, 1, 0], [1, 1]):
+        joined = made.concat(idx)
+        expected = concat([made[i] for i in idx])
+        assert joined.name == expected.name
+        assert joined.shape() == expected.shape()
+        assert np.array_equal(joined.flat_index(), expected.flat_index())
