@@ -297,6 +297,33 @@ def test_compiled_allocator_matches_the_rules(seed):
     assert got == reference_allocate(spec, blocks)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_short_lived_blocks_dropped_from_scans_land_by_the_rules(seed):
+    """Many short-lived blocks (as a training step's temporaries and message buffers):
+    the scans drop the blocks dead before each new one begins, and blocks of earlier
+    or no live range (always live, never live) scan them all; every block lands where
+    the plainly written rules put it."""
+    rng = np.random.default_rng(100 + seed)
+    spec = MemorySpec(2048, 4096, 256, 8)
+    blocks = []
+    for k in range(160):
+        tile = int(rng.integers(0, 2))
+        kind = rng.random()
+        if kind < 0.15:
+            live = None  # always live
+        elif kind < 0.2:
+            live = (9, 3)  # live at no point
+        else:
+            first = int(rng.integers(0, 60))
+            live = (first, first + int(rng.integers(0, 4)))
+        region = str(rng.choice([ANY, ANY, ANY, INTERLEAVED, NON_INTERLEAVED]))
+        size = int(rng.integers(0, 200))
+        blocks.append(Block(f"b{k}", "variable", tile, size, int(rng.choice([1, 4, 8, 16])),
+                            region, live))  # fmt: skip
+    got = [(p.region, p.offset) for p in allocate(spec, 2, blocks)]
+    assert got == reference_allocate(spec, blocks)
+
+
 def test_random_cases_reach_every_region():
     """The random cases above exercise both regions and the overflow area."""
     seen = set()
