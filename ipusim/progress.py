@@ -359,6 +359,8 @@ class Activity:
         self._start = 0.0
         #: the nested piece of work going on now (:func:`activity` inside this one)
         self.stage = ""
+        #: the steps of the work going on now, when their number is known (a meter)
+        self.count: _Count | None = None
         self._token: contextvars.Token[Activity | None] | None = None
 
     def __enter__(self) -> Activity:
@@ -393,7 +395,11 @@ class Activity:
                 status = f" {self.status()},"
             except Exception:  # a status is decoration: never let it stop the work
                 status = ""
-        stage = f" {self.stage}," if self.stage else ""
+        stage = f" {self.stage}" if self.stage else ""
+        count = self.count
+        if count is not None:
+            stage += f" {count.meter()}"
+        stage += "," if stage else ""
         return f"{self.label}:{stage}{status} {time.monotonic() - self._start:.1f} s"
 
     def _tick(self) -> None:
@@ -405,25 +411,77 @@ class Activity:
                 return
 
 
+#: How a counted piece of work's meter is drawn (tqdm's ``format_meter``).
+METER_FORMAT = "{n_fmt}/{total_fmt} {unit} |{bar:12}| {elapsed}<{remaining}"
+
+
+class _Count:
+    """Steps done of a known number, drawn as a tqdm meter on an :class:`Activity`'s
+    line; calling it counts ``n`` more (the work's thread counts, the line's thread
+    draws)."""
+
+    def __init__(self, total: int, unit: str) -> None:
+        self.total = max(int(total), 0)
+        self.unit = unit
+        self.done = 0
+        self.began = time.monotonic()
+
+    def __call__(self, n: int = 1) -> None:
+        self.done += n
+
+    def meter(self) -> str:
+        from tqdm import tqdm
+
+        done = self.done  # a count past the total (an estimate short) widens the total
+        return tqdm.format_meter(
+            done,
+            max(self.total, done),
+            time.monotonic() - self.began,
+            unit=self.unit,
+            bar_format=METER_FORMAT,
+        )
+
+
+def _uncounted(n: int = 1) -> None:
+    """The count of work whose progress is not shown: nothing to do."""
+
+
 @contextlib.contextmanager
-def activity(label: str, status: Callable[[], str] | None = None) -> Iterator[None]:
+def activity(
+    label: str,
+    status: Callable[[], str] | None = None,
+    total: int | None = None,
+    unit: str = "step",
+) -> Iterator[Callable[[int], None]]:
     """Show ``label`` while the ``with`` body runs, if it runs long (see
     :class:`Activity`); inside a command's :class:`Progress`, or when
     :func:`activity_wanted` says no, nothing is shown. Inside another activity, the
-    label is shown as that activity's current stage."""
+    label is shown as that activity's current stage, after the stage it is part of
+    (``Graph compilation: emit``).
+
+    With ``total``, the work has that many steps: the ``with`` gives a function the
+    body calls with the steps it has done (``step(n=1)``), and the line shows a tqdm
+    meter of them (count, bar, elapsed and remaining time). Without, or when nothing
+    is shown, the function given does nothing.
+    """
+    count = _Count(total, unit) if total is not None else None
+    step = count if count is not None else _uncounted
     outer = _ACTIVITY.get()
     if outer is not None:
-        before, outer.stage = outer.stage, label
+        before, before_count = outer.stage, outer.count
+        outer.stage = f"{before}: {label}" if before else label
+        outer.count = count
         try:
-            yield
+            yield step
         finally:
-            outer.stage = before
+            outer.stage, outer.count = before, before_count
         return
     if _CURRENT.get() is not None or not activity_wanted():
-        yield
+        yield _uncounted
         return
-    with Activity(label, status):
-        yield
+    with Activity(label, status) as shown:
+        shown.count = count
+        yield step
 
 
 class _GraphWatcher:

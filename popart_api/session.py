@@ -247,14 +247,7 @@ class _Session(SessionIO):
             that does not fit the tiles' memory keeps its memory report
             (``getGraphReport``).
         """
-        self._nodes_lowered = 0
-        total = len(self.model.graph.node)
-
-        def status() -> str:  # the line shown while a long prepareDevice runs
-            done = self._nodes_lowered
-            return f"{done:,}/{total:,} nodes lowered" if done < total else f"{total:,} nodes"
-
-        with progress.activity(f"{self._kind}.prepareDevice", status):
+        with progress.activity(f"{self._kind}.prepareDevice"):  # a line while it runs long
             self._prepare_device(loadEngine)
 
     @bulk_construction
@@ -364,11 +357,13 @@ class _Session(SessionIO):
             self._inplace = inplace_candidates(
                 self.model, recomputed, self.dataFlow.anchors(), training
             )
-        for i, node in enumerate(self.model.graph.node):
-            before = variable_count(graph)
-            node_progs.append(self._lower(node, i, values))
-            self.lowered.node_variables.append((before, variable_count(graph)))
-            self._nodes_lowered = i + 1
+        nodes = self.model.graph.node
+        with progress.activity("lower nodes", total=len(nodes), unit="nodes") as step:
+            for i, node in enumerate(nodes):
+                before = variable_count(graph)
+                node_progs.append(self._lower(node, i, values))
+                self.lowered.node_variables.append((before, variable_count(graph)))
+                step(1)
         #: ids of the variables the forward pass creates (its activations, temporaries)
         self.lowered.forward_variables = (first, variable_count(graph))
         self.lowered.node_progs = node_progs
@@ -389,7 +384,8 @@ class _Session(SessionIO):
         self.lowered.records = []
         self._loaded = False
         if loadEngine:
-            self.engine.load(self.deviceInfo.device)
+            with progress.activity("Engine load"):
+                self.engine.load(self.deviceInfo.device)
             self._loaded = True
 
     def _synthetic_input(self, var: Tensor, tid: str, mode: SyntheticDataMode) -> pprog.Sequence:
@@ -688,7 +684,8 @@ class TrainingSession(_Session):
         }
         from popart_api.training import build_training
 
-        built = build_training(self, values, loss, trained, sources)
+        with progress.activity("backward pass and optimizer"):
+            built = build_training(self, values, loss, trained, sources)
         self._opt_lowering = built.lowering
         self._seed_shape = built.seed_shape
         self._slot_handles = built.slot_handles

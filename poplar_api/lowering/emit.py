@@ -35,7 +35,7 @@ Here:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ipusim import ir
@@ -65,10 +65,13 @@ class Emitter:
     ----------
     em
         The emission: the graph, where effects are registered, what is recorded.
+    step
+        Called with 1 as each program is lowered (a progress meter's count), or None.
     """
 
-    def __init__(self, em: Emission) -> None:
+    def __init__(self, em: Emission, step: Callable[[int], None] | None = None) -> None:
         self.em = em
+        self.step = step
         #: function index -> its lowered program (each lowered once)
         self.functions: dict[int, ir.Node] = {}
         #: opt.maxCopyMergeSize: most bytes of adjacent stream copies merged into one
@@ -87,6 +90,8 @@ class Emitter:
             return ir.Sequence()
         self.em.programs.append(prog)
         node = method(prog)
+        if self.step is not None:
+            self.step(1)
         name = _program_name(prog)
         implicit = self.em.programs_filter
         # profiler.programs.filter: a named program it matches runs in an implicit Block
@@ -259,3 +264,23 @@ def _program_name(prog: P.Program) -> str:
     if isinstance(prog, P.Execute):
         return prog.computeSet.name
     return ""
+
+
+def count_programs(programs: Sequence[P.Program], functions: Sequence[Any]) -> int:
+    """Programs :class:`Emitter` lowers for ``programs``: every program in their trees,
+    as often as it occurs, with each called function's program counted once (an
+    emitter lowers a function at its first call). The total of the compile's progress
+    meter; a walk of the programs, quick beside lowering them."""
+    count, seen = 0, set()
+    todo = list(programs)
+    while todo:
+        prog = todo.pop()
+        count += 1
+        todo.extend(prog.children())
+        fn = getattr(prog, "function", None) if isinstance(prog, P.Call) else None
+        index = getattr(fn, "index", None)
+        known = index is not None and 0 <= index < len(functions) and functions[index] is fn
+        if known and index not in seen:  # a function made by this graph, first call
+            seen.add(index)
+            todo.append(fn.program)
+    return count

@@ -22,11 +22,11 @@ engine then loads the :class:`Compiled` result onto a device.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ipusim import ir
+from ipusim import ir, progress
 from ipusim.host_heap import release_free_heap
 from ipusim.tile.memory import MemoryReport
 from ipusim.timing import TimingModel
@@ -35,7 +35,7 @@ from poplar_api.lowering import validate
 from poplar_api.lowering.computeset import ComputeSetRecord
 from poplar_api.lowering.context import Lowered, Storage
 from poplar_api.lowering.emission import Emission, HostIO
-from poplar_api.lowering.emit import Emitter
+from poplar_api.lowering.emit import Emitter, count_programs
 from poplar_api.lowering.exchange import OwnerCache
 from poplar_api.lowering.liveness import Accesses, Liveness, VariableIndex, liveness
 from poplar_api.lowering.memory import out_of_memory_message, place_memory
@@ -117,18 +117,21 @@ def emit(
     options: Mapping[str, str] | None = None,
     owners: OwnerCache | None = None,
     index: VariableIndex | None = None,
+    step: Callable[[int], None] | None = None,
 ) -> Emitted:
     """Lower ``programs`` (entry programs, in ``run`` order) to one IR program.
 
     Effects and predicates are registered in ``lowered``; ``owners`` and ``index``
-    are the lowering's shared look-ups (made here if not given).
+    are the lowering's shared look-ups (made here if not given); ``step(1)`` is
+    called as each program is lowered (a progress meter's count, see
+    :func:`~poplar_api.lowering.emit.count_programs`).
     """
     em = Emission(state, lowered, host, options)
     if owners is not None:
         em.owners = owners
     if index is not None:
         em.variables = index
-    emitter = Emitter(em)
+    emitter = Emitter(em, step)
     entries = tuple(emitter.entry(p) for p in programs)  # each ends with a sync
     replicas = lowered.storage.replicas
     program = ir.Program(entries=entries, functions=emitter.function_nodes(), replicas=replicas)
@@ -184,10 +187,13 @@ def compile(
     # reuse is trimmed after it, before placement
     owners = OwnerCache()
     index = VariableIndex(state)
-    checked = validate_graph(state, owners)
+    with progress.activity("validate"):  # each step named on a long compile's line
+        checked = validate_graph(state, owners)
     lowered = Lowered(Storage(state, replicas))
+    steps = count_programs(programs, state.functions)
     try:
-        emitted = emit(state, programs, lowered, host, options, owners, index)
+        with progress.activity("emit", total=steps, unit="programs") as step:
+            emitted = emit(state, programs, lowered, host, options, owners, index, step)
     except (ValueError, IndexError) as exc:
         if not checked.problems:
             raise
@@ -203,9 +209,11 @@ def compile(
     owners.marks.clear()
     owners.free_pairs.clear()
     release_free_heap()
-    live = liveness(state, emitted.program, emitted.accesses, index)
+    with progress.activity("liveness"):
+        live = liveness(state, emitted.program, emitted.accesses, index)
     timing = timing if timing is not None else TimingModel(state.target.config)
-    memory = place_memory(state, live, emitted.compute_sets, timing, owners, index)
+    with progress.activity("memory placement"):
+        memory = place_memory(state, live, emitted.compute_sets, timing, owners, index)
     allow_oom = str(options.get("debug.allowOutOfMemory", "false")).lower() == "true"
     if memory.out_of_memory and not allow_oom:
         raise OutOfMemoryError(out_of_memory_message(memory), memory)
