@@ -299,6 +299,17 @@ def test_conv_worklists_refuse_unevenly_spaced_outputs(row: list[int], message: 
     assert tile_geometry(even, 1, [(0, 5)], 6).out_stride == 2
 
 
+def test_conv_worklists_refuse_kernel_positions_of_different_strides() -> None:
+    """Every worklist entry of a tile steps by one output and one input stride: kernel
+    position 0 reads outputs 0, 1, 2, 3 (steps 1, 1), kernel position 1 outputs 0 and 2
+    of inputs 0 and 1 (steps 2, 1), which is refused."""
+    from poplar_api.poplin.conv_worklists import tile_geometry
+
+    maps = [np.array([[0, 1, 2, 3], [0, -1, 1, -1]])]
+    with pytest.raises(ValueError, match=r"different strides \(2, 1\) vs \(1, 1\)"):
+        tile_geometry(maps, 1, [(0, 4)], 6)
+
+
 def test_split_regions_repeated_calls_keep_every_argument_apart() -> None:
     """Regions [5, 3] in grains of 2 over 2 vertices: 4 grains, 2 each; with pieces
     of at most 2 elements the same vertices hold shorter pieces. Asked again (the

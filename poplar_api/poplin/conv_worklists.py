@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import overload
 
+import numba
 import numpy as np
 
 from poplar_api.poplin.conv_estimator_common import CountLists
@@ -130,103 +131,31 @@ def tile_geometry(
     num_workers
         Worker contexts per tile.
     """
-    n = len(maps)
-    sub = [m[:, lo:hi] for m, (lo, hi) in zip(maps, out_ranges, strict=True)]
-    window = []
-    for s in sub:
-        valid = s[s >= 0]
-        window.append((int(valid.min()), int(valid.max()) + 1) if valid.size else (0, 0))
-    out_shape = [hi - lo for lo, hi in out_ranges]
-    in_shape = [hi - lo for lo, hi in window]
-    kshape = [m.shape[0] for m in maps]
-    out_strides = np.cumprod([1, *out_shape[::-1]])[::-1][1:]  # row strides of out field
-    in_strides = np.cumprod([1, *in_shape[::-1]])[::-1][1:]
-    out_field = int(np.prod(out_shape))
-    in_field = int(np.prod(in_shape))
+    subs = [np.ascontiguousarray(m[:, lo:hi], np.int64)
+            for m, (lo, hi) in zip(maps, out_ranges, strict=True)]  # fmt: skip
+    kshape = np.array([s.shape[0] for s in subs], np.int64)
+    oshape = np.array([s.shape[1] for s in subs], np.int64)
+    soff = np.zeros(len(subs) + 1, np.int64)
+    soff[1:] = np.cumsum(kshape * oshape)
+    flat = np.concatenate([s.reshape(-1) for s in subs])
     nw = num_workers
-    # per dimension and kernel index: the active outputs (one ragged array, offsets)
-    act, off, cnt_d = [], [], []
-    for sd in sub:
-        ok = sd >= 0
-        act.append(np.nonzero(ok)[1])  # row-major: kernel index major, outputs ascending
-        c = ok.sum(1)
-        cnt_d.append(c)
-        off.append(np.concatenate(([0], np.cumsum(c)[:-1])))
-    # every kernel position (row-major over the kernel dims) and its active counts
-    kidx = np.unravel_index(np.arange(int(np.prod(kshape))), kshape)
-    counts = np.stack([cnt_d[d][kidx[d]] for d in range(n)])  # [n, K]
-    live = counts.min(0) > 0
-    per_row = counts[-1]
-    rows = batch * np.prod(counts[:-1], 0) if n > 1 else np.full(live.size, batch)
-    total = np.where(live, rows * per_row, 0)
-    positions = int(total.sum())
-    # the inner dimension's steps (one out and one in stride for every kernel position):
-    # the first two active outputs of each kernel position's inner kernel index
-    steps = np.flatnonzero(live & (per_row >= 2))
-    in_step = out_step = None
-    if steps.size:
-        first_at = off[-1][kidx[-1][steps]]
-        o_a, o_b = act[-1][first_at], act[-1][first_at + 1]
-        kin_s = kidx[-1][steps]
-        o_s = o_b - o_a
-        i_s = sub[-1][kin_s, o_b] - sub[-1][kin_s, o_a]
-        out_step, in_step = int(o_s[0]), int(i_s[0])
-        bad = np.flatnonzero((o_s != out_step) | (i_s != in_step))
-        if bad.size:
-            j = int(bad[0])
-            raise ValueError(
-                "conv worklists: kernel positions need different strides "
-                f"({int(o_s[j])}, {int(i_s[j])}) vs ({out_step}, {in_step}); this transform "
-                "is not supported"
-            )
-        # every active output of those inner kernel indices steps by out_step, not only
-        # the first two (a worklist entry covers a row of outputs at one stride)
-        kin_u = np.unique(kin_s)
-        gaps = cnt_d[-1][kin_u] - 1
-        seg = np.repeat(np.arange(kin_u.size), gaps)
-        at = off[-1][kin_u][seg] + np.arange(seg.size) - np.repeat(np.cumsum(gaps) - gaps, gaps)
-        uneven = np.flatnonzero(act[-1][at + 1] - act[-1][at] != out_step)
-        if uneven.size:
-            u = int(uneven[0])
-            raise ValueError(
-                f"conv worklists: the active outputs of inner kernel index {int(kin_u[seg[u]])} "
-                f"step by {int(act[-1][at[u] + 1] - act[-1][at[u]])} at output "
-                f"{int(act[-1][at[u]])}, not by {out_step}; a worklist row needs evenly "
-                "spaced outputs: this transform is not supported"
-            )
-    # per (kernel position, worker): the rows its contiguous range of elements touches
-    wv = np.arange(nw, dtype=np.int64)
-    beg = (wv[None, :] * total[:, None]) // nw  # [K, W]
-    end = ((wv[None, :] + 1) * total[:, None]) // nw
-    pr = np.maximum(per_row, 1)[:, None]
-    first = beg // pr
-    cnt = np.where(end > beg, (end - 1) // pr - first + 1, 0).reshape(-1)
-    pair = np.repeat(np.arange(cnt.size), cnt)  # (k, w) of every entry
-    k_e = pair // nw
-    r = (
-        np.repeat(first.reshape(-1), cnt)
-        + np.arange(int(cnt.sum()))
-        - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    window_a, entries, cnt, num, positions, steps, err = _geometry(
+        flat, soff, kshape, oshape, np.int64(batch), np.int64(nw)
     )
-    p_e = per_row[k_e]
-    x0 = np.maximum(beg.reshape(-1)[pair], r * p_e) - r * p_e
-    x1 = np.minimum(end.reshape(-1)[pair], (r + 1) * p_e) - r * p_e
-    kin = kidx[-1][k_e]
-    o_inner = act[-1][off[-1][kin] + x0]
-    o_row = o_inner.astype(np.int64)
-    i_row = (sub[-1][kin, o_inner] - window[-1][0]).astype(np.int64)
-    for d in range(n - 2, -1, -1):  # unravel r over [batch, *counts[:-1]], last first
-        c = counts[d][k_e]
-        i_d = r % c
-        r = r // c
-        kd = kidx[d][k_e]
-        o_loc = act[d][off[d][kd] + i_d]
-        o_row = o_row + o_loc * int(out_strides[d])
-        i_row = i_row + (sub[d][kd, o_loc] - window[d][0]) * int(in_strides[d])
-    o_row = o_row + r * out_field
-    i_row = i_row + r * in_field
-    num = x1 - x0
-    entries = np.stack([o_row, num, i_row], 1).astype(np.int64)
+    if err[0] == 1:
+        raise ValueError(
+            "conv worklists: kernel positions need different strides "
+            f"({int(err[1])}, {int(err[2])}) vs ({int(err[3])}, {int(err[4])}); this "
+            "transform is not supported"
+        )
+    if err[0] == 2:
+        raise ValueError(
+            f"conv worklists: the active outputs of inner kernel index {int(err[1])} "
+            f"step by {int(err[2])} at output {int(err[3])}, not by {int(err[4])}; a "
+            "worklist row needs evenly spaced outputs: this transform is not supported"
+        )
+    window = [(a, b) for a, b in window_a.tolist()]
+    out_shape = [hi - lo for lo, hi in out_ranges]
     # entry ranges per (kernel position, worker), index k * workers + w: one list of
     # counts per range made in one pass (the estimators read them per worker), the
     # worklists only when asked for (the planner's estimates need the counts alone)
@@ -235,15 +164,181 @@ def tile_geometry(
     return TileGeometry(
         window=window,
         out_shape=out_shape,
-        in_shape=in_shape,
-        entries=entries.reshape(-1),
+        in_shape=[hi - lo for lo, hi in window],
+        entries=entries,
         entry_bounds=bounds,
         workers=nw,
         partitions=CountLists(per_pair[w::nw] for w in range(nw)),
-        in_stride=1 if in_step is None else in_step,
-        out_stride=1 if out_step is None else out_step,
-        positions=positions,
+        in_stride=int(steps[1]) if steps[2] else 1,
+        out_stride=int(steps[0]) if steps[2] else 1,
+        positions=int(positions),
     )
+
+
+@numba.njit(cache=True, nogil=True)
+def _geometry(subs, soff, kshape, oshape, batch, nw):  # pragma: no cover - compiled
+    """The compiled part of :func:`tile_geometry`: dimension ``d``'s map of the block
+    (``int64[kshape[d], oshape[d]]``, input index or -1) at ``subs[soff[d]:]``.
+
+    Returns ``(window [n, 2], entries (outRow, num, inRow) flat, entries per (kernel
+    position, worker), num of each entry, positions, (out step, in step, found),
+    error)``; ``error[0]`` is 1 when kernel positions step differently (then
+    ``error[1:]``: that step pair, and the first), 2 when a kernel index's active
+    outputs are not evenly spaced (its index, the step found, the output, the step)."""
+    n = kshape.shape[0]
+    last = n - 1
+    err = np.zeros(5, np.int64)
+    steps = np.zeros(3, np.int64)
+    window = np.zeros((n, 2), np.int64)
+    for d in range(n):
+        found = False
+        lo = np.int64(0)
+        hi = np.int64(0)
+        for i in range(soff[d], soff[d + 1]):
+            v = subs[i]
+            if v >= 0:
+                if not found or v < lo:
+                    lo = v
+                if not found or v > hi:
+                    hi = v
+                found = True
+        if found:
+            window[d, 0] = lo
+            window[d, 1] = hi + 1
+    # per dimension and kernel index: the active outputs (at soff[d] + off), their count
+    koff = np.zeros(n + 1, np.int64)
+    for d in range(n):
+        koff[d + 1] = koff[d] + kshape[d]
+    act = np.empty(soff[n], np.int64)
+    cnt_d = np.zeros(koff[n], np.int64)
+    off_d = np.zeros(koff[n], np.int64)
+    for d in range(n):
+        pos = 0
+        for kk in range(kshape[d]):
+            off_d[koff[d] + kk] = pos
+            base = soff[d] + kk * oshape[d]
+            for o in range(oshape[d]):
+                if subs[base + o] >= 0:
+                    act[soff[d] + pos] = o
+                    pos += 1
+            cnt_d[koff[d] + kk] = pos - off_d[koff[d] + kk]
+    kstride = np.ones(n, np.int64)
+    for d in range(n - 2, -1, -1):
+        kstride[d] = kstride[d + 1] * kshape[d + 1]
+    num_k = kstride[0] * kshape[0]
+    out_strides = np.ones(n, np.int64)
+    in_strides = np.ones(n, np.int64)
+    for d in range(n - 2, -1, -1):
+        out_strides[d] = out_strides[d + 1] * oshape[d + 1]
+        in_strides[d] = in_strides[d + 1] * (window[d + 1, 1] - window[d + 1, 0])
+    out_field = out_strides[0] * oshape[0]
+    in_field = in_strides[0] * (window[0, 1] - window[0, 0])
+    # every kernel position's active rows and elements per row
+    total = np.zeros(num_k, np.int64)
+    per_row = np.zeros(num_k, np.int64)
+    alive = np.zeros(num_k, np.bool_)
+    positions = np.int64(0)
+    for k in range(num_k):
+        live = True
+        rows = batch
+        for d in range(n):
+            c = cnt_d[koff[d] + (k // kstride[d]) % kshape[d]]
+            if c <= 0:
+                live = False
+            if d < last:
+                rows *= c
+        p = cnt_d[koff[last] + (k // kstride[last]) % kshape[last]]
+        per_row[k] = p
+        if live:
+            alive[k] = True
+            total[k] = rows * p
+            positions += rows * p
+    # the inner dimension's steps: the first two active outputs of each live kernel
+    # position's inner kernel index, the same for all; then every active output of
+    # those inner kernel indices at that step
+    marked = np.zeros(kshape[last], np.bool_)
+    for k in range(num_k):
+        if alive[k] and per_row[k] >= 2:
+            kin = (k // kstride[last]) % kshape[last]
+            at = soff[last] + off_d[koff[last] + kin]
+            o_a = act[at]
+            o_b = act[at + 1]
+            row = soff[last] + kin * oshape[last]
+            o_s = o_b - o_a
+            i_s = subs[row + o_b] - subs[row + o_a]
+            if steps[2] == 0:
+                steps[0] = o_s
+                steps[1] = i_s
+                steps[2] = 1
+            elif o_s != steps[0] or i_s != steps[1]:
+                err[0] = 1
+                err[1] = o_s
+                err[2] = i_s
+                err[3] = steps[0]
+                err[4] = steps[1]
+                break
+            marked[kin] = True
+    if err[0] == 0 and steps[2] == 1:
+        for kin in range(kshape[last]):
+            if not marked[kin]:
+                continue
+            at = soff[last] + off_d[koff[last] + kin]
+            for j in range(cnt_d[koff[last] + kin] - 1):
+                if act[at + j + 1] - act[at + j] != steps[0]:
+                    err[0] = 2
+                    err[1] = kin
+                    err[2] = act[at + j + 1] - act[at + j]
+                    err[3] = act[at + j]
+                    err[4] = steps[0]
+                    break
+            if err[0] != 0:
+                break
+    cnt = np.zeros(num_k * nw, np.int64)
+    if err[0] != 0:
+        return window, np.zeros(0, np.int64), cnt, np.zeros(0, np.int64), positions, steps, err
+    # per (kernel position, worker): the rows its contiguous range of elements touches
+    n_entries = 0
+    for k in range(num_k):
+        pr = max(per_row[k], 1)
+        for w in range(nw):
+            beg = (w * total[k]) // nw
+            end = ((w + 1) * total[k]) // nw
+            if end > beg:
+                cnt[k * nw + w] = (end - 1) // pr - beg // pr + 1
+                n_entries += cnt[k * nw + w]
+    entries = np.empty(3 * n_entries, np.int64)
+    num = np.empty(n_entries, np.int64)
+    e = 0
+    for k in range(num_k):
+        p = per_row[k]
+        kin = (k // kstride[last]) % kshape[last]
+        inner_at = soff[last] + off_d[koff[last] + kin]
+        inner_row = soff[last] + kin * oshape[last]
+        for w in range(nw):
+            beg = (w * total[k]) // nw
+            end = ((w + 1) * total[k]) // nw
+            first = beg // max(p, 1)
+            for j in range(cnt[k * nw + w]):
+                r = first + j
+                x0 = max(beg, r * p) - r * p
+                x1 = min(end, (r + 1) * p) - r * p
+                o_inner = act[inner_at + x0]
+                o_row = o_inner
+                i_row = subs[inner_row + o_inner] - window[last, 0]
+                for d in range(n - 2, -1, -1):  # unravel r over [batch, *counts], last first
+                    kd = (k // kstride[d]) % kshape[d]
+                    c = cnt_d[koff[d] + kd]
+                    i_d = r % c
+                    r = r // c
+                    o_loc = act[soff[d] + off_d[koff[d] + kd] + i_d]
+                    o_row += o_loc * out_strides[d]
+                    i_row += (subs[soff[d] + kd * oshape[d] + o_loc] - window[d, 0]) * in_strides[d]
+                entries[3 * e] = o_row + r * out_field
+                entries[3 * e + 1] = x1 - x0
+                entries[3 * e + 2] = i_row + r * in_field
+                num[e] = x1 - x0
+                e += 1
+    return window, entries, cnt, num, positions, steps, err
 
 
 def _shared_count_lists(cnt: np.ndarray, num: np.ndarray) -> list[list[int]]:
