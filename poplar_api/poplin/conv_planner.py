@@ -65,12 +65,12 @@ product with one input channel and batch 1 (:func:`outer_product_applies`; one p
 its closed form being Poplibs' own estimate) and the weight update of a joint
 fully-connected plan whose forward pass runs the horizontal MAC.
 
-Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC
-family, input-channel serial splits of an expanded convolution and the planner's
-other transforms (swapping the
-operands of a convolution that is not a matMul, expanding some dimensions only,
-flattening the batch into the field); docs/planner.md compares ipusim's plans with
-Poplibs'.
+Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC family,
+input-channel serial splits of an expanded convolution and the planner's other
+transforms (swapping the operands of a convolution that is not a matMul, expanding
+some dimensions only, flattening the batch into the field); docs/planner.md compares
+ipusim's plans with Poplibs'. A HALF matMul product the Poplibs model covers is planned
+by it instead (:mod:`~poplar_api.poplin.poplibs_plans`).
 """
 
 from __future__ import annotations
@@ -491,9 +491,11 @@ def _gather(
     conv_pass: str | None = None,
     swapped: bool = False,
     kind: str = "out",
+    splits: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
 ) -> dict[str, np.ndarray]:
     """The candidates of every method for ``serial`` iterations over ``1 / serial`` of the
-    ``kind`` ("out" or "in") channels each, with their costs for the whole convolution.
+    ``kind`` ("out" or "in") channels each, with their costs for the whole convolution
+    (``splits``: only those of one iteration's convolution, as :func:`_candidates`).
 
     Poplibs' model of a serial split (``addEstimates``, ``ConvModel.cpp`` at 7eac0f26):
     the cycles of one iteration, with its dynamic slices, update or in-place addition
@@ -507,7 +509,7 @@ def _gather(
     """
     sub = split_params(params, kind, serial) if serial > 1 else params
     maps = dim_maps(sub)
-    cands = [_candidates(sub, m, partials, target, maps, fast) for m in methods]
+    cands = [_candidates(sub, m, partials, target, maps, fast, splits) for m in methods]
     cat = {k: _join([c[k] for c in cands]) for k in cands[0]}
     cycles, temp = transform_estimates(sub, conv_pass, swapped, cat["icg"], cat["ocg"],
                                        cat["used"], target, weights_per_conv_unit(sub))  # fmt: skip

@@ -43,6 +43,7 @@ from poplar_api.poplin.fc_joint import (
 )
 from poplar_api.poplin.fc_transpose import group_sizes, weight_transpose
 from poplar_api.poplin.outer_product import outer_product_conv
+from poplar_api.poplin.poplibs_plans import adopted_plan
 from poplar_api.program import Copy
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
@@ -198,6 +199,9 @@ def _plan_alone(
     """
     g, m, k, n = dims
     target = graph.getTarget()
+    adopted = _adopted(graph, dims, in_type, out_type, conv, what)
+    if adopted is not None:
+        return adopted
     limit = memory_limit(target, conv)
     best: tuple[tuple[int, int, int], ConvParams, ConvPlan, dict[str, str]] | None = None
     for swap in _swap_candidates(parse_options(conv, what)):
@@ -213,6 +217,32 @@ def _plan_alone(
             best = (key, params, plan, form)
     assert best is not None
     return best[1], best[2], best[3]
+
+
+#: Name of the graph's library cache of the products Poplibs' plan is taken for.
+POPLIBS_PLANS_CACHE = "poplin.poplibs_plans"
+
+
+def _adopted(
+    graph: Graph, dims: _Dims, in_type: Type, out_type: Type, conv: _Opts, what: str
+) -> _Planned | None:
+    """Poplibs' plan of the product planned alone where ipusim takes it
+    (:func:`~poplar_api.poplin.poplibs_plans.adopted_plan`), put in the plan cache under
+    its operand order's options so that the lowering runs it; None where ipusim plans the
+    product itself. Cached per graph."""
+    target = graph.getTarget()
+    key = (target.getNumTiles(), dims, in_type.name, out_type.name, tuple(sorted(conv.items())))
+    cache = graph.libraryCache(POPLIBS_PLANS_CACHE)
+    if key not in cache:
+        found = adopted_plan(dims, in_type, out_type, parse_options(conv, what), target)
+        if found is not None:
+            params, plan = found
+            form = _form_options(conv, plan.swapped)
+            plan_key = plan_cache_key(target, params, parse_options(form, what))
+            graph.libraryCache(PLAN_CACHE)[plan_key] = plan
+            found = (params, plan, form)
+        cache[key] = found
+    return cache[key]
 
 
 #: Name of the graph's library cache of fully-connected layers' plans.

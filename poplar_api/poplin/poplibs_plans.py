@@ -1,0 +1,158 @@
+"""Poplibs' plan of a HALF matMul product, as ipusim's planner takes it.
+
+For the products :mod:`~poplar_api.poplin.poplibs_matmul_model` restates Poplibs' planner
+for (graphcore/poplibs ``7eac0f26``: ``createPlan`` over both operand orders, the
+``ConvPartial1x1Out`` AMP candidates, ``constructModel``'s partitions and
+``addEstimates``' costs), ipusim plans a product as that model picks it: operand order,
+partition (``fieldSplit``, ``outChanSplit``, ``inChanSplit``, ``convGroupSplit``), serial
+passes and their kind, and the AMP grouping. The plan's blocks, tiles and costs are then
+ipusim's own for that partition (:func:`~poplar_api.poplin.conv_planner._gather` on the
+given split, the vertex estimate of its largest block), so the cost a plan reports is
+ipusim's estimate of Poplibs' plan.
+
+A product is covered (:func:`covered_options`, :func:`model_plan`) when it is what the
+model restates and its plan is provably Poplibs' (``docs/planner.md``, "Poplibs' plans of
+rows 1-6 and 10-12"):
+
+* HALF operands and output, FLOAT partials, planned alone (``NONE_MATMUL`` or a
+  fully-connected pass not planned jointly), on one IPU, with no option but
+  ``availableMemoryProportion``, ``partialsType`` and a ``planConstraints`` naming the
+  AMP or the operand order;
+* more than 16 input channels ``K``: HALF partials are not a candidate
+  (``getConvVertexAMPCandidates``), and an AMP with fewer input channels per group is
+  not strictly cheaper than the same partition with 16 (``docs/planner.md``);
+* ``M K N / (4 T)`` cycles (``T`` tiles; ``getMaxMACsPerCyclePerTile`` 4 HALF for the
+  MAC vertices, ``constructModel``'s lower bound of their partial sums) above the plan's
+  cycles: no horizontal or vertical MAC, SLIC or outer-product plan can be cheaper.
+
+A covered plan that ipusim cannot run is not taken (:func:`adopted_plan` returns None and
+ipusim's own search plans the product): the model's 16 partial channels per group
+(ipusim's AMP for HALF inputs with FLOAT partials has 8 conv units), a serial split that
+does not divide the channels (Poplibs pads the last iteration), or the inputs broadcast
+before a serial loop (``broadcastInputBeforeLoop``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from poplar_api.poplin.conv_params import ConvParams
+from poplar_api.poplin.conv_planner import COST_KEYS, ConvPlan, _gather, amp_groups, plan_from
+from poplar_api.poplin.conv_transform import MATMUL_PASSES
+from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
+from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
+from poplar_api.types import FLOAT, HALF, Type
+
+__all__ = ["adopted_plan", "covered_options", "model_plan"]
+
+#: Convolution options a covered product may have (parsed: ``method`` and ``expand``
+#: are always present; ``swap`` is a ``planConstraints`` operand order).
+_ALLOWED = {"availableMemoryProportion", "partialsType", "pass", "method", "expand", "swap",
+            "planConstraints"}  # fmt: skip
+
+
+def covered_options(
+    dims: tuple[int, int, int, int],
+    in_type: Type,
+    out_type: Type,
+    opts: Mapping[str, Any],
+    target: Any,
+) -> bool:
+    """Whether the product ``dims`` ``(G, M, K, N)`` with the parsed convolution options
+    ``opts`` is of the kind the model restates (the first two conditions of the module
+    docstring; the third needs the plan, :func:`model_plan`)."""
+    _, _, k, _ = dims
+    return (
+        in_type == HALF
+        and out_type == HALF
+        and opts.get("partialsType") == FLOAT
+        and opts.get("pass") in MATMUL_PASSES
+        and opts.get("method") in (None, "AMP")
+        and opts.get("expand") is None
+        and set(opts) <= _ALLOWED
+        and target.getNumTiles() == target.getTilesPerIPU()
+        and k > 16
+    )
+
+
+def model_plan(
+    dims: tuple[int, int, int, int], opts: Mapping[str, Any], target: Any
+) -> dict[str, Any] | None:
+    """The model's plan of a product :func:`covered_options` accepts, or None when the
+    MAC vertices' lower bound does not put it beyond doubt (or no AMP plan fits)."""
+    swap = opts.get("swap")
+    swaps = (True, False) if swap is None else (bool(swap),)
+    proportion = float(opts.get("availableMemoryProportion", 0.6))
+    try:
+        plan = poplibs_matmul_plan(dims, target, opts["pass"], proportion, 8, swaps)
+    except ValueError:
+        return None
+    g, m, k, n = dims
+    if g * m * k * n // (4 * target.getNumTiles()) <= plan["cost"][0]:
+        return None
+    return plan
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _params(dims: tuple[int, int, int, int], swapped: bool, type_: Type) -> ConvParams:
+    """The convolution of the product (its swap: ``B^T A^T``), as ``matMul`` makes it."""
+    g, m, k, n = dims
+    if swapped:
+        m, n = n, m
+    return ConvParams(type_, 1, [m], [1], k, n, g, outputType=type_)
+
+
+def adopted_plan(
+    dims: tuple[int, int, int, int],
+    in_type: Type,
+    out_type: Type,
+    opts: Mapping[str, Any],
+    target: Any,
+) -> tuple[ConvParams, ConvPlan] | None:
+    """The convolution ``matMul`` runs for the product ``dims`` and the plan of it
+    Poplibs' planner picks, or None when the product is not covered or ipusim cannot run
+    that plan (module docstring)."""
+    if not covered_options(dims, in_type, out_type, opts, target):
+        return None
+    plan = model_plan(dims, opts, target)
+    if plan is None or plan["broadcast"]:
+        return None
+    icg, ocg, units, _ = amp_groups(HALF, FLOAT, target, 8)
+    if tuple(plan["groups"]) != (icg, ocg):
+        return None
+    s = plan["splits"]
+    params = _params(dims, plan["swapped"], in_type)
+    so, si = s["outChanSplit.serial"], s["inChanSplit.serial"]
+    co, ci = params.outputChannelsPerConvGroup, params.inputChannelsPerConvGroup
+    if co % so or ci % si:
+        return None
+    kind, serial = ("in", si) if si > 1 else ("out", so)
+    co, ci = co // so, ci // si
+    sizes = (params.numConvGroups, 1, params.getOutputFieldShape()[0], co, ci)
+    splits = (s["convGroupSplit"], 1, s["fieldSplit"], s["outChanSplit.parallel"],
+              s["inChanSplit.parallel"])  # fmt: skip
+    grains = (1, 1, 1, ocg, icg)
+    # a block of ceil(ceil(n / grain) / split) grains (ceildivConstrainDivisor), at most n
+    blocks = [
+        min(-(-_ceil(n, g) // p) * g, n) for n, p, g in zip(sizes, splits, grains, strict=True)
+    ]
+    parts = [_ceil(n, b) for n, b in zip(sizes, blocks, strict=True)]
+    if tuple(parts) != splits:  # (each split is the least giving its block: never here)
+        return None
+    rows = ([np.array([x], np.int64) for x in parts], [np.array([x], np.int64) for x in blocks])
+    methods = [("AMP", units)]
+    rearrange = opts["pass"] in MATMUL_PASSES[1:]
+    cat = _gather(params, methods, FLOAT, target, serial, rearrange, False, opts["pass"],
+                  plan["swapped"], kind, rows)  # fmt: skip
+    cost = {key: int(cat[key][0]) for key in COST_KEYS}
+    conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
+    cost["compute"] = int(largest_block_estimate(params, target)(conv)) * serial
+    cost["total"] = sum(cost[key] for key in COST_KEYS[:-1])
+    conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
+    return params, conv
