@@ -425,7 +425,7 @@ def _variable_tile_counts(starts, holder, size, tile, var_ids, num_tiles):  # pr
                 acc[t] += (starts[k + 1] if k + 1 < m else size) - starts[k]
             k += 1
         if not ascending:
-            touched[:count] = np.sort(touched[:count])
+            touched[:count].sort()
         for j in range(count):
             t = touched[j]
             out_var[r] = vid
