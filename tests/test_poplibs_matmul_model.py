@@ -180,3 +180,13 @@ def test_the_amp_inner_loop_is_the_vertex_estimators() -> None:
             for f in fields
         ]  # fmt: skip
         assert got.tolist() == want
+
+
+def test_no_operand_order_is_refused_by_name() -> None:
+    """An empty ``swaps`` searches nothing: the error names the argument and what it
+    needs, not a plan that does not fit (a product that fits in either order)."""
+    t = _target("mk2-ipumodel")
+    assert poplibs_matmul_plan((1, 200, 64, 10000), t, swaps=(False,))["swapped"] is False
+    with pytest.raises(ValueError, match=r"swaps=\(\) names no operand order") as err:
+        poplibs_matmul_plan((1, 200, 64, 10000), t, swaps=())
+    assert "fits" not in str(err.value)

@@ -553,6 +553,11 @@ def poplibs_matmul_plan(
     operand order (by ``swapped``). ``swaps`` are the operand orders searched (one when
     a ``planConstraints`` ``transform.swapOperands`` forces it).
     """
+    if not swaps:
+        raise ValueError(
+            f"poplibs_matmul_plan: swaps={swaps!r} names no operand order; give at least "
+            "one of True (swapped) and False (unswapped)"
+        )
     bound = int(target.getBytesPerTile() * proportion)
     best: dict[str, Any] | None = None
     best_one: tuple[int, int] | None = None
