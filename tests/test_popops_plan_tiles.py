@@ -118,3 +118,20 @@ def test_regions_are_runs_of_consecutive_ids_on_one_tile(case: str) -> None:
     want = (order, start, end, rtile, np.argsort(rtile, kind="stable"))
     for g, w in zip(got, want, strict=True):
         assert g.tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64])
+def test_region_tiles_keep_the_dtype_of_the_tiles(dtype) -> None:
+    """layout._regions gives each region's tile in the dtype of the tiles it was given
+    (a graph's element tiles are int32, small ones int16), with numpy's values."""
+    from poplar_api.popops.layout import _regions
+
+    rng = np.random.default_rng(5)
+    ids = rng.permutation(300)
+    tiles = rng.integers(0, 4, 300).astype(dtype)
+    order = np.argsort(ids, kind="stable")
+    sid, stile = ids[order], tiles[order]
+    cut = [k for k in range(1, 300) if sid[k] != sid[k - 1] + 1 or stile[k] != stile[k - 1]]
+    rtile = _regions(ids, tiles)[3]
+    assert rtile.dtype == dtype
+    assert rtile.tolist() == stile[[0, *cut]].tolist()

@@ -129,14 +129,15 @@ def _regions(
     """The contiguous regions of elements ``ids`` on ``tiles``: ``(order, start, end,
     tile, by_tile)``; region ``r`` holds the positions ``order[start[r]:end[r]]``
     (ascending element ids, one tile), ``by_tile`` lists the regions tile by tile,
-    each tile's in element-id order."""
+    each tile's in element-id order; the region tiles keep the dtype of ``tiles``."""
     order = id_order(ids)
-    ids, tiles = _readonly(ids), _readonly(tiles)
+    given = np.asarray(tiles)  # the region tiles are read from these, in their own dtype
+    ids, tiles = _readonly(ids), _readonly(given)
     count = _region_starts(ids, tiles, order, _NO_STARTS)  # (no array of the ids in order)
     start = np.empty(count, np.int64)
     _region_starts(ids, tiles, order, start)
     end = np.append(start[1:], ids.size) if count else start.copy()
-    rtile = tiles[order[start]]
+    rtile = given.reshape(-1)[order[start]]
     return order, start, end, rtile, np.argsort(rtile, kind="stable")
 
 
