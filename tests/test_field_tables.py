@@ -182,3 +182,37 @@ def test_joined_slices_of_one_array_in_order_are_a_view_of_it() -> None:
     wider = _join(in_order, np.int64)  # another type: converted
     assert wider.dtype == np.int64 and not np.shares_memory(wider, ids)
     np.testing.assert_array_equal(wider, ids)
+
+
+@pytest.mark.parametrize(
+    "begins,ends,room,match",
+    [
+        ([1, -2], [3, 1], 5, r"positions -2\.\.2 lie outside the 8 held"),
+        ([6, 2], [9, 4], 5, r"positions 2\.\.8 lie outside the 8 held"),
+        ([0, 5], [4, 8], 6, r"7 ids from position 0 do not fit the 6 entries of out"),
+    ],
+)
+def test_take_run_ranges_refuses_ranges_it_cannot_take(begins, ends, room, match) -> None:
+    """Positions outside the runs, or more ids than ``out`` has room for, raise a
+    ``ValueError`` naming the function (as ``run_ranges`` does) instead of a wrong id,
+    an endless walk or a write past ``out`` in the compiled pass."""
+    starts, firsts = np.array([0, 4], np.int64), np.array([10, 100], np.int64)
+    b, e = np.array(begins, np.int64), np.array(ends, np.int64)
+    out = np.zeros(room, np.int64)
+    with pytest.raises(ValueError, match=f"^take_run_ranges: {match}$"):
+        runs.take_run_ranges(starts, firsts, 8, b, e, out, 0)
+    assert not out.any()  # nothing written
+
+
+def test_take_run_ranges_needs_runs_and_ignores_empty_ranges() -> None:
+    """No runs to take from is refused; ranges with no positions (even outside the runs)
+    take nothing, as in ``run_ranges``; a range ending at the last position is taken."""
+    none, out = np.zeros(0, np.int64), np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match=r"positions 0\.\.1 lie outside the 0 held"):
+        runs.take_run_ranges(none, none, 0, np.array([0]), np.array([2]), out, 0)
+    starts, firsts = np.array([0, 4], np.int64), np.array([10, 100], np.int64)
+    b, e = np.array([9, 6, -3], np.int64), np.array([9, 8, -5], np.int64)
+    assert runs.take_run_ranges(starts, firsts, 8, b, e, out, 1) == 3
+    assert out.tolist() == [0, 102, 103, 0]
+    lo, hi = runs.run_ranges(starts, firsts, 8, b, e)
+    assert (lo.tolist(), hi.tolist()) == ([102], [104])

@@ -598,12 +598,37 @@ def put_ranges(dst, begins, ends, src):  # pragma: no cover - compiled
             j += 1
 
 
-@numba.njit(cache=True, nogil=True)
-def take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no cover
+def take_run_ranges(
+    starts: np.ndarray,
+    firsts: np.ndarray,
+    size: int,
+    begins: np.ndarray,
+    ends: np.ndarray,
+    out: np.ndarray,
+    at: int,
+) -> int:
     """:func:`take_ranges` over a sequence held as runs of consecutive ids (run ``r``
     starts at position ``starts[r]`` with id ``firsts[r]``; ``size`` positions in all,
     as :class:`~poplar_api.run_ids.RunIds` keeps them): the ids are made from the runs
-    as they are written, never expanded first."""
+    as they are written, never expanded first. Returns where the next id would go.
+
+    Raises ``ValueError``, as :func:`run_ranges` does, when a non-empty range reaches a
+    position outside the ``size`` held (or there are no runs), and when ``out`` has no
+    room for the ids from ``at`` on: the compiled pass checks no bounds, and would read
+    past the runs or write past ``out``."""
+    _check_positions("take_run_ranges", starts, size, begins, ends)
+    room = int(np.maximum(np.asarray(ends) - np.asarray(begins), 0).sum())
+    if at < 0 or at + room > out.shape[0]:
+        raise ValueError(
+            f"take_run_ranges: {room} ids from position {at} do not fit the {out.shape[0]} "
+            "entries of out"
+        )
+    return _take_run_ranges(starts, firsts, size, begins, ends, out, at)
+
+
+@numba.njit(cache=True, nogil=True)
+def _take_run_ranges(starts, firsts, size, begins, ends, out, at):  # pragma: no cover
+    # the pass of take_run_ranges (its arguments checked there)
     j = at
     nruns = starts.shape[0]
     for q in range(begins.shape[0]):
@@ -675,11 +700,7 @@ def run_ranges(
     starts, firsts = (read_only(np.asarray(a, np.int64)) for a in (starts, firsts))
     begins, ends = (read_only(np.asarray(a, np.int64)) for a in (begins, ends))
     size = np.int64(size)
-    if begins.size and (starts.size == 0 or begins.min() < 0 or ends.max() > size):
-        used = ends > begins  # masks only when a range may lie outside (rare)
-        if used.any() and (starts.size == 0 or begins[used].min() < 0 or ends[used].max() > size):
-            lo, hi = int(begins[used].min()), int(ends[used].max())
-            raise ValueError(f"run_ranges: positions {lo}..{hi - 1} lie outside the {size} held")
+    _check_positions("run_ranges", starts, size, begins, ends)
     n = _run_ranges(starts, firsts, size, begins, ends, _NO_ROWS, _NO_ROWS, False)
     lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
     _run_ranges(starts, firsts, size, begins, ends, lo, hi, True)
@@ -687,3 +708,17 @@ def run_ranges(
 
 
 _NO_ROWS = np.zeros(0, np.int64)
+
+
+def _check_positions(
+    api: str, starts: np.ndarray, size: int, begins: np.ndarray, ends: np.ndarray
+) -> None:
+    """Raise ``ValueError`` (naming ``api``) when a non-empty range ``[begins[q],
+    ends[q])`` reaches a position outside the ``size`` held as runs from ``starts``, or
+    there are no runs to take from: the compiled passes check no bounds."""
+    begins, ends = np.asarray(begins), np.asarray(ends)
+    if begins.size and (starts.size == 0 or begins.min() < 0 or ends.max() > size):
+        used = ends > begins  # masks only when a range may lie outside (rare)
+        if used.any() and (starts.size == 0 or begins[used].min() < 0 or ends[used].max() > size):
+            lo, hi = int(begins[used].min()), int(ends[used].max())
+            raise ValueError(f"{api}: positions {lo}..{hi - 1} lie outside the {size} held")
