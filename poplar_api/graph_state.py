@@ -223,6 +223,12 @@ class _Space:
         starts = np.concatenate(([0], starts)) if tiles.size else starts
         return starts.astype(np.int64, copy=False), tiles[starts]
 
+    def held_runs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(starts, tiles)`` of :meth:`runs` while the tiles are held as runs
+        (:meth:`compact`), else ``None``: a reader that can use runs reads them without
+        making the array again."""
+        return self._runs
+
     def compact(self, changes: np.ndarray | None = None) -> None:
         """Keep the tiles as runs (:meth:`runs` of ``changes``) and free the array."""
         if self._runs is None:

@@ -532,7 +532,8 @@ def touched_keys(
             arrays = variables.arrays(ft.type) if ft.size else None
             if arrays is None:
                 continue
-            tile = state.space(ft.type).tile
+            space = state.space(ft.type)  # a compacted space's tiles read as its runs
+            tile = space.held_runs() or space.tile
             keyed = variable_tile_counts(ft.touched(), tile, arrays[0], arrays[1], num_tiles)
             if ft.spec.direction in ("in", "inout"):
                 found[False].append(keyed)

@@ -185,16 +185,63 @@ def _variable_tile_counts(
     return m
 
 
+@numba.njit(cache=True, nogil=True)
+def _variable_run_tile_counts(
+    begin, end, runs, tile_starts, tile_values, bases, var_ids, nt, keys, counts
+):  # pragma: no cover - compiled
+    # _variable_tile_counts with the tiles held as runs (run k from id tile_starts[k] on
+    # tile tile_values[k]): the run of an id is looked up (a binary search) only when the
+    # id leaves the run found last, as the variable is
+    fill = keys.size > 0
+    n = bases.size
+    tn = tile_starts.size
+    top = np.iinfo(np.int64).max
+    lo = 1
+    hi = 0  # the id range of the variable found last (empty before the first)
+    tlo = 1
+    thi = 0  # the id range of the tile run found last
+    vid = np.int64(0)
+    t = np.int64(0)
+    last = np.int64(-1)
+    m = 0
+    for r in range(begin.size):
+        b = np.int64(begin[r])
+        e = np.int64(end[r]) if runs else b + 1
+        for i in range(b, e):
+            if i < lo or i >= hi:
+                j = np.searchsorted(bases, i, side="right") - 1
+                lo = bases[j]
+                hi = bases[j + 1] if j + 1 < n else top
+                vid = var_ids[j]
+            if i < tlo or i >= thi:
+                k = np.searchsorted(tile_starts, i, side="right") - 1
+                tlo = tile_starts[k]
+                thi = tile_starts[k + 1] if k + 1 < tn else top
+                t = np.int64(tile_values[k])
+            key = vid * nt + t
+            if m and key == last:
+                if fill:
+                    counts[m - 1] += 1
+                continue
+            if fill:
+                keys[m] = key
+                counts[m] = 1
+            last = key
+            m += 1
+    return m
+
+
 def variable_tile_counts(
     held: np.ndarray | tuple[np.ndarray, np.ndarray],
-    tile: np.ndarray,
+    tile: np.ndarray | tuple[np.ndarray, np.ndarray],
     bases: np.ndarray,
     var_ids: np.ndarray,
     nt: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(keys, counts)``: ``variable * nt + tile`` of the ids ``held`` (an id array, or
     runs ``(begin, end)``), the variable from ``bases`` and ``var_ids`` and the tile from
-    ``tile`` (by id), one key per stretch of consecutive ids with the same key and how
+    ``tile`` (by id, or as runs ``(starts, tiles)`` of a compacted space, read as runs
+    without making the array), one key per stretch of consecutive ids with the same key and how
     many ids it holds (keys repeat when a stretch comes back; sum the counts per key).
 
     Two compiled passes (a count, then the stretches): runs are never expanded into ids
@@ -204,8 +251,14 @@ def variable_tile_counts(
     begin = read_only(np.asarray(held[0] if is_runs else held))
     end = read_only(np.asarray(held[1], begin.dtype)) if is_runs else begin
     none = np.zeros(0, np.int64)
-    args = (begin, end, is_runs, tile, bases, var_ids, np.int64(nt))
-    m = int(_variable_tile_counts(*args, none, none))
+    if isinstance(tile, tuple):
+        starts = read_only(np.asarray(tile[0], np.int64))
+        args = (begin, end, is_runs, starts, tile[1], bases, var_ids, np.int64(nt))
+        kernel = _variable_run_tile_counts
+    else:
+        args = (begin, end, is_runs, tile, bases, var_ids, np.int64(nt))
+        kernel = _variable_tile_counts
+    m = int(kernel(*args, none, none))
     keys, counts = np.empty(m, np.int64), np.empty(m, np.int64)
-    _variable_tile_counts(*args, keys, counts)
+    kernel(*args, keys, counts)
     return keys, counts

@@ -1,0 +1,92 @@
+"""``touched_keys`` of a compute set reads a compacted element space's tiles as runs:
+the same keys and counts as from the tile array, and the space stays compact (its
+array, as large as the space, is not made again)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from poplar_api.graph_state import _Space
+from poplar_api.lowering.computeset import touched_keys
+from poplar_api.lowering.variable_marks import variable_tile_counts
+
+
+class _Field(SimpleNamespace):
+    def touched(self):
+        return self.held
+
+
+def _field(size: int, held, direction: str) -> _Field:
+    return _Field(size=size, type="f", held=held, spec=SimpleNamespace(direction=direction))
+
+
+def _setup(seed: int):
+    """A space of 3,000 elements over 16 tiles in runs (some unmapped), 30 variables,
+    and a table of four fields: ids, id runs, in, out and inout."""
+    rng = np.random.default_rng(seed)
+    nt = 16
+    space = _Space(nt)
+    sizes = rng.integers(20, 200, 30)
+    space.allocate_many(sizes, list(range(100, 130)))
+    n = space.size
+    tile = np.resize(np.repeat(rng.integers(-1, nt, 60), rng.integers(1, 120, 60)), n)
+    space.tile[:n] = tile
+    bases = np.asarray(space.var_bases, np.int64)
+    var_ids = np.asarray(space.var_ids, np.int64)
+    begin = np.sort(rng.choice(n - 50, 12, replace=False))
+    runs_held = (begin, begin + rng.integers(1, 50, 12))
+    fields = [
+        _field(400, rng.integers(0, n, 400), "in"),
+        _field(1, runs_held, "inout"),
+        _field(90, rng.integers(0, n, 90), "out"),
+        _field(0, np.zeros(0, np.int64), "in"),
+    ]
+    table = SimpleNamespace(groups=[SimpleNamespace(fields=fields)])
+    state = SimpleNamespace(space=lambda t: space)
+    variables = SimpleNamespace(arrays=lambda t: (bases, var_ids))
+    return space, tile.copy(), table, state, variables, nt
+
+
+def _numpy_keys(fields, tile, bases, var_ids, nt, directions):
+    ids = []
+    for ft in fields:
+        if ft.size and ft.spec.direction in directions:
+            h = ft.held
+            ids.append(np.concatenate([np.arange(b, e) for b, e in zip(*h, strict=True)])
+                       if isinstance(h, tuple) else h)  # fmt: skip
+    ids = np.concatenate(ids)
+    keys = var_ids[np.searchsorted(bases, ids, side="right") - 1] * nt + tile[ids]
+    return np.unique(keys, return_counts=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_touched_keys_of_a_compacted_space_keep_it_compact(seed: int) -> None:
+    space, tile, table, state, variables, nt = _setup(seed)
+    bases, var_ids = variables.arrays("f")
+    fields = table.groups[0].fields
+    want = [*_numpy_keys(fields, tile, bases, var_ids, nt, ("in", "inout")),
+            *_numpy_keys(fields, tile, bases, var_ids, nt, ("out", "inout"))]  # fmt: skip
+    before = touched_keys(table, state, variables, nt)
+    space.compact()
+    assert space.held_runs() is not None
+    after = touched_keys(table, state, variables, nt)
+    assert space.held_runs() is not None  # still runs: the array was not made again
+    for b, a, w in zip(before, after, want, strict=True):
+        assert a.dtype == b.dtype == np.int64
+        assert a.tolist() == b.tolist() == w.tolist()
+
+
+def test_counts_from_runs_equal_counts_from_the_array() -> None:
+    """variable_tile_counts given a space's tiles as runs gives the array's keys and
+    counts, stretch for stretch (ids in any order, runs of ids across tile runs)."""
+    space, tile, table, _, variables, nt = _setup(7)
+    bases, var_ids = variables.arrays("f")
+    space.compact()
+    for ft in table.groups[0].fields:
+        got = variable_tile_counts(ft.held, space.held_runs(), bases, var_ids, nt)
+        want = variable_tile_counts(ft.held, tile, bases, var_ids, nt)
+        for g, w in zip(got, want, strict=True):
+            assert g.tolist() == w.tolist()
