@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from poplar_api.graph_state import _Space
-from poplar_api.lowering.computeset import touched_keys
+from poplar_api.lowering.computeset import interleaved_keys, touched_keys
 from poplar_api.lowering.variable_marks import variable_tile_counts
 
 
@@ -20,7 +20,8 @@ class _Field(SimpleNamespace):
 
 
 def _field(size: int, held, direction: str) -> _Field:
-    return _Field(size=size, type="f", held=held, spec=SimpleNamespace(direction=direction))
+    spec = SimpleNamespace(direction=direction, interleaved=direction == "in")
+    return _Field(size=size, type="f", held=held, spec=spec)
 
 
 def _setup(seed: int):
@@ -46,7 +47,10 @@ def _setup(seed: int):
     ]
     table = SimpleNamespace(groups=[SimpleNamespace(fields=fields)])
     state = SimpleNamespace(space=lambda t: space)
-    variables = SimpleNamespace(arrays=lambda t: (bases, var_ids))
+    variables = SimpleNamespace(
+        arrays=lambda t: (bases, var_ids),
+        variables_of=lambda t, ids: var_ids[np.searchsorted(bases, ids, side="right") - 1],
+    )
     return space, tile.copy(), table, state, variables, nt
 
 
@@ -90,3 +94,15 @@ def test_counts_from_runs_equal_counts_from_the_array() -> None:
         want = variable_tile_counts(ft.held, tile, bases, var_ids, nt)
         for g, w in zip(got, want, strict=True):
             assert g.tolist() == w.tolist()
+
+
+def test_interleaved_keys_of_a_compacted_space_keep_it_compact() -> None:
+    """interleaved_keys (the fields declared interleaved: here the ``in`` ones) reads
+    a compacted space's tiles without making the array again: numpy's keys."""
+    space, tile, table, state, variables, nt = _setup(11)
+    bases, var_ids = variables.arrays("f")
+    want = _numpy_keys(table.groups[0].fields, tile, bases, var_ids, nt, ("in",))[0]
+    assert interleaved_keys(table, state, variables, nt).tolist() == want.tolist()
+    space.compact()
+    assert interleaved_keys(table, state, variables, nt).tolist() == want.tolist()
+    assert space.held_runs() is not None

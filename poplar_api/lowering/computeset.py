@@ -512,7 +512,7 @@ def interleaved_keys(
                 continue
             held = ft.touched()  # the ids, or runs expanded here without keeping them
             ids = runs.expand(held[0], held[1] - held[0]) if isinstance(held, tuple) else held
-            tiles = state.space(ft.type).tile[ids].astype(np.int64)
+            tiles = state.space(ft.type).tiles_of(ids).astype(np.int64)  # (runs kept)
             keys.append(variables.variables_of(ft.type, ids) * num_tiles + tiles)
     if not keys:
         return np.zeros(0, np.int64)
