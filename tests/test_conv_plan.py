@@ -306,3 +306,13 @@ def test_both_tiles_of_a_bus_pair_receive_one_input_block() -> None:
 def test_blocks_are_spread_over_the_tiles_of_several_ipus() -> None:
     tiles = conv_planner.block_tiles((1, 1, 3, 2, 1), 16, 8)
     assert tiles.reshape(-1).tolist() == [0, 2, 5, 8, 10, 13]
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_windows_rejects_a_block_size_below_one(bad) -> None:
+    """A block of 0 (or less) cannot cut the outputs into chunks: the walk over the
+    chunks would never advance, so the entry refuses it and names the value."""
+    p = poplin.ConvParams(FLOAT, 1, [23], [3], 2, 2, stride=[2])
+    m = dim_maps(p)[0]
+    with pytest.raises(ValueError, match=rf"block size must be at least 1.*smallest {bad}"):
+        _windows([m], np.array([4, bad, 2]), 0)

@@ -118,7 +118,20 @@ def enumerate_splits(
 def windows(maps: list[np.ndarray], blocks: np.ndarray, d: int) -> np.ndarray:
     """Largest input window (elements of dimension ``d``) over the blocks of each size:
     for block size ``b``, the outputs cut into ``[0, b), [b, 2b), ...``, the widest
-    range of input indices any chunk reads (0 when no chunk reads a real input)."""
+    range of input indices any chunk reads (0 when no chunk reads a real input).
+
+    Raises
+    ------
+    ValueError
+        If a block size is below 1: the outputs cannot be cut into empty or negative
+        chunks (the compiled walk would never advance).
+    """
+    blocks = np.asarray(blocks, np.int64).reshape(-1)
+    if blocks.size and int(blocks.min()) < 1:
+        raise ValueError(
+            f"windows: every block size must be at least 1, got blocks={blocks.tolist()} "
+            f"(smallest {int(blocks.min())})"
+        )
     m = maps[d]
     n_out = m.shape[1]
     if n_out == 0:
@@ -128,8 +141,7 @@ def windows(maps: list[np.ndarray], blocks: np.ndarray, d: int) -> np.ndarray:
     small = np.where(valid, m, -1).max(axis=0)
     if m.shape[0] == 1 and bool(valid.all()) and bool((np.diff(big) == 1).all()):
         return np.minimum(blocks, n_out).astype(np.int64)  # one-to-one: the block itself
-    return _window_rows(small.astype(np.int64), big.astype(np.int64),
-                        np.asarray(blocks, np.int64).reshape(-1))  # fmt: skip
+    return _window_rows(small.astype(np.int64), big.astype(np.int64), blocks)
 
 
 @numba.njit(cache=True, nogil=True)
