@@ -152,12 +152,14 @@ def test_operands_of_an_input_channel_serial_plan_are_spread_over_its_tiles() ->
         assert counts.max() <= 2 * counts.mean(), counts
 
 
-def test_the_cheapest_serial_split_is_taken_not_the_first_that_fits() -> None:
+def test_the_cheapest_serial_split_is_taken_not_the_first_that_fits(monkeypatch) -> None:
     """J GEMM 1000 x 256 x 30000 on Mk1 (swapped: 1000 output channels, 256 input
     channels): Poplibs minimises cycles over every serial split within the bound
     (``minimizeCycles``). 4 output-channel passes are the fewest that fit, 5 are cheaper
     by the closed forms; no input-channel split fits (a tile's partials and accumulated
-    partials take at least ``2 x 4 x ceil(1000 x 30000 / 1216)`` bytes)."""
+    partials take at least ``2 x 4 x ceil(1000 x 30000 / 1216)`` bytes). (ipusim's own
+    search: the product is planned as Poplibs' planner picks it, 3 passes of which the
+    last is padded, ``tests/test_poplibs_plans.py``.)"""
     from poplar_api.poplin import conv_planner as cp
 
     graph = Graph(IPUModel("mk1-ipumodel").createDevice().getTarget())
@@ -176,6 +178,7 @@ def test_the_cheapest_serial_split_is_taken_not_the_first_that_fits() -> None:
     assert min(best) == ("out", 4) and all(kind == "out" for kind, _ in best)
     cheapest = min(best, key=best.get)
     assert cheapest == ("out", 5) and best[cheapest] < best[("out", 4)]
+    monkeypatch.setattr(poplin.matmul, "adopted_plan", lambda *a, **k: None)
     plan = poplin.getPlan(graph, (1, 1000, 256, 30000), HALF)
     assert plan.swapped and plan.serial == 5 and plan.in_serial == 1
 

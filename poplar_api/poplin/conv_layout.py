@@ -29,7 +29,7 @@ import numpy as np
 from poplar_api.graph import Graph
 from poplar_api.poplin.conv_params import ConvParams, expand_all_dims
 from poplar_api.poplin.conv_planner import ConvPlan
-from poplar_api.poplin.conv_serial import co_ranges
+from poplar_api.poplin.conv_serial import co_ranges, iteration_chans
 from poplar_api.tensor import Tensor
 from poplar_api.types import Type
 
@@ -209,9 +209,9 @@ def input_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarra
     gi = np.minimum(np.arange(g) // plan.blocks[0], parts[0] - 1)
     bi = np.minimum(np.arange(b) // plan.blocks[1], parts[1] - 1)
     # an input-channel serial split's iterations reuse the blocks: channel c is in
-    # block (c mod Ci / in_serial) of its iteration
+    # block (c mod the iteration's channels) of its iteration
     ci_i = np.minimum(
-        np.arange(ci) % (ci // plan.in_serial) * ktot // plan.blocks[-1], parts[-1] - 1
+        np.arange(ci) % iteration_chans(plan, ci, "in") * ktot // plan.blocks[-1], parts[-1] - 1
     )
     f_term = np.zeros(1, np.int64)
     for d, f in enumerate(fshape):
@@ -302,7 +302,8 @@ def weight_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarr
     for k, (_, o0, o1) in enumerate(cor):
         coblk[o0:o1] = k
     eci = int(eff.inputChannelsPerConvGroup)
-    ciblk = np.minimum(np.arange(eci) % (eci // plan.in_serial) // plan.blocks[-1], parts[-1] - 1)
+    per = iteration_chans(plan, eci, "in")
+    ciblk = np.minimum(np.arange(eci) % per // plan.blocks[-1], parts[-1] - 1)
     # the expanded input channel of weight (c, *k) is c * prod(kernel) + k (row-major)
     ktot = int(np.prod(kernel))
     kprod = ktot if plan.expanded else 1

@@ -244,6 +244,11 @@ class ConvPlan:
     #: ``serial``): ``in_serial`` passes over ``Ci / in_serial`` channels each, their
     #: partials added up in the partials type and cast once after the loop.
     in_serial: int = 1
+    #: Channels of one serial iteration when a split pads its last iteration (Poplibs'
+    #: ``getOutChansPerSerialSplit`` / ``getInChansPerSerialSplit``: whole channel
+    #: grains, the last iteration computing the rest); 0 when every iteration has the
+    #: channels divided by the split. :func:`~.conv_serial.iteration_chans` reads it.
+    serial_chans: int = 0
     #: The ``enableFastReduce`` option: single-input ReduceAdd whenever the output
     #: grain allows it, with the partials in interleaved memory (``constrainPartials``).
     fast_reduce: bool = False
@@ -492,6 +497,7 @@ def _gather(
     swapped: bool = False,
     kind: str = "out",
     splits: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
+    chans: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The candidates of every method for ``serial`` iterations over ``1 / serial`` of the
     ``kind`` ("out" or "in") channels each, with their costs for the whole convolution
@@ -506,8 +512,10 @@ def _gather(
     fully-connected passes planned alone, i.e. not as Poplibs' joint plan of
     :mod:`.fc_joint`), the weights a tile holds before the loop slices them
     (``addRearrangeBeforeSliceEstimate``; its rearranging copy is not costed).
+    ``chans``, when given, is one iteration's channels of a split whose last iteration
+    is padded (:func:`~.serial_estimates.serial_chans`).
     """
-    sub = split_params(params, kind, serial) if serial > 1 else params
+    sub = split_params(params, kind, serial, chans=chans) if serial > 1 else params
     maps = dim_maps(sub)
     cands = [_candidates(sub, m, partials, target, maps, fast, splits) for m in methods]
     cat = {k: _join([c[k] for c in cands]) for k in cands[0]}
@@ -520,6 +528,8 @@ def _gather(
     cat["serial"] = np.full(n, serial if kind == "out" else 1)
     cat["in_serial"] = np.full(n, serial if kind == "in" else 1)
     cat["serial_copy"] = np.zeros(n, np.int64)
+    if chans is not None and serial > 1:
+        cat["serial_chans"] = np.full(n, chans)
     if serial > 1:
         per_iter, once, extra = serial_terms(params, cat, serial, kind, partials, target)
         if kind == "in":  # an iteration's partials are cast only after the loop
@@ -604,6 +614,7 @@ def plan_from(
         memory_bytes=int(cat["memory"][j]),
         serial=int(cat["serial"][j]),
         in_serial=int(cat["in_serial"][j]) if "in_serial" in cat else 1,
+        serial_chans=int(cat["serial_chans"][j]) if "serial_chans" in cat else 0,
         fast_reduce=fast,
         swapped=swapped,
     )

@@ -22,6 +22,16 @@ copies stay on their tiles), convolves them (exchange, partial sums, reduction),
   otherwise (``serialInChanAccum``, an ``If`` on the counter); the sum is cast to the
   output type once, after the loop.
 
+A split whose count does not divide the channel grains (Poplibs' planner allows any
+count up to the grains, ``constructModel``) gives every iteration the grains shared out
+and rounded up (``getOutChansPerSerialSplit``, ``getInChansPerSerialSplit``) and the last
+one the rest: as Poplibs' ``convolutionImpl`` does, the loop runs the full iterations and
+the last runs after it on the same slices, the rest of its channels copied into their
+first channels (the padding of an input-channel split zeroed), with the same convolution
+program; the operands' layouts put channel ``c`` where its iteration's slice reads it
+(``c mod`` the iteration's channels). ipusim's own search splits only by divisors of the
+channels; a plan taken from Poplibs' (:mod:`.poplibs_plans`) may pad.
+
 The planner's estimates of these steps are :mod:`.serial_estimates`.
 """
 
@@ -48,30 +58,59 @@ from poplar_api.tensor import Tensor
 from poplar_api.types import UNSIGNED_INT
 
 __all__ = [
-    "PLAN_CACHE", "co_ranges", "iteration_params", "lower_in_serial", "lower_serial",
-    "plan_cache_key",
+    "PLAN_CACHE", "co_ranges", "iteration_chans", "iteration_params", "lower_in_serial",
+    "lower_serial", "plan_cache_key",
 ]  # fmt: skip
 
 #: Name of the graph's library cache of convolution plans.
 PLAN_CACHE = "poplin.conv.plans"
 
 
+def iteration_chans(plan: ConvPlan, chans: int, kind: str) -> int:
+    """The channels of one iteration of ``plan``'s serial split of the ``chans`` ``kind``
+    ("in" or "out") channels (all of them when those are not split):
+    ``plan.serial_chans`` when the last iteration is padded, else ``chans`` divided by
+    the split."""
+    serial = plan.in_serial if kind == "in" else plan.serial
+    if serial == 1:
+        return int(chans)
+    return int(plan.serial_chans) or int(chans) // serial
+
+
 def iteration_params(params: ConvParams, plan: ConvPlan) -> ConvParams:
     """The convolution of one iteration of ``plan``: ``Co / serial`` output channels, or
-    ``Ci / in_serial`` input channels with partials out (the partials type)."""
+    ``Ci / in_serial`` input channels with partials out (the partials type); a padded
+    split's iterations have :func:`iteration_chans` channels."""
     if plan.in_serial > 1:
-        return split_params(params, "in", plan.in_serial, plan.partials_type)
-    return split_params(params, "out", plan.serial)
+        per = iteration_chans(plan, params.inputChannelsPerConvGroup, "in")
+        return split_params(params, "in", plan.in_serial, plan.partials_type, per)
+    per = iteration_chans(plan, params.outputChannelsPerConvGroup, "out")
+    return split_params(params, "out", plan.serial, chans=per)
 
 
 def co_ranges(plan: ConvPlan, co: int) -> list[tuple[int, int, int]]:
-    """``(parallel part, begin, end)`` of every output-channel block over all iterations."""
-    per = co // plan.serial
+    """``(parallel part, begin, end)`` of every output-channel block over all iterations
+    (a padded split's last iteration has the blocks its channels reach)."""
+    per = iteration_chans(plan, co, "out")
     out = []
     for s in range(plan.serial):
         for i, (lo, hi) in enumerate(plan.ranges(len(plan.parts) - 2, per)):
-            out.append((i, s * per + lo, s * per + hi))
+            if s * per + lo < co:
+                out.append((i, s * per + lo, min(s * per + hi, co)))
     return out
+
+
+def _padded(chans: int, per: int, serial: int, what: str) -> tuple[int, int]:
+    """``(iterations in the loop, channels of the last iteration)`` of ``serial``
+    iterations of ``per`` of ``chans`` channels: all of them, or all but the last when
+    it is padded (Poplibs runs that one after the loop, ``convolutionImpl``)."""
+    rest = chans - (serial - 1) * per
+    if not 0 < rest <= per:
+        raise ValueError(
+            f"{what}: {serial} serial iterations of {per} channels do not cover {chans} "
+            f"channels with a last iteration of 1 to {per}"
+        )
+    return (serial, rest) if rest == per else (serial - 1, rest)
 
 
 def plan_cache_key(target: Any, params: ConvParams, opts: Mapping[str, Any]) -> tuple:
@@ -153,23 +192,49 @@ def lower_serial(
     at the loop counter (``popops.dynamicSlice``), convolves them, writes the outputs
     into the output at the counter (``popops.dynamicUpdate`` of a tensor made by
     ``createSliceableTensorFromSlice``, ``serialOut``) and increments the counter.
+
+    When the last iteration is padded (``plan.serial_chans``), the loop runs the others
+    and the last runs after it, as ``convolutionImpl`` does: its weights are copied into
+    the first channels of the slice (``weightsSerialLastSlice``; the rest keep the
+    previous iteration's, whose outputs are dropped), the same convolution program runs
+    again, and its first channels are copied into the output (``serialUpdateLastSlice``),
+    a clone of the padded ``serialOut`` trimmed to the channels.
     """
     from poplar_api import popops
 
     sub = iteration_params(params, plan)
     n = plan.serial
+    co, per = params.outputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
+    looped, rest = _padded(co, per, n, name)
     counter = _loop_counter(graph, prog, name)
     body = ProgramSequence()
-    w = _sliced(graph, ker, 1, n, counter, body, f"{name}/weightsSerialSlice")
-    with _iteration_plan(graph, sub, opts, dataclasses.replace(plan, serial=1)):
-        out = lower(w, sub, body, f"{name}/serial").expand([0])
+    head = ker if looped == n else ker.slice(0, looped * per, 1)
+    w = _sliced(graph, head, 1, looped, counter, body, f"{name}/weightsSerialSlice")
+    conv = body if looped == n else ProgramSequence()
+    with _iteration_plan(graph, sub, opts, dataclasses.replace(plan, serial=1, serial_chans=0)):
+        out = lower(w, sub, conv, f"{name}/serial").expand([0])
+    if conv is not body:
+        body.add(conv)
     serial_out = createSliceableTensorFromSlice(graph, out, [0], [n], f"{name}/serialOut")
-    dynamicUpdate(graph, serial_out, out, counter, [0], [1], body, f"{name}/serialUpdate")
-    popops.addInPlace(graph, counter, 1, body, f"{name}/loopIncrement")
-    prog.add(Repeat(n, body, f"{name}/serialLoop"))
     shape = serial_out.shape()  # [S, G, B, Co / S, *O] -> [G, B, Co, *O]
-    rolled = serial_out.dimRoll(0, 2)
-    return rolled.reshape([shape[1], shape[2], shape[0] * shape[3], *shape[4:]])
+    whole = serial_out.dimRoll(0, 2).reshape([shape[1], shape[2], n * per, *shape[4:]])
+    if looped < n:  # trimmed to the channels, one contiguous tensor per tile
+        whole = cloneTensor(graph, whole.slice(0, co, 2), f"{name}/serialOut")
+    looped_out = serial_out
+    if looped < n:  # [S - 1, G, B, Co / S, *O] of the trimmed clone
+        looped_out = whole.slice(0, looped * per, 2)
+        looped_out = looped_out.reshape([shape[1], shape[2], looped, per, *shape[4:]])
+        looped_out = looped_out.dimRoll(2, 0)
+    dynamicUpdate(graph, looped_out, out, counter, [0], [1], body, f"{name}/serialUpdate")
+    popops.addInPlace(graph, counter, 1, body, f"{name}/loopIncrement")
+    prog.add(Repeat(looped, body, f"{name}/serialLoop"))
+    if looped < n:
+        rest_w = ker.slice(looped * per, co, 1)
+        last_w = Copy(rest_w, w.slice(0, rest, 1), debugContext=f"{name}/weightsSerialLastSlice")
+        last_out = Copy(out[0].slice(0, rest, 2), whole.slice(looped * per, co, 2),
+                        debugContext=f"{name}/serialUpdateLastSlice")  # fmt: skip
+        prog.add(ProgramSequence([last_w, conv, last_out]))
+    return whole
 
 
 def lower_in_serial(
@@ -192,24 +257,52 @@ def lower_in_serial(
     loop counter, convolves them, copies the partials into the accumulator when the
     counter is 0 and adds them to it otherwise (``If``), and increments the counter;
     after the loop the sum is cast to the output type.
+
+    When the last iteration is padded (``plan.serial_chans``), the loop runs the others
+    and the last runs after it, as ``convolutionImpl`` does: its inputs and weights are
+    copied into the first channels of the slices (``inputSerialLastSlice``,
+    ``weightsSerialLastSlice``), the rest of the smaller of the two slices is zeroed so
+    that the padding adds nothing, the same convolution program runs again, and its
+    partials are added to the accumulator.
     """
     from poplar_api import popops
 
     sub = iteration_params(params, plan)
     n = plan.in_serial
+    ci, per = params.inputChannelsPerConvGroup, sub.inputChannelsPerConvGroup
+    looped, rest = _padded(ci, per, n, name)
     counter = _loop_counter(graph, prog, name)
     body = ProgramSequence()
-    a = _sliced(graph, act, 2, n, counter, body, f"{name}/inputSerialSlice")
-    w = _sliced(graph, ker, 2, n, counter, body, f"{name}/weightsSerialSlice")
-    with _iteration_plan(graph, sub, opts, dataclasses.replace(plan, in_serial=1)):
-        out = lower(a, w, sub, body, f"{name}/serial")
+    a_head = act if looped == n else act.slice(0, looped * per, 2)
+    w_head = ker if looped == n else ker.slice(0, looped * per, 2)
+    a = _sliced(graph, a_head, 2, looped, counter, body, f"{name}/inputSerialSlice")
+    w = _sliced(graph, w_head, 2, looped, counter, body, f"{name}/weightsSerialSlice")
+    conv = body if looped == n else ProgramSequence()
+    plan1 = dataclasses.replace(plan, in_serial=1, serial_chans=0)
+    with _iteration_plan(graph, sub, opts, plan1):
+        out = lower(a, w, sub, conv, f"{name}/serial")
+    if conv is not body:
+        body.add(conv)
     acc = cloneTensor(graph, out, f"{name}/serialOut")
     first = ProgramSequence([Copy(out, acc, debugContext=f"{name}/serialInChanAccum")])
     later = ProgramSequence()
     popops.addInPlace(graph, acc, out, later, f"{name}/serialInChanAccum")
     body.add(If(counter.reshape([]), later, first))
     popops.addInPlace(graph, counter, 1, body, f"{name}/loopIncrement")
-    prog.add(Repeat(n, body, f"{name}/serialLoop"))
+    prog.add(Repeat(looped, body, f"{name}/serialLoop"))
+    if looped < n:
+        last = ProgramSequence([
+            Copy(act.slice(looped * per, ci, 2), a.slice(0, rest, 2),
+                 debugContext=f"{name}/inputSerialLastSlice"),
+            Copy(ker.slice(looped * per, ci, 2), w.slice(0, rest, 2),
+                 debugContext=f"{name}/weightsSerialLastSlice"),
+        ])  # fmt: skip
+        a_pad, w_pad = a.slice(rest, per, 2), w.slice(rest, per, 2)
+        if a_pad.numElements() < w_pad.numElements():
+            popops.zero(graph, a_pad, last, f"{name}/inputSerialLastSlice")
+        else:
+            popops.zero(graph, w_pad, last, f"{name}/weightsSerialLastSlice")
+        prog.add(ProgramSequence([last, conv, later]))
     if params.outputType != sub.outputType:
         acc = popops.cast(graph, acc, params.outputType, prog, f"{name}/cast")
     return acc

@@ -117,7 +117,8 @@ def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None)
     matMul, ``B^T A^T``) as parts of each dimension (groups and batch only when the
     convolution has more than one, field dimensions joined by a dot) with the blocks of
     one tile, the tiles used and the temporary bytes of the largest tile (``of limit``
-    when given).
+    when given). A serial split whose last pass is padded gives the channels of the
+    others.
     """
     sep = " \N{MULTIPLICATION SIGN} "
     nd = params.getNumFieldDims()
@@ -136,9 +137,11 @@ def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None)
         + (["joint"] if plan.joint else [])
     )
     split = f"{sep.join(parts)} (blocks {sep.join(blocks)})"
+    # a split whose last pass is padded: the channels of every pass but the last
+    padded = f" ({plan.serial_chans} channels, the last padded)" if plan.serial_chans else ""
     if plan.serial > 1:
-        split = f"{plan.serial} serial passes of {split}"
+        split = f"{plan.serial} serial passes{padded} of {split}"
     if plan.in_serial > 1:
-        split = f"{plan.in_serial} input-channel serial passes of {split}"
+        split = f"{plan.in_serial} input-channel serial passes{padded} of {split}"
     memory = f"{plan.memory_bytes:,} B" + (f" of {round(limit):,}" if limit is not None else "")
     return f"{head}, {split}, {plan.num_tiles_used} tiles, {memory}"

@@ -25,11 +25,13 @@ rows 1-6 and 10-12"):
   MAC vertices, ``constructModel``'s lower bound of their partial sums) above the plan's
   cycles: no horizontal or vertical MAC, SLIC or outer-product plan can be cheaper.
 
-A covered plan that ipusim cannot run is not taken (:func:`adopted_plan` returns None and
-ipusim's own search plans the product): the model's 16 partial channels per group
-(ipusim's AMP for HALF inputs with FLOAT partials has 8 conv units), a serial split that
-does not divide the channels (Poplibs pads the last iteration), or the inputs broadcast
-before a serial loop (``broadcastInputBeforeLoop``).
+A serial split runs as Poplibs runs it: every iteration but the last has the channel
+grains shared out and rounded up (``getOutChansPerSerialSplit``,
+``getInChansPerSerialSplit``), the last the rest (:mod:`.conv_serial`). A covered plan that
+ipusim cannot run is not taken (:func:`adopted_plan` returns None and ipusim's own search
+plans the product): the model's 16 partial channels per group (ipusim's AMP for HALF
+inputs with FLOAT partials has 8 conv units), or the inputs broadcast before a serial
+loop (``broadcastInputBeforeLoop``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from poplar_api.poplin.conv_planner import COST_KEYS, ConvPlan, _gather, amp_gro
 from poplar_api.poplin.conv_transform import MATMUL_PASSES
 from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
 from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
+from poplar_api.poplin.serial_estimates import serial_chans
 from poplar_api.types import FLOAT, HALF, Type
 
 __all__ = ["adopted_plan", "covered_options", "model_plan"]
@@ -130,10 +133,17 @@ def adopted_plan(
     params = _params(dims, plan["swapped"], in_type)
     so, si = s["outChanSplit.serial"], s["inChanSplit.serial"]
     co, ci = params.outputChannelsPerConvGroup, params.inputChannelsPerConvGroup
-    if co % so or ci % si:
-        return None
     kind, serial = ("in", si) if si > 1 else ("out", so)
-    co, ci = co // so, ci // si
+    # one iteration's channels as Poplibs runs the split (the last iteration padded)
+    whole = ci if kind == "in" else co
+    per = serial_chans(whole, serial, icg if kind == "in" else ocg)
+    if not 0 < whole - (serial - 1) * per <= per:  # (no iteration left empty)
+        return None
+    chans = per if per * serial != whole else None
+    if kind == "in":
+        ci = per
+    else:
+        co = per
     sizes = (params.numConvGroups, 1, params.getOutputFieldShape()[0], co, ci)
     splits = (s["convGroupSplit"], 1, s["fieldSplit"], s["outChanSplit.parallel"],
               s["inChanSplit.parallel"])  # fmt: skip
@@ -149,7 +159,7 @@ def adopted_plan(
     methods = [("AMP", units)]
     rearrange = opts["pass"] in MATMUL_PASSES[1:]
     cat = _gather(params, methods, FLOAT, target, serial, rearrange, False, opts["pass"],
-                  plan["swapped"], kind, rows)  # fmt: skip
+                  plan["swapped"], kind, rows, chans)  # fmt: skip
     cost = {key: int(cat[key][0]) for key in COST_KEYS}
     conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
     cost["compute"] = int(largest_block_estimate(params, target)(conv)) * serial

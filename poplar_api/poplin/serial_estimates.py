@@ -34,7 +34,7 @@ from poplar_api.popops.dynamic_slice import slice_1d_estimate
 from poplar_api.popops.estimators import binary_op_1d_in_place_array
 from poplar_api.types import HALF, Type
 
-__all__ = ["MAX_SERIAL", "serial_options", "serial_terms", "split_params"]
+__all__ = ["MAX_SERIAL", "serial_chans", "serial_options", "serial_terms", "split_params"]
 
 #: Largest serial split tried (of either kind).
 MAX_SERIAL = 16
@@ -45,6 +45,19 @@ def serial_options(channels: int) -> list[int]:
     :data:`MAX_SERIAL`, so every iteration has the same channels (Poplibs allows any
     split up to the number of channel grains, ``constructModel``)."""
     return [s for s in range(2, min(MAX_SERIAL, channels) + 1) if channels % s == 0]
+
+
+def serial_chans(chans: int, serial: int, grain: int) -> int:
+    """The channels of one iteration of a ``serial``-way split of ``chans`` channels in
+    Poplibs' runs of it (``getOutChansPerSerialSplit`` / ``getInChansPerSerialSplit`` in
+    ``lib/poplin/Convolution.cpp`` at graphcore/poplibs ``7eac0f26``): the channel grains
+    (of ``grain`` channels, at most ``chans``) shared out ``serial`` ways, rounded up, so
+    every iteration but the last has this many channels and the last the rest."""
+    if serial == 1:
+        return int(chans)
+    grain = min(int(grain), max(int(chans), 1))
+    grains = -(-int(chans) // grain)
+    return -(-grains // int(serial)) * grain
 
 
 def _slice_cycles(elements: np.ndarray, serial: int, type_: Type, target: Any) -> np.ndarray:
@@ -124,13 +137,21 @@ def serial_terms(
     return per_iter + add, cast, outputs * partials.size
 
 
-def split_params(params: Any, kind: str, serial: int, output_type: Type | None = None) -> Any:
+def split_params(
+    params: Any,
+    kind: str,
+    serial: int,
+    output_type: Type | None = None,
+    chans: int | None = None,
+) -> Any:
     """The convolution of one iteration of a ``serial``-way split over ``kind`` ("in" or
-    "out") channels: ``params`` with ``1 / serial`` of those channels (and
-    ``output_type`` as its output type when given)."""
+    "out") channels: ``params`` with ``1 / serial`` of those channels, or ``chans`` of
+    them when given (a split whose last iteration is padded, :func:`serial_chans`), and
+    ``output_type`` as its output type when given."""
     sub = copy.copy(params)
     attr = "inputChannelsPerConvGroup" if kind == "in" else "outputChannelsPerConvGroup"
-    object.__setattr__(sub, attr, int(getattr(params, attr)) // serial)
+    per = int(getattr(params, attr)) // serial if chans is None else int(chans)
+    object.__setattr__(sub, attr, per)
     if output_type is not None:
         object.__setattr__(sub, "outputType", output_type)
     return sub
