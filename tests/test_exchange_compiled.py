@@ -157,6 +157,55 @@ def test_pair_overlap_against_sets() -> None:
         np.testing.assert_array_equal(got, want)
 
 
+def _progressions(elements: np.ndarray, s: int) -> list[tuple[int, int]]:
+    """``(first, count)`` of the maximal progressions of stride ``s`` that make up the
+    sorted distinct ``elements``, in order of residue then first."""
+    out = []
+    for r in range(s):
+        idx = np.sort(elements[elements % s == r] // s)
+        if idx.size:
+            cuts = np.flatnonzero(np.diff(idx) != 1) + 1
+            for run in np.split(idx, cuts):
+                out.append((int(run[0]) * s + r, run.size))
+    return out
+
+
+def test_pair_common_against_sets() -> None:
+    """What a bus pair both receive as strided progressions (merged per class, one
+    stride a tile), on random element sets of random strides, against the intersection
+    of Python sets: a pair of one stride shares its classes' overlaps; a pair of two
+    strides, whose spans never meet (as the planner takes them), shares none."""
+    from poplar_api.lowering import strided
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        tpi = int(rng.integers(1, 6))
+        n = tpi * int(rng.integers(1, 4))
+        rows = []
+        ids = [set() for _ in range(n)]
+        strides = rng.integers(1, 4, n)
+        for t in range(n):
+            if rng.random() < 0.2:
+                continue  # a tile that receives nothing
+            s = int(strides[t])
+            even = t - (t % tpi) % 2  # the first tile of t's pair
+            base = 0 if strides[even] == s else 10_000  # two strides: spans apart
+            elements = np.unique(base + rng.integers(0, 60, int(rng.integers(1, 30))))
+            ids[t].update(elements.tolist())
+            rows += [(first, c, s, t) for first, c in _progressions(elements, s)]
+        if not rows:
+            continue
+        first, count, stride, tile = (np.array(c, np.int64) for c in zip(*rows, strict=True))
+        common = np.zeros(n, np.int64)
+        strided.pair_common(first, count, stride, tile, tpi, common)
+        want = np.zeros(n, np.int64)
+        for t in range(n):
+            partner = t + 1 if (t % tpi) % 2 == 0 else t - 1
+            if 0 <= partner < n and partner // tpi == t // tpi and partner != t:
+                want[t] = len(ids[t] & ids[partner])
+        np.testing.assert_array_equal(common, want)
+
+
 def test_shared_and_unshared_receive_sides_cost_through_one_signature() -> None:
     """The receive side is passed as float64 whether or not a pair shares bytes, so
     both programs are costed by one compiled signature, with the formula's cycles."""

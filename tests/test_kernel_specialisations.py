@@ -353,8 +353,9 @@ def test_counted_cycles_reach_the_machine_read_only():
 
 
 def test_the_run_search_and_the_range_join_are_inlined_into_their_passes():
-    """The binary search over runs (``_last_at_or_before``) and the join of touching
-    ranges (``_joined``) are inlined into the passes that call them, so they compile no
+    """The binary search over runs (``_last_at_or_before``), the join of touching
+    ranges (``_joined``) and the walk to a tile's bus partner (``bus_pair``, shared
+    with ``strided.pair_common``) are inlined into the passes that call them, so they compile no
     versions of their own (there were two each: writeable runs with the constant 0
     from ``take_run_ranges``, read-only runs from ``_run_ranges``; the constant first
     range 0 and a later one from ``pair_overlap``). The passes still give the ids and
@@ -362,7 +363,7 @@ def test_the_run_search_and_the_range_join_are_inlined_into_their_passes():
     would compile three large passes in every run of the suite)."""
     from poplar_api.lowering import bus, runs
 
-    for helper in (runs._last_at_or_before, bus._joined):
+    for helper in (runs._last_at_or_before, bus._joined, bus.bus_pair):
         assert helper.targetoptions.get("inline") == "always", helper.__name__
     # runs: positions 0..3 hold ids 10..13, positions 4..7 ids 100..103
     starts = np.array([0, 4], np.int64)
@@ -381,6 +382,7 @@ def test_the_run_search_and_the_range_join_are_inlined_into_their_passes():
     assert common.tolist() == [4, 4, 0, 0]
     assert runs._last_at_or_before.signatures == []
     assert bus._joined.signatures == []
+    assert bus.bus_pair.signatures == []
 
 
 def test_an_image_fields_ids_are_read_only_however_they_were_made():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["pair_overlap", "shared_bytes"]
+__all__ = ["bus_pair", "pair_overlap", "shared_bytes"]
 
 
 def shared_bytes(
@@ -71,24 +71,36 @@ def _joined(lo, hi, p, end):  # pragma: no cover - compiled
     return a, b, p
 
 
+@numba.njit(cache=True, inline="always")
+def bus_pair(tile, i, tiles_per_ipu):  # pragma: no cover - compiled
+    """From the first entry ``i`` of a tile in ``tile`` (sorted): ``(j, k)``, the tile's
+    entries ``[i, j)`` and its bus partner's ``[j, k)``; ``k == j`` when the tile is not
+    the even tile of a pair (local tile ``2k`` with ``2k + 1``) or its partner has none.
+    The next tile's entries begin at ``k`` either way. Inlined into the pair walks
+    (:func:`pair_overlap`, :func:`~poplar_api.lowering.strided.pair_common`)."""
+    m = tile.shape[0]
+    t = tile[i]
+    j = i
+    while j < m and tile[j] == t:
+        j += 1
+    k = j
+    local = t % tiles_per_ipu
+    if local % 2 == 0 and local + 1 < tiles_per_ipu:
+        while k < m and tile[k] == t + 1:
+            k += 1
+    return j, k
+
+
 @numba.njit(cache=True)
 def pair_overlap(tile, lo, hi, tiles_per_ipu, common):  # pragma: no cover - compiled
     """Per tile, the ids it receives that its bus partner (local tile ``2k`` with
     ``2k + 1``) receives too (``common``, added to), from id ranges ``[lo, hi)`` sorted
     by (tile, lo), overlapping or not: a walk over the pair's two lists of ranges, each
     side's overlapping or touching ranges joined as it goes."""
-    m = tile.shape[0]
     i = 0
-    while i < m:
-        t = tile[i]
-        j = i
-        while j < m and tile[j] == t:
-            j += 1
-        local = t % tiles_per_ipu
-        if local % 2 == 0 and local + 1 < tiles_per_ipu and j < m and tile[j] == t + 1:
-            k = j
-            while k < m and tile[k] == t + 1:
-                k += 1
+    while i < tile.shape[0]:
+        j, k = bus_pair(tile, i, tiles_per_ipu)
+        if k > j:
             a0, a1, a = _joined(lo, hi, i, j)
             b0, b1, b = _joined(lo, hi, j, k)
             both = 0
@@ -104,7 +116,6 @@ def pair_overlap(tile, lo, hi, tiles_per_ipu, common):  # pragma: no cover - com
                     if b == k:
                         break
                     b0, b1, b = _joined(lo, hi, b, k)
-            common[t] += both
-            common[t + 1] += both
-            j = k
-        i = j
+            common[tile[i]] += both
+            common[tile[j]] += both
+        i = k

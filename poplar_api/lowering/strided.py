@@ -31,6 +31,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from poplar_api.lowering.bus import bus_pair
 from poplar_api.lowering.pieces import grown, put_piece
 from poplar_api.lowering.received import raise_distance
 from poplar_api.lowering.runs import read_only
@@ -381,23 +382,15 @@ def pair_common(first, count, stride, tile, tiles_per_ipu, common):  # pragma: n
     one stride has its elements in common class by class, where the index intervals
     ``[first // stride, + count)`` of one residue overlap; a pair of two strides has
     none in common (:func:`isolated_tiles` counts no such pair whose spans meet)."""
-    m = tile.size
     i = 0
-    while i < m:
-        t = tile[i]
-        j = i
-        while j < m and tile[j] == t:
-            j += 1
-        local = t % tiles_per_ipu
-        if local % 2 == 0 and local + 1 < tiles_per_ipu and j < m and tile[j] == t + 1:
-            k = j
-            while k < m and tile[k] == t + 1:
-                k += 1
-            both = 0
+    while i < tile.size:
+        j, k = bus_pair(tile, i, tiles_per_ipu)
+        if k > j and stride[i] == stride[j]:
             s = stride[i]
             a = i
             b = j
-            while s == stride[j] and a < j and b < k:
+            both = 0
+            while a < j and b < k:
                 ra = first[a] % s
                 rb = first[b] % s
                 if ra != rb:  # classes apart: the lower residue goes on
@@ -417,10 +410,9 @@ def pair_common(first, count, stride, tile, tiles_per_ipu, common):  # pragma: n
                     a += 1
                 else:
                     b += 1
-            common[t] += both
-            common[t + 1] += both
-            j = k
-        i = j
+            common[tile[i]] += both
+            common[tile[j]] += both
+        i = k
 
 
 @numba.njit(cache=True, nogil=True)
