@@ -481,7 +481,7 @@ def test_variable_tile_counts_sum_to_a_lookup_per_id(seed):
     """The (variable, tile) keys of ids and of runs, one per stretch with its number of
     ids, sum per key to the counts of numpy's lookup of every id (empty variables,
     tiles changing inside a variable, ids going back to a key seen before; int32 and
-    int64 ids)."""
+    int64 ids; the tiles as an array and as the runs of a compacted space)."""
     rng = np.random.default_rng(seed)
     sizes = rng.integers(0, 40, 30)
     sizes[[3, 7]] = 0
@@ -503,12 +503,14 @@ def test_variable_tile_counts_sum_to_a_lookup_per_id(seed):
     begin = rng.integers(0, space, 40)
     end = np.minimum(begin + rng.integers(0, 30, begin.size), space)
     expanded = np.concatenate([np.arange(b, e) for b, e in zip(begin, end, strict=True)])
+    starts = np.flatnonzero(np.diff(tile, prepend=tile[0] - 1)).astype(np.int64)
     for dtype in (np.int64, np.int32):
-        got = summed(*variable_marks.variable_tile_counts(ids.astype(dtype), tile, bases,
-                                                          var_ids, nt))  # fmt: skip
-        assert [g.tolist() for g in got] == [w.tolist() for w in want(ids)]
-        held = (begin.astype(dtype), end.astype(dtype))
-        got = summed(*variable_marks.variable_tile_counts(held, tile, bases, var_ids, nt))
-        assert [g.tolist() for g in got] == [w.tolist() for w in want(expanded)]
+        for tiles in (tile, (starts, tile[starts])):
+            got = summed(*variable_marks.variable_tile_counts(ids.astype(dtype), tiles, bases,
+                                                              var_ids, nt))  # fmt: skip
+            assert [g.tolist() for g in got] == [w.tolist() for w in want(ids)]
+            held = (begin.astype(dtype), end.astype(dtype))
+            got = summed(*variable_marks.variable_tile_counts(held, tiles, bases, var_ids, nt))
+            assert [g.tolist() for g in got] == [w.tolist() for w in want(expanded)]
     keys, counts = variable_marks.variable_tile_counts(np.arange(10, 20), tile, bases, var_ids, nt)
     assert counts.sum() == 10 and keys.size < 10  # stretches, not ids

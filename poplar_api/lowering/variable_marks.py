@@ -148,6 +148,16 @@ def mark_runs_in(
     _mark_runs(bases, var_ids, nonempty, begin, end, mask)
 
 
+@numba.njit(cache=True, inline="always")
+def _range_at(starts, values, i):  # pragma: no cover - compiled
+    # (lo, hi, value) of the range [lo, hi) holding id i, of ranges from the ascending
+    # starts on (the last one open-ended) with a value each: a variable from bases and
+    # var_ids, a tile run from its starts and tiles
+    k = np.searchsorted(starts, i, side="right") - 1
+    hi = starts[k + 1] if k + 1 < starts.size else np.iinfo(np.int64).max
+    return starts[k], hi, values[k]
+
+
 @numba.njit(cache=True, nogil=True)
 def _variable_tile_counts(
     begin, end, runs, tile, bases, var_ids, nt, keys, counts
@@ -156,8 +166,6 @@ def _variable_tile_counts(
     # one variable and on one tile as one key (variable * nt + tile) and its number of
     # ids, into keys and counts when they have room; returns how many stretches
     fill = keys.size > 0
-    n = bases.size
-    top = np.iinfo(np.int64).max
     lo = 1
     hi = 0  # the id range of the variable found last (empty before the first)
     vid = np.int64(0)
@@ -168,10 +176,7 @@ def _variable_tile_counts(
         e = np.int64(end[r]) if runs else b + 1
         for i in range(b, e):
             if i < lo or i >= hi:
-                j = np.searchsorted(bases, i, side="right") - 1
-                lo = bases[j]
-                hi = bases[j + 1] if j + 1 < n else top
-                vid = var_ids[j]
+                lo, hi, vid = _range_at(bases, var_ids, i)
             key = vid * nt + np.int64(tile[i])
             if m and key == last:
                 if fill:
@@ -193,9 +198,6 @@ def _variable_run_tile_counts(
     # tile tile_values[k]): the run of an id is looked up (a binary search) only when the
     # id leaves the run found last, as the variable is
     fill = keys.size > 0
-    n = bases.size
-    tn = tile_starts.size
-    top = np.iinfo(np.int64).max
     lo = 1
     hi = 0  # the id range of the variable found last (empty before the first)
     tlo = 1
@@ -209,15 +211,10 @@ def _variable_run_tile_counts(
         e = np.int64(end[r]) if runs else b + 1
         for i in range(b, e):
             if i < lo or i >= hi:
-                j = np.searchsorted(bases, i, side="right") - 1
-                lo = bases[j]
-                hi = bases[j + 1] if j + 1 < n else top
-                vid = var_ids[j]
+                lo, hi, vid = _range_at(bases, var_ids, i)
             if i < tlo or i >= thi:
-                k = np.searchsorted(tile_starts, i, side="right") - 1
-                tlo = tile_starts[k]
-                thi = tile_starts[k + 1] if k + 1 < tn else top
-                t = np.int64(tile_values[k])
+                tlo, thi, tv = _range_at(tile_starts, tile_values, i)
+                t = np.int64(tv)
             key = vid * nt + t
             if m and key == last:
                 if fill:
