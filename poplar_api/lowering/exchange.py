@@ -65,6 +65,8 @@ class OwnerCache:
         self.changes: dict[int, np.ndarray] = {}
         #: element size -> stretches of one owner by tile
         self.stretches: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: element size -> the owner of each stretch between its changes
+        self.stretch_owner: dict[int, np.ndarray] = {}
         #: (receiving, sending) pair maps that planners have finished with, by tile
         #: count: a lowering plans an exchange or two per compute set, and a fresh map
         #: of ``tiles ** 2`` bytes each time costs its zeroing and page faults
@@ -103,6 +105,15 @@ class OwnerCache:
         cached = self.changes.get(size)
         if cached is None:
             cached = self.changes[size] = runs.change_points(owner, space)
+        return cached
+
+    def stretch_owners_of(self, size: int, owner: np.ndarray, space: int) -> np.ndarray:
+        """:func:`~poplar_api.lowering.received.stretch_owners` of the space of element
+        ``size`` (one entry per stretch, read by each merge of received ranges)."""
+        cached = self.stretch_owner.get(size)
+        if cached is None:
+            changes = self.changes_of(size, owner, space)
+            cached = self.stretch_owner[size] = received.stretch_owners(owner, changes)
         return cached
 
     def ipu_stretches_of(
@@ -406,6 +417,7 @@ class ExchangePlanner:
             keys, lengths, stride, changes, owner, tile_coordinates(self.cfg.tile), n, seen,
             bits, stamp, in_place=pairs is not None,
             scratch=(given, dst) if scratch and pairs is not None else None,
+            stretch_owner=self.owners.stretch_owners_of(size, owner, space),
         )  # fmt: skip
         self.received += elements * size
         self.messages_received += messages

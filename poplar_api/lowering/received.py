@@ -172,7 +172,7 @@ def _merge_received(
     length,
     stride,
     changes,
-    owner,
+    stretch_owner,
     column,
     row,
     elements,
@@ -187,7 +187,8 @@ def _merge_received(
     stamp,
 ):  # pragma: no cover - compiled
     # lo sorted; a range is [lo[k], lo[k] + length[k]) of key dst * stride + id, or
-    # with bits > 0 lo[k] is that key << bits | length[k]
+    # with bits > 0 lo[k] is that key << bits | length[k]; stretch_owner[s] is the tile
+    # of the ids from change s - 1 (from id 0 for s = 0) up to change s
     m = 0
     mask = (np.int64(1) << bits) - 1
     if bits:
@@ -237,8 +238,12 @@ def _merge_received(
         c_hi = _gallop(changes, b, c_lo, False)
         pos = c_lo
         messages[dst] += 1 + c_hi - c_lo
-        for c in range(c_lo - 1, c_hi):  # the interval's first id, then each change
-            sender = owner[a if c < c_lo else changes[c]]
+        # the stretch holding the interval's first id (c_lo changes lie at or before
+        # it), then the stretch begun at each change inside: their owners, read from
+        # an array of one entry per stretch where the changes are searched, not from
+        # the space's tile array (a cache miss per interval on a large space)
+        for c in range(c_lo, c_hi + 1):
+            sender = stretch_owner[c]
             if n_pairs:
                 if pairs[dst * n_pairs + sender] == stamp:
                     continue  # a pair seen before: its distance is counted already
@@ -268,6 +273,7 @@ def merge_received(
     stamp: int = 1,
     in_place: bool = False,
     scratch: tuple[np.ndarray, np.ndarray] | None = None,
+    stretch_owner: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What each receiving tile gets of id ranges, in one compiled pass.
 
@@ -302,6 +308,10 @@ def merge_received(
         longer needs, written over with the intervals' ends and receiving tiles where
         they are writable int64 arrays (``length`` itself may be one: the m-th interval
         is written once the m-th range at least is read).
+    stretch_owner
+        The owner of each stretch between changes (:func:`stretch_owners` of
+        ``owner`` and ``changes``), when the caller keeps it (a planner's lowering
+        makes it once per element space); made here when None.
 
     Returns
     -------
@@ -326,12 +336,28 @@ def merge_received(
     m = 0
     if lo.size:
         column, row = coordinates
+        if stretch_owner is None:
+            stretch_owner = stretch_owners(owner, changes)
         m = _merge_received(
-            lo, length, stride, changes, owner, column, row, elements, messages, distance,
+            lo, length, stride, changes, stretch_owner, column, row, elements, messages, distance,
             out_a, out_b, out_tile, *(_NO_PAIRS if pairs is None else pairs), int(bits),
             int(stamp),
         )  # fmt: skip
     return out_a[:m], out_b[:m], out_tile[:m], elements, messages, distance
+
+
+def stretch_owners(owner: np.ndarray, changes: np.ndarray) -> np.ndarray:
+    """The tile of each stretch of one owner: ``owner`` at id 0 and at each of
+    ``changes`` (the :func:`~poplar_api.lowering.runs.change_points` of ``owner``), in
+    ``owner``'s dtype. Stretch ``s`` holds the ids from ``changes[s - 1]`` (0 for the
+    first) up to ``changes[s]``, so an id with ``c`` changes at or before it lies in
+    stretch ``c``."""
+    if not owner.size:
+        return owner[:0].copy()
+    out = np.empty(changes.size + 1, owner.dtype)
+    out[0] = owner[0]
+    np.take(owner, changes, out=out[1:])
+    return out
 
 
 def _rows_for(spare: np.ndarray | None, n: int) -> np.ndarray:
