@@ -110,7 +110,8 @@ def _banks_problem(mem: MemoryConfig) -> str | None:
         return None
     return (
         f"found memory.bank_bytes = {mem.bank_bytes}, but {' and '.join(bad)}; expected "
-        f"both regions to be whole numbers of banks; hint: a bank is 16 KiB on Mk1/Mk2"
+        f"both regions to be whole numbers of banks; hint: the Mk1 and Mk2 presets' bank is "
+        f"16 KiB"
     )
 
 

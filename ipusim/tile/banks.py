@@ -1,7 +1,8 @@
 """Memory banks of a tile, and the bank conflicts of counted dual-access instructions.
 
 What the hardware does (Graphcore's glossary, grade A; docs/sources.md): a memory bank
-allows a single access per cycle (``memory.bank_bytes``, 16 KiB on Mk2); accesses to
+allows a single access per cycle (``memory.bank_bytes``, 16 KiB on Mk2 and in the Mk1 preset,
+which follows Jia et al. 2019 where the glossary says 32 KiB: docs/sources.md); accesses to
 addresses in different banks proceed in the same cycle. A tile's memory is two regions
 of banks. In the non-interleaved region a memory element is one bank (64-bit accesses)
 and addresses are contiguous within it. In the interleaved region an element is a pair
