@@ -251,6 +251,14 @@ def test_non_replicated_view_misuse():
     mixed = prog.Copy(wide[0], x)
     with pytest.raises(GraphValidationError, match=r"one side is a non-replicated view"):
         Engine(top, mixed)
+    same = r"must have the same element type and number of elements"
+    for name, typ, n, shown in (("n", INT, 3, r"int, shape \[4, 3\]"),
+                                ("m", FLOAT, 2, r"float, shape \[4, 2\]")):  # fmt: skip
+        t = rg.addVariable(typ, [n], name)
+        rg.setTileMapping(t, 0)
+        want = rf"source \(float, shape \[4, 3\]\) and destination \({shown}\) {same}"
+        with pytest.raises(GraphValidationError, match=want):
+            Engine(top, prog.Copy(wide, top.getNonReplicatedTensor(t)))
 
 
 # ------------------------------------------------------------ CrossReplicaCopy

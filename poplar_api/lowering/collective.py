@@ -71,6 +71,18 @@ def _constant_of_ids(em: Emission, t: Tensor, ids: np.ndarray) -> str | None:
     return None
 
 
+def _unlike_problems(where: str, src: Tensor, dst: Tensor) -> list[str]:
+    """The problem of a copy from ``src`` to ``dst`` (whole tensors, whether replicated
+    or non-replicated views) whose element types or element counts differ, else none."""
+    if src.elementType() == dst.elementType() and src.numElements() == dst.numElements():
+        return []
+    return [
+        f"{where}: source ({src.elementType()}, shape {src.shape()}) and destination "
+        f"({dst.elementType()}, shape {dst.shape()}) must have the same element type and "
+        "number of elements"
+    ]
+
+
 # ---------------------------------------------------------------------- collectives
 def lower_collective(em: Emission, prog: GclCollective) -> ir.Node:
     """IR of a GCL collective (see the module docstring)."""
@@ -252,13 +264,7 @@ def lower_cross_replica_copy(em: Emission, prog: P.CrossReplicaCopy) -> ir.Node:
     d = em.tensor(prog.dst, f"{where}: destination")
     if s is None or d is None:
         return ir.Sequence()
-    problems = []
-    if s.elementType() != d.elementType() or s.numElements() != d.numElements():
-        problems.append(
-            f"{where}: source ({s.elementType()}, shape {s.shape()}) and destination "
-            f"({d.elementType()}, shape {d.shape()}) must have the same element type and "
-            "number of elements"
-        )
+    problems = _unlike_problems(where, s, d)
     bad = sorted({k for kv in prog.replicaMap.items() for k in kv if not 0 <= k < replicas})
     if bad:
         problems.append(
@@ -353,13 +359,7 @@ def lower_nonreplicated_copy(em: Emission, prog: P.NonReplicatedCopy) -> ir.Node
             "take getNonReplicatedTensor of the other tensor too"
         )
         return ir.Sequence()
-    problems = []
-    if src.elementType() != dst.elementType() or src.numElements() != dst.numElements():
-        problems.append(
-            f"{where}: source ({src.elementType()}, shape {src.shape()}) and destination "
-            f"({dst.elementType()}, shape {dst.shape()}) must have the same element type and "
-            "number of elements"
-        )
+    problems = _unlike_problems(where, src, dst)
     s_ids, d_ids = src.flat_index(), dst.flat_index()
     d_rep, d_local = split_wide(d_ids)
     const = _constant_of_ids(em, dst, d_local)
