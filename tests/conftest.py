@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from bytecode_warmup import before_workers
 
 from ipusim import ir
 from ipusim.config import MachineConfig, load_config
@@ -113,6 +114,14 @@ def _driver_cache_under_pytest_cache() -> None:
 
 
 _driver_cache_under_pytest_cache()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before test workers start, rewrite and cache the test modules and compile the
+    project's modules once, in two processes (``bytecode_warmup``), instead of in
+    every worker."""
+    before_workers(config)
+
 
 # A small machine with round numbers: 8 tiles in 2 columns (4 rows), 1 GHz clock,
 # 4 exchange bytes per cycle, 4 host bytes per cycle, 8 link bytes per cycle.
