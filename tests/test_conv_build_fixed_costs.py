@@ -7,8 +7,20 @@ import numpy as np
 import pytest
 
 from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
-from poplar_api.poplin.conv import getConvPlan
-from poplar_api.poplin.conv_layout import grouped_ids, grouped_input, grouped_output
+from poplar_api import program as prog
+from poplar_api.poplin import conv_layout, conv_reduce
+from poplar_api.poplin.conv import _plan, _ranges, getConvPlan, parse_options
+from poplar_api.poplin.conv_ids import separable_ids
+from poplar_api.poplin.conv_layout import (
+    GroupedView,
+    grouped_ids,
+    grouped_input,
+    grouped_output,
+    grouped_partials,
+    grouped_separable,
+    grouped_tiles,
+)
+from poplar_api.poplin.conv_reduce import reduce_partials
 from tests.test_poplin_conv import jacobians, ref_conv, run_passes
 
 
@@ -33,6 +45,95 @@ def test_grouped_ids_equal_a_transposed_arange_with_its_last_two_dimensions_merg
     got = grouped_ids(start, shape, perm)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, plain)
+
+
+@pytest.mark.parametrize(
+    "shape,perm",
+    [((8, 1, 4, 8, 3, 5, 16), [0, 1, 3, 4, 5, 2, 6]), ((2, 1, 1, 3, 7, 1), [0, 1, 3, 4, 2, 5])],
+)
+def test_grouped_tables_are_those_found_in_the_ids(shape, perm):
+    """The tables written out for a grouped view are those :func:`separable_ids` finds
+    in its array of ids (so the blocks' computed ids are the same either way)."""
+    made = grouped_separable(77, shape, perm)
+    found = separable_ids(grouped_ids(77, shape, perm))
+    assert found is not None and made.shape == found.shape
+    for a, b in zip(made.tables, found.tables, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(made.flat(), grouped_ids(77, shape, perm).reshape(-1))
+
+
+def _reduction_fields(partials_as_view: bool, params, preset: str = "ipu2") -> list:
+    """Each reduction vertex's tile and fields, the partials given as a
+    :class:`GroupedView` or as a tensor of their ids (the fields computed from the
+    ids' tables or gathered from the ids as ``TABLES_MIN_ELEMENTS`` decides)."""
+    graph = _graph(preset)
+    plan = _plan(graph, params, parse_options(None, "t"))
+    pci = plan.parts[-1]
+    assert pci > 1
+    co = params.outputChannelsPerConvGroup
+    field = params.getOutputFieldShape()
+    _, out_var = grouped_output(graph, FLOAT, [], 1, params.batchSize, field, co, 4, "out")
+    _, view = grouped_partials(graph, FLOAT, [pci], 1, params.batchSize, field, co, 4, "p")
+    assert isinstance(view, GroupedView)
+    partials = view if partials_as_view else view.tensor()
+    first = graph.getNumVertices()
+    reduce_partials(graph, partials, out_var, plan, _ranges(plan, params), prog.Sequence(), "r")
+    out = []
+    for vid in range(first, graph.getNumVertices()):
+        inst = graph._state.vertices[vid]
+        fields = {k: [np.asarray(v) for v in (f if isinstance(f, list) else [f])]
+                  for k, f in inst.fields.items()}  # fmt: skip
+        out.append((inst.tile, fields))
+    return out
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        poplin.ConvParams(FLOAT, 1, [4, 4], [1, 1], 512, 16, 1),
+        poplin.ConvParams(FLOAT, 2, [6, 5], [1, 1], 256, 24, 1),
+    ],
+)
+def test_reduction_from_the_partials_tables_equals_the_one_from_their_ids(params, monkeypatch):
+    monkeypatch.setattr(conv_reduce, "TABLES_MIN_ELEMENTS", 0)  # every group from tables
+    by_tables = _reduction_fields(True, params)
+    monkeypatch.setattr(conv_reduce, "TABLES_MIN_ELEMENTS", 1 << 62)  # from the ids
+    by_ids = _reduction_fields(False, params)
+    assert len(by_tables) == len(by_ids) > 0
+    for (t1, f1), (t2, f2) in zip(by_tables, by_ids, strict=True):
+        assert t1 == t2 and f1.keys() == f2.keys()
+        for k in f1:
+            assert len(f1[k]) == len(f2[k])
+            for a, b in zip(f1[k], f2[k], strict=True):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_a_convolution_makes_no_array_of_its_partials_ids(monkeypatch):
+    """A pass whose input channels are split over tiles plans its partial and
+    reduction vertices from the partials' tables: no array of every partial's id."""
+    made = []
+    array = conv_layout.SeparableIds.array
+
+    def recorded(self):
+        made.append(self.shape)
+        return array(self)
+
+    def refuse(self):
+        raise AssertionError("the partials' view was made a tensor")
+
+    monkeypatch.setattr(conv_layout.GroupedView, "tensor", refuse)
+    monkeypatch.setattr(conv_layout.SeparableIds, "array", recorded)
+    monkeypatch.setattr(conv_reduce, "TABLES_MIN_ELEMENTS", 0)  # (a small convolution)
+    params = poplin.ConvParams(FLOAT, 1, [4, 4], [1, 1], 512, 16, 1)
+    graph = _graph("ipu2")
+    pci = getConvPlan(graph, params).parts[-1]
+    assert pci > 1
+    x = poplin.createInput(graph, params, "x")
+    w = poplin.createWeights(graph, params, "w")
+    y = poplin.convolution(graph, x, w, params, False, prog.Sequence(), "c")
+    assert y.shape() == params.outputShape()
+    assert made  # (the rearranged input's view is made from its tables)
+    assert (pci, 1, 1, 4, 4, 16) not in made
 
 
 @pytest.mark.parametrize("lead,field,cpg", [([4], [5, 3], 8), ([2], [7], 1), ([3], [], 2)])
@@ -96,3 +197,40 @@ def test_expanded_convolution_reads_its_input_ids_and_the_zero_constant(params):
     _, jw = jacobians(x, w, p)
     dw = (jw.T @ dy.reshape(-1)).reshape(w.shape)
     np.testing.assert_allclose(out["dw"], dw, rtol=1e-5, atol=1e-4)
+
+
+# ------------------------------------------------------------------ partials' tiles
+@pytest.mark.parametrize("need_reduce", [True, False])
+@pytest.mark.parametrize(
+    "co_ranges,cpg",
+    [
+        ([(0, 8), (8, 16), (16, 24)], 4),  # block bounds on channel groups: broadcast
+        ([(0, 6), (6, 16), (16, 24)], 4),  # a group across two blocks: the full array
+        ([(0, 8), (8, 16)], 2),  # channels 16.. in no block (-1)
+    ],
+)
+def test_grouped_tiles_are_the_last_block_of_each_element_in_memory_order(
+    need_reduce, co_ranges, cpg
+):
+    from types import SimpleNamespace
+
+    g_r, b_r, f_r = [(0, 1)], [(0, 2), (1, 3)], [(0, 3), (3, 5)]  # batch blocks overlap
+    ci_r = [(0, 4), (4, 8)]
+    rng = [g_r, b_r, f_r, co_ranges, ci_r]
+    counts = [len(r) for r in rng]
+    tiles = np.arange(np.prod(counts)).reshape(counts) * 3 + 1
+    pci, co = len(ci_r), 24
+    shape = [pci, 1, 3, 5, co] if need_reduce else [1, 3, 5, co]
+    want = np.full(shape, -1, np.int64)  # in the view's order, block by block
+    for ix in np.ndindex(*counts):
+        box = [slice(*rng[d][ix[d]]) for d in range(4)]
+        if need_reduce:
+            want[(ix[4], *box)] = tiles[ix]
+        elif ix[4] == 0:
+            want[tuple(box)] = tiles[ix]
+    got = grouped_tiles(SimpleNamespace(tiles=tiles), rng, shape, need_reduce, cpg)
+    nl = 1 if need_reduce else 0
+    mem = [*shape[: nl + 1], co // cpg, *shape[nl + 1 : -1], cpg]
+    assert list(got.shape) == mem and got.dtype == np.int32
+    perm = [*range(nl), nl, nl + 2, nl + 3, nl + 1, nl + 4]  # memory -> the view
+    np.testing.assert_array_equal(got.transpose(perm).reshape(shape), want)

@@ -33,8 +33,9 @@ from poplar_api.poplin.conv_blocks import plan_partials
 from poplar_api.poplin.conv_layout import (
     grouped_input,
     grouped_output,
+    grouped_partials,
+    grouped_tiles,
     grouped_weights,
-    map_grouped_output,
     partial_chans_per_group,
 )
 from poplar_api.poplin.conv_params import (
@@ -276,8 +277,10 @@ def _conv(
     out_mem, out_var = (
         (None, None) if cast_only else grouped_output(graph, out_type, [], *shape, name)
     )
+    # the partials' view as its ids' tables (no array of every id: eight or more times
+    # the output's elements), made a tensor only where one is needed
     part_mem, partials = (
-        grouped_output(graph, partials_type, [pci], *shape, f"{name}/partials")
+        grouped_partials(graph, partials_type, [pci], *shape, f"{name}/partials")
         if need_reduce
         else (None, None)
     )
@@ -286,14 +289,16 @@ def _conv(
     # positions in the operands, in the vertex layouts: [G,B,*F,Ci], [G,*K,Co,Ci]
     act_pos = act_pos.transpose([0, 1, *range(3, 3 + nd), 2])
     ker_pos = ker_pos.transpose([0, *range(3, 3 + nd), 1, 2])
-    dst_t = partials if need_reduce else out_var
-    parts = plan_partials(graph, plan, params, rng, act_pos, ker_pos, dst_t.index,
+    # (the partials' variable carries their graph and type for the fields)
+    dst_t, dst_ids = (partials.var, partials.ids) if need_reduce else (out_var, out_var.index)
+    parts = plan_partials(graph, plan, params, rng, act_pos, ker_pos, dst_ids,
                           need_reduce, name, acc_type, act.elementType())  # fmt: skip
     made = parts.specs.make(graph)
     parts.add_vertices(graph, cs, act, ker, dst_t, made)
     prog.add(Execute(cs))
-    map_grouped_output(graph, part_mem if need_reduce else out_mem, parts.dst_tiles,
-                       1 if need_reduce else 0)  # fmt: skip
+    dst_shape = partials.shape() if need_reduce else out_var.shape()
+    graph.mapElements(part_mem if need_reduce else out_mem,
+                      grouped_tiles(plan, rng, dst_shape, need_reduce, cpg))  # fmt: skip
     zeros = parts.zeros
     # the plan's fields, worklists and tiles are in the graph now: freed before the
     # zeroing and the reduction build theirs
@@ -301,11 +306,12 @@ def _conv(
     if zeros:
         from poplar_api import popops
 
-        popops.zero(graph, dst_t.elements(np.concatenate(zeros)), prog, f"{name}/zero")
+        dst_view = partials.tensor() if need_reduce else out_var
+        popops.zero(graph, dst_view.elements(np.concatenate(zeros)), prog, f"{name}/zero")
     if cast_only:  # Poplibs casts the partials with popops, where they are
         from poplar_api import popops
 
-        out_var = popops.cast(graph, partials[0], out_type, prog, f"{name}/cast")
+        out_var = popops.cast(graph, partials.tensor()[0], out_type, prog, f"{name}/cast")
     elif need_reduce:
         reduce_partials(graph, partials, out_var, plan, rng, prog, name)
     perm_out = [0, 1, nd + 2, *range(2, nd + 2)]  # [G,B,*O,Co] -> [G,B,Co,*O]

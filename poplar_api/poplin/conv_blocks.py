@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -45,6 +46,8 @@ from poplar_api.types import INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 __all__ = ["Assembler", "Partials", "block_table", "ids_view", "pattern", "plan_partials"]
 
 _ZERO = np.zeros(1, np.int64)
+#: the source of rows whose ids are computed (:meth:`Assembler.gather_separable`)
+_NO_SOURCE = np.zeros(0, np.int64)
 
 
 @dataclasses.dataclass
@@ -154,7 +157,8 @@ class Partials:
     """The partial-sum vertices of one pass, in block order, before their constants
     exist: per vertex its tile, kind, estimate and the indices of its worklists and
     parameters constants in ``specs``; the ``in``, ``weights`` and ``out`` fields; the
-    tile of every output element; the output positions of blocks without work."""
+    output positions of blocks without work (the outputs' tiles:
+    :func:`~poplar_api.poplin.conv_layout.grouped_tiles`)."""
 
     tiles: np.ndarray
     #: the tile kinds of the pass (None: a geometry without work), and each vertex's
@@ -167,7 +171,6 @@ class Partials:
     ins: _Field
     ws: _Field
     outs: _Field
-    dst_tiles: np.ndarray
     zeros: list[np.ndarray]
     specs: _Specs
     #: tile -> index in ``specs`` of the tile's zero constant (expanded inputs)
@@ -249,14 +252,6 @@ def block_table(rng: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarra
     return ix, lo, hi
 
 
-def _owner(rng: list[tuple[int, int]], size: int) -> np.ndarray:
-    """For each index of a dimension of ``size``, the last range holding it (-1: none)."""
-    out = np.full(size, -1, np.int64)
-    for k, (a, b) in enumerate(rng):
-        out[a:b] = k
-    return out
-
-
 def pattern(
     strides: np.ndarray, pieces: list[tuple[list[int], list[int]]]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -314,19 +309,21 @@ class Assembler:
         self.rows.append((members, source, base, rel, sizes, ids))
 
     def gather_separable(
-        self, members: np.ndarray, source: np.ndarray, base: np.ndarray, rel: np.ndarray,
-        sizes: np.ndarray, sep: SeparableIds, index: np.ndarray, positions: np.ndarray,
+        self, members: np.ndarray, source: np.ndarray | Callable[[], np.ndarray],
+        base: np.ndarray, rel: np.ndarray, sizes: np.ndarray, sep: SeparableIds,
+        index: np.ndarray, positions: np.ndarray,
     ) -> None:  # fmt: skip
         """:meth:`gather` from a source whose ids are ``sep``: member ``k``'s block
         begins at position ``index[k]`` of it and reads ``positions`` from there (the
         multi-dimensional forms of ``base`` and ``rel``), so its ids are computed
-        (:meth:`SeparableIds.blocks`; gathered when they cannot be)."""
+        (:meth:`SeparableIds.blocks`; gathered when they cannot be, from ``source``,
+        the ids as a flat array or a function making it: only then is it made)."""
         found = sep.blocks(index, positions)
         if found is None:
-            self.gather(members, source, base, rel, sizes)
+            self.gather(members, source() if callable(source) else source, base, rel, sizes)
             return
-        for which, bases, ids in found:
-            self.gather(members[which], source, base[which], rel, sizes, (bases, ids))
+        for which, bases, ids in found:  # (the source is not read: inside it by blocks)
+            self.gather(members[which], _NO_SOURCE, base[which], rel, sizes, (bases, ids))
 
     def _bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each vertex's elements and pieces begin, and every piece's size."""
@@ -348,11 +345,10 @@ class Assembler:
         for members, source, base, rel, _, ids in self.rows:
             if not members.size:
                 continue
-            if _plain(source, base, rel):
-                if ids is not None:
-                    _pattern_rows(ids[0], ids[1], members, at, flat)
-                else:
-                    _gather_rows(_read_only(source), base, rel, members, at, flat)
+            if ids is not None:
+                _pattern_rows(ids[0], ids[1], members, at, flat)
+            elif _plain(source, base, rel):
+                _gather_rows(_read_only(source), base, rel, members, at, flat)
             else:  # numpy's negative positions count from the end
                 dst = (at[members][:, None] + np.arange(rel.size)).reshape(-1)
                 flat[dst] = source[(base[:, None] + rel).reshape(-1)]
@@ -376,16 +372,20 @@ class Assembler:
         for members, source, base, rel, _, ids in self.rows:
             if not members.size or not rel.size:
                 continue
+            if ids is not None:  # the pattern's runs, at each member's id base
+                if int(ids[0].min()) + int(ids[1].min()) < 0:
+                    return None
+                starts = np.flatnonzero(np.diff(ids[1], prepend=ids[1][0] - 2) != 1)
+                count = _pattern_runs(ids[0], ids[1], starts, members, vert, off, first, count)
+                if count < 0:
+                    return None
+                continue
             ok = clean.get(id(source))
             if ok is None:
                 ok = clean[id(source)] = bool(source.size == 0 or int(source.min()) >= 0)
             if not ok or not _plain(source, base, rel):
                 return None
-            if ids is not None:  # the pattern's runs, at each member's id base
-                starts = np.flatnonzero(np.diff(ids[1], prepend=ids[1][0] - 2) != 1)
-                count = _pattern_runs(ids[0], ids[1], starts, members, vert, off, first, count)
-            else:
-                count = _row_runs(source, base, rel, members, vert, off, first, count)
+            count = _row_runs(source, base, rel, members, vert, off, first, count)
             if count < 0:
                 return None
         pos = at[vert[:count]] + off[:count]
@@ -481,7 +481,7 @@ def plan_partials(
     rng: list[list[tuple[int, int]]],
     act_pos: np.ndarray,
     ker_pos: np.ndarray,
-    dst_pos: np.ndarray,
+    dst_pos: np.ndarray | SeparableIds,
     need_reduce: bool,
     name: str,
     acc_type: Type,
@@ -505,7 +505,8 @@ def plan_partials(
         ``[G, *K, Co, Ci]``.
     dst_pos
         The destination's element ids: ``[Ci parts, G, B, *O, Co]`` with
-        ``need_reduce``, else ``[G, B, *O, Co]``.
+        ``need_reduce``, else ``[G, B, *O, Co]``; or their tables (the array is then
+        made only if a field cannot be computed from them).
     need_reduce
         Whether the vertices write partials of the input-channel parts.
     name, acc_type, act_type
@@ -562,14 +563,20 @@ def plan_partials(
         shift_id[c] = same[3]
         windows[c] = starts if nd else []
         combo_geom.append(geom)  # (only the sizes of its window are read: ``windows``)
-    # the tile of every output element: the block holding it
-    dst_tiles = _dst_tiles(plan, rng, dst_pos.shape, need_reduce)
+    if isinstance(dst_pos, SeparableIds):
+        dst_shape, dst_sep = dst_pos.shape, dst_pos
+        dst_flat: np.ndarray | Callable[[], np.ndarray] = dst_pos.flat  # (made if read)
+        dst_st = np.array(np.empty(dst_shape, np.int8).strides, np.int64)  # (row-major)
+    else:
+        dst_c = np.ascontiguousarray(dst_pos)
+        dst_shape, dst_sep, dst_flat = dst_c.shape, separable_ids(dst_c), dst_c.reshape(-1)
+        dst_st = np.array(dst_c.strides, np.int64) // dst_c.itemsize
     # blocks with work become vertices; the others are zeroed
     sid = shift_id[combo_of]
     has_kind = np.array([k is not None for k in kinds_by_shift], bool)[sid]
     work = has_kind & (hi[:, -1] > lo[:, -1])
     idle = np.flatnonzero(~work).tolist()
-    positions = np.arange(dst_pos.size, dtype=np.int64).reshape(dst_pos.shape) if idle else None
+    positions = np.arange(math.prod(dst_shape), dtype=np.int64).reshape(dst_shape) if idle else None
     zeros = [_block_positions(positions, lo[i], hi[i], need_reduce, ix[i]) for i in idle]
     vb = np.flatnonzero(work)
     n = vb.size
@@ -582,12 +589,9 @@ def plan_partials(
     ker_c = np.ascontiguousarray(ker_pos)
     act_st = np.array(act_c.strides, np.int64) // act_c.itemsize
     ker_st = np.array(ker_c.strides, np.int64) // ker_c.itemsize
-    dst_c = np.ascontiguousarray(dst_pos)
-    dst_st = np.array(dst_c.strides, np.int64) // dst_c.itemsize
-    dst_flat = dst_c.reshape(-1)
     act_flat, ker_flat = act_c.reshape(-1), ker_c.reshape(-1)
     # the operands whose ids are a sum of one term per dimension: fields computed
-    act_sep, ker_sep, dst_sep = (separable_ids(a) for a in (act_c, ker_c, dst_c))
+    act_sep, ker_sep = separable_ids(act_c), separable_ids(ker_c)
     ins, ws, outs = Assembler(n), Assembler(n), Assembler(n)
     estimates = np.empty(n, np.int64)
     pvals = np.empty((n, 8), np.int64)
@@ -698,12 +702,13 @@ def plan_partials(
     specs = _Specs(types.tolist(), values.tolist(), spec_tiles, names.tolist())
     zero_specs = dict(zip(tiles[zero_v].tolist(), zero_spec.tolist(), strict=True))
     return Partials(tiles, kinds_by_shift, kind_of, estimates, wl_spec, params_spec,
-                    ins_field, _fields(ws), _fields(outs), dst_tiles, zeros, specs,
+                    ins_field, _fields(ws), _fields(outs), zeros, specs,
                     zero_specs)  # fmt: skip
 
 
 def _gather(
-    asm: Assembler, members: np.ndarray, source: np.ndarray, base: np.ndarray,
+    asm: Assembler, members: np.ndarray, source: np.ndarray | Callable[[], np.ndarray],
+    base: np.ndarray,
     pieces: list[tuple[list[int], list[int]]], strides: np.ndarray,
     sep: SeparableIds | None, at: list[np.ndarray], part: bool = False,
 ) -> None:  # fmt: skip
@@ -714,7 +719,7 @@ def _gather(
     leave out)."""
     rel, sizes = pattern(strides, pieces)
     if sep is None:
-        asm.gather(members, source, base, rel, sizes)
+        asm.gather(members, source() if callable(source) else source, base, rel, sizes)
         return
     index = np.concatenate(at, 1).astype(np.int64, copy=False)
     positions = piece_positions([([0, *o], [1, *s]) for o, s in pieces] if part else pieces)
@@ -725,29 +730,6 @@ def _fields(asm: Assembler) -> _Field:
     """The field of ``asm`` as runs where it can be, else as ids."""
     field = asm.run_field()
     return asm.field() if field is None else field
-
-
-def _dst_tiles(
-    plan: ConvPlan, rng: list[list[tuple[int, int]]], shape: tuple, need_reduce: bool
-) -> np.ndarray:
-    """The tile of every destination element: the last block holding it (-1: none), as
-    int32 (one per partial: tens of millions in ResNet-50's weight updates)."""
-    dims = shape[1:] if need_reduce else shape
-    owners = [_owner(r, s) for r, s in zip(rng[:-1], dims, strict=True)]
-    if need_reduce:  # the input-channel part first, as in the partials
-        grid = np.moveaxis(plan.tiles, -1, 0).astype(np.int32)
-        owners.insert(0, np.arange(shape[0], dtype=np.int64))
-    else:
-        grid = plan.tiles[..., 0].astype(np.int32)
-    out = grid
-    for d, o in enumerate(owners):  # one axis at a time: whole rows copied
-        out = np.take(out, np.maximum(o, 0), axis=d)
-    for d, o in enumerate(owners):
-        if (o < 0).any():
-            sel = [slice(None)] * out.ndim
-            sel[d] = o < 0
-            out[tuple(sel)] = -1
-    return out
 
 
 def _block_positions(

@@ -49,6 +49,26 @@ class SeparableIds:
         ]
         self.first = sum(int(t[0]) for t in tables)
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the array whose ids these are."""
+        return tuple(int(n) for n in self.size)
+
+    def array(self) -> np.ndarray:
+        """The ids as an int64 array of :attr:`shape` (row-major): the leading tables
+        summed over their grid, then the last one added in one pass over the result."""
+        *lead, last = self.tables
+        outer = np.zeros([t.size for t in lead], np.int64)
+        for d, t in enumerate(lead):
+            ax = [1] * len(lead)
+            ax[d] = t.size
+            outer += t.reshape(ax)
+        return np.add(outer[..., None], last)
+
+    def flat(self) -> np.ndarray:
+        """:meth:`array` in one dimension."""
+        return self.array().reshape(-1)
+
     def blocks(
         self, index: np.ndarray, rel: np.ndarray
     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:

@@ -27,6 +27,7 @@ import numba
 import numpy as np
 
 from poplar_api.graph import Graph
+from poplar_api.poplin.conv_ids import SeparableIds
 from poplar_api.poplin.conv_params import ConvParams, expand_all_dims
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.conv_serial import co_ranges, iteration_chans
@@ -34,8 +35,12 @@ from poplar_api.tensor import Tensor
 from poplar_api.types import Type
 
 __all__ = [
+    "GroupedView",
     "grouped_input",
     "grouped_output",
+    "grouped_partials",
+    "grouped_separable",
+    "grouped_tiles",
     "grouped_weights",
     "input_tiles",
     "input_tiles_in_memory_order",
@@ -80,35 +85,92 @@ def grouped_output(
     """A new variable ``[*lead, G, Co / cpg, B, *field, cpg]`` (Poplibs' memory order, see
     the module docstring) and its view ``[*lead, G, B, *field, Co]``: ``(variable,
     view)`` (the variable is what :func:`map_grouped_output` maps)."""
+    var, view = grouped_partials(graph, type_, lead, groups, batch, field, chans, cpg, name)
+    return var, view if isinstance(view, Tensor) else view.tensor()
+
+
+class GroupedView:
+    """The view ``[*lead, G, B, *field, Co]`` of a grouped variable given by its ids'
+    tables (:class:`~poplar_api.poplin.conv_ids.SeparableIds`), the array of every id
+    made only when a tensor of the view is asked for: a convolution's partials have
+    eight or more times the output's elements, and its partial and reduction vertices'
+    fields are computed from the tables.
+
+    Attributes
+    ----------
+    var
+        The variable (memory order): the graph and element type of the view's ids.
+    ids
+        The ids of the view, one table per dimension.
+    name
+        The name of the tensor :meth:`tensor` makes.
+    """
+
+    def __init__(self, var: Tensor, ids: SeparableIds, name: str) -> None:
+        self.var = var
+        self.ids = ids
+        self.name = name
+        self._tensor: Tensor | None = None
+
+    def shape(self) -> list[int]:
+        """The view's shape."""
+        return list(self.ids.shape)
+
+    def tensor(self) -> Tensor:
+        """The view as a tensor (its ids made once)."""
+        if self._tensor is None:
+            self._tensor = Tensor(self.var.graph, self.var.elementType(), self.ids.array(),
+                                  self.name)  # fmt: skip
+        return self._tensor
+
+
+def grouped_partials(
+    graph: Graph,
+    type_: Type,
+    lead: Sequence[int],
+    groups: int,
+    batch: int,
+    field: Sequence[int],
+    chans: int,
+    cpg: int,
+    name: str,
+) -> tuple[Tensor, Tensor | GroupedView]:
+    """:func:`grouped_output` with the view of a variable with ``lead`` dimensions (the
+    partials: internal) as a :class:`GroupedView`, whose ids are not made as an array
+    until asked for."""
     lead, field = [int(x) for x in lead], [int(x) for x in field]
     nl, nd = len(lead), len(field)
     var = graph.addVariable(type_, [*lead, groups, chans // cpg, batch, *field, cpg], name)
     perm = _output_perm(nl, nd)
     if not nl:  # the output: the user's tensor is a view of this one, named after it
         return var, var.dimShuffle(perm).reshape([*lead, groups, batch, *field, chans])
-    # the partials (internal, eight or more times the output's elements): the view's
-    # ids summed from each dimension's offsets, written once in the view's order
+    # the partials (internal): the view's ids summed from each dimension's offsets
     # (dimShuffle then reshape gathers them from an array of every id, read across)
     start = int(var.flatten().slice(0, 1).index[0])
-    return var, Tensor(var.graph, type_, grouped_ids(start, var.shape(), perm), name)
+    return var, GroupedView(var, grouped_separable(start, var.shape(), perm), name)
+
+
+def grouped_separable(start: int, shape: Sequence[int], perm: Sequence[int]) -> SeparableIds:
+    """The ids of ``v.dimShuffle(perm)`` with its last two dimensions merged, where ``v``
+    is a variable of ``shape`` whose ids are consecutive from ``start``, as one table per
+    dimension: a stride times the index for each leading dimension (the first also
+    holding ``start``), and the merged dimension's offsets in both."""
+    st = np.array(np.empty(tuple(shape), np.int8).strides, np.int64)  # element strides
+    tables = [np.arange(shape[d], dtype=np.int64) * st[d] for d in perm[:-2]]
+    a, b = int(perm[-2]), int(perm[-1])
+    merged = np.add.outer(np.arange(shape[a], dtype=np.int64) * st[a],
+                          np.arange(shape[b], dtype=np.int64) * st[b])  # fmt: skip
+    tables.append(merged.reshape(-1))
+    tables[0] = tables[0] + start
+    return SeparableIds(tables)
 
 
 def grouped_ids(start: int, shape: Sequence[int], perm: Sequence[int]) -> np.ndarray:
     """The ids of ``v.dimShuffle(perm)`` with its last two dimensions merged, where
     ``v`` is a variable of ``shape`` whose ids are consecutive from ``start``: the
     offsets of the leading dimensions summed over their (small) grid, plus those of the
-    last two, in one pass over the result."""
-    st = np.array(np.empty(tuple(shape), np.int8).strides, np.int64)  # element strides
-    outer_dims = [int(d) for d in perm[:-2]]
-    outer = np.full([1] * len(outer_dims), start, np.int64)
-    for i, d in enumerate(outer_dims):
-        ax = [1] * len(outer_dims)
-        ax[i] = shape[d]
-        outer = outer + (np.arange(shape[d], dtype=np.int64) * st[d]).reshape(ax)
-    a, b = int(perm[-2]), int(perm[-1])
-    inner = np.add.outer(np.arange(shape[a], dtype=np.int64) * st[a],
-                         np.arange(shape[b], dtype=np.int64) * st[b]).reshape(-1)  # fmt: skip
-    return np.add(outer[..., None], inner)
+    last two, in one pass over the result (:func:`grouped_separable`'s tables)."""
+    return grouped_separable(start, shape, perm).array()
 
 
 def map_grouped_output(graph: Graph, var: Tensor, tiles: np.ndarray, lead: int) -> None:
@@ -120,6 +182,66 @@ def map_grouped_output(graph: Graph, var: Tensor, tiles: np.ndarray, lead: int) 
     perm = _output_perm(lead, len(mem) - 4 - lead)
     shuffled = tiles.reshape([mem[p] for p in perm])
     graph.mapElements(var, shuffled.transpose(np.argsort(perm)))
+
+
+def grouped_tiles(
+    plan: ConvPlan,
+    rng: list[list[tuple[int, int]]],
+    shape: Sequence[int],
+    need_reduce: bool,
+    cpg: int,
+) -> np.ndarray:
+    """The tile of every element of the variable of :func:`grouped_partials` whose view
+    ``[*lead, G, B, *O, Co]`` has ``shape`` (one leading dimension, the input-channel
+    parts, with ``need_reduce``), in the variable's memory order ``[*lead, G, Co / cpg,
+    B, *O, cpg]``: the last block of ``plan`` (ranges ``rng``) holding the element (-1:
+    none), as int32 (one per partial: tens of millions in ResNet-50's weight updates).
+
+    The blocks' grid is taken one axis at a time in the memory order, each axis by the
+    block of each index (whole rows copied); where every channel group of ``cpg``
+    channels lies in one block (block bounds are multiples of the output channels'
+    grouping), the groups are taken and their ``cpg`` channels broadcast (a read-only
+    view: an array ``cpg`` times smaller, and no transpose of the full one).
+    """
+    shape = [int(x) for x in shape]
+    nl = 1 if need_reduce else 0
+    owners = [_owner(r, s) for r, s in zip(rng[:-1], shape[nl:], strict=True)]
+    if need_reduce:  # the input-channel part first, as in the partials
+        grid = np.moveaxis(plan.tiles, -1, 0).astype(np.int32)
+        owners.insert(0, np.arange(shape[0], dtype=np.int64))
+    else:
+        grid = plan.tiles[..., 0].astype(np.int32)
+    by_group = owners[-1].reshape(-1, cpg)
+    if (by_group == by_group[:, :1]).all():
+        owners[-1] = by_group[:, 0]
+        order = [*range(nl + 1), grid.ndim - 1, *range(nl + 1, grid.ndim - 1)]
+        out = _take_blocks(grid.transpose(order), [owners[k] for k in order])
+        return np.broadcast_to(out[..., None], (*out.shape, cpg))
+    out = _take_blocks(grid, owners)  # [*lead, G, B, *O, Co], then as map_grouped_output
+    perm = _output_perm(nl, len(shape) - 3 - nl)
+    return out.reshape(*out.shape[:-1], -1, cpg).transpose(np.argsort(perm))
+
+
+def _owner(rng: list[tuple[int, int]], size: int) -> np.ndarray:
+    """For each index of a dimension of ``size``, the last range holding it (-1: none)."""
+    out = np.full(size, -1, np.int64)
+    for k, (a, b) in enumerate(rng):
+        out[a:b] = k
+    return out
+
+
+def _take_blocks(grid: np.ndarray, owners: list[np.ndarray]) -> np.ndarray:
+    """``grid[owners[0][i0], owners[1][i1], ...]`` for every index (one axis at a time),
+    -1 where an owner is -1."""
+    out = grid
+    for d, o in enumerate(owners):  # one axis at a time: whole rows copied
+        out = np.take(out, np.maximum(o, 0), axis=d)
+    for d, o in enumerate(owners):
+        if (o < 0).any():
+            sel = [slice(None)] * out.ndim
+            sel[d] = o < 0
+            out[tuple(sel)] = -1
+    return out
 
 
 # ------------------------------------------------------------------ operand layouts

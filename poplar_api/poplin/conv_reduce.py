@@ -18,6 +18,7 @@ plus a base per block, :mod:`~poplar_api.poplin.conv_blocks`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,8 @@ import numpy as np
 from poplar_api.graph import Graph, Segments
 from poplar_api.graph_connections import RunSegments
 from poplar_api.poplin.conv_blocks import Assembler, block_table, ids_view, pattern
+from poplar_api.poplin.conv_ids import SeparableIds, piece_positions, separable_ids
+from poplar_api.poplin.conv_layout import GroupedView
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.estimators import single_input_reduce
 from poplar_api.poplin.vertices import reduce_add_vertex
@@ -41,7 +44,7 @@ def memory_elements(target: Any) -> tuple[int, int]:
 
 def reduce_partials(
     graph: Graph,
-    partials: Tensor,
+    partials: Tensor | GroupedView,
     out_var: Tensor,
     plan: ConvPlan,
     rng: list,
@@ -50,9 +53,15 @@ def reduce_partials(
 ) -> None:
     """Sum the input-channel parts of ``partials`` ``[pci, G, B, *O, Co]`` into
     ``out_var`` ``[G, B, *O, Co]`` (blocks ``rng`` of ``plan``) in one compute set,
-    mapping each output element where it is reduced."""
+    mapping each output element where it is reduced.
+
+    The vertices' fields are computed from the ids' tables where the ids are a sum of
+    one term per dimension (:mod:`~poplar_api.poplin.conv_ids`; a
+    :class:`~poplar_api.poplin.conv_layout.GroupedView` of partials gives its tables,
+    and no array of every partial's id is made), else gathered from the ids."""
     cs = graph.addComputeSet(f"{name}/Reduce")
-    p_type, o_type = partials.elementType(), out_var.elementType()
+    carrier = partials.var if isinstance(partials, GroupedView) else partials
+    p_type, o_type = carrier.elementType(), out_var.elementType()
     bank, tile_bytes = memory_elements(graph.getTarget())
     pci = plan.parts[-1]
     shape = tuple(out_var.shape())
@@ -71,7 +80,9 @@ def reduce_partials(
     nv = int(nonempty.sum())
     out_st = np.array(np.empty(shape, np.int8).strides, np.int64)  # element strides
     tiles_all = np.empty(total, np.int64)
-    groups = []  # (vertex ids, own part, block bases, chunk pattern) per shape and chunk
+    # per shape and chunk: vertex ids, own part, block bases, chunk pattern, the blocks'
+    # first positions and the chunk's positions in a block
+    groups = []
     v_tiles = np.empty(nv, np.int64)
     _, cls_first, cls_of = np.unique(ext, axis=0, return_index=True, return_inverse=True)
     cls_of = cls_of.reshape(-1)
@@ -80,18 +91,21 @@ def reduce_partials(
         if n == 0:
             continue
         members = np.flatnonzero(cls_of == c)
-        rel, _ = pattern(out_st, [([0] * len(shape), ext[f].tolist())])
+        piece = [([0] * len(shape), ext[f].tolist())]
+        rel, _ = pattern(out_st, piece)
+        rel_pos = piece_positions(piece)
         base = lo[members] @ out_st
         step = int(chunk[f])
         for p in range(int(nonempty[f])):
-            part = rel[p * step : min((p + 1) * step, n)]
+            cut = slice(p * step, min((p + 1) * step, n))
+            part = rel[cut]
             tile = block_tiles[members, p]
             tiles_all[(base[:, None] + part).reshape(-1)] = np.repeat(tile, part.size)
-            groups.append((first[members] + p, p, base, part))
+            groups.append((first[members] + p, p, base, part, lo[members], rel_pos[cut]))
             v_tiles[first[members] + p] = tile
     if nv:
         sizes = np.empty(nv, np.int64)
-        for vid, _, _, part in groups:
+        for vid, _, _, part, _, _ in groups:
             sizes[vid] = part.size
         single = np.asarray(
             single_input_reduce(sizes, pci, p_type.size, bank, tile_bytes, plan.fast_reduce)
@@ -100,11 +114,11 @@ def reduce_partials(
         for use_single in (False, True):
             sel = np.flatnonzero(single == use_single)
             rank[sel] = np.arange(sel.size)
-        part_rows = np.arange(pci, dtype=np.int64) * total
         # the vertices' fields gathered straight from the element ids (one pattern plus
         # a base per block of a group; no positions made first and looked up again)
         out_ids = np.ascontiguousarray(out_var.index).reshape(-1)
-        part_ids = np.ascontiguousarray(partials.index).reshape(-1)
+        part_src, part_sep, out_sep = _sources(partials, out_ids, shape, len(groups))
+        rows_at = np.arange(pci, dtype=np.int64)
         for use_single in (False, True):
             sel = np.flatnonzero(single == use_single)
             if not sel.size:
@@ -115,36 +129,96 @@ def reduce_partials(
             )  # fmt: skip
             graph.addCodelets(cls)
             outs, own, parts = Assembler(sel.size), Assembler(sel.size), Assembler(sel.size)
-            for vid, p, base, rel in groups:
+            for vid, p, base, rel, block_lo, pos in groups:
                 if bool(single[vid[0]]) != use_single:  # a group's vertices share a size
                     continue
                 at, s = rank[vid], rel.size
-                outs.gather(at, out_ids, base, rel, np.array([s], np.int64))
-                rows = part_rows[part_rows != p * total] if use_single else part_rows
-                stacked = (rows[:, None] + rel[None, :]).reshape(-1)
+                one = np.array([s], np.int64)
+                _put(outs, at, out_ids, base, rel, one, out_sep, block_lo, pos)
+                rows = rows_at[rows_at != p] if use_single else rows_at
+                stacked = (rows[:, None] * total + rel[None, :]).reshape(-1)
+                # positions in the partials: the part's row, then the block's
+                row_pos = np.concatenate(
+                    [np.repeat(rows, s)[:, None], np.tile(pos, (rows.size, 1))], 1
+                )
+                part_lo = np.concatenate([np.zeros((at.size, 1), np.int64), block_lo], 1)
                 if use_single:
-                    own.gather(at, part_ids, base + p * total, rel, np.array([s], np.int64))
-                    parts.gather(at, part_ids, base, stacked, np.array([s * (pci - 1)], np.int64))
+                    own_lo = part_lo + np.eye(1, part_lo.shape[1], dtype=np.int64) * p
+                    own_pos = np.concatenate([np.zeros((s, 1), np.int64), pos], 1)
+                    _put(own, at, part_src, base + p * total, rel, one, part_sep, own_lo, own_pos)
+                    many = np.array([s * (pci - 1)], np.int64)
                 else:
-                    parts.gather(at, part_ids, base, stacked, np.full(pci, s, np.int64))
+                    many = np.full(pci, s, np.int64)
+                _put(parts, at, part_src, base, stacked, many, part_sep, part_lo, row_pos)
             connections = {"out": _vector(outs, out_var, out_ids)}
             if use_single:
-                connections["initialPartial"] = _vector(own, partials, part_ids)
-                connections["partials"] = _vector(parts, partials, part_ids)
+                connections["initialPartial"] = _vector(own, carrier, part_src)
+                connections["partials"] = _vector(parts, carrier, part_src)
             else:
-                pf = parts.run_field((part_ids,)) or parts.field()
-                connections["partials"] = pf.segments(partials, 0, sel.size)
+                pf = parts.run_field(_ids_of(part_src)) or parts.field()
+                connections["partials"] = pf.segments(carrier, 0, sel.size)
             graph.addVertices(cs, cls, v_tiles[sel], connections)
     graph.mapElements(out_var, tiles_all.reshape(shape))
     prog.add(Execute(cs))
 
 
-def _vector(asm: Assembler, t: Tensor, ids: np.ndarray) -> Segments | RunSegments:
+#: Elements of the partials per group of reduction vertices (blocks of one shape, one
+#: chunk) from which their fields are computed from the ids' tables: finding a group's
+#: blocks in the tables costs about 0.1 ms (:meth:`SeparableIds.blocks`), gathering
+#: from an array of every id some nanoseconds an element, and making that array some
+#: more (a small CNN's reductions of a few thousand partials took twice as long from
+#: the tables, a 64-channel convolution's 4 million partials half as long).
+TABLES_MIN_ELEMENTS = 8192
+
+
+def _sources(
+    partials: Tensor | GroupedView, out_ids: np.ndarray, shape: tuple, groups: int
+) -> tuple[np.ndarray | Callable[[], np.ndarray], SeparableIds | None, SeparableIds | None]:
+    """What the reduction's fields are gathered from: ``(partials' ids, their tables,
+    the output's tables)``; the tables (None: gathered from the ids) where the partials
+    have at least :data:`TABLES_MIN_ELEMENTS` a group and their ids are a sum of one
+    term per dimension. The partials' ids are then a function that makes them (only a
+    block the tables cannot give reads them), else an array."""
+    size = math.prod(partials.shape())
+    if size < TABLES_MIN_ELEMENTS * groups:
+        if isinstance(partials, GroupedView):
+            return partials.ids.flat(), None, None
+        return np.ascontiguousarray(partials.index).reshape(-1), None, None
+    out_sep = separable_ids(out_ids.reshape(shape))
+    if isinstance(partials, GroupedView):
+        return partials.ids.flat, partials.ids, out_sep
+    ids = np.ascontiguousarray(partials.index).reshape(-1)
+    return ids, separable_ids(ids.reshape(partials.shape())), out_sep
+
+
+def _put(
+    asm: Assembler, at: np.ndarray, source: np.ndarray | Callable[[], np.ndarray],
+    base: np.ndarray, rel: np.ndarray, sizes: np.ndarray, sep: SeparableIds | None,
+    block_lo: np.ndarray, positions: np.ndarray,
+) -> None:  # fmt: skip
+    """``asm.gather`` of ``source[base[k] + rel]`` for vertices ``at``, the ids computed
+    from ``sep`` where given (blocks beginning at ``block_lo``, reading ``positions``
+    from there: the multi-dimensional forms of ``base`` and ``rel``)."""
+    if sep is None:
+        asm.gather(at, source() if callable(source) else source, base, rel, sizes)
+    else:
+        asm.gather_separable(at, source, base, rel, sizes, sep, block_lo, positions)
+
+
+def _ids_of(source: np.ndarray | Callable[[], np.ndarray]) -> tuple[np.ndarray, ...]:
+    """``source`` as :meth:`Assembler.run_field`'s ``ids_of`` (a function making the
+    ids has no array to name: its rows' ids are computed)."""
+    return () if callable(source) else (source,)
+
+
+def _vector(
+    asm: Assembler, t: Tensor, ids: np.ndarray | Callable[[], np.ndarray]
+) -> Segments | RunSegments:
     """The Vector field of ``asm``'s vertices (one piece each), gathered from ``ids``
-    (element ids of ``t``): as the runs its rows were found in, where they were (no
-    array of every id made and converted; the graph keeps a piece within one run as
-    that run, any other as its ids), else as the ids."""
-    field = asm.run_field((ids,))
+    (element ids of ``t``, or computed from their tables): as the runs its rows were
+    found in, where they were (no array of every id made and converted; the graph keeps
+    a piece within one run as that run, any other as its ids), else as the ids."""
+    field = asm.run_field(_ids_of(ids))
     if field is not None:
         return RunSegments(t, field.runs, field.sizes)
     field = asm.field()
