@@ -258,13 +258,18 @@ def pattern(
     """Positions, relative to a base, of ``pieces`` (each ``(offsets, shape)`` per
     dimension of an array of ``strides``) one after the other, and each piece's size."""
     rel, sizes = [], []
+    grids: dict[tuple[int, ...], np.ndarray] = {}  # each shape's positions from its origin
     for offsets, shape in pieces:
-        grid = np.zeros(shape, np.int64) + int(np.dot(offsets, strides))
-        for d, n in enumerate(shape):
-            ax = [1] * len(shape)
-            ax[d] = n
-            grid = grid + (np.arange(n, dtype=np.int64) * strides[d]).reshape(ax)
-        rel.append(grid.reshape(-1))
+        key = tuple(int(n) for n in shape)
+        grid = grids.get(key)
+        if grid is None:
+            grid = np.zeros(key, np.int64)
+            for d, n in enumerate(key):
+                ax = [1] * len(key)
+                ax[d] = n
+                grid = grid + (np.arange(n, dtype=np.int64) * strides[d]).reshape(ax)
+            grid = grids[key] = grid.reshape(-1)
+        rel.append(grid + int(np.dot(offsets, strides)))
         sizes.append(grid.size)
     flat = np.concatenate(rel) if rel else np.zeros(0, np.int64)
     return flat, np.asarray(sizes, np.int64)

@@ -134,10 +134,14 @@ def piece_positions(pieces: Pieces) -> np.ndarray:
     """The positions (int64 ``[elements, ndim]``) of ``pieces`` (each ``(offsets,
     shape)`` per dimension) one after the other, each in row-major order: the order
     of :func:`~poplar_api.poplin.conv_blocks.pattern`."""
-    out = [
-        (np.indices(shape).reshape(len(shape), -1) + np.asarray(offsets)[:, None]).T
-        for offsets, shape in pieces
-    ]
+    grids: dict[tuple[int, ...], np.ndarray] = {}  # each shape's positions (made once)
+    out = []
+    for offsets, shape in pieces:
+        key = tuple(int(n) for n in shape)
+        grid = grids.get(key)
+        if grid is None:
+            grid = grids[key] = np.indices(key).reshape(len(key), -1).T
+        out.append(grid + np.asarray(offsets))
     return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 0), np.int64)
 
 
