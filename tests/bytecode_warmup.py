@@ -84,20 +84,41 @@ def rewrite_and_compile(tests: Iterable[str], packages: Iterable[str]) -> None:
         compileall.compile_dir(package, quiet=2)
 
 
+def _skipped_folder(path: Path, norecurse: Sequence[str], in_venvs: bool) -> bool:
+    """Whether pytest's collection does not enter the folder ``path`` (its
+    ``pytest_ignore_collect``): ``__pycache__``, a folder a ``norecursedirs`` pattern
+    names (hidden ones, ``node_modules``, ``build``, ...), or a virtual environment
+    unless ``--collect-in-virtualenv``."""
+    from _pytest.main import _in_venv
+    from _pytest.pathlib import fnmatch_ex
+
+    return (
+        path.name == "__pycache__"
+        or any(fnmatch_ex(pattern, path) for pattern in norecurse)
+        or (not in_venvs and _in_venv(path))
+    )
+
+
 def _test_files(config: Any) -> list[Path]:
-    """The test modules the run's arguments name (files, or directories searched)."""
+    """The test modules the run's arguments name (files, or directories searched as
+    pytest's collection searches them: not in the folders it skips, such as a
+    checkout's ``.venv`` with its thousands of third-party test modules)."""
     patterns = config.getini("python_files")
+    norecurse = config.getini("norecursedirs") or []
+    in_venvs = bool(getattr(config.option, "collect_in_virtualenv", False))
     found: set[Path] = set()
     for arg in config.args:
         path = Path(arg.split("::")[0])
         path = path if path.is_absolute() else Path(config.invocation_params.dir) / path
         if path.is_file():
             found.add(path.resolve())
-        elif path.is_dir():
+            continue
+        for folder, dirs, files in os.walk(path):  # (nothing for a missing path)
+            dirs[:] = [d for d in dirs if not _skipped_folder(Path(folder, d), norecurse, in_venvs)]
             found.update(
-                p.resolve()
-                for p in path.rglob("*.py")
-                if any(fnmatch.fnmatch(p.name, pattern) for pattern in patterns)
+                Path(folder, name).resolve()
+                for name in files
+                if name.endswith(".py") and any(fnmatch.fnmatch(name, p) for p in patterns)
             )
     return sorted(found)
 

@@ -92,3 +92,32 @@ def test_only_the_process_that_starts_workers_fills_the_cache(tmp_path: Path, pr
     before_workers(_config(tmp_path), packages=())  # one module here, one in a child
     assert all(_is_current(module) for module in modules)
     assert not _rewritten_pyc(tmp_path / "helper.py").exists()
+
+
+def test_folders_pytest_does_not_collect_from_are_not_rewritten(
+    tmp_path: Path, prefix: Path
+) -> None:
+    """A directory argument (``pytest -n 2 .``) is searched as pytest's collection
+    searches it: not in the folders its ``norecursedirs`` patterns name (hidden ones,
+    ``node_modules``, ...), in a virtual environment (a ``pyvenv.cfg``: a checkout's
+    ``.venv``, or one named otherwise, holds thousands of third-party test modules) nor
+    in ``__pycache__``; their test modules are not rewritten nor cached."""
+    kept = [tmp_path / "test_one.py", tmp_path / "sub" / "test_two.py"]
+    skipped = [
+        tmp_path / ".venv" / "lib" / "test_hidden.py",
+        tmp_path / "env" / "lib" / "test_in_venv.py",
+        tmp_path / "node_modules" / "test_module.py",
+        tmp_path / "sub" / "build" / "test_built.py",
+    ]
+    for module in kept + skipped:
+        module.parent.mkdir(parents=True, exist_ok=True)
+        module.write_text(SOURCE)
+    (tmp_path / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    config = _config(tmp_path)
+    defaults = [".*", "build", "node_modules", "venv", "*.egg", "dist"]
+    config.getini = lambda name: {"python_files": ["test_*.py"], "norecursedirs": defaults}.get(
+        name, False
+    )
+    before_workers(config, packages=())
+    assert all(_is_current(module) for module in kept)
+    assert not any(_rewritten_pyc(module).exists() for module in skipped)
