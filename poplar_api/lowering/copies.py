@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from copy import copy as shallow_copy
 from typing import Any
 
@@ -79,7 +80,7 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
             "be written; hint: copy into a variable (graph.addVariable)"
         )
     if not problems and s.elementType() == d.elementType():
-        same, overlap = _same_or_overlap(s._flat_ids(), d._flat_ids())
+        same, overlap = _same_or_overlap(s._flat_ids(), d._flat_ids(), em.span)
         if overlap and not same:  # copying a view onto itself is allowed
             problems.append(
                 f"{where}: source and destination overlap ({overlap} of "
@@ -92,15 +93,22 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
     return device_copy(em, prog, s, d)
 
 
-def _same_or_overlap(s_ids: np.ndarray | range, d_ids: np.ndarray | range) -> tuple[bool, int]:
+def _same_or_overlap(
+    s_ids: np.ndarray | range,
+    d_ids: np.ndarray | range,
+    span: Callable[[np.ndarray | range], tuple[int, int]] | None = None,
+) -> tuple[bool, int]:
     """Whether a copy's two sides are the same view, and how many distinct element ids
     they share. Sides whose id spans are disjoint (a copy into a new tensor, mostly)
-    are neither, found from the spans alone (no id array made of a block, no bitmap)."""
+    are neither, found from the spans alone (no id array made of a block, no bitmap);
+    ``span`` gives a side's span (:meth:`Emission.span`, which keeps it), else
+    :func:`_span`."""
     if isinstance(s_ids, range) and isinstance(d_ids, range) and s_ids.step == d_ids.step == 1:
         overlap = max(0, min(s_ids.stop, d_ids.stop) - max(s_ids.start, d_ids.start))
         return s_ids == d_ids, overlap
     if len(s_ids) and len(d_ids):
-        (s_lo, s_hi), (d_lo, d_hi) = _span(s_ids), _span(d_ids)
+        span = span or _span
+        (s_lo, s_hi), (d_lo, d_hi) = span(s_ids), span(d_ids)
         if s_hi <= d_lo or d_hi <= s_lo:
             return False, 0
     s_ids, d_ids = id_array(s_ids), id_array(d_ids)

@@ -30,6 +30,7 @@ from poplar_api.lowering.context import Lowered
 from poplar_api.lowering.exchange import ExchangePlanner, OwnerCache, exchange_ipus
 from poplar_api.lowering.liveness import Accesses, VariableIndex
 from poplar_api.tensor import Tensor
+from poplar_api.vertices import id_array
 
 __all__ = ["Emission", "HostIO", "prefetch_option", "stream_exchange", "with_effect"]
 
@@ -150,6 +151,8 @@ class Emission:
         self._io_tiles: np.ndarray | None = None  # see sync_tiles
         #: id of an id array -> (the array, its slice or itself): see :meth:`index`
         self._indices: dict[int, tuple[np.ndarray, np.ndarray | slice]] = {}
+        #: id of an id array -> (the array, its span): see :meth:`span`
+        self._spans: dict[int, tuple[np.ndarray, tuple[int, int]]] = {}
         self.program_ids: dict[int, int] = {}
         self.programs: list[P.Program] = []  # keeps lowered programs alive (ids stay unique)
         #: id(IR node) -> (element type, element ids) its steps read or write (liveness)
@@ -192,6 +195,17 @@ class Emission:
         known = self._indices.get(id(ids))
         if known is None or known[0] is not ids:
             known = self._indices[id(ids)] = (ids, runs.as_index(ids))
+        return known[1]
+
+    def span(self, ids: np.ndarray | range) -> tuple[int, int]:
+        """``(min, max + 1)`` of a tensor's non-empty ids as :meth:`Tensor._flat_ids`
+        gives them, once per array (a copy's overlap check, its constant check and its
+        liveness record each ask for both sides' spans)."""
+        if isinstance(ids, range) and ids.step == 1:
+            return ids.start, ids.stop
+        known = self._spans.get(id(ids))
+        if known is None or known[0] is not ids:
+            known = self._spans[id(ids)] = (ids, runs.span(id_array(ids)))
         return known[1]
 
     def where(self, ids: np.ndarray | range) -> np.ndarray | slice:
@@ -318,14 +332,26 @@ class Emission:
 
     def touch(self, node: Any, *tensors: Any) -> Any:
         """Record that ``node``'s steps access ``tensors`` (for memory liveness): their
-        ids, or one run ``(begin, end)`` for a tensor of consecutive ids."""
+        ids, or one run ``(begin, end)`` for a tensor of consecutive ids or for one whose
+        span lies in a single variable (liveness asks only which variables own the
+        elements, and then that variable alone does: its elements are not read again
+        one by one)."""
         parts = [
-            (t.elementType(), runs.ids_or_run(t._flat_ids()))
+            (t.elementType(), self._touched(t.elementType(), t._flat_ids()))
             for t in tensors
             if isinstance(t, Tensor) and t.graph is self.state
         ]
         self.touches.setdefault(id(node), []).extend(parts)
         return node
+
+    def _touched(self, typ: Any, ids: np.ndarray | range) -> Any:
+        """What :meth:`touch` records of a tensor's ids (see there)."""
+        part = runs.ids_or_run(ids)
+        if isinstance(part, tuple) or part.size == 0:
+            return part
+        lo, hi = self.span(ids)
+        block = (np.array([lo], np.int64), np.array([hi], np.int64))
+        return block if self.variables.mark([(typ, block)]).size == 1 else part
 
     def constant_of(self, t: Tensor) -> str | None:
         """Name of a constant that ``t`` has elements of, or None."""
@@ -336,7 +362,7 @@ class Emission:
         if isinstance(where, slice):  # one block of ids: the variables it overlaps
             block = (np.array([where.start], np.int64), np.array([where.stop], np.int64))
         else:  # the variables of the ids' span first (a rearranged tensor's is one)
-            lo, hi = runs.span(where)
+            lo, hi = self.span(where)
             block = (np.array([lo], np.int64), np.array([hi], np.int64))
         vids = self.variables.mark([(typ, block)])
         if not isinstance(where, slice) and self._any_constant(vids):
