@@ -103,7 +103,7 @@ def test_copy_pieces_match_a_plain_loop() -> None:
     rng = np.random.default_rng(11)
     for _ in range(100):
         n = int(rng.integers(0, 80))
-        tile = np.sort(rng.integers(0, 4, n))
+        tile = np.sort(rng.integers(0, 4, n)).astype(np.int32)  # as _local_elements gives
         # runs of consecutive ids with random jumps, on each side
         src = np.cumsum(np.where(rng.random(n) < 0.7, 1, rng.integers(-5, 9, n)))
         dst = np.cumsum(np.where(rng.random(n) < 0.5, 1, rng.integers(2, 9, n)))

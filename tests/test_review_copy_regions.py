@@ -48,7 +48,7 @@ def reference_regions(tile: list[int], src: list[int], dst: list[int]):
 
 def _check(tile: list[int], src: list[int], dst: list[int], item: int = 4) -> None:
     cfg = load_config("tiny", RUNTIME)
-    t = np.asarray(tile, np.int64)
+    t = np.asarray(tile, np.int32)  # as the lowering of a Copy passes its tiles
     got = on_tile_copy_steps(cfg, np.asarray(src), np.asarray(dst), t, np.ones(t.size, bool), item)
     pieces, new = reference_regions(tile, src, dst)
     # the tile's copy is a gather when its source side has more runs than its destination
