@@ -133,3 +133,38 @@ def test_pattern_and_positions_of_pieces_of_repeated_shapes():
     np.testing.assert_array_equal(positions, want_pos)
     np.testing.assert_array_equal(rel, np.ravel_multi_index(want_pos.T, shape))
     np.testing.assert_array_equal(sizes, [int(np.prod(s)) for _, s in pieces])
+
+
+@pytest.mark.parametrize("first", [[100, 130, 160, 190], [100, 137, 150, 400]])
+def test_rows_of_a_separable_source_equal_the_gathered_ones(first):
+    """:meth:`Assembler.gather_rows` (each member reads a block in several rows of the
+    first dimension) gives the ids and runs gathered from the array, whether the
+    first table keeps one step (one pattern found) or not (every row's positions)."""
+    from poplar_api.poplin.conv_ids import SeparableIds
+
+    tables = [np.array(first, np.int64), np.arange(3) * 400, np.arange(6) * 50, np.arange(12)]
+    sep = SeparableIds([t.astype(np.int64) for t in tables])
+    ids = sep.array()
+    shape = ids.shape
+    flat = ids.reshape(-1)
+    strides = np.array(np.empty(shape, np.int8).strides, np.int64)
+    members = np.array([0, 2, 1])
+    index = np.array([[0, 0, 1, 0], [0, 1, 3, 2], [0, 2, 0, 1]], np.int64)  # (+10 < 12)
+    piece = [([0, 0, 0, 0], [1, 1, 2, 10])]
+    rel, _ = pattern(strides, piece)
+    positions = piece_positions(piece)
+    rows = np.array([0, 2, 3])
+    sizes = np.full(rows.size, rel.size, np.int64)
+    base = index @ strides
+    by_rows, by_ids = Assembler(3), Assembler(3)
+    by_rows.gather_rows(members, flat, base, rel, sizes, sep, index, positions, rows,
+                        int(strides[0]))  # fmt: skip
+    stacked = (rows[:, None] * strides[0] + rel[None, :]).reshape(-1)
+    by_ids.gather(members, flat, base, stacked, sizes)
+    got, want = by_rows.field(), by_ids.field()
+    np.testing.assert_array_equal(got.flat, want.flat)
+    np.testing.assert_array_equal(got.sizes, want.sizes)
+    runs, want_runs = by_rows.run_field(), by_ids.run_field((flat,))
+    assert runs is not None and want_runs is not None
+    np.testing.assert_array_equal(runs.runs.starts, want_runs.runs.starts)
+    np.testing.assert_array_equal(runs.runs.firsts, want_runs.runs.firsts)

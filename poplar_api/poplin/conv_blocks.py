@@ -330,6 +330,33 @@ class Assembler:
         for which, bases, ids in found:  # (the source is not read: inside it by blocks)
             self.gather(members[which], _NO_SOURCE, base[which], rel, sizes, (bases, ids))
 
+    def gather_rows(
+        self, members: np.ndarray, source: np.ndarray | Callable[[], np.ndarray],
+        base: np.ndarray, rel: np.ndarray, sizes: np.ndarray, sep: SeparableIds,
+        index: np.ndarray, positions: np.ndarray, rows: np.ndarray, row_step: int,
+    ) -> None:  # fmt: skip
+        """:meth:`gather_separable` of ``rows`` of the first dimension one after another:
+        member ``k`` reads ``positions`` (first column 0; flat ``rel``) from ``index[k]``
+        moved ``r`` along the first dimension (``r * row_step`` in the flat source), for
+        each ``r`` of ``rows``. Where the first table keeps one step, the blocks are
+        found for the first row and the other rows' ids are that step apart (a
+        reduction's rows of partials: one pattern, not one per row, is found)."""
+        stacked = (rows[:, None] * row_step + rel[None, :]).reshape(-1)
+        inside = rows.size == 0 or (
+            int(rows.min()) + int(index[:, 0].min()) >= 0
+            and int(rows.max()) + int(index[:, 0].max()) < int(sep.size[0])
+        )
+        found = sep.blocks(index, positions) if sep.linear[0] and inside else None
+        if found is None:
+            every = np.concatenate([positions + np.eye(1, positions.shape[1], dtype=np.int64) * r
+                                    for r in rows.tolist()])  # fmt: skip
+            self.gather_separable(members, source, base, stacked, sizes, sep, index, every)
+            return
+        steps = rows * int(sep.steps[0])
+        for which, bases, ids in found:  # (the source is not read: inside it by blocks)
+            pattern = (steps[:, None] + ids[None, :]).reshape(-1)
+            self.gather(members[which], _NO_SOURCE, base[which], stacked, sizes, (bases, pattern))
+
     def _bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each vertex's elements and pieces begin, and every piece's size."""
         at = np.zeros(self.n + 1, np.int64)

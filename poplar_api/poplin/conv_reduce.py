@@ -136,20 +136,21 @@ def reduce_partials(
                 one = np.array([s], np.int64)
                 _put(outs, at, out_ids, base, rel, one, out_sep, block_lo, pos)
                 rows = rows_at[rows_at != p] if use_single else rows_at
-                stacked = (rows[:, None] * total + rel[None, :]).reshape(-1)
                 # positions in the partials: the part's row, then the block's
-                row_pos = np.concatenate(
-                    [np.repeat(rows, s)[:, None], np.tile(pos, (rows.size, 1))], 1
-                )
                 part_lo = np.concatenate([np.zeros((at.size, 1), np.int64), block_lo], 1)
+                own_pos = np.concatenate([np.zeros((s, 1), np.int64), pos], 1)
                 if use_single:
                     own_lo = part_lo + np.eye(1, part_lo.shape[1], dtype=np.int64) * p
-                    own_pos = np.concatenate([np.zeros((s, 1), np.int64), pos], 1)
                     _put(own, at, part_src, base + p * total, rel, one, part_sep, own_lo, own_pos)
                     many = np.array([s * (pci - 1)], np.int64)
                 else:
                     many = np.full(pci, s, np.int64)
-                _put(parts, at, part_src, base, stacked, many, part_sep, part_lo, row_pos)
+                if part_sep is None:
+                    stacked = (rows[:, None] * total + rel[None, :]).reshape(-1)
+                    parts.gather(at, _array(part_src), base, stacked, many)
+                else:
+                    parts.gather_rows(at, part_src, base, rel, many, part_sep, part_lo, own_pos,
+                                      rows, total)  # fmt: skip
             connections = {"out": _vector(outs, out_var, out_ids)}
             if use_single:
                 connections["initialPartial"] = _vector(own, carrier, part_src)
@@ -200,9 +201,14 @@ def _put(
     from ``sep`` where given (blocks beginning at ``block_lo``, reading ``positions``
     from there: the multi-dimensional forms of ``base`` and ``rel``)."""
     if sep is None:
-        asm.gather(at, source() if callable(source) else source, base, rel, sizes)
+        asm.gather(at, _array(source), base, rel, sizes)
     else:
         asm.gather_separable(at, source, base, rel, sizes, sep, block_lo, positions)
+
+
+def _array(source: np.ndarray | Callable[[], np.ndarray]) -> np.ndarray:
+    """``source`` as an array (made when a function)."""
+    return source() if callable(source) else source
 
 
 def _ids_of(source: np.ndarray | Callable[[], np.ndarray]) -> tuple[np.ndarray, ...]:
