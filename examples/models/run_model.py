@@ -8,7 +8,10 @@ gradient computation alone) anchors the loss and the gradients of some weights;
 the loss is compared with the reference evaluator and the gradients with a central
 finite difference of the reference evaluator run in float64 along the gradient's
 own direction ``d = g / |g|``: ``|g| ≈ (loss(w + εd) - loss(w - εd)) / 2ε``, with the
-ReLU masks and max pool choices frozen at ``w`` (:func:`freeze_kinks`).
+ReLU masks and max pool choices frozen at ``w`` (:func:`freeze_kinks`). Where that
+fails, the step is run again with the ReLU and max pool inputs anchored and the check
+taken at the branches the float32 step took, which may differ from float64's at units
+within rounding of a kink (:func:`_check_at_session_branches`).
 
 Usage::
 
@@ -80,6 +83,15 @@ class ModelRun:
     gradient_check
         Training: the directional derivative from the anchored gradients and the
         reference's central difference (see :func:`directional_check`).
+    session_branches
+        Training, when ``gradient_check`` is not within the tolerance: the check taken
+        again at the branches the session's step took (``gradient_check``), the units
+        on another branch than the reference's (``units``), the largest distance of
+        one from its kink (``nearest``) and the step's largest error at a kink input
+        (``forward``), both relative to their tensor's largest magnitude, and whether
+        the repeated step gave the first one's values (``repeated``); see
+        :func:`_check_at_session_branches`. ``max_error`` is then this check's error
+        (infinite when the step's branches cannot stand in for the reference's).
     """
 
     model: str
@@ -91,6 +103,7 @@ class ModelRun:
     tolerance: float = 0.0
     matched: bool = False
     gradient_check: tuple[float, float] | None = None
+    session_branches: dict[str, Any] | None = None
 
 
 #: A built model: ModelProto, random inputs, outputs checked, loss id (training).
@@ -169,7 +182,31 @@ def training_reference(proto: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-def freeze_kinks(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
+def kink_inputs(model: onnx.ModelProto) -> list[str]:
+    """The tensors whose signs and orders pick the model's branch: the input of every
+    ``Relu`` and ``MaxPool``, in node order."""
+    return [n.input[0] for n in model.graph.node if n.op_type in ("Relu", "MaxPool")]
+
+
+def _pool_picks(node: onnx.NodeProto, x: np.ndarray) -> np.ndarray:
+    """ONNX ``Indices`` of the elements the windows of MaxPool ``node`` pick in ``x``."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    pool = onnx.helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)
+    graph = onnx.helper.make_graph(
+        [pool],
+        "picks",
+        [onnx.helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape))],
+        [onnx.helper.make_empty_tensor_value_info(o) for o in ("y", "i")],
+    )
+    m = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 15)])
+    return onnx.reference.ReferenceEvaluator(m).run(["i"], {"x": x.astype(np.float64)})[0]
+
+
+def freeze_kinks(
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    at: dict[str, np.ndarray] | None = None,
+) -> onnx.ModelProto:
     """A copy of ``model`` that is smooth in its weights and agrees with it, value and
     gradient, at the weights it has and the inputs ``feeds``.
 
@@ -180,7 +217,16 @@ def freeze_kinks(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> onnx.M
     converges as the step squared, where one of the model converges only as the
     step, since a step of ``eps`` crosses the kinks of the units within ``eps`` of
     one (measured on ResNet-50's training step in ``docs/models.md``).
+
+    ``at`` (optional) maps each of :func:`kink_inputs` to the values another
+    computation of the model gave it (a session's float32 step): the branch frozen is
+    then the one those values pick, which differs from the model's own where a value
+    within that computation's rounding of zero (or of a tie) came out on the other side.
     """
+    if at is not None:
+        missing = [x for x in kink_inputs(model) if x not in at]
+        if missing:
+            raise ValueError(f"freeze_kinks: no values given for the kink inputs {missing}")
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     wanted = []
@@ -196,18 +242,29 @@ def freeze_kinks(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> onnx.M
                 )
             node.output.append(f"{node.output[0]}/argmax")
             wanted.append(node.output[1])
-    del probe.graph.output[:]
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(w) for w in wanted)
-    found = onnx.reference.ReferenceEvaluator(probe).run(wanted, feeds)
-    values = dict(zip(wanted, found, strict=True))
+    if at is None:
+        del probe.graph.output[:]
+        probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(w) for w in wanted)
+        found = onnx.reference.ReferenceEvaluator(probe).run(wanted, feeds)
+        values = dict(zip(wanted, found, strict=True))
+    else:
+        values = {}
+        for node in probe.graph.node:
+            x = np.asarray(at[node.input[0]]) if node.op_type in ("Relu", "MaxPool") else None
+            if node.op_type == "Relu":
+                values[node.input[0]] = x
+            elif node.op_type == "MaxPool":
+                values[node.output[1]] = _pool_picks(node, x)
     frozen = onnx.ModelProto()
     frozen.CopyFrom(model)
     nodes, inits = [], []
+    wide = any(t.data_type == TensorProto.DOUBLE for t in model.graph.initializer)
     for node in frozen.graph.node:
         if node.op_type == "Relu":
             x = node.input[0]
             mask = f"{node.output[0]}/mask"
-            inits.append(numpy_helper.from_array((values[x] > 0).astype(values[x].dtype), mask))
+            kind = values[x].dtype if at is None else np.float64 if wide else np.float32
+            inits.append(numpy_helper.from_array((values[x] > 0).astype(kind), mask))
             nodes.append(onnx.helper.make_node("Mul", [x, mask], list(node.output), node.name))
         elif node.op_type == "MaxPool":
             out, picked = node.output[0], f"{node.output[0]}/argmax"
@@ -230,6 +287,7 @@ def directional_check(
     loss: str,
     grads: dict[str, np.ndarray],
     eps: float = 1e-4,
+    at: dict[str, np.ndarray] | None = None,
 ) -> tuple[float, float]:
     """``(|g|, central difference of the float64 reference along g / |g|)`` for the
     gradients ``g`` of the weights in ``grads``.
@@ -242,9 +300,13 @@ def directional_check(
     with its ReLU and max pool branches frozen at the weights (:func:`freeze_kinks`):
     along the steepest direction of ResNet-50 a step of ``eps`` crosses enough ReLU
     kinks that the plain difference is 1.4 % short of the exact derivative.
+
+    ``at`` (optional): the values of the model's :func:`kink_inputs` in the session's
+    step; the branches are then frozen where those values put them (see
+    :func:`freeze_kinks`) instead of where the float64 reference does.
     """
     feeds = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.items()}
-    wide = freeze_kinks(float64_model(training_reference(proto)), feeds)
+    wide = freeze_kinks(float64_model(training_reference(proto)), feeds, at)
     weights = {t.name: numpy_helper.to_array(t) for t in wide.graph.initializer if t.name in grads}
     norm = float(np.sqrt(sum(float(np.sum(g * g)) for g in grads.values())))
     if norm == 0.0:
@@ -261,6 +323,52 @@ def directional_check(
         return float(onnx.reference.ReferenceEvaluator(m).run([loss], feeds)[0])
 
     return norm, (loss_at(1.0) - loss_at(-1.0)) / (2 * eps)
+
+
+def branch_differences(
+    proto: onnx.ModelProto, inputs: dict[str, np.ndarray], at: dict[str, np.ndarray]
+) -> tuple[int, float, float]:
+    """Where a session's step took other branches than the float64 reference (training
+    form) of ``proto`` on ``inputs``, given the session's values ``at`` of the
+    :func:`kink_inputs`.
+
+    Returns ``(units, nearest, forward)``: the ReLU inputs of the other sign and max
+    pool windows that picked another element; the largest distance from its kink, in
+    the reference, of such a unit (a ReLU input's magnitude, or the gap between the
+    two elements a window picked), relative to the largest magnitude of its tensor;
+    and the largest difference of a kink input from the reference, relative likewise.
+    A step whose values are right to ``forward`` can take the other branch only where
+    the reference is within about that of a kink.
+    """
+    feeds = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.items()}
+    wide = float64_model(training_reference(proto))
+    names = kink_inputs(wide)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(wide)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(x) for x in names)
+    ref = dict(zip(names, onnx.reference.ReferenceEvaluator(probe).run(names, feeds), strict=True))
+    units, nearest, forward = 0, 0.0, 0.0
+    for node in wide.graph.node:
+        if node.op_type not in ("Relu", "MaxPool"):
+            continue
+        x = node.input[0]
+        want = ref[x]
+        got = np.asarray(at[x], np.float64).reshape(want.shape)
+        scale = max(float(np.max(np.abs(want))), 1e-30)
+        forward = max(forward, float(np.max(np.abs(got - want))) / scale)
+        if node.op_type == "Relu":
+            other = (got > 0) != (want > 0)
+            gaps = np.abs(want[other])
+        else:
+            mine, theirs = _pool_picks(node, got).reshape(-1), _pool_picks(node, want).reshape(-1)
+            other = mine != theirs
+            flat = want.reshape(-1)
+            gaps = np.abs(flat[mine[other]] - flat[theirs[other]])
+        units += int(np.count_nonzero(other))
+        if gaps.size:
+            nearest = max(nearest, float(gaps.max()) / scale)
+    return units, nearest, forward
 
 
 def run_model(
@@ -299,54 +407,16 @@ def run_model(
     with activity(f"Building {name} as ONNX"):  # a line on a terminal if it takes a while
         proto, inputs, outputs, loss = build(name, train, seed)
     result.seconds["build"] = time.perf_counter() - t0
-    options: dict[str, Any] = {"numIPUs": ipus}
-    if tiles:
-        options["tilesPerIPU"] = tiles
-    device = popart.DeviceManager().createIpuModelDevice(options)
-    every = popart.AnchorReturnType("ALL")
-    user = popart.SessionOptions()
-    if ipus > 1:  # sharded: the nodes in order, one contiguous chunk per IPU
-        user.virtualGraphMode = popart.VirtualGraphMode.Auto
-    if allow_oom:
-        user.engineOptions = {"debug.allowOutOfMemory": "true"}
-    t0 = time.perf_counter()
+    step = _Step(proto, inputs, loss, tiles, ipus, allow_oom)
     if train:
         assert loss is not None
         names = list(_initializers(proto))
         picked = [names[int(i)] for i in np.linspace(0, len(names) - 1, grad_weights)]
         picked = list(dict.fromkeys(picked))
         prefix = popart.reservedGradientPrefix()
-        anchors_ids = [loss, *(prefix + w for w in picked)]
-        session = popart.TrainingSession(
-            fnModel=proto.SerializeToString(),
-            dataFlow=popart.DataFlow(1, {a: every for a in anchors_ids}),
-            deviceInfo=device,
-            loss=loss,
-            optimizer=popart.ConstSGD(0.0),
-            userOptions=user,
-        )
+        anchors = step.run([loss, *(prefix + w for w in picked)], result)
     else:
-        session = popart.InferenceSession(
-            fnModel=proto.SerializeToString(),
-            dataFlow=popart.DataFlow(1, {o: every for o in outputs}),
-            deviceInfo=device,
-            userOptions=user,
-        )
-    session.prepareDevice()
-    result.seconds["compile"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    session.weightsFromHost()
-    anchors = session.initAnchorArrays()
-    session.run(popart.PyStepIO(inputs, anchors))
-    result.seconds["run"] = time.perf_counter() - t0
-    result.cycles = int(session.getCycleCount())
-    # the graph profile's numVertices, without encoding the whole profile as JSON
-    result.vertices = int(session.graph.getNumVertices())
-    # the checks below run the reference in float64: the simulator's state is freed
-    # first, so the peak host RAM measured is the simulation's, not the sum of both
-    del session
-    device.detach()
-    gc.collect()
+        anchors = step.run(outputs, result)
     t0 = time.perf_counter()
     if train:
         reference = onnx.reference.ReferenceEvaluator(training_reference(proto))
@@ -355,11 +425,12 @@ def run_model(
         grads = {w: np.asarray(anchors[prefix + w], np.float64) for w in picked}
         analytic, numeric = directional_check(proto, inputs, loss, grads)
         result.gradient_check = (analytic, numeric)
-        result.max_error = max(
-            abs(got - want) / max(abs(want), 1e-6),
-            abs(analytic - numeric) / max(abs(numeric), 1e-6),
-        )
+        loss_error = abs(got - want) / max(abs(want), 1e-6)
+        grad_error = abs(analytic - numeric) / max(abs(numeric), 1e-6)
         result.tolerance = 1e-3
+        if grad_error > result.tolerance:
+            grad_error = _check_at_session_branches(step, anchors, grads, result)
+        result.max_error = max(loss_error, grad_error)
     else:
         refs = onnx.reference.ReferenceEvaluator(proto).run(outputs, inputs)
         errs = [
@@ -371,6 +442,115 @@ def run_model(
     result.matched = bool(result.max_error <= result.tolerance)
     result.seconds["reference"] = time.perf_counter() - t0
     return result
+
+
+class _Step:
+    """One step of a model on a fresh IPU Model device and session, run once per call
+    with the anchors asked for (the device, session and engine freed after it, so the
+    host memory a check needs afterwards is not on top of the simulation's)."""
+
+    def __init__(
+        self,
+        proto: onnx.ModelProto,
+        inputs: dict[str, np.ndarray],
+        loss: str | None,
+        tiles: int | None,
+        ipus: int,
+        allow_oom: bool,
+    ) -> None:
+        self.proto, self.inputs, self.loss = proto, inputs, loss
+        self.tiles, self.ipus, self.allow_oom = tiles, ipus, allow_oom
+
+    def run(self, anchor_ids: list[str], result: ModelRun | None = None) -> dict[str, np.ndarray]:
+        """The anchors ``anchor_ids`` of one step (a training step when the model has a
+        loss); ``result`` (if given) gets its compile and run seconds, cycles and
+        vertices."""
+        options: dict[str, Any] = {"numIPUs": self.ipus}
+        if self.tiles:
+            options["tilesPerIPU"] = self.tiles
+        device = popart.DeviceManager().createIpuModelDevice(options)
+        every = popart.AnchorReturnType("ALL")
+        user = popart.SessionOptions()
+        if self.ipus > 1:  # sharded: the nodes in order, one contiguous chunk per IPU
+            user.virtualGraphMode = popart.VirtualGraphMode.Auto
+        if self.allow_oom:
+            user.engineOptions = {"debug.allowOutOfMemory": "true"}
+        flow = popart.DataFlow(1, {a: every for a in anchor_ids})
+        t0 = time.perf_counter()
+        if self.loss is not None:
+            session = popart.TrainingSession(
+                fnModel=self.proto.SerializeToString(),
+                dataFlow=flow,
+                deviceInfo=device,
+                loss=self.loss,
+                optimizer=popart.ConstSGD(0.0),
+                userOptions=user,
+            )
+        else:
+            session = popart.InferenceSession(
+                fnModel=self.proto.SerializeToString(),
+                dataFlow=flow,
+                deviceInfo=device,
+                userOptions=user,
+            )
+        session.prepareDevice()
+        compiled = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        session.weightsFromHost()
+        anchors = session.initAnchorArrays()
+        session.run(popart.PyStepIO(self.inputs, anchors))
+        if result is not None:
+            result.seconds["compile"] = compiled
+            result.seconds["run"] = time.perf_counter() - t0
+            result.cycles = int(session.getCycleCount())
+            # the graph profile's numVertices, without encoding the whole profile as JSON
+            result.vertices = int(session.graph.getNumVertices())
+        # the checks run the reference in float64: the simulator's state is freed
+        # first, so the peak host RAM measured is the simulation's, not the sum of both
+        del session
+        device.detach()
+        gc.collect()
+        return anchors
+
+
+def _check_at_session_branches(
+    step: _Step,
+    anchors: dict[str, np.ndarray],
+    grads: dict[str, np.ndarray],
+    result: ModelRun,
+) -> float:
+    """The gradient check's error at the branches the session's step took, or ``inf``
+    where those cannot stand in for the reference's.
+
+    The float32 step computes the gradient of the branch its own values pick; at a ReLU
+    input within its rounding of zero (or a max pool window within it of a tie) that
+    can be the other branch than the float64 reference's, and one such unit near the
+    stem moves a deep model's stem gradient by more than the check's tolerance. The
+    step is run again with the :func:`kink_inputs` anchored (the same program with more
+    anchors: its loss and gradients must come out bit for bit as the first run's, or
+    the branches seen are not that run's), and the check is taken at those branches.
+    It stands only if the step's kink inputs are within the forward tolerance (1e-4 of
+    each tensor's largest magnitude) of the reference and every unit on another branch
+    is within that of its kink; ``result.session_branches`` gets the figures.
+    """
+    kinks = kink_inputs(step.proto)
+    again = step.run([*anchors, *(k for k in kinks if k not in anchors)])
+    same = all(np.array_equal(np.asarray(again[a]), np.asarray(anchors[a])) for a in anchors)
+    at = {k: np.asarray(again[k]) for k in kinks}
+    del again
+    units, nearest, forward = branch_differences(step.proto, step.inputs, at)
+    assert step.loss is not None
+    analytic, numeric = directional_check(step.proto, step.inputs, step.loss, grads, at=at)
+    error = abs(analytic - numeric) / max(abs(numeric), 1e-6)
+    result.session_branches = {
+        "gradient_check": [analytic, numeric],
+        "units": units,
+        "nearest": nearest,
+        "forward": forward,
+        "repeated": same,
+    }
+    within = same and forward <= 1e-4 and nearest <= 1e-4
+    return error if within else float("inf")
 
 
 def main(argv: list[str] | None = None) -> int:
