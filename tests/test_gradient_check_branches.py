@@ -144,3 +144,34 @@ def test_freeze_kinks_at_the_reference_values_is_the_plain_freeze():
     ]
     with pytest.raises(ValueError, match=r"no values given for the kink inputs \['z'\]"):
         rm.freeze_kinks(wide, feeds, {})
+
+
+@pytest.mark.parametrize(
+    ("units", "nearest", "forward", "stands"),
+    [
+        (1, 1e-4, 1e-4, True),  # both at the bound: within it
+        (1, 2e-4, 0.0, False),  # a unit on another branch farther than that from its kink
+        (1, 0.0, 2e-4, False),  # the step's kink inputs farther than that from float64
+    ],
+)
+def test_the_steps_branches_stand_in_only_near_the_reference(
+    monkeypatch, units, nearest, forward, stands
+):
+    """The check at the step's branches is taken only where those branches may differ
+    from the reference's by rounding: every unit on another branch within 1e-4 of its
+    kink and the step's kink inputs within 1e-4 of float64 (relative to each tensor's
+    largest magnitude); beyond either, the error is infinite however well the gradient
+    agrees at the step's branches."""
+    step = _step()
+    anchors = step.run(["loss", GRAD])
+    g = {"w": np.asarray(anchors[GRAD], np.float64)}
+    monkeypatch.setattr(rm, "branch_differences", lambda *a: (units, nearest, forward))
+    result = rm.ModelRun("rounded_kink", "training")
+    error = rm._check_at_session_branches(step, anchors, g, result)
+    assert result.session_branches["repeated"] is True
+    assert result.session_branches["nearest"] == nearest
+    assert result.session_branches["forward"] == forward
+    if stands:
+        assert error < 1e-9
+    else:
+        assert error == float("inf")
