@@ -85,6 +85,8 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
         return rearranged[0 if claim.startswith("acts") else 1]
     if claim == "swapped":
         return plan.swapped
+    if claim == "inputs broadcast before the loop":
+        return plan.broadcast
     if claim in ("joint", "separate"):
         assert joint is not None, claim
         return joint[0] == (claim == "joint")

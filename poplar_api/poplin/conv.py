@@ -50,6 +50,8 @@ from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.conv_reduce import reduce_partials
 from poplar_api.poplin.conv_serial import (
     PLAN_CACHE,
+    broadcast_inputs,
+    iteration_params,
     lower_in_serial,
     lower_serial,
     plan_cache_key,
@@ -237,11 +239,15 @@ def _conv(
     prog: ProgramSequence,
     name: str,
     rearrange: bool = False,
+    copies: bool = False,
 ) -> Tensor:
     """Lower ``params`` on canonical views; return the canonical output ``[G, B, Co, *O]``.
 
     With ``rearrange``, an operand is first copied into a tensor laid out as the plan
-    wants where Poplibs' ``convolutionPreprocess`` does (:func:`_rearrange`).
+    wants where Poplibs' ``convolutionPreprocess`` does (:func:`_rearrange`). With
+    ``copies``, ``act`` is ``[Pco, G, B, Ci, *F]``, one copy of the inputs per
+    output-channel part (:func:`~.conv_serial.broadcast_inputs`), and a block reads its
+    part's copy.
     Vertices of one tile geometry (batch and output field range) share their method,
     class, worklist values and, per group counts, their estimate; the views of every
     vertex are made from element positions in the operands."""
@@ -249,7 +255,11 @@ def _conv(
     if rearrange:
         act, ker, params, plan = _rearrange(graph, act, ker, params, plan, opts, prog, name)
     if plan.serial > 1:
-        lower = lambda k, p, pr, n: _conv(graph, act, k, p, opts, pr, n)  # noqa: E731
+        acts, copied = act, False
+        if plan.broadcast:  # the inputs exchanged to their tiles once, before the loop
+            acts, copied = broadcast_inputs(graph, act, iteration_params(params, plan),
+                                            plan, prog, name), True  # fmt: skip
+        lower = lambda k, p, pr, n: _conv(graph, acts, k, p, opts, pr, n, copies=copied)  # noqa: E731
         return lower_serial(graph, ker, params, plan, opts, prog, name, lower)
     if plan.in_serial > 1:
         lower_in = lambda a, k, p, pr, n: _conv(graph, a, k, p, opts, pr, n)  # noqa: E731
@@ -287,7 +297,10 @@ def _conv(
     cs = graph.addComputeSet(f"{name}/Convolve")
     acc_type = partials_type if need_reduce else out_type
     # positions in the operands, in the vertex layouts: [G,B,*F,Ci], [G,*K,Co,Ci]
-    act_pos = act_pos.transpose([0, 1, *range(3, 3 + nd), 2])
+    if copies:  # [Pco, G, B, Ci, *F] -> [Pco, G, B, *F, Ci]
+        act_pos = act_pos.transpose([0, 1, 2, *range(4, 4 + nd), 3])
+    else:
+        act_pos = act_pos.transpose([0, 1, *range(3, 3 + nd), 2])
     ker_pos = ker_pos.transpose([0, *range(3, 3 + nd), 1, 2])
     # (the partials' variable carries their graph and type for the fields)
     dst_t, dst_ids = (partials.var, partials.ids) if need_reduce else (out_var, out_var.index)

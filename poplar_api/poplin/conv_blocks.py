@@ -533,8 +533,9 @@ def plan_partials(
     act_pos, ker_pos
         The operands' element ids in the vertex layouts: ``[G, B, *F, Ci]`` (``-1``
         marks a zero of an expanded input, read from a one-element constant on the
-        vertex's tile, whose id :meth:`Partials.add_vertices` puts in) and
-        ``[G, *K, Co, Ci]``.
+        vertex's tile, whose id :meth:`Partials.add_vertices` puts in), or ``[Pco, G,
+        B, *F, Ci]``, a copy per output-channel part (inputs broadcast before a serial
+        loop: a block reads its part's), and ``[G, *K, Co, Ci]``.
     dst_pos
         The destination's element ids: ``[Ci parts, G, B, *O, Co]`` with
         ``need_reduce``, else ``[G, B, *O, Co]``; or their tables (the array is then
@@ -620,6 +621,8 @@ def plan_partials(
     act_c = np.ascontiguousarray(act_pos)
     ker_c = np.ascontiguousarray(ker_pos)
     act_st = np.array(act_c.strides, np.int64) // act_c.itemsize
+    copies = act_c.ndim == nd + 4  # a copy of the inputs per output-channel part
+    in_st, lead = (act_st[1:], [0]) if copies else (act_st, [])
     ker_st = np.array(ker_c.strides, np.int64) // ker_c.itemsize
     act_flat, ker_flat = act_c.reshape(-1), ker_c.reshape(-1)
     # the operands whose ids are a sum of one term per dimension: fields computed
@@ -647,7 +650,7 @@ def plan_partials(
         wsz = [hi_ - lo_ for lo_, hi_ in geom.window]
         zf = [0] * nd
         kz = [0] * nd
-        in_pieces = [([g, 0, *zf, a], [1, int(b_n), *wsz, bb - a])
+        in_pieces = [([*lead, g, 0, *zf, a], [*[1] * len(lead), 1, int(b_n), *wsz, bb - a])
                      for g in range(g_n) for a, bb in ig_r]  # fmt: skip
         out_pieces, w_pieces = [], []
         for g in range(g_n):
@@ -657,8 +660,12 @@ def plan_partials(
                              for a, bb in ig_r]  # fmt: skip
         # bases of each member block in each operand
         wlo = windows[combo_of[b]]
-        in_base = (lo[b, 0] * act_st[0] + lo[b, 1] * act_st[1] + wlo @ act_st[2 : 2 + nd]
-                   + lo[b, -1] * act_st[-1])  # fmt: skip
+        in_base = (lo[b, 0] * in_st[0] + lo[b, 1] * in_st[1] + wlo @ in_st[2 : 2 + nd]
+                   + lo[b, -1] * in_st[-1])  # fmt: skip
+        in_at = [lo[b, :2], wlo, lo[b, -1:]]
+        if copies:  # the block's output-channel part picks its copy
+            in_base = in_base + ix[b, -2] * act_st[0]
+            in_at = [ix[b, -2:-1], *in_at]
         w_base = lo[b, 0] * ker_st[0] + lo[b, -2] * ker_st[-2] + lo[b, -1] * ker_st[-1]
         o_st = dst_st[1:] if need_reduce else dst_st
         o_base = lo[b, 0] * o_st[0] + lo[b, 1] * o_st[1] + lo[b, 2 : 2 + nd] @ o_st[2 : 2 + nd]
@@ -666,8 +673,7 @@ def plan_partials(
         if need_reduce:
             o_base = o_base + ix[b, -1] * dst_st[0]
         zb = np.zeros((b.size, nd), np.int64)
-        _gather(ins, members, act_flat, in_base, in_pieces, act_st, act_sep,
-                [lo[b, :2], wlo, lo[b, -1:]])  # fmt: skip
+        _gather(ins, members, act_flat, in_base, in_pieces, act_st, act_sep, in_at)
         _gather(ws, members, ker_flat, w_base, w_pieces, ker_st, ker_sep,
                 [lo[b, :1], zb, lo[b, -2:]])  # fmt: skip
         if need_reduce:  # (the pieces within one input-channel part's partials)

@@ -249,6 +249,11 @@ class ConvPlan:
     #: grains, the last iteration computing the rest); 0 when every iteration has the
     #: channels divided by the split. :func:`~.conv_serial.iteration_chans` reads it.
     serial_chans: int = 0
+    #: Poplibs' ``broadcastInputBeforeLoop`` (an output-channel serial split only): the
+    #: inputs are copied once, before the loop, to every tile that reads them
+    #: (:func:`~.conv_serial.broadcast_inputs`), and each iteration's vertices read
+    #: their tile's copy, so no iteration exchanges inputs.
+    broadcast: bool = False
     #: The ``enableFastReduce`` option: single-input ReduceAdd whenever the output
     #: grain allows it, with the partials in interleaved memory (``constrainPartials``).
     fast_reduce: bool = False

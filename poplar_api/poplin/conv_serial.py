@@ -32,6 +32,10 @@ program; the operands' layouts put channel ``c`` where its iteration's slice rea
 (``c mod`` the iteration's channels). ipusim's own search splits only by divisors of the
 channels; a plan taken from Poplibs' (:mod:`.poplibs_plans`) may pad.
 
+Such a plan may also broadcast the inputs before an output-channel loop (Poplibs'
+``broadcastInputBeforeLoop``): :func:`broadcast_inputs` copies each tile's inputs to it
+once, before the loop, and every iteration's vertices read them there.
+
 The planner's estimates of these steps are :mod:`.serial_estimates`.
 """
 
@@ -39,8 +43,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+import numpy as np
 
 from poplar_api.graph import Graph
 from poplar_api.poplin.conv_params import ConvParams
@@ -58,8 +65,8 @@ from poplar_api.tensor import Tensor
 from poplar_api.types import UNSIGNED_INT
 
 __all__ = [
-    "PLAN_CACHE", "co_ranges", "iteration_chans", "iteration_params", "lower_in_serial",
-    "lower_serial", "plan_cache_key",
+    "PLAN_CACHE", "broadcast_inputs", "co_ranges", "iteration_chans", "iteration_params",
+    "lower_in_serial", "lower_serial", "plan_cache_key",
 ]  # fmt: skip
 
 #: Name of the graph's library cache of convolution plans.
@@ -211,7 +218,8 @@ def lower_serial(
     head = ker if looped == n else ker.slice(0, looped * per, 1)
     w = _sliced(graph, head, 1, looped, counter, body, f"{name}/weightsSerialSlice")
     conv = body if looped == n else ProgramSequence()
-    with _iteration_plan(graph, sub, opts, dataclasses.replace(plan, serial=1, serial_chans=0)):
+    one = dataclasses.replace(plan, serial=1, serial_chans=0, broadcast=False)
+    with _iteration_plan(graph, sub, opts, one):
         out = lower(w, sub, conv, f"{name}/serial").expand([0])
     if conv is not body:
         body.add(conv)
@@ -235,6 +243,57 @@ def lower_serial(
                         debugContext=f"{name}/serialUpdateLastSlice")  # fmt: skip
         prog.add(ProgramSequence([last_w, conv, last_out]))
     return whole
+
+
+def broadcast_inputs(
+    graph: Graph, act: Tensor, params: ConvParams, plan: ConvPlan, prog: ProgramSequence, name: str
+) -> Tensor:
+    """The inputs of a serial loop broadcast before it (Poplibs' ``broadcastInputBeforeLoop``):
+    ``[Pco, G, B, Ci, *F]``, copy ``p`` the inputs ``act`` ``[G, B, Ci, *F]`` with each
+    block's elements on the tile of that block's output-channel part ``p``.
+
+    As ``convolutionImpl`` (graphcore/poplibs 7eac0f26, ``lib/poplin/Convolution.cpp``)
+    makes it at the tile level (``tileLevelActsRearranged``, a tensor of the tile's input
+    slice per tile, filled by ``tileLevelActsCopy``, which ``ConvProgramTree::lower`` moves
+    before the loop when the plan broadcasts): one copy, added to ``prog`` before the loop,
+    exchanges each tile's inputs once, and every iteration's vertices read them where
+    they lie. ``params`` is one iteration's convolution, ``plan`` one pass's split; the
+    blocks of a 1x1 kernel without padding, stride or dilation (a matMul's) read disjoint
+    inputs, so a copy per output-channel part holds every tile's."""
+    nd = params.getNumFieldDims()
+    if (
+        any(int(k) != 1 for k in params.kernelShape)
+        or params.getOutputFieldShape() != [int(f) for f in params.inputFieldShape]
+        or plan.expanded
+    ):
+        raise ValueError(
+            f"{name}: inputs broadcast before a serial loop need a 1x1 convolution whose "
+            f"output field is its input field (a matMul's); got kernel "
+            f"{list(params.kernelShape)}, field {list(params.inputFieldShape)} -> "
+            f"{params.getOutputFieldShape()}"
+        )
+    g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
+    field = [int(x) for x in params.inputFieldShape]
+    icg = math.gcd(ci, max(plan.in_chans_per_group, 1)) or 1
+    pco = plan.parts[-2]
+    # memory order [Pco][G][Ci / icg][B][*F][icg] (createInputImpl's per tile), each
+    # element on the tile of its block in copy p's output-channel part
+    parts = [np.minimum(np.arange(n) // blk, p - 1) for n, blk, p in
+             zip([g, b, *field], plan.blocks, plan.parts, strict=False)]  # fmt: skip
+    ci_part = np.minimum(np.arange(ci) // plan.blocks[-1], plan.parts[-1] - 1)
+    tiles = np.moveaxis(plan.tiles.astype(np.int32), -2, 0)  # [Pco, G, B, *F, Ci] parts
+    grid = np.ix_(np.arange(pco), parts[0], parts[1], *parts[2:], ci_part)
+    at = tiles[grid]  # [Pco, G, B, *F, Ci]
+    at = at.reshape(pco, g, b, *field, ci // icg, icg)
+    mem = np.moveaxis(at, 3 + nd, 2)  # [Pco, G, Ci / icg, B, *F, icg] (a strided view)
+    var = graph.addVariable(params.inputType, list(mem.shape), f"{name}/tileLevelActsRearranged")
+    graph.mapElements(var, mem)
+    # -> [Pco, G, B, Ci / icg, icg, *F] -> [Pco, G, B, Ci, *F]
+    view = var.dimShuffle([0, 1, 3, 2, 4 + nd, *range(4, 4 + nd)])
+    view = view.reshape([pco, g, b, ci, *field])
+    src = act.expand([0]).broadcast(pco, 0)
+    prog.add(Copy(src, view, debugContext=f"{name}/tileLevelActsCopy"))
+    return view
 
 
 def lower_in_serial(

@@ -141,6 +141,8 @@ def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None)
     padded = f" ({plan.serial_chans} channels, the last padded)" if plan.serial_chans else ""
     if plan.serial > 1:
         split = f"{plan.serial} serial passes{padded} of {split}"
+        if plan.broadcast:
+            split += ", inputs broadcast before the loop"
     if plan.in_serial > 1:
         split = f"{plan.in_serial} input-channel serial passes{padded} of {split}"
     memory = f"{plan.memory_bytes:,} B" + (f" of {round(limit):,}" if limit is not None else "")

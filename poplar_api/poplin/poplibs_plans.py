@@ -30,21 +30,32 @@ grains shared out and rounded up (``getOutChansPerSerialSplit``,
 ``getInChansPerSerialSplit``), the last the rest (:mod:`.conv_serial`). A covered plan that
 ipusim cannot run is not taken (:func:`adopted_plan` returns None and ipusim's own search
 plans the product): the model's 16 partial channels per group (ipusim's AMP for HALF
-inputs with FLOAT partials has 8 conv units), or the inputs broadcast before a serial
-loop (``broadcastInputBeforeLoop``).
+inputs with FLOAT partials has 8 conv units). Inputs broadcast before an output-channel
+loop (``broadcastInputBeforeLoop``) are exchanged once, before it
+(:func:`~.conv_serial.broadcast_inputs`), and the plan's exchange estimate counts them
+once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from poplar_api.poplin.conv_params import ConvParams
-from poplar_api.poplin.conv_planner import COST_KEYS, ConvPlan, _gather, amp_groups, plan_from
+from poplar_api.poplin.conv_planner import (
+    COST_KEYS,
+    PHASE_OVERHEAD_CYCLES,
+    ConvPlan,
+    _gather,
+    amp_groups,
+    plan_from,
+)
 from poplar_api.poplin.conv_transform import MATMUL_PASSES
 from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
+from poplar_api.poplin.estimators import exchange_cycles
 from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
 from poplar_api.poplin.serial_estimates import serial_chans
 from poplar_api.types import FLOAT, HALF, Type
@@ -124,7 +135,7 @@ def adopted_plan(
     if not covered_options(dims, in_type, out_type, opts, target):
         return None
     plan = model_plan(dims, opts, target)
-    if plan is None or plan["broadcast"]:
+    if plan is None:
         return None
     icg, ocg, units, _ = amp_groups(HALF, FLOAT, target, 8)
     if tuple(plan["groups"]) != (icg, ocg):
@@ -163,6 +174,27 @@ def adopted_plan(
     cost = {key: int(cat[key][0]) for key in COST_KEYS}
     conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
     cost["compute"] = int(largest_block_estimate(params, target)(conv)) * serial
+    if plan["broadcast"]:
+        cost["exchange"] = _broadcast_exchange(params, conv, serial, target)
     cost["total"] = sum(cost[key] for key in COST_KEYS[:-1])
     conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
+    if plan["broadcast"]:
+        conv = dataclasses.replace(conv, broadcast=True)
     return params, conv
+
+
+def _broadcast_exchange(params: ConvParams, conv: ConvPlan, serial: int, target: Any) -> int:
+    """The exchange cycles of ``conv``'s ``serial`` passes with the inputs broadcast before
+    the loop: each pass exchanges its weights, the inputs are exchanged once (the terms
+    of :func:`~.conv_planner._candidates`' exchange, inputs and weights apart, for a
+    matMul's 1x1 convolution; Poplibs' ``broadcastInputBeforeLoopExchangeCycles``)."""
+    size, rate = params.inputType.size, target.getExchangeBytesPerCycle()
+    bg, bb, bf, bco, bci = conv.blocks
+    _, pb, pf, pco, _ = conv.parts
+    field = int(np.prod(params.inputFieldShape))
+    owned = bg * bci * params.batchSize * field // (pb * pf) // pco
+    inputs = size * max(bg * bb * bf * bci - owned, 0)
+    w_elems = bg * bco * bci
+    weights = size * (w_elems - w_elems // (pb * pf))
+    once = int(exchange_cycles(inputs, rate)) + PHASE_OVERHEAD_CYCLES
+    return serial * (int(exchange_cycles(weights, rate)) + PHASE_OVERHEAD_CYCLES) + once
