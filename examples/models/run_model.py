@@ -202,6 +202,19 @@ def _pool_picks(node: onnx.NodeProto, x: np.ndarray) -> np.ndarray:
     return onnx.reference.ReferenceEvaluator(m).run(["i"], {"x": x.astype(np.float64)})[0]
 
 
+def _evaluate(
+    model: onnx.ModelProto, names: list[str], feeds: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The values of the tensors ``names`` of ``model`` on ``feeds`` by the ONNX
+    reference evaluator (a copy of the model whose outputs are those tensors)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(x) for x in names)
+    found = onnx.reference.ReferenceEvaluator(probe).run(names, feeds)
+    return dict(zip(names, found, strict=True))
+
+
 def freeze_kinks(
     model: onnx.ModelProto,
     feeds: dict[str, np.ndarray],
@@ -243,10 +256,7 @@ def freeze_kinks(
             node.output.append(f"{node.output[0]}/argmax")
             wanted.append(node.output[1])
     if at is None:
-        del probe.graph.output[:]
-        probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(w) for w in wanted)
-        found = onnx.reference.ReferenceEvaluator(probe).run(wanted, feeds)
-        values = dict(zip(wanted, found, strict=True))
+        values = _evaluate(probe, wanted, feeds)
     else:
         values = {}
         for node in probe.graph.node:
@@ -343,11 +353,7 @@ def branch_differences(
     feeds = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.items()}
     wide = float64_model(training_reference(proto))
     names = kink_inputs(wide)
-    probe = onnx.ModelProto()
-    probe.CopyFrom(wide)
-    del probe.graph.output[:]
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(x) for x in names)
-    ref = dict(zip(names, onnx.reference.ReferenceEvaluator(probe).run(names, feeds), strict=True))
+    ref = _evaluate(wide, names, feeds)
     units, nearest, forward = 0, 0.0, 0.0
     for node in wide.graph.node:
         if node.op_type not in ("Relu", "MaxPool"):
