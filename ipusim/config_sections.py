@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from ipusim.config_base import Section as _Section
+from ipusim.config_code import CodeConfig
 from ipusim.config_host import HostConfig
 from ipusim.config_limits import (
     MAX_BYTES_PER_S,
@@ -36,6 +37,7 @@ from ipusim.config_limits import (
     MIN_CLOCK_HZ,
     cross_problems,
 )
+from ipusim.config_software import SoftwareConfig
 from ipusim.errors import short_repr as _show
 from ipusim.units import Bytes, BytesPerSecond, Hertz, Seconds
 
@@ -50,6 +52,7 @@ __all__ = [
     "MemoryConfig",
     "RemoteConfig",
     "SimConfig",
+    "SoftwareConfig",
     "SyncConfig",
     "TileConfig",
     "field_description",
@@ -470,82 +473,6 @@ class RemoteConfig(_Section):
     )
 
 
-def _copy_cycles(default: float, part: str, kind: str, rows: str) -> Any:
-    """A thread-cycle part of one of Poplar's runtime copy vertices (ipusim.machine_copies)."""
-    return Field(
-        default=default,
-        ge=0.0,
-        le=1e6,
-        description=f"Thread cycles, {part}, of a {kind} copy vertex (fitted, H {rows} rows).",
-    )
-
-
-class CodeConfig(_Section):
-    """What the graph compiler puts in tile memory and the cost of the copies it inserts.
-
-    Sizes of compiled code, stacks and vertex state, and the cycles of the on-tile copy
-    vertices Poplar inserts for copies within a tile. None is published; every value is an
-    estimate (see the presets).
-    """
-
-    vertex_header_bytes: int = Field(
-        default=4, ge=0, le=1 << 20, description="Vertex state header."
-    )
-    field_pointer_bytes: int = Field(
-        default=4, ge=0, le=1 << 20, description="Vertex state per field (a pointer)."
-    )
-    vector_size_bytes: int = Field(
-        default=4, ge=0, le=1 << 20, description="Extra state of a Vector field (size word)."
-    )
-    vectorlist_descriptor_bytes: int = Field(
-        default=4, ge=0, le=1 << 20, description="State per inner vector of a VectorList."
-    )
-    vertex_code_bytes: int = Field(
-        default=256, ge=0, le=1 << 24, description="Code of one vertex type on one tile."
-    )
-    control_code_base_bytes: int = Field(
-        default=64, ge=0, le=1 << 24, description="Control code of every tile."
-    )
-    control_code_bytes_per_step: int = Field(
-        default=16, ge=0, le=1 << 20, description="Control code per program step on a tile."
-    )
-    exchange_code_base_bytes: int = Field(
-        default=16, ge=0, le=1 << 20, description="Exchange code per exchange per tile."
-    )
-    exchange_code_bytes_per_message: int = Field(
-        default=8,
-        ge=0,
-        le=1 << 20,
-        description="Exchange code per region a tile sends and per tile it receives from.",
-    )
-    host_exchange_code_bytes: int = Field(
-        default=32, ge=0, le=1 << 20, description="Host exchange code per stream copy per tile."
-    )
-    worker_stack_bytes: int = Field(
-        default=72, ge=0, le=1 << 20, description="Stack of one worker context."
-    )
-    supervisor_stack_bytes: int = Field(
-        default=128, ge=0, le=1 << 20, description="Stack of the supervisor context."
-    )
-    copy_estimate: Literal["planner", "runtime", "poplibs"] = Field(
-        default="planner",
-        description="Cost of the Copy program's on-tile copy vertices (ipusim.machine_copies): "
-        "'planner' (Poplibs' planner estimate, ConvModel.cpp addTransformCycleEstimate: "
-        "min(memcpy bytes per cycle, element bytes) x 4/5 per thread cycle, x 3/5 where a "
-        "piece's elements are not a multiple of 2 (FLOAT) or 4 (other types)), "
-        "'runtime' (the copy_* fields below, fitted on H) or 'poplibs' (Poplibs' "
-        "LongMemcpy estimate).",
-    )
-    # Poplar's runtime copy vertices that gather strided regions into a contiguous
-    # buffer (pre) or scatter one into strided regions (post); ipusim.machine_copies.
-    # Fitted on H's 12 pre/post rows (Mk1 hardware; the worker ISA is the same on every
-    # generation): docs/calibration.md, "On-tile copies".
-    copy_gather_fixed_cycles: float = _copy_cycles(150.0, "fixed", "gather", "pre")
-    copy_gather_region_cycles: float = _copy_cycles(47.8, "per region", "gather", "pre")
-    copy_scatter_fixed_cycles: float = _copy_cycles(21.1, "fixed", "scatter", "post")
-    copy_scatter_region_cycles: float = _copy_cycles(40.7, "per region", "scatter", "post")
-
-
 def _issue(default: float, what: str) -> Any:
     """A counted-execution cost: thread cycles one operation of a class takes."""
     return Field(default=default, ge=0.0, le=10_000.0, description=f"Thread cycles per {what}.")
@@ -672,6 +599,7 @@ class MachineConfig(_Section):
     remote: RemoteConfig = RemoteConfig()
     code: CodeConfig = CodeConfig()
     sim: SimConfig = SimConfig()
+    software: SoftwareConfig = SoftwareConfig()
     counted: CountedConfig = CountedConfig()
     provenance: dict[str, Any] | None = Field(
         default=None,
@@ -689,11 +617,13 @@ class MachineConfig(_Section):
 
     @model_serializer(mode="wrap")
     def _without_default_counted(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Dumps leave ``counted`` out while it holds the defaults, so configs that
-        never set it keep their content hash."""
+        """Dumps leave ``counted`` and ``software`` out while they hold the defaults, so
+        configs that never set them keep their content hash."""
         values = handler(self)
         if isinstance(values, dict) and self.counted == _DEFAULT_COUNTED:
             values.pop("counted", None)
+        if isinstance(values, dict) and self.software == SoftwareConfig():
+            values.pop("software", None)
         return values
 
     # Derived quantities -------------------------------------------------------------

@@ -58,6 +58,7 @@ from poplar_api.poplin.conv_serial import (
 )
 from poplar_api.poplin.conv_vertex_estimates import geometry_cache, largest_block_estimate
 from poplar_api.poplin.plan_report import format_plan
+from poplar_api.poplin.poplibs_release import poplibs_release
 from poplar_api.program import Copy, Execute
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
@@ -117,7 +118,8 @@ def reportPlanInfo(
 ) -> None:
     """Write the plan of ``params`` to the text stream ``out`` (Poplibs' ``reportPlanInfo``:
     the estimated cost, then per level the partition and types; see :mod:`.plan_report`)."""
-    out.write(format_plan(params, getConvPlan(graph, params, options)))
+    plan = getConvPlan(graph, params, options)
+    out.write(format_plan(params, plan, poplibs_release(graph.getTarget())))
 
 
 # ------------------------------------------------------------------ checks

@@ -264,6 +264,9 @@ class ConvPlan:
     #: A pass of the joint plan of a fully-connected layer's training passes (Poplibs'
     #: ``isJointPlan``, :mod:`~poplar_api.poplin.fc_joint`).
     joint: bool = False
+    #: The Poplibs release whose planner picked the plan (:mod:`.poplibs_plans`); empty
+    #: for a plan of ipusim's own search.
+    release: str = field(default="", compare=False)
 
     @property
     def num_tiles_used(self) -> int:
@@ -282,8 +285,11 @@ class ConvPlan:
             f"{self.memory_bytes} B/tile{', expanded' if self.expanded else ''}"
             f"{f', serial {self.serial}' if self.serial > 1 else ''}"
             f"{f', input-channel serial {self.in_serial}' if self.in_serial > 1 else ''}"
+            f"{f', {self.serial_chans} channels a pass' if self.serial_chans else ''}"
+            f"{', inputs broadcast before the loop' if self.broadcast else ''}"
             f"{', swapped operands' if self.swapped else ''}"
-            f"{', joint' if self.joint else ''})"
+            f"{', joint' if self.joint else ''}"
+            f"{f', Poplibs {self.release} plan' if self.release else ''})"
         )
 
 

@@ -52,6 +52,7 @@ import numpy as np
 from poplar_api.graph import Graph
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
+from poplar_api.poplin.poplibs_release import poplibs_release
 from poplar_api.poplin.serial_estimates import split_params
 from poplar_api.popops.dynamic_slice import (
     createSliceableTensorFromSlice,
@@ -121,8 +122,10 @@ def _padded(chans: int, per: int, serial: int, what: str) -> tuple[int, int]:
 
 
 def plan_cache_key(target: Any, params: ConvParams, opts: Mapping[str, Any]) -> tuple:
-    """The key of ``params``' plan in the graph's plan cache (:data:`PLAN_CACHE`)."""
-    return (target.getNumTiles(), params.key(), tuple(sorted((k, str(v)) for k, v in opts.items())))
+    """The key of ``params``' plan in the graph's plan cache (:data:`PLAN_CACHE`): the
+    tiles, the Poplibs release planned as, the convolution and its options."""
+    options = tuple(sorted((k, str(v)) for k, v in opts.items()))
+    return (target.getNumTiles(), poplibs_release(target), params.key(), options)
 
 
 @contextlib.contextmanager

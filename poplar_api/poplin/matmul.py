@@ -44,6 +44,7 @@ from poplar_api.poplin.fc_joint import (
 from poplar_api.poplin.fc_transpose import group_sizes, weight_transpose
 from poplar_api.poplin.outer_product import outer_product_conv
 from poplar_api.poplin.poplibs_plans import adopted_plan
+from poplar_api.poplin.poplibs_release import poplibs_release
 from poplar_api.program import Copy
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
@@ -231,7 +232,8 @@ def _adopted(
     its operand order's options so that the lowering runs it; None where ipusim plans the
     product itself. Cached per graph."""
     target = graph.getTarget()
-    key = (target.getNumTiles(), dims, in_type.name, out_type.name, tuple(sorted(conv.items())))
+    key = (target.getNumTiles(), poplibs_release(target), dims, in_type.name, out_type.name,
+           tuple(sorted(conv.items())))  # fmt: skip
     cache = graph.libraryCache(POPLIBS_PLANS_CACHE)
     if key not in cache:
         found = adopted_plan(dims, in_type, out_type, parse_options(conv, what), target)
@@ -269,7 +271,8 @@ def _fc_layer(
     against the three passes planned alone); cached per graph."""
     target = graph.getTarget()
     rest = tuple(sorted((k, v) for k, v in conv.items() if k != "pass"))
-    key = (target.getNumTiles(), layer, in_type.name, out_type.name, rest)
+    key = (target.getNumTiles(), poplibs_release(target), layer, in_type.name, out_type.name,
+           rest)  # fmt: skip
     cache = graph.libraryCache(FC_LAYER_CACHE)
     if key not in cache:
         fwd = {**conv, "pass": "FC_TRAINING_FWD"}
@@ -345,7 +348,7 @@ def matMulReportPlan(
     dims = _dims(aShape, bShape, "matMulReportPlan", ("aShape", "bShape"))
     conv = _conv_options(options, "matMulReportPlan")
     params, plan, _ = _plan_product(graph, dims, inputType, outputType, conv, "matMulReportPlan")
-    out.write(format_plan(params, plan))
+    out.write(format_plan(params, plan, poplibs_release(graph.getTarget())))
 
 
 def _as3(t: Tensor) -> Tensor:

@@ -41,8 +41,13 @@ def vertex_name(plan: ConvPlan, params: ConvParams) -> str:
     return _VERTICES.get(plan.method, plan.method)
 
 
-def format_plan(params: ConvParams, plan: ConvPlan) -> str:
-    """The text :func:`~poplar_api.poplin.reportPlanInfo` writes for ``plan``."""
+def format_plan(params: ConvParams, plan: ConvPlan, release: str | None = None) -> str:
+    """The text :func:`~poplar_api.poplin.reportPlanInfo` writes for ``plan``, planned as
+    Poplibs ``release`` plans (the graph's ``software.poplibs_release``; not printed when
+    None). The plan's last lines: the channels of every serial pass but the last when a
+    split pads its last pass (``serialChansPerPass``, 0 otherwise), whether the inputs
+    are broadcast before the loop (Poplibs' ``broadcastInputBeforeLoop``), and the
+    release (``poplibsRelease``)."""
     nd = params.getNumFieldDims()
     parts = plan.parts
     out_type, partials = params.outputType.name.lower(), plan.partials_type.name.lower()
@@ -99,7 +104,11 @@ def format_plan(params: ConvParams, plan: ConvPlan) -> str:
         f"        isJointPlan              {'true' if plan.joint else 'false'}",
         f"        vertex                   {vertex_name(plan, params)}",
         f"        totalTiles               {plan.num_tiles_used}",
+        f"        serialChansPerPass       {plan.serial_chans}",
+        f"        broadcastInputBeforeLoop {'true' if plan.broadcast else 'false'}",
     ]
+    if release is not None:
+        lines.append(f"        poplibsRelease           {release}")
     return "\n".join(lines) + "\n"
 
 

@@ -46,7 +46,10 @@ outputs or in-place addition of the partials, the cast once after an input-chann
 loop, and, before an output-channel loop, the inputs' exchange and rearrangement once
 when ``broadcastInputBeforeLoop`` is chosen (their bytes then live through the loop).
 A fully-connected pass planned alone also rearranges its weights before a serial loop
-(``addRearrangeBeforeSliceEstimate``).
+(``addRearrangeBeforeSliceEstimate``). Planned as Poplibs ``f927358`` (``release``,
+:mod:`.poplibs_release`), a serial split is a factor of the channels and no inputs are
+broadcast before the loop; every other term is 7eac0f26's (docs/planner.md, "Poplibs
+releases", lists what else differs and is not modelled).
 
 This module restates those terms for HALF operands, FLOAT partials and default options,
 for the AMP candidates with the full input grouping (``ConvPartial1x1Out``), over every
@@ -67,6 +70,12 @@ import numpy as np
 from ipusim.machine_copies import transform_factor
 from poplar_api.poplin import amp
 from poplar_api.poplin.estimators import EXCHANGE_SCALE, reduce_add_cycles, single_input_reduce
+from poplar_api.poplin.poplibs_release import (
+    DEFAULT_RELEASE,
+    amp_common_path_estimate,
+    broadcasts_before_loop,
+    pads_serial_splits,
+)
 from poplar_api.popops.dynamic_slice import slice_1d_estimate
 from poplar_api.popops.estimators import binary_op_1d_in_place
 from poplar_api.types import FLOAT, HALF
@@ -193,18 +202,19 @@ def _reduce_cycles(outputs: np.ndarray, depth: int, psz: int, osz: int, target: 
     return cycles
 
 
-def _amp_inner(field: np.ndarray, workers: int, zeroing: bool) -> np.ndarray:
+def _amp_inner(field: np.ndarray, workers: int, zeroing: bool, common: bool = True) -> np.ndarray:
     """``getConvPartial1x1InnerLoopCycleEstimate`` (HALF inputs, FLOAT partials: the common
-    code path, retention savings of 7) for tile fields of ``field`` positions: the field
-    split over the workers (``partitionConvPartialByWorker``), the slowest worker's
-    ``getConvPartial1x1SupervisorInnerLoopCycleEstimateHalfFloat`` cycles times the
-    workers, at least the fastest's plus 14 (an idle worker counts 0)."""
-    tail = 1 if zeroing else 2
+    code path, retention savings of 7, 10 at f927358) for tile fields of ``field``
+    positions: the field split over the workers (``partitionConvPartialByWorker``), the
+    slowest worker's ``getConvPartial1x1SupervisorInnerLoopCycleEstimateHalfFloat``
+    cycles times the workers, at least the fastest's plus 14 (an idle worker counts 0). ``common``:
+    7eac0f26's constants, else f927358's (:mod:`.poplibs_release`)."""
+    tail = (1 if zeroing else 2) if common else (2 if zeroing else 4)
     fixed = np.array([20 + tail, 31 + tail, 40 + tail], np.int64)
 
     def worker(n: np.ndarray) -> np.ndarray:
-        big = (37 if zeroing else 38) + (n - 3) * 4
-        return np.where(n < 3, fixed[np.minimum(n, 2)], big) - 7
+        big = ((37 if zeroing else 38) if common else (38 if zeroing else 40)) + (n - 3) * 4
+        return np.where(n < 3, fixed[np.minimum(n, 2)], big) - (7 if common else 10)
 
     hi = workers * worker(-(-field // workers))  # the workers with one position more
     lo = field // workers
@@ -239,6 +249,8 @@ class Product:
     groups: tuple[int, int]
     conv_pass: str = "NONE_MATMUL"
     units: int = 8
+    #: The Poplibs release planned as (:mod:`.poplibs_release`).
+    release: str = DEFAULT_RELEASE
 
     @property
     def field(self) -> int:
@@ -363,16 +375,18 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     x_p = x_p + _per_depth(outputs, pi, later)
     tr = _transforms(p, used)
     # the partial sums (addPartialCalcCycleEstimate, AMP, ConvPartial1x1Out)
-    inner_z, inner_nz = _amp_inner(ft, workers, True), _amp_inner(ft, workers, False)
+    common = amp_common_path_estimate(p.release)
+    inner_z, inner_nz = (_amp_inner(ft, workers, z, common) for z in (True, False))
+    c = int(common)  # (getConvPartial1x1SupervisorOuterLoopCycleEstimate's constants)
     nig, nog, ncg = cit // icg, cot // ocg, gt
     loads = amp.weight_load_cycles(WEIGHTS_PER_CONV_UNIT["half"] * isz, p.units,
                                    CONV_COEFF_LOAD_BYTES_PER_CYCLE // 2)  # fmt: skip
-    save_total, save_in = amp.retention_savings(False, True, p.units)
+    save_total, save_in = amp.retention_savings(False, True, p.units) if common else (10, 2)
     passes = -(-ocg // p.units)
     compute = 50 + workers * (save_total + save_in * (nig * ncg - 1)) + ncg * (
-        13
-        + (nig - 1) * (15 + nog * (19 + passes * (6 + loads + inner_nz)))
-        + (11 + nog * (18 + passes * (7 + loads + inner_z)))
+        12 + c
+        + (nig - 1) * (16 - c + nog * (19 + passes * (6 + loads + inner_nz)))
+        + (11 + nog * (19 - c + passes * (7 + loads + inner_z)))
     )  # fmt: skip
     # the reduction or cast (addReduceCycleEstimate), deferred past an input-channel loop
     red_out = -(-outputs // pi)
@@ -408,7 +422,7 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     cycles = per_iter * serial + once
     # broadcastInputBeforeLoop: the inputs' rearrangement and exchange once, before an
     # output-channel loop, their bytes live through it
-    can = (so > 1) & (si == 1)
+    can = (so > 1) & (si == 1) & broadcasts_before_loop(p.release)
     b_cycles = (per_iter - x_in - tr["in"]) * serial + x_in + tr["in"] + once
     b_temp = (
         tr["in_bytes"]
@@ -469,7 +483,7 @@ def _iteration_floors(p: Product) -> dict[str, int]:
     27); every other term is at least 0."""
     one = {k: np.ones(1, np.int64) for k in SPLIT_NAMES}
     q = Product((1, 1, p.groups[0], p.groups[1]), p.target, False, p.groups, p.conv_pass,
-                p.units)  # fmt: skip
+                p.units, p.release)  # fmt: skip
     compute = int(costs(q, one).terms["compute"][0])
     w = p.target.getNumWorkerContexts()
     elem, two = np.ones(1, np.int64), np.full(1, 2, np.int64)
@@ -492,7 +506,8 @@ def _prune(p: Product, splits: dict[str, np.ndarray], limit: float, bound: int) 
     cot = -(-co_g // (splits["outChanSplit.parallel"] * so)) * ocg
     cit = -(-ci_g // (splits["inChanSplit.parallel"] * si)) * icg
     temp = HALF.size * (ft * cit + cit * cot) * gt + FLOAT.size * ft * cot * gt
-    inner_z = _amp_inner(ft, p.target.getNumWorkerContexts(), True)
+    common = amp_common_path_estimate(p.release)
+    inner_z = _amp_inner(ft, p.target.getNumWorkerContexts(), True, common)
     # the partial sums' estimate without its per-group overheads: at least this
     lower = gt * (cit // icg) * (cot // ocg) * -(-ocg // p.units) * inner_z * so * si
     keep = (temp <= bound) & (lower <= limit)
@@ -504,8 +519,11 @@ def _serial_pool(
 ) -> MatmulCandidates | None:
     """The candidates of every ``kind`` ("out" or "in") serial split from ``first`` to
     ``last`` that :func:`_prune` keeps, costed together."""
-    parts = [partitions(p, s, 1) if kind == "out" else partitions(p, 1, s)
-             for s in range(first, last + 1)]  # fmt: skip
+    chans = p.out_chans if kind == "out" else p.dims[2]
+    counts = [s for s in range(first, last + 1) if pads_serial_splits(p.release) or chans % s == 0]
+    if not counts:
+        return None
+    parts = [partitions(p, s, 1) if kind == "out" else partitions(p, 1, s) for s in counts]
     joined = _prune(p, {k: np.concatenate([x[k] for x in parts]) for k in SPLIT_NAMES},
                     limit, bound)  # fmt: skip
     if not joined["fieldSplit"].size:
@@ -534,6 +552,7 @@ def poplibs_matmul_plan(
     proportion: float = 0.6,
     units: int = 8,
     swaps: tuple[bool, ...] = (True, False),
+    release: str = DEFAULT_RELEASE,
 ) -> dict[str, Any]:
     """The AMP plan Poplibs' ``createPlan`` picks for a product planned alone among the
     candidates this module models: both operand orders, swapped first, each vertex type
@@ -551,7 +570,8 @@ def poplibs_matmul_plan(
     candidates of its search share its cost: popsolver's order picks between them),
     ``one_pass``: the best one-pass plan's cost, and ``forms``: the best cost of each
     operand order (by ``swapped``). ``swaps`` are the operand orders searched (one when
-    a ``planConstraints`` ``transform.swapOperands`` forces it).
+    a ``planConstraints`` ``transform.swapOperands`` forces it). ``release`` is the
+    Poplibs release planned as (:mod:`.poplibs_release`: its serial splits and broadcast).
     """
     if not swaps:
         raise ValueError(
@@ -564,7 +584,8 @@ def poplibs_matmul_plan(
     forms: dict[bool, tuple[int, int]] = {}
     for swapped in swaps:
         for groups in amp_vertex_types(units):
-            p = Product(tuple(int(x) for x in dims), target, swapped, groups, conv_pass, units)
+            p = Product(tuple(int(x) for x in dims), target, swapped, groups, conv_pass, units,
+                        release)  # fmt: skip
             pools = [costs(p, _prune(p, partitions(p), np.inf, bound))]
             j = _best(pools[0], bound)
             one = None if j is None else (int(pools[0].cycles[j]), int(pools[0].temp_bytes[j]))

@@ -8,7 +8,9 @@ partition (``fieldSplit``, ``outChanSplit``, ``inChanSplit``, ``convGroupSplit``
 passes and their kind, and the AMP grouping. The plan's blocks, tiles and costs are then
 ipusim's own for that partition (:func:`~poplar_api.poplin.conv_planner._gather` on the
 given split, the vertex estimate of its largest block), so the cost a plan reports is
-ipusim's estimate of Poplibs' plan.
+ipusim's estimate of Poplibs' plan. The model plans as the graph's Poplibs release
+(:mod:`.poplibs_release`): at ``f927358`` serial splits divide the channels and no inputs
+are broadcast before the loop.
 
 A product is covered (:func:`covered_options`, :func:`model_plan`) when it is what the
 model restates and its plan is provably Poplibs' (``docs/planner.md``, "Poplibs' plans of
@@ -57,6 +59,7 @@ from poplar_api.poplin.conv_transform import MATMUL_PASSES
 from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
 from poplar_api.poplin.estimators import exchange_cycles
 from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
+from poplar_api.poplin.poplibs_release import pads_serial_splits, poplibs_release
 from poplar_api.poplin.serial_estimates import serial_chans
 from poplar_api.types import FLOAT, HALF, Type
 
@@ -101,7 +104,8 @@ def model_plan(
     swaps = (True, False) if swap is None else (bool(swap),)
     proportion = float(opts.get("availableMemoryProportion", 0.6))
     try:
-        plan = poplibs_matmul_plan(dims, target, opts["pass"], proportion, 8, swaps)
+        plan = poplibs_matmul_plan(dims, target, opts["pass"], proportion, 8, swaps,
+                                   poplibs_release(target))  # fmt: skip
     except ValueError:
         return None
     g, m, k, n = dims
@@ -145,9 +149,12 @@ def adopted_plan(
     so, si = s["outChanSplit.serial"], s["inChanSplit.serial"]
     co, ci = params.outputChannelsPerConvGroup, params.inputChannelsPerConvGroup
     kind, serial = ("in", si) if si > 1 else ("out", so)
-    # one iteration's channels as Poplibs runs the split (the last iteration padded)
+    # one iteration's channels as Poplibs runs the split (the last iteration padded in a
+    # release that pads, else the channels divided by the split: a factor of them)
     whole = ci if kind == "in" else co
     per = serial_chans(whole, serial, icg if kind == "in" else ocg)
+    if not pads_serial_splits(poplibs_release(target)):
+        per = whole // serial
     if not 0 < whole - (serial - 1) * per <= per:  # (no iteration left empty)
         return None
     chans = per if per * serial != whole else None
@@ -178,8 +185,7 @@ def adopted_plan(
         cost["exchange"] = _broadcast_exchange(params, conv, serial, target)
     cost["total"] = sum(cost[key] for key in COST_KEYS[:-1])
     conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
-    if plan["broadcast"]:
-        conv = dataclasses.replace(conv, broadcast=True)
+    conv = dataclasses.replace(conv, broadcast=plan["broadcast"], release=poplibs_release(target))
     return params, conv
 
 

@@ -1,0 +1,87 @@
+"""The Poplibs release whose planning poplin follows, and what differs between releases.
+
+The release is a setting of the run (``software.poplibs_release`` of the machine
+config, :mod:`ipusim.config_software`), read here from the graph's target. Two releases
+are modelled (graphcore/poplibs; docs/planner.md, "Poplibs releases"):
+
+* ``7eac0f26`` (the newest public source, the default): ``constructModel``
+  (``lib/poplin/ConvModel.cpp``) bounds a serial split by the channel grains only
+  (``m.lessOrEqual(p.outChanSplit.serial, initialOutputChanGrains)``), and the
+  convolution runs every iteration but the last with the grains shared out and rounded
+  up (``getOutChansPerSerialSplit``, ``getInChansPerSerialSplit`` in
+  ``lib/poplin/Convolution.cpp``), the last after the loop (``lastSlice``); an
+  output-channel loop may broadcast its inputs before it (``broadcastInputBeforeLoop``).
+* ``f927358`` (2021-03-10, the Poplibs of source J's measurements): ``constructModel``
+  requires each serial split to be a factor of the channels
+  (``m.factorOf(initialOutputChansPerGroup, p.outChanSplit.serial)`` and of the input
+  channels: "we must avoid splitting the convolutions serially when it will produce
+  different sized convolutions"), ``iteratePartitionSerial`` (``Convolution.cpp``) runs
+  ``channels / serial`` channels an iteration, and there is no
+  ``broadcastInputBeforeLoop`` (neither it nor ``lastSlice`` is in ``lib/poplin``).
+  Its planner's estimate of ``ConvPartial1x1Out`` with HALF inputs and FLOAT partials
+  (``lib/poplin/PerformanceEstimation.hpp``) is a few cycles higher: a worker's
+  ``getConvPartial1x1SupervisorInnerLoopCycleEstimate`` ends in 2 (zeroing) or 4 cycles
+  where 7eac0f26's ``...HalfFloat`` ends in 1 or 2 (38 or 40 for 3 and more positions,
+  against 37 or 38), and ``getConvPartial1x1SupervisorOuterLoopCycleEstimate`` charges
+  ``12 + (inGroups - 1)(16 + outGroups (19 + ...)) + (11 + outGroups (19 + ...))`` a
+  conv group where 7eac0f26's ``commonHalfAndFloatPartialsCodePath`` gives
+  ``13 + (inGroups - 1)(15 + ...) + (11 + outGroups (18 + ...))``;
+  ``conv1x1WorkerRetentionSavings`` is ``(10, 2)`` there, ``(7, 3)`` at 7eac0f26.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ipusim.config_software import POPLIBS_RELEASES
+
+__all__ = [
+    "DEFAULT_RELEASE",
+    "POPLIBS_RELEASES",
+    "amp_common_path_estimate",
+    "broadcasts_before_loop",
+    "pads_serial_splits",
+    "poplibs_release",
+]
+
+#: The release a target without a software section plans as (the config's default).
+DEFAULT_RELEASE = POPLIBS_RELEASES[0]
+#: Releases whose serial splits may leave the last iteration smaller (padded).
+_PADDED_SERIAL = frozenset({"7eac0f26"})
+#: Releases with ``broadcastInputBeforeLoop``.
+_BROADCAST = frozenset({"7eac0f26"})
+#: Releases whose planner estimates ``ConvPartial1x1Out`` (HALF, FLOAT partials) with the
+#: ``commonHalfAndFloatPartialsCodePath`` constants.
+_COMMON_PATH = frozenset({"7eac0f26"})
+
+
+def poplibs_release(target: Any) -> str:
+    """The Poplibs release the graph of ``target`` is planned as
+    (``target.config.software.poplibs_release``)."""
+    return str(target.config.software.poplibs_release)
+
+
+def _known(release: str) -> str:
+    if release not in POPLIBS_RELEASES:
+        raise ValueError(
+            f"Poplibs release {release!r} is not modelled; expected one of {POPLIBS_RELEASES}"
+        )
+    return release
+
+
+def pads_serial_splits(release: str) -> bool:
+    """Whether ``release``'s planner allows a serial split that does not divide the
+    channels (the last iteration then takes the rest); else splits are factors."""
+    return _known(release) in _PADDED_SERIAL
+
+
+def broadcasts_before_loop(release: str) -> bool:
+    """Whether ``release``'s planner may broadcast the inputs before an output-channel
+    serial loop (``broadcastInputBeforeLoop``)."""
+    return _known(release) in _BROADCAST
+
+
+def amp_common_path_estimate(release: str) -> bool:
+    """Whether ``release``'s planner estimates ``ConvPartial1x1Out`` with HALF inputs and
+    FLOAT partials with 7eac0f26's constants (module docstring); else f927358's."""
+    return _known(release) in _COMMON_PATH

@@ -1,0 +1,161 @@
+"""The Poplibs release a run plans as (``software.poplibs_release``): the setting's
+validation, products whose plans differ between graphcore/poplibs 7eac0f26 (serial
+splits with a padded last pass, inputs broadcast before an output-channel loop) and
+f927358 (serial splits that divide the channels, no broadcast) run each way against
+numpy, and f927358's ``ConvPartial1x1Out`` planning estimate against its formula."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from ipusim.config import config_hash, config_to_yaml, load_config
+from ipusim.errors import ConfigError
+from poplar_api import HALF, Graph, IPUModel, poplin
+from poplar_api.poplin.conv_serial import plan_cache_key
+from poplar_api.poplin.poplibs_matmul_model import SPLIT_NAMES, Product, costs
+from poplar_api.poplin.poplibs_release import poplibs_release
+from tests.test_poplin import run_product
+
+RNG = np.random.default_rng(5309)
+NEW, OLD = "7eac0f26", "f927358"
+
+
+def _config(release: str | None, preset: str = "tiny"):
+    overrides = {} if release is None else {"software.poplibs_release": release}
+    return load_config(preset, overrides=overrides)
+
+
+def _graph(release: str | None) -> Graph:
+    return Graph(IPUModel(_config(release)).createDevice().getTarget())
+
+
+# ------------------------------------------------------------------ the setting
+def test_the_default_release_is_the_newest_and_leaves_the_hash_alone() -> None:
+    cfg = _config(None)
+    assert cfg.software.poplibs_release == NEW
+    assert poplibs_release(IPUModel(cfg).createDevice().getTarget()) == NEW
+    # a config that never names the release dumps and hashes as before the setting
+    assert "software" not in config_to_yaml(cfg)
+    assert config_hash(_config(NEW)) == config_hash(cfg)
+    old = _config(OLD)
+    assert "poplibs_release: f927358" in config_to_yaml(old)
+    assert config_hash(old) != config_hash(cfg)
+
+
+def test_an_unknown_release_names_the_path_the_value_and_the_choices() -> None:
+    with pytest.raises(ConfigError) as err:
+        _config("1e4ea3b")
+    text = str(err.value)
+    assert "software.poplibs_release" in text and "'1e4ea3b'" in text
+    assert "'7eac0f26'" in text and "'f927358'" in text
+
+
+def test_plan_cache_keys_name_the_release() -> None:
+    params = poplin.ConvParams(HALF, 1, [16], [1], 32, 16)
+    keys = {plan_cache_key(_graph(r).getTarget(), params, {}) for r in (NEW, OLD)}
+    assert len(keys) == 2
+
+
+# ------------------------------------------------------------------ plans each way
+#: (m, k, n, availableMemoryProportion, kind) on the tiny target (8 tiles of 64 KiB):
+#: 7eac0f26 broadcasts 136 x 128 x 200's inputs over 3 output-channel passes of 48 of
+#: its 136 channels; pads 100 x 48 x 600 into 2 passes of 56 and 44; pads 24 x 2000 x 24
+#: into 4 input-channel passes of 512 of 2000. f927358 splits each by a factor.
+PRODUCTS = [
+    (136, 128, 200, None, "out"),
+    (100, 48, 600, None, "out"),
+    (24, 2000, 24, "0.2", "in"),
+]
+
+
+def _run(release: str, m: int, k: int, n: int, opts):
+    a = RNG.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = RNG.uniform(-1, 1, (k, n)).astype(np.float16)
+
+    def make(graph):  # operands laid out as the plan wants
+        A = poplin.createMatMulInputLHS(graph, HALF, [m, k], [k, n], "A", opts)
+        B = poplin.createMatMulInputRHS(graph, HALF, [m, k], [k, n], "B", opts)
+        return A, B, [(A, a), (B, b)]
+
+    c, engine, _ = run_product(_config(release), a, b, HALF, make=make, opts=opts)
+    return c, a.astype(np.float64) @ b.astype(np.float64), engine
+
+
+@pytest.mark.parametrize(("m", "k", "n", "proportion", "kind"), PRODUCTS)
+def test_a_product_planned_as_each_release_matches_numpy(m, k, n, proportion, kind) -> None:
+    opts = None if proportion is None else {"availableMemoryProportion": proportion}
+    plans = {r: poplin.getPlan(_graph(r), (1, m, k, n), HALF, HALF, opts) for r in (NEW, OLD)}
+    new, old = plans[NEW], plans[OLD]
+    chans = k if kind == "in" else (m if new.swapped else n)
+    serial = {r: p.in_serial if kind == "in" else p.serial for r, p in plans.items()}
+    # 7eac0f26: every pass but the last of whole grains, the last smaller
+    per = new.serial_chans
+    assert serial[NEW] > 1 and (serial[NEW] - 1) * per < chans < serial[NEW] * per
+    assert new.release == NEW
+    # f927358: a factor of the channels, equal passes, no broadcast
+    assert serial[OLD] > 1 and chans % serial[OLD] == 0
+    assert old.serial_chans == 0 and not old.broadcast and old.release == OLD
+    cycles = {}
+    for release in (NEW, OLD):
+        c, ref, engine = _run(release, m, k, n, opts)
+        np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2e-3, atol=5e-2)
+        cycles[release] = engine.getTrace().total_cycles
+    assert cycles[NEW] != cycles[OLD]  # (the setting is no inert knob)
+
+
+def test_the_report_prints_the_release_serial_channels_and_broadcast() -> None:
+    text = {}
+    for release in (NEW, OLD):
+        out = io.StringIO()
+        poplin.matMulReportPlan(out, _graph(release), HALF, HALF, [136, 128], [128, 200])
+        text[release] = out.getvalue()
+    assert "serialChansPerPass       48" in text[NEW]
+    assert "broadcastInputBeforeLoop true" in text[NEW]
+    assert text[NEW].rstrip().endswith("poplibsRelease           7eac0f26")
+    assert "serialChansPerPass       0" in text[OLD]
+    assert "broadcastInputBeforeLoop false" in text[OLD]
+    assert text[OLD].rstrip().endswith("poplibsRelease           f927358")
+    plan = poplin.getPlan(_graph(NEW), (1, 136, 128, 200), HALF, HALF)
+    assert "48 channels a pass" in str(plan) and "inputs broadcast before the loop" in str(plan)
+    assert "Poplibs 7eac0f26 plan" in str(plan)
+
+
+# ------------------------------------------------------------------ the AMP estimate
+def _poplibs_1x1(release: str, field: int, nig: int, nog: int, workers: int = 6) -> int:
+    """``getConvPartial1x1SupervisorOuterLoopCycleEstimate`` of HALF inputs with FLOAT
+    partials, 8 conv units, weights loaded at 8 bytes a cycle and one conv group, as
+    ``lib/poplin/PerformanceEstimation.hpp`` writes it at each release, for a field that
+    gives every worker the same ``n >= 3`` positions."""
+    n = field // workers
+    assert n * workers == field and n >= 3
+    loads = 8 * 16 * 2 // 8
+    if release == OLD:
+        keep, per_in = 10, 2  # conv1x1WorkerRetentionSavings
+        zero, plain = 38 + (n - 3) * 4 - keep, 40 + (n - 3) * 4 - keep
+        first, later, last, out_last = 12, 16, 11, 19
+    else:
+        keep, per_in = 7, 3
+        zero, plain = 37 + (n - 3) * 4 - keep, 38 + (n - 3) * 4 - keep
+        first, later, last, out_last = 13, 15, 11, 18
+    # every worker alike: the slowest worker's cycles times the workers, plus the 14 the
+    # estimate adds over the fastest
+    inner_z, inner_nz = workers * zero + 14, workers * plain + 14
+    return (
+        50
+        + workers * (keep + per_in * (nig - 1))
+        + first
+        + (nig - 1) * (later + nog * (19 + 6 + loads + inner_nz))
+        + last
+        + nog * (out_last + 7 + loads + inner_z)
+    )
+
+
+@pytest.mark.parametrize("release", [NEW, OLD])
+def test_the_models_amp_estimate_is_the_releases(release) -> None:
+    target = IPUModel("tiny").createDevice().getTarget()
+    p = Product((1, 24, 32, 16), target, False, (16, 8), "NONE_MATMUL", 8, release)
+    got = costs(p, {k: np.ones(1, np.int64) for k in SPLIT_NAMES}).terms["compute"]
+    assert int(got[0]) == _poplibs_1x1(release, 24, 2, 2) == {NEW: 1261, OLD: 1239}[release]
