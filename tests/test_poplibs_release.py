@@ -2,11 +2,14 @@
 validation, products whose plans differ between graphcore/poplibs 7eac0f26 (serial
 splits with a padded last pass, inputs broadcast before an output-channel loop) and
 f927358 (serial splits that divide the channels, no broadcast) run each way against
-numpy, and f927358's ``ConvPartial1x1Out`` planning estimate against its formula."""
+numpy, f927358's ``ConvPartial1x1Out`` planning estimate against its formula, and the
+calibration rows measured with f927358 planned as f927358."""
 
 from __future__ import annotations
 
 import io
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from poplar_api.poplin.poplibs_matmul_model import SPLIT_NAMES, Product, costs
 from poplar_api.poplin.poplibs_release import poplibs_release
 from tests.test_poplin import run_product
 
+ROOT = Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(5309)
 NEW, OLD = "7eac0f26", "f927358"
 
@@ -159,3 +163,36 @@ def test_the_models_amp_estimate_is_the_releases(release) -> None:
     p = Product((1, 24, 32, 16), target, False, (16, 8), "NONE_MATMUL", 8, release)
     got = costs(p, {k: np.ones(1, np.int64) for k in SPLIT_NAMES}).terms["compute"]
     assert int(got[0]) == _poplibs_1x1(release, 24, 2, 2) == {NEW: 1261, OLD: 1239}[release]
+
+
+# ------------------------------------------------------------------ calibration rows
+def _calibration():
+    here = ROOT / "examples" / "calibration"
+    if str(here) not in sys.path:
+        sys.path.insert(0, str(here))
+    import points
+    import report
+
+    return points, report, str(here / "j_poplibs_bench.py")
+
+
+def test_a_row_measured_with_f927358_plans_as_f927358() -> None:
+    points, report, j = _calibration()
+    assert points.poplibs_release_of("Poplibs f927358 (2021-03-10; SDK 2.0/2.1 era)") == OLD
+    assert points.poplibs_release_of("Poplibs 7eac0f26") == NEW
+    assert points.poplibs_release_of("Poplibs 1e4ea3b (2021-02-26)") is None
+    assert points.poplibs_release_of("SDK 3.2 era (July 2023; not printed)") is None
+    cfg = points.point_config(j, "J-gemm-2.ipum1")
+    assert cfg.software.poplibs_release == OLD
+    for calibrated in (True, False):
+        assert report.row_config(j, "J-gemm-2.ipum1", calibrated).software.poplibs_release == OLD
+    # a row whose measurement names no Poplibs commit keeps the default
+    a = str(ROOT / "examples" / "calibration" / "a_lightweight_profiling.py")
+    assert points.point_config(a, "A2o.stage1.1").software.poplibs_release == NEW
+    # the row's product, planned on the row's config: 2 output-channel passes of 500 of
+    # the swapped product's 1000 channels, no broadcast (7eac0f26: 2 passes of 504 and
+    # 496, the inputs broadcast)
+    graph = Graph(IPUModel(cfg).createDevice().getTarget())
+    plan = poplin.getPlan(graph, (1, 1000, 256, 20000), HALF, HALF)
+    assert plan.release == OLD and plan.swapped and plan.serial == 2
+    assert plan.serial_chans == 0 and not plan.broadcast

@@ -8,6 +8,11 @@ run at the default parameters; optionally ``TEST_OVERRIDES``, dotted overrides o
 e.g. ``{"num_ipus": 2}`` for a workload that needs two IPUs). ``T7.*`` ids name the two
 summary ``.txt`` files.
 
+A row is simulated with the software its measurement names: where the CSV's ``sdk``
+column names a Poplibs commit whose planning ipusim models (``Poplibs f927358 (...)``),
+the row's config sets ``software.poplibs_release`` to it (:func:`software_overrides`);
+other rows keep the config's default release.
+
 Run ``python examples/calibration/points.py [CSV]`` to list the CSV rows no workload
 covers.
 """
@@ -15,13 +20,16 @@ covers.
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
 from ipusim.config import MachineConfig, load_config
+from ipusim.config_software import POPLIBS_RELEASES
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CSV = HERE.parents[1] / "tests" / "data" / "calibration" / "measurements.csv"
@@ -66,11 +74,41 @@ def load(path: Path) -> ModuleType:
     return module
 
 
+#: A Poplibs commit named in the ``sdk`` column ("Poplibs f927358 (2021-03-10; ...)").
+_POPLIBS_COMMIT = re.compile(r"\bPoplibs ([0-9a-f]{7,40})\b")
+
+
+@functools.lru_cache(maxsize=4)
+def _sdk_column(csv_path: str) -> dict[str, str]:
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        return {r["id"]: r["sdk"] for r in csv.DictReader(f)}
+
+
+def poplibs_release_of(sdk: str) -> str | None:
+    """The modelled Poplibs release (``ipusim.config_software.POPLIBS_RELEASES``) an
+    ``sdk`` text names, matched as a commit prefix either way; None when it names no
+    Poplibs commit or one whose planning is not modelled."""
+    for commit in _POPLIBS_COMMIT.findall(sdk):
+        for release in POPLIBS_RELEASES:
+            if release.startswith(commit) or commit.startswith(release):
+                return release
+    return None
+
+
+def software_overrides(row: str | None, csv_path: Path | str = DEFAULT_CSV) -> dict[str, str]:
+    """``{"software.poplibs_release": release}`` when the CSV row ``row`` was measured with
+    a Poplibs release ipusim models (its ``sdk`` column), ``{}`` otherwise."""
+    release = poplibs_release_of(_sdk_column(str(csv_path)).get(row or "", ""))
+    return {} if release is None else {"software.poplibs_release": release}
+
+
 def point_config(workload: str, row: str | None = None) -> MachineConfig:
-    """Config of ``workload`` (a file path) for ``row`` (its default when None)."""
+    """Config of ``workload`` (a file path) for ``row`` (its default when None), with
+    the Poplibs release the row's measurement names (:func:`software_overrides`)."""
     m = load(Path(workload))
     preset = getattr(m, "POINT_CONFIGS", {}).get(row, m.CONFIG)
     overrides = {
+        **software_overrides(row),
         **getattr(m, "CONFIG_OVERRIDES", {}),
         **getattr(m, "POINT_OVERRIDES", {}).get(row, {}),
     }

@@ -101,13 +101,15 @@ def preset_config(
 def row_config(
     workload: str, row: str, calibrated: bool, baseline_dir: Path = BASELINE_DIR
 ) -> MachineConfig:
-    """The config ``row`` is simulated on (see :data:`ROW_CONFIGS`, ``points.point_config``)."""
+    """The config ``row`` is simulated on (see :data:`ROW_CONFIGS`, ``points.point_config``:
+    the Poplibs release the row's measurement names, the workload's preset and overrides)."""
     if row in ROW_CONFIGS:
         preset, overrides = ROW_CONFIGS[row]
     else:
         m = points.load(Path(workload))
         preset = getattr(m, "POINT_CONFIGS", {}).get(row, m.CONFIG)
         overrides = {
+            **points.software_overrides(row),
             **getattr(m, "CONFIG_OVERRIDES", {}),
             **getattr(m, "POINT_OVERRIDES", {}).get(row, {}),
         }
@@ -245,10 +247,12 @@ def collect(
         and (wanted is None or source_of(p.row, csv_rows).upper() in wanted)
         and not (quick and any(fnmatch.fnmatch(p.row, g) for g in BIG_ROWS))
     ]
-    groups: dict[tuple[str, str, int, int], list[points.Point]] = {}
-    for p in todo:  # params may hold lists: group by their repr; one machine shape a group
+    groups: dict[tuple[str, str, int, int, str], list[points.Point]] = {}
+    for p in todo:  # params may hold lists: group by their repr; one machine shape a group,
+        # and one Poplibs release (the graph is planned, and compiled, once per group)
         cfg = row_config(p.workload, p.row, True, baseline_dir)
-        key = (p.workload, repr(sorted(p.params.items())), cfg.num_ipus, cfg.tile.tiles_per_ipu)
+        key = (p.workload, repr(sorted(p.params.items())), cfg.num_ipus, cfg.tile.tiles_per_ipu,
+               cfg.software.poplibs_release)  # fmt: skip
         groups.setdefault(key, []).append(p)
     out: list[RowResult] = []
     for (workload, *_), pts in groups.items():
