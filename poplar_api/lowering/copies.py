@@ -29,6 +29,7 @@ from poplar_api import program as P  # noqa: N812 - short alias for program clas
 from poplar_api.errors import EngineError
 from poplar_api.graph import DataStream, replication_factor
 from poplar_api.lowering import runs
+from poplar_api.lowering.affine_copy import affine_copy
 from poplar_api.lowering.emission import Emission, with_effect
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.printing import format_tensor
@@ -147,14 +148,22 @@ def device_copy(
     storage = em.lowered.storage
     s_where, d_where = em.where(s_ids), em.where(d_ids)
 
+    views = affine_copy(s_where, d_where) if typ.numpy.kind != "b" else None
+
     def copy() -> None:
+        if views is not None:
+            views.copy(storage.arrays[typ.size])
+            return
         storage.copy(typ, d_where, s_where)
 
     rows_apart = runs.rows_apart(s_where, d_where)
 
     def copy_every_replica() -> None:  # one copy of every replica's rows at once
         full = storage.full[typ.size]
-        if rows_apart:  # each replica's row as one replica's copy
+        if views is not None:  # each replica's row through two strided views
+            for row in full:
+                views.copy(row)
+        elif rows_apart:  # each replica's row as one replica's copy
             for row in full:
                 row[d_where] = row[s_where]
         else:
