@@ -20,10 +20,22 @@ on ``pod64`` (every IPU sends 1 MiB to every other, 4,032 transfers in one
 
 ``--replicas`` measures instead the host cost of replication (issue 31's "replicas at
 the cost of one"): the data-parallel MLP step of ``benchmarks/bench_multi_ipu.py`` on 1
-replica (one Mk2) and on 16 (``pod16``), each in its own child process, with the run
-seconds of the step (the simulated cycles differ: 16 replicas add the gradient
-all-reduce and share the host links) and the CPU seconds of build, compile and run
-together.
+replica (one Mk2) and on 16 (``pod16``), each in its own child process (the simulated
+cycles differ: 16 replicas add the gradient all-reduce and share the host links). Per
+row: build and compile seconds, the step's first run, and the median CPU seconds of
+:data:`LATER_RUNS` more runs of the same step in the same process; the ratios of 16
+replicas to 1 of the later runs, of the first run, and of build + compile + first run.
+
+Which figure the issue's acceptance ("16 replicas of the MLP step within 2 times the
+host time of one replica") is: the issue measured the run (its "15.8 times" were run
+seconds) and its item is the cost of running replicas (one batched call per kernel,
+timing once), so it is the run's host time, in CPU seconds on a shared machine. A
+user trains by running the step many times after one build and compile, so the time
+they wait for per step is a later run: the first run also pays once-per-process costs
+that do not grow with the replicas (loading compiled kernels, planning each compute
+set's vertex classes, a collection the build left due), which shrink the first run's
+ratio. Build + compile + first run is what a user who runs one step waits for; it is
+given too, but the acceptance is read on the later runs.
 
 Run::
 
@@ -102,6 +114,8 @@ def _child_row(cmd: list[str]) -> dict:
 
 #: The MLP step of ``bench_multi_ipu.py``: batch 16 per replica, hidden 128.
 MLP_BATCH, MLP_HIDDEN = 16, 128
+#: Runs of the step after the first, whose median CPU seconds is a training step's.
+LATER_RUNS = 10
 
 
 def replica_row(replicas: int) -> dict:
@@ -111,28 +125,38 @@ def replica_row(replicas: int) -> dict:
     return _child_row(cmd)
 
 
+def _later(row: dict) -> float:
+    """Median CPU seconds of a row's later runs."""
+    runs = sorted(row["later_cpu"])
+    mid = len(runs) // 2
+    return runs[mid] if len(runs) % 2 else (runs[mid - 1] + runs[mid]) / 2
+
+
 def replica_table(one: dict, many: dict) -> str:
-    """Markdown table of the 1- and 16-replica rows and their ratios of run seconds (wall
-    and CPU: on a shared machine the CPU seconds are the steadier figure)."""
+    """Markdown table of the 1- and 16-replica rows and their ratios: of the later runs'
+    median CPU seconds (a training step's; the acceptance's figure, see the module
+    docstring), of the first run (wall and CPU: on a shared machine the CPU seconds are
+    the steadier figure), and of build + compile + first run CPU seconds."""
     out = [
-        "| replicas | build s | compile s | run s | run CPU s | peak RAM GB | cycles |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| replicas | build s | compile s | first run s | first run CPU s "
+        "| later runs CPU s (median) | peak RAM GB | cycles |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in (one, many):
         out.append(
             f"| {r['ipus']} | {r['build']:.2f} | {r['compile']:.2f} | {r['seconds']:.3f} | "
-            f"{r['cpu_seconds']:.3f} | {r['peak_bytes'] / 1e9:.2f} | {r['cycles']:,} |"
+            f"{r['cpu_seconds']:.3f} | {_later(r):.4f} | {r['peak_bytes'] / 1e9:.2f} | "
+            f"{r['cycles']:,} |"
         )
-    out.append(
-        f"\nrun seconds, {many['ipus']} replicas / 1: {many['seconds'] / one['seconds']:.1f} "
-        f"(CPU: {many['cpu_seconds'] / one['cpu_seconds']:.1f})"
-    )
-    if "build_cpu" in one and "build_cpu" in many:
-        total = [r["build_cpu"] + r["compile_cpu"] + r["cpu_seconds"] for r in (one, many)]
-        out.append(
-            f"build + compile + run CPU seconds: {total[0]:.3f} and {total[1]:.3f}, "
-            f"{many['ipus']} replicas / 1: {total[1] / total[0]:.2f}"
-        )
+    n = many["ipus"]
+    total = [r["build_cpu"] + r["compile_cpu"] + r["cpu_seconds"] for r in (one, many)]
+    out += [
+        f"\nlater runs' CPU seconds, {n} replicas / 1: {_later(many) / _later(one):.2f}",
+        f"first run, {n} replicas / 1: {many['seconds'] / one['seconds']:.2f} "
+        f"(CPU: {many['cpu_seconds'] / one['cpu_seconds']:.2f})",
+        f"build + compile + first run CPU seconds: {total[0]:.3f} and {total[1]:.3f}, "
+        f"{n} replicas / 1: {total[1] / total[0]:.2f}",
+    ]
     return "\n".join(out)
 
 
@@ -214,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench_multi_ipu import mlp_step
 
         preset = {1: "mk2", 16: "pod16", 64: "pod64"}[args.mlp_child]
-        print(json.dumps(mlp_step(args.mlp_child, preset, MLP_BATCH, MLP_HIDDEN)))
+        print(json.dumps(mlp_step(args.mlp_child, preset, MLP_BATCH, MLP_HIDDEN, LATER_RUNS)))
         return 0
     if args.all_to_all:
         print("\n".join(all_to_all()))
