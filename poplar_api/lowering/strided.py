@@ -24,6 +24,16 @@ tile are expanded into one-element pieces and planned as before, so the plan is
 identical either way. (Bus partners of conv1's weight update in the CNN step read
 the same input at stride 9: counted as progressions, the 1.58 million elements they
 receive are neither expanded nor sorted.)
+
+A vertex may also read a transposed block: rows of consecutive ids a fixed stride
+apart, read column by column (``base + r * stride + c``, the rows in the inner order),
+as the dense layers' and pooling gradients' vertices of the CNN step read their
+operands (36 rows of 5 at stride 10, say). Its columns are progressions cut short
+where the rows' owners change, so each reference was a one-element piece (the CNN
+step's dense layers gave 474 k of them). Such a vertex's remote references are found
+row by row instead (:func:`_block_rows`, :func:`_block_pieces`), a row's remote ids a
+run: the same elements bound for the same tile, so the same plan, in a fifth of the
+pieces there. A block whose columns hold a strided piece keeps the column order.
 """
 
 from __future__ import annotations
@@ -76,6 +86,11 @@ def _field_pieces(
         prev_id = -2
         p = bounds[v]
         end = bounds[v + 1]
+        rows, r0 = _block_rows(ids, p, end, tile, owner, min_run)
+        if rows:  # a transposed block: its pieces row by row, each row a run of ids
+            count = _block_pieces(ids, p, end, rows, r0, tile, owner, count,
+                                  out_begin, out_length, out_dst)  # fmt: skip
+            continue
         while p < end:
             i = np.int64(ids[p])
             o = owner[i]
@@ -112,6 +127,83 @@ def _field_pieces(
                 prev_id = i
             p = q
     return count, s_count, bounds.size - 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _block_rows(ids, lo, hi, tile, owner, min_run):  # pragma: no cover - compiled
+    # whether refs ids[lo:hi] read a transposed block: rows of ids stepping by one,
+    # read column by column (a row stepping by s >= 2 ids to the next, a column wrapping
+    # to the next id of the first row), the first ref in row r0; and no ref of it in a
+    # strided piece (a column's refs of one remote owner, min_run or more, in a row).
+    # Returns (rows, r0), rows 0 when not
+    n = hi - lo
+    if n < 3:
+        return 0, 0
+    s = np.int64(ids[lo + 1]) - np.int64(ids[lo])
+    if s < 2:
+        return 0, 0
+    wrap = -1
+    for p in range(lo + 1, hi - 1):
+        if np.int64(ids[p + 1]) - np.int64(ids[p]) != s:
+            wrap = p - lo
+            break
+    if wrap < 0:
+        return 0, 0
+    back = 1 - (np.int64(ids[lo + wrap + 1]) - np.int64(ids[lo + wrap]))
+    if back <= 0 or back % s:
+        return 0, 0
+    rows = back // s + 1
+    if wrap > rows - 1:
+        return 0, 0
+    r0 = rows - 1 - wrap
+    r = r0
+    expected = np.int64(ids[lo])
+    run = 0
+    last = -1
+    for p in range(lo, hi):
+        i = np.int64(ids[p])
+        if i != expected:
+            return 0, 0
+        o = owner[i]
+        if o < 0 or o == tile:
+            run = 0
+        elif r > 0 and run > 0 and o == last:
+            run += 1
+            if run >= min_run:
+                return 0, 0
+        else:
+            run = 1
+        last = o
+        if r + 1 < rows:
+            r += 1
+            expected = i + s
+        else:
+            r = 0
+            expected = i + 1 - (rows - 1) * s
+    return rows, r0
+
+
+@numba.njit(cache=True, nogil=True)
+def _block_pieces(
+    ids, lo, hi, rows, r0, tile, owner, count, out_begin, out_length, out_dst
+):  # pragma: no cover - compiled
+    # the remote refs of a transposed block (_block_rows) as pieces, row after row:
+    # row r's refs are consecutive ids from its first ref's, one per column
+    n = hi - lo
+    prev_id = -2
+    for r in range(rows):
+        first = r - r0 if r >= r0 else rows - r0 + r  # the row's first ref
+        if first >= n:
+            continue
+        start = np.int64(ids[lo + first])
+        for k in range((n - first + rows - 1) // rows):
+            i = start + k
+            if owner[i] == tile:
+                prev_id = -2
+                continue
+            count = put_piece(i, tile, prev_id, count, out_begin, out_length, out_dst)
+            prev_id = i
+    return count
 
 
 class StridedPieces:
