@@ -108,3 +108,49 @@ def test_replicated_transposed_copy_per_replica():
     e.run(0)
     got = e.readTensor("b").reshape(r, 80, 64)
     np.testing.assert_array_equal(got, values.transpose(0, 2, 1))
+
+
+def _greedy_axes(ids: np.ndarray) -> list[int] | None:
+    """The greedy split written with numpy's diff over every level (the reference)."""
+    lengths, cur = [], ids
+    while cur.size > 1:
+        steps = np.diff(cur)
+        other = np.flatnonzero(steps != steps[0])
+        n = int(other[0]) + 1 if other.size else cur.size
+        if cur.size % n:
+            return None
+        lengths.append(n)
+        cur = cur[::n]
+    return lengths
+
+
+def _grid_strides(ids: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The strides of ``ids`` over ``shape`` read off the reshaped grid and checked
+    against the whole layout with numpy (the reference)."""
+    grid = ids.reshape(shape)
+    strides = []
+    for axis, n in enumerate(shape):
+        at = [0] * len(shape)
+        at[axis] = 1
+        strides.append(int(grid[tuple(at)]) - int(ids[0]) if n > 1 else 0)
+    same = np.array_equal(_layout(int(ids[0]), shape, tuple(strides)), ids)
+    return tuple(strides) if same else None
+
+
+def test_split_and_check_agree_with_numpy_on_random_layouts():
+    """The compiled split and grid check give numpy's answers: random strided layouts
+    of 1 to 4 axes (negative and zero strides among them), some with one id moved."""
+    rng = np.random.default_rng(3)
+    moved = layouts = 0
+    for trial in range(300):
+        shape = tuple(int(n) for n in rng.integers(1, 9, int(rng.integers(1, 5))))
+        strides = tuple(int(s) for s in rng.integers(-40, 41, len(shape)))
+        ids = _layout(10_000, shape, strides)
+        if rng.random() < 0.3 and ids.size > 1:
+            ids[int(rng.integers(0, ids.size))] += int(rng.integers(1, 3))
+            moved += 1
+        assert ac._axes(ids) == _greedy_axes(ids), trial
+        got = ac._strides(ids, shape)
+        assert got == _grid_strides(ids, shape), trial
+        layouts += got is not None
+    assert moved > 50 and layouts > 150

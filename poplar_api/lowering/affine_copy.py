@@ -13,7 +13,9 @@ prove; a copy that fits neither condition stays indexed.
 The layout is found once, when the copy is lowered: each side is split greedily into
 axes (an axis as long as the run of its first step), the two sides' axes are merged
 into the finest common shape, and both index arrays are checked element by element
-against the strided functions of that shape.
+against the strided functions of that shape. Both are compiled passes without
+temporaries: a split reads each run only up to its first other step, and the check
+is one pass over each side's ids.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
+import numba
 import numpy as np
 
 __all__ = ["AffineCopy", "affine_copy"]
@@ -70,18 +73,34 @@ def _axes(ids: np.ndarray) -> list[int] | None:
     """Lengths, innermost first, of the axes of a greedy affine split of ``ids``: the
     innermost axis is the run of ``ids``' first step, the next the run of the step
     between those runs' first ids, and so on (None when a run does not divide the
-    rest). The split is a guess that :func:`_strides` checks."""
-    lengths = []
-    cur = ids
-    while cur.size > 1:
-        steps = np.diff(cur)
-        other = np.flatnonzero(steps != steps[0])
-        n = int(other[0]) + 1 if other.size else cur.size
-        if cur.size % n:
-            return None
-        lengths.append(n)
-        cur = cur[::n]
-    return lengths
+    rest). The split is a guess that :func:`_strides` checks. Each run is read only
+    up to its first other step (:func:`_split`)."""
+    out = np.empty(64, np.int64)  # an axis has two positions at least: 63 at most
+    k = _split(ids, out)
+    return None if k < 0 else out[:k].tolist()
+
+
+@numba.njit(cache=True, nogil=True)
+def _split(ids, out):  # pragma: no cover - compiled
+    # _axes into out: the axes' count, or -1 when a run does not divide the rest; the
+    # ids of one level are every ``every``-th of the level below (the runs' first ids)
+    k = 0
+    every = 1
+    size = ids.size
+    while size > 1:
+        first = ids[every] - ids[0]
+        n = size
+        for j in range(1, size - 1):
+            if ids[(j + 1) * every] - ids[j * every] != first:
+                n = j + 1
+                break
+        if size % n:
+            return -1
+        out[k] = n
+        k += 1
+        every *= n
+        size //= n
+    return k
 
 
 def _common(a: list[int], b: list[int]) -> tuple[int, ...] | None:
@@ -98,20 +117,36 @@ def _common(a: list[int], b: list[int]) -> tuple[int, ...] | None:
 
 def _strides(ids: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...] | None:
     """Strides ``s`` with ``ids == ids[0] + sum(position * s)`` over ``shape``, else
-    None."""
-    grid = ids.reshape(shape)
+    None (every id checked in one compiled pass, :func:`_on_grid`)."""
     origin = int(ids[0])
     strides = []
-    for axis, n in enumerate(shape):
-        at = [0] * len(shape)
-        at[axis] = 1
-        strides.append(int(grid[tuple(at)]) - origin if n > 1 else 0)
-    expect = np.full(shape, origin, np.int64)
-    for axis, (n, step) in enumerate(zip(shape, strides, strict=True)):
-        dims = [1] * len(shape)
-        dims[axis] = n
-        expect += (np.arange(n, dtype=np.int64) * step).reshape(dims)
-    return tuple(strides) if np.array_equal(expect, grid) else None
+    inner = int(np.prod(shape))
+    for n in shape:  # the position one step along each axis, in C order
+        inner //= n
+        strides.append(int(ids[inner]) - origin if n > 1 else 0)
+    steps = np.array(strides, np.int64)
+    return tuple(strides) if _on_grid(ids, np.array(shape, np.int64), steps) else None
+
+
+@numba.njit(cache=True, nogil=True)
+def _on_grid(ids, shape, strides):  # pragma: no cover - compiled
+    # whether ids (C order over shape) are ids[0] + sum(position * strides): the
+    # expected id is carried along as the position steps like an odometer
+    at = np.zeros(shape.size, np.int64)
+    expected = ids[0]
+    for p in range(ids.size):
+        if ids[p] != expected:
+            return False
+        axis = shape.size - 1
+        while axis >= 0:
+            at[axis] += 1
+            expected += strides[axis]
+            if at[axis] < shape[axis]:
+                break
+            expected -= strides[axis] * shape[axis]
+            at[axis] = 0
+            axis -= 1
+    return True
 
 
 def _distinct(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
