@@ -500,6 +500,67 @@ def test_a_worker_that_dies_costs_only_its_point(tmp_path):
     assert (rows[~rows["workload.crash"]]["status"] == "ok").all()
 
 
+def logged_experiment(tmp_path: Path, crash_first: bool = False) -> Any:
+    """tut7 at three column counts, each point appending ``start COLS PID`` when its
+    workload is made and ``end COLS PID`` when its check has run to ``log.txt``; the
+    first point (4 columns) waits 1 s before it starts its run, or (``crash_first``)
+    kills its worker."""
+    (tmp_path / "logged.py").write_text(
+        "import os, time\n"
+        "from tut7 import workload as tut7\n\n"
+        "def note(text):\n"
+        "    with open(os.path.join(os.path.dirname(__file__), 'log.txt'), 'a') as log:\n"
+        "        log.write(f'{text} {os.getpid()}\\n')\n\n"
+        "def workload(device, cols: int = 4, crash: bool = False):\n"
+        "    note(f'start {cols}')\n"
+        "    if cols == 4:\n"
+        "        if crash:\n"
+        "            os._exit(3)\n"
+        "        time.sleep(1.0)\n"
+        "    made = tut7(device, rows=4, cols=cols)\n"
+        "    check = made.check\n\n"
+        "    def logged_check(engine):\n"
+        "        ok = check(engine)\n"
+        "        note(f'end {cols}')\n"
+        "        return ok\n\n"
+        "    made.check = logged_check\n"
+        "    return made\n"
+    )
+    (tmp_path / "tut7.py").write_text(TUT7.read_text())
+    data = {
+        "name": "logged",
+        "workloads": [{"spec": "logged.py", "params": {"crash": crash_first}}],
+        "config": "tiny",
+        "axes": [{"path": "workload.cols", "values": [4, 6, 8]}],
+        "profiles": False,
+    }
+    return load_experiment(data, base_dir=tmp_path)
+
+
+def test_a_pool_runs_its_first_point_alone(tmp_path):
+    # With empty caches every worker started at once compiled every kernel; the first
+    # point runs alone so that the workers started after it load them from the caches.
+    summary = run_sweep(logged_experiment(tmp_path), tmp_path / "out", jobs=2, progress=False)
+    assert (summary.ran, summary.failed) == (3, 0)
+    log = [line.split() for line in (tmp_path / "log.txt").read_text().splitlines()]
+    assert [line[:2] for line in log[:2]] == [["start", "4"], ["end", "4"]]
+    assert sorted(tuple(line[:2]) for line in log[2:]) == [
+        ("end", "6"),
+        ("end", "8"),
+        ("start", "6"),
+        ("start", "8"),
+    ]
+
+
+def test_a_first_point_that_kills_its_worker_costs_only_its_point(tmp_path):
+    exp = logged_experiment(tmp_path, crash_first=True)
+    summary = run_sweep(exp, tmp_path / "out", jobs=2, progress=False)
+    assert (summary.total, summary.ran, summary.failed) == (3, 3, 1)
+    rows = ResultStore(tmp_path / "out").rows().set_index("workload.cols")
+    assert "worker process died" in rows.loc[4, "error"]
+    assert (rows.loc[[6, 8], "status"] == "ok").all()
+
+
 @pytest.mark.slow
 def test_dask_local_cluster_gives_the_same_rows(tmp_path):
     exp = load_experiment(small_experiment(tmp_path))

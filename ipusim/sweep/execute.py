@@ -11,9 +11,11 @@ points whose row is stored already, runs the others on an executor and writes ea
   ``forkserver`` context where available, else ``spawn``). A worker that dies
   (segfault, out of memory, ``os._exit``) breaks the pool; the points it was running
   are run again each in a pool of its own, and the one that kills that worker too is
-  recorded as failed;
+  recorded as failed. A pool runs its first point alone, so that the kernels it
+  compiles are compiled once and loaded from the disk caches by the other workers;
 * ``scheduler="local"``: a :class:`dask.distributed.LocalCluster` of ``jobs`` worker
-  processes with one thread each; ``scheduler="host:port"``: an existing dask cluster.
+  processes with one thread each, the first point alone too; ``scheduler="host:port"``:
+  an existing dask cluster.
   Its workers need ipusim installed and the workload files at the same paths (a
   shared file system), and should run one thread each (``dask worker --nthreads 1``):
   a workload's captured output is process-wide.
@@ -308,7 +310,15 @@ class _BrokenPool:
 
 
 class _Processes:
-    """Points in ``jobs`` spawned worker processes; a crashed worker costs its point."""
+    """Points in ``jobs`` spawned worker processes; a crashed worker costs its point.
+
+    Each pool runs its first point alone and the others once it has finished. A
+    point's first run in a process compiles the simulator's Numba kernels and vertex
+    drivers unless their disk caches hold them (about 27 s of CPU for tutorial 7 with
+    empty caches); workers started together would each compile all of them at the same
+    time, while those started after the first point load what its worker saved. With
+    filled caches this keeps the other workers idle for one point's time.
+    """
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
@@ -339,8 +349,12 @@ class _Processes:
             initargs=(started,),
         )
         clean = False
+        # The first point runs alone (see _Processes): its worker compiles the kernels
+        # and fills the disk caches, from which the workers started after it load them.
+        held = list(points[1:]) if workers > 1 else []
         try:
-            pending = {pool.submit(_execute_in_worker, p, exp, keep): p for p in points}
+            first = points[:1] if held else points
+            pending = {pool.submit(_execute_in_worker, p, exp, keep): p for p in first}
             unfinished: list[Point] = []
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -354,6 +368,12 @@ class _Processes:
                     except Exception as exc:  # e.g. a result that cannot be pickled
                         row, profiles = error_row(point, exp, _error_text(exc), None), None
                     yield point, row, profiles
+                if held and not pending:
+                    if unfinished:  # the first point broke the pool: the rest never ran
+                        unfinished.extend(held)
+                    else:
+                        pending = {pool.submit(_execute_in_worker, p, exp, keep): p for p in held}
+                    held = []
             if unfinished:
                 at_work: set[str] = set()
                 while not started.empty():
@@ -446,6 +466,15 @@ class _Dask:
                 self.cluster.close()
 
     def imap(self, points: Sequence[Point], exp: Experiment, keep: bool) -> Iterator[_Outcome]:
+        # A LocalCluster's workers share this machine's disk caches: as in _Processes,
+        # the first point runs alone and the others load the kernels its worker saved.
+        # (The workers of a cluster elsewhere may not share them.)
+        if self.cluster is not None and len(points) > 1:
+            yield from self._run(points[:1], exp, keep)
+            points = points[1:]
+        yield from self._run(points, exp, keep)
+
+    def _run(self, points: Sequence[Point], exp: Experiment, keep: bool) -> Iterator[_Outcome]:
         from dask.distributed import as_completed
 
         futures = {
