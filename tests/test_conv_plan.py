@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import itertools
 import math
+import threading
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -312,11 +314,39 @@ def test_blocks_are_spread_over_the_tiles_of_several_ipus() -> None:
     assert tiles.reshape(-1).tolist() == [0, 2, 5, 8, 10, 13]
 
 
+#: Seconds a call that must return at once may take before it counts as hung.
+HANG_SECONDS = 60.0
+
+
+def _within_time(call: Callable[[], object], seconds: float = HANG_SECONDS) -> object:
+    """``call()``'s result (or its exception, raised here), failing the test when it has
+    not returned within ``seconds``: a compiled loop that never advances holds no lock
+    a signal could break into, so it runs in a daemon thread that is left behind."""
+    outcome: list[tuple[bool, object]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append((False, exc))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not outcome:
+        pytest.fail(f"the call did not return within {seconds:g} s (a loop that never ends?)")
+    ok, value = outcome[0]
+    if not ok:
+        raise value  # type: ignore[misc]
+    return value
+
+
 @pytest.mark.parametrize("bad", [0, -3])
 def test_windows_rejects_a_block_size_below_one(bad) -> None:
     """A block of 0 (or less) cannot cut the outputs into chunks: the walk over the
-    chunks would never advance, so the entry refuses it and names the value."""
+    chunks would never advance, so the entry refuses it and names the value (within
+    a time limit: the walk given such a block would hang the test run)."""
     p = poplin.ConvParams(FLOAT, 1, [23], [3], 2, 2, stride=[2])
     m = dim_maps(p)[0]
     with pytest.raises(ValueError, match=rf"block size must be at least 1.*smallest {bad}"):
-        _windows([m], np.array([4, bad, 2]), 0)
+        _within_time(lambda: _windows([m], np.array([4, bad, 2]), 0))
