@@ -73,6 +73,22 @@ def test_overlap_reads_the_source_first():
 @pytest.mark.parametrize(
     "src, dst",
     [
+        (_layout(1, (8_192,), (1,)), _layout(0, (8_192,), (3,))),  # dst steps past src
+        (_layout(0, (8_192,), (3,)), _layout(2, (8_192,), (1,))),  # src steps past dst
+        (slice(1, 8_193), _layout(0, (8_192,), (2,))),
+    ],
+)
+def test_overlap_of_one_axis_with_other_strides(src, dst):
+    # one axis each, both ascending, of different steps: numpy's assignment between
+    # two such views does not copy through a temporary (it leaves one-dimensional
+    # overlap of one direction to its inner loop, which is right only for equal
+    # steps), so the source must be read before it is written over
+    _check(src, dst)
+
+
+@pytest.mark.parametrize(
+    "src, dst",
+    [
         (np.arange(5_000), np.random.default_rng(1).permutation(5_000)),  # not strided
         (_layout(0, (100, 50), (50, 1)), _layout(0, (100, 50), (1, 1))),  # dst repeats
         (_layout(0, (100, 50), (50, 1)), _layout(0, (100, 50), (0, 1))),  # dst repeats

@@ -5,10 +5,12 @@ A ``Copy`` between tensors moves elements ``src`` of a memory image to elements
 one multi-dimensional position (``ids[i, j, ...] = base + i * s0 + j * s1 + ...``: a
 transpose of a weight matrix, a strided slice of a block), the same copy is one
 assignment between two strided views of the image, with no index arrays read and no
-gathered temporary: numpy's assignment copies through a temporary where the two views
-overlap, so the result is that of the indexed copy (every source element read before
-any is written). The destination's positions must be distinct, which the strides
-prove; a copy that fits neither condition stays indexed.
+gathered temporary. Where the two views' spans overlap the source view is copied
+first, so the result is that of the indexed copy (every source element read before any
+is written): numpy's assignment does not do this for every overlap by itself (between
+two one-dimensional views stepping the same way it leaves the overlap to its inner
+loop, which is right only for equal steps). The destination's positions must be
+distinct, which the strides prove; a copy that fits neither condition stays indexed.
 
 The layout is found once, when the copy is lowered: each side is split greedily into
 axes (an axis as long as the run of its first step), the two sides' axes are merged
@@ -56,10 +58,12 @@ class AffineCopy:
 
     def copy(self, image: np.ndarray) -> None:
         """Copy in ``image`` (one replica's contiguous memory image of one element
-        size); where the two sides overlap numpy reads the source first."""
-        self._view(image, self.dst_base, self.dst_strides)[...] = self._view(
-            image, self.src_base, self.src_strides
-        )
+        size); where the two sides' spans overlap the source is read first."""
+        dst = self._view(image, self.dst_base, self.dst_strides)
+        src = self._view(image, self.src_base, self.src_strides)
+        if np.may_share_memory(dst, src):  # (compares the spans only)
+            src = src.copy()
+        dst[...] = src
 
 
 def _ids(where: np.ndarray | slice) -> np.ndarray:
