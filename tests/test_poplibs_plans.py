@@ -107,7 +107,7 @@ def test_the_models_plan_differs_from_ipusims_own_on_a_listed_product(monkeypatc
     [
         # 16 partial channels per group: ipusim's AMP has 8 conv units
         ("mk1-ipumodel", (1, 512, 256, 512), "groups"),
-        # M K N / (4 T) = 2,717 cycles, below the model's 3,703: a MAC plan may be cheaper
+        # M K N / (4 T) = 2,717 cycles, below the model's 3,703: a SLIC plan may be cheaper
         ("mk2-ipumodel", (1, 16, 1000, 1000), "bound"),
     ],
 )

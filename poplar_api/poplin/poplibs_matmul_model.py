@@ -51,12 +51,16 @@ A fully-connected pass planned alone also rearranges its weights before a serial
 broadcast before the loop; every other term is 7eac0f26's (docs/planner.md, "Poplibs
 releases", lists what else differs and is not modelled).
 
-This module restates those terms for HALF operands, FLOAT partials and default options,
-for the AMP candidates with the full input grouping (``ConvPartial1x1Out``), over every
-partition, so that a product's Poplibs plan can be read off (``docs/planner.md``, which
-argues why the candidates left out, the other vertex types and AMP groupings below 16
-input channels, cannot be cheaper for its rows). It is derived from the source, not a
-port.
+This module restates those terms for HALF operands and default options (FLOAT partials),
+for the AMP candidates with the full input grouping (``ConvPartial1x1Out``), with HALF
+partials too where ``getConvVertexAMPCandidates`` offers them (at most 16 input
+channels), and for the horizontal MAC (``Plan::Hmac``, its estimate in
+:mod:`.poplibs_mac_estimates`), over every partition, so that a product's Poplibs plan
+can be read off (``docs/planner.md``, which argues why the candidates left out, the
+vertical MAC (:func:`~.poplibs_mac_estimates.vmac_floor`), SLIC, the outer product and
+AMP groupings below 16 input channels, cannot be cheaper for its rows). The horizontal
+MAC and HALF partials are 7eac0f26's estimates and are searched when planning as that
+release only. It is derived from the source, not a port.
 """
 
 from __future__ import annotations
@@ -69,7 +73,9 @@ import numpy as np
 
 from ipusim.machine_copies import transform_factor
 from poplar_api.poplin import amp
+from poplar_api.poplin.conv_planner import amp_unit_options
 from poplar_api.poplin.estimators import EXCHANGE_SCALE, reduce_add_cycles, single_input_reduce
+from poplar_api.poplin.poplibs_mac_estimates import hmac_partial_cycles
 from poplar_api.poplin.poplibs_release import (
     DEFAULT_RELEASE,
     amp_common_path_estimate,
@@ -97,6 +103,45 @@ WEIGHTS_PER_CONV_UNIT = {"half": 16, "float": 8}
 #: targets ipusim models: 8 for HALF inputs with FLOAT partials, as
 #: :func:`~poplar_api.poplin.conv_planner.amp_unit_options` gives them).
 CONV_COEFF_LOAD_BYTES_PER_CYCLE = amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE
+
+
+def vertex_types(
+    k: int, units: int, mac: bool, half_units: int = 0
+) -> list[tuple[str, tuple[int, int], int, str]]:
+    """``(method, (inChansPerGroup, partialChansPerGroup), convUnits, partials type)`` of
+    the candidates searched, in ``sortConvVertexTypeCandidates``' order (most MACs a
+    cycle first, then least padding, then smaller partials):
+
+    * with ``half_units`` (the target's conv units for HALF partials) and at most 16
+      input channels, the AMP with HALF partials (``getConvVertexAMPCandidates`` for an
+      output type smaller than the partials, a 1x1 kernel and ``K`` within one group of
+      16): ``half_units`` units grouping the partials by them, then 8 units grouping
+      them by 8 (``half_units`` > 8), or by 16 (``half_units`` = 8);
+    * the AMP with FLOAT partials (:func:`amp_vertex_types`);
+    * with ``mac``, the horizontal MAC (``getConvVertexHMACCandidates``, FLOAT
+      partials): input groupings from 2 up to ``K`` rounded to 2 in steps of 2, each
+      only where it lowers the number of groups, one partial channel per group, by
+      their padding of the input channels, then grouping (the ``operator<`` order
+      ``std::sort`` leaves among equals)."""
+    w = WEIGHTS_PER_CONV_UNIT["half"]
+    half: list[tuple[str, tuple[int, int], int, str]] = []
+    if half_units and k <= w:
+        half.append(("AMP", (w, half_units), half_units, "half"))
+        if half_units > 8:
+            half.append(("AMP", (w, 8), 8, "half"))
+        else:
+            half.append(("AMP", (w, w), half_units, "half"))
+    out = half + [("AMP", groups, units, "float") for groups in amp_vertex_types(units)]
+    if not mac:
+        return out
+    rounded = -(-k // 2) * 2
+    hmac, previous = [], 0
+    for icg in range(2, rounded + 1, 2):
+        groups = -(-rounded // icg)
+        if groups != previous:
+            hmac.append((-(-k // icg) * icg - k, icg))
+            previous = groups
+    return out + [("HMAC", (icg, 1), units, "float") for _, icg in sorted(hmac)]
 
 
 def amp_vertex_types(units: int) -> list[tuple[int, int]]:
@@ -202,17 +247,25 @@ def _reduce_cycles(outputs: np.ndarray, depth: int, psz: int, osz: int, target: 
     return cycles
 
 
-def _amp_inner(field: np.ndarray, workers: int, zeroing: bool, common: bool = True) -> np.ndarray:
+def _amp_inner(
+    field: np.ndarray, workers: int, zeroing: bool, common: bool = True, half8: bool = False
+) -> np.ndarray:
     """``getConvPartial1x1InnerLoopCycleEstimate`` (HALF inputs, FLOAT partials: the common
     code path, retention savings of 7, 10 at f927358) for tile fields of ``field``
     positions: the field split over the workers (``partitionConvPartialByWorker``), the
     slowest worker's ``getConvPartial1x1SupervisorInnerLoopCycleEstimateHalfFloat``
     cycles times the workers, at least the fastest's plus 14 (an idle worker counts 0). ``common``:
-    7eac0f26's constants, else f927358's (:mod:`.poplibs_release`)."""
+    7eac0f26's constants, else f927358's (:mod:`.poplibs_release`). ``half8``: HALF
+    partials on 8 conv units, 7eac0f26's other code path (zeroing 2 cycles a position, no
+    retention savings)."""
     tail = (1 if zeroing else 2) if common else (2 if zeroing else 4)
     fixed = np.array([20 + tail, 31 + tail, 40 + tail], np.int64)
 
     def worker(n: np.ndarray) -> np.ndarray:
+        if half8:
+            z = int(zeroing)
+            low = np.where(n == 1, 39 + 4 * z, 40 + 6 * z)
+            return np.where(n < 3, low, 41 + (2 + 2 * n) * z + (n - 3) * 4)
         big = ((37 if zeroing else 38) if common else (38 if zeroing else 40)) + (n - 3) * 4
         return np.where(n < 3, fixed[np.minimum(n, 2)], big) - (7 if common else 10)
 
@@ -251,6 +304,19 @@ class Product:
     units: int = 8
     #: The Poplibs release planned as (:mod:`.poplibs_release`).
     release: str = DEFAULT_RELEASE
+    method: str = "AMP"
+    partials: str = "float"
+
+    @property
+    def partials_size(self) -> int:
+        return FLOAT.size if self.partials == "float" else HALF.size
+
+    @property
+    def field_grain(self) -> int:
+        """``fieldGrainSize`` (``createPlan``): 2 when the partials are grouped by an odd
+        number of channels and the field is even (so that the HALF output has an even
+        number of elements on each tile), else 1."""
+        return 2 if self.groups[1] % 2 and self.field % 2 == 0 else 1
 
     @property
     def field(self) -> int:
@@ -346,6 +412,51 @@ def _transforms(p: Product, used: np.ndarray) -> dict[str, np.ndarray]:
     }  # fmt: skip
 
 
+def _tile_field(p: Product, fs: Any) -> Any:
+    """A tile's field positions under ``fieldSplit`` ``fs``: whole field grains."""
+    fg = p.field_grain
+    grains = -(-p.field // fg)
+    return -(-grains // fs) * fg
+
+
+def max_macs_per_cycle(p: Product) -> int:
+    """``getMaxMACsPerCyclePerTile``: the AMP's conv units times its 4 HALF input loads,
+    the HALF vector width (4) for the MAC vertices."""
+    return p.units * 4 if p.method == "AMP" else 4
+
+
+def partial_cycles(p: Product, ft: Any, cit: Any, cot: Any, gt: Any) -> Any:
+    """``addPartialCalcCycleEstimate`` of tiles with ``ft`` positions, ``cit`` input and
+    ``cot`` output channels and ``gt`` groups: ``ConvPartial1x1Out`` for the AMP (the
+    outer loop over the tile's groups of the inner loops of :func:`_amp_inner`, as
+    ``p.release`` estimates it; HALF partials on 8 units take 7eac0f26's other code
+    path), the horizontal MAC's estimate (:mod:`.poplibs_mac_estimates`) for ``"HMAC"``."""
+    icg, ocg = p.groups
+    workers = p.target.getNumWorkerContexts()
+    if p.method == "HMAC":
+        return hmac_partial_cycles(ft, cit, cot, gt, icg, workers)
+    fp = p.partials == "float"
+    half8 = not fp and p.units != 16  # (not commonHalfAndFloatPartialsCodePath)
+    common = amp_common_path_estimate(p.release) and not half8
+    inner_z, inner_nz = (_amp_inner(ft, workers, z, common, half8) for z in (True, False))
+    c = int(common)  # (getConvPartial1x1SupervisorOuterLoopCycleEstimate's constants)
+    nig, nog, ncg = cit // icg, cot // ocg, gt
+    loads = amp.weight_load_cycles(WEIGHTS_PER_CONV_UNIT["half"] * HALF.size, p.units,
+                                   CONV_COEFF_LOAD_BYTES_PER_CYCLE // 2)  # fmt: skip
+    if half8:
+        save_total, save_in = amp.retention_savings(False, False, p.units)
+    elif common:
+        save_total, save_in = amp.retention_savings(False, fp, p.units)
+    else:
+        save_total, save_in = 10, 2
+    passes = -(-ocg // p.units)
+    return 50 + workers * (save_total + save_in * (nig * ncg - 1)) + ncg * (
+        12 + c
+        + (nig - 1) * (16 - c + nog * (19 + passes * (6 + loads + inner_nz)))
+        + (11 + nog * (19 - c + passes * (7 + loads + inner_z)))
+    )  # fmt: skip
+
+
 def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     """Poplibs' ``addEstimates`` of :class:`Product` ``p`` for every partition of
     ``splits`` (arrays by :data:`SPLIT_NAMES`), each with ``broadcastInputBeforeLoop``
@@ -361,9 +472,9 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     pi, si = splits["inChanSplit.parallel"], splits["inChanSplit.serial"]
     serial = so * si
     used = gs * fs * po * pi
-    gt, ft = -(-g // gs), -(-p.field // fs)
+    gt, ft = -(-g // gs), _tile_field(p, fs)
     cot, cit = -(-co_g // (po * so)) * ocg, -(-ci_g // (pi * si)) * icg
-    psz, isz = FLOAT.size, HALF.size
+    psz, isz = p.partials_size, HALF.size
     # exchange (addExchangeCycleEstimates)
     inputs, weights, outputs = ft * cit * gt, cit * cot * gt, ft * cot * gt
     share = target.getTilesPerSharedExchangeBus()
@@ -374,20 +485,8 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     later = lambda o, d: _reduce_exchange_later_stages(o, d, psz, target)  # noqa: E731
     x_p = x_p + _per_depth(outputs, pi, later)
     tr = _transforms(p, used)
-    # the partial sums (addPartialCalcCycleEstimate, AMP, ConvPartial1x1Out)
-    common = amp_common_path_estimate(p.release)
-    inner_z, inner_nz = (_amp_inner(ft, workers, z, common) for z in (True, False))
-    c = int(common)  # (getConvPartial1x1SupervisorOuterLoopCycleEstimate's constants)
-    nig, nog, ncg = cit // icg, cot // ocg, gt
-    loads = amp.weight_load_cycles(WEIGHTS_PER_CONV_UNIT["half"] * isz, p.units,
-                                   CONV_COEFF_LOAD_BYTES_PER_CYCLE // 2)  # fmt: skip
-    save_total, save_in = amp.retention_savings(False, True, p.units) if common else (10, 2)
-    passes = -(-ocg // p.units)
-    compute = 50 + workers * (save_total + save_in * (nig * ncg - 1)) + ncg * (
-        12 + c
-        + (nig - 1) * (16 - c + nog * (19 + passes * (6 + loads + inner_nz)))
-        + (11 + nog * (19 - c + passes * (7 + loads + inner_z)))
-    )  # fmt: skip
+    # the partial sums (addPartialCalcCycleEstimate)
+    compute = partial_cycles(p, ft, cit, cot, gt)
     # the reduction or cast (addReduceCycleEstimate), deferred past an input-channel loop
     red_out = -(-outputs // pi)
     reduce = _per_depth(red_out, pi, lambda o, d: _reduce_cycles(o, d, psz, isz, target))
@@ -436,7 +535,7 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     # the pruning constraint: total MACs over the conv units' rate bounds the tiles'
     # partial-sum cycles from below (constructModel)
     macs = g * p.field * co_g * ocg * ci_g * icg
-    ok = macs // (p.units * 4) <= used * compute * serial
+    ok = macs // max_macs_per_cycle(p) <= used * compute * serial
     pick = np.concatenate([np.flatnonzero(ok), np.flatnonzero(ok & can)])
     n_plain = int(ok.sum())
     bcast = np.zeros(pick.size, bool)
@@ -458,7 +557,7 @@ def partitions(p: Product, out_serial: int = 1, in_serial: int = 1) -> dict[str,
     tiles = p.target.getNumTiles()
     co_g, ci_g = p.grains
     gs, _ = _splits(p.dims[0], tiles)
-    fs, _ = _splits(p.field, tiles)
+    fs, _ = _splits(-(-p.field // p.field_grain), tiles)
     to, _ = _splits(co_g, co_g)
     ti, _ = _splits(ci_g, ci_g)
     po = to[to % out_serial == 0] // out_serial
@@ -483,7 +582,7 @@ def _iteration_floors(p: Product) -> dict[str, int]:
     27); every other term is at least 0."""
     one = {k: np.ones(1, np.int64) for k in SPLIT_NAMES}
     q = Product((1, 1, p.groups[0], p.groups[1]), p.target, False, p.groups, p.conv_pass,
-                p.units, p.release)  # fmt: skip
+                p.units, p.release, p.method, p.partials)  # fmt: skip
     compute = int(costs(q, one).terms["compute"][0])
     w = p.target.getNumWorkerContexts()
     elem, two = np.ones(1, np.int64), np.full(1, 2, np.int64)
@@ -502,14 +601,17 @@ def _prune(p: Product, splits: dict[str, np.ndarray], limit: float, bound: int) 
     icg, ocg = p.groups
     co_g, ci_g = p.grains
     so, si = splits["outChanSplit.serial"], splits["inChanSplit.serial"]
-    gt, ft = -(-g // splits["convGroupSplit"]), -(-p.field // splits["fieldSplit"])
+    gt, ft = -(-g // splits["convGroupSplit"]), _tile_field(p, splits["fieldSplit"])
     cot = -(-co_g // (splits["outChanSplit.parallel"] * so)) * ocg
     cit = -(-ci_g // (splits["inChanSplit.parallel"] * si)) * icg
-    temp = HALF.size * (ft * cit + cit * cot) * gt + FLOAT.size * ft * cot * gt
-    common = amp_common_path_estimate(p.release)
-    inner_z = _amp_inner(ft, p.target.getNumWorkerContexts(), True, common)
-    # the partial sums' estimate without its per-group overheads: at least this
-    lower = gt * (cit // icg) * (cot // ocg) * -(-ocg // p.units) * inner_z * so * si
+    temp = HALF.size * (ft * cit + cit * cot) * gt + p.partials_size * ft * cot * gt
+    if p.method == "AMP" and p.partials == "float":
+        common = amp_common_path_estimate(p.release)
+        inner_z = _amp_inner(ft, p.target.getNumWorkerContexts(), True, common)
+        # the partial sums' estimate without its per-group overheads: at least this
+        lower = gt * (cit // icg) * (cot // ocg) * -(-ocg // p.units) * inner_z * so * si
+    else:  # (the estimate itself: cheap)
+        lower = partial_cycles(p, ft, cit, cot, gt) * so * si
     keep = (temp <= bound) & (lower <= limit)
     return {k: v[keep] for k, v in splits.items()}
 
@@ -553,10 +655,17 @@ def poplibs_matmul_plan(
     units: int = 8,
     swaps: tuple[bool, ...] = (True, False),
     release: str = DEFAULT_RELEASE,
+    mac: bool = True,
+    half_units: int | None = None,
 ) -> dict[str, Any]:
-    """The AMP plan Poplibs' ``createPlan`` picks for a product planned alone among the
+    """The plan Poplibs' ``createPlan`` picks for a product planned alone among the
     candidates this module models: both operand orders, swapped first, each vertex type
-    of :func:`amp_vertex_types` in Poplibs' order, every partition with one pass or a
+    of :func:`vertex_types` in Poplibs' order (with ``mac``, the horizontal MAC's, each
+    searched only when the MAC vertices' bound ``G M K N / (4 T)`` is below the best
+    cost found, as none can be strictly cheaper otherwise; ``half_units``, by default
+    the target's conv units for HALF partials, gives the AMP with HALF partials of a
+    product of at most 16 input channels; both only when planning as 7eac0f26, whose
+    estimates they are), every partition with one pass or a
     serial split over the output or the input channels, the least ``(cycles, temporary
     bytes)`` within ``proportion`` of the tile's bytes (``choosePlan``), a later vertex
     type or order replacing an earlier only when strictly lower
@@ -565,7 +674,8 @@ def poplibs_matmul_plan(
     found (so the best of each operand order in ``forms`` is of the candidates searched:
     serial plans of the later order that cannot beat the earlier's best are not costed).
 
-    Returns the plan's ``swapped``, ``groups``, splits (by :data:`SPLIT_NAMES`),
+    Returns the plan's ``swapped``, ``method`` (``"AMP"`` or ``"HMAC"``), ``groups``,
+    ``units``, ``partials`` (``"float"`` or ``"half"``), splits (by :data:`SPLIT_NAMES`),
     ``broadcast``, ``cost`` ``(cycles, bytes)``, ``terms``, ``ties`` (how many
     candidates of its search share its cost: popsolver's order picks between them),
     ``one_pass``: the best one-pass plan's cost, and ``forms``: the best cost of each
@@ -579,14 +689,24 @@ def poplibs_matmul_plan(
             "one of True (swapped) and False (unswapped)"
         )
     bound = int(target.getBytesPerTile() * proportion)
+    if not amp_common_path_estimate(release):  # (the estimates below are 7eac0f26's)
+        mac, half_units = False, 0
+    elif half_units is None:  # (getNumConvUnits of HALF inputs with HALF partials)
+        half_units = max(amp_unit_options(HALF, HALF, target))
     best: dict[str, Any] | None = None
     best_one: tuple[int, int] | None = None
     forms: dict[bool, tuple[int, int]] = {}
+    shape = tuple(int(x) for x in dims)
+    mac_floor = int(np.prod(shape)) // (4 * target.getNumTiles())
     for swapped in swaps:
-        for groups in amp_vertex_types(units):
-            p = Product(tuple(int(x) for x in dims), target, swapped, groups, conv_pass, units,
-                        release)  # fmt: skip
-            pools = [costs(p, _prune(p, partitions(p), np.inf, bound))]
+        for method, groups, u, partials in vertex_types(shape[2], units, mac, half_units):
+            limit = (best or {}).get("cost", (np.inf,))[0]
+            if method != "AMP" and mac_floor >= limit:
+                continue  # (the MAC vertices' bound: none can be strictly cheaper)
+            p = Product(shape, target, swapped, groups, conv_pass, u, release, method,
+                        partials)  # fmt: skip
+            pools = [costs(p, _prune(p, partitions(p), np.inf if method == "AMP" else limit,
+                                     bound))]  # fmt: skip
             j = _best(pools[0], bound)
             one = None if j is None else (int(pools[0].cycles[j]), int(pools[0].temp_bytes[j]))
             if one is not None and (best_one is None or one < best_one):
@@ -622,13 +742,14 @@ def poplibs_matmul_plan(
             if best is None or cost < best["cost"]:
                 ties = int(((c.cycles == cost[0]) & (c.temp_bytes == cost[1])).sum())
                 best = {
-                    "swapped": swapped, "groups": groups, "cost": cost, "ties": ties,
+                    "swapped": swapped, "method": method, "groups": groups, "cost": cost,
+                    "ties": ties, "units": u, "partials": partials,
                     "broadcast": bool(c.broadcast[j]),
                     "splits": {k: int(c.splits[k][j]) for k in SPLIT_NAMES},
                     "terms": {k: int(v[j]) for k, v in c.terms.items()},
                 }  # fmt: skip
     if best is None:
-        raise ValueError(f"poplibs_matmul_plan: no AMP plan of {dims} fits")
+        raise ValueError(f"poplibs_matmul_plan: no plan of {dims} fits")
     best["one_pass"], best["forms"] = best_one, forms
     return best
 
@@ -652,4 +773,7 @@ def describe(plan: dict[str, Any]) -> str:
         text += ", inputs broadcast before the loop"
     cycles, temp = plan["cost"]
     icg, ocg = plan["groups"]
-    return f"{text}, AMP {icg} / {ocg}, {cycles:,} cycles / {temp:,} B"
+    vertex = f"{plan['method']} {icg} / {ocg}"
+    if plan.get("partials", "float") != "float":
+        vertex += f" ({plan['units']} units, {plan['partials']} partials)"
+    return f"{text}, {vertex}, {cycles:,} cycles / {temp:,} B"

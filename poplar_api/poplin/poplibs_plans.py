@@ -25,14 +25,19 @@ rows 1-6 and 10-12"):
   not strictly cheaper than the same partition with 16 (``docs/planner.md``);
 * ``M K N / (4 T)`` cycles (``T`` tiles; ``getMaxMACsPerCyclePerTile`` 4 HALF for the
   MAC vertices, ``constructModel``'s lower bound of their partial sums) above the plan's
-  cycles: no horizontal or vertical MAC, SLIC or outer-product plan can be cheaper.
+  cycles: no horizontal or vertical MAC, SLIC or outer-product plan can be cheaper; or,
+  for a fully-connected pass (no SLIC candidate, ``getConvMethodCandidates``), the
+  vertical MAC's floor (:func:`~.poplibs_mac_estimates.vmac_floor`) above them, the
+  model having searched the horizontal MAC.
 
 A serial split runs as Poplibs runs it: every iteration but the last has the channel
 grains shared out and rounded up (``getOutChansPerSerialSplit``,
 ``getInChansPerSerialSplit``), the last the rest (:mod:`.conv_serial`). A covered plan that
 ipusim cannot run is not taken (:func:`adopted_plan` returns None and ipusim's own search
 plans the product): the model's 16 partial channels per group (ipusim's AMP for HALF
-inputs with FLOAT partials has 8 conv units). Inputs broadcast before an output-channel
+inputs with FLOAT partials has 8 conv units), a horizontal-MAC plan (ipusim's horizontal
+MAC of a product planned alone runs a tile's channels as one group, not the model's
+grouping) or HALF partials. Inputs broadcast before an output-channel
 loop (``broadcastInputBeforeLoop``) are exchanged once, before it
 (:func:`~.conv_serial.broadcast_inputs`), and the plan's exchange estimate counts them
 once.
@@ -58,8 +63,13 @@ from poplar_api.poplin.conv_planner import (
 from poplar_api.poplin.conv_transform import MATMUL_PASSES
 from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
 from poplar_api.poplin.estimators import exchange_cycles
+from poplar_api.poplin.poplibs_mac_estimates import vmac_floor
 from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
-from poplar_api.poplin.poplibs_release import pads_serial_splits, poplibs_release
+from poplar_api.poplin.poplibs_release import (
+    amp_common_path_estimate,
+    pads_serial_splits,
+    poplibs_release,
+)
 from poplar_api.poplin.serial_estimates import serial_chans
 from poplar_api.types import FLOAT, HALF, Type
 
@@ -99,7 +109,7 @@ def model_plan(
     dims: tuple[int, int, int, int], opts: Mapping[str, Any], target: Any
 ) -> dict[str, Any] | None:
     """The model's plan of a product :func:`covered_options` accepts, or None when the
-    MAC vertices' lower bound does not put it beyond doubt (or no AMP plan fits)."""
+    MAC vertices' lower bound does not put it beyond doubt (or no plan fits)."""
     swap = opts.get("swap")
     swaps = (True, False) if swap is None else (bool(swap),)
     proportion = float(opts.get("availableMemoryProportion", 0.6))
@@ -109,7 +119,15 @@ def model_plan(
     except ValueError:
         return None
     g, m, k, n = dims
-    if g * m * k * n // (4 * target.getNumTiles()) <= plan["cost"][0]:
+    cost = plan["cost"][0]
+    if g * m * k * n // (4 * target.getNumTiles()) > cost:
+        return plan
+    # the MAC vertices' bound does not rule them out: the model searched the horizontal
+    # MAC (planning as 7eac0f26); a fully-connected pass has no SLIC candidate
+    # (getConvMethodCandidates); the vertical MAC's floor must pass the plan's cost
+    if opts["pass"] == "NONE_MATMUL" or not amp_common_path_estimate(poplibs_release(target)):
+        return None
+    if min(vmac_floor((g, m, k, n), target, s) for s in swaps) <= cost:
         return None
     return plan
 
@@ -142,7 +160,7 @@ def adopted_plan(
     if plan is None:
         return None
     icg, ocg, units, _ = amp_groups(HALF, FLOAT, target, 8)
-    if tuple(plan["groups"]) != (icg, ocg):
+    if (plan["method"], plan["partials"], tuple(plan["groups"])) != ("AMP", "float", (icg, ocg)):
         return None
     s = plan["splits"]
     params = _params(dims, plan["swapped"], in_type)
