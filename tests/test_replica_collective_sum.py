@@ -103,3 +103,70 @@ def test_all_reduce_member_after_member(typ, transposed):
     assert got.shape == (R, 8, 8)
     for k in range(R):
         assert got[k].tobytes() == expect.tobytes(), f"replica {k}"
+
+
+def _run_in_place(values: dict[str, np.ndarray], op: Op) -> dict[str, np.ndarray]:
+    """allReduceInPlaceCrossReplica ``op`` over ``R`` replicas of three FLOAT tensors in
+    one collective: ``a`` (read through its transpose), ``b`` and ``c`` (one block)."""
+    m = IPUModel("tiny")
+    m.numIPUs = R
+    device = m.createDevice()
+    g = Graph(device.getTarget(), replication_factor=R)
+    t = {}
+    for name, v in values.items():
+        t[name] = g.addVariable(FLOAT, list(v.shape[1:]), name)
+        g.setTileMapping(t[name], 1 if name != "b" else 2)
+        g.createHostWrite(name, t[name])
+        g.createHostRead(name, t[name])
+    seq = prog.Sequence()
+    gcl.allReduceInPlaceCrossReplica(g, [t["a"].transpose(), t["b"], t["c"]], op, seq, "sum")
+    e = Engine(g, seq)
+    e.load(device)
+    for name, v in values.items():
+        e.writeTensor(name, v)
+    e.run(0)
+    return {name: e.readTensor(name).reshape(values[name].shape) for name in values}
+
+
+@pytest.mark.parametrize("op", [Op.ADD, Op.MEAN])
+def test_fused_float_sums_are_the_general_paths(monkeypatch, op):
+    """A FLOAT sum or mean of every replica runs as two compiled passes
+    (``collective._fused_sum``): each replica's result equals the general path's (the
+    replicas' rows read, ``reduce_values``, stored), bit for bit, and the expected
+    values written here: order-sensitive data, a sum that overflows float32 to inf (a
+    mean of the same values does not) and a NaN in one replica."""
+    from poplar_api.lowering import collective
+
+    rng = np.random.default_rng(7)
+    values = {
+        "a": order_sensitive(48, np.float32, rng).reshape(R, 6, 8),
+        "b": rng.standard_normal((R, 40)).astype(np.float32),
+        "c": order_sensitive(16, np.float32, rng),
+    }
+    values["b"][:, 0] = np.float32(3e38)  # the float64 sum is past float32: inf
+    values["b"][5, 1] = np.nan
+    calls = []
+    real = collective._replica_sum
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(collective, "_replica_sum", counted)
+    fused = _run_in_place(values, op)
+    assert len(calls) == 3  # one per tensor: the fused path ran
+    monkeypatch.setattr(collective, "FUSED_SUMS", False)
+    general = _run_in_place(values, op)
+    assert len(calls) == 3
+    for name, v in values.items():
+        block = (v.transpose(0, 2, 1) if name == "a" else v).reshape(R, -1)
+        total = member_after_member(block)
+        with np.errstate(over="ignore"):
+            expect = (total / R if op is Op.MEAN else total).astype(np.float32)
+        if name == "a":
+            expect = expect.reshape(8, 6).T
+        for k in range(R):
+            assert fused[name][k].tobytes() == general[name][k].tobytes(), (name, k)
+            assert fused[name][k].tobytes() == expect.reshape(v.shape[1:]).tobytes(), (name, k)
+    assert np.isinf(fused["b"][:, 0]).all() == (op is Op.ADD)  # a mean of 3e38 is 3e38
+    assert np.isnan(fused["b"][:, 1]).all()

@@ -30,19 +30,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 
 from ipusim import ir
 from ipusim.exchange.collectives import ring_order
 from ipusim.exchange.topology import topology_of
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
-from poplar_api.gcl import GclCollective, collective_values
+from poplar_api.gcl import CollectiveOperator, GclCollective, collective_values
 from poplar_api.graph import DataStream, is_nonreplicated, replication_factor
 from poplar_api.lowering import runs
 from poplar_api.lowering.context import split_wide
 from poplar_api.lowering.emission import Emission, stream_exchange, with_effect
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.tensor import Tensor
+from poplar_api.types import FLOAT
 
 #: The IR op of each GCL collective kind.
 IR_OPS = {
@@ -121,6 +123,10 @@ def lower_collective(em: Emission, prog: GclCollective) -> ir.Node:
         # a tensor's consecutive elements are read and written as blocks (slices)
         blocks = [(runs.as_index(src), runs.as_index(dst)) for src, dst in pairs]
         everyone = groups == [list(range(replicas))]  # one group, every replica in order
+        if everyone and FUSED_SUMS and kind == "all_reduce" and typ == FLOAT and op in SUMS:
+            effect = em.lowered.global_effect(_fused_sum(storage, blocks, op))
+            step = _cross_step(em, prog, groups, effect, pid)
+            return em.touch(step, *prog.inputs, *prog.outputs)
 
         def run() -> None:
             # copies, as an output may be another pair's input (read through an index,
@@ -155,6 +161,70 @@ def lower_collective(em: Emission, prog: GclCollective) -> ir.Node:
         effect = em.lowered.effect(run_within)
         step = _within_step(em, prog, effect, pid)
     return em.touch(step, *prog.inputs, *prog.outputs)
+
+
+#: Whether a FLOAT sum or mean of every replica runs as the compiled passes of
+#: :func:`_fused_sum` (a switch for tests comparing it with the general path).
+FUSED_SUMS = True
+SUMS = (CollectiveOperator.ADD, CollectiveOperator.MEAN)
+
+
+def _fused_sum(storage: Any, blocks: list[tuple[Any, Any]], op: CollectiveOperator) -> Any:
+    """The effect of a FLOAT all-reduce ``op`` (ADD or MEAN) of every replica, each pair
+    of ``blocks`` (source and destination: slices or ids) in two compiled passes: the
+    float64 sum of the replicas' elements member after member (what
+    :func:`~poplar_api.gcl.reduce_values` adds; MEAN then divides by the replicas), and
+    the float32 rounding of each sum written to every replica. Every pair is summed
+    before any is written, as an output may be another pair's input."""
+    ids = [(_id_array(src), _id_array(dst)) for src, dst in blocks]
+    mean = op is CollectiveOperator.MEAN
+
+    def run() -> None:
+        full = storage.full[FLOAT.size].view(np.float32)
+        totals = [_replica_sum(full, src, mean) for src, _ in ids]
+        for (_, dst), total in zip(ids, totals, strict=True):
+            _store_every_replica(full, dst, total)
+
+    return run
+
+
+def _id_array(index: np.ndarray | slice) -> np.ndarray:
+    """Element ids of ``index`` (a slice of consecutive ids, or ids) as int64."""
+    if isinstance(index, slice):
+        return np.arange(index.start, index.stop, dtype=np.int64)
+    return np.ascontiguousarray(index, dtype=np.int64).reshape(-1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _replica_sum(full, ids, mean):  # pragma: no cover - compiled
+    """Float64 sum of elements ``ids`` of every row (replica) of ``full``, row after
+    row (each value widened exactly), divided by the rows when ``mean``."""
+    total = np.empty(ids.size, np.float64)
+    row = full[0]
+    for i in range(ids.size):
+        total[i] = np.float64(row[ids[i]])
+    for r in range(1, full.shape[0]):
+        row = full[r]
+        for i in range(ids.size):
+            total[i] += np.float64(row[ids[i]])
+    if mean:
+        k = np.float64(full.shape[0])
+        for i in range(ids.size):
+            total[i] = total[i] / k
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def _store_every_replica(full, ids, total):  # pragma: no cover - compiled
+    """Write ``total`` rounded to float32 (to nearest, overflowing to inf) into elements
+    ``ids`` of every row of ``full``, in order."""
+    values = np.empty(ids.size, np.float32)
+    for i in range(ids.size):
+        values[i] = np.float32(total[i])
+    for r in range(full.shape[0]):
+        row = full[r]
+        for i in range(ids.size):
+            row[ids[i]] = values[i]
 
 
 def _ids(index: np.ndarray | slice) -> np.ndarray | range:
