@@ -182,6 +182,38 @@ class Tensor(TensorViews):
             return range(self._start, self._start + math.prod(self._shape))
         return self.flat_index()
 
+    def _broadcast_row(self) -> np.ndarray | None:
+        """The element ids of every position of dimension 0 (row-major), when the
+        tensor repeats one row along it (a view broadcast along dimension 0, whose index
+        steps by 0 there) and has more than one: the row's ids, made without the ids of
+        the whole tensor; else None."""
+        ix = self._ix
+        if ix is None or ix.ndim == 0 or ix.shape[0] < 2 or ix.strides[0] != 0:
+            return None
+        row = ix[0].reshape(-1)
+        if row.flags.writeable:
+            row.flags.writeable = False
+        return row
+
+    def _row_ids(self) -> list[np.ndarray | range] | None:
+        """The element ids of each position of dimension 0, each row-major (as
+        :meth:`_flat_ids` gives the whole tensor's), without the ids of the whole: the
+        rows of consecutive ids as ranges, those of a C-contiguous index as views of it,
+        those of a tensor broadcast along dimension 0 as one array they share. None for
+        a scalar, or when a row's ids would have to be copied out of the index."""
+        if not self._shape:
+            return None
+        n, per = self._shape[0], math.prod(self._shape[1:])
+        if self._start >= 0:
+            return [range(self._start + p * per, self._start + (p + 1) * per) for p in range(n)]
+        row = self._broadcast_row()
+        if row is not None:
+            return [row] * n
+        if self._ix is None or not self._ix.flags.c_contiguous:
+            return None
+        flat = self.flat_index()  # (a view of the index)
+        return [flat[p * per : (p + 1) * per] for p in range(n)]
+
     def _id_index(self) -> np.ndarray | slice:
         """What selects this tensor's elements (row-major) in an array over its id
         space: a slice for consecutive ids (no index array made), else the ids."""

@@ -5,6 +5,11 @@
   :mod:`ipusim.machine_copies` (regions contiguous on both sides, a gather or a scatter
   by the side with more runs; :func:`on_tile_copy_steps`), the rest by an exchange
   (:meth:`~poplar_api.lowering.emission.Emission.exchange_steps`).
+  A large copy between two tensors of one leading dimension whose rows go to tiles
+  no other row goes to (a copy per output-channel part of a convolution's inputs,
+  broadcast before a serial loop) is planned and run a row at a time
+  (:func:`_copy_rows`), with the same steps: no array of every element's id or tile
+  is made of a side whose rows are at hand (a variable's, or one row repeated).
 * ``Copy`` from or to a stream, and ``PrintTensor``: a host sync and a stream copy.
   With the engine option ``exchange.enablePrefetch`` (default true) a host-to-device
   copy is marked ``prefetch`` and asks the host, after its effect, whether the
@@ -54,7 +59,8 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
         return remote_copy(em, prog, dst, src, to_device=False)
     planned = em.device_copies.get(id(prog))
     if planned is not None and planned[0] is prog:  # a program met again: checked, planned
-        return device_copy(em, prog, src, dst, [shallow_copy(step) for step in planned[1]])
+        steps = [shallow_copy(step) for step in planned[1]]
+        return device_copy(em, prog, src, dst, steps, planned[2])
     s = em.tensor(src, f"Copy #{em.pid(prog)} source")
     d = em.tensor(dst, f"Copy #{em.pid(prog)} destination")
     if s is None or d is None:
@@ -80,8 +86,12 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
             f"{where}: the destination is (part of) constant '{const}'; constants cannot "
             "be written; hint: copy into a variable (graph.addVariable)"
         )
+    rows = None
     if not problems and s.elementType() == d.elementType():
-        same, overlap = _same_or_overlap(s._flat_ids(), d._flat_ids(), em.span)
+        rows = _copy_rows(em, s, d)  # (sides found apart from their rows' spans)
+        same, overlap = (
+            (False, 0) if rows else _same_or_overlap(s._flat_ids(), d._flat_ids(), em.span)
+        )
         if overlap and not same:  # copying a view onto itself is allowed
             problems.append(
                 f"{where}: source and destination overlap ({overlap} of "
@@ -91,7 +101,7 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
     if problems:
         em.problems += problems
         return ir.Sequence()
-    return device_copy(em, prog, s, d)
+    return device_copy(em, prog, s, d, rows=rows)
 
 
 def _same_or_overlap(
@@ -137,12 +147,26 @@ def _overlap(s_ids: np.ndarray, d_ids: np.ndarray) -> int:
 
 
 def device_copy(
-    em: Emission, prog: P.Copy, s: Tensor, d: Tensor, steps: list[ir.Node] | None = None
+    em: Emission,
+    prog: P.Copy,
+    s: Tensor,
+    d: Tensor,
+    steps: list[ir.Node] | None = None,
+    rows: Rows | None = None,
 ) -> ir.Node:
     """IR of a checked ``Copy`` between tensors of the graph: its on-tile copy vertices
     and exchange (``steps``, when this program was planned before: copies of the steps
     planned then, so that each occurrence has steps of its own), the last step carrying
-    the copy's effect."""
+    the copy's effect. With ``rows`` (:func:`_copy_rows`) the copy is planned, and its
+    effect run, a row at a time when its rows' tiles allow it."""
+    if steps is None and rows is not None:
+        steps = _planned_row_steps(em, prog, s, d, rows)
+        if steps is None:  # rows sharing tiles: planned whole
+            rows = None
+        else:
+            em.device_copies[id(prog)] = (prog, tuple(steps), rows)
+    if rows is not None:
+        return _row_copy(em, prog, s, d, list(steps or ()), rows)
     typ = s.elementType()
     s_ids, d_ids = s._flat_ids(), d._flat_ids()
     storage = em.lowered.storage
@@ -171,7 +195,7 @@ def device_copy(
 
     if steps is None:
         steps = _planned_copy_steps(em, prog, s, d)
-        em.device_copies[id(prog)] = (prog, tuple(steps))
+        em.device_copies[id(prog)] = (prog, tuple(steps), None)
     nodes = list(steps)
     if not nodes:  # nothing to copy
         return ir.Sequence()
@@ -197,19 +221,125 @@ def _planned_copy_steps(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> lis
     local = s_tile == d_tile
     if local.any():
         tiles, cycles = on_tile_copy_steps(em.cfg, s_ids, d_ids, d_tile, local, typ.size, typ.name)
-        nodes.append(
-            ir.Compute(
-                name=f"{name}/OnTileCopy",
-                program_id=em.pid(prog),
-                vertex_tile=tiles,
-                vertex_cycles=cycles,
-                vertex_type_names=em.copy_vertex_type,
-            )
-        )
+        nodes.append(_on_tile_node(em, prog, name, tiles, cycles))
     planner = ExchangePlanner(em.state.target, em.state, em.owners)
     planner.add_owned(typ, id_array(s_ids), d_tile, em.state.space(typ).tile, s_tile)
     nodes += em.exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", em.pid(prog))
     return nodes
+
+
+def _on_tile_node(
+    em: Emission, prog: P.Copy, name: str, tiles: np.ndarray, cycles: np.ndarray
+) -> ir.Compute:
+    """The step of a copy's on-tile copy vertices ``(tiles, cycles)``."""
+    return ir.Compute(
+        name=f"{name}/OnTileCopy",
+        program_id=em.pid(prog),
+        vertex_tile=tiles,
+        vertex_cycles=cycles,
+        vertex_type_names=em.copy_vertex_type,
+    )
+
+
+#: A copy's rows: each side's element ids per position of its dimension 0 (rows of one
+#: side that repeat one row share its array).
+Rows = tuple[list[np.ndarray | range], list[np.ndarray | range]]
+
+#: Elements from which a copy whose rows are at hand is planned a row at a time
+#: (:func:`_copy_rows`): below it, the arrays of the whole copy cost little.
+ROW_COPY_ELEMENTS = 1 << 24
+
+
+def _copy_rows(em: Emission, s: Tensor, d: Tensor) -> Rows | None:
+    """The rows of a copy to plan and run a row at a time, or None to do it whole.
+
+    Rows are taken when the copy has :data:`ROW_COPY_ELEMENTS` or more, both sides
+    have one leading dimension of two or more (so the rows pair up: the copy pairs the
+    sides' elements in row-major order), each side's rows are at hand without an array
+    of all its ids (:meth:`~poplar_api.tensor.Tensor._row_ids`), the sides' id spans
+    are apart (no overlap to check element by element) and the program runs one
+    replica on one IPU."""
+    if s.numElements() < ROW_COPY_ELEMENTS or em.num_ipus > 1:
+        return None
+    if em.lowered.storage.replicas > 1 or not s.rank() or not d.rank():
+        return None
+    if s.dim(0) != d.dim(0) or s.dim(0) < 2:
+        return None
+    s_rows, d_rows = s._row_ids(), d._row_ids()
+    if s_rows is None or d_rows is None:
+        return None
+    (s_lo, s_hi), (d_lo, d_hi) = _rows_span(em, s_rows), _rows_span(em, d_rows)
+    if not (s_hi <= d_lo or d_hi <= s_lo):
+        return None
+    return s_rows, d_rows
+
+
+def _rows_span(em: Emission, rows: list[np.ndarray | range]) -> tuple[int, int]:
+    """``(min, max + 1)`` of the ids of non-empty ``rows`` (a shared row's once)."""
+    spans = [em.span(r) for r in {id(r): r for r in rows}.values()]
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def _planned_row_steps(
+    em: Emission, prog: P.Copy, s: Tensor, d: Tensor, rows: Rows
+) -> list[ir.Node] | None:
+    """:func:`_planned_copy_steps` a row at a time: the same steps when no two rows
+    have a destination tile in common (a tile's on-tile pieces and the runs it receives
+    then come from one row, in the order the whole copy meets them), None otherwise."""
+    typ = s.elementType()
+    space = em.state.space(typ)
+    n_tiles = em.state.target.getNumTiles()
+    seen = np.zeros(n_tiles + 1, bool)
+    planner = ExchangePlanner(em.state.target, em.state, em.owners)
+    regions: list[tuple[np.ndarray, ...]] = []
+    tile_of: dict[int, np.ndarray] = {}  # (a shared row's tiles looked up once)
+    for s_ids, d_ids in zip(*rows, strict=True):
+        d_tile = space.tile[runs.as_index(d_ids)].astype(np.int32, copy=False)
+        at = np.zeros(n_tiles + 1, bool)
+        at[d_tile] = True  # (an unmapped element's -1 marks the last entry)
+        if (at & seen).any():
+            return None
+        seen |= at
+        s_tile = tile_of.get(id(s_ids))
+        if s_tile is None:
+            s_tile = tile_of[id(s_ids)] = space.tile[runs.as_index(s_ids)].astype(np.int32)
+        local = s_tile == d_tile
+        if local.any():
+            regions.append(_tile_regions(s_ids, d_ids, d_tile, local))
+        planner.add_owned(typ, id_array(s_ids), d_tile, space.tile, s_tile)
+        del d_tile, local
+    del tile_of
+    name = prog.debugName or f"Copy {s.name} -> {d.name}"
+    nodes: list[ir.Node] = []
+    if regions:  # each tile's pieces in order, the tiles ascending (as the whole copy's)
+        tiles, length, gather, new_region = (np.concatenate(c) for c in zip(*regions, strict=True))
+        order = np.argsort(tiles, kind="stable")
+        pieces = length[order] * typ.size
+        tiles, cycles = on_tile_copy_vertices(
+            em.cfg, tiles[order], pieces, gather[order], new_region[order], typ.name
+        )
+        nodes.append(_on_tile_node(em, prog, name, tiles, cycles))
+    nodes += em.exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", em.pid(prog))
+    return nodes
+
+
+def _row_copy(
+    em: Emission, prog: P.Copy, s: Tensor, d: Tensor, nodes: list[ir.Node], rows: Rows
+) -> ir.Node:
+    """:func:`device_copy` of planned steps ``nodes`` whose effect copies a row at a
+    time (one replica: :func:`_copy_rows`)."""
+    if not nodes:
+        return ir.Sequence()
+    typ, storage = s.elementType(), em.lowered.storage
+    where = [(em.where(d_ids), em.where(s_ids)) for s_ids, d_ids in zip(*rows, strict=True)]
+
+    def copy() -> None:
+        for d_where, s_where in where:
+            storage.copy(typ, d_where, s_where)
+
+    nodes[-1] = with_effect(nodes[-1], em.lowered.effect(copy))
+    name = prog.debugName or f"Copy {s.name} -> {d.name}"
+    return em.touch(ir.Sequence(nodes, name=name), s, d)
 
 
 def on_tile_copy_steps(
@@ -234,14 +364,22 @@ def on_tile_copy_steps(
     scatter. ``element_type`` (Poplar's name of the elements' type, ``item_bytes`` each)
     sets the rate of the default ``planner`` estimate.
     """
+    tiles, length, gather, new_region = _tile_regions(s_ids, d_ids, d_tile, local)
+    pieces = length * item_bytes
+    return on_tile_copy_vertices(cfg, tiles, pieces, gather, new_region, element_type)
+
+
+def _tile_regions(
+    s_ids: np.ndarray | range, d_ids: np.ndarray | range, d_tile: np.ndarray, local: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces of the elements ``local`` marks (see :func:`on_tile_copy_steps`):
+    ``(tile, length in elements, gather, new_region)`` each, tile after tile."""
     # the local elements by destination tile (a stable counting sort) with their ids,
     # then their pieces and strided regions: two compiled passes, no element-sized
     # temporaries beyond the sorted elements
     bound = int(d_tile.max()) + 1 if d_tile.size else 1
     tile, src, dst = _local_elements(local, d_tile, *_id_source(s_ids), *_id_source(d_ids), bound)
-    tiles, length, gather, new_region = _copy_regions(tile, src, dst)
-    pieces = length * item_bytes
-    return on_tile_copy_vertices(cfg, tiles, pieces, gather, new_region, element_type)
+    return _copy_regions(tile, src, dst)
 
 
 _NO_IDS = runs.read_only(np.zeros(0, np.int64))

@@ -337,12 +337,24 @@ class Emission:
         elements, and then that variable alone does: its elements are not read again
         one by one)."""
         parts = [
-            (t.elementType(), self._touched(t.elementType(), t._flat_ids()))
+            (t.elementType(), self._touched_tensor(t))
             for t in tensors
             if isinstance(t, Tensor) and t.graph is self.state
         ]
         self.touches.setdefault(id(node), []).extend(parts)
         return node
+
+    def _touched_tensor(self, t: Tensor) -> Any:
+        """What :meth:`touch` records of ``t``: of a tensor repeating one row along
+        dimension 0 (a broadcast, whose ids repeat and so are never one run), the block
+        of that row's span when one variable holds it, found from the row alone."""
+        row = t._broadcast_row()
+        if row is not None and row.size:
+            lo, hi = self.span(row)
+            block = (np.array([lo], np.int64), np.array([hi], np.int64))
+            if self.variables.mark([(t.elementType(), block)]).size == 1:
+                return block
+        return self._touched(t.elementType(), t._flat_ids())
 
     def _touched(self, typ: Any, ids: np.ndarray | range) -> Any:
         """What :meth:`touch` records of a tensor's ids (see there)."""
