@@ -419,7 +419,7 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
     in_groups = np.concatenate([p[0] for p in parts])
     starts = np.zeros((3, t), np.int64)
     starts[:, in_groups] = np.cumsum(lens[:, in_groups], axis=1) - lens[:, in_groups]
-    vertex, piece, element = (_spans(starts[i], lens[i]) for i in range(3))
+    vertex, piece = (_spans(starts[i], lens[i]) for i in range(2))
     # each vertex's class as a position in the groups' templates (no list per vertex)
     templates = np.empty(sum(len(p[1]) for p in parts), object)
     templates[:] = [c for p in parts for c in p[1]]
@@ -434,8 +434,23 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
         np.concatenate([p[2] for p in parts])[vertex],
         np.concatenate([p[3] for p in parts])[vertex],
         np.concatenate([p[4] for p in parts])[piece],
-        np.concatenate([p[5] for p in parts])[element],
+        _tile_order(parts, lens[2]),
     )
+
+
+def _tile_order(parts: list[tuple], lens: np.ndarray) -> np.ndarray:
+    """The groups' positions (``part[5]``: a row of ``lens[k]`` per member tile ``k``
+    of ``part[0]``) tile after tile, copied row by row into one array: no array of
+    where each one goes (the elements of a large operand, several times over)."""
+    out = np.empty(int(lens.sum()), np.int64)
+    at = (np.cumsum(lens) - lens).tolist()
+    for part in parts:
+        ks = part[0]
+        rows = part[5].reshape(ks.size, -1)
+        width = rows.shape[1]
+        for j, k in enumerate(ks.tolist()):
+            out[at[k] : at[k] + width] = rows[j]
+    return out
 
 
 def add_vertices(
