@@ -166,3 +166,28 @@ def test_an_unknown_source_key_is_refused_before_anything_runs(capsys, monkeypat
     assert "unknown source key(s) N2" in err
     assert "rows N2.* belong to source N" in err
     assert "B" in err.split("the keys are")[1]
+
+
+def test_rows_of_two_poplibs_releases_are_never_run_as_one_graph(monkeypatch):
+    """A group of rows is planned and compiled once, on its first config: rows of one
+    workload and parameters measured with different Poplibs releases must be run apart,
+    each graph planned as its rows' release."""
+    workload = str(CAL / "j_poplibs_bench.py")
+    params = report.points.load(Path(workload)).POINTS["J-gemm-7.ipum2"]
+    rows = ["J-gemm-7.ipum2", "J-gemm-8.ipum2"]  # (both given J-gemm-7's product)
+    monkeypatch.setattr(
+        report.points,
+        "iter_points",
+        lambda csv_path=None: [report.points.Point(r, workload, dict(params)) for r in rows],
+    )
+    releases = {"J-gemm-7.ipum2": {"software.poplibs_release": "f927358"}}
+    monkeypatch.setattr(report.points, "software_overrides", lambda r: releases.get(r, {}))
+    runs = []
+
+    def fake_run(_workload, _params, configs):
+        runs.append({c.software.poplibs_release for c in configs})
+        return [object()] * len(configs), lambda _engine, _trace: {"total_cycles": 1.0}
+
+    monkeypatch.setattr(report, "run_group", fake_run)
+    assert len(report.collect(["J"])) == 2
+    assert sorted(map(sorted, runs)) == [["7eac0f26"], ["f927358"]]
