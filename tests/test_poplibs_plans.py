@@ -131,6 +131,20 @@ def test_plans_ipusim_cannot_run_or_not_beyond_doubt_fall_back(preset, dims, why
     )  # fmt: skip
 
 
+def test_remap_output_tensor_is_covered() -> None:
+    """``remapOutputTensor`` (which the fully-connected J workload passes) only remaps the
+    output after the convolution in Poplibs (``Convolution.cpp``); its planner does not read
+    it, so a product with it is planned as without it."""
+    graph = _graph("mk1-ipumodel")
+    target = graph.getTarget()
+    plain = mm._options({"fullyConnectedPass": "TRAINING_FWD"})
+    remap = mm._options({"fullyConnectedPass": "TRAINING_FWD", "remapOutputTensor": "false"})
+    dims = (1, 1440, 200, 400)
+    with_remap = adopted_plan(dims, HALF, HALF, remap, target)
+    assert with_remap is not None
+    assert with_remap[1].parts == adopted_plan(dims, HALF, HALF, plain, target)[1].parts
+
+
 @pytest.mark.parametrize(
     "options",
     [

@@ -18,8 +18,9 @@ rows 1-6 and 10-12"):
 
 * HALF operands and output, FLOAT partials, planned alone (``NONE_MATMUL`` or a
   fully-connected pass not planned jointly), on one IPU, with no option but
-  ``availableMemoryProportion``, ``partialsType`` and a ``planConstraints`` naming the
-  AMP or the operand order;
+  ``availableMemoryProportion``, ``partialsType``, ``remapOutputTensor`` (which only
+  remaps the output after the convolution) and a ``planConstraints`` naming the AMP or
+  the operand order;
 * more than 16 input channels ``K``: HALF partials are not a candidate
   (``getConvVertexAMPCandidates``), and an AMP with fewer input channels per group is
   not strictly cheaper than the same partition with 16 (``docs/planner.md``);
@@ -78,7 +79,7 @@ __all__ = ["adopted_plan", "covered_options", "model_plan"]
 #: Convolution options a covered product may have (parsed: ``method`` and ``expand``
 #: are always present; ``swap`` is a ``planConstraints`` operand order).
 _ALLOWED = {"availableMemoryProportion", "partialsType", "pass", "method", "expand", "swap",
-            "planConstraints"}  # fmt: skip
+            "planConstraints", "remapOutputTensor"}  # fmt: skip
 
 
 def covered_options(
