@@ -86,7 +86,17 @@ def test_serial_broadcast_by_rows_matches_whole(m, k, n, monkeypatch) -> None:
 
     c1, e1, _ = run_product("tiny", a, b, HALF, make=make)
     monkeypatch.setattr(copies, "ROW_COPY_ELEMENTS", 1)
+    by_rows = []
+    plan_rows = copies._copy_rows
+
+    def spy(em, s, d):
+        rows = plan_rows(em, s, d)
+        by_rows.append(rows is not None)
+        return rows
+
+    monkeypatch.setattr(copies, "_copy_rows", spy)
     c2, e2, _ = run_product("tiny", a, b, HALF, make=make)
+    assert any(by_rows)  # the broadcast copy was planned by rows
     np.testing.assert_array_equal(c1, c2)
     assert _records(e1) == _records(e2)
     assert e1.getTrace().fingerprint() == e2.getTrace().fingerprint()
