@@ -39,9 +39,11 @@ def _no_broadcast(monkeypatch) -> None:
     monkeypatch.setattr(poplibs_plans, "model_plan", plain)
 
 
-def _run(m: int, k: int, n: int):
-    a = RNG.uniform(-1, 1, (m, k)).astype(np.float16)
-    b = RNG.uniform(-1, 1, (k, n)).astype(np.float16)
+def run_half(a: np.ndarray, b: np.ndarray):
+    """``a @ b`` as a HALF matMul on the tiny target, its operands made by
+    ``createMatMulInputLHS``/``RHS`` (so planned as the model plans them): the result
+    and the engine that ran it."""
+    (m, k), n = a.shape, b.shape[1]
 
     def make(graph):
         A = poplin.createMatMulInputLHS(graph, HALF, [m, k], [k, n], "A")
@@ -49,6 +51,13 @@ def _run(m: int, k: int, n: int):
         return A, B, [(A, a), (B, b)]
 
     c, engine, _ = run_product("tiny", a, b, HALF, make=make)
+    return c, engine
+
+
+def _run(m: int, k: int, n: int):
+    a = RNG.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = RNG.uniform(-1, 1, (k, n)).astype(np.float16)
+    c, engine = run_half(a, b)
     return c, a.astype(np.float64) @ b.astype(np.float64), engine.getTrace().records
 
 

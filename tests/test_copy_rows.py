@@ -15,7 +15,7 @@ import pytest
 from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel, poplin
 from poplar_api import program as prog
 from poplar_api.lowering import copies
-from tests.test_poplin import run_product
+from tests.test_conv_serial_broadcast import run_half
 
 RNG = np.random.default_rng(5301)
 
@@ -78,13 +78,7 @@ def test_serial_broadcast_by_rows_matches_whole(m, k, n, monkeypatch) -> None:
     assert plan.broadcast and plan.parts[-2] > 1
     a = RNG.uniform(-1, 1, (m, k)).astype(np.float16)
     b = RNG.uniform(-1, 1, (k, n)).astype(np.float16)
-
-    def make(graph):
-        A = poplin.createMatMulInputLHS(graph, HALF, [m, k], [k, n], "A")
-        B = poplin.createMatMulInputRHS(graph, HALF, [m, k], [k, n], "B")
-        return A, B, [(A, a), (B, b)]
-
-    c1, e1, _ = run_product("tiny", a, b, HALF, make=make)
+    c1, e1 = run_half(a, b)
     monkeypatch.setattr(copies, "ROW_COPY_ELEMENTS", 1)
     by_rows = []
     plan_rows = copies._copy_rows
@@ -95,7 +89,7 @@ def test_serial_broadcast_by_rows_matches_whole(m, k, n, monkeypatch) -> None:
         return rows
 
     monkeypatch.setattr(copies, "_copy_rows", spy)
-    c2, e2, _ = run_product("tiny", a, b, HALF, make=make)
+    c2, e2 = run_half(a, b)
     assert any(by_rows)  # the broadcast copy was planned by rows
     np.testing.assert_array_equal(c1, c2)
     assert _records(e1) == _records(e2)
