@@ -1,0 +1,281 @@
+"""Poplibs' planner estimates of the AMP vertices that are not ``ConvPartial1x1Out``.
+
+The planner (graphcore/poplibs ``7eac0f26``, ``addPartialCalcCycleEstimate`` in
+``lib/poplin/ConvModel.cpp``) prices a tile's AMP partial sums with the
+``ConvPartial1x1Out`` estimate only when ``canUseConvPartial1x1Vertex`` holds: a conv-unit
+weight height of 1 (``getConvUnitWeightHeight``: the chain's weights, 16 HALF or 8
+FLOAT, over the input channels per group), batch 1, a 1x1 kernel, input dilation equal
+to the output stride, every field dimension but the innermost of size 1 and no output
+padding. Otherwise it prices the ``ConvPartialnx1`` vertex (:func:`nx1_partial_cycles`):
+
+* ``estimateZeroSupervisorCycles`` of the tile's ``field x batch`` positions times the
+  partials grouping, over the output and conv groups, costed as FLOAT partials
+  (``getZeroSupervisorVertexCycleEstimate`` with ``isFloat`` true whatever the partials
+  type);
+* ``getConvPartialnx1InnerLoopCycleEstimate``: the tile's outputs split over the workers
+  by ``partitionConvPartialByWorker`` (:func:`partition_by_worker`), each worker's list
+  of active elements per row it touches (``numFieldPos``), the same worklist at every
+  kernel position; ``ceil(kernel[0] / filterHeight)`` outer positions (the AMP takes
+  ``filterHeight`` rows of the outermost kernel dimension at once) by the product of the
+  other kernel dimensions, priced by ``getConvPartialnx1SupervisorInnerLoopCycleEstimate``;
+* ``getConvPartialnx1SupervisorOuterLoopCycleEstimate`` of that over the tile's conv,
+  input and output groups.
+
+The supervisor and worker formulas are the vertex estimate's
+(:func:`~poplar_api.poplin.conv_estimators.conv_partial_nx1_cycles`, the same functions
+of ``PerformanceEstimation.hpp``); what the planner adds is the worklists it assumes and
+the zeroing.
+
+When the weight height is not 1, ``addTileLevelTransformEstimates`` (``ConvModel.cpp``)
+also charges padding the outermost kernel dimension to a multiple of the height
+(:func:`amp_padding_estimate`: ``padKernelSpatialDim`` then ``applyPadding``), the zeros
+exchanged into the tile's weights and inputs. Derived from the source, not a port.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from poplar_api.poplin.conv_estimator_common import zero_supervisor_cycles, zero_worklist
+from poplar_api.poplin.conv_estimators import conv_partial_nx1_cycles
+
+__all__ = ["amp_padding_estimate", "nx1_partial_cycles", "partition_by_worker"]
+
+
+def _check(name: str, values: Sequence[int], lo: int) -> tuple[int, ...]:
+    out = tuple(int(v) for v in values)
+    if not out or any(v < lo for v in out):
+        raise ValueError(
+            f"{name}={list(values)!r}: required one or more integers each >= {lo}; give one "
+            "value per field dimension"
+        )
+    return out
+
+
+def partition_by_worker(
+    batch: int,
+    out_shape: Sequence[int],
+    workers: int,
+    input_dilation: Sequence[int] | None = None,
+    stride: Sequence[int] | None = None,
+) -> list[list[int]]:
+    """``partitionConvPartialByWorker`` (``lib/poplin/ConvUtilInternal.cpp``) as the
+    planner reads it: per worker context, the active output elements of each row its
+    share touches.
+
+    The tile's active outputs (per dimension every ``dilation / gcd(dilation, stride)``-th
+    position) form ``batch x rows`` rows of ``E`` elements (``rows`` the product of the
+    outer dimensions' active positions, ``E`` the innermost's); worker ``i`` takes
+    elements ``[i N / W, (i + 1) N / W)`` of the ``N`` (floor divisions), one count per
+    row the range touches, none when the range is empty.
+    """
+    shape = _check("out_shape", out_shape, 0)
+    dims = len(shape)
+    dil = _check("input_dilation", input_dilation or [1] * dims, 1)
+    st = _check("stride", stride or [1] * dims, 1)
+    if len(dil) != dims or len(st) != dims:
+        raise ValueError(
+            f"partition_by_worker: out_shape {list(shape)} has {dims} dimensions but "
+            f"input_dilation {list(dil)} and stride {list(st)} give {len(dil)} and "
+            f"{len(st)}; give one value per field dimension"
+        )
+    if workers < 1 or batch < 0:
+        raise ValueError(
+            f"partition_by_worker: workers={workers}, batch={batch}: required workers >= 1 "
+            "and batch >= 0"
+        )
+    out_stride = [d // math.gcd(d, s) for d, s in zip(dil, st, strict=True)]
+    active = [-(-n // o) for n, o in zip(shape, out_stride, strict=True)]
+    per_row = active[-1]
+    total = batch * math.prod(active[:-1]) * per_row
+    out: list[list[int]] = []
+    for i in range(workers):
+        begin, end = i * total // workers, (i + 1) * total // workers
+        counts = []
+        if begin != end:
+            for row in range(begin // per_row, (end - 1) // per_row + 1):
+                counts.append(min(end, (row + 1) * per_row) - max(begin, row * per_row))
+        out.append(counts)
+    return out
+
+
+def nx1_partial_cycles(
+    *,
+    batch: int,
+    field_shape: Sequence[int],
+    kernel_shape: Sequence[int],
+    filter_height: int,
+    conv_groups: int,
+    in_groups: int,
+    out_groups: int,
+    out_chans_per_group: int,
+    num_conv_units: int,
+    weight_bytes_per_conv_unit: int,
+    coeff_load_bytes_per_cycle: int,
+    workers: int,
+    float_activations: bool,
+    float_partials: bool,
+    input_dilation: Sequence[int] | None = None,
+    stride: Sequence[int] | None = None,
+    data_path_width: int = 64,
+) -> int:
+    """The planner's cycles of a tile's ``ConvPartialnx1`` partial sums
+    (``addPartialCalcCycleEstimate``'s AMP branch when ``ConvPartial1x1Out`` does not
+    apply; module docstring).
+
+    Parameters
+    ----------
+    batch, field_shape, kernel_shape
+        The tile's batch, output field shape and kernel shape (``convSize``).
+    filter_height
+        ``getConvUnitWeightHeight``: the chain's weights over ``inChansPerGroup``.
+    conv_groups, in_groups, out_groups
+        The tile's ``ceil(size / grouping)`` conv, input and output groups.
+    out_chans_per_group
+        ``partialChansPerGroup``: ``out_chans_per_group // num_conv_units`` passes.
+    num_conv_units
+        ``method.convUnits``.
+    weight_bytes_per_conv_unit
+        ``getWeightsPerConvUnit(actsType) x`` the type's size (32 for HALF and FLOAT).
+    coeff_load_bytes_per_cycle
+        ``getConvUnitCoeffLoadBytesPerCycle``, halved unless ``use128BitConvUnitLoad``
+        (off by default) as the planner does.
+    workers
+        Worker contexts.
+    float_activations, float_partials
+        FLOAT rather than HALF inputs / partials.
+    input_dilation, stride
+        Per field dimension (default 1): the transformed input dilation and output
+        stride.
+    data_path_width
+        Bits (64): the zeroing's FLOAT partials per cycle.
+
+    Returns
+    -------
+    int
+        ``estimateZeroSupervisorCycles + getConvPartialnx1SupervisorOuterLoopCycleEstimate``.
+    """
+    return _nx1(
+        int(batch), _check("field_shape", field_shape, 0), _check("kernel_shape", kernel_shape, 1),
+        int(filter_height), int(conv_groups), int(in_groups), int(out_groups),
+        int(out_chans_per_group), int(num_conv_units), int(weight_bytes_per_conv_unit),
+        int(coeff_load_bytes_per_cycle), int(workers), bool(float_activations),
+        bool(float_partials), None if input_dilation is None else tuple(input_dilation),
+        None if stride is None else tuple(stride), int(data_path_width),
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _nx1(
+    batch: int,
+    field: tuple[int, ...],
+    kernel: tuple[int, ...],
+    filter_height: int,
+    conv_groups: int,
+    in_groups: int,
+    out_groups: int,
+    out_chans_per_group: int,
+    num_conv_units: int,
+    weight_bytes_per_conv_unit: int,
+    coeff_load_bytes_per_cycle: int,
+    workers: int,
+    float_activations: bool,
+    float_partials: bool,
+    input_dilation: tuple[int, ...] | None,
+    stride: tuple[int, ...] | None,
+    data_path_width: int,
+) -> int:
+    """:func:`nx1_partial_cycles` of hashable arguments, remembered (a plan search prices
+    the same tile shapes many times)."""
+    if len(kernel) != len(field):
+        raise ValueError(
+            f"nx1_partial_cycles: kernel_shape {list(kernel)} and field_shape {list(field)} "
+            "must have one entry per field dimension each"
+        )
+    if filter_height < 1:
+        raise ValueError(
+            f"nx1_partial_cycles: filter_height={filter_height}: required >= 1 (the chain's "
+            "weights over the input channels per group)"
+        )
+    zero = zero_supervisor_cycles(
+        zero_worklist(math.prod(field) * batch * out_chans_per_group, workers),
+        out_groups * conv_groups,
+        data_path_width,
+        workers,
+        True,
+    )
+    outer = -(-kernel[0] // filter_height)
+    inner_elems = math.prod(kernel[1:])
+    counts = partition_by_worker(batch, field, workers, input_dilation, stride)
+    lists = [[entries] * (outer * inner_elems) for entries in counts]
+    return zero + conv_partial_nx1_cycles(
+        lists,
+        num_conv_groups=conv_groups,
+        num_out_groups=out_groups,
+        num_in_groups=in_groups,
+        kernel_inner_elems=inner_elems,
+        kernel_outer_elems=outer,
+        filter_height=filter_height,
+        in_chans_per_group=1,
+        out_chans_per_group=out_chans_per_group,
+        weight_bytes_per_conv_unit=weight_bytes_per_conv_unit,
+        num_conv_units=num_conv_units,
+        coeff_load_bytes_per_cycle=coeff_load_bytes_per_cycle,
+        num_worker_contexts=workers,
+        float_activations=float_activations,
+        float_partials=float_partials,
+    )
+
+
+def amp_padding_estimate(
+    weight_height: int,
+    kernel_dim0: int,
+    kernel_split0: Any,
+    kernel_dilation0: int,
+    tile_kernel: Sequence[Any],
+    tile_field: Sequence[Any],
+    tile_batch: Any,
+    tile_in_chans: Any,
+    tile_out_chans: Any,
+    tile_conv_groups: Any,
+    elem_bytes: int,
+    exchange_bytes_per_cycle: float,
+    input_rate_multiplier: Any = 1,
+) -> tuple[Any, Any]:
+    """``addTileLevelTransformEstimates``' AMP branch: ``(cycles, temporary bytes)`` of
+    padding the outermost kernel dimension to a multiple of ``weight_height``.
+
+    ``padKernelSpatialDim``: ``P = (X - max(floor(h / s) mod X, ceil(h / s) mod X)) mod
+    X`` kernel rows (``X`` the height, ``h`` the whole kernel's outermost dimension,
+    ``s`` its split) and ``P x`` the kernel dilation input rows; ``applyPadding``: the
+    tile's kernel zeros ``groups x (prod(padded kernel) - prod(kernel)) x in x out`` and
+    input zeros ``groups x batch x (prod(padded field) - prod(field)) x in``, exchanged
+    (``ExchangeEstimator``: ``ceil(16 bytes / round(16 E))``, the inputs at the rate times
+    ``input_rate_multiplier``), their bytes live while the vertex runs. Arguments may be
+    numpy arrays (one entry per partition); nothing is charged for a height of 1.
+    """
+    if weight_height == 1:
+        return 0, 0
+    x = weight_height
+    s = np.asarray(kernel_split0, np.int64)
+    pad = (x - np.maximum((kernel_dim0 // s) % x, (-(-kernel_dim0 // s)) % x)) % x
+    kern = [np.asarray(k, np.int64) for k in tile_kernel]
+    field = [np.asarray(f, np.int64) for f in tile_field]
+    padded_kernel = functools.reduce(operator.mul, [kern[0] + pad, *kern[1:]])
+    padded_field = functools.reduce(operator.mul, [field[0] + pad * kernel_dilation0, *field[1:]])
+    groups, ci = np.asarray(tile_conv_groups, np.int64), np.asarray(tile_in_chans, np.int64)
+    kernel_zeros = (
+        groups * (padded_kernel - functools.reduce(operator.mul, kern)) * ci * tile_out_chans
+    )
+    input_zeros = groups * tile_batch * (padded_field - functools.reduce(operator.mul, field)) * ci
+    scaled = max(1, round(float(exchange_bytes_per_cycle) * 16))
+    cycles = -(-(kernel_zeros * elem_bytes * 16) // scaled) + -(
+        -(input_zeros * elem_bytes * 16) // (scaled * np.asarray(input_rate_multiplier))
+    )
+    return cycles, (kernel_zeros + input_zeros) * elem_bytes
