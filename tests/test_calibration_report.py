@@ -181,7 +181,9 @@ def test_rows_of_two_poplibs_releases_are_never_run_as_one_graph(monkeypatch):
         lambda csv_path=None: [report.points.Point(r, workload, dict(params)) for r in rows],
     )
     releases = {"J-gemm-7.ipum2": {"software.poplibs_release": "f927358"}}
-    monkeypatch.setattr(report.points, "software_overrides", lambda r: releases.get(r, {}))
+    monkeypatch.setattr(
+        report.points, "software_overrides", lambda r, _csv=None: releases.get(r, {})
+    )
     runs = []
 
     def fake_run(_workload, _params, configs):
@@ -191,3 +193,35 @@ def test_rows_of_two_poplibs_releases_are_never_run_as_one_graph(monkeypatch):
     monkeypatch.setattr(report, "run_group", fake_run)
     assert len(report.collect(["J"])) == 2
     assert sorted(map(sorted, runs)) == [["7eac0f26"], ["f927358"]]
+
+
+def test_the_release_is_read_from_the_csv_the_report_is_given(tmp_path, monkeypatch):
+    """A row's Poplibs release comes from the ``sdk`` column of the CSV ``collect`` reads,
+    not from the default CSV: J-gemm-7.ipum2 in a copy whose ``sdk`` names 7eac0f26 (the
+    default CSV: f927358) is configured and run as 7eac0f26."""
+    row = "J-gemm-7.ipum2"
+    with open(CSV, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    one = tmp_path / "one_row.csv"
+    with open(one, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for r in rows:
+            if r["id"] == row:
+                writer.writerow({**r, "sdk": "Poplibs 7eac0f26 (2023-08-11)"})
+            elif r["id"] == report.COUNTER_ROW:
+                writer.writerow(r)
+    workload = str(CAL / "j_poplibs_bench.py")
+    assert report.row_config(workload, row, True).software.poplibs_release == "f927358"
+    for calibrated in (True, False):
+        cfg = report.row_config(workload, row, calibrated, csv_path=one)
+        assert cfg.software.poplibs_release == "7eac0f26"
+    runs = []
+
+    def fake_run(_workload, _params, configs):
+        runs.append({c.software.poplibs_release for c in configs})
+        return [object()] * len(configs), lambda _engine, _trace: {"total_cycles": 1.0}
+
+    monkeypatch.setattr(report, "run_group", fake_run)
+    assert len(report.collect(["J"], csv_path=one)) == 1
+    assert runs == [{"7eac0f26"}]

@@ -180,7 +180,9 @@ def test_a_row_measured_with_f927358_plans_as_f927358() -> None:
     points, report, j = _calibration()
     assert points.poplibs_release_of("Poplibs f927358 (2021-03-10; SDK 2.0/2.1 era)") == OLD
     assert points.poplibs_release_of("Poplibs 7eac0f26") == NEW
-    assert points.poplibs_release_of("Poplibs 1e4ea3b (2021-02-26)") is None
+    # four commits before f927358, with its planner files (poplibs_release.PLANS_AS)
+    assert points.poplibs_release_of("Poplibs 1e4ea3b (2021-02-26)") == OLD
+    assert points.poplibs_release_of("Poplibs 3eb5d5e (2020-12-04, Sim1)") is None
     assert points.poplibs_release_of("SDK 3.2 era (July 2023; not printed)") is None
     cfg = points.point_config(j, "J-gemm-2.ipum1")
     assert cfg.software.poplibs_release == OLD
@@ -196,3 +198,18 @@ def test_a_row_measured_with_f927358_plans_as_f927358() -> None:
     plan = poplin.getPlan(graph, (1, 1000, 256, 20000), HALF, HALF)
     assert plan.release == OLD and plan.swapped and plan.serial == 2
     assert plan.serial_chans == 0 and not plan.broadcast
+
+
+def test_a_commit_is_matched_to_the_release_it_plans_as() -> None:
+    """Full and abbreviated hashes of a release, of a commit planning as one, and of a
+    commit whose planning is not modelled; a text that is no hash is refused."""
+    from poplar_api.poplin.poplibs_release import planning_release_of
+
+    assert planning_release_of("7eac0f266ced5b064b3284a3cd90d491745b387c") == NEW
+    assert planning_release_of("F9273583") == OLD
+    assert planning_release_of("1e4ea3b225a40831ce6d8aec1160c5efd3b4cae7") == OLD
+    assert planning_release_of("1e4ea3b2") == OLD
+    assert planning_release_of("1e4ea3c") is None
+    assert planning_release_of("3eb5d5e") is None
+    with pytest.raises(ValueError, match=r"'1e4ea'.*7 to 40 hexadecimal digits"):
+        planning_release_of("1e4ea")

@@ -9,8 +9,9 @@ e.g. ``{"num_ipus": 2}`` for a workload that needs two IPUs). ``T7.*`` ids name 
 summary ``.txt`` files.
 
 A row is simulated with the software its measurement names: where the CSV's ``sdk``
-column names a Poplibs commit whose planning ipusim models (``Poplibs f927358 (...)``),
-the row's config sets ``software.poplibs_release`` to it (:func:`software_overrides`);
+column names a Poplibs commit whose planning ipusim models (``Poplibs f927358 (...)``,
+or a commit that plans as a modelled release, ``poplibs_release.PLANS_AS``), the row's
+config sets ``software.poplibs_release`` to that release (:func:`software_overrides`);
 other rows keep the config's default release.
 
 Run ``python examples/calibration/points.py [CSV]`` to list the CSV rows no workload
@@ -29,7 +30,7 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from ipusim.config import MachineConfig, load_config
-from ipusim.config_software import POPLIBS_RELEASES
+from poplar_api.poplin.poplibs_release import planning_release_of
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CSV = HERE.parents[1] / "tests" / "data" / "calibration" / "measurements.csv"
@@ -85,30 +86,35 @@ def _sdk_column(csv_path: str) -> dict[str, str]:
 
 
 def poplibs_release_of(sdk: str) -> str | None:
-    """The modelled Poplibs release (``ipusim.config_software.POPLIBS_RELEASES``) an
-    ``sdk`` text names, matched as a commit prefix either way; None when it names no
-    Poplibs commit or one whose planning is not modelled."""
+    """The modelled Poplibs release an ``sdk`` text names: the first named commit that
+    is a release of ``ipusim.config_software.POPLIBS_RELEASES`` or plans as one
+    (``poplar_api.poplin.poplibs_release.planning_release_of``); None when it names no
+    Poplibs commit or only ones whose planning is not modelled."""
     for commit in _POPLIBS_COMMIT.findall(sdk):
-        for release in POPLIBS_RELEASES:
-            if release.startswith(commit) or commit.startswith(release):
-                return release
+        release = planning_release_of(commit)
+        if release is not None:
+            return release
     return None
 
 
 def software_overrides(row: str | None, csv_path: Path | str = DEFAULT_CSV) -> dict[str, str]:
-    """``{"software.poplibs_release": release}`` when the CSV row ``row`` was measured with
-    a Poplibs release ipusim models (its ``sdk`` column), ``{}`` otherwise."""
+    """``{"software.poplibs_release": release}`` when the row ``row`` of the CSV at
+    ``csv_path`` was measured with a Poplibs release ipusim models (its ``sdk`` column),
+    ``{}`` otherwise (also for a row that CSV does not have)."""
     release = poplibs_release_of(_sdk_column(str(csv_path)).get(row or "", ""))
     return {} if release is None else {"software.poplibs_release": release}
 
 
-def point_config(workload: str, row: str | None = None) -> MachineConfig:
+def point_config(
+    workload: str, row: str | None = None, csv_path: Path | str = DEFAULT_CSV
+) -> MachineConfig:
     """Config of ``workload`` (a file path) for ``row`` (its default when None), with
-    the Poplibs release the row's measurement names (:func:`software_overrides`)."""
+    the Poplibs release the row's measurement in ``csv_path`` names
+    (:func:`software_overrides`)."""
     m = load(Path(workload))
     preset = getattr(m, "POINT_CONFIGS", {}).get(row, m.CONFIG)
     overrides = {
-        **software_overrides(row),
+        **software_overrides(row, csv_path),
         **getattr(m, "CONFIG_OVERRIDES", {}),
         **getattr(m, "POINT_OVERRIDES", {}).get(row, {}),
     }

@@ -99,17 +99,22 @@ def preset_config(
 
 
 def row_config(
-    workload: str, row: str, calibrated: bool, baseline_dir: Path = BASELINE_DIR
+    workload: str,
+    row: str,
+    calibrated: bool,
+    baseline_dir: Path = BASELINE_DIR,
+    csv_path: Path = CSV_PATH,
 ) -> MachineConfig:
     """The config ``row`` is simulated on (see :data:`ROW_CONFIGS`, ``points.point_config``:
-    the Poplibs release the row's measurement names, the workload's preset and overrides)."""
+    the Poplibs release the row's measurement in ``csv_path`` names, the workload's preset
+    and overrides)."""
     if row in ROW_CONFIGS:
         preset, overrides = ROW_CONFIGS[row]
     else:
         m = points.load(Path(workload))
         preset = getattr(m, "POINT_CONFIGS", {}).get(row, m.CONFIG)
         overrides = {
-            **points.software_overrides(row),
+            **points.software_overrides(row, csv_path),
             **getattr(m, "CONFIG_OVERRIDES", {}),
             **getattr(m, "POINT_OVERRIDES", {}).get(row, {}),
         }
@@ -250,7 +255,7 @@ def collect(
     groups: dict[tuple[str, str, int, int, str], list[points.Point]] = {}
     for p in todo:  # params may hold lists: group by their repr; one machine shape a group,
         # and one Poplibs release (the graph is planned, and compiled, once per group)
-        cfg = row_config(p.workload, p.row, True, baseline_dir)
+        cfg = row_config(p.workload, p.row, True, baseline_dir, csv_path)
         key = (p.workload, repr(sorted(p.params.items())), cfg.num_ipus, cfg.tile.tiles_per_ipu,
                cfg.software.poplibs_release)  # fmt: skip
         groups.setdefault(key, []).append(p)
@@ -261,7 +266,7 @@ def collect(
         index: dict[tuple[str, bool], int] = {}
         for p in pts:
             for calibrated in (True, False):
-                cfg = row_config(workload, p.row, calibrated, baseline_dir)
+                cfg = row_config(workload, p.row, calibrated, baseline_dir, csv_path)
                 key = cfg.model_dump_json()
                 if key not in index:
                     index[key] = len(configs)

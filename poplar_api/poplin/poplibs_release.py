@@ -27,6 +27,14 @@ are modelled (graphcore/poplibs; docs/planner.md, "Poplibs releases"):
   conv group where 7eac0f26's ``commonHalfAndFloatPartialsCodePath`` gives
   ``13 + (inGroups - 1)(15 + ...) + (11 + outGroups (18 + ...))``;
   ``conv1x1WorkerRetentionSavings`` is ``(10, 2)`` there, ``(7, 3)`` at 7eac0f26.
+
+Other commits plan as a modelled release where their planner is that release's
+(:data:`PLANS_AS`): ``1e4ea3b`` (authored 2021-02-26, the Poplibs of source K's ``v1`` rows) is
+four commits before ``f927358``, and ``git diff 1e4ea3b f927358 -- lib include``
+touches in ``lib/poplin`` only the solvers (``Cholesky.cpp``, the ``Cholesky`` and
+``TriangularSolve`` codelets, ``codelets/Dot.hpp``, their estimators in
+``poplinCycleEstimators.cpp``): ``ConvPlan.cpp``, ``ConvModel.cpp``,
+``Convolution.cpp``, ``PerformanceEstimation.hpp``, ``lib/popops`` are the same files.
 """
 
 from __future__ import annotations
@@ -37,15 +45,20 @@ from ipusim.config_software import POPLIBS_RELEASES
 
 __all__ = [
     "DEFAULT_RELEASE",
+    "PLANS_AS",
     "POPLIBS_RELEASES",
     "amp_common_path_estimate",
     "broadcasts_before_loop",
     "pads_serial_splits",
+    "planning_release_of",
     "poplibs_release",
 ]
 
 #: The release a target without a software section plans as (the config's default).
 DEFAULT_RELEASE = POPLIBS_RELEASES[0]
+#: Poplibs commits (full hashes) that are not modelled releases but whose planner files
+#: are a modelled release's, with that release (module docstring).
+PLANS_AS: dict[str, str] = {"1e4ea3b225a40831ce6d8aec1160c5efd3b4cae7": "f927358"}
 #: Releases whose serial splits may leave the last iteration smaller (padded).
 _PADDED_SERIAL = frozenset({"7eac0f26"})
 #: Releases with ``broadcastInputBeforeLoop``.
@@ -59,6 +72,32 @@ def poplibs_release(target: Any) -> str:
     """The Poplibs release the graph of ``target`` is planned as
     (``target.config.software.poplibs_release``)."""
     return str(target.config.software.poplibs_release)
+
+
+def planning_release_of(commit: str) -> str | None:
+    """The modelled release a graphcore/poplibs commit plans as: the release itself, or
+    the one :data:`PLANS_AS` names for it; None for a commit whose planning is not
+    modelled. ``commit`` and the known hashes are matched as prefixes either way (an
+    abbreviated hash of at least 7 digits).
+
+    Raises
+    ------
+    ValueError
+        ``commit`` is not 7 to 40 hexadecimal digits.
+    """
+    c = commit.lower()
+    if not (7 <= len(c) <= 40 and all(ch in "0123456789abcdef" for ch in c)):
+        raise ValueError(
+            f"Poplibs commit {commit!r}: expected 7 to 40 hexadecimal digits (a git hash "
+            f"of graphcore/poplibs, e.g. 'f927358')"
+        )
+    for release in POPLIBS_RELEASES:
+        if release.startswith(c) or c.startswith(release):
+            return release
+    for full, release in PLANS_AS.items():
+        if full.startswith(c):
+            return release
+    return None
 
 
 def _known(release: str) -> str:
