@@ -8,7 +8,9 @@ gives the estimates of both operand orders that the swap rule compares, or, for 
 fully-connected passes, those of the layer's joint and separate plans. A product row's
 "Poplibs' estimate" is the plan of Poplibs' cost model and search as
 :mod:`~poplar_api.poplin.poplibs_matmul_model` restates them, and the row's operand
-order, serial passes and partition claims are that plan's."""
+order, serial passes and partition claims are that plan's; a fully-connected row's
+"joint" or "separate" and "Poplibs' joint estimate" are the layer's plans as
+:mod:`~poplar_api.poplin.poplibs_fc_joint_model` restates them."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.fc_joint import fwd_layer, plan_joint
 from poplar_api.poplin.plan_report import plan_summary, vertex_name
+from poplar_api.poplin.poplibs_fc_joint_model import describe_joint, fc_layer_plan
 from poplar_api.poplin.poplibs_matmul_model import describe, poplibs_matmul_plan
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "planner.md"
@@ -125,7 +128,7 @@ def _claims(cell: str) -> list[str]:
     return [
         c for c in cell.split(";")
         if c.strip() and "not established" not in c and "ipusim does not" not in c
-        and not c.strip().startswith("Poplibs' estimate")
+        and not c.strip().startswith(("Poplibs' estimate", "Poplibs' joint estimate"))
     ]  # fmt: skip
 
 
@@ -215,9 +218,20 @@ def test_poplibs_plans_are_its_cost_models(row) -> None:
     plan = poplibs_matmul_plan(dims, target, conv_pass)
     assert plan["ties"] == 1
     splits = plan["splits"]
+    layer = None  # (the fully-connected layer's joint and separate plans, when claimed)
     for claim in (c.strip() for c in poplibs.split(";")):
         claim = claim.replace(" (ipusim does not pick)", "").removeprefix(SEPARATE)
-        if claim.startswith("Poplibs' estimate: "):
+        if claim.startswith("Poplibs' joint estimate: ") or claim in ("joint", "separate"):
+            layer = layer or fc_layer_plan(fwd_layer(conv_pass, dims), target)
+            assert layer["joint"]["ties"] == 1
+            # the pick holds over every joint candidate: the MAC ones cost more
+            assert layer["mac_floor"] > min(layer["separate_cost"][0], layer["joint"]["cost"][0])
+        if claim.startswith("Poplibs' joint estimate: "):
+            assert claim.removeprefix("Poplibs' joint estimate: ") == describe_joint(layer["joint"])
+        elif claim in ("joint", "separate"):
+            assert layer["pick"] == claim
+            assert layer["separate"][conv_pass]["cost"] == plan["cost"]
+        elif claim.startswith("Poplibs' estimate: "):
             assert claim.removeprefix("Poplibs' estimate: ") == describe(plan)
         elif claim.startswith("partition "):
             assert claim == "partition " + _partition(

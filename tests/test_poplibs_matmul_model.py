@@ -169,7 +169,7 @@ def test_the_amp_inner_loop_is_the_vertex_estimators() -> None:
     estimator's (:func:`~poplar_api.poplin.amp.inner_loop_cycles`) on every tile field up
     to 400 positions, with and without zeroing."""
     from poplar_api.poplin import amp
-    from poplar_api.poplin.poplibs_matmul_model import _amp_inner
+    from poplar_api.poplin.poplibs_amp_estimates import amp_1x1_inner as _amp_inner
 
     fields = np.arange(1, 401)
     for zeroing in (True, False):

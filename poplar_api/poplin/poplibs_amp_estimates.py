@@ -1,8 +1,9 @@
-"""Poplibs' planner estimates of the AMP vertices that are not ``ConvPartial1x1Out``.
+"""Poplibs' planner estimates of the AMP vertices' partial sums.
 
 The planner (graphcore/poplibs ``7eac0f26``, ``addPartialCalcCycleEstimate`` in
 ``lib/poplin/ConvModel.cpp``) prices a tile's AMP partial sums with the
-``ConvPartial1x1Out`` estimate only when ``canUseConvPartial1x1Vertex`` holds: a conv-unit
+``ConvPartial1x1Out`` estimate (:func:`amp_1x1_inner`, :func:`amp_partial_cycles`) only
+when ``canUseConvPartial1x1Vertex`` holds: a conv-unit
 weight height of 1 (``getConvUnitWeightHeight``: the chain's weights, 16 HALF or 8
 FLOAT, over the input channels per group), batch 1, a 1x1 kernel, input dilation equal
 to the output stride, every field dimension but the innermost of size 1 and no output
@@ -42,10 +43,114 @@ from typing import Any
 
 import numpy as np
 
+from poplar_api.poplin import amp
 from poplar_api.poplin.conv_estimator_common import zero_supervisor_cycles, zero_worklist
 from poplar_api.poplin.conv_estimators import conv_partial_nx1_cycles
 
-__all__ = ["amp_padding_estimate", "nx1_partial_cycles", "partition_by_worker"]
+__all__ = [
+    "amp_1x1_inner",
+    "amp_padding_estimate",
+    "amp_partial_cycles",
+    "nx1_partial_cycles",
+    "partition_by_worker",
+]
+
+#: ``getWeightsPerConvUnit`` of HALF: the chain of 4 loads of 4 elements.
+HALF_WEIGHTS_PER_CONV_UNIT = 16
+#: ``getConvUnitCoeffLoadBytesPerCycle`` halved: ``use128BitConvUnitLoad`` is off by default.
+COEFF_LOAD_BYTES_PER_CYCLE = amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE // 2
+
+
+def amp_1x1_inner(
+    field: np.ndarray, workers: int, zeroing: bool, common: bool = True, half8: bool = False
+) -> np.ndarray:
+    """``getConvPartial1x1InnerLoopCycleEstimate`` (HALF inputs, FLOAT partials: the common
+    code path, retention savings of 7, 10 at f927358) for tile fields of ``field``
+    positions: the field split over the workers (``partitionConvPartialByWorker``), the
+    slowest worker's ``getConvPartial1x1SupervisorInnerLoopCycleEstimateHalfFloat``
+    cycles times the workers, at least the fastest's plus 14 (an idle worker counts 0). ``common``:
+    7eac0f26's constants, else f927358's (:mod:`.poplibs_release`). ``half8``: HALF
+    partials on 8 conv units, 7eac0f26's other code path (zeroing 2 cycles a position, no
+    retention savings)."""
+    tail = (1 if zeroing else 2) if common else (2 if zeroing else 4)
+    fixed = np.array([20 + tail, 31 + tail, 40 + tail], np.int64)
+
+    def worker(n: np.ndarray) -> np.ndarray:
+        if half8:
+            z = int(zeroing)
+            low = np.where(n == 1, 39 + 4 * z, 40 + 6 * z)
+            return np.where(n < 3, low, 41 + (2 + 2 * n) * z + (n - 3) * 4)
+        big = ((37 if zeroing else 38) if common else (38 if zeroing else 40)) + (n - 3) * 4
+        return np.where(n < 3, fixed[np.minimum(n, 2)], big) - (7 if common else 10)
+
+    hi = workers * worker(-(-field // workers))  # the workers with one position more
+    lo = field // workers
+    lo = np.where(lo > 0, workers * worker(np.maximum(lo, 1)), 0)  # (an idle worker: 0)
+    return np.maximum(np.maximum(hi, lo), np.minimum(hi, lo) + 14)
+
+
+def amp_partial_cycles(
+    ft: Any,
+    cit: Any,
+    cot: Any,
+    gt: Any,
+    icg: int,
+    ocg: int,
+    units: int,
+    float_partials: bool,
+    common: bool,
+    workers: int,
+) -> Any:
+    """``addPartialCalcCycleEstimate``'s AMP branch for a matMul product's tiles (a 1-wide
+    kernel and field row after ``calculateFlattenedParams``: ``ft`` positions, ``cit``
+    input and ``cot`` output channels, ``gt`` conv groups, HALF inputs; arrays or ints).
+
+    With the full input grouping (16, a conv-unit weight height of 1): the
+    ``ConvPartial1x1Out`` estimate, ``getConvPartial1x1SupervisorOuterLoopCycleEstimate``
+    of the tile's groups over :func:`amp_1x1_inner` (``common``: 7eac0f26's constants,
+    else f927358's; HALF partials on 8 units take 7eac0f26's other code path). With fewer
+    input channels a group: :func:`nx1_partial_cycles` of the field ``(1, ft)``, a
+    ``1 x 1`` kernel and the height ``16 / icg``.
+    """
+    fp = bool(float_partials)
+    if icg != HALF_WEIGHTS_PER_CONV_UNIT:
+        shape = np.broadcast(ft, cit, cot, gt).shape
+        rows = np.stack([np.broadcast_to(np.asarray(x, np.int64), shape).ravel()
+                         for x in (ft, cit, cot, gt)], axis=1)  # fmt: skip
+        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        per = [
+            nx1_partial_cycles(
+                batch=1, field_shape=(1, int(f)), kernel_shape=(1, 1),
+                filter_height=HALF_WEIGHTS_PER_CONV_UNIT // icg, conv_groups=int(g),
+                in_groups=-(-int(ci) // icg), out_groups=-(-int(co) // ocg),
+                out_chans_per_group=ocg, num_conv_units=units,
+                weight_bytes_per_conv_unit=HALF_WEIGHTS_PER_CONV_UNIT * 2,
+                coeff_load_bytes_per_cycle=COEFF_LOAD_BYTES_PER_CYCLE, workers=workers,
+                float_activations=False, float_partials=fp,
+            )
+            for f, ci, co, g in uniq.tolist()
+        ]  # fmt: skip
+        out = np.array(per, np.int64)[inv.ravel()].reshape(shape)
+        return out if shape else int(out)
+    half8 = not fp and units != 16  # (not commonHalfAndFloatPartialsCodePath)
+    common = common and not half8
+    inner_z, inner_nz = (amp_1x1_inner(ft, workers, z, common, half8) for z in (True, False))
+    c = int(common)  # (getConvPartial1x1SupervisorOuterLoopCycleEstimate's constants)
+    nig, nog, ncg = cit // icg, cot // ocg, gt
+    loads = amp.weight_load_cycles(HALF_WEIGHTS_PER_CONV_UNIT * 2, units,
+                                   COEFF_LOAD_BYTES_PER_CYCLE)  # fmt: skip
+    if half8:
+        save_total, save_in = amp.retention_savings(False, False, units)
+    elif common:
+        save_total, save_in = amp.retention_savings(False, fp, units)
+    else:
+        save_total, save_in = 10, 2
+    passes = -(-ocg // units)
+    return 50 + workers * (save_total + save_in * (nig * ncg - 1)) + ncg * (
+        12 + c
+        + (nig - 1) * (16 - c + nog * (19 + passes * (6 + loads + inner_nz)))
+        + (11 + nog * (19 - c + passes * (7 + loads + inner_z)))
+    )  # fmt: skip
 
 
 def _check(name: str, values: Sequence[int], lo: int) -> tuple[int, ...]:

@@ -75,6 +75,11 @@ from ipusim.machine_copies import transform_factor
 from poplar_api.poplin import amp
 from poplar_api.poplin.conv_planner import amp_unit_options
 from poplar_api.poplin.estimators import EXCHANGE_SCALE, reduce_add_cycles, single_input_reduce
+from poplar_api.poplin.poplibs_amp_estimates import (
+    amp_1x1_inner,
+    amp_padding_estimate,
+    amp_partial_cycles,
+)
 from poplar_api.poplin.poplibs_mac_estimates import hmac_partial_cycles
 from poplar_api.poplin.poplibs_release import (
     DEFAULT_RELEASE,
@@ -247,34 +252,6 @@ def _reduce_cycles(outputs: np.ndarray, depth: int, psz: int, osz: int, target: 
     return cycles
 
 
-def _amp_inner(
-    field: np.ndarray, workers: int, zeroing: bool, common: bool = True, half8: bool = False
-) -> np.ndarray:
-    """``getConvPartial1x1InnerLoopCycleEstimate`` (HALF inputs, FLOAT partials: the common
-    code path, retention savings of 7, 10 at f927358) for tile fields of ``field``
-    positions: the field split over the workers (``partitionConvPartialByWorker``), the
-    slowest worker's ``getConvPartial1x1SupervisorInnerLoopCycleEstimateHalfFloat``
-    cycles times the workers, at least the fastest's plus 14 (an idle worker counts 0). ``common``:
-    7eac0f26's constants, else f927358's (:mod:`.poplibs_release`). ``half8``: HALF
-    partials on 8 conv units, 7eac0f26's other code path (zeroing 2 cycles a position, no
-    retention savings)."""
-    tail = (1 if zeroing else 2) if common else (2 if zeroing else 4)
-    fixed = np.array([20 + tail, 31 + tail, 40 + tail], np.int64)
-
-    def worker(n: np.ndarray) -> np.ndarray:
-        if half8:
-            z = int(zeroing)
-            low = np.where(n == 1, 39 + 4 * z, 40 + 6 * z)
-            return np.where(n < 3, low, 41 + (2 + 2 * n) * z + (n - 3) * 4)
-        big = ((37 if zeroing else 38) if common else (38 if zeroing else 40)) + (n - 3) * 4
-        return np.where(n < 3, fixed[np.minimum(n, 2)], big) - (7 if common else 10)
-
-    hi = workers * worker(-(-field // workers))  # the workers with one position more
-    lo = field // workers
-    lo = np.where(lo > 0, workers * worker(np.maximum(lo, 1)), 0)  # (an idle worker: 0)
-    return np.maximum(np.maximum(hi, lo), np.minimum(hi, lo) + 14)
-
-
 def _per_depth(values: np.ndarray, depth: np.ndarray, fn: Any) -> np.ndarray:
     """``fn(values[depth == d], d)`` for every distinct ``d``, put back in place."""
     out = np.zeros(values.shape, np.int64)
@@ -306,6 +283,16 @@ class Product:
     release: str = DEFAULT_RELEASE
     method: str = "AMP"
     partials: str = "float"
+    #: ``fieldGrainSize`` where the plan sets it (a joint fully-connected plan: the
+    #: forward input grouping), else 0: :attr:`field_grain` derives it.
+    grain: int = 0
+    #: A pass of a joint fully-connected plan (``isJointPlan`` of
+    #: ``addTransformCycleEstimate``; :mod:`.poplibs_fc_joint_model`).
+    joint: bool = False
+    #: ``LinearizeTileOrder::STANDARD``: inputs shared by a supertile's pair of tiles
+    #: exchange at twice the rate (``ExchangeEstimator``); not in a joint plan's backward
+    #: and weight-update passes (``FC_BWD_AS_CONV``, ``FC_WU``).
+    standard_order: bool = True
 
     @property
     def partials_size(self) -> int:
@@ -315,7 +302,9 @@ class Product:
     def field_grain(self) -> int:
         """``fieldGrainSize`` (``createPlan``): 2 when the partials are grouped by an odd
         number of channels and the field is even (so that the HALF output has an even
-        number of elements on each tile), else 1."""
+        number of elements on each tile), else 1; :attr:`grain` where set."""
+        if self.grain:
+            return self.grain
         return 2 if self.groups[1] % 2 and self.field % 2 == 0 else 1
 
     @property
@@ -350,6 +339,9 @@ class MatmulCandidates:
     terms
         The terms of one iteration's cycles by name (``serial once``: those after the
         loop).
+    ok
+        With :func:`costs`' ``keep_all``, whether the pruning constraint on the partial
+        sums holds.
     """
 
     splits: dict[str, np.ndarray]
@@ -357,6 +349,7 @@ class MatmulCandidates:
     cycles: np.ndarray
     temp_bytes: np.ndarray
     terms: dict[str, np.ndarray]
+    ok: np.ndarray | None = None
 
 
 SPLIT_NAMES = ("convGroupSplit", "fieldSplit", "outChanSplit.parallel", "outChanSplit.serial",
@@ -376,9 +369,9 @@ def _transforms(p: Product, used: np.ndarray) -> dict[str, np.ndarray]:
     xbpc = target.getExchangeBytesPerCycle()
     pad_in, pad_partial = k % icg != 0, p.out_chans % ocg != 0
     wu, bwd = p.conv_pass == "FC_TRAINING_WU", p.conv_pass == "FC_TRAINING_BWD"
-    re_in = (not p.swapped) or pad_in or wu or bwd
+    re_in = (not p.swapped) or pad_in or wu or (bwd and not p.joint)
     re_w = (not p.swapped) or pad_in or pad_partial
-    re_out = (not p.swapped) or pad_partial or wu
+    re_out = (not p.swapped) or pad_partial or (wu and not p.joint)
     regroup = p.conv_pass == "NONE_MATMUL" and ocg != WEIGHTS_PER_CONV_UNIT["half"]
     _, f1 = transform_factor("half", k * p.out_chans)
     _, o1 = transform_factor("half", p.out_chans)
@@ -394,9 +387,10 @@ def _transforms(p: Product, used: np.ndarray) -> dict[str, np.ndarray]:
     def xch(b: np.ndarray) -> np.ndarray:
         return np.ceil(b / xbpc).astype(np.int64)
 
-    in_b = per_tile(p.field * ci_g * icg * g) if re_in else zero
+    field = -(-p.field // p.field_grain) * p.field_grain  # (whole field grains)
+    in_b = per_tile(field * ci_g * icg * g) if re_in else zero
     w_b = per_tile(ci_g * icg * co_g * ocg * g) if re_w else zero
-    out_b = -(-(p.field * co_g * ocg * g) // used) * size
+    out_b = -(-(field * co_g * ocg * g) // used) * size
     rate = min(memcpy, size)
     out = zero
     if re_out:
@@ -427,41 +421,32 @@ def max_macs_per_cycle(p: Product) -> int:
 
 def partial_cycles(p: Product, ft: Any, cit: Any, cot: Any, gt: Any) -> Any:
     """``addPartialCalcCycleEstimate`` of tiles with ``ft`` positions, ``cit`` input and
-    ``cot`` output channels and ``gt`` groups: ``ConvPartial1x1Out`` for the AMP (the
-    outer loop over the tile's groups of the inner loops of :func:`_amp_inner`, as
-    ``p.release`` estimates it; HALF partials on 8 units take 7eac0f26's other code
-    path), the horizontal MAC's estimate (:mod:`.poplibs_mac_estimates`) for ``"HMAC"``."""
+    ``cot`` output channels and ``gt`` groups: the AMP's as ``p.release`` estimates it
+    (:func:`~.poplibs_amp_estimates.amp_partial_cycles`: ``ConvPartial1x1Out`` with a full
+    input grouping, else ``ConvPartialnx1``), the horizontal MAC's estimate
+    (:mod:`.poplibs_mac_estimates`) for ``"HMAC"``."""
     icg, ocg = p.groups
     workers = p.target.getNumWorkerContexts()
     if p.method == "HMAC":
         return hmac_partial_cycles(ft, cit, cot, gt, icg, workers)
-    fp = p.partials == "float"
-    half8 = not fp and p.units != 16  # (not commonHalfAndFloatPartialsCodePath)
-    common = amp_common_path_estimate(p.release) and not half8
-    inner_z, inner_nz = (_amp_inner(ft, workers, z, common, half8) for z in (True, False))
-    c = int(common)  # (getConvPartial1x1SupervisorOuterLoopCycleEstimate's constants)
-    nig, nog, ncg = cit // icg, cot // ocg, gt
-    loads = amp.weight_load_cycles(WEIGHTS_PER_CONV_UNIT["half"] * HALF.size, p.units,
-                                   CONV_COEFF_LOAD_BYTES_PER_CYCLE // 2)  # fmt: skip
-    if half8:
-        save_total, save_in = amp.retention_savings(False, False, p.units)
-    elif common:
-        save_total, save_in = amp.retention_savings(False, fp, p.units)
-    else:
-        save_total, save_in = 10, 2
-    passes = -(-ocg // p.units)
-    return 50 + workers * (save_total + save_in * (nig * ncg - 1)) + ncg * (
-        12 + c
-        + (nig - 1) * (16 - c + nog * (19 + passes * (6 + loads + inner_nz)))
-        + (11 + nog * (19 - c + passes * (7 + loads + inner_z)))
-    )  # fmt: skip
+    return amp_partial_cycles(ft, cit, cot, gt, icg, ocg, p.units, p.partials == "float",
+                              amp_common_path_estimate(p.release), workers)  # fmt: skip
 
 
-def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
+def costs(
+    p: Product,
+    splits: dict[str, np.ndarray],
+    tile: dict[str, np.ndarray] | None = None,
+    keep_all: bool = False,
+) -> MatmulCandidates:
     """Poplibs' ``addEstimates`` of :class:`Product` ``p`` for every partition of
     ``splits`` (arrays by :data:`SPLIT_NAMES`), each with ``broadcastInputBeforeLoop``
     0 and, where the split allows it (output channels serially, input channels not),
-    also 1 (see the module docstring)."""
+    also 1 (see the module docstring), less those the pruning constraint on the partial
+    sums rules out. ``tile`` gives a tile's ``gt``, ``ft``, ``cit``, ``cot`` where the
+    plan derives them otherwise (a joint plan's passes, :mod:`.poplibs_fc_joint_model`);
+    ``keep_all`` keeps every partition (the plain ones, then those that can broadcast,
+    in order) and gives the constraint as ``ok``."""
     target = p.target
     g, _, _, _ = p.dims
     icg, ocg = p.groups
@@ -474,10 +459,12 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     used = gs * fs * po * pi
     gt, ft = -(-g // gs), _tile_field(p, fs)
     cot, cit = -(-co_g // (po * so)) * ocg, -(-ci_g // (pi * si)) * icg
+    if tile is not None:
+        gt, ft, cot, cit = tile["gt"], tile["ft"], tile["cot"], tile["cit"]
     psz, isz = p.partials_size, HALF.size
     # exchange (addExchangeCycleEstimates)
     inputs, weights, outputs = ft * cit * gt, cit * cot * gt, ft * cot * gt
-    share = target.getTilesPerSharedExchangeBus()
+    share = target.getTilesPerSharedExchangeBus() if p.standard_order else 1
     mult = np.where((share > 1) & (po % share == 0), 2, 1)
     x_in = _exchange(inputs - inputs // po, isz, target, mult)
     x_w = _exchange(weights - weights // fs, isz, target)
@@ -485,8 +472,16 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     later = lambda o, d: _reduce_exchange_later_stages(o, d, psz, target)  # noqa: E731
     x_p = x_p + _per_depth(outputs, pi, later)
     tr = _transforms(p, used)
-    # the partial sums (addPartialCalcCycleEstimate)
+    # the partial sums (addPartialCalcCycleEstimate) and the AMP's kernel padding
+    # (addTileLevelTransformEstimates)
     compute = partial_cycles(p, ft, cit, cot, gt)
+    pad, pad_bytes = 0, 0
+    if p.method == "AMP" and icg != WEIGHTS_PER_CONV_UNIT["half"]:
+        on_ipu = max(amp_unit_options(HALF, FLOAT if p.partials == "float" else HALF, target))
+        height = WEIGHTS_PER_CONV_UNIT["half"] // (on_ipu // p.units) // icg
+        xbpc = target.getExchangeBytesPerCycle()
+        pad, pad_bytes = amp_padding_estimate(height, 1, 1, 1, [1, 1], [1, ft], 1, cit, cot, gt,
+                                              isz, xbpc, mult)  # fmt: skip
     # the reduction or cast (addReduceCycleEstimate), deferred past an input-channel loop
     red_out = -(-outputs // pi)
     reduce = _per_depth(red_out, pi, lambda o, d: _reduce_cycles(o, d, psz, isz, target))
@@ -503,9 +498,9 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
         add = np.where(si > 1, np.array(per, np.int64)[inv.ravel()], 0)
     once = np.where(si > 1, _cast_cycles(red_out, 2, 4, workers), 0)
     per_iter = (x_in + x_w + x_p + tr["in"] + tr["w"] + tr["out"] + compute + reduce
-                + slices + update + add)  # fmt: skip
+                + slices + update + add + pad)  # fmt: skip
     # temporary bytes (addConvTempMemoryEstimate, totalTempBytes)
-    conv_in, conv_rest = isz * inputs, isz * weights + psz * outputs
+    conv_in, conv_rest = isz * inputs, isz * weights + psz * outputs + pad_bytes
     red_bytes = np.where(pi > 1, -(-outputs // pi) * pi * psz, 0)
     in_place_bytes = np.where(si > 1, red_out * psz, 0)
     t_rest = np.maximum(tr["w_bytes"], tr["out_bytes"])
@@ -513,7 +508,7 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
                                red_bytes]) + in_place_bytes)  # fmt: skip
     # a fully-connected pass planned alone rearranges its weights before a serial loop
     # slices them (addRearrangeBeforeSliceEstimate): exchange plus one cycle an element
-    fc = p.conv_pass.startswith("FC_")
+    fc = p.conv_pass.startswith("FC_") and not p.joint
     rb = np.where(fc & (serial > 1), _exchange(w_tile, isz, target) + w_tile, 0)
     rb_bytes = np.where(fc & (serial > 1), w_tile * isz, 0)
     once = once + rb
@@ -531,13 +526,14 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
     )
     terms = {"input exchange": x_in, "weight exchange": x_w, "partials exchange": x_p,
              "transform": tr["in"] + tr["w"] + tr["out"], "compute": compute, "reduce": reduce,
-             "serial": slices + update + add, "serial once": once}  # fmt: skip
+             "serial": slices + update + add, "serial once": once, "padding": pad}  # fmt: skip
     # the pruning constraint: total MACs over the conv units' rate bounds the tiles'
     # partial-sum cycles from below (constructModel)
     macs = g * p.field * co_g * ocg * ci_g * icg
     ok = macs // max_macs_per_cycle(p) <= used * compute * serial
-    pick = np.concatenate([np.flatnonzero(ok), np.flatnonzero(ok & can)])
-    n_plain = int(ok.sum())
+    keep = np.ones(ok.shape, bool) if keep_all else ok
+    pick = np.concatenate([np.flatnonzero(keep), np.flatnonzero(keep & can)])
+    n_plain = int(keep.sum())
     bcast = np.zeros(pick.size, bool)
     bcast[n_plain:] = True
     return MatmulCandidates(
@@ -545,7 +541,8 @@ def costs(p: Product, splits: dict[str, np.ndarray]) -> MatmulCandidates:
         bcast,
         np.where(bcast, b_cycles[pick], cycles[pick]),
         np.where(bcast, b_temp[pick], temp[pick]),
-        {k: v[pick] for k, v in terms.items()},
+        {k: np.broadcast_to(v, ok.shape)[pick] for k, v in terms.items()},
+        ok[pick] if keep_all else None,
     )
 
 
@@ -607,7 +604,7 @@ def _prune(p: Product, splits: dict[str, np.ndarray], limit: float, bound: int) 
     temp = HALF.size * (ft * cit + cit * cot) * gt + p.partials_size * ft * cot * gt
     if p.method == "AMP" and p.partials == "float":
         common = amp_common_path_estimate(p.release)
-        inner_z = _amp_inner(ft, p.target.getNumWorkerContexts(), True, common)
+        inner_z = amp_1x1_inner(ft, p.target.getNumWorkerContexts(), True, common)
         # the partial sums' estimate without its per-group overheads: at least this
         lower = gt * (cit // icg) * (cot // ocg) * -(-ocg // p.units) * inner_z * so * si
     else:  # (the estimate itself: cheap)
