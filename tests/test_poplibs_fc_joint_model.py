@@ -130,6 +130,16 @@ def test_the_table_layers_are_planned_separately(preset, layer) -> None:
     the best AMP joint plan's and below the least a MAC joint plan can cost."""
     plan = fc_layer_plan(layer, _target(preset))
     cycles = plan["separate_cost"][0]
-    assert plan["pick"] == "separate"
+    assert plan["pick"] == "separate" and plan["established"]
     assert cycles < plan["joint"]["cost"][0] and cycles < plan["mac_floor"]
     assert cycles == sum(s["cost"][0] for s in plan["separate"].values())
+
+
+def test_a_pick_below_the_mac_floor_is_not_established() -> None:
+    """1 x 1000 x 1000 on Mk2: the separate plans beat the AMP joint plan, but a
+    horizontal-MAC joint plan's floor (its forward and backward partial sums, one output
+    channel B = 1 a tile) is below them, so the model does not establish the pick."""
+    plan = fc_layer_plan((1, 1, 1000, 1000), _target("mk2-ipumodel"))
+    assert plan["pick"] == "separate"
+    assert plan["mac_floor"] < plan["separate_cost"][0]
+    assert not plan["established"]

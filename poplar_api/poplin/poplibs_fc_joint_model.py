@@ -313,9 +313,10 @@ def fc_layer_plan(
     ``separate_cost`` (summed cycles, largest bytes), ``mac_floor``: a lower bound of
     any joint plan with a MAC forward pass (:func:`hmac_joint_floor`; the vertical MAC's
     forward pass alone, :func:`~.poplibs_mac_estimates.vmac_floor`: the joint partitions
-    are some of the swapped product's) and ``pick``: ``"joint"`` or ``"separate"`` of
-    the AMP joint plan and the separate plans (:func:`separate_has_lower_cost`; the
-    pick stands when ``mac_floor`` is above both costs).
+    are some of the swapped product's), ``pick``: ``"joint"`` or ``"separate"`` of the
+    AMP joint plan and the separate plans (:func:`separate_has_lower_cost`), and
+    ``established``: whether the pick is Poplibs' whatever the MAC joint plans cost
+    (``mac_floor`` above the picked plan's cycles, both plans within the bound).
     """
     bound = int(target.getBytesPerTile() * proportion)
     joint = joint_plan(layer, target, proportion, release)
@@ -330,5 +331,7 @@ def fc_layer_plan(
     fwd = tuple(int(layer[j]) for j in PASS_PRODUCT["FC_TRAINING_FWD"])
     floor = min(hmac_joint_floor(layer, target), vmac_floor(fwd, target, True))
     wins = separate_has_lower_cost(sep, joint["cost"] if joint else None, bound)
+    picked = sep if wins or joint is None else joint["cost"]
     return {"joint": joint, "separate": separate, "separate_cost": sep, "mac_floor": floor,
-            "pick": "separate" if wins else "joint"}  # fmt: skip
+            "pick": "separate" if wins else "joint",
+            "established": floor > picked[0] and picked[1] <= bound}  # fmt: skip
