@@ -14,6 +14,7 @@ order, serial passes and partition claims are that plan's; a fully-connected row
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -195,6 +196,12 @@ def test_convolutions(row) -> None:
     assert ipusim == plan_summary(plan, eff, memory_limit(graph.getTarget(), {}))
 
 
+@functools.cache
+def _layer_plan(preset: str, layer: tuple[int, int, int, int]) -> dict:
+    """:func:`fc_layer_plan` of a layer, once for the three rows of its passes."""
+    return fc_layer_plan(layer, Graph(IPUModel(preset).createDevice().getTarget()).getTarget())
+
+
 #: Product rows whose Poplibs plan is established by Poplibs' cost model, and whether its
 #: search takes long enough (a serial plan of a large product) to run with the slow tests.
 ESTIMATED = [r for r in PRODUCTS if "Poplibs' estimate: " in r[4]]
@@ -222,7 +229,7 @@ def test_poplibs_plans_are_its_cost_models(row) -> None:
     for claim in (c.strip() for c in poplibs.split(";")):
         claim = claim.replace(" (ipusim does not pick)", "").removeprefix(SEPARATE)
         if claim.startswith("Poplibs' joint estimate: ") or claim in ("joint", "separate"):
-            layer = layer or fc_layer_plan(fwd_layer(conv_pass, dims), target)
+            layer = layer or _layer_plan(preset, fwd_layer(conv_pass, dims))
             assert layer["joint"]["ties"] == 1
             # the pick holds over every joint candidate: the MAC ones cost more
             assert layer["established"]

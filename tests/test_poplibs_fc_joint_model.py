@@ -42,33 +42,46 @@ def test_separate_plan_has_lower_cost_as_create_plan(separate, joint, wins) -> N
 
 
 def test_joint_forward_candidates_on_mk2() -> None:
-    # HALF inputs, FLOAT partials: 8 conv units; input groupings dividing the chain's
-    # 16 weights, multiples of the 4 loaded a cycle and (joint) of the 8 units: 16, 8;
-    # partial groupings 8 (the units) and 16; the same MACs a cycle, so 8 input
-    # channels (1000 needs no padding) before 16 (1008), then by grouping
-    assert fwd_vertex_types((1, 16, 1000, 1000), _target("mk2-ipumodel")) == [
-        (8, 8), (8, 16), (16, 8), (16, 16),
+    # HALF inputs, FLOAT partials: 8 conv units; AMP input groupings dividing the
+    # chain's 16 weights, multiples of the 4 loaded a cycle and (joint) of the 8 units:
+    # 16, 8; partial groupings 8 (the units) and 16; 32 MACs a cycle, so 8 input
+    # channels (1000 needs no padding) before 16 (1008), then by grouping. Then the
+    # horizontal MAC (4 MACs a cycle), multiples of 8 where the number of groups of the
+    # 1000 channels drops, one partial channel: the unpadded 8, 40, 200, 1000 first
+    types = fwd_vertex_types((1, 16, 1000, 1000), _target("mk2-ipumodel"))
+    assert types[:8] == [
+        ("AMP", (8, 8)), ("AMP", (8, 16)), ("AMP", (16, 8)), ("AMP", (16, 16)),
+        ("HMAC", (8, 1)), ("HMAC", (40, 1)), ("HMAC", (200, 1)), ("HMAC", (1000, 1)),
     ]  # fmt: skip
+    hmac = [g[0] for m, g in types if m == "HMAC"]
+    assert all(icg % 8 == 0 for icg in hmac) and len(set(-(-1000 // i) for i in hmac)) == len(hmac)
 
 
 @pytest.mark.parametrize(
-    ("preset", "batch", "groups", "expected"),
+    ("preset", "batch", "fwd", "expected"),
     [
         # B = 16 rounds to one group of 16: HALF partials; Mk2 has 16 units for them,
         # and 8; a partial grouping of 16 takes the 16 units (more MACs a cycle)
-        ("mk2-ipumodel", 16, (16, 8), ((8, 16), 16, "half")),
-        ("mk2-ipumodel", 16, (16, 16), ((16, 16), 16, "half")),
+        ("mk2-ipumodel", 16, ("AMP", (16, 8)), ("AMP", (8, 16), 16, "half")),
+        ("mk2-ipumodel", 16, ("AMP", (16, 16)), ("AMP", (16, 16), 16, "half")),
         # a partial grouping of 8 is no multiple of 16 units: 8 units, HALF before FLOAT
-        ("mk2-ipumodel", 16, (8, 8), ((8, 8), 8, "half")),
-        ("mk2-ipumodel", 16, (8, 16), ((16, 8), 8, "half")),
+        ("mk2-ipumodel", 16, ("AMP", (8, 8)), ("AMP", (8, 8), 8, "half")),
+        ("mk2-ipumodel", 16, ("AMP", (8, 16)), ("AMP", (16, 8), 8, "half")),
         # 1440 input channels: no HALF-partials candidate, the FLOAT units
-        ("mk2-ipumodel", 1440, (16, 8), ((8, 16), 8, "float")),
+        ("mk2-ipumodel", 1440, ("AMP", (16, 8)), ("AMP", (8, 16), 8, "float")),
         # Mk1 has 8 units for HALF partials
-        ("mk1-ipumodel", 16, (16, 8), ((8, 16), 8, "half")),
+        ("mk1-ipumodel", 16, ("AMP", (16, 8)), ("AMP", (8, 16), 8, "half")),
+        # a horizontal-MAC forward pass writes one partial channel a group: with B = 1
+        # the outer product, its partials grouped by the forward input grouping
+        ("mk2-ipumodel", 1, ("HMAC", (40, 1)), ("OUTER_PRODUCT", (1, 40), 0, "half")),
+        # with B = 4 the AMP, unconstrained: 4 x 1000 channels with 4 / 8 FLOAT on 8
+        # units need no padding, 32 MACs a cycle; HALF partials need 16 input channels
+        # (4 of 16 used: 64 x 4,000 / 16,128 or 32 x 4,000 / 16,000 useful MACs)
+        ("mk2-ipumodel", 4, ("HMAC", (8, 1)), ("AMP", (4, 8), 8, "float")),
     ],
 )
-def test_weight_update_vertex_is_the_front_candidate(preset, batch, groups, expected) -> None:
-    assert wu_vertex((1, batch, 1000, 1000), groups, _target(preset)) == expected
+def test_weight_update_vertex_is_the_front_candidate(preset, batch, fwd, expected) -> None:
+    assert wu_vertex((1, batch, 1000, 1000), fwd[0], fwd[1], _target(preset)) == expected
 
 
 def _row(splits, **want) -> int:
@@ -88,7 +101,9 @@ def test_backward_and_weight_update_passes_derive_from_the_forward_partition() -
     ``ceil(2 (n - floor(n / split)) / 4)``, inputs at twice the rate only in the forward
     pass's tile order with an output-channel split a multiple of 2 (never here: it is 1)."""
     target = _target("mk2-ipumodel")
-    splits, per, _ = joint_model._pass_costs((1, 16, 1000, 1000), (16, 16), target, "7eac0f26")
+    splits, per, _ = joint_model._pass_costs(
+        (1, 16, 1000, 1000), "AMP", (16, 16), target, "7eac0f26"
+    )
     j = _row(splits, fieldSplit=21, **{"inChanSplit.parallel": 32, "outChanSplit.serial": 1})
 
     def xch(n: int, split: int) -> int:
@@ -111,8 +126,10 @@ def test_an_input_grouping_of_eight_pads_the_kernel() -> None:
     is padded by a row: per tile 16 x 16 kernel zeros and field x 16 input zeros
     (addTileLevelTransformEstimates), exchanged at 4 bytes a cycle."""
     target = _target("mk2-ipumodel")
-    splits, per, wu = joint_model._pass_costs((1, 16, 1000, 1000), (16, 8), target, "7eac0f26")
-    assert wu == ((8, 16), 16, "half")
+    splits, per, wu = joint_model._pass_costs(
+        (1, 16, 1000, 1000), "AMP", (16, 8), target, "7eac0f26"
+    )
+    assert wu == ("AMP", (8, 16), 16, "half")
     j = _row(splits, fieldSplit=21, **{"inChanSplit.parallel": 63, "outChanSplit.serial": 1})
     field = 3 * 16  # ceil(63 / 21) field grains of 16
     kernel_zeros, input_zeros = 16 * 16, field * 16
@@ -136,10 +153,27 @@ def test_the_table_layers_are_planned_separately(preset, layer) -> None:
 
 
 def test_a_pick_below_the_mac_floor_is_not_established() -> None:
-    """1 x 1000 x 1000 on Mk2: the separate plans beat the AMP joint plan, but a
-    horizontal-MAC joint plan's floor (its forward and backward partial sums, one output
-    channel B = 1 a tile) is below them, so the model does not establish the pick."""
-    plan = fc_layer_plan((1, 1, 1000, 1000), _target("mk2-ipumodel"))
+    """1 x 1000 x 5 on Mk2: the separate plans beat the joint candidates costed, but a
+    vertical-MAC joint plan's floor (its forward pass alone) is below them, so the model
+    does not establish the pick."""
+    plan = fc_layer_plan((1, 1, 1000, 5), _target("mk2-ipumodel"))
     assert plan["pick"] == "separate"
     assert plan["mac_floor"] < plan["separate_cost"][0]
     assert not plan["established"]
+
+
+@pytest.mark.parametrize("preset", ["mk1-ipumodel", "mk2-ipumodel"])
+def test_a_batch_one_layer_is_planned_jointly_on_the_horizontal_mac(preset) -> None:
+    """1 x 1000 x 1000: the joint plan with a horizontal-MAC forward pass grouped by 40
+    and the outer-product weight update beats the separate plans, on both generations
+    (with no AMP in any pass, as the tile memory of Poplibs' own runs of the HALF layer
+    says, docs/planner.md); the weight update's outer product of a tile's 40 positions
+    and 40 output channels: a worker's 7 positions, one group of 40 channels,
+    ``getOuterProductCycleEstimate`` HALF fast path ``25 + (10 + 7 (6 + (40 - 12) / 4))``
+    = 126, times 6 workers."""
+    plan = fc_layer_plan((1, 1, 1000, 1000), _target(preset))
+    assert plan["pick"] == "joint" and plan["established"]
+    joint = plan["joint"]
+    assert (joint["method"], joint["groups"]) == ("HMAC", (40, 1))
+    assert joint["wu_vertex"] == ("OUTER_PRODUCT", (1, 40), 0, "half")
+    assert joint["passes"]["FC_TRAINING_WU"][1]["compute"] == (25 + 10 + 7 * (6 + 28 // 4)) * 6

@@ -136,7 +136,7 @@ def amp_partial_cycles(
     common = common and not half8
     inner_z, inner_nz = (amp_1x1_inner(ft, workers, z, common, half8) for z in (True, False))
     c = int(common)  # (getConvPartial1x1SupervisorOuterLoopCycleEstimate's constants)
-    nig, nog, ncg = cit // icg, cot // ocg, gt
+    nig, nog, ncg = -(-cit // icg), -(-cot // ocg), gt
     loads = amp.weight_load_cycles(HALF_WEIGHTS_PER_CONV_UNIT * 2, units,
                                    COEFF_LOAD_BYTES_PER_CYCLE)  # fmt: skip
     if half8:

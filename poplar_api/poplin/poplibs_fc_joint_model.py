@@ -10,10 +10,11 @@ forward ``[B, I] x [I, O]``, the backward ``[B, O] x [O, I]`` and the weight upd
   (``getSwapOperandCandidates``), so its field is ``O``, its input channels ``I`` and
   its output channels ``B``, with ``constructModel``'s (``ConvModel.cpp``) joint rules:
   ``outChanSplit.parallel`` 1, ``inChanSplit.serial`` 1, the field grain the vertex's
-  input grouping (``createPlan``: ``fieldGrainSize.back() = inChansPerGroup``), AMP
-  groupings whose input grouping is a multiple of the conv units
-  (``getConvVertexAMPCandidates`` with ``isJointPlan``). Each partition is costed three
-  times by ``addEstimates`` and the sum minimised, every pass within the memory bound:
+  input grouping (``createPlan``: ``fieldGrainSize.back() = inChansPerGroup``), AMP and
+  horizontal-MAC input groupings that are multiples of the conv units
+  (``getConvVertexAMPCandidates``, ``getConvVertexHMACCandidates`` with ``isJointPlan``;
+  :func:`fwd_vertex_types`). Each partition is costed three times by ``addEstimates``
+  and the sum minimised, every pass within the memory bound:
 
   - the forward pass as it is (``LinearizeTileOrder::STANDARD``);
   - the backward pass (``addBwdEstimates``): the field and input-channel splits and
@@ -22,14 +23,15 @@ forward ``[B, I] x [I, O]``, the backward ``[B, O] x [O, I]`` and the weight upd
     type (``getFullyConnectedBwdConvVertexType``), tile order ``FC_BWD_AS_CONV``;
   - the weight update (``addWuEstimates``): the input- and output-channel splits and
     groupings exchanged, the field in the forward field's grains, tile order ``FC_WU``;
-    its vertex ``getFullyConnectedWuConvVertexType``: the AMP (the forward input
-    grouping is not 1) with the forward groupings exchanged, the front of
-    ``getConvVertexTypeCandidates`` under those constraints
-    (``sortConvVertexTypeCandidates``: most MACs a cycle, then least padding, then the
-    smaller partials), so HALF partials when the update's input channels (``B``) fit one
-    group of 16 (:func:`wu_vertex`). With 8 input channels a group the AMP is the
-    ``ConvPartialnx1`` vertex with its kernel padding
-    (:mod:`.poplibs_amp_estimates`).
+    its vertex (:func:`wu_vertex`, ``getFullyConnectedWUMethod`` and
+    ``getFullyConnectedWuConvVertexType``): after a horizontal-MAC forward pass of batch
+    1 the outer product, else the AMP (the forward input grouping is not 1), the front
+    of ``getConvVertexTypeCandidates`` (:func:`amp_candidates`;
+    ``sortConvVertexTypeCandidates``: most MACs a cycle, then least padding, then the
+    smaller partials), after an AMP forward pass with the forward groupings exchanged,
+    so HALF partials when the update's input channels (``B``) fit one group of 16. With
+    fewer than 16 input channels a group the AMP is the ``ConvPartialnx1`` vertex with
+    its kernel padding (:mod:`.poplibs_amp_estimates`).
 
   ``addTransformCycleEstimate``'s joint rules: the backward pass does not rearrange its
   input, the weight update not its output (:class:`~.poplibs_matmul_model.Product`'s
@@ -51,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.poplin.conv_planner import amp_unit_options
-from poplar_api.poplin.poplibs_mac_estimates import hmac_partial_cycles, vmac_floor
+from poplar_api.poplin.poplibs_mac_estimates import vmac_floor
 from poplar_api.poplin.poplibs_matmul_model import (
     SPLIT_NAMES,
     WEIGHTS_PER_CONV_UNIT,
@@ -64,10 +66,10 @@ from poplar_api.poplin.poplibs_release import DEFAULT_RELEASE, pads_serial_split
 from poplar_api.types import FLOAT, HALF
 
 __all__ = [
+    "amp_candidates",
     "describe_joint",
     "fc_layer_plan",
     "fwd_vertex_types",
-    "hmac_joint_floor",
     "joint_plan",
     "separate_has_lower_cost",
     "wu_vertex",
@@ -81,51 +83,106 @@ PASS_PRODUCT = {
 }  # fmt: skip
 
 
-def fwd_vertex_types(layer: tuple[int, int, int, int], target: Any) -> list[tuple[int, int]]:
-    """``(inChansPerGroup, partialChansPerGroup)`` of the joint forward pass's AMP
-    candidates with FLOAT partials, in ``sortConvVertexTypeCandidates``' order: input
-    groupings of 16 down to 1 that divide the chain's 16 weights, are a multiple of the
-    4 elements loaded a cycle (``canUseConvolutionInstruction``) and, jointly, of the
-    conv units; partial groupings of the units and 16 (``getConvVertexAMPCandidates``);
-    sorted by padding of the ``I x B`` channels (every candidate has the same MACs a
-    cycle), then by grouping (the candidates' ``operator<``)."""
+def fwd_vertex_types(
+    layer: tuple[int, int, int, int], target: Any
+) -> list[tuple[str, tuple[int, int]]]:
+    """``(method, (inChansPerGroup, partialChansPerGroup))`` of the joint forward pass's
+    candidates with FLOAT partials (``getConvVertexTypeCandidates`` with ``isJointPlan``),
+    in ``sortConvVertexTypeCandidates``' order: most MACs a cycle on the channels that
+    are not padding first (``getMaxMACsPerCyclePerTile``: the AMP's units times 4, the
+    horizontal MAC's vector width 4), then least padding of the ``I x B`` channels, then
+    the grouping (the candidates' ``operator<``; the AMP before the horizontal MAC where
+    all else ties).
+
+    * the AMP (``getConvVertexAMPCandidates``): input groupings of 16 down to 1 that
+      divide the chain's 16 weights, are a multiple of the 4 elements loaded a cycle
+      (``canUseConvolutionInstruction``) and, jointly, of the conv units; partial
+      groupings of the units and 16;
+    * the horizontal MAC (``getConvVertexHMACCandidates``): HALF input groupings from 2 in
+      steps of 2 where the number of groups drops, jointly only multiples of the conv
+      units; one FLOAT partial channel a group.
+    """
     units = max(amp_unit_options(HALF, FLOAT, target))
     w = WEIGHTS_PER_CONV_UNIT["half"]
     _, b, i, _ = layer
     out = []
+
+    def add(method: str, macs: int, icg: int, ocg: int) -> None:
+        padded = -(-i // icg) * icg * -(-b // ocg) * ocg
+        pad = (padded - i * b) / padded
+        out.append((-macs * (1 - pad), pad, method != "AMP", icg, ocg, method))
+
     for icg in range(w, 0, -1):
-        if w % icg or icg % 4 or icg % units:
+        if w % icg == 0 and icg % 4 == 0 and icg % units == 0:
+            for ocg in sorted({units, w}):
+                add("AMP", units * 4, icg, ocg)
+    rounded, previous = -(-i // 2) * 2, 0
+    for icg in range(2, rounded + 1, 2):
+        groups = -(-rounded // icg)
+        if groups != previous and icg % units == 0:
+            add("HMAC", 4, icg, 1)
+            previous = groups
+    return [(c[5], (c[3], c[4])) for c in sorted(out)]
+
+
+def amp_candidates(
+    ci: int, co: int, target: Any, want: tuple[int, int] | None = None
+) -> list[tuple[tuple[int, int], int, str]]:
+    """``((inChansPerGroup, partialChansPerGroup), convUnits, partials)`` of the AMP
+    candidates of a HALF pass (not a joint forward pass) of ``ci`` input and ``co``
+    output channels and a 1 x 1 kernel, ``want`` the groupings a plan constraint names,
+    in ``sortConvVertexTypeCandidates``' order (``getConvVertexAMPCandidates``,
+    ``ConvVertexType.cpp``).
+
+    Per partials type (HALF first, when ``ci`` rounds to one group of 16: a HALF output is
+    smaller than the FLOAT partials): unit counts the target's for it and 8 if more;
+    partial groupings those units, 16 and 8 if the target has more; input groupings 16
+    down to 1; kept when the partial grouping is the units' or 16, a multiple of the
+    units, not above fewer units than the target has, and the input grouping divides 16
+    and is a multiple of 4. Sorted by most MACs a cycle on the channels that are not
+    padding (units x 4), then least padding, then smaller partials, then grouping."""
+    w = WEIGHTS_PER_CONV_UNIT["half"]
+    out: dict[tuple[tuple[int, int], int, str], tuple] = {}
+    for ptype, name in ((HALF, "half"), (FLOAT, "float")):
+        if name == "half" and -(-ci // 16) * 16 != w:
             continue
-        for ocg in sorted({units, w}):
-            if ocg % units == 0:
-                size = i * b
-                padded = -(-i // icg) * icg * -(-b // ocg) * ocg
-                out.append(((padded - size) / padded, (icg, ocg)))
-    return [groups for _, groups in sorted(out)]
+        on_ipu = max(amp_unit_options(HALF, ptype, target))
+        unit_options = [on_ipu] + ([8] if on_ipu > 8 else [])
+        partial_options = [on_ipu] + ([w] if w > on_ipu else []) + ([8] if on_ipu > 8 else [])
+        for units in unit_options:
+            for icg in range(w, 0, -1):
+                for ocg in partial_options:
+                    if (want and (icg, ocg) != want) or (ocg > units and units < on_ipu):
+                        continue
+                    if ocg not in (units, w) or w % icg or ocg % units or icg % 4:
+                        continue
+                    if name == "half" and -(-ci // icg) * icg != w:
+                        continue
+                    padded = -(-ci // icg) * icg * -(-co // ocg) * ocg
+                    pad = (padded - ci * co) / padded
+                    key = ((icg, ocg), units, name)
+                    out.setdefault(key, (-units * 4 * (1 - pad), pad, ptype.size, icg, ocg))
+    return sorted(out, key=lambda k: out[k])
 
 
 def wu_vertex(
-    layer: tuple[int, int, int, int], groups: tuple[int, int], target: Any
-) -> tuple[tuple[int, int], int, str]:
-    """``((inChansPerGroup, partialChansPerGroup), convUnits, partials)`` of the joint
-    weight update of a forward pass grouped ``groups`` (``getFullyConnectedWuConvVertexType``):
-    the groupings exchanged, the first of ``getConvVertexAMPCandidates``' candidates in
-    ``sortConvVertexTypeCandidates``' order. HALF partials are candidates when the
-    update's ``B`` input channels round to one group of 16 (a HALF output is smaller than
-    the partials and the kernel is 1 x 1), with the target's HALF-partials units or 8
-    (``partials`` a multiple of the units and either the units or 16, not more than
-    fewer units than the target has); most MACs a cycle first (units x 4), then HALF
-    before FLOAT. Else FLOAT partials on the FLOAT units."""
-    wicg, wocg = groups[1], groups[0]
-    w = WEIGHTS_PER_CONV_UNIT["half"]
-    b = layer[1]
-    if -(-b // wicg) * wicg == w:
-        on_ipu = max(amp_unit_options(HALF, HALF, target))
-        for units in sorted({on_ipu, 8}, reverse=True):
-            if wocg % units or wocg not in (units, w) or (wocg > units and units < on_ipu):
-                continue
-            return (wicg, wocg), units, "half"
-    return (wicg, wocg), max(amp_unit_options(HALF, FLOAT, target)), "float"
+    layer: tuple[int, int, int, int], method: str, groups: tuple[int, int], target: Any
+) -> tuple[str, tuple[int, int], int, str]:
+    """``(method, (inChansPerGroup, partialChansPerGroup), convUnits, partials)`` of the
+    joint weight update of a forward pass of ``method`` grouped ``groups``
+    (``getFullyConnectedWUMethod`` and ``getFullyConnectedWuConvVertexType``,
+    ``ConvModel.cpp``): the outer product when the update has one input channel (``B``
+    1) and the forward pass one partial channel a group, its partials grouped by the
+    forward input grouping, in HALF; else the AMP, the first of :func:`amp_candidates`
+    for the update's ``B`` input and ``I`` output channels, constrained to the forward
+    groupings exchanged when the forward pass is the AMP."""
+    icg, ocg = groups
+    b, i = layer[1], layer[2]
+    if b == 1 and ocg == 1:
+        return "OUTER_PRODUCT", (1, icg), 0, "half"
+    want = (ocg, icg) if method == "AMP" else None
+    wu_groups, units, partials = amp_candidates(b, i, target, want)[0]
+    return "AMP", wu_groups, units, partials
 
 
 def _joint_splits(fwd: Product, tiles: int) -> dict[str, np.ndarray]:
@@ -149,23 +206,27 @@ def _joint_splits(fwd: Product, tiles: int) -> dict[str, np.ndarray]:
 
 
 def _pass_costs(
-    layer: tuple[int, int, int, int], groups: tuple[int, int], target: Any, release: str
-) -> tuple[dict[str, np.ndarray], dict[str, Any], tuple[tuple[int, int], int, str]]:
+    layer: tuple[int, int, int, int],
+    method: str,
+    groups: tuple[int, int],
+    target: Any,
+    release: str,
+) -> tuple[dict[str, np.ndarray], dict[str, Any], tuple[str, tuple[int, int], int, str]]:
     """The three passes' candidates of one forward vertex type, row for row."""
     icg, ocg = groups
     units = max(amp_unit_options(HALF, FLOAT, target))
     prods = {p: tuple(int(layer[j]) for j in PASS_PRODUCT[p]) for p in PASS_PRODUCT}
     fwd = Product(prods["FC_TRAINING_FWD"], target, True, groups, "FC_TRAINING_FWD", units,
-                  release, grain=icg, joint=True)  # fmt: skip
+                  release, method, grain=icg, joint=True)  # fmt: skip
     splits = _joint_splits(fwd, target.getNumTiles())
     fs, pi, so = splits["fieldSplit"], splits["inChanSplit.parallel"], splits["outChanSplit.serial"]
     bwd = Product(prods["FC_TRAINING_BWD"], target, True, groups, "FC_TRAINING_BWD", units,
-                  release, grain=icg, joint=True, standard_order=False)  # fmt: skip
+                  release, method, grain=icg, joint=True, standard_order=False)  # fmt: skip
     bwd_splits = dict(splits, fieldSplit=pi, **{"inChanSplit.parallel": fs})
-    wu_groups, wu_units, wu_partials = wu_vertex(layer, groups, target)
-    wu = Product(prods["FC_TRAINING_WU"], target, True, wu_groups, "FC_TRAINING_WU", wu_units,
-                 release, partials=wu_partials, grain=icg, joint=True,
-                 standard_order=False)  # fmt: skip
+    wu = wu_vertex(layer, method, groups, target)
+    wu_p = Product(prods["FC_TRAINING_WU"], target, True, wu[1], "FC_TRAINING_WU", wu[2] or units,
+                   release, wu[0], partials=wu[3], grain=icg, joint=True,
+                   standard_order=False)  # fmt: skip
     one = np.ones(fs.size, np.int64)
     wu_splits = dict(splits, **{"outChanSplit.parallel": pi, "inChanSplit.parallel": one})
     # the weight update's sizes are the forward pass's, exchanged (addWuEstimates)
@@ -176,9 +237,9 @@ def _pass_costs(
     out = {
         "FC_TRAINING_FWD": costs(fwd, splits, keep_all=True),
         "FC_TRAINING_BWD": costs(bwd, bwd_splits, keep_all=True),
-        "FC_TRAINING_WU": costs(wu, wu_splits, tile, keep_all=True),
+        "FC_TRAINING_WU": costs(wu_p, wu_splits, tile, keep_all=True),
     }
-    return out["FC_TRAINING_FWD"].splits, out, (wu_groups, wu_units, wu_partials)
+    return out["FC_TRAINING_FWD"].splits, out, wu
 
 
 def joint_plan(
@@ -188,27 +249,26 @@ def joint_plan(
     release: str = DEFAULT_RELEASE,
 ) -> dict[str, Any] | None:
     """The joint plan Poplibs' ``createPlan`` picks for the HALF layer ``(G, B, I, O)``
-    (FLOAT partials, default options) among the AMP candidates of
+    (FLOAT partials, default options) among the AMP and horizontal-MAC candidates of
     :func:`fwd_vertex_types`, or None when no candidate keeps every pass within
     ``proportion`` of the tile (``minimizeMemory``'s retries are not restated).
 
-    Returns the forward ``groups``, the ``splits`` of the forward partition (by
+    Returns the forward ``method`` and ``groups``, the ``splits`` of the forward partition (by
     :data:`~.poplibs_matmul_model.SPLIT_NAMES`), ``broadcast``, ``cost`` ``(summed
     cycles, largest temporary bytes)``, ``passes``: per pass its ``(cycles, bytes)``
     and ``terms``, ``wu_vertex`` (:func:`wu_vertex`) and ``ties``. A later vertex type
     replaces an earlier only at a strictly lower cost (``PlanningObjective::lowerCost``).
 
-    Not restated: the horizontal-MAC joint candidates (bounded instead:
-    :func:`fc_layer_plan`'s ``hmac_floor``), the vertical MAC (its vertex takes one output
-    channel a tile, and the joint forward pass keeps all ``B`` on each) and the outer
-    product (one input channel); the pruning constraint on the backward and weight-update
+    Not restated: the vertical MAC (bounded instead: :func:`fc_layer_plan`'s
+    ``mac_floor``) and the outer product as the forward vertex (it needs one input
+    channel); the pruning constraint on the backward and weight-update
     passes' MACs uses each product's own padded sizes where Poplibs' uses the forward
     pass's parameters with the field and channels exchanged (the same product here).
     """
     bound = int(target.getBytesPerTile() * proportion)
     best: dict[str, Any] | None = None
-    for groups in fwd_vertex_types(layer, target):
-        splits, per, wu = _pass_costs(layer, groups, target, release)
+    for method, groups in fwd_vertex_types(layer, target):
+        splits, per, wu = _pass_costs(layer, method, groups, target, release)
         cycles = sum(c.cycles for c in per.values())
         temp = np.maximum.reduce([c.temp_bytes for c in per.values()])
         ok = np.logical_and.reduce([c.ok for c in per.values()]) & (temp <= bound)
@@ -221,7 +281,7 @@ def joint_plan(
         if best is None or cost < best["cost"]:
             ties = int((ok & (cycles == cost[0]) & (temp == cost[1])).sum())
             best = {
-                "groups": groups, "cost": cost, "ties": ties, "wu_vertex": wu,
+                "method": method, "groups": groups, "cost": cost, "ties": ties, "wu_vertex": wu,
                 "broadcast": bool(per["FC_TRAINING_FWD"].broadcast[j]),
                 "splits": {k: int(splits[k][j]) for k in SPLIT_NAMES},
                 "passes": {p: ((int(c.cycles[j]), int(c.temp_bytes[j])),
@@ -245,56 +305,22 @@ def separate_has_lower_cost(
     return joint[1] > bound and separate[1] < joint[1]
 
 
-def hmac_joint_floor(layer: tuple[int, int, int, int], target: Any) -> int:
-    """A lower bound of every joint plan whose forward pass is the horizontal MAC: the
-    least, over the joint HMAC groupings (``getConvVertexHMACCandidates`` with
-    ``isJointPlan``: HALF input groupings from 2 in steps of 2 where the number of groups
-    drops, each 1 or a multiple of the conv units; one FLOAT partial channel a group)
-    and every joint partition with its serial split of ``B``, of the forward and
-    backward passes' partial sums (:func:`~.poplibs_mac_estimates.hmac_partial_cycles`;
-    the backward pass runs the forward method with the field and input channels
-    exchanged, ``getFullyConnectedBwdMethod``); every other term is at least 0."""
-    g, b, i, o = (int(x) for x in layer)
-    tiles, workers = target.getNumTiles(), target.getNumWorkerContexts()
-    units = max(amp_unit_options(HALF, FLOAT, target))
-    best = np.iinfo(np.int64).max
-    previous = 0
-    rounded = -(-i // 2) * 2
-    so, _ = _splits(b, b)
-    for icg in range(2, rounded + 1, 2):
-        groups = -(-rounded // icg)
-        if groups == previous or icg % units:
-            continue
-        previous = groups
-        fs, _ = _splits(-(-o // icg), tiles)
-        pi, _ = _splits(-(-i // icg), tiles)
-        gs, _ = _splits(g, tiles)
-        g_, f_, i_, s_ = (x.ravel() for x in np.meshgrid(gs, fs, pi, so, indexing="ij"))
-        keep = g_ * f_ * i_ <= tiles
-        g_, f_, i_, s_ = g_[keep], f_[keep], i_[keep], s_[keep]
-        fg, ig = -(-o // icg), -(-i // icg)
-        ft, cit = -(-fg // f_) * icg, -(-ig // i_) * icg
-        gt, cot = -(-g // g_), -(-b // s_)
-        both = hmac_partial_cycles(ft, cit, cot, gt, icg, workers) + hmac_partial_cycles(
-            cit, ft, cot, gt, icg, workers
-        )
-        best = min(best, int((both * s_).min()))
-    return int(best)
-
-
 def describe_joint(plan: dict[str, Any]) -> str:
-    """A :func:`joint_plan` result as ``docs/planner.md`` states it: the forward AMP
-    groupings, the forward partition (``fieldSplit``, ``inChanSplit.parallel``; the output
-    channels are never split over tiles), serial passes, the weight update's vertex, and
-    the summed cycles and largest temporary bytes."""
+    """A :func:`joint_plan` result as ``docs/planner.md`` states it: the forward method
+    and groupings, the forward partition (``fieldSplit``, ``inChanSplit.parallel``; the
+    output channels are never split over tiles), serial passes, the weight update's
+    vertex, and the summed cycles and largest temporary bytes."""
     s = plan["splits"]
     icg, ocg = plan["groups"]
-    text = (f"AMP {icg} / {ocg}, field {s['fieldSplit']} \N{MULTIPLICATION SIGN} Ci "
+    text = (f"{plan['method']} {icg} / {ocg}, field {s['fieldSplit']} \N{MULTIPLICATION SIGN} Ci "
             f"{s['inChanSplit.parallel']}")  # fmt: skip
     if s["outChanSplit.serial"] > 1:
         text += f" in {s['outChanSplit.serial']} batch passes"
-    (wicg, wocg), units, partials = plan["wu_vertex"]
-    text += f", weight update AMP {wicg} / {wocg} ({units} units, {partials} partials)"
+    method, (wicg, wocg), units, partials = plan["wu_vertex"]
+    if method == "AMP":
+        text += f", weight update AMP {wicg} / {wocg} ({units} units, {partials} partials)"
+    else:
+        text += f", weight update {method.replace('_', ' ').lower()} grouped by {wocg}"
     cycles, temp = plan["cost"]
     return f"{text}, {cycles:,} cycles / {temp:,} B"
 
@@ -311,12 +337,12 @@ def fc_layer_plan(
     Returns ``joint`` (:func:`joint_plan`), ``separate``: per pass the
     :func:`~.poplibs_matmul_model.poplibs_matmul_plan` of its product with its pass,
     ``separate_cost`` (summed cycles, largest bytes), ``mac_floor``: a lower bound of
-    any joint plan with a MAC forward pass (:func:`hmac_joint_floor`; the vertical MAC's
-    forward pass alone, :func:`~.poplibs_mac_estimates.vmac_floor`: the joint partitions
-    are some of the swapped product's), ``pick``: ``"joint"`` or ``"separate"`` of the
-    AMP joint plan and the separate plans (:func:`separate_has_lower_cost`), and
-    ``established``: whether the pick is Poplibs' whatever the MAC joint plans cost
-    (``mac_floor`` above the picked plan's cycles, both plans within the bound).
+    any joint plan whose forward pass is the vertical MAC (its forward pass alone,
+    :func:`~.poplibs_mac_estimates.vmac_floor`: the joint partitions are some of the
+    swapped product's), ``pick``: ``"joint"`` or ``"separate"`` of the joint plan and the
+    separate plans (:func:`separate_has_lower_cost`), and ``established``: whether the
+    pick is Poplibs' whatever a vertical-MAC joint plan costs (``mac_floor`` above the
+    picked plan's cycles, the plan within the bound).
     """
     bound = int(target.getBytesPerTile() * proportion)
     joint = joint_plan(layer, target, proportion, release)
@@ -329,7 +355,7 @@ def fc_layer_plan(
     sep = (sum(s["cost"][0] for s in separate.values()),
            max(s["cost"][1] for s in separate.values()))  # fmt: skip
     fwd = tuple(int(layer[j]) for j in PASS_PRODUCT["FC_TRAINING_FWD"])
-    floor = min(hmac_joint_floor(layer, target), vmac_floor(fwd, target, True))
+    floor = vmac_floor(fwd, target, True)
     wins = separate_has_lower_cost(sep, joint["cost"] if joint else None, bound)
     picked = sep if wins or joint is None else joint["cost"]
     return {"joint": joint, "separate": separate, "separate_cost": sep, "mac_floor": floor,

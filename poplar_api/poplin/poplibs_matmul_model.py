@@ -74,7 +74,12 @@ import numpy as np
 from ipusim.machine_copies import transform_factor
 from poplar_api.poplin import amp
 from poplar_api.poplin.conv_planner import amp_unit_options
-from poplar_api.poplin.estimators import EXCHANGE_SCALE, reduce_add_cycles, single_input_reduce
+from poplar_api.poplin.estimators import (
+    EXCHANGE_SCALE,
+    outer_product_cycles,
+    reduce_add_cycles,
+    single_input_reduce,
+)
 from poplar_api.poplin.poplibs_amp_estimates import (
     amp_1x1_inner,
     amp_padding_estimate,
@@ -424,11 +429,15 @@ def partial_cycles(p: Product, ft: Any, cit: Any, cot: Any, gt: Any) -> Any:
     ``cot`` output channels and ``gt`` groups: the AMP's as ``p.release`` estimates it
     (:func:`~.poplibs_amp_estimates.amp_partial_cycles`: ``ConvPartial1x1Out`` with a full
     input grouping, else ``ConvPartialnx1``), the horizontal MAC's estimate
-    (:mod:`.poplibs_mac_estimates`) for ``"HMAC"``."""
+    (:mod:`.poplibs_mac_estimates`) for ``"HMAC"``, ``getOuterProductCycleEstimate`` of a
+    worker's ``ceil(ft / W)`` positions times ``W`` for ``"OUTER_PRODUCT"`` (HALF: a
+    joint plan's batch-1 weight update)."""
     icg, ocg = p.groups
     workers = p.target.getNumWorkerContexts()
     if p.method == "HMAC":
         return hmac_partial_cycles(ft, cit, cot, gt, icg, workers)
+    if p.method == "OUTER_PRODUCT":  # one worker's share of the field, times the workers
+        return outer_product_cycles(False, -(-ft // workers), cot * gt, ocg) * workers
     return amp_partial_cycles(ft, cit, cot, gt, icg, ocg, p.units, p.partials == "float",
                               amp_common_path_estimate(p.release), workers)  # fmt: skip
 
