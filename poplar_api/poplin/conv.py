@@ -59,6 +59,7 @@ from poplar_api.poplin.conv_serial import (
 from poplar_api.poplin.conv_vertex_estimates import geometry_cache, largest_block_estimate
 from poplar_api.poplin.plan_report import format_plan
 from poplar_api.poplin.poplibs_release import poplibs_release
+from poplar_api.poplin.shared_plans import shared_plan
 from poplar_api.program import Copy, Execute
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
@@ -84,33 +85,46 @@ __all__ = [
 def getConvPlan(
     graph: Graph, params: ConvParams, options: Mapping[str, Any] | None = None
 ) -> ConvPlan:
-    """The plan :func:`convolution` uses for ``params`` on ``graph`` (cached per graph)."""
+    """The plan :func:`convolution` uses for ``params`` on ``graph`` (cached per graph,
+    and for the process by :mod:`~poplar_api.poplin.shared_plans`)."""
     opts = parse_options(options, "getConvPlan")
     return _plan(graph, params, opts)
 
 
 def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
-    """The cheaper of the plans of ``params`` and of its expanded (im2col) form."""
-    target = graph.getTarget()
-    key = plan_cache_key(target, params, opts)
+    """The cheaper of the plans of ``params`` and of its expanded (im2col) form: the
+    graph's, else the process's (:mod:`.shared_plans`), else searched for."""
+    key = plan_cache_key(graph.getTarget(), params, opts)
     cache = graph.libraryCache(PLAN_CACHE)
     plan = cache.get(key)
     if plan is None:
-        expand = opts.get("expand")
-        if opts.get("method") == "VMAC":
-            expand = False  # the expanded form has many input channels: no VMAC
-        plan = None
-        if expand is not True or int(np.prod(params.kernelShape)) == 1:
-            estimate = largest_block_estimate(params, target, geometry_cache(graph, params))
-            plan = plan_convolution(params, target, opts, estimate)
-        if expand is not False and int(np.prod(params.kernelShape)) > 1:
-            eff = expand_all_dims(params)
-            estimate = largest_block_estimate(eff, target, geometry_cache(graph, eff))
-            alt = plan_convolution(eff, target, opts, estimate, in_serial=False)
-            if plan is None or alt.cost["total"] < plan.cost["total"]:
-                plan = dataclasses.replace(alt, expanded=True)
-        cache[key] = plan
+        plan = cache[key] = shared_plan(graph, params, opts, lambda: _search(graph, params, opts))
     return plan
+
+
+def _search(
+    graph: Graph, params: ConvParams, opts: dict[str, Any]
+) -> tuple[ConvPlan, tuple[ConvParams, ...]]:
+    """The plan search of :func:`_plan` and the convolutions whose geometries it made."""
+    target = graph.getTarget()
+    expand = opts.get("expand")
+    if opts.get("method") == "VMAC":
+        expand = False  # the expanded form has many input channels: no VMAC
+    plan = None
+    convs: tuple[ConvParams, ...] = ()
+    if expand is not True or int(np.prod(params.kernelShape)) == 1:
+        estimate = largest_block_estimate(params, target, geometry_cache(graph, params))
+        plan = plan_convolution(params, target, opts, estimate)
+        convs += (params,)
+    if expand is not False and int(np.prod(params.kernelShape)) > 1:
+        eff = expand_all_dims(params)
+        estimate = largest_block_estimate(eff, target, geometry_cache(graph, eff))
+        alt = plan_convolution(eff, target, opts, estimate, in_serial=False)
+        convs += (eff,)
+        if plan is None or alt.cost["total"] < plan.cost["total"]:
+            plan = dataclasses.replace(alt, expanded=True)
+    assert plan is not None
+    return plan, convs
 
 
 def reportPlanInfo(

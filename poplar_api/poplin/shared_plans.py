@@ -1,0 +1,112 @@
+"""Convolution plans shared by every graph of the process, as Poplibs' ``PlanningCache``.
+
+Poplibs keeps the plans it makes in a ``PlanningCache`` keyed by the convolution's
+parameters, its options and the target (``PlanningCacheImpl::Key``,
+``lib/poplin/PlanningCache.hpp``; ``getPlan`` in ``lib/poplin/ConvPlan.cpp`` at
+graphcore/poplibs 7eac0f26 plans into a temporary cache when the caller passes none,
+and looks a plan up first when it does). ipusim keeps each graph's plans in the graph
+(:meth:`~poplar_api.Graph.libraryCache`, ``conv_serial.PLAN_CACHE``), and this module
+keeps the plans it searched for in the process as well, so that a second graph with
+the same convolutions on the same machine (a PopART inference session after the
+training session of the same model, a test building a graph again) takes them instead
+of searching again. The plans are the same either way; only host time is saved.
+
+What a plan depends on is the key: the planner reads the convolution
+(``ConvParams.key()``), its parsed options and the target, and the target only
+through its machine config (tiles, worker contexts, memory, exchange, the Poplibs
+release it plans as), so the target's part of the key is the config's content hash
+(:func:`ipusim.config.config_hash`: every value but the config's name and
+description). The tile geometries the planner made for its estimates are kept with
+the plan and handed to the new graph's geometry cache, which the lowering of the plan
+reads (:func:`~poplar_api.poplin.conv_vertex_estimates.geometry_cache`). Plans and
+geometries are read only once made (a plan's tile array is made read-only here).
+
+At most :data:`MAX_PLANS` searches are kept, the least recently used dropped first;
+:func:`clear` forgets them all (``benchmarks/bench_library.py`` clears them to time
+the planning a program that builds one graph pays).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ipusim.config import config_hash
+from poplar_api.poplin.conv_params import ConvParams
+from poplar_api.poplin.conv_planner import ConvPlan
+from poplar_api.poplin.conv_vertex_estimates import geometry_cache
+
+__all__ = ["MAX_PLANS", "clear", "plan_key", "shared_plan", "size"]
+
+#: Plan searches kept for the process (least recently used dropped first).
+MAX_PLANS = 512
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A search's plan and the tile geometries its estimates made, per convolution
+    whose geometry cache they were in (the planned one and its expanded form)."""
+
+    plan: ConvPlan
+    geometries: tuple[tuple[ConvParams, dict], ...]
+
+
+_PLANS: OrderedDict[tuple, _Entry] = OrderedDict()
+
+
+def plan_key(target: Any, params: ConvParams, opts: Mapping[str, Any]) -> tuple:
+    """The process-wide key of ``params``' plan on ``target`` with the parsed options
+    ``opts``: the machine config's content hash, the convolution and the options."""
+    options = tuple(sorted((k, str(v)) for k, v in opts.items()))
+    return (config_hash(target.config), params.key(), options)
+
+
+def shared_plan(
+    graph: Any,
+    params: ConvParams,
+    opts: Mapping[str, Any],
+    search: Callable[[], tuple[ConvPlan, tuple[ConvParams, ...]]],
+) -> ConvPlan:
+    """The plan of ``params`` on ``graph``'s target: the one searched for before in this
+    process under the same key, with its tile geometries added to ``graph``'s geometry
+    cache, or ``search()``'s, kept.
+
+    Parameters
+    ----------
+    graph
+        The graph the plan is for (its target and geometry cache).
+    params, opts
+        The convolution and its parsed options.
+    search
+        ``search() -> (plan, convolutions)``: plans ``params`` on ``graph``, making
+        geometries in ``graph``'s geometry cache of each of ``convolutions`` (the ones
+        the search estimated: ``params``, its expanded form).
+    """
+    key = plan_key(graph.getTarget(), params, opts)
+    entry = _PLANS.get(key)
+    if entry is not None:
+        _PLANS.move_to_end(key)
+        for conv, geoms in entry.geometries:
+            kept = geometry_cache(graph, conv)
+            for k, geom in geoms.items():
+                kept.setdefault(k, geom)
+        return entry.plan
+    plan, convs = search()
+    plan.tiles.setflags(write=False)
+    geoms = tuple((conv, dict(geometry_cache(graph, conv))) for conv in convs)
+    _PLANS[key] = _Entry(plan, geoms)
+    while len(_PLANS) > MAX_PLANS:
+        _PLANS.popitem(last=False)
+    return plan
+
+
+def clear() -> None:
+    """Forget every plan kept for the process."""
+    _PLANS.clear()
+
+
+def size() -> int:
+    """Plan searches kept for the process."""
+    return len(_PLANS)
