@@ -27,6 +27,7 @@ from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.fc_joint import fwd_layer, plan_joint
 from poplar_api.poplin.plan_report import plan_summary, vertex_name
+from poplar_api.poplin.poplibs_conv_model import flat_params, poplibs_conv_plan
 from poplar_api.poplin.poplibs_fc_joint_model import describe_joint, fc_layer_plan
 from poplar_api.poplin.poplibs_matmul_model import describe, poplibs_matmul_plan
 
@@ -90,8 +91,10 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
     if claim in ("acts rearranged", "weights rearranged"):
         assert rearranged is not None, claim
         return rearranged[0 if claim.startswith("acts") else 1]
-    if claim == "swapped":
-        return plan.swapped
+    if claim in ("swapped", "unswapped"):
+        return plan.swapped == (claim == "swapped")
+    if claim == "flattened":
+        return plan.flattened
     if claim == "inputs broadcast before the loop":
         return plan.broadcast
     if claim in ("joint", "separate"):
@@ -102,7 +105,9 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
     if claim.startswith("vertex "):
         return vertex_name(plan, params) == f"poplin::{claim.split()[1]}"
     if claim.startswith("partition "):
-        return claim == "partition " + _partition(plan.parts[2], plan.parts[3], plan.parts[4])
+        nd = len(plan.parts) - 4  # (the field dimensions of the convolution the plan runs)
+        field = "\N{MIDDLE DOT}".join(str(p) for p in plan.parts[2 : 2 + nd])
+        return claim == "partition " + _partition(field, plan.parts[-2], plan.parts[-1])
     m = re.fullmatch(r"(serial|input-channel serial|Ci split) (>|=)? ?(\d+)", claim)
     assert m, f"unknown claim {claim!r} in docs/planner.md"
     value = {"serial": plan.serial, "input-channel serial": plan.in_serial}.get(
@@ -118,8 +123,9 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
 SEPARATE = "if separate, "
 
 
-def _partition(field: int, co: int, ci: int) -> str:
-    """A product's partition as the table states it (field, output and input channels)."""
+def _partition(field: int | str, co: int, ci: int) -> str:
+    """A partition as the tables state it (field, its dimensions' parts joined by a dot
+    for a convolution, output and input channels)."""
     return " \N{MULTIPLICATION SIGN} ".join([f"field {field}", f"Co {co}", f"Ci {ci}"])
 
 
@@ -191,6 +197,7 @@ def test_convolutions(row) -> None:
     opts = None if conv_pass == "NONE" else {"pass": conv_pass}
     plan = poplin.getConvPlan(graph, params, opts)
     eff = expand_all_dims(params) if plan.expanded else params
+    eff = flat_params(params) if plan.flattened else eff
     for claim in _claims(poplibs):
         assert _holds(claim, plan, params, None), f"{name} on {preset}: {claim!r} fails: {plan}"
     assert ipusim == plan_summary(plan, eff, memory_limit(graph.getTarget(), {}))
@@ -257,3 +264,35 @@ def test_poplibs_plans_are_its_cost_models(row) -> None:
             key = "outChanSplit.serial" if m.group(1) == "serial" else "inChanSplit.serial"
             n = int(m.group(3))
             assert splits[key] > n if m.group(2) else splits[key] == n, claim
+
+
+CONV_ESTIMATED = [r for r in CONV_ROWS if "Poplibs' estimate: " in r[4]]
+
+
+@pytest.mark.parametrize("row", CONV_ESTIMATED, ids=[r[0] for r in CONV_ESTIMATED])
+def test_poplibs_conv_plans_are_its_cost_models(row) -> None:
+    """The Poplibs column of an established convolution row is the plan of Poplibs'
+    cost model and search (:func:`poplibs_conv_plan`, every candidate it leaves out
+    bounded above it): its estimate as stated, its operand order, and its partition of
+    the flattened field (one part in every field dimension but the innermost)."""
+    _, name, preset, _, poplibs, _ = row
+    params = CONVS[name]
+    target = Graph(IPUModel(preset).createDevice().getTarget()).getTarget()
+    plan = poplibs_conv_plan(params, target)
+    assert plan["ties"] == 1 and plan["established"]
+    s = plan["splits"]
+    nd = params.getNumFieldDims()
+    for claim in (c.strip() for c in poplibs.split(";")):
+        if claim.startswith("Poplibs' estimate: "):
+            assert claim.removeprefix("Poplibs' estimate: ") == describe(plan)
+        elif claim.startswith("partition "):
+            field = "\N{MIDDLE DOT}".join(["1"] * (nd - 1) + [str(s["fieldSplit"])])
+            assert claim == "partition " + _partition(
+                field, s["outChanSplit.parallel"], s["inChanSplit.parallel"]
+            )
+        elif claim in ("swapped", "unswapped"):
+            assert plan["swapped"] == (claim == "swapped")
+        elif claim.startswith("method "):
+            assert plan["method"] == claim.split()[1]
+        elif claim.startswith("serial "):
+            assert s["outChanSplit.serial"] * s["inChanSplit.serial"] == int(claim.split()[1])

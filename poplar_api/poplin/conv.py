@@ -58,6 +58,8 @@ from poplar_api.poplin.conv_serial import (
 )
 from poplar_api.poplin.conv_vertex_estimates import geometry_cache, largest_block_estimate
 from poplar_api.poplin.plan_report import format_plan
+from poplar_api.poplin.poplibs_conv_model import flat_params
+from poplar_api.poplin.poplibs_conv_plans import adopted_conv_plan
 from poplar_api.poplin.poplibs_release import poplibs_release
 from poplar_api.poplin.shared_plans import shared_plan
 from poplar_api.program import Copy, Execute
@@ -92,8 +94,10 @@ def getConvPlan(
 
 
 def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
-    """The cheaper of the plans of ``params`` and of its expanded (im2col) form: the
-    graph's, else the process's (:mod:`.shared_plans`), else searched for."""
+    """Poplibs' plan where :mod:`.poplibs_conv_plans` establishes and ipusim can run it
+    (of the flattened convolution), else the cheaper of ipusim's plans of ``params`` and
+    of its expanded (im2col) form: the graph's, else the process's
+    (:mod:`.shared_plans`), else searched for."""
     key = plan_cache_key(graph.getTarget(), params, opts)
     cache = graph.libraryCache(PLAN_CACHE)
     plan = cache.get(key)
@@ -107,6 +111,9 @@ def _search(
 ) -> tuple[ConvPlan, tuple[ConvParams, ...]]:
     """The plan search of :func:`_plan` and the convolutions whose geometries it made."""
     target = graph.getTarget()
+    adopted = adopted_conv_plan(params, opts, target)
+    if adopted is not None:  # (its estimate made no geometries in the graph's cache)
+        return adopted, ()
     expand = opts.get("expand")
     if opts.get("method") == "VMAC":
         expand = False  # the expanded form has many input channels: no VMAC
@@ -125,6 +132,24 @@ def _search(
             plan = dataclasses.replace(alt, expanded=True)
     assert plan is not None
     return plan, convs
+
+
+def _flat_act(act: Tensor, params: ConvParams) -> Tensor:
+    """Canonical activations ``[G, B, C, *F]`` as the flattened convolution's ``[G, 1, C,
+    1, ..., B prod(F)]`` (:func:`~.poplibs_conv_model.flat_params`; views, no copy)."""
+    g, b, c = act.dim(0), act.dim(1), act.dim(2)
+    nd = params.getNumFieldDims()
+    positions = b * int(np.prod(act.shape()[3:]))
+    by_chan = act.dimShuffle([0, 2, 1, *range(3, 3 + nd)])
+    return by_chan.reshape([g, 1, c, *([1] * (nd - 1)), positions])
+
+
+def _unflat_act(flat: Tensor, params: ConvParams, chans: int, field: list[int]) -> Tensor:
+    """The inverse of :func:`_flat_act`: ``[G, 1, C, 1, ..., B prod(F)]`` as ``[G, B, C,
+    *F]`` with ``chans`` channels and ``field`` positions."""
+    nd = params.getNumFieldDims()
+    by_chan = flat.reshape([flat.dim(0), chans, params.batchSize, *field])
+    return by_chan.dimShuffle([0, 2, 1, *range(3, 3 + nd)])
 
 
 def reportPlanInfo(
@@ -214,6 +239,12 @@ def createInput(
     params = _check_params(params, "createInput")
     opts = parse_options(options, "createInput")
     plan = _plan(graph, params, opts)
+    if plan.flattened:  # laid out as the flattened convolution's input
+        flat = flat_params(params)
+        canonical = grouped_input(graph, flat, _plan(graph, flat, opts), name or "input")
+        canonical = _unflat_act(canonical, params, params.inputChannelsPerConvGroup,
+                                params.inputFieldShape)  # fmt: skip
+        return _public_act(canonical)
     canonical = grouped_input(graph, params, plan, name or "input")  # [G, B, Ci, *F]
     return _public_act(canonical)
 
@@ -228,6 +259,10 @@ def createWeights(
     params = _check_params(params, "createWeights")
     opts = parse_options(options, "createWeights")
     plan = _plan(graph, params, opts)
+    if plan.flattened:  # (a one-position kernel: the same shape)
+        flat = flat_params(params)
+        weights = grouped_weights(graph, flat, _plan(graph, flat, opts), name or "weights")
+        return weights.reshape(params.weightsShape())
     return grouped_weights(graph, params, plan, name or "weights")
 
 
@@ -268,6 +303,13 @@ def _conv(
     class, worklist values and, per group counts, their estimate; the views of every
     vertex are made from element positions in the operands."""
     plan = _plan(graph, params, opts)
+    if plan.flattened:  # Poplibs' flattenDims: the batch and field as one dimension
+        flat = flat_params(params)
+        ker_f = ker.reshape([ker.dim(0), ker.dim(1), ker.dim(2), *([1] * flat.getNumFieldDims())])
+        out = _conv(graph, _flat_act(act, params), ker_f, flat, opts, prog, name, rearrange,
+                    copies)  # fmt: skip
+        return _unflat_act(out, params, params.outputChannelsPerConvGroup,
+                           params.getOutputFieldShape())  # fmt: skip
     if rearrange:
         act, ker, params, plan = _rearrange(graph, act, ker, params, plan, opts, prog, name)
     if plan.serial > 1:

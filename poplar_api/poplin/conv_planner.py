@@ -70,7 +70,9 @@ input-channel serial splits of an expanded convolution and the planner's other
 transforms (swapping the operands of a convolution that is not a matMul, expanding
 some dimensions only, flattening the batch into the field); docs/planner.md compares
 ipusim's plans with Poplibs'. A HALF matMul product the Poplibs model covers is planned
-by it instead (:mod:`~poplar_api.poplin.poplibs_plans`).
+by it instead (:mod:`~poplar_api.poplin.poplibs_plans`), and so is a HALF convolution
+whose batch and field flatten into one dimension, as its flattened form
+(:mod:`~poplar_api.poplin.poplibs_conv_plans`).
 """
 
 from __future__ import annotations
@@ -237,6 +239,11 @@ class ConvPlan:
     #: Whether the plan is for the expanded (im2col, 1x1) form of the convolution
     #: (:func:`~poplar_api.poplin.conv_params.expand_all_dims`).
     expanded: bool = False
+    #: Whether the plan is for the flattened form of the convolution (Poplibs'
+    #: ``flattenDims``: batch and field as one field dimension,
+    #: :func:`~poplar_api.poplin.poplibs_conv_model.flat_params`); ``parts`` and
+    #: ``blocks`` are of that form (:mod:`.poplibs_conv_plans`).
+    flattened: bool = False
     #: Output-channel serial split: the convolution runs as ``serial`` passes over
     #: ``Co / serial`` channels each; ``parts`` and ``blocks`` describe one pass.
     serial: int = 1
@@ -283,6 +290,7 @@ class ConvPlan:
             f"groups in {self.in_chans_per_group} out {self.out_chans_per_group}, partials "
             f"{self.partials_type.name}, {self.num_tiles_used} tiles, cost {self.cost}, "
             f"{self.memory_bytes} B/tile{', expanded' if self.expanded else ''}"
+            f"{', flattened' if self.flattened else ''}"
             f"{f', serial {self.serial}' if self.serial > 1 else ''}"
             f"{f', input-channel serial {self.in_serial}' if self.in_serial > 1 else ''}"
             f"{f', {self.serial_chans} channels a pass' if self.serial_chans else ''}"

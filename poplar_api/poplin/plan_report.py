@@ -121,9 +121,10 @@ def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None)
     """One line of ``plan`` as docs/planner.md's tables give it.
 
     The vertex (``AMP 1x1``, ``AMP nx1``, ``HMAC``, ``VMAC``, ``OUTER_PRODUCT``), the transforms
-    (``expanded``, ``swapped``; ``joint`` for a pass of a joint plan), the serial passes,
-    then the parallel split of the convolution the plan runs (``params``: for a swapped
-    matMul, ``B^T A^T``) as parts of each dimension (groups and batch only when the
+    (``expanded``, ``flattened``, ``swapped``; ``joint`` for a pass of a joint plan), the
+    serial passes, then the parallel split of the convolution the plan runs (``params``:
+    for a swapped matMul, ``B^T A^T``; for a flattened plan, the flattened convolution)
+    as parts of each dimension (groups and batch only when the
     convolution has more than one, field dimensions joined by a dot) with the blocks of
     one tile, the tiles used and the temporary bytes of the largest tile (``of limit``
     when given). A serial split whose last pass is padded gives the channels of the
@@ -142,6 +143,7 @@ def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None)
     head = ", ".join(
         [_short_vertex(plan, params)]
         + (["expanded"] if plan.expanded else [])
+        + (["flattened"] if plan.flattened else [])
         + (["swapped"] if plan.swapped else [])
         + (["joint"] if plan.joint else [])
     )

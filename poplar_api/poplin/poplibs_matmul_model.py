@@ -363,8 +363,13 @@ SPLIT_NAMES = ("convGroupSplit", "fieldSplit", "outChanSplit.parallel", "outChan
 
 def _transforms(p: Product, used: np.ndarray) -> dict[str, np.ndarray]:
     """``addTransformCycleEstimate``'s itemised cycles and bytes per tile (default
-    options, a matMul or fully-connected pass planned alone): ``in``, ``w``, ``out``
-    copy-plus-exchange cycles and ``in_bytes``, ``w_bytes``, ``out_bytes``."""
+    options, a matMul or fully-connected pass planned alone, or a convolution of pass
+    ``NONE`` flattened to a product, :mod:`.poplibs_conv_model`): ``in``, ``w``, ``out``
+    copy-plus-exchange cycles and ``in_bytes``, ``w_bytes``, ``out_bytes``. The
+    operands and output are rearranged when the operand order is not the pass's
+    (``swapOperands != isMatmulOrFullyConnectedLayer``: a product unswapped, a
+    convolution swapped, which for a flattened convolution also flattens its field into
+    the output channels, ``outChanFlattenDims``, rearranging weights and output)."""
     g, _, k, _ = p.dims
     icg, ocg = p.groups
     co_g, ci_g = p.grains
@@ -374,10 +379,17 @@ def _transforms(p: Product, used: np.ndarray) -> dict[str, np.ndarray]:
     xbpc = target.getExchangeBytesPerCycle()
     pad_in, pad_partial = k % icg != 0, p.out_chans % ocg != 0
     wu, bwd = p.conv_pass == "FC_TRAINING_WU", p.conv_pass == "FC_TRAINING_BWD"
-    re_in = (not p.swapped) or pad_in or wu or (bwd and not p.joint)
-    re_w = (not p.swapped) or pad_in or pad_partial
-    re_out = (not p.swapped) or pad_partial or (wu and not p.joint)
-    regroup = p.conv_pass == "NONE_MATMUL" and ocg != WEIGHTS_PER_CONV_UNIT["half"]
+    fc = p.conv_pass.startswith("FC_")
+    if not fc and p.conv_pass not in ("NONE_MATMUL", "NONE"):
+        raise ValueError(
+            f"poplibs_matmul_model: pass {p.conv_pass!r} is not modelled; the model costs "
+            "NONE_MATMUL, the fully-connected passes and a flattened convolution of pass NONE"
+        )
+    moved = p.swapped != (fc or p.conv_pass == "NONE_MATMUL")
+    re_in = moved or pad_in or wu or (bwd and not p.joint)
+    re_w = moved or pad_in or pad_partial
+    re_out = moved or pad_partial or (wu and not p.joint)
+    regroup = not fc and ocg != WEIGHTS_PER_CONV_UNIT["half"]
     _, f1 = transform_factor("half", k * p.out_chans)
     _, o1 = transform_factor("half", p.out_chans)
     f1, o1 = int(f1), int(o1)

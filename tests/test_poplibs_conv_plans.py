@@ -1,0 +1,133 @@
+"""Poplibs' plans of convolutions whose field flattens into a product
+(:mod:`poplar_api.poplin.poplibs_conv_model`, :mod:`poplar_api.poplin.poplibs_conv_plans`):
+the transforms' coverage, the bounds of the candidates left out (written out here from
+the formulas of docs/planner.md, not from the module), the model's plan of the
+ResNet-like 1x1 layer, and ipusim running an adopted, flattened plan against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_poplin_conv import ref_conv, run_passes
+
+from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
+from poplar_api.poplin.conv_planner import parse_options
+from poplar_api.poplin.poplibs_conv_model import (
+    flat_params,
+    flat_product,
+    flattenable,
+    poplibs_conv_plan,
+    swapped_partial_floor,
+)
+from poplar_api.poplin.poplibs_conv_plans import adopted_conv_plan
+from poplar_api.poplin.poplibs_matmul_model import describe, poplibs_matmul_plan
+
+RESNET_1X1 = poplin.ConvParams(HALF, 1, [56, 56], [1, 1], 64, 256)
+#: A flattenable convolution whose Poplibs plan is established and runnable on the
+#: 8-tile target (batch 2 over an 8 x 12 field, 64 -> 48 channels).
+TINY = poplin.ConvParams(HALF, 2, [8, 12], [1, 1], 64, 48)
+
+
+def _target(preset: str):
+    return Graph(IPUModel(preset).createDevice().getTarget()).getTarget()
+
+
+def test_flattenable_and_its_product() -> None:
+    assert flattenable(RESNET_1X1)
+    assert flat_product(RESNET_1X1) == (1, 3136, 64, 256)
+    assert flat_product(TINY) == (1, 2 * 8 * 12, 64, 48)
+    flat = flat_params(TINY)
+    assert (flat.batchSize, list(flat.inputFieldShape), list(flat.kernelShape)) == (
+        1, [1, 192], [1, 1],
+    )  # fmt: skip
+    for p in (
+        poplin.ConvParams(HALF, 1, [8, 8], [3, 3], 64, 64),  # a wider kernel
+        poplin.ConvParams(HALF, 1, [8, 8], [1, 1], 64, 64, paddingLower=[1, 0]),
+        poplin.ConvParams(HALF, 1, [8, 8], [1, 1], 64, 64, stride=[1, 2]),
+        poplin.ConvParams(HALF, 1, [8, 8], [1, 1], 64, 64, inputDilation=[2, 1]),
+    ):
+        assert not flattenable(p), p
+
+
+def test_swapped_partial_floor_is_the_amp_bound_written_out() -> None:
+    """Swapped, 56 x 56 with 64 -> 256 channels: flattening neither dimension into the
+    output channels leaves a 56 x 56 kernel over 256 x 3136 outputs and 1 output channel;
+    flattening one leaves a 56-wide kernel over 256 x 56 outputs and 56 output channels.
+    4 cycles an output position and kernel position for 16 input and 16 output channels
+    over 1472 tiles."""
+    t = _target("mk2-ipumodel")
+    none = 4 * (256 * 3136) * 3136 * 64 * 1 // (16 * 16 * 1472)
+    one = 4 * (256 * 56) * 56 * 64 * 56 // (16 * 16 * 1472)
+    assert swapped_partial_floor(RESNET_1X1, t) == min(none, one) == one == 30_541
+
+
+def test_resnet_1x1_plan() -> None:
+    """docs/planner.md row 17: unswapped (tried first, so it would win a tie), the field
+    flattened and split 46 ways, 32 output-channel parts, AMP 16 / 8; the swapped form
+    with both dimensions flattened into the output channels pays the three
+    rearrangements (``swapOperands != isMatmulOrFullyConnectedLayer``)."""
+    t = _target("mk2-ipumodel")
+    plan = poplibs_conv_plan(RESNET_1X1, t)
+    assert describe(plan) == (
+        "unswapped, field 46 \N{MULTIPLICATION SIGN} Co 32 \N{MULTIPLICATION SIGN} Ci 1, "
+        "AMP 16 / 8, 4,521 cycles / 12,064 B"
+    )
+    assert plan["ties"] == 1 and plan["established"]
+    assert plan["mac_floor"] == 3136 * 64 * 256 // (4 * 1472) == 8_726
+    assert plan["forms"] == {False: (4521, 12064), True: (6221, 9152)}
+    # the unswapped form rearranges nothing (only the output regroup of 8 partial
+    # channels to the next layer's 16, addTransformCycleEstimate's regroupOutput)
+    assert plan["terms"]["transform"] == 171
+    # as a matMul the same product is planned the other way round: the rearrangements
+    # fall on the unswapped order there
+    mm = poplibs_matmul_plan((1, 3136, 64, 256), t, "NONE_MATMUL")
+    assert mm["swapped"]
+
+
+def test_not_covered_is_named() -> None:
+    t = _target("mk2-ipumodel")
+    with pytest.raises(ValueError, match="float/float \\(HALF/HALF needed"):
+        poplibs_conv_plan(poplin.ConvParams(FLOAT, 1, [8, 8], [1, 1], 64, 64), t)
+    with pytest.raises(ValueError, match="does not flatten"):
+        poplibs_conv_plan(poplin.ConvParams(HALF, 1, [8, 8], [3, 3], 64, 64), t)
+    with pytest.raises(ValueError, match="8 input channels"):
+        poplibs_conv_plan(poplin.ConvParams(HALF, 1, [8, 8], [1, 1], 8, 64), t)
+
+
+def test_adoption() -> None:
+    """ipusim takes the model's plan of the 1x1 layer, flattened, and not that of a
+    convolution the model does not cover, nor one with options it does not restate."""
+    graph = Graph(IPUModel("mk2-ipumodel").createDevice().getTarget())
+    plan = poplin.getConvPlan(graph, RESNET_1X1)
+    assert plan.flattened and plan.release == "7eac0f26"
+    assert (plan.parts, plan.blocks) == ((1, 1, 1, 46, 32, 1), (1, 1, 1, 69, 8, 64))
+    assert (plan.in_chans_per_group, plan.out_chans_per_group) == (16, 8)
+    t = graph.getTarget()
+    opts = parse_options({"pass": "TRAINING_FWD"}, "t")
+    assert adopted_conv_plan(RESNET_1X1, opts, t) is None
+    opts = parse_options({"enableFastReduce": "true"}, "t")
+    assert adopted_conv_plan(RESNET_1X1, opts, t) is None
+    wide = poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 64, 64)
+    assert adopted_conv_plan(wide, parse_options(None, "t"), t) is None
+
+
+def test_flattened_plan_runs_against_numpy() -> None:
+    """A flattened Poplibs plan on the 8-tile target (the batch and field as 192 positions
+    split 4 ways, 2 output-channel parts): forward values against the numpy reference,
+    with operands made by createInput / createWeights and the output in the public
+    ``[B, C, H, W]`` order."""
+    t = _target("tiny")
+    model = poplibs_conv_plan(TINY, t)
+    assert model["established"] and not model["swapped"]
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    plan = poplin.getConvPlan(graph, TINY)
+    assert plan.flattened and plan.parts == (1, 1, 1, 4, 2, 1)
+    rng = np.random.default_rng(28)
+    x = rng.uniform(-1, 1, TINY.inputShape()).astype(np.float16)
+    w = rng.uniform(-1, 1, TINY.weightsShape()).astype(np.float16)
+    dy = np.zeros(TINY.outputShape(), np.float16)
+    out, engine, _ = run_passes(TINY, x, w, dy, preset="tiny", passes=("fwd",))
+    np.testing.assert_allclose(out["y"].astype(np.float64), ref_conv(x, w, TINY),
+                               rtol=2e-3, atol=2e-2)  # fmt: skip
+    names = {r.name for r in engine.getTrace().records}
+    assert any("fwd/Convolve" in n for n in names), sorted(names)[:20]
