@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from test_poplin_conv import ref_conv, run_passes
 
+from ipusim.config import load_config
 from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api.poplin.conv_planner import parse_options
 from poplar_api.poplin.poplibs_conv_model import (
@@ -131,3 +132,13 @@ def test_flattened_plan_runs_against_numpy() -> None:
                                rtol=2e-3, atol=2e-2)  # fmt: skip
     names = {r.name for r in engine.getTrace().records}
     assert any("fwd/Convolve" in n for n in names), sorted(names)[:20]
+
+
+def test_not_established_when_planning_as_f927358() -> None:
+    """The bounds are of 7eac0f26's estimates: planning as f927358 the model still picks
+    a plan but does not call it established, and ipusim plans the layer itself."""
+    cfg = load_config("mk2-ipumodel", overrides={"software.poplibs_release": "f927358"})
+    graph = Graph(IPUModel(cfg).createDevice().getTarget())
+    plan = poplibs_conv_plan(RESNET_1X1, graph.getTarget(), release="f927358")
+    assert not plan["established"] and not plan["swapped"]
+    assert not poplin.getConvPlan(graph, RESNET_1X1).flattened
