@@ -106,10 +106,8 @@ def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     return plan
 
 
-def _search(
-    graph: Graph, params: ConvParams, opts: dict[str, Any]
-) -> tuple[ConvPlan, tuple[ConvParams, ...]]:
-    """The plan search of :func:`_plan` and the convolutions whose geometries it made."""
+def _search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
+    """The plan search of :func:`_plan`."""
     target = graph.getTarget()
     adopted = adopted_conv_plan(params, opts, target)
     if adopted is not None:  # (its estimate made no geometries in the graph's cache)
@@ -118,20 +116,17 @@ def _search(
     if opts.get("method") == "VMAC":
         expand = False  # the expanded form has many input channels: no VMAC
     plan = None
-    convs: tuple[ConvParams, ...] = ()
     if expand is not True or int(np.prod(params.kernelShape)) == 1:
         estimate = largest_block_estimate(params, target, geometry_cache(graph, params))
         plan = plan_convolution(params, target, opts, estimate)
-        convs += (params,)
     if expand is not False and int(np.prod(params.kernelShape)) > 1:
         eff = expand_all_dims(params)
         estimate = largest_block_estimate(eff, target, geometry_cache(graph, eff))
         alt = plan_convolution(eff, target, opts, estimate, in_serial=False)
-        convs += (eff,)
         if plan is None or alt.cost["total"] < plan.cost["total"]:
             plan = dataclasses.replace(alt, expanded=True)
     assert plan is not None
-    return plan, convs
+    return plan
 
 
 def _flat_act(act: Tensor, params: ConvParams) -> Tensor:
