@@ -104,7 +104,7 @@ def test_adoption() -> None:
     assert (plan.parts, plan.blocks) == ((1, 1, 1, 46, 32, 1), (1, 1, 1, 69, 8, 64))
     assert (plan.in_chans_per_group, plan.out_chans_per_group) == (16, 8)
     t = graph.getTarget()
-    opts = parse_options({"pass": "TRAINING_FWD"}, "t")
+    opts = parse_options({"pass": "TRAINING_WU"}, "t")
     assert adopted_conv_plan(RESNET_1X1, opts, t) is None
     opts = parse_options({"enableFastReduce": "true"}, "t")
     assert adopted_conv_plan(RESNET_1X1, opts, t) is None
@@ -177,3 +177,29 @@ def test_flattened_passes_against_numpy(params, bwd_flattened) -> None:
     dx = np.einsum("goc,bgop->bgcp", w64, dyg).reshape(b, g * ci, *field)
     np.testing.assert_allclose(out["y"].astype(np.float64), y, rtol=2e-3, atol=2e-2)
     np.testing.assert_allclose(out["dx"].astype(np.float64), dx, rtol=2e-3, atol=2e-2)
+
+
+def test_the_passes_that_rearrange_as_none() -> None:
+    """``INFERENCE_FWD`` and ``TRAINING_BWD`` rearrange as ``NONE`` does
+    (``addTransformCycleEstimate``: neither a weight update, a matMul nor a
+    fully-connected pass), so they plan the same; ``TRAINING_FWD`` also regroups the
+    weights of 8 partial channels for the backward pass: ``ceil(64 x 256 / tiles)``
+    elements of 2 bytes copied at ``min(8, 8 x 2)`` bytes a cycle times 4 / 5 (256
+    output channels, a multiple of the HALF grain of 4), not exchanged."""
+    t = _target("mk2-ipumodel")
+    none = poplibs_conv_plan(RESNET_1X1, t)
+    for conv_pass in ("INFERENCE_FWD", "TRAINING_BWD"):
+        assert poplibs_conv_plan(RESNET_1X1, t, conv_pass=conv_pass) == none
+    fwd = poplibs_conv_plan(RESNET_1X1, t, conv_pass="TRAINING_FWD")
+    s = fwd["splits"]
+    tiles = s["fieldSplit"] * s["outChanSplit.parallel"] * s["inChanSplit.parallel"]
+    regroup_bytes = -(-64 * 256 // tiles) * 2
+    weights = -(-regroup_bytes * 5 // (8 * 4))
+    # the output regroup as for NONE (the same tiles: the partition does not move)
+    assert s == none["splits"] and fwd["terms"]["transform"] == 171 + weights == 175
+    assert fwd["established"]
+    graph = Graph(IPUModel("mk2-ipumodel").createDevice().getTarget())
+    plan = poplin.getConvPlan(graph, RESNET_1X1, {"pass": "TRAINING_FWD"})
+    assert plan.flattened and plan.parts == (1, 1, 1, 46, 32, 1)
+    with pytest.raises(ValueError, match="pass TRAINING_WU"):
+        poplibs_conv_plan(RESNET_1X1, t, conv_pass="TRAINING_WU")

@@ -1,7 +1,9 @@
 """Poplibs' planner for a convolution whose field flattens into a product.
 
 ``createPlan`` (``lib/poplin/ConvPlan.cpp`` at graphcore/poplibs ``7eac0f26``) plans a
-convolution of pass ``NONE`` over these transforms of level 0, each candidate costed by
+convolution of pass ``NONE`` (and ``INFERENCE_FWD``, ``TRAINING_FWD``, ``TRAINING_BWD``:
+the same candidates, :data:`~.poplibs_matmul_model.CONV_PASSES`) over these transforms of
+level 0, each candidate costed by
 ``constructModel`` / ``addEstimates`` (``ConvModel.cpp``):
 
 * ``swapOperands`` (``getSwapOperandCandidates``): ``{false, true}``, the unswapped form
@@ -30,7 +32,8 @@ swapped with every field dimension flattened into the output channels, that prod
 swapped form: the convolutions :mod:`.poplibs_matmul_model` costs, here with the
 rearrangements of pass ``NONE`` (``addTransformCycleEstimate``: the operands and output
 rearranged when swapped, ``swapOperands != isMatmulOrFullyConnectedLayer``; the output
-regrouped when its partials are not grouped by 16). The swapped forms that flatten
+regrouped when its partials are not grouped by 16, and in ``TRAINING_FWD`` the weights
+too, ``regroupWeights``). The swapped forms that flatten
 fewer dimensions into the output channels keep a kernel as wide as the field in the
 others, and :func:`swapped_partial_floor` bounds them from below: the AMP estimate
 (``getConvPartialnx1InnerLoopCycleEstimate``, ``getConvPartial1x1InnerLoopCycleEstimate``)
@@ -54,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.poplin.conv_params import ConvParams
-from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
+from poplar_api.poplin.poplibs_matmul_model import CONV_PASSES, poplibs_matmul_plan
 from poplar_api.poplin.poplibs_release import DEFAULT_RELEASE
 from poplar_api.types import HALF
 
@@ -153,12 +156,19 @@ def swapped_partial_floor(params: ConvParams, target: Any) -> int:
 
 
 def poplibs_conv_plan(
-    params: ConvParams, target: Any, proportion: float = 0.6, release: str = DEFAULT_RELEASE
+    params: ConvParams,
+    target: Any,
+    proportion: float = 0.6,
+    release: str = DEFAULT_RELEASE,
+    conv_pass: str = "NONE",
 ) -> dict[str, Any]:
-    """Poplibs' plan of a HALF convolution of pass ``NONE`` with FLOAT partials whose
-    field flattens (:func:`flattenable`), with more than 16 input channels and default
-    options, on one IPU: :func:`~.poplibs_matmul_model.poplibs_matmul_plan` of its
-    :func:`flat_product` with pass ``NONE``'s rearrangements, the unswapped form first.
+    """Poplibs' plan of a HALF convolution of pass ``conv_pass`` (``NONE``,
+    ``INFERENCE_FWD``, ``TRAINING_BWD``: the same rearrangements; ``TRAINING_FWD``: the
+    weights also regrouped when the partials are not grouped by 16, ``regroupWeights``)
+    with FLOAT partials whose field flattens (:func:`flattenable`), with more than 16
+    input channels and default options, on one IPU:
+    :func:`~.poplibs_matmul_model.poplibs_matmul_plan` of its :func:`flat_product` with
+    that pass's rearrangements, the unswapped form first.
 
     Returns that plan (``swapped``: the form with every field dimension flattened into
     the output channels) with ``mac_floor`` (the MAC vertices' and SLIC's bound),
@@ -173,6 +183,8 @@ def poplibs_conv_plan(
         When ``params`` is not of that kind, naming what differs.
     """
     why = []
+    if conv_pass not in CONV_PASSES:
+        why.append(f"pass {conv_pass} (one of {CONV_PASSES} needed)")
     if params.inputType != HALF or params.outputType != HALF:
         why.append(f"types {params.inputType.name}/{params.outputType.name} (HALF/HALF needed)")
     if not flattenable(params):
@@ -187,7 +199,7 @@ def poplibs_conv_plan(
             "model restates a HALF convolution whose field flattens into a product)"
         )
     dims = flat_product(params)
-    plan = poplibs_matmul_plan(dims, target, "NONE", proportion, swaps=(False, True),
+    plan = poplibs_matmul_plan(dims, target, conv_pass, proportion, swaps=(False, True),
                                release=release)  # fmt: skip
     g, m, k, n = dims
     plan["mac_floor"] = g * m * k * n // (_VECTOR_WIDTH * target.getNumTiles())

@@ -14,7 +14,8 @@ for the model's partition (:func:`~poplar_api.poplin.conv_planner._gather` on th
 split, the vertex estimate of its largest block), as for the products of
 :mod:`.poplibs_plans`.
 
-Covered: HALF inputs and output, FLOAT partials, pass ``NONE``, on one IPU, no option
+Covered: HALF inputs and output, FLOAT partials, pass ``NONE``, ``INFERENCE_FWD``,
+``TRAINING_FWD`` or ``TRAINING_BWD``, on one IPU, no option
 but ``availableMemoryProportion``, ``partialsType`` and a ``planConstraints`` naming
 the AMP, more than 16 input channels (:func:`~.poplibs_conv_model.poplibs_conv_plan`).
 """
@@ -31,6 +32,7 @@ from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import COST_KEYS, ConvPlan, _gather, amp_groups, plan_from
 from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
 from poplar_api.poplin.poplibs_conv_model import flat_params, flattenable, poplibs_conv_plan
+from poplar_api.poplin.poplibs_matmul_model import CONV_PASSES
 from poplar_api.poplin.poplibs_release import poplibs_release
 from poplar_api.types import FLOAT, HALF
 
@@ -60,7 +62,7 @@ def adopted_conv_plan(params: ConvParams, opts: Mapping[str, Any], target: Any) 
         params.inputType == HALF
         and params.outputType == HALF
         and opts.get("partialsType") == FLOAT
-        and opts.get("pass") in (None, "NONE")
+        and (opts.get("pass") or "NONE") in CONV_PASSES
         and opts.get("method") in (None, "AMP")
         and opts.get("expand") is None
         and not opts.get("swap")
@@ -74,7 +76,7 @@ def adopted_conv_plan(params: ConvParams, opts: Mapping[str, Any], target: Any) 
     proportion = float(opts.get("availableMemoryProportion", 0.6))
     release = poplibs_release(target)
     try:
-        plan = poplibs_conv_plan(params, target, proportion, release)
+        plan = poplibs_conv_plan(params, target, proportion, release, (opts.get("pass") or "NONE"))
     except ValueError:
         return None
     icg, ocg, units, _ = amp_groups(HALF, FLOAT, target, 8)

@@ -357,14 +357,16 @@ class MatmulCandidates:
     ok: np.ndarray | None = None
 
 
+#: Convolution passes costed flattened (:mod:`.poplibs_conv_model`; TRAINING_FWD regroups).
+CONV_PASSES = ("NONE", "INFERENCE_FWD", "TRAINING_BWD", "TRAINING_FWD")
 SPLIT_NAMES = ("convGroupSplit", "fieldSplit", "outChanSplit.parallel", "outChanSplit.serial",
                "inChanSplit.parallel", "inChanSplit.serial")  # fmt: skip
 
 
 def _transforms(p: Product, used: np.ndarray) -> dict[str, np.ndarray]:
     """``addTransformCycleEstimate``'s itemised cycles and bytes per tile (default
-    options, a matMul or fully-connected pass planned alone, or a convolution of pass
-    ``NONE`` flattened to a product, :mod:`.poplibs_conv_model`): ``in``, ``w``, ``out``
+    options, a matMul or fully-connected pass planned alone, or a convolution of
+    :data:`CONV_PASSES` flattened, :mod:`.poplibs_conv_model`): ``in``, ``w``, ``out``
     copy-plus-exchange cycles and ``in_bytes``, ``w_bytes``, ``out_bytes``. The
     operands and output are rearranged when the operand order is not the pass's
     (``swapOperands != isMatmulOrFullyConnectedLayer``: a product unswapped, a
@@ -380,16 +382,15 @@ def _transforms(p: Product, used: np.ndarray) -> dict[str, np.ndarray]:
     pad_in, pad_partial = k % icg != 0, p.out_chans % ocg != 0
     wu, bwd = p.conv_pass == "FC_TRAINING_WU", p.conv_pass == "FC_TRAINING_BWD"
     fc = p.conv_pass.startswith("FC_")
-    if not fc and p.conv_pass not in ("NONE_MATMUL", "NONE"):
-        raise ValueError(
-            f"poplibs_matmul_model: pass {p.conv_pass!r} is not modelled; the model costs "
-            "NONE_MATMUL, the fully-connected passes and a flattened convolution of pass NONE"
-        )
+    if not fc and p.conv_pass not in ("NONE_MATMUL", *CONV_PASSES):
+        raise ValueError(f"poplibs_matmul_model: pass {p.conv_pass!r} is not modelled (hint: "
+                         f"NONE_MATMUL, an FC_ pass or one of {CONV_PASSES})")  # fmt: skip
     moved = p.swapped != (fc or p.conv_pass == "NONE_MATMUL")
     re_in = moved or pad_in or wu or (bwd and not p.joint)
     re_w = moved or pad_in or pad_partial
     re_out = moved or pad_partial or (wu and not p.joint)
     regroup = not fc and ocg != WEIGHTS_PER_CONV_UNIT["half"]
+    regroup_w = p.conv_pass == "TRAINING_FWD" and ocg % 16 != 0 and not re_w  # regroupWeights
     _, f1 = transform_factor("half", k * p.out_chans)
     _, o1 = transform_factor("half", p.out_chans)
     f1, o1 = int(f1), int(o1)
@@ -416,10 +417,11 @@ def _transforms(p: Product, used: np.ndarray) -> dict[str, np.ndarray]:
         out = copy(out_b, min(memcpy, ocg * size), o1)
     else:
         out_b = zero
+    w_r = -(-(ci_g * icg * co_g * ocg * g) // used) * size if regroup_w else zero  # (not sent)
     return {
         "in": copy(in_b, rate, f1) + xch(in_b) if re_in else zero,
-        "w": copy(w_b, rate, f1) + xch(w_b) if re_w else zero,
-        "out": out, "in_bytes": in_b, "w_bytes": w_b, "out_bytes": out_b,
+        "w": copy(w_b, rate, f1) + xch(w_b) if re_w else copy(w_r, min(memcpy, ocg * size), o1),
+        "out": out, "in_bytes": in_b, "w_bytes": w_b + w_r, "out_bytes": out_b,
     }  # fmt: skip
 
 
