@@ -110,8 +110,8 @@ def _search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     """The plan search of :func:`_plan`."""
     target = graph.getTarget()
     adopted = adopted_conv_plan(params, opts, target)
-    if adopted is not None:  # (its estimate made no geometries in the graph's cache)
-        return adopted, ()
+    if adopted is not None:
+        return adopted
     expand = opts.get("expand")
     if opts.get("method") == "VMAC":
         expand = False  # the expanded form has many input channels: no VMAC
