@@ -24,7 +24,10 @@ either way, and they are up to a megabyte a search).
 
 At most :data:`MAX_PLANS` searches are kept, the least recently used dropped first;
 :func:`clear` forgets them all (``benchmarks/bench_library.py`` clears them to time
-the planning a program that builds one graph pays).
+the planning a program that builds one graph pays). The key holds what the planner
+reads, not the planner's code: code that replaces part of the search while a process
+runs (a test patching an estimator or a constant of the planner) clears them first,
+or a plan searched before the change is taken.
 """
 
 from __future__ import annotations
