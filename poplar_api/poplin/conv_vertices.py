@@ -46,6 +46,7 @@ from poplar_api.codelet import FieldBatch, Input, MultiVertex, Output, Vector, V
 from poplar_api.codelet_base import RUN_REPLICAS
 from poplar_api.field_images import ImageField
 from poplar_api.poplin.conv_access import _accesses, _gather, _scatter, _segment_rows
+from poplar_api.poplin.conv_chain import chain_products
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 
 __all__ = ["PARAMS", "compute_one", "conv_vertex"]
@@ -447,7 +448,12 @@ def _products(x: np.ndarray, w: np.ndarray, geo: _Geometry) -> np.ndarray:
     (``[*lead, ncg * nig, in_size]``) and weights ``w`` (``[*lead, ncg * nog * nig,
     weight_size]``), ``lead`` being ``(vertices,)`` or ``(replicas, vertices)``: per
     input-channel group and kernel position one stacked ``matmul``, whose every slice
-    is the BLAS call :func:`compute_one` makes, accumulated in its order."""
+    is the BLAS call :func:`compute_one` makes, accumulated in its order. Where the
+    compiled pass of :mod:`~poplar_api.poplin.conv_chain` gives those calls' bits it
+    computes the class instead."""
+    done = chain_products(x, w, geo)
+    if done is not None:
+        return done
     ncg, nog, nig, in_rows, out_rows, ic, oc, nk = (
         geo.ncg, geo.nog, geo.nig, geo.in_rows, geo.out_rows, geo.ic, geo.oc, geo.nk,
     )  # fmt: skip

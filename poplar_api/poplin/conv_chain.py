@@ -1,0 +1,211 @@
+"""The convolution partials' products as one compiled pass, where it gives BLAS's bits.
+
+:func:`poplar_api.poplin.conv_vertices._products` computes a class of partial vertices
+with one stacked ``matmul`` per input-channel group and kernel position; numpy enters
+BLAS once per slice (a ``[rows, inChans] @ [inChans, outChans]`` product), about 0.2 to
+0.5 µs each, and a 16-replica MLP step makes some 175,000 of them per run. This module
+computes the same products in one compiled loop over the class, each output element a
+chain of fused multiply-adds over the input channels in order, starting from zero, and
+then added to the partial sums in the order ``_products`` adds them.
+
+Why that can be BLAS's result: a row-major ``x @ w.T`` reaches OpenBLAS as a
+column-major ``sgemm`` with the transposed operand first (``TN``); for fewer than 32
+input channels OpenBLAS's small-matrix path refuses ``TN`` products
+(``sgemm_small_kernel_permit_skylakex.c``: ``K < 32`` returns 0), so the product runs
+through the blocked ``sgemm`` kernel, whose every output element is one register
+accumulating ``vfmadd`` over the inner dimension in order, and ``beta = 0`` leaves it as
+it is. Other builds and processors order the sums otherwise (OpenBLAS's Haswell kernels
+add the even and the odd inner positions in two chains; a single row or column is a
+``gemv`` or a ``dot``). So the pass is used for a shape only after it has given, bit for
+bit, what ``matmul`` gives in this process on probe operands of that shape
+(:func:`matches_blas`, once per shape); elsewhere ``_products`` calls ``matmul`` as
+before. Either way every slice's values are those of its own BLAS call.
+
+The eight outputs of a row are eight independent chains: compiled with LLVM's SLP
+vectorizer (off by default in Numba, switched on for this function's compilation only)
+they are one eight-lane vector fused multiply-add per input channel, the same operation
+in every lane, so the bits do not depend on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import numba
+import numpy as np
+from llvmlite import ir as llvm_ir
+from numba import types
+from numba.core import cgutils
+from numba.core import config as numba_config
+from numba.extending import intrinsic
+
+__all__ = ["IN_CHANS", "OUT_CHANS", "chain_products", "matches_blas"]
+
+#: Output and input channels of the products the compiled pass handles (the AMP's
+#: FLOAT groups: eight conv units, eight input channels). Eight outputs are one vector
+#: of float32 lanes, and a fixed chain length lets the chains be unrolled and vectorized
+#: (with a chain length known only at run time LLVM left them scalar, 2.3 times slower).
+OUT_CHANS = IN_CHANS = 8
+#: Probe slices per shape, and the spread of their magnitudes (powers of two).
+PROBE_SLICES, PROBE_EXPONENTS = 64, 12
+
+
+@intrinsic
+def _fma(typingctx: Any, a: Any, b: Any, c: Any) -> Any:  # pragma: no cover - compiled
+    """``a * b + c`` in float32 with one rounding (LLVM's ``llvm.fma.f32``)."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        fnty = llvm_ir.FunctionType(llvm_ir.FloatType(), [llvm_ir.FloatType()] * 3)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.fma.f32")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _chain8(x, w, o_rows, i_rows, k_start, wt, acc):  # pragma: no cover - compiled
+    """``acc[a, b, cg, og, o_rows[j]] += x[a, b, cg, ig, i_rows[j]] @ w[a, b, cg, og, ig,
+    k].T`` for every input group ``ig`` and kernel position ``k`` in order (rows ``j`` of
+    ``k`` from ``k_start[k]`` to ``k_start[k + 1]``), each product a chain of fused
+    multiply-adds over the input channels; ``w``'s last two axes are ``[8, inChans]``;
+    ``wt`` is scratch ``[8, 8]`` (``x`` and ``w`` have 8 input channels)."""
+    n0, n1, ncg, nig = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+    nog, nk = w.shape[3], w.shape[5]
+    zero = np.float32(0)
+    for a in range(n0):
+        for b in range(n1):
+            for cg in range(ncg):
+                for og in range(nog):
+                    for ig in range(nig):
+                        for k in range(nk):
+                            for o in range(8):
+                                for t in range(8):
+                                    wt[t, o] = w[a, b, cg, og, ig, k, o, t]
+                            for j in range(k_start[k], k_start[k + 1]):
+                                i = i_rows[j]
+                                s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+                                for t in range(8):
+                                    v = x[a, b, cg, ig, i, t]
+                                    s0 = _fma(v, wt[t, 0], s0)
+                                    s1 = _fma(v, wt[t, 1], s1)
+                                    s2 = _fma(v, wt[t, 2], s2)
+                                    s3 = _fma(v, wt[t, 3], s3)
+                                    s4 = _fma(v, wt[t, 4], s4)
+                                    s5 = _fma(v, wt[t, 5], s5)
+                                    s6 = _fma(v, wt[t, 6], s6)
+                                    s7 = _fma(v, wt[t, 7], s7)
+                                out = acc[a, b, cg, og, o_rows[j]]
+                                out[0] += s0
+                                out[1] += s1
+                                out[2] += s2
+                                out[3] += s3
+                                out[4] += s4
+                                out[5] += s5
+                                out[6] += s6
+                                out[7] += s7
+
+
+@contextlib.contextmanager
+def _slp_vectorized() -> Iterator[None]:
+    """Numba's SLP vectorizer on while a function compiles (Numba reads the setting
+    when it builds each compilation's pass managers)."""
+    old = numba_config.SLP_VECTORIZE
+    numba_config.SLP_VECTORIZE = 1
+    try:
+        yield
+    finally:
+        numba_config.SLP_VECTORIZE = old
+
+
+def _run(
+    x: np.ndarray, w: np.ndarray, o_rows: np.ndarray, i_rows: np.ndarray, k_start: np.ndarray,
+    acc: np.ndarray,
+) -> None:  # fmt: skip
+    """Call the compiled pass (compiling it, vectorized, when this signature is new)."""
+    wt = np.empty((IN_CHANS, OUT_CHANS), np.float32)
+    with _slp_vectorized():
+        _chain8(x, w, o_rows, i_rows, k_start, wt, acc)
+
+
+#: (rows, input channels) -> whether the pass gives ``matmul``'s bits in this process.
+_VERDICTS: dict[tuple[int, int], bool] = {}
+
+
+def matches_blas(rows: int, in_chans: int) -> bool:
+    """Whether the compiled pass gives, bit for bit, what ``matmul`` gives in this
+    process for ``[rows, in_chans] @ [in_chans, 8]`` slices (strided as the partials
+    stack them), on :data:`PROBE_SLICES` probe slices of values of magnitudes spread
+    over :data:`PROBE_EXPONENTS` binades and of both signs; found once per shape."""
+    key = (int(rows), int(in_chans))
+    hit = _VERDICTS.get(key)
+    if hit is not None:
+        return hit
+    ok = False
+    if key[0] >= 2 and key[1] == IN_CHANS:
+        rng = np.random.default_rng(key[0] * 1000 + key[1])
+
+        def draw(shape: tuple[int, ...]) -> np.ndarray:
+            scale = np.exp2(rng.integers(-PROBE_EXPONENTS // 2, PROBE_EXPONENTS // 2, shape))
+            return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+        x = draw((PROBE_SLICES, *key))
+        w = draw((PROBE_SLICES, OUT_CHANS, key[1]))
+        want = x @ w.swapaxes(-1, -2)
+        got = np.zeros((1, PROBE_SLICES, 1, 1, key[0], OUT_CHANS), np.float32)
+        rows_ = np.arange(key[0], dtype=np.intp)
+        _run(
+            x[None, :, None, None], w[None, :, None, None, None, None], rows_, rows_,
+            np.array([0, key[0]], np.intp), got,
+        )  # fmt: skip
+        ok = bool(np.array_equal(want.view(np.int32), got.reshape(want.shape).view(np.int32)))
+    _VERDICTS[key] = ok
+    return ok
+
+
+def chain_products(x: np.ndarray, w: np.ndarray, geo: Any) -> np.ndarray | None:
+    """``_products``' partial sums of a class by the compiled pass, or None where it
+    does not apply (the caller then runs the stacked ``matmul``): operands not float32,
+    groups not of :data:`OUT_CHANS` output and :data:`IN_CHANS` input channels, a
+    kernel position whose output rows repeat (numpy's indexed ``+=`` adds a repeated
+    row once) or a product shape whose probe did not give ``matmul``'s bits
+    (:func:`matches_blas`).
+
+    Parameters
+    ----------
+    x, w
+        ``[*lead, ncg * nig, in_size]`` inputs and ``[*lead, ncg * nog * nig,
+        weight_size]`` weights, ``lead`` being ``(vertices,)`` or ``(replicas,
+        vertices)``; any strides.
+    geo
+        The class's geometry (``conv_vertices._Geometry``).
+
+    Returns
+    -------
+    numpy.ndarray or None
+        ``[*lead, ncg * nog, out_size]`` float32.
+    """
+    if x.dtype != np.float32 or w.dtype != np.float32 or (geo.oc, geo.ic) != (OUT_CHANS, IN_CHANS):
+        return None
+    for o_r, _ in geo.rows:
+        if o_r.size and not matches_blas(o_r.size, geo.ic):
+            return None
+        if o_r.size > 1 and np.unique(o_r).size != o_r.size:
+            return None
+    lead = x.shape[:-2]
+    if len(lead) == 1:
+        x, w = x[None], w[None]
+    n0, n1 = x.shape[0], x.shape[1]
+    ncg, nog, nig, nk = geo.ncg, geo.nog, geo.nig, geo.nk
+    xs = x.reshape(n0, n1, ncg, nig, geo.in_rows, geo.ic)
+    ws = w.reshape(n0, n1, ncg, nog, nig, nk, OUT_CHANS, geo.ic)
+    sizes = [o_r.size for o_r, _ in geo.rows]
+    o_rows = np.concatenate([o_r for o_r, _ in geo.rows]).astype(np.intp)
+    i_rows = np.concatenate([i_r for _, i_r in geo.rows]).astype(np.intp)
+    k_start = np.zeros(nk + 1, np.intp)
+    k_start[1:] = np.cumsum(sizes)
+    acc = np.zeros((n0, n1, ncg, nog, geo.out_rows, OUT_CHANS), np.float32)
+    _run(xs, ws, o_rows, i_rows, k_start, acc)
+    return acc.reshape(*lead, ncg * nog, geo.out_rows * OUT_CHANS)

@@ -1,0 +1,172 @@
+"""The convolution partials' products by the compiled pass (poplar_api.poplin.conv_chain).
+
+Each product of the pass must be a chain of float32 fused multiply-adds over the input
+channels in order, starting from zero, added to the partial sums in the order of the
+input groups and kernel positions: checked against that chain worked out here in exact
+rational arithmetic, rounded once per step. Where the pass is used it must give what the
+per-slice ``matmul`` gives, bit for bit: checked against one 2-D ``@`` per slice.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from poplar_api.poplin import conv_chain
+from poplar_api.poplin.conv_chain import IN_CHANS, OUT_CHANS, chain_products, matches_blas
+
+
+def _round32(q: Fraction) -> np.float32:
+    """``q`` rounded to the nearest float32 (ties to even), once."""
+    near = np.float32(float(q))  # float64 then float32: two roundings, corrected below
+    if Fraction(float(near)) == q or not np.isfinite(near):
+        return near
+    up = np.nextafter(near, np.float32(np.inf))
+    down = np.nextafter(near, np.float32(-np.inf))
+    candidates = [down, near, up]
+    errors = [abs(Fraction(float(c)) - q) for c in candidates]
+    best = min(errors)
+    ties = [c for c, e in zip(candidates, errors, strict=True) if e == best]
+    if len(ties) == 1:
+        return ties[0]
+    return next(c for c in ties if not int(np.asarray(c).view(np.int32)) & 1)
+
+
+def _fma(a: np.float32, b: np.float32, c: np.float32) -> np.float32:
+    return _round32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+
+
+def _geometry(rows: int, nig: int, nk: int, ncg: int = 1, nog: int = 1, shift: bool = False):
+    """A class geometry: kernel position ``k`` reads input rows ``i_r`` and adds to output
+    rows ``o_r`` (``shift``: each position's rows moved by ``k``)."""
+    out_rows = rows + (nk - 1 if shift else 0)
+    in_rows = rows + (nk - 1 if shift else 0)
+    pos = []
+    for k in range(nk):
+        o = np.arange(rows) + (k if shift else 0)
+        i = np.arange(rows)[::-1] + (k if shift else 0)
+        pos.append((o.astype(np.int64), i.astype(np.int64)))
+    return SimpleNamespace(
+        ncg=ncg, nog=nog, nig=nig, nk=nk, in_rows=in_rows, out_rows=out_rows,
+        ic=IN_CHANS, oc=OUT_CHANS, rows=pos,
+    )  # fmt: skip
+
+
+def _operands(geo, lead: tuple[int, ...], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and weights of the class, of magnitudes spread over 16 binades and both
+    signs, as strided views (every other vertex of a larger array)."""
+    rng = np.random.default_rng(seed)
+
+    def draw(shape):
+        big = (*shape[:-2], 2 * shape[-2], shape[-1])
+        scale = np.exp2(rng.integers(-8, 8, big))
+        return (rng.standard_normal(big) * scale).astype(np.float32)[..., ::2, :]
+
+    x = draw((*lead, geo.ncg * geo.nig, geo.in_rows * geo.ic))
+    w = draw((*lead, geo.ncg * geo.nog * geo.nig, geo.nk * geo.oc * geo.ic))
+    return x, w
+
+
+def _slices(x, w, geo):
+    """Yield ``(lead index, cg, og, ig, k, x slice, w slice)`` in the order of the sums."""
+    lead = x.shape[:-2]
+    xs = x.reshape(*lead, geo.ncg, geo.nig, geo.in_rows, geo.ic)
+    ws = w.reshape(*lead, geo.ncg, geo.nog, geo.nig, geo.nk, geo.oc, geo.ic)
+    for at in np.ndindex(*lead):
+        for cg in range(geo.ncg):
+            for og in range(geo.nog):
+                for ig in range(geo.nig):
+                    for k, (o_r, i_r) in enumerate(geo.rows):
+                        yield at, cg, og, ig, k, o_r, xs[at][cg, ig][i_r], ws[at][cg, og, ig, k]
+
+
+def _by_matmul(x, w, geo) -> np.ndarray:
+    """The partial sums with one 2-D ``@`` (a BLAS call) per slice."""
+    lead = x.shape[:-2]
+    acc = np.zeros((*lead, geo.ncg, geo.nog, geo.out_rows, geo.oc), np.float32)
+    for at, cg, og, _, _, o_r, xa, wa in _slices(x, w, geo):
+        acc[at][cg, og][o_r] += xa @ wa.T
+    return acc.reshape(*lead, geo.ncg * geo.nog, geo.out_rows * geo.oc)
+
+
+def _by_exact_chain(x, w, geo) -> np.ndarray:
+    """The partial sums as chains of correctly rounded fused multiply-adds."""
+    lead = x.shape[:-2]
+    acc = np.zeros((*lead, geo.ncg, geo.nog, geo.out_rows, geo.oc), np.float32)
+    for at, cg, og, _, _, o_r, xa, wa in _slices(x, w, geo):
+        for r, row in zip(o_r, xa, strict=True):
+            for o in range(geo.oc):
+                s = np.float32(0)
+                for t in range(geo.ic):
+                    s = _fma(row[t], wa[o, t], s)
+                acc[at][cg, og][r, o] = np.float32(acc[at][cg, og][r, o] + s)
+    return acc.reshape(*lead, geo.ncg * geo.nog, geo.out_rows * geo.oc)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.int32)
+
+
+def test_round32_is_one_rounding() -> None:
+    # 1 + 2**-24 + 2**-60: float64 rounds it to 1 + 2**-24 (a float32 tie, to even: 1.0);
+    # rounded once it is above the tie, so 1 + 2**-23
+    q = 1 + Fraction(1, 2**24) + Fraction(1, 2**60)
+    assert _round32(q) == np.float32(1 + 2**-23)
+    assert _round32(1 + Fraction(1, 2**24)) == np.float32(1.0)
+
+
+@pytest.mark.parametrize(
+    "rows, nig, nk, ncg, nog, shift, lead",
+    [
+        (9, 2, 1, 1, 1, False, (3,)),
+        (2, 2, 1, 1, 1, False, (2, 3)),
+        (4, 1, 3, 1, 2, True, (2,)),
+        (5, 2, 2, 2, 1, True, (2, 2)),
+    ],
+)
+def test_pass_is_the_fma_chain(rows, nig, nk, ncg, nog, shift, lead) -> None:
+    geo = _geometry(rows, nig, nk, ncg, nog, shift)
+    x, w = _operands(geo, lead, seed=rows * 10 + nk)
+    two = lead if len(lead) == 2 else (1, *lead)
+    got = np.zeros((*two, ncg, nog, geo.out_rows, OUT_CHANS), np.float32)
+    xs = x.reshape(*two, ncg, nig, geo.in_rows, IN_CHANS)
+    ws = w.reshape(*two, ncg, nog, nig, nk, OUT_CHANS, IN_CHANS)
+    o_rows = np.concatenate([o for o, _ in geo.rows]).astype(np.intp)
+    i_rows = np.concatenate([i for _, i in geo.rows]).astype(np.intp)
+    k_start = np.arange(nk + 1, dtype=np.intp) * rows
+    conv_chain._run(xs, ws, o_rows, i_rows, k_start, got)
+    want = _by_exact_chain(x, w, geo)
+    np.testing.assert_array_equal(_bits(got.reshape(want.shape)), _bits(want))
+
+
+@pytest.mark.parametrize("rows", [2, 3, 4, 7, 9, 12, 16])
+@pytest.mark.parametrize("lead", [(5,), (3, 4)])
+def test_used_only_with_matmuls_bits(rows, lead) -> None:
+    geo = _geometry(rows, nig=2, nk=2, shift=True)
+    x, w = _operands(geo, lead, seed=rows)
+    got = chain_products(x, w, geo)
+    want = _by_matmul(x, w, geo)
+    if matches_blas(rows, IN_CHANS):
+        assert got is not None
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    else:  # this BLAS orders the sums otherwise: the caller runs matmul
+        assert got is None
+
+
+def test_not_used_where_it_does_not_apply(monkeypatch) -> None:
+    geo = _geometry(9, nig=1, nk=1)
+    x, w = _operands(geo, (4,), seed=1)
+    assert chain_products(x.astype(np.float64), w.astype(np.float64), geo) is None
+    single = _geometry(1, nig=1, nk=1)
+    xs, ws = _operands(single, (4,), seed=2)
+    assert not matches_blas(1, IN_CHANS)  # one row: BLAS computes it as a gemv
+    assert chain_products(xs, ws, single) is None
+    repeated = _geometry(4, nig=1, nk=1)
+    repeated.rows = [(np.array([0, 1, 1, 2]), np.arange(4))]
+    xr, wr = _operands(repeated, (4,), seed=3)
+    assert chain_products(xr, wr, repeated) is None
+    monkeypatch.setitem(conv_chain._VERDICTS, (9, IN_CHANS), False)
+    assert chain_products(x, w, geo) is None
