@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from source_trees import parsed
 
 from ipusim import ir
 from ipusim.ir_validation import validate_program
@@ -121,7 +122,7 @@ def _vocabulary() -> set[str]:
 def _literals_restating_the_vocabulary(path: pathlib.Path, names: set[str]) -> list[str]:
     """``path:line`` of each tuple, list, set or dict literal holding two or more
     distinct names of ``names`` (outside the literals of ALLOWED_LITERALS)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     rel = str(path.relative_to(ROOT))
     allowed: set[int] = set()
     for node in ast.walk(tree):
@@ -219,7 +220,7 @@ def test_no_module_dispatches_on_control_nodes_outside_ir():
     for package in ("ipusim", "poplar_api", "popart_api"):
         for path in sorted((ROOT / package).rglob("*.py")):
             if path.relative_to(ROOT) != pathlib.Path("ipusim/ir.py"):
-                tree = ast.parse(path.read_text(encoding="utf-8"))
+                tree = parsed(path)
                 rel = path.relative_to(ROOT)
                 found += [f"{rel}:{line} {name}" for name, line in _control_dispatches(tree)]
     assert found == []
@@ -244,7 +245,7 @@ def test_the_dispatch_check_finds_a_walk_of_its_own():
         """
     )
     assert _control_dispatches(ast.parse(source)) == [("run", 6)]
-    in_ir = _control_dispatches(ast.parse((ROOT / "ipusim" / "ir.py").read_text()), True)
+    in_ir = _control_dispatches(parsed(ROOT / "ipusim" / "ir.py"), True)
     assert [name for name, _ in in_ir] == ["children", "named_children"]
 
 

@@ -21,6 +21,7 @@ import sys
 import textwrap
 
 import pytest
+from source_trees import parsed
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("ipusim", "poplar_api", "popart_api")
@@ -129,7 +130,7 @@ def _file_imports(
 ) -> tuple[tuple[str, int], ...]:
     """:func:`_imported_names` of the file ``path`` as it is at ``stamp`` (modification
     time, size): each file is parsed once per test process, not once per test."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parsed(path)
     return tuple(_imported_names(module, path.name == "__init__.py", tree, annotations))
 
 

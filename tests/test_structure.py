@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+from source_trees import parsed
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("ipusim", "poplar_api", "popart_api")
@@ -67,7 +68,7 @@ def library_files() -> list[pathlib.Path]:
 def private_uses(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
     """``obj._name`` attribute uses of the Graph's private members in ``path``, other
     than on ``self`` (a class's own members may share a name)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parsed(path)
     hits = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in PRIVATE_GRAPH_MEMBERS:
