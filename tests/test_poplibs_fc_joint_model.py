@@ -177,3 +177,37 @@ def test_a_batch_one_layer_is_planned_jointly_on_the_horizontal_mac(preset) -> N
     assert (joint["method"], joint["groups"]) == ("HMAC", (40, 1))
     assert joint["wu_vertex"] == ("OUTER_PRODUCT", (1, 40), 0, "half")
     assert joint["passes"]["FC_TRAINING_WU"][1]["compute"] == (25 + 10 + 7 * (6 + 28 // 4)) * 6
+
+
+#: The HALF layers of source J's fully-connected rows
+#: (``examples/calibration/fc_fully_connected.py``).
+J_HALF_LAYERS = [(1440, 100, 200), (1440, 200, 400), (16, 1324, 100), (80, 1324, 100)] + [
+    (b, 1000, o) for b in (1, 4, 8, 16) for o in (1000, 5)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["mk1-ipumodel", "mk2-ipumodel"])
+@pytest.mark.parametrize("layer", J_HALF_LAYERS, ids=["x".join(map(str, x)) for x in J_HALF_LAYERS])
+def test_ipusim_plans_the_j_layers_as_poplibs_where_established(preset, layer) -> None:
+    """ipusim's choice between the joint and the separate plans (its own estimates,
+    ``poplin.matmul._fc_layer``) is Poplibs' where the model establishes it, and a joint
+    plan has Poplibs' forward method, grouping and partition (``fieldSplit`` x
+    ``inChanSplit``)."""
+    from poplar_api import HALF, poplin
+
+    graph = Graph(IPUModel(preset).createDevice().getTarget())
+    dims = (1, *layer)
+    model = fc_layer_plan(dims, graph.getTarget())
+    if not model["established"]:
+        pytest.skip(f"{dims} on {preset}: the model does not establish Poplibs' pick")
+    ipusim = poplin.matmul._fc_layer(graph, dims, HALF, HALF, {"pass": "TRAINING_FWD"}, "t")
+    assert (ipusim is not None) == (model["pick"] == "joint")
+    if ipusim is not None:
+        fwd, joint = ipusim.plans["FC_TRAINING_FWD"], model["joint"]
+        assert (fwd.method, fwd.in_chans_per_group) == (joint["method"], joint["groups"][0])
+        splits = joint["splits"]
+        assert (fwd.parts[2], fwd.parts[4]) == (
+            splits["fieldSplit"],
+            splits["inChanSplit.parallel"],
+        )
