@@ -70,6 +70,17 @@ def test_a_machine_value_the_planner_reads_makes_another_key(searches) -> None:
     assert len(searches) == 6
 
 
+def test_a_virtual_graph_plans_for_its_own_tiles(searches) -> None:
+    """A virtual graph's target has its parent's config but fewer tiles: the plan made
+    for the whole machine is not its plan."""
+    whole = poplin.getConvPlan(_graph(), PARAMS)
+    assert int(whole.tiles.max()) >= 2
+    part = poplin.getConvPlan(_graph().createVirtualGraph(0, 2), PARAMS)
+    assert part is not whole and len(searches) == 4
+    assert set(np.unique(part.tiles)) <= {0, 1}
+    assert poplin.getConvPlan(_graph().createVirtualGraph(4, 6), PARAMS) is part
+
+
 def test_options_make_another_key(searches) -> None:
     poplin.getConvPlan(_graph(), PARAMS)
     poplin.getConvPlan(_graph(), PARAMS, {"availableMemoryProportion": 0.3})

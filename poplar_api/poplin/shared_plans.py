@@ -13,10 +13,11 @@ of searching again. The plans are the same either way; only host time is saved.
 
 What a plan depends on is the key: the planner reads the convolution
 (``ConvParams.key()``), its parsed options and the target, and the target only
-through its machine config (tiles, worker contexts, memory, exchange, the Poplibs
-release it plans as), so the target's part of the key is the config's content hash
-(:func:`ipusim.config.config_hash`: every value but the config's name and
-description). Only the plan is kept (its tile array made read-only): the tile
+through its machine config (worker contexts, memory, exchange, the Poplibs release it
+plans as) and its tile count, so the target's part of the key is the config's content
+hash (:func:`ipusim.config.config_hash`: every value but the config's name and
+description) and ``getNumTiles()``: a virtual graph's target has its parent's config
+but only its own tiles. Only the plan is kept (its tile array made read-only): the tile
 geometries the search made for its estimates stay with the graph that searched, and
 the lowering of a shared plan makes the few it reads (handing them over too saved
 no measurable time: PopART CNN builds, medians of eight alternated builds 0.332 s
@@ -51,9 +52,10 @@ _PLANS: OrderedDict[tuple, ConvPlan] = OrderedDict()
 
 def plan_key(target: Any, params: ConvParams, opts: Mapping[str, Any]) -> tuple:
     """The process-wide key of ``params``' plan on ``target`` with the parsed options
-    ``opts``: the machine config's content hash, the convolution and the options."""
+    ``opts``: the machine config's content hash, the target's tiles (a virtual graph's
+    are fewer than its config's), the convolution and the options."""
     options = tuple(sorted((k, str(v)) for k, v in opts.items()))
-    return (config_hash(target.config), params.key(), options)
+    return (config_hash(target.config), target.getNumTiles(), params.key(), options)
 
 
 def shared_plan(
