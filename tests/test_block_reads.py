@@ -132,7 +132,9 @@ def test_block_plan_equals_element_by_element_plan():
             parts.append(ids)
             bounds.append(bounds[-1] + ids.size)
             vtiles.append(int(rng.integers(0, n_tiles)))
-        ids, bounds, vtiles = np.concatenate(parts), np.array(bounds), np.array(vtiles)
+        # int32 ids, as plan_reads passes them for a graph of fewer than 2**31 elements
+        ids = np.concatenate(parts).astype(np.int32)
+        bounds, vtiles = np.array(bounds), np.array(vtiles)
         space = graph._state.space(FLOAT).tile
         by_element = ExchangePlanner(graph.getTarget(), graph._state)
         by_element.add_grouped(
