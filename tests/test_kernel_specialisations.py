@@ -352,18 +352,20 @@ def test_counted_cycles_reach_the_machine_read_only():
     assert _read_only(machine._advance, 1) == {True}
 
 
-def test_the_run_search_and_the_range_join_are_inlined_into_their_passes():
-    """The binary search over runs (``_last_at_or_before``), the join of touching
-    ranges (``_joined``) and the walk to a tile's bus partner (``bus_pair``, shared
-    with ``strided.pair_common``) are inlined into the passes that call them, so they compile no
-    versions of their own (there were two each: writeable runs with the constant 0
-    from ``take_run_ranges``, read-only runs from ``_run_ranges``; the constant first
-    range 0 and a later one from ``pair_overlap``). The passes still give the ids and
-    overlaps worked out by hand (the passes as cached: typing uncached copies here
-    would compile three large passes in every run of the suite)."""
+def test_the_run_search_and_the_bus_walk_are_inlined_into_their_passes():
+    """The binary search over runs (``_last_at_or_before``) and the walk to a tile's
+    bus partner (``bus_pair``, shared with ``strided.pair_common``) are inlined into
+    the passes that call them, so they compile no versions of their own (there were
+    two of the search: writeable runs with the constant 0 from ``take_run_ranges``,
+    read-only runs from ``_run_ranges``). ``pair_overlap`` joins touching ranges in
+    its own loops (no helper to compile twice, for the constant first range 0 and a
+    later one). The passes still give the ids and overlaps worked out by hand (the
+    passes as cached: typing uncached copies here would compile three large passes in
+    every run of the suite)."""
     from poplar_api.lowering import bus, runs
 
-    for helper in (runs._last_at_or_before, bus._joined, bus.bus_pair):
+    assert not hasattr(bus, "_joined")
+    for helper in (runs._last_at_or_before, bus.bus_pair):
         assert helper.targetoptions.get("inline") == "always", helper.__name__
     # runs: positions 0..3 hold ids 10..13, positions 4..7 ids 100..103
     starts = np.array([0, 4], np.int64)
@@ -381,8 +383,8 @@ def test_the_run_search_and_the_range_join_are_inlined_into_their_passes():
     bus.pair_overlap(tile, np.array([0, 3, 2], np.int64), np.array([3, 8, 6], np.int64), 4, common)
     assert common.tolist() == [4, 4, 0, 0]
     assert runs._last_at_or_before.signatures == []
-    assert bus._joined.signatures == []
     assert bus.bus_pair.signatures == []
+    assert len(bus.pair_overlap.signatures) == 1
 
 
 def test_an_image_fields_ids_are_read_only_however_they_were_made():

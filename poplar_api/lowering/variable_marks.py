@@ -33,7 +33,8 @@ def _mark_variables(ids, bases, var_ids, mask):  # pragma: no cover - compiled
     top = np.iinfo(np.int64).max
     lo = 1
     hi = 0  # ids [lo, hi): every variable they hold is marked (empty before the first)
-    vid = -1
+    lo2 = 1
+    hi2 = 0  # the variable found before the last one (empty before there is one)
     size = ids.size
     for p in range(0, size, MARK_CHUNK):
         q = min(p + MARK_CHUNK, size)
@@ -57,12 +58,16 @@ def _mark_variables(ids, bases, var_ids, mask):  # pragma: no cover - compiled
             continue
         for k in range(p, q):
             i = ids[k]
-            if i < lo or i >= hi:
-                j = np.searchsorted(bases, i, side="right") - 1
-                lo = bases[j]
-                hi = bases[j + 1] if j + 1 < n else top
-                vid = var_ids[j]
-                mask[vid] = True
+            if i >= lo and i < hi:
+                continue
+            if i >= lo2 and i < hi2:  # back in the variable before: swap the two
+                lo, hi, lo2, hi2 = lo2, hi2, lo, hi
+                continue
+            j = np.searchsorted(bases, i, side="right") - 1
+            lo2, hi2 = lo, hi
+            lo = bases[j]
+            hi = bases[j + 1] if j + 1 < n else top
+            mask[var_ids[j]] = True
 
 
 def mark_variables(space: object, ids: np.ndarray, mask: np.ndarray) -> None:
