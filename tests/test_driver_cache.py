@@ -68,10 +68,13 @@ class Caller(Vertex):
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh, empty cache directory (``IPUSIM_CACHE_DIR``) with the cache on."""
+    """A fresh, empty cache directory (``IPUSIM_CACHE_DIR``) with the cache on, Numba's
+    files beside its entries whatever ``NUMBA_CACHE_DIR`` the run has (Numba's default;
+    a test that wants them elsewhere sets ``numba.config.CACHE_DIR`` itself)."""
     root = tmp_path / "cache"
     monkeypatch.setenv(driver_cache.CACHE_DIR_ENV, str(root))
     monkeypatch.delenv(driver_cache.SWITCH_ENV, raising=False)
+    monkeypatch.setattr(numba.config, "CACHE_DIR", "")
     return root / "numba"
 
 
