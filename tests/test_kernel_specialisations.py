@@ -154,7 +154,7 @@ def test_the_field_pieces_get_read_only_bounds_however_the_table_holds_them():
     read-only either way (one specialisation each, not one more per flavour)."""
     from poplar_api.lowering import pieces, strided
 
-    ids = np.array([0, 1, 2, 9, 10, 5, 6, 7, 8, 3], np.int64)
+    ids = np.array([0, 1, 2, 9, 10, 5, 6, 7, 8, 3], np.int32)  # as the lowering passes them
     owner = np.repeat(np.arange(4, dtype=np.int16), 3)  # 12 elements, 3 per tile
     vtiles = np.array([3, 0, 1], np.int64)
     bounds = np.array([0, 3, 5, 10], np.int64)
