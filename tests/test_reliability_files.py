@@ -136,12 +136,18 @@ def test_a_signal_during_the_renames_takes_effect_after_them(tmp_path, signum, r
     """A signal that arrives while a group is renamed is held until every file is in
     place, then raises as it would have."""
     renamed = []
-    with files.signals_as_exceptions(), pytest.raises(raised), files._signals_held():
-        os.kill(os.getpid(), signum)
-        wait_for_signal_handlers()
-        renamed.append("all renames done")
-    assert renamed == ["all renames done"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own SIGINT handler, as in a foreground run (a suite started in the
+    # background inherits SIGINT ignored, and an ignored signal rightly stays ignored).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with files.signals_as_exceptions(), pytest.raises(raised), files._signals_held():
+            os.kill(os.getpid(), signum)
+            wait_for_signal_handlers()
+            renamed.append("all renames done")
+        assert renamed == ["all renames done"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
@@ -232,6 +238,13 @@ sys.exit(main(argv))
 """
 
 
+def sigint_default() -> None:
+    """Start a child with SIGINT's default action, as a shell starts a foreground command:
+    a suite run in the background inherits SIGINT ignored, and a child that ignores it
+    (as ipusim rightly keeps it ignored) would never be stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def stopped(tmp_path: Path, name: str, nth: int, argv: list[str]) -> subprocess.CompletedProcess:
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
@@ -241,6 +254,7 @@ def stopped(tmp_path: Path, name: str, nth: int, argv: list[str]) -> subprocess.
         text=True,
         cwd=ROOT,
         env={**os.environ, "IPUSIM_PROGRESS": "0"},
+        preexec_fn=sigint_default,
     )
 
 
