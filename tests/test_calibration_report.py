@@ -132,6 +132,20 @@ def test_fitted_values_are_marked_in_the_yaml():
         assert "# estimate: fitted (docs/calibration.md)" in line
 
 
+def one_row_csv(tmp_path: Path, row: str, **changes: str) -> Path:
+    """A copy of the calibration CSV holding ``row`` (with ``changes`` to its columns) and
+    the counter row the report checks, in ``tmp_path``."""
+    with open(CSV, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    one = tmp_path / "one_row.csv"
+    with open(one, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**r, **changes} if r["id"] == row else r for r in rows
+                         if r["id"] in (row, report.COUNTER_ROW))  # fmt: skip
+    return one
+
+
 def test_a_workload_reading_every_run_is_reported_as_run_directly(tmp_path):
     """The fully-connected rows' metrics read each of the tool's two runs
     (``engine.getTraces()``): the report gives them every re-timed run of a config,
@@ -139,14 +153,7 @@ def test_a_workload_reading_every_run_is_reported_as_run_directly(tmp_path):
     from ipusim.runner import run_workload
 
     row = "J-fc_layer_1_1000_5_half.ipum2"
-    with open(CSV, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    one = tmp_path / "one_row.csv"
-    with open(one, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(r for r in rows if r["id"] in (row, report.COUNTER_ROW))
-    (got,) = report.collect(["J"], csv_path=one)
+    (got,) = report.collect(["J"], csv_path=one_row_csv(tmp_path, row))
     workload = CAL / "fc_fully_connected.py"
     params = report.points.load(workload).POINTS[row]
     for calibrated, value in ((False, got.uncalibrated), (True, got.calibrated)):
@@ -200,17 +207,7 @@ def test_the_release_is_read_from_the_csv_the_report_is_given(tmp_path, monkeypa
     not from the default CSV: J-gemm-7.ipum2 in a copy whose ``sdk`` names 7eac0f26 (the
     default CSV: f927358) is configured and run as 7eac0f26."""
     row = "J-gemm-7.ipum2"
-    with open(CSV, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    one = tmp_path / "one_row.csv"
-    with open(one, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for r in rows:
-            if r["id"] == row:
-                writer.writerow({**r, "sdk": "Poplibs 7eac0f26 (2023-08-11)"})
-            elif r["id"] == report.COUNTER_ROW:
-                writer.writerow(r)
+    one = one_row_csv(tmp_path, row, sdk="Poplibs 7eac0f26 (2023-08-11)")
     workload = str(CAL / "j_poplibs_bench.py")
     assert report.row_config(workload, row, True).software.poplibs_release == "f927358"
     for calibrated in (True, False):
