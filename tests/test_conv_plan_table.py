@@ -27,7 +27,12 @@ from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.fc_joint import fwd_layer, plan_joint
 from poplar_api.poplin.plan_report import plan_summary, vertex_name
-from poplar_api.poplin.poplibs_conv_model import flat_params, poplibs_conv_plan
+from poplar_api.poplin.poplibs_conv_model import (
+    flat_params,
+    mac_vertex_floor,
+    poplibs_conv_plan,
+    slic_floor,
+)
 from poplar_api.poplin.poplibs_fc_joint_model import describe_joint, fc_layer_plan
 from poplar_api.poplin.poplibs_matmul_model import describe, poplibs_matmul_plan
 
@@ -198,7 +203,13 @@ def test_convolutions(row) -> None:
     plan = poplin.getConvPlan(graph, params, opts)
     eff = expand_all_dims(params) if plan.expanded else params
     eff = flat_params(params) if plan.flattened else eff
+    floors = {"SLIC floor": slic_floor, "MAC floor": mac_vertex_floor}
     for claim in _claims(poplibs):
+        if m := re.fullmatch(r"(SLIC floor|MAC floor) ([\d,]+)", claim.strip()):
+            # (a lower bound of Poplibs' cost of every such plan: docs/planner.md)
+            floor = floors[m.group(1)](params, graph.getTarget())
+            assert f"{floor:,}" == m.group(2), f"{name} on {preset}: {claim!r}"
+            continue
         assert _holds(claim, plan, params, None), f"{name} on {preset}: {claim!r} fails: {plan}"
     assert ipusim == plan_summary(plan, eff, memory_limit(graph.getTarget(), {}))
 

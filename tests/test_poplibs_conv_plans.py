@@ -17,7 +17,9 @@ from poplar_api.poplin.poplibs_conv_model import (
     flat_params,
     flat_product,
     flattenable,
+    mac_vertex_floor,
     poplibs_conv_plan,
+    slic_floor,
     swapped_partial_floor,
 )
 from poplar_api.poplin.poplibs_conv_plans import adopted_conv_plan
@@ -62,6 +64,32 @@ def test_swapped_partial_floor_is_the_amp_bound_written_out() -> None:
     assert swapped_partial_floor(RESNET_1X1, t) == min(none, one) == one == 30_541
 
 
+#: The 3 x 3 ResNet-like layer of docs/planner.md row 16.
+RESNET_3X3 = poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 64, 64, paddingLower=[1, 1],
+                               paddingUpper=[1, 1])  # fmt: skip
+
+
+def test_the_slic_and_mac_floors_written_out() -> None:
+    """SLIC's floor from Poplibs' numbers (graphcore/poplibs 7eac0f26): constructModel's
+    MAC bound at getMaxMACsPerCyclePerTile's ``min(4, 4) * 4 * 2 = 32`` HALF MACs a cycle
+    (4 channels a group, the 1x4 window), plus the exchange of a tile's FLOAT partial sums
+    (one grain of 4 input channels a tile: Ci / 4 partial sums of every output, 4 bytes
+    each at 4 bytes a cycle). The MAC vertices' floor at the vector width, 4 HALF a cycle.
+    Real MACs of the padded 3 x 3 layer: 55 + 56 + 55 = 166 outputs per dimension read a
+    real input over the 3 kernel positions. The floor of the MAC vertices (``F Ci Co / (4
+    T)`` for the 1x1 layer, 8,726), which the model used for SLIC before, is not SLIC's."""
+    t = _target("mk2-ipumodel")
+    macs = 166 * 166 * 64 * 64
+    assert RESNET_3X3.getNumberOfMACs() == macs
+    partials = -(-56 * 56 * 64 * (64 // 4) // 1472)
+    assert slic_floor(RESNET_3X3, t) == macs // 32 // 1472 + partials == 2_396 + 2_182
+    assert mac_vertex_floor(RESNET_3X3, t) == macs // (4 * 1472) == 19_169
+    flat = 3136 * 64 * 256
+    assert slic_floor(RESNET_1X1, t) == flat // 32 // 1472 + -(-3136 * 256 * 16 // 1472)
+    assert slic_floor(RESNET_1X1, t) == 9_817 != flat // (4 * 1472)
+    assert mac_vertex_floor(RESNET_1X1, t) == flat // (4 * 1472) == 8_726
+
+
 def test_resnet_1x1_plan() -> None:
     """docs/planner.md row 17: unswapped (tried first, so it would win a tie), the field
     flattened and split 46 ways, 32 output-channel parts, AMP 16 / 8; the swapped form
@@ -75,6 +103,7 @@ def test_resnet_1x1_plan() -> None:
     )
     assert plan["ties"] == 1 and plan["established"]
     assert plan["mac_floor"] == 3136 * 64 * 256 // (4 * 1472) == 8_726
+    assert plan["slic_floor"] == 9_817
     assert plan["forms"] == {False: (4521, 12064), True: (6221, 9152)}
     # the unswapped form rearranges nothing (only the output regroup of 8 partial
     # channels to the next layer's 16, addTransformCycleEstimate's regroupOutput)

@@ -42,11 +42,23 @@ worklist for each kernel position is assumed to be the same") at no fewer than 4
 output position (HALF, ``getConvPartialnx1WorkerCycles``: ``34 + 4 (n - 3)`` less the
 retention savings of 9, 3 more an entry; the 1x1 worker ``38 + 4 (n - 3) - 7``) for a
 conv unit's 16 input channels and at most 16 output channels, whatever the split of the
-kernel, field and channels over the tiles. The MAC vertices and SLIC are bounded as for a
-product (``docs/planner.md``): ``F Ci Co / (4 T)`` cycles for the vector width of 4 HALF
-(``getMaxMACsPerCyclePerTile`` in ``constructModel``'s bound, with the multiply-accumulates
-of the convolution, ``getNumberOfMACs``) and the same for SLIC's partial sums (one input
-channel grain of 4 a tile, ``addSLICConstraints``). Derived from the source, not a port.
+kernel, field and channels over the tiles.
+
+The MAC vertices and SLIC are bounded from below (:func:`mac_vertex_floor`,
+:func:`slic_floor`), whatever the transforms, by ``constructModel``'s redundant inequality
+``totalMacs / maxMACsPerCyclePerTile <= usedTiles * partialCalcCycles * serialSplits``
+(``ConvModel.cpp``), with the multiply-accumulates of the convolution that read real
+elements (``getNumberOfMACs``; a transform only adds products of padding) and
+``getMaxMACsPerCyclePerTile``: the vector width (4 HALF) for the horizontal and vertical
+MAC and the outer product, and for SLIC ``min(vector width, inChansPerGroup) *
+windowWidth * 2`` = 32 for HALF inputs grouped by 4 in the 1x4 window (its other
+groupings, 2 channels of 2 groups and 1 of 4, give 16 and 8). SLIC is bounded further by
+its partial sums' exchange, a separate term of the same total: ``addSLICConstraints``
+leaves a tile one input-channel grain (at most 4 channels), so a tile's partial sums, all
+exchanged in FLOAT at the target's exchange bytes a cycle
+(``addExchangeCycleEstimates``' ``reduceFirstStageExchangeCycles``,
+``ExchangeEstimator::getCycles``), number at least ``G B F Co ceil(Ci / 4) / T``.
+Derived from the source, not a port.
 """
 
 from __future__ import annotations
@@ -59,13 +71,15 @@ import numpy as np
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.poplibs_matmul_model import CONV_PASSES, poplibs_matmul_plan
 from poplar_api.poplin.poplibs_release import DEFAULT_RELEASE
-from poplar_api.types import HALF
+from poplar_api.types import FLOAT, HALF
 
 __all__ = [
     "flat_params",
     "flat_product",
     "flattenable",
+    "mac_vertex_floor",
     "poplibs_conv_plan",
+    "slic_floor",
     "swapped_partial_floor",
 ]
 
@@ -76,7 +90,12 @@ _AMP_IN, _AMP_OUT = 16, 16
 #: The least cycles of an output position at a kernel position for those channels (HALF:
 #: the AMP's core loop of 4 cycles; the MAC vertices' vector width of 4).
 _CYCLES_A_POSITION = 4
-_VECTOR_WIDTH = 4
+#: SLIC's largest input (and partial) channel grouping for HALF inputs with FLOAT partials
+#: and its window width (``getConvVertexSLICCandidates``: 4 channels of 1 group, 2 of 2,
+#: 1 of 4; ``windowWidth`` 4).
+_SLIC_CHANS, _SLIC_WINDOW = 4, 4
+#: ``ExchangeEstimator``'s scaling of the exchange bytes per cycle.
+_EXCHANGE_SCALE = 16
 
 
 def flattenable(params: ConvParams) -> bool:
@@ -155,6 +174,34 @@ def swapped_partial_floor(params: ConvParams, target: Any) -> int:
     return best
 
 
+def mac_vertex_floor(params: ConvParams, target: Any) -> int:
+    """The least cycles of any horizontal-MAC, vertical-MAC or outer-product plan of a
+    HALF ``params`` (module docstring): its real multiply-accumulates
+    (``getNumberOfMACs``) over the target's HALF vector width a cycle
+    (``getMaxMACsPerCyclePerTile``) and its ``T`` tiles, rounded down."""
+    width = target.getVectorWidth(HALF)
+    return params.getNumberOfMACs() // (width * target.getNumTiles())
+
+
+def slic_floor(params: ConvParams, target: Any) -> int:
+    """The least cycles of any SLIC plan of a HALF ``params`` with FLOAT partials
+    (module docstring): the multiply-accumulates at SLIC's ``getMaxMACsPerCyclePerTile``
+    (``min(vector width, 4) * 4 * 2`` = 32 a cycle for HALF) over the ``T`` tiles, rounded
+    down, plus the exchange of a tile's partial sums, at least ``ceil(G B F Co ceil(Ci /
+    4) / T)`` FLOAT elements (one input-channel grain of at most 4 a tile,
+    ``addSLICConstraints``) at ``ExchangeEstimator::getCycles``' rate."""
+    tiles = target.getNumTiles()
+    width = target.getVectorWidth(HALF)
+    macs_a_cycle = min(width, _SLIC_CHANS) * _SLIC_WINDOW * 2
+    partial_calc = params.getNumberOfMACs() // macs_a_cycle // tiles
+    outputs = params.numConvGroups * params.batchSize * int(np.prod(params.getOutputFieldShape()))
+    grains = -(-params.inputChannelsPerConvGroup // _SLIC_CHANS)
+    partials = -(-outputs * params.outputChannelsPerConvGroup * grains // tiles)
+    rate = max(1, round(target.getExchangeBytesPerCycle() * _EXCHANGE_SCALE))
+    exchange = -(-partials * FLOAT.size * _EXCHANGE_SCALE // rate)
+    return partial_calc + exchange
+
+
 def poplibs_conv_plan(
     params: ConvParams,
     target: Any,
@@ -171,9 +218,10 @@ def poplibs_conv_plan(
     that pass's rearrangements, the unswapped form first.
 
     Returns that plan (``swapped``: the form with every field dimension flattened into
-    the output channels) with ``mac_floor`` (the MAC vertices' and SLIC's bound),
-    ``swapped_floor`` (:func:`swapped_partial_floor`) and ``established``: whether both
-    bounds pass the plan's cycles, so that no candidate left out can be cheaper (planning
+    the output channels) with ``mac_floor`` (the MAC vertices' bound,
+    :func:`mac_vertex_floor`), ``slic_floor`` (:func:`slic_floor`), ``swapped_floor``
+    (:func:`swapped_partial_floor`) and ``established``: whether the three bounds pass
+    the plan's cycles, so that no candidate left out can be cheaper (planning
     as ``7eac0f26`` only: the bounds are of that release's estimates; ``f927358``'s AMP
     worker estimates were not compared).
 
@@ -201,12 +249,12 @@ def poplibs_conv_plan(
     dims = flat_product(params)
     plan = poplibs_matmul_plan(dims, target, conv_pass, proportion, swaps=(False, True),
                                release=release)  # fmt: skip
-    g, m, k, n = dims
-    plan["mac_floor"] = g * m * k * n // (_VECTOR_WIDTH * target.getNumTiles())
+    plan["mac_floor"] = mac_vertex_floor(params, target)
+    plan["slic_floor"] = slic_floor(params, target)
     plan["swapped_floor"] = swapped_partial_floor(params, target)
     cycles = plan["cost"][0]
     # (the bounds restate 7eac0f26's estimates; f927358's were not compared)
-    plan["established"] = (
-        release == "7eac0f26" and plan["mac_floor"] > cycles and plan["swapped_floor"] > cycles
+    plan["established"] = release == "7eac0f26" and all(
+        plan[key] > cycles for key in ("mac_floor", "slic_floor", "swapped_floor")
     )
     return plan
