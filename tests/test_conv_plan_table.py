@@ -27,6 +27,7 @@ from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.fc_joint import fwd_layer, plan_joint
 from poplar_api.poplin.plan_report import plan_summary, vertex_name
+from poplar_api.poplin.poplibs_conv2d_model import amp_family_plan, describe_family
 from poplar_api.poplin.poplibs_conv_model import (
     flat_params,
     mac_vertex_floor,
@@ -194,6 +195,11 @@ def test_products(row) -> None:
     assert forms == f"swapped {costs[0]}; unswapped {costs[1]}"
 
 
+#: The prefix of a convolution row's claim of Poplibs' cost of its plain AMP plans
+#: (:func:`~poplar_api.poplin.poplibs_conv2d_model.amp_family_plan`).
+FAMILY = "Poplibs' AMP-family estimate: "
+
+
 @pytest.mark.parametrize("row", CONV_ROWS, ids=[r[0] for r in CONV_ROWS])
 def test_convolutions(row) -> None:
     _, name, preset, conv_pass, poplibs, ipusim = row
@@ -209,6 +215,11 @@ def test_convolutions(row) -> None:
             # (a lower bound of Poplibs' cost of every such plan: docs/planner.md)
             floor = floors[m.group(1)](params, graph.getTarget())
             assert f"{floor:,}" == m.group(2), f"{name} on {preset}: {claim!r}"
+            continue
+        if claim.strip().startswith(FAMILY):
+            # (the best plain AMP plan, an upper bound of Poplibs' plan's cost)
+            family = amp_family_plan(params, graph.getTarget())
+            assert claim.strip().removeprefix(FAMILY) == describe_family(family)
             continue
         assert _holds(claim, plan, params, None), f"{name} on {preset}: {claim!r} fails: {plan}"
     assert ipusim == plan_summary(plan, eff, memory_limit(graph.getTarget(), {}))

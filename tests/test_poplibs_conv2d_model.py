@@ -1,0 +1,139 @@
+"""Poplibs' cost of the plain AMP plans of a 2-D convolution
+(:mod:`poplar_api.poplin.poplibs_conv2d_model`): one partition's terms written out here from
+``addEstimates``' formulas (graphcore/poplibs 7eac0f26, ``ConvModel.cpp``), the partition
+variables ``constructModel`` allows, and the family's plans of docs/planner.md rows 16
+and 18."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
+from poplar_api.poplin.poplibs_amp_estimates import nx1_partial_cycles
+from poplar_api.poplin.poplibs_conv2d_model import (
+    SPLITS,
+    _partitions,
+    amp_family_costs,
+    amp_family_plan,
+    describe_family,
+)
+
+ROW16 = poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 64, 64, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+ROW18 = poplin.ConvParams(HALF, 4, [28, 28], [3, 3], 128, 128, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+
+
+def _target(preset: str):
+    return Graph(IPUModel(preset).createDevice().getTarget()).getTarget()
+
+
+def _one(**split: int) -> dict[str, np.ndarray]:
+    return {k: np.array([split[k]]) for k in SPLITS}
+
+
+def test_one_partition_written_out() -> None:
+    """Row 16 on Mk2 split B 1 x field 14 . 3 x kernel 1 x Co 8 x Ci 4 (1344 tiles, ipusim's
+    own partition): a tile's output is 4 x 19 positions of 8 channels from 16 input
+    channels. Inputs: the window with its halo, (4 + 2) x (19 + 2) x 16, less the eighth
+    already there (the output-channel split), 2 bytes at 8 a cycle (4, doubled: the split
+    is even and the supertile's 2 tiles share the bus). Weights 3 x 3 x 16 x 8 less a 42nd
+    (the field split), at 4 bytes a cycle. Partial sums 4 x 19 x 8 FLOAT, one byte-cycle per
+    byte / 4. The output regroup of the 8-channel partials to 16: ceil(3136 x 64 / 1344) =
+    150 elements, 300 bytes at 5 / 4 of 8 bytes a cycle (``getScaleFactorForTransform``)."""
+    t = _target("mk2-ipumodel")
+    split = _one(**{"batchSplit": 1, "fieldSplit[0]": 14, "fieldSplit[1]": 3,
+                    "kernelSplit[0]": 1, "outChanSplit.parallel": 8,
+                    "inChanSplit.parallel": 4})  # fmt: skip
+    c = amp_family_costs(ROW16, t, (16, 8), split)
+    inputs = 6 * 21 * 16
+    assert int(c["input exchange"][0]) == math.ceil((inputs - inputs // 8) * 2 / 8) == 441
+    weights = 3 * 3 * 16 * 8
+    assert int(c["weight exchange"][0]) == math.ceil((weights - weights // 42) * 2 / 4) == 563
+    assert int(c["partials exchange"][0]) == 4 * 19 * 8 == 608
+    assert int(c["transform"][0]) == math.ceil(-(-3136 * 64 // 1344) * 2 * 5 / (8 * 4)) == 47
+    nx1 = nx1_partial_cycles(
+        batch=1, field_shape=(4, 19), kernel_shape=(3, 3), filter_height=1, conv_groups=1,
+        in_groups=1, out_groups=1, out_chans_per_group=8, num_conv_units=8,
+        weight_bytes_per_conv_unit=32, coeff_load_bytes_per_cycle=8, workers=6,
+        float_activations=False, float_partials=True,
+    )  # fmt: skip
+    assert int(c["compute"][0]) == nx1
+    terms = ("input exchange", "weight exchange", "partials exchange", "transform", "compute",
+             "reduce")  # fmt: skip
+    assert int(c["cycles"][0]) == sum(int(c[k][0]) for k in terms)
+    # temporary bytes: the tile's inputs and weights in HALF, its partials in FLOAT (the
+    # reduction's 152 x 4 FLOAT partials are fewer)
+    assert int(c["bytes"][0]) == 2 * inputs + 2 * weights + 4 * 608 == 8_768
+
+
+def test_a_kernel_split_shrinks_the_window_and_the_weights() -> None:
+    """With the outer kernel dimension split 3 ways a tile holds one kernel row: its input
+    window is the output rows alone (no halo in that dimension) and its weights a third;
+    its partial sums are as many (all of its outputs, whatever is split)."""
+    t = _target("mk2-ipumodel")
+    base = {"batchSplit": 1, "fieldSplit[0]": 10, "fieldSplit[1]": 3, "outChanSplit.parallel": 8,
+            "inChanSplit.parallel": 2}  # fmt: skip
+    whole = amp_family_costs(ROW16, t, (16, 8), _one(**base, **{"kernelSplit[0]": 1}))
+    split = amp_family_costs(ROW16, t, (16, 8), _one(**base, **{"kernelSplit[0]": 3}))
+    ht, wt = -(-56 // 10), -(-56 // 3)
+    assert int(split["input exchange"][0]) == math.ceil(
+        (ht * (wt + 2) * 32 - ht * (wt + 2) * 32 // 8) * 2 / 8
+    )
+    assert int(whole["input exchange"][0]) == math.ceil(
+        ((ht + 2) * (wt + 2) * 32 - (ht + 2) * (wt + 2) * 32 // 8) * 2 / 8
+    )
+    assert int(split["weight exchange"][0]) == math.ceil((96 * 8 - 96 * 8 // 30) * 2 / 4)
+    for c in (split, whole):
+        assert int(c["partials exchange"][0]) == ht * wt * 8
+
+
+def test_the_partition_variables() -> None:
+    """``constructModel``: the inner kernel dimension is not split, every split is the least
+    giving its part, and the parallel splits' product is at most the tiles."""
+    t = _target("mk2-ipumodel")
+    s = _partitions(ROW16, t, (16, 8))
+    assert set(np.unique(s["kernelSplit[0]"]).tolist()) == {1, 2, 3}
+    assert set(np.unique(s["outChanSplit.parallel"]).tolist()) == {1, 2, 3, 4, 8}
+    assert set(np.unique(s["inChanSplit.parallel"]).tolist()) == {1, 2, 4}
+    assert 9 not in set(s["fieldSplit[0]"].tolist())  # (ceil(56 / 9) = 7 = ceil(56 / 8))
+    assert (np.prod([s[k] for k in SPLITS], axis=0) <= 1472).all()
+
+
+@pytest.mark.parametrize(
+    "params,preset,text",
+    [
+        (
+            ROW16,
+            "mk2-ipumodel",
+            "B 1 \N{MULTIPLICATION SIGN} field 10\N{MIDDLE DOT}3 \N{MULTIPLICATION SIGN} kernel 3 "
+            "\N{MULTIPLICATION SIGN} Co 8 \N{MULTIPLICATION SIGN} Ci 2, AMP 16 / 8, 8,249 cycles "
+            "/ 13,248 B",
+        ),
+        (
+            ROW18,
+            "mk1-ipumodel",
+            "B 4 \N{MULTIPLICATION SIGN} field 4\N{MIDDLE DOT}1 \N{MULTIPLICATION SIGN} kernel 1 "
+            "\N{MULTIPLICATION SIGN} Co 16 \N{MULTIPLICATION SIGN} Ci 4, AMP 16 / 8, 30,451 "
+            "cycles / 27,008 B",
+        ),
+    ],
+    ids=["row16", "row18"],
+)
+def test_the_family_plans_of_the_table(params, preset, text) -> None:
+    plan = amp_family_plan(params, _target(preset))
+    assert plan["ties"] == 1
+    assert describe_family(plan) == text
+
+
+def test_not_covered_is_named() -> None:
+    t = _target("mk2-ipumodel")
+    with pytest.raises(ValueError, match="float/float \\(HALF/HALF needed"):
+        amp_family_plan(poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 64, 64), t)
+    with pytest.raises(ValueError, match="dilation, stride"):
+        amp_family_plan(poplin.ConvParams(HALF, 1, [8, 8], [3, 3], 64, 64, stride=[2, 2]), t)
+    with pytest.raises(ValueError, match="inChansPerGroup 8"):
+        amp_family_costs(ROW16, t, (8, 8), _one(**dict.fromkeys(SPLITS, 1)))
