@@ -27,7 +27,7 @@ from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.fc_joint import fwd_layer, plan_joint
 from poplar_api.poplin.plan_report import plan_summary, vertex_name
-from poplar_api.poplin.poplibs_conv2d_model import amp_family_plan, describe_family
+from poplar_api.poplin.poplibs_conv2d_model import describe_family, family_plan, slic_floors
 from poplar_api.poplin.poplibs_conv_model import (
     flat_params,
     mac_vertex_floor,
@@ -196,8 +196,11 @@ def test_products(row) -> None:
 
 
 #: The prefix of a convolution row's claim of Poplibs' cost of its plain AMP plans
-#: (:func:`~poplar_api.poplin.poplibs_conv2d_model.amp_family_plan`).
+#: (:func:`~poplar_api.poplin.poplibs_conv2d_model.family_plan`).
 FAMILY = "Poplibs' AMP-family estimate: "
+#: The prefix of a convolution row's claim of SLIC's floors by form
+#: (:func:`~poplar_api.poplin.poplibs_conv2d_model.slic_floors`).
+SLIC_FLOORS = "SLIC floors: "
 
 
 @pytest.mark.parametrize("row", CONV_ROWS, ids=[r[0] for r in CONV_ROWS])
@@ -210,18 +213,32 @@ def test_convolutions(row) -> None:
     eff = expand_all_dims(params) if plan.expanded else params
     eff = flat_params(params) if plan.flattened else eff
     floors = {"SLIC floor": slic_floor, "MAC floor": mac_vertex_floor}
-    for claim in _claims(poplibs):
-        if m := re.fullmatch(r"(SLIC floor|MAC floor) ([\d,]+)", claim.strip()):
+    bounds: dict[str, int] = {}  # (Poplibs' cost bounds the row states)
+    for claim in (c.strip() for c in _claims(poplibs)):
+        if m := re.fullmatch(r"(SLIC floor|MAC floor) ([\d,]+)", claim):
             # (a lower bound of Poplibs' cost of every such plan: docs/planner.md)
             floor = floors[m.group(1)](params, graph.getTarget())
             assert f"{floor:,}" == m.group(2), f"{name} on {preset}: {claim!r}"
+            bounds[m.group(1)] = floor
             continue
-        if claim.strip().startswith(FAMILY):
+        if claim.startswith(SLIC_FLOORS):
+            # (lower bounds of every SLIC plan by its form, "swapped none": no plan)
+            got = slic_floors(params, graph.getTarget())
+            text = ", ".join(f"{k} {'none' if v is None else f'{v:,}'}" for k, v in got.items())
+            assert claim.removeprefix(SLIC_FLOORS) == text, f"{name} on {preset}"
+            bounds["SLIC floors"] = min(v for v in got.values() if v is not None)
+            continue
+        if claim.startswith(FAMILY):
             # (the best plain AMP plan, an upper bound of Poplibs' plan's cost)
-            family = amp_family_plan(params, graph.getTarget())
-            assert claim.strip().removeprefix(FAMILY) == describe_family(family)
+            family = family_plan(params, graph.getTarget())
+            assert claim.removeprefix(FAMILY) == describe_family(family)
+            bounds["AMP"] = family["cost"][0]
             continue
         assert _holds(claim, plan, params, None), f"{name} on {preset}: {claim!r} fails: {plan}"
+    if "AMP" in bounds and "method AMP" in (c.strip() for c in poplibs.split(";")):
+        # the AMP is Poplibs' pick where every other method's floor passes the cost of an
+        # AMP plan within the bound (docs/planner.md, "SLIC's plans of rows 16 and 18")
+        assert bounds["MAC floor"] > bounds["AMP"] and bounds["SLIC floors"] > bounds["AMP"]
     assert ipusim == plan_summary(plan, eff, memory_limit(graph.getTarget(), {}))
 
 

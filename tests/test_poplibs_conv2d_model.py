@@ -16,9 +16,10 @@ from poplar_api.poplin.poplibs_amp_estimates import nx1_partial_cycles
 from poplar_api.poplin.poplibs_conv2d_model import (
     SPLITS,
     _partitions,
-    amp_family_costs,
-    amp_family_plan,
     describe_family,
+    family_costs,
+    family_plan,
+    slic_floors,
 )
 
 ROW16 = poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 64, 64, paddingLower=[1, 1],
@@ -48,7 +49,7 @@ def test_one_partition_written_out() -> None:
     split = _one(**{"batchSplit": 1, "fieldSplit[0]": 14, "fieldSplit[1]": 3,
                     "kernelSplit[0]": 1, "outChanSplit.parallel": 8,
                     "inChanSplit.parallel": 4})  # fmt: skip
-    c = amp_family_costs(ROW16, t, (16, 8), split)
+    c = family_costs(ROW16, t, "AMP", (16, 8), split)
     inputs = 6 * 21 * 16
     assert int(c["input exchange"][0]) == math.ceil((inputs - inputs // 8) * 2 / 8) == 441
     weights = 3 * 3 * 16 * 8
@@ -77,8 +78,8 @@ def test_a_kernel_split_shrinks_the_window_and_the_weights() -> None:
     t = _target("mk2-ipumodel")
     base = {"batchSplit": 1, "fieldSplit[0]": 10, "fieldSplit[1]": 3, "outChanSplit.parallel": 8,
             "inChanSplit.parallel": 2}  # fmt: skip
-    whole = amp_family_costs(ROW16, t, (16, 8), _one(**base, **{"kernelSplit[0]": 1}))
-    split = amp_family_costs(ROW16, t, (16, 8), _one(**base, **{"kernelSplit[0]": 3}))
+    whole = family_costs(ROW16, t, "AMP", (16, 8), _one(**base, **{"kernelSplit[0]": 1}))
+    split = family_costs(ROW16, t, "AMP", (16, 8), _one(**base, **{"kernelSplit[0]": 3}))
     ht, wt = -(-56 // 10), -(-56 // 3)
     assert int(split["input exchange"][0]) == math.ceil(
         (ht * (wt + 2) * 32 - ht * (wt + 2) * 32 // 8) * 2 / 8
@@ -95,7 +96,7 @@ def test_the_partition_variables() -> None:
     """``constructModel``: the inner kernel dimension is not split, every split is the least
     giving its part, and the parallel splits' product is at most the tiles."""
     t = _target("mk2-ipumodel")
-    s = _partitions(ROW16, t, (16, 8))
+    s = _partitions(ROW16, t, "AMP", (16, 8))
     assert set(np.unique(s["kernelSplit[0]"]).tolist()) == {1, 2, 3}
     assert set(np.unique(s["outChanSplit.parallel"]).tolist()) == {1, 2, 3, 4, 8}
     assert set(np.unique(s["inChanSplit.parallel"]).tolist()) == {1, 2, 4}
@@ -124,7 +125,7 @@ def test_the_partition_variables() -> None:
     ids=["row16", "row18"],
 )
 def test_the_family_plans_of_the_table(params, preset, text) -> None:
-    plan = amp_family_plan(params, _target(preset))
+    plan = family_plan(params, _target(preset))
     assert plan["ties"] == 1
     assert describe_family(plan) == text
 
@@ -132,8 +133,33 @@ def test_the_family_plans_of_the_table(params, preset, text) -> None:
 def test_not_covered_is_named() -> None:
     t = _target("mk2-ipumodel")
     with pytest.raises(ValueError, match="float/float \\(HALF/HALF needed"):
-        amp_family_plan(poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 64, 64), t)
+        family_plan(poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 64, 64), t)
     with pytest.raises(ValueError, match="dilation, stride"):
-        amp_family_plan(poplin.ConvParams(HALF, 1, [8, 8], [3, 3], 64, 64, stride=[2, 2]), t)
-    with pytest.raises(ValueError, match="inChansPerGroup 8"):
-        amp_family_costs(ROW16, t, (8, 8), _one(**dict.fromkeys(SPLITS, 1)))
+        family_plan(poplin.ConvParams(HALF, 1, [8, 8], [3, 3], 64, 64, stride=[2, 2]), t)
+    with pytest.raises(ValueError, match="AMP with inChansPerGroup 8"):
+        family_costs(ROW16, t, "AMP", (8, 8), _one(**dict.fromkeys(SPLITS, 1)))
+
+
+def test_slic_floors_of_row_16() -> None:
+    """SLIC's floors for docs/planner.md row 16 (Mk2, 1472 tiles, 166 x 166 x 64 x 64 real
+    MACs): 2 or 4 groups of 2 or 1 channels at 8 real MACs a cycle at most; an expansion
+    multiplies the 64 input channels by 3 at least, 48 grains of 4, each output's partial
+    sum in every one of them exchanged in FLOAT (4 bytes at 4 a cycle), plus the MACs at
+    32 a cycle; a serial split of 2 input channels' halves costs twice the least one-pass
+    terms (all but the reduction) of the 32-channel convolution; no swapped form."""
+    t = _target("mk2-ipumodel")
+    macs = 166 * 166 * 64 * 64
+    floors = slic_floors(ROW16, t)
+    assert floors["2 or 4 groups"] == macs // (8 * 1472) == 9_584
+    assert floors["expanded"] == macs // 32 // 1472 + -(-3136 * 64 * 48 // 1472) == 8_941
+    assert floors["swapped"] is None
+    assert floors["one pass"] == family_plan(ROW16, t, "SLIC")["cost"][0] == 13_270
+    half = poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 32, 64, paddingLower=[1, 1],
+                             paddingUpper=[1, 1])  # fmt: skip
+    c = family_costs(half, t, "SLIC", (4, 4), _partitions(half, t, "SLIC", (4, 4)))
+    keys = ("input exchange", "weight exchange", "partials exchange", "transform", "padding",
+            "compute")  # fmt: skip
+    assert floors["serial"] <= 2 * int(sum(c[k] for k in keys).min())
+    assert floors["serial"] == 9_398
+    # each above the plain AMP family's best, 8,249: SLIC is not Poplibs' pick
+    assert min(v for v in floors.values() if v is not None) > 8_249

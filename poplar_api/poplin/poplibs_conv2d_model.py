@@ -1,18 +1,22 @@
-"""Poplibs' cost of the plain AMP plans of a convolution over a 2-D field.
+"""Poplibs' cost of the plain AMP and SLIC plans of a convolution over a 2-D field.
 
 For a HALF convolution with FLOAT partials of pass ``NONE`` whose kernel is wider than one
 position (so that nothing flattens, :mod:`.poplibs_conv_model`), this module restates what
 ``constructModel`` and ``addEstimates`` (graphcore/poplibs ``7eac0f26``,
-``lib/poplin/ConvModel.cpp``) cost for one family of ``createPlan``'s candidates: the
-operands unswapped, no ``expandDims`` at either level, one pass (no serial split), the
+``lib/poplin/ConvModel.cpp``) cost for a family of ``createPlan``'s candidates: the
+operands unswapped, no ``expandDims`` at either level, one pass (no serial split), and the
 AMP with its full input grouping (16 channels, a conv-unit weight height of 1) and either
-partial grouping of ``getConvVertexAMPCandidates`` (the 8 conv units, then 16). Over that
-family the partition variables are those of ``constructModel``: ``batchSplit``, a
-``fieldSplit`` per dimension (each the least divisor giving its part,
-``ceildivConstrainDivisor``), ``kernelSplit`` of every kernel dimension but the innermost
-(which "the implementation doesn't support splitting"), ``outChanSplit.parallel`` and
-``inChanSplit.parallel`` over the channel grains, their product at most the tiles. Each
-partition is costed as ``addEstimates`` sums it:
+partial grouping of ``getConvVertexAMPCandidates`` (the 8 conv units, then 16), or SLIC
+with 4 channels of one group (one input- and one output-channel grain a tile,
+``addSLICConstraints``; its estimate :mod:`.poplibs_slic_estimates`, the kernel width
+padded to its window and the input padding applied as exchanged zeros,
+``addTileLevelTransformEstimates``, its extra partials buffer). :func:`slic_floors`
+bounds SLIC's other forms. Over that family the partition variables are those of
+``constructModel``: ``batchSplit``, a ``fieldSplit`` per dimension (each the least
+divisor giving its part, ``ceildivConstrainDivisor``), ``kernelSplit`` of every kernel
+dimension but the innermost (which "the implementation doesn't support splitting"),
+``outChanSplit.parallel`` and ``inChanSplit.parallel`` over the channel grains, their
+product at most the tiles. Each partition is costed as ``addEstimates`` sums it:
 
 * exchange (``addExchangeCycleEstimates``): a tile's input window,
   ``getMaxInputRangeSize`` per dimension (``(out - 1) stride + 1`` plus the tile's kernel
@@ -26,20 +30,21 @@ partition is costed as ``addEstimates`` sums it:
   output regroup when the partials are grouped by fewer than 16 (``regroupOutput``);
 * the partial sums (``addPartialCalcCycleEstimate``): the ``ConvPartialnx1`` estimate of
   the tile's batch, output field and kernel
-  (:func:`~.poplibs_amp_estimates.nx1_partial_cycles`);
+  (:func:`~.poplibs_amp_estimates.nx1_partial_cycles`), or SLIC's
+  (:func:`~.poplibs_slic_estimates.slic_partial_cycles`);
 * the reduction over the kernel and input-channel splits, or the cast of the FLOAT
   partials to HALF (``addReduceCycleEstimate``), as for a product;
 
 and its temporary bytes (``addConvTempMemoryEstimate``: the tile's inputs, weights and
 partials; the reduction's; twice the largest transform's) must stay within
 ``availableMemoryProportion`` of the tile. ``constructModel``'s inequality ``totalMacs /
-maxMACsPerCyclePerTile <= usedTiles * partialCalcCycles`` (32 MACs a cycle for 8 units)
-removes a partition whose partial-sum estimate is below it. The least ``(cycles, bytes)``
-is the family's plan. Not restated: the other families (swapped operands, ``expandDims``,
-``outChanFlattenDims``, the AMP with 8, 4, 2 or 1 input channels a group, serial splits,
-SLIC and the MAC vertices), which a plan of the whole search may take instead; this
-family's best is an upper bound of the cost of Poplibs' plan, not that plan. Derived from
-the source, not a port.
+maxMACsPerCyclePerTile <= usedTiles * partialCalcCycles`` (32 MACs a cycle for 8 units and
+for SLIC) removes a partition whose partial-sum estimate is below it. The least ``(cycles,
+bytes)`` is the family's plan. Not restated: the other families (swapped operands,
+``expandDims``, ``outChanFlattenDims``, the AMP with 8, 4, 2 or 1 input channels a group,
+serial splits, SLIC's other groupings and the MAC vertices), which a plan of the whole
+search may take instead; the AMP family's best is an upper bound of the cost of Poplibs'
+plan, not that plan. Derived from the source, not a port.
 """
 
 from __future__ import annotations
@@ -64,9 +69,10 @@ from poplar_api.poplin.poplibs_matmul_model import (
     _transforms,
     amp_vertex_types,
 )
+from poplar_api.poplin.poplibs_slic_estimates import WINDOW, slic_partial_cycles
 from poplar_api.types import FLOAT, HALF
 
-__all__ = ["SPLITS", "amp_family_costs", "amp_family_plan", "describe_family"]
+__all__ = ["SPLITS", "describe_family", "family_costs", "family_plan", "slic_floors"]
 
 #: The partition variables of a 2-D convolution's one-pass plans, by ``constructModel``'s
 #: names (``kernelSplit[0]``: the outer kernel dimension; the inner one is not split).
@@ -74,6 +80,11 @@ SPLITS = ("batchSplit", "fieldSplit[0]", "fieldSplit[1]", "kernelSplit[0]",
           "outChanSplit.parallel", "inChanSplit.parallel")  # fmt: skip
 #: The AMP's conv units for HALF inputs with FLOAT partials on ipusim's targets.
 _UNITS = 8
+#: SLIC's channels a group (input and output) of its one-group HALF candidate.
+SLIC_CHANS = 4
+#: ``getMaxMACsPerCyclePerTile``: the AMP's units times 4 HALF loads; SLIC's ``min(4, 4)
+#: x 4 x 2``.
+_MAX_MACS = {"AMP": _UNITS * 4, "SLIC": min(4, SLIC_CHANS) * WINDOW * 2}
 
 
 def _check(params: ConvParams, target: Any) -> None:
@@ -108,19 +119,28 @@ def _input_range(out: np.ndarray, kernel: np.ndarray, d: int, params: ConvParams
     return np.minimum(out + kernel - 1, whole)
 
 
-def amp_family_costs(
-    params: ConvParams, target: Any, groups: tuple[int, int], splits: dict[str, np.ndarray]
+def family_costs(
+    params: ConvParams,
+    target: Any,
+    method: str,
+    groups: tuple[int, int],
+    splits: dict[str, np.ndarray],
 ) -> dict[str, np.ndarray]:
     """Poplibs' ``(cycles, temporary bytes)`` and itemised cycles of the family's
-    partitions ``splits`` (arrays by :data:`SPLITS`) with the AMP grouping ``groups``
-    (``(inChansPerGroup, partialChansPerGroup)``; module docstring): keys ``cycles``,
-    ``bytes``, ``ok`` (the MAC inequality holds) and the terms ``input exchange``,
-    ``weight exchange``, ``partials exchange``, ``transform``, ``compute``, ``reduce``."""
+    partitions ``splits`` (arrays by :data:`SPLITS`) with the vertex ``method`` (``"AMP"``
+    or ``"SLIC"``) and grouping ``groups`` (``(inChansPerGroup, partialChansPerGroup)``;
+    module docstring): keys ``cycles``, ``bytes``, ``ok`` (the MAC inequality holds) and
+    the terms ``input exchange``, ``weight exchange``, ``partials exchange``,
+    ``later stages exchange`` (the reduction's after the first), ``transform``,
+    ``padding`` (SLIC's tile-level transform), ``compute``, ``reduce``."""
     _check(params, target)
     icg, ocg = groups
-    if icg != HALF_WEIGHTS_PER_CONV_UNIT:
-        raise ValueError(f"amp_family_costs: inChansPerGroup {icg}: only the full grouping "
-                         f"({HALF_WEIGHTS_PER_CONV_UNIT}) is restated")  # fmt: skip
+    if (method, icg) not in (("AMP", HALF_WEIGHTS_PER_CONV_UNIT), ("SLIC", SLIC_CHANS)):
+        raise ValueError(
+            f"family_costs: {method} with inChansPerGroup {icg}: only the AMP's full grouping "
+            f"({HALF_WEIGHTS_PER_CONV_UNIT}) and SLIC's {SLIC_CHANS} channels of one group "
+            "are restated"
+        )
     workers = target.getNumWorkerContexts()
     out_shape = [int(x) for x in params.getOutputFieldShape()]
     kernel = [int(x) for x in params.kernelShape]
@@ -145,43 +165,92 @@ def amp_family_costs(
     x_w = _exchange(weights - weights // (fh * fw * bs), isz, target)
     depth = ks * pi
     later = lambda o, d: _reduce_exchange_later_stages(o, d, psz, target)  # noqa: E731
-    x_p = _exchange(outputs, psz, target) + _per_depth(outputs, depth, later)
+    x_p = _exchange(outputs, psz, target)
+    x_later = _per_depth(outputs, depth, later)
     # the output regroup (addTransformCycleEstimate), as for the product of the same sizes
     field = params.batchSize * out_shape[0] * out_shape[1]
     dims = (1, field, params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup)
     product = Product(dims, target, False, groups, "NONE")
     tr = _transforms(product, used)
-    # the partial sums
+    # the partial sums, and SLIC's padding (addTileLevelTransformEstimates)
     rows = np.stack([np.broadcast_to(x, used.shape) for x in (bt, ht, wt, kh, cit, cot)], axis=1)
     uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-    per = [
-        nx1_partial_cycles(
-            batch=b, field_shape=(h, w), kernel_shape=(k, kernel[1]), filter_height=1,
-            conv_groups=1, in_groups=ci // icg, out_groups=co // ocg, out_chans_per_group=ocg,
-            num_conv_units=_UNITS, weight_bytes_per_conv_unit=HALF_WEIGHTS_PER_CONV_UNIT * isz,
-            coeff_load_bytes_per_cycle=COEFF_LOAD_BYTES_PER_CYCLE, workers=workers,
-            float_activations=False, float_partials=True,
-        )
-        for b, h, w, k, ci, co in uniq.tolist()
-    ]  # fmt: skip
+    per = [_partial(method, ocg, b, (h, w), (k, kernel[1]), ci, co, workers)
+           for b, h, w, k, ci, co in uniq.tolist()]  # fmt: skip
     compute = np.array(per, np.int64)[inv.ravel()]
+    pad = pad_bytes = np.zeros(used.shape, np.int64)
+    if method == "SLIC":
+        pad, pad_bytes = _slic_padding(params, target, bt, ht, wt, kh, cit, cot, mult)
     # the reduction or cast
     red_out = -(-outputs // depth)
     reduce = _per_depth(red_out, depth, lambda o, d: _reduce_cycles(o, d, psz, isz, target))
     # temporary bytes
-    conv = isz * inputs + isz * weights + psz * outputs
+    partial_bytes = psz * outputs
+    if method == "SLIC":  # (the vertex's extra buffer: a group's partials and 200 bytes)
+        partial_bytes = 2 * partial_bytes + 200
+    conv = isz * inputs + isz * weights + partial_bytes + pad_bytes
     red_bytes = np.where(depth > 1, red_out * depth * psz, 0)
     t_max = np.maximum.reduce([tr["in_bytes"], tr["w_bytes"], tr["out_bytes"]])
     temp = np.maximum.reduce([2 * t_max, conv, red_bytes])
     terms = {"input exchange": x_in, "weight exchange": x_w, "partials exchange": x_p,
-             "transform": tr["in"] + tr["w"] + tr["out"], "compute": compute,
-             "reduce": reduce}  # fmt: skip
+             "later stages exchange": x_later,
+             "transform": tr["in"] + tr["w"] + tr["out"], "padding": pad,
+             "compute": compute, "reduce": reduce}  # fmt: skip
     cycles = sum(terms.values())
-    ok = params.getNumberOfMACs() // (_UNITS * 4) <= used * compute
+    ok = params.getNumberOfMACs() // _MAX_MACS[method] <= used * compute
     return {"cycles": cycles, "bytes": temp, "ok": ok, **terms}
 
 
-def _partitions(params: ConvParams, target: Any, groups: tuple[int, int]) -> dict[str, np.ndarray]:
+def _partial(method: str, ocg: int, batch: int, field: tuple[int, int],
+             kernel: tuple[int, int], cit: int, cot: int, workers: int) -> int:  # fmt: skip
+    """``addPartialCalcCycleEstimate`` of one tile."""
+    if method == "SLIC":
+        return slic_partial_cycles(batch, field, kernel, 1, 1, SLIC_CHANS, workers)
+    return nx1_partial_cycles(
+        batch=batch, field_shape=field, kernel_shape=kernel, filter_height=1, conv_groups=1,
+        in_groups=cit // HALF_WEIGHTS_PER_CONV_UNIT, out_groups=cot // ocg,
+        out_chans_per_group=ocg, num_conv_units=_UNITS,
+        weight_bytes_per_conv_unit=HALF_WEIGHTS_PER_CONV_UNIT * HALF.size,
+        coeff_load_bytes_per_cycle=COEFF_LOAD_BYTES_PER_CYCLE, workers=workers,
+        float_activations=False, float_partials=True,
+    )  # fmt: skip
+
+
+def _slic_padding(
+    params: ConvParams,
+    target: Any,
+    bt: Any,
+    ht: Any,
+    wt: Any,
+    kh: Any,
+    cit: Any,
+    cot: Any,
+    mult: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """SLIC's ``addTileLevelTransformEstimates``: the kernel width padded to a multiple of
+    the window (``padKernelSpatialDim``, the inner dimension unsplit: ``(4 - w mod 4) mod
+    4`` columns, as many input columns) and the input padding applied
+    (``truncateDilateAndPadInput``: ``paddingLower + paddingUpper`` per dimension); the
+    zeros of the tile's kernel and output field so padded (``applyPadding``) exchanged,
+    the inputs at the input rate, their bytes live with the vertex."""
+    it = params.inputTransform
+    kw = int(params.kernelShape[1])
+    extra = (WINDOW - kw % WINDOW) % WINDOW
+    pad_h = int(it.paddingLower[0]) + int(it.paddingUpper[0])
+    pad_w = extra + int(it.paddingLower[1]) + int(it.paddingUpper[1])
+    kernel_zeros = kh * extra * cit * cot
+    input_zeros = bt * ((ht + pad_h) * (wt + pad_w) - ht * wt) * cit
+    cycles = _exchange(kernel_zeros, HALF.size, target) + _exchange(
+        input_zeros, HALF.size, target, mult
+    )
+    return cycles, (kernel_zeros + input_zeros) * HALF.size
+
+
+def _partitions(
+    params: ConvParams, target: Any, method: str, groups: tuple[int, int]
+) -> dict[str, np.ndarray]:
+    """``constructModel``'s partitions of the family (SLIC: one input- and output-channel
+    grain a tile, ``addSLICConstraints``)."""
     tiles = target.getNumTiles()
     icg, ocg = groups
     out_shape = [int(x) for x in params.getOutputFieldShape()]
@@ -193,15 +262,20 @@ def _partitions(params: ConvParams, target: Any, groups: tuple[int, int]) -> dic
         _splits(-(-params.outputChannelsPerConvGroup // ocg), tiles)[0],
         _splits(-(-params.inputChannelsPerConvGroup // icg), tiles)[0],
     ]
+    if method == "SLIC":
+        axes[4], axes[5] = axes[4][-1:], axes[5][-1:]  # (one grain a tile)
     grids = [g.ravel() for g in np.meshgrid(*axes, indexing="ij")]
     keep = np.prod(grids, axis=0) <= tiles
     return {name: g[keep] for name, g in zip(SPLITS, grids, strict=True)}
 
 
-def amp_family_plan(params: ConvParams, target: Any, proportion: float = 0.6) -> dict[str, Any]:
-    """The least ``(cycles, temporary bytes)`` of the family (module docstring) within
-    ``proportion`` of the tile's bytes, over both partial groupings (8 first) and every
-    partition: ``groups``, ``splits`` (by :data:`SPLITS`), ``cost``, ``terms`` and
+def family_plan(
+    params: ConvParams, target: Any, method: str = "AMP", proportion: float = 0.6
+) -> dict[str, Any]:
+    """The least ``(cycles, temporary bytes)`` of the family (module docstring) of the
+    vertex ``method`` within ``proportion`` of the tile's bytes, over its groupings (the
+    AMP's partials by 8, then 16; SLIC's 4 channels of one group) and every partition:
+    ``method``, ``groups``, ``splits`` (by :data:`SPLITS`), ``cost``, ``terms`` and
     ``ties`` (the partitions of that least cost).
 
     Raises
@@ -211,9 +285,10 @@ def amp_family_plan(params: ConvParams, target: Any, proportion: float = 0.6) ->
     """
     bound = int(target.getBytesPerTile() * proportion)
     best: dict[str, Any] | None = None
-    for groups in amp_vertex_types(_UNITS):
-        splits = _partitions(params, target, groups)
-        c = amp_family_costs(params, target, groups, splits)
+    groupings = amp_vertex_types(_UNITS) if method == "AMP" else [(SLIC_CHANS, SLIC_CHANS)]
+    for groups in groupings:
+        splits = _partitions(params, target, method, groups)
+        c = family_costs(params, target, method, groups, splits)
         fit = np.flatnonzero(c["ok"] & (c["bytes"] <= bound))
         if not fit.size:
             continue
@@ -223,14 +298,70 @@ def amp_family_plan(params: ConvParams, target: Any, proportion: float = 0.6) ->
         if best is None or cost < best["cost"]:
             same = (c["cycles"][fit] == cost[0]) & (c["bytes"][fit] == cost[1])
             best = {
-                "groups": groups, "cost": cost, "ties": int(same.sum()),
+                "method": method, "groups": groups, "cost": cost, "ties": int(same.sum()),
                 "splits": {k: int(v[i]) for k, v in splits.items()},
                 "terms": {k: int(c[k][i]) for k in c if k not in ("cycles", "bytes", "ok")},
             }  # fmt: skip
     if best is None:
-        raise ValueError(f"amp_family_plan: no partition of {params} fits {bound} B "
+        raise ValueError(f"family_plan: no {method} partition of {params} fits {bound} B "
                          "(hint: a larger availableMemoryProportion)")  # fmt: skip
     return best
+
+
+def slic_floors(params: ConvParams, target: Any) -> dict[str, int | None]:
+    """Lower bounds of Poplibs' cost of every SLIC plan of ``params`` by the form of the
+    plan (graphcore/poplibs 7eac0f26; docs/planner.md "SLIC's plans of rows 16 and 18"):
+
+    * ``"one pass"``: the SLIC family's best (:func:`family_plan`, exact);
+    * ``"2 or 4 groups"``: the candidates of 2 channels in 2 groups and 1 in 4 with one
+      conv group: a tile does at most ``4 x 2 x 2`` real multiply-accumulates an output
+      position and sub-kernel, which its workers take at least 2 cycles for (every row of
+      ``getConvPartialSlicSupervisorInnerLoopCycleEstimateHalfFloat`` costs at least twice
+      its elements), so the real MACs over 8 a cycle and the tiles, whatever the form;
+    * ``"expanded"``: ``expandDims`` of some dimensions multiplies the input channels by
+      their kernel sizes; SLIC keeps 4 a tile, so the FLOAT partial sums exchanged are at
+      least ``B F Co ceil(Ci' / 4) / T`` (``Ci'`` at least ``Ci`` times the least kernel
+      size), plus the MACs over 32 a cycle (:func:`~.poplibs_conv_model.slic_floor`'s
+      terms);
+    * ``"serial"``: a serial split ``S`` of the input (or output) channels runs ``S``
+      iterations of the convolution with ``Ci / S`` (``Co / S``) channels, each costing
+      at least its one-pass terms but the reduction (and, over output channels, the
+      inputs' exchange, which may be broadcast before the loop): ``S`` times their least
+      over the partitions, the least over ``S``;
+    * ``"swapped"``: None, no plan: every swapped form (with ``outChanFlattenDims`` or
+      ``expandDims`` too) flips the kernel and the input (``swapOperands`` toggles both
+      flips; ``calculateFlattenedParams`` swaps back and again), which
+      ``addSLICConstraints`` forbids.
+    """
+    _check(params, target)
+    tiles = target.getNumTiles()
+    macs = params.getNumberOfMACs()
+    out = {"one pass": family_plan(params, target, "SLIC")["cost"][0]}
+    out["2 or 4 groups"] = macs // (8 * tiles)
+    outputs = params.batchSize * int(np.prod(params.getOutputFieldShape()))
+    ci, co = params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup
+    # (the least factor an expansion multiplies the input channels by: a dimension
+    # expandingDimChangesParams leaves alone is no candidate, so counting it is safe)
+    factor = min(int(k) for k in params.kernelShape)
+    parts = -(-outputs * co * -(-ci * factor // SLIC_CHANS) // tiles)
+    out["expanded"] = macs // _MAX_MACS["SLIC"] // tiles + int(_exchange(parts, 4, target))
+    keys = ("weight exchange", "partials exchange", "transform", "padding", "compute")
+    serial = []
+    for kind, chans in (("in", ci), ("out", co)):
+        grains = -(-chans // SLIC_CHANS)
+        for s in (d for d in range(2, grains + 1) if grains % d == 0):
+            sub = ConvParams(HALF, params.batchSize, list(params.inputFieldShape),
+                             list(params.kernelShape), ci // s if kind == "in" else ci,
+                             co // s if kind == "out" else co,
+                             paddingLower=list(params.inputTransform.paddingLower),
+                             paddingUpper=list(params.inputTransform.paddingUpper))  # fmt: skip
+            groups = (SLIC_CHANS, SLIC_CHANS)
+            c = family_costs(sub, target, "SLIC", groups, _partitions(sub, target, "SLIC", groups))
+            terms = sum(c[k] for k in keys) + (c["input exchange"] if kind == "in" else 0)
+            serial.append(s * int(terms.min()))
+    out["serial"] = min(serial) if serial else None
+    out["swapped"] = None
+    return out
 
 
 def describe_family(plan: dict[str, Any]) -> str:
@@ -245,4 +376,4 @@ def describe_family(plan: dict[str, Any]) -> str:
                    f"Ci {s['inChanSplit.parallel']}"])  # fmt: skip
     icg, ocg = plan["groups"]
     cycles, nbytes = plan["cost"]
-    return f"{part}, AMP {icg} / {ocg}, {cycles:,} cycles / {nbytes:,} B"
+    return f"{part}, {plan['method']} {icg} / {ocg}, {cycles:,} cycles / {nbytes:,} B"
