@@ -27,6 +27,7 @@ from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.fc_joint import fwd_layer, plan_joint
 from poplar_api.poplin.plan_report import plan_summary, vertex_name
+from poplar_api.poplin.poplibs_conv2d_forms import amp_floors
 from poplar_api.poplin.poplibs_conv2d_model import describe_family, family_plan, slic_floors
 from poplar_api.poplin.poplibs_conv_model import (
     flat_params,
@@ -201,6 +202,9 @@ FAMILY = "Poplibs' AMP-family estimate: "
 #: The prefix of a convolution row's claim of SLIC's floors by form
 #: (:func:`~poplar_api.poplin.poplibs_conv2d_model.slic_floors`).
 SLIC_FLOORS = "SLIC floors: "
+#: A convolution row's claim that every AMP form but the plain family's costs more than
+#: its best (:func:`~poplar_api.poplin.poplibs_conv2d_forms.amp_floors`).
+FORMS_ABOVE = "AMP forms' floors above it"
 
 
 @pytest.mark.parametrize("row", CONV_ROWS, ids=[r[0] for r in CONV_ROWS])
@@ -233,6 +237,11 @@ def test_convolutions(row) -> None:
             family = family_plan(params, graph.getTarget())
             assert claim.removeprefix(FAMILY) == describe_family(family)
             bounds["AMP"] = family["cost"][0]
+            continue
+        if claim == FORMS_ABOVE:
+            # (every other AMP form's floor passes the plain family's best: its plan)
+            floors = amp_floors(params, graph.getTarget(), bounds["AMP"])
+            assert min(floors.values()) > bounds["AMP"], floors
             continue
         assert _holds(claim, plan, params, None), f"{name} on {preset}: {claim!r} fails: {plan}"
     if "AMP" in bounds and "method AMP" in (c.strip() for c in poplibs.split(";")):

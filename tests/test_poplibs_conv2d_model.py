@@ -136,8 +136,8 @@ def test_not_covered_is_named() -> None:
         family_plan(poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 64, 64), t)
     with pytest.raises(ValueError, match="dilation, stride"):
         family_plan(poplin.ConvParams(HALF, 1, [8, 8], [3, 3], 64, 64, stride=[2, 2]), t)
-    with pytest.raises(ValueError, match="AMP with inChansPerGroup 8"):
-        family_costs(ROW16, t, "AMP", (8, 8), _one(**dict.fromkeys(SPLITS, 1)))
+    with pytest.raises(ValueError, match="AMP grouped \\(2, 8\\)"):
+        family_costs(ROW16, t, "AMP", (2, 8), _one(**dict.fromkeys(SPLITS, 1)))
 
 
 def test_slic_floors_of_row_16() -> None:
@@ -163,3 +163,23 @@ def test_slic_floors_of_row_16() -> None:
     assert floors["serial"] == 9_398
     # each above the plain AMP family's best, 8,249: SLIC is not Poplibs' pick
     assert min(v for v in floors.values() if v is not None) > 8_249
+
+
+def test_a_narrower_input_grouping_pads_the_kernel_rows() -> None:
+    """AMP 8 / 8 (a conv-unit weight height of 2) on row 16 split B 1 x field 14 . 3 x Co 8
+    x Ci 8: the tile's 3 kernel rows padded to 4 (``padKernelSpatialDim``: (2 - 3 mod 2) mod
+    2 = 1 row), 3 x 8 x 8 kernel zeros at 4 bytes a cycle and one more input row of 19 x 8
+    zeros at 8 (the inputs' doubled rate); the partial sums ``ConvPartialnx1`` of height 2."""
+    t = _target("mk2-ipumodel")
+    split = _one(**{"batchSplit": 1, "fieldSplit[0]": 14, "fieldSplit[1]": 3,
+                    "kernelSplit[0]": 1, "outChanSplit.parallel": 8,
+                    "inChanSplit.parallel": 8})  # fmt: skip
+    c = family_costs(ROW16, t, "AMP", (8, 8), split)
+    assert int(c["padding"][0]) == 3 * 8 * 8 * 2 // 4 + 19 * 8 * 2 // 8 == 134
+    nx1 = nx1_partial_cycles(
+        batch=1, field_shape=(4, 19), kernel_shape=(3, 3), filter_height=2, conv_groups=1,
+        in_groups=1, out_groups=1, out_chans_per_group=8, num_conv_units=8,
+        weight_bytes_per_conv_unit=32, coeff_load_bytes_per_cycle=8, workers=6,
+        float_activations=False, float_partials=True,
+    )  # fmt: skip
+    assert int(c["compute"][0]) == nx1

@@ -57,6 +57,8 @@ from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.poplibs_amp_estimates import (
     COEFF_LOAD_BYTES_PER_CYCLE,
     HALF_WEIGHTS_PER_CONV_UNIT,
+    amp_padding_estimate,
+    amp_partial_cycles,
     nx1_partial_cycles,
 )
 from poplar_api.poplin.poplibs_matmul_model import (
@@ -80,6 +82,11 @@ SPLITS = ("batchSplit", "fieldSplit[0]", "fieldSplit[1]", "kernelSplit[0]",
           "outChanSplit.parallel", "inChanSplit.parallel")  # fmt: skip
 #: The AMP's conv units for HALF inputs with FLOAT partials on ipusim's targets.
 _UNITS = 8
+#: The AMP's ``(inChansPerGroup, partialChansPerGroup)`` for HALF inputs with FLOAT partials
+#: in ``getConvVertexAMPCandidates``' order: input groupings from the 16 weights of a conv
+#: unit down that divide them and are multiples of its 4 input loads
+#: (``canUseConvolutionInstruction``), partials by the 8 units, then by 16.
+AMP_GROUPINGS = [(icg, ocg) for icg in (16, 8, 4) for _, ocg in amp_vertex_types(_UNITS)]
 #: SLIC's channels a group (input and output) of its one-group HALF candidate.
 SLIC_CHANS = 4
 #: ``getMaxMACsPerCyclePerTile``: the AMP's units times 4 HALF loads; SLIC's ``min(4, 4)
@@ -125,6 +132,8 @@ def family_costs(
     method: str,
     groups: tuple[int, int],
     splits: dict[str, np.ndarray],
+    limit: float | None = None,
+    skip: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
     """Poplibs' ``(cycles, temporary bytes)`` and itemised cycles of the family's
     partitions ``splits`` (arrays by :data:`SPLITS`) with the vertex ``method`` (``"AMP"``
@@ -132,14 +141,18 @@ def family_costs(
     module docstring): keys ``cycles``, ``bytes``, ``ok`` (the MAC inequality holds) and
     the terms ``input exchange``, ``weight exchange``, ``partials exchange``,
     ``later stages exchange`` (the reduction's after the first), ``transform``,
-    ``padding`` (SLIC's tile-level transform), ``compute``, ``reduce``."""
+    ``padding`` (SLIC's or the AMP's tile-level transform), ``compute``, ``reduce``.
+    With ``limit``, the partial sums are estimated only for partitions whose other terms
+    plus the least partial sums the MAC inequality allows reach at most ``limit``; the
+    others (``costed`` false) cost more than ``limit`` (their ``cycles`` that lower bound).
+    The terms named in ``skip`` count 0 (a lower bound of the cost)."""
     _check(params, target)
     icg, ocg = groups
-    if (method, icg) not in (("AMP", HALF_WEIGHTS_PER_CONV_UNIT), ("SLIC", SLIC_CHANS)):
+    if (method, groups) not in [*(("AMP", g) for g in AMP_GROUPINGS), ("SLIC", (4, 4))]:
         raise ValueError(
-            f"family_costs: {method} with inChansPerGroup {icg}: only the AMP's full grouping "
-            f"({HALF_WEIGHTS_PER_CONV_UNIT}) and SLIC's {SLIC_CHANS} channels of one group "
-            "are restated"
+            f"family_costs: {method} grouped {groups}: the AMP's {AMP_GROUPINGS} and SLIC's "
+            f"{(SLIC_CHANS, SLIC_CHANS)} are restated (getConvVertexAMPCandidates, "
+            "getConvVertexSLICCandidates)"
         )
     workers = target.getNumWorkerContexts()
     out_shape = [int(x) for x in params.getOutputFieldShape()]
@@ -172,15 +185,15 @@ def family_costs(
     dims = (1, field, params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup)
     product = Product(dims, target, False, groups, "NONE")
     tr = _transforms(product, used)
-    # the partial sums, and SLIC's padding (addTileLevelTransformEstimates)
-    rows = np.stack([np.broadcast_to(x, used.shape) for x in (bt, ht, wt, kh, cit, cot)], axis=1)
-    uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-    per = [_partial(method, ocg, b, (h, w), (k, kernel[1]), ci, co, workers)
-           for b, h, w, k, ci, co in uniq.tolist()]  # fmt: skip
-    compute = np.array(per, np.int64)[inv.ravel()]
     pad = pad_bytes = np.zeros(used.shape, np.int64)
     if method == "SLIC":
         pad, pad_bytes = _slic_padding(params, target, bt, ht, wt, kh, cit, cot, mult)
+    elif icg != HALF_WEIGHTS_PER_CONV_UNIT:  # (the AMP's kernel rows padded to its height)
+        pad, pad_bytes = amp_padding_estimate(
+            HALF_WEIGHTS_PER_CONV_UNIT // icg, kernel[0], ks, 1, [kh, kernel[1]], [ht, wt], bt,
+            cit, cot, 1, isz, target.getExchangeBytesPerCycle(), mult,
+        )  # fmt: skip
+        pad, pad_bytes = np.broadcast_to(pad, used.shape), np.broadcast_to(pad_bytes, used.shape)
     # the reduction or cast
     red_out = -(-outputs // depth)
     reduce = _per_depth(red_out, depth, lambda o, d: _reduce_cycles(o, d, psz, isz, target))
@@ -195,20 +208,44 @@ def family_costs(
     terms = {"input exchange": x_in, "weight exchange": x_w, "partials exchange": x_p,
              "later stages exchange": x_later,
              "transform": tr["in"] + tr["w"] + tr["out"], "padding": pad,
-             "compute": compute, "reduce": reduce}  # fmt: skip
-    cycles = sum(terms.values())
-    ok = params.getNumberOfMACs() // _MAX_MACS[method] <= used * compute
-    return {"cycles": cycles, "bytes": temp, "ok": ok, **terms}
+             "reduce": reduce}  # fmt: skip
+    for key in skip:
+        terms[key] = np.zeros(used.shape, np.int64)
+    rest = sum(terms.values())
+    # the partial sums (the MAC inequality: used * compute >= MACs // maxMACs)
+    least = -(-(params.getNumberOfMACs() // _MAX_MACS[method]) // used)
+    costed = np.ones(used.shape, bool) if limit is None else rest + least <= limit
+    rows = np.stack([np.broadcast_to(x, used.shape)[costed] for x in (bt, ht, wt, kh, cit, cot)],
+                    axis=1)  # fmt: skip
+    compute = np.broadcast_to(least, used.shape).copy()
+    if rows.size:
+        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        one = params.batchSize == 1  # (canUseConvPartial1x1Vertex reads the whole batch)
+        per = [_partial(method, groups, b, (h, w), (k, kernel[1]), ci, co, workers, one)
+               for b, h, w, k, ci, co in uniq.tolist()]  # fmt: skip
+        compute[costed] = np.array(per, np.int64)[inv.ravel()]
+    terms["compute"] = compute
+    ok = costed & (params.getNumberOfMACs() // _MAX_MACS[method] <= used * compute)
+    return {"cycles": rest + compute, "bytes": temp, "ok": ok, "costed": costed, **terms}
 
 
-def _partial(method: str, ocg: int, batch: int, field: tuple[int, int],
-             kernel: tuple[int, int], cit: int, cot: int, workers: int) -> int:  # fmt: skip
-    """``addPartialCalcCycleEstimate`` of one tile."""
+def _partial(method: str, groups: tuple[int, int], batch: int, field: tuple[int, int],
+             kernel: tuple[int, int], cit: int, cot: int, workers: int,
+             batch_one: bool = False) -> int:  # fmt: skip
+    """``addPartialCalcCycleEstimate`` of one tile (the AMP's conv-unit weight height:
+    the 16 weights of a conv unit over the input channels a group; ``ConvPartial1x1Out``
+    where ``canUseConvPartial1x1Vertex`` holds: a height of 1, the convolution's batch of
+    one (``batch_one``), a 1 x 1 tile kernel and one tile row)."""
+    icg, ocg = groups
     if method == "SLIC":
         return slic_partial_cycles(batch, field, kernel, 1, 1, SLIC_CHANS, workers)
+    if icg == HALF_WEIGHTS_PER_CONV_UNIT and batch_one and kernel == (1, 1) and field[0] == 1:
+        return int(amp_partial_cycles(field[1], cit, cot, 1, icg, ocg, _UNITS, True, True,
+                                      workers))  # fmt: skip
     return nx1_partial_cycles(
-        batch=batch, field_shape=field, kernel_shape=kernel, filter_height=1, conv_groups=1,
-        in_groups=cit // HALF_WEIGHTS_PER_CONV_UNIT, out_groups=cot // ocg,
+        batch=batch, field_shape=field, kernel_shape=kernel,
+        filter_height=HALF_WEIGHTS_PER_CONV_UNIT // icg, conv_groups=1,
+        in_groups=cit // icg, out_groups=cot // ocg,
         out_chans_per_group=ocg, num_conv_units=_UNITS,
         weight_bytes_per_conv_unit=HALF_WEIGHTS_PER_CONV_UNIT * HALF.size,
         coeff_load_bytes_per_cycle=COEFF_LOAD_BYTES_PER_CYCLE, workers=workers,
@@ -285,10 +322,11 @@ def family_plan(
     """
     bound = int(target.getBytesPerTile() * proportion)
     best: dict[str, Any] | None = None
-    groupings = amp_vertex_types(_UNITS) if method == "AMP" else [(SLIC_CHANS, SLIC_CHANS)]
+    groupings = AMP_GROUPINGS if method == "AMP" else [(SLIC_CHANS, SLIC_CHANS)]
     for groups in groupings:
         splits = _partitions(params, target, method, groups)
-        c = family_costs(params, target, method, groups, splits)
+        limit = None if best is None else best["cost"][0]
+        c = family_costs(params, target, method, groups, splits, limit)
         fit = np.flatnonzero(c["ok"] & (c["bytes"] <= bound))
         if not fit.size:
             continue
@@ -300,7 +338,8 @@ def family_plan(
             best = {
                 "method": method, "groups": groups, "cost": cost, "ties": int(same.sum()),
                 "splits": {k: int(v[i]) for k, v in splits.items()},
-                "terms": {k: int(c[k][i]) for k in c if k not in ("cycles", "bytes", "ok")},
+                "terms": {k: int(c[k][i]) for k in c
+                          if k not in ("cycles", "bytes", "ok", "costed")},
             }  # fmt: skip
     if best is None:
         raise ValueError(f"family_plan: no {method} partition of {params} fits {bound} B "

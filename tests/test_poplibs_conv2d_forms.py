@@ -1,0 +1,87 @@
+"""Lower bounds of Poplibs' AMP plans of a 2-D convolution by transformed form
+(:mod:`poplar_api.poplin.poplibs_conv2d_forms`): the expanded convolution, the swapped
+forms' and the expansion's rearrangement floors written out here from docs/planner.md's
+formulas (graphcore/poplibs 7eac0f26), and row 16's plan: every other form above it."""
+
+from __future__ import annotations
+
+from poplar_api import HALF, Graph, IPUModel, poplin
+from poplar_api.poplin.poplibs_conv2d_forms import (
+    _rearrange_floor,
+    _swapped_floor,
+    amp_floors,
+    expanded_params,
+)
+from poplar_api.poplin.poplibs_conv2d_model import family_plan
+from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
+
+ROW16 = poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 64, 64, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+ROW18 = poplin.ConvParams(HALF, 4, [28, 28], [3, 3], 128, 128, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+
+
+def _target(preset: str):
+    return Graph(IPUModel(preset).createDevice().getTarget()).getTarget()
+
+
+def test_expanded_params() -> None:
+    """expandDim of dimension 0: its input becomes the 28 outputs, its kernel one wide, no
+    padding, the channels times 3; the batch of 4 then flattens into it."""
+    p = expanded_params(ROW18, 0)
+    assert (p.batchSize, list(p.inputFieldShape), list(p.kernelShape)) == (1, [112, 28], [1, 3])
+    assert (p.inputChannelsPerConvGroup, p.outputChannelsPerConvGroup) == (384, 128)
+    assert list(p.inputTransform.paddingLower) == [0, 1]
+    q = expanded_params(ROW18, 1)
+    assert (list(q.inputFieldShape), list(q.kernelShape)) == ([28, 112], [3, 1])
+    assert list(q.getOutputFieldShape()) == [28, 112]
+
+
+def test_swapped_floor_written_out() -> None:
+    """Row 16 swapped, one dimension flattened into the output channels: 64 x 56 output
+    positions (the batch is the 64 output channels), the other dimension's 56-wide kernel,
+    64 x 3 input channels in 12 groups of 16, 56 output channels in 4 passes of 16, 4 cycles
+    each over 1472 tiles; none flattened: 64 x 3136 positions, 3136 kernel positions, 4
+    input groups, one output pass."""
+    one = 4 * (64 * 56) * 56 * 12 * 4 // 1472
+    none = 4 * (64 * 3136) * 3136 * 4 * 1 // 1472
+    assert _swapped_floor(ROW16, _target("mk2-ipumodel")) == min(one, none) == one == 26_178
+
+
+def test_rearrangement_floor_written_out() -> None:
+    """Row 16 with both dimensions expanded: 3136 x 576 inputs and 576 x 64 weights in HALF
+    over at most 1472 tiles, copied at 2 bytes a cycle times 4 / 5 and exchanged at 4."""
+    both = poplin.ConvParams(HALF, 1, [1, 3136], [1, 1], 576, 64)
+    cycles = 0
+    for elements in (3136 * 576, 576 * 64):
+        per_tile = -(-elements * 2 // 1472)
+        cycles += -(-per_tile * 5 // 8) + -(-per_tile // 4)
+    assert _rearrange_floor(both, _target("mk2-ipumodel"), 3136 * 576, 576 * 64) == cycles
+    assert cycles == 1_535 + 614 + 32 + 13
+
+
+def test_row_16_every_other_form_costs_more() -> None:
+    """docs/planner.md row 16: the plain family's best, 8,249 cycles, is below every other
+    AMP form's floor; the both-expanded product (without its rearrangement, 7,926) plus the
+    rearrangement's floor, and the swapped product costed whole."""
+    t = _target("mk2-ipumodel")
+    best = family_plan(ROW16, t)["cost"][0]
+    floors = amp_floors(ROW16, t, best)
+    assert best == 8_249 and min(floors.values()) > best
+    product = (1, 3136, 576, 64)
+    assert floors["swapped, flattened"] == poplibs_matmul_plan(
+        product, t, "NONE", swaps=(True,), release="7eac0f26"
+    )["cost"][0] == 12_323  # fmt: skip
+    unswapped = poplibs_matmul_plan(product, t, "NONE", swaps=(False,), release="7eac0f26")
+    assert floors["expanded both"] == unswapped["cost"][0] + 2_194 == 10_120
+    assert floors["swapped, other"] == 26_178
+
+
+def test_row_18_a_form_is_not_bounded_above_the_plain_plan() -> None:
+    """docs/planner.md row 18: the serial plans of the form expanded in dimension 0 are
+    bounded only below the plain family's best (30,451), so its partition is not
+    established."""
+    t = _target("mk1-ipumodel")
+    floors = amp_floors(ROW18, t, 30_451)
+    assert floors["expanded 0 serial"] == 29_678 < 30_451
+    assert all(v > 30_451 for k, v in floors.items() if k != "expanded 0 serial")
