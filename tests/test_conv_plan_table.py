@@ -111,6 +111,10 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
         return plan.method == claim.split()[1]
     if claim.startswith("vertex "):
         return vertex_name(plan, params) == f"poplin::{claim.split()[1]}"
+    if claim.startswith("batch split "):
+        return plan.parts[1] == int(claim.split()[-1])
+    if m := re.fullmatch(r"grouping (\d+) / (\d+)", claim):
+        return (plan.in_chans_per_group, plan.out_chans_per_group) == tuple(map(int, m.groups()))
     if claim.startswith("partition "):
         nd = len(plan.parts) - 4  # (the field dimensions of the convolution the plan runs)
         field = "\N{MIDDLE DOT}".join(str(p) for p in plan.parts[2 : 2 + nd])

@@ -14,9 +14,10 @@ is Poplibs' plan:
 
 * **a serial split** ``S`` (any count up to the channel grains, the last iteration padded;
   ``ceil(ceil(g / S) / p) = ceil(g / (S p))``, so an iteration's tiles are those of the
-  convolution with ``ceil(g / S)`` grains): ``S`` times the least one-pass terms of that
-  convolution but the output regroup, the reduction and its later exchange stages (and,
-  over output channels, the inputs' exchange, which may be broadcast before the loop);
+  convolution with ``ceil(g / S)`` grains): ``S`` times the one-pass terms of that
+  convolution but the output regroup and, over input channels, the reduction (and, over
+  output channels, the inputs' exchange, which may be broadcast before the loop: once),
+  the least over the partitions;
 * **unswapped with ``expandDims``** of one dimension: the dimension's kernel moves into
   the input channels (``expandDim``: its input becomes the output, the channels times the
   kernel size, no padding), then the batch flattens into it; the plain family's one-pass
@@ -61,7 +62,7 @@ __all__ = ["amp_floors", "expanded_params"]
 #: The terms an iteration of a serial plan is bounded by leaving out, by the kind of split:
 #: the output regroup (it depends on the tiles of the whole convolution), over input
 #: channels the reduction (estimated with the serial split), over output channels the
-#: inputs' exchange (broadcast before the loop, or not).
+#: inputs' exchange (broadcast before the loop, or not: counted once).
 _SERIAL_SKIP = {"in": ("transform", "reduce"), "out": ("transform", "input exchange")}
 
 
@@ -127,7 +128,11 @@ def _serial_floor(params: ConvParams, target: Any, limit: float, extra: int = 0)
                 cap = (limit if best is None else min(limit, best)) / s - extra
                 parts = _partitions(sub, target, "AMP", (icg, ocg))
                 c = family_costs(sub, target, "AMP", (icg, ocg), parts, cap, skip)
-                low = s * (int(c["cycles"].min()) + extra)
+                cycles = s * (c["cycles"] + extra)
+                if kind == "out":  # (the inputs' exchange at least once, before the loop)
+                    cheap = family_costs(sub, target, "AMP", (icg, ocg), parts, -1)
+                    cycles = cycles + np.where(c["costed"], cheap["input exchange"], 0)
+                low = int(cycles.min())
                 best = low if best is None else min(best, low)
     assert best is not None
     return best
