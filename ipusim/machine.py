@@ -92,6 +92,10 @@ class Machine:
         #: a POD16's 23,552 tiles)
         self._final_cycles: dict[int, tuple[ir.Step, np.ndarray]] = {}
         self._spare_cycles: list[np.ndarray] = []
+        #: per read-only per-tile array of a local step (by id, with the array): which
+        #: IPUs have a tile with cycles in it (see _Run._ipu_takes_part), kept from run
+        #: to run as the arrays are
+        self._active_ipus: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @property
     def num_tiles(self) -> int:
@@ -262,7 +266,10 @@ class _Run(LinkSteps, ReplicaSteps):
         #: (step id, IPU or -1) -> (expected groups, tiles) of steps on some tiles only
         self._tile_scopes: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
         self._flow_cache: dict[int, tuple[ir.GlobalExchange, Any]] = {}
-        self._active_ipus: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        #: which IPUs take part in a local step's per-tile array: the machine's, kept
+        #: from run to run, for read-only arrays; this run's own for the others
+        self._active_ipus = machine._active_ipus
+        self._run_active_ipus: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         #: per step (by id): replica 0's costs repeated for every replica (_replicated)
         self._replicas_of = machine._replicas_of
         #: per compute step (by id) of a replicated program: its cost on replica 0's
@@ -275,6 +282,8 @@ class _Run(LinkSteps, ReplicaSteps):
             machine._replica_costs.clear()
         if len(machine._final_cycles) > KEPT_STEPS:
             machine._final_cycles.clear()
+        if len(machine._active_ipus) > KEPT_STEPS:
+            machine._active_ipus.clear()
         #: record -> groups not yet done with it, for records whose per-tile array is
         #: their own (see _passed); per step, the last final such array (kept by the
         #: machine from run to run) and arrays to fill again

@@ -79,6 +79,7 @@ class ReplicaSteps:
     _replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]]
     _replica_costs: dict[int, tuple[ir.Step, ComputeCost]] | None
     _active_ipus: dict[int, tuple[np.ndarray, np.ndarray]]
+    _run_active_ipus: dict[int, tuple[np.ndarray, np.ndarray]]
     clock: np.ndarray
     delays: np.ndarray
     replica_ipus: int
@@ -187,18 +188,21 @@ class ReplicaSteps:
 
         Only those IPUs place the step in time (its first and last cycle), so a step
         of one IPU is not stretched by another IPU's clock; a step with no cycles
-        anywhere spans every IPU, as on a single IPU.
+        anywhere spans every IPU, as on a single IPU. Found once per per-tile array: a
+        read-only array (a local step's, the same in every execution and run) in the
+        machine's table, kept from run to run, any other in this run's.
         """
         if self.one_ipu:  # a step with no cycles anywhere spans every IPU
             return True
-        key = id(rec.tile_cycles)  # a local step's array is the same in every execution
-        active = self._active_ipus.get(key)
-        if active is None or active[0] is not rec.tile_cycles:
+        cycles = rec.tile_cycles
+        table = self._run_active_ipus if cycles.flags.writeable else self._active_ipus
+        active = table.get(id(cycles))
+        if active is None or active[0] is not cycles:
             cfg = self.cfg
-            busy = rec.tile_cycles.reshape(cfg.num_ipus, cfg.tile.tiles_per_ipu).any(axis=1)
+            busy = cycles.reshape(cfg.num_ipus, cfg.tile.tiles_per_ipu).any(axis=1)
             if not busy.any():
                 busy[:] = True
-            active = self._active_ipus[key] = (rec.tile_cycles, busy)
+            active = table[id(cycles)] = (cycles, busy)
         return bool(active[1][ipu])
 
     def _replicate(self, per_tile: np.ndarray) -> np.ndarray:

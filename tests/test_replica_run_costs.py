@@ -47,3 +47,32 @@ def test_a_later_run_shares_the_first_runs_replicated_costs():
     assert [r.last_cycle - r.first_cycle for r in first.records] == [
         r.last_cycle - r.first_cycle for r in second.records
     ]
+
+
+def test_which_ipus_take_part_in_a_local_step_is_found_once_per_machine():
+    # a replicated local step's per-tile array is shared from run to run, and so is
+    # the answer to which IPUs have cycles in it (a later run does not look again)
+    m = IPUModel("tiny")
+    m.numIPUs = 4
+    device = m.createDevice()
+    g = Graph(device.getTarget(), replication_factor=4)
+    popops.addCodelets(g)
+    x = g.addVariable(FLOAT, [40], "x")
+    poputil.mapTensorLinearly(g, x)
+    seq = prog.Sequence()
+    popops.mapInPlace(g, popops.expr.Mul(popops.expr._1, 3.0), [x], seq)
+    e = Engine(g, seq)
+    e.load(device)
+    e.run(0)
+    first = e.getTrace()
+    kept = dict(e._machine._active_ipus)
+    e.run(0)
+    second = e.getTrace()
+    computes = [r for r in first.records if isinstance(r.step, ir.Compute)]
+    assert computes and all(id(r.tile_cycles) in kept for r in computes)
+    for r in computes:  # every IPU runs its replica's vertices
+        assert kept[id(r.tile_cycles)][1].tolist() == [True] * 4
+    assert all(e._machine._active_ipus[k][1] is v[1] for k, v in kept.items())
+    assert [(r.first_cycle, r.last_cycle) for r in first.records] == [
+        (r.first_cycle, r.last_cycle) for r in second.records
+    ]
