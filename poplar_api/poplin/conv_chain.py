@@ -65,18 +65,50 @@ def _fma(typingctx: Any, a: Any, b: Any, c: Any) -> Any:  # pragma: no cover - c
     return sig, codegen
 
 
+@intrinsic
+def _prefetch(typingctx: Any, arr: Any, index: Any) -> Any:  # pragma: no cover - compiled
+    """Ask for the cache line holding ``arr[index]`` (LLVM's ``llvm.prefetch``: a read,
+    kept in every cache level); no effect on any value."""
+    sig = types.void(arr, index)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        idx = cgutils.unpack_tuple(builder, args[1], aryty.ndim)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+        i8p, i32 = llvm_ir.IntType(8).as_pointer(), llvm_ir.IntType(32)
+        fnty = llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _chain8(x, w, o_rows, i_rows, k_start, wt, acc):  # pragma: no cover - compiled
     """``acc[a, b, cg, og, o_rows[j]] += x[a, b, cg, ig, i_rows[j]] @ w[a, b, cg, og, ig,
     k].T`` for every input group ``ig`` and kernel position ``k`` in order (rows ``j`` of
     ``k`` from ``k_start[k]`` to ``k_start[k + 1]``), each product a chain of fused
     multiply-adds over the input channels; ``w``'s last two axes are ``[8, inChans]``;
-    ``wt`` is scratch ``[8, 8]`` (``x`` and ``w`` have 8 input channels)."""
-    n0, n1, ncg, nig = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+    ``wt`` is scratch ``[8, 8]`` (``x`` and ``w`` have 8 input channels).
+
+    While a vertex computes, the next vertex's input rows are prefetched: in a replica's
+    image each vertex's inputs lie on pages of their own (8 KiB apart in the MLP step),
+    where the processor's own prefetcher does not follow (not when every vertex reads
+    the same inputs, a stride of 0)."""
+    n0, n1, ncg, nig, nrows = x.shape[0], x.shape[1], x.shape[2], x.shape[3], x.shape[4]
     nog, nk = w.shape[3], w.shape[5]
     zero = np.float32(0)
+    ahead = x.strides[1] != 0
     for a in range(n0):
         for b in range(n1):
+            na, nb = (a, b + 1) if b + 1 < n1 else (a + 1, 0)
+            if ahead and na < n0:
+                for cg in range(ncg):
+                    for ig in range(nig):
+                        for i in range(nrows):
+                            _prefetch(x, (na, nb, cg, ig, i, 0))
             for cg in range(ncg):
                 for og in range(nog):
                     for ig in range(nig):
