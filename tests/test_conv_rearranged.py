@@ -7,8 +7,10 @@ when the plan expands dimensions (im2col), when it is broadcast to more than 7 t
 (activations: the output-channel split; weights: batch times field split), and when
 the plan groups input channels and the operand's innermost dimension has no grouping.
 The tests write the rules out again from each plan's partition, check which copies the
-passes make, the values of every pass against numpy, and that the partial vertices
-then read their rearranged operands as runs.
+passes decide on and which are left after Poplar's elision (an operand that already lies
+as the copy's destination and needs no padding: ``tests/test_matmul_rearrange.py``), the
+values of every pass against numpy, and that the partial vertices then read their
+rearranged operands as runs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api import program as prog
 from poplar_api.run_ids import MIN_ELEMENTS_PER_RUN, RunIds, as_runs
+from tests.test_matmul_rearrange import Spy
 from tests.test_poplin_conv import NO_EXPAND_AMP, jacobians, ref_conv, run_passes
 
 DIRECT = {"planConstraints": '{"transform": {"expandDims": []}}'}
@@ -83,13 +86,19 @@ def _forward(preset, params, options, conv_pass, acts_view):
 
 @pytest.mark.parametrize("acts_view", ["created", "channels outermost"])
 @pytest.mark.parametrize("row", range(len(TABLE)))
-def test_operands_are_copied_exactly_where_poplibs_copies_them(row, acts_view):
+def test_operands_are_copied_exactly_where_poplibs_copies_them(row, acts_view, monkeypatch):
     preset, params, options, conv_pass = TABLE[row]
-    _, plan, names = _forward(preset, params, options, conv_pass, acts_view)
+    spy = Spy(monkeypatch)
+    graph, plan, names = _forward(preset, params, options, conv_pass, acts_view)
     # created operands keep their channels together (grouped); the other view strides
     # them (ungrouped) unless there is one channel per group
     grouped = acts_view == "created" or params.inputChannelsPerConvGroup == 1
-    assert names == _expected("fwd", plan, conv_pass == "TRAINING_WU", grouped, True), str(plan)
+    want = _expected("fwd", plan, conv_pass == "TRAINING_WU", grouped, True)
+    assert spy.decided() == want, str(plan)
+    # Poplar elides those whose operand already lies as the destination, unpadded
+    assert names == spy.kept(graph), str(plan)
+    if acts_view == "channels outermost" and "fwd/actsRearranged" in want:
+        assert "fwd/actsRearranged" in names  # all on tile 0: never the plan's layout
 
 
 def test_the_table_covers_each_rule():
@@ -200,12 +209,14 @@ def _list_field(graph: Graph, name: str) -> list:
 
 
 def test_rearranged_weights_are_one_run_per_piece():
-    """The forward pass of a plan with more than 7 batch-field parts copies its weights
-    into ``[G][Co/ocg][Ci/icg][*K][ocg][icg]``: each weight piece of a partial vertex
-    (one output- and input-channel group) is one run of consecutive elements."""
+    """The forward pass of a plan with more than 7 batch-field parts reads its weights
+    laid out as ``[G][Co/ocg][Ci/icg][*K][ocg][icg]`` (created so, the rearranging copy
+    elided): each weight piece of a partial vertex (one output- and input-channel
+    group) is one run of consecutive elements."""
     params, options = TABLE[0][1], TABLE[0][2]
     graph, _, names = _forward("ipu2", params, options, None, "created")
-    assert "fwd/weightsRearranged" in names
+    # the created weights lie as the copy would lay them out: read where they are
+    assert "fwd/weightsRearranged" not in names
     fields = _list_field(graph, "weights")
     assert fields
     pieces = runs = 0

@@ -7,6 +7,13 @@ and when the plan groups input channels and the operand's innermost dimension ha
 grouping (``detectInnermostGrouping``, ``lib/poputil/VarStructure.cpp``). The tests
 write the rules out again from the plan's partition and check which copies the product
 makes, the values against numpy, and the fully-connected workload's two runs.
+
+A copy Poplibs makes is left out where Poplar elides it (``Convolution.cpp``: "elided if
+the inputs already use the expected memory layout and tile mapping"; the condition as
+``lib/popops/DynamicSlice.cpp``'s ``regroupBaseTensor`` checks it): the tests restate it
+tile by tile (:func:`layouts_agree`) and the padding that prevents it
+(:func:`pads_channels`: ``convolutionPreprocess`` pads channels to the vertex groupings
+before the copy).
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from ipusim.runner import run_workload
 from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api import program as prog
 from poplar_api.errors import GraphError
-from poplar_api.poplin.conv_rearrange import detect_innermost_grouping
+from poplar_api.poplin import conv as conv_module
+from poplar_api.poplin import matmul as matmul_module
+from poplar_api.poplin.conv_rearrange import detect_innermost_grouping, pads_operand, same_layout
 from tests.test_poplin import run_product
 
 RNG = np.random.default_rng(28)
@@ -58,9 +67,75 @@ def test_grouping_that_does_not_divide_the_row_is_one():
     assert detect_innermost_grouping(graph, t) == 1
 
 
+# ------------------------------------------------------------ when a copy is elided
+def layouts_agree(graph: Graph, src, dst) -> bool:
+    """Poplar's condition for eliding ``Copy(src, dst)``, tile by tile: the same flat
+    positions on each tile, in the same memory (element id) order, cut into the same runs
+    of consecutive positions and ids (a plain loop, apart from the library's)."""
+    s_ids, d_ids = src.flat_index(), dst.flat_index()
+    if len(set(s_ids.tolist())) != s_ids.size:
+        return False
+    s_map = graph.getTileMapping(src, throwOnUnmapped=False)
+    d_map = graph.getTileMapping(dst, throwOnUnmapped=False)
+    for s_ivs, d_ivs in zip(s_map, d_map, strict=True):
+        s_pos = [p for iv in s_ivs for p in range(iv.begin(), iv.end())]
+        d_pos = [p for iv in d_ivs for p in range(iv.begin(), iv.end())]
+        if sorted(s_pos) != sorted(d_pos):
+            return False
+        regions = []
+        for ids in (s_ids, d_ids):
+            order = sorted(s_pos, key=ids.__getitem__)
+            runs, prev = [], None
+            for p in order:
+                if prev is not None and p == prev + 1 and ids[p] == ids[prev] + 1:
+                    runs[-1][1] = p + 1
+                else:
+                    runs.append([p, p + 1])
+                prev = p
+            regions.append(runs)
+        if regions[0] != regions[1]:
+            return False
+    covered = sum(iv.size() for ivs in s_map for iv in ivs)
+    return covered == src.numElements()
+
+
+def pads_channels(params, plan, acts: bool) -> bool:
+    """Whether the operand's channels are not whole groups of the plan's vertex."""
+    ocg = plan.out_chans_per_group if plan.method == "AMP" else 1
+    if params.inputChannelsPerConvGroup % plan.in_chans_per_group:
+        return True
+    return not acts and params.outputChannelsPerConvGroup % ocg != 0
+
+
+class Spy:
+    """The rearranging copies a build decides on (``rearranged``'s calls), each with its
+    source and destination, and whether it was padded."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.calls: list[tuple[str, object, object, bool]] = []
+        real = matmul_module.rearranged
+
+        def spy(graph, src, dst, prog_, name, padded=False):
+            self.calls.append((name, src, dst, padded))
+            return real(graph, src, dst, prog_, name, padded)
+
+        monkeypatch.setattr(matmul_module, "rearranged", spy)
+        monkeypatch.setattr(conv_module, "rearranged", spy)
+
+    def decided(self) -> set[str]:
+        return {name for name, *_ in self.calls}
+
+    def kept(self, graph: Graph) -> set[str]:
+        """The copies left once Poplar's elision is applied, by the tests' own layout
+        rule (the padding flag is the library's, checked against the groupings by
+        ``test_pads_operand_against_the_groupings``)."""
+        return {n for n, src, dst, padded in self.calls
+                if padded or not layouts_agree(graph, src, dst)}  # fmt: skip
+
+
 # ------------------------------------------------------------ which operands are copied
-def _copies(preset, a_shape, b_shape, opts, lhs_view=None, in_type=FLOAT):
-    """Build ``A x B`` and return (plan, names of the rearranging copies)."""
+def _copies(preset, a_shape, b_shape, opts, lhs_view=None, in_type=FLOAT, spy=None):
+    """Build ``A x B`` and return (plan, names of the rearranging copies, graph)."""
     _, graph = _graph(preset)
     m, k = a_shape
     n = b_shape[1]
@@ -77,7 +152,7 @@ def _copies(preset, a_shape, b_shape, opts, lhs_view=None, in_type=FLOAT):
     poplin.matMul(graph, A, B, seq, "mm", opts)
     plan = poplin.getPlan(graph, (1, m, k, n), in_type, in_type, opts)
     names = {c.debugName for c in seq.programs if isinstance(c, prog.Copy)}
-    return plan, names
+    return plan, names, graph
 
 
 def poputil_map(graph: Graph, t) -> None:
@@ -98,29 +173,121 @@ def _expected(plan, wu: bool, a_grouped: bool, b_grouped: bool) -> set[str]:
     return {n for n, on in (("mm/actsRearranged", acts), ("mm/weightsRearranged", weights)) if on}
 
 
-def test_created_operands_of_a_wide_product_copy_the_broadcast_one():
-    plan, names = _copies("mk2", (64, 32), (32, 4000), None, "created", HALF)
+def test_created_operands_of_a_wide_product_elide_the_broadcast_copy(monkeypatch):
+    """Poplibs copies the broadcast operand; Poplar elides it, since the created operand
+    already lies as the copy's destination (and 32 input channels are whole groups)."""
+    spy = Spy(monkeypatch)
+    plan, names, graph = _copies("mk2", (64, 32), (32, 4000), None, "created", HALF)
     assert plan.parts[-2] > 7  # the output channels are split over more than 7 tiles
-    assert names == _expected(plan, False, True, True)
+    assert spy.decided() == _expected(plan, False, True, True)
+    assert "mm/actsRearranged" in spy.decided()
+    assert not any(padded for *_, padded in spy.calls)
+    assert spy.kept(graph) == set()
+    assert names == set()
+
+
+def test_created_operands_whose_channels_are_padded_keep_the_copy(monkeypatch):
+    """40 HALF input channels are not whole groups of 16: Poplibs pads them before the
+    copy, whose source then holds the padding, so Poplar cannot elide it."""
+    spy = Spy(monkeypatch)
+    plan, names, graph = _copies("mk2", (64, 40), (40, 4000), None, "created", HALF)
+    assert 40 % plan.in_chans_per_group  # padded
+    assert "mm/actsRearranged" in spy.decided()
     assert "mm/actsRearranged" in names
+    assert names == spy.kept(graph)
 
 
-def test_weight_update_pass_copies_both_operands():
+def test_linearly_mapped_operands_of_a_wide_product_copy_the_broadcast_one(monkeypatch):
+    spy = Spy(monkeypatch)
+    plan, names, graph = _copies("mk2", (64, 32), (32, 4000), UNSWAPPED, None, HALF)
+    assert plan.parts[-2] > 7
+    assert "mm/actsRearranged" in spy.decided()
+    assert "mm/actsRearranged" in names  # spread linearly, not as the plan lays it out
+    assert names == spy.kept(graph)
+
+
+def test_weight_update_pass_decides_both_copies_and_elides_created_ones(monkeypatch):
     opts = {"fullyConnectedPass": "TRAINING_WU"}
-    plan, names = _copies("tiny", (16, 8), (8, 16), opts, "created")
-    assert names == {"mm/actsRearranged", "mm/weightsRearranged"}
-    assert names == _expected(plan, True, True, True)
+    spy = Spy(monkeypatch)
+    plan, names, graph = _copies("tiny", (16, 8), (8, 16), opts, "created")
+    assert spy.decided() == {"mm/actsRearranged", "mm/weightsRearranged"}
+    assert spy.decided() == _expected(plan, True, True, True)
+    assert names == spy.kept(graph)
+
+
+def test_weight_update_pass_copies_linearly_mapped_operands(monkeypatch):
+    opts = {"fullyConnectedPass": "TRAINING_WU"}
+    spy = Spy(monkeypatch)
+    _, names, graph = _copies("mk2", (64, 48), (48, 96), opts, None)
+    assert spy.decided() == {"mm/actsRearranged", "mm/weightsRearranged"}
+    assert names == spy.kept(graph)
+    assert names  # at least one operand does not lie as the plan lays it out
+
+
+def test_same_layout_on_hand_made_tensors():
+    """The library's check against the tests' loop on tensors whose answer is known."""
+    _, graph = _graph()
+    src = graph.addVariable(FLOAT, [4, 8], "src")
+    graph.mapElements(src, np.repeat(np.arange(4), 8))  # one row per tile
+    same = graph.addVariable(FLOAT, [4, 8], "same")
+    graph.mapElements(same, np.repeat(np.arange(4), 8))
+    moved = graph.addVariable(FLOAT, [4, 8], "moved")
+    graph.mapElements(moved, np.repeat([0, 1, 3, 2], 8))  # rows 2 and 3 swap tiles
+    col = graph.addVariable(FLOAT, [8, 4], "col")  # the same tiles, memory column-major
+    graph.mapElements(col, np.tile(np.arange(4), 8))
+    halves = [graph.addVariable(FLOAT, [4, 4], f"half{i}") for i in range(2)]
+    for h in halves:
+        graph.mapElements(h, np.repeat(np.arange(4), 4))
+    cut = poplin_concat(halves[1], halves[0])  # each row two runs, the second half first
+    bcast = src[0:1].broadcast(4, 0)  # row 0 four times
+    cases = {
+        "same": (src, same, True),
+        "moved": (src, moved, False),
+        "column-major": (src, col.transpose(), False),
+        "two runs a row": (src, cut, False),
+        "an element twice": (bcast, same, False),
+    }
+    for what, (a, b, want) in cases.items():
+        assert layouts_agree(graph, a, b) is want, what
+        assert same_layout(graph, a, b) is want, what
+
+
+def poplin_concat(first, second):
+    from poplar_api.tensor import concat
+
+    return concat([first, second], 1)
+
+
+def test_pads_operand_against_the_groupings():
+    """Channels that are not whole groups of the plan's vertex are padded (and so never
+    elided); the table mixes AMP groupings with the MAC's one partial channel."""
+    _, graph = _graph("mk2")
+    seen = set()
+    table = [((64, 32, 48), HALF), ((4, 1000, 1000), HALF), ((16, 64, 48), FLOAT),
+             ((1, 40, 48), HALF)]  # fmt: skip
+    for (m, k, n), t in table:
+        for opts in (None, UNSWAPPED):
+            plan = poplin.getPlan(graph, (1, m, k, n), t, t, opts)
+            field, co = (n, m) if plan.swapped else (m, n)
+            params = poplin.ConvParams(t, 1, [field], [1], k, co, 1)
+            for acts in (True, False):
+                padded = pads_operand(params, plan, acts)
+                assert padded == pads_channels(params, plan, acts), (m, k, n, opts, acts)
+                seen.add(padded)
+    assert seen == {True, False}
 
 
 #: Plan constraints that keep a product unswapped (Poplibs' ``0.transform.swapOperands``).
 UNSWAPPED = {"planConstraints": '{"0": {"transform": {"swapOperands": false}}}'}
 
 
-def test_transposed_weights_are_copied_when_the_plan_groups_channels():
-    plan, names = _copies("mk2", (32, 64), (64, 48), UNSWAPPED, None, HALF)
+def test_transposed_weights_are_copied_when_the_plan_groups_channels(monkeypatch):
+    spy = Spy(monkeypatch)
+    plan, names, graph = _copies("mk2", (32, 64), (64, 48), UNSWAPPED, None, HALF)
     assert plan.in_chans_per_group > 1 and not plan.swapped
     assert "mm/weightsRearranged" in names  # B's innermost (K) has stride N in memory
-    assert names == _expected(plan, False, True, False)
+    assert spy.decided() == _expected(plan, False, True, False)
+    assert names == spy.kept(graph)
 
 
 def test_bad_fully_connected_pass_is_named():

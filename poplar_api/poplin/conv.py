@@ -46,7 +46,7 @@ from poplar_api.poplin.conv_params import (
     getWeightUpdateParams,
 )
 from poplar_api.poplin.conv_planner import ConvPlan, parse_options, plan_convolution
-from poplar_api.poplin.conv_rearrange import operand_rearrangements
+from poplar_api.poplin.conv_rearrange import operand_rearrangements, pads_operand, rearranged
 from poplar_api.poplin.conv_reduce import reduce_partials
 from poplar_api.poplin.conv_serial import (
     PLAN_CACHE,
@@ -62,7 +62,7 @@ from poplar_api.poplin.poplibs_conv_model import flat_params
 from poplar_api.poplin.poplibs_conv_plans import adopted_conv_plan
 from poplar_api.poplin.poplibs_release import poplibs_release
 from poplar_api.poplin.shared_plans import shared_plan
-from poplar_api.program import Copy, Execute
+from poplar_api.program import Execute
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import Type
@@ -423,14 +423,15 @@ def _rearrange(
         g, co = ker.dim(0), ker.dim(1)
         ker = ker.reshape([g, co, eff.inputChannelsPerConvGroup, *([1] * nd)])
         params, plan = eff, dataclasses.replace(plan, expanded=False)
+    # (a copy Poplar elides, the destination laid out as the operand already is, is left out)
     if re_act:
         dst = grouped_input(graph, params, plan, f"{name}/actsRearranged", internal=True)
-        prog.add(Copy(act, dst, debugContext=f"{name}/actsRearranged"))
-        act = dst
+        pad = pads_operand(params, plan, True)
+        act = rearranged(graph, act, dst, prog, f"{name}/actsRearranged", pad)
     if re_ker:
         dst = grouped_weights(graph, params, plan, f"{name}/weightsRearranged")
-        prog.add(Copy(ker, dst, debugContext=f"{name}/weightsRearranged"))
-        ker = dst
+        pad = pads_operand(params, plan, False)
+        ker = rearranged(graph, ker, dst, prog, f"{name}/weightsRearranged", pad)
     return act, ker, params, plan
 
 

@@ -28,15 +28,47 @@ expanded plan copies its expanded input, gathering the zeros of its padding from
 constant on tile 0.
 Not modelled: ``regroupIfBeneficialForPlan``'s transpose compute set before the copy
 (when both groupings are multiples of the minimum regroup grain).
+
+**Copies Poplar elides** (:func:`rearranged`). Poplibs adds each rearranging copy as a
+plain ``Copy`` program (``convolutionPreprocess`` appends it to the transform program's
+``postTransposeActs`` / ``postTransposeWeights``); it does not test the layouts itself.
+The comment above the call says "these copies will be elided if the inputs already use
+the expected memory layout and tile mapping": Poplar's copy merging leaves such a copy
+out (``lib/popops/DynamicSlice.cpp``, ``regroupBaseTensor``, names the mechanism,
+"copy merging in poplar", and checks the same condition itself where it "cannot/does
+not elide copies"). That condition is the one restated here: on every tile holding
+elements of the source, the source's and the destination's sorted contiguous regions
+(``Graph::getSortedContiguousRegions`` of the flattened tensors on the tile: intervals
+of flat positions contiguous in memory, in address order) are the same. Memory order
+is element-id order here (as :meth:`~poplar_api.tensor.Tensor.isContiguous` takes it).
+An operand made by ``createInput`` / ``createWeights`` (``createMatMulInputLHS`` /
+``RHS``) of the same plan meets it; a source that holds an element twice (an expanded
+plan's zero padding) does not. When elided, the plan's partials read the source where
+it lies and the destination variable is left unused.
+
+A padded operand is never elided (:func:`pads_operand`): ``convolutionPreprocess`` pads
+the conv groups, input channels and (weights) output channels to the plan's system-level
+grains before it makes the copy (``popops::pad`` with a zero constant, mapped to tile 0
+by default), so the copy's source holds the padding, which the destination lays out
+with the operand's elements. The system-level grains are the vertex's groupings
+(``getInChanGrainSizes`` / ``getOutChanGrainSizes`` in ``lib/poplin/ConvModel.cpp``:
+``inChansPerGroup`` and ``partialChansPerGroup`` unless the plan flattens output
+channels or combines conv groups). ipusim does not pad (a partial group is a smaller
+block), so this is where the padding shows: a 1000-channel HALF product grouped by 16
+keeps its copies.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from poplar_api.errors import TensorError
 from poplar_api.graph import Graph
+from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.popops.rearrange import detectInnermostGrouping
+from poplar_api.program import Copy
+from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
 
 #: ``inViewMaxBroadcastDests`` / ``weightViewMaxBroadcastDests`` (Convolution.cpp).
@@ -48,7 +80,14 @@ _WEIGHT_UPDATE_PASSES = ("TRAINING_WU", "FC_TRAINING_WU")
 #: ``poputil::detectInnermostGrouping``, kept under this module's name.
 detect_innermost_grouping = detectInnermostGrouping
 
-__all__ = ["MAX_BROADCAST_DESTS", "detect_innermost_grouping", "operand_rearrangements"]
+__all__ = [
+    "MAX_BROADCAST_DESTS",
+    "detect_innermost_grouping",
+    "operand_rearrangements",
+    "pads_operand",
+    "rearranged",
+    "same_layout",
+]
 
 
 def operand_rearrangements(
@@ -83,3 +122,98 @@ def operand_rearrangements(
         re_acts = re_acts or detect_innermost_grouping(graph, acts) == 1
         re_weights = re_weights or detect_innermost_grouping(graph, weights) == 1
     return re_acts, re_weights
+
+
+def _tiles(graph: Graph, t: Tensor) -> np.ndarray:
+    """The tile of each of ``t``'s flat elements (-1 where unmapped)."""
+    tiles = np.full(t.numElements(), -1, np.int64)
+    for tile, intervals in enumerate(graph.getTileMapping(t, throwOnUnmapped=False)):
+        for iv in intervals:
+            tiles[iv.begin() : iv.end()] = tile
+    return tiles
+
+
+def _region_starts(tiles: np.ndarray, ids: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Where a new contiguous region begins along ``order`` (positions sorted by tile,
+    then memory address): at a new tile, or where the next position or the next
+    address does not follow on."""
+    t, i = tiles[order], ids[order]
+    starts = np.ones(order.size, bool)
+    starts[1:] = (t[1:] != t[:-1]) | (order[1:] != order[:-1] + 1) | (i[1:] != i[:-1] + 1)
+    return starts
+
+
+def same_layout(graph: Graph, src: Tensor, dst: Tensor) -> bool:
+    """Whether Poplar elides ``Copy(src, dst)``: both mapped alike, with the same sorted
+    contiguous regions on every tile (the module docstring; graphcore/poplibs
+    ``7eac0f26``, ``lib/popops/DynamicSlice.cpp``, ``regroupBaseTensor``).
+
+    Parameters
+    ----------
+    graph
+        The graph both tensors belong to.
+    src, dst
+        The copy's source and destination, of one shape and element type.
+
+    Returns
+    -------
+    bool
+        True when every tile holds the same flat positions of both, in the same memory
+        order and cut into the same contiguous runs; False when either has an unmapped
+        element or ``src`` holds an element more than once.
+    """
+    if src.shape() != dst.shape():
+        raise TensorError(
+            f"same_layout: source '{src.name}' has shape {src.shape()} and destination "
+            f"'{dst.name}' {dst.shape()}; a copy needs one shape (hint: reshape one first)"
+        )
+    if src.numElements() == 0:
+        return True
+    if src.elementType() != dst.elementType():
+        return False
+    ts, td = _tiles(graph, src), _tiles(graph, dst)
+    if (ts < 0).any() or (td < 0).any() or not np.array_equal(ts, td):
+        return False
+    s_ids, d_ids = src.flat_index(), dst.flat_index()
+    if np.unique(s_ids).size != s_ids.size:
+        return False
+    # positions in memory order on each tile (lexsort: last key first)
+    s_order = np.lexsort((s_ids, ts))
+    d_order = np.lexsort((d_ids, td))
+    if not np.array_equal(s_order, d_order):
+        return False
+    return np.array_equal(_region_starts(ts, s_ids, s_order), _region_starts(td, d_ids, d_order))
+
+
+def pads_operand(params: ConvParams, plan: ConvPlan, acts: bool) -> bool:
+    """Whether ``convolutionPreprocess`` pads the activations (``acts``) or the weights
+    of ``params`` to ``plan``'s grains before rearranging them (the module docstring):
+    conv groups to ``conv_groups_per_group``, input channels to ``in_chans_per_group``
+    and, for the weights, output channels to the partials' grouping (the AMP's
+    ``out_chans_per_group``; 1 for the MAC and outer-product vertices)."""
+    grains = [
+        (params.numConvGroups, plan.conv_groups_per_group),
+        (params.inputChannelsPerConvGroup, plan.in_chans_per_group),
+    ]
+    if not acts:
+        ocg = plan.out_chans_per_group if plan.method == "AMP" else 1
+        grains.append((params.outputChannelsPerConvGroup, ocg))
+    return any(int(n) % max(int(grain), 1) for n, grain in grains)
+
+
+def rearranged(
+    graph: Graph,
+    src: Tensor,
+    dst: Tensor,
+    prog: ProgramSequence,
+    name: str,
+    padded: bool = False,
+) -> Tensor:
+    """The operand the partials read after Poplibs' rearranging ``Copy(src, dst)``:
+    ``src`` itself where Poplar elides the copy (not ``padded``, :func:`pads_operand`,
+    and :func:`same_layout`), else ``dst`` after the copy, added to ``prog`` as ``name``.
+    """
+    if not padded and same_layout(graph, src, dst):
+        return src
+    prog.add(Copy(src, dst, debugContext=name))
+    return dst

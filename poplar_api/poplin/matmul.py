@@ -8,8 +8,10 @@ kernel, ``K`` input and ``N`` output channels. It is planned and lowered by
 (``ConvPartial1x1Out`` where the AMP applies) and, when ``K`` is split over tiles,
 ``ReduceAdd``. Operands are read where they live, except where Poplibs first copies one
 into the plan's layout (:mod:`.conv_rearrange`: weight-update passes, operands broadcast
-to more than 7 tiles, an ungrouped innermost dimension); the engine exchanges what a
-tile lacks. ``fullyConnectedPass`` becomes the convolution's ``pass``.
+to more than 7 tiles, an ungrouped innermost dimension) and Poplar does not elide that
+copy (an operand already laid out as the copy's destination, with no padding, is read
+where it lies); the engine exchanges what a tile lacks. ``fullyConnectedPass`` becomes
+the convolution's ``pass``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from poplar_api.poplin.conv_planner import (
     memory_limit,
     parse_options,
 )
-from poplar_api.poplin.conv_rearrange import operand_rearrangements
+from poplar_api.poplin.conv_rearrange import operand_rearrangements, pads_operand, rearranged
 from poplar_api.poplin.conv_serial import PLAN_CACHE, plan_cache_key
 from poplar_api.poplin.fc_joint import (
     FC_TRAINING,
@@ -45,7 +47,6 @@ from poplar_api.poplin.fc_transpose import group_sizes, weight_transpose
 from poplar_api.poplin.outer_product import outer_product_conv
 from poplar_api.poplin.poplibs_plans import adopted_plan
 from poplar_api.poplin.poplibs_release import poplibs_release
-from poplar_api.program import Copy
 from poplar_api.program import Sequence as ProgramSequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, Type
@@ -469,14 +470,15 @@ def _build(
     # Poplibs copies an operand into the plan's layout before the exchange where its
     # convolutionPreprocess does (see conv_rearrange)
     re_a, re_w = operand_rearrangements(graph, plan, opts.get("pass"), acts, weights)
+    # (a copy Poplar elides, the destination laid out as the operand already is, is left out)
     if re_a:
         dst = _laid_out(graph, params, f"{name}/actsRearranged", conv_opts, True)
-        prog.add(Copy(acts, dst, debugContext=f"{name}/actsRearranged"))
-        acts = dst
+        pad = pads_operand(params, plan, True)
+        acts = rearranged(graph, acts, dst, prog, f"{name}/actsRearranged", pad)
     if re_w:
         dst = _laid_out(graph, params, f"{name}/weightsRearranged", conv_opts, False)
-        prog.add(Copy(weights, dst, debugContext=f"{name}/weightsRearranged"))
-        weights = dst
+        pad = pads_operand(params, plan, False)
+        weights = rearranged(graph, weights, dst, prog, f"{name}/weightsRearranged", pad)
     if plan.method == OUTER_PRODUCT:  # [G, Co, field] from [G, field, 1] and [G, Co, 1]
         out = outer_product_conv(graph, acts, weights, params, plan, prog, name)
     else:
