@@ -208,6 +208,15 @@ class ImageField:
         _take_rows(self.image, acc.index, raw)
         return self._typed(raw).reshape(self.replicas, *acc.shape)
 
+    def store_view(self, acc: ImageAccess, distinct: bool) -> np.ndarray | None:
+        """A writeable view of the elements of ``acc`` in every replica
+        (``[replicas, *acc.shape]``, the field's dtype), where :meth:`write` stores
+        through one (``acc`` affine, no element twice); else None. A kernel can store
+        its results into it instead of handing them to :meth:`write`."""
+        if acc.strides is None or not distinct:
+            return None
+        return self._view(acc, True)
+
     def write(self, acc: ImageAccess, values: np.ndarray, distinct: bool) -> None:
         """Store ``values`` (``[replicas, *acc.shape]``) into the elements of ``acc``,
         converted to the field's type. ``distinct``: no element appears twice in

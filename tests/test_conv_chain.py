@@ -131,7 +131,9 @@ def test_pass_is_the_fma_chain(rows, nig, nk, ncg, nog, shift, lead) -> None:
     geo = _geometry(rows, nig, nk, ncg, nog, shift)
     x, w = _operands(geo, lead, seed=rows * 10 + nk)
     two = lead if len(lead) == 2 else (1, *lead)
-    got = np.zeros((*two, ncg, nog, geo.out_rows, OUT_CHANS), np.float32)
+    # NaN where nothing is stored: every output element must be (rows no position
+    # adds to stay 0, as in _products)
+    got = np.full((*two, ncg * nog, geo.out_rows * OUT_CHANS), np.nan, np.float32)
     xs = x.reshape(*two, ncg, nig, geo.in_rows, IN_CHANS)
     ws = w.reshape(*two, ncg, nog, nig, nk, OUT_CHANS, IN_CHANS)
     o_rows = np.concatenate([o for o, _ in geo.rows]).astype(np.intp)
@@ -154,6 +156,26 @@ def test_used_only_with_matmuls_bits(rows, lead) -> None:
         np.testing.assert_array_equal(_bits(got), _bits(want))
     else:  # this BLAS orders the sums otherwise: the caller runs matmul
         assert got is None
+
+
+@pytest.mark.parametrize("lead", [(5,), (3, 4)])
+def test_sums_stored_into_a_strided_view(lead) -> None:
+    # where the partials lie in the replicas' images, the pass stores into a view of
+    # them: the same bits as a new array, and nothing written outside the view
+    geo = _geometry(9, nig=2, nk=1)
+    x, w = _operands(geo, lead, seed=7)
+    want = chain_products(x, w, geo)
+    assert want is not None
+    shape = (*lead, geo.ncg * geo.nog, geo.out_rows * geo.oc)
+    image = np.full((*shape[:-2], 3 * shape[-2], shape[-1] + 5), -1, np.float32)
+    out = image[..., ::3, 2 : 2 + shape[-1]]  # every third block, 2 elements in
+    assert chain_products(x, w, geo, out) is out
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+    outside = np.ones(image.shape, bool)
+    outside[..., ::3, 2 : 2 + shape[-1]] = False
+    assert (image[outside] == -1).all()
+    # another dtype is not stored into
+    assert chain_products(x, w, geo, np.zeros(shape, np.float64)) is None
 
 
 def test_not_used_where_it_does_not_apply(monkeypatch) -> None:

@@ -65,11 +65,9 @@ def _fma(typingctx: Any, a: Any, b: Any, c: Any) -> Any:  # pragma: no cover - c
     return sig, codegen
 
 
-@intrinsic
-def _prefetch(typingctx: Any, arr: Any, index: Any) -> Any:  # pragma: no cover - compiled
-    """Ask for the cache line holding ``arr[index]`` (LLVM's ``llvm.prefetch``: a read,
-    kept in every cache level); no effect on any value."""
-    sig = types.void(arr, index)
+def _prefetch_codegen(write: int) -> Any:
+    """LLVM's ``llvm.prefetch`` of the cache line of an array element: a hint (no fault,
+    no value changed), for a read (0) or a write (1), kept in every cache level."""
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         aryty = signature.args[0]
@@ -79,38 +77,59 @@ def _prefetch(typingctx: Any, arr: Any, index: Any) -> Any:  # pragma: no cover 
         i8p, i32 = llvm_ir.IntType(8).as_pointer(), llvm_ir.IntType(32)
         fnty = llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(write), i32(3), i32(1)])
         return context.get_dummy_value()
 
-    return sig, codegen
+    return codegen
+
+
+@intrinsic
+def _prefetch(typingctx: Any, arr: Any, index: Any) -> Any:  # pragma: no cover - compiled
+    """Ask for the cache line holding ``arr[index]``, to be read."""
+    return types.void(arr, index), _prefetch_codegen(0)
+
+
+@intrinsic
+def _prefetch_write(typingctx: Any, arr: Any, index: Any) -> Any:  # pragma: no cover
+    """Ask for the cache line holding ``arr[index]``, to be written."""
+    return types.void(arr, index), _prefetch_codegen(1)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _chain8(x, w, o_rows, i_rows, k_start, wt, acc):  # pragma: no cover - compiled
-    """``acc[a, b, cg, og, o_rows[j]] += x[a, b, cg, ig, i_rows[j]] @ w[a, b, cg, og, ig,
-    k].T`` for every input group ``ig`` and kernel position ``k`` in order (rows ``j`` of
-    ``k`` from ``k_start[k]`` to ``k_start[k + 1]``), each product a chain of fused
-    multiply-adds over the input channels; ``w``'s last two axes are ``[8, inChans]``;
-    ``wt`` is scratch ``[8, 8]`` (``x`` and ``w`` have 8 input channels).
+def _chain8(x, w, o_rows, i_rows, k_start, wt, part, out):  # pragma: no cover - compiled
+    """``out[a, b, cg * nog + og]`` (``[out_rows * 8]``) set to the partial sums of
+    ``x[a, b, cg, ig, i_rows[j]] @ w[a, b, cg, og, ig, k].T`` added, from zero, into
+    output row ``o_rows[j]`` for every input group ``ig`` and kernel position ``k`` in
+    order (rows ``j`` of ``k`` from ``k_start[k]`` to ``k_start[k + 1]``), each product
+    a chain of fused multiply-adds over the input channels; ``w``'s last two axes are
+    ``[8, inChans]``; ``wt`` is scratch ``[8, 8]`` and ``part`` scratch ``[out_rows,
+    8]`` (``x`` and ``w`` have 8 input channels). ``out`` may be a view of the
+    replicas' images: the sums are stored where the partials lie.
 
-    While a vertex computes, the next vertex's input rows are prefetched: in a replica's
-    image each vertex's inputs lie on pages of their own (8 KiB apart in the MLP step),
-    where the processor's own prefetcher does not follow (not when every vertex reads
-    the same inputs, a stride of 0)."""
+    While a vertex computes, the next vertex's input rows and output are prefetched: in
+    a replica's image each vertex's operands lie on pages of their own (8 KiB apart in
+    the MLP step), where the processor's own prefetcher does not follow (the inputs
+    not when every vertex reads the same ones, a stride of 0)."""
     n0, n1, ncg, nig, nrows = x.shape[0], x.shape[1], x.shape[2], x.shape[3], x.shape[4]
     nog, nk = w.shape[3], w.shape[5]
+    nout = part.shape[0]
     zero = np.float32(0)
     ahead = x.strides[1] != 0
     for a in range(n0):
         for b in range(n1):
             na, nb = (a, b + 1) if b + 1 < n1 else (a + 1, 0)
-            if ahead and na < n0:
+            if na < n0:
                 for cg in range(ncg):
-                    for ig in range(nig):
-                        for i in range(nrows):
-                            _prefetch(x, (na, nb, cg, ig, i, 0))
+                    if ahead:
+                        for ig in range(nig):
+                            for i in range(nrows):
+                                _prefetch(x, (na, nb, cg, ig, i, 0))
+                    for og in range(nog):
+                        for r in range(nout):
+                            _prefetch_write(out, (na, nb, cg * nog + og, r * 8))
             for cg in range(ncg):
                 for og in range(nog):
+                    part[...] = zero
                     for ig in range(nig):
                         for k in range(nk):
                             for o in range(8):
@@ -129,15 +148,19 @@ def _chain8(x, w, o_rows, i_rows, k_start, wt, acc):  # pragma: no cover - compi
                                     s5 = _fma(v, wt[t, 5], s5)
                                     s6 = _fma(v, wt[t, 6], s6)
                                     s7 = _fma(v, wt[t, 7], s7)
-                                out = acc[a, b, cg, og, o_rows[j]]
-                                out[0] += s0
-                                out[1] += s1
-                                out[2] += s2
-                                out[3] += s3
-                                out[4] += s4
-                                out[5] += s5
-                                out[6] += s6
-                                out[7] += s7
+                                acc = part[o_rows[j]]
+                                acc[0] += s0
+                                acc[1] += s1
+                                acc[2] += s2
+                                acc[3] += s3
+                                acc[4] += s4
+                                acc[5] += s5
+                                acc[6] += s6
+                                acc[7] += s7
+                    dst = out[a, b, cg * nog + og]
+                    for r in range(nout):
+                        for c in range(8):
+                            dst[r * 8 + c] = part[r, c]
 
 
 @contextlib.contextmanager
@@ -154,12 +177,14 @@ def _slp_vectorized() -> Iterator[None]:
 
 def _run(
     x: np.ndarray, w: np.ndarray, o_rows: np.ndarray, i_rows: np.ndarray, k_start: np.ndarray,
-    acc: np.ndarray,
+    out: np.ndarray,
 ) -> None:  # fmt: skip
-    """Call the compiled pass (compiling it, vectorized, when this signature is new)."""
+    """Call the compiled pass (compiling it, vectorized, when this signature is new);
+    ``out`` is ``[n0, n1, ncg * nog, out_rows * 8]``."""
     wt = np.empty((IN_CHANS, OUT_CHANS), np.float32)
+    part = np.empty((out.shape[3] // OUT_CHANS, OUT_CHANS), np.float32)
     with _slp_vectorized():
-        _chain8(x, w, o_rows, i_rows, k_start, wt, acc)
+        _chain8(x, w, o_rows, i_rows, k_start, wt, part, out)
 
 
 #: (rows, input channels) -> whether the pass gives ``matmul``'s bits in this process.
@@ -186,7 +211,7 @@ def matches_blas(rows: int, in_chans: int) -> bool:
         x = draw((PROBE_SLICES, *key))
         w = draw((PROBE_SLICES, OUT_CHANS, key[1]))
         want = x @ w.swapaxes(-1, -2)
-        got = np.zeros((1, PROBE_SLICES, 1, 1, key[0], OUT_CHANS), np.float32)
+        got = np.zeros((1, PROBE_SLICES, 1, key[0] * OUT_CHANS), np.float32)
         rows_ = np.arange(key[0], dtype=np.intp)
         _run(
             x[None, :, None, None], w[None, :, None, None, None, None], rows_, rows_,
@@ -197,13 +222,15 @@ def matches_blas(rows: int, in_chans: int) -> bool:
     return ok
 
 
-def chain_products(x: np.ndarray, w: np.ndarray, geo: Any) -> np.ndarray | None:
+def chain_products(
+    x: np.ndarray, w: np.ndarray, geo: Any, out: np.ndarray | None = None
+) -> np.ndarray | None:
     """``_products``' partial sums of a class by the compiled pass, or None where it
-    does not apply (the caller then runs the stacked ``matmul``): operands not float32,
-    groups not of :data:`OUT_CHANS` output and :data:`IN_CHANS` input channels, a
-    kernel position whose output rows repeat (numpy's indexed ``+=`` adds a repeated
-    row once) or a product shape whose probe did not give ``matmul``'s bits
-    (:func:`matches_blas`).
+    does not apply (the caller then runs the stacked ``matmul``; nothing is written):
+    operands not float32, groups not of :data:`OUT_CHANS` output and :data:`IN_CHANS`
+    input channels, a kernel position whose output rows repeat (numpy's indexed ``+=``
+    adds a repeated row once) or a product shape whose probe did not give ``matmul``'s
+    bits (:func:`matches_blas`).
 
     Parameters
     ----------
@@ -213,20 +240,27 @@ def chain_products(x: np.ndarray, w: np.ndarray, geo: Any) -> np.ndarray | None:
         vertices)``; any strides.
     geo
         The class's geometry (``conv_vertices._Geometry``).
+    out
+        Where to store the sums: a float32 ``[*lead, ncg * nog, out_rows * 8]`` array,
+        any strides (a view of the replicas' images); None for a new array. Nothing is
+        stored (None returned) when it has another dtype or shape.
 
     Returns
     -------
     numpy.ndarray or None
-        ``[*lead, ncg * nog, out_size]`` float32.
+        ``[*lead, ncg * nog, out_size]`` float32: ``out`` when given.
     """
     if x.dtype != np.float32 or w.dtype != np.float32 or (geo.oc, geo.ic) != (OUT_CHANS, IN_CHANS):
+        return None
+    lead = x.shape[:-2]
+    shape = (*lead, geo.ncg * geo.nog, geo.out_rows * OUT_CHANS)
+    if out is not None and (out.dtype != np.float32 or out.shape != shape):
         return None
     for o_r, _ in geo.rows:
         if o_r.size and not matches_blas(o_r.size, geo.ic):
             return None
         if o_r.size > 1 and np.unique(o_r).size != o_r.size:
             return None
-    lead = x.shape[:-2]
     if len(lead) == 1:
         x, w = x[None], w[None]
     n0, n1 = x.shape[0], x.shape[1]
@@ -238,6 +272,7 @@ def chain_products(x: np.ndarray, w: np.ndarray, geo: Any) -> np.ndarray | None:
     i_rows = np.concatenate([i_r for _, i_r in geo.rows]).astype(np.intp)
     k_start = np.zeros(nk + 1, np.intp)
     k_start[1:] = np.cumsum(sizes)
-    acc = np.zeros((n0, n1, ncg, nog, geo.out_rows, OUT_CHANS), np.float32)
-    _run(xs, ws, o_rows, i_rows, k_start, acc)
-    return acc.reshape(*lead, ncg * nog, geo.out_rows * OUT_CHANS)
+    if out is None:
+        out = np.empty(shape, np.float32)
+    _run(xs, ws, o_rows, i_rows, k_start, out if len(lead) == 2 else out[None])
+    return out

@@ -523,7 +523,11 @@ def _run_in_place(fields: tuple[Any, ...], num_vertices: int) -> bool:
         return False
     for geo, pieces in zip(shapes, _accesses(fields, classes, shapes), strict=True):
         for ax, bx, cx, distinct in pieces:
-            c.write(cx, _products(a.read(ax), b.read(bx), geo), distinct)
+            x, w = a.read(ax), b.read(bx)
+            view = c.store_view(cx, distinct)
+            if view is not None and chain_products(x, w, geo, view) is not None:
+                continue  # stored where the partials lie
+            c.write(cx, _products(x, w, geo), distinct)
     return True
 
 
