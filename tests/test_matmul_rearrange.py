@@ -240,22 +240,29 @@ def test_same_layout_on_hand_made_tensors():
         graph.mapElements(h, np.repeat(np.arange(4), 4))
     cut = poplin_concat(halves[1], halves[0])  # each row two runs, the second half first
     bcast = src[0:1].broadcast(4, 0)  # row 0 four times
+    # one tile, the source's first element twice, the destination in the same order
+    pair, three = graph.addVariable(FLOAT, [2], "pair"), graph.addVariable(FLOAT, [3], "three")
+    graph.setTileMapping(pair, 5)
+    graph.setTileMapping(three, 5)
+    twice = poplin_concat(pair[0:1], pair[1:2], pair[0:1], dim=0)
+    in_its_order = poplin_concat(three[0:1], three[2:3], three[1:2], dim=0)
     cases = {
         "same": (src, same, True),
         "moved": (src, moved, False),
         "column-major": (src, col.transpose(), False),
         "two runs a row": (src, cut, False),
         "an element twice": (bcast, same, False),
+        "an element twice, in the destination's order": (twice, in_its_order, False),
     }
     for what, (a, b, want) in cases.items():
         assert layouts_agree(graph, a, b) is want, what
         assert same_layout(graph, a, b) is want, what
 
 
-def poplin_concat(first, second):
+def poplin_concat(*parts, dim: int = 1):
     from poplar_api.tensor import concat
 
-    return concat([first, second], 1)
+    return concat(list(parts), dim)
 
 
 def test_pads_operand_against_the_groupings():

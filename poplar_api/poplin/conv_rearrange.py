@@ -126,10 +126,16 @@ def operand_rearrangements(
 
 def _tiles(graph: Graph, t: Tensor) -> np.ndarray:
     """The tile of each of ``t``'s flat elements (-1 where unmapped)."""
+    spans = [(tile, iv.begin(), iv.end())
+             for tile, intervals in enumerate(graph.getTileMapping(t, throwOnUnmapped=False))
+             for iv in intervals]  # fmt: skip
     tiles = np.full(t.numElements(), -1, np.int64)
-    for tile, intervals in enumerate(graph.getTileMapping(t, throwOnUnmapped=False)):
-        for iv in intervals:
-            tiles[iv.begin() : iv.end()] = tile
+    if spans:
+        tile, begin, end = np.array(spans, np.int64).T
+        size = end - begin
+        # every interval's positions, one after another: begin + offset in the interval
+        first = np.repeat(begin - (np.cumsum(size) - size), size)
+        tiles[first + np.arange(int(size.sum()))] = np.repeat(tile, size)
     return tiles
 
 
@@ -175,10 +181,12 @@ def same_layout(graph: Graph, src: Tensor, dst: Tensor) -> bool:
     if (ts < 0).any() or (td < 0).any() or not np.array_equal(ts, td):
         return False
     s_ids, d_ids = src.flat_index(), dst.flat_index()
-    if np.unique(s_ids).size != s_ids.size:
-        return False
-    # positions in memory order on each tile (lexsort: last key first)
+    # positions in memory order on each tile (lexsort: last key first); an element lies
+    # on one tile, so one the source holds twice comes next to itself in this order
     s_order = np.lexsort((s_ids, ts))
+    in_order = s_ids[s_order]
+    if (in_order[1:] == in_order[:-1]).any():
+        return False
     d_order = np.lexsort((d_ids, td))
     if not np.array_equal(s_order, d_order):
         return False
