@@ -165,6 +165,22 @@ def test_slic_floors_of_row_16() -> None:
     assert min(v for v in floors.values() if v is not None) > 8_249
 
 
+def test_a_slic_serial_count_need_not_divide_the_grains() -> None:
+    """A serial split's count need not divide the channel grains (``ceildivConstrainDivisor``
+    allows every count that is the least giving its grains an iteration, the last
+    iteration padded): 28 output channels are 7 grains of 4, and 2 iterations of 4 grains
+    (16 channels) are a plan, so SLIC's serial floor is at most twice the one-pass terms
+    (but the reduction and the inputs' exchange) of the 16-output-channel convolution."""
+    t = _target("mk2-ipumodel")
+    params = poplin.ConvParams(HALF, 1, [14, 14], [3, 3], 28, 28, paddingLower=[1, 1],
+                               paddingUpper=[1, 1])  # fmt: skip
+    sub = poplin.ConvParams(HALF, 1, [14, 14], [3, 3], 28, 16, paddingLower=[1, 1],
+                            paddingUpper=[1, 1])  # fmt: skip
+    c = family_costs(sub, t, "SLIC", (4, 4), _partitions(sub, t, "SLIC", (4, 4)))
+    keys = ("weight exchange", "partials exchange", "transform", "padding", "compute")
+    assert slic_floors(params, t)["serial"] <= 2 * int(sum(c[k] for k in keys).min())
+
+
 def test_a_narrower_input_grouping_pads_the_kernel_rows() -> None:
     """AMP 8 / 8 (a conv-unit weight height of 2) on row 16 split B 1 x field 14 . 3 x Co 8
     x Ci 8: the tile's 3 kernel rows padded to 4 (``padKernelSpatialDim``: (2 - 3 mod 2) mod

@@ -362,11 +362,12 @@ def slic_floors(params: ConvParams, target: Any) -> dict[str, int | None]:
       least ``B F Co ceil(Ci' / 4) / T`` (``Ci'`` at least ``Ci`` times the least kernel
       size), plus the MACs over 32 a cycle (:func:`~.poplibs_conv_model.slic_floor`'s
       terms);
-    * ``"serial"``: a serial split ``S`` of the input (or output) channels runs ``S``
-      iterations of the convolution with ``Ci / S`` (``Co / S``) channels, each costing
-      at least its one-pass terms but the reduction (and, over output channels, the
-      inputs' exchange, which may be broadcast before the loop): ``S`` times their least
-      over the partitions, the least over ``S``;
+    * ``"serial"``: a serial split ``S`` of the input (or output) channels (any count up
+      to their ``g`` grains of 4, ``ceildivConstrainDivisor``) runs ``S`` iterations of
+      the convolution with ``ceil(g / S)`` grains, each costing at least its one-pass
+      terms but the reduction (and, over output channels, the inputs' exchange, which may
+      be broadcast before the loop): ``S`` times their least over the partitions, the
+      least over ``S``;
     * ``"swapped"``: None, no plan: every swapped form (with ``outChanFlattenDims`` or
       ``expandDims`` too) flips the kernel and the input (``swapOperands`` toggles both
       flips; ``calculateFlattenedParams`` swaps back and again), which
@@ -388,10 +389,13 @@ def slic_floors(params: ConvParams, target: Any) -> dict[str, int | None]:
     serial = []
     for kind, chans in (("in", ci), ("out", co)):
         grains = -(-chans // SLIC_CHANS)
-        for s in (d for d in range(2, grains + 1) if grains % d == 0):
+        # (a count giving the same grains an iteration as a smaller one costs more)
+        counts = [s for s in range(2, grains + 1) if -(-grains // s) < -(-grains // (s - 1))]
+        for s in counts:
+            sub_chans = -(-grains // s) * SLIC_CHANS
             sub = ConvParams(HALF, params.batchSize, list(params.inputFieldShape),
-                             list(params.kernelShape), ci // s if kind == "in" else ci,
-                             co // s if kind == "out" else co,
+                             list(params.kernelShape), sub_chans if kind == "in" else ci,
+                             sub_chans if kind == "out" else co,
                              paddingLower=list(params.inputTransform.paddingLower),
                              paddingUpper=list(params.inputTransform.paddingUpper))  # fmt: skip
             groups = (SLIC_CHANS, SLIC_CHANS)
