@@ -178,6 +178,24 @@ def test_sums_stored_into_a_strided_view(lead) -> None:
     assert chain_products(x, w, geo, np.zeros(shape, np.float64)) is None
 
 
+def test_rows_found_once_per_geometry() -> None:
+    # a geometry's rows are worked out once and handed to every later call; another
+    # geometry of the same sizes gets its own
+    geo = _geometry(4, nig=1, nk=2, shift=True)
+    rows = conv_chain._rows(geo)
+    assert rows is not None and conv_chain._rows(geo) is rows
+    np.testing.assert_array_equal(rows[0], [0, 1, 2, 3, 1, 2, 3, 4])
+    np.testing.assert_array_equal(rows[1], [3, 2, 1, 0, 4, 3, 2, 1])
+    np.testing.assert_array_equal(rows[2], [0, 4, 8])
+    other = _geometry(4, nig=1, nk=2, shift=False)
+    np.testing.assert_array_equal(conv_chain._rows(other)[0], [0, 1, 2, 3, 0, 1, 2, 3])
+    x, w = _operands(geo, (3,), seed=5)
+    if matches_blas(4, IN_CHANS):  # the kept rows give the exact chain again
+        for _ in range(2):
+            got = chain_products(x, w, geo)
+            np.testing.assert_array_equal(_bits(got), _bits(_by_exact_chain(x, w, geo)))
+
+
 def test_not_used_where_it_does_not_apply(monkeypatch) -> None:
     geo = _geometry(9, nig=1, nk=1)
     x, w = _operands(geo, (4,), seed=1)

@@ -259,20 +259,43 @@ def chain_products(
     for o_r, _ in geo.rows:
         if o_r.size and not matches_blas(o_r.size, geo.ic):
             return None
-        if o_r.size > 1 and np.unique(o_r).size != o_r.size:
-            return None
+    rows = _rows(geo)
+    if rows is None:
+        return None
     if len(lead) == 1:
         x, w = x[None], w[None]
     n0, n1 = x.shape[0], x.shape[1]
-    ncg, nog, nig, nk = geo.ncg, geo.nog, geo.nig, geo.nk
-    xs = x.reshape(n0, n1, ncg, nig, geo.in_rows, geo.ic)
-    ws = w.reshape(n0, n1, ncg, nog, nig, nk, OUT_CHANS, geo.ic)
-    sizes = [o_r.size for o_r, _ in geo.rows]
-    o_rows = np.concatenate([o_r for o_r, _ in geo.rows]).astype(np.intp)
-    i_rows = np.concatenate([i_r for _, i_r in geo.rows]).astype(np.intp)
-    k_start = np.zeros(nk + 1, np.intp)
-    k_start[1:] = np.cumsum(sizes)
+    xs = x.reshape(n0, n1, geo.ncg, geo.nig, geo.in_rows, geo.ic)
+    ws = w.reshape(n0, n1, geo.ncg, geo.nog, geo.nig, geo.nk, OUT_CHANS, geo.ic)
     if out is None:
         out = np.empty(shape, np.float32)
-    _run(xs, ws, o_rows, i_rows, k_start, out if len(lead) == 2 else out[None])
+    _run(xs, ws, *rows, out if len(lead) == 2 else out[None])
     return out
+
+
+#: Class geometries (by id, with the geometry) -> their rows for the pass, or None.
+_ROWS: dict[int, tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray] | None]] = {}
+#: Geometries whose rows are kept, at most.
+KEPT_GEOMETRIES = 1 << 12
+
+
+def _rows(geo: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A class's output rows, input rows and each kernel position's first row in them,
+    as the pass takes them; None where a kernel position's output rows repeat. Found
+    once per geometry (a kept plan hands the same geometries to every run)."""
+    hit = _ROWS.get(id(geo))
+    if hit is not None and hit[0] is geo:
+        return hit[1]
+    found: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    if all(o_r.size < 2 or np.unique(o_r).size == o_r.size for o_r, _ in geo.rows):
+        k_start = np.zeros(geo.nk + 1, np.intp)
+        k_start[1:] = np.cumsum([o_r.size for o_r, _ in geo.rows])
+        found = (
+            np.concatenate([o_r for o_r, _ in geo.rows]).astype(np.intp),
+            np.concatenate([i_r for _, i_r in geo.rows]).astype(np.intp),
+            k_start,
+        )
+    if len(_ROWS) >= KEPT_GEOMETRIES:
+        _ROWS.clear()
+    _ROWS[id(geo)] = (geo, found)
+    return found
