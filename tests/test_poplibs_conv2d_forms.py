@@ -9,6 +9,7 @@ from __future__ import annotations
 from poplar_api import HALF, Graph, IPUModel, poplin
 from poplar_api.poplin.poplibs_conv2d_forms import (
     _rearrange_floor,
+    _serial_floor,
     _swapped_floor,
     amp_floors,
     expanded_params,
@@ -87,3 +88,18 @@ def test_row_18_every_other_form_costs_more() -> None:
     floors = amp_floors(ROW18, t, best)
     assert best == 30_451 and min(floors.values()) > best
     assert floors["expanded both"] == 35_743 and floors["swapped, flattened"] == 37_122
+
+
+def test_a_serial_split_over_output_channels_rearranges_the_inputs_once() -> None:
+    """An expanded form's inputs are rearranged once before an output-channel serial loop
+    when ``broadcastInputBeforeLoop`` moves them there (``addEstimates``, graphcore/poplibs
+    7eac0f26 ConvModel.cpp: the inputs' copy and exchange cycles out of the loop), the
+    weights every iteration. With 4 input channels (one grain in every AMP grouping, so no
+    input-channel serial split) every serial plan splits the 32 output channels: 1,000
+    cycles of the inputs' rearrangement raise the floor by 1,000, not by S times it."""
+    t = _target("mk2-ipumodel")
+    p = poplin.ConvParams(HALF, 1, [14, 14], [3, 3], 4, 32, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+    base = _serial_floor(p, t, 1e9)
+    assert _serial_floor(p, t, 1e9, (1_000, 0)) == base + 1_000
+    assert _serial_floor(p, t, 1e9, (0, 1_000)) >= base + 2 * 1_000

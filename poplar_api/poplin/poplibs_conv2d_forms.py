@@ -108,9 +108,15 @@ def _family_floor(params: ConvParams, target: Any, limit: float, skip: tuple[str
     return best
 
 
-def _serial_floor(params: ConvParams, target: Any, limit: float, extra: int = 0) -> int:
+def _serial_floor(
+    params: ConvParams, target: Any, limit: float, extra: tuple[int, int] = (0, 0)
+) -> int:
     """The least cost of a serial plan of the plain family of ``params`` (module
-    docstring), over both kinds and every count, with ``extra`` cycles an iteration."""
+    docstring), over both kinds and every count, with ``extra`` the cycles of rearranging
+    the inputs and the weights (an expanded form's): the weights' every iteration, the
+    inputs' every iteration over input channels and, over output channels, at least once
+    (``broadcastInputBeforeLoop`` moves their rearrangement before the loop with their
+    exchange: ``ConvModel.cpp``, ``addEstimates``)."""
     best: int | None = None
     ci, co = params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup
     field = [int(x) for x in params.inputFieldShape]
@@ -125,10 +131,12 @@ def _serial_floor(params: ConvParams, target: Any, limit: float, extra: int = 0)
                             sub_chans if kind == "in" else ci,
                             sub_chans if kind == "out" else co, pad)  # fmt: skip
                 skip = _SERIAL_SKIP[kind]
-                cap = (limit if best is None else min(limit, best)) / s - extra
+                once = extra[0] if kind == "out" else 0
+                each = extra[1] + (extra[0] if kind == "in" else 0)
+                cap = ((limit if best is None else min(limit, best)) - once) / s - each
                 parts = _partitions(sub, target, "AMP", (icg, ocg))
                 c = family_costs(sub, target, "AMP", (icg, ocg), parts, cap, skip)
-                cycles = s * (c["cycles"] + extra)
+                cycles = s * (c["cycles"] + each) + once
                 if kind == "out":  # (the inputs' exchange at least once, before the loop)
                     cheap = family_costs(sub, target, "AMP", (icg, ocg), parts, -1)
                     cycles = cycles + np.where(c["costed"], cheap["input exchange"], 0)
@@ -197,12 +205,13 @@ def amp_floors(params: ConvParams, target: Any, limit: float) -> dict[str, int]:
             continue  # (expandingDimChangesParams: no such candidate)
         sub = expanded_params(params, d)
         # (the expansion rearranges the inputs and weights, once a pass or iteration)
-        rearr = _rearrange_floor(sub, target, sub.batchSize * int(np.prod(sub.inputFieldShape))
-                                 * sub.inputChannelsPerConvGroup,
-                                 int(np.prod(sub.kernelShape)) * sub.inputChannelsPerConvGroup
-                                 * sub.outputChannelsPerConvGroup)  # fmt: skip
+        inputs = sub.batchSize * int(np.prod(sub.inputFieldShape)) * sub.inputChannelsPerConvGroup
+        weights = (int(np.prod(sub.kernelShape)) * sub.inputChannelsPerConvGroup
+                   * sub.outputChannelsPerConvGroup)  # fmt: skip
+        each = (_rearrange_floor(sub, target, inputs, 0), _rearrange_floor(sub, target, 0, weights))
+        rearr = sum(each)
         out[f"expanded {d}"] = _family_floor(sub, target, limit - rearr) + rearr
-        out[f"expanded {d} serial"] = _serial_floor(sub, target, limit, rearr)
+        out[f"expanded {d} serial"] = _serial_floor(sub, target, limit, each)
     positions = params.batchSize * int(np.prod(params.getOutputFieldShape()))
     k = params.inputChannelsPerConvGroup * int(np.prod(params.kernelShape))
     dims = (1, positions, k, params.outputChannelsPerConvGroup)
