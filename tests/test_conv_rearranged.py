@@ -1,7 +1,7 @@
 """Convolutions that rearrange their operands before the exchange, as Poplibs' do.
 
 The rules (graphcore/poplibs 7eac0f26, ``lib/poplin/Convolution.cpp``,
-``convolutionPreprocess`` and the conditions of ``createConvPartialsAndReduce``): an
+``convolutionPreprocess`` and the conditions of ``convolutionImpl``): an
 operand is copied into a tensor laid out as the plan wants in the weight-update pass,
 when the plan expands dimensions (im2col), when it is broadcast to more than 7 tiles
 (activations: the output-channel split; weights: batch times field split), and when

@@ -3,7 +3,7 @@
 Before a convolution's exchange, Poplibs may copy an operand into a new tensor laid out
 as the plan wants (``createInputImpl`` / ``createWeightsImpl``) and exchange from that
 copy (graphcore/poplibs at ``7eac0f26``, ``lib/poplin/Convolution.cpp``, the system
-level of ``createConvPartialsAndReduce``'s transform step, then
+level of ``convolutionImpl``'s transform step, then
 ``convolutionPreprocess``). It does so for an operand when
 
 * the pass is a weight update (``TRAINING_WU`` / ``FC_TRAINING_WU``:
