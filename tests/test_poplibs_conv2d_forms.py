@@ -2,9 +2,12 @@
 (:mod:`poplar_api.poplin.poplibs_conv2d_forms`): the expanded convolution, the swapped
 forms' and the expansion's rearrangement floors written out here from docs/planner.md's
 formulas (graphcore/poplibs 7eac0f26), and rows 16 and 18: every other form above the
-plain family's best."""
+plain family's best (with the slow tests: test_conv_plan_table checks the same claims of
+the table)."""
 
 from __future__ import annotations
+
+import pytest
 
 from poplar_api import HALF, Graph, IPUModel, poplin
 from poplar_api.poplin.poplibs_conv2d_forms import (
@@ -62,6 +65,7 @@ def test_rearrangement_floor_written_out() -> None:
     assert cycles == 1_535 + 614 + 32 + 13
 
 
+@pytest.mark.slow
 def test_row_16_every_other_form_costs_more() -> None:
     """docs/planner.md row 16: the plain family's best, 8,249 cycles, is below every other
     AMP form's floor; the both-expanded product (without its rearrangement, 7,926) plus the
@@ -79,6 +83,7 @@ def test_row_16_every_other_form_costs_more() -> None:
     assert floors["swapped, other"] == 26_178
 
 
+@pytest.mark.slow
 def test_row_18_every_other_form_costs_more() -> None:
     """docs/planner.md row 18: every other AMP form's floor passes the plain family's best
     (30,451, ipusim's partition); the output-channel serial plans of the form expanded in
