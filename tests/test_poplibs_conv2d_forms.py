@@ -108,3 +108,17 @@ def test_a_serial_split_over_output_channels_rearranges_the_inputs_once() -> Non
     base = _serial_floor(p, t, 1e9)
     assert _serial_floor(p, t, 1e9, (1_000, 0)) == base + 1_000
     assert _serial_floor(p, t, 1e9, (0, 1_000)) >= base + 2 * 1_000
+
+
+@pytest.mark.slow
+def test_the_margins_docs_planner_states() -> None:
+    """docs/planner.md: the floors of rows 16 and 18 computed to a higher limit (each exact
+    below it), and so the margins of the plain plans (8,249 and 30,451)."""
+    t16, t18 = _target("mk2-ipumodel"), _target("mk1-ipumodel")
+    f16 = amp_floors(ROW16, t16, 12_000)
+    assert (f16["serial"], f16["expanded 0"], f16["expanded 0 serial"], f16["expanded 1"],
+            f16["expanded 1 serial"]) == (8_792, 9_011, 10_316, 9_249, 10_240)  # fmt: skip
+    f18 = amp_floors(ROW18, t18, 40_000)
+    assert (f18["serial"], f18["expanded 0"], f18["expanded 0 serial"], f18["expanded 1"],
+            f18["expanded 1 serial"]) == (30_936, 30_550, 31_471, 34_505, 35_617)  # fmt: skip
+    assert min(f16.values()) - 8_249 == 543 and min(f18.values()) - 30_451 == 99
