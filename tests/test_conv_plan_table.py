@@ -36,6 +36,7 @@ from poplar_api.poplin.poplibs_conv_model import (
     slic_floor,
 )
 from poplar_api.poplin.poplibs_fc_joint_model import describe_joint, fc_layer_plan
+from poplar_api.poplin.poplibs_float_candidates import describe_bounds, float_method
 from poplar_api.poplin.poplibs_matmul_model import describe, poplibs_matmul_plan
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "planner.md"
@@ -146,7 +147,8 @@ def _claims(cell: str) -> list[str]:
     return [
         c for c in cell.split(";")
         if c.strip() and "not established" not in c and "ipusim does not" not in c
-        and not c.strip().startswith(("Poplibs' estimate", "Poplibs' joint estimate"))
+        and not c.strip().startswith(("Poplibs' estimate", "Poplibs' joint estimate",
+                                      "Poplibs' bounds"))
     ]  # fmt: skip
 
 
@@ -348,3 +350,21 @@ def test_poplibs_conv_plans_are_its_cost_models(row) -> None:
             assert plan["method"] == claim.split()[1]
         elif claim.startswith("serial "):
             assert s["outChanSplit.serial"] * s["inChanSplit.serial"] == int(claim.split()[1])
+
+
+CONV_BOUNDED = [r for r in CONV_ROWS if "Poplibs' bounds: " in r[4]]
+
+
+@pytest.mark.parametrize("row", CONV_BOUNDED, ids=[r[0] for r in CONV_BOUNDED])
+def test_poplibs_float_methods_are_its_bounds(row) -> None:
+    """A FLOAT convolution row whose method is established by bounds
+    (:func:`float_method`: an AMP plan's cost of Poplibs' model below every horizontal-MAC
+    and outer-product plan's least) states those bounds, and its "method" claim is the
+    one they establish."""
+    _, name, preset, conv_pass, poplibs, _ = row
+    target = Graph(IPUModel(preset).createDevice().getTarget()).getTarget()
+    result = float_method(CONVS[name], conv_pass, target)
+    claims = [c.strip() for c in poplibs.split(";")]
+    stated = [c.removeprefix("Poplibs' bounds: ") for c in claims if c.startswith("Poplibs' b")]
+    assert stated == [describe_bounds(result)]
+    assert result["method"] is not None and f"method {result['method']}" in claims
