@@ -141,12 +141,12 @@ def _after_packed(
 
 @numba.njit(cache=True, nogil=True)
 def _pruned_fit(
-    starts, ends, los, his, count, size, align, lo, hi, fixed, fixed_top, min_align
+    starts, ends, los, his, r, count, size, align, lo, hi, fixed, fixed_top, min_align
 ):  # pragma: no cover - compiled
-    """:func:`_after_packed` over the first ``count`` blocks of a region's list of
-    blocks that may still matter, dropping from it, as the scan passes them, those
-    dead before ``lo`` (no later block of ordinary range is live with them); returns
-    the address and the list's new length."""
+    """:func:`_after_packed` over the first ``count`` blocks of region ``r``'s list of
+    blocks that may still matter (row ``r`` of the 2-D arrays), dropping from it, as
+    the scan passes them, those dead before ``lo`` (no later block of ordinary range is
+    live with them); returns the address and the list's new length."""
     skip = 0
     addr = np.int64(0)
     if fixed != 0 and size != 0 and align % min_align == 0:
@@ -155,28 +155,28 @@ def _pruned_fit(
     w = skip
     k = skip
     while k < count:
-        if his[k] < lo:
+        if his[r, k] < lo:
             k += 1
             continue
-        if los[k] <= hi:
-            if addr + size <= starts[k]:
+        if los[r, k] <= hi:
+            if addr + size <= starts[r, k]:
                 break
-            aligned = -(-ends[k] // align) * align
+            aligned = -(-ends[r, k] // align) * align
             if aligned > addr:
                 addr = aligned
         if w != k:
-            starts[w] = starts[k]
-            ends[w] = ends[k]
-            los[w] = los[k]
-            his[w] = his[k]
+            starts[r, w] = starts[r, k]
+            ends[r, w] = ends[r, k]
+            los[r, w] = los[r, k]
+            his[r, w] = his[r, k]
         w += 1
         k += 1
     if w != k:  # the rest moved up behind the blocks kept
         for j in range(k, count):
-            starts[w + j - k] = starts[j]
-            ends[w + j - k] = ends[j]
-            los[w + j - k] = los[j]
-            his[w + j - k] = his[j]
+            starts[r, w + j - k] = starts[r, j]
+            ends[r, w + j - k] = ends[r, j]
+            los[r, w + j - k] = los[r, j]
+            his[r, w + j - k] = his[r, j]
     return addr, w + count - k
 
 
@@ -205,20 +205,21 @@ def _joint_fit(
 
 
 @numba.njit(cache=True, nogil=True)
-def _insert(starts, ends, los, his, count, start, end, lo, hi):  # pragma: no cover - compiled
-    """Insert a placed block into the first ``count`` rows, kept in order of start
-    address (after the blocks of an equal start)."""
+def _insert(starts, ends, los, his, r, count, start, end, lo, hi):  # pragma: no cover
+    """Insert a placed block into the first ``count`` entries of row ``r`` (a region)
+    of the 2-D arrays, kept in order of start address (after the blocks of an equal
+    start)."""
     k = count
-    while k > 0 and starts[k - 1] > start:
-        starts[k] = starts[k - 1]
-        ends[k] = ends[k - 1]
-        los[k] = los[k - 1]
-        his[k] = his[k - 1]
+    while k > 0 and starts[r, k - 1] > start:
+        starts[r, k] = starts[r, k - 1]
+        ends[r, k] = ends[r, k - 1]
+        los[r, k] = los[r, k - 1]
+        his[r, k] = his[r, k - 1]
         k -= 1
-    starts[k] = start
-    ends[k] = end
-    los[k] = lo
-    his[k] = hi
+    starts[r, k] = start
+    ends[r, k] = end
+    los[r, k] = lo
+    his[r, k] = hi
 
 
 @numba.njit(cache=True, nogil=True)
@@ -319,9 +320,8 @@ def place(
                 elif lo[i] >= floor[region]:  # the blocks that may still matter
                     floor[region] = lo[i]
                     addr, a_count[region] = _pruned_fit(
-                        a_start[region], a_end[region], a_lo[region], a_hi[region],
-                        a_count[region], size, align, lo[i], hi[i], fixed[region],
-                        fixed_top[region], min_align,
+                        a_start, a_end, a_lo, a_hi, region, a_count[region], size, align,
+                        lo[i], hi[i], fixed[region], fixed_top[region], min_align,
                     )  # fmt: skip
                 else:
                     addr = _after_packed(
@@ -336,13 +336,13 @@ def place(
             while j >= 0:
                 if size:
                     _insert(
-                        p_start[chosen], p_end[chosen], p_lo[chosen], p_hi[chosen],
-                        count[chosen], addr, addr + size, lo[j], hi[j],
+                        p_start, p_end, p_lo, p_hi, chosen, count[chosen], addr, addr + size,
+                        lo[j], hi[j],
                     )  # fmt: skip
                     count[chosen] += 1
                     _insert(
-                        a_start[chosen], a_end[chosen], a_lo[chosen], a_hi[chosen],
-                        a_count[chosen], addr, addr + size, lo[j], hi[j],
+                        a_start, a_end, a_lo, a_hi, chosen, a_count[chosen], addr, addr + size,
+                        lo[j], hi[j],
                     )  # fmt: skip
                     a_count[chosen] += 1
                 out_region[j] = chosen
