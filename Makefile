@@ -18,10 +18,10 @@ run: $(STAMP)
 	$(PY) examples/tutorials/tut7.py --device model-ipu2 10000 1000
 
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" -n 2 -q
+	$(PY) -m pytest -m "not slow" -n 2 --dist worksteal -q
 
 test-all: $(STAMP)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 --dist worksteal -q
 
 docs-test: $(STAMP)
 	$(PY) -m pytest tests/test_docs_examples.py tests/test_readme.py -n 2 -q
