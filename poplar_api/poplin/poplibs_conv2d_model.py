@@ -5,8 +5,9 @@ position (so that nothing flattens, :mod:`.poplibs_conv_model`), this module res
 ``constructModel`` and ``addEstimates`` (graphcore/poplibs ``7eac0f26``,
 ``lib/poplin/ConvModel.cpp``) cost for a family of ``createPlan``'s candidates: the
 operands unswapped, no ``expandDims`` at either level, one pass (no serial split), and the
-AMP with its full input grouping (16 channels, a conv-unit weight height of 1) and either
-partial grouping of ``getConvVertexAMPCandidates`` (the 8 conv units, then 16), or SLIC
+AMP with each input grouping ``getConvVertexAMPCandidates`` offers (16, 8 or 4 channels, a
+conv-unit weight height of 1, 2 or 4, :data:`AMP_GROUPINGS`) and either of its partial
+groupings (the 8 conv units, then 16), or SLIC
 with 4 channels of one group (one input- and one output-channel grain a tile,
 ``addSLICConstraints``; its estimate :mod:`.poplibs_slic_estimates`, the kernel width
 padded to its window and the input padding applied as exchanged zeros,
@@ -40,11 +41,11 @@ partials; the reduction's; twice the largest transform's) must stay within
 ``availableMemoryProportion`` of the tile. ``constructModel``'s inequality ``totalMacs /
 maxMACsPerCyclePerTile <= usedTiles * partialCalcCycles`` (32 MACs a cycle for 8 units and
 for SLIC) removes a partition whose partial-sum estimate is below it. The least ``(cycles,
-bytes)`` is the family's plan. Not restated: the other families (swapped operands,
-``expandDims``, ``outChanFlattenDims``, the AMP with 8, 4, 2 or 1 input channels a group,
-serial splits, SLIC's other groupings and the MAC vertices), which a plan of the whole
-search may take instead; the AMP family's best is an upper bound of the cost of Poplibs'
-plan, not that plan. Derived from the source, not a port.
+bytes)`` is the family's plan. Not restated here: the other families (swapped operands,
+``expandDims``, ``outChanFlattenDims``, serial splits, SLIC's other groupings and the MAC
+vertices; :mod:`.poplibs_conv2d_forms` and :func:`slic_floors` bound them), which a plan
+of the whole search may take instead; the family's best is an upper bound of the cost of
+Poplibs' plan, not that plan. Derived from the source, not a port.
 """
 
 from __future__ import annotations
