@@ -8,8 +8,9 @@ the table)."""
 from __future__ import annotations
 
 import pytest
+from resnet_rows_common import ROW16, ROW18, preset_target
 
-from poplar_api import HALF, Graph, IPUModel, poplin
+from poplar_api import HALF, poplin
 from poplar_api.poplin.poplibs_conv2d_forms import (
     _rearrange_floor,
     _serial_floor,
@@ -19,15 +20,6 @@ from poplar_api.poplin.poplibs_conv2d_forms import (
 )
 from poplar_api.poplin.poplibs_conv2d_model import family_plan
 from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
-
-ROW16 = poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 64, 64, paddingLower=[1, 1],
-                          paddingUpper=[1, 1])  # fmt: skip
-ROW18 = poplin.ConvParams(HALF, 4, [28, 28], [3, 3], 128, 128, paddingLower=[1, 1],
-                          paddingUpper=[1, 1])  # fmt: skip
-
-
-def _target(preset: str):
-    return Graph(IPUModel(preset).createDevice().getTarget()).getTarget()
 
 
 def test_expanded_params() -> None:
@@ -50,7 +42,7 @@ def test_swapped_floor_written_out() -> None:
     input groups, one output pass."""
     one = 4 * (64 * 56) * 56 * 12 * 4 // 1472
     none = 4 * (64 * 3136) * 3136 * 4 * 1 // 1472
-    assert _swapped_floor(ROW16, _target("mk2-ipumodel")) == min(one, none) == one == 26_178
+    assert _swapped_floor(ROW16, preset_target("mk2-ipumodel")) == min(one, none) == one == 26_178
 
 
 def test_rearrangement_floor_written_out() -> None:
@@ -61,7 +53,7 @@ def test_rearrangement_floor_written_out() -> None:
     for elements in (3136 * 576, 576 * 64):
         per_tile = -(-elements * 2 // 1472)
         cycles += -(-per_tile * 5 // 8) + -(-per_tile // 4)
-    assert _rearrange_floor(both, _target("mk2-ipumodel"), 3136 * 576, 576 * 64) == cycles
+    assert _rearrange_floor(both, preset_target("mk2-ipumodel"), 3136 * 576, 576 * 64) == cycles
     assert cycles == 1_535 + 614 + 32 + 13
 
 
@@ -70,7 +62,7 @@ def test_row_16_every_other_form_costs_more() -> None:
     """docs/planner.md row 16: the plain family's best, 8,249 cycles, is below every other
     AMP form's floor; the both-expanded product (without its rearrangement, 7,926) plus the
     rearrangement's floor, and the swapped product costed whole."""
-    t = _target("mk2-ipumodel")
+    t = preset_target("mk2-ipumodel")
     best = family_plan(ROW16, t)["cost"][0]
     floors = amp_floors(ROW16, t, best)
     assert best == 8_249 and min(floors.values()) > best
@@ -88,7 +80,7 @@ def test_row_18_every_other_form_costs_more() -> None:
     """docs/planner.md row 18: every other AMP form's floor passes the plain family's best
     (30,451, ipusim's partition); the output-channel serial plans of the form expanded in
     dimension 0 only once their inputs' exchange is counted (before the loop, once)."""
-    t = _target("mk1-ipumodel")
+    t = preset_target("mk1-ipumodel")
     best = family_plan(ROW18, t)["cost"][0]
     floors = amp_floors(ROW18, t, best)
     assert best == 30_451 and min(floors.values()) > best
@@ -102,7 +94,7 @@ def test_a_serial_split_over_output_channels_rearranges_the_inputs_once() -> Non
     weights every iteration. With 4 input channels (one grain in every AMP grouping, so no
     input-channel serial split) every serial plan splits the 32 output channels: 1,000
     cycles of the inputs' rearrangement raise the floor by 1,000, not by S times it."""
-    t = _target("mk2-ipumodel")
+    t = preset_target("mk2-ipumodel")
     p = poplin.ConvParams(HALF, 1, [14, 14], [3, 3], 4, 32, paddingLower=[1, 1],
                           paddingUpper=[1, 1])  # fmt: skip
     base = _serial_floor(p, t, 1e9)
@@ -114,7 +106,7 @@ def test_a_serial_split_over_output_channels_rearranges_the_inputs_once() -> Non
 def test_the_margins_docs_planner_states() -> None:
     """docs/planner.md: the floors of rows 16 and 18 computed to a higher limit (each exact
     below it), and so the margins of the plain plans (8,249 and 30,451)."""
-    t16, t18 = _target("mk2-ipumodel"), _target("mk1-ipumodel")
+    t16, t18 = preset_target("mk2-ipumodel"), preset_target("mk1-ipumodel")
     f16 = amp_floors(ROW16, t16, 12_000)
     assert (f16["serial"], f16["expanded 0"], f16["expanded 0 serial"], f16["expanded 1"],
             f16["expanded 1 serial"]) == (8_792, 9_011, 10_316, 9_249, 10_240)  # fmt: skip

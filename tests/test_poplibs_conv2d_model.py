@@ -10,8 +10,9 @@ import math
 
 import numpy as np
 import pytest
+from resnet_rows_common import ROW16, ROW18, preset_target
 
-from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
+from poplar_api import FLOAT, HALF, poplin
 from poplar_api.poplin.poplibs_amp_estimates import nx1_partial_cycles
 from poplar_api.poplin.poplibs_conv2d_model import (
     SPLITS,
@@ -21,15 +22,6 @@ from poplar_api.poplin.poplibs_conv2d_model import (
     family_plan,
     slic_floors,
 )
-
-ROW16 = poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 64, 64, paddingLower=[1, 1],
-                          paddingUpper=[1, 1])  # fmt: skip
-ROW18 = poplin.ConvParams(HALF, 4, [28, 28], [3, 3], 128, 128, paddingLower=[1, 1],
-                          paddingUpper=[1, 1])  # fmt: skip
-
-
-def _target(preset: str):
-    return Graph(IPUModel(preset).createDevice().getTarget()).getTarget()
 
 
 def _one(**split: int) -> dict[str, np.ndarray]:
@@ -45,7 +37,7 @@ def test_one_partition_written_out() -> None:
     (the field split), at 4 bytes a cycle. Partial sums 4 x 19 x 8 FLOAT, one byte-cycle per
     byte / 4. The output regroup of the 8-channel partials to 16: ceil(3136 x 64 / 1344) =
     150 elements, 300 bytes at 5 / 4 of 8 bytes a cycle (``getScaleFactorForTransform``)."""
-    t = _target("mk2-ipumodel")
+    t = preset_target("mk2-ipumodel")
     split = _one(**{"batchSplit": 1, "fieldSplit[0]": 14, "fieldSplit[1]": 3,
                     "kernelSplit[0]": 1, "outChanSplit.parallel": 8,
                     "inChanSplit.parallel": 4})  # fmt: skip
@@ -75,7 +67,7 @@ def test_a_kernel_split_shrinks_the_window_and_the_weights() -> None:
     """With the outer kernel dimension split 3 ways a tile holds one kernel row: its input
     window is the output rows alone (no halo in that dimension) and its weights a third;
     its partial sums are as many (all of its outputs, whatever is split)."""
-    t = _target("mk2-ipumodel")
+    t = preset_target("mk2-ipumodel")
     base = {"batchSplit": 1, "fieldSplit[0]": 10, "fieldSplit[1]": 3, "outChanSplit.parallel": 8,
             "inChanSplit.parallel": 2}  # fmt: skip
     whole = family_costs(ROW16, t, "AMP", (16, 8), _one(**base, **{"kernelSplit[0]": 1}))
@@ -95,7 +87,7 @@ def test_a_kernel_split_shrinks_the_window_and_the_weights() -> None:
 def test_the_partition_variables() -> None:
     """``constructModel``: the inner kernel dimension is not split, every split is the least
     giving its part, and the parallel splits' product is at most the tiles."""
-    t = _target("mk2-ipumodel")
+    t = preset_target("mk2-ipumodel")
     s = _partitions(ROW16, t, "AMP", (16, 8))
     assert set(np.unique(s["kernelSplit[0]"]).tolist()) == {1, 2, 3}
     assert set(np.unique(s["outChanSplit.parallel"]).tolist()) == {1, 2, 3, 4, 8}
@@ -125,13 +117,13 @@ def test_the_partition_variables() -> None:
     ids=["row16", "row18"],
 )
 def test_the_family_plans_of_the_table(params, preset, text) -> None:
-    plan = family_plan(params, _target(preset))
+    plan = family_plan(params, preset_target(preset))
     assert plan["ties"] == 1
     assert describe_family(plan) == text
 
 
 def test_not_covered_is_named() -> None:
-    t = _target("mk2-ipumodel")
+    t = preset_target("mk2-ipumodel")
     with pytest.raises(ValueError, match="float/float \\(HALF/HALF needed"):
         family_plan(poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 64, 64), t)
     with pytest.raises(ValueError, match="dilation, stride"):
@@ -147,7 +139,7 @@ def test_slic_floors_of_row_16() -> None:
     sum in every one of them exchanged in FLOAT (4 bytes at 4 a cycle), plus the MACs at
     32 a cycle; a serial split of 2 input channels' halves costs twice the least one-pass
     terms (all but the reduction) of the 32-channel convolution; no swapped form."""
-    t = _target("mk2-ipumodel")
+    t = preset_target("mk2-ipumodel")
     macs = 166 * 166 * 64 * 64
     floors = slic_floors(ROW16, t)
     assert floors["2 or 4 groups"] == macs // (8 * 1472) == 9_584
@@ -171,7 +163,7 @@ def test_a_slic_serial_count_need_not_divide_the_grains() -> None:
     iteration padded): 28 output channels are 7 grains of 4, and 2 iterations of 4 grains
     (16 channels) are a plan, so SLIC's serial floor is at most twice the one-pass terms
     (but the reduction and the inputs' exchange) of the 16-output-channel convolution."""
-    t = _target("mk2-ipumodel")
+    t = preset_target("mk2-ipumodel")
     params = poplin.ConvParams(HALF, 1, [14, 14], [3, 3], 28, 28, paddingLower=[1, 1],
                                paddingUpper=[1, 1])  # fmt: skip
     sub = poplin.ConvParams(HALF, 1, [14, 14], [3, 3], 28, 16, paddingLower=[1, 1],
@@ -186,7 +178,7 @@ def test_a_narrower_input_grouping_pads_the_kernel_rows() -> None:
     x Ci 8: the tile's 3 kernel rows padded to 4 (``padKernelSpatialDim``: (2 - 3 mod 2) mod
     2 = 1 row), 3 x 8 x 8 kernel zeros at 4 bytes a cycle and one more input row of 19 x 8
     zeros at 8 (the inputs' doubled rate); the partial sums ``ConvPartialnx1`` of height 2."""
-    t = _target("mk2-ipumodel")
+    t = preset_target("mk2-ipumodel")
     split = _one(**{"batchSplit": 1, "fieldSplit[0]": 14, "fieldSplit[1]": 3,
                     "kernelSplit[0]": 1, "outChanSplit.parallel": 8,
                     "inChanSplit.parallel": 8})  # fmt: skip
