@@ -196,6 +196,25 @@ def test_rows_found_once_per_geometry() -> None:
             np.testing.assert_array_equal(_bits(got), _bits(_by_exact_chain(x, w, geo)))
 
 
+def test_writable_and_read_only_operands_share_a_signature() -> None:
+    # the pass is compiled per argument types, and a writable array is another type than
+    # a read-only one: the operands reach it read-only whatever the caller holds, with
+    # the same sums, and no writable-operand signature is ever compiled
+    geo = _geometry(4, nig=1, nk=1)
+    x, w = _operands(geo, (3,), seed=11)
+    x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+    assert x.flags.writeable and w.flags.writeable
+    got = chain_products(x, w, geo)
+    if got is None:  # this BLAS orders the sums otherwise: the pass is not used
+        pytest.skip("the compiled pass does not give this BLAS's bits here")
+    ro_x, ro_w = x.copy(), w.copy()
+    ro_x.flags.writeable = ro_w.flags.writeable = False
+    np.testing.assert_array_equal(_bits(chain_products(ro_x, ro_w, geo)), _bits(got))
+    assert x.flags.writeable and w.flags.writeable  # the caller's arrays are untouched
+    for sig in conv_chain._chain8.signatures:
+        assert not sig[0].mutable and not sig[1].mutable, sig[:2]
+
+
 def test_not_used_where_it_does_not_apply(monkeypatch) -> None:
     geo = _geometry(9, nig=1, nk=1)
     x, w = _operands(geo, (4,), seed=1)

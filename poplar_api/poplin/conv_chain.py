@@ -180,7 +180,11 @@ def _run(
     out: np.ndarray,
 ) -> None:  # fmt: skip
     """Call the compiled pass (compiling it, vectorized, when this signature is new);
-    ``out`` is ``[n0, n1, ncg * nog, out_rows * 8]``."""
+    ``out`` is ``[n0, n1, ncg * nog, out_rows * 8]``. The operands are handed over as
+    read-only views, so that writable and read-only callers share one compiled
+    signature per layout (each signature costs a compile of about a second)."""
+    x, w = x.view(), w.view()
+    x.flags.writeable = w.flags.writeable = False
     wt = np.empty((IN_CHANS, OUT_CHANS), np.float32)
     part = np.empty((out.shape[3] // OUT_CHANS, OUT_CHANS), np.float32)
     with _slp_vectorized():
