@@ -14,7 +14,9 @@ from poplar_api import FLOAT, Engine, Graph, IPUModel, popops, poputil
 from poplar_api import program as prog
 
 
-def test_a_later_run_shares_the_first_runs_replicated_costs():
+def _replicated_graph():
+    """A 4-replica graph on the tiny 4-IPU model with a 40-element variable ``x`` spread
+    over the tiles: (device, graph, x, an empty sequence)."""
     m = IPUModel("tiny")
     m.numIPUs = 4
     device = m.createDevice()
@@ -22,7 +24,11 @@ def test_a_later_run_shares_the_first_runs_replicated_costs():
     popops.addCodelets(g)
     x = g.addVariable(FLOAT, [40], "x")
     poputil.mapTensorLinearly(g, x)
-    seq = prog.Sequence()
+    return device, g, x, prog.Sequence()
+
+
+def test_a_later_run_shares_the_first_runs_replicated_costs():
+    device, g, x, seq = _replicated_graph()
     y = popops.map(g, popops.expr.Mul(popops.expr._1, 3.0), [x], seq)
     seq.add(prog.Copy(y, x))
     g.createHostWrite("x", x)
@@ -52,14 +58,7 @@ def test_a_later_run_shares_the_first_runs_replicated_costs():
 def test_which_ipus_take_part_in_a_local_step_is_found_once_per_machine():
     # a replicated local step's per-tile array is shared from run to run, and so is
     # the answer to which IPUs have cycles in it (a later run does not look again)
-    m = IPUModel("tiny")
-    m.numIPUs = 4
-    device = m.createDevice()
-    g = Graph(device.getTarget(), replication_factor=4)
-    popops.addCodelets(g)
-    x = g.addVariable(FLOAT, [40], "x")
-    poputil.mapTensorLinearly(g, x)
-    seq = prog.Sequence()
+    device, g, x, seq = _replicated_graph()
     popops.mapInPlace(g, popops.expr.Mul(popops.expr._1, 3.0), [x], seq)
     e = Engine(g, seq)
     e.load(device)
