@@ -235,6 +235,24 @@ def test_spread_by_use_hands_its_pass_a_read_only_block_map():
     assert _read_only(conv_layout._spread, 0) == {True}
 
 
+def test_affine_copy_hands_its_passes_read_only_ids():
+    """``affine_copy`` hands ``_split`` and ``_on_grid`` read-only ids whether the
+    caller's index arrays are writable, read-only or int32 (one specialisation each),
+    with the same copy every time."""
+    from poplar_api.lowering import affine_copy
+
+    src = (np.arange(64)[:, None] + 64 * np.arange(128)).reshape(-1)  # [128, 64] transposed
+    dst = np.arange(src.size, dtype=np.int64)
+    assert src.flags.writeable and dst.flags.writeable
+    got = affine_copy.affine_copy(src, dst)
+    ro_src, ro_dst = src.copy(), dst.copy()
+    ro_src.flags.writeable = ro_dst.flags.writeable = False
+    assert got is not None and affine_copy.affine_copy(ro_src, ro_dst) == got
+    assert affine_copy.affine_copy(src.astype(np.int32), dst) == got
+    assert src.flags.writeable and dst.flags.writeable  # the caller's arrays are untouched
+    assert _read_only(affine_copy._split, 0) == _read_only(affine_copy._on_grid, 0) == {True}
+
+
 def test_the_assembled_rows_are_gathered_from_a_read_only_source():
     """``Assembler`` hands ``_gather_rows`` its source (the ids gathered, or the piece
     sizes) read-only whether the caller's array is writable or not (one

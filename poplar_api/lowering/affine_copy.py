@@ -67,10 +67,16 @@ class AffineCopy:
 
 
 def _ids(where: np.ndarray | slice) -> np.ndarray:
-    """The ids of a side (a slice of consecutive ids, or an index array) as int64."""
+    """The ids of a side (a slice of consecutive ids, or an index array) as int64, a
+    read-only view however the caller holds them: Numba types a writable array apart
+    from a read-only one, and index arrays come both ways, so :func:`_split` and
+    :func:`_on_grid` were compiled twice each."""
     if isinstance(where, slice):
-        return np.arange(where.start, where.stop, where.step or 1, dtype=np.int64)
-    return np.asarray(where, dtype=np.int64).reshape(-1)
+        ids = np.arange(where.start, where.stop, where.step or 1, dtype=np.int64)
+    else:
+        ids = np.ascontiguousarray(where, dtype=np.int64).reshape(-1).view()
+    ids.flags.writeable = False
+    return ids
 
 
 def _axes(ids: np.ndarray) -> list[int] | None:
