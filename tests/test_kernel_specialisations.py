@@ -225,14 +225,18 @@ def test_spread_by_use_hands_its_pass_a_read_only_block_map():
 
     block = np.repeat(np.arange(3, dtype=np.int64), 8)  # 3 blocks of 8 elements
     users = np.array([[0, 1], [2, 3], [4, 5]], np.int64)
-    frozen = block.copy()
-    frozen.flags.writeable = False
-    got = [conv_layout.spread_by_use(b, users, 2, 4).tolist() for b in (block, frozen)]
+    frozen, frozen_users = block.copy(), users.copy()
+    frozen.flags.writeable = frozen_users.flags.writeable = False
+    got = [
+        conv_layout.spread_by_use(b, u, 2, 4).tolist()
+        for b, u in ((block, users), (frozen, frozen_users))
+    ]
     # each block's 8 elements in two chunks of 4 (grain 2, at least 4), one per user
     expected = [t for b in range(3) for t in [2 * b] * 4 + [2 * b + 1] * 4]
     assert got == [expected, expected]
-    assert block.flags.writeable
+    assert block.flags.writeable and users.flags.writeable
     assert _read_only(conv_layout._spread, 0) == {True}
+    assert _read_only(conv_layout._spread, 1) == {True}  # the users too
 
 
 def test_affine_copy_hands_its_passes_read_only_ids():

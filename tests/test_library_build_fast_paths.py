@@ -22,6 +22,7 @@ from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api import program as prog
 from poplar_api.errors import TensorIndexError
 from poplar_api.graph_connections import _list_ids, list_block_ids
+from poplar_api.poplin import conv_layout
 from poplar_api.poplin.conv import _plan, _ranges, parse_options
 from poplar_api.poplin.conv_blocks import Assembler, plan_partials, runs_between
 from poplar_api.poplin.conv_layout import (
@@ -200,6 +201,10 @@ def test_input_tiles_equal_the_block_array_spread(preset, params, expand):
     np.testing.assert_array_equal(
         input_tiles_in_memory_order(plan, eff), _input_tiles_by_block_array(plan, eff)
     )
+    # the plan's tile table reaches both passes read-only however it is held (a
+    # writable table would be a second specialisation of each to compile)
+    for kernel, arg in ((conv_layout._spread_terms, 4), (conv_layout._spread, 1)):
+        assert {not sig[arg].mutable for sig in kernel.signatures} == {True}, kernel
 
 
 # ------------------------------------------------------------------ partial-sum fields

@@ -270,9 +270,19 @@ def spread_by_use(block: np.ndarray, users: np.ndarray, grain: int, min_elems: i
     unit = -(-max(int(min_elems), 1) // grain) * grain
     chunks = np.clip(counts // unit, 1, users.shape[1])
     grains = np.maximum(-(-counts // grain), 1)
-    users = np.ascontiguousarray(users, np.int64)
+    users = _read_only(users)
     out = _spread(flat, users, grain, chunks.astype(np.int64), grains.astype(np.int64))
     return out.reshape(np.shape(block))
+
+
+def _read_only(users: np.ndarray) -> np.ndarray:
+    """``users`` as :func:`_spread` and :func:`_spread_terms` take them: C-contiguous
+    int64 and read-only. Numba types a writable array apart from a read-only one, and
+    a plan's tile table comes both ways (its own read-only array, or a writable copy
+    made by a reshape), so each pass was compiled twice."""
+    users = np.ascontiguousarray(users, np.int64).view()
+    users.flags.writeable = False
+    return users
 
 
 @numba.njit(cache=True, nogil=True)
@@ -345,7 +355,7 @@ def input_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarra
         ci_i.reshape(ci // icg, icg).astype(np.int64),
         (bi * pf * pci).astype(np.int64),
         (f_term * pci).astype(np.int64),
-        np.ascontiguousarray(users, np.int64),
+        _read_only(users),
         icg,
         _min_elems(params, MIN_INPUT_BYTES_PER_TILE),
     )
