@@ -96,6 +96,13 @@ class Machine:
         #: IPUs have a tile with cycles in it (see _Run._ipu_takes_part), kept from run
         #: to run as the arrays are
         self._active_ipus: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        #: whether a replicated run whose replicas cannot differ runs replica 0's IPUs
+        #: only (see ipusim.machine_replicas.ReplicaSteps._lockstep); False runs every
+        #: IPU's group, for the same trace
+        self.replica_lockstep = True
+        self._symmetric_programs: weakref.WeakKeyDictionary[ir.Program, bool] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def num_tiles(self) -> int:
@@ -261,6 +268,10 @@ class _Run(LinkSteps, ReplicaSteps):
         self.replicas = program.replicas
         self.replica_ipus = cfg.num_ipus // self.replicas
         self.replica_tiles = self.replica_ipus * tpi
+        whole_ipus = self.groups_per_ipu == 1 and self._stock_timing and self._controller
+        self.lockstep = self._lockstep(
+            whole_ipus and max_cycles is None and machine.replica_lockstep
+        )
         self._fabric: LinkFabric | None = None
         self._scope_tiles: dict[frozenset[int], np.ndarray] = {}
         #: (step id, IPU or -1) -> (expected groups, tiles) of steps on some tiles only
@@ -311,10 +322,7 @@ class _Run(LinkSteps, ReplicaSteps):
         #: segments a group ran, for the other replicas' copies of its IPU (see
         #: ipusim.machine_replicas)
         self._segments: dict[tuple[int, int], Segment] | None = self._segment_table(
-            self.groups_per_ipu == 1
-            and self._stock_timing
-            and self._controller
-            and max_cycles is None
+            whole_ipus and max_cycles is None and not self.lockstep
         )
 
     # ------------------------------------------------------------------ driver
@@ -341,6 +349,8 @@ class _Run(LinkSteps, ReplicaSteps):
             self.env.run(simpy.AllOf(self.env, procs))
         except (SimulationTimeout, RunAborted) as exc:
             error = exc
+        if self.lockstep:
+            self._mirror_run()
         if error is None and self.failure is not None:
             if not isinstance(self.failure, RunAborted):
                 raise self.failure
@@ -709,6 +719,8 @@ class _Run(LinkSteps, ReplicaSteps):
             return
         del self.pending[n]
         rec = self.records[n]
+        if self.lockstep:
+            self._mirror(rec.tile_cycles)
         hit = self._final_cycles.get(id(rec.step))  # (the entry keeps its step alive)
         if hit is not None and hit[0] is rec.step and np.array_equal(hit[1], rec.tile_cycles):
             own, rec.tile_cycles = rec.tile_cycles, hit[1]

@@ -72,6 +72,8 @@ class GroupBarriers:
     _scope_tiles: dict[frozenset[int], np.ndarray]
     _tile_scopes: dict[tuple[int, int], tuple[int, np.ndarray]]
     replica_tiles: int
+    #: whether only replica 0's groups run (ipusim.machine_replicas, ReplicaSteps._lockstep)
+    lockstep: bool
     _record: Callable[[int, ir.Step], StepRecord]
     _timeout: Callable[[int, ir.Step, int], None]
 
@@ -83,6 +85,13 @@ class GroupBarriers:
             return frozenset(int(i) for i in ipus)
         k = self.replica_ipus
         return frozenset(int(i) + r * k for i in ipus for r in range(self.replicas))
+
+    def _simulated(self, ipus: frozenset[int]) -> frozenset[int]:
+        """The IPUs of ``ipus`` whose groups run: all of them, or replica 0's in a run
+        whose replicas go in lockstep (the others' take its clocks at the end)."""
+        if not self.lockstep:
+            return ipus
+        return frozenset(i for i in ipus if i < self.replica_ipus)
 
     def _tiles_of(self, ipus: frozenset[int]) -> np.ndarray:
         """Global tile ids of the IPUs ``ipus``, ascending (cached)."""
@@ -105,7 +114,8 @@ class GroupBarriers:
         found = self._tile_scopes.get((id(step), part))
         if found is None:
             tpi = self.cfg.tile.tiles_per_ipu
-            replica = np.arange(self.replicas, dtype=np.int64)[:, None] * self.replica_tiles
+            copies = 1 if self.lockstep else self.replicas  # (replica 0's only in lockstep)
+            replica = np.arange(copies, dtype=np.int64)[:, None] * self.replica_tiles
             tiles = (np.asarray(step.tiles, np.int64)[None, :] + replica).ravel()
             if not machine_wide:
                 tiles = tiles[tiles // tpi == g.ipu]
@@ -195,8 +205,9 @@ class GroupBarriers:
             if g.ipu not in scope:
                 return None  # this IPU takes no part
             if kind == ir.SyncKind.EXTERNAL:  # the IPUs in scope only
-                tiles = self._tiles_of(scope)
-                barrier = self._arrive((n, -1), len(scope) * self.groups_per_ipu)
+                running = self._simulated(scope)
+                tiles = self._tiles_of(running)
+                barrier = self._arrive((n, -1), len(running) * self.groups_per_ipu)
                 if barrier is not None and barrier.arrived < barrier.expected:
                     return barrier.event
                 release = self.timing.sync.release(

@@ -100,9 +100,13 @@ class LinkSteps(GroupBarriers):
             if ahead is not None and ahead.num_bytes == total:
                 yield ahead.done  # prepared and sent from the previous copy's end
                 end = max(int(np.ceil(self.env.now)), begin + floor)
-                rec.details = _prefetched_ipus(rec.details, ipu)
+                for copy in (ipu, *self._copies(ipu)):
+                    rec.details = _prefetched_ipus(rec.details, copy)
                 waited = after
             else:
+                for copy in self._copies(ipu):  # the other replicas' (lockstep)
+                    shadow = self._transfer_at(link, self.env.now, total, copy, before, False)
+                    self.env.process(shadow)
                 if before:
                     yield self.env.timeout(before)
                 yield from link.transfer(total, ipu=ipu)
@@ -118,22 +122,37 @@ class LinkSteps(GroupBarriers):
                 rec.tile_cycles[slice(lo, hi) if scoped is None else scoped] -= waited
             if next_ready:
                 start = end + after
+                for copy in self._copies(ipu):
+                    self.env.process(self._transfer_at(link, start, total, copy, before))
                 self.prefetched[(step.stream, ipu)] = Prefetch(
                     total, self.env.process(self._transfer_at(link, start, total, ipu, before))
                 )
 
         yield from self._collective(g, (n, part), expected, finish)
 
+    def _copies(self, ipu: int) -> range:
+        """The other replicas' copies of IPU ``ipu`` when only replica 0's groups run
+        (lockstep): their transfers load the shared link as in a run of every group."""
+        if not self.lockstep:
+            return range(0)
+        return range(ipu + self.replica_ipus, self.cfg.num_ipus, self.replica_ipus)
+
     def _transfer_at(
-        self, link: Any, start: int, num_bytes: int, ipu: int, prepare: int = 0
+        self,
+        link: Any,
+        start: int,
+        num_bytes: int,
+        ipu: int,
+        prepare: int = 0,
+        background: bool = True,
     ) -> Generator[simpy.Event, Any, None]:
-        """A background transfer of ``num_bytes`` over ``link`` from cycle ``start``,
-        after ``prepare`` cycles of the host's preparation: it uses the link only while
-        no copy the tiles wait for is in flight."""
+        """A transfer of ``num_bytes`` over ``link`` from cycle ``start``, after
+        ``prepare`` cycles of the host's preparation; a ``background`` one uses the link
+        only while no copy the tiles wait for is in flight."""
         start += prepare
         if start > self.env.now:
             yield self.env.timeout(start - self.env.now)
-        yield from link.transfer(num_bytes, ipu=ipu, background=True)
+        yield from link.transfer(num_bytes, ipu=ipu, background=background)
 
     def _global_exchange(
         self, g: TileGroup, n: int, rec: StepRecord, step: ir.GlobalExchange
@@ -152,6 +171,7 @@ class LinkSteps(GroupBarriers):
         if g.ipu not in ipus:
             return
         rec.details = self.timing.cost(step)
+        ipus = self._simulated(ipus)  # (every replica's flows move on the fabric)
         tiles = self._tiles_of(ipus)
 
         def finish() -> Generator[simpy.Event, Any, None]:
@@ -203,7 +223,7 @@ class LinkSteps(GroupBarriers):
         """A collective: its IPUs start together when the last arrives, each group runs
         its ring on the shared fabric (ipusim.exchange.collectives), and the step
         ends for every IPU taking part when the slowest ring has finished."""
-        ipus = frozenset(step.ipus)
+        ipus = self._simulated(frozenset(step.ipus))  # (every group's ring runs)
         if g.ipu not in ipus:
             return
         tiles = self._tiles_of(ipus)

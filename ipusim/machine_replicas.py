@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ipusim import ir
+from ipusim.host.link import HostLink, HostLinks, StreamingMemoryLinks
 from ipusim.tile.compute import ComputeCost, compute_cost
 from ipusim.trace import StepRecord
 
@@ -89,6 +90,12 @@ class ReplicaSteps:
     records: dict[int, StepRecord]
     blocks: dict[int, Any]
     _passed: Any
+    machine: Any
+    program: ir.Program
+    groups: list[Any]
+    _scopes: list[tuple[tuple[int, int, int, int], tuple[int, int, int, int]]]
+    host_link: Any
+    remote_link: Any
 
     def _segment_table(self, shared: bool) -> dict[tuple[int, int], Segment] | None:
         """An empty table of segments by (first item, IPU within the replica), or None
@@ -97,12 +104,58 @@ class ReplicaSteps:
         replica), ``max_cycles`` (every group yields after each step), or sync delays
         that differ between the replicas' copies of a tile (``shared`` says whether
         the run allows it)."""
-        if not shared or self.replicas == 1:
-            return None
-        delays = np.asarray(self.delays).reshape(self.replicas, -1)
-        if not (delays == delays[0]).all():
+        if not shared or self.replicas == 1 or not self._equal_delays():
             return None
         return {}
+
+    def _lockstep(self, allowed: bool) -> bool:
+        """Whether the replicas go in lockstep, and if so keep only replica 0's groups.
+
+        Every replica runs the same walk (control flow is global) and the same local
+        steps (replica 0's costs, :meth:`_replicated`); they stay in lockstep, every
+        replica's copy of a tile at replica 0's clock, when nothing that meets several
+        replicas treats them differently: the sync delays of every replica's copy of a
+        tile are equal, every host and Streaming Memory link carries the same IPUs of
+        each replica (links shared processor-fairly finish equal transfers started
+        together at the same exact time), every global exchange is replicated, every
+        collective's IPUs are each replica's copy of the same IPUs (both end at one
+        cycle for all their IPUs), and the stock syncs (a release from the latest
+        arrival in scope) and no ``max_cycles``. Then only replica 0's groups run: a
+        step that meets other replicas counts replica 0's copies in and releases
+        theirs, while every replica's transfers still load the links and the fabric;
+        the other replicas' clocks and per-tile cycles are replica 0's, copied when
+        a record is final (:meth:`_mirror`) and when the run ends (:meth:`_mirror_run`).
+        ``allowed`` is what the run allows (whole-IPU groups, stock timing and syncs,
+        no ``max_cycles``, ``Machine.replica_lockstep``).
+        """
+        if not allowed or self.replicas == 1 or not self._equal_delays():
+            return False
+        ri, ipus = self.replica_ipus, self.cfg.num_ipus
+        if not (_symmetric(self.host_link, ri, ipus) and _symmetric(self.remote_link, ri, ipus)):
+            return False
+        if not _program_symmetric(self.machine, self.program, ri, ipus):
+            return False
+        self.groups = self.groups[:ri]
+        self._scopes = [(own, (-1, ri, 0, self.replica_tiles)) for own, _ in self._scopes[:ri]]
+        return True
+
+    def _equal_delays(self) -> bool:
+        delays = np.asarray(self.delays).reshape(self.replicas, -1)
+        return bool((delays == delays[0]).all())
+
+    def _mirror(self, per_tile: np.ndarray) -> None:
+        """Copy replica 0's part of a per-tile array into every other replica's."""
+        per_tile.reshape(self.replicas, -1)[1:] = per_tile[: self.replica_tiles]
+
+    def _mirror_run(self) -> None:
+        """At the end of a lockstep run: every replica's clocks, blocks and the per-tile
+        cycles of records still being filled are replica 0's."""
+        self._mirror(self.clock)
+        for block in self.blocks.values():
+            self._mirror(block.cycles_from)
+            self._mirror(block.cycles_to)
+        for n in self.pending:
+            self._mirror(self.records[n].tile_cycles)
 
     def _keep_segment(
         self, g: Any, start: int, clock_in: np.ndarray, writes: list, end: int
@@ -212,6 +265,37 @@ class ReplicaSteps:
         out = np.empty((self.replicas, first.size), first.dtype)
         out[...] = first
         return out.reshape(-1)
+
+
+def _symmetric(link: Any, replica_ipus: int, ipus: int) -> bool:
+    """Whether a link model treats every replica alike: one link for the machine, or
+    links of ``ipus_per_link`` IPUs each, all full, each holding whole replicas or a
+    part of one (then every link carries the same IPUs of each replica)."""
+    if type(link) is HostLink:
+        return True
+    if type(link) not in (HostLinks, StreamingMemoryLinks):
+        return False
+    per_link = link.ipus_per_link
+    return ipus % per_link == 0 and (per_link % replica_ipus == 0 or replica_ipus % per_link == 0)
+
+
+def _program_symmetric(machine: Any, program: ir.Program, replica_ipus: int, ipus: int) -> bool:
+    """Whether every global exchange of ``program`` is replicated and every collective's
+    IPUs are each replica's copy of the same IPUs (kept per program by the machine)."""
+    kept = machine._symmetric_programs
+    found = kept.get(program)
+    if found is None:
+        found = True
+        for step in ir.iter_steps(program):
+            if isinstance(step, ir.GlobalExchange) and not step.replicated:
+                found = False
+            elif isinstance(step, ir.Collective):
+                own = set(step.ipus)
+                found = own == {(i + k) % ipus for i in own for k in range(0, ipus, replica_ipus)}
+            if not found:
+                break
+        kept[program] = found
+    return found
 
 
 #: Steps whose replicated costs a machine keeps from run to run, at most.

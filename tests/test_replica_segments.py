@@ -56,7 +56,9 @@ def _count(monkeypatch) -> dict[str, int]:
 
 def _timing_run(engine, cfg):
     """The engine's program on a machine of ``cfg``, the predicates answered by the
-    engine and no effect applied (the timing alone)."""
+    engine and no effect applied (the timing alone); every IPU's group runs (no
+    lockstep of the replicas: segments are how groups of replicas that may differ
+    share their work)."""
     from poplar_api import engine as engine_module
 
     class TimingOnly(engine_module._EngineDataPlane):
@@ -64,7 +66,9 @@ def _timing_run(engine, cfg):
             pass
 
     plane = TimingOnly(engine._lowered, True, engine._host, engine._state)
-    return Machine(cfg).run(engine.ir_program, data_plane=plane)
+    machine = Machine(cfg)
+    machine.replica_lockstep = False
+    return machine.run(engine.ir_program, data_plane=plane)
 
 
 def test_the_trace_is_the_same_with_segments_taken(mlp, monkeypatch):

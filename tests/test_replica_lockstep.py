@@ -1,0 +1,208 @@
+"""Replicas in lockstep: a replicated run simulates replica 0's IPUs only where the
+replicas cannot differ (``ipusim.machine_replicas.ReplicaSteps._lockstep``).
+
+The trace must be the one of every IPU's group running every step
+(``Machine.replica_lockstep = False``): the same fingerprint (every record's cycles and
+per-tile arrays, the blocks, the final clocks) and the same decisions. Programs here
+mix every kind of step that meets other replicas (syncs of all kinds, stream copies
+with prefetch, replicated global exchanges, cross-replica collectives, loops and
+blocks), on machines whose links treat the replicas alike (lockstep on) and on ones
+where they do not (unequal host links, a copy between replicas, a collective of some
+replicas only: lockstep off, and the replicas' clocks do differ there).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ipusim import ir
+from ipusim.config import load_config
+from ipusim.dataplane import ScriptedDataPlane
+from ipusim.machine import Machine
+from ipusim.machine_replicas import ReplicaSteps
+
+ROOT = Path(__file__).resolve().parents[1]
+TPI = 8  # tiles per IPU of the tiny preset
+
+
+def _config(num_ipus: int, **extra):
+    return load_config("tiny", overrides={"num_ipus": num_ipus, **extra})
+
+
+def _seen(monkeypatch) -> list[bool]:
+    """Whether each run went in lockstep, as the runs are made."""
+    seen: list[bool] = []
+    real = ReplicaSteps._lockstep
+
+    def lockstep(self, allowed):
+        found = real(self, allowed)
+        seen.append(found)
+        return found
+
+    monkeypatch.setattr(ReplicaSteps, "_lockstep", lockstep)
+    return seen
+
+
+def _both(cfg, program, answers=None):
+    """The traces of ``program`` with lockstep allowed and with every group running."""
+    traces = []
+    for lockstep in (True, False):
+        machine = Machine(cfg)
+        machine.replica_lockstep = lockstep
+        traces.append(machine.run(program, data_plane=ScriptedDataPlane(answers)))
+    return traces
+
+
+def _assert_same(a, b):
+    assert a.fingerprint() == b.fingerprint()
+    assert a.decisions == b.decisions
+    for ra, rb in zip(a.records, b.records, strict=True):
+        assert (ra.name, ra.first_cycle, ra.last_cycle) == (rb.name, rb.first_cycle, rb.last_cycle)
+        assert repr(ra.details) == repr(rb.details)
+    np.testing.assert_array_equal(a.tile_end_cycles, b.tile_end_cycles)
+
+
+def _alike(per_tile: np.ndarray, replicas: int) -> bool:
+    per_replica = np.asarray(per_tile).reshape(replicas, -1)
+    return bool((per_replica == per_replica[0]).all())
+
+
+def _copy(name, tiles, nbytes, **kw):
+    return ir.StreamCopy(name=name, direction="host_to_device", tile=tiles, num_bytes=nbytes, **kw)
+
+
+def _mixed(replica_ipus: int, num_ipus: int, seed: int) -> list:
+    """Steps of every kind on replica 0's ``replica_ipus`` IPUs (random cycles and
+    bytes), a cross-replica all-reduce over ``num_ipus`` IPUs."""
+    rng = np.random.default_rng(seed)
+    tiles = np.arange(replica_ipus * TPI)
+    last = replica_ipus * TPI - 1
+    steps = [
+        ir.Compute(name="cs", vertex_tile=tiles, vertex_cycles=rng.integers(5, 900, tiles.size)),
+        ir.Sync(name="internal", sync_kind="internal"),
+        _copy("in", [1, 2, last], rng.integers(40, 4000, 3), stream="in", prefetch=True),
+        ir.Exchange(name="ex", src_tile=[0, 5], dst_tile=[3, 1], num_bytes=[64, 96]),
+        ir.Sync(name="external", sync_kind="external"),
+        ir.Compute(name="cs2", vertex_tile=[4, last], vertex_cycles=rng.integers(5, 300, 2)),
+        ir.Sync(name="io", sync_kind="host", tiles=[1, 2]),
+        ir.Sync(name="ext-ipus", sync_kind="external", ipus=(0,)),
+        ir.Collective(
+            name="allreduce",
+            op="all_reduce",
+            groups=(tuple(range(0, num_ipus, replica_ipus)),),
+            num_bytes=(int(rng.integers(1000, 20000)),),
+        ),
+        _copy("out", [0, last], rng.integers(40, 4000, 2)),
+        ir.Sync(name="host", sync_kind="host"),
+    ]
+    if replica_ipus > 1:  # between replica 0's first and last IPU, in every replica
+        steps.insert(
+            5, ir.GlobalExchange(name="gx", src_tile=[0], dst_tile=[last], num_bytes=[512])
+        )
+    return steps
+
+
+def _program(steps: list, replicas: int, loop: int = 3) -> ir.Program:
+    body = ir.Block(steps, "step")
+    return ir.Program(entries=(ir.Repeat(loop, body),), replicas=replicas)
+
+
+@pytest.mark.parametrize(
+    ("num_ipus", "replicas", "per_link"),
+    [(4, 4, None), (4, 4, 2), (4, 4, 1), (4, 2, 2), (8, 4, 4), (8, 4, 1)],
+)
+def test_lockstep_gives_the_trace_of_every_group(monkeypatch, num_ipus, replicas, per_link):
+    cfg = _config(num_ipus, **({"host.ipus_per_link": per_link} if per_link else {}))
+    program = _program(_mixed(num_ipus // replicas, num_ipus, seed=num_ipus + replicas), replicas)
+    seen = _seen(monkeypatch)
+    fast, full = _both(cfg, program)
+    assert seen == [True, False]
+    _assert_same(fast, full)
+    assert all(_alike(r.tile_cycles, replicas) for r in fast.records)
+
+
+@pytest.mark.parametrize(
+    ("why", "per_link", "change"),
+    [
+        ("host links of 3 IPUs: the fourth IPU's copies finish apart", 3, None),
+        ("a global exchange between replicas", None, "between"),
+        ("a collective of two replicas of four", None, "pair"),
+    ],
+)
+def test_replicas_that_can_differ_run_every_group(monkeypatch, why, per_link, change):
+    cfg = _config(4, **({"host.ipus_per_link": per_link} if per_link else {}))
+    steps = _mixed(1, 4, seed=7)
+    if change == "between":  # replica 0's IPU to replica 2's, machine-wide ids
+        steps.insert(
+            4,
+            ir.GlobalExchange(
+                name="between", src_tile=[0], dst_tile=[2 * TPI + 3], num_bytes=[4096],
+                replicated=False,
+            ),
+        )  # fmt: skip
+    if change == "pair":
+        steps.insert(
+            4, ir.Collective(name="pair", op="all_reduce", groups=((0, 1),), num_bytes=(8192,))
+        )
+    seen = _seen(monkeypatch)
+    fast, full = _both(cfg, _program(steps, 4))
+    assert seen == [False, False], why
+    _assert_same(fast, full)
+    apart = [r.name for r in fast.records if not _alike(r.tile_cycles, 4)]
+    assert apart, why  # some step's cycles did differ between the replicas
+
+
+def test_data_dependent_control_flow_is_one_walk_for_every_replica(monkeypatch):
+    """A loop whose end and a branch whose arm the data decide (predicates answered
+    per run: the replicas' values are combined into one answer, so every replica
+    walks the same steps): lockstep, and the trace of every group."""
+    steps = _mixed(1, 4, seed=3)
+    body = ir.Sequence(
+        [
+            *steps[:4],
+            ir.If(predicate=1, then=ir.Sequence(steps[4:7]), else_=ir.Sequence(steps[7:9])),
+            *steps[9:],
+        ]
+    )
+    loop = ir.RepeatWhile(condition=ir.Sequence([]), predicate=0, body=body)
+    program = ir.Program(entries=(loop,), replicas=4)
+    answers = {0: [1, 1, 1, 0], 1: [1, 0, 1]}
+    seen = _seen(monkeypatch)
+    fast, full = _both(_config(4), program, answers)
+    assert seen == [True, False]
+    _assert_same(fast, full)
+    assert len(fast.decisions) == 7
+
+
+def test_lockstep_is_off_with_max_cycles_or_tile_groups(monkeypatch):
+    program = _program(_mixed(1, 4, seed=5), 4)
+    seen = _seen(monkeypatch)
+    Machine(_config(4)).run(program, max_cycles=10**9)
+    Machine(_config(4, **{"sim.granularity": "tile"})).run(program)
+    Machine(_config(4)).run(program)
+    assert seen == [False, False, True]
+
+
+def test_the_mlp_step_in_lockstep(monkeypatch):
+    """The data-parallel MLP (4 replicas, effects applied): the engine's runs went in
+    lockstep and their traces are those of every group running the same program."""
+    sys.path.insert(0, str(ROOT / "examples" / "multi_ipu"))
+    import data_parallel_mlp as dp
+    import mnist
+
+    seen = _seen(monkeypatch)
+    images, labels = mnist.load_digits_as_mnist()
+    quiet = {"out": lambda line: None, "hidden": 16}
+    engine = dp.run(
+        dp.create_device(4, 16), images, labels, replicas=4, batch=4, steps=2, **quiet
+    ).engine
+    assert seen and all(seen)
+    trace = engine.getTrace()
+    machine = Machine(engine._machine.config)
+    machine.replica_lockstep = False
+    full = machine.run(engine.ir_program, data_plane=ScriptedDataPlane.from_trace(trace))
+    _assert_same(trace, full)
