@@ -105,7 +105,10 @@ def as_runs(ids: np.ndarray) -> RunIds | None:
     n = ids.size
     if n < 2 * MIN_ELEMENTS_PER_RUN:
         return None
-    if ids.flags.writeable:  # read-only, as a tensor's index is: one compiled _run_starts
+    # C-contiguous (a copy of a strided view) and read-only, as a tensor's index is:
+    # Numba compiles _run_starts once per layout and writability, so one signature
+    ids = np.ascontiguousarray(ids)
+    if ids.flags.writeable:
         ids = ids.view()
         ids.flags.writeable = False
     limit = n // MIN_ELEMENTS_PER_RUN  # more runs than this: not worth it

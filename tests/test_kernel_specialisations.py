@@ -92,19 +92,23 @@ def _read_only(dispatcher, arg: int) -> set[bool]:
 
 
 def test_run_starts_gets_read_only_ids_from_writable_and_read_only_arrays():
-    """``as_runs`` hands ``_run_starts`` read-only ids whatever the caller passed (a
-    tensor's index is read-only, a vertex field's ids are not): one specialisation."""
+    """``as_runs`` hands ``_run_starts`` read-only C-contiguous ids whatever the caller
+    passed (a tensor's index is read-only, a vertex field's ids are not, a view's may
+    be strided): one specialisation."""
     from poplar_api import run_ids
 
     ids = np.r_[np.arange(100, 140), np.arange(7, 47)].astype(np.int64)
     frozen = ids.copy()
     frozen.flags.writeable = False
-    for given in (ids, frozen):
+    strided = np.repeat(ids, 2)[::2]  # the same ids, a stride of 16 bytes (a view's)
+    assert not strided.flags.c_contiguous
+    for given in (ids, frozen, strided):
         runs = run_ids.as_runs(given)
         assert runs is not None and runs.starts.tolist() == [0, 40]
         assert runs.firsts.tolist() == [100, 7]
     assert ids.flags.writeable  # the caller's array is left as it was
-    assert _read_only(run_ids._run_starts, 0) == {True}
+    layouts = {(sig[0].mutable, sig[0].layout) for sig in run_ids._run_starts.signatures}
+    assert layouts == {(False, "C")}
 
 
 def test_take_gets_read_only_ids_for_views_with_and_without_an_index():
