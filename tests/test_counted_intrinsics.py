@@ -74,6 +74,15 @@ def floats(a, out):
     return True
 
 
+def _inputs(*arrays: np.ndarray) -> list[np.ndarray]:
+    """``arrays`` read-only, as a codelet's ``Input`` fields reach its kernel: a kernel
+    and its intrinsics are compiled per argument type, and a writable array is another
+    type than a read-only one (so the tests compile what the vertices run)."""
+    for a in arrays:
+        a.flags.writeable = False
+    return list(arrays)
+
+
 def _run_counted(func, *args):
     kernel = counting_kernel(func, None, False, None)
     runs = np.zeros(kernel.num_blocks, np.int64)
@@ -86,7 +95,7 @@ def _run_counted(func, *args):
 @pytest.mark.parametrize("pairs", [1, 2, 9, 40])
 def test_the_triad_kernel_is_one_bundle_per_float2_in_its_rpt_loop(pairs):
     rng = np.random.default_rng(pairs)
-    b, c = rng.standard_normal((2, 2 * pairs)).astype(np.float32)
+    b, c = _inputs(*rng.standard_normal((2, 2 * pairs)).astype(np.float32))
     a = np.zeros(2 * pairs, np.float32)
     got, profile, runs = _run_counted(triad, a, b, c)
     np.testing.assert_array_equal(a, b + np.float32(Q) * c)
@@ -108,7 +117,7 @@ def test_the_triad_kernel_is_one_bundle_per_float2_in_its_rpt_loop(pairs):
     cycles = int(worker_vertex_cycles(cfg, profile, runs[None, :])[0])
     # each further float2 is one bundle: ld2xst64pace and f32v2axpy in one thread cycle
     if pairs > 1:
-        a1, b1, c1 = np.zeros(2, np.float32), b[:2].copy(), c[:2].copy()
+        a1, b1, c1 = np.zeros(2, np.float32), *_inputs(b[:2].copy(), c[:2].copy())
         _, profile1, runs1 = _run_counted(triad, a1, b1, c1)
         one = int(worker_vertex_cycles(cfg, profile1, runs1[None, :])[0])
         assert cycles - one == (pairs - 1) * max(
@@ -133,7 +142,7 @@ def test_an_offset_that_is_also_a_value_is_counted():
 
 
 def test_vector_arithmetic_gives_numpy_values_and_one_instruction_per_vector():
-    a = np.linspace(-2, 2, 16).astype(np.float32)
+    (a,) = _inputs(np.linspace(-2, 2, 16).astype(np.float32))
     out = np.zeros_like(a)
     got, _, _ = _run_counted(halves, a, out)
     x = a.reshape(-1, 4)
@@ -266,7 +275,7 @@ def past_the_end(a, out):
 
 
 def test_a_vector_access_outside_the_field_raises():
-    a = np.zeros(4, np.float32)
+    (a,) = _inputs(np.zeros(4, np.float32))
     with pytest.raises(IndexError, match="outside the field"):
         _run_counted(past_the_end, a, np.zeros(2, np.float32))
     with pytest.raises(IndexError, match="outside the field"):
