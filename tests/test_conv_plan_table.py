@@ -120,11 +120,12 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
         nd = len(plan.parts) - 4  # (the field dimensions of the convolution the plan runs)
         field = "\N{MIDDLE DOT}".join(str(p) for p in plan.parts[2 : 2 + nd])
         return claim == "partition " + _partition(field, plan.parts[-2], plan.parts[-1])
-    m = re.fullmatch(r"(serial|input-channel serial|Ci split) (>|=)? ?(\d+)", claim)
+    m = re.fullmatch(r"(serial|input-channel serial|Ci split|kernel split) (>|=)? ?(\d+)", claim)
     assert m, f"unknown claim {claim!r} in docs/planner.md"
-    value = {"serial": plan.serial, "input-channel serial": plan.in_serial}.get(
-        m.group(1), plan.parts[-1]
-    )
+    value = {
+        "serial": plan.serial, "input-channel serial": plan.in_serial,
+        "kernel split": plan.kernel_split,
+    }.get(m.group(1), plan.parts[-1])  # fmt: skip
     n = int(m.group(3))
     return value > n if m.group(2) == ">" else value == n
 

@@ -30,7 +30,16 @@ from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin.conv_blocks import plan_partials
+from poplar_api.poplin.conv_ids import SeparableIds
+from poplar_api.poplin.conv_kernel_split import (
+    check_kernel_split,
+    kernel_part_params,
+    kernel_ranges,
+    largest_kernel_part,
+    part_plan,
+)
 from poplar_api.poplin.conv_layout import (
+    GroupedView,
     grouped_input,
     grouped_output,
     grouped_partials,
@@ -95,7 +104,8 @@ def getConvPlan(
 
 def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     """Poplibs' plan where :mod:`.poplibs_conv_plans` establishes and ipusim can run it
-    (of the flattened convolution), else the cheaper of ipusim's plans of ``params`` and
+    (of the flattened convolution), a kernel split when ``planConstraints`` asks for
+    one, else the cheaper of ipusim's plans of ``params`` and
     of its expanded (im2col) form: the graph's, else the process's
     (:mod:`.shared_plans`), else searched for."""
     key = plan_cache_key(graph.getTarget(), params, opts)
@@ -112,6 +122,12 @@ def _search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     adopted = adopted_conv_plan(params, opts, target)
     if adopted is not None:
         return adopted
+    split = int(opts.get("kernel_split", 1))
+    if split > 1:  # (asked for: the kernel rows over tiles; no expanded form)
+        check_kernel_split(params, split)
+        sub = largest_kernel_part(params, split)
+        estimate = largest_block_estimate(sub, target, geometry_cache(graph, sub))
+        return plan_convolution(sub, target, opts, estimate, kernel_split=split)
     expand = opts.get("expand")
     if opts.get("method") == "VMAC":
         expand = False  # the expanded form has many input channels: no VMAC
@@ -332,7 +348,7 @@ def _conv(
     out_type = params.outputType
     partials_type = plan.partials_type
     rng = _ranges(plan, params)
-    pci = plan.parts[-1]
+    pci = plan.parts[-1] * plan.kernel_split  # (the partials' parts: Ci x kernel)
     need_reduce = pci > 1 or partials_type != out_type
     cast_only = need_reduce and pci == 1
     cpg = partial_chans_per_group(plan.method, co_n, plan.out_chans_per_group)
@@ -357,18 +373,25 @@ def _conv(
     ker_pos = ker_pos.transpose([0, *range(3, 3 + nd), 1, 2])
     # (the partials' variable carries their graph and type for the fields)
     dst_t, dst_ids = (partials.var, partials.ids) if need_reduce else (out_var, out_var.index)
-    parts = plan_partials(graph, plan, params, rng, act_pos, ker_pos, dst_ids,
-                          need_reduce, name, acc_type, act.elementType())  # fmt: skip
-    made = parts.specs.make(graph)
-    parts.add_vertices(graph, cs, act, ker, dst_t, made)
-    prog.add(Execute(cs))
-    dst_shape = partials.shape() if need_reduce else out_var.shape()
-    graph.mapElements(part_mem if need_reduce else out_mem,
-                      grouped_tiles(plan, rng, dst_shape, need_reduce, cpg))  # fmt: skip
-    zeros = parts.zeros
-    # the plan's fields, worklists and tiles are in the graph now: freed before the
-    # zeroing and the reduction build theirs
-    del parts, made, act_pos, ker_pos
+    if plan.kernel_split > 1:  # each kernel part's vertices, on its tiles
+        zeros = _convolve_kernel_parts(graph, cs, plan, params, rng, act, ker, act_pos, ker_pos,
+                               partials, name, acc_type)  # fmt: skip
+        prog.add(Execute(cs))
+        graph.mapElements(part_mem, _kernel_partials_tiles(plan, rng, partials.shape(), cpg))
+    else:
+        parts = plan_partials(graph, plan, params, rng, act_pos, ker_pos, dst_ids,
+                              need_reduce, name, acc_type, act.elementType())  # fmt: skip
+        made = parts.specs.make(graph)
+        parts.add_vertices(graph, cs, act, ker, dst_t, made)
+        prog.add(Execute(cs))
+        dst_shape = partials.shape() if need_reduce else out_var.shape()
+        graph.mapElements(part_mem if need_reduce else out_mem,
+                          grouped_tiles(plan, rng, dst_shape, need_reduce, cpg))  # fmt: skip
+        zeros = parts.zeros
+        # the plan's fields, worklists and tiles are in the graph now: freed before the
+        # zeroing and the reduction build theirs
+        del parts, made
+    del act_pos, ker_pos
     if zeros:
         from poplar_api import popops
 
@@ -382,6 +405,47 @@ def _conv(
         reduce_partials(graph, partials, out_var, plan, rng, prog, name)
     perm_out = [0, 1, nd + 2, *range(2, nd + 2)]  # [G,B,*O,Co] -> [G,B,Co,*O]
     return out_var.dimShuffle(perm_out)
+
+
+def _convolve_kernel_parts(
+    graph: Graph, cs: Any, plan: ConvPlan, params: ConvParams, rng: list[list[tuple[int, int]]],
+    act: Tensor, ker: Tensor, act_pos: np.ndarray, ker_pos: np.ndarray, partials: GroupedView,
+    name: str, acc_type: Type,
+) -> list[np.ndarray]:  # fmt: skip
+    """Add the partial-sum vertices of every kernel part of ``plan`` to ``cs``: part
+    ``k``'s blocks on its tiles, as the plan of :func:`kernel_part_params`' convolution,
+    reading its rows of the weights (``ker_pos`` ``[G, *K, Co, Ci]``; ``act_pos``
+    ``[G, B, *F, Ci]``, the operands' ids) and writing the partials' parts ``ic K + k``
+    (``partials`` ``[Pci K, G, B, *O, Co]``). Returns the positions in the partials of
+    the blocks without work (to be zeroed)."""
+    split = plan.kernel_split
+    check_kernel_split(params, split)
+    tables = partials.ids.tables
+    per = int(np.prod(partials.shape()[1:]))
+    zeros = []
+    for k, (k0, k1) in enumerate(kernel_ranges(params.kernelShape[0], split)):
+        sub = kernel_part_params(params, k0, k1)
+        dst = SeparableIds([tables[0][k::split], *tables[1:]])  # (parts ic K + k)
+        parts = plan_partials(graph, part_plan(plan, k), sub, rng, act_pos, ker_pos[:, k0:k1],
+                              dst, True, name, acc_type, act.elementType())  # fmt: skip
+        made = parts.specs.make(graph)
+        parts.add_vertices(graph, cs, act, ker, partials.var, made)
+        for z in parts.zeros:  # (positions in the part's rows: ic, then the rest)
+            zeros.append((z // per * split + k) * per + z % per)
+    return zeros
+
+
+def _kernel_partials_tiles(
+    plan: ConvPlan, rng: list[list[tuple[int, int]]], shape: Any, cpg: int
+) -> np.ndarray:
+    """The tile of every partial of a kernel-split ``plan`` (``shape``: the partials'
+    view ``[Pci K, G, B, *O, Co]``), in the variable's memory order, part ``ic K + k`` on
+    the tile of its block's part (:func:`~.conv_layout.grouped_tiles` of each part)."""
+    split = plan.kernel_split
+    lead = [plan.parts[-1], *shape[1:]]
+    each = [grouped_tiles(part_plan(plan, k), rng, lead, True, cpg) for k in range(split)]
+    stacked = np.stack(each, axis=1)  # [Pci, K, ...memory order]
+    return stacked.reshape(-1, *stacked.shape[2:])
 
 
 def _rearrange(

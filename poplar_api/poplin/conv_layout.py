@@ -28,6 +28,7 @@ import numpy as np
 
 from poplar_api.graph import Graph
 from poplar_api.poplin.conv_ids import SeparableIds
+from poplar_api.poplin.conv_kernel_split import kernel_ranges
 from poplar_api.poplin.conv_params import ConvParams, expand_all_dims
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.conv_serial import co_ranges, iteration_chans
@@ -350,6 +351,9 @@ def input_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarra
         fi = np.minimum(np.arange(f) * parts[2 + d] // f, parts[2 + d] - 1)
         f_term = (f_term[:, None] * parts[2 + d] + fi[None, :]).reshape(-1)
     users = np.moveaxis(plan.tiles, -2, -1).reshape(-1, parts[-2])  # [block, Co part]
+    if plan.kernel_split > 1:  # [block, kernel part, Co part]: a block's kernel parts too
+        by_part = np.moveaxis(plan.tiles, [0, -2], [-2, -1])
+        users = by_part.reshape(-1, plan.kernel_split * parts[-2])
     out = _spread_terms(
         (gi * pb * pf * pci).astype(np.int64),
         ci_i.reshape(ci // icg, icg).astype(np.int64),
@@ -448,12 +452,28 @@ def weight_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarr
     cpart = coblk.reshape(co // ocg, ocg)
     cpart = cpart.reshape(1, co // ocg, *[1] * (1 + nk), ocg, 1)
     kpart = cik.reshape(1, 1, ci // icg, *kernel, 1, icg)
-    block = np.broadcast_to((gpart * len(cor) + cpart) * parts[-1] + kpart, shape)
-    grid = np.moveaxis(plan.tiles, [0, -2, -1], [0, 1, 2]).reshape(
-        parts[0], parts[-2], parts[-1], -1
-    )
+    block = (gpart * len(cor) + cpart) * parts[-1] + kpart
+    if plan.kernel_split > 1:  # a weight's block also by its kernel row's part
+        block = block * plan.kernel_split + _kernel_part_of_row(plan, kernel, len(shape))
+        grid = np.moveaxis(plan.tiles, [1, -2, -1, 0], [0, 1, 2, 3]).reshape(
+            parts[0], parts[-2], parts[-1] * plan.kernel_split, -1
+        )
+    else:
+        grid = np.moveaxis(plan.tiles, [0, -2, -1], [0, 1, 2]).reshape(
+            parts[0], parts[-2], parts[-1], -1
+        )
+    block = np.broadcast_to(block, shape)
     users = grid[:, [oi for oi, _, _ in cor]].reshape(-1, grid.shape[-1])
     return spread_by_use(block, users, ocg * icg, _min_elems(params, MIN_WEIGHT_BYTES_PER_TILE))
+
+
+def _kernel_part_of_row(plan: ConvPlan, kernel: list[int], rank: int) -> np.ndarray:
+    """The kernel part of each row of the outer kernel dimension, shaped to broadcast
+    over the weights' memory order ``[G, Co / ocg, Ci / icg, *kernel, ocg, icg]``."""
+    of_row = np.zeros(kernel[0], np.int64)
+    for k, (a, b) in enumerate(kernel_ranges(kernel[0], plan.kernel_split)):
+        of_row[a:b] = k
+    return of_row.reshape(1, 1, 1, kernel[0], *[1] * (rank - 4))
 
 
 def _grouping(chans: int, per_group: int) -> int:

@@ -83,7 +83,8 @@ def parse_options(options: Mapping[str, Any] | None, what: str) -> dict[str, Any
 def _plan_constraints(text: str, what: str) -> dict[str, Any]:
     """The parts of a Poplibs plan-constraints JSON ipusim honours: the ``method``, the
     ``expandDims`` transform (``[]``: no expansion; every field dimension: expand) and
-    the ``swapOperands`` transform (matMul products only); at the top level or under
+    the ``swapOperands`` transform (matMul products only) and the kernel split
+    (``partition.kernelSplit``, :mod:`.conv_kernel_split`); at the top level or under
     level ``"0"``. Other constraints are accepted and ignored."""
     import json
 
@@ -124,4 +125,27 @@ def _plan_constraints(text: str, what: str) -> dict[str, Any]:
                 f"field dimensions"
             )
         out["expand"] = bool(dims)
+    partition = data.get("partition", level.get("partition"))
+    if isinstance(partition, dict) and "kernelSplit" in partition:
+        out["kernel_split"] = _kernel_split(partition["kernelSplit"], what)
     return out
+
+
+def _kernel_split(value: Any, what: str) -> int:
+    """The outer kernel dimension's split of a ``partition.kernelSplit`` constraint
+    (Poplibs' per-dimension object ``{"0": n}`` or a list ``[n, 1, ...]``); every other
+    dimension must be 1, as Poplibs' planner leaves the inner kernel dimension unsplit
+    (``constructModel``, ``lib/poplin/ConvModel.cpp`` at graphcore/poplibs 7eac0f26)."""
+    if isinstance(value, list):
+        value = {str(d): v for d, v in enumerate(value)}
+    ok = isinstance(value, dict) and all(
+        str(d).isdigit() and isinstance(n, int) and not isinstance(n, bool) and n >= 1
+        for d, n in value.items()
+    )
+    if not ok or any(int(d) > 0 and n != 1 for d, n in value.items()):
+        raise GraphError(
+            f"{what}: planConstraints partition.kernelSplit={value!r}; required the parts "
+            f"of kernel dimension 0 (an int >= 1), every other dimension 1, e.g. "
+            f'{{"0": 3}} or [3, 1] (the inner kernel dimension is not split)'
+        )
+    return int(value.get("0", 1))

@@ -65,7 +65,11 @@ product with one input channel and batch 1 (:func:`outer_product_applies`; one p
 its closed form being Poplibs' own estimate) and the weight update of a joint
 fully-connected plan whose forward pass runs the horizontal MAC.
 
-Not modelled: splitting the kernel over tiles, multi-stage reductions, the SLIC family,
+A kernel split over tiles (Poplibs' ``kernelSplit`` of the outer kernel dimension,
+:mod:`.conv_kernel_split`) is planned when asked for (``planConstraints``
+``partition.kernelSplit``); ipusim's own search does not try one.
+
+Not modelled: multi-stage reductions, the SLIC family,
 input-channel serial splits of an expanded convolution and the planner's other
 transforms (swapping the operands of a convolution that is not a matMul, expanding
 some dimensions only, flattening the batch into the field); docs/planner.md compares
@@ -84,6 +88,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.errors import GraphError
+from poplar_api.poplin.conv_kernel_split import kernel_block_tiles
 from poplar_api.poplin.conv_options import parse_options
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.conv_splits import enumerate_splits as _enumerate
@@ -274,10 +279,14 @@ class ConvPlan:
     #: The Poplibs release whose planner picked the plan (:mod:`.poplibs_plans`); empty
     #: for a plan of ipusim's own search.
     release: str = field(default="", compare=False)
+    #: Parts of the outer kernel dimension over tiles (Poplibs' ``kernelSplit[0]``,
+    #: :mod:`.conv_kernel_split`): each block runs on this many tiles, one a part of the
+    #: kernel rows, and ``tiles`` is then ``int64[kernel_split, *parts]``.
+    kernel_split: int = 1
 
     @property
     def num_tiles_used(self) -> int:
-        return int(np.prod(self.parts))
+        return int(np.prod(self.parts)) * self.kernel_split
 
     def ranges(self, dim: int, size: int) -> list[tuple[int, int]]:
         """Block ranges of split dimension ``dim`` (of ``size`` elements)."""
@@ -297,6 +306,7 @@ class ConvPlan:
             f"{', inputs broadcast before the loop' if self.broadcast else ''}"
             f"{', swapped operands' if self.swapped else ''}"
             f"{', joint' if self.joint else ''}"
+            f"{f', kernel split {self.kernel_split}' if self.kernel_split > 1 else ''}"
             f"{f', Poplibs {self.release} plan' if self.release else ''})"
         )
 
@@ -356,13 +366,18 @@ def _candidates(
     splits: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
     field_grain: int = 1,
     co_unsplit: bool = False,
+    kernel_split: int = 1,
 ) -> dict[str, np.ndarray]:
     """Every split of one method with its closed-form costs (arrays of equal length).
 
     ``splits`` (``parts``, ``blocks``: one array per split dimension) costs the given
     splits instead; ``field_grain`` makes the innermost field dimension's blocks
     multiples of it and ``co_unsplit`` keeps the output channels on every tile (the
-    joint plan of the fully-connected passes, :mod:`.fc_joint`)."""
+    joint plan of the fully-connected passes, :mod:`.fc_joint`). ``kernel_split``: the
+    splits are of one kernel part's convolution (:mod:`.conv_kernel_split`), each block
+    on that many tiles: an input block is spread over the tiles of its output-channel
+    and kernel parts, and the partials reduced are those of ``Ci`` times the kernel
+    parts."""
     tiles = target.getNumTiles()
     workers = target.getNumWorkerContexts()
     in_t, out_t = params.inputType, params.outputType
@@ -384,14 +399,17 @@ def _candidates(
              params.outputChannelsPerConvGroup, params.inputChannelsPerConvGroup]  # fmt: skip
     if splits is None:
         parts, blocks, options = _enumerate(
-            sizes, [cgpg, 1, *([1] * (nd - 1)), field_grain, ocg, icg], tiles, co_unsplit
+            sizes,
+            [cgpg, 1, *([1] * (nd - 1)), field_grain, ocg, icg],
+            tiles // kernel_split,
+            co_unsplit,
         )
     else:
         parts, blocks = splits
         options = [np.unique(b, return_inverse=True) for b in blocks]
     # the input window of each distinct field block, then of every split
     wins = [_windows(maps, options[2 + d][0], d)[options[2 + d][1]] for d in range(nd)]
-    used = _product(parts)
+    used = _product(parts) * kernel_split
     bg, bb = blocks[0], blocks[1]
     bo = blocks[2 : 2 + nd]
     bco, bci = blocks[-2], blocks[-1]
@@ -403,7 +421,7 @@ def _candidates(
     in_elems = bg * window * bci
     w_elems = bg * bco * bci * kpos
     owned_in = bg * bci * params.batchSize * int(np.prod(params.inputFieldShape))
-    owned_in = owned_in // np.maximum(p_field, 1) // pco
+    owned_in = owned_in // np.maximum(p_field, 1) // (pco * kernel_split)
     recv = isz * (np.maximum(in_elems - owned_in, 0) + w_elems - w_elems // p_field)
     exchange = exchange_cycles(recv, target.getExchangeBytesPerCycle()) + PHASE_OVERHEAD_CYCLES
     rows = -(-positions // workers)
@@ -427,6 +445,7 @@ def _candidates(
     else:
         vw = target.getVectorWidth(in_t)
         compute = 50 + bg * kpos * workers * (16 + rows * (7 + bco * (2 + -(-bci // vw))))
+    pci = pci * kernel_split  # (the partials' parts: input channels x kernel)
     reduce_needed = (pci > 1) | (partials != out_t)
     chunk = -(-(bg * positions * bco) // pci)
     red_recv = (pci - 1) * chunk * psz
@@ -517,10 +536,12 @@ def _gather(
     kind: str = "out",
     splits: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
     chans: int | None = None,
+    kernel_split: int = 1,
 ) -> dict[str, np.ndarray]:
     """The candidates of every method for ``serial`` iterations over ``1 / serial`` of the
     ``kind`` ("out" or "in") channels each, with their costs for the whole convolution
-    (``splits``: only those of one iteration's convolution, as :func:`_candidates`).
+    (``splits``: only those of one iteration's convolution, as :func:`_candidates`;
+    ``kernel_split``: of one kernel part's convolution, as :func:`_candidates`).
 
     Poplibs' model of a serial split (``addEstimates``, ``ConvModel.cpp`` at 7eac0f26):
     the cycles of one iteration, with its dynamic slices, update or in-place addition
@@ -536,7 +557,10 @@ def _gather(
     """
     sub = split_params(params, kind, serial, chans=chans) if serial > 1 else params
     maps = dim_maps(sub)
-    cands = [_candidates(sub, m, partials, target, maps, fast, splits) for m in methods]
+    cands = [
+        _candidates(sub, m, partials, target, maps, fast, splits, kernel_split=kernel_split)
+        for m in methods
+    ]
     cat = {k: _join([c[k] for c in cands]) for k in cands[0]}
     cycles, temp = transform_estimates(sub, conv_pass, swapped, cat["icg"], cat["ocg"],
                                        cat["used"], target, weights_per_conv_unit(sub))  # fmt: skip
@@ -661,6 +685,7 @@ def plan_convolution(
     options: Mapping[str, Any],
     exact_compute: Any = None,
     in_serial: bool = True,
+    kernel_split: int = 1,
 ) -> ConvPlan:
     """The cheapest plan of ``params`` on ``target`` (see the module docstring).
 
@@ -679,6 +704,11 @@ def plan_convolution(
     in_serial
         Whether input-channel serial splits are candidates (not for an expanded
         convolution: its lowering slices the unexpanded operands).
+    kernel_split
+        Parts of the outer kernel dimension over tiles (:mod:`.conv_kernel_split`):
+        ``params`` is then the convolution of the part with the most kernel rows, the
+        splits of the other dimensions are searched for it on ``1 / kernel_split`` of
+        the tiles, and the plan runs in one pass (the serial loops take no kernel split).
     """
     if options.get("swap") and options.get("pass") not in MATMUL_PASSES:
         raise GraphError(
@@ -707,8 +737,9 @@ def plan_convolution(
     rearrange = options.get("pass") in MATMUL_PASSES[1:]  # planned alone (not jointly)
     fast = str(options.get("enableFastReduce", "false")).lower() == "true"
     conv_pass, swapped = options.get("pass"), bool(options.get("swap"))
-    cat = _gather(params, methods, partials, target, 1, False, fast, conv_pass, swapped)
-    if not (cat["memory"] <= limit).any():
+    cat = _gather(params, methods, partials, target, 1, False, fast, conv_pass, swapped,
+                  kernel_split=kernel_split)  # fmt: skip
+    if kernel_split == 1 and not (cat["memory"] <= limit).any():
         # nothing fits in one pass: every serial split over the output channels, and
         # (``in_serial``) over the input channels, joins the candidates; the outer
         # product (last when present) runs in one pass only: its lowering has no serial
@@ -748,5 +779,9 @@ def plan_convolution(
             best = (key, plan)
     assert best is not None
     plan = best[1]
+    if kernel_split > 1:
+        tiles = kernel_block_tiles(plan.parts, kernel_split, target.getNumTiles(),
+                                   target.getTilesPerIPU())  # fmt: skip
+        return replace(plan, tiles=tiles, kernel_split=kernel_split)
     return replace(plan, tiles=block_tiles(plan.parts, target.getNumTiles(),
                                            target.getTilesPerIPU()))  # fmt: skip

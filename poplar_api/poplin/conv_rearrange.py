@@ -113,8 +113,9 @@ def operand_rearrangements(
     parts = plan.parts
     wu = conv_pass in _WEIGHT_UPDATE_PASSES
     transform = bool(plan.expanded)
-    # a plan's kernel is never split over tiles here: activations go to the Co split
-    in_dests = int(parts[-2])
+    # activations go to the tiles of the output-channel and kernel splits (Poplibs'
+    # inNumDests, ``convolutionPreprocess`` in Convolution.cpp at 7eac0f26)
+    in_dests = int(parts[-2]) * plan.kernel_split
     weight_dests = int(np.prod(parts[1:-2]))
     re_acts = wu or transform or in_dests > MAX_BROADCAST_DESTS
     re_weights = wu or transform or weight_dests > MAX_BROADCAST_DESTS

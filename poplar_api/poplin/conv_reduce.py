@@ -27,6 +27,7 @@ from poplar_api.graph import Graph, Segments
 from poplar_api.graph_connections import RunSegments
 from poplar_api.poplin.conv_blocks import Assembler, block_table, ids_view, pattern
 from poplar_api.poplin.conv_ids import SeparableIds, piece_positions, separable_ids
+from poplar_api.poplin.conv_kernel_split import partial_part_tiles
 from poplar_api.poplin.conv_layout import GroupedView
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.estimators import single_input_reduce
@@ -51,9 +52,12 @@ def reduce_partials(
     prog: ProgramSequence,
     name: str,
 ) -> None:
-    """Sum the input-channel parts of ``partials`` ``[pci, G, B, *O, Co]`` into
-    ``out_var`` ``[G, B, *O, Co]`` (blocks ``rng`` of ``plan``) in one compute set,
-    mapping each output element where it is reduced.
+    """Sum the parts of ``partials`` ``[P, G, B, *O, Co]`` into ``out_var`` ``[G, B, *O,
+    Co]`` (blocks ``rng`` of ``plan``) in one compute set, mapping each output element
+    where it is reduced. The parts are the input-channel parts, or with a kernel split
+    (:mod:`.conv_kernel_split`) the input-channel times the kernel parts, part ``ic K +
+    k`` (Poplibs' ``getPartialIndex``): chunk ``p`` of a block is reduced on the tile of
+    its part ``p``.
 
     The vertices' fields are computed from the ids' tables where the ids are a sum of
     one term per dimension (:mod:`~poplar_api.poplin.conv_ids`; a
@@ -63,14 +67,14 @@ def reduce_partials(
     carrier = partials.var if isinstance(partials, GroupedView) else partials
     p_type, o_type = carrier.elementType(), out_var.elementType()
     bank, tile_bytes = memory_elements(graph.getTarget())
-    pci = plan.parts[-1]
+    pci = plan.parts[-1] * plan.kernel_split  # (the partials' parts)
     shape = tuple(out_var.shape())
     if tuple(partials.shape()) != (pci, *shape):
         raise ValueError(f"conv reduce: partials {partials.shape()} do not match {shape}")
     total = math.prod(shape)
     # blocks of [G, B, *O, Co] in row-major order; per block the tiles of its parts
     _, lo, hi = block_table(rng[:-1])
-    block_tiles = plan.tiles.reshape(-1, pci).astype(np.int64)
+    block_tiles = partial_part_tiles(plan)
     ext = np.maximum(hi - lo, 0)
     size = ext.prod(1)
     chunk = -(-size // pci)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from poplar_api.poplin.conv_kernel_split import kernel_ranges
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
 
@@ -51,14 +52,17 @@ def format_plan(params: ConvParams, plan: ConvPlan, release: str | None = None) 
     nd = params.getNumFieldDims()
     parts = plan.parts
     out_type, partials = params.outputType.name.lower(), plan.partials_type.name.lower()
-    reduced = parts[-1] > 1 or plan.partials_type != params.outputType
+    reduced = parts[-1] * plan.kernel_split > 1 or plan.partials_type != params.outputType
+    kernel = [plan.kernel_split, *[1] * (nd - 1)]
+    # (a kernel-split plan's block gives its kernel rows)
+    kernel_block = f"kernel {_kernel_block(plan, params)}, " if plan.kernel_split > 1 else ""
     cost = plan.cost
     serial = plan.serial > 1 or plan.in_serial > 1
     expanded = ", ".join(map(str, range(nd))) if plan.expanded else ""
     lines = [
         f"  Estimated cost {{cycles {cost.get('total', 0)}, temporary bytes {plan.memory_bytes}}}",
         f"  Estimated cycles by phase {{exchange {cost.get('exchange', 0)}, partial sums "
-        f"{cost.get('compute', 0)}, {'reduction' if parts[-1] > 1 else 'cast'} "
+        f"{cost.get('compute', 0)}, {'reduction' if parts[-1] * plan.kernel_split > 1 else 'cast'} "
         f"{cost.get('reduce', 0)}"
         + (
             f", serial slices, updates and sums {cost.get('serial_copy', 0)}}} for "
@@ -78,7 +82,7 @@ def format_plan(params: ConvParams, plan: ConvPlan, release: str | None = None) 
         f"        batchSplit               {parts[1]}",
         f"        outChanSplit.serial      {plan.serial}",
         f"        outChanSplit.parallel    {parts[-2]}",
-        f"        kernelSplit              {{{', '.join('1' for _ in range(nd))}}}",
+        f"        kernelSplit              {{{', '.join(str(k) for k in kernel)}}}",
         f"        inChanSplit.serial       {plan.in_serial}",
         f"        inChanSplit.parallel     {parts[-1]}",
         f"        convGroupSplit           {parts[0]}",
@@ -96,7 +100,8 @@ def format_plan(params: ConvParams, plan: ConvPlan, release: str | None = None) 
         f"        resultType               {partials if reduced else out_type}",
         "",
         f"        tile block               {{G {plan.blocks[0]}, B {plan.blocks[1]}, field "
-        f"{list(plan.blocks[2 : 2 + nd])}, Co {plan.blocks[-2]}, Ci {plan.blocks[-1]}}}",
+        f"{list(plan.blocks[2 : 2 + nd])}, {kernel_block}Co {plan.blocks[-2]}, "
+        f"Ci {plan.blocks[-1]}}}",
         f"        convGroupsPerGroup       {plan.conv_groups_per_group}",
         f"        inChansPerGroup          {plan.in_chans_per_group}",
         f"        partialChansPerGroup     {plan.out_chans_per_group}",
@@ -110,6 +115,15 @@ def format_plan(params: ConvParams, plan: ConvPlan, release: str | None = None) 
     if release is not None:
         lines.append(f"        poplibsRelease           {release}")
     return "\n".join(lines) + "\n"
+
+
+def _kernel_block(plan: ConvPlan, params: ConvParams) -> list[int]:
+    """The kernel of the largest tile block: its part's rows of the outer dimension
+    (Poplibs' ``getParallelSplitBegin``), the whole of every other (1 when expanded)."""
+    if plan.expanded:
+        return [1] * params.getNumFieldDims()
+    rows = max(b - a for a, b in kernel_ranges(params.kernelShape[0], plan.kernel_split))
+    return [rows, *[int(k) for k in params.kernelShape[1:]]]
 
 
 def _short_vertex(plan: ConvPlan, params: ConvParams) -> str:
@@ -137,6 +151,9 @@ def plan_summary(plan: ConvPlan, params: ConvParams, limit: float | None = None)
     groups = [[0], [1], list(range(2, 2 + nd)), [2 + nd], [3 + nd]]
     parts, blocks = [], []
     for name, on, dims in zip(names, keep, groups, strict=True):
+        if name == "Co" and plan.kernel_split > 1:  # (the kernel rows' parts and rows)
+            parts.append(f"kernel {plan.kernel_split}")
+            blocks.append(str(_kernel_block(plan, params)[0]))
         if on:
             parts.append(f"{name} " + "\N{MIDDLE DOT}".join(str(plan.parts[d]) for d in dims))
             blocks.append("\N{MIDDLE DOT}".join(str(plan.blocks[d]) for d in dims))
