@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+from resnet_rows_common import ROW16, preset_target
 from test_poplin_conv import ref_conv, run_passes, vertex_names
 
 from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
@@ -19,6 +20,8 @@ from poplar_api.poplin.conv_kernel_split import (
     kernel_part_params,
     kernel_ranges,
 )
+from poplar_api.poplin.conv_options import parse_options
+from poplar_api.poplin.poplibs_conv2d_plans import adopted_conv2d_plan
 
 
 def _split(n: int, **extra: object) -> dict[str, str]:
@@ -204,3 +207,35 @@ def test_a_kernel_split_larger_than_the_rows_is_an_error() -> None:
                                 kernelTransform={"flip": [True, False]})  # fmt: skip
     with pytest.raises(GraphError, match="flip in dimension 0"):
         poplin.getConvPlan(graph, flipped, _split(3))
+
+
+@pytest.mark.parametrize(
+    "params, options",
+    [
+        (ROW16, {"pass": "TRAINING_FWD"}),  # (the model restates pass NONE)
+        (ROW16, {"enableFastReduce": "true"}),
+        (ROW16, {"partialsType": "half"}),
+        (poplin.ConvParams(HALF, 1, [56, 56], [3, 3], 16, 64, paddingLower=[1, 1],
+                           paddingUpper=[1, 1]), None),  # (16 input channels: half partials)
+        (poplin.ConvParams(FLOAT, 1, [56, 56], [3, 3], 64, 64), None),
+    ],
+)  # fmt: skip
+def test_poplibs_plan_is_taken_only_where_the_model_covers_it(params, options) -> None:
+    t = preset_target("mk2-ipumodel")
+    assert adopted_conv2d_plan(params, parse_options(options, "t"), t) is None
+
+
+@pytest.mark.slow
+def test_row16_runs_poplibs_plan_against_numpy() -> None:
+    """docs/planner.md row 16 on mk2-ipumodel: Poplibs' plan (field 10 x 3, kernel split
+    3, Co 8, Ci 2 on 1440 tiles) gives numpy's values, its partials of the 6 parts of
+    each output reduced."""
+    graph = Graph(IPUModel("mk2-ipumodel").createDevice().getTarget())
+    plan = poplin.getConvPlan(graph, ROW16)
+    assert (plan.kernel_split, plan.parts, plan.release) == (3, (1, 1, 10, 3, 8, 2), "7eac0f26")
+    rng = np.random.default_rng(16)
+    x = rng.uniform(-1, 1, ROW16.inputShape()).astype(np.float16)
+    w = rng.uniform(-1, 1, ROW16.weightsShape()).astype(np.float16)
+    dy = np.zeros(ROW16.outputShape(), np.float16)
+    out, _, _ = run_passes(ROW16, x, w, dy, preset="mk2-ipumodel", passes=("fwd",))
+    np.testing.assert_allclose(out["y"].astype(np.float64), ref_conv(x, w, ROW16), atol=0.05)

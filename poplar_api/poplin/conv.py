@@ -67,6 +67,7 @@ from poplar_api.poplin.conv_serial import (
 )
 from poplar_api.poplin.conv_vertex_estimates import geometry_cache, largest_block_estimate
 from poplar_api.poplin.plan_report import format_plan
+from poplar_api.poplin.poplibs_conv2d_plans import adopted_conv2d_plan
 from poplar_api.poplin.poplibs_conv_model import flat_params
 from poplar_api.poplin.poplibs_conv_plans import adopted_conv_plan
 from poplar_api.poplin.poplibs_release import poplibs_release
@@ -103,9 +104,9 @@ def getConvPlan(
 
 
 def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
-    """Poplibs' plan where :mod:`.poplibs_conv_plans` establishes and ipusim can run it
-    (of the flattened convolution), a kernel split when ``planConstraints`` asks for
-    one, else the cheaper of ipusim's plans of ``params`` and
+    """Poplibs' plan where :mod:`.poplibs_conv_plans` (of the flattened convolution) or
+    :mod:`.poplibs_conv2d_plans` establishes and ipusim can run it, a kernel split when
+    ``planConstraints`` asks for one, else the cheaper of ipusim's plans of ``params`` and
     of its expanded (im2col) form: the graph's, else the process's
     (:mod:`.shared_plans`), else searched for."""
     key = plan_cache_key(graph.getTarget(), params, opts)
@@ -120,6 +121,8 @@ def _search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     """The plan search of :func:`_plan`."""
     target = graph.getTarget()
     adopted = adopted_conv_plan(params, opts, target)
+    if adopted is None:
+        adopted = adopted_conv2d_plan(params, opts, target)
     if adopted is not None:
         return adopted
     split = int(opts.get("kernel_split", 1))

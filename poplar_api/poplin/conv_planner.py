@@ -67,7 +67,8 @@ fully-connected plan whose forward pass runs the horizontal MAC.
 
 A kernel split over tiles (Poplibs' ``kernelSplit`` of the outer kernel dimension,
 :mod:`.conv_kernel_split`) is planned when asked for (``planConstraints``
-``partition.kernelSplit``); ipusim's own search does not try one.
+``partition.kernelSplit``) or taken from Poplibs' plan (:mod:`.poplibs_conv2d_plans`);
+ipusim's own search does not try one.
 
 Not modelled: multi-stage reductions, the SLIC family,
 input-channel serial splits of an expanded convolution and the planner's other
