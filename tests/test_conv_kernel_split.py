@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 from resnet_rows_common import ROW16, preset_target
-from test_poplin_conv import ref_conv, run_passes, vertex_names
+from test_poplin_conv import jacobians, ref_conv, run_passes, vertex_names
 
 from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api.errors import GraphError
@@ -109,21 +109,51 @@ def test_kernel_rows_are_poplibs_split_begins() -> None:
     assert kernel_ranges(4, 1) == [(0, 4)]
 
 
-def test_a_kernel_part_reads_what_its_rows_read() -> None:
+@pytest.mark.parametrize(
+    "kw, split",
+    [
+        ({"paddingLower": [1, 0], "paddingUpper": [2, 1], "stride": [2, 1], "dilation": [2, 1]},
+         3),
+        ({"paddingLower": [1, 0],
+          "kernelTransform": {"truncationLower": [1, 0], "truncationUpper": [0, 0],
+                              "paddingLower": [2, 0], "paddingUpper": [1, 0],
+                              "dilation": [2, 1]}}, 2),
+    ],
+)  # fmt: skip
+def test_a_kernel_part_reads_what_its_rows_read(kw, split) -> None:
     """Summing the kernel parts' convolutions (each on its rows of the weights) gives the
-    whole convolution: the parts' parameters shift the padded input by the rows left
-    out, with stride, dilation and padding."""
-    p = poplin.ConvParams(FLOAT, 1, [10, 4], [4, 2], 2, 3, 1, paddingLower=[1, 0],
-                          paddingUpper=[2, 1], stride=[2, 1], dilation=[2, 1])  # fmt: skip
+    whole convolution: the parts' parameters shift the transformed input by where their
+    rows lie in the transformed kernel, with stride, dilation, the kernel's truncation
+    and padding."""
+    p = poplin.ConvParams(FLOAT, 1, [10, 4], [4, 2], 2, 3, 1, **kw)
     rng = np.random.default_rng(4)
     x = rng.standard_normal(p.inputShape())
     w = rng.standard_normal(p.weightsShape())
     total = np.zeros(ref_conv(x, w, p).shape)
-    for k0, k1 in kernel_ranges(4, 3):
+    for k0, k1 in kernel_ranges(4, split):
         sub = kernel_part_params(p, k0, k1)
         assert sub.getOutputFieldShape() == p.getOutputFieldShape()
         total += ref_conv(x, w[:, :, :, k0:k1], _unsigned(sub))
     np.testing.assert_allclose(total, ref_conv(x, w, p), atol=1e-12)
+
+
+def test_training_passes_with_a_kernel_split_equal_numpy() -> None:
+    """Forward, input-gradient and weight-update passes each planned with 2 kernel parts
+    (the weight update's kernel, the output gradient, is dilated by the stride): the
+    values, and the gradients as the transposed Jacobians of numpy's convolution."""
+    p = poplin.ConvParams(FLOAT, 2, [6, 5], [3, 2], 4, 4, 1, paddingLower=[1, 0],
+                          paddingUpper=[1, 1], stride=[2, 1])  # fmt: skip
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(p.inputShape()).astype(np.float32)
+    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
+    dy = rng.standard_normal(p.outputShape()).astype(np.float32)
+    out, _, graph = run_passes(p, x, w, dy, preset="ipu1", options=_split(2))
+    jx, jw = jacobians(x, w, p)
+    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(out["dx"].reshape(-1), jx.T @ dy.reshape(-1), atol=1e-4)
+    np.testing.assert_allclose(out["dw"].reshape(-1), jw.T @ dy.reshape(-1), atol=1e-4)
+    wu = poplin.getWeightUpdateParams(p)
+    assert poplin.getConvPlan(graph, wu, _split(2)).kernel_split == 2
 
 
 def _unsigned(p: poplin.ConvParams) -> poplin.ConvParams:
@@ -138,8 +168,7 @@ def _unsigned(p: poplin.ConvParams) -> poplin.ConvParams:
         inputTransform={"truncationLower": tl, "truncationUpper": tu,
                         "paddingLower": [max(x, 0) for x in it.paddingLower],
                         "paddingUpper": [max(x, 0) for x in it.paddingUpper]},
-        kernelTransform={"dilation": list(p.kernelTransform.dilation)},
-        outputTransform={"stride": list(p.outputTransform.stride)},
+        kernelTransform=p.kernelTransform, outputTransform=p.outputTransform,
     )  # fmt: skip
 
 
@@ -207,6 +236,10 @@ def test_a_kernel_split_larger_than_the_rows_is_an_error() -> None:
                                 kernelTransform={"flip": [True, False]})  # fmt: skip
     with pytest.raises(GraphError, match="flip in dimension 0"):
         poplin.getConvPlan(graph, flipped, _split(3))
+    cut = poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 8, 8, 1,
+                            kernelTransform={"truncationLower": [1, 0]})  # fmt: skip
+    with pytest.raises(GraphError, match="a part of the 3 has only truncated kernel rows"):
+        poplin.getConvPlan(graph, cut, _split(3))
 
 
 @pytest.mark.parametrize(

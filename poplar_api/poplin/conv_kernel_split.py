@@ -26,9 +26,11 @@ that convolution (:mod:`.conv_blocks`), written into the part's rows of the part
 (:mod:`.conv`);
 :mod:`.conv_reduce` sums the ``Ci x K`` parts. The operands are laid out for it by
 :mod:`.conv_layout` (an input block spread over the tiles of its output-channel and
-kernel parts, a weight on a tile of its kernel row's part). Supported where the outer
-kernel dimension has no kernel truncation, padding or flip and the input none of its own
-flip in that dimension (:func:`check_kernel_split`).
+kernel parts, a weight on a tile of its kernel row's part). The kernel's truncation,
+dilation and padding and the input's transforms carry over (a part's kernel keeps its
+rows' truncation; the padding moves into the input's shift); not supported: a flip of the
+kernel or the input in the outer dimension, and a part whose rows are all truncated
+(:func:`check_kernel_split`).
 """
 
 from __future__ import annotations
@@ -72,35 +74,55 @@ def check_kernel_split(params: ConvParams, split: int) -> None:
     why = []
     if not 1 <= split <= rows:
         why.append(f"a kernel split of {split} (1 to the {rows} kernel rows allowed)")
-    if kt.truncationLower[0] or kt.truncationUpper[0] or kt.paddingLower[0] or kt.paddingUpper[0]:
-        why.append("a kernel truncation or padding in dimension 0")
+    elif any(_kept(params, k0, k1)[2] <= 0 for k0, k1 in kernel_ranges(rows, split)):
+        why.append(f"a part of the {split} has only truncated kernel rows")
     if kt.flip[0] or it.flip[0]:
         why.append("a kernel or input flip in dimension 0")
     if why:
         raise GraphError(
             f"kernel split of {params}: " + "; ".join(why) + " (hint: plan it without a "
-            "kernel split, or transform the operands first)"
+            "kernel split, or with fewer parts)"
         )
+
+
+def _kept(params: ConvParams, k0: int, k1: int) -> tuple[int, int, int]:
+    """``(truncationLower, truncationUpper, kept rows)`` of the kernel rows ``[k0, k1)``
+    of the outer dimension under the kernel's truncation."""
+    kt = params.kernelTransform
+    rows = int(params.kernelShape[0])
+    lo = min(max(int(kt.truncationLower[0]) - k0, 0), k1 - k0)
+    hi = min(max(k1 - (rows - int(kt.truncationUpper[0])), 0), k1 - k0)
+    return lo, hi, k1 - k0 - lo - hi
 
 
 def kernel_part_params(params: ConvParams, k0: int, k1: int) -> ConvParams:
     """The convolution of the kernel rows ``[k0, k1)`` of the outer dimension: the same
     output (every output position reads the same transformed input positions as
-    before with those rows), the kernel ``k1 - k0`` rows, the padded input shifted by
-    the ``k0`` rows' span below and cut by the rows' span above (signed padding: a
-    negative one drops transformed positions)."""
+    before with those rows), the kernel ``k1 - k0`` rows (truncated where the whole
+    kernel is, dilated alike, without its padding), the transformed input shifted by
+    where the part's first kept row lies in the whole transformed kernel and cut by the
+    rest (signed padding: a negative one drops transformed positions)."""
     kt, it = params.kernelTransform, params.inputTransform
     dil = int(kt.dilation[0])
-    rows = int(params.kernelShape[0])
+    lo, hi, kept = _kept(params, k0, k1)
+    # the part's first kept row in the whole transformed kernel, and both kernels' sizes
+    offset = int(kt.paddingLower[0]) + (max(k0, int(kt.truncationLower[0]))
+                                        - int(kt.truncationLower[0])) * dil  # fmt: skip
+    whole = params.getTransformedKernelSize(0)
+    part = (kept - 1) * dil + 1
     pl, pu = list(it.paddingLower), list(it.paddingUpper)
-    pl[0] -= k0 * dil
-    pu[0] -= (rows - k1) * dil
+    pl[0] -= offset
+    pu[0] -= whole - offset - part
+    ker = dataclasses.asdict(kt)
+    for key, value in (("truncationLower", lo), ("truncationUpper", hi), ("paddingLower", 0),
+                       ("paddingUpper", 0)):  # fmt: skip
+        ker[key] = [value, *ker[key][1:]]
     sub = ConvParams(
         params.inputType, params.batchSize, list(params.inputFieldShape),
         [k1 - k0, *params.kernelShape[1:]], params.inputChannelsPerConvGroup,
         params.outputChannelsPerConvGroup, params.numConvGroups,
         inputTransform={**dataclasses.asdict(it), "paddingLower": pl, "paddingUpper": pu},
-        kernelTransform=dataclasses.asdict(kt),
+        kernelTransform=ker,
         outputTransform=dataclasses.asdict(params.outputTransform),
         outputType=params.outputType, _signed=True,
     )  # fmt: skip
