@@ -100,16 +100,13 @@ class LinkSteps(GroupBarriers):
             if ahead is not None and ahead.num_bytes == total:
                 yield ahead.done  # prepared and sent from the previous copy's end
                 end = max(int(np.ceil(self.env.now)), begin + floor)
-                for copy in (ipu, *self._copies(ipu)):
+                for copy in self._replica_copies(ipu):
                     rec.details = _prefetched_ipus(rec.details, copy)
                 waited = after
             else:
-                for copy in self._copies(ipu):  # the other replicas' (lockstep)
-                    shadow = self._transfer_at(link, self.env.now, total, copy, before, False)
-                    self.env.process(shadow)
                 if before:
                     yield self.env.timeout(before)
-                yield from link.transfer(total, ipu=ipu)
+                yield from _transfer(link, total, ipu, False, self._copies(link, ipu))
                 end = max(
                     int(np.ceil(self.env.now)), begin + before + demand.latency_cycles + floor
                 )
@@ -122,20 +119,31 @@ class LinkSteps(GroupBarriers):
                 rec.tile_cycles[slice(lo, hi) if scoped is None else scoped] -= waited
             if next_ready:
                 start = end + after
-                for copy in self._copies(ipu):
-                    self.env.process(self._transfer_at(link, start, total, copy, before))
+                copies = self._copies(link, ipu)
                 self.prefetched[(step.stream, ipu)] = Prefetch(
-                    total, self.env.process(self._transfer_at(link, start, total, ipu, before))
+                    total,
+                    self.env.process(self._transfer_at(link, start, total, ipu, before, copies)),
                 )
 
         yield from self._collective(g, (n, part), expected, finish)
 
-    def _copies(self, ipu: int) -> range:
-        """The other replicas' copies of IPU ``ipu`` when only replica 0's groups run
-        (lockstep): their transfers load the shared link as in a run of every group."""
+    def _replica_copies(self, ipu: int) -> range:
+        """IPU ``ipu`` and, when only replica 0's groups run (lockstep), every other
+        replica's copy of it."""
+        step = self.replica_ipus if self.lockstep else self.cfg.num_ipus
+        return range(ipu, self.cfg.num_ipus if self.lockstep else ipu + 1, step)
+
+    def _copies(self, link: Any, ipu: int) -> int:
+        """How many equal transfers IPU ``ipu``'s one stands for on its link: 1, or in
+        lockstep the replicas' copies of the IPU that share its link (the links of the
+        other copies carry the same transfers, and no link slows another down)."""
         if not self.lockstep:
-            return range(0)
-        return range(ipu + self.replica_ipus, self.cfg.num_ipus, self.replica_ipus)
+            return 1
+        per_link = getattr(link, "ipus_per_link", None)
+        if per_link is None:  # one link for the machine
+            return self.replicas
+        mine = ipu // per_link
+        return sum(1 for copy in self._replica_copies(ipu) if copy // per_link == mine)
 
     def _transfer_at(
         self,
@@ -144,15 +152,15 @@ class LinkSteps(GroupBarriers):
         num_bytes: int,
         ipu: int,
         prepare: int = 0,
-        background: bool = True,
+        copies: int = 1,
     ) -> Generator[simpy.Event, Any, None]:
-        """A transfer of ``num_bytes`` over ``link`` from cycle ``start``, after
-        ``prepare`` cycles of the host's preparation; a ``background`` one uses the link
-        only while no copy the tiles wait for is in flight."""
+        """A background transfer of ``num_bytes`` over ``link`` from cycle ``start``,
+        after ``prepare`` cycles of the host's preparation: it uses the link only while
+        no copy the tiles wait for is in flight (``copies``: see :meth:`_copies`)."""
         start += prepare
         if start > self.env.now:
             yield self.env.timeout(start - self.env.now)
-        yield from link.transfer(num_bytes, ipu=ipu, background=background)
+        yield from _transfer(link, num_bytes, ipu, True, copies)
 
     def _global_exchange(
         self, g: TileGroup, n: int, rec: StepRecord, step: ir.GlobalExchange
@@ -241,6 +249,16 @@ class LinkSteps(GroupBarriers):
             self._settle_tiles(rec, tiles, max(begin, _ceil(self.env.now)))
 
         yield from self._collective(g, (n, -1), len(ipus) * self.groups_per_ipu, finish)
+
+
+def _transfer(
+    link: Any, num_bytes: int, ipu: int, background: bool, copies: int
+) -> Generator[simpy.Event, Any, None]:
+    """``link.transfer`` (a link model of the user's need not know ``copies``: it is
+    passed only for replicas in lockstep, which run on the stock links only)."""
+    if copies == 1:
+        return link.transfer(num_bytes, ipu=ipu, background=background)
+    return link.transfer(num_bytes, ipu=ipu, background=background, copies=copies)
 
 
 def _ceil(x: float) -> int:

@@ -206,3 +206,37 @@ def test_the_mlp_step_in_lockstep(monkeypatch):
     machine.replica_lockstep = False
     full = machine.run(engine.ir_program, data_plane=ScriptedDataPlane.from_trace(trace))
     _assert_same(trace, full)
+
+
+def test_a_transfer_of_copies_ends_as_the_copies_would():
+    """``HostLink.transfer(copies=k)`` against k equal transfers started together,
+    among other transfers (one starting later, one in the background): every end and
+    the link's work are the same."""
+    import simpy
+
+    from ipusim.host.link import HostLink
+
+    cfg = _config(4)
+
+    def run(copies: int) -> tuple[list[float], int]:
+        env = simpy.Environment()
+        link = HostLink(env, cfg)
+        ends: list[float] = []
+
+        def one(start, nbytes, **kw):
+            yield env.timeout(start)
+            yield from link.transfer(nbytes, **kw)
+            ends.append((nbytes, env.now))
+
+        if copies == 1:
+            for _ in range(3):
+                env.process(one(0, 3001))
+        else:
+            env.process(one(0, 3001, copies=3))
+        env.process(one(40, 517))
+        env.process(one(0, 2000, background=True))
+        env.run()
+        return sorted(set(ends)), link.busy_cycles
+
+    assert run(3) == run(1)
+    assert len(run(1)[0]) == 3  # three different ends: the transfers did share the link

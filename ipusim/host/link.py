@@ -202,7 +202,7 @@ class HostLink:
         self._version = 0
 
     def transfer(
-        self, num_bytes: int, ipu: int = 0, background: bool = False
+        self, num_bytes: int, ipu: int = 0, background: bool = False, copies: int = 1
     ) -> Generator[simpy.Event, object, None]:
         """SimPy process generator moving ``num_bytes`` over the link.
 
@@ -212,7 +212,10 @@ class HostLink:
         only while no foreground transfer is in flight. It returns at the first whole
         cycle at or after its exact end. A transfer of 0 bytes returns at once.
         ``ipu`` (the IPU moving the data) does not matter: one link serves the whole
-        machine. Use as ``env.process(link.transfer(n))`` or ``yield from``.
+        machine. ``copies``: this many equal transfers starting now (replicas in
+        lockstep, ``ipusim.machine_replicas``), each taking its share of the link;
+        they end together, at the time each would alone among the others. Use as
+        ``env.process(link.transfer(n))`` or ``yield from``.
         """
         work = busy_cycles_at(self.bytes_per_cycle, num_bytes)
         if work == 0:
@@ -222,9 +225,9 @@ class HostLink:
             yield self.env.timeout(latency)
         self._advance(Fraction(self.env.now))
         done = self.env.event()
-        self._active[self._next_id] = [Fraction(work), done, background]
+        self._active[self._next_id] = [Fraction(work), done, background, copies]
         self._next_id += 1
-        self.busy_cycles += work
+        self.busy_cycles += work * copies
         self._reschedule()
         yield done
 
@@ -238,7 +241,7 @@ class HostLink:
         served = self._served()
         if not served:
             return None
-        return self._last + min(entry[0] for entry in served) * len(served)
+        return self._last + min(entry[0] for entry in served) * _count(served)
 
     def _advance(self, now: Fraction) -> None:
         """Run the link up to ``now``: every transfer served gets its share of the
@@ -257,7 +260,7 @@ class HostLink:
         """Credit every transfer served with its share of the time since the link's clock."""
         served = self._served()
         if served:
-            share = (now - self._last) / len(served)
+            share = (now - self._last) / _count(served)
             for entry in served:
                 entry[0] -= share
         self._last = now
@@ -279,6 +282,11 @@ class HostLink:
         self._reschedule()
 
 
+def _count(served: list[list]) -> int:
+    """Transfers in ``served``, each entry's equal copies counted."""
+    return sum(entry[3] for entry in served)
+
+
 class _LinkGroup:
     """Links each shared by ``ipus_per_link`` consecutive IPUs: IPU ``i`` uses link
     ``i // ipus_per_link``, a :class:`HostLink` no other IPU's transfers slow down."""
@@ -292,12 +300,12 @@ class _LinkGroup:
         return sum(link.busy_cycles for link in self.links)
 
     def transfer(
-        self, num_bytes: int, ipu: int = 0, background: bool = False
+        self, num_bytes: int, ipu: int = 0, background: bool = False, copies: int = 1
     ) -> Generator[simpy.Event, object, None]:
         """Move ``num_bytes`` to or from IPU ``ipu`` over that IPU's link (see
         :meth:`HostLink.transfer`)."""
         link = self.links[ipu // self.ipus_per_link]
-        yield from link.transfer(num_bytes, background=background)
+        yield from link.transfer(num_bytes, background=background, copies=copies)
 
 
 class HostLinks(_LinkGroup):
