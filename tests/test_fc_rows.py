@@ -98,9 +98,12 @@ _AMP_HERE = (
     "(the batch-1 half layer's weight update with the outer product)"
 )
 #: Rows whose plans differ from Poplibs' in this respect, and why.
+#: (J-fc_layer_4_1000_5_half.ipum2 is not among them since its forward pass takes Poplibs'
+#: plan as f927358 makes it, the AMP: docs/planner.md, "ipusim takes Poplibs' plan")
 _AMP_DIFFERENT = {
     **{f"J-fc_layer_{n}.{g}": _AMP_HERE for n in ("1_1000_5_half", "4_1000_5_half",
-                                                  "4_1000_5_float") for g in ("ipum1", "ipum2")},
+                                                  "4_1000_5_float") for g in ("ipum1", "ipum2")
+       if (n, g) != ("4_1000_5_half", "ipum2")},
 }  # fmt: skip
 _PASS_OPTIONS = {"FC_TRAINING_FWD": "TRAINING_FWD", "FC_TRAINING_BWD": "TRAINING_BWD",
                  "FC_TRAINING_WU": "TRAINING_WU"}  # fmt: skip

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 
+from ipusim.config import load_config
 from poplar_api import HALF, Graph, IPUModel
 from poplar_api.poplin import amp
 from poplar_api.poplin.conv_options import parse_options
@@ -237,12 +238,64 @@ def test_fully_connected_passes_below_the_mac_bound_are_covered() -> None:
     assert model_plan(dims, plain, target) is None
 
 
-def test_a_horizontal_mac_plan_is_not_adopted() -> None:
-    """ipusim's planner runs the AMP grouping of the model's plans only."""
-    target = _target("mk2-ipumodel")
+def _model_parts(plan: dict) -> tuple[int, ...]:
+    """The model's partition as a ConvPlan's parts ``(G, B, field, Co, Ci)``."""
+    s = plan["splits"]
+    return (s["convGroupSplit"], 1, s["fieldSplit"], s["outChanSplit.parallel"],
+            s["inChanSplit.parallel"])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("release", "dims"), [("7eac0f26", (1, 1, 1000, 1000)), ("f927358", (1, 4, 1000, 1000))]
+)
+def test_a_horizontal_mac_plan_is_adopted(release, dims) -> None:
+    """A pass the model plans on the horizontal MAC runs the model's plan: its operand
+    order, partition and input grouping (the batch-4 forward pass of J's
+    fc_layer_4_1000_1000_half on Mk2, planned as f927358: grouping 500, field 167 x Co 4 x
+    Ci 2; docs/planner.md)."""
+    cfg = load_config("mk2-ipumodel", overrides={"software.poplibs_release": release})
+    target = Graph(IPUModel(cfg).createDevice().getTarget()).getTarget()
     fc = parse_options({"pass": "FC_TRAINING_FWD"}, "t")
-    assert model_plan((1, 1, 1000, 1000), fc, target)["method"] == "HMAC"
-    assert adopted_plan((1, 1, 1000, 1000), HALF, HALF, fc, target) is None
+    plan = model_plan(dims, fc, target)
+    assert plan["method"] == "HMAC"
+    _, conv = adopted_plan(dims, HALF, HALF, fc, target)
+    assert (conv.method, conv.in_chans_per_group, conv.out_chans_per_group) == (
+        "HMAC", plan["groups"][0], 1)  # fmt: skip
+    assert conv.parts == _model_parts(plan) and conv.swapped == plan["swapped"]
+    assert conv.release == release
+    if release == "f927358":
+        assert (plan["groups"], conv.parts) == ((500, 1), (1, 1, 167, 4, 2))
+
+
+@pytest.mark.parametrize("dims", [(1, 4, 40, 40), (1, 2, 100, 100)])
+def test_adopted_horizontal_mac_passes_match_numpy(dims) -> None:
+    """Forward passes on the 8-tile target the model plans on the horizontal MAC: ipusim
+    runs the model's partition and grouping, and the product's values are numpy's."""
+    from poplar_api import poplin
+    from tests.test_poplin import run_product
+
+    _, m, k, n = dims
+    target = _target("tiny")
+    opts = {"fullyConnectedPass": "TRAINING_FWD"}
+    parsed = parse_options({"pass": "FC_TRAINING_FWD"}, "t")
+    model = model_plan(dims, parsed, target)
+    assert model["method"] == "HMAC"
+    plan = poplin.getPlan(Graph(IPUModel("tiny").createDevice().getTarget()), dims, HALF, HALF,
+                          opts)  # fmt: skip
+    assert (plan.method, plan.in_chans_per_group, plan.parts) == (
+        "HMAC", model["groups"][0], _model_parts(model))  # fmt: skip
+    rng = np.random.default_rng(2829)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+
+    def make(graph):
+        A = poplin.createMatMulInputLHS(graph, HALF, [m, k], [k, n], "A", opts)
+        B = poplin.createMatMulInputRHS(graph, HALF, [m, k], [k, n], "B", opts)
+        return A, B, [(A, a), (B, b)]
+
+    c, _, _ = run_product("tiny", a, b, HALF, make=make, opts=opts)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2e-3, atol=2e-2)
 
 
 @pytest.mark.parametrize("dims", [(1, 4, 24, 16), (1, 8, 48, 40)])
@@ -278,3 +331,24 @@ def test_adopted_fully_connected_passes_match_numpy(dims) -> None:
     c, _, _ = run_product("tiny", a, b, HALF, make=make, opts=opts)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2e-3, atol=2e-2)
+
+
+def test_a_poplibs_horizontal_mac_plan_runs_its_grouping() -> None:
+    """The vertex estimate of a horizontal-MAC plan Poplibs' planner picked loops over the
+    tile's input groups of the plan's grouping (``tileNumInGroups``); a plan of ipusim's
+    own search runs a tile's channels as one group. Halving the grouping of an adopted plan
+    (two groups a tile) changes its estimate; the same plan without the release does not."""
+    import dataclasses
+
+    from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
+
+    target = _target("tiny")
+    fc = parse_options({"pass": "FC_TRAINING_FWD"}, "t")
+    params, conv = adopted_plan((1, 4, 40, 40), HALF, HALF, fc, target)
+    assert conv.method == "HMAC" and conv.release and conv.blocks[-1] == conv.in_chans_per_group
+    estimate = largest_block_estimate(params, target)
+    halved = dataclasses.replace(conv, in_chans_per_group=conv.in_chans_per_group // 2)
+    own = dataclasses.replace(conv, release="")
+    own_halved = dataclasses.replace(halved, release="")
+    assert estimate(halved) > estimate(conv)
+    assert estimate(own_halved) == estimate(own) == estimate(conv)

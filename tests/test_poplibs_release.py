@@ -2,12 +2,13 @@
 validation, products whose plans differ between graphcore/poplibs 7eac0f26 (serial
 splits with a padded last pass, inputs broadcast before an output-channel loop) and
 f927358 (serial splits that divide the channels, no broadcast) run each way against
-numpy, f927358's ``ConvPartial1x1Out`` planning estimate against its formula, and the
-calibration rows measured with f927358 planned as f927358."""
+numpy, f927358's ``ConvPartial1x1Out``, horizontal- and vertical-MAC planning estimates
+against its formulas, and the calibration rows measured with f927358 planned as f927358."""
 
 from __future__ import annotations
 
 import io
+import math
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from ipusim.config import config_hash, config_to_yaml, load_config
 from ipusim.errors import ConfigError
 from poplar_api import HALF, Graph, IPUModel, poplin
 from poplar_api.poplin.conv_serial import plan_cache_key
+from poplar_api.poplin.poplibs_mac_estimates import hmac_partial_cycles, vmac_partial_cycles
 from poplar_api.poplin.poplibs_matmul_model import SPLIT_NAMES, Product, costs
 from poplar_api.poplin.poplibs_release import poplibs_release
 from tests.test_poplin import run_product
@@ -213,3 +215,66 @@ def test_a_commit_is_matched_to_the_release_it_plans_as() -> None:
     assert planning_release_of("3eb5d5e") is None
     with pytest.raises(ValueError, match=r"'1e4ea'.*7 to 40 hexadecimal digits"):
         planning_release_of("1e4ea")
+
+
+# ------------------------------------------------------------------ the MAC estimates
+def _dense_dot_f927358(size: int) -> int:
+    """``getDenseDotProductCycles(false, true, size)`` at f927358 (HALF into FLOAT):
+    rpt, wind-down, the sum with the previous partials and the branch, then a cycle a
+    vector of 4 or a cycle an element."""
+    inner = 1 + 2 + 3 + 1
+    return inner + size // 4 if size % 4 == 0 else inner + size
+
+
+def _hmac_f927358(ft: int, cit: int, cot: int, gt: int, icg: int, workers: int = 6) -> int:
+    """``addPartialCalcCycleEstimate``'s HMAC branch at f927358 for a tile of a matMul
+    product (one output row, the field over the workers), transcribed loop by loop:
+    ``estimateConvPartialHorizontalMacInnerLoopCycles``,
+    ``getConvPartialHorizontalMacCycleEstimate`` (no 1x1 path),
+    ``getConvPartialHorizontalMacSupervisorOuterLoopCycleEstimate`` and, always,
+    ``estimateZeroSupervisorCycles``."""
+    split = workers // math.gcd(workers, 1)
+    max_part = (1 * split + workers - 1) // workers
+    whole, part = max_part // split, max_part % split
+    sizes = [ft] * whole + ([part * (ft + split - 1) // split] if part else [])
+    worker = 16
+    for s in sizes:
+        worker += 7 if s == 0 else 19 + s * (7 + 1 * _dense_dot_f927358(icg))
+    inner = workers * (worker + 16)  # one used context: the least worker is 0
+    nig = -(-cit // icg)
+    outer = 63 + workers * 9 + gt * (23 + nig * (15 + cot * (10 + inner)))
+    per_worker = (ft + workers - 1) // workers
+    zero = ((per_worker + 1) // 2 + 14 - 9) * workers * cot * gt
+    return outer + zero
+
+
+def _vmac_f927358(ft: int, cit: int, gt: int, workers: int = 6) -> int:
+    """``addPartialCalcCycleEstimate``'s VMAC branch at f927358 (4 conv groups a group, one
+    input and output channel a group, a 1-wide kernel), transcribed loop by loop."""
+    split = workers // math.gcd(workers, ft)
+    max_part = (ft * split + workers - 1) // workers
+    whole, part = max_part // split, max_part % split
+    sizes = [1] * whole + [(1 + split - 1) // split] * part
+    worker = 6 + sum(10 + 5 + (5 + 2 * (s - 1)) for s in sizes)
+    inner = workers * worker
+    zero = 4 + ft
+    reduction = 10 + ((9 + 2 * (workers - 1)) * ((ft + workers - 1) // workers)) // 4
+    return 61 + 13 + 26 + (zero + 32 + cit * (24 + inner) + reduction) * -(-gt // 4)
+
+
+@pytest.mark.parametrize("icg", [2, 6, 8, 100, 500])
+def test_f927358_hmac_estimate(icg) -> None:
+    """The model's horizontal MAC planned as f927358 is that release's estimate, and not
+    7eac0f26's (which has the 1x1 path)."""
+    for ft in range(1, 40):
+        for nig, cot, gt in ((1, 1, 1), (2, 4, 1), (5, 3, 2)):
+            got = int(hmac_partial_cycles(ft, nig * icg, cot, gt, icg, 6, OLD))
+            assert got == _hmac_f927358(ft, nig * icg, cot, gt, icg), (ft, nig, cot, gt)
+            assert got != int(hmac_partial_cycles(ft, nig * icg, cot, gt, icg, 6, NEW))
+
+
+def test_f927358_vmac_estimate() -> None:
+    for ft in range(1, 40):
+        for cit, gt in ((1, 4), (5, 4), (17, 8)):
+            got = int(vmac_partial_cycles(ft, cit, gt, 6, OLD))
+            assert got == _vmac_f927358(ft, cit, gt), (ft, cit, gt)

@@ -67,9 +67,10 @@ def partial_estimate(
         )
     if method == "HMAC":
         ic, oc = chans
-        if plan.joint:
+        if plan.joint or plan.release:
             # a joint plan's grouping is fixed (the forward input grouping, a multiple
-            # of the conv units): Poplibs' vertex loops over the tile's channels in
+            # of the conv units), as is that of a plan Poplibs' planner picked
+            # (:mod:`.poplibs_plans`): Poplibs' vertex loops over the tile's channels in
             # groups of it (``tileNumInGroups = ceildiv(inChanSize, inChansPerGroup)``,
             # ``addPartialCalcCycleEstimate``, ConvModel.cpp at 7eac0f26)
             ic, oc = plan.in_chans_per_group, plan.out_chans_per_group

@@ -7,7 +7,13 @@ The planner (graphcore/poplibs ``7eac0f26``, ``addPartialCalcCycleEstimate`` in
 kernel, no dilation, stride or padding), HALF inputs and FLOAT partials, they reduce
 to the closed forms below, over a tile's ``ft`` field positions, ``cit`` input and
 ``cot`` output channels and ``gt`` conv groups (each padded to its grouping). ``W`` is
-the worker contexts. Derived from the source, not a port.
+the worker contexts. Derived from the source, not a port. The constants below are
+7eac0f26's; planned as ``f927358`` the same forms take that release's
+(:data:`~.poplibs_release.MAC_ESTIMATES`, which cites where they differ): its
+horizontal MAC has no 1x1 path (a run starts at 19 and a position costs ``7 + D``, a
+worker starts at 16, the overhead is 63 with no retention term, the partials are always
+zeroed, and ``D`` is ``7 + icg / 4`` or ``7 + icg``), and its vertical MAC's worker,
+supervisor, zeroing and reduction constants differ.
 
 Horizontal MAC (``Plan::Hmac``; ``inChansPerGroup`` ``icg``, one partial channel per
 group with FLOAT partials):
@@ -53,6 +59,8 @@ from typing import Any
 
 import numpy as np
 
+from poplar_api.poplin.poplibs_release import DEFAULT_RELEASE, mac_estimates
+
 __all__ = ["hmac_dense_dot", "hmac_partial_cycles", "vmac_partial_cycles"]
 
 #: ``getConvVertexVMACCandidates``: conv groups per group of the vertical MAC for HALF
@@ -60,41 +68,53 @@ __all__ = ["hmac_dense_dot", "hmac_partial_cycles", "vmac_partial_cycles"]
 VMAC_GROUPS = 4
 
 
-def hmac_dense_dot(icg: int) -> int:
-    """``getDenseDotProductCycles(4, false, true, icg)``: the dot product of ``icg``
-    HALF inputs into a FLOAT partial."""
+def hmac_dense_dot(icg: int, release: str = DEFAULT_RELEASE) -> int:
+    """``getDenseDotProductCycles`` of ``icg`` HALF inputs into a FLOAT partial as
+    ``release``'s planner estimates it (:attr:`~.poplibs_release.MacEstimates.hmac_dot`)."""
+    four, other, odd = mac_estimates(release).hmac_dot
     if icg % 4 == 0:
-        return 7 + icg // 4 - 1
+        return four + icg // 4
     if icg % 2 == 0:
-        return 7 + 1 + icg - 1
-    return 7 + 1 + 2 * icg - 1
+        return other + icg
+    return other + odd * icg
 
 
-def hmac_partial_cycles(ft: Any, cit: Any, cot: Any, gt: Any, icg: int, workers: int) -> Any:
+def hmac_partial_cycles(
+    ft: Any, cit: Any, cot: Any, gt: Any, icg: int, workers: int, release: str = DEFAULT_RELEASE
+) -> Any:
     """The horizontal MAC's partial sums of tiles with ``ft`` positions, ``cit`` input
-    and ``cot`` output channels and ``gt`` conv groups (module docstring)."""
+    and ``cot`` output channels and ``gt`` conv groups (module docstring), as
+    ``release``'s planner estimates them."""
+    e = mac_estimates(release)
     ft, cit, cot, gt = (np.asarray(x, np.int64) for x in (ft, cit, cot, gt))
     s = -(-ft // workers)
-    run = np.where(s == 0, 7, 13 + 1 + s * (2 + hmac_dense_dot(icg)))
-    inner = workers * (16 - 15 + run + 16)
+    run = np.where(s == 0, 7, e.hmac_run + s * (e.hmac_position + hmac_dense_dot(icg, release)))
+    inner = workers * (16 - e.hmac_retention + run + 16)
     nig = -(-cit // icg)
-    zero = np.where(nig == 1, 0, (-(-s // 2) + 14 - 9) * workers * cot * gt)
-    return 55 + workers * 9 + workers * 15 + gt * (23 + nig * (15 + cot * (10 + inner))) + zero
+    zero = (-(-s // 2) + 14 - 9) * workers * cot * gt
+    if e.hmac_skips_zeroing:
+        zero = np.where(nig == 1, 0, zero)
+    outer = e.hmac_overhead + workers * (9 + e.hmac_retention)
+    return outer + gt * (23 + nig * (15 + cot * (10 + inner))) + zero
 
 
-def vmac_partial_cycles(ft: Any, cit: Any, gt: Any, workers: int) -> Any:
+def vmac_partial_cycles(
+    ft: Any, cit: Any, gt: Any, workers: int, release: str = DEFAULT_RELEASE
+) -> Any:
     """The vertical MAC's partial sums of tiles with ``ft`` positions, ``cit`` input
     channels, one output channel and ``gt`` conv groups padded to
-    :data:`VMAC_GROUPS` (module docstring)."""
+    :data:`VMAC_GROUPS` (module docstring), as ``release``'s planner estimates them."""
+    e = mac_estimates(release)
     ft, cit, gt = (np.asarray(x, np.int64) for x in (ft, cit, gt))
     r = workers // np.gcd(workers, ft)
     m = -(-(ft * r) // workers)
     entries = m // r + m % r
-    inner = workers * (19 + entries * 15)
-    zero = 4 + -(-ft // 2)
-    reduction = 9 + ((7 + 2 + 2 * (workers - 1)) * -(-ft // workers)) // 4
+    start, per_entry = e.vmac_worker
+    inner = workers * (start + entries * per_entry)
+    zero = 4 + -(-ft // e.vmac_zero_per_cycle)
+    reduction = e.vmac_reduction + ((7 + 2 + 2 * (workers - 1)) * -(-ft // workers)) // 4
     ncg = -(-gt // VMAC_GROUPS)
-    return 61 + 14 + 26 + ncg * (zero + 32 + cit * (24 + inner) + reduction)
+    return e.vmac_supervisor + ncg * (zero + 32 + cit * (24 + inner) + reduction)
 
 
 def _least_splits(grains: int) -> np.ndarray:
@@ -105,11 +125,14 @@ def _least_splits(grains: int) -> np.ndarray:
     return s[np.concatenate(([True], per[1:] != per[:-1]))]
 
 
-def vmac_floor(dims: tuple[int, int, int, int], target: Any, swapped: bool) -> int:
+def vmac_floor(
+    dims: tuple[int, int, int, int], target: Any, swapped: bool, release: str = DEFAULT_RELEASE
+) -> int:
     """A lower bound of Poplibs' cost of any vertical-MAC plan of the HALF product
     ``dims`` ``(G, M, K, N)`` (FLOAT partials) in one operand order: the least partial
     sums over every partition, serial splits included. The vertex takes one output
-    channel a tile (``addPartialCalcCycleEstimate`` has no plan otherwise), so the
+    channel a tile (``addPartialCalcCycleEstimate`` has no plan otherwise; ``release``'s
+    estimates, :mod:`.poplibs_release`), so the
     output channels are split ``Co`` ways; a partition of ``t`` parts in all needs at
     least ``S = ceil(t / tiles)`` serial passes, each paying the partial sums of its
     block (:func:`vmac_partial_cycles`), and every other term of the cost is at least
@@ -126,5 +149,5 @@ def vmac_floor(dims: tuple[int, int, int, int], target: Any, swapped: bool) -> i
     cit = -(-k // i_)
     ggrains = -(-g // VMAC_GROUPS)
     gt = -(-ggrains // g_) * VMAC_GROUPS
-    cycles = serial * vmac_partial_cycles(ft, cit, gt, target.getNumWorkerContexts())
+    cycles = serial * vmac_partial_cycles(ft, cit, gt, target.getNumWorkerContexts(), release)
     return int(cycles.min())

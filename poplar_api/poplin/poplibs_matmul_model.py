@@ -59,8 +59,9 @@ channels), and for the horizontal MAC (``Plan::Hmac``, its estimate in
 can be read off (``docs/planner.md``, which argues why the candidates left out, the
 vertical MAC (:func:`~.poplibs_mac_estimates.vmac_floor`), SLIC, the outer product and
 AMP groupings below 16 input channels, cannot be cheaper for its rows). The horizontal
-MAC and HALF partials are 7eac0f26's estimates and are searched when planning as that
-release only. It is derived from the source, not a port.
+MAC is costed with the release's estimates (:data:`~.poplibs_release.MAC_ESTIMATES`);
+HALF partials, 7eac0f26's, are searched when planning as that release only. Derived
+from the source, not a port.
 """
 
 from __future__ import annotations
@@ -449,7 +450,7 @@ def partial_cycles(p: Product, ft: Any, cit: Any, cot: Any, gt: Any) -> Any:
     icg, ocg = p.groups
     workers = p.target.getNumWorkerContexts()
     if p.method == "HMAC":
-        return hmac_partial_cycles(ft, cit, cot, gt, icg, workers)
+        return hmac_partial_cycles(ft, cit, cot, gt, icg, workers, p.release)
     if p.method == "OUTER_PRODUCT":  # one worker's share of the field, times the workers
         return outer_product_cycles(False, -(-ft // workers), cot * gt, ocg) * workers
     return amp_partial_cycles(ft, cit, cot, gt, icg, ocg, p.units, p.partials == "float",
@@ -684,7 +685,7 @@ def poplibs_matmul_plan(
     searched only when the MAC vertices' bound ``G M K N / (4 T)`` is below the best
     cost found, as none can be strictly cheaper otherwise; ``half_units``, by default
     the target's conv units for HALF partials, gives the AMP with HALF partials of a
-    product of at most 16 input channels; both only when planning as 7eac0f26, whose
+    product of at most 16 input channels, only when planning as 7eac0f26, whose
     estimates they are), every partition with one pass or a
     serial split over the output or the input channels, the least ``(cycles, temporary
     bytes)`` within ``proportion`` of the tile's bytes (``choosePlan``), a later vertex
@@ -709,8 +710,8 @@ def poplibs_matmul_plan(
             "one of True (swapped) and False (unswapped)"
         )
     bound = int(target.getBytesPerTile() * proportion)
-    if not amp_common_path_estimate(release):  # (the estimates below are 7eac0f26's)
-        mac, half_units = False, 0
+    if not amp_common_path_estimate(release):  # (the HALF partials' are 7eac0f26's)
+        half_units = 0
     elif half_units is None:  # (getNumConvUnits of HALF inputs with HALF partials)
         half_units = max(amp_unit_options(HALF, HALF, target))
     best: dict[str, Any] | None = None

@@ -66,11 +66,7 @@ from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
 from poplar_api.poplin.estimators import exchange_cycles
 from poplar_api.poplin.poplibs_mac_estimates import vmac_floor
 from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
-from poplar_api.poplin.poplibs_release import (
-    amp_common_path_estimate,
-    pads_serial_splits,
-    poplibs_release,
-)
+from poplar_api.poplin.poplibs_release import pads_serial_splits, poplibs_release
 from poplar_api.poplin.serial_estimates import serial_chans
 from poplar_api.types import FLOAT, HALF, Type
 
@@ -124,11 +120,12 @@ def model_plan(
     if g * m * k * n // (4 * target.getNumTiles()) > cost:
         return plan
     # the MAC vertices' bound does not rule them out: the model searched the horizontal
-    # MAC (planning as 7eac0f26); a fully-connected pass has no SLIC candidate
-    # (getConvMethodCandidates); the vertical MAC's floor must pass the plan's cost
-    if opts["pass"] == "NONE_MATMUL" or not amp_common_path_estimate(poplibs_release(target)):
+    # MAC; a fully-connected pass has no SLIC candidate (getConvMethodCandidates); the
+    # vertical MAC's floor must pass the plan's cost
+    if opts["pass"] == "NONE_MATMUL":
         return None
-    if min(vmac_floor((g, m, k, n), target, s) for s in swaps) <= cost:
+    release = poplibs_release(target)
+    if min(vmac_floor((g, m, k, n), target, s, release) for s in swaps) <= cost:
         return None
     return plan
 
@@ -161,7 +158,11 @@ def adopted_plan(
     if plan is None:
         return None
     icg, ocg, units, _ = amp_groups(HALF, FLOAT, target, 8)
-    if (plan["method"], plan["partials"], tuple(plan["groups"])) != ("AMP", "float", (icg, ocg)):
+    method: tuple[str, int] = ("AMP", units)
+    if plan["method"] == "HMAC" and plan["partials"] == "float":
+        icg, ocg = plan["groups"]
+        method = ("HMAC", icg)
+    elif (plan["method"], plan["partials"], tuple(plan["groups"])) != ("AMP", "float", (icg, ocg)):
         return None
     s = plan["splits"]
     params = _params(dims, plan["swapped"], in_type)
@@ -184,7 +185,10 @@ def adopted_plan(
     sizes = (params.numConvGroups, 1, params.getOutputFieldShape()[0], co, ci)
     splits = (s["convGroupSplit"], 1, s["fieldSplit"], s["outChanSplit.parallel"],
               s["inChanSplit.parallel"])  # fmt: skip
-    grains = (1, 1, 1, ocg, icg)
+    # createPlan's fieldGrainSize: 2 where the partials are grouped by an odd number of
+    # channels (the horizontal MAC's 1) and the field is even
+    field = sizes[2]
+    grains = (1, 1, 2 if ocg % 2 and field % 2 == 0 else 1, ocg, icg)
     # a block of ceil(ceil(n / grain) / split) grains (ceildivConstrainDivisor), at most n
     blocks = [
         min(-(-_ceil(n, g) // p) * g, n) for n, p, g in zip(sizes, splits, grains, strict=True)
@@ -193,18 +197,20 @@ def adopted_plan(
     if tuple(parts) != splits:  # (each split is the least giving its block: never here)
         return None
     rows = ([np.array([x], np.int64) for x in parts], [np.array([x], np.int64) for x in blocks])
-    methods = [("AMP", units)]
+    methods = [method]
     rearrange = opts["pass"] in MATMUL_PASSES[1:]
     cat = _gather(params, methods, FLOAT, target, serial, rearrange, False, opts["pass"],
                   plan["swapped"], kind, rows, chans)  # fmt: skip
     cost = {key: int(cat[key][0]) for key in COST_KEYS}
+    release = poplibs_release(target)
     conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
+    conv = dataclasses.replace(conv, release=release)  # (a horizontal MAC runs its grouping)
     cost["compute"] = int(largest_block_estimate(params, target)(conv)) * serial
     if plan["broadcast"]:
         cost["exchange"] = _broadcast_exchange(params, conv, serial, target)
     cost["total"] = sum(cost[key] for key in COST_KEYS[:-1])
     conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
-    conv = dataclasses.replace(conv, broadcast=plan["broadcast"], release=poplibs_release(target))
+    conv = dataclasses.replace(conv, broadcast=plan["broadcast"], release=release)
     return params, conv
 
 

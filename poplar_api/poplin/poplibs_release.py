@@ -27,6 +27,25 @@ are modelled (graphcore/poplibs; docs/planner.md, "Poplibs releases"):
   conv group where 7eac0f26's ``commonHalfAndFloatPartialsCodePath`` gives
   ``13 + (inGroups - 1)(15 + ...) + (11 + outGroups (18 + ...))``;
   ``conv1x1WorkerRetentionSavings`` is ``(10, 2)`` there, ``(7, 3)`` at 7eac0f26.
+  Its horizontal- and vertical-MAC estimates (HALF inputs, FLOAT partials) differ too
+  (:data:`MAC_ESTIMATES`): there is no ``use1x1Implementation`` of the horizontal MAC
+  (no ``canUseHorizontalMac1x1Vertex``, no ``convHzmacWorkerRetentionSavings``), so
+  ``getConvPartialHorizontalMacCycleEstimate`` starts a worker at 16 (7eac0f26: 16 - 15)
+  and a run at 19 (13 + 1), charges ``7 + D`` a position (``2 + D``),
+  ``convHorizontalMacOverhead`` is 63 (``65 - 10``) with no ``15 W`` retention term in
+  ``getConvPartialHorizontalMacSupervisorOuterLoopCycleEstimate``, the partials are always
+  zeroed (``addPartialCalcCycleEstimate``'s HMAC branch in ``ConvModel.cpp``; 7eac0f26
+  skips ``estimateZeroSupervisorCycles`` for one input group), and
+  ``getDenseDotProductCycles`` of HALF inputs into FLOAT partials is ``7 + n / 4`` for a
+  multiple of 4, else ``7 + n`` (7eac0f26: ``6 + n / 4``, ``7 + n`` for even, ``7 + 2n``
+  for odd ``n``); the vertical MAC's worker takes ``6 + 20`` cycles an entry
+  (``getConvPartialVerticalMacCycleEstimate``: ``10 + 5 + getVerticalMacDotProductCycles``,
+  5 for one kernel position; 7eac0f26: ``19 + 15`` an entry), its supervisor 100
+  (``61 + 13 + 26``; 7eac0f26 101), zeroing ``4 + n`` (``4 + ceil(n / 2)``) and its
+  reduction ``10 + ...`` (``getConvPartialVerticalReductionCycleEstimate``; 7eac0f26
+  ``9 + ...``) in ``PerformanceEstimation.hpp``. Its vertex candidates of both MACs are
+  7eac0f26's (``getConvVertexHMACCandidates``, ``getConvVertexVMACCandidates`` and
+  ``sortConvVertexTypeCandidates`` in ``ConvVertexType.cpp`` differ only in names).
 
 Other commits plan as a modelled release where their planner is that release's
 (:data:`PLANS_AS`): ``1e4ea3b`` (authored 2021-02-26, the Poplibs of source K's ``v1`` rows) is
@@ -39,16 +58,20 @@ touches in ``lib/poplin`` only the solvers (``Cholesky.cpp``, the ``Cholesky`` a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ipusim.config_software import POPLIBS_RELEASES
 
 __all__ = [
     "DEFAULT_RELEASE",
+    "MAC_ESTIMATES",
     "PLANS_AS",
     "POPLIBS_RELEASES",
+    "MacEstimates",
     "amp_common_path_estimate",
     "broadcasts_before_loop",
+    "mac_estimates",
     "pads_serial_splits",
     "planning_release_of",
     "poplibs_release",
@@ -66,6 +89,48 @@ _BROADCAST = frozenset({"7eac0f26"})
 #: Releases whose planner estimates ``ConvPartial1x1Out`` (HALF, FLOAT partials) with the
 #: ``commonHalfAndFloatPartialsCodePath`` constants.
 _COMMON_PATH = frozenset({"7eac0f26"})
+
+
+@dataclass(frozen=True)
+class MacEstimates:
+    """The constants of a release's planner estimates of the horizontal and vertical MAC
+    vertices for HALF inputs with FLOAT partials and a 1-wide kernel
+    (``PerformanceEstimation.hpp``; the formulas are in :mod:`.poplibs_mac_estimates`)."""
+
+    #: ``convHorizontalMacOverhead``: 65 - 10 on the 1x1 path (7eac0f26), 63 (f927358).
+    hmac_overhead: int
+    #: ``convHzmacWorkerRetentionSavings`` on the 1x1 path: a worker starts at 16 less it
+    #: and the supervisor adds it per worker (15), or 0 where there is no 1x1 path.
+    hmac_retention: int
+    #: Cycles a non-empty run of positions starts with: ``13 + 1`` (the 1x1 path with one
+    #: output channel a group, weights pointer preloaded) or 19.
+    hmac_run: int
+    #: Cycles a position adds besides its dot product: 2 (1x1 path) or 7.
+    hmac_position: int
+    #: Whether the partials of a tile with one input group are left unzeroed (the
+    #: non-zeroing 1x1 path of ``addPartialCalcCycleEstimate``).
+    hmac_skips_zeroing: bool
+    #: ``getDenseDotProductCycles`` of ``n`` HALF inputs into a FLOAT partial, as
+    #: ``(base for 4 | n, base for other n, slope of odd n)``: ``(6, 7, 2)`` gives
+    #: ``6 + n / 4``, ``7 + n`` (even), ``7 + 2 n`` (odd); ``(7, 7, 1)`` gives ``7 + n / 4``
+    #: and ``7 + n``.
+    hmac_dot: tuple[int, int, int]
+    #: ``61 + wkrCoreVMACInit + wkrStateRetentionInit``: 61 + 14 + 26 or 61 + 13 + 26.
+    vmac_supervisor: int
+    #: A vertical-MAC worker's start and cycles per worklist entry of one kernel position:
+    #: ``(19, 7 + 5 + 3)`` or ``(6, 10 + 5 + 5)``.
+    vmac_worker: tuple[int, int]
+    #: Output elements zeroed a cycle (``...ZeroInnerLoopCycleEstimate``): 2 or 1.
+    vmac_zero_per_cycle: int
+    #: The constant of ``getConvPartialVerticalReductionCycleEstimate``: 9 or 10.
+    vmac_reduction: int
+
+
+#: Per release, its planner's MAC estimates (module docstring).
+MAC_ESTIMATES: dict[str, MacEstimates] = {
+    "7eac0f26": MacEstimates(55, 15, 14, 2, True, (6, 7, 2), 101, (19, 15), 2, 9),
+    "f927358": MacEstimates(63, 0, 19, 7, False, (7, 7, 1), 100, (6, 20), 1, 10),
+}
 
 
 def poplibs_release(target: Any) -> str:
@@ -124,3 +189,9 @@ def amp_common_path_estimate(release: str) -> bool:
     """Whether ``release``'s planner estimates ``ConvPartial1x1Out`` with HALF inputs and
     FLOAT partials with 7eac0f26's constants (module docstring); else f927358's."""
     return _known(release) in _COMMON_PATH
+
+
+def mac_estimates(release: str) -> MacEstimates:
+    """The horizontal- and vertical-MAC estimate constants of ``release``'s planner
+    (:data:`MAC_ESTIMATES`)."""
+    return MAC_ESTIMATES[_known(release)]
