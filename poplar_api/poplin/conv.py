@@ -21,6 +21,7 @@ returns.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,7 +56,13 @@ from poplar_api.poplin.conv_params import (
     getWeightUpdateParams,
 )
 from poplar_api.poplin.conv_planner import ConvPlan, parse_options, plan_convolution
-from poplar_api.poplin.conv_rearrange import operand_rearrangements, pads_operand, rearranged
+from poplar_api.poplin.conv_rearrange import (
+    input_layout,
+    operand_rearrangements,
+    pads_operand,
+    rearranged,
+    weights_layout,
+)
 from poplar_api.poplin.conv_reduce import reduce_partials
 from poplar_api.poplin.conv_serial import (
     PLAN_CACHE,
@@ -490,15 +497,20 @@ def _rearrange(
         g, co = ker.dim(0), ker.dim(1)
         ker = ker.reshape([g, co, eff.inputChannelsPerConvGroup, *([1] * nd)])
         params, plan = eff, dataclasses.replace(plan, expanded=False)
-    # (a copy Poplar elides, the destination laid out as the operand already is, is left out)
+    # (a copy Poplar elides, the destination laid out as the operand already is, is left
+    # out, and its destination is not made)
     if re_act:
-        dst = grouped_input(graph, params, plan, f"{name}/actsRearranged", internal=True)
+        where = f"{name}/actsRearranged"
+        make = functools.partial(grouped_input, graph, params, plan, where, internal=True)
         pad = pads_operand(params, plan, True)
-        act = rearranged(graph, act, dst, prog, f"{name}/actsRearranged", pad)
+        layout = None if pad else input_layout(params, plan)
+        act = rearranged(graph, act, make, prog, where, pad, layout)
     if re_ker:
-        dst = grouped_weights(graph, params, plan, f"{name}/weightsRearranged")
+        where = f"{name}/weightsRearranged"
+        make = functools.partial(grouped_weights, graph, params, plan, where)
         pad = pads_operand(params, plan, False)
-        ker = rearranged(graph, ker, dst, prog, f"{name}/weightsRearranged", pad)
+        layout = None if pad else weights_layout(params, plan)
+        ker = rearranged(graph, ker, make, prog, where, pad, layout)
     return act, ker, params, plan
 
 

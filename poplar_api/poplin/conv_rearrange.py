@@ -44,7 +44,11 @@ is element-id order here (as :meth:`~poplar_api.tensor.Tensor.isContiguous` take
 An operand made by ``createInput`` / ``createWeights`` (``createMatMulInputLHS`` /
 ``RHS``) of the same plan meets it; a source that holds an element twice (an expanded
 plan's zero padding) does not. When elided, the plan's partials read the source where
-it lies and the destination variable is left unused.
+it lies, and the destination is not made: the condition is tested against the layout
+the destination would have (:func:`input_layout`, :func:`weights_layout`: its elements'
+memory order and tiles), and the variable is added only for a copy that stays, so an
+elided copy takes neither cycles nor tile memory (an elided copy's destination in Poplar
+is its source: there is no second tensor to hold).
 
 A padded operand is never elided (:func:`pads_operand`): ``convolutionPreprocess`` pads
 the conv groups, input channels and (weights) output channels to the plan's system-level
@@ -60,10 +64,14 @@ keeps its copies.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import numpy as np
 
 from poplar_api.errors import TensorError
 from poplar_api.graph import Graph
+from poplar_api.poplin.conv_layout import input_tiles_in_memory_order, weight_tiles_in_memory_order
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.popops.rearrange import detectInnermostGrouping
@@ -83,10 +91,12 @@ detect_innermost_grouping = detectInnermostGrouping
 __all__ = [
     "MAX_BROADCAST_DESTS",
     "detect_innermost_grouping",
+    "input_layout",
     "operand_rearrangements",
     "pads_operand",
     "rearranged",
     "same_layout",
+    "weights_layout",
 ]
 
 
@@ -178,10 +188,14 @@ def same_layout(graph: Graph, src: Tensor, dst: Tensor) -> bool:
         return True
     if src.elementType() != dst.elementType():
         return False
-    ts, td = _tiles(graph, src), _tiles(graph, dst)
+    return _same(_tiles(graph, src), _tiles(graph, dst), src.flat_index(), dst.flat_index())
+
+
+def _same(ts: np.ndarray, td: np.ndarray, s_ids: np.ndarray, d_ids: np.ndarray) -> bool:
+    """:func:`same_layout` of a source and a destination given per flat position as their
+    tiles (-1 unmapped) and memory ids (only their order and adjacency matter)."""
     if (ts < 0).any() or (td < 0).any() or not np.array_equal(ts, td):
         return False
-    s_ids, d_ids = src.flat_index(), dst.flat_index()
     # positions in memory order on each tile (lexsort: last key first); an element lies
     # on one tile, so one the source holds twice comes next to itself in this order
     s_order = np.lexsort((s_ids, ts))
@@ -210,19 +224,81 @@ def pads_operand(params: ConvParams, plan: ConvPlan, acts: bool) -> bool:
     return any(int(n) % max(int(grain), 1) for n, grain in grains)
 
 
+def _grouping(chans: int, per_group: int) -> int:
+    """The grouping a laid-out operand's memory order uses for ``chans`` channels grouped
+    ``per_group`` (:mod:`.conv_layout`: the largest divisor of both)."""
+    return math.gcd(int(chans), max(int(per_group), 1)) or 1
+
+
+def input_layout(params: ConvParams, plan: ConvPlan) -> tuple[np.ndarray, np.ndarray]:
+    """The layout of the input :func:`~.conv_layout.grouped_input` would make for
+    ``plan``, without making it: the memory position of each element of its canonical
+    view ``[G, B, Ci, *field]`` (in the memory order ``[G][Ci / icg][B][*field][icg]``) and
+    the tile of each memory position."""
+    g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
+    field = [int(x) for x in params.inputFieldShape]
+    nd = len(field)
+    icg = _grouping(ci, plan.in_chans_per_group)
+    mem = np.arange(g * ci * b * math.prod(field), dtype=np.int64)
+    mem = mem.reshape([g, ci // icg, b, *field, icg])
+    view = mem.transpose([0, 2, *range(3, 3 + nd), 1, 3 + nd]).reshape([g, b, *field, ci])
+    view = view.transpose([0, 1, 2 + nd, *range(2, 2 + nd)])
+    return view, np.asarray(input_tiles_in_memory_order(plan, params), np.int64).reshape(-1)
+
+
+def weights_layout(params: ConvParams, plan: ConvPlan) -> tuple[np.ndarray, np.ndarray]:
+    """The layout of the weights :func:`~.conv_layout.grouped_weights` would make for
+    ``plan``, without making them: the memory position of each element of ``[G, Co, Ci,
+    *kernel]`` (memory order ``[G][Co / ocg][Ci / icg][*kernel][ocg][icg]``) and the tile
+    of each memory position."""
+    g, co, ci = (params.numConvGroups, params.outputChannelsPerConvGroup,
+                 params.inputChannelsPerConvGroup)  # fmt: skip
+    kernel = [int(x) for x in params.kernelShape]
+    nk = len(kernel)
+    ocg = _grouping(co, plan.out_chans_per_group)
+    icg = _grouping(ci, plan.in_chans_per_group)
+    mem = np.arange(g * co * ci * math.prod(kernel), dtype=np.int64)
+    mem = mem.reshape([g, co // ocg, ci // icg, *kernel, ocg, icg])
+    view = mem.transpose([0, 1, 3 + nk, 2, 4 + nk, *range(3, 3 + nk)])
+    view = view.reshape([g, co, ci, *kernel])
+    return view, np.asarray(weight_tiles_in_memory_order(plan, params), np.int64).reshape(-1)
+
+
 def rearranged(
     graph: Graph,
     src: Tensor,
-    dst: Tensor,
+    dst: Tensor | Callable[[], Tensor],
     prog: ProgramSequence,
     name: str,
     padded: bool = False,
+    layout: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Tensor:
     """The operand the partials read after Poplibs' rearranging ``Copy(src, dst)``:
     ``src`` itself where Poplar elides the copy (not ``padded``, :func:`pads_operand`,
     and :func:`same_layout`), else ``dst`` after the copy, added to ``prog`` as ``name``.
+
+    ``dst`` may be a function making the destination; with ``layout``, the destination's
+    memory positions per element of ``src``'s shape and the tile of each position (as
+    :func:`input_layout` gives them, viewed as ``src``), the condition is tested on that
+    layout and the destination is made only when the copy stays (module docstring).
     """
-    if not padded and same_layout(graph, src, dst):
-        return src
+    if not padded:
+        if layout is not None:
+            ids, tiles = layout
+            if tuple(ids.shape) != tuple(src.shape()):
+                raise TensorError(
+                    f"rearranged: '{name}' has a layout of shape {list(ids.shape)} for a "
+                    f"source of shape {src.shape()}; they must be equal (hint: view the "
+                    "layout's ids as the source is viewed)"
+                )
+            flat = ids.reshape(-1)
+            if src.numElements() == 0 or _same(_tiles(graph, src), tiles[flat],
+                                              src.flat_index(), flat):  # fmt: skip
+                return src
+        else:
+            dst = dst() if callable(dst) else dst
+            if same_layout(graph, src, dst):
+                return src
+    dst = dst() if callable(dst) else dst
     prog.add(Copy(src, dst, debugContext=name))
     return dst

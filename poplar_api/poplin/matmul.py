@@ -16,9 +16,12 @@ the convolution's ``pass``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph
@@ -33,7 +36,13 @@ from poplar_api.poplin.conv_planner import (
     memory_limit,
     parse_options,
 )
-from poplar_api.poplin.conv_rearrange import operand_rearrangements, pads_operand, rearranged
+from poplar_api.poplin.conv_rearrange import (
+    input_layout,
+    operand_rearrangements,
+    pads_operand,
+    rearranged,
+    weights_layout,
+)
 from poplar_api.poplin.conv_serial import PLAN_CACHE, plan_cache_key
 from poplar_api.poplin.fc_joint import (
     FC_TRAINING,
@@ -381,6 +390,20 @@ def _create_input(
     return t3 if len(aShape) == 3 else t3[0]
 
 
+def _layout(params: ConvParams, plan: ConvPlan, acts: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """The layout :func:`_laid_out` would give the operand, as
+    :func:`~poplar_api.poplin.conv_rearrange.rearranged` tests it (``[G, field, Ci]`` or
+    ``[G, Co, Ci]`` memory positions and each position's tile); None for a flattened plan,
+    laid out as another convolution's."""
+    if plan.flattened:
+        return None
+    if acts:  # [G, 1, Ci, field] -> [G, field, Ci]
+        ids, tiles = input_layout(params, plan)
+        return ids[:, 0].transpose(0, 2, 1), tiles
+    ids, tiles = weights_layout(params, plan)  # [G, Co, Ci, 1]
+    return ids.reshape(ids.shape[:3]), tiles
+
+
 def _laid_out(
     graph: Graph, params: ConvParams, name: str, conv_opts: Mapping[str, Any], acts: bool
 ) -> Tensor:
@@ -471,14 +494,17 @@ def _build(
     # convolutionPreprocess does (see conv_rearrange)
     re_a, re_w = operand_rearrangements(graph, plan, opts.get("pass"), acts, weights)
     # (a copy Poplar elides, the destination laid out as the operand already is, is left out)
-    if re_a:
-        dst = _laid_out(graph, params, f"{name}/actsRearranged", conv_opts, True)
-        pad = pads_operand(params, plan, True)
-        acts = rearranged(graph, acts, dst, prog, f"{name}/actsRearranged", pad)
-    if re_w:
-        dst = _laid_out(graph, params, f"{name}/weightsRearranged", conv_opts, False)
-        pad = pads_operand(params, plan, False)
-        weights = rearranged(graph, weights, dst, prog, f"{name}/weightsRearranged", pad)
+    # (the destination is made only for a copy that stays)
+    for is_acts, what in ((True, "acts"), (False, "weights")):
+        if not (re_a if is_acts else re_w):
+            continue
+        where = f"{name}/{what}Rearranged"
+        src = acts if is_acts else weights
+        make = functools.partial(_laid_out, graph, params, where, conv_opts, is_acts)
+        pad = pads_operand(params, plan, is_acts)
+        layout = None if pad else _layout(params, plan, is_acts)
+        got = rearranged(graph, src, make, prog, where, pad, layout)
+        acts, weights = (got, weights) if is_acts else (acts, got)
     if plan.method == OUTER_PRODUCT:  # [G, Co, field] from [G, field, 1] and [G, Co, 1]
         out = outer_product_conv(graph, acts, weights, params, plan, prog, name)
     else:
