@@ -37,6 +37,13 @@ from poplar_api.poplin.poplibs_conv_model import (
 )
 from poplar_api.poplin.poplibs_fc_joint_model import describe_joint, fc_layer_plan
 from poplar_api.poplin.poplibs_float_candidates import describe_bounds, float_method
+from poplar_api.poplin.poplibs_float_conv2d import (
+    FORMS,
+    best_plan,
+    describe_form_plan,
+    describe_partition,
+    form_floors,
+)
 from poplar_api.poplin.poplibs_matmul_model import describe, poplibs_matmul_plan
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "planner.md"
@@ -149,7 +156,7 @@ def _claims(cell: str) -> list[str]:
         c for c in cell.split(";")
         if c.strip() and "not established" not in c and "ipusim does not" not in c
         and not c.strip().startswith(("Poplibs' estimate", "Poplibs' joint estimate",
-                                      "Poplibs' bounds"))
+                                      "Poplibs' bounds", "Poplibs' FLOAT"))
     ]  # fmt: skip
 
 
@@ -369,3 +376,52 @@ def test_poplibs_float_methods_are_its_bounds(row) -> None:
     stated = [c.removeprefix("Poplibs' bounds: ") for c in claims if c.startswith("Poplibs' b")]
     assert stated == [describe_bounds(result)]
     assert result["method"] is not None and f"method {result['method']}" in claims
+
+
+#: A FLOAT convolution row's claims of Poplibs' cost model
+#: (:mod:`~poplar_api.poplin.poplibs_float_conv2d`): the least unswapped AMP plan, each
+#: unswapped form's least cost, and that every other form's bound passes the least.
+FLOAT_ESTIMATE = "Poplibs' FLOAT estimate: "
+FLOAT_FORMS = "Poplibs' FLOAT forms: "
+FLOAT_FLOORS = "Poplibs' FLOAT floors above it"
+CONV_FLOAT = [r for r in CONV_ROWS if FLOAT_ESTIMATE in r[4]]
+
+
+@pytest.mark.parametrize("row", CONV_FLOAT, ids=[r[0] for r in CONV_FLOAT])
+def test_poplibs_float_plans_are_its_cost_models(row) -> None:
+    """The Poplibs column of an established FLOAT convolution row is the plan of Poplibs'
+    cost model (:func:`best_plan`, unique; every other form and method bounded above it:
+    :func:`form_floors`, :func:`float_method`): its estimate and forms as stated, and its
+    transform, vertex, grouping and partition claims, whether or not ipusim picks them."""
+    _, name, preset, conv_pass, poplibs, _ = row
+    params = CONVS[name]
+    target = Graph(IPUModel(preset).createDevice().getTarget()).getTarget()
+    best = best_plan(params, conv_pass, target)
+    cost = best["cost"][0]
+    assert best["ties"] == 1
+    assert sorted(c for c, _ in best["forms"].values())[1] > cost
+    method = float_method(params, conv_pass, target)
+    assert min(method["hmac"], method["outer product"]) > cost
+    for claim in (c.strip() for c in poplibs.split(";")):
+        claim = re.sub(r" \(ipusim does not pick[^)]*\)$", "", claim)
+        if claim.startswith(FLOAT_ESTIMATE):
+            assert claim.removeprefix(FLOAT_ESTIMATE) == describe_form_plan(best)
+        elif claim.startswith(FLOAT_FORMS):
+            stated = ", ".join(f"{k} {c:,}" for k, (c, _) in best["forms"].items())
+            assert claim.removeprefix(FLOAT_FORMS) == stated
+        elif claim == FLOAT_FLOORS:
+            floors = form_floors(params, conv_pass, target, cost)
+            assert all(v > cost for v in floors.values() if v is not None), floors
+        elif claim.startswith("expanded dimension "):
+            assert FORMS[best["form"]] == tuple(int(d) for d in claim.split()[2:])
+        elif claim.startswith("vertex "):
+            assert best["vertex name"] == claim.split()[1]
+        elif m := re.fullmatch(r"grouping (\d+) / (\d+) on (\d+) units", claim):
+            units, icg, ocg = best["vertex"]
+            assert (icg, ocg, units) == tuple(map(int, m.groups()))
+        elif claim.startswith("partition B "):
+            assert claim == "partition " + describe_partition(best["splits"])
+        else:  # (the model's forms are unswapped one-pass AMP plans: the floors above)
+            assert claim in ("unswapped", "serial 1", "method AMP") or claim.startswith(
+                "Poplibs' bounds: "
+            ), f"unknown claim {claim!r} in docs/planner.md"

@@ -1,0 +1,556 @@
+"""Poplibs' cost of the unswapped AMP plans of a FLOAT convolution over a 2-D field.
+
+For a FLOAT convolution with FLOAT partials (inputs, partials and output FLOAT, input
+padding only, one conv group, pass ``NONE``, ``INFERENCE_FWD``, ``TRAINING_FWD`` or
+``TRAINING_BWD``), this module restates what ``constructModel`` and ``addEstimates``
+(graphcore/poplibs ``7eac0f26``, ``lib/poplin/ConvModel.cpp``) cost for ``createPlan``'s
+unswapped one-pass AMP candidates (``lib/poplin/ConvPlan.cpp``), in each of the four
+forms ``getExpandDimsCandidates`` gives at the system level (no dimension expanded,
+dimension 0, dimension 1, both: each expansion changes the convolution and its input is
+no smaller than its kernel; :data:`FORMS`), each then flattened by
+``calculateFlattenedParams`` (the batch into an expanded dimension, whose kernel is one
+wide and unpadded; with both expanded, the whole field into one row). No
+``outChanFlattenDims`` applies unswapped (``getOutChanFlattenDimsCandidates`` keeps a
+dimension only where its input is no larger than its kernel), and tile-level expansion is
+off by default (``enableTileLevelExpandDims``).
+
+The vertex candidates are the FLOAT AMP's (:func:`~.poplibs_float_candidates.amp_candidates`:
+8, 4 or 2 input channels a group, a conv-unit weight height of ``8 / icg``; partials by
+16 on 16 units or by 8 on 8 units on Mk2). A partition is ``constructModel``'s:
+``batchSplit``, ``fieldSplit`` per dimension, ``kernelSplit`` of the outer kernel
+dimension, ``outChanSplit.parallel`` and ``inChanSplit.parallel`` over the channel grains
+(the channels padded to the groupings, ``applyTransform``), each the least split giving
+its part, their product at most the tiles. Its cost is ``addEstimates``' sum:
+
+* exchange (``addExchangeCycleEstimates``): the tile's input window
+  (``getMaxInputRangeSize``, the halo clipped to the input) less ``1 / outChanSplit``, at
+  twice the rate when the output-channel split is a multiple of the tiles sharing an
+  exchange bus; its weights less ``1 / (fieldSplit batchSplit)``; its FLOAT partial sums
+  and the later reduction stages';
+* the transforms (``addTransformCycleEstimate``): the input and the weights rearranged when
+  a dimension is expanded or the input channels are padded to the grouping
+  (``rearrangeInput``, ``rearrangeWeights``: the whole convolution's input range, batch
+  and padded channels, or its weights, FLOAT bytes over the used tiles, copied at
+  ``min(memcpy, 4)`` bytes a cycle times ``4 / 5`` (``3 / 5`` when the channels' product is
+  odd, ``getScaleFactorForTransform``) and exchanged), the weights also when the partial
+  channels are padded; the output rearranged when the partial channels are padded
+  (``rearrangeOutput``), else regrouped when the partials are not grouped by 8
+  (``regroupOutput``, ``getWeightsPerConvUnit(FLOAT)``); ``regroupWeights`` (``TRAINING_FWD``
+  with partials grouped by no multiple of 8) does not arise for groupings of 8 and 16;
+* the kernel's outer dimension padded to the weight height
+  (``addTileLevelTransformEstimates``: :func:`~.poplibs_amp_estimates.amp_padding_estimate`);
+* the partial sums (``addPartialCalcCycleEstimate``): ``ConvPartial1x1Out``
+  (:func:`~.poplibs_float_candidates.amp_float_1x1_cycles`) where
+  ``canUseConvPartial1x1Vertex`` holds (a weight height of 1, batch 1, a 1x1 tile kernel,
+  one tile row), else ``ConvPartialnx1`` (:func:`~.poplibs_amp_estimates.nx1_partial_cycles`
+  with FLOAT activations and partials, 32 weight bytes a conv unit);
+* the reduction over ``kernelSplit x inChanSplit`` (no cast: FLOAT partials and output);
+
+within ``availableMemoryProportion`` of the tile (``totalTempBytes``: the tile's inputs,
+weights, partials and padding; the reduction's; twice the largest transform's), and
+``constructModel``'s inequality ``MACs / (convUnits x 2) <= usedTiles x partialCalcCycles``
+(the MACs of the channel-padded convolution, ``transformedOnceParams``). :func:`best_plan`
+is the least over the forms. :func:`form_floors` bounds the forms not costed: serial
+splits of the unswapped forms, and the swapped forms (``swapOperands``, then any set of
+dimensions ``getOutChanFlattenDimsCandidates`` flattens into the output channels), one
+pass or serial. Not restated: the serial plans' and swapped plans' own costs (only
+bounded), other releases than 7eac0f26, options other than the defaults. Derived from the
+source, not a port.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from poplar_api.poplin.conv_params import ConvParams
+from poplar_api.poplin.poplibs_amp_estimates import (
+    COEFF_LOAD_BYTES_PER_CYCLE,
+    amp_padding_estimate,
+    nx1_partial_cycles,
+)
+from poplar_api.poplin.poplibs_conv2d_model import SPLITS, _input_range
+from poplar_api.poplin.poplibs_float_candidates import (
+    FLOAT_LOAD_ELEMS,
+    FLOAT_WEIGHTS_PER_CONV_UNIT,
+    amp_candidates,
+    amp_float_1x1_cycles,
+)
+from poplar_api.poplin.poplibs_matmul_model import (
+    _exchange,
+    _per_depth,
+    _reduce_cycles,
+    _reduce_exchange_later_stages,
+    _splits,
+)
+from poplar_api.types import FLOAT
+
+__all__ = [
+    "FORMS",
+    "best_plan",
+    "describe_form_plan",
+    "describe_partition",
+    "form_costs",
+    "form_floors",
+    "form_params",
+    "form_plan",
+    "forms_plans",
+    "swapped_params",
+]
+
+#: The unswapped forms, by the field dimensions ``expandDims`` expands.
+FORMS: dict[str, tuple[int, ...]] = {"plain": (), "expanded 0": (0,), "expanded 1": (1,),
+                                      "expanded both": (0, 1)}  # fmt: skip
+_PASSES = ("NONE", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD")
+
+
+def _check(params: ConvParams, target: Any, conv_pass: str) -> None:
+    why = []
+    if params.inputType != FLOAT or params.outputType != FLOAT:
+        why.append(f"types {params.inputType.name}/{params.outputType.name} (FLOAT/FLOAT needed)")
+    if params.getNumFieldDims() != 2:
+        why.append(f"{params.getNumFieldDims()} field dimensions (2 needed)")
+    if params.numConvGroups != 1:
+        why.append(f"{params.numConvGroups} conv groups (1 needed)")
+    it, kt, ot = params.inputTransform, params.kernelTransform, params.outputTransform
+    if any(it.dilation[d] != 1 or kt.dilation[d] != 1 or ot.stride[d] != 1 or it.flip[d]
+           or it.truncationLower[d] or it.truncationUpper[d] or kt.paddingLower[d]
+           or kt.paddingUpper[d] or kt.truncationLower[d] or kt.truncationUpper[d]
+           or ot.paddingLower[d] or ot.paddingUpper[d] or ot.truncationLower[d]
+           or ot.truncationUpper[d] for d in range(params.getNumFieldDims())):  # fmt: skip
+        why.append("a dilation, stride, input flip, truncation or kernel/output padding")
+    if conv_pass not in _PASSES:
+        why.append(f"pass {conv_pass!r} (one of {_PASSES} needed)")
+    if target.getNumTiles() != target.getTilesPerIPU():
+        why.append(f"{target.getNumTiles() // target.getTilesPerIPU()} IPUs (1 needed)")
+    if why:
+        raise ValueError(
+            f"poplibs_float_conv2d: {params} is not covered: " + "; ".join(why) + " (hint: "
+            "the model restates a FLOAT 2-D convolution with input padding only, one group)"
+        )
+
+
+def form_params(params: ConvParams, dims: tuple[int, ...]) -> ConvParams:
+    """The convolution ``createPlan`` costs for ``params`` with the field dimensions
+    ``dims`` expanded (``expandDim``: the dimension's kernel joins the input channels, its
+    input becomes its output, no padding) and then flattened (``calculateFlattenedParams``:
+    the batch into the outermost dimension of a one-wide unpadded kernel, and with both
+    expanded the outer dimension into the inner one). A flipped kernel stays flipped
+    (an expanded dimension's flip moves into the order of the channels)."""
+    out = [int(x) for x in params.getOutputFieldShape()]
+    field = [int(x) for x in params.inputFieldShape]
+    kernel = [int(x) for x in params.kernelShape]
+    lower = [int(x) for x in params.inputTransform.paddingLower]
+    upper = [int(x) for x in params.inputTransform.paddingUpper]
+    flip = [bool(x) for x in params.kernelTransform.flip]
+    ci, batch = params.inputChannelsPerConvGroup, params.batchSize
+    for d in dims:
+        field[d], ci, kernel[d], lower[d], upper[d], flip[d] = (
+            out[d],
+            ci * kernel[d],
+            1,
+            0,
+            0,
+            False,
+        )
+    if set(dims) == {0, 1}:
+        field, batch = [1, batch * field[0] * field[1]], 1
+    elif dims:
+        field[dims[0]] *= batch
+        batch = 1
+    return ConvParams(FLOAT, batch, field, kernel, ci, params.outputChannelsPerConvGroup,
+                      paddingLower=lower, paddingUpper=upper,
+                      kernelTransform={"flip": flip}, outputType=FLOAT)  # fmt: skip
+
+
+def _partitions(params: ConvParams, target: Any, icg: int, ocg: int) -> dict[str, np.ndarray]:
+    tiles = target.getNumTiles()
+    out_shape = [int(x) for x in params.getOutputFieldShape()]
+    axes = [
+        _splits(params.batchSize, tiles)[0],
+        _splits(out_shape[0], tiles)[0],
+        _splits(out_shape[1], tiles)[0],
+        _splits(int(params.kernelShape[0]), tiles)[0],
+        _splits(-(-params.outputChannelsPerConvGroup // ocg), tiles)[0],
+        _splits(-(-params.inputChannelsPerConvGroup // icg), tiles)[0],
+    ]
+    grids = [g.ravel() for g in np.meshgrid(*axes, indexing="ij")]
+    keep = np.prod(grids, axis=0) <= tiles
+    return {name: g[keep] for name, g in zip(SPLITS, grids, strict=True)}
+
+
+def _scale(chans: int) -> int:
+    """``getScaleFactorForTransform(FLOAT, chans)``'s divisor: 4 when 2 divides it, else 3."""
+    return 4 if chans % 2 == 0 else 3
+
+
+def form_costs(
+    params: ConvParams,
+    target: Any,
+    vertex: tuple[int, int, int],
+    splits: dict[str, np.ndarray],
+    rearrange: tuple[bool, bool, bool] = (False, False, False),
+    floor: bool = False,
+    limit: float | None = None,
+    skip: tuple[str, ...] = (),
+) -> dict[str, np.ndarray]:
+    """Poplibs' itemised cycles, temporary bytes and ``ok`` (``constructModel``'s MAC
+    inequality) of the partitions ``splits`` (arrays by
+    :data:`~.poplibs_conv2d_model.SPLITS`) of the flattened convolution ``params``
+    (:func:`form_params`; ``expanded``: some dimension was expanded, so its input and
+    weights are rearranged) with the AMP ``vertex`` ``(convUnits, inChansPerGroup,
+    partialChansPerGroup)`` (module docstring)."""
+    units, icg, ocg = vertex
+    height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
+    size, workers = FLOAT.size, target.getNumWorkerContexts()
+    out_shape = [int(x) for x in params.getOutputFieldShape()]
+    kernel = [int(x) for x in params.kernelShape]
+    ci, co = params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup
+    ci_g, co_g = -(-ci // icg), -(-co // ocg)
+    bs, fh, fw = splits["batchSplit"], splits["fieldSplit[0]"], splits["fieldSplit[1]"]
+    ks = splits["kernelSplit[0]"]
+    po, pi = splits["outChanSplit.parallel"], splits["inChanSplit.parallel"]
+    bt = -(-params.batchSize // bs)
+    ht, wt = -(-out_shape[0] // fh), -(-out_shape[1] // fw)
+    kh = -(-kernel[0] // ks)
+    cit, cot = -(-ci_g // pi) * icg, -(-co_g // po) * ocg
+    used = bs * fh * fw * ks * po * pi
+    # exchange
+    inputs = _input_range(ht, kh, 0, params) * _input_range(wt, kernel[1], 1, params) * bt * cit
+    weights = kh * kernel[1] * cit * cot
+    outputs = ht * wt * bt * cot
+    share = target.getTilesPerSharedExchangeBus()
+    mult = np.where((share > 1) & (po % share == 0), 2, 1)
+    x_in = _exchange(inputs - inputs // po, size, target, mult) * (not floor)
+    x_w = _exchange(weights - weights // (fh * fw * bs), size, target)
+    depth = ks * pi
+    x_p = _exchange(outputs, size, target)
+    later = lambda o, d: _reduce_exchange_later_stages(o, d, size, target)  # noqa: E731
+    x_later = _per_depth(outputs, depth, later)
+    # the transforms of the whole convolution (addTransformCycleEstimate)
+    memcpy, xbpc = target.getDataPathWidth() // 8, target.getExchangeBytesPerCycle()
+    pad_in, pad_out = ci % icg != 0, co % ocg != 0
+    zero = np.zeros(used.shape, np.int64)
+
+    def copy(b: np.ndarray, rate: int, f: int) -> np.ndarray:
+        return -(-(b * 5) // (rate * f))
+
+    def xch(b: np.ndarray) -> np.ndarray:
+        return np.ceil(b / xbpc).astype(np.int64)
+
+    whole_in = (int(_input_range(out_shape[0], kernel[0], 0, params))
+                * int(_input_range(out_shape[1], kernel[1], 1, params)))  # fmt: skip
+    f_io = _scale(ci * co)
+    tr_in = tr_w = tr_out = zero
+    in_b = w_b = out_b = zero
+    if rearrange[0] or (pad_in and not floor):  # rearrangeInput
+        in_b = -(-(whole_in * params.batchSize * ci_g * icg * size) // used)
+        tr_in = copy(in_b, min(memcpy, size), f_io) + xch(in_b)
+    if rearrange[1] or pad_in or pad_out:  # rearrangeWeights
+        w_b = -(-(kernel[0] * kernel[1] * ci_g * icg * co_g * ocg * size) // used)
+        tr_w = copy(w_b, min(memcpy, size), f_io) + xch(w_b)
+    if rearrange[2] or pad_out or ocg != FLOAT_WEIGHTS_PER_CONV_UNIT:  # rearrange, regroup
+        n_out = params.batchSize * out_shape[0] * out_shape[1] * co_g * ocg
+        out_b = -(-n_out // used) * size
+        if rearrange[2] or pad_out:
+            tr_out = copy(out_b, min(memcpy, size), _scale(co)) + xch(out_b)
+        else:
+            tr_out = copy(out_b, min(memcpy, ocg * size), _scale(co))
+    # the kernel's outer dimension padded to the weight height
+    pad, pad_bytes = amp_padding_estimate(
+        height, kernel[0], ks, 1, [kh, kernel[1]], [ht, wt], bt, cit, cot, 1, size,
+        target.getExchangeBytesPerCycle(), mult,
+    )  # fmt: skip
+    pad, pad_bytes = np.broadcast_to(pad, used.shape), np.broadcast_to(pad_bytes, used.shape)
+    if floor:
+        pad = pad_bytes = zero
+    # the reduction (no cast)
+    red_out = -(-outputs // depth)
+    reduce = _per_depth(red_out, depth, lambda o, d: _reduce_cycles(o, d, size, size, target))
+    terms = {"input exchange": x_in, "weight exchange": x_w, "partials exchange": x_p,
+             "later stages exchange": x_later, "input transform": tr_in,
+             "weight transform": tr_w, "output transform": tr_out, "padding": pad,
+             "reduce": reduce}  # fmt: skip
+    for key in skip:
+        terms[key] = zero
+    rest = sum(terms.values())
+    # the partial sums, at least the padded MACs over the AMP's rate and the used tiles
+    padded_macs = (params.batchSize * out_shape[0] * out_shape[1] * kernel[0] * kernel[1]
+                   * ci_g * icg * co_g * ocg)  # fmt: skip
+    least = -(-(padded_macs // (units * FLOAT_LOAD_ELEMS)) // used)
+    costed = np.ones(used.shape, bool) if limit is None else rest + least <= limit
+    compute = np.broadcast_to(least, used.shape).copy()
+    rows = np.stack([np.broadcast_to(x, used.shape)[costed] for x in (bt, ht, wt, kh, cit, cot)],
+                    axis=1)  # fmt: skip
+    if rows.size:
+        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        per = [_partial(vertex, params.batchSize, b, (h, w), (k, kernel[1]), c_in, c_out,
+                        workers) for b, h, w, k, c_in, c_out in uniq.tolist()]  # fmt: skip
+        compute[costed] = np.array(per, np.int64)[inv.ravel()]
+    terms["compute"] = compute
+    ok = padded_macs // (units * FLOAT_LOAD_ELEMS) <= used * compute
+    conv = size * (inputs + weights + outputs) + pad_bytes
+    red_bytes = np.where(depth > 1, red_out * depth * size, 0)
+    temp = np.maximum.reduce([2 * np.maximum.reduce([in_b, w_b, out_b]), conv, red_bytes])
+    return {"cycles": rest + compute, "bytes": temp, "ok": ok, **terms}
+
+
+def _partial(vertex: tuple[int, int, int], conv_batch: int, batch: int, field: tuple[int, int],
+             kernel: tuple[int, int], cit: int, cot: int, workers: int) -> int:  # fmt: skip
+    """``addPartialCalcCycleEstimate``'s AMP branch for one tile (FLOAT inputs and
+    partials)."""
+    units, icg, ocg = vertex
+    height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
+    if height == 1 and conv_batch == 1 and kernel == (1, 1) and field[0] == 1:
+        return int(amp_float_1x1_cycles(field[1], cit, cot, icg, ocg, units, workers))
+    return nx1_partial_cycles(
+        batch=batch, field_shape=field, kernel_shape=kernel, filter_height=height,
+        conv_groups=1, in_groups=cit // icg, out_groups=cot // ocg, out_chans_per_group=ocg,
+        num_conv_units=units, weight_bytes_per_conv_unit=FLOAT_WEIGHTS_PER_CONV_UNIT * FLOAT.size,
+        coeff_load_bytes_per_cycle=COEFF_LOAD_BYTES_PER_CYCLE, workers=workers,
+        float_activations=True, float_partials=True,
+    )  # fmt: skip
+
+
+def _vertex_name(sub: ConvParams, vertex: tuple[int, int, int], splits: dict[str, int]) -> str:
+    """The AMP vertex of a tile of the partition ``splits`` (``canUseConvPartial1x1Vertex``,
+    as :func:`_partial` prices it)."""
+    out_rows = int(sub.getOutputFieldShape()[0])
+    tile_kernel = (-(-int(sub.kernelShape[0]) // splits["kernelSplit[0]"]), int(sub.kernelShape[1]))
+    one = (vertex[1] == FLOAT_WEIGHTS_PER_CONV_UNIT and sub.batchSize == 1
+           and tile_kernel == (1, 1) and -(-out_rows // splits["fieldSplit[0]"]) == 1)  # fmt: skip
+    return "ConvPartial1x1Out" if one else "ConvPartialnx1"
+
+
+def best_plan(params: ConvParams, conv_pass: str, target: Any) -> dict[str, Any]:
+    """The least of :func:`forms_plans` (the first form in :data:`FORMS` order on a tie,
+    as ``createPlan`` keeps the first of equal costs), with ``forms``: each form's
+    ``(cycles, bytes)``."""
+    plans = forms_plans(params, conv_pass, target)
+    best = min(plans.values(), key=lambda p: p["cost"])
+    return {**best, "forms": {k: v["cost"] for k, v in plans.items()}}
+
+
+def form_plan(
+    params: ConvParams, conv_pass: str, target: Any, form: str, proportion: float = 0.6
+) -> dict[str, Any]:
+    """The least ``(cycles, temporary bytes)`` of the unswapped one-pass AMP plans of the
+    FLOAT convolution ``params`` in ``form`` (a key of :data:`FORMS`) within ``proportion``
+    of the tile, over the AMP candidates in ``getConvVertexAMPCandidates``' order (a later
+    one kept only when strictly lower) and every partition: ``form``, ``vertex`` ``(units,
+    icg, ocg)``, ``vertex name`` (``ConvPartial1x1Out`` or ``ConvPartialnx1``), ``splits``,
+    ``cost``, ``terms``, ``ties`` (partitions of that cost).
+
+    Raises
+    ------
+    ValueError
+        When ``params`` is not covered, ``form`` is unknown, or nothing fits.
+    """
+    _check(params, target, conv_pass)
+    if form not in FORMS:
+        raise ValueError(f"form_plan: form {form!r}; required one of {list(FORMS)}")
+    sub = form_params(params, FORMS[form])
+    bound = int(target.getBytesPerTile() * proportion)
+    best: dict[str, Any] | None = None
+    for vertex in amp_candidates(target):
+        splits = _partitions(sub, target, vertex[1], vertex[2])
+        expanded = bool(FORMS[form])
+        limit = None if best is None else best["cost"][0]
+        c = form_costs(sub, target, vertex, splits, (expanded, expanded, False), limit=limit)
+        fit = np.flatnonzero(c["ok"] & (c["bytes"] <= bound))
+        if not fit.size:
+            continue
+        order = np.lexsort((c["bytes"][fit], c["cycles"][fit]))
+        i = int(fit[order[0]])
+        cost = (int(c["cycles"][i]), int(c["bytes"][i]))
+        if best is None or cost < best["cost"]:
+            same = (c["cycles"][fit] == cost[0]) & (c["bytes"][fit] == cost[1])
+            best = {
+                "form": form, "vertex": vertex, "cost": cost, "ties": int(same.sum()),
+                "vertex name": _vertex_name(sub, vertex, {k: int(v[i]) for k, v in splits.items()}),
+                "splits": {k: int(v[i]) for k, v in splits.items()},
+                "terms": {k: int(c[k][i]) for k in c if k not in ("cycles", "bytes", "ok")},
+            }  # fmt: skip
+    if best is None:
+        raise ValueError(f"form_plan: no {form} partition of {params} fits {bound} B "
+                         "(hint: a larger availableMemoryProportion)")  # fmt: skip
+    return best
+
+
+def _expands(params: ConvParams, d: int) -> bool:
+    """``getExpandDimsCandidates``' test of field dimension ``d``: its expansion changes the
+    convolution (a kernel wider than one or padding) and its input is no smaller than
+    its kernel."""
+    it = params.inputTransform
+    changes = int(params.kernelShape[d]) != 1 or it.paddingLower[d] or it.paddingUpper[d]
+    return bool(changes) and int(params.inputFieldShape[d]) >= int(params.kernelShape[d])
+
+
+def forms_plans(params: ConvParams, conv_pass: str, target: Any) -> dict[str, dict[str, Any]]:
+    """:func:`form_plan` of every form ``getExpandDimsCandidates`` offers for ``params``
+    (a dimension whose expansion changes nothing, or whose input is smaller than its
+    kernel, is no candidate)."""
+    out = {}
+    for form, dims in FORMS.items():
+        if any(not _expands(params, d) for d in dims):
+            continue
+        out[form] = form_plan(params, conv_pass, target, form)
+    return out
+
+
+def describe_partition(splits: dict[str, int]) -> str:
+    """A partition as docs/planner.md states it: batch, field per dimension joined by a
+    dot, outer kernel dimension, output and input channels."""
+    x = " \N{MULTIPLICATION SIGN} "
+    return x.join([f"B {splits['batchSplit']}",
+                   f"field {splits['fieldSplit[0]']}\N{MIDDLE DOT}{splits['fieldSplit[1]']}",
+                   f"kernel {splits['kernelSplit[0]']}", f"Co {splits['outChanSplit.parallel']}",
+                   f"Ci {splits['inChanSplit.parallel']}"])  # fmt: skip
+
+
+def describe_form_plan(plan: dict[str, Any]) -> str:
+    """A form's plan as docs/planner.md states it."""
+    units, icg, ocg = plan["vertex"]
+    cycles, nbytes = plan["cost"]
+    return (f"{plan['form']}, {describe_partition(plan['splits'])}, AMP {icg} / {ocg} on "
+            f"{units} units, {cycles:,} cycles / {nbytes:,} B")  # fmt: skip
+
+
+#: ``addPartialCalcCycleEstimate``'s least AMP cycles of one vertex: the ``ConvPartialnx1``
+#: supervisor's loops over a conv, input and output group (16 + 14 + 14), below
+#: ``ConvPartial1x1Out``'s non-loop overhead (50).
+_LEAST_VERTEX = 44
+#: The terms a serial iteration's bound leaves out (the reduction and its later stages,
+#: made once over input channels; the input's exchange, counted 0 by ``floor``).
+_SERIAL_SKIP = ("reduce", "later stages exchange")
+
+
+def swapped_params(params: ConvParams, flat: tuple[int, ...]) -> ConvParams:
+    """A convolution no cheaper than ``createPlan``'s swapped form of ``params`` with the
+    field dimensions ``flat`` flattened into the output channels (``swapOperands``: batch
+    and output channels exchanged, the input field the kernel; ``calculateFlattenedParams``
+    with ``outChanFlattenDims``: a flattened dimension's outputs join the output channels,
+    its kernel the input channels, then the batch flattens into the innermost dimension of
+    a one-wide kernel): the same output field, batch, channels and kernel (the input's
+    extent, its padding left out) with no padding, so that :func:`form_costs` with
+    ``floor`` bounds it."""
+    out = [int(x) for x in params.getOutputFieldShape()]
+    kernel = [int(x) for x in params.inputFieldShape]
+    ci, co, batch = (
+        params.inputChannelsPerConvGroup,
+        params.batchSize,
+        params.outputChannelsPerConvGroup,
+    )
+    for d in flat:
+        co, ci = co * out[d], ci * int(params.kernelShape[d])
+        out[d], kernel[d] = 1, 1
+    flattenable = [d for d in range(2) if kernel[d] == 1]
+    if flattenable:
+        inner = flattenable[-1]
+        for d in flattenable[:-1]:
+            out[inner], out[d] = out[inner] * out[d], 1
+        out[inner], batch = out[inner] * batch, 1
+    field = [o + k - 1 for o, k in zip(out, kernel, strict=True)]
+    return ConvParams(FLOAT, batch, field, kernel, ci, co, outputType=FLOAT)
+
+
+def _inner_kernel_floor(kernel_inner: int, target: Any) -> int:
+    """The least ``ConvPartialnx1`` estimate of a tile whose kernel has ``kernel_inner``
+    positions in its inner dimension (``kernelSplit`` splits only the outer one, so every
+    tile has them all): ``getConvPartialnx1SupervisorInnerLoopCycleEstimateHalfFloat``
+    charges each ``12 + passes x (weight loads + 15 + 3)`` supervisor cycles at least
+    (a weight height of 1; 2 and 4 add 46 and 60 instead of 15), the weight loads
+    ``getConvPartialAmpSupervisorWeightLoadCycleEstimate``: ``units x 32 / 8`` bytes (the
+    fewest conv units), plus the outer loops' 14 and :data:`_LEAST_VERTEX`."""
+    units = min(u for u, _, _ in amp_candidates(target))
+    loads = units * FLOAT_WEIGHTS_PER_CONV_UNIT * FLOAT.size // COEFF_LOAD_BYTES_PER_CYCLE
+    return _LEAST_VERTEX + 14 + kernel_inner * (12 + loads + 15 + 3)
+
+
+def _one_pass_floor(
+    sub: ConvParams, target: Any, rearrange: tuple[bool, bool, bool], limit: int
+) -> int:
+    """The least :func:`form_costs` floor of ``sub`` over the AMP candidates and
+    partitions (no memory bound: it only removes candidates), exact up to ``limit``."""
+    best = None
+    for vertex in amp_candidates(target):
+        c = form_costs(sub, target, vertex, _partitions(sub, target, vertex[1], vertex[2]),
+                       rearrange, floor=True, limit=limit)  # fmt: skip
+        low = int(c["cycles"].min())
+        best = low if best is None else min(best, low)
+    assert best is not None
+    return best
+
+
+def _serial_floor(
+    sub: ConvParams, target: Any, limit: int, rearrange: tuple[bool, bool, bool]
+) -> int | None:
+    """The least cost of a serial plan of ``sub``'s form below ``limit`` (None if none):
+    a serial split ``S`` of the input or output channels (any count up to their grains)
+    runs ``S`` iterations, each on the tiles of the convolution of ``ceil(g / S)`` grains,
+    so each costs at least that convolution's weights' and partial sums' exchange, its
+    partial sums and the rearrangements of its weights and output and, over input
+    channels, of its input (``addEstimates`` multiplies the transforms by the serial
+    splits; over output channels the inputs' may be broadcast before the loop, so they
+    and the inputs' exchange are left out, as are the reduction and the slices), and at
+    least :data:`_LEAST_VERTEX` cycles, which bounds the counts worth trying."""
+    best: int | None = None
+    ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
+    for vertex in amp_candidates(target):
+        for kind, chans, grain in (("in", ci, vertex[1]), ("out", co, vertex[2])):
+            grains = -(-chans // grain)
+            for count in range(2, min(grains, limit // _LEAST_VERTEX) + 1):
+                if -(-grains // count) == -(-grains // (count - 1)):
+                    continue  # (the same iteration as a smaller count, which costs less)
+                n = -(-grains // count) * grain
+                it = ConvParams(FLOAT, sub.batchSize, list(sub.inputFieldShape),
+                                list(sub.kernelShape), n if kind == "in" else ci,
+                                n if kind == "out" else co,
+                                paddingLower=list(sub.inputTransform.paddingLower),
+                                paddingUpper=list(sub.inputTransform.paddingUpper),
+                                outputType=FLOAT)  # fmt: skip
+                # (a partition whose other terms pass the cap counts its least partial sums:
+                # still a lower bound)
+                cap = (limit if best is None else min(limit, best)) // count
+                skip = _SERIAL_SKIP + (("input transform",) if kind == "out" else ())
+                c = form_costs(it, target, vertex, _partitions(it, target, vertex[1], vertex[2]),
+                               rearrange, floor=True, limit=cap, skip=skip)  # fmt: skip
+                low = count * int(c["cycles"].min())
+                best = low if best is None else min(best, low)
+    return best
+
+
+def form_floors(
+    params: ConvParams, conv_pass: str, target: Any, limit: int
+) -> dict[str, int | None]:
+    """Lower bounds of Poplibs' cost of the FLOAT convolution's AMP plans that
+    :func:`forms_plans` does not cost, each exact or at least ``limit`` where a
+    bound passes it: ``"<form> serial"`` (a serial split of an unswapped form) and, for
+    each set of dimensions ``getOutChanFlattenDimsCandidates`` may flatten into the
+    output channels of the swapped form (a dimension whose input is no larger than its
+    kernel once swapped; no dimension of the swapped form expands, its input being
+    smaller than its kernel), ``"swapped, flattened <dims>"`` (one pass: its input, the
+    original weights, neither exchanged nor rearranged; the weights and output
+    rearranged, ``swapOperands != isMatmulOrFullyConnectedLayer``) and ``"swapped,
+    flattened <dims> serial"``. ``<dims>`` is ``none``, ``0``, ``1`` or ``both``. A
+    serial form whose channels have fewer than two grains has no plan (None); of a serial
+    form, the counts whose :data:`_LEAST_VERTEX` cycles a pass already reach ``limit``
+    are not bounded further (each costs more than ``limit``)."""
+    _check(params, target, conv_pass)
+    out: dict[str, int | None] = {}
+    for form, dims in FORMS.items():
+        sub = form_params(params, dims)
+        serial = _serial_floor(sub, target, limit, (bool(dims), bool(dims), False))
+        out[f"{form} serial"] = serial
+    names = {(): "none", (0,): "0", (1,): "1", (0, 1): "both"}
+    for flat, name in names.items():
+        sub = swapped_params(params, flat)
+        if int(sub.kernelShape[1]) > 1:  # (every tile has the whole inner kernel dimension)
+            least = _inner_kernel_floor(int(sub.kernelShape[1]), target)
+            out[f"swapped, flattened {name}"] = out[f"swapped, flattened {name} serial"] = least
+            continue
+        out[f"swapped, flattened {name}"] = _one_pass_floor(sub, target, (False, True, True), limit)
+        serial = _serial_floor(sub, target, limit, (False, True, True))
+        out[f"swapped, flattened {name} serial"] = serial
+    return out
