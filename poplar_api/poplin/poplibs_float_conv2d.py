@@ -84,6 +84,8 @@ from poplar_api.poplin.poplibs_matmul_model import (
     _reduce_exchange_later_stages,
     _splits,
 )
+from poplar_api.poplin.serial_estimates import _slice_cycles
+from poplar_api.popops.estimators import binary_op_1d_in_place_array
 from poplar_api.types import FLOAT
 
 __all__ = [
@@ -483,6 +485,41 @@ def _one_pass_floor(
     return best
 
 
+def _serial_terms(
+    whole: ConvParams,
+    it: ConvParams,
+    vertex: tuple[int, int, int],
+    splits: dict[str, np.ndarray],
+    count: int,
+    kind: str,
+    target: Any,
+) -> np.ndarray:
+    """What a serial iteration adds (``addDynamicSliceEstimate``: the tile's share of the
+    whole convolution's weights, and over input channels of its inputs, over ``count``;
+    over output channels ``addDynamicUpdateEstimate`` of the tile's outputs; over input
+    channels ``addInPlaceEstimate``'s addition of them, FLOAT), for the partitions
+    ``splits`` of the iteration ``it`` (as :mod:`.serial_estimates` restates them)."""
+    ocg = vertex[2]
+    used = np.prod([splits[k] for k in SPLITS], axis=0)
+    out_shape = [int(x) for x in it.getOutputFieldShape()]
+    co_g = -(-it.outputChannelsPerConvGroup // ocg)
+    outputs = (-(-it.batchSize // splits["batchSplit"])
+               * -(-out_shape[0] // splits["fieldSplit[0]"])
+               * -(-out_shape[1] // splits["fieldSplit[1]"])
+               * -(-co_g // splits["outChanSplit.parallel"]) * ocg)  # fmt: skip
+    outputs = -(-outputs // splits["inChanSplit.parallel"])
+    kpos = int(np.prod(whole.kernelShape))
+    ci, co = whole.inputChannelsPerConvGroup, whole.outputChannelsPerConvGroup
+    cycles = _slice_cycles(-(-(kpos * ci * co) // used), count, FLOAT, target)
+    if kind == "out":
+        return cycles + _slice_cycles(outputs, count, FLOAT, target)
+    inputs = -(-(whole.batchSize * int(np.prod(whole.inputFieldShape)) * ci) // used)
+    cycles = cycles + _slice_cycles(inputs, count, FLOAT, target)
+    add = binary_op_1d_in_place_array("ADD", "float", outputs, target.getNumWorkerContexts(),
+                                      target.getVectorWidth(FLOAT))  # fmt: skip
+    return cycles + add
+
+
 def _serial_floor(
     sub: ConvParams, target: Any, limit: int, rearrange: tuple[bool, bool, bool]
 ) -> int | None:
@@ -493,8 +530,9 @@ def _serial_floor(
     partial sums and the rearrangements of its weights and output and, over input
     channels, of its input (``addEstimates`` multiplies the transforms by the serial
     splits; over output channels the inputs' may be broadcast before the loop, so they
-    and the inputs' exchange are left out, as are the reduction and the slices), and at
-    least :data:`_LEAST_VERTEX` cycles, which bounds the counts worth trying."""
+    and the inputs' exchange are left out, as is the reduction), plus its slices, update or
+    in-place addition (:func:`_serial_terms`), and at least :data:`_LEAST_VERTEX` cycles,
+    which bounds the counts worth trying."""
     best: int | None = None
     ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
     for vertex in amp_candidates(target):
@@ -514,9 +552,11 @@ def _serial_floor(
                 # still a lower bound)
                 cap = (limit if best is None else min(limit, best)) // count
                 skip = _SERIAL_SKIP + (("input transform",) if kind == "out" else ())
-                c = form_costs(it, target, vertex, _partitions(it, target, vertex[1], vertex[2]),
-                               rearrange, floor=True, limit=cap, skip=skip)  # fmt: skip
-                low = count * int(c["cycles"].min())
+                parts = _partitions(it, target, vertex[1], vertex[2])
+                c = form_costs(it, target, vertex, parts, rearrange, floor=True, limit=cap,
+                               skip=skip)  # fmt: skip
+                extra = _serial_terms(sub, it, vertex, parts, count, kind, target)
+                low = count * int((c["cycles"] + extra).min())
                 best = low if best is None else min(best, low)
     return best
 
@@ -546,11 +586,10 @@ def form_floors(
     names = {(): "none", (0,): "0", (1,): "1", (0, 1): "both"}
     for flat, name in names.items():
         sub = swapped_params(params, flat)
-        if int(sub.kernelShape[1]) > 1:  # (every tile has the whole inner kernel dimension)
-            least = _inner_kernel_floor(int(sub.kernelShape[1]), target)
-            out[f"swapped, flattened {name}"] = out[f"swapped, flattened {name} serial"] = least
-            continue
-        out[f"swapped, flattened {name}"] = _one_pass_floor(sub, target, (False, True, True), limit)
+        # (every tile has the whole inner kernel dimension: a floor of any of its plans)
+        least = _inner_kernel_floor(int(sub.kernelShape[1]), target)
+        one = _one_pass_floor(sub, target, (False, True, True), limit)
         serial = _serial_floor(sub, target, limit, (False, True, True))
-        out[f"swapped, flattened {name} serial"] = serial
+        out[f"swapped, flattened {name}"] = max(one, least)
+        out[f"swapped, flattened {name} serial"] = None if serial is None else max(serial, least)
     return out
