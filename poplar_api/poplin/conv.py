@@ -128,8 +128,6 @@ def _search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     """The plan search of :func:`_plan`."""
     target = graph.getTarget()
     adopted = adopted_conv_plan(params, opts, target)
-    if adopted is None:
-        adopted = adopted_conv2d_plan(params, opts, target)
     if adopted is not None:
         return adopted
     split = int(opts.get("kernel_split", 1))
@@ -138,6 +136,15 @@ def _search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
         sub = largest_kernel_part(params, split)
         estimate = largest_block_estimate(sub, target, geometry_cache(graph, sub))
         return plan_convolution(sub, target, opts, estimate, kernel_split=split)
+    own = _own_search(graph, params, opts)
+    adopted = adopted_conv2d_plan(params, opts, target, own)
+    return own if adopted is None else adopted
+
+
+def _own_search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
+    """ipusim's own plan of ``params``: the cheaper of its plans of the convolution as
+    given and of its expanded (im2col) form."""
+    target = graph.getTarget()
     expand = opts.get("expand")
     if opts.get("method") == "VMAC":
         expand = False  # the expanded form has many input channels: no VMAC

@@ -39,7 +39,7 @@ from poplar_api.poplin.poplibs_conv_model import flattenable, mac_vertex_floor
 from poplar_api.poplin.poplibs_release import poplibs_release
 from poplar_api.types import FLOAT, HALF
 
-__all__ = ["adopted_conv2d_plan", "established_family_plan"]
+__all__ = ["adopted_conv2d_plan"]
 
 #: Convolution options a covered convolution may have (parsed: ``method`` and ``expand``
 #: are always present).
@@ -53,33 +53,43 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def established_family_plan(
-    params: ConvParams, target: Any, proportion: float = 0.6
-) -> dict[str, Any] | None:
-    """The plain AMP family's plan of ``params`` (:func:`~.poplibs_conv2d_model.family_plan`)
-    where it is Poplibs' plan: unique, and cheaper than every other AMP form's floor, the
-    SLIC floors and the MAC vertices' floor (module docstring); else None (also when the
-    model does not cover ``params``)."""
-    try:
-        family = family_plan(params, target, "AMP", proportion)
-    except ValueError:
-        return None
+def _established(params: ConvParams, target: Any, family: dict[str, Any]) -> bool:
+    """Whether the plain AMP family's plan of ``params`` (``family``,
+    :func:`~.poplibs_conv2d_model.family_plan`) is Poplibs' plan: unique, and cheaper
+    than every other AMP form's floor, the SLIC floors and the MAC vertices' floor
+    (module docstring)."""
     cycles = family["cost"][0]
     if family["ties"] != 1 or cycles >= mac_vertex_floor(params, target):
-        return None
+        return False
     if cycles >= min(v for v in slic_floors(params, target).values() if v is not None):
-        return None
-    if cycles >= min(amp_floors(params, target, cycles).values()):
-        return None
-    return family
+        return False
+    return cycles < min(amp_floors(params, target, cycles).values())
+
+
+def _same_partition(
+    own: ConvPlan, parts: tuple[int, ...], split: int, groups: tuple[int, int]
+) -> bool:
+    """Whether ``own`` is a one-pass, untransformed AMP plan of partition ``parts``, kernel
+    split ``split`` and grouping ``groups``."""
+    return (
+        own.method == "AMP"
+        and not (own.expanded or own.flattened or own.swapped)
+        and own.serial == 1
+        and own.in_serial == 1
+        and own.kernel_split == split
+        and tuple(own.parts) == parts
+        and (own.in_chans_per_group, own.out_chans_per_group) == groups
+    )
 
 
 def adopted_conv2d_plan(
-    params: ConvParams, opts: Mapping[str, Any], target: Any
+    params: ConvParams, opts: Mapping[str, Any], target: Any, own: ConvPlan | None = None
 ) -> ConvPlan | None:
     """The plan of ``params`` Poplibs' planner picks, with its kernel split, or None when
     ``params`` is not covered, the pick is not established or ipusim cannot run it
-    (module docstring)."""
+    (module docstring), or when ``own`` (ipusim's own plan, if given) already has the
+    family's partition: the plan is then the same whether or not the pick is established,
+    and the bounds of the other forms (seconds of host time) are not computed."""
     covered = (
         params.inputType == HALF
         and params.outputType == HALF
@@ -100,9 +110,12 @@ def adopted_conv2d_plan(
     if not covered:
         return None
     proportion = float(opts.get("availableMemoryProportion", 0.6))
-    family = established_family_plan(params, target, proportion)
+    try:
+        family = family_plan(params, target, "AMP", proportion)
+    except ValueError:
+        return None
     icg, ocg, units, _ = amp_groups(HALF, FLOAT, target, 8)
-    if family is None or tuple(family["groups"]) != (icg, ocg):
+    if tuple(family["groups"]) != (icg, ocg):
         return None
     s = family["splits"]
     split = int(s["kernelSplit[0]"])
@@ -118,6 +131,10 @@ def adopted_conv2d_plan(
     ]
     parts = [_ceil(n, b) for n, b in zip(sizes, blocks, strict=True)]
     if tuple(parts) != splits:  # (each split is the least giving its block)
+        return None
+    if own is not None and _same_partition(own, tuple(parts), split, (icg, ocg)):
+        return None
+    if not _established(params, target, family):
         return None
     sub = largest_kernel_part(params, split) if split > 1 else params
     rows = ([np.array([x], np.int64) for x in parts], [np.array([x], np.int64) for x in blocks])
