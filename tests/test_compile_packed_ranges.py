@@ -37,7 +37,7 @@ def test_field_pieces_after_a_local_prefix(seed: int, by_run: bool) -> None:
     listed ids and of runs."""
     rng = np.random.default_rng(seed)
     tiles, space = 6, 400
-    owner = np.repeat(rng.integers(0, tiles, 80), 5)[:space].astype(np.int32)
+    owner = np.repeat(rng.integers(0, tiles, 80), 5)[:space].astype(np.int16)  # tiles
     nv = 60
     vtiles = rng.integers(0, tiles, nv)
     starts = rng.integers(0, space - 30, nv)
