@@ -68,8 +68,10 @@ def test_owner_runs_cut_intervals_at_owner_changes(seed):
     """Disjoint sorted intervals cut wherever the owner changes: (owner, length) of
     each run, element by element in the test."""
     rng = np.random.default_rng(seed)
-    # the types the exchange planner passes: int16 owners (tiles), contiguous intervals
-    owner = np.repeat(rng.integers(0, 6, 80), rng.integers(1, 9, 80)).astype(np.int16)
+    # the types the exchange planner passes: contiguous intervals, int16 owners (the
+    # tiles of a space of fewer than 32,768 tiles) or int32 ones (more tiles)
+    owner = np.repeat(rng.integers(0, 6, 80), rng.integers(1, 9, 80))
+    owner = owner.astype(np.int32 if seed == 0 else np.int16)
     changes = np.flatnonzero(owner[1:] != owner[:-1]) + 1
     cuts = np.unique(rng.integers(0, owner.size, 40))
     lo, hi = cuts[:-1:2].copy(), cuts[1::2].copy()
