@@ -122,6 +122,21 @@ def test_row13_plan_and_floors() -> None:
     assert all(v > best["cost"][0] for v in floors.values() if v is not None)
 
 
+def test_canonical_gradient() -> None:
+    """conv2's input gradient as ipusim's getGradientParams gives it (padding 2, the output
+    truncated by 1 a side) is planned canonicalized: the truncation taken off the padding
+    (ConvParams::canonicalize), the same 14 x 14 output."""
+    conv2 = poplin.ConvParams(FLOAT, 32, [14, 14], [3, 3], 8, 16, paddingLower=[1, 1],
+                              paddingUpper=[1, 1])  # fmt: skip
+    grad = poplin.getGradientParams(conv2)
+    assert list(grad.inputTransform.paddingLower) == [2, 2]
+    c = pfc.canonical(grad)
+    assert list(c.inputTransform.paddingLower) == list(c.inputTransform.paddingUpper) == [1, 1]
+    assert not any(c.outputTransform.truncationLower + c.outputTransform.truncationUpper)
+    assert list(c.getOutputFieldShape()) == list(grad.getOutputFieldShape()) == [14, 14]
+    assert pfc.canonical(CONV1) is CONV1
+
+
 def test_not_covered() -> None:
     half = poplin.ConvParams(HALF, 1, [8, 8], [3, 3], 4, 4)
     with pytest.raises(ValueError, match="FLOAT/FLOAT needed"):

@@ -1,7 +1,8 @@
 """Poplibs' cost of the unswapped AMP plans of a FLOAT convolution over a 2-D field.
 
 For a FLOAT convolution with FLOAT partials (inputs, partials and output FLOAT, input
-padding only, one conv group, pass ``NONE``, ``INFERENCE_FWD``, ``TRAINING_FWD`` or
+padding only, or an output truncation :func:`canonical` turns into less padding, one conv
+group, pass ``NONE``, ``INFERENCE_FWD``, ``TRAINING_FWD`` or
 ``TRAINING_BWD``), this module restates what ``constructModel`` and ``addEstimates``
 (graphcore/poplibs ``7eac0f26``, ``lib/poplin/ConvModel.cpp``) cost for ``createPlan``'s
 unswapped one-pass AMP candidates (``lib/poplin/ConvPlan.cpp``), in each of the four
@@ -91,6 +92,7 @@ from poplar_api.types import FLOAT
 __all__ = [
     "FORMS",
     "best_plan",
+    "canonical",
     "describe_form_plan",
     "describe_partition",
     "form_costs",
@@ -131,6 +133,41 @@ def _check(params: ConvParams, target: Any, conv_pass: str) -> None:
             f"poplibs_float_conv2d: {params} is not covered: " + "; ".join(why) + " (hint: "
             "the model restates a FLOAT 2-D convolution with input padding only, one group)"
         )
+
+
+def canonical(params: ConvParams) -> ConvParams:
+    """``params`` as ``ConvParams::canonicalize`` (graphcore/poplibs 7eac0f26,
+    ``lib/poplin/ConvParams.cpp``) leaves it in the one step that applies to a padded input
+    and a truncated output ("Remove padding if the input is padded and the output is
+    truncated"): per field dimension and side, ``min(padding, truncation, untransformed
+    output - 1)`` taken off both (``getGradientParams`` returns its parameters so
+    canonicalized, ``ConvUtil.cpp``). Unflipped inputs only; other parameters unchanged."""
+    it, ot = params.inputTransform, params.outputTransform
+    if not any(ot.truncationLower) and not any(ot.truncationUpper):
+        return params
+    if any(it.flip):
+        raise ValueError(f"canonical: {params} has a flipped input (hint: not covered)")
+    lower, upper = list(it.paddingLower), list(it.paddingUpper)
+    t_lower, t_upper = list(ot.truncationLower), list(ot.truncationUpper)
+    for d in range(params.getNumFieldDims()):
+        full = params.getOutputSize(d) + t_lower[d] + t_upper[d]  # (untransformed output)
+        e = min(lower[d], t_lower[d], full - 1)
+        lower[d], t_lower[d] = lower[d] - e, t_lower[d] - e
+        e = min(upper[d], t_upper[d], full - 1)
+        upper[d], t_upper[d] = upper[d] - e, t_upper[d] - e
+    return ConvParams(
+        params.inputType, params.batchSize, list(params.inputFieldShape),
+        list(params.kernelShape), params.inputChannelsPerConvGroup,
+        params.outputChannelsPerConvGroup, params.numConvGroups,
+        {"paddingLower": lower, "paddingUpper": upper, "dilation": list(it.dilation),
+         "truncationLower": list(it.truncationLower),
+         "truncationUpper": list(it.truncationUpper)},
+        params.kernelTransform,
+        {"truncationLower": t_lower, "truncationUpper": t_upper,
+         "stride": list(ot.stride), "paddingLower": list(ot.paddingLower),
+         "paddingUpper": list(ot.paddingUpper)},
+        outputType=params.outputType,
+    )  # fmt: skip
 
 
 def form_params(params: ConvParams, dims: tuple[int, ...]) -> ConvParams:
@@ -342,13 +379,15 @@ def form_plan(
     of the tile, over the AMP candidates in ``getConvVertexAMPCandidates``' order (a later
     one kept only when strictly lower) and every partition: ``form``, ``vertex`` ``(units,
     icg, ocg)``, ``vertex name`` (``ConvPartial1x1Out`` or ``ConvPartialnx1``), ``splits``,
-    ``cost``, ``terms``, ``ties`` (partitions of that cost).
+    ``cost``, ``terms``, ``ties`` (partitions of that cost) and ``tied splits`` (each of
+    them, ``splits`` the first).
 
     Raises
     ------
     ValueError
         When ``params`` is not covered, ``form`` is unknown, or nothing fits.
     """
+    params = canonical(params)
     _check(params, target, conv_pass)
     if form not in FORMS:
         raise ValueError(f"form_plan: form {form!r}; required one of {list(FORMS)}")
@@ -368,8 +407,10 @@ def form_plan(
         cost = (int(c["cycles"][i]), int(c["bytes"][i]))
         if best is None or cost < best["cost"]:
             same = (c["cycles"][fit] == cost[0]) & (c["bytes"][fit] == cost[1])
+            tied = [{k: int(v[j]) for k, v in splits.items()} for j in fit[same].tolist()]
             best = {
                 "form": form, "vertex": vertex, "cost": cost, "ties": int(same.sum()),
+                "tied splits": tied,
                 "vertex name": _vertex_name(sub, vertex, {k: int(v[i]) for k, v in splits.items()}),
                 "splits": {k: int(v[i]) for k, v in splits.items()},
                 "terms": {k: int(c[k][i]) for k in c if k not in ("cycles", "bytes", "ok")},
@@ -393,6 +434,7 @@ def forms_plans(params: ConvParams, conv_pass: str, target: Any) -> dict[str, di
     """:func:`form_plan` of every form ``getExpandDimsCandidates`` offers for ``params``
     (a dimension whose expansion changes nothing, or whose input is smaller than its
     kernel, is no candidate)."""
+    params = canonical(params)
     out = {}
     for form, dims in FORMS.items():
         if any(not _expands(params, d) for d in dims):
@@ -577,6 +619,7 @@ def form_floors(
     serial form whose channels have fewer than two grains has no plan (None); of a serial
     form, the counts whose :data:`_LEAST_VERTEX` cycles a pass already reach ``limit``
     are not bounded further (each costs more than ``limit``)."""
+    params = canonical(params)
     _check(params, target, conv_pass)
     out: dict[str, int | None] = {}
     for form, dims in FORMS.items():
