@@ -71,7 +71,12 @@ import numpy as np
 
 from poplar_api.errors import TensorError
 from poplar_api.graph import Graph
-from poplar_api.poplin.conv_layout import input_tiles_in_memory_order, weight_tiles_in_memory_order
+from poplar_api.poplin.conv_layout import (
+    _grouping,
+    _weight_groups,
+    input_tiles_in_memory_order,
+    weight_tiles_in_memory_order,
+)
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.popops.rearrange import detectInnermostGrouping
@@ -224,12 +229,6 @@ def pads_operand(params: ConvParams, plan: ConvPlan, acts: bool) -> bool:
     return any(int(n) % max(int(grain), 1) for n, grain in grains)
 
 
-def _grouping(chans: int, per_group: int) -> int:
-    """The grouping a laid-out operand's memory order uses for ``chans`` channels grouped
-    ``per_group`` (:mod:`.conv_layout`: the largest divisor of both)."""
-    return math.gcd(int(chans), max(int(per_group), 1)) or 1
-
-
 def input_layout(params: ConvParams, plan: ConvPlan) -> tuple[np.ndarray, np.ndarray]:
     """The layout of the input :func:`~.conv_layout.grouped_input` would make for
     ``plan``, without making it: the memory position of each element of its canonical
@@ -238,7 +237,7 @@ def input_layout(params: ConvParams, plan: ConvPlan) -> tuple[np.ndarray, np.nda
     g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
     field = [int(x) for x in params.inputFieldShape]
     nd = len(field)
-    icg = _grouping(ci, plan.in_chans_per_group)
+    icg = _grouping(ci, plan.in_chans_per_group)  # (grouped_input's own)
     mem = np.arange(g * ci * b * math.prod(field), dtype=np.int64)
     mem = mem.reshape([g, ci // icg, b, *field, icg])
     view = mem.transpose([0, 2, *range(3, 3 + nd), 1, 3 + nd]).reshape([g, b, *field, ci])
@@ -251,12 +250,8 @@ def weights_layout(params: ConvParams, plan: ConvPlan) -> tuple[np.ndarray, np.n
     ``plan``, without making them: the memory position of each element of ``[G, Co, Ci,
     *kernel]`` (memory order ``[G][Co / ocg][Ci / icg][*kernel][ocg][icg]``) and the tile
     of each memory position."""
-    g, co, ci = (params.numConvGroups, params.outputChannelsPerConvGroup,
-                 params.inputChannelsPerConvGroup)  # fmt: skip
-    kernel = [int(x) for x in params.kernelShape]
+    g, co, ci, kernel, ocg, icg = _weight_groups(params, plan)  # (grouped_weights' own)
     nk = len(kernel)
-    ocg = _grouping(co, plan.out_chans_per_group)
-    icg = _grouping(ci, plan.in_chans_per_group)
     mem = np.arange(g * co * ci * math.prod(kernel), dtype=np.int64)
     mem = mem.reshape([g, co // ocg, ci // icg, *kernel, ocg, icg])
     view = mem.transpose([0, 1, 3 + nk, 2, 4 + nk, *range(3, 3 + nk)])
