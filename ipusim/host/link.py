@@ -196,7 +196,8 @@ class HostLink:
         )
         self.latency_cycles = cfg.host_latency_cycles if latency_cycles is None else latency_cycles
         self.busy_cycles: int = 0
-        self._active: dict[int, list] = {}  # id -> [remaining work, done event, background]
+        # id -> [remaining work, done event, background, equal copies it stands for]
+        self._active: dict[int, list] = {}
         self._next_id = 0
         self._last = Fraction(0)  # the link's exact clock
         self._version = 0
@@ -296,7 +297,10 @@ class _LinkGroup:
 
     @property
     def busy_cycles(self) -> int:
-        """Cycles of link work done so far, over all the links."""
+        """Cycles of link work done so far, over all the links (in a replicated run
+        whose replicas go in lockstep, ``ipusim.machine_replicas``, only the links of
+        replica 0's IPUs carry transfers, each standing for its link's copies: the
+        other links' equal work is not counted)."""
         return sum(link.busy_cycles for link in self.links)
 
     def transfer(
