@@ -260,6 +260,20 @@ def test_same_layout_on_hand_made_tensors():
         assert same_layout(graph, a, b) is want, what
 
 
+def test_same_layout_needs_every_element_on_the_graphs_tiles():
+    """An element not mapped yet, or mapped to a tile outside the (virtual) graph asked,
+    has no tile there: no elision, even where both operands agree element by element."""
+    _, graph = _graph()
+    a, b = (graph.addVariable(FLOAT, [2, 4], n) for n in ("a", "b"))
+    graph.mapElements(a, np.repeat([0, 1], 4))
+    assert not same_layout(graph, a, b)  # b unmapped
+    graph.mapElements(b, np.repeat([0, 1], 4))
+    assert same_layout(graph, a, b)
+    upper = graph.createVirtualGraph(1, 4)  # tiles 1..3: a's and b's first rows are outside
+    assert not same_layout(upper, a, b)
+    assert same_layout(upper, a[1], b[1])  # the second rows lie on its tile 0
+
+
 def poplin_concat(*parts, dim: int = 1):
     from poplar_api.tensor import concat
 

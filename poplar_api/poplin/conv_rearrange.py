@@ -141,18 +141,11 @@ def operand_rearrangements(
 
 
 def _tiles(graph: Graph, t: Tensor) -> np.ndarray:
-    """The tile of each of ``t``'s flat elements (-1 where unmapped)."""
-    spans = [(tile, iv.begin(), iv.end())
-             for tile, intervals in enumerate(graph.getTileMapping(t, throwOnUnmapped=False))
-             for iv in intervals]  # fmt: skip
-    tiles = np.full(t.numElements(), -1, np.int64)
-    if spans:
-        tile, begin, end = np.array(spans, np.int64).T
-        size = end - begin
-        # every interval's positions, one after another: begin + offset in the interval
-        first = np.repeat(begin - (np.cumsum(size) - size), size)
-        tiles[first + np.arange(int(size.sum()))] = np.repeat(tile, size)
-    return tiles
+    """The tile of each of ``t``'s flat elements (-1 where unmapped or on a tile outside
+    ``graph``): :meth:`~poplar_api.graph.Graph.elementTiles`, one lookup per element
+    rather than the intervals of ``getTileMapping`` expanded again."""
+    tiles = graph.elementTiles(t)
+    return np.where(tiles < 0, -1, tiles)
 
 
 def _region_starts(tiles: np.ndarray, ids: np.ndarray, order: np.ndarray) -> np.ndarray:
