@@ -67,6 +67,21 @@ def test_grouping_that_does_not_divide_the_row_is_one():
     assert detect_innermost_grouping(graph, t) == 1
 
 
+def test_grouping_counts_only_the_graphs_own_tiles():
+    """A stretch of the row on tiles outside a virtual graph is no interval of its
+    mapping, even when two such tiles follow each other; an element not mapped raises."""
+    _, graph = _graph()
+    t = graph.addVariable(FLOAT, [48], "t")
+    graph.mapElements(t, np.repeat([0, 1, 2, 3], [12, 12, 8, 16]))
+    assert detect_innermost_grouping(graph, t) == math.gcd(16, 48)  # 12 + 12 on 0, 1
+    upper = graph.createVirtualGraph(2, 4)  # tiles 0 and 1 are outside: 24 in a row
+    assert detect_innermost_grouping(upper, t) == math.gcd(16, 48)
+    u = graph.addVariable(FLOAT, [8], "u")
+    graph.mapElements(u[0:4], 0)
+    with pytest.raises(GraphError, match="element 4 of tensor 'u' is not mapped"):
+        detect_innermost_grouping(graph, u)
+
+
 # ------------------------------------------------------------ when a copy is elided
 def layouts_agree(graph: Graph, src, dst) -> bool:
     """Poplar's condition for eliding ``Copy(src, dst)``, tile by tile: the same flat

@@ -47,6 +47,7 @@ from poplar_api.popops.layout import _spans
 from poplar_api.program import Copy, Execute, Sequence
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, Type
+from poplar_api.vertices import UNMAPPED
 
 __all__ = [
     "addTransposeVertices",
@@ -92,7 +93,16 @@ def detectInnermostGrouping(graph: Graph, t: Tensor) -> int:
     n = row.numElements()
     breaks = np.flatnonzero(np.diff(row.flat_index()) != 1)
     contiguous = int(breaks[0]) + 1 if breaks.size else n
-    longest = max((iv.size() for regions in graph.getTileMapping(row) for iv in regions), default=0)
+    tiles = graph.elementTiles(row)
+    if (tiles == UNMAPPED).any():
+        graph.getTileMapping(row)  # raises, naming the first element not mapped
+    # the longest stretch of the row on one of this graph's tiles (getTileMapping's
+    # longest interval, without making the intervals)
+    cuts = np.flatnonzero(tiles[1:] != tiles[:-1]) + 1
+    starts = np.concatenate(([0], cuts))
+    lengths = np.diff(np.append(starts, n))
+    inside = tiles[starts] >= 0
+    longest = int(lengths[inside].max()) if inside.any() else 0
     grouping = math.gcd(int(longest), contiguous)
     return grouping if grouping and n % grouping == 0 else 1
 
