@@ -29,6 +29,7 @@ from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api import program as prog
 from poplar_api.errors import GraphError
 from poplar_api.poplin import conv as conv_module
+from poplar_api.poplin import conv_rearrange
 from poplar_api.poplin import matmul as matmul_module
 from poplar_api.poplin.conv_rearrange import detect_innermost_grouping, pads_operand, same_layout
 from tests.test_poplin import run_product
@@ -287,6 +288,30 @@ def test_same_layout_needs_every_element_on_the_graphs_tiles():
     upper = graph.createVirtualGraph(1, 4)  # tiles 1..3: a's and b's first rows are outside
     assert not same_layout(upper, a, b)
     assert same_layout(upper, a[1], b[1])  # the second rows lie on its tile 0
+
+
+def test_same_layout_of_large_tensors_checks_past_the_first_elements():
+    """Tensors longer than the elements compared first (conv_rearrange._PROBE): a
+    difference at the start or only at the end, an element not mapped at either end."""
+    _, graph = _graph()
+    n = 3 * conv_rearrange._PROBE + 5
+    tiles = np.repeat(np.arange(8), -(-n // 8))[:n]
+    a, b, c, d = (graph.addVariable(FLOAT, [n], name) for name in "abcd")
+    for t in (a, b, c):
+        graph.mapElements(t, tiles)
+    assert same_layout(graph, a, b)
+    graph.mapElements(c[n - 1 :], 0)  # the last element moves
+    assert not same_layout(graph, a, c)
+    graph.mapElements(d[1:], tiles[1:])  # d's first element not mapped
+    assert not same_layout(graph, a, d)
+    assert not same_layout(graph, d, a)
+    graph.mapElements(d[0:1], tiles[0:1])
+    assert same_layout(graph, a, d)
+    e = graph.addVariable(FLOAT, [n], "e")
+    graph.mapElements(e[: n - 1], tiles[: n - 1])  # e's last element not mapped
+    assert not same_layout(graph, e, a)
+    assert not same_layout(graph, a, e)
+    assert not same_layout(graph.createVirtualGraph(1, 8), a, b)  # a[0] on tile 0: outside
 
 
 def poplin_concat(*parts, dim: int = 1):
