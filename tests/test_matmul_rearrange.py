@@ -314,6 +314,19 @@ def test_same_layout_of_large_tensors_checks_past_the_first_elements():
     assert not same_layout(graph.createVirtualGraph(1, 8), a, b)  # a[0] on tile 0: outside
 
 
+def test_the_elements_compared_first_are_a_prefix():
+    """conv_rearrange._leading: a view of the first flat elements (1 to limit of them),
+    for consecutive tensors and transposed views, whatever the shape."""
+    _, graph = _graph()
+    v = graph.addVariable(FLOAT, [6, 7, 300], "v")
+    for t in (v, v.dimShuffle([2, 0, 1]), v.dimShuffle([1, 2, 0])[2:], v.flatten()):
+        for limit in (1, 299, 300, 1000, 5000, 20000):
+            head = conv_rearrange._leading(t, limit).flat_index()
+            assert 1 <= head.size <= limit
+            np.testing.assert_array_equal(head, t.flat_index()[: head.size])
+            assert head.size == min(limit, t.numElements()) or t.rank() > 1
+
+
 def poplin_concat(*parts, dim: int = 1):
     from poplar_api.tensor import concat
 

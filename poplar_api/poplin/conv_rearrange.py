@@ -147,13 +147,25 @@ def operand_rearrangements(
 _PROBE = 4096
 
 
+def _leading(t: Tensor, limit: int) -> Tensor:
+    """A view of ``t``'s first flat elements, at most ``limit`` (at least one): rows
+    of its leading dimensions, so no index of all of ``t`` is made (flattening a
+    transposed view copies its whole index)."""
+    while t.numElements() > limit:
+        per_row = t.numElements() // t.dim(0)
+        if per_row <= limit:
+            return t[0 : limit // per_row]
+        t = t[0]
+    return t
+
+
 def _first_tiles_differ(graph: Graph, src: Tensor, dst: Tensor) -> bool:
-    """Whether the first :data:`_PROBE` elements of ``src`` and ``dst`` (flat) lie on
-    different tiles, or one of them on none of ``graph``'s."""
+    """Whether the first (up to :data:`_PROBE`) flat elements of ``src`` and ``dst``
+    (one shape) lie on different tiles, or one of them on none of ``graph``'s."""
     if src.numElements() <= _PROBE:
         return False  # (the whole check is as cheap)
-    a = graph.elementTiles(src.flatten()[0:_PROBE])
-    b = graph.elementTiles(dst.flatten()[0:_PROBE])
+    a = graph.elementTiles(_leading(src, _PROBE))
+    b = graph.elementTiles(_leading(dst, _PROBE))
     return int(a.min()) < 0 or not np.array_equal(a, b)
 
 
