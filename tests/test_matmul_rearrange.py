@@ -327,6 +327,35 @@ def test_the_elements_compared_first_are_a_prefix():
             assert head.size == min(limit, t.numElements()) or t.rank() > 1
 
 
+def test_a_large_layout_is_checked_past_its_first_elements():
+    """rearranged with a destination's layout (memory position per element, tile per
+    position) on an operand longer than the elements compared first: elided only when
+    every element agrees, the destination made only for a copy that stays."""
+    _, graph = _graph()
+    n = 3 * conv_rearrange._PROBE + 5
+    tiles = np.repeat(np.arange(8), -(-n // 8))[:n]
+    src = graph.addVariable(FLOAT, [n], "src")
+    graph.mapElements(src, tiles)
+    made = []
+
+    def dst():
+        made.append(graph.addVariable(FLOAT, [n], "dst"))
+        graph.mapElements(made[-1], 0)
+        return made[-1]
+
+    seq = prog.Sequence()
+    ids = np.arange(n, dtype=np.int64)
+    assert conv_rearrange.rearranged(graph, src, dst, seq, "same", layout=(ids, tiles)) is src
+    moved = tiles.copy()
+    moved[-1] = (moved[-1] + 1) % 8  # the last element's position on another tile
+    kept = conv_rearrange.rearranged(graph, src, dst, seq, "moved", layout=(ids, moved))
+    assert made and kept is made[-1]
+    first = tiles.copy()
+    first[0] = 7  # the first element's position elsewhere
+    again = conv_rearrange.rearranged(graph, src, dst, seq, "first", layout=(ids, first))
+    assert len(made) == 2 and again is made[-1]
+
+
 def poplin_concat(*parts, dim: int = 1):
     from poplar_api.tensor import concat
 

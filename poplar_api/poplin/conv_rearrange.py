@@ -169,6 +169,18 @@ def _first_tiles_differ(graph: Graph, src: Tensor, dst: Tensor) -> bool:
     return int(a.min()) < 0 or not np.array_equal(a, b)
 
 
+def _first_layout_tiles_differ(
+    graph: Graph, src: Tensor, ids: np.ndarray, tiles: np.ndarray
+) -> bool:
+    """:func:`_first_tiles_differ` of ``src`` and a destination given as its layout
+    (``ids``, the memory position of each element, and ``tiles``, the tile of each
+    position, as :func:`rearranged` takes them): its first flat positions only."""
+    if src.numElements() <= _PROBE:
+        return False
+    a = graph.elementTiles(_leading(src, _PROBE))
+    return int(a.min()) < 0 or not np.array_equal(a, tiles[ids.flat[: a.size]])
+
+
 def _tiles(graph: Graph, t: Tensor) -> np.ndarray:
     """The tile of each of ``t``'s flat elements, negative where unmapped or on a tile
     outside ``graph`` (:meth:`~poplar_api.graph.Graph.elementTiles`: one lookup per
@@ -311,10 +323,12 @@ def rearranged(
                     f"source of shape {src.shape()}; they must be equal (hint: view the "
                     "layout's ids as the source is viewed)"
                 )
-            flat = ids.reshape(-1)
-            if src.numElements() == 0 or _same(_tiles(graph, src), tiles[flat],
-                                              src.flat_index(), flat):  # fmt: skip
+            if src.numElements() == 0:
                 return src
+            if not _first_layout_tiles_differ(graph, src, ids, tiles):
+                flat = ids.reshape(-1)
+                if _same(_tiles(graph, src), tiles[flat], src.flat_index(), flat):
+                    return src
         else:
             dst = dst() if callable(dst) else dst
             if same_layout(graph, src, dst):
