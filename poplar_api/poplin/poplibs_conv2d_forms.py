@@ -108,6 +108,42 @@ def _family_floor(params: ConvParams, target: Any, limit: float, skip: tuple[str
     return best
 
 
+class _Iterations:
+    """The one-pass terms of a serial plan's iteration (:func:`family_costs` of ``sub``
+    with :data:`_SERIAL_SKIP`'s terms left out) over every partition, for any cap: the
+    terms but the partial sums and the MAC inequality's least partial sums are computed
+    once, the partial-sum estimates of a partition once, when a cap first reaches it
+    (serial counts giving the same iteration share them; host time only)."""
+
+    def __init__(self, sub: ConvParams, target: Any, groups: tuple[int, int], kind: str):
+        self.sub, self.target, self.groups = sub, target, groups
+        self.skip = _SERIAL_SKIP[kind]
+        self.parts = _partitions(sub, target, "AMP", groups)
+        low = family_costs(sub, target, "AMP", groups, self.parts, -1, self.skip)
+        #: a partition's cycles when not costed: its terms plus the least partial sums
+        self.low = low["cycles"]
+        #: the inputs' exchange of each partition (added once over output channels)
+        self.inputs = (
+            family_costs(sub, target, "AMP", groups, self.parts, -1)["input exchange"]
+            if kind == "out"
+            else 0
+        )
+        self.exact = np.zeros(self.low.shape, np.int64)
+        self.known = np.zeros(self.low.shape, bool)
+
+    def costs(self, cap: float) -> tuple[np.ndarray, np.ndarray]:
+        """Which partitions :func:`family_costs` with limit ``cap`` costs, and its cycles
+        (the same values)."""
+        costed = self.low <= cap
+        need = costed & ~self.known
+        if need.any():
+            sub = {k: v[need] for k, v in self.parts.items()}
+            c = family_costs(self.sub, self.target, "AMP", self.groups, sub, None, self.skip)
+            self.exact[need] = c["cycles"]
+            self.known |= need
+        return costed, np.where(costed, self.exact, self.low)
+
+
 def _serial_floor(
     params: ConvParams, target: Any, limit: float, extra: tuple[int, int] = (0, 0)
 ) -> int:
@@ -118,6 +154,7 @@ def _serial_floor(
     (``broadcastInputBeforeLoop`` moves their rearrangement before the loop with their
     exchange: ``ConvModel.cpp``, ``addEstimates``)."""
     best: int | None = None
+    iterations: dict[tuple[int, int, str, int], _Iterations] = {}
     ci, co = params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup
     field = [int(x) for x in params.inputFieldShape]
     kernel = [int(x) for x in params.kernelShape]
@@ -130,16 +167,16 @@ def _serial_floor(
                 sub = _conv(params.batchSize, field, kernel,
                             sub_chans if kind == "in" else ci,
                             sub_chans if kind == "out" else co, pad)  # fmt: skip
-                skip = _SERIAL_SKIP[kind]
                 once = extra[0] if kind == "out" else 0
                 each = extra[1] + (extra[0] if kind == "in" else 0)
                 cap = ((limit if best is None else min(limit, best)) - once) / s - each
-                parts = _partitions(sub, target, "AMP", (icg, ocg))
-                c = family_costs(sub, target, "AMP", (icg, ocg), parts, cap, skip)
-                cycles = s * (c["cycles"] + each) + once
+                key = (icg, ocg, kind, sub_chans)
+                if key not in iterations:
+                    iterations[key] = _Iterations(sub, target, (icg, ocg), kind)
+                costed, costs = iterations[key].costs(cap)
+                cycles = s * (costs + each) + once
                 if kind == "out":  # (the inputs' exchange at least once, before the loop)
-                    cheap = family_costs(sub, target, "AMP", (icg, ocg), parts, -1)
-                    cycles = cycles + np.where(c["costed"], cheap["input exchange"], 0)
+                    cycles = cycles + np.where(costed, iterations[key].inputs, 0)
                 low = int(cycles.min())
                 best = low if best is None else min(best, low)
     assert best is not None

@@ -307,6 +307,44 @@ def _partitions(
     return {name: g[keep] for name, g in zip(SPLITS, grids, strict=True)}
 
 
+#: The partitions :func:`_least_partitions` costs first (those of the least lower bounds).
+_FIRST = 64
+
+
+def _least_partitions(
+    params: ConvParams,
+    target: Any,
+    method: str,
+    groups: tuple[int, int],
+    bound: int,
+    limit: float | None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The partitions of the grouping (in :func:`_partitions`' order) that may hold the
+    family's least cost within ``bound`` bytes and at most ``limit`` cycles, with
+    :func:`family_costs` of them: every partition within ``bound`` whose lower bound (its
+    cycles but the partial sums, plus the MAC inequality's least partial sums) is at most
+    the least cost found. The partitions of the least lower bounds are costed first, which
+    gives that cost; the rest are costed only where their bound does not pass it (a
+    partition above it cannot be the best nor tie with it), so the best, its ties and its
+    terms are those of costing every partition, in a fraction of the partial-sum estimates
+    (host time only)."""
+    splits = _partitions(params, target, method, groups)
+    low = family_costs(params, target, method, groups, splits, -1)  # (nothing costed)
+    within = np.flatnonzero(low["bytes"] <= bound)
+    if limit is not None:
+        within = within[low["cycles"][within] <= limit]
+    first = within[np.argsort(low["cycles"][within], kind="stable")[:_FIRST]]
+    sub = {k: v[np.sort(first)] for k, v in splits.items()}
+    c = family_costs(params, target, method, groups, sub, limit)
+    fit = c["ok"] & (c["bytes"] <= bound)
+    if fit.any():
+        least = int(c["cycles"][fit].min())
+        limit = least if limit is None else min(limit, least)
+        within = within[low["cycles"][within] <= limit]
+    sub = {k: v[within] for k, v in splits.items()}
+    return sub, family_costs(params, target, method, groups, sub, limit)
+
+
 def family_plan(
     params: ConvParams, target: Any, method: str = "AMP", proportion: float = 0.6
 ) -> dict[str, Any]:
@@ -325,9 +363,8 @@ def family_plan(
     best: dict[str, Any] | None = None
     groupings = AMP_GROUPINGS if method == "AMP" else [(SLIC_CHANS, SLIC_CHANS)]
     for groups in groupings:
-        splits = _partitions(params, target, method, groups)
         limit = None if best is None else best["cost"][0]
-        c = family_costs(params, target, method, groups, splits, limit)
+        splits, c = _least_partitions(params, target, method, groups, bound, limit)
         fit = np.flatnonzero(c["ok"] & (c["bytes"] <= bound))
         if not fit.size:
             continue

@@ -1,0 +1,82 @@
+"""The restated Poplibs convolution model's searches cost fewer partitions than exist
+(:func:`~poplar_api.poplin.poplibs_conv2d_model.family_plan` prunes by a lower bound,
+:func:`~poplar_api.poplin.poplibs_conv2d_forms.amp_floors`' serial floors share the
+estimates of equal iterations): their results are those of costing every partition,
+computed here by :func:`~poplar_api.poplin.poplibs_conv2d_model.family_costs` of all of
+them, on small convolutions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from resnet_rows_common import preset_target
+
+from poplar_api import HALF, poplin
+from poplar_api.poplin import poplibs_conv2d_model
+from poplar_api.poplin.poplibs_conv2d_forms import _SERIAL_SKIP, _Iterations
+from poplar_api.poplin.poplibs_conv2d_model import (
+    AMP_GROUPINGS,
+    SLIC_CHANS,
+    _partitions,
+    family_costs,
+    family_plan,
+)
+
+_CONVS = [
+    poplin.ConvParams(HALF, 1, [30, 20], [5, 3], 40, 24),
+    poplin.ConvParams(HALF, 2, [12, 12], [3, 3], 64, 32, paddingLower=[1, 1], paddingUpper=[1, 1]),
+]
+
+
+def _every_partition(params, target, method: str, proportion: float):
+    """The family's least ``(cycles, bytes)``, its tie count and the first partition of
+    it, every partition of every grouping costed."""
+    bound = int(target.getBytesPerTile() * proportion)
+    best = None
+    groupings = AMP_GROUPINGS if method == "AMP" else [(SLIC_CHANS, SLIC_CHANS)]
+    for groups in groupings:
+        splits = _partitions(params, target, method, groups)
+        c = family_costs(params, target, method, groups, splits)
+        fit = np.flatnonzero(c["ok"] & (c["bytes"] <= bound))
+        if not fit.size:
+            continue
+        cost = min(zip(c["cycles"][fit].tolist(), c["bytes"][fit].tolist(), strict=True))
+        if best is None or cost < best[0]:
+            same = [i for i in fit if (c["cycles"][i], c["bytes"][i]) == cost]
+            best = (cost, len(same), {k: int(v[same[0]]) for k, v in splits.items()})
+    return best
+
+
+@pytest.mark.parametrize("params", _CONVS, ids=["5x3", "3x3"])
+@pytest.mark.parametrize("method", ["AMP", "SLIC"])
+@pytest.mark.parametrize("proportion", [0.6, 0.05])
+@pytest.mark.parametrize("first", [1, 64])
+def test_family_plan_is_that_of_every_partition(
+    params, method, proportion, first, monkeypatch
+) -> None:
+    """Whether 1 or 64 partitions are costed first (the least found then prunes)."""
+    monkeypatch.setattr(poplibs_conv2d_model, "_FIRST", first)
+    t = preset_target("mk2-ipumodel")
+    want = _every_partition(params, t, method, proportion)
+    if want is None:
+        with pytest.raises(ValueError, match=r"no .* partition"):
+            family_plan(params, t, method, proportion)
+        return
+    got = family_plan(params, t, method, proportion)
+    assert (got["cost"], got["ties"], got["splits"]) == (want[0], want[1], want[2])
+
+
+@pytest.mark.parametrize("kind", ["in", "out"])
+def test_serial_iterations_are_family_costs_at_every_cap(kind) -> None:
+    """The same :class:`_Iterations` asked for rising and falling caps gives
+    :func:`family_costs`' costed partitions and cycles at each cap."""
+    t = preset_target("mk2-ipumodel")
+    sub = _CONVS[1]
+    groups = (16, 8)
+    it = _Iterations(sub, t, groups, kind)
+    parts = _partitions(sub, t, "AMP", groups)
+    for cap in (3000.0, 1500.0, 6000.0, 2500.5, -1.0):
+        c = family_costs(sub, t, "AMP", groups, parts, cap, _SERIAL_SKIP[kind])
+        costed, cycles = it.costs(cap)
+        np.testing.assert_array_equal(costed, c["costed"])
+        np.testing.assert_array_equal(cycles, c["cycles"])
