@@ -51,7 +51,9 @@ from poplar_api.poplin.conv_layout import (
 from poplar_api.poplin.conv_params import (
     ConvParams,
     expand_all_dims,
+    expand_dims,
     expanded_input_index,
+    expanded_weights_order,
     getGradientParams,
     getWeightUpdateParams,
 )
@@ -143,7 +145,8 @@ def _search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
 
 def _own_search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     """ipusim's own plan of ``params``: the cheaper of its plans of the convolution as
-    given and of its expanded (im2col) form."""
+    given and of its expanded (im2col) form (of the field dimensions a plan constraint's
+    ``expandDims`` names, else of all of them)."""
     target = graph.getTarget()
     expand = opts.get("expand")
     if opts.get("method") == "VMAC":
@@ -152,14 +155,32 @@ def _own_search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvP
     if expand is not True or int(np.prod(params.kernelShape)) == 1:
         estimate = largest_block_estimate(params, target, geometry_cache(graph, params))
         plan = plan_convolution(params, target, opts, estimate)
+    dims = _constrained_expansion(params, opts)
     if expand is not False and int(np.prod(params.kernelShape)) > 1:
-        eff = expand_all_dims(params)
+        eff = expand_all_dims(params) if dims is None else expand_dims(params, dims)
         estimate = largest_block_estimate(eff, target, geometry_cache(graph, eff))
         alt = plan_convolution(eff, target, opts, estimate, in_serial=False)
         if plan is None or alt.cost["total"] < plan.cost["total"]:
-            plan = dataclasses.replace(alt, expanded=True)
+            plan = dataclasses.replace(alt, expanded=True, expanded_dims=dims)
     assert plan is not None
     return plan
+
+
+def _constrained_expansion(params: ConvParams, opts: dict[str, Any]) -> tuple[int, ...] | None:
+    """The field dimensions a ``planConstraints`` ``expandDims`` names when they are
+    some but not all of ``params``' (Poplibs' ``expandSpatialDim`` of each), else None
+    (every dimension, or no constraint)."""
+    dims = opts.get("expand_dims")
+    if dims is None:
+        return None
+    nd = params.getNumFieldDims()
+    if any(d >= nd for d in dims):
+        raise GraphError(
+            f"convolution: planConstraints transform.expandDims={list(dims)} names a field "
+            f"dimension the {nd}-D convolution does not have; required dimensions in "
+            f"0..{nd - 1}"
+        )
+    return None if len(dims) == nd else tuple(dims)
 
 
 def _flat_act(act: Tensor, params: ConvParams) -> Tensor:
@@ -354,10 +375,13 @@ def _conv(
     # them straight (no positions made first and looked up again)
     act_pos, ker_pos = act.index, ker.index
     if plan.expanded:  # im2col: -1 marks a zero the tile reads from its own constant
-        act_pos = expanded_input_index(params, act_pos)
-        g_, co_ = ker_pos.shape[:2]
-        ker_pos = ker_pos.reshape(g_, co_, -1, *([1] * params.getNumFieldDims()))
-        params = expand_all_dims(params)
+        dims = plan.expanded_dims
+        act_pos = expanded_input_index(params, act_pos, dims)
+        eff = expand_dims(params, dims)
+        ker_pos = ker_pos.transpose(expanded_weights_order(params, dims))
+        ker_pos = ker_pos.reshape(*ker_pos.shape[:2], eff.inputChannelsPerConvGroup,
+                                  *eff.kernelShape)  # fmt: skip
+        params = eff
     nd = params.getNumFieldDims()
     g_n, b_n = params.numConvGroups, params.batchSize
     co_n = params.outputChannelsPerConvGroup
@@ -493,17 +517,19 @@ def _rearrange(
         graph, plan, opts.get("pass"), act.dimShuffle(inner), ker.dimShuffle(inner)
     )
     if plan.expanded:
-        eff = expand_all_dims(params)
+        dims = plan.expanded_dims
+        eff = expand_dims(params, dims)
         zero = graph.addConstant(act.elementType(), [1], 0, f"{name}/actsRearranged/padding")
         graph.setTileMapping(zero, 0)
         # the expanded input's element ids straight from the input's (-1: the zero's),
         # not positions made first and looked up again
-        ids = expanded_input_index(params, act.index)
+        ids = expanded_input_index(params, act.index, dims)
         np.copyto(ids, zero.index[0], where=ids < 0)
         act = Tensor(act.graph, act.elementType(), ids, f"{name}/actsExpanded")
         g, co = ker.dim(0), ker.dim(1)
-        ker = ker.reshape([g, co, eff.inputChannelsPerConvGroup, *([1] * nd)])
-        params, plan = eff, dataclasses.replace(plan, expanded=False)
+        ker = ker.dimShuffle(expanded_weights_order(params, dims))
+        ker = ker.reshape([g, co, eff.inputChannelsPerConvGroup, *eff.kernelShape])
+        params, plan = eff, dataclasses.replace(plan, expanded=False, expanded_dims=None)
     # (a copy Poplar elides, the destination laid out as the operand already is, is left
     # out, and its destination is not made)
     if re_act:

@@ -29,7 +29,7 @@ import numpy as np
 from poplar_api.graph import Graph
 from poplar_api.poplin.conv_ids import SeparableIds
 from poplar_api.poplin.conv_kernel_split import kernel_ranges
-from poplar_api.poplin.conv_params import ConvParams, expand_all_dims
+from poplar_api.poplin.conv_params import ConvParams, expand_dims, expanded_kernel_offsets
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.conv_serial import co_ranges, iteration_chans
 from poplar_api.tensor import Tensor
@@ -333,7 +333,8 @@ def input_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarra
     nd = len(fshape)
     icg = _grouping(ci, plan.in_chans_per_group)
     parts = [int(p) for p in plan.parts]
-    ktot = int(np.prod(params.kernelShape)) if plan.expanded else 1
+    eff = expand_dims(params, plan.expanded_dims) if plan.expanded else params
+    ktot = eff.inputChannelsPerConvGroup // ci  # (expanded kernel positions a channel)
     # the block of [G, Ci/icg, B, *F, icg] is the sum of one term per axis (the field
     # dimensions flattened, the channels' term over [Ci/icg, icg]): the block ids are
     # never made as an array (see _spread_terms)
@@ -428,7 +429,7 @@ def weight_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarr
     (:func:`spread_by_use`), in the memory order ``[G][Co / ocg][Ci / icg][*kernel]
     [ocg][icg]`` of :func:`grouped_weights`.
     """
-    eff = expand_all_dims(params) if plan.expanded else params
+    eff = expand_dims(params, plan.expanded_dims) if plan.expanded else params
     g, co, ci, kernel, ocg, icg = _weight_groups(params, plan)
     nk = len(kernel)
     parts = [int(p) for p in plan.parts]
@@ -440,10 +441,12 @@ def weight_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarr
     eci = int(eff.inputChannelsPerConvGroup)
     per = iteration_chans(plan, eci, "in")
     ciblk = np.minimum(np.arange(eci) % per // plan.blocks[-1], parts[-1] - 1)
-    # the expanded input channel of weight (c, *k) is c * prod(kernel) + k (row-major)
+    # the expanded input channel of weight (c, *k) is c * prod(expanded kernel) + k_e
+    # (k_e: k's flat position in the expanded dimensions, row-major)
     ktot = int(np.prod(kernel))
-    kprod = ktot if plan.expanded else 1
-    kk = np.arange(ktot) if plan.expanded else np.zeros(ktot, np.int64)
+    kprod = eci // ci
+    kk = (expanded_kernel_offsets(params, plan.expanded_dims).reshape(-1) if plan.expanded
+          else np.zeros(ktot, np.int64))  # fmt: skip
     ce = np.arange(ci).reshape(ci, 1) * kprod + kk.reshape(1, ktot)
     cik = ciblk[ce].reshape(ci // icg, icg, *kernel)  # [Ci/icg, icg, *K]
     cik = np.moveaxis(cik, 1, -1)  # [Ci/icg, *K, icg]

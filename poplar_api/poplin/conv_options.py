@@ -82,7 +82,7 @@ def parse_options(options: Mapping[str, Any] | None, what: str) -> dict[str, Any
 
 def _plan_constraints(text: str, what: str) -> dict[str, Any]:
     """The parts of a Poplibs plan-constraints JSON ipusim honours: the ``method``, the
-    ``expandDims`` transform (``[]``: no expansion; every field dimension: expand) and
+    ``expandDims`` transform (``[]``: no expansion; else the field dimensions expanded) and
     the ``swapOperands`` transform (matMul products only) and the kernel split
     (``partition.kernelSplit``, :mod:`.conv_kernel_split`); at the top level or under
     level ``"0"``. Other constraints are accepted and ignored."""
@@ -124,7 +124,14 @@ def _plan_constraints(text: str, what: str) -> dict[str, Any]:
                 f"{what}: planConstraints transform.expandDims={dims!r} must be a list of "
                 f"field dimensions"
             )
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+            raise GraphError(
+                f"{what}: planConstraints transform.expandDims={dims!r}; required field "
+                f"dimensions (ints >= 0), e.g. [1] for the width of a 2-D convolution"
+            )
         out["expand"] = bool(dims)
+        if dims:  # (the lowering checks them against the convolution's dimensions)
+            out["expand_dims"] = tuple(sorted(set(dims)))
     partition = data.get("partition", level.get("partition"))
     if isinstance(partition, dict) and "kernelSplit" in partition:
         out["kernel_split"] = _kernel_split(partition["kernelSplit"], what)

@@ -562,43 +562,102 @@ def getWeightUpdateParams(fwd: ConvParams) -> ConvParams:
 
 def expand_all_dims(params: ConvParams) -> ConvParams:
     """The 1x1 convolution that Poplibs' ``expandDims`` transform makes of ``params``
-    when it expands every field dimension: the kernel positions join the input channels
-    (channel ``c * prod(kernel) + k``), the field becomes the output positions read
-    (output padding kept as output padding), every other transform disappears.
+    when it expands every field dimension (:func:`expand_dims` of all of them)."""
+    return expand_dims(params)
 
-    The input of the expanded convolution is the gather :func:`expanded_input_index`
-    describes (an im2col of the transformed input, zeros where it reads padding).
-    """
-    ot = params.outputTransform
+
+def _expanded_set(params: ConvParams, dims: Sequence[int] | None) -> tuple[int, ...]:
+    """``dims`` (None: every field dimension) as sorted distinct field dimensions."""
     n = params.getNumFieldDims()
-    inner = [params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d] for d in range(n)]
-    ktot = int(np.prod(params.kernelShape))
+    if dims is None:
+        return tuple(range(n))
+    out = tuple(sorted({int(d) for d in dims}))
+    if any(d < 0 or d >= n for d in out):
+        raise GraphError(
+            f"ConvParams: expandDims={list(dims)} names a field dimension outside 0..{n - 1}; "
+            f"required dimensions of the {n}-D convolution's field; hint: [1] expands the "
+            f"width of a 2-D convolution"
+        )
+    return out
+
+
+def expand_dims(params: ConvParams, dims: Sequence[int] | None = None) -> ConvParams:
+    """The convolution Poplibs' ``expandDims`` transform makes of ``params`` when it
+    expands the field dimensions ``dims`` (None: every one).
+
+    Each expanded dimension is ``expandSpatialDim``'s (graphcore/poplibs ``7eac0f26``,
+    ``lib/poplin/Convolution.cpp``): its kernel positions join the input channels
+    (channel ``c * prod(expanded kernel) + k``, ``k`` the flat position in the expanded
+    dimensions' kernel), its kernel becomes one wide, its input becomes the output
+    positions read (after the output truncation and stride) and every transform of it
+    disappears but the output padding. Every other dimension keeps its field, kernel and
+    transforms. The input of the expanded convolution is the gather
+    :func:`expanded_input_index` describes (zeros where it reads padding or dilation).
+    """
+    dims = _expanded_set(params, dims)
+    n = params.getNumFieldDims()
+    it, kt, ot = params.inputTransform, params.kernelTransform, params.outputTransform
+    field, kernel = list(params.inputFieldShape), list(params.kernelShape)
+    ktot = int(np.prod([kernel[d] for d in dims], dtype=np.int64))
+    for d in dims:
+        field[d] = params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
+        kernel[d] = 1
+
+    def kept(values: tuple, none: Any) -> list:
+        return [none if d in dims else values[d] for d in range(n)]
+
+    def in_transform(t: InputTransform) -> dict[str, list]:
+        return {
+            "truncationLower": kept(t.truncationLower, 0),
+            "truncationUpper": kept(t.truncationUpper, 0),
+            "dilation": kept(t.dilation, 1),
+            "paddingLower": kept(t.paddingLower, 0),
+            "paddingUpper": kept(t.paddingUpper, 0),
+            "flip": kept(t.flip, False),
+        }
+
     return ConvParams(
         params.inputType,
         params.batchSize,
-        inner,
-        [1] * n,
+        field,
+        kernel,
         params.inputChannelsPerConvGroup * ktot,
         params.outputChannelsPerConvGroup,
         params.numConvGroups,
-        None,
-        None,
-        {"paddingLower": ot.paddingLower, "paddingUpper": ot.paddingUpper},
+        in_transform(it),
+        in_transform(kt),
+        {
+            "truncationLower": kept(ot.truncationLower, 0),
+            "truncationUpper": kept(ot.truncationUpper, 0),
+            "stride": kept(ot.stride, 1),
+            "paddingLower": list(ot.paddingLower),
+            "paddingUpper": list(ot.paddingUpper),
+        },
         outputType=params.outputType,
+        _signed=True,
     )
 
 
-def expanded_input_index(params: ConvParams, act_ids: np.ndarray) -> np.ndarray:
-    """Element ids of the expanded convolution's input ``[G, B, Ci * prod(K), *O]`` from
-    the original input's ids ``[G, B, Ci, *F]``; -1 marks a zero (padding, dilation)."""
+def expanded_input_index(
+    params: ConvParams, act_ids: np.ndarray, dims: Sequence[int] | None = None
+) -> np.ndarray:
+    """Element ids of the input of :func:`expand_dims` ``(params, dims)``,
+    ``[G, B, Ci * prod(expanded K), *field]`` (an expanded dimension's field its output
+    positions, every other dimension's as in ``params``), from the original input's ids
+    ``[G, B, Ci, *F]``; -1 marks a zero (padding, dilation)."""
+    dims = _expanded_set(params, dims)
     ot = params.outputTransform
     n = params.getNumFieldDims()
+    field = act_ids.shape[3:]
     maps = dim_maps(params)
     cols = []
     for d in range(n):
-        inner = params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
-        cols.append(maps[d][:, ot.paddingLower[d] : ot.paddingLower[d] + inner])
-    # index arrays broadcasting to [*K, *O]
+        if d in dims:
+            inner = params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
+            cols.append(maps[d][:, ot.paddingLower[d] : ot.paddingLower[d] + inner])
+        else:  # (read as it lies: one kernel position, every input position)
+            cols.append(np.arange(int(field[d]), dtype=np.int64)[None, :])
+    # index arrays broadcasting to [*K, *O] (K 1 in a dimension not expanded)
     idx = []
     for d, m in enumerate(cols):
         shape = [1] * (2 * n)
@@ -609,7 +668,6 @@ def expanded_input_index(params: ConvParams, act_ids: np.ndarray) -> np.ndarray:
         valid &= i >= 0
     # the flat field position read at each [*K, *O], then one gather along the rows of
     # [G * B * C, field] (not a gather of every element by n index arrays)
-    field = act_ids.shape[3:]
     offset = np.zeros(valid.shape, np.int64)
     for d, i in enumerate(idx):
         offset = offset * int(field[d]) + np.maximum(i, 0)
@@ -619,4 +677,29 @@ def expanded_input_index(params: ConvParams, act_ids: np.ndarray) -> np.ndarray:
     invalid = ~valid.reshape(-1)
     if invalid.any():
         out[:, invalid] = -1
-    return out.reshape(g, b, c * int(np.prod(params.kernelShape)), *valid.shape[n:])
+    ktot = int(np.prod(valid.shape[:n], dtype=np.int64))
+    return out.reshape(g, b, c * ktot, *valid.shape[n:])
+
+
+def expanded_weights_order(params: ConvParams, dims: Sequence[int] | None = None) -> list[int]:
+    """The permutation of the weights ``[G, Co, Ci, *K]`` that puts the expanded
+    dimensions' kernel right after the input channels (then every other kernel
+    dimension), so that a reshape to ``[G, Co, Ci * prod(expanded K), *kernel of
+    expand_dims(params, dims)]`` orders the channels as :func:`expanded_input_index`."""
+    dims = _expanded_set(params, dims)
+    n = params.getNumFieldDims()
+    rest = [d for d in range(n) if d not in dims]
+    return [0, 1, 2, *(3 + d for d in dims), *(3 + d for d in rest)]
+
+
+def expanded_kernel_offsets(params: ConvParams, dims: Sequence[int] | None = None) -> np.ndarray:
+    """``int64[*K]``: for each kernel position, ``k`` of the expanded input channel
+    ``c * prod(expanded K) + k`` its weights join in :func:`expand_dims` ``(params, dims)``
+    (its flat position in the expanded dimensions' kernel, row-major)."""
+    dims = _expanded_set(params, dims)
+    kernel = [int(k) for k in params.kernelShape]
+    coords = np.indices(kernel, dtype=np.int64)
+    out = np.zeros(kernel, np.int64)
+    for d in dims:
+        out = out * kernel[d] + coords[d]
+    return out

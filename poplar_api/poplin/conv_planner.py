@@ -242,9 +242,11 @@ class ConvPlan:
     memory_bytes: int = 0
     #: VMAC: conv groups a vertex processes together (4, 8 or 16); 1 otherwise.
     conv_groups_per_group: int = 1
-    #: Whether the plan is for the expanded (im2col, 1x1) form of the convolution
-    #: (:func:`~poplar_api.poplin.conv_params.expand_all_dims`).
+    #: Whether the plan is for an expanded (im2col) form of the convolution: of
+    #: :func:`~poplar_api.poplin.conv_params.expand_dims` of ``expanded_dims``
+    #: (None: every field dimension, the 1x1 form).
     expanded: bool = False
+    expanded_dims: tuple[int, ...] | None = None
     #: Whether the plan is for the flattened form of the convolution (Poplibs'
     #: ``flattenDims``: batch and field as one field dimension,
     #: :func:`~poplar_api.poplin.poplibs_conv_model.flat_params`); ``parts`` and

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from poplar_api.poplin.conv_kernel_split import kernel_ranges
-from poplar_api.poplin.conv_params import ConvParams
+from poplar_api.poplin.conv_params import ConvParams, expand_dims
 from poplar_api.poplin.conv_planner import ConvPlan
 
 __all__ = ["format_plan", "plan_summary", "vertex_name"]
@@ -36,7 +36,8 @@ def vertex_name(plan: ConvPlan, params: ConvParams) -> str:
     """The partial-sum vertex of ``plan``: ``ConvPartial1x1Out`` for an AMP plan whose
     (possibly expanded) kernel is one position without striding, else by method."""
     if plan.method == "AMP":
-        one = plan.expanded or int(np.prod(params.kernelShape)) == 1
+        kernel = (expand_dims(params, plan.expanded_dims) if plan.expanded else params).kernelShape
+        one = int(np.prod(kernel)) == 1
         if one and all(int(s) == 1 for s in params.outputTransform.stride):
             return "poplin::ConvPartial1x1Out"
     return _VERTICES.get(plan.method, plan.method)
@@ -58,7 +59,8 @@ def format_plan(params: ConvParams, plan: ConvPlan, release: str | None = None) 
     kernel_block = f"kernel {_kernel_block(plan, params)}, " if plan.kernel_split > 1 else ""
     cost = plan.cost
     serial = plan.serial > 1 or plan.in_serial > 1
-    expanded = ", ".join(map(str, range(nd))) if plan.expanded else ""
+    dims = range(nd) if plan.expanded_dims is None else plan.expanded_dims
+    expanded = ", ".join(map(str, dims)) if plan.expanded else ""
     lines = [
         f"  Estimated cost {{cycles {cost.get('total', 0)}, temporary bytes {plan.memory_bytes}}}",
         f"  Estimated cycles by phase {{exchange {cost.get('exchange', 0)}, partial sums "
@@ -121,7 +123,7 @@ def _kernel_block(plan: ConvPlan, params: ConvParams) -> list[int]:
     """The kernel of the largest tile block: its part's rows of the outer dimension
     (Poplibs' ``getParallelSplitBegin``), the whole of every other (1 when expanded)."""
     if plan.expanded:
-        return [1] * params.getNumFieldDims()
+        return [int(k) for k in expand_dims(params, plan.expanded_dims).kernelShape]
     rows = max(b - a for a, b in kernel_ranges(params.kernelShape[0], plan.kernel_split))
     return [rows, *[int(k) for k in params.kernelShape[1:]]]
 
