@@ -47,7 +47,9 @@ ranking follows them; the final choice uses the estimators themselves):
   leading term).
 
 The lowering plans both the convolution as given and its ``expandDims`` form
-(:func:`~poplar_api.poplin.conv_params.expand_all_dims`) and keeps the cheaper.
+(:func:`~poplar_api.poplin.conv_params.expand_all_dims`) and keeps the cheaper; a
+``planConstraints`` ``expandDims`` naming some dimensions only plans that form
+(:func:`~poplar_api.poplin.conv_params.expand_dims`, ``ConvPlan.expanded_dims``).
 
 The vertical MAC (``ConvPartialVerticalMac``) is a candidate for HALF depthwise
 convolutions (:func:`vmac_groups`); its closed form is derived from the leading terms
@@ -73,7 +75,7 @@ ipusim's own search does not try one.
 Not modelled: multi-stage reductions, the SLIC family,
 input-channel serial splits of an expanded convolution and the planner's other
 transforms (swapping the operands of a convolution that is not a matMul, expanding
-some dimensions only, flattening the batch into the field); docs/planner.md compares
+some dimensions only unasked, flattening the batch into the field); docs/planner.md compares
 ipusim's plans with Poplibs'. A HALF matMul product the Poplibs model covers is planned
 by it instead (:mod:`~poplar_api.poplin.poplibs_plans`), and so is a HALF convolution
 whose batch and field flatten into one dimension, as its flattened form
