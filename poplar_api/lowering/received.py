@@ -166,6 +166,15 @@ def raise_distance(dst, sender, here, per_ipu, column, row, distance):  # pragma
         distance[sender] = d
 
 
+#: Ids up to which an interval's senders and messages are found by reading its ids'
+#: owners one by one rather than by searching the owner changes for its ends (two
+#: searches of an array of a change per stretch of one owner, each a cache miss or more
+#: on a large space). The CNN step of ``examples/cnn``: 609 k intervals from 1.04 M
+#: ranges in 67 merges, replayed: 33.2 ms searching every interval, 26.3 ms reading
+#: up to 8 ids, 28.1 up to 16, 31.2 up to 32 (medians of six, load 6.6-7.5).
+WALK_IDS = 8
+
+
 @numba.njit(cache=True, nogil=True)
 def _merge_received(
     lo,
@@ -173,6 +182,7 @@ def _merge_received(
     stride,
     changes,
     stretch_owner,
+    owner,
     column,
     row,
     elements,
@@ -234,22 +244,42 @@ def _merge_received(
         out_tile[m] = dst
         m += 1
         elements[dst] += b - a
-        c_lo = _gallop(changes, a, pos, True)
-        c_hi = _gallop(changes, b, c_lo, False)
-        pos = c_lo
-        messages[dst] += 1 + c_hi - c_lo
-        # the stretch holding the interval's first id (c_lo changes lie at or before
-        # it), then the stretch begun at each change inside: their owners, read from
-        # an array of one entry per stretch where the changes are searched, not from
-        # the space's tile array (a cache miss per interval on a large space)
-        for c in range(c_lo, c_hi + 1):
-            sender = stretch_owner[c]
-            if n_pairs:
-                if pairs[dst * n_pairs + sender] == stamp:
-                    continue  # a pair seen before: its distance is counted already
-                pairs[dst * n_pairs + sender] = stamp
-                senders[dst] += 1
-            raise_distance(dst, sender, here, per_ipu, column, row, distance)
+        if b - a <= WALK_IDS:
+            # a short interval: its ids' owners read one by one (the owner of its first
+            # id, then each change of owner), where searching the changes for both ends
+            # costs a look-up or more of a large array each
+            sender = owner[a]
+            n_msgs = 1
+            for i in range(a, b):
+                if i > a:
+                    if owner[i] == sender:
+                        continue
+                    sender = owner[i]
+                    n_msgs += 1
+                if n_pairs:
+                    if pairs[dst * n_pairs + sender] == stamp:
+                        continue  # a pair seen before: its distance is counted already
+                    pairs[dst * n_pairs + sender] = stamp
+                    senders[dst] += 1
+                raise_distance(dst, sender, here, per_ipu, column, row, distance)
+            messages[dst] += n_msgs
+        else:
+            c_lo = _gallop(changes, a, pos, True)
+            c_hi = _gallop(changes, b, c_lo, False)
+            pos = c_lo
+            messages[dst] += 1 + c_hi - c_lo
+            # the stretch holding the interval's first id (c_lo changes lie at or
+            # before it), then the stretch begun at each change inside: their owners,
+            # read from an array of one entry per stretch where the changes are
+            # searched, not from the space's tile array (a cache miss per interval)
+            for c in range(c_lo, c_hi + 1):
+                sender = stretch_owner[c]
+                if n_pairs:
+                    if pairs[dst * n_pairs + sender] == stamp:
+                        continue  # a pair seen before: its distance is counted already
+                    pairs[dst * n_pairs + sender] = stamp
+                    senders[dst] += 1
+                raise_distance(dst, sender, here, per_ipu, column, row, distance)
         if k < lo.size:
             cur_lo = x
             cur_hi = x + ln
@@ -339,7 +369,8 @@ def merge_received(
         if stretch_owner is None:
             stretch_owner = stretch_owners(owner, changes)
         m = _merge_received(
-            lo, length, stride, changes, stretch_owner, column, row, elements, messages, distance,
+            lo, length, stride, changes, stretch_owner, owner, column, row, elements, messages,
+            distance,
             out_a, out_b, out_tile, *(_NO_PAIRS if pairs is None else pairs), int(bits),
             int(stamp),
         )  # fmt: skip
