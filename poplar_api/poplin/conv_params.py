@@ -586,7 +586,7 @@ def expand_dims(params: ConvParams, dims: Sequence[int] | None = None) -> ConvPa
     expands the field dimensions ``dims`` (None: every one).
 
     Each expanded dimension is ``expandSpatialDim``'s (graphcore/poplibs ``7eac0f26``,
-    ``lib/poplin/Convolution.cpp``): its kernel positions join the input channels
+    ``lib/poplin/ConvTransforms.cpp``): its kernel positions join the input channels
     (channel ``c * prod(expanded kernel) + k``, ``k`` the flat position in the expanded
     dimensions' kernel), its kernel becomes one wide, its input becomes the output
     positions read (after the output truncation and stride) and every transform of it
