@@ -503,7 +503,8 @@ def test_merge_received_without_pairs_shares_the_planners_compiled_pass():
     seen, senders = np.zeros(9, np.uint8), np.zeros(3, np.int64)
     received.merge_received(lo, length, stride, changes, owner, (zeros, zeros), 3, (seen, senders))
     assert senders.tolist() == [2, 2, 0]  # tile 0 from tiles 2 and 0, tile 1 from 1 and 2
-    maps = {sig[13].dtype for sig in received._merge_received.signatures}
+    at = received._merge_received.py_func.__code__.co_varnames.index("pairs")
+    maps = {sig[at].dtype for sig in received._merge_received.signatures}
     assert maps == {types.uint8}
 
 
