@@ -47,10 +47,32 @@ def _every_partition(params, target, method: str, proportion: float):
     return best
 
 
-@pytest.mark.parametrize("params", _CONVS, ids=["5x3", "3x3"])
-@pytest.mark.parametrize("method", ["AMP", "SLIC"])
-@pytest.mark.parametrize("proportion", [0.6, 0.05])
-@pytest.mark.parametrize("first", [1, 64])
+def _cases() -> list:
+    """Every (first, proportion, method, convolution); the AMP cases of the 5x3 kernel and
+    those costing 64 partitions first take 3-5 s of CPU each (every partition costed for
+    the reference), so they run with the slow tests; the 3x3 AMP cases costing one
+    partition first (the most pruning) and every SLIC case run by default."""
+    out = []
+    for first in (1, 64):
+        for proportion in (0.6, 0.05):
+            for method in ("AMP", "SLIC"):
+                for name, params in zip(("5x3", "3x3"), _CONVS, strict=True):
+                    heavy = method == "AMP" and (name == "5x3" or first == 64)
+                    marks = [pytest.mark.slow] if heavy else []
+                    out.append(
+                        pytest.param(
+                            params,
+                            method,
+                            proportion,
+                            first,
+                            marks=marks,
+                            id=f"{first}-{proportion}-{method}-{name}",
+                        )
+                    )
+    return out
+
+
+@pytest.mark.parametrize("params,method,proportion,first", _cases())
 def test_family_plan_is_that_of_every_partition(
     params, method, proportion, first, monkeypatch
 ) -> None:
