@@ -75,7 +75,7 @@ from poplar_api.poplin.poplibs_matmul_model import (
 from poplar_api.poplin.poplibs_slic_estimates import WINDOW, slic_partial_cycles
 from poplar_api.types import FLOAT, HALF
 
-__all__ = ["SPLITS", "describe_family", "family_costs", "family_plan", "slic_floors"]
+__all__ = ["SPLITS", "describe_family", "family_costs", "family_plan", "slic_floors", "uncovered"]
 
 #: The partition variables of a 2-D convolution's one-pass plans, by ``constructModel``'s
 #: names (``kernelSplit[0]``: the outer kernel dimension; the inner one is not split).
@@ -95,24 +95,35 @@ SLIC_CHANS = 4
 _MAX_MACS = {"AMP": _UNITS * 4, "SLIC": min(4, SLIC_CHANS) * WINDOW * 2}
 
 
-def _check(params: ConvParams, target: Any) -> None:
+def uncovered(params: ConvParams, target: Any, dtype: Any, kernel_flip: bool) -> list[str]:
+    """Why ``params`` is not a convolution the restated 2-D models cover: ``dtype`` inputs
+    and output, a 2-D field, one conv group, input padding only (a flipped kernel too where
+    ``kernel_flip``), on one IPU. Empty when it is; each entry names the value found and
+    what is needed, for the models' errors."""
     why = []
-    if params.inputType != HALF or params.outputType != HALF:
-        why.append(f"types {params.inputType.name}/{params.outputType.name} (HALF/HALF needed)")
+    if params.inputType != dtype or params.outputType != dtype:
+        want = f"{dtype.name.upper()}/{dtype.name.upper()}"
+        why.append(f"types {params.inputType.name}/{params.outputType.name} ({want} needed)")
     if params.getNumFieldDims() != 2:
         why.append(f"{params.getNumFieldDims()} field dimensions (2 needed)")
     if params.numConvGroups != 1:
         why.append(f"{params.numConvGroups} conv groups (1 needed)")
     it, kt, ot = params.inputTransform, params.kernelTransform, params.outputTransform
     if any(it.dilation[d] != 1 or kt.dilation[d] != 1 or ot.stride[d] != 1 or it.flip[d]
-           or kt.flip[d] or it.truncationLower[d] or it.truncationUpper[d]
-           or kt.paddingLower[d] or kt.paddingUpper[d] or kt.truncationLower[d]
-           or kt.truncationUpper[d] or ot.paddingLower[d] or ot.paddingUpper[d]
-           or ot.truncationLower[d] or ot.truncationUpper[d]
+           or (kt.flip[d] and not kernel_flip) or it.truncationLower[d]
+           or it.truncationUpper[d] or kt.paddingLower[d] or kt.paddingUpper[d]
+           or kt.truncationLower[d] or kt.truncationUpper[d] or ot.paddingLower[d]
+           or ot.paddingUpper[d] or ot.truncationLower[d] or ot.truncationUpper[d]
            for d in range(params.getNumFieldDims())):  # fmt: skip
-        why.append("a dilation, stride, flip, truncation or kernel/output padding")
+        flip = "input flip" if kernel_flip else "flip"
+        why.append(f"a dilation, stride, {flip}, truncation or kernel/output padding")
     if target.getNumTiles() != target.getTilesPerIPU():
         why.append(f"{target.getNumTiles() // target.getTilesPerIPU()} IPUs (1 needed)")
+    return why
+
+
+def _check(params: ConvParams, target: Any) -> None:
+    why = uncovered(params, target, HALF, False)
     if why:
         raise ValueError(
             f"poplibs_conv2d_model: {params} is not covered: " + "; ".join(why) + " (hint: "

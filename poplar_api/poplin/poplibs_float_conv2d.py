@@ -71,7 +71,7 @@ from poplar_api.poplin.poplibs_amp_estimates import (
     amp_padding_estimate,
     nx1_partial_cycles,
 )
-from poplar_api.poplin.poplibs_conv2d_model import SPLITS, _input_range
+from poplar_api.poplin.poplibs_conv2d_model import SPLITS, _input_range, uncovered
 from poplar_api.poplin.poplibs_float_candidates import (
     FLOAT_LOAD_ELEMS,
     FLOAT_WEIGHTS_PER_CONV_UNIT,
@@ -110,24 +110,9 @@ _PASSES = ("NONE", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD")
 
 
 def _check(params: ConvParams, target: Any, conv_pass: str) -> None:
-    why = []
-    if params.inputType != FLOAT or params.outputType != FLOAT:
-        why.append(f"types {params.inputType.name}/{params.outputType.name} (FLOAT/FLOAT needed)")
-    if params.getNumFieldDims() != 2:
-        why.append(f"{params.getNumFieldDims()} field dimensions (2 needed)")
-    if params.numConvGroups != 1:
-        why.append(f"{params.numConvGroups} conv groups (1 needed)")
-    it, kt, ot = params.inputTransform, params.kernelTransform, params.outputTransform
-    if any(it.dilation[d] != 1 or kt.dilation[d] != 1 or ot.stride[d] != 1 or it.flip[d]
-           or it.truncationLower[d] or it.truncationUpper[d] or kt.paddingLower[d]
-           or kt.paddingUpper[d] or kt.truncationLower[d] or kt.truncationUpper[d]
-           or ot.paddingLower[d] or ot.paddingUpper[d] or ot.truncationLower[d]
-           or ot.truncationUpper[d] for d in range(params.getNumFieldDims())):  # fmt: skip
-        why.append("a dilation, stride, input flip, truncation or kernel/output padding")
+    why = uncovered(params, target, FLOAT, True)
     if conv_pass not in _PASSES:
         why.append(f"pass {conv_pass!r} (one of {_PASSES} needed)")
-    if target.getNumTiles() != target.getTilesPerIPU():
-        why.append(f"{target.getNumTiles() // target.getTilesPerIPU()} IPUs (1 needed)")
     if why:
         raise ValueError(
             f"poplibs_float_conv2d: {params} is not covered: " + "; ".join(why) + " (hint: "
