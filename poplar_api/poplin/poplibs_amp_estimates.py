@@ -44,7 +44,11 @@ from typing import Any
 import numpy as np
 
 from poplar_api.poplin import amp
-from poplar_api.poplin.conv_estimator_common import zero_supervisor_cycles, zero_worklist
+from poplar_api.poplin.conv_estimator_common import (
+    CountLists,
+    zero_supervisor_cycles,
+    zero_worklist,
+)
 from poplar_api.poplin.conv_estimators import conv_partial_nx1_cycles
 
 __all__ = [
@@ -195,19 +199,32 @@ def partition_by_worker(
             f"partition_by_worker: workers={workers}, batch={batch}: required workers >= 1 "
             "and batch >= 0"
         )
+    return [list(c) for c in _worker_counts(int(batch), shape, int(workers), dil, st)]
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _worker_counts(
+    batch: int,
+    shape: tuple[int, ...],
+    workers: int,
+    dil: tuple[int, ...],
+    st: tuple[int, ...],
+) -> tuple[tuple[int, ...], ...]:
+    """:func:`partition_by_worker` of checked arguments, remembered: a plan search asks
+    for the same tile field under every channel and kernel split it prices."""
     out_stride = [d // math.gcd(d, s) for d, s in zip(dil, st, strict=True)]
     active = [-(-n // o) for n, o in zip(shape, out_stride, strict=True)]
     per_row = active[-1]
     total = batch * math.prod(active[:-1]) * per_row
-    out: list[list[int]] = []
+    out = []
     for i in range(workers):
         begin, end = i * total // workers, (i + 1) * total // workers
         counts = []
         if begin != end:
             for row in range(begin // per_row, (end - 1) // per_row + 1):
                 counts.append(min(end, (row + 1) * per_row) - max(begin, row * per_row))
-        out.append(counts)
-    return out
+        out.append(tuple(counts))
+    return tuple(out)
 
 
 def nx1_partial_cycles(
@@ -318,7 +335,9 @@ def _nx1(
     outer = -(-kernel[0] // filter_height)
     inner_elems = math.prod(kernel[1:])
     counts = partition_by_worker(batch, field, workers, input_dilation, stride)
-    lists = [[entries] * (outer * inner_elems) for entries in counts]
+    # valid counts by construction: the estimator checks the lists' shape, not each entry,
+    # and costs a kernel position's equal lists (one object) once
+    lists = CountLists([[entries] * (outer * inner_elems) for entries in counts])
     return zero + conv_partial_nx1_cycles(
         lists,
         num_conv_groups=conv_groups,
