@@ -272,7 +272,6 @@ def test_adopted_horizontal_mac_passes_match_numpy(dims) -> None:
     """Forward passes on the 8-tile target the model plans on the horizontal MAC: ipusim
     runs the model's partition and grouping, and the product's values are numpy's."""
     from poplar_api import poplin
-    from tests.test_poplin import run_product
 
     _, m, k, n = dims
     target = _target("tiny")
@@ -284,18 +283,7 @@ def test_adopted_horizontal_mac_passes_match_numpy(dims) -> None:
                           opts)  # fmt: skip
     assert (plan.method, plan.in_chans_per_group, plan.parts) == (
         "HMAC", model["groups"][0], _model_parts(model))  # fmt: skip
-    rng = np.random.default_rng(2829)
-    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
-
-    def make(graph):
-        A = poplin.createMatMulInputLHS(graph, HALF, [m, k], [k, n], "A", opts)
-        B = poplin.createMatMulInputRHS(graph, HALF, [m, k], [k, n], "B", opts)
-        return A, B, [(A, a), (B, b)]
-
-    c, _, _ = run_product("tiny", a, b, HALF, make=make, opts=opts)
-    ref = a.astype(np.float64) @ b.astype(np.float64)
-    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2e-3, atol=2e-2)
+    _assert_product_is_numpys(m, k, n, opts, 2829)
 
 
 @pytest.mark.parametrize("dims", [(1, 4, 24, 16), (1, 8, 48, 40)])
@@ -304,7 +292,6 @@ def test_adopted_fully_connected_passes_match_numpy(dims) -> None:
     (``M K N / (4 T)`` below the plan's cycles; one unswapped, one swapped): ipusim plans
     the layer separately with the model's plan, and the product's values are numpy's."""
     from poplar_api import poplin
-    from tests.test_poplin import run_product
 
     _, m, k, n = dims
     target = _target("tiny")
@@ -319,18 +306,7 @@ def test_adopted_fully_connected_passes_match_numpy(dims) -> None:
     plan = poplin.getPlan(Graph(IPUModel("tiny").createDevice().getTarget()), dims, HALF, HALF,
                           opts)  # fmt: skip
     assert not plan.joint and (plan.parts, plan.swapped) == (adopted[1].parts, adopted[1].swapped)
-    rng = np.random.default_rng(2828)
-    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
-
-    def make(graph):
-        A = poplin.createMatMulInputLHS(graph, HALF, [m, k], [k, n], "A", opts)
-        B = poplin.createMatMulInputRHS(graph, HALF, [m, k], [k, n], "B", opts)
-        return A, B, [(A, a), (B, b)]
-
-    c, _, _ = run_product("tiny", a, b, HALF, make=make, opts=opts)
-    ref = a.astype(np.float64) @ b.astype(np.float64)
-    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2e-3, atol=2e-2)
+    _assert_product_is_numpys(m, k, n, opts, 2828)
 
 
 def test_a_poplibs_horizontal_mac_plan_runs_its_grouping() -> None:
@@ -352,3 +328,23 @@ def test_a_poplibs_horizontal_mac_plan_runs_its_grouping() -> None:
     own_halved = dataclasses.replace(halved, release="")
     assert estimate(halved) > estimate(conv)
     assert estimate(own_halved) == estimate(own) == estimate(conv)
+
+
+def _assert_product_is_numpys(m: int, k: int, n: int, opts: dict, seed: int) -> None:
+    """The HALF product of random ``m x k`` and ``k x n`` operands made by
+    createMatMulInputLHS / RHS with ``opts``, run on the 8-tile target, is numpy's."""
+    from poplar_api import poplin
+    from tests.test_poplin import run_product
+
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+
+    def make(graph):
+        A = poplin.createMatMulInputLHS(graph, HALF, [m, k], [k, n], "A", opts)
+        B = poplin.createMatMulInputRHS(graph, HALF, [m, k], [k, n], "B", opts)
+        return A, B, [(A, a), (B, b)]
+
+    c, _, _ = run_product("tiny", a, b, HALF, make=make, opts=opts)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2e-3, atol=2e-2)

@@ -72,6 +72,7 @@ from poplar_api.poplin.poplibs_amp_estimates import (
     nx1_partial_cycles,
 )
 from poplar_api.poplin.poplibs_conv2d_model import SPLITS, _input_range, uncovered
+from poplar_api.poplin.poplibs_conv2d_model import _partitions as _family_partitions
 from poplar_api.poplin.poplibs_float_candidates import (
     FLOAT_LOAD_ELEMS,
     FLOAT_WEIGHTS_PER_CONV_UNIT,
@@ -83,7 +84,6 @@ from poplar_api.poplin.poplibs_matmul_model import (
     _per_depth,
     _reduce_cycles,
     _reduce_exchange_later_stages,
-    _splits,
 )
 from poplar_api.poplin.serial_estimates import _slice_cycles
 from poplar_api.popops.estimators import binary_op_1d_in_place_array
@@ -189,19 +189,9 @@ def form_params(params: ConvParams, dims: tuple[int, ...]) -> ConvParams:
 
 
 def _partitions(params: ConvParams, target: Any, icg: int, ocg: int) -> dict[str, np.ndarray]:
-    tiles = target.getNumTiles()
-    out_shape = [int(x) for x in params.getOutputFieldShape()]
-    axes = [
-        _splits(params.batchSize, tiles)[0],
-        _splits(out_shape[0], tiles)[0],
-        _splits(out_shape[1], tiles)[0],
-        _splits(int(params.kernelShape[0]), tiles)[0],
-        _splits(-(-params.outputChannelsPerConvGroup // ocg), tiles)[0],
-        _splits(-(-params.inputChannelsPerConvGroup // icg), tiles)[0],
-    ]
-    grids = [g.ravel() for g in np.meshgrid(*axes, indexing="ij")]
-    keep = np.prod(grids, axis=0) <= tiles
-    return {name: g[keep] for name, g in zip(SPLITS, grids, strict=True)}
+    """``constructModel``'s partitions of an AMP plan of input and partial groupings
+    ``icg`` / ``ocg``: those of the HALF model's family, which have no type of their own."""
+    return _family_partitions(params, target, "AMP", (icg, ocg))
 
 
 def _scale(chans: int) -> int:
