@@ -16,6 +16,7 @@ import pytest
 
 from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel, poplin
 from poplar_api import program as prog
+from poplar_api.errors import TensorError
 from poplar_api.poplin import conv_rearrange
 from poplar_api.poplin.conv import _plan
 from poplar_api.poplin.conv_layout import grouped_input, grouped_weights
@@ -121,3 +122,51 @@ def test_an_elided_copy_holds_no_tile_memory(monkeypatch) -> None:
     assert {"mm/actsRearranged", "mm/weightsRearranged"} <= {n.split("[")[0] for n in names_then}
     assert then - now == (16 * 8 + 8 * 16) * 4
     assert np.array_equal(occupied, occupied_then)
+
+
+def test_a_kept_copy_lays_out_its_destination_once(monkeypatch) -> None:
+    """A convolution of linearly mapped operands keeps both rearranging copies: the tiles
+    of each destination are made once, by the layout test, and the destination variable
+    is mapped by them (its elements, in memory order, on the tiles made). Checked to fail
+    (two calls each) with the tiles not passed to ``grouped_input`` / ``grouped_weights``."""
+    from poplar_api import poputil
+    from poplar_api.poplin import conv_layout
+
+    made: list[tuple[str, np.ndarray]] = []
+    reals = {n: getattr(conv_layout, n) for n in ("input_tiles_in_memory_order",
+                                                  "weight_tiles_in_memory_order")}  # fmt: skip
+
+    def spy(name):
+        def counted(plan, params):
+            made.append((name, reals[name](plan, params)))
+            return made[-1][1]
+
+        return counted
+
+    for module in (conv_layout, conv_rearrange):
+        for name in reals:
+            monkeypatch.setattr(module, name, spy(name))
+    graph = _graph()
+    a = graph.addVariable(FLOAT, [2, 8, 9, 7], "in")
+    w = graph.addVariable(FLOAT, [1, 16, 8, 3, 3], "w")
+    poputil.mapTensorLinearly(graph, a)
+    poputil.mapTensorLinearly(graph, w)
+    seq = prog.Sequence()
+    poplin.convolution(graph, a, w, CONVS[1], False, seq, "c")
+    kept = {c.debugName: c.dst for c in seq.programs if isinstance(c, prog.Copy)}
+    assert set(kept) == {"c/actsRearranged", "c/weightsRearranged"}
+    assert sorted(name for name, _ in made) == sorted(reals)
+    for (_, tiles), key in zip(sorted(made, key=lambda m: m[0]), sorted(kept), strict=True):
+        dst = kept[key]  # a view of the whole destination variable: memory order by id
+        in_memory_order = _tiles(graph, dst)[np.argsort(dst.flat_index())]
+        assert np.array_equal(in_memory_order, tiles.reshape(-1))
+
+
+def test_tiles_of_another_size_are_refused() -> None:
+    """``grouped_input`` given tiles for fewer elements than its variable names both."""
+    params = CONVS[1]
+    graph = _graph()
+    plan = _plan(graph, params, parse_options({}, "t"))
+    _, tiles = input_layout(params, plan)
+    with pytest.raises(TensorError, match=r"'x': 1007 tiles given .*\(1008 elements\)"):
+        grouped_input(graph, params, plan, "x", tiles=tiles[:-1])

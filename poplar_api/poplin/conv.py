@@ -531,18 +531,21 @@ def _rearrange(
         ker = ker.reshape([g, co, eff.inputChannelsPerConvGroup, *eff.kernelShape])
         params, plan = eff, dataclasses.replace(plan, expanded=False, expanded_dims=None)
     # (a copy Poplar elides, the destination laid out as the operand already is, is left
-    # out, and its destination is not made)
+    # out, and its destination is not made; a copy that stays maps its destination by the
+    # tiles its layout test made)
     if re_act:
         where = f"{name}/actsRearranged"
-        make = functools.partial(grouped_input, graph, params, plan, where, internal=True)
         pad = pads_operand(params, plan, True)
         layout = None if pad else input_layout(params, plan)
+        tiles = None if layout is None else layout[1]
+        make = functools.partial(grouped_input, graph, params, plan, where, True, tiles)
         act = rearranged(graph, act, make, prog, where, pad, layout)
     if re_ker:
         where = f"{name}/weightsRearranged"
-        make = functools.partial(grouped_weights, graph, params, plan, where)
         pad = pads_operand(params, plan, False)
         layout = None if pad else weights_layout(params, plan)
+        tiles = None if layout is None else layout[1]
+        make = functools.partial(grouped_weights, graph, params, plan, where, tiles)
         ker = rearranged(graph, ker, make, prog, where, pad, layout)
     return act, ker, params, plan
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
+from poplar_api.errors import TensorError
 from poplar_api.graph import Graph
 from poplar_api.poplin.conv_ids import SeparableIds
 from poplar_api.poplin.conv_kernel_split import kernel_ranges
@@ -496,7 +497,12 @@ def _weight_groups(params: ConvParams, plan: ConvPlan) -> tuple[int, int, int, l
 
 
 def grouped_input(
-    graph: Graph, params: ConvParams, plan: ConvPlan, name: str, internal: bool = False
+    graph: Graph,
+    params: ConvParams,
+    plan: ConvPlan,
+    name: str,
+    internal: bool = False,
+    tiles: np.ndarray | None = None,
 ) -> Tensor:
     """A new input ``[G, B, C, *field]`` (the canonical view) laid out as the plan wants.
 
@@ -507,14 +513,19 @@ def grouped_input(
     are :func:`input_tiles`. With ``internal`` (a copy the convolution makes for
     itself), the view is made from its ids (:func:`grouped_ids`) and named after the
     variable, not derived by ``dimShuffle`` and ``reshape``, which copy an array of
-    every id across.
+    every id across. ``tiles``, when given, are :func:`input_tiles_in_memory_order` of
+    ``plan`` already made (any shape of that size; a caller that tested the layout
+    before making the tensor, as :func:`~.conv_rearrange.rearranged` does, has them).
     """
     g, b, ci = params.numConvGroups, params.batchSize, params.inputChannelsPerConvGroup
     field = [int(x) for x in params.inputFieldShape]
     nd = len(field)
     icg = _grouping(ci, plan.in_chans_per_group)
-    var = graph.addVariable(params.inputType, [g, ci // icg, b, *field, icg], name)
-    graph.mapElements(var, input_tiles_in_memory_order(plan, params))  # no view's ids gathered
+    shape = [g, ci // icg, b, *field, icg]
+    var = graph.addVariable(params.inputType, shape, name)
+    if tiles is None:
+        tiles = input_tiles_in_memory_order(plan, params)
+    graph.mapElements(var, _memory_tiles(tiles, shape, name))  # no view's ids gathered
     # [G, Ci/icg, B, *F, icg] -> [G, B, *F, Ci/icg, icg] -> [G, B, *F, Ci]
     perm = [0, 2, *range(3, 3 + nd), 1, 3 + nd]
     if internal:
@@ -525,18 +536,38 @@ def grouped_input(
     return view.dimShuffle([0, 1, 2 + nd, *range(2, 2 + nd)])
 
 
-def grouped_weights(graph: Graph, params: ConvParams, plan: ConvPlan, name: str) -> Tensor:
+def grouped_weights(
+    graph: Graph, params: ConvParams, plan: ConvPlan, name: str, tiles: np.ndarray | None = None
+) -> Tensor:
     """New weights ``[G, Co, Ci, *kernel]`` laid out as the plan wants.
 
     Their memory order is Poplibs' ``[G][Co / ocg][Ci / icg][*kernel][ocg][icg]``
     (``createWeightsImpl``, as :func:`grouped_input`): the weights of one partial
     vertex's output- and input-channel group are one run. Their tiles are
-    :func:`weight_tiles`.
+    :func:`weight_tiles`; ``tiles``, when given, are :func:`weight_tiles_in_memory_order`
+    of ``plan`` already made (as :func:`grouped_input`'s).
     """
     g, co, ci, kernel, ocg, icg = _weight_groups(params, plan)
     nk = len(kernel)
-    var = graph.addVariable(params.inputType, [g, co // ocg, ci // icg, *kernel, ocg, icg], name)
+    shape = [g, co // ocg, ci // icg, *kernel, ocg, icg]
+    var = graph.addVariable(params.inputType, shape, name)
     # -> [G, Co/ocg, ocg, Ci/icg, icg, *K] -> [G, Co, Ci, *K]
     perm = [0, 1, 3 + nk, 2, 4 + nk, *range(3, 3 + nk)]
-    graph.mapElements(var, weight_tiles_in_memory_order(plan, params))
+    if tiles is None:
+        tiles = weight_tiles_in_memory_order(plan, params)
+    graph.mapElements(var, _memory_tiles(tiles, shape, name))
     return var.dimShuffle(perm).reshape([g, co, ci, *kernel])
+
+
+def _memory_tiles(tiles: np.ndarray, shape: Sequence[int], name: str) -> np.ndarray:
+    """``tiles`` (one per memory position) as the variable of ``shape`` named ``name``;
+    a clear error when their count is not the variable's."""
+    tiles = np.asarray(tiles)
+    if tiles.size != math.prod(shape):
+        raise TensorError(
+            f"'{name}': {tiles.size} tiles given for a laid-out operand of shape "
+            f"{list(shape)} ({math.prod(shape)} elements); one tile per element is needed "
+            "(hint: pass input_tiles_in_memory_order / weight_tiles_in_memory_order of "
+            "the same plan)"
+        )
+    return tiles.reshape(shape)

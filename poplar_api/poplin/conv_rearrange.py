@@ -74,6 +74,7 @@ from poplar_api.graph import Graph
 from poplar_api.poplin.conv_layout import (
     _grouping,
     _weight_groups,
+    grouped_ids,
     input_tiles_in_memory_order,
     weight_tiles_in_memory_order,
 )
@@ -275,9 +276,10 @@ def input_layout(params: ConvParams, plan: ConvPlan) -> tuple[np.ndarray, np.nda
     field = [int(x) for x in params.inputFieldShape]
     nd = len(field)
     icg = _grouping(ci, plan.in_chans_per_group)  # (grouped_input's own)
-    mem = np.arange(g * ci * b * math.prod(field), dtype=np.int64)
-    mem = mem.reshape([g, ci // icg, b, *field, icg])
-    view = mem.transpose([0, 2, *range(3, 3 + nd), 1, 3 + nd]).reshape([g, b, *field, ci])
+    # [G, Ci/icg, B, *F, icg] -> [G, B, *F, Ci]: summed from each dimension's offsets
+    # (an arange transposed and reshaped copies every id across, three times slower)
+    perm = [0, 2, *range(3, 3 + nd), 1, 3 + nd]
+    view = grouped_ids(0, [g, ci // icg, b, *field, icg], perm)
     view = view.transpose([0, 1, 2 + nd, *range(2, 2 + nd)])
     return view, np.asarray(input_tiles_in_memory_order(plan, params), np.int64).reshape(-1)
 
