@@ -146,18 +146,18 @@ def test_fused_float_sums_are_the_general_paths(monkeypatch, op):
     values["b"][:, 0] = np.float32(3e38)  # the float64 sum is past float32: inf
     values["b"][5, 1] = np.nan
     calls = []
-    real = collective._replica_sum
+    real = collective._sum_runs_in_place
 
     def counted(*args):
-        calls.append(1)
+        calls.append(args[1].size)
         return real(*args)
 
-    monkeypatch.setattr(collective, "_replica_sum", counted)
+    monkeypatch.setattr(collective, "_sum_runs_in_place", counted)
     fused = _run_in_place(values, op)
-    assert len(calls) == 3  # one per tensor: the fused path ran
+    assert len(calls) == 1  # one pass for the three tensors: the in-place path ran
     monkeypatch.setattr(collective, "FUSED_SUMS", False)
     general = _run_in_place(values, op)
-    assert len(calls) == 3
+    assert len(calls) == 1
     for name, v in values.items():
         block = (v.transpose(0, 2, 1) if name == "a" else v).reshape(R, -1)
         total = member_after_member(block)
@@ -170,3 +170,75 @@ def test_fused_float_sums_are_the_general_paths(monkeypatch, op):
             assert fused[name][k].tobytes() == expect.reshape(v.shape[1:]).tobytes(), (name, k)
     assert np.isinf(fused["b"][:, 0]).all() == (op is Op.ADD)  # a mean of 3e38 is 3e38
     assert np.isnan(fused["b"][:, 1]).all()
+
+
+def _full_and_runs(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``[R, 3000]`` float32 rows (order-sensitive in their first 64 elements) and ids
+    of several runs, some longer than a chunk, given out of order and transposed."""
+    full = rng.standard_normal((R, 3000)).astype(np.float32)
+    full[:, :64] = order_sensitive(64, np.float32, rng)
+    ids = np.concatenate([np.arange(1700, 2900), np.arange(0, 1200).reshape(40, 30).T.ravel()])
+    return full, np.concatenate([ids, [5, 2999]])
+
+
+@pytest.mark.parametrize("mean", [False, True])
+def test_in_place_runs_sum_as_the_two_passes(mean):
+    """``_sum_runs_in_place`` over the sorted runs of an in-place all-reduce's ids
+    stores, in every row, the bits that ``_replica_sum`` and ``_store_every_replica``
+    store through the ids, and leaves the other elements alone."""
+    from poplar_api.lowering import collective
+
+    full, ids = _full_and_runs(np.random.default_rng(11))
+    full[3, 7] = np.nan
+    full[:, 2000] = np.float32(3e38)
+    expect = full.copy()
+    total = collective._replica_sum(expect, ids, mean)
+    collective._store_every_replica(expect, ids, total)
+    runs = collective._in_place_runs([(ids[:1000], ids[:1000]), (ids[1000:], ids[1000:])])
+    assert runs is not None
+    starts, ends = runs
+    assert starts.tolist() == [0, 1700, 2999] and ends.tolist() == [1200, 2900, 3000]
+    got = full.copy()
+    collective._sum_runs_in_place(got, starts, ends, mean)
+    assert got.tobytes() == expect.tobytes()
+    # the reference itself: the rows summed in order in float64, then rounded
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = member_after_member(full[:, ids])
+        want = (want / R if mean else want).astype(np.float32)
+    assert got[:, ids].tobytes() == np.tile(want, (R, 1)).tobytes()
+
+
+def test_in_place_runs_only_where_every_pair_is_in_place():
+    """The runs are taken only when each destination is its source element for
+    element; an element named twice is summed once (as the general pass, which sums
+    every pair before storing, gives it)."""
+    from poplar_api.lowering import collective
+
+    a, b = np.arange(10, 20), np.arange(30, 34)
+    assert collective._in_place_runs([(a, a[::-1])]) is None
+    assert collective._in_place_runs([(a, a), (b, b + 1)]) is None
+    starts, ends = collective._in_place_runs([(a, a), (b, b), (a[:3], a[:3])])
+    assert starts.tolist() == [10, 30] and ends.tolist() == [20, 34]
+    full = np.random.default_rng(2).standard_normal((R, 40)).astype(np.float32)
+    twice = np.concatenate([a, a[:3]])
+    expect = full.copy()
+    collective._store_every_replica(expect, twice, collective._replica_sum(expect, twice, False))
+    collective._sum_runs_in_place(full, starts[:1], ends[:1], False)
+    assert full.tobytes() == expect.tobytes()
+
+
+def test_all_reduce_to_another_tensor_takes_the_two_passes(monkeypatch):
+    """An all-reduce whose result is another tensor (source and destination apart)
+    does not take the in-place runs: its sums go through ``_replica_sum``."""
+    from poplar_api.lowering import collective
+
+    calls = []
+    real = collective._replica_sum
+    monkeypatch.setattr(collective, "_replica_sum", lambda *a: calls.append(1) or real(*a))
+    in_place = []
+    monkeypatch.setattr(collective, "_sum_runs_in_place", lambda *a: in_place.append(1))
+    values = order_sensitive(64, np.float32, np.random.default_rng(5)).reshape(R, 8, 8)
+    got = _run(FLOAT, values, True)
+    assert calls == [1] and in_place == []
+    expect = member_after_member(values.transpose(0, 2, 1).reshape(R, -1))
+    assert got[3].tobytes() == expect.astype(np.float32).reshape(8, 8).tobytes()

@@ -175,9 +175,20 @@ def _fused_sum(storage: Any, blocks: list[tuple[Any, Any]], op: CollectiveOperat
     float64 sum of the replicas' elements member after member (what
     :func:`~poplar_api.gcl.reduce_values` adds; MEAN then divides by the replicas), and
     the float32 rounding of each sum written to every replica. Every pair is summed
-    before any is written, as an output may be another pair's input."""
+    before any is written, as an output may be another pair's input. An in-place
+    all-reduce (each pair's destination its source, element for element) is one pass
+    over the runs of its distinct elements (:func:`_in_place_runs`,
+    :func:`_sum_runs_in_place`): the same sums, read and stored as slices."""
     ids = [(_id_array(src), _id_array(dst)) for src, dst in blocks]
     mean = op is CollectiveOperator.MEAN
+    in_place = _in_place_runs(ids)
+    if in_place is not None:
+        starts, ends = in_place
+
+        def run_in_place() -> None:
+            _sum_runs_in_place(storage.full[FLOAT.size].view(np.float32), starts, ends, mean)
+
+        return run_in_place
 
     def run() -> None:
         full = storage.full[FLOAT.size].view(np.float32)
@@ -186,6 +197,63 @@ def _fused_sum(storage: Any, blocks: list[tuple[Any, Any]], op: CollectiveOperat
             _store_every_replica(full, dst, total)
 
     return run
+
+
+def _in_place_runs(
+    ids: list[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where every pair's destination is its source element for element (an in-place
+    all-reduce): the distinct ids of all pairs, sorted, as runs of consecutive ids
+    (first ids and ends); else None.
+
+    Each element's result is then the sum of that same element over the replicas, so
+    the elements can be summed and stored in any order, each once: an element named
+    twice gets the one sum of the values before the collective either way (the
+    general pass sums every pair before it writes any)."""
+    if not ids or not all(np.array_equal(src, dst) for src, dst in ids):
+        return None
+    every = np.unique(np.concatenate([src for src, _ in ids]))
+    if not every.size:
+        return None
+    cut = np.flatnonzero(np.diff(every) != 1) + 1
+    starts = every[np.concatenate(([0], cut))]
+    ends = every[np.concatenate((cut - 1, [every.size - 1]))] + 1
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+#: Elements summed and stored together by :func:`_sum_runs_in_place` (every replica's
+#: rows of a chunk stay in the first-level cache between the sum and the stores).
+CHUNK = 512
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_runs_in_place(full, starts, ends, mean):  # pragma: no cover - compiled
+    """:func:`_replica_sum` and :func:`_store_every_replica` of the elements of runs
+    ``starts[j]`` to ``ends[j]`` of every row of ``full``, a chunk of
+    :data:`CHUNK` consecutive elements at a time: each element's float64 sum of the
+    rows in order (divided by the rows when ``mean``), rounded to float32 and stored
+    in every row."""
+    rows = full.shape[0]
+    k = np.float64(rows)
+    total = np.empty(CHUNK, np.float64)
+    for j in range(starts.size):
+        for lo in range(starts[j], ends[j], CHUNK):
+            n = min(CHUNK, ends[j] - lo)
+            chunk = total[:n]
+            row = full[0, lo : lo + n]  # (slices: the loops vectorize)
+            for i in range(n):
+                chunk[i] = np.float64(row[i])
+            for r in range(1, rows):
+                row = full[r, lo : lo + n]
+                for i in range(n):
+                    chunk[i] += np.float64(row[i])
+            if mean:
+                for i in range(n):
+                    chunk[i] = chunk[i] / k
+            for r in range(rows):
+                row = full[r, lo : lo + n]
+                for i in range(n):
+                    row[i] = np.float32(chunk[i])
 
 
 def _id_array(index: np.ndarray | slice) -> np.ndarray:
