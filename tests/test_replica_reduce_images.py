@@ -179,3 +179,77 @@ def test_replicated_matmul_reductions_equal_each_replica_run_alone(monkeypatch):
     assert together.tobytes() == alone.tobytes()
     monkeypatch.setattr(poplin_vertices._ReduceAddBase, "readsImages", False)
     assert _matmul_engine(4, F, x, w).tobytes() == together.tobytes()
+
+
+def _reference_sums(images, ids, offsets, inner, out_offsets, ok):
+    """Every replica's float64 sums, vertex by vertex, partial after partial (the
+    order of ``_sum_lists``), written out in Python."""
+    sums = np.zeros((images.shape[0], out_offsets[-1]), np.float64)
+    for r in range(images.shape[0]):
+        for v in np.flatnonzero(ok):
+            base = out_offsets[v]
+            for j in range(offsets[v], offsets[v + 1]):
+                for e in range(inner[j + 1] - inner[j]):
+                    sums[r, base + e] += np.float64(images[r, ids[inner[j] + e]])
+    return sums
+
+
+def _order_sensitive_images(space: int, rng) -> np.ndarray:
+    """``[R, space]`` float32 values of magnitudes 2**-30 to 2**30: float64 sums of a
+    few of them depend on the order of the additions."""
+    scale = np.exp2(rng.integers(-30, 31, (R, space)))
+    return (rng.standard_normal((R, space)) * scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_segments_sum_as_each_vertex_in_turn(seed):
+    """``_segments`` + ``_sum_segments`` (the in-place ReduceAdd's sums) give the float64
+    sums of each vertex's partials added in turn, bit for bit: partials scattered, one
+    element read by two partials, a vertex refused (not ``ok``) adding nothing."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 6, 40)  # partials per vertex
+    sizes = rng.integers(1, 4, 40)  # output length per vertex
+    offsets = np.concatenate(([0], np.cumsum(counts)))
+    out_offsets = np.concatenate(([0], np.cumsum(sizes)))
+    inner = np.concatenate(([0], np.cumsum(np.repeat(sizes, counts))))
+    ids = rng.integers(0, 300, inner[-1]).astype(np.int32)  # repeats among them
+    ok = rng.random(40) > 0.1
+    images = _order_sensitive_images(300, rng)
+    src, dst, lengths = poplin_vertices._segments(ids, offsets, inner, out_offsets, ok)
+    got = np.zeros((R, out_offsets[-1]), np.float64)
+    poplin_vertices._sum_segments(images, src, dst, lengths, got)
+    want = _reference_sums(images, ids, offsets, inner, out_offsets, ok)
+    assert got.tobytes() == want.tobytes()
+    # the plan is kept for these arrays, and found again when ok changes
+    assert poplin_vertices._segments(ids, offsets, inner, out_offsets, ok)[0] is src
+    ok[np.flatnonzero(ok)[0]] = False
+    again = poplin_vertices._segments(ids, offsets, inner, out_offsets, ok)
+    assert again[0] is not src and int(again[2].sum()) < int(lengths.sum())
+
+
+def test_segments_of_split_matmul_partials_are_blocks():
+    """Partials laid out as a split matMul lays them (per input-channel group one block
+    of every output, in output order) sum as one run per group, in group order, with
+    each output's additions in its partials' order (order-sensitive data)."""
+    rng = np.random.default_rng(9)
+    groups, outputs, per_vertex = 7, 64, 2  # vertices of 2 outputs, 7 partials each
+    n = outputs // per_vertex
+    block = np.arange(outputs).reshape(n, per_vertex)
+    group_base = np.array([5, 200, 90, 400, 310, 600, 700])  # blocks in no order
+    ids = (group_base[None, :, None] + block[:, None, :]).reshape(-1).astype(np.int32)
+    offsets = np.arange(n + 1) * groups
+    inner = np.arange(n * groups + 1) * per_vertex
+    out_offsets = np.arange(n + 1) * per_vertex
+    ok = np.ones(n, bool)
+    src, dst, lengths = poplin_vertices._segments(ids, offsets, inner, out_offsets, ok)
+    assert src.tolist() == group_base.tolist() and lengths.tolist() == [outputs] * groups
+    assert dst.tolist() == [0] * groups
+    images = _order_sensitive_images(800, rng)
+    got = np.zeros((R, outputs), np.float64)
+    poplin_vertices._sum_segments(images, src, dst, lengths, got)
+    want = _reference_sums(images, ids, offsets, inner, out_offsets, ok)
+    assert got.tobytes() == want.tobytes()
+    reversed_groups = np.zeros_like(got)  # the data tells the order of the groups apart
+    for g in reversed(group_base.tolist()):
+        reversed_groups += images[:, g : g + outputs].astype(np.float64)
+    assert reversed_groups.tobytes() != want.tobytes()

@@ -121,9 +121,8 @@ def _reduce_in_place(update: bool, batches: Mapping[str, Any], num_vertices: int
     wrong = np.diff(p.inner_offsets) != out_len[vertex]
     ok = np.bincount(vertex[wrong], minlength=n) == 0
     sums = np.zeros((replicas, out.ids.size), np.float64)
-    _sum_lists_images(
-        p.image.view(np.float32), p.ids, p.offsets, p.inner_offsets, out.offsets, ok, sums
-    )
+    src, dst, lengths = _segments(p.ids, p.offsets, p.inner_offsets, out.offsets, ok)
+    _sum_segments(p.image.view(np.float32), src, dst, lengths, sums)
     has_out = np.repeat(ok, out_len)
     ids = out.ids[has_out]
     sums = sums[:, has_out]
@@ -142,25 +141,69 @@ def _kernel_values(field: ImageField, ids: np.ndarray) -> np.ndarray:
     return typed.astype(field.kernel_dtype).astype(np.float64)
 
 
+#: The segments of each partials layout summed lately (:func:`_segments`), by the
+#: identity of its ids: ``(ids, offsets, inner_offsets, out_offsets, ok, segments)``.
+_SEGMENTS: dict[int, tuple[Any, ...]] = {}
+#: Layouts whose segments are kept, at most.
+KEPT_LAYOUTS = 1 << 8
+
+
+def _segments(
+    ids: np.ndarray, offsets: np.ndarray, inner: np.ndarray, out_offsets: np.ndarray,
+    ok: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """The additions of :func:`_sum_lists` of every replica's vertices ``ok``, their
+    partials' elements at ``ids`` (replica 0's packed layout) read in each replica's
+    image, as runs of consecutive elements: first partial id, first output position
+    and length of each, in the order to add them.
+
+    Every vertex ``ok`` adds its partials into its outputs partial after partial; the
+    additions are taken partial rank by partial rank (every vertex's first partial,
+    then every vertex's second, ...) and, within a rank, by output position, which
+    keeps each output element's additions in their order (an element meets each rank
+    once). Where a rank's partials of neighbouring vertices lie one after another in
+    memory, as a split matMul's partials do (one block of a tile's partial sums per
+    input-channel group), they become one run. Found once per layout (the runner hands
+    every execution the same id and offset arrays; ``ok`` is compared)."""
+    hit = _SEGMENTS.get(id(ids))
+    if (
+        hit is not None
+        and hit[0] is ids
+        and hit[1] is offsets
+        and hit[2] is inner
+        and hit[3] is out_offsets
+        and np.array_equal(hit[4], ok)
+    ):
+        return hit[5]
+    vertex = np.repeat(np.arange(ok.size), np.diff(offsets))  # of each partial
+    rank = np.arange(vertex.size) - offsets[vertex]
+    partial = np.repeat(np.arange(vertex.size), np.diff(inner))  # of each element
+    keep = ok[vertex[partial]]
+    dst = (out_offsets[vertex[partial]] + np.arange(ids.size) - inner[partial])[keep]
+    src = ids.astype(np.int64)[keep]
+    order = np.lexsort((dst, rank[partial][keep]))
+    src, dst = src[order], dst[order]
+    first = np.flatnonzero((np.diff(src, prepend=-2) != 1) | (np.diff(dst, prepend=-2) != 1))
+    found = src[first], dst[first], np.diff(first, append=src.size)
+    if len(_SEGMENTS) >= KEPT_LAYOUTS:
+        _SEGMENTS.clear()
+    _SEGMENTS[id(ids)] = (ids, offsets, inner, out_offsets, ok.copy(), found)
+    return found
+
+
 @numba.njit(cache=True, nogil=True)
-def _sum_lists_images(
-    images, ids, offsets, inner_offsets, out_offsets, ok, sums
-):  # pragma: no cover
-    """:func:`_sum_lists` of every replica, for the vertices ``ok`` (whose partials
-    have their output's length): the partials' element ``ids`` (replica 0's packed
-    layout) read in each replica's row of ``images``, summed into that row of ``sums``,
-    in the same order."""
+def _sum_segments(images, src, dst, lengths, sums):  # pragma: no cover - compiled
+    """Add, in every row ``r``, elements ``src[s]`` to ``src[s] + lengths[s]`` of
+    ``images[r]`` (widened to float64) into ``sums[r]`` from ``dst[s]``, segment after
+    segment (:func:`_segments`)."""
     for r in range(images.shape[0]):
         image, total = images[r], sums[r]
-        for v in range(ok.size):
-            if not ok[v]:
-                continue
-            base = out_offsets[v]
-            size = out_offsets[v + 1] - base
-            for j in range(offsets[v], offsets[v + 1]):
-                at = inner_offsets[j]
-                for e in range(size):
-                    total[base + e] += np.float64(image[ids[at + e]])
+        for s in range(src.size):
+            n = lengths[s]
+            a = image[src[s] : src[s] + n]  # (slices: the loop vectorizes)
+            b = total[dst[s] : dst[s] + n]
+            for i in range(n):
+                b[i] += np.float64(a[i])
 
 
 @numba.njit(cache=True, nogil=True)
