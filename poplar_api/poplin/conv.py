@@ -31,6 +31,14 @@ from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin.conv_blocks import plan_partials
+from poplar_api.poplin.conv_flatten import (
+    flatten_dims,
+    flatten_ids,
+    flatten_tensor,
+    flattened_params,
+    layout_plan,
+    unflatten_tensor,
+)
 from poplar_api.poplin.conv_ids import SeparableIds
 from poplar_api.poplin.conv_kernel_split import (
     check_kernel_split,
@@ -158,10 +166,14 @@ def _own_search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvP
     dims = _constrained_expansion(params, opts)
     if expand is not False and int(np.prod(params.kernelShape)) > 1:
         eff = expand_all_dims(params) if dims is None else expand_dims(params, dims)
+        # a partial expansion is flattened as Poplibs' calculateFlattenedParams does
+        flat = () if dims is None else opts.get("flatten_dims", flatten_dims(eff))
+        eff = flattened_params(eff, flat)
         estimate = largest_block_estimate(eff, target, geometry_cache(graph, eff))
         alt = plan_convolution(eff, target, opts, estimate, in_serial=False)
         if plan is None or alt.cost["total"] < plan.cost["total"]:
-            plan = dataclasses.replace(alt, expanded=True, expanded_dims=dims)
+            plan = dataclasses.replace(alt, expanded=True, expanded_dims=dims,
+                                       flatten_dims=tuple(flat))  # fmt: skip
     assert plan is not None
     return plan
 
@@ -294,6 +306,8 @@ def createInput(
         canonical = _unflat_act(canonical, params, params.inputChannelsPerConvGroup,
                                 params.inputFieldShape)  # fmt: skip
         return _public_act(canonical)
+    if plan.flatten_dims:  # (laid out as the unflattened form's blocks: it is copied)
+        plan = layout_plan(plan, expand_dims(params, plan.expanded_dims), graph.getTarget())
     canonical = grouped_input(graph, params, plan, name or "input")  # [G, B, Ci, *F]
     return _public_act(canonical)
 
@@ -312,6 +326,8 @@ def createWeights(
         flat = flat_params(params)
         weights = grouped_weights(graph, flat, _plan(graph, flat, opts), name or "weights")
         return weights.reshape(params.weightsShape())
+    if plan.flatten_dims:  # (laid out as the unflattened form's blocks: it is copied)
+        plan = layout_plan(plan, expand_dims(params, plan.expanded_dims), graph.getTarget())
     return grouped_weights(graph, params, plan, name or "weights")
 
 
@@ -359,6 +375,20 @@ def _conv(
                     copies)  # fmt: skip
         return _unflat_act(out, params, params.outputChannelsPerConvGroup,
                            params.getOutputFieldShape())  # fmt: skip
+    out = _lower(graph, act, ker, params, plan, opts, prog, name, rearrange, copies)
+    if plan.flatten_dims:  # the flattened output [G, 1, Co, ...] as [G, B, Co, *O]
+        shape = [params.numConvGroups, params.batchSize, params.outputChannelsPerConvGroup,
+                 *params.getOutputFieldShape()]  # fmt: skip
+        out = unflatten_tensor(out, plan.flatten_dims, shape)
+    return out
+
+
+def _lower(
+    graph: Graph, act: Tensor, ker: Tensor, params: ConvParams, plan: ConvPlan,
+    opts: dict[str, Any], prog: ProgramSequence, name: str, rearrange: bool, copies: bool,
+) -> Tensor:  # fmt: skip
+    """:func:`_conv` of ``plan`` (not :attr:`~.ConvPlan.flattened`); the output is the
+    flattened convolution's where ``plan`` has :attr:`~.ConvPlan.flatten_dims`."""
     if rearrange:
         act, ker, params, plan = _rearrange(graph, act, ker, params, plan, opts, prog, name)
     if plan.serial > 1:
@@ -381,7 +411,8 @@ def _conv(
         ker_pos = ker_pos.transpose(expanded_weights_order(params, dims))
         ker_pos = ker_pos.reshape(*ker_pos.shape[:2], eff.inputChannelsPerConvGroup,
                                   *eff.kernelShape)  # fmt: skip
-        params = eff
+        act_pos = flatten_ids(act_pos, plan.flatten_dims)
+        params = flattened_params(eff, plan.flatten_dims)
     nd = params.getNumFieldDims()
     g_n, b_n = params.numConvGroups, params.batchSize
     co_n = params.outputChannelsPerConvGroup
@@ -529,7 +560,9 @@ def _rearrange(
         g, co = ker.dim(0), ker.dim(1)
         ker = ker.dimShuffle(expanded_weights_order(params, dims))
         ker = ker.reshape([g, co, eff.inputChannelsPerConvGroup, *eff.kernelShape])
-        params, plan = eff, dataclasses.replace(plan, expanded=False, expanded_dims=None)
+        act = flatten_tensor(act, plan.flatten_dims)  # (Poplibs' doFlatten: a view)
+        params = flattened_params(eff, plan.flatten_dims)
+        plan = dataclasses.replace(plan, expanded=False, expanded_dims=None, flatten_dims=())
     # (a copy Poplar elides, the destination laid out as the operand already is, is left
     # out, and its destination is not made; a copy that stays maps its destination by the
     # tiles its layout test made)

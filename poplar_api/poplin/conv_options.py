@@ -83,7 +83,9 @@ def parse_options(options: Mapping[str, Any] | None, what: str) -> dict[str, Any
 def _plan_constraints(text: str, what: str) -> dict[str, Any]:
     """The parts of a Poplibs plan-constraints JSON ipusim honours: the ``method``, the
     ``expandDims`` transform (``[]``: no expansion; else the field dimensions expanded) and
-    the ``swapOperands`` transform (matMul products only) and the kernel split
+    the ``swapOperands`` transform (matMul products only), ipusim's ``flattenDims``
+    (Poplibs derives it, :mod:`.conv_flatten`; ``[]`` keeps a partial expansion
+    unflattened), the kernel split
     (``partition.kernelSplit``, :mod:`.conv_kernel_split`); at the top level or under
     level ``"0"``. Other constraints are accepted and ignored."""
     import json
@@ -132,6 +134,17 @@ def _plan_constraints(text: str, what: str) -> dict[str, Any]:
         out["expand"] = bool(dims)
         if dims:  # (the lowering checks them against the convolution's dimensions)
             out["expand_dims"] = tuple(sorted(set(dims)))
+    if isinstance(transform, dict) and "flattenDims" in transform:
+        flat = transform["flattenDims"]
+        if not isinstance(flat, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in flat
+        ):
+            raise GraphError(
+                f"{what}: planConstraints transform.flattenDims={flat!r}; required a list of "
+                f"Poplibs flatten dimensions (0 the batch, d + 1 field dimension d), e.g. [] "
+                f"to keep a partially expanded convolution unflattened"
+            )
+        out["flatten_dims"] = tuple(flat)
     partition = data.get("partition", level.get("partition"))
     if isinstance(partition, dict) and "kernelSplit" in partition:
         out["kernel_split"] = _kernel_split(partition["kernelSplit"], what)

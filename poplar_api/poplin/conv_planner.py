@@ -249,6 +249,10 @@ class ConvPlan:
     #: (None: every field dimension, the 1x1 form).
     expanded: bool = False
     expanded_dims: tuple[int, ...] | None = None
+    #: Poplibs' ``flattenDims`` after a partial expansion (:mod:`.conv_flatten`: 0 the
+    #: batch, ``d + 1`` field dimension ``d``, folded into the last); ``parts`` and
+    #: ``blocks`` are then of the expanded and flattened convolution. Empty: none.
+    flatten_dims: tuple[int, ...] = ()
     #: Whether the plan is for the flattened form of the convolution (Poplibs'
     #: ``flattenDims``: batch and field as one field dimension,
     #: :func:`~poplar_api.poplin.poplibs_conv_model.flat_params`); ``parts`` and

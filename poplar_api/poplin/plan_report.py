@@ -78,6 +78,11 @@ def format_plan(params: ConvParams, plan: ConvPlan, release: str | None = None) 
         f"        swapOperands             {'true' if plan.swapped else 'false'}",
         f"        expandDims               {{{expanded}}}",
         "        outChanFlattenDims       {}",
+        *(  # (Poplibs prints flattenDims always; here only when a partial expansion has it)
+            [f"        flattenDims              {{{', '.join(map(str, plan.flatten_dims))}}}"]
+            if plan.flatten_dims
+            else []
+        ),
         "",
         "partition #0",
         f"        fieldSplit               {{{', '.join(str(p) for p in parts[2 : 2 + nd])}}}",
