@@ -31,6 +31,7 @@ from poplar_api.errors import GraphError, TensorError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
 from poplar_api.poplin.conv_blocks import plan_partials
+from poplar_api.poplin.conv_constrained_plan import constrained_plan
 from poplar_api.poplin.conv_flatten import (
     flatten_dims,
     flatten_ids,
@@ -137,6 +138,8 @@ def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
 def _search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
     """The plan search of :func:`_plan`."""
     target = graph.getTarget()
+    if "partition" in opts:  # (a whole plan given by planConstraints)
+        return constrained_plan(params, opts, target)
     adopted = adopted_conv_plan(params, opts, target)
     if adopted is not None:
         return adopted

@@ -100,7 +100,7 @@ def _plan_constraints(text: str, what: str) -> dict[str, Any]:
         raise GraphError(f"{what}: option planConstraints must be a JSON object, got {text!r}")
     out: dict[str, Any] = {}
     level = data.get("0") if isinstance(data.get("0"), dict) else {}
-    method = data.get("method", level.get("method"))
+    method = method_tree = data.get("method", level.get("method"))
     if isinstance(method, dict):
         method = method.get("type")
     if method is not None:
@@ -148,6 +148,56 @@ def _plan_constraints(text: str, what: str) -> dict[str, Any]:
     partition = data.get("partition", level.get("partition"))
     if isinstance(partition, dict) and "kernelSplit" in partition:
         out["kernel_split"] = _kernel_split(partition["kernelSplit"], what)
+    if isinstance(partition, dict) and "fieldSplit" in partition:
+        out["partition"] = _partition(partition, what)
+    units = method_tree.get("convUnits") if isinstance(method_tree, dict) else None
+    for key, name in (("convUnits", "conv_units"), ("inChansPerGroup", "in_chans_per_group"),
+                      ("partialChansPerGroup", "partial_chans_per_group")):  # fmt: skip
+        value = units if key == "convUnits" else data.get(key)
+        if value is not None:
+            out[name] = _count(value, key, what)
+    return out
+
+
+def _count(value: Any, key: str, what: str) -> int:
+    """A constraint's count: an int >= 1, or its digits as a string (Poplibs'
+    ``getPlanConstraints`` JSON, written by a property tree, quotes every number)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
+        ok, value = True, int(value)
+    if not ok:
+        raise GraphError(f"{what}: planConstraints {key}={value!r}; required an int >= 1")
+    return int(value)
+
+
+def _partition(tree: dict[str, Any], what: str) -> dict[str, Any]:
+    """A whole partition of Poplibs' ``partition`` constraint (``fieldSplit`` per field
+    dimension, ``batchSplit``, ``outChanSplit`` and ``inChanSplit`` ``parallel`` and
+    ``serial``, ``convGroupSplit``; a missing count is 1), for
+    :mod:`.conv_constrained_plan`."""
+    field = tree["fieldSplit"]
+    if isinstance(field, list):
+        field = {str(d): v for d, v in enumerate(field)}
+    if not isinstance(field, dict) or not all(str(d).isdigit() for d in field):
+        raise GraphError(
+            f"{what}: planConstraints partition.fieldSplit={field!r}; required the parts of "
+            f'each field dimension, e.g. {{"0": 14, "1": 100}} or [14, 100]'
+        )
+    out: dict[str, Any] = {"fieldSplit": tuple(
+        _count(field.get(str(d), 1), f"partition.fieldSplit.{d}", what)
+        for d in range(max(int(d) for d in field) + 1)
+    )}  # fmt: skip
+    for key in ("batchSplit", "convGroupSplit"):
+        out[key] = _count(tree.get(key, 1), f"partition.{key}", what)
+    for key in ("outChanSplit", "inChanSplit"):
+        sub = tree.get(key, {})
+        if not isinstance(sub, dict):
+            raise GraphError(
+                f"{what}: planConstraints partition.{key}={sub!r}; required an object "
+                f'{{"parallel": n, "serial": m}}'
+            )
+        for kind in ("parallel", "serial"):
+            out[f"{key}.{kind}"] = _count(sub.get(kind, 1), f"partition.{key}.{kind}", what)
     return out
 
 

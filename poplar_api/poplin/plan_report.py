@@ -34,10 +34,10 @@ _VERTICES = {
 
 def vertex_name(plan: ConvPlan, params: ConvParams) -> str:
     """The partial-sum vertex of ``plan``: ``ConvPartial1x1Out`` for an AMP plan whose
-    (possibly expanded) kernel is one position without striding, else by method."""
-    if plan.method == "AMP":
-        kernel = (expand_dims(params, plan.expanded_dims) if plan.expanded else params).kernelShape
-        one = int(np.prod(kernel)) == 1
+    (possibly expanded) kernel is one position on a tile without striding, else by
+    method."""
+    if plan.method == "AMP":  # (a tile's kernel: its part's rows of a kernel split)
+        one = int(np.prod(_kernel_block(plan, params))) == 1
         if one and all(int(s) == 1 for s in params.outputTransform.stride):
             return "poplin::ConvPartial1x1Out"
     return _VERTICES.get(plan.method, plan.method)
@@ -127,10 +127,9 @@ def format_plan(params: ConvParams, plan: ConvPlan, release: str | None = None) 
 def _kernel_block(plan: ConvPlan, params: ConvParams) -> list[int]:
     """The kernel of the largest tile block: its part's rows of the outer dimension
     (Poplibs' ``getParallelSplitBegin``), the whole of every other (1 when expanded)."""
-    if plan.expanded:
-        return [int(k) for k in expand_dims(params, plan.expanded_dims).kernelShape]
-    rows = max(b - a for a, b in kernel_ranges(params.kernelShape[0], plan.kernel_split))
-    return [rows, *[int(k) for k in params.kernelShape[1:]]]
+    kernel = (expand_dims(params, plan.expanded_dims) if plan.expanded else params).kernelShape
+    rows = max(b - a for a, b in kernel_ranges(kernel[0], plan.kernel_split))
+    return [rows, *[int(k) for k in kernel[1:]]]
 
 
 def _short_vertex(plan: ConvPlan, params: ConvParams) -> str:

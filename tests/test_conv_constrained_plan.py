@@ -1,0 +1,165 @@
+"""A whole plan given by ``planConstraints`` (:mod:`poplar_api.poplin.conv_constrained_plan`):
+the partition run as given (blocks computed here from the splits), values against numpy,
+Poplibs' plan of the CNN step's conv2 (docs/planner.md row 14) run from its restated cost
+model, and bad constraints.
+
+Expected values come from :func:`tests.test_poplin_conv.ref_conv` (numpy, Poplar's
+ConvParams semantics).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from resnet_rows_common import preset_target
+from test_poplin_conv import ref_conv, run_passes, vertex_names
+
+from poplar_api import FLOAT, Graph, IPUModel, poplin
+from poplar_api.errors import GraphError
+from poplar_api.poplin.conv_constrained_plan import model_plan_constraints
+from poplar_api.poplin.poplibs_float_conv2d import form_plan
+
+
+def _constraints(expand, field, batch=1, kernel=1, co=1, ci=1, units=8, **extra) -> dict:
+    tree = {
+        "0": {
+            "transform": {"expandDims": expand},
+            "partition": {
+                "fieldSplit": {str(d): n for d, n in enumerate(field)},
+                "batchSplit": batch,
+                "kernelSplit": {"0": kernel, "1": 1},
+                "outChanSplit": {"parallel": co, "serial": 1},
+                "inChanSplit": {"parallel": ci, "serial": 1},
+                "convGroupSplit": 1,
+            },
+        },
+        "method": {"type": "AMP", "convUnits": units},
+        **extra,
+    }
+    return {"planConstraints": json.dumps(tree)}
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+#: (ConvParams args, keywords, constraint arguments, expected (parts, blocks)) on ipu1:
+#: the width expanded and the batch flattened into it (2 x 7 positions), kernel rows over
+#: 3 tiles, 2 output-channel grains of 8 over 2; the plain convolution; both expanded.
+CASES = [
+    ((2, [6, 7], [3, 3], 8, 16), {"paddingLower": [1, 1], "paddingUpper": [1, 1]},
+     dict(expand=[1], field=[3, 4], kernel=3, co=2),
+     ((1, 1, 3, 4, 2, 1), (1, 1, 2, _ceil(14, 4), 8, 24))),
+    ((2, [6, 7], [3, 3], 8, 16), {"paddingLower": [1, 1], "paddingUpper": [1, 1]},
+     dict(expand=[], field=[3, 2], batch=2, co=2),
+     ((1, 2, 3, 2, 2, 1), (1, 1, 2, 4, 8, 8))),
+    ((3, [5, 6], [2, 3], 2, 8), {"stride": [1, 2]},
+     dict(expand=[0, 1], field=[1, 6]),
+     ((1, 1, 1, 6, 1, 1), (1, 1, 1, _ceil(3 * 4 * 2, 6), 8, 12))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_the_given_partition_runs_and_equals_numpy(case):
+    args, kwargs, c, (parts, blocks) = CASES[case]
+    p = poplin.ConvParams(FLOAT, *args, **kwargs)
+    options = _constraints(**c)
+    graph = Graph(IPUModel("ipu1").createDevice().getTarget())
+    plan = poplin.getConvPlan(graph, p, options)
+    assert (plan.method, plan.num_conv_units, plan.out_chans_per_group) == ("AMP", 8, 8)
+    assert (tuple(plan.parts), tuple(plan.blocks)) == (parts, blocks)
+    assert plan.kernel_split == c.get("kernel", 1)
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal(p.inputShape()).astype(np.float32)
+    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
+    out, _, g = run_passes(p, x, w, np.zeros(p.outputShape(), np.float32), preset="ipu1",
+                           options=options, passes=("fwd",))  # fmt: skip
+    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    tiles = _partial_tiles(g)
+    assert len(tiles) == len(set(tiles)) == plan.num_tiles_used
+    assert set(tiles) == set(plan.tiles.reshape(-1).tolist())
+
+
+def _partial_tiles(graph: Graph) -> list[int]:
+    st = graph._state
+    return [int(st.vertices.tile[v]) for cs in st.compute_sets if cs.name.endswith("fwd/Convolve")
+            for v in cs.vertices if "ConvPartial" in st.vertices[v].vtype.name]  # fmt: skip
+
+
+def test_poplibs_plan_of_the_cnn_conv2_runs_as_its_model_states():
+    """docs/planner.md row 14: the restated cost model's plan of conv2 (TRAINING_FWD,
+    Mk2), turned into plan constraints, runs with that vertex, grouping, units and
+    partition (1,428 tiles, a ConvPartial1x1Out a tile: one kernel row, batch 1), and its
+    values equal numpy's."""
+    p = poplin.ConvParams(FLOAT, 32, [14, 14], [3, 3], 8, 16, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+    model = form_plan(p, "TRAINING_FWD", preset_target("mk2-ipumodel"), "expanded 1")
+    assert model["vertex"] == (8, 8, 8) and model["vertex name"] == "ConvPartial1x1Out"
+    options = {"pass": "TRAINING_FWD", "planConstraints": model_plan_constraints(model)}
+    graph = Graph(IPUModel("mk2-ipumodel").createDevice().getTarget())
+    plan = poplin.getConvPlan(graph, p, options)
+    s = model["splits"]
+    assert tuple(plan.parts) == (1, s["batchSplit"], s["fieldSplit[0]"], s["fieldSplit[1]"],
+                                 s["outChanSplit.parallel"], s["inChanSplit.parallel"])  # fmt: skip
+    assert plan.kernel_split == s["kernelSplit[0]"] == 3
+    assert (plan.in_chans_per_group, plan.out_chans_per_group, plan.num_conv_units) == (8, 8, 8)
+    assert plan.expanded_dims == (1,) and plan.flatten_dims == (0, 2)
+    assert plan.num_tiles_used == 1428
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal(p.inputShape()).astype(np.float32)
+    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
+    out, _, g = run_passes(p, x, w, np.zeros(p.outputShape(), np.float32),
+                           preset="mk2-ipumodel", options=options, passes=("fwd",))  # fmt: skip
+    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    assert {n for n in vertex_names(g, "fwd/Convolve") if "ConvPartial" in n} == {
+        "poplin::ConvPartial1x1Out<float,float,true,true,8,2,false>"  # (8 units, 2 a load)
+    }
+    # a vertex a block and kernel row but where the row reads only padding: kernel row
+    # 0 of output row 0 and kernel row 2 of output row 13 (each 17 x 2 blocks), zeroed
+    tiles = _partial_tiles(g)
+    assert len(tiles) == len(set(tiles)) == 1428 - 2 * 17 * 2
+    assert set(tiles) <= set(plan.tiles.reshape(-1).tolist())
+
+
+def test_ptree_strings_are_counts():
+    """Poplibs' getPlanConstraints JSON quotes its numbers (a property tree)."""
+    p = poplin.ConvParams(FLOAT, 2, [6, 7], [3, 3], 8, 16, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+    a = poplin.getConvPlan(Graph(IPUModel("ipu1").createDevice().getTarget()), p,
+                           _constraints([1], [3, 4], kernel=3, co=2))  # fmt: skip
+    text = _constraints([1], [3, 4], kernel=3, co=2)["planConstraints"]
+    quoted = json.loads(text)
+    quoted["0"]["partition"]["fieldSplit"] = {"0": "3", "1": "4"}
+    quoted["method"]["convUnits"] = "8"
+    b = poplin.getConvPlan(Graph(IPUModel("ipu1").createDevice().getTarget()), p,
+                           {"planConstraints": json.dumps(quoted)})  # fmt: skip
+    assert (a.parts, a.blocks) == (b.parts, b.blocks)
+
+
+@pytest.mark.parametrize(
+    "c, match",
+    [
+        (dict(expand=[1], field=[3, 6]), r"fieldSplit.1 6 of 14 \(grain 1\) gives 5 blocks"),
+        (dict(expand=[1], field=[3, 4], inChansPerGroup=4),
+         r"inChansPerGroup=4.*8 units grouping 8 / 8"),
+        (dict(expand=[1], field=[3, 4], units=4), r"convUnits=4"),
+        (dict(expand=[], field=[3, 4, 2]), r"fieldSplit=\[3, 4, 2\] names more dimensions"),
+    ],
+)  # fmt: skip
+def test_bad_constraints_are_refused(c, match):
+    p = poplin.ConvParams(FLOAT, 2, [6, 7], [3, 3], 8, 16, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+    graph = Graph(IPUModel("ipu1").createDevice().getTarget())
+    with pytest.raises(GraphError, match=match):
+        poplin.getConvPlan(graph, p, _constraints(**c))
+
+
+def test_a_serial_split_with_a_partition_is_refused():
+    p = poplin.ConvParams(FLOAT, 2, [6, 7], [3, 3], 8, 16)
+    tree = json.loads(_constraints([], [1, 1])["planConstraints"])
+    tree["0"]["partition"]["outChanSplit"]["serial"] = 2
+    with pytest.raises(GraphError, match=r"outChanSplit.serial=2"):
+        poplin.getConvPlan(Graph(IPUModel("ipu1").createDevice().getTarget()), p,
+                           {"planConstraints": json.dumps(tree)})  # fmt: skip
