@@ -157,6 +157,10 @@ class Emission:
         self.programs: list[P.Program] = []  # keeps lowered programs alive (ids stay unique)
         #: id(IR node) -> (element type, element ids) its steps read or write (liveness)
         self.touches: dict[int, list[tuple[Any, Any]]] = {}
+        #: (element size, id of an id array, or a range's start, stop and step) -> (the
+        #: ids, what :meth:`touch` records of them): a copy lowered in two programs
+        #: records one object twice, which liveness marks once
+        self._touched_ids: dict[tuple[int, ...], tuple[Any, Any]] = {}
         #: id(IR node of a WriteUndef) -> (element type, element ids) it makes undefined
         self.undefs: dict[int, list[tuple[Any, np.ndarray | range]]] = {}
         #: compute set id -> its lowered compute set (each is lowered once)
@@ -357,13 +361,24 @@ class Emission:
         return self._touched(t.elementType(), t._flat_ids())
 
     def _touched(self, typ: Any, ids: np.ndarray | range) -> Any:
-        """What :meth:`touch` records of a tensor's ids (see there)."""
+        """What :meth:`touch` records of a tensor's ids (see there), one object per id
+        array or range."""
+        key: tuple[int, ...] = (
+            (typ.size, ids.start, ids.stop, ids.step)
+            if isinstance(ids, range)
+            else (typ.size, id(ids))
+        )
+        known = self._touched_ids.get(key)
+        if known is not None and (known[0] is ids or isinstance(ids, range)):
+            return known[1]
         part = runs.ids_or_run(ids)
-        if isinstance(part, tuple) or part.size == 0:
-            return part
-        lo, hi = self.span(ids)
-        block = (np.array([lo], np.int64), np.array([hi], np.int64))
-        return block if self.variables.mark([(typ, block)]).size == 1 else part
+        if not isinstance(part, tuple) and part.size:
+            lo, hi = self.span(ids)
+            block = (np.array([lo], np.int64), np.array([hi], np.int64))
+            if self.variables.mark([(typ, block)]).size == 1:
+                part = block
+        self._touched_ids[key] = (ids, part)
+        return part
 
     def constant_of(self, t: Tensor) -> str | None:
         """Name of a constant that ``t`` has elements of, or None."""

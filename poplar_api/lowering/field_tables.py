@@ -107,8 +107,15 @@ class FieldTable:
         """The tile of each of :attr:`ref_runs` (its vertex's, from ``vtiles``: the tile
         of each vertex of the group)."""
         begin, end = self.ref_runs
-        at = np.cumsum(end - begin) - (end - begin)  # the reference each run starts at
-        return vtiles[np.searchsorted(self.bounds, at, side="right") - 1]
+        length = end - begin
+        at = np.cumsum(length)
+        at -= length  # the reference each run starts at (ascending)
+        # runs per vertex, found by the vertices' bounds among the runs' starts (a
+        # search per vertex, not one per run: runs outnumber vertices some 30 times)
+        per_vertex = np.diff(np.searchsorted(at, self.bounds, side="left"))
+        if int(per_vertex.sum()) != at.size:  # a run starting at the end: as numpy does
+            return vtiles[np.searchsorted(self.bounds, at, side="right") - 1]
+        return np.repeat(vtiles, per_vertex)
 
     @property
     def type(self) -> Type:

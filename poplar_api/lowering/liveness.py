@@ -308,11 +308,18 @@ def liveness(
     entry_of = np.full(nv, -1, np.int64)
     always = np.zeros(nv, bool)
     cache: dict[int, np.ndarray] = {}
+    # nodes whose parts are the same objects (a copy in two programs) are marked once
+    by_parts: dict[tuple[int, ...], np.ndarray] = {}
     in_fn_vars = np.zeros(nv, bool)  # touched by a function: one address, one range
     for nid, lo, hi, entry, in_fn in points.touched:
         vids = cache.get(nid)
         if vids is None:
-            vids = cache[nid] = index.mark(accesses.touches[nid])
+            parts = accesses.touches[nid]
+            key = tuple(x for t, ids in parts for x in (t.size, id(ids)))
+            vids = by_parts.get(key)
+            if vids is None:
+                vids = by_parts[key] = index.mark(parts)
+            cache[nid] = vids
         in_fn_vars[vids] |= in_fn
         np.minimum.at(first, vids, lo)
         np.maximum.at(last, vids, hi)
