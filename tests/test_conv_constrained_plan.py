@@ -18,7 +18,9 @@ from test_poplin_conv import ref_conv, run_passes, vertex_names
 
 from poplar_api import FLOAT, Graph, IPUModel, poplin
 from poplar_api.errors import GraphError
+from poplar_api.poplin import amp
 from poplar_api.poplin.conv_constrained_plan import model_plan_constraints
+from poplar_api.poplin.poplibs_amp_estimates import nx1_partial_cycles
 from poplar_api.poplin.poplibs_float_conv2d import form_plan
 
 
@@ -142,8 +144,8 @@ def test_ptree_strings_are_counts():
     "c, match",
     [
         (dict(expand=[1], field=[3, 6]), r"fieldSplit.1 6 of 14 \(grain 1\) gives 5 blocks"),
-        (dict(expand=[1], field=[3, 4], inChansPerGroup=4),
-         r"inChansPerGroup=4.*8 units grouping 8 / 8"),
+        (dict(expand=[1], field=[3, 4], inChansPerGroup=6),
+         r"inChansPerGroup=6.*8 units grouping 8 or 4 or 2 / 8"),
         (dict(expand=[1], field=[3, 4], units=4), r"convUnits=4"),
         (dict(expand=[], field=[3, 4, 2]), r"fieldSplit=\[3, 4, 2\] names more dimensions"),
     ],
@@ -163,3 +165,40 @@ def test_a_serial_split_with_a_partition_is_refused():
     with pytest.raises(GraphError, match=r"outChanSplit.serial=2"):
         poplin.getConvPlan(Graph(IPUModel("ipu1").createDevice().getTarget()), p,
                            {"planConstraints": json.dumps(tree)})  # fmt: skip
+
+
+def test_poplibs_plan_of_the_cnn_conv1_runs_with_four_channel_groups():
+    """docs/planner.md row 13: the model's plan of conv1 (the width expanded, the batch
+    flattened, FLOAT ConvPartialnx1 with 4 input channels a group, so a conv-unit weight
+    height of 2, partials by 8 on 8 units, B 1 x field 14 . 100 on 1,400 tiles) runs, its
+    values equal numpy's, and its vertex estimate is Poplibs' for that height: the
+    restated ``getConvPartialnx1SupervisorCycleEstimate`` of the largest tile (2 x 9
+    positions, the 3 kernel rows as 2 slices, 32 weight bytes a unit) computed here from
+    the tile's shape, at the vertex's weight load rate."""
+    p = poplin.ConvParams(FLOAT, 32, [28, 28], [3, 3], 1, 8, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+    model = form_plan(p, "TRAINING_FWD", preset_target("mk2-ipumodel"), "expanded 1")
+    assert model["vertex"] == (8, 4, 8) and model["vertex name"] == "ConvPartialnx1"
+    options = {"pass": "TRAINING_FWD", "planConstraints": model_plan_constraints(model)}
+    graph = Graph(IPUModel("mk2-ipumodel").createDevice().getTarget())
+    plan = poplin.getConvPlan(graph, p, options)
+    assert tuple(plan.parts) == (1, 1, 14, 100, 1, 1) and plan.num_tiles_used == 1400
+    assert (plan.in_chans_per_group, plan.out_chans_per_group, plan.num_conv_units) == (4, 8, 8)
+    want = nx1_partial_cycles(
+        batch=1, field_shape=(2, 9), kernel_shape=(3, 1), filter_height=2, conv_groups=1,
+        in_groups=1, out_groups=1, out_chans_per_group=8, num_conv_units=8,
+        weight_bytes_per_conv_unit=32,
+        coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE, workers=6,
+        float_activations=True, float_partials=True,
+    )  # fmt: skip
+    assert plan.cost["compute"] == want
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal(p.inputShape()).astype(np.float32)
+    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
+    out, _, g = run_passes(p, x, w, np.zeros(p.outputShape(), np.float32),
+                           preset="mk2-ipumodel", options=options, passes=("fwd",))  # fmt: skip
+    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    assert {n for n in vertex_names(g, "fwd/Convolve") if "ConvPartial" in n} == {
+        "poplin::ConvPartialnx1<float,float,true,true,8,2,false>"
+    }
+    assert len(_partial_tiles(g)) == 1400

@@ -2,22 +2,25 @@
 the partition Poplibs' ``getPlanConstraints`` writes (graphcore/poplibs ``7eac0f26``,
 ``lib/poplin/ConvPlan.cpp``), run as given.
 
-Poplibs' planner searches only the plans its constraints allow; with every split fixed it
-has one plan to cost. ipusim does the same for the AMP: the convolution is the one the
-transforms make (``transform.expandDims``, none when absent; a partial expansion is then
-flattened as ``calculateFlattenedParams`` does, :mod:`.conv_flatten`, unless
-``transform.flattenDims`` is ``[]``), the vertex is the AMP on ``method.convUnits`` units
-(ipusim's largest for the type when absent) with ipusim's grouping for it
-(:func:`~.conv_planner.amp_groups`; ``inChansPerGroup`` and ``partialChansPerGroup``, when
-given, must be that grouping), and the partition is ``partition.fieldSplit`` per field
-dimension, ``batchSplit``, ``kernelSplit`` of the outer kernel dimension
-(:mod:`.conv_kernel_split`), ``outChanSplit.parallel`` and ``inChanSplit.parallel`` over
-the channel grains, ``convGroupSplit``, each of the transformed convolution: a dimension
-of ``n`` positions (or grains) split ``p`` ways has blocks of ``ceil(n / p)``, and ``p``
-must be the number of blocks that gives (as ``constructModel`` splits). No serial split
+Poplibs' planner searches only the plans its constraints allow; with every split fixed
+it has one plan to cost. ipusim does the same for the AMP: the convolution is the one
+the transforms make (``transform.expandDims``, none when absent; a partial expansion is
+then flattened as ``calculateFlattenedParams`` does, :mod:`.conv_flatten`, unless
+``transform.flattenDims`` is ``[]``), the vertex is the AMP on ``method.convUnits``
+units (ipusim's largest for the type when absent) with ipusim's grouping for it
+(:func:`~.conv_planner.amp_groups`; ``inChansPerGroup`` and ``partialChansPerGroup``,
+when given, must be that grouping, or for FLOAT an input grouping of 4 or 2, whose conv
+units stack kernel rows: :func:`~.conv_vertex_estimates.weight_height`), and the
+partition is ``partition.fieldSplit`` per field dimension, ``batchSplit``,
+``kernelSplit`` of the outer kernel dimension (:mod:`.conv_kernel_split`),
+``outChanSplit.parallel`` and ``inChanSplit.parallel`` over the channel grains,
+``convGroupSplit``, each of the transformed convolution: a dimension of ``n`` positions
+(or grains) split ``p`` ways has blocks of ``ceil(n / p)``, and ``p`` must be the number
+of blocks that gives (as ``constructModel`` splits). No serial split
 (``outChanSplit.serial`` and ``inChanSplit.serial`` 1). The plan's blocks, tiles and
 costs are ipusim's own for that partition (:func:`~.conv_planner._gather`, the vertex
-estimate of the largest block), as :mod:`.poplibs_conv2d_plans` does for an adopted plan.
+estimate of the largest block), as :mod:`.poplibs_conv2d_plans` does for an adopted
+plan.
 """
 
 from __future__ import annotations
@@ -79,6 +82,16 @@ def transformed_params(
     eff = expand_dims(params, dims)
     flat = tuple(opts.get("flatten_dims", flatten_dims(eff)))
     return flattened_params(eff, flat), True, dims, flat
+
+
+def _narrower_groups(params: ConvParams, icg: int) -> tuple[int, ...]:
+    """The FLOAT AMP's input groupings below ``icg`` Poplibs offers
+    (``getConvVertexAMPCandidates``, ``ConvVertexType.cpp`` at 7eac0f26: dividing the
+    conv unit's 8 weights, a multiple of the 2 loaded a cycle; the unit then stacks
+    ``8 / group`` kernel rows, ``getConvUnitWeightHeight``); none for other types."""
+    if params.inputType != FLOAT:
+        return ()
+    return tuple(g for g in range(icg - 1, 0, -1) if 8 % g == 0 and g % 2 == 0)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -143,9 +156,18 @@ def constrained_plan(params: ConvParams, opts: Mapping[str, Any], target: Any) -
         units = None
     want = (opts.get("in_chans_per_group", icg if units else None),
             opts.get("partial_chans_per_group", ocg if units else None))  # fmt: skip
-    if units is None or want != (icg, ocg):
+    narrower = _narrower_groups(params, icg if units else 0)
+    if units is None or want[1] != ocg or (want[0] != icg and want[0] not in narrower):
         runs = ", ".join(
-            f"{u} units grouping {amp_groups(params.inputType, partials, target, u)[0]} / {u}"
+            f"{u} units grouping "
+            + " or ".join(
+                str(i)
+                for i in (
+                    amp_groups(params.inputType, partials, target, u)[0],
+                    *_narrower_groups(params, 8),
+                )
+            )
+            + f" / {u}"
             for u in allowed
         )
         raise GraphError(
@@ -161,6 +183,7 @@ def constrained_plan(params: ConvParams, opts: Mapping[str, Any], target: Any) -
               part["outChanSplit.parallel"], part["inChanSplit.parallel"])  # fmt: skip
     names = ["convGroupSplit", "batchSplit", *(f"fieldSplit.{d}" for d in range(nd)),
              "outChanSplit.parallel", "inChanSplit.parallel"]  # fmt: skip
+    icg = want[0]
     parts, blocks = _blocks(sizes, splits, (1, 1, *[1] * nd, ocg, icg), names)
     split = int(opts.get("kernel_split", 1))
     if split > 1:
@@ -172,10 +195,16 @@ def constrained_plan(params: ConvParams, opts: Mapping[str, Any], target: Any) -
     cat = _gather(sub, methods, partials, target, 1, False, fast, opts.get("pass"), False,
                   "out", rows, kernel_split=split)  # fmt: skip
     cost = {key: int(cat[key][0]) for key in COST_KEYS}
-    plan = plan_from(cat, 0, methods, sub, partials, target, cost, fast)
+    # (a narrower input grouping: the plan's, its estimate with the weight height)
+    group = {"in_chans_per_group": icg}
+    plan = dataclasses.replace(
+        plan_from(cat, 0, methods, sub, partials, target, cost, fast), **group
+    )
     cost["compute"] = int(largest_block_estimate(sub, target)(plan))
     cost["total"] = sum(cost[key] for key in COST_KEYS[:-1])
-    plan = plan_from(cat, 0, methods, sub, partials, target, cost, fast)
+    plan = dataclasses.replace(
+        plan_from(cat, 0, methods, sub, partials, target, cost, fast), **group
+    )
     if split > 1:
         tiles = kernel_block_tiles(plan.parts, split, target.getNumTiles(),
                                    target.getTilesPerIPU())  # fmt: skip

@@ -12,7 +12,7 @@ import numpy as np
 
 from poplar_api.poplin import amp, conv_estimators
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
-from poplar_api.poplin.conv_planner import ConvPlan
+from poplar_api.poplin.conv_planner import AMP_CHAIN, ConvPlan
 from poplar_api.poplin.conv_worklists import TileGeometry, tile_geometry
 from poplar_api.types import FLOAT
 
@@ -24,7 +24,7 @@ DATA_PATH_WIDTH_BITS = 64
 
 def vertex_method(plan: ConvPlan, geom: TileGeometry, kpos: int) -> str:
     """``AMP_1x1`` where Poplibs would use ``ConvPartial1x1Out``, else the plan's method."""
-    if plan.method != "AMP" or kpos != 1:
+    if plan.method != "AMP" or kpos != 1 or weight_height(plan) > 1:
         return plan.method
     if geom.in_shape != geom.out_shape or (geom.in_stride, geom.out_stride) != (1, 1):
         return plan.method
@@ -33,6 +33,33 @@ def vertex_method(plan: ConvPlan, geom: TileGeometry, kpos: int) -> str:
     if entries[:, 1].sum() != rows * 1 or np.any(entries[:, 0] != entries[:, 2]):
         return plan.method
     return "AMP_1x1"
+
+
+def weight_height(plan: ConvPlan) -> int:
+    """Poplibs' ``getConvUnitWeightHeight`` of an AMP plan: the conv unit's chain of
+    weights (4 loads of ``convInputLoadElems``) over the input channels of a group, 1
+    for ipusim's own groupings (a narrower group, e.g. FLOAT's 4 of 8, stacks that
+    many kernel rows on a unit; ``ConvPartial1x1Out`` then does not apply)."""
+    if plan.method != "AMP" or not plan.in_chans_per_group:
+        return 1
+    return max(1, AMP_CHAIN * plan.conv_input_load_elems // plan.in_chans_per_group)
+
+
+def _height_partitions(partitions: Any, inner: int, outer: int, height: int) -> list:
+    """Per worker, the partitions of each group of ``height`` kernel rows (``outer`` rows
+    of ``inner`` positions, row-major) at each inner position: those of the group's row
+    with the most field positions (the rows of a group run over one output range)."""
+    out = []
+    for per_k in partitions:
+        lists = []
+        for g in range(-(-outer // height)):
+            for kx in range(inner):
+                rows = [
+                    per_k[ky * inner + kx] for ky in range(g * height, min(outer, (g + 1) * height))
+                ]
+                lists.append(list(max(rows, key=lambda r: sum(r))))
+        out.append(lists)
+    return out
 
 
 def partial_estimate(
@@ -103,7 +130,7 @@ def partial_estimate(
         num_in_groups=nig,
         num_out_groups=nog,
         out_chans_per_group=ocg,
-        weight_bytes_per_conv_unit=icg * fp.size,
+        weight_bytes_per_conv_unit=icg * weight_height(plan) * fp.size,
         num_conv_units=plan.num_conv_units,
         coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE,
         num_worker_contexts=workers,
@@ -113,12 +140,17 @@ def partial_estimate(
     if method == "AMP_1x1":
         return amp.conv_partial_1x1_cycles(amp.split_field_elems(out_rows, workers), **amp_fields)
     kshape = params.kernelShape
+    inner, outer = int(kshape[-1]), int(np.prod(kshape[:-1]))
+    height, partitions = weight_height(plan), geom.partitions
+    if height > 1:  # (Poplibs' kernelOuterSizeM1 + 1: the groups of ``height`` rows)
+        partitions = _height_partitions(partitions, inner, outer, height)
+        outer = -(-outer // height)
     return conv_estimators.conv_partial_nx1_vertex_cycles(
-        geom.partitions,
+        partitions,
         zeros_info=out_rows * ocg,
-        kernel_inner_elems=int(kshape[-1]),
-        kernel_outer_elems=int(np.prod(kshape[:-1])),
-        filter_height=1,
+        kernel_inner_elems=inner,
+        kernel_outer_elems=outer,
+        filter_height=height,
         in_chans_per_group=icg,
         data_path_width=DATA_PATH_WIDTH_BITS,
         **amp_fields,
