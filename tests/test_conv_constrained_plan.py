@@ -16,7 +16,8 @@ import pytest
 from resnet_rows_common import preset_target
 from test_poplin_conv import ref_conv, run_passes, vertex_names
 
-from poplar_api import FLOAT, Graph, IPUModel, poplin
+from poplar_api import FLOAT, Engine, Graph, IPUModel, poplin
+from poplar_api import program as prog
 from poplar_api.errors import GraphError
 from poplar_api.poplin import amp
 from poplar_api.poplin.conv_constrained_plan import model_plan_constraints
@@ -202,3 +203,43 @@ def test_poplibs_plan_of_the_cnn_conv1_runs_with_four_channel_groups():
         "poplin::ConvPartialnx1<float,float,true,true,8,2,false>"
     }
     assert len(_partial_tiles(g)) == 1400
+
+
+@pytest.mark.parametrize("batch, rows", [(11, 7), (16, 5)])
+def test_poplibs_tied_plans_of_the_cnn_conv2_gradient_run(batch, rows):
+    """docs/planner.md row 15: the two partitions the model ties for conv2's input
+    gradient (TRAINING_BWD; AMP 8 / 8 on 8 units, unexpanded, kernel rows over 3 tiles,
+    Ci 2) run as given, and the gradient equals numpy's: for a stride of 1 and padding 1
+    on each side, the forward weights transposed and flipped, convolved with the output
+    gradient padded by 1."""
+    fwd = poplin.ConvParams(FLOAT, 32, [14, 14], [3, 3], 8, 16, paddingLower=[1, 1],
+                            paddingUpper=[1, 1])  # fmt: skip
+    bwd = poplin.getGradientParams(fwd)
+    tree = json.loads(_constraints([], [rows, 3], batch=batch, kernel=3, ci=2)["planConstraints"])
+    options = {"pass": "TRAINING_BWD", "planConstraints": json.dumps(tree)}
+    graph = Graph(IPUModel("mk2-ipumodel").createDevice().getTarget())
+    plan = poplin.getConvPlan(graph, bwd, options)
+    assert tuple(plan.parts) == (1, batch, rows, 3, 1, 2) and plan.kernel_split == 3
+    assert not plan.expanded and (plan.in_chans_per_group, plan.num_conv_units) == (8, 8)
+    rng = np.random.default_rng(batch)
+    w = rng.standard_normal(fwd.weightsShape()).astype(np.float32)
+    dy = rng.standard_normal(fwd.outputShape()).astype(np.float32)
+    w_t = np.flip(w.transpose(0, 2, 1, 3, 4), axis=(3, 4)).copy()  # [G, Ci, Co, K] flipped
+    same = poplin.ConvParams(FLOAT, 32, [14, 14], [3, 3], 16, 8, paddingLower=[1, 1],
+                             paddingUpper=[1, 1])  # fmt: skip
+    want = ref_conv(dy, w_t, same)
+    device = IPUModel("mk2-ipumodel").createDevice()
+    graph = Graph(device.getTarget())
+    w_var = poplin.createWeights(graph, fwd, "w", {"pass": "TRAINING_FWD"})
+    dy_var = poplin.createInput(graph, bwd, "dy", options)
+    seq = prog.Sequence()
+    dx = poplin.convolution(graph, dy_var, w_var, bwd, True, seq, "bwd", options)
+    for name, t in (("w", w_var), ("dy", dy_var)):
+        graph.createHostWrite(name, t)
+    graph.createHostRead("dx", dx)
+    engine = Engine(graph, seq)
+    engine.load(device)
+    engine.writeTensor("w", w)
+    engine.writeTensor("dy", dy)
+    engine.run(0)
+    np.testing.assert_allclose(engine.readTensor("dx"), want, rtol=1e-5, atol=1e-4)
