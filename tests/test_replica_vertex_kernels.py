@@ -342,4 +342,31 @@ def test_an_update_in_place_takes_writeable_and_read_only_ids_alike(frozen):
     scale = np.repeat(before[:, s_ids], [5, 7], axis=1)
     want = before[:, a_ids] + (scale * before[:, b_ids]).astype(np.float32)
     np.testing.assert_array_equal(got[:, a_ids], want)
-    assert len(vertices._scaled_add_images.signatures) == 1
+    assert len(vertices._scaled_add_block.signatures) == 1  # (A is one block)
+
+
+@pytest.mark.parametrize("subtract", [False, True])
+def test_an_update_of_one_block_is_the_update_through_ids(subtract):
+    """An update whose A is one block of ids runs as a slice of each replica's row
+    (``_scaled_add_block``): bit for bit the update through A's ids
+    (``_scaled_add_images``) and the float32 formula, with B scattered and every vertex
+    and replica its own scale; A's ids out of order are no block."""
+    rng = np.random.default_rng(21)
+    replicas, n = 4, 60
+    scale_exp = np.exp2(rng.integers(-20, 21, (replicas, 300)))
+    image = (rng.standard_normal((replicas, 300)) * scale_exp).astype(np.float32)
+    a_ids = np.arange(100, 100 + n, dtype=np.int32)
+    b_ids = rng.permutation(np.arange(200, 300))[:n].astype(np.int32)
+    counts = np.array([7, 1, 30, 22], np.int64)
+    scales = rng.standard_normal((replicas, 4)).astype(np.float32)
+    assert vertices._block_start(a_ids) == 100
+    assert vertices._block_start(a_ids[::-1].copy()) is None
+    assert vertices._block_start(np.r_[a_ids[:5], a_ids[6:]]) is None
+    block, through_ids = image.copy(), image.copy()
+    vertices._scaled_add_block(block, 100, image, b_ids, scales, counts, subtract)
+    vertices._scaled_add_images(through_ids, a_ids, image, b_ids, scales, counts, subtract)
+    assert block.tobytes() == through_ids.tobytes()
+    prod = (np.repeat(scales, counts, axis=1) * image[:, b_ids]).astype(np.float32)
+    want = image.copy()
+    want[:, a_ids] = want[:, a_ids] - prod if subtract else want[:, a_ids] + prod
+    assert block.tobytes() == want.tobytes()

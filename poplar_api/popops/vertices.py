@@ -258,8 +258,55 @@ def _scaled_add_in_place(b: dict[str, Any], subtract: bool) -> bool:
     scales = np.ascontiguousarray(scale.image.view(f32)[:, scale.ids])
     a_img, b_img = a.image.view(f32), other.image.view(f32)
     ids = [read_only(a.ids), read_only(other.ids)]
+    first = _block_start(a.ids)
+    if first is not None:  # A one block: read and written as a slice of each row
+        _scaled_add_block(a_img, first, b_img, ids[1], scales, counts, bool(subtract))
+        return True
     _scaled_add_images(a_img, ids[0], b_img, ids[1], scales, counts, bool(subtract))
     return True
+
+
+#: Id arrays lately asked about by :func:`_block_start`, by identity: ``(ids, first)``.
+_BLOCKS: dict[int, tuple[np.ndarray, int | None]] = {}
+#: Id arrays kept, at most.
+KEPT_BLOCKS = 1 << 8
+
+
+def _block_start(ids: np.ndarray) -> int | None:
+    """The first id of ``ids`` when they are consecutive (one block), else None; found
+    once per array (the runner hands every execution the same id arrays)."""
+    hit = _BLOCKS.get(id(ids))
+    if hit is not None and hit[0] is ids:
+        return hit[1]
+    first = None
+    span = ids.size and int(ids[-1]) - int(ids[0]) == ids.size - 1
+    if span and (ids.size == 1 or bool((np.diff(ids) == 1).all())):
+        first = int(ids[0])
+    if len(_BLOCKS) >= KEPT_BLOCKS:
+        _BLOCKS.clear()
+    _BLOCKS[id(ids)] = (ids, first)
+    return first
+
+
+@numba.njit(cache=True, nogil=True)
+def _scaled_add_block(a, first, b, b_ids, scale, counts, subtract):  # pragma: no cover
+    """:func:`_scaled_add_images` where ``A``'s ids are the block ``first`` to ``first
+    + b_ids.size``: each row's block updated as a slice (no ids of ``A`` read), with
+    element ``b_ids[i]`` of the row of ``b`` and vertex ``v``'s ``scale[r, v]``, in
+    float32 as the packed pass computes it."""
+    for r in range(a.shape[0]):
+        arow, brow = a[r, first : first + b_ids.size], b[r]
+        at = 0
+        for v in range(counts.size):
+            s = scale[r, v]
+            end = at + counts[v]
+            if subtract:
+                for i in range(at, end):
+                    arow[i] = arow[i] - s * brow[b_ids[i]]
+            else:
+                for i in range(at, end):
+                    arow[i] = arow[i] + s * brow[b_ids[i]]
+            at = end
 
 
 def _apart(a_ids: np.ndarray, b_ids: np.ndarray) -> bool:
