@@ -243,3 +243,14 @@ def test_poplibs_tied_plans_of_the_cnn_conv2_gradient_run(batch, rows):
     engine.writeTensor("dy", dy)
     engine.run(0)
     np.testing.assert_allclose(engine.readTensor("dx"), want, rtol=1e-5, atol=1e-4)
+
+
+def test_groupings_without_a_partition_change_nothing():
+    """``convUnits`` and the groupings are read with a whole partition only: without one
+    the options are those of the method alone (ipusim's own search and adoption)."""
+    from poplar_api.poplin.conv_options import parse_options
+
+    alone = {"method": {"type": "AMP", "convUnits": 8}, "inChansPerGroup": 4}
+    assert parse_options({"planConstraints": json.dumps(alone)}, "t") == parse_options(
+        {"planConstraints": json.dumps({"method": "AMP"})}, "t"
+    )

@@ -86,8 +86,10 @@ def _plan_constraints(text: str, what: str) -> dict[str, Any]:
     the ``swapOperands`` transform (matMul products only), ipusim's ``flattenDims``
     (Poplibs derives it, :mod:`.conv_flatten`; ``[]`` keeps a partial expansion
     unflattened), the kernel split
-    (``partition.kernelSplit``, :mod:`.conv_kernel_split`); at the top level or under
-    level ``"0"``. Other constraints are accepted and ignored."""
+    (``partition.kernelSplit``, :mod:`.conv_kernel_split`) and, with a
+    ``partition.fieldSplit``, the whole partition, ``method.convUnits``,
+    ``inChansPerGroup`` and ``partialChansPerGroup`` (:mod:`.conv_constrained_plan`); at
+    the top level or under level ``"0"``. Other constraints are accepted and ignored."""
     import json
 
     if not text.strip():
@@ -148,8 +150,10 @@ def _plan_constraints(text: str, what: str) -> dict[str, Any]:
     partition = data.get("partition", level.get("partition"))
     if isinstance(partition, dict) and "kernelSplit" in partition:
         out["kernel_split"] = _kernel_split(partition["kernelSplit"], what)
-    if isinstance(partition, dict) and "fieldSplit" in partition:
-        out["partition"] = _partition(partition, what)
+    if not (isinstance(partition, dict) and "fieldSplit" in partition):
+        return out
+    # a whole plan (:mod:`.conv_constrained_plan`): its partition, units and groupings
+    out["partition"] = _partition(partition, what)
     units = method_tree.get("convUnits") if isinstance(method_tree, dict) else None
     for key, name in (("convUnits", "conv_units"), ("inChansPerGroup", "in_chans_per_group"),
                       ("partialChansPerGroup", "partial_chans_per_group")):  # fmt: skip
