@@ -176,3 +176,23 @@ def test_bad_shapes_are_refused_with_what_was_found():
         )  # fmt: skip
     with pytest.raises(ValueError, match="stride"):
         partition_by_worker(1, [3, 5], 6, [1, 1], [1])
+
+
+def test_count_lists_skip_the_entry_checks_not_the_shape() -> None:
+    """Worklists handed over as ``CountLists`` (the planner's, valid by construction) cost
+    what the same plain lists cost, and one with a kernel position missing is refused as
+    a plain one is."""
+    from poplar_api.poplin.conv_estimator_common import CountLists
+    from poplar_api.poplin.conv_estimators import conv_partial_nx1_cycles
+
+    kw = dict(num_conv_groups=1, num_out_groups=2, num_in_groups=3, kernel_inner_elems=3,
+              kernel_outer_elems=1, filter_height=1, in_chans_per_group=16,
+              out_chans_per_group=8, weight_bytes_per_conv_unit=32, num_conv_units=8,
+              coeff_load_bytes_per_cycle=8, num_worker_contexts=6, float_activations=False,
+              float_partials=True)  # fmt: skip
+    plain = [[[5, 7], [5, 7], [4]] for _ in range(6)]
+    assert conv_partial_nx1_cycles(CountLists(plain), **kw) == conv_partial_nx1_cycles(plain, **kw)
+    short = [row[:2] for row in plain]
+    for lists in (short, CountLists(short)):
+        with pytest.raises(ValueError, match=r"\[0\] has 2 lists; required one list"):
+            conv_partial_nx1_cycles(lists, **kw)

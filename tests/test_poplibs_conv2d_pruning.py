@@ -20,6 +20,7 @@ from poplar_api.poplin.poplibs_conv2d_model import (
     _partitions,
     family_costs,
     family_plan,
+    partial_sums,
 )
 
 _CONVS = [
@@ -102,3 +103,35 @@ def test_serial_iterations_are_family_costs_at_every_cap(kind) -> None:
         costed, cycles = it.costs(cap)
         np.testing.assert_array_equal(costed, c["costed"])
         np.testing.assert_array_equal(cycles, c["cycles"])
+
+
+def test_partial_sums_are_each_partitions_tile_estimate() -> None:
+    """:func:`partial_sums` (the partial-sum term alone, which the serial floors add to
+    the other terms they have) is the ``ConvPartialnx1`` planner estimate of each
+    partition's tile, its sizes worked out here, and :func:`family_costs`' ``compute``."""
+    from poplar_api.poplin.poplibs_amp_estimates import (
+        COEFF_LOAD_BYTES_PER_CYCLE,
+        nx1_partial_cycles,
+    )
+
+    t = preset_target("mk2-ipumodel")
+    p, (icg, ocg) = _CONVS[1], (16, 8)  # (batch 2: never ConvPartial1x1Out)
+    splits = {k: v[::37] for k, v in _partitions(p, t, "AMP", (icg, ocg)).items()}
+    got = partial_sums(p, t, "AMP", (icg, ocg), splits)
+    np.testing.assert_array_equal(got, family_costs(p, t, "AMP", (icg, ocg), splits)["compute"])
+    up = lambda a, b: -(-a // b)  # noqa: E731
+    for i in range(got.size):
+        s = {k: int(v[i]) for k, v in splits.items()}
+        want = nx1_partial_cycles(
+            batch=up(2, s["batchSplit"]),
+            field_shape=(up(12, s["fieldSplit[0]"]), up(12, s["fieldSplit[1]"])),
+            kernel_shape=(up(3, s["kernelSplit[0]"]), 3), filter_height=1, conv_groups=1,
+            in_groups=up(64 // icg, s["inChanSplit.parallel"]),
+            out_groups=up(32 // ocg, s["outChanSplit.parallel"]), out_chans_per_group=ocg,
+            num_conv_units=8, weight_bytes_per_conv_unit=32,
+            coeff_load_bytes_per_cycle=COEFF_LOAD_BYTES_PER_CYCLE, workers=6,
+            float_activations=False, float_partials=True,
+        )  # fmt: skip
+        assert got[i] == want, s
+    with pytest.raises(ValueError, match=r"partial_sums: AMP grouped \(2, 8\)"):
+        partial_sums(p, t, "AMP", (2, 8), splits)

@@ -88,15 +88,15 @@ def _partitions_3d(
     out = []
     trusted = isinstance(partitions, CountLists)
     for c, per_k in enumerate(partitions):
+        if trusted and len(per_k) == kernel_size:  # (lists: no number test, an ABC's)
+            out.append(per_k)
+            continue
         if isinstance(per_k, numbers.Number) or len(per_k) != kernel_size:
             got = "a number" if isinstance(per_k, numbers.Number) else f"{len(per_k)} lists"
             raise ValueError(
                 f"{name}[{c}] has {got}; required one list of entry counts per kernel "
                 f"position ({kernel_size})"
             )
-        if trusted:
-            out.append(per_k)
-            continue
         rows = []
         for k, entries in enumerate(per_k):
             if isinstance(entries, numbers.Number):

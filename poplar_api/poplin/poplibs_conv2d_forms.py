@@ -53,6 +53,7 @@ from poplar_api.poplin.poplibs_conv2d_model import (
     _check,
     _partitions,
     family_costs,
+    partial_sums,
 )
 from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
 from poplar_api.types import HALF
@@ -112,22 +113,22 @@ class _Iterations:
     """The one-pass terms of a serial plan's iteration (:func:`family_costs` of ``sub``
     with :data:`_SERIAL_SKIP`'s terms left out) over every partition, for any cap: the
     terms but the partial sums and the MAC inequality's least partial sums are computed
-    once, the partial-sum estimates of a partition once, when a cap first reaches it
-    (serial counts giving the same iteration share them; host time only)."""
+    once (one :func:`family_costs` of nothing costed, the skipped terms taken off), the
+    partial-sum estimates of a partition once, when a cap first reaches it, and its
+    cycles then its other terms plus them (:func:`partial_sums`; serial counts giving the
+    same iteration share them; host time only)."""
 
     def __init__(self, sub: ConvParams, target: Any, groups: tuple[int, int], kind: str):
         self.sub, self.target, self.groups = sub, target, groups
-        self.skip = _SERIAL_SKIP[kind]
         self.parts = _partitions(sub, target, "AMP", groups)
-        low = family_costs(sub, target, "AMP", groups, self.parts, -1, self.skip)
-        #: a partition's cycles when not costed: its terms plus the least partial sums
-        self.low = low["cycles"]
+        whole = family_costs(sub, target, "AMP", groups, self.parts, -1)  # (nothing costed)
+        #: a partition's cycles when not costed: its terms but the skipped ones, plus the
+        #: least partial sums (the terms are summed: leaving one out is taking it off)
+        self.low = whole["cycles"] - sum(whole[key] for key in _SERIAL_SKIP[kind])
+        #: the MAC inequality's least partial sums (``compute`` of a partition not costed)
+        self.least = whole["compute"]
         #: the inputs' exchange of each partition (added once over output channels)
-        self.inputs = (
-            family_costs(sub, target, "AMP", groups, self.parts, -1)["input exchange"]
-            if kind == "out"
-            else 0
-        )
+        self.inputs = whole["input exchange"] if kind == "out" else 0
         self.exact = np.zeros(self.low.shape, np.int64)
         self.known = np.zeros(self.low.shape, bool)
 
@@ -138,8 +139,8 @@ class _Iterations:
         need = costed & ~self.known
         if need.any():
             sub = {k: v[need] for k, v in self.parts.items()}
-            c = family_costs(self.sub, self.target, "AMP", self.groups, sub, None, self.skip)
-            self.exact[need] = c["cycles"]
+            compute = partial_sums(self.sub, self.target, "AMP", self.groups, sub)
+            self.exact[need] = self.low[need] - self.least[need] + compute
             self.known |= need
         return costed, np.where(costed, self.exact, self.low)
 

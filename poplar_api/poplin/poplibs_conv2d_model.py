@@ -75,7 +75,15 @@ from poplar_api.poplin.poplibs_matmul_model import (
 from poplar_api.poplin.poplibs_slic_estimates import WINDOW, slic_partial_cycles
 from poplar_api.types import FLOAT, HALF
 
-__all__ = ["SPLITS", "describe_family", "family_costs", "family_plan", "slic_floors", "uncovered"]
+__all__ = [
+    "SPLITS",
+    "describe_family",
+    "family_costs",
+    "family_plan",
+    "partial_sums",
+    "slic_floors",
+    "uncovered",
+]
 
 #: The partition variables of a 2-D convolution's one-pass plans, by ``constructModel``'s
 #: names (``kernelSplit[0]``: the outer kernel dimension; the inner one is not split).
@@ -158,26 +166,14 @@ def family_costs(
     plus the least partial sums the MAC inequality allows reach at most ``limit``; the
     others (``costed`` false) cost more than ``limit`` (their ``cycles`` that lower bound).
     The terms named in ``skip`` count 0 (a lower bound of the cost)."""
-    _check(params, target)
-    icg, ocg = groups
-    if (method, groups) not in [*(("AMP", g) for g in AMP_GROUPINGS), ("SLIC", (4, 4))]:
-        raise ValueError(
-            f"family_costs: {method} grouped {groups}: the AMP's {AMP_GROUPINGS} and SLIC's "
-            f"{(SLIC_CHANS, SLIC_CHANS)} are restated (getConvVertexAMPCandidates, "
-            "getConvVertexSLICCandidates)"
-        )
-    workers = target.getNumWorkerContexts()
+    _check_family(params, target, method, groups, "family_costs")
+    icg = groups[0]
     out_shape = [int(x) for x in params.getOutputFieldShape()]
     kernel = [int(x) for x in params.kernelShape]
-    ci_g = -(-params.inputChannelsPerConvGroup // icg)
-    co_g = -(-params.outputChannelsPerConvGroup // ocg)
     bs, fh, fw = splits["batchSplit"], splits["fieldSplit[0]"], splits["fieldSplit[1]"]
     ks = splits["kernelSplit[0]"]
     po, pi = splits["outChanSplit.parallel"], splits["inChanSplit.parallel"]
-    bt = -(-params.batchSize // bs)
-    ht, wt = -(-out_shape[0] // fh), -(-out_shape[1] // fw)
-    kh = -(-kernel[0] // ks)
-    cit, cot = -(-ci_g // pi) * icg, -(-co_g // po) * ocg
+    bt, ht, wt, kh, cit, cot = _tile_sizes(params, groups, splits)
     used = bs * fh * fw * ks * po * pi
     isz, psz = HALF.size, FLOAT.size
     # exchange
@@ -225,20 +221,79 @@ def family_costs(
         terms[key] = np.zeros(used.shape, np.int64)
     rest = sum(terms.values())
     # the partial sums (the MAC inequality: used * compute >= MACs // maxMACs)
-    least = -(-(params.getNumberOfMACs() // _MAX_MACS[method]) // used)
+    macs = params.getNumberOfMACs() // _MAX_MACS[method]
+    least = -(-macs // used)
     costed = np.ones(used.shape, bool) if limit is None else rest + least <= limit
-    rows = np.stack([np.broadcast_to(x, used.shape)[costed] for x in (bt, ht, wt, kh, cit, cot)],
-                    axis=1)  # fmt: skip
     compute = np.broadcast_to(least, used.shape).copy()
-    if rows.size:
-        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-        one = params.batchSize == 1  # (canUseConvPartial1x1Vertex reads the whole batch)
-        per = [_partial(method, groups, b, (h, w), (k, kernel[1]), ci, co, workers, one)
-               for b, h, w, k, ci, co in uniq.tolist()]  # fmt: skip
-        compute[costed] = np.array(per, np.int64)[inv.ravel()]
+    if costed.any():
+        sizes = [np.broadcast_to(x, used.shape)[costed] for x in (bt, ht, wt, kh, cit, cot)]
+        compute[costed] = _tile_partial_sums(params, target, method, groups, sizes)
     terms["compute"] = compute
-    ok = costed & (params.getNumberOfMACs() // _MAX_MACS[method] <= used * compute)
+    ok = costed & (macs <= used * compute)
     return {"cycles": rest + compute, "bytes": temp, "ok": ok, "costed": costed, **terms}
+
+
+def _check_family(
+    params: ConvParams, target: Any, method: str, groups: tuple[int, int], caller: str
+) -> None:
+    """:func:`_check`, and that ``method`` grouped ``groups`` is one the model restates."""
+    _check(params, target)
+    if (method, groups) not in [*(("AMP", g) for g in AMP_GROUPINGS), ("SLIC", (4, 4))]:
+        raise ValueError(
+            f"{caller}: {method} grouped {groups}: the AMP's {AMP_GROUPINGS} and SLIC's "
+            f"{(SLIC_CHANS, SLIC_CHANS)} are restated (getConvVertexAMPCandidates, "
+            "getConvVertexSLICCandidates)"
+        )
+
+
+def _tile_sizes(
+    params: ConvParams, groups: tuple[int, int], splits: dict[str, np.ndarray]
+) -> tuple[np.ndarray, ...]:
+    """A tile's batch, output rows and columns, outer kernel rows, input and output
+    channels (whole groupings) in each partition of ``splits``."""
+    icg, ocg = groups
+    out_shape = [int(x) for x in params.getOutputFieldShape()]
+    ci_g = -(-params.inputChannelsPerConvGroup // icg)
+    co_g = -(-params.outputChannelsPerConvGroup // ocg)
+    return (
+        -(-params.batchSize // splits["batchSplit"]),
+        -(-out_shape[0] // splits["fieldSplit[0]"]),
+        -(-out_shape[1] // splits["fieldSplit[1]"]),
+        -(-int(params.kernelShape[0]) // splits["kernelSplit[0]"]),
+        -(-ci_g // splits["inChanSplit.parallel"]) * icg,
+        -(-co_g // splits["outChanSplit.parallel"]) * ocg,
+    )
+
+
+def _tile_partial_sums(
+    params: ConvParams, target: Any, method: str, groups: tuple[int, int], sizes: list[Any]
+) -> np.ndarray:
+    """``addPartialCalcCycleEstimate`` (:func:`_partial`) of the tiles of sizes ``sizes``
+    (:func:`_tile_sizes`' six arrays, one entry a tile), each distinct tile once."""
+    rows = np.stack(sizes, axis=1)
+    uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+    workers = target.getNumWorkerContexts()
+    kw = int(params.kernelShape[1])
+    one = params.batchSize == 1  # (canUseConvPartial1x1Vertex reads the whole batch)
+    per = [_partial(method, groups, b, (h, w), (k, kw), ci, co, workers, one)
+           for b, h, w, k, ci, co in uniq.tolist()]  # fmt: skip
+    return np.array(per, np.int64)[inv.ravel()]
+
+
+def partial_sums(
+    params: ConvParams,
+    target: Any,
+    method: str,
+    groups: tuple[int, int],
+    splits: dict[str, np.ndarray],
+) -> np.ndarray:
+    """The ``compute`` term of :func:`family_costs` of every partition of ``splits``
+    (costed: the partial-sum estimate of the partition's tile), without its other terms:
+    for a caller that has those already (a partition's cost is its other terms plus
+    this)."""
+    _check_family(params, target, method, groups, "partial_sums")
+    sizes = list(_tile_sizes(params, groups, splits))
+    return _tile_partial_sums(params, target, method, groups, sizes)
 
 
 def _partial(method: str, groups: tuple[int, int], batch: int, field: tuple[int, int],
