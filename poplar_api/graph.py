@@ -756,13 +756,9 @@ def variable_tensors(graph: Graph, first: int, last: int) -> list[Tensor]:
     """Whole-variable tensors of the non-constant variables with ids in
     ``[first, last)``."""
     state = graph._state
-    out = []
-    for var in state.variables[first:last]:
-        if var.constant or var.size == 0:
-            continue
-        # consecutive ids: the index array is made only if a caller asks for it
-        out.append(Tensor._consecutive(state, var.type, var.base, tuple(var.shape), var.name))
-    return out
+    # consecutive ids: the index array is made only if a caller asks for it
+    return [Tensor._consecutive(state, var.type, var.base, tuple(var.shape), var.name)
+            for var in state.variables.written(first, last)]  # fmt: skip
 
 
 def touches_constant(graph: Graph, t: Tensor) -> bool:

@@ -135,6 +135,18 @@ class VariableTable(Sequence[Variable]):
         """Names of variables ``ids``, in that order."""
         return list(map(self._names.__getitem__, ids.tolist()))
 
+    def written(self, first: int, last: int) -> list[Variable]:
+        """The non-constant variables with elements among ids ``[first, last)``, in id
+        order: a :class:`Variable` is made for those only (most of the ids a library
+        makes are its small constants, tens of thousands in a training step)."""
+        first, last, _ = slice(first, last).indices(len(self))
+        if last <= first:
+            return []
+        constant = np.frombuffer(self._constant[first:last], np.int8)  # (a copy's view)
+        sizes = np.fromiter(self._sizes[first:last], np.int64, last - first)
+        keep = np.flatnonzero((constant == 0) & (sizes > 0)) + first
+        return [self[i] for i in keep.tolist()]
+
     def constant_flags(self) -> np.ndarray:
         """Whether each variable is a constant (bool, by id)."""
         return np.array(self._constant, bool)  # (a C array's bytes: no loop over objects)

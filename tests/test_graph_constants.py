@@ -173,3 +173,27 @@ def test_concat_of_constants_of_one_type_is_the_concat_of_their_tensors(shapes):
         assert joined.name == expected.name
         assert joined.shape() == expected.shape()
         assert np.array_equal(joined.flat_index(), expected.flat_index())
+
+
+def test_variable_tensors_are_the_written_variables_in_the_range() -> None:
+    """``variable_tensors`` (PopART's transient activations) gives, in id order, a whole
+    tensor of every non-constant variable with elements among the ids asked for, as the
+    graph's variables list them: constants and empty variables left out."""
+    from poplar_api.graph import variable_count, variable_tensors
+
+    graph = Graph(IPUModel("tiny").createDevice().getTarget())
+    graph.addVariable(FLOAT, [3], "a")
+    graph.addConstants(FLOAT, [[1], [2], [1]], [[1.0], [2.0, 3.0], [4.0]], "c")
+    graph.addVariable(FLOAT, [0], "empty")
+    graph.addConstant(FLOAT, [2], 5.0, "k")
+    graph.addVariable(FLOAT, [2, 4], "b")
+    graph.addVariable(HALF, [5], "h")
+    n = variable_count(graph)
+    every = graph.getVariables()
+    for lo, hi in ((0, n), (1, n), (0, 3), (2, 2), (n - 1, n + 5), (-3, n)):
+        want = [v for v in every[lo:hi] if not v.constant and v.size > 0]
+        got = variable_tensors(graph, lo, hi)
+        assert [t.name for t in got] == [v.name for v in want], (lo, hi)
+        for t, v in zip(got, want, strict=True):
+            assert t.shape() == list(v.shape) and t.elementType() == v.type
+            assert np.array_equal(t.flat_index(), np.arange(v.base, v.base + v.size))
