@@ -215,6 +215,25 @@ def test_writable_and_read_only_operands_share_a_signature() -> None:
         assert not sig[0].mutable and not sig[1].mutable, sig[:2]
 
 
+def test_contiguous_and_strided_operands_share_one_signature() -> None:
+    # C-contiguous operands and output and strided ones (views of the replicas' images)
+    # are other argument types to Numba: the pass is compiled for one signature of any
+    # strides, which both reach with the same sums, and for no other
+    geo = _geometry(4, nig=2, nk=2, shift=True)
+    x, w = _operands(geo, (3, 2), seed=13)  # strided views
+    assert not x.flags.c_contiguous and not w.flags.c_contiguous
+    if not matches_blas(4, IN_CHANS):  # this BLAS orders the sums otherwise
+        pytest.skip("the compiled pass does not give this BLAS's bits here")
+    want = _by_matmul(x, w, geo)
+    contiguous = chain_products(np.ascontiguousarray(x), np.ascontiguousarray(w), geo)
+    strided = chain_products(x, w, geo)
+    image = np.full((*want.shape[:-1], want.shape[-1] * 2), -1, np.float32)
+    into = chain_products(x, np.ascontiguousarray(w), geo, image[..., ::2])
+    for got in (contiguous, strided, into):
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert conv_chain._chain8.signatures == [conv_chain.SIGNATURE.args]
+
+
 def test_not_used_where_it_does_not_apply(monkeypatch) -> None:
     geo = _geometry(9, nig=1, nk=1)
     x, w = _operands(geo, (4,), seed=1)

@@ -175,20 +175,48 @@ def _slp_vectorized() -> Iterator[None]:
         numba_config.SLP_VECTORIZE = old
 
 
+def _strided(ndim: int, dtype: Any, readonly: bool = False) -> types.Array:
+    """Numba's type of an array of any strides (layout ``A``)."""
+    return types.Array(dtype, ndim, "A", readonly=readonly)
+
+
+#: The one signature :func:`_chain8` is compiled for: the operands, rows and output of
+#: any strides (a C-contiguous array converts to it; the operands and rows read-only,
+#: which a writable array converts to as well), the scratch C-contiguous (the chains
+#: read ``wt``'s rows as vectors). Numba compiles a function once per tuple of argument
+#: types, and C-contiguous and strided operands are two, which the tests and workloads
+#: both pass (2.0 and 2.2 s of compile CPU in a first run of the suite:
+#: docs/benchmarks.md, "Compiled type sets per kernel").
+SIGNATURE = types.void(
+    _strided(6, types.float32, readonly=True),
+    _strided(8, types.float32, readonly=True),
+    *(_strided(1, types.intp, readonly=True),) * 3,
+    types.float32[:, ::1],
+    types.float32[:, ::1],
+    _strided(4, types.float32),
+)
+
+
+def _compiled() -> Any:
+    """:func:`_chain8` compiled (or loaded from the disk cache) for :data:`SIGNATURE`
+    alone, vectorized; further signatures are not compiled (a call converts its
+    arguments to this one, or fails to type)."""
+    if not _chain8.overloads:
+        with _slp_vectorized():
+            _chain8.compile(SIGNATURE)
+        _chain8.disable_compile()
+    return _chain8
+
+
 def _run(
     x: np.ndarray, w: np.ndarray, o_rows: np.ndarray, i_rows: np.ndarray, k_start: np.ndarray,
     out: np.ndarray,
 ) -> None:  # fmt: skip
-    """Call the compiled pass (compiling it, vectorized, when this signature is new);
-    ``out`` is ``[n0, n1, ncg * nog, out_rows * 8]``. The operands are handed over as
-    read-only views, so that writable and read-only callers share one compiled
-    signature per layout (each signature costs a compile of about a second)."""
-    x, w = x.view(), w.view()
-    x.flags.writeable = w.flags.writeable = False
+    """Call the compiled pass (compiled once, for :data:`SIGNATURE`); ``out`` is
+    ``[n0, n1, ncg * nog, out_rows * 8]``."""
     wt = np.empty((IN_CHANS, OUT_CHANS), np.float32)
     part = np.empty((out.shape[3] // OUT_CHANS, OUT_CHANS), np.float32)
-    with _slp_vectorized():
-        _chain8(x, w, o_rows, i_rows, k_start, wt, part, out)
+    _compiled()(x, w, o_rows, i_rows, k_start, wt, part, out)
 
 
 #: (rows, input channels) -> whether the pass gives ``matmul``'s bits in this process.
