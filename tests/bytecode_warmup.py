@@ -99,7 +99,7 @@ def _skipped_folder(path: Path, norecurse: Sequence[str], in_venvs: bool) -> boo
     )
 
 
-def _test_files(config: Any) -> list[Path]:
+def selected_modules(config: Any) -> list[Path]:
     """The test modules the run's arguments name (files, or directories searched as
     pytest's collection searches them: not in the folders it skips, such as a
     checkout's ``.venv`` with its thousands of third-party test modules)."""
@@ -123,22 +123,28 @@ def _test_files(config: Any) -> list[Path]:
     return sorted(found)
 
 
+def starts_workers(config: Any) -> bool:
+    """Whether this pytest process starts test workers (``-n``, not a worker itself)."""
+    return (
+        not hasattr(config, "workerinput")
+        and bool(getattr(config.option, "numprocesses", None))
+        and getattr(config.option, "dist", "no") != "no"
+    )
+
+
 def before_workers(config: Any, packages: Sequence[str] = PACKAGES) -> None:
     """In the pytest process that starts test workers, cache what each worker would
     otherwise rewrite and compile on its own (see the module's text): the test modules
     the run's arguments name and the modules of ``packages`` (names under the root)."""
-    numprocesses = getattr(config.option, "numprocesses", None)
     if (
-        hasattr(config, "workerinput")  # a worker
-        or not numprocesses
-        or getattr(config.option, "dist", "no") == "no"
+        not starts_workers(config)
         or config.getvalue("assertmode") != "rewrite"
         or config.getini("enable_assertion_pass_hook")  # rewritten with the hook: not here
         or sys.dont_write_bytecode
     ):
         return
     try:
-        tests = [str(p) for p in _test_files(config) if not _is_current(p)]
+        tests = [str(p) for p in selected_modules(config) if not _is_current(p)]
         folders = [str(ROOT / name) for name in packages]
         if not tests:
             return

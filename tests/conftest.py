@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx_data
 import pytest
 from bytecode_warmup import before_workers
 
@@ -115,12 +116,24 @@ def _driver_cache_under_pytest_cache() -> None:
 
 _driver_cache_under_pytest_cache()
 
+#: The process generating ONNX's node-test data (``onnx_data``), if one was started.
+_ONNX_DATA = pytest.StashKey["subprocess.Popen | None"]()
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before test workers start, rewrite and cache the test modules and compile the
     project's modules once, in two processes (``bytecode_warmup``), instead of in
-    every worker."""
+    every worker; and start generating ONNX's node-test data if it is missing
+    (``onnx_data``), once, instead of in every worker."""
+    config.stash[_ONNX_DATA] = onnx_data.before_workers(config)
     before_workers(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Wait for the process generating ONNX's node-test data, if one was started."""
+    process = config.stash.get(_ONNX_DATA, None)
+    if process is not None:
+        process.wait()
 
 
 # A small machine with round numbers: 8 tiles in 2 columns (4 rows), 1 GHz clock,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from onnx_data import generation_lock
 
 from popart_api import onnx_tests
 
@@ -52,8 +53,9 @@ KNOWN_CRASHES: dict[str, str] = {}
 
 def _collect() -> tuple[list[Path], str]:
     """The fast test directories, or ``([], error message)`` when there is no data."""
-    try:
-        data_dir = onnx_tests.ensure_data_dir(generate=True)
+    try:  # (generated once: the lock waits for the process conftest started)
+        with generation_lock(onnx_tests.cache_data_dir()):
+            data_dir = onnx_tests.ensure_data_dir(generate=True)
     except Exception as exc:  # reported by test_data_available
         return [], f"{type(exc).__name__}: {exc}"
     paths = onnx_tests.list_tests(data_dir, FAST_OPS)
