@@ -1,5 +1,6 @@
-"""A copy's tiles on both sides in one compiled pass (``copies.copy_tiles``) against
-numpy's gathers; the tile of each run of a field held as reference runs
+"""A copy's tiles on both sides and its id arrays' spans in one compiled pass
+(``copies.copy_tiles``) against numpy's gathers, min and max, and the spans a copy's
+lowering keeps; the tile of each run of a field held as reference runs
 (``FieldTable.run_tiles``) against a search per run; and a copy lowered in two
 programs: one touch record, marked once by liveness, with the live ranges of marking
 every node."""
@@ -34,14 +35,19 @@ def test_copy_tiles_match_numpy_for_arrays_and_ranges(tile_dtype):
     ]
     for s_ids in sides:
         for d_ids in sides:
-            s_tile, d_tile, local, count = copy_tiles(tile, s_ids, d_ids)
+            found = copy_tiles(tile, s_ids, d_ids)
             want_s = tile[np.asarray(s_ids)].astype(np.int32)
             want_d = tile[np.asarray(d_ids)].astype(np.int32)
-            assert s_tile.dtype == d_tile.dtype == np.int32
-            np.testing.assert_array_equal(s_tile, want_s)
-            np.testing.assert_array_equal(d_tile, want_d)
-            np.testing.assert_array_equal(local, want_s == want_d)
-            assert count == int((want_s == want_d).sum())
+            assert found.s_tile.dtype == found.d_tile.dtype == np.int32
+            np.testing.assert_array_equal(found.s_tile, want_s)
+            np.testing.assert_array_equal(found.d_tile, want_d)
+            np.testing.assert_array_equal(found.local, want_s == want_d)
+            assert found.count == int((want_s == want_d).sum())
+            for ids, span in ((s_ids, found.s_span), (d_ids, found.d_span)):
+                if isinstance(ids, range):
+                    assert span is None  # (a range's span needs no pass)
+                else:
+                    assert span == (int(ids.min()), int(ids.max()) + 1)
 
 
 def test_copy_tiles_refuses_sides_of_different_lengths():
@@ -121,3 +127,34 @@ def test_a_copy_in_two_programs_is_marked_once_with_the_same_live_ranges(monkeyp
     names = [v.name for v in state.variables]
     touched = {names[v] for v in np.flatnonzero(shared.last >= 0).tolist()}
     assert touched == {"a", "pad", "b"}
+
+
+def test_a_copys_id_spans_are_kept_from_its_tiles_pass(monkeypatch):
+    """The spans of a copy's id arrays come from the pass that finds its tiles: no
+    separate pass over the ids (``runs.span``) for the overlap check or liveness."""
+    from poplar_api.lowering import runs
+
+    g, programs = _copy_in_two_programs()
+    state = g._state
+    spans = []
+    real_span = runs.span
+
+    def counting_span(ids):
+        spans.append(np.asarray(ids).size)
+        return real_span(ids)
+
+    monkeypatch.setattr(runs, "span", counting_span)
+    em_spans = {}
+    from poplar_api.lowering import emission
+
+    real_keep = emission.Emission.keep_span
+
+    def keep(self, ids, span):
+        em_spans[id(ids)] = (ids, span)
+        real_keep(self, ids, span)
+
+    monkeypatch.setattr(emission.Emission, "keep_span", keep)
+    emit(state, programs, Lowered(Storage(state)), HostIO())
+    source = next(ids for ids, _ in em_spans.values() if ids.size == 96)
+    assert em_spans[id(source)][1] == (int(source.min()), int(source.max()) + 1)
+    assert 96 not in spans  # the source's ids were never read for their span apart

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from copy import copy as shallow_copy
+from dataclasses import dataclass
 from typing import Any
 
 import numba
@@ -86,9 +87,11 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
             f"{where}: the destination is (part of) constant '{const}'; constants cannot "
             "be written; hint: copy into a variable (graph.addVariable)"
         )
-    rows = None
+    rows = sides = None
     if not problems and s.elementType() == d.elementType():
         rows = _copy_rows(em, s, d)  # (sides found apart from their rows' spans)
+        if rows is None:  # the tiles and the id spans of both sides in one pass
+            sides = _copy_sides(em, s, d)
         same, overlap = (
             (False, 0) if rows else _same_or_overlap(s._flat_ids(), d._flat_ids(), em.span)
         )
@@ -101,7 +104,7 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
     if problems:
         em.problems += problems
         return ir.Sequence()
-    return device_copy(em, prog, s, d, rows=rows)
+    return device_copy(em, prog, s, d, rows=rows, sides=sides)
 
 
 def _same_or_overlap(
@@ -153,6 +156,7 @@ def device_copy(
     d: Tensor,
     steps: list[ir.Node] | None = None,
     rows: Rows | None = None,
+    sides: CopyTiles | None = None,
 ) -> ir.Node:
     """IR of a checked ``Copy`` between tensors of the graph: its on-tile copy vertices
     and exchange (``steps``, when this program was planned before: copies of the steps
@@ -194,7 +198,7 @@ def device_copy(
             full[:, d_where] = full[:, s_where]  # (numpy copies first where they overlap)
 
     if steps is None:
-        steps = _planned_copy_steps(em, prog, s, d)
+        steps = _planned_copy_steps(em, prog, s, d, sides)
         em.device_copies[id(prog)] = (prog, tuple(steps), None)
     nodes = list(steps)
     if not nodes:  # nothing to copy
@@ -209,14 +213,18 @@ def device_copy(
     return em.touch(ir.Sequence(nodes, name=name), s, d)
 
 
-def _planned_copy_steps(em: Emission, prog: P.Copy, s: Tensor, d: Tensor) -> list[ir.Node]:
-    """The on-tile copy vertices and the exchange of a ``Copy`` between tensors."""
+def _planned_copy_steps(
+    em: Emission, prog: P.Copy, s: Tensor, d: Tensor, sides: CopyTiles | None = None
+) -> list[ir.Node]:
+    """The on-tile copy vertices and the exchange of a ``Copy`` between tensors
+    (``sides``: :func:`copy_tiles` of it, when found already)."""
     typ = s.elementType()
     s_ids, d_ids = s._flat_ids(), d._flat_ids()
-    s_tile, d_tile, local, on_tile = copy_tiles(em.state.space(typ).tile, s_ids, d_ids)
+    found = sides if sides is not None else _copy_sides(em, s, d)
+    s_tile, d_tile, local = found.s_tile, found.d_tile, found.local
     name = prog.debugName or f"Copy {s.name} -> {d.name}"
     nodes: list[ir.Node] = []
-    if on_tile:
+    if found.count:
         tiles, cycles = on_tile_copy_steps(em.cfg, s_ids, d_ids, d_tile, local, typ.size, typ.name)
         nodes.append(_on_tile_node(em, prog, name, tiles, cycles))
     planner = ExchangePlanner(em.state.target, em.state, em.owners)
@@ -231,36 +239,89 @@ def _copy_tiles(
 ):  # pragma: no cover - compiled
     # the tile of each copied element on either side (a side's ids are ``ids[k]``, or
     # ``start + step * k`` for a range) and whether the two are one tile; returns how
-    # many are
+    # many are and the least and greatest id of each side given as ids
     count = 0
+    s_lo = d_lo = np.iinfo(np.int64).max
+    s_hi = d_hi = np.iinfo(np.int64).min
     for k in range(local.size):
-        a = tile[s_start + s_step * k] if s_range else tile[s_ids[k]]
-        b = tile[d_start + d_step * k] if d_range else tile[d_ids[k]]
+        if s_range:
+            a = tile[s_start + s_step * k]
+        else:
+            i = np.int64(s_ids[k])
+            s_lo = min(s_lo, i)
+            s_hi = max(s_hi, i)
+            a = tile[i]
+        if d_range:
+            b = tile[d_start + d_step * k]
+        else:
+            j = np.int64(d_ids[k])
+            d_lo = min(d_lo, j)
+            d_hi = max(d_hi, j)
+            b = tile[j]
         s_tile[k] = a
         d_tile[k] = b
         local[k] = a == b
         count += a == b
-    return count
+    return count, s_lo, s_hi, d_lo, d_hi
 
 
-def copy_tiles(
-    tile: np.ndarray, s_ids: np.ndarray | range, d_ids: np.ndarray | range
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """``(source tiles, destination tiles, local, count)`` of a copy of the elements
-    ``s_ids`` to ``d_ids`` (of one element space, whose tile array is ``tile``): the
-    tile of each element on either side as int32 (compared here and in the compiled
-    passes of its planning), whether the two are one tile, and how many are.
+@dataclass(frozen=True)
+class CopyTiles:
+    """Where a copy's elements are (:func:`copy_tiles`).
+
+    Attributes
+    ----------
+    s_tile, d_tile
+        The tile of each element on the source and destination side (int32).
+    local
+        Whether the two are one tile, per element.
+    count
+        How many are.
+    s_span, d_span
+        ``(least id, greatest id + 1)`` of a side given as an id array (None for a
+        range, or no elements).
+    """
+
+    s_tile: np.ndarray
+    d_tile: np.ndarray
+    local: np.ndarray
+    count: int
+    s_span: tuple[int, int] | None
+    d_span: tuple[int, int] | None
+
+
+def copy_tiles(tile: np.ndarray, s_ids: np.ndarray | range, d_ids: np.ndarray | range) -> CopyTiles:
+    """The tile of each element of a copy of the elements ``s_ids`` to ``d_ids`` (of
+    one element space, whose tile array is ``tile``) on either side as int32 (compared
+    here and in the compiled passes of its planning), whether the two are one tile and
+    how many are, and each side's id span.
 
     One compiled pass over both sides: as numpy, a gather of each side's tiles, their
     widening from the space's int16 and a comparison, four passes over the copy's
-    elements (2.65 million in a small CNN's training step)."""
+    elements (2.65 million in a small CNN's training step), and a fifth and sixth for
+    the spans its overlap check asks for."""
     n = len(s_ids)
     if len(d_ids) != n:
         raise ValueError(f"copy_tiles: {n} source ids against {len(d_ids)} destination ids")
     s_tile, d_tile, local = np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, bool)
     s_side, d_side = _id_source(s_ids), _id_source(d_ids)
-    count = _copy_tiles(runs.read_only(tile), *s_side, *d_side, s_tile, d_tile, local)
-    return s_tile, d_tile, local, int(count)
+    count, s_lo, s_hi, d_lo, d_hi = _copy_tiles(
+        runs.read_only(tile), *s_side, *d_side, s_tile, d_tile, local
+    )
+    s_span = None if s_side[1] or not n else (int(s_lo), int(s_hi) + 1)
+    d_span = None if d_side[1] or not n else (int(d_lo), int(d_hi) + 1)
+    return CopyTiles(s_tile, d_tile, local, int(count), s_span, d_span)
+
+
+def _copy_sides(em: Emission, s: Tensor, d: Tensor) -> CopyTiles:
+    """:func:`copy_tiles` of a copy from ``s`` to ``d`` (equal sizes), the spans of its
+    id arrays kept by ``em`` (its overlap check and liveness record ask for them)."""
+    s_ids, d_ids = s._flat_ids(), d._flat_ids()
+    found = copy_tiles(em.state.space(s.elementType()).tile, s_ids, d_ids)
+    for ids, span in ((s_ids, found.s_span), (d_ids, found.d_span)):
+        if span is not None:
+            em.keep_span(ids, span)
+    return found
 
 
 def _on_tile_node(

@@ -212,6 +212,10 @@ class Emission:
             known = self._spans[id(ids)] = (ids, runs.span(id_array(ids)))
         return known[1]
 
+    def keep_span(self, ids: np.ndarray, span: tuple[int, int]) -> None:
+        """Keep ``span``, found elsewhere, as :meth:`span` of the id array ``ids``."""
+        self._spans[id(ids)] = (ids, span)
+
     def where(self, ids: np.ndarray | range) -> np.ndarray | slice:
         """:meth:`index` of a tensor's ids as :meth:`Tensor._flat_ids` gives them."""
         return runs.as_index(ids) if isinstance(ids, range) else self.index(ids)
