@@ -60,6 +60,28 @@ def _take(src, start, pos, n, out):  # pragma: no cover - compiled
     return -1, pos_run, id_run
 
 
+#: The one tuple of argument types :func:`_take` is compiled for: a view's ids and the
+#: positions taken, read-only int64 of any strides (a view's index may be strided).
+#: Numba compiles a function once per tuple of types, and C-contiguous and strided
+#: ids, or int32 and int64 positions, are two.
+TAKE_TYPES = (
+    numba.types.Array(numba.types.int64, 1, "A", readonly=True),
+    numba.types.int64,
+    numba.types.Array(numba.types.int64, 1, "A", readonly=True),
+    numba.types.int64,
+    numba.types.int64[::1],
+)
+
+
+def _compiled_take() -> Any:
+    """:func:`_take` compiled (or loaded from the disk cache) for :data:`TAKE_TYPES`
+    alone; C-contiguous ids convert to it, other types are not compiled."""
+    if not _take.overloads:
+        _take.compile(TAKE_TYPES)
+        _take.disable_compile()
+    return _take
+
+
 @numba.njit(cache=True, nogil=True)
 def _is_run(flat):  # pragma: no cover - compiled
     # ascending consecutive ids? (stops at the first break; no generators in Numba)
@@ -371,13 +393,13 @@ class TensorViews:
         """:meth:`elements` of more than a few positions: ids gathered, positions checked
         and both tested for runs in one compiled pass."""
         flat = idx.reshape(-1)
-        if flat.dtype not in (np.int64, np.int32):  # native signed ints: no wrap-around
+        if flat.dtype != np.int64:  # (no wrap-around) the one type _take is compiled for
             flat = flat.astype(np.int64)
         flat = flat.view()  # read-only however the caller holds it: one compiled _take
         flat.flags.writeable = False
         out = np.empty(flat.size, np.int64)
         src = self.flat_index() if self._start < 0 else _NO_IDS
-        bad, pos_run, id_run = _take(src, self._start, flat, n, out)
+        bad, pos_run, id_run = _compiled_take()(src, self._start, flat, n, out)
         if bad >= 0:
             raise TensorIndexError(
                 f"{self._describe()}: elements(): indices[{bad}] = {idx.reshape(-1)[bad]} is "

@@ -541,3 +541,58 @@ def test_exchange_tile_cycles_take_the_received_bytes_as_float64_either_way():
         )
         assert got.tolist() == np.where(active, want, 0).tolist()
     assert {sig[3].dtype for sig in internal._tile_cycles.signatures} == {types.float64}
+
+
+def test_take_is_compiled_once_for_strided_ids_and_int32_positions():
+    """``_take`` is compiled for one tuple of types, ids and positions read-only int64
+    of any strides: C-contiguous and strided ids (a view's index may be strided) and
+    int32 positions (converted) reach it with numpy's gather, and no other tuple is
+    compiled."""
+    from poplar_api import FLOAT, Graph, IPUModel, tensor_views
+
+    graph = Graph(IPUModel("ipu2").createDevice().getTarget())
+    t = graph.addVariable(FLOAT, [20, 30], "t").dimShuffle([1, 0])  # ids not a run
+    picked = np.arange(599, 99, -3)
+    for positions in (picked, picked.astype(np.int32), picked[::2]):
+        got = t.elements(positions).flat_index()
+        np.testing.assert_array_equal(got, t.flat_index()[positions])
+    ids = np.repeat(t.flat_index(), 2)[::2]  # the same ids, a stride of 16 bytes
+    ids.flags.writeable = False
+    assert not ids.flags.c_contiguous
+    frozen = picked.view()
+    frozen.flags.writeable = False
+    out = np.empty(picked.size, np.int64)
+    assert tensor_views._compiled_take()(ids, -1, frozen, 600, out) == (-1, False, False)
+    np.testing.assert_array_equal(out, t.flat_index()[picked])
+    assert tensor_views._take.signatures == [tensor_views.TAKE_TYPES]
+
+
+def test_the_replica_sum_gets_read_only_ids_however_the_blocks_hold_them():
+    """A FLOAT all-reduce's pairs of ids come as slices, a tensor's read-only index or
+    writable arrays: the sum and store passes get them read-only each way (one
+    specialisation each), with the sums of the replicas added in order in float64."""
+    from types import SimpleNamespace
+
+    from poplar_api.gcl import CollectiveOperator
+    from poplar_api.lowering import collective
+
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((3, 12)).astype(np.float32)
+    frozen = np.array([9, 10, 11])
+    frozen.flags.writeable = False
+    blocks = [
+        (np.array([0, 2, 4]), np.array([1, 3, 5])),  # writable
+        (slice(6, 8), frozen[:2]),
+        (frozen, slice(6, 9)),
+    ]
+    full = data.copy()
+    collective._fused_sum(
+        SimpleNamespace(full={4: full.view(np.uint8)}), blocks, CollectiveOperator.ADD
+    )()
+    want = data.copy()
+    sums = [data[:, src].astype(np.float64).sum(axis=0) for src in ([0, 2, 4], [6, 7], [9, 10, 11])]
+    for dst, total in zip(([1, 3, 5], [9, 10], [6, 7, 8]), sums, strict=True):
+        want[:, dst] = total.astype(np.float32)
+    np.testing.assert_array_equal(full, want)
+    for kernel in (collective._replica_sum, collective._store_every_replica):
+        assert _read_only(kernel, 1) == {True}, kernel.__name__

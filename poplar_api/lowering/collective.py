@@ -257,10 +257,13 @@ def _sum_runs_in_place(full, starts, ends, mean):  # pragma: no cover - compiled
 
 
 def _id_array(index: np.ndarray | slice) -> np.ndarray:
-    """Element ids of ``index`` (a slice of consecutive ids, or ids) as int64."""
+    """Element ids of ``index`` (a slice of consecutive ids, or ids) as int64, read-only
+    and C-contiguous (:func:`runs.read_only`) whether they were a tensor's read-only
+    index or a new array: one type of ids for :func:`_replica_sum` and
+    :func:`_store_every_replica` (a writable array is another compile of each)."""
     if isinstance(index, slice):
-        return np.arange(index.start, index.stop, dtype=np.int64)
-    return np.ascontiguousarray(index, dtype=np.int64).reshape(-1)
+        return runs.read_only(np.arange(index.start, index.stop, dtype=np.int64))
+    return runs.read_only(np.asarray(index, dtype=np.int64).reshape(-1))
 
 
 @numba.njit(cache=True, nogil=True)

@@ -417,7 +417,7 @@ class Assembler:
                 ok = clean[id(source)] = bool(source.size == 0 or int(source.min()) >= 0)
             if not ok or not _plain(source, base, rel):
                 return None
-            count = _row_runs(source, base, rel, members, vert, off, first, count)
+            count = _row_runs(_read_only(source), base, rel, members, vert, off, first, count)
             if count < 0:
                 return None
         pos = at[vert[:count]] + off[:count]
@@ -489,7 +489,8 @@ def _pattern_rows(id_base, id_rel, members, at, out):  # pragma: no cover - comp
 
 def _read_only(source: np.ndarray) -> np.ndarray:
     """``source`` viewed read-only (the caller's array as it was): what
-    :func:`_gather_rows` reads, one compiled version however the rows were given."""
+    :func:`_gather_rows` and :func:`_row_runs` read, one compiled version each however
+    the rows were given."""
     view = source.view()
     view.flags.writeable = False
     return view
