@@ -40,6 +40,15 @@ CASES = [
     (FLOAT, 1, [12, 6], [3, 3], 8, 8, {"dilation": [2, 1], "paddingLower": [1, 1]}, 2, "ipu2"),
     (FLOAT, 2, [7, 7], [3, 3], 8, 8, {"inputDilation": [2, 1]}, 3, "ipu1"),
     (FLOAT, 1, [6, 6], [3, 3], 8, 8, {}, 1, "ipu1"),
+    # a kernel flipped in the outer dimension (an input gradient's), unequal parts of 2 and
+    # 3 rows, and flipped after its truncation, dilation and padding
+    (FLOAT, 2, [9, 6], [5, 3], 8, 8,
+     {"paddingLower": [2, 1], "paddingUpper": [2, 1], "kernelTransform": {"flip": [True, True]}},
+     2, "ipu1"),
+    (FLOAT, 1, [12, 6], [4, 3], 8, 8,
+     {"paddingLower": [1, 1], "kernelTransform": {"flip": [True, False], "dilation": [2, 1],
+                                                  "truncationLower": [1, 0],
+                                                  "paddingUpper": [1, 0]}}, 2, "ipu1"),
     (HALF, 1, [10, 10], [3, 3], 16, 16, {"paddingLower": [1, 1], "paddingUpper": [1, 1]}, 3,
      "ipu2"),
 ]  # fmt: skip
@@ -233,8 +242,8 @@ def test_a_kernel_split_larger_than_the_rows_is_an_error() -> None:
     with pytest.raises(GraphError, match=r"a kernel split of 4 \(1 to the 3 kernel rows"):
         poplin.getConvPlan(graph, p, _split(4))
     flipped = poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 8, 8, 1,
-                                kernelTransform={"flip": [True, False]})  # fmt: skip
-    with pytest.raises(GraphError, match="flip in dimension 0"):
+                                inputTransform={"flip": [True, False]})  # fmt: skip
+    with pytest.raises(GraphError, match="an input flip in dimension 0"):
         poplin.getConvPlan(graph, flipped, _split(3))
     cut = poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 8, 8, 1,
                             kernelTransform={"truncationLower": [1, 0]})  # fmt: skip

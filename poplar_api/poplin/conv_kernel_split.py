@@ -28,9 +28,10 @@ that convolution (:mod:`.conv_blocks`), written into the part's rows of the part
 :mod:`.conv_layout` (an input block spread over the tiles of its output-channel and
 kernel parts, a weight on a tile of its kernel row's part). The kernel's truncation,
 dilation and padding and the input's transforms carry over (a part's kernel keeps its
-rows' truncation; the padding moves into the input's shift); not supported: a flip of the
-kernel or the input in the outer dimension, and a part whose rows are all truncated
-(:func:`check_kernel_split`).
+rows' truncation; the padding moves into the input's shift; a kernel flipped in the outer
+dimension, which the kernel transform applies last, keeps its flip, its part's rows lying
+as far from the other end of the transformed kernel); not supported: a flip of the input
+in the outer dimension, and a part whose rows are all truncated (:func:`check_kernel_split`).
 """
 
 from __future__ import annotations
@@ -69,15 +70,15 @@ def kernel_ranges(rows: int, split: int) -> list[tuple[int, int]]:
 def check_kernel_split(params: ConvParams, split: int) -> None:
     """Raise a :class:`GraphError` unless ipusim can run ``params`` with its outer
     kernel dimension split ``split`` ways (module docstring)."""
-    kt, it = params.kernelTransform, params.inputTransform
+    it = params.inputTransform
     rows = int(params.kernelShape[0])
     why = []
     if not 1 <= split <= rows:
         why.append(f"a kernel split of {split} (1 to the {rows} kernel rows allowed)")
     elif any(_kept(params, k0, k1)[2] <= 0 for k0, k1 in kernel_ranges(rows, split)):
         why.append(f"a part of the {split} has only truncated kernel rows")
-    if kt.flip[0] or it.flip[0]:
-        why.append("a kernel or input flip in dimension 0")
+    if it.flip[0]:
+        why.append("an input flip in dimension 0")
     if why:
         raise GraphError(
             f"kernel split of {params}: " + "; ".join(why) + " (hint: plan it without a "
@@ -101,7 +102,8 @@ def kernel_part_params(params: ConvParams, k0: int, k1: int) -> ConvParams:
     before with those rows), the kernel ``k1 - k0`` rows (truncated where the whole
     kernel is, dilated alike, without its padding), the transformed input shifted by
     where the part's first kept row lies in the whole transformed kernel and cut by the
-    rest (signed padding: a negative one drops transformed positions)."""
+    rest (signed padding: a negative one drops transformed positions; a flipped kernel's
+    part from the other end)."""
     kt, it = params.kernelTransform, params.inputTransform
     dil = int(kt.dilation[0])
     lo, hi, kept = _kept(params, k0, k1)
@@ -110,6 +112,8 @@ def kernel_part_params(params: ConvParams, k0: int, k1: int) -> ConvParams:
                                         - int(kt.truncationLower[0])) * dil  # fmt: skip
     whole = params.getTransformedKernelSize(0)
     part = (kept - 1) * dil + 1
+    if kt.flip[0]:  # (flipped last: the part's rows lie as far from the other end)
+        offset = whole - offset - part
     pl, pu = list(it.paddingLower), list(it.paddingUpper)
     pl[0] -= offset
     pu[0] -= whole - offset - part
