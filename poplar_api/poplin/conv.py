@@ -88,6 +88,7 @@ from poplar_api.poplin.plan_report import format_plan
 from poplar_api.poplin.poplibs_conv2d_plans import adopted_conv2d_plan
 from poplar_api.poplin.poplibs_conv_model import flat_params
 from poplar_api.poplin.poplibs_conv_plans import adopted_conv_plan
+from poplar_api.poplin.poplibs_float_plans import adopted_float_conv2d_plan
 from poplar_api.poplin.poplibs_release import poplibs_release
 from poplar_api.poplin.shared_plans import shared_plan
 from poplar_api.program import Execute
@@ -122,8 +123,9 @@ def getConvPlan(
 
 
 def _plan(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
-    """Poplibs' plan where :mod:`.poplibs_conv_plans` (of the flattened convolution) or
-    :mod:`.poplibs_conv2d_plans` establishes and ipusim can run it, a kernel split when
+    """Poplibs' plan where :mod:`.poplibs_conv_plans` (of the flattened convolution),
+    :mod:`.poplibs_conv2d_plans` (HALF) or :mod:`.poplibs_float_plans` (FLOAT)
+    establishes and ipusim can run it, a kernel split when
     ``planConstraints`` asks for one, else the cheaper of ipusim's plans of ``params`` and
     of its expanded (im2col) form: the graph's, else the process's
     (:mod:`.shared_plans`), else searched for."""
@@ -151,6 +153,8 @@ def _search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvPlan:
         return plan_convolution(sub, target, opts, estimate, kernel_split=split)
     own = _own_search(graph, params, opts)
     adopted = adopted_conv2d_plan(params, opts, target, own)
+    if adopted is None:
+        adopted = adopted_float_conv2d_plan(params, opts, target, own)
     return own if adopted is None else adopted
 
 

@@ -85,6 +85,7 @@ from poplar_api.poplin.poplibs_matmul_model import (
     _reduce_cycles,
     _reduce_exchange_later_stages,
 )
+from poplar_api.poplin.popsolver_order import search_first
 from poplar_api.poplin.serial_estimates import _slice_cycles
 from poplar_api.popops.estimators import binary_op_1d_in_place_array
 from poplar_api.types import FLOAT
@@ -241,7 +242,8 @@ def form_costs(
     depth = ks * pi
     x_p = _exchange(outputs, size, target)
     later = lambda o, d: _reduce_exchange_later_stages(o, d, size, target)  # noqa: E731
-    x_later = _per_depth(outputs, depth, later)
+    # (a skipped term is not computed)
+    x_later = 0 if "later stages exchange" in skip else _per_depth(outputs, depth, later)
     # the transforms of the whole convolution (addTransformCycleEstimate)
     memcpy, xbpc = target.getDataPathWidth() // 8, target.getExchangeBytesPerCycle()
     pad_in, pad_out = ci % icg != 0, co % ocg != 0
@@ -281,7 +283,11 @@ def form_costs(
         pad = pad_bytes = zero
     # the reduction (no cast)
     red_out = -(-outputs // depth)
-    reduce = _per_depth(red_out, depth, lambda o, d: _reduce_cycles(o, d, size, size, target))
+    reduce = (
+        0
+        if "reduce" in skip
+        else _per_depth(red_out, depth, lambda o, d: _reduce_cycles(o, d, size, size, target))
+    )
     terms = {"input exchange": x_in, "weight exchange": x_w, "partials exchange": x_p,
              "later stages exchange": x_later, "input transform": tr_in,
              "weight transform": tr_w, "output transform": tr_out, "padding": pad,
@@ -347,7 +353,12 @@ def best_plan(params: ConvParams, conv_pass: str, target: Any) -> dict[str, Any]
 
 
 def form_plan(
-    params: ConvParams, conv_pass: str, target: Any, form: str, proportion: float = 0.6
+    params: ConvParams,
+    conv_pass: str,
+    target: Any,
+    form: str,
+    proportion: float = 0.6,
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """The least ``(cycles, temporary bytes)`` of the unswapped one-pass AMP plans of the
     FLOAT convolution ``params`` in ``form`` (a key of :data:`FORMS`) within ``proportion``
@@ -355,7 +366,10 @@ def form_plan(
     one kept only when strictly lower) and every partition: ``form``, ``vertex`` ``(units,
     icg, ocg)``, ``vertex name`` (``ConvPartial1x1Out`` or ``ConvPartialnx1``), ``splits``,
     ``cost``, ``terms``, ``ties`` (partitions of that cost) and ``tied splits`` (each of
-    them, ``splits`` the first).
+    them; ``splits`` and ``terms`` are those of the one popsolver's search reaches first,
+    :func:`_search_first`, which ``choosePlan`` returns). With ``limit``, only a plan of
+    at most ``limit`` cycles is exact: a form with none returns one above ``limit``, not
+    its least (the partitions above it are not costed).
 
     Raises
     ------
@@ -372,8 +386,8 @@ def form_plan(
     for vertex in amp_candidates(target):
         splits = _partitions(sub, target, vertex[1], vertex[2])
         expanded = bool(FORMS[form])
-        limit = None if best is None else best["cost"][0]
-        c = form_costs(sub, target, vertex, splits, (expanded, expanded, False), limit=limit)
+        cap = limit if best is None else best["cost"][0]
+        c = form_costs(sub, target, vertex, splits, (expanded, expanded, False), limit=cap)
         fit = np.flatnonzero(c["ok"] & (c["bytes"] <= bound))
         if not fit.size:
             continue
@@ -383,6 +397,7 @@ def form_plan(
         if best is None or cost < best["cost"]:
             same = (c["cycles"][fit] == cost[0]) & (c["bytes"][fit] == cost[1])
             tied = [{k: int(v[j]) for k, v in splits.items()} for j in fit[same].tolist()]
+            i = int(fit[same][tied.index(_search_first(sub, vertex, tied, target))])
             best = {
                 "form": form, "vertex": vertex, "cost": cost, "ties": int(same.sum()),
                 "tied splits": tied,
@@ -394,6 +409,24 @@ def form_plan(
         raise ValueError(f"form_plan: no {form} partition of {params} fits {bound} B "
                          "(hint: a larger availableMemoryProportion)")  # fmt: skip
     return best
+
+
+def _search_first(
+    sub: ConvParams, vertex: tuple[int, int, int], tied: list[dict[str, int]], target: Any
+) -> dict[str, int]:
+    """Of the equally costed partitions ``tied`` of the form ``sub`` with the AMP ``vertex``,
+    the one popsolver's search reaches first (:func:`~.popsolver_order.search_first`: one
+    pass, one conv group; the field's grain 1, the output being FLOAT)."""
+    out = [int(x) for x in sub.getOutputFieldShape()]
+    ci_g = -(-sub.inputChannelsPerConvGroup // vertex[1])
+    co_g = -(-sub.outputChannelsPerConvGroup // vertex[2])
+    bounds = {"fieldSplit[0]": out[0], "fieldSplit[1]": out[1],
+              "kernelSplit[0]": int(sub.kernelShape[0]), "batchSplit": sub.batchSize,
+              "convGroupSplit": 1, "outChanSplit.parallel": co_g, "outChanSplit.serial": co_g,
+              "inChanSplit.parallel": ci_g, "inChanSplit.serial": ci_g}  # fmt: skip
+    one_pass = {"convGroupSplit": 1, "outChanSplit.serial": 1, "inChanSplit.serial": 1}
+    first = search_first([{**t, **one_pass} for t in tied], bounds, target.getNumTiles())
+    return {k: first[k] for k in tied[0]}
 
 
 def _expands(params: ConvParams, d: int) -> bool:
