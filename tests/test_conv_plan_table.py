@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
-from poplar_api.poplin.conv_params import expand_all_dims
+from poplar_api.poplin.conv_flatten import flattened_params
+from poplar_api.poplin.conv_params import expand_all_dims, expand_dims
 from poplar_api.poplin.conv_planner import memory_limit, parse_options
 from poplar_api.poplin.conv_rearrange import operand_rearrangements
 from poplar_api.poplin.fc_joint import fwd_layer, plan_joint
@@ -128,6 +129,8 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
         return got == tuple(map(int, m.groups()))
     if claim == "no expansion":
         return not plan.expanded
+    if claim.startswith("expanded dimension "):  # (the dimensions a partial expansion names)
+        return plan.expanded and plan.expanded_dims == tuple(int(d) for d in claim.split()[2:])
     if claim.startswith("partition B "):  # (a 2-D convolution's, with its kernel split)
         return claim == "partition " + describe_partition(
             {"batchSplit": plan.parts[1], "fieldSplit[0]": plan.parts[2],
@@ -241,6 +244,8 @@ def test_convolutions(row) -> None:
     opts = None if conv_pass == "NONE" else {"pass": conv_pass}
     plan = poplin.getConvPlan(graph, params, opts)
     eff = expand_all_dims(params) if plan.expanded else params
+    if plan.expanded and plan.expanded_dims is not None:  # (then flattened as Poplibs does)
+        eff = flattened_params(expand_dims(params, plan.expanded_dims), plan.flatten_dims)
     eff = flat_params(params) if plan.flattened else eff
     floors = {"SLIC floor": slic_floor, "MAC floor": mac_vertex_floor}
     bounds: dict[str, int] = {}  # (Poplibs' cost bounds the row states)
@@ -269,7 +274,7 @@ def test_convolutions(row) -> None:
             floors = amp_floors(params, graph.getTarget(), bounds["AMP"])
             assert min(floors.values()) > bounds["AMP"], floors
             continue
-        assert _holds(claim, plan, params, None), f"{name} on {preset}: {claim!r} fails: {plan}"
+        assert _holds(claim, plan, eff, None), f"{name} on {preset}: {claim!r} fails: {plan}"
     if "AMP" in bounds and "method AMP" in (c.strip() for c in poplibs.split(";")):
         # the AMP is Poplibs' pick where every other method's floor passes the cost of an
         # AMP plan within the bound (docs/planner.md, "SLIC's plans of rows 16 and 18")

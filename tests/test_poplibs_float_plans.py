@@ -1,16 +1,19 @@
 """ipusim takes Poplibs' plan of a FLOAT 2-D convolution where the restated model settles
 it and ipusim can run it (:mod:`poplar_api.poplin.poplibs_float_plans`): docs/planner.md's
-row 15, conv2's input gradient of the CNN step, plain ``ConvPartialnx1`` 8 / 8 on 8 units
-with its kernel rows over tiles; values against numpy."""
+rows 13-15, the CNN step's convolutions (rows 13 and 14 with dimension 1 expanded and the
+batch flattened into it, whose values ``tests/test_conv_constrained_plan.py`` checks; row
+15 plain ``ConvPartialnx1`` 8 / 8 on 8 units with its kernel rows over tiles, its values
+against numpy here)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from test_poplin_conv import run_passes
 
-from poplar_api import FLOAT, Graph, IPUModel, poplin
+from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api.poplin.conv_options import parse_options
-from poplar_api.poplin.poplibs_float_conv2d import best_plan
+from poplar_api.poplin.poplibs_float_conv2d import FORMS, best_plan
 from poplar_api.poplin.poplibs_float_plans import adopted_float_conv2d_plan
 
 #: The CNN step's conv2 (examples/cnn/cnn_digits.py at batch 32) and its input gradient.
@@ -24,32 +27,45 @@ def _target():
     return Graph(IPUModel(PRESET).createDevice().getTarget()).getTarget()
 
 
-def test_row_15_takes_the_models_plan() -> None:
-    """The gradient's plan is the model's (:func:`best_plan`: form, grouping, partition,
-    kernel split; the partition popsolver's search reaches first of the two tied)."""
+CONV1 = poplin.ConvParams(FLOAT, 32, [28, 28], [3, 3], 1, 8, paddingLower=[1, 1],
+                          paddingUpper=[1, 1])  # fmt: skip
+#: docs/planner.md's rows 13-15: (convolution, pass, expanded dimensions of its plan).
+ROWS = {"13": (CONV1, "TRAINING_FWD", (1,)), "14": (CONV2, "TRAINING_FWD", (1,)),
+        "15": (GRAD, "TRAINING_BWD", None)}  # fmt: skip
+
+
+@pytest.mark.parametrize("row", sorted(ROWS))
+def test_rows_13_to_15_take_the_models_plans(row) -> None:
+    """Each plan is the model's (:func:`best_plan`: form, grouping, units, partition,
+    kernel split; row 15's partition the one popsolver's search reaches first of the two
+    tied)."""
+    params, conv_pass, dims = ROWS[row]
     graph = Graph(IPUModel(PRESET).createDevice().getTarget())
-    plan = poplin.getConvPlan(graph, GRAD, {"pass": "TRAINING_BWD"})
-    best = best_plan(GRAD, "TRAINING_BWD", graph.getTarget())
+    plan = poplin.getConvPlan(graph, params, {"pass": conv_pass})
+    best = best_plan(params, conv_pass, graph.getTarget())
     s = best["splits"]
-    assert best["form"] == "plain" and best["ties"] == 2
-    assert (plan.method, plan.expanded, plan.flattened, plan.swapped) == ("AMP", False, False,
-                                                                          False)  # fmt: skip
-    assert (plan.in_chans_per_group, plan.out_chans_per_group) == best["vertex"][1:]
+    assert FORMS[best["form"]] == (dims or ())
+    assert best["ties"] == (2 if row == "15" else 1)
+    assert (plan.method, plan.swapped, plan.serial) == ("AMP", False, 1)
+    assert plan.expanded == bool(dims) and plan.expanded_dims == dims
+    units, icg, ocg = best["vertex"]
+    assert (plan.num_conv_units, plan.in_chans_per_group, plan.out_chans_per_group) == (
+        units, icg, ocg)  # fmt: skip
     assert plan.parts == (1, s["batchSplit"], s["fieldSplit[0]"], s["fieldSplit[1]"],
                           s["outChanSplit.parallel"], s["inChanSplit.parallel"])  # fmt: skip
     assert plan.kernel_split == s["kernelSplit[0]"] and plan.release == "7eac0f26"
 
 
 def test_what_is_not_taken() -> None:
-    """The forward passes, whose plans expand a dimension, and a covered convolution with
-    another option, are left to ipusim's search."""
+    """A covered convolution with another option, or HALF, is left to ipusim's search."""
     target = _target()
-    fwd = parse_options({"pass": "TRAINING_FWD"}, "t")
-    assert adopted_float_conv2d_plan(CONV2, fwd, target) is None
     other = parse_options({"pass": "TRAINING_BWD", "availableMemoryProportion": "0.5"}, "t")
     assert adopted_float_conv2d_plan(GRAD, other, target) is None
-    assert adopted_float_conv2d_plan(GRAD, parse_options({"pass": "TRAINING_BWD"}, "t"),
-                                     target) is not None  # fmt: skip
+    bwd = parse_options({"pass": "TRAINING_BWD"}, "t")
+    assert adopted_float_conv2d_plan(GRAD, bwd, target) is not None
+    half = poplin.ConvParams(HALF, 32, [14, 14], [3, 3], 16, 8, paddingLower=[1, 1],
+                             paddingUpper=[1, 1])  # fmt: skip
+    assert adopted_float_conv2d_plan(half, bwd, target) is None
 
 
 def test_row_15_values_are_numpys() -> None:

@@ -6,19 +6,20 @@ output, a 2-D field, one conv group, input padding only or an output truncation 
 ``TRAINING_BWD``), ipusim plans the convolution as graphcore/poplibs ``7eac0f26``'s
 planner does where the restated model settles that plan (docs/planner.md, "Rows 13-15:
 their plans"): the least of the unswapped one-pass AMP forms
-(:func:`~.poplibs_float_conv2d.best_plan`, its partition the first of equal ones that
-popsolver's search reaches, :mod:`.popsolver_order`) when it is the plain form (no
-dimension expanded), strictly below every other form's least (each costed only up to it),
-every bound of :func:`~.poplibs_float_conv2d.form_floors` (serial and swapped forms) and the
-horizontal MAC's and outer product's floors (:func:`~.poplibs_float_candidates.float_method`).
+(:func:`~.poplibs_float_conv2d.best_plan`: no dimension expanded, dimension 0, dimension 1
+or both, the batch flattened into an expanded dimension; its partition the first of equal
+ones that popsolver's search reaches, :mod:`.popsolver_order`), strictly below every other
+form's least (each costed only up to the least so far), every bound of
+:func:`~.poplibs_float_conv2d.form_floors` (serial and swapped forms) and the horizontal
+MAC's and outer product's floors (:func:`~.poplibs_float_candidates.float_method`).
 
-ipusim runs it when it has its AMP grouping (8 input channels a group, partials by 8 on 8
-conv units or by 16 on 16); a kernel split runs over tiles (:mod:`.conv_kernel_split`).
-The blocks, tiles and costs are ipusim's own for the model's partition, as
-:mod:`.poplibs_conv2d_plans` does for HALF.
-Not taken (ipusim keeps its own plan): a form with a dimension expanded (the batch
-flattened into it), another grouping, another release than ``7eac0f26``, options other
-than ``availableMemoryProportion`` at its default, ``partialsType`` and ``pass``.
+ipusim runs it as the whole plan its ``planConstraints`` would give
+(:func:`~.conv_constrained_plan.model_plan_constraints`,
+:func:`~.conv_constrained_plan.constrained_plan`: the expansion and flattening, the AMP's
+units and grouping, the partition with its kernel rows over tiles), when its AMP has that
+grouping; the blocks, tiles and costs are ipusim's own for that plan. Not taken (ipusim
+keeps its own plan): another release than ``7eac0f26``, options other than
+``availableMemoryProportion`` at its default, ``partialsType`` and ``pass``.
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from poplar_api.poplin.conv_kernel_split import kernel_block_tiles, largest_kernel_part
+from poplar_api.errors import GraphError
+from poplar_api.poplin.conv_constrained_plan import constrained_plan, model_plan_constraints
+from poplar_api.poplin.conv_options import parse_options
 from poplar_api.poplin.conv_params import ConvParams
-from poplar_api.poplin.conv_planner import COST_KEYS, ConvPlan, _gather, amp_groups, plan_from
-from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
+from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.poplibs_conv2d_model import uncovered
 from poplar_api.poplin.poplibs_float_candidates import float_method
 from poplar_api.poplin.poplibs_float_conv2d import (
@@ -54,10 +54,6 @@ _ALLOWED = {"availableMemoryProportion", "partialsType", "pass", "method", "expa
 _PASSES = (None, "NONE", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD")
 #: The release whose planner the model restates.
 _RELEASE = "7eac0f26"
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _covered(params: ConvParams, opts: Mapping[str, Any], target: Any) -> bool:
@@ -82,25 +78,30 @@ def _covered(params: ConvParams, opts: Mapping[str, Any], target: Any) -> bool:
         return False
 
 
-def _plain_below_the_rest(params: ConvParams, conv_pass: str, target: Any) -> dict | None:
-    """The plain form's plan (:func:`form_plan`) when every other form's least passes its
-    cost (each costed only up to it), else None: the plan of
-    :func:`~.poplibs_float_conv2d.best_plan` when that is plain."""
-    plain = form_plan(params, conv_pass, target, "plain")
-    cycles = plain["cost"][0]
+def _least_form(params: ConvParams, conv_pass: str, target: Any) -> dict[str, Any] | None:
+    """The least form's plan (:func:`~.poplibs_float_conv2d.form_plan`) when every other
+    form's least passes its cost, else None: the plan of
+    :func:`~.poplibs_float_conv2d.best_plan`, each form costed only up to the least so
+    far (a form with no plan within the memory bound is left out)."""
+    best: dict[str, Any] | None = None
+    tied = False
     for form, dims in FORMS.items():
-        if dims and all(_expands(canonical(params), d) for d in dims):
-            try:
-                other = form_plan(params, conv_pass, target, form, limit=cycles)
-            except ValueError:  # (no partition of the form fits: no plan)
-                continue
-            if other["cost"][0] <= cycles:
-                return None
-    return plain
+        if not all(_expands(canonical(params), d) for d in dims):
+            continue
+        limit = None if best is None else best["cost"][0]
+        try:
+            plan = form_plan(params, conv_pass, target, form, limit=limit)
+        except ValueError:
+            continue
+        if best is None or plan["cost"][0] < best["cost"][0]:
+            best, tied = plan, False
+        elif plan["cost"][0] == best["cost"][0]:
+            tied = True
+    return None if tied else best
 
 
 def _established(params: ConvParams, conv_pass: str, target: Any, best: dict[str, Any]) -> bool:
-    """Whether ``best`` (the plain form's plan, below the other forms') is below the serial
+    """Whether ``best`` (the least form's plan, below the other forms') is below the serial
     and swapped forms' bounds and the other methods' floors."""
     cycles = best["cost"][0]
     method = float_method(params, conv_pass, target)
@@ -110,18 +111,13 @@ def _established(params: ConvParams, conv_pass: str, target: Any, best: dict[str
     return all(v > cycles for v in floors.values() if v is not None)
 
 
-def _same_partition(own: ConvPlan, parts: tuple[int, ...], split: int, groups: tuple) -> bool:
-    """Whether ``own`` is a one-pass, untransformed AMP plan of partition ``parts``, kernel
-    split ``split`` and grouping ``groups`` ``(icg, ocg)``."""
-    return (
-        own.method == "AMP"
-        and not (own.expanded or own.flattened or own.swapped)
-        and own.serial == 1
-        and own.in_serial == 1
-        and own.kernel_split == split
-        and tuple(own.parts) == parts
-        and (own.in_chans_per_group, own.out_chans_per_group) == groups
-    )
+def _same_plan(own: ConvPlan, plan: ConvPlan) -> bool:
+    """Whether ``own`` runs ``plan``: the same method, transforms, passes, partition,
+    kernel split and grouping."""
+    keys = ("method", "expanded", "expanded_dims", "flattened", "swapped", "serial",
+            "in_serial", "kernel_split", "parts", "in_chans_per_group",
+            "out_chans_per_group", "num_conv_units")  # fmt: skip
+    return all(getattr(own, k) == getattr(plan, k) for k in keys)
 
 
 def adopted_float_conv2d_plan(
@@ -130,49 +126,25 @@ def adopted_float_conv2d_plan(
     """The plan of the FLOAT convolution ``params`` Poplibs' planner picks, with its kernel
     split, or None when ``params`` is not covered, the pick is not established or ipusim
     cannot run it (module docstring), or when ``own`` (ipusim's own plan, if given)
-    already has its partition (the bounds are then not computed)."""
+    already runs it (the bounds are then not computed)."""
     if not _covered(params, opts, target):
         return None
     conv_pass = opts.get("pass") or "NONE"
     try:
-        best = _plain_below_the_rest(params, conv_pass, target)
+        best = _least_form(params, conv_pass, target)
     except ValueError:  # (nothing fits)
         return None
     if best is None:
         return None
-    units, icg, ocg = best["vertex"]
-    if amp_groups(FLOAT, FLOAT, target, units)[:2] != (icg, ocg):
+    raw = {"planConstraints": model_plan_constraints(best)}
+    if opts.get("pass") is not None:
+        raw["pass"] = opts["pass"]
+    try:
+        plan = constrained_plan(params, parse_options(raw, "convolution"), target)
+    except GraphError:  # (a grouping ipusim's AMP does not run)
         return None
-    s = best["splits"]
-    split = int(s["kernelSplit[0]"])
-    out = [int(x) for x in params.getOutputFieldShape()]
-    sizes = (1, params.batchSize, *out, params.outputChannelsPerConvGroup,
-             params.inputChannelsPerConvGroup)  # fmt: skip
-    splits = (1, s["batchSplit"], s["fieldSplit[0]"], s["fieldSplit[1]"],
-              s["outChanSplit.parallel"], s["inChanSplit.parallel"])  # fmt: skip
-    grains = (1, 1, 1, 1, ocg, icg)
-    blocks = [
-        min(_ceil(_ceil(n, g), p) * g, n) for n, p, g in zip(sizes, splits, grains, strict=True)
-    ]
-    parts = tuple(_ceil(n, b) for n, b in zip(sizes, blocks, strict=True))
-    if parts != splits:
-        return None
-    if own is not None and _same_partition(own, parts, split, (icg, ocg)):
+    if own is not None and _same_plan(own, plan):
         return None
     if not _established(params, conv_pass, target, best):
         return None
-    sub = largest_kernel_part(params, split) if split > 1 else params
-    rows = ([np.array([x], np.int64) for x in parts], [np.array([x], np.int64) for x in blocks])
-    methods = [("AMP", units)]
-    cat = _gather(sub, methods, FLOAT, target, 1, False, False, None, False, "out", rows,
-                  kernel_split=split)  # fmt: skip
-    cost = {key: int(cat[key][0]) for key in COST_KEYS}
-    conv = plan_from(cat, 0, methods, sub, FLOAT, target, cost)
-    cost["compute"] = int(largest_block_estimate(sub, target)(conv))
-    cost["total"] = sum(cost[key] for key in COST_KEYS[:-1])
-    conv = plan_from(cat, 0, methods, sub, FLOAT, target, cost)
-    if split > 1:
-        tiles = kernel_block_tiles(conv.parts, split, target.getNumTiles(),
-                                   target.getTilesPerIPU())  # fmt: skip
-        conv = dataclasses.replace(conv, tiles=tiles, kernel_split=split)
-    return dataclasses.replace(conv, release=_RELEASE)
+    return dataclasses.replace(plan, release=_RELEASE)
