@@ -23,10 +23,11 @@ from poplar_api.lowering.field_tables import FieldTable
 from poplar_api.lowering.pipeline import emit
 
 
-@pytest.mark.parametrize("tile_dtype", [np.int16, np.int32])
-def test_copy_tiles_match_numpy_for_arrays_and_ranges(tile_dtype):
+def test_copy_tiles_match_numpy_for_arrays_and_ranges():
     rng = np.random.default_rng(7)
-    tile = rng.integers(0, 1472, 5000).astype(tile_dtype)
+    # int16, the tile arrays of every device up to 32,767 tiles (graph_state.tile_dtype);
+    # int32 would compile the pass once more in every process without a disk cache
+    tile = rng.integers(0, 1472, 5000).astype(np.int16)
     n = 700
     sides = [
         rng.integers(0, 5000, n).astype(np.int64),  # a gather, ids repeating
