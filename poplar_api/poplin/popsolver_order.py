@@ -4,7 +4,7 @@
 ``{totalCycles, totalTempBytes}`` (``PlanningObjective::MINIMIZE_CYCLES``) with popsolver's
 ``Model::minimize``. popsolver left Poplibs before that release (``06f1b393``, 2022-06);
 its last public source, ``d3107a11``, is what this module restates (``lib/popsolver/Model.cpp``,
-``lib/popsolver/Scheduler.hpp``):
+``include/popsolver/Model.hpp``, ``lib/popsolver/Scheduler.hpp``):
 
 * ``minimize`` is a depth-first search. At each node it branches on the unassigned
   variable of the highest priority group, among those of one group the one whose
