@@ -17,6 +17,8 @@ from popart_api import onnx_tests
 @pytest.fixture
 def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty user cache, and no data directory chosen by the user."""
+    if any(onnx_tests.package_data_dir().glob("test_*/model.onnx")):
+        pytest.skip("this onnx ships its node-test data: nothing is generated")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv(onnx_tests.DATA_ENV, raising=False)
     return tmp_path / "cache"
@@ -25,7 +27,6 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_expected_directory_is_where_the_data_is_generated(empty_cache: Path) -> None:
     # found without importing onnx or popart_api, it must be the directory that
     # test_onnx_backend's collection generates and locks
-    assert not any(onnx_tests.package_data_dir().glob("test_*/model.onnx"))
     assert onnx_data._expected_data_dir() == onnx_tests.cache_data_dir()
     assert onnx_tests.cache_data_dir().is_relative_to(empty_cache)
 
