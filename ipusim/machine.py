@@ -100,6 +100,9 @@ class Machine:
         #: only (see ipusim.machine_replicas.ReplicaSteps._lockstep); False runs every
         #: IPU's group, for the same trace
         self.replica_lockstep = True
+        #: per collective step (by id) and start time: the ring's plans and end when it
+        #: ran alone on an idle fabric in lockstep (see LinkSteps._collective_step)
+        self._rings: dict[tuple[int, float], tuple[ir.Step, Any, list, float]] = {}
         self._symmetric_programs: weakref.WeakKeyDictionary[ir.Program, bool] = (
             weakref.WeakKeyDictionary()
         )

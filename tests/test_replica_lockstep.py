@@ -240,3 +240,33 @@ def test_a_transfer_of_copies_ends_as_the_copies_would():
 
     assert run(3) == run(1)
     assert len(run(1)[0]) == 3  # three different ends: the transfers did share the link
+
+
+@pytest.mark.parametrize(("num_ipus", "per_link"), [(4, None), (4, 2), (8, 1)])
+def test_kept_rings_give_the_trace_of_the_fabric(monkeypatch, num_ipus, per_link):
+    """A collective whose rings run alone on an idle fabric (lockstep, one IPU a
+    replica, every group in it) keeps its end for later runs of the machine, which take
+    it instead of running the rings: their traces stay those of every group running the
+    rings on the fabric in every run, and the rings ran in the first run only."""
+    import ipusim.machine_links as links
+
+    cfg = _config(num_ipus, **({"host.ipus_per_link": per_link} if per_link else {}))
+    program = _program(_mixed(1, num_ipus, seed=11 + num_ipus), num_ipus)
+    rings: list[int] = []
+    real = links.run_ring
+
+    def counted(*args):
+        rings.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(links, "run_ring", counted)
+    full_machine = Machine(cfg)
+    full_machine.replica_lockstep = False
+    full = full_machine.run(program)
+    fast_machine = Machine(cfg)
+    per_run = []
+    for _ in range(3):
+        rings.clear()
+        _assert_same(fast_machine.run(program), full)
+        per_run.append(len(rings))
+    assert per_run == [3, 0, 0]  # the loop's three all-reduces ran once, then were kept

@@ -106,6 +106,11 @@ class LinkFabric:
         #: transfers registered at this time, started together by one update
         self._starting: list[tuple[list[np.ndarray], list[float], _Waiter]] = []
 
+    @property
+    def idle(self) -> bool:
+        """Whether no transfer is in flight or about to start."""
+        return not (self._serial.size or self._starting or self._waiters)
+
     def route_latency(self, route: Route) -> int:
         """Latency of a route in cycles: the sum of its hops' latencies."""
         latency = self._latency.get(route)
