@@ -293,7 +293,13 @@ def nx1_partial_cycles(
     )  # fmt: skip
 
 
-@functools.lru_cache(maxsize=1 << 14)
+#: Tile shapes :func:`_nx1` remembers: a FLOAT plan search of the CNN step's convolutions
+#: (examples/cnn, 2026-12-01) prices 28,253 distinct ones, which thrashed a cache of 16,384
+#: (36,542 estimates made instead of 28,253); an entry is a few hundred bytes.
+_NX1_CACHE = 1 << 16
+
+
+@functools.lru_cache(maxsize=_NX1_CACHE)
 def _nx1(
     batch: int,
     field: tuple[int, ...],
