@@ -90,7 +90,7 @@ class Machine:
         #: records filled and then gave up, to be filled again (a fresh array of every
         #: tile's cycles costs its pages' first touch, about a tenth of a millisecond on
         #: a POD16's 23,552 tiles)
-        self._final_cycles: dict[int, tuple[ir.Step, np.ndarray]] = {}
+        self._final_cycles: dict[int, tuple[ir.Step, np.ndarray, bool]] = {}
         self._spare_cycles: list[np.ndarray] = []
         #: per read-only per-tile array of a local step (by id, with the array): which
         #: IPUs have a tile with cycles in it (see _Run._ipu_takes_part), kept from run
@@ -722,15 +722,15 @@ class _Run(LinkSteps, ReplicaSteps):
             return
         del self.pending[n]
         rec = self.records[n]
-        if self.lockstep:
-            self._mirror(rec.tile_cycles)
         hit = self._final_cycles.get(id(rec.step))  # (the entry keeps its step alive)
-        if hit is not None and hit[0] is rec.step and np.array_equal(hit[1], rec.tile_cycles):
+        if hit is not None and hit[0] is rec.step and self._same_final(hit, rec.tile_cycles):
             own, rec.tile_cycles = rec.tile_cycles, hit[1]
             self._spare(own)
         else:
+            if self.lockstep:
+                self._mirror(rec.tile_cycles)
             rec.tile_cycles.flags.writeable = False  # final, and maybe shared from now
-            self._final_cycles[id(rec.step)] = (rec.step, rec.tile_cycles)
+            self._final_cycles[id(rec.step)] = (rec.step, rec.tile_cycles, self.lockstep)
 
     def _spare(self, own: np.ndarray) -> None:
         """Keep a record's array it gave up for a later record to fill, when nothing

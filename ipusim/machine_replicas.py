@@ -77,6 +77,7 @@ class ReplicaSteps:
     one_ipu: bool
     replicas: int
     replica_tiles: int
+    lockstep: bool
     _replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]]
     _replica_costs: dict[int, tuple[ir.Step, ComputeCost]] | None
     _active_ipus: dict[int, tuple[np.ndarray, np.ndarray]]
@@ -146,6 +147,24 @@ class ReplicaSteps:
     def _mirror(self, per_tile: np.ndarray) -> None:
         """Copy replica 0's part of a per-tile array into every other replica's."""
         per_tile.reshape(self.replicas, -1)[1:] = per_tile[: self.replica_tiles]
+
+    def _same_final(self, final: tuple[ir.Step, np.ndarray, bool], own: np.ndarray) -> bool:
+        """Whether a record's per-tile array ``own``, just filled in, equals the last
+        final array of its step (``final``: the step, the array, whether every replica's
+        part of it is replica 0's).
+
+        In lockstep only replica 0's part of ``own`` was filled in (the others take it
+        when it is final, :meth:`_mirror`), so against a final array whose parts are all
+        replica 0's only replica 0's parts are compared (a sixteenth of a POD16's
+        tiles); against any other, ``own`` is completed first.
+        """
+        if not self.lockstep:
+            return bool(np.array_equal(final[1], own))
+        if final[2]:
+            rt = self.replica_tiles
+            return bool(np.array_equal(final[1][:rt], own[:rt]))
+        self._mirror(own)
+        return bool(np.array_equal(final[1], own))
 
     def _mirror_run(self) -> None:
         """At the end of a lockstep run: every replica's clocks, blocks and the per-tile

@@ -270,3 +270,29 @@ def test_kept_rings_give_the_trace_of_the_fabric(monkeypatch, num_ipus, per_link
         _assert_same(fast_machine.run(program), full)
         per_run.append(len(rings))
     assert per_run == [3, 0, 0]  # the loop's three all-reduces ran once, then were kept
+
+
+def test_final_arrays_of_replicas_that_differed_are_compared_whole(monkeypatch):
+    """A record filled in as it runs is compared with the last final array of its step
+    (kept by the machine from run to run). In lockstep only replica 0's part is filled
+    in, so only that part is compared, against a final array made in lockstep. Here the
+    same steps first run in a program whose replicas differ (a global exchange from
+    replica 0 to replica 2 after the first compute set: every group runs, and the
+    external sync's cycles differ between the replicas while replica 0's are those of
+    the second program), then in one that goes in lockstep: its trace is that of a
+    fresh machine running every group, so the arrays of the first program were not
+    taken for the second."""
+    steps = _mixed(1, 4, seed=7)
+    between = ir.GlobalExchange(
+        name="between", src_tile=[0], dst_tile=[2 * TPI + 3], num_bytes=[4096], replicated=False
+    )
+    apart, alike = _program([steps[0], between, *steps[1:]], 4), _program(steps, 4)
+    seen = _seen(monkeypatch)
+    machine = Machine(_config(4))
+    first = machine.run(apart)
+    assert [r.name for r in first.records if not _alike(r.tile_cycles, 4)]
+    fast = machine.run(alike)
+    full_machine = Machine(_config(4))
+    full_machine.replica_lockstep = False
+    _assert_same(fast, full_machine.run(alike))
+    assert seen == [False, True, False]
