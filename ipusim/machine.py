@@ -689,9 +689,9 @@ class _Run(LinkSteps, ReplicaSteps):
             elif self.replicas > 1:  # replica 0's costs are every replica's
                 tile_cycles, active = self._replicated(step, tile_cycles, active)
         else:  # filled in as the step runs
-            if self._spare_cycles:
+            if self._spare_cycles:  # (in lockstep, replica 0's part: the rest is _mirror's)
                 tile_cycles = self._spare_cycles.pop()
-                tile_cycles.fill(0)
+                tile_cycles[: self.replica_tiles if self.lockstep else None] = 0
             else:
                 tile_cycles = np.zeros(self.cfg.num_tiles, np.int64)
             self.pending[n] = len(self.groups)
