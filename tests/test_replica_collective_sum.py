@@ -178,7 +178,9 @@ def _full_and_runs(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     full = rng.standard_normal((R, 3000)).astype(np.float32)
     full[:, :64] = order_sensitive(64, np.float32, rng)
     ids = np.concatenate([np.arange(1700, 2900), np.arange(0, 1200).reshape(40, 30).T.ravel()])
-    return full, np.concatenate([ids, [5, 2999]])
+    ids = np.concatenate([ids, [5, 2999]])
+    ids.flags.writeable = False  # as the lowering hands ids to the passes (_id_array)
+    return full, ids
 
 
 @pytest.mark.parametrize("mean", [False, True])
@@ -221,6 +223,7 @@ def test_in_place_runs_only_where_every_pair_is_in_place():
     assert starts.tolist() == [10, 30] and ends.tolist() == [20, 34]
     full = np.random.default_rng(2).standard_normal((R, 40)).astype(np.float32)
     twice = np.concatenate([a, a[:3]])
+    twice.flags.writeable = False  # as the lowering hands ids to the passes (_id_array)
     expect = full.copy()
     collective._store_every_replica(expect, twice, collective._replica_sum(expect, twice, False))
     collective._sum_runs_in_place(full, starts[:1], ends[:1], False)
