@@ -500,6 +500,39 @@ def test_a_worker_that_dies_costs_only_its_point(tmp_path):
     assert (rows[~rows["workload.crash"]]["status"] == "ok").all()
 
 
+def test_a_pool_that_breaks_while_points_are_submitted_runs_them_again(tmp_path, monkeypatch):
+    """A point can kill its worker before the points after it are submitted (the pool then
+    refuses them with BrokenProcessPool, as seen when the crashing point above started
+    first): those never ran and run again in a new pool, with no error. Simulated: the
+    pool refuses the third submission (the second of the points held back while the
+    first ran alone)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    class RefusesThirdSubmission(sweep_execute.ProcessPoolExecutor):
+        calls = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            type(self).calls += 1
+            if type(self).calls == 3:
+                raise BrokenProcessPool("a child process terminated abruptly")
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(sweep_execute, "ProcessPoolExecutor", RefusesThirdSubmission)
+    data = {
+        "name": "refused",
+        "workloads": [{"spec": str(TUT7), "params": {"rows": 4}}],
+        "config": "tiny",
+        "axes": [{"path": "workload.cols", "values": [4, 6, 8]}],
+        "profiles": False,
+    }
+    exp = load_experiment(data, base_dir=tmp_path)
+    summary = run_sweep(exp, tmp_path / "out", jobs=2, progress=False)
+    assert RefusesThirdSubmission.calls == 4  # the refused point submitted again
+    assert (summary.total, summary.ran, summary.failed) == (3, 3, 0)
+    rows = ResultStore(tmp_path / "out").rows()
+    assert sorted(rows["workload.cols"]) == [4, 6, 8] and (rows["status"] == "ok").all()
+
+
 def logged_experiment(tmp_path: Path, crash_first: bool = False) -> Any:
     """tut7 at three column counts, each point appending ``start COLS PID`` when its
     workload is made and ``end COLS PID`` when its check has run to ``log.txt``; the

@@ -372,7 +372,7 @@ class _Processes:
                     if unfinished:  # the first point broke the pool: the rest never ran
                         unfinished.extend(held)
                     else:
-                        pending = {pool.submit(_execute_in_worker, p, exp, keep): p for p in held}
+                        pending = _submit(pool, held, exp, keep, unfinished)
                     held = []
             if unfinished:
                 at_work: set[str] = set()
@@ -420,6 +420,27 @@ class _Processes:
                     )
             suspects += [p for p in unfinished if p.key in at_work]
             queue = [p for p in unfinished if p.key not in at_work]
+
+
+def _submit(
+    pool: ProcessPoolExecutor,
+    points: Sequence[Point],
+    exp: Experiment,
+    keep: bool,
+    unfinished: list[Point],
+) -> dict[Any, Point]:
+    """Submit ``points`` to ``pool``; their futures. A point submitted before it may
+    already have killed its worker (a crash, ``os._exit``), which breaks the pool while
+    the rest are submitted: those never ran and join ``unfinished``, as the points whose
+    futures then fail do."""
+    pending: dict[Any, Point] = {}
+    for k, point in enumerate(points):
+        try:
+            pending[pool.submit(_execute_in_worker, point, exp, keep)] = point
+        except BrokenProcessPool:
+            unfinished.extend(points[k:])
+            break
+    return pending
 
 
 class _Dask:
