@@ -207,7 +207,7 @@ def form_costs(
     splits: dict[str, np.ndarray],
     rearrange: tuple[bool, bool, bool] = (False, False, False),
     floor: bool = False,
-    limit: float | None = None,
+    limit: float | np.ndarray | None = None,
     skip: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
     """Poplibs' itemised cycles, temporary bytes and ``ok`` (``constructModel``'s MAC
@@ -570,6 +570,19 @@ def _serial_terms(
     return cycles + add
 
 
+def _iteration_floor(sub: ConvParams, vertex: tuple[int, int, int], target: Any) -> int:
+    """The least partial-sum cycles of a tile of ``sub`` (or of a serial iteration of it,
+    which has its kernel and batch) with the AMP ``vertex``: :data:`_LEAST_VERTEX` where
+    ``canUseConvPartial1x1Vertex`` may hold (a weight height of 1, batch 1, a kernel one
+    wide in its inner dimension: ``kernelSplit`` and ``fieldSplit`` can make the tile's
+    kernel and rows 1), else every tile runs ``ConvPartialnx1`` over the whole inner
+    kernel dimension (:func:`_inner_kernel_floor`, which is at least
+    :data:`_LEAST_VERTEX`)."""
+    inner = int(sub.kernelShape[1])
+    one = vertex[1] == FLOAT_WEIGHTS_PER_CONV_UNIT and sub.batchSize == 1 and inner == 1
+    return _LEAST_VERTEX if one else _inner_kernel_floor(inner, target)
+
+
 def _serial_floor(
     sub: ConvParams, target: Any, limit: int, rearrange: tuple[bool, bool, bool]
 ) -> int | None:
@@ -582,15 +595,25 @@ def _serial_floor(
     splits; over output channels the inputs' may be broadcast before the loop, so they
     and the inputs' exchange are left out, as is the reduction), plus its slices, update or
     in-place addition (:func:`_serial_terms`), and at least :data:`_LEAST_VERTEX` cycles,
-    which bounds the counts worth trying."""
+    which bounds the counts worth trying.
+
+    A count is costed only while ``count`` times the least partial sums of an iteration
+    (:func:`_iteration_floor`) is at most ``min(limit, least so far)``: each term of an
+    iteration is non-negative, so a count above that costs more than the least so far
+    (the result is unchanged) or more than ``limit`` (the result is then at least
+    ``limit``: the first such count's bound is taken, below every larger count's)."""
     best: int | None = None
     ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
     for vertex in amp_candidates(target):
+        per_it = _iteration_floor(sub, vertex, target)
         for kind, chans, grain in (("in", ci, vertex[1]), ("out", co, vertex[2])):
             grains = -(-chans // grain)
             for count in range(2, min(grains, limit // _LEAST_VERTEX) + 1):
                 if -(-grains // count) == -(-grains // (count - 1)):
                     continue  # (the same iteration as a smaller count, which costs less)
+                if count * per_it > (limit if best is None else min(limit, best)):
+                    best = count * per_it if best is None else min(best, count * per_it)
+                    break  # (a larger count's bound is larger still)
                 n = -(-grains // count) * grain
                 it = ConvParams(FLOAT, sub.batchSize, list(sub.inputFieldShape),
                                 list(sub.kernelShape), n if kind == "in" else ci,
@@ -598,14 +621,14 @@ def _serial_floor(
                                 paddingLower=list(sub.inputTransform.paddingLower),
                                 paddingUpper=list(sub.inputTransform.paddingUpper),
                                 outputType=FLOAT)  # fmt: skip
-                # (a partition whose other terms pass the cap counts its least partial sums:
-                # still a lower bound)
+                # (a partition whose other terms and serial terms pass the cap counts its
+                # least partial sums: still a lower bound, above the cap)
                 cap = (limit if best is None else min(limit, best)) // count
                 skip = _SERIAL_SKIP + (("input transform",) if kind == "out" else ())
                 parts = _partitions(it, target, vertex[1], vertex[2])
-                c = form_costs(it, target, vertex, parts, rearrange, floor=True, limit=cap,
-                               skip=skip)  # fmt: skip
                 extra = _serial_terms(sub, it, vertex, parts, count, kind, target)
+                c = form_costs(it, target, vertex, parts, rearrange, floor=True,
+                               limit=cap - extra, skip=skip)  # fmt: skip
                 low = count * int((c["cycles"] + extra).min())
                 best = low if best is None else min(best, low)
     return best
@@ -639,6 +662,10 @@ def form_floors(
         sub = swapped_params(params, flat)
         # (every tile has the whole inner kernel dimension: a floor of any of its plans)
         least = _inner_kernel_floor(int(sub.kernelShape[1]), target)
+        if least > limit:  # (every plan of the form, one pass or serial, costs more)
+            out[f"swapped, flattened {name}"] = least
+            out[f"swapped, flattened {name} serial"] = least
+            continue
         one = _one_pass_floor(sub, target, (False, True, True), limit)
         serial = _serial_floor(sub, target, limit, (False, True, True))
         out[f"swapped, flattened {name}"] = max(one, least)
