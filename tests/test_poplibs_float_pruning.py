@@ -66,7 +66,9 @@ def _full_floors(params, target):
     return out
 
 
-_SLOW = pytest.mark.slow  # (the full reference costs tens of thousands of partitions)
+# the full reference costs tens of thousands of partitions (row 13 alone about 50 s of CPU);
+# "batch 1, 5x5" is the default case and fails as row 13 does with the iteration floor overstated
+_SLOW = pytest.mark.slow
 CONVS = {
     # docs/planner.md rows 13-15 (the CNN step's conv1, conv2 and conv2's input gradient)
     "row 13": (_conv(32, [28, 28], 1, 8), "TRAINING_FWD"),
@@ -75,7 +77,7 @@ CONVS = {
     "more channels": (_conv(4, [14, 14], 32, 24), "TRAINING_FWD"),
     "batch 1, 5x5": (_conv(1, [20, 20], 8, 8, pad=2, kernel=5), "NONE"),
 }
-_SLOW_ROWS = ("row 14", "row 15", "more channels")
+_SLOW_ROWS = ("row 13", "row 14", "row 15", "more channels")
 
 
 @pytest.mark.parametrize(
