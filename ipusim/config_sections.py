@@ -354,6 +354,13 @@ class LinksConfig(_Section):
         le=64,
         description="Parallel links per hop; at most 64 (an IPU has 10 links).",
     )
+    links_within_card: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Parallel links of the hop joining the two IPUs of a card (IPUs 2k "
+        "and 2k + 1, Poplibs' pairing), at most 64; null: links_between_neighbours.",
+    )
     topology: Literal["ring", "line", "full", "ladder", "custom"] = Field(
         default="ring",
         description="IPU-Link wiring of one rack: ring, line, full, ladder (two columns "
@@ -390,6 +397,15 @@ class LinksConfig(_Section):
         "false: only direct neighbours may exchange.",
     )
     gw_links: GWLinksConfig = GWLinksConfig()
+
+    @model_serializer(mode="wrap")
+    def _without_default_card_links(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Dumps leave ``links_within_card`` out while it is unset, so configs that never
+        set it keep their content hash."""
+        values = handler(self)
+        if isinstance(values, dict) and values.get("links_within_card") is None:
+            values.pop("links_within_card", None)
+        return values
 
     @field_validator("torus")
     @classmethod
@@ -650,6 +666,16 @@ class MachineConfig(_Section):
             * self.links.links_between_neighbours
             / self.tile.clock_hz
         )
+
+    @property
+    def card_link_bytes_per_cycle(self) -> float | None:
+        """Bandwidth of the IPU-Link hop joining the two IPUs of a card (all its parallel
+        links, one direction) in bytes per cycle; None: as any other hop
+        (:attr:`link_bytes_per_cycle`)."""
+        links = self.links
+        if links.links_within_card is None:
+            return None
+        return links.bandwidth_bytes_per_s * links.links_within_card / self.tile.clock_hz
 
     @property
     def global_sync_cycles(self) -> int:

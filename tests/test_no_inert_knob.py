@@ -245,6 +245,7 @@ KNOBS: dict[str, Knob] = {
     "host.prepare_bandwidth_bytes_per_s": Knob(stream_copies, (None, 2e9), TWO),
     "links.bandwidth_bytes_per_s": Knob(global_exchange(0, 1), (14.6e9, 64e9), TWO),
     "links.links_between_neighbours": Knob(global_exchange(0, 1), (1, 2), TWO),
+    "links.links_within_card": Knob(global_exchange(0, 1), (None, 4), TWO),
     "links.topology": Knob(global_exchange(0, 2), ("ring", "full"), {"num_ipus": 4}),
     "links.hop_latency_cycles": Knob(global_exchange(0, 1), (0, 100), TWO),
     "links.message_overhead_bytes": Knob(global_exchange(0, 1), (0, 4096), TWO),
@@ -291,6 +292,7 @@ FURTHER: dict[str, tuple[Knob, ...]] = {
         Knob(all_reduce, (0.0, 2.28), TWO),  # the tiles of a collective's ring steps
     ),
     "links.message_overhead_bytes": (Knob(spread_all_reduce, (0, 51), TWO),),
+    "links.links_within_card": (Knob(spread_all_reduce, (None, 4), TWO),),  # a collective
 }
 
 NOT_TIMING: dict[str, str] = {

@@ -298,7 +298,10 @@ def test_new_presets_load_with_their_ipus_and_topology(name, num_ipus, arch, tor
 
 def test_preset_numbers():
     m2000, mk2 = load_config("m2000"), load_config("mk2")
-    assert m2000.links == mk2.links.model_copy(update={"topology": "ladder"})
+    # the ladder, and four links within each card (Poplibs' numIntraIpuLinks)
+    assert m2000.links == mk2.links.model_copy(
+        update={"topology": "ladder", "links_within_card": 4}
+    )
     assert load_config("bow2000").tile == load_config("bow").tile
     pod64 = load_config("pod64")
     gw = pod64.links.gw_links

@@ -21,8 +21,10 @@ The rules (stated in docs/machine.md, "IPU-Links"):
 * **Hops.** Every pair is two directed hops ``(a, b)`` and ``(b, a)``, each with the
   capacity of all its parallel links in one direction (bytes per tile cycle) and a
   latency in cycles: IPU-Links ``links.bandwidth_bytes_per_s x links_between_neighbours``
-  and ``links.hop_latency_cycles``; GW-Links ``gw_links.bandwidth_bytes_per_s x
-  links_between_racks`` and ``ceil(gw_links.hop_latency_s x clock)``.
+  (``x links_within_card``, when set, for the hop joining the two IPUs of a card, IPUs
+  ``2k`` and ``2k + 1``) and ``links.hop_latency_cycles``; GW-Links
+  ``gw_links.bandwidth_bytes_per_s x links_between_racks`` and
+  ``ceil(gw_links.hop_latency_s x clock)``.
 * **Routing.** A copy follows a shortest route (fewest hops). Where several neighbours
   of the current IPU ``u`` lie on a shortest route to the destination, the route takes
   the one met first going upward from ``u``: the smallest ``(v - u) mod num_ipus``. On a
@@ -223,6 +225,9 @@ class Topology:
     ipu_capacity, ipu_latency
         Bytes per tile cycle (all parallel links, one direction) and cycles of an
         IPU-Link hop.
+    card_capacity
+        Bytes per tile cycle of an IPU-Link hop joining the two IPUs of a card (``a // 2
+        == b // 2``); None: ``ipu_capacity``.
     gw_capacity, gw_latency
         The same for a GW-Link hop.
     routing
@@ -251,6 +256,7 @@ class Topology:
         *,
         ipu_capacity: float,
         ipu_latency: int,
+        card_capacity: float | None = None,
         gw_capacity: float = 1.0,
         gw_latency: int = 0,
         routing: bool = True,
@@ -270,7 +276,10 @@ class Topology:
             for a, b in ((pairs[:, 0], pairs[:, 1]), (pairs[:, 1], pairs[:, 0])):
                 src.append(a)
                 dst.append(b)
-                cap.append(np.full(a.size, float(capacity)))
+                hop_cap = np.full(a.size, float(capacity))
+                if card_capacity is not None and not is_gw:
+                    hop_cap[a // 2 == b // 2] = float(card_capacity)
+                cap.append(hop_cap)
                 lat.append(np.full(a.size, int(latency), dtype=np.int64))
                 gw.append(np.full(a.size, is_gw))
         a_all, b_all = np.concatenate(src), np.concatenate(dst)
@@ -563,6 +572,7 @@ def _build(cfg: MachineConfig) -> Topology:
         w,
         ipu_capacity=cfg.link_bytes_per_cycle,
         ipu_latency=cfg.links.hop_latency_cycles,
+        card_capacity=cfg.card_link_bytes_per_cycle,
         gw_capacity=gw.bandwidth_bytes_per_s * gw.links_between_racks / clock,
         gw_latency=math.ceil(round(gw.hop_latency_s * clock, 9)),
         routing=cfg.links.routing,
