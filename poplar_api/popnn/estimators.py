@@ -43,34 +43,35 @@ __all__ = [
 BASIC_OP_SUPERVISOR_OVERHEAD = 11
 
 
+#: Cycles of one op of each non-linearity: (forward, gradient), from
+#: ``getNonLinearityOpCycles`` and ``getNonLinearityGradOpCycles``, each as (float scalar,
+#: float vector, half scalar, half vector).
+_OP_CYCLES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "RELU": ((1, 1, 1, 1), (3, 3, 3, 3)),
+    "SIGMOID": ((5, 10, 2, 4), (3, 3, 3, 3)),
+    "TANH": ((5, 10, 1, 2), (3, 3, 3, 3)),
+    "GELU": ((10, 10, 5, 5), (10, 10, 5, 5)),
+    "SWISH": ((6, 11, 3, 5), (10, 15, 7, 9)),
+}
+
+
+def _op_cycles(op: str, is_float: bool, is_vector: bool, grad: bool) -> int:
+    if op not in _OP_CYCLES:
+        caller = "grad_op_cycles" if grad else "op_cycles"
+        raise ValueError(
+            f"{caller}: unhandled non-linearity {op!r}; required one of {sorted(_OP_CYCLES)}"
+        )
+    return _OP_CYCLES[op][grad][(0 if is_float else 2) + (1 if is_vector else 0)]
+
+
 def op_cycles(op: str, is_float: bool, is_vector: bool) -> int:
     """``getNonLinearityOpCycles``: cycles of one forward op (scalar or vector)."""
-    if op == "RELU":
-        return 1
-    if op == "SIGMOID":
-        return (5 if is_float else 2) * (2 if is_vector else 1)
-    if op == "TANH":
-        return (5 if is_float else 1) * (2 if is_vector else 1)
-    if op == "GELU":
-        return 10 if is_float else 5
-    if op == "SWISH":
-        if is_float:
-            return 11 if is_vector else 6
-        return 5 if is_vector else 3
-    raise ValueError(f"op_cycles: unhandled non-linearity {op!r}")
+    return _op_cycles(op, is_float, is_vector, False)
 
 
 def grad_op_cycles(op: str, is_float: bool, is_vector: bool) -> int:
     """``getNonLinearityGradOpCycles``: cycles of one gradient op."""
-    if op in ("RELU", "SIGMOID", "TANH"):
-        return 3
-    if op == "GELU":
-        return 10 if is_float else 5
-    if op == "SWISH":
-        if is_float:
-            return 15 if is_vector else 10
-        return 9 if is_vector else 7
-    raise ValueError(f"grad_op_cycles: unhandled non-linearity {op!r}")
+    return _op_cycles(op, is_float, is_vector, True)
 
 
 def nonlinearity_1d(op: str, n: int, *, half: bool, workers: int, vw: int, in_place: bool) -> int:
