@@ -534,25 +534,11 @@ def _cumsum_grad(g: GradContext) -> Grads:
 
 @register_grad("DepthToSpace")
 def _depth_to_space_grad(g: GradContext) -> Grads:
-    """SpaceToDepth of ``dy`` (the same permutation undone)."""
-    b = int(g.attrs.get("blocksize", 0))
-    dy = g.grad_output(0)
-    n, c, h, w = g.inputs[0].shape()
-    if str(g.attrs.get("mode", "DCR")) == "DCR":
-        view = dy.reshape([n, c // (b * b), h, b, w, b]).dimShuffle([0, 3, 5, 1, 2, 4])
-    else:
-        view = dy.reshape([n, c // (b * b), h, b, w, b]).dimShuffle([0, 1, 3, 5, 2, 4])
-    return [view.reshape([n, c, h, w])]
+    """SpaceToDepth of ``dy`` in the same mode (the same permutation undone)."""
+    return _space_to_depth(g.graph, [g.grad_output(0)], dict(g.attrs), g.prog, g.name)
 
 
 @register_grad("SpaceToDepth")
 def _space_to_depth_grad(g: GradContext) -> Grads:
-    """DepthToSpace of ``dy`` (the same permutation undone)."""
-    b = int(g.attrs.get("blocksize", 0))
-    dy = g.grad_output(0)
-    n, c, h, w = g.inputs[0].shape()
-    if str(g.attrs.get("mode", "DCR")) == "DCR":
-        view = dy.reshape([n, b, b, c, h // b, w // b]).dimShuffle([0, 3, 4, 1, 5, 2])
-    else:
-        view = dy.reshape([n, c, b, b, h // b, w // b]).dimShuffle([0, 1, 4, 2, 5, 3])
-    return [view.reshape([n, c, h, w])]
+    """DepthToSpace of ``dy`` in the same mode (the same permutation undone)."""
+    return _depth_to_space(g.graph, [g.grad_output(0)], dict(g.attrs), g.prog, g.name)
