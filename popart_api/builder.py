@@ -487,13 +487,9 @@ class Builder:
             raise popart_exception(
                 f"Builder.recomputeOutputInBackwardPass: {value!r} is not a popart.RecomputeType"
             )
-        ids = [tensorIds] if isinstance(tensorIds, str) else list(tensorIds)
-        for tid in ids:
-            node = self._producer(
-                self._check_id(tid, "Builder.recomputeOutputInBackwardPass"),
-                "recomputeOutputInBackwardPass",
-            )
-            self._set_attr(node, RECOMPUTE_ATTRIBUTE, kind.value)
+        self._set_producers_attr(
+            tensorIds, RECOMPUTE_ATTRIBUTE, kind.value, "recomputeOutputInBackwardPass"
+        )
 
     def getRecompute(self, tensorId: str) -> bool:
         """Whether the node making ``tensorId`` is recomputed in the backward pass."""
@@ -517,24 +513,25 @@ class Builder:
             raise popart_exception(
                 f"Builder.setAvailableMemoryProportion: {value!r} must be in (0, 1]"
             )
-        ids = [nodeOutputNames] if isinstance(nodeOutputNames, str) else list(nodeOutputNames)
-        for tid in ids:
-            node = self._producer(
-                self._check_id(tid, "Builder.setAvailableMemoryProportion"),
-                "setAvailableMemoryProportion",
-            )
-            self._set_attr(node, MEMORY_PROPORTION_ATTRIBUTE, proportion)
+        self._set_producers_attr(
+            nodeOutputNames, MEMORY_PROPORTION_ATTRIBUTE, proportion, "setAvailableMemoryProportion"
+        )
 
     def addNodeAttribute(
         self, attributeName: str, attributeValue: Any, nodeOutputNames: Any
     ) -> None:
         """Add an attribute to the node making ``nodeOutputNames``."""
-        ids = [nodeOutputNames] if isinstance(nodeOutputNames, str) else list(nodeOutputNames)
+        self._set_producers_attr(
+            nodeOutputNames, str(attributeName), attributeValue, "addNodeAttribute"
+        )
+
+    def _set_producers_attr(self, tensorIds: Any, attribute: str, value: Any, what: str) -> None:
+        """Set ``attribute`` to ``value`` on the node making each of ``tensorIds`` (an id
+        or several); ``what`` names the Builder method in errors."""
+        ids = [tensorIds] if isinstance(tensorIds, str) else list(tensorIds)
         for tid in ids:
-            node = self._producer(
-                self._check_id(tid, "Builder.addNodeAttribute"), "addNodeAttribute"
-            )
-            self._set_attr(node, str(attributeName), attributeValue)
+            node = self._producer(self._check_id(tid, f"Builder.{what}"), what)
+            self._set_attr(node, attribute, value)
 
     def _node_attr(self, tensorId: str, attribute: str, what: str) -> Any:
         node = self._producer(self._check_id(tensorId, f"Builder.{what}"), what)
