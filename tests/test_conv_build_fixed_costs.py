@@ -21,7 +21,7 @@ from poplar_api.poplin.conv_layout import (
     grouped_tiles,
 )
 from poplar_api.poplin.conv_reduce import reduce_partials
-from tests.test_poplin_conv import jacobians, ref_conv, run_passes
+from tests.test_poplin_conv import assert_passes_equal_numpy, random_operands, run_passes
 
 
 def _graph(preset: str = "ipu1") -> Graph:
@@ -191,15 +191,9 @@ def test_expanded_convolution_reads_its_input_ids_and_the_zero_constant(params):
     )
     graph = _graph()
     assert getConvPlan(graph, p, EXPAND).expanded
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = rng.standard_normal(p.outputShape()).astype(np.float32)
+    x, w, dy = random_operands(p, np.random.default_rng(7))
     out, _, _ = run_passes(p, x, w, dy, preset="ipu1", options=EXPAND, passes=("fwd", "wu"))
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
-    _, jw = jacobians(x, w, p)
-    dw = (jw.T @ dy.reshape(-1)).reshape(w.shape)
-    np.testing.assert_allclose(out["dw"], dw, rtol=1e-5, atol=1e-4)
+    assert_passes_equal_numpy(out, x, w, dy, p)
 
 
 # ------------------------------------------------------------------ partials' tiles

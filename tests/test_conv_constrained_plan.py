@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 from resnet_rows_common import preset_target
-from test_poplin_conv import ref_conv, run_passes, vertex_names
+from test_poplin_conv import forward_equals_numpy, ref_conv, vertex_names
 
 from poplar_api import FLOAT, Engine, Graph, IPUModel, poplin
 from poplar_api import program as prog
@@ -74,12 +74,7 @@ def test_the_given_partition_runs_and_equals_numpy(case):
     assert (plan.method, plan.num_conv_units, plan.out_chans_per_group) == ("AMP", 8, 8)
     assert (tuple(plan.parts), tuple(plan.blocks)) == (parts, blocks)
     assert plan.kernel_split == c.get("kernel", 1)
-    rng = np.random.default_rng(case)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    out, _, g = run_passes(p, x, w, np.zeros(p.outputShape(), np.float32), preset="ipu1",
-                           options=options, passes=("fwd",))  # fmt: skip
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    g = forward_equals_numpy(p, np.random.default_rng(case), preset="ipu1", options=options)
     tiles = _partial_tiles(g)
     assert len(tiles) == len(set(tiles)) == plan.num_tiles_used
     assert set(tiles) == set(plan.tiles.reshape(-1).tolist())
@@ -110,12 +105,7 @@ def test_poplibs_plan_of_the_cnn_conv2_runs_as_its_model_states():
     assert (plan.in_chans_per_group, plan.out_chans_per_group, plan.num_conv_units) == (8, 8, 8)
     assert plan.expanded_dims == (1,) and plan.flatten_dims == (0, 2)
     assert plan.num_tiles_used == 1428
-    rng = np.random.default_rng(14)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    out, _, g = run_passes(p, x, w, np.zeros(p.outputShape(), np.float32),
-                           preset="mk2-ipumodel", options=options, passes=("fwd",))  # fmt: skip
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    g = forward_equals_numpy(p, np.random.default_rng(14), "mk2-ipumodel", options)
     assert {n for n in vertex_names(g, "fwd/Convolve") if "ConvPartial" in n} == {
         "poplin::ConvPartial1x1Out<float,float,true,true,8,2,false>"  # (8 units, 2 a load)
     }
@@ -193,12 +183,7 @@ def test_poplibs_plan_of_the_cnn_conv1_runs_with_four_channel_groups():
         float_activations=True, float_partials=True,
     )  # fmt: skip
     assert plan.cost["compute"] == want
-    rng = np.random.default_rng(13)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    out, _, g = run_passes(p, x, w, np.zeros(p.outputShape(), np.float32),
-                           preset="mk2-ipumodel", options=options, passes=("fwd",))  # fmt: skip
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    g = forward_equals_numpy(p, np.random.default_rng(13), "mk2-ipumodel", options)
     assert {n for n in vertex_names(g, "fwd/Convolve") if "ConvPartial" in n} == {
         "poplin::ConvPartialnx1<float,float,true,true,8,2,false>"
     }

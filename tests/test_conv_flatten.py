@@ -18,7 +18,12 @@ from poplar_api import FLOAT, Graph, IPUModel, poplin
 from poplar_api.errors import GraphError
 from poplar_api.poplin.conv_flatten import flatten_dims, flatten_ids, flattened_params
 from poplar_api.poplin.conv_params import expand_dims
-from tests.test_poplin_conv import jacobians, ref_conv, run_passes
+from tests.test_poplin_conv import (
+    assert_passes_equal_numpy,
+    forward_equals_numpy,
+    random_operands,
+    run_passes,
+)
 
 
 def _options(expand: list[int], flatten: list[int] | None = None) -> dict[str, str]:
@@ -100,12 +105,7 @@ def test_forward_equals_numpy_flattened_or_not(case, flatten):
     assert plan.flatten_dims == want
     if flatten:  # the plan splits the flattened convolution: batch 1, one wide kernel
         assert plan.parts[1] == 1 and plan.blocks[1] == 1
-    rng = np.random.default_rng(case)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = np.zeros(p.outputShape(), np.float32)
-    out, _, _ = run_passes(p, x, w, dy, preset="ipu1", options=options, passes=("fwd",))
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    forward_equals_numpy(p, np.random.default_rng(case), preset="ipu1", options=options)
 
 
 @pytest.mark.parametrize("dims", [[1], [0]])
@@ -114,19 +114,11 @@ def test_every_pass_equals_numpy_with_the_batch_flattened(dims):
     expanded and then flattened as Poplibs does, against the reference's transposed
     Jacobians (the gradient and weight update flatten where their own expansion allows)."""
     p = poplin.ConvParams(FLOAT, 3, [5, 6], [2, 3], 2, 3, stride=[1, 2], paddingLower=[1, 1])
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = rng.standard_normal(p.outputShape()).astype(np.float32)
+    x, w, dy = random_operands(p, np.random.default_rng(11))
     options = _options(dims)
     assert _plan(p, options).flatten_dims == (0, dims[0] + 1)
     out, _, _ = run_passes(p, x, w, dy, preset="ipu1", options=options)
-    jx, jw = jacobians(x, w, p)
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
-    dx = (jx.T @ dy.reshape(-1)).reshape(x.shape)
-    dw = (jw.T @ dy.reshape(-1)).reshape(w.shape)
-    np.testing.assert_allclose(out["dx"], dx, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(out["dw"], dw, rtol=1e-5, atol=1e-4)
+    assert_passes_equal_numpy(out, x, w, dy, p)
 
 
 def test_a_flattening_poplibs_would_not_make_is_refused():

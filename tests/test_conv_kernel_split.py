@@ -11,7 +11,14 @@ import json
 import numpy as np
 import pytest
 from resnet_rows_common import ROW16, preset_target
-from test_poplin_conv import jacobians, ref_conv, run_passes, vertex_names
+from test_poplin_conv import (
+    forward_equals_numpy,
+    jacobians,
+    random_operands,
+    ref_conv,
+    run_passes,
+    vertex_names,
+)
 
 from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin
 from poplar_api.errors import GraphError
@@ -65,13 +72,9 @@ def test_kernel_split_equals_numpy(case) -> None:
     plan = poplin.getConvPlan(graph, p, _split(n))
     assert plan.kernel_split == n
     npdt = np.float32 if dt == FLOAT else np.float16
-    rng = np.random.default_rng(sum(f) + n)
-    x = rng.standard_normal(p.inputShape()).astype(npdt)
-    w = rng.standard_normal(p.weightsShape()).astype(npdt)
-    out, _, g = run_passes(p, x, w, np.zeros(p.outputShape(), npdt), preset=preset,
-                           options=_split(n), passes=("fwd",))  # fmt: skip
-    tol = (1e-5, 1e-4) if dt == FLOAT else (2e-2, 5e-2)
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=tol[0], atol=tol[1])
+    rtol, atol = (1e-5, 1e-4) if dt == FLOAT else (2e-2, 5e-2)
+    g = forward_equals_numpy(p, np.random.default_rng(sum(f) + n), preset, _split(n), npdt,
+                             rtol, atol)  # fmt: skip
     # at most one partial-sum vertex a block and kernel part, on the part's tile (a
     # part whose rows meet only padding in a block is zeroed instead)
     tiles = _partial_vertex_tiles(g, "fwd/Convolve")
@@ -102,12 +105,7 @@ def test_kernel_split_with_an_input_channel_split_equals_numpy() -> None:
     graph = Graph(IPUModel("ipu1").createDevice().getTarget())
     plan = poplin.getConvPlan(graph, p, opts)
     assert plan.kernel_split == 3 and plan.parts[-1] > 1, plan
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    out, _, _ = run_passes(p, x, w, np.zeros(p.outputShape(), np.float32), preset="ipu1",
-                           options=opts, passes=("fwd",))  # fmt: skip
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    forward_equals_numpy(p, np.random.default_rng(3), "ipu1", opts)
 
 
 def test_kernel_rows_are_poplibs_split_begins() -> None:
@@ -152,10 +150,7 @@ def test_training_passes_with_a_kernel_split_equal_numpy() -> None:
     values, and the gradients as the transposed Jacobians of numpy's convolution."""
     p = poplin.ConvParams(FLOAT, 2, [6, 5], [3, 2], 4, 4, 1, paddingLower=[1, 0],
                           paddingUpper=[1, 1], stride=[2, 1])  # fmt: skip
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = rng.standard_normal(p.outputShape()).astype(np.float32)
+    x, w, dy = random_operands(p, np.random.default_rng(2))
     out, _, graph = run_passes(p, x, w, dy, preset="ipu1", options=_split(2))
     jx, jw = jacobians(x, w, p)
     np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)

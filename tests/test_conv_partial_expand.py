@@ -19,83 +19,36 @@ import pytest
 from poplar_api import FLOAT, Graph, IPUModel, poplin
 from poplar_api.errors import GraphError
 from poplar_api.poplin.conv_params import expand_dims, expanded_input_index
-from tests.test_poplin_conv import jacobians, ref_conv, run_passes
+from tests.test_poplin_conv import (
+    assert_passes_equal_numpy,
+    forward_equals_numpy,
+    random_operands,
+    run_passes,
+)
 
 
 def _constraint(dims: list[int]) -> dict[str, str]:
     return {"planConstraints": json.dumps({"method": "AMP", "transform": {"expandDims": dims}})}
 
 
-#: (params kwargs, dims): 2-D shapes with stride, padding, dilation, truncation and flips
-#: (input, kernel and output transforms), expanding dimension 0 only, 1 only, both, none.
+#: (ConvParams args and keywords, expandDims): 2-D shapes with stride, padding, dilation,
+#: truncation and flips (input, kernel and output transforms), expanding dimension 0 only,
+#: 1 only, both, none.
 CASES = [
-    (
-        dict(
-            batch=2,
-            field=[5, 7],
-            kernel=[2, 3],
-            ci=2,
-            co=2,
-            inputTransform={"truncationLower": [0, 1], "dilation": [1, 2]},
-            kernelTransform={"flip": [True, True], "paddingLower": [0, 1]},
-            outputTransform={"paddingUpper": [1, 1], "truncationLower": [0, 1]},
-        ),
-        [1],
-    ),
-    (dict(batch=2, field=[6, 7], kernel=[3, 2], ci=3, co=4), [1]),
-    (dict(batch=2, field=[6, 7], kernel=[3, 2], ci=3, co=4), [0]),
-    (
-        dict(
-            batch=1,
-            field=[5, 8],
-            kernel=[2, 3],
-            ci=2,
-            co=3,
-            stride=[1, 2],
-            paddingLower=[1, 0],
-            paddingUpper=[0, 2],
-        ),
-        [1],
-    ),
-    (
-        dict(
-            batch=1,
-            field=[5, 8],
-            kernel=[2, 3],
-            ci=2,
-            co=3,
-            stride=[2, 1],
-            paddingLower=[1, 1],
-            paddingUpper=[1, 0],
-            dilation=[2, 1],
-        ),
-        [0],
-    ),
-    (
-        dict(
-            batch=3,
-            field=[4, 9],
-            kernel=[3, 3],
-            ci=1,
-            co=2,
-            paddingLower=[1, 1],
-            paddingUpper=[1, 1],
-        ),
-        [0, 1],
-    ),
-    (
-        dict(
-            batch=3,
-            field=[4, 9],
-            kernel=[3, 3],
-            ci=1,
-            co=2,
-            paddingLower=[1, 1],
-            paddingUpper=[1, 1],
-        ),
-        [],
-    ),
-]
+    ((2, [5, 7], [2, 3], 2, 2), {
+        "inputTransform": {"truncationLower": [0, 1], "dilation": [1, 2]},
+        "kernelTransform": {"flip": [True, True], "paddingLower": [0, 1]},
+        "outputTransform": {"paddingUpper": [1, 1], "truncationLower": [0, 1]},
+    }, [1]),
+    ((2, [6, 7], [3, 2], 3, 4), {}, [1]),
+    ((2, [6, 7], [3, 2], 3, 4), {}, [0]),
+    ((1, [5, 8], [2, 3], 2, 3), {"stride": [1, 2], "paddingLower": [1, 0],
+                                 "paddingUpper": [0, 2]}, [1]),
+    ((1, [5, 8], [2, 3], 2, 3), {"stride": [2, 1], "paddingLower": [1, 1],
+                                 "paddingUpper": [1, 0], "dilation": [2, 1]}, [0]),
+    ((3, [4, 9], [3, 3], 1, 2), {"paddingLower": [1, 1], "paddingUpper": [1, 1]}, [0, 1]),
+    ((3, [4, 9], [3, 3], 1, 2), {"paddingLower": [1, 1], "paddingUpper": [1, 1]}, []),
+]  # fmt: skip
 
 
 def _params(batch, field, kernel, ci, co, groups=1, **kwargs) -> poplin.ConvParams:
@@ -109,45 +62,27 @@ def _plan(p: poplin.ConvParams, options) -> poplin.ConvPlan:
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_forward_equals_numpy_with_dimensions_expanded(case):
-    kwargs, dims = CASES[case]
-    p = _params(**kwargs)
-    rng = np.random.default_rng(case)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = np.zeros(p.outputShape(), np.float32)
+    args, kwargs, dims = CASES[case]
+    p = _params(*args, **kwargs)
     options = _constraint(dims)
     plan = _plan(p, options)
     assert plan.expanded == bool(dims)
     assert plan.expanded_dims == (tuple(dims) if 0 < len(dims) < 2 else None)
-    out, _, _ = run_passes(p, x, w, dy, preset="ipu1", options=options, passes=("fwd",))
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    forward_equals_numpy(p, np.random.default_rng(case), preset="ipu1", options=options)
 
 
 def test_every_pass_equals_numpy_with_the_width_expanded():
     """Forward, backward-data and weight-update passes, each planned with dimension 1
     expanded, against the reference and its transposed Jacobians."""
     p = _params(2, [5, 6], [2, 3], 2, 3, stride=[1, 2], paddingLower=[1, 1])
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = rng.standard_normal(p.outputShape()).astype(np.float32)
+    x, w, dy = random_operands(p, np.random.default_rng(7))
     out, _, _ = run_passes(p, x, w, dy, preset="ipu1", options=_constraint([1]))
-    jx, jw = jacobians(x, w, p)
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
-    dx = (jx.T @ dy.reshape(-1)).reshape(x.shape)
-    dw = (jw.T @ dy.reshape(-1)).reshape(w.shape)
-    np.testing.assert_allclose(out["dx"], dx, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(out["dw"], dw, rtol=1e-5, atol=1e-4)
+    assert_passes_equal_numpy(out, x, w, dy, p)
 
 
 def test_grouped_convolution_with_the_height_expanded():
     p = _params(2, [6, 5], [3, 2], 2, 2, groups=3, paddingUpper=[2, 0])
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = np.zeros(p.outputShape(), np.float32)
-    out, _, _ = run_passes(p, x, w, dy, preset="ipu1", options=_constraint([0]), passes=("fwd",))
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    forward_equals_numpy(p, np.random.default_rng(3), preset="ipu1", options=_constraint([0]))
 
 
 def test_one_dimension_expanded_is_an_im2col_of_that_dimension():

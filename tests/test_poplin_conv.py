@@ -124,6 +124,57 @@ def poplar_map_linear(graph, t):
         graph.setTileMapping(flat.slice(lo, hi), i)
 
 
+def random_operands(
+    p: poplin.ConvParams,
+    rng: np.random.Generator,
+    dtype: type = np.float32,
+    gradient: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, w, dy)`` for ``p``: standard normal input and weights, drawn in that order,
+    then the output gradient, standard normal too or zeros when ``gradient`` is false
+    (a forward-only run, which draws nothing for it)."""
+    x = rng.standard_normal(p.inputShape()).astype(dtype)
+    w = rng.standard_normal(p.weightsShape()).astype(dtype)
+    if gradient:
+        dy = rng.standard_normal(p.outputShape()).astype(dtype)
+    else:
+        dy = np.zeros(p.outputShape(), dtype)
+    return x, w, dy
+
+
+def assert_passes_equal_numpy(out, x, w, dy, p, rtol=1e-5, atol=1e-4, err_msg=""):
+    """Each pass :func:`run_passes` read (``y``, ``dx``, ``dw``) against the reference:
+    ``y`` against :func:`ref_conv`, ``dx`` and ``dw`` against its transposed Jacobians
+    applied to ``dy``."""
+    assert out and set(out) <= {"y", "dx", "dw"}, sorted(out)
+    tol = dict(rtol=rtol, atol=atol, err_msg=err_msg)
+    if "y" in out:
+        np.testing.assert_allclose(out["y"], ref_conv(x, w, p), **tol)
+    if "dx" in out or "dw" in out:
+        jx, jw = jacobians(x, w, p)
+        if "dx" in out:
+            np.testing.assert_allclose(out["dx"], (jx.T @ dy.reshape(-1)).reshape(x.shape), **tol)
+        if "dw" in out:
+            np.testing.assert_allclose(out["dw"], (jw.T @ dy.reshape(-1)).reshape(w.shape), **tol)
+
+
+def forward_equals_numpy(
+    p: poplin.ConvParams,
+    rng: np.random.Generator,
+    preset: str = "ipu2",
+    options=None,
+    dtype: type = np.float32,
+    rtol: float = 1e-5,
+    atol: float = 1e-4,
+) -> Graph:
+    """Run ``p``'s forward pass on random operands (:func:`random_operands`) and check
+    it against :func:`ref_conv`; return the graph, for checks of its vertices."""
+    x, w, dy = random_operands(p, rng, dtype, gradient=False)
+    out, _, graph = run_passes(p, x, w, dy, preset=preset, options=options, passes=("fwd",))
+    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=rtol, atol=atol)
+    return graph
+
+
 def random_params(rng, dtype=FLOAT):
     nd = int(rng.integers(1, 3))
     field = [int(rng.integers(3, 9)) for _ in range(nd)]
@@ -163,17 +214,9 @@ def test_all_passes_equal_numpy_on_random_shapes(seed, layout):
     """Every pass, with the planner's choice, forced direct and forced im2col plans."""
     rng = np.random.default_rng(seed)
     p = random_params(rng)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = rng.standard_normal(p.outputShape()).astype(np.float32)
+    x, w, dy = random_operands(p, rng)
     out, _, _ = run_passes(p, x, w, dy, preset="ipu1", options=EXPAND[layout])
-    y = ref_conv(x, w, p)
-    jx, jw = jacobians(x, w, p)
-    np.testing.assert_allclose(out["y"], y, rtol=1e-5, atol=1e-4, err_msg=str(p))
-    dx = (jx.T @ dy.reshape(-1)).reshape(x.shape)
-    dw = (jw.T @ dy.reshape(-1)).reshape(w.shape)
-    np.testing.assert_allclose(out["dx"], dx, rtol=1e-5, atol=1e-4, err_msg=str(p))
-    np.testing.assert_allclose(out["dw"], dw, rtol=1e-5, atol=1e-4, err_msg=str(p))
+    assert_passes_equal_numpy(out, x, w, dy, p, err_msg=str(p))
 
 
 @pytest.mark.parametrize(
@@ -192,24 +235,14 @@ def test_all_passes_equal_numpy_on_random_shapes(seed, layout):
     ],
 )
 def test_forward_transforms_equal_numpy(kwargs):
-    rng = np.random.default_rng(5)
     p = poplin.ConvParams(FLOAT, 2, [9], [3], 3, 4, 1, **kwargs)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = rng.standard_normal(p.outputShape()).astype(np.float32)
-    out, _, _ = run_passes(p, x, w, dy, preset="ipu1", passes=("fwd",))
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    forward_equals_numpy(p, np.random.default_rng(5), preset="ipu1")
 
 
 def test_half_convolution_with_float_partials():
-    rng = np.random.default_rng(3)
     p = poplin.ConvParams(HALF, 2, [8, 8], [3, 3], 16, 16, 1, paddingLower=[1, 1],
                           paddingUpper=[1, 1])  # fmt: skip
-    x = rng.standard_normal(p.inputShape()).astype(np.float16)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float16)
-    dy = np.zeros(p.outputShape(), np.float16)
-    out, _, _ = run_passes(p, x, w, dy, passes=("fwd",))
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=2e-2, atol=5e-2)
+    forward_equals_numpy(p, np.random.default_rng(3), dtype=np.float16, rtol=2e-2, atol=5e-2)
 
 
 def vertex_names(graph, cs_suffix):
@@ -225,26 +258,18 @@ def test_vertex_families_carry_poplibs_names():
     rng = np.random.default_rng(4)
     # 3x3 with 16 channels: AMP nx1
     p = poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 16, 16, 1)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = np.zeros(p.outputShape(), np.float32)
-    _, _, graph = run_passes(p, x, w, dy, passes=("fwd",), options=NO_EXPAND_AMP)
+    graph = forward_equals_numpy(p, rng, options=NO_EXPAND_AMP)
     names = vertex_names(graph, "fwd/Convolve")
     assert names == {"poplin::ConvPartialnx1<float,float,true,true,8,2,false>"}
     # 1x1: ConvPartial1x1Out
     p1 = poplin.ConvParams(FLOAT, 1, [16], [1], 8, 8, 1)
-    x1 = rng.standard_normal(p1.inputShape()).astype(np.float32)
-    w1 = rng.standard_normal(p1.weightsShape()).astype(np.float32)
-    out, _, graph = run_passes(p1, x1, w1, np.zeros(p1.outputShape(), np.float32),
-                               passes=("fwd",), options=NO_EXPAND_AMP)  # fmt: skip
+    graph = forward_equals_numpy(p1, rng, options=NO_EXPAND_AMP)
     assert vertex_names(graph, "fwd/Convolve") == {
         "poplin::ConvPartial1x1Out<float,float,true,true,8,2,false>"
     }
-    np.testing.assert_allclose(out["y"], ref_conv(x1, w1, p1), rtol=1e-5, atol=1e-4)
     # one input channel, not expanded: the planner picks the horizontal MAC
     p2 = poplin.ConvParams(FLOAT, 1, [8, 8], [3, 3], 1, 4, 1)
-    x2 = rng.standard_normal(p2.inputShape()).astype(np.float32)
-    w2 = rng.standard_normal(p2.weightsShape()).astype(np.float32)
+    x2, w2, _ = random_operands(p2, rng, gradient=False)
     no_expand = {"planConstraints": '{"transform": {"expandDims": []}}'}
     out, _, graph = run_passes(p2, x2, w2, np.zeros(p2.outputShape(), np.float32),
                                passes=("fwd",), options=no_expand)  # fmt: skip
@@ -291,15 +316,9 @@ def test_vmac_constraint_on_a_convolution_it_does_not_fit_is_an_error():
 
 def test_input_channel_split_reduces_partials():
     """A plan forced to few tiles' memory splits Ci; the ReduceAdd compute set sums it."""
-    rng = np.random.default_rng(8)
     p = poplin.ConvParams(FLOAT, 1, [6], [1], 64, 8, 1)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    device = IPUModel("ipu2").createDevice()
-    graph = Graph(device.getTarget())
-    plan = poplin.getConvPlan(graph, p)
-    out, _, graph = run_passes(p, x, w, np.zeros(p.outputShape(), np.float32), passes=("fwd",))
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-4)
+    plan = poplin.getConvPlan(Graph(IPUModel("ipu2").createDevice().getTarget()), p)
+    graph = forward_equals_numpy(p, np.random.default_rng(8))
     if plan.parts[-1] > 1:
         assert any(n.startswith("poplin::ReduceAdd") for n in vertex_names(graph, "fwd/Reduce"))
 

@@ -16,7 +16,7 @@ import numpy as np
 from poplar_api import FLOAT, poplin
 from poplar_api.poplin.conv_params import dim_maps
 from poplar_api.poplin.conv_worklists import SHARE_MIN_RANGES, _shared_count_lists, tile_geometry
-from tests.test_poplin_conv import ref_conv, run_passes
+from tests.test_poplin_conv import forward_equals_numpy
 
 PARAMS = dict(paddingLower=[8, 8], paddingUpper=[8, 8])
 
@@ -38,10 +38,5 @@ def test_geometry_of_a_block_reading_only_padding() -> None:
 
 
 def test_convolution_with_blocks_reading_only_padding_equals_numpy() -> None:
-    rng = np.random.default_rng(0)
     p = poplin.ConvParams(FLOAT, 1, [1, 1], [5, 5], 4, 4, 1, **PARAMS)
-    x = rng.standard_normal(p.inputShape()).astype(np.float32)
-    w = rng.standard_normal(p.weightsShape()).astype(np.float32)
-    dy = rng.standard_normal(p.outputShape()).astype(np.float32)
-    out, _, _ = run_passes(p, x, w, dy, preset="ipu1", passes=("fwd",))
-    np.testing.assert_allclose(out["y"], ref_conv(x, w, p), rtol=1e-5, atol=1e-5)
+    forward_equals_numpy(p, np.random.default_rng(0), preset="ipu1", atol=1e-5)
