@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel, poplin, poputil
+from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin, poputil
 from poplar_api import program as prog
 from poplar_api.poplin.conv_planner import memory_limit
 from poplar_api.poplin.serial_estimates import serial_options, serial_terms
+from tests.test_poplin import run_product
 
 RNG = np.random.default_rng(28)
 
@@ -97,31 +98,17 @@ def test_input_channel_serial_plans_compute_the_product(dtype) -> None:
     the loop counter; the first iteration's partials are copied into an accumulator, the
     others added to it in place, and (HALF) the sum is cast once after the loop."""
     m, k, n = SHAPE
-    device = IPUModel("tiny").createDevice()
-    graph = Graph(device.getTarget())
     opts = {"availableMemoryProportion": PROPORTION}
-    plan = poplin.getPlan(graph, (1, m, k, n), dtype, options=opts)
+    plan = poplin.getPlan(Graph(IPUModel("tiny").createDevice().getTarget()), (1, m, k, n),
+                          dtype, options=opts)  # fmt: skip
     assert plan.in_serial > 1
-    a = graph.addVariable(dtype, [m, k], "a")
-    b = graph.addVariable(dtype, [k, n], "b")
-    poputil.mapTensorLinearly(graph, a)
-    poputil.mapTensorLinearly(graph, b)
-    seq = prog.Sequence()
-    c = poplin.matMul(graph, a, b, seq, "mm", opts)
-    graph.createHostWrite("a", a)
-    graph.createHostWrite("b", b)
-    graph.createHostRead("c", c)
-    engine = Engine(graph, seq)
-    engine.load(device)
     host = np.float16 if dtype == HALF else np.float32
     av = RNG.uniform(0.5, 1.5, (m, k)).astype(host)
     bv = RNG.uniform(0.5, 1.5, (k, n)).astype(host)
-    engine.writeTensor("a", av)
-    engine.writeTensor("b", bv)
-    engine.run(0)
+    c, engine, _ = run_product("tiny", av, bv, dtype, opts=opts, layout="linear")
     want = av.astype(np.float64) @ bv.astype(np.float64)
     rtol = 2e-3 if dtype == HALF else 1e-5
-    np.testing.assert_allclose(engine.readTensor("c"), want, rtol=rtol)
+    np.testing.assert_allclose(c, want, rtol=rtol)
     names = [r.name for r in engine.getTrace().records]
     n = plan.in_serial
     # one loop body run n times: the slices at the counter, the convolution, the sum

@@ -17,12 +17,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from poplar_api import FLOAT, HALF, Engine, Graph, IPUModel, poplin, poputil
+from poplar_api import FLOAT, HALF, Graph, IPUModel, poplin, poputil
 from poplar_api import program as prog
 from poplar_api.poplin import conv_planner, conv_splits
 from poplar_api.poplin.conv_params import dim_maps
 from poplar_api.poplin.conv_planner import _windows, memory_limit
 from poplar_api.poplin.conv_splits import feasible as _feasible
+from tests.test_poplin import run_product
 
 RNG = np.random.default_rng(28)
 
@@ -147,26 +148,10 @@ def _serial_options(graph: Graph, m: int, k: int, n: int) -> dict[str, str]:
 @pytest.mark.parametrize("shape", [(40, 64, 96), (17, 32, 48)])
 def test_serial_plans_compute_the_product(shape) -> None:
     m, k, n = shape
-    device = IPUModel("tiny").createDevice()
-    graph = Graph(device.getTarget())
-    opts = _serial_options(graph, m, k, n)
-    a = graph.addVariable(FLOAT, [m, k], "a")
-    b = graph.addVariable(FLOAT, [k, n], "b")
-    poputil.mapTensorLinearly(graph, a)
-    poputil.mapTensorLinearly(graph, b)
-    seq = prog.Sequence()
-    c = poplin.matMul(graph, a, b, seq, "mm", opts)
-    for name, t in (("a", a), ("b", b)):
-        graph.createHostWrite(name, t)
-    graph.createHostRead("c", c)
-    engine = Engine(graph, seq)
-    engine.load(device)
+    opts = _serial_options(Graph(IPUModel("tiny").createDevice().getTarget()), m, k, n)
     av = RNG.uniform(0.5, 1.5, (m, k)).astype(np.float32)
     bv = RNG.uniform(0.5, 1.5, (k, n)).astype(np.float32)
-    engine.writeTensor("a", av)
-    engine.writeTensor("b", bv)
-    engine.run(0)
-    out = engine.readTensor("c")
+    out, engine, graph = run_product("tiny", av, bv, opts=opts, layout="linear")
     np.testing.assert_allclose(out, av.astype(np.float64) @ bv.astype(np.float64), rtol=1e-5)
     plan = poplin.getPlan(graph, (1, m, k, n), FLOAT, options=opts)
     passes = [r for r in engine.getTrace().records if r.name.endswith("/Convolve")]

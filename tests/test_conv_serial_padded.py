@@ -62,13 +62,8 @@ def test_padded_serial_plans_match_numpy(m, k, n, proportion, kind) -> None:
     assert serial > 1 and per and (serial - 1) * per < chans < serial * per
     a = RNG.uniform(-1, 1, (m, k)).astype(np.float16)
     b = RNG.uniform(-1, 1, (k, n)).astype(np.float16)
-
-    def make(graph):  # operands laid out as the plan wants (the last slice's too)
-        A = poplin.createMatMulInputLHS(graph, HALF, [m, k], [k, n], "A", opts)
-        B = poplin.createMatMulInputRHS(graph, HALF, [m, k], [k, n], "B", opts)
-        return A, B, [(A, a), (B, b)]
-
-    c, engine, _ = run_product("tiny", a, b, HALF, make=make, opts=opts)
+    # operands laid out as the plan wants (the last slice's too)
+    c, engine, _ = run_product("tiny", a, b, HALF, opts=opts, layout="created")
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2e-3, atol=5e-2)
     records = engine.getTrace().records

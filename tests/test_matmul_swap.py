@@ -122,13 +122,7 @@ def test_swapped_grouped_products_of_created_operands_match_numpy(fc_pass) -> No
     a = RNG.uniform(-1, 1, (g, m, k)).astype(np.float32)
     b = RNG.uniform(-1, 1, (g, k, n)).astype(np.float32)
     opts = _forced(True, fullyConnectedPass=fc_pass)
-
-    def created(graph):
-        A = poplin.createMatMulInputLHS(graph, FLOAT, [g, m, k], [g, k, n], "A", opts)
-        B = poplin.createMatMulInputRHS(graph, FLOAT, [g, m, k], [g, k, n], "B", opts)
-        return A, B, [(A, a), (B, b)]
-
-    c, _, graph = run_product("tiny", a, b, make=created, grouped=True, opts=opts)
+    c, _, graph = run_product("tiny", a, b, grouped=True, opts=opts, layout="created")
     assert poplin.getPlan(graph, (g, m, k, n), FLOAT, options=opts).swapped
     np.testing.assert_allclose(c, np.einsum("gmk,gkn->gmn", a, b), rtol=1e-5, atol=1e-6)
 

@@ -80,13 +80,8 @@ PRODUCTS = [
 def _run(release: str, m: int, k: int, n: int, opts):
     a = RNG.uniform(-1, 1, (m, k)).astype(np.float16)
     b = RNG.uniform(-1, 1, (k, n)).astype(np.float16)
-
-    def make(graph):  # operands laid out as the plan wants
-        A = poplin.createMatMulInputLHS(graph, HALF, [m, k], [k, n], "A", opts)
-        B = poplin.createMatMulInputRHS(graph, HALF, [m, k], [k, n], "B", opts)
-        return A, B, [(A, a), (B, b)]
-
-    c, engine, _ = run_product(_config(release), a, b, HALF, make=make, opts=opts)
+    # operands laid out as the plan wants
+    c, engine, _ = run_product(_config(release), a, b, HALF, opts=opts, layout="created")
     return c, a.astype(np.float64) @ b.astype(np.float64), engine
 
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from poplar_api import FLOAT, HALF, INT, Engine, Graph, IPUModel, poplin
+from poplar_api import FLOAT, HALF, INT, Engine, Graph, IPUModel, poplin, poputil
 from poplar_api import program as prog
 from poplar_api.codelet import vertex_type
 from poplar_api.errors import PoplarError, TensorError, TypeMismatchError
@@ -68,20 +68,48 @@ def check_never_faster_than_peak(engine: Engine, graph: Graph, in_type) -> int:
     return checked
 
 
-def run_product(preset, a, b, in_type=FLOAT, out_type=None, make=None, grouped=False, opts=None):
+#: How :func:`run_product` lays out its operands.
+OPERAND_LAYOUTS = ("ends", "linear", "created")
+
+
+def run_product(
+    preset,
+    a,
+    b,
+    in_type=FLOAT,
+    out_type=None,
+    make=None,
+    grouped=False,
+    opts=None,
+    layout="ends",
+):
     """Multiply host arrays ``a`` and ``b`` on a device; return (C, engine, graph).
 
-    ``make(graph, A, B)`` may replace the operands by views of other tensors; it
-    returns (A_view, B_view, [(tensor, values)] to write).
+    ``layout`` places the operands: ``"ends"`` A whole on tile 0 and B on the last tile,
+    ``"linear"`` each mapped linearly over the tiles (``poputil.mapTensorLinearly``),
+    ``"created"`` made by ``createMatMulInputLHS``/``RHS`` with ``opts``, as the plan
+    lays them out. ``make(graph)`` may replace the operands by views of other tensors;
+    it returns (A_view, B_view, [(tensor, values)] to write).
     """
+    if layout not in OPERAND_LAYOUTS:
+        raise ValueError(f"layout={layout!r}: required one of {OPERAND_LAYOUTS}")
     device = IPUModel(preset).createDevice()
     graph = Graph(device.getTarget())
     nt = graph.getTarget().getNumTiles()
     if make is None:
-        A = graph.addVariable(in_type, list(a.shape), "A")
-        B = graph.addVariable(in_type, list(b.shape), "B")
-        graph.setTileMapping(A, 0)
-        graph.setTileMapping(B, nt - 1)
+        a_shape, b_shape = list(a.shape), list(b.shape)
+        if layout == "created":
+            A = poplin.createMatMulInputLHS(graph, in_type, a_shape, b_shape, "A", opts)
+            B = poplin.createMatMulInputRHS(graph, in_type, a_shape, b_shape, "B", opts)
+        else:
+            A = graph.addVariable(in_type, a_shape, "A")
+            B = graph.addVariable(in_type, b_shape, "B")
+        if layout == "linear":
+            poputil.mapTensorLinearly(graph, A)
+            poputil.mapTensorLinearly(graph, B)
+        elif layout == "ends":
+            graph.setTileMapping(A, 0)
+            graph.setTileMapping(B, nt - 1)
         writes = [(A, a), (B, b)]
     else:
         A, B, writes = make(graph)

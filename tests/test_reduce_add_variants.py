@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poplar_api import FLOAT, Engine, Graph, IPUModel, poplin
-from poplar_api import program as prog
+from poplar_api import FLOAT, Graph, IPUModel, poplin
 from poplar_api.errors import GraphError
 from poplar_api.poplin.estimators import single_input_reduce
 from poplar_api.poplin.vertices import reduce_add_vertex
+from tests.test_poplin import run_product
 
 KIB = 1024
 MK2 = (16 * KIB, 624 * KIB)  # memory element, tile bytes: span 608 KiB, a 16th 38,912 B
@@ -51,24 +51,9 @@ def _product(opts: dict, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[st
     rng = np.random.default_rng(seed)
     a = rng.uniform(-1, 1, (8, 512)).astype(np.float32)
     b = rng.uniform(-1, 1, (512, 8)).astype(np.float32)
-    device = IPUModel("tiny").createDevice()
-    graph = Graph(device.getTarget())
-    A = graph.addVariable(FLOAT, [8, 512], "A")
-    B = graph.addVariable(FLOAT, [512, 8], "B")
-    graph.setTileMapping(A, 0)
-    graph.setTileMapping(B, graph.getTarget().getNumTiles() - 1)
-    seq = prog.Sequence()
-    C = poplin.matMul(graph, A, B, seq, "mm", opts)
-    graph.createHostWrite("a", A)
-    graph.createHostWrite("b", B)
-    graph.createHostRead("C", C)
-    engine = Engine(graph, seq)
-    engine.load(device)
-    engine.writeTensor("a", a)
-    engine.writeTensor("b", b)
-    engine.run(0)
+    c, _, graph = run_product("tiny", a, b, opts=opts)
     names = sorted({v.vtype.name for v in graph._state.vertices if "ReduceAdd" in v.vtype.name})
-    return engine.readTensor("C"), a.astype(np.float64) @ b, names, graph
+    return c, a.astype(np.float64) @ b, names, graph
 
 
 @pytest.mark.parametrize(

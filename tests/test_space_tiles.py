@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from ipusim.config import load_config
-from poplar_api import FLOAT, Engine, Graph, IPUModel, graph_state, poplin
-from poplar_api import program as prog
+from poplar_api import Graph, graph_state
 from poplar_api.errors import GraphError
 from poplar_api.graph_state import _Space, tile_dtype
 from poplar_api.vertices import UNMAPPED
+from tests.test_poplin import run_product
 
 
 @pytest.mark.parametrize(
@@ -94,24 +94,10 @@ def test_executables_saved_as_tile_and_run_length_load():
 def _matmul_run(tiles: int) -> tuple[np.ndarray, str, Graph]:
     """A [12,40] x [40,20] matMul on ``tiles`` tiles, its inputs written and result read
     by the host: the product, the trace's fingerprint and the graph."""
-    device = IPUModel(load_config("tiny", {"tile.tiles_per_ipu": tiles})).createDevice()
-    graph = Graph(device.getTarget())
-    poplin.addCodelets(graph)
-    a = poplin.createMatMulInputLHS(graph, FLOAT, [12, 40], [40, 20], "a")
-    b = poplin.createMatMulInputRHS(graph, FLOAT, [12, 40], [40, 20], "b")
-    seq = prog.Sequence()
-    c = poplin.matMul(graph, a, b, seq, "mm")
-    for name, t in (("a", a), ("b", b)):
-        graph.createHostWrite(name, t)
-    graph.createHostRead("c", c)
-    engine = Engine(graph, [seq])
-    engine.load(device)
+    config = load_config("tiny", {"tile.tiles_per_ipu": tiles})
     rng = np.random.default_rng(3)
     x, y = rng.standard_normal((12, 40), np.float32), rng.standard_normal((40, 20), np.float32)
-    engine.writeTensor("a", x)
-    engine.writeTensor("b", y)
-    engine.run(0)
-    got = engine.readTensor("c").reshape(12, 20)
+    got, engine, graph = run_product(config, x, y, layout="created")
     np.testing.assert_allclose(got, x @ y, rtol=1e-5, atol=1e-5)
     return got, engine.getTrace().fingerprint(), graph
 
