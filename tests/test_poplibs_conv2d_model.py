@@ -28,6 +28,18 @@ def _one(**split: int) -> dict[str, np.ndarray]:
     return {k: np.array([split[k]]) for k in SPLITS}
 
 
+def _row16_tile_partials(filter_height: int) -> int:
+    """Poplibs' ``ConvPartialnx1`` estimate of a tile of row 16 split field 14 . 3: a
+    4 x 19 field of one image, the 3 x 3 kernel, 8 output channels on 8 units (HALF in,
+    FLOAT partials), at a conv-unit weight height of ``filter_height``."""
+    return nx1_partial_cycles(
+        batch=1, field_shape=(4, 19), kernel_shape=(3, 3), filter_height=filter_height,
+        conv_groups=1, in_groups=1, out_groups=1, out_chans_per_group=8, num_conv_units=8,
+        weight_bytes_per_conv_unit=32, coeff_load_bytes_per_cycle=8, workers=6,
+        float_activations=False, float_partials=True,
+    )  # fmt: skip
+
+
 def test_one_partition_written_out() -> None:
     """Row 16 on Mk2 split B 1 x field 14 . 3 x kernel 1 x Co 8 x Ci 4 (1344 tiles, ipusim's
     own partition): a tile's output is 4 x 19 positions of 8 channels from 16 input
@@ -48,13 +60,7 @@ def test_one_partition_written_out() -> None:
     assert int(c["weight exchange"][0]) == math.ceil((weights - weights // 42) * 2 / 4) == 563
     assert int(c["partials exchange"][0]) == 4 * 19 * 8 == 608
     assert int(c["transform"][0]) == math.ceil(-(-3136 * 64 // 1344) * 2 * 5 / (8 * 4)) == 47
-    nx1 = nx1_partial_cycles(
-        batch=1, field_shape=(4, 19), kernel_shape=(3, 3), filter_height=1, conv_groups=1,
-        in_groups=1, out_groups=1, out_chans_per_group=8, num_conv_units=8,
-        weight_bytes_per_conv_unit=32, coeff_load_bytes_per_cycle=8, workers=6,
-        float_activations=False, float_partials=True,
-    )  # fmt: skip
-    assert int(c["compute"][0]) == nx1
+    assert int(c["compute"][0]) == _row16_tile_partials(filter_height=1)
     terms = ("input exchange", "weight exchange", "partials exchange", "transform", "compute",
              "reduce")  # fmt: skip
     assert int(c["cycles"][0]) == sum(int(c[k][0]) for k in terms)
@@ -184,10 +190,4 @@ def test_a_narrower_input_grouping_pads_the_kernel_rows() -> None:
                     "inChanSplit.parallel": 8})  # fmt: skip
     c = family_costs(ROW16, t, "AMP", (8, 8), split)
     assert int(c["padding"][0]) == 3 * 8 * 8 * 2 // 4 + 19 * 8 * 2 // 8 == 134
-    nx1 = nx1_partial_cycles(
-        batch=1, field_shape=(4, 19), kernel_shape=(3, 3), filter_height=2, conv_groups=1,
-        in_groups=1, out_groups=1, out_chans_per_group=8, num_conv_units=8,
-        weight_bytes_per_conv_unit=32, coeff_load_bytes_per_cycle=8, workers=6,
-        float_activations=False, float_partials=True,
-    )  # fmt: skip
-    assert int(c["compute"][0]) == nx1
+    assert int(c["compute"][0]) == _row16_tile_partials(filter_height=2)
