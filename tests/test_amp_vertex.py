@@ -35,6 +35,15 @@ def even(n: int) -> list[int]:
     return [n // W + (1 if w < n % W else 0) for w in range(W)]
 
 
+def estimate(n: int, units: int, **kwargs) -> int:
+    """The project's estimate of ``n`` rows spread evenly over the workers on ``units``
+    conv units: one input group, one pass (``units`` output channels), 32 weight bytes a
+    unit loaded 16 bytes a cycle, unless ``kwargs`` say otherwise."""
+    args = dict(out_chans_per_group=units, weight_bytes_per_conv_unit=32, num_conv_units=units,
+                coeff_load_bytes_per_cycle=16, num_worker_contexts=W)  # fmt: skip
+    return conv_partial_1x1_cycles(even(n), **(args | kwargs))
+
+
 # Worker cycles of one pass, retention savings already subtracted, per code path.
 def worker_half_common(n: int, zero: bool) -> int:
     """Half acts with 16 units or float partials: table 21/32/41 (zeroing) or
@@ -65,22 +74,13 @@ def test_pf_case_by_hand():
     # N=16: rows 3,3,3,3,2,2; zeroing pass: 3 rows 30, 2 rows 34 -> 6*34 = 204.
     # supervisor: 50 + 6*7 + (12+1) + (10+1) + (19-1) + (7 + 16*32/16) = 173.
     assert inner(worker_half_common, even(16), True) == 204
-    cycles = conv_partial_1x1_cycles(
-        even(16), out_chans_per_group=16, weight_bytes_per_conv_unit=32, num_conv_units=16,
-        coeff_load_bytes_per_cycle=16, num_worker_contexts=W,
-        float_activations=False, float_partials=False,
-    )  # fmt: skip
-    assert cycles == 173 + 204 == 377
+    assert estimate(16, 16, float_activations=False, float_partials=False) == 173 + 204 == 377
 
 
 @pytest.mark.parametrize("n", [16, 64, 256, 1000, 2048])
 def test_half_half_16_units(n):
     expected = 173 + inner(worker_half_common, even(n), True)
-    got = conv_partial_1x1_cycles(
-        even(n), out_chans_per_group=16, weight_bytes_per_conv_unit=32, num_conv_units=16,
-        coeff_load_bytes_per_cycle=16, num_worker_contexts=W,
-        float_activations=False, float_partials=False,
-    )  # fmt: skip
+    got = estimate(n, 16, float_activations=False, float_partials=False)
     assert got == expected
     if n % W == 0:  # every worker n/W rows: 173 + 6 (30 + 4 (n/W - 3))
         assert got == 173 + 6 * (18 + 4 * (n // W))
@@ -91,24 +91,14 @@ def test_half_float_8_units(n):
     # float partials -> common path, retention (7, 3); 8 units x 32 bytes / 16 = 16 loads.
     # 50 + 6*7 + 13 + 11 + 18 + 7 + 16 = 157.
     expected = 157 + inner(worker_half_common, even(n), True)
-    got = conv_partial_1x1_cycles(
-        even(n), out_chans_per_group=8, weight_bytes_per_conv_unit=32, num_conv_units=8,
-        coeff_load_bytes_per_cycle=16, num_worker_contexts=W,
-        float_activations=False, float_partials=True,
-    )  # fmt: skip
-    assert got == expected
+    assert estimate(n, 8, float_activations=False, float_partials=True) == expected
 
 
 @pytest.mark.parametrize("n", [7, 60, 129])
 def test_float_float_8_units(n):
     # no retention saving; 50 + 0 + 13 + 11 + 18 + 7 + 16 loads = 115.
     expected = 115 + inner(worker_float, even(n), True)
-    got = conv_partial_1x1_cycles(
-        even(n), out_chans_per_group=8, weight_bytes_per_conv_unit=32, num_conv_units=8,
-        coeff_load_bytes_per_cycle=16, num_worker_contexts=W,
-        float_activations=True, float_partials=True,
-    )  # fmt: skip
-    assert got == expected
+    assert estimate(n, 8, float_activations=True, float_partials=True) == expected
 
 
 def test_two_input_groups_two_out_passes_and_64bit_loads():
@@ -118,11 +108,8 @@ def test_two_input_groups_two_out_passes_and_64bit_loads():
     i0 = inner(worker_half_common, even(n), False)
     i1 = inner(worker_half_common, even(n), True)
     expected = 50 + 60 + 13 + 15 + 19 + 2 * (70 + i0) + 29 + 2 * (71 + i1)
-    got = conv_partial_1x1_cycles(
-        even(n), num_in_groups=2, out_chans_per_group=32, weight_bytes_per_conv_unit=32,
-        num_conv_units=16, coeff_load_bytes_per_cycle=8, num_worker_contexts=W,
-        float_activations=False, float_partials=False,
-    )  # fmt: skip
+    got = estimate(n, 16, float_activations=False, float_partials=False, num_in_groups=2,
+                   out_chans_per_group=32, coeff_load_bytes_per_cycle=8)  # fmt: skip
     assert got == expected
 
 
