@@ -47,9 +47,8 @@ from poplar_api.errors import (
 from poplar_api.executable import (
     Executable,
     TimingChoice,
-    check_options,
+    compile_inputs,
     compile_programs,
-    engine_options,
     timing_for,
 )
 from poplar_api.graph import DataStream, Graph, is_nonreplicated, replication_factor
@@ -214,13 +213,7 @@ class Engine:
             return
         if programs is None:
             raise EngineError("Engine: no programs given; hint: Engine(graph, programs)")
-        if not isinstance(graph, Graph):
-            raise EngineError(f"Engine: expected a Graph, got {type(graph).__name__}")
-        merged = engine_options(options)
-        check_options(merged)
-        progs = [programs] if isinstance(programs, Program) else list(programs)
-        if not progs:
-            raise EngineError("Engine: no programs given")
+        progs, merged = compile_inputs(graph, programs, options, "Engine")
         compiled = compile_programs(graph._state, progs, merged, timing)
         self._adopt(graph._state, compiled, progs, merged, timing)
 

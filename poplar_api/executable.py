@@ -157,6 +157,23 @@ def check_options(options: Mapping[str, str]) -> None:
         log.debug("Engine options: %s", shown)
 
 
+def compile_inputs(
+    graph: Any, programs: Any, options: Mapping[str, Any] | None, what: str
+) -> tuple[list[Program], dict[str, str]]:
+    """The checked inputs of a compilation: ``programs`` as a list (one program or
+    several, at least one) and ``options`` merged over ``POPLAR_ENGINE_OPTIONS`` and
+    checked (:func:`check_options`); ``what`` (``Engine``, ``compileGraph``) names the
+    caller in the errors."""
+    if not isinstance(graph, Graph):
+        raise EngineError(f"{what}: expected a Graph, got {type(graph).__name__}")
+    merged = engine_options(options)
+    check_options(merged)
+    progs = [programs] if isinstance(programs, Program) else list(programs)
+    if not progs:
+        raise EngineError(f"{what}: no programs given")
+    return progs, merged
+
+
 @bulk_construction
 def compile_programs(
     state: Any, programs: list[Program], options: Mapping[str, str], timing: TimingChoice = None
@@ -222,13 +239,7 @@ def compileGraph(
             f"compileGraph: progressCallback must be callable (step, total), got "
             f"{type(progressCallback).__name__} {progressCallback!r}"
         )
-    if not isinstance(graph, Graph):
-        raise EngineError(f"compileGraph: expected a Graph, got {type(graph).__name__}")
-    merged = engine_options(options)
-    check_options(merged)
-    progs = [programs] if isinstance(programs, Program) else list(programs)
-    if not progs:
-        raise EngineError("compileGraph: no programs given")
+    progs, merged = compile_inputs(graph, programs, options, "compileGraph")
     if progressCallback is not None:
         progressCallback(0, 1)
     compiled = compile_programs(graph._state, progs, merged, timing)
