@@ -9,7 +9,7 @@ byte sizes; the order types first appear in), not against the lowering's own out
 from __future__ import annotations
 
 import numpy as np
-from codelets_common import ListSums
+from codelets_common import ListSums, mapped
 
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
@@ -145,10 +145,8 @@ def test_a_compute_set_on_its_own_tiles_plans_no_exchange():
 
 def test_an_element_read_from_another_tile_is_still_exchanged():
     graph = _graph()
-    v = graph.addVariable(FLOAT, [4], "v")
-    w = graph.addVariable(FLOAT, [4], "w")
-    graph.setTileMapping(v, 1)
-    graph.setTileMapping(w, 2)
+    v = mapped(graph, FLOAT, [4], "v", 1)
+    w = mapped(graph, FLOAT, [4], "w", 2)
     cs = graph.addComputeSet("remote")
     vx = graph.addVertex(cs, "AddOne", {"in": v, "out": w})
     graph.setTileMapping(vx, 2)
@@ -181,10 +179,8 @@ def test_a_type_in_several_compute_sets_sums_its_state_parts_in_the_profile():
         vx = graph.addVertex(two, "ListSums", {"in": [x[k].slice(0, 3)], "out": x[k].slice(3, 4)})
         graph.setTileMapping(vx, 6)
         graph.setPerfEstimate(vx, 10)
-    a = graph.addVariable(FLOAT, [8], "a")
-    b = graph.addVariable(FLOAT, [8], "b")
-    graph.setTileMapping(a, 4)
-    graph.setTileMapping(b, 4)
+    a = mapped(graph, FLOAT, [8], "a", 4)
+    b = mapped(graph, FLOAT, [8], "b", 4)
     engine = Engine(graph, prog.Sequence([prog.Execute(one), prog.Execute(two), prog.Copy(a, b)]))
     profile = engine.getGraphProfile()
     mem, names = profile["memory"], profile["vertexTypes"]["names"]

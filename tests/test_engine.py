@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codelets_common import Bump, ListSums, Scale, vertex_on
+from codelets_common import Bump, ListSums, Scale, mapped, vertex_on
 
 from poplar_api import FLOAT, HALF, INT, Device, Engine, Graph, IPUModel
 from poplar_api import program as prog
@@ -246,10 +246,8 @@ def test_sync_programs_in_trace():
 
 def _copy_case(view_src, view_dst, src_shape, dst_shape, src_tile=0, dst_tile=0):
     g = new_graph()
-    src = g.addVariable(FLOAT, src_shape, "src")
-    dst = g.addVariable(FLOAT, dst_shape, "dst")
-    g.setTileMapping(src, src_tile)
-    g.setTileMapping(dst, dst_tile)
+    src = mapped(g, FLOAT, src_shape, "src", src_tile)
+    dst = mapped(g, FLOAT, dst_shape, "dst", dst_tile)
     values = np.arange(np.prod(src_shape), dtype=np.float32).reshape(src_shape) * 1.5 - 4
     g.setInitialValue(src, values)
     g.setInitialValue(dst, -1.0)
@@ -430,10 +428,8 @@ def test_multivertex_codelet():
 
 def test_vectorlist_codelet():
     g = new_graph()
-    src = g.addVariable(FLOAT, [10], "src")
-    out = g.addVariable(FLOAT, [3], "out")
-    g.setTileMapping(src, 0)
-    g.setTileMapping(out, 0)
+    src = mapped(g, FLOAT, [10], "src")
+    out = mapped(g, FLOAT, [3], "out")
     values = np.arange(10, dtype=np.float32) + 0.5
     g.setInitialValue(src, values)
     g.createHostRead("out", out)
@@ -452,10 +448,8 @@ def test_vectorlist_codelet():
 
 def test_cycle_estimate_used_in_trace():
     g = new_graph()
-    x = g.addVariable(FLOAT, [5], "x")
-    y = g.addVariable(FLOAT, [5], "y")
-    g.setTileMapping(x, 3)
-    g.setTileMapping(y, 3)
+    x = mapped(g, FLOAT, [5], "x", 3)
+    y = mapped(g, FLOAT, [5], "y", 3)
     g.setInitialValue(x, [1, 2, 3, 4, 5])
     g.createHostRead("y", y)
     cs = g.addComputeSet("scale")

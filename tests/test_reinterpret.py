@@ -254,10 +254,8 @@ def test_copy_between_views_of_one_variable_is_checked_for_overlap():
 def test_memory_is_counted_once_for_a_variable_and_its_views():
     def build(use_view: bool) -> Engine:
         g = tiny_graph()
-        x = g.addVariable(FLOAT, [16], "x")
-        y = g.addVariable(UNSIGNED_INT, [16], "y")
-        g.setTileMapping(x, 1)
-        g.setTileMapping(y, 1)
+        x = mapped(g, FLOAT, [16], "x", 1)
+        y = mapped(g, UNSIGNED_INT, [16], "y", 1)
         cs = g.addComputeSet("flip")
         source = x.reinterpret(INT) if use_view else g.addVariable(INT, [16], "z")
         if not use_view:
