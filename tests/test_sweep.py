@@ -78,6 +78,13 @@ def small_experiment(directory: Path, name: str = "small", **extra: Any) -> dict
     return data
 
 
+def write_beside_tut7(path: Path, source: str) -> None:
+    """Write the workload file ``path`` and, next to it, the tutorial 7 workload it
+    imports (``from tut7 import workload``)."""
+    path.write_text(source)
+    (path.parent / "tut7.py").write_text(TUT7.read_text())
+
+
 def problems_of(source: Any, **kwargs: Any) -> list[str]:
     with pytest.raises(ExperimentError) as info:
         load_experiment(source, **kwargs)
@@ -469,15 +476,15 @@ def test_a_failing_point_is_recorded_and_the_others_run(tmp_path):
 
 
 def test_a_worker_that_dies_costs_only_its_point(tmp_path):
-    (tmp_path / "crashy.py").write_text(
+    write_beside_tut7(
+        tmp_path / "crashy.py",
         "import os\n"
         "from tut7 import workload as tut7\n\n"
         "def workload(device, cols: int = 4, crash: bool = False):\n"
         "    if crash:\n"
         "        os._exit(3)\n"
-        "    return tut7(device, rows=4, cols=cols)\n"
+        "    return tut7(device, rows=4, cols=cols)\n",
     )
-    (tmp_path / "tut7.py").write_text(TUT7.read_text())
     data = {
         "name": "crashy",
         "workloads": [{"spec": "crashy.py"}],
@@ -538,7 +545,8 @@ def logged_experiment(tmp_path: Path, crash_first: bool = False) -> Any:
     workload is made and ``end COLS PID`` when its check has run to ``log.txt``; the
     first point (4 columns) waits 1 s before it starts its run, or (``crash_first``)
     kills its worker."""
-    (tmp_path / "logged.py").write_text(
+    write_beside_tut7(
+        tmp_path / "logged.py",
         "import os, time\n"
         "from tut7 import workload as tut7\n\n"
         "def note(text):\n"
@@ -557,9 +565,8 @@ def logged_experiment(tmp_path: Path, crash_first: bool = False) -> Any:
         "        note(f'end {cols}')\n"
         "        return ok\n\n"
         "    made.check = logged_check\n"
-        "    return made\n"
+        "    return made\n",
     )
-    (tmp_path / "tut7.py").write_text(TUT7.read_text())
     data = {
         "name": "logged",
         "workloads": [{"spec": "logged.py", "params": {"crash": crash_first}}],
