@@ -61,6 +61,7 @@ from popart_api.autodiff import (
 from popart_api.errors import popart_exception
 from popart_api.onnx_model import node_attrs
 from popart_api.ops import Value, context, lookup, lowering_context, register, tensor
+from popart_api.ops_tensor import _norm_axes
 from poplar_api import BOOL, FLOAT, HALF, INT, Graph, Tensor, popops
 from poplar_api import program as pprog
 from poplar_api.errors import PoplarError
@@ -539,15 +540,8 @@ def _axes(attrs: dict, key: str, count: int, ranks: list[int], op: str, name: st
             f"{op} (node '{name}'): attribute '{key}' has {len(raw)} entries; {count} are "
             "required (one per scan tensor)"
         )
-    out = []
-    for a, r in zip(raw, ranks, strict=True):
-        if not -r <= a < max(r, 1):
-            raise popart_exception(
-                f"{op} (node '{name}'): '{key}' entry {a} is out of range for rank {r}; "
-                f"required: -{r} <= axis < {r}"
-            )
-        out.append(a % max(r, 1))
-    return out
+    what = f"'{key}' entry"
+    return [_norm_axes([a], r, op, name, what)[0] for a, r in zip(raw, ranks, strict=True)]
 
 
 @register("Scan", since=9)

@@ -65,12 +65,14 @@ def _const_ints(v: Any, op: str, name: str, what: str) -> list[int]:
     return [int(d) for d in np.asarray(v).reshape(-1)]
 
 
-def _norm_axes(axes: Sequence[int], rank: int, op: str, name: str) -> list[int]:
+def _norm_axes(axes: Sequence[int], rank: int, op: str, name: str, what: str = "axis") -> list[int]:
+    """``axes`` of a rank-``rank`` input made non-negative; an axis out of range is an
+    error naming it as ``what``."""
     out = []
     for a in axes:
         if not -rank <= a < max(rank, 1):
             raise popart_exception(
-                f"{op} (node '{name}'): axis {a} is out of range for a rank-{rank} input; "
+                f"{op} (node '{name}'): {what} {a} is out of range for a rank-{rank} input; "
                 f"required: -{rank} <= axis < {rank}"
             )
         out.append(a % max(rank, 1))
