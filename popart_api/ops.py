@@ -30,6 +30,7 @@ from popart_api.onnx_model import DEVICE_TYPES
 from poplar_api import (
     FLOAT,
     HALF,
+    INT,
     Graph,
     Tensor,
     poplin,
@@ -206,6 +207,17 @@ def float_check(t: Tensor, op: str, name: str) -> Tensor:
         raise popart_exception(
             f"{op} (node '{name}'): input '{t.name}' is {t.elementType().name}; this op "
             "needs FLOAT or FLOAT16"
+        )
+    return t
+
+
+def numeric_check(t: Tensor, op: str, name: str) -> Tensor:
+    """``t``, or an error naming op ``op`` of node ``name`` when it is not FLOAT,
+    FLOAT16 or INT32 (the types of the ops that compare or order values)."""
+    if t.elementType() not in (FLOAT, HALF, INT):
+        raise popart_exception(
+            f"{op} (node '{name}'): input '{t.name}' is {t.elementType().name}; this op "
+            "needs FLOAT, FLOAT16 or INT32"
         )
     return t
 

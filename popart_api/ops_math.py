@@ -20,7 +20,7 @@ import onnx
 from popart_api.autodiff import GradContext, Grads, register_grad, unbroadcast, zeros
 from popart_api.builder import GRAPHCORE_DOMAIN
 from popart_api.errors import popart_exception
-from popart_api.ops import first_tensor, float_check, register, tensor, value_shape
+from popart_api.ops import first_tensor, float_check, numeric_check, register, tensor, value_shape
 from poplar_api import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Graph, Tensor, popnn, popops
 from poplar_api.popnn import NonLinearityType
 
@@ -371,12 +371,7 @@ def _where_grad(g: GradContext) -> Grads:
 
 @register("Clip", since=6)
 def _clip(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-    x = tensor(graph, inputs[0], name)
-    if x.elementType() not in (FLOAT, HALF, INT):
-        raise popart_exception(
-            f"Clip (node '{name}'): input '{x.name}' is {x.elementType().name}; this op needs "
-            "FLOAT, FLOAT16 or INT32"
-        )
+    x = numeric_check(tensor(graph, inputs[0], name), "Clip", name)
     if len(inputs) > 1:  # opset 11+: min and max are optional inputs
         lo = inputs[1] if len(inputs) > 1 and inputs[1] is not None else -np.inf
         hi = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.inf

@@ -25,7 +25,15 @@ import numpy as np
 
 from popart_api.autodiff import GradContext, Grads, register_grad
 from popart_api.errors import popart_exception
-from popart_api.ops import context, float_check, matmul, register, tensor, value_shape
+from popart_api.ops import (
+    context,
+    float_check,
+    matmul,
+    numeric_check,
+    register,
+    tensor,
+    value_shape,
+)
 from popart_api.ops_tensor import (
     _const_ints,
     _expand_back,
@@ -372,12 +380,7 @@ def _arg(is_max: bool) -> Any:
     op = "ArgMax" if is_max else "ArgMin"
 
     def lower(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-        x = _input(graph, inputs[0], name)
-        if x.elementType() not in (FLOAT, HALF, INT):
-            raise popart_exception(
-                f"{op} (node '{name}'): input '{x.name}' is {x.elementType().name}; required "
-                "FLOAT, FLOAT16 or INT32"
-            )
+        x = numeric_check(_input(graph, inputs[0], name), op, name)
         axis = _norm_axes([int(attrs.get("axis", 0))], x.rank(), op, name)[0]
         keep = int(attrs.get("keepdims", 1))
         last = int(attrs.get("select_last_index", 0))
@@ -404,12 +407,7 @@ register("ArgMin", since=1)(_arg(False))
 
 @register("TopK", since=1)
 def _topk(graph: Graph, inputs: list, attrs: dict, prog: Any, name: str) -> list:
-    x = _input(graph, inputs[0], name)
-    if x.elementType() not in (FLOAT, HALF, INT):
-        raise popart_exception(
-            f"TopK (node '{name}'): input '{x.name}' is {x.elementType().name}; required FLOAT, "
-            "FLOAT16 or INT32"
-        )
+    x = numeric_check(_input(graph, inputs[0], name), "TopK", name)
     k = _const_ints(inputs[1], "TopK", name, "K")[0] if len(inputs) > 1 else int(attrs["k"])
     axis = _norm_axes([int(attrs.get("axis", -1))], x.rank(), "TopK", name)[0]
     largest = int(attrs.get("largest", 1))
