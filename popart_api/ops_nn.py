@@ -100,6 +100,37 @@ def _pads(
     return lower, upper
 
 
+def _pooled_sizes(
+    field: Sequence[int],
+    window: Sequence[int],
+    strides: Sequence[int],
+    lower: Sequence[int],
+    upper: Sequence[int],
+    ceil_mode: bool,
+    op: str,
+    name: str,
+    what: str,
+) -> list[int]:
+    """Output size of each field dimension of a pooling window of extent ``window``
+    (``what`` in errors: the kernel, or the dilated kernel) over the input padded by
+    ``lower`` and ``upper``: ``span // stride + 1``, ``span`` the padded input less the
+    window; with ``ceil_mode`` the span divided rounding up, less one window when the
+    last would start in the end padding (ONNX's rule)."""
+    outs = []
+    for d, (f, w, s, lo, up) in enumerate(zip(field, window, strides, lower, upper, strict=True)):
+        span = f + lo + up - w
+        if span < 0:
+            raise popart_exception(
+                f"{op} (node '{name}'): {what} {w} of field dim {d} is larger than the "
+                f"padded input ({f} + {lo} + {up})"
+            )
+        out = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (out - 1) * s >= f + lo:  # the last window starts in the padding
+            out -= 1
+        outs.append(out)
+    return outs
+
+
 def _operand(graph: Graph, v: Value, name: str, like: Tensor, op: str) -> Tensor:
     t = float_check(tensor(graph, v, name, like), op, name)
     if t.elementType() != like.elementType():
@@ -288,22 +319,11 @@ class _Pool:
             )
         lower, upper = _pads(attrs, field, kernel, strides, op, name)
         ceil_mode = bool(int(attrs.get("ceil_mode", 0)))
-        extra = [0] * n
-        outs = []
-        for d in range(n):
-            span = field[d] + lower[d] + upper[d] - kernel[d]
-            if span < 0:
-                raise popart_exception(
-                    f"{op} (node '{name}'): kernel {kernel[d]} of field dim {d} is larger than "
-                    f"the padded input ({field[d]} + {lower[d]} + {upper[d]})"
-                )
-            out = span // strides[d] + 1
-            if ceil_mode:
-                out = -(-span // strides[d]) + 1
-                if (out - 1) * strides[d] >= field[d] + lower[d]:  # start inside the input
-                    out -= 1
-                extra[d] = max(0, (out - 1) * strides[d] - span)
-            outs.append(out)
+        outs = _pooled_sizes(field, kernel, strides, lower, upper, ceil_mode, op, name, "kernel")
+        # the end padding the last window reads beyond upper (ceil_mode only)
+        extra = [max(0, (o - 1) * s - (f + lo + up - k))
+                 for o, s, f, lo, up, k in zip(outs, strides, field, lower, upper, kernel,
+                                               strict=True)]  # fmt: skip
         ptype = pooling.PoolingType.MAX if kind == "max" else pooling.PoolingType.AVG
         padded = any(lower) or any(upper)
         if kind == "avg" and int(attrs.get("count_include_pad", 0)) and padded:

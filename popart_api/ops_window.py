@@ -31,7 +31,7 @@ import numpy as np
 from popart_api.autodiff import GradContext, Grads, register_grad
 from popart_api.errors import popart_exception
 from popart_api.ops import REGISTRY, Lowering, context, float_check, register, tensor
-from popart_api.ops_nn import _ints, _moments, _norm_grad_x, _pads
+from popart_api.ops_nn import _ints, _moments, _norm_grad_x, _pads, _pooled_sizes
 from poplar_api import INT, UNSIGNED_INT, Graph, Tensor, poplin, popops
 from poplar_api.popnn import roialign
 from poplar_api.popops import Operation
@@ -158,18 +158,9 @@ def _dilated_pool(
     window = [(k - 1) * d + 1 for k, d in zip(kernel, dil, strict=True)]
     lower, upper = _pads(attrs, field, window, strides, op, name)
     ceil_mode = bool(int(attrs.get("ceil_mode", 0)))
-    outs = []
-    for d in range(n):
-        span = field[d] + lower[d] + upper[d] - window[d]
-        if span < 0:
-            raise popart_exception(
-                f"{op} (node '{name}'): dilated kernel {window[d]} of field dim {d} is larger "
-                f"than the padded input ({field[d]} + {lower[d]} + {upper[d]})"
-            )
-        out = (-(-span // strides[d]) if ceil_mode else span // strides[d]) + 1
-        if ceil_mode and (out - 1) * strides[d] >= field[d] + lower[d]:
-            out -= 1
-        outs.append(out)
+    outs = _pooled_sizes(
+        field, window, strides, lower, upper, ceil_mode, op, name, "dilated kernel"
+    )
     fill = -np.inf if kind == "max" else 0.0
     padded = x
     for d in range(n):
