@@ -301,12 +301,7 @@ def _anchor_copies(session: _Session, values: dict, num_stages: int):
     post = pprog.Sequence(debugContext="anchors/final")
     pre = pprog.Sequence(debugContext="anchors/sumZero")
     graph = session.graph
-    for aid in session.dataFlow.anchors():
-        art = session.dataFlow.art(aid)
-        t = session.anchor_tensor(aid, values)
-        stream = graph.addDeviceToHostFIFO(
-            f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
-        )
+    for aid, art, t, stream in session.anchor_streams(values):
         stage, grad = _anchor_stage(session, aid)
         target = (after_bwd if grad else after_fwd)[stage]
         if art.id() == "ALL":

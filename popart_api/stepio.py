@@ -9,6 +9,7 @@ on it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from popart_api.errors import popart_exception
 from popart_api.onnx_model import HOST_DTYPES, load_model
 from popart_api.optimizers import like
 from popart_api.options import SessionOptions
-from poplar_api import Engine, Graph, Tensor, popops
+from poplar_api import DataStream, Engine, Graph, Tensor, popops
 from poplar_api import program as pprog
 from poplar_api.errors import PoplarError
 
@@ -98,6 +99,20 @@ class SessionIO:
             )
         return ops.tensor(self.graph, values[aid], f"anchor/{aid}")
 
+    def anchor_streams(
+        self, values: dict
+    ) -> Iterator[tuple[str, AnchorReturnType, Tensor, DataStream]]:
+        """Each anchor in the data flow's order: its id, return type, tensor (of
+        ``values``: :meth:`anchor_tensor`) and the device-to-host stream ``anchor:ID``
+        made for it (one element at least)."""
+        for aid in self.dataFlow.anchors():
+            art = self.dataFlow.art(aid)
+            t = self.anchor_tensor(aid, values)
+            stream = self.graph.addDeviceToHostFIFO(
+                f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
+            )
+            yield aid, art, t, stream
+
     def anchor_programs(
         self, values: dict
     ) -> tuple[pprog.Sequence, pprog.Sequence, pprog.Sequence, pprog.Sequence, set]:
@@ -109,12 +124,7 @@ class SessionIO:
         pre = pprog.Sequence(debugContext="anchors/sumZero")
         periods = set()
         graph = self.graph
-        for aid in self.dataFlow.anchors():
-            art = self.dataFlow.art(aid)
-            t = self.anchor_tensor(aid, values)
-            stream = graph.addDeviceToHostFIFO(
-                f"anchor:{aid}", t.elementType(), max(t.numElements(), 1)
-            )
+        for aid, art, t, stream in self.anchor_streams(values):
             if t.numElements() == 0:  # nothing to copy: the host array stays empty
                 self.add_anchor(aid, art, t)
                 continue
