@@ -86,6 +86,18 @@ def _partial_tiles(graph: Graph) -> list[int]:
             for v in cs.vertices if "ConvPartial" in st.vertices[v].vtype.name]  # fmt: skip
 
 
+def _model_plan(p: poplin.ConvParams, vertex: tuple, vertex_name: str) -> tuple:
+    """The restated cost model's plan of ``p`` (TRAINING_FWD on Mk2, the width
+    expanded), checked to use ``vertex`` (the grouping) named ``vertex_name``: the
+    model's plan, the options its plan constraints make and the plan getConvPlan makes
+    of them."""
+    model = form_plan(p, "TRAINING_FWD", preset_target("mk2-ipumodel"), "expanded 1")
+    assert model["vertex"] == vertex and model["vertex name"] == vertex_name
+    options = {"pass": "TRAINING_FWD", "planConstraints": model_plan_constraints(model)}
+    graph = Graph(IPUModel("mk2-ipumodel").createDevice().getTarget())
+    return model, options, poplin.getConvPlan(graph, p, options)
+
+
 def test_poplibs_plan_of_the_cnn_conv2_runs_as_its_model_states():
     """docs/planner.md row 14: the restated cost model's plan of conv2 (TRAINING_FWD,
     Mk2), turned into plan constraints, runs with that vertex, grouping, units and
@@ -93,11 +105,7 @@ def test_poplibs_plan_of_the_cnn_conv2_runs_as_its_model_states():
     values equal numpy's."""
     p = poplin.ConvParams(FLOAT, 32, [14, 14], [3, 3], 8, 16, paddingLower=[1, 1],
                           paddingUpper=[1, 1])  # fmt: skip
-    model = form_plan(p, "TRAINING_FWD", preset_target("mk2-ipumodel"), "expanded 1")
-    assert model["vertex"] == (8, 8, 8) and model["vertex name"] == "ConvPartial1x1Out"
-    options = {"pass": "TRAINING_FWD", "planConstraints": model_plan_constraints(model)}
-    graph = Graph(IPUModel("mk2-ipumodel").createDevice().getTarget())
-    plan = poplin.getConvPlan(graph, p, options)
+    model, options, plan = _model_plan(p, (8, 8, 8), "ConvPartial1x1Out")
     s = model["splits"]
     assert tuple(plan.parts) == (1, s["batchSplit"], s["fieldSplit[0]"], s["fieldSplit[1]"],
                                  s["outChanSplit.parallel"], s["inChanSplit.parallel"])  # fmt: skip
@@ -168,11 +176,7 @@ def test_poplibs_plan_of_the_cnn_conv1_runs_with_four_channel_groups():
     the tile's shape, at the vertex's weight load rate."""
     p = poplin.ConvParams(FLOAT, 32, [28, 28], [3, 3], 1, 8, paddingLower=[1, 1],
                           paddingUpper=[1, 1])  # fmt: skip
-    model = form_plan(p, "TRAINING_FWD", preset_target("mk2-ipumodel"), "expanded 1")
-    assert model["vertex"] == (8, 4, 8) and model["vertex name"] == "ConvPartialnx1"
-    options = {"pass": "TRAINING_FWD", "planConstraints": model_plan_constraints(model)}
-    graph = Graph(IPUModel("mk2-ipumodel").createDevice().getTarget())
-    plan = poplin.getConvPlan(graph, p, options)
+    _, options, plan = _model_plan(p, (8, 4, 8), "ConvPartialnx1")
     assert tuple(plan.parts) == (1, 1, 14, 100, 1, 1) and plan.num_tiles_used == 1400
     assert (plan.in_chans_per_group, plan.out_chans_per_group, plan.num_conv_units) == (4, 8, 8)
     want = nx1_partial_cycles(
