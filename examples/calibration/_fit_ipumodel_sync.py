@@ -23,11 +23,19 @@ presets' ``auto`` profile (up to ``max_relative_delay_cycles``).
 
 Run from the repository root (about three minutes)::
 
-    .venv/bin/python examples/calibration/_fit_ipumodel_sync.py
+    .venv/bin/python examples/calibration/_fit_ipumodel_sync.py [--joint]
+
+``--joint`` looks at ``exchange.cycles_per_message`` (fitted on T7's internal exchange
+alone, ``make_presets.py``) and the delay together: each run and tutorial 7 (with its
+IPU Model's sync settings) built once and re-timed; for each per-message cost of
+:data:`JOINT_CPM` the delay of :data:`JOINT_DELAYS` with the least mean relative error
+over the eighteen runs and T7's internal-exchange phase, weighted alike
+(docs/calibration.md, "The single-row fits looked at again").
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import importlib.util
 import sys
@@ -40,6 +48,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ipusim.config import load_config  # noqa: E402
+from ipusim.measured import read_profile  # noqa: E402
 from ipusim.runner import run_workload  # noqa: E402
 
 WORKLOAD = "examples/calibration/j_poplibs_bench.py"
@@ -64,6 +73,12 @@ MK_DELAY = 15
 FLAT = 0.005
 #: Delays searched (cycles).
 SEARCH = np.arange(0, 1001)
+#: ``--joint``: per-message costs tried (cycles) and the delays searched for each.
+JOINT_CPM = np.round(np.arange(1.60, 3.01, 0.04), 2)
+JOINT_DELAYS = np.arange(100, 351)
+#: Tutorial 7's IPU Model profile and settings (``make_presets.py``).
+T7_PROFILE = ROOT / "tests" / "data" / "calibration" / "tut7_10000x1000_mk2_ipumodel_sdk2.txt"
+T7_DEVICE = {"sync.min_sync_delay_cycles": 0, "sync.relative_delay": "none"}
 
 
 def runs() -> list[tuple[str, str, dict, float]]:
@@ -99,7 +114,45 @@ def losses(t0: np.ndarray, slope: np.ndarray, measured: np.ndarray) -> np.ndarra
     return np.mean(np.abs(sim - measured) / measured, axis=1)
 
 
+def joint() -> int:
+    """Print, per per-message cost, T7's internal-exchange error and the best delay of
+    the joint loss (T7's phase and the eighteen runs), and the J-only best."""
+    t7_measured = read_profile(T7_PROFILE).phases["internal_exchange"]
+    t7_cfg = load_config("mk2-ipumodel", overrides=T7_DEVICE)
+    t7 = run_workload("examples/calibration/t7_matvec.py", t7_cfg, {"rows": 10000, "cols": 1000})
+    table = runs()
+    built = [run_workload(WORKLOAD, load_config(p), params) for _, p, params, _ in table]
+    measured = np.array([m for *_, m in table])
+
+    def totals(cpm: float, delay: int) -> np.ndarray:
+        over = {"exchange.cycles_per_message": cpm, "sync.min_sync_delay_cycles": delay}
+        return np.array(
+            [float(r.retime(load_config(p, overrides=over)).total_cycles)
+             for (_, p, _, _), r in zip(table, built, strict=True)]
+        )  # fmt: skip
+
+    lo, hi = PROBES
+    head = ("cycles/msg", "T7 int.exch", "joint d", "loss", "J d", "J loss")
+    print(" ".join(f"{h:>11}" for h in head))
+    for cpm in JOINT_CPM:
+        over = {**T7_DEVICE, "exchange.cycles_per_message": cpm}
+        trace = t7.retime(load_config("mk2-ipumodel", overrides=over))
+        e7 = trace.totals["internal_exchange"] / trace.num_tiles / t7_measured - 1
+        t0, t1 = totals(cpm, lo), totals(cpm, hi)
+        sim = t0[None, :] + (t1 - t0)[None, :] / (hi - lo) * JOINT_DELAYS[:, None]
+        err = np.abs(sim - measured) / measured
+        loss = (err.sum(axis=1) + abs(e7)) / (len(measured) + 1)
+        k, kj = int(np.argmin(loss)), int(np.argmin(err.mean(axis=1)))
+        print(f"{cpm:11.2f} {100 * e7:+10.2f}% {JOINT_DELAYS[k]:11d} {100 * loss[k]:10.3f}% "
+              f"{JOINT_DELAYS[kj]:11d} {100 * err.mean(axis=1)[kj]:10.3f}%")  # fmt: skip
+    return 0
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--joint", action="store_true", help="the per-message cost and delay")
+    if parser.parse_args().joint:
+        return joint()
     table = runs()
     lo, hi = PROBES
     t0 = np.array([simulate(p, params, lo) for _, p, params, _ in table])
