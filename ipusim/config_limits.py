@@ -178,7 +178,9 @@ def _transfer_problems(
             )
     if memory is not None and links is not None:
         ipu_bytes = memory.tile_memory_bytes * tile.tiles_per_ipu
-        per_cycle = links.bandwidth_bytes_per_s * links.links_between_neighbours
+        # the slowest IPU-Link hop: a card's hop may have fewer links than the others
+        fewest = min(links.links_between_neighbours, links.links_within_card or 64)
+        per_cycle = links.bandwidth_bytes_per_s * fewest
         cycles = ipu_bytes / per_cycle * tile.clock_hz
         if cycles > MAX_TRANSFER_CYCLES:
             out.append(

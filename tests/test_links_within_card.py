@@ -17,6 +17,7 @@ import pytest
 
 from ipusim.config import config_hash, load_config
 from ipusim.exchange.links import global_exchange_cost
+from tests.conftest import config_problems
 
 #: Tiles sending on each IPU and bytes per tile: the links, not the tiles, bind.
 TILES = 32
@@ -81,3 +82,23 @@ def test_an_unset_field_keeps_the_content_hash() -> None:
     assert config_hash(explicit) == config_hash(cfg)
     set_ = load_config("mk2", overrides={"links.links_within_card": 4})
     assert config_hash(set_) != config_hash(cfg)
+
+
+def test_a_card_hop_too_slow_for_int64_is_refused() -> None:
+    """Moving one IPU's memory over the slowest IPU-Link hop must take at most 2^48
+    cycles; with ``links_within_card`` below ``links_between_neighbours`` the card's
+    hop is the slowest (1472 tiles of 16 MiB at 1 MB/s and 100 GHz: 2.6e15 cycles over
+    one link, 4.0e13 over 64)."""
+    big = {
+        "tile.tiles_per_ipu": 1472,
+        "memory.tile_memory_bytes": 16 << 20,
+        "memory.non_interleaved_bytes": 8 << 20,
+        "memory.interleaved_bytes": 8 << 20,
+        "links.bandwidth_bytes_per_s": 1e6,
+        "links.links_between_neighbours": 64,
+        "tile.clock_hz": 100e9,
+    }
+    assert load_config("mk2", overrides=big).links.links_within_card is None
+    (line,) = config_problems("mk2", {**big, "links.links_within_card": 1})
+    assert line.startswith("<overrides>: links.bandwidth_bytes_per_s: found")
+    assert "2^48 cycles" in line
