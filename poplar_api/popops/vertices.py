@@ -21,6 +21,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from poplar_api import replica_equal
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 from poplar_api.field_images import ImageField, read_only
 from poplar_api.fields import FieldBatch
@@ -260,6 +261,10 @@ def _scaled_add_in_place(b: dict[str, Any], subtract: bool) -> bool:
     ids = [read_only(a.ids), read_only(other.ids)]
     first = _block_start(a.ids)
     if first is not None:  # A one block: read and written as a slice of each row
+        if SHARED_B and _b_alike(other, scales):  # B read once, in replica 0's row
+            _scaled_add_block_shared_b(a_img, first, b_img[0], ids[1], scales[0], counts,
+                                       bool(subtract))  # fmt: skip
+            return True
         _scaled_add_block(a_img, first, b_img, ids[1], scales, counts, bool(subtract))
         return True
     _scaled_add_images(a_img, ids[0], b_img, ids[1], scales, counts, bool(subtract))
@@ -307,6 +312,53 @@ def _scaled_add_block(a, first, b, b_ids, scale, counts, subtract):  # pragma: n
                 for i in range(at, end):
                     arow[i] = arow[i] + s * brow[b_ids[i]]
             at = end
+
+
+#: Whether a weight update whose ``B`` every replica holds alike reads it once
+#: (:func:`_b_alike`; a switch for tests comparing it with the general path).
+SHARED_B = True
+#: Elements of ``B`` read and used together for every replica by
+#: :func:`_scaled_add_block_shared_b` (they stay in the first-level cache).
+SHARED_CHUNK = 1024
+
+
+def _b_alike(b: ImageField, scales: np.ndarray) -> bool:
+    """Whether every replica's ``B`` and scales have replica 0's bits: ``B``'s elements
+    are known to (the effect just before stored the same values in every replica:
+    :mod:`poplar_api.replica_equal`, the gradients' all-reduce before a weight update)
+    and the scales, a few values per replica, compare equal bit for bit."""
+    if scales.shape[0] < 2 or not replica_equal.holds_alike(b.image, b.ids):
+        return False
+    bits = scales.view(np.int32)
+    return bool((bits == bits[:1]).all())
+
+
+@numba.njit(cache=True, nogil=True)
+def _scaled_add_block_shared_b(a, first, brow, b_ids, scale, counts, subtract):  # pragma: no cover
+    """:func:`_scaled_add_block` where every replica's ``B`` and scales are replica 0's
+    (``brow``, ``scale[v]``): per chunk of :data:`SHARED_CHUNK` elements, ``B``'s are
+    gathered once and every replica's block of ``A`` updated with them, the same float32
+    product and difference (or sum) per element as the per-replica pass."""
+    n = b_ids.size
+    g = np.empty(SHARED_CHUNK, np.float32)
+    s = np.empty(SHARED_CHUNK, np.float32)
+    v, end = 0, 0
+    for lo in range(0, n, SHARED_CHUNK):
+        hi = min(lo + SHARED_CHUNK, n)
+        for i in range(lo, hi):
+            while i >= end:  # the vertex of element i, and its scale
+                end += counts[v]
+                v += 1
+            g[i - lo] = brow[b_ids[i]]
+            s[i - lo] = scale[v - 1]
+        for r in range(a.shape[0]):
+            arow = a[r, first + lo : first + hi]
+            if subtract:
+                for i in range(hi - lo):
+                    arow[i] = arow[i] - s[i] * g[i]
+            else:
+                for i in range(hi - lo):
+                    arow[i] = arow[i] + s[i] * g[i]
 
 
 def _apart(a_ids: np.ndarray, b_ids: np.ndarray) -> bool:
