@@ -127,6 +127,8 @@ def _holds(claim: str, plan, params, rearranged: tuple[bool, bool] | None, joint
     if m := re.fullmatch(r"grouping (\d+) / (\d+) on (\d+) units", claim):
         got = (plan.in_chans_per_group, plan.out_chans_per_group, plan.num_conv_units)
         return got == tuple(map(int, m.groups()))
+    if claim in ("half partials", "float partials"):  # (the plan's, ConvVertexType::partialType)
+        return plan.partials_type == (HALF if claim.startswith("half") else FLOAT)
     if claim == "no expansion":
         return not plan.expanded
     if claim.startswith("expanded dimension "):  # (the dimensions a partial expansion names)
@@ -335,8 +337,10 @@ def test_poplibs_plans_are_its_cost_models(row) -> None:
             assert plan["swapped"]
         elif claim.startswith("method "):
             assert plan["method"] == claim.split()[1]
-        elif claim == "half partials":
-            assert plan["partials"] == "half"
+        elif claim in ("half partials", "float partials"):
+            assert plan["partials"] == claim.split()[0]
+        elif m := re.fullmatch(r"grouping (\d+) / (\d+) on (\d+) units", claim):
+            assert (*plan["groups"], plan["units"]) == tuple(map(int, m.groups()))
         elif claim == "inputs broadcast before the loop":
             assert plan["broadcast"]
         elif m := re.fullmatch(r"(serial|input-channel serial) (>)? ?(\d+)", claim):

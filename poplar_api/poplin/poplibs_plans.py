@@ -23,7 +23,17 @@ rows 1-6 and 10-12"):
   the operand order;
 * more than 16 input channels ``K``: HALF partials are not a candidate
   (``getConvVertexAMPCandidates``), and an AMP with fewer input channels per group is
-  not strictly cheaper than the same partition with 16 (``docs/planner.md``);
+  not strictly cheaper than the same partition with 16 (``docs/planner.md``); or at most
+  16, for a fully-connected training pass planned as ``7eac0f26``, where the model also
+  searches the AMP with HALF partials (:func:`~.poplibs_matmul_model.vertex_types`:
+  ``getConvVertexAMPCandidates`` at graphcore/poplibs ``7eac0f26``,
+  ``lib/poplin/ConvVertexType.cpp``, offers them when the output type is smaller than
+  the partials', the kernel is 1x1 and the input channels padded to the grouping make
+  one group of ``getWeightsPerConvUnit``, 16 HALF) and SLIC is no candidate
+  (``getConvMethodCandidates`` leaves it out of the fully-connected passes), so the bound
+  below covers every other method (``getMaxMACsPerCyclePerTile``, ``ConvModel.cpp``:
+  the input type's vector width for the MAC vertices and the outer product, whatever
+  the partials);
 * ``M K N / (4 T)`` cycles (``T`` tiles; ``getMaxMACsPerCyclePerTile`` 4 HALF for the
   MAC vertices, ``constructModel``'s lower bound of their partial sums) above the plan's
   cycles: no horizontal or vertical MAC, SLIC or outer-product plan can be cheaper; or,
@@ -36,9 +46,13 @@ grains shared out and rounded up (``getOutChansPerSerialSplit``,
 ``getInChansPerSerialSplit``), the last the rest (:mod:`.conv_serial`). A covered plan that
 ipusim cannot run is not taken (:func:`adopted_plan` returns None and ipusim's own search
 plans the product): the model's 16 partial channels per group (ipusim's AMP for HALF
-inputs with FLOAT partials has 8 conv units), a horizontal-MAC plan (ipusim's horizontal
-MAC of a product planned alone runs a tile's channels as one group, not the model's
-grouping) or HALF partials. Inputs broadcast before an output-channel
+inputs with FLOAT partials has 8 conv units). A plan with HALF partials (the plan's
+partial type, ``ConvVertexType::partialType``, whatever the ``partialsType`` option) runs
+on ipusim's AMP for HALF inputs and partials with the plan's conv units and grouping
+(``ConvPartial1x1Out<half, half>``): its one input group's single-precision sum is
+rounded to HALF into the partials, which are the output when the input channels are not
+split (no reduction, no cast: ``docs/planner.md``, "Row 9's half partials"). A
+horizontal-MAC plan runs its input grouping. Inputs broadcast before an output-channel
 loop (``broadcastInputBeforeLoop``) are exchanged once, before it
 (:func:`~.conv_serial.broadcast_inputs`), and the plan's exchange estimate counts them
 once.
@@ -66,7 +80,11 @@ from poplar_api.poplin.conv_vertex_estimates import largest_block_estimate
 from poplar_api.poplin.estimators import exchange_cycles
 from poplar_api.poplin.poplibs_mac_estimates import vmac_floor
 from poplar_api.poplin.poplibs_matmul_model import poplibs_matmul_plan
-from poplar_api.poplin.poplibs_release import pads_serial_splits, poplibs_release
+from poplar_api.poplin.poplibs_release import (
+    amp_common_path_estimate,
+    pads_serial_splits,
+    poplibs_release,
+)
 from poplar_api.poplin.serial_estimates import serial_chans
 from poplar_api.types import FLOAT, HALF, Type
 
@@ -98,7 +116,16 @@ def covered_options(
         and opts.get("expand") is None
         and set(opts) <= _ALLOWED
         and target.getNumTiles() == target.getTilesPerIPU()
-        and k > 16
+        and (k > 16 or _half_partials_searched(opts, target))
+    )
+
+
+def _half_partials_searched(opts: Mapping[str, Any], target: Any) -> bool:
+    """Whether the model searches every candidate of a product of at most 16 input
+    channels: a fully-connected training pass (no SLIC candidate) planned as the release
+    whose HALF-partials estimates it restates (module docstring)."""
+    return opts.get("pass") in MATMUL_PASSES[2:] and amp_common_path_estimate(
+        poplibs_release(target)
     )
 
 
@@ -157,12 +184,14 @@ def adopted_plan(
     plan = model_plan(dims, opts, target)
     if plan is None:
         return None
-    icg, ocg, units, _ = amp_groups(HALF, FLOAT, target, 8)
+    partials = HALF if plan["partials"] == "half" else FLOAT
+    units = int(plan["units"]) if partials == HALF else 8
+    icg, ocg, units, _ = amp_groups(HALF, partials, target, units)
     method: tuple[str, int] = ("AMP", units)
-    if plan["method"] == "HMAC" and plan["partials"] == "float":
+    if plan["method"] == "HMAC" and partials == FLOAT:
         icg, ocg = plan["groups"]
         method = ("HMAC", icg)
-    elif (plan["method"], plan["partials"], tuple(plan["groups"])) != ("AMP", "float", (icg, ocg)):
+    elif (plan["method"], tuple(plan["groups"])) != ("AMP", (icg, ocg)):
         return None
     s = plan["splits"]
     params = _params(dims, plan["swapped"], in_type)
@@ -199,17 +228,17 @@ def adopted_plan(
     rows = ([np.array([x], np.int64) for x in parts], [np.array([x], np.int64) for x in blocks])
     methods = [method]
     rearrange = opts["pass"] in MATMUL_PASSES[1:]
-    cat = _gather(params, methods, FLOAT, target, serial, rearrange, False, opts["pass"],
+    cat = _gather(params, methods, partials, target, serial, rearrange, False, opts["pass"],
                   plan["swapped"], kind, rows, chans)  # fmt: skip
     cost = {key: int(cat[key][0]) for key in COST_KEYS}
     release = poplibs_release(target)
-    conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
+    conv = plan_from(cat, 0, methods, params, partials, target, cost, False, plan["swapped"])
     conv = dataclasses.replace(conv, release=release)  # (a horizontal MAC runs its grouping)
     cost["compute"] = int(largest_block_estimate(params, target)(conv)) * serial
     if plan["broadcast"]:
         cost["exchange"] = _broadcast_exchange(params, conv, serial, target)
     cost["total"] = sum(cost[key] for key in COST_KEYS[:-1])
-    conv = plan_from(cat, 0, methods, params, FLOAT, target, cost, False, plan["swapped"])
+    conv = plan_from(cat, 0, methods, params, partials, target, cost, False, plan["swapped"])
     conv = dataclasses.replace(conv, broadcast=plan["broadcast"], release=release)
     return params, conv
 
