@@ -4,15 +4,22 @@
 swapped forms whose least partial sums already pass the limit, and costs a serial
 partition's partial sums only while its other terms and serial terms are under the cap.
 The reference here costs every count of every serial form and every swapped form in full
-(no limit) and is compared, form by form, on whether it passes the limit.
+(no limit) and is compared, form by form, on whether it passes the limit. The bounds that
+let it skip work are checked against full costing each: a serial count's bound before any
+partition is costed, the costs with a limit (and a bytes bound) and a ``ConvPartialnx1``
+tile's floor.
 """
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
 
 from poplar_api import FLOAT, Graph, IPUModel, poplin
 from poplar_api.poplin import poplibs_float_conv2d as pfc
+from poplar_api.poplin import poplibs_float_partials as pfp
 from poplar_api.poplin.poplibs_float_candidates import amp_candidates
 
 
@@ -102,3 +109,111 @@ def test_floors_decide_as_the_full_floors(name) -> None:
                 assert got == exact, (key, limit)
             if got is not None:
                 assert exact is not None and got <= exact, (key, limit)  # (a lower bound)
+
+
+#: Small shapes whose every serial count is cheap to cost in full: channels, batch, padding
+#: and kernels (strided convolutions are not covered by the model).
+SMALL = {
+    "channels": _conv(1, [6, 6], 24, 40),
+    "batch, no padding": _conv(4, [6, 6], 16, 16, pad=0),
+    "1x1 kernel": _conv(2, [5, 5], 32, 24, pad=0, kernel=1),
+}
+
+
+def _subs(params):
+    """Every unswapped form and swapped bound of ``params`` with its rearrangements."""
+    params = pfc.canonical(params)
+    out = [(pfc.form_params(params, dims), (bool(dims), bool(dims), False))
+           for dims in pfc.FORMS.values()]  # fmt: skip
+    out += [(pfc.swapped_params(params, flat), (False, True, True))
+            for flat in ((), (0,), (1,), (0, 1))]  # fmt: skip
+    return out
+
+
+#: SMALL's cases in the default suite (the others marked slow).
+_SMALL = [pytest.param(n, marks=_SLOW) if n == "channels" else n for n in SMALL]
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=_SLOW) if n != "1x1 kernel" else n for n in SMALL]
+)
+def test_count_floors_bound_every_count(name) -> None:
+    """A serial count's bound before any partition is costed (``_count_floors``) is at most
+    its least cost over every partition costed in full, for every form, vertex and kind."""
+    target = _target()
+    for sub, rearrange in _subs(SMALL[name]):
+        ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
+        for vertex in amp_candidates(target):
+            per_it = pfc._iteration_floor(sub, vertex, target)
+            for kind, chans, grain in (("in", ci, vertex[1]), ("out", co, vertex[2])):
+                grains = -(-chans // grain)
+                counts = np.arange(2, grains + 1)
+                sizes = -(-grains // counts) * grain
+                lows = pfc._count_floors(sub, vertex, counts, sizes, kind, per_it, target)
+                for count, n, low in zip(counts.tolist(), sizes.tolist(), lows.tolist(),
+                                         strict=True):  # fmt: skip
+                    it = poplin.ConvParams(
+                        FLOAT, sub.batchSize, list(sub.inputFieldShape), list(sub.kernelShape),
+                        n if kind == "in" else ci, n if kind == "out" else co,
+                        paddingLower=list(sub.inputTransform.paddingLower),
+                        paddingUpper=list(sub.inputTransform.paddingUpper), outputType=FLOAT,
+                    )  # fmt: skip
+                    skip = pfc._SERIAL_SKIP + (("input transform",) if kind == "out" else ())
+                    parts = pfc._partitions(it, target, vertex[1], vertex[2])
+                    c = pfc.form_costs(it, target, vertex, parts, rearrange, floor=True,
+                                       skip=skip)  # fmt: skip
+                    extra = pfc._serial_terms(sub, it, vertex, parts, count, kind, target)
+                    full = count * int((c["cycles"] + extra).min())
+                    assert low <= full, (name, vertex, kind, count, low, full)
+
+
+@pytest.mark.parametrize("name", _SMALL)
+def test_capped_costs_are_the_full_costs_within_the_limit(name) -> None:
+    """``form_costs`` with a limit gives each partition within the limit its full cycles
+    and terms, and every other one a lower bound above the limit; with a bytes bound as
+    well, the same up to the least ok cost within the bytes (which it finds first); the
+    least ok partition within the bytes, and its ties, are those of costing all in full."""
+    target = _target()
+    nbytes = int(target.getBytesPerTile() * 0.6)
+    for sub, rearrange in _subs(SMALL[name])[:4]:
+        for vertex in amp_candidates(target):
+            parts = pfc._partitions(sub, target, vertex[1], vertex[2])
+            full = pfc.form_costs(sub, target, vertex, parts, rearrange)
+            fit = full["ok"] & (full["bytes"] <= nbytes)
+            least = int(full["cycles"][fit].min())
+            for limit in (least, least + 100, 2 * least, least - 1):
+                for bound in (None, nbytes):
+                    got = pfc.form_costs(sub, target, vertex, parts, rearrange, limit=limit,
+                                         bound=bound)  # fmt: skip
+                    # (with the bound, exact up to the least ok cost within the bytes)
+                    cap = limit if bound is None else min(limit, least)
+                    within = full["cycles"] <= cap
+                    for key in full:
+                        assert np.array_equal(got[key][within], full[key][within]), key
+                    assert (got["cycles"][~within] > cap).all()
+                    assert (got["cycles"][~within] <= full["cycles"][~within]).all()
+                    assert np.array_equal(got["bytes"], full["bytes"])
+                    if limit >= least:
+                        ok = got["ok"] & (got["bytes"] <= nbytes)
+                        assert int(got["cycles"][ok].min()) == least
+                        ties = np.flatnonzero(ok & (got["cycles"] == least))
+                        assert np.array_equal(ties, np.flatnonzero(fit & (full["cycles"] == least)))
+
+
+def test_nx1_floor_bounds_every_tile_estimate() -> None:
+    """``_nx1_floor`` is at most the ``ConvPartialnx1`` estimate of every tile shape (batch,
+    rows, row length, kernel, input and output groups), for every FLOAT AMP candidate."""
+    target = _target()
+    workers = target.getNumWorkerContexts()
+    shapes = np.array(list(itertools.product((1, 3), (1, 2, 5), (1, 7, 17, 40), (1, 2, 3, 5),
+                                             (1, 3), (1, 2), (1, 3))))  # fmt: skip
+    b, h, w, k, kw, ig, og = shapes.T
+    for vertex in amp_candidates(target):
+        cit, cot = ig * vertex[1], og * vertex[2]
+        for inner in (1, 3):
+            at = kw == inner
+            low = pfp._nx1_floor(vertex, (b * h * w)[at], k[at], inner, cit[at], cot[at], workers)
+            est = [pfp._partial(vertex, 2, int(b[i]), (int(h[i]), int(w[i])), (int(k[i]), inner),
+                                int(cit[i]), int(cot[i]), workers)
+                   for i in np.flatnonzero(at)]  # fmt: skip
+            assert (low <= np.array(est)).all(), vertex

@@ -67,9 +67,7 @@ import numpy as np
 
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.poplibs_amp_estimates import (
-    COEFF_LOAD_BYTES_PER_CYCLE,
     amp_padding_estimate,
-    nx1_partial_cycles,
 )
 from poplar_api.poplin.poplibs_conv2d_model import SPLITS, _input_range, uncovered
 from poplar_api.poplin.poplibs_conv2d_model import _partitions as _family_partitions
@@ -79,6 +77,14 @@ from poplar_api.poplin.poplibs_float_candidates import (
     amp_candidates,
     amp_float_1x1_cycles,
 )
+from poplar_api.poplin.poplibs_float_partials import (
+    _LEAST_VERTEX,
+    _inner_kernel_floor,
+    _iteration_floor,
+    _nx1_floor,
+    _partial,
+    _vertex_name,
+)
 from poplar_api.poplin.poplibs_matmul_model import (
     _exchange,
     _per_depth,
@@ -86,7 +92,7 @@ from poplar_api.poplin.poplibs_matmul_model import (
     _reduce_exchange_later_stages,
 )
 from poplar_api.poplin.popsolver_order import search_first
-from poplar_api.poplin.serial_estimates import _slice_cycles
+from poplar_api.popops.dynamic_slice import slice_1d_estimate
 from poplar_api.popops.estimators import binary_op_1d_in_place_array
 from poplar_api.types import FLOAT
 
@@ -209,13 +215,26 @@ def form_costs(
     floor: bool = False,
     limit: float | np.ndarray | None = None,
     skip: tuple[str, ...] = (),
+    bound: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Poplibs' itemised cycles, temporary bytes and ``ok`` (``constructModel``'s MAC
     inequality) of the partitions ``splits`` (arrays by
     :data:`~.poplibs_conv2d_model.SPLITS`) of the flattened convolution ``params``
     (:func:`form_params`; ``expanded``: some dimension was expanded, so its input and
     weights are rearranged) with the AMP ``vertex`` ``(convUnits, inChansPerGroup,
-    partialChansPerGroup)`` (module docstring)."""
+    partialChansPerGroup)`` (module docstring).
+
+    With ``limit`` (cycles, or one a partition), a partition is costed in full only where
+    its other terms plus its least partial sums (those the MAC inequality allows, and for
+    a ``ConvPartialnx1`` tile at least :func:`_nx1_floor`) are within it:
+    the reduction and its later stages' exchange only where the other terms and those
+    least partial sums are, the partial sums only where the rest is; elsewhere the terms
+    not computed count 0 and the partial sums their least, so the cycles are a lower bound
+    above ``limit`` (each term is at least 0; an ok partition's partial sums at least
+    their least). With ``bound`` (bytes) as well, the :data:`_FIRST` partitions of least
+    such bounds within ``bound`` bytes are costed first, and the least cost of the ok ones
+    becomes the limit when lower: the least ok partition within the bytes and its ties
+    still have their full cost (host time only)."""
     units, icg, ocg = vertex
     height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
     size, workers = FLOAT.size, target.getNumWorkerContexts()
@@ -241,9 +260,6 @@ def form_costs(
     x_w = _exchange(weights - weights // (fh * fw * bs), size, target)
     depth = ks * pi
     x_p = _exchange(outputs, size, target)
-    later = lambda o, d: _reduce_exchange_later_stages(o, d, size, target)  # noqa: E731
-    # (a skipped term is not computed)
-    x_later = 0 if "later stages exchange" in skip else _per_depth(outputs, depth, later)
     # the transforms of the whole convolution (addTransformCycleEstimate)
     memcpy, xbpc = target.getDataPathWidth() // 8, target.getExchangeBytesPerCycle()
     pad_in, pad_out = ci % icg != 0, co % ocg != 0
@@ -273,74 +289,101 @@ def form_costs(
             tr_out = copy(out_b, min(memcpy, size), _scale(co)) + xch(out_b)
         else:
             tr_out = copy(out_b, min(memcpy, ocg * size), _scale(co))
-    # the kernel's outer dimension padded to the weight height
-    pad, pad_bytes = amp_padding_estimate(
-        height, kernel[0], ks, 1, [kh, kernel[1]], [ht, wt], bt, cit, cot, 1, size,
-        target.getExchangeBytesPerCycle(), mult,
-    )  # fmt: skip
-    pad, pad_bytes = np.broadcast_to(pad, used.shape), np.broadcast_to(pad_bytes, used.shape)
-    if floor:
-        pad = pad_bytes = zero
-    # the reduction (no cast)
+    # the kernel's outer dimension padded to the weight height (a floor leaves it out)
+    pad = pad_bytes = zero
+    if not floor:
+        pad, pad_bytes = amp_padding_estimate(
+            height, kernel[0], ks, 1, [kh, kernel[1]], [ht, wt], bt, cit, cot, 1, size,
+            target.getExchangeBytesPerCycle(), mult,
+        )  # fmt: skip
+        pad, pad_bytes = np.broadcast_to(pad, used.shape), np.broadcast_to(pad_bytes, used.shape)
     red_out = -(-outputs // depth)
-    reduce = (
-        0
-        if "reduce" in skip
-        else _per_depth(red_out, depth, lambda o, d: _reduce_cycles(o, d, size, size, target))
-    )
     terms = {"input exchange": x_in, "weight exchange": x_w, "partials exchange": x_p,
-             "later stages exchange": x_later, "input transform": tr_in,
+             "later stages exchange": zero, "input transform": tr_in,
              "weight transform": tr_w, "output transform": tr_out, "padding": pad,
-             "reduce": reduce}  # fmt: skip
+             "reduce": zero}  # fmt: skip
     for key in skip:
         terms[key] = zero
-    rest = sum(terms.values())
+    rest0 = sum(terms.values())
     # the partial sums, at least the padded MACs over the AMP's rate and the used tiles
     padded_macs = (params.batchSize * out_shape[0] * out_shape[1] * kernel[0] * kernel[1]
                    * ci_g * icg * co_g * ocg)  # fmt: skip
-    least = -(-(padded_macs // (units * FLOAT_LOAD_ELEMS)) // used)
-    costed = np.ones(used.shape, bool) if limit is None else rest + least <= limit
-    compute = np.broadcast_to(least, used.shape).copy()
-    rows = np.stack([np.broadcast_to(x, used.shape)[costed] for x in (bt, ht, wt, kh, cit, cot)],
-                    axis=1)  # fmt: skip
-    if rows.size:
-        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-        per = [_partial(vertex, params.batchSize, b, (h, w), (k, kernel[1]), c_in, c_out,
-                        workers) for b, h, w, k, c_in, c_out in uniq.tolist()]  # fmt: skip
-        compute[costed] = np.array(per, np.int64)[inv.ravel()]
-    terms["compute"] = compute
-    ok = padded_macs // (units * FLOAT_LOAD_ELEMS) <= used * compute
+    rate_macs = padded_macs // (units * FLOAT_LOAD_ELEMS)
+    least = np.broadcast_to(-(-rate_macs // used), used.shape)
+    # (a ConvPartialnx1 tile's partial sums at least _nx1_floor too)
+    nx1 = _nx1_floor(vertex, bt * ht * wt, kh, kernel[1], cit, cot, workers)
+    one = (height == 1) & (params.batchSize == 1) & (kh == 1) & (kernel[1] == 1) & (ht == 1)
+    least = np.where(one, least, np.maximum(least, nx1))
     conv = size * (inputs + weights + outputs) + pad_bytes
     red_bytes = np.where(depth > 1, red_out * depth * size, 0)
     temp = np.maximum.reduce([2 * np.maximum.reduce([in_b, w_b, out_b]), conv, red_bytes])
+    temp = np.broadcast_to(temp, used.shape)
+    # the reduction (no cast) and its later stages' exchange, and the partial sums, are
+    # computed only where needed (a skipped term is not computed)
+    cols = [np.broadcast_to(x, used.shape) for x in (depth, outputs, red_out)]
+    later_t, reduce_t, compute = zero.copy(), zero.copy(), least.copy()
+    reduced, estimated = np.zeros(used.shape, bool), np.zeros(used.shape, bool)
+
+    def reduce_at(idx: np.ndarray) -> None:
+        idx = idx[~reduced[idx]]
+        d = cols[0][idx]
+        if "later stages exchange" not in skip:
+            fn = lambda o, d: _reduce_exchange_later_stages(o, d, size, target)  # noqa: E731
+            later_t[idx] = _per_depth(cols[1][idx], d, fn)
+        if "reduce" not in skip:
+            fn = lambda o, d: _reduce_cycles(o, d, size, size, target)  # noqa: E731
+            reduce_t[idx] = _per_depth(cols[2][idx], d, fn)
+        reduced[idx] = True
+
+    def estimate_at(idx: np.ndarray) -> None:
+        idx = idx[~estimated[idx]]
+        if idx.size:
+            rows = np.stack([np.broadcast_to(x, used.shape)[idx]
+                             for x in (bt, ht, wt, kh, cit, cot)], axis=1)  # fmt: skip
+            uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+            per = np.zeros(len(uniq), np.int64)
+            # (ConvPartial1x1Out's tiles in one call, as _partial prices each)
+            one = (height == 1) & (params.batchSize == 1) & (kernel[1] == 1)
+            one = one & (uniq[:, 3] == 1) & (uniq[:, 1] == 1)
+            if one.any():
+                per[one] = amp_float_1x1_cycles(uniq[one, 2], uniq[one, 4], uniq[one, 5], icg,
+                                                ocg, units, workers)  # fmt: skip
+            per[~one] = [_partial(vertex, params.batchSize, b, (h, w), (k, kernel[1]), c_in,
+                                  c_out, workers)
+                         for b, h, w, k, c_in, c_out in uniq[~one].tolist()]  # fmt: skip
+            compute[idx] = per[inv.ravel()]
+        estimated[idx] = True
+
+    if bound is not None:
+        # the partitions of least lower bounds within the bytes first: the least ok one
+        # costed in full bounds the best, so the limit tightens to it
+        low = rest0 + least
+        within = np.flatnonzero((temp <= bound) & (True if limit is None else low <= limit))
+        first = within[np.argsort(low[within], kind="stable")[:_FIRST]]
+        reduce_at(first)
+        cycles = (rest0 + later_t + reduce_t)[first] + least[first]
+        first = first if limit is None else first[cycles <= limit]
+        estimate_at(first)
+        exact = (rest0 + later_t + reduce_t + compute)[first]
+        good = rate_macs <= used[first] * compute[first]
+        if limit is not None:
+            good &= exact <= limit
+        if good.any():
+            limit = int(exact[good].min())
+    # the terms left, where the others leave a partition within the limit (elsewhere they
+    # count 0 and the least partial sums: the cycles then a lower bound above the limit)
+    need = np.ones(used.shape, bool) if limit is None else rest0 + least <= limit
+    reduce_at(np.flatnonzero(need))
+    rest = rest0 + later_t + reduce_t
+    costed = need if limit is None else need & (rest + least <= limit)
+    estimate_at(np.flatnonzero(costed))
+    terms["later stages exchange"], terms["reduce"], terms["compute"] = later_t, reduce_t, compute
+    ok = rate_macs <= used * compute
     return {"cycles": rest + compute, "bytes": temp, "ok": ok, **terms}
 
 
-def _partial(vertex: tuple[int, int, int], conv_batch: int, batch: int, field: tuple[int, int],
-             kernel: tuple[int, int], cit: int, cot: int, workers: int) -> int:  # fmt: skip
-    """``addPartialCalcCycleEstimate``'s AMP branch for one tile (FLOAT inputs and
-    partials)."""
-    units, icg, ocg = vertex
-    height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
-    if height == 1 and conv_batch == 1 and kernel == (1, 1) and field[0] == 1:
-        return int(amp_float_1x1_cycles(field[1], cit, cot, icg, ocg, units, workers))
-    return nx1_partial_cycles(
-        batch=batch, field_shape=field, kernel_shape=kernel, filter_height=height,
-        conv_groups=1, in_groups=cit // icg, out_groups=cot // ocg, out_chans_per_group=ocg,
-        num_conv_units=units, weight_bytes_per_conv_unit=FLOAT_WEIGHTS_PER_CONV_UNIT * FLOAT.size,
-        coeff_load_bytes_per_cycle=COEFF_LOAD_BYTES_PER_CYCLE, workers=workers,
-        float_activations=True, float_partials=True,
-    )  # fmt: skip
-
-
-def _vertex_name(sub: ConvParams, vertex: tuple[int, int, int], splits: dict[str, int]) -> str:
-    """The AMP vertex of a tile of the partition ``splits`` (``canUseConvPartial1x1Vertex``,
-    as :func:`_partial` prices it)."""
-    out_rows = int(sub.getOutputFieldShape()[0])
-    tile_kernel = (-(-int(sub.kernelShape[0]) // splits["kernelSplit[0]"]), int(sub.kernelShape[1]))
-    one = (vertex[1] == FLOAT_WEIGHTS_PER_CONV_UNIT and sub.batchSize == 1
-           and tile_kernel == (1, 1) and -(-out_rows // splits["fieldSplit[0]"]) == 1)  # fmt: skip
-    return "ConvPartial1x1Out" if one else "ConvPartialnx1"
+#: The partitions :func:`form_costs` with ``bound`` costs first (of the least lower bounds).
+_FIRST = 64
 
 
 def best_plan(params: ConvParams, conv_pass: str, target: Any) -> dict[str, Any]:
@@ -387,7 +430,8 @@ def form_plan(
         splits = _partitions(sub, target, vertex[1], vertex[2])
         expanded = bool(FORMS[form])
         cap = limit if best is None else best["cost"][0]
-        c = form_costs(sub, target, vertex, splits, (expanded, expanded, False), limit=cap)
+        c = form_costs(sub, target, vertex, splits, (expanded, expanded, False), limit=cap,
+                       bound=bound)  # fmt: skip
         fit = np.flatnonzero(c["ok"] & (c["bytes"] <= bound))
         if not fit.size:
             continue
@@ -469,10 +513,6 @@ def describe_form_plan(plan: dict[str, Any]) -> str:
             f"{units} units, {cycles:,} cycles / {nbytes:,} B")  # fmt: skip
 
 
-#: ``addPartialCalcCycleEstimate``'s least AMP cycles of one vertex: the ``ConvPartialnx1``
-#: supervisor's loops over a conv, input and output group (16 + 14 + 14), below
-#: ``ConvPartial1x1Out``'s non-loop overhead (50).
-_LEAST_VERTEX = 44
 #: The terms a serial iteration's bound leaves out (the reduction and its later stages,
 #: made once over input channels; the input's exchange, counted 0 by ``floor``).
 _SERIAL_SKIP = ("reduce", "later stages exchange")
@@ -505,19 +545,6 @@ def swapped_params(params: ConvParams, flat: tuple[int, ...]) -> ConvParams:
         out[inner], batch = out[inner] * batch, 1
     field = [o + k - 1 for o, k in zip(out, kernel, strict=True)]
     return ConvParams(FLOAT, batch, field, kernel, ci, co, outputType=FLOAT)
-
-
-def _inner_kernel_floor(kernel_inner: int, target: Any) -> int:
-    """The least ``ConvPartialnx1`` estimate of a tile whose kernel has ``kernel_inner``
-    positions in its inner dimension (``kernelSplit`` splits only the outer one, so every
-    tile has them all): ``getConvPartialnx1SupervisorInnerLoopCycleEstimateHalfFloat``
-    charges each ``12 + passes x (weight loads + 15 + 3)`` supervisor cycles at least
-    (a weight height of 1; 2 and 4 add 46 and 60 instead of 15), the weight loads
-    ``getConvPartialAmpSupervisorWeightLoadCycleEstimate``: ``units x 32 / 8`` bytes (the
-    fewest conv units), plus the outer loops' 14 and :data:`_LEAST_VERTEX`."""
-    units = min(u for u, _, _ in amp_candidates(target))
-    loads = units * FLOAT_WEIGHTS_PER_CONV_UNIT * FLOAT.size // COEFF_LOAD_BYTES_PER_CYCLE
-    return _LEAST_VERTEX + 14 + kernel_inner * (12 + loads + 15 + 3)
 
 
 def _one_pass_floor(
@@ -558,29 +585,61 @@ def _serial_terms(
                * -(-out_shape[1] // splits["fieldSplit[1]"])
                * -(-co_g // splits["outChanSplit.parallel"]) * ocg)  # fmt: skip
     outputs = -(-outputs // splits["inChanSplit.parallel"])
+    return _serial_cycles(whole, used, outputs, count, kind, target)
+
+
+def _slices(elements: np.ndarray, count: Any, target: Any) -> np.ndarray:
+    """``addDynamicSliceEstimate`` of ``elements`` FLOAT split ``count`` ways (an int or an
+    array of counts, each at least 2): :func:`~.serial_estimates._slice_cycles` over arrays
+    of counts."""
+    region = -(-np.asarray(elements, np.int64) // np.asarray(count, np.int64))
+    vw = target.getDataPathWidth() // 32  # (FLOAT)
+    return slice_1d_estimate(region, 1, target.getNumWorkerContexts(), vw, False)
+
+
+def _serial_cycles(
+    whole: ConvParams, used: np.ndarray, outputs: np.ndarray, count: Any, kind: str, target: Any
+) -> np.ndarray:
+    """:func:`_serial_terms` of tiles of ``used`` tiles a partition, ``outputs`` partial
+    sums a tile (``count`` an int, or an array of counts as long as ``outputs``)."""
     kpos = int(np.prod(whole.kernelShape))
     ci, co = whole.inputChannelsPerConvGroup, whole.outputChannelsPerConvGroup
-    cycles = _slice_cycles(-(-(kpos * ci * co) // used), count, FLOAT, target)
+    cycles = _slices(-(-(kpos * ci * co) // used), count, target)
     if kind == "out":
-        return cycles + _slice_cycles(outputs, count, FLOAT, target)
+        return cycles + _slices(outputs, count, target)
     inputs = -(-(whole.batchSize * int(np.prod(whole.inputFieldShape)) * ci) // used)
-    cycles = cycles + _slice_cycles(inputs, count, FLOAT, target)
+    cycles = cycles + _slices(inputs, count, target)
     add = binary_op_1d_in_place_array("ADD", "float", outputs, target.getNumWorkerContexts(),
                                       target.getVectorWidth(FLOAT))  # fmt: skip
     return cycles + add
 
 
-def _iteration_floor(sub: ConvParams, vertex: tuple[int, int, int], target: Any) -> int:
-    """The least partial-sum cycles of a tile of ``sub`` (or of a serial iteration of it,
-    which has its kernel and batch) with the AMP ``vertex``: :data:`_LEAST_VERTEX` where
-    ``canUseConvPartial1x1Vertex`` may hold (a weight height of 1, batch 1, a kernel one
-    wide in its inner dimension: ``kernelSplit`` and ``fieldSplit`` can make the tile's
-    kernel and rows 1), else every tile runs ``ConvPartialnx1`` over the whole inner
-    kernel dimension (:func:`_inner_kernel_floor`, which is at least
-    :data:`_LEAST_VERTEX`)."""
-    inner = int(sub.kernelShape[1])
-    one = vertex[1] == FLOAT_WEIGHTS_PER_CONV_UNIT and sub.batchSize == 1 and inner == 1
-    return _LEAST_VERTEX if one else _inner_kernel_floor(inner, target)
+def _count_floors(
+    whole: ConvParams, vertex: tuple[int, int, int], counts: np.ndarray, chans: np.ndarray,
+    kind: str, per_it: int, target: Any,
+) -> np.ndarray:  # fmt: skip
+    """A lower bound of each serial split of ``whole`` ``counts`` ways over ``kind``
+    channels (its iterations of ``chans`` input or output channels), over every partition,
+    computed before any partition is costed: ``count`` times the least partial sums of an
+    iteration (``per_it``, :func:`_iteration_floor`), its partial sums' exchange and its
+    serial terms (:func:`_serial_cycles`), each of a tile holding ``ceil(n / T)`` of the
+    ``n`` outputs, weights or inputs it shares out (``T`` the tiles; every other term of
+    :func:`form_costs` is at least 0).
+
+    Exact as a bound: a partition uses ``used = B F0 F1 K Co Ci <= T`` tiles and a tile
+    holds ``ceil(n / used) >= ceil(n / T)`` weights or inputs; its partial sums
+    ``ceil(b / B) ceil(h / F0) ceil(w / F1) ceil(g / Co) ocg`` are at least
+    ``b h w g ocg / (B F0 F1 Co)``, so at least ``ceil(b h w g ocg / T)`` (and that over
+    ``Ci`` still at least it, ``B F0 F1 Co Ci <= T``); the slice, update and in-place
+    addition estimates and ``ExchangeEstimator`` only grow with the elements they move."""
+    out_shape = [int(x) for x in whole.getOutputFieldShape()]  # (an iteration's too)
+    ocg, tiles = vertex[2], target.getNumTiles()
+    co = chans if kind == "out" else np.full(counts.shape, whole.outputChannelsPerConvGroup)
+    n_out = whole.batchSize * out_shape[0] * out_shape[1] * -(-co // ocg) * ocg
+    outputs = -(-n_out // tiles)
+    used = np.full(counts.shape, tiles, np.int64)
+    serial = _serial_cycles(whole, used, outputs, counts, kind, target)
+    return counts * (per_it + _exchange(outputs, FLOAT.size, target) + serial)
 
 
 def _serial_floor(
@@ -601,20 +660,28 @@ def _serial_floor(
     (:func:`_iteration_floor`) is at most ``min(limit, least so far)``: each term of an
     iteration is non-negative, so a count above that costs more than the least so far
     (the result is unchanged) or more than ``limit`` (the result is then at least
-    ``limit``: the first such count's bound is taken, below every larger count's)."""
+    ``limit``: the first such count's bound is taken, below every larger count's). A
+    count whose bound before any partition is costed (:func:`_count_floors`) passes
+    ``min(limit, least so far)`` is not costed either: its cost is at least that bound."""
     best: int | None = None
     ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
     for vertex in amp_candidates(target):
         per_it = _iteration_floor(sub, vertex, target)
         for kind, chans, grain in (("in", ci, vertex[1]), ("out", co, vertex[2])):
             grains = -(-chans // grain)
-            for count in range(2, min(grains, limit // _LEAST_VERTEX) + 1):
-                if -(-grains // count) == -(-grains // (count - 1)):
-                    continue  # (the same iteration as a smaller count, which costs less)
+            counts = np.arange(2, min(grains, limit // _LEAST_VERTEX) + 1, dtype=np.int64)
+            # (a count of the same iteration as a smaller count costs more: not tried)
+            counts = counts[-(-grains // counts) != -(-grains // (counts - 1))]
+            sizes = -(-grains // counts) * grain
+            lows = _count_floors(sub, vertex, counts, sizes, kind, per_it, target)
+            for count, n, low in zip(counts.tolist(), sizes.tolist(), lows.tolist(),
+                                     strict=True):  # fmt: skip
                 if count * per_it > (limit if best is None else min(limit, best)):
                     best = count * per_it if best is None else min(best, count * per_it)
                     break  # (a larger count's bound is larger still)
-                n = -(-grains // count) * grain
+                if low > (limit if best is None else min(limit, best)):
+                    best = low if best is None else min(best, low)
+                    continue  # (no partition of this count is costed: each costs more)
                 it = ConvParams(FLOAT, sub.batchSize, list(sub.inputFieldShape),
                                 list(sub.kernelShape), n if kind == "in" else ci,
                                 n if kind == "out" else co,

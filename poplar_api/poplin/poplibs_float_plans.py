@@ -11,7 +11,9 @@ or both, the batch flattened into an expanded dimension; its partition the first
 ones that popsolver's search reaches, :mod:`.popsolver_order`), strictly below every other
 form's least (each costed only up to the least so far), every bound of
 :func:`~.poplibs_float_conv2d.form_floors` (serial and swapped forms) and the horizontal
-MAC's and outer product's floors (:func:`~.poplibs_float_candidates.float_method`).
+MAC's and outer product's floors (:func:`~.poplibs_float_candidates.hmac_floor`,
+:func:`~.poplibs_float_candidates.outer_product_floor`, as
+:func:`~.poplibs_float_candidates.float_method` compares them).
 
 ipusim runs it as the whole plan its ``planConstraints`` would give
 (:func:`~.conv_constrained_plan.model_plan_constraints`,
@@ -34,7 +36,7 @@ from poplar_api.poplin.conv_options import parse_options
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.poplibs_conv2d_model import uncovered
-from poplar_api.poplin.poplibs_float_candidates import float_method
+from poplar_api.poplin.poplibs_float_candidates import hmac_floor, outer_product_floor
 from poplar_api.poplin.poplibs_float_conv2d import (
     FORMS,
     _expands,
@@ -104,8 +106,8 @@ def _established(params: ConvParams, conv_pass: str, target: Any, best: dict[str
     """Whether ``best`` (the least form's plan, below the other forms') is below the serial
     and swapped forms' bounds and the other methods' floors."""
     cycles = best["cost"][0]
-    method = float_method(params, conv_pass, target)
-    if min(method["hmac"], method["outer product"]) <= cycles:
+    # (float_method's floors of the other methods: its AMP bound is not needed here)
+    if min(hmac_floor(params, target), outer_product_floor(params, target)) <= cycles:
         return False
     floors = form_floors(params, conv_pass, target, cycles)
     return all(v > cycles for v in floors.values() if v is not None)
