@@ -621,7 +621,10 @@ def _count_floors(
     """A lower bound of each serial split of ``whole`` ``counts`` ways over ``kind``
     channels (its iterations of ``chans`` input or output channels), over every partition,
     computed before any partition is costed: ``count`` times the least partial sums of an
-    iteration (``per_it``, :func:`_iteration_floor`), its partial sums' exchange and its
+    iteration (``per_it``, :func:`_iteration_floor`; where no tile can run
+    ``ConvPartial1x1Out``, at least :func:`_nx1_floor`'s ``8 passes`` cycles for each of a
+    tile's ``ceil(w / T)`` positions times kernel positions over the weight height times
+    input and output groups, ``w`` the iteration's), its partial sums' exchange and its
     serial terms (:func:`_serial_cycles`), each of a tile holding ``ceil(n / T)`` of the
     ``n`` outputs, weights or inputs it shares out (``T`` the tiles; every other term of
     :func:`form_costs` is at least 0).
@@ -639,7 +642,18 @@ def _count_floors(
     outputs = -(-n_out // tiles)
     used = np.full(counts.shape, tiles, np.int64)
     serial = _serial_cycles(whole, used, outputs, counts, kind, target)
-    return counts * (per_it + _exchange(outputs, FLOAT.size, target) + serial)
+    compute = np.full(counts.shape, per_it, np.int64)
+    units, icg, ocg = vertex
+    height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
+    if height != 1 or whole.batchSize != 1 or int(whole.kernelShape[1]) != 1:
+        # (every tile runs ConvPartialnx1: _nx1_floor's workers charge at least 8 cycles a
+        # position, kernel position, input and output group and pass, and a tile has at
+        # least 1 / T of the product of those of the iteration)
+        ci = chans if kind == "in" else np.full(counts.shape, whole.inputChannelsPerConvGroup)
+        groups = -(-ci // icg) * -(-co // ocg) * -(-int(whole.kernelShape[0]) // height)
+        work = groups * int(whole.kernelShape[1]) * whole.batchSize * out_shape[0] * out_shape[1]
+        compute = np.maximum(compute, 8 * (ocg // units) * -(-work // tiles))
+    return counts * (compute + _exchange(outputs, FLOAT.size, target) + serial)
 
 
 def _serial_floor(
