@@ -61,6 +61,7 @@ source, not a port.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -107,6 +108,7 @@ __all__ = [
     "form_params",
     "form_plan",
     "forms_plans",
+    "iter_form_floors",
     "swapped_params",
 ]
 
@@ -731,24 +733,29 @@ def form_floors(
     serial form whose channels have fewer than two grains has no plan (None); of a serial
     form, the counts whose :data:`_LEAST_VERTEX` cycles a pass already reach ``limit``
     are not bounded further (each costs more than ``limit``)."""
+    return dict(iter_form_floors(params, conv_pass, target, limit))
+
+
+def iter_form_floors(
+    params: ConvParams, conv_pass: str, target: Any, limit: int
+) -> Iterator[tuple[str, int | None]]:
+    """:func:`form_floors`' ``(name, bound)`` pairs in its order, each computed only when
+    asked for: a caller that stops at the first bound within ``limit`` computes no more."""
     params = canonical(params)
     _check(params, target, conv_pass)
-    out: dict[str, int | None] = {}
     for form, dims in FORMS.items():
         sub = form_params(params, dims)
-        serial = _serial_floor(sub, target, limit, (bool(dims), bool(dims), False))
-        out[f"{form} serial"] = serial
+        yield f"{form} serial", _serial_floor(sub, target, limit, (bool(dims), bool(dims), False))
     names = {(): "none", (0,): "0", (1,): "1", (0, 1): "both"}
     for flat, name in names.items():
         sub = swapped_params(params, flat)
         # (every tile has the whole inner kernel dimension: a floor of any of its plans)
         least = _inner_kernel_floor(int(sub.kernelShape[1]), target)
         if least > limit:  # (every plan of the form, one pass or serial, costs more)
-            out[f"swapped, flattened {name}"] = least
-            out[f"swapped, flattened {name} serial"] = least
+            yield f"swapped, flattened {name}", least
+            yield f"swapped, flattened {name} serial", least
             continue
         one = _one_pass_floor(sub, target, (False, True, True), limit)
+        yield f"swapped, flattened {name}", max(one, least)
         serial = _serial_floor(sub, target, limit, (False, True, True))
-        out[f"swapped, flattened {name}"] = max(one, least)
-        out[f"swapped, flattened {name} serial"] = None if serial is None else max(serial, least)
-    return out
+        yield f"swapped, flattened {name} serial", None if serial is None else max(serial, least)

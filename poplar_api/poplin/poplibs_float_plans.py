@@ -41,8 +41,8 @@ from poplar_api.poplin.poplibs_float_conv2d import (
     FORMS,
     _expands,
     canonical,
-    form_floors,
     form_plan,
+    iter_form_floors,
 )
 from poplar_api.poplin.poplibs_release import poplibs_release
 from poplar_api.types import FLOAT
@@ -109,8 +109,9 @@ def _established(params: ConvParams, conv_pass: str, target: Any, best: dict[str
     # (float_method's floors of the other methods: its AMP bound is not needed here)
     if min(hmac_floor(params, target), outer_product_floor(params, target)) <= cycles:
         return False
-    floors = form_floors(params, conv_pass, target, cycles)
-    return all(v > cycles for v in floors.values() if v is not None)
+    # (the first bound within the cost settles it: the others are not computed)
+    floors = iter_form_floors(params, conv_pass, target, cycles)
+    return all(v is None or v > cycles for _, v in floors)
 
 
 def _same_plan(own: ConvPlan, plan: ConvPlan) -> bool:
