@@ -58,6 +58,7 @@ from poplar_api.lowering import runs
 from poplar_api.lowering.context import Lowered
 from poplar_api.lowering.pipeline import Compiled
 from poplar_api.program import Program
+from poplar_api.remote import numeric_buffer
 from poplar_api.streams import (
     HostStreams,
     as_stream_callback,
@@ -660,13 +661,8 @@ def host_values(buffer: Any, t: Any, what: str) -> np.ndarray:
         0 or 1 for BOOL, a finite value that overflows FLOAT or HALF); the message
         names the tensor, the value and its position.
     """
-    arr = np.asarray(buffer)
     typ = t.elementType()
-    if arr.dtype.kind not in "biuf":
-        raise EngineError(
-            f"{what}: buffer of dtype {arr.dtype} cannot be written to tensor '{t.name}' "
-            f"({typ}); hint: pass numbers, e.g. a numpy array of dtype {typ.numpy}"
-        )
+    arr = numeric_buffer(buffer, what, f"tensor '{t.name}'", typ)
     if arr.size != t.numElements():
         raise EngineError(
             f"{what}: buffer has {arr.size} elements (shape {list(arr.shape)}), tensor "

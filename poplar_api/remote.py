@@ -171,6 +171,25 @@ def _host_row(
     return buffer, host.remote_data(buffer, k), int(repeat)
 
 
+def numeric_buffer(buffer: Any, what: str, target: str, typ: Type) -> np.ndarray:
+    """A host buffer written to ``target`` (a tensor or remote buffer of element type
+    ``typ``, as the error names it) as a numpy array, checked to hold numbers.
+
+    Raises
+    ------
+    EngineError
+        A buffer whose dtype is not numeric (bool, int, unsigned or float); ``what`` is
+        the call the message names.
+    """
+    arr = np.asarray(buffer)
+    if arr.dtype.kind not in "biuf":
+        raise EngineError(
+            f"{what}: buffer of dtype {arr.dtype} cannot be written to {target} ({typ}); "
+            f"hint: pass numbers, e.g. a numpy array of dtype {typ.numpy}"
+        )
+    return arr
+
+
 def copy_to_remote(
     graph_state: Any, host: Any, src: Any, handle: str, repeat: Any, replica: Any = 0
 ) -> None:
@@ -186,14 +205,8 @@ def copy_to_remote(
 
     what = f"copyToRemoteBuffer(..., '{handle}', {repeat!r})"
     buffer, data, row = _host_row(graph_state, host, handle, repeat, replica, what)
-    arr = np.asarray(src)
+    arr = numeric_buffer(src, what, f"remote buffer '{handle}'", buffer.elementType())
     n = buffer.numElements()
-    if arr.dtype.kind not in "biuf":
-        raise EngineError(
-            f"{what}: buffer of dtype {arr.dtype} cannot be written to remote buffer "
-            f"'{handle}' ({buffer.elementType()}); hint: pass numbers, e.g. a numpy array "
-            f"of dtype {buffer.elementType().numpy}"
-        )
     if arr.size != n:
         raise EngineError(
             f"{what}: buffer has {arr.size} elements (shape {list(arr.shape)}); one row of "

@@ -129,6 +129,8 @@ def test_host_access_errors():
         engine.copyFromRemoteBuffer("rb", np.zeros(6, np.int16), 0)
     with pytest.raises(EngineError, match=r"replicationIndex 1"):
         engine.copyToRemoteBuffer(np.zeros(6, np.float32), "rb", 0, 1)
+    with pytest.raises(EngineError, match=r"dtype <U1 cannot be written to remote buffer 'rb'"):
+        engine.copyToRemoteBuffer(np.array(list("abcdef")), "rb", 0)
 
 
 def test_graph_errors():
