@@ -190,6 +190,18 @@ def auto_virtual_graphs(model: onnx.ModelProto, ipus: int, training: bool, what:
     return placed
 
 
+def sum_over_replicas(
+    session: _Session, grads: list[Tensor], prog: pprog.Sequence, name: str
+) -> None:
+    """With more than one replica, each of ``grads`` summed in place over the replicas
+    at the end of ``prog`` (``gcl.allReduceInPlaceCrossReplica``, ADD, named
+    ``name/allReduce``), before the weights' update reads them; nothing with one."""
+    if session.replicas > 1:
+        gcl.allReduceInPlaceCrossReplica(
+            session.graph, grads, gcl.CollectiveOperator.ADD, prog, f"{name}/allReduce"
+        )
+
+
 def on_weight_ipu(session: _Session, wid: str, grad: Tensor, prog: pprog.Sequence) -> Tensor:
     """Weight ``wid``'s gradient ``grad`` on the weight's IPU, for its update.
 
@@ -400,14 +412,7 @@ def _update_per_backward(
         if not mine:
             continue
         prog = bwd[s]
-        if session.replicas > 1:
-            gcl.allReduceInPlaceCrossReplica(
-                graph,
-                [grads[w] for w in mine],
-                gcl.CollectiveOperator.ADD,
-                prog,
-                f"stage{s}/gradients/allReduce",
-            )
+        sum_over_replicas(session, [grads[w] for w in mine], prog, f"stage{s}/gradients")
         if shared is not None:
             counter = graph.addVariable(shared.elementType(), [], f"optimizer/step/stage{s}")
             graph.setTileMapping(counter, graph.getTileMapping(shared))
@@ -575,14 +580,7 @@ def training_step(
         cycles[c] += [host_fwd[s] for s in forwards] + [host_bwd[s] for s in backwards]
     updates = pprog.Sequence(debugContext="optimizer")
     if accumulate:
-        if session.replicas > 1:
-            gcl.allReduceInPlaceCrossReplica(
-                graph,
-                [accs[w] for w in used],
-                gcl.CollectiveOperator.ADD,
-                updates,
-                "gradients/allReduce",
-            )
+        sum_over_replicas(session, [accs[w] for w in used], updates, "gradients")
         lowering.begin_update(updates)
         for w in used:
             lowering.update(w, session.lowered.weight_vars[w], accs[w], updates, f"update/{w}")

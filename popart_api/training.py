@@ -41,8 +41,8 @@ from popart_api.optimizers import OptimizerLowering, like
 from popart_api.options import RecomputationType, RecomputeType, ReductionType
 from popart_api.outline import outline_recomputed, outline_repeats
 from popart_api.outline_grads import GradOutliner
-from popart_api.pipeline import on_weight_ipu, scalar_copies
-from poplar_api import Tensor, gcl, popops
+from popart_api.pipeline import on_weight_ipu, scalar_copies, sum_over_replicas
+from poplar_api import Tensor, popops
 from poplar_api import program as pprog
 from poplar_api.graph import variable_count, variable_tensors
 from poplar_api.poputil import mapTensorLinearly
@@ -227,7 +227,7 @@ def _training_step(
     lowering: OptimizerLowering,
 ) -> tuple[Step, dict[str, Tensor]]:
     graph = session.graph
-    af, reps = session.accumulation, session.replicas
+    af = session.accumulation
     micro = pprog.Sequence(debugContext="microBatch")
     undef = pprog.Sequence(debugContext="transients")
     micro.add(undef)
@@ -291,14 +291,8 @@ def _training_step(
     else:
         body = [micro]
         totals = local
-    if reps > 1 and used:
-        gcl.allReduceInPlaceCrossReplica(
-            graph,
-            [totals[w] for w in used],
-            gcl.CollectiveOperator.ADD,
-            updates,
-            "gradients/allReduce",
-        )
+    if used:
+        sum_over_replicas(session, [totals[w] for w in used], updates, "gradients")
     lowering.begin_update(updates)
     lowering.scalar_on = scalar_copies(session, updates)  # sharded: IpuCopy of each scalar
     for w in used:
