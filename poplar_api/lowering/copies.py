@@ -234,6 +234,17 @@ def _planned_copy_steps(
 
 
 @numba.njit(cache=True, nogil=True)
+def _side_tile(tile, ids, is_range, start, step, k, lo, hi):  # pragma: no cover - compiled
+    # the tile of element k of one side of a copy (its id ids[k], or start + step * k
+    # for a range) and the side's least and greatest id so far, (lo, hi), widened to
+    # hold it when the side is given as ids
+    if is_range:
+        return tile[start + step * k], lo, hi
+    i = np.int64(ids[k])
+    return tile[i], min(lo, i), max(hi, i)
+
+
+@numba.njit(cache=True, nogil=True)
 def _copy_tiles(
     tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step, s_tile, d_tile, local
 ):  # pragma: no cover - compiled
@@ -244,20 +255,8 @@ def _copy_tiles(
     s_lo = d_lo = np.iinfo(np.int64).max
     s_hi = d_hi = np.iinfo(np.int64).min
     for k in range(local.size):
-        if s_range:
-            a = tile[s_start + s_step * k]
-        else:
-            i = np.int64(s_ids[k])
-            s_lo = min(s_lo, i)
-            s_hi = max(s_hi, i)
-            a = tile[i]
-        if d_range:
-            b = tile[d_start + d_step * k]
-        else:
-            j = np.int64(d_ids[k])
-            d_lo = min(d_lo, j)
-            d_hi = max(d_hi, j)
-            b = tile[j]
+        a, s_lo, s_hi = _side_tile(tile, s_ids, s_range, s_start, s_step, k, s_lo, s_hi)
+        b, d_lo, d_hi = _side_tile(tile, d_ids, d_range, d_start, d_step, k, d_lo, d_hi)
         s_tile[k] = a
         d_tile[k] = b
         local[k] = a == b
