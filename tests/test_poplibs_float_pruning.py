@@ -41,19 +41,26 @@ def _full_serial(sub, target, rearrange):
             grains = -(-chans // grain)
             for count in range(2, grains + 1):
                 n = -(-grains // count) * grain
-                it = poplin.ConvParams(
-                    FLOAT, sub.batchSize, list(sub.inputFieldShape), list(sub.kernelShape),
-                    n if kind == "in" else ci, n if kind == "out" else co,
-                    paddingLower=list(sub.inputTransform.paddingLower),
-                    paddingUpper=list(sub.inputTransform.paddingUpper), outputType=FLOAT,
-                )  # fmt: skip
-                skip = pfc._SERIAL_SKIP + (("input transform",) if kind == "out" else ())
-                parts = pfc._partitions(it, target, vertex[1], vertex[2])
-                c = pfc.form_costs(it, target, vertex, parts, rearrange, floor=True, skip=skip)
-                extra = pfc._serial_terms(sub, it, vertex, parts, count, kind, target)
-                low = count * int((c["cycles"] + extra).min())
+                low = _count_cost(sub, target, rearrange, vertex, kind, count, n)
                 best = low if best is None else min(best, low)
     return best
+
+
+def _count_cost(sub, target, rearrange, vertex, kind, count, n):
+    """``count`` serial iterations of ``n`` channels of ``kind`` (``in`` or ``out``), every
+    partition of an iteration costed in full: their least cycles times ``count``."""
+    ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
+    it = poplin.ConvParams(
+        FLOAT, sub.batchSize, list(sub.inputFieldShape), list(sub.kernelShape),
+        n if kind == "in" else ci, n if kind == "out" else co,
+        paddingLower=list(sub.inputTransform.paddingLower),
+        paddingUpper=list(sub.inputTransform.paddingUpper), outputType=FLOAT,
+    )  # fmt: skip
+    skip = pfc._SERIAL_SKIP + (("input transform",) if kind == "out" else ())
+    parts = pfc._partitions(it, target, vertex[1], vertex[2])
+    c = pfc.form_costs(it, target, vertex, parts, rearrange, floor=True, skip=skip)
+    extra = pfc._serial_terms(sub, it, vertex, parts, count, kind, target)
+    return count * int((c["cycles"] + extra).min())
 
 
 def _full_floors(params, target):
@@ -152,18 +159,7 @@ def test_count_floors_bound_every_count(name) -> None:
                 lows = pfc._count_floors(sub, vertex, counts, sizes, kind, per_it, target)
                 for count, n, low in zip(counts.tolist(), sizes.tolist(), lows.tolist(),
                                          strict=True):  # fmt: skip
-                    it = poplin.ConvParams(
-                        FLOAT, sub.batchSize, list(sub.inputFieldShape), list(sub.kernelShape),
-                        n if kind == "in" else ci, n if kind == "out" else co,
-                        paddingLower=list(sub.inputTransform.paddingLower),
-                        paddingUpper=list(sub.inputTransform.paddingUpper), outputType=FLOAT,
-                    )  # fmt: skip
-                    skip = pfc._SERIAL_SKIP + (("input transform",) if kind == "out" else ())
-                    parts = pfc._partitions(it, target, vertex[1], vertex[2])
-                    c = pfc.form_costs(it, target, vertex, parts, rearrange, floor=True,
-                                       skip=skip)  # fmt: skip
-                    extra = pfc._serial_terms(sub, it, vertex, parts, count, kind, target)
-                    full = count * int((c["cycles"] + extra).min())
+                    full = _count_cost(sub, target, rearrange, vertex, kind, count, n)
                     assert low <= full, (name, vertex, kind, count, low, full)
 
 
