@@ -54,17 +54,9 @@ import numpy as np
 from ipusim import ir
 from ipusim.config import CodeConfig
 from ipusim.tile.banks import DataPlacement, PlacedData
+from ipusim.tile.block_table import ANY, INTERLEAVED, NON_INTERLEAVED, REGION_CODE, BlockTable
 from ipusim.tile.counted import CountedCompute
-from ipusim.tile.memory import (
-    ANY,
-    INTERLEAVED,
-    NON_INTERLEAVED,
-    REGION_CODE,
-    BlockTable,
-    MemoryReport,
-    MemorySpec,
-    plan,
-)
+from ipusim.tile.memory import MemoryReport, MemorySpec, plan
 from ipusim.timing import PhaseExchange, StaticExchange, TimingModel
 from poplar_api.lowering import runs
 from poplar_api.lowering.computeset import ComputeSetRecord
@@ -148,7 +140,10 @@ def _exchange_totals(
 
 
 def exchange_code(
-    timing: TimingModel, step: ir.Step, known: Totals | None = None
+    timing: TimingModel,
+    step: ir.Step,
+    known: Totals | None = None,
+    tiles: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Exchange code of one on-chip or global exchange per tile, by what it does:
     ``setup`` (``exchange_code_base_bytes`` on each tile taking part), ``send`` (per
@@ -157,7 +152,8 @@ def exchange_code(
     its own instructions but takes what it receives sender after sender into its
     message buffer, so its receive code is per distinct sender
     (``Exchange.senders_received``). The sum of the three is what the exchange adds to
-    its code category. ``known``: totals of exchanges asked before (:data:`Totals`)."""
+    its code category. ``known``: totals of exchanges asked before (:data:`Totals`);
+    ``tiles``: the tiles taking part when the caller has them (:func:`_step_tiles`)."""
     code = timing.config.code
     n = timing.config.num_tiles
     if isinstance(step, ir.Exchange):
@@ -169,7 +165,9 @@ def exchange_code(
         sent = np.bincount(np.asarray(step.src_tile, np.int64) % n, minlength=n)
         received = np.bincount(np.asarray(step.dst_tile, np.int64) % n, minlength=n)
     setup = np.zeros(n, np.int64)
-    setup[_step_tiles(timing, step, n, known)] = code.exchange_code_base_bytes
+    setup[_step_tiles(timing, step, n, known) if tiles is None else tiles] = (
+        code.exchange_code_base_bytes
+    )
     per_message = code.exchange_code_bytes_per_message
     return {
         "setup": setup,
@@ -261,6 +259,7 @@ def _code_blocks(
     code = cfg.code
     stack = cfg.tile.worker_contexts * code.worker_stack_bytes + code.supervisor_stack_bytes
     steps_on = np.zeros(nt, np.int64)
+    on_all = 0  # steps run on every tile (a sync of the whole target), counted apart
     ex_code = np.zeros(nt, np.int64)
     global_code = np.zeros(nt, np.int64)
     host_code = np.zeros(nt, np.int64)
@@ -269,14 +268,18 @@ def _code_blocks(
             continue  # a function called again: its code is already stored
         if isinstance(step, ir.Exchange) and step.host:
             continue  # the on-chip side of a stream copy: its code is the copy's
+        if isinstance(step, ir.Sync) and step.ipus is None:
+            on_all += 1
+            continue
         tiles = _step_tiles(timing, step, nt, known)
         steps_on[tiles] += 1
         if isinstance(step, ir.Exchange | ir.GlobalExchange):
             into = global_code if isinstance(step, ir.GlobalExchange) else ex_code
-            for part in exchange_code(timing, step, known).values():
+            for part in exchange_code(timing, step, known, tiles).values():
                 into += part
         elif isinstance(step, ir.StreamCopy):
             host_code[tiles] += code.host_exchange_code_bytes
+    steps_on += on_all
     control = code.control_code_base_bytes + code.control_code_bytes_per_step * steps_on
     return [
         _per_tile_blocks("stack", "stack", np.full(nt, stack, np.int64), **nonint),
