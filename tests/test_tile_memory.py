@@ -12,6 +12,7 @@ from ipusim.tile.memory import (
     INTERLEAVED,
     NON_INTERLEAVED,
     Block,
+    BlockTable,
     MemoryPlanError,
     MemorySpec,
     align_up,
@@ -171,6 +172,29 @@ def test_by_category_per_tile():
     # y: after x at align_up(40, 8) = 40; ends at 44
     assert r.by_tile["interleavedIncludingGaps"].tolist() == [0, 0, 44, 0]
     assert r.liveness == [("p", 4, 4 * 560 + 40)]
+
+
+def test_by_category_in_order_of_first_block_sums_every_block():
+    # category codes out of order of appearance (a table's rows need not follow its
+    # list of categories), one category without blocks, categories coming back
+    codes = np.array([2, 2, 0, 2, 1, 0, 0, 2, 1])
+    tiles = np.array([0, 1, 1, 3, 0, 0, 2, 0, 3])
+    sizes = np.array([8, 16, 24, 32, 40, 48, 56, 64, 72])
+    names = ["stack", "vertexCode", "constant", "messageBuffer"]
+    parts = [
+        BlockTable.rows("b", names[c], tiles[[k]], sizes[[k]], region=NON_INTERLEAVED)
+        for k, c in enumerate(codes)
+    ]
+    table = BlockTable.concat(parts)
+    table.categories = names  # the codes above, against the list of four
+    table.category = codes.copy()
+    r = plan(TINY, 4, table)
+    assert list(r.by_category) == ["constant", "stack", "vertexCode"]
+    rows = list(zip(codes.tolist(), tiles.tolist(), sizes.tolist(), strict=True))
+    for k, name in enumerate(names[:3]):
+        expected = [sum(s for c, t, s in rows if c == k and t == tile) for tile in range(4)]
+        assert r.by_category[name].tolist() == expected
+        assert r.by_category[name].dtype == np.int64
 
 
 @pytest.mark.parametrize(
