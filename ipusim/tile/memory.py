@@ -292,13 +292,15 @@ def _allocate(
         aligns = np.maximum(spec.alignment_bytes, table.element_bytes[rows].astype(np.int64))
         regions = table.region[rows].astype(np.int64)
         ident = regions * 2 + always_o  # what else, with size, alignment and range, a layout uses
-        joint = np.full(m, -1, np.int64) if table.joint is None else table.joint[rows]
-        lead, after = joint_links(table.tile[rows], joint)
-        del joint
-        if table.joint is not None:
+        if table.joint is None:  # no groups: every block leads itself, links nowhere
+            lead = np.arange(m, dtype=np.int64)
+            after = np.full(m, -1, np.int64)
+            link = np.zeros(m, np.int64)
+        else:
+            lead, after = joint_links(table.tile[rows], table.joint[rows])
             table.check_joint(lead, rows)
+            link = np.arange(m, dtype=np.int64) - lead
         c_starts, c_ends = starts[t0:t1] - r0, ends[t0:t1] - r0
-        link = np.arange(m, dtype=np.int64) - lead
         hashes = sequence_hash(sizes, aligns, ident, lo_o, hi_o, link, c_starts, c_ends)
         del link
         tile_order = np.argsort(hashes, kind="stable")
