@@ -19,6 +19,7 @@ only ones a compute set may write; see ``validate.check_conflicts``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -61,6 +62,10 @@ class ImageField:
         vertices of one replica.
     kernel_dtype
         The dtype the kernel computes in (HALF fields are float32).
+    constants
+        The images' record of constants that nothing writes
+        (:class:`~poplar_api.replica_constants.ConstantsAlike`), or None: where every
+        element of the field is such, :meth:`first_replica` is found once.
     """
 
     image: np.ndarray
@@ -69,6 +74,7 @@ class ImageField:
     offsets: np.ndarray
     inner_offsets: np.ndarray | None
     kernel_dtype: np.dtype
+    constants: Any = None
 
     def __post_init__(self) -> None:
         # the ids reach compiled passes (the replicas' gathers, ReduceAdd's sums)
@@ -90,7 +96,20 @@ class ImageField:
 
     def first_replica(self) -> FieldBatch | None:
         """Replica 0's elements packed in the kernel dtype, when every replica holds
-        the same bits in this field (else None)."""
+        the same bits in this field (else None). Where the field lies in constants that
+        nothing writes (:attr:`constants`) it is found once and the same batch returned
+        on every call (its values cannot change); a caller does not write it."""
+        kept = self.__dict__.get("_kept")
+        if kept is None:  # (frozen: the cache is set through object.__setattr__)
+            alike = self.constants is not None and self.constants.never_written(
+                self.image.dtype.itemsize, self.ids
+            )
+            kept = (alike, self._first_replica() if alike else None)
+            object.__setattr__(self, "_kept", kept)
+        return kept[1] if kept[0] else self._first_replica()
+
+    def _first_replica(self) -> FieldBatch | None:
+        """:meth:`first_replica` found by reading every replica."""
         raw = self.image[0, self.ids]  # (numpy's gathers: no compiled signature per type)
         if (
             self.replicas > 1

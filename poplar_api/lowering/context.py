@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from poplar_api.lowering.runs import put_ranges, rows_apart, take_rows
+from poplar_api.replica_constants import ConstantsAlike
 from poplar_api.types import Type
 
 #: The raw storage dtype of each element size: the bits of every type of that size.
@@ -87,6 +88,8 @@ class Storage:
         ]
         #: the replica :meth:`read` and :meth:`write` address
         self.replica = 0
+        #: with several replicas, the constants every replica holds alike for good
+        self.constants = ConstantsAlike(state) if self.replicas > 1 else None
         self.arrays: dict[int, np.ndarray] = self.images[0]
         self._readonly: dict[tuple[int, Type], np.ndarray] = {}
         self._write_initial(state.initial_parts)

@@ -109,6 +109,8 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
     holder = CountedCycles(em.lowered.storage.replicas)
     run = CountedRun(counted, cycles, holder) if any(counted) else None
     replicas = em.lowered.storage.replicas
+    if replicas > 1:  # what it writes is not a constant every replica holds alike
+        em.lowered.storage.constants.note_writes(table)
     if run is None and replicas > 1:  # every replica in one batch per vertex type
         runner = make_runner(table, em.lowered.storage, contexts, None, replicas)
         effect = em.lowered.global_effect(runner)

@@ -1,0 +1,99 @@
+"""Elements every replica holds alike for as long as the executable runs: constants
+that nothing writes.
+
+A replicated graph is lowered once, and loading it writes every constant's initial
+value into every replica's image (``Storage._write_initial``), so right after loading
+every replica holds the same bits at every element of a constant. Copies, collectives,
+stream copies and remote-buffer copies into a constant are refused when the program is
+lowered; what may still write one is a vertex whose writing field (``Output`` or
+``InOut``) is connected to it, and the host through a ``createHostWrite`` handle on it.
+Where neither does, the elements stay alike in every replica for every run of every
+engine of the executable, and a kernel that asks whether every replica holds the same
+values there (the worklists and parameters of the convolution partials, asked on every
+run: :meth:`poplar_api.field_images.ImageField.first_replica`) needs the answer once.
+
+One record per replicated :class:`~poplar_api.lowering.context.Storage` (its images):
+the lowering notes every compute set's table as it makes the set's effect
+(:meth:`ConstantsAlike.note_writes`); the question is answered when first asked, at
+run time, when every compute set of the program is noted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ConstantsAlike"]
+
+
+class ConstantsAlike:
+    """Which element ids lie in constants that no vertex and no host write reaches.
+
+    Parameters
+    ----------
+    state
+        The graph's state (its variables, element spaces and host-write handles), as
+        the lowering holds it.
+    """
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+        #: element size -> written fields of compute sets: ``(begin, end)`` runs, or
+        #: the field table (its ids made only when a question reaches them)
+        self._writes: dict[int, list[Any]] = {}
+
+    def note_writes(self, table: Any) -> None:
+        """Note the writing fields of a compute set's table (``ComputeSetTable``)."""
+        for group in table.groups:
+            for ft in group.fields:
+                if ft.spec.writes:
+                    self._writes.setdefault(ft.type.size, []).append(ft)
+
+    def never_written(self, size: int, ids: np.ndarray) -> bool:
+        """Whether every id of ``ids`` (element ids of the ``size``-byte space) lies in
+        a constant and no noted compute set and no host-write handle writes any of
+        them: then every replica holds the same bits there whenever the program runs.
+        False says nothing."""
+        ids = np.asarray(ids)
+        space = self._state.spaces.get(size)
+        if space is None or ids.size == 0:
+            return False
+        variables = self._state.variables
+        flags = variables.constant_flags()
+        if not flags[np.unique(space.variables_of(ids))].all():
+            return False
+        lo, hi = int(ids.min()), int(ids.max()) + 1
+        hit = np.zeros(hi - lo, bool)
+        hit[ids - lo] = True
+        marked = np.zeros(hi - lo + 1, np.int64)  # marked ids below each position
+        np.cumsum(hit, out=marked[1:])
+        return not any(self._reaches(w, lo, hi, marked) for w in self._written(size))
+
+    def _written(self, size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each writer's element ids of the ``size``-byte space as ``(begin, end)``
+        runs: the noted fields', then the host-write handles' (a tensor whose element
+        type has that size; its ids one-element runs)."""
+        out = []
+        for ft in self._writes.get(size, []):
+            held = ft.runs if ft.runs is not None else ft.ref_runs
+            if held is None:
+                ids = np.asarray(ft.ids, np.int64)
+                held = (ids, ids + 1)
+            out.append(held)
+        for t in self._state.host_writes.values():
+            if t.elementType().size == size:
+                ids = np.asarray(t.flat_index(), np.int64).reshape(-1)
+                out.append((ids, ids + 1))
+        return out
+
+    @staticmethod
+    def _reaches(held: tuple[np.ndarray, np.ndarray], lo: int, hi: int, marked: np.ndarray) -> bool:
+        """Whether any id of the runs ``held`` is one of the asked ids (``marked[k]``:
+        how many of them lie below id ``lo + k``, ``k`` up to ``hi - lo``)."""
+        begin = np.maximum(np.asarray(held[0], np.int64), lo)
+        end = np.minimum(np.asarray(held[1], np.int64), hi)
+        inside = end > begin
+        if not inside.any():
+            return False
+        return bool((marked[end[inside] - lo] > marked[begin[inside] - lo]).any())

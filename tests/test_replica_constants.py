@@ -1,0 +1,113 @@
+"""Constants that nothing writes are alike in every replica for good.
+
+Loading a replicated executable writes every constant's value into every replica's
+image, and a copy, collective or stream copy into a constant is refused, so a constant
+that no vertex writes and no host-write handle reaches holds the same bits in every
+replica on every run (:mod:`poplar_api.replica_constants`). The convolution partials
+ask on every run whether their worklists and parameters (such constants) are alike in
+every replica (``ImageField.first_replica``); with the record that is found once.
+Checked: which elements the record says are alike (a constant written by a vertex or by
+the host is not, nor a variable); and through an engine, that the replicated matmul's
+fields are read once over several runs with replicas given different data, each run's
+results bit for bit those found reading every replica on every run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, Engine, Graph, IPUModel, poplin, popops
+from poplar_api import program as prog
+from poplar_api.field_images import ImageField
+from poplar_api.replica_constants import ConstantsAlike
+
+R = 4
+
+
+def _device(replicas: int):
+    model = IPUModel("tiny")
+    model.numIPUs = replicas
+    return model.createDevice()
+
+
+def test_only_constants_that_nothing_writes_are_alike_for_good():
+    device = _device(2)
+    g = Graph(device.getTarget(), replication_factor=2)
+    popops.addCodelets(g)
+    values = np.arange(6, dtype=np.float32)
+    kept, zeroed, hosted = (g.addConstant(FLOAT, [6], values, n) for n in ("k", "z", "h"))
+    v = g.addVariable(FLOAT, [6], "v")
+    for tile, t in enumerate((kept, zeroed, hosted, v)):
+        g.setTileMapping(t, tile)
+    seq = prog.Sequence()
+    popops.zero(g, zeroed, seq, "zero")  # a vertex writes this constant
+    popops.addInPlace(g, v, kept, seq, "add")  # reads this one
+    g.createHostWrite("h", hosted)  # the host may write this one
+    e = Engine(g, seq)
+    e.load(device)
+    e.run(0)
+    record = e._lowered.storage.constants  # (the engine's lowering: no public hook)
+    assert isinstance(record, ConstantsAlike)
+
+    def alike(*ts) -> bool:
+        return record.never_written(4, np.concatenate([np.asarray(t.flat_index()) for t in ts]))
+
+    assert alike(kept)
+    assert alike(kept[2:4])
+    assert not alike(zeroed) and not alike(zeroed[5:])
+    assert not alike(hosted)
+    assert not alike(v)
+    assert not alike(kept, v)  # partly a variable
+    assert not record.never_written(4, np.zeros(0, np.int64))
+
+
+def _matmuls(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, int]:
+    """``x[k] @ w`` of every replica for each run ``k`` (``poplin.matMul`` on the
+    ``tiny`` IPU Model, one IPU per replica: the convolution partials read every
+    replica's image), and how often a field's replicas were compared."""
+    runs_, replicas, m, k = x.shape
+    n = w.shape[2]
+    device = _device(replicas)
+    g = Graph(device.getTarget(), replication_factor=replicas)
+    poplin.addCodelets(g)
+    a = poplin.createMatMulInputLHS(g, FLOAT, [m, k], [k, n], "x")
+    b = poplin.createMatMulInputRHS(g, FLOAT, [m, k], [k, n], "w")
+    seq = prog.Sequence(prog.Copy(g.addHostToDeviceFIFO("in", FLOAT, m * k), a))
+    y = poplin.matMul(g, a, b, seq, "mm")
+    seq.add(prog.Copy(y, g.addDeviceToHostFIFO("out", FLOAT, m * n)))
+    g.createHostWrite("w", b)
+    e = Engine(g, seq)
+    e.load(device)
+    e.writeTensor("w", w)
+    outs = np.zeros((runs_, replicas, m * n), np.float32)
+    compared = [0]
+    real = ImageField._first_replica
+
+    def counted(self):
+        compared[0] += 1
+        return real(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ImageField, "_first_replica", counted)
+        for run in range(runs_):
+            e.connectStream("in", np.ascontiguousarray(x[run].reshape(replicas, -1)))
+            e.connectStream("out", outs[run])
+            e.run(0)
+    return outs.reshape(runs_, replicas, m, n), compared[0]
+
+
+def test_the_partials_fields_are_compared_once_with_every_run_s_bits(monkeypatch):
+    rng = np.random.default_rng(31)
+    runs_ = 3
+    x = rng.standard_normal((runs_, R, 8, 40)).astype(np.float32)  # every replica its own
+    w = rng.standard_normal((R, 40, 16)).astype(np.float32)
+    got, once = _matmuls(x, w)
+    monkeypatch.setattr(ConstantsAlike, "never_written", lambda self, size, ids: False)
+    want, every = _matmuls(x, w)
+    assert got.tobytes() == want.tobytes()
+    assert once and every == runs_ * once  # found in the first run only
+    assert not np.array_equal(got[0, 0], got[0, 1])  # the replicas' values differ
+    np.testing.assert_allclose(
+        got, np.einsum("prmk,rkn->prmn", x.astype(np.float64), w), rtol=1e-5, atol=1e-4
+    )
