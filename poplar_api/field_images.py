@@ -29,6 +29,9 @@ from poplar_api.lowering.runs import take_rows as _take_rows
 
 __all__ = ["ImageAccess", "ImageField", "tiled_offsets"]
 
+#: Views a field keeps (of its accesses, read-only or writeable), at most.
+VIEWS_KEPT = 1 << 8
+
 
 @dataclass(frozen=True)
 class ImageAccess:
@@ -201,6 +204,23 @@ class ImageField:
         return found
 
     def _view(self, acc: ImageAccess, writeable: bool) -> np.ndarray:
+        """The view of ``acc`` in every replica, made once per access and kind: the
+        images are never reallocated, and a kernel reads the same accesses (kept with
+        its plan) on every run, where making a view costs some microseconds of Python."""
+        views = self.__dict__.get("_views")
+        if views is None:  # (frozen: the cache is set through object.__setattr__)
+            views = {}
+            object.__setattr__(self, "_views", views)
+        hit = views.get((id(acc), writeable))
+        if hit is not None and hit[0] is acc:
+            return hit[1]
+        view = self._new_view(acc, writeable)
+        if len(views) >= VIEWS_KEPT:  # (accesses of plans not kept are new each run)
+            views.clear()
+        views[id(acc), writeable] = (acc, view)
+        return view
+
+    def _new_view(self, acc: ImageAccess, writeable: bool) -> np.ndarray:
         typed = self.image.view(self.dtype)
         item = typed.itemsize
         assert acc.strides is not None
@@ -220,8 +240,9 @@ class ImageField:
     def read(self, acc: ImageAccess) -> np.ndarray:
         """The elements of ``acc`` in every replica, in the kernel dtype (a read-only
         view where the dtypes agree and the ids are affine, else a copy)."""
-        if acc.strides is not None:
-            return self._typed(self._view(acc, False))
+        if acc.strides is not None:  # (the kept view itself where no conversion)
+            view = self._view(acc, False)
+            return view if view.dtype == self.kernel_dtype else view.astype(self.kernel_dtype)
         assert acc.index is not None
         raw = np.empty((self.replicas, acc.index.size), self.image.dtype)
         _take_rows(self.image, acc.index, raw)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from test_conv_vertices import FIELDS, WORKERS, _batches, _copy, _reference, _vertex
 
+from poplar_api import field_images
 from poplar_api.codelet_base import RUN_REPLICAS
 from poplar_api.field_images import ImageAccess, ImageField
 from poplar_api.fields import FieldBatch
@@ -240,6 +241,26 @@ def test_an_access_is_a_view_exactly_when_its_ids_are_affine():
     assert acc.strides is None
     np.testing.assert_array_equal(acc.index, bent)
     np.testing.assert_array_equal(g.read(acc), image[:, bent].reshape(2, 2, 2, 3))
+
+
+def test_a_view_is_made_once_per_access_and_kind_and_shows_the_image_now(monkeypatch):
+    ids = np.array([40, 41, 42, 50, 51, 52, 60, 61, 62, 70, 71, 72], np.int32)
+    image = np.arange(2 * 100, dtype=np.uint32).reshape(2, 100)
+    f = ImageField(image, np.dtype(np.uint32), ids, np.array([0, 4]), np.arange(0, 13, 3),
+                   np.dtype(np.uint32))  # fmt: skip
+    acc = f.access(np.array([[0, 3], [6, 9]]), 3)
+    read = f._view(acc, False)
+    assert f.read(acc) is read and not read.flags.writeable
+    store = f.store_view(acc, distinct=True)
+    assert store is not read and store.flags.writeable  # writeable: a view of its own
+    assert f.store_view(acc, distinct=True) is store
+    image[1, 50] = 12345  # the image written since: the kept view shows it
+    assert f.read(acc)[1, 0, 1, 0] == 12345
+    other = f.access(np.array([[3, 6]]), 3)  # another access: another view
+    np.testing.assert_array_equal(f.read(other), image[:, ids[3:9]].reshape(2, 1, 2, 3))
+    monkeypatch.setattr(field_images, "VIEWS_KEPT", 2)  # the cache is bounded
+    f.read(f.access(np.array([[0, 6]]), 3))
+    assert len(f.__dict__["_views"]) <= 2
 
 
 def test_distinct_accesses():
