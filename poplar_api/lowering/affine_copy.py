@@ -28,7 +28,7 @@ from itertools import pairwise
 import numba
 import numpy as np
 
-__all__ = ["AffineCopy", "affine_copy"]
+__all__ = ["AffineCopy", "affine_copy", "copy_views"]
 
 #: Copies of fewer elements stay indexed: making two views costs about what numpy's
 #: indexed copy of a few thousand elements costs.
@@ -59,11 +59,20 @@ class AffineCopy:
     def copy(self, image: np.ndarray) -> None:
         """Copy in ``image`` (one replica's contiguous memory image of one element
         size); where the two sides' spans overlap the source is read first."""
+        copy_views(*self.views(image))
+
+    def views(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        """The destination and source views in ``image`` and whether their spans
+        overlap: what :meth:`copy` does, for a caller that keeps them (an image that is
+        never reallocated) and copies with :func:`copy_views`."""
         dst = self._view(image, self.dst_base, self.dst_strides)
         src = self._view(image, self.src_base, self.src_strides)
-        if np.may_share_memory(dst, src):  # (compares the spans only)
-            src = src.copy()
-        dst[...] = src
+        return dst, src, bool(np.may_share_memory(dst, src))  # (compares the spans only)
+
+
+def copy_views(dst: np.ndarray, src: np.ndarray, overlap: bool) -> None:
+    """``dst[...] = src``, the source read first where the spans overlap."""
+    dst[...] = src.copy() if overlap else src
 
 
 def _ids(where: np.ndarray | slice) -> np.ndarray:

@@ -35,7 +35,7 @@ from poplar_api import program as P  # noqa: N812 - short alias for program clas
 from poplar_api.errors import EngineError
 from poplar_api.graph import DataStream, replication_factor
 from poplar_api.lowering import runs
-from poplar_api.lowering.affine_copy import affine_copy
+from poplar_api.lowering.affine_copy import affine_copy, copy_views
 from poplar_api.lowering.emission import Emission, with_effect
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.printing import format_tensor
@@ -185,12 +185,15 @@ def device_copy(
         storage.copy(typ, d_where, s_where)
 
     rows_apart = runs.rows_apart(s_where, d_where)
+    kept: list[tuple[np.ndarray, np.ndarray, bool]] = []  # each replica's views
 
     def copy_every_replica() -> None:  # one copy of every replica's rows at once
         full = storage.full[typ.size]
-        if views is not None:  # each replica's row through two strided views
-            for row in full:
-                views.copy(row)
+        if views is not None:  # each replica's row through two strided views, made once
+            if not kept:  # (the images are never reallocated)
+                kept.extend(views.views(row) for row in full)
+            for pair in kept:
+                copy_views(*pair)
         elif rows_apart:  # each replica's row as one replica's copy
             for row in full:
                 row[d_where] = row[s_where]
