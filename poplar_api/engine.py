@@ -36,7 +36,7 @@ from ipusim.errors import IpusimError, SimulationTimeout
 from ipusim.machine import Machine
 from ipusim.timing import TimingModel
 from ipusim.trace import Trace
-from poplar_api import profiling, replica_equal
+from poplar_api import profiling
 from poplar_api.codelet import vertex_bounds_checks
 from poplar_api.codelet_base import floating_point_exceptions
 from poplar_api.device import Device
@@ -88,7 +88,8 @@ class _EngineDataPlane:
         self.replicas = lowered.storage.replicas
         self.host = host
         self.state = state
-        replica_equal.forget()  # a run starts: the host may have written the images
+        self.declared = lowered.storage.declared
+        self.declared.forget()  # a run starts: the host may have written the images
 
     def _select(self, replica: int) -> None:
         self.lowered.storage.select(replica)
@@ -97,7 +98,7 @@ class _EngineDataPlane:
 
     def apply(self, effect: int) -> None:
         # vertex bounds checks are set for the whole run (Engine._run_program)
-        replica_equal.next_effect()  # what the last effect stored alike, for this one
+        self.declared.next_effect()  # what the last effect stored alike, for this one
         fn = self.lowered.effects[effect]
         if self.replicas == 1 or effect in self.lowered.global_effects:
             fn()

@@ -69,6 +69,9 @@ class ImageField:
         The images' record of constants that nothing writes
         (:class:`~poplar_api.replica_constants.ConstantsAlike`), or None: where every
         element of the field is such, :meth:`first_replica` is found once.
+    declared
+        The images' record of what the effect applied before this one stored alike in
+        every replica (:class:`~poplar_api.replica_equal.DeclaredAlike`), or None.
     """
 
     image: np.ndarray
@@ -78,6 +81,7 @@ class ImageField:
     inner_offsets: np.ndarray | None
     kernel_dtype: np.dtype
     constants: Any = None
+    declared: Any = None
 
     def __post_init__(self) -> None:
         # the ids reach compiled passes (the replicas' gathers, ReduceAdd's sums)

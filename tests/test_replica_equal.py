@@ -1,10 +1,10 @@
 """A weight update reads once what the all-reduce just stored alike in every replica.
 
 The FLOAT all-reduce in place stores one float32 sum in every replica's copy of each
-element and declares those elements (:mod:`poplar_api.replica_equal`); the effect
-applied right after it, and no later one, may rely on that. A ``ScaledAdd`` whose ``A``
-is one block and whose ``B`` is such elements, with every replica's scales equal bit for
-bit, reads ``B`` in replica 0's row for every replica
+element and declares those elements (:mod:`poplar_api.replica_equal`, a record of the
+executable's images); the effect applied right after it, and no later one, may rely on
+that. A ``ScaledAdd`` whose ``A`` is one block and whose ``B`` is such elements, with
+every replica's scales equal bit for bit, reads ``B`` in replica 0's row for every replica
 (``vertices._scaled_add_block_shared_b``). Checked: the declaration's lifetime; the
 pass against the per-replica pass; and through an engine, that the shortcut is taken
 where it may be and not where ``B`` was not just all-reduced, where another effect ran
@@ -17,11 +17,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poplar_api import FLOAT, Engine, Graph, IPUModel, gcl, popops, replica_equal
+from poplar_api import FLOAT, Engine, Graph, IPUModel, gcl, popops
 from poplar_api import program as prog
 from poplar_api.field_images import read_only
 from poplar_api.gcl import CollectiveOperator as Op
 from poplar_api.popops import vertices
+from poplar_api.replica_equal import DeclaredAlike
 
 R = 4
 
@@ -30,20 +31,21 @@ def test_a_declaration_holds_for_the_next_effect_only():
     image, other = np.zeros((R, 64), np.uint32), np.zeros((R, 64), np.uint32)
     starts, ends = np.array([4, 20]), np.array([10, 30])
     inside, outside = np.array([9, 4, 25, 20]), np.array([4, 10])
-    replica_equal.forget()
-    replica_equal.declare(image, starts, ends)
-    assert not replica_equal.holds_alike(image, inside)  # the declaring effect: not yet
-    replica_equal.next_effect()
-    assert replica_equal.holds_alike(image, inside)
-    assert not replica_equal.holds_alike(image, outside)  # 10 is past the first run
-    assert not replica_equal.holds_alike(other, inside)  # another image
-    assert not replica_equal.holds_alike(image, inside[:0])
-    replica_equal.next_effect()  # an effect in between
-    assert not replica_equal.holds_alike(image, inside)
-    replica_equal.declare(image, starts, ends)
-    replica_equal.forget()  # a run starts
-    replica_equal.next_effect()
-    assert not replica_equal.holds_alike(image, inside)
+    record = DeclaredAlike()
+    record.declare(image, starts, ends)
+    assert not record.holds_alike(image, inside)  # the declaring effect: not yet
+    record.next_effect()
+    assert record.holds_alike(image, inside)
+    assert not DeclaredAlike().holds_alike(image, inside)  # another executable's record
+    assert not record.holds_alike(image, outside)  # 10 is past the first run
+    assert not record.holds_alike(other, inside)  # another image
+    assert not record.holds_alike(image, inside[:0])
+    record.next_effect()  # an effect in between
+    assert not record.holds_alike(image, inside)
+    record.declare(image, starts, ends)
+    record.forget()  # a run starts
+    record.next_effect()
+    assert not record.holds_alike(image, inside)
 
 
 @pytest.mark.parametrize("subtract", [False, True])

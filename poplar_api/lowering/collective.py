@@ -37,7 +37,6 @@ from ipusim import ir
 from ipusim.exchange.collectives import ring_order
 from ipusim.exchange.topology import topology_of
 from poplar_api import program as P  # noqa: N812 - short alias for program classes
-from poplar_api import replica_equal
 from poplar_api.gcl import CollectiveOperator, GclCollective, collective_values
 from poplar_api.graph import DataStream, is_nonreplicated, replication_factor
 from poplar_api.lowering import runs
@@ -189,7 +188,7 @@ def _fused_sum(storage: Any, blocks: list[tuple[Any, Any]], op: CollectiveOperat
         def run_in_place() -> None:
             full = storage.full[FLOAT.size]
             _sum_runs_in_place(full.view(np.float32), starts, ends, mean)
-            replica_equal.declare(full, starts, ends)  # one float32 sum stored in every row
+            storage.declared.declare(full, starts, ends)  # one float32 sum in every row
 
         return run_in_place
 

@@ -362,7 +362,7 @@ def _image_fields(group: TypeGroup, storage: Storage):
                 ix = np.arange(ix.start, ix.stop, dtype=_ids_dtype(ix.stop))
             made[ft.spec.name] = ImageField(
                 storage.full[ft.type.size], np.dtype(ft.type.numpy), ix, ft.offsets,
-                ft.inner_offsets, ft.spec.kernel_dtype, storage.constants,
+                ft.inner_offsets, ft.spec.kernel_dtype, storage.constants, storage.declared,
             )  # fmt: skip
         return made
 

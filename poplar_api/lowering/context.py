@@ -27,6 +27,7 @@ import numpy as np
 
 from poplar_api.lowering.runs import put_ranges, rows_apart, take_rows
 from poplar_api.replica_constants import ConstantsAlike
+from poplar_api.replica_equal import DeclaredAlike
 from poplar_api.types import Type
 
 #: The raw storage dtype of each element size: the bits of every type of that size.
@@ -90,6 +91,8 @@ class Storage:
         self.replica = 0
         #: with several replicas, the constants every replica holds alike for good
         self.constants = ConstantsAlike(state) if self.replicas > 1 else None
+        #: what the last effect applied stored alike in every replica
+        self.declared = DeclaredAlike()
         self.arrays: dict[int, np.ndarray] = self.images[0]
         self._readonly: dict[tuple[int, Type], np.ndarray] = {}
         self._write_initial(state.initial_parts)

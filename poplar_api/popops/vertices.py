@@ -21,7 +21,6 @@ from typing import Any
 import numba
 import numpy as np
 
-from poplar_api import replica_equal
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 from poplar_api.field_images import ImageField, read_only
 from poplar_api.fields import FieldBatch
@@ -327,7 +326,7 @@ def _b_alike(b: ImageField, scales: np.ndarray) -> bool:
     are known to (the effect just before stored the same values in every replica:
     :mod:`poplar_api.replica_equal`, the gradients' all-reduce before a weight update)
     and the scales, a few values per replica, compare equal bit for bit."""
-    if scales.shape[0] < 2 or not replica_equal.holds_alike(b.image, b.ids):
+    if scales.shape[0] < 2 or b.declared is None or not b.declared.holds_alike(b.image, b.ids):
         return False
     bits = scales.view(np.int32)
     return bool((bits == bits[:1]).all())
