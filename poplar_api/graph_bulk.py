@@ -32,6 +32,7 @@ from numba.core import event as numba_event
 
 from poplar_api.errors import GraphError, TensorError
 from poplar_api.graph_connections import Segments, _Connections, _int_array, _vector_or_list
+from poplar_api.graph_constants import Constants, add_packed_constants
 from poplar_api.tensor import Tensor
 from poplar_api.vertices import NO_ESTIMATE, UNMAPPED
 
@@ -464,6 +465,49 @@ class BulkGraphMethods:
             ) from None
         vals = np.array(arr, dtype=t._type.numpy, copy=True).reshape(-1)
         self._state.initial_parts.append((t._type, t._flat_ids(), vals))
+
+    def addPackedConstants(
+        self: Graph,
+        type_: Any,
+        sizes: Any,
+        values: Any,
+        debugNames: str | Sequence[str] = "",
+        tiles: Any = None,
+        starts: Any = None,
+    ) -> Constants:
+        """Many 1-D constants whose values are segments of one array: the same
+        variables, element ids, names, initial values and tiles as
+        :meth:`~poplar_api.graph.Graph.addConstants` of ``[values[starts[i]:starts[i] +
+        sizes[i]] for i ...]``, without an array per constant (libraries make one
+        worklist and one parameters constant per vertex, tens of thousands a graph).
+
+        Parameters
+        ----------
+        type_
+            The element type of every constant, or one per constant.
+        sizes
+            Elements of each constant (int array).
+        values
+            1-D array of the values; each constant's are cast to its type, as
+            ``setInitialValue`` casts.
+        debugNames
+            One name for all, or one per constant.
+        tiles
+            The tile of each constant (an int array; None: left unmapped).
+        starts
+            Where each constant's values begin in ``values`` (None: one after another,
+            ``values`` holding exactly ``sum(sizes)``); constants may share values.
+
+        Raises
+        ------
+        GraphError, TensorError, TypeMismatchError
+            Sizes, starts, names, types or tiles of the wrong count or value, values
+            that do not hold a constant's segment, or a tile outside this graph (each
+            names the constant or the argument).
+        """
+        if self._wide:
+            self._refuse_on_parent("addPackedConstants")
+        return add_packed_constants(self, type_, sizes, values, debugNames, tiles, starts)
 
     def libraryCache(self: Graph, name: str) -> dict:
         """A dict a library keeps per top-level graph (plans, shared constants), shared

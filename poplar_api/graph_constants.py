@@ -11,18 +11,19 @@ view without a tensor per constant.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, overload
 
 import numpy as np
 
 from poplar_api.errors import GraphError, TensorError, TypeMismatchError
+from poplar_api.graph_connections import _int_array
 from poplar_api.graph_state import _shape_of
 from poplar_api.tensor import Tensor, clip_name, concat
 from poplar_api.types import Type, type_from_name
 
-__all__ = ["Constants", "add_constants"]
+__all__ = ["Constants", "add_constants", "add_packed_constants"]
 
 
 class Constants(Sequence[Tensor]):
@@ -206,10 +207,102 @@ def add_constants(
         dims_of.append(dims)
         sizes[i] = size
         labels[i] = label
+
+    def typed_values(t: Type, idx: np.ndarray) -> np.ndarray:
+        # each value array is cast to the type on its own, as ``setInitialValue`` does
+        parts = arrays if idx.size == n else [arrays[k] for k in idx.tolist()]  # (one type)
+        return np.concatenate(parts, dtype=t.numpy, casting="unsafe")
+
+    return _make(graph, what, types, sizes, dims_of, labels, tiles, fast is not None, typed_values)
+
+
+def add_packed_constants(
+    graph: Any, type_: Any, sizes: Any, values: Any, names: Any, tiles: Any, starts: Any
+) -> Constants:
+    """The constants of :meth:`~poplar_api.graph_bulk.BulkGraphMethods.addPackedConstants`:
+    the graph :func:`add_constants` makes of 1-D constants whose values are segments
+    of one array (constant ``i``: ``sizes[i]`` values from ``starts[i]``), checked and
+    cast a column at a time, with no array per constant."""
+    what = "addPackedConstants"
+    sizes = _int_array(sizes, f"{what}: sizes")
+    n = sizes.size
+    if sizes.ndim != 1 or (n and int(sizes.min()) < 0):
+        raise GraphError(
+            f"{what}: sizes must be a 1-D array of element counts >= 0, got shape "
+            f"{list(sizes.shape)}{f' with {int(sizes.min())}' if n else ''}; hint: one size "
+            "per constant"
+        )
+    values = np.asarray(values)
+    if values.ndim != 1:
+        raise TensorError(
+            f"{what}: values must be 1-D (the constants' values one after another), got "
+            f"shape {list(values.shape)}"
+        )
+    if starts is None:
+        total = int(sizes.sum())
+        if values.size != total:
+            raise TensorError(
+                f"{what}: the {n} constants hold {total} elements but {values.size} values "
+                "were given; hint: their values one after another, or give starts"
+            )
+        starts = np.cumsum(sizes) - sizes
+    else:
+        starts = _int_array(starts, f"{what}: starts")
+        if starts.shape != sizes.shape:
+            raise GraphError(
+                f"{what}: {starts.size} starts for {n} sizes; give one start per constant"
+            )
+        ends = starts + sizes
+        bad = np.flatnonzero((starts < 0) | (ends > values.size))
+        if bad.size:
+            i = int(bad[0])
+            raise TensorError(
+                f"{what}: constant {i}: values [{int(starts[i])}, {int(ends[i])}) are not all "
+                f"among the {values.size} values given"
+            )
+    types = _per_constant(type_, n, "types", what)
+    if str in set(map(type, types)):  # Poplar's names ("float", "unsigned int")
+        types = [type_from_name(t) if type(t) is str else t for t in types]
+    if set(map(type, types)) - {Type}:
+        i, t = next((i, t) for i, t in enumerate(types) if not isinstance(t, Type))
+        raise TypeMismatchError(
+            f"{what}: constant {i}: element type {t!r} is not a poplar_api Type (FLOAT, ...)"
+        )
+    labels = _per_constant(names, n, "names", what)
+    if not all(labels):
+        vid0 = len(graph._state.variables)
+        labels = [label or f"var{vid0 + i}" for i, label in enumerate(labels)]
+    dims_of = list(zip(sizes.tolist(), strict=True))
+
+    def typed_values(t: Type, idx: np.ndarray) -> np.ndarray:
+        if idx.size == n and np.array_equal(starts[1:], starts[:-1] + sizes[:-1]):
+            s0 = int(starts[0]) if n else 0
+            picked = values[s0 : s0 + int(sizes.sum())]
+        else:
+            picked = values[_runs(starts[idx], sizes[idx])] if idx.size else values[:0]
+        return picked.astype(t.numpy, casting="unsafe")
+
+    return _make(graph, what, types, sizes, dims_of, labels, tiles, True, typed_values)
+
+
+def _make(
+    graph: Any, what: str, types: list[Type], sizes: np.ndarray, dims_of: list[tuple[int, ...]],
+    labels: list[str], tiles: Any, flat: bool, typed_values: Callable,
+) -> Constants:  # fmt: skip
+    """The constants of checked columns (``flat``: all 1-D): their tiles checked, ids
+    allocated one element size at a time, variables added, and their initial values
+    (``typed_values(t, idx)``: the values of constants ``idx``, all of type ``t``, one
+    after another in ``t``'s dtype) kept as one part per element type."""
+    state = graph._state
+    n = len(types)
+    vid0 = len(state.variables)
     root = None
     if tiles is not None:
-        items = _per_constant(tiles, n, "tiles", what)
-        arr = np.asarray(items) if n else np.zeros(0, np.int64)
+        if type(tiles) is np.ndarray and tiles.shape == (n,) and tiles.dtype.kind in "iu":
+            items, arr = tiles, tiles  # (no Python int per constant)
+        else:
+            items = _per_constant(tiles, n, "tiles", what)
+            arr = np.asarray(items) if n else np.zeros(0, np.int64)
         if arr.dtype.kind not in "iu" or arr.ndim != 1:
             i = next(
                 (
@@ -259,12 +352,11 @@ def add_constants(
         if root is not None:
             space.tile[first : space.size] = np.repeat(root[sel], sizes[sel])
     base_list, size_list = bases.tolist(), sizes.tolist()
-    state.variables.extend(list(types), base_list, size_list, dims_of, labels, True)
-    out = Constants(
-        state, types, bases, sizes, dims_of, labels, None if fast is None else which.reshape(-1)
-    )
-    # initial values: one part per element type (its ids a range when consecutive);
-    # each value array is cast to the type on its own, as ``setInitialValue`` does
+    elements = np.array([t.size for t in distinct], np.int64)[codes]
+    state.variables.extend(list(types), base_list, size_list, dims_of, labels, True, elements)
+    flat_types = which.reshape(-1) if flat else None
+    out = Constants(state, types, bases, sizes, dims_of, labels, flat_types)
+    # initial values: one part per element type (its ids a range when consecutive)
     for t, idx in by_type.items():
         b, s = bases[idx], sizes[idx]
         start, stop = int(b[0]), int(b[-1] + s[-1])
@@ -273,7 +365,5 @@ def add_constants(
         else:
             keep = s > 0
             ids = _runs(b[keep], s[keep])
-        parts = arrays if idx.size == n else [arrays[k] for k in idx.tolist()]  # (one type)
-        vals = np.concatenate(parts, dtype=t.numpy, casting="unsafe")
-        state.initial_parts.append((t, ids, vals))
+        state.initial_parts.append((t, ids, typed_values(t, idx)))
     return out

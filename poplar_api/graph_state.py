@@ -116,8 +116,10 @@ class VariableTable(Sequence[Variable]):
         shapes: list[tuple[int, ...]],
         names: list[str],
         constant: bool,
+        elements: np.ndarray | None = None,
     ) -> None:
-        """Add variables with the next ids, given column by column."""
+        """Add variables with the next ids, given column by column (``elements``: each
+        type's element size in bytes, when known as an array)."""
         self._types += types
         self._bases += bases
         self._sizes += sizes
@@ -125,7 +127,9 @@ class VariableTable(Sequence[Variable]):
         self._names += names
         # as bytes (an array's extend converts a list's items one by one, 0.1 us each)
         self._constant.frombytes(bytes([bool(constant)]) * len(types))
-        self._elements.frombytes(np.fromiter([t.size for t in types], np.int64).tobytes())
+        if elements is None:
+            elements = np.fromiter([t.size for t in types], np.int64, len(types))
+        self._elements.frombytes(np.asarray(elements, np.int64).tobytes())
 
     def name(self, i: int) -> str:
         """Name of variable ``i`` (without making its :class:`Variable`)."""

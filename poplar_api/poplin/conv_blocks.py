@@ -136,20 +136,23 @@ def runs_between(runs: RunIds, a: int, b: int) -> RunIds | None:
 
 @dataclasses.dataclass
 class _Specs:
-    """The constants of a pass, in the order they are made: element types, values
-    (1-D arrays), tiles and names."""
+    """The constants of a pass, in the order they are made: element types, sizes,
+    where each one's values begin in ``pool`` (the values of all of them), tiles and
+    names."""
 
     types: list[Type]
-    values: list[np.ndarray]
+    sizes: np.ndarray
+    starts: np.ndarray
+    pool: np.ndarray
     tiles: np.ndarray
     names: list[str]
 
     def make(self, graph: Graph) -> Constants | None:
-        """All of them, in one ``addConstants`` call (None when there are none)."""
+        """All of them, in one ``addPackedConstants`` call (None when there are none)."""
         if not self.types:
             return None
-        shapes = [[a.size] for a in self.values]
-        return graph.addConstants(self.types, shapes, self.values, self.names, self.tiles.tolist())
+        return graph.addPackedConstants(self.types, self.sizes, self.pool, self.names,
+                                        self.tiles, self.starts)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -714,21 +717,29 @@ def plan_partials(
     zero_spec = start[zero_v]
     total = 2 * n + zero_v.size
     types = np.empty(total, object)
-    # per kind, then per vertex: a kind's worklists type and values (a placeholder
-    # element for a kind without entries)
+    # the values: each kind's worklists (a placeholder element for a kind without
+    # entries), then every vertex's parameters and a zero, as segments of one pool
     kind_types = np.empty(len(kinds_by_shift), object)
-    kind_values = np.empty(len(kinds_by_shift), object)
+    kind_values = [
+        (kind.wl_values if kind.wl_values.size else _ZERO) if kind is not None else _NO_SOURCE
+        for kind in kinds_by_shift
+    ]
     for k, kind in enumerate(kinds_by_shift):
         if kind is not None:
             kind_types[k] = kind.wl_type
-            kind_values[k] = kind.wl_values if kind.wl_values.size else _ZERO
+    kind_sizes = np.array([v.size for v in kind_values], np.int64)
+    kind_starts = np.cumsum(kind_sizes) - kind_sizes
+    at_params = int(kind_sizes.sum())
+    pool = np.concatenate([*kind_values, pvals.reshape(-1), _ZERO])
     types[wl_spec] = kind_types[kind_of]
     types[params_spec] = INT
     types[zero_spec] = act_type
-    values = np.empty(total, object)
-    values[wl_spec] = kind_values[kind_of]
-    values[params_spec] = np.fromiter(iter(pvals), object, n)
-    values[zero_spec] = np.fromiter((_ZERO for _ in range(zero_v.size)), object, zero_v.size)
+    sizes = np.empty(total, np.int64)
+    starts = np.empty(total, np.int64)
+    sizes[wl_spec], starts[wl_spec] = kind_sizes[kind_of], kind_starts[kind_of]
+    sizes[params_spec] = pvals.shape[1]
+    starts[params_spec] = at_params + np.arange(n, dtype=np.int64) * pvals.shape[1]
+    sizes[zero_spec], starts[zero_spec] = 1, pool.size - 1
     names = np.empty(total, object)
     names[wl_spec], names[params_spec], names[zero_spec] = (
         f"{name}/worklists",
@@ -738,7 +749,7 @@ def plan_partials(
     spec_tiles = np.empty(total, np.int64)
     spec_tiles[wl_spec] = spec_tiles[params_spec] = tiles
     spec_tiles[zero_spec] = tiles[zero_v]
-    specs = _Specs(types.tolist(), values.tolist(), spec_tiles, names.tolist())
+    specs = _Specs(types.tolist(), sizes, starts, pool, spec_tiles, names.tolist())
     zero_specs = dict(zip(tiles[zero_v].tolist(), zero_spec.tolist(), strict=True))
     return Partials(tiles, kinds_by_shift, kind_of, estimates, wl_spec, params_spec,
                     ins_field, _fields(ws), _fields(outs), zeros, specs,

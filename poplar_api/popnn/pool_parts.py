@@ -18,7 +18,7 @@ from typing import Any
 import numba
 import numpy as np
 
-__all__ = ["Parts", "box_positions", "choose_tiles", "put_in_order"]
+__all__ = ["Parts", "box_positions", "choose_tiles", "put_in_order", "spans"]
 
 
 @dataclass
@@ -163,3 +163,10 @@ def choose_tiles(owner: np.ndarray, tiles: np.ndarray, sizes: np.ndarray, n: int
     chosen = _greedy(np.ascontiguousarray(tiles, np.int64), np.ascontiguousarray(sizes, np.int64),
                      rank, n)  # fmt: skip
     return map_order[chosen]
+
+
+def spans(begins: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The integers ``begins[k] .. begins[k] + lengths[k] - 1`` of each span in turn."""
+    total = int(lengths.sum())
+    firsts = np.cumsum(lengths) - lengths
+    return np.arange(total, dtype=np.int64) + np.repeat(begins - firsts, lengths)

@@ -28,7 +28,7 @@ from poplar_api.graph import Graph, Segments
 from poplar_api.popnn import estimators as est
 from poplar_api.popnn import pool_vertices as pv
 from poplar_api.popnn.mapping import local_tiles
-from poplar_api.popnn.pool_parts import Parts, box_positions, choose_tiles, put_in_order
+from poplar_api.popnn.pool_parts import Parts, box_positions, choose_tiles, put_in_order, spans
 from poplar_api.tensor import Tensor
 from poplar_api.types import UNSIGNED_INT, UNSIGNED_SHORT, Type
 
@@ -558,26 +558,28 @@ class _Builder:
 
     def _add_all(self, cs, cls, operands, parts, tiles, avg, scale_value):
         """Every pooling vertex of the pass in one ``addVertices`` call, its constants in
-        one ``addConstants`` call (in Poplibs' order per vertex: ``startPos``,
+        one ``addPackedConstants`` call (in Poplibs' order per vertex: ``startPos``,
         ``offsetBase``, worklist, parameters, scale). Returns the output positions and
         their tiles."""
         n, cpg, name, ps = len(parts), self.cpg, self.name, self.ps
-        # a vertex's constants and estimate depend on its geometry and channel groups
-        keys = list(zip(parts.geo.tolist(), (parts.g1 - parts.g0).tolist(), strict=True))
-        of_key: dict[tuple[int, int], tuple[tuple[np.ndarray, ...], int]] = {}
-        for key in keys:
-            if key not in of_key:
-                geo, nchg = parts.geos[key[0]], key[1]
-                params = np.array([geo.init_info, nchg - 1, cpg, ps.in_step, ps.out_step,
-                                   geo.in_slice * cpg, geo.init_info * cpg])  # fmt: skip
-                arrays: tuple[np.ndarray, ...] = (geo.start_pos, geo.base, geo.work_list, params)
-                if self.kind == "sum":
-                    scale = self.avg_scale(geo)[0] if avg else scale_value
-                    arrays += (np.asarray([scale]),)
-                of_key[key] = arrays, self.estimate(geo, nchg)
-        values: list[np.ndarray] = []
-        for key in keys:
-            values += of_key[key][0]
+        # a vertex's constants and estimate depend on its geometry and channel groups:
+        # made once per distinct pair, each vertex's constants segments of their values
+        nchg = parts.g1 - parts.g0
+        pairs, first, pair_of = np.unique(
+            parts.geo * (int(nchg.max()) + 1) + nchg, return_index=True, return_inverse=True
+        )
+        pair_of = pair_of.reshape(-1)
+        arrays: list[np.ndarray] = []
+        key_est = np.empty(pairs.size, np.int64)
+        for u, f in enumerate(first.tolist()):
+            geo, nc = parts.geos[int(parts.geo[f])], int(nchg[f])
+            params = np.array([geo.init_info, nc - 1, cpg, ps.in_step, ps.out_step,
+                               geo.in_slice * cpg, geo.init_info * cpg])  # fmt: skip
+            arrays += [geo.start_pos, geo.base, geo.work_list, params]
+            if self.kind == "sum":
+                scale = self.avg_scale(geo)[0] if avg else scale_value
+                arrays.append(np.asarray([scale]))
+            key_est[u] = self.estimate(geo, nc)
         types = [UNSIGNED_SHORT, UNSIGNED_SHORT, UNSIGNED_SHORT, UNSIGNED_INT]
         names = [f"{name}/ContextStartPos", f"{name}/OffsetBase", f"{name}/worklist",
                  f"{name}/params"]  # fmt: skip
@@ -585,9 +587,13 @@ class _Builder:
             types.append(self.typ)
             names.append(f"{name}/scale")
         per = len(types)
-        made = self.graph.addConstants(
-            types * n, [[a.size] for a in values], values, names * n, np.repeat(tiles, per).tolist()
-        )
+        flat_sizes = np.array([a.size for a in arrays], np.int64)
+        key_sizes = flat_sizes.reshape(pairs.size, per)
+        key_starts = (np.cumsum(flat_sizes) - flat_sizes).reshape(pairs.size, per)
+        made = self.graph.addPackedConstants(
+            types * n, key_sizes[pair_of].reshape(-1), np.concatenate(arrays), names * n,
+            np.repeat(tiles, per), key_starts[pair_of].reshape(-1),
+        )  # fmt: skip
         conns: dict[str, Any] = {}
         out_pos = out_sizes = None
         for o in operands:
@@ -602,14 +608,17 @@ class _Builder:
 
         conns["startPos"] = consts(0)
         conns["offsetBase"] = consts(1)
-        rows = [g.row_sizes for g in parts.geometries()]
-        vectors = np.fromiter((r.size for r in rows), np.int64, n)
-        conns["workList"] = Segments(made.concat(base + 2), np.concatenate(rows), vectors)
+        # each vertex's worklist rows: its geometry's, segments of all geometries' rows
+        rows = [g.row_sizes for g in parts.geos]
+        geo_rows = np.array([r.size for r in rows], np.int64)
+        vectors = geo_rows[parts.geo]
+        at = (np.cumsum(geo_rows) - geo_rows)[parts.geo]
+        row_sizes = np.concatenate(rows)[spans(at, vectors)]
+        conns["workList"] = Segments(made.concat(base + 2), row_sizes, vectors)
         conns["params"] = consts(3)
         if self.kind == "sum":
             conns["scale"] = consts(4)
-        estimates = np.fromiter((of_key[key][1] for key in keys), np.int64, n)
-        self.graph.addVertices(cs, cls, tiles, conns, estimates)
+        self.graph.addVertices(cs, cls, tiles, conns, key_est[pair_of])
         return out_pos, np.repeat(tiles, out_sizes)
 
     def _constants(self, v: _Vertex, geo, groups, nchg, out, avg, scale_value) -> None:
