@@ -91,6 +91,26 @@ def test_map_plan_and_a_linear_mapping_over_a_full_chip():
         assert getattr(got, field).tolist() == getattr(want, field).tolist(), field
 
 
+@pytest.mark.parametrize("many", [6, 300])
+def test_a_tile_of_many_regions_among_tiles_of_one(many: int) -> None:
+    """Tiles grouped by their region sizes as rows padded to the most regions a tile
+    has (6 on tile 0), or tile by tile when that would be far more than the regions
+    (300 on tile 0, one on each of 63 others): the same plan as per tile either way."""
+    from poplar_api.poputil import mapTensorLinearly
+
+    graph = _graph(64)
+    x = graph.addVariable(FLOAT, [4000], "x")
+    mapTensorLinearly(graph, x)
+    for i in range(0, 2 * many, 2):  # every other element of the first ones on tile 0
+        graph.setTileMapping(x.slice(i + 100, i + 101), 0)
+    for kind in ("general", "fill"):
+        plan_tile = _plans(graph)[kind]
+        got, want = plan_tiles(graph, x, "test", plan_tile), _per_tile(graph, x, plan_tile)
+        assert got.classes == want.classes
+        for field in ("tiles", "rows", "counts", "sizes", "positions"):
+            assert getattr(got, field).tolist() == getattr(want, field).tolist(), field
+
+
 @pytest.mark.parametrize("case", ["permutation", "consecutive", "repeats", "one", "empty"])
 def test_regions_are_runs_of_consecutive_ids_on_one_tile(case: str) -> None:
     """layout._regions against numpy: the positions sorted by id (stable), cut where the

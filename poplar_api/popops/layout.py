@@ -389,10 +389,7 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
     first = np.flatnonzero(np.concatenate(([True], r_tile[1:] != r_tile[:-1])))
     count = np.diff(np.append(first, r_tile.size))
     tile_of = r_tile[first].astype(np.int64)
-    sizes = r_size.tolist()
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for k, (f, n) in enumerate(zip(first.tolist(), count.tolist(), strict=True)):
-        groups.setdefault(tuple(sizes[f : f + n]), []).append(k)
+    groups = _size_groups(r_size, first, count)
     t = tile_of.size
     lens = np.zeros((3, t), np.int64)  # per tile: vertices, pieces, positions
     parts: list[tuple] = []  # per group: its columns, tile after tile
@@ -402,9 +399,9 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
         template = plan_tile([np.arange(a, b) for a, b in itertools.pairwise(offsets.tolist())])
         local = [p for _, pieces, _ in template for p in pieces]
         at = np.concatenate(local) if local else np.zeros(0, np.int64)
-        held = np.empty((ks.size, int(offsets[-1])), np.int64)  # each tile's positions
-        for j, (a, b) in enumerate(itertools.pairwise(offsets.tolist())):
-            held[:, a:b] = r_start[first[ks] + j][:, None] + np.arange(b - a)
+        # each tile's positions the template takes: region j(i) at offset o(i) of it
+        j_of = np.searchsorted(offsets, at, side="right") - 1
+        held = r_start[first[ks][:, None] + j_of[None, :]] + (at - offsets[j_of])[None, :]
         m = ks.size
         parts.append((
             ks,
@@ -412,7 +409,7 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
             np.tile(np.fromiter((r for *_, r in template), bool, len(template)), m),
             np.tile(np.fromiter((len(p) for _, p, _ in template), np.int64, len(template)), m),
             np.tile(np.fromiter((p.size for p in local), np.int64, len(local)), m),
-            order[held][:, at].reshape(-1),
+            order[held].reshape(-1),
         ))  # fmt: skip
         lens[:, ks] = np.array([[len(template)], [len(local)], [at.size]])
     # the groups' columns, put back in tile order
@@ -438,19 +435,60 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
     )
 
 
+def _size_groups(
+    r_size: np.ndarray, first: np.ndarray, count: np.ndarray
+) -> dict[tuple[int, ...], list[int]]:
+    """The tiles of each distinct list of region sizes (tile ``k``'s regions are
+    ``r_size[first[k] : first[k] + count[k]]``), lists in order of first use, each
+    tile's in order: tiles of one region size, and tiles padded to the most regions
+    any has, grouped by one ``unique`` of their rows (no tuple made per tile)."""
+    t = first.size
+    widest = int(count.max()) if t else 0
+    if widest == 1:  # (one region a tile: the common case)
+        rows = r_size[first].reshape(t, 1)
+    elif t * widest <= 4 * r_size.size + 1024:
+        rows = np.full((t, widest), -1, np.int64)  # (-1: no region there)
+        k = np.repeat(np.arange(t, dtype=np.int64), count)
+        rows[k, np.arange(r_size.size) - np.repeat(first, count)] = r_size
+    else:  # a few tiles of many regions: their lists one at a time
+        sizes = r_size.tolist()
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for k, (f, n) in enumerate(zip(first.tolist(), count.tolist(), strict=True)):
+            groups.setdefault(tuple(sizes[f : f + n]), []).append(k)
+        return groups
+    axis = None if widest == 1 else 0  # (one column: a plain unique, no rows compared)
+    _, firsts, which = np.unique(rows, axis=axis, return_index=True, return_inverse=True)
+    by_group = np.argsort(which.reshape(-1), kind="stable")  # (each group's tiles in order)
+    ends = np.cumsum(np.bincount(which.reshape(-1), minlength=firsts.size)).tolist()
+    out: dict[tuple[int, ...], list[int]] = {}
+    for g in np.argsort(firsts, kind="stable").tolist():  # in order of first use
+        f = int(firsts[g])
+        key = tuple(r_size[first[f] : first[f] + count[f]].tolist())
+        out[key] = by_group[ends[g - 1] if g else 0 : ends[g]].tolist()
+    return out
+
+
 def _tile_order(parts: list[tuple], lens: np.ndarray) -> np.ndarray:
     """The groups' positions (``part[5]``: a row of ``lens[k]`` per member tile ``k``
-    of ``part[0]``) tile after tile, copied row by row into one array: no array of
-    where each one goes (the elements of a large operand, several times over)."""
+    of ``part[0]``) tile after tile, copied row by row into one array by one compiled
+    pass per group: no array of where each one goes (the elements of a large operand,
+    several times over)."""
     out = np.empty(int(lens.sum()), np.int64)
-    at = (np.cumsum(lens) - lens).tolist()
+    at = np.cumsum(lens) - lens
     for part in parts:
         ks = part[0]
-        rows = part[5].reshape(ks.size, -1)
-        width = rows.shape[1]
-        for j, k in enumerate(ks.tolist()):
-            out[at[k] : at[k] + width] = rows[j]
+        _place_rows(out, at[ks], _readonly(part[5].reshape(ks.size, -1)))
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _place_rows(out, at, rows):  # pragma: no cover - compiled
+    """``out[at[j] : at[j] + width] = rows[j]`` for every row ``j``."""
+    width = rows.shape[1]
+    for j in range(rows.shape[0]):
+        s = at[j]
+        for i in range(width):
+            out[s + i] = rows[j, i]
 
 
 def add_vertices(
