@@ -168,3 +168,25 @@ def test_rows_of_a_separable_source_equal_the_gathered_ones(first):
     assert runs is not None and want_runs is not None
     np.testing.assert_array_equal(runs.runs.starts, want_runs.runs.starts)
     np.testing.assert_array_equal(runs.runs.firsts, want_runs.runs.firsts)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        np.random.default_rng(0).integers(0, 4, (200, 3)),  # many repeats, numbered
+        np.random.default_rng(1).integers(0, 50, (60, 5)),
+        np.array([[3, -1], [0, 2], [3, -1], [-5, 7]]),  # negative: numpy's own unique
+        np.array([[2**40, 1], [2**40, 0], [5, 2**30]]),  # codes past 2**62: numpy's
+        np.zeros((4, 0), np.int64),
+        np.array([[7, 1, 2]]),
+    ],
+)
+def test_first_rows_are_numpys_unique_rows(rows: np.ndarray) -> None:
+    """``first_rows`` gives the first occurrences and inverse of ``np.unique(axis=0)``
+    (the same distinct rows in the same order), however it finds them."""
+    from poplar_api.poplin.conv_ids import first_rows
+
+    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    got_first, got_inverse = first_rows(rows)
+    assert got_first.tolist() == first.tolist()
+    assert got_inverse.tolist() == inverse.reshape(-1).tolist()

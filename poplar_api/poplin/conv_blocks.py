@@ -28,7 +28,7 @@ import numpy as np
 
 from poplar_api.graph import Constants, Graph, Segments
 from poplar_api.graph_connections import RunSegments
-from poplar_api.poplin.conv_ids import SeparableIds, piece_positions, separable_ids
+from poplar_api.poplin.conv_ids import SeparableIds, first_rows, piece_positions, separable_ids
 from poplar_api.poplin.conv_params import ConvParams, dim_maps
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.conv_vertex_estimates import geometry_cache, partial_estimate, vertex_method
@@ -620,8 +620,7 @@ def plan_partials(
     ext = hi[vb] - lo[vb]
     # vertices of one shape: the same kind (shift class) and extents of every dimension
     key = np.concatenate([sid[vb, None], ext], 1)
-    _, first, cls_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    cls_of = cls_of.reshape(-1)
+    first, cls_of = first_rows(key)
     act_c = np.ascontiguousarray(act_pos)
     ker_c = np.ascontiguousarray(ker_pos)
     act_st = np.array(act_c.strides, np.int64) // act_c.itemsize

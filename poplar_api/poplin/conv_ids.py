@@ -16,12 +16,13 @@ are those of the pattern, found once per shape of block.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numba
 import numpy as np
 
-__all__ = ["SeparableIds", "piece_positions", "separable_ids"]
+__all__ = ["SeparableIds", "first_rows", "piece_positions", "separable_ids"]
 
 _NONE = np.zeros(0, np.int64)
 
@@ -112,8 +113,7 @@ class SeparableIds:
         if not classes.any():
             everyone = np.arange(index.shape[0])
             return [(everyone, bases, pattern + self._odd_terms(index[0], rel, odd))]
-        _, first, which = np.unique(classes, axis=0, return_index=True, return_inverse=True)
-        which = which.reshape(-1)
+        first, which = first_rows(classes)
         out = []
         for c, f in enumerate(first.tolist()):
             sel = np.flatnonzero(which == c)
@@ -128,6 +128,23 @@ class SeparableIds:
             table = self.tables[d]
             out += table[at[d] + rel[:, d]] - table[at[d]]
         return out
+
+
+def first_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each distinct row of the int matrix ``rows`` first occurs and each row's
+    distinct row, as ``np.unique(rows, axis=0, return_index=True,
+    return_inverse=True)`` gives them (rows in lexicographic order): rows of
+    non-negative ints numbered in that order (``ravel_multi_index``, row-major) and
+    the numbers made unique, where numpy compares the rows as records."""
+    rows = np.asarray(rows)
+    if rows.ndim == 2 and rows.shape[0] and rows.shape[1] and int(rows.min()) >= 0:
+        dims = (rows.max(0) + 1).tolist()
+        if math.prod(dims) < 1 << 62:
+            codes = np.ravel_multi_index(tuple(rows.T), dims)
+            _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+            return first, inverse.reshape(-1)
+    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 def piece_positions(pieces: Pieces) -> np.ndarray:

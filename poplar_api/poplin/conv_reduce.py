@@ -26,7 +26,7 @@ import numpy as np
 from poplar_api.graph import Graph, Segments
 from poplar_api.graph_connections import RunSegments
 from poplar_api.poplin.conv_blocks import Assembler, block_table, ids_view, pattern
-from poplar_api.poplin.conv_ids import SeparableIds, piece_positions, separable_ids
+from poplar_api.poplin.conv_ids import SeparableIds, first_rows, piece_positions, separable_ids
 from poplar_api.poplin.conv_kernel_split import partial_part_tiles
 from poplar_api.poplin.conv_layout import GroupedView
 from poplar_api.poplin.conv_planner import ConvPlan
@@ -88,8 +88,7 @@ def reduce_partials(
     # first positions and the chunk's positions in a block
     groups = []
     v_tiles = np.empty(nv, np.int64)
-    _, cls_first, cls_of = np.unique(ext, axis=0, return_index=True, return_inverse=True)
-    cls_of = cls_of.reshape(-1)
+    cls_first, cls_of = first_rows(ext)
     for c, f in enumerate(cls_first.tolist()):
         n = int(size[f])
         if n == 0:
