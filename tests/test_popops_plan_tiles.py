@@ -155,3 +155,28 @@ def test_region_tiles_keep_the_dtype_of_the_tiles(dtype) -> None:
     rtile = _regions(ids, tiles)[3]
     assert rtile.dtype == dtype
     assert rtile.tolist() == stile[[0, *cut]].tolist()
+
+
+@pytest.mark.parametrize("columns", [0, 3])
+@pytest.mark.parametrize("shape", ["one", "few", "one of many"])
+def test_tile_groups_are_the_tiles_of_each_list_of_regions(columns: int, shape: str) -> None:
+    """``tile_groups`` against a dict of each tile's tuple of regions built tile by
+    tile (popops' region sizes, and the reductions' (width, rows, inner) rows): the
+    same keys in order of first use, the same tiles in order."""
+    from poplar_api.popops.layout import tile_groups
+
+    rng = np.random.default_rng(columns)
+    tiles = 200
+    count = {"one": np.ones(tiles, np.int64), "few": rng.integers(1, 4, tiles),
+             "one of many": np.where(np.arange(tiles) == 7, 900, 1)}[shape]  # fmt: skip
+    regions = int(count.sum())
+    size = (regions, columns) if columns else (regions,)
+    values = rng.integers(1, 3, size)  # few distinct values: tiles share their lists
+    first = np.cumsum(count) - count
+    want: dict[tuple, list[int]] = {}
+    for k, (f, n) in enumerate(zip(first.tolist(), count.tolist(), strict=True)):
+        part = values[f : f + n].tolist()
+        want.setdefault(tuple(map(tuple, part)) if columns else tuple(part), []).append(k)
+    got = tile_groups(values, first, count)
+    assert list(got) == list(want)
+    assert got == want

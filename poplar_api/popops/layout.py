@@ -14,6 +14,7 @@ elements are exchanged by lowering.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ __all__ = [
     "plan_tiles",
     "split_pieces",
     "split_regions",
+    "tile_groups",
     "tile_regions",
 ]
 
@@ -389,7 +391,7 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
     first = np.flatnonzero(np.concatenate(([True], r_tile[1:] != r_tile[:-1])))
     count = np.diff(np.append(first, r_tile.size))
     tile_of = r_tile[first].astype(np.int64)
-    groups = _size_groups(r_size, first, count)
+    groups = tile_groups(r_size, first, count)
     t = tile_of.size
     lens = np.zeros((3, t), np.int64)  # per tile: vertices, pieces, positions
     parts: list[tuple] = []  # per group: its columns, tile after tile
@@ -435,36 +437,50 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
     )
 
 
-def _size_groups(
-    r_size: np.ndarray, first: np.ndarray, count: np.ndarray
-) -> dict[tuple[int, ...], list[int]]:
-    """The tiles of each distinct list of region sizes (tile ``k``'s regions are
-    ``r_size[first[k] : first[k] + count[k]]``), lists in order of first use, each
-    tile's in order: tiles of one region size, and tiles padded to the most regions
-    any has, grouped by one ``unique`` of their rows (no tuple made per tile)."""
+def tile_groups(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> dict[tuple, list[int]]:
+    """The tiles of each distinct list of regions (tile ``k``'s regions are
+    ``values[first[k] : first[k] + count[k]]``; ``values`` holds ints >= 0, one per
+    region, or a row of them), lists in order of first use, each tile's in order, keyed
+    by the tuple of its regions' values (of their rows' tuples). The tiles' regions as
+    rows, padded with -1 to the most regions any tile has and numbered, are grouped by
+    one ``unique`` (no tuple made per tile); a few tiles of many regions among many of
+    few, whose rows would be far more than the regions, are taken one at a time."""
     t = first.size
+    if t == 0:
+        return {}
+    flat = values.reshape(values.shape[0], -1)
+    width = flat.shape[1]
     widest = int(count.max()) if t else 0
+
+    def key_of(f: int, n: int) -> tuple:
+        part = values[f : f + n].tolist()
+        return tuple(map(tuple, part)) if values.ndim > 1 else tuple(part)
+
     if widest == 1:  # (one region a tile: the common case)
-        rows = r_size[first].reshape(t, 1)
-    elif t * widest <= 4 * r_size.size + 1024:
-        rows = np.full((t, widest), -1, np.int64)  # (-1: no region there)
+        rows = flat[first] + 1
+    elif t * widest <= 4 * values.shape[0] + 1024:
+        rows = np.zeros((t, widest * width), np.int64)  # (0: no region there)
         k = np.repeat(np.arange(t, dtype=np.int64), count)
-        rows[k, np.arange(r_size.size) - np.repeat(first, count)] = r_size
-    else:  # a few tiles of many regions: their lists one at a time
-        sizes = r_size.tolist()
-        groups: dict[tuple[int, ...], list[int]] = {}
+        at = np.arange(values.shape[0]) - np.repeat(first, count)
+        rows.reshape(t, widest, width)[k, at] = flat + 1
+    else:
+        groups: dict[tuple, list[int]] = {}
         for k, (f, n) in enumerate(zip(first.tolist(), count.tolist(), strict=True)):
-            groups.setdefault(tuple(sizes[f : f + n]), []).append(k)
+            groups.setdefault(key_of(f, n), []).append(k)
         return groups
-    axis = None if widest == 1 else 0  # (one column: a plain unique, no rows compared)
+    dims = (rows.max(0) + 1).tolist()
+    if math.prod(dims) < 1 << 62:  # rows numbered in their order: a plain unique
+        rows = np.ravel_multi_index(tuple(rows.T), dims)
+    axis = None if rows.ndim == 1 else 0
     _, firsts, which = np.unique(rows, axis=axis, return_index=True, return_inverse=True)
     by_group = np.argsort(which.reshape(-1), kind="stable")  # (each group's tiles in order)
     ends = np.cumsum(np.bincount(which.reshape(-1), minlength=firsts.size)).tolist()
-    out: dict[tuple[int, ...], list[int]] = {}
+    out: dict[tuple, list[int]] = {}
     for g in np.argsort(firsts, kind="stable").tolist():  # in order of first use
         f = int(firsts[g])
-        key = tuple(r_size[first[f] : first[f] + count[f]].tolist())
-        out[key] = by_group[ends[g - 1] if g else 0 : ends[g]].tolist()
+        out[key_of(int(first[f]), int(count[f]))] = by_group[
+            ends[g - 1] if g else 0 : ends[g]
+        ].tolist()
     return out
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from poplar_api.popops.layout import tile_groups
 from poplar_api.popops.reduce_connect import Ctx, connect_tile, grain_for_op, split_regions
 from poplar_api.popops.reduce_vertices import Operation, reduce_vertex
 from poplar_api.types import FLOAT, HALF, Type
@@ -151,11 +152,13 @@ def run_stage(
     t_end = np.append(t_first[1:], stage.r_tile.size)
     tiles = stage.r_tile[t_first]
     ga = stage.r_first[t_first]
-    keys: dict[tuple, list[int]] = {}
-    rw, rr, ri = stage.r_w.tolist(), stage.r_rows.tolist(), stage.r_inner.tolist()
-    for k, (a, b) in enumerate(zip(t_first.tolist(), t_end.tolist(), strict=True)):
-        key = tuple(zip(rw[a:b], rr[a:b], ri[a:b], strict=True))
-        keys.setdefault(key, []).append(k)
+    # the tiles of each distinct list of regions (width, rows, inner factor): one
+    # template each
+    if stage.r_tile.size:
+        regions = np.stack([stage.r_w, stage.r_rows, stage.r_inner], 1).astype(np.int64)
+        keys = tile_groups(regions, t_first, t_end - t_first)
+    else:
+        keys = {(): [0]}
     templates = {key: connect_tile(key, ctx) for key in keys}
     num_cs = max(t.num_cs for t in templates.values())
     temp_sizes = np.zeros(tiles.size, np.int64)
