@@ -102,6 +102,34 @@ def test_the_partition_variables() -> None:
     assert (np.prod([s[k] for k in SPLITS], axis=0) <= 1472).all()
 
 
+def test_the_partitions_are_enumerated_once_per_grains() -> None:
+    """Two groupings of the same channel grains share one enumeration (the grid is kept by
+    what it depends on), each call gets a dict of its own over read-only arrays, the same
+    partitions as one enumerated here with itertools, and ``shared_plans.clear`` forgets
+    the grids."""
+    import itertools
+
+    from poplar_api.poplin import shared_plans
+    from poplar_api.poplin.poplibs_conv2d_model import _partition_grid
+
+    t = preset_target("mk2-ipumodel")
+    params = poplin.ConvParams(FLOAT, 2, [6, 5], [3, 3], 8, 16)  # (4 x 3 outputs)
+    shared_plans.clear()
+    a = _partitions(params, t, "AMP", (8, 16))  # (1 input and 1 output grain)
+    b = _partitions(params, t, "AMP", (4, 8))  # (2 and 2: another grid)
+    c = _partitions(params, t, "AMP", (16, 16))  # (1 and 1: the first one's)
+    assert _partition_grid.cache_info().currsize == 2 and c is not a
+    assert all(c[k] is a[k] and not a[k].flags.writeable for k in SPLITS)
+    least = {1: [1], 2: [1, 2], 3: [1, 2, 3], 4: [1, 2, 4]}  # (least splits of n)
+    for got, grains in ((a, (1, 1)), (b, (2, 2))):
+        want = [p for p in itertools.product(least[2], least[4], least[3], least[3],
+                                             least[grains[1]], least[grains[0]])
+                if math.prod(p) <= t.getNumTiles()]  # fmt: skip
+        assert sorted(zip(*(got[k].tolist() for k in SPLITS), strict=True)) == sorted(want)
+    shared_plans.clear()
+    assert _partition_grid.cache_info().currsize == 0
+
+
 @pytest.mark.parametrize(
     "params,preset,text",
     [

@@ -216,3 +216,43 @@ def test_nx1_floor_bounds_every_tile_estimate() -> None:
                                 int(cit[i]), int(cot[i]), workers)
                    for i in np.flatnonzero(at)]  # fmt: skip
             assert (low <= np.array(est)).all(), vertex
+
+
+def _bounds_ratio(sub, rearrange, vertex, target):
+    """``_vertex_floor`` of ``sub`` with ``vertex`` and the least of its partitions' cycles
+    as ``form_costs`` gives them with nothing estimated (other terms plus least partial
+    sums)."""
+    parts = pfc._partitions(sub, target, vertex[1], vertex[2])
+    low = pfp._vertex_floor(sub, vertex, target)
+    bounds = pfc.form_costs(sub, target, vertex, parts, rearrange, floor=True, limit=-1)
+    return low, int(bounds["cycles"].min()), parts
+
+
+def test_vertex_floor_bounds_every_partition() -> None:
+    """A candidate's bound before any partition is made (``_vertex_floor``) is at most
+    every partition's cycles as ``form_costs`` gives them with nothing estimated (what a
+    floor with a limit below that bound gives each), for every form and swapped bound of
+    the small shapes and the 20x20 5x5 floor case, each AMP candidate; and it is no
+    trivial bound: it reaches half of the least such cycles in some case of the latter."""
+    target = _target()
+    ratios = []
+    for params in [*SMALL.values(), CONVS["batch 1, 5x5, 20x20"][0]]:
+        for sub, rearrange in _subs(params):
+            for vertex in amp_candidates(target):
+                low, least, _ = _bounds_ratio(sub, rearrange, vertex, target)
+                assert 0 < low <= least, (params, vertex, low, least)
+                ratios.append(low / least)
+    assert max(ratios) > 0.5, ratios
+
+
+@pytest.mark.slow  # (every partition of 144 candidates estimated: about 10 s of CPU)
+@pytest.mark.parametrize("name", SMALL)
+def test_vertex_floor_bounds_every_full_cost(name) -> None:
+    """``_vertex_floor`` is at most the full cost of every partition the MAC inequality
+    allows, for every form and swapped bound and each AMP candidate."""
+    target = _target()
+    for sub, rearrange in _subs(SMALL[name]):
+        for vertex in amp_candidates(target):
+            low, _, parts = _bounds_ratio(sub, rearrange, vertex, target)
+            full = pfc.form_costs(sub, target, vertex, parts, rearrange, floor=True)
+            assert low <= full["cycles"][full["ok"]].min(initial=np.iinfo(np.int64).max)

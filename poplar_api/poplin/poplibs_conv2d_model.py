@@ -50,6 +50,7 @@ Poplibs' plan, not that plan. Derived from the source, not a port.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -354,23 +355,41 @@ def _partitions(
     params: ConvParams, target: Any, method: str, groups: tuple[int, int]
 ) -> dict[str, np.ndarray]:
     """``constructModel``'s partitions of the family (SLIC: one input- and output-channel
-    grain a tile, ``addSLICConstraints``)."""
-    tiles = target.getNumTiles()
+    grain a tile, ``addSLICConstraints``): :func:`_partition_grid` of what they depend on
+    (a new dict of its read-only arrays)."""
     icg, ocg = groups
-    out_shape = [int(x) for x in params.getOutputFieldShape()]
-    axes = [
-        _splits(params.batchSize, tiles)[0],
-        _splits(out_shape[0], tiles)[0],
-        _splits(out_shape[1], tiles)[0],
-        _splits(int(params.kernelShape[0]), tiles)[0],
-        _splits(-(-params.outputChannelsPerConvGroup // ocg), tiles)[0],
-        _splits(-(-params.inputChannelsPerConvGroup // icg), tiles)[0],
-    ]
-    if method == "SLIC":
+    rows, cols = (int(x) for x in params.getOutputFieldShape())
+    grid = _partition_grid(params.batchSize, rows, cols, int(params.kernelShape[0]),
+                           -(-params.outputChannelsPerConvGroup // ocg),
+                           -(-params.inputChannelsPerConvGroup // icg), target.getNumTiles(),
+                           method == "SLIC")  # fmt: skip
+    return dict(grid)
+
+
+#: Partition grids :func:`_partition_grid` keeps (least recently used dropped first).
+GRIDS = 128
+
+
+@functools.lru_cache(maxsize=GRIDS)
+def _partition_grid(
+    batch: int, rows: int, cols: int, kernel: int, out_grains: int, in_grains: int,
+    tiles: int, slic: bool,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """The partitions by :data:`SPLITS` of a batch, output rows and columns, outer kernel
+    dimension and output and input channel grains over at most ``tiles`` tiles: every
+    product of each one's least splits (``_splits``) within ``tiles`` (SLIC's channels
+    whole). Its arguments are all it reads, so a plan search asks for the same grid for
+    the candidates and forms of the same grains: it is enumerated once (the arrays are
+    read-only; ``shared_plans.clear`` forgets them)."""
+    axes = [_splits(n, tiles)[0] for n in (batch, rows, cols, kernel, out_grains, in_grains)]
+    if slic:
         axes[4], axes[5] = axes[4][-1:], axes[5][-1:]  # (one grain a tile)
     grids = [g.ravel() for g in np.meshgrid(*axes, indexing="ij")]
     keep = np.prod(grids, axis=0) <= tiles
-    return {name: g[keep] for name, g in zip(SPLITS, grids, strict=True)}
+    out = {name: g[keep] for name, g in zip(SPLITS, grids, strict=True)}
+    for v in out.values():
+        v.setflags(write=False)
+    return out
 
 
 #: The partitions :func:`_least_partitions` costs first (those of the least lower bounds).

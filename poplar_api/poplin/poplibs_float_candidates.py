@@ -64,6 +64,7 @@ fewest cycles within the memory bound (``createPlan``, ``runPlanner`` in
 
 from __future__ import annotations
 
+import functools
 import math
 from itertools import combinations
 from typing import Any
@@ -221,17 +222,22 @@ def amp_float_1x1_cycles(
     ft, cit, cot = np.broadcast_arrays(*(np.asarray(x, np.int64) for x in (ft, cit, cot)))
     rows = np.stack([ft.ravel(), cit.ravel(), cot.ravel()], axis=1)
     uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-    per = []
-    for f, ci, co in uniq.tolist():
-        elems = [f // workers + (w < f % workers) for w in range(workers)]
-        per.append(amp.conv_partial_1x1_cycles(
-            [n for n in elems if n], num_in_groups=-(-ci // icg), num_out_groups=-(-co // ocg),
-            out_chans_per_group=ocg, weight_bytes_per_conv_unit=FLOAT_WEIGHTS_PER_CONV_UNIT
-            * FLOAT.size, num_conv_units=units,
-            coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE // 2,
-            num_worker_contexts=workers, float_activations=True, float_partials=True,
-        ))  # fmt: skip
+    per = [_float_1x1(f, ci, co, icg, ocg, units, workers) for f, ci, co in uniq.tolist()]
     return np.array(per, np.int64)[inv.ravel()].reshape(ft.shape)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _float_1x1(f: int, ci: int, co: int, icg: int, ocg: int, units: int, workers: int) -> int:
+    """:func:`amp_float_1x1_cycles` of one tile (remembered: its arguments are all it
+    reads, and a plan search prices the same tiles for many partitions)."""
+    elems = [f // workers + (w < f % workers) for w in range(workers)]
+    return amp.conv_partial_1x1_cycles(
+        [n for n in elems if n], num_in_groups=-(-ci // icg), num_out_groups=-(-co // ocg),
+        out_chans_per_group=ocg, weight_bytes_per_conv_unit=FLOAT_WEIGHTS_PER_CONV_UNIT
+        * FLOAT.size, num_conv_units=units,
+        coeff_load_bytes_per_cycle=amp.AMP_COEFF_LOAD_BYTES_PER_CYCLE // 2,
+        num_worker_contexts=workers, float_activations=True, float_partials=True,
+    )  # fmt: skip
 
 
 def _least_splits(grains: int, tiles: int) -> np.ndarray:

@@ -84,6 +84,7 @@ from poplar_api.poplin.poplibs_float_partials import (
     _iteration_floor,
     _nx1_floor,
     _partial,
+    _vertex_floor,
     _vertex_name,
 )
 from poplar_api.poplin.poplibs_matmul_model import (
@@ -553,12 +554,16 @@ def _one_pass_floor(
     sub: ConvParams, target: Any, rearrange: tuple[bool, bool, bool], limit: int
 ) -> int:
     """The least :func:`form_costs` floor of ``sub`` over the AMP candidates and
-    partitions (no memory bound: it only removes candidates), exact up to ``limit``."""
+    partitions (no memory bound: it only removes candidates), exact up to ``limit``. A
+    candidate whose bound before any partition is made (:func:`_vertex_floor`) passes
+    ``limit`` is not costed: that bound stands for it (every partition costs more)."""
     best = None
     for vertex in amp_candidates(target):
-        c = form_costs(sub, target, vertex, _partitions(sub, target, vertex[1], vertex[2]),
-                       rearrange, floor=True, limit=limit)  # fmt: skip
-        low = int(c["cycles"].min())
+        low = _vertex_floor(sub, vertex, target)
+        if low <= limit:
+            c = form_costs(sub, target, vertex, _partitions(sub, target, vertex[1], vertex[2]),
+                           rearrange, floor=True, limit=limit)  # fmt: skip
+            low = int(c["cycles"].min())
         best = low if best is None else min(best, low)
     assert best is not None
     return best
@@ -688,6 +693,8 @@ def _serial_floor(
             counts = np.arange(2, min(grains, limit // _LEAST_VERTEX) + 1, dtype=np.int64)
             # (a count of the same iteration as a smaller count costs more: not tried)
             counts = counts[-(-grains // counts) != -(-grains // (counts - 1))]
+            if not counts.size:
+                continue  # (fewer than two grains: no serial split of this kind)
             sizes = -(-grains // counts) * grain
             lows = _count_floors(sub, vertex, counts, sizes, kind, per_it, target)
             for count, n, low in zip(counts.tolist(), sizes.tolist(), lows.tolist(),

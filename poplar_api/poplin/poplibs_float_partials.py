@@ -27,6 +27,7 @@ from poplar_api.poplin.conv_estimators import (
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.poplibs_amp_estimates import COEFF_LOAD_BYTES_PER_CYCLE, _nx1
 from poplar_api.poplin.poplibs_float_candidates import (
+    FLOAT_LOAD_ELEMS,
     FLOAT_WEIGHTS_PER_CONV_UNIT,
     amp_candidates,
     amp_float_1x1_cycles,
@@ -115,3 +116,30 @@ def _iteration_floor(sub: ConvParams, vertex: tuple[int, int, int], target: Any)
     inner = int(sub.kernelShape[1])
     one = vertex[1] == FLOAT_WEIGHTS_PER_CONV_UNIT and sub.batchSize == 1 and inner == 1
     return _LEAST_VERTEX if one else _inner_kernel_floor(inner, target)
+
+
+def _vertex_floor(sub: ConvParams, vertex: tuple[int, int, int], target: Any) -> int:
+    """A lower bound, over every partition of the form ``sub`` with the AMP ``vertex``, of
+    the least partial sums :func:`~.poplibs_float_conv2d.form_costs` gives a partition it
+    does not estimate (computed before any partition is made): the MAC inequality's
+    ``ceil(MACs / (units x 2) / used)`` with ``used <= T`` tiles, and where no tile can run
+    ``ConvPartial1x1Out`` (a weight height above 1, a batch or a kernel wider than 1),
+    :func:`_nx1_floor`'s ``8 x passes`` cycles for each of a tile's positions, kernel
+    positions over the weight height and input and output groups, a tile having at least
+    ``1 / T`` of their product over the whole form (``ceil(g / s) s >= g`` for each
+    split). Every other term of a partition's cycles is at least 0, so a form whose bound
+    passes a limit has every partition above it."""
+    units, icg, ocg = vertex
+    height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
+    tiles = target.getNumTiles()
+    rows, cols = (int(x) for x in sub.getOutputFieldShape())
+    kh, kw = (int(x) for x in sub.kernelShape)
+    ci_g = -(-sub.inputChannelsPerConvGroup // icg)
+    co_g = -(-sub.outputChannelsPerConvGroup // ocg)
+    positions = sub.batchSize * rows * cols
+    rate_macs = positions * kh * kw * ci_g * icg * co_g * ocg // (units * FLOAT_LOAD_ELEMS)
+    least = -(-rate_macs // tiles)
+    if height != 1 or sub.batchSize != 1 or kw != 1:
+        work = ci_g * co_g * -(-kh // height) * kw * positions
+        least = max(least, 8 * (ocg // units) * -(-work // tiles))
+    return int(least)

@@ -40,6 +40,7 @@ from typing import Any
 from ipusim.config import config_hash
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
+from poplar_api.poplin.poplibs_conv2d_model import _partition_grid
 
 __all__ = ["MAX_PLANS", "clear", "plan_key", "shared_plan", "size"]
 
@@ -87,8 +88,11 @@ def shared_plan(
 
 
 def clear() -> None:
-    """Forget every plan kept for the process."""
+    """Forget every plan kept for the process, and the partition grids the planners
+    enumerated (:func:`~.poplibs_conv2d_model._partition_grid`), so that the next search
+    pays for what a program's first search pays."""
     _PLANS.clear()
+    _partition_grid.cache_clear()
 
 
 def size() -> int:
