@@ -384,9 +384,15 @@ def _partition_grid(
     axes = [_splits(n, tiles)[0] for n in (batch, rows, cols, kernel, out_grains, in_grains)]
     if slic:
         axes[4], axes[5] = axes[4][-1:], axes[5][-1:]  # (one grain a tile)
-    grids = [g.ravel() for g in np.meshgrid(*axes, indexing="ij")]
-    keep = np.prod(grids, axis=0) <= tiles
-    out = {name: g[keep] for name, g in zip(SPLITS, grids, strict=True)}
+    # the rows of np.meshgrid(*axes, indexing="ij") in its order, an axis at a time: a
+    # prefix whose product passes the tiles is dropped before the next axis multiplies it
+    columns, product = [axes[0]], axes[0]
+    for axis in axes[1:]:
+        at = np.flatnonzero(np.multiply.outer(product, axis).ravel() <= tiles)
+        prefix, value = np.divmod(at, axis.size)
+        columns = [c[prefix] for c in columns] + [axis[value]]
+        product = product[prefix] * columns[-1]
+    out = dict(zip(SPLITS, columns, strict=True))
     for v in out.values():
         v.setflags(write=False)
     return out
