@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from replica_harness import matmul_engine
 
-from poplar_api import FLOAT, Engine, Graph, IPUModel, poplin, popops
+from poplar_api import FLOAT, Engine, Graph, IPUModel, popops
 from poplar_api import program as prog
 from poplar_api.field_images import ImageField
 from poplar_api.replica_constants import ConstantsAlike
@@ -68,16 +69,7 @@ def _matmuls(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, int]:
     replica's image), and how often a field's replicas were compared."""
     runs_, replicas, m, k = x.shape
     n = w.shape[2]
-    device = _device(replicas)
-    g = Graph(device.getTarget(), replication_factor=replicas)
-    poplin.addCodelets(g)
-    a = poplin.createMatMulInputLHS(g, FLOAT, [m, k], [k, n], "x")
-    b = poplin.createMatMulInputRHS(g, FLOAT, [m, k], [k, n], "w")
-    seq = prog.Sequence(prog.Copy(g.addHostToDeviceFIFO("in", FLOAT, m * k), a))
-    y = poplin.matMul(g, a, b, seq, "mm")
-    seq.add(prog.Copy(y, g.addDeviceToHostFIFO("out", FLOAT, m * n)))
-    g.createHostWrite("w", b)
-    e = Engine(g, seq)
+    e, device = matmul_engine(replicas, FLOAT, m, k, n)
     e.load(device)
     e.writeTensor("w", w)
     outs = np.zeros((runs_, replicas, m * n), np.float32)

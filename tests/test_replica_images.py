@@ -277,22 +277,10 @@ def _matmul_engine(
 ) -> np.ndarray:
     """``x @ w`` of every replica (``poplin.matMul`` on the ``tiny`` IPU Model, one IPU per
     replica, the convolution partial vertices), as the engine computes it."""
-    from poplar_api import Engine, Graph, IPUModel, poplin
-    from poplar_api import program as prog
+    from replica_harness import matmul_engine
 
     m, k, n = x.shape[1], x.shape[2], w.shape[2]
-    model = IPUModel("tiny")
-    model.numIPUs = replicas
-    device = model.createDevice()
-    g = Graph(device.getTarget(), replication_factor=replicas)
-    poplin.addCodelets(g)
-    a = poplin.createMatMulInputLHS(g, dtype, [m, k], [k, n], "x")
-    b = poplin.createMatMulInputRHS(g, dtype, [m, k], [k, n], "w")
-    seq = prog.Sequence(prog.Copy(g.addHostToDeviceFIFO("in", dtype, m * k), a))
-    y = poplin.matMul(g, a, b, seq, "mm")
-    seq.add(prog.Copy(y, g.addDeviceToHostFIFO("out", dtype, m * n)))
-    g.createHostWrite("w", b)
-    e = Engine(g, seq, options or {})
+    e, device = matmul_engine(replicas, dtype, m, k, n, options)
     e.load(device)
     e.writeTensor("w", w if replicas > 1 else w[0])
     out = np.zeros((replicas, m * n), x.dtype)
