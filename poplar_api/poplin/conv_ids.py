@@ -16,11 +16,12 @@ are those of the pattern, found once per shape of block.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numba
 import numpy as np
+
+from poplar_api.popops.layout import first_rows
 
 __all__ = ["SeparableIds", "first_rows", "piece_positions", "separable_ids"]
 
@@ -128,23 +129,6 @@ class SeparableIds:
             table = self.tables[d]
             out += table[at[d] + rel[:, d]] - table[at[d]]
         return out
-
-
-def first_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where each distinct row of the int matrix ``rows`` first occurs and each row's
-    distinct row, as ``np.unique(rows, axis=0, return_index=True,
-    return_inverse=True)`` gives them (rows in lexicographic order): rows of
-    non-negative ints numbered in that order (``ravel_multi_index``, row-major) and
-    the numbers made unique, where numpy compares the rows as records."""
-    rows = np.asarray(rows)
-    if rows.ndim == 2 and rows.shape[0] and rows.shape[1] and int(rows.min()) >= 0:
-        dims = (rows.max(0) + 1).tolist()
-        if math.prod(dims) < 1 << 62:
-            codes = np.ravel_multi_index(tuple(rows.T), dims)
-            _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-            return first, inverse.reshape(-1)
-    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
 
 
 def piece_positions(pieces: Pieces) -> np.ndarray:

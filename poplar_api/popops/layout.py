@@ -38,6 +38,7 @@ __all__ = [
     "TileRegions",
     "add_vertex",
     "add_vertices",
+    "first_rows",
     "per_tile_constant",
     "plan_tiles",
     "split_pieces",
@@ -437,6 +438,23 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
     )
 
 
+def first_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each distinct row of the int matrix ``rows`` first occurs and each row's
+    distinct row, as ``np.unique(rows, axis=0, return_index=True,
+    return_inverse=True)`` gives them (rows in lexicographic order): rows of
+    non-negative ints numbered in that order (``ravel_multi_index``, row-major) and
+    the numbers made unique, where numpy compares the rows as records."""
+    rows = np.asarray(rows)
+    if rows.ndim == 2 and rows.shape[0] and rows.shape[1] and int(rows.min()) >= 0:
+        dims = (rows.max(0) + 1).tolist()
+        if math.prod(dims) < 1 << 62:
+            codes = np.ravel_multi_index(tuple(rows.T), dims)
+            _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+            return first, inverse.reshape(-1)
+    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
 def tile_groups(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> dict[tuple, list[int]]:
     """The tiles of each distinct list of regions (tile ``k``'s regions are
     ``values[first[k] : first[k] + count[k]]``; ``values`` holds ints >= 0, one per
@@ -468,11 +486,7 @@ def tile_groups(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> dic
         for k, (f, n) in enumerate(zip(first.tolist(), count.tolist(), strict=True)):
             groups.setdefault(key_of(f, n), []).append(k)
         return groups
-    dims = (rows.max(0) + 1).tolist()
-    if math.prod(dims) < 1 << 62:  # rows numbered in their order: a plain unique
-        rows = np.ravel_multi_index(tuple(rows.T), dims)
-    axis = None if rows.ndim == 1 else 0
-    _, firsts, which = np.unique(rows, axis=axis, return_index=True, return_inverse=True)
+    firsts, which = first_rows(rows)
     by_group = np.argsort(which.reshape(-1), kind="stable")  # (each group's tiles in order)
     ends = np.cumsum(np.bincount(which.reshape(-1), minlength=firsts.size)).tolist()
     out: dict[tuple, list[int]] = {}
