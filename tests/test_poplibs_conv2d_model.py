@@ -106,11 +106,13 @@ def test_the_partitions_are_enumerated_once_per_grains() -> None:
     """Two groupings of the same channel grains share one enumeration (the grid is kept by
     what it depends on), each call gets a dict of its own over read-only arrays, the same
     partitions in the order of one enumerated here with itertools (``np.meshgrid``'s, which
-    decides between equal costs), and ``shared_plans.clear`` forgets the grids."""
+    decides between equal costs), and ``shared_plans.clear`` forgets the grids and the
+    priced 1x1 tiles."""
     import itertools
 
     from poplar_api.poplin import shared_plans
     from poplar_api.poplin.poplibs_conv2d_model import _partition_grid
+    from poplar_api.poplin.poplibs_float_candidates import _float_1x1
 
     t = preset_target("mk2-ipumodel")
     params = poplin.ConvParams(FLOAT, 2, [6, 5], [3, 3], 8, 16)  # (4 x 3 outputs)
@@ -126,8 +128,10 @@ def test_the_partitions_are_enumerated_once_per_grains() -> None:
                                              least[grains[1]], least[grains[0]])
                 if math.prod(p) <= t.getNumTiles()]  # fmt: skip
         assert list(zip(*(got[k].tolist() for k in SPLITS), strict=True)) == want  # (in order)
+    _float_1x1(64, 8, 8, 4, 8, 8, 6)  # (a FLOAT ConvPartial1x1Out tile priced)
     shared_plans.clear()
     assert _partition_grid.cache_info().currsize == 0
+    assert _float_1x1.cache_info().currsize == 0
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ from ipusim.config import config_hash
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.poplibs_conv2d_model import _partition_grid
+from poplar_api.poplin.poplibs_float_candidates import _float_1x1
 
 __all__ = ["MAX_PLANS", "clear", "plan_key", "shared_plan", "size"]
 
@@ -88,11 +89,14 @@ def shared_plan(
 
 
 def clear() -> None:
-    """Forget every plan kept for the process, and the partition grids the planners
-    enumerated (:func:`~.poplibs_conv2d_model._partition_grid`), so that the next search
-    pays for what a program's first search pays."""
+    """Forget every plan kept for the process, the partition grids the planners
+    enumerated (:func:`~.poplibs_conv2d_model._partition_grid`) and the FLOAT
+    ``ConvPartial1x1Out`` tile estimates they priced
+    (:func:`~.poplibs_float_candidates._float_1x1`), so that the next search pays for
+    what a program's first search pays."""
     _PLANS.clear()
     _partition_grid.cache_clear()
+    _float_1x1.cache_clear()
 
 
 def size() -> int:
