@@ -185,22 +185,34 @@ def _joint_fit(
     starts, ends, los, his, count, size, align, lo, hi, first, after
 ):  # pragma: no cover
     """Lowest aligned offset free over the live ranges of every block of the joint
-    group that starts at block ``first`` (linked by ``after``): each range's first
-    fit from the current candidate, until no range moves it."""
-    # an int64 from the start: ``addr = 0`` lets Numba's type inference call
-    # _first_fit with the literal 0 once before it widens ``addr`` to int64, which
-    # compiles a second specialisation in every process without a disk cache
+    group that starts at block ``first`` (linked by ``after``).
+
+    One first fit (:func:`_first_fit`) over the placed blocks live together with any
+    of the group's ranges: the offsets free over every range are those free of each
+    range's blocks, so the lowest of them is the lowest free of their union. (A first
+    fit per range from the current candidate, repeated until no range moves it, gives
+    the same offset after several scans of every placed block; with ResNet-50's
+    joint groups those scans were most of the placement's time.)"""
+    glo, ghi = lo[first], hi[first]  # the group's span: a quick test of most blocks
+    j = after[first]
+    while j >= 0:
+        glo = min(glo, lo[j])
+        ghi = max(ghi, hi[j])
+        j = after[j]
     addr = np.int64(0)
-    moved = True
-    while moved:
-        moved = False
+    for k in range(count):
+        if los[k] > ghi or his[k] < glo:
+            continue
         j = first
-        while j >= 0:
-            found = _first_fit(starts, ends, los, his, count, size, align, lo[j], hi[j], addr)
-            if found != addr:
-                addr = found
-                moved = True
+        while j >= 0 and not (los[k] <= hi[j] and lo[j] <= his[k]):
             j = after[j]
+        if j < 0:
+            continue  # live with none of the group's ranges
+        if addr + size <= starts[k]:
+            break
+        aligned = -(-ends[k] // align) * align
+        if aligned > addr:
+            addr = aligned
     return addr
 
 
