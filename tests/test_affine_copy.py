@@ -103,9 +103,9 @@ def test_refused_layouts(src, dst):
 
 def test_replicated_transposed_copy_per_replica(monkeypatch):
     """A replicated graph's copy of a ``[64, 80]`` matrix into its transpose's layout
-    (5,120 elements, so it is made of views): each replica's result is numpy's
-    transpose of its own values, on a later run too, whose copy reuses the views the
-    first run made (one pair per replica)."""
+    (5,120 elements, so it is strided): each replica's result is numpy's transpose of
+    its own values, on a later run too; every replica is copied by the compiled pass,
+    which makes no views."""
     made = []
     real = ac.AffineCopy.views
     monkeypatch.setattr(ac.AffineCopy, "views", lambda self, im: made.append(1) or real(self, im))
@@ -130,7 +130,67 @@ def test_replicated_transposed_copy_per_replica(monkeypatch):
         e.run(0)
         got = e.readTensor("b").reshape(r, 80, 64)
         np.testing.assert_array_equal(got, values.transpose(0, 2, 1))
-    assert len(made) == r
+    assert not made
+
+
+def _random_copies(rng: np.random.Generator, count: int) -> list[ac.AffineCopy]:
+    """Strided copies of 1 to 5 axes (negative strides, sources read twice, sides that
+    overlap or not) that ``affine_copy`` takes."""
+    found: list[ac.AffineCopy] = []
+    while len(found) < count:
+        axes = 5 if rng.random() < 0.1 else int(rng.integers(1, 5))
+        shape = tuple(int(n) for n in rng.integers(1, 12, axes))
+        if np.prod(shape) < ac.MIN_ELEMENTS:
+            continue
+        order = rng.permutation(len(shape))  # the destination: a permuted C layout
+        d_strides = [0] * len(shape)
+        step = int(rng.choice([1, 1, 2]))
+        for axis in order[::-1]:
+            d_strides[axis] = step * int(rng.choice([1, -1]))
+            step *= shape[axis]
+        s_strides = [int(v) for v in rng.integers(-3000, 3001, len(shape))]
+        s_base = int(rng.integers(40_000, 300_000))
+        d_base = int(rng.integers(0, 100_000))
+        src = _layout(s_base, shape, tuple(s_strides))
+        dst = _layout(d_base, shape, tuple(d_strides))
+        if min(src.min(), dst.min()) < 0:
+            continue
+        copy = ac.affine_copy(src, dst)
+        if copy is not None:
+            found.append(copy)
+    return found
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint16, np.uint8])
+def test_copy_rows_equals_numpys_indexed_copy_in_every_row(dtype):
+    """``copy_rows``, by its compiled pass or through each row's views, leaves every
+    replica's image as numpy's indexed copy ``row[dst] = row[src]`` does, on random
+    strided copies of every kind the pass is given (and of those it is not: sides
+    that overlap, too many axes), with one replica and with three."""
+    rng = np.random.default_rng(7)
+    compiled = 0
+    for trial, copy in enumerate(_random_copies(rng, 120)):
+        s_ids = _layout(copy.src_base, copy.shape, copy.src_strides)
+        d_ids = _layout(copy.dst_base, copy.shape, copy.dst_strides)
+        size = 1 + int(max(s_ids.max(), d_ids.max())) + int(rng.integers(0, 50))
+        rows = 1 + 2 * (trial % 2)
+        full = rng.integers(0, np.iinfo(dtype).max, (rows, size), dtype=dtype, endpoint=True)
+        want = full.copy()
+        for row in want:
+            row[d_ids] = row[s_ids]
+        copy.copy_rows(full)
+        np.testing.assert_array_equal(full, want, err_msg=f"copy {trial}: {copy}")
+        compiled += copy.compiled
+    assert 25 < compiled < 100  # (both paths taken)
+
+
+def test_a_transpose_of_short_destination_runs_is_compiled():
+    """The MLP step's activations copy (``[128, 98, 8]``, destination runs of 8, the
+    source's of 128) is a copy the compiled pass takes, ordered by the source."""
+    copy = ac.affine_copy(*CASES["transpose"])
+    assert copy is not None and copy.compiled
+    shape, s_strides, _ = copy._pass
+    assert s_strides[-1] == 1 and shape[-1] == 128
 
 
 def _greedy_axes(ids: np.ndarray) -> list[int] | None:

@@ -23,6 +23,7 @@ is one pass over each side's ids.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise
 
 import numba
@@ -33,6 +34,10 @@ __all__ = ["AffineCopy", "affine_copy", "copy_views"]
 #: Copies of fewer elements stay indexed: making two views costs about what numpy's
 #: indexed copy of a few thousand elements costs.
 MIN_ELEMENTS = 1 << 12
+
+#: Axes the compiled pass (:meth:`AffineCopy.copy_rows`) takes; a copy of more, after
+#: merging, is copied by numpy.
+PASS_AXES = 4
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,60 @@ class AffineCopy:
     def copy(self, image: np.ndarray) -> None:
         """Copy in ``image`` (one replica's contiguous memory image of one element
         size); where the two sides' spans overlap the source is read first."""
-        copy_views(*self.views(image))
+        self.copy_rows(image[None])
+
+    def copy_rows(self, full: np.ndarray) -> None:
+        """Copy in every row of ``full`` (``[replicas, size]``, C-contiguous: each row
+        one replica's memory image of one element size), as :meth:`copy` in each row.
+
+        Where the two sides' spans do not overlap and the copy has at most
+        :data:`PASS_AXES` axes, one compiled pass (:func:`_copy_pass`) copies every
+        row, its loops ordered by the strides of the side whose unit-stride axis is
+        the longer: numpy's assignment orders them by the destination, so a
+        transpose whose destination runs are short (the ``[128, 98, 8]`` copy of a
+        matMul's activations, runs of 8) pays its inner loop's overhead every few
+        elements while the source runs on. Otherwise each row's views are copied as
+        :meth:`copy` would (the source read first where they overlap)."""
+        plan = self._pass
+        if plan is None or not full.flags.c_contiguous:  # (callers that copy often keep
+            # each row's views instead: :attr:`compiled`)
+            for row in full:
+                copy_views(*self.views(row))
+            return
+        shape, s_strides, d_strides = plan
+        rows, size = full.shape
+        _copy_pass(full.reshape(-1), rows, size, shape, self.src_base, s_strides,
+                   self.dst_base, d_strides)  # fmt: skip
+
+    @property
+    def compiled(self) -> bool:
+        """Whether :meth:`copy_rows` copies by its compiled pass (for C-contiguous
+        images), rather than through each row's views."""
+        return self._pass is not None
+
+    @cached_property
+    def _pass(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(shape, source strides, destination strides)`` of :func:`_copy_pass`
+        (:data:`PASS_AXES` axes, outermost first, padded with axes of one position),
+        or None where the spans overlap or more axes are left after merging."""
+        if _spans_overlap(self):
+            return None
+        axes = [(n, s, d) for n, s, d in zip(self.shape, self.src_strides, self.dst_strides,
+                                             strict=True) if n > 1]  # fmt: skip
+        s_run = max((n for n, s, _ in axes if abs(s) == 1), default=0)
+        d_run = max((n for n, _, d in axes if abs(d) == 1), default=0)
+        lead = 1 if s_run > d_run else 2  # (the side whose strides order the loops)
+        axes.sort(key=lambda a: -abs(a[lead]))
+        merged: list[tuple[int, int, int]] = []
+        for n, s, d in axes:  # an axis stepping one outer step of the next is one axis
+            if merged and merged[-1][1] == s * n and merged[-1][2] == d * n:
+                merged[-1] = (merged[-1][0] * n, s, d)
+            else:
+                merged.append((n, s, d))
+        if len(merged) > PASS_AXES:
+            return None
+        merged = [(1, 0, 0)] * (PASS_AXES - len(merged)) + merged
+        return tuple(np.array(col, np.int64) for col in zip(*merged, strict=True))
 
     def views(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         """The destination and source views in ``image`` and whether their spans
@@ -73,6 +131,40 @@ class AffineCopy:
 def copy_views(dst: np.ndarray, src: np.ndarray, overlap: bool) -> None:
     """``dst[...] = src``, the source read first where the spans overlap."""
     dst[...] = src.copy() if overlap else src
+
+
+def _spans_overlap(copy: AffineCopy) -> bool:
+    """Whether the ids the two sides reach, from least to greatest, overlap (what
+    ``np.may_share_memory`` compares for the two views)."""
+
+    def span(base: int, strides: tuple[int, ...]) -> tuple[int, int]:
+        reach = [(n - 1) * s for n, s in zip(copy.shape, strides, strict=True)]
+        return base + sum(min(r, 0) for r in reach), base + sum(max(r, 0) for r in reach)
+
+    s_lo, s_hi = span(copy.src_base, copy.src_strides)
+    d_lo, d_hi = span(copy.dst_base, copy.dst_strides)
+    return s_lo <= d_hi and d_lo <= s_hi
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _copy_pass(flat, rows, size, shape, s_base, s_st, d_base, d_st):  # pragma: no cover - compiled
+    # flat[d] = flat[s] for every position of the 4-axis shape in every row of size
+    # ``size``; the innermost axis indexed unsigned, which spares each access numba's
+    # negative-index wraparound and lets LLVM vectorize the loop (a negative stride
+    # wraps to the same id in unsigned arithmetic)
+    u = np.uint64
+    ds, ss = u(d_st[3]), u(s_st[3])
+    for r in range(rows):
+        s_row, d_row = r * size + s_base, r * size + d_base
+        for i0 in range(shape[0]):
+            for i1 in range(shape[1]):
+                for i2 in range(shape[2]):
+                    s = s_row + i0 * s_st[0] + i1 * s_st[1] + i2 * s_st[2]
+                    d = d_row + i0 * d_st[0] + i1 * d_st[1] + i2 * d_st[2]
+                    s_at, d_at = u(s), u(d)
+                    for i3 in range(shape[3]):
+                        k = u(i3)
+                        flat[d_at + k * ds] = flat[s_at + k * ss]
 
 
 def _ids(where: np.ndarray | slice) -> np.ndarray:
@@ -199,7 +291,7 @@ def affine_copy(src: np.ndarray | slice, dst: np.ndarray | slice) -> AffineCopy 
     shape = _common(a, b)
     if shape is None:
         return None
-    s_strides, d_strides = _strides(s, shape), _strides(d, shape)
-    if s_strides is None or d_strides is None or not _distinct(shape, d_strides):
+    s_st, d_st = _strides(s, shape), _strides(d, shape)
+    if s_st is None or d_st is None or not _distinct(shape, d_st):
         return None
-    return AffineCopy(shape, int(s[0]), s_strides, int(d[0]), d_strides)
+    return AffineCopy(shape, int(s[0]), s_st, int(d[0]), d_st)

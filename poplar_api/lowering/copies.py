@@ -189,7 +189,9 @@ def device_copy(
 
     def copy_every_replica() -> None:  # one copy of every replica's rows at once
         full = storage.full[typ.size]
-        if views is not None:  # each replica's row through two strided views, made once
+        if views is not None and views.compiled:  # every row in one compiled pass
+            views.copy_rows(full)
+        elif views is not None:  # each replica's row through two strided views, made once
             if not kept:  # (the images are never reallocated)
                 kept.extend(views.views(row) for row in full)
             for pair in kept:
