@@ -1,6 +1,9 @@
-"""The host heap's trim between compile steps: skipped when little of the heap is free."""
+"""The host heap's trim between compile steps (skipped when little of the heap is free)
+and the population of an array's pages ahead of its writes."""
 
 from __future__ import annotations
+
+import mmap
 
 import numpy as np
 import pytest
@@ -51,3 +54,30 @@ def test_small_free_heap_is_not_trimmed(monkeypatch):
     assert host_heap.release_free_heap(min_free=10 << 20) is True
     assert calls == [0]
     assert host_heap.MIN_FREE_BYTES == 64 << 20
+
+
+def test_populate_for_writing_takes_the_faults_and_keeps_the_values():
+    """A fresh 32 MB array populated for writing is then written page by page with
+    (almost) no page fault, and holds the values it held before."""
+    import resource
+
+    pages = (32 << 20) // mmap.PAGESIZE
+    array = np.zeros(32 << 20, np.uint8)  # mmapped, no page resident yet
+    array[:: 3 * mmap.PAGESIZE + 1] = 7  # a few pages written
+    before = array.copy()
+    if not host_heap.populate_for_writing(array):
+        pytest.skip("no MADV_POPULATE_WRITE here (not Linux, or Linux before 5.14)")
+    assert np.array_equal(array, before)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    array[:: mmap.PAGESIZE] += 1  # one write to every page
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    assert faults < pages // 20, f"{faults} page faults writing {pages} populated pages"
+    before[:: mmap.PAGESIZE] += 1
+    assert np.array_equal(array, before)
+
+
+def test_populate_for_writing_refuses_a_strided_view():
+    """A view that is not C-contiguous is left alone (False), as the caller then
+    writes its elements itself."""
+    array = np.zeros(1 << 20, np.uint8)
+    assert host_heap.populate_for_writing(array[::2]) is False

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ipusim.host_heap import populate_for_writing
 from poplar_api.lowering.runs import put_ranges, rows_apart, take_rows
 from poplar_api.replica_constants import ConstantsAlike
 from poplar_api.replica_equal import DeclaredAlike
@@ -155,9 +156,13 @@ class Storage:
     def load(self) -> None:
         """Write every element of every image once, as loading an executable writes the
         whole of tile memory (values are unchanged), so that a run's first writes of
-        an element cost the host no page fault."""
+        an element cost the host no page fault. The pages are populated for writing
+        (:func:`~ipusim.host_heap.populate_for_writing`: one fault per page, where
+        writing the values back takes two on a page never written, the zero page's
+        and its copy's), else every element is written back."""
         for arr in self.full.values():
-            np.bitwise_or(arr, 0, out=arr)
+            if not populate_for_writing(arr):
+                np.bitwise_or(arr, 0, out=arr)
 
     def select(self, replica: int) -> None:
         """Make ``replica``'s image the one :meth:`read` and :meth:`write` address."""
