@@ -127,3 +127,53 @@ def test_tiles_of_a_slice_of_a_compacted_space_makes_only_the_slices_ids():
     tracemalloc.stop()
     assert got.tolist() == [600] * 10
     assert peak < 100_000  # an id array over the space would be 32 MB
+
+
+def test_a_growing_space_moves_its_tile_array_rarely_and_keeps_every_tile():
+    """Variables of 1 to 30,000 elements, 400 of them (about 6 M elements), one after
+    another: the tile array moves (a new array, the tiles copied) a few times only,
+    and every element keeps its tile (``UNMAPPED`` until mapped)."""
+    rng = np.random.default_rng(3)
+    space = _Space(1472)
+    want: list[np.ndarray] = []
+    moves, array = 0, space.tile
+    for var in range(400):
+        n = int(rng.integers(1, 30_000))
+        base = space.allocate(n, var)
+        if var % 2:
+            space.tile[base : base + n] = var % 1472
+            want.append(np.full(n, var % 1472))
+        else:
+            want.append(np.full(n, UNMAPPED))
+        moves += space.tile is not array
+        array = space.tile
+    total = space.size
+    assert np.array_equal(space.tile[:total], np.concatenate(want))
+    assert total > 5_000_000
+    assert moves <= 4, moves  # 3 growing eightfold; twice over, 8
+
+
+def test_a_host_refusing_the_room_gets_a_smaller_array_then_the_error(monkeypatch):
+    """When the host refuses ``GROWTH`` times the room needed, the array grows twice
+    over, then to exactly what is needed; when that is refused too, the error names
+    the tensor and its elements."""
+    empty = np.empty
+    refuse_above = [0]
+
+    def host(shape, dtype=float):
+        if int(shape) > refuse_above[0]:
+            raise MemoryError
+        return empty(shape, dtype)
+
+    monkeypatch.setattr(graph_state.np, "empty", host)
+    space = _Space(1472)
+    refuse_above[0] = 2 * 5000
+    space.allocate(5000, 0)
+    assert space.tile.size == 10_000
+    refuse_above[0] = 12_000
+    space.allocate(7000, 1)
+    assert space.tile.size == 12_000 and space.size == 12_000
+    assert (space.tile == UNMAPPED).all()
+    refuse_above[0] = 0
+    with pytest.raises(GraphError, match=r"tensor 'big': 1 elements are more than this host"):
+        space.allocate(1, 2, "big")
