@@ -175,6 +175,46 @@ def test_every_replicas_elements_are_gathered_as_numpy_takes_them():
         np.testing.assert_array_equal(out, full.take(ix, axis=1))
 
 
+def test_every_replicas_elements_are_stored_as_numpy_stores_them():
+    """``Storage.write_replicas`` of ``[replicas, n]`` values at an index (the compiled
+    ``put_rows``) leaves every image as numpy's ``full[:, ix] = values`` does: ids of
+    both widths, writeable or not, strided, repeated (the last value kept), every
+    element size; one row of values for every replica and a block keep numpy."""
+    from types import SimpleNamespace
+
+    from poplar_api.lowering.context import Storage
+    from poplar_api.types import BOOL, FLOAT, HALF, INT, UNSIGNED_CHAR
+
+    rng = np.random.default_rng(9)
+    r, size = 5, 997
+    for t in (FLOAT, INT, HALF, UNSIGNED_CHAR, BOOL):
+        space = SimpleNamespace(size=size)
+        state = SimpleNamespace(spaces={t.size: space}, initial_parts=[])
+        for trial in range(12):
+            storage = Storage(state, r)
+            full = storage.full[t.size]
+            full[:] = rng.integers(0, 200, full.shape).astype(full.dtype)
+            want = full.copy()
+            n = int(rng.integers(1, 3000))
+            ix = rng.integers(0, size, n).astype(np.int32 if trial % 2 else np.int64)
+            if trial % 3 == 0:
+                ix.flags.writeable = False
+            if trial % 4 == 1:  # strided ids
+                ix = np.repeat(ix, 2)[::2]
+            values = rng.integers(0, 100, (r, n)).astype(t.numpy)
+            want[:, ix] = values.view(full.dtype)
+            storage.write_replicas(t, ix, values)
+            np.testing.assert_array_equal(full, want, err_msg=f"{t.name} trial {trial}")
+            one = values[0]  # one row for every replica
+            want[:, ix] = one.view(full.dtype)[None, :]
+            storage.write_replicas(t, ix, one)
+            np.testing.assert_array_equal(full, want)
+            if n >= 10:  # a block
+                want[:, 10:20] = values[:, :10].view(full.dtype)
+                storage.write_replicas(t, range(10, 20), values[:, :10])
+                np.testing.assert_array_equal(full, want)
+
+
 def _one_by_one(batches: dict[str, FieldBatch], n: int) -> np.ndarray:
     """``out`` of running each vertex alone on a copy of ``batches``."""
     one = _copy(batches)

@@ -396,7 +396,8 @@ class _Replicated:
         else:
             raw = np.empty((full.shape[0], ix.size), full.dtype)
             if ix.flags.writeable:  # one compiled signature: read-only ids, as most are
-                ix = np.lib.stride_tricks.as_strided(ix, writeable=False)
+                ix = ix.view()  # (a tenth of as_strided's Python, paid per field and run)
+                ix.flags.writeable = False
             runs.take_rows(full, ix, raw)
         typed = raw != 0 if ft.type.numpy.kind == "b" else raw.view(ft.type.numpy)
         data = typed.reshape(-1).astype(ft.spec.kernel_dtype, copy=False)

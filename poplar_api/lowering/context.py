@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ipusim.host_heap import populate_for_writing
-from poplar_api.lowering.runs import put_ranges, rows_apart, take_rows
+from poplar_api.lowering.runs import put_ranges, put_rows, rows_apart, take_rows
 from poplar_api.replica_constants import ConstantsAlike
 from poplar_api.replica_equal import DeclaredAlike
 from poplar_api.types import Type
@@ -253,12 +253,21 @@ class Storage:
         if type(ids) is range and ids.step == 1:  # a block: written as a slice
             n, index = len(ids), slice(ids.start, ids.stop)
         else:
-            index = np.asarray(ids, np.int64).reshape(-1)
+            index = np.asarray(ids).reshape(-1)
+            if index.dtype.kind not in "iu":
+                index = index.astype(np.int64)
             n = index.size
         raw = _raw(t, values)
+        full = self.full[t.size]
+        if raw.size == n * self.replicas and not isinstance(index, slice):  # compiled
+            if index.flags.writeable:  # (read-only ids, int32 or int64 as they come: a
+                index = index.view()  # conversion per call cost what the pass saves)
+                index.flags.writeable = False
+            put_rows(full, index, raw.reshape(self.replicas, n))
+            return
         if raw.size == n:
             raw = np.broadcast_to(raw.reshape(1, -1), (self.replicas, n))
-        raw, full = raw.reshape(self.replicas, n), self.full[t.size]
+        raw = raw.reshape(self.replicas, n)
         if rows_apart(index):
             for row, values_of_row in zip(full, raw, strict=True):
                 row[index] = values_of_row
