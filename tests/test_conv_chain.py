@@ -1,10 +1,10 @@
-"""The convolution partials' products by the compiled pass (poplar_api.poplin.conv_chain).
+"""The convolution partials' products (poplar_api.poplin.conv_chain): one defined order.
 
-Each product of the pass must be a chain of float32 fused multiply-adds over the input
-channels in order, starting from zero, added to the partial sums in the order of the
-input groups and kernel positions: checked against that chain worked out here in exact
-rational arithmetic, rounded once per step. Where the pass is used it must give what the
-per-slice ``matmul`` gives, bit for bit: checked against one 2-D ``@`` per slice.
+Each product must be a chain of float32 fused multiply-adds over the input channels in
+order, starting from zero, added to the partial sums in the order of the input groups
+and kernel positions, for groups of any shape: checked against that chain worked out
+here in exact rational arithmetic, rounded once per step, so no expected value comes
+from the host's BLAS (whose order of summation depends on its build and processor).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from poplar_api.poplin import conv_chain
-from poplar_api.poplin.conv_chain import IN_CHANS, OUT_CHANS, chain_products, matches_blas
+from poplar_api.poplin.conv_chain import IN_CHANS, OUT_CHANS, chain_product, chain_products
+from poplar_api.poplin.conv_vertices import _products
 
 
 def _round32(q: Fraction) -> np.float32:
@@ -39,9 +40,13 @@ def _fma(a: np.float32, b: np.float32, c: np.float32) -> np.float32:
     return _round32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
 
 
-def _geometry(rows: int, nig: int, nk: int, ncg: int = 1, nog: int = 1, shift: bool = False):
+def _geometry(
+    rows: int, nig: int, nk: int, ncg: int = 1, nog: int = 1, shift: bool = False,
+    oc: int = OUT_CHANS, ic: int = IN_CHANS,
+):  # fmt: skip
     """A class geometry: kernel position ``k`` reads input rows ``i_r`` and adds to output
-    rows ``o_r`` (``shift``: each position's rows moved by ``k``)."""
+    rows ``o_r`` (``shift``: each position's rows moved by ``k``), groups of ``oc``
+    output and ``ic`` input channels."""
     out_rows = rows + (nk - 1 if shift else 0)
     in_rows = rows + (nk - 1 if shift else 0)
     pos = []
@@ -51,7 +56,7 @@ def _geometry(rows: int, nig: int, nk: int, ncg: int = 1, nog: int = 1, shift: b
         pos.append((o.astype(np.int64), i.astype(np.int64)))
     return SimpleNamespace(
         ncg=ncg, nog=nog, nig=nig, nk=nk, in_rows=in_rows, out_rows=out_rows,
-        ic=IN_CHANS, oc=OUT_CHANS, rows=pos,
+        ic=ic, oc=oc, rows=pos,
     )  # fmt: skip
 
 
@@ -83,27 +88,28 @@ def _slices(x, w, geo):
                         yield at, cg, og, ig, k, o_r, xs[at][cg, ig][i_r], ws[at][cg, og, ig, k]
 
 
-def _by_matmul(x, w, geo) -> np.ndarray:
-    """The partial sums with one 2-D ``@`` (a BLAS call) per slice."""
-    lead = x.shape[:-2]
-    acc = np.zeros((*lead, geo.ncg, geo.nog, geo.out_rows, geo.oc), np.float32)
-    for at, cg, og, _, _, o_r, xa, wa in _slices(x, w, geo):
-        acc[at][cg, og][o_r] += xa @ wa.T
-    return acc.reshape(*lead, geo.ncg * geo.nog, geo.out_rows * geo.oc)
-
-
 def _by_exact_chain(x, w, geo) -> np.ndarray:
-    """The partial sums as chains of correctly rounded fused multiply-adds."""
+    """The partial sums as chains of correctly rounded fused multiply-adds, each slice's
+    products added by numpy's indexed addition (a repeated output row gets its last
+    product only, as ``compute_one``'s ``acc[o_r] += ...`` gives it)."""
     lead = x.shape[:-2]
     acc = np.zeros((*lead, geo.ncg, geo.nog, geo.out_rows, geo.oc), np.float32)
     for at, cg, og, _, _, o_r, xa, wa in _slices(x, w, geo):
-        for r, row in zip(o_r, xa, strict=True):
-            for o in range(geo.oc):
-                s = np.float32(0)
-                for t in range(geo.ic):
-                    s = _fma(row[t], wa[o, t], s)
-                acc[at][cg, og][r, o] = np.float32(acc[at][cg, og][r, o] + s)
+        acc[at][cg, og][o_r] += _exact_product(xa, wa)
     return acc.reshape(*lead, geo.ncg * geo.nog, geo.out_rows * geo.oc)
+
+
+def _exact_product(xa: np.ndarray, wa: np.ndarray) -> np.ndarray:
+    """``xa @ wa.T``, each element the chain from zero over the inner positions in order,
+    every step one correctly rounded float32 fused multiply-add."""
+    out = np.zeros((xa.shape[0], wa.shape[0]), np.float32)
+    for r in range(xa.shape[0]):
+        for o in range(wa.shape[0]):
+            s = np.float32(0)
+            for t in range(xa.shape[1]):
+                s = _fma(xa[r, t], wa[o, t], s)
+            out[r, o] = s
+    return out
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -119,43 +125,79 @@ def test_round32_is_one_rounding() -> None:
 
 
 @pytest.mark.parametrize(
-    "rows, nig, nk, ncg, nog, shift, lead",
+    "rows, nig, nk, ncg, nog, shift, lead, oc, ic",
     [
-        (9, 2, 1, 1, 1, False, (3,)),
-        (2, 2, 1, 1, 1, False, (2, 3)),
-        (4, 1, 3, 1, 2, True, (2,)),
-        (5, 2, 2, 2, 1, True, (2, 2)),
+        (9, 2, 1, 1, 1, False, (3,), 8, 8),
+        (2, 2, 1, 1, 1, False, (2, 3), 8, 8),
+        (4, 1, 3, 1, 2, True, (2,), 8, 8),
+        (5, 2, 2, 2, 1, True, (2, 2), 8, 8),
+        (1, 2, 1, 1, 1, False, (3,), 8, 8),  # one row (a BLAS gemv)
+        (2, 1, 1, 1, 1, False, (2, 2), 1, 10),  # the MLP step's other classes
+        (1, 1, 1, 1, 1, False, (2,), 1, 128),
+        (3, 2, 2, 1, 2, True, (2,), 4, 3),
+        (2, 1, 1, 1, 1, False, (2,), 8, 40),  # (BLAS's small kernel from 32)
     ],
 )
-def test_pass_is_the_fma_chain(rows, nig, nk, ncg, nog, shift, lead) -> None:
-    geo = _geometry(rows, nig, nk, ncg, nog, shift)
-    x, w = _operands(geo, lead, seed=rows * 10 + nk)
+def test_pass_is_the_fma_chain(rows, nig, nk, ncg, nog, shift, lead, oc, ic) -> None:
+    geo = _geometry(rows, nig, nk, ncg, nog, shift, oc, ic)
+    x, w = _operands(geo, lead, seed=rows * 10 + nk + ic)
     two = lead if len(lead) == 2 else (1, *lead)
     # NaN where nothing is stored: every output element must be (rows no position
     # adds to stay 0, as in _products)
-    got = np.full((*two, ncg * nog, geo.out_rows * OUT_CHANS), np.nan, np.float32)
-    xs = x.reshape(*two, ncg, nig, geo.in_rows, IN_CHANS)
-    ws = w.reshape(*two, ncg, nog, nig, nk, OUT_CHANS, IN_CHANS)
+    got = np.full((*two, ncg * nog, geo.out_rows * oc), np.nan, np.float32)
+    xs = x.reshape(*two, ncg, nig, geo.in_rows, ic)
+    ws = w.reshape(*two, ncg, nog, nig, nk, oc, ic)
     o_rows = np.concatenate([o for o, _ in geo.rows]).astype(np.intp)
     i_rows = np.concatenate([i for _, i in geo.rows]).astype(np.intp)
     k_start = np.arange(nk + 1, dtype=np.intp) * rows
     conv_chain._run(xs, ws, o_rows, i_rows, k_start, got)
     want = _by_exact_chain(x, w, geo)
     np.testing.assert_array_equal(_bits(got.reshape(want.shape)), _bits(want))
+    # and through the partials' entry point, as the vertices call it
+    np.testing.assert_array_equal(_bits(_products(x, w, geo)), _bits(want))
 
 
-@pytest.mark.parametrize("rows", [2, 3, 4, 7, 9, 12, 16])
-@pytest.mark.parametrize("lead", [(5,), (3, 4)])
-def test_used_only_with_matmuls_bits(rows, lead) -> None:
-    geo = _geometry(rows, nig=2, nk=2, shift=True)
-    x, w = _operands(geo, lead, seed=rows)
+@pytest.mark.parametrize("rows, oc, ic", [(1, 8, 8), (9, 8, 8), (1, 1, 1), (3, 2, 33), (4, 8, 5)])
+def test_one_slice_is_the_fma_chain(rows, oc, ic) -> None:
+    # compute_one's product of a vertex run alone: the same chain, whatever the shape
+    rng = np.random.default_rng(rows * 100 + oc + ic)
+    x = rng.standard_normal((rows, ic)) * np.exp2(rng.integers(-8, 8, (rows, ic)))
+    w = rng.standard_normal((oc, ic)) * np.exp2(rng.integers(-8, 8, (oc, ic)))
+    x, w = x.astype(np.float32), w.astype(np.float32)
+    got = chain_product(x, w)
+    assert got.shape == (rows, oc) and got.dtype == np.float32
+    np.testing.assert_array_equal(_bits(got), _bits(_exact_product(x, w)))
+
+
+def test_the_chain_is_the_documented_order_not_another() -> None:
+    # values where the order shows: in order, 1 + 2**24 rounds to 2**24 (a tie, to
+    # even), and adding -2**24 gives 0; the last two summed first (or pairwise) give 1
+    x = np.array([[1.0, 2.0**24, -(2.0**24)]], np.float32)
+    w = np.ones((1, 3), np.float32)
+    assert chain_product(x, w)[0, 0] == 0
+    # a fused multiply-add rounds once: (1 + 2**-23)**2 - (1 + 2**-22) is 2**-46 exactly,
+    # which a product rounded before the addition loses
+    e = np.float32(1 + 2**-23)
+    x = np.array([[np.float32(-(1 + 2**-22)), e]], np.float32)
+    w = np.array([[1.0, e]], np.float32)
+    assert chain_product(x, w)[0, 0] == np.float32(2.0**-46)
+
+
+def test_repeated_output_rows_keep_the_indexed_additions_rule() -> None:
+    # a kernel position adding twice to one output row: numpy's acc[o_r] += product
+    # (compute_one's rule) keeps the last product; the pass keeps the same one
+    geo = _geometry(4, nig=2, nk=2, shift=True)
+    geo.rows = [
+        (np.array([0, 1, 1, 2]), np.array([3, 2, 1, 0])),
+        (np.array([2, 2, 2, 4]), np.array([0, 1, 2, 3])),
+    ]
+    x, w = _operands(geo, (3,), seed=17)
     got = chain_products(x, w, geo)
-    want = _by_matmul(x, w, geo)
-    if matches_blas(rows, IN_CHANS):
-        assert got is not None
-        np.testing.assert_array_equal(_bits(got), _bits(want))
-    else:  # this BLAS orders the sums otherwise: the caller runs matmul
-        assert got is None
+    np.testing.assert_array_equal(_bits(got), _bits(_by_exact_chain(x, w, geo)))
+    rows = conv_chain._rows(geo)
+    np.testing.assert_array_equal(rows[0], [0, 1, 2, 2, 4])
+    np.testing.assert_array_equal(rows[1], [3, 1, 0, 2, 3])
+    np.testing.assert_array_equal(rows[2], [0, 3, 5])
 
 
 @pytest.mark.parametrize("lead", [(5,), (3, 4)])
@@ -174,8 +216,9 @@ def test_sums_stored_into_a_strided_view(lead) -> None:
     outside = np.ones(image.shape, bool)
     outside[..., ::3, 2 : 2 + shape[-1]] = False
     assert (image[outside] == -1).all()
-    # another dtype is not stored into
+    # another dtype or shape is not stored into
     assert chain_products(x, w, geo, np.zeros(shape, np.float64)) is None
+    assert chain_products(x, w, geo, np.zeros((*shape[:-1], 8), np.float32)) is None
 
 
 def test_rows_found_once_per_geometry() -> None:
@@ -183,17 +226,16 @@ def test_rows_found_once_per_geometry() -> None:
     # geometry of the same sizes gets its own
     geo = _geometry(4, nig=1, nk=2, shift=True)
     rows = conv_chain._rows(geo)
-    assert rows is not None and conv_chain._rows(geo) is rows
+    assert conv_chain._rows(geo) is rows
     np.testing.assert_array_equal(rows[0], [0, 1, 2, 3, 1, 2, 3, 4])
     np.testing.assert_array_equal(rows[1], [3, 2, 1, 0, 4, 3, 2, 1])
     np.testing.assert_array_equal(rows[2], [0, 4, 8])
     other = _geometry(4, nig=1, nk=2, shift=False)
     np.testing.assert_array_equal(conv_chain._rows(other)[0], [0, 1, 2, 3, 0, 1, 2, 3])
     x, w = _operands(geo, (3,), seed=5)
-    if matches_blas(4, IN_CHANS):  # the kept rows give the exact chain again
-        for _ in range(2):
-            got = chain_products(x, w, geo)
-            np.testing.assert_array_equal(_bits(got), _bits(_by_exact_chain(x, w, geo)))
+    for _ in range(2):  # the kept rows give the exact chain again
+        got = chain_products(x, w, geo)
+        np.testing.assert_array_equal(_bits(got), _bits(_by_exact_chain(x, w, geo)))
 
 
 def test_writable_and_read_only_operands_share_a_signature() -> None:
@@ -205,13 +247,11 @@ def test_writable_and_read_only_operands_share_a_signature() -> None:
     x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
     assert x.flags.writeable and w.flags.writeable
     got = chain_products(x, w, geo)
-    if got is None:  # this BLAS orders the sums otherwise: the pass is not used
-        pytest.skip("the compiled pass does not give this BLAS's bits here")
     ro_x, ro_w = x.copy(), w.copy()
     ro_x.flags.writeable = ro_w.flags.writeable = False
     np.testing.assert_array_equal(_bits(chain_products(ro_x, ro_w, geo)), _bits(got))
     assert x.flags.writeable and w.flags.writeable  # the caller's arrays are untouched
-    for sig in conv_chain._chain8.signatures:
+    for sig in conv_chain._chain.signatures:
         assert not sig[0].mutable and not sig[1].mutable, sig[:2]
 
 
@@ -222,29 +262,22 @@ def test_contiguous_and_strided_operands_share_one_signature() -> None:
     geo = _geometry(4, nig=2, nk=2, shift=True)
     x, w = _operands(geo, (3, 2), seed=13)  # strided views
     assert not x.flags.c_contiguous and not w.flags.c_contiguous
-    if not matches_blas(4, IN_CHANS):  # this BLAS orders the sums otherwise
-        pytest.skip("the compiled pass does not give this BLAS's bits here")
-    want = _by_matmul(x, w, geo)
+    want = _by_exact_chain(x, w, geo)
     contiguous = chain_products(np.ascontiguousarray(x), np.ascontiguousarray(w), geo)
     strided = chain_products(x, w, geo)
     image = np.full((*want.shape[:-1], want.shape[-1] * 2), -1, np.float32)
     into = chain_products(x, np.ascontiguousarray(w), geo, image[..., ::2])
     for got in (contiguous, strided, into):
         np.testing.assert_array_equal(_bits(got), _bits(want))
-    assert conv_chain._chain8.signatures == [conv_chain.SIGNATURE.args]
+    assert conv_chain._chain.signatures == [conv_chain.SIGNATURE.args]
 
 
-def test_not_used_where_it_does_not_apply(monkeypatch) -> None:
-    geo = _geometry(9, nig=1, nk=1)
-    x, w = _operands(geo, (4,), seed=1)
-    assert chain_products(x.astype(np.float64), w.astype(np.float64), geo) is None
-    single = _geometry(1, nig=1, nk=1)
-    xs, ws = _operands(single, (4,), seed=2)
-    assert not matches_blas(1, IN_CHANS)  # one row: BLAS computes it as a gemv
-    assert chain_products(xs, ws, single) is None
-    repeated = _geometry(4, nig=1, nk=1)
-    repeated.rows = [(np.array([0, 1, 1, 2]), np.arange(4))]
-    xr, wr = _operands(repeated, (4,), seed=3)
-    assert chain_products(xr, wr, repeated) is None
-    monkeypatch.setitem(conv_chain._VERDICTS, (9, IN_CHANS), False)
-    assert chain_products(x, w, geo) is None
+def test_half_operands_are_widened_exactly() -> None:
+    # HALF inputs and weights (read in their own dtype where the partials lie): the
+    # products of their float32 values
+    geo = _geometry(3, nig=1, nk=1, oc=4, ic=4)
+    x, w = _operands(geo, (2,), seed=19)
+    xh, wh = x.astype(np.float16), w.astype(np.float16)
+    assert chain_products(xh, wh, geo) is None  # the pass itself takes float32 only
+    want = _by_exact_chain(xh.astype(np.float32), wh.astype(np.float32), geo)
+    np.testing.assert_array_equal(_bits(_products(xh, wh, geo)), _bits(want))

@@ -116,7 +116,7 @@ def test_a_plans_geometries_are_found_once_and_are_each_vertexs():
     assert len(shapes) == len(classes) > 1
     for geo, (_, v) in zip(shapes, classes, strict=True):
         want = conv_vertices._geometry(packed, v)
-        for name in ("ncg", "nog", "nig", "in_rows", "out_rows", "ic", "oc", "nk", "same"):
+        for name in ("ncg", "nog", "nig", "in_rows", "out_rows", "ic", "oc", "nk"):
             assert getattr(geo, name) == getattr(want, name)
         for (o_r, i_r), (wo, wi) in zip(geo.rows, want.rows, strict=True):
             np.testing.assert_array_equal(o_r, wo)

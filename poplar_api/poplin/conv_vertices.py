@@ -8,8 +8,12 @@ Every vertex computes, on one tile, partial sums of a piece of a convolution::
 
 for each worklist entry ``(outRow, num, inRow)`` of kernel position ``k``
 (``j < num``), summed over input-channel groups ``ig`` and kernel positions, after
-zeroing ``out``. ``in`` vectors are ``[inRows, inChans]`` (the tile's input window,
-rows = batch x field positions, channels innermost), ``weights`` vectors are
+zeroing ``out``. Each product's float32 operations, and so its bits, are defined by
+:mod:`poplar_api.poplin.conv_chain` (fused multiply-adds over the input channels in
+order, independent of the host's BLAS).
+
+``in`` vectors are ``[inRows, inChans]`` (the tile's input window, rows = batch x field
+positions, channels innermost), ``weights`` vectors are
 ``[kernelPositions, outChans, inChans]`` and ``out`` vectors ``[outRows, outChans]``.
 
 Fields, in Poplibs' names where Poplibs has the field:
@@ -46,7 +50,7 @@ from poplar_api.codelet import FieldBatch, Input, MultiVertex, Output, Vector, V
 from poplar_api.codelet_base import RUN_REPLICAS
 from poplar_api.field_images import ImageField
 from poplar_api.poplin.conv_access import _accesses, _gather, _scatter, _segment_rows
-from poplar_api.poplin.conv_chain import chain_products
+from poplar_api.poplin.conv_chain import chain_product, chain_products
 from poplar_api.types import FLOAT, HALF, INT, UNSIGNED_INT, UNSIGNED_SHORT, Type
 
 __all__ = ["PARAMS", "compute_one", "conv_vertex"]
@@ -137,10 +141,9 @@ class _ConvPartialBase(MultiVertex):
         Vertices whose params, vector counts, vector sizes and worklists are equal
         (those of one tile geometry, and the copies of a vertex in every replica when
         the replicas run as one batch) do the same products on different data: they
-        run as one stacked ``matmul`` per input-channel group and kernel position
-        (:func:`_run_class`). Each vertex's products are the BLAS calls of
-        :func:`compute_one` with the same shapes and strides, accumulated in the same
-        order, so the values are those of running the vertices one by one. A vertex
+        run as one class (:func:`_run_class`), every product computed in the order
+        :mod:`~poplar_api.poplin.conv_chain` defines, which :func:`compute_one` follows
+        too, so the values are those of running the vertices one by one. A vertex
         whose fields are not regular (wrong counts, sizes or rows) is run alone by
         :func:`compute_one`, which says which. When the batch is the copies of the same
         vertices in every replica (``RUN_REPLICAS``), the classes are found on replica
@@ -299,7 +302,7 @@ def compute_one(fields: tuple[FieldBatch, ...], v: int) -> bool:
                 w3 = w.reshape(nk, oc, ic).astype(np.float32)
                 for k, (o_r, i_r) in enumerate(rows):
                     if o_r.size:
-                        acc[o_r] += x2[i_r] @ w3[k].T
+                        acc[o_r] += chain_product(x2[i_r], w3[k])
             dst[:] = acc.reshape(-1)
     return True
 
@@ -364,10 +367,6 @@ class _Geometry:
     oc: int
     nk: int
     rows: list
-    #: per kernel position: its output rows as runs (:func:`_row_runs`), and whether
-    #: it reads every input row in order
-    runs: list
-    same: list
 
     @property
     def in_size(self) -> int:
@@ -417,9 +416,7 @@ def _geometry(fields: tuple, first: int) -> _Geometry | None:
     rows, ok = _rows_of(wl, first, wls, nk, p)
     if not ok:
         return None
-    runs = [_row_runs(o_r) for o_r, _ in rows]
-    same = [i_r.size == in_rows and bool((i_r == np.arange(in_rows)).all()) for _, i_r in rows]
-    return _Geometry(ncg, nog, nig, in_rows, out_rows, ic, oc, nk, rows, runs, same)
+    return _Geometry(ncg, nog, nig, in_rows, out_rows, ic, oc, nk, rows)
 
 
 #: The geometries of a kept plan's classes (None until asked for), by the plan's list
@@ -444,39 +441,14 @@ def _shapes(fields: tuple, classes: list) -> list:
 
 
 def _products(x: np.ndarray, w: np.ndarray, geo: _Geometry) -> np.ndarray:
-    """``[*lead, ncg * nog, out_size]`` partial sums of a class from its inputs ``x``
-    (``[*lead, ncg * nig, in_size]``) and weights ``w`` (``[*lead, ncg * nog * nig,
-    weight_size]``), ``lead`` being ``(vertices,)`` or ``(replicas, vertices)``: per
-    input-channel group and kernel position one stacked ``matmul``, whose every slice
-    is the BLAS call :func:`compute_one` makes, accumulated in its order. Where the
-    compiled pass of :mod:`~poplar_api.poplin.conv_chain` gives those calls' bits it
-    computes the class instead."""
-    done = chain_products(x, w, geo)
-    if done is not None:
-        return done
-    ncg, nog, nig, in_rows, out_rows, ic, oc, nk = (
-        geo.ncg, geo.nog, geo.nig, geo.in_rows, geo.out_rows, geo.ic, geo.oc, geo.nk,
-    )  # fmt: skip
-    lead = x.shape[:-2]
-    x = x.reshape(*lead, ncg, nig, in_rows, ic)
-    w = w.reshape(*lead, ncg, nog, nig, nk, oc, ic)
-    acc = np.zeros((*lead, ncg, nog, out_rows, oc), np.float32)
-    runs, same = geo.runs, geo.same
-    for ig in range(nig):
-        for k, (o_r, i_r) in enumerate(geo.rows):
-            if o_r.size == 0:
-                continue
-            if same[k]:  # every input row in order: no gather
-                xs = x[..., ig, :, :][..., None, :, :]  # [*lead, ncg, 1, n, ic]
-            else:
-                xs = np.take(x[..., ig, :, :], i_r, axis=-2)[..., None, :, :]
-            product = xs @ w[..., ig, k, :, :].swapaxes(-1, -2)
-            if runs[k] is None:
-                acc[..., o_r, :] += product
-                continue
-            for at, lo, hi in runs[k]:  # the same additions on slices (no gather)
-                acc[..., lo:hi, :] += product[..., at : at + hi - lo, :]
-    return acc.reshape(*lead, ncg * nog, out_rows * oc)
+    """``[*lead, ncg * nog, out_size]`` float32 partial sums of a class from its inputs
+    ``x`` (``[*lead, ncg * nig, in_size]``) and weights ``w`` (``[*lead, ncg * nog *
+    nig, weight_size]``), ``lead`` being ``(vertices,)`` or ``(replicas, vertices)``:
+    every vertex's products in the order :mod:`~poplar_api.poplin.conv_chain` defines
+    (HALF operands widened to float32, exactly), by its compiled pass over the class."""
+    done = chain_products(x.astype(np.float32, copy=False), w.astype(np.float32, copy=False), geo)
+    assert done is not None  # (float32 operands and a new array: the pass applies)
+    return done
 
 
 def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) -> bool:
@@ -529,26 +501,6 @@ def _run_in_place(fields: tuple[Any, ...], num_vertices: int) -> bool:
                 continue  # stored where the partials lie
             c.write(cx, _products(x, w, geo), distinct)
     return True
-
-
-#: Runs of consecutive output rows worth adding slice by slice rather than by index.
-_MAX_RUNS = 8
-
-
-def _row_runs(o_r: np.ndarray) -> list[tuple[int, int, int]] | None:
-    """``(position in o_r, first row, end row)`` of each run of consecutive rows of
-    ``o_r``, when its rows are distinct and form at most :data:`_MAX_RUNS` runs
-    (else None: added by index, which keeps numpy's rule for repeated rows)."""
-    if o_r.size == 0:
-        return []
-    cuts = np.flatnonzero(np.diff(o_r) != 1) + 1
-    if cuts.size >= _MAX_RUNS or np.unique(o_r).size != o_r.size:
-        return None
-    starts = np.concatenate(([0], cuts))
-    ends = np.append(cuts, o_r.size)
-    return [
-        (int(a), int(o_r[a]), int(o_r[a]) + int(b - a)) for a, b in zip(starts, ends, strict=True)
-    ]
 
 
 def _b(flag: bool) -> str:
