@@ -231,3 +231,45 @@ def test_grouped_tiles_are_the_last_block_of_each_element_in_memory_order(
     assert list(got.shape) == mem and got.dtype == np.int32
     perm = [*range(nl), nl, nl + 2, nl + 3, nl + 1, nl + 4]  # memory -> the view
     np.testing.assert_array_equal(got.transpose(perm).reshape(shape), want)
+
+
+# ------------------------------------------------------------------ ConvParams copies
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(paddingLower=[1, 0], paddingUpper=[2, 1]),
+        dict(stride=[2, 1], dilation=[1, 2], inputDilation=[2, 1]),
+        dict(outputTransform={"truncationLower": [1, 0], "paddingUpper": [0, 3]}),
+    ],
+)
+@pytest.mark.parametrize("chans", [(1, 1), (3, 40), (17, 2)])
+def test_with_channels_equals_constructing_with_those_channels(kwargs, chans):
+    base = poplin.ConvParams(FLOAT, 2, [9, 7], [3, 2], 5, 6, **kwargs)
+    made = poplin.ConvParams(FLOAT, 2, [9, 7], [3, 2], *chans, **kwargs)
+    copy = base.with_channels(*chans)
+    assert copy == made and copy.key() == made.key() and hash(copy) == hash(made)
+    assert copy.getOutputFieldShape() == made.getOutputFieldShape()
+    assert base.inputChannelsPerConvGroup == 5 and base.outputChannelsPerConvGroup == 6
+
+
+def test_output_field_shape_is_the_transforms_formula():
+    # per dimension: ceil((in + padding - dilated kernel + 1 - output truncation) / stride)
+    # + output padding
+    p = poplin.ConvParams(FLOAT, 1, [11, 8], [3, 2], 2, 2, paddingLower=[1, 0],
+                          paddingUpper=[2, 0], stride=[2, 3], dilation=[2, 1],
+                          outputTransform={"truncationLower": [1, 0],
+                                           "paddingUpper": [0, 2]})  # fmt: skip
+    rows = -(-(11 + 3 - 5 + 1 - 1) // 2)
+    cols = -(-(8 - 2 + 1) // 3) + 2
+    assert p.getOutputFieldShape() == [rows, cols]
+    assert [p.getOutputSize(d) for d in range(2)] == [rows, cols]
+    shape = p.getOutputFieldShape()
+    shape[0] = -1  # (a list of the caller's own)
+    assert p.getOutputFieldShape() == [rows, cols]
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True])
+def test_with_channels_refuses_a_channel_count_below_one(bad):
+    base = poplin.ConvParams(FLOAT, 1, [4, 4], [1, 1], 2, 2)
+    with pytest.raises(Exception, match="with_channels: inputChannels"):
+        base.with_channels(bad, 2)

@@ -223,3 +223,28 @@ def test_a_narrower_input_grouping_pads_the_kernel_rows() -> None:
     c = family_costs(ROW16, t, "AMP", (8, 8), split)
     assert int(c["padding"][0]) == 3 * 8 * 8 * 2 // 4 + 19 * 8 * 2 // 8 == 134
     assert int(c["compute"][0]) == _row16_tile_partials(filter_height=2)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_partition_grid_is_every_split_within_the_tiles_in_row_major_order(seed) -> None:
+    """The compiled enumeration of the grid against itertools over the least splits of each
+    size (a split ``s`` of ``n`` kept when ``ceil(n / s)`` differs from ``ceil(n / (s - 1))``),
+    for random sizes on 16 and 1,472 tiles, with and without SLIC's whole channels."""
+    import itertools
+
+    from poplar_api.poplin.poplibs_conv2d_model import _partition_grid
+
+    rng = np.random.default_rng(seed)
+    for tiles in (16, 1472):
+        sizes = [int(x) for x in rng.integers(1, 70, 6)]
+        for slic in (False, True):
+            least = [[s for s in range(1, min(n, tiles) + 1)
+                      if s == 1 or -(-n // s) != -(-n // (s - 1))] for n in sizes]  # fmt: skip
+            if slic:
+                least[4], least[5] = least[4][-1:], least[5][-1:]
+            want = [p for p in itertools.product(*least) if math.prod(p) <= tiles]
+            grid = _partition_grid(*sizes, tiles, slic)
+            got = list(zip(*(grid[k].tolist() for k in SPLITS), strict=True))
+            assert got == want
+            assert all(grid[k].dtype == np.int64 and not grid[k].flags.writeable
+                       for k in SPLITS)  # fmt: skip

@@ -297,6 +297,8 @@ class ConvParams:
         set_(self, "kernelTransform", InputTransform.make(n, "kernelTransform", kt, signed=_signed))
         set_(self, "outputTransform", OutputTransform.make(n, ot))
         self._check_sizes()
+        # (made once: a plan search asks a convolution's output shape for every cost)
+        set_(self, "_output_shape", tuple(self._output_size(d) for d in range(n)))
 
     # -------------------------------------------------------------- queries
     def getNumFieldDims(self) -> int:
@@ -336,6 +338,9 @@ class ConvParams:
         return self.getTransformedInputSize(dim) - self.getTransformedKernelSize(dim) + 1
 
     def getOutputSize(self, dim: int) -> int:
+        return self._output_shape[dim]
+
+    def _output_size(self, dim: int) -> int:
         ot = self.outputTransform
         kept = self.getUntransformedOutputSize(dim) - ot.truncationLower[dim]
         kept -= ot.truncationUpper[dim]
@@ -343,7 +348,7 @@ class ConvParams:
         return strided + ot.paddingLower[dim] + ot.paddingUpper[dim]
 
     def getOutputFieldShape(self) -> list[int]:
-        return [self.getOutputSize(d) for d in range(self.getNumFieldDims())]
+        return list(self._output_shape)
 
     def inputShape(self) -> list[int]:
         """Shape of the activations ``[B, G * Ci, *field]``."""
@@ -396,7 +401,7 @@ class ConvParams:
                     f"{ot.truncationLower[d]}+{ot.truncationUpper[d]} exceeds the "
                     f"{self.getUntransformedOutputSize(d)} output positions"
                 )
-            if self.getOutputSize(d) < 1:
+            if self._output_size(d) < 1:
                 raise GraphError(f"ConvParams: dimension {d}: the output is empty")
 
     def __str__(self) -> str:
@@ -409,6 +414,19 @@ class ConvParams:
             f"{list(self.inputTransform.paddingLower)}/{list(self.inputTransform.paddingUpper)}, "
             f"dilation {list(self.kernelTransform.dilation)})"
         )
+
+    def with_channels(self, inputChannels: int, outputChannels: int) -> ConvParams:
+        """This convolution with ``inputChannels`` / ``outputChannels`` channels a conv
+        group (what a serial split's iteration convolves): equal to constructing it with
+        them, without checking the field again (the channels change no field size)."""
+        for name, v in (("inputChannels", inputChannels), ("outputChannels", outputChannels)):
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise GraphError(f"ConvParams.with_channels: {name}={v!r} must be an int >= 1")
+        new = object.__new__(ConvParams)
+        new.__dict__.update(self.__dict__)
+        object.__setattr__(new, "inputChannelsPerConvGroup", int(inputChannels))
+        object.__setattr__(new, "outputChannelsPerConvGroup", int(outputChannels))
+        return new
 
     def key(self) -> tuple:
         """A hashable description (plan caches)."""

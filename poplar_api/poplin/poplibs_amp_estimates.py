@@ -50,6 +50,7 @@ from poplar_api.poplin.conv_estimator_common import (
     zero_worklist,
 )
 from poplar_api.poplin.conv_estimators import conv_partial_nx1_cycles
+from poplar_api.popops.layout import first_rows
 
 __all__ = [
     "amp_1x1_inner",
@@ -121,7 +122,8 @@ def amp_partial_cycles(
         shape = np.broadcast(ft, cit, cot, gt).shape
         rows = np.stack([np.broadcast_to(np.asarray(x, np.int64), shape).ravel()
                          for x in (ft, cit, cot, gt)], axis=1)  # fmt: skip
-        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        first, inv = first_rows(rows)
+        uniq = rows[first]
         per = [
             nx1_partial_cycles(
                 batch=1, field_shape=(1, int(f)), kernel_shape=(1, 1),

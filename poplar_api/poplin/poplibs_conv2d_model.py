@@ -53,6 +53,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numba
 import numpy as np
 
 from poplar_api.poplin.conv_params import ConvParams
@@ -74,6 +75,7 @@ from poplar_api.poplin.poplibs_matmul_model import (
     amp_vertex_types,
 )
 from poplar_api.poplin.poplibs_slic_estimates import WINDOW, slic_partial_cycles
+from poplar_api.popops.layout import first_rows
 from poplar_api.types import FLOAT, HALF
 
 __all__ = [
@@ -272,7 +274,8 @@ def _tile_partial_sums(
     """``addPartialCalcCycleEstimate`` (:func:`_partial`) of the tiles of sizes ``sizes``
     (:func:`_tile_sizes`' six arrays, one entry a tile), each distinct tile once."""
     rows = np.stack(sizes, axis=1)
-    uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+    first, inv = first_rows(rows)
+    uniq = rows[first]
     workers = target.getNumWorkerContexts()
     kw = int(params.kernelShape[1])
     one = params.batchSize == 1  # (canUseConvPartial1x1Vertex reads the whole batch)
@@ -384,18 +387,55 @@ def _partition_grid(
     axes = [_splits(n, tiles)[0] for n in (batch, rows, cols, kernel, out_grains, in_grains)]
     if slic:
         axes[4], axes[5] = axes[4][-1:], axes[5][-1:]  # (one grain a tile)
-    # the rows of np.meshgrid(*axes, indexing="ij") in its order, an axis at a time: a
-    # prefix whose product passes the tiles is dropped before the next axis multiplies it
-    columns, product = [axes[0]], axes[0]
-    for axis in axes[1:]:
-        at = np.flatnonzero(np.multiply.outer(product, axis).ravel() <= tiles)
-        prefix, value = np.divmod(at, axis.size)
-        columns = [c[prefix] for c in columns] + [axis[value]]
-        product = product[prefix] * columns[-1]
-    out = dict(zip(SPLITS, columns, strict=True))
+    # the rows of np.meshgrid(*axes, indexing="ij") in its order whose product is within
+    # the tiles (every split is at least 1, so a prefix's product is at most its rows')
+    values = np.concatenate(axes)
+    ends = np.cumsum([a.size for a in axes]).astype(np.int64)
+    count = _grid_rows(values, ends, tiles, np.empty((6, 0), np.int64))
+    grid = np.empty((6, count), np.int64)
+    _grid_rows(values, ends, tiles, grid)
+    out = dict(zip(SPLITS, grid, strict=True))
     for v in out.values():
         v.setflags(write=False)
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _grid_rows(values, ends, tiles, out):  # pragma: no cover - compiled
+    # The six axes are values[ends[k - 1]:ends[k]], each ascending: every combination in
+    # row-major order whose product is at most tiles (an axis's loop stops at the first
+    # value that passes them: the later ones are larger). Returns how many; writes them
+    # as the columns of out when it has room.
+    fill = out.shape[1] > 0
+    n = 0
+    for i0 in range(0, ends[0]):
+        p0 = values[i0]
+        if p0 > tiles:
+            break
+        for i1 in range(ends[0], ends[1]):
+            p1 = p0 * values[i1]
+            if p1 > tiles:
+                break
+            for i2 in range(ends[1], ends[2]):
+                p2 = p1 * values[i2]
+                if p2 > tiles:
+                    break
+                for i3 in range(ends[2], ends[3]):
+                    p3 = p2 * values[i3]
+                    if p3 > tiles:
+                        break
+                    for i4 in range(ends[3], ends[4]):
+                        p4 = p3 * values[i4]
+                        if p4 > tiles:
+                            break
+                        for i5 in range(ends[4], ends[5]):
+                            if p4 * values[i5] > tiles:
+                                break
+                            if fill:
+                                out[0, n], out[1, n], out[2, n] = values[i0], values[i1], values[i2]
+                                out[3, n], out[4, n], out[5, n] = values[i3], values[i4], values[i5]
+                            n += 1
+    return n
 
 
 #: The partitions :func:`_least_partitions` costs first (those of the least lower bounds).

@@ -79,6 +79,7 @@ from poplar_api.poplin.poplibs_matmul_model import (
     _reduce_cycles,
     _reduce_exchange_later_stages,
 )
+from poplar_api.popops.layout import first_rows
 from poplar_api.types import FLOAT
 
 __all__ = [
@@ -221,7 +222,8 @@ def amp_float_1x1_cycles(
     at 8 bytes a cycle (``use128BitConvUnitLoad`` is off by default)."""
     ft, cit, cot = np.broadcast_arrays(*(np.asarray(x, np.int64) for x in (ft, cit, cot)))
     rows = np.stack([ft.ravel(), cit.ravel(), cot.ravel()], axis=1)
-    uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+    first, inv = first_rows(rows)
+    uniq = rows[first]
     per = [_float_1x1(f, ci, co, icg, ocg, units, workers) for f, ci, co in uniq.tolist()]
     return np.array(per, np.int64)[inv.ravel()].reshape(ft.shape)
 

@@ -96,6 +96,7 @@ from poplar_api.poplin.poplibs_matmul_model import (
 from poplar_api.poplin.popsolver_order import search_first
 from poplar_api.popops.dynamic_slice import slice_1d_estimate
 from poplar_api.popops.estimators import binary_op_1d_in_place_array
+from poplar_api.popops.layout import first_rows
 from poplar_api.types import FLOAT
 
 __all__ = [
@@ -323,12 +324,14 @@ def form_costs(
     temp = np.broadcast_to(temp, used.shape)
     # the reduction (no cast) and its later stages' exchange, and the partial sums, are
     # computed only where needed (a skipped term is not computed)
-    cols = [np.broadcast_to(x, used.shape) for x in (depth, outputs, red_out)]
     later_t, reduce_t, compute = zero.copy(), zero.copy(), least.copy()
     reduced, estimated = np.zeros(used.shape, bool), np.zeros(used.shape, bool)
 
     def reduce_at(idx: np.ndarray) -> None:
         idx = idx[~reduced[idx]]
+        if not idx.size:
+            return
+        cols = [np.broadcast_to(x, used.shape) for x in (depth, outputs, red_out)]
         d = cols[0][idx]
         if "later stages exchange" not in skip:
             fn = lambda o, d: _reduce_exchange_later_stages(o, d, size, target)  # noqa: E731
@@ -343,7 +346,8 @@ def form_costs(
         if idx.size:
             rows = np.stack([np.broadcast_to(x, used.shape)[idx]
                              for x in (bt, ht, wt, kh, cit, cot)], axis=1)  # fmt: skip
-            uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+            first, inv = first_rows(rows)
+            uniq = rows[first]
             per = np.zeros(len(uniq), np.int64)
             # (ConvPartial1x1Out's tiles in one call, as _partial prices each)
             one = (height == 1) & (params.batchSize == 1) & (kernel[1] == 1)
@@ -686,6 +690,11 @@ def _serial_floor(
     ``min(limit, least so far)`` is not costed either: its cost is at least that bound."""
     best: int | None = None
     ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
+    # (an iteration is this convolution with fewer channels: made once, copied per count)
+    base = ConvParams(FLOAT, sub.batchSize, list(sub.inputFieldShape), list(sub.kernelShape),
+                      ci, co, paddingLower=list(sub.inputTransform.paddingLower),
+                      paddingUpper=list(sub.inputTransform.paddingUpper),
+                      outputType=FLOAT)  # fmt: skip
     for vertex in amp_candidates(target):
         per_it = _iteration_floor(sub, vertex, target)
         for kind, chans, grain in (("in", ci, vertex[1]), ("out", co, vertex[2])):
@@ -705,12 +714,7 @@ def _serial_floor(
                 if low > (limit if best is None else min(limit, best)):
                     best = low if best is None else min(best, low)
                     continue  # (no partition of this count is costed: each costs more)
-                it = ConvParams(FLOAT, sub.batchSize, list(sub.inputFieldShape),
-                                list(sub.kernelShape), n if kind == "in" else ci,
-                                n if kind == "out" else co,
-                                paddingLower=list(sub.inputTransform.paddingLower),
-                                paddingUpper=list(sub.inputTransform.paddingUpper),
-                                outputType=FLOAT)  # fmt: skip
+                it = base.with_channels(n if kind == "in" else ci, n if kind == "out" else co)
                 # (a partition whose other terms and serial terms pass the cap counts its
                 # least partial sums: still a lower bound, above the cap)
                 cap = (limit if best is None else min(limit, best)) // count
