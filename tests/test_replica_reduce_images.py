@@ -253,3 +253,38 @@ def test_segments_of_split_matmul_partials_are_blocks():
     for g in reversed(group_base.tolist()):
         reversed_groups += images[:, g : g + outputs].astype(np.float64)
     assert reversed_groups.tobytes() != want.tobytes()
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_later_execution_reuses_the_layout_and_sums_its_new_values(wrong):
+    """The layout (which vertices are ok, the ids their outputs own) is found once per
+    set of id and offset arrays: a second execution with new values in every replica
+    (the same arrays, as the runner hands them) gives each replica's packed run alone,
+    a vertex refused on the first refused again, and finds nothing anew."""
+    cls = reduce_add_vertex(FLOAT, FLOAT)
+    fields = _case(np.float32, np.float32, False, "scattered", seed=5, wrong=wrong)
+    n = len(SHAPES)
+    p, out = fields["partials"], fields["out"]
+    rng = np.random.default_rng(6)
+    found = None
+    for execution in range(2):
+        if execution:  # new partials and outputs in every replica
+            for f in (p, out):
+                f.image.view(np.float32)[:, f.ids] = rng.standard_normal((R, f.ids.size))
+        before = out.image.copy()
+        alone = []
+        for r in range(R):
+            one = {k: _packed(f, r) for k, f in fields.items()}
+            cls.computeBatch(one, n, 6)
+            alone.append(one["out"].data.astype(np.float32))
+        ok = _run(cls, fields, n * R)
+        assert ok.tolist() == [not (wrong and v == 1) for v in range(n)] * R
+        for r in range(R):
+            got = out.image[r].view(np.float32)[out.ids]
+            assert got.tobytes() == alone[r].tobytes(), f"execution {execution}, replica {r}"
+        if wrong:  # the refused vertex's outputs are left as they were
+            lo, hi = out.offsets[1], out.offsets[2]
+            assert np.array_equal(out.image[:, out.ids[lo:hi]], before[:, out.ids[lo:hi]])
+        layout = poplin_vertices._LAYOUTS[id(p.ids)][2]
+        assert found is None or all(a is b for a, b in zip(layout, found, strict=True))
+        found = layout

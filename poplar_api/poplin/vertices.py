@@ -115,23 +115,57 @@ def _reduce_in_place(update: bool, batches: Mapping[str, Any], num_vertices: int
     replicas, n = p.replicas, p.offsets.size - 1
     if num_vertices != n * replicas or out.offsets.size != n + 1:
         return None
-    out_len = np.diff(out.offsets)
-    # a vertex with a partial whose length is not its output's adds nothing
-    vertex = np.repeat(np.arange(n), np.diff(p.offsets))
-    wrong = np.diff(p.inner_offsets) != out_len[vertex]
-    ok = np.bincount(vertex[wrong], minlength=n) == 0
+    ok, has_out, ids, every_ok = _reduce_layout(p, out, replicas)
     sums = np.zeros((replicas, out.ids.size), np.float64)
     src, dst, lengths = _segments(p.ids, p.offsets, p.inner_offsets, out.offsets, ok)
     _sum_segments(p.image.view(np.float32), src, dst, lengths, sums)
-    has_out = np.repeat(ok, out_len)
-    ids = out.ids[has_out]
-    sums = sums[:, has_out]
+    if has_out is not None:  # (outputs of vertices not ok are left as they are)
+        sums = sums[:, has_out]
     if update:  # out += scale * sums, as _store computes it on the packed fields
+        out_len = np.diff(out.offsets)
         scale = np.repeat(_kernel_values(batches["scale"], batches["scale"].ids), out_len, axis=1)
-        sums = _kernel_values(out, ids) + scale[:, has_out] * sums
-    ids.flags.writeable = False  # (a new array: the runner's gathers take read-only ids)
+        scale = scale if has_out is None else scale[:, has_out]
+        sums = _kernel_values(out, ids) + scale * sums
     out.write(ImageAccess((ids.size,), index=ids), sums.astype(out.kernel_dtype), True)
-    return np.tile(ok, replicas)
+    return every_ok
+
+
+#: What :func:`_reduce_layout` found for the layouts summed lately, by the identity of
+#: the partials' ids: ``(arrays it was found from, replicas, found)``.
+_LAYOUTS: dict[int, tuple[tuple[np.ndarray, ...], int, tuple[Any, ...]]] = {}
+
+
+def _reduce_layout(
+    p: ImageField, out: ImageField, replicas: int
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+    """``(ok, has_out, ids, every_ok)`` of a several-input ReduceAdd's layout, found once
+    per layout (the runner hands every execution the same id and offset arrays): which
+    of replica 0's vertices are ok (none of its partials has another length than its
+    output: a vertex that is not adds nothing), which output elements they own (None
+    when every vertex is ok), those elements' ids (read-only) and ``ok`` of every
+    replica's vertices, replica after replica (a copy per call: the caller's)."""
+    arrays = (p.ids, p.offsets, p.inner_offsets, out.offsets, out.ids)
+    hit = _LAYOUTS.get(id(p.ids))
+    if (
+        hit is not None
+        and all(a is b for a, b in zip(hit[0], arrays, strict=True))
+        and hit[1] == replicas
+    ):
+        ok, has_out, ids, every_ok = hit[2]
+        return ok, has_out, ids, every_ok.copy()
+    n = p.offsets.size - 1
+    out_len = np.diff(out.offsets)
+    vertex = np.repeat(np.arange(n), np.diff(p.offsets))
+    wrong = np.diff(p.inner_offsets) != out_len[vertex]
+    ok = np.bincount(vertex[wrong], minlength=n) == 0
+    has_out = None if ok.all() else np.repeat(ok, out_len)
+    ids = (out.ids if has_out is None else out.ids[has_out]).view()
+    ids.flags.writeable = False  # (the runner's gathers take read-only ids)
+    found = (ok, has_out, ids, np.tile(ok, replicas))
+    if len(_LAYOUTS) >= KEPT_LAYOUTS:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(p.ids)] = (arrays, replicas, found)
+    return ok, has_out, ids, found[3].copy()
 
 
 def _kernel_values(field: ImageField, ids: np.ndarray) -> np.ndarray:
