@@ -11,7 +11,12 @@ import pytest
 
 from poplar_api.graph_state import _Space
 from poplar_api.lowering.computeset import interleaved_keys, touched_keys
-from poplar_api.lowering.variable_marks import variable_tile_counts
+from poplar_api.lowering.variable_marks import (
+    DENSE_SLACK,
+    DENSE_SPAN,
+    key_totals,
+    variable_tile_counts,
+)
 
 
 class _Field(SimpleNamespace):
@@ -106,3 +111,24 @@ def test_interleaved_keys_of_a_compacted_space_keep_it_compact() -> None:
     space.compact()
     assert interleaved_keys(table, state, variables, nt).tolist() == want.tolist()
     assert space.held_runs() is not None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_key_totals_equal_numpys_unique_and_sums_dense_and_sorted(seed: int) -> None:
+    """key_totals gives np.unique's distinct keys and the counts summed per key, both
+    when it adds the keys in a bin each of their span and when the span is too wide
+    and it sorts them (keys repeat, in any order, with counts of 1 and more)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 5_000))
+    for span in (n // 3 + 1, DENSE_SPAN * n + DENSE_SLACK, 10 * (DENSE_SPAN * n + DENSE_SLACK)):
+        keys = int(rng.integers(0, 1 << 40)) + rng.integers(0, span, n)
+        keys[rng.integers(0, n)] = keys.min() + span - 1  # the span exactly
+        counts = rng.integers(1, 1_000, n)
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        want = np.zeros(distinct.size, np.int64)
+        np.add.at(want, inverse, counts)
+        got = key_totals(keys, counts)
+        assert [g.dtype for g in got] == [np.int64, np.int64]
+        assert got[0].tolist() == distinct.tolist()
+        assert got[1].tolist() == want.tolist()
+    assert [g.size for g in key_totals(np.zeros(0, np.int64), np.zeros(0, np.int64))] == [0, 0]

@@ -32,7 +32,7 @@ from poplar_api.lowering.field_tables import (
     build_table,
     vertex_id_runs,
 )
-from poplar_api.lowering.variable_marks import variable_tile_counts
+from poplar_api.lowering.variable_marks import key_totals, variable_tile_counts
 from poplar_api.types import Type
 from poplar_api.vertices import NO_ESTIMATE, id_count
 
@@ -544,8 +544,7 @@ def touched_keys(
     for written in (False, True):
         keys = np.concatenate([k for k, _ in found[written]] or [np.zeros(0, np.int64)])
         counts = np.concatenate([c for _, c in found[written]] or [np.zeros(0, np.int64)])
-        distinct, at = np.unique(keys, return_inverse=True)
-        out += [distinct, np.bincount(at.reshape(-1), counts, distinct.size).astype(np.int64)]
+        out += key_totals(keys, counts)
     return out[0], out[1], out[2], out[3]
 
 
