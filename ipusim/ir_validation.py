@@ -269,7 +269,8 @@ def _repeats(tiles: np.ndarray, limit: int) -> bool:
     if tiles.shape[0] > _SMALL:
         return bool(_repeats_compiled(tiles, limit))
     inside = tiles[(tiles >= 0) & (tiles < limit)]
-    return bool(np.unique(inside).size != inside.size)
+    # a count per tile id: numpy 2.4's np.unique hashes integers, about 240 us for 1,472
+    return bool(np.bincount(inside).max(initial=0) > 1)
 
 
 def _wrong_ipu(src: np.ndarray, dst: np.ndarray, limit: int, tiles_per_ipu: int, same: bool) -> int:
