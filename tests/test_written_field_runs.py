@@ -34,6 +34,32 @@ def test_put_ranges_stores_as_an_index_assignment() -> None:
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_one_block_is_the_slice_of_ranges_that_follow_one_another(dtype) -> None:
+    rng = np.random.default_rng(5)
+    src = rng.integers(0, 1 << 30, 200).astype(np.uint32)
+    found = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 10))
+        lengths = rng.integers(0, 5, n)
+        begins = int(rng.integers(0, 100)) + np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        if rng.random() < 0.5:  # one range moved: no longer one block (unless it is empty
+            q = int(rng.integers(0, n))  # and lands where it was)
+            begins[q] += int(rng.integers(1, 3))
+        ends = begins + lengths
+        ids = runs.expand(begins, lengths)
+        one = (begins[1:] == ends[:-1]).all()  # each range starts where the last ended
+        block = runs.one_block(begins.astype(dtype), ends.astype(dtype))
+        if not one:
+            assert block is None
+            continue
+        found += 1
+        assert block == (begins[0], ends[-1])
+        np.testing.assert_array_equal(src[block[0] : block[1]], src[ids])
+    assert found > 100
+    assert runs.one_block(np.zeros(0, dtype), np.zeros(0, dtype)) is None
+
+
 @pytest.mark.parametrize("typ", [FLOAT, HALF])
 def test_write_runs_stores_the_bits_write_stores(typ) -> None:
     class _Space:
@@ -139,12 +165,24 @@ def test_written_fields_are_stored_by_their_runs_and_keep_no_ids(monkeypatch) ->
         stored.append(runs.expand(begin, end - begin))
         plain(self, t, begin, end, values)
 
+    plain_write = context.Storage.write
+    by_ids = []
+
+    def spy_write(self, t, ids, values):  # b's runs follow one another: one slice
+        if isinstance(ids, slice):
+            stored.append(np.arange(ids.start, ids.stop))
+        else:
+            by_ids.append(ids)
+        plain_write(self, t, ids, values)
+
     monkeypatch.setattr(context.Storage, "write_runs", spy)
     engine = Engine(graph, Execute(cs))
     engine.load(device)
+    monkeypatch.setattr(context.Storage, "write", spy_write)  # (load writes by ids)
     engine.run(0)
     b_ids = np.arange(2 * n, 3 * n)  # (y, then a, then b)
     assert sorted(np.concatenate(stored).tolist()) == sorted([*flat.tolist(), *b_ids.tolist()])
+    assert by_ids == []
 
     got_b, got_y = np.zeros((4, 12), np.float32), np.zeros(n, np.float32)
     engine.readTensor("b", got_b)

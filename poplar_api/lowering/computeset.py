@@ -205,6 +205,12 @@ def make_runner(
     # every replica's images for kernels that read them (one replica's packed fields are
     # gathered in one pass and viewed, which costs a kernel less than finding its views)
     images = [_image_fields(g, storage) if wide and _reads_images(g) else None for g in groups]
+    blocks: dict[int, tuple[int, int] | None] = {}  # (the groups keep each table alive)
+
+    def block(ft: FieldTable) -> tuple[int, int] | None:
+        if id(ft) not in blocks:  # the runs of ft as one slice, when they make one
+            blocks[id(ft)] = runs.one_block(*_held_runs(ft))
+        return blocks[id(ft)]
 
     def run() -> None:
         # unchecked kernels read past a field into the packed batch, as documented
@@ -227,7 +233,8 @@ def make_runner(
                         fields[ft.spec.name] = wide.in_place(ft.type, lies)
                     continue
                 if wide is None and index[k] is None and (_by_ranges(ft) or _stored_by_runs(ft)):
-                    data = _gather_runs(storage, ft).astype(ft.spec.kernel_dtype, copy=False)
+                    data = _gather_runs(storage, ft, block(ft))
+                    data = data.astype(ft.spec.kernel_dtype, copy=False)
                     fields[ft.spec.name] = FieldBatch(data, ft.offsets, ft.inner_offsets)
                     continue
                 if index[k] is None:  # kept for later unchecked runs
@@ -276,6 +283,8 @@ def make_runner(
         for ft, ix, data in writes:
             if wide is not None:
                 wide.scatter(ft.type, ix, data)
+            elif ix is None and block(ft) is not None:  # (_stored_by_runs) one slice
+                storage.write(ft.type, slice(*block(ft)), data)
             elif ix is None:  # (_stored_by_runs)
                 storage.write_runs(ft.type, *_held_runs(ft), data)
             else:
@@ -327,11 +336,14 @@ def _held_runs(ft: FieldTable) -> tuple[np.ndarray, np.ndarray]:
     return ft.ref_runs if ft.ref_runs is not None else ft.runs
 
 
-def _gather_runs(storage: Storage, ft: FieldTable) -> np.ndarray:
+def _gather_runs(storage: Storage, ft: FieldTable, block: tuple[int, int] | None) -> np.ndarray:
     """The values of a field read by its runs (:func:`_by_ranges`, :func:`_stored_by_runs`):
     each run's block of the image copied in turn, as :meth:`Storage.read` of its ids
-    gives them."""
+    gives them; a slice copied when the runs make one ``block``
+    (:func:`~poplar_api.lowering.runs.one_block`)."""
     raw = storage.arrays[ft.type.size]
+    if block is not None:
+        return raw[block[0] : block[1]].copy().view(ft.type.numpy)
     out = np.empty(ft.size, raw.dtype)
     runs.take_ranges(raw, *_held_runs(ft), out, 0)
     return out.view(ft.type.numpy)

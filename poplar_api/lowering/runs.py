@@ -612,6 +612,26 @@ def put_ranges(dst, begins, ends, src):  # pragma: no cover - compiled
             j += 1
 
 
+@numba.njit(cache=True, nogil=True)
+def _one_block(begins, ends):  # pragma: no cover - compiled
+    joined = True
+    for q in range(1, begins.shape[0]):
+        if begins[q] != ends[q - 1]:
+            joined = False
+            break
+    return joined
+
+
+def one_block(begins: np.ndarray, ends: np.ndarray) -> tuple[int, int] | None:
+    """``(begin, end)`` of the one block the ranges ``[begins[q], ends[q])`` make when
+    each starts where the one before it ended (a field whose vertices' runs follow one
+    another in memory), else None: :func:`take_ranges` and :func:`put_ranges` over the
+    ranges then move the elements of that slice, in its order."""
+    if begins.shape[0] == 0 or not _one_block(begins, ends):
+        return None
+    return int(begins[0]), int(ends[-1])
+
+
 def take_run_ranges(
     starts: np.ndarray,
     firsts: np.ndarray,
