@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numba
 import numpy as np
 import simpy
 
@@ -396,18 +397,44 @@ class SharedArrays:
         ):
             arr.flags.writeable = False
             return arr
-        # Python's own hash of the bytes (SipHash, about 2 us for 1,472 tiles against 16
-        # for a BLAKE2 digest: this runs once per distinct step, on the distinct-step
-        # rate's path); two contents with one hash are told apart by the comparison,
-        # and the later one is then simply not shared
-        key = hash(arr.tobytes())
+        # a compiled mix of the values (under 1 us for 1,216 tiles, against about 3 for
+        # Python's hash of the bytes and 16 for a BLAKE2 digest: this runs for three
+        # arrays per distinct step, on the distinct-step rate's path); two contents with
+        # one key are told apart by the comparison, and the later one is then simply not
+        # shared
+        arr.flags.writeable = False  # (read-only either way: one compiled signature)
+        key = _contents_key(arr)
         seen = self._arrays.get(key)
-        if seen is not None and seen.size == arr.size and np.array_equal(seen, arr):
+        if seen is not None and seen.size == arr.size and _same_values(seen, arr):
             return seen
-        arr.flags.writeable = False
         if seen is None:
             self._arrays[key] = arr
         return arr
+
+
+@numba.njit(cache=True, nogil=True)
+def _contents_key(values):  # pragma: no cover - compiled
+    """A 64-bit key of int64 ``values``: each value mixed with its position (a multiply,
+    a shift and a multiply, so that reordered values give another key), summed with
+    wraparound (independent terms: the loop vectorizes)."""
+    key = np.uint64(values.shape[0])
+    for i in range(values.shape[0]):
+        x = np.uint64(values[i]) + np.uint64(i) * np.uint64(0x9E3779B97F4A7C15)
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(31))
+        key += x * np.uint64(0x94D049BB133111EB)
+    return key
+
+
+@numba.njit(cache=True, nogil=True)
+def _same_values(a, b):  # pragma: no cover - compiled
+    """Whether int64 arrays ``a`` and ``b`` of one size hold the same values."""
+    same = True
+    for i in range(a.shape[0]):
+        if a[i] != b[i]:
+            same = False
+            break
+    return same
 
 
 class TimingModel:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ipusim import ir
+from ipusim import ir, timing
 from ipusim.config import load_config
 from ipusim.config_sections import leaf_paths
 from ipusim.errors import ConfigError
@@ -189,6 +189,28 @@ def test_equal_per_tile_costs_are_one_read_only_array():
         assert np.array_equal(cost.cycles, alone.cycles)
         assert np.array_equal(cost.bytes_received, alone.bytes_received)
     assert tm.cost(a) is ca  # cached per step as before
+
+
+def test_shared_arrays_share_equal_values_only_and_key_their_order(monkeypatch):
+    """Equal per-tile arrays are one; arrays that differ are never taken for one
+    another, even when their keys are equal (compared element by element, here with
+    every key made the same); reordered values (a rotated cost) get other keys."""
+    rng = np.random.default_rng(7)
+    base = rng.integers(-(2**40), 2**40, 1216)
+    keys = {timing._contents_key(np.roll(base, k)) for k in range(base.size)}
+    assert len(keys) == base.size
+    assert timing._contents_key(base) != timing._contents_key(base + (np.arange(1216) == 5))
+    for key in (timing._contents_key, lambda values: 0):
+        monkeypatch.setattr(timing, "_contents_key", key)
+        shared = timing.SharedArrays()
+        first = shared.get(base.copy())
+        assert shared.get(base.copy()) is first and not first.flags.writeable
+        for k in range(1216):  # one element changed, anywhere: another array
+            other = base.copy()
+            other[k] += 1
+            got = shared.get(other)
+            assert got is other and np.array_equal(got, other) and not got.flags.writeable
+        assert shared.get(base.copy()) is first
 
 
 class _ThreeArgSync:
