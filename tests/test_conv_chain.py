@@ -136,6 +136,9 @@ def test_round32_is_one_rounding() -> None:
         (1, 1, 1, 1, 1, False, (2,), 1, 128),
         (3, 2, 2, 1, 2, True, (2,), 4, 3),
         (2, 1, 1, 1, 1, False, (2,), 8, 40),  # (BLAS's small kernel from 32)
+        (1, 1, 1, 1, 1, False, (2, 6), 1, 16),  # one slice per vertex: four at a time
+        (2, 1, 1, 1, 1, False, (9,), 3, 5),
+        (3, 1, 1, 1, 1, False, (4, 4), 8, 8),
     ],
 )
 def test_pass_is_the_fma_chain(rows, nig, nk, ncg, nog, shift, lead, oc, ic) -> None:
@@ -281,3 +284,33 @@ def test_half_operands_are_widened_exactly() -> None:
     assert chain_products(xh, wh, geo) is None  # the pass itself takes float32 only
     want = _by_exact_chain(xh.astype(np.float32), wh.astype(np.float32), geo)
     np.testing.assert_array_equal(_bits(_products(xh, wh, geo)), _bits(want))
+
+
+@pytest.mark.parametrize("vertices", [3, 4, 9])
+@pytest.mark.parametrize("oc, ic", [(8, 8), (2, 5)])
+def test_negative_zero_sums_and_rows_not_added_to(vertices, oc, ic) -> None:
+    # a chain that ends at -0 (a product below the smallest float32) is added to the
+    # zeroed partial: +0; an output row no kernel position adds to stays +0; in every path
+    geo = _geometry(3, nig=1, nk=1, oc=oc, ic=ic)
+    geo.out_rows = 5
+    geo.rows = [(np.array([4, 0, 2]), np.array([0, 1, 2]))]
+    x = np.full((vertices, 1, 3 * ic), -(2.0**-100), np.float32)
+    w = np.full((vertices, 1, oc * ic), 2.0**-100, np.float32)
+    x[1::2, 0, :ic] = 1.5  # other vertices' row 0 sums are not zero
+    got = chain_products(x, w, geo)
+    want = _by_exact_chain(x, w, geo)
+    assert not np.signbit(want).any()
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_weights_of_any_inner_stride() -> None:
+    # the 8x8 path transposes weights rows of unit stride by vector shuffles, others
+    # element by element: both give the chain
+    geo = _geometry(5, nig=2, nk=2, shift=True)
+    x, w = _operands(geo, (3,), seed=23)
+    wide = np.repeat(w, 2, axis=-1)
+    strided = wide[..., ::2]
+    assert strided.strides[-1] == 8 and np.array_equal(strided, w)
+    want = _by_exact_chain(x, w, geo)
+    for weights in (w, strided):
+        np.testing.assert_array_equal(_bits(chain_products(x, weights, geo)), _bits(want))

@@ -30,7 +30,10 @@ one slice (what ``compute_one`` needs for a vertex run alone). Groups of 8 outpu
 compiled with LLVM's SLP vectorizer (off by default in Numba, switched on for this
 function's compilation only) each row's eight chains are one eight-lane vector fused
 multiply-add per input channel, the same operation in every lane, so the bits do not
-depend on it; other group shapes a scalar chain per element, the same operations.
+depend on it. Vertices of one slice (one group of each kind, one kernel position) of
+other shapes run four at a time, their scalar chains interleaved
+(:func:`_one_slice_vertices`); anything else a scalar chain per element. Every path
+gives the same bits.
 """
 
 from __future__ import annotations
@@ -100,6 +103,45 @@ def _prefetch_write(typingctx: Any, arr: Any, index: Any) -> Any:  # pragma: no 
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
+def _one_slice_vertices(x, w, o_rows, i_rows, out):  # pragma: no cover - compiled
+    """:func:`_chain` of a class whose vertices have one conv group, output group,
+    input group and kernel position, for any group shape: four vertices' chains
+    interleaved (each a chain of dependent fused multiply-adds, as long as the input
+    channels, which one vertex's alone leaves waiting on each step's latency). Rows no
+    position adds to are zero, the others ``0 + sum`` (the zeroed partial plus the
+    product: a sum of -0 stored as +0, as the scratch of :func:`_chain` gives it)."""
+    n0, n1, ic, oc, nq = x.shape[0], x.shape[1], x.shape[5], w.shape[6], out.shape[3]
+    zero = np.float32(0)
+    for a in range(n0):
+        b = 0
+        while b < n1:
+            step = 4 if b + 4 <= n1 else 1
+            for v in range(step):
+                for q in range(nq):
+                    out[a, b + v, 0, q] = zero
+            for j in range(o_rows.size):
+                i, r = i_rows[j], o_rows[j] * oc
+                for o in range(oc):
+                    if step == 4:
+                        s0 = s1 = s2 = s3 = zero
+                        for t in range(ic):
+                            s0 = _fma(x[a, b, 0, 0, i, t], w[a, b, 0, 0, 0, 0, o, t], s0)
+                            s1 = _fma(x[a, b + 1, 0, 0, i, t], w[a, b + 1, 0, 0, 0, 0, o, t], s1)
+                            s2 = _fma(x[a, b + 2, 0, 0, i, t], w[a, b + 2, 0, 0, 0, 0, o, t], s2)
+                            s3 = _fma(x[a, b + 3, 0, 0, i, t], w[a, b + 3, 0, 0, 0, 0, o, t], s3)
+                        out[a, b, 0, r + o] = zero + s0
+                        out[a, b + 1, 0, r + o] = zero + s1
+                        out[a, b + 2, 0, r + o] = zero + s2
+                        out[a, b + 3, 0, r + o] = zero + s3
+                    else:
+                        s0 = zero
+                        for t in range(ic):
+                            s0 = _fma(x[a, b, 0, 0, i, t], w[a, b, 0, 0, 0, 0, o, t], s0)
+                        out[a, b, 0, r + o] = zero + s0
+            b += step
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
 def _chain(x, w, o_rows, i_rows, k_start, wt, part, out):  # pragma: no cover - compiled
     """``out[a, b, cg * nog + og]`` (``[out_rows * oc]``) set to the partial sums of
     ``x[a, b, cg, ig, i_rows[j]] @ w[a, b, cg, og, ig, k].T`` added, from zero, into
@@ -125,6 +167,9 @@ def _chain(x, w, o_rows, i_rows, k_start, wt, part, out):  # pragma: no cover - 
     eight = oc == 8 and ic == 8
     zero = np.float32(0)
     ahead = x.strides[1] != 0
+    if not eight and ncg == 1 and nig == 1 and nog == 1 and nk == 1:
+        _one_slice_vertices(x, w, o_rows, i_rows, out)
+        return
     for a in range(n0):
         for b in range(n1):
             na, nb = (a, b + 1) if b + 1 < n1 else (a + 1, 0)
