@@ -198,7 +198,8 @@ def test_written_fields_are_stored_by_their_runs_and_keep_no_ids(monkeypatch) ->
     np.testing.assert_array_equal(got_y, want_y)
 
 
-def test_read_ids_in_long_runs_are_kept_as_runs_cut_at_each_vertex() -> None:
+def test_read_ids_in_long_runs_are_kept_as_runs_cut_at_each_vertex(monkeypatch) -> None:
+    from poplar_api.lowering import field_tables
     from poplar_api.lowering.computeset import _kept_table
     from poplar_api.tensor import concat
 
@@ -230,18 +231,25 @@ def test_read_ids_in_long_runs_are_kept_as_runs_cut_at_each_vertex() -> None:
     graph.createHostRead("s", s)
     graph.createHostRead("c", c)
 
+    # the runs are found when the compute set's table is built (every pass after it
+    # reads them), and the runner keeps that table
     (group,) = build_table(graph._state, graph._state.compute_sets[cs.id]).groups
     ft = next(f for f in group.fields if f.spec.name == "in")
-    assert ft.runs is None and ft.ref_runs is None  # ids in the compile's table
-    kept = _kept_table(ft, None)
-    begin, end = kept.ref_runs
-    np.testing.assert_array_equal(runs.expand(begin, end - begin), ft.ids)
+    assert ft.runs is None and ft.touched() is ft.ref_runs  # no ids made
+    begin, end = ft.ref_runs
+    want = np.concatenate([r.flat_index() for r in rows])
+    np.testing.assert_array_equal(runs.expand(begin, end - begin), want)
     starts = np.cumsum(end - begin) - (end - begin)
     assert set(ft.bounds[:-1].tolist()) <= set(starts.tolist())  # cut at each vertex
     assert begin.size == 6
+    assert _kept_table(ft, None) is ft
+    assert ft.vertex_runs() is None  # two runs a vertex: not read in place
     (group,) = build_table(graph._state, graph._state.compute_sets[cols.id]).groups
     by_column = next(f for f in group.fields if f.spec.name == "in")
-    assert _kept_table(by_column, None) is by_column
+    assert by_column.ref_runs is None and by_column.runs_sought
+    with monkeypatch.context() as patched:  # runs sought once: not looked for again
+        patched.setattr(field_tables, "vertex_id_runs", None)
+        assert _kept_table(by_column, None) is by_column
 
     engine = Engine(graph, Sequence([Execute(cs), Execute(cols)]))
     engine.load(device)
@@ -313,3 +321,97 @@ def test_vertex_id_runs_cut_at_vertices_keep_the_id_type_and_stop_past_most(dtyp
     assert vertex_id_runs(ids, bounds, 5) is None
     one = vertex_id_runs(ids[:3], np.array([0, 3], np.int64), 1)
     assert one[0].tolist() == [5] and one[1].tolist() == [8]
+
+
+def test_vertex_runs_of_a_table_held_as_runs_match_those_found_in_its_ids() -> None:
+    """``FieldTable.vertex_runs`` (a vector read as its runs, whether each vertex reads
+    one run or none) against ``runs.vertex_runs`` of the ids, on random vertices with
+    empty ones and with a vertex of two runs."""
+    from poplar_api.lowering.field_tables import FieldTable, read_runs
+
+    spec = FieldSpec("in", "in", "vector", FLOAT)
+    rng = np.random.default_rng(11)
+    seen = set()
+    for trial in range(200):
+        n = int(rng.integers(1, 12))
+        lengths = rng.integers(0, 20, n) * (rng.random(n) < 0.8)
+        lengths[int(rng.integers(0, n))] = int(rng.integers(8, 20))  # runs sought
+        begins = rng.integers(0, 500, n)
+        parts = [np.arange(b, b + k) for b, k in zip(begins, lengths, strict=True)]
+        if rng.random() < 0.4:  # one vertex reads two runs
+            v = int(np.flatnonzero(lengths)[0])
+            parts[v] = np.concatenate([parts[v], np.arange(900, 904)])
+        ids = np.concatenate(parts).astype(np.int32)
+        offsets = np.concatenate(([0], np.cumsum([p.size for p in parts]))).astype(np.int64)
+        ft = read_runs(FieldTable(spec, ids, offsets, None, np.arange(n)))
+        want = runs.vertex_runs(ids, offsets)
+        if ft.ref_runs is None:  # too few references per run to be held as runs
+            continue
+        got = ft.vertex_runs()
+        seen.add(want is None)
+        if want is None:
+            assert got is None, trial
+            continue
+        assert got[0].dtype == got[1].dtype == np.int64
+        np.testing.assert_array_equal(got[0], want[0], err_msg=str(trial))
+        np.testing.assert_array_equal(got[1], want[1], err_msg=str(trial))
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_read_fields_held_as_runs_compile_and_run_as_their_ids(seed, monkeypatch) -> None:
+    """Vectors read as runs of ids (concatenated slices, some vertices one slice read
+    in place, some several, some remote) compile to the program, memory placement and
+    trace they compile to when the table keeps their ids (the runner then found the
+    runs), and give numpy's sums."""
+    from poplar_api.lowering import field_tables
+    from poplar_api.tensor import concat
+    from tests.test_field_runs import _ir_hash
+
+    def compiled(as_ids: bool) -> tuple:
+        with monkeypatch.context() as patched:
+            if as_ids:
+                patched.setattr(field_tables, "read_runs", lambda ft: ft)
+            rng = np.random.default_rng(seed)
+            device = IPUModel("tiny").createDevice()
+            graph = Graph(device.getTarget())
+            graph.addCodelets(SumVertex)
+            tiles = graph.getTarget().getNumTiles()
+            n = 400
+            x = graph.addVariable(FLOAT, [n], "x")
+            graph.mapElements(x, np.arange(n) * tiles // n)
+            x0 = (rng.standard_normal(n) * 4).astype(np.float32)
+            graph.setInitialValues(x, x0)
+            vertices = 24
+            out = graph.addVariable(FLOAT, [vertices], "out")
+            graph.mapElements(out, np.arange(vertices) % tiles)
+            cs = graph.addComputeSet("sums")
+            want = np.zeros(vertices, np.float32)
+            for v in range(vertices):
+                pieces = []
+                for _ in range(int(rng.integers(1, 4))):
+                    a = int(rng.integers(0, n - 20))
+                    pieces.append(x[a : a + int(rng.integers(5, 20))])
+                t = pieces[0] if len(pieces) == 1 else concat(pieces)
+                vx = graph.addVertex(cs, SumVertex, {"in": t, "out": out[v]})
+                graph.setTileMapping(vx, int(rng.integers(0, tiles)))
+                graph.setPerfEstimate(vx, 20)
+                want[v] = np.add.reduce(x0[t.flat_index()], dtype=np.float32)
+            graph.createHostRead("out", out)
+            (group,) = build_table(graph._state, graph._state.compute_sets[cs.id]).groups
+            ft = next(f for f in group.fields if f.spec.name == "in")
+            engine = Engine(graph, Sequence([Execute(cs)]))
+            engine.load(device)
+            engine.run(0)
+            got = np.zeros(vertices, np.float32)
+            engine.readTensor("out", got)
+        return ft, _ir_hash(engine), engine.getTrace().fingerprint(), got, want
+
+    ft, ir_runs, trace_runs, got_runs, want = compiled(False)
+    ft_ids, ir_ids, trace_ids, got_ids, _ = compiled(True)
+    assert ft.ref_runs is not None and ft_ids.ref_runs is None
+    np.testing.assert_array_equal(ft.ids, ft_ids.ids)
+    np.testing.assert_allclose(got_runs, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got_runs, got_ids)
+    assert trace_runs == trace_ids
+    assert ir_runs == ir_ids

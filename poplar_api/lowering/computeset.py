@@ -25,12 +25,11 @@ from poplar_api.lowering import pieces, runs, strided
 from poplar_api.lowering.context import Storage
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.lowering.field_tables import (
-    MIN_REFS_PER_RUN,
     ComputeSetTable,
     FieldTable,
     TypeGroup,
     build_table,
-    vertex_id_runs,
+    read_runs,
 )
 from poplar_api.lowering.variable_marks import key_totals, variable_tile_counts
 from poplar_api.types import Type
@@ -137,6 +136,8 @@ def _in_place_bounds(ft: FieldTable, vtype: VertexType) -> tuple[np.ndarray, np.
         return None
     if ft.runs is not None:
         return ft.runs
+    if ft.ref_runs is not None:  # (read_runs: a vector's ids held as their runs)
+        return ft.vertex_runs()
     return runs.vertex_runs(ft.ids, ft.offsets)
 
 
@@ -311,15 +312,7 @@ def _kept_table(ft: FieldTable, bounds: tuple[np.ndarray, np.ndarray] | None) ->
     (:func:`_by_ranges`); else ``ft`` itself."""
     if bounds is not None:
         return ft.without_ids(bounds)
-    plain = ft.runs is None and ft.ref_runs is None and ft.type.numpy.kind != "b"
-    if not plain or ft.spec.writes or ft.size < 2 * MIN_REFS_PER_RUN:
-        return ft
-    # more runs than a quarter of the ids: the ids are kept (the count stops there, so
-    # a strided read is given up after a few of its ids)
-    held = vertex_id_runs(ft.ids, ft.bounds, ft.size // MIN_REFS_PER_RUN)
-    if held is None:
-        return ft
-    return FieldTable(ft.spec, None, ft.offsets, ft.inner_offsets, ft.positions, None, held)
+    return read_runs(ft)  # (build_table looked for them already: found, or not again)
 
 
 def _stored_by_runs(ft: FieldTable) -> bool:

@@ -26,7 +26,9 @@ from poplar_api.run_ids import RunIds
 from poplar_api.types import Type
 from poplar_api.vertices import NO_RUN, type_groups
 
-__all__ = ["ComputeSetTable", "FieldTable", "TypeGroup", "build_table", "vertex_id_runs"]
+__all__ = [
+    "ComputeSetTable", "FieldTable", "TypeGroup", "build_table", "read_runs", "vertex_id_runs",
+]  # fmt: skip
 
 
 class FieldTable:
@@ -43,7 +45,8 @@ class FieldTable:
     """
 
     __slots__ = (
-        "_bounds", "_ids", "inner_offsets", "offsets", "positions", "ref_runs", "runs", "spec",
+        "_bounds", "_ids", "inner_offsets", "offsets", "positions", "ref_runs", "runs",
+        "runs_sought", "spec",
     )  # fmt: skip
 
     def __init__(
@@ -66,6 +69,8 @@ class FieldTable:
         self.runs = runs
         self.ref_runs = ref_runs
         self._bounds: np.ndarray | None = None
+        #: whether :func:`read_runs` looked for runs in the ids and found too few
+        self.runs_sought = False
 
     @property
     def ids(self) -> np.ndarray:
@@ -102,6 +107,24 @@ class FieldTable:
         if self._ids is not None:
             return self._ids
         return self.runs if self.runs is not None else self.ref_runs
+
+    def vertex_runs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(begin, end)`` (int64) of each vertex's ids when every vertex of a field held
+        as :attr:`ref_runs` reads one run or none (``0, 0`` for none), else None: as
+        :func:`~poplar_api.lowering.runs.vertex_runs` finds them in the ids."""
+        begin, end = self.ref_runs
+        length = end - begin
+        at = np.cumsum(length)
+        at -= length  # the reference each run starts at (ascending; no run is empty)
+        per_vertex = np.diff(np.searchsorted(at, self.bounds, side="left"))
+        if per_vertex.size and int(per_vertex.max()) > 1:
+            return None
+        one = per_vertex == 1
+        out_begin = np.zeros(per_vertex.size, np.int64)
+        out_end = np.zeros(per_vertex.size, np.int64)
+        out_begin[one] = begin
+        out_end[one] = end
+        return out_begin, out_end
 
     def run_tiles(self, vtiles: np.ndarray) -> np.ndarray:
         """The tile of each of :attr:`ref_runs` (its vertex's, from ``vtiles``: the tile
@@ -290,7 +313,8 @@ def build_table(state, cs) -> ComputeSetTable:
                     tables.append(FieldTable(spec, None, offsets, None, positions, (begin, end)))
                     continue
                 offsets, ids = _mixed_field(begin, end, extras, name, bad, _id_dtype(state, spec))
-            tables.append(FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, positions))
+            found_table = FieldTable(spec, ids, offsets.astype(np.int64), inner_offsets, positions)
+            tables.append(read_runs(found_table))
         unconnected[positions] = bad
         groups.append(TypeGroup(vtype, positions, tables))
     return ComputeSetTable(cs.name, vids, tiles, groups, unconnected)
@@ -395,6 +419,29 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
 MIN_REFS_PER_RUN = 4
 
 
+def read_runs(ft: FieldTable) -> FieldTable:
+    """Field ``ft`` held as :attr:`~FieldTable.ref_runs` when it is read (not written),
+    not BOOL, held as ids and those lie in runs of :data:`MIN_REFS_PER_RUN` or more on
+    average, cut at each vertex (a reduction's partials, a 1-D operand's slices); else
+    ``ft`` itself, marked :attr:`~FieldTable.runs_sought` when its ids were looked at.
+
+    Found when the compute set's table is built, so that every pass after it (the
+    conflict check, read planning, liveness, the runner) reads the runs, not the ids:
+    a reduction's 3.7 million partials of ``bench_conv``'s forward pass lie in 9,856
+    runs. The runs are those :func:`vertex_id_runs` finds; a field with more runs
+    keeps its ids (its runs are not looked for again)."""
+    plain = ft.runs is None and ft.ref_runs is None and ft.type.numpy.kind != "b"
+    if not plain or ft.runs_sought or ft.spec.writes or ft.size < 2 * MIN_REFS_PER_RUN:
+        return ft
+    # more runs than a quarter of the ids: the ids are kept (the search stops there, so
+    # a strided read is given up after a few of its ids)
+    held = vertex_id_runs(ft.ids, ft.bounds, ft.size // MIN_REFS_PER_RUN)
+    if held is None:
+        ft.runs_sought = True
+        return ft
+    return FieldTable(ft.spec, None, ft.offsets, ft.inner_offsets, ft.positions, None, held)
+
+
 def _ref_runs(parts: list[tuple[np.ndarray, np.ndarray, Any]], total: int) -> tuple | None:
     """The id runs ``(begin, end)`` of the pieces ``[b, e)`` of each part's
     :class:`~poplar_api.run_ids.RunIds`, piece after piece, or None when they would
@@ -411,29 +458,34 @@ def _ref_runs(parts: list[tuple[np.ndarray, np.ndarray, Any]], total: int) -> tu
 @numba.njit(cache=True, nogil=True)
 def _vertex_id_runs(ids, bounds, most, begin, end):  # pragma: no cover - compiled
     # the runs of consecutive ids, each also cut where a vertex's references start
-    # (bounds[1:-1]); their first ids and ends go to begin and end when these have
-    # room; returns how many runs, or -1 as soon as there are more than ``most``
-    n = ids.size
+    # (vertex v holds ids[bounds[v]:bounds[v + 1]]), walked vertex by vertex; their
+    # first ids and ends go to begin and end when these have room; returns how many
+    # runs, or -1 as soon as there are more than ``most``
     fill = begin.size > 0
     count = 0
-    v = 1
-    last = bounds.size - 1  # bounds[1:last]: where the second and later vertices start
-    for i in range(n):
-        while v < last and bounds[v] < i:
-            v += 1
-        start = i == 0 or np.int64(ids[i]) != np.int64(ids[i - 1]) + 1
-        if not start and v < last and bounds[v] == i:
-            start = True
-        if start:
-            if count == most:
-                return -1
-            if fill:
-                begin[count] = ids[i]
-                if count:
-                    end[count - 1] = ids[i - 1] + 1
-            count += 1
-    if fill and count:
-        end[count - 1] = ids[n - 1] + 1
+    for v in range(bounds.size - 1):
+        lo = bounds[v]
+        hi = bounds[v + 1]
+        if lo >= hi:
+            continue
+        if count == most:
+            return -1
+        prev = np.int64(ids[lo])
+        if fill:
+            begin[count] = ids[lo]
+        count += 1
+        for i in range(lo + 1, hi):
+            x = np.int64(ids[i])
+            if x != prev + 1:  # a run ends at i - 1
+                if count == most:
+                    return -1
+                if fill:
+                    end[count - 1] = prev + 1
+                    begin[count] = ids[i]
+                count += 1
+            prev = x
+        if fill:
+            end[count - 1] = prev + 1
     return count
 
 
@@ -444,17 +496,17 @@ def vertex_id_runs(
     vertex's references to the next (vertex ``i`` holds ``ids[bounds[i]:bounds[i + 1]]``),
     in the ids' type; None when there are more than ``most`` runs.
 
-    Two compiled passes (a count that stops once it passes ``most``, then the runs):
-    no mask, difference or index array per id."""
+    One compiled pass into room for ``most`` runs (pages it does not write to are never
+    touched) that stops once it passes ``most``: no mask, difference or index array per
+    id, and no second pass over the ids."""
     ids = runs.read_only(ids)
     bounds = runs.read_only(np.asarray(bounds, np.int64))
-    none = np.zeros(0, ids.dtype)
-    count = int(_vertex_id_runs(ids, bounds, np.int64(most), none, none))
+    room = max(min(int(most), ids.size), 0)
+    begin, end = np.empty(room, ids.dtype), np.empty(room, ids.dtype)
+    count = int(_vertex_id_runs(ids, bounds, np.int64(most), begin, end))
     if count < 0:
         return None
-    begin, end = np.empty(count, ids.dtype), np.empty(count, ids.dtype)
-    _vertex_id_runs(ids, bounds, np.int64(most), begin, end)
-    return begin, end
+    return begin[:count].copy(), end[:count].copy()
 
 
 def _take_pieces(parts: list[tuple[np.ndarray, np.ndarray, Any]], total: int, dtype: type):
