@@ -39,3 +39,51 @@ def test_ranges_and_id_arrays_of_one_size_are_written_as_part_by_part(monkeypatc
             want[t.size][0, i] = v
     for size, image in images.items():
         np.testing.assert_array_equal(image, want[size])
+
+
+def test_blocks_overlap_as_a_map_of_their_ids_finds() -> None:
+    """``_blocks_overlap`` (the non-empty blocks sorted by start) against marking every
+    block's ids: random blocks, some empty, nested, touching or repeated."""
+    rng = np.random.default_rng(7)
+    outcomes = set()
+    for trial in range(400):
+        n = int(rng.integers(1, 8))
+        begins = rng.integers(0, 60, n)
+        lengths = rng.integers(0, 12, n) * (rng.random(n) < 0.85)
+        if rng.random() < 0.3:  # blocks laid end to end: touching, never overlapping
+            lengths = rng.integers(1, 6, n)
+            begins = np.concatenate(([0], np.cumsum(lengths)[:-1]))[rng.permutation(n)]
+        marks = np.zeros(200, np.int64)
+        for b, k in zip(begins.tolist(), lengths.tolist(), strict=True):
+            marks[b : b + k] += 1
+        want = bool((marks > 1).any())
+        outcomes.add(want)
+        assert context._blocks_overlap(begins.tolist(), lengths.tolist()) is want, trial
+    assert outcomes == {True, False}
+
+
+def test_overlapping_blocks_of_initial_values_keep_the_last_value(monkeypatch) -> None:
+    """Ranges of ids (a variable's values set twice, another variable's between, an
+    empty variable's): not written in one scatter when two share ids; the later value
+    wins."""
+    g = tiny_graph()
+    a = g.addVariable(FLOAT, [8], "a")
+    b = g.addVariable(FLOAT, [4], "b")
+    z = g.addVariable(FLOAT, [0], "z")
+    for t in (a, b):
+        g.setTileMapping(t, 2)
+    g.setInitialValue(a, np.arange(8, dtype=np.float32))
+    g.setInitialValue(b, np.full(4, 9, np.float32))
+    g.setInitialValue(z, np.zeros(0, np.float32))
+    g.setInitialValue(a, np.arange(8, dtype=np.float32) + 10)  # a's range again
+    state = g._state
+    assert all(type(ids) is range for _, ids, _ in state.initial_parts)
+    together = []
+    write = context.Storage._write_together
+    monkeypatch.setattr(
+        context.Storage, "_write_together", lambda s, *a: together.append(write(s, *a)) or False
+    )
+    image = Storage(state).full[4][0].view(np.float32)
+    assert together == [False]  # an element written twice: part by part
+    np.testing.assert_array_equal(image[a._start : a._start + 8], np.arange(8) + 10)
+    np.testing.assert_array_equal(image[b._start : b._start + 4], np.full(4, 9, np.float32))

@@ -146,10 +146,14 @@ class Storage:
                 casting="same_kind",
             )
         full = self.full[size]
-        written = np.zeros(full.shape[1], bool)
-        written[index] = True
-        if np.count_nonzero(written) != index.size:
-            return False  # an element written twice: part by part, the last value wins
+        if blocks:  # blocks overlap where one starts before the last one ends, sorted
+            if _blocks_overlap(begins, lengths):
+                return False  # an element written twice: part by part, the last value wins
+        else:
+            written = np.zeros(full.shape[1], bool)
+            written[index] = True
+            if np.count_nonzero(written) != index.size:
+                return False
         full[:, index] = np.concatenate(raws)
         return True
 
@@ -283,6 +287,19 @@ class Storage:
         """Store ``values`` into non-replicated (wide) element ids."""
         replica, local = split_wide(np.asarray(ids).reshape(-1))
         self.full[t.size][replica, local] = _raw(t, values).reshape(-1)
+
+
+def _blocks_overlap(begins: list[int], lengths: list[int]) -> bool:
+    """Whether two of the blocks ``[begin, begin + length)`` share an id: found from the
+    non-empty blocks sorted by their starts (the graph's initial values of one element
+    size are a few blocks, where a map of the element space's ids to mark them took
+    6 ms of ``bench_conv``'s 19 million FLOAT elements)."""
+    begin = np.asarray(begins, np.int64)
+    length = np.asarray(lengths, np.int64)
+    held = length > 0
+    begin, end = begin[held], begin[held] + length[held]
+    order = np.argsort(begin, kind="stable")
+    return bool((begin[order][1:] < end[order][:-1]).any())
 
 
 def _expand(begins: list[int], lengths: list[int]) -> np.ndarray:
