@@ -167,12 +167,13 @@ def effect_split(
     replicas (``pod16`` for more than one, else ``mk2``) run ``warm`` times untimed,
     then ``runs`` times with the process CPU taken around the whole run, around each
     effect the engine applies (a compute set, copy, collective or stream copy of every
-    replica) and around each call of the convolution partials' compiled 8x8 pass
-    (:mod:`poplar_api.poplin.conv_chain`) inside them. Per run, in milliseconds:
-    ``run``, ``effects`` (their sum), ``rest`` (the run outside the effects: the
-    machine's simulation and the engine around it), ``pass`` and ``by_effect`` (name
-    of the step that applies it -> CPU, largest first). The timers cost a few
-    microseconds per effect. The wrapped effects are put back before it returns."""
+    replica, however the engine applies it) and around each call of the convolution
+    partials' compiled 8x8 pass (:mod:`poplar_api.poplin.conv_chain`) inside them.
+    Per run, in milliseconds: ``run``, ``effects`` (their sum), ``rest`` (the run
+    outside the effects: the machine's simulation and the engine around it), ``pass``
+    and ``by_effect`` (name of the step that applies it -> CPU, largest first). The
+    timers cost a few microseconds per effect. The wrapped effects are put back before
+    it returns."""
     from poplar_api.poplin import conv_chain
 
     made = _mlp_engine(replicas, "pod16" if replicas > 1 else "mk2", batch, hidden)
@@ -185,6 +186,8 @@ def effect_split(
             names.setdefault(step.effect, step.name)
     effects = engine._lowered.effects  # the engine's table of effects (no public hook)
     kept = list(effects)
+    every = engine._lowered.every_replica  # effects that serve every replica in turn
+    kept_every = dict(every)
     cpu = np.zeros(len(kept))
     in_pass = [0.0]
 
@@ -196,6 +199,15 @@ def effect_split(
 
         return run
 
+    def timed_every(k: int, fn: Any) -> Any:
+        def run() -> bool:
+            start = time.process_time()
+            done = fn()
+            cpu[k] += time.process_time() - start
+            return done
+
+        return run
+
     def timed_pass(*args: Any) -> None:
         start = time.process_time()
         pass_run(*args)
@@ -203,6 +215,7 @@ def effect_split(
 
     pass_run = conv_chain._run
     effects[:] = [timed(k, fn) for k, fn in enumerate(kept)]
+    every.update({k: timed_every(k, fn) for k, fn in kept_every.items()})
     conv_chain._run = timed_pass
     total = 0.0
     try:
@@ -212,6 +225,7 @@ def effect_split(
             total += time.process_time() - start
     finally:
         effects[:] = kept
+        every.update(kept_every)
         conv_chain._run = pass_run
         made["device"].detach()
     per_run = 1e3 / runs

@@ -71,7 +71,8 @@ class _EngineDataPlane:
     """The Engine as the machine's data plane: applies effects, answers predicates.
 
     With several replicas an ordinary effect runs once per replica (that replica's
-    memory image and host ends selected), a global one (``Lowered.global_effects``)
+    memory image and host ends selected) unless it serves every replica in turn
+    itself (``Lowered.every_replica``), a global one (``Lowered.global_effects``)
     once; a predicate is asked in every replica and its answers combine as
     ``Lowered.combine`` says (control flow: all replicas must agree).
     """
@@ -102,6 +103,9 @@ class _EngineDataPlane:
         fn = self.lowered.effects[effect]
         if self.replicas == 1 or effect in self.lowered.global_effects:
             fn()
+            return
+        every = self.lowered.every_replica.get(effect)
+        if every is not None and every():  # each replica in turn, none selected
             return
         try:
             for k in range(self.replicas):
@@ -530,6 +534,7 @@ class Engine:
         parts = buffer.reshape(r, -1)
         for k in range(r):
             self._connect_buffer(s, parts[k], k)
+        self._host.join_rows(handle, parts)
 
     def _connect_buffer(self, s: DataStream, buffer: Any, replica: int) -> None:
         """Connect ``buffer`` (checked) as ``replica``'s circular buffer of stream ``s``."""

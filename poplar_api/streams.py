@@ -240,6 +240,9 @@ class HostStreams(HostIO):
         self.run_label = ""
         #: (replica, stream handle) -> copies served in the current run
         self.copies: dict[tuple[int, str], int] = {}
+        #: stream handle -> the ``[replicas, size]`` array whose rows were connected as
+        #: the replicas' buffers (:meth:`join_rows`), and those buffers
+        self.joined: dict[str, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}
 
     def begin_run(self, index: int, name: str = "") -> None:
         """The engine starts running program ``index`` (named in callback errors)."""
@@ -400,14 +403,9 @@ class HostStreams(HostIO):
                 returned = self._call(stream, cb, "fetch", data)
                 self._check_fill(stream, cb, "fetch", data, returned)
         else:
-            buf = ends.buffers.get(handle)
-            if buf is None:
+            if handle not in ends.buffers:
                 raise self._unconnected(stream)
-            pos = ends.positions[handle]
-            ends.positions[handle] = (pos + n) % buf.size
-            # no wrap: a view (every caller copies it at once); else a gather
-            wraps = pos + n > buf.size
-            data = buf[(pos + np.arange(n)) % buf.size] if wraps else buf[pos : pos + n]
+            data = _from_buffer(ends, handle, n)
         if shared:
             self.broadcast[handle] = data
         return data
@@ -461,16 +459,90 @@ class HostStreams(HostIO):
             self._call(stream, cb, "fetch", values.copy())
             self._call(stream, cb, "complete")
             return
-        buf = ends.buffers.get(stream.handle)
-        if buf is None:
+        if stream.handle not in ends.buffers:
             raise self._unconnected(stream)
-        n = values.size
-        pos = ends.positions[stream.handle]
-        if pos + n <= buf.size:  # no wrap: one slice
-            buf[pos : pos + n] = values.reshape(-1)
-        else:
-            buf[(pos + np.arange(n)) % buf.size] = values
-        ends.positions[stream.handle] = (pos + n) % buf.size
+        _to_buffer(ends, stream.handle, values)
+
+    # ------------------------------------------------- every replica in one effect
+    def plain_replicas(self, stream: Any) -> bool:
+        """Whether every replica's end of per-replica ``stream`` is a connected array
+        (no callback), so that serving them one after another in one effect
+        (:meth:`pull_replica`, :meth:`push_replica`) does what serving each replica
+        selected in turn does: only its own buffer and position change, nothing is
+        called."""
+        if self.replicas < 2 or not getattr(stream, "perReplica", False):
+            return False
+        handle = stream.handle
+        return all(
+            handle not in ends.callbacks and ends.buffers.get(handle, _EMPTY).size
+            for ends in self.ends
+        )
+
+    def join_rows(self, handle: str, parts: np.ndarray) -> None:
+        """Note that replica ``k``'s buffer of stream ``handle`` was just connected as
+        row ``k`` of ``parts`` (``[replicas, size]``), so that while it is, copies at
+        one position in every replica are one block of ``parts`` (:meth:`pull_rows`)."""
+        self.joined[handle] = (parts, tuple(ends.buffers[handle] for ends in self.ends))
+
+    def _joined(self, stream: Any) -> tuple[np.ndarray, int] | None:
+        """``(parts, position)`` when every replica's buffer of ``stream`` is still its
+        row of the joined array, each at one position, and a copy does not wrap."""
+        handle = stream.handle
+        found = self.joined.get(handle)
+        if found is None:
+            return None
+        parts, rows = found
+        pos = self.ends[0].positions.get(handle)
+        if pos is None or pos + stream.numElements > parts.shape[1]:
+            return None
+        for ends, row in zip(self.ends, rows, strict=True):
+            if ends.buffers.get(handle) is not row or ends.positions[handle] != pos:
+                return None
+        return parts, pos
+
+    def _moved_on(self, stream: Any, parts: np.ndarray, pos: int) -> slice:
+        """Every replica's position of ``stream`` moved on by one copy, the copy
+        counted; the copy's columns of the joined array."""
+        handle, n = stream.handle, stream.numElements
+        after = (pos + n) % parts.shape[1]
+        for k, ends in enumerate(self.ends):
+            ends.positions[handle] = after
+            self.copies[(k, handle)] = self.copies.get((k, handle), 0) + 1
+        return slice(pos, pos + n)
+
+    def pull_rows(self, stream: Any) -> np.ndarray | None:
+        """Every replica's :meth:`pull_replica` at once, ``[replicas, numElements]`` (a
+        view of the joined array), when :meth:`plain_replicas` and every replica's
+        buffer is its row of one joined array at one position; else None, nothing
+        done."""
+        found = self._joined(stream)
+        if found is None:
+            return None
+        parts, pos = found
+        return parts[:, self._moved_on(stream, parts, pos)]
+
+    def push_rows(self, stream: Any, values: np.ndarray) -> bool:
+        """Every replica's :meth:`push_replica` of its row of ``values`` at once, on the
+        terms of :meth:`pull_rows`; whether it was done."""
+        found = self._joined(stream)
+        if found is None:
+            return False
+        parts, pos = found
+        parts[:, self._moved_on(stream, parts, pos)] = values
+        return True
+
+    def pull_replica(self, stream: Any, replica: int) -> np.ndarray:
+        """:meth:`pull` of replica ``replica`` when :meth:`plain_replicas` (its
+        :meth:`pulled` calls nothing)."""
+        key = (replica, stream.handle)
+        self.copies[key] = self.copies.get(key, 0) + 1
+        return _from_buffer(self.ends[replica], stream.handle, stream.numElements)
+
+    def push_replica(self, stream: Any, replica: int, values: np.ndarray) -> None:
+        """:meth:`push` of replica ``replica`` when :meth:`plain_replicas`."""
+        key = (replica, stream.handle)
+        self.copies[key] = self.copies.get(key, 0) + 1
+        _to_buffer(self.ends[replica], stream.handle, values)
 
     def end_run(self) -> None:
         """The run is over: prefetched data no copy used is invalidated."""
@@ -510,6 +582,35 @@ class HostStreams(HostIO):
 
     def print(self, text: str) -> None:
         sys.stdout.write(text + "\n")
+
+
+#: What :meth:`HostStreams.plain_replicas` takes for a stream not connected.
+_EMPTY = np.zeros(0)
+
+
+def _from_buffer(ends: _HostEnds, handle: str, n: int) -> np.ndarray:
+    """The next ``n`` elements of connected array ``handle`` of ``ends`` (read
+    circularly), its position moved on: a view where they do not wrap (every caller
+    copies it at once), else a gather."""
+    buf = ends.buffers[handle]
+    pos = ends.positions[handle]
+    ends.positions[handle] = (pos + n) % buf.size
+    if pos + n > buf.size:
+        return buf[(pos + np.arange(n)) % buf.size]
+    return buf[pos : pos + n]
+
+
+def _to_buffer(ends: _HostEnds, handle: str, values: np.ndarray) -> None:
+    """Store ``values`` at the position of connected array ``handle`` of ``ends``
+    (circularly), its position moved on."""
+    buf = ends.buffers[handle]
+    n = values.size
+    pos = ends.positions[handle]
+    if pos + n <= buf.size:  # no wrap: one slice
+        buf[pos : pos + n] = values.reshape(-1)
+    else:
+        buf[(pos + np.arange(n)) % buf.size] = values
+    ends.positions[handle] = (pos + n) % buf.size
 
 
 def callback_name(callback: Any) -> str:

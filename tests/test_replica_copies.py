@@ -95,3 +95,25 @@ def test_which_copies_go_replica_by_replica():
     assert runs.rows_apart(index)
     assert not runs.rows_apart(whole, whole)  # blocks: one copy of every replica
     assert not runs.rows_apart(index[1:], index[1:])  # short: one index for all
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint16, np.uint8])
+def test_indexed_copies_of_every_replica_move_as_numpy_moves_them(dtype):
+    """``runs.move_rows`` (a replicated copy of fewer than ``ROWS_APART`` elements by
+    index) against numpy's ``full[:, d] = full[:, s]``: sources and destinations that
+    overlap (every source read before any is written) and repeat (the last kept)."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        size, rows = int(rng.integers(1, 40)), int(rng.integers(1, 5))
+        n = int(rng.integers(0, 2 * size))
+        s, d = rng.integers(0, size, n), rng.integers(0, size, n)
+        full = rng.integers(0, np.iinfo(dtype).max, (rows, size), dtype=dtype, endpoint=True)
+        want = full.copy()
+        want[:, d] = want[:, s]
+        runs.move_rows(full, runs.row_ids(s, size), runs.row_ids(d, size))
+        np.testing.assert_array_equal(full, want)
+    full = np.arange(24, dtype=dtype).reshape(2, 12)
+    want = full.copy()
+    want[:, 2:8] = want[:, 0:6]  # slices that overlap
+    runs.move_rows(full, runs.row_ids(slice(0, 6), 12), runs.row_ids(slice(2, 8), 12))
+    np.testing.assert_array_equal(full, want)

@@ -278,6 +278,16 @@ class Storage:
         else:
             full[:, index] = raw
 
+    def write_rows(self, t: Type, ids: np.ndarray | slice, values: np.ndarray) -> None:
+        """:meth:`write_replica` of row ``k`` of ``values`` (``[replicas, n]``, rows of
+        any stride) into replica ``k``, for every replica: one assignment for a slice
+        of values of ``t``'s dtype, else row by row."""
+        if isinstance(ids, slice) and values.dtype == t.numpy and values.ndim == 2:
+            self.full[t.size][:, ids] = values.view(RAW_DTYPES[t.size])  # the bits as they are
+            return
+        for k in range(self.replicas):
+            self.write_replica(k, t, ids, values[k])
+
     def read_wide(self, t: Type, ids: np.ndarray) -> np.ndarray:
         """Values of non-replicated (wide) element ids, any replica each."""
         replica, local = split_wide(ids)
@@ -355,9 +365,10 @@ class Lowered:
     """Effects and predicates registered while lowering (closures over storage).
 
     ``global_effects`` are the effects that run once for all replicas (they address
-    every replica's image themselves); every other effect runs once per replica.
-    ``combine`` says how a predicate's per-replica values combine (default
-    ``equal``).
+    every replica's image themselves); every other effect runs once per replica,
+    unless its entry of ``every_replica`` (a function doing what the effect does in
+    each replica in turn, with none selected) says it has. ``combine`` says how a
+    predicate's per-replica values combine (default ``equal``).
     """
 
     storage: Storage
@@ -365,11 +376,21 @@ class Lowered:
     predicates: list[Callable[[], int]] = field(default_factory=list)
     global_effects: set[int] = field(default_factory=set)
     combine: dict[int, Combine] = field(default_factory=dict)
+    every_replica: dict[int, Callable[[], bool]] = field(default_factory=dict)
 
-    def effect(self, fn: Callable[[], None]) -> int:
-        """Register an effect run once per replica (on the selected replica's image)."""
+    def effect(
+        self, fn: Callable[[], None], every_replica: Callable[[], bool] | None = None
+    ) -> int:
+        """Register an effect run once per replica (on the selected replica's image).
+
+        With several replicas, ``every_replica`` (when given) is called first: it
+        applies the effect to replica 0, 1, ... in turn and returns True, or does
+        nothing and returns False (the effect then runs once per replica as usual)."""
         self.effects.append(fn)
-        return len(self.effects) - 1
+        k = len(self.effects) - 1
+        if every_replica is not None and self.storage.replicas > 1:
+            self.every_replica[k] = every_replica
+        return k
 
     def global_effect(self, fn: Callable[[], None]) -> int:
         """Register an effect run once for every replica together (collectives,

@@ -186,6 +186,9 @@ def device_copy(
 
     rows_apart = runs.rows_apart(s_where, d_where)
     kept: list[tuple[np.ndarray, np.ndarray, bool]] = []  # each replica's views
+    by_ids = []  # a replicated copy of fewer elements by index: their ids, made once
+    if storage.replicas > 1 and views is None and not rows_apart and typ.numpy.kind != "b":
+        by_ids = [runs.row_ids(w, storage.full[typ.size].shape[1]) for w in (s_where, d_where)]
 
     def copy_every_replica() -> None:  # one copy of every replica's rows at once
         full = storage.full[typ.size]
@@ -199,8 +202,8 @@ def device_copy(
         elif rows_apart:  # each replica's row as one replica's copy
             for row in full:
                 row[d_where] = row[s_where]
-        else:
-            full[:, d_where] = full[:, s_where]  # (numpy copies first where they overlap)
+        else:  # full[:, d_where] = full[:, s_where], compiled
+            runs.move_rows(full, *by_ids)
 
     if steps is None:
         steps = _planned_copy_steps(em, prog, s, d, sides)
@@ -578,6 +581,12 @@ def _copy_regions(tile, src, dst):  # pragma: no cover - compiled
     return tiles, length, gather[:m], new_region
 
 
+#: Whether a replicated stream copy serves every replica in one effect where its host
+#: ends allow (``HostIO.plain_replicas``; a switch for tests comparing it with the
+#: data plane serving one replica after another).
+STREAMS_TOGETHER = True
+
+
 def stream_copy(
     em: Emission, prog: P.Program, stream: DataStream, t: Tensor, to_device: bool
 ) -> ir.Node:
@@ -635,25 +644,47 @@ def stream_copy(
                 )
             storage.write(typ, runs.as_index(ids[:n]), host.pull(stream)[:n])
             host.pulled(stream)
+
+        every_replica = None  # (each replica's size is read from its own image)
     elif to_device:
         where = em.where(ids)
 
         def effect() -> None:
             storage.write(typ, where, host.pull(stream))
             host.pulled(stream)
+
+        def every_replica() -> bool:
+            if not STREAMS_TOGETHER or not host.plain_replicas(stream):
+                return False
+            rows = host.pull_rows(stream)
+            if rows is not None:  # one block of the host's array for every replica
+                storage.write_rows(typ, where, rows)
+                return True
+            for k in range(storage.replicas):  # each replica's data stored as it is pulled
+                storage.write_replica(k, typ, where, host.pull_replica(stream, k))
+            return True
     else:
         where = em.where(ids)
 
         def effect() -> None:
             host.push(stream, storage.read(typ, where))
 
+        def every_replica() -> bool:
+            if not STREAMS_TOGETHER or not host.plain_replicas(stream):
+                return False
+            values = storage.read_replicas(typ, where)  # (one gather for every replica)
+            if not host.push_rows(stream, values):
+                for k in range(storage.replicas):
+                    host.push_replica(stream, k, values[k])
+            return True
+
     ready = None
     if to_device and em.prefetch:
         ready = em.lowered.predicate(lambda: int(host.prefetched(stream)))
+    effect_id = em.lowered.effect(effect, every_replica)
     return em.host_transfer(
-        prog, t, stream.handle, to_device, em.lowered.effect(effect), prefetch=ready,
-        scope=stream.tiles,
-    )  # fmt: skip
+        prog, t, stream.handle, to_device, effect_id, prefetch=ready, scope=stream.tiles
+    )
 
 
 def remote_copy(

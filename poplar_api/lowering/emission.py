@@ -78,6 +78,32 @@ class HostIO:
         """Hand the data of one copy to a device-to-host stream."""
         raise NotImplementedError
 
+    def plain_replicas(self, stream: DataStream) -> bool:
+        """Whether one effect may serve every replica's end of ``stream`` in turn
+        (:meth:`pull_replica`, :meth:`push_replica`) instead of the data plane selecting
+        each replica; False here, so that a host without replicas needs neither."""
+        return False
+
+    def pull_rows(self, stream: DataStream) -> np.ndarray | None:
+        """Every replica's :meth:`pull_replica` at once (``[replicas, n]``), or None:
+        then replica by replica."""
+        return None
+
+    def push_rows(self, stream: DataStream, values: np.ndarray) -> bool:
+        """Every replica's :meth:`push_replica` of its row of ``values`` at once; whether
+        it was done (False: nothing done)."""
+        return False
+
+    def pull_replica(self, stream: DataStream, replica: int) -> np.ndarray:  # pragma: no cover
+        """:meth:`pull` and :meth:`pulled` of replica ``replica``'s end."""
+        raise NotImplementedError
+
+    def push_replica(  # pragma: no cover - interface
+        self, stream: DataStream, replica: int, values: np.ndarray
+    ) -> None:
+        """:meth:`push` to replica ``replica``'s end."""
+        raise NotImplementedError
+
     def remote_data(self, buffer: Any) -> np.ndarray:  # pragma: no cover - interface
         """The contents of a remote buffer, [repeats, numElements] (written in place)."""
         raise NotImplementedError

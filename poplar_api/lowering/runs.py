@@ -75,6 +75,26 @@ def put_rows(full, ix, values):  # pragma: no cover
             row[np.uint64(ix[i])] = src[i]
 
 
+def row_ids(where: np.ndarray | slice, size: int) -> np.ndarray:
+    """Element ids ``where`` (ids, or a slice of consecutive ids) as :func:`take_rows`
+    and :func:`put_rows` take them in a replicated copy: read-only, int32 where an image
+    of ``size`` elements allows (the runner's gathers' type: one compiled signature)."""
+    dtype = np.int32 if size <= np.iinfo(np.int32).max else np.int64
+    if isinstance(where, slice):
+        return read_only(np.arange(where.start, where.stop, where.step or 1, dtype=dtype))
+    return read_only(np.asarray(where, dtype).reshape(-1))
+
+
+def move_rows(full: np.ndarray, s_ix: np.ndarray, d_ix: np.ndarray) -> None:
+    """``full[:, d_ix] = full[:, s_ix]`` (ids of :func:`row_ids`) as numpy makes it:
+    every row's elements ``s_ix`` read before any is written (the two may overlap), a
+    repeated destination keeping its last value; by the compiled gather and store (a
+    copy of 2,048 elements of 16 rows: 16 against 34 us alone)."""
+    values = np.empty((full.shape[0], s_ix.size), full.dtype)
+    take_rows(full, s_ix, values)
+    put_rows(full, d_ix, values)
+
+
 @numba.njit(cache=True, nogil=True)
 def copy_ranges(target, source, begin, end):  # pragma: no cover
     """``target[begin[k]:end[k]] = source[begin[k]:end[k]]`` for every ``k``."""
