@@ -256,3 +256,49 @@ def test_vertex_floor_bounds_every_full_cost(name) -> None:
             low, _, parts = _bounds_ratio(sub, rearrange, vertex, target)
             full = pfc.form_costs(sub, target, vertex, parts, rearrange, floor=True)
             assert low <= full["cycles"][full["ok"]].min(initial=np.iinfo(np.int64).max)
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_costs_of_iterations_together_are_each_alone(name) -> None:
+    """``form_costs`` of the partitions of several serial iterations in one call (``chans``:
+    each partition's channels) gives every partition the terms, bytes and ``ok`` of its
+    iteration costed alone, with no limit and with a limit a partition drawn at random
+    (so that some are costed in full and some only bounded), over every form, vertex and
+    kind; channels padded differently are refused."""
+    target = _target()
+    rng = np.random.default_rng(5)
+    for sub, rearrange in _subs(SMALL[name]):
+        ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
+        for vertex in amp_candidates(target):
+            for kind, chans, grain in (("in", ci, vertex[1]), ("out", co, vertex[2])):
+                grains = -(-chans // grain)
+                sizes = sorted({-(-grains // k) * grain for k in (1, 2, 3, 5)})
+                its = [sub.with_channels(n if kind == "in" else ci, n if kind == "out" else co)
+                       for n in sizes]  # fmt: skip
+                grids = [pfc._partitions(it, target, vertex[1], vertex[2]) for it in its]
+                rows = [len(g["batchSplit"]) for g in grids]
+                parts = {k: np.concatenate([g[k] for g in grids]) for k in grids[0]}
+                n = np.repeat(sizes, rows)
+                both = (n, np.full(n.shape, co)) if kind == "in" else (np.full(n.shape, ci), n)
+                skip = pfc._SERIAL_SKIP + (("input transform",) if kind == "out" else ())
+                alone = [pfc.form_costs(it, target, vertex, g, rearrange, floor=True, skip=skip)
+                         for it, g in zip(its, grids, strict=True)]  # fmt: skip
+                full = {k: np.concatenate([a[k] for a in alone]) for k in alone[0]}
+                limit = rng.integers(0, 2 * int(full["cycles"].max()) + 1, n.size)
+                got = pfc.form_costs(sub, target, vertex, parts, rearrange, floor=True,
+                                     skip=skip, chans=both)  # fmt: skip
+                for k in full:
+                    assert np.array_equal(got[k], full[k]), (name, vertex, kind, k)
+                start = np.cumsum([0, *rows])
+                capped = pfc.form_costs(sub, target, vertex, parts, rearrange, floor=True,
+                                        skip=skip, chans=both, limit=limit)  # fmt: skip
+                for i, (it, g) in enumerate(zip(its, grids, strict=True)):
+                    at = slice(start[i], start[i + 1])
+                    one = pfc.form_costs(it, target, vertex, g, rearrange, floor=True,
+                                         skip=skip, limit=limit[at])  # fmt: skip
+                    for k in one:
+                        assert np.array_equal(capped[k][at], one[k]), (name, vertex, kind, k)
+    parts = pfc._partitions(sub, target, 4, 8)
+    mixed = np.where(np.arange(len(parts["batchSplit"])) % 2 == 0, 8, 6)
+    with pytest.raises(ValueError, match="not all padded alike"):
+        pfc.form_costs(sub, target, (8, 4, 8), parts, chans=(mixed, np.full(mixed.shape, 8)))

@@ -78,6 +78,13 @@ from poplar_api.poplin.poplibs_float_candidates import (
     amp_candidates,
     amp_float_1x1_cycles,
 )
+from poplar_api.poplin.poplibs_float_forms import (
+    FORMS,
+    _expands,
+    canonical,
+    form_params,
+    swapped_params,
+)
 from poplar_api.poplin.poplibs_float_partials import (
     _LEAST_VERTEX,
     _inner_kernel_floor,
@@ -114,9 +121,6 @@ __all__ = [
     "swapped_params",
 ]
 
-#: The unswapped forms, by the field dimensions ``expandDims`` expands.
-FORMS: dict[str, tuple[int, ...]] = {"plain": (), "expanded 0": (0,), "expanded 1": (1,),
-                                      "expanded both": (0, 1)}  # fmt: skip
 _PASSES = ("NONE", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD")
 
 
@@ -131,83 +135,30 @@ def _check(params: ConvParams, target: Any, conv_pass: str) -> None:
         )
 
 
-def canonical(params: ConvParams) -> ConvParams:
-    """``params`` as ``ConvParams::canonicalize`` (graphcore/poplibs 7eac0f26,
-    ``lib/poplin/ConvParams.cpp``) leaves it in the one step that applies to a padded input
-    and a truncated output ("Remove padding if the input is padded and the output is
-    truncated"): per field dimension and side, ``min(padding, truncation, untransformed
-    output - 1)`` taken off both (``getGradientParams`` returns its parameters so
-    canonicalized, ``ConvUtil.cpp``). Unflipped inputs only; other parameters unchanged."""
-    it, ot = params.inputTransform, params.outputTransform
-    if not any(ot.truncationLower) and not any(ot.truncationUpper):
-        return params
-    if any(it.flip):
-        raise ValueError(f"canonical: {params} has a flipped input (hint: not covered)")
-    lower, upper = list(it.paddingLower), list(it.paddingUpper)
-    t_lower, t_upper = list(ot.truncationLower), list(ot.truncationUpper)
-    for d in range(params.getNumFieldDims()):
-        full = params.getOutputSize(d) + t_lower[d] + t_upper[d]  # (untransformed output)
-        e = min(lower[d], t_lower[d], full - 1)
-        lower[d], t_lower[d] = lower[d] - e, t_lower[d] - e
-        e = min(upper[d], t_upper[d], full - 1)
-        upper[d], t_upper[d] = upper[d] - e, t_upper[d] - e
-    return ConvParams(
-        params.inputType, params.batchSize, list(params.inputFieldShape),
-        list(params.kernelShape), params.inputChannelsPerConvGroup,
-        params.outputChannelsPerConvGroup, params.numConvGroups,
-        {"paddingLower": lower, "paddingUpper": upper, "dilation": list(it.dilation),
-         "truncationLower": list(it.truncationLower),
-         "truncationUpper": list(it.truncationUpper)},
-        params.kernelTransform,
-        {"truncationLower": t_lower, "truncationUpper": t_upper,
-         "stride": list(ot.stride), "paddingLower": list(ot.paddingLower),
-         "paddingUpper": list(ot.paddingUpper)},
-        outputType=params.outputType,
-    )  # fmt: skip
-
-
-def form_params(params: ConvParams, dims: tuple[int, ...]) -> ConvParams:
-    """The convolution ``createPlan`` costs for ``params`` with the field dimensions
-    ``dims`` expanded (``expandDim``: the dimension's kernel joins the input channels, its
-    input becomes its output, no padding) and then flattened (``calculateFlattenedParams``:
-    the batch into the outermost dimension of a one-wide unpadded kernel, and with both
-    expanded the outer dimension into the inner one). A flipped kernel stays flipped
-    (an expanded dimension's flip moves into the order of the channels)."""
-    out = [int(x) for x in params.getOutputFieldShape()]
-    field = [int(x) for x in params.inputFieldShape]
-    kernel = [int(x) for x in params.kernelShape]
-    lower = [int(x) for x in params.inputTransform.paddingLower]
-    upper = [int(x) for x in params.inputTransform.paddingUpper]
-    flip = [bool(x) for x in params.kernelTransform.flip]
-    ci, batch = params.inputChannelsPerConvGroup, params.batchSize
-    for d in dims:
-        field[d], ci, kernel[d], lower[d], upper[d], flip[d] = (
-            out[d],
-            ci * kernel[d],
-            1,
-            0,
-            0,
-            False,
-        )
-    if set(dims) == {0, 1}:
-        field, batch = [1, batch * field[0] * field[1]], 1
-    elif dims:
-        field[dims[0]] *= batch
-        batch = 1
-    return ConvParams(FLOAT, batch, field, kernel, ci, params.outputChannelsPerConvGroup,
-                      paddingLower=lower, paddingUpper=upper,
-                      kernelTransform={"flip": flip}, outputType=FLOAT)  # fmt: skip
-
-
 def _partitions(params: ConvParams, target: Any, icg: int, ocg: int) -> dict[str, np.ndarray]:
     """``constructModel``'s partitions of an AMP plan of input and partial groupings
     ``icg`` / ``ocg``: those of the HALF model's family, which have no type of their own."""
     return _family_partitions(params, target, "AMP", (icg, ocg))
 
 
-def _scale(chans: int) -> int:
-    """``getScaleFactorForTransform(FLOAT, chans)``'s divisor: 4 when 2 divides it, else 3."""
+def _scale(chans: Any) -> Any:
+    """``getScaleFactorForTransform(FLOAT, chans)``'s divisor: 4 when 2 divides it, else 3
+    (of each, given an array)."""
+    if isinstance(chans, np.ndarray):
+        return np.where(chans % 2 == 0, 4, 3)
     return 4 if chans % 2 == 0 else 3
+
+
+def _padded(chans: Any, group: int) -> bool:
+    """Whether ``chans`` (an int, or an array of channel counts padded alike) are padded
+    to ``group``."""
+    if not isinstance(chans, np.ndarray):
+        return chans % group != 0
+    pad = chans % group != 0
+    if pad.any() != pad.all():
+        raise ValueError(f"form_costs: channels {np.unique(chans).tolist()} are not all "
+                         f"padded alike to groups of {group} (hint: cost them apart)")  # fmt: skip
+    return bool(pad.any())
 
 
 def form_costs(
@@ -220,6 +171,7 @@ def form_costs(
     limit: float | np.ndarray | None = None,
     skip: tuple[str, ...] = (),
     bound: int | None = None,
+    chans: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Poplibs' itemised cycles, temporary bytes and ``ok`` (``constructModel``'s MAC
     inequality) of the partitions ``splits`` (arrays by
@@ -238,13 +190,22 @@ def form_costs(
     their least). With ``bound`` (bytes) as well, the :data:`_FIRST` partitions of least
     such bounds within ``bound`` bytes are costed first, and the least cost of the ok ones
     becomes the limit when lower: the least ok partition within the bytes and its ties
-    still have their full cost (host time only)."""
+    still have their full cost (host time only).
+
+    ``chans`` (input and output channels, one each a partition) costs each partition
+    for ``params`` with those channels instead of its own: the iterations of a serial
+    split, which differ only in channels, costed in one call (every term is computed
+    element by element, so a partition's cost is the one ``params`` with its channels
+    gives). Whether the channels are padded to the groupings must be the same for all
+    (a ``ValueError`` otherwise)."""
     units, icg, ocg = vertex
     height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
     size, workers = FLOAT.size, target.getNumWorkerContexts()
     out_shape = [int(x) for x in params.getOutputFieldShape()]
     kernel = [int(x) for x in params.kernelShape]
     ci, co = params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup
+    if chans is not None:
+        ci, co = chans
     ci_g, co_g = -(-ci // icg), -(-co // ocg)
     bs, fh, fw = splits["batchSplit"], splits["fieldSplit[0]"], splits["fieldSplit[1]"]
     ks = splits["kernelSplit[0]"]
@@ -266,7 +227,7 @@ def form_costs(
     x_p = _exchange(outputs, size, target)
     # the transforms of the whole convolution (addTransformCycleEstimate)
     memcpy, xbpc = target.getDataPathWidth() // 8, target.getExchangeBytesPerCycle()
-    pad_in, pad_out = ci % icg != 0, co % ocg != 0
+    pad_in, pad_out = _padded(ci, icg), _padded(co, ocg)
     zero = np.zeros(used.shape, np.int64)
 
     def copy(b: np.ndarray, rate: int, f: int) -> np.ndarray:
@@ -480,15 +441,6 @@ def _search_first(
     return {k: first[k] for k in tied[0]}
 
 
-def _expands(params: ConvParams, d: int) -> bool:
-    """``getExpandDimsCandidates``' test of field dimension ``d``: its expansion changes the
-    convolution (a kernel wider than one or padding) and its input is no smaller than
-    its kernel."""
-    it = params.inputTransform
-    changes = int(params.kernelShape[d]) != 1 or it.paddingLower[d] or it.paddingUpper[d]
-    return bool(changes) and int(params.inputFieldShape[d]) >= int(params.kernelShape[d])
-
-
 def forms_plans(params: ConvParams, conv_pass: str, target: Any) -> dict[str, dict[str, Any]]:
     """:func:`form_plan` of every form ``getExpandDimsCandidates`` offers for ``params``
     (a dimension whose expansion changes nothing, or whose input is smaller than its
@@ -525,35 +477,6 @@ def describe_form_plan(plan: dict[str, Any]) -> str:
 _SERIAL_SKIP = ("reduce", "later stages exchange")
 
 
-def swapped_params(params: ConvParams, flat: tuple[int, ...]) -> ConvParams:
-    """A convolution no cheaper than ``createPlan``'s swapped form of ``params`` with the
-    field dimensions ``flat`` flattened into the output channels (``swapOperands``: batch
-    and output channels exchanged, the input field the kernel; ``calculateFlattenedParams``
-    with ``outChanFlattenDims``: a flattened dimension's outputs join the output channels,
-    its kernel the input channels, then the batch flattens into the innermost dimension of
-    a one-wide kernel): the same output field, batch, channels and kernel (the input's
-    extent, its padding left out) with no padding, so that :func:`form_costs` with
-    ``floor`` bounds it."""
-    out = [int(x) for x in params.getOutputFieldShape()]
-    kernel = [int(x) for x in params.inputFieldShape]
-    ci, co, batch = (
-        params.inputChannelsPerConvGroup,
-        params.batchSize,
-        params.outputChannelsPerConvGroup,
-    )
-    for d in flat:
-        co, ci = co * out[d], ci * int(params.kernelShape[d])
-        out[d], kernel[d] = 1, 1
-    flattenable = [d for d in range(2) if kernel[d] == 1]
-    if flattenable:
-        inner = flattenable[-1]
-        for d in flattenable[:-1]:
-            out[inner], out[d] = out[inner] * out[d], 1
-        out[inner], batch = out[inner] * batch, 1
-    field = [o + k - 1 for o, k in zip(out, kernel, strict=True)]
-    return ConvParams(FLOAT, batch, field, kernel, ci, co, outputType=FLOAT)
-
-
 def _one_pass_floor(
     sub: ConvParams, target: Any, rearrange: tuple[bool, bool, bool], limit: int
 ) -> int:
@@ -578,19 +501,23 @@ def _serial_terms(
     it: ConvParams,
     vertex: tuple[int, int, int],
     splits: dict[str, np.ndarray],
-    count: int,
+    count: Any,
     kind: str,
     target: Any,
+    out_chans: np.ndarray | None = None,
 ) -> np.ndarray:
     """What a serial iteration adds (``addDynamicSliceEstimate``: the tile's share of the
     whole convolution's weights, and over input channels of its inputs, over ``count``;
     over output channels ``addDynamicUpdateEstimate`` of the tile's outputs; over input
     channels ``addInPlaceEstimate``'s addition of them, FLOAT), for the partitions
-    ``splits`` of the iteration ``it`` (as :mod:`.serial_estimates` restates them)."""
+    ``splits`` of the iteration ``it`` (as :mod:`.serial_estimates` restates them). With
+    ``count`` and ``out_chans`` arrays (one each a partition), each partition's of the
+    iteration with those output channels in a split of that count."""
     ocg = vertex[2]
     used = np.prod([splits[k] for k in SPLITS], axis=0)
     out_shape = [int(x) for x in it.getOutputFieldShape()]
-    co_g = -(-it.outputChannelsPerConvGroup // ocg)
+    co = it.outputChannelsPerConvGroup if out_chans is None else out_chans
+    co_g = -(-co // ocg)
     outputs = (-(-it.batchSize // splits["batchSplit"])
                * -(-out_shape[0] // splits["fieldSplit[0]"])
                * -(-out_shape[1] // splits["fieldSplit[1]"])
@@ -681,13 +608,17 @@ def _serial_floor(
     in-place addition (:func:`_serial_terms`), and at least :data:`_LEAST_VERTEX` cycles,
     which bounds the counts worth trying.
 
-    A count is costed only while ``count`` times the least partial sums of an iteration
-    (:func:`_iteration_floor`) is at most ``min(limit, least so far)``: each term of an
-    iteration is non-negative, so a count above that costs more than the least so far
-    (the result is unchanged) or more than ``limit`` (the result is then at least
-    ``limit``: the first such count's bound is taken, below every larger count's). A
-    count whose bound before any partition is costed (:func:`_count_floors`) passes
-    ``min(limit, least so far)`` is not costed either: its cost is at least that bound."""
+    Of a candidate's counts over input or output channels, with ``m`` the least of
+    ``limit`` and the least so far (of the candidates and kinds before), a count is
+    costed only while ``count`` times the least partial sums of an iteration
+    (:func:`_iteration_floor`) is at most ``m``: each term of an iteration is
+    non-negative, so a count above that costs more than the least so far (the result is
+    unchanged) or more than ``limit`` (the result is then at least ``limit``: the first
+    such count's bound is taken, below every larger count's). A count whose bound before
+    any partition is costed (:func:`_count_floors`) passes ``m`` is not costed either:
+    its cost is at least that bound. The counts left are costed together, their
+    iterations' partitions in one :func:`form_costs` call (``chans``), each partition's
+    other terms and serial terms capped at ``m // count``."""
     best: int | None = None
     ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
     # (an iteration is this convolution with fewer channels: made once, copied per count)
@@ -704,28 +635,54 @@ def _serial_floor(
             counts = counts[-(-grains // counts) != -(-grains // (counts - 1))]
             if not counts.size:
                 continue  # (fewer than two grains: no serial split of this kind)
+            m = limit if best is None else min(limit, best)
+            over = np.flatnonzero(counts * per_it > m)
+            if over.size:  # (a larger count's bound is larger still)
+                low = int(counts[over[0]]) * per_it
+                best = low if best is None else min(best, low)
+                counts = counts[: over[0]]
             sizes = -(-grains // counts) * grain
             lows = _count_floors(sub, vertex, counts, sizes, kind, per_it, target)
-            for count, n, low in zip(counts.tolist(), sizes.tolist(), lows.tolist(),
-                                     strict=True):  # fmt: skip
-                if count * per_it > (limit if best is None else min(limit, best)):
-                    best = count * per_it if best is None else min(best, count * per_it)
-                    break  # (a larger count's bound is larger still)
-                if low > (limit if best is None else min(limit, best)):
-                    best = low if best is None else min(best, low)
-                    continue  # (no partition of this count is costed: each costs more)
-                it = base.with_channels(n if kind == "in" else ci, n if kind == "out" else co)
-                # (a partition whose other terms and serial terms pass the cap counts its
-                # least partial sums: still a lower bound, above the cap)
-                cap = (limit if best is None else min(limit, best)) // count
-                skip = _SERIAL_SKIP + (("input transform",) if kind == "out" else ())
-                parts = _partitions(it, target, vertex[1], vertex[2])
-                extra = _serial_terms(sub, it, vertex, parts, count, kind, target)
-                c = form_costs(it, target, vertex, parts, rearrange, floor=True,
-                               limit=cap - extra, skip=skip)  # fmt: skip
-                low = count * int((c["cycles"] + extra).min())
+            passed = lows > m  # (no partition of such a count is costed: each costs more)
+            if passed.any():
+                low = int(lows[passed].min())
                 best = low if best is None else min(best, low)
+            counts, sizes = counts[~passed], sizes[~passed]
+            if not counts.size:
+                continue
+            low = _counts_floor(sub, base, vertex, counts, sizes, kind, m, rearrange, target)
+            best = low if best is None else min(best, low)
     return best
+
+
+def _counts_floor(
+    sub: ConvParams, base: ConvParams, vertex: tuple[int, int, int], counts: np.ndarray,
+    sizes: np.ndarray, kind: str, m: int, rearrange: tuple[bool, bool, bool], target: Any,
+) -> int:  # fmt: skip
+    """The least over the serial ``counts`` of ``sub`` over ``kind`` channels (iterations of
+    ``sizes`` channels) of ``count`` times an iteration's least cost (:func:`form_costs`
+    with ``floor`` plus :func:`_serial_terms`), exact where at most ``m``, else a lower
+    bound above it: the iterations' partitions costed in one call, each capped at ``m //
+    count`` (a partition whose other terms and serial terms pass the cap counts its least
+    partial sums: still a lower bound, above the cap)."""
+    ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
+    grids = []
+    for n in sizes.tolist():
+        it = base.with_channels(n if kind == "in" else ci, n if kind == "out" else co)
+        grids.append(_partitions(it, target, vertex[1], vertex[2]))
+    rows = np.array([len(g["batchSplit"]) for g in grids], np.int64)
+    parts = {k: np.concatenate([g[k] for g in grids]) for k in SPLITS}
+    count = np.repeat(counts, rows)
+    n = np.repeat(sizes, rows)
+    chans = (
+        (n, np.full(n.shape, co, np.int64)) if kind == "in" else (np.full(n.shape, ci, np.int64), n)
+    )
+    extra = _serial_terms(sub, base, vertex, parts, count, kind, target, out_chans=chans[1])
+    skip = _SERIAL_SKIP + (("input transform",) if kind == "out" else ())
+    c = form_costs(base, target, vertex, parts, rearrange, floor=True,
+                   limit=m // count - extra, skip=skip, chans=chans)  # fmt: skip
+    starts = np.concatenate(([0], np.cumsum(rows)[:-1]))
+    return int((counts * np.minimum.reduceat(c["cycles"] + extra, starts)).min())
 
 
 def form_floors(
