@@ -302,3 +302,89 @@ def test_costs_of_iterations_together_are_each_alone(name) -> None:
     mixed = np.where(np.arange(len(parts["batchSplit"])) % 2 == 0, 8, 6)
     with pytest.raises(ValueError, match="not all padded alike"):
         pfc.form_costs(sub, target, (8, 4, 8), parts, chans=(mixed, np.full(mixed.shape, 8)))
+
+
+def _form_plan_in_order(params, conv_pass, target, form):
+    """:func:`form_plan` with nothing skipped: every AMP candidate in Poplibs' order, every
+    partition costed in full, a later candidate kept only when strictly lower."""
+    params = pfc.canonical(params)
+    sub = pfc.form_params(params, pfc.FORMS[form])
+    nbytes = int(target.getBytesPerTile() * 0.6)
+    expanded = bool(pfc.FORMS[form])
+    best = None
+    for vertex in amp_candidates(target):
+        parts = pfc._partitions(sub, target, vertex[1], vertex[2])
+        c = pfc.form_costs(sub, target, vertex, parts, (expanded, expanded, False))
+        fit = np.flatnonzero(c["ok"] & (c["bytes"] <= nbytes))
+        if not fit.size:
+            continue
+        i = int(fit[np.lexsort((c["bytes"][fit], c["cycles"][fit]))[0]])
+        cost = (int(c["cycles"][i]), int(c["bytes"][i]))
+        if best is None or cost < best[0]:
+            same = fit[(c["cycles"][fit] == cost[0]) & (c["bytes"][fit] == cost[1])]
+            tied = [{k: int(v[j]) for k, v in parts.items()} for j in same.tolist()]
+            best = (cost, vertex, tied, pfc._search_first(sub, vertex, tied, target))
+    return best
+
+
+def _exact_floor(sub, vertex, target):
+    """The least ok cycles of ``sub``'s partitions with ``vertex`` (every partition costed in
+    full; with no partition ok, the largest int64), less one for the last candidate."""
+    parts = pfc._partitions(sub, target, vertex[1], vertex[2])
+    c = pfc.form_costs(sub, target, vertex, parts)  # (exact for the plain form)
+    least = int(c["cycles"][c["ok"]].min(initial=np.iinfo(np.int64).max))
+    return least - (vertex == amp_candidates(target)[-1])
+
+
+#: Convolutions whose forms' candidates rank in different orders by their bounds.
+FORM_PLAN_CASES = {
+    **{k: (v, "NONE") for k, v in SMALL.items()},
+    "row 13 on 16 tiles": (_conv(32, [28, 28], 1, 8), "TRAINING_FWD"),
+    "row 14 on 16 tiles": (_conv(32, [14, 14], 8, 16), "TRAINING_FWD"),
+    "row 15 on 16 tiles": (_conv(32, [14, 14], 16, 8, pad=2), "TRAINING_BWD"),
+    "odd channels": (_conv(2, [9, 7], 3, 5), "INFERENCE_FWD"),
+    # (three candidates of one least cycles and bytes: the first in Poplibs' order kept)
+    "candidates tied on 16 tiles": (_conv(2, [5, 6], 1, 1, pad=0, kernel=1), "NONE"),
+    # (a candidate's bound within 1 % of the least)
+    "bound near the least on 16 tiles": (_conv(2, [9, 5], 12, 16), "NONE"),
+    "bound within 3 % on 16 tiles": (_conv(4, [14, 13], 1, 32), "NONE"),
+    "one output channel on 16 tiles": (_conv(4, [7, 14], 8, 1), "NONE"),
+}
+
+
+@pytest.mark.parametrize("order", ["bounds", "reversed", "exact bounds"])
+@pytest.mark.parametrize("name", FORM_PLAN_CASES)
+def test_form_plan_skips_only_candidates_that_cannot_win(name, order, monkeypatch) -> None:
+    """:func:`form_plan` (candidates in the order of their bounds, those whose bound passes
+    the least so far not costed) gives, for every form, the plan, cost, ties and tied
+    partitions of costing every candidate in Poplibs' order in full; with a limit, the
+    same where that plan is within it, else a cost above it. So it does with bounds that
+    put the candidates in reverse order (none skipped) and with each candidate's bound
+    its least cost, less one for the last (the tightest bounds: a candidate tied with
+    the last but earlier in Poplibs' order is costed after it, its bound equal to the
+    least so far)."""
+    params, conv_pass = FORM_PLAN_CASES[name]
+    if order == "reversed":
+        monkeypatch.setattr(pfc, "_vertex_floor", lambda s, v, t: -amp_candidates(t).index(v))
+    elif order == "exact bounds":
+        monkeypatch.setattr(pfc, "_vertex_floor", _exact_floor)
+    model = IPUModel("mk2-ipumodel")
+    if "16 tiles" in name:  # (the PopART CNN's tiles: few partitions, bounds that differ)
+        model.tilesPerIPU = 16
+    target = Graph(model.createDevice().getTarget()).getTarget()
+    for form, dims in pfc.FORMS.items():
+        if not all(pfc._expands(pfc.canonical(params), d) for d in dims):
+            continue
+        ref = _form_plan_in_order(params, conv_pass, target, form)
+        if ref is None:
+            with pytest.raises(ValueError, match="fits"):
+                pfc.form_plan(params, conv_pass, target, form)
+            continue
+        cost, vertex, tied, first = ref
+        for limit in (None, cost[0], cost[0] + 1, cost[0] - 1, cost[0] // 2):
+            got = pfc.form_plan(params, conv_pass, target, form, limit=limit)
+            if limit is not None and cost[0] > limit:
+                assert got["cost"][0] > limit, (form, limit)
+                continue
+            assert (got["cost"], got["vertex"], got["splits"]) == (cost, vertex, first), form
+            assert got["tied splits"] == tied and got["ties"] == len(tied), form

@@ -382,6 +382,13 @@ def form_plan(
     at most ``limit`` cycles is exact: a form with none returns one above ``limit``, not
     its least (the partitions above it are not costed).
 
+    The candidates are costed in the order of their bounds before any partition is made
+    (:func:`_vertex_floor`), the least first, each up to the least so far; a candidate
+    whose bound passes it has no partition at or below it (every partition the MAC
+    inequality allows costs at least the bound), so neither has any later one: they
+    are not costed. The least ``(cycles, bytes)`` over the candidates costed, the first
+    in ``getConvVertexAMPCandidates``' order on a tie, is that of costing all in order.
+
     Raises
     ------
     ValueError
@@ -394,7 +401,14 @@ def form_plan(
     sub = form_params(params, FORMS[form])
     bound = int(target.getBytesPerTile() * proportion)
     best: dict[str, Any] | None = None
-    for vertex in amp_candidates(target):
+    vertices = amp_candidates(target)
+    floors = [_vertex_floor(sub, vertex, target) for vertex in vertices]
+    rank = {}  # (the candidate's place in Poplibs' order: the first of equal costs kept)
+    for n in sorted(range(len(vertices)), key=floors.__getitem__):
+        vertex = vertices[n]
+        if best is not None and floors[n] > best["cost"][0]:
+            break  # (this and every later candidate's partitions cost more)
+        rank[vertex] = n
         splits = _partitions(sub, target, vertex[1], vertex[2])
         expanded = bool(FORMS[form])
         cap = limit if best is None else best["cost"][0]
@@ -406,7 +420,7 @@ def form_plan(
         order = np.lexsort((c["bytes"][fit], c["cycles"][fit]))
         i = int(fit[order[0]])
         cost = (int(c["cycles"][i]), int(c["bytes"][i]))
-        if best is None or cost < best["cost"]:
+        if best is None or (cost, n) < (best["cost"], rank[best["vertex"]]):
             same = (c["cycles"][fit] == cost[0]) & (c["bytes"][fit] == cost[1])
             tied = [{k: int(v[j]) for k, v in splits.items()} for j in fit[same].tolist()]
             i = int(fit[same][tied.index(_search_first(sub, vertex, tied, target))])
