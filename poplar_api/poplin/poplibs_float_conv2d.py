@@ -417,8 +417,9 @@ def form_plan(
         fit = np.flatnonzero(c["ok"] & (c["bytes"] <= bound))
         if not fit.size:
             continue
-        order = np.lexsort((c["bytes"][fit], c["cycles"][fit]))
-        i = int(fit[order[0]])
+        # (the first of the least cycles' least bytes: np.lexsort's first, unsorted)
+        least = fit[c["cycles"][fit] == c["cycles"][fit].min()]
+        i = int(least[np.argmin(c["bytes"][least])])
         cost = (int(c["cycles"][i]), int(c["bytes"][i]))
         if best is None or (cost, n) < (best["cost"], rank[best["vertex"]]):
             same = (c["cycles"][fit] == cost[0]) & (c["bytes"][fit] == cost[1])
