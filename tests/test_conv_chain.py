@@ -42,17 +42,18 @@ def _fma(a: np.float32, b: np.float32, c: np.float32) -> np.float32:
 
 def _geometry(
     rows: int, nig: int, nk: int, ncg: int = 1, nog: int = 1, shift: bool = False,
-    oc: int = OUT_CHANS, ic: int = IN_CHANS,
+    oc: int = OUT_CHANS, ic: int = IN_CHANS, straight: bool = False,
 ):  # fmt: skip
-    """A class geometry: kernel position ``k`` reads input rows ``i_r`` and adds to output
-    rows ``o_r`` (``shift``: each position's rows moved by ``k``), groups of ``oc``
-    output and ``ic`` input channels."""
+    """A class geometry: kernel position ``k`` reads input rows ``i_r`` (in reverse
+    order, or ``straight``: input row ``r`` to output row ``r``) and adds to output rows
+    ``o_r`` (``shift``: each position's rows moved by ``k``), groups of ``oc`` output
+    and ``ic`` input channels."""
     out_rows = rows + (nk - 1 if shift else 0)
     in_rows = rows + (nk - 1 if shift else 0)
     pos = []
     for k in range(nk):
         o = np.arange(rows) + (k if shift else 0)
-        i = np.arange(rows)[::-1] + (k if shift else 0)
+        i = (np.arange(rows) if straight else np.arange(rows)[::-1]) + (k if shift else 0)
         pos.append((o.astype(np.int64), i.astype(np.int64)))
     return SimpleNamespace(
         ncg=ncg, nog=nog, nig=nig, nk=nk, in_rows=in_rows, out_rows=out_rows,
@@ -314,3 +315,60 @@ def test_weights_of_any_inner_stride() -> None:
     want = _by_exact_chain(x, w, geo)
     for weights in (w, strided):
         np.testing.assert_array_equal(_bits(chain_products(x, weights, geo)), _bits(want))
+
+
+@pytest.mark.parametrize(
+    "rows, nig, nk, ncg, nog, lead",
+    [
+        (9, 2, 1, 1, 1, (2, 3)),  # the MLP step's fully connected partials
+        (1, 1, 1, 1, 1, (3,)),
+        (2, 3, 2, 1, 1, (2, 2)),
+        (5, 2, 3, 2, 2, (2,)),
+        (12, 1, 2, 1, 2, (4,)),  # the most rows kept in registers
+        (13, 2, 1, 1, 1, (3,)),  # one more: the scratch path
+    ],
+)
+def test_rows_in_place_are_the_fma_chain(rows, nig, nk, ncg, nog, lead) -> None:
+    # every kernel position adding input row r to output row r: the register path
+    # (up to MAX_ROWS rows, unit inner strides) gives the exact chain, and so does the
+    # scratch path it falls back to (an output or weights of another inner stride)
+    geo = _geometry(rows, nig, nk, ncg, nog, straight=True)
+    o_rows, i_rows, k_start = conv_chain._rows(geo)
+    assert conv_chain._rows_in_place(o_rows, i_rows, k_start, rows)
+    assert (rows <= conv_chain.MAX_ROWS) == (rows != 13)
+    x, w = _operands(geo, lead, seed=rows * 7 + nig + nk)
+    want = _bits(_by_exact_chain(x, w, geo))
+    np.testing.assert_array_equal(_bits(chain_products(x, w, geo)), want)
+    image = np.full((*want.shape[:-1], want.shape[-1] * 2), np.nan, np.float32)
+    np.testing.assert_array_equal(_bits(chain_products(x, w, geo, image[..., ::2])), want)
+    wide = np.repeat(w, 2, axis=-1)[..., ::2]
+    assert wide.strides[-1] == 8
+    np.testing.assert_array_equal(_bits(chain_products(x, wide, geo)), want)
+
+
+def test_rows_in_place_found_only_where_every_position_maps_each_row_to_itself() -> None:
+    # reversed input rows, shifted rows, a position with fewer rows: not in place
+    cases = [
+        (_geometry(4, 1, 2, straight=True), True),
+        (_geometry(4, 1, 2), False),
+        (_geometry(4, 1, 2, shift=True, straight=True), False),
+    ]
+    short = _geometry(4, 1, 2, straight=True)
+    short.rows = [short.rows[0], (short.rows[1][0][:3], short.rows[1][1][:3])]
+    cases.append((short, False))
+    for geo, expected in cases:
+        assert conv_chain._rows_in_place(*conv_chain._rows(geo), 4) is expected
+
+
+@pytest.mark.parametrize("rows, nig", [(9, 2), (1, 1), (12, 3)])
+def test_register_partials_start_from_zero(rows, nig) -> None:
+    # chains that end at -0 (products below the smallest float32) added to the zeroed
+    # partials: +0, as the scratch path and compute_one store them
+    geo = _geometry(rows, nig, 1, straight=True)
+    x = np.full((5, nig, rows * 8), -(2.0**-100), np.float32)
+    w = np.full((5, nig, 64), 2.0**-100, np.float32)
+    x[1::2, 0, :8] = 1.5  # other vertices' row 0 sums are not zero
+    got = chain_products(x, w, geo)
+    want = _by_exact_chain(x, w, geo)
+    assert not np.signbit(want).any()
+    np.testing.assert_array_equal(_bits(got), _bits(want))

@@ -27,13 +27,16 @@ accumulators) order the sums otherwise again; none of these is modelled bit for 
 replicas, the vertices of one geometry) in one compiled loop, :func:`chain_product`
 one slice (what ``compute_one`` needs for a vertex run alone). Groups of 8 output and
 8 input channels (the AMP's FLOAT groups) take a path whose chain length is fixed:
-compiled with LLVM's SLP vectorizer (off by default in Numba, switched on for this
-function's compilation only) each row's eight chains are one eight-lane vector fused
-multiply-add per input channel, the same operation in every lane, so the bits do not
-depend on it. Vertices of one slice (one group of each kind, one kernel position) of
-other shapes run four at a time, their scalar chains interleaved
-(:func:`_one_slice_vertices`); anything else a scalar chain per element. Every path
-gives the same bits.
+each row's eight chains are one eight-lane vector fused multiply-add per input channel,
+the same operation in every lane, so the bits do not depend on it. Where every kernel
+position adds input row ``r`` to output row ``r`` (a fully connected layer's partials)
+that is vector code written for LLVM (:func:`_vertex8`: the weights transposed by
+shuffles, the rows' chains interleaved, the partials in registers); elsewhere the
+scalar code vectorized by LLVM's SLP vectorizer (off by default in Numba, switched on
+for this function's compilation only). Vertices of one slice (one group of each kind,
+one kernel position) of other shapes run four at a time, their scalar chains
+interleaved (:func:`_one_slice_vertices`); anything else a scalar chain per element.
+Every path gives the same bits.
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ from numba.core import config as numba_config
 from numba.extending import intrinsic
 
 __all__ = ["IN_CHANS", "OUT_CHANS", "chain_product", "chain_products"]
+
+#: Vertices ahead of the one computing whose operands :func:`_chain` prefetches: the
+#: MLP step's 8x8 vertices take about 50 ns each in registers, less than a read from
+#: memory takes to arrive (their calls of one 16-replica run replayed, three processes:
+#: medians 2.52-2.73 ms with 3 ahead, 2.54-3.03 with 1, 2.50-2.88 with 5).
+AHEAD = 3
 
 #: Output and input channels of the products the compiled pass handles (the AMP's
 #: FLOAT groups: eight conv units, eight input channels). Eight outputs are one vector
@@ -100,6 +109,135 @@ def _prefetch(typingctx: Any, arr: Any, index: Any) -> Any:  # pragma: no cover 
 def _prefetch_write(typingctx: Any, arr: Any, index: Any) -> Any:  # pragma: no cover
     """Ask for the cache line holding ``arr[index]``, to be written."""
     return types.void(arr, index), _prefetch_codegen(1)
+
+
+def _shuffle(builder: Any, a: Any, b: Any, mask: list[int]) -> Any:
+    """LLVM's ``shufflevector`` of two eight-lane vectors: lane ``n`` of the result is
+    lane ``mask[n]`` of ``a`` followed by ``b``."""
+    i32 = llvm_ir.IntType(32)
+    return builder.shuffle_vector(a, b, llvm_ir.Constant(llvm_ir.VectorType(i32, 8), mask))
+
+
+def _transposed(builder: Any, rows: list[Any]) -> list[Any]:
+    """The eight columns of the 8x8 block whose rows are ``rows`` (eight-lane vectors):
+    pairs of rows interleaved, then pairs of pairs, then halves (24 shuffles, which
+    move values only)."""
+    lo, hi = [0, 8, 1, 9, 2, 10, 3, 11], [4, 12, 5, 13, 6, 14, 7, 15]
+    m0, m1 = [0, 1, 8, 9, 2, 3, 10, 11], [4, 5, 12, 13, 6, 7, 14, 15]
+    f0, f1 = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
+    a = [_shuffle(builder, rows[2 * j], rows[2 * j + 1], lo) for j in range(4)]
+    b = [_shuffle(builder, rows[2 * j], rows[2 * j + 1], hi) for j in range(4)]
+    c = [_shuffle(builder, a[p], a[p + 1], m) for p in (0, 2) for m in (m0, m1)]
+    d = [_shuffle(builder, b[p], b[p + 1], m) for p in (0, 2) for m in (m0, m1)]
+    return [_shuffle(builder, e[p], e[p + 2], f) for e in (c, d) for p in (0, 1) for f in (f0, f1)]
+
+
+#: Output rows, at most, of a vertex whose partial sums :func:`_vertex8` keeps in
+#: registers (one eight-lane vector each, beside the eight transposed weight columns:
+#: 12 + 8 of the 32 vector registers of AVX-512, spilled to the stack where fewer).
+MAX_ROWS = 12
+
+
+@intrinsic
+def _vertex8(
+    typingctx: Any, x: Any, xi: Any, w: Any, wi: Any, out: Any, oi: Any, nrows: Any
+) -> Any:  # pragma: no cover - compiled
+    """The partial sums of one vertex's conv group and output group of 8x8 groups whose
+    every kernel position reads input row ``r`` and adds to output row ``r`` for each of
+    ``nrows`` rows (1 to :data:`MAX_ROWS`): ``xi`` indexes the group's first input
+    element (``[a, b, cg, 0, 0, 0]``), ``wi`` its first weight (``[a, b, cg, og, 0, 0,
+    0, 0]``, inner stride one element), ``oi`` its first output (inner stride one
+    element). Per input group and kernel position in order, the weights are transposed
+    by shuffles into registers and each row's eight chains are one eight-lane fused
+    multiply-add (``llvm.fma.v8f32``) per input channel in order from zero, added (one
+    eight-lane addition) to the row's partial, kept in a register from zero; the
+    partials are stored once at the end. The same operations as :func:`_chain`'s scratch
+    path, element for element; code is generated for each row count, chosen by a
+    switch."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        xty, _, wty, _, oty, _, _ = signature.args
+        i64, i8p = llvm_ir.IntType(64), llvm_ir.IntType(8).as_pointer()
+        f32 = llvm_ir.FloatType()
+        v8 = llvm_ir.VectorType(f32, 8)
+        fma = cgutils.get_or_insert_function(
+            builder.module, llvm_ir.FunctionType(v8, [v8, v8, v8]), "llvm.fma.v8f32"
+        )
+
+        def pointer(ty: Any, arr: Any, index: Any) -> tuple[Any, list[Any], list[Any]]:
+            ary = context.make_array(ty)(context, builder, arr)
+            idx = cgutils.unpack_tuple(builder, index, ty.ndim)
+            ptr = cgutils.get_item_pointer(context, builder, ty, ary, idx, wraparound=False)
+            strides = cgutils.unpack_tuple(builder, ary.strides, ty.ndim)
+            return builder.bitcast(ptr, i8p), strides, cgutils.unpack_tuple(builder, ary.shape)
+
+        def vector_at(base: Any, offset: Any) -> Any:
+            return builder.bitcast(builder.gep(base, [offset]), v8.as_pointer())
+
+        xbase, xs, xshape = pointer(xty, args[0], args[1])
+        wbase, ws, wshape = pointer(wty, args[2], args[3])
+        obase, _, _ = pointer(oty, args[4], args[5])
+        zero = llvm_ir.Constant(v8, [0.0] * 8)
+        splat = llvm_ir.Constant(llvm_ir.VectorType(llvm_ir.IntType(32), 8), [0] * 8)
+        undef = llvm_ir.Constant(v8, llvm_ir.Undefined)
+        nrows = args[6]
+        end = builder.append_basic_block("vertex8.end")
+        switch = builder.switch(nrows, end)
+        for n in range(1, MAX_ROWS + 1):
+            block = builder.append_basic_block(f"vertex8.rows{n}")
+            switch.add_case(llvm_ir.Constant(nrows.type, n), block)
+            builder.position_at_end(block)
+            partials = [cgutils.alloca_once_value(builder, zero) for _ in range(n)]
+            # the input groups and kernel positions as one loop, the group and position
+            # counted along (with two nested loops LLVM hoisted the input rows'
+            # broadcasts out of the positions' loop, into 72 vectors on the stack)
+            group = cgutils.alloca_once_value(builder, i64(0))
+            position = cgutils.alloca_once_value(builder, i64(0))
+            with cgutils.for_range(builder, builder.mul(xshape[3], wshape[5])):
+                ig, k = builder.load(group), builder.load(position)
+                xg = builder.gep(xbase, [builder.mul(ig, xs[3])])
+                wk = builder.gep(
+                    wbase, [builder.add(builder.mul(ig, ws[4]), builder.mul(k, ws[5]))]
+                )
+                last = builder.icmp_signed("==", builder.add(k, i64(1)), wshape[5])
+                builder.store(builder.select(last, builder.add(ig, i64(1)), ig), group)
+                builder.store(builder.select(last, i64(0), builder.add(k, i64(1))), position)
+                rows = [
+                    builder.load(vector_at(wk, builder.mul(ws[6], i64(o))), align=4)
+                    for o in range(8)
+                ]
+                cols = _transposed(builder, rows)
+                chains = [zero] * n
+                for t in range(8):  # the rows' chains interleaved, each in order
+                    for r in range(n):
+                        at = builder.add(builder.mul(xs[4], i64(r)), builder.mul(xs[5], i64(t)))
+                        ptr = builder.bitcast(builder.gep(xg, [at]), f32.as_pointer())
+                        one = builder.insert_element(undef, builder.load(ptr, align=4), i64(0))
+                        lanes = builder.shuffle_vector(one, undef, splat)
+                        chains[r] = builder.call(fma, [lanes, cols[t], chains[r]])
+                for r in range(n):
+                    total = builder.fadd(builder.load(partials[r]), chains[r])
+                    builder.store(total, partials[r])
+            for r in range(n):
+                builder.store(builder.load(partials[r]), vector_at(obase, i64(32 * r)), align=4)
+            builder.branch(end)
+        builder.position_at_end(end)
+        return context.get_dummy_value()
+
+    return types.void(x, xi, w, wi, out, oi, nrows), codegen
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _rows_in_place(o_rows, i_rows, k_start, nout):  # pragma: no cover - compiled
+    """Whether every kernel position reads input row ``r`` and adds to output row ``r``
+    for each of the ``nout`` rows, in order (what :func:`_vertex8` computes)."""
+    for k in range(k_start.size - 1):
+        if k_start[k + 1] - k_start[k] != nout:
+            return False
+        for r in range(nout):
+            if o_rows[k_start[k] + r] != r or i_rows[k_start[k] + r] != r:
+                return False
+    return True
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -154,13 +292,18 @@ def _chain(x, w, o_rows, i_rows, k_start, wt, part, out):  # pragma: no cover - 
 
     Groups of 8 output and 8 input channels (:data:`OUT_CHANS`, :data:`IN_CHANS`) take
     a path with the chain length fixed, each row's eight chains one vector fused
-    multiply-add per input channel (the weights transposed into ``wt`` once per slice);
-    other groups a scalar chain per output element. Both give the same bits.
+    multiply-add per input channel: where every kernel position adds input row ``r`` to
+    output row ``r`` (a fully connected layer's partials) and the weights' and outputs'
+    inner stride is one element, :func:`_vertex8` with the weights and the partials in
+    registers; else the weights transposed into ``wt`` once per slice and the partials
+    summed in ``part``. Other groups a scalar chain per output element. Every path gives
+    the same bits.
 
-    While a vertex computes, the next vertex's input rows and output are prefetched: in
-    a replica's image each vertex's operands lie on pages of their own (8 KiB apart in
-    the MLP step), where the processor's own prefetcher does not follow (the inputs
-    not when every vertex reads the same ones, a stride of 0)."""
+    While a vertex computes, the input rows and output of the vertex :data:`AHEAD`
+    after it are prefetched: in a replica's image each vertex's operands lie on pages
+    of their own (8 KiB apart in the MLP step), where the processor's own prefetcher
+    does not follow (the inputs not when every vertex reads the same ones, a stride of
+    0)."""
     n0, n1, ncg, nig, nrows, ic = x.shape
     nog, nk, oc = w.shape[3], w.shape[5], w.shape[6]
     nout = part.shape[0]
@@ -170,9 +313,13 @@ def _chain(x, w, o_rows, i_rows, k_start, wt, part, out):  # pragma: no cover - 
     if not eight and ncg == 1 and nig == 1 and nog == 1 and nk == 1:
         _one_slice_vertices(x, w, o_rows, i_rows, out)
         return
+    in_registers = (
+        eight and w.strides[7] == 4 and out.strides[3] == 4 and 1 <= nout <= MAX_ROWS
+        and nrows == nout and _rows_in_place(o_rows, i_rows, k_start, nout)
+    )  # fmt: skip
     for a in range(n0):
         for b in range(n1):
-            na, nb = (a, b + 1) if b + 1 < n1 else (a + 1, 0)
+            na, nb = divmod(a * n1 + b + AHEAD, n1)
             if na < n0:
                 for cg in range(ncg):
                     if ahead:
@@ -182,6 +329,14 @@ def _chain(x, w, o_rows, i_rows, k_start, wt, part, out):  # pragma: no cover - 
                     for og in range(nog):
                         for r in range(nout):
                             _prefetch_write(out, (na, nb, cg * nog + og, r * oc))
+            if in_registers:
+                for cg in range(ncg):
+                    for og in range(nog):
+                        _vertex8(
+                            x, (a, b, cg, 0, 0, 0), w, (a, b, cg, og, 0, 0, 0, 0),
+                            out, (a, b, cg * nog + og, 0), nout,
+                        )  # fmt: skip
+                continue
             for cg in range(ncg):
                 for og in range(nog):
                     part[...] = zero
