@@ -15,6 +15,7 @@ import enum
 import itertools
 from typing import Any
 
+import numba
 import numpy as np
 
 from poplar_api.codelet import InOut, Input, Output, Vector, VectorList, Vertex
@@ -87,13 +88,52 @@ _UFUNCS = {
 }
 
 
+#: Longest segment :func:`_short_sums` adds: numpy's float reduction adds fewer than 8
+#: elements after the first one by one, from -0.0 (``pairwise_sum`` in
+#: ``numpy/_core/src/umath/loops_utils.h.src``), and 8 or more in eight lanes.
+SHORT = 8
+
+
+@numba.njit(cache=True, nogil=True)
+def _short_sums(values, bounds, out):  # pragma: no cover - compiled
+    """``np.add.reduceat`` of float32 ``values`` over segments of at most :data:`SHORT`
+    elements, as numpy adds them: a segment of one element is that element (a
+    signalling NaN kept as it is); a longer one is its first element plus the sum,
+    from -0.0, of the others in order; an empty one is 0."""
+    for j in range(out.size):
+        a, b = bounds[j], bounds[j + 1]
+        if b - a <= 1:
+            out[j] = values[a] if b > a else np.float32(0.0)
+            continue
+        rest = np.float32(-0.0)
+        for i in range(a + 1, b):
+            rest += values[i]
+        out[j] = values[a] + rest
+
+
 def segment_reduce(op: Operation, data: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Reduce ``data[bounds[j]:bounds[j+1]]`` for every ``j`` with ``op`` (vectorised).
 
-    SQUARE_ADD squares the elements first; empty segments give the identity.
+    SQUARE_ADD squares the elements first; empty segments give the identity. A FLOAT
+    sum whose segments are all short (:data:`SHORT`), such as a reduction's partials
+    of one or two elements per output, is one compiled pass (:func:`_short_sums`)
+    giving ``reduceat``'s bits: ``reduceat`` pays about 7 ns per segment, and a
+    16-replica batch has 16 times the segments.
     """
     values = data * data if op is Operation.SQUARE_ADD else data
     lengths = np.diff(bounds)
+    if (
+        op in _SCALABLE_OPS
+        and values.dtype == np.float32
+        and values.ndim == 1
+        and lengths.size
+        and int(bounds[-1]) == values.size
+        and int(lengths.min()) >= 0
+        and int(lengths.max()) <= SHORT
+    ):
+        out = np.empty(lengths.size, np.float32)
+        _short_sums(values, np.asarray(bounds, np.int64), out)
+        return out
     result = np.full(lengths.size, _identity(op, data.dtype), dtype=data.dtype)
     nonempty = lengths > 0
     if nonempty.any():
