@@ -187,8 +187,8 @@ def test_copy_pieces_grouped_by_tile_keep_to_the_room_they_are_given(monkeypatch
     by_tile = np.empty(n, np.int32)
     outs = [np.full(want[0].size + 8, -7, np.int64) for _ in range(3)]
     # read-only ids, as flat_pieces hands them on (runs.read_only)
-    count = pieces._tile_pieces(runs.read_only(ids), owner[ids], dst, n_tiles, marked,
-                                by_tile, *(o[:room] for o in outs))  # fmt: skip
+    count = pieces._tile_pieces(runs.read_only(ids), owner[ids], dst, pieces._NO_LOCAL,
+                                n_tiles, marked, by_tile, *(o[:room] for o in outs))  # fmt: skip
     assert count == want[0].size
     for out, column in zip(outs, want, strict=True):
         assert out[:room].tolist() == column[:room].tolist()
@@ -515,3 +515,37 @@ def test_variable_tile_counts_sum_to_a_lookup_per_id(seed):
             assert [g.tolist() for g in got] == [w.tolist() for w in want(expanded)]
     keys, counts = variable_marks.variable_tile_counts(np.arange(10, 20), tile, bases, var_ids, nt)
     assert counts.sum() == 10 and keys.size < 10  # stretches, not ids
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_copy_pieces_from_a_mask_of_local_references_equal_those_from_tiles(seed):
+    """A Copy's remote pieces found from the mask of its references on their receiving
+    tile (``local``: no tile array of its source side) are those found from the source
+    tiles, in reference order and grouped by tile, with and without a kept map of
+    marks; the mask is the only thing read of the source (a mask that disagrees with
+    the tiles gives other pieces)."""
+    from poplar_api.lowering import pieces
+
+    rng = np.random.default_rng(seed)
+    size, n_tiles = 500, 7
+    owner = np.repeat(rng.integers(0, n_tiles, 100), 5)[:size].astype(np.int32)
+    n = 300 if seed % 2 else 4000  # short runs (grouped by tile) at 4000 when mixed
+    if seed % 3 == 0:  # long runs of ids to one tile: pieces in reference order
+        ids = (np.arange(n) * 7 // 5) % size
+        dst = np.repeat(rng.integers(0, n_tiles, n // 50 + 1), 50)[:n]
+    else:  # neighbours bound for different tiles, ids repeating
+        ids = rng.integers(0, size, n)
+        dst = rng.integers(0, n_tiles, n)
+    dst = dst.astype(np.int32)
+    src = owner[ids].astype(np.int32)
+    local = src == dst
+    for tiles in (None, n_tiles):
+        want = pieces.flat_pieces(ids, dst, owner, src, tiles)
+        got = pieces.flat_pieces(ids, dst, owner, None, tiles, local=local)
+        assert [a.tolist() for a in got] == [a.tolist() for a in want], tiles
+        marks: dict = {}
+        kept = pieces.flat_pieces(ids, dst, owner, None, tiles, marks, local)
+        assert [a.tolist() for a in kept] == [a.tolist() for a in want], tiles
+        assert want[0].size
+        every = np.ones(n, bool)  # every reference called local: nothing to exchange
+        assert pieces.flat_pieces(ids, dst, owner, None, tiles, local=every)[0].size == 0

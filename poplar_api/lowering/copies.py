@@ -229,14 +229,14 @@ def _planned_copy_steps(
     typ = s.elementType()
     s_ids, d_ids = s._flat_ids(), d._flat_ids()
     found = sides if sides is not None else _copy_sides(em, s, d)
-    s_tile, d_tile, local = found.s_tile, found.d_tile, found.local
+    d_tile, local = found.d_tile, found.local
     name = prog.debugName or f"Copy {s.name} -> {d.name}"
     nodes: list[ir.Node] = []
     if found.count:
         tiles, cycles = on_tile_copy_steps(em.cfg, s_ids, d_ids, d_tile, local, typ.size, typ.name)
         nodes.append(_on_tile_node(em, prog, name, tiles, cycles))
     planner = ExchangePlanner(em.state.target, em.state, em.owners)
-    planner.add_owned(typ, id_array(s_ids), d_tile, em.state.space(typ).tile, s_tile)
+    planner.add_owned(typ, id_array(s_ids), d_tile, em.state.space(typ).tile, local=local)
     nodes += em.exchange_steps(planner, f"{name}/Exchange", f"{name}/Sync", em.pid(prog))
     return nodes
 
@@ -254,18 +254,17 @@ def _side_tile(tile, ids, is_range, start, step, k, lo, hi):  # pragma: no cover
 
 @numba.njit(cache=True, nogil=True)
 def _copy_tiles(
-    tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step, s_tile, d_tile, local
+    tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step, d_tile, local
 ):  # pragma: no cover - compiled
-    # the tile of each copied element on either side (a side's ids are ``ids[k]``, or
-    # ``start + step * k`` for a range) and whether the two are one tile; returns how
-    # many are and the least and greatest id of each side given as ids
+    # the tile of each copied element's destination (a side's ids are ``ids[k]``, or
+    # ``start + step * k`` for a range) and whether its source is on that tile; returns
+    # how many are and the least and greatest id of each side given as ids
     count = 0
     s_lo = d_lo = np.iinfo(np.int64).max
     s_hi = d_hi = np.iinfo(np.int64).min
     for k in range(local.size):
         a, s_lo, s_hi = _side_tile(tile, s_ids, s_range, s_start, s_step, k, s_lo, s_hi)
         b, d_lo, d_hi = _side_tile(tile, d_ids, d_range, d_start, d_step, k, d_lo, d_hi)
-        s_tile[k] = a
         d_tile[k] = b
         local[k] = a == b
         count += a == b
@@ -278,10 +277,11 @@ class CopyTiles:
 
     Attributes
     ----------
-    s_tile, d_tile
-        The tile of each element on the source and destination side (int32).
+    d_tile
+        The tile of each element on the destination side (int32).
     local
-        Whether the two are one tile, per element.
+        Whether its source element is on that tile, per element (the source side's
+        tiles are not kept: the exchange's planning asks only this of them).
     count
         How many are.
     s_span, d_span
@@ -289,7 +289,6 @@ class CopyTiles:
         range, or no elements).
     """
 
-    s_tile: np.ndarray
     d_tile: np.ndarray
     local: np.ndarray
     count: int
@@ -299,9 +298,9 @@ class CopyTiles:
 
 def copy_tiles(tile: np.ndarray, s_ids: np.ndarray | range, d_ids: np.ndarray | range) -> CopyTiles:
     """The tile of each element of a copy of the elements ``s_ids`` to ``d_ids`` (of
-    one element space, whose tile array is ``tile``) on either side as int32 (compared
-    here and in the compiled passes of its planning), whether the two are one tile and
-    how many are, and each side's id span.
+    one element space, whose tile array is ``tile``) on the destination side as int32
+    (as the compiled passes of its planning take them), whether the source element is
+    on that tile and how many are, and each side's id span.
 
     One compiled pass over both sides: as numpy, a gather of each side's tiles, their
     widening from the space's int16 and a comparison, four passes over the copy's
@@ -310,14 +309,14 @@ def copy_tiles(tile: np.ndarray, s_ids: np.ndarray | range, d_ids: np.ndarray | 
     n = len(s_ids)
     if len(d_ids) != n:
         raise ValueError(f"copy_tiles: {n} source ids against {len(d_ids)} destination ids")
-    s_tile, d_tile, local = np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, bool)
+    d_tile, local = np.empty(n, np.int32), np.empty(n, bool)
     s_side, d_side = _id_source(s_ids), _id_source(d_ids)
     count, s_lo, s_hi, d_lo, d_hi = _copy_tiles(
-        runs.read_only(tile), *s_side, *d_side, s_tile, d_tile, local
+        runs.read_only(tile), *s_side, *d_side, d_tile, local
     )
     s_span = None if s_side[1] or not n else (int(s_lo), int(s_hi) + 1)
     d_span = None if d_side[1] or not n else (int(d_lo), int(d_hi) + 1)
-    return CopyTiles(s_tile, d_tile, local, int(count), s_span, d_span)
+    return CopyTiles(d_tile, local, int(count), s_span, d_span)
 
 
 def _copy_sides(em: Emission, s: Tensor, d: Tensor) -> CopyTiles:

@@ -262,13 +262,15 @@ class ExchangePlanner:
         dst: np.ndarray,
         owner: np.ndarray,
         src: np.ndarray | None = None,
+        local: np.ndarray | None = None,
     ) -> None:
         """References ``ids`` needed on tiles ``dst``, each sent by the tile that owns
         it (``owner[id]``, the element space's tile array, or ``src`` per reference when
-        known): :meth:`add_grouped` with ``src = owner[ids]``, planned as runs when no
-        element crosses IPUs."""
+        known; or ``local``, whether each is on its receiving tile already):
+        :meth:`add_grouped` with ``src = owner[ids]``, planned as runs when no element
+        crosses IPUs."""
         ids, dst, n = np.asarray(ids), np.asarray(dst), self.num_tiles
-        found = pieces.flat_pieces(ids, dst, owner, src, n, self.owners.marks)
+        found = pieces.flat_pieces(ids, dst, owner, src, n, self.owners.marks, local)
         self.add_pieces(element_type, *found, owner, scratch=True)
 
     def add_pieces(

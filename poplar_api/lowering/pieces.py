@@ -66,17 +66,27 @@ def put_piece(i, tile, prev_id, count, out_begin, out_length, out_dst):  # pragm
     return count + 1
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _on_own_tile(src, dst, local, p):  # pragma: no cover - compiled
+    """Whether reference ``p`` is on its receiving tile already: ``local[p]`` when the
+    caller gives that mask (``local`` not empty), else its two tiles are one."""
+    if local.size:
+        return local[p]
+    return src[p] == dst[p]
+
+
 @numba.njit(cache=True, nogil=True)
-def _flat_pieces(ids, src, dst, out_begin, out_length, out_dst):  # pragma: no cover
-    # _field_pieces with a sending and a receiving tile per reference; written out, as
-    # a shared helper made both several times slower
+def _flat_pieces(ids, src, dst, local, out_begin, out_length, out_dst):  # pragma: no cover
+    # _field_pieces with a sending and a receiving tile per reference (or the mask of
+    # those on their receiving tile, ``local``); written out, as a shared helper made
+    # both several times slower
     count = 0
     prev_id = -2
     prev_dst = -1
     for p in range(ids.size):
         i = ids[p]
         d = dst[p]
-        if src[p] == d:
+        if _on_own_tile(src, dst, local, p):
             prev_id = -2
             continue
         if i == prev_id + 1 and d == prev_dst:
@@ -92,6 +102,12 @@ def _flat_pieces(ids, src, dst, out_begin, out_length, out_dst):  # pragma: no c
         prev_dst = d
     return count
 
+
+#: No sending tiles (:func:`flat_pieces` given ``local``) and no mask of references on
+#: their receiving tile (given ``src``, or the owners); writable, as the arrays they
+#: stand for are (one compiled signature for both)
+_NO_TILES = np.zeros(0, np.int32)
+_NO_LOCAL = np.zeros(0, np.bool_)
 
 #: Ids of an element space up to which an id fits an int32.
 _INT32_IDS = int(np.iinfo(np.int32).max) + 1
@@ -319,7 +335,7 @@ def _stretch_pieces(
 
 @numba.njit(cache=True, nogil=True)
 def _tile_pieces(
-    ids, src, dst, num_tiles, marked, by_tile, out_begin, out_length, out_dst
+    ids, src, dst, local, num_tiles, marked, by_tile, out_begin, out_length, out_dst
 ):  # pragma: no cover - compiled
     # the remote references grouped by receiving tile (a counting sort into
     # ``by_tile``, room for every reference), then per tile the maximal runs of the
@@ -328,13 +344,13 @@ def _tile_pieces(
     # again at the end): the rows found, of which those that fit are written
     ends = np.zeros(num_tiles + 1, np.int64)
     for p in range(ids.size):
-        if src[p] != dst[p]:
+        if not _on_own_tile(src, dst, local, p):
             ends[dst[p] + 1] += 1
     for t in range(num_tiles):
         ends[t + 1] += ends[t]
     for p in range(ids.size):
         d = dst[p]
-        if src[p] != d:
+        if not _on_own_tile(src, dst, local, p):
             by_tile[ends[d]] = ids[p]
             ends[d] += 1
     count = 0
@@ -377,11 +393,15 @@ def flat_pieces(
     src: np.ndarray | None = None,
     num_tiles: int | None = None,
     marks: dict[int, np.ndarray] | None = None,
+    local: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`field_pieces` for references with one destination tile each (``dst``).
 
-    ``src`` is the owning tile of each reference when the caller has it already (a
-    ``Copy`` compares both sides' tiles anyway): then no owner is looked up again.
+    ``src`` is the owning tile of each reference when the caller has it already; or
+    ``local``, whether each reference is on its receiving tile already (a ``Copy``
+    compares both sides' tiles anyway: then no tile array of its sending side is kept,
+    4.7 million int32 for ``bench_conv``'s weight update copy). With either, no owner
+    is looked up again.
 
     With ``num_tiles`` (above every tile), references whose runs in their own order
     are short (more than :data:`SHORT_PIECES` pieces per reference: neighbouring
@@ -392,12 +412,16 @@ def flat_pieces(
     the element space, all False again after the pass: kept in ``marks`` (by space
     size) when given, for the next call (a fresh map costs its zeroing)."""
     ids = read_only(ids)
-    if src is None:
+    if local is not None:
+        src = _NO_TILES
+    elif src is None:
         src = owner[ids]
+    if local is None:
+        local = _NO_LOCAL
     if num_tiles is None:
-        return _collect(_flat_pieces, ids.size, ids, src, dst, bounded=True)
+        return _collect(_flat_pieces, ids.size, ids, src, dst, local, bounded=True)
     k = min(ids.size, SAMPLE)
-    found = _collect(_flat_pieces, k, ids[:k], src[:k], dst[:k], bounded=True)
+    found = _collect(_flat_pieces, k, ids[:k], src[:k], dst[:k], local[:k], bounded=True)
     if found[0].size > SHORT_PIECES * k:
         marked = None if marks is None else marks.get(owner.size)
         if marked is None:
@@ -409,8 +433,8 @@ def flat_pieces(
         # traffic: 80 -> 45 ms for the 4.7 million references of bench_conv's weight
         # update copy)
         by_tile = np.empty(ids.size, np.int32 if owner.size <= _INT32_IDS else np.int64)
-        return _collect(_tile_pieces, ids.size, ids, src, dst, num_tiles, marked, by_tile,
-                        bounded=True)  # fmt: skip
+        return _collect(_tile_pieces, ids.size, ids, src, dst, local, num_tiles, marked,
+                        by_tile, bounded=True)  # fmt: skip
     if k == ids.size:
         return found
-    return _collect(_flat_pieces, ids.size, ids, src, dst, bounded=True)
+    return _collect(_flat_pieces, ids.size, ids, src, dst, local, bounded=True)
