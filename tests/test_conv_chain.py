@@ -137,7 +137,7 @@ def test_round32_is_one_rounding() -> None:
         (1, 1, 1, 1, 1, False, (2,), 1, 128),
         (3, 2, 2, 1, 2, True, (2,), 4, 3),
         (2, 1, 1, 1, 1, False, (2,), 8, 40),  # (BLAS's small kernel from 32)
-        (1, 1, 1, 1, 1, False, (2, 6), 1, 16),  # one slice per vertex: four at a time
+        (1, 1, 1, 1, 1, False, (2, 10), 1, 16),  # one slice per vertex: eight at a time
         (2, 1, 1, 1, 1, False, (9,), 3, 5),
         (3, 1, 1, 1, 1, False, (4, 4), 8, 8),
     ],
@@ -287,7 +287,7 @@ def test_half_operands_are_widened_exactly() -> None:
     np.testing.assert_array_equal(_bits(_products(xh, wh, geo)), _bits(want))
 
 
-@pytest.mark.parametrize("vertices", [3, 4, 9])
+@pytest.mark.parametrize("vertices", [3, 8, 9, 17])
 @pytest.mark.parametrize("oc, ic", [(8, 8), (2, 5)])
 def test_negative_zero_sums_and_rows_not_added_to(vertices, oc, ic) -> None:
     # a chain that ends at -0 (a product below the smallest float32) is added to the

@@ -34,7 +34,7 @@ that is vector code written for LLVM (:func:`_vertex8`: the weights transposed b
 shuffles, the rows' chains interleaved, the partials in registers); elsewhere the
 scalar code vectorized by LLVM's SLP vectorizer (off by default in Numba, switched on
 for this function's compilation only). Vertices of one slice (one group of each kind,
-one kernel position) of other shapes run four at a time, their scalar chains
+one kernel position) of other shapes run eight at a time, their scalar chains
 interleaved (:func:`_one_slice_vertices`); anything else a scalar chain per element.
 Every path gives the same bits.
 """
@@ -243,7 +243,7 @@ def _rows_in_place(o_rows, i_rows, k_start, nout):  # pragma: no cover - compile
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _one_slice_vertices(x, w, o_rows, i_rows, out):  # pragma: no cover - compiled
     """:func:`_chain` of a class whose vertices have one conv group, output group,
-    input group and kernel position, for any group shape: four vertices' chains
+    input group and kernel position, for any group shape: eight vertices' chains
     interleaved (each a chain of dependent fused multiply-adds, as long as the input
     channels, which one vertex's alone leaves waiting on each step's latency). Rows no
     position adds to are zero, the others ``0 + sum`` (the zeroed partial plus the
@@ -253,24 +253,32 @@ def _one_slice_vertices(x, w, o_rows, i_rows, out):  # pragma: no cover - compil
     for a in range(n0):
         b = 0
         while b < n1:
-            step = 4 if b + 4 <= n1 else 1
+            step = 8 if b + 8 <= n1 else 1
             for v in range(step):
                 for q in range(nq):
                     out[a, b + v, 0, q] = zero
             for j in range(o_rows.size):
                 i, r = i_rows[j], o_rows[j] * oc
                 for o in range(oc):
-                    if step == 4:
-                        s0 = s1 = s2 = s3 = zero
+                    if step == 8:
+                        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
                         for t in range(ic):
                             s0 = _fma(x[a, b, 0, 0, i, t], w[a, b, 0, 0, 0, 0, o, t], s0)
                             s1 = _fma(x[a, b + 1, 0, 0, i, t], w[a, b + 1, 0, 0, 0, 0, o, t], s1)
                             s2 = _fma(x[a, b + 2, 0, 0, i, t], w[a, b + 2, 0, 0, 0, 0, o, t], s2)
                             s3 = _fma(x[a, b + 3, 0, 0, i, t], w[a, b + 3, 0, 0, 0, 0, o, t], s3)
+                            s4 = _fma(x[a, b + 4, 0, 0, i, t], w[a, b + 4, 0, 0, 0, 0, o, t], s4)
+                            s5 = _fma(x[a, b + 5, 0, 0, i, t], w[a, b + 5, 0, 0, 0, 0, o, t], s5)
+                            s6 = _fma(x[a, b + 6, 0, 0, i, t], w[a, b + 6, 0, 0, 0, 0, o, t], s6)
+                            s7 = _fma(x[a, b + 7, 0, 0, i, t], w[a, b + 7, 0, 0, 0, 0, o, t], s7)
                         out[a, b, 0, r + o] = zero + s0
                         out[a, b + 1, 0, r + o] = zero + s1
                         out[a, b + 2, 0, r + o] = zero + s2
                         out[a, b + 3, 0, r + o] = zero + s3
+                        out[a, b + 4, 0, r + o] = zero + s4
+                        out[a, b + 5, 0, r + o] = zero + s5
+                        out[a, b + 6, 0, r + o] = zero + s6
+                        out[a, b + 7, 0, r + o] = zero + s7
                     else:
                         s0 = zero
                         for t in range(ic):
