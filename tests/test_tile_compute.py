@@ -210,3 +210,44 @@ def test_assignment_matches_the_rule_written_plainly(make_config, seed):
     np.testing.assert_array_equal(cost.tile_cycles, want)
     np.testing.assert_array_equal(cost.context_load, load)
     np.testing.assert_array_equal(cost.vertex_context, context)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_first_costs_equal_the_full_assignment(seed):
+    """compute_cost's tile and active cycles come from _tile_costs, which takes a tile's
+    costliest worker vertex while no tile has more worker vertices than contexts, else
+    the assignment; they must be the full assignment's, bit for bit, both ways: tiles
+    with no vertex, multi-vertices, zero-cost vertices, few or many per context, the
+    extra vertex early or late."""
+    from ipusim.tile.compute import _assign_vertices, _tile_costs
+
+    rng = np.random.default_rng(100 + seed)
+    simple = 0
+    for _ in range(40):
+        contexts = int(rng.integers(1, 8))
+        launch, multi_launch = int(rng.integers(0, 3)) * (seed % 2), int(rng.integers(0, 5))
+        num_tiles = int(rng.integers(1, 40))
+        few = rng.random() < 0.5  # at most one worker vertex a context on each tile
+        n = int(rng.integers(0, num_tiles * contexts + 1 if few else 400))
+        if few:
+            tiles = rng.permutation(np.repeat(np.arange(num_tiles), contexts))[:n]
+        else:
+            tiles = rng.integers(0, max(num_tiles // 2, 1), n) * 2  # odd tiles have none
+            tiles = np.minimum(tiles, num_tiles - 1)
+        if seed % 3 == 0:
+            tiles = np.sort(tiles)
+        tiles = tiles.astype(np.int64)
+        cycles = (rng.integers(0, 1 << 20, n) * (rng.random(n) < 0.8)).astype(np.int64)
+        multi = rng.random(n) < 0.15
+        args = (num_tiles, contexts, launch, multi_launch, tiles, cycles, multi)
+        _, _, active, _, _, want, bad = _assign_vertices(*args)
+        got_active, got, got_bad = _tile_costs(*args)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got_active, active)
+        assert got_bad == bad == -1
+        simple += int(np.bincount(tiles[~multi], minlength=num_tiles).max(initial=0) <= contexts)
+    assert simple >= 10  # the one-pass way is taken often
+    # a bad vertex is found by both, with nothing assigned
+    tiles = np.array([0, 3, 1], np.int64)
+    args = (2, 6, 0, 0, tiles, np.array([1, 2, 3], np.int64), np.zeros(3, bool))
+    assert _tile_costs(*args)[2] == _assign_vertices(*args)[6] == 1

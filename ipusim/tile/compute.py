@@ -141,6 +141,58 @@ def _assign_vertices(
     return load, multi, active, count, context, cycles, -1
 
 
+@numba.njit(cache=True)
+def _tile_costs(
+    num_tiles: int,
+    num_contexts: int,
+    launch: int,
+    multi_launch: int,
+    vertex_tile: np.ndarray,
+    vertex_cycles: np.ndarray,
+    vertex_multi: np.ndarray,
+):  # pragma: no cover - compiled; exercised through compute_cost
+    """``(active, cycles, bad)`` of :func:`_assign_vertices` alone, for a compute set
+    costed for the first time (the details are :func:`_assign_vertices`', when asked).
+
+    While no tile has more worker vertices than contexts, each vertex lands on a context
+    of no load (a fresh one, or, after a vertex of no cost, the least loaded, which has
+    none since fewer vertices than contexts came before it), so a tile's most loaded
+    context holds its costliest worker vertex: one pass finds it, with no context loads
+    kept. The first tile to get one vertex more (or a negative cost) sends the whole
+    compute set through the assignment itself. The same values either way.
+    """
+    active = np.zeros(num_tiles, dtype=np.int64)
+    cycles = np.zeros(num_tiles, dtype=np.int64)
+    for v in range(vertex_tile.shape[0]):  # checked first: nothing is assigned if one is bad
+        if not 0 <= vertex_tile[v] < num_tiles or vertex_cycles[v] < 0:
+            return active, cycles, v
+    most = np.zeros(num_tiles, dtype=np.int64)  # the most loaded context of each tile
+    multi = np.zeros(num_tiles, dtype=np.int64)
+    count = np.zeros(num_tiles, dtype=np.int64)  # worker vertices of each tile so far
+    simple = True
+    for v in range(vertex_tile.shape[0]):
+        t = vertex_tile[v]
+        cost = vertex_cycles[v] + (multi_launch if vertex_multi[v] else launch)
+        active[t] += cost
+        if vertex_multi[v]:
+            multi[t] += cost
+            continue
+        count[t] += 1
+        if count[t] > num_contexts or cost < 0:
+            simple = False
+            break
+        most[t] = max(most[t], cost)
+    if not simple:
+        _, _, active, _, _, cycles, _ = _assign_vertices(
+            num_tiles, num_contexts, launch, multi_launch, vertex_tile, vertex_cycles,
+            vertex_multi,
+        )  # fmt: skip
+        return active, cycles, -1
+    for t in range(num_tiles):
+        cycles[t] = num_contexts * most[t] + multi[t]
+    return active, cycles, -1
+
+
 def _validate(
     num_tiles: int, vertex_tile: np.ndarray, vertex_cycles: np.ndarray, vertex_multi: np.ndarray
 ) -> list[str]:
@@ -251,7 +303,7 @@ def compute_cost(
         ir.read_only(vertex_cycles.astype(np.int64, copy=False)),
         ir.read_only(vertex_multi.astype(np.bool_, copy=False)),
     )
-    _, _, active, _, _, tile_cycles, bad = _run(*inputs)
+    active, tile_cycles, bad = _first_costs(*inputs)
     if bad >= 0:
         raise IRValidationError(_value_problems(num_tiles, inputs[2], inputs[3]))
     return ComputeCost(tile_cycles=tile_cycles, active_cycles=active, inputs=inputs)
@@ -265,6 +317,24 @@ def _run(
     vertex_multi: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
     return _assign_vertices(
+        num_tiles,
+        tile_cfg.worker_contexts,
+        tile_cfg.vertex_launch_cycles,
+        tile_cfg.multi_vertex_launch_cycles,
+        vertex_tile,
+        vertex_cycles,
+        vertex_multi,
+    )
+
+
+def _first_costs(
+    tile_cfg: TileConfig,
+    num_tiles: int,
+    vertex_tile: np.ndarray,
+    vertex_cycles: np.ndarray,
+    vertex_multi: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    return _tile_costs(
         num_tiles,
         tile_cfg.worker_contexts,
         tile_cfg.vertex_launch_cycles,
