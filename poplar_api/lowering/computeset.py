@@ -207,6 +207,13 @@ def make_runner(
     # gathered in one pass and viewed, which costs a kernel less than finding its views)
     images = [_image_fields(g, storage) if wide and _reads_images(g) else None for g in groups]
     blocks: dict[int, tuple[int, int] | None] = {}  # (the groups keep each table alive)
+    if wide is None:  # found here, while lowering, for the fields every run copies by
+        # runs (stored, or read and not in place): a compute set run once, as each of a
+        # program of distinct steps is, then finds none as it runs
+        for group, bounds in zip(groups, in_place, strict=True):
+            for ft, lies in zip(group.fields, bounds, strict=True):
+                if _stored_by_runs(ft) or (lies is None and _by_ranges(ft)):
+                    blocks[id(ft)] = runs.one_block(*_held_runs(ft))
 
     def block(ft: FieldTable) -> tuple[int, int] | None:
         if id(ft) not in blocks:  # the runs of ft as one slice, when they make one
@@ -284,10 +291,12 @@ def make_runner(
         for ft, ix, data in writes:
             if wide is not None:
                 wide.scatter(ft.type, ix, data)
-            elif ix is None and block(ft) is not None:  # (_stored_by_runs) one slice
-                storage.write(ft.type, slice(*block(ft)), data)
-            elif ix is None:  # (_stored_by_runs)
-                storage.write_runs(ft.type, *_held_runs(ft), data)
+            elif ix is None:  # (_stored_by_runs) one slice, or by its runs
+                one = block(ft)
+                if one is not None:
+                    storage.write(ft.type, slice(*one), data)
+                else:
+                    storage.write_runs(ft.type, *_held_runs(ft), data)
             else:
                 storage.write(ft.type, ix, data)
         if counted is not None:
