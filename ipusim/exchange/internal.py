@@ -383,6 +383,12 @@ def _ceil9(q):  # pragma: no cover - compiled
     return np.int64(np.ceil(np.rint(q * 1e9) / 1e9))
 
 
+#: ``shared`` of :func:`_listed_cycles` when no pair shares bytes (read-only, as the IR's
+#: arrays are: one compiled signature)
+_NONE_SHARED = np.zeros(0, np.int64)
+_NONE_SHARED.flags.writeable = False
+
+
 @numba.njit(cache=True, inline="always")
 def _cycles_of(sent, received, msg_sent, msg_received, distance, bpc, fixed, hop, per_msg):
     # pragma: no cover - compiled; the formula of the module docstring for one tile
@@ -408,12 +414,31 @@ def _tile_cycles(
 
 @numba.njit(cache=True)
 def _listed_cycles(
-    cycles, tiles, sent, received, msg_sent, msg_received, distance, bpc, fixed, hop, per_msg
+    cycles,
+    tiles,
+    sent,
+    received,
+    shared,
+    share,
+    msg_sent,
+    msg_received,
+    distance,
+    bpc,
+    fixed,
+    hop,
+    per_msg,
 ):  # pragma: no cover - compiled
-    """``_tile_cycles`` for totals given per listed tile (the other tiles take 0)."""
+    """``_tile_cycles`` for totals given per listed tile (the other tiles take 0). A
+    tile's receive side is ``received[i] - shared[i] * share`` (float64, as numpy's
+    ``received - shared * share`` gives it) when ``shared`` lists its bytes shared with
+    its bus partner, else its ``received`` bytes (``shared`` empty)."""
+    some = shared.shape[0] > 0
     for i in range(tiles.shape[0]):
+        receive = np.float64(received[i])
+        if some:
+            receive = received[i] - shared[i] * share
         cycles[tiles[i]] = _cycles_of(
-            sent[i], received[i], msg_sent[i], msg_received[i], distance[i],
+            sent[i], receive, msg_sent[i], msg_received[i], distance[i],
             bpc, fixed, hop, per_msg,
         )  # fmt: skip
 
@@ -536,16 +561,20 @@ def exchange_cost(cfg: MachineConfig, step: Any) -> ExchangeCost:
     ex = cfg.exchange
     cycles = np.zeros(n, np.int64)
     per_bus = int(ex.tiles_per_shared_bus)
-    receive_side = step.bytes_received
-    if per_bus > 1 and step.bytes_shared is not None and step.bytes_shared.any():
-        receive_side = step.bytes_received - step.bytes_shared * (1.0 - 1.0 / per_bus)
-    # the received bytes as float64 either way (exact below 2**53, and the formula takes
-    # the larger of sent and received as a float): one compiled signature to load
-    listed = (sparse[0], np.asarray(receive_side, np.float64), *sparse[2:])
+    # the receive side is worked out in the compiled pass, as a float64 whether or not
+    # a pair shares bytes (exact below 2**53; the formula takes the larger of sent and
+    # received as a float): one compiled signature, and no array made per exchange
+    shared = step.bytes_shared
+    if per_bus <= 1 or shared is None:
+        shared = _NONE_SHARED
     _listed_cycles(
         cycles,
         tiles,
-        *listed,
+        sparse[0],
+        sparse[1],
+        shared,
+        1.0 - 1.0 / max(per_bus, 1),
+        *sparse[2:],
         float(ex.bytes_per_cycle),
         int(ex.fixed_latency_cycles),
         float(ex.cycles_per_hop),
