@@ -685,9 +685,15 @@ def test_batchnorm_in_training_session_updates_running_stats():
     """In a TrainingSession BatchNormalization normalises with the batch statistics and
     writes the running mean/var back into its mean/var weights (the optimizer leaves
     them alone: they have no gradient)."""
-    c, momentum = 3, 0.8
-    x = _rand(4, c, 2, 2)
-    w = {"scale": _rand(c), "b": _rand(c), "mean": _rand(c), "var": _rand(c, positive=True)}
+    c, momentum, lr = 3, 0.8, 0.01
+    # Drawn here, not from the module's generator: under xdist the draws of RNG depend on
+    # which tests ran before in the worker, and a channel whose outputs all have one sign
+    # has a scale gradient of exactly zero (its normalised inputs sum to zero).
+    rng = np.random.default_rng(20261201)
+    x = rng.standard_normal((4, c, 2, 2)).astype(np.float32)
+    w = {k: rng.standard_normal(c).astype(np.float32) for k in ("scale", "b", "mean")}
+    w["var"] = (np.abs(rng.standard_normal(c)) + 0.5).astype(np.float32)
+    w["b"] *= np.float32(0.1)  # outputs of both signs in every channel
     b = popart.Builder()
     xid = b.addInputTensor(popart.TensorInfo("FLOAT", list(x.shape)))
     wid = {k: b.addInitializedInputTensor(v) for k, v in w.items()}
@@ -702,20 +708,27 @@ def test_batchnorm_in_training_session_updates_running_stats():
     flow = popart.DataFlow(1, {y: popart.AnchorReturnType("ALL")})
     session = popart.TrainingSession(
         fnModel=b.getModelProto(), dataFlow=flow, deviceInfo=_device(), loss=loss,
-        optimizer=popart.ConstSGD(0.01),
+        optimizer=popart.ConstSGD(lr),
     )  # fmt: skip
     session.prepareDevice()
     session.weightsFromHost()
     anchors = session.initAnchorArrays()
     session.run(popart.PyStepIO({xid: x}, anchors))
     want = _bn_train_numpy(x, w["scale"], w["b"], w["mean"], w["var"], 1e-4, momentum)
+    dims, shape = (0, 2, 3), (1, c, 1, 1)
+    xhat = (x - want[3].reshape(shape)) / np.sqrt(want[4].reshape(shape) + 1e-4)
+    sign = np.sign(want[0])  # d|y|/dy of the mean L1 loss, times its element count
+    d_scale = (sign * xhat).sum(dims) / x.size
+    d_b = sign.sum(dims) / x.size
+    assert np.all(np.abs(d_scale) > 1e-3), d_scale  # the data trains every channel
     np.testing.assert_allclose(anchors[y], want[0], rtol=1e-4, atol=1e-5)
     session.weightsToHost()
     out = {wid[k]: np.zeros(c, np.float32) for k in w}
     session.readWeights(popart.PyWeightsIO(out))
     np.testing.assert_allclose(out[wid["mean"]], want[1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out[wid["var"]], want[2], rtol=1e-5, atol=1e-6)
-    assert not np.allclose(out[wid["scale"]], w["scale"])  # trained
+    np.testing.assert_allclose(out[wid["scale"]], w["scale"] - lr * d_scale, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[wid["b"]], w["b"] - lr * d_b, rtol=1e-5, atol=1e-6)
 
 
 def _reference_fn(op_type: str, attrs: dict, n_in: int, opset: int):
