@@ -369,6 +369,7 @@ class HostStreams(HostIO):
         ends.buffers.pop(handle, None)
         ends.positions.pop(handle, None)
         ends.callbacks.pop(handle, None)
+        self.joined.pop(handle, None)  # (a replica's own connection: the rows part)
 
     def _unconnected(self, stream: Any) -> EngineError:
         if getattr(stream, "perReplica", False):

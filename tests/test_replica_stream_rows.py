@@ -154,7 +154,9 @@ def test_joined_rows_are_one_block_while_they_stay_joined(monkeypatch):
         [("in", True), ("k-in", True)],
     ]
     taken.clear()
+    assert "in" in e._host.joined
     e.connectStream("in", 3, np.ones(N, np.float32))
+    assert "in" not in e._host.joined  # the split array is let go
     e.run(0)
     assert taken[0] == ("in", False)
     np.testing.assert_array_equal(e.readTensor("y")[3], np.full(N, 4, np.float32))
