@@ -342,3 +342,87 @@ def test_first_replica_is_replica_0s_values_only_when_every_replica_holds_them(s
     image[R - 1, ids[-1]] ^= 1
     image[R - 1, np.setdiff1d(np.arange(3 * size), ids)[0]] ^= 1  # not a field element
     assert field.first_replica() is not None
+
+
+def _over_operands(
+    over: str | None, shape: tuple[int, ...], members: int
+) -> tuple[np.ndarray, list]:
+    """A class of ``members`` vertices (``_vertex`` arguments ``shape``) laid out in one
+    FLOAT image, every vertex's output over the first elements of its own ``over``
+    vectors (``in`` or ``weights``; ``between``: in the gaps between the inputs; None:
+    after every operand), run in place on ``R`` replicas; the outputs' values and
+    which stores went through ``write``."""
+    rng = np.random.default_rng(11)
+    first = _vertex(rng, *shape)
+    vertices = [first] + [_vertex(rng, *shape, wls=first["worklists"]) for _ in range(members - 1)]
+    packed = _batches(vertices)
+    sizes = {name: packed[name].data.size for name in ("in", "weights", "out")}
+    per_in, per_out = sizes["in"] // members, sizes["out"] // members
+    at = 10 + (per_in + per_out) * np.arange(members)[:, None]  # a gap after each input
+    ids = {"in": (at + np.arange(per_in)).reshape(-1)}
+    image_size = int(at[-1, 0]) + per_in + per_out + 10
+    ids["weights"] = np.arange(sizes["weights"]) + image_size
+    image_size += sizes["weights"]
+    if over is None:
+        ids["out"] = np.arange(sizes["out"]) + image_size
+        image_size += sizes["out"]
+    elif over == "between":  # in the gaps: the inputs' span, none of their elements
+        ids["out"] = (at + per_in + np.arange(per_out)).reshape(-1)
+    else:  # vertex v's output on the first elements of its own vectors of ``over``
+        per = sizes[over] // members
+        assert per >= per_out
+        ids["out"] = ids[over][(np.arange(members) * per)[:, None] + np.arange(per_out)]
+    image = np.zeros((R, image_size), np.uint32)
+    typed = image.view(np.float32)
+    for name in ("in", "weights"):
+        typed[:, ids[name]] = rng.standard_normal((R, sizes[name])).astype(np.float32)
+    fields = {}
+    for name in FIELDS:
+        b = packed[name]
+        if name in ids:
+            img, dt = image, np.dtype(np.float32)
+        else:  # worklists and params: images of their own
+            dt = b.data.dtype
+            img = np.zeros((R, b.data.size), RAW.get(dt.itemsize, np.uint16))
+            img.view(dt)[:] = b.data
+            ids[name] = np.arange(b.data.size)
+        kernel = np.dtype(np.float32) if dt.kind == "f" else dt
+        at = ids[name].astype(np.int32).reshape(-1)
+        fields[name] = ImageField(img, dt, at, b.offsets, b.inner_offsets, kernel)
+    writes = []
+    plain_write = ImageField.write
+
+    def write(self, acc, values, distinct):
+        writes.append(acc)
+        plain_write(self, acc, values, distinct)
+
+    cls = conv_vertex("AMP", FLOAT, FLOAT)
+    try:
+        ImageField.write = write
+        assert _run(cls, fields, R * members).all()
+    finally:
+        ImageField.write = plain_write
+    return typed[:, ids["out"].reshape(-1)].copy(), writes
+
+
+@pytest.mark.parametrize("over", ["in", "weights"])
+@pytest.mark.parametrize(
+    "shape, members",
+    [
+        ((1, 1, 1, 1, 2, 3, 4), 8),  # one slice per vertex: eight vertices' chains at once
+        ((1, 1, 1, 1, 2, 3, 4), 3),  # one slice per vertex, one vertex after another
+        ((1, 2, 2, 2, 3, 8, 8), 4),  # 8x8 groups, two output groups per vertex
+    ],
+)
+def test_partials_stored_over_their_own_operands_are_computed_first(over, shape, members):
+    # a vertex may write its partials over its own inputs or weights: every sum is
+    # that of the operands as they were before the vertex ran, as the packed fields
+    # (copies) give it; a class whose outputs are apart is still stored in place
+    apart, stored = _over_operands(None, shape, members)
+    assert stored == []  # (stored where the partials lie, not through write)
+    between, stored = _over_operands("between", shape, members)
+    np.testing.assert_array_equal(between.view(np.int32), apart.view(np.int32))
+    assert stored == []
+    got, stored = _over_operands(over, shape, members)
+    np.testing.assert_array_equal(got.view(np.int32), apart.view(np.int32))
+    assert stored  # (computed, then written)

@@ -129,8 +129,9 @@ _accesses_bytes = [0]
 def _accesses(fields: tuple[Any, ...], classes: list, shapes: list[Any]) -> list:
     """Per class (``shapes``: their geometries, as ``conv_vertices._geometry`` finds
     them), its pieces (:func:`_pieces`), each as ``(in, weights, out)`` accesses
-    of its members' vectors and whether its output elements are distinct: found once
-    per plan (they depend only on the fields' ids and the classes) and kept."""
+    of its members' vectors, whether its output elements are distinct and whether they
+    are apart from its operands' (:func:`_apart`): found once per plan (they depend
+    only on the fields' ids and the classes) and kept."""
     a, b, c = fields[:3]
     key = (id(classes), id(a.ids), id(b.ids), id(c.ids), a.replicas)
     hit = _ACCESSES.get(key)
@@ -141,6 +142,7 @@ def _accesses(fields: tuple[Any, ...], classes: list, shapes: list[Any]) -> list
     ):
         return hit[1]
     found, size = [], 0
+    meet = _spans_meet(a, c) or _spans_meet(b, c)  # (else every class's output is apart)
     for (members, _), geo in zip(classes, shapes, strict=True):
         parts = [
             (f, f.inner_offsets[_segment_rows(f, members, count)], width)
@@ -150,6 +152,7 @@ def _accesses(fields: tuple[Any, ...], classes: list, shapes: list[Any]) -> list
                 (c, geo.ncg * geo.nog, geo.out_size),
             )
         ]
+        apart = not meet or _apart(parts)
         cuts = _pieces(parts, a.replicas)
         if len(cuts) == 2:  # one piece: a view or an index for the whole class
             each = [[f.access(starts, width)] for f, starts, width in parts]
@@ -158,7 +161,7 @@ def _accesses(fields: tuple[Any, ...], classes: list, shapes: list[Any]) -> list
         pieces = []
         for per in zip(*each, strict=True):
             out: ImageAccess = per[2]
-            pieces.append((*per, out.strides is not None and _distinct(out)))
+            pieces.append((*per, out.strides is not None and _distinct(out), apart))
             size += sum(x.index.nbytes for x in per if x.index is not None)
         found.append(pieces)
     if _accesses_bytes[0] + size > _ACCESSES_BYTES:
@@ -168,6 +171,49 @@ def _accesses(fields: tuple[Any, ...], classes: list, shapes: list[Any]) -> list
         _ACCESSES[key] = ((classes, a.ids, b.ids, c.ids), found)
         _accesses_bytes[0] += size
     return found
+
+
+def _spans_meet(field: ImageField, out: ImageField) -> bool:
+    """Whether the ids of ``field`` and of output field ``out`` in one image have
+    spans that meet (else no vertex's output can lie over its operands of ``field``)."""
+    if not (field.ids.size and out.ids.size and np.may_share_memory(field.image, out.image)):
+        return False
+    return int(field.ids.min()) <= int(out.ids.max()) and int(out.ids.min()) <= int(field.ids.max())
+
+
+def _apart(parts: list[tuple[ImageField, np.ndarray, int]]) -> bool:
+    """Whether a class's output vectors (``parts[2]``) share no element with its input
+    and weight vectors (``parts[0]``, ``parts[1]``: each field with the packed position
+    where each of its members' vectors starts, and their size) in one image.
+
+    A vertex may store its partials over its own operands (the conflict check refuses
+    only another vertex's reads). The compiled pass stores as it goes, so a class that
+    does is computed before any sum is stored, as its packed fields (copies) give it;
+    else the sums are stored where they lie."""
+    out_field, out_starts, out_width = parts[2]
+    out_ids = None
+    for field, starts, width in parts[:2]:
+        if not np.may_share_memory(field.image, out_field.image):
+            continue  # (another element size: other elements)
+        if out_ids is None:
+            out_ids = _element_ids(out_field, out_starts, out_width)
+            if not out_ids.size:
+                return True
+            lo = int(out_ids.min())
+            written = np.zeros(int(out_ids.max()) - lo + 1, bool)
+            written[out_ids - lo] = True
+        ids = _element_ids(field, starts, width) - lo
+        ids = ids[(ids >= 0) & (ids < written.size)]
+        if written[ids].any():
+            return False
+    return True
+
+
+def _element_ids(field: ImageField, starts: np.ndarray, width: int) -> np.ndarray:
+    """Element ids (replica 0's, int64) of the vectors of ``width`` elements of
+    ``field`` starting at the packed positions ``starts``."""
+    at = starts.reshape(-1, 1).astype(np.int64) + np.arange(width, dtype=np.int64)
+    return field.ids[at.reshape(-1)].astype(np.int64)
 
 
 #: Elements of every replica a piece of a class should read, on average, to be run as

@@ -471,10 +471,11 @@ def _run_in_place(fields: tuple[Any, ...], num_vertices: int) -> bool:
     layout replica 0's): classes planned on replica 0 (:func:`_plan`), each class's
     operands read through one view or index for every replica (:func:`_accesses`: the
     weights many vertices share are not copied per vertex where they lie regularly) and
-    its partial sums stored where they lie. The products are those of the packed
-    batch, slice for slice. False, having written nothing, when the batch is not such
-    (worklists or params differ between replicas, a vertex is not regular): then it
-    runs packed."""
+    its partial sums stored where they lie (computed first where a class stores them
+    over its own operands: :func:`~.conv_access._apart`). The products are those of
+    the packed batch, slice for slice. False, having written nothing, when the batch is
+    not such (worklists or params differ between replicas, a vertex is not regular):
+    then it runs packed."""
     if not all(isinstance(f, ImageField) for f in fields):
         return False
     a, b, c, wl, pr = fields
@@ -494,9 +495,9 @@ def _run_in_place(fields: tuple[Any, ...], num_vertices: int) -> bool:
     if any(geo is None for geo in shapes):
         return False
     for geo, pieces in zip(shapes, _accesses(fields, classes, shapes), strict=True):
-        for ax, bx, cx, distinct in pieces:
+        for ax, bx, cx, distinct, apart in pieces:
             x, w = a.read(ax), b.read(bx)
-            view = c.store_view(cx, distinct)
+            view = c.store_view(cx, distinct) if apart else None  # (else: read first)
             if view is not None and chain_products(x, w, geo, view) is not None:
                 continue  # stored where the partials lie
             c.write(cx, _products(x, w, geo), distinct)
