@@ -103,6 +103,9 @@ class Machine:
         #: per collective step (by id) and start time: the ring's plans and end when it
         #: ran alone on an idle fabric in lockstep (see LinkSteps._collective_step)
         self._rings: dict[tuple[int, float], tuple[ir.Step, Any, list, float]] = {}
+        #: the end clocks of the last lockstep run's trace and its replica's tiles,
+        #: shared by later ones that end alike (see ReplicaSteps._end_clocks)
+        self._end_clocks: tuple[np.ndarray, int] | None = None
         self._symmetric_programs: weakref.WeakKeyDictionary[ir.Program, bool] = (
             weakref.WeakKeyDictionary()
         )
@@ -371,7 +374,7 @@ class _Run(LinkSteps, ReplicaSteps):
             num_tiles=self.cfg.num_tiles,
             tiles_per_ipu=self.cfg.tile.tiles_per_ipu,
             records=records,
-            tile_end_cycles=self.clock.copy(),
+            tile_end_cycles=self._end_clocks(),
             host_seconds=time.perf_counter() - start,
             complete=error is None,
             entry=self.entry,

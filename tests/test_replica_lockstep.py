@@ -296,3 +296,52 @@ def test_final_arrays_of_replicas_that_differed_are_compared_whole(monkeypatch):
     full_machine.replica_lockstep = False
     _assert_same(fast, full_machine.run(alike))
     assert seen == [False, True, False]
+
+
+def test_end_clocks_shared_by_lockstep_runs_that_end_alike(monkeypatch):
+    """A lockstep run's trace shares the end clocks of the machine's last lockstep trace
+    (read-only) when replica 0's part is the same, and makes its own otherwise; every
+    trace's end clocks are those of every group running."""
+    seen = _seen(monkeypatch)
+    cfg = _config(4)
+    first = _program(_mixed(1, 4, seed=3), 4)
+    other = _program(_mixed(1, 4, seed=5), 4)
+    halves = _program(_mixed(2, 4, seed=3), 2)
+    machine = Machine(cfg)
+    programs = (first, first, other, other, first, halves, halves)
+    runs = [machine.run(p) for p in programs]
+    assert seen == [True] * len(runs)
+    for trace, program in zip(runs, programs, strict=True):
+        full = Machine(cfg)
+        full.replica_lockstep = False
+        np.testing.assert_array_equal(trace.tile_end_cycles, full.run(program).tile_end_cycles)
+        assert not trace.tile_end_cycles.flags.writeable
+    ends = [t.tile_end_cycles for t in runs]
+    assert ends[1] is ends[0] and ends[3] is ends[2] and ends[6] is ends[5]
+    assert len({id(ends[k]) for k in (0, 2, 4, 5)}) == 4
+    assert not np.array_equal(ends[0], ends[2])
+
+
+def test_end_clocks_of_other_replicas_not_shared(monkeypatch):
+    """End clocks kept from a run of two IPUs a replica are not shared by a run of one
+    IPU a replica whose replica 0 ends as their first IPU does (their second IPU's
+    differ)."""
+    seen = _seen(monkeypatch)
+    cfg = _config(4)
+    cycles = np.arange(5, 5 + 2 * TPI) * 7
+    two = ir.Program(
+        entries=(ir.Compute(name="cs", vertex_tile=np.arange(2 * TPI), vertex_cycles=cycles),),
+        replicas=2,
+    )
+    one = ir.Program(
+        entries=(ir.Compute(name="cs", vertex_tile=np.arange(TPI), vertex_cycles=cycles[:TPI]),),
+        replicas=4,
+    )
+    machine = Machine(cfg)
+    kept = machine.run(two).tile_end_cycles
+    got = machine.run(one).tile_end_cycles
+    assert seen == [True, True]
+    np.testing.assert_array_equal(got[:TPI], kept[:TPI])
+    full = Machine(cfg)
+    full.replica_lockstep = False
+    np.testing.assert_array_equal(got, full.run(one).tile_end_cycles)
