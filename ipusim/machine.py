@@ -260,7 +260,6 @@ class _Run(LinkSteps, ReplicaSteps):
         else:
             self.groups = [TileGroup(i, i, i * tpi, (i + 1) * tpi) for i in range(cfg.num_ipus)]
         self.groups_per_ipu = len(self.groups) // cfg.num_ipus
-        self.one_ipu = cfg.num_ipus == 1
         #: per group: (key part, expected groups, lo, hi) of its IPU's scope, then of
         #: the machine's (see _scope)
         self._scopes = [
@@ -278,6 +277,9 @@ class _Run(LinkSteps, ReplicaSteps):
         self.lockstep = self._lockstep(
             whole_ipus and max_cycles is None and machine.replica_lockstep
         )
+        #: one IPU's group runs: every local step spans it (in lockstep with one IPU a
+        #: replica, the other replicas' copies of a step's costs are replica 0's)
+        self.one_ipu = cfg.num_ipus == 1 or (self.lockstep and self.replica_ipus == 1)
         self._fabric: LinkFabric | None = None
         self._scope_tiles: dict[frozenset[int], np.ndarray] = {}
         #: (step id, IPU or -1) -> (expected groups, tiles) of steps on some tiles only

@@ -285,7 +285,7 @@ class ReplicaSteps:
         read-only array (a local step's, the same in every execution and run) in the
         machine's table, kept from run to run, any other in this run's.
         """
-        if self.one_ipu:  # a step with no cycles anywhere spans every IPU
+        if self.one_ipu:  # one IPU runs (see _Run.one_ipu): it places every step
             return True
         cycles = rec.tile_cycles
         table = self._run_active_ipus if cycles.flags.writeable else self._active_ipus

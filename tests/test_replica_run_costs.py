@@ -57,11 +57,14 @@ def test_a_later_run_shares_the_first_runs_replicated_costs():
 
 def test_which_ipus_take_part_in_a_local_step_is_found_once_per_machine():
     # a replicated local step's per-tile array is shared from run to run, and so is
-    # the answer to which IPUs have cycles in it (a later run does not look again)
+    # the answer to which IPUs have cycles in it (a later run does not look again).
+    # Every IPU's group runs: in lockstep with one IPU a replica only replica 0's runs,
+    # and every local step spans it without asking
     device, g, x, seq = _replicated_graph()
     popops.mapInPlace(g, popops.expr.Mul(popops.expr._1, 3.0), [x], seq)
     e = Engine(g, seq)
     e.load(device)
+    e._machine.replica_lockstep = False
     e.run(0)
     first = e.getTrace()
     kept = dict(e._machine._active_ipus)
