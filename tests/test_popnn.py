@@ -439,3 +439,41 @@ def test_arg_max_two_stage_estimates_follow_the_poplibs_source():
     sparse = 5 + 2 + 3 + 3 + 1 + (24 - 1) * 3 + 3 + 6 + 4
     stage1 = records["am/maxMinArgMaxMin(max)/ReduceClass[1]"]
     np.testing.assert_array_equal(stage1.active_cycles, [0] * 6 + [sparse, sparse])
+
+
+def _special_floats(rng, n):
+    """float32 values where a ReLU or its gradient could go wrong: signed zeros,
+    infinities, NaNs (quiet, with payloads, signalling), subnormals, wide magnitudes."""
+    specials = np.array(
+        [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001,
+         0x7FA00001, 0x00000001, 0x80000001, 0x007FFFFF, 0x7F7FFFFF, 0xFF7FFFFF],
+        np.uint32,
+    ).view(np.float32)  # fmt: skip
+    x = (rng.standard_normal(n) * 10.0 ** rng.integers(-40, 39, n)).astype(np.float32)
+    x[rng.integers(0, n, n // 4)] = rng.choice(specials, n // 4)
+    return x
+
+
+@pytest.mark.parametrize("layout", ["1D", "2D"])
+def test_relu_kernels_give_the_numpy_formula_bit_for_bit(layout):
+    from types import SimpleNamespace
+
+    from poplar_api.popnn.vertices import nonlinearity_grad_vertex, nonlinearity_vertex
+
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 7, 33, 4099):
+        act, g = _special_floats(rng, n), _special_floats(rng, n)
+        grad = nonlinearity_grad_vertex("RELU", FLOAT, layout)
+        out = np.full(n, 5.0, np.float32)
+        fields = {"out": act, "outGrad": g, "inGrad": out}
+        grad.computeBatch({k: SimpleNamespace(data=v) for k, v in fields.items()}, 1, 6)
+        want = np.where(act > 0, g, np.float32(0))  # g's bits where act > 0, else +0
+        assert out.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+        for in_place in (True, False):
+            fwd = nonlinearity_vertex("RELU", FLOAT, layout, in_place)
+            data, dest = act.copy(), np.full(n, 5.0, np.float32)
+            fields = {"data": data} if in_place else {"data": data, "out": dest}
+            fwd.computeBatch({k: SimpleNamespace(data=v) for k, v in fields.items()}, 1, 6)
+            got = data if in_place else dest
+            want = np.maximum(act.astype(np.float32), 0)
+            assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
