@@ -101,18 +101,22 @@ class _EngineDataPlane:
         # vertex bounds checks are set for the whole run (Engine._run_program)
         self.declared.next_effect()  # what the last effect stored alike, for this one
         fn = self.lowered.effects[effect]
-        if self.replicas == 1 or effect in self.lowered.global_effects:
+        if self.replicas == 1:
             fn()
             return
-        every = self.lowered.every_replica.get(effect)
-        if every is not None and every():  # each replica in turn, none selected
-            return
+        alike, done = self.lowered.storage.alike, False  # blocks every replica holds alike
+        alike.begin(effect, self.lowered.writes.get(effect))  # (what it writes, if described)
         try:
-            for k in range(self.replicas):
-                self._select(k)
+            if effect in self.lowered.global_effects:
                 fn()
+            elif (every := self.lowered.every_replica.get(effect)) is None or not every():
+                for k in range(self.replicas):  # (else each replica in turn, none selected)
+                    self._select(k)
+                    fn()
+            done = True
         finally:
             self._select(0)
+            alike.end(done)
 
     def predicate(self, predicate: int) -> int:
         fn = self.lowered.predicates[predicate]
@@ -439,6 +443,8 @@ class Engine:
         """Move ``buffer`` into the tensor's storage (the values of :meth:`writeTensor`)."""
         what = f"writeTensor('{handle}')"
         typ = t.elementType()
+        if self._storage.alike is not None:  # (inside a run: a stream callback's write)
+            self._storage.alike.host_writing()
         if is_nonreplicated(t, self._state):
             self._storage.write_wide(typ, t.flat_index(), host_values(buffer, t, what))
             return

@@ -72,6 +72,9 @@ class ImageField:
     declared
         The images' record of what the effect applied before this one stored alike in
         every replica (:class:`~poplar_api.replica_equal.DeclaredAlike`), or None.
+    alike
+        The images' record of the blocks every replica holds alike, from effect to
+        effect (:class:`~poplar_api.replica_alike.AlikeRecord`), or None.
     """
 
     image: np.ndarray
@@ -82,6 +85,7 @@ class ImageField:
     kernel_dtype: np.dtype
     constants: Any = None
     declared: Any = None
+    alike: Any = None
 
     def __post_init__(self) -> None:
         # the ids reach compiled passes (the replicas' gathers, ReduceAdd's sums)

@@ -7,9 +7,10 @@ that. A ``ScaledAdd`` whose ``A`` is one block and whose ``B`` is such elements,
 every replica's scales equal bit for bit, reads ``B`` in replica 0's row for every replica
 (``vertices._scaled_add_block_shared_b``). Checked: the declaration's lifetime; the
 pass against the per-replica pass; and through an engine, that the shortcut is taken
-where it may be and not where ``B`` was not just all-reduced, where another effect ran
-in between or where the scales differ between replicas, with every replica's result
-bit for bit that of the path without the shortcut each time.
+where it may be (also with an effect in between that does not write ``B``: the images'
+record of blocks alike, :mod:`poplar_api.replica_alike`, still knows it) and not where
+``B`` was not all-reduced or where the scales differ between replicas, with every
+replica's result bit for bit that of the path without the shortcut each time.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _update_after_all_reduce(between: bool, scales_differ: bool, reduce_b: bool)
     ("between", "scales_differ", "reduce_b", "taken"),
     [
         (False, False, True, True),
-        (True, False, True, False),
+        (True, False, True, True),  # b still alike: the images' record knows it
         (False, True, True, False),
         (False, False, False, False),
     ],

@@ -43,6 +43,7 @@ from poplar_api.lowering import runs
 from poplar_api.lowering.context import split_wide
 from poplar_api.lowering.emission import Emission, stream_exchange, with_effect
 from poplar_api.lowering.exchange import ExchangePlanner
+from poplar_api.replica_alike import EffectWrites
 from poplar_api.tensor import Tensor
 from poplar_api.types import FLOAT
 
@@ -125,6 +126,9 @@ def lower_collective(em: Emission, prog: GclCollective) -> ir.Node:
         everyone = groups == [list(range(replicas))]  # one group, every replica in order
         if everyone and FUSED_SUMS and kind == "all_reduce" and typ == FLOAT and op in SUMS:
             effect = em.lowered.global_effect(_fused_sum(storage, blocks, op))
+            # (one float32 sum stored in every replica: what it writes is alike)
+            writes = EffectWrites(lambda: [(FLOAT.size, d) for _, d in blocks], alike=True)
+            em.lowered.describe(effect, writes)
             step = _cross_step(em, prog, groups, effect, pid)
             return em.touch(step, *prog.inputs, *prog.outputs)
 

@@ -377,6 +377,7 @@ def _image_fields(group: TypeGroup, storage: Storage):
             made[ft.spec.name] = ImageField(
                 storage.full[ft.type.size], np.dtype(ft.type.numpy), ix, ft.offsets,
                 ft.inner_offsets, ft.spec.kernel_dtype, storage.constants, storage.declared,
+                storage.alike,
             )  # fmt: skip
         return made
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from ipusim.host_heap import populate_for_writing
 from poplar_api.lowering.runs import put_ranges, put_rows, rows_apart, take_rows
+from poplar_api.replica_alike import AlikeRecord, EffectWrites
 from poplar_api.replica_constants import ConstantsAlike
 from poplar_api.replica_equal import DeclaredAlike
 from poplar_api.types import Type
@@ -96,7 +97,11 @@ class Storage:
         self.declared = DeclaredAlike()
         self.arrays: dict[int, np.ndarray] = self.images[0]
         self._readonly: dict[tuple[int, Type], np.ndarray] = {}
-        self._write_initial(state.initial_parts)
+        self.alike: AlikeRecord | None = None
+        self._write_initial(state.initial_parts)  # (the same values in every image)
+        if self.replicas > 1:  # the blocks every replica holds alike, effect to effect
+            spaces = state.spaces.items()  # (a space without variables: one block)
+            self.alike = AlikeRecord({s: (p.size, getattr(p, "var_bases", ())) for s, p in spaces})
 
     def _write_initial(self, parts: list[tuple[Type, Any, Any]]) -> None:
         """Write the graph's initial values into every image, in order.
@@ -205,6 +210,8 @@ class Storage:
 
     def write(self, t: Type, ids: np.ndarray | slice, values: np.ndarray) -> None:
         """Store ``values`` (converted to ``t``) into elements ``ids`` (ids or a slice)."""
+        if self.alike is not None:
+            self.alike.host_wrote(t.size, ids)
         if type(values) is np.ndarray and values.dtype == t.numpy and values.ndim == 1:
             self.arrays[t.size][ids] = values.view(RAW_DTYPES[t.size])  # the bits as they are
             return
@@ -213,6 +220,8 @@ class Storage:
     def write_runs(self, t: Type, begin: np.ndarray, end: np.ndarray, values: np.ndarray) -> None:
         """:meth:`write` of the elements of the runs ``[begin[k], end[k])``, run after run
         (their ids are never made; not BOOL, whose bits are not its values)."""
+        if self.alike is not None:
+            self.alike.host_wrote(t.size, (begin, end))
         if type(values) is np.ndarray and values.dtype == t.numpy and values.ndim == 1:
             raw = values.view(RAW_DTYPES[t.size])  # the bits as they are
         else:
@@ -223,6 +232,8 @@ class Storage:
         """Copy elements ``src`` to elements ``dst`` (ids or slices) as type ``t``:
         ``write(t, dst, read(t, src))``, moving the raw bits directly where that is the
         same (every type but BOOL, whose read makes any non-zero byte True)."""
+        if self.alike is not None:
+            self.alike.host_wrote(t.size, dst)
         if t.numpy.kind == "b":
             self.write(t, dst, self.read(t, src))
             return
@@ -236,6 +247,8 @@ class Storage:
 
     def write_replica(self, replica: int, t: Type, ids: np.ndarray, values: np.ndarray) -> None:
         """Store ``values`` into elements ``ids`` of replica ``replica``."""
+        if self.alike is not None:
+            self.alike.host_wrote(t.size, ids)
         self.images[replica][t.size][ids] = _raw(t, values).reshape(-1)
 
     def read_replicas(self, t: Type, ids: np.ndarray | slice) -> np.ndarray:
@@ -254,6 +267,8 @@ class Storage:
     def write_replicas(self, t: Type, ids: np.ndarray | range, values: np.ndarray) -> None:
         """Store ``values`` into elements ``ids`` of every replica: ``values`` is
         ``[replicas, len(ids)]``, or ``len(ids)`` values written to each replica."""
+        if self.alike is not None:
+            self.alike.host_wrote(t.size, ids)
         if type(ids) is range and ids.step == 1:  # a block: written as a slice
             n, index = len(ids), slice(ids.start, ids.stop)
         else:
@@ -268,8 +283,13 @@ class Storage:
                 index = index.view()  # conversion per call cost what the pass saves)
                 index.flags.writeable = False
             put_rows(full, index, raw.reshape(self.replicas, n))
+            if self.alike is not None and not self.alike.applying:  # every row the same?
+                rows = raw.reshape(self.replicas, n)
+                if (rows == rows[:1]).all():
+                    self.alike.wrote_alike(t.size, ids)
             return
-        if raw.size == n:
+        alike = raw.size == n
+        if alike:
             raw = np.broadcast_to(raw.reshape(1, -1), (self.replicas, n))
         raw = raw.reshape(self.replicas, n)
         if rows_apart(index):
@@ -277,11 +297,15 @@ class Storage:
                 row[index] = values_of_row
         else:
             full[:, index] = raw
+        if self.alike is not None and not self.alike.applying and (alike or (raw == raw[:1]).all()):
+            self.alike.wrote_alike(t.size, ids)  # the host's values, the same in every replica
 
     def write_rows(self, t: Type, ids: np.ndarray | slice, values: np.ndarray) -> None:
         """:meth:`write_replica` of row ``k`` of ``values`` (``[replicas, n]``, rows of
         any stride) into replica ``k``, for every replica: one assignment for a slice
         of values of ``t``'s dtype, else row by row."""
+        if self.alike is not None:
+            self.alike.host_wrote(t.size, ids)
         if isinstance(ids, slice) and values.dtype == t.numpy and values.ndim == 2:
             self.full[t.size][:, ids] = values.view(RAW_DTYPES[t.size])  # the bits as they are
             return
@@ -296,6 +320,8 @@ class Storage:
     def write_wide(self, t: Type, ids: np.ndarray, values: np.ndarray) -> None:
         """Store ``values`` into non-replicated (wide) element ids."""
         replica, local = split_wide(np.asarray(ids).reshape(-1))
+        if self.alike is not None:
+            self.alike.host_wrote(t.size, local)
         self.full[t.size][replica, local] = _raw(t, values).reshape(-1)
 
 
@@ -377,6 +403,15 @@ class Lowered:
     global_effects: set[int] = field(default_factory=set)
     combine: dict[int, Combine] = field(default_factory=dict)
     every_replica: dict[int, Callable[[], bool]] = field(default_factory=dict)
+    #: with several replicas, what each effect writes (:mod:`poplar_api.replica_alike`)
+    writes: dict[int, EffectWrites] = field(default_factory=dict)
+
+    def describe(self, effect: int, writes: EffectWrites) -> int:
+        """Say what effect ``effect`` writes, for the record of what every replica holds
+        alike (kept only with several replicas; an effect not described clears it)."""
+        if self.storage.replicas > 1:
+            self.writes[effect] = writes
+        return effect
 
     def effect(
         self, fn: Callable[[], None], every_replica: Callable[[], bool] | None = None

@@ -40,6 +40,7 @@ from poplar_api.lowering.emission import Emission, with_effect
 from poplar_api.lowering.exchange import ExchangePlanner
 from poplar_api.printing import format_tensor
 from poplar_api.remote import RemoteBuffer, remote_buffers
+from poplar_api.replica_alike import EffectWrites, copy_alike, copy_writes
 from poplar_api.tensor import Tensor
 from poplar_api.vertices import id_array
 
@@ -192,6 +193,8 @@ def device_copy(
 
     def copy_every_replica() -> None:  # one copy of every replica's rows at once
         full = storage.full[typ.size]
+        if copy_alike(storage.alike, views, full, typ.size, s_where, d_where):
+            return  # (replica 0's copy, in every replica: its source is alike)
         if views is not None and views.compiled:  # every row in one compiled pass
             views.copy_rows(full)
         elif views is not None:  # each replica's row through two strided views, made once
@@ -216,6 +219,7 @@ def device_copy(
         effect = em.lowered.global_effect(copy_every_replica)
     else:
         effect = em.lowered.effect(copy)
+    em.lowered.describe(effect, copy_writes(typ.size, [(d_where, s_where)]))
     nodes[-1] = with_effect(last, effect)
     name = prog.debugName or f"Copy {s.name} -> {d.name}"
     return em.touch(ir.Sequence(nodes, name=name), s, d)
@@ -439,7 +443,8 @@ def _row_copy(
         for d_where, s_where in where:
             storage.copy(typ, d_where, s_where)
 
-    nodes[-1] = with_effect(nodes[-1], em.lowered.effect(copy))
+    effect = em.lowered.describe(em.lowered.effect(copy), copy_writes(typ.size, where))
+    nodes[-1] = with_effect(nodes[-1], effect)
     name = prog.debugName or f"Copy {s.name} -> {d.name}"
     return em.touch(ir.Sequence(nodes, name=name), s, d)
 
@@ -681,6 +686,7 @@ def stream_copy(
     if to_device and em.prefetch:
         ready = em.lowered.predicate(lambda: int(host.prefetched(stream)))
     effect_id = em.lowered.effect(effect, every_replica)
+    em.lowered.describe(effect_id, EffectWrites(lambda: [(typ.size, ids)] if to_device else []))
     return em.host_transfer(
         prog, t, stream.handle, to_device, effect_id, prefetch=ready, scope=stream.tiles
     )

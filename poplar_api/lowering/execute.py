@@ -37,6 +37,7 @@ from poplar_api.lowering.computeset import (
 )
 from poplar_api.lowering.emission import Emission
 from poplar_api.lowering.exchange import ExchangePlanner
+from poplar_api.replica_alike import compute_set_writes
 
 __all__ = ["counts_vertex_type", "lower_execute"]
 
@@ -116,6 +117,7 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
         effect = em.lowered.global_effect(runner)
     else:
         effect = em.lowered.effect(make_runner(table, em.lowered.storage, contexts, run))
+    em.lowered.describe(effect, compute_set_writes(table))  # what it writes, every replica
     pid = em.pid(prog)
     planner = ExchangePlanner(em.target, em.state, em.owners)
     plan_reads(planner, table, em.state)

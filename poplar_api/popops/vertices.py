@@ -261,8 +261,11 @@ def _scaled_add_in_place(b: dict[str, Any], subtract: bool) -> bool:
     first = _block_start(a.ids)
     if first is not None:  # A one block: read and written as a slice of each row
         if SHARED_B and _b_alike(other, scales):  # B read once, in replica 0's row
-            _scaled_add_block_shared_b(a_img, first, b_img[0], ids[1], scales[0], counts,
+            rows = a_img[:1] if SHARED_A and _a_alike(a) else a_img  # A too: replica 0's
+            _scaled_add_block_shared_b(rows, first, b_img[0], ids[1], scales[0], counts,
                                        bool(subtract))  # fmt: skip
+            if rows.shape[0] < a_img.shape[0]:  # its block, updated once, in every replica
+                a_img[1:, first : first + a.ids.size] = a_img[0, first : first + a.ids.size]
             return True
         _scaled_add_block(a_img, first, b_img, ids[1], scales, counts, bool(subtract))
         return True
@@ -316,6 +319,10 @@ def _scaled_add_block(a, first, b, b_ids, scale, counts, subtract):  # pragma: n
 #: Whether a weight update whose ``B`` every replica holds alike reads it once
 #: (:func:`_b_alike`; a switch for tests comparing it with the general path).
 SHARED_B = True
+#: Whether an update whose ``A`` every replica also holds alike (the images' record,
+#: :mod:`poplar_api.replica_alike`) computes replica 0's block once and copies it into
+#: every other replica (:func:`_a_alike`; a switch for tests, as :data:`SHARED_B`).
+SHARED_A = True
 #: Elements of ``B`` read and used together for every replica by
 #: :func:`_scaled_add_block_shared_b` (they stay in the first-level cache).
 SHARED_CHUNK = 1024
@@ -324,12 +331,24 @@ SHARED_CHUNK = 1024
 def _b_alike(b: ImageField, scales: np.ndarray) -> bool:
     """Whether every replica's ``B`` and scales have replica 0's bits: ``B``'s elements
     are known to (the effect just before stored the same values in every replica:
-    :mod:`poplar_api.replica_equal`, the gradients' all-reduce before a weight update)
-    and the scales, a few values per replica, compare equal bit for bit."""
-    if scales.shape[0] < 2 or b.declared is None or not b.declared.holds_alike(b.image, b.ids):
+    :mod:`poplar_api.replica_equal`, the gradients' all-reduce before a weight update;
+    or the images' record, :mod:`poplar_api.replica_alike`) and the scales, a few values
+    per replica, compare equal bit for bit."""
+    if scales.shape[0] < 2 or b.declared is None:
+        return False
+    if not b.declared.holds_alike(b.image, b.ids) and not (
+        b.alike is not None and b.alike.holds(b.image.dtype.itemsize, b.ids)
+    ):
         return False
     bits = scales.view(np.int32)
     return bool((bits == bits[:1]).all())
+
+
+def _a_alike(a: ImageField) -> bool:
+    """Whether every replica holds ``A``'s elements alike before the update (which reads
+    each element before it writes it): then every replica's update gives replica 0's
+    bits, with ``B`` and the scales alike (:func:`_b_alike`)."""
+    return a.alike is not None and a.alike.holds(a.image.dtype.itemsize, a.ids, in_place=True)
 
 
 @numba.njit(cache=True, nogil=True)
