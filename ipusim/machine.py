@@ -104,8 +104,10 @@ class Machine:
         #: ran alone on an idle fabric in lockstep (see LinkSteps._collective_step)
         self._rings: dict[tuple[int, float], tuple[ir.Step, Any, list, float]] = {}
         #: the end clocks of the last lockstep run's trace and its replica's tiles,
-        #: shared by later ones that end alike (see ReplicaSteps._end_clocks)
+        #: shared by later ones that end alike (see ReplicaSteps._end_clocks); the
+        #: stock sync delays, replicas and whether they are equal (_equal_delays)
         self._end_clocks: tuple[np.ndarray, int] | None = None
+        self._equal_delays: tuple[np.ndarray, int, bool] | None = None
         self._symmetric_programs: weakref.WeakKeyDictionary[ir.Program, bool] = (
             weakref.WeakKeyDictionary()
         )

@@ -142,8 +142,17 @@ class ReplicaSteps:
         return True
 
     def _equal_delays(self) -> bool:
+        """Whether every replica's copy of a tile has the same sync delay. Asked only
+        of the stock sync controller's delays (a run allows lockstep or shared segments
+        with it only), a fixed array of the machine's config: the answer is kept by the
+        machine, so that a later run does not read a POD16's 23,552 delays again."""
+        kept = self.machine._equal_delays
+        if kept is not None and kept[0] is self.delays and kept[1] == self.replicas:
+            return kept[2]
         delays = np.asarray(self.delays).reshape(self.replicas, -1)
-        return bool((delays == delays[0]).all())
+        found = bool((delays == delays[0]).all())
+        self.machine._equal_delays = (self.delays, self.replicas, found)
+        return found
 
     def _mirror(self, per_tile: np.ndarray) -> None:
         """Copy replica 0's part of a per-tile array into every other replica's."""

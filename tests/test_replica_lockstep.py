@@ -345,3 +345,22 @@ def test_end_clocks_of_other_replicas_not_shared(monkeypatch):
     full = Machine(cfg)
     full.replica_lockstep = False
     np.testing.assert_array_equal(got, full.run(one).tile_end_cycles)
+
+
+def test_equal_sync_delays_found_once_per_machine_and_replicas(monkeypatch):
+    """Whether every replica's copy of a tile has one sync delay is kept by the machine
+    with the stock controller's delays and the replicas: a later run takes the kept
+    answer (planted here as False: no lockstep), another replica count finds its own."""
+    seen = _seen(monkeypatch)
+    cfg = _config(4)
+    machine = Machine(cfg)
+    four, two = _program(_mixed(1, 4, seed=3), 4), _program(_mixed(2, 4, seed=3), 2)
+    first = machine.run(four)
+    delays, replicas, equal = machine._equal_delays
+    assert delays is machine.timing.sync.delays() and (replicas, equal) == (4, True)
+    machine._equal_delays = (delays, 4, False)
+    again = machine.run(four)
+    machine.run(two)
+    assert seen == [True, False, True]
+    assert machine._equal_delays[1:] == (2, True)
+    _assert_same(first, again)  # every group running gives the same trace
