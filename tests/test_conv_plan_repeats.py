@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from poplar_api.poplin.conv_estimators import conv_partial_nx1_cycles, nx1_worker_cycles
-from poplar_api.poplin.conv_params import dim_maps
-from poplar_api.poplin.conv_worklists import _shared_count_lists, tile_geometry
+from poplar_api.poplin.conv_params import ConvParams, dim_maps
+from poplar_api.poplin.conv_worklists import COLUMNS, _shared_count_lists, tile_geometry
 from poplar_api.types import FLOAT
 
 W = 6
@@ -82,7 +82,7 @@ def test_shared_count_lists_are_the_ranges_counts(seed: int) -> None:
     rng = np.random.default_rng(seed)
     cnt = rng.integers(0, 4, size=300)
     num = rng.integers(0, 5, size=int(cnt.sum()))
-    got = _shared_count_lists(cnt, num)
+    got, _ = _shared_count_lists(cnt, num, W)
     bounds = np.concatenate(([0], np.cumsum(cnt)))
     assert got == [num[a:b].tolist() for a, b in itertools.pairwise(bounds)]
     # equal ranges share one list
@@ -96,15 +96,13 @@ def test_shared_count_lists_long_ranges_few_ranges_and_none() -> None:
         num = np.arange(int(cnt.sum())) % 7
         bounds = np.concatenate(([0], np.cumsum(cnt)))
         want = [num[a:b].tolist() for a, b in itertools.pairwise(bounds)]
-        assert _shared_count_lists(cnt, num) == want
-    assert _shared_count_lists(np.zeros(0, np.int64), np.zeros(0, np.int64)) == []
+        assert _shared_count_lists(cnt, num, 1) == (want, None)
+    assert _shared_count_lists(np.zeros(0, np.int64), np.zeros(0, np.int64), W) == ([], None)
 
 
 def test_large_kernel_geometry_partitions_match_entries() -> None:
     # a 28x28 kernel over a 28x28 field padded by 1 (a weight update's shape): the
     # partitions are the entries' counts per worker and kernel position
-    from poplar_api.poplin.conv_params import ConvParams
-
     params = ConvParams(FLOAT, 1, [28, 28], [28, 28], 32, 8, paddingLower=1, paddingUpper=1)
     maps = dim_maps(params)
     geom = tile_geometry(maps, 1, [(0, 3), (0, 2)], W)
@@ -114,6 +112,47 @@ def test_large_kernel_geometry_partitions_match_entries() -> None:
         for k in (0, 1, 377, 783):
             i = k * W + w
             assert geom.partitions[w][k] == entries[b[i] : b[i + 1], 1].tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_shared_count_lists_columns_are_the_positions_of_the_same_lists(seed: int) -> None:
+    # each kernel position's workers' lists, by object: the columns name one position
+    # of each distinct tuple of objects and how many positions have it
+    rng = np.random.default_rng(seed)
+    kernel = 120
+    patterns = rng.integers(0, 4, size=(4, W))  # (a few distinct positions)
+    cnt = patterns[rng.integers(0, 4, size=kernel)].reshape(-1)
+    num = np.concatenate([np.arange(c) % 3 for c in cnt]).astype(np.int64)
+    lists, columns = _shared_count_lists(cnt, num, W)
+    assert columns is not None
+    by_objects: dict[tuple[int, ...], list[int]] = {}
+    for k in range(kernel):
+        by_objects.setdefault(tuple(id(lists[k * W + w]) for w in range(W)), []).append(k)
+    got = {tuple(id(lists[k * W + w]) for w in range(W)): n for k, n in columns}
+    assert got == {key: len(ks) for key, ks in by_objects.items()}
+    assert sum(n for _, n in columns) == kernel
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_shared_geometry_estimates_as_unshared_lists(seed: int) -> None:
+    # a weight update's large kernel: the estimate from the geometry's shared lists and
+    # their columns (and again, kept with them) equals that of the same counts as
+    # separate lists, for each activation and partials type and unit count
+    rng = np.random.default_rng(seed)
+    params = ConvParams(FLOAT, 1, [28, 28], [28, 28], 32, 8, paddingLower=1, paddingUpper=1)
+    maps = dim_maps(params)
+    lo0, lo1 = (int(x) for x in rng.integers(0, 3, size=2))
+    hi0, hi1 = lo0 + int(rng.integers(1, 4)), lo1 + int(rng.integers(1, 4))
+    geom = tile_geometry(maps, 1, [(lo0, hi0), (lo1, hi1)], W)
+    assert COLUMNS in geom.partitions.derived  # (the shared path is taken)
+    plain = [[list(lst) for lst in per_k] for per_k in geom.partitions]
+    kw = {**KW, "kernel_outer_elems": 28}
+    for fa, fp, units in itertools.product((False, True), (False, True), (8, 16)):
+        args = {**kw, "float_activations": fa, "float_partials": fp, "num_conv_units": units,
+                "out_chans_per_group": 16}  # fmt: skip
+        want = conv_partial_nx1_cycles(plain, kernel_inner_elems=28, **args)
+        assert conv_partial_nx1_cycles(geom.partitions, kernel_inner_elems=28, **args) == want
+        assert conv_partial_nx1_cycles(geom.partitions, kernel_inner_elems=28, **args) == want
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -27,7 +27,7 @@ def test_count_lists_of_ranges_without_entries_are_empty() -> None:
         num = np.zeros(0, np.int64)
         bounds = np.concatenate(([0], np.cumsum(cnt)))
         want = [num[a:b].tolist() for a, b in itertools.pairwise(bounds)]
-        assert _shared_count_lists(cnt, num) == want
+        assert _shared_count_lists(cnt, num, 1) == (want, None)
 
 
 def test_geometry_of_a_block_reading_only_padding() -> None:

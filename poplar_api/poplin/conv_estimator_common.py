@@ -10,6 +10,7 @@ and the public import path of all of them) and :mod:`poplar_api.poplin.mac_estim
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Sequence
 
@@ -69,7 +70,15 @@ def _counts(name: str, counts: Sequence[int]) -> list[int]:
 class CountLists(list):
     """``partitions[context][k]``: lists of entry counts already known to be valid
     (non-negative ints), as the planner's tile geometry makes them; the estimators
-    check their shape but not each entry again (tens of thousands per plan)."""
+    check their shape but not each entry again (tens of thousands per plan). They are
+    read, never changed, so what an estimator derives from them alone may be kept with
+    them (:attr:`derived`)."""
+
+    @functools.cached_property
+    def derived(self) -> dict:
+        """Values an estimator derived from these lists alone, by the estimator's key
+        (a plan's candidates estimate the same tile geometry many times)."""
+        return {}
 
 
 def _partitions_3d(

@@ -104,6 +104,7 @@ from poplar_api.poplin.conv_estimator_common import (
     POPLIBS_COMMIT,
     VECTOR_WIDTH,
     VMAC_CONV_GROUPS_PER_GROUP,
+    CountLists,
     _at_least,
     _balance,
     _counts,
@@ -112,6 +113,7 @@ from poplar_api.poplin.conv_estimator_common import (
     zero_supervisor_cycles,
     zero_worklist,
 )
+from poplar_api.poplin.conv_worklists import COLUMNS
 from poplar_api.poplin.mac_estimators import (
     conv_partial_hmac_cycles,
     conv_partial_hmac_vertex_cycles,
@@ -353,22 +355,17 @@ def conv_partial_nx1_cycles(
         + 3
     )
     inner = kernel_outer_elems * (14 + kernel_inner_elems * (17 - 5 + passes * innermost))
-    # each kernel position adds its slowest worker; positions whose contexts have the
-    # same entry counts (most of a large kernel's) are costed once
-    # (counted by list object: the planner's equal lists are one object, and a tuple is
-    # made only for each distinct one)
-    by_id = {id(x): x for p in parts for x in p}
-    units = num_conv_units
-    columns = (
-        Counter(zip(*(map(id, p) for p in parts), strict=True)) if parts else {(): kernel_size}
-    )
-    for ids, count in columns.items():
-        per_worker = [
-            _nx1_worker_cycles_of(tuple(by_id[i]), float_activations, float_partials, units)
-            for i in ids
-        ]
-        hi, lo = _balance(per_worker, num_worker_contexts)
-        inner += max(hi, lo + _NX1_WORKER_TAG) * passes * count
+    # each kernel position adds its slowest worker, once per pass
+    key = ("nx1", kernel_size, float_activations, float_partials, num_conv_units,
+           num_worker_contexts)  # fmt: skip
+    derived = worker_partitions.derived if isinstance(worker_partitions, CountLists) else {}
+    slowest = derived.get(key)
+    if slowest is None:
+        slowest = derived[key] = _nx1_slowest_workers(
+            parts, kernel_size, float_activations, float_partials, num_conv_units,
+            num_worker_contexts, derived.get(COLUMNS),
+        )  # fmt: skip
+    inner += passes * slowest
     cg, og, ig, w = num_conv_groups, num_out_groups, num_in_groups, num_worker_contexts
     return (
         _NX1_OVERHEAD
@@ -379,6 +376,41 @@ def conv_partial_nx1_cycles(
         + 1
         + cg * (16 + ig * (14 + og * (14 + inner)))
     )
+
+
+def _nx1_slowest_workers(
+    parts: list[list[list[int]]],
+    kernel_size: int,
+    float_activations: bool,
+    float_partials: bool,
+    num_conv_units: int,
+    num_worker_contexts: int,
+    columns: list[tuple[int, int]] | None = None,
+) -> int:
+    """The sum over kernel positions of the slowest worker's cycles (the least loaded
+    context's tag counted, :func:`_balance`) of one pass of
+    :func:`conv_partial_nx1_cycles`: a tile geometry's alone (the passes multiply it), so
+    kept with the geometry's :class:`CountLists`. Positions whose contexts have the same
+    entry counts (most of a large kernel's) are costed once: counted by list object (the
+    planner's equal lists are one object), a tuple made only for each distinct one;
+    ``columns``, when given, are those positions' classes, each as ``(a position, how
+    many)`` (the tile geometry finds them as it shares its lists)."""
+    if columns is None:
+        if not parts:
+            columns = [(0, kernel_size)]
+        else:
+            keys = list(zip(*(map(id, p) for p in parts), strict=True))
+            first = dict(zip(keys, range(len(keys)), strict=True))  # (a position of each)
+            columns = [(first[ids], count) for ids, count in Counter(keys).items()]
+    total = 0
+    for k, count in columns:
+        per_worker = [
+            _nx1_worker_cycles_of(tuple(p[k]), float_activations, float_partials, num_conv_units)
+            for p in parts
+        ]
+        hi, lo = _balance(per_worker, num_worker_contexts)
+        total += max(hi, lo + _NX1_WORKER_TAG) * count
+    return total
 
 
 def conv_partial_nx1_vertex_cycles(

@@ -175,8 +175,10 @@ def largest_block_estimate(
     maps = dim_maps(params)
     nd = params.getNumFieldDims()
     workers = target.getNumWorkerContexts()
+    kpos = int(np.prod(params.kernelShape))
     if geoms is None:
         geoms = {}
+    methods: dict[tuple, str] = {}  # (vertex_method's of a geometry, method and height)
 
     def exact(plan: ConvPlan) -> int:
         blocks = plan.blocks
@@ -188,7 +190,10 @@ def largest_block_estimate(
             geom = geoms[key] = tile_geometry(maps, bb, ranges, workers)
         bci, bco = blocks[-1], blocks[-2]
         counts = group_counts(plan, blocks[0], bci, bco)
-        method = vertex_method(plan, geom, int(np.prod(params.kernelShape)))
+        vkey = (key, plan.method, weight_height(plan))
+        method = methods.get(vkey)
+        if method is None:
+            method = methods[vkey] = vertex_method(plan, geom, kpos)
         chans = (bci, bco)
         return partial_estimate(plan, method, geom, bb, counts, chans, params, target)
 

@@ -32,6 +32,9 @@ __all__ = ["TileGeometry", "Worklists", "relative_dim_key", "relative_key", "til
 #: Entry ranges (kernel positions x workers) from which a tile's equal count lists
 #: are found and shared (:func:`_shared_count_lists`); fewer are sliced one by one.
 SHARE_MIN_RANGES = 64
+#: The key of a geometry's :class:`CountLists` ``derived`` entry that lists its kernel
+#: positions of the same lists, when the lists are shared (:func:`_shared_count_lists`).
+COLUMNS = "columns"
 
 
 @dataclass
@@ -160,7 +163,10 @@ def tile_geometry(
     # counts per range made in one pass (the estimators read them per worker), the
     # worklists only when asked for (the planner's estimates need the counts alone)
     bounds = [0, *np.cumsum(cnt).tolist()]
-    per_pair = _shared_count_lists(cnt, num)
+    per_pair, columns = _shared_count_lists(cnt, num, nw)
+    partitions = CountLists(per_pair[w::nw] for w in range(nw))
+    if columns is not None:
+        partitions.derived[COLUMNS] = columns
     return TileGeometry(
         window=window,
         out_shape=out_shape,
@@ -168,7 +174,7 @@ def tile_geometry(
         entries=entries,
         entry_bounds=bounds,
         workers=nw,
-        partitions=CountLists(per_pair[w::nw] for w in range(nw)),
+        partitions=partitions,
         in_stride=int(steps[1]) if steps[2] else 1,
         out_stride=int(steps[0]) if steps[2] else 1,
         positions=int(positions),
@@ -341,22 +347,28 @@ def _geometry(subs, soff, kshape, oshape, batch, nw):  # pragma: no cover - comp
     return window, entries, cnt, num, positions, steps, err
 
 
-def _shared_count_lists(cnt: np.ndarray, num: np.ndarray) -> list[list[int]]:
+def _shared_count_lists(
+    cnt: np.ndarray, num: np.ndarray, nw: int
+) -> tuple[list[list[int]], list[tuple[int, int]] | None]:
     """The entry counts of every entry range (``cnt[i]`` entries of sizes ``num``, one
     range after another) as lists; past :data:`SHARE_MIN_RANGES` ranges one list per
     distinct range, shared by the ranges that have it: a large kernel has thousands of
     ranges and a few distinct ones, and the lists are read, never changed (making one
-    per range was most of a plan's estimate, in allocation and garbage collection)."""
+    per range was most of a plan's estimate, in allocation and garbage collection).
+
+    With the lists shared, also the kernel positions' columns (range ``k nw + w`` is
+    worker ``w``'s at position ``k``) that hold the same list objects, each as a
+    position that has it and how many do (:data:`COLUMNS`), else None."""
     if not cnt.size:
-        return []
+        return [], None
     width = int(cnt.max())
     if width == 0:  # no range has entries (a block that reads only padding)
-        return [[]] * cnt.size
+        return [[]] * cnt.size, None
     # few ranges, or a few long ones: slicing costs less than finding the equal ones
     if cnt.size <= SHARE_MIN_RANGES or cnt.size * width > 4 * num.size + 4096:
         nums = num.astype(np.int64).tolist()
         bounds = [0, *np.cumsum(cnt).tolist()]
-        return [nums[a:b] for a, b in itertools.pairwise(bounds)]
+        return [nums[a:b] for a, b in itertools.pairwise(bounds)], None
     pair = np.repeat(np.arange(cnt.size), cnt)
     padded = np.full((cnt.size, width), -1, np.int64)  # counts are >= 0
     padded[pair, np.arange(num.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)] = num
@@ -367,7 +379,19 @@ def _shared_count_lists(cnt: np.ndarray, num: np.ndarray) -> list[list[int]]:
     which = np.empty(order.size, np.int64)
     which[order] = np.cumsum(first) - 1
     lists = [[x for x in row if x >= 0] for row in ordered[first].tolist()]
-    return [lists[i] for i in which.tolist()]
+    return [lists[i] for i in which.tolist()], _columns(which.reshape(-1, nw))
+
+
+def _columns(which: np.ndarray) -> list[tuple[int, int]]:
+    """The distinct rows of ``which`` (a row a kernel position, the index of each
+    worker's list), each as ``(a row that has it, rows that have it)``."""
+    order = np.lexsort(which.T)
+    ordered = which[order]
+    first = np.ones(order.size, bool)
+    first[1:] = (ordered[1:] != ordered[:-1]).any(1)
+    starts = np.flatnonzero(first)
+    counts = np.diff(np.append(starts, order.size))
+    return list(zip(order[starts].tolist(), counts.tolist(), strict=True))
 
 
 def relative_key(
