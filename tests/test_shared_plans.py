@@ -97,3 +97,32 @@ def test_the_least_recently_used_search_is_dropped(searches, monkeypatch) -> Non
     poplin.getConvPlan(_graph(), PARAMS)  # kept
     poplin.getConvPlan(_graph(), OTHER)  # dropped: searched again
     assert len(searches) == 5
+
+
+def test_kept_options_and_dimension_maps_are_fresh_ones_read_only_until_cleared() -> None:
+    # the planner's options and dimension maps, kept for the process, equal those made
+    # anew, cannot be written, and are made again after clear (a program's first search
+    # pays for them)
+    from poplar_api.poplin import conv_splits
+    from poplar_api.poplin.conv_params import dim_maps
+
+    shared_plans.clear()
+    first = conv_splits.kept_dim_maps(PARAMS)
+    for params in (PARAMS, OTHER):
+        kept = conv_splits.kept_dim_maps(params)
+        assert conv_splits.kept_dim_maps(params) is kept
+        fresh = dim_maps(params)
+        assert len(kept) == len(fresh)
+        for a, b in zip(kept, fresh, strict=True):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype and not a.flags.writeable
+    parts, block = conv_splits.options(37, 16, 4)
+    units = -(-37 // 4)
+    want = sorted({-(-37 // min(-(-units // s) * 4, 37)) for s in range(1, 11)})
+    assert parts.tolist() == [p for p in want if p <= 16]
+    assert block.tolist() == [min(-(-units // p) * 4, 37) for p in parts.tolist()]
+    assert not parts.flags.writeable and not block.flags.writeable
+    assert conv_splits.options(37, 16, 4)[0] is parts
+    shared_plans.clear()
+    assert conv_splits.kept_dim_maps(PARAMS) is not first
+    assert conv_splits.options(37, 16, 4)[0] is not parts

@@ -93,8 +93,9 @@ import numpy as np
 from poplar_api.errors import GraphError
 from poplar_api.poplin.conv_kernel_split import kernel_block_tiles
 from poplar_api.poplin.conv_options import parse_options
-from poplar_api.poplin.conv_params import ConvParams, dim_maps
+from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_splits import enumerate_splits as _enumerate
+from poplar_api.poplin.conv_splits import kept_dim_maps
 from poplar_api.poplin.conv_splits import windows as _windows
 from poplar_api.poplin.conv_transform import MATMUL_PASSES, transform_estimates
 from poplar_api.poplin.estimators import (
@@ -565,7 +566,7 @@ def _gather(
     is padded (:func:`~.serial_estimates.serial_chans`).
     """
     sub = split_params(params, kind, serial, chans=chans) if serial > 1 else params
-    maps = dim_maps(sub)
+    maps = kept_dim_maps(sub)
     cands = [
         _candidates(sub, m, partials, target, maps, fast, splits, kernel_split=kernel_split)
         for m in methods

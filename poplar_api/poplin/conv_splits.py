@@ -9,23 +9,74 @@ runs for every family and both forms of every pass, so the two per-split walks h
 (the feasible combinations in the row-major order of the full product, and the
 largest input window of each block size) are compiled loops rather than a chain of
 numpy calls per dimension or per block size.
+
+A build plans many convolutions of the same shapes (every method, both forms, the
+refined candidates' estimates): a dimension's options and a convolution's dimension
+maps are kept for the process (read only), until :func:`clear`
+(:func:`~poplar_api.poplin.shared_plans.clear` clears them with the plans).
 """
 
 from __future__ import annotations
 
+import functools
+from collections import OrderedDict
+
 import numba
 import numpy as np
 
-__all__ = ["MAX_CANDIDATES", "MAX_OPTIONS", "enumerate_splits", "feasible", "options", "windows"]
+from poplar_api.poplin.conv_params import ConvParams, dim_maps
+
+__all__ = [
+    "MAX_CANDIDATES",
+    "MAX_KEPT",
+    "MAX_OPTIONS",
+    "clear",
+    "enumerate_splits",
+    "feasible",
+    "kept_dim_maps",
+    "options",
+    "windows",
+]
 
 #: Most options per split dimension (geometric subset beyond).
 MAX_OPTIONS = 400
 #: Most candidates costed at once.
 MAX_CANDIDATES = 400_000
+#: Dimensions' options and convolutions' dimension maps kept (least recently used
+#: dropped first).
+MAX_KEPT = 1024
+
+_MAPS: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
 
 
+def kept_dim_maps(params: ConvParams) -> list[np.ndarray]:
+    """:func:`~poplar_api.poplin.conv_params.dim_maps` of ``params`` (read only), made
+    once for the process per convolution (``params.key()``, which holds every field and
+    transform the maps read)."""
+    key = params.key()
+    maps = _MAPS.get(key)
+    if maps is None:
+        maps = dim_maps(params)
+        for m in maps:
+            m.setflags(write=False)
+        _MAPS[key] = maps
+        if len(_MAPS) > MAX_KEPT:
+            _MAPS.popitem(last=False)
+    else:
+        _MAPS.move_to_end(key)
+    return maps
+
+
+def clear() -> None:
+    """Forget the options and dimension maps kept."""
+    _MAPS.clear()
+    options.cache_clear()
+
+
+@functools.lru_cache(maxsize=MAX_KEPT)
 def options(size: int, max_parts: int, grain: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """``(parts, block)`` options of a dimension: blocks in multiples of ``grain``."""
+    """``(parts, block)`` options of a dimension: blocks in multiples of ``grain`` (kept
+    for the process, read only)."""
     units = -(-size // grain)
     s = np.arange(1, max(1, min(units, max_parts)) + 1, dtype=np.int64)
     per = -(-units // s)  # non-increasing in s: its distinct values where it steps down
@@ -37,6 +88,8 @@ def options(size: int, max_parts: int, grain: int = 1) -> tuple[np.ndarray, np.n
     if parts.size > MAX_OPTIONS:
         pick = np.unique(np.round(np.geomspace(1, parts.size, MAX_OPTIONS)).astype(int) - 1)
         parts, block = parts[pick], block[pick]
+    parts.setflags(write=False)
+    block.setflags(write=False)
     return parts, block
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from poplar_api.poplin import amp, conv_estimators
-from poplar_api.poplin.conv_params import ConvParams, dim_maps
+from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import AMP_CHAIN, ConvPlan
+from poplar_api.poplin.conv_splits import kept_dim_maps
 from poplar_api.poplin.conv_worklists import TileGeometry, tile_geometry
 from poplar_api.types import FLOAT
 
@@ -172,7 +173,7 @@ def largest_block_estimate(
     """The planner's cost of a plan: the estimate of its largest block's vertex. Plans
     with the same batch and field block share that block's geometry (made once, and
     kept in ``geoms`` when given: :func:`geometry_cache`, which the lowering reads)."""
-    maps = dim_maps(params)
+    maps = kept_dim_maps(params)
     nd = params.getNumFieldDims()
     workers = target.getNumWorkerContexts()
     kpos = int(np.prod(params.kernelShape))

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ipusim.config import config_hash
+from poplar_api.poplin import conv_splits
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
 from poplar_api.poplin.poplibs_conv2d_model import _partition_grid
@@ -92,11 +93,13 @@ def clear() -> None:
     """Forget every plan kept for the process, the partition grids the planners
     enumerated (:func:`~.poplibs_conv2d_model._partition_grid`) and the FLOAT
     ``ConvPartial1x1Out`` tile estimates they priced
-    (:func:`~.poplibs_float_candidates._float_1x1`), so that the next search pays for
+    (:func:`~.poplibs_float_candidates._float_1x1`) and the options and dimension maps
+    the planner kept (:func:`~.conv_splits.clear`), so that the next search pays for
     what a program's first search pays."""
     _PLANS.clear()
     _partition_grid.cache_clear()
     _float_1x1.cache_clear()
+    conv_splits.clear()
 
 
 def size() -> int:
