@@ -139,3 +139,44 @@ def test_ipus_of_different_machines_use_their_own_host_links(make_config):
     assert end_of([0, 1], 0) == L + 2 * 400 // BPC  # same machine: half the link each
     assert end_of([0, 2], 0) == alone  # different machines: a link each
     assert end_of([0, 2], 2) == alone
+
+
+def test_link_groups_make_a_link_when_it_is_first_used():
+    """A group of links (one per IPU for Streaming Memory, one per host.ipus_per_link
+    IPUs for the host) makes each link at its first transfer: the same transfers end at
+    the same cycles as on a lone link of the same rate, links no IPU used are not made
+    and did no work, and ``links`` gives every link in order."""
+    from ipusim.config import load_config
+    from ipusim.host.link import HostLinks, StreamingMemoryLinks
+
+    cfg = load_config("tiny", overrides={"num_ipus": 4, "host.ipus_per_link": 2})
+    ends = {}
+    for kind in (HostLinks, StreamingMemoryLinks):
+        env = simpy.Environment()
+        group = kind(env, cfg)
+        assert group._made == {} and group.busy_cycles == 0
+
+        def job(g, ipu, num_bytes, key, env=env):
+            yield from g.transfer(num_bytes, ipu=ipu)
+            ends[key] = env.now
+
+        env.process(job(group, 3, 5000, (kind, "a")))
+        env.process(job(group, 3, 3000, (kind, "b")))
+        env.run()
+        index = 3 // group.ipus_per_link
+        assert list(group._made) == [index]
+        lone_env = simpy.Environment()
+        made = group._made[index]
+        lone = HostLink(lone_env, cfg, made.bytes_per_cycle, made.latency_cycles)
+        lone_env.process(job(lone, 0, 5000, (kind, "lone a"), lone_env))
+        lone_env.process(job(lone, 0, 3000, (kind, "lone b"), lone_env))
+        lone_env.run()
+        assert (ends[(kind, "a")], ends[(kind, "b")]) == (
+            ends[(kind, "lone a")],
+            ends[(kind, "lone b")],
+        )
+        assert group.busy_cycles == lone.busy_cycles > 0
+        every = group.links
+        assert len(every) == -(-4 // group.ipus_per_link) and every[index] is made
+        with pytest.raises(IndexError):
+            group.link(len(every))

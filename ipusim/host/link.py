@@ -10,8 +10,9 @@ streaming at once each see half the host link.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from fractions import Fraction
+from functools import partial
 
 import numpy as np
 import simpy
@@ -290,25 +291,47 @@ def _count(served: list[list]) -> int:
 
 class _LinkGroup:
     """Links each shared by ``ipus_per_link`` consecutive IPUs: IPU ``i`` uses link
-    ``i // ipus_per_link``, a :class:`HostLink` no other IPU's transfers slow down."""
+    ``i // ipus_per_link``, a :class:`HostLink` no other IPU's transfers slow down.
 
-    links: list[HostLink]
+    A link is made when it is first used (:meth:`link`): a run makes the group anew,
+    and a POD16's 16 Streaming Memory links and 4 host links were a fifth of the
+    machine's set-up of a run, though a program of replicas in lockstep uses one host
+    link and no Streaming Memory link at all."""
+
     ipus_per_link: int
+    #: the links' count and what makes one; the links made so far, by index
+    _count: int
+    _make: Callable[[], HostLink]
+    _made: dict[int, HostLink]
+
+    def link(self, k: int) -> HostLink:
+        """Link ``k`` (made now if it was not used before)."""
+        link = self._made.get(k)
+        if link is None:
+            if not 0 <= k < self._count:
+                raise IndexError(f"link {k} of {self._count}")
+            link = self._made[k] = self._make()
+        return link
+
+    @property
+    def links(self) -> list[HostLink]:
+        """Every link, in order (each made now if it was not used before)."""
+        return [self.link(k) for k in range(self._count)]
 
     @property
     def busy_cycles(self) -> int:
         """Cycles of link work done so far, over all the links (in a replicated run
         whose replicas go in lockstep, ``ipusim.machine_replicas``, only the links of
         replica 0's IPUs carry transfers, each standing for its link's copies: the
-        other links' equal work is not counted)."""
-        return sum(link.busy_cycles for link in self.links)
+        other links' equal work is not counted). A link not made has done none."""
+        return sum(link.busy_cycles for link in self._made.values())
 
     def transfer(
         self, num_bytes: int, ipu: int = 0, background: bool = False, copies: int = 1
     ) -> Generator[simpy.Event, object, None]:
         """Move ``num_bytes`` to or from IPU ``ipu`` over that IPU's link (see
         :meth:`HostLink.transfer`)."""
-        link = self.links[ipu // self.ipus_per_link]
+        link = self.link(ipu // self.ipus_per_link)
         yield from link.transfer(num_bytes, background=background, copies=copies)
 
 
@@ -328,7 +351,9 @@ class HostLinks(_LinkGroup):
     def __init__(self, env: simpy.Environment, cfg: MachineConfig) -> None:
         per_link = int(cfg.host.ipus_per_link or cfg.num_ipus)
         self.ipus_per_link = per_link
-        self.links = [HostLink(env, cfg) for _ in range(-(-cfg.num_ipus // per_link))]
+        self._count = -(-cfg.num_ipus // per_link)
+        self._make = partial(HostLink, env, cfg)
+        self._made = {}
 
 
 class StreamingMemoryLinks(_LinkGroup):
@@ -353,4 +378,6 @@ class StreamingMemoryLinks(_LinkGroup):
         rate = cfg.remote.bandwidth_bytes_per_s / cfg.tile.clock_hz
         latency = math.ceil(round(cfg.remote.latency_s * cfg.tile.clock_hz, 9))
         self.ipus_per_link = 1
-        self.links = [HostLink(env, cfg, rate, latency) for _ in range(cfg.num_ipus)]
+        self._count = cfg.num_ipus
+        self._make = partial(HostLink, env, cfg, rate, latency)
+        self._made = {}
