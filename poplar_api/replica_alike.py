@@ -214,7 +214,7 @@ class AlikeRecord:
         if resolved is False:
             try:
                 resolved = None if writes is None else _Resolved(self, writes)
-            except _Unknown:
+            except (_Unknown, TypeError, ValueError):  # ids it cannot place: as undescribed
                 resolved = None
             self._resolved[effect] = resolved
         self._effect = resolved

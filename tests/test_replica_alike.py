@@ -374,3 +374,12 @@ def test_a_host_write_from_a_stream_callback_inside_a_run_clears_the_record():
     e.run(0)
     assert not checked.bad
     assert not checked.alike("w") and not checked.alike("w2")
+
+
+def test_an_effect_whose_writes_cannot_be_placed_clears_everything():
+    record = AlikeRecord({4: (100, [0, 50])})
+    for writes in ([(4, np.array([150]))], [(4, None)]):  # outside the space; no ids
+        record.wrote_alike(4, range(0, 100))
+        record.begin(0 if writes[0][1] is None else 1, EffectWrites(lambda w=writes: w))
+        record.end(True)
+        assert not record.flags[4].any()
