@@ -331,7 +331,7 @@ class BulkGraphMethods:
         space = self._state.spaces.get(t._type.size)
         if space is None:
             return np.full(t.numElements(), UNMAPPED, np.int64)
-        roots = space.tiles_of(t._id_index()).astype(np.int64)
+        roots = space.wide_tiles_of(t._id_index())
         if self._parent is None:
             return roots
         lookup = self.__dict__.get("_local_of")

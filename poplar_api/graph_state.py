@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, overload
 
+import numba
 import numpy as np
 
 from ipusim.config import with_overrides
@@ -195,6 +196,25 @@ def tile_dtype(num_tiles: int) -> np.dtype:
     return np.dtype(np.int32)
 
 
+@numba.njit(cache=True, nogil=True)
+def _gather(tile, ids, out):  # pragma: no cover - compiled
+    # out[k] = tile[ids[k]], widened to int64 as it is written
+    for k in range(ids.size):
+        out[k] = tile[ids[k]]
+
+
+def _compiled_gather() -> Any:
+    """:func:`_gather` compiled (or loaded from the disk cache) for the tile arrays of
+    :func:`tile_dtype` (int16 and int32, C-contiguous) and read-only int64 ids of any
+    strides alone: other types are converted to these, not compiled."""
+    if not _gather.overloads:
+        ids = numba.types.Array(numba.types.int64, 1, "A", readonly=True)
+        for tile in (numba.types.int16[::1], numba.types.int32[::1]):
+            _gather.compile((tile, ids, numba.types.int64[::1]))
+        _gather.disable_compile()
+    return _gather
+
+
 class _Space:
     """The element ids of one element size: tile of each element and the owning variable.
 
@@ -264,6 +284,18 @@ class _Space:
         if isinstance(ids, slice):  # the ids of the slice alone
             ids = np.arange(*ids.indices(self.size), dtype=np.int64)
         return values[np.searchsorted(starts, ids, side="right") - 1]
+
+    def wide_tiles_of(self, ids: np.ndarray | slice) -> np.ndarray:
+        """:meth:`tiles_of` as a new int64 array: an array of ids is gathered and
+        widened in one compiled pass (numpy's gather and ``astype`` walk the elements
+        and allocate twice)."""
+        if self._runs is not None or isinstance(ids, slice) or ids.dtype != np.int64:
+            return self.tiles_of(ids).astype(np.int64)
+        flat = ids.reshape(-1).view()  # read-only however the caller holds it
+        flat.flags.writeable = False
+        out = np.empty(flat.size, np.int64)
+        _compiled_gather()(self._tile, flat, out)
+        return out.reshape(ids.shape)
 
     def allocate(self, n: int, var_id: int, name: str = "") -> int:
         base = self.size

@@ -107,15 +107,17 @@ def test_blocks_of_a_grouped_first_dimension_give_the_ids_gathered(g: int) -> No
     assert covered.all()
 
 
-def test_pattern_and_positions_of_pieces_of_repeated_shapes():
-    """Pieces of a few shapes at many offsets (a small convolution's blocks): each
-    piece's positions in row-major order, one piece after another, against numpy."""
+@pytest.mark.parametrize("kinds", [1, 3])
+def test_pattern_and_positions_of_pieces_of_repeated_shapes(kinds: int):
+    """Pieces of a few shapes (or of one: the common case, taken in one step) at many
+    offsets (a small convolution's blocks): each piece's positions in row-major order,
+    one piece after another, against numpy."""
     shape = (3, 5, 4, 6)
     strides = np.array(np.empty(shape, np.int8).strides, np.int64)
     rng = np.random.default_rng(5)
     pieces = []
     for _ in range(12):
-        size = [[1, 2, 1, 3], [2, 1, 4, 2], [1, 1, 1, 6]][int(rng.integers(3))]
+        size = [[1, 2, 1, 3], [2, 1, 4, 2], [1, 1, 1, 6]][int(rng.integers(kinds))]
         offsets = [int(rng.integers(0, n - s + 1)) for n, s in zip(shape, size, strict=True)]
         pieces.append((offsets, size))
     rel, sizes = pattern(strides, pieces)
@@ -133,6 +135,7 @@ def test_pattern_and_positions_of_pieces_of_repeated_shapes():
     np.testing.assert_array_equal(positions, want_pos)
     np.testing.assert_array_equal(rel, np.ravel_multi_index(want_pos.T, shape))
     np.testing.assert_array_equal(sizes, [int(np.prod(s)) for _, s in pieces])
+    assert rel.dtype == positions.dtype == sizes.dtype == np.int64
 
 
 @pytest.mark.parametrize("first", [[100, 130, 160, 190], [100, 137, 150, 400]])

@@ -505,3 +505,15 @@ def test_an_operand_outside_a_virtual_graph_is_named():
     g.setTileMapping(x, 6)  # a tile of the device, not of vg
     with pytest.raises(GraphError, match=r"popops\.add: element 0 of .* outside this virtual"):
         popops.add(vg, x, x, prog.Sequence())
+
+
+def test_an_unmapped_element_is_named_before_elements_outside_a_virtual_graph():
+    g = Graph(IPUModel("tiny").createDevice().getTarget())
+    vg = g.createVirtualGraph(0, 4)
+    x = g.addVariable(FLOAT, [8], "x")
+    g.setTileMapping(x.slice(0, 7), 6)  # outside vg; element 7 not mapped at all
+    with pytest.raises(GraphError, match=r"popops\.add: A tensor 'x' .*flat element 7 has no"):
+        popops.add(vg, x, x, prog.Sequence())
+    g.setTileMapping(x.slice(7, 8), 1)  # mapped: now only the tiles outside are refused
+    with pytest.raises(GraphError, match=r"popops\.add: element 0 of .* outside this virtual"):
+        popops.add(vg, x, x, prog.Sequence())

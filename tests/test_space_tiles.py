@@ -81,6 +81,27 @@ def test_compacted_tiles_read_as_the_array_did():
     assert space.tile[5] == 3 and (space.tile[10_000:10_010] == UNMAPPED).all()
 
 
+@pytest.mark.parametrize("num_tiles", [5888, 64 * 1472])  # int16 and int32 tile arrays
+def test_wide_tiles_of_ids_are_the_tiles_in_int64(num_tiles):
+    """The compiled gather (``wide_tiles_of``) against numpy's, for ids of every form a
+    tensor's index takes: ascending, scattered, strided, read-only, 2-D, empty; and for
+    a slice and a compacted space, which take numpy's path."""
+    rng = np.random.default_rng(11)
+    space = _Space(num_tiles)
+    space.allocate(10_000, 0)
+    want = rng.integers(-1, num_tiles, 10_000)
+    space.tile[:10_000] = want
+    scattered = rng.integers(0, 10_000, 3000)
+    frozen = np.arange(40, 4040)
+    frozen.flags.writeable = False
+    cases = [scattered, scattered[::3], frozen, scattered[:2400].reshape(40, 60), frozen[:0]]
+    for ids in [*cases, slice(17, 9000, 7)]:
+        got = space.wide_tiles_of(ids)
+        assert got.dtype == np.int64 and np.array_equal(got, want[ids])
+    space.compact()
+    assert np.array_equal(space.wide_tiles_of(scattered), want[scattered])
+
+
 def test_executables_saved_as_tile_and_run_length_load():
     # the earlier pickled form: (tile of each run, run lengths)
     space = _Space(8)

@@ -260,22 +260,31 @@ def pattern(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Positions, relative to a base, of ``pieces`` (each ``(offsets, shape)`` per
     dimension of an array of ``strides``) one after the other, and each piece's size."""
+    shapes = [tuple(int(n) for n in shape) for _, shape in pieces]
+    if len(shapes) > 1 and shapes.count(shapes[0]) == len(shapes):  # (one shape: common)
+        grid = _grid(shapes[0], strides)
+        bases = np.array([o for o, _ in pieces], np.int64).reshape(len(shapes), -1) @ strides
+        return (bases[:, None] + grid).reshape(-1), np.full(len(shapes), grid.size, np.int64)
     rel, sizes = [], []
     grids: dict[tuple[int, ...], np.ndarray] = {}  # each shape's positions from its origin
-    for offsets, shape in pieces:
-        key = tuple(int(n) for n in shape)
+    for (offsets, _), key in zip(pieces, shapes, strict=True):
         grid = grids.get(key)
         if grid is None:
-            grid = np.zeros(key, np.int64)
-            for d, n in enumerate(key):
-                ax = [1] * len(key)
-                ax[d] = n
-                grid = grid + (np.arange(n, dtype=np.int64) * strides[d]).reshape(ax)
-            grid = grids[key] = grid.reshape(-1)
+            grid = grids[key] = _grid(key, strides)
         rel.append(grid + int(np.dot(offsets, strides)))
         sizes.append(grid.size)
     flat = np.concatenate(rel) if rel else np.zeros(0, np.int64)
     return flat, np.asarray(sizes, np.int64)
+
+
+def _grid(shape: tuple[int, ...], strides: np.ndarray) -> np.ndarray:
+    """Positions (int64, row-major) of a ``shape`` box from its origin, at ``strides``."""
+    grid = np.zeros(shape, np.int64)
+    for d, n in enumerate(shape):
+        ax = [1] * len(shape)
+        ax[d] = n
+        grid = grid + (np.arange(n, dtype=np.int64) * strides[d]).reshape(ax)
+    return grid.reshape(-1)
 
 
 class Assembler:

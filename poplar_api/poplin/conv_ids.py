@@ -137,8 +137,13 @@ def piece_positions(pieces: Pieces) -> np.ndarray:
     of :func:`~poplar_api.poplin.conv_blocks.pattern`."""
     grids: dict[tuple[int, ...], np.ndarray] = {}  # each shape's positions (made once)
     out = []
-    for offsets, shape in pieces:
-        key = tuple(int(n) for n in shape)
+    shapes = [tuple(int(n) for n in shape) for _, shape in pieces]
+    if len(shapes) > 1 and shapes.count(shapes[0]) == len(shapes):  # (one shape: common)
+        key = shapes[0]
+        grid = np.indices(key).reshape(len(key), -1).T
+        starts = np.array([o for o, _ in pieces], np.int64).reshape(len(shapes), 1, -1)
+        return (starts + grid[None]).reshape(-1, len(key)).astype(np.int64)
+    for (offsets, _), key in zip(pieces, shapes, strict=True):
         grid = grids.get(key)
         if grid is None:
             grid = grids[key] = np.indices(key).reshape(len(key), -1).T

@@ -87,7 +87,7 @@ def _tensor(graph: Graph, t: Any, api: str, what: str) -> Tensor:
     if not graph.owns(t):
         raise GraphError(f"popops.{api}: {what} tensor '{t.name}' belongs to another graph")
     tiles = graph.elementTiles(t)
-    if (tiles == UNMAPPED).any():
+    if tiles.size and int(tiles.min()) < 0 and (tiles == UNMAPPED).any():
         first = int(np.flatnonzero(tiles == UNMAPPED)[0])
         raise GraphError(
             f"popops.{api}: {what} tensor '{t.name}' is not mapped to tiles (flat element "

@@ -136,16 +136,13 @@ def _regions(
     order = id_order(ids)
     given = np.asarray(tiles)  # the region tiles are read from these, in their own dtype
     ids, tiles = _readonly(ids), _readonly(given)
-    count = _region_starts(ids, tiles, order, _NO_STARTS)  # (no array of the ids in order)
-    start = np.empty(count, np.int64)
-    _region_starts(ids, tiles, order, start)
-    end = np.append(start[1:], ids.size) if count else start.copy()
+    # one walk (no array of the ids in order) into room for a region per element: the
+    # pages past the regions found are never written, so cost no host memory
+    room = np.empty(ids.size, np.int64)
+    start = room[: _region_starts(ids, tiles, order, room)].copy()
+    end = np.append(start[1:], ids.size) if start.size else start.copy()
     rtile = given.reshape(-1)[order[start]]
     return order, start, end, rtile, np.argsort(rtile, kind="stable")
-
-
-#: The starts given to :func:`_region_starts` when it only counts.
-_NO_STARTS = np.empty(0, np.int64)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -176,20 +173,20 @@ def _region_starts(ids, tiles, order, starts):  # pragma: no cover - compiled
 def _checked_tiles(graph: Graph, ref: Tensor, api: str) -> np.ndarray:
     """The tile of every element of ``ref``, all mapped and in the graph."""
     tiles = graph.elementTiles(ref)
+    if not tiles.size or int(tiles.min()) >= 0:  # (one pass where all is well)
+        return tiles
     if (tiles == UNMAPPED).any():
         first = int(np.flatnonzero(tiles == UNMAPPED)[0])
         raise GraphError(
             f"popops.{api}: element {first} of tensor '{ref.name}' is not mapped to a tile; "
             "hint: map it first, e.g. poputil.mapTensorLinearly(graph, t)"
         )
-    if int(tiles.min()) < 0:  # OUTSIDE: on a tile that is not one of a virtual graph's
-        first = int(np.flatnonzero(tiles < 0)[0])
-        raise GraphError(
-            f"popops.{api}: element {first} of tensor '{ref.name}' is mapped to a tile "
-            "outside this virtual graph's tiles; hint: call it on a graph that holds the "
-            f"tensor, or copy it to one of this graph's {graph.getTarget().getNumTiles()} tiles"
-        )
-    return tiles
+    first = int(np.flatnonzero(tiles < 0)[0])  # OUTSIDE: not one of a virtual graph's
+    raise GraphError(
+        f"popops.{api}: element {first} of tensor '{ref.name}' is mapped to a tile "
+        "outside this virtual graph's tiles; hint: call it on a graph that holds the "
+        f"tensor, or copy it to one of this graph's {graph.getTarget().getNumTiles()} tiles"
+    )
 
 
 def tile_regions(graph: Graph, ref: Tensor, api: str) -> list[TileRegions]:
