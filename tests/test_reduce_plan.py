@@ -275,3 +275,84 @@ def test_arg_max_first_stage_split_follows_poplibs():
     assert len({i[0] for i in info}) == 21
     assert partials[0] == 32
     assert [i[3] for i in info if i[1] == 0] == [190, 190, 191, 190, 191, 48]
+
+
+def test_tiles_per_output_agrees_with_counting_each_rows_distinct_tiles():
+    """Whether every output's inputs are on one tile and whether some output has two
+    inputs on one tile (which choose the stages), against each row's distinct tiles
+    counted with numpy, on layouts from one tile per output to more inputs than tiles."""
+    from poplar_api.popops.reduce import _tiles_per_output
+
+    rng = np.random.default_rng(3)
+    cases = [
+        np.full((3, 5), 7),
+        np.arange(12).reshape(3, 4),
+        np.repeat([[2], [9]], 6, 1),
+        np.arange(12).reshape(3, 4) % 2,
+        np.array([[4]]),
+        np.array([[0, 1], [1, 1]]),
+        np.array([[0, 1, 2], [2, 0, 1]]),
+    ]  # (as many tiles as inputs, each once)
+    for _ in range(200):
+        rows, cols, span = (int(x) for x in rng.integers(1, 40, 3))
+        cases.append(rng.integers(-2, span, (rows, cols)))
+    for tiles in cases:
+        distinct = np.array([np.unique(row).size for row in tiles])
+        want = (bool((distinct == 1).all()), bool((distinct < tiles.shape[1]).any()))
+        assert _tiles_per_output(tiles) == want, tiles
+
+
+def _groups_by_numpy(pos: np.ndarray, tiles: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``input_groups`` in numpy array passes: keys scattered to memory order, a stable
+    sort, group starts where the key changes, runs where positions are not consecutive."""
+    n_out, n_red = pos.shape
+    key_m = np.empty(pos.size, np.int64)
+    key_m[pos.reshape(-1)] = tiles.reshape(-1) * n_out + np.repeat(np.arange(n_out), n_red)
+    s_pos = np.argsort(key_m, kind="stable")
+    key = key_m[s_pos]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    g_len = np.diff(np.append(first, s_pos.size))
+    brk = np.r_[True, (s_pos[1:] != s_pos[:-1] + 1) | (key[1:] != key[:-1])]
+    runs = np.add.reduceat(brk.astype(np.int64), first)
+    inner = np.where(g_len % runs == 0, g_len // runs, 1)
+    run_len = np.bincount(np.cumsum(brk) - 1)
+    g_of_run = np.repeat(np.arange(first.size), runs)
+    uneven = np.bincount(g_of_run, weights=run_len != inner[g_of_run], minlength=first.size)
+    inner = np.where(uneven > 0, 1, inner)
+    return s_pos, key[first] // n_out, key[first] % n_out, g_len, inner
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_input_groups_are_those_of_numpy_array_passes(seed: int):
+    """The compiled grouping of an on-tile stage's inputs against numpy's passes, on
+    layouts of runs of random lengths on random tiles (even and uneven runs, groups
+    of one element, a tile's column in several pieces) and a transposed input."""
+    _compare_groups(seed)
+
+
+def _compare_groups(seed: int) -> np.ndarray:
+    """``input_groups`` of a random layout (see above) against numpy's; its inner factors."""
+    from poplar_api.popops.reduce_plan import input_groups
+
+    rng = np.random.default_rng(seed)
+    n_out, n_red = int(rng.integers(1, 9)), int(rng.integers(1, 300))
+    size = n_out * n_red
+    lengths = rng.choice([1, 2, 4, 4, 4, 7], size)  # runs of one tile
+    tile_mem = np.repeat(rng.integers(0, 16, size), lengths)[:size]
+    if seed % 3 == 0:  # columns inner in memory ([rows, columns] reduced over rows)
+        pos = np.arange(size).reshape(n_red, n_out).T
+    elif seed % 3 == 1:  # each column's rows consecutive in memory, tiles over them
+        pos = np.arange(size).reshape(n_out, n_red)
+        tile_mem = np.repeat(rng.integers(0, 16, size), 12)[:size]
+    else:
+        pos = rng.permutation(size).reshape(n_out, n_red)
+    tiles = tile_mem[pos]
+    got = input_groups(pos, tiles)
+    for g, w in zip(got, _groups_by_numpy(pos, tiles), strict=True):
+        assert g.dtype == np.int64 and np.array_equal(g, w)
+    return got[4]
+
+
+def test_input_groups_cover_inner_factors_above_one():
+    """The layouts above include groups whose runs give an inner factor above 1."""
+    assert max(int(_compare_groups(seed).max()) for seed in (1, 4)) > 1

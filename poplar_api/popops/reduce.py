@@ -376,6 +376,19 @@ def _empty_reduction(graph, stages, name, params, in_type, flat_in, flat_out, ou
     )
 
 
+def _tiles_per_output(tiles: np.ndarray) -> tuple[bool, bool]:
+    """Of ``tiles`` ``[outputs, reduced]``: whether every output's inputs are on one
+    tile, and whether some output has two inputs on one tile. An output of more inputs
+    than the tile numbers span has (pigeonhole), else the rows are sorted."""
+    if tiles.size:
+        if bool((tiles == tiles[:, :1]).all()):
+            return True, tiles.shape[1] > 1
+        if int(tiles.max()) - int(tiles.min()) + 1 < tiles.shape[1]:
+            return False, True
+    distinct = 1 + (np.diff(np.sort(tiles, axis=1), axis=1) != 0).sum(axis=1)
+    return int(distinct.max()) == 1, bool((distinct < tiles.shape[1]).any())
+
+
 def _plan_stages(graph, t, pos, tiles, params, stages, name, flat_out, out_tiles, out_shape):
     """Poplibs' stages (:mod:`.reduce_plan`): ``pos``/``tiles`` are ``[outputs, reduced]``."""
     target = graph.getTarget()
@@ -385,10 +398,9 @@ def _plan_stages(graph, t, pos, tiles, params, stages, name, flat_out, out_tiles
     acc = accumulate_type(in_type, params.op)
     workers = target.getNumWorkerContexts()
     num_tiles = target.getNumTiles()
-    srt = np.sort(tiles, axis=1)
-    distinct = 1 + (np.diff(srt, axis=1) != 0).sum(axis=1)
+    one_tile, repeats = _tiles_per_output(tiles)
     base = {"workers": workers, "scale": params.scale}
-    if int(distinct.max()) == 1:
+    if one_tile:
         if out_tiles is None:
             graph.mapElements(flat_out, tiles[:, 0])
         ctx = Ctx(params.op, params.update, params.scale != 1.0, in_type, acc, in_type,
@@ -397,7 +409,7 @@ def _plan_stages(graph, t, pos, tiles, params, stages, name, flat_out, out_tiles
                           num_tiles, ctx, flat_out, np.arange(n_out, dtype=np.int64))  # fmt: skip
         return
     op = params.op
-    if bool((distinct < pos.shape[1]).any()):
+    if repeats:
         ctx = Ctx(op, False, False, in_type, acc, acc, True, True, **base)
         ip = _rp.on_tile_stage(graph, stages, f"{name}/ReduceOnTile", flat_in, pos, tiles,
                                num_tiles, ctx, None, None)  # fmt: skip

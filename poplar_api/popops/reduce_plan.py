@@ -33,9 +33,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
-from poplar_api.popops.layout import tile_groups
+from poplar_api.popops.layout import _readonly, tile_groups
 from poplar_api.popops.reduce_connect import Ctx, connect_tile, grain_for_op, split_regions
 from poplar_api.popops.reduce_vertices import Operation, reduce_vertex
 from poplar_api.types import FLOAT, HALF, Type
@@ -244,37 +245,14 @@ def on_tile_stage(
     ``dest_pos[c]``) or ``inputToIntermediateNoExchange`` (returns the partials).
 
     ``pos``/``tiles``: ``[columns, rows]`` input positions and their tiles."""
-    n_out, n_red = pos.shape
-    flat_pos = pos.reshape(-1)
-    # in memory order (pos is a permutation of the input's flat positions), then a
-    # stable sort by (tile, column) keeps each group's elements in memory order
-    col_m = np.empty(flat_pos.size, np.int64)
-    col_m[flat_pos] = np.repeat(np.arange(n_out, dtype=np.int64), n_red)
-    tile_m = np.empty(flat_pos.size, np.int64)
-    tile_m[flat_pos] = tiles.reshape(-1)
-    key_m = tile_m * n_out + col_m
-    s_pos = stable_order(key_m)
-    key = key_m[s_pos]
-    s_tile, s_col = tile_m[s_pos], col_m[s_pos]
-    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    g_tile, g_col = s_tile[first], s_col[first]
-    g_len = np.diff(np.append(first, s_pos.size))
-    # inner factor: elements / runs of consecutive positions (1 when runs differ)
-    brk = np.r_[True, (s_pos[1:] != s_pos[:-1] + 1) | (key[1:] != key[:-1])]
-    runs = np.add.reduceat(brk.astype(np.int64), first)
-    inner = np.where(g_len % runs == 0, g_len // runs, 1)
-    # runs of unequal length are not one pattern: treat as inner factor 1
-    run_id = np.cumsum(brk) - 1
-    run_len = np.bincount(run_id)
-    g_of_run = np.repeat(np.arange(first.size), runs)
-    uneven = np.bincount(g_of_run, weights=run_len != inner[g_of_run], minlength=first.size)
-    inner = np.where(uneven > 0, 1, inner)
+    s_pos, g_tile, g_col, g_len, inner = input_groups(pos, tiles)
     r_tile, r_first, r_w, r_rows, r_inner = _group_regions(g_tile, g_col, g_len, inner)
+    count = g_len.size
     if dest is None:
         part_t = ctx.out_type
-        out = graph.addVariable(part_t, [first.size], f"{name}/partials")
+        out = graph.addVariable(part_t, [count], f"{name}/partials")
         graph.mapElements(out, g_tile)
-        g_dest = np.arange(first.size, dtype=np.int64)
+        g_dest = np.arange(count, dtype=np.int64)
     else:
         out = dest
         g_dest = dest_pos[g_col]
@@ -282,7 +260,67 @@ def on_tile_stage(
     run_stage(graph, stages, name, stage, ctx, src, out)
     if dest is not None:
         return None
-    return Partials(out, g_col, g_tile, np.arange(first.size, dtype=np.int64), ctx.out_type)
+    return Partials(out, g_col, g_tile, np.arange(count, dtype=np.int64), ctx.out_type)
+
+
+def input_groups(pos: np.ndarray, tiles: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The groups (tile, column) of an on-tile stage's inputs ``pos``/``tiles``
+    (``[columns, rows]``; ``pos`` a permutation of the input's flat positions):
+    ``(positions sorted by tile and column, each in memory order; each group's tile,
+    column, length and inner factor)``, a group's inner factor being its length over
+    its runs of consecutive positions when every run has that length, else 1."""
+    n_out, n_red = pos.shape
+    key_m = np.empty(pos.size, np.int64)  # each element's key at its memory position
+    _memory_keys(_readonly(pos.reshape(n_out, n_red)), _readonly(tiles.reshape(n_out, n_red)),
+                 key_m)  # fmt: skip
+    s_pos = stable_order(key_m)  # (stable: each group's elements in memory order)
+    room = np.empty((2, s_pos.size), np.int64)
+    count = _groups(key_m, _readonly(s_pos), room[0], room[1])
+    first, inner = room[0, :count].copy(), room[1, :count].copy()
+    g_tile, g_col = np.divmod(key_m[s_pos[first]], n_out)
+    return s_pos, g_tile, g_col, np.diff(np.append(first, s_pos.size)), inner
+
+
+@numba.njit(cache=True, nogil=True)
+def _memory_keys(pos, tiles, key_m):  # pragma: no cover - compiled
+    """``key_m[pos[c, r]] = tiles[c, r] * columns + c``: each input element's tile and
+    column as one key, at its memory position."""
+    n_out = pos.shape[0]
+    for c in range(n_out):
+        for r in range(pos.shape[1]):
+            key_m[pos[c, r]] = tiles[c, r] * n_out + c
+
+
+@numba.njit(cache=True, nogil=True)
+def _groups(key_m, s_pos, first, inner):  # pragma: no cover - compiled
+    """The groups of equal keys along ``s_pos`` (the positions sorted by key): writes
+    each one's first index and inner factor (its length over its runs of consecutive
+    positions when every run has that length, else 1); returns how many there are."""
+    n = s_pos.size
+    g = 0
+    k = 0
+    while k < n:
+        key = key_m[s_pos[k]]
+        a = k
+        k += 1
+        runs = 1
+        while k < n and key_m[s_pos[k]] == key:
+            if s_pos[k] != s_pos[k - 1] + 1:
+                runs += 1
+            k += 1
+        f = (k - a) // runs if (k - a) % runs == 0 else 1
+        start = a
+        for j in range(a + 1, k + 1):  # every run of length f, or the factor is 1
+            if f == 1:
+                break
+            if j == k or s_pos[j] != s_pos[j - 1] + 1:
+                if j - start != f:
+                    f = 1
+                start = j
+        first[g] = a
+        inner[g] = f
+        g += 1
+    return g
 
 
 def _column_sets(ip: Partials, n_out: int) -> tuple[np.ndarray, ...]:
