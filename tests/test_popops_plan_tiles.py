@@ -111,7 +111,9 @@ def test_a_tile_of_many_regions_among_tiles_of_one(many: int) -> None:
             assert getattr(got, field).tolist() == getattr(want, field).tolist(), field
 
 
-@pytest.mark.parametrize("case", ["permutation", "consecutive", "repeats", "one", "empty"])
+@pytest.mark.parametrize(
+    "case", ["permutation", "consecutive", "gaps", "spread", "repeats", "one", "empty"]
+)
 def test_regions_are_runs_of_consecutive_ids_on_one_tile(case: str) -> None:
     """layout._regions against numpy: the positions sorted by id (stable), cut where the
     next id is not one more or the tile changes; each region's tile; the regions
@@ -123,6 +125,8 @@ def test_regions_are_runs_of_consecutive_ids_on_one_tile(case: str) -> None:
     ids = {
         "permutation": rng.permutation(n) + 9,
         "consecutive": np.arange(n),
+        "gaps": rng.choice(3 * n, n, replace=False),  # (scattered into their span)
+        "spread": rng.choice(100 * n, n, replace=False),  # (sorted: too far apart)
         "repeats": rng.integers(0, 2 * n, n),
     }.get(case, np.arange(n))
     tiles = (

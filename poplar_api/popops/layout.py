@@ -133,15 +133,20 @@ def _regions(
     tile, by_tile)``; region ``r`` holds the positions ``order[start[r]:end[r]]``
     (ascending element ids, one tile), ``by_tile`` lists the regions tile by tile,
     each tile's in element-id order; the region tiles keep the dtype of ``tiles``."""
-    order = id_order(ids)
-    given = np.asarray(tiles)  # the region tiles are read from these, in their own dtype
-    ids, tiles = _readonly(ids), _readonly(given)
-    # one walk (no array of the ids in order) into room for a region per element: the
-    # pages past the regions found are never written, so cost no host memory
-    room = np.empty(ids.size, np.int64)
-    start = room[: _region_starts(ids, tiles, order, room)].copy()
+    given = np.asarray(tiles).reshape(-1)  # the region tiles are read from these, in
+    flat = np.asarray(ids).reshape(-1)  # their own dtype
+    # room for a region per element: the pages past the regions found are never
+    # written, so cost no host memory
+    room = np.empty(flat.size, np.int64)
+    found = _scattered_regions(flat, given, room)
+    if found is not None:
+        order, count = found
+    else:  # (few or repeated ids, or spread far apart: id_order sorts them)
+        order = id_order(flat)
+        count = _region_starts(_readonly(flat), _readonly(given), order, room)
+    start = room[:count].copy()
     end = np.append(start[1:], ids.size) if start.size else start.copy()
-    rtile = given.reshape(-1)[order[start]]
+    rtile = given[order[start]]
     return order, start, end, rtile, np.argsort(rtile, kind="stable")
 
 
@@ -152,6 +157,52 @@ def _readonly(a: np.ndarray) -> np.ndarray:
         a = a.view()
         a.flags.writeable = False
     return a
+
+
+def _scattered_regions(
+    ids: np.ndarray, tiles: np.ndarray, starts: np.ndarray
+) -> tuple[np.ndarray, int] | None:
+    """``(id_order(ids), regions)`` with the regions' starts written into ``starts``, as
+    :func:`id_order` and :func:`_region_starts` give them, in one scatter and one walk
+    where ``id_order`` would scatter (at least two distinct ids spanning at most four
+    times their count); None where it would sort."""
+    if ids.size < 2:
+        return None
+    lo, hi = int(ids.min()), int(ids.max())
+    if hi - lo + 1 > 4 * ids.size or ids.size > np.iinfo(np.int32).max:
+        return None
+    slot = np.full(hi - lo + 1, -1, np.int32)
+    order = np.empty(ids.size, np.int64)
+    count = _scatter_regions(_readonly(ids), _readonly(tiles), np.int64(lo), slot, order, starts)
+    return None if count < 0 else (order, count)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_regions(ids, tiles, lo, slot, order, starts):  # pragma: no cover - compiled
+    # slot[id - lo] = its position (-1: an id repeats), then the positions in id order
+    # into order, a region starting where the id is not the one before plus 1 or the
+    # tile changes (as _region_starts finds them along order); returns the regions
+    for k in range(ids.size):
+        s = ids[k] - lo
+        if slot[s] >= 0:
+            return -1
+        slot[s] = k
+    j = 0
+    count = 0
+    prev_s = 0
+    prev_t = 0
+    for s in range(slot.size):
+        p = slot[s]
+        if p >= 0:
+            order[j] = p
+            t = tiles[p]
+            if j == 0 or s != prev_s + 1 or t != prev_t:
+                starts[count] = j
+                count += 1
+            prev_s = s
+            prev_t = t
+            j += 1
+    return count
 
 
 @numba.njit(cache=True, nogil=True)
