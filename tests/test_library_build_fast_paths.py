@@ -207,6 +207,61 @@ def test_input_tiles_equal_the_block_array_spread(preset, params, expand):
         assert {not sig[arg].mutable for sig in kernel.signatures} == {True}, kernel
 
 
+def _weight_tiles_by_block_array(plan, params):
+    """The weights' tiles as the layout computed them before: the block of every weight
+    (memory order ``[G, Co / ocg, Ci / icg, *K, ocg, icg]``) made as an array from its
+    indices, then :func:`spread_by_use`."""
+    from poplar_api.poplin.conv_layout import _weight_groups
+    from poplar_api.poplin.conv_params import expand_dims, expanded_kernel_offsets
+    from poplar_api.poplin.conv_serial import co_ranges, iteration_chans
+
+    g, co, ci, kernel, ocg, icg = _weight_groups(params, plan)
+    parts = [int(p) for p in plan.parts]
+    eff = expand_dims(params, plan.expanded_dims) if plan.expanded else params
+    eci = int(eff.inputChannelsPerConvGroup)
+    ktot = int(np.prod(kernel))
+    kk = (expanded_kernel_offsets(params, plan.expanded_dims).reshape(-1) if plan.expanded
+          else np.zeros(ktot, np.int64))  # fmt: skip
+    cor = co_ranges(plan, co)
+    nk = len(kernel)
+    grid = np.indices([g, co // ocg, ci // icg, *kernel, ocg, icg])
+    kflat = np.ravel_multi_index(tuple(grid[3 : 3 + nk]), kernel) if nk else 0
+    chan_out = grid[1] * ocg + grid[3 + nk]
+    chan_in = grid[2] * icg + grid[4 + nk]
+    co_block = np.zeros(co, np.int64)
+    for k, (_, o0, o1) in enumerate(cor):
+        co_block[o0:o1] = k
+    ce = chan_in * (eci // ci) + kk[kflat]
+    per = iteration_chans(plan, eci, "in")
+    ci_block = np.minimum(ce % per // plan.blocks[-1], parts[-1] - 1)
+    g_block = np.minimum(grid[0] // plan.blocks[0], parts[0] - 1)
+    block = (g_block * len(cor) + co_block[chan_out]) * parts[-1] + ci_block
+    tiles = np.moveaxis(plan.tiles, [0, -2, -1], [0, 1, 2]).reshape(
+        parts[0], parts[-2], parts[-1], -1
+    )
+    users = tiles[:, [oi for oi, _, _ in cor]].reshape(-1, tiles.shape[-1])
+    return spread_by_use(block, users, ocg * icg, -(-256 // int(params.inputType.size)))
+
+
+@pytest.mark.parametrize("preset,params", TILES)
+@pytest.mark.parametrize("expand", [False, True])
+def test_weight_tiles_equal_the_block_array_spread(preset, params, expand):
+    """The weights' tiles from the block's three terms in one compiled pass
+    (``_spread_weight_terms``) against the block of every weight made as an array and
+    spread by :func:`spread_by_use`."""
+    graph = _graph(preset)
+    dims = "[0, 1]" if expand and params.getNumFieldDims() == 2 else "[]"
+    if expand and params.getNumFieldDims() == 1:
+        dims = "[0]"
+    opts = parse_options({"planConstraints": f'{{"transform": {{"expandDims": {dims}}}}}'}, "t")
+    plan = _plan(graph, params, opts)
+    assert plan.kernel_split == 1
+    np.testing.assert_array_equal(
+        conv_layout.weight_tiles_in_memory_order(plan, params),
+        _weight_tiles_by_block_array(plan, params),
+    )
+
+
 # ------------------------------------------------------------------ partial-sum fields
 FIELDS = [
     (

@@ -389,6 +389,38 @@ def _spread_terms(tg, tc, tb, tf, users, grain, min_elems):  # pragma: no cover 
                         counts[k] += 1
                         out[i] = k
                         i += 1
+    _by_user(out, counts, users, grain, min_elems)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _spread_weight_terms(tg, tc, tk, users, grain, min_elems):  # pragma: no cover - compiled
+    """:func:`spread_by_use` of weights whose block at ``[g, co, ci, k, oc, ic]`` (the
+    memory order ``[G][Co / ocg][Ci / icg][*kernel][ocg][icg]``, the kernel flattened)
+    is ``tg[g] + tc[co, oc] + tk[ci, k, ic]``, as :func:`_spread_terms` does inputs."""
+    counts = np.zeros(users.shape[0], np.int64)
+    out = np.empty(tg.shape[0] * tc.size * tk.size, np.int64)
+    i = 0
+    for g in range(tg.shape[0]):
+        for co in range(tc.shape[0]):
+            for ci in range(tk.shape[0]):
+                for k in range(tk.shape[1]):
+                    for oc in range(tc.shape[1]):
+                        base = tg[g] + tc[co, oc]
+                        for ic in range(tk.shape[2]):
+                            b = base + tk[ci, k, ic]
+                            counts[b] += 1
+                            out[i] = b
+                            i += 1
+    _by_user(out, counts, users, grain, min_elems)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _by_user(out, counts, users, grain, min_elems):  # pragma: no cover - compiled
+    """Each element's block in ``out`` (memory order; ``counts`` its elements) replaced
+    by its user, as :func:`spread_by_use` picks it."""
+    nb = users.shape[0]
     unit = -(-max(min_elems, 1) // grain) * grain
     chunks = np.empty(nb, np.int64)
     grains = np.empty(nb, np.int64)
@@ -456,19 +488,28 @@ def weight_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarr
     cpart = coblk.reshape(co // ocg, ocg)
     cpart = cpart.reshape(1, co // ocg, *[1] * (1 + nk), ocg, 1)
     kpart = cik.reshape(1, 1, ci // icg, *kernel, 1, icg)
-    block = (gpart * len(cor) + cpart) * parts[-1] + kpart
-    if plan.kernel_split > 1:  # a weight's block also by its kernel row's part
-        block = block * plan.kernel_split + _kernel_part_of_row(plan, kernel, len(shape))
-        grid = np.moveaxis(plan.tiles, [1, -2, -1, 0], [0, 1, 2, 3]).reshape(
-            parts[0], parts[-2], parts[-1] * plan.kernel_split, -1
-        )
-    else:
+    min_elems = _min_elems(params, MIN_WEIGHT_BYTES_PER_TILE)
+    if plan.kernel_split == 1:  # the block a sum of three terms: never made as an array
         grid = np.moveaxis(plan.tiles, [0, -2, -1], [0, 1, 2]).reshape(
             parts[0], parts[-2], parts[-1], -1
         )
+        users = grid[:, [oi for oi, _, _ in cor]].reshape(-1, grid.shape[-1])
+        out = _spread_weight_terms(
+            (gblk * len(cor) * parts[-1]).astype(np.int64),
+            (cpart.reshape(co // ocg, ocg) * parts[-1]).astype(np.int64),
+            np.ascontiguousarray(cik.reshape(ci // icg, ktot, icg), np.int64),
+            _read_only(users), ocg * icg, min_elems,
+        )  # fmt: skip
+        return out.reshape(shape)
+    # a weight's block also by its kernel row's part
+    block = (gpart * len(cor) + cpart) * parts[-1] + kpart
+    block = block * plan.kernel_split + _kernel_part_of_row(plan, kernel, len(shape))
+    grid = np.moveaxis(plan.tiles, [1, -2, -1, 0], [0, 1, 2, 3]).reshape(
+        parts[0], parts[-2], parts[-1] * plan.kernel_split, -1
+    )
     block = np.broadcast_to(block, shape)
     users = grid[:, [oi for oi, _, _ in cor]].reshape(-1, grid.shape[-1])
-    return spread_by_use(block, users, ocg * icg, _min_elems(params, MIN_WEIGHT_BYTES_PER_TILE))
+    return spread_by_use(block, users, ocg * icg, min_elems)
 
 
 def _kernel_part_of_row(plan: ConvPlan, kernel: list[int], rank: int) -> np.ndarray:
