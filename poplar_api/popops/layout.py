@@ -452,7 +452,6 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
         at = np.concatenate(local) if local else np.zeros(0, np.int64)
         # each tile's positions the template takes: region j(i) at offset o(i) of it
         j_of = np.searchsorted(offsets, at, side="right") - 1
-        held = r_start[first[ks][:, None] + j_of[None, :]] + (at - offsets[j_of])[None, :]
         m = ks.size
         parts.append((
             ks,
@@ -460,7 +459,7 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
             np.tile(np.fromiter((r for *_, r in template), bool, len(template)), m),
             np.tile(np.fromiter((len(p) for _, p, _ in template), np.int64, len(template)), m),
             np.tile(np.fromiter((p.size for p in local), np.int64, len(local)), m),
-            order[held].reshape(-1),
+            (first[ks], j_of, at - offsets[j_of]),  # (see _tile_order)
         ))  # fmt: skip
         lens[:, ks] = np.array([[len(template)], [len(local)], [at.size]])
     # the groups' columns, put back in tile order
@@ -482,7 +481,7 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
         np.concatenate([p[2] for p in parts])[vertex],
         np.concatenate([p[3] for p in parts])[vertex],
         np.concatenate([p[4] for p in parts])[piece],
-        _tile_order(parts, lens[2]),
+        _tile_order(parts, lens[2], r_start, order),
     )
 
 
@@ -546,27 +545,33 @@ def tile_groups(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> dic
     return out
 
 
-def _tile_order(parts: list[tuple], lens: np.ndarray) -> np.ndarray:
-    """The groups' positions (``part[5]``: a row of ``lens[k]`` per member tile ``k``
-    of ``part[0]``) tile after tile, copied row by row into one array by one compiled
-    pass per group: no array of where each one goes (the elements of a large operand,
-    several times over)."""
+def _tile_order(
+    parts: list[tuple], lens: np.ndarray, r_start: np.ndarray, order: np.ndarray
+) -> np.ndarray:
+    """The groups' positions tile after tile, written by one compiled pass per group:
+    a member tile ``k`` of ``part[0]`` takes ``lens[k]`` positions, position ``i`` of
+    its row ``order[r_start[f + j[i]] + o[i]]`` (``part[5]`` is ``(f per member, j,
+    o)``: the tile's first region, and the region and offset in it of each position
+    the template takes). No array of the positions per group, nor of where each one
+    goes, is made (the elements of a large operand, several times over)."""
     out = np.empty(int(lens.sum()), np.int64)
     at = np.cumsum(lens) - lens
+    r_start, order = _readonly(r_start), _readonly(order)
     for part in parts:
-        ks = part[0]
-        _place_rows(out, at[ks], _readonly(part[5].reshape(ks.size, -1)))
+        firsts, j_of, offsets = (_readonly(a) for a in part[5])
+        _place_rows(out, _readonly(at[part[0]]), firsts, j_of, offsets, r_start, order)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _place_rows(out, at, rows):  # pragma: no cover - compiled
-    """``out[at[j] : at[j] + width] = rows[j]`` for every row ``j``."""
-    width = rows.shape[1]
-    for j in range(rows.shape[0]):
-        s = at[j]
-        for i in range(width):
-            out[s + i] = rows[j, i]
+def _place_rows(out, at, firsts, j_of, offsets, r_start, order):  # pragma: no cover
+    """``out[at[m] + i] = order[r_start[firsts[m] + j_of[i]] + offsets[i]]`` for every
+    member ``m`` and position ``i`` of the template (compiled)."""
+    for m in range(at.size):
+        s = at[m]
+        f = firsts[m]
+        for i in range(j_of.size):
+            out[s + i] = order[r_start[f + j_of[i]] + offsets[i]]
 
 
 def add_vertices(
