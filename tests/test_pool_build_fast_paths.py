@@ -133,3 +133,25 @@ def test_put_in_order_keeps_the_last_write() -> None:
         want[p] = v
     put_in_order(out, pos, values)
     np.testing.assert_array_equal(out, want)
+
+
+def test_in_memory_reads_every_element_of_a_view_where_it_lies():
+    """pool_parts.in_memory: ``memory[first + i @ strides]`` is ``a[i]`` for every index
+    of views of every kind (transposed, axes split, sliced with steps or from an
+    offset, reversed), of an array owning its memory and of a view of another dtype
+    (copied); a view is read in its owner's memory, not copied."""
+    from poplar_api.popnn.pool_parts import in_memory
+
+    base = np.arange(7 * 6 * 10, dtype=np.int64) * 3 + 5
+    cube = base.reshape(7, 6, 10)
+    views = [
+        cube, cube.transpose(2, 0, 1), cube.reshape(7, 3, 2, 10).transpose(0, 2, 3, 1),
+        cube[1:6:2, ::-1, 3:], cube[2:, 1], cube.transpose(1, 2, 0)[::2, 4:, ::-3],
+        base.copy(), cube.astype(np.int32).transpose(1, 0, 2),
+    ]  # fmt: skip
+    for a in views:
+        memory, strides, first = in_memory(a)
+        index = np.indices(a.shape).reshape(a.ndim, -1).T
+        assert memory[first + index @ strides].tolist() == a.reshape(-1).tolist()
+        if a.base is base:  # (numpy keeps the owner as the base of a view of a view)
+            assert np.shares_memory(memory, base) and memory.size == base.size

@@ -53,6 +53,24 @@ class Parts:
         return per_geo[self.geo]
 
 
+def in_memory(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(memory, strides, first)``: a flat array holding ``a``'s elements, ``a``'s
+    strides in elements of it and where ``a``'s first element is, so that
+    ``a[i] == memory[first + i @ strides]``: the array ``a`` views when ``a`` is a view
+    (a transposed or regrouped array: nothing copied), else ``a`` made contiguous."""
+    owner = a.base
+    if (
+        isinstance(owner, np.ndarray) and owner.dtype == a.dtype and owner.flags.c_contiguous
+        and all(s % a.itemsize == 0 for s in a.strides)
+    ):  # fmt: skip
+        skip = a.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+        if skip % a.itemsize == 0:
+            steps = np.array(a.strides, np.int64) // a.itemsize
+            return owner.reshape(-1), steps, skip // a.itemsize
+    c = np.ascontiguousarray(a)
+    return c.reshape(-1), np.array(c.strides, np.int64) // max(c.itemsize, 1), 0
+
+
 def box_positions(
     strides: np.ndarray, origins: np.ndarray, shapes: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,14 @@ from poplar_api.graph import Graph, Segments
 from poplar_api.popnn import estimators as est
 from poplar_api.popnn import pool_vertices as pv
 from poplar_api.popnn.mapping import local_tiles
-from poplar_api.popnn.pool_parts import Parts, box_positions, choose_tiles, put_in_order, spans
+from poplar_api.popnn.pool_parts import (
+    Parts,
+    box_positions,
+    choose_tiles,
+    in_memory,
+    put_in_order,
+    spans,
+)
 from poplar_api.tensor import Tensor
 from poplar_api.types import UNSIGNED_INT, UNSIGNED_SHORT, Type
 
@@ -513,8 +520,9 @@ class _Builder:
         internal layout), concatenated in partition order, and each one's size: one
         pattern per window shape placed at every partition's origin
         (:func:`.pool_parts.box_positions`)."""
-        layout = np.ascontiguousarray(self._vertex_layout(o.pos))
-        strides = np.array([s // layout.itemsize for s in layout.strides], np.int64)
+        # read through the vertex layout's strides in the memory holding it (the
+        # layout is a transposed view of it): no copy of every position made first
+        memory, strides, first = in_memory(self._vertex_layout(o.pos))
         out = o.window == "out"
         geos = parts.geos
         nd = len(self.ps.out_shape)
@@ -528,8 +536,8 @@ class _Builder:
         n = len(parts)
         shapes = np.concatenate([(parts.g1 - parts.g0)[:, None], (parts.b1 - parts.b0)[:, None],
                                  shape[parts.geo], np.full((n, 1), self.cpg)], 1)  # fmt: skip
-        pos, sizes = box_positions(strides, origins, shapes)
-        return layout.reshape(-1)[pos], sizes
+        pos, sizes = box_positions(strides, origins + first, shapes)
+        return memory[pos], sizes
 
     def _add_each(self, cs, cls, operands, parts: Parts, tiles, scale_value):
         """Every partition's vertices one by one (:meth:`_add_one`): the path of a pass
