@@ -358,7 +358,7 @@ def test_form_plan_skips_only_candidates_that_cannot_win(name, order, monkeypatc
     """:func:`form_plan` (candidates in the order of their bounds, those whose bound passes
     the least so far not costed) gives, for every form, the plan, cost, ties and tied
     partitions of costing every candidate in Poplibs' order in full; with a limit, the
-    same where that plan is within it, else a cost above it. So it does with bounds that
+    same where that plan is within it, else a cost above it or None. So it does with bounds that
     put the candidates in reverse order (none skipped) and with each candidate's bound
     its least cost, less one for the last (the tightest bounds: a candidate tied with
     the last but earlier in Poplibs' order is costed after it, its bound equal to the
@@ -384,7 +384,43 @@ def test_form_plan_skips_only_candidates_that_cannot_win(name, order, monkeypatc
         for limit in (None, cost[0], cost[0] + 1, cost[0] - 1, cost[0] // 2):
             got = pfc.form_plan(params, conv_pass, target, form, limit=limit)
             if limit is not None and cost[0] > limit:
-                assert got["cost"][0] > limit, (form, limit)
+                # (a cost above the limit, or None: no candidate's bound within it)
+                assert got is None or got["cost"][0] > limit, (form, limit)
                 continue
+            assert got is not None, (form, limit)
             assert (got["cost"], got["vertex"], got["splits"]) == (cost, vertex, first), form
             assert got["tied splits"] == tied and got["ties"] == len(tied), form
+
+
+@pytest.mark.parametrize("order", ["bounds", "exact bounds"])
+@pytest.mark.parametrize("name", FORM_PLAN_CASES)
+def test_least_form_is_the_least_of_every_form_costed_in_full(name, order, monkeypatch) -> None:
+    """``poplibs_float_plans._least_form`` (each form costed up to the least so far, a
+    candidate whose bound passes it not costed) gives the least form's plan of costing
+    every form's every candidate in full, or None when two forms tie at the least; with
+    the tightest bounds (each candidate's least cost, less one for the last) too."""
+    from poplar_api.poplin import poplibs_float_plans as pfl
+
+    params, conv_pass = FORM_PLAN_CASES[name]
+    if order == "exact bounds":
+        monkeypatch.setattr(pfc, "_vertex_floor", _exact_floor)
+    model = IPUModel("mk2-ipumodel")
+    if "16 tiles" in name:
+        model.tilesPerIPU = 16
+    target = Graph(model.createDevice().getTarget()).getTarget()
+    full = {}
+    for form, dims in pfc.FORMS.items():
+        if all(pfc._expands(pfc.canonical(params), d) for d in dims):
+            ref = _form_plan_in_order(params, conv_pass, target, form)
+            if ref is not None:
+                full[form] = ref
+    least = min(c[0][0] for c in full.values())
+    at_least = [form for form, c in full.items() if c[0][0] == least]
+    got = pfl._least_form(params, conv_pass, target)
+    if len(at_least) > 1:
+        assert got is None, at_least
+        return
+    cost, vertex, _, first = full[at_least[0]]
+    assert got is not None
+    assert (got["form"], got["cost"], got["vertex"], got["splits"]) == (
+        at_least[0], cost, vertex, first)  # fmt: skip

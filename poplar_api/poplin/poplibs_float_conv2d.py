@@ -370,7 +370,7 @@ def form_plan(
     form: str,
     proportion: float = 0.6,
     limit: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """The least ``(cycles, temporary bytes)`` of the unswapped one-pass AMP plans of the
     FLOAT convolution ``params`` in ``form`` (a key of :data:`FORMS`) within ``proportion``
     of the tile, over the AMP candidates in ``getConvVertexAMPCandidates``' order (a later
@@ -380,7 +380,9 @@ def form_plan(
     them; ``splits`` and ``terms`` are those of the one popsolver's search reaches first,
     :func:`_search_first`, which ``choosePlan`` returns). With ``limit``, only a plan of
     at most ``limit`` cycles is exact: a form with none returns one above ``limit``, not
-    its least (the partitions above it are not costed).
+    its least (the partitions above it are not costed), or None when no candidate was
+    costed (a candidate whose bound passes ``limit`` is not: none of its partitions is
+    within it).
 
     The candidates are costed in the order of their bounds before any partition is made
     (:func:`_vertex_floor`), the least first, each up to the least so far; a candidate
@@ -408,6 +410,8 @@ def form_plan(
         vertex = vertices[n]
         if best is not None and floors[n] > best["cost"][0]:
             break  # (this and every later candidate's partitions cost more)
+        if limit is not None and floors[n] > limit:
+            break  # (nor is any within the limit)
         rank[vertex] = n
         splits = _partitions(sub, target, vertex[1], vertex[2])
         expanded = bool(FORMS[form])
@@ -432,6 +436,8 @@ def form_plan(
                 "splits": {k: int(v[i]) for k, v in splits.items()},
                 "terms": {k: int(c[k][i]) for k in c if k not in ("cycles", "bytes", "ok")},
             }  # fmt: skip
+    if best is None and len(rank) < len(vertices):
+        return None  # (the candidates not costed are above the limit)
     if best is None:
         raise ValueError(f"form_plan: no {form} partition of {params} fits {bound} B "
                          "(hint: a larger availableMemoryProportion)")  # fmt: skip

@@ -95,6 +95,8 @@ def _least_form(params: ConvParams, conv_pass: str, target: Any) -> dict[str, An
             plan = form_plan(params, conv_pass, target, form, limit=limit)
         except ValueError:
             continue
+        if plan is None:  # (no candidate of the form within the least so far)
+            continue
         if best is None or plan["cost"][0] < best["cost"][0]:
             best, tied = plan, False
         elif plan["cost"][0] == best["cost"][0]:
