@@ -32,6 +32,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numba
 import numpy as np
 
 from poplar_api.errors import TensorError, TensorIndexError, TypeMismatchError
@@ -409,9 +410,15 @@ class Tensor(TensorViews):
         return bool(np.all(np.diff(flat) == 1))
 
     def containsAliases(self) -> bool:
-        """True if some element appears more than once (e.g. after broadcast)."""
-        flat = self.flat_index()
-        return bool(np.unique(flat).size != flat.size)
+        """True if some element appears more than once (e.g. after broadcast).
+
+        Consecutive ids have none, found without their index; other ids are tested in
+        one compiled pass (:func:`_repeats`), not sorted, where they span a range of at
+        most a few times their count (the views libraries write into in place).
+        """
+        if self._start >= 0:
+            return False
+        return bool(_repeats(self.flat_index()))
 
     def intersectsWith(self, other: Tensor) -> bool:
         """True if this tensor and ``other`` share at least one element."""
@@ -604,3 +611,47 @@ def append(first: Tensor, second: Tensor, dimension: int = 0) -> Tensor:
     suffix = "" if d == 0 else f";{d}"
     name = clip_name(f"append({first.name},{second.name}{suffix})")
     return Tensor._new(joined.graph, joined.elementType(), joined.index, name, name)
+
+
+#: Ids spanning at most this many times their count are tested for repeats with one
+#: flag per id of the span (a byte each); wider spans are sorted.
+_FLAGS_PER_ID = 4
+
+
+@numba.njit(cache=True, nogil=True)
+def _repeats(ids):  # pragma: no cover - compiled
+    """Whether some id of the 1-D array ``ids`` occurs more than once: one pass finds
+    whether they ascend (then none repeats) and their least and greatest, a second
+    flags each id in that span (a repeat is an id already flagged); ids spanning more
+    than :data:`_FLAGS_PER_ID` times their count are sorted and neighbours compared."""
+    n = ids.size
+    if n < 2:
+        return False
+    lo = hi = np.int64(ids[0])
+    ascending = True
+    for k in range(1, n):
+        v = np.int64(ids[k])
+        if v <= ids[k - 1]:
+            ascending = False
+        if v < lo:
+            lo = v
+        elif v > hi:
+            hi = v
+    if ascending:
+        return False
+    span = hi - lo + 1
+    if span < n:  # more ids than distinct values
+        return True
+    if span <= _FLAGS_PER_ID * n:
+        seen = np.zeros(span, np.bool_)
+        for k in range(n):
+            j = np.int64(ids[k]) - lo
+            if seen[j]:
+                return True
+            seen[j] = True
+        return False
+    s = np.sort(ids)
+    for k in range(1, n):  # noqa: SIM110 (no generators in Numba)
+        if s[k] == s[k - 1]:
+            return True
+    return False

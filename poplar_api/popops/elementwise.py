@@ -121,17 +121,8 @@ def _broadcast_to(t: Tensor, shape: list[int]) -> Tensor:
     return view
 
 
-def _repeats(ids: np.ndarray) -> bool:
-    """Whether some element id occurs more than once (ascending ids, the common
-    case, are checked without sorting)."""
-    if ids.size < 2 or bool((ids[1:] > ids[:-1]).all()):
-        return False
-    s = np.sort(ids)
-    return bool((s[1:] == s[:-1]).any())
-
-
 def _check_no_aliases(t: Tensor, api: str) -> None:
-    if _repeats(t.flat_index()):
+    if t.containsAliases():
         raise TensorError(
             f"popops.{api}: the in-place operand '{t.name}' {t.shape()} refers to some "
             "element more than once (a broadcast view?); hint: use the out-of-place form"
@@ -143,7 +134,7 @@ def _elem(t: Tensor, shape: list[int], name: str) -> ElemOperand:
 
 
 def _has_aliases(t: Tensor) -> bool:
-    return _repeats(t.flat_index())
+    return t.containsAliases()
 
 
 def _create_output(graph: Graph, inputs: list[Tensor], out_t: Type, name: str) -> Tensor:
