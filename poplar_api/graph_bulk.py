@@ -320,7 +320,8 @@ class BulkGraphMethods:
             tile (``0 <= tile < getTarget().getNumTiles()``), :data:`UNMAPPED` (-1) for
             an element not mapped yet, and :data:`OUTSIDE` (-2) for an element mapped
             to a tile that is not one of this virtual graph's (it is on the device,
-            elsewhere: vertices can read it, but not be placed by it).
+            elsewhere: vertices can read it, but not be placed by it). A new array
+            each call, which the caller may change.
 
         Raises
         ------

@@ -32,24 +32,25 @@ def _unmapped_error(t: Tensor, tiles: np.ndarray, what: str) -> None:
 def element_tiles(graph: Graph, t: Tensor, what: str) -> np.ndarray:
     """Top-level tile of every flat element of ``t``; unmapped elements are an error."""
     tiles = graph.getTopLevelGraph().elementTiles(t)
-    _unmapped_error(t, tiles, what)
+    if tiles.size and int(tiles.min()) < 0:  # (one reduction when all are mapped)
+        _unmapped_error(t, tiles, what)
     return tiles
 
 
 def local_tiles(graph: Graph, t: Tensor, what: str) -> np.ndarray:
-    """Tile of every flat element of ``t`` in ``graph``'s numbering (a copy the caller
-    may change); an element unmapped or on a tile outside a virtual ``graph`` is an
-    error."""
+    """Tile of every flat element of ``t`` in ``graph``'s numbering (a new int64 array
+    the caller may change, as ``elementTiles`` gives it); an element unmapped or on a
+    tile outside a virtual ``graph`` is an error (unmapped ones named first)."""
     tiles = graph.elementTiles(t)
-    _unmapped_error(t, tiles, what)
-    if tiles.size and int(tiles.min()) < 0:
+    if tiles.size and int(tiles.min()) < 0:  # (one reduction when all are on its tiles)
+        _unmapped_error(t, tiles, what)
         first = int(np.flatnonzero(tiles < 0)[0])
         raise GraphError(
             f"{what}: element {first} of tensor '{t.name}' is mapped to a tile outside "
             f"this virtual graph's tiles; hint: map it to one of the graph's "
             f"{graph.getTarget().getNumTiles()} tiles"
         )
-    return np.array(tiles, np.int64)
+    return tiles
 
 
 def clone_like(graph: Graph, t: Tensor, type_: Type, name: str, what: str) -> Tensor:

@@ -290,9 +290,10 @@ def nonLinearityInputGradient(
             f"'{out.name}' ({out.elementType().name} {out.shape()})"
         )
     typ = out.elementType()
-    element_tiles(graph, out, "nonLinearityInputGradient")
     if nonLinearityType in _SOFTMAXES:
+        element_tiles(graph, out, "nonLinearityInputGradient")
         return _softmax_grad(graph, out, outGradient, prog, name)
+    # (clone_like asks for out's tiles and names an unmapped element as element_tiles)
     in_grad = clone_like(graph, out, typ, f"{name}/inGrad", "nonLinearityInputGradient")
     op = nonLinearityType.name
     target = graph.getTarget()

@@ -1,0 +1,95 @@
+"""popnn's tile helpers (``popnn.mapping``) against their former forms, written out
+here: the same tiles, the same errors in the same order, on top-level and virtual
+graphs, tensors mapped, partly unmapped and partly outside a virtual graph; and
+``elementTiles`` gives a new array each call, which they hand on without a copy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poplar_api import FLOAT, Graph, IPUModel
+from poplar_api.errors import GraphError
+from poplar_api.popnn.mapping import element_tiles, local_tiles
+
+
+def _old_element_tiles(graph, t, what):
+    tiles = graph.getTopLevelGraph().elementTiles(t)
+    if (tiles == -1).any():
+        first = int(np.flatnonzero(tiles == -1)[0])
+        raise GraphError(
+            f"{what}: element {first} of tensor '{t.name}' is not mapped to a tile; hint: "
+            f"map it with graph.setTileMapping first"
+        )
+    return tiles
+
+
+def _old_local_tiles(graph, t, what):
+    tiles = graph.elementTiles(t)
+    if (tiles == -1).any():
+        first = int(np.flatnonzero(tiles == -1)[0])
+        raise GraphError(
+            f"{what}: element {first} of tensor '{t.name}' is not mapped to a tile; hint: "
+            f"map it with graph.setTileMapping first"
+        )
+    if tiles.size and int(tiles.min()) < 0:
+        first = int(np.flatnonzero(tiles < 0)[0])
+        raise GraphError(
+            f"{what}: element {first} of tensor '{t.name}' is mapped to a tile outside "
+            f"this virtual graph's tiles; hint: map it to one of the graph's "
+            f"{graph.getTarget().getNumTiles()} tiles"
+        )
+    return np.array(tiles, np.int64)
+
+
+def _outcome(fn, *args):
+    try:
+        return np.asarray(fn(*args)).tolist()
+    except GraphError as e:
+        return str(e)
+
+
+def _cases():
+    rng = np.random.default_rng(31)
+    top = Graph(IPUModel("ipu2").createDevice().getTarget())
+    sub = top.createVirtualGraph(8, 24)
+    cases = []
+    for n in (0, 1, 7, 300):
+        for how in ("all", "unmapped", "outside", "both"):
+            v = top.addVariable(FLOAT, [n], f"v{n}{how}")
+            tiles = rng.integers(8, 24, n)
+            if n and how in ("outside", "both"):
+                tiles[rng.integers(0, n, 1 + n // 10)] = rng.integers(30, 40)
+            keep = np.ones(n, bool)
+            if n and how in ("unmapped", "both"):
+                keep[rng.integers(0, n, 1 + n // 10)] = False
+            idx = np.flatnonzero(keep)
+            top.mapElements(v.elements(idx), tiles[idx])
+            view = v if n < 2 else v.elements(rng.permutation(n))
+            cases += [(top, v), (sub, v), (top, view), (sub, view)]
+    return cases
+
+
+@pytest.mark.parametrize("k", range(64))
+def test_helpers_match_their_former_forms(k: int) -> None:
+    graph, t = _cases()[k]
+    for new, old in ((element_tiles, _old_element_tiles), (local_tiles, _old_local_tiles)):
+        assert _outcome(new, graph, t, "op") == _outcome(old, graph, t, "op")
+
+
+def test_element_tiles_are_a_new_array_each_call() -> None:
+    top = Graph(IPUModel("ipu2").createDevice().getTarget())
+    sub = top.createVirtualGraph(8, 24)
+    v = top.addVariable(FLOAT, [40], "v")
+    top.mapElements(v, np.arange(40) % 16 + 8)
+    unmapped_type = top.addVariable(FLOAT, [3], "w")  # mapped nowhere yet
+    for graph in (top, sub):
+        for t in (v, v.reshape([5, 8]).dimShuffle([1, 0]), v[3:9]):
+            first = graph.elementTiles(t)
+            expected = first.copy()
+            first[...] = 99
+            np.testing.assert_array_equal(graph.elementTiles(t), expected)
+            assert local_tiles(graph, t, "op").dtype == np.int64
+    first = top.elementTiles(unmapped_type)
+    first[...] = 5
+    assert (top.elementTiles(unmapped_type) == -1).all()
