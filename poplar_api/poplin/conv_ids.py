@@ -23,7 +23,7 @@ import numpy as np
 
 from poplar_api.popops.layout import first_rows
 
-__all__ = ["SeparableIds", "first_rows", "piece_positions", "separable_ids"]
+__all__ = ["SeparableIds", "column_terms", "first_rows", "piece_positions", "separable_ids"]
 
 _NONE = np.zeros(0, np.int64)
 
@@ -84,10 +84,14 @@ class SeparableIds:
             return []
         if rel.shape[0] == 0:
             return [(np.arange(index.shape[0]), np.zeros(index.shape[0], np.int64), _NONE)]
-        ext = rel.max(0) + 1
-        if (index.min(0) < 0).any() or (rel.min(0) < 0).any():
+        # each column's bounds, and the terms of the tables that keep one step: one
+        # pass over each
+        rel_lo, rel_hi, pattern = column_terms(rel, self.steps)
+        index_lo, index_hi, bases = column_terms(index, self.steps)
+        ext = rel_hi + 1
+        if (index_lo < 0).any() or (rel_lo < 0).any():
             return None
-        if (index.max(0) + ext > self.size).any():
+        if (index_hi + ext > self.size).any():
             return None
         # per dimension, blocks whose tables read the same from their first index on
         # share a class (all of them on a table that keeps one step)
@@ -105,8 +109,7 @@ class SeparableIds:
                 np.int64,
             )
             classes[:, c] = of_start[inverse.reshape(-1)]
-        bases = index @ self.steps + self.first
-        pattern = rel @ self.steps  # the terms of the tables that keep one step
+        bases += self.first
         for d in odd:  # (its entry 0 is in ``first`` already: the first table's holds it)
             table = self.tables[d]
             bases += table[index[:, d]] - table[0] - index[:, d] * self.steps[d]
@@ -129,6 +132,38 @@ class SeparableIds:
             table = self.tables[d]
             out += table[at[d] + rel[:, d]] - table[at[d]]
         return out
+
+
+def column_terms(rows: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each column's least and greatest entry of the 2-D int array ``rows`` (at least
+    one row) and each row's sum of its entries times ``steps`` (one per column), as
+    int64: ``rows.min(0), rows.max(0), rows @ steps`` in one compiled pass. numpy
+    reduces a tall array of a few columns (a block pattern's positions) along its
+    rows some ten times slower per entry than the same entries in one dimension (its
+    inner loop runs over the few columns), and its integer ``@`` is no faster."""
+    rows = np.ascontiguousarray(rows, np.int64)
+    if rows.flags.writeable:  # (one compiled form: read-only, C-contiguous int64)
+        rows = rows.view()
+        rows.flags.writeable = False
+    steps = np.ascontiguousarray(steps, np.int64)
+    lo, hi = rows[0].copy(), rows[0].copy()
+    dot = np.empty(rows.shape[0], np.int64)
+    _column_terms(rows, steps, lo, hi, dot)
+    return lo, hi, dot
+
+
+@numba.njit(cache=True, nogil=True)
+def _column_terms(rows, steps, lo, hi, dot):  # pragma: no cover - compiled
+    for i in range(rows.shape[0]):
+        total = np.int64(0)
+        for j in range(rows.shape[1]):
+            v = rows[i, j]
+            total += v * steps[j]
+            if v < lo[j]:
+                lo[j] = v
+            elif v > hi[j]:
+                hi[j] = v
+        dot[i] = total
 
 
 def piece_positions(pieces: Pieces) -> np.ndarray:
