@@ -211,29 +211,30 @@ class ImageField:
                 found.append(ImageAccess(shape, index=read_only(index)))
         return found
 
-    def _view(self, acc: ImageAccess, writeable: bool) -> np.ndarray:
-        """The view of ``acc`` in every replica, made once per access and kind: the
+    def _view(self, acc: ImageAccess, writeable: bool, first: bool = False) -> np.ndarray:
+        """The view of ``acc`` in every replica (with ``first``, replica 0's for every
+        replica: a stride of 0 on the replicas), made once per access and kind: the
         images are never reallocated, and a kernel reads the same accesses (kept with
         its plan) on every run, where making a view costs some microseconds of Python."""
         views = self.__dict__.get("_views")
         if views is None:  # (frozen: the cache is set through object.__setattr__)
             views = {}
             object.__setattr__(self, "_views", views)
-        hit = views.get((id(acc), writeable))
+        hit = views.get((id(acc), writeable, first))
         if hit is not None and hit[0] is acc:
             return hit[1]
-        view = self._new_view(acc, writeable)
+        view = self._new_view(acc, writeable, first)
         if len(views) >= VIEWS_KEPT:  # (accesses of plans not kept are new each run)
             views.clear()
-        views[id(acc), writeable] = (acc, view)
+        views[id(acc), writeable, first] = (acc, view)
         return view
 
-    def _new_view(self, acc: ImageAccess, writeable: bool) -> np.ndarray:
+    def _new_view(self, acc: ImageAccess, writeable: bool, first: bool = False) -> np.ndarray:
         typed = self.image.view(self.dtype)
         item = typed.itemsize
         assert acc.strides is not None
         shape = (self.replicas, *acc.shape)
-        strides = (typed.strides[0], *(s * item for s in acc.strides))
+        strides = (0 if first else typed.strides[0], *(s * item for s in acc.strides))
         if not typed.flags.c_contiguous:  # (rows of a wider array, say)
             return np.lib.stride_tricks.as_strided(
                 typed[0, acc.base :], shape=shape, strides=strides, writeable=writeable
@@ -255,6 +256,33 @@ class ImageField:
         raw = np.empty((self.replicas, acc.index.size), self.image.dtype)
         _take_rows(self.image, acc.index, raw)
         return self._typed(raw).reshape(self.replicas, *acc.shape)
+
+    def held_alike(self) -> bool:
+        """Whether every replica holds the same bits at every element of the field, as
+        the images' record (:attr:`alike`) knows without reading them, for the effect
+        being applied, which does not write them: then :meth:`read_first` gives the
+        values :meth:`read` gives. False with one replica or no record."""
+        return (
+            self.alike is not None
+            and self.replicas > 1
+            and self.alike.holds(self.image.dtype.itemsize, self.ids)
+        )
+
+    def read_first(self, acc: ImageAccess) -> np.ndarray:
+        """:meth:`read` of a field every replica holds alike (:meth:`held_alike`): replica
+        0's elements of ``acc`` seen as every replica's (``[replicas, *acc.shape]``, read
+        only, a stride of 0 on the replicas), so that a kernel reads one copy of them,
+        not one per replica."""
+        shape = (self.replicas, *acc.shape)
+        if acc.strides is not None:
+            view = self._view(acc, False, first=True)
+            if view.dtype == self.kernel_dtype:
+                return view
+            return np.broadcast_to(view[:1].astype(self.kernel_dtype), shape)
+        assert acc.index is not None
+        raw = np.empty((1, acc.index.size), self.image.dtype)
+        _take_rows(self.image[:1], acc.index, raw)
+        return np.broadcast_to(self._typed(raw).reshape(1, *acc.shape), shape)
 
     def store_view(self, acc: ImageAccess, distinct: bool) -> np.ndarray | None:
         """A writeable view of the elements of ``acc`` in every replica

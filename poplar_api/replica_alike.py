@@ -104,19 +104,37 @@ def compute_set_writes(table: Any) -> EffectWrites:
 class _Resolved:
     """An :class:`EffectWrites` as block numbers, per element size."""
 
-    __slots__ = ("alike", "full", "reads", "touched", "whole")
+    __slots__ = ("_writing", "alike", "full", "reads", "touched", "whole")
 
     def __init__(self, record: AlikeRecord, w: EffectWrites) -> None:
         self.touched: list[tuple[np.ndarray, np.ndarray]] = []  # (space's flags, blocks)
         self.full: list[tuple[np.ndarray, np.ndarray]] = []
         self.reads: list[tuple[np.ndarray, np.ndarray]] | None = None
         self.whole, self.alike = w.whole, w.alike
+        #: blocks arrays asked about by :meth:`writes_any`, by identity: ``(flags,
+        #: blocks, answer)``
+        self._writing: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bool]] = {}
         for size, ids in w.writes():
             touched, full = record._blocks(size, ids, covered=True)
             self.touched.append((record.flags[size], touched))
             self.full.append((record.flags[size], full))
         if w.reads is not None:
             self.reads = [(record.flags[s], record._blocks(s, ids)[0]) for s, ids in w.reads()]
+
+    def writes_any(self, flags: np.ndarray, blocks: np.ndarray) -> bool:
+        """Whether the effect writes any of ``blocks`` of the space whose flags are
+        ``flags``. What an effect writes does not change from run to run, nor does a
+        blocks array :meth:`AlikeRecord.holds` keeps, so the answer is found once per
+        array (kernels ask about the same ids on every run)."""
+        key = (id(flags), id(blocks))
+        hit = self._writing.get(key)
+        if hit is not None and hit[0] is flags and hit[1] is blocks:
+            return hit[2]
+        answer = any(f is flags and bool(np.isin(blocks, b).any()) for f, b in self.touched)
+        if len(self._writing) >= KEPT:
+            self._writing.clear()
+        self._writing[key] = (flags, blocks, answer)
+        return answer
 
 
 class _Unknown(Exception):
@@ -296,8 +314,7 @@ class AlikeRecord:
             return True
         if effect is None:  # an effect that was not described: it may write them
             return False
-        flags = self.flags[size]
-        return not any(f is flags and np.isin(blocks, b).any() for f, b in effect.touched)
+        return not effect.writes_any(self.flags[size], blocks)
 
 
 def _below(begin: np.ndarray, end: np.ndarray, length: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -383,3 +383,24 @@ def test_an_effect_whose_writes_cannot_be_placed_clears_everything():
         record.begin(0 if writes[0][1] is None else 1, EffectWrites(lambda w=writes: w))
         record.end(True)
         assert not record.flags[4].any()
+
+
+def test_what_an_effect_writes_is_compared_once_per_ids(monkeypatch):
+    """Whether the effect being applied writes the blocks asked about is found once per
+    effect and ids array (kernels ask about the same ids on every run), and is that
+    effect's answer, not another's."""
+    record = AlikeRecord({4: (100, [0, 10, 30, 60])})
+    ids = np.arange(10, 12)  # in block 1
+    writes_1 = EffectWrites(lambda: [(4, range(10, 30))], alike=True)  # block 1 whole
+    writes_2 = EffectWrites(lambda: [(4, range(30, 60))], alike=True)  # block 2 whole
+    compared = []
+    real = np.isin
+    monkeypatch.setattr(np, "isin", lambda *a, **k: compared.append(1) or real(*a, **k))
+    for _ in range(3):
+        record.begin(1, writes_1)
+        assert not record.holds(4, ids) and record.holds(4, ids, in_place=True)
+        record.end(True)
+        record.begin(2, writes_2)
+        assert record.holds(4, ids)
+        record.end(True)
+    assert len(compared) == 2

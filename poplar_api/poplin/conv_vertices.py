@@ -466,6 +466,12 @@ def _run_class(fields: tuple[FieldBatch, ...], members: np.ndarray, first: int) 
     return True
 
 
+#: Whether :func:`_run_in_place` reads an operand every replica holds alike in replica
+#: 0 only (``ImageField.held_alike``; a switch for tests comparing it with the path
+#: that reads every replica's copy).
+SHARED_OPERANDS = True
+
+
 def _run_in_place(fields: tuple[Any, ...], num_vertices: int) -> bool:
     """Run a batch whose fields lie in every replica's image (:class:`ImageField`, the
     layout replica 0's): classes planned on replica 0 (:func:`_plan`), each class's
@@ -494,9 +500,13 @@ def _run_in_place(fields: tuple[Any, ...], num_vertices: int) -> bool:
     shapes = _shapes(first, classes)
     if any(geo is None for geo in shapes):
         return False
+    # an operand every replica holds alike (a layer's weights, updated alike) is read
+    # in replica 0 only, for every replica: one copy of it passes through the caches
+    x_first, w_first = (SHARED_OPERANDS and f.held_alike() for f in (a, b))
     for geo, pieces in zip(shapes, _accesses(fields, classes, shapes), strict=True):
         for ax, bx, cx, distinct, apart in pieces:
-            x, w = a.read(ax), b.read(bx)
+            x = a.read_first(ax) if x_first else a.read(ax)
+            w = b.read_first(bx) if w_first else b.read(bx)
             view = c.store_view(cx, distinct) if apart else None  # (else: read first)
             if view is not None and chain_products(x, w, geo, view) is not None:
                 continue  # stored where the partials lie
