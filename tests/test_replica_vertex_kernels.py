@@ -370,3 +370,19 @@ def test_an_update_of_one_block_is_the_update_through_ids(subtract):
     want = image.copy()
     want[:, a_ids] = want[:, a_ids] - prod if subtract else want[:, a_ids] + prod
     assert block.tobytes() == want.tobytes()
+
+
+def test_whether_b_is_apart_from_a_is_found_once_per_pair_of_arrays(monkeypatch):
+    """An in-place update asks whether B's ids are apart from A's on every run, of the
+    same arrays: the answer is found once per pair, and is that pair's."""
+    a = np.arange(10, 20)
+    overlapping, beyond, between = np.arange(15, 25), np.arange(30, 40), np.array([5, 25, 50])
+    compared = []
+    real = np.isin
+    monkeypatch.setattr(np, "isin", lambda *x, **k: compared.append(1) or real(*x, **k))
+    for _ in range(3):
+        assert not vertices._apart(a, overlapping)
+        assert vertices._apart(a, beyond)  # spans apart: no ids compared
+        assert vertices._apart(a, between)
+        assert not vertices._apart(overlapping, a)
+    assert len(compared) == 3
