@@ -91,6 +91,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.errors import GraphError
+from poplar_api.poplin.conv_closed_forms import AMP, HMAC, OUTER, VMAC, closed_forms
 from poplar_api.poplin.conv_kernel_split import kernel_block_tiles
 from poplar_api.poplin.conv_options import parse_options
 from poplar_api.poplin.conv_params import ConvParams
@@ -98,12 +99,6 @@ from poplar_api.poplin.conv_splits import enumerate_splits as _enumerate
 from poplar_api.poplin.conv_splits import kept_dim_maps
 from poplar_api.poplin.conv_splits import windows as _windows
 from poplar_api.poplin.conv_transform import MATMUL_PASSES, transform_estimates
-from poplar_api.poplin.estimators import (
-    exchange_cycles,
-    outer_product_cycles,
-    reduce_add_cycles,
-    single_input_reduce,
-)
 from poplar_api.poplin.serial_estimates import serial_options, serial_terms, split_params
 from poplar_api.types import FLOAT, HALF, Type
 
@@ -419,79 +414,30 @@ def _candidates(
         options = [np.unique(b, return_inverse=True) for b in blocks]
     # the input window of each distinct field block, then of every split
     wins = [_windows(maps, options[2 + d][0], d)[options[2 + d][1]] for d in range(nd)]
-    used = _product(parts) * kernel_split
-    bg, bb = blocks[0], blocks[1]
-    bo = blocks[2 : 2 + nd]
-    bco, bci = blocks[-2], blocks[-1]
-    pco, pci = parts[-2], parts[-1]
-    p_field = _product(parts[1 : 2 + nd])  # batch x field parts
-    positions = bb * _product(bo)
-    window = bb * _product(wins)
-    kpos = int(np.prod(params.kernelShape))
-    in_elems = bg * window * bci
-    w_elems = bg * bco * bci * kpos
-    owned_in = bg * bci * params.batchSize * int(np.prod(params.inputFieldShape))
-    owned_in = owned_in // np.maximum(p_field, 1) // (pco * kernel_split)
-    recv = isz * (np.maximum(in_elems - owned_in, 0) + w_elems - w_elems // p_field)
-    exchange = exchange_cycles(recv, target.getExchangeBytesPerCycle()) + PHASE_OVERHEAD_CYCLES
-    rows = -(-positions // workers)
-    if method == "AMP":
-        core = 8 if in_t == FLOAT else 4
-        nig, nog = -(-bci // icg), -(-bco // ocg)
-        compute = 50 + bg * nig * nog * kpos * (62 + workers * (20 + rows * core))
-    elif method == OUTER_PRODUCT:
-        # addPartialCalcCycleEstimate's outer product: one worker's share of the field
-        # (ceil(field / workers)) over the block's padded channels, times the workers
-        chans = bg * -(-bco // ocg) * ocg
-        op = outer_product_cycles(
-            in_t == FLOAT, -(-positions // workers), chans, np.full(chans.shape, ocg)
-        )
-        compute = workers * op
-    elif method == "VMAC":
-        # per group of cgpg conv groups: supervisor 100, and per kernel position a worker
-        # pass of 10 + 3 cycles per field position and 8 conv groups (the VMAC loop)
-        ngg = -(-bg // cgpg)
-        compute = 100 + ngg * kpos * workers * (10 + rows * 3 * max(cgpg // 8, 1))
-    else:
-        vw = target.getVectorWidth(in_t)
-        compute = 50 + bg * kpos * workers * (16 + rows * (7 + bco * (2 + -(-bci // vw))))
-    pci = pci * kernel_split  # (the partials' parts: input channels x kernel)
-    reduce_needed = (pci > 1) | (partials != out_t)
-    chunk = -(-(bg * positions * bco) // pci)
-    red_recv = (pci - 1) * chunk * psz
-    # the ReduceAdd variant as Poplibs' estimateReduceCycles picks it (one stage,
-    # PerformanceEstimation.hpp at 7eac0f26): single input when the chunk allows
-    # it, and then one partial fewer is read through the exchanged region
-    single = single_input_reduce(chunk, pci, psz, int(target.config.memory.bank_bytes),
-                                 target.getBytesPerTile(), fast)  # fmt: skip
-    red_vertex = reduce_add_cycles(pci - single, chunk, psz, osz, workers,
-                                   single_input=single, constrain_partials=fast)  # fmt: skip
-    reduce = np.where(
-        reduce_needed,
-        exchange_cycles(red_recv, target.getExchangeBytesPerCycle())
-        + PHASE_OVERHEAD_CYCLES
-        + red_vertex,
-        0,
-    )
-    # without an input-channel split the partials are only cast (popops cast, on the
-    # tile that wrote them), costed as Poplibs' planner does: ``estimateCastCycles``
-    # (lib/poplin/PerformanceEstimation.hpp at 7eac0f26), the larger of the partials'
-    # loads and the outputs' stores per worker, plus 26 cycles, times the workers
-    cast_only = (pci == 1) & (partials != out_t)
-    per_worker = -(-chunk // workers)
-    pvw, ovw = target.getVectorWidth(partials), target.getVectorWidth(out_t)
-    cast = workers * (np.maximum(-(-per_worker // pvw), -(-per_worker // ovw)) + 26)
-    reduce = np.where(cast_only, PHASE_OVERHEAD_CYCLES + cast, reduce)
-    # temporary memory, as availableMemoryProportion bounds it in Poplibs
-    # (``addConvTempMemoryEstimate`` and ``totalTempBytes`` in ``addEstimates``,
-    # lib/poplin/ConvModel.cpp at 7eac0f26): the tile's input window and weights block
-    # (its own copies, whether or not some elements were already there) and its
-    # partials, in the vertex output type; the reduction's temporary bytes (the partials
-    # of the outputs a tile reduces) are the larger of it and the convolution's, and are
-    # no larger; the operands' and the output's own storage is not part of it
-    memory = isz * (in_elems + w_elems) + psz * bg * positions * bco
+    # the closed forms (the module docstring) of every split in one compiled pass; the
+    # reduction is Poplibs' ReduceAdd as estimateReduceCycles picks its variant (one
+    # stage, PerformanceEstimation.hpp at 7eac0f26), without an input-channel split the
+    # partials' cast (popops cast on the tile that wrote them, ``estimateCastCycles``),
+    # the memory Poplibs' temporary bytes (``addConvTempMemoryEstimate`` and
+    # ``totalTempBytes`` in ``addEstimates``, lib/poplin/ConvModel.cpp at 7eac0f26): the
+    # tile's input window, weights block and partials (:mod:`.conv_closed_forms`)
+    code = {"AMP": AMP, OUTER_PRODUCT: OUTER, "VMAC": VMAC}.get(method, HMAC)
+    consts = {
+        "kernel_split": kernel_split, "kpos": int(np.prod(params.kernelShape)),
+        "in_elems": params.batchSize * int(np.prod(params.inputFieldShape)),
+        "isz": isz, "osz": osz, "psz": psz, "workers": workers,
+        "exchange_rate": target.getExchangeBytesPerCycle(), "phase": PHASE_OVERHEAD_CYCLES,
+        "icg": icg, "ocg": ocg, "cgpg": cgpg, "core": 8 if in_t == FLOAT else 4,
+        "vw": target.getVectorWidth(in_t), "cast": partials != out_t,
+        "bank": int(target.config.memory.bank_bytes), "tile_bytes": target.getBytesPerTile(),
+        "fast": fast, "pvw": target.getVectorWidth(partials),
+        "ovw": target.getVectorWidth(out_t), "is_float": in_t == FLOAT,
+    }  # fmt: skip
+    p2, b2 = np.array(parts, np.int64), np.array(blocks, np.int64)
+    w2 = np.array(wins, np.int64).reshape(nd, p2.shape[1])
+    used, compute, exchange, reduce, memory = closed_forms(code, p2, b2, w2, consts)
     return {
-        "parts": _rows(parts), "blocks": _rows(blocks),
+        "parts": p2.T, "blocks": b2.T,
         "used": used, "compute": compute, "exchange": exchange, "reduce": reduce,
         "total": compute + exchange + reduce, "memory": memory,
         "icg": np.full(used.size, icg), "ocg": np.full(used.size, ocg),
@@ -499,23 +445,9 @@ def _candidates(
     }  # fmt: skip
 
 
-def _product(columns: list[np.ndarray]) -> np.ndarray:
-    """The element-wise product of equal-length integer ``columns`` (that of
-    ``np.prod(np.stack(columns), axis=0)``, without stacking them)."""
-    out = columns[0].astype(np.int64)
-    for c in columns[1:]:
-        out = out * c
-    return out
-
-
-def _rows(columns: list[np.ndarray]) -> np.ndarray:
-    """``(n, len(columns))``: the columns side by side (``np.stack(columns, axis=1)``'s
-    values, laid out column after column: made and joined without strided copies)."""
-    return np.array(columns).T
-
-
 def _join(arrays: list[np.ndarray]) -> np.ndarray:
-    """The candidates of ``arrays`` one after another (split rows: :func:`_rows`)."""
+    """The candidates of ``arrays`` one after another (split rows: the transposed
+    ``int64[dims, n]`` arrays of :func:`_candidates`, laid out column after column)."""
     if arrays[0].ndim == 2:
         return np.concatenate([a.T for a in arrays], axis=1).T
     return np.concatenate(arrays)
