@@ -67,9 +67,7 @@ from typing import Any
 import numpy as np
 
 from poplar_api.poplin.conv_params import ConvParams
-from poplar_api.poplin.poplibs_amp_estimates import (
-    amp_padding_estimate,
-)
+from poplar_api.poplin.estimators import EXCHANGE_SCALE
 from poplar_api.poplin.poplibs_conv2d_model import SPLITS, _input_range, uncovered
 from poplar_api.poplin.poplibs_conv2d_model import _partitions as _family_partitions
 from poplar_api.poplin.poplibs_float_candidates import (
@@ -89,11 +87,12 @@ from poplar_api.poplin.poplibs_float_partials import (
     _LEAST_VERTEX,
     _inner_kernel_floor,
     _iteration_floor,
-    _nx1_floor,
+    _nx1_floor_terms,
     _partial,
     _vertex_floor,
     _vertex_name,
 )
+from poplar_api.poplin.poplibs_float_terms import ROWS, partition_terms
 from poplar_api.poplin.poplibs_matmul_model import (
     _exchange,
     _per_depth,
@@ -201,88 +200,19 @@ def form_costs(
     units, icg, ocg = vertex
     height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
     size, workers = FLOAT.size, target.getNumWorkerContexts()
-    out_shape = [int(x) for x in params.getOutputFieldShape()]
     kernel = [int(x) for x in params.kernelShape]
     ci, co = params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup
     if chans is not None:
         ci, co = chans
-    ci_g, co_g = -(-ci // icg), -(-co // ocg)
-    bs, fh, fw = splits["batchSplit"], splits["fieldSplit[0]"], splits["fieldSplit[1]"]
-    ks = splits["kernelSplit[0]"]
-    po, pi = splits["outChanSplit.parallel"], splits["inChanSplit.parallel"]
-    bt = -(-params.batchSize // bs)
-    ht, wt = -(-out_shape[0] // fh), -(-out_shape[1] // fw)
-    kh = -(-kernel[0] // ks)
-    cit, cot = -(-ci_g // pi) * icg, -(-co_g // po) * ocg
-    used = bs * fh * fw * ks * po * pi
-    # exchange
-    inputs = _input_range(ht, kh, 0, params) * _input_range(wt, kernel[1], 1, params) * bt * cit
-    weights = kh * kernel[1] * cit * cot
-    outputs = ht * wt * bt * cot
-    share = target.getTilesPerSharedExchangeBus()
-    mult = np.where((share > 1) & (po % share == 0), 2, 1)
-    x_in = _exchange(inputs - inputs // po, size, target, mult) * (not floor)
-    x_w = _exchange(weights - weights // (fh * fw * bs), size, target)
-    depth = ks * pi
-    x_p = _exchange(outputs, size, target)
-    # the transforms of the whole convolution (addTransformCycleEstimate)
-    memcpy, xbpc = target.getDataPathWidth() // 8, target.getExchangeBytesPerCycle()
-    pad_in, pad_out = _padded(ci, icg), _padded(co, ocg)
-    zero = np.zeros(used.shape, np.int64)
-
-    def copy(b: np.ndarray, rate: int, f: int) -> np.ndarray:
-        return -(-(b * 5) // (rate * f))
-
-    def xch(b: np.ndarray) -> np.ndarray:
-        return np.ceil(b / xbpc).astype(np.int64)
-
-    whole_in = (int(_input_range(out_shape[0], kernel[0], 0, params))
-                * int(_input_range(out_shape[1], kernel[1], 1, params)))  # fmt: skip
-    f_io = _scale(ci * co)
-    tr_in = tr_w = tr_out = zero
-    in_b = w_b = out_b = zero
-    if rearrange[0] or (pad_in and not floor):  # rearrangeInput
-        in_b = -(-(whole_in * params.batchSize * ci_g * icg * size) // used)
-        tr_in = copy(in_b, min(memcpy, size), f_io) + xch(in_b)
-    if rearrange[1] or pad_in or pad_out:  # rearrangeWeights
-        w_b = -(-(kernel[0] * kernel[1] * ci_g * icg * co_g * ocg * size) // used)
-        tr_w = copy(w_b, min(memcpy, size), f_io) + xch(w_b)
-    if rearrange[2] or pad_out or ocg != FLOAT_WEIGHTS_PER_CONV_UNIT:  # rearrange, regroup
-        n_out = params.batchSize * out_shape[0] * out_shape[1] * co_g * ocg
-        out_b = -(-n_out // used) * size
-        if rearrange[2] or pad_out:
-            tr_out = copy(out_b, min(memcpy, size), _scale(co)) + xch(out_b)
-        else:
-            tr_out = copy(out_b, min(memcpy, ocg * size), _scale(co))
-    # the kernel's outer dimension padded to the weight height (a floor leaves it out)
-    pad = pad_bytes = zero
-    if not floor:
-        pad, pad_bytes = amp_padding_estimate(
-            height, kernel[0], ks, 1, [kh, kernel[1]], [ht, wt], bt, cit, cot, 1, size,
-            target.getExchangeBytesPerCycle(), mult,
-        )  # fmt: skip
-        pad, pad_bytes = np.broadcast_to(pad, used.shape), np.broadcast_to(pad_bytes, used.shape)
-    red_out = -(-outputs // depth)
-    terms = {"input exchange": x_in, "weight exchange": x_w, "partials exchange": x_p,
-             "later stages exchange": zero, "input transform": tr_in,
-             "weight transform": tr_w, "output transform": tr_out, "padding": pad,
-             "reduce": zero}  # fmt: skip
-    for key in skip:
-        terms[key] = zero
+    rows = _partition_rows(params, target, vertex, splits, rearrange, floor, skip, ci, co)
+    n = len(rows["used"])
+    used, depth, outputs, red_out = rows["used"], rows["depth"], rows["outputs"], rows["red_out"]
+    bt, ht, wt, kh, cit, cot = (rows[k] for k in ("bt", "ht", "wt", "kh", "cit", "cot"))
+    least, temp, rate_macs = rows["least"], rows["bytes"], rows["rate_macs"]
+    zero = np.zeros(n, np.int64)
+    terms = {k: rows[k] for k in _TERMS}
+    terms.update({"later stages exchange": zero, "reduce": zero})
     rest0 = sum(terms.values())
-    # the partial sums, at least the padded MACs over the AMP's rate and the used tiles
-    padded_macs = (params.batchSize * out_shape[0] * out_shape[1] * kernel[0] * kernel[1]
-                   * ci_g * icg * co_g * ocg)  # fmt: skip
-    rate_macs = padded_macs // (units * FLOAT_LOAD_ELEMS)
-    least = np.broadcast_to(-(-rate_macs // used), used.shape)
-    # (a ConvPartialnx1 tile's partial sums at least _nx1_floor too)
-    nx1 = _nx1_floor(vertex, bt * ht * wt, kh, kernel[1], cit, cot, workers)
-    one = (height == 1) & (params.batchSize == 1) & (kh == 1) & (kernel[1] == 1) & (ht == 1)
-    least = np.where(one, least, np.maximum(least, nx1))
-    conv = size * (inputs + weights + outputs) + pad_bytes
-    red_bytes = np.where(depth > 1, red_out * depth * size, 0)
-    temp = np.maximum.reduce([2 * np.maximum.reduce([in_b, w_b, out_b]), conv, red_bytes])
-    temp = np.broadcast_to(temp, used.shape)
     # the reduction (no cast) and its later stages' exchange, and the partial sums, are
     # computed only where needed (a skipped term is not computed)
     later_t, reduce_t, compute = zero.copy(), zero.copy(), least.copy()
@@ -333,7 +263,7 @@ def form_costs(
         first = first if limit is None else first[cycles <= limit]
         estimate_at(first)
         exact = (rest0 + later_t + reduce_t + compute)[first]
-        good = rate_macs <= used[first] * compute[first]
+        good = rate_macs[first] <= used[first] * compute[first]
         if limit is not None:
             good &= exact <= limit
         if good.any():
@@ -350,6 +280,52 @@ def form_costs(
     return {"cycles": rest + compute, "bytes": temp, "ok": ok, **terms}
 
 
+def _partition_rows(
+    params: ConvParams, target: Any, vertex: tuple[int, int, int], splits: dict[str, np.ndarray],
+    rearrange: tuple[bool, bool, bool], floor: bool, skip: tuple[str, ...], ci: Any, co: Any,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """The terms every partition of :func:`form_costs` has, by the names of
+    :data:`~.poplibs_float_terms.ROWS`, in one compiled pass
+    (:func:`~.poplibs_float_terms.partition_terms`): the exchanges, the transforms of the
+    whole convolution (``addTransformCycleEstimate``), the kernel's outer dimension padded
+    to the weight height (a floor leaves it and the input's exchange out), the least
+    partial sums (the padded MACs over the AMP's rate and the used tiles, and a
+    ``ConvPartialnx1`` tile's at least :func:`_nx1_floor`) and the temporary bytes;
+    ``ci``, ``co`` the channels (ints, or arrays of one a partition)."""
+    units, icg, ocg = vertex
+    height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
+    size, workers = FLOAT.size, target.getNumWorkerContexts()
+    out_shape = [int(x) for x in params.getOutputFieldShape()]
+    kernel = [int(x) for x in params.kernelShape]
+    n = len(splits["batchSplit"])
+    pad_in, pad_out = _padded(ci, icg), _padded(co, ocg)
+    whole_in = (int(_input_range(out_shape[0], kernel[0], 0, params))
+                * int(_input_range(out_shape[1], kernel[1], 1, params)))  # fmt: skip
+    _, passes, innermost, fixed = _nx1_floor_terms(vertex, workers)
+    scaled = max(1, round(float(target.getExchangeBytesPerCycle()) * EXCHANGE_SCALE))
+    consts = np.array([
+        units, icg, ocg, height, size, workers, params.batchSize, *out_shape, *kernel,
+        *[int(x) for x in params.inputFieldShape], target.getTilesPerSharedExchangeBus(),
+        scaled, floor, target.getDataPathWidth() // 8, rearrange[0] or (pad_in and not floor),
+        rearrange[1] or pad_in or pad_out,
+        rearrange[2] or pad_out or ocg != FLOAT_WEIGHTS_PER_CONV_UNIT, rearrange[2] or pad_out,
+        whole_in, *[k in skip for k in _TERMS], passes, innermost, fixed, FLOAT_LOAD_ELEMS,
+    ], np.int64)  # fmt: skip
+    chan_rows = np.empty((2, n), np.int64)
+    chan_rows[0], chan_rows[1] = ci, co
+    split_rows = np.array([splits[k] for k in _TERM_SPLITS], np.int64).reshape(6, n)
+    computed = partition_terms(split_rows, chan_rows, consts, target.getExchangeBytesPerCycle())
+    return dict(zip(ROWS, computed, strict=True))
+
+
+#: The terms :func:`~.poplibs_float_terms.partition_terms` computes that a
+#: :func:`form_costs` caller may skip, in the order it takes them.
+_TERMS = ("input exchange", "weight exchange", "partials exchange", "input transform",
+          "weight transform", "output transform", "padding")  # fmt: skip
+#: The splits of a partition, in the order :func:`~.poplibs_float_terms.partition_terms`
+#: takes them.
+_TERM_SPLITS = ("batchSplit", "fieldSplit[0]", "fieldSplit[1]", "kernelSplit[0]",
+                "outChanSplit.parallel", "inChanSplit.parallel")  # fmt: skip
 #: The partitions :func:`form_costs` with ``bound`` costs first (of the least lower bounds).
 _FIRST = 64
 

@@ -68,18 +68,25 @@ def _nx1_floor(vertex: tuple[int, int, int], positions: np.ndarray, kh: np.ndarr
     the ``P`` positions, and ``getConvPartialnx1WorkerCycles`` (FLOAT) charges 17 plus,
     per worklist entry of ``n`` positions, ``3 - 9`` and 17, 33, 44 or ``45 + 8 (n - 3)``
     for ``n`` 0, 1, 2 or more, each at least ``8 n``."""
-    units, icg, ocg = vertex
-    height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
-    passes = ocg // units
-    load = _NX1_FILTER_HEIGHT_LOAD.get(height, _NX1_FILTER_HEIGHT_LOAD_PER_ROW * height)
-    innermost = amp_weight_load_cycles(FLOAT_WEIGHTS_PER_CONV_UNIT * FLOAT.size, units,
-                                       COEFF_LOAD_BYTES_PER_CYCLE, height) + load + 3  # fmt: skip
+    _, icg, ocg = vertex
+    height, passes, innermost, fixed = _nx1_floor_terms(vertex, workers)
     outer = -(-kh // height)
     slowest = workers * (17 + 8 * -(-positions // workers))
     inner = outer * (14 + kw * (12 + passes * innermost)) + outer * kw * passes * slowest
     ig, og = cit // icg, cot // ocg
-    fixed = _NX1_OVERHEAD + 2 * workers * _NX1_RETENTION_SAVINGS + 1 + 16
     return fixed + og * 17 + (og - 1) * 6 + 1 + ig * (14 + og * (14 + inner))
+
+
+def _nx1_floor_terms(vertex: tuple[int, int, int], workers: int) -> tuple[int, int, int, int]:
+    """:func:`_nx1_floor`'s terms of the candidate ``vertex``: ``(weight height, passes
+    over the partial channels, cycles of an innermost pass, the fixed overhead)``."""
+    units, icg, ocg = vertex
+    height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
+    load = _NX1_FILTER_HEIGHT_LOAD.get(height, _NX1_FILTER_HEIGHT_LOAD_PER_ROW * height)
+    innermost = amp_weight_load_cycles(FLOAT_WEIGHTS_PER_CONV_UNIT * FLOAT.size, units,
+                                       COEFF_LOAD_BYTES_PER_CYCLE, height) + load + 3  # fmt: skip
+    fixed = _NX1_OVERHEAD + 2 * workers * _NX1_RETENTION_SAVINGS + 1 + 16
+    return height, ocg // units, int(innermost), int(fixed)
 
 
 def _vertex_name(sub: ConvParams, vertex: tuple[int, int, int], splits: dict[str, int]) -> str:
