@@ -48,18 +48,22 @@ def test_feasible_splits_are_the_full_product_under_the_tile_count() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    "kernel,kwargs",
     [
-        {},
-        {"stride": [2]},
-        {"paddingLower": [2], "paddingUpper": [1]},
-        {"dilation": [2]},
+        (3, {}),
+        (3, {"stride": [2]}),
+        (3, {"paddingLower": [2], "paddingUpper": [1]}),
+        (3, {"dilation": [2]}),
+        (1, {}),  # one-to-one: the block itself
+        (1, {"stride": [2]}),
+        (1, {"paddingLower": [4], "paddingUpper": [3]}),  # outputs reading only padding
+        (23, {"paddingLower": [1], "paddingUpper": [1]}),  # a weight update's kernel
     ],
 )
-def test_windows_are_the_largest_input_range_of_any_block(kwargs) -> None:
-    p = poplin.ConvParams(FLOAT, 1, [23], [3], 2, 2, **kwargs)
+def test_windows_are_the_largest_input_range_of_any_block(kernel, kwargs) -> None:
+    p = poplin.ConvParams(FLOAT, 1, [23], [kernel], 2, 2, **kwargs)
     m = dim_maps(p)[0]
-    blocks = np.array([1, 2, 3, 5, 8, m.shape[1]])
+    blocks = np.array([1, 2, 3, 5, 8, m.shape[1], m.shape[1] + 4])
     got = _windows([m], blocks, 0)
     for b, w in zip(blocks.tolist(), got.tolist(), strict=True):
         best = 0

@@ -186,22 +186,39 @@ def windows(maps: list[np.ndarray], blocks: np.ndarray, d: int) -> np.ndarray:
             f"(smallest {int(blocks.min())})"
         )
     m = maps[d]
-    n_out = m.shape[1]
-    if n_out == 0:
+    if m.shape[1] == 0:
         return np.zeros(blocks.size, np.int64)
-    valid = m >= 0
-    big = np.where(valid, m, np.iinfo(np.int64).max).min(axis=0)
-    small = np.where(valid, m, -1).max(axis=0)
-    if m.shape[0] == 1 and bool(valid.all()) and bool((np.diff(big) == 1).all()):
-        return np.minimum(blocks, n_out).astype(np.int64)  # one-to-one: the block itself
-    return _window_rows(small.astype(np.int64), big.astype(np.int64), blocks)
+    return _window_rows(np.ascontiguousarray(m, np.int64), blocks)
 
 
 @numba.njit(cache=True, nogil=True)
-def _window_rows(small, big, blocks):  # pragma: no cover - compiled
-    """:func:`windows` from each output's greatest (``small``, -1 when it reads only
-    padding) and least (``big``) input index."""
-    n_out = small.shape[0]
+def _window_rows(m, blocks):  # pragma: no cover - compiled
+    """:func:`windows` of the map ``m`` (``int64[kernel, outputs]``, -1 where an output
+    reads padding): each output's greatest (``small``, -1 when it reads only padding)
+    and least (``big``) input index, then the widest range a chunk reads; a one-to-one
+    map (one kernel index reading consecutive inputs) gives the block itself."""
+    nk, n_out = m.shape
+    small = np.full(n_out, -1, np.int64)
+    big = np.full(n_out, 9223372036854775807, np.int64)  # (int64 max)
+    every = True
+    for k in range(nk):
+        for o in range(n_out):
+            v = m[k, o]
+            if v >= 0:
+                if v > small[o]:
+                    small[o] = v
+                if v < big[o]:
+                    big[o] = v
+            else:
+                every = False
+    if nk == 1 and every:
+        steps = True
+        for o in range(1, n_out):
+            if big[o] - big[o - 1] != 1:
+                steps = False
+                break
+        if steps:  # one-to-one: the block itself
+            return np.minimum(blocks, n_out)
     out = np.zeros(blocks.shape[0], np.int64)
     for i in range(blocks.shape[0]):
         b = blocks[i]
