@@ -82,6 +82,13 @@ def _prog(prog: Any, api: str) -> Sequence:
 
 
 def _tensor(graph: Graph, t: Any, api: str, what: str) -> Tensor:
+    return _mapped(graph, t, api, what)[0]
+
+
+def _mapped(graph: Graph, t: Any, api: str, what: str) -> tuple[Tensor, np.ndarray]:
+    """``t`` checked to be a mapped tensor of ``graph``, and its elements' tiles (which
+    the op hands to :func:`plan_tiles` when ``t``, or a clone mapped like it, is the
+    tensor whose tiles it plans over: asked once, not again)."""
     if not isinstance(t, Tensor):
         raise GraphError(f"popops.{api}: {what} must be a Tensor, got {type(t).__name__}")
     if not graph.owns(t):
@@ -93,7 +100,7 @@ def _tensor(graph: Graph, t: Any, api: str, what: str) -> Tensor:
             f"popops.{api}: {what} tensor '{t.name}' is not mapped to tiles (flat element "
             f"{first} has no tile); hint: map it first, e.g. poputil.mapTensorLinearly(graph, t)"
         )
-    return t
+    return t, tiles
 
 
 def _describe(tensors: list[Tensor]) -> str:
@@ -174,10 +181,12 @@ def _execute(
     ref: Tensor,
     operands: dict[str, Any],
     plan_tile: Any,
+    tiles: np.ndarray | None = None,
 ) -> None:
-    """Add the vertices ``plan_tile(regions)`` chooses on every tile; append the Execute."""
+    """Add the vertices ``plan_tile(regions)`` chooses on every tile; append the Execute.
+    ``tiles``: ``ref``'s elements' tiles when the op has them already."""
     cs = graph.addComputeSet(name)
-    add_vertices(graph, cs, plan_tiles(graph, ref, name, plan_tile), operands)
+    add_vertices(graph, cs, plan_tiles(graph, ref, name, plan_tile, tiles), operands)
     prog.add(Execute(cs))
 
 
@@ -204,10 +213,11 @@ def binary_op(
     api = api or op.lower()
     graph, prog = _graph(graph, api), _prog(prog, api)
     opdef = BINARY_OPS[op]
-    A = _tensor(graph, A, api, "A")
+    A, a_tiles = _mapped(graph, A, api, "A")
     constant = isinstance(B, Number | np.number) and not isinstance(B, Tensor)
+    b_tiles = None
     if not constant:
-        B = _tensor(graph, B, api, "B")
+        B, b_tiles = _mapped(graph, B, api, "B")
     b_type = A.elementType() if constant else B.elementType()
     out_t = result_type(opdef, [A.elementType(), b_type], api)
     name = debugName or api
@@ -231,10 +241,13 @@ def binary_op(
             )
         _check_no_aliases(A, api)
         ref = out = A
+        out_tiles = a_tiles
     else:
         ref = A if A.shape() == shape else B
+        out_tiles = None
         if ref.shape() == shape and not _has_aliases(ref):
             out = cloneTensor(graph, ref, f"{name}/out", out_t)
+            out_tiles = a_tiles if ref is A else b_tiles  # (the clone is mapped like ref)
         else:
             # An operand broadcast (e.g. [3,1] and [1,4], or a scalar expanded to
             # the result's shape): Poplibs' createOutputForElementWiseOp skips
@@ -275,7 +288,7 @@ def binary_op(
             vx.binary_vertex(op, t, "2D", in_place),
         )
 
-    _execute(graph, prog, name, out, operands, plan)
+    _execute(graph, prog, name, out, operands, plan, out_tiles)
     return None if in_place else out
 
 
@@ -301,7 +314,7 @@ def unary_op(
     """``op(A)`` elementwise (in place into ``A`` when ``in_place``)."""
     api = api or op.lower()
     graph, prog = _graph(graph, api), _prog(prog, api)
-    A = _tensor(graph, A, api, "A")
+    A, a_tiles = _mapped(graph, A, api, "A")  # (out is A, or a clone mapped like it)
     out_t = result_type(UNARY_OPS[op], [A.elementType()], api)
     name = debugName or api
     if in_place:
@@ -323,6 +336,7 @@ def unary_op(
         out,
         operands,
         unary_plan(graph, op, A.elementType(), in_place, out_t),
+        a_tiles,
     )
     return None if in_place else out
 
@@ -501,7 +515,7 @@ def cast(graph: Graph, src: Tensor, dstType: Type, prog: Sequence, debugName: st
 def _scaled(graph, A, B, scale, prog, debugName, subtract: bool) -> None:
     api = "scaledSubtractFrom" if subtract else "scaledAddTo"
     graph, prog = _graph(graph, api), _prog(prog, api)
-    A, B = _tensor(graph, A, api, "A"), _tensor(graph, B, api, "B")
+    (A, a_tiles), B = _mapped(graph, A, api, "A"), _tensor(graph, B, api, "B")
     t = A.elementType()
     if B.elementType() != t or t not in _SCALED_TYPES:
         raise TypeMismatchError(
@@ -536,7 +550,7 @@ def _scaled(graph, A, B, scale, prog, debugName, subtract: bool) -> None:
     # grouping when the two differ (popops::rearrange::regroupIfBeneficial).
     B = regroupIfBeneficial(graph, B, A, prog, f"{name}/regroup")
     operands = {"A": _elem(A, A.shape(), A.name), "B": _elem(B, A.shape(), B.name), "scaleB": s}
-    _execute(graph, prog, name, A, operands, scaled_plan(graph, t, subtract))
+    _execute(graph, prog, name, A, operands, scaled_plan(graph, t, subtract), a_tiles)
 
 
 def scaledAddTo(

@@ -221,9 +221,13 @@ def _region_starts(ids, tiles, order, starts):  # pragma: no cover - compiled
     return count
 
 
-def _checked_tiles(graph: Graph, ref: Tensor, api: str) -> np.ndarray:
-    """The tile of every element of ``ref``, all mapped and in the graph."""
-    tiles = graph.elementTiles(ref)
+def _checked_tiles(
+    graph: Graph, ref: Tensor, api: str, tiles: np.ndarray | None = None
+) -> np.ndarray:
+    """The tile of every element of ``ref`` (``tiles`` when given), all mapped and in
+    the graph."""
+    if tiles is None:
+        tiles = graph.elementTiles(ref)
     if not tiles.size or int(tiles.min()) >= 0:  # (one pass where all is well)
         return tiles
     if (tiles == UNMAPPED).any():
@@ -422,9 +426,13 @@ def _spans(begins: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + np.repeat(begins - firsts, lengths)
 
 
-def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> PlannedVertices:
+def plan_tiles(
+    graph: Graph, ref: Tensor, api: str, plan_tile: Callable, tiles: np.ndarray | None = None
+) -> PlannedVertices:
     """The vertices ``plan_tile(regions)`` chooses on every tile holding elements of
-    ``ref``, tile after tile (as :func:`tile_regions` lists them).
+    ``ref``, tile after tile (as :func:`tile_regions` lists them); ``tiles``, when
+    given, are ``graph.elementTiles(ref)`` as the caller asked them already (checked
+    here as those asked here are).
 
     A per-tile plan depends only on the sizes of the tile's regions and takes its
     pieces from them, so it is asked once per distinct list of sizes (a linearly
@@ -435,7 +443,7 @@ def plan_tiles(graph: Graph, ref: Tensor, api: str, plan_tile: Callable) -> Plan
     ids = ref.flat_index()
     if ids.size == 0:
         return PlannedVertices.of([])
-    order, start, end, rtile, by_tile = _regions(ids, _checked_tiles(graph, ref, api))
+    order, start, end, rtile, by_tile = _regions(ids, _checked_tiles(graph, ref, api, tiles))
     r_start, r_size, r_tile = start[by_tile], (end - start)[by_tile], rtile[by_tile]
     first = np.flatnonzero(np.concatenate(([True], r_tile[1:] != r_tile[:-1])))
     count = np.diff(np.append(first, r_tile.size))
