@@ -234,7 +234,12 @@ class Tensor(TensorViews):
         row-major order, so a tensor of consecutive ids stays one)."""
         if self._ix is None:
             return self._view(None, op, self._start, tuple(shape))
-        t = self._derive(self._ix.reshape(shape), op)
+        ix = self._ix
+        if self._flat is not None and not ix.flags.c_contiguous and 0 not in ix.strides:
+            # the ids already copied out row-major (flat_index): a view of them, where
+            # reshaping the index would copy them again
+            ix = self._flat
+        t = self._derive(ix.reshape(shape), op)
         t._start = self._start
         return t
 
