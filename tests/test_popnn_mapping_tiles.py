@@ -93,3 +93,37 @@ def test_element_tiles_are_a_new_array_each_call() -> None:
     first = top.elementTiles(unmapped_type)
     first[...] = 5
     assert (top.elementTiles(unmapped_type) == -1).all()
+
+
+@pytest.mark.parametrize("virtual", [False, True])
+def test_pool_gradient_hands_clone_like_the_tiles_it_would_ask(monkeypatch, virtual: bool) -> None:
+    from poplar_api.popnn import PoolingType, PoolParams, pooling
+    from poplar_api.program import Sequence
+
+    handed = []
+    real = pooling.clone_like
+
+    def checked(graph, t, type_, name, what, tiles=None):
+        if tiles is not None:  # the tiles clone_like would have asked for
+            np.testing.assert_array_equal(tiles, local_tiles(graph, t, what))
+            handed.append(name)
+        out = real(graph, t, type_, name, what, tiles)
+        np.testing.assert_array_equal(graph.elementTiles(out), graph.elementTiles(t))
+        return out
+
+    monkeypatch.setattr(pooling, "clone_like", checked)
+    rng = np.random.default_rng(3)
+    top = Graph(IPUModel("ipu2").createDevice().getTarget())
+    graph = top.createVirtualGraph(8, 24) if virtual else top
+    params = PoolParams(PoolingType.MAX, [6, 6], [2, 2], [2, 2], [0, 0], [0, 0], 4, 2, FLOAT)
+    x = graph.addVariable(FLOAT, [2, 4, 6, 6], "x")
+    graph.mapElements(x, rng.integers(0, 16, x.numElements()))
+    g = graph.addVariable(FLOAT, [2, 4, 3, 3], "g")
+    graph.mapElements(g, rng.integers(0, 16, g.numElements()))
+    seq = Sequence()
+    y = pooling.pool(graph, params, x, seq, "p")
+    pooling.poolInputGradient(graph, params, x, y, g, False, seq, "p")
+    assert len(handed) == (0 if virtual else 1)
+    unmapped = graph.addVariable(FLOAT, [2, 4, 6, 6], "u")
+    with pytest.raises(GraphError, match="poolInputGradient: in: element 0 of tensor 'u'"):
+        pooling.poolInputGradient(graph, params, unmapped, y, g, False, seq, "p")

@@ -53,9 +53,14 @@ def local_tiles(graph: Graph, t: Tensor, what: str) -> np.ndarray:
     return tiles
 
 
-def clone_like(graph: Graph, t: Tensor, type_: Type, name: str, what: str) -> Tensor:
-    """A new variable of ``t``'s shape and ``type_``, mapped element by element like ``t``."""
-    tiles = local_tiles(graph, t, what)
+def clone_like(
+    graph: Graph, t: Tensor, type_: Type, name: str, what: str, tiles: np.ndarray | None = None
+) -> Tensor:
+    """A new variable of ``t``'s shape and ``type_``, mapped element by element like
+    ``t``; ``tiles``, when given, are :func:`local_tiles` of ``t`` the caller has
+    already (every element mapped to one of ``graph``'s tiles)."""
+    if tiles is None:
+        tiles = local_tiles(graph, t, what)
     out = graph.addVariable(type_, t.shape(), name)
     graph.mapElements(out, tiles)
     return out

@@ -276,6 +276,14 @@ def _check_common(graph: object, params: object, prog: object, options: object, 
 
 
 def _check_tensor(graph: Graph, t: object, what: str, shape: list[int], typ: Type, fn: str):
+    _checked_tiles(graph, t, what, shape, typ, fn)
+    return t
+
+
+def _checked_tiles(
+    graph: Graph, t: object, what: str, shape: list[int], typ: Type, fn: str
+) -> np.ndarray:
+    """:func:`_check_tensor`'s checks; the top-level tile of each element of ``t``."""
     if not graph.owns(t):
         raise GraphError(f"{fn}: {what} must be a Tensor of this graph, got {t!r}")
     if t.rank() != len(shape):
@@ -292,8 +300,7 @@ def _check_tensor(graph: Graph, t: object, what: str, shape: list[int], typ: Typ
         raise TypeMismatchError(
             f"{fn}: {what} '{t.name}' is {t.elementType().name}; params.dType is {typ.name}"
         )
-    element_tiles(graph, t, f"{fn}: {what}")
-    return t
+    return element_tiles(graph, t, f"{fn}: {what}")
 
 
 def _layer_name(params: PoolParams, pas: str) -> str:
@@ -536,9 +543,11 @@ def poolInputGradient(graph: Graph, params: PoolParams, *args: Any, **kwargs: An
     scaled = bound["useScaledVariant"]
     if not isinstance(scaled, bool | np.bool_):
         raise GraphError(f"{fn}: useScaledVariant must be True or False, got {scaled!r}")
-    _check_tensor(graph, in_, "in", in_shape, typ, fn)
+    in_tiles = _checked_tiles(graph, in_, "in", in_shape, typ, fn)
     if params.poolingType is PoolingType.MAX:
         _check_tensor(graph, pooled, "pooled", out_shape, typ, fn)
-    output = clone_like(graph, in_, typ, f"{name}/out", fn)
+    # (on a top-level graph its tiles are those element_tiles gave: not asked again)
+    top = graph.getTopLevelGraph() is graph
+    output = clone_like(graph, in_, typ, f"{name}/out", fn, in_tiles if top else None)
     _grad_impl(graph, params, dims, in_, pooled, grad, output, bool(scaled), prog, name)
     return output
