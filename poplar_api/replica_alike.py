@@ -40,7 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
+
+from poplar_api.lowering.runs import read_only
 
 __all__ = ["PURE_VERTICES", "AlikeRecord", "EffectWrites", "compute_set_writes"]
 
@@ -190,22 +193,19 @@ class AlikeRecord:
         if isinstance(ids, tuple):
             begin = np.asarray(ids[0], np.int64).reshape(-1)
             end = np.asarray(ids[1], np.int64).reshape(-1)
-            held = end > begin
-            begin, end = begin[held], end[held]
-            order = np.argsort(begin, kind="stable")
-            begin, end = begin[order], np.maximum.accumulate(end[order]) if end.size else end
-            if begin.size and (begin[0] < 0 or end[-1] > n):
-                raise _Unknown
-            starts = np.flatnonzero(np.concatenate([[True], begin[1:] > end[:-1]]))
-            ends = np.concatenate([starts[1:], [begin.size]]) - 1
-            return begin[starts], end[ends]
-        u = np.unique(np.asarray(ids).reshape(-1).astype(np.int64, copy=False))
-        if u.size and (u[0] < 0 or u[-1] >= n):
+        else:  # an id array: its ascending runs as they come (no sort of every id)
+            begin, end = ascending_runs(ids)
+        held = end > begin
+        begin, end = begin[held], end[held]
+        if not begin.size:
+            return begin, end
+        order = np.argsort(begin, kind="stable")
+        begin, end = begin[order], np.maximum.accumulate(end[order]) if end.size else end
+        if begin.size and (begin[0] < 0 or end[-1] > n):
             raise _Unknown
-        cut = np.flatnonzero(np.diff(u) != 1) + 1
-        starts = np.concatenate([[0], cut]).astype(np.int64)
-        last = np.concatenate([cut, [u.size]]).astype(np.int64) - 1
-        return (u[starts], u[last] + 1) if u.size else (u, u)
+        starts = np.flatnonzero(np.concatenate([[True], begin[1:] > end[:-1]]))
+        ends = np.concatenate([starts[1:], [begin.size]]) - 1
+        return begin[starts], end[ends]
 
     def _blocks(self, size: int, ids: Ids, covered: bool = False) -> tuple[np.ndarray, ...]:
         """The blocks the ids reach (sorted) and, with ``covered``, those they cover
@@ -216,7 +216,10 @@ class AlikeRecord:
         last = np.searchsorted(edges, end - 1, side="right") - 1
         count = last - first + 1
         at = np.repeat(first - (np.cumsum(count) - count), count)
-        touched = np.unique(np.arange(int(count.sum()), dtype=np.int64) + at)
+        reached = np.arange(int(count.sum()), dtype=np.int64) + at  # ascending: runs sorted
+        if reached.size:
+            reached = reached[np.concatenate([[True], reached[1:] != reached[:-1]])]
+        touched = reached
         if not covered:
             return (touched,)
         # elements of the runs below each edge, compared across each touched block
@@ -325,6 +328,35 @@ def _below(begin: np.ndarray, end: np.ndarray, length: np.ndarray, x: np.ndarray
     return whole + np.clip(part, 0, None)
 
 
+@numba.njit(cache=True, nogil=True)
+def _ascending_runs(ids):  # pragma: no cover - compiled
+    n = ids.shape[0]
+    begin = np.empty(n, np.int64)
+    end = np.empty(n, np.int64)
+    r = 0
+    if n:
+        begin[0] = ids[0]
+        for k in range(1, n):
+            if ids[k] != ids[k - 1] + 1:
+                end[r] = ids[k - 1] + 1
+                r += 1
+                begin[r] = ids[k]
+        end[r] = ids[n - 1] + 1
+        r += 1
+    return begin[:r], end[:r]
+
+
+def ascending_runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(begin, end)`` of the ascending runs of ``ids`` as they come, flattened: each
+    run a maximal stretch of ids one apart (int64; in the ids' order, so not sorted and
+    possibly overlapping). One compiled pass, where sorting every id would cost
+    ``n log n``."""
+    flat = np.asarray(ids).reshape(-1)
+    if flat.dtype not in (np.int32, np.int64):
+        flat = flat.astype(np.int64)
+    return _ascending_runs(read_only(flat))  # (one compiled kind per id type)
+
+
 def copy_writes(size: int, pairs: list[tuple[Ids, Ids]]) -> EffectWrites:
     """:class:`EffectWrites` of a copy of ``size``-byte elements: each pair's
     destination and source ids (every destination element written: a copy)."""
@@ -348,8 +380,11 @@ def _block(ids: Ids) -> tuple[int, int] | None:
         block = (int(ids.start), int(ids.stop))
     elif isinstance(ids, np.ndarray) and ids.size:
         lo, hi = int(ids.min()), int(ids.max()) + 1
-        if np.unique(ids).size == hi - lo:
-            block = (lo, hi)
+        if ids.size >= hi - lo:  # every id from lo to hi - 1 marked (no sort of the ids)
+            seen = np.zeros(hi - lo, bool)
+            seen[ids.reshape(-1) - lo] = True
+            if seen.all():
+                block = (lo, hi)
     if len(_BLOCKS) >= KEPT:
         _BLOCKS.clear()
     _BLOCKS[id(ids)] = (ids, block)

@@ -61,7 +61,7 @@ class ConstantsAlike:
             return False
         variables = self._state.variables
         flags = variables.constant_flags()
-        if not flags[np.unique(space.variables_of(ids))].all():
+        if not flags[space.variables_of(ids)].all():  # (repeats need no unique)
             return False
         lo, hi = int(ids.min()), int(ids.max()) + 1
         hit = np.zeros(hi - lo, bool)

@@ -356,6 +356,38 @@ def test_blocks_and_rules_of_the_record():
     assert flags.tolist() == [False, True, False, False]  # block 2 written in part
 
 
+def test_blocks_of_id_arrays_in_any_order_match_a_sorted_reference():
+    """Id arrays in any order, with repeats, empty or reaching outside the space: the
+    blocks touched and covered are those found from the sorted distinct ids, and an id
+    outside the space is refused, as :func:`np.unique` over every id would find them."""
+    from poplar_api.replica_alike import _Unknown
+
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        n = int(rng.integers(1, 120))
+        bases = np.sort(rng.choice(n, size=min(n, int(rng.integers(1, 6))), replace=False))
+        record = AlikeRecord({4: (n, bases)})
+        edges = np.unique(np.concatenate([[0, n], bases]))
+        pieces = [
+            np.arange(a, min(n, a + int(rng.integers(1, 9))))
+            for a in rng.integers(0, n, int(rng.integers(0, 6)))
+        ]
+        ids = np.concatenate([*pieces, rng.integers(0, n, int(rng.integers(0, 4)))])
+        ids = rng.permutation(ids).astype(rng.choice([np.int32, np.int64]))
+        distinct = np.unique(ids)
+        block_of = np.searchsorted(edges, distinct, side="right") - 1
+        want_touched = np.unique(block_of)
+        want_full = [b for b in want_touched if (block_of == b).sum() == edges[b + 1] - edges[b]]
+        touched, full = record._blocks(4, ids, covered=True)
+        assert touched.tolist() == want_touched.tolist()
+        assert full.tolist() == want_full
+        if ids.size:
+            with pytest.raises(_Unknown):
+                record._blocks(4, np.append(ids, n))
+            with pytest.raises(_Unknown):
+                record._blocks(4, np.append(ids, -1))
+
+
 def test_a_host_write_from_a_stream_callback_inside_a_run_clears_the_record():
     """A stream callback that writes a tensor with ``writeTensor`` while the stream's
     copy is applied: nothing is known alike after that effect."""
