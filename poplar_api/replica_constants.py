@@ -42,6 +42,8 @@ class ConstantsAlike:
         #: element size -> written fields of compute sets: ``(begin, end)`` runs, or
         #: the field table (its ids made only when a question reaches them)
         self._writes: dict[int, list[Any]] = {}
+        #: element size -> ``(what they were made from, begin, end)`` (:meth:`_unsure`)
+        self._kept: dict[int, tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
 
     def note_writes(self, table: Any) -> None:
         """Note the writing fields of a compute set's table (``ComputeSetTable``)."""
@@ -56,19 +58,46 @@ class ConstantsAlike:
         them: then every replica holds the same bits there whenever the program runs.
         False says nothing."""
         ids = np.asarray(ids)
-        space = self._state.spaces.get(size)
-        if space is None or ids.size == 0:
-            return False
-        variables = self._state.variables
-        flags = variables.constant_flags()
-        if not flags[space.variables_of(ids)].all():  # (repeats need no unique)
+        if self._state.spaces.get(size) is None or ids.size == 0:
             return False
         lo, hi = int(ids.min()), int(ids.max()) + 1
+        begin, end = self._unsure(size)
+        first = int(np.searchsorted(end, lo, side="right"))  # runs that end above lo
+        last = int(np.searchsorted(begin, hi, side="left"))  # and begin below hi
+        if first >= last:
+            return True
         hit = np.zeros(hi - lo, bool)
         hit[ids - lo] = True
         marked = np.zeros(hi - lo + 1, np.int64)  # marked ids below each position
         np.cumsum(hit, out=marked[1:])
-        return not any(self._reaches(w, lo, hi, marked) for w in self._written(size))
+        return not self._reaches((begin[first:last], end[first:last]), lo, hi, marked)
+
+    def _unsure(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of the ``size``-byte space that may differ between replicas, as
+        sorted, disjoint ``(begin, end)`` runs: every variable's that is not a constant,
+        and every writer's (:meth:`_written`). Made once and kept while the space, the
+        writers noted and the host-write handles are the same, so that a question
+        reads the few runs near its ids (not every writer's, each asked in turn, nor
+        every variable's base)."""
+        state = self._state
+        space = state.spaces[size]
+        made_from = (
+            space.size,
+            len(space.var_bases),
+            len(self._writes.get(size, ())),
+            *map(id, state.host_writes.values()),
+        )
+        kept = self._kept.get(size)
+        if kept is not None and kept[0] == made_from:
+            return kept[1], kept[2]
+        bases = np.asarray(space.var_bases, np.int64)
+        ends = np.append(bases[1:], space.size)
+        variable = ~state.variables.constant_flags()[np.asarray(space.var_ids, np.int64)]
+        held = [(bases[variable], ends[variable])]
+        held += [_disjoint(b, e) for b, e in self._written(size)]
+        begin, end = _disjoint(*(np.concatenate(x) for x in zip(*held, strict=True)))
+        self._kept[size] = (made_from, begin, end)
+        return begin, end
 
     def _written(self, size: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each writer's element ids of the ``size``-byte space as ``(begin, end)``
@@ -97,3 +126,22 @@ class ConstantsAlike:
         if not inside.any():
             return False
         return bool((marked[end[inside] - lo] > marked[begin[inside] - lo]).any())
+
+
+def _disjoint(begin: Any, end: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(begin, end)`` runs of ids (int64, any order, empty ones allowed) as the
+    sorted, disjoint runs of the same ids, runs that meet joined. A writer's runs
+    usually come sorted already, and then are not sorted again."""
+    begin = np.asarray(begin, np.int64).reshape(-1)
+    end = np.asarray(end, np.int64).reshape(-1)
+    inside = end > begin
+    if not inside.all():
+        begin, end = begin[inside], end[inside]
+    if not begin.size:
+        return begin, end
+    if (begin[1:] < begin[:-1]).any():
+        order = np.argsort(begin, kind="stable")
+        begin, end = begin[order], end[order]
+    end = np.maximum.accumulate(end)
+    starts = np.flatnonzero(np.concatenate(([True], begin[1:] > end[:-1])))
+    return begin[starts], end[np.append(starts[1:], begin.size) - 1]

@@ -63,6 +63,44 @@ def test_only_constants_that_nothing_writes_are_alike_for_good():
     assert not record.never_written(4, np.zeros(0, np.int64))
 
 
+def test_never_written_against_the_ids_of_what_is_written():
+    """Fuzzed: ids drawn from constants (some written whole or in part by a vertex,
+    one by the host) and variables, in any order, with repeats, int32 or int64, and
+    the record's answer compared with the sets of ids themselves."""
+    rng = np.random.default_rng(7)
+    device = _device(2)
+    g = Graph(device.getTarget(), replication_factor=2)
+    popops.addCodelets(g)
+    sizes = rng.integers(1, 40, 8)
+    consts = [g.addConstant(FLOAT, [int(n)], np.ones(int(n), np.float32), f"c{k}")
+              for k, n in enumerate(sizes)]  # fmt: skip
+    variables = [g.addVariable(FLOAT, [int(n)], f"v{k}") for k, n in enumerate(sizes[:3])]
+    for k, t in enumerate(consts + variables):
+        g.setTileMapping(t, k % 4)
+    seq = prog.Sequence()
+    popops.zero(g, consts[1], seq, "zero1")  # written whole
+    part = consts[4][int(sizes[4]) // 2 :]
+    popops.zero(g, part, seq, "zero4")  # written in part
+    g.createHostWrite("h", consts[6])
+    e = Engine(g, seq)
+    e.load(device)
+    e.run(0)
+    record = e._lowered.storage.constants  # (the engine's lowering: no public hook)
+    ids_of = [np.asarray(t.flat_index(), np.int64).reshape(-1) for t in consts + variables]
+    written = set(ids_of[1]) | set(np.asarray(part.flat_index()).tolist()) | set(ids_of[6])
+    sure = set(np.concatenate(ids_of[: len(consts)]).tolist()) - written
+    pool = np.concatenate(ids_of)
+    for trial in range(300):
+        # from one tensor (often all alike), or from all of them
+        pick = ids_of[rng.integers(len(ids_of))] if trial % 3 == 0 else pool
+        n = int(rng.integers(1, 2 * pick.size + 1))
+        ids = rng.choice(pick, n).astype(rng.choice([np.int32, np.int64]))
+        want = set(ids.tolist()) <= sure
+        assert record.never_written(4, ids) == want, (trial, ids)
+    assert not record.never_written(4, np.zeros(0, np.int32))
+    assert record.never_written(4, ids_of[0][::-1].copy())
+
+
 def _matmuls(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, int]:
     """``x[k] @ w`` of every replica for each run ``k`` (``poplin.matMul`` on the
     ``tiny`` IPU Model, one IPU per replica: the convolution partials read every
