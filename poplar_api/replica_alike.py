@@ -162,7 +162,7 @@ class AlikeRecord:
         self.flags: dict[int, np.ndarray] = {}
         for size, (n, bases) in spaces.items():
             edges = np.unique(np.concatenate([[0, n], np.asarray(bases, np.int64)]))
-            self._edges[size] = edges[(edges >= 0) & (edges <= n)]
+            self._edges[size] = read_only(edges[(edges >= 0) & (edges <= n)])
             self.flags[size] = np.ones(self._edges[size].size - 1, bool)  # loaded alike
         #: whether an effect is being applied (the host's writes clear as they go)
         self.applying = False
@@ -173,60 +173,28 @@ class AlikeRecord:
         self._asked: dict[tuple[int, int], tuple[Any, np.ndarray]] = {}
 
     # ------------------------------------------------------------- blocks of ids
-    def _runs(self, size: int, ids: Ids) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted, disjoint ``(begin, end)`` runs of the ids (raises :class:`_Unknown`
-        for an id outside the space)."""
-        n = int(self._edges[size][-1])
-        if isinstance(ids, slice):
-            ids = range(*ids.indices(n))
-        if isinstance(ids, range):
-            if ids.step != 1:
-                ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
-            else:
-                begin = np.array([ids.start], np.int64)
-                end = np.array([max(ids.stop, ids.start)], np.int64)
-                held = end > begin
-                begin, end = begin[held], end[held]
-                if begin.size and (begin[0] < 0 or end[-1] > n):
-                    raise _Unknown
-                return begin, end
-        if isinstance(ids, tuple):
-            begin = np.asarray(ids[0], np.int64).reshape(-1)
-            end = np.asarray(ids[1], np.int64).reshape(-1)
-        else:  # an id array: its ascending runs as they come (no sort of every id)
-            begin, end = ascending_runs(ids)
-        held = end > begin
-        begin, end = begin[held], end[held]
-        if not begin.size:
-            return begin, end
-        order = np.argsort(begin, kind="stable")
-        begin, end = begin[order], np.maximum.accumulate(end[order]) if end.size else end
-        if begin.size and (begin[0] < 0 or end[-1] > n):
-            raise _Unknown
-        starts = np.flatnonzero(np.concatenate([[True], begin[1:] > end[:-1]]))
-        ends = np.concatenate([starts[1:], [begin.size]]) - 1
-        return begin[starts], end[ends]
-
     def _blocks(self, size: int, ids: Ids, covered: bool = False) -> tuple[np.ndarray, ...]:
         """The blocks the ids reach (sorted) and, with ``covered``, those they cover
-        whole."""
+        whole; raises :class:`_Unknown` for an id outside the space. The ids as
+        ``(begin, end)`` runs (an id array's ascending runs as they come: no sort of
+        every id), placed on the blocks by one compiled pass (:func:`_run_blocks`)."""
         edges = self._edges[size]
-        begin, end = self._runs(size, ids)
-        first = np.searchsorted(edges, begin, side="right") - 1
-        last = np.searchsorted(edges, end - 1, side="right") - 1
-        count = last - first + 1
-        at = np.repeat(first - (np.cumsum(count) - count), count)
-        reached = np.arange(int(count.sum()), dtype=np.int64) + at  # ascending: runs sorted
-        if reached.size:
-            reached = reached[np.concatenate([[True], reached[1:] != reached[:-1]])]
-        touched = reached
-        if not covered:
-            return (touched,)
-        # elements of the runs below each edge, compared across each touched block
-        length = np.cumsum(end - begin)
-        lo, hi = edges[touched], edges[touched + 1]
-        return touched, touched[_below(begin, end, length, hi) - _below(begin, end, length, lo)
-                                == hi - lo]  # fmt: skip
+        if isinstance(ids, slice):
+            ids = range(*ids.indices(int(edges[-1])))
+        if isinstance(ids, range) and ids.step != 1:
+            ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
+        if isinstance(ids, range):
+            begin = np.array([ids.start], np.int64)
+            end = np.array([ids.stop], np.int64)
+        elif isinstance(ids, tuple):
+            begin = np.asarray(ids[0], np.int64).reshape(-1)
+            end = np.asarray(ids[1], np.int64).reshape(-1)
+        else:
+            begin, end = ascending_runs(ids)
+        touched, full, placed = _run_blocks(read_only(begin), read_only(end), edges)
+        if not placed:
+            raise _Unknown
+        return (touched, full) if covered else (touched,)
 
     # ------------------------------------------------------------ the data plane
     def begin(self, effect: int, writes: EffectWrites | None) -> None:
@@ -320,14 +288,6 @@ class AlikeRecord:
         return not effect.writes_any(self.flags[size], blocks)
 
 
-def _below(begin: np.ndarray, end: np.ndarray, length: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """How many elements of the sorted, disjoint runs lie below each ``x``."""
-    k = np.searchsorted(end, x, side="right")  # runs wholly below x
-    whole = np.where(k > 0, length[np.maximum(k - 1, 0)], 0)
-    part = np.where(k < begin.size, x - begin[np.minimum(k, begin.size - 1)], 0)
-    return whole + np.clip(part, 0, None)
-
-
 @numba.njit(cache=True, nogil=True)
 def _ascending_runs(ids):  # pragma: no cover - compiled
     n = ids.shape[0]
@@ -344,6 +304,73 @@ def _ascending_runs(ids):  # pragma: no cover - compiled
         end[r] = ids[n - 1] + 1
         r += 1
     return begin[:r], end[:r]
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_blocks(begin, end, edges):  # pragma: no cover - compiled
+    # the runs (any order, overlapping or empty ones allowed) as the elements of each
+    # block between the sorted edges that they hold, each element once
+    m = begin.size
+    blocks = edges.size - 1
+    count = np.zeros(blocks, np.int64)
+    ordered = True
+    low, high, length, last = edges[blocks], edges[0], 0, edges[0]
+    for k in range(m):
+        s, e = begin[k], end[k]
+        if e <= s:
+            continue
+        if s < edges[0] or e > edges[blocks]:
+            return count[:0], count[:0], False
+        if s < last:  # (below the last run that holds ids)
+            ordered = False
+        low, high, length, last = min(low, s), max(high, e), length + e - s, s
+    if not ordered and high - low <= 4 * length + 4096:
+        # the ids marked over their span (no sort): a transposing copy's one-id runs
+        held = np.zeros(high - low, np.bool_)
+        for k in range(m):
+            held[max(begin[k], low) - low : max(end[k], low) - low] = True
+        b = np.searchsorted(edges, low, side="right") - 1
+        for i in range(high - low):
+            while edges[b + 1] <= low + i:
+                b += 1
+            count[b] += held[i]
+    else:  # joined into sorted, disjoint runs, each placed on the blocks it meets
+        order = np.arange(m) if ordered else np.argsort(begin)
+        lo, hi = 0, 0  # the joined run being made, [lo, hi)
+        for j in range(m + 1):
+            if j < m:
+                s, e = begin[order[j]], end[order[j]]
+                if e <= s:
+                    continue
+                if hi > lo and s <= hi:  # meets or overlaps the run being made
+                    hi = max(hi, e)
+                    continue
+            if hi > lo:
+                b = np.searchsorted(edges, lo, side="right") - 1
+                while b < blocks and edges[b] < hi:
+                    count[b] += min(hi, edges[b + 1]) - max(lo, edges[b])
+                    b += 1
+            if j < m:
+                lo, hi = s, e
+    reached = 0
+    whole = 0
+    for b in range(blocks):
+        if count[b]:
+            reached += 1
+            if count[b] == edges[b + 1] - edges[b]:
+                whole += 1
+    touched = np.empty(reached, np.int64)
+    full = np.empty(whole, np.int64)
+    reached = 0
+    whole = 0
+    for b in range(blocks):
+        if count[b]:
+            touched[reached] = b
+            reached += 1
+            if count[b] == edges[b + 1] - edges[b]:
+                full[whole] = b
+                whole += 1
+    return touched, full, True
 
 
 def ascending_runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

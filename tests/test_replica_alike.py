@@ -388,6 +388,41 @@ def test_blocks_of_id_arrays_in_any_order_match_a_sorted_reference():
                 record._blocks(4, np.append(ids, -1))
 
 
+def test_blocks_of_runs_in_any_order_match_a_reference_of_their_ids():
+    """``(begin, end)`` runs in any order, overlapping, meeting or empty, and ranges and
+    slices: the blocks touched and covered are those of the distinct ids the runs hold,
+    and a run reaching outside the space is refused."""
+    from poplar_api.replica_alike import _Unknown
+
+    rng = np.random.default_rng(12)
+    for trial in range(600):
+        # small spaces, and large ones whose runs lie far apart (sorted, not marked)
+        n = int(rng.integers(1, 120)) if trial % 3 else int(rng.integers(10_000, 60_000))
+        bases = np.sort(rng.choice(n, size=min(n, int(rng.integers(1, 8))), replace=False))
+        record = AlikeRecord({4: (n, bases)})
+        edges = np.unique(np.concatenate([[0, n], bases]))
+        begin = rng.integers(0, n, int(rng.integers(0, 7)))
+        end = np.minimum(begin + rng.integers(-2, 40, begin.size), n)
+        held = [np.arange(b, e) for b, e in zip(begin, end, strict=True)]
+        distinct = np.unique(np.concatenate([np.zeros(0, np.int64), *held]))
+        block_of = np.searchsorted(edges, distinct, side="right") - 1
+        want_touched = np.unique(block_of)
+        want_full = [b for b in want_touched if (block_of == b).sum() == edges[b + 1] - edges[b]]
+        runs = (begin.astype(rng.choice([np.int32, np.int64])), end)
+        touched, full = record._blocks(4, runs, covered=True)
+        assert touched.tolist() == want_touched.tolist()
+        assert full.tolist() == want_full
+        if begin.size:
+            a, b = int(begin[0]), max(int(end[0]), int(begin[0]))
+            want = np.unique(np.searchsorted(edges, np.arange(a, b), side="right") - 1)
+            assert record._blocks(4, range(a, b))[0].tolist() == want.tolist()
+            assert record._blocks(4, slice(a, b))[0].tolist() == want.tolist()
+            with pytest.raises(_Unknown):
+                record._blocks(4, (np.append(begin, n - 1), np.append(end, n + 1)))
+            with pytest.raises(_Unknown):
+                record._blocks(4, (np.append(begin, -1), np.append(end, 1)))
+
+
 def test_a_host_write_from_a_stream_callback_inside_a_run_clears_the_record():
     """A stream callback that writes a tensor with ``writeTensor`` while the stream's
     copy is applied: nothing is known alike after that effect."""
