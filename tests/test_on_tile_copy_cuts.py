@@ -1,6 +1,7 @@
 """The chunking of an on-tile copy into worker vertices (ipusim.machine_copies) on
 random pieces, against a reference that walks each tile's pieces one segment at a
-time in plain Python, and the pieces of an on-tile copy against a plain loop."""
+time in plain Python, and the pieces of an on-tile copy (its strided regions too)
+against a plain loop."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from ipusim.config import load_config
 from ipusim.machine_copies import on_tile_copy_vertices
-from poplar_api.lowering.copies import _copy_regions
+from poplar_api.lowering.copies import _tile_regions
 
 FIELDS = {
     "code.copy_gather_fixed_cycles": 100.0,
@@ -99,28 +100,66 @@ def test_vertices_match_a_segment_walk(estimate: str) -> None:
         assert got == want, (trial, tiles, nbytes, types)
 
 
+def _pieces_reference(local, d_tile, src, dst) -> tuple[list, ...]:
+    """The pieces of the marked elements by a plain loop: the elements by tile (in
+    position order within one), a piece wherever a tile starts or either side's id does
+    not follow the one before; per piece its tile, length, gather (more source runs than
+    destination runs on its tile) and whether it starts a strided region."""
+    order = sorted((int(d_tile[k]), k) for k in range(len(local)) if local[k])
+    tile = [t for t, _ in order]
+    s = [int(src[k]) for _, k in order]
+    d = [int(dst[k]) for _, k in order]
+    starts, runs = [], {}
+    for i in range(len(tile)):
+        new = i == 0 or tile[i] != tile[i - 1]
+        s_break = new or s[i] != s[i - 1] + 1
+        d_break = new or d[i] != d[i - 1] + 1
+        s_runs, d_runs = runs.get(tile[i], (0, 0))
+        runs[tile[i]] = (s_runs + s_break, d_runs + d_break)
+        if s_break or d_break:
+            starts.append(i)
+    ends = [*starts[1:], len(tile)] if starts else []
+    tiles = [tile[i] for i in starts]
+    length = [b - a for a, b in zip(starts, ends, strict=True)]
+    gather = [runs[t][1] < runs[t][0] for t in tiles]
+    region, strides = [], None
+    for k, i in enumerate(starts):
+        step = (s[i] - s[starts[k - 1]], d[i] - d[starts[k - 1]]) if k else (s[i], d[i])
+        if k == 0 or tiles[k] != tiles[k - 1] or length[k] != length[k - 1]:
+            region.append(True)  # a tile's first piece, or another length
+        elif region[-1]:
+            region.append(False)  # a region's second piece: it sets the strides
+        else:
+            region.append(step != strides)
+        strides = step
+    return tiles, length, gather, region
+
+
 def test_copy_pieces_match_a_plain_loop() -> None:
     rng = np.random.default_rng(11)
-    for _ in range(100):
+    for trial in range(300):
         n = int(rng.integers(0, 80))
-        tile = np.sort(rng.integers(0, 4, n)).astype(np.int32)  # as _local_elements gives
-        # runs of consecutive ids with random jumps, on each side
-        src = np.cumsum(np.where(rng.random(n) < 0.7, 1, rng.integers(-5, 9, n)))
+        d_tile = rng.integers(0, 4, n).astype(np.int32)  # as copy_tiles gives them
+        local = rng.random(n) < (0.9 if trial % 2 else 0.4)
+        # runs of consecutive ids with random jumps, or steps repeating (strided
+        # regions), on each side; a side given as a range (a tensor's consecutive ids)
+        if trial % 3 == 0:
+            src = np.cumsum(np.where(rng.random(n) < 0.7, 1, rng.integers(-5, 9, n)))
+        else:
+            src = (np.arange(n) % int(rng.integers(1, 4))) * int(rng.integers(1, 9))
+            src = src + np.arange(n) // 3 * 40
         dst = np.cumsum(np.where(rng.random(n) < 0.5, 1, rng.integers(2, 9, n)))
-        tiles, length, gather, _ = _copy_regions(tile, src, dst)
-        starts = np.cumsum(length) - length
-        first = np.r_[True, tiles[1:] != tiles[:-1]] if n else np.zeros(0, bool)
-        want_starts, want_first, runs = [], [], {}
-        for i in range(n):
-            new = i == 0 or tile[i] != tile[i - 1]
-            s_break = new or src[i] != src[i - 1] + 1
-            d_break = new or dst[i] != dst[i - 1] + 1
-            s_runs, d_runs = runs.get(int(tile[i]), (0, 0))
-            runs[int(tile[i])] = (s_runs + s_break, d_runs + d_break)
-            if s_break or d_break:
-                want_starts.append(i)
-                want_first.append(new)
-        assert starts.tolist() == want_starts
-        assert first.tolist() == want_first
-        want_gather = [runs[int(tile[i])][1] < runs[int(tile[i])][0] for i in want_starts]
-        assert gather.tolist() == want_gather
+        s_side = range(5, 5 + n) if trial % 7 == 0 else src.astype(np.int64)
+        d_side = dst.astype(np.int32 if trial % 2 else np.int64)
+        got = _tile_regions(s_side, d_side, d_tile, local)
+        want = _pieces_reference(local, d_tile, np.asarray(list(s_side)), d_side)
+        for g, w in zip(got, want, strict=True):
+            assert g.tolist() == w, (trial, got, want)
+
+
+def test_an_unmapped_local_element_is_refused() -> None:
+    d_tile = np.array([0, -1, 1], np.int32)
+    with pytest.raises(ValueError, match="no tile"):
+        _tile_regions(range(3), range(10, 13), d_tile, np.array([True, True, False]))
+    got = _tile_regions(range(3), range(10, 13), d_tile, np.array([True, False, True]))
+    assert [a.tolist() for a in got] == [[0, 1], [1, 1], [False, False], [True, True]]

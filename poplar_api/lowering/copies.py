@@ -481,19 +481,14 @@ def _tile_regions(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The pieces of the elements ``local`` marks (see :func:`on_tile_copy_steps`):
     ``(tile, length in elements, gather, new_region)`` each, tile after tile."""
-    # the local elements by destination tile (a stable counting sort) with their ids,
-    # then their pieces and strided regions: two compiled passes, no element-sized
-    # temporaries beyond the sorted elements
-    bound = int(d_tile.max()) + 1 if d_tile.size else 1
-    tile, src, dst = _local_elements(local, d_tile, *_id_source(s_ids), *_id_source(d_ids), bound)
-    return _copy_regions(tile, src, dst)
+    return _local_regions(local, d_tile, *_id_source(s_ids), *_id_source(d_ids))
 
 
 _NO_IDS = runs.read_only(np.zeros(0, np.int64))
 
 
 def _id_source(ids: np.ndarray | range) -> tuple[np.ndarray, bool, int, int]:
-    """A side's ids for :func:`_local_elements`: ``(ids, is_range, start, step)``, a
+    """A side's ids for :func:`_local_regions`: ``(ids, is_range, start, step)``, a
     ``range`` as its start and step (its ids are computed, not made as an array)."""
     if isinstance(ids, range):
         return _NO_IDS, True, ids.start, ids.step
@@ -501,13 +496,22 @@ def _id_source(ids: np.ndarray | range) -> tuple[np.ndarray, bool, int, int]:
 
 
 @numba.njit(cache=True, nogil=True)
-def _local_elements(
-    local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step, bound
+def _local_regions(
+    local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
 ):  # pragma: no cover - compiled
-    # the positions ``local`` marks, ordered by their tile in ``d_tile`` (< bound) and
-    # by position within a tile: each one's tile and its source and destination id
-    # (``ids[k]``, or ``start + step * k`` for a side that is a range)
-    starts = np.zeros(bound + 1, np.int64)
+    # the pieces of the positions ``local`` marks, taken by their tile in ``d_tile``
+    # (ascending) and by position within a tile, a side's id of position k being
+    # ``ids[k]`` or ``start + step * k`` for a range: a stable counting sort of their
+    # source and destination ids, then one pass over them. A piece starts at a tile's
+    # first element and where either side's id does not follow the one before; per
+    # piece its tile, its length, whether its tile's copy is a gather (more runs on
+    # the source side than on the destination side) and whether it starts a strided
+    # region (a tile's first piece, the first piece, another length than the piece
+    # before, or, when the piece before continues a region, other strides on either
+    # side than those from it: a region's second piece sets its strides, whatever
+    # they are). A piece's length and region are settled when the next one starts
+    # (no array of piece starts, nor of each element's tile)
+    bound = 1
     for k in range(local.size):
         if local[k]:
             if d_tile[k] < 0:  # (an unmapped element: the graph's validation names it)
@@ -517,72 +521,68 @@ def _local_elements(
                     "this is a defect of ipusim's lowering; hint: map every element of the "
                     "copy's source and destination (graph.setTileMapping) and report it"
                 )
+            bound = max(bound, d_tile[k] + 1)
+    starts = np.zeros(bound + 1, np.int64)
+    for k in range(local.size):
+        if local[k]:
             starts[d_tile[k] + 1] += 1
     for t in range(bound):
         starts[t + 1] += starts[t]
     n = starts[bound]
-    tile = np.empty(n, d_tile.dtype)
     src = np.empty(n, np.int64)
     dst = np.empty(n, np.int64)
+    at = starts[:bound].copy()
     for k in range(local.size):
         if local[k]:
             t = d_tile[k]
-            at = starts[t]
-            starts[t] += 1
-            tile[at] = t
-            src[at] = s_start + s_step * k if s_range else s_ids[k]
-            dst[at] = d_start + d_step * k if d_range else d_ids[k]
-    return tile, src, dst
-
-
-@numba.njit(cache=True, nogil=True)
-def _copy_regions(tile, src, dst):  # pragma: no cover - compiled
-    # elements on tiles ``tile`` (sorted) with source and destination ids src, dst: the
-    # pieces (a new tile, or a step other than one on either side), each piece's tile
-    # and length, whether its tile's copy is a gather (more runs on the source side
-    # than on the destination side) and whether it starts a strided region (a tile's
-    # first piece, another length than the piece before, or strides on either side
-    # other than those from the piece before when its region has two pieces already;
-    # a region's second piece sets its strides, whatever they are)
-    n = tile.size
-    start = np.empty(n, np.int64)
-    first = np.empty(n, np.bool_)
+            src[at[t]] = s_start + s_step * k if s_range else s_ids[k]
+            dst[at[t]] = d_start + d_step * k if d_range else d_ids[k]
+            at[t] += 1
+    tiles = np.empty(n, np.int64)
+    length = np.empty(n, np.int64)
     gather = np.empty(n, np.bool_)
+    new_region = np.empty(n, np.bool_)
     m = 0
-    lo = 0  # the first piece of the current tile
-    src_runs = dst_runs = 0
-    for i in range(n + 1):
-        new_tile = i == n or i == 0 or tile[i] != tile[i - 1]
-        if new_tile and i > 0:
-            for p in range(lo, m):
-                gather[p] = dst_runs < src_runs
-            lo = m
-            src_runs = dst_runs = 0
-        if i == n:
-            break
-        src_break = new_tile or src[i] != src[i - 1] + 1
-        dst_break = new_tile or dst[i] != dst[i - 1] + 1
-        src_runs += src_break
-        dst_runs += dst_break
-        if src_break or dst_break:
-            start[m] = i
-            first[m] = new_tile
+    open_at = 0  # first element of the open piece (m - 1)
+    step_s = step_d = 0  # its strides from the piece before (from 0 for the first)
+    prev_s = prev_d = 0  # its first ids
+    prev_len = 0
+    prev_new = True  # of the piece before it: its length, whether it started a region
+    kept = first = False  # whether it keeps the strides, whether it starts its tile
+    for t in range(bound):
+        lo = starts[t]
+        hi = starts[t + 1]
+        tile_first = m
+        src_runs = dst_runs = 0
+        for i in range(lo, hi):
+            new_tile = i == lo
+            src_break = new_tile or src[i] != src[i - 1] + 1
+            dst_break = new_tile or dst[i] != dst[i - 1] + 1
+            src_runs += src_break
+            dst_runs += dst_break
+            if not (src_break or dst_break):
+                continue
+            if m > 0:  # the open piece ends at i
+                size = i - open_at
+                length[m - 1] = size
+                fresh = first or m == 1 or size != prev_len or (not prev_new and not kept)
+                new_region[m - 1] = fresh
+                prev_new, prev_len = fresh, size
+            new_s, new_d = src[i] - prev_s, dst[i] - prev_d
+            kept = m > 0 and new_s == step_s and new_d == step_d
+            step_s, step_d, prev_s, prev_d = new_s, new_d, src[i], dst[i]
+            first = new_tile
+            tiles[m] = t
+            open_at = i
             m += 1
-    tiles = np.empty(m, np.int64)
-    length = np.empty(m, np.int64)
-    new_region = np.empty(m, np.bool_)
-    step_s = step_d = 0
-    for k in range(m):
-        at = start[k]
-        tiles[k] = tile[at]
-        length[k] = (start[k + 1] if k + 1 < m else n) - at
-        prev_s, prev_d = (src[start[k - 1]], dst[start[k - 1]]) if k > 0 else (0, 0)
-        new_s, new_d = src[at] - prev_s, dst[at] - prev_d
-        kept = k > 0 and new_s == step_s and new_d == step_d
-        forced = first[k] or k == 0 or length[k] != length[k - 1]
-        new_region[k] = forced or (not new_region[k - 1] and not kept)
-        step_s, step_d = new_s, new_d
-    return tiles, length, gather[:m], new_region
+        is_gather = dst_runs < src_runs
+        for p in range(tile_first, m):
+            gather[p] = is_gather
+    if m > 0:
+        size = n - open_at
+        length[m - 1] = size
+        new_region[m - 1] = first or m == 1 or size != prev_len or (not prev_new and not kept)
+    return tiles[:m], length[:m], gather[:m], new_region[:m]
 
 
 #: Whether a replicated stream copy serves every replica in one effect where its host
