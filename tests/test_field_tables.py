@@ -13,7 +13,13 @@ import pytest
 from poplar_api import FLOAT, Graph, IPUModel
 from poplar_api.graph_connections import RunSegments, Segments
 from poplar_api.lowering import runs
-from poplar_api.lowering.field_tables import _block_lists, _join, _ranges
+from poplar_api.lowering.field_tables import (
+    _block_lists,
+    _block_parts,
+    _join,
+    _one_block_parts,
+    _ranges,
+)
 from poplar_api.run_ids import RunIds
 from tests.test_library_build_fast_paths import _vertex_class
 
@@ -89,6 +95,8 @@ def _member_sets(n: int) -> list[np.ndarray]:
         every[::2],
         every[[1, 3, 4, 7, 12]],
         np.array([2]),
+        every[2:5],  # consecutive vertices inside one block
+        every[4:8],  # consecutive vertices of two blocks
         every[::-1],  # out of order: read one vertex at a time
         np.array([11, 0, 1]),
         np.zeros(0, np.int64),
@@ -117,7 +125,48 @@ def test_block_lists_match_the_former_way(blocks_graph, dtype) -> None:
         for g, w in zip((offsets, inner, ids), want, strict=True):
             np.testing.assert_array_equal(g, w)
     # sizes per vertex: 30, 90, 0, 140, 50, 80 | 60, 40, 100, 50, 50 | 100 x 4
-    assert read == [1090, 390, 300, 400, 490, 420, 0, 0]  # all but the two out of order
+    # (all but the two out of order)
+    assert read == [1090, 390, 300, 400, 490, 420, 0, 190, 230, 0]
+
+
+def _parts_equal(got: tuple, want: tuple) -> None:
+    """Two ``(offsets, parts)`` of :func:`_block_parts` alike: the same offsets, and per
+    part the same piece begins and ends of the same block ids."""
+    np.testing.assert_array_equal(got[0], want[0])
+    assert got[0].dtype == want[0].dtype == np.int64
+    assert len(got[1]) == len(want[1])
+    for (gb, ge, gi), (wb, we, wi) in zip(got[1], want[1], strict=True):
+        np.testing.assert_array_equal(gb, wb)
+        np.testing.assert_array_equal(ge, we)
+        assert gi is wi
+
+
+def test_consecutive_members_of_one_block_are_its_slice(blocks_graph) -> None:
+    """Every run of consecutive vertex ids: within one block (none moved) its vectors are
+    read as the block's slice, alike the general reading; across blocks, or with a
+    vertex whose lists moved, it is left to the general reading."""
+    table = blocks_graph._state.vertices
+    bounds = [(b.first, b.first + b.n) for b in table.list_blocks]
+    taken = 0
+    for lo, hi in itertools.combinations(range(16), 2):
+        members = np.arange(lo, hi, dtype=np.int64)
+        got = _one_block_parts(table, members, "a")
+        inside = any(a <= lo and hi <= b for a, b in bounds)
+        assert (got is not None) == inside, (lo, hi)
+        if got is not None:
+            _parts_equal(got, _block_parts(table, members, "a"))
+            taken += 1
+    assert taken == 21 + 15 + 10  # the runs inside blocks of 6, 5 and 4 vertices
+    block = table.list_blocks[1]
+    block.moved[2] = True  # (vertex 8's lists held by the table's dicts)
+    try:
+        assert _one_block_parts(table, np.arange(6, 11), "a") is None
+        assert _block_lists(table, np.arange(6, 11), "a", np.int64) is None
+        _parts_equal(_one_block_parts(table, np.arange(6, 8), "a"),
+                     _block_parts(table, np.arange(6, 8), "a"))  # fmt: skip
+    finally:
+        block.moved[2] = False
+    assert _one_block_parts(table, np.array([3, 4, 5], np.int32), "missing") is None
 
 
 def test_take_ranges_of_runs_and_arrays_equal_numpy() -> None:

@@ -10,6 +10,7 @@ these tables.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import operator
@@ -373,6 +374,51 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
     the vectors read them as runs of :data:`MIN_REFS_PER_RUN` ids or more on average,
     the field is the id runs ``(begin, end)`` of its vectors and ``ids`` is None;
     else ``ref runs`` is None."""
+    found = _one_block_parts(table, members, name)
+    if found is None:
+        found = _block_parts(table, members, name)
+        if found is None:
+            return None
+    offsets, parts = found
+    lengths = np.concatenate([e - b for b, e, _ in parts]) if parts else _NO_IDS
+    inner_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    total = int(inner_offsets[-1])
+    if parts and all(isinstance(ids, RunIds) for _, _, ids in parts):
+        found = _ref_runs(parts, total)
+        if found is not None:
+            return offsets, inner_offsets, None, found
+    return offsets, inner_offsets, _take_pieces(parts, total, dtype), None
+
+
+def _one_block_parts(table, members: np.ndarray, name: str) -> tuple | None:
+    """:func:`_block_parts` of ``members`` that are consecutive vertex ids of one
+    block none of which moved (a library's vertices of one type, added together):
+    their vectors are one slice of the block's, found from the first and last vertex
+    alone (no search per member, no per-member masks). None when they are not."""
+    if not table.block_first:
+        return None
+    where = runs.as_index(members)
+    if not isinstance(where, slice):
+        return None
+    b = bisect.bisect_right(table.block_first, where.start) - 1
+    if b < 0:
+        return None
+    block = table.list_blocks[b]
+    lo, hi = where.start - block.first, where.stop - block.first
+    if hi > block.n or block.moved[lo:hi].any() or name not in block.fields:
+        return None
+    vec_offsets, begins, ends, ids = block.fields[name]
+    offsets = (vec_offsets[lo : hi + 1] - vec_offsets[lo]).astype(np.int64)
+    a, z = int(vec_offsets[lo]), int(vec_offsets[hi])
+    return offsets, [(begins[a:z], ends[a:z], ids)]
+
+
+def _block_parts(table, members: np.ndarray, name: str) -> tuple | None:
+    """``(offsets, parts)`` of VectorList ``name`` of the vertices ``members``:
+    vertex ``i`` has vectors ``offsets[i]`` to ``offsets[i + 1]``, each a piece
+    ``[begin, end)`` of a part's block ids (``parts``: ``(begins, ends, block ids)``
+    per block, in member order); None when one of them is not held in a block or the
+    members of several blocks interleave."""
     firsts = np.asarray(table.block_first, np.int64)
     k = np.searchsorted(firsts, members, side="right") - 1
     if (k < 0).any():
@@ -404,14 +450,7 @@ def _block_lists(table, members: np.ndarray, name: str, dtype: type) -> tuple | 
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     if len(order) > 1 and (np.diff(np.concatenate(order)) < 0).any():
         return None  # members of several blocks interleaved: rare, read one at a time
-    lengths = np.concatenate([e - b for b, e, _ in parts]) if parts else _NO_IDS
-    inner_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    total = int(inner_offsets[-1])
-    if parts and all(isinstance(ids, RunIds) for _, _, ids in parts):
-        found = _ref_runs(parts, total)
-        if found is not None:
-            return offsets, inner_offsets, None, found
-    return offsets, inner_offsets, _take_pieces(parts, total, dtype), None
+    return offsets, parts
 
 
 #: References per run, on average, from which a vector list held as runs is tabled as
