@@ -123,7 +123,80 @@ def test_pool_gradient_hands_clone_like_the_tiles_it_would_ask(monkeypatch, virt
     seq = Sequence()
     y = pooling.pool(graph, params, x, seq, "p")
     pooling.poolInputGradient(graph, params, x, y, g, False, seq, "p")
-    assert len(handed) == (0 if virtual else 1)
+    # the output's (a top-level graph's checked tiles) and the rearranged gradients'
+    # (pooled's tiles, which the pass's tile choice reads too)
+    kinds = sorted(name.rsplit("/", 1)[-1] for name in handed)
+    assert kinds == (["gradsRearranged"] if virtual else ["gradsRearranged", "out"])
     unmapped = graph.addVariable(FLOAT, [2, 4, 6, 6], "u")
     with pytest.raises(GraphError, match="poolInputGradient: in: element 0 of tensor 'u'"):
         pooling.poolInputGradient(graph, params, unmapped, y, g, False, seq, "p")
+
+
+@pytest.mark.parametrize("virtual", [False, True])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_pool_passes_read_the_tiles_they_are_handed(monkeypatch, virtual: bool, scaled: bool):
+    """The tiles a pooling pass is handed for its tile choice (its input's, as the
+    caller checked them) are those it would ask for, on random mappings, with and
+    without the scaled gradient's extra pass."""
+    from poplar_api.popnn import PoolingType, PoolParams, pool_plan, pooling
+    from poplar_api.program import Sequence
+
+    handed = []
+    real = pool_plan._Builder.build
+
+    def checked(self, operands, prog, intro, avg=False, scale_value=1.0, intro_tiles=None):
+        if intro_tiles is not None:
+            np.testing.assert_array_equal(intro_tiles, local_tiles(self.graph, intro[0], "t"))
+            handed.append(self.name)
+        return real(self, operands, prog, intro, avg, scale_value, intro_tiles)
+
+    monkeypatch.setattr(pool_plan._Builder, "build", checked)
+    rng = np.random.default_rng(5)
+    top = Graph(IPUModel("ipu2").createDevice().getTarget())
+    graph = top.createVirtualGraph(8, 24) if virtual else top
+    for kind in (PoolingType.MAX, PoolingType.AVG):
+        params = PoolParams(kind, [7, 6], [3, 2], [2, 2], [1, 0], [0, 1], 8, 3, FLOAT)
+        x = graph.addVariable(FLOAT, [3, 8, 7, 6], "x")
+        graph.mapElements(x, rng.integers(0, 16, x.numElements()))
+        seq = Sequence()
+        y = pooling.pool(graph, params, x, seq, "p")
+        g = graph.addVariable(FLOAT, y.shape(), "g")
+        graph.mapElements(g, rng.integers(0, 16, g.numElements()))
+        if kind is PoolingType.MAX:
+            pooling.poolInputGradient(graph, params, x, y, g, scaled, seq, "p")
+    # the forward passes and the scale's on a top-level graph (the checked tiles are
+    # the top level's); the MAX gradient's (pooled's tiles) on either
+    assert len(handed) == (0 if virtual else 2 + scaled) + 1
+
+
+@pytest.mark.parametrize("virtual", [False, True])
+def test_nonlinearity_plans_over_the_tiles_it_cloned_by(monkeypatch, virtual: bool) -> None:
+    """``nonLinearity`` and ``nonLinearityInputGradient`` plan their vertices over the
+    tiles their clone was mapped by: those ``plan_tiles`` would ask for."""
+    from poplar_api.popnn import NonLinearityType, nonlinearity
+    from poplar_api.program import Sequence
+
+    seen = []
+    real = nonlinearity.plan_tiles
+
+    def checked(graph, ref, api, plan_tile, tiles=None):
+        assert tiles is not None
+        np.testing.assert_array_equal(tiles, graph.elementTiles(ref))
+        seen.append(api)
+        return real(graph, ref, api, plan_tile, tiles)
+
+    monkeypatch.setattr(nonlinearity, "plan_tiles", checked)
+    rng = np.random.default_rng(9)
+    top = Graph(IPUModel("ipu2").createDevice().getTarget())
+    graph = top.createVirtualGraph(8, 24) if virtual else top
+    seq = Sequence()
+    for op in (NonLinearityType.RELU, NonLinearityType.GELU):
+        x = graph.addVariable(FLOAT, [5, 37], "x")
+        graph.mapElements(x, rng.integers(0, 16, x.numElements()))
+        y = nonlinearity.nonLinearity(graph, op, x, seq)
+        np.testing.assert_array_equal(graph.elementTiles(y), graph.elementTiles(x))
+        g = graph.addVariable(FLOAT, [5, 37], "g")
+        graph.mapElements(g, rng.integers(0, 16, g.numElements()))
+        dx = nonlinearity.nonLinearityInputGradient(graph, op, y, g, seq)
+        np.testing.assert_array_equal(graph.elementTiles(dx), graph.elementTiles(y))
+    assert len(seen) == 4

@@ -42,7 +42,7 @@ from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
 from poplar_api.library_checks import check_element_type, check_graph
 from poplar_api.popnn import vertices as vx
-from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles
+from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles, local_tiles
 from poplar_api.popops import vertices as popops_vx
 from poplar_api.popops.layout import (
     RPT_COUNT_MAX,
@@ -93,11 +93,18 @@ _MAX_N_FIELD = 0xFFFF
 
 
 def _plan(
-    graph: Graph, ref: Tensor, cls_1d: type, cls_2d: type, limit_1d: int, grad: bool
+    graph: Graph,
+    ref: Tensor,
+    cls_1d: type,
+    cls_2d: type,
+    limit_1d: int,
+    grad: bool,
+    tiles: np.ndarray | None = None,
 ) -> PlannedVertices:
     """The vertices of every tile, as ``NonLinearity.cpp`` chooses them from the sizes
     of the tile's regions (planned once per distinct list of sizes, see
-    :func:`~poplar_api.popops.layout.plan_tiles`)."""
+    :func:`~poplar_api.popops.layout.plan_tiles`); ``tiles``: ``ref``'s elements' tiles
+    when the caller has them already."""
     target = graph.getTarget()
     workers = target.getNumWorkerContexts()
     vw = target.getVectorWidth(ref.elementType())
@@ -112,11 +119,14 @@ def _plan(
         split = split_regions(sizes, vw, workers, min_vectors * vw, UINT_MAX, max_2d)
         return [(cls_2d, p, True) for p in split_pieces(regions, split)]
 
-    return plan_tiles(graph, ref, "nonLinearity", plan_tile)
+    return plan_tiles(graph, ref, "nonLinearity", plan_tile, tiles)
 
 
-def _elementwise(graph, op: str, t: Tensor, out: Tensor | None, prog, name: str) -> None:
-    """Forward RELU/SIGMOID/TANH/GELU/SWISH over ``t`` (into ``out`` unless in place)."""
+def _elementwise(
+    graph, op: str, t: Tensor, out: Tensor | None, prog, name: str, tiles=None
+) -> None:
+    """Forward RELU/SIGMOID/TANH/GELU/SWISH over ``t`` (into ``out`` unless in place);
+    ``tiles``: ``t``'s elements' tiles when the caller has them already."""
     target = graph.getTarget()
     typ = t.elementType()
     rpt_1d = RPT_COUNT_MAX * target.getNumWorkerContexts() * target.getVectorWidth(typ)
@@ -134,7 +144,7 @@ def _elementwise(graph, op: str, t: Tensor, out: Tensor | None, prog, name: str)
     tensors = (t,) if in_place else (t, out)
     operands = {f: ElemOperand(typ, x, x.name) for f, x in zip(names, tensors, strict=True)}
     cs = graph.addComputeSet(f"{name}/Nonlinearity")
-    add_vertices(graph, cs, _plan(graph, t, cls_1d, cls_2d, limit, grad=False), operands)
+    add_vertices(graph, cs, _plan(graph, t, cls_1d, cls_2d, limit, False, tiles), operands)
     prog.add(_program.Execute(cs))
 
 
@@ -233,13 +243,16 @@ def nonLinearity(
     if nonLinearityType in _SOFTMAXES:
         element_tiles(graph, t, "nonLinearity")
         return _softmax(graph, nonLinearityType, t, False, prog, name)
-    out = clone_like(graph, t, t.elementType(), f"{name}/out", "nonLinearity")
+    # t's tiles (as clone_like asks for them, naming an unmapped element) map the clone
+    # and plan the vertices over either: out is mapped as t is
+    tiles = local_tiles(graph, t, "nonLinearity")
+    out = clone_like(graph, t, t.elementType(), f"{name}/out", "nonLinearity", tiles)
     op = nonLinearityType.name
     if op == "GELU":  # no out-of-place vertex: copy, then the in-place vertices
         prog.add(_program.Copy(t, out))
-        _elementwise(graph, op, out, None, prog, name)
+        _elementwise(graph, op, out, None, prog, name, tiles)
     else:
-        _elementwise(graph, op, t, out, prog, name)
+        _elementwise(graph, op, t, out, prog, name, tiles)
     return out
 
 
@@ -293,8 +306,10 @@ def nonLinearityInputGradient(
     if nonLinearityType in _SOFTMAXES:
         element_tiles(graph, out, "nonLinearityInputGradient")
         return _softmax_grad(graph, out, outGradient, prog, name)
-    # (clone_like asks for out's tiles and names an unmapped element as element_tiles)
-    in_grad = clone_like(graph, out, typ, f"{name}/inGrad", "nonLinearityInputGradient")
+    # (local_tiles names an unmapped element as element_tiles; the vertices are planned
+    # over out's tiles, those of the clone)
+    tiles = local_tiles(graph, out, "nonLinearityInputGradient")
+    in_grad = clone_like(graph, out, typ, f"{name}/inGrad", "nonLinearityInputGradient", tiles)
     op = nonLinearityType.name
     target = graph.getTarget()
     vw = target.getVectorWidth(typ)
@@ -307,6 +322,6 @@ def nonLinearityInputGradient(
         "inGrad": ElemOperand(typ, in_grad, in_grad.name),
     }
     cs = graph.addComputeSet(f"{name}/NonLinearityGrad")
-    add_vertices(graph, cs, _plan(graph, out, cls_1d, cls_2d, limit, grad=True), operands)
+    add_vertices(graph, cs, _plan(graph, out, cls_1d, cls_2d, limit, True, tiles), operands)
     prog.add(_program.Execute(cs))
     return in_grad

@@ -426,18 +426,23 @@ class _Builder:
         intro: tuple[Tensor, np.ndarray],
         avg: bool = False,
         scale_value: float = 1.0,
+        intro_tiles: np.ndarray | None = None,
     ) -> None:
         """Add the pass: partitions, their tiles, vertices and constants, the zeroing
         of outputs no entry writes, and the compute sets to ``prog``.
 
         ``intro`` is the tensor whose mapping chooses the tiles and the positions of
-        its elements in internal layout."""
+        its elements in internal layout; ``intro_tiles``, when given, are
+        :func:`.mapping.local_tiles` of that tensor as the caller has them already
+        (read, not changed), so that they are not gathered again."""
         graph, ps, cpg, typ = self.graph, self.ps, self.cpg, self.typ
         chans, batch = operands[0].pos.shape[:2]
         ng = chans // cpg
         split = _splits(self.num_tiles, [ng, batch, *ps.out_shape])
         # introspective tile choice (tilePartitions / getTileToMap)
-        owner = local_tiles(graph, intro[0], self.name)[intro[1]]
+        if intro_tiles is None:
+            intro_tiles = local_tiles(graph, intro[0], self.name)
+        owner = intro_tiles[intro[1]]
         cs_pool = graph.addComputeSet(f"{self.name}/Pool")
         self._cs_scale = None
         cls = pv.pool_vertex(self.kind, typ)

@@ -57,7 +57,7 @@ from poplar_api.errors import GraphError, TypeMismatchError
 from poplar_api.graph import Graph
 from poplar_api.graph_bulk import bulk_construction
 from poplar_api.library_checks import check_graph
-from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles
+from poplar_api.popnn.mapping import check_sequence, clone_like, element_tiles, local_tiles
 from poplar_api.popnn.pool_plan import (
     MAX_GRAINS_PER_GROUP as MAX_GRAINS_PER_GROUP,
 )
@@ -366,7 +366,7 @@ def pool(
     fn = "pool"
     dims = _check_common(graph, params, prog, options, fn)
     in_shape = [params.batchSize, params.numChannels, *params.inputFieldShape]
-    _check_tensor(graph, in_, "in", in_shape, params.dType, fn)
+    in_tiles = _checked_tiles(graph, in_, "in", in_shape, params.dType, fn)
     typ = params.dType
     name = (
         f"{debugPrefix}/{_layer_name(params, 'Fwd')}" if debugPrefix else _layer_name(params, "Fwd")
@@ -393,7 +393,10 @@ def pool(
     b = _Builder(graph, name, typ, kind, _fwd_pass(dims), _chans_per_group(chans, vw))
     src = _operand("in", in_, "in", fold_batch=True)
     operands = [src, _operand("out", out, "out", fold_batch=True)]
-    b.build(operands, prog, (in_, src.pos), avg=ptype is PoolingType.AVG)
+    # (on a top-level graph in_'s tiles are those its check asked for: not asked again)
+    top = graph.getTopLevelGraph() is graph
+    b.build(operands, prog, (in_, src.pos), avg=ptype is PoolingType.AVG,
+            intro_tiles=in_tiles if top else None)  # fmt: skip
     return out
 
 
@@ -407,8 +410,13 @@ def _avg_counts(dims: list[_Dim]) -> np.ndarray:
     return counts
 
 
-def _grad_impl(graph, params, dims, in_, pooled, grad, output, scaled, prog, name) -> None:
-    """``poolInputGradientImpl``: the input gradient into ``output``."""
+def _grad_impl(
+    graph, params, dims, in_, pooled, grad, output, scaled, prog, name, in_tiles=None,
+    pooled_tiles=None,
+) -> None:  # fmt: skip
+    """``poolInputGradientImpl``: the input gradient into ``output``. ``in_tiles`` and
+    ``pooled_tiles``, when given, are :func:`.mapping.local_tiles` of ``in_`` and
+    ``pooled`` as the caller has them (read, not changed): not gathered again."""
     from poplar_api import popops
 
     typ = params.dType
@@ -441,17 +449,20 @@ def _grad_impl(graph, params, dims, in_, pooled, grad, output, scaled, prog, nam
         src = _operand("in", in_, "in")
         sb.build(
             [src, _operand("out", scale, "out"), _operand("fwdActsOut", pooled, "out")],
-            prog, (in_, src.pos),
+            prog, (in_, src.pos), intro_tiles=in_tiles,
         )  # fmt: skip
         grad = popops.mul(graph, grad, scale, prog, f"{name}/ScaleGrad")
-    rearranged = clone_like(graph, pooled, typ, f"{name}/gradsRearranged", name)
+    if pooled_tiles is None:
+        pooled_tiles = local_tiles(graph, pooled, name)
+    # (the clone is mapped as pooled is: its tiles are pooled's)
+    rearranged = clone_like(graph, pooled, typ, f"{name}/gradsRearranged", name, pooled_tiles)
     prog.add(_program.Copy(grad, rearranged))
     src = _operand("in", rearranged, "in")
     b = _Builder(graph, name, typ, "maxGrad", bwd, cpg)
     b.build(
         [src, _operand("out", output, "out"), _operand("fwdActsIn", in_, "out"),
          _operand("fwdActsOut", pooled, "in")],
-        prog, (rearranged, src.pos),
+        prog, (rearranged, src.pos), intro_tiles=pooled_tiles,
     )  # fmt: skip
 
 
@@ -544,10 +555,13 @@ def poolInputGradient(graph: Graph, params: PoolParams, *args: Any, **kwargs: An
     if not isinstance(scaled, bool | np.bool_):
         raise GraphError(f"{fn}: useScaledVariant must be True or False, got {scaled!r}")
     in_tiles = _checked_tiles(graph, in_, "in", in_shape, typ, fn)
+    pooled_tiles = None
     if params.poolingType is PoolingType.MAX:
-        _check_tensor(graph, pooled, "pooled", out_shape, typ, fn)
-    # (on a top-level graph its tiles are those element_tiles gave: not asked again)
-    top = graph.getTopLevelGraph() is graph
-    output = clone_like(graph, in_, typ, f"{name}/out", fn, in_tiles if top else None)
-    _grad_impl(graph, params, dims, in_, pooled, grad, output, bool(scaled), prog, name)
+        pooled_tiles = _checked_tiles(graph, pooled, "pooled", out_shape, typ, fn)
+    # (on a top-level graph the tiles are those element_tiles gave: not asked again)
+    if graph.getTopLevelGraph() is not graph:
+        in_tiles = pooled_tiles = None
+    output = clone_like(graph, in_, typ, f"{name}/out", fn, in_tiles)
+    _grad_impl(graph, params, dims, in_, pooled, grad, output, bool(scaled), prog, name,
+               in_tiles, pooled_tiles)  # fmt: skip
     return output
