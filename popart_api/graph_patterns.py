@@ -37,6 +37,7 @@ Node attributes the Builder sets (``__ipu_number``, ``__pipeline_stage``,
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -158,9 +159,9 @@ def _identity_like(g: _Graph, n: onnx.NodeProto, inference: bool) -> bool:
     if op in ("MaxPool", "AveragePool"):
         kernel = _attr(n, "kernel_shape", [])
         return (
-            int(np.prod(kernel)) == 1
+            int(math.prod(kernel)) == 1
             and not any(_attr(n, "pads", []))
-            and int(np.prod(_attr(n, "strides", [1]))) == 1
+            and int(math.prod(_attr(n, "strides", [1]))) == 1
             and _attr(n, "auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET", b"VALID", "VALID")
         )
     if op in _REDUCES or op in ("Reshape", "Tile"):
@@ -252,7 +253,7 @@ def _expand_cast(g: _Graph) -> int:
         if _ipu(cast) != _ipu(n) or cast.input[0] != y:
             continue
         sx, sy = g.shape(n.input[0]), g.shape(y)
-        if sx is None or sy is None or int(np.prod(sx)) == int(np.prod(sy)):
+        if sx is None or sy is None or int(math.prod(sx)) == int(math.prod(sy)):
             continue
         out = cast.output[0]
         # cast -> expand, the intermediate keeps its id (now of the cast's type)
@@ -526,7 +527,7 @@ GRAPH_PATTERNS: dict[str, Callable[[_Graph, bool], int]] = {
 
 def _small(init: onnx.TensorProto) -> bool:
     """Whether an initializer is small enough to be a shape, axes or bound operand."""
-    return int(np.prod(init.dims, dtype=np.int64)) <= _SMALL
+    return int(math.prod(init.dims)) <= _SMALL
 
 
 #: Initializers of at most this many elements keep their values for shape inference.

@@ -45,6 +45,7 @@ with no copies, since the replay writes the forward pass's own tensors.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -322,7 +323,7 @@ def find_matches(
 def _nbytes(value: Any) -> int:
     """Bytes of a tensor (of a host array; 0 for anything else)."""
     if isinstance(value, Tensor):
-        return int(np.prod(value.shape(), dtype=np.int64)) * value.elementType().size
+        return int(math.prod(value.shape())) * value.elementType().size
     return int(getattr(value, "nbytes", 0))
 
 

@@ -12,6 +12,7 @@ as runs straight from the connected tensor's ids, in the element type the graph 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -264,7 +265,7 @@ class _Connections:
                 f"added; its first dimension must be {n} (row i goes to vertex i); "
                 "hint: reshape to [n, elements per vertex]"
             )
-        row_len = int(np.prod(t._shape[1:], dtype=np.int64))
+        row_len = int(math.prod(t._shape[1:]))
         if spec.kind == "vectorlist":
             spec.check([row_len], t._type, where)
             self.per_vertex.append((name, specs, [t[i] for i in range(n)]))

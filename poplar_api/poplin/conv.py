@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -167,11 +168,11 @@ def _own_search(graph: Graph, params: ConvParams, opts: dict[str, Any]) -> ConvP
     if opts.get("method") == "VMAC":
         expand = False  # the expanded form has many input channels: no VMAC
     plan = None
-    if expand is not True or int(np.prod(params.kernelShape)) == 1:
+    if expand is not True or int(math.prod(params.kernelShape)) == 1:
         estimate = largest_block_estimate(params, target, geometry_cache(graph, params))
         plan = plan_convolution(params, target, opts, estimate)
     dims = _constrained_expansion(params, opts)
-    if expand is not False and int(np.prod(params.kernelShape)) > 1:
+    if expand is not False and int(math.prod(params.kernelShape)) > 1:
         eff = expand_all_dims(params) if dims is None else expand_dims(params, dims)
         # a partial expansion is flattened as Poplibs' calculateFlattenedParams does
         flat = () if dims is None else opts.get("flatten_dims", flatten_dims(eff))
@@ -207,7 +208,7 @@ def _flat_act(act: Tensor, params: ConvParams) -> Tensor:
     1, ..., B prod(F)]`` (:func:`~.poplibs_conv_model.flat_params`; views, no copy)."""
     g, b, c = act.dim(0), act.dim(1), act.dim(2)
     nd = params.getNumFieldDims()
-    positions = b * int(np.prod(act.shape()[3:]))
+    positions = b * int(math.prod(act.shape()[3:]))
     by_chan = act.dimShuffle([0, 2, 1, *range(3, 3 + nd)])
     return by_chan.reshape([g, 1, c, *([1] * (nd - 1)), positions])
 
@@ -500,7 +501,7 @@ def _convolve_kernel_parts(
     split = plan.kernel_split
     check_kernel_split(params, split)
     tables = partials.ids.tables
-    per = int(np.prod(partials.shape()[1:]))
+    per = int(math.prod(partials.shape()[1:]))
     zeros = []
     for k, (k0, k1) in enumerate(kernel_ranges(params.kernelShape[0], split)):
         sub = kernel_part_params(params, k0, k1)

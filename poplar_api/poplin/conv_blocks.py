@@ -569,7 +569,7 @@ def plan_partials(
     workers = target.getNumWorkerContexts()
     maps = dim_maps(params)
     nd = params.getNumFieldDims()
-    kpos = int(np.prod(params.kernelShape))
+    kpos = int(math.prod(params.kernelShape))
     fp = params.inputType
     ix, lo, hi = block_table(rng)
     block_tiles = plan.tiles.reshape(-1).astype(np.int64)

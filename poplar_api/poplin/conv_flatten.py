@@ -26,6 +26,7 @@ so Poplibs' flatten dimension ``p`` is axis 1 (``p == 0``) or ``2 + p``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -100,7 +101,7 @@ def flattened_params(params: ConvParams, dims: Sequence[int]) -> ConvParams:
             batch = 1
         else:
             field[p - 1] = 1
-    field[to - 1] = int(np.prod(sizes, dtype=np.int64))
+    field[to - 1] = int(math.prod(sizes))
     it, kt, ot = params.inputTransform, params.kernelTransform, params.outputTransform
     as_dict = lambda t: {k: list(v) for k, v in vars(t).items()}  # noqa: E731
     return ConvParams(
@@ -133,7 +134,7 @@ def _order(shape: Sequence[int], dims: Sequence[int]) -> tuple[list[int], list[i
         elif a not in axes:
             perm.append(a)
     flat = [1 if a in axes[:-1] else int(n) for a, n in enumerate(shape)]
-    flat[to] = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    flat[to] = int(math.prod([shape[a] for a in axes]))
     return perm, flat
 
 

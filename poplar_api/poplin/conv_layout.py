@@ -340,7 +340,7 @@ def input_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarra
     # dimensions flattened, the channels' term over [Ci/icg, icg]): the block ids are
     # never made as an array (see _spread_terms)
     pb, pci = parts[1], parts[-1]
-    pf = int(np.prod(parts[2 : 2 + nd]))
+    pf = int(math.prod(parts[2 : 2 + nd]))
     gi = np.minimum(np.arange(g) // plan.blocks[0], parts[0] - 1)
     bi = np.minimum(np.arange(b) // plan.blocks[1], parts[1] - 1)
     # an input-channel serial split's iterations reuse the blocks: channel c is in
@@ -476,7 +476,7 @@ def weight_tiles_in_memory_order(plan: ConvPlan, params: ConvParams) -> np.ndarr
     ciblk = np.minimum(np.arange(eci) % per // plan.blocks[-1], parts[-1] - 1)
     # the expanded input channel of weight (c, *k) is c * prod(expanded kernel) + k_e
     # (k_e: k's flat position in the expanded dimensions, row-major)
-    ktot = int(np.prod(kernel))
+    ktot = int(math.prod(kernel))
     kprod = eci // ci
     kk = (expanded_kernel_offsets(params, plan.expanded_dims).reshape(-1) if plan.expanded
           else np.zeros(ktot, np.int64))  # fmt: skip

@@ -28,6 +28,7 @@ computes the same passes but its code is not followed).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -616,7 +617,7 @@ def expand_dims(params: ConvParams, dims: Sequence[int] | None = None) -> ConvPa
     n = params.getNumFieldDims()
     it, kt, ot = params.inputTransform, params.kernelTransform, params.outputTransform
     field, kernel = list(params.inputFieldShape), list(params.kernelShape)
-    ktot = int(np.prod([kernel[d] for d in dims], dtype=np.int64))
+    ktot = int(math.prod([kernel[d] for d in dims]))
     for d in dims:
         field[d] = params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
         kernel[d] = 1
@@ -695,7 +696,7 @@ def expanded_input_index(
     invalid = ~valid.reshape(-1)
     if invalid.any():
         out[:, invalid] = -1
-    ktot = int(np.prod(valid.shape[:n], dtype=np.int64))
+    ktot = int(math.prod(valid.shape[:n]))
     return out.reshape(g, b, c * ktot, *valid.shape[n:])
 
 

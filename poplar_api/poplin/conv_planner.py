@@ -84,6 +84,7 @@ whose batch and field flatten into one dimension, as its flattened form
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -291,7 +292,7 @@ class ConvPlan:
 
     @property
     def num_tiles_used(self) -> int:
-        return int(np.prod(self.parts)) * self.kernel_split
+        return int(math.prod(self.parts)) * self.kernel_split
 
     def ranges(self, dim: int, size: int) -> list[tuple[int, int]]:
         """Block ranges of split dimension ``dim`` (of ``size`` elements)."""
@@ -423,8 +424,8 @@ def _candidates(
     # tile's input window, weights block and partials (:mod:`.conv_closed_forms`)
     code = {"AMP": AMP, OUTER_PRODUCT: OUTER, "VMAC": VMAC}.get(method, HMAC)
     consts = {
-        "kernel_split": kernel_split, "kpos": int(np.prod(params.kernelShape)),
-        "in_elems": params.batchSize * int(np.prod(params.inputFieldShape)),
+        "kernel_split": kernel_split, "kpos": int(math.prod(params.kernelShape)),
+        "in_elems": params.batchSize * int(math.prod(params.inputFieldShape)),
         "isz": isz, "osz": osz, "psz": psz, "workers": workers,
         "exchange_rate": target.getExchangeBytesPerCycle(), "phase": PHASE_OVERHEAD_CYCLES,
         "icg": icg, "ocg": ocg, "cgpg": cgpg, "core": 8 if in_t == FLOAT else 4,
@@ -527,7 +528,7 @@ def _gather(
             weights = (
                 params.inputType.size
                 * params.numConvGroups
-                * int(np.prod(params.kernelShape))
+                * int(math.prod(params.kernelShape))
                 * params.inputChannelsPerConvGroup
                 * params.outputChannelsPerConvGroup
             )
@@ -548,7 +549,7 @@ def block_tiles(parts: tuple[int, ...], num_tiles: int, tiles_per_ipu: int) -> n
     consecutive tiles and both tiles of an exchange-bus pair ``2k``, ``2k + 1`` receive
     the same inputs. On several IPUs (Poplibs' level per IPU is not modelled) the
     blocks are spread evenly over all tiles in block order."""
-    used = int(np.prod(parts))
+    used = int(math.prod(parts))
     if num_tiles != tiles_per_ipu:
         return (np.arange(used, dtype=np.int64) * num_tiles // used).reshape(parts)
     nd = len(parts)
@@ -617,7 +618,7 @@ def outer_product_applies(params: ConvParams, conv_pass: str | None) -> bool:
         and params.inputChannelsPerConvGroup == 1
         and params.batchSize == 1
         and params.outputType == params.inputType
-        and int(np.prod(params.kernelShape)) == 1
+        and int(math.prod(params.kernelShape)) == 1
     )
 
 

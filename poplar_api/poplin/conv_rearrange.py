@@ -132,7 +132,7 @@ def operand_rearrangements(
     # activations go to the tiles of the output-channel and kernel splits (Poplibs'
     # inNumDests, ``convolutionPreprocess`` in Convolution.cpp at 7eac0f26)
     in_dests = int(parts[-2]) * plan.kernel_split
-    weight_dests = int(np.prod(parts[1:-2]))
+    weight_dests = int(math.prod(parts[1:-2]))
     re_acts = wu or transform or in_dests > MAX_BROADCAST_DESTS
     re_weights = wu or transform or weight_dests > MAX_BROADCAST_DESTS
     if plan.in_chans_per_group > 1:

@@ -9,6 +9,7 @@ whether the fully-connected passes are planned jointly.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -60,7 +61,7 @@ def transform_estimates(
     if conv_pass not in MATMUL_PASSES:
         return np.zeros(n, np.int64), np.zeros(n, np.int64)
     g = params.numConvGroups
-    field = params.batchSize * int(np.prod(params.getOutputFieldShape()))
+    field = params.batchSize * int(math.prod(params.getOutputFieldShape()))
     ci, co = params.inputChannelsPerConvGroup, params.outputChannelsPerConvGroup
     ci_p, co_p = -(-ci // icg) * icg, -(-co // ocg) * ocg
     in_b, out_b = params.outputType.size, params.outputType.size
@@ -80,7 +81,7 @@ def transform_estimates(
     f0, f1 = transform_factor(params.inputType.name, ci * co)
     bpc = min(memcpy, in_b)
     in_t = per_tile(field * ci_p * g, in_b)
-    w_t = per_tile(ci_p * co_p * g * int(np.prod(params.kernelShape)), in_b)
+    w_t = per_tile(ci_p * co_p * g * int(math.prod(params.kernelShape)), in_b)
     out_t = -(-(field * co_p * g) // used) * out_b  # elements per tile, then bytes
     o0, o1 = transform_factor(params.outputType.name, co)
     move = lambda b, rate: -(-(b * f0) // (rate * f1))  # noqa: E731

@@ -6,6 +6,7 @@ method) and its Poplibs estimate (:mod:`poplar_api.poplin.conv_estimators`,
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ def vertex_method(plan: ConvPlan, geom: TileGeometry, kpos: int) -> str:
     if geom.in_shape != geom.out_shape or (geom.in_stride, geom.out_stride) != (1, 1):
         return plan.method
     entries = np.concatenate([w for w in geom.worklists[0]]).reshape(-1, 3)
-    rows = int(np.prod(geom.out_shape))
+    rows = int(math.prod(geom.out_shape))
     if entries[:, 1].sum() != rows * 1 or np.any(entries[:, 0] != entries[:, 2]):
         return plan.method
     return "AMP_1x1"
@@ -78,7 +79,7 @@ def partial_estimate(
     workers = target.getNumWorkerContexts()
     fp = params.inputType
     acc = plan.partials_type
-    out_rows = batch * int(np.prod(geom.out_shape))
+    out_rows = batch * int(math.prod(geom.out_shape))
     if method == "VMAC":
         cgpg = plan.conv_groups_per_group
         # VMAC worklist entries store numElems - 1 (ConvVertices.cpp); one list per worker
@@ -141,7 +142,7 @@ def partial_estimate(
     if method == "AMP_1x1":
         return amp.conv_partial_1x1_cycles(amp.split_field_elems(out_rows, workers), **amp_fields)
     kshape = params.kernelShape
-    inner, outer = int(kshape[-1]), int(np.prod(kshape[:-1]))
+    inner, outer = int(kshape[-1]), int(math.prod(kshape[:-1]))
     height, partitions = weight_height(plan), geom.partitions
     if height > 1:  # (Poplibs' kernelOuterSizeM1 + 1: the groups of ``height`` rows)
         partitions = _height_partitions(partitions, inner, outer, height)
@@ -176,7 +177,7 @@ def largest_block_estimate(
     maps = kept_dim_maps(params)
     nd = params.getNumFieldDims()
     workers = target.getNumWorkerContexts()
-    kpos = int(np.prod(params.kernelShape))
+    kpos = int(math.prod(params.kernelShape))
     if geoms is None:
         geoms = {}
     methods: dict[tuple, str] = {}  # (vertex_method's of a geometry, method and height)

@@ -61,6 +61,7 @@ source, not a port.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -537,12 +538,12 @@ def _serial_cycles(
 ) -> np.ndarray:
     """:func:`_serial_terms` of tiles of ``used`` tiles a partition, ``outputs`` partial
     sums a tile (``count`` an int, or an array of counts as long as ``outputs``)."""
-    kpos = int(np.prod(whole.kernelShape))
+    kpos = int(math.prod(whole.kernelShape))
     ci, co = whole.inputChannelsPerConvGroup, whole.outputChannelsPerConvGroup
     cycles = _slices(-(-(kpos * ci * co) // used), count, target)
     if kind == "out":
         return cycles + _slices(outputs, count, target)
-    inputs = -(-(whole.batchSize * int(np.prod(whole.inputFieldShape)) * ci) // used)
+    inputs = -(-(whole.batchSize * int(math.prod(whole.inputFieldShape)) * ci) // used)
     cycles = cycles + _slices(inputs, count, target)
     add = binary_op_1d_in_place_array("ADD", "float", outputs, target.getNumWorkerContexts(),
                                       target.getVectorWidth(FLOAT))  # fmt: skip

@@ -17,6 +17,7 @@ constants and estimates are then added in partition order.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -210,7 +211,7 @@ class _Builder:
         for x in range(v.shape[1] - 1, -1, -1):
             nxt[:, x] = np.where(v[:, x] > 0, x, nxt[:, x + 1])
         self.next = nxt
-        self.kidx = np.array(np.unravel_index(np.arange(int(np.prod(ps.kernel))), ps.kernel))
+        self.kidx = np.array(np.unravel_index(np.arange(int(math.prod(ps.kernel))), ps.kernel))
         self._geometries: dict[tuple, _Geometry] = {}
         #: geometries up to a shift: the first worked out, its output range's begin
         #: and its first input index per dimension
@@ -221,7 +222,7 @@ class _Builder:
     def rows(self, nb: int, shape: list[int]) -> tuple[np.ndarray, ...]:
         """``partitionPartialByContext``: (context, batch, active row, xBegin, xEnd)."""
         row_len = shape[-1]
-        active = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+        active = int(math.prod(shape[:-1])) if len(shape) > 1 else 1
         total = nb * active * row_len
         c = np.arange(self.workers)
         e0, e1 = (c * total) // self.workers, ((c + 1) * total) // self.workers
@@ -346,9 +347,9 @@ class _Builder:
         geo.empty = False
         geo.out_lo, geo.out_shape, opos = self.window(e, "out", nb)
         geo.in_lo, geo.in_shape, ipos = self.window(e, "in", nb)
-        geo.partial = int(np.prod(geo.out_shape)) != int(np.prod(e["slice"]))
-        geo.init_info = nb * int(np.prod(geo.out_shape))
-        geo.in_slice = nb * int(np.prod(geo.in_shape))
+        geo.partial = int(math.prod(geo.out_shape)) != int(math.prod(e["slice"]))
+        geo.init_info = nb * int(math.prod(geo.out_shape))
+        geo.in_slice = nb * int(math.prod(geo.in_shape))
         if max(geo.init_info, geo.in_slice) > 0xFFFF:
             raise GraphError(
                 f"{self.name}: a tile's pooling window has more than 65535 field "

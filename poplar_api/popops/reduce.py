@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -301,8 +302,8 @@ def _plan(
     rank = t.rank()
     kept = [d for d in range(rank) if d not in dims]
     out_shape = [t.dim(d) for d in kept]
-    n_out = int(np.prod(out_shape, dtype=np.int64))
-    n_red = int(np.prod([t.dim(d) for d in dims], dtype=np.int64))
+    n_out = int(math.prod(out_shape))
+    n_red = int(math.prod([t.dim(d) for d in dims]))
     flat_in = t.flatten()
     pos = np.transpose(np.arange(t.numElements(), dtype=np.int64).reshape(t.shape()), kept + dims)
     pos = pos.reshape(n_out, n_red)
@@ -555,8 +556,8 @@ def _mangle_to_2d(t: Tensor, dims: list[int]) -> Tensor:
     """``mangleTo2D``: reduced dimensions first, then the kept ones, as
     ``[reduced elements, outputs]``."""
     kept = [d for d in range(t.rank()) if d not in dims]
-    n_red = int(np.prod([t.dim(d) for d in dims], dtype=np.int64))
-    n_out = int(np.prod([t.dim(d) for d in kept], dtype=np.int64))
+    n_red = int(math.prod([t.dim(d) for d in dims]))
+    n_out = int(math.prod([t.dim(d) for d in kept]))
     return t.dimShuffle(dims + kept).reshape([n_red, n_out])
 
 
