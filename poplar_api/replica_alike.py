@@ -377,11 +377,13 @@ def ascending_runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(begin, end)`` of the ascending runs of ``ids`` as they come, flattened: each
     run a maximal stretch of ids one apart (int64; in the ids' order, so not sorted and
     possibly overlapping). One compiled pass, where sorting every id would cost
-    ``n log n``."""
+    ``n log n``. Int64 ids only reach the pass (others widened first): a compiled
+    signature costs some milliseconds to load in every fresh process, more than
+    widening the ids of the few arrays a run asks about (each asked once)."""
     flat = np.asarray(ids).reshape(-1)
-    if flat.dtype not in (np.int32, np.int64):
+    if flat.dtype != np.int64:
         flat = flat.astype(np.int64)
-    return _ascending_runs(read_only(flat))  # (one compiled kind per id type)
+    return _ascending_runs(read_only(flat))
 
 
 def copy_writes(size: int, pairs: list[tuple[Ids, Ids]]) -> EffectWrites:
