@@ -49,7 +49,7 @@ from ipusim.machine_replicas import (
 from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost, execution_cycles
 from ipusim.tile.memory_port import conflict_cycles, memory_floor_cycles, memory_may_bind
-from ipusim.timing import BarrelCompute, ControllerSync, TimingModel
+from ipusim.timing import BarrelCompute, ControllerSync, SharedArrays, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
 
 
@@ -79,10 +79,11 @@ class Machine:
         #: programs checked by :meth:`prepare` (IR arrays are read-only, so a program
         #: once checked stays valid)
         self._prepared: weakref.WeakSet[ir.Program] = weakref.WeakSet()
-        #: a replicated program's step costs, kept from run to run (see _Run._replicated
-        #: and _Run._replica_cost): by step id, with the step (its id is not reused while
-        #: the entry keeps it); read-only arrays, shared by the records of every run
+        #: a replicated program's step costs, kept from run to run (_Run._replicated,
+        #: _Run._replica_cost): by step id, with the step (its id not reused while kept);
+        #: read-only arrays shared by every run's records and by steps of equal costs
         self._replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]] = {}
+        self._replicated_values: tuple[SharedArrays, dict[int, tuple]] = (SharedArrays(), {})
         self._replica_costs: dict[int, tuple[ir.Step, ComputeCost]] = {}
         #: per step (by id, with the step): the last final per-tile array of a record
         #: filled in as it ran (see _Run._passed), shared, read-only, by the records of
@@ -92,9 +93,8 @@ class Machine:
         #: a POD16's 23,552 tiles)
         self._final_cycles: dict[int, tuple[ir.Step, np.ndarray, bool]] = {}
         self._spare_cycles: list[np.ndarray] = []
-        #: per read-only per-tile array of a local step (by id, with the array): which
-        #: IPUs have a tile with cycles in it (see _Run._ipu_takes_part), kept from run
-        #: to run as the arrays are
+        #: per read-only per-tile array of a local step (by id, with the array): which IPUs
+        #: have a tile with cycles in it (_Run._ipu_takes_part), kept as the arrays are
         self._active_ipus: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         #: whether a replicated run whose replicas cannot differ runs replica 0's IPUs
         #: only (see ipusim.machine_replicas.ReplicaSteps._lockstep); False runs every

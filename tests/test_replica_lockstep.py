@@ -208,6 +208,31 @@ def test_the_mlp_step_in_lockstep(monkeypatch):
     _assert_same(trace, full)
 
 
+def test_steps_of_equal_costs_share_their_replicated_arrays():
+    """In lockstep, the per-tile arrays of local steps whose replica 0's costs are equal
+    are one read-only array (made once for every replica); each is replica 0's values
+    repeated, and the trace is that of every group running every step."""
+    cfg = _config(8, **{"tile.tiles_per_ipu": 64})  # 256 tiles a replica: arrays shared
+    tiles = np.arange(256)
+    cycles = np.random.default_rng(5).integers(5, 900, tiles.size)
+    steps = [
+        ir.Compute(name="a", vertex_tile=tiles, vertex_cycles=cycles),
+        ir.Sync(name="internal", sync_kind="internal"),
+        ir.Compute(name="b", vertex_tile=tiles, vertex_cycles=cycles.copy()),  # as "a"
+        ir.Sync(name="internal2", sync_kind="internal"),
+        ir.Compute(name="c", vertex_tile=tiles, vertex_cycles=cycles[::-1].copy()),
+        ir.Sync(name="external", sync_kind="external"),
+    ]
+    fast, full = _both(cfg, _program(steps, replicas=2, loop=2))
+    _assert_same(fast, full)
+    by_name = {r.name: r.tile_cycles for r in fast.records}
+    assert by_name["a"] is by_name["b"] and by_name["a"] is not by_name["c"]
+    for name in "abc":
+        per_tile = by_name[name]
+        assert not per_tile.flags.writeable
+        np.testing.assert_array_equal(per_tile, np.tile(per_tile[:256], 2))
+
+
 def test_a_transfer_of_copies_ends_as_the_copies_would():
     """``HostLink.transfer(copies=k)`` against k equal transfers started together,
     among other transfers (one starting later, one in the background): every end and
