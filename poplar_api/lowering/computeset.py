@@ -110,13 +110,20 @@ def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None
                 continue
             # the written elements another tile owns, found as runs in compiled passes
             # (no tile array per written element: most writes are to the vertex's own
-            # tile), in reference order; each goes from the vertex's tile to its owner
-            owner = state.space(ft.type).tile
+            # tile), in reference order; each goes from the vertex's tile to its owner.
+            # Runs are cut by the stretches of one owner as the reads' are: the same
+            # pieces, found per stretch rather than per written element
+            space = state.space(ft.type)
+            owner = space.tile
             vtiles = table.tiles[ft.positions]
-            if ft.runs is not None:
-                begin, length, src = pieces.run_pieces(*ft.runs, vtiles, owner)
-            elif ft.ref_runs is not None:
-                begin, length, src = pieces.run_pieces(*ft.ref_runs, ft.run_tiles(vtiles), owner)
+            held = ft.runs if ft.runs is not None else ft.ref_runs
+            if held is not None:  # (the reads' rule: stretches where they save looking)
+                size = ft.type.size
+                stretches = None
+                if ft.size * 8 >= space.size or size in planner.owners.changes:
+                    stretches = planner.stretches_of(size, owner, space.size, ft.size)
+                tiles = vtiles if ft.runs is not None else ft.run_tiles(vtiles)
+                begin, length, src = pieces.run_pieces(*held, tiles, owner, stretches)
             else:
                 begin, length, src = pieces.field_pieces(ft.ids, ft.bounds, vtiles, owner)
             if begin.size == 0:
