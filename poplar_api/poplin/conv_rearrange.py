@@ -67,10 +67,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numba
 import numpy as np
 
 from poplar_api.errors import TensorError
 from poplar_api.graph import Graph
+from poplar_api.lowering.runs import read_only
 from poplar_api.poplin.conv_layout import (
     _grouping,
     _weight_groups,
@@ -189,16 +191,6 @@ def _tiles(graph: Graph, t: Tensor) -> np.ndarray:
     return graph.elementTiles(t)
 
 
-def _region_starts(tiles: np.ndarray, ids: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Where a new contiguous region begins along ``order`` (positions sorted by tile,
-    then memory address): at a new tile, or where the next position or the next
-    address does not follow on."""
-    t, i = tiles[order], ids[order]
-    starts = np.ones(order.size, bool)
-    starts[1:] = (t[1:] != t[:-1]) | (order[1:] != order[:-1] + 1) | (i[1:] != i[:-1] + 1)
-    return starts
-
-
 def same_layout(graph: Graph, src: Tensor, dst: Tensor) -> bool:
     """Whether Poplar elides ``Copy(src, dst)``: both mapped alike, with the same sorted
     contiguous regions on every tile (the module docstring; graphcore/poplibs
@@ -239,16 +231,33 @@ def _same(ts: np.ndarray, td: np.ndarray, s_ids: np.ndarray, d_ids: np.ndarray) 
     # (equal arrays: the destination has no negative tile where the source has none)
     if int(ts.min()) < 0 or not np.array_equal(ts, td):
         return False
-    # positions in memory order on each tile (lexsort: last key first); an element lies
-    # on one tile, so one the source holds twice comes next to itself in this order
+    # positions in memory order on each tile (lexsort: last key first); the rest is one
+    # compiled walk along this order, not a second sort for the destination's
     s_order = np.lexsort((s_ids, ts))
-    in_order = s_ids[s_order]
-    if (in_order[1:] == in_order[:-1]).any():
-        return False
-    d_order = np.lexsort((d_ids, ts))
-    if not np.array_equal(s_order, d_order):
-        return False
-    return np.array_equal(_region_starts(ts, s_ids, s_order), _region_starts(ts, d_ids, d_order))
+    arrays = (read_only(np.asarray(a, np.int64).reshape(-1)) for a in (ts, s_ids, d_ids, s_order))
+    return bool(_same_along(*arrays))
+
+
+@numba.njit(cache=True, nogil=True)
+def _same_along(ts, s_ids, d_ids, order):  # pragma: no cover - compiled
+    """Along ``order`` (the positions by tile, then source id): whether the source holds
+    no element twice (an element lies on one tile, so a repeat is next to itself), the
+    destination's own order is ``order`` too (its ids, then its positions, ascending on
+    every tile: ``np.lexsort((d_ids, ts))`` then gives ``order``) and both are cut into
+    the same contiguous regions (a region starts at a new tile, or where the next
+    position or the next id does not follow on)."""
+    for k in range(1, order.size):
+        p = order[k]
+        q = order[k - 1]
+        if s_ids[p] == s_ids[q]:
+            return False
+        if ts[p] == ts[q]:
+            if d_ids[p] < d_ids[q] or (d_ids[p] == d_ids[q] and p < q):
+                return False
+            step = p == q + 1
+            if (step and s_ids[p] == s_ids[q] + 1) != (step and d_ids[p] == d_ids[q] + 1):
+                return False
+    return True
 
 
 def pads_operand(params: ConvParams, plan: ConvPlan, acts: bool) -> bool:
