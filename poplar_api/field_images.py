@@ -115,9 +115,14 @@ class ImageField:
             alike = self.constants is not None and self.constants.never_written(
                 self.image.dtype.itemsize, self.ids
             )
-            kept = (alike, self._first_replica() if alike else None)
+            kept = (alike, self._replica_zero() if alike else None)
             object.__setattr__(self, "_kept", kept)
         return kept[1] if kept[0] else self._first_replica()
+
+    def _replica_zero(self) -> FieldBatch:
+        """Replica 0's elements packed in the kernel dtype (not compared with the other
+        replicas': for a field every replica holds alike)."""
+        return FieldBatch(self._typed(self.image[0, self.ids]), self.offsets, self.inner_offsets)
 
     def _first_replica(self) -> FieldBatch | None:
         """:meth:`first_replica` found by reading every replica."""

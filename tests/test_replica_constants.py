@@ -104,27 +104,33 @@ def test_never_written_against_the_ids_of_what_is_written():
 def _matmuls(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, int]:
     """``x[k] @ w`` of every replica for each run ``k`` (``poplin.matMul`` on the
     ``tiny`` IPU Model, one IPU per replica: the convolution partials read every
-    replica's image), and how often a field's replicas were compared."""
+    replica's image), how often a field's replicas were compared and how often replica
+    0's field was taken without comparing."""
     runs_, replicas, m, k = x.shape
     n = w.shape[2]
     e, device = matmul_engine(replicas, FLOAT, m, k, n)
     e.load(device)
     e.writeTensor("w", w)
     outs = np.zeros((runs_, replicas, m * n), np.float32)
-    compared = [0]
-    real = ImageField._first_replica
+    calls = {"_first_replica": 0, "_replica_zero": 0}
 
-    def counted(self):
-        compared[0] += 1
-        return real(self)
+    def counted(name):
+        real = getattr(ImageField, name)
+
+        def call(self):
+            calls[name] += 1
+            return real(self)
+
+        return call
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ImageField, "_first_replica", counted)
+        for name in calls:
+            mp.setattr(ImageField, name, counted(name))
         for run in range(runs_):
             e.connectStream("in", np.ascontiguousarray(x[run].reshape(replicas, -1)))
             e.connectStream("out", outs[run])
             e.run(0)
-    return outs.reshape(runs_, replicas, m, n), compared[0]
+    return outs.reshape(runs_, replicas, m, n), calls["_first_replica"], calls["_replica_zero"]
 
 
 def test_the_partials_fields_are_compared_once_with_every_run_s_bits(monkeypatch):
@@ -132,11 +138,12 @@ def test_the_partials_fields_are_compared_once_with_every_run_s_bits(monkeypatch
     runs_ = 3
     x = rng.standard_normal((runs_, R, 8, 40)).astype(np.float32)  # every replica its own
     w = rng.standard_normal((R, 40, 16)).astype(np.float32)
-    got, once = _matmuls(x, w)
+    got, compared, once = _matmuls(x, w)
     monkeypatch.setattr(ConstantsAlike, "never_written", lambda self, size, ids: False)
-    want, every = _matmuls(x, w)
+    want, every, taken = _matmuls(x, w)
     assert got.tobytes() == want.tobytes()
-    assert once and every == runs_ * once  # found in the first run only
+    # with the record: replica 0's fields taken in the first run only, never compared
+    assert once and compared == 0 and taken == 0 and every == runs_ * once
     assert not np.array_equal(got[0, 0], got[0, 1])  # the replicas' values differ
     np.testing.assert_allclose(
         got, np.einsum("prmk,rkn->prmn", x.astype(np.float64), w), rtol=1e-5, atol=1e-4
