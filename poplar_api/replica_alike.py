@@ -309,10 +309,11 @@ def _ascending_runs(ids):  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True)
 def _run_blocks(begin, end, edges):  # pragma: no cover - compiled
     # the runs (any order, overlapping or empty ones allowed) as the elements of each
-    # block between the sorted edges that they hold, each element once
+    # block between the sorted edges that they hold, each element once; counted over
+    # the blocks between the lowest and highest id only (a space has thousands)
     m = begin.size
     blocks = edges.size - 1
-    count = np.zeros(blocks, np.int64)
+    none = np.zeros(0, np.int64)
     ordered = True
     low, high, length, last = edges[blocks], edges[0], 0, edges[0]
     for k in range(m):
@@ -320,20 +321,24 @@ def _run_blocks(begin, end, edges):  # pragma: no cover - compiled
         if e <= s:
             continue
         if s < edges[0] or e > edges[blocks]:
-            return count[:0], count[:0], False
+            return none, none, False
         if s < last:  # (below the last run that holds ids)
             ordered = False
         low, high, length, last = min(low, s), max(high, e), length + e - s, s
+    if not length:
+        return none, none, True
+    first = np.searchsorted(edges, low, side="right") - 1  # the blocks of low and high - 1
+    count = np.zeros(np.searchsorted(edges, high - 1, side="right") - first, np.int64)
     if not ordered and high - low <= 4 * length + 4096:
         # the ids marked over their span (no sort): a transposing copy's one-id runs
         held = np.zeros(high - low, np.bool_)
         for k in range(m):
             held[max(begin[k], low) - low : max(end[k], low) - low] = True
-        b = np.searchsorted(edges, low, side="right") - 1
+        b = first
         for i in range(high - low):
             while edges[b + 1] <= low + i:
                 b += 1
-            count[b] += held[i]
+            count[b - first] += held[i]
     else:  # joined into sorted, disjoint runs, each placed on the blocks it meets
         order = np.arange(m) if ordered else np.argsort(begin)
         lo, hi = 0, 0  # the joined run being made, [lo, hi)
@@ -348,27 +353,27 @@ def _run_blocks(begin, end, edges):  # pragma: no cover - compiled
             if hi > lo:
                 b = np.searchsorted(edges, lo, side="right") - 1
                 while b < blocks and edges[b] < hi:
-                    count[b] += min(hi, edges[b + 1]) - max(lo, edges[b])
+                    count[b - first] += min(hi, edges[b + 1]) - max(lo, edges[b])
                     b += 1
             if j < m:
                 lo, hi = s, e
     reached = 0
     whole = 0
-    for b in range(blocks):
-        if count[b]:
+    for k in range(count.size):
+        if count[k]:
             reached += 1
-            if count[b] == edges[b + 1] - edges[b]:
+            if count[k] == edges[first + k + 1] - edges[first + k]:
                 whole += 1
     touched = np.empty(reached, np.int64)
     full = np.empty(whole, np.int64)
     reached = 0
     whole = 0
-    for b in range(blocks):
-        if count[b]:
-            touched[reached] = b
+    for k in range(count.size):
+        if count[k]:
+            touched[reached] = first + k
             reached += 1
-            if count[b] == edges[b + 1] - edges[b]:
-                full[whole] = b
+            if count[k] == edges[first + k + 1] - edges[first + k]:
+                full[whole] = first + k
                 whole += 1
     return touched, full, True
 
