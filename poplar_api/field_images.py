@@ -362,7 +362,10 @@ def _raw(values: np.ndarray, dtype: np.dtype, raw: np.dtype) -> np.ndarray:
 def tiled_offsets(offsets: np.ndarray, replicas: int) -> np.ndarray:
     """``offsets`` (``n + 1`` bounds) of ``replicas`` copies of a layout, each copy
     ``offsets[-1]`` further (a packed field of every replica, replica after replica)."""
-    step = int(offsets[-1])
-    shifts = np.arange(replicas, dtype=np.int64)[:, None] * step
-    body = (offsets[:-1].astype(np.int64)[None, :] + shifts).reshape(-1)
-    return np.append(body, np.int64(step) * replicas)
+    step, n = int(offsets[-1]), offsets.size - 1
+    out = np.empty(n * replicas + 1, np.int64)  # (written in place: no temporary copy)
+    body = out[:-1].reshape(replicas, n)
+    body[...] = offsets[:-1]
+    body += (np.arange(replicas, dtype=np.int64) * step)[:, None]
+    out[-1] = step * replicas
+    return out

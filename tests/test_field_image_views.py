@@ -141,3 +141,23 @@ def test_the_geometries_of_a_plan_not_kept_are_not_kept(monkeypatch):
     assert [(g.ncg, g.nog, g.nig, g.in_rows, g.out_rows) for g in shapes] == [
         (g.ncg, g.nog, g.nig, g.in_rows, g.out_rows) for g in want
     ]
+
+
+def test_tiled_offsets_are_each_replica_s_copy_shifted():
+    """``tiled_offsets`` against the copies laid end to end, on fuzzed layouts: empty
+    ones, vectors of no element, int32 or int64 offsets, one replica or several."""
+    from poplar_api.field_images import tiled_offsets
+
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        n = int(rng.integers(0, 30))
+        offsets = np.concatenate(([0], np.cumsum(rng.integers(0, 5, n))))
+        offsets = offsets.astype(rng.choice([np.int32, np.int64]))
+        replicas = int(rng.integers(1, 6))
+        step = int(offsets[-1])
+        want = np.concatenate(
+            [offsets[:-1].astype(np.int64) + r * step for r in range(replicas)]
+            + [np.array([step * replicas], np.int64)]
+        )
+        got = tiled_offsets(offsets, replicas)
+        assert got.dtype == np.int64 and got.tolist() == want.tolist()
