@@ -102,6 +102,10 @@ def plan_reads(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
         planner.add_pieces(typ, *found.arrays(), owner, scratch=True)
 
 
+#: Written elements per run from which :func:`plan_writes` cuts runs by stretches.
+LONG_WRITTEN_RUNS = 64
+
+
 def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None:
     """Elements the vertices write that live on other tiles."""
     for group in table.groups:
@@ -109,18 +113,16 @@ def plan_writes(planner: ExchangePlanner, table: ComputeSetTable, state) -> None
             if not ft.spec.writes or ft.size == 0:
                 continue
             # the written elements another tile owns, found as runs in compiled passes
-            # (no tile array per written element: most writes are to the vertex's own
-            # tile), in reference order; each goes from the vertex's tile to its owner.
-            # Runs are cut by the stretches of one owner as the reads' are: the same
-            # pieces, found per stretch rather than per written element
-            space = state.space(ft.type)
+            # (no tile array per written element), in reference order, each from the
+            # vertex's tile to its owner; long runs cut by the stretches of one owner
+            # as the reads' are (the same pieces, found per stretch, not per element)
+            space, vtiles = state.space(ft.type), table.tiles[ft.positions]
             owner = space.tile
-            vtiles = table.tiles[ft.positions]
             held = ft.runs if ft.runs is not None else ft.ref_runs
-            if held is not None:  # (the reads' rule: stretches where they save looking)
-                size = ft.type.size
-                stretches = None
-                if ft.size * 8 >= space.size or size in planner.owners.changes:
+            if held is not None:  # (the reads' rule, for runs long beside a search)
+                size, stretches = ft.type.size, None
+                known = ft.size * 8 >= space.size or size in planner.owners.changes
+                if known and ft.size >= LONG_WRITTEN_RUNS * held[0].size:
                     stretches = planner.stretches_of(size, owner, space.size, ft.size)
                 tiles = vtiles if ft.runs is not None else ft.run_tiles(vtiles)
                 begin, length, src = pieces.run_pieces(*held, tiles, owner, stretches)
