@@ -170,3 +170,29 @@ def test_tiles_of_another_size_are_refused() -> None:
     _, tiles = input_layout(params, plan)
     with pytest.raises(TensorError, match=r"'x': 1007 tiles given .*\(1008 elements\)"):
         grouped_input(graph, params, plan, "x", tiles=tiles[:-1])
+
+
+WEIGHT_CONVS = [
+    *CONVS,
+    ConvParams(FLOAT, 1, [14, 14], [14, 14], 32, 16, 1, outputType=FLOAT),  # a weight update's
+    ConvParams(HALF, 4, [10, 6], [3, 1], 16, 32, 1, outputType=HALF),
+    ConvParams(FLOAT, 3, [7], [2], 5, 7, 3, outputType=FLOAT),  # groups, odd channels
+]
+
+
+@pytest.mark.parametrize("params", WEIGHT_CONVS)
+def test_weights_made_from_their_positions_are_the_derived_view(params) -> None:
+    """``grouped_weights`` given its layout's memory positions makes the view the
+    variable's ``dimShuffle`` and ``reshape`` give: the same ids in the same shape, on
+    the same tiles; positions of another shape are refused."""
+    graph = _graph()
+    plan = _plan(graph, params, parse_options({}, "t"))
+    ids, tiles = weights_layout(params, plan)
+    derived = grouped_weights(graph, params, plan, "a", tiles)
+    made = grouped_weights(graph, params, plan, "b", tiles, ids)
+    assert made.shape() == derived.shape()
+    a, b = derived.flat_index(), made.flat_index()
+    assert np.array_equal(b - b.min(), a - a.min())
+    assert np.array_equal(_tiles(graph, made), _tiles(graph, derived))
+    with pytest.raises(TensorError, match="'c': memory positions of shape"):
+        grouped_weights(graph, params, plan, "c", tiles, ids.reshape(-1))

@@ -586,7 +586,8 @@ def _rearrange(
         pad = pads_operand(params, plan, False)
         layout = None if pad else weights_layout(params, plan)
         tiles = None if layout is None else layout[1]
-        make = functools.partial(grouped_weights, graph, params, plan, where, tiles)
+        ids = None if layout is None else layout[0]  # (the view made from its positions)
+        make = functools.partial(grouped_weights, graph, params, plan, where, tiles, ids)
         ker = rearranged(graph, ker, make, prog, where, pad, layout)
     return act, ker, params, plan
 

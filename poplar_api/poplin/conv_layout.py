@@ -578,7 +578,12 @@ def grouped_input(
 
 
 def grouped_weights(
-    graph: Graph, params: ConvParams, plan: ConvPlan, name: str, tiles: np.ndarray | None = None
+    graph: Graph,
+    params: ConvParams,
+    plan: ConvPlan,
+    name: str,
+    tiles: np.ndarray | None = None,
+    positions: np.ndarray | None = None,
 ) -> Tensor:
     """New weights ``[G, Co, Ci, *kernel]`` laid out as the plan wants.
 
@@ -586,7 +591,12 @@ def grouped_weights(
     (``createWeightsImpl``, as :func:`grouped_input`): the weights of one partial
     vertex's output- and input-channel group are one run. Their tiles are
     :func:`weight_tiles`; ``tiles``, when given, are :func:`weight_tiles_in_memory_order`
-    of ``plan`` already made (as :func:`grouped_input`'s).
+    of ``plan`` already made (as :func:`grouped_input`'s). ``positions``, when given,
+    are the memory position of each weight of ``[G, Co, Ci, *kernel]`` (the layout
+    :func:`~.conv_rearrange.weights_layout` made): the view is then the variable's
+    first id plus them, named after the variable (as :func:`grouped_input`'s internal
+    view), not derived by ``dimShuffle`` and ``reshape``, which copy every id across
+    through the transposed view.
     """
     g, co, ci, kernel, ocg, icg = _weight_groups(params, plan)
     nk = len(kernel)
@@ -597,6 +607,14 @@ def grouped_weights(
     if tiles is None:
         tiles = weight_tiles_in_memory_order(plan, params)
     graph.mapElements(var, _memory_tiles(tiles, shape, name))
+    if positions is not None:
+        if tuple(positions.shape) != (g, co, ci, *kernel):
+            raise TensorError(
+                f"'{name}': memory positions of shape {list(positions.shape)} for weights "
+                f"of shape {[g, co, ci, *kernel]} (hint: pass weights_layout's of the plan)"
+            )
+        start = int(var.flatten().slice(0, 1).index[0])
+        return Tensor(var.graph, params.inputType, positions + start, name)
     return var.dimShuffle(perm).reshape([g, co, ci, *kernel])
 
 
