@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from poplar_api.lowering.runs import union_sorted
+
 __all__ = ["ConstantsAlike"]
 
 
@@ -130,18 +132,15 @@ class ConstantsAlike:
 
 def _disjoint(begin: Any, end: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(begin, end)`` runs of ids (int64, any order, empty ones allowed) as the
-    sorted, disjoint runs of the same ids, runs that meet joined. A writer's runs
-    usually come sorted already, and then are not sorted again."""
+    sorted, disjoint runs of the same ids, runs that meet joined
+    (:func:`~poplar_api.lowering.runs.union_sorted`). A writer's runs usually come
+    sorted already, and then are not sorted again."""
     begin = np.asarray(begin, np.int64).reshape(-1)
     end = np.asarray(end, np.int64).reshape(-1)
     inside = end > begin
     if not inside.all():
         begin, end = begin[inside], end[inside]
-    if not begin.size:
-        return begin, end
     if (begin[1:] < begin[:-1]).any():
         order = np.argsort(begin, kind="stable")
         begin, end = begin[order], end[order]
-    end = np.maximum.accumulate(end)
-    starts = np.flatnonzero(np.concatenate(([True], begin[1:] > end[:-1])))
-    return begin[starts], end[np.append(starts[1:], begin.size) - 1]
+    return union_sorted(begin, end)
