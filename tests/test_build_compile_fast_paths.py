@@ -238,6 +238,23 @@ def test_union_of_sorted_ranges(seed: int) -> None:
     assert empty[0].size == empty[1].size == 0
 
 
+def test_union_sorted_is_one_compiled_version_however_the_ranges_come() -> None:
+    """Writeable, read-only, int32 and strided ranges give the same union through one
+    machine-code version of the pass (each more is one more load per process)."""
+    rng = np.random.default_rng(4)
+    lo = np.sort(rng.integers(0, 300, 80))
+    hi = lo + rng.integers(0, 15, 80)
+    want = runs.union_sorted(lo, hi)
+    frozen = lo.copy()
+    frozen.flags.writeable = False
+    wide = np.stack([lo, hi], axis=1)
+    for a, b in ((frozen, hi), (lo.astype(np.int32), hi), (wide[:, 0], wide[:, 1])):
+        got = runs.union_sorted(a, b)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert len(runs._union_sorted.signatures) == 1
+
+
 def test_placement_order_is_the_lexicographic_order() -> None:
     rng = np.random.default_rng(0)
     n = 1000

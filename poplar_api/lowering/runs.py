@@ -518,10 +518,13 @@ def _union_sorted(lo, hi):  # pragma: no cover - compiled
 
 def union_sorted(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of ranges ``[lo, hi)`` (``lo`` ascending, ``hi >= lo``) as disjoint
-    ranges in order, touching ones joined, in one pass."""
+    ranges in order, touching ones joined, in one pass (one compiled version however
+    the ranges come: read-only, see :func:`read_only`)."""
     if lo.size == 0:
         return lo.astype(np.int64), hi.astype(np.int64)
-    return _union_sorted(lo.astype(np.int64, copy=False), hi.astype(np.int64, copy=False))
+    return _union_sorted(
+        read_only(lo.astype(np.int64, copy=False)), read_only(hi.astype(np.int64, copy=False))
+    )
 
 
 @numba.njit(cache=True, nogil=True)
