@@ -695,12 +695,12 @@ class _Run(LinkSteps, ReplicaSteps):
                 active = None if active is None else self._replicate(active)
             elif self.replicas > 1:  # replica 0's costs are every replica's
                 tile_cycles, active = self._replicated(step, tile_cycles, active)
-        else:  # filled in as the step runs
-            if self._spare_cycles:  # (in lockstep, replica 0's part: the rest is _mirror's)
+        else:  # filled in as the step runs (in lockstep, replica 0's part: _mirror_run)
+            if self._spare_cycles and not self.lockstep:
                 tile_cycles = self._spare_cycles.pop()
-                tile_cycles[: self.replica_tiles if self.lockstep else None] = 0
+                tile_cycles[...] = 0
             else:
-                tile_cycles = np.zeros(self.cfg.num_tiles, np.int64)
+                tile_cycles = np.zeros(self._pending_size, np.int64)
             self.pending[n] = len(self.groups)
         rec = StepRecord(
             index=n,

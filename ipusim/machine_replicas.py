@@ -32,7 +32,7 @@ import numpy as np
 from ipusim import ir
 from ipusim.host.link import HostLink, HostLinks, StreamingMemoryLinks
 from ipusim.tile.compute import ComputeCost, compute_cost
-from ipusim.trace import StepRecord
+from ipusim.trace import ReplicaRecord, StepRecord
 
 __all__ = ["BLOCK_FROM", "BLOCK_TO", "KEPT_STEPS", "RECORD", "ReplicaSteps", "Segment", "own_sync"]
 
@@ -154,37 +154,47 @@ class ReplicaSteps:
         self.machine._equal_delays = (self.delays, self.replicas, found)
         return found
 
+    @property
+    def _pending_size(self) -> int:
+        """Tiles of a record's per-tile array filled in as its step runs: replica 0's
+        in lockstep (the groups that run are its), else every tile's."""
+        return self.replica_tiles if self.lockstep else self.cfg.num_tiles
+
     def _mirror(self, per_tile: np.ndarray) -> None:
-        """Copy replica 0's part of a per-tile array into every other replica's."""
-        per_tile.reshape(self.replicas, -1)[1:] = per_tile[: self.replica_tiles]
+        """Copy replica 0's part of a per-tile array into every other replica's (none
+        for an array of replica 0's tiles only: a record's part in lockstep)."""
+        if per_tile.size != self.replica_tiles:
+            per_tile.reshape(self.replicas, -1)[1:] = per_tile[: self.replica_tiles]
 
     def _same_final(self, final: tuple[ir.Step, np.ndarray, bool], own: np.ndarray) -> bool:
         """Whether a record's per-tile array ``own``, just filled in, equals the last
         final array of its step (``final``: the step, the array, whether every replica's
         part of it is replica 0's).
 
-        In lockstep only replica 0's part of ``own`` was filled in (the others take it
-        when it is final, :meth:`_mirror`), so against a final array whose parts are all
-        replica 0's only replica 0's parts are compared (a sixteenth of a POD16's
-        tiles); against any other, ``own`` is completed first.
+        In lockstep ``own`` holds replica 0's tiles only (every replica's are its, see
+        :meth:`_replicated`), and is compared with a final array of the same kind (of a
+        run in lockstep, a sixteenth of a POD16's tiles); an array of every tile (a run
+        not in lockstep) is not shared with it.
         """
         if not self.lockstep:
             return bool(np.array_equal(final[1], own))
-        if final[2]:
-            rt = self.replica_tiles
-            return bool(np.array_equal(final[1][:rt], own[:rt]))
-        self._mirror(own)
-        return bool(np.array_equal(final[1], own))
+        return final[2] and final[1].size == own.size and bool(np.array_equal(final[1], own))
 
     def _mirror_run(self) -> None:
-        """At the end of a lockstep run: every replica's blocks and the per-tile cycles
-        of records still being filled are replica 0's (and its clocks, in the trace's
-        copy: :meth:`_end_clocks`)."""
+        """At the end of a lockstep run: every replica's blocks are replica 0's (and its
+        clocks, in the trace's copy: :meth:`_end_clocks`), and a record holding replica
+        0's part of its per-tile arrays becomes a :class:`~ipusim.trace.ReplicaRecord`
+        of them, which makes every replica's array when a reader asks for it."""
         for block in self.blocks.values():
             self._mirror(block.cycles_from)
             self._mirror(block.cycles_to)
-        for n in self.pending:
-            self._mirror(self.records[n].tile_cycles)
+        rt, records = self.replica_tiles, self.records
+        whole = None
+        for n, rec in records.items():
+            if rec.tile_cycles.size == rt:
+                if whole is None:
+                    whole = Whole.of(self.machine, self.replicas)
+                records[n] = ReplicaRecord.of(rec, whole)
 
     def _end_clocks(self) -> np.ndarray:
         """Every tile's clock at the end of the run, for its trace: a copy of the clocks,
@@ -274,16 +284,23 @@ class ReplicaSteps:
         self, step: ir.Step, tile_cycles: np.ndarray, active: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """A local step's per-tile cycles and active cycles for every replica (made once
-        per step, as its costs are)."""
+        per step, as its costs are); in lockstep, replica 0's part of them only, read
+        only and shared by steps of equal costs (the groups that run are replica 0's,
+        and the record of a run in lockstep makes every replica's array from it when
+        a reader asks: :meth:`_mirror_run`)."""
+        size = self.replica_tiles if self.lockstep else self.cfg.num_tiles
         hit = self._replicas_of.get(id(step))
-        if hit is None or hit[0] is not step or hit[1].size != self.cfg.num_tiles:
-            hit = (
-                step,
-                self._replicated_array(tile_cycles),
-                None if active is None else self._replicated_array(active),
-            )
+        if hit is None or hit[0] is not step or hit[1].size != size:
+            made = self._replica_part if self.lockstep else self._replicated_array
+            hit = (step, made(tile_cycles), None if active is None else made(active))
             self._replicas_of[id(step)] = hit
         return hit[1], hit[2]
+
+    def _replica_part(self, per_tile: np.ndarray) -> np.ndarray:
+        """Replica 0's part of ``per_tile``, read-only, one array per contents
+        (:class:`~ipusim.timing.SharedArrays`, the one :meth:`_replicated_array` keeps)."""
+        parts = self.machine._replicated_values[0]
+        return parts.get(np.asarray(per_tile)[: self.replica_tiles].view())
 
     def _replicated_array(self, per_tile: np.ndarray) -> np.ndarray:
         """:meth:`_replicate` of ``per_tile``, read-only, made once per contents of
@@ -311,12 +328,11 @@ class ReplicaSteps:
         """
         if self.one_ipu:  # one IPU runs (see _Run.one_ipu): it places every step
             return True
-        cycles = rec.tile_cycles
+        cycles = rec.tile_cycles  # (in lockstep, replica 0's IPUs' part: theirs run)
         table = self._run_active_ipus if cycles.flags.writeable else self._active_ipus
         active = table.get(id(cycles))
         if active is None or active[0] is not cycles:
-            cfg = self.cfg
-            busy = cycles.reshape(cfg.num_ipus, cfg.tile.tiles_per_ipu).any(axis=1)
+            busy = cycles.reshape(-1, self.cfg.tile.tiles_per_ipu).any(axis=1)
             if not busy.any():
                 busy[:] = True
             active = table[id(cycles)] = (cycles, busy)
@@ -364,6 +380,39 @@ def _program_symmetric(machine: Any, program: ir.Program, replica_ipus: int, ipu
 
 #: Steps whose replicated costs a machine keeps from run to run, at most.
 KEPT_STEPS = 1 << 14
+
+
+class Whole:
+    """Every replica's per-tile array from replica 0's part (:class:`~ipusim.trace.
+    ReplicaRecord`'s ``whole``), read-only, made once per part that is final (read
+    only) and shared by every record of it, kept by the machine with its replicated
+    costs (at most :data:`KEPT_STEPS` of them)."""
+
+    __slots__ = ("made", "replicas")
+
+    def __init__(self, made: dict[int, tuple], replicas: int) -> None:
+        self.made = made
+        self.replicas = replicas
+
+    @classmethod
+    def of(cls, machine: Any, replicas: int) -> Whole:
+        """The arrays ``machine`` keeps (a table of parts' arrays it shares with its
+        replicated costs, :meth:`ReplicaSteps._replicated_array`)."""
+        return cls(machine._replicated_values[1], replicas)
+
+    def __call__(self, part: np.ndarray) -> np.ndarray:
+        made = self.made
+        hit = made.get(id(part))
+        if hit is not None and hit[0] is part:
+            return hit[1]
+        out = np.empty((self.replicas, part.size), part.dtype)
+        out[...] = part
+        whole = _read_only(out.reshape(-1))
+        if not part.flags.writeable:  # (a part still written is not kept)
+            if len(made) > KEPT_STEPS:
+                made.clear()
+            made[id(part)] = (part, whole)
+        return whole
 
 
 @numba.njit(cache=True)

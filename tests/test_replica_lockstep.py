@@ -389,3 +389,39 @@ def test_equal_sync_delays_found_once_per_machine_and_replicas(monkeypatch):
     assert seen == [True, False, True]
     assert machine._equal_delays[1:] == (2, True)
     _assert_same(first, again)  # every group running gives the same trace
+
+
+def test_lockstep_records_make_every_replicas_arrays_when_read():
+    """A lockstep run's records hold replica 0's part of their per-tile arrays
+    (:class:`~ipusim.trace.ReplicaRecord`) and make every replica's when read: before
+    any read none is made; read, each equals the record of every group running (cycles
+    and active cycles), is read-only, is one array for records of one part, and a
+    pickled record is a plain record of the same arrays."""
+    import pickle
+
+    from ipusim.trace import _ACTIVE_CYCLES, _TILE_CYCLES, ReplicaRecord, StepRecord
+
+    for num_ipus, replicas, seed in ((4, 4, 3), (8, 4, 11), (8, 2, 5)):
+        program = _program(_mixed(num_ipus // replicas, num_ipus, seed=seed), replicas)
+        fast, full = _both(_config(num_ipus), program)
+        rt = num_ipus // replicas * TPI
+        assert all(type(r) is ReplicaRecord for r in fast.records)
+        for r in fast.records:
+            assert _TILE_CYCLES.__get__(r) is None and _ACTIVE_CYCLES.__get__(r) is None
+            assert r.tile_part.size == rt and not r.tile_part.flags.writeable
+        _assert_same(fast, full)  # (reads every array)
+        parts: dict[int, np.ndarray] = {}
+        for ra, rb in zip(fast.records, full.records, strict=True):
+            np.testing.assert_array_equal(ra.tile_cycles, rb.tile_cycles)
+            assert ra.tile_cycles.size == num_ipus * TPI and not ra.tile_cycles.flags.writeable
+            assert ra.tile_cycles is parts.setdefault(id(ra.tile_part), ra.tile_cycles)
+            if rb.active_cycles is None:
+                assert ra.active_cycles is None
+            else:
+                np.testing.assert_array_equal(ra.active_cycles, rb.active_cycles)
+            back = pickle.loads(pickle.dumps(ra))
+            assert type(back) is StepRecord and back.name == ra.name
+            np.testing.assert_array_equal(back.tile_cycles, rb.tile_cycles)
+        cut = fast.records[0]
+        cut.tile_cycles = np.zeros(num_ipus * TPI, np.int64)  # set: the whole array
+        assert cut.tile_part is None and not cut.tile_cycles.any()
