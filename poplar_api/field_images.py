@@ -191,10 +191,11 @@ class ImageField:
         count]`` array of packed positions, found for all pieces in a few array passes
         (a piece is a view when its ids follow the affine function its first ids give)."""
         m, count = starts.shape
-        ids = self.ids[starts[:, :, None] + np.arange(size)]
-        # every block's elements consecutive, and its first id the piece's function
-        fits = (np.diff(ids, axis=2) == 1).reshape(m, -1).all(axis=1)
-        first = ids[:, :, 0].astype(np.int64)
+        # every block's elements consecutive (no break in the ids between its first and
+        # last position: counted once over the positions the blocks span, not looked at
+        # block by block), and its first id the piece's function
+        fits = _consecutive(self.ids, starts, size).all(axis=1)
+        first = self.ids[starts].astype(np.int64)
         lo, hi = np.asarray(cuts[:-1], np.int64), np.asarray(cuts[1:], np.int64)
         piece = np.repeat(np.arange(lo.size), hi - lo)
         base = first[lo, 0]
@@ -212,7 +213,7 @@ class ImageField:
                 steps = (int(member[k]), int(block[k]), 1)
                 found.append(ImageAccess(shape, int(base[k]), steps))
             else:
-                index = ids[lo[k] : hi[k]].reshape(-1)
+                index = self.ids[starts[lo[k] : hi[k], :, None] + np.arange(size)].reshape(-1)
                 found.append(ImageAccess(shape, index=read_only(index)))
         return found
 
@@ -315,6 +316,22 @@ class ImageField:
             index = read_only(_ids_of(acc).astype(self.ids.dtype))
         raw = _raw(values, self.dtype, self.image.dtype)
         self.image[:, index] = raw.reshape(self.replicas, -1)
+
+
+def _consecutive(ids: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray:
+    """Whether the ``size`` ids from each packed position of ``starts`` are consecutive
+    (each one more than the one before), for every position: the breaks between
+    neighbouring ids counted once over the span the blocks cover, a block consecutive
+    where no break falls inside it (a few array passes over the span, where a look at
+    every block's ids gathers and compares each of them)."""
+    if size <= 1 or not starts.size:
+        return np.ones(starts.shape, bool)
+    lo = int(starts.min())
+    span = ids[lo : int(starts.max()) + size]
+    # (ids are under 2**31 when int32, so the differences of int32 ids fit int32)
+    breaks = np.flatnonzero(np.diff(span) != 1)  # between positions k and k + 1
+    at = starts - lo
+    return np.searchsorted(breaks, at + (size - 1)) == np.searchsorted(breaks, at)
 
 
 def _ids_of(acc: ImageAccess) -> np.ndarray:

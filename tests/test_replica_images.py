@@ -243,6 +243,73 @@ def test_an_access_is_a_view_exactly_when_its_ids_are_affine():
     np.testing.assert_array_equal(g.read(acc), image[:, bent].reshape(2, 2, 2, 3))
 
 
+def _piece_accesses_by_every_id(f: ImageField, starts, size: int, cuts: list[int]) -> list:
+    """``ImageField.piece_accesses`` as it was first written: every block's ids
+    gathered and compared (the reference of the version that counts breaks)."""
+    m, count = starts.shape
+    ids = f.ids[starts[:, :, None] + np.arange(size)]
+    fits = (np.diff(ids, axis=2) == 1).reshape(m, -1).all(axis=1)
+    first = ids[:, :, 0].astype(np.int64)
+    lo, hi = np.asarray(cuts[:-1], np.int64), np.asarray(cuts[1:], np.int64)
+    piece = np.repeat(np.arange(lo.size), hi - lo)
+    base = first[lo, 0]
+    member = np.where(hi - lo > 1, first[np.minimum(lo + 1, m - 1), 0] - base, 0)
+    block = first[lo, 1] - base if count > 1 else np.zeros(lo.size, np.int64)
+    at = np.arange(m, dtype=np.int64) - lo[piece]
+    guess = base[piece][:, None] + (at * member[piece])[:, None]
+    guess = guess + np.arange(count)[None, :] * block[piece][:, None]
+    fits &= (guess == first).all(axis=1)
+    fits = np.logical_and.reduceat(fits, lo)
+    found = []
+    for k in range(lo.size):
+        shape = (int(hi[k] - lo[k]), count, size)
+        if fits[k]:
+            found.append(ImageAccess(shape, int(base[k]), (int(member[k]), int(block[k]), 1)))
+        else:
+            found.append(ImageAccess(shape, index=ids[lo[k] : hi[k]].reshape(-1)))
+    return found
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_piece_accesses_are_those_of_every_blocks_ids(seed):
+    """Pieces of members whose blocks are laid out affinely (views) or not (a block
+    broken by one id, a member out of step, ids shuffled), int32 and int64 ids, blocks
+    of one element and more, one vector a member and several: the accesses found by
+    counting breaks between neighbouring ids are those of gathering every block."""
+    rng = np.random.default_rng(seed)
+    m, count, size = int(rng.integers(1, 12)), int(rng.integers(1, 4)), int(rng.integers(1, 7))
+    member, block = int(rng.integers(size * count, 40)), size + int(rng.integers(0, 3))
+    cuts = sorted({0, m, *rng.integers(1, m + 1, int(rng.integers(0, 4))).tolist()})
+    pos = np.arange(m * count * size).reshape(m, count, size)
+    ids = np.empty(pos.size, np.int64)
+    for k in range(len(cuts) - 1):  # each piece affine, from a base of its own
+        rows = slice(cuts[k], cuts[k + 1])
+        at = np.arange(cuts[k + 1] - cuts[k])[:, None, None] * member
+        base = 1000 * k + int(rng.integers(0, 50))
+        ids[pos[rows]] = base + at + np.arange(count)[:, None] * block + np.arange(size)
+    how = rng.integers(0, 4)
+    if how == 1:  # a block broken by one id
+        ids[int(rng.integers(0, ids.size))] += int(rng.integers(1, 5)) * 7919
+    elif how == 2:  # a member out of its piece's step
+        ids[pos[int(rng.integers(0, m))]] += 3
+    elif how == 3:
+        ids = rng.permutation(ids)
+    ids = ids.astype(np.int32 if seed % 2 else np.int64)
+    image = np.zeros((2, int(ids.max()) + 1), np.uint32)
+    f = ImageField(image, np.dtype(np.uint32), ids, np.arange(m + 1) * count,
+                   np.arange(m * count + 1) * size, np.dtype(np.uint32))  # fmt: skip
+    starts = np.arange(m * count).reshape(m, count) * size
+    got = f.piece_accesses(starts, size, cuts)
+    want = _piece_accesses_by_every_id(f, starts, size, cuts)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert (g.shape, g.base, g.strides) == (w.shape, w.base, w.strides)
+        assert (g.index is None) == (w.index is None)
+        if w.index is not None:
+            assert g.index.dtype == w.index.dtype
+            np.testing.assert_array_equal(g.index, w.index)
+
+
 def test_a_view_is_made_once_per_access_and_kind_and_shows_the_image_now(monkeypatch):
     ids = np.array([40, 41, 42, 50, 51, 52, 60, 61, 62, 70, 71, 72], np.int32)
     image = np.arange(2 * 100, dtype=np.uint32).reshape(2, 100)
