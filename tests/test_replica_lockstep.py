@@ -397,6 +397,7 @@ def test_lockstep_records_make_every_replicas_arrays_when_read():
     any read none is made; read, each equals the record of every group running (cycles
     and active cycles), is read-only, is one array for records of one part, and a
     pickled record is a plain record of the same arrays."""
+    import dataclasses
     import pickle
 
     from ipusim.trace import _ACTIVE_CYCLES, _TILE_CYCLES, ReplicaRecord, StepRecord
@@ -412,6 +413,11 @@ def test_lockstep_records_make_every_replicas_arrays_when_read():
         _assert_same(fast, full)  # (reads every array)
         parts: dict[int, np.ndarray] = {}
         for ra, rb in zip(fast.records, full.records, strict=True):
+            for f in dataclasses.fields(StepRecord):  # every field carried over
+                if f.name in ("index", "kind", "phase", "name", "program_id"):
+                    assert getattr(ra, f.name) == getattr(rb, f.name)
+                elif f.name not in ("tile_cycles", "active_cycles"):
+                    getattr(ra, f.name)
             np.testing.assert_array_equal(ra.tile_cycles, rb.tile_cycles)
             assert ra.tile_cycles.size == num_ipus * TPI and not ra.tile_cycles.flags.writeable
             assert ra.tile_cycles is parts.setdefault(id(ra.tile_part), ra.tile_cycles)
