@@ -55,10 +55,13 @@ from numba.extending import intrinsic
 
 __all__ = ["IN_CHANS", "OUT_CHANS", "chain_product", "chain_products"]
 
-#: Vertices ahead of the one computing whose operands :func:`_chain` prefetches: the
-#: MLP step's 8x8 vertices take about 50 ns each in registers, less than a read from
-#: memory takes to arrive (their calls of one 16-replica run replayed, three processes:
-#: medians 2.52-2.73 ms with 3 ahead, 2.54-3.03 with 1, 2.50-2.88 with 5).
+#: Vertices ahead of the one computing whose operands :func:`_chain`'s scratch path
+#: prefetches (its 8x8 classes with the caches flushed between calls: 324-388 µs a
+#: ``[16, 49]`` class against 667-907 µs without, docs/models.md, 2026-11-30). The
+#: register path (:func:`_vertex8`) prefetches nothing: inside a later 16-replica MLP
+#: run its 42 calls took 2.78-2.79 ms of CPU a run without against 3.89-4.04 ms with 3
+#: ahead (medians of 120-150 runs, AMD EPYC, 2026-12-02), the prefetches' address
+#: arithmetic costing more than the waits they hid with the operands in the caches.
 AHEAD = 3
 
 #: Output and input channels of the products the compiled pass handles (the AMP's
@@ -307,11 +310,12 @@ def _chain(x, w, o_rows, i_rows, k_start, wt, part, out):  # pragma: no cover - 
     summed in ``part``. Other groups a scalar chain per output element. Every path gives
     the same bits.
 
-    While a vertex computes, the input rows and output of the vertex :data:`AHEAD`
-    after it are prefetched: in a replica's image each vertex's operands lie on pages
-    of their own (8 KiB apart in the MLP step), where the processor's own prefetcher
-    does not follow (the inputs not when every vertex reads the same ones, a stride of
-    0)."""
+    On the scratch paths, while a vertex computes, the input rows and output of the
+    vertex :data:`AHEAD` after it are prefetched: in a replica's image each vertex's
+    operands lie on pages of their own (8 KiB apart in the MLP step), where the
+    processor's own prefetcher does not follow (the inputs not when every vertex reads
+    the same ones, a stride of 0). The register path prefetches nothing (measured
+    faster: see :data:`AHEAD`)."""
     n0, n1, ncg, nig, nrows, ic = x.shape
     nog, nk, oc = w.shape[3], w.shape[5], w.shape[6]
     nout = part.shape[0]
@@ -327,6 +331,14 @@ def _chain(x, w, o_rows, i_rows, k_start, wt, part, out):  # pragma: no cover - 
     )  # fmt: skip
     for a in range(n0):
         for b in range(n1):
+            if in_registers:
+                for cg in range(ncg):
+                    for og in range(nog):
+                        _vertex8(
+                            x, (a, b, cg, 0, 0, 0), w, (a, b, cg, og, 0, 0, 0, 0),
+                            out, (a, b, cg * nog + og, 0), nout,
+                        )  # fmt: skip
+                continue
             na, nb = divmod(a * n1 + b + AHEAD, n1)
             if na < n0:
                 for cg in range(ncg):
@@ -337,14 +349,6 @@ def _chain(x, w, o_rows, i_rows, k_start, wt, part, out):  # pragma: no cover - 
                     for og in range(nog):
                         for r in range(nout):
                             _prefetch_write(out, (na, nb, cg * nog + og, r * oc))
-            if in_registers:
-                for cg in range(ncg):
-                    for og in range(nog):
-                        _vertex8(
-                            x, (a, b, cg, 0, 0, 0), w, (a, b, cg, og, 0, 0, 0, 0),
-                            out, (a, b, cg * nog + og, 0), nout,
-                        )  # fmt: skip
-                continue
             for cg in range(ncg):
                 for og in range(nog):
                     part[...] = zero
