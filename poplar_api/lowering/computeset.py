@@ -394,7 +394,7 @@ def _image_fields(group: TypeGroup, storage: Storage):
 
 
 def _ids_dtype(end: int) -> type:
-    return np.int32 if end <= np.iinfo(np.int32).max else np.int64
+    return np.int32 if end <= runs.INT32_MAX else np.int64
 
 
 class _Replicated:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ipusim.host_heap import populate_for_writing
-from poplar_api.lowering.runs import put_ranges, put_rows, rows_apart, take_rows
+from poplar_api.lowering.runs import INT32_MAX, put_ranges, put_rows, rows_apart, take_rows
 from poplar_api.replica_alike import AlikeRecord, EffectWrites
 from poplar_api.replica_constants import ConstantsAlike
 from poplar_api.replica_equal import DeclaredAlike
@@ -352,7 +352,7 @@ def _gather_ids(ids: np.ndarray, size: int) -> np.ndarray:
     """``ids`` as the runner's compiled gathers take them (read-only, int32 where the
     image allows: one compiled signature, loaded once per process)."""
     ix = np.asarray(ids).reshape(-1)
-    want = np.int32 if size <= np.iinfo(np.int32).max else np.int64
+    want = np.int32 if size <= INT32_MAX else np.int64
     if ix.dtype != want:
         ix = ix.astype(want)
     elif ix.flags.writeable:

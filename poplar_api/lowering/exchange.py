@@ -458,7 +458,7 @@ class ExchangePlanner:
             s_elements = int(count.sum())
         else:
             first = count = step = _NO_KEYS
-            s_lo, s_hi, s_elements = np.iinfo(np.int64).max, 0, 0
+            s_lo, s_hi, s_elements = runs.INT64_MAX, 0, 0
         if len(parts) == 1:
             a, b = parts[0][:2]
         elif parts:

@@ -89,7 +89,7 @@ class FieldTable:
             return self._ids
         begin, end = self.runs if self.runs is not None else self.ref_runs
         # int32 where every id fits (kept by the runner: half the host memory)
-        narrow = end.size and int(end.max()) <= np.iinfo(np.int32).max
+        narrow = end.size and int(end.max()) <= runs.INT32_MAX
         return runs.expand_as(begin, end - begin, np.int32 if narrow else np.int64)
 
     @property
@@ -201,7 +201,7 @@ def _id_dtype(state, spec: FieldSpec) -> type:
     """Type of a field table's ids: int32 when every id of the field's element size fits
     (half the memory of int64; a table may hold tens of millions of ids)."""
     space = state.find_space(spec.element_type)
-    return np.int32 if space is None or space.size <= np.iinfo(np.int32).max else np.int64
+    return np.int32 if space is None or space.size <= runs.INT32_MAX else np.int64
 
 
 def _join(arrays: list[np.ndarray], dtype: type) -> np.ndarray:

@@ -12,6 +12,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+#: The greatest int32 and int64 (``np.iinfo`` makes an object per call: a few
+#: microseconds each on paths taken per compute set and per exchange).
+INT32_MAX = int(np.iinfo(np.int32).max)
+INT64_MAX = int(np.iinfo(np.int64).max)
+
 #: Elements from which a block is counted by its stretches of one owner (a few numpy
 #: calls) rather than element by element (one compiled pass).
 STRETCHES_FROM = 4096
@@ -89,7 +94,7 @@ def row_ids(where: np.ndarray | slice, size: int) -> np.ndarray:
     """Element ids ``where`` (ids, or a slice of consecutive ids) as :func:`take_rows`
     and :func:`put_rows` take them in a replicated copy: read-only, int32 where an image
     of ``size`` elements allows (the runner's gathers' type: one compiled signature)."""
-    dtype = np.int32 if size <= np.iinfo(np.int32).max else np.int64
+    dtype = np.int32 if size <= INT32_MAX else np.int64
     if isinstance(where, slice):
         return read_only(np.arange(where.start, where.stop, where.step or 1, dtype=dtype))
     return read_only(np.asarray(where, dtype).reshape(-1))
