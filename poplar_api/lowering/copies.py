@@ -83,17 +83,18 @@ def lower_copy(em: Emission, prog: P.Copy) -> ir.Node:
             f"elements, destination shape {d.shape()} with {d.numElements()} elements); "
             "they must have the same number of elements; hint: slice or reshape one"
         )
+    rows = sides = None
+    if not problems:  # (before the constant check, which then reads the spans kept)
+        rows = _copy_rows(em, s, d)  # (sides found apart from their rows' spans)
+        if rows is None:  # the tiles and the id spans of both sides in one pass
+            sides = _copy_sides(em, s, d)
     const = em.constant_of(d)
     if const is not None:
         problems.append(
             f"{where}: the destination is (part of) constant '{const}'; constants cannot "
             "be written; hint: copy into a variable (graph.addVariable)"
         )
-    rows = sides = None
-    if not problems and s.elementType() == d.elementType():
-        rows = _copy_rows(em, s, d)  # (sides found apart from their rows' spans)
-        if rows is None:  # the tiles and the id spans of both sides in one pass
-            sides = _copy_sides(em, s, d)
+    if not problems:
         same, overlap = (
             (False, 0) if rows else _same_or_overlap(s._flat_ids(), d._flat_ids(), em.span)
         )
