@@ -179,6 +179,7 @@ class Emission:
         self._indices: dict[int, tuple[np.ndarray, np.ndarray | slice]] = {}
         #: id of an id array -> (the array, its span): see :meth:`span`
         self._spans: dict[int, tuple[np.ndarray, tuple[int, int]]] = {}
+        self._constants: np.ndarray | None = None  # see _constant_flags
         self.program_ids: dict[int, int] = {}
         self.programs: list[P.Program] = []  # keeps lowered programs alive (ids stay unique)
         #: id(IR node) -> (element type, element ids) its steps read or write (liveness)
@@ -422,17 +423,19 @@ class Emission:
             lo, hi = self.span(where)
             block = (np.array([lo], np.int64), np.array([hi], np.int64))
         vids = self.variables.mark([(typ, block)])
-        if not isinstance(where, slice) and self._any_constant(vids):
+        constant = self._constant_flags()
+        if not isinstance(where, slice) and constant[vids].any():
             vids = self.variables.mark([(typ, where)])  # the variables of the ids themselves
-        for vid in vids.tolist():
-            if self.state.variables[vid].constant:
-                return self.state.variables[vid].name
-        return None
+        found = vids[constant[vids]]
+        return self.state.variables[int(found[0])].name if found.size else None
 
-    def _any_constant(self, vids: np.ndarray) -> bool:
-        """Whether any of the variables ``vids`` is a constant."""
+    def _constant_flags(self) -> np.ndarray:
+        """Whether each variable is a constant (by id), made once per lowering (no
+        variable object per variable a copy's span holds)."""
         variables = self.state.variables
-        return any(variables[vid].constant for vid in vids.tolist())
+        if self._constants is None or self._constants.size != len(variables):
+            self._constants = variables.constant_flags()
+        return self._constants
 
     def host_transfer(
         self,

@@ -104,7 +104,9 @@ class VariableIndex:
         last = int(np.searchsorted(bases, ids[-1], side="right"))
         bases, var_ids = bases[first:last], var_ids[first:last]
         if isinstance(ids, range):
-            edges = np.clip(bases - ids.start, 0, n)
+            edges = bases - ids.start  # (clipped to [0, n] in place: np.clip's wrapper
+            np.maximum(edges, 0, out=edges)  # costs more than these few variables)
+            np.minimum(edges, n, out=edges)
         else:
             edges = np.searchsorted(ids, bases, side="left")
         per_base = np.diff(edges, append=n)
