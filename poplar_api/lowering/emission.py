@@ -391,6 +391,20 @@ class Emission:
                 return block
         return self._touched(t.elementType(), t._flat_ids())
 
+    def field_touched(self, typ: Any, part: Any) -> Any:
+        """What a compute set's field touches, as liveness takes it: its id runs, or its
+        ids (``part``, :meth:`~poplar_api.lowering.field_tables.FieldTable.touched`);
+        ids whose span lies in a single variable as the run of that span (:meth:`touch`'s
+        rule). Their span is found here, as the compute set is lowered, right after its
+        exchange planning read the ids: liveness, which reads them again otherwise, comes
+        after every program is lowered (2 of the 2.8 million ids it read in the PopART
+        CNN's step lie in one variable each)."""
+        if isinstance(part, tuple) or not part.size:
+            return part
+        lo, hi = runs.span(part)
+        block = (np.array([lo], np.int64), np.array([hi], np.int64))
+        return block if self.variables.mark([(typ, block)]).size == 1 else part
+
     def _touched(self, typ: Any, ids: np.ndarray | range) -> Any:
         """What :meth:`touch` records of a tensor's ids (see there), one object per id
         array or range."""

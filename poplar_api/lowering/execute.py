@@ -144,7 +144,9 @@ def lower_execute(em: Emission, prog: P.Execute) -> ir.Node:
     plan_writes(planner, table, em.state)
     nodes += em.exchange_steps(planner, f"{cs.name}/ExchangeOut", f"{cs.name}/SyncOut", pid, "Out")
     node = ir.Sequence(nodes, name=cs.name)
-    em.touches[id(node)] = [(ft.type, ft.touched()) for g in table.groups for ft in g.fields]
+    em.touches[id(node)] = [
+        (ft.type, em.field_touched(ft.type, ft.touched())) for g in table.groups for ft in g.fields
+    ]
     st = vertex_state(table, em.cfg.code, em.num_tiles)
     inter = interleaved_keys(table, em.state, em.variables, em.num_tiles)
     em.compute_sets[cs.id] = ComputeSetRecord(
