@@ -37,6 +37,26 @@ def test_counts_of_a_range_equal_those_of_its_ids(seed):
         assert got[1].tolist() == made[1].tolist() == want_c.tolist()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_counts_of_a_range_within_one_variable_equal_those_of_its_ids(seed):
+    """A whole variable's range (an undef's), and ranges inside one variable, after empty
+    variables or at either end of the space: the one variable and its count, as the ids
+    made as an array give them and as counted in the test."""
+    rng, sizes, index, t, owner_of, _ = _random_space(seed, 120, 7, 2)
+    bases = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    for vid in [*rng.integers(0, sizes.size, 40).tolist(), 0, sizes.size - 1]:
+        if not sizes[vid]:
+            continue
+        base, size = int(bases[vid]), int(sizes[vid])
+        lo = base + int(rng.integers(0, size))
+        for start, stop in ((base, base + size), (lo, int(rng.integers(lo + 1, base + size + 1)))):
+            got = index.counts_of(t, range(start, stop))
+            made = index.counts_of(t, np.arange(start, stop, dtype=np.int64))
+            want_v, want_c = np.unique(owner_of[start:stop], return_counts=True)
+            assert got[0].tolist() == made[0].tolist() == want_v.tolist() == [vid]
+            assert got[1].tolist() == made[1].tolist() == want_c.tolist()
+
+
 def test_an_empty_range_owns_no_variable():
     index, t = _index(np.array([3, 2]))
     vids, counts = index.counts_of(t, range(4, 4))

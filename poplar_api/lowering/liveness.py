@@ -101,6 +101,10 @@ class VariableIndex:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         bases, var_ids, _ = arrays
         first = max(int(np.searchsorted(bases, ids[0], side="right")) - 1, 0)
+        within = isinstance(ids, range) and bases[first] <= ids.start
+        if within and (first + 1 == bases.size or ids.stop <= bases[first + 1]):
+            # (a range within one variable, as a whole variable's undef is: no pass)
+            return var_ids[first : first + 1].copy(), np.array([n], np.int64)
         last = int(np.searchsorted(bases, ids[-1], side="right"))
         bases, var_ids = bases[first:last], var_ids[first:last]
         if isinstance(ids, range):
