@@ -523,7 +523,7 @@ def id_array(value: range | np.ndarray) -> np.ndarray:
 def type_groups(codes: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """``(type code, positions in codes)`` of each type in ``codes``, in order of first
     appearance (the order vertex types are listed in profiles)."""
-    if codes.size and not (codes != codes[0]).any():  # one type (no sort)
+    if codes.size and not np.count_nonzero(codes != codes[0]):  # one type (no sort)
         return [(int(codes[0]), np.arange(codes.size, dtype=np.int64))]
     kinds, first = np.unique(codes, return_index=True)
     return [(k, np.flatnonzero(codes == k)) for k in kinds[np.argsort(first)].tolist()]

@@ -79,3 +79,24 @@ def test_a_field_within_one_variable_is_recorded_as_its_span():
     assert em.field_touched(FLOAT, across) is across
     runs = (np.array([3], np.int64), np.array([9], np.int64))
     assert em.field_touched(FLOAT, runs) is runs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_in_one_variable_equals_a_mark_of_one_variable(seed):
+    """``VariableIndex.in_one_variable`` against :meth:`VariableIndex.mark` of the run:
+    fuzzed spaces with empty variables among them, runs inside one variable, across
+    several, from or to a variable's edge."""
+    from tests.test_review_lowering_kernels import _random_space
+
+    rng, sizes, index, t, _, space = _random_space(seed, 80, 6, 2)
+    bases = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    edges = [*bases.tolist(), space]
+    for _ in range(300):
+        lo = int(rng.choice(edges[:-1])) if rng.random() < 0.3 else int(rng.integers(0, space))
+        hi = int(rng.integers(lo + 1, min(space, lo + 12) + 1))
+        if rng.random() < 0.3:  # to the next variable's base exactly
+            nxt = [e for e in edges if e > lo]
+            hi = nxt[0] if nxt else hi
+        block = (np.array([lo], np.int64), np.array([hi], np.int64))
+        want = index.mark([(t, block)]).size == 1
+        assert index.in_one_variable(t, lo, hi) == want, (lo, hi)

@@ -386,9 +386,8 @@ class Emission:
         row = t._broadcast_row()
         if row is not None and row.size:
             lo, hi = self.span(row)
-            block = (np.array([lo], np.int64), np.array([hi], np.int64))
-            if self.variables.mark([(t.elementType(), block)]).size == 1:
-                return block
+            if self.variables.in_one_variable(t.elementType(), lo, hi):
+                return np.array([lo], np.int64), np.array([hi], np.int64)
         return self._touched(t.elementType(), t._flat_ids())
 
     def field_touched(self, typ: Any, part: Any) -> Any:
@@ -402,8 +401,9 @@ class Emission:
         if isinstance(part, tuple) or not part.size:
             return part
         lo, hi = runs.span(part)
-        block = (np.array([lo], np.int64), np.array([hi], np.int64))
-        return block if self.variables.mark([(typ, block)]).size == 1 else part
+        if self.variables.in_one_variable(typ, lo, hi):
+            return np.array([lo], np.int64), np.array([hi], np.int64)
+        return part
 
     def _touched(self, typ: Any, ids: np.ndarray | range) -> Any:
         """What :meth:`touch` records of a tensor's ids (see there), one object per id
@@ -419,9 +419,8 @@ class Emission:
         part = runs.ids_or_run(ids)
         if not isinstance(part, tuple) and part.size:
             lo, hi = self.span(ids)
-            block = (np.array([lo], np.int64), np.array([hi], np.int64))
-            if self.variables.mark([(typ, block)]).size == 1:
-                part = block
+            if self.variables.in_one_variable(typ, lo, hi):
+                part = (np.array([lo], np.int64), np.array([hi], np.int64))
         self._touched_ids[key] = (ids, part)
         return part
 
@@ -533,5 +532,5 @@ def _planned_nothing(planner: ExchangePlanner) -> bool:
         not (planner.sender or planner.intervals or planner.strided or planner.relayed)
         and not planner.global_keys
         and planner.pair_map is None
-        and not planner.received.any()
+        and not np.count_nonzero(planner.received)  # (no ndarray.any wrapper: 6x)
     )

@@ -534,7 +534,7 @@ class ExchangePlanner:
             messages_received=self.messages_received[tiles],
             max_distance=self.max_distance[tiles],
             senders_received=senders[tiles],
-            bytes_shared=shared[tiles] if shared.any() else None,
+            bytes_shared=shared[tiles] if np.count_nonzero(shared) else None,
         )
 
     def _senders(self) -> np.ndarray:

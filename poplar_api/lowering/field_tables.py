@@ -341,7 +341,7 @@ def _mixed_field(
     listed = np.flatnonzero(begin == NO_RUN)
     arrays = list(map(dict.get, map(extras.__getitem__, listed.tolist()), itertools.repeat(name)))
     none = np.fromiter(map(_is_none, arrays), bool, listed.size)
-    if none.any():
+    if np.count_nonzero(none):
         bad[listed[none]] = True
         arrays = [_NO_IDS if x is None else x for x in arrays]
     lengths = end - begin
@@ -405,7 +405,7 @@ def _one_block_parts(table, members: np.ndarray, name: str) -> tuple | None:
         return None
     block = table.list_blocks[b]
     lo, hi = where.start - block.first, where.stop - block.first
-    if hi > block.n or block.moved[lo:hi].any() or name not in block.fields:
+    if hi > block.n or np.count_nonzero(block.moved[lo:hi]) or name not in block.fields:
         return None
     vec_offsets, begins, ends, ids = block.fields[name]
     offsets = (vec_offsets[lo : hi + 1] - vec_offsets[lo]).astype(np.int64)

@@ -77,6 +77,18 @@ class VariableIndex:
             found = self._spaces[size] = (bases, var_ids, np.diff(bases, append=space.size) > 0)
         return found
 
+    def in_one_variable(self, t: Any, lo: int, hi: int) -> bool:
+        """Whether the ids ``lo .. hi - 1`` (of a tensor of type ``t``, ``lo < hi``) lie
+        in one variable: :meth:`mark` of that run marking one variable, from two
+        bases (a run marks each variable with elements from its first id's to its last
+        id's), with no mask over every variable made."""
+        arrays = self.arrays(t)
+        if arrays is None:
+            return False
+        bases = arrays[0]
+        j = int(np.searchsorted(bases, lo, side="right")) - 1
+        return j >= 0 and (j + 1 == bases.size or hi <= int(bases[j + 1]))
+
     def variables_of(self, t: Any, ids: np.ndarray) -> np.ndarray:
         """Variable id owning each element id of type ``t``."""
         arrays = self.arrays(t)
