@@ -714,9 +714,8 @@ def plan_convolution(
         if exact_compute is not None and plan.method != OUTER_PRODUCT:  # (its closed
             # form is already Poplibs' estimate)
             exact = int(exact_compute(plan)) * plan.serial * plan.in_serial
-            cost["compute"] = exact
+            cost["compute"] = exact  # (the plan holds this dict: no copy of it made)
             cost["total"] = sum(cost[k] for k in COST_KEYS[:-1])
-            plan = replace(plan, cost=cost)
         key = cost["total"] if fits[j] else np.iinfo(np.int64).max
         if best is None or key < best[0]:
             best = (key, plan)
