@@ -70,6 +70,44 @@ def _ints(values: Any, n: int, default: int, what: str, *, minimum: int | None =
     return out
 
 
+#: The field names of each transform class, in order (``dataclasses.fields`` walks the
+#: class's fields at every call).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The names of the dataclass ``cls``'s fields, in order."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """The fields of the transform ``value`` as a new dict: ``dataclasses.asdict`` without
+    its deep copy (a transform's fields are tuples of ints, shared as they are)."""
+    return {k: getattr(value, k) for k in _field_names(type(value))}
+
+
+def _made(value: Any, n: int, minimums: tuple[int | None, ...]) -> bool:
+    """Whether the transform ``value`` is one ``make`` gives back unchanged for ``n``
+    dimensions: each field named by ``minimums`` ``n`` ints, each at least its minimum
+    (None: any), and an ``InputTransform``'s ``flip`` ``n`` bools. Such a transform is
+    taken as it is instead of being taken apart and made again."""
+    names = _field_names(type(value))
+    for k, lo in zip(names, minimums, strict=False):
+        v = getattr(value, k)
+        if type(v) is not tuple or len(v) != n or any(type(x) is not int for x in v):
+            return False
+        if lo is not None and min(v) < lo:
+            return False
+    if len(names) > len(minimums):  # (flip)
+        v = getattr(value, names[-1])
+        if type(v) is not tuple or len(v) != n or any(type(x) is not bool for x in v):
+            return False
+    return True
+
+
 def _transform_fields(cls: type, value: Any, what: str) -> dict[str, Any]:
     """``value`` (None, a ``cls`` instance or a dict) as a dict of ``cls``'s fields.
 
@@ -79,9 +117,9 @@ def _transform_fields(cls: type, value: Any, what: str) -> dict[str, Any]:
         ``value`` names a field ``cls`` does not have; the message lists the known ones.
     """
     if isinstance(value, cls):
-        value = dataclasses.asdict(value)
+        value = _as_dict(value)
     value = dict(value or {})
-    known = [f.name for f in dataclasses.fields(cls)]
+    known = list(_field_names(cls))
     unknown = set(value) - set(known)
     if unknown:
         raise GraphError(f"ConvParams: {what} has unknown fields {sorted(unknown)}; known: {known}")
@@ -106,8 +144,10 @@ class InputTransform:
     @classmethod
     def make(cls, n: int, what: str, value: Any = None, *, signed: bool = False) -> InputTransform:
         """An n-dimensional transform from ``value`` (None, an InputTransform or a dict)."""
-        value = _transform_fields(cls, value, what)
         pad_min = None if signed else 0
+        if type(value) is cls and _made(value, n, (0, 0, 1, pad_min, pad_min)):
+            return value
+        value = _transform_fields(cls, value, what)
         flips = value.get("flip")
         flip = (False,) * n if flips is None or flips == () else tuple(bool(f) for f in flips)
         if len(flip) != n:
@@ -162,6 +202,8 @@ class OutputTransform:
     def make(cls, n: int, value: Any = None) -> OutputTransform:
         """An n-dimensional output transform from None, an OutputTransform or a dict."""
         w = "outputTransform"
+        if type(value) is cls and _made(value, n, (0, 0, 1, 0, 0)):
+            return value
         value = _transform_fields(cls, value, w)
         return cls(
             _ints(value.get("truncationLower") or None, n, 0, f"{w}.truncationLower"),
@@ -260,21 +302,16 @@ class ConvParams:
                 f"{list(kernel_shape)}: every size must be >= 1"
             )
         n = len(field_shape)
-        it = (
-            dict(dataclasses.asdict(inputTransform))
-            if isinstance(inputTransform, InputTransform)
-            else dict(inputTransform or {})
-        )
-        kt = (
-            dict(dataclasses.asdict(kernelTransform))
-            if isinstance(kernelTransform, InputTransform)
-            else dict(kernelTransform or {})
-        )
-        ot = (
-            dict(dataclasses.asdict(outputTransform))
-            if isinstance(outputTransform, OutputTransform)
-            else dict(outputTransform or {})
-        )
+        # a transform given as one, with no shortcut changing it, goes to ``make`` as it
+        # is (``make`` takes it whole when it is already an n-dimensional one)
+        it, kt, ot = inputTransform, kernelTransform, outputTransform
+        shortcuts = paddingLower is not None or paddingUpper is not None
+        if not isinstance(it, InputTransform) or shortcuts or inputDilation is not None:
+            it = _as_dict(it) if isinstance(it, InputTransform) else dict(it or {})
+        if not isinstance(kt, InputTransform) or dilation is not None:
+            kt = _as_dict(kt) if isinstance(kt, InputTransform) else dict(kt or {})
+        if not isinstance(ot, OutputTransform) or stride is not None:
+            ot = _as_dict(ot) if isinstance(ot, OutputTransform) else dict(ot or {})
         if paddingLower is not None:
             it["paddingLower"] = _ints(paddingLower, n, 0, "paddingLower")
         if paddingUpper is not None:
