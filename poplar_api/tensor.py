@@ -41,6 +41,7 @@ from poplar_api.tensor_views import (
     TensorViews,
     UpsampleMethod,
     _as_int,
+    _Described,
     _fmt_shape,
 )
 from poplar_api.types import Type
@@ -292,7 +293,8 @@ class Tensor(TensorViews):
         self, dimension: Any, what: str = "dimension", *, allow_end: bool = False
     ) -> int:
         """Validate a dimension number; ``allow_end`` also accepts ``rank``."""
-        d = _as_int(dimension, what, self._describe())
+        # (the description only for an error: naming a view resolves its parents' names)
+        d = dimension if type(dimension) is int else _as_int(dimension, what, _Described(self))
         limit = self.rank() + (1 if allow_end else 0)
         if not 0 <= d < limit:
             if limit == 0:

@@ -150,7 +150,7 @@ def _as_int_list(values: Any, what: str, context: Any) -> list[int]:
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
-    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+    return "[" + ",".join(map(str, map(int, shape))) + "]"
 
 
 class Interval:
