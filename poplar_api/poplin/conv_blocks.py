@@ -29,8 +29,9 @@ import numpy as np
 from poplar_api.graph import Constants, Graph, Segments
 from poplar_api.graph_connections import RunSegments
 from poplar_api.poplin.conv_ids import SeparableIds, first_rows, piece_positions, separable_ids
-from poplar_api.poplin.conv_params import ConvParams, dim_maps
+from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.conv_planner import ConvPlan
+from poplar_api.poplin.conv_splits import kept_dim_maps
 from poplar_api.poplin.conv_vertex_estimates import geometry_cache, partial_estimate, vertex_method
 from poplar_api.poplin.conv_vertices import conv_vertex
 from poplar_api.poplin.conv_worklists import (
@@ -53,13 +54,13 @@ _NO_SOURCE = np.zeros(0, np.int64)
 @dataclasses.dataclass
 class TileKind:
     """What the partial-sum vertices of one tile geometry share: the vertex method and
-    class, the worklists' type and values, and estimates by group counts."""
+    class, the worklists' type, values and sizes, and estimates by group counts."""
 
     method: str
     cls: type
     wl_type: Type
     wl_values: np.ndarray
-    wl_bounds: list[tuple[int, int]]
+    wl_sizes: np.ndarray
     estimates: dict[tuple, int]
 
 
@@ -74,10 +75,9 @@ def _tile_kind(
                       plan.conv_input_load_elems,
                       max(plan.conv_groups_per_group, 4))  # fmt: skip
     graph.addCodelets(cls)
-    ends = [3 * b for b in geom.entry_bounds]
-    bounds = list(itertools.pairwise(ends))
+    sizes = 3 * np.diff(geom.entry_bounds)  # (one array: no tuple per worklist)
     return TileKind(method, cls, UNSIGNED_SHORT if limited else UNSIGNED_INT, wl_values,
-                    bounds, {})  # fmt: skip
+                    sizes, {})  # fmt: skip
 
 
 def ids_view(t: Tensor, ids: np.ndarray) -> Tensor:
@@ -210,9 +210,7 @@ class Partials:
     ) -> None:  # fmt: skip
         ks = self.kind_of[i0:i1]
         # each kind's worklist sizes, looked up for the vertices of the run
-        sizes = [
-            np.array([b - a for a, b in (k.wl_bounds if k else [])], np.int64) for k in self.kinds
-        ]
+        sizes = [k.wl_sizes if k else _NO_SOURCE for k in self.kinds]
         count = np.array([x.size for x in sizes], np.int64)
         start = np.cumsum(count) - count
         table = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
@@ -567,7 +565,7 @@ def plan_partials(
     """
     target = graph.getTarget()
     workers = target.getNumWorkerContexts()
-    maps = dim_maps(params)
+    maps = kept_dim_maps(params)  # (the planner's, read only)
     nd = params.getNumFieldDims()
     kpos = int(math.prod(params.kernelShape))
     fp = params.inputType

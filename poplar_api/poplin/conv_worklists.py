@@ -52,7 +52,8 @@ class TileGeometry:
         position, then worker (the worklists one after another).
     entry_bounds
         Entry ``entry_bounds[k * workers + w]`` is the first of kernel position ``k``'s
-        worker ``w`` (one bound more than lists).
+        worker ``w`` (one bound more than lists; int64, so not a list of int objects
+        that Python's cyclic garbage collector walks while the geometry lives).
     workers
         Worker contexts the entries are split over.
     partitions
@@ -70,7 +71,7 @@ class TileGeometry:
     out_shape: list[int]
     in_shape: list[int]
     entries: np.ndarray
-    entry_bounds: list[int]
+    entry_bounds: np.ndarray
     workers: int
     partitions: list[list[list[int]]]
     in_stride: int
@@ -92,7 +93,7 @@ class Worklists(Sequence[list[np.ndarray]]):
 
     __slots__ = ("_bounds", "_entries", "_workers")
 
-    def __init__(self, entries: np.ndarray, bounds: list[int], workers: int) -> None:
+    def __init__(self, entries: np.ndarray, bounds: np.ndarray, workers: int) -> None:
         self._entries, self._bounds, self._workers = entries, bounds, workers
 
     def __len__(self) -> int:
@@ -111,8 +112,9 @@ class Worklists(Sequence[list[np.ndarray]]):
         if not -n <= k < n:
             raise IndexError(f"kernel position {k} of {n}")
         k %= n
-        b, nw, flat = self._bounds, self._workers, self._entries
-        return [flat[3 * b[i] : 3 * b[i + 1]] for i in range(k * nw, (k + 1) * nw)]
+        nw, flat = self._workers, self._entries
+        b = (3 * self._bounds[k * nw : (k + 1) * nw + 1]).tolist()
+        return [flat[b[i] : b[i + 1]] for i in range(nw)]
 
 
 def tile_geometry(
@@ -162,7 +164,8 @@ def tile_geometry(
     # entry ranges per (kernel position, worker), index k * workers + w: one list of
     # counts per range made in one pass (the estimators read them per worker), the
     # worklists only when asked for (the planner's estimates need the counts alone)
-    bounds = [0, *np.cumsum(cnt).tolist()]
+    bounds = np.zeros(cnt.size + 1, np.int64)  # (an array: no int object per range)
+    np.cumsum(cnt, out=bounds[1:])
     per_pair, columns = _shared_count_lists(cnt, num, nw)
     partitions = CountLists(per_pair[w::nw] for w in range(nw))
     if columns is not None:
