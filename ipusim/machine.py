@@ -84,7 +84,7 @@ class Machine:
         #: read-only arrays shared by every run's records and by steps of equal costs
         self._replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]] = {}
         self._replicated_values: tuple[SharedArrays, dict[int, tuple]] = (SharedArrays(), {})
-        self._replica_costs: dict[int, tuple[ir.Step, ComputeCost]] = {}
+        self._replica_costs: dict[int, tuple[ir.Step, Any]] = {}
         #: per step (by id, with the step): the last final per-tile array of a record
         #: filled in as it ran (see _Run._passed), shared, read-only, by the records of
         #: later executions and runs that end with the same cycles; and arrays such
@@ -295,7 +295,7 @@ class _Run(LinkSteps, ReplicaSteps):
         self._replicas_of = machine._replicas_of
         #: per compute step (by id) of a replicated program: its cost on replica 0's
         #: tiles (_replica_cost); None when replicas are not costed apart
-        self._replica_costs: dict[int, tuple[ir.Step, ComputeCost]] | None = None
+        self._replica_costs: dict[int, tuple[ir.Step, Any]] | None = None
         if self.replicas > 1 and type(self.timing.compute) is BarrelCompute:
             self._replica_costs = machine._replica_costs
         if len(self._replicas_of) + len(machine._replica_costs) > KEPT_STEPS:
@@ -678,9 +678,8 @@ class _Run(LinkSteps, ReplicaSteps):
             if tile_cycles is not None:
                 details = self.timing.cost(costed)
                 active = getattr(details, "active_cycles", None)
-        elif not once and isinstance(step, ir.Compute) and self._replica_costs is not None:
-            details = self._replica_cost(step)
-            tile_cycles, active = details.tile_cycles, details.active_cycles
+        elif not once and self._replica_costs is not None and (found := self._replica_cost(step)):
+            details, tile_cycles, active = found  # (on replica 0's tiles)
         elif isinstance(step, _LOCAL_STEPS):  # what TimingModel.tile_cycles gives
             details = self.timing.compute.cost(costed) if once else self.timing.cost(step)
             if isinstance(step, ir.Compute):

@@ -30,8 +30,10 @@ import numba
 import numpy as np
 
 from ipusim import ir
+from ipusim.exchange.internal import ExchangeCost
 from ipusim.host.link import HostLink, HostLinks, StreamingMemoryLinks
 from ipusim.tile.compute import ComputeCost, compute_cost
+from ipusim.timing import PhaseExchange, StaticExchange
 from ipusim.trace import ReplicaRecord, StepRecord
 
 __all__ = ["BLOCK_FROM", "BLOCK_TO", "KEPT_STEPS", "RECORD", "ReplicaSteps", "Segment", "own_sync"]
@@ -80,7 +82,11 @@ class ReplicaSteps:
     replica_tiles: int
     lockstep: bool
     _replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]]
-    _replica_costs: dict[int, tuple[ir.Step, ComputeCost]] | None
+    _replica_costs: dict[int, tuple[ir.Step, Any]] | None
+    #: the stock exchange model on a machine of one replica's IPUs, made when first
+    #: needed (False: the run's exchange model is not a stock one)
+    _exchange_apart: Any = None
+    timing: Any
     _active_ipus: dict[int, tuple[np.ndarray, np.ndarray]]
     _run_active_ipus: dict[int, tuple[np.ndarray, np.ndarray]]
     clock: np.ndarray
@@ -264,21 +270,61 @@ class ReplicaSteps:
                 self.blocks[n].cycles_to[lo:hi] = values
         return seg.end
 
-    def _replica_cost(self, step: ir.Compute) -> ComputeCost:
-        """A compute step's cost on replica 0's tiles only (its vertices are on them, and
-        a tile's cycles depend on its own vertices only), so that a replicated program
-        assigns its vertices once, not on every replica's tiles (kept per step)."""
+    def _replica_cost(
+        self, step: ir.Step
+    ) -> tuple[ComputeCost | ExchangeCost, np.ndarray, np.ndarray | None] | None:
+        """A local step's cost on replica 0's tiles only, with its per-tile cycles and
+        active cycles (kept per step), or None for a step not costed so.
+
+        A compute step's vertices are on replica 0's tiles, and a tile's cycles depend
+        on its own vertices only, so a replicated program assigns its vertices once,
+        not on every replica's tiles. An on-chip exchange whose tiles are all replica
+        0's is costed by the stock exchange model on a machine of one replica's IPUs
+        (:meth:`_exchange_cost`): every tile of replica 0 takes what it takes on the
+        whole machine (a tile's cost depends on its own transfers, an IPU's phase on its
+        own tiles), and the machine reads only replica 0's part of the per-tile cycles
+        (:meth:`_replicated`); a record's totals (``details``) then cover replica 0's
+        tiles, the only ones with traffic. Costing over every replica's tiles made
+        and kept an array of the whole machine's tiles per exchange."""
         costs = self._replica_costs
         assert costs is not None
+        if not isinstance(step, ir.Compute | ir.Exchange):
+            return None
         hit = costs.get(id(step))
         if hit is not None and hit[0] is step:
             return hit[1]
-        cost = compute_cost(
-            self.cfg.tile, self.replica_tiles, step.vertex_tile, step.vertex_cycles,
-            step.vertex_multi,
-        )  # fmt: skip
-        costs[id(step)] = (step, cost)
-        return cost
+        if isinstance(step, ir.Compute):
+            cost = compute_cost(
+                self.cfg.tile, self.replica_tiles, step.vertex_tile, step.vertex_cycles,
+                step.vertex_multi,
+            )  # fmt: skip
+            found = (cost, cost.tile_cycles, cost.active_cycles)
+        else:
+            exchange = self._exchange_cost(step)
+            found = None if exchange is None else (exchange, exchange.cycles, None)
+        costs[id(step)] = (step, found)
+        return found
+
+    def _exchange_cost(self, step: ir.Exchange) -> ExchangeCost | None:
+        """:meth:`_replica_cost` of an on-chip exchange: None when the run's exchange
+        model is not a stock one or a tile of the step is not replica 0's."""
+        model = self._exchange_apart
+        if model is None:
+            kind = type(self.timing.exchange)
+            if kind in (StaticExchange, PhaseExchange):
+                one = self.cfg.model_copy(update={"num_ipus": self.replica_ipus})
+                model = kind(one)
+            else:
+                model = False
+            self._exchange_apart = model
+        if model is False:
+            return None
+        lists = (step.src_tile, step.dst_tile) if step.tile is None else (step.tile,)
+        for tiles in lists:
+            tiles = np.asarray(tiles)
+            if tiles.size and (int(tiles.min()) < 0 or int(tiles.max()) >= self.replica_tiles):
+                return None
+        return model.cost(step)
 
     def _replicated(
         self, step: ir.Step, tile_cycles: np.ndarray, active: np.ndarray | None
