@@ -227,6 +227,49 @@ def test_segments_sum_as_each_vertex_in_turn(seed):
     assert again[0] is not src and int(again[2].sum()) < int(lengths.sum())
 
 
+def _segments_by_elements(ids, offsets, inner, out_offsets, ok):
+    """The segments found element by element: every element's (rank, output) sorted,
+    runs where both its id and its output go on by one."""
+    vertex = np.repeat(np.arange(ok.size), np.diff(offsets))
+    rank = np.arange(vertex.size) - offsets[vertex]
+    partial = np.repeat(np.arange(vertex.size), np.diff(inner))
+    keep = ok[vertex[partial]]
+    dst = (out_offsets[vertex[partial]] + np.arange(ids.size) - inner[partial])[keep]
+    src = ids.astype(np.int64)[keep]
+    order = np.lexsort((dst, rank[partial][keep]))
+    src, dst = src[order], dst[order]
+    first = np.flatnonzero((np.diff(src, prepend=-2) != 1) | (np.diff(dst, prepend=-2) != 1))
+    return src[first], dst[first], np.diff(first, append=src.size)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_segments_from_pieces_are_those_of_every_element(seed):
+    """``_segments_of`` (pieces of consecutive ids) against the element-by-element
+    reference: runs of ids broken at random, empty partials and vertices, vertices
+    refused, int32 and int64 ids, many ranks (past an int16's)."""
+    rng = np.random.default_rng(seed)
+    nv = int(rng.integers(1, 60))
+    counts = rng.integers(0, 6, nv)
+    if seed % 10 == 9:  # a vertex of more partials than an int16 numbers
+        counts[0] = 33_000
+    sizes = rng.integers(1, 5, nv)
+    offsets = np.concatenate(([0], np.cumsum(counts)))
+    out_offsets = np.concatenate(([0], np.cumsum(sizes)))
+    lengths = np.repeat(sizes, counts)
+    if seed % 3 == 0:  # empty partials (their vertex is then not ok: lengths differ)
+        lengths = np.where(rng.random(lengths.size) < 0.1, 0, lengths)
+    inner = np.concatenate(([0], np.cumsum(lengths)))
+    vertex = np.repeat(np.arange(nv), counts)
+    ok = (rng.random(nv) > 0.2) & (np.bincount(vertex, lengths != sizes[vertex], nv) == 0)
+    n = int(inner[-1])
+    ids = np.cumsum(np.where(rng.random(n) < 0.7, 1, rng.integers(-50, 50, n))) + 100
+    ids = (ids - min(int(ids.min(initial=0)), 0)).astype(np.int32 if seed % 2 else np.int64)
+    got = poplin_vertices._segments_of(ids, offsets, inner, out_offsets, ok)
+    want = _segments_by_elements(ids, offsets, inner, out_offsets, ok)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == np.int64 and a.tolist() == b.tolist()
+
+
 def test_segments_of_split_matmul_partials_are_blocks():
     """Partials laid out as a split matMul lays them (per input-channel group one block
     of every output, in output order) sum as one run per group, in group order, with

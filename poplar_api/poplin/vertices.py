@@ -209,20 +209,58 @@ def _segments(
         and np.array_equal(hit[4], ok)
     ):
         return hit[5]
-    vertex = np.repeat(np.arange(ok.size), np.diff(offsets))  # of each partial
-    rank = np.arange(vertex.size) - offsets[vertex]
-    partial = np.repeat(np.arange(vertex.size), np.diff(inner))  # of each element
-    keep = ok[vertex[partial]]
-    dst = (out_offsets[vertex[partial]] + np.arange(ids.size) - inner[partial])[keep]
-    src = ids.astype(np.int64)[keep]
-    order = np.lexsort((dst, rank[partial][keep]))
-    src, dst = src[order], dst[order]
-    first = np.flatnonzero((np.diff(src, prepend=-2) != 1) | (np.diff(dst, prepend=-2) != 1))
-    found = src[first], dst[first], np.diff(first, append=src.size)
+    found = _segments_of(ids, offsets, inner, out_offsets, ok)
     if len(_SEGMENTS) >= KEPT_LAYOUTS:
         _SEGMENTS.clear()
     _SEGMENTS[id(ids)] = (ids, offsets, inner, out_offsets, ok.copy(), found)
     return found
+
+
+def _segments_of(
+    ids: np.ndarray, offsets: np.ndarray, inner: np.ndarray, out_offsets: np.ndarray,
+    ok: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """:func:`_segments`, found from *pieces*, not elements: the runs of consecutive
+    ids within a partial (one per partial where each lies in one run, as a matMul's
+    partials do), each with its first id, first output position and length. The
+    pieces are put in rank order by a stable sort of their ranks: each rank's pieces
+    then come in packed order, which is output order (a vertex's outputs follow the
+    previous vertex's, and a piece's elements one another). A piece that goes on
+    where the one before it ended, in ids and in outputs, joins its segment. Pieces
+    are about half as many as elements here, and no array of every element but one
+    bool mark is made: the temporaries of a 100,352-element layout, first touched in
+    a fresh process, were most of its cost."""
+    n = ids.size
+    cut = np.zeros(n + 1, bool)  # where a piece starts: a partial, or a break in the ids
+    cut[inner] = True
+    cut[1:n] |= np.diff(ids) != 1
+    starts = np.flatnonzero(cut[:n])
+    del cut
+    length = np.diff(starts, append=n)
+    part = np.searchsorted(inner, starts, side="right") - 1  # of each piece
+    vertex = np.searchsorted(offsets, part, side="right") - 1
+    keep = ok[vertex]
+    if not keep.all():
+        starts, length, part, vertex = starts[keep], length[keep], part[keep], vertex[keep]
+    dst = out_offsets[vertex]
+    dst += starts
+    dst -= inner[part]
+    rank = part
+    rank -= offsets[vertex]
+    del vertex
+    if rank.size and int(rank.max()) < 1 << 15 and bool((np.diff(out_offsets) >= 0).all()):
+        order = np.argsort(rank.astype(np.int16), kind="stable")  # (a radix sort)
+    else:  # (outputs not in vertex order: sorted by output within a rank)
+        order = np.lexsort((dst, rank))
+    del rank
+    src = ids[starts[order]].astype(np.int64)
+    dst, length = dst[order], length[order]
+    new = np.ones(src.size, bool)  # a piece that starts a segment
+    new[1:] = (src[1:] != src[:-1] + length[:-1]) | (dst[1:] != dst[:-1] + length[:-1])
+    first = np.flatnonzero(new)
+    if not first.size:
+        return src, dst, length
+    return src[first], dst[first], np.add.reduceat(length, first)
 
 
 @numba.njit(cache=True, nogil=True)
