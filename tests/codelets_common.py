@@ -26,6 +26,7 @@ __all__ = [
     "SumVertex",
     "loaded",
     "mapped",
+    "owners",
     "read_floats",
     "tiny_device",
     "tiny_graph",
@@ -203,3 +204,13 @@ def loaded(
     engine = Engine(graph, programs, options)
     engine.load(device or tiny_device())
     return engine
+
+
+def owners(state: Any, ids: np.ndarray) -> list[int]:
+    """The variables owning ``ids``, looked up id by id in the variables' id ranges (a
+    reference for what liveness marks)."""
+    found = set()
+    for vid, var in enumerate(state.variables):
+        if ((ids >= var.base) & (ids < var.base + var.size)).any():
+            found.add(vid)
+    return sorted(found)

@@ -7,22 +7,13 @@ against numpy's min and max."""
 from __future__ import annotations
 
 import numpy as np
-from codelets_common import tiny_graph
+from codelets_common import owners, tiny_graph
 
 from poplar_api import FLOAT, concat
 from poplar_api import program as prog
 from poplar_api.lowering.context import Lowered, Storage
 from poplar_api.lowering.emission import Emission, HostIO
 from poplar_api.lowering.pipeline import emit
-
-
-def _owners(state, ids: np.ndarray) -> list[int]:
-    """The variables owning ``ids``, looked up id by id in the variables' id ranges."""
-    found = set()
-    for vid, var in enumerate(state.variables):
-        if ((ids >= var.base) & (ids < var.base + var.size)).any():
-            found.add(vid)
-    return sorted(found)
 
 
 def test_copy_sides_recorded_as_a_run_only_within_one_variable():
@@ -51,7 +42,7 @@ def test_copy_sides_recorded_as_a_run_only_within_one_variable():
         strict=True,
     ):
         marked = em_index.mark([(typ, part)]).tolist()
-        assert marked == _owners(g._state, np.asarray(tensor.flat_index())), tensor
+        assert marked == owners(g._state, np.asarray(tensor.flat_index())), tensor
 
 
 def test_span_of_id_arrays_and_ranges_kept_per_array():

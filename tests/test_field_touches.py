@@ -7,22 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from codelets_common import Scale, SumVertex, tiny_graph, vertex_on
+from codelets_common import Scale, SumVertex, owners, tiny_graph, vertex_on
 
 from poplar_api import FLOAT, concat
 from poplar_api import program as prog
 from poplar_api.lowering.context import Lowered, Storage
 from poplar_api.lowering.emission import Emission, HostIO
 from poplar_api.lowering.pipeline import emit
-
-
-def _owners(state, ids: np.ndarray) -> list[int]:
-    """The variables owning ``ids``, looked up id by id in the variables' id ranges."""
-    found = set()
-    for vid, var in enumerate(state.variables):
-        if ((ids >= var.base) & (ids < var.base + var.size)).any():
-            found.add(vid)
-    return sorted(found)
 
 
 def _view(rng: np.random.Generator, tensors: list) -> object:
@@ -60,7 +51,7 @@ def test_field_touches_mark_the_variables_owning_the_fields_ids(seed):
     }
     assert len(parts) == 2
     for (typ, part), ids in zip(parts, field_ids.values(), strict=True):
-        assert index.mark([(typ, part)]).tolist() == _owners(g._state, ids)
+        assert index.mark([(typ, part)]).tolist() == owners(g._state, ids)
     if seed % 2:  # the views of one variable: recorded as its span
         assert isinstance(parts[0][1], tuple) and parts[0][1][0].size == 1
 

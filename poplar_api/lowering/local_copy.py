@@ -106,21 +106,13 @@ def _id_source(ids: np.ndarray | range) -> tuple[np.ndarray, bool, int, int]:
 
 
 @numba.njit(cache=True, nogil=True)
-def _local_regions(
+def _by_tile(
     local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
 ):  # pragma: no cover - compiled
-    # the pieces of the positions ``local`` marks, taken by their tile in ``d_tile``
-    # (ascending) and by position within a tile, a side's id of position k being
-    # ``ids[k]`` or ``start + step * k`` for a range: a stable counting sort of their
-    # source and destination ids, then one pass over them. A piece starts at a tile's
-    # first element and where either side's id does not follow the one before; per
-    # piece its tile, its length, whether its tile's copy is a gather (more runs on
-    # the source side than on the destination side) and whether it starts a strided
-    # region (a tile's first piece, the first piece, another length than the piece
-    # before, or, when the piece before continues a region, other strides on either
-    # side than those from it: a region's second piece sets its strides, whatever
-    # they are). A piece's length and region are settled when the next one starts
-    # (no array of piece starts, nor of each element's tile)
+    # the source and destination ids of the positions ``local`` marks, in a stable
+    # counting sort by their tile in ``d_tile`` (a side's id of position k being
+    # ``ids[k]`` or ``start + step * k`` for a range), with each tile's first place
+    # in them (``starts``, one more than the tiles up to the highest one used)
     bound = 1
     least = 0  # (a raise inside the loop keeps it from being vectorised: 3x slower)
     for k in range(local.size):
@@ -150,6 +142,30 @@ def _local_regions(
             src[at[t]] = s_start + s_step * k if s_range else s_ids[k]
             dst[at[t]] = d_start + d_step * k if d_range else d_ids[k]
             at[t] += 1
+    return starts, src, dst
+
+
+@numba.njit(cache=True, nogil=True)
+def _local_regions(
+    local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
+):  # pragma: no cover - compiled
+    # the pieces of the positions ``local`` marks, taken by their tile in ``d_tile``
+    # (ascending) and by position within a tile, a side's id of position k being
+    # ``ids[k]`` or ``start + step * k`` for a range: a stable counting sort of their
+    # source and destination ids, then one pass over them. A piece starts at a tile's
+    # first element and where either side's id does not follow the one before; per
+    # piece its tile, its length, whether its tile's copy is a gather (more runs on
+    # the source side than on the destination side) and whether it starts a strided
+    # region (a tile's first piece, the first piece, another length than the piece
+    # before, or, when the piece before continues a region, other strides on either
+    # side than those from it: a region's second piece sets its strides, whatever
+    # they are). A piece's length and region are settled when the next one starts
+    # (no array of piece starts, nor of each element's tile)
+    starts, src, dst = _by_tile(
+        local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
+    )
+    bound = starts.size - 1
+    n = starts[bound]
     tiles = np.empty(n, np.int64)
     length = np.empty(n, np.int64)
     gather = np.empty(n, np.bool_)
@@ -248,37 +264,13 @@ def _local_vertices(
     # which of the two kinds of piece there are (bit 0: some of the first, bit 1: of
     # the second). A tile's last piece is settled at the tile's end, with what
     # _local_regions settles it with at the next tile's first element
-    bound = 1
-    least = 0
-    for k in range(local.size):
-        if local[k]:
-            least = min(least, d_tile[k])
-            bound = max(bound, d_tile[k] + 1)
-    if least < 0:  # (an unmapped element: the graph's validation names it)
-        raise ValueError(
-            "Copy: an element the copy moves within a tile has no tile (tile -1); "
-            "the graph's validation refuses unmapped elements before lowering, so "
-            "this is a defect of ipusim's lowering; hint: map every element of the "
-            "copy's source and destination (graph.setTileMapping) and report it"
-        )
-    starts = np.zeros(bound + 1, np.int64)
-    for k in range(local.size):
-        if local[k]:
-            starts[d_tile[k] + 1] += 1
-    used = 0
+    starts, src, dst = _by_tile(
+        local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
+    )
+    bound = starts.size - 1
+    used = 0  # tiles with local elements
     for t in range(bound):
-        used += starts[t + 1] > 0
-        starts[t + 1] += starts[t]
-    n = starts[bound]
-    src = np.empty(n, np.int64)
-    dst = np.empty(n, np.int64)
-    at = starts[:bound].copy()
-    for k in range(local.size):
-        if local[k]:
-            t = d_tile[k]
-            src[at[t]] = s_start + s_step * k if s_range else s_ids[k]
-            dst[at[t]] = d_start + d_step * k if d_range else d_ids[k]
-            at[t] += 1
+        used += starts[t + 1] > starts[t]
     room = used * contexts  # (at most ``contexts`` vertices per tile)
     v_tile = np.empty(room, np.int64)
     gather = np.empty(room, np.bool_)
