@@ -733,8 +733,6 @@ class _Run(LinkSteps, ReplicaSteps):
             own, rec.tile_cycles = rec.tile_cycles, hit[1]
             self._spare(own)
         else:
-            if self.lockstep:
-                self._mirror(rec.tile_cycles)
             rec.tile_cycles.flags.writeable = False  # final, and maybe shared from now
             self._final_cycles[id(rec.step)] = (rec.step, rec.tile_cycles, self.lockstep)
 

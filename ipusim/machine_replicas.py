@@ -131,8 +131,10 @@ class ReplicaSteps:
         arrival in scope) and no ``max_cycles``. Then only replica 0's groups run: a
         step that meets other replicas counts replica 0's copies in and releases
         theirs, while every replica's transfers still load the links and the fabric;
-        the other replicas' clocks and per-tile cycles are replica 0's, copied when
-        a record is final (:meth:`_mirror`) and when the run ends (:meth:`_mirror_run`).
+        the other replicas' clocks and blocks are replica 0's, copied when the run ends
+        (:meth:`_mirror_run`), and a record holds replica 0's part of its per-tile
+        arrays, which makes every replica's when a reader asks
+        (:class:`~ipusim.trace.ReplicaRecord`).
         ``allowed`` is what the run allows (whole-IPU groups, stock timing and syncs,
         no ``max_cycles``, ``Machine.replica_lockstep``).
         """

@@ -198,6 +198,49 @@ def test_gathers_and_stores_of_every_replica_share_one_compiled_version():
         assert len(runs._rows.signatures) == known
 
 
+def test_gathers_and_stores_of_every_replica_take_read_only_operands():
+    """The one compiled pass of ``take_rows`` and ``put_rows`` writes an array in either
+    direction, so the array a direction only reads may come read-only (a buffer of
+    ``np.frombuffer``, a memory map): it is read as numpy reads it, and left as it was;
+    and a replicated ``writeTensor`` of read-only values stores them."""
+    from poplar_api import Engine, Graph, IPUModel
+    from poplar_api import program as prog
+    from poplar_api.lowering import runs
+    from poplar_api.lowering.context import _gather_ids
+
+    rng = np.random.default_rng(13)
+    full = rng.integers(0, 200, (3, 64)).astype(np.uint32)
+    ix = _gather_ids(rng.permutation(64)[:20], full.shape[1])
+    frozen = full.copy()
+    frozen.flags.writeable = False
+    out = np.empty((3, ix.size), np.uint32)
+    runs.take_rows(frozen, ix, out)
+    np.testing.assert_array_equal(out, full[:, ix])
+    values = np.frombuffer(rng.integers(0, 200, out.shape).astype(np.uint32).tobytes(), np.uint32)
+    values = values.reshape(out.shape)
+    assert not values.flags.writeable
+    want = full.copy()
+    want[:, ix] = values
+    runs.put_rows(full, ix, values)
+    np.testing.assert_array_equal(full, want)
+
+    model = IPUModel()
+    model.numIPUs, model.tilesPerIPU = 2, 4
+    device = model.createDevice()
+    g = Graph(device.getTarget(), replication_factor=2)
+    a = g.addVariable(FLOAT, [8], "a")
+    g.setTileMapping(a, 0)
+    g.createHostWrite("b", a[::2])  # every other element: ids, not a block
+    g.createHostRead("a-read", a)
+    engine = Engine(g, prog.Sequence())
+    engine.load(device)
+    vals = np.arange(8, dtype=np.float32).reshape(2, 4)
+    vals.flags.writeable = False
+    engine.writeTensor("b", vals)
+    got = np.asarray(engine.readTensor("a-read")).reshape(2, 8)
+    np.testing.assert_array_equal(got[:, ::2], vals)
+
+
 def test_every_replicas_elements_are_stored_as_numpy_stores_them():
     """``Storage.write_replicas`` of ``[replicas, n]`` values at an index (the compiled
     ``put_rows``) leaves every image as numpy's ``full[:, ix] = values`` does: ids of
