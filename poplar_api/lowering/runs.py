@@ -58,8 +58,9 @@ def rows_apart(*where: np.ndarray | slice) -> bool:
 @numba.njit(cache=True, nogil=True)
 def _rows(full, ix, other, put):  # pragma: no cover
     """With ``put``, ``full[r, ix] = other[r]``, else ``other[r] = full[r, ix]``, for
-    every row ``r`` (:func:`take_rows`, :func:`put_rows`): one compiled pass for both
-    directions, whose arguments have the same types, so that a process loads one
+    every row ``r`` (:func:`take_rows`, :func:`put_rows`; numba types both directions,
+    so both arrays come writeable): one compiled pass for both directions, whose
+    arguments have the same types, so that a process loads one
     machine-code version where it loaded two (2-5 ms each). The ids index unsigned,
     which spares each access numba's negative-index wraparound (a third to two fifths
     less time)."""
@@ -78,25 +79,17 @@ def _rows(full, ix, other, put):  # pragma: no cover
 def take_rows(full: np.ndarray, ix: np.ndarray, out: np.ndarray) -> None:
     """``out[r] = full[r, ix]`` for every row ``r`` (every replica's elements ``ix``,
     which are ids: not negative; a third faster than ``np.take`` on axis 1, which moves
-    an element at a time through a generic loop). A read-only ``full`` is copied first:
-    the one compiled pass serves both directions, so its arrays must be writeable."""
-    _rows(_writeable(full), ix, out, False)
+    an element at a time through a generic loop); a read-only ``full`` copied first."""
+    _rows(full if full.flags.writeable else full.copy(), ix, out, False)
 
 
 def put_rows(full: np.ndarray, ix: np.ndarray, values: np.ndarray) -> None:
     """``full[r, ix] = values[r]`` for every row ``r`` (every replica's elements ``ix``,
     ids, not negative, in order, so a repeated id keeps its last value, as numpy's
     assignment does); a third to a fifth of the time of numpy's ``full[:, ix] =
-    values``, which moves one column of every row per id through a generic loop).
-    Read-only ``values`` (a buffer of ``np.frombuffer``, a memory map) are copied first,
-    as in :func:`take_rows`."""
-    _rows(full, ix, _writeable(values), True)
-
-
-def _writeable(arr: np.ndarray) -> np.ndarray:
-    """``arr``, or a copy of it where it is read-only (:func:`_rows` writes one of its
-    arrays in either direction, and numba types both directions' code)."""
-    return arr if arr.flags.writeable else arr.copy()
+    values``, which moves one column of every row per id through a generic loop;
+    read-only ``values`` (``np.frombuffer``'s, a memory map) copied first."""
+    _rows(full, ix, values if values.flags.writeable else values.copy(), True)
 
 
 def row_ids(where: np.ndarray | slice, size: int) -> np.ndarray:
