@@ -246,7 +246,7 @@ def _segments_by_elements(ids, offsets, inner, out_offsets, ok):
 def test_segments_from_pieces_are_those_of_every_element(seed):
     """``_segments_of`` (pieces of consecutive ids) against the element-by-element
     reference: runs of ids broken at random, empty partials and vertices, vertices
-    refused, int32 and int64 ids, many ranks (past an int16's)."""
+    refused, int32 and int64 ids and output offsets, many ranks (past an int16's)."""
     rng = np.random.default_rng(seed)
     nv = int(rng.integers(1, 60))
     counts = rng.integers(0, 6, nv)
@@ -255,6 +255,8 @@ def test_segments_from_pieces_are_those_of_every_element(seed):
     sizes = rng.integers(1, 5, nv)
     offsets = np.concatenate(([0], np.cumsum(counts)))
     out_offsets = np.concatenate(([0], np.cumsum(sizes)))
+    if seed % 4 == 1:  # offsets of either width give int64 positions
+        out_offsets = out_offsets.astype(np.int32)
     lengths = np.repeat(sizes, counts)
     if seed % 3 == 0:  # empty partials (their vertex is then not ok: lengths differ)
         lengths = np.where(rng.random(lengths.size) < 0.1, 0, lengths)

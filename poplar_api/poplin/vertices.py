@@ -242,7 +242,7 @@ def _segments_of(
     keep = ok[vertex]
     if not keep.all():
         starts, length, part, vertex = starts[keep], length[keep], part[keep], vertex[keep]
-    dst = out_offsets[vertex]
+    dst = out_offsets[vertex].astype(np.int64)  # (int64 whatever the offsets' type)
     dst += starts
     dst -= inner[part]
     rank = part
