@@ -79,7 +79,7 @@ charges them by their bytes and element type alone. So the planner is the defaul
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numba
 import numpy as np
@@ -265,7 +265,18 @@ def poplibs_memcpy_cycles(region_bytes: ArrayLike) -> int:
     ``lib/popops/popopsCycleEstimators.cpp``, ``BroadcastSelectorSelectCycles``):
     ``11 + 1`` for the vertex, then ``12 + 23 + bytes // 4 + (bytes % 4) * 5`` per row."""
     b = np.asarray(region_bytes, np.int64).reshape(-1)
-    return 12 + int((35 + b // 4 + (b % 4) * 5).sum())
+    return 12 + int(_row_cycles(b).sum())
+
+
+def _row_cycles(nbytes: Any) -> Any:
+    """The per-row part of :func:`poplibs_memcpy_cycles`, ``12 + 23 + bytes // 4 +
+    (bytes % 4) * 5``, of a count of bytes (not negative) or an array of them."""
+    return 35 + (nbytes >> 2) + (nbytes & 3) * 5
+
+
+#: :func:`_row_cycles` for the compiled copy planners, which add it up segment by
+#: segment (one statement of the estimate for numpy and compiled code).
+memcpy_row_cycles = numba.njit(cache=True, nogil=True, inline="always")(_row_cycles)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -325,7 +336,7 @@ def _chunk_walk(tile, nbytes, fresh, weight, contexts, rate):  # pragma: no cove
                     moves[m - 1] += (seg + rate - 1) >> shift
                 else:
                     moves[m - 1] += -(-seg // rate)
-                memcpy[m - 1] += 35 + (seg >> 2) + (seg & 3) * 5  # poplibs_memcpy_cycles
+                memcpy[m - 1] += memcpy_row_cycles(seg)
                 weighed[m - 1] += seg * weight[p]
                 x = y
             offset = end

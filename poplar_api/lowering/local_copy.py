@@ -24,6 +24,7 @@ from ipusim.machine_copies import (
     ELEMENT_BYTES,
     _granularity,
     copy_bytes_per_cycle,
+    memcpy_row_cycles,
     on_tile_copy_vertices,
 )
 from poplar_api.lowering import runs
@@ -241,7 +242,7 @@ def _cut(
             moves[nv - 1] += (seg + rate - 1) >> shift
         else:
             moves[nv - 1] += -(-seg // rate)
-        memcpy[nv - 1] += 35 + (seg >> 2) + (seg & 3) * 5
+        memcpy[nv - 1] += memcpy_row_cycles(seg)
         if four:
             fours[nv - 1] += seg
         else:
