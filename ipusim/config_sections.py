@@ -11,6 +11,7 @@ fields the way a YAML file does.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 from typing import Any, Literal
 
@@ -708,6 +709,12 @@ def section_model(path: tuple[str, ...]) -> type[BaseModel] | None:
 
 def leaf_paths() -> list[str]:
     """Every dotted field path of MachineConfig (``tile.clock_hz``, ``num_ipus``, ...)."""
+    return list(_leaf_paths())
+
+
+@functools.cache
+def _leaf_paths() -> tuple[str, ...]:
+    """The leaf paths, walked once per process (the models do not change)."""
     out: list[str] = []
 
     def walk(model: type[BaseModel], prefix: str) -> None:
@@ -719,7 +726,7 @@ def leaf_paths() -> list[str]:
                 out.append(f"{prefix}{name}")
 
     walk(MachineConfig, "")
-    return out
+    return tuple(out)
 
 
 def suggest_path(path: tuple[str, ...], top_extra: tuple[str, ...] = ()) -> str:

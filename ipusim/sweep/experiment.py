@@ -56,7 +56,13 @@ from pydantic import (
     model_validator,
 )
 
-from ipusim.config import MachineConfig, list_presets, load_config, with_overrides
+from ipusim.config import (
+    MachineConfig,
+    OverrideCheck,
+    list_presets,
+    load_config,
+    with_overrides,
+)
 from ipusim.config_files import read_yaml_mapping
 from ipusim.config_sections import leaf_paths, suggest_path
 from ipusim.errors import ConfigError, IpusimError
@@ -697,6 +703,7 @@ def _check_axes(
         elif cfg is not None:
             bases[value] = cfg
 
+    checks = {name: OverrideCheck(cfg) for name, cfg in bases.items()}
     seen: set[str] = set()
     for i, axis in enumerate(exp.axes):
         where = f"{label}: axes[{an(i)}] ({axis.path})"
@@ -731,8 +738,14 @@ def _check_axes(
         rejected: list[str] = []
         for value in values:
             for base_name, cfg in bases.items():
+                overrides = layout_overrides(cfg, {**fixed, axis.path: value})
+                if checks[base_name].accepts(overrides):
+                    continue
+                if len(rejected) >= _MAX_PROBLEMS_PER_AXIS:  # counted, not listed
+                    rejected.append("")
+                    break
                 try:
-                    with_overrides(cfg, layout_overrides(cfg, {**fixed, axis.path: value}))
+                    with_overrides(cfg, overrides)
                 except ConfigError as exc:
                     on = f" on config {base_name!r}" if len(bases) > 1 else ""
                     rejected.append(
