@@ -42,6 +42,7 @@ from ipusim.machine_replicas import (
     BLOCK_TO,
     KEPT_STEPS,
     RECORD,
+    KeptArrays,
     ReplicaSteps,
     Segment,
     own_sync,
@@ -49,7 +50,7 @@ from ipusim.machine_replicas import (
 from ipusim.tile.compute import ComputeCost
 from ipusim.tile.counted import CountedCompute, CountedComputeCost, execution_cycles
 from ipusim.tile.memory_port import conflict_cycles, memory_floor_cycles, memory_may_bind
-from ipusim.timing import BarrelCompute, ControllerSync, SharedArrays, TimingModel
+from ipusim.timing import BarrelCompute, ControllerSync, TimingModel
 from ipusim.trace import BlockRecord, StepRecord, Trace
 
 
@@ -83,7 +84,7 @@ class Machine:
         #: _Run._replica_cost): by step id, with the step (its id not reused while kept);
         #: read-only arrays shared by every run's records and by steps of equal costs
         self._replicas_of: dict[int, tuple[ir.Step, np.ndarray, np.ndarray | None]] = {}
-        self._replicated_values: tuple[SharedArrays, dict[int, tuple]] = (SharedArrays(), {})
+        self._replicated_values = KeptArrays()
         self._replica_costs: dict[int, tuple[ir.Step, Any]] = {}
         #: per step (by id, with the step): the last final per-tile array of a record
         #: filled in as it ran (see _Run._passed), shared, read-only, by the records of

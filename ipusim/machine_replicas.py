@@ -33,10 +33,20 @@ from ipusim import ir
 from ipusim.exchange.internal import ExchangeCost
 from ipusim.host.link import HostLink, HostLinks, StreamingMemoryLinks
 from ipusim.tile.compute import ComputeCost, compute_cost
-from ipusim.timing import PhaseExchange, StaticExchange
+from ipusim.timing import PhaseExchange, SharedArrays, StaticExchange
 from ipusim.trace import ReplicaRecord, StepRecord
 
-__all__ = ["BLOCK_FROM", "BLOCK_TO", "KEPT_STEPS", "RECORD", "ReplicaSteps", "Segment", "own_sync"]
+__all__ = [
+    "BLOCK_FROM",
+    "BLOCK_TO",
+    "KEPT_BYTES",
+    "KEPT_STEPS",
+    "RECORD",
+    "KeptArrays",
+    "ReplicaSteps",
+    "Segment",
+    "own_sync",
+]
 
 #: What a segment wrote besides the clocks: a record's per-tile cycles, a block's
 #: clocks at its start, at its end.
@@ -346,9 +356,10 @@ class ReplicaSteps:
 
     def _replica_part(self, per_tile: np.ndarray) -> np.ndarray:
         """Replica 0's part of ``per_tile``, read-only, one array per contents
-        (:class:`~ipusim.timing.SharedArrays`, the one :meth:`_replicated_array` keeps)."""
-        parts = self.machine._replicated_values[0]
-        return parts.get(np.asarray(per_tile)[: self.replica_tiles].view())
+        (:meth:`KeptArrays.part`, the table :meth:`_replicated_array` uses)."""
+        return self.machine._replicated_values.part(
+            np.asarray(per_tile)[: self.replica_tiles].view()
+        )
 
     def _replicated_array(self, per_tile: np.ndarray) -> np.ndarray:
         """:meth:`_replicate` of ``per_tile``, read-only, made once per contents of
@@ -356,14 +367,12 @@ class ReplicaSteps:
         costs are shared (:class:`~ipusim.timing.SharedArrays`). A fresh array of every
         tile's values costs its pages' first touch, about a tenth of a millisecond on a
         POD16's 23,552 tiles, and the arrays are kept with the trace."""
-        parts, made = self.machine._replicated_values
-        if len(made) > KEPT_STEPS:  # (another program's, say: let them go)
-            parts, made = self.machine._replicated_values = (type(parts)(), {})
-        first = parts.get(np.asarray(per_tile)[: self.replica_tiles].view())
-        hit = made.get(id(first))  # (an equal part met before, else this one)
-        if hit is None or hit[0] is not first:
-            hit = made[id(first)] = (first, _read_only(self._replicate(first)))
-        return hit[1]
+        kept = self.machine._replicated_values
+        first = kept.part(np.asarray(per_tile)[: self.replica_tiles].view())
+        whole = kept.whole(first)  # (an equal part met before, else this one)
+        if whole is None:
+            whole = kept.keep(first, _read_only(self._replicate(first)))
+        return whole
 
     def _ipu_takes_part(self, rec: StepRecord, ipu: int) -> bool:
         """Whether IPU ``ipu`` has a tile with cycles in a compute or exchange step.
@@ -428,38 +437,76 @@ def _program_symmetric(machine: Any, program: ir.Program, replica_ipus: int, ipu
 
 #: Steps whose replicated costs a machine keeps from run to run, at most.
 KEPT_STEPS = 1 << 14
+#: Bytes of every replica's arrays a machine keeps from run to run, at most (a
+#: thousand arrays over a POD64's 94,208 tiles, say).
+KEPT_BYTES = 1 << 30
+
+
+class KeptArrays:
+    """A machine's replicated per-tile arrays, kept from run to run: replica 0's parts,
+    one array per contents (:class:`~ipusim.timing.SharedArrays`), and every replica's
+    array made from each part, shared by every record and cost of that part.
+
+    They live as long as the machine, so they are bounded: past :data:`KEPT_STEPS`
+    parts or arrays, or :data:`KEPT_BYTES` bytes of every replica's arrays (another
+    program's, say), all are let go, and the runs after make them again.
+    """
+
+    __slots__ = ("made", "nbytes", "parts")
+
+    def __init__(self) -> None:
+        self.parts = SharedArrays()
+        self.made: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.nbytes = 0
+
+    def part(self, values: np.ndarray) -> np.ndarray:
+        """``values``, or an equal part met before; read-only."""
+        if len(self.parts) >= KEPT_STEPS:
+            self.parts = SharedArrays()
+        return self.parts.get(values)
+
+    def whole(self, part: np.ndarray) -> np.ndarray | None:
+        """Every replica's array kept for ``part`` (the same object), or None."""
+        hit = self.made.get(id(part))
+        return hit[1] if hit is not None and hit[0] is part else None
+
+    def keep(self, part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+        """Keep ``whole`` as every replica's array of ``part``; returns ``whole``."""
+        if len(self.made) >= KEPT_STEPS or self.nbytes + whole.nbytes > KEPT_BYTES:
+            self.made.clear()
+            self.nbytes = 0
+        self.made[id(part)] = (part, whole)
+        self.nbytes += whole.nbytes
+        return whole
 
 
 class Whole:
     """Every replica's per-tile array from replica 0's part (:class:`~ipusim.trace.
     ReplicaRecord`'s ``whole``), read-only, made once per part that is final (read
     only) and shared by every record of it, kept by the machine with its replicated
-    costs (at most :data:`KEPT_STEPS` of them)."""
+    costs (:class:`KeptArrays`)."""
 
-    __slots__ = ("made", "replicas")
+    __slots__ = ("kept", "replicas")
 
-    def __init__(self, made: dict[int, tuple], replicas: int) -> None:
-        self.made = made
+    def __init__(self, kept: KeptArrays, replicas: int) -> None:
+        self.kept = kept
         self.replicas = replicas
 
     @classmethod
     def of(cls, machine: Any, replicas: int) -> Whole:
-        """The arrays ``machine`` keeps (a table of parts' arrays it shares with its
-        replicated costs, :meth:`ReplicaSteps._replicated_array`)."""
-        return cls(machine._replicated_values[1], replicas)
+        """The arrays ``machine`` keeps (shared with its replicated costs,
+        :meth:`ReplicaSteps._replicated_array`)."""
+        return cls(machine._replicated_values, replicas)
 
     def __call__(self, part: np.ndarray) -> np.ndarray:
-        made = self.made
-        hit = made.get(id(part))
-        if hit is not None and hit[0] is part:
-            return hit[1]
+        whole = self.kept.whole(part)
+        if whole is not None:
+            return whole
         out = np.empty((self.replicas, part.size), part.dtype)
         out[...] = part
         whole = _read_only(out.reshape(-1))
         if not part.flags.writeable:  # (a part still written is not kept)
-            if len(made) > KEPT_STEPS:
-                made.clear()
-            made[id(part)] = (part, whole)
+            self.kept.keep(part, whole)
         return whole
 
 

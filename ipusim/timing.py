@@ -383,6 +383,10 @@ class SharedArrays:
     def __init__(self) -> None:
         self._arrays: dict[int, np.ndarray] = {}
 
+    def __len__(self) -> int:
+        """Arrays held."""
+        return len(self._arrays)
+
     def get(self, arr: Any) -> Any:
         """An equal array met before, else ``arr``; read-only either way (an array not
         looked up too: the machine's compiled passes then take one kind of array);

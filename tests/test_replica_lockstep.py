@@ -449,3 +449,33 @@ def test_lockstep_records_make_every_replicas_arrays_when_read():
         cut = fast.records[0]
         cut.tile_cycles = np.zeros(num_ipus * tpi, np.int64)  # set: the whole array
         assert cut.tile_part is None and not cut.tile_cycles.any()
+
+
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_every_replicas_arrays_kept_by_a_machine_are_bounded_in_bytes(monkeypatch, lockstep):
+    """A machine keeps every replica's arrays from run to run up to KEPT_BYTES, then
+    lets them go: each run's trace is that of a machine keeping them all, and the bytes
+    kept never pass the bound (they would: the machine keeping all holds more)."""
+    import ipusim.machine_replicas as mr
+
+    cfg = _config(4, **{"tile.tiles_per_ipu": 128})
+    programs = [_program(_mixed(1, 4, seed=seed, tpi=128), 4) for seed in range(4)]
+
+    def machine() -> Machine:
+        m = Machine(cfg)
+        m.replica_lockstep = lockstep
+        return m
+
+    keeping_all, bounded = machine(), machine()
+    expected = [keeping_all.run(p, data_plane=ScriptedDataPlane(None)) for p in programs]
+    for trace in expected:
+        trace.fingerprint()  # (every replica's arrays made)
+    bound = 3 * 4 * 128 * 8  # three arrays over the machine's 512 tiles
+    assert keeping_all._replicated_values.nbytes > bound
+    monkeypatch.setattr(mr, "KEPT_BYTES", bound)
+    for program, want in zip(programs * 2, expected * 2, strict=True):
+        got = bounded.run(program, data_plane=ScriptedDataPlane(None))
+        _assert_same(got, want)
+        for ra, rb in zip(got.records, want.records, strict=True):
+            np.testing.assert_array_equal(ra.tile_cycles, rb.tile_cycles)
+        assert 0 < bounded._replicated_values.nbytes <= bound
