@@ -17,6 +17,7 @@ field path, the value found and what was expected.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import weakref
@@ -82,8 +83,9 @@ __all__ = [
 
 _OVERRIDES_LABEL = "<overrides>"
 _LEAVES = frozenset(leaf_paths())
-#: The sections :func:`~ipusim.config_limits.cross_problems` checks against each other.
-_CROSS_SECTIONS = ("tile", "memory", "exchange", "sync", "host", "links")
+#: The sections :func:`~ipusim.config_limits.cross_problems` checks against each other
+#: (its parameters after ``num_ipus``).
+_CROSS_SECTIONS = tuple(inspect.signature(cross_problems).parameters)[1:]
 #: Fields that label a config without changing any simulated number (not hashed).
 _HASH_EXCLUDED = ("name", "description", "provenance")
 
