@@ -9,6 +9,7 @@
   Poplibs' ``getTileToMap`` (``lib/popnn/Pooling.cpp`` at graphcore/poplibs
   ``7eac0f26``) describes it.
 * The last write to a position wins: compared with a Python loop.
+* Operands laid out alike share their windows: compared with each one's found alone.
 """
 
 from __future__ import annotations
@@ -155,3 +156,35 @@ def test_in_memory_reads_every_element_of_a_view_where_it_lies():
         assert memory[first + index @ strides].tolist() == a.reshape(-1).tolist()
         if a.base is base:  # (numpy keeps the owner as the base of a view of a view)
             assert np.shares_memory(memory, base) and memory.size == base.size
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_operands_laid_out_alike_share_their_windows(seed: int) -> None:
+    """A pass's operands whose positions are laid out alike take the windows found for
+    the first of them: each operand's windows equal those found for it alone, and
+    operands of another window, shape or order of positions are not given another's."""
+    from poplar_api.popnn.pool_plan import _Operand
+
+    rng = np.random.default_rng(seed)
+    dims = _dims(rng)
+    ps = _bwd_pass(dims) if seed % 2 else _fwd_pass(dims)
+    cpg, groups, batch = 4, int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    graph = Graph(IPUModel("ipu2").createDevice().getTarget())
+    builder = _Builder(graph, "pool", FLOAT, "max", ps, cpg)
+    split = [int(rng.integers(1, groups + 1)), int(rng.integers(1, batch + 1))]
+    split += [int(rng.integers(1, s + 1)) for s in ps.out_shape]
+    parts = builder._partitions(batch, groups, split)
+    operands = []
+    for window, field in (("in", ps.in_shape), ("out", ps.out_shape)):
+        shape = [batch, groups * cpg, *field]
+        n = int(np.prod(shape))
+        for order in (np.arange(n), np.arange(n), rng.permutation(n), np.arange(n)[::-1]):
+            pos = np.swapaxes(order.astype(np.int64).reshape(shape), 0, 1)
+            operands.append(_Operand("f", None, pos, window))
+    made: list[tuple] = []
+    for o in operands:
+        got_pos, got_sizes = builder._windows(o, parts, made)
+        want_pos, want_sizes = builder._windows(o, parts)
+        np.testing.assert_array_equal(got_pos, want_pos)
+        np.testing.assert_array_equal(got_sizes, want_sizes)
+    assert len(made) == 6  # the second arange of each window shared the first's

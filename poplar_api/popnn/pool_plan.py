@@ -521,14 +521,35 @@ class _Builder:
         pos, sizes = box_positions(strides, origins, shapes)
         return choose_tiles(owner, layout.reshape(-1)[pos], sizes, self.num_tiles)
 
-    def _windows(self, o: _Operand, parts: Parts) -> tuple[np.ndarray, np.ndarray]:
+    def _windows(
+        self, o: _Operand, parts: Parts, made: list[tuple] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Positions of every partition's window of ``o`` (``[g, b, *box, c]`` of the
         internal layout), concatenated in partition order, and each one's size: one
         pattern per window shape placed at every partition's origin
-        (:func:`.pool_parts.box_positions`)."""
+        (:func:`.pool_parts.box_positions`).
+
+        ``made``, when given, holds the windows of the pass's other operands (and gets
+        this one's): an operand whose positions are laid out as one of those (a max
+        pooling gradient's output and forward input, its gradient and forward output,
+        each pair of one shape) takes that one's windows, not found again."""
         # read through the vertex layout's strides in the memory holding it (the
         # layout is a transposed view of it): no copy of every position made first
         memory, strides, first = in_memory(self._vertex_layout(o.pos))
+        key = (o.window, tuple(strides.tolist()), first, memory.size)
+        for other_key, other_memory, found in made or ():
+            if other_key == key and np.array_equal(other_memory, memory):
+                return found
+        found = self._placed_windows(o, parts, memory, strides, first)
+        if made is not None:
+            made.append((key, memory, found))
+        return found
+
+    def _placed_windows(
+        self, o: _Operand, parts: Parts, memory: np.ndarray, strides: np.ndarray, first: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_windows` of ``o`` laid out as ``memory``, ``strides`` and ``first``
+        (:func:`.pool_parts.in_memory` of its vertex layout)."""
         out = o.window == "out"
         geos = parts.geos
         nd = len(self.ps.out_shape)
@@ -610,8 +631,9 @@ class _Builder:
         )  # fmt: skip
         conns: dict[str, Any] = {}
         out_pos = out_sizes = None
+        windows: list[tuple] = []  # operands laid out alike share their windows
         for o in operands:
-            pos, sizes = self._windows(o, parts)
+            pos, sizes = self._windows(o, parts, windows)
             conns[o.field] = Segments(o.tensor.elements(pos), sizes)
             if o.field == "out":
                 out_pos, out_sizes = pos, sizes
