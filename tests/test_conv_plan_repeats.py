@@ -175,3 +175,47 @@ def test_feasible_splits_are_the_full_products_in_order(seed: int) -> None:
     got = _feasible(opts, tiles)
     for d in range(4):
         np.testing.assert_array_equal(got[d], ids[d].reshape(-1)[ok])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_slowest_from_entry_classes_as_from_lists(seed: int) -> None:
+    # random convolutions and tile blocks: the sum of the slowest contexts from the
+    # geometry's classes of entry counts (nx1_slowest) equals the per-position formula
+    # over its lists (_reference's), and the estimate given it equals the estimate of
+    # the same counts as plain lists, for each activation and partials type and units
+    from poplar_api.poplin.conv_vertex_estimates import nx1_slowest
+
+    rng = np.random.default_rng(100 + seed)
+    nd = int(rng.integers(1, 3))
+    field = [int(x) for x in rng.integers(3, 30, size=nd)]
+    kernel = [int(rng.integers(1, f + 1)) for f in field]
+    pad = [int(x) for x in rng.integers(0, 3, size=nd)]
+    stride = [int(x) for x in rng.integers(1, 3, size=nd)]
+    params = ConvParams(FLOAT, int(rng.integers(1, 3)), field, kernel, 8, 16,
+                        paddingLower=pad, paddingUpper=pad[::-1], stride=stride)  # fmt: skip
+    maps = dim_maps(params)
+    ranges = []
+    for m in maps:
+        lo = int(rng.integers(0, m.shape[1]))
+        ranges.append((lo, int(rng.integers(lo + 1, m.shape[1] + 1))))
+    contexts = int(rng.choice([W, 4, 1]))
+    geom = tile_geometry(maps, int(rng.integers(1, params.batchSize + 1)), ranges, contexts)
+    entries = geom.entries.reshape(-1, 3)[:, 1]
+    for i in range(len(geom.entry_bounds) - 1):  # the classes are the entries'
+        n = entries[geom.entry_bounds[i] : geom.entry_bounds[i + 1]]
+        want = [*((n == c).sum() for c in (0, 1, 2)), (n >= 3).sum(), (n[n >= 3] - 3).sum()]
+        assert geom.num_classes[i].tolist() == [int(x) for x in want]
+    positions = int(np.prod(kernel))
+    plain = [[list(lst) for lst in per_k] for per_k in geom.partitions]
+    for fa, fp, units in itertools.product((False, True), (False, True), (8, 16)):
+        want = 0
+        for k in range(positions):
+            cycles = [nx1_worker_cycles(p[k], fa, fp, units) for p in plain]
+            lo = W * min(cycles) if len(cycles) >= W else 0
+            want += max(W * max(cycles), lo + 9)
+        assert nx1_slowest(geom, fa, fp, units, W) == want
+        args = {**KW, "float_activations": fa, "float_partials": fp, "num_conv_units": units,
+                "kernel_outer_elems": positions // kernel[-1]}  # fmt: skip
+        whole = conv_partial_nx1_cycles(plain, kernel_inner_elems=kernel[-1], **args)
+        assert conv_partial_nx1_cycles(None, kernel_inner_elems=kernel[-1], slowest=want,
+                                       **args) == whole  # fmt: skip

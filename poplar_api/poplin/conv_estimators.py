@@ -95,6 +95,8 @@ import functools
 from collections import Counter
 from collections.abc import Sequence
 
+import numpy as np
+
 from poplar_api.poplin.conv_estimator_common import (
     AMP_CHAIN_LENGTH,
     AMP_COEFF_LOAD_BYTES_PER_CYCLE,
@@ -152,6 +154,7 @@ __all__ = [
     "hmac_worker_cycles",
     "hmac_worker_retention_savings",
     "hmac_worklist_conv_sizes",
+    "nx1_slowest_of_ranges",
     "nx1_worker_cycles",
     "vmac_dot_product_cycles",
     "vmac_reduction_cycles",
@@ -229,6 +232,40 @@ def nx1_worker_cycles(
     return cycles
 
 
+def nx1_slowest_of_ranges(
+    classes: np.ndarray,
+    contexts: int,
+    float_activations: bool,
+    float_partials: bool,
+    num_conv_units: int,
+    num_worker_contexts: int,
+) -> int:
+    """What :func:`_nx1_slowest_workers` gives for worklists whose entry ranges (range
+    ``k contexts + c``: context ``c`` at kernel position ``k``) are given by the classes
+    of their entries' counts, ``classes[r]``: how many entries of range ``r`` have 0, 1, 2
+    and at least 3 field elements, and the sum of the elements past 3 of the last
+    (:data:`~.conv_worklists.NUM_CLASSES`). :func:`nx1_worker_cycles` is linear in
+    these, so every range's worker cycles are one product, with no list per range.
+
+    A tile geometry counts them as it makes its entries
+    (:class:`~.conv_worklists.TileGeometry`); a large kernel has thousands of ranges,
+    whose lists cost more than the estimate."""
+    _at_least("contexts", contexts, 1)
+    hh16 = not float_activations and not float_partials and num_conv_units == 16
+    hf8 = not float_activations and float_partials and num_conv_units == 8
+    extra_stride = 1 if hh16 or hf8 else 0
+    per = (17, 33, 44, 45) if float_activations else (17, 29, 33 + extra_stride, 34)
+    weights = np.array([3 + c - _NX1_RETENTION_SAVINGS for c in per]
+                       + [8 if float_activations else 4], np.int64)  # fmt: skip
+    worker = (17 + (0 if float_partials else 1)) + np.asarray(classes, np.int64) @ weights
+    scaled = worker.reshape(-1, contexts) * num_worker_contexts
+    if not scaled.size:
+        return 0
+    hi = scaled.max(axis=1)
+    lo = scaled.min(axis=1) if contexts >= num_worker_contexts else 0
+    return int(np.maximum(hi, lo + _NX1_WORKER_TAG).sum())
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _nx1_worker_cycles_of(
     entries: tuple[int, ...], float_activations: bool, float_partials: bool, num_conv_units: int
@@ -287,6 +324,7 @@ def conv_partial_nx1_cycles(
     num_worker_contexts: int,
     float_activations: bool,
     float_partials: bool,
+    slowest: int | None = None,
 ) -> int:
     """``getConvPartialnx1SupervisorCycleEstimate`` (half/float activations).
 
@@ -320,6 +358,11 @@ def conv_partial_nx1_cycles(
         ``W`` (6).
     float_activations, float_partials
         Activations / partials are FLOAT rather than HALF.
+    slowest
+        The sum over kernel positions of the slowest context's cycles of one pass
+        (:func:`_nx1_slowest_workers` of ``worker_partitions``), when the caller has it
+        from its entries' classes (:func:`nx1_slowest_of_ranges`); ``worker_partitions``
+        is then not read.
 
     Returns
     -------
@@ -343,7 +386,9 @@ def conv_partial_nx1_cycles(
         1,
     )
     kernel_size = kernel_inner_elems * kernel_outer_elems
-    parts = _partitions_3d("worker_partitions", worker_partitions, kernel_size, num_worker_contexts)
+    if slowest is None:
+        parts = _partitions_3d("worker_partitions", worker_partitions, kernel_size,
+                               num_worker_contexts)  # fmt: skip
     passes = out_chans_per_group // num_conv_units
     innermost = (
         amp_weight_load_cycles(
@@ -359,7 +404,8 @@ def conv_partial_nx1_cycles(
     key = ("nx1", kernel_size, float_activations, float_partials, num_conv_units,
            num_worker_contexts)  # fmt: skip
     derived = worker_partitions.derived if isinstance(worker_partitions, CountLists) else {}
-    slowest = derived.get(key)
+    if slowest is None:
+        slowest = derived.get(key)
     if slowest is None:
         slowest = derived[key] = _nx1_slowest_workers(
             parts, kernel_size, float_activations, float_partials, num_conv_units,
@@ -432,6 +478,7 @@ def conv_partial_nx1_vertex_cycles(
     float_activations: bool,
     float_partials: bool,
     data_path_width: int = DATA_PATH_WIDTH_BITS,
+    slowest: int | None = None,
 ) -> int:
     """The ``ConvPartialnx1`` vertex estimator (``poplinCycleEstimators.cpp``).
 
@@ -441,7 +488,7 @@ def conv_partial_nx1_vertex_cycles(
     :func:`conv_partial_nx1_cycles` with the same arguments. ``zeros_info`` is the
     vertex field ``zerosInfo`` (partials elements to zero per output vector); the
     other arguments are as in :func:`conv_partial_nx1_cycles` (``num_in_groups`` and
-    ``in_chans_per_group`` may be 0 here). The vertex derives
+    ``in_chans_per_group`` may be 0 here; ``slowest`` as there). The vertex derives
     ``weight_bytes_per_conv_unit`` with :func:`amp_weight_bytes_per_conv_unit` and
     halves ``coeff_load_bytes_per_cycle`` without 128-bit loads.
     """
@@ -485,4 +532,5 @@ def conv_partial_nx1_vertex_cycles(
         num_worker_contexts=num_worker_contexts,
         float_activations=float_activations,
         float_partials=float_partials,
+        slowest=slowest,
     )

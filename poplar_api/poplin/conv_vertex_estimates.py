@@ -18,7 +18,13 @@ from poplar_api.poplin.conv_splits import kept_dim_maps
 from poplar_api.poplin.conv_worklists import TileGeometry, tile_geometry
 from poplar_api.types import FLOAT
 
-__all__ = ["group_counts", "largest_block_estimate", "partial_estimate", "vertex_method"]
+__all__ = [
+    "group_counts",
+    "largest_block_estimate",
+    "nx1_slowest",
+    "partial_estimate",
+    "vertex_method",
+]
 
 #: ``Target::getDataPathWidth()`` in bits (ipu2), for the HMAC output zeroing.
 DATA_PATH_WIDTH_BITS = 64
@@ -143,10 +149,16 @@ def partial_estimate(
         return amp.conv_partial_1x1_cycles(amp.split_field_elems(out_rows, workers), **amp_fields)
     kshape = params.kernelShape
     inner, outer = int(kshape[-1]), int(math.prod(kshape[:-1]))
-    height, partitions = weight_height(plan), geom.partitions
+    height, partitions, slowest = weight_height(plan), None, None
     if height > 1:  # (Poplibs' kernelOuterSizeM1 + 1: the groups of ``height`` rows)
-        partitions = _height_partitions(partitions, inner, outer, height)
+        partitions = _height_partitions(geom.partitions, inner, outer, height)
         outer = -(-outer // height)
+    elif geom.workers <= workers and len(geom.entry_bounds) - 1 == inner * outer * geom.workers:
+        # (one list per context and kernel position, at most the contexts: the slowest
+        # contexts' sum from the classes of the entries' counts, kept with the geometry)
+        slowest = nx1_slowest(geom, fp == FLOAT, acc == FLOAT, plan.num_conv_units, workers)
+    else:
+        partitions = geom.partitions  # (the estimator says what is wrong with them)
     return conv_estimators.conv_partial_nx1_vertex_cycles(
         partitions,
         zeros_info=out_rows * ocg,
@@ -155,8 +167,26 @@ def partial_estimate(
         filter_height=height,
         in_chans_per_group=icg,
         data_path_width=DATA_PATH_WIDTH_BITS,
+        slowest=slowest,
         **amp_fields,
     )
+
+
+def nx1_slowest(
+    geom: TileGeometry, float_activations: bool, float_partials: bool, units: int, workers: int
+) -> int:
+    """The ``ConvPartialnx1`` estimate's sum over kernel positions of the slowest worker's
+    cycles of one pass for ``geom``'s worklists
+    (:func:`~.conv_estimators.nx1_slowest_of_ranges` of its entry counts' classes), kept
+    with the geometry: a plan's candidates estimate the same geometry with the same
+    vertex many times."""
+    key = ("nx1", float_activations, float_partials, units, workers)
+    slowest = geom.derived.get(key)
+    if slowest is None:
+        slowest = geom.derived[key] = conv_estimators.nx1_slowest_of_ranges(
+            geom.num_classes, geom.workers, float_activations, float_partials, units, workers
+        )
+    return slowest
 
 
 def group_counts(plan: ConvPlan, bg: int, bci: int, bco: int) -> tuple[int, int, int]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import overload
 
 import numba
@@ -27,7 +27,14 @@ import numpy as np
 
 from poplar_api.poplin.conv_estimator_common import CountLists
 
-__all__ = ["TileGeometry", "Worklists", "relative_dim_key", "relative_key", "tile_geometry"]
+__all__ = [
+    "NUM_CLASSES",
+    "TileGeometry",
+    "Worklists",
+    "relative_dim_key",
+    "relative_key",
+    "tile_geometry",
+]
 
 #: Entry ranges (kernel positions x workers) from which a tile's equal count lists
 #: are found and shared (:func:`_shared_count_lists`); fewer are sliced one by one.
@@ -35,6 +42,8 @@ SHARE_MIN_RANGES = 64
 #: The key of a geometry's :class:`CountLists` ``derived`` entry that lists its kernel
 #: positions of the same lists, when the lists are shared (:func:`_shared_count_lists`).
 COLUMNS = "columns"
+#: The columns of :attr:`TileGeometry.num_classes`.
+NUM_CLASSES = ("num 0", "num 1", "num 2", "num >= 3", "sum of num - 3")
 
 
 @dataclass
@@ -56,15 +65,18 @@ class TileGeometry:
         that Python's cyclic garbage collector walks while the geometry lives).
     workers
         Worker contexts the entries are split over.
-    partitions
-        ``partitions[w][k]``: the ``num`` of each entry of worker ``w`` at kernel
-        position ``k`` (the estimators' ``workerPartitions``); equal lists are one
-        object, so they are read only.
+    num_classes
+        ``int64[ranges, 5]``: of range ``k * workers + w``'s entries, how many have a
+        ``num`` of 0, 1, 2 and at least 3, and the sum of ``num - 3`` over the last
+        (:data:`NUM_CLASSES`: what a ``ConvPartialnx1`` worker's cycles read of them).
     in_stride, out_stride
         Row strides of consecutive elements of an entry.
     positions
         Output positions that read at least one real input (MAC positions per kernel
         position, summed).
+    derived
+        Values an estimator derived from the geometry alone, by the estimator's key
+        (a plan's candidates estimate the same geometry many times).
     """
 
     window: list[tuple[int, int]]
@@ -73,10 +85,30 @@ class TileGeometry:
     entries: np.ndarray
     entry_bounds: np.ndarray
     workers: int
-    partitions: list[list[list[int]]]
+    num_classes: np.ndarray
     in_stride: int
     out_stride: int
     positions: int
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
+    _partitions: CountLists | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def partitions(self) -> CountLists:
+        """``partitions[w][k]``: the ``num`` of each entry of worker ``w`` at kernel
+        position ``k`` (the estimators' ``workerPartitions``), made when first read
+        (the ``ConvPartialnx1`` estimate of one kernel row's weights reads the counts
+        as arrays instead, :func:`~.conv_vertex_estimates.nx1_slowest`; the lowering
+        reads the worklists); equal lists are one object, so they are read only."""
+        if self._partitions is None:
+            nw = self.workers
+            per_pair, columns = _shared_count_lists(
+                np.diff(self.entry_bounds), self.entries[1::3], nw
+            )
+            partitions = CountLists(per_pair[w::nw] for w in range(nw))
+            if columns is not None:
+                partitions.derived[COLUMNS] = columns
+            self._partitions = partitions
+        return self._partitions
 
     @property
     def worklists(self) -> Worklists:
@@ -144,7 +176,7 @@ def tile_geometry(
     soff[1:] = np.cumsum(kshape * oshape)
     flat = np.concatenate([s.reshape(-1) for s in subs])
     nw = num_workers
-    window_a, entries, cnt, num, positions, steps, err = _geometry(
+    window_a, entries, cnt, classes, positions, steps, err = _geometry(
         flat, soff, kshape, oshape, np.int64(batch), np.int64(nw)
     )
     if err[0] == 1:
@@ -161,15 +193,11 @@ def tile_geometry(
         )
     window = [(a, b) for a, b in window_a.tolist()]
     out_shape = [hi - lo for lo, hi in out_ranges]
-    # entry ranges per (kernel position, worker), index k * workers + w: one list of
-    # counts per range made in one pass (the estimators read them per worker), the
-    # worklists only when asked for (the planner's estimates need the counts alone)
+    # entry ranges per (kernel position, worker), index k * workers + w: the lists of
+    # counts per range (TileGeometry.partitions) and the worklists are made only when
+    # asked for (the planner's estimates need the counts alone, most as arrays)
     bounds = np.zeros(cnt.size + 1, np.int64)  # (an array: no int object per range)
     np.cumsum(cnt, out=bounds[1:])
-    per_pair, columns = _shared_count_lists(cnt, num, nw)
-    partitions = CountLists(per_pair[w::nw] for w in range(nw))
-    if columns is not None:
-        partitions.derived[COLUMNS] = columns
     return TileGeometry(
         window=window,
         out_shape=out_shape,
@@ -177,7 +205,7 @@ def tile_geometry(
         entries=entries,
         entry_bounds=bounds,
         workers=nw,
-        partitions=partitions,
+        num_classes=classes,
         in_stride=int(steps[1]) if steps[2] else 1,
         out_stride=int(steps[0]) if steps[2] else 1,
         positions=int(positions),
@@ -190,10 +218,11 @@ def _geometry(subs, soff, kshape, oshape, batch, nw):  # pragma: no cover - comp
     (``int64[kshape[d], oshape[d]]``, input index or -1) at ``subs[soff[d]:]``.
 
     Returns ``(window [n, 2], entries (outRow, num, inRow) flat, entries per (kernel
-    position, worker), num of each entry, positions, (out step, in step, found),
-    error)``; ``error[0]`` is 1 when kernel positions step differently (then
-    ``error[1:]``: that step pair, and the first), 2 when a kernel index's active
-    outputs are not evenly spaced (its index, the step found, the output, the step)."""
+    position, worker), the classes of each range's entries' num (:data:`NUM_CLASSES`),
+    positions, (out step, in step, found), error)``; ``error[0]`` is 1 when kernel
+    positions step differently (then ``error[1:]``: that step pair, and the first), 2
+    when a kernel index's active outputs are not evenly spaced (its index, the step
+    found, the output, the step)."""
     n = kshape.shape[0]
     last = n - 1
     err = np.zeros(5, np.int64)
@@ -303,8 +332,9 @@ def _geometry(subs, soff, kshape, oshape, batch, nw):  # pragma: no cover - comp
             if err[0] != 0:
                 break
     cnt = np.zeros(num_k * nw, np.int64)
+    classes = np.zeros((num_k * nw, 5), np.int64)
     if err[0] != 0:
-        return window, np.zeros(0, np.int64), cnt, np.zeros(0, np.int64), positions, steps, err
+        return window, np.zeros(0, np.int64), cnt, classes, positions, steps, err
     # per (kernel position, worker): the rows its contiguous range of elements touches
     n_entries = 0
     for k in range(num_k):
@@ -316,7 +346,6 @@ def _geometry(subs, soff, kshape, oshape, batch, nw):  # pragma: no cover - comp
                 cnt[k * nw + w] = (end - 1) // pr - beg // pr + 1
                 n_entries += cnt[k * nw + w]
     entries = np.empty(3 * n_entries, np.int64)
-    num = np.empty(n_entries, np.int64)
     e = 0
     for k in range(num_k):
         p = per_row[k]
@@ -345,9 +374,12 @@ def _geometry(subs, soff, kshape, oshape, batch, nw):  # pragma: no cover - comp
                 entries[3 * e] = o_row + r * out_field
                 entries[3 * e + 1] = x1 - x0
                 entries[3 * e + 2] = i_row + r * in_field
-                num[e] = x1 - x0
+                c = min(x1 - x0, 3)
+                classes[k * nw + w, c] += 1
+                if c == 3:
+                    classes[k * nw + w, 4] += x1 - x0 - 3
                 e += 1
-    return window, entries, cnt, num, positions, steps, err
+    return window, entries, cnt, classes, positions, steps, err
 
 
 def _shared_count_lists(
