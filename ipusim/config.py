@@ -281,13 +281,15 @@ class OverrideCheck:
     def accepts(self, overrides: Mapping[str, Any]) -> bool:
         """True when ``with_overrides(cfg, overrides)`` returns a config, False when it
         raises :class:`~ipusim.errors.ConfigError`."""
+        if not self._sections_alone:  # (its dump refused: every answer the whole way)
+            return self._whole(overrides)
         (_, nested), problems = _overrides_layer(overrides)
         if problems:
             return False
         sections: dict[str, BaseModel] = {}
         for name, value in nested.items():
             model = section_model((name,))
-            if model is None or not isinstance(value, Mapping) or not self._sections_alone:
+            if model is None or not isinstance(value, Mapping):
                 return self._whole(overrides)
             try:
                 sections[name] = model.model_validate(merge(self._dump.get(name, {}), value))

@@ -76,3 +76,19 @@ def test_a_changed_tile_count_is_checked_against_the_other_sections() -> None:
     assert whole is False
     assert check.accepts(small) is False
     assert check.accepts({**small, "sync.controller_tile": 32}) is True
+
+
+def test_a_config_whose_dump_is_refused_is_checked_the_whole_way() -> None:
+    """A config made without validation (``model_copy(update=...)``) whose dump
+    with_overrides refuses: refused with no overrides as with any, as with_overrides
+    refuses it."""
+    cfg = load_config("mk2")
+    bad = cfg.model_copy(update={"tile": cfg.tile.model_copy(update={"clock_hz": -1.0})})
+    check = OverrideCheck(bad)
+    for overrides in ({}, {"sync.min_sync_delay_cycles": 0}, {"tile.clock_hz": 1.0e9}):
+        try:
+            with_overrides(bad, overrides)
+            whole = True
+        except ConfigError:
+            whole = False
+        assert check.accepts(overrides) is whole, overrides
