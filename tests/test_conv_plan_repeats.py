@@ -207,15 +207,18 @@ def test_slowest_from_entry_classes_as_from_lists(seed: int) -> None:
         assert geom.num_classes[i].tolist() == [int(x) for x in want]
     positions = int(np.prod(kernel))
     plain = [[list(lst) for lst in per_k] for per_k in geom.partitions]
-    for fa, fp, units in itertools.product((False, True), (False, True), (8, 16)):
+    # (as many vertex contexts as the geometry's too: the fastest context counted)
+    for fa, fp, units, w in itertools.product((False, True), (False, True), (8, 16),
+                                              sorted({W, contexts})):  # fmt: skip
         want = 0
         for k in range(positions):
             cycles = [nx1_worker_cycles(p[k], fa, fp, units) for p in plain]
-            lo = W * min(cycles) if len(cycles) >= W else 0
-            want += max(W * max(cycles), lo + 9)
-        assert nx1_slowest(geom, fa, fp, units, W) == want
+            lo = w * min(cycles) if len(cycles) >= w else 0
+            want += max(w * max(cycles), lo + 9)
+        assert nx1_slowest(geom, fa, fp, units, w) == want
         args = {**KW, "float_activations": fa, "float_partials": fp, "num_conv_units": units,
-                "kernel_outer_elems": positions // kernel[-1]}  # fmt: skip
+                "kernel_outer_elems": positions // kernel[-1],
+                "num_worker_contexts": w}  # fmt: skip
         whole = conv_partial_nx1_cycles(plain, kernel_inner_elems=kernel[-1], **args)
         assert conv_partial_nx1_cycles(None, kernel_inner_elems=kernel[-1], slowest=want,
                                        **args) == whole  # fmt: skip

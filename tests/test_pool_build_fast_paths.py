@@ -162,7 +162,8 @@ def test_in_memory_reads_every_element_of_a_view_where_it_lies():
 def test_operands_laid_out_alike_share_their_windows(seed: int) -> None:
     """A pass's operands whose positions are laid out alike take the windows found for
     the first of them: each operand's windows equal those found for it alone, and
-    operands of another window, shape or order of positions are not given another's."""
+    operands of another window, shape or order of positions are not given another's,
+    nor views of one memory at another start or with other strides."""
     from poplar_api.popnn.pool_plan import _Operand
 
     rng = np.random.default_rng(seed)
@@ -181,10 +182,17 @@ def test_operands_laid_out_alike_share_their_windows(seed: int) -> None:
         for order in (np.arange(n), np.arange(n), rng.permutation(n), np.arange(n)[::-1]):
             pos = np.swapaxes(order.astype(np.int64).reshape(shape), 0, 1)
             operands.append(_Operand("f", None, pos, window))
+        both = rng.permutation(2 * n)  # one memory: two views at other starts
+        for half in (both[:n], both[n:]):
+            operands.append(_Operand("f", None, np.swapaxes(half.reshape(shape), 0, 1), window))
+        one = rng.permutation(n)  # one memory and start: two views of other strides
+        swapped = np.swapaxes(one.reshape(shape), 0, 1)
+        operands.append(_Operand("f", None, swapped, window))
+        operands.append(_Operand("f", None, one.reshape(swapped.shape), window))
     made: list[tuple] = []
     for o in operands:
         got_pos, got_sizes = builder._windows(o, parts, made)
         want_pos, want_sizes = builder._windows(o, parts)
         np.testing.assert_array_equal(got_pos, want_pos)
         np.testing.assert_array_equal(got_sizes, want_sizes)
-    assert len(made) == 6  # the second arange of each window shared the first's
+    assert len(made) == 14  # the second arange of each window shared the first's
