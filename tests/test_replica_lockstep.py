@@ -479,3 +479,31 @@ def test_every_replicas_arrays_kept_by_a_machine_are_bounded_in_bytes(monkeypatc
         for ra, rb in zip(got.records, want.records, strict=True):
             np.testing.assert_array_equal(ra.tile_cycles, rb.tile_cycles)
         assert 0 < bounded._replicated_values.nbytes <= bound
+
+
+def test_replica_parts_kept_by_a_machine_are_bounded_in_count(monkeypatch):
+    """In lockstep a machine keeps replica 0's parts (one array per contents, 256 tiles:
+    looked up) from run to run up to KEPT_STEPS, then lets them go: each run's trace is
+    that of a machine keeping them all, and the parts kept never pass the bound."""
+    import ipusim.machine_replicas as mr
+
+    cfg = _config(4, **{"tile.tiles_per_ipu": 128})
+    programs = [_program(_mixed(2, 4, seed=seed, tpi=128), 2) for seed in range(4)]
+
+    def machine() -> Machine:
+        m = Machine(cfg)
+        m.replica_lockstep = True
+        return m
+
+    keeping_all, bounded = machine(), machine()
+    expected = [keeping_all.run(p, data_plane=ScriptedDataPlane(None)) for p in programs]
+    for trace in expected:
+        trace.fingerprint()
+    assert len(keeping_all._replicated_values.parts) > 2
+    monkeypatch.setattr(mr, "KEPT_STEPS", 2)
+    for program, want in zip(programs * 2, expected * 2, strict=True):
+        got = bounded.run(program, data_plane=ScriptedDataPlane(None))
+        _assert_same(got, want)
+        for ra, rb in zip(got.records, want.records, strict=True):
+            np.testing.assert_array_equal(ra.tile_cycles, rb.tile_cycles)
+        assert 0 < len(bounded._replicated_values.parts) <= 2
