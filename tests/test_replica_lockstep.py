@@ -451,15 +451,14 @@ def test_lockstep_records_make_every_replicas_arrays_when_read():
         assert cut.tile_part is None and not cut.tile_cycles.any()
 
 
-@pytest.mark.parametrize("lockstep", [True, False])
-def test_every_replicas_arrays_kept_by_a_machine_are_bounded_in_bytes(monkeypatch, lockstep):
-    """A machine keeps every replica's arrays from run to run up to KEPT_BYTES, then
-    lets them go: each run's trace is that of a machine keeping them all, and the bytes
-    kept never pass the bound (they would: the machine keeping all holds more)."""
+def _bounded_as_keeping_all(monkeypatch, programs, lockstep, name, bound, held) -> None:
+    """Runs ``programs`` twice on a machine whose ``machine_replicas.<name>`` is
+    ``bound``: each run's trace is that of a machine keeping all its arrays, and
+    ``held`` of the machine's kept arrays (:class:`~ipusim.machine_replicas.KeptArrays`)
+    is within ``1..bound`` after each run, where the machine keeping all holds more."""
     import ipusim.machine_replicas as mr
 
     cfg = _config(4, **{"tile.tiles_per_ipu": 128})
-    programs = [_program(_mixed(1, 4, seed=seed, tpi=128), 4) for seed in range(4)]
 
     def machine() -> Machine:
         m = Machine(cfg)
@@ -470,40 +469,31 @@ def test_every_replicas_arrays_kept_by_a_machine_are_bounded_in_bytes(monkeypatc
     expected = [keeping_all.run(p, data_plane=ScriptedDataPlane(None)) for p in programs]
     for trace in expected:
         trace.fingerprint()  # (every replica's arrays made)
-    bound = 3 * 4 * 128 * 8  # three arrays over the machine's 512 tiles
-    assert keeping_all._replicated_values.nbytes > bound
-    monkeypatch.setattr(mr, "KEPT_BYTES", bound)
+    assert held(keeping_all._replicated_values) > bound
+    monkeypatch.setattr(mr, name, bound)
     for program, want in zip(programs * 2, expected * 2, strict=True):
         got = bounded.run(program, data_plane=ScriptedDataPlane(None))
         _assert_same(got, want)
         for ra, rb in zip(got.records, want.records, strict=True):
             np.testing.assert_array_equal(ra.tile_cycles, rb.tile_cycles)
-        assert 0 < bounded._replicated_values.nbytes <= bound
+        assert 0 < held(bounded._replicated_values) <= bound
+
+
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_every_replicas_arrays_kept_by_a_machine_are_bounded_in_bytes(monkeypatch, lockstep):
+    """A machine keeps every replica's arrays from run to run up to KEPT_BYTES, then
+    lets them go: each run's trace is that of a machine keeping them all, and the bytes
+    kept never pass the bound (they would: the machine keeping all holds more)."""
+    programs = [_program(_mixed(1, 4, seed=seed, tpi=128), 4) for seed in range(4)]
+    bound = 3 * 4 * 128 * 8  # three arrays over the machine's 512 tiles
+    _bounded_as_keeping_all(monkeypatch, programs, lockstep, "KEPT_BYTES", bound,
+                            lambda kept: kept.nbytes)  # fmt: skip
 
 
 def test_replica_parts_kept_by_a_machine_are_bounded_in_count(monkeypatch):
     """In lockstep a machine keeps replica 0's parts (one array per contents, 256 tiles:
     looked up) from run to run up to KEPT_STEPS, then lets them go: each run's trace is
     that of a machine keeping them all, and the parts kept never pass the bound."""
-    import ipusim.machine_replicas as mr
-
-    cfg = _config(4, **{"tile.tiles_per_ipu": 128})
     programs = [_program(_mixed(2, 4, seed=seed, tpi=128), 2) for seed in range(4)]
-
-    def machine() -> Machine:
-        m = Machine(cfg)
-        m.replica_lockstep = True
-        return m
-
-    keeping_all, bounded = machine(), machine()
-    expected = [keeping_all.run(p, data_plane=ScriptedDataPlane(None)) for p in programs]
-    for trace in expected:
-        trace.fingerprint()
-    assert len(keeping_all._replicated_values.parts) > 2
-    monkeypatch.setattr(mr, "KEPT_STEPS", 2)
-    for program, want in zip(programs * 2, expected * 2, strict=True):
-        got = bounded.run(program, data_plane=ScriptedDataPlane(None))
-        _assert_same(got, want)
-        for ra, rb in zip(got.records, want.records, strict=True):
-            np.testing.assert_array_equal(ra.tile_cycles, rb.tile_cycles)
-        assert 0 < len(bounded._replicated_values.parts) <= 2
+    _bounded_as_keeping_all(monkeypatch, programs, True, "KEPT_STEPS", 2,
+                            lambda kept: len(kept.parts))  # fmt: skip
