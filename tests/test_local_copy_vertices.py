@@ -11,7 +11,15 @@ import pytest
 
 from ipusim.config import load_config
 from ipusim.machine_copies import ELEMENT_BYTES, on_tile_copy_vertices
-from poplar_api.lowering.local_copy import _tile_regions, on_tile_copy_steps
+from poplar_api.lowering.local_copy import (
+    _cut_vertices,
+    _id_source,
+    _local_vertices,
+    _sort_by_tile,
+    _tile_bound,
+    _tile_regions,
+    on_tile_copy_steps,
+)
 
 
 def _by_pieces(cfg, s_ids, d_ids, d_tile, local, item_bytes, element_type):
@@ -74,3 +82,26 @@ def test_an_unmapped_element_is_refused():
         on_tile_copy_steps(
             cfg, range(3), range(10, 13), np.array([0, -1, 0], np.int32), np.ones(3, bool), 4
         )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tiles_in_order_are_walked_where_they_lie_as_sorted(seed):
+    """A copy whose local elements' tiles ascend is walked in place (no sorted copy of
+    its ids); the vertices equal those of the counting sort's arrays walked instead."""
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(25):
+        src, dst, d_tile, local = _fuzzed_copy(rng)
+        d_tile = np.sort(d_tile)
+        sides = (*_id_source(src), *_id_source(dst))
+        rest = (int(rng.choice([1, 2, 4, 8])), 6, int(rng.choice([4, 8, 3])), 8)
+        bound = int(d_tile[local].max()) + 1 if local.any() else 1
+        starts, s, d = _sort_by_tile(local, d_tile, bound, *sides)
+        sorted_walk = _cut_vertices(
+            local, False, starts[:-1], starts[1:], np.diff(starts), s, False, 0, 0,
+            d, False, 0, 0, *rest,
+        )  # fmt: skip
+        assert _tile_bound(local, d_tile)[1]
+        in_place = _local_vertices(local, d_tile, *sides, *rest)
+        for got, want in zip(in_place[:-1], sorted_walk[:-1], strict=True):
+            assert got.tolist() == want.tolist()
+        assert in_place[-1] == sorted_walk[-1]

@@ -107,19 +107,20 @@ def _id_source(ids: np.ndarray | range) -> tuple[np.ndarray, bool, int, int]:
 
 
 @numba.njit(cache=True, nogil=True)
-def _by_tile(
-    local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
-):  # pragma: no cover - compiled
-    # the source and destination ids of the positions ``local`` marks, in a stable
-    # counting sort by their tile in ``d_tile`` (a side's id of position k being
-    # ``ids[k]`` or ``start + step * k`` for a range), with each tile's first place
-    # in them (``starts``, one more than the tiles up to the highest one used)
+def _tile_bound(local, d_tile):  # pragma: no cover - compiled
+    # (one more than the highest tile ``d_tile`` gives a position ``local`` marks, at
+    # least 1; whether those tiles ascend with the positions)
     bound = 1
     least = 0  # (a raise inside the loop keeps it from being vectorised: 3x slower)
+    last = 0
+    ascending = True
     for k in range(local.size):
         if local[k]:
-            least = min(least, d_tile[k])
-            bound = max(bound, d_tile[k] + 1)
+            t = d_tile[k]
+            least = min(least, t)
+            bound = max(bound, t + 1)
+            ascending &= t >= last
+            last = t
     if least < 0:  # (an unmapped element: the graph's validation names it)
         raise ValueError(
             "Copy: an element the copy moves within a tile has no tile (tile -1); "
@@ -127,6 +128,17 @@ def _by_tile(
             "this is a defect of ipusim's lowering; hint: map every element of the "
             "copy's source and destination (graph.setTileMapping) and report it"
         )
+    return bound, ascending
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_by_tile(
+    local, d_tile, bound, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
+):  # pragma: no cover - compiled
+    # the source and destination ids of the positions ``local`` marks, in a stable
+    # counting sort by their tile in ``d_tile`` (below ``bound``; a side's id of
+    # position k being ``ids[k]`` or ``start + step * k`` for a range), with each
+    # tile's first place in them (``starts``, one more than the tiles up to ``bound``)
     starts = np.zeros(bound + 1, np.int64)
     for k in range(local.size):
         if local[k]:
@@ -144,6 +156,17 @@ def _by_tile(
             dst[at[t]] = d_start + d_step * k if d_range else d_ids[k]
             at[t] += 1
     return starts, src, dst
+
+
+@numba.njit(cache=True, nogil=True)
+def _by_tile(
+    local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
+):  # pragma: no cover - compiled
+    # _sort_by_tile of every marked position (its tiles' bound found first)
+    bound, _ = _tile_bound(local, d_tile)
+    return _sort_by_tile(
+        local, d_tile, bound, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
+    )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -257,21 +280,57 @@ def _local_vertices(
     item_bytes, contexts, rate, block,
 ):  # pragma: no cover - compiled  # fmt: skip
     # _local_regions' pieces cut into copy vertices as each is settled (no array of
-    # pieces): per tile, chunks of ceil(tile bytes / (contexts * 8)) * 8 bytes, one
-    # vertex each (ipusim.machine_copies.on_tile_copy_vertices). Per vertex: its tile,
-    # whether its tile's copy is a gather, its moves at ``rate`` bytes a cycle,
-    # Poplibs' memcpy estimate, its region setups and its bytes of pieces whose bytes
-    # are a multiple of ``block`` (transform factor 4) and of the others (3); and
-    # which of the two kinds of piece there are (bit 0: some of the first, bit 1: of
-    # the second). A tile's last piece is settled at the tile's end, with what
-    # _local_regions settles it with at the next tile's first element
-    starts, src, dst = _by_tile(
-        local, d_tile, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
+    # pieces; _cut_vertices). When the marked positions' tiles ascend (each tile's
+    # elements one stretch of positions, as most copies of a library's tensors are),
+    # the ids are read where they lie, each tile's stretch walked past the positions
+    # not marked: no sorted copy of them is made (the counting sort's two passes and
+    # its two id arrays cost the whole copy's walk again)
+    bound, ascending = _tile_bound(local, d_tile)
+    if ascending:
+        first = np.zeros(bound, np.int64)
+        end = np.zeros(bound, np.int64)
+        count = np.zeros(bound, np.int64)
+        for k in range(local.size):
+            if local[k]:
+                t = d_tile[k]
+                if count[t] == 0:
+                    first[t] = k
+                count[t] += 1
+                end[t] = k + 1
+        return _cut_vertices(
+            local, True, first, end, count, s_ids, s_range, s_start, s_step,
+            d_ids, d_range, d_start, d_step, item_bytes, contexts, rate, block,
+        )  # fmt: skip
+    starts, src, dst = _sort_by_tile(
+        local, d_tile, bound, s_ids, s_range, s_start, s_step, d_ids, d_range, d_start, d_step
     )
-    bound = starts.size - 1
+    return _cut_vertices(
+        local, False, starts[:-1], starts[1:], starts[1:] - starts[:-1], src, False, 0, 0,
+        dst, False, 0, 0, item_bytes, contexts, rate, block,
+    )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def _cut_vertices(
+    local, masked, first, end, count, s_ids, s_range, s_start, s_step,
+    d_ids, d_range, d_start, d_step, item_bytes, contexts, rate, block,
+):  # pragma: no cover - compiled  # fmt: skip
+    # the pieces of tile t's ``count[t]`` elements, at positions ``first[t]`` up to
+    # ``end[t]`` (those ``local`` marks when ``masked``, else all; a side's id of
+    # position k being ``ids[k]`` or ``start + step * k`` for a range), tile after
+    # tile, cut into copy vertices as each is settled: per tile, chunks of
+    # ceil(tile bytes / (contexts * 8)) * 8 bytes, one vertex each
+    # (ipusim.machine_copies.on_tile_copy_vertices). Per vertex: its tile, whether its
+    # tile's copy is a gather, its moves at ``rate`` bytes a cycle, Poplibs' memcpy
+    # estimate, its region setups and its bytes of pieces whose bytes are a multiple
+    # of ``block`` (transform factor 4) and of the others (3); and which of the two
+    # kinds of piece there are (bit 0: some of the first, bit 1: of the second). A
+    # tile's last piece is settled at the tile's end, with what _local_regions
+    # settles it with at the next tile's first element
+    bound = count.size
     used = 0  # tiles with local elements
     for t in range(bound):
-        used += starts[t + 1] > starts[t]
+        used += count[t] > 0
     room = used * contexts  # (at most ``contexts`` vertices per tile)
     v_tile = np.empty(room, np.int64)
     gather = np.empty(room, np.bool_)
@@ -288,33 +347,39 @@ def _local_vertices(
     kinds = 0
     nv = 0
     m = 0  # pieces started
-    open_at = 0  # first element of the open piece (m - 1)
+    open_at = 0  # the open piece's (m - 1) first element, counted within its tile
     step_s = step_d = 0  # its strides from the piece before (from 0 for the first)
     prev_s = prev_d = 0  # its first ids
     prev_len = 0
     prev_new = True  # of the piece before it: its length, whether it started a region
-    kept = first = False  # whether it keeps the strides, whether it starts its tile
+    kept = starts_tile = False  # whether it keeps the strides, whether it starts its tile
     for t in range(bound):
-        lo = starts[t]
-        hi = starts[t + 1]
-        if lo == hi:
+        if count[t] == 0:
             continue
-        chunk = -(-((hi - lo) * item_bytes) // (contexts * 8)) * 8
+        chunk = -(-(count[t] * item_bytes) // (contexts * 8)) * 8
         offset = 0
         limit = 0
         v_first = nv
         src_runs = dst_runs = 0
-        for i in range(lo, hi):
-            new_tile = i == lo
-            src_break = new_tile or src[i] != src[i - 1] + 1
-            dst_break = new_tile or dst[i] != dst[i - 1] + 1
+        i = 0  # the element's place among its tile's
+        last_s = last_d = 0  # the ids of the element before it
+        for k in range(first[t], end[t]):
+            if masked and not local[k]:
+                continue
+            s = s_start + s_step * k if s_range else s_ids[k]
+            d = d_start + d_step * k if d_range else d_ids[k]
+            new_tile = i == 0
+            src_break = new_tile or s != last_s + 1
+            dst_break = new_tile or d != last_d + 1
+            last_s, last_d = s, d
+            i += 1
             src_runs += src_break
             dst_runs += dst_break
             if not (src_break or dst_break):
                 continue
-            if not new_tile:  # the open piece ends at i
-                size = i - open_at
-                fresh = first or m == 1 or size != prev_len or (not prev_new and not kept)
+            if not new_tile:  # the open piece ends at this element
+                size = i - 1 - open_at
+                fresh = starts_tile or m == 1 or size != prev_len or (not prev_new and not kept)
                 prev_new, prev_len = fresh, size
                 nbytes = size * item_bytes
                 four = nbytes % block == 0
@@ -323,14 +388,14 @@ def _local_vertices(
                     nbytes, fresh, four, t, offset, limit, chunk, nv, rate, shift,
                     v_tile, moves, memcpy, setups, fours, threes,
                 )  # fmt: skip
-            new_s, new_d = src[i] - prev_s, dst[i] - prev_d
+            new_s, new_d = s - prev_s, d - prev_d
             kept = m > 0 and new_s == step_s and new_d == step_d
-            step_s, step_d, prev_s, prev_d = new_s, new_d, src[i], dst[i]
-            first = new_tile
-            open_at = i
+            step_s, step_d, prev_s, prev_d = new_s, new_d, s, d
+            starts_tile = new_tile
+            open_at = i - 1
             m += 1
-        size = hi - open_at  # the tile's last piece
-        fresh = first or m == 1 or size != prev_len or (not prev_new and not kept)
+        size = count[t] - open_at  # the tile's last piece
+        fresh = starts_tile or m == 1 or size != prev_len or (not prev_new and not kept)
         prev_new, prev_len = fresh, size
         nbytes = size * item_bytes
         four = nbytes % block == 0
