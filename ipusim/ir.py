@@ -34,6 +34,15 @@ class Direction(str, Enum):
 
 
 def _array(values: object, dtype: type) -> np.ndarray:
+    """``values`` as a read-only flat array of ``dtype``: a copy, unless it is one already
+    (a read-only contiguous 1-D array of that dtype, which nothing can change: IR arrays
+    are shared so; a writable one of that dtype is copied without the conversions)."""
+    if type(values) is np.ndarray and values.ndim == 1 and values.dtype.type is dtype:
+        if not values.flags.writeable and values.flags.c_contiguous:
+            return values
+        arr = values.copy()
+        arr.flags.writeable = False
+        return arr
     raw = np.asarray(values)
     if dtype is np.int64 and raw.dtype.kind == "f" and not np.array_equal(raw, np.round(raw)):
         bad = raw.reshape(-1)[np.flatnonzero(raw.reshape(-1) != np.round(raw.reshape(-1)))[0]]
