@@ -63,6 +63,7 @@ from poplar_api.poplin.conv_params import (
     expand_all_dims,
     expand_dims,
     expanded_input_index,
+    expanded_input_repeats,
     expanded_weights_order,
     getGradientParams,
     getWeightUpdateParams,
@@ -548,16 +549,22 @@ def _rearrange(
     where they lie. An expanded (im2col) plan rearranges both, after the expansion as
     Poplibs does: the copy gathers the expanded input (its zeros from one constant on
     tile 0, as ``popops::pad`` maps padding by default), and the convolution lowered is
-    then the expanded 1x1 one on tensors that need no expanding.
+    then the expanded 1x1 one on tensors that need no expanding. An expanded input that
+    holds an element twice (:func:`~.conv_params.expanded_input_repeats`: overlapping
+    windows, or more than one zero) is copied without its layout being tested, as a
+    padded operand is: Poplar elides no copy from such a source
+    (:func:`~.conv_rearrange.same_layout`).
     """
     nd = params.getNumFieldDims()
     inner = [0, 1, *range(3, 3 + nd), 2]  # channels innermost
     re_act, re_ker = operand_rearrangements(
         graph, plan, opts.get("pass"), act.dimShuffle(inner), ker.dimShuffle(inner)
     )
+    repeats = False  # (whether the input certainly holds an element twice)
     if plan.expanded:
         dims = plan.expanded_dims
         eff = expand_dims(params, dims)
+        repeats = expanded_input_repeats(params, dims)
         zero = graph.addConstant(act.elementType(), [1], 0, f"{name}/actsRearranged/padding")
         graph.setTileMapping(zero, 0)
         # the expanded input's element ids straight from the input's (-1: the zero's),
@@ -576,7 +583,8 @@ def _rearrange(
     # tiles its layout test made)
     if re_act:
         where = f"{name}/actsRearranged"
-        pad = pads_operand(params, plan, True)
+        # (a source holding an element twice is never elided: its layout is not tested)
+        pad = pads_operand(params, plan, True) or repeats
         layout = None if pad else input_layout(params, plan)
         tiles = None if layout is None else layout[1]
         make = functools.partial(grouped_input, graph, params, plan, where, True, tiles)

@@ -701,10 +701,44 @@ def expanded_input_index(
     ``[G, B, Ci * prod(expanded K), *field]`` (an expanded dimension's field its output
     positions, every other dimension's as in ``params``), from the original input's ids
     ``[G, B, Ci, *F]``; -1 marks a zero (padding, dilation)."""
+    offset, valid = _expanded_reads(params, dims)
+    n = params.getNumFieldDims()
+    # one gather along the rows of [G * B * C, field] (not a gather of every element by
+    # n index arrays)
+    g, b, c = act_ids.shape[:3]
+    rows = np.ascontiguousarray(act_ids).reshape(g * b * c, -1)
+    out = np.take(rows, offset.reshape(-1), axis=1)  # [G * B * C, *K, *O]
+    invalid = ~valid.reshape(-1)
+    if invalid.any():
+        out[:, invalid] = -1
+    ktot = int(math.prod(valid.shape[:n]))
+    return out.reshape(g, b, c * ktot, *valid.shape[n:])
+
+
+def expanded_input_repeats(params: ConvParams, dims: Sequence[int] | None = None) -> bool:
+    """Whether the input of :func:`expand_dims` ``(params, dims)`` certainly holds an
+    element twice, whatever the original input's ids: two kernel and output positions of
+    the expanded dimensions read one input position (overlapping windows), or it has
+    more than one zero (the zeros of :func:`expanded_input_index`, one constant when
+    made a tensor). Found from the positions one row reads, not from the ids."""
+    offset, valid = _expanded_reads(params, dims)
+    zeros = (valid.size - int(np.count_nonzero(valid))) * (
+        params.numConvGroups * params.batchSize * params.inputChannelsPerConvGroup
+    )
+    read = offset[valid]
+    return zeros > 1 or np.unique(read).size < read.size
+
+
+def _expanded_reads(
+    params: ConvParams, dims: Sequence[int] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The flat field position of ``params``' input each position ``[*K, *O]`` of the
+    expanded input reads (K 1 and O the input field in a dimension not expanded), and
+    whether it reads one (False: a zero of padding or dilation)."""
     dims = _expanded_set(params, dims)
     ot = params.outputTransform
     n = params.getNumFieldDims()
-    field = act_ids.shape[3:]
+    field = [int(x) for x in params.inputFieldShape]
     maps = dim_maps(params)
     cols = []
     for d in range(n):
@@ -712,7 +746,7 @@ def expanded_input_index(
             inner = params.getOutputSize(d) - ot.paddingLower[d] - ot.paddingUpper[d]
             cols.append(maps[d][:, ot.paddingLower[d] : ot.paddingLower[d] + inner])
         else:  # (read as it lies: one kernel position, every input position)
-            cols.append(np.arange(int(field[d]), dtype=np.int64)[None, :])
+            cols.append(np.arange(field[d], dtype=np.int64)[None, :])
     # index arrays broadcasting to [*K, *O] (K 1 in a dimension not expanded)
     idx = []
     for d, m in enumerate(cols):
@@ -722,19 +756,10 @@ def expanded_input_index(
     valid = np.ones(np.broadcast_shapes(*[i.shape for i in idx]), bool)
     for i in idx:
         valid &= i >= 0
-    # the flat field position read at each [*K, *O], then one gather along the rows of
-    # [G * B * C, field] (not a gather of every element by n index arrays)
     offset = np.zeros(valid.shape, np.int64)
     for d, i in enumerate(idx):
-        offset = offset * int(field[d]) + np.maximum(i, 0)
-    g, b, c = act_ids.shape[:3]
-    rows = np.ascontiguousarray(act_ids).reshape(g * b * c, -1)
-    out = np.take(rows, offset.reshape(-1), axis=1)  # [G * B * C, *K, *O]
-    invalid = ~valid.reshape(-1)
-    if invalid.any():
-        out[:, invalid] = -1
-    ktot = int(math.prod(valid.shape[:n]))
-    return out.reshape(g, b, c * ktot, *valid.shape[n:])
+        offset = offset * field[d] + np.maximum(i, 0)
+    return offset, valid
 
 
 def expanded_weights_order(params: ConvParams, dims: Sequence[int] | None = None) -> list[int]:

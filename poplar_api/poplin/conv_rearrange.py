@@ -319,6 +319,8 @@ def rearranged(
     """The operand the partials read after Poplibs' rearranging ``Copy(src, dst)``:
     ``src`` itself where Poplar elides the copy (not ``padded``, :func:`pads_operand`,
     and :func:`same_layout`), else ``dst`` after the copy, added to ``prog`` as ``name``.
+    ``padded`` is also given for a source known to hold an element twice, which
+    :func:`same_layout` never elides: the copy stays without a test.
 
     ``dst`` may be a function making the destination; with ``layout``, the destination's
     memory positions per element of ``src``'s shape and the tile of each position (as
