@@ -196,3 +196,72 @@ def test_operands_laid_out_alike_share_their_windows(seed: int) -> None:
         np.testing.assert_array_equal(got_pos, want_pos)
         np.testing.assert_array_equal(got_sizes, want_sizes)
     assert len(made) == 14  # the second arange of each window shared the first's
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_tensor_layouts_give_the_windows_and_tiles_of_their_positions(seed: int) -> None:
+    """An operand in its tensor's own layout (no positions given: read by its strides)
+    has the windows, shares them with the same operands and chooses the tiles that the
+    same operand given its positions (``np.arange`` of the tensor, transposed or with
+    the batch folded into the channels, as the passes made them) has and chooses."""
+    from poplar_api.popnn.pool_parts import internal_layout
+    from poplar_api.popnn.pool_plan import _Operand
+
+    rng = np.random.default_rng(seed)
+    dims = _dims(rng)
+    ps = _bwd_pass(dims) if seed % 2 else _fwd_pass(dims)
+    fold = seed % 3 == 0
+    cpg, groups, batch = 4, int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    graph = Graph(IPUModel("ipu2").createDevice().getTarget())
+    builder = _Builder(graph, "pool", FLOAT, "max", ps, cpg)
+    lead = [batch, groups * cpg]  # the tensors' [batch, channels]
+    if fold:  # (one batch element of groups of the batch x channels)
+        groups, batch = groups * batch, 1
+    split = [int(rng.integers(1, groups + 1)), int(rng.integers(1, batch + 1))]
+    split += [int(rng.integers(1, s + 1)) for s in ps.out_shape]
+    parts = builder._partitions(batch, groups, split)
+    tensors, given, own = [], [], []
+    for window, field in (("in", ps.in_shape), ("out", ps.out_shape), ("out", ps.out_shape)):
+        t = graph.addVariable(FLOAT, [*lead, *field], f"t{len(tensors)}")
+        pos = np.arange(t.numElements(), dtype=np.int64).reshape(t.shape())
+        pos = pos.reshape(-1, 1, *field) if fold else np.swapaxes(pos, 0, 1)
+        shape, strides = internal_layout(t.shape(), fold)
+        assert shape == pos.shape
+        index = np.indices(shape).reshape(len(shape), -1).T
+        assert (index @ np.array(strides)).tolist() == pos.reshape(-1).tolist()
+        tensors.append(t)
+        given.append(_Operand("f", t, pos, window))
+        own.append(_Operand("f", t, None, window, fold))
+        assert own[-1].shape == pos.shape
+        np.testing.assert_array_equal(own[-1].positions(), pos)
+    made_given: list[tuple] = []
+    made_own: list[tuple] = []
+    for g, o in zip(given, own, strict=True):
+        want = builder._windows(g, parts, made_given)
+        got = builder._windows(o, parts, made_own)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    assert len(made_own) == len(made_given) == 2  # the two "out" operands share
+    tiles = rng.integers(0, builder.num_tiles, tensors[0].numElements())
+    np.testing.assert_array_equal(
+        builder._choose_tiles(own[0], tiles, parts), builder._choose_tiles(given[0], tiles, parts)
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_box_values_read_the_values_at_the_box_positions(seed: int) -> None:
+    from poplar_api.popnn.pool_parts import box_values
+
+    rng = np.random.default_rng(seed)
+    layout = tuple(int(x) for x in rng.integers(1, 6, 3))
+    strides = np.cumprod((1, *layout[::-1]))[::-1][1:].astype(np.int64)
+    n = int(rng.integers(0, 30))
+    lo = np.array([[int(rng.integers(0, s)) for s in layout] for _ in range(n)], np.int64)
+    lo = lo.reshape(n, 3)
+    shape = np.array([[int(rng.integers(0, s - a + 1)) for s, a in zip(layout, row, strict=True)]
+                      for row in lo], np.int64).reshape(n, 3)  # fmt: skip
+    values = rng.integers(-50, 50, int(np.prod(layout)))
+    pos, sizes = box_positions(strides, lo @ strides, shape)
+    got, got_sizes = box_values(values, strides, lo @ strides, shape)
+    np.testing.assert_array_equal(got_sizes, sizes)
+    np.testing.assert_array_equal(got, values[pos])

@@ -146,7 +146,7 @@ def test_pool_passes_read_the_tiles_they_are_handed(monkeypatch, virtual: bool, 
 
     def checked(self, operands, prog, intro, avg=False, scale_value=1.0, intro_tiles=None):
         if intro_tiles is not None:
-            np.testing.assert_array_equal(intro_tiles, local_tiles(self.graph, intro[0], "t"))
+            np.testing.assert_array_equal(intro_tiles, local_tiles(self.graph, intro.tensor, "t"))
             handed.append(self.name)
         return real(self, operands, prog, intro, avg, scale_value, intro_tiles)
 

@@ -18,7 +18,15 @@ from typing import Any
 import numba
 import numpy as np
 
-__all__ = ["Parts", "box_positions", "choose_tiles", "put_in_order", "spans"]
+__all__ = [
+    "Parts",
+    "box_positions",
+    "box_values",
+    "choose_tiles",
+    "internal_layout",
+    "put_in_order",
+    "spans",
+]
 
 
 @dataclass
@@ -81,6 +89,16 @@ def box_positions(
 
     Boxes of one shape share their pattern, made once; the boxes are written in one
     compiled pass (no array of every position's destination is made)."""
+    return box_values(None, strides, origins, shapes)
+
+
+def box_values(
+    values: np.ndarray | None, strides: np.ndarray, origins: np.ndarray, shapes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``values[box_positions(strides, origins, shapes)[0]]`` and each box's size, the
+    values read as the boxes are placed (no array of the positions made first);
+    ``values`` None: the positions themselves (:func:`box_positions`). ``values`` is a
+    1-D int64 array holding every position of the boxes."""
     n = origins.size
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -101,8 +119,11 @@ def box_positions(
     patterns = np.concatenate(rel).astype(np.int64, copy=False)
     sizes = kind_sizes[group]
     out = np.empty(int(sizes.sum()), np.int64)
-    _place_boxes(out, np.asarray(origins, np.int64), group.astype(np.int64, copy=False),
-                 patterns, pattern_at)  # fmt: skip
+    origins, group = np.asarray(origins, np.int64), group.astype(np.int64, copy=False)
+    if values is None:
+        _place_boxes(out, origins, group, patterns, pattern_at)
+    else:
+        _read_boxes(out, _readonly(values), origins, group, patterns, pattern_at)
     return out, sizes
 
 
@@ -116,6 +137,27 @@ def _place_boxes(out, origins, group, patterns, pattern_at):  # pragma: no cover
         for j in range(pattern_at[g], pattern_at[g + 1]):
             out[at] = o + patterns[j]
             at += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _read_boxes(out, values, origins, group, patterns, pattern_at):  # pragma: no cover
+    """:func:`_place_boxes`, each position's value read from ``values`` (compiled)."""
+    at = 0
+    for k in range(group.size):
+        g = group[k]
+        o = origins[k]
+        for j in range(pattern_at[g], pattern_at[g + 1]):
+            out[at] = values[o + patterns[j]]
+            at += 1
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """``a`` as a C-contiguous read-only int64 array (one compiled signature)."""
+    a = np.ascontiguousarray(a, np.int64)
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
 
 
 @numba.njit(cache=True, nogil=True)
@@ -188,3 +230,17 @@ def spans(begins: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     total = int(lengths.sum())
     firsts = np.cumsum(lengths) - lengths
     return np.arange(total, dtype=np.int64) + np.repeat(begins - firsts, lengths)
+
+
+def internal_layout(shape: list[int], fold_batch: bool) -> tuple[tuple[int, ...], list[int]]:
+    """A tensor of ``shape`` ``[batch, channels, *field]`` in a pass's internal layout
+    ``[channels, batch, *field]`` (with ``fold_batch``, ``[batch x channels, 1,
+    *field]``: the batch folded into the channels): that layout's shape and its strides
+    in the tensor's flat (row-major) positions, so that element ``i`` of the layout is
+    flat position ``i @ strides``."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    if fold_batch:  # (b, c) is channel b x C + c: flat b x C x s_c + c x s_c
+        return (shape[0] * shape[1], 1, *shape[2:]), [strides[1], 0, *strides[2:]]
+    return (shape[1], shape[0], *shape[2:]), [strides[1], strides[0], *strides[2:]]

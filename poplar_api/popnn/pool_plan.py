@@ -32,8 +32,10 @@ from poplar_api.popnn.mapping import local_tiles
 from poplar_api.popnn.pool_parts import (
     Parts,
     box_positions,
+    box_values,
     choose_tiles,
     in_memory,
+    internal_layout,
     put_in_order,
     spans,
 )
@@ -140,12 +142,38 @@ def _ranges(size: int, split: int) -> list[tuple[int, int]]:
 class _Operand:
     """A tensor, the positions of its flattened elements in internal layout
     ``[channels, batch, *field]``, and the window (``"in"`` or ``"out"`` of the pass) a
-    vertex field takes from it."""
+    vertex field takes from it.
+
+    ``pos`` None: the tensor is ``[batch, channels, *field]`` and its layout is that
+    shape's, as :func:`.pool_parts.internal_layout` gives it (with ``fold_batch``, the
+    batch folded into the channels), known by its strides: no array of the positions
+    is made unless :meth:`positions` is asked for."""
 
     field: str
     tensor: Tensor
-    pos: np.ndarray
+    pos: np.ndarray | None
     window: str
+    fold_batch: bool = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The internal layout's shape."""
+        if self.pos is not None:
+            return self.pos.shape
+        return internal_layout(self.tensor.shape(), self.fold_batch)[0]
+
+    def strides(self) -> list[int]:
+        """The internal layout's strides in the tensor's flat positions (``pos`` None)."""
+        return internal_layout(self.tensor.shape(), self.fold_batch)[1]
+
+    def positions(self) -> np.ndarray:
+        """The positions of the tensor's flattened elements in internal layout."""
+        if self.pos is not None:
+            return self.pos
+        pos = np.arange(self.tensor.numElements(), dtype=np.int64).reshape(self.tensor.shape())
+        if self.fold_batch:  # gatherDimsTransformIn: batch folded into the channels
+            return pos.reshape(pos.shape[0] * pos.shape[1], 1, *pos.shape[2:])
+        return np.swapaxes(pos, 0, 1)
 
 
 @dataclass
@@ -424,7 +452,7 @@ class _Builder:
         self,
         operands: list[_Operand],
         prog: _program.Sequence,
-        intro: tuple[Tensor, np.ndarray],
+        intro: _Operand,
         avg: bool = False,
         scale_value: float = 1.0,
         intro_tiles: np.ndarray | None = None,
@@ -432,24 +460,23 @@ class _Builder:
         """Add the pass: partitions, their tiles, vertices and constants, the zeroing
         of outputs no entry writes, and the compute sets to ``prog``.
 
-        ``intro`` is the tensor whose mapping chooses the tiles and the positions of
-        its elements in internal layout; ``intro_tiles``, when given, are
+        ``intro`` is the operand whose tensor's mapping chooses the tiles;
+        ``intro_tiles``, when given, are
         :func:`.mapping.local_tiles` of that tensor as the caller has them already
         (read, not changed), so that they are not gathered again."""
         graph, ps, cpg, typ = self.graph, self.ps, self.cpg, self.typ
-        chans, batch = operands[0].pos.shape[:2]
+        chans, batch = operands[0].shape[:2]
         ng = chans // cpg
         split = _splits(self.num_tiles, [ng, batch, *ps.out_shape])
         # introspective tile choice (tilePartitions / getTileToMap)
         if intro_tiles is None:
-            intro_tiles = local_tiles(graph, intro[0], self.name)
-        owner = intro_tiles[intro[1]]
+            intro_tiles = local_tiles(graph, intro.tensor, self.name)
         cs_pool = graph.addComputeSet(f"{self.name}/Pool")
         self._cs_scale = None
         cls = pv.pool_vertex(self.kind, typ)
         out_op = next(o for o in operands if o.field == "out")
         parts = self._partitions(batch, ng, split)
-        tiles = self._choose_tiles(owner, parts)
+        tiles = self._choose_tiles(intro, intro_tiles, parts)
         empty = parts.flags("empty")
         zero_required = bool(empty.any() or parts.flags("partial").any())
         kept = np.flatnonzero(~empty)
@@ -472,7 +499,7 @@ class _Builder:
         if zero_required:
             from poplar_api.popops.elementwise import zero
 
-            whole = out_op.tensor.elements(out_op.pos.ravel())
+            whole = out_op.tensor.elements(out_op.positions().ravel())
             zero(graph, whole, prog, f"{self.name}/zero")
         prog.add(_program.Execute(cs_pool))
         if self._cs_scale is not None:
@@ -506,20 +533,26 @@ class _Builder:
             geo.astype(np.int64), geos,
         )  # fmt: skip
 
-    def _choose_tiles(self, owner: np.ndarray, parts: Parts) -> np.ndarray:
+    def _choose_tiles(self, intro: _Operand, intro_tiles: np.ndarray, parts: Parts) -> np.ndarray:
         """``getTileToMap`` for each partition in turn (:func:`.pool_parts.choose_tiles`)
-        over the elements of its input box (all its channels and batch elements)."""
+        over the elements of its input box (all its channels and batch elements) in
+        ``intro``'s tensor, whose elements are on ``intro_tiles``: the tiles are read
+        through the internal layout's strides as the boxes are placed."""
         cpg = self.cpg
-        layout = np.ascontiguousarray(owner)
-        strides = np.array(layout.strides, np.int64) // layout.itemsize
+        owner = np.ascontiguousarray(intro_tiles, np.int64).reshape(-1)
+        if intro.pos is None:
+            layout, strides = owner, np.array(intro.strides(), np.int64)
+        else:  # positions given: the tiles in their layout
+            layout = np.ascontiguousarray(owner[intro.pos])
+            strides = np.array(layout.strides, np.int64) // layout.itemsize
         boxes = np.array([g.in_box for g in parts.geos], np.int64).reshape(len(parts.geos), -1, 2)
         box_lo, box_n = boxes[:, :, 0], boxes[:, :, 1] - boxes[:, :, 0]
         origins = parts.g0 * cpg * strides[0] + parts.b0 * strides[1]
         origins = origins + box_lo[parts.geo] @ strides[2:]
         shapes = np.concatenate([((parts.g1 - parts.g0) * cpg)[:, None],
                                  (parts.b1 - parts.b0)[:, None], box_n[parts.geo]], 1)  # fmt: skip
-        pos, sizes = box_positions(strides, origins, shapes)
-        return choose_tiles(owner, layout.reshape(-1)[pos], sizes, self.num_tiles)
+        tiles, sizes = box_values(layout.reshape(-1), strides, origins, shapes)
+        return choose_tiles(owner, tiles, sizes, self.num_tiles)
 
     def _windows(
         self, o: _Operand, parts: Parts, made: list[tuple] | None = None
@@ -533,12 +566,21 @@ class _Builder:
         this one's): an operand whose positions are laid out as one of those (a max
         pooling gradient's output and forward input, its gradient and forward output,
         each pair of one shape) takes that one's windows, not found again."""
-        # read through the vertex layout's strides in the memory holding it (the
-        # layout is a transposed view of it): no copy of every position made first
-        memory, strides, first = in_memory(self._vertex_layout(o.pos))
-        key = (o.window, tuple(strides.tolist()), first, memory.size)
+        if o.pos is None:  # the tensor's own layout: the positions are placed at once
+            s = o.strides()
+            cpg = self.cpg
+            strides = np.array([s[0] * cpg, *s[1:], s[0]], np.int64)
+            memory, first = None, 0
+            key = (o.window, tuple(strides.tolist()), first, o.tensor.numElements())
+        else:  # read through the vertex layout's strides in the memory holding it
+            memory, strides, first = in_memory(self._vertex_layout(o.pos))
+            key = (o.window, tuple(strides.tolist()), first, memory.size)
         for other_key, other_memory, found in made or ():
-            if other_key == key and np.array_equal(other_memory, memory):
+            if other_key == key and (
+                other_memory is memory  # (both None: two tensors' own layouts)
+                or (memory is not None and other_memory is not None
+                    and np.array_equal(other_memory, memory))
+            ):  # fmt: skip
                 return found
         found = self._placed_windows(o, parts, memory, strides, first)
         if made is not None:
@@ -546,10 +588,12 @@ class _Builder:
         return found
 
     def _placed_windows(
-        self, o: _Operand, parts: Parts, memory: np.ndarray, strides: np.ndarray, first: int
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self, o: _Operand, parts: Parts, memory: np.ndarray | None, strides: np.ndarray,
+        first: int,
+    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """:meth:`_windows` of ``o`` laid out as ``memory``, ``strides`` and ``first``
-        (:func:`.pool_parts.in_memory` of its vertex layout)."""
+        (:func:`.pool_parts.in_memory` of its vertex layout; ``memory`` None: the
+        positions are those the strides give)."""
         out = o.window == "out"
         geos = parts.geos
         nd = len(self.ps.out_shape)
@@ -564,13 +608,13 @@ class _Builder:
         shapes = np.concatenate([(parts.g1 - parts.g0)[:, None], (parts.b1 - parts.b0)[:, None],
                                  shape[parts.geo], np.full((n, 1), self.cpg)], 1)  # fmt: skip
         pos, sizes = box_positions(strides, origins + first, shapes)
-        return memory[pos], sizes
+        return (pos if memory is None else memory[pos]), sizes
 
     def _add_each(self, cs, cls, operands, parts: Parts, tiles, scale_value):
         """Every partition's vertices one by one (:meth:`_add_one`): the path of a pass
         with ``SelectiveScaling`` vertices. Returns the output positions and tiles."""
         out_op = next(o for o in operands if o.field == "out")
-        layouts = [self._vertex_layout(o.pos) for o in operands]
+        layouts = [self._vertex_layout(o.positions()) for o in operands]
         planned: list[_Vertex] = []
         out_pos: list[np.ndarray] = []
         columns = [c.tolist() for c in (parts.g0, parts.g1, parts.b0, parts.b1, tiles)]

@@ -316,14 +316,9 @@ def _matches_reduction(params: PoolParams) -> bool:
 
 
 def _operand(field: str, t: Tensor, window: str, fold_batch: bool = False) -> _Operand:
-    """``t`` as a pass operand: the positions of its flattened elements in internal
-    layout ``[channels, batch, *field]``."""
-    pos = np.arange(t.numElements(), dtype=np.int64).reshape(t.shape())
-    if fold_batch:  # gatherDimsTransformIn: batch folded into the channels
-        pos = pos.reshape(pos.shape[0] * pos.shape[1], 1, *pos.shape[2:])
-    else:
-        pos = np.swapaxes(pos, 0, 1)
-    return _Operand(field, t, pos, window)
+    """``t`` as a pass operand in internal layout ``[channels, batch, *field]`` (with
+    ``fold_batch``, the batch folded into the channels: ``gatherDimsTransformIn``)."""
+    return _Operand(field, t, None, window, fold_batch)
 
 
 def _broadcast_view(t: Tensor, shape: list[int], like: list[int]) -> Tensor:
@@ -395,7 +390,7 @@ def pool(
     operands = [src, _operand("out", out, "out", fold_batch=True)]
     # (on a top-level graph in_'s tiles are those its check asked for: not asked again)
     top = graph.getTopLevelGraph() is graph
-    b.build(operands, prog, (in_, src.pos), avg=ptype is PoolingType.AVG,
+    b.build(operands, prog, src, avg=ptype is PoolingType.AVG,
             intro_tiles=in_tiles if top else None)  # fmt: skip
     return out
 
@@ -441,7 +436,7 @@ def _grad_impl(
             grad = popops.mul(graph, grad, bscale, prog, f"{name}/preScale")
         src = _operand("in", grad, "in")
         b = _Builder(graph, name, typ, "sum", bwd, cpg)
-        b.build([src, _operand("out", output, "out")], prog, (grad, src.pos))
+        b.build([src, _operand("out", output, "out")], prog, src)
         return
     if scaled:  # poolingMaxScale: 1 / (inputs equal to the maximum), per output
         scale = _new_output(graph, typ, grad.shape(), f"{name}/Scale/out")
@@ -449,7 +444,7 @@ def _grad_impl(
         src = _operand("in", in_, "in")
         sb.build(
             [src, _operand("out", scale, "out"), _operand("fwdActsOut", pooled, "out")],
-            prog, (in_, src.pos), intro_tiles=in_tiles,
+            prog, src, intro_tiles=in_tiles,
         )  # fmt: skip
         grad = popops.mul(graph, grad, scale, prog, f"{name}/ScaleGrad")
     if pooled_tiles is None:
@@ -462,7 +457,7 @@ def _grad_impl(
     b.build(
         [src, _operand("out", output, "out"), _operand("fwdActsIn", in_, "out"),
          _operand("fwdActsOut", pooled, "in")],
-        prog, (rearranged, src.pos), intro_tiles=pooled_tiles,
+        prog, src, intro_tiles=pooled_tiles,
     )  # fmt: skip
 
 
