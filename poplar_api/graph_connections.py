@@ -361,7 +361,7 @@ class _Connections:
                 )
             spec.check(0, t._type, where)
         else:
-            spec.check(sizes.tolist()[:1], t._type, where)
+            spec.check(sizes[:1].tolist(), t._type, where)
         runs = value.runs
         space = graph._state.find_space(t._type)
         bound = 0 if space is None else space.size
@@ -430,7 +430,7 @@ class _Connections:
                     f"{where}: Segments with vectors feed VectorList fields; this one is "
                     f"{spec.describe()}"
                 )
-            spec.check(sizes.tolist()[:1], t._type, where)
+            spec.check(sizes[:1].tolist(), t._type, where)
             vectors = np.ones(self.n, np.int64) if value.vectors is None else value.vectors
             ids = list_block_ids(graph, t, t.flat_index())
             self.lists.append((name, begins, sizes, vectors, ids))
@@ -451,10 +451,13 @@ class _Connections:
             self.runs.append((name, sel, ids[b], ids[b] + k))
         if not is_run.all():
             rest = np.flatnonzero(~is_run)
-            kept = _list_ids(graph, t, ids)  # int32 where it fits, as a list block's
+            # the ids from the first such piece to the last one's end (int32 where they
+            # fit, as a list block's): those of the runs between are not converted
+            lo, hi = int(begins[rest[0]]), int(begins[rest[-1]] + sizes[rest[-1]])
+            kept = _list_ids(graph, t, ids[lo:hi])
             pieces = [
                 kept[o : o + k]
-                for o, k in zip(begins[rest].tolist(), sizes[rest].tolist(), strict=True)
+                for o, k in zip((begins[rest] - lo).tolist(), sizes[rest].tolist(), strict=True)
             ]
             self.ids.append((name, rest, pieces))
 
