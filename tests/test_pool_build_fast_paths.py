@@ -265,3 +265,17 @@ def test_box_values_read_the_values_at_the_box_positions(seed: int) -> None:
     got, got_sizes = box_values(values, strides, lo @ strides, shape)
     np.testing.assert_array_equal(got_sizes, sizes)
     np.testing.assert_array_equal(got, values[pos])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tile_counts_equal_bincount_and_stop_outside_the_tiles(seed: int) -> None:
+    from poplar_api.popnn.pool_parts import _count, _readonly
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 20))
+    tiles = rng.integers(0, n, int(rng.integers(0, 500)))
+    counts = np.zeros(n, np.int64)
+    assert _count(_readonly(tiles), counts)
+    np.testing.assert_array_equal(counts, np.bincount(tiles, minlength=n))
+    for bad in (-1, n):
+        assert not _count(_readonly(np.append(tiles, bad)), np.zeros(n, np.int64))

@@ -110,9 +110,12 @@ def box_values(
         kinds, group = np.unique(shapes, axis=0, return_inverse=True)
     group = group.reshape(-1)
     rel = []
-    for shape in kinds.tolist():
-        index = np.indices(shape, dtype=np.int64).reshape(len(shape), -1)
-        rel.append(strides @ index if index.size else np.zeros(0, np.int64))
+    steps = np.asarray(strides, np.int64).tolist()
+    for shape in kinds.tolist():  # sum_d i_d * strides[d], row-major, a dimension a pass
+        pattern = np.zeros(1, np.int64)
+        for extent, step in zip(shape, steps, strict=True):
+            pattern = (pattern[:, None] + np.arange(extent, dtype=np.int64) * step).reshape(-1)
+        rel.append(pattern)
     kind_sizes = np.array([r.size for r in rel], np.int64)
     pattern_at = np.zeros(kind_sizes.size + 1, np.int64)
     np.cumsum(kind_sizes, out=pattern_at[1:])
@@ -127,28 +130,34 @@ def box_values(
     return out, sizes
 
 
+# The kernels index with unsigned integers (every index here is >= 0): Numba adds a
+# test for a negative index (counted from the end) to every access by a signed one,
+# which costs these loops about as much as their work.
+_ONE = np.uint64(1)
+
+
 @numba.njit(cache=True, nogil=True)
 def _place_boxes(out, origins, group, patterns, pattern_at):  # pragma: no cover - compiled
     """Box after box: ``origins[k]`` plus the pattern of its shape ``group[k]``."""
-    at = 0
+    at = np.uint64(0)
     for k in range(group.size):
-        g = group[k]
+        g = np.uint64(group[k])
         o = origins[k]
-        for j in range(pattern_at[g], pattern_at[g + 1]):
+        for j in range(np.uint64(pattern_at[g]), np.uint64(pattern_at[g + _ONE])):
             out[at] = o + patterns[j]
-            at += 1
+            at += _ONE
 
 
 @numba.njit(cache=True, nogil=True)
 def _read_boxes(out, values, origins, group, patterns, pattern_at):  # pragma: no cover
     """:func:`_place_boxes`, each position's value read from ``values`` (compiled)."""
-    at = 0
+    at = np.uint64(0)
     for k in range(group.size):
-        g = group[k]
+        g = np.uint64(group[k])
         o = origins[k]
-        for j in range(pattern_at[g], pattern_at[g + 1]):
-            out[at] = values[o + patterns[j]]
-            at += 1
+        for j in range(np.uint64(pattern_at[g]), np.uint64(pattern_at[g + _ONE])):
+            out[at] = values[np.uint64(o + patterns[j])]
+            at += _ONE
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -162,8 +171,8 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 @numba.njit(cache=True, nogil=True)
 def _put(out, pos, values):  # pragma: no cover - compiled
-    for k in range(pos.size):
-        out[pos[k]] = values[k]
+    for k in range(np.uint64(pos.size)):
+        out[np.uint64(pos[k])] = values[k]
 
 
 def put_in_order(out: np.ndarray, pos: np.ndarray, values: np.ndarray) -> None:
@@ -171,6 +180,19 @@ def put_in_order(out: np.ndarray, pos: np.ndarray, values: np.ndarray) -> None:
     than once the last one's value stays (numpy's ``out[pos] = values`` does not
     promise which). ``pos`` must lie within ``out``."""
     _put(out, np.ascontiguousarray(pos, np.int64), np.ascontiguousarray(values, out.dtype))
+
+
+@numba.njit(cache=True, nogil=True)
+def _count(tiles, counts):  # pragma: no cover - compiled
+    """``counts[t] += 1`` for each of ``tiles``; False (counts unfinished) at the first
+    tile outside ``[0, counts.size)``."""
+    n = np.uint64(counts.size)
+    for k in range(np.uint64(tiles.size)):
+        t = np.uint64(tiles[k])  # (a negative tile wraps to a large one)
+        if t >= n:
+            return False
+        counts[t] += 1
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -182,16 +204,17 @@ def _greedy(tiles, sizes, rank, n):  # pragma: no cover - compiled
     taken = np.zeros(n, np.bool_)
     chosen = np.empty(sizes.size, np.int64)
     free = 0
-    at = 0
+    at = np.uint64(0)
     for k in range(sizes.size):
         nt = 0
-        for j in range(at, at + sizes[k]):
-            t = tiles[j]
+        end = at + np.uint64(sizes[k])
+        for j in range(at, end):
+            t = np.uint64(tiles[j])
             if count[t] == 0:
                 touched[nt] = t
                 nt += 1
             count[t] += 1
-        at += sizes[k]
+        at = end
         best, best_count = -1, -1
         for i in range(nt):
             t = touched[i]
@@ -217,7 +240,10 @@ def choose_tiles(owner: np.ndarray, tiles: np.ndarray, sizes: np.ndarray, n: int
 
     ``tiles`` are the tiles of the boxes' elements, concatenated (``sizes`` each), all
     in ``[0, n)``."""
-    map_order = np.argsort(np.bincount(owner.ravel(), minlength=n), kind="stable")
+    counts = np.zeros(n, np.int64)
+    if not _count(_readonly(owner.reshape(-1)), counts):  # (a tile outside [0, n))
+        counts = np.bincount(owner.ravel(), minlength=n)
+    map_order = np.argsort(counts, kind="stable")
     rank = np.empty(n, np.int64)
     rank[map_order] = np.arange(n)
     chosen = _greedy(np.ascontiguousarray(tiles, np.int64), np.ascontiguousarray(sizes, np.int64),
