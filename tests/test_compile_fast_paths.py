@@ -169,6 +169,46 @@ def test_copy_pieces_grouped_by_tile_are_each_tiles_runs(seed):
         assert list(marks) == [size] and not marks[size].any()
 
 
+def _tile_runs(ids, dst, owner, n_tiles):
+    """Per receiving tile, the maximal runs of the distinct remote ids it needs (sets)."""
+    want = set()
+    pairs = list(zip(ids.tolist(), dst.tolist(), strict=True))
+    for t in range(n_tiles):
+        needed = {i for i, d in pairs if d == t and owner[i] != t}
+        for i in needed:
+            if i - 1 not in needed:
+                j = i
+                while j + 1 in needed:
+                    j += 1
+                want.add((i, j + 1 - i, t))
+    return want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_copy_pieces_grouped_by_tile_mark_the_span_of_their_ids_only(seed):
+    """The tile-grouped pass marks ids in a map of their span (not of the space): ids
+    far from both ends of a large space give each tile's maximal runs, a kept map
+    serves a later call of a span as long or shorter (and grows for a longer one),
+    and is left all False after each."""
+    from poplar_api.lowering import pieces
+
+    rng = np.random.default_rng(50 + seed)
+    size, n_tiles, n = 5000, 6, 3000
+    owner = np.repeat(rng.integers(0, n_tiles, 1000), 5)[:size].astype(np.int32)
+    marks: dict = {}
+    for width in (300, 120, 900, 900, 40):
+        lo = int(rng.integers(1, size - width - 1))
+        ids = np.concatenate(([lo, lo + width - 1], rng.integers(lo, lo + width, n - 2)))
+        dst = rng.integers(0, n_tiles, n).astype(np.int32)
+        for kept in (None, marks):
+            got = pieces.flat_pieces(ids, dst, owner, owner[ids], n_tiles, kept)
+            rows = list(zip(*(a.tolist() for a in got), strict=True))
+            assert len(rows) == len(set(rows))
+            assert set(rows) == _tile_runs(ids, dst, owner, n_tiles)
+        assert list(marks) == [size] and not marks[size].any()
+        assert width <= marks[size].size < size
+
+
 def test_copy_pieces_grouped_by_tile_keep_to_the_room_they_are_given(monkeypatch):
     """With less room than pieces, the tile-grouped pass writes only the rows that fit
     (nothing past them) and counts them all; the second pass, with that room, gives
@@ -188,7 +228,7 @@ def test_copy_pieces_grouped_by_tile_keep_to_the_room_they_are_given(monkeypatch
     outs = [np.full(want[0].size + 8, -7, np.int64) for _ in range(3)]
     # read-only ids, as flat_pieces hands them on (runs.read_only)
     count = pieces._tile_pieces(runs.read_only(ids), owner[ids], dst, pieces._NO_LOCAL,
-                                n_tiles, marked, by_tile, *(o[:room] for o in outs))  # fmt: skip
+                                n_tiles, marked, 0, by_tile, *(o[:room] for o in outs))  # fmt: skip
     assert count == want[0].size
     for out, column in zip(outs, want, strict=True):
         assert out[:room].tolist() == column[:room].tolist()

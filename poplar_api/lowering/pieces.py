@@ -13,7 +13,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from poplar_api.lowering.runs import read_only
+from poplar_api.lowering.runs import read_only, span
 
 #: An empty int64 array: a kernel argument not given.
 _NONE = np.zeros(0, np.int64)
@@ -335,13 +335,14 @@ def _stretch_pieces(
 
 @numba.njit(cache=True, nogil=True)
 def _tile_pieces(
-    ids, src, dst, local, num_tiles, marked, by_tile, out_begin, out_length, out_dst
+    ids, src, dst, local, num_tiles, marked, base, by_tile, out_begin, out_length, out_dst
 ):  # pragma: no cover - compiled
     # the remote references grouped by receiving tile (a counting sort into
     # ``by_tile``, room for every reference), then per tile the maximal runs of the
-    # ids it needs, with no sort: its ids are marked, and from each marked id with no
-    # marked id before it the run is walked (and unmarked; ``marked`` is all False
-    # again at the end): the rows found, of which those that fit are written
+    # ids it needs, with no sort: its ids are marked (id i at marked[i - base]: the
+    # map covers the ids' span from ``base``), and from each marked id with no marked
+    # id before it the run is walked (and unmarked; ``marked`` is all False again at
+    # the end): the rows found, of which those that fit are written
     ends = np.zeros(num_tiles + 1, np.int64)
     for p in range(ids.size):
         if not _on_own_tile(src, dst, local, p):
@@ -358,9 +359,9 @@ def _tile_pieces(
     last = marked.size - 1
     for t in range(num_tiles):  # (ends[t] is now the end of tile t's references)
         for k in range(lo, ends[t]):
-            marked[by_tile[k]] = True
+            marked[by_tile[k] - base] = True
         for k in range(lo, ends[t]):
-            i = by_tile[k]
+            i = by_tile[k] - base
             if not marked[i] or (i > 0 and marked[i - 1]):
                 continue  # in a run found already, or not its first id
             j = i
@@ -369,6 +370,8 @@ def _tile_pieces(
                 if j == last or not marked[j + 1]:
                     break
                 j += 1
+            i += base
+            j += base
             if count < out_begin.size:  # (past the room: counted only)
                 out_begin[count] = i
                 out_length[count] = j + 1 - i
@@ -409,8 +412,9 @@ def flat_pieces(
     and each tile's maximal runs found, in compiled passes: the runs then cover the
     same ids of each tile (what the planner merges them into), in fewer pieces, with
     no repeats and no longer in reference order. The ids are marked in a bool map of
-    the element space, all False again after the pass: kept in ``marks`` (by space
-    size) when given, for the next call (a fresh map costs its zeroing)."""
+    their span, all False again after the pass: kept in ``marks`` (by space size) when
+    given, for the next call of a span as long or shorter (a fresh map costs its
+    zeroing)."""
     ids = read_only(ids)
     if local is not None:
         src = _NO_TILES
@@ -423,9 +427,13 @@ def flat_pieces(
     k = min(ids.size, SAMPLE)
     found = _collect(_flat_pieces, k, ids[:k], src[:k], dst[:k], local[:k], bounded=True)
     if found[0].size > SHORT_PIECES * k:
+        # the map covers the ids' span only (a space's tile array may have room for
+        # ten times the ids a copy reads: the PopART CNN's 20.7 million, zeroed once,
+        # for ids within 2.2 million); a kept map of its size or more is reused
+        base, end = span(ids)
         marked = None if marks is None else marks.get(owner.size)
-        if marked is None:
-            marked = np.zeros(owner.size, bool)
+        if marked is None or marked.size < end - base:
+            marked = np.zeros(end - base, bool)
             if marks is not None:
                 marks[owner.size] = marked
         # the references' ids grouped by tile: int32 where every id fits (the counting
@@ -433,8 +441,8 @@ def flat_pieces(
         # traffic: 80 -> 45 ms for the 4.7 million references of bench_conv's weight
         # update copy)
         by_tile = np.empty(ids.size, np.int32 if owner.size <= _INT32_IDS else np.int64)
-        return _collect(_tile_pieces, ids.size, ids, src, dst, local, num_tiles, marked,
-                        by_tile, bounded=True)  # fmt: skip
+        return _collect(_tile_pieces, ids.size, ids, src, dst, local, num_tiles,
+                        marked[: end - base], base, by_tile, bounded=True)  # fmt: skip
     if k == ids.size:
         return found
     return _collect(_flat_pieces, ids.size, ids, src, dst, local, bounded=True)
