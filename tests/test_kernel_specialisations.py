@@ -544,10 +544,10 @@ def test_exchange_tile_cycles_take_the_received_bytes_as_float64_either_way():
 
 
 def test_take_is_compiled_once_for_strided_ids_and_int32_positions():
-    """``_take`` is compiled for one tuple of types, ids and positions read-only int64
-    of any strides: C-contiguous and strided ids (a view's index may be strided) and
-    int32 positions (converted) reach it with numpy's gather, and no other tuple is
-    compiled."""
+    """``_take`` is compiled for one tuple of types, ids and positions read-only
+    C-contiguous int64: C-contiguous and strided ids (a view's index may be strided)
+    and int32 or strided positions reach it as such copies through
+    ``Tensor.elements``, and no other tuple is compiled."""
     from poplar_api import FLOAT, Graph, IPUModel, tensor_views
 
     graph = Graph(IPUModel("ipu2").createDevice().getTarget())
@@ -556,9 +556,14 @@ def test_take_is_compiled_once_for_strided_ids_and_int32_positions():
     for positions in (picked, picked.astype(np.int32), picked[::2]):
         got = t.elements(positions).flat_index()
         np.testing.assert_array_equal(got, t.flat_index()[positions])
-    ids = np.repeat(t.flat_index(), 2)[::2]  # the same ids, a stride of 16 bytes
+    strided = graph.addVariable(FLOAT, [30, 20], "s").dimShuffle([1, 0])[3]  # stride 160 B
+    assert not strided.flat_index().flags.c_contiguous
+    few = np.arange(29, 0, -1)  # (few positions take numpy's gather)
+    for positions in (np.tile(few, 4), few):
+        got = strided.elements(positions).flat_index()
+        np.testing.assert_array_equal(got, strided.flat_index()[positions])
+    ids = np.ascontiguousarray(t.flat_index())
     ids.flags.writeable = False
-    assert not ids.flags.c_contiguous
     frozen = picked.view()
     frozen.flags.writeable = False
     out = np.empty(picked.size, np.int64)
