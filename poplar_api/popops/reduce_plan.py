@@ -295,30 +295,37 @@ def _memory_keys(pos, tiles, key_m):  # pragma: no cover - compiled
 def _groups(key_m, s_pos, first, inner):  # pragma: no cover - compiled
     """The groups of equal keys along ``s_pos`` (the positions sorted by key): writes
     each one's first index and inner factor (its length over its runs of consecutive
-    positions when every run has that length, else 1); returns how many there are."""
+    positions when every run has that length, else 1); returns how many there are.
+    One pass: each run's length is compared with the group's first run's as the run
+    ends (no second walk over the group to check the factor its run count gives)."""
     n = s_pos.size
     g = 0
     k = 0
     while k < n:
-        key = key_m[s_pos[k]]
+        prev = s_pos[k]
+        key = key_m[prev]
         a = k
+        run_start = k
+        f = -1  # the length of every run so far; 0 once two differ
         k += 1
-        runs = 1
-        while k < n and key_m[s_pos[k]] == key:
-            if s_pos[k] != s_pos[k - 1] + 1:
-                runs += 1
-            k += 1
-        f = (k - a) // runs if (k - a) % runs == 0 else 1
-        start = a
-        for j in range(a + 1, k + 1):  # every run of length f, or the factor is 1
-            if f == 1:
+        while k < n:
+            p = s_pos[k]
+            if key_m[p] != key:
                 break
-            if j == k or s_pos[j] != s_pos[j - 1] + 1:
-                if j - start != f:
-                    f = 1
-                start = j
+            if p != prev + 1:  # a run ends before k
+                if f < 0:
+                    f = k - run_start
+                elif f != k - run_start:
+                    f = 0
+                run_start = k
+            prev = p
+            k += 1
+        if f < 0:
+            f = k - run_start
+        elif f != k - run_start:
+            f = 0
         first[g] = a
-        inner[g] = f
+        inner[g] = f if f > 0 else 1
         g += 1
     return g
 
