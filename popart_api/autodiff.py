@@ -266,7 +266,7 @@ def _on_graph(graph: Graph, grad: Tensor, prog: Any, name: str) -> Tensor:
     """``grad`` as a tensor of ``graph``'s tiles: copied there (PopART's IpuCopy of a
     gradient) when some of it lives on tiles of another virtual graph (another IPU),
     as the forward pass copies a value to the IPU of the op that reads it."""
-    if not (graph.elementTiles(grad) == OUTSIDE).any():
+    if not (graph.elementTiles(grad, readonly=True) == OUTSIDE).any():
         return grad
     from poplar_api.poputil import mapTensorLinearly
 

@@ -432,7 +432,7 @@ def like(graph: Graph, t: Tensor, name: str) -> Tensor:
     in one bulk call: a tile mapping as per-tile interval lists costs a Python object
     per interval, tens of thousands for a convolution's weights)."""
     new = graph.addVariable(t.elementType(), t.shape(), name)
-    tiles = graph.elementTiles(t)
+    tiles = graph.elementTiles(t, readonly=True)
     if tiles.size and int(tiles.min()) < 0:  # unmapped, or on tiles not of this graph
         mapTensorLinearly(graph, new)  # no mapping to copy: spread it instead
     else:

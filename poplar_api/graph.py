@@ -514,12 +514,11 @@ class Graph(VertexMethods, BulkGraphMethods):
                 start = target._start
                 if start >= 0:  # consecutive ids: a block of the tile array
                     n = math.prod(target._shape)
-                    if n == 1:
-                        owner[start] = self._root_tiles[mapping]
-                    else:
-                        owner[start : start + n] = self._root_tiles[mapping]
+                    at: Any = start if n == 1 else slice(start, start + n)
                 else:
-                    owner[target.flat_index()] = self._root_tiles[mapping]
+                    at = target.flat_index()
+                self._state.note_write(target._type.size, at, owner[at])  # (remap?)
+                owner[at] = self._root_tiles[mapping]
                 return
             if type(target) is VertexRef and target.graph._state is self._state:
                 self._state.vertices.tile[target.id] = self._root_tiles[mapping]
@@ -531,11 +530,12 @@ class Graph(VertexMethods, BulkGraphMethods):
             return
         t = self.checkTensor(target, "setTileMapping")
         if isinstance(mapping, int | np.integer) and not isinstance(mapping, bool):
-            root = self._root_tile(mapping, f"setTileMapping of tensor '{t.name}'")
-            self._state.space(t.elementType()).tile[t._id_index()] = root
-            return
-        tiles = self._mapping_tiles(t, mapping)
-        self._state.space(t.elementType()).tile[t._id_index()] = tiles
+            tiles: Any = self._root_tile(mapping, f"setTileMapping of tensor '{t.name}'")
+        else:
+            tiles = self._mapping_tiles(t, mapping)
+        column, at = self._state.space(t.elementType()).tile, t._id_index()
+        self._state.note_write(t._type.size, at, column[at])
+        column[at] = tiles
 
     def _mapping_tiles(self, t: Tensor, mapping: Any) -> np.ndarray:
         """Root tile of each flat element of ``t`` under a whole tile mapping (checked)."""

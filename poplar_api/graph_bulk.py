@@ -33,6 +33,7 @@ from numba.core import event as numba_event
 from poplar_api.errors import GraphError, TensorError
 from poplar_api.graph_connections import Segments, _Connections, _int_array, _vector_or_list
 from poplar_api.graph_constants import Constants, add_packed_constants
+from poplar_api.graph_state import TilesMemo
 from poplar_api.tensor import Tensor
 from poplar_api.vertices import NO_ESTIMATE, UNMAPPED
 
@@ -310,8 +311,20 @@ class BulkGraphMethods:
         device, whatever part of it this (virtual) graph covers."""
         return self._state.target
 
-    def elementTiles(self: Graph, t: Tensor) -> np.ndarray:
+    def elementTiles(self: Graph, t: Tensor, readonly: bool = False) -> np.ndarray:
         """The tile of each flat element of ``t``, in this graph's tile numbering.
+
+        Parameters
+        ----------
+        t
+            A tensor of this graph.
+        readonly
+            False: a new array each call, which the caller may change. True: a
+            read-only array, which may be the one an earlier call gave for the same
+            tensor (a top-level graph keeps the tiles of recently asked, fully mapped
+            tensors while :meth:`getMappingVersion` holds, some millions of elements
+            in all): for callers that only read it, as libraries asking again for the
+            tiles of an operand do.
 
         Returns
         -------
@@ -320,8 +333,7 @@ class BulkGraphMethods:
             tile (``0 <= tile < getTarget().getNumTiles()``), :data:`UNMAPPED` (-1) for
             an element not mapped yet, and :data:`OUTSIDE` (-2) for an element mapped
             to a tile that is not one of this virtual graph's (it is on the device,
-            elsewhere: vertices can read it, but not be placed by it). A new array
-            each call, which the caller may change.
+            elsewhere: vertices can read it, but not be placed by it).
 
         Raises
         ------
@@ -329,6 +341,32 @@ class BulkGraphMethods:
             ``t`` is not a tensor of this graph.
         """
         t = self.checkTensor(t, "elementTiles")
+        memo = None
+        if readonly and self._parent is None:
+            memo = self.__dict__.get("_tiles_memo")
+            if memo is None:
+                memo = self.__dict__["_tiles_memo"] = TilesMemo()
+            found = memo.get(t, self._state)
+            if found is not None:
+                return found
+        tiles = self._element_tiles(t)
+        if readonly:
+            tiles.flags.writeable = False
+            if memo is not None and (not tiles.size or int(tiles.min()) >= 0):
+                memo.put(t, tiles, self._state)
+        return tiles
+
+    def getMappingVersion(self: Graph) -> int:
+        """A count that changes whenever a tile is written over an element already
+        mapped (``setTileMapping``, ``mapElements`` of any tensor of the graph).
+        Mapping elements for the first time (a new variable's) leaves it: what was
+        found from the tiles of mapped elements stays true while it holds, so a
+        library may keep such findings keyed by it (``elementTiles(t, readonly=True)``
+        keeps a tensor's tiles while no remap writes over its elements' ids)."""
+        return self._state.mapping_version
+
+    def _element_tiles(self: Graph, t: Tensor) -> np.ndarray:
+        """:meth:`elementTiles` of a checked tensor, as a new array."""
         space = self._state.spaces.get(t._type.size)
         if space is None:
             return np.full(t.numElements(), UNMAPPED, np.int64)
@@ -401,10 +439,13 @@ class BulkGraphMethods:
             # e.g. a transposed array in a variable's memory order) written as one run
             self._check_tile_range(arr, what, "element")
             column = self._state.space(t._type).tile[t._start : t._start + n]
+            self._state.note_write(t._type.size, slice(t._start, t._start + n), column)
             column.reshape(arr.shape)[...] = arr
             return
         roots = self._check_tiles(arr, n, what, "element")
-        self._state.space(t._type).tile[t._id_index()] = roots
+        column, at = self._state.space(t._type).tile, t._id_index()
+        self._state.note_write(t._type.size, at, column[at])  # (a remap: a new version)
+        column[at] = roots
 
     def setVertexTiles(self: Graph, vertices: Any, tiles: Any) -> None:
         """Place vertices on tiles: the bulk form of ``setTileMapping(v, tile)``.

@@ -13,6 +13,7 @@ re-exported by :mod:`poplar_api.graph`.
 from __future__ import annotations
 
 import array
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -439,8 +440,13 @@ class Function:
 class _GraphState:
     """Everything a graph and its virtual graphs share."""
 
+    #: counts the writes of tiles that overwrote a mapped element's (see
+    #: ``Graph.getMappingVersion``); a class default for states saved without it
+    mapping_version = 0
+
     def __init__(self, target: Target) -> None:
         self.target = target
+        self.mapping_version = 0
         #: element size in bytes -> the id space shared by the types of that size
         self.spaces: dict[int, _Space] = {}
         self.variables = VariableTable()
@@ -471,6 +477,100 @@ class _GraphState:
     def find_space(self, t: Type) -> _Space | None:
         """The id space of ``t``, or None when no element of its size exists yet."""
         return self.spaces.get(t.size)
+
+    def note_write(self, size: int, at: Any, old: np.ndarray | np.integer) -> None:
+        """Before tiles are written over ``old``, the tiles of elements ``at`` (an id, a
+        slice of ids or an id array) of the space of element size ``size``: a new
+        mapping version when one of them is mapped already, its id span noted (a
+        remap). Mapping an element for the first time changes no tile anyone found,
+        so leaves the version."""
+        if not old.size or int(old.max()) < 0:
+            return
+        if isinstance(at, slice):
+            lo, hi = at.start, at.stop - 1
+        elif isinstance(at, int | np.integer):
+            lo = hi = int(at)
+        else:
+            lo, hi = int(at.min()), int(at.max())
+        self.__dict__.setdefault("remaps", []).append((size, lo, hi))
+        self.mapping_version += 1
+
+    def remapped_since(self, version: int, size: int, lo: int, hi: int) -> bool:
+        """Whether a remap after mapping version ``version`` wrote over an element of
+        size ``size`` with an id in ``[lo, hi]``."""
+        for s, a, b in self.__dict__.get("remaps", [])[version:]:
+            if s == size and a <= hi and b >= lo:
+                return True
+        return False
+
+
+class TilesMemo:
+    """The tiles of recently asked tensors (``Graph.elementTiles(t, readonly=True)``),
+    read-only, each kept while no remap writes over one of its elements' ids (a remap
+    of other tensors' elements, e.g. a new output mapped again as its vertices are
+    placed, leaves it) and at most :attr:`BUDGET` elements in all, the least recently
+    asked dropped first.
+
+    A tensor is known by its consecutive ids (element size, first id, count) or by its
+    index array, held by a weak reference (an entry whose array is gone is dropped:
+    another array may get its ``id``). Only tiles of mapped elements are kept, as a
+    first mapping of an element leaves the version.
+    """
+
+    BUDGET = 1 << 22
+
+    def __init__(self) -> None:
+        #: key -> (weak reference to the index or None, tiles, version checked at)
+        self.entries: dict[tuple, tuple[Any, np.ndarray, int]] = {}  # (in order of use)
+        self.held = 0
+
+    @staticmethod
+    def _key(t: Tensor) -> tuple:
+        if t._start >= 0:
+            return (t._type.size, t._start, t.numElements())
+        return (t._type.size, id(t._ix))
+
+    def get(self, t: Tensor, state: _GraphState) -> np.ndarray | None:
+        """The tiles kept for ``t`` if still its tiles, or None."""
+        key = self._key(t)
+        found = self.entries.pop(key, None)
+        if found is None:
+            return None
+        ref, tiles, version = found
+        if version != state.mapping_version:
+            if (ref is not None and ref() is not t._ix) or _remapped(t, state, version):
+                self.held -= tiles.size
+                return None
+            found = (ref, tiles, state.mapping_version)
+        elif ref is not None and ref() is not t._ix:  # (another array's id)
+            self.held -= tiles.size
+            return None
+        self.entries[key] = found  # (the most recently used)
+        return tiles
+
+    def put(self, t: Tensor, tiles: np.ndarray, state: _GraphState) -> None:
+        """Keep ``tiles`` (read-only, every element mapped) for ``t``."""
+        if tiles.size > self.BUDGET:
+            return
+        key = self._key(t)
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.held -= old[1].size
+        while self.entries and self.held + tiles.size > self.BUDGET:
+            self.held -= self.entries.pop(next(iter(self.entries)))[1].size
+        ref = None if t._start >= 0 else weakref.ref(t._ix)
+        self.entries[key] = (ref, tiles, state.mapping_version)
+        self.held += tiles.size
+
+
+def _remapped(t: Tensor, state: _GraphState, version: int) -> bool:
+    """Whether a remap after ``version`` wrote over the ids of ``t``'s elements (their
+    span: a remap near them drops them too)."""
+    if t._start >= 0:
+        lo, hi = t._start, t._start + t.numElements() - 1
+    else:
+        lo, hi = int(t._ix.min()), int(t._ix.max())
+    return state.remapped_since(version, t._type.size, lo, hi)
 
 
 class NonReplicatedView:

@@ -93,7 +93,7 @@ def _mapped(graph: Graph, t: Any, api: str, what: str) -> tuple[Tensor, np.ndarr
         raise GraphError(f"popops.{api}: {what} must be a Tensor, got {type(t).__name__}")
     if not graph.owns(t):
         raise GraphError(f"popops.{api}: {what} tensor '{t.name}' belongs to another graph")
-    tiles = graph.elementTiles(t)
+    tiles = graph.elementTiles(t, readonly=True)
     if tiles.size and int(tiles.min()) < 0 and (tiles == UNMAPPED).any():
         first = int(np.flatnonzero(tiles == UNMAPPED)[0])
         raise GraphError(
@@ -191,7 +191,7 @@ def _execute(
 
 
 def _scalar_const(graph: Graph, t: Type, value: Any, ref: Tensor, name: str) -> ScalarOperand:
-    return per_tile_constant(graph, t, value, graph.elementTiles(ref), name)
+    return per_tile_constant(graph, t, value, graph.elementTiles(ref, readonly=True), name)
 
 
 def _scalar_tensor(t: Tensor) -> ScalarOperand:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -227,7 +228,7 @@ def _checked_tiles(
     """The tile of every element of ``ref`` (``tiles`` when given), all mapped and in
     the graph."""
     if tiles is None:
-        tiles = graph.elementTiles(ref)
+        tiles = graph.elementTiles(ref, readonly=True)
     if not tiles.size or int(tiles.min()) >= 0:  # (one pass where all is well)
         return tiles
     if (tiles == UNMAPPED).any():
@@ -443,12 +444,9 @@ def plan_tiles(
     ids = ref.flat_index()
     if ids.size == 0:
         return PlannedVertices.of([])
-    order, start, end, rtile, by_tile = _regions(ids, _checked_tiles(graph, ref, api, tiles))
-    r_start, r_size, r_tile = start[by_tile], (end - start)[by_tile], rtile[by_tile]
-    first = np.flatnonzero(np.concatenate(([True], r_tile[1:] != r_tile[:-1])))
-    count = np.diff(np.append(first, r_tile.size))
-    tile_of = r_tile[first].astype(np.int64)
-    groups = tile_groups(r_size, first, count)
+    order, r_start, first, tile_of, groups = _tile_layout(
+        ids, _checked_tiles(graph, ref, api, tiles)
+    )
     t = tile_of.size
     lens = np.zeros((3, t), np.int64)  # per tile: vertices, pieces, positions
     parts: list[tuple] = []  # per group: its columns, tile after tile
@@ -491,6 +489,76 @@ def plan_tiles(
         np.concatenate([p[4] for p in parts])[piece],
         _tile_order(parts, lens[2], r_start, order),
     )
+
+
+def _tile_layout(ids: np.ndarray, tiles: np.ndarray) -> tuple:
+    """What :func:`plan_tiles` finds from the elements ``ids`` on ``tiles`` before it
+    plans: ``(order, r_start, first, tile_of, groups)``, the positions in id order,
+    each region's start in them (regions tile by tile), each tile's first region,
+    the tiles and their groups by region sizes (:func:`tile_groups`). Kept a while
+    for the same ids array and the same tiles (:class:`_LayoutMemo`): one tensor's
+    operations ask again, e.g. a convolution's output for its bias, its ReLU in place
+    and the ReLU's gradient."""
+    found = _LAYOUTS.get(ids, tiles)
+    if found is not None:
+        return found
+    order, start, end, rtile, by_tile = _regions(ids, tiles)
+    r_start, r_size, r_tile = start[by_tile], (end - start)[by_tile], rtile[by_tile]
+    first = np.flatnonzero(np.concatenate(([True], r_tile[1:] != r_tile[:-1])))
+    count = np.diff(np.append(first, r_tile.size))
+    tile_of = r_tile[first].astype(np.int64)
+    layout = (order, r_start, first, tile_of, tile_groups(r_size, first, count))
+    _LAYOUTS.put(ids, tiles, layout)
+    return layout
+
+
+class _LayoutMemo:
+    """:func:`_tile_layout`'s findings for recently planned ids arrays, each dropped
+    when its ids array is (a weak reference), at most :attr:`BUDGET` elements in all
+    (least recently used dropped first). An entry holds the tiles it was found for,
+    read-only (the caller's when read-only, as ``elementTiles(..., readonly=True)``
+    gives them, else a copy), and serves only the same tiles (the same array, or
+    equal ones): a remap gives other tiles, so other findings."""
+
+    BUDGET = 1 << 22
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[weakref.ref, np.ndarray, tuple]] = {}
+        self.held = 0
+
+    def get(self, ids: np.ndarray, tiles: np.ndarray) -> tuple | None:
+        found = self.entries.get(id(ids))
+        if found is None or found[0]() is not ids:
+            return None
+        held = found[1]
+        if held is not tiles and not np.array_equal(held, tiles):
+            return None
+        del self.entries[id(ids)]
+        self.entries[id(ids)] = found  # (the most recently used)
+        return found[2]
+
+    def put(self, ids: np.ndarray, tiles: np.ndarray, layout: tuple) -> None:
+        if ids.size > self.BUDGET:
+            return
+        self._drop(id(ids))
+        while self.entries and self.held + ids.size > self.BUDGET:
+            self._drop(next(iter(self.entries)))
+        if tiles.flags.writeable:
+            tiles = tiles.copy()
+            tiles.flags.writeable = False
+        key = id(ids)
+        ref = weakref.ref(ids, lambda r, key=key: self._drop(key, r))
+        self.entries[key] = (ref, tiles, layout)
+        self.held += ids.size
+
+    def _drop(self, key: int, ref: weakref.ref | None = None) -> None:
+        found = self.entries.get(key)
+        if found is not None and (ref is None or found[0] is ref):
+            del self.entries[key]
+            self.held -= found[1].size
+
+
+_LAYOUTS = _LayoutMemo()
 
 
 def first_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

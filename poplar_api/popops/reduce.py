@@ -307,7 +307,7 @@ def _plan(
     flat_in = t.flatten()
     pos = np.transpose(np.arange(t.numElements(), dtype=np.int64).reshape(t.shape()), kept + dims)
     pos = pos.reshape(n_out, n_red)
-    tiles = graph.elementTiles(t)[pos]
+    tiles = graph.elementTiles(t, readonly=True)[pos]
     if (tiles < 0).any():
         bad = np.argwhere(tiles < 0)[0]
         why = (
