@@ -628,26 +628,38 @@ def _tile_order(
     a member tile ``k`` of ``part[0]`` takes ``lens[k]`` positions, position ``i`` of
     its row ``order[r_start[f + j[i]] + o[i]]`` (``part[5]`` is ``(f per member, j,
     o)``: the tile's first region, and the region and offset in it of each position
-    the template takes). No array of the positions per group, nor of where each one
-    goes, is made (the elements of a large operand, several times over)."""
+    the template takes). The template's positions come in runs (consecutive offsets
+    in one region), so each member's row is copied run by run from ``order``. No
+    array of the positions per group, nor of where each one goes, is made (the
+    elements of a large operand, several times over)."""
     out = np.empty(int(lens.sum()), np.int64)
     at = np.cumsum(lens) - lens
     r_start, order = _readonly(r_start), _readonly(order)
     for part in parts:
-        firsts, j_of, offsets = (_readonly(a) for a in part[5])
-        _place_rows(out, _readonly(at[part[0]]), firsts, j_of, offsets, r_start, order)
+        firsts, j_of, offsets = part[5]
+        if not j_of.size:
+            continue
+        # the template's runs: where the region changes or the offset does not step by 1
+        cut = np.flatnonzero((j_of[1:] != j_of[:-1]) | (offsets[1:] != offsets[:-1] + 1)) + 1
+        begin = np.concatenate(([0], cut))
+        run = (begin, np.diff(np.append(begin, j_of.size)), j_of[begin], offsets[begin])
+        _place_runs(out, _readonly(at[part[0]]), _readonly(firsts), *map(_readonly, run),
+                    r_start, order)  # fmt: skip
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _place_rows(out, at, firsts, j_of, offsets, r_start, order):  # pragma: no cover
-    """``out[at[m] + i] = order[r_start[firsts[m] + j_of[i]] + offsets[i]]`` for every
-    member ``m`` and position ``i`` of the template (compiled)."""
+def _place_runs(out, at, firsts, begin, size, j, o, r_start, order):  # pragma: no cover
+    """``out[at[m] + begin[q] + i] = order[r_start[firsts[m] + j[q]] + o[q] + i]`` for
+    every member ``m``, run ``q`` of the template and ``i < size[q]`` (compiled)."""
     for m in range(at.size):
         s = at[m]
         f = firsts[m]
-        for i in range(j_of.size):
-            out[s + i] = order[r_start[f + j_of[i]] + offsets[i]]
+        for q in range(begin.size):
+            dst = s + begin[q]
+            src = r_start[f + j[q]] + o[q]
+            for i in range(size[q]):
+                out[dst + i] = order[src + i]
 
 
 def add_vertices(
