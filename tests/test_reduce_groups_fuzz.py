@@ -65,9 +65,14 @@ def test_groups_match_the_two_pass_walk(seed: int) -> None:
         assert room[1, :count].tolist() == want_inner
 
 
-def test_input_groups_of_random_reductions() -> None:
+@pytest.mark.parametrize("counting", [True, False])
+def test_input_groups_of_random_reductions(counting: bool, monkeypatch) -> None:
     """Groups (tile, column) with their lengths; an inner factor divides its group's
-    length, and is the common length of the group's runs of consecutive positions."""
+    length, and is the common length of the group's runs of consecutive positions;
+    the positions in stable key order whether counted (keys of a span the counts
+    have room for) or sorted (numpy's stable sort, keys spanning too far)."""
+    if not counting:
+        monkeypatch.setattr(reduce_plan, "_counting_order", None)  # (must not be called)
     rng = np.random.default_rng(9)
     for _ in range(60):
         n_out, n_red = int(rng.integers(1, 12)), int(rng.integers(1, 40))
@@ -75,6 +80,8 @@ def test_input_groups_of_random_reductions() -> None:
         if rng.random() < 0.5:  # columns of consecutive positions, as a layout gives
             pos = np.arange(n_out * n_red, dtype=np.int64).reshape(n_red, n_out).T.copy()
         tiles = (pos // int(rng.integers(1, 30))) % 4
+        if not counting:  # keys spanning more than twice the elements and 4096
+            tiles = tiles + 4096 + 2 * pos.size
         s_pos, g_tile, g_col, g_len, inner = reduce_plan.input_groups(pos, tiles)
         key = (tiles * n_out + np.arange(n_out)[:, None]).reshape(-1)
         key_m = np.empty(pos.size, np.int64)

@@ -307,7 +307,9 @@ def _plan(
     flat_in = t.flatten()
     pos = np.transpose(np.arange(t.numElements(), dtype=np.int64).reshape(t.shape()), kept + dims)
     pos = pos.reshape(n_out, n_red)
-    tiles = graph.elementTiles(t, readonly=True)[pos]
+    # tiles[pos], as one strided copy of the tiles laid out as pos is (no gather)
+    tiles = graph.elementTiles(t, readonly=True).reshape(t.shape()).transpose(kept + dims)
+    tiles = tiles.reshape(n_out, n_red)
     if (tiles < 0).any():
         bad = np.argwhere(tiles < 0)[0]
         why = (

@@ -273,12 +273,32 @@ def input_groups(pos: np.ndarray, tiles: np.ndarray) -> tuple[np.ndarray, ...]:
     key_m = np.empty(pos.size, np.int64)  # each element's key at its memory position
     _memory_keys(_readonly(pos.reshape(n_out, n_red)), _readonly(tiles.reshape(n_out, n_red)),
                  key_m)  # fmt: skip
-    s_pos = stable_order(key_m)  # (stable: each group's elements in memory order)
+    span = (int(tiles.max()) + 1) * n_out if tiles.size else 0  # keys are below it
+    if span <= 2 * pos.size + 4096:  # (stable: each group's elements in memory order)
+        s_pos = np.empty(pos.size, np.int64)
+        _counting_order(key_m, np.zeros(span + 1, np.int64), s_pos)
+    else:
+        s_pos = stable_order(key_m)
     room = np.empty((2, s_pos.size), np.int64)
     count = _groups(key_m, _readonly(s_pos), room[0], room[1])
     first, inner = room[0, :count].copy(), room[1, :count].copy()
     g_tile, g_col = np.divmod(key_m[s_pos[first]], n_out)
     return s_pos, g_tile, g_col, np.diff(np.append(first, s_pos.size)), inner
+
+
+@numba.njit(cache=True, nogil=True)
+def _counting_order(keys, count, out):  # pragma: no cover - compiled
+    """``out`` = ``np.argsort(keys, kind="stable")`` for keys ``0 <= key <
+    count.size - 1`` (``count`` zeros): a counting sort, some half the instructions of
+    numpy's radix sort of 16-bit keys and for keys of any span it has room for."""
+    for k in range(keys.size):
+        count[keys[k] + 1] += 1
+    for j in range(1, count.size):
+        count[j] += count[j - 1]
+    for k in range(keys.size):
+        c = keys[k]
+        out[count[c]] = k
+        count[c] += 1
 
 
 @numba.njit(cache=True, nogil=True)
