@@ -4,6 +4,7 @@ Names follow Poplar's C++ API (``Graph.addVariable``, ``setTileMapping``,
 ``Engine.run``, ...), so programs port with little change.
 """
 
+import ipusim  # noqa: F401 - first: stamps the kernels' disk cache (ipusim.kernel_cache)
 from poplar_api import gcl, program
 from poplar_api.codelet import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 from poplar_api.device import (
