@@ -424,3 +424,96 @@ def test_least_form_is_the_least_of_every_form_costed_in_full(name, order, monke
     assert got is not None
     assert (got["form"], got["cost"], got["vertex"], got["splits"]) == (
         at_least[0], cost, vertex, first)  # fmt: skip
+
+
+def _random_sub(rng: np.random.Generator):
+    """A random covered FLOAT convolution's unswapped or swapped form, and its rearranges."""
+    from poplar_api.poplin.poplibs_float_forms import canonical, form_params, swapped_params
+
+    field = [int(x) for x in rng.integers(3, 24, 2)]
+    kernel = [int(rng.integers(1, min(f, 5) + 1)) for f in field]
+    params = poplin.ConvParams(FLOAT, int(rng.integers(1, 9)), field, kernel,
+                               int(rng.integers(1, 70)), int(rng.integers(1, 70)),
+                               paddingLower=[int(x) for x in rng.integers(0, 2, 2)],
+                               paddingUpper=[int(x) for x in rng.integers(0, 2, 2)])  # fmt: skip
+    if rng.random() < 0.5:
+        return form_params(canonical(params), ()), (False, False, False)
+    return swapped_params(canonical(params), ()), (False, True, True)
+
+
+def test_count_floors_of_many_candidates_and_kinds_are_each_ones() -> None:
+    """Fuzz: ``_count_floors`` of rows of several vertices, kinds and iteration floors
+    gives each row what one call of its vertex and kind gives it."""
+    target = _target()
+    rng = np.random.default_rng(67)
+    vertices = amp_candidates(target)
+    for _ in range(40):
+        sub, _ = _random_sub(rng)
+        n = int(rng.integers(1, 30))
+        which = rng.integers(0, len(vertices), n)
+        out = rng.random(n) < 0.5
+        counts = rng.integers(2, 9, n)
+        sizes = rng.integers(1, 80, n)
+        per_it = rng.integers(1, 5000, n)
+        rows = np.array([vertices[i] for i in which.tolist()], np.int64)
+        got = pfc._count_floors(sub, rows, counts, sizes, out, per_it, target)
+        for j in range(n):
+            one = pfc._count_floors(sub, vertices[int(which[j])], counts[j : j + 1],
+                                    sizes[j : j + 1], "out" if out[j] else "in",
+                                    int(per_it[j]), target)  # fmt: skip
+            assert got[j] == one[0], (sub, j)
+
+
+def _serial_floor_one_call_each(sub, target, limit, rearrange):
+    """``_serial_floor`` as it was: the counts of each vertex and kind bounded by a call
+    of their own, after the bounds of those before had lowered the least so far."""
+    best = None
+    ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
+    base = poplin.ConvParams(FLOAT, sub.batchSize, list(sub.inputFieldShape),
+                             list(sub.kernelShape), ci, co,
+                             paddingLower=list(sub.inputTransform.paddingLower),
+                             paddingUpper=list(sub.inputTransform.paddingUpper),
+                             outputType=FLOAT)  # fmt: skip
+    for vertex in amp_candidates(target):
+        per_it = pfc._iteration_floor(sub, vertex, target)
+        for kind, chans, grain in (("in", ci, vertex[1]), ("out", co, vertex[2])):
+            grains = -(-chans // grain)
+            counts = np.arange(2, min(grains, limit // pfp._LEAST_VERTEX) + 1, dtype=np.int64)
+            counts = counts[-(-grains // counts) != -(-grains // (counts - 1))]
+            if not counts.size:
+                continue
+            m = limit if best is None else min(limit, best)
+            over = np.flatnonzero(counts * per_it > m)
+            if over.size:
+                low = int(counts[over[0]]) * per_it
+                best = low if best is None else min(best, low)
+                counts = counts[: over[0]]
+            sizes = -(-grains // counts) * grain
+            lows = pfc._count_floors(sub, vertex, counts, sizes, kind, per_it, target)
+            passed = lows > m
+            if passed.any():
+                low = int(lows[passed].min())
+                best = low if best is None else min(best, low)
+            counts, sizes = counts[~passed], sizes[~passed]
+            if counts.size:
+                low = pfc._counts_floor(sub, base, vertex, counts, sizes, kind, m, rearrange,
+                                        target)  # fmt: skip
+                best = low if best is None else min(best, low)
+    return best
+
+
+def test_serial_floor_bounds_all_counts_in_one_call_as_one_call_each() -> None:
+    """Fuzz: ``_serial_floor``, which bounds the counts of every vertex and kind in one
+    ``_count_floors`` call, gives what bounding each vertex's and kind's counts in a call
+    of their own gives, at limits below, near and above the floors; both kinds of
+    result occur (a floor, and None or one past the limit)."""
+    target = _target()
+    rng = np.random.default_rng(26)
+    seen = set()
+    for _ in range(25):
+        sub, rearrange = _random_sub(rng)
+        for limit in (int(rng.integers(500, 20_000)), int(rng.integers(20_000, 400_000))):
+            want = _serial_floor_one_call_each(sub, target, limit, rearrange)
+            assert pfc._serial_floor(sub, target, limit, rearrange) == want, (sub, limit)
+            seen.add(want is None or want > limit)
+    assert seen == {False, True}

@@ -69,7 +69,12 @@ import numpy as np
 
 from poplar_api.poplin.conv_params import ConvParams
 from poplar_api.poplin.estimators import EXCHANGE_SCALE
-from poplar_api.poplin.poplibs_conv2d_model import SPLITS, _input_range, uncovered
+from poplar_api.poplin.poplibs_conv2d_model import (
+    SPLITS,
+    _input_range,
+    _partition_grid,
+    uncovered,
+)
 from poplar_api.poplin.poplibs_conv2d_model import _partitions as _family_partitions
 from poplar_api.poplin.poplibs_float_candidates import (
     FLOAT_LOAD_ELEMS,
@@ -534,25 +539,28 @@ def _slices(elements: np.ndarray, count: Any, target: Any) -> np.ndarray:
 
 
 def _serial_cycles(
-    whole: ConvParams, used: np.ndarray, outputs: np.ndarray, count: Any, kind: str, target: Any
+    whole: ConvParams, used: np.ndarray, outputs: np.ndarray, count: Any, kind: Any, target: Any
 ) -> np.ndarray:
     """:func:`_serial_terms` of tiles of ``used`` tiles a partition, ``outputs`` partial
-    sums a tile (``count`` an int, or an array of counts as long as ``outputs``)."""
+    sums a tile (``count`` an int, or an array of counts as long as ``outputs``;
+    ``kind`` ``"in"`` or ``"out"``, or a bool array, True where over output channels)."""
     kpos = int(math.prod(whole.kernelShape))
     ci, co = whole.inputChannelsPerConvGroup, whole.outputChannelsPerConvGroup
     cycles = _slices(-(-(kpos * ci * co) // used), count, target)
-    if kind == "out":
+    if isinstance(kind, str) and kind == "out":
         return cycles + _slices(outputs, count, target)
     inputs = -(-(whole.batchSize * int(math.prod(whole.inputFieldShape)) * ci) // used)
-    cycles = cycles + _slices(inputs, count, target)
     add = binary_op_1d_in_place_array("ADD", "float", outputs, target.getNumWorkerContexts(),
                                       target.getVectorWidth(FLOAT))  # fmt: skip
-    return cycles + add
+    over_in = cycles + _slices(inputs, count, target) + add
+    if isinstance(kind, str):
+        return over_in
+    return np.where(kind, cycles + _slices(outputs, count, target), over_in)
 
 
 def _count_floors(
-    whole: ConvParams, vertex: tuple[int, int, int], counts: np.ndarray, chans: np.ndarray,
-    kind: str, per_it: int, target: Any,
+    whole: ConvParams, vertex: Any, counts: np.ndarray, chans: np.ndarray, kind: Any,
+    per_it: Any, target: Any,
 ) -> np.ndarray:  # fmt: skip
     """A lower bound of each serial split of ``whole`` ``counts`` ways over ``kind``
     channels (its iterations of ``chans`` input or output channels), over every partition,
@@ -570,25 +578,34 @@ def _count_floors(
     ``ceil(b / B) ceil(h / F0) ceil(w / F1) ceil(g / Co) ocg`` are at least
     ``b h w g ocg / (B F0 F1 Co)``, so at least ``ceil(b h w g ocg / T)`` (and that over
     ``Ci`` still at least it, ``B F0 F1 Co Ci <= T``); the slice, update and in-place
-    addition estimates and ``ExchangeEstimator`` only grow with the elements they move."""
+    addition estimates and ``ExchangeEstimator`` only grow with the elements they move.
+
+    ``vertex``, ``kind`` and ``per_it`` may also be given per count (an int64 ``[n, 3]``
+    array of vertices, a bool array, True over output channels, and an int64 array):
+    :func:`_serial_floor` bounds the counts of every candidate and kind in one call
+    (every term is computed count by count)."""
     out_shape = [int(x) for x in whole.getOutputFieldShape()]  # (an iteration's too)
-    ocg, tiles = vertex[2], target.getNumTiles()
-    co = chans if kind == "out" else np.full(counts.shape, whole.outputChannelsPerConvGroup)
+    tiles = target.getNumTiles()
+    units, icg, ocg = (np.asarray(vertex, np.int64).T if isinstance(kind, np.ndarray)
+                       else vertex)  # fmt: skip
+    out = kind == "out" if isinstance(kind, str) else kind
+    co = np.where(out, chans, whole.outputChannelsPerConvGroup)
     n_out = whole.batchSize * out_shape[0] * out_shape[1] * -(-co // ocg) * ocg
     outputs = -(-n_out // tiles)
     used = np.full(counts.shape, tiles, np.int64)
     serial = _serial_cycles(whole, used, outputs, counts, kind, target)
-    compute = np.full(counts.shape, per_it, np.int64)
-    units, icg, ocg = vertex
+    compute = np.broadcast_to(np.asarray(per_it, np.int64), counts.shape)
     height = FLOAT_WEIGHTS_PER_CONV_UNIT // icg
-    if height != 1 or whole.batchSize != 1 or int(whole.kernelShape[1]) != 1:
-        # (every tile runs ConvPartialnx1: _nx1_floor's workers charge at least 8 cycles a
-        # position, kernel position, input and output group and pass, and a tile has at
-        # least 1 / T of the product of those of the iteration)
-        ci = chans if kind == "in" else np.full(counts.shape, whole.inputChannelsPerConvGroup)
+    # (where every tile runs ConvPartialnx1: _nx1_floor's workers charge at least 8 cycles
+    # a position, kernel position, input and output group and pass, and a tile has at
+    # least 1 / T of the product of those of the iteration)
+    nx1 = (height != 1) | (whole.batchSize != 1) | (int(whole.kernelShape[1]) != 1)
+    if np.any(nx1):
+        ci = np.where(out, whole.inputChannelsPerConvGroup, chans)
         groups = -(-ci // icg) * -(-co // ocg) * -(-int(whole.kernelShape[0]) // height)
         work = groups * int(whole.kernelShape[1]) * whole.batchSize * out_shape[0] * out_shape[1]
-        compute = np.maximum(compute, 8 * (ocg // units) * -(-work // tiles))
+        least = np.maximum(compute, 8 * (ocg // units) * -(-work // tiles))
+        compute = np.where(nx1, least, compute)
     return counts * (compute + _exchange(outputs, FLOAT.size, target) + serial)
 
 
@@ -619,11 +636,9 @@ def _serial_floor(
     other terms and serial terms capped at ``m // count``."""
     best: int | None = None
     ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
-    # (an iteration is this convolution with fewer channels: made once, copied per count)
-    base = ConvParams(FLOAT, sub.batchSize, list(sub.inputFieldShape), list(sub.kernelShape),
-                      ci, co, paddingLower=list(sub.inputTransform.paddingLower),
-                      paddingUpper=list(sub.inputTransform.paddingUpper),
-                      outputType=FLOAT)  # fmt: skip
+    # each candidate's and kind's counts worth trying, and their bounds before any
+    # partition is costed, in one call (:func:`_count_floors` of every row)
+    tries = []
     for vertex in amp_candidates(target):
         per_it = _iteration_floor(sub, vertex, target)
         for kind, chans, grain in (("in", ci, vertex[1]), ("out", co, vertex[2])):
@@ -631,25 +646,40 @@ def _serial_floor(
             counts = np.arange(2, min(grains, limit // _LEAST_VERTEX) + 1, dtype=np.int64)
             # (a count of the same iteration as a smaller count costs more: not tried)
             counts = counts[-(-grains // counts) != -(-grains // (counts - 1))]
-            if not counts.size:
-                continue  # (fewer than two grains: no serial split of this kind)
-            m = limit if best is None else min(limit, best)
-            over = np.flatnonzero(counts * per_it > m)
-            if over.size:  # (a larger count's bound is larger still)
-                low = int(counts[over[0]]) * per_it
-                best = low if best is None else min(best, low)
-                counts = counts[: over[0]]
-            sizes = -(-grains // counts) * grain
-            lows = _count_floors(sub, vertex, counts, sizes, kind, per_it, target)
-            passed = lows > m  # (no partition of such a count is costed: each costs more)
-            if passed.any():
-                low = int(lows[passed].min())
-                best = low if best is None else min(best, low)
-            counts, sizes = counts[~passed], sizes[~passed]
-            if not counts.size:
-                continue
-            low = _counts_floor(sub, base, vertex, counts, sizes, kind, m, rearrange, target)
+            if counts.size:  # (else fewer than two grains: no serial split of this kind)
+                tries.append((vertex, per_it, kind, counts, -(-grains // counts) * grain))
+    if not tries:
+        return None
+    rows = np.array([t[3].size for t in tries], np.int64)
+    each = [np.repeat(np.array(v, np.int64), rows, axis=0)
+            for v in ([t[0] for t in tries], [t[1] for t in tries],
+                      [t[2] == "out" for t in tries])]  # fmt: skip
+    cat = [np.concatenate([t[k] for t in tries]) for k in (3, 4)]
+    lows_of = np.split(_count_floors(sub, each[0], cat[0], cat[1], each[2].astype(bool),
+                                     each[1], target), np.cumsum(rows)[:-1])  # fmt: skip
+    base = None  # (an iteration is this convolution with fewer channels: made once)
+    for (vertex, per_it, kind, counts, sizes), lows in zip(tries, lows_of, strict=True):
+        m = limit if best is None else min(limit, best)
+        over = np.flatnonzero(counts * per_it > m)
+        if over.size:  # (a larger count's bound is larger still)
+            low = int(counts[over[0]]) * per_it
             best = low if best is None else min(best, low)
+            counts, sizes, lows = counts[: over[0]], sizes[: over[0]], lows[: over[0]]
+        passed = lows > m  # (no partition of such a count is costed: each costs more)
+        if passed.any():
+            low = int(lows[passed].min())
+            best = low if best is None else min(best, low)
+        counts, sizes = counts[~passed], sizes[~passed]
+        if not counts.size:
+            continue
+        if base is None:
+            base = ConvParams(FLOAT, sub.batchSize, list(sub.inputFieldShape),
+                              list(sub.kernelShape), ci, co,
+                              paddingLower=list(sub.inputTransform.paddingLower),
+                              paddingUpper=list(sub.inputTransform.paddingUpper),
+                              outputType=FLOAT)  # fmt: skip
+        low = _counts_floor(sub, base, vertex, counts, sizes, kind, m, rearrange, target)
+        best = low if best is None else min(best, low)
     return best
 
 
@@ -664,10 +694,16 @@ def _counts_floor(
     count`` (a partition whose other terms and serial terms pass the cap counts its least
     partial sums: still a lower bound, above the cap)."""
     ci, co = sub.inputChannelsPerConvGroup, sub.outputChannelsPerConvGroup
-    grids = []
-    for n in sizes.tolist():
-        it = base.with_channels(n if kind == "in" else ci, n if kind == "out" else co)
-        grids.append(_partitions(it, target, vertex[1], vertex[2]))
+    # (an iteration's grid, :func:`_partitions` of ``base`` with its channels, read from
+    # the grids kept by what it depends on: the channels change only the grains)
+    out_rows, out_cols = (int(x) for x in base.getOutputFieldShape())
+    fixed = (base.batchSize, out_rows, out_cols, int(base.kernelShape[0]))
+    tiles, (_, icg, ocg) = target.getNumTiles(), vertex
+    grids = [
+        _partition_grid(*fixed, -(-(n if kind == "out" else co) // ocg),
+                        -(-(n if kind == "in" else ci) // icg), tiles, False)
+        for n in sizes.tolist()
+    ]  # fmt: skip
     rows = np.array([len(g["batchSplit"]) for g in grids], np.int64)
     parts = {k: np.concatenate([g[k] for g in grids]) for k in SPLITS}
     count = np.repeat(counts, rows)
