@@ -199,9 +199,10 @@ def tile_dtype(num_tiles: int) -> np.dtype:
 
 @numba.njit(cache=True, nogil=True)
 def _gather(tile, ids, out):  # pragma: no cover - compiled
-    # out[k] = tile[ids[k]], widened to int64 as it is written
+    # out[k] = tile[ids[k]], widened to int64 as it is written (ids, all >= 0, index
+    # as unsigned: Numba tests a signed index for a negative one)
     for k in range(ids.size):
-        out[k] = tile[ids[k]]
+        out[k] = tile[np.uint64(ids[k])]
 
 
 def _compiled_gather() -> Any:

@@ -69,7 +69,7 @@ def _take(src, start, pos, n, out):  # pragma: no cover - compiled
             out[k] = start + pos[k]
     else:
         for k in range(m):
-            out[k] = src[pos[k]]
+            out[k] = src[np.uint64(pos[k])]  # (in bounds: unsigned, no test for < 0)
     id_run = True
     for k in range(1, m):
         if out[k] != out[k - 1] + 1:

@@ -182,12 +182,13 @@ def _scattered_regions(
 def _scatter_regions(ids, tiles, lo, slot, order, starts):  # pragma: no cover - compiled
     # slot[id - lo] = its position (-1: an id repeats), then the positions in id order
     # into order, a region starting where the id is not the one before plus 1 or the
-    # tile changes (as _region_starts finds them along order); returns the regions
+    # tile changes (as _region_starts finds them along order); returns the regions.
+    # Indices >= 0 index as unsigned: Numba tests a signed index for a negative one.
     for k in range(ids.size):
-        s = ids[k] - lo
-        if slot[s] >= 0:
+        at = np.uint64(ids[k] - lo)
+        if slot[at] >= 0:
             return -1
-        slot[s] = k
+        slot[at] = k
     j = 0
     count = 0
     prev_s = 0
@@ -196,7 +197,7 @@ def _scatter_regions(ids, tiles, lo, slot, order, starts):  # pragma: no cover -
         p = slot[s]
         if p >= 0:
             order[j] = p
-            t = tiles[p]
+            t = tiles[np.uint64(p)]
             if j == 0 or s != prev_s + 1 or t != prev_t:
                 starts[count] = j
                 count += 1
@@ -651,14 +652,15 @@ def _tile_order(
 @numba.njit(cache=True, nogil=True)
 def _place_runs(out, at, firsts, begin, size, j, o, r_start, order):  # pragma: no cover
     """``out[at[m] + begin[q] + i] = order[r_start[firsts[m] + j[q]] + o[q] + i]`` for
-    every member ``m``, run ``q`` of the template and ``i < size[q]`` (compiled)."""
+    every member ``m``, run ``q`` of the template and ``i < size[q]`` (compiled; the
+    indices, all >= 0, as unsigned: Numba tests a signed index for a negative one)."""
     for m in range(at.size):
         s = at[m]
         f = firsts[m]
         for q in range(begin.size):
-            dst = s + begin[q]
-            src = r_start[f + j[q]] + o[q]
-            for i in range(size[q]):
+            dst = np.uint64(s + begin[q])
+            src = np.uint64(r_start[np.uint64(f + j[q])] + o[q])
+            for i in range(np.uint64(size[q])):
                 out[dst + i] = order[src + i]
 
 

@@ -291,13 +291,13 @@ def _counting_order(keys, count, out):  # pragma: no cover - compiled
     """``out`` = ``np.argsort(keys, kind="stable")`` for keys ``0 <= key <
     count.size - 1`` (``count`` zeros): a counting sort, some half the instructions of
     numpy's radix sort of 16-bit keys and for keys of any span it has room for."""
-    for k in range(keys.size):
-        count[keys[k] + 1] += 1
+    for k in range(keys.size):  # (indices >= 0 as unsigned: no test for a negative one)
+        count[np.uint64(keys[k] + 1)] += 1
     for j in range(1, count.size):
         count[j] += count[j - 1]
     for k in range(keys.size):
-        c = keys[k]
-        out[count[c]] = k
+        c = np.uint64(keys[k])
+        out[np.uint64(count[c])] = k
         count[c] += 1
 
 
@@ -323,14 +323,14 @@ def _groups(key_m, s_pos, first, inner):  # pragma: no cover - compiled
     k = 0
     while k < n:
         prev = s_pos[k]
-        key = key_m[prev]
+        key = key_m[np.uint64(prev)]  # (positions >= 0 index as unsigned)
         a = k
         run_start = k
         f = -1  # the length of every run so far; 0 once two differ
         k += 1
         while k < n:
             p = s_pos[k]
-            if key_m[p] != key:
+            if key_m[np.uint64(p)] != key:
                 break
             if p != prev + 1:  # a run ends before k
                 if f < 0:
