@@ -148,16 +148,7 @@ def test_copy_pieces_grouped_by_tile_are_each_tiles_runs(seed):
     ids = np.concatenate(([0, size - 1], rng.integers(0, size, n - 2)))
     dst = rng.integers(0, n_tiles, n).astype(np.int32)
     got = pieces.flat_pieces(ids, dst, owner, owner[ids], n_tiles)
-    want = set()
-    pairs = list(zip(ids.tolist(), dst.tolist(), strict=True))
-    for t in range(n_tiles):
-        needed = {i for i, d in pairs if d == t and owner[i] != t}
-        for i in needed:
-            if i - 1 not in needed:
-                j = i
-                while j + 1 in needed:
-                    j += 1
-                want.add((i, j + 1 - i, t))
+    want = _tile_runs(ids, dst, owner, n_tiles)
     rows = list(zip(*(a.tolist() for a in got), strict=True))
     assert len(rows) == len(want)
     assert set(rows) == want

@@ -158,16 +158,17 @@ def _span(ids):  # pragma: no cover - compiled
     return lo, hi + 1
 
 
-def read_only(ids: np.ndarray) -> np.ndarray:
+def read_only(ids: np.ndarray, dtype: type | None = None) -> np.ndarray:
     """``ids`` as the compiled passes here take them: C-contiguous and read-only (a
-    read-only view where they are writeable, a copy where they are strided).
+    read-only view where they are writeable, a copy where they are strided or, with
+    ``dtype``, of another type).
 
     Numba compiles, and every process then loads from its cache, one machine-code
     version of a pass per argument type, and writeable, read-only and strided arrays
     are three types: the ids of fields and tensors come all three ways, so a pass
     called with each as it comes had up to three versions per id type to compile on
     a fresh checkout and to load in every process."""
-    ids = np.ascontiguousarray(ids)
+    ids = np.ascontiguousarray(ids, dtype)
     if ids.flags.writeable:
         ids = ids.view()
         ids.flags.writeable = False

@@ -18,6 +18,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from poplar_api.lowering.runs import read_only
+
 __all__ = [
     "Parts",
     "box_positions",
@@ -161,12 +163,8 @@ def _read_boxes(out, values, origins, group, patterns, pattern_at):  # pragma: n
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
-    """``a`` as a C-contiguous read-only int64 array (one compiled signature)."""
-    a = np.ascontiguousarray(a, np.int64)
-    if a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
+    """``a`` as a C-contiguous read-only int64 array (one compiled form of the kernels)."""
+    return read_only(a, np.int64)
 
 
 @numba.njit(cache=True, nogil=True)

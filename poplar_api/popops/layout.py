@@ -25,6 +25,7 @@ import numpy as np
 from poplar_api.errors import GraphError
 from poplar_api.graph import UNMAPPED, ComputeSet, Graph, Segments
 from poplar_api.graph_bulk import id_order
+from poplar_api.lowering.runs import read_only
 from poplar_api.tensor import Tensor
 from poplar_api.types import Type
 
@@ -152,12 +153,8 @@ def _regions(
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
-    """``a`` as a contiguous read-only int64 array (one compiled form of the kernels)."""
-    a = np.ascontiguousarray(a, np.int64)
-    if a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
+    """``a`` as a C-contiguous read-only int64 array (one compiled form of the kernels)."""
+    return read_only(a, np.int64)
 
 
 def _scattered_regions(
