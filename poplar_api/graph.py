@@ -56,6 +56,7 @@ from poplar_api.graph_state import (
     NonReplicatedView,
     ReplicatedStreamMode,
     Variable,
+    _any_mapped,
     _check_replication,
     _GraphState,
     _interval_bounds,
@@ -503,12 +504,11 @@ class Graph(VertexMethods, BulkGraphMethods):
         Raises
         ------
         GraphError
-            A tile outside this graph, a mapping with more entries than tiles, an
-            interval outside the tensor, overlapping intervals or elements left out
-            (each names the tensor, the tile and the interval).
+            A tile outside this graph, more mapping entries than tiles, an interval outside
+            the tensor, overlapping intervals or elements left out (the tensor, tile named).
         """
         if type(mapping) is int and 0 <= mapping < self._num_tiles and not self._wide:
-            # one tile for a tensor or vertex of this graph: the common case, inline
+            # (one tile for a tensor or vertex of this graph: the common case, inline)
             if type(target) is Tensor and target._graph is self._state:
                 owner = self._state.spaces[target._type.size].tile  # made with the tensor
                 start = target._start
@@ -517,7 +517,9 @@ class Graph(VertexMethods, BulkGraphMethods):
                     at: Any = start if n == 1 else slice(start, start + n)
                 else:
                     at = target.flat_index()
-                self._state.note_write(target._type.size, at, owner[at])  # (remap?)
+                old = owner[at]  # a remap if one is mapped (an element's compared here)
+                if old >= 0 if type(at) is int else _any_mapped(old):
+                    self._state.note_write(target._type.size, at, old)
                 owner[at] = self._root_tiles[mapping]
                 return
             if type(target) is VertexRef and target.graph._state is self._state:

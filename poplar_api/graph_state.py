@@ -438,6 +438,17 @@ class Function:
     program: Program
 
 
+@numba.njit(cache=True, nogil=True)
+def _any_mapped(tiles):  # pragma: no cover - compiled
+    """Whether one of ``tiles`` is a tile (mapped elements), not ``UNMAPPED`` (< 0):
+    asked at each of the many setTileMapping calls of a hand-built graph, where
+    ``tiles.max()`` took some 0.8 us and this takes 0.2."""
+    for k in range(tiles.size):  # noqa: SIM110 - compiled: no generators in any()
+        if tiles[k] >= 0:
+            return True
+    return False
+
+
 class _GraphState:
     """Everything a graph and its virtual graphs share."""
 
@@ -485,7 +496,10 @@ class _GraphState:
         mapping version when one of them is mapped already, its id span noted (a
         remap). Mapping an element for the first time changes no tile anyone found,
         so leaves the version."""
-        if not old.size or int(old.max()) < 0:
+        if isinstance(old, np.ndarray):
+            if not _any_mapped(old):  # (old.max() costs a ufunc reduction a call)
+                return
+        elif old < 0:  # one element's tile
             return
         if isinstance(at, slice):
             lo, hi = at.start, at.stop - 1
