@@ -58,6 +58,7 @@ from poplar_api.graph_state import (
     Variable,
     _any_mapped,
     _check_replication,
+    _fill_block,
     _GraphState,
     _interval_bounds,
     _replica_target,
@@ -511,16 +512,18 @@ class Graph(VertexMethods, BulkGraphMethods):
             # (one tile for a tensor or vertex of this graph: the common case, inline)
             if type(target) is Tensor and target._graph is self._state:
                 owner = self._state.spaces[target._type.size].tile  # made with the tensor
-                start = target._start
-                if start >= 0:  # consecutive ids: a block of the tile array
-                    n = math.prod(target._shape)
-                    at: Any = start if n == 1 else slice(start, start + n)
-                else:
-                    at = target.flat_index()
-                old = owner[at]  # a remap if one is mapped (an element's compared here)
-                if old >= 0 if type(at) is int else _any_mapped(old):
+                start, tile = target._start, self._root_tiles[mapping]
+                if start >= 0:  # consecutive ids: a block of the tile array (checked for
+                    n = math.prod(target._shape)  # a remap and written in one compiled pass)
+                    if not self._state.watching:  # (no findings kept: only written)
+                        owner[start if n == 1 else slice(start, start + n)] = tile
+                    elif _fill_block(owner, start, start + n, tile):
+                        self._state.note_remap(target._type.size, start, start + n - 1)
+                    return
+                at = target.flat_index()
+                if self._state.watching and _any_mapped(old := owner[at]):  # a remap
                     self._state.note_write(target._type.size, at, old)
-                owner[at] = self._root_tiles[mapping]
+                owner[at] = tile
                 return
             if type(target) is VertexRef and target.graph._state is self._state:
                 self._state.vertices.tile[target.id] = self._root_tiles[mapping]

@@ -449,12 +449,25 @@ def _any_mapped(tiles):  # pragma: no cover - compiled
     return False
 
 
+@numba.njit(cache=True, nogil=True)
+def _fill_block(tiles, start, stop, tile):  # pragma: no cover - compiled
+    """``tiles[start:stop] = tile``, and whether one of them was mapped before (a
+    remap): one call for what a slice's view, its check and its write cost three."""
+    mapped = False
+    for k in range(start, stop):
+        mapped |= tiles[k] >= 0
+        tiles[k] = tile
+    return mapped
+
+
 class _GraphState:
     """Everything a graph and its virtual graphs share."""
 
     #: counts the writes of tiles that overwrote a mapped element's (see
     #: ``Graph.getMappingVersion``); a class default for states saved without it
     mapping_version = 0
+    #: whether remaps are counted: from the first ask for the version (or kept tiles)
+    watching = False
 
     def __init__(self, target: Target) -> None:
         self.target = target
@@ -496,6 +509,8 @@ class _GraphState:
         mapping version when one of them is mapped already, its id span noted (a
         remap). Mapping an element for the first time changes no tile anyone found,
         so leaves the version."""
+        if not self.watching:
+            return
         if isinstance(old, np.ndarray):
             if not _any_mapped(old):  # (old.max() costs a ufunc reduction a call)
                 return
@@ -507,6 +522,11 @@ class _GraphState:
             lo = hi = int(at)
         else:
             lo, hi = int(at.min()), int(at.max())
+        self.note_remap(size, lo, hi)
+
+    def note_remap(self, size: int, lo: int, hi: int) -> None:
+        """A remap of elements of size ``size`` with ids in ``[lo, hi]``: a new mapping
+        version, the span noted."""
         self.__dict__.setdefault("remaps", []).append((size, lo, hi))
         self.mapping_version += 1
 
@@ -574,6 +594,7 @@ class TilesMemo:
         while self.entries and self.held + tiles.size > self.BUDGET:
             self.held -= self.entries.pop(next(iter(self.entries)))[1].size
         ref = None if t._start >= 0 else weakref.ref(t._ix)
+        state.watching = True  # (remaps counted from now on)
         self.entries[key] = (ref, tiles, state.mapping_version)
         self.held += tiles.size
 

@@ -58,6 +58,28 @@ def test_first_mappings_leave_the_version_and_remaps_count() -> None:
         assert g.getMappingVersion() > before, k
 
 
+def test_remaps_are_counted_from_the_first_ask() -> None:
+    """Before anyone asks for the version (or keeps tiles by it) a remap only writes:
+    nothing found from the tiles is held, and hand-built graphs map element by
+    element. From the first ask on, each remap changes it, and tiles kept after a
+    remap made before that ask are the new ones."""
+    g = _graph()
+    a = g.addVariable(FLOAT, [6, 8], "a")
+    g.setTileMapping(a, 3)
+    g.setTileMapping(a, 4)  # a remap nobody watches
+    g.setTileMapping(a[0][0], 5)
+    assert g._state.remapped_since(0, 4, 0, 1 << 40) is False
+    assert g.elementTiles(a, readonly=True).tolist() == [5] + [4] * 47
+    before = g.getMappingVersion()
+    g.setTileMapping(a[0][0], 6)  # one element, consecutive ids
+    assert g.getMappingVersion() > before
+    assert g.elementTiles(a, readonly=True)[0] == 6
+    before = g.getMappingVersion()
+    g.setTileMapping(a[1], 7)  # a block
+    assert g.getMappingVersion() > before
+    assert g.elementTiles(a, readonly=True).tolist() == [6] + [4] * 7 + [7] * 8 + [4] * 32
+
+
 def test_readonly_tiles_are_kept_until_a_remap() -> None:
     g = _graph()
     x = g.addVariable(FLOAT, [8, 16], "x")
