@@ -204,9 +204,8 @@ class Graph(VertexMethods, BulkGraphMethods):
         Raises
         ------
         GraphError
-            ``t`` is not a tensor of this graph's replicated graph, the graph is not
-            replicated, or this is the replicated graph itself (call it on the
-            top-level graph).
+            ``t`` is not a tensor of this graph's replicated graph, the graph is not replicated,
+            or this is the replicated graph itself (call it on the top-level graph).
         """
         what = "getNonReplicatedTensor"
         st = self._state
@@ -457,9 +456,8 @@ class Graph(VertexMethods, BulkGraphMethods):
         Raises
         ------
         GraphError, TensorError, TypeMismatchError
-            Lists of different lengths, a tile outside this graph, a value count that
-            does not match the shape, or an element type that is not a Type (each
-            names the constant).
+            Lists of different lengths, a tile outside this graph, a value count that does not
+            match the shape, or an element type that is not a Type (each names the constant).
         """
         if self._wide:
             self._refuse_on_parent("addConstants")
@@ -515,10 +513,13 @@ class Graph(VertexMethods, BulkGraphMethods):
                 start, tile = target._start, self._root_tiles[mapping]
                 if start >= 0:  # consecutive ids: a block of the tile array (checked for
                     n = math.prod(target._shape)  # a remap and written in one compiled pass)
-                    if not self._state.watching:  # (no findings kept: only written)
-                        owner[start if n == 1 else slice(start, start + n)] = tile
-                    elif _fill_block(owner, start, start + n, tile):
-                        self._state.note_remap(target._type.size, start, start + n - 1)
+                    if self._state.watching:  # (findings kept: a remap is noted)
+                        if _fill_block(owner, start, start + n, tile):
+                            self._state.note_remap(target._type.size, start, start + n - 1)
+                    elif n == 1:  # (index and slice syntax: no call of slice())
+                        owner[start] = tile
+                    else:
+                        owner[start : start + n] = tile
                     return
                 at = target.flat_index()
                 if self._state.watching and _any_mapped(old := owner[at]):  # a remap
@@ -758,8 +759,7 @@ def variable_count(graph: Graph) -> int:
 
 
 def variable_tensors(graph: Graph, first: int, last: int) -> list[Tensor]:
-    """Whole-variable tensors of the non-constant variables with ids in
-    ``[first, last)``."""
+    """Whole-variable tensors of the non-constant variables with ids in ``[first, last)``."""
     state = graph._state
     # consecutive ids: the index array is made only if a caller asks for it
     return [Tensor._consecutive(state, var.type, var.base, tuple(var.shape), var.name)

@@ -472,6 +472,7 @@ class _GraphState:
     def __init__(self, target: Target) -> None:
         self.target = target
         self.mapping_version = 0
+        self.watching = False  # (an instance attribute: read at every setTileMapping)
         #: element size in bytes -> the id space shared by the types of that size
         self.spaces: dict[int, _Space] = {}
         self.variables = VariableTable()
