@@ -27,6 +27,7 @@ pickle.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import io
@@ -168,10 +169,42 @@ def compile_inputs(
         raise EngineError(f"{what}: expected a Graph, got {type(graph).__name__}")
     merged = engine_options(options)
     check_options(merged)
-    progs = [programs] if isinstance(programs, Program) else list(programs)
+    progs = [programs] if isinstance(programs, Program) else _program_list(programs, what)
     if not progs:
         raise EngineError(f"{what}: no programs given")
     return progs, merged
+
+
+def _program_list(programs: Any, what: str) -> list[Program]:
+    """``programs`` as a list of programs, or an EngineError naming the first that is
+    not one (a string or a mapping would otherwise be taken apart into characters or
+    keys, and fail deep inside the compilation)."""
+    hint = (
+        "hint: pass one program or a list of them, e.g. "
+        f"{what}(graph, [Sequence(...), Execute(cs)])"
+    )
+    listed = None
+    if not isinstance(programs, str | bytes | Mapping):
+        with contextlib.suppress(TypeError):
+            listed = list(programs)
+    if listed is None:
+        raise EngineError(
+            f"{what}: programs is {_short(programs)} of type {type(programs).__name__}; "
+            f"expected a Program or a list of Programs; {hint}"
+        )
+    for index, program in enumerate(listed):
+        if not isinstance(program, Program):
+            raise EngineError(
+                f"{what}: programs[{index}] is {_short(program)} of type "
+                f"{type(program).__name__}; expected a Program (Sequence, Execute, Copy, "
+                f"...); {hint}"
+            )
+    return listed
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @bulk_construction

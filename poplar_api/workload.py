@@ -32,6 +32,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 from ipusim import progress
 from ipusim.config import MachineConfig, load_config
 from ipusim.runner import RunResult, WorkloadError
@@ -242,6 +244,7 @@ def check_params(fn: Callable[..., Any], params: Mapping[str, Any], spec: str) -
     """
     sig = inspect.signature(fn)
     plist = list(sig.parameters.values())
+    _check_takes_device(fn, plist, spec)
     takes = [
         p
         for p in plist[1:]
@@ -282,6 +285,40 @@ def check_params(fn: Callable[..., Any], params: Mapping[str, Any], spec: str) -
             f"workload {spec!r}: function {fn.__name__} needs parameter(s) "
             f"{', '.join(missing)}; hint: -p {missing[0]}=VALUE"
         )
+
+
+def _check_takes_device(fn: Callable[..., Any], plist: list[inspect.Parameter], spec: str) -> None:
+    """Refuse a function that cannot be called as ``fn(device, ...)``: the tools pass the
+    device first, positionally, and a function without that parameter would fail inside
+    them with a bare TypeError."""
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if plist and (plist[0].kind in positional or plist[0].kind is inspect.Parameter.VAR_POSITIONAL):
+        return
+    name = getattr(fn, "__name__", "function")
+    raise WorkloadError(
+        f"workload {spec!r}: function {name}{inspect.signature(fn)} does not take the "
+        f"device as its first positional parameter; required {name}(device, **params); "
+        f"hint: add it first, e.g. def {name}(device, rows: int = 100) (see "
+        "docs/workloads.md)"
+    )
+
+
+def _check_result(value: Any, spec: str) -> bool:
+    """The workload check's answer as a bool: True, False (or numpy's bool_). Anything
+    else is refused: None (a check that forgot its ``return``) would read as a failed
+    check, and an array has no single truth value."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    hint = (
+        "hint: does the check end with return ...? an array check reads "
+        "return bool(np.allclose(got, want))"
+    )
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise WorkloadError(
+        f"workload {spec!r}: check returned {shown} of type {type(value).__name__}; "
+        f"required True or False; {hint}"
+    )
 
 
 # --------------------------------------------------------------------------- running
@@ -372,7 +409,7 @@ def run(
         if not built.run:
             raise WorkloadError(f"workload {spec!r}: Workload.run is empty; nothing was run")
         progress.detail("check")
-        ok = None if built.check is None else bool(built.check(engine))
+        ok = None if built.check is None else _check_result(built.check(engine), spec)
         traces = engine.getTraces()
         trace = traces[-1]
         metrics = {} if built.metrics is None else built.metrics(engine, trace)

@@ -577,6 +577,32 @@ def test_invalid_engine_options_json(monkeypatch):
     assert isinstance(info.value, PoplarError)
 
 
+@pytest.mark.parametrize(
+    ("programs", "found"),
+    [
+        ("main", "programs is 'main' of type str"),
+        ({"main": prog.Sequence()}, "of type dict"),
+        (3, "programs is 3 of type int"),
+        ([prog.Sequence(), None], "programs[1] is None of type NoneType"),
+        ([[prog.Sequence()]], "programs[0] is [Sequence"),
+    ],
+)
+def test_programs_that_are_not_programs_are_named(programs, found):
+    # A string or a dict was taken apart into characters or keys and failed deep in
+    # the compilation with an AttributeError.
+    g = new_graph()
+    with pytest.raises(EngineError, match="expected a Program") as info:
+        Engine(g, programs)
+    assert found in str(info.value) and "hint:" in str(info.value)
+
+
+def test_programs_may_be_any_iterable_of_programs():
+    g = new_graph()
+    engine = Engine(g, (p for p in [prog.Sequence(), prog.Sequence()]))
+    engine.load(IPUModel("tiny").createDevice())
+    engine.run(1)
+
+
 def test_virtual_graph_tiles_shift_in_parent():
     g = new_graph()
     vg = g.createVirtualGraph(4, 8)

@@ -96,6 +96,42 @@ def test_result_that_is_not_a_workload(tmp_path):
         run(spec + ":not_a_workload", "tiny")
 
 
+def test_a_function_without_the_device_parameter_is_named(tmp_path, capsys):
+    spec = write(tmp_path, "wl.py", GOOD + "\ndef no_device(*, rows: int = 4):\n    pass\n")
+    with pytest.raises(
+        WorkloadError, match=r"no_device\(\*, rows: int = 4\) does not take the dev"
+    ):
+        run(spec + ":no_device", "tiny")
+    status = cli.main(["run", spec + ":no_device", "--config", "tiny", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 2 and "def no_device(device, " in err and "internal error" not in err
+
+
+def checked_by(returned: str) -> str:
+    """GOOD with a check returning the expression ``returned`` (numpy as np)."""
+    return "import numpy as np\n" + GOOD.replace(
+        "return Workload(graph, prog.Copy(a, b))",
+        f"return Workload(graph, prog.Copy(a, b), check=lambda e: {returned})",
+    )
+
+
+@pytest.mark.parametrize(
+    ("returned", "shown"),
+    [("None", "check returned None of type NoneType"), ("np.array([True, False])", "ndarray")],
+)
+def test_a_check_that_returns_no_truth_value_is_named(tmp_path, returned, shown):
+    spec = write(tmp_path, "wl.py", checked_by(returned))
+    with pytest.raises(
+        WorkloadError, match=r"required True or False; hint: does the check"
+    ) as info:
+        run(spec, "tiny")
+    assert shown in str(info.value)
+
+
+def test_a_numpy_bool_check_is_a_truth_value(tmp_path):
+    assert run(write(tmp_path, "wl.py", checked_by("np.bool_(1)")), "tiny").ok is True
+
+
 def test_errors_are_value_errors():
     assert issubclass(WorkloadError, ValueError)
 
