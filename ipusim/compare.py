@@ -515,7 +515,10 @@ def _run_workload(spec: str, args: argparse.Namespace) -> MeasuredProfile:
         progress.phase("check workload")
         runner.check_workload_source(spec)
         progress.phase("load, build, compile and run")
-        result = runner.run_from_arguments(spec, args)
+        config = args.config or "mk2"
+        result = runner.run_from_arguments(
+            spec, argparse.Namespace(**{**vars(args), "config": config})
+        )
     profile = result.measured()
     metrics = {**profile.metrics, **{k: float(v) for k, v in (result.metrics or {}).items()}}
     return replace(profile, source=f"{spec} on {result.config.name}", metrics=metrics)
@@ -550,6 +553,7 @@ def _compare_command(args: argparse.Namespace) -> int:
             f"--plot {args.plot!r}: suffix {Path(args.plot).suffix.lower()!r} is not "
             "supported; required .png, .svg or .pdf"
         )
+    _check_options_apply(args)
     measured = _load_profile(args.measured, args, "MEASURED")
     if _looks_like_workload(args.run):
         simulated = _run_workload(args.run, args)
@@ -577,6 +581,36 @@ def _compare_command(args: argparse.Namespace) -> int:
             )
             return 1
     return 0
+
+
+def _check_options_apply(args: argparse.Namespace) -> None:
+    """Refuse options that would be ignored: the workload options when RUN is a profile
+    (the numbers compared would not be those of the machine asked for), ``--ids`` when
+    MEASURED is not a measurements .csv."""
+    if not _looks_like_workload(args.run):
+        given = [
+            f"{option} {value}"
+            for option, values in (
+                ("--config", [args.config] if args.config else []),
+                ("--set", args.set or []),
+                ("-p", args.param or []),
+                ("--engine-option", args.engine_option or []),
+            )
+            for value in values
+        ]
+        if given:
+            raise CompareError(
+                f"{', '.join(given)} given, but RUN {args.run!r} is a profile, not a "
+                "workload: these options choose the machine, parameters and engine options "
+                "of a workload run, and a profile is read as it is; hint: drop them, or give "
+                "a workload (file.py[:func] or module[:func]) as RUN"
+            )
+    if args.ids and not args.measured.lower().endswith(".csv"):
+        raise CompareError(
+            f"--ids {','.join(args.ids)!r} given, but MEASURED {args.measured!r} is not a "
+            "measurements .csv: --ids chooses rows of one; hint: drop --ids, or give the "
+            ".csv file as MEASURED"
+        )
 
 
 def _percent(text: str) -> float:
@@ -657,4 +691,6 @@ def register(subparsers: Any) -> None:
 
     add_workload_arguments(group)
     add_progress_arguments(group)
-    parser.set_defaults(handler=_compare_command)
+    # No --config unless given (a workload runs on mk2 then): given with a profile as
+    # RUN it is refused rather than ignored.
+    parser.set_defaults(handler=_compare_command, config=None)

@@ -250,3 +250,27 @@ def test_cli_runs_a_workload(capsys, tmp_path: Path) -> None:
     line = next(ln for ln in out.splitlines() if ln.startswith("phase  compute_active"))
     # one vertex with perf estimate 60 on one of 8 tiles, plus any launch cycles
     assert float(line.split()[3].replace(",", "")) >= 60 / 8
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--config", "tiny"],
+        ["--set", "exchange.bytes_per_cycle=8"],
+        ["-p", "n=6"],
+        ["--engine-option", "debug.maxCycles=10"],
+    ],
+)
+def test_cli_refuses_workload_options_with_a_profile_as_run(capsys, options) -> None:
+    # They were ignored: the profile's numbers were compared as if the machine asked
+    # for had run.
+    assert main(["compare", str(IPUMODEL), str(HARDWARE), *options]) == 2
+    err = capsys.readouterr().err
+    assert f"{options[0]} {options[1]} given, but RUN '{HARDWARE}' is a profile" in err
+    assert "hint: drop them" in err
+
+
+def test_cli_refuses_ids_without_a_measurements_csv(capsys) -> None:
+    assert main(["compare", str(IPUMODEL), str(HARDWARE), "--ids", "J1.*"]) == 2
+    err = capsys.readouterr().err
+    assert f"--ids 'J1.*' given, but MEASURED '{IPUMODEL}' is not a measurements .csv" in err
