@@ -58,16 +58,21 @@ WEIGHT_TYPES = frozenset(
 
 
 def load_model(fnModel: Any, what: str) -> onnx.ModelProto:
-    """An ``onnx.ModelProto`` from serialized bytes, a ModelProto or a file path."""
+    """An ``onnx.ModelProto`` from serialized bytes, a ModelProto or a file path.
+
+    A model without a graph is refused: protobuf reads an empty file, or one cut off
+    before its graph, as a valid empty model, which would run as a model of nothing.
+    """
     if isinstance(fnModel, onnx.ModelProto):
-        return fnModel
+        return _with_graph(fnModel, what, "the ModelProto")
     if isinstance(fnModel, bytes | bytearray):
         try:
-            return onnx.load_from_string(bytes(fnModel))
+            model = onnx.load_from_string(bytes(fnModel))
         except Exception as exc:
             raise popart_exception(
                 f"{what}: the bytes are not a serialized ONNX ModelProto ({exc})"
             ) from None
+        return _with_graph(model, what, f"the {len(fnModel)} bytes given")
     if isinstance(fnModel, str | os.PathLike):
         if not os.path.isfile(fnModel):
             raise popart_exception(
@@ -75,11 +80,23 @@ def load_model(fnModel: Any, what: str) -> onnx.ModelProto:
                 "builder.getModelProto() or the path of a file written with onnx.save"
             )
         try:
-            return onnx.load(os.fspath(fnModel))
+            model = onnx.load(os.fspath(fnModel))
         except Exception as exc:
             raise popart_exception(f"{what}: cannot read '{fnModel}' as ONNX ({exc})") from None
+        size = os.path.getsize(fnModel)
+        return _with_graph(model, what, f"model file '{fnModel}' ({size} bytes)")
     raise popart_exception(
         f"{what}: fnModel must be ModelProto bytes or a file path, got {type(fnModel).__name__}"
+    )
+
+
+def _with_graph(model: onnx.ModelProto, what: str, source: str) -> onnx.ModelProto:
+    if model.HasField("graph"):
+        return model
+    raise popart_exception(
+        f"{what}: {source} holds no ONNX graph; required a model with a graph (its "
+        "inputs, nodes and outputs); hint: the file may be empty or cut short: write it "
+        "again with onnx.save or session.modelToHost"
     )
 
 

@@ -225,6 +225,7 @@ class SessionIO:
 
     def writeWeights(self, weightsIo: PyWeightsIO) -> None:
         """Set the host copies of weights (written by the next ``weightsFromHost``)."""
+        what = f"{self._kind}.writeWeights"
         for tid, arr in weightsIo.weights.items():
             if tid not in self._weights:
                 raise popart_exception(
@@ -237,7 +238,8 @@ class SessionIO:
                     f"{self._kind}.writeWeights: '{tid}' needs shape {list(want)}, got "
                     f"{list(np.shape(arr))}"
                 )
-            self._weights[tid] = np.asarray(arr, self._weights[tid].dtype).copy()
+            held = held_as(np.asarray(arr), self._weights[tid].dtype, f"{what}: '{tid}'")
+            self._weights[tid] = held.copy()
 
     def resetHostWeights(
         self,
@@ -451,7 +453,8 @@ class SessionIO:
             raise popart_exception(
                 f"{what}: input '{tid}' is {arr.dtype}; the model's input is {np.dtype(host)}"
             )
-        return np.ascontiguousarray(arr, dtype=host).reshape([calls, *inp.shape])
+        held = held_as(arr, host, f"{what}: input '{tid}'")
+        return held.reshape([calls, *inp.shape])
 
     # -------------------------------------------------------------- reports
     # as PopART's (popart_api/report.py): JSON text or CBOR bytes, the runs forgotten
@@ -509,3 +512,41 @@ class SessionIO:
 
 
 __all__ = ["HostAnchor", "HostInput", "SessionIO"]
+
+
+def held_as(arr: np.ndarray, host: Any, what: str) -> np.ndarray:
+    """``arr`` as a contiguous array of the dtype the model holds it in (``host``).
+
+    A value the cast would change beyond rounding is refused rather than passed on: an
+    integer outside the held type's range (an INT64 input is held as INT32, as PopART
+    holds it, and would wrap) or a finite float that becomes infinite (float64 data
+    past float32's or FLOAT16's largest value).
+
+    Raises
+    ------
+    popart_exception
+        Naming ``what``, the first such value, where it is and the held type's range.
+    """
+    with np.errstate(over="ignore"):  # an overflow is refused below, naming the value
+        held = np.ascontiguousarray(arr, dtype=host)
+    if held.dtype == arr.dtype or arr.size == 0:
+        return held
+    kind = held.dtype.kind
+    if kind in "iu" and arr.dtype.kind in "iub":
+        info = np.iinfo(held.dtype)
+        outside = (arr < info.min) | (arr > info.max)
+        limits = f"{held.dtype}'s range [{info.min}, {info.max}]"
+    elif kind == "f" and not np.isfinite(held).all():
+        outside = np.isfinite(arr) & ~np.isfinite(held)
+        limits = f"{held.dtype}'s largest magnitude {np.finfo(held.dtype).max:g}"
+    else:
+        return held
+    if not outside.any():
+        return held
+    where = np.unravel_index(int(np.argmax(outside)), arr.shape)
+    at = [int(i) for i in where]
+    raise popart_exception(
+        f"{what}: value {arr[where].item()!r} at index {at} ({arr.dtype}) is outside {limits}, "
+        f"the type the model holds it in, and would be changed by the cast; hint: give "
+        f"values in that range, or data of type {held.dtype}"
+    )

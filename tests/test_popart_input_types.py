@@ -170,3 +170,37 @@ def test_pow_of_a_float_base_keeps_its_type_with_an_integer_exponent() -> None:
     )
     assert anchors["y"].dtype == np.float32
     np.testing.assert_allclose(anchors["y"], x ** e.astype(np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("typ", "value", "found"),
+    [
+        (TensorProto.INT64, np.int64(2**40), "value 1099511627776 at index [0, 1] (int64)"),
+        (TensorProto.INT32, np.int64(-(2**31) - 1), "outside int32's range"),
+        (TensorProto.FLOAT, np.float64(1e40), "value 1e+40 at index [0, 1] (float64)"),
+        (TensorProto.FLOAT16, np.float32(7e4), "outside float16's largest magnitude 65504"),
+    ],
+)
+def test_a_value_the_input_type_cannot_hold_is_named(typ, value, found) -> None:
+    # It was cast silently: an integer wrapped (2**40 became 0), a float became inf.
+    data = np.zeros([2, 3], value.dtype)
+    data[0, 1] = value
+    with pytest.raises(popart.popart_exception, match="input 'a': value") as info:
+        _run(
+            [helper.make_node("Identity", ["a"], ["y"])],
+            [_vi("a", typ, [2, 3])],
+            [_vi("y", typ, [2, 3])],
+            {"a": data},
+        )
+    assert found in str(info.value) and "hint:" in str(info.value)
+
+
+def test_values_within_the_held_type_are_cast_as_before() -> None:
+    data = np.array([[-(2**31), 2**31 - 1, 5]], np.int64)
+    anchors = _run(
+        [helper.make_node("Identity", ["a"], ["y"])],
+        [_vi("a", TensorProto.INT64, [1, 3])],
+        [_vi("y", TensorProto.INT64, [1, 3])],
+        {"a": data},
+    )
+    np.testing.assert_array_equal(anchors["y"], data)

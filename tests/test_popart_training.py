@@ -715,6 +715,18 @@ def test_malformed_models_are_clear_errors(tmp_path):
         popart.InferenceSession(str(tmp_path / "missing.onnx"), flow, _device())
 
 
+@pytest.mark.parametrize("content", [b"", b"\x08\x07"])
+def test_a_model_without_a_graph_is_refused(tmp_path, content):
+    # Protobuf reads an empty file (or one cut before its graph) as an empty model,
+    # which ran as a model of nothing.
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(content)
+    with pytest.raises(popart.popart_exception, match=r"cut.onnx' \(\d bytes\) holds no ONNX"):
+        popart.InferenceSession(str(path), popart.DataFlow(1, {}), _device())
+    with pytest.raises(popart.popart_exception, match="bytes given holds no ONNX graph"):
+        popart.Builder(content)
+
+
 def test_unsupported_op_names_node_and_opset():
     from onnx import TensorProto, helper
 
