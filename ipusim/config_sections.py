@@ -730,7 +730,19 @@ def _leaf_paths() -> tuple[str, ...]:
 
 
 def suggest_path(path: tuple[str, ...], top_extra: tuple[str, ...] = ()) -> str:
-    """A 'did you mean' hint for an unknown key at ``path`` (closest valid key)."""
+    """A 'did you mean' hint for an unknown key at ``path`` (closest valid key); a path
+    naming a section, or going on past a field or an unknown section, says so."""
+    name = ".".join(path)
+    if path and section_model(path) is not None:
+        fields = [leaf for leaf in leaf_paths() if leaf.startswith(name + ".")]
+        more = ", ..." if len(fields) > 6 else ""
+        return f"'{name}' is a section, not a field; its fields: {', '.join(fields[:6])}{more}"
+    known = next(k for k in range(len(path) - 1, -1, -1) if section_model(path[:k]) is not None)
+    if known < len(path) - 1:  # path[known] is not a section: the first part in error
+        head = ".".join(path[: known + 1])
+        if head in leaf_paths():
+            return f"'{head}' is a field, not a section: it has no key '{path[known + 1]}'"
+        return f"no section '{head}'; " + suggest_path(path[: known + 1], top_extra)
     parent = path[:-1]
     model = section_model(parent)
     siblings = list(model.model_fields) if model is not None else []

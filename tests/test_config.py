@@ -217,6 +217,27 @@ def test_override_key_in_the_wrong_section_points_to_the_right_one():
     assert "did you mean 'memory.bank_bytes'" in line
 
 
+@pytest.mark.parametrize(
+    ("path", "hint"),
+    [
+        # "valid keys of 'nope': " listed nothing
+        ("nope.x", "no section 'nope'; valid keys of the top level: name, description, arch"),
+        ("tile.clock_hz.x", "'tile.clock_hz' is a field, not a section: it has no key 'x'"),
+    ],
+)
+def test_an_override_path_past_a_field_or_unknown_section_is_explained(path, hint):
+    (line,) = config_problems("tiny", {path: 1})
+    assert hint in line
+
+
+def test_a_section_given_as_a_field_lists_its_fields():
+    # calibrate --param tile answered "did you mean 'tile'?"
+    from ipusim.calibration_fit import CalibrationError, resolve_parameters
+
+    with pytest.raises(CalibrationError, match="'tile' is a section, not a field; its fields: "):
+        resolve_parameters(load_config("tiny"), ["tile"])
+
+
 # Hash and YAML --------------------------------------------------------------------------------
 def test_hash_is_stable_and_follows_values():
     h = config_hash(load_config("mk2"))
