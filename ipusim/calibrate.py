@@ -58,6 +58,7 @@ from ipusim.calibration_fit import (
     Parameter,
     WorkloadRuns,
     fit,
+    foreign_pairs,
     loss_of,
     measured_value,
     residual_frame,
@@ -270,6 +271,8 @@ def calibrate(
         notes.append(message)
         warnings.warn(message, UserWarning, stacklevel=3)
 
+    for note in foreign_pairs(pairs, runs):
+        warn(note)
     insensitive = [ev for i in range(len(params)) if (ev := _probe(problem, x0, i)) is not None]
     for ev in insensitive:
         warn(f"insensitive parameter {ev}")

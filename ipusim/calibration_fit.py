@@ -385,6 +385,8 @@ class WorkloadRuns:
         self.base = base
         self._results: dict[Any, Any] = {}
         self.build_seconds = 0.0
+        #: pair label -> the step names of its workload's run (workload specs only)
+        self.step_names: dict[str, set[str]] = {}
 
     def retimer(self, pair: Pair) -> Callable[[MachineConfig], dict[str, float]]:
         """A function from a trial config to the pair's simulated phases and metrics."""
@@ -409,12 +411,38 @@ class WorkloadRuns:
             )
             self.build_seconds += time.perf_counter() - start
         result = self._results[key]
+        self.step_names[pair.label] = {step.name for step in result.measured().steps}
 
         def values(cfg: MachineConfig) -> dict[str, float]:
             trace = result.retime(cfg)
             return {**_simulated_values(trace), **result.metrics_of(trace)}
 
         return values
+
+
+def foreign_pairs(pairs: Sequence[Pair], runs: WorkloadRuns) -> list[str]:
+    """A warning for each pair whose measured step names and its run's have less than
+    half of their names in common: the measurement is likely of another program (or
+    other parameters), and fitting the machine to it would tune it to the wrong
+    numbers. Profiles without steps (SDK summaries) are not judged."""
+    notes = []
+    for pair in pairs:
+        run = runs.step_names.get(pair.label, set())
+        measured = {step.name for step in pair.measured.steps}
+        shared = run & measured
+        if run and measured and 2 * len(shared) < len(run | measured):
+            only = [
+                f"{side} only e.g. {min(names - shared)!r}"
+                for side, names in (("measured", measured), ("run", run))
+                if names - shared
+            ]
+            notes.append(
+                f"pair {pair.label}: only {len(shared)} of the {len(run | measured)} step "
+                f"names of the measured profile ({len(measured)}) and of the run "
+                f"({len(run)}) are shared ({'; '.join(only)}); the measured profile may be "
+                "of another program or other parameters: check the pair"
+            )
+    return notes
 
 
 def _simulated_values(trace: Trace) -> dict[str, float]:

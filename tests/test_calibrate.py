@@ -145,6 +145,21 @@ def test_a_workload_metric_is_fitted_on_retimed_runs(tiny):
     assert after["simulated"] == 512
 
 
+def test_a_measured_profile_of_another_program_is_warned_of(tiny):
+    # It was fitted without a word: the machine tuned to another program's numbers.
+    other = measured_at(tiny, TRUTH, 1000)  # the IR program's steps: cs, ex, sync
+    with pytest.warns(UserWarning, match=r"pair sum: only \d+ of the \d+ step names") as info:
+        result = calibrate([Pair(WORKLOAD, {"n": 256}, other, label="sum")], "tiny", [SYNC])
+    assert "may be of another program" in str(info[0].message)
+    assert any("pair sum: only" in note for note in result.warnings)
+
+
+def test_a_measured_profile_of_the_same_workload_is_not_warned_of(tiny):
+    measured = ipusim.runner.run_workload(WORKLOAD, with_overrides(tiny, TRUTH)).measured()
+    result = calibrate([Pair(WORKLOAD, {}, measured)], "tiny", [SYNC], max_evaluations=5)
+    assert not [note for note in result.warnings if "step names" in note]
+
+
 # (b) leave-one-out ----------------------------------------------------------------------------
 def test_leave_one_out_predicts_an_outlier(tiny):
     # Two pairs at 2 B/cycle, the third measured on a machine with 2.5 B/cycle.
