@@ -167,10 +167,12 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"ipusim: {command} interrupted (Ctrl-C)", 130)
         except OSError as exc:
             return _fail(f"ipusim: error: {_os_error_text(exc)}", 2)
-        except MemoryError:
+        except MemoryError as exc:
+            if _is_layers(exc):  # tile memory (OutOfMemoryError): its report is the message
+                return _fail(f"ipusim: error: {type(exc).__name__}: {exc}", 2)
             return _fail(
-                f"ipusim: error: {command} ran out of memory; hint: a smaller workload, "
-                "fewer tiles or fewer sweep points",
+                f"ipusim: error: {command} ran out of host memory; hint: a smaller "
+                "workload, fewer tiles or fewer sweep points",
                 2,
             )
         except RecursionError:
@@ -245,6 +247,11 @@ def _is_users(filename: str) -> bool:
     return not path.startswith(_OWN_DIRS + _LIBRARY_DIRS) and not filename.startswith("<frozen")
 
 
+def _is_layers(exc: BaseException) -> bool:
+    """An error class of the Poplar or PopART layer: a refused input, with its message."""
+    return type(exc).__module__.split(".")[0] in ("poplar_api", "popart_api")
+
+
 def _unexpected(exc: Exception, command: str) -> int:
     """One line for an exception that is neither an IpusimError nor an OSError.
 
@@ -254,7 +261,7 @@ def _unexpected(exc: Exception, command: str) -> int:
     kind = type(exc)
     text = f"{kind.__name__}: {exc}"
     hint = f"hint: set {TRACEBACK_ENV}=1 to see the traceback"
-    if kind.__module__.split(".")[0] in ("poplar_api", "popart_api"):
+    if _is_layers(exc):
         return _fail(f"ipusim: error: {text}", 2)
     frames = _frames(exc)
     users = [f for f in frames if _is_users(f[0])]

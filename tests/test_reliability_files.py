@@ -425,6 +425,23 @@ def test_an_error_of_the_poplar_layer_is_bad_input(tmp_path, capsys):
     assert "'debug.maxCycles' has value '-5'" in err and "Traceback" not in err
 
 
+def test_a_graph_out_of_tile_memory_shows_its_report(tmp_path, capsys):
+    # OutOfMemoryError is a MemoryError: the command printed "run ran out of memory"
+    # with a hint about host memory, hiding the tiles, bytes and variables.
+    spec = tmp_path / "big.py"
+    spec.write_text(
+        "from poplar_api import FLOAT, Graph\nfrom poplar_api import program as prog\n"
+        "from poplar_api.workload import Workload\n\ndef workload(device):\n"
+        "    graph = Graph(device.getTarget())\n"
+        "    x = graph.addVariable(FLOAT, [20000], 'big')\n    graph.setTileMapping(x, 3)\n"
+        "    return Workload(graph, prog.Sequence(prog.WriteUndef(x)))\n"
+    )
+    assert cli.main(["run", str(spec), "--config", "tiny", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ipusim: error: OutOfMemoryError: graph does not fit in tile memory")
+    assert "tile 3: needs" in err and "'big' 80000 B" in err and "allowOutOfMemory" in err
+
+
 def test_the_traceback_of_an_ipusim_error_is_shown_on_request(monkeypatch, capsys):
     monkeypatch.setenv(cli.TRACEBACK_ENV, "1")
     assert cli.main(["config", "show", "no-such-preset"]) == 2
