@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -269,6 +270,19 @@ def run_workload(
         The workload cannot be loaded or called (see the message), or its source
         defines no workload function (:func:`check_workload_source`; nothing runs).
     """
+    if not isinstance(spec, str | os.PathLike):
+        raise WorkloadError(
+            f"workload spec {spec!r} is a {type(spec).__name__}; expected a string "
+            "path/to/file.py[:func] or package.module[:func]"
+        )
+    spec = os.fspath(spec)
+    examples = {"params": "{'rows': 100}", "options": "{'debug.maxCycles': '1000000'}"}
+    for name, value in (("params", params), ("options", options)):
+        if value is not None and not isinstance(value, Mapping):
+            raise WorkloadError(
+                f"workload {spec!r}: {name} is a {type(value).__name__} ({value!r:.60}); "
+                f"expected a mapping of name -> value, e.g. {name}={examples[name]}"
+            )
     check_workload_source(spec)
     cfg = config if isinstance(config, MachineConfig) else load_config(config)
     run = find_runner(runner)

@@ -132,6 +132,21 @@ def test_a_numpy_bool_check_is_a_truth_value(tmp_path):
     assert run(write(tmp_path, "wl.py", checked_by("np.bool_(1)")), "tiny").ok is True
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs", "found"),
+    [
+        ((123, "tiny"), {}, "workload spec 123 is a int; expected a string"),
+        ((TUT3, "tiny", [1, 2]), {}, "params is a list ([1, 2]); expected a mapping"),
+        ((TUT3, "tiny"), {"options": ["x"]}, "options is a list (['x']); expected a mapping"),
+    ],
+)
+def test_run_workload_names_arguments_of_the_wrong_type(args, kwargs, found):
+    # They raised AttributeError or TypeError from inside the runner.
+    with pytest.raises(WorkloadError) as info:
+        run_workload(*args, **kwargs)
+    assert found in str(info.value)
+
+
 def test_errors_are_value_errors():
     assert issubclass(WorkloadError, ValueError)
 
