@@ -12,7 +12,6 @@ descriptions are in :mod:`popart_api.dataflow` and imported from here too.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -23,6 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 from ipusim import progress
+from ipusim.files import FileWriteError, write_json
 from popart_api import autodiff, ops
 from popart_api.dataflow import (
     AnchorReturnType,
@@ -93,8 +93,10 @@ def _write_tile_map(graph: Graph, values: dict[str, Any], path: str) -> None:
         out[tid] = [
             [tile, int(iv.begin()), int(iv.end())] for tile, ivs in enumerate(mapping) for iv in ivs
         ]
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(out, f)
+    try:  # whole or not at all
+        write_json(path, out, what="POPART_TENSOR_TILE_MAP", separators=(", ", ": "))
+    except FileWriteError as exc:
+        raise popart_exception(f"POPART_TENSOR_TILE_MAP: {exc}") from None
 
 
 class _Session(SessionIO):

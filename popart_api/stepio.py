@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ipusim.files import FileWriteError, write_bytes
 from popart_api import ops
 from popart_api.autodiff import GRADIENT_PREFIX
 from popart_api.builder import TensorInfo
@@ -261,14 +262,20 @@ class SessionIO:
             self.writeWeights(PyWeightsIO({init.name: numpy_helper.to_array(init)}))
 
     def modelToHost(self, fn: str) -> None:
-        """Write the model with the device's current weights to the ONNX file ``fn``."""
+        """Write the model with the device's current weights to the ONNX file ``fn``.
+
+        The file appears only once complete (:func:`ipusim.files.write_bytes`); a path
+        that cannot be written is a popart_exception naming it and the reason."""
         self.weightsToHost()
         model = onnx.ModelProto()
         model.CopyFrom(self.model)
         for init in model.graph.initializer:
             if init.name in self._weights:
                 init.CopyFrom(numpy_helper.from_array(self._weights[init.name], init.name))
-        onnx.save(model, fn)
+        try:  # whole or not at all: a stopped or failed write leaves no half model
+            write_bytes(fn, model.SerializeToString(), what="modelToHost model")
+        except FileWriteError as exc:
+            raise popart_exception(f"{self._kind}.modelToHost: {exc}") from None
 
     def _anchor_shape(self, a: HostAnchor) -> list[int]:
         art, bps = a.art, self.dataFlow.batchesPerStep

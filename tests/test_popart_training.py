@@ -4,6 +4,8 @@ accumulation, replication, recomputation, optimizer updates and bad input."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -378,6 +380,28 @@ def test_model_to_host_round_trip(tmp_path):
         np.testing.assert_array_equal(inits[n], v)
     s2 = _session(popart.Builder(str(path)), loss, popart.ConstSGD(0.0))
     np.testing.assert_array_equal(_weights(s2)["W1"], trained["W1"])
+
+
+def test_model_to_host_is_whole_or_nothing(tmp_path, monkeypatch):
+    # onnx.save wrote in place: a bad path raised a bare NotADirectoryError, and a
+    # write stopped before its end left part of a model over the old one.
+    bd, _x, _lab, loss = _mlp()
+    s = _session(bd, loss, popart.ConstSGD(0.1))
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(popart.popart_exception, match=r"modelToHost: cannot write .*afile/m"):
+        s.modelToHost(str(tmp_path / "afile" / "m.onnx"))
+    path = tmp_path / "kept.onnx"
+    path.write_bytes(b"old")
+
+    def stopped(fd):  # Ctrl-C once the bytes are written, before they are committed
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        s.modelToHost(str(path))
+    monkeypatch.undo()
+    assert path.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "kept.onnx"]
 
 
 def test_l1_loss_gradient():
