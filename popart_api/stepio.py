@@ -9,6 +9,7 @@ on it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,6 +77,7 @@ class SessionIO:
 
     _kind = "Session"
     _loaded = False
+    _weights_written = False  # weightsFromHost called (else run warns once)
     _last_cycles: int | None = None  # the last run's cycles, kept over a report fetch
     model: onnx.ModelProto
     dataFlow: DataFlow
@@ -189,6 +191,7 @@ class SessionIO:
             self._loaded = True
         for tid, arr in self._weights.items():
             engine.writeTensor(f"weight:{tid}", arr)
+        self._weights_written = True
         seed = self.options.randomSeed or 0
         engine.writeTensor("randomSeed", np.array([seed & 0xFFFFFFFF, 0], np.uint32))
 
@@ -372,6 +375,16 @@ class SessionIO:
             engine.load(self.deviceInfo.device)
             self._loaded = True
         what = f"{self._kind}.run"
+        if not self._weights_written and self._weights:
+            self._weights_written = True  # said once
+            logging.getLogger("popart").warning(
+                "%s: weightsFromHost() was not called, so the device's %d weight(s) (e.g. "
+                "'%s') do not hold the model's initializers; hint: call "
+                "session.weightsFromHost() after prepareDevice()",
+                what,
+                len(self._weights),
+                next(iter(self._weights)),
+            )
         if isinstance(stepio, PyStepIOCallback):
             self._run_callbacks(stepio, debugName)
             return

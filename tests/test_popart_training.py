@@ -382,6 +382,29 @@ def test_model_to_host_round_trip(tmp_path):
     np.testing.assert_array_equal(_weights(s2)["W1"], trained["W1"])
 
 
+def test_a_run_without_weights_from_host_is_warned_of_once(caplog):
+    # The device's weights and learning rate were zeros: training did nothing, and
+    # nothing said why.
+    bd, x, lab, loss = _mlp()
+    flow = popart.DataFlow(1, {loss: popart.AnchorReturnType("ALL")})
+    s = popart.TrainingSession(
+        fnModel=bd.getModelProto(), dataFlow=flow, deviceInfo=_device(), loss=loss,
+        optimizer=popart.ConstSGD(0.1),
+    )  # fmt: skip
+    s.prepareDevice()
+    X, L = _data(2)
+    with caplog.at_level("WARNING", logger="popart"):
+        for k in range(2):
+            s.run(popart.PyStepIO({x: X[k], lab: L[k]}, s.initAnchorArrays()))
+    said = [r.getMessage() for r in caplog.records if "weightsFromHost() was not" in r.getMessage()]
+    assert len(said) == 1 and "hint: call session.weightsFromHost()" in said[0]
+    caplog.clear()
+    s2 = _session(bd, loss, popart.ConstSGD(0.1))
+    with caplog.at_level("WARNING", logger="popart"):
+        s2.run(popart.PyStepIO({x: X[0], lab: L[0]}, s2.initAnchorArrays()))
+    assert not [r for r in caplog.records if "weightsFromHost" in r.getMessage()]
+
+
 def test_model_to_host_is_whole_or_nothing(tmp_path, monkeypatch):
     # onnx.save wrote in place: a bad path raised a bare NotADirectoryError, and a
     # write stopped before its end left part of a model over the old one.
