@@ -324,7 +324,7 @@ class _Space:
             try:
                 grown = np.empty(room, tile.dtype)
                 break
-            except MemoryError:
+            except (MemoryError, ValueError):  # ValueError: beyond numpy's index range
                 continue
         else:
             gib = tile.itemsize * (needed - self.size) / 2**30

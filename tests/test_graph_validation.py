@@ -99,6 +99,13 @@ def test_large_variables_are_checked_by_stretches_alike():
     assert "first: element 1234" in problem
 
 
+@pytest.mark.parametrize("shape", [[2**40, 2**40], [10**20]])
+def test_a_shape_beyond_numpy_is_named(shape):
+    # numpy's "Maximum allowed dimension exceeded" came out bare, naming nothing.
+    with pytest.raises(GraphError, match=r"tensor 'huge': [\d,]+ elements are more than"):
+        tiny_graph().addVariable(FLOAT, shape, "huge")
+
+
 def test_unmapped_constant():
     g = tiny_graph()
     g.addConstant(INT, [3], [1, 2, 3], "k")
