@@ -292,14 +292,28 @@ def _check_takes_device(fn: Callable[..., Any], plist: list[inspect.Parameter], 
     device first, positionally, and a function without that parameter would fail inside
     them with a bare TypeError."""
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if plist and (plist[0].kind in positional or plist[0].kind is inspect.Parameter.VAR_POSITIONAL):
-        return
     name = getattr(fn, "__name__", "function")
+    found = "does not take the device as its first positional parameter"
+    if plist and plist[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        return
+    if plist and plist[0].kind in positional:
+        first = plist[0]
+        # A parameter with a value default or a number/str annotation is a workload
+        # parameter: the device would be passed as its value.
+        default = first.default not in (inspect.Parameter.empty, None)
+        scalar = (int, float, str, bool, "int", "float", "str", "bool")
+        if not default and first.annotation not in scalar:
+            return
+        kind = getattr(first.annotation, "__name__", first.annotation)
+        shown = f"default {first.default!r}" if default else f"type {kind}"
+        found = (
+            f"takes {first.name!r} first, which looks like a workload parameter (its "
+            f"{shown}), so the device would be passed as its value"
+        )
     raise WorkloadError(
-        f"workload {spec!r}: function {name}{inspect.signature(fn)} does not take the "
-        f"device as its first positional parameter; required {name}(device, **params); "
-        f"hint: add it first, e.g. def {name}(device, rows: int = 100) (see "
-        "docs/workloads.md)"
+        f"workload {spec!r}: function {name}{inspect.signature(fn)} {found}; required "
+        f"{name}(device, **params); hint: add the device first, e.g. def {name}(device, "
+        "rows: int = 100) (see docs/workloads.md)"
     )
 
 

@@ -116,6 +116,18 @@ def checked_by(returned: str) -> str:
 
 
 @pytest.mark.parametrize(
+    ("header", "shown"),
+    [("rows: int = 4", "its default 4"), ("rows: int", "its type int")],
+)
+def test_a_workload_parameter_in_the_device_place_is_named(tmp_path, header, shown):
+    # The device was passed as rows' value and failed deep in the graph's calls.
+    spec = write(tmp_path, "wl.py", GOOD + f"\ndef first({header}):\n    pass\n")
+    with pytest.raises(WorkloadError, match=r"takes 'rows' first, which looks like a work") as i:
+        run(spec + ":first", "tiny")
+    assert shown in str(i.value) and "hint: add the device first" in str(i.value)
+
+
+@pytest.mark.parametrize(
     ("returned", "shown"),
     [("None", "check returned None of type NoneType"), ("np.array([True, False])", "ndarray")],
 )
