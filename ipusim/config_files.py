@@ -137,7 +137,8 @@ def _check_nodes(root: yaml.Node) -> None:
             raise _YamlInputError(
                 node.start_mark,
                 f"{path or 'top level'}: nested more than {MAX_YAML_DEPTH} levels deep; "
-                f"expected a machine config (a few levels of sections)",
+                f"expected a YAML document a few levels deep (a machine config's or an "
+                f"experiment's sections)",
             )
         active.add(key)
         size = 1
@@ -222,8 +223,8 @@ def _parsed_yaml_text(text: str, label: str) -> Any:
         except RecursionError:
             raise ConfigError(
                 [
-                    f"{label}: nested too deeply to read; expected a machine config (a few "
-                    f"levels of sections)"
+                    f"{label}: nested too deeply to read; expected a YAML document a few "
+                    f"levels deep (a machine config's or an experiment's sections)"
                 ]
             ) from None
         if node is None:

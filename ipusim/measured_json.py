@@ -52,6 +52,10 @@ def _load_file(path: Path) -> Any:
         raise MeasuredProfileError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise MeasuredProfileError(f"{path}: cannot be read ({exc.strerror})") from None
+    except RecursionError:  # JSON or CBOR: not "not valid CBOR"
+        raise MeasuredProfileError(
+            f"{path}: nested too deeply to read; expected a Poplar/ipusim execution profile"
+        ) from None
     except Exception as exc:  # cbor2 decode errors have no common base we can import
         raise MeasuredProfileError(
             f"{path}: not valid CBOR ({exc}); expected a profile written with profiler.format=cbor"

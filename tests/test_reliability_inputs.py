@@ -421,3 +421,21 @@ def test_any_experiment_is_loaded_or_refused_with_an_experiment_error(axes, extr
 def test_a_profile_that_is_not_a_path_nor_a_dict_is_named(reader):
     with pytest.raises(MeasuredProfileError, match=r"found NoneType None; required a path"):
         reader(None)
+
+
+@pytest.mark.parametrize("name", ["execution.json", "deep.json"])
+def test_a_json_profile_nested_too_deeply_is_not_called_cbor(tmp_path, name):
+    # Its RecursionError fell into the CBOR decoder's catch-all: "not valid CBOR".
+    path = tmp_path / name
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(MeasuredProfileError, match="nested too deeply to read") as info:
+        read_profile(path)
+    assert "CBOR" not in str(info.value)
+
+
+def test_an_experiment_nested_too_deeply_is_not_called_a_machine_config(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("name: " + "[" * 10_000 + "]" * 10_000 + "\n")
+    with pytest.raises(ExperimentError, match="nested too deeply to read") as info:
+        load_experiment(path)
+    assert "machine config (" not in str(info.value)
