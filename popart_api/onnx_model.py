@@ -100,6 +100,39 @@ def _with_graph(model: onnx.ModelProto, what: str, source: str) -> onnx.ModelPro
     )
 
 
+def check_assignments(graph: onnx.GraphProto, what: str) -> None:
+    """Refuse a graph that makes a tensor twice or never makes an output.
+
+    ONNX assigns each tensor once (a graph in single static assignment form): a second
+    node writing the same id would silently replace the first one's value for every
+    later reader, and a graph output no node, input or initializer makes cannot be
+    returned.
+
+    Raises
+    ------
+    popart_exception
+        Naming the tensor and both nodes (or the output), with a hint.
+    """
+    made: dict[str, str] = {vi.name: "a graph input" for vi in graph.input}
+    made.update({t.name: "an initializer" for t in graph.initializer})
+    for i, node in enumerate(graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        for tid in filter(None, node.output):
+            if tid in made:
+                raise popart_exception(
+                    f"{what}: {node.op_type} (node '{name}') makes '{tid}', which is already "
+                    f"made by {made[tid]}; required each tensor made once (ONNX's single "
+                    "static assignment); hint: give the output another name"
+                )
+            made[tid] = f"{node.op_type} (node '{name}')"
+    for out in graph.output:
+        if out.name not in made:
+            raise popart_exception(
+                f"{what}: graph output '{out.name}' is made by no node, input or "
+                "initializer of the model; hint: name the output of the node that makes it"
+            )
+
+
 def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
     """The attributes of ``node`` as Python values (tensors as numpy arrays, strings
     decoded)."""
@@ -119,6 +152,7 @@ __all__ = [
     "HOST_DTYPES",
     "ONNX_TYPES",
     "WEIGHT_TYPES",
+    "check_assignments",
     "load_model",
     "node_attrs",
 ]

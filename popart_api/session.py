@@ -40,7 +40,13 @@ from popart_api.logger import LEVELS
 from popart_api.logger import configure as configure_logging
 from popart_api.lowered import LoweredModel
 from popart_api.node_lowering import node_lowering
-from popart_api.onnx_model import HOST_DTYPES, ONNX_TYPES, WEIGHT_TYPES, load_model
+from popart_api.onnx_model import (
+    HOST_DTYPES,
+    ONNX_TYPES,
+    WEIGHT_TYPES,
+    check_assignments,
+    load_model,
+)
 from popart_api.ops_control import node_record
 from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
@@ -160,6 +166,7 @@ class _Session(SessionIO):
                 f"hint: convert the model with onnx.version_converter.convert_version(model, "
                 f"{MIN_AI_ONNX_OPSET}) or newer"
             )
+        check_assignments(graph, self._kind)
         self._init_names = {t.name for t in graph.initializer}
         self._input_infos: dict[str, tuple[int, list[int]]] = {}
         for vi in graph.input:

@@ -96,3 +96,23 @@ def test_wrong_input_shapes_are_named():
     anchors = session.initAnchorArrays()
     with pytest.raises(popart.popart_exception, match=r"'x'.*\[2, 3\]"):
         session.run(popart.PyStepIO({"x": np.ones((3, 2, 2), np.float32)}, anchors))
+
+
+def test_a_tensor_made_twice_names_both_nodes():
+    # The second node's value silently replaced the first one's for every reader.
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"], name="first"),
+        helper.make_node("Neg", ["x"], ["y"], name="second"),
+    ]
+    with pytest.raises(
+        popart.popart_exception,
+        match=r"Neg \(node 'second'\) makes 'y', which is already made by Relu \(node 'first'\)",
+    ):
+        _prepare(nodes, [_vi("x", [2])], [_vi("y", [2])])
+
+
+def test_a_graph_output_no_node_makes_is_named():
+    # It read "anchor 'z' is not a tensor of the model; model outputs: ['z']".
+    node = helper.make_node("Relu", ["x"], ["y"])
+    with pytest.raises(popart.popart_exception, match="graph output 'z' is made by no node"):
+        _prepare([node], [_vi("x", [2])], [_vi("z", [2])])
