@@ -587,6 +587,13 @@ def _check_options_apply(args: argparse.Namespace) -> None:
     """Refuse options that would be ignored: the workload options when RUN is a profile
     (the numbers compared would not be those of the machine asked for), ``--ids`` when
     MEASURED is not a measurements .csv."""
+    if args.measured.endswith(".py") or args.measured.rsplit(":", 1)[0].endswith(".py"):
+        raise CompareError(
+            f"MEASURED {args.measured!r} is a workload; MEASURED must be a measured profile "
+            "(summary text, execution profile, profile directory or measurements .csv), "
+            "and only RUN may be a workload; hint: ipusim compare PROFILE "
+            f"{args.measured} (the arguments swapped?)"
+        )
     if not _looks_like_workload(args.run):
         given = [
             f"{option} {value}"

@@ -274,3 +274,13 @@ def test_cli_refuses_ids_without_a_measurements_csv(capsys) -> None:
     assert main(["compare", str(IPUMODEL), str(HARDWARE), "--ids", "J1.*"]) == 2
     err = capsys.readouterr().err
     assert f"--ids 'J1.*' given, but MEASURED '{IPUMODEL}' is not a measurements .csv" in err
+
+
+def test_cli_names_a_workload_given_as_measured(capsys, tmp_path: Path) -> None:
+    # It was read as a summary: "no 'Execution:' section in N line(s)".
+    spec = tmp_path / "twice_workload.py"
+    spec.write_text(WORKLOAD)
+    assert main(["compare", str(spec), str(IPUMODEL)]) == 2
+    err = capsys.readouterr().err
+    assert f"MEASURED '{spec}' is a workload; MEASURED must be a measured profile" in err
+    assert "the arguments swapped?" in err
