@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from popart_api.builder_args import op_arguments
 from popart_api.errors import popart_exception
 from popart_api.onnx_model import load_model
 
@@ -136,18 +137,14 @@ class _Opset:
         op_type = ops[name]
         multi = op_type in MULTI_OUTPUT_OPS
 
-        def op(
-            args: Sequence[str],
-            num_outputs: int = 1,
-            debugContext: str = "",
-            debugPrefix: str = "",
-            **attrs: Any,
-        ) -> Any:
-            if not multi and isinstance(num_outputs, str):  # positional debugContext
-                debugContext, num_outputs = num_outputs, 1
-            outs = self._builder._add_node(
-                self._domain, op_type, args, attrs, debugContext or debugPrefix, num_outputs
+        def op(args: Sequence[str], *positional: Any, **keywords: Any) -> Any:
+            # PopART's order: num_outputs (ops with optional outputs), the attributes,
+            # the debug context (popart_api.builder_args)
+            opset = self._builder.opsets.get(self._domain or "ai.onnx", 0)
+            num_outputs, debug, attrs = op_arguments(
+                op_type, self._domain, opset, multi, positional, keywords
             )
+            outs = self._builder._add_node(self._domain, op_type, args, attrs, debug, num_outputs)
             return outs if multi else outs[0]
 
         op.__name__ = name

@@ -153,3 +153,45 @@ def test_inputs_are_checked_by_element_count_as_popart_does() -> None:
     np.testing.assert_array_equal(anchors[y], np.maximum(data, 0).reshape(2, 2, 3))
     with pytest.raises(popart.popart_exception, match=r"input '.*' has shape \[2, 5\]"):
         s.run(popart.PyStepIO({x: np.zeros([2, 5], np.float32)}, anchors))
+
+
+def _built(op) -> tuple[np.ndarray, np.ndarray]:
+    """``op(builder, x)`` on a [1, 1, 4, 4] input run once: (input, output)."""
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [1, 1, 4, 4]), "x")
+    y = op(b, x)
+    y = y[0] if isinstance(y, list) else y
+    b.addOutputTensor(y)
+    data = (np.arange(16, dtype=np.float32) - 6).reshape(1, 1, 4, 4)
+    _, out = run_session(b.getModelProto(), {x: data}, [y])
+    return data, out[y]
+
+
+@pytest.mark.parametrize(
+    ("op", "expected"),
+    [
+        # PopART's order: num_outputs, required attributes, optional ones by name
+        (lambda b, x: b.aiOnnx.concat([x, x], 3), lambda d: np.concatenate([d, d], 3)),
+        (lambda b, x: b.aiOnnx.transpose([x], [0, 1, 3, 2]), lambda d: d.transpose(0, 1, 3, 2)),
+        (lambda b, x: b.aiOnnx.leakyrelu([x], 0.5), lambda d: np.where(d < 0, d / 2, d)),
+        (lambda b, x: b.aiOnnx.cast([x], "INT32"), lambda d: d.astype(np.int32)),
+        (
+            lambda b, x: b.aiOnnx.maxpool([x], 1, [2, 2], 0, [1, 1], [0, 0, 0, 0], 0, [2, 2]),
+            lambda d: d.reshape(2, 2, 2, 2).max(axis=(1, 3)).reshape(1, 1, 2, 2),
+        ),
+    ],
+)
+def test_attributes_given_by_position_as_popart_takes_them(op, expected) -> None:
+    # They were taken as num_outputs (concat([x, x], 0): "num_outputs 0 must be an int
+    # >= 1") or as the debug context (cast([x], "INT32"): "attribute to not specified").
+    data, out = _built(op)
+    np.testing.assert_array_equal(out, expected(data))
+
+
+def test_positional_attributes_that_do_not_fit_are_named() -> None:
+    with pytest.raises(popart.popart_exception, match=r"Relu: 1 attribute value\(s\) given"):
+        _built(lambda b, x: b.aiOnnx.relu([x], 3))
+    with pytest.raises(popart.popart_exception, match="'axis' is given both by position"):
+        _built(lambda b, x: b.aiOnnx.softmax([x], 1, axis=1))
+    with pytest.raises(popart.popart_exception, match="'to' type 'FLOATY' is not a data type"):
+        _built(lambda b, x: b.aiOnnx.cast([x], to="FLOATY"))
