@@ -293,6 +293,7 @@ class Builder:
         #: id -> value of tensors known at build time (initializers, constants)
         self._values: dict[str, np.ndarray] = {}
         self._names: dict[str, int] = {}
+        self._name_scope: list[str] = []  # nameScope blocks, outermost first
         #: node attribute -> stack of values set by ``with`` scopes (virtual graph,
         #: pipeline stage...)
         self._scopes: dict[str, list[Any]] = {
@@ -455,6 +456,21 @@ class Builder:
         finally:
             self._scopes[attribute].pop()
 
+    @contextlib.contextmanager
+    def nameScope(self, name: str) -> Iterator[None]:
+        """``with builder.nameScope("layer1"):`` prefixes the names and output ids of
+        the nodes added inside the block with ``layer1/`` (nested scopes join)."""
+        self._name_scope.append(self._check_name(name))
+        try:
+            yield
+        finally:
+            self._name_scope.pop()
+
+    def _check_name(self, name: Any) -> str:
+        if not isinstance(name, str) or not name:
+            raise popart_exception(f"Builder.nameScope: {name!r} must be a non-empty str")
+        return name
+
     def pipelineStage(self, *args: Any) -> Any:
         """``pipelineStage(tensorId, stage)`` puts the node making ``tensorId`` in
         pipeline stage ``stage``; ``with builder.pipelineStage(stage):`` does so for
@@ -586,8 +602,9 @@ class Builder:
         if isinstance(num_outputs, bool) or not isinstance(num_outputs, int) or num_outputs < 1:
             raise popart_exception(f"{what}: num_outputs {num_outputs!r} must be an int >= 1")
         inputs = [self._check_id(a, what) if a != "" else "" for a in args]
-        name = self._unique(str(debugContext) or op_type)
-        outs = [self._unique(f"{op_type}:{k}") for k in range(num_outputs)]
+        scope = "".join(f"{part}/" for part in self._name_scope)
+        name = self._unique(scope + (str(debugContext) or op_type))
+        outs = [self._unique(f"{scope}{op_type}:{k}") for k in range(num_outputs)]
         attrs = {k: v for k, v in attrs.items() if v is not None}
         for key, stack in self._scopes.items():
             if stack:

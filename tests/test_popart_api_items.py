@@ -195,3 +195,21 @@ def test_positional_attributes_that_do_not_fit_are_named() -> None:
         _built(lambda b, x: b.aiOnnx.softmax([x], 1, axis=1))
     with pytest.raises(popart.popart_exception, match="'to' type 'FLOATY' is not a data type"):
         _built(lambda b, x: b.aiOnnx.cast([x], to="FLOATY"))
+
+
+def test_name_scopes_prefix_the_nodes_added_inside() -> None:
+    # Builder had no nameScope: PopART scripts' `with builder.nameScope(...)` failed.
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]), "x")
+    with b.nameScope("layer1"):
+        with b.nameScope("inner"):
+            y = b.aiOnnx.relu([x])
+        z = b.aiOnnx.neg([y])
+    out = b.aiOnnx.abs([z])
+    assert (y, z, out) == ("layer1/inner/Relu:0", "layer1/Neg:0", "Abs:0")
+    data = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    _, values = run_session(b.getModelProto(), {x: data}, [out])
+    np.testing.assert_array_equal(values[out], np.maximum(data, 0))
+    refused = pytest.raises(popart.popart_exception, match="nameScope: '' must be a non-empty")
+    with refused, b.nameScope(""):
+        pass
