@@ -60,6 +60,13 @@ def _onnx_type(dtype: Any, what: str) -> int:
         ) from None
 
 
+def _listed(values: Any) -> list[Any] | None:
+    try:
+        return list(values)
+    except TypeError:
+        return None
+
+
 class TensorInfo:
     """Data type and shape of a tensor: ``TensorInfo("FLOAT", [2, 3])`` or
     ``TensorInfo(np.float32, [2, 3])``.
@@ -72,12 +79,15 @@ class TensorInfo:
 
     def __init__(self, dtype: Any, shape: Sequence[int]) -> None:
         self._type = _onnx_type(dtype, "TensorInfo")
-        try:
-            dims = [int(d) for d in shape]
-        except (TypeError, ValueError):
+        # a float would be truncated ([2.5] read as [2]) and a string split ("23")
+        items = None if isinstance(shape, str | bytes) else _listed(shape)
+        if items is None or any(
+            isinstance(d, bool) or not isinstance(d, int | np.integer) for d in items
+        ):
             raise popart_exception(
                 f"TensorInfo: shape {shape!r} must be a list of ints, e.g. [2, 3]"
-            ) from None
+            )
+        dims = [int(d) for d in items]
         if any(d < 0 for d in dims):
             raise popart_exception(f"TensorInfo: shape {dims} has a negative dimension")
         self._shape = dims

@@ -213,3 +213,11 @@ def test_name_scopes_prefix_the_nodes_added_inside() -> None:
     refused = pytest.raises(popart.popart_exception, match="nameScope: '' must be a non-empty")
     with refused, b.nameScope(""):
         pass
+
+
+@pytest.mark.parametrize("shape", [[2.5], "23", [2, True], 3])
+def test_a_tensor_info_shape_that_is_not_ints_is_refused(shape) -> None:
+    # [2.5] was read as [2] and "23" as [2, 3].
+    with pytest.raises(popart.popart_exception, match="must be a list of ints"):
+        popart.TensorInfo("FLOAT", shape)
+    assert popart.TensorInfo("FLOAT", (np.int64(2), 3)).shape() == [2, 3]
