@@ -4,7 +4,7 @@ same through callbacks) and ``PyWeightsIO``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -69,9 +69,21 @@ class DataFlow:
             raise popart_exception(f"DataFlow: batchesPerStep {batchesPerStep} must be >= 1")
         self.batchesPerStep = batchesPerStep
         anchors = anchorTensors or {}
+        if isinstance(anchors, str | bytes) or not isinstance(anchors, Mapping | Iterable):
+            # a string was split into one anchor per character
+            raise popart_exception(
+                f"DataFlow: anchorTensors {anchors!r} is a {type(anchors).__name__}; expected "
+                "a dict {id: AnchorReturnType} or a list of ids; hint: "
+                f"DataFlow({batchesPerStep}, [{anchors!r}])"
+            )
         if not isinstance(anchors, Mapping):
             anchors = {a: anchorReturnType or AnchorReturnType("ALL") for a in anchors}
         for k, v in anchors.items():
+            if not isinstance(k, str):
+                raise popart_exception(
+                    f"DataFlow: anchor {k!r} is a {type(k).__name__}; expected a tensor id "
+                    "(str), as the builder returns"
+                )
             if not isinstance(v, AnchorReturnType):
                 raise popart_exception(
                     f"DataFlow: anchor '{k}' has {v!r}, not an AnchorReturnType; hint: "
@@ -100,6 +112,12 @@ class InputShapeInfo:
 
     def add(self, tensorId: str, tensorInfo: TensorInfo) -> None:
         """Give ``tensorId``'s type and shape."""
+        if not isinstance(tensorInfo, TensorInfo):
+            raise popart_exception(
+                f"InputShapeInfo.add('{tensorId}'): {tensorInfo!r} is a "
+                f"{type(tensorInfo).__name__}; expected a popart.TensorInfo; hint: "
+                "popart.TensorInfo('FLOAT', [2, 3])"
+            )
         self._infos[tensorId] = tensorInfo
 
     def get(self, tensorId: str) -> TensorInfo:

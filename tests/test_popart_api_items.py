@@ -221,3 +221,19 @@ def test_a_tensor_info_shape_that_is_not_ints_is_refused(shape) -> None:
     with pytest.raises(popart.popart_exception, match="must be a list of ints"):
         popart.TensorInfo("FLOAT", shape)
     assert popart.TensorInfo("FLOAT", (np.int64(2), 3)).shape() == [2, 3]
+
+
+@pytest.mark.parametrize(
+    ("anchors", "found"),
+    [("loss", "anchorTensors 'loss' is a str"), ({3: popart.AnchorReturnType("ALL")}, "anchor 3")],
+)
+def test_data_flow_anchors_that_are_not_ids_are_refused(anchors, found) -> None:
+    # "loss" became the anchors 'l', 'o', 's' (refused later as unknown tensors).
+    with pytest.raises(popart.popart_exception, match=found):
+        popart.DataFlow(1, anchors)
+    assert popart.DataFlow(1, ("a", "b")).anchors() == ["a", "b"]
+
+
+def test_input_shape_info_takes_a_tensor_info() -> None:
+    with pytest.raises(popart.popart_exception, match=r"\[2, 3\] is a list; expected a popart"):
+        popart.InputShapeInfo().add("x", [2, 3])
