@@ -98,6 +98,25 @@ def place_nodes(
     return [int(x) for x in placed], stages
 
 
+def check_stage_order(model: onnx.ModelProto, stages: list[int], what: str) -> None:
+    """Refuse a node that reads a tensor made in a later pipeline stage: a pipelined
+    step runs each stage on a batch before the later stages do, so the node would read
+    a value of another batch (or none yet), as PopART refuses it."""
+    made: dict[str, tuple[int, str]] = {}
+    for i, (node, stage) in enumerate(zip(model.graph.node, stages, strict=True)):
+        name = node.name or f"{node.op_type}_{i}"
+        for tid in node.input:
+            if tid in made and made[tid][0] > stage:
+                raise popart_exception(
+                    f"{what}: {node.op_type} (node '{name}') in pipeline stage {stage} reads "
+                    f"'{tid}', made by {made[tid][1]} in the later stage {made[tid][0]}; "
+                    "required a tensor's readers in its producer's stage or later; hint: "
+                    "number the stages in the order the data flows (builder.pipelineStage)"
+                )
+        for tid in node.output:
+            made[tid] = (stage, f"{node.op_type} (node '{name}')")
+
+
 def _tensor_bytes(model: onnx.ModelProto) -> tuple[dict[str, int], set[str]]:
     """Bytes of every tensor whose type and shape ONNX's shape inference finds (PopART
     knows every tensor's info when it places ops; a model built with ``onnx.helper``

@@ -52,7 +52,7 @@ from popart_api.optimizers import Optimizer
 from popart_api.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
 from popart_api.outline import outline_repeats
 from popart_api.patterns import as_patterns
-from popart_api.pipeline import place_nodes
+from popart_api.pipeline import check_stage_order, place_nodes
 from popart_api.stepio import HostAnchor, HostInput, SessionIO
 from poplar_api import (
     FLOAT,
@@ -298,6 +298,8 @@ class _Session(SessionIO):
             self.model, self.options.virtualGraphMode, self.ipus, self._kind,
             self.deviceInfo.numIpus, self.replicas,
         )  # fmt: skip
+        if self.options.enablePipelining:
+            check_stage_order(self.model, node_stage, self._kind)
         self._node_ipu, self.lowered.node_stage = node_ipu, node_stage
         first_ipu: dict[str, int] = {}
         for node, ipu in zip(self.model.graph.node, node_ipu, strict=True):

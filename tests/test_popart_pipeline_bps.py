@@ -275,3 +275,24 @@ def _step_equals_numpy(s, x, lab, loss, w0, start, rng, bps, atol):
     for k in w0:
         np.testing.assert_allclose(got[k], want[k], atol=atol, err_msg=k)
     return want
+
+
+def test_a_node_reading_a_later_stage_is_refused():
+    # Stage 1 made what stage 0 read: each batch's Neg read another batch's Relu (or a
+    # zero before the first), and the anchors came back shifted by one batch.
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]), "x")
+    with b.virtualGraph(0), b.pipelineStage(1):
+        z = b.aiOnnx.relu([x])
+    with b.virtualGraph(1), b.pipelineStage(0):
+        y = b.aiOnnx.neg([z])
+    o = popart.SessionOptions()
+    o.virtualGraphMode = popart.VirtualGraphMode.Manual
+    o.enablePipelining = True
+    s = popart.InferenceSession(
+        b.getModelProto(), popart.DataFlow(4, {y: popart.AnchorReturnType("ALL")}),
+        popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4, "numIPUs": 2}),
+        userOptions=o,
+    )  # fmt: skip
+    with pytest.raises(popart.popart_exception, match=r"Neg \(node 'Neg'\) in pipeline stage 0 "):
+        s.prepareDevice()
