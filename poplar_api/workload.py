@@ -317,6 +317,29 @@ def _check_takes_device(fn: Callable[..., Any], plist: list[inspect.Parameter], 
     )
 
 
+def _check_fields(built: Workload, spec: str) -> None:
+    """Refuse Workload fields the run would misread: ``run`` must be program indices
+    (1.7 ran program 1 and "01" programs 0 and 1), the functions callable (a value
+    failed only once the compilation was done)."""
+    run = built.run
+    if (
+        isinstance(run, str | bytes)
+        or not isinstance(run, Sequence)
+        or any(isinstance(i, bool) or not isinstance(i, int | np.integer) for i in run)
+    ):
+        raise WorkloadError(
+            f"workload {spec!r}: Workload.run is {run!r:.60}; required a sequence of program "
+            "indices (ints), e.g. run=(0,) or run=[0, 1, 1]"
+        )
+    for name in ("prepare", "check", "metrics"):
+        value = getattr(built, name)
+        if value is not None and not callable(value):
+            raise WorkloadError(
+                f"workload {spec!r}: Workload.{name} is {value!r:.60} of type "
+                f"{type(value).__name__}; required a function or None"
+            )
+
+
 def _check_result(value: Any, spec: str) -> bool:
     """The workload check's answer as a bool: True, False (or numpy's bool_). Anything
     else is refused: None (a check that forgot its ``return``) would read as a failed
@@ -409,6 +432,7 @@ def run(
                 f"{type(built).__name__}; expected poplar_api.workload.Workload(graph, "
                 "programs, ...)"
             )
+        _check_fields(built, spec)
         t0 = time.perf_counter()
         progress.detail("compile")
         engine = Engine(built.graph, built.programs, {**built.options, **dict(options or {})})
@@ -419,7 +443,7 @@ def run(
         if built.prepare is not None:
             built.prepare(engine)
         for index in built.run:
-            engine.run(int(index))
+            engine.run(int(index))  # ints (_check_fields)
         if not built.run:
             raise WorkloadError(f"workload {spec!r}: Workload.run is empty; nothing was run")
         progress.detail("check")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -273,3 +274,22 @@ def workload(device):
     assert len({predicate for predicate, _ in result.trace.decisions}) == 1
     assert result.retime(result.config).fingerprint() == result.trace.fingerprint()
     assert np.isfinite(result.trace.total_cycles)
+
+
+@pytest.mark.parametrize(
+    ("field", "found"),
+    [
+        ("run=(1.7,)", "Workload.run is (1.7,); required a sequence of program indices"),
+        ("run='01'", "Workload.run is '01'"),
+        ("check=True", "Workload.check is True of type bool; required a function"),
+    ],
+)
+def test_workload_fields_the_run_would_misread_are_named(tmp_path, field, found):
+    # run=(1.7,) ran program 1 and run="01" programs 0 and 1; check=True failed only
+    # after the compilation, as an internal error.
+    text = GOOD.replace(
+        "return Workload(graph, prog.Copy(a, b))",
+        f"return Workload(graph, [prog.Copy(a, b), prog.Copy(b, a)], {field})",
+    )
+    with pytest.raises(WorkloadError, match=re.escape(found)):
+        run(write(tmp_path, "wl.py", text), "tiny")
