@@ -43,6 +43,7 @@ names); ``printProfileSummary`` prints both.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -265,6 +266,43 @@ IPU_COLUMNS = (
 )
 
 
+#: printProfileSummary's yes/no options (all but summaryLayout).
+SWITCHES = (
+    "showExecutionSteps",
+    "showVarStorage",
+    "showOptimizations",
+    "showPerIpuMemoryUsage",
+    "colours",
+)
+_SWITCH_VALUES = ("true", "false", "1", "0", "yes", "no", "on", "off")
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """Refuse an option the summary does not know, or a switch that is neither true nor
+    false: either was ignored, so a misspelt showExecutionSteps printed no steps."""
+    if not isinstance(options, Mapping):
+        raise ValueError(
+            f"printProfileSummary options {options!r:.60}: expected a dict such as "
+            "{'showExecutionSteps': 'true'}"
+        )
+    for key, value in options.items():
+        if key == "summaryLayout":
+            continue
+        if key not in SWITCHES:
+            near = difflib.get_close_matches(str(key), SWITCHES, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise ValueError(
+                f"printProfileSummary option {key!r} is not known; expected one of "
+                f"{', '.join((*SWITCHES, 'summaryLayout'))}; hint: {hint}options are "
+                "{'showExecutionSteps': 'true'}"
+            )
+        if str(value).lower() not in _SWITCH_VALUES:
+            raise ValueError(
+                f"printProfileSummary option {key}={value!r} is neither true nor false; "
+                "expected 'true' or 'false'"
+            )
+
+
 def summary_layout(gp: Mapping[str, Any], options: Mapping[str, Any]) -> str:
     """The layout of the Execution section: option ``summaryLayout``, else by target.
 
@@ -273,6 +311,7 @@ def summary_layout(gp: Mapping[str, Any], options: Mapping[str, Any]) -> str:
     ValueError
         ``summaryLayout`` is not one of :data:`LAYOUTS`.
     """
+    check_options(options)
     asked = options.get("summaryLayout")
     if asked is not None:
         layout = str(asked).lower()
@@ -491,5 +530,12 @@ def printExecutionSummary(
 
 def print_summary(engine: Any, out: IO[str], options: Mapping[str, Any]) -> None:
     """Write the summary of ``engine``'s graph and runs to ``out``."""
+    if not callable(getattr(out, "write", None)):
+        from poplar_api.errors import EngineError
+
+        raise EngineError(
+            f"printProfileSummary: stream {out!r:.60} has no write(); expected a text "
+            "stream such as sys.stdout or open(path, 'w') (Poplar's std::ostream)"
+        )
     ep = engine.getExecutionProfile() if engine.getTraces() else None
     render_summary(out, engine.getGraphProfile(), ep, options)

@@ -15,6 +15,7 @@ from examples_common import load_example
 from ipusim.tile.memory import BlockTable
 from poplar_api import FLOAT, Engine, Graph, IPUModel
 from poplar_api import program as prog
+from poplar_api.errors import PoplarError
 from poplar_api.profiling import printProfileSummary
 
 
@@ -149,6 +150,24 @@ def test_sdk2_summary_reads_back_as_the_trace_averages():
 def test_unknown_layout_is_refused(small_engine):
     with pytest.raises(ValueError, match=r"summaryLayout='sdk4'.*sdk1, sdk2"):
         summary_text(small_engine, summaryLayout="sdk4")
+
+
+@pytest.mark.parametrize(
+    ("options", "found"),
+    [
+        ({"showExecutionStep": "true"}, "'showExecutionStep' is not known"),
+        ({"showExecutionSteps": "maybe"}, "showExecutionSteps='maybe' is neither true nor"),
+    ],
+)
+def test_unknown_or_unreadable_options_are_refused(small_engine, options, found):
+    # Both were ignored: a misspelt showExecutionSteps printed no steps, without a word.
+    with pytest.raises(ValueError, match=re.escape(found)):
+        summary_text(small_engine, **options)
+
+
+def test_a_stream_without_write_is_named(small_engine):
+    with pytest.raises(PoplarError, match=r"stream 'out\.txt' has no write"):
+        small_engine.printProfileSummary("out.txt")
 
 
 @pytest.fixture(scope="module")
