@@ -20,6 +20,7 @@ from popart_api.builder import (
 )
 from popart_api.inplace import VIEW_OPS, copied_view_lowering, inplace_lowering
 from popart_api.onnx_model import node_attrs
+from popart_api.options import seed_word
 from poplar_api import program as pprog
 
 __all__ = ["NodeLowering", "node_lowering"]
@@ -64,7 +65,7 @@ class NodeLowering:
         return ops.LoweringContext(
             training=session._kind == "TrainingSession",
             options=self.options,
-            seed=session.options.randomSeed or 0,
+            seed=seed_word(session.options.randomSeed or 0),
             side_effects=side,
             opset=self.opset,
             seed_tensor=session._seed,

@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+import numpy as np
+
 from popart_api.errors import popart_exception
 
 
@@ -193,13 +195,23 @@ def _check(key: str, value: Any) -> Any:
         return {str(k): str(v) for k, v in value.items()}
     if key == "numIOTiles" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise popart_exception(f"SessionOptions.numIOTiles: {value!r} must be an int >= 0")
-    if (
-        key == "randomSeed"
-        and value is not None
-        and (isinstance(value, bool) or not isinstance(value, int))
-    ):
-        raise popart_exception(f"SessionOptions.randomSeed: {value!r} must be an int")
+    if key == "randomSeed" and value is not None:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise popart_exception(f"SessionOptions.randomSeed: {value!r} must be an int")
+        if not 0 <= value < 2**64:  # PopART's seed is a uint64
+            raise popart_exception(
+                f"SessionOptions.randomSeed: {value} is outside 0..2**64-1 (a uint64, as "
+                "PopART's); hint: a seed in that range, e.g. seed % 2**64"
+            )
+        return int(value)
     return value
+
+
+def seed_word(seed: int) -> int:
+    """The 32-bit word the device's generator is seeded with: a seed's two halves
+    folded, so seeds that differ only above bit 31 differ (the low half alone made
+    5 and 5 + 2**32 the same stream); a seed below 2**32 is itself."""
+    return (seed ^ (seed >> 32)) & 0xFFFFFFFF
 
 
 __all__ = [

@@ -26,7 +26,7 @@ from popart_api.devices import DeviceInfo
 from popart_api.errors import popart_exception
 from popart_api.onnx_model import HOST_DTYPES, load_model
 from popart_api.optimizers import like
-from popart_api.options import SessionOptions
+from popart_api.options import SessionOptions, seed_word
 from poplar_api import DataStream, Engine, Graph, Tensor, popops
 from poplar_api import program as pprog
 from poplar_api.errors import PoplarError
@@ -192,18 +192,18 @@ class SessionIO:
         for tid, arr in self._weights.items():
             engine.writeTensor(f"weight:{tid}", arr)
         self._weights_written = True
-        seed = self.options.randomSeed or 0
-        engine.writeTensor("randomSeed", np.array([seed & 0xFFFFFFFF, 0], np.uint32))
+        seed = seed_word(self.options.randomSeed or 0)
+        engine.writeTensor("randomSeed", np.array([seed, 0], np.uint32))
 
     def setRandomSeed(self, seed: int) -> None:
         """Seed the device's random generator (Dropout masks, synthetic data) now, and
         on every later ``weightsFromHost``."""
-        self.options.randomSeed = int(seed)
+        self.options.randomSeed = seed  # checked: an int in 0..2**64-1
         engine = self._engine("setRandomSeed")
         if not self._loaded:
             engine.load(self.deviceInfo.device)
             self._loaded = True
-        engine.writeTensor("randomSeed", np.array([int(seed) & 0xFFFFFFFF, 0], np.uint32))
+        engine.writeTensor("randomSeed", np.array([seed_word(int(seed)), 0], np.uint32))
 
     def weightsToHost(self) -> None:
         """Read the weights from the device into the session's host copies."""

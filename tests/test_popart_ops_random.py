@@ -4,6 +4,7 @@ moments of the values, seeds (random values: statistical checks with wide margin
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
 import popart_api as popart
@@ -61,3 +62,22 @@ def test_like_forms_take_the_reference_shape_and_the_seed_matters() -> None:
     assert a.shape == (3, 5) and a.dtype == np.float16
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
+
+
+def _normal(seed):
+    node = helper.make_node("RandomNormal", [], ["n"], shape=[8])
+    return _run([node], [helper.make_tensor_value_info("n", TensorProto.FLOAT, [8])], seed)["n"]
+
+
+def test_seeds_that_differ_above_bit_31_give_other_values() -> None:
+    # Only the low 32 bits were used: 5 and 5 + 2**32 gave the same values.
+    assert not np.array_equal(_normal(5), _normal(5 + 2**32))
+    np.testing.assert_array_equal(_normal(2**32 - 1), _normal(2**32 - 1))
+
+
+def test_a_seed_outside_uint64_is_refused() -> None:
+    # -1 was taken (as the seed's low 32 bits), and so was 2**64 (as 0).
+    opts = popart.SessionOptions()
+    for seed in (-1, 2**64):
+        with pytest.raises(popart.popart_exception, match=r"outside 0\.\.2\*\*64-1"):
+            opts.randomSeed = seed
