@@ -147,11 +147,11 @@ class _Opset:
         op_type = ops[name]
         multi = op_type in MULTI_OUTPUT_OPS
 
-        def op(args: Sequence[str], *positional: Any, **keywords: Any) -> Any:
-            # PopART's order: num_outputs (ops with optional outputs), the attributes,
-            # the debug context (popart_api.builder_args)
+        def op(*positional: Any, **keywords: Any) -> Any:
+            # PopART's order: the inputs (none for an op without), num_outputs (ops with
+            # optional outputs), the attributes, the debug context (builder_args)
             opset = self._builder.opsets.get(self._domain or "ai.onnx", 0)
-            num_outputs, debug, attrs = op_arguments(
+            args, num_outputs, debug, attrs = op_arguments(
                 op_type, self._domain, opset, multi, positional, keywords
             )
             outs = self._builder._add_node(self._domain, op_type, args, attrs, debug, num_outputs)

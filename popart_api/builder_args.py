@@ -36,6 +36,15 @@ def positional_attributes(op_type: str, domain: str, opset: int) -> list[tuple[s
     return [(a.name, int(a.type)) for a in order]
 
 
+def takes_no_inputs(op_type: str, domain: str, opset: int) -> bool:
+    """True for an op whose ONNX schema has no inputs (RandomNormal, RandomUniform):
+    PopART's method for it takes no input list, the attributes come first."""
+    try:
+        return defs.get_schema(op_type, opset, domain).max_input == 0
+    except Exception:  # an ai.graphcore op or an unknown one: it takes inputs
+        return False
+
+
 def op_arguments(
     op_type: str,
     domain: str,
@@ -43,8 +52,8 @@ def op_arguments(
     multi: bool,
     positional: Sequence[Any],
     keywords: Mapping[str, Any],
-) -> tuple[Any, str, dict[str, Any]]:
-    """``(num_outputs, debugContext, attributes)`` of a PopART-style op call.
+) -> tuple[Any, Any, str, dict[str, Any]]:
+    """``(inputs, num_outputs, debugContext, attributes)`` of a PopART-style op call.
 
     Raises
     ------
@@ -55,9 +64,19 @@ def op_arguments(
     """
     what = f"Builder: {op_type}"
     kw = dict(keywords)
+    rest = list(positional)
+    if takes_no_inputs(op_type, domain, opset):
+        args = kw.pop("args", [])
+    elif rest:
+        args = rest.pop(0)
+    elif "args" in kw:
+        args = kw.pop("args")
+    else:
+        raise popart_exception(
+            f"{what}: no inputs given; hint: builder.aiOnnx.{op_type.lower()}([a, b], ...)"
+        )
     num_outputs = kw.pop("num_outputs", 1)
     debug = kw.pop("debugContext", "") or kw.pop("debugPrefix", "")
-    rest = list(positional)
     if multi and rest and not isinstance(rest[0], str) and "num_outputs" not in keywords:
         num_outputs = rest.pop(0)
     order = positional_attributes(op_type, domain, opset)
@@ -90,7 +109,7 @@ def op_arguments(
     attrs.update(kw)
     if op_type == "Cast" and isinstance(attrs.get("to"), str):
         attrs["to"] = _onnx_type(attrs["to"], what)
-    return num_outputs, debug, attrs
+    return args, num_outputs, debug, attrs
 
 
 def _onnx_type(name: str, what: str) -> int:

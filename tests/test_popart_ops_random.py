@@ -81,3 +81,24 @@ def test_a_seed_outside_uint64_is_refused() -> None:
     for seed in (-1, 2**64):
         with pytest.raises(popart.popart_exception, match=r"outside 0\.\.2\*\*64-1"):
             opts.randomSeed = seed
+
+
+def test_an_op_without_inputs_is_built_without_an_input_list() -> None:
+    # PopART's randomnormal(shape=...) takes no input list; it failed with "missing 1
+    # required positional argument: 'args'".
+    b = popart.Builder()
+    r = b.aiOnnx.randomnormal(shape=[2, 3], mean=4.0, scale=0.0)
+    u = b.aiOnnx.randomuniform([2, 3], low=1.0, high=1.0)  # shape by position
+    b.addOutputTensor(r)
+    b.addOutputTensor(u)
+    flow = popart.DataFlow(
+        1, {r: popart.AnchorReturnType("ALL"), u: popart.AnchorReturnType("ALL")}
+    )
+    s = popart.InferenceSession(
+        b.getModelProto(), flow, popart.DeviceManager().createIpuModelDevice({"tilesPerIPU": 4})
+    )
+    s.prepareDevice()
+    anchors = s.initAnchorArrays()
+    s.run(popart.PyStepIO({}, anchors))
+    np.testing.assert_array_equal(anchors[r], np.full([2, 3], 4.0, np.float32))
+    np.testing.assert_array_equal(anchors[u], np.ones([2, 3], np.float32))
