@@ -368,6 +368,11 @@ def _parse_pair_text(text: str) -> tuple[str, dict[str, Any], str]:
                     f"--pair {text!r}: workload argument {item!r} is not k=v; expected "
                     f"WORKLOAD@rows=100,cols=10=MEASURED"
                 )
+            if key.strip() in params:  # the later one silently won
+                raise CalibrationError(
+                    f"--pair {text!r}: workload argument {key.strip()!r} is given twice; "
+                    "expected each argument once"
+                )
             try:
                 params[key.strip()] = yaml.safe_load(value)
             except yaml.YAMLError:

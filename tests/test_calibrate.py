@@ -410,6 +410,13 @@ def test_cli_errors(measured_summary, capsys, args, expected):
     assert expected in capsys.readouterr().err
 
 
+def test_cli_pair_argument_given_twice(measured_summary, capsys):
+    # n=64 was dropped for the later n=256 without a word.
+    pair = ["--pair", f"{WORKLOAD}@n=64,n=256={measured_summary}"]
+    assert main(["calibrate", "--config", "tiny", "--param", SYNC, *pair]) == 2
+    assert "workload argument 'n' is given twice" in capsys.readouterr().err
+
+
 def test_cli_pair_syntax_error(capsys):
     status = main(["calibrate", "--config", "tiny", "--param", SYNC, "--pair", "nothing"])
     assert status == 2
