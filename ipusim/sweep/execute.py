@@ -301,6 +301,38 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
             process.kill()
 
 
+#: Longest the parent waits for a point without reading the keys the workers started
+#: (seconds). It reads them whenever a point finishes, too; this bounds the wait when
+#: none does, however many workers put keys meanwhile.
+_READ_STARTED_S = 1.0
+
+
+class _StartedKeys:
+    """The keys of the points a pool's workers started whose results have not come:
+    those at work, should the pool break.
+
+    Each worker puts a point's key on ``queue`` (a pipe) before running it. A pipe holds
+    64 KiB on Linux, about 1,870 keys: left unread until the pool broke, it filled and
+    every worker then waited in ``put`` for good, so the sweep hung with no error. The
+    parent calls :meth:`read` each time it wakes up and :meth:`finished` for each point
+    whose result came, so the pipe never fills and :attr:`keys` holds no more than the
+    points submitted.
+    """
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+        self.keys: set[str] = set()
+
+    def read(self) -> None:
+        """Move the keys waiting in the queue into :attr:`keys`."""
+        while not self.queue.empty():
+            self.keys.add(self.queue.get())
+
+    def finished(self, key: str) -> None:
+        """Forget ``key``: its point's result came (read its key first)."""
+        self.keys.discard(key)
+
+
 @dataclass
 class _BrokenPool:
     """Points a broken pool left unfinished, and the keys of those it was running."""
@@ -341,23 +373,26 @@ class _Processes:
         """Run ``points`` in a new pool of ``workers`` and yield each outcome; if the pool
         breaks, append the points left unfinished (and which of them were at work) to
         ``broken``."""
-        started = self.context.SimpleQueue()
+        queue = self.context.SimpleQueue()
+        started = _StartedKeys(queue)
         pool = ProcessPoolExecutor(
             max_workers=workers,
             mp_context=self.context,
             initializer=_init_worker,
-            initargs=(started,),
+            initargs=(queue,),
         )
         clean = False
+        unfinished: list[Point] = []
         # The first point runs alone (see _Processes): its worker compiles the kernels
         # and fills the disk caches, from which the workers started after it load them.
         held = list(points[1:]) if workers > 1 else []
         try:
             first = points[:1] if held else points
             pending = {pool.submit(_execute_in_worker, p, exp, keep): p for p in first}
-            unfinished: list[Point] = []
             while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                started.read()  # the workers may have started many points while rows were stored
+                done, _ = wait(pending, timeout=_READ_STARTED_S, return_when=FIRST_COMPLETED)
+                started.read()  # among them the keys of the points in done
                 for future in done:
                     point = pending.pop(future)
                     try:
@@ -367,22 +402,25 @@ class _Processes:
                         continue
                     except Exception as exc:  # e.g. a result that cannot be pickled
                         row, profiles = error_row(point, exp, _error_text(exc), None), None
+                    started.finished(point.key)
                     yield point, row, profiles
                 if held and not pending:
                     if unfinished:  # the first point broke the pool: the rest never ran
                         unfinished.extend(held)
                     else:
-                        pending = _submit(pool, held, exp, keep, unfinished)
+                        pending = _submit(pool, held, exp, keep, unfinished, started)
                     held = []
             if unfinished:
-                at_work: set[str] = set()
-                while not started.empty():
-                    at_work.add(started.get())
+                started.read()
                 unfinished.sort(key=lambda p: p.index)
-                broken.append(_BrokenPool(unfinished, at_work))
+                broken.append(_BrokenPool(unfinished, set(started.keys)))
             clean = True
         finally:
-            if not clean:  # interrupted (Ctrl-C) or failing: stop this pool's workers now
+            # Interrupted (Ctrl-C) or failing: stop this pool's workers now. After a break
+            # too: a worker that submit() started while the pool was breaking is neither
+            # stopped nor sent the sentinel by concurrent.futures (CPython 3.11), whose
+            # manager thread then waits for it to exit for good, and shutdown() with it.
+            if not clean or unfinished:
                 _kill_workers(pool)
             pool.shutdown(wait=clean, cancel_futures=True)
 
@@ -428,18 +466,30 @@ def _submit(
     exp: Experiment,
     keep: bool,
     unfinished: list[Point],
+    started: _StartedKeys,
 ) -> dict[Any, Point]:
     """Submit ``points`` to ``pool``; their futures. A point submitted before it may
     already have killed its worker (a crash, ``os._exit``), which breaks the pool while
     the rest are submitted: those never ran and join ``unfinished``, as the points whose
-    futures then fail do."""
+    futures then fail do.
+
+    ``started`` is read after each submission, as the workers run points meanwhile
+    (100,000 points take about 3 s to submit, 31 us each). Left unread, its pipe would
+    fill and the workers wait; the pool's manager thread, unable to hand them more work,
+    would stop reading its wake-up pipe, which ``submit`` writes to: once full, this
+    loop would wait too, for good."""
     pending: dict[Any, Point] = {}
     for k, point in enumerate(points):
         try:
             pending[pool.submit(_execute_in_worker, point, exp, keep)] = point
-        except BrokenProcessPool:
+        except (BrokenProcessPool, OSError) as exc:
+            # OSError: the worker submit() started was handed the call queue after the
+            # breaking pool had closed it ("handle is closed").
+            if isinstance(exc, OSError) and not getattr(pool, "_broken", False):
+                raise
             unfinished.extend(points[k:])
             break
+        started.read()
     return pending
 
 
