@@ -52,14 +52,13 @@ def workload(device, i: int = 0):
 
 
 class SmallPipe(execute.ProcessPoolExecutor):
-    """A pool whose workers' started-keys queue (its initializer's argument) has a pipe
-    of PIPE_BYTES."""
+    """A pool whose workers' started-keys queue (its initializer's first argument) has a
+    pipe of PIPE_BYTES."""
 
     def __init__(self, *args, initargs=(), **kwargs):
-        for queue in initargs:
-            fd = queue._writer.fileno()
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-            assert fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) == PIPE_BYTES
+        fd = initargs[0]._writer.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        assert fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) == PIPE_BYTES
         super().__init__(*args, initargs=initargs, **kwargs)
 
 
@@ -177,3 +176,35 @@ def test_a_pool_that_breaks_while_it_starts_a_worker(tmp_path, race):
     # the first worker was running run again: all four are stored.
     out = run_sweep_process(tmp_path, 4, race=race)
     assert out.split() == ["4", "0", "4", "4", "0"]
+
+
+def test_each_point_is_sent_without_the_experiment(tmp_path, monkeypatch):
+    """The worker processes get the experiment once, when they start: a point's
+    submission carries the point alone (an experiment holds its axes' values, some
+    370 KB for 100,000 of them, and was pickled again with every point)."""
+    from ipusim.sweep import ResultStore, execute, load_experiment, run_sweep
+    from ipusim.sweep.experiment import Experiment
+
+    sent: list[tuple] = []
+
+    class Recording(execute.ProcessPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            sent.append(args)
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(execute, "ProcessPoolExecutor", Recording)
+    spec = tmp_path / "w.py"
+    spec.write_text(SCRIPT.split('WORKLOAD = """', 1)[1].split('"""', 1)[0])
+    exp = load_experiment(
+        {
+            "name": "few",
+            "workloads": [{"spec": str(spec)}],
+            "config": "tiny",
+            "axes": [{"path": "workload.i", "values": [0, 1, 2, 3]}],
+            "profiles": False,
+        }
+    )
+    summary = run_sweep(exp, tmp_path / "out", jobs=2, progress=False)
+    assert summary.ran == 4 and (ResultStore(tmp_path / "out").rows()["status"] == "ok").all()
+    assert len(sent) == 4
+    assert not any(isinstance(a, Experiment) for args in sent for a in args)
