@@ -1,9 +1,10 @@
 """PopART's ``Builder``: build an ONNX model op by op.
 
 Ops are methods of ``builder.aiOnnx`` (domain ``ai.onnx``) and ``builder.aiGraphcore``
-(domain ``ai.graphcore``); each takes a list of input tensor ids and the attributes as
-keyword arguments and returns the output id (a string). ``getModelProto()`` gives the
-serialized ``onnx.ModelProto``.
+(domain ``ai.graphcore``), :mod:`popart_api.builder_opsets`; each takes a list of input
+tensor ids and the attributes, by position in PopART's order or by name, and returns the
+output id (a string) or, for an op with several outputs, the list of ids.
+``getModelProto()`` gives the serialized ``onnx.ModelProto``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from popart_api.builder_args import op_arguments
+from popart_api.builder_opsets import (
+    AI_GRAPHCORE_OPS,
+    GRAPHCORE_DOMAIN,
+    AiGraphcore,
+    AiOnnx,
+    onnx_ops,
+)
 from popart_api.errors import popart_exception
 from popart_api.onnx_model import load_model
 
@@ -30,7 +37,6 @@ PIPELINE_STAGE_ATTRIBUTE = "__pipeline_stage"
 RECOMPUTE_ATTRIBUTE = "__recompute_output_in_backward_pass"
 #: Node attribute holding a matmul's or convolution's available memory proportion.
 MEMORY_PROPORTION_ATTRIBUTE = "__available_memory_proportion"
-GRAPHCORE_DOMAIN = "ai.graphcore"
 
 #: PopART dtype strings -> ONNX element types.
 DTYPE_NAMES = {
@@ -128,156 +134,6 @@ class TensorInfo:
         return f"TensorInfo({self.data_type()}, {self._shape})"
 
 
-class _Opset:
-    """Op methods of one domain: ``getattr(opset, name)(inputs, **attrs)``."""
-
-    def __init__(self, builder: Builder, domain: str, ops: dict[str, str]) -> None:
-        self._builder = builder
-        self._domain = domain
-        self._ops = ops
-
-    def __getattr__(self, name: str) -> Any:
-        ops = self.__dict__.get("_ops", {})
-        if name.startswith("_") or name not in ops:
-            known = ", ".join(sorted(ops))
-            raise AttributeError(
-                f"Builder.{self._label()}.{name}: no such op; known: {known}; hint: op "
-                "methods are the ONNX op names in lower case (aiOnnx.maxpool)"
-            )
-        op_type = ops[name]
-        multi = op_type in MULTI_OUTPUT_OPS
-
-        def op(*positional: Any, **keywords: Any) -> Any:
-            # PopART's order: the inputs (none for an op without), num_outputs (ops with
-            # optional outputs), the attributes, the debug context (builder_args)
-            opset = self._builder.opsets.get(self._domain or "ai.onnx", 0)
-            args, num_outputs, debug, attrs = op_arguments(
-                op_type, self._domain, opset, multi, positional, keywords
-            )
-            outs = self._builder._add_node(self._domain, op_type, args, attrs, debug, num_outputs)
-            return outs if multi else outs[0]
-
-        op.__name__ = name
-        op.__doc__ = f"Add an ONNX ``{op_type}`` node; returns " + (
-            "the list of its output ids." if multi else "its output id."
-        )
-        return op
-
-    def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self._ops))
-
-    def _label(self) -> str:
-        return "aiGraphcore" if self._domain == GRAPHCORE_DOMAIN else "aiOnnx"
-
-
-class _AiOnnx(_Opset):
-    def constant(self, value: Any, debugContext: str = "") -> str:
-        """A ``Constant`` node holding ``value`` (a numpy array); returns its id."""
-        arr = np.asarray(value)
-        return self._builder._add_node(
-            "", "Constant", [], {"value": numpy_helper.from_array(arr)}, debugContext
-        )[0]
-
-
-class _AiGraphcore(_Opset):
-    def scale(self, args: Sequence[str], scale: float, debugContext: str = "") -> str:
-        """``ai.graphcore`` ``Scale``: the input times ``scale``; returns the output id."""
-        return self._add(args, "Scale", {"scale": float(scale)}, debugContext)
-
-    def nllloss(
-        self,
-        args: Sequence[str],
-        reduction: Any = None,
-        ignoreIndex: int | None = None,
-        inputIsLogProbability: bool = False,
-        debugContext: str = "",
-    ) -> str:
-        """Negative log likelihood of ``[probs [..., C], labels [...]]``; reduction
-        ``popart.ReductionType.Mean`` (default), ``Sum`` or ``NoReduction``."""
-        attrs: dict[str, Any] = {
-            "reduction": _reduction_name(reduction),
-            "inputIsLogProbability": int(bool(inputIsLogProbability)),
-        }
-        if ignoreIndex is not None:
-            attrs["ignoreIndex"] = int(ignoreIndex)
-        return self._add(args, "Nll", attrs, debugContext)
-
-    def l1loss(
-        self,
-        args: Sequence[str],
-        lambda_: float = 1.0,
-        reduction: Any = None,
-        debugContext: str = "",
-        **kw: Any,
-    ) -> str:
-        """``lambda·|x|`` reduced (``lambda`` is the second argument, as in PopART)."""
-        lam = kw.pop("lambda", lambda_)
-        if kw:
-            raise popart_exception(f"Builder.aiGraphcore.l1loss: unknown arguments {sorted(kw)}")
-        return self._add(
-            args,
-            "L1",
-            {"lambda": float(lam), "reduction": _reduction_name(reduction)},
-            debugContext,
-        )
-
-    def identityloss(
-        self, args: Sequence[str], reduction: Any = None, debugContext: str = ""
-    ) -> str:
-        """The input reduced to a loss (sum or mean over all elements)."""
-        return self._add(
-            args, "IdentityLoss", {"reduction": _reduction_name(reduction)}, debugContext
-        )
-
-    def _add(self, args: Sequence[str], op_type: str, attrs: dict, debugContext: str) -> str:
-        return self._builder._add_node(GRAPHCORE_DOMAIN, op_type, args, attrs, debugContext)[0]
-
-
-def _reduction_name(reduction: Any) -> str:
-    if reduction is None:
-        return "Mean"
-    value = getattr(reduction, "value", reduction)
-    if str(value) not in ("Sum", "Mean", "NoReduction"):
-        raise popart_exception(
-            f"Builder: reduction {reduction!r} is not one of Sum, Mean, NoReduction; hint: "
-            "popart.ReductionType.Mean"
-        )
-    return str(value)
-
-
-#: ONNX op types whose Builder method returns a list of output ids (as PopART's).
-MULTI_OUTPUT_OPS = {
-    "BatchNormalization",
-    "Dropout",
-    "MaxPool",
-    "Split",
-    "TopK",
-    "LSTM",
-    "GRU",
-    "RNN",
-    "Unique",
-    "If",
-    "Loop",
-    "Scan",
-    "DynamicQuantizeLinear",
-    "LayerNormalization",
-}
-
-
-def _onnx_ops() -> dict[str, str]:
-    """Every ``ai.onnx`` op: method name (lower case) -> op type."""
-    from onnx import defs
-
-    return {s.name.lower(): s.name for s in defs.get_all_schemas() if s.domain == ""}
-
-
-#: aiGraphcore method name -> op type, for the generic methods (``gelu``...).
-AI_GRAPHCORE_OPS = {
-    "gelu": "Gelu",
-    "groupnormalization": "GroupNormalization",
-}
-
-
 class Builder:
     """Build an ONNX model: ``popart.Builder()``.
 
@@ -312,8 +168,8 @@ class Builder:
         }
         if modelProtoOrFilename is not None:
             self._load(modelProtoOrFilename)
-        self.aiOnnx = _AiOnnx(self, "", _onnx_ops())
-        self.aiGraphcore = _AiGraphcore(self, GRAPHCORE_DOMAIN, AI_GRAPHCORE_OPS)
+        self.aiOnnx = AiOnnx(self, "", onnx_ops())
+        self.aiGraphcore = AiGraphcore(self, GRAPHCORE_DOMAIN, AI_GRAPHCORE_OPS)
 
     # ------------------------------------------------------------------ loading
     def _load(self, model: Any) -> None:
@@ -795,4 +651,4 @@ class Builder:
         return model.SerializeToString()
 
 
-__all__ = ["AI_GRAPHCORE_OPS", "MULTI_OUTPUT_OPS", "Builder", "TensorInfo"]
+__all__ = ["AI_GRAPHCORE_OPS", "GRAPHCORE_DOMAIN", "Builder", "TensorInfo"]

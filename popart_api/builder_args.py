@@ -1,27 +1,35 @@
 """PopART's positional op arguments for the generic ``aiOnnx.<op>`` methods.
 
-PopART generates one method per ONNX op, taking the input ids, then (for ops with
-optional outputs) ``num_outputs``, then the op's attributes — the required ones first,
-then the optional ones, each group in name order (``gemm(args, alpha, beta, transA,
-transB)``, ``maxpool(args, num_outputs, kernel_shape, ceil_mode, dilations, pads,
-storage_order, strides)``, ``lrn(args, size, alpha, beta, bias)``; ``auto_pad`` is left
-out) — and last the debug context. ``Cast`` takes its ``to`` as a type name
-(``cast([x], "FLOAT")``). :func:`op_arguments` maps such a call onto ONNX attributes,
-so a PopART program passing attributes by position builds the node it means instead
-of taking ``0`` for ``num_outputs`` or dropping the attribute.
+PopART generates one method per ONNX op and opset (``gen_operators.py`` of
+graphcore/popart, commit d2f20d78db91, writing ``python/popart/popart_opset6..11/
+popart_opsetN.gen.cpp``): the input ids ``args`` (left out for an op without inputs),
+then ``num_outputs`` only when the op's schema has a variable number of outputs
+(``min_output != max_output``: Dropout, MaxPool from version 8, LSTM, Split...; not
+TopK, whose two outputs are fixed), then the op's attributes, the required ones first,
+then the optional ones, each group in the schema's (name) order, ``auto_pad`` left out
+(``gemm(args, alpha, beta, transA, transB)``, ``maxpool(args, num_outputs,
+kernel_shape, ceil_mode, dilations, pads, storage_order, strides)``), and last
+``debugContext``. The method returns a list of ids when the schema allows more than one
+output (``max_output > 1``), else one id. An optional list attribute given empty is left
+out of the node, as PopART's generated code does. ``Cast`` takes its ``to`` as a type
+name (``cast([x], "FLOAT")``). :func:`op_arguments` maps such a call onto ONNX
+attributes; :func:`op_signature` describes it (``inspect.signature`` of the method).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from onnx import AttributeProto, TensorProto, defs
+import numpy as np
+from onnx import AttributeProto, TensorProto, defs, numpy_helper
 
 from popart_api.errors import popart_exception
 
 #: Attributes PopART's generated methods do not take by position.
 NOT_POSITIONAL = frozenset({"auto_pad"})
+_LISTS = (AttributeProto.INTS, AttributeProto.FLOATS, AttributeProto.STRINGS)
 
 
 def positional_attributes(op_type: str, domain: str, opset: int) -> list[tuple[str, int]]:
@@ -34,6 +42,47 @@ def positional_attributes(op_type: str, domain: str, opset: int) -> list[tuple[s
     attrs = [a for name, a in schema.attributes.items() if name not in NOT_POSITIONAL]
     order = sorted(attrs, key=lambda a: (not a.required, a.name))
     return [(a.name, int(a.type)) for a in order]
+
+
+def _schema(op_type: str, domain: str, opset: int) -> Any:
+    try:
+        return defs.get_schema(op_type, opset, domain)
+    except Exception:  # an ai.graphcore op or an unknown one
+        return None
+
+
+def output_arity(op_type: str, domain: str, opset: int) -> tuple[bool, int, bool]:
+    """``(takes num_outputs, outputs made when it is not given, returns a list)``.
+
+    As PopART's generator: ``num_outputs`` is a parameter only when the schema's output
+    count varies; a fixed count above one (TopK's 2) is always made; a list is returned
+    when more than one output is possible. An op without an ONNX schema makes one.
+    """
+    schema = _schema(op_type, domain, opset)
+    if schema is None:
+        return False, 1, False
+    varies = schema.min_output != schema.max_output
+    return varies, 1 if varies else int(schema.max_output), schema.max_output > 1
+
+
+def op_signature(op_type: str, domain: str, opset: int) -> inspect.Signature:
+    """The parameters of the ``aiOnnx`` method of ``op_type`` at ``opset``, in PopART's
+    order; a required attribute has no default, an optional one defaults to ``None``
+    (the attribute is left out, ONNX's default applies). ``num_outputs`` is shown
+    without a default, as PopART's; left out, one output is made."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = []
+    if not takes_no_inputs(op_type, domain, opset):
+        params.append(inspect.Parameter("args", kind))
+    if output_arity(op_type, domain, opset)[0]:
+        params.append(inspect.Parameter("num_outputs", kind))
+    schema = _schema(op_type, domain, opset)
+    required = {n for n, a in schema.attributes.items() if a.required} if schema else set()
+    for name, _ in positional_attributes(op_type, domain, opset):
+        default = inspect.Parameter.empty if name in required else None
+        params.append(inspect.Parameter(name, kind, default=default))
+    params.append(inspect.Parameter("debugContext", kind, default=""))
+    return inspect.Signature(params)
 
 
 def takes_no_inputs(op_type: str, domain: str, opset: int) -> bool:
@@ -49,7 +98,6 @@ def op_arguments(
     op_type: str,
     domain: str,
     opset: int,
-    multi: bool,
     positional: Sequence[Any],
     keywords: Mapping[str, Any],
 ) -> tuple[Any, Any, str, dict[str, Any]]:
@@ -75,9 +123,15 @@ def op_arguments(
         raise popart_exception(
             f"{what}: no inputs given; hint: builder.aiOnnx.{op_type.lower()}([a, b], ...)"
         )
-    num_outputs = kw.pop("num_outputs", 1)
+    varies, count, _ = output_arity(op_type, domain, opset)
+    num_outputs = kw.pop("num_outputs", count)
+    if not varies and num_outputs != count:
+        raise popart_exception(
+            f"{what}: num_outputs={num_outputs!r} but the op always has {count} output(s); "
+            f"PopART's {op_type.lower()} takes no num_outputs; hint: leave it out"
+        )
     debug = kw.pop("debugContext", "") or kw.pop("debugPrefix", "")
-    if multi and rest and not isinstance(rest[0], str) and "num_outputs" not in keywords:
+    if varies and rest and not isinstance(rest[0], str) and "num_outputs" not in keywords:
         num_outputs = rest.pop(0)
     order = positional_attributes(op_type, domain, opset)
 
@@ -107,6 +161,21 @@ def op_arguments(
             )
         attrs[name] = value
     attrs.update(kw)
+    kinds = dict(order)
+    schema = _schema(op_type, domain, opset)
+    for name, value in list(attrs.items()):
+        if kinds.get(name) == AttributeProto.TENSOR and isinstance(value, np.ndarray | np.generic):
+            attrs[name] = numpy_helper.from_array(np.asarray(value))  # constantofshape's value
+        elif (
+            schema is not None
+            and name in schema.attributes
+            and not schema.attributes[name].required
+            and kinds.get(name) in _LISTS
+            and isinstance(value, list | tuple)
+            and not value
+            and not (name == "axes" and "Reduce" in op_type)  # PopART keeps axes=[]
+        ):
+            del attrs[name]  # PopART's generated code leaves an empty list out
     if op_type == "Cast" and isinstance(attrs.get("to"), str):
         attrs["to"] = _onnx_type(attrs["to"], what)
     return args, num_outputs, debug, attrs
