@@ -10,6 +10,7 @@ output id (a string) or, for an op with several outputs, the list of ids.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -52,6 +53,8 @@ DTYPE_NAMES = {
     "BOOL": TensorProto.BOOL,
 }
 _ONNX_TO_NAME = {v: k for k, v in DTYPE_NAMES.items()}
+#: The largest element count a TensorInfo may describe (PopART's int64 nelms).
+INT64_MAX = 2**63 - 1
 
 
 def _onnx_type(dtype: Any, what: str) -> int:
@@ -80,7 +83,8 @@ class TensorInfo:
     Raises
     ------
     popart_exception
-        Unknown data type, or a shape that is not a list of ints >= 0.
+        Unknown data type, a shape that is not a list of ints >= 0, or one with more
+        elements than an int64 counts.
     """
 
     def __init__(self, dtype: Any, shape: Sequence[int]) -> None:
@@ -96,6 +100,12 @@ class TensorInfo:
         dims = [int(d) for d in items]
         if any(d < 0 for d in dims):
             raise popart_exception(f"TensorInfo: shape {dims} has a negative dimension")
+        count = math.prod(dims)
+        if count > INT64_MAX:  # PopART counts elements in an int64; numpy's prod wraps
+            raise popart_exception(
+                f"TensorInfo: shape {dims} has {count} elements, more than an int64 holds "
+                f"({INT64_MAX}); hint: a smaller shape"
+            )
         self._shape = dims
 
     def shape(self) -> list[int]:
@@ -108,7 +118,7 @@ class TensorInfo:
 
     def nelms(self) -> int:
         """Number of elements."""
-        return int(np.prod(self._shape, dtype=np.int64))
+        return math.prod(self._shape)
 
     def data_type(self) -> str:
         """The data type's name, upper case (``"FLOAT"``)."""

@@ -237,3 +237,11 @@ def test_data_flow_anchors_that_are_not_ids_are_refused(anchors, found) -> None:
 def test_input_shape_info_takes_a_tensor_info() -> None:
     with pytest.raises(popart.popart_exception, match=r"\[2, 3\] is a list; expected a popart"):
         popart.InputShapeInfo().add("x", [2, 3])
+
+
+@pytest.mark.parametrize("shape", [[2**40, 2**40], [2**63], [2**32, 2**31, 2]])
+def test_a_tensor_info_with_more_elements_than_int64_holds_is_refused(shape) -> None:
+    # [2**40, 2**40] was accepted, nelms() 0 (numpy's int64 product wrapped).
+    with pytest.raises(popart.popart_exception, match="more than an int64 holds"):
+        popart.TensorInfo("FLOAT", shape)
+    assert popart.TensorInfo("FLOAT", [2**31, 2**31]).nelms() == 2**62
