@@ -94,12 +94,41 @@ class Optimizer:
             raise popart_exception(f"{self.kind}: unknown hyperparameter '{key}'; known: {known}")
         return name
 
+    #: Hyperparameters PopART refuses below 0 (``>= 0``) or at or below 0 (``> 0``):
+    #: its ``SGD::runValueChecks`` and ``Adam::runValueChecks`` (willow/src/sgd.cpp,
+    #: adam.cpp of graphcore/popart d2f20d78db91). Loss scaling must be > 0 here.
+    LOWER_BOUNDS: dict[str, str] = {
+        "learningRate": ">= 0",
+        "weightDecay": ">= 0",
+        "momentum": ">= 0",
+        "dampening": ">= 0",
+        "beta1": ">= 0",
+        "beta2": ">= 0",
+        "velocityScaling": "> 0",
+        "eps": "> 0",
+        "lossScaling": "> 0",
+    }
+
     def _check_values(self, values: Mapping[str, tuple[float, bool]], where: str) -> None:
         for name, (v, _) in values.items():
             if not np.isfinite(v):
                 raise popart_exception(f"{self.kind}: {where} {name} is {v}; it must be finite")
-            if name in ("lossScaling", "velocityScaling") and v <= 0:
-                raise popart_exception(f"{self.kind}: {name} {v} must be > 0")
+            bound = self.LOWER_BOUNDS.get(name)
+            if (bound == ">= 0" and v < 0) or (bound == "> 0" and v <= 0):
+                key = name
+                if where == "default" and name != "lossScaling":
+                    key = "default" + name[:1].upper() + name[1:]
+                raise popart_exception(
+                    f"{self.kind}: {where} {name} is {v}; it must be {bound} (as PopART's "
+                    f"checks); hint: {{'{key}': (value, isConst)}} with a value {bound}"
+                )
+        nesterov = values.get("nesterov", self._defaults.get("nesterov", (0.0, True)))[0]
+        dampening = values.get("dampening", self._defaults.get("dampening", (0.0, True)))[0]
+        if nesterov and dampening > 0:
+            raise popart_exception(
+                f"{self.kind}: {where} Nesterov momentum with dampening {dampening}; PopART "
+                "requires dampening 0 with nesterov; hint: defaultDampening (0.0, True)"
+            )
 
     def insertSpecific(self, weightId: str, values: Mapping[str, Any]) -> None:
         """Hyperparameters for the weight ``weightId`` only (keys without ``default``:

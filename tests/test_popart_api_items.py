@@ -245,3 +245,29 @@ def test_a_tensor_info_with_more_elements_than_int64_holds_is_refused(shape) -> 
     with pytest.raises(popart.popart_exception, match="more than an int64 holds"):
         popart.TensorInfo("FLOAT", shape)
     assert popart.TensorInfo("FLOAT", [2**31, 2**31]).nelms() == 2**62
+
+
+@pytest.mark.parametrize(
+    ("make", "found"),
+    [
+        (lambda: popart.Adam({"defaultEps": (-1e-8, False)}), "default eps is -1e-08"),
+        (lambda: popart.Adam({"defaultEps": (0.0, True)}), "default eps is 0.0"),
+        (lambda: popart.SGD({"defaultLearningRate": (-0.1, False)}), "learningRate is -0.1"),
+        (lambda: popart.SGD({"defaultMomentum": (-0.5, True)}), "momentum is -0.5"),
+        (lambda: popart.SGD({"defaultDampening": (-0.1, True)}), "dampening is -0.1"),
+        (lambda: popart.SGD({"defaultWeightDecay": (-1.0, True)}), "weightDecay is -1.0"),
+        (
+            lambda: popart.SGD({"defaultNesterov": (1.0, True), "defaultDampening": (0.5, True)}),
+            "Nesterov momentum with dampening 0.5",
+        ),
+        (
+            lambda: popart.SGD(0.1).insertSpecific("w", {"weightDecay": (-1.0, True)}),
+            "weight 'w' weightDecay is -1.0",
+        ),
+    ],
+)
+def test_optimizer_values_popart_refuses_are_refused(make, found) -> None:
+    # As PopART's SGD/Adam runValueChecks: they were accepted (a negative eps made NaNs).
+    with pytest.raises(popart.popart_exception, match=found):
+        make()
+    popart.SGD({"defaultMomentum": (2.0, True)})  # PopART bounds momentum only below
