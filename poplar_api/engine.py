@@ -40,6 +40,7 @@ from poplar_api import profiling
 from poplar_api.codelet import vertex_bounds_checks
 from poplar_api.codelet_base import floating_point_exceptions
 from poplar_api.device import Device
+from poplar_api.engine_device import check_device_fits
 from poplar_api.errors import (
     ApplicationRuntimeError,
     EngineError,
@@ -272,24 +273,7 @@ class Engine:
         """Attach the compiled graph to ``device``."""
         if not isinstance(device, Device):
             raise EngineError(f"Engine.load: expected a Device, got {type(device).__name__}")
-        want = self._state.target.getNumTiles()
-        have = device.getTarget().getNumTiles()
-        if have < want:
-            raise EngineError(
-                f"Engine.load: the graph was built for {want} tiles but the device has {have}; "
-                "hint: build the graph with the device's target"
-            )
-        if self.replicas > 1 and device.isTimed:
-            replica, dev = self._state.target, device.getTarget()
-            need = replica.getNumIPUs() * self.replicas
-            if dev.getNumIPUs() != need or dev.getTilesPerIPU() != replica.getTilesPerIPU():
-                raise EngineError(
-                    f"Engine.load: the graph has {self.replicas} replicas of "
-                    f"{replica.getNumIPUs()} IPU(s) x {replica.getTilesPerIPU()} tiles, so it "
-                    f"needs a device of exactly {need} IPU(s) x {replica.getTilesPerIPU()} "
-                    f"tiles; the device has {dev.getNumIPUs()} x {dev.getTilesPerIPU()}; hint: "
-                    "build the graph with the device's target"
-                )
+        check_device_fits(self._state.target, device, self.replicas)
         if not device.attached and not device.attach():
             raise EngineError(
                 f"Engine.load: device {device.getId()} cannot be attached: another device holds "

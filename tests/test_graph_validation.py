@@ -410,6 +410,17 @@ def test_load_on_device_with_fewer_tiles():
         e.load(tiny_device())
 
 
+def test_load_on_a_device_of_another_target_is_refused():
+    # A graph built for tiny ran on an mk2 device (timed as mk2's 1472 tiles) without a
+    # word: only a device with fewer tiles was refused.
+    g = Graph(IPUModel("tiny").createDevice().getTarget())
+    mapped(g, FLOAT, [2], "t", tile=1)
+    e = Engine(g, prog.Sequence())
+    with pytest.raises(EngineError, match=r"built for 1 x \S+ IPU\(s\) of 8 tiles.* device is "):
+        e.load(IPUModel("mk2").createDevice())
+    e.load(IPUModel("tiny").createDevice())  # the graph's own target loads
+
+
 def test_failed_addVertex_leaves_no_half_built_vertex():
     class Half(Vertex):
         a = Input(Vector(FLOAT))
