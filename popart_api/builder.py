@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from popart_api.builder_extras import BuilderExtras
 from popart_api.builder_opsets import (
     AI_GRAPHCORE_OPS,
     GRAPHCORE_DOMAIN,
@@ -144,7 +145,7 @@ class TensorInfo:
         return f"TensorInfo({self.data_type()}, {self._shape})"
 
 
-class Builder:
+class Builder(BuilderExtras):
     """Build an ONNX model: ``popart.Builder()``.
 
     Parameters

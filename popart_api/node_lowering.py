@@ -18,6 +18,7 @@ from popart_api.builder import (
     RECOMPUTE_ATTRIBUTE,
     VIRTUAL_GRAPH_ATTRIBUTE,
 )
+from popart_api.builder_extras import PARTIALS_TYPE_ATTRIBUTE
 from popart_api.inplace import VIEW_OPS, copied_view_lowering, inplace_lowering
 from popart_api.onnx_model import node_attrs
 from popart_api.options import seed_word
@@ -89,8 +90,12 @@ def node_lowering(session: Any, node: onnx.NodeProto, i: int) -> NodeLowering:
     for key in (VIRTUAL_GRAPH_ATTRIBUTE, PIPELINE_STAGE_ATTRIBUTE, RECOMPUTE_ATTRIBUTE):
         attrs.pop(key, None)
     proportion = attrs.pop(MEMORY_PROPORTION_ATTRIBUTE, None)
+    partials = attrs.pop(PARTIALS_TYPE_ATTRIBUTE, None)  # Builder.setPartialsType
     options = dict(session.options.convolutionOptions)
     options.update(session.options.matmulOptions)
     if proportion is not None:
         options["availableMemoryProportion"] = str(proportion)
+    if partials is not None:
+        text = partials.decode() if isinstance(partials, bytes) else str(partials)
+        options["partialsType"] = text.lower()
     return NodeLowering(name, domain, opset, fn, attrs, options, proportion)

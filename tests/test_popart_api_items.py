@@ -271,3 +271,54 @@ def test_optimizer_values_popart_refuses_are_refused(make, found) -> None:
     with pytest.raises(popart.popart_exception, match=found):
         make()
     popart.SGD({"defaultMomentum": (2.0, True)})  # PopART bounds momentum only below
+
+
+def _half_matmul(partials: str | None):
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT16", [16, 64]), "x")
+    w = b.addInitializedInputTensor(np.ones([64, 32], np.float16), "w")
+    y = b.aiOnnx.matmul([x, w])
+    if partials is not None:
+        b.setPartialsType(y, partials)
+    b.addOutputTensor(y)
+    session, out = run_session(b.getModelProto(), {x: np.ones([16, 64], np.float16)}, [y])
+    return b, y, session.getCycleCount(), out[y]
+
+
+def test_set_partials_type_reaches_the_matmul_lowering() -> None:
+    # Builder had no setPartialsType/getPartialsType (AttributeError).
+    b, y, default_cycles, out = _half_matmul(None)
+    assert b.getPartialsType(y) == "FLOAT"  # Poplar's default, as PopART's
+    _, _, float_cycles, _ = _half_matmul("FLOAT")
+    b, y, half_cycles, half_out = _half_matmul("HALF")
+    assert b.getPartialsType(y) == "HALF"
+    assert float_cycles == default_cycles and half_cycles < float_cycles  # half partials
+    np.testing.assert_array_equal(half_out, out)
+    with pytest.raises(popart.popart_exception, match="applies to Conv, MatMul only"):
+        b.setPartialsType(b.aiOnnx.relu([y]), "HALF")
+    with pytest.raises(popart.popart_exception, match="required 'FLOAT' or 'HALF'"):
+        b.setPartialsType(y, "DOUBLE")
+
+
+def test_save_model_proto_and_trainable_ids(tmp_path) -> None:
+    # Both raised AttributeError.
+    b = popart.Builder()
+    x = b.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]), "x")
+    w = b.addInitializedInputTensor(np.ones([3, 2], np.float32), "w")
+    b.aiOnnx.matmul([x, w])
+    assert b.getTrainableTensorIds() == [w]
+    b.saveModelProto(str(tmp_path / "m.onnx"))
+    assert (tmp_path / "m.onnx").read_bytes() == b.getModelProto()
+    with pytest.raises(popart.popart_exception, match=r"saveModelProto.*no/m\.onnx"):
+        b.saveModelProto(str(tmp_path / "no" / "m.onnx"))
+
+
+@pytest.mark.parametrize(
+    ("method", "args"),
+    [("setSerializeMatMul", ({"y"}, "output_channels", 2)), ("schedulePriority", (1.0,)),
+     ("outputTensorLocation", ("y",))],
+)  # fmt: skip
+def test_builder_options_not_modelled_are_refused_by_name(method, args) -> None:
+    # They raised a bare AttributeError.
+    with pytest.raises(popart.popart_exception, match=rf"Builder\.{method}: not supported.*hint"):
+        getattr(popart.Builder(), method)(*args)
