@@ -18,6 +18,7 @@ attributes; :func:`op_signature` describes it (``inspect.signature`` of the meth
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,16 +36,18 @@ _LISTS = (AttributeProto.INTS, AttributeProto.FLOATS, AttributeProto.STRINGS)
 def positional_attributes(op_type: str, domain: str, opset: int) -> list[tuple[str, int]]:
     """``(name, AttributeProto type)`` of ``op_type``'s attributes in PopART's positional
     order (required, then optional, each by name); empty when ONNX has no schema."""
-    try:
-        schema = defs.get_schema(op_type, opset, domain)
-    except Exception:  # an ai.graphcore op or an unknown one: nothing by position
+    schema = _schema(op_type, domain, opset)
+    if schema is None:  # an ai.graphcore op or an unknown one: nothing by position
         return []
     attrs = [a for name, a in schema.attributes.items() if name not in NOT_POSITIONAL]
     order = sorted(attrs, key=lambda a: (not a.required, a.name))
     return [(a.name, int(a.type)) for a in order]
 
 
+@functools.lru_cache(maxsize=1024)
 def _schema(op_type: str, domain: str, opset: int) -> Any:
+    """ONNX's schema of ``op_type`` at ``opset`` (read several times for each op call:
+    kept), or None."""
     try:
         return defs.get_schema(op_type, opset, domain)
     except Exception:  # an ai.graphcore op or an unknown one
@@ -88,10 +91,8 @@ def op_signature(op_type: str, domain: str, opset: int) -> inspect.Signature:
 def takes_no_inputs(op_type: str, domain: str, opset: int) -> bool:
     """True for an op whose ONNX schema has no inputs (RandomNormal, RandomUniform):
     PopART's method for it takes no input list, the attributes come first."""
-    try:
-        return defs.get_schema(op_type, opset, domain).max_input == 0
-    except Exception:  # an ai.graphcore op or an unknown one: it takes inputs
-        return False
+    schema = _schema(op_type, domain, opset)
+    return schema is not None and schema.max_input == 0  # (no schema: it takes inputs)
 
 
 def op_arguments(
